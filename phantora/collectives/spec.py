@@ -1,0 +1,104 @@
+"""What a collective is, and the knobs of its decomposition into flows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phantora.errors import InputError
+
+KINDS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send_recv",
+    "barrier",
+)
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct")
+DTYPE_BYTES = {
+    "fp8": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "bf16": 2,
+    "fp16": 2,
+    "int16": 2,
+    "fp32": 4,
+    "int32": 4,
+    "fp64": 8,
+    "int64": 8,
+}
+
+# busbw factor of nccl-tests, as a function of the group size n.
+BUSBW_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
+    "barrier": lambda n: 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call. `ranks` are global ranks (topology endpoint indices), in group order.
+
+    `nbytes` follows nccl-tests: the size of the full buffer (all-reduce/broadcast/reduce: the
+    tensor; all-gather: the gathered output; reduce-scatter: the input; all-to-all: the whole
+    send buffer of one rank; send_recv: the message, ranks = (src, dst)).
+    """
+
+    kind: str
+    ranks: tuple[int, ...]
+    nbytes: int
+    dtype: str = "bf16"
+    root: int | None = None  # group-local index for broadcast/reduce
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise InputError(f"unknown collective kind {self.kind!r} (known: {', '.join(KINDS)})", field="kind")
+        if self.nbytes < 0:
+            raise InputError(f"collective size must be >= 0, got {self.nbytes}", field="bytes")
+        if not self.ranks:
+            raise InputError("a collective needs at least one rank", field="ranks")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise InputError(f"repeated rank in {list(self.ranks)}", field="ranks")
+        if self.dtype not in DTYPE_BYTES:
+            raise InputError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPE_BYTES)})", field="dtype")
+        if self.kind == "send_recv" and len(self.ranks) != 2:
+            raise InputError("send_recv takes exactly two ranks (src, dst)", field="ranks")
+        if self.root is not None and not 0 <= self.root < len(self.ranks):
+            raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def busbw_factor(self) -> float:
+        return BUSBW_FACTOR[self.kind](self.size) if self.size > 1 else 1.0
+
+
+@dataclass(frozen=True)
+class AlgoOptions:
+    """How to decompose. Defaults are NCCL-like (REFERENCE.md §1)."""
+
+    algorithm: str = "auto"  # auto picks ring for RS/AG/AR, chain for bcast/reduce, pairwise for a2a
+    granularity: str = "coarse"  # coarse: one flow per ring edge; chunked: NCCL steps
+    channels: int = 0  # 0 = NCCL-like default (by group size and topology)
+    chunk_bytes: int = 4 * 512 * 1024  # ALLREDUCE_CHUNKSTEPS x step (512 KiB)
+    step_latency_ns: int = 0  # extra per-step software latency charged as flow delay
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise InputError(f"unknown algorithm {self.algorithm!r} (known: {', '.join(ALGORITHMS)})", field="algorithm")
+        if self.granularity not in ("coarse", "chunked"):
+            raise InputError(f"granularity must be 'coarse' or 'chunked', got {self.granularity!r}", field="granularity")
+        if self.channels < 0:
+            raise InputError(f"channels must be >= 0, got {self.channels}", field="channels")
+        if self.chunk_bytes <= 0:
+            raise InputError(f"chunk_bytes must be > 0, got {self.chunk_bytes}", field="chunk_bytes")

@@ -1,0 +1,32 @@
+"""User-facing errors: each names the file, line or field that is wrong."""
+
+from __future__ import annotations
+
+
+class PhantoraError(Exception):
+    """Base class of every error phantora reports to a user without a traceback."""
+
+
+class InputError(PhantoraError):
+    """Bad user input: a file, a line in it, or a named field."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.field = field
+        where = ""
+        if file is not None:
+            where = str(file)
+            if line is not None:
+                where += f":{line}"
+            where += ": "
+        if field is not None:
+            where += f"field '{field}': "
+        super().__init__(where + message)

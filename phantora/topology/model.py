@@ -1,0 +1,259 @@
+"""The `Topology` model shared by every network engine: nodes, full-duplex links, ECMP routes.
+
+Conventions
+- Node ids are dense integers 0..N-1. A node has a kind: ``gpu`` (an endpoint with its own NIC,
+  as in SimAI), ``host`` (a plain endpoint, as in HPCC files), ``nvswitch`` or ``switch``.
+- Ranks map to endpoints in order: rank i is ``topology.endpoints[i]``.
+- A link is full duplex: each direction is a *channel* with the link's bandwidth (bits/s) and
+  latency (ns). Channel ids are ``2*link_id`` (a->b) and ``2*link_id+1`` (b->a).
+- Routing: endpoints never forward. Traffic between two endpoints that share an NVSwitch goes
+  through it; all other traffic avoids NVSwitches and takes a shortest path (in hops) through
+  switches. Among equal-cost next hops, the choice is ``ecmp_hash(flow_key, node) % len(c)``
+  over candidates sorted by node id. The ns-3 switches use the same function, so both
+  engines put a flow on the same path.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from phantora.errors import InputError
+
+ENDPOINT_KINDS = ("gpu", "host")
+NODE_KINDS = ("gpu", "host", "nvswitch", "switch")
+_MASK64 = (1 << 64) - 1
+
+
+def ecmp_hash(flow_key: int, node: int) -> int:
+    """Deterministic 64-bit hash (splitmix64 finaliser) of a flow key at a node.
+
+    Mirrored bit-for-bit in ``ns3-scratch`` so both engines choose the same ECMP paths.
+    """
+    z = (flow_key * 0x9E3779B97F4A7C15 + node * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node of the network."""
+
+    id: int
+    kind: str
+    name: str
+    host: int | None = None  # index of the server a gpu/nvswitch belongs to
+    tier: int = 0  # switches: 0 = NVSwitch/none, 1 = leaf, 2 = spine, 3 = core
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link between nodes a and b."""
+
+    id: int
+    a: int
+    b: int
+    bandwidth_bps: int
+    latency_ns: int
+
+
+@dataclass
+class Topology:
+    """Nodes, links and routing. Build it with `add_node` / `add_link`, then call `validate`."""
+
+    name: str = "topology"
+    nodes: list[Node] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    gpu_model: str | None = None
+    meta: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._adj: list[list[tuple[int, int]]] = [[] for _ in self.nodes]  # (neighbour, channel)
+        self._dist_cache: dict[int, list[int]] = {}
+        self._endpoints: list[int] | None = None
+        for link in list(self.links):
+            self._attach(link)
+
+    # ----- construction -------------------------------------------------------------------
+    def add_node(self, kind: str, name: str | None = None, host: int | None = None, tier: int = 0) -> int:
+        """Append a node and return its id."""
+        if kind not in NODE_KINDS:
+            raise InputError(f"unknown node kind {kind!r} (known: {', '.join(NODE_KINDS)})", field="kind")
+        nid = len(self.nodes)
+        self.nodes.append(Node(nid, kind, name or f"{kind}{nid}", host, tier))
+        self._adj.append([])
+        self._endpoints = None
+        return nid
+
+    def add_link(self, a: int, b: int, bandwidth_bps: int, latency_ns: int) -> int:
+        """Append a full-duplex link and return its id."""
+        for end in (a, b):
+            if not 0 <= end < len(self.nodes):
+                raise InputError(f"link {a}-{b}: unknown node {end} (have {len(self.nodes)} nodes)")
+        if a == b:
+            raise InputError(f"link {a}-{b}: a link must join two different nodes")
+        if bandwidth_bps <= 0:
+            raise InputError(f"link {a}-{b}: bandwidth must be positive, got {bandwidth_bps}", field="bandwidth")
+        if latency_ns < 0:
+            raise InputError(f"link {a}-{b}: latency must be >= 0, got {latency_ns}", field="latency")
+        link = Link(len(self.links), a, b, int(bandwidth_bps), int(latency_ns))
+        self.links.append(link)
+        self._attach(link)
+        return link.id
+
+    def _attach(self, link: Link) -> None:
+        self._adj[link.a].append((link.b, 2 * link.id))
+        self._adj[link.b].append((link.a, 2 * link.id + 1))
+        self._dist_cache.clear()
+
+    # ----- queries ------------------------------------------------------------------------
+    @property
+    def endpoints(self) -> list[int]:
+        """Endpoint node ids in rank order (rank i -> endpoints[i])."""
+        if self._endpoints is None:
+            self._endpoints = [n.id for n in self.nodes if n.kind in ENDPOINT_KINDS]
+        return self._endpoints
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.endpoints)
+
+    def node_of_rank(self, rank: int) -> int:
+        eps = self.endpoints
+        if not 0 <= rank < len(eps):
+            raise InputError(f"rank {rank} is outside the topology '{self.name}' ({len(eps)} ranks)", field="ranks")
+        return eps[rank]
+
+    def neighbours(self, node: int) -> list[tuple[int, int]]:
+        """(neighbour, channel id) pairs of a node."""
+        return self._adj[node]
+
+    @property
+    def num_channels(self) -> int:
+        return 2 * len(self.links)
+
+    def channel_ends(self, ch: int) -> tuple[int, int]:
+        link = self.links[ch >> 1]
+        return (link.a, link.b) if ch % 2 == 0 else (link.b, link.a)
+
+    def channel_bandwidth(self, ch: int) -> int:
+        return self.links[ch >> 1].bandwidth_bps
+
+    def channel_latency(self, ch: int) -> int:
+        return self.links[ch >> 1].latency_ns
+
+    def shared_nvswitch(self, a: int, b: int) -> int | None:
+        """The NVSwitch both endpoints attach to, if any."""
+        na = {v for v, _ in self._adj[a] if self.nodes[v].kind == "nvswitch"}
+        for v, _ in self._adj[b]:
+            if v in na:
+                return v
+        return None
+
+    def _forwards(self, node: int) -> bool:
+        return self.nodes[node].kind == "switch"
+
+    def _dist_to(self, dst: int) -> list[int]:
+        """Hop distance of every node to dst through switches only (endpoints do not forward)."""
+        dist = self._dist_cache.get(dst)
+        if dist is not None:
+            return dist
+        inf = 1 << 30
+        dist = [inf] * len(self.nodes)
+        dist[dst] = 0
+        queue = deque([dst])
+        while queue:
+            u = queue.popleft()
+            if u != dst and not self._forwards(u):
+                continue  # endpoints and NVSwitches are leaves of the search
+            for v, _ in self._adj[u]:
+                if dist[v] == inf and self.nodes[v].kind != "nvswitch":
+                    dist[v] = dist[u] + 1
+                    queue.append(v)
+        self._dist_cache[dst] = dist
+        return dist
+
+    def next_hops(self, node: int, dst: int) -> list[tuple[int, int]]:
+        """Equal-cost (neighbour, channel) choices from node towards dst, sorted by neighbour id."""
+        dist = self._dist_to(dst)
+        want = dist[node] - 1
+        return sorted(
+            (v, ch)
+            for v, ch in self._adj[node]
+            if dist[v] == want and (v == dst or self._forwards(v))
+        )
+
+    def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
+        """Channel ids of the path a flow with this key takes from src to dst."""
+        if src == dst:
+            return []
+        nv = self.shared_nvswitch(src, dst)
+        if nv is not None:
+            return [self._channel(src, nv), self._channel(nv, dst)]
+        if self._dist_to(dst)[src] >= 1 << 30:
+            raise InputError(f"no route from {self.nodes[src].name} to {self.nodes[dst].name} in '{self.name}'")
+        path: list[int] = []
+        node = src
+        while node != dst:
+            hops = self.next_hops(node, dst)
+            v, ch = hops[ecmp_hash(flow_key, node) % len(hops)] if len(hops) > 1 else hops[0]
+            path.append(ch)
+            node = v
+        return path
+
+    def _channel(self, a: int, b: int) -> int:
+        for v, ch in self._adj[a]:
+            if v == b:
+                return ch
+        raise InputError(f"no link between {self.nodes[a].name} and {self.nodes[b].name}")
+
+    def path_latency_ns(self, path: list[int]) -> int:
+        return sum(self.links[ch >> 1].latency_ns for ch in path)
+
+    def path_bottleneck_bps(self, path: list[int]) -> int:
+        return min(self.links[ch >> 1].bandwidth_bps for ch in path)
+
+    # ----- checks -------------------------------------------------------------------------
+    def validate(self, source: str | None = None) -> Topology:
+        """Check the topology is usable: endpoints exist and every pair of endpoints is connected."""
+        if not self.endpoints:
+            raise InputError("the topology has no GPU or host endpoints", file=source)
+        for n in self.nodes:
+            if n.kind in ENDPOINT_KINDS and not self._adj[n.id]:
+                raise InputError(f"endpoint {n.name} (node {n.id}) has no link", file=source)
+        # Connectivity through switches (and NVSwitch within a host).
+        seen = {self.endpoints[0]}
+        queue = deque(seen)
+        while queue:
+            u = queue.popleft()
+            for v, _ in self._adj[u]:
+                if v not in seen:
+                    seen.add(v)
+                    queue.append(v)
+        missing = [self.nodes[e].name for e in self.endpoints if e not in seen]
+        if missing:
+            raise InputError(
+                f"the topology is disconnected: {len(missing)} endpoints cannot reach "
+                f"{self.nodes[self.endpoints[0]].name} (first: {', '.join(missing[:5])})",
+                file=source,
+            )
+        return self
+
+    def summary(self) -> dict[str, object]:
+        """Counts of nodes by kind, links, and bandwidth classes, for `phantora topo`."""
+        kinds: dict[str, int] = {}
+        for n in self.nodes:
+            kinds[n.kind] = kinds.get(n.kind, 0) + 1
+        bw: dict[int, int] = {}
+        for link in self.links:
+            bw[link.bandwidth_bps] = bw.get(link.bandwidth_bps, 0) + 1
+        return {
+            "name": self.name,
+            "nodes": len(self.nodes),
+            "kinds": kinds,
+            "links": len(self.links),
+            "link_bandwidths_bps": dict(sorted(bw.items())),
+            "ranks": self.num_ranks,
+            "gpu_model": self.gpu_model,
+        }
