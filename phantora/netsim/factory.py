@@ -1,0 +1,26 @@
+"""One place that turns a network-mode name into a `NetworkSimulator`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phantora.errors import InputError
+from phantora.netsim.base import NetworkSimulator
+from phantora.topology.model import Topology
+
+NETWORKS = ("flow", "ns3")
+
+
+def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulator:
+    """`flow` -> FlowSimulator(topo, **options); `ns3` -> Ns3Simulator(topo, PacketConfig(**options))."""
+    if network == "flow":
+        from phantora.netsim.flow import FlowSimulator
+
+        return FlowSimulator(topo, **options)
+    if network == "ns3":
+        from phantora.netsim.packet import Ns3Simulator
+        from phantora.netsim.packet_config import PacketConfig
+
+        config = options.pop("config", None) or PacketConfig(**options)
+        return Ns3Simulator(topo, config)
+    raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")

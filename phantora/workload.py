@@ -1,0 +1,229 @@
+"""The replay workload format: a list of collectives and transfers with issue times and rank sets.
+
+A workload is a TOML (or JSON) file::
+
+    name = "ddp-buckets"
+    [defaults]            # optional; any op field
+    ranks = "all"         # "all", "0-7", "0-7,16-23", or a list of ints
+    dtype = "bf16"
+
+    [[op]]
+    name = "bucket0"      # optional; default "op<i>"
+    kind = "all_reduce"   # see phantora.collectives.spec.KINDS
+    bytes = "25MiB"       # an int (bytes) or a string with a unit
+    at = "0us"            # earliest issue time (default 0)
+    after = ["fwd"]       # ops that must be done on a rank before it issues this one
+    gap = "200us"         # compute time on each rank between its last `after` and the issue
+    root = 0              # broadcast/reduce: group-local root index
+    src = 0               # send_recv: the two ranks (instead of `ranks`)
+    dst = 8
+    repeat = 4            # optional: expand into name.0 .. name.3, each after the previous
+    every = "2ms"         # with repeat: instance i has at = at + i*every (a compute cadence)
+    algorithm = "ring"    # optional per-op AlgoOptions fields: algorithm, granularity,
+    granularity = "chunked"  # channels, chunk_bytes
+
+A rank r issues op B at max(B.at, max over A in B.after with r in A of done_r(A) + B.gap);
+the collective starts at the latest issue time of its ranks (as a real NCCL call would).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.errors import InputError
+from phantora.units import parse_size_bytes, parse_time_ns
+
+_OP_KEYS = {
+    "name",
+    "kind",
+    "bytes",
+    "dtype",
+    "ranks",
+    "at",
+    "after",
+    "gap",
+    "root",
+    "src",
+    "dst",
+    "repeat",
+    "every",
+    "algorithm",
+    "granularity",
+    "channels",
+    "chunk_bytes",
+}
+_ALGO_KEYS = ("algorithm", "granularity", "channels", "chunk_bytes")
+
+
+@dataclass(frozen=True)
+class WorkloadOp:
+    """One collective or transfer of a workload."""
+
+    name: str
+    coll: Collective
+    at_ns: int = 0
+    after: tuple[str, ...] = ()
+    gap_ns: int = 0
+    algo: AlgoOptions | None = None
+
+
+@dataclass
+class Workload:
+    """A named, ordered list of ops; `source` is the file it came from."""
+
+    name: str
+    ops: list[WorkloadOp] = field(default_factory=list)
+    source: str = "<memory>"
+    description: str = ""
+
+    @property
+    def max_rank(self) -> int:
+        return max((max(op.coll.ranks) for op in self.ops), default=-1)
+
+
+def parse_ranks(spec: Any, world: int | None, where: str) -> tuple[int, ...]:
+    """'all' | '0-7,16-23' | [0, 1, 2] -> a tuple of ranks."""
+    if isinstance(spec, list):
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in spec):
+            raise InputError(f"{where}: ranks must be integers, got {spec!r}", field="ranks")
+        return tuple(spec)
+    if not isinstance(spec, str):
+        raise InputError(f"{where}: ranks must be 'all', a range string or a list, got {spec!r}", field="ranks")
+    if spec.strip() == "all":
+        if world is None:
+            raise InputError(f"{where}: ranks = 'all' needs a topology (or give explicit ranks)", field="ranks")
+        return tuple(range(world))
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise InputError(f"{where}: bad rank range {part!r} in {spec!r}", field="ranks") from None
+    return tuple(out)
+
+
+def _op_from_dict(raw: dict[str, Any], index: int, world: int | None, source: str) -> list[WorkloadOp]:
+    name = str(raw.get("name", f"op{index}"))
+    where = f"op '{name}' (#{index})"
+    unknown = sorted(set(raw) - _OP_KEYS)
+    if unknown:
+        raise InputError(f"{where}: unknown field(s) {', '.join(unknown)}", file=source, field=unknown[0])
+    if "kind" not in raw:
+        raise InputError(f"{where}: missing 'kind'", file=source, field="kind")
+    kind = str(raw["kind"])
+    try:
+        if kind == "send_recv":
+            if "src" not in raw or "dst" not in raw:
+                raise InputError(f"{where}: send_recv needs 'src' and 'dst'", field="src")
+            ranks: tuple[int, ...] = (int(raw["src"]), int(raw["dst"]))
+        else:
+            ranks = parse_ranks(raw.get("ranks", "all"), world, where)
+        nbytes = parse_size_bytes(raw.get("bytes", 0))
+        if nbytes < 0:
+            raise InputError(f"{where}: bytes must be >= 0, got {raw.get('bytes')!r}", field="bytes")
+        if world is not None:
+            bad = [r for r in ranks if not 0 <= r < world]
+            if bad:
+                raise InputError(f"{where}: rank {bad[0]} is outside the topology ({world} ranks)", field="ranks")
+        coll = Collective(kind, ranks, nbytes, str(raw.get("dtype", "bf16")), raw.get("root"))
+        at = parse_time_ns(raw.get("at", 0))
+        gap = parse_time_ns(raw.get("gap", 0))
+        if at < 0 or gap < 0:
+            raise InputError(f"{where}: 'at' and 'gap' must be >= 0", field="at" if at < 0 else "gap")
+        after = raw.get("after", [])
+        if isinstance(after, str):
+            after = [after]
+        algo_kw = {k: raw[k] for k in _ALGO_KEYS if k in raw}
+        if "chunk_bytes" in algo_kw:
+            algo_kw["chunk_bytes"] = parse_size_bytes(algo_kw["chunk_bytes"])
+        algo = AlgoOptions(**algo_kw) if algo_kw else None
+        every = parse_time_ns(raw.get("every", 0))
+        repeat = int(raw.get("repeat", 1))
+        if repeat < 1:
+            raise InputError(f"{where}: repeat must be >= 1", field="repeat")
+    except InputError as exc:
+        if exc.file is None:
+            raise InputError(str(exc), file=source, field=exc.field) from None
+        raise
+    if repeat == 1:
+        return [WorkloadOp(name, coll, at, tuple(str(a) for a in after), gap, algo)]
+    ops = []
+    for i in range(repeat):
+        deps = tuple(str(a) for a in after) if i == 0 else (f"{name}.{i - 1}",)
+        ops.append(WorkloadOp(f"{name}.{i}", coll, at + i * every, deps, gap, algo))
+    return ops
+
+
+def workload_from_dict(data: dict[str, Any], world: int | None = None, source: str = "<memory>") -> Workload:
+    """Build and check a Workload from parsed TOML/JSON data."""
+    top_unknown = sorted(set(data) - {"name", "description", "defaults", "op"})
+    if top_unknown:
+        raise InputError(f"unknown top-level field(s) {', '.join(top_unknown)}", file=source, field=top_unknown[0])
+    defaults = data.get("defaults", {})
+    raw_ops = data.get("op", [])
+    if not isinstance(raw_ops, list) or not raw_ops:
+        raise InputError("a workload needs at least one [[op]]", file=source, field="op")
+    ops: list[WorkloadOp] = []
+    for i, raw in enumerate(raw_ops):
+        if not isinstance(raw, dict):
+            raise InputError(f"op #{i} must be a table", file=source, field="op")
+        ops.extend(_op_from_dict({**defaults, **raw}, i, world, source))
+    seen: set[str] = set()
+    for op in ops:
+        if op.name in seen:
+            raise InputError(f"duplicate op name '{op.name}'", file=source, field="name")
+        missing = [a for a in op.after if a not in seen]
+        if missing:
+            raise InputError(
+                f"op '{op.name}': 'after' names '{missing[0]}', which is not an earlier op", file=source, field="after"
+            )
+        seen.add(op.name)
+    return Workload(str(data.get("name", Path(source).stem)), ops, source, str(data.get("description", "")))
+
+
+def load_workload(path: str | Path, world: int | None = None) -> Workload:
+    """Read a workload file (.toml or .json). `world` (the topology's rank count) resolves 'all'."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("no such workload file", file=str(p))
+    text = p.read_text()
+    try:
+        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot parse: {exc}", file=str(p)) from None
+    return workload_from_dict(data, world, str(p))
+
+
+def workload_to_dict(wl: Workload) -> dict[str, Any]:
+    """The inverse of workload_from_dict (explicit ranks, sizes in bytes, times in ns)."""
+    ops = []
+    for op in wl.ops:
+        d: dict[str, Any] = {"name": op.name, "kind": op.coll.kind, "bytes": op.coll.nbytes, "dtype": op.coll.dtype}
+        if op.coll.kind == "send_recv":
+            d["src"], d["dst"] = op.coll.ranks
+        else:
+            d["ranks"] = list(op.coll.ranks)
+        if op.coll.root is not None:
+            d["root"] = op.coll.root
+        if op.at_ns:
+            d["at"] = op.at_ns
+        if op.after:
+            d["after"] = list(op.after)
+        if op.gap_ns:
+            d["gap"] = op.gap_ns
+        if op.algo is not None:
+            d.update({f.name: getattr(op.algo, f.name) for f in fields(op.algo) if f.name in _ALGO_KEYS})
+        ops.append(d)
+    return {"name": wl.name, "description": wl.description, "op": ops}
