@@ -71,6 +71,7 @@ class Topology:
     def __post_init__(self) -> None:
         self._adj: list[list[tuple[int, int]]] = [[] for _ in self.nodes]  # (neighbour, channel)
         self._dist_cache: dict[int, list[int]] = {}
+        self._base_cache: dict[tuple[int, ...], list[int]] = {}
         self._endpoints: list[int] | None = None
         for link in list(self.links):
             self._attach(link)
@@ -106,6 +107,7 @@ class Topology:
         self._adj[link.a].append((link.b, 2 * link.id))
         self._adj[link.b].append((link.a, 2 * link.id + 1))
         self._dist_cache.clear()
+        self._base_cache.clear()
 
     # ----- queries ------------------------------------------------------------------------
     @property
@@ -155,34 +157,57 @@ class Topology:
         return self.nodes[node].kind == "switch"
 
     def _dist_to(self, dst: int) -> list[int]:
-        """Hop distance of every node to dst through switches only (endpoints do not forward)."""
+        """Hop distance of every node to dst through switches only (endpoints do not forward).
+
+        Endpoints attached to the same switches share one BFS (a leaf's 32 GPUs cost one search).
+        """
         dist = self._dist_cache.get(dst)
         if dist is not None:
             return dist
+        seeds: set[int] = set()
+        direct = False
+        for v, _ in self._adj[dst]:
+            kind = self.nodes[v].kind
+            if kind == "switch":
+                seeds.add(v)
+            elif kind != "nvswitch":
+                direct = True  # an endpoint-to-endpoint link: search from dst itself
+        if direct:
+            dist = self._bfs({dst}, 0, origin=dst)
+        else:
+            key = tuple(sorted(seeds))
+            base = self._base_cache.get(key)
+            if base is None:
+                base = self._base_cache[key] = self._bfs(seeds, 1, origin=-1)
+            dist = base.copy()
+            dist[dst] = 0
+        self._dist_cache[dst] = dist
+        return dist
+
+    def _bfs(self, sources: set[int], start: int, origin: int) -> list[int]:
+        """Multi-source BFS expanding only switches (and origin); NVSwitches are never entered."""
         inf = 1 << 30
         dist = [inf] * len(self.nodes)
-        dist[dst] = 0
-        queue = deque([dst])
+        for s in sources:
+            dist[s] = start
+        queue = deque(sorted(sources))
+        nodes = self.nodes
         while queue:
             u = queue.popleft()
-            if u != dst and not self._forwards(u):
+            if u != origin and nodes[u].kind != "switch":
                 continue  # endpoints and NVSwitches are leaves of the search
+            du = dist[u] + 1
             for v, _ in self._adj[u]:
-                if dist[v] == inf and self.nodes[v].kind != "nvswitch":
-                    dist[v] = dist[u] + 1
+                if dist[v] == inf and nodes[v].kind != "nvswitch":
+                    dist[v] = du
                     queue.append(v)
-        self._dist_cache[dst] = dist
         return dist
 
     def next_hops(self, node: int, dst: int) -> list[tuple[int, int]]:
         """Equal-cost (neighbour, channel) choices from node towards dst, sorted by neighbour id."""
         dist = self._dist_to(dst)
         want = dist[node] - 1
-        return sorted(
-            (v, ch)
-            for v, ch in self._adj[node]
-            if dist[v] == want and (v == dst or self._forwards(v))
-        )
+        return sorted((v, ch) for v, ch in self._adj[node] if dist[v] == want and (v == dst or self._forwards(v)))
 
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
         """Channel ids of the path a flow with this key takes from src to dst."""
@@ -222,23 +247,52 @@ class Topology:
         for n in self.nodes:
             if n.kind in ENDPOINT_KINDS and not self._adj[n.id]:
                 raise InputError(f"endpoint {n.name} (node {n.id}) has no link", file=source)
-        # Connectivity through switches (and NVSwitch within a host).
-        seen = {self.endpoints[0]}
-        queue = deque(seen)
-        while queue:
-            u = queue.popleft()
-            for v, _ in self._adj[u]:
-                if v not in seen:
-                    seen.add(v)
-                    queue.append(v)
-        missing = [self.nodes[e].name for e in self.endpoints if e not in seen]
-        if missing:
-            raise InputError(
-                f"the topology is disconnected: {len(missing)} endpoints cannot reach "
-                f"{self.nodes[self.endpoints[0]].name} (first: {', '.join(missing[:5])})",
-                file=source,
-            )
+        self._check_routable(source)
         return self
+
+    def _check_routable(self, source: str | None) -> None:
+        """Every pair of endpoints must share an NVSwitch, a direct link, or a connected switch fabric."""
+        comp: dict[int, int] = {}  # switch -> id of its component in the switch-only graph
+        for s in (n.id for n in self.nodes if n.kind == "switch"):
+            if s in comp:
+                continue
+            comp[s] = s
+            queue = deque([s])
+            while queue:
+                u = queue.popleft()
+                for v, _ in self._adj[u]:
+                    if v not in comp and self.nodes[v].kind == "switch":
+                        comp[v] = s
+                        queue.append(v)
+        classes: dict[tuple[frozenset[int], frozenset[int]], list[int]] = {}
+        direct: dict[int, set[int]] = {}
+        for e in self.endpoints:
+            fabrics, nvs = set(), set()
+            for v, _ in self._adj[e]:
+                kind = self.nodes[v].kind
+                if kind == "switch":
+                    fabrics.add(comp[v])
+                elif kind == "nvswitch":
+                    nvs.add(v)
+                else:
+                    direct.setdefault(e, set()).add(v)
+            classes.setdefault((frozenset(fabrics), frozenset(nvs)), []).append(e)
+        keys = list(classes)
+        if frozenset.intersection(*(k[0] for k in keys)):
+            return  # one switch fabric reaches every endpoint
+        for i, ki in enumerate(keys):
+            for kj in keys[i:]:
+                if ki[0] & kj[0] or ki[1] & kj[1]:
+                    continue
+                for a in classes[ki]:
+                    for b in classes[kj]:
+                        if a != b and b not in direct.get(a, ()):
+                            na, nb = self.nodes[a], self.nodes[b]
+                            raise InputError(
+                                f"the topology is disconnected: {na.name} (node {a}) cannot reach {nb.name} "
+                                f"(node {b}) through switches, an NVSwitch or a direct link",
+                                file=source,
+                            )
 
     def summary(self) -> dict[str, object]:
         """Counts of nodes by kind, links, and bandwidth classes, for `phantora topo`."""

@@ -1,0 +1,114 @@
+"""Small checked conversions shared by the topology generators and readers."""
+
+from __future__ import annotations
+
+from phantora.errors import InputError
+from phantora.units import parse_rate_bps, parse_time_ns
+
+Rate = int | str
+Time = int | str
+
+# NVLink bandwidth per GPU and direction, in bits/s (REFERENCE.md section 2). None: no NVLink.
+NVLINK_BPS: dict[str, int | None] = {
+    "a100": 2400 * 10**9,
+    "h100": 3600 * 10**9,
+    "h200": 3600 * 10**9,
+    "b200": 7200 * 10**9,
+    "l40s": None,
+}
+DEFAULT_NVLINK_BPS = 3600 * 10**9  # H100
+
+
+def raw_message(exc: InputError) -> str:
+    """The message of an InputError without its 'file:line: field: ' prefix."""
+    text = str(exc)
+    prefix = ""
+    if exc.file is not None:
+        prefix = str(exc.file) + (f":{exc.line}" if exc.line is not None else "") + ": "
+    if exc.field is not None:
+        prefix += f"field '{exc.field}': "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def relocate(exc: InputError, *, file: str | None = None, line: int | None = None, prefix: str = "") -> InputError:
+    """A copy of exc that also names a file/line, and whose field is prefixed (e.g. 'generator.')."""
+    field = exc.field
+    if field is not None:
+        field = prefix + field
+    return InputError(
+        raw_message(exc),
+        file=file if file is not None else exc.file,
+        line=line if line is not None else exc.line,
+        field=field,
+    )
+
+
+def rate_bps(value: object, field: str, *, file: str | None = None, line: int | None = None) -> int:
+    """A positive integer rate in bits/s from '400Gbps' or an int."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"expected a rate such as '400Gbps', got {value!r}", file=file, line=line, field=field)
+    try:
+        bps = parse_rate_bps(value)
+    except InputError as exc:
+        raise InputError(raw_message(exc), file=file, line=line, field=field) from None
+    if bps <= 0:
+        raise InputError(f"rate must be positive, got {value!r}", file=file, line=line, field=field)
+    return bps
+
+
+def time_ns(value: object, field: str, *, file: str | None = None, line: int | None = None) -> int:
+    """A non-negative integer time in ns from '1us' or an int."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"expected a time such as '1us', got {value!r}", file=file, line=line, field=field)
+    try:
+        ns = parse_time_ns(value)
+    except InputError as exc:
+        raise InputError(raw_message(exc), file=file, line=line, field=field) from None
+    if ns < 0:
+        raise InputError(f"time must be >= 0, got {value!r}", file=file, line=line, field=field)
+    return ns
+
+
+def count(value: object, field: str, minimum: int = 1) -> int:
+    """An integer >= minimum (bools and floats are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"expected an integer, got {value!r}", field=field)
+    if value < minimum:
+        raise InputError(f"must be >= {minimum}, got {value}", field=field)
+    return value
+
+
+def ratio(value: object, field: str) -> float:
+    """A positive finite number (an oversubscription ratio)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) < float("inf"):
+        raise InputError(f"expected a positive number, got {value!r}", field=field)
+    return float(value)
+
+
+def gpu_name(value: object, field: str = "gpu") -> str | None:
+    """A GPU model name, lower-cased ('H100' -> 'h100')."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or not value.replace("-", "").replace("_", "").isalnum():
+        raise InputError(f"expected a GPU name such as 'h100', got {value!r}", field=field)
+    return value.strip().lower()
+
+
+def nvlink_default(gpu: str | None) -> int | None:
+    """NVLink bits/s per direction for a GPU model (H100 when unknown); None if it has no NVLink."""
+    if gpu is None:
+        return DEFAULT_NVLINK_BPS
+    return NVLINK_BPS.get(gpu, DEFAULT_NVLINK_BPS)
+
+
+def format_rate(bps: int) -> str:
+    """400_000_000_000 -> '400Gbps' (exact; Gbps at most, which ns-3 reads)."""
+    for unit, scale in (("Gbps", 10**9), ("Mbps", 10**6), ("Kbps", 10**3)):
+        if bps % scale == 0:
+            return f"{bps // scale}{unit}"
+    return f"{bps}bps"
+
+
+def format_time(ns: int) -> str:
+    """1000 -> '1000ns' (ns is exact and read by every tool)."""
+    return f"{ns}ns"

@@ -1,0 +1,48 @@
+"""`phantora topo`: summary text, JSON, drawing, conversion and clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from phantora.cli import main
+from phantora.topology import load_topology
+
+
+def test_summary_text(capsys) -> None:
+    assert main(["topo", "testbed16", "--route", "3", "12", "--key", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "16 gpu, 2 nvswitch, 6 switch" in out
+    assert "16 in 2 hosts (8 per host)" in out
+    assert "oversubscription (leaf down:up)  1:1" in out
+    assert "route rank 0 -> 1: gpu0 -> nvsw0 -> gpu1" in out
+    assert "route rank 3 -> 12: gpu3 -> leaf0 -> spine" in out
+
+
+def test_summary_json(capsys) -> None:
+    assert main(["topo", "leafspine1024", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["ranks"] == 1024 and info["hosts"] == 128 and info["gpus_per_host"] == [8]
+    assert info["nodes_by_kind"] == {"gpu": 1024, "nvswitch": 128, "switch": 40}
+    assert info["leaf_oversubscription"] == {"min": 4.0, "max": 4.0}
+    assert info["bisection"]["ratio"] == 0.25
+    assert info["example_routes"][1]["hops"] == 4
+
+
+def test_draw_and_convert(tmp_path: Path, capsys) -> None:
+    png, hpcc, simai = tmp_path / "t.png", tmp_path / "t.topo.txt", tmp_path / "t.simai.txt"
+    args = ["topo", "rail128", "--draw", str(png), "--write-hpcc", str(hpcc), "--write-simai", str(simai)]
+    assert main([*args, "--no-bisection"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(load_topology(hpcc).links) == 320
+    assert load_topology(simai).num_ranks == 128
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_format_option_and_errors(tmp_path: Path, capsys) -> None:
+    assert main(["topo", "hpcc/star8", "--format", "hpcc"]) == 0
+    assert "8 host, 1 switch" in capsys.readouterr().out
+    assert main(["topo", "hpcc/star8", "--format", "simai"]) == 2
+    assert "star8.topo.txt:1:" in capsys.readouterr().err
+    assert main(["topo", "testbed16", "--route", "0", "99"]) == 2
+    assert "rank 99" in capsys.readouterr().err
