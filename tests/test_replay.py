@@ -97,7 +97,8 @@ def test_cli_replay_writes_outputs_deterministically(tmp_path: Path, capsys: pyt
     outs = []
     for i in range(2):
         out = tmp_path / f"run{i}"
-        rc = main(["replay", str(root / "workloads" / "ddp_buckets.toml"), "--topology", "testbed16", "--out", str(out)])
+        workload = str(root / "workloads" / "ddp_buckets.toml")
+        rc = main(["replay", workload, "--topology", "testbed16", "--out", str(out)])
         assert rc == 0
         outs.append(out)
     text = capsys.readouterr().out

@@ -24,7 +24,12 @@ def test_parse_ranks_forms() -> None:
 
 def test_repeat_expands_into_a_chain_with_a_cadence() -> None:
     wl = workload_from_dict(
-        {"op": [{"name": "b", "kind": "all_reduce", "bytes": "1MiB", "ranks": "0-3", "at": "1us", "every": "2us", "repeat": 3}]}
+        {
+            "op": [
+                {"name": "b", "kind": "all_reduce", "bytes": "1MiB", "ranks": "0-3", "at": "1us", "every": "2us"}
+                | {"repeat": 3}
+            ]
+        }
     )
     assert [op.name for op in wl.ops] == ["b.0", "b.1", "b.2"]
     assert [op.at_ns for op in wl.ops] == [1000, 3000, 5000]

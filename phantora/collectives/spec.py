@@ -95,10 +95,16 @@ class AlgoOptions:
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            raise InputError(f"unknown algorithm {self.algorithm!r} (known: {', '.join(ALGORITHMS)})", field="algorithm")
+            raise InputError(
+                f"unknown algorithm {self.algorithm!r} (known: {', '.join(ALGORITHMS)})", field="algorithm"
+            )
         if self.granularity not in ("coarse", "chunked"):
-            raise InputError(f"granularity must be 'coarse' or 'chunked', got {self.granularity!r}", field="granularity")
+            raise InputError(
+                f"granularity must be 'coarse' or 'chunked', got {self.granularity!r}", field="granularity"
+            )
         if self.channels < 0:
             raise InputError(f"channels must be >= 0, got {self.channels}", field="channels")
         if self.chunk_bytes <= 0:
             raise InputError(f"chunk_bytes must be > 0, got {self.chunk_bytes}", field="chunk_bytes")
+        if self.step_latency_ns < 0:
+            raise InputError(f"step_latency_ns must be >= 0, got {self.step_latency_ns}", field="step_latency_ns")

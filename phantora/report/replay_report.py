@@ -10,6 +10,7 @@ from typing import Any
 from phantora.netsim.base import Completion, Flow
 from phantora.replay import ReplayResult
 from phantora.topology.model import Topology
+from phantora.units import transmit_ns
 
 
 def channel_bytes(topo: Topology, flows: list[Flow], completions: list[Completion]) -> list[int]:
@@ -21,6 +22,14 @@ def channel_bytes(topo: Topology, flows: list[Flow], completions: list[Completio
         for ch in topo.route(f.src, f.dst, f.key if f.key is not None else f.id):
             carried[ch] += f.size
     return carried
+
+
+def standalone_fct_ns(topo: Topology, src: int, dst: int, size: int, key: int) -> int:
+    """FCT of the flow alone on an idle network: size at the path's bottleneck rate plus path latency."""
+    path = topo.route(src, dst, key)
+    if not path:
+        return 0
+    return transmit_ns(size, topo.path_bottleneck_bps(path)) + topo.path_latency_ns(path)
 
 
 def link_rows(topo: Topology, carried: list[int], makespan_ns: int) -> list[dict[str, Any]]:
@@ -86,11 +95,16 @@ def write_replay_outputs(
     data = results_dict(res, workload=workload, topology=topology, network=network)
     paths["results"].write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     names = [n.name for n in topology.nodes]
+    keys = {f.id: (f.key if f.key is not None else f.id) for f in res.flows}
     with paths["flows"].open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns"])
+        w.writerow(
+            ["flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns"]
+        )
         for c in sorted(res.completions, key=lambda c: c.flow_id):
-            w.writerow([c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns, c.end_ns - c.start_ns])
+            alone = standalone_fct_ns(topology, c.src, c.dst, c.size, keys[c.flow_id])
+            fct = c.end_ns - c.start_ns
+            w.writerow([c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns, fct, alone])
     rows = link_rows(topology, channel_bytes(topology, res.flows, res.completions), res.makespan_ns)
     with paths["links"].open("w", newline="") as fh:
         fields = ["channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation"]
@@ -102,12 +116,16 @@ def write_replay_outputs(
 
 def format_table(res: ReplayResult) -> str:
     """Human table: one line per op with time, algbw and busbw (GB/s, nccl-tests definitions)."""
-    head = f"{'op':<24} {'kind':<15} {'ranks':>5} {'size':>10} {'start us':>11} {'time us':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"
+    head = (
+        f"{'op':<24} {'kind':<15} {'ranks':>5} {'size':>10} {'start us':>11} {'time us':>11} "
+        f"{'algbw GB/s':>11} {'busbw GB/s':>11}"
+    )
     lines = [head, "-" * len(head)]
     for r in res.ops:
+        algbw, busbw = r.metrics.get("algbw", 0) / 1e9, r.metrics.get("busbw", 0) / 1e9
         lines.append(
             f"{r.name[:24]:<24} {r.kind:<15} {r.nranks:>5} {_size(r.nbytes):>10} {r.start_ns / 1e3:>11.2f} "
-            f"{r.duration_ns / 1e3:>11.2f} {r.metrics.get('algbw', 0) / 1e9:>11.2f} {r.metrics.get('busbw', 0) / 1e9:>11.2f}"
+            f"{r.duration_ns / 1e3:>11.2f} {algbw:>11.2f} {busbw:>11.2f}"
         )
     lines.append(f"makespan: {res.makespan_ns / 1e3:.2f} us simulated, {res.wall_s:.3f} s wall")
     return "\n".join(lines)

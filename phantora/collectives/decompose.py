@@ -1,0 +1,72 @@
+"""`decompose`: one collective call -> a DAG of point-to-point flows (pure: no clock, no I/O)."""
+
+from __future__ import annotations
+
+from phantora.collectives.dag import DagBuilder, FlowDag, split
+from phantora.collectives.hierarchical import hierarchical_all_reduce
+from phantora.collectives.layout import chain_order, host_blocks, ring_order, tree_parents
+from phantora.collectives.options import default_options
+from phantora.collectives.p2p import all_to_all, send_recv
+from phantora.collectives.ring import ring_collective
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.tree import tree_flows
+from phantora.topology.model import Topology
+
+BARRIER_SLICE_BYTES = 1  # a barrier is a ring all-reduce of one byte per rank
+
+
+def decompose(
+    coll: Collective,
+    topo: Topology,
+    opts: AlgoOptions = AlgoOptions(),  # noqa: B008 - frozen dataclass, safe as a default
+    first_flow_id: int = 0,
+    tag: str = "",
+) -> FlowDag:
+    """The flows of `coll` on `topo`, with ids from `first_flow_id` and tags prefixed by `tag/`.
+
+    `opts` is resolved by `default_options` first (auto algorithm, channels=0). A group of one rank,
+    or a collective of 0 bytes (other than barrier), needs no traffic: the DAG has no flows and every
+    rank's `rank_last` list is empty, meaning the rank is done at the collective's start time.
+    A barrier ignores `nbytes` and always runs as a chunked ring all-reduce of one byte per rank on
+    one channel, so it costs 2(n-1) sequential hops of latency and no bandwidth to speak of.
+    """
+    opts = default_options(coll, topo, opts)
+    nodes = [topo.node_of_rank(r) for r in coll.ranks]
+    b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "")
+    n = coll.size
+    if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
+        return b.finish()
+    blocks = host_blocks(topo, nodes)
+    chunked = opts.granularity == "chunked"
+    common = {"chunked": chunked, "chunk_bytes": opts.chunk_bytes, "step_delay_ns": opts.step_latency_ns}
+    ch = opts.channels
+    kind, algo = coll.kind, opts.algorithm
+    if kind == "barrier":
+        common["chunked"] = True
+        ring_collective(b, "all_reduce", [ring_order(blocks, 0)], BARRIER_SLICE_BYTES * n, **common)
+    elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
+        orders = [ring_order(blocks, c) for c in range(ch)]
+        ring_collective(b, kind, orders, coll.nbytes, **common)
+    elif algo == "tree":
+        for c, size in enumerate(split(coll.nbytes, ch)):
+            parent = tree_parents(blocks, c % 2, c // 2)
+            tree_flows(b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", **common)
+    elif algo == "hierarchical":
+        hierarchical_all_reduce(b, blocks, coll.nbytes, ch, **common)
+    elif kind in ("broadcast", "reduce"):
+        root = coll.root or 0
+        up, down = kind == "reduce", kind == "broadcast"
+        for c, size in enumerate(split(coll.nbytes, ch)):
+            if algo == "chain":
+                order = chain_order(blocks, c, root)
+                parent: list[int | None] = [None] * n
+                for a, v in zip(order, order[1:], strict=False):
+                    parent[v] = a
+            else:
+                parent = [None if v == root else root for v in range(n)]
+            tree_flows(b, parent, size, c, up=up, down=down, name=algo, **common)
+    elif kind == "all_to_all":
+        all_to_all(b, n, coll.nbytes, ch, pairwise=algo == "pairwise", step_delay_ns=opts.step_latency_ns, name="a2a")
+    else:
+        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p")
+    return b.finish()

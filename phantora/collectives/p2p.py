@@ -1,0 +1,47 @@
+"""All-to-all (pairwise rounds or direct) and send/recv: flows between peer pairs."""
+
+from __future__ import annotations
+
+from phantora.collectives.dag import DagBuilder, split
+
+
+def _pair(
+    b: DagBuilder, src: int, dst: int, size: int, channels: int, tag: str, deps: tuple[int, ...], delay: int
+) -> list[int]:
+    """One transfer as `channels` parallel flows (one ECMP key each)."""
+    return [
+        b.add(src, dst, part, f"{tag}/ch{c}" if channels > 1 else tag, c, deps, delay)
+        for c, part in enumerate(split(size, channels))
+    ]
+
+
+def all_to_all(
+    b: DagBuilder, n: int, nbytes: int, channels: int, *, pairwise: bool, step_delay_ns: int, name: str
+) -> None:
+    """Each position r sends block j of its `nbytes` send buffer (split in n) to every other position j.
+
+    Pairwise: n - 1 rounds; in round k, r sends to (r + k) mod n and receives from (r - k) mod n.
+    A round's send waits until the sender's previous send and previous receive have both arrived,
+    so the rounds run one after another (each rank's round boundary is a local barrier with its two
+    partners). Direct: every transfer at once, no deps.
+    """
+    blocks = split(nbytes, n)
+    if not pairwise:
+        for r in range(n):
+            for k in range(1, n):
+                j = (r + k) % n
+                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns)
+        return
+    sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
+    for k in range(1, n):
+        tag = f"{name}/round{k}"
+        new = []
+        for r in range(n):
+            deps = tuple(sent[r]) + tuple(sent[(r - k + 1) % n])  # r's last send and last receive
+            new.append(_pair(b, r, (r + k) % n, blocks[(r + k) % n], channels, tag, deps, step_delay_ns))
+        sent = new
+
+
+def send_recv(b: DagBuilder, nbytes: int, channels: int, step_delay_ns: int, name: str) -> None:
+    """One transfer from position 0 to position 1."""
+    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns)

@@ -1,0 +1,98 @@
+"""Ring reduce-scatter, all-gather and all-reduce on one channel, coarse or chunked.
+
+Slices are numbered by ring position. At step s of a reduce-scatter, position i sends slice
+(i - s - 1) mod n to position i + 1, so after n - 1 steps position i holds slice i reduced. At
+step s of an all-gather, position i sends slice (i - s) mod n, which it got (or owned) one step
+earlier. An all-reduce is the reduce-scatter followed by the all-gather: 2(n - 1) steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.dag import DagBuilder, split
+
+PHASES = {"reduce_scatter": ("rs",), "all_gather": ("ag",), "all_reduce": ("rs", "ag")}
+
+
+def ring_schedule(kind: str, n: int) -> list[list[int]]:
+    """`schedule[s][i]`: the slice ring position i sends at step s."""
+    steps = []
+    for phase in PHASES[kind]:
+        shift = 1 if phase == "rs" else 0
+        steps.extend([(i - s - shift) % n for i in range(n)] for s in range(n - 1))
+    return steps
+
+
+def ring_flows(
+    b: DagBuilder,
+    kind: str,
+    order: list[int],
+    slices: list[int],
+    channel: int,
+    *,
+    chunked: bool,
+    chunk_bytes: int,
+    step_delay_ns: int,
+    name: str = "ring",
+    start_deps: list[tuple[int, ...]] | None = None,
+) -> list[list[int]]:
+    """Add one channel's ring flows; return, per ring position, the flows it receives at the last step.
+
+    `order[i]` is the group position at ring position i and `slices[j]` the bytes of slice j.
+    `start_deps[i]` are flows that ring position i must have received before its first send.
+    Coarse: one flow per ring edge carrying everything the sender sends, delayed by the summed
+    step latency. Chunked: each slice is cut into k near-equal chunks (k = ceil(max slice /
+    chunk_bytes)); at every step each position sends every chunk to its successor, and chunk c
+    at step s waits for chunk c of step s - 1 to arrive from the predecessor, plus the step delay.
+    """
+    n = len(order)
+    schedule = ring_schedule(kind, n)
+    first = start_deps or [()] * n
+    tag = f"{name}/ch{channel}"
+    if not chunked:
+        got = [[0] for _ in range(n)]
+        for i in range(n):
+            size = sum(slices[step[i]] for step in schedule)
+            fid = b.add(order[i], order[(i + 1) % n], size, tag, channel, first[i], step_delay_ns * len(schedule))
+            got[(i + 1) % n][0] = fid
+        return got
+    k = max(1, math.ceil(max(slices) / chunk_bytes))
+    chunks = [split(size, k) for size in slices]
+    # recv[i][c]: the flow bringing chunk c to ring position i at the previous step.
+    recv: list[list[int]] = [[] for _ in range(n)]
+    for s, step in enumerate(schedule):
+        new: list[list[int]] = [[0] * k for _ in range(n)]
+        stag = f"{tag}/step{s}"
+        for i in range(n):
+            j = (i + 1) % n
+            for c in range(k):
+                deps = (recv[i][c],) if s else first[i]
+                ctag = f"{stag}/chunk{c}" if k > 1 else stag
+                new[j][c] = b.add(order[i], order[j], chunks[step[i]][c], ctag, channel, deps, step_delay_ns)
+        recv = new
+    return recv
+
+
+def ring_collective(
+    b: DagBuilder,
+    kind: str,
+    orders: list[list[int]],
+    nbytes: int,
+    *,
+    chunked: bool,
+    chunk_bytes: int,
+    step_delay_ns: int,
+) -> None:
+    """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries its share of nbytes."""
+    for c, (order, size) in enumerate(zip(orders, split(nbytes, len(orders)), strict=True)):
+        ring_flows(
+            b,
+            kind,
+            order,
+            split(size, len(order)),
+            c,
+            chunked=chunked,
+            chunk_bytes=chunk_bytes,
+            step_delay_ns=step_delay_ns,
+        )

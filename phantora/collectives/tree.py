@@ -1,0 +1,88 @@
+"""Data moving up (reduce) and/or down (broadcast) a tree; chains and stars are trees too.
+
+A tree is a parent array over group positions (the root's parent is None). Every tree edge
+carries the whole `size` bytes in each phase it takes part in.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.dag import DagBuilder, split
+from phantora.collectives.layout import children_of, topo_order
+
+
+def tree_height(parent: list[int | None]) -> int:
+    """Edges on the longest root-to-leaf path."""
+    depth = [0] * len(parent)
+    for v in topo_order(parent):
+        p = parent[v]
+        if p is not None:
+            depth[v] = depth[p] + 1
+    return max(depth)
+
+
+def tree_flows(
+    b: DagBuilder,
+    parent: list[int | None],
+    size: int,
+    channel: int,
+    *,
+    up: bool,
+    down: bool,
+    chunked: bool,
+    chunk_bytes: int,
+    step_delay_ns: int,
+    name: str,
+) -> None:
+    """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`).
+
+    Coarse: one flow per edge and phase, all at once (the steady state of a pipeline), delayed by
+    the step latency times the number of hops data crosses one after another. Chunked: the data
+    is cut into k near-equal chunks of at most `chunk_bytes`. Going up, chunk c leaves a node once
+    chunk c has arrived from all its children; going down, once chunk c has arrived from its
+    parent (at the root: from all its children, when there is an up phase). On each edge chunk c
+    also waits for chunk c - 1 to arrive: a flow model shares a link fairly between the flows on
+    it, so without this one-at-a-time rule all chunks would cross each hop together and the
+    pipeline would become store-and-forward.
+    """
+    order = topo_order(parent)
+    kids = children_of(parent)
+    if not chunked:
+        hops = tree_height(parent) * (int(up) + int(down))
+        delay = step_delay_ns * hops
+        if up:
+            for v in reversed(order):
+                if parent[v] is not None:
+                    b.add(v, parent[v], size, f"{name}/ch{channel}/up", channel, (), delay)
+        if down:
+            for v in order:
+                for w in kids[v]:
+                    b.add(v, w, size, f"{name}/ch{channel}/down", channel, (), delay)
+        return
+    k = max(1, math.ceil(size / chunk_bytes))
+    sizes = split(size, k)
+
+    def tag(phase: str, c: int) -> str:
+        return f"{name}/ch{channel}/{phase}/chunk{c}" if k > 1 else f"{name}/ch{channel}/{phase}"
+
+    up_in: list[list[int]] = [[0] * k for _ in parent]  # up_in[v][c]: chunk c arriving at parent[v] from v
+    if up:
+        for v in reversed(order):
+            p = parent[v]
+            if p is None:
+                continue
+            for c in range(k):
+                deps = tuple(up_in[w][c] for w in kids[v]) + ((up_in[v][c - 1],) if c else ())
+                up_in[v][c] = b.add(v, p, sizes[c], tag("up", c), channel, deps, step_delay_ns)
+    if down:
+        down_in: list[list[int]] = [[0] * k for _ in parent]  # down_in[w][c]: chunk c arriving at w from parent
+        for v in order:
+            for w in kids[v]:
+                for c in range(k):
+                    if parent[v] is not None:
+                        have: tuple[int, ...] = (down_in[v][c],)
+                    else:
+                        have = tuple(up_in[x][c] for x in kids[v]) if up else ()
+                    deps = have + ((down_in[w][c - 1],) if c else ())
+                    down_in[w][c] = b.add(v, w, sizes[c], tag("down", c), channel, deps, step_delay_ns)
