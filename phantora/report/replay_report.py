@@ -98,9 +98,7 @@ def write_replay_outputs(
     keys = {f.id: (f.key if f.key is not None else f.id) for f in res.flows}
     with paths["flows"].open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(
-            ["flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns"]
-        )
+        w.writerow(["flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns"])
         for c in sorted(res.completions, key=lambda c: c.flow_id):
             alone = standalone_fct_ns(topology, c.src, c.dst, c.size, keys[c.flow_id])
             fct = c.end_ns - c.start_ns

@@ -1,0 +1,62 @@
+"""Live training under phantora: the `phantora` torch.distributed backend, virtual clocks, compute model.
+
+In a script started by `phantora run`:
+
+    import phantora.runtime as pr
+    pr.report_workload(tokens_per_step=..., flops_per_step=...)  # optional: tokens/s and MFU
+    for it in range(steps):
+        ...forward, backward, optimizer...
+        pr.step()            # end of an iteration; returns its simulated duration (ns)
+    pr.now()                 # this rank's simulated time (ns)
+
+Outside a phantora run, `step` and `report_workload` do nothing and `now` is the real clock, so the
+same script also runs under torchrun. Importing this package registers the `phantora` backend.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from phantora.runtime import session as _session
+from phantora.runtime.backend import register as _register
+
+_register()
+
+
+def active() -> bool:
+    """True inside a phantora run."""
+    return _session.current() is not None
+
+
+def now() -> int:
+    """This rank's simulated time in ns (the compute lane); the real clock outside a run."""
+    s = _session.current()
+    if s is None:
+        return time.perf_counter_ns()
+    return s.now()
+
+
+def step() -> int:
+    """Mark the end of a training iteration: join every lane; return the step's simulated ns."""
+    s = _session.current()
+    return 0 if s is None else s.step()
+
+
+def report_workload(
+    tokens_per_step: int | None = None, flops_per_step: float | None = None, dtype: str | None = None
+) -> None:
+    """Tell phantora the job's work per iteration, summed over all ranks (any rank may call it).
+
+    `tokens_per_step`: tokens the whole job processes per iteration (tokens/s per GPU divides it
+    by the world size); `flops_per_step`: model FLOPs of one iteration for the whole job (MFU);
+    `dtype`: the peak MFU is measured against (default: the dtype of most counted matmul FLOPs).
+    """
+    s = _session.current()
+    if s is None:
+        return
+    fields: dict[str, Any] = {"tokens_per_step": tokens_per_step, "flops_per_step": flops_per_step, "dtype": dtype}
+    s.workload.update({k: v for k, v in fields.items() if v is not None})
+
+
+__all__ = ["active", "now", "step", "report_workload"]

@@ -1,0 +1,307 @@
+"""`RankClient`: what a rank process (the runtime, or the replay rank) uses to talk to the coordinator.
+
+Time contract (all times are the rank's virtual clock, integer ns, never decreasing):
+- every call stamped t promises that the rank will issue nothing stamped earlier than t;
+- `wait` is a blocking CPU wait: when it returns t_done, the rank's clock is at least t_done;
+- `advance_clock(t)` says the clock reached t. In window mode it blocks at each window end until
+  the network has caught up (the window barrier); in exact mode it only reports the clock when
+  the coordinator asked for it (a lease), so it is nearly free;
+- `test(h, t)` answers as of time t: exactly in exact mode; in window mode from what the last
+  barrier delivered (a completion inside the current window may show up one window late).
+
+A completion time is per rank: the time the rank's own last flows of the collective arrived (its
+share of the collective is done), or the collective's start if it has no traffic; a send or recv
+completes when the transfer's flow has arrived. Errors from the coordinator (mismatch, deadlock,
+peer death, timeouts) raise `BridgeError` carrying the coordinator's diagnostic.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+import zmq
+
+from bridge.errors import BridgeError, ProtocolError
+from bridge.protocol import INF_NS, Message, decode, encode
+from bridge.transport import PEER_TIMEOUT_S, STARTUP_TIMEOUT_S, connect_dealer, recv_within
+from phantora.collectives.spec import DTYPE_BYTES, KINDS
+
+ENV_VARS = ("PHANTORA_ENDPOINT", "PHANTORA_TOKEN", "RANK", "WORLD_SIZE")
+
+
+class RankClient:
+    """One rank's connection to the coordinator. Not thread-safe: use it from one thread."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        token: str,
+        rank: int,
+        world: int,
+        *,
+        peer_timeout_s: float = PEER_TIMEOUT_S,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    ) -> None:
+        self.rank = rank
+        self.world = world
+        self.peer_timeout_s = peer_timeout_s
+        self._ctx = zmq.Context()
+        self._sock = connect_dealer(self._ctx, endpoint)
+        self._clock = 0  # the latest time this rank reached
+        self._sent = 0  # the latest stamp sent
+        self._lease = INF_NS
+        self._known_until = 0
+        self._results: dict[int, int] = {}
+        self._handles: set[int] = set()
+        self._next_handle = 1
+        self._error: BridgeError | None = None
+        self._closed = False
+        self._sock.send(encode("hello", 0, role="rank", token=token, rank=rank, world=world, pid=os.getpid()))
+        welcome = self._await("welcome", startup_timeout_s)
+        if welcome["world"] != world:
+            raise BridgeError(f"rank {rank}: the coordinator runs {welcome['world']} ranks, this rank was told {world}")
+        self.window_ns: int = welcome["window_ns"]
+        self._lease = welcome["lease"]
+
+    @classmethod
+    def from_env(cls) -> RankClient:
+        """Connect with PHANTORA_ENDPOINT, PHANTORA_TOKEN, RANK and WORLD_SIZE (set by the launcher)."""
+        missing = [v for v in ENV_VARS if not os.environ.get(v)]
+        if missing:
+            raise BridgeError(f"not started by the phantora launcher: {', '.join(missing)} not set")
+        try:
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        except ValueError:
+            raise BridgeError("RANK and WORLD_SIZE must be integers") from None
+        return cls(os.environ["PHANTORA_ENDPOINT"], os.environ["PHANTORA_TOKEN"], rank, world)
+
+    # ----- state -------------------------------------------------------------------------------
+    @property
+    def clock(self) -> int:
+        """The latest time this rank reached (reported or not)."""
+        return self._clock
+
+    @property
+    def exact(self) -> bool:
+        return self.window_ns == 0
+
+    # ----- transport -------------------------------------------------------------------------
+    def _raise(self, msg: Message) -> None:
+        self._error = BridgeError(f"rank {self.rank}: {msg['text']}", code=msg["code"])
+        raise self._error
+
+    def _take(self, msg: Message) -> None:
+        """Apply what any message from the coordinator tells us."""
+        if msg.type == "error":
+            self._raise(msg)
+        elif msg.type == "lease":
+            self._lease = msg["lease"]
+        elif msg.type == "result":
+            for h, t in msg["done"]:
+                self._results[h] = t
+            self._known_until = max(self._known_until, msg["now"])
+            self._lease = msg["lease"]
+
+    def _await(self, want: str, timeout_s: float | None = None) -> Message:
+        """Block until a `want` message arrives, taking leases, heartbeats and errors on the way."""
+        while True:
+            frames = recv_within(self._sock, timeout_s or self.peer_timeout_s, "the coordinator")
+            try:
+                msg = decode(b"".join(frames))
+            except ProtocolError as exc:
+                raise BridgeError(f"rank {self.rank}: bad message from the coordinator: {exc}") from None
+            self._take(msg)
+            if msg.type == want:
+                return msg
+
+    def _poll(self) -> None:
+        """Take pending pushes (leases, errors) without blocking."""
+        while self._sock.poll(0, zmq.POLLIN):
+            try:
+                self._take(decode(self._sock.recv()))
+            except ProtocolError as exc:
+                raise BridgeError(f"rank {self.rank}: bad message from the coordinator: {exc}") from None
+
+    def _check(self, t: int, what: str) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise BridgeError(f"rank {self.rank}: the client is closed")
+        if not isinstance(t, int) or isinstance(t, bool):
+            raise BridgeError(f"rank {self.rank}: {what} time must be integer ns, got {t!r}")
+        if t < self._clock:
+            raise BridgeError(
+                f"rank {self.rank}: {what} stamped {t} ns, before the rank's clock ({self._clock} ns); "
+                "a rank's time never goes back"
+            )
+
+    def _send(self, type_: str, t: int, **fields: Any) -> None:
+        self._sock.send(encode(type_, t, **fields))
+        self._clock = max(self._clock, t)
+        self._sent = max(self._sent, t)
+        if self.exact and t >= self._lease:
+            self._lease = INF_NS
+
+    def _barrier(self, t: int) -> None:
+        """Window mode: report t and wait until the network has reached t's window."""
+        self._send("clock", t, block=True)
+        self._await("result")
+
+    def _enter(self, t: int, what: str) -> None:
+        """Common start of a stamped call: checks, pushes, and the window barrier if t crosses it."""
+        self._check(t, what)
+        self._poll()
+        if not self.exact and t >= self._lease:
+            self._barrier(t)
+
+    def _handle(self) -> int:
+        h = self._next_handle
+        self._next_handle += 1
+        self._handles.add(h)
+        return h
+
+    # ----- the API -----------------------------------------------------------------------------
+    def collective(
+        self,
+        *,
+        group: Sequence[int],
+        seq: int,
+        kind: str,
+        nbytes: int,
+        dtype: str,
+        root: int | None,
+        t_issue_ns: int,
+        name: str = "",
+        algo: dict[str, Any] | None = None,
+    ) -> int:
+        """Issue a collective (non-blocking); returns a handle.
+
+        `group`: global ranks in group order; `seq`: per-group sequence number (the same on every
+        member); `root`: the *global* rank of a broadcast/reduce root; `name`: a label for records;
+        `algo`: AlgoOptions fields overriding the run's (every member must pass the same).
+        """
+        if kind not in KINDS or kind == "send_recv":
+            raise BridgeError(f"rank {self.rank}: unknown collective kind {kind!r}")
+        if dtype not in DTYPE_BYTES:
+            raise BridgeError(f"rank {self.rank}: unknown dtype {dtype!r}")
+        if nbytes < 0 or self.rank not in group:
+            raise BridgeError(f"rank {self.rank}: bad collective (nbytes={nbytes}, group={list(group)})")
+        self._enter(t_issue_ns, kind)
+        h = self._handle()
+        self._send(
+            "coll",
+            t_issue_ns,
+            h=h,
+            group=[int(r) for r in group],
+            seq=int(seq),
+            kind=kind,
+            nbytes=int(nbytes),
+            dtype=dtype,
+            root=root,
+            name=name,
+            algo=dict(algo) if algo else None,
+        )
+        return h
+
+    def p2p(self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = "") -> int:
+        """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle."""
+        if nbytes < 0 or peer == self.rank:
+            raise BridgeError(f"rank {self.rank}: bad transfer (peer={peer}, nbytes={nbytes})")
+        self._enter(t_issue_ns, "send" if is_send else "recv")
+        h = self._handle()
+        self._send(
+            "p2p",
+            t_issue_ns,
+            h=h,
+            peer=int(peer),
+            send=bool(is_send),
+            tag=int(tag),
+            seq=int(seq),
+            nbytes=int(nbytes),
+            name=name,
+        )
+        return h
+
+    def wait(self, handle: int) -> int:
+        """Block until this rank's part of `handle` is done; return t_done (the clock moves to it)."""
+        got = self.wait_any([handle])
+        assert got is not None
+        return got[1]
+
+    def wait_any(self, handles: Sequence[int], until_ns: int | None = None) -> tuple[int, int] | None:
+        """Block until one of `handles` is done; return (handle, t_done) of the earliest-finishing one.
+
+        With `until_ns`, give up once the network has passed it with none done: return None, and
+        the clock moves to `until_ns` (in window mode "passed" means the window holding it).
+        """
+        self._check(self._clock, "wait")
+        unknown = [h for h in handles if h not in self._handles]
+        if not handles or unknown:
+            raise BridgeError(f"rank {self.rank}: wait on unknown handle(s) {unknown or list(handles)}")
+        until = INF_NS if until_ns is None else until_ns
+        if until < self._clock:
+            raise BridgeError(f"rank {self.rank}: wait until {until} ns, before the rank's clock ({self._clock} ns)")
+        known = sorted((self._results[h], h) for h in handles if h in self._results)
+        if known and known[0][0] <= until and (len(known) == len(handles) or known[0][0] < self._known_until):
+            t, h = known[0]
+        elif len(known) == len(handles) or (until < self._known_until and until_ns is not None):
+            t, h = until, None
+        else:
+            self._poll()
+            self._send("wait", self._clock, handles=[int(h) for h in handles], until=until)
+            msg = self._await("result")
+            h, t = msg["h"], msg["t_done"]
+            if h is None:
+                t = until
+        self._clock = max(self._clock, t)
+        return None if h is None else (h, t)
+
+    def test(self, handle: int, t_now_ns: int) -> int | None:
+        """t_done if this rank's part of `handle` was done by `t_now_ns`, else None (see the module doc)."""
+        if handle not in self._handles:
+            raise BridgeError(f"rank {self.rank}: test on unknown handle {handle}")
+        self._enter(t_now_ns, "test")
+        self._clock = max(self._clock, t_now_ns)
+        t = self._results.get(handle)
+        if t is not None:
+            return t if t <= t_now_ns else None
+        if not self.exact or t_now_ns < self._known_until:
+            return None
+        self._send("test", t_now_ns, h=handle)
+        msg = self._await("result")
+        return msg["t_done"]
+
+    def advance_clock(self, t_ns: int) -> None:
+        """The rank's virtual clock reached t_ns (cheap inside the current window or lease)."""
+        if t_ns <= self._clock:
+            return
+        self._enter(t_ns, "advance_clock")
+        if self.exact and t_ns >= self._lease and t_ns > self._sent:
+            self._send("clock", t_ns, block=False)
+        self._clock = t_ns
+
+    def finish(self, t_ns: int, results: dict[str, Any]) -> None:
+        """This rank is done at t_ns; `results` (msgpack-able, string keys) go to the coordinator."""
+        self._check(t_ns, "finish")
+        try:
+            msgpack.unpackb(msgpack.packb(results, use_bin_type=True), strict_map_key=True)
+        except Exception as exc:
+            raise BridgeError(f"rank {self.rank}: results must be msgpack-able with string keys ({exc})") from None
+        self._poll()
+        self._send("finish", t_ns, results=results)
+        self._await("ack")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._sock.close(linger=200)
+            self._ctx.term()
+
+    def __enter__(self) -> RankClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,262 @@
+"""The coordinator process: authenticates peers, feeds `CoordinatorCore`, keeps heartbeats going.
+
+Run by the launcher as ``python -m bridge.coordinator --setup <run_dir>/setup.msgpack
+[--net-endpoint E]``, with the run token in ``PHANTORA_TOKEN``. The engine lives in this process
+(flow mode, by default) or in the network server at ``--net-endpoint``. It binds one ROUTER,
+publishes it in ``<run_dir>/coord.endpoint``, and serves ranks and the supervisor on it.
+
+Exit codes: 0 run complete (the outcome went to the supervisor), 3 the run failed (the
+diagnostic went to every peer), 4 lost the supervisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
+from bridge.errors import BridgeError, ProtocolError
+from bridge.matching import RunFailed
+from bridge.protocol import E_AUTH, E_ENGINE, E_INTERNAL, E_PEER, E_PROTOCOL, INF_NS, Message, decode, encode
+from bridge.remote import RemoteSimulator
+from bridge.runspec import RunSpec
+from bridge.transport import (
+    HEARTBEAT_S,
+    STARTUP_TIMEOUT_S,
+    bind_address,
+    bind_router,
+    token_ok,
+    write_endpoint_file,
+)
+from phantora.errors import PhantoraError
+from phantora.netsim.base import NetworkSimulator
+
+
+def log(text: str) -> None:
+    print(f"[phantora coordinator {os.getpid()}] {text}", file=sys.stderr, flush=True)
+
+
+class Coordinator:
+    """The socket side of the coordinator."""
+
+    def __init__(self, spec: RunSpec, sock: zmq.Socket, token: str) -> None:
+        self.spec = spec
+        self.sock = sock
+        self.token = token
+        self.rank_of: dict[bytes, int] = {}
+        self.ident_of: dict[int, bytes] = {}
+        self.supervisor: bytes | None = None
+        self.last_supervisor = time.monotonic()
+        self.last_beat = 0.0
+        self.core: CoordinatorCore | None = None
+        self.rejected = 0
+        self.t_all_connected: float | None = None  # wall clock when the last rank said hello
+
+    def attach(self, engine: NetworkSimulator) -> None:
+        spec = self.spec
+        self.core = CoordinatorCore(
+            engine,
+            spec.topology,
+            spec.world,
+            window_ns=spec.window_ns,
+            algo=spec.algo_options(),
+            send=self.send_rank,
+            keep_flows=spec.keep_flows,
+        )
+
+    # ----- sending -----------------------------------------------------------------------------
+    def send_rank(self, rank: int, raw: bytes) -> None:
+        ident = self.ident_of.get(rank)
+        if ident is not None:
+            self.sock.send_multipart([ident, raw])
+
+    def send_supervisor(self, raw: bytes) -> None:
+        if self.supervisor is not None:
+            self.sock.send_multipart([self.supervisor, raw])
+
+    def heartbeat(self) -> None:
+        """About once a second: tell blocked ranks and the supervisor we are alive."""
+        if time.monotonic() - self.last_beat < HEARTBEAT_S:
+            return
+        self.last_beat = time.monotonic()
+        beat = encode("heartbeat", 0)
+        self.send_supervisor(beat)
+        if self.core is not None:
+            for rs in self.core.ranks:
+                if rs.state in (WAIT, TEST, BARRIER):
+                    self.send_rank(rs.rank, beat)
+            keepalive = getattr(self.core.engine, "keepalive", None)
+            if keepalive is not None:
+                keepalive()
+
+    # ----- receiving ---------------------------------------------------------------------------
+    def reject(self, ident: bytes, code: str, text: str) -> None:
+        self.rejected += 1
+        log(f"rejected a message: {text}")
+        self.sock.send_multipart([ident, encode("error", 0, code=code, text=text)])
+
+    def on_frames(self, frames: list[bytes]) -> None:
+        ident, raw = frames[0], b"".join(frames[1:])
+        try:
+            msg = decode(raw, self.spec.max_message_bytes)
+        except ProtocolError as exc:
+            self.reject(ident, exc.code, str(exc))
+            return
+        if msg.type == "hello":
+            self.on_hello(ident, msg)
+            return
+        if ident == self.supervisor:
+            self.last_supervisor = time.monotonic()
+            self.on_supervisor(msg)
+            return
+        rank = self.rank_of.get(ident)
+        if rank is None:
+            self.reject(ident, E_AUTH, f"{msg.type!r} from a peer that has not said hello with the run token")
+            return
+        if msg.type == "heartbeat":
+            return
+        assert self.core is not None
+        self.core.on_message(rank, msg)
+
+    def on_hello(self, ident: bytes, msg: Message) -> None:
+        if not token_ok(msg["token"], self.token):
+            self.reject(ident, E_AUTH, f"hello from pid {msg['pid']} with a wrong run token")
+            return
+        role = msg["role"]
+        info = {"pid": os.getpid()}
+        window = self.spec.window_ns
+        if role == "supervisor":
+            self.supervisor = ident
+            self.last_supervisor = time.monotonic()
+        elif role == "rank":
+            rank = msg["rank"]
+            if rank is None or not 0 <= rank < self.spec.world or msg["world"] != self.spec.world:
+                self.reject(
+                    ident, E_PROTOCOL, f"hello from rank {rank} of {msg['world']}: this run has {self.spec.world}"
+                )
+                return
+            if rank in self.ident_of:
+                self.reject(ident, E_PROTOCOL, f"rank {rank} is already connected")
+                return
+            self.rank_of[ident] = rank
+            self.ident_of[rank] = ident
+            if len(self.ident_of) == self.spec.world:
+                self.t_all_connected = time.monotonic()
+        else:
+            self.reject(ident, E_AUTH, f"unknown role {role!r}")
+            return
+        lease = window if window else INF_NS
+        self.sock.send_multipart(
+            [
+                ident,
+                encode(
+                    "welcome", 0, role="coordinator", world=self.spec.world, window_ns=window, lease=lease, info=info
+                ),
+            ]
+        )
+
+    def on_supervisor(self, msg: Message) -> None:
+        if msg.type == "exited" and msg["who"] == "rank" and msg["rank"] is not None:
+            assert self.core is not None
+            rs = self.core.ranks[msg["rank"]]
+            if rs.state != DONE:
+                raise RunFailed(E_PEER, f"rank {rs.rank} exited (code {msg['code']}) without calling finish()")
+        elif msg.type == "shutdown":
+            raise RunFailed(E_PEER, f"stopped by the launcher: {msg['reason']}")
+
+    # ----- the loop ----------------------------------------------------------------------------
+    def fail(self, code: str, text: str) -> None:
+        """Tell every peer the run failed."""
+        log(f"run failed ({code}): {text}")
+        err = encode("error", self.core.engine.now() if self.core else 0, code=code, text=text)
+        for ident in self.ident_of.values():
+            self.sock.send_multipart([ident, err])
+        self.send_supervisor(err)
+
+    def serve(self) -> int:
+        core = self.core
+        assert core is not None
+        parent = os.getppid()
+        while True:
+            if self.sock.poll(int(HEARTBEAT_S * 1000)):
+                while True:
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.on_frames(frames)
+            for rank, lease in core.progress():
+                self.send_rank(rank, encode("lease", core.engine.now(), lease=lease))
+            if core.all_finished():
+                outcome = core.finalize()
+                outcome["rejected"] = self.rejected
+                outcome["sim_wall_s"] = time.monotonic() - (self.t_all_connected or time.monotonic())
+                self.send_supervisor(encode("outcome", core.engine.now(), outcome=outcome))
+                return 0
+            self.heartbeat()
+            if os.getppid() != parent:
+                log("the launcher died; exiting")
+                return 4
+            if time.monotonic() - self.last_supervisor > self.spec.peer_timeout_s:
+                log(f"no word from the launcher for {self.spec.peer_timeout_s:.0f} s; exiting")
+                return 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bridge.coordinator", description=__doc__)
+    p.add_argument("--setup", required=True)
+    p.add_argument("--transport", default="ipc", choices=("ipc", "tcp"))
+    p.add_argument("--net-endpoint", default=None, help="the network server; default: engine in this process")
+    args = p.parse_args(argv)
+    token = os.environ.get("PHANTORA_TOKEN", "")
+    if not token:
+        log("PHANTORA_TOKEN is not set")
+        return 2
+    spec = RunSpec.read(args.setup)
+    run_dir = Path(args.setup).parent
+    ctx = zmq.Context()
+    sock, endpoint = bind_router(ctx, bind_address(args.transport, run_dir, "coord"), spec.max_message_bytes)
+    coord = Coordinator(spec, sock, token)
+    engine: Any = None
+    code = 3
+    try:
+        write_endpoint_file(run_dir, "coord", endpoint)
+        if args.net_endpoint:
+            engine = RemoteSimulator(
+                ctx,
+                args.net_endpoint,
+                token,
+                startup_timeout_s=STARTUP_TIMEOUT_S,
+                call_timeout_s=spec.server_timeout_s,
+                on_wait=coord.heartbeat,
+            )
+        else:
+            engine = spec.make_engine()
+        coord.attach(engine)
+        code = coord.serve()
+    except RunFailed as exc:
+        coord.fail(exc.code, exc.text)
+    except BridgeError as exc:
+        coord.fail(exc.code if exc.code != "bridge" else E_ENGINE, str(exc))
+    except PhantoraError as exc:
+        coord.fail(E_ENGINE, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a bug: still tell the peers, so nobody hangs
+        coord.fail(E_INTERNAL, f"coordinator crashed: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if engine is not None:
+            engine.close()
+        time.sleep(0.05)  # let the last messages leave before the socket closes
+        sock.close(linger=500)
+        ctx.term()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

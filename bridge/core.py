@@ -1,0 +1,582 @@
+"""The coordinator's logic, without sockets: rank states, rendezvous, flows, and the network clock.
+
+Ranks are in one of five states:
+- ``run``: computing; it promised to issue nothing stamped before its last reported time;
+- ``wait``: blocked until one of its handles has a known completion (``wait``/``wait_any``);
+- ``test``: exact mode, blocked until the network has simulated up to its time (``test``);
+- ``barrier``: window mode, blocked until the network reached its window (``advance_clock``);
+- ``done``: finished.
+
+How far the network may go (the horizon H) is the smallest promise of the ranks in run, test and
+barrier, and the earliest already-known completion a waiting rank will wake on.
+- Exact mode (window 0): the engine runs to H but stops at the first completion a waiting rank
+  waits on, so a woken rank can still inject at its wake time. No flow is ever submitted earlier
+  than the engine's time: this is asserted, and results equal an in-process run.
+- Window mode (W > 0): the engine runs in whole windows, to the last window boundary at or below
+  H (and, if a rank waits, no further than the end of the window holding the next engine event).
+  A woken rank may then issue a collective stamped before the engine's time; the collective
+  starts at the engine's time instead (``late_ns`` in its record): that is the window error.
+
+Completion times are per rank: a rank's part of a collective is done when its last flows (the
+decomposition's ``rank_last``) have arrived, or at the start if it has none. A send/recv
+completes on both sides when its flow has arrived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.matching import Call, Matcher, Rendezvous, RunFailed, describe_key
+from bridge.protocol import (
+    E_DEADLOCK,
+    E_ENGINE,
+    E_INTERNAL,
+    E_PROTOCOL,
+    INF_NS,
+    Message,
+    completion_to_wire,
+    encode,
+)
+from bridge.stepping import advance_watching
+from phantora.collectives import decompose
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.errors import PhantoraError
+from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.topology.model import Topology
+
+RUN, WAIT, TEST, BARRIER, DONE = "run", "wait", "test", "barrier", "done"
+
+
+@dataclass
+class CollRecord:
+    """A matched collective or transfer on its way through the network."""
+
+    id: int
+    rv: Rendezvous
+    kind: str
+    group: tuple[int, ...]
+    nbytes: int
+    dtype: str
+    t_requested: int  # latest issue time
+    t_start: int  # when its flows were submitted (later than t_requested only in window mode)
+    first_flow: int
+    nflows: int
+    name: str = ""
+    pending: dict[int, set[int]] = field(default_factory=dict)  # rank -> its last flows not yet arrived
+    rank_done: dict[int, int] = field(default_factory=dict)
+    end_ns: int = 0
+    outstanding: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        key = self.rv.key
+        first = next(iter(self.rv.calls.values()))
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "group": list(self.group),
+            "seq": key[-1],
+            "tag": key[3] if key[0] == "p2p" else None,
+            "nbytes": self.nbytes,
+            "dtype": self.dtype,
+            "root": first.root,
+            "issue": sorted([r, c.t] for r, c in self.rv.calls.items()),
+            "t_requested": self.t_requested,
+            "t_start": self.t_start,
+            "late_ns": self.t_start - self.t_requested,
+            "rank_done": sorted([r, t] for r, t in self.rank_done.items()),
+            "end_ns": self.end_ns,
+            "flows": self.nflows,
+        }
+
+
+@dataclass
+class RankState:
+    """What the coordinator knows about one rank."""
+
+    rank: int
+    state: str = RUN
+    promise: int = 0  # the rank issues nothing stamped earlier
+    handles: list[int] = field(default_factory=list)  # wait: handles; test: [h]
+    deadline: int = INF_NS  # wait: give up (answer None) once the network passed this time
+    target: int = 0  # test/barrier: the time it waits for the network to reach
+    results: dict[int, int] = field(default_factory=dict)  # handle -> t_done, known
+    undelivered: dict[int, int] = field(default_factory=dict)
+    owner: dict[int, int] = field(default_factory=dict)  # handle -> collective record id (once matched)
+    issued: dict[int, Call] = field(default_factory=dict)  # handle -> call
+    sent_lease: int = INF_NS
+    t_finish: int = 0
+    output: Any = None
+
+
+class CoordinatorCore:
+    """Rank requests in, flows to the engine, completions and replies out (through `send`)."""
+
+    def __init__(
+        self,
+        engine: NetworkSimulator,
+        topology: Topology,
+        world: int,
+        *,
+        window_ns: int,
+        algo: AlgoOptions,
+        send: Callable[[int, bytes], None],
+        keep_flows: bool = True,
+    ) -> None:
+        if window_ns < 0:
+            raise ValueError("window_ns must be >= 0 (0 = exact)")
+        if world > topology.num_ranks:
+            raise RunFailed(
+                E_PROTOCOL, f"{world} ranks do not fit the topology '{topology.name}' ({topology.num_ranks} endpoints)"
+            )
+        self.engine = engine
+        self.topology = topology
+        self.world = world
+        self.window = window_ns
+        self.algo = algo
+        self.send = send
+        self.keep_flows = keep_flows
+        self.ranks = [RankState(r) for r in range(world)]
+        self.blocked: dict[int, RankState] = {}  # ranks in wait, test or barrier
+        self.waiting: dict[int, RankState] = {}  # ranks in wait (a subset of blocked)
+        self._dirty: set[int] = set()  # blocked ranks to re-check although the network did not move
+        self._release_now = -1  # network time of the last full release pass
+        self.live = world  # ranks not done
+        self._promises: list[tuple[int, int]] = [(0, r) for r in range(world)]  # lazy heap over run/test/barrier
+        self._goal = INF_NS  # exact mode: the last goal pushed as a lease
+        self._fresh: set[int] = set()  # ranks released since the last lease pass
+        self.matcher = Matcher(world)
+        self.records: list[CollRecord] = []
+        self.flow_owner: dict[int, int] = {}
+        self.completions: list[Completion] = []
+        self.next_flow = 0
+        self.rounds = 0
+        self.late_collectives = 0
+        self.messages = 0
+
+    # ----- requests ----------------------------------------------------------------------------
+    def _stamp(self, rs: RankState, t: int, what: str) -> None:
+        """A message stamped t from rank rs: check it keeps the rank's promise, and raise it."""
+        if rs.state == DONE:
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank} sent {what} after finish()")
+        if t < rs.promise:
+            raise RunFailed(
+                E_PROTOCOL,
+                f"rank {rs.rank} sent {what} stamped {t} ns, earlier than the time it already reached "
+                f"({rs.promise} ns); a rank's clock never goes back",
+            )
+        self._promise(rs, t)
+        if t >= rs.sent_lease:
+            rs.sent_lease = INF_NS  # the client forgets its lease once it reports past it
+
+    def on_message(self, rank: int, msg: Message) -> None:
+        """Dispatch one request of an authenticated rank."""
+        self.messages += 1
+        rs = self.ranks[rank]
+        handler = {
+            "coll": self._on_coll,
+            "p2p": self._on_p2p,
+            "clock": self._on_clock,
+            "wait": self._on_wait,
+            "test": self._on_test,
+            "finish": self._on_finish,
+        }.get(msg.type)
+        if handler is None:
+            raise RunFailed(E_PROTOCOL, f"rank {rank} sent {msg.type!r}, which a rank may not send")
+        if rs.state not in (RUN, DONE):
+            raise RunFailed(E_PROTOCOL, f"rank {rank} sent {msg.type!r} while blocked in {rs.state}")
+        handler(rs, msg)
+
+    def _new_handle(self, rs: RankState, h: int, call: Call) -> None:
+        if h in rs.issued:
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank} reused handle {h}")
+        rs.issued[h] = call
+
+    def _on_coll(self, rs: RankState, msg: Message) -> None:
+        self._stamp(rs, msg.t, "a collective")
+        algo = tuple(sorted((msg["algo"] or {}).items()))
+        call = Call(rs.rank, msg["h"], msg["kind"], msg["nbytes"], msg["dtype"], msg["root"], msg.t, msg["name"], algo)
+        self._new_handle(rs, call.handle, call)
+        self._joined(self.matcher.collective(call, tuple(msg["group"]), msg["seq"]), call)
+
+    def _on_p2p(self, rs: RankState, msg: Message) -> None:
+        self._stamp(rs, msg.t, "a send/recv")
+        kind = "send" if msg["send"] else "recv"
+        call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"])
+        self._new_handle(rs, call.handle, call)
+        self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"]), call)
+
+    def _joined(self, complete: Rendezvous | None, call: Call) -> None:
+        """Launch a complete rendezvous; fail at once if a pending one needs a rank that finished."""
+        if complete is not None:
+            self._launch(complete)
+            return
+        rv = next(p for p in self.matcher.pending.values() if p.calls.get(call.rank) is call)
+        for m in rv.missing:
+            if self.ranks[m].state == DONE:
+                self._missing(m, rv)
+
+    def _missing(self, rank: int, rv: Rendezvous) -> None:
+        first = next(iter(rv.calls.values()))
+        raise RunFailed(
+            E_DEADLOCK,
+            f"missing participant: rank {rank} finished at {self.ranks[rank].t_finish} ns without joining "
+            f"{rv.describe()}; first call: {first.describe()}",
+        )
+
+    def _on_clock(self, rs: RankState, msg: Message) -> None:
+        self._stamp(rs, msg.t, "a clock report")
+        if msg["block"]:
+            rs.target = self._floor(msg.t)
+            self._block(rs, BARRIER)
+
+    def _check_handles(self, rs: RankState, handles: list[int]) -> None:
+        unknown = [h for h in handles if h not in rs.issued]
+        if not handles or unknown:
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank} waits on unknown handle(s) {unknown or handles}")
+
+    def _on_wait(self, rs: RankState, msg: Message) -> None:
+        self._stamp(rs, msg.t, "a wait")
+        self._check_handles(rs, msg["handles"])
+        if msg["until"] < msg.t:
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank} waits until {msg['until']} ns, before its clock ({msg.t} ns)")
+        rs.handles, rs.deadline = list(msg["handles"]), msg["until"]
+        self._block(rs, WAIT)
+
+    def _on_test(self, rs: RankState, msg: Message) -> None:
+        self._stamp(rs, msg.t, "a test")
+        self._check_handles(rs, [msg["h"]])
+        rs.handles, rs.target = [msg["h"]], msg.t
+        self._block(rs, TEST)
+
+    def _on_finish(self, rs: RankState, msg: Message) -> None:
+        self._stamp(rs, msg.t, "finish")
+        rs.state, rs.t_finish, rs.output = DONE, msg.t, msg["results"]
+        self.live -= 1
+        self.send(rs.rank, encode("ack", msg.t))
+        for rv in self.matcher.waiting_for(rs.rank):
+            self._missing(rs.rank, rv)
+
+    # ----- collectives -> flows ------------------------------------------------------------------
+    def _launch(self, rv: Rendezvous) -> None:
+        """All calls are in: decompose, submit at the latest issue time, record."""
+        calls = list(rv.calls.values())
+        first = calls[0]
+        t_req = max(c.t for c in calls)
+        now = self.engine.now()
+        if t_req < now and self.window == 0:
+            raise RunFailed(
+                E_INTERNAL,
+                f"exact mode broken: {rv.describe()} would start at {t_req} ns but the network is at {now} ns",
+            )
+        t_start = max(t_req, now)
+        self.late_collectives += t_start > t_req
+        if rv.key[0] == "p2p":
+            kind, group, root = "send_recv", (rv.key[1], rv.key[2]), None
+            name = next((c.name for c in calls if c.kind == "send" and c.name), first.name)
+        else:
+            kind, group, name = first.kind, rv.key[1], first.name
+            root = group.index(first.root) if first.root is not None else None
+        cid = len(self.records)
+        try:
+            coll = Collective(kind, group, first.nbytes, first.dtype, root)
+            algo = dataclasses.replace(self.algo, **dict(first.algo)) if first.algo else self.algo
+            dag = decompose(coll, self.topology, algo, first_flow_id=self.next_flow, tag=name or f"coll{cid}")
+        except (PhantoraError, TypeError) as exc:
+            raise RunFailed(E_PROTOCOL, f"{rv.describe()}: {exc}; {first.describe()}") from None
+        rec = CollRecord(
+            cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, self.next_flow, len(dag.flows)
+        )
+        rec.name, rec.end_ns, rec.outstanding = name, t_start, len(dag.flows)
+        self.records.append(rec)
+        self.next_flow = dag.next_id
+        for f in dag.flows:
+            self.flow_owner[f.id] = cid
+        for c in calls:
+            self.ranks[c.rank].owner[c.handle] = cid
+        for r in group:
+            last = set(dag.rank_last.get(r, ()))
+            if last:
+                rec.pending[r] = last
+            else:
+                self._rank_done(rec, r, t_start)
+        if dag.flows:
+            try:
+                self.engine.submit(dag.flows, at=t_start)
+            except PhantoraError as exc:
+                raise RunFailed(E_ENGINE, f"the engine refused {rv.describe()}: {exc}") from None
+
+    def _rank_done(self, rec: CollRecord, rank: int, t: int) -> None:
+        rec.rank_done[rank] = t
+        rs = self.ranks[rank]
+        handle = rec.rv.calls[rank].handle
+        rs.results[handle] = t
+        rs.undelivered[handle] = t
+        self._dirty.add(rank)
+
+    def _apply(self, done: list[Completion]) -> None:
+        """Completions from the engine -> per-rank results."""
+        for c in done:
+            cid = self.flow_owner.pop(c.flow_id, None)
+            if cid is None:
+                raise RunFailed(E_ENGINE, f"the engine completed flow {c.flow_id}, which nobody submitted")
+            if self.keep_flows:
+                self.completions.append(c)
+            rec = self.records[cid]
+            rec.outstanding -= 1
+            rec.end_ns = max(rec.end_ns, c.end_ns)
+            for r in rec.group:
+                last = rec.pending.get(r)
+                if last is not None and c.flow_id in last:
+                    last.discard(c.flow_id)
+                    if not last:
+                        del rec.pending[r]
+                        self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
+
+    # ----- the network clock ---------------------------------------------------------------------
+    def _promise(self, rs: RankState, t: int) -> None:
+        """Raise a rank's promise, keeping the heap of promises (stale entries are skipped lazily)."""
+        if t == rs.promise:
+            return
+        rs.promise = t
+        if rs.state in (RUN, TEST, BARRIER):
+            heap = self._promises
+            heapq.heappush(heap, (t, rs.rank))
+            if len(heap) > 4 * self.world + 64:  # drop the stale entries now and then
+                heap[:] = [(x.promise, x.rank) for x in self.ranks if x.state in (RUN, TEST, BARRIER)]
+                heapq.heapify(heap)
+
+    def _block(self, rs: RankState, state: str) -> None:
+        rs.state = state
+        self.blocked[rs.rank] = rs
+        self._dirty.add(rs.rank)
+        if state == WAIT:
+            self.waiting[rs.rank] = rs
+        else:
+            heapq.heappush(self._promises, (rs.promise, rs.rank))
+
+    def _floor(self, t: int) -> int:
+        return t if self.window == 0 or t >= INF_NS else t - t % self.window
+
+    def _wake_bound(self, rs: RankState) -> int:
+        """The latest time a waiting rank can still be woken at (a known result, or its deadline)."""
+        return min([rs.results[h] for h in rs.handles if h in rs.results], default=rs.deadline)
+
+    def horizon(self) -> int:
+        """The latest time the network may reach now (INF_NS: unbounded)."""
+        heap = self._promises
+        while heap:
+            p, r = heap[0]
+            rs = self.ranks[r]
+            if rs.promise == p and rs.state in (RUN, TEST, BARRIER):
+                break
+            heapq.heappop(heap)
+        h = heap[0][0] if heap else INF_NS
+        for rs in self.waiting.values():
+            h = min(h, self._wake_bound(rs))
+        return h
+
+    def watched(self) -> set[int]:
+        """Flows whose completion can wake a waiting rank."""
+        out: set[int] = set()
+        for rs in self.waiting.values():
+            for h in rs.handles:
+                cid = rs.owner.get(h)
+                if cid is not None and h not in rs.results:
+                    out.update(self.records[cid].pending.get(rs.rank, ()))
+        return out
+
+    def _step(self) -> bool:
+        """One engine advance if the rules allow one; True if it ran."""
+        if not self.blocked:
+            return False  # nobody needs the network yet: it catches up later, with the same result
+        eng = self.engine
+        now, nxt, hz = eng.now(), eng.next_event_time(), self.horizon()
+        due = nxt is not None and nxt <= now
+        if self.window == 0:
+            watch = self.watched()
+            if hz < now:
+                raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")
+            if hz == INF_NS and (not watch or nxt is None):
+                return False
+            if hz == now and not due:
+                return False
+            done = advance_watching(eng, hz, watch)
+        else:
+            target = self._floor(hz)
+            if nxt is not None and self.waiting:
+                target = min(target, self._floor(nxt) + self.window)
+            if target >= INF_NS or target < now or (target == now and not due):
+                return False
+            done = eng.advance(target)
+        self.rounds += 1
+        self._apply(done)
+        return True
+
+    def _lease(self) -> int:
+        return self.engine.now() + self.window if self.window else INF_NS
+
+    def _reply(self, rs: RankState, h: int | None, t_done: int | None) -> None:
+        now = self.engine.now()
+        done = sorted([k, v] for k, v in rs.undelivered.items())
+        rs.undelivered.clear()
+        lease = self._lease()
+        rs.sent_lease = lease
+        rs.state, rs.handles, rs.deadline = RUN, [], INF_NS
+        del self.blocked[rs.rank]
+        self.waiting.pop(rs.rank, None)
+        self._fresh.add(rs.rank)
+        heapq.heappush(self._promises, (rs.promise, rs.rank))
+        self.send(rs.rank, encode("result", now, h=h, t_done=t_done, done=done, now=now, lease=lease))
+
+    def _release(self) -> bool:
+        """Answer every blocked rank whose answer is known; True if any was."""
+        now = self.engine.now()
+        released = False
+        if now != self._release_now:
+            self._release_now = now
+            candidates = list(self.blocked.values())
+        else:
+            candidates = [self.blocked[r] for r in self._dirty if r in self.blocked]
+        self._dirty.clear()
+        for rs in candidates:
+            if rs.state == WAIT:
+                known = sorted((rs.results[h], h) for h in rs.handles if h in rs.results)
+                limit = now + self.window if self.window else now  # window mode: anything in this window
+                final = len(known) == len(rs.handles)
+                if known and known[0][0] <= rs.deadline and (final or known[0][0] <= limit):
+                    t_done, h = known[0]
+                    self._promise(rs, max(rs.promise, t_done))
+                    self._reply(rs, h, t_done)
+                    released = True
+                elif rs.deadline < INF_NS and (final or rs.deadline <= limit):
+                    self._promise(rs, max(rs.promise, rs.deadline))
+                    self._reply(rs, None, None)
+                    released = True
+            elif rs.state == TEST:
+                h = rs.handles[0]
+                t_done = rs.results.get(h)
+                if t_done is not None or now >= rs.target:
+                    self._reply(rs, h, t_done if t_done is not None and t_done <= rs.target else None)
+                    released = True
+            elif rs.state == BARRIER and now >= rs.target:
+                self._reply(rs, None, None)
+                released = True
+        return released
+
+    def progress(self) -> list[tuple[int, int]]:
+        """Advance the network as far as the rules allow and answer blocked ranks.
+
+        Returns the (rank, lease) pushes to send (exact mode). Raises RunFailed on a deadlock.
+        """
+        self._release()
+        while self._step():
+            self._release()
+        self._check_deadlock()
+        return self._leases()
+
+    def _leases(self) -> list[tuple[int, int]]:
+        """Exact mode: tell running ranks behind the network's next goal to report when they pass it."""
+        if self.window:
+            return []
+        goal = INF_NS
+        nxt = self.engine.next_event_time()
+        waiting = list(self.waiting.values())
+        if waiting and nxt is not None and self.watched():
+            goal = nxt
+        for rs in waiting:
+            goal = min(goal, self._wake_bound(rs))
+        for rs in self.blocked.values():
+            if rs.state == TEST:
+                goal = min(goal, rs.target)
+        candidates = self.ranks if goal != self._goal else [self.ranks[r] for r in self._fresh]
+        self._goal = goal
+        self._fresh.clear()
+        out = []
+        if goal < INF_NS:
+            for rs in candidates:
+                if rs.state == RUN and rs.promise < goal and rs.sent_lease != goal:
+                    rs.sent_lease = goal
+                    out.append((rs.rank, goal))
+        return out
+
+    # ----- deadlock and the end ----------------------------------------------------------------
+    def _describe_wait(self, rs: RankState) -> str:
+        parts = []
+        for h in rs.handles:
+            call = rs.issued[h]
+            cid = rs.owner.get(h)
+            if cid is not None:
+                rec = self.records[cid]
+                parts.append(f"{call.describe()} (started {rec.t_start} ns, {rec.outstanding} flows in flight)")
+                continue
+            rv = next((p for p in self.matcher.pending.values() if p.calls.get(rs.rank) is call), None)
+            if rv is None:
+                parts.append(call.describe())
+                continue
+            who = []
+            for m in rv.missing:
+                other = self.ranks[m]
+                if other.state == DONE:
+                    who.append(f"rank {m} (finished at {other.t_finish} ns)")
+                elif other.state == WAIT:
+                    blocking = ", ".join(self._short(other, x) for x in other.handles)
+                    who.append(f"rank {m} (itself waiting on {blocking})")
+                else:
+                    who.append(f"rank {m} (at {other.promise} ns, {other.state})")
+            parts.append(f"{call.describe()} on {describe_key(rv.key)}, not issued by {', '.join(who)}")
+        return f"rank {rs.rank} waits on " + " | ".join(parts)
+
+    def _short(self, rs: RankState, h: int) -> str:
+        c = rs.issued[h]
+        rv = next((p for p in self.matcher.pending.values() if p.calls.get(rs.rank) is c), None)
+        return f"{c.kind}({c.nbytes} B) on {describe_key(rv.key)}" if rv else f"{c.kind}({c.nbytes} B)"
+
+    def _check_deadlock(self) -> None:
+        if not self.live or len(self.blocked) < self.live:
+            return
+        live = [rs for rs in self.ranks if rs.state != DONE]
+        if any(rs.state != WAIT for rs in live):
+            return
+        if any(self._wake_bound(rs) < INF_NS for rs in live):
+            return
+        watch = self.watched()
+        if watch and self.engine.next_event_time() is not None:
+            return
+        lines = [f"deadlock at {self.engine.now()} ns: every live rank is waiting and nothing in flight can wake one"]
+        if watch:
+            lines[0] = f"deadlock at {self.engine.now()} ns: the network has flows in flight but no event left"
+        lines += ["  " + self._describe_wait(rs) for rs in live]
+        finished = [rs.rank for rs in self.ranks if rs.state == DONE]
+        if finished:
+            lines.append(f"  finished ranks: {finished}")
+        raise RunFailed(E_DEADLOCK, "\n".join(lines))
+
+    def all_finished(self) -> bool:
+        return self.live == 0
+
+    def finalize(self) -> dict[str, Any]:
+        """After every rank finished: check nothing is left unmatched, drain the network, report."""
+        if self.matcher.pending:
+            rv = next(iter(self.matcher.pending.values()))
+            raise RunFailed(E_DEADLOCK, f"missing participant: every rank finished, but {rv.describe()}")
+        try:
+            self._apply(self.engine.drain())
+        except PhantoraError as exc:
+            raise RunFailed(E_ENGINE, f"the network did not drain: {exc}") from None
+        stats = dict(self.engine.stats())
+        return {
+            "ranks": [[rs.rank, rs.output, rs.t_finish] for rs in self.ranks],
+            "collectives": [rec.to_dict() for rec in self.records],
+            "completions": [completion_to_wire(c) for c in self.completions],
+            "rounds": self.rounds,
+            "late_collectives": self.late_collectives,
+            "messages": self.messages,
+            "now": self.engine.now(),
+            "window_ns": self.window,
+            "engine_stats": {str(k): v for k, v in stats.items() if isinstance(v, (int, float, str, bool))},
+        }

@@ -1,0 +1,20 @@
+"""Errors of the co-simulation bridge."""
+
+from __future__ import annotations
+
+from phantora.errors import PhantoraError
+
+
+class BridgeError(PhantoraError):
+    """A co-simulation run failed: a peer died, a collective mismatched, a deadlock, a bad message.
+
+    `code` is the protocol error code when the error came over the wire (see `bridge.protocol`).
+    """
+
+    def __init__(self, message: str, *, code: str = "bridge") -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class ProtocolError(BridgeError):
+    """A message that cannot be accepted: malformed, oversized, wrong version, wrong token, unknown type."""

@@ -1,0 +1,150 @@
+"""Rendezvous of collective and point-to-point calls, with mismatch diagnostics.
+
+A collective is identified by (group, seq): the global ranks in group order and the per-group
+sequence number. A transfer is identified by (src, dst, tag, seq), and both its send and its recv
+must arrive. The first call of an identity fixes what the others must agree on (kind, size,
+dtype, root, algorithm options); any disagreement is a `RunFailed` naming ranks and calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.protocol import E_MISMATCH, E_PROTOCOL
+
+
+class RunFailed(Exception):
+    """The run cannot continue; `text` is the diagnostic every peer gets."""
+
+    def __init__(self, code: str, text: str) -> None:
+        self.code = code
+        self.text = text
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One rank's side of a collective or transfer."""
+
+    rank: int
+    handle: int
+    kind: str  # collective kind, or "send"/"recv"
+    nbytes: int
+    dtype: str
+    root: int | None  # global rank
+    t: int
+    name: str = ""
+    algo: tuple[tuple[str, Any], ...] = ()
+
+    def describe(self) -> str:
+        extra = f", root={self.root}" if self.root is not None else ""
+        extra += f", algo={dict(self.algo)}" if self.algo else ""
+        label = f" '{self.name}'" if self.name else ""
+        return f"rank {self.rank} called {self.kind}{label}({self.nbytes} B, {self.dtype}{extra}) at {self.t} ns"
+
+    def signature(self) -> tuple[Any, ...]:
+        return (self.kind, self.nbytes, self.dtype, self.root, self.algo)
+
+
+def describe_key(key: tuple[Any, ...]) -> str:
+    if key[0] == "coll":
+        return f"group {list(key[1])} seq {key[2]}"
+    _, src, dst, tag, seq = key
+    return f"transfer {src} -> {dst} tag {tag} seq {seq}"
+
+
+@dataclass
+class Rendezvous:
+    """Calls gathered so far for one identity."""
+
+    key: tuple[Any, ...]
+    members: tuple[int, ...]  # ranks that must call
+    calls: dict[int, Call] = field(default_factory=dict)
+
+    @property
+    def missing(self) -> list[int]:
+        return [r for r in self.members if r not in self.calls]
+
+    def describe(self) -> str:
+        first = next(iter(self.calls.values()))
+        kind = "send/recv" if self.key[0] == "p2p" else first.kind
+        return (
+            f"{kind} on {describe_key(self.key)} ({first.nbytes} B): "
+            f"issued by ranks {sorted(self.calls)}, missing {self.missing}"
+        )
+
+
+class Matcher:
+    """Pending rendezvous; `add` returns the complete one when its last call arrives."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.pending: dict[tuple[Any, ...], Rendezvous] = {}
+        self.done_keys: set[tuple[Any, ...]] = set()
+
+    def _check_ranks(self, call: Call, ranks: tuple[int, ...], what: str) -> None:
+        bad = [r for r in ranks if not 0 <= r < self.world]
+        if bad:
+            raise RunFailed(E_PROTOCOL, f"{call.describe()}: {what} names rank {bad[0]}, outside 0..{self.world - 1}")
+
+    def collective(self, call: Call, group: tuple[int, ...], seq: int) -> Rendezvous | None:
+        """Add a collective call; the Rendezvous once every member of the group has called."""
+        self._check_ranks(call, group, "the group")
+        if len(set(group)) != len(group):
+            raise RunFailed(E_PROTOCOL, f"{call.describe()}: the group {list(group)} repeats a rank")
+        if call.rank not in group:
+            raise RunFailed(E_PROTOCOL, f"{call.describe()} on group {list(group)}, which does not contain it")
+        if call.root is not None and call.root not in group:
+            raise RunFailed(E_PROTOCOL, f"{call.describe()}: root {call.root} is not in the group {list(group)}")
+        return self._add(("coll", group, seq), group, call)
+
+    def transfer(self, call: Call, peer: int, tag: int, seq: int, is_send: bool) -> Rendezvous | None:
+        """Add a send or recv; the Rendezvous once both sides have called."""
+        self._check_ranks(call, (peer,), "the peer")
+        if peer == call.rank:
+            raise RunFailed(E_PROTOCOL, f"{call.describe()} with itself as the peer")
+        src, dst = (call.rank, peer) if is_send else (peer, call.rank)
+        return self._add(("p2p", src, dst, tag, seq), (src, dst), call)
+
+    def _add(self, key: tuple[Any, ...], members: tuple[int, ...], call: Call) -> Rendezvous | None:
+        if key in self.done_keys:
+            raise RunFailed(E_PROTOCOL, f"{call.describe()} on {describe_key(key)}, which already ran (repeated seq?)")
+        rv = self.pending.get(key)
+        if rv is None:
+            rv = self.pending[key] = Rendezvous(key, members)
+        if call.rank in rv.calls:
+            raise RunFailed(E_PROTOCOL, f"{call.describe()} on {describe_key(key)} twice")
+        self._compare(rv, call)
+        rv.calls[call.rank] = call
+        if rv.missing:
+            return None
+        del self.pending[key]
+        self.done_keys.add(key)
+        return rv
+
+    @staticmethod
+    def _compare(rv: Rendezvous, call: Call) -> None:
+        if not rv.calls:
+            return
+        first = next(iter(rv.calls.values()))
+        if rv.key[0] == "p2p":
+            if call.nbytes != first.nbytes:
+                raise RunFailed(
+                    E_MISMATCH,
+                    f"transfer mismatch on {describe_key(rv.key)}: {first.describe()}; {call.describe()} "
+                    "(send and recv sizes differ)",
+                )
+            return
+        if call.signature() != first.signature():
+            fields = ("kind", "size", "dtype", "root", "algorithm options")
+            diff = [n for n, a, b in zip(fields, first.signature(), call.signature(), strict=True) if a != b]
+            raise RunFailed(
+                E_MISMATCH,
+                f"collective mismatch on {describe_key(rv.key)} ({', '.join(diff)} differ): "
+                f"{first.describe()}; {call.describe()}",
+            )
+
+    def waiting_for(self, rank: int) -> list[Rendezvous]:
+        """Pending rendezvous that still need a call from `rank`."""
+        return [rv for rv in self.pending.values() if rank in rv.missing]

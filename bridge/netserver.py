@@ -1,0 +1,182 @@
+"""The network server: a process hosting one `NetworkSimulator` (flow or ns-3) behind the protocol.
+
+Run by the launcher as ``python -m bridge.netserver --setup <run_dir>/setup.msgpack``, with the run
+token in ``PHANTORA_TOKEN``. It binds, publishes its endpoint in ``<run_dir>/net.endpoint``, builds
+the engine (for ns-3 this pays the module import once), and only then answers the coordinator's
+hello: the welcome is the "ready" report, with the start-up time in ``info``.
+
+Bad messages get an error reply and a log line on stderr; they never stop the server. It exits
+when told to, when the coordinator has been silent for the peer timeout, or when its parent dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from bridge.errors import BridgeError, ProtocolError
+from bridge.protocol import (
+    E_AUTH,
+    E_ENGINE,
+    E_PROTOCOL,
+    Message,
+    completion_to_wire,
+    decode,
+    encode,
+    flow_from_wire,
+)
+from bridge.runspec import RunSpec
+from bridge.stepping import advance_watching
+from bridge.transport import HEARTBEAT_S, bind_address, bind_router, token_ok, write_endpoint_file
+from phantora.errors import PhantoraError
+from phantora.netsim.base import Completion, NetworkSimulator
+
+
+def log(text: str) -> None:
+    print(f"[phantora netserver {os.getpid()}] {text}", file=sys.stderr, flush=True)
+
+
+def _plain(stats: dict[str, object]) -> dict[str, Any]:
+    """Engine stats restricted to msgpack-able values."""
+    out: dict[str, Any] = {}
+    for k, v in stats.items():
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            out[str(k)] = v
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, str)) for x in v):
+            out[str(k)] = list(v)
+        else:
+            out[str(k)] = repr(v)
+    return out
+
+
+class NetServer:
+    """Serves one engine to one authenticated coordinator."""
+
+    def __init__(
+        self, sock: zmq.Socket, engine: NetworkSimulator, token: str, info: dict[str, Any], max_bytes: int
+    ) -> None:
+        self.sock = sock
+        self.max_bytes = max_bytes
+        self.engine = engine
+        self.token = token
+        self.info = info
+        self.peer: bytes | None = None
+        self.running = True
+
+    def _state(self, type_: str, done: list[Completion] | None = None) -> bytes:
+        eng = self.engine
+        fields: dict[str, Any] = {"now": eng.now(), "in_flight": eng.in_flight(), "next": eng.next_event_time()}
+        if done is not None:
+            fields["done"] = [completion_to_wire(c) for c in done]
+        return encode(type_, eng.now(), **fields)
+
+    def handle(self, ident: bytes, raw: bytes) -> bytes | None:
+        """One request -> its reply (None for one-way messages)."""
+        try:
+            msg = decode(raw, self.max_bytes)
+        except ProtocolError as exc:
+            log(f"rejected a message: {exc}")
+            return encode("error", 0, code=exc.code, text=str(exc))
+        if msg.type == "hello":
+            return self._hello(ident, msg)
+        if ident != self.peer:
+            log(f"rejected {msg.type!r} from an unauthenticated peer")
+            return encode("error", 0, code=E_AUTH, text="not authenticated: send hello with the run token first")
+        try:
+            return self._serve(msg)
+        except (PhantoraError, AssertionError, ValueError, KeyError) as exc:
+            log(f"{msg.type} failed: {exc}")
+            return encode("error", self.engine.now(), code=E_ENGINE, text=f"{type(exc).__name__}: {exc}")
+
+    def _hello(self, ident: bytes, msg: Message) -> bytes:
+        if not token_ok(msg["token"], self.token):
+            log(f"rejected hello from pid {msg['pid']}: wrong token")
+            return encode("error", 0, code=E_AUTH, text="wrong run token")
+        if msg["role"] != "coordinator":
+            return encode("error", 0, code=E_AUTH, text=f"the network server serves the coordinator, not {msg['role']}")
+        self.peer = ident
+        return encode("welcome", 0, role="server", world=None, window_ns=0, lease=0, info=self.info)
+
+    def _serve(self, msg: Message) -> bytes | None:
+        eng = self.engine
+        if msg.type == "heartbeat":
+            return None
+        if msg.type == "submit":
+            eng.submit([flow_from_wire(r) for r in msg["flows"]], at=msg["at"])
+            return self._state("state")
+        if msg.type == "advance":
+            return self._state("completions", advance_watching(eng, msg["until"], set(msg["watch"])))
+        if msg.type == "drain":
+            return self._state("completions", eng.drain(msg["limit"]))
+        if msg.type == "get_stats":
+            return encode("stats", eng.now(), stats=_plain(eng.stats()))
+        if msg.type == "shutdown":
+            self.running = False
+            return None
+        return encode("error", eng.now(), code=E_PROTOCOL, text=f"the network server does not take {msg.type!r}")
+
+    def serve(self, peer_timeout_s: float) -> int:
+        """Answer requests until shutdown (0), or until the coordinator is silent too long (4)."""
+        parent = os.getppid()
+        last = time.monotonic()
+        while self.running:
+            if self.sock.poll(int(HEARTBEAT_S * 1000)):
+                frames = self.sock.recv_multipart()
+                ident, raw = frames[0], b"".join(frames[1:])
+                if ident == self.peer:
+                    last = time.monotonic()
+                reply = self.handle(ident, raw)
+                if reply is not None:
+                    self.sock.send_multipart([ident, reply])
+            if os.getppid() != parent:
+                log("the launcher died; exiting")
+                return 4
+            if time.monotonic() - last > peer_timeout_s:
+                log(f"no word from the coordinator for {peer_timeout_s:.0f} s; exiting")
+                return 4
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bridge.netserver", description=__doc__)
+    p.add_argument("--setup", required=True, help="the run's setup.msgpack")
+    p.add_argument("--transport", default="ipc", choices=("ipc", "tcp"))
+    args = p.parse_args(argv)
+    token = os.environ.get("PHANTORA_TOKEN", "")
+    if not token:
+        log("PHANTORA_TOKEN is not set")
+        return 2
+    spec = RunSpec.read(args.setup)
+    run_dir = Path(args.setup).parent
+    ctx = zmq.Context()
+    sock, endpoint = bind_router(ctx, bind_address(args.transport, run_dir, "net"), spec.max_message_bytes)
+    try:
+        write_endpoint_file(run_dir, "net", endpoint)
+        t0 = time.perf_counter()
+        try:
+            engine = spec.make_engine()
+        except (PhantoraError, ImportError) as exc:
+            log(f"cannot build the {spec.network} engine: {exc}")
+            return 3
+        info = {"network": spec.network, "engine": type(engine).__name__, "startup_s": time.perf_counter() - t0}
+        log(f"{info['engine']} ready in {info['startup_s']:.2f} s at {endpoint}")
+        try:
+            return NetServer(sock, engine, token, info, spec.max_message_bytes).serve(spec.peer_timeout_s)
+        finally:
+            engine.close()
+    except BridgeError as exc:
+        log(str(exc))
+        return 3
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""The wire protocol of the bridge: every message type, its fields, and the msgpack codec.
+
+A message is one msgpack map ``{"v": VERSION, "type": NAME, "t": NS, ...fields}``. ``t`` is a
+simulated timestamp in integer ns (the sender's clock, or the network's time for replies; 0
+where no time applies). Never pickle: only msgpack maps of ints, strings, lists, bools and nil.
+
+Peers and who sends what (-> request, <- reply, ~> one-way):
+
+rank -> coordinator
+  hello -> welcome | error          role "rank", the run token, rank, world
+  coll ~>                           collective request: handle, group, seq, kind, nbytes, dtype, root
+  p2p ~>                            send or recv: handle, peer, send, tag, seq, nbytes
+  clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
+  wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
+  test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)
+  finish -> ack                     rank done, with its results map
+coordinator -> rank
+  lease ~>                          report your clock when it reaches ``lease`` (exact mode)
+  error ~>                          the run failed; ``text`` is the diagnostic
+  heartbeat ~>                      liveness while a rank waits
+coordinator -> network server
+  hello -> welcome                  role "coordinator"; the welcome means the engine is built (ready)
+  submit -> state                   flows eligible from ``at``
+  advance -> completions            run to ``until``; with ``watch``, stop at the first watched completion
+  drain -> completions              run until nothing is in flight
+  get_stats -> stats                engine counters
+  shutdown ~>                       exit
+supervisor <-> coordinator
+  hello -> welcome, exited ~>, heartbeat ~> ; outcome ~> (the run's results) or error ~>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from bridge.errors import ProtocolError
+from phantora.netsim.base import Completion, Flow
+
+VERSION = 1
+INF_NS = 1 << 62  # "never" on the wire (fits int64)
+MAX_MESSAGE_BYTES = 64 << 20  # larger messages get an "oversized" error reply
+HARD_MAX_MESSAGE_BYTES = 4 * MAX_MESSAGE_BYTES  # ZeroMQ drops the connection above this
+
+# Error codes carried by `error` messages and BridgeError.code.
+E_MALFORMED = "malformed"
+E_OVERSIZED = "oversized"
+E_VERSION = "version"
+E_AUTH = "auth"
+E_UNKNOWN = "unknown-type"
+E_PROTOCOL = "protocol"  # a well-formed message that is wrong in this state
+E_MISMATCH = "mismatch"
+E_DEADLOCK = "deadlock"
+E_PEER = "peer-died"
+E_TIMEOUT = "timeout"
+E_ENGINE = "engine"
+E_INTERNAL = "internal"
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _opt_int(v: Any) -> bool:
+    return v is None or _int(v)
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and all(_int(x) for x in v)
+
+
+def _list(v: Any) -> bool:
+    return isinstance(v, list)
+
+
+def _map(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _opt_map(v: Any) -> bool:
+    return v is None or isinstance(v, dict)
+
+
+def _any(v: Any) -> bool:
+    return True
+
+
+Check = Callable[[Any], bool]
+
+# type name -> required fields and their checks (extra fields are ignored, for forward compatibility).
+SCHEMA: dict[str, dict[str, Check]] = {
+    "hello": {"role": _str, "token": _str, "rank": _opt_int, "world": _opt_int, "pid": _int},
+    "welcome": {"role": _str, "world": _opt_int, "window_ns": _int, "lease": _int, "info": _map},
+    "coll": {
+        "h": _int,
+        "group": _ints,
+        "seq": _int,
+        "kind": _str,
+        "nbytes": _int,
+        "dtype": _str,
+        "root": _opt_int,
+        "name": _str,
+        "algo": _opt_map,
+    },
+    "p2p": {"h": _int, "peer": _int, "send": _bool, "tag": _int, "seq": _int, "nbytes": _int, "name": _str},
+    "clock": {"block": _bool},
+    "wait": {"handles": _ints, "until": _int},
+    "test": {"h": _int},
+    "result": {"h": _opt_int, "t_done": _opt_int, "done": _list, "now": _int, "lease": _int},
+    "finish": {"results": _any},
+    "ack": {},
+    "lease": {"lease": _int},
+    "error": {"code": _str, "text": _str},
+    "heartbeat": {},
+    "shutdown": {"reason": _str},
+    "submit": {"flows": _list, "at": _int},
+    "advance": {"until": _int, "watch": _ints},
+    "drain": {"limit": _opt_int},
+    "completions": {"done": _list, "now": _int, "in_flight": _int, "next": _opt_int},
+    "state": {"now": _int, "in_flight": _int, "next": _opt_int},
+    "get_stats": {},
+    "stats": {"stats": _map},
+    "exited": {"who": _str, "rank": _opt_int, "code": _int},
+    "outcome": {"outcome": _map},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A decoded, checked message: its type, simulated time and fields."""
+
+    type: str
+    t: int
+    fields: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+
+def encode(type_: str, t: int = 0, **fields: Any) -> bytes:
+    """One message as msgpack bytes. Checks the fields against SCHEMA (a bug on our side raises)."""
+    schema = SCHEMA.get(type_)
+    if schema is None:
+        raise ValueError(f"unknown message type {type_!r}")
+    for name, check in schema.items():
+        if name not in fields or not check(fields[name]):
+            raise ValueError(f"message {type_!r}: bad or missing field {name!r}: {fields.get(name)!r}")
+    if not _int(t):
+        raise ValueError(f"message {type_!r}: t must be an int of ns, got {t!r}")
+    return msgpack.packb({"v": VERSION, "type": type_, "t": t, **fields}, use_bin_type=True)
+
+
+def decode(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
+    """Bytes -> Message, or ProtocolError with the code of what is wrong (never another exception)."""
+    if len(raw) > max_bytes:
+        raise ProtocolError(f"message of {len(raw)} bytes is over the {max_bytes}-byte limit", code=E_OVERSIZED)
+    try:
+        obj = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types (ValueError, ExtraData, FormatError, StackError ...)
+        raise ProtocolError(f"not a msgpack message ({type(exc).__name__})", code=E_MALFORMED) from None
+    if not isinstance(obj, dict) or "v" not in obj or "type" not in obj:
+        raise ProtocolError("not a bridge message (a map with 'v' and 'type' is expected)", code=E_MALFORMED)
+    v, type_ = obj.pop("v"), obj.pop("type")
+    if v != VERSION:
+        raise ProtocolError(f"protocol version {v!r} is not supported (this side speaks {VERSION})", code=E_VERSION)
+    schema = SCHEMA.get(type_) if isinstance(type_, str) else None
+    if schema is None:
+        raise ProtocolError(f"unknown message type {type_!r}", code=E_UNKNOWN)
+    t = obj.pop("t", None)
+    if not _int(t):
+        raise ProtocolError(f"message {type_!r}: 't' must be integer ns, got {t!r}", code=E_MALFORMED)
+    for name, check in schema.items():
+        if name not in obj:
+            raise ProtocolError(f"message {type_!r}: missing field {name!r}", code=E_MALFORMED)
+        if not check(obj[name]):
+            raise ProtocolError(f"message {type_!r}: bad value for {name!r}: {obj[name]!r:.80}", code=E_MALFORMED)
+    return Message(type_, t, obj)
+
+
+# ----- flows and completions on the wire ------------------------------------------------------
+def flow_to_wire(f: Flow) -> list[Any]:
+    return [f.id, f.src, f.dst, f.size, list(f.deps), f.delay_ns, f.tag, f.priority, f.key]
+
+
+def flow_from_wire(row: Any) -> Flow:
+    """A wire row -> Flow; ProtocolError if the row is not a well-formed flow."""
+    if not isinstance(row, list) or len(row) != 9:
+        raise ProtocolError(f"a flow is a list of 9 fields, got {row!r:.80}", code=E_MALFORMED)
+    fid, src, dst, size, deps, delay, tag, prio, key = row
+    if not (all(_int(x) for x in (fid, src, dst, size, delay, prio)) and _ints(deps) and _str(tag) and _opt_int(key)):
+        raise ProtocolError(f"bad flow fields {row!r:.80}", code=E_MALFORMED)
+    return Flow(fid, src, dst, size, tuple(deps), delay, tag, prio, key)
+
+
+def completion_to_wire(c: Completion) -> list[Any]:
+    return [c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag]
+
+
+def completion_from_wire(row: Any) -> Completion:
+    if not isinstance(row, list) or len(row) != 7:
+        raise ProtocolError(f"a completion is a list of 7 fields, got {row!r:.80}", code=E_MALFORMED)
+    return Completion(*row)
+
+
+def flows_to_wire(flows: Sequence[Flow]) -> list[list[Any]]:
+    return [flow_to_wire(f) for f in flows]

@@ -1,0 +1,119 @@
+"""`RemoteSimulator`: the coordinator's view of an engine hosted by the network server.
+
+It implements the `NetworkSimulator` protocol (plus ``advance_watching``, run on the server side)
+over one DEALER socket, one request at a time. Each reply carries now / in_flight / next event,
+so the cheap queries cost no round trip. While it waits, `on_wait` is called about once a second
+(the coordinator uses it to keep its own peers' heartbeats going).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import zmq
+
+from bridge.errors import BridgeError, ProtocolError
+from bridge.protocol import E_TIMEOUT, Message, completion_from_wire, decode, encode, flows_to_wire
+from bridge.transport import HEARTBEAT_S, connect_dealer
+from phantora.netsim.base import Completion, Flow
+
+
+class RemoteSimulator:
+    """A `NetworkSimulator` whose engine lives in the network server process."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        token: str,
+        *,
+        startup_timeout_s: float,
+        call_timeout_s: float,
+        on_wait: Callable[[], None] | None = None,
+    ) -> None:
+        self.sock = connect_dealer(ctx, endpoint)
+        self.call_timeout_s = call_timeout_s
+        self.on_wait = on_wait
+        self._now = 0
+        self._in_flight = 0
+        self._next: int | None = None
+        self._last_send = time.monotonic()
+        self.calls = 0
+        welcome = self._call(
+            encode("hello", 0, role="coordinator", token=token, rank=None, world=None, pid=os.getpid()),
+            startup_timeout_s,
+            "welcome",
+        )
+        self.info: dict[str, Any] = dict(welcome["info"])
+
+    # ----- transport -------------------------------------------------------------------------
+    def _call(self, raw: bytes, timeout_s: float, want: str) -> Message:
+        self.sock.send(raw)
+        self._last_send = time.monotonic()
+        self.calls += 1
+        deadline = time.monotonic() + timeout_s
+        while not self.sock.poll(int(HEARTBEAT_S * 1000)):
+            if self.on_wait is not None:
+                self.on_wait()
+            if time.monotonic() > deadline:
+                raise BridgeError(f"the network server did not answer within {timeout_s:.0f} s", code=E_TIMEOUT)
+        try:
+            msg = decode(self.sock.recv())
+        except ProtocolError as exc:
+            raise BridgeError(f"bad reply from the network server: {exc}", code=exc.code) from None
+        if msg.type == "error":
+            raise BridgeError(f"network server: {msg['text']}", code=msg["code"])
+        if msg.type != want:
+            raise BridgeError(f"the network server answered {msg.type!r} where {want!r} was expected")
+        if "now" in msg.fields:
+            self._now, self._in_flight, self._next = msg["now"], msg["in_flight"], msg["next"]
+        return msg
+
+    def keepalive(self) -> None:
+        """A heartbeat if nothing was sent for a while, so the server knows we are alive."""
+        if time.monotonic() - self._last_send >= HEARTBEAT_S:
+            self.sock.send(encode("heartbeat", self._now))
+            self._last_send = time.monotonic()
+
+    def _completions(self, msg: Message) -> list[Completion]:
+        return [completion_from_wire(r) for r in msg["done"]]
+
+    # ----- NetworkSimulator --------------------------------------------------------------------
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        self._call(encode("submit", at, flows=flows_to_wire(flows), at=at), self.call_timeout_s, "state")
+
+    def advance(self, until: int) -> list[Completion]:
+        return self.advance_watching(until, ())
+
+    def advance_watching(self, until: int, watch: Collection[int]) -> list[Completion]:
+        msg = self._call(
+            encode("advance", self._now, until=until, watch=sorted(watch)), self.call_timeout_s, "completions"
+        )
+        return self._completions(msg)
+
+    def next_event_time(self) -> int | None:
+        return self._next
+
+    def now(self) -> int:
+        return self._now
+
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        return self._completions(
+            self._call(encode("drain", self._now, limit=limit_ns), self.call_timeout_s, "completions")
+        )
+
+    def stats(self) -> dict[str, object]:
+        return dict(self._call(encode("get_stats", self._now), self.call_timeout_s, "stats")["stats"])
+
+    def close(self) -> None:
+        try:
+            self.sock.send(encode("shutdown", self._now, reason="run over"), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+        self.sock.close(linger=500)

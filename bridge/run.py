@@ -1,0 +1,369 @@
+"""`CosimRun`: start a co-simulation (network server, coordinator, N ranks), supervise it, collect results.
+
+    from bridge.run import CosimRun
+    result = CosimRun(topo, network="flow", rank_cmd=[sys.executable, "train.py"], world_size=8).run()
+
+The launcher (this process) is the supervisor: it watches every child, and the death of any of
+them stops the whole run within about a second, naming the culprit (`BridgeError`). Ranks are
+arbitrary commands; each gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, PHANTORA_ENDPOINT, PHANTORA_TOKEN, PHANTORA_RUN_DIR (and PHANTORA_WINDOW_NS,
+PHANTORA_NETWORK) and talks to the coordinator with `bridge.client.RankClient.from_env()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from bridge.errors import BridgeError, ProtocolError
+from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode
+from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
+from bridge.supervisor import Child, spawn, stop_all
+from bridge.transport import (
+    HEARTBEAT_S,
+    STARTUP_TIMEOUT_S,
+    TRANSPORTS,
+    connect_dealer,
+    endpoint_file,
+    make_run_dir,
+    new_token,
+    remove_run_dir,
+)
+from phantora.collectives.spec import AlgoOptions
+from phantora.errors import InputError
+from phantora.netsim.base import Completion
+from phantora.topology.model import Topology
+
+RankCmd = Sequence[str] | Callable[[int], Sequence[str]]
+
+
+@dataclass
+class CosimResult:
+    """What a co-simulation run produced."""
+
+    ranks: dict[int, Any]  # rank -> the results dict it passed to finish()
+    finish_ns: dict[int, int]  # rank -> its clock at finish()
+    collectives: list[dict[str, Any]]  # one record per collective/transfer, in launch order
+    completions: list[Completion]  # every flow (empty with keep_flows=False)
+    rounds: int  # engine advances (barrier rounds in window mode)
+    wall_s: float  # whole run, launch to last exit
+    sim_wall_s: float  # the co-simulation proper: from the last rank's hello to the outcome (no start-up)
+    makespan_ns: int  # the network's time at the end
+    window_ns: int
+    network: str
+    engine_stats: dict[str, Any]
+    messages: int
+    late_collectives: int  # started later than requested (window mode error)
+    logs: dict[str, str] = field(default_factory=dict)  # "rank 0", "coordinator", "server" -> log text
+    startup_s: float = 0.0  # launch until the coordinator answered the launcher (network server ready)
+
+    def collective(self, name: str) -> dict[str, Any]:
+        """The record of the collective issued under `name`."""
+        for rec in self.collectives:
+            if rec["name"] == name:
+                return rec
+        raise KeyError(name)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _local_ranks(topo: Topology, world: int) -> list[tuple[int, int]]:
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) of each rank, from the topology's hosts (one host if unknown)."""
+    hosts = [topo.nodes[topo.node_of_rank(r)].host for r in range(world)]
+    if any(h is None for h in hosts):
+        return [(r, world) for r in range(world)]
+    out = []
+    for r, h in enumerate(hosts):
+        same = [q for q in range(world) if hosts[q] == h]
+        out.append((same.index(r), len(same)))
+    return out
+
+
+class CosimRun:
+    """One co-simulation run: configure in the constructor, then `run()` (once)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        rank_cmd: RankCmd,
+        network: str = "flow",
+        world_size: int | None = None,
+        window_ns: int | None = None,
+        packet_config: Any = None,
+        engine_options: dict[str, Any] | None = None,
+        engine_in_coordinator: bool | None = None,
+        algo: AlgoOptions | None = None,
+        env: dict[str, str] | None = None,
+        out_dir: str | Path | None = None,
+        transport: str = "ipc",
+        keep_flows: bool = True,
+        timeout_s: float | None = None,
+        peer_timeout_s: float = 30.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        cwd: str | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        """`window_ns`: None = the default of the network mode (flow: 0 = exact; ns3: 10 us);
+        0 = exact. `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 always gets its
+        own server). `packet_config`: a PacketConfig for ns3; `engine_options`: keyword options of
+        the engine (FlowSimulator options, or PacketConfig fields)."""
+        if network not in NETWORKS:
+            raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
+        if transport not in TRANSPORTS:
+            raise InputError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})", field="transport")
+        world = topology.num_ranks if world_size is None else world_size
+        if not 1 <= world <= topology.num_ranks:
+            raise InputError(
+                f"world size {world} does not fit '{topology.name}' ({topology.num_ranks} endpoints)",
+                field="world_size",
+            )
+        window = DEFAULT_WINDOW_NS[network] if window_ns is None else window_ns
+        if window < 0:
+            raise InputError(f"window must be >= 0 ns (0 = exact), got {window}", field="window_ns")
+        options = options_to_dict(packet_config) if packet_config is not None else {}
+        options.update(engine_options or {})
+        in_coord = network == "flow" if engine_in_coordinator is None else engine_in_coordinator
+        self.spec = RunSpec(
+            topology=topology,
+            world=world,
+            network=network,
+            engine_options=options,
+            engine_in_coordinator=in_coord,
+            window_ns=window,
+            algo=options_to_dict(algo) if algo is not None else {},
+            keep_flows=keep_flows,
+            peer_timeout_s=peer_timeout_s,
+            max_message_bytes=max_message_bytes,
+        )
+        self.rank_cmd = rank_cmd
+        self.env = dict(env or {})
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.transport = transport
+        self.timeout_s = timeout_s
+        self.cwd = cwd
+        self.python = python
+        self.children: list[Child] = []
+        self.run_dir: Path | None = None
+
+    # ----- start-up ----------------------------------------------------------------------------
+    def _wait_endpoint(self, name: str, child: Child, timeout_s: float) -> str:
+        assert self.run_dir is not None
+        path = endpoint_file(self.run_dir, name)
+        deadline = time.monotonic() + timeout_s
+        while not path.exists():
+            if child.proc.poll() is not None:
+                raise BridgeError(f"{child.label} {child.exit_text()} during start-up:\n{child.log_tail()}")
+            if time.monotonic() > deadline:
+                raise BridgeError(f"{child.label} did not publish its endpoint within {timeout_s:.0f} s")
+            time.sleep(0.01)
+        return path.read_text()
+
+    def _rank_env(self, rank: int, local: tuple[int, int], endpoint: str, token: str, port: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.env)
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(self.spec.world),
+            LOCAL_RANK=str(local[0]),
+            LOCAL_WORLD_SIZE=str(local[1]),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            PHANTORA_ENDPOINT=endpoint,
+            PHANTORA_TOKEN=token,
+            PHANTORA_RUN_DIR=str(self.run_dir),
+            PHANTORA_WINDOW_NS=str(self.spec.window_ns),
+            PHANTORA_NETWORK=self.spec.network,
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def _start(self, token: str, logs: Path) -> str:
+        """Start server (if any) and coordinator; return the coordinator's endpoint."""
+        assert self.run_dir is not None
+        setup = self.run_dir / "setup.msgpack"
+        self.spec.write(setup)
+        env = dict(os.environ, PHANTORA_TOKEN=token, PYTHONUNBUFFERED="1")
+        coord_cmd = [self.python, "-m", "bridge.coordinator", "--setup", str(setup), "--transport", self.transport]
+        if not self.spec.engine_in_coordinator:
+            cmd = [self.python, "-m", "bridge.netserver", "--setup", str(setup), "--transport", self.transport]
+            server = spawn("server", None, cmd, env, logs / "server.log", self.cwd)
+            self.children.append(server)
+            coord_cmd += ["--net-endpoint", self._wait_endpoint("net", server, 60.0)]
+        coord = spawn("coordinator", None, coord_cmd, env, logs / "coordinator.log", self.cwd)
+        self.children.append(coord)
+        return self._wait_endpoint("coord", coord, 60.0)
+
+    def _start_ranks(self, endpoint: str, token: str, logs: Path) -> None:
+        port = _free_port()
+        local = _local_ranks(self.spec.topology, self.spec.world)
+        for r in range(self.spec.world):
+            cmd = self.rank_cmd(r) if callable(self.rank_cmd) else self.rank_cmd
+            env = self._rank_env(r, local[r], endpoint, token, port)
+            self.children.append(spawn("rank", r, [str(c) for c in cmd], env, logs / f"rank{r}.log", self.cwd))
+
+    # ----- supervision -------------------------------------------------------------------------
+    def _supervise(self, sock: zmq.Socket, t0: float) -> tuple[dict[str, Any], float, float]:
+        """Watch children and the coordinator until the outcome; raise BridgeError on any failure."""
+        coord = next(c for c in self.children if c.role == "coordinator")
+        last_heard = time.monotonic()
+        last_beat = 0.0
+        welcomed_at: float | None = None
+        while True:
+            if sock.poll(100):
+                msg = self._recv(sock)
+                last_heard = time.monotonic()
+                if msg.type == "welcome" and welcomed_at is None:
+                    welcomed_at = time.monotonic()
+                elif msg.type == "outcome":
+                    return msg["outcome"], welcomed_at or t0, time.monotonic()
+                elif msg.type == "error":
+                    raise BridgeError(msg["text"], code=msg["code"])
+            now = time.monotonic()
+            for c in self.children:
+                if c.reported or c.proc.poll() is None:
+                    continue
+                c.reported = True
+                if c.role == "rank" and c.proc.returncode == 0:
+                    sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
+                    continue
+                self._check_error_first(sock)
+                raise BridgeError(
+                    f"{c.label} {c.exit_text()} mid-run; the run was stopped.\n{c.log_tail()}", code="peer-died"
+                )
+            if now - last_beat >= HEARTBEAT_S:
+                sock.send(encode("heartbeat", 0))
+                last_beat = now
+            limit = self.spec.peer_timeout_s if welcomed_at is not None else STARTUP_TIMEOUT_S
+            if now - last_heard > limit:
+                raise BridgeError(
+                    f"{coord.label} has been silent for {limit:.0f} s; the run was stopped", code="timeout"
+                )
+            if self.timeout_s is not None and now - t0 > self.timeout_s:
+                raise BridgeError(f"the run did not finish within {self.timeout_s:.0f} s", code="timeout")
+
+    @staticmethod
+    def _recv(sock: zmq.Socket) -> Any:
+        try:
+            return decode(sock.recv())
+        except ProtocolError as exc:
+            raise BridgeError(f"bad message from the coordinator: {exc}") from None
+
+    def _check_error_first(self, sock: zmq.Socket) -> None:
+        """A child died: if the coordinator has just reported the run's failure, that is the real cause."""
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            if sock.poll(50):
+                msg = self._recv(sock)
+                if msg.type == "error":
+                    raise BridgeError(msg["text"], code=msg["code"])
+
+    def _finish_children(self, grace_s: float) -> None:
+        """After the outcome: give ranks and coordinator `grace_s` to exit by themselves."""
+        deadline = time.monotonic() + grace_s
+        for c in self.children:
+            if c.role == "server":
+                continue
+            while c.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+    # ----- the run -----------------------------------------------------------------------------
+    def run(self) -> CosimResult:
+        """Run to the end; raise BridgeError (a PhantoraError) naming the cause if anything fails."""
+        if self.run_dir is not None:
+            raise BridgeError("a CosimRun runs once; make a new one")
+        t0 = time.monotonic()
+        self.run_dir = make_run_dir()
+        token = new_token()
+        logs = self.out_dir / "logs" if self.out_dir is not None else self.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        ctx = zmq.Context()
+        sock = None
+        try:
+            endpoint = self._start(token, logs)
+            sock = connect_dealer(ctx, endpoint)
+            sock.send(encode("hello", 0, role="supervisor", token=token, rank=None, world=None, pid=os.getpid()))
+            self._start_ranks(endpoint, token, logs)
+            try:
+                outcome, t_ready, t_end = self._supervise(sock, t0)
+            except BridgeError as exc:
+                if exc.code != "peer-died":
+                    self._finish_children(2.0)  # ranks print the coordinator's diagnostic and exit by themselves
+                raise
+            self._finish_children(5.0)
+            result = self._result(outcome, t0, t_ready, t_end)
+        finally:
+            stop_all(self.children)
+            if sock is not None:
+                sock.close(0)
+            ctx.term()
+            self._collect_logs(logs)
+            remove_run_dir(self.run_dir)
+        result.logs = self.logs
+        result.wall_s = time.monotonic() - t0
+        if self.out_dir is not None:
+            self._write(result)
+        return result
+
+    def _collect_logs(self, logs: Path) -> None:
+        self.logs: dict[str, str] = {}
+        for c in self.children:
+            key = f"rank {c.rank}" if c.role == "rank" else c.role
+            try:
+                self.logs[key] = c.log_path.read_text(errors="replace")[-65536:]
+            except OSError:
+                self.logs[key] = ""
+
+    def _result(self, outcome: dict[str, Any], t0: float, t_ready: float, t_end: float) -> CosimResult:
+        return CosimResult(
+            ranks={r: out for r, out, _ in outcome["ranks"]},
+            finish_ns={r: t for r, _, t in outcome["ranks"]},
+            collectives=outcome["collectives"],
+            completions=[completion_from_wire(row) for row in outcome["completions"]],
+            rounds=outcome["rounds"],
+            wall_s=0.0,
+            sim_wall_s=float(outcome.get("sim_wall_s", t_end - t_ready)),
+            makespan_ns=outcome["now"],
+            window_ns=outcome["window_ns"],
+            network=self.spec.network,
+            engine_stats=outcome["engine_stats"],
+            messages=outcome["messages"],
+            late_collectives=outcome["late_collectives"],
+            startup_s=t_ready - t0,
+        )
+
+    def _write(self, result: CosimResult) -> None:
+        assert self.out_dir is not None
+        summary = {
+            "network": result.network,
+            "window_ns": result.window_ns,
+            "rounds": result.rounds,
+            "wall_s": result.wall_s,
+            "sim_wall_s": result.sim_wall_s,
+            "makespan_ns": result.makespan_ns,
+            "messages": result.messages,
+            "late_collectives": result.late_collectives,
+            "engine_stats": result.engine_stats,
+            "ranks": {str(r): v for r, v in result.ranks.items()},
+            "collectives": result.collectives,
+        }
+        (self.out_dir / "cosim.json").write_text(json.dumps(summary, indent=1, default=str))
+
+
+def replay_workload(topology: Topology, workload: str | Path, **options: Any) -> CosimResult:
+    """Co-simulate a workload file with one `bridge.replay_rank` process per rank (options: `CosimRun`'s)."""
+    cmd = [options.pop("python", sys.executable), "-m", "bridge.replay_rank", str(Path(workload).resolve())]
+    return CosimRun(topology, rank_cmd=cmd, **options).run()

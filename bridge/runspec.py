@@ -1,0 +1,105 @@
+"""The set-up of one run, written by the launcher into the run directory and read by the
+coordinator and the network server: topology, network mode, engine options, window, algorithm.
+
+msgpack, never pickle. The topology travels as its nodes and links and is rebuilt with the public
+`Topology` API, so both processes route exactly as the launcher's topology does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from bridge.errors import BridgeError
+from bridge.protocol import MAX_MESSAGE_BYTES
+from phantora.collectives.spec import AlgoOptions
+from phantora.netsim.base import NetworkSimulator
+from phantora.topology.model import Topology
+
+NETWORKS = ("flow", "ns3")
+DEFAULT_WINDOW_NS = {"flow": 0, "ns3": 10_000}  # flow: exact; ns3: 10 us (see docs/bridge.md)
+
+
+def topology_to_dict(topo: Topology) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for k, v in topo.meta.items():
+        try:
+            msgpack.packb(v)
+            meta[str(k)] = v
+        except (TypeError, ValueError):
+            meta[str(k)] = repr(v)
+    return {
+        "name": topo.name,
+        "gpu_model": topo.gpu_model,
+        "nodes": [[n.kind, n.name, n.host, n.tier] for n in topo.nodes],
+        "links": [[lk.a, lk.b, lk.bandwidth_bps, lk.latency_ns] for lk in topo.links],
+        "meta": meta,
+    }
+
+
+def topology_from_dict(d: dict[str, Any]) -> Topology:
+    topo = Topology(name=d["name"], gpu_model=d.get("gpu_model"), meta=dict(d.get("meta", {})))
+    for kind, name, host, tier in d["nodes"]:
+        topo.add_node(kind, name, host, tier)
+    for a, b, bw, lat in d["links"]:
+        topo.add_link(a, b, bw, lat)
+    return topo
+
+
+def options_to_dict(obj: Any) -> dict[str, Any]:
+    """A dataclass (AlgoOptions, PacketConfig ...) or a dict -> a plain msgpack-able dict."""
+    if obj is None:
+        return {}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return dict(obj)
+    raise BridgeError(f"options must be a dataclass or a dict, got {type(obj).__name__}")
+
+
+@dataclass
+class RunSpec:
+    """Everything the coordinator and the network server need to know about a run."""
+
+    topology: Topology
+    world: int
+    network: str = "flow"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    engine_in_coordinator: bool = True
+    window_ns: int = 0  # 0 = exact mode
+    algo: dict[str, Any] = field(default_factory=dict)
+    keep_flows: bool = True
+    peer_timeout_s: float = 30.0
+    server_timeout_s: float = 3600.0  # one engine call may legitimately run this long (ns-3)
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # larger requests get an "oversized" error reply
+
+    def algo_options(self) -> AlgoOptions:
+        return AlgoOptions(**self.algo)
+
+    def make_engine(self) -> NetworkSimulator:
+        from phantora.netsim.factory import make_engine
+
+        return make_engine(self.network, self.topology, **dict(self.engine_options))
+
+    def to_bytes(self) -> bytes:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["topology"] = topology_to_dict(self.topology)
+        return msgpack.packb(d, use_bin_type=True)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> RunSpec:
+        d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        d["topology"] = topology_from_dict(d["topology"])
+        return cls(**d)
+
+    def write(self, path: Path) -> None:
+        path.write_bytes(self.to_bytes())
+        path.chmod(0o600)
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunSpec:
+        return cls.from_bytes(Path(path).read_bytes())

@@ -1,0 +1,129 @@
+"""Child processes of a run: start them so none can outlive the launcher, and stop them all.
+
+Each child gets its own process group (so its own children die with it) and PR_SET_PDEATHSIG
+SIGKILL (so it dies if the launcher is killed outright). `stop_all` sends SIGTERM to every group,
+then SIGKILL after a grace period, and reaps every child.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child, before exec: SIGKILL when the launcher dies (Linux); exit if it already has."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass  # not Linux: the heartbeat timeouts still end the run
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+@dataclass
+class Child:
+    """One process of the run."""
+
+    role: str  # "coordinator", "server" or "rank"
+    rank: int | None
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    reported: bool = False  # its exit was handled
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def label(self) -> str:
+        name = (
+            f"rank {self.rank}"
+            if self.role == "rank"
+            else {"server": "the network server"}.get(self.role, f"the {self.role}")
+        )
+        return f"{name} (pid {self.pid})"
+
+    def exit_text(self) -> str:
+        code = self.proc.returncode
+        if code is None:
+            return "is still running"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def spawn(
+    role: str, rank: int | None, cmd: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None
+) -> Child:
+    """Start a child in its own process group, output to `log_path`, dying with this process."""
+    parent = os.getpid()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(cmd),
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509 - the launcher is single-threaded here
+        )
+    return Child(role, rank, proc, log_path)
+
+
+def _signal_group(child: Child, sig: int) -> None:
+    try:
+        os.killpg(child.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_all(children: Sequence[Child], grace_s: float = 1.0) -> None:
+    """SIGTERM every child's group, SIGKILL what is left after `grace_s`, reap everything."""
+    for c in children:
+        _signal_group(c, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for c in children:
+        try:
+            c.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for c in children:
+        _signal_group(c, signal.SIGKILL)  # also any grandchild left in the group
+        if c.proc.poll() is None:
+            c.proc.kill()
+        c.proc.wait()
+
+
+def alive_pids(pids: Sequence[int]) -> list[int]:
+    """Which of `pids` still exist as live (non-zombie) processes."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out

@@ -1,0 +1,110 @@
+"""Sockets, endpoints, the run directory and the per-run token.
+
+- ``ipc``: Unix sockets in a private run directory (mode 0700), the default.
+- ``tcp``: loopback only (``127.0.0.1``), on a port the kernel picks.
+
+Every socket has LINGER 0 and a hard size cap (ZeroMQ drops a peer that sends more); smaller
+oversized messages are rejected by `bridge.protocol.decode` with an error reply.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+from bridge.errors import BridgeError
+from bridge.protocol import E_TIMEOUT, HARD_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
+
+TRANSPORTS = ("ipc", "tcp")
+HEARTBEAT_S = 1.0  # a waiting peer hears from the other side at least this often
+PEER_TIMEOUT_S = 30.0  # silence after which a peer is presumed dead (process death is caught sooner)
+STARTUP_TIMEOUT_S = 180.0  # hello -> welcome, which includes the ns-3 import of the network server
+
+
+def make_run_dir(parent: str | Path | None = None) -> Path:
+    """A fresh private directory (0700) for the run's sockets and set-up file."""
+    path = Path(tempfile.mkdtemp(prefix="phantora-run-", dir=parent))
+    os.chmod(path, 0o700)
+    return path
+
+
+def remove_run_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def new_token() -> str:
+    """A per-run random token (128 bits, hex)."""
+    return secrets.token_hex(16)
+
+
+def token_ok(given: str, expected: str) -> bool:
+    """Constant-time token comparison."""
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def bind_address(transport: str, run_dir: Path, name: str) -> str:
+    """Where a server socket binds: ``ipc://<run_dir>/<name>.sock`` or ``tcp://127.0.0.1:*``."""
+    if transport == "ipc":
+        return f"ipc://{run_dir / (name + '.sock')}"
+    if transport == "tcp":
+        return "tcp://127.0.0.1:*"
+    raise BridgeError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})")
+
+
+def _common(sock: zmq.Socket, hard_max: int = HARD_MAX_MESSAGE_BYTES) -> zmq.Socket:
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, hard_max)
+    return sock
+
+
+def bind_router(ctx: zmq.Context, address: str, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[zmq.Socket, str]:
+    """A ROUTER bound at `address`; returns it and the concrete endpoint peers connect to.
+
+    Messages up to 4 x `max_bytes` reach the application (which rejects those over `max_bytes`
+    with an error reply); ZeroMQ drops a peer that sends more.
+    """
+    sock = _common(ctx.socket(zmq.ROUTER), 4 * max_bytes)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    sock.bind(address)
+    endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    if endpoint.startswith("ipc://"):
+        os.chmod(endpoint[len("ipc://") :], 0o600)
+    return sock, endpoint
+
+
+def connect_dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
+    """A DEALER connected to `endpoint` (loopback tcp or ipc only)."""
+    if endpoint.startswith("tcp://") and not endpoint.startswith("tcp://127.0.0.1:"):
+        raise BridgeError(f"refusing to connect to {endpoint}: the bridge only uses 127.0.0.1")
+    sock = _common(ctx.socket(zmq.DEALER))
+    sock.connect(endpoint)
+    return sock
+
+
+def write_endpoint_file(run_dir: Path, name: str, endpoint: str) -> None:
+    """Publish an endpoint atomically (write + rename) so a waiting launcher never reads half of it."""
+    tmp = run_dir / f".{name}.tmp"
+    tmp.write_text(endpoint)
+    tmp.rename(run_dir / f"{name}.endpoint")
+
+
+def endpoint_file(run_dir: Path, name: str) -> Path:
+    return run_dir / f"{name}.endpoint"
+
+
+def recv_within(sock: zmq.Socket, timeout_s: float, what: str) -> list[bytes]:
+    """One multipart message, or BridgeError(timeout) naming `what` after `timeout_s` of silence."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BridgeError(f"no word from {what} for {timeout_s:.0f} s", code=E_TIMEOUT)
+        if sock.poll(int(min(left, HEARTBEAT_S) * 1000) + 1, zmq.POLLIN):
+            return sock.recv_multipart()

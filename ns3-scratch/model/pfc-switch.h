@@ -1,0 +1,85 @@
+// Output-queued shared-buffer switch: ECMP forwarding, 8 classes per port, PFC, RED-ECN, INT.
+#ifndef PHANTORA_PFC_SWITCH_H
+#define PHANTORA_PFC_SWITCH_H
+
+#include "fabric-config.h"
+#include "phantora-net-device.h"
+#include "phantora-routing.h"
+#include "switch-mmu.h"
+
+#include "ns3/object.h"
+#include "ns3/random-variable-stream.h"
+#include "ns3/traced-callback.h"
+
+#include <array>
+#include <deque>
+#include <vector>
+
+namespace ns3 {
+
+/**
+ * A switch (or, with `kind` NvSwitch, an NVSwitch: unlimited buffer, no PFC, no ECN).
+ * Class 0 of every port is strict priority (PFC frames, ACKs); classes 1..7 are served round
+ * robin, each skipped while the downstream port has paused it. Ingress accounting, XOFF/XON and
+ * drops come from SwitchMmu; ECN marking and INT stamping happen at dequeue.
+ */
+class PfcSwitch : public Object, public PortOwner {
+ public:
+  static TypeId GetTypeId();
+
+  void Setup(uint32_t nodeId, NodeKind kind, const FabricConfig* cfg, FabricStats* stats, RouteTable* routes,
+             const std::vector<Ptr<PhantoraNetDevice>>& ports, const std::vector<uint64_t>& portDelayNs,
+             bool intOn);
+
+  bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
+  void Receive(uint32_t port, Ptr<Packet> pkt, const PhantoraHeader& hdr) override;
+
+  uint32_t NumPorts() const { return static_cast<uint32_t>(m_ports.size()); }
+  uint64_t QueueBytes(uint32_t port, uint32_t cls) const { return m_ports[port].bytes[cls]; }
+  uint64_t PortBytes(uint32_t port) const { return m_ports[port].total; }
+  uint64_t EcnMarks(uint32_t port) const { return m_ports[port].ecnMarks; }
+  uint64_t Drops(uint32_t port) const { return m_ports[port].drops; }
+  uint64_t MaxPortBytes(uint32_t port) const { return m_ports[port].maxTotal; }
+  const SwitchMmu& Mmu() const { return m_mmu; }
+  NodeKind Kind() const { return m_kind; }
+
+ protected:
+  void DoDispose() override;
+
+ private:
+  struct Port {
+    std::array<std::deque<TxItem>, kNumPrio> q;
+    std::array<uint64_t, kNumPrio> bytes{};
+    uint64_t total = 0;
+    uint64_t maxTotal = 0;    ///< peak of total
+    uint32_t rr = 1;          ///< next data class to try
+    uint64_t txBytes = 0;     ///< cumulative bytes sent (INT)
+    uint64_t kmin = 0, kmax = 0;
+    double pmax = 0;
+    uint64_t ecnMarks = 0;    ///< marks made at this egress port
+    uint64_t drops = 0;       ///< packets dropped arriving on this ingress port
+  };
+
+  void SendPfc(uint32_t port, uint32_t cls, bool pause);
+  bool EcnMark(const Port& p, uint64_t qlen);
+
+  uint32_t m_id = 0;
+  NodeKind m_kind = NodeKind::Switch;
+  const FabricConfig* m_cfg = nullptr;
+  FabricStats* m_stats = nullptr;
+  RouteTable* m_routes = nullptr;
+  bool m_int = false;
+  bool m_ecn = false;
+  std::vector<Ptr<PhantoraNetDevice>> m_dev;
+  std::vector<Port> m_ports;
+  SwitchMmu m_mmu;
+  Ptr<UniformRandomVariable> m_rng;
+
+  TracedCallback<uint32_t, uint32_t, bool> m_pfcTxTrace;              ///< (port, class, pause) sent upstream
+  TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t> m_dropTrace; ///< (ingress port, class, flow, seq)
+  TracedCallback<uint32_t, uint32_t, uint64_t> m_ecnTrace;            ///< (egress port, class, flow)
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_PFC_SWITCH_H

@@ -1,0 +1,53 @@
+// PhantoraChannel: schedules the arrival of a packet at the far port.
+#include "phantora-channel.h"
+
+#include "phantora-net-device.h"
+
+#include "ns3/log.h"
+#include "ns3/simulator.h"
+#include "ns3/uinteger.h"
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraChannel");
+NS_OBJECT_ENSURE_REGISTERED(PhantoraChannel);
+
+TypeId PhantoraChannel::GetTypeId() {
+  static TypeId tid = TypeId("ns3::PhantoraChannel")
+                          .SetParent<Channel>()
+                          .SetGroupName("Phantora")
+                          .AddConstructor<PhantoraChannel>()
+                          .AddAttribute("DelayNs", "Propagation delay in ns", UintegerValue(1000),
+                                        MakeUintegerAccessor(&PhantoraChannel::m_delayNs),
+                                        MakeUintegerChecker<uint64_t>());
+  return tid;
+}
+
+void PhantoraChannel::Attach(Ptr<PhantoraNetDevice> a, Ptr<PhantoraNetDevice> b) {
+  m_dev[0] = a;
+  m_dev[1] = b;
+}
+
+Ptr<PhantoraNetDevice> PhantoraChannel::GetPeer(const PhantoraNetDevice* dev) const {
+  return PeekPointer(m_dev[0]) == dev ? m_dev[1] : m_dev[0];
+}
+
+void PhantoraChannel::Transmit(const PhantoraNetDevice* from, Ptr<Packet> pkt, uint64_t txEndNs) {
+  Ptr<PhantoraNetDevice> peer = GetPeer(from);
+  uint64_t now = Simulator::Now().GetNanoSeconds();
+  Time delay = NanoSeconds(txEndNs - now + m_delayNs);
+  NS_LOG_LOGIC("packet " << pkt->GetUid() << " arrives in " << delay);
+  Simulator::ScheduleWithContext(peer->GetNode()->GetId(), delay, &PhantoraNetDevice::Receive, peer, pkt);
+}
+
+std::size_t PhantoraChannel::GetNDevices() const { return 2; }
+
+Ptr<NetDevice> PhantoraChannel::GetDevice(std::size_t i) const { return m_dev[i]; }
+
+void PhantoraChannel::DoDispose() {
+  m_dev[0] = nullptr;
+  m_dev[1] = nullptr;
+  Channel::DoDispose();
+}
+
+}  // namespace ns3

@@ -1,0 +1,54 @@
+// The one header of every phantora fabric packet: data, ACK, NACK and PFC frames.
+#ifndef PHANTORA_HEADER_H
+#define PHANTORA_HEADER_H
+
+#include "congestion-control.h"
+
+#include "ns3/header.h"
+
+#include <cstdint>
+
+namespace ns3 {
+
+/// Packet kinds on the phantora fabric.
+enum class PktType : uint8_t { Data = 0, Ack = 1, Nack = 2, Pfc = 3 };
+
+/// Header flag bits.
+constexpr uint8_t kFlagCe = 1;       ///< data: congestion experienced (set by a switch)
+constexpr uint8_t kFlagEcnEcho = 2;  ///< ACK/NACK: the acknowledged data packet was CE-marked
+constexpr uint8_t kFlagPause = 4;    ///< PFC: 1 = pause (XOFF), 0 = resume (XON)
+
+/**
+ * Routing, transport and telemetry fields of a packet. The serialised form carries every field
+ * at full precision (INT records too); the bytes a packet occupies on the wire are modelled
+ * separately (payload + configured header overhead), so this size does not affect timing.
+ */
+class PhantoraHeader : public Header {
+ public:
+  static TypeId GetTypeId();
+  TypeId GetInstanceTypeId() const override;
+  uint32_t GetSerializedSize() const override;
+  void Serialize(Buffer::Iterator start) const override;
+  uint32_t Deserialize(Buffer::Iterator start) override;
+  void Print(std::ostream& os) const override;
+
+  /// Append one INT record (ignored once kMaxIntHops are present).
+  void PushHop(const IntHop& hop);
+
+  PktType type = PktType::Data;
+  uint8_t prio = 0;       ///< traffic class; for PFC the paused class
+  uint8_t flags = 0;      ///< kFlag* bits
+  uint8_t nHops = 0;      ///< INT records present
+  uint32_t src = 0;       ///< source node id
+  uint32_t dst = 0;       ///< destination node id
+  uint64_t flowId = 0;    ///< queue pair (flow) id
+  uint64_t seq = 0;       ///< data: first payload byte; ACK/NACK: next byte expected
+  uint32_t payload = 0;   ///< payload bytes (data)
+  uint64_t ecmpKey = 0;   ///< flow key hashed by ECMP
+  uint64_t tsNs = 0;      ///< data: send time; ACK: echoed send time of the data packet
+  IntHop hops[kMaxIntHops] = {};
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_HEADER_H

@@ -1,0 +1,156 @@
+// PhantoraNetDevice: line-rate serialisation with picosecond carry, PFC pause per class.
+#include "phantora-net-device.h"
+
+#include "phantora-channel.h"
+
+#include "ns3/log.h"
+#include "ns3/mac48-address.h"
+#include "ns3/simulator.h"
+#include "ns3/trace-source-accessor.h"
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraNetDevice");
+NS_OBJECT_ENSURE_REGISTERED(PhantoraNetDevice);
+
+TypeId PhantoraNetDevice::GetTypeId() {
+  static TypeId tid =
+      TypeId("ns3::PhantoraNetDevice")
+          .SetParent<NetDevice>()
+          .SetGroupName("Phantora")
+          .AddConstructor<PhantoraNetDevice>()
+          .AddTraceSource("Tx", "A packet starts serialisation", MakeTraceSourceAccessor(&PhantoraNetDevice::m_txTrace),
+                          "ns3::Packet::TracedCallback")
+          .AddTraceSource("PfcRx", "A PFC frame arrived: (port, class, pause)",
+                          MakeTraceSourceAccessor(&PhantoraNetDevice::m_pfcRxTrace),
+                          "ns3::PhantoraNetDevice::PfcTracedCallback");
+  return tid;
+}
+
+PhantoraNetDevice::PhantoraNetDevice() = default;
+
+void PhantoraNetDevice::Setup(PortOwner* owner, uint32_t port, uint64_t rateBps) {
+  m_owner = owner;
+  m_port = port;
+  m_rateBps = rateBps;
+}
+
+void PhantoraNetDevice::Attach(Ptr<PhantoraChannel> channel) { m_channel = channel; }
+
+Ptr<PhantoraNetDevice> PhantoraNetDevice::GetPeer() const { return m_channel->GetPeer(this); }
+
+void PhantoraNetDevice::Kick() {
+  if (m_dequeuing) {
+    m_kickPending = true;  // the owner enqueued for this port from inside its own Dequeue
+    return;
+  }
+  if (!m_busy) {
+    TransmitNext();
+  }
+}
+
+void PhantoraNetDevice::TransmitNext() {
+  TxItem item;
+  bool got = false;
+  do {
+    m_kickPending = false;
+    m_dequeuing = true;
+    got = m_owner->Dequeue(m_port, m_paused, item);
+    m_dequeuing = false;
+  } while (!got && m_kickPending);
+  if (!got) {
+    return;
+  }
+  const uint64_t nowPs = static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()) * 1000;
+  // Back to back with the previous packet (we are at its end, rounded up to a whole ns): keep the
+  // exact end, so the fractions of a ns do not add up to a lower line rate.
+  const uint64_t startPs = (nowPs >= m_lastEndPs && nowPs - m_lastEndPs < 1000) ? m_lastEndPs : nowPs;
+  const uint64_t txPs = static_cast<uint64_t>(
+      (static_cast<unsigned __int128>(item.wireBytes) * 8'000'000'000'000ULL) / m_rateBps);
+  m_lastEndPs = startPs + txPs;
+  const uint64_t endNs = (m_lastEndPs + 999) / 1000;
+  m_busy = true;
+  m_txBytes += item.wireBytes;
+  ++m_txPackets;
+  m_txTrace(item.pkt);
+  const uint64_t nowNs = nowPs / 1000;
+  Simulator::Schedule(NanoSeconds(endNs - nowNs), &PhantoraNetDevice::TransmitDone, this);
+  m_channel->Transmit(this, item.pkt, endNs);
+}
+
+void PhantoraNetDevice::TransmitDone() {
+  m_busy = false;
+  TransmitNext();
+}
+
+void PhantoraNetDevice::Receive(Ptr<Packet> pkt) {
+  PhantoraHeader hdr;
+  pkt->PeekHeader(hdr);
+  if (hdr.type == PktType::Pfc) {
+    const uint32_t c = hdr.prio % kNumPrio;
+    const bool pause = hdr.flags & kFlagPause;
+    const uint64_t now = Simulator::Now().GetNanoSeconds();
+    NS_LOG_LOGIC("port " << m_port << " class " << c << (pause ? " paused" : " resumed"));
+    if (pause && !m_paused[c]) {
+      m_pausedSinceNs[c] = now;
+    } else if (!pause && m_paused[c]) {
+      m_pausedNs += now - m_pausedSinceNs[c];
+    }
+    m_paused[c] = pause;
+    m_pfcRxTrace(m_port, c, pause);
+    if (!pause) {
+      Kick();
+    }
+    return;
+  }
+  m_owner->Receive(m_port, pkt, hdr);
+}
+
+uint64_t PhantoraNetDevice::GetPausedNs() const {
+  uint64_t total = m_pausedNs;
+  const uint64_t now = Simulator::Now().GetNanoSeconds();
+  for (uint32_t c = 0; c < kNumPrio; ++c) {
+    if (m_paused[c]) {
+      total += now - m_pausedSinceNs[c];
+    }
+  }
+  return total;
+}
+
+void PhantoraNetDevice::DoDispose() {
+  m_owner = nullptr;
+  m_node = nullptr;
+  m_channel = nullptr;
+  NetDevice::DoDispose();
+}
+
+// ----- NetDevice boilerplate ------------------------------------------------------------------
+void PhantoraNetDevice::SetIfIndex(const uint32_t index) { m_ifIndex = index; }
+uint32_t PhantoraNetDevice::GetIfIndex() const { return m_ifIndex; }
+Ptr<Channel> PhantoraNetDevice::GetChannel() const { return m_channel; }
+void PhantoraNetDevice::SetAddress(Address) {}
+Address PhantoraNetDevice::GetAddress() const { return Mac48Address(); }
+bool PhantoraNetDevice::SetMtu(const uint16_t mtu) {
+  m_mtu = mtu;
+  return true;
+}
+uint16_t PhantoraNetDevice::GetMtu() const { return m_mtu; }
+bool PhantoraNetDevice::IsLinkUp() const { return m_channel != nullptr; }
+void PhantoraNetDevice::AddLinkChangeCallback(Callback<void>) {}
+bool PhantoraNetDevice::IsBroadcast() const { return false; }
+Address PhantoraNetDevice::GetBroadcast() const { return Mac48Address::GetBroadcast(); }
+bool PhantoraNetDevice::IsMulticast() const { return false; }
+Address PhantoraNetDevice::GetMulticast(Ipv4Address) const { return Mac48Address(); }
+Address PhantoraNetDevice::GetMulticast(Ipv6Address) const { return Mac48Address(); }
+bool PhantoraNetDevice::IsBridge() const { return false; }
+bool PhantoraNetDevice::IsPointToPoint() const { return true; }
+bool PhantoraNetDevice::Send(Ptr<Packet>, const Address&, uint16_t) { return false; }
+bool PhantoraNetDevice::SendFrom(Ptr<Packet>, const Address&, const Address&, uint16_t) { return false; }
+Ptr<Node> PhantoraNetDevice::GetNode() const { return m_node; }
+void PhantoraNetDevice::SetNode(Ptr<Node> node) { m_node = node; }
+bool PhantoraNetDevice::NeedsArp() const { return false; }
+void PhantoraNetDevice::SetReceiveCallback(NetDevice::ReceiveCallback) {}
+void PhantoraNetDevice::SetPromiscReceiveCallback(PromiscReceiveCallback) {}
+bool PhantoraNetDevice::SupportsSendFrom() const { return false; }
+
+}  // namespace ns3

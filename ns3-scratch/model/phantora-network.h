@@ -1,0 +1,139 @@
+// PhantoraNetwork: the one class Python (and the standalone runner) talks to.
+//
+// Build a fabric (AddNode, AddLink, SetParam, Finalize), add flows with dependencies, run in
+// windows of simulated time, and drain results. Times are integer ns. Only standard types cross
+// this interface, so it loads into cppyy without the model headers. One live instance per
+// process (ns-3 has one global simulator); Close() (or the destructor) resets the simulator.
+#ifndef PHANTORA_NETWORK_H
+#define PHANTORA_NETWORK_H
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ns3 {
+
+/// A flow whose last byte reached its destination.
+struct FlowRecord {
+  uint64_t id;
+  uint32_t src;
+  uint32_t dst;
+  uint64_t size;
+  int64_t startNs;  ///< dependencies released (+ delay): the queue pair opened
+  int64_t endNs;    ///< last byte received
+};
+
+/// A flow whose sender got its last ACK: the fields of HPCC's fct.txt.
+struct FctRecord {
+  uint64_t id;
+  uint32_t src;
+  uint32_t dst;
+  uint32_t sport;
+  uint32_t dport;
+  uint64_t size;
+  int64_t startNs;
+  int64_t fctNs;         ///< last ACK at the sender - start
+  int64_t standaloneNs;  ///< base RTT + size with headers at the path's line rate
+};
+
+/// A PFC frame received by a port (the paused side), as in HPCC's pfc.txt.
+struct PfcRecord {
+  int64_t timeNs;
+  uint32_t node;      ///< the node whose port is paused / resumed
+  uint32_t nodeType;  ///< 0 endpoint, 1 switch, 2 NVSwitch
+  uint32_t port;      ///< 0-based port of that node
+  uint32_t prio;
+  uint32_t pause;     ///< 1 pause, 0 resume
+  uint32_t fromNode;  ///< the switch that sent it
+};
+
+/// Bytes queued at a switch egress (port, class) at a sampling instant.
+struct QueueSample {
+  int64_t timeNs;
+  uint32_t node;
+  uint32_t port;
+  uint32_t prio;
+  uint64_t bytes;
+};
+
+/// A packet dropped at a switch ingress.
+struct DropRecord {
+  int64_t timeNs;
+  uint32_t node;
+  uint32_t port;
+  uint32_t prio;
+  uint64_t flowId;
+  uint64_t seq;
+};
+
+/// Traffic of one directed channel (2*link = a->b, 2*link+1 = b->a).
+struct ChannelRecord {
+  uint32_t channel;
+  uint32_t src;
+  uint32_t dst;
+  uint64_t bps;
+  uint64_t txBytes;
+  uint64_t txPackets;
+  uint64_t pausedNs;       ///< class-ns the sending port spent paused by PFC
+  uint64_t ecnMarks;       ///< CE marks made at the sending port (switches)
+  uint64_t maxQueueBytes;  ///< peak bytes queued at the sending port (switches)
+};
+
+class PhantoraNetwork {
+ public:
+  PhantoraNetwork();
+  ~PhantoraNetwork();
+  PhantoraNetwork(const PhantoraNetwork&) = delete;
+  PhantoraNetwork& operator=(const PhantoraNetwork&) = delete;
+
+  /// Set a knob before Finalize (see docs/packet-model.md); throws std::invalid_argument.
+  void SetParam(const std::string& key, const std::string& value);
+  /// "host", "gpu", "switch" or "nvswitch"; returns the node id (dense, from 0).
+  uint32_t AddNode(const std::string& kind);
+  /// A full-duplex link; returns its id. Ports are numbered per node in link order.
+  uint32_t AddLink(uint32_t a, uint32_t b, uint64_t bps, uint64_t delayNs);
+  void Finalize();
+
+  /// A flow that starts at max(startNs, last dep completion) + delayNs.
+  void AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t sizeBytes, int64_t startNs, uint32_t priority,
+               uint64_t ecmpKey, const std::vector<uint64_t>& deps, int64_t delayNs, uint32_t dport = 100);
+
+  /// Process every event at or before `ns`; Now() becomes `ns`.
+  void RunUntil(int64_t ns);
+  /// Run until no flow is in flight (Now() = last completion) or `limitNs`; true if idle.
+  bool RunUntilIdle(int64_t limitNs);
+  /// Run until every flow is also acknowledged at its sender, or `limitNs`; true if so.
+  bool RunUntilQuiet(int64_t limitNs);
+
+  std::vector<FlowRecord> DrainCompletions();
+  std::vector<FctRecord> DrainFct();
+  std::vector<PfcRecord> DrainPfc();
+  std::vector<QueueSample> DrainQueueSamples();
+  std::vector<DropRecord> DrainDrops();
+  std::vector<ChannelRecord> ChannelStats() const;
+  std::vector<std::pair<std::string, double>> Stats() const;
+
+  int64_t Now() const;
+  /// Time of the next pending event, or -1.
+  int64_t NextEventTime() const;
+  /// Flows added and not yet complete at their receiver.
+  uint64_t InFlight() const;
+  /// Channel ids a flow with this ECMP key takes (the switches' own tables and hash).
+  std::vector<int64_t> Route(uint32_t src, uint32_t dst, uint64_t ecmpKey);
+  /// Base RTT of a path: 2 x propagation + one payload's serialisation per hop (as HPCC).
+  uint64_t BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey);
+  /// Pacing rate of an open queue pair (0 if not open).
+  uint64_t FlowRateBps(uint64_t flowId) const;
+  void Close();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_NETWORK_H

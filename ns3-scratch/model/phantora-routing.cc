@@ -1,0 +1,172 @@
+// RouteTable: lazy BFS per destination, candidate ports sorted like the Python model.
+#include "phantora-routing.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <stdexcept>
+#include <tuple>
+
+namespace ns3 {
+
+namespace {
+constexpr uint32_t kInf = 1u << 30;
+const std::vector<uint32_t> kNoPorts;
+}  // namespace
+
+void RouteTable::AddNode(NodeKind kind) {
+  m_kind.push_back(kind);
+  m_adj.emplace_back();
+  m_dist.clear();
+  m_cand.clear();
+  m_candDone.clear();
+}
+
+std::pair<uint32_t, uint32_t> RouteTable::AddLink(uint32_t a, uint32_t b, uint32_t linkId) {
+  const uint32_t pa = static_cast<uint32_t>(m_adj[a].size());
+  const uint32_t pb = static_cast<uint32_t>(m_adj[b].size());
+  m_adj[a].push_back({b, 2 * linkId, pa});
+  m_adj[b].push_back({a, 2 * linkId + 1, pb});
+  m_dist.clear();
+  m_cand.clear();
+  m_candDone.clear();
+  return {pa, pb};
+}
+
+const std::vector<uint32_t>& RouteTable::Dist(uint32_t dst) {
+  if (m_dist.empty()) {
+    m_dist.resize(m_kind.size());
+  }
+  std::vector<uint32_t>& dist = m_dist[dst];
+  if (!dist.empty()) {
+    return dist;
+  }
+  dist.assign(m_kind.size(), kInf);
+  dist[dst] = 0;
+  std::deque<uint32_t> queue{dst};
+  while (!queue.empty()) {
+    const uint32_t u = queue.front();
+    queue.pop_front();
+    if (u != dst && m_kind[u] != NodeKind::Switch) {
+      continue;  // endpoints and NVSwitches are leaves of the search
+    }
+    for (const Adj& e : m_adj[u]) {
+      if (dist[e.peer] == kInf && m_kind[e.peer] != NodeKind::NvSwitch) {
+        dist[e.peer] = dist[u] + 1;
+        queue.push_back(e.peer);
+      }
+    }
+  }
+  return dist;
+}
+
+int64_t RouteTable::SharedNvSwitch(uint32_t a, uint32_t b) const {
+  for (const Adj& eb : m_adj[b]) {
+    if (m_kind[eb.peer] != NodeKind::NvSwitch) {
+      continue;
+    }
+    for (const Adj& ea : m_adj[a]) {
+      if (ea.peer == eb.peer) {
+        return eb.peer;
+      }
+    }
+  }
+  return -1;
+}
+
+uint32_t RouteTable::PortTo(uint32_t a, uint32_t b) const {
+  for (const Adj& e : m_adj[a]) {
+    if (e.peer == b) {
+      return e.port;
+    }
+  }
+  return std::numeric_limits<uint32_t>::max();
+}
+
+bool RouteTable::Reachable(uint32_t src, uint32_t dst) {
+  if (src == dst) {
+    return true;
+  }
+  if (SharedNvSwitch(src, dst) >= 0) {
+    return true;
+  }
+  return Dist(dst)[src] < kInf;
+}
+
+const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst) {
+  if (m_cand.empty()) {
+    m_cand.resize(m_kind.size());
+    m_candDone.resize(m_kind.size());
+  }
+  if (m_cand[node].empty()) {
+    m_cand[node].resize(m_kind.size());
+    m_candDone[node].assign(m_kind.size(), 0);
+  }
+  std::vector<uint32_t>& out = m_cand[node][dst];
+  if (m_candDone[node][dst]) {
+    return out;
+  }
+  m_candDone[node][dst] = 1;
+  if (node == dst) {
+    return out;
+  }
+  const NodeKind kind = m_kind[node];
+  if (kind == NodeKind::NvSwitch) {
+    const uint32_t p = PortTo(node, dst);
+    if (p != std::numeric_limits<uint32_t>::max()) {
+      out.push_back(p);
+    }
+    return out;
+  }
+  if (IsEndpoint(kind)) {
+    const int64_t nv = SharedNvSwitch(node, dst);
+    if (nv >= 0) {
+      out.push_back(PortTo(node, static_cast<uint32_t>(nv)));
+      return out;
+    }
+  }
+  const std::vector<uint32_t>& dist = Dist(dst);
+  if (dist[node] >= kInf || dist[node] == 0) {
+    return out;
+  }
+  const uint32_t want = dist[node] - 1;
+  std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> hops;  // (neighbour, channel, port)
+  for (const Adj& e : m_adj[node]) {
+    if (dist[e.peer] == want && (e.peer == dst || m_kind[e.peer] == NodeKind::Switch)) {
+      hops.emplace_back(e.peer, e.channel, e.port);
+    }
+  }
+  std::sort(hops.begin(), hops.end());
+  for (const auto& h : hops) {
+    out.push_back(std::get<2>(h));
+  }
+  return out;
+}
+
+uint32_t RouteTable::Pick(uint32_t node, uint32_t dst, uint64_t key) {
+  const std::vector<uint32_t>& c = Candidates(node, dst);
+  if (c.empty()) {
+    return std::numeric_limits<uint32_t>::max();
+  }
+  if (c.size() == 1) {
+    return c[0];
+  }
+  return c[EcmpHash(key, node) % c.size()];
+}
+
+std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key) {
+  std::vector<int64_t> path;
+  uint32_t node = src;
+  while (node != dst) {
+    const uint32_t port = Pick(node, dst, key);
+    if (port == std::numeric_limits<uint32_t>::max() || path.size() > m_kind.size()) {
+      return {};
+    }
+    const Adj& e = m_adj[node][port];
+    path.push_back(e.channel);
+    node = e.peer;
+  }
+  return path;
+}
+
+}  // namespace ns3

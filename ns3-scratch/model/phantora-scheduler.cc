@@ -1,0 +1,62 @@
+// PhantoraScheduler: delegation to an inner ns-3 scheduler.
+#include "phantora-scheduler.h"
+
+#include "ns3/log.h"
+#include "ns3/object-factory.h"
+#include "ns3/string.h"
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraScheduler");
+NS_OBJECT_ENSURE_REGISTERED(PhantoraScheduler);
+
+namespace {
+PhantoraScheduler* g_current = nullptr;
+}
+
+TypeId PhantoraScheduler::GetTypeId() {
+  static TypeId tid = TypeId("ns3::PhantoraScheduler")
+                          .SetParent<Scheduler>()
+                          .SetGroupName("Phantora")
+                          .AddConstructor<PhantoraScheduler>()
+                          .AddAttribute("Inner", "TypeId name of the scheduler that holds the events",
+                                        StringValue("ns3::MapScheduler"),
+                                        MakeStringAccessor(&PhantoraScheduler::SetInner, &PhantoraScheduler::GetInner),
+                                        MakeStringChecker());
+  return tid;
+}
+
+PhantoraScheduler::PhantoraScheduler() {
+  SetInner("ns3::MapScheduler");
+  g_current = this;
+}
+
+PhantoraScheduler::~PhantoraScheduler() {
+  if (g_current == this) {
+    g_current = nullptr;
+  }
+}
+
+PhantoraScheduler* PhantoraScheduler::Current() { return g_current; }
+
+void PhantoraScheduler::SetInner(std::string name) {
+  NS_ASSERT_MSG(m_inner == nullptr || m_inner->IsEmpty(), "cannot swap a scheduler that holds events");
+  ObjectFactory f;
+  f.SetTypeId(name);
+  m_inner = f.Create<Scheduler>();
+  m_innerName = name;
+}
+
+std::string PhantoraScheduler::GetInner() const { return m_innerName; }
+
+int64_t PhantoraScheduler::PeekNextTs() const {
+  return m_inner->IsEmpty() ? -1 : static_cast<int64_t>(m_inner->PeekNext().key.m_ts);
+}
+
+void PhantoraScheduler::Insert(const Event& ev) { m_inner->Insert(ev); }
+bool PhantoraScheduler::IsEmpty() const { return m_inner->IsEmpty(); }
+Scheduler::Event PhantoraScheduler::PeekNext() const { return m_inner->PeekNext(); }
+Scheduler::Event PhantoraScheduler::RemoveNext() { return m_inner->RemoveNext(); }
+void PhantoraScheduler::Remove(const Event& ev) { m_inner->Remove(ev); }
+
+}  // namespace ns3

@@ -1,0 +1,40 @@
+// An event scheduler that lets the facade peek at the time of the next pending event.
+#ifndef PHANTORA_SCHEDULER_H
+#define PHANTORA_SCHEDULER_H
+
+#include "ns3/scheduler.h"
+
+namespace ns3 {
+
+/**
+ * Wraps a standard ns-3 scheduler (attribute "Inner", default ns3::MapScheduler) and remembers the
+ * live instance, so PhantoraNetwork::NextEventTime() can answer without running anything.
+ */
+class PhantoraScheduler : public Scheduler {
+ public:
+  static TypeId GetTypeId();
+  PhantoraScheduler();
+  ~PhantoraScheduler() override;
+
+  /// The scheduler of the running simulator, or nullptr.
+  static PhantoraScheduler* Current();
+  /// Time step (ns) of the next event, or -1 if there is none.
+  int64_t PeekNextTs() const;
+
+  void Insert(const Event& ev) override;
+  bool IsEmpty() const override;
+  Event PeekNext() const override;
+  Event RemoveNext() override;
+  void Remove(const Event& ev) override;
+
+ private:
+  void SetInner(std::string name);
+  std::string GetInner() const;
+
+  Ptr<Scheduler> m_inner;
+  std::string m_innerName;
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_SCHEDULER_H

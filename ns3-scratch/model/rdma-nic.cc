@@ -1,0 +1,339 @@
+// RdmaNic: queue pairs, pacing, ACK/NACK generation and go-back-N recovery.
+#include "rdma-nic.h"
+
+#include "ns3/log.h"
+#include "ns3/simulator.h"
+#include "ns3/trace-source-accessor.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraRdmaNic");
+NS_OBJECT_ENSURE_REGISTERED(RdmaNic);
+
+namespace {
+
+uint64_t NowNs() { return static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()); }
+
+/// Serialisation time of `bytes` at `rateBps`, in ps.
+uint64_t TxPs(uint64_t bytes, uint64_t rateBps) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bytes) * 8'000'000'000'000ULL) / rateBps);
+}
+
+}  // namespace
+
+TypeId RdmaNic::GetTypeId() {
+  static TypeId tid = TypeId("ns3::RdmaNic")
+                          .SetParent<Object>()
+                          .SetGroupName("Phantora")
+                          .AddConstructor<RdmaNic>()
+                          .AddTraceSource("Nack", "This receiver sent a NACK: (flow, expected seq)",
+                                          MakeTraceSourceAccessor(&RdmaNic::m_nackTrace),
+                                          "ns3::RdmaNic::FlowSeqTracedCallback")
+                          .AddTraceSource("Timeout", "A go-back-N timeout at this sender: (flow, seq)",
+                                          MakeTraceSourceAccessor(&RdmaNic::m_timeoutTrace),
+                                          "ns3::RdmaNic::FlowSeqTracedCallback");
+  return tid;
+}
+
+void RdmaNic::Setup(uint32_t nodeId, const FabricConfig* cfg, FabricStats* stats, RouteTable* routes,
+                    FabricContext* ctx, const std::vector<Ptr<PhantoraNetDevice>>& ports,
+                    const ObjectFactory& ccFactory, bool intOn) {
+  m_id = nodeId;
+  m_cfg = cfg;
+  m_stats = stats;
+  m_routes = routes;
+  m_ctx = ctx;
+  m_dev = ports;
+  m_ports.assign(ports.size(), Port{});
+  m_ccFactory = ccFactory;
+  m_int = intOn;
+  m_rtoNs = cfg->rtoNs < 0 ? (cfg->pfc ? 0 : 1'000'000) : static_cast<uint64_t>(cfg->rtoNs);
+}
+
+void RdmaNic::StartFlow(const QpSpec& spec) {
+  auto qp = std::make_unique<Qp>();
+  qp->spec = spec;
+  qp->port = m_routes->Pick(m_id, spec.dst, spec.key);
+  NS_ASSERT_MSG(qp->port < m_ports.size(), "no route from " << m_id << " to " << spec.dst);
+  const uint64_t now = NowNs();
+  qp->lastProgressNs = now;
+  qp->nextAvailPs = now * 1000;
+  const uint64_t rate = m_dev[qp->port]->GetRateBps();
+  qp->rttNs = m_ctx->CcBaseRttNs(m_id, spec.dst, spec.key);
+  qp->cc = m_ccFactory.Create<CongestionControl>();
+  qp->cc->Start(rate, qp->rttNs, m_cfg->payloadBytes, m_ctx->CcBdpBytes(m_id, spec.dst, spec.key));
+  Qp* raw = qp.get();
+  m_ports[raw->port].active.push_back(raw);
+  m_qps[spec.id] = std::move(qp);
+  NS_LOG_LOGIC("node " << m_id << " starts flow " << spec.id << " (" << spec.size << " B to " << spec.dst << ")");
+  m_dev[raw->port]->Kick();
+}
+
+void RdmaNic::ExpectFlow(uint64_t id, uint64_t size) {
+  Rx& rx = m_rx[id];
+  rx = Rx{};
+  rx.size = size;
+}
+
+void RdmaNic::ForgetFlow(uint64_t id) { m_rx.erase(id); }
+
+Ptr<CongestionControl> RdmaNic::GetCc(uint64_t flowId) const {
+  auto it = m_qps.find(flowId);
+  return it == m_qps.end() ? nullptr : it->second->cc;
+}
+
+bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
+  Port& p = m_ports[port];
+  if (!p.ctrl.empty()) {
+    out = std::move(p.ctrl.front());
+    p.ctrl.pop_front();
+    return true;
+  }
+  const uint64_t now = NowNs();
+  const uint64_t nowPs = now * 1000;
+  const uint32_t n = static_cast<uint32_t>(p.active.size());
+  uint64_t earliest = std::numeric_limits<uint64_t>::max();
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t idx = (p.rr + i) % n;
+    Qp* qp = p.active[idx];
+    if (paused[qp->spec.prio % kNumPrio] || qp->sndNxt >= qp->spec.size) {
+      continue;
+    }
+    const uint64_t win = qp->cc->GetWindowBytes();
+    if (win != 0 && qp->sndNxt - qp->sndUna >= win) {
+      continue;
+    }
+    if (qp->nextAvailPs > nowPs + 999) {  // pacing: due later than within this ns
+      earliest = std::min(earliest, qp->nextAvailPs);
+      continue;
+    }
+    p.rr = (idx + 1) % n;
+    BuildData(qp, out, now);
+    return true;
+  }
+  if (earliest != std::numeric_limits<uint64_t>::max()) {
+    Wake(port, earliest / 1000);  // the ns in which the earliest queue pair becomes due
+  }
+  return false;
+}
+
+void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
+  PhantoraHeader hdr;
+  hdr.type = PktType::Data;
+  hdr.prio = qp->spec.prio;
+  hdr.src = m_id;
+  hdr.dst = qp->spec.dst;
+  hdr.flowId = qp->spec.id;
+  hdr.seq = qp->sndNxt;
+  hdr.payload = static_cast<uint32_t>(std::min<uint64_t>(m_cfg->payloadBytes, qp->spec.size - qp->sndNxt));
+  hdr.ecmpKey = qp->spec.key;
+  hdr.tsNs = nowNs;
+  Ptr<Packet> pkt = Create<Packet>(hdr.payload);
+  pkt->AddHeader(hdr);
+  const uint32_t wire = WireBytes(*m_cfg, hdr, m_int);
+  out = TxItem{pkt, wire, 0, qp->spec.prio, true};
+
+  if (qp->sndNxt < qp->maxSent) {
+    ++m_stats->retxPackets;
+  }
+  ++m_stats->dataPackets;
+  qp->sndNxt += hdr.payload;
+  qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
+  uint64_t rate = qp->cc->GetRateBps();
+  const uint64_t line = m_dev[qp->port]->GetRateBps();
+  if (rate == 0 || rate > line) {
+    rate = line;
+  }
+  // Pace on an exact ps timeline: the packet's ideal start is when it became due (or up to 1 ns ago, if
+  // the queue pair was held back), so whole-ns event times never lower the long-run rate.
+  const uint64_t nowPs = nowNs * 1000;
+  const uint64_t idealStart = std::max(qp->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
+  qp->nextAvailPs = idealStart + TxPs(wire, rate);
+  qp->cc->OnSend(hdr.payload, nowNs);
+  ArmRto(qp);
+}
+
+void RdmaNic::Receive(uint32_t, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
+  if (hdr.dst != m_id) {
+    NS_LOG_WARN("node " << m_id << " got a packet for " << hdr.dst << "; endpoints do not forward");
+    return;
+  }
+  if (hdr.type == PktType::Data) {
+    ReceiveData(hdr);
+  } else {
+    ReceiveAck(hdr);
+  }
+}
+
+void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
+  auto it = m_rx.find(hdr.flowId);
+  if (it == m_rx.end()) {
+    return;  // a late duplicate of a finished flow
+  }
+  Rx& rx = it->second;
+  const uint64_t now = NowNs();
+  if (hdr.seq == rx.expected) {
+    rx.expected += hdr.payload;
+    m_stats->payloadBytesDelivered += hdr.payload;
+    const bool last = rx.expected >= rx.size;
+    const bool ce = hdr.flags & kFlagCe;
+    if (++rx.sinceAck >= m_cfg->ackInterval || last || ce) {
+      rx.sinceAck = 0;
+      SendAck(hdr, PktType::Ack, rx);
+    }
+    if (last && !rx.done) {
+      rx.done = true;
+      m_ctx->DataComplete(hdr.flowId);
+    }
+  } else if (hdr.seq > rx.expected) {
+    if (rx.expected != rx.lastNackSeq || now - rx.lastNackNs >= m_cfg->nackIntervalNs) {
+      rx.lastNackSeq = rx.expected;
+      rx.lastNackNs = now;
+      ++m_stats->nacks;
+      m_nackTrace(hdr.flowId, rx.expected);
+      SendAck(hdr, PktType::Nack, rx);
+    }
+  } else {
+    SendAck(hdr, PktType::Ack, rx);  // duplicate: tell the sender where we are
+  }
+}
+
+void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx) {
+  PhantoraHeader ack;
+  ack.type = type;
+  ack.prio = m_cfg->ackHighPrio ? 0 : data.prio;
+  ack.flags = (data.flags & kFlagCe) ? kFlagEcnEcho : 0;
+  ack.src = m_id;
+  ack.dst = data.src;
+  ack.flowId = data.flowId;
+  ack.seq = rx.expected;
+  ack.ecmpKey = data.ecmpKey;
+  ack.tsNs = data.tsNs;
+  ack.nHops = data.nHops;
+  std::copy(data.hops, data.hops + data.nHops, ack.hops);
+  const uint32_t port = m_routes->Pick(m_id, data.src, data.ecmpKey);
+  if (port >= m_ports.size()) {
+    return;
+  }
+  Ptr<Packet> pkt = Create<Packet>();
+  pkt->AddHeader(ack);
+  m_ports[port].ctrl.push_back(TxItem{pkt, WireBytes(*m_cfg, ack, m_int), 0, ack.prio, false});
+  ++m_stats->acks;
+  m_dev[port]->Kick();
+}
+
+void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
+  auto it = m_qps.find(hdr.flowId);
+  if (it == m_qps.end()) {
+    return;  // the flow already finished
+  }
+  Qp* qp = it->second.get();
+  const uint64_t now = NowNs();
+  uint64_t newly = 0;
+  if (hdr.seq > qp->sndUna) {
+    newly = hdr.seq - qp->sndUna;
+    qp->sndUna = hdr.seq;
+    qp->lastProgressNs = now;
+  }
+  if (hdr.type == PktType::Nack && qp->sndNxt > hdr.seq) {
+    // Go back to the hole, once per hole per round trip (later NACKs for it are already in flight).
+    if (hdr.seq != qp->lastRewindSeq || now - qp->lastRewindNs >= qp->rttNs) {
+      qp->sndNxt = hdr.seq;
+      qp->lastRewindSeq = hdr.seq;
+      qp->lastRewindNs = now;
+    }
+  }
+  if (qp->sndNxt < qp->sndUna) {
+    qp->sndNxt = qp->sndUna;
+  }
+  CcFeedback fb;
+  fb.nowNs = now;
+  fb.ackSeq = hdr.seq;
+  fb.newlyAcked = static_cast<uint32_t>(std::min<uint64_t>(newly, std::numeric_limits<uint32_t>::max()));
+  fb.ecnEcho = hdr.flags & kFlagEcnEcho;
+  fb.rttNs = now > hdr.tsNs ? now - hdr.tsNs : 0;
+  fb.nHops = hdr.nHops;
+  std::copy(hdr.hops, hdr.hops + hdr.nHops, fb.hops);
+  if (fb.ecnEcho) {
+    ++m_stats->cnps;
+  }
+  qp->cc->OnAck(fb);
+  if (qp->sndUna >= qp->spec.size) {
+    Finish(qp);
+    return;
+  }
+  m_dev[qp->port]->Kick();
+}
+
+void RdmaNic::Finish(Qp* qp) {
+  qp->cc->Stop();
+  qp->rto.Cancel();
+  Port& p = m_ports[qp->port];
+  auto pos = std::find(p.active.begin(), p.active.end(), qp);
+  const uint32_t idx = static_cast<uint32_t>(pos - p.active.begin());
+  p.active.erase(pos);
+  if (idx < p.rr) {
+    --p.rr;
+  }
+  if (p.rr >= p.active.size()) {
+    p.rr = 0;
+  }
+  const uint64_t id = qp->spec.id;
+  m_qps.erase(id);  // frees qp
+  m_ctx->SenderDone(id);
+}
+
+void RdmaNic::ArmRto(Qp* qp) {
+  if (m_rtoNs == 0 || qp->rto.IsPending()) {
+    return;
+  }
+  const uint64_t now = NowNs();
+  const uint64_t at = std::max(now, qp->lastProgressNs + m_rtoNs);
+  qp->rto = Simulator::Schedule(NanoSeconds(at - now), &RdmaNic::CheckRto, this, qp);
+}
+
+void RdmaNic::CheckRto(Qp* qp) {
+  const uint64_t now = NowNs();
+  if (qp->sndNxt > qp->sndUna && now - qp->lastProgressNs >= m_rtoNs) {
+    NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << " times out at " << qp->sndUna);
+    ++m_stats->timeouts;
+    m_timeoutTrace(qp->spec.id, qp->sndUna);
+    qp->sndNxt = qp->sndUna;
+    qp->lastProgressNs = now;
+    m_dev[qp->port]->Kick();
+  }
+  if (qp->sndNxt > qp->sndUna) {
+    ArmRto(qp);
+  }
+}
+
+void RdmaNic::Wake(uint32_t port, uint64_t atNs) {
+  Port& p = m_ports[port];
+  if (p.wake.IsPending()) {
+    if (p.wakeNs <= atNs) {
+      return;
+    }
+    p.wake.Cancel();
+  }
+  p.wakeNs = atNs;
+  p.wake = Simulator::Schedule(NanoSeconds(atNs - NowNs()), &RdmaNic::OnWake, this, port);
+}
+
+void RdmaNic::OnWake(uint32_t port) { m_dev[port]->Kick(); }
+
+void RdmaNic::DoDispose() {
+  for (auto& [id, qp] : m_qps) {
+    qp->rto.Cancel();
+    qp->cc = nullptr;
+  }
+  m_qps.clear();
+  m_rx.clear();
+  m_dev.clear();
+  m_ports.clear();
+  Object::DoDispose();
+}
+
+}  // namespace ns3

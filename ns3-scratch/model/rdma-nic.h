@@ -1,0 +1,121 @@
+// RDMA NIC of an endpoint: one queue pair per flow, rate pacing, ACK/NACK, go-back-N, PFC-aware.
+#ifndef PHANTORA_RDMA_NIC_H
+#define PHANTORA_RDMA_NIC_H
+
+#include "congestion-control.h"
+#include "fabric-config.h"
+#include "phantora-net-device.h"
+#include "phantora-routing.h"
+
+#include "ns3/event-id.h"
+#include "ns3/object-factory.h"
+#include "ns3/object.h"
+#include "ns3/traced-callback.h"
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace ns3 {
+
+/// A flow as the sending NIC sees it.
+struct QpSpec {
+  uint64_t id = 0;
+  uint32_t dst = 0;
+  uint64_t size = 0;
+  uint8_t prio = 3;
+  uint64_t key = 0;
+};
+
+/**
+ * The NIC of one endpoint. Sender: a queue pair per flow with its own CongestionControl object;
+ * the queue pairs of a port share it packet by packet, round robin, each paced at its CC rate and
+ * capped by its CC window; a NACK or a timeout rewinds to the first unacknowledged byte (go-back-N).
+ * Receiver: in-order delivery; an ACK per `ackInterval` packets carries the ECN echo and the INT
+ * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
+ */
+class RdmaNic : public Object, public PortOwner {
+ public:
+  static TypeId GetTypeId();
+
+  void Setup(uint32_t nodeId, const FabricConfig* cfg, FabricStats* stats, RouteTable* routes, FabricContext* ctx,
+             const std::vector<Ptr<PhantoraNetDevice>>& ports, const ObjectFactory& ccFactory, bool intOn);
+
+  /// Open a queue pair and start sending now.
+  void StartFlow(const QpSpec& spec);
+  /// Get ready to receive `size` bytes of flow `id`.
+  void ExpectFlow(uint64_t id, uint64_t size);
+  void ForgetFlow(uint64_t id);
+
+  bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
+  void Receive(uint32_t port, Ptr<Packet> pkt, const PhantoraHeader& hdr) override;
+
+  uint32_t ActiveQps() const { return static_cast<uint32_t>(m_qps.size()); }
+  /// The CC object of an open queue pair (nullptr once finished).
+  Ptr<CongestionControl> GetCc(uint64_t flowId) const;
+
+ protected:
+  void DoDispose() override;
+
+ private:
+  struct Qp {
+    QpSpec spec;
+    uint32_t port = 0;
+    uint64_t sndNxt = 0;
+    uint64_t sndUna = 0;
+    uint64_t maxSent = 0;       ///< highest byte sent so far (to count retransmissions)
+    uint64_t nextAvailPs = 0;   ///< pacing: earliest time of the next packet
+    uint64_t lastProgressNs = 0;
+    uint64_t lastRewindSeq = UINT64_MAX;
+    uint64_t lastRewindNs = 0;
+    uint64_t rttNs = 0;
+    Ptr<CongestionControl> cc;
+    EventId rto;
+  };
+  struct Rx {
+    uint64_t size = 0;
+    uint64_t expected = 0;
+    uint32_t sinceAck = 0;
+    uint64_t lastNackSeq = UINT64_MAX;
+    uint64_t lastNackNs = 0;
+    bool done = false;
+  };
+  struct Port {
+    std::deque<TxItem> ctrl;
+    std::vector<Qp*> active;
+    uint32_t rr = 0;
+    EventId wake;
+    uint64_t wakeNs = 0;
+  };
+
+  void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
+  void ReceiveData(const PhantoraHeader& hdr);
+  void ReceiveAck(const PhantoraHeader& hdr);
+  void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx);
+  void Finish(Qp* qp);
+  void ArmRto(Qp* qp);
+  void CheckRto(Qp* qp);
+  void Wake(uint32_t port, uint64_t atNs);
+  void OnWake(uint32_t port);
+
+  uint32_t m_id = 0;
+  const FabricConfig* m_cfg = nullptr;
+  FabricStats* m_stats = nullptr;
+  RouteTable* m_routes = nullptr;
+  FabricContext* m_ctx = nullptr;
+  bool m_int = false;
+  uint64_t m_rtoNs = 0;
+  ObjectFactory m_ccFactory;
+  std::vector<Ptr<PhantoraNetDevice>> m_dev;
+  std::vector<Port> m_ports;
+  std::unordered_map<uint64_t, std::unique_ptr<Qp>> m_qps;
+  std::unordered_map<uint64_t, Rx> m_rx;
+
+  TracedCallback<uint64_t, uint64_t> m_nackTrace;     ///< (flow, seq) NACK sent by this receiver
+  TracedCallback<uint64_t, uint64_t> m_timeoutTrace;  ///< (flow, seq) go-back-N timeout at this sender
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_RDMA_NIC_H

@@ -1,0 +1,57 @@
+"""`phantora calibrate TABLE.csv --gpu l40s`: fit the compute model's curves on part of a measured table
+and report its error on the held-out rest, per op class (median and p90 relative error)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="fit the GPU compute model to a measured op table", description=__doc__)
+    p.add_argument("tables", nargs="+", type=Path, help="measured tables (phantora or perfdb CSV format)")
+    p.add_argument("--gpu", required=True, help="GPU the table was measured on (a100, h100, h200, b200, l40s)")
+    p.add_argument("--out", "-o", type=Path, default=None, help="write the fitted curves (JSON) here")
+    p.add_argument("--holdout", type=float, default=0.3, help="fraction of rows held out for testing (default 0.3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random train/test split (default 0)")
+    p.add_argument("--errors", type=Path, default=None, help="write per-row held-out predictions (CSV) here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from phantora.perfmodel.evaluate import class_errors, format_errors, predict_rows, write_predictions
+    from phantora.perfmodel.fit import fit_curves, split_rows
+    from phantora.perfmodel.gpus import get_gpu
+    from phantora.perfmodel.model import save_curves
+    from phantora.perfmodel.table import read_table
+
+    gpu = get_gpu(args.gpu)
+    rows = [r for path in args.tables for r in read_table(path)]
+    train_idx, test_idx = split_rows(rows, args.holdout, args.seed)
+    train = [rows[i] for i in train_idx]
+    test = [rows[i] for i in test_idx]
+    names = ", ".join(p.name for p in args.tables)
+    print(f"{len(rows)} rows from {names}; gpu {gpu.name}; holdout {args.holdout} seed {args.seed}: "
+          f"{len(train)} train, {len(test)} test")  # fmt: skip
+    start = time.perf_counter()
+    curves = fit_curves(train, gpu)
+    print(f"fitted on {curves.meta['rows']} timed training rows in {time.perf_counter() - start:.1f} s "
+          f"(loss {curves.meta['loss']:.4f})")  # fmt: skip
+    curves.meta.update(holdout=args.holdout, seed=args.seed, tables=[p.name for p in args.tables])
+    if test:
+        preds = predict_rows(test, gpu, curves)
+        errors = class_errors(preds)
+        baseline = class_errors(predict_rows(test, gpu, None))
+        print("held-out relative error |predicted - measured| / measured (roofline: efficiency 1, no floor):")
+        print(format_errors(errors, baseline))
+        curves.meta["test_errors"] = {e.op_class: {"rows": e.count, "median": e.median, "p90": e.p90} for e in errors}
+        if args.errors:
+            write_predictions(args.errors, preds)
+            print(f"wrote {args.errors}")
+    else:
+        print("no held-out rows (holdout 0): nothing to report")
+    if args.out:
+        save_curves(args.out, curves)
+        print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,35 @@
+"""`phantora compare RUN_A RUN_B ...`: compare run directories; differences are relative to the first run.
+
+Prints a table (iteration time or makespan, per-collective times, FCT and slowdown percentiles, PFC
+pauses and paused time, queue depth, ECN marks and CNPs, link utilisation) and, with --out, writes
+compare.md, compare.json and the plots (FCT CDF, queue depth, PFC timeline, step timelines).
+A file a run does not have is shown as "-" (not measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="compare run directories (flow vs packet, CC algorithms ...)", description=__doc__
+    )
+    p.add_argument("runs", nargs="+", type=Path, help="run directories (replay --out, run --out, netsim --out)")
+    p.add_argument("--out", "-o", type=Path, default=None, help="write compare.md, compare.json and plots here")
+    p.add_argument("--labels", default=None, help="comma-separated run labels (default: directory names)")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the plots")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from phantora.report.compare import format_table, load_and_compare, write_report
+
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    runs, cmp = load_and_compare(args.runs, labels)
+    print(format_table(cmp))
+    if args.out:
+        paths = write_report(args.out, runs, cmp, plots=args.plots)
+        print(f"\nwrote {len(paths)} files to {args.out}: " + ", ".join(p.name for p in paths))
+    return 0

@@ -1,0 +1,68 @@
+"""`phantora run --topology T train.py [args]`: run a real PyTorch training script on a simulated cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from phantora.units import parse_time_ns
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a training script as N simulated GPUs",
+        description=__doc__,
+        epilog="See docs/runtime.md. Everything after the script is passed to it.",
+    )
+    p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
+    p.add_argument("--network", choices=("flow", "ns3"), default="flow", help="network engine (default: flow)")
+    p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
+    p.add_argument("--gpu", default=None, help="GPU model: a100, h100, h200, b200, l40s (default: the topology's)")
+    p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (0 = exact; default per mode)")
+    p.add_argument("--out", "-o", default=None, help="write results.json, trace.json and logs/ here")
+    p.add_argument("--nproc", type=int, default=None, help="number of ranks (default: the topology's rank count)")
+    p.add_argument("--trace", choices=("ops", "coarse", "none"), default="ops", help="compute detail in trace.json")
+    p.add_argument("--launch-overhead", default="1us", help="per-kernel launch overhead (default 1us)")
+    p.add_argument("--no-time-patch", action="store_true", help="keep time.perf_counter/time.time real")
+    p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
+    p.add_argument("--quiet", "-q", action="store_true", help="do not print rank 0's output")
+    p.add_argument("script", help="training script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from phantora.runtime.launcher import RunConfig, launch
+    from phantora.runtime.results import format_summary
+
+    cfg = RunConfig(
+        script=args.script,
+        args=list(args.script_args),
+        topology=args.topology,
+        network=args.network,
+        cc=args.cc,
+        gpu=args.gpu,
+        window_ns=None if args.window is None else parse_time_ns(args.window),
+        out_dir=args.out,
+        nproc=args.nproc,
+        trace=args.trace,
+        time_patch=not args.no_time_patch,
+        launch_ns=parse_time_ns(args.launch_overhead),
+        timeout_s=args.timeout,
+    )
+    report = launch(cfg)
+    if not args.quiet:
+        log = report.logs.get("rank 0", "")
+        if log.strip():
+            print("----- rank 0 output -----")
+            print(log.rstrip())
+            print("-------------------------")
+    s = report.summary
+    r = s["run"]
+    print(f"{r['script']} on {r['topology']}, network {r['network']}, wall {r['wall_s']:.1f} s")
+    print(format_summary(s))
+    if report.out_dir is not None:
+        print(f"wrote {report.out_dir}/results.json, trace.json, logs/")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,97 @@
+"""`phantora sweep --grid GRID.toml` (or flags): run a grid of configurations, one process each, in parallel.
+
+Sweeps CC algorithms, CC parameters, buffer sizes, PFC on/off, topologies, the window W or workloads.
+Each run writes its own directory under OUT/runs/; OUT/sweep.csv (and sweep.parquet when pyarrow is
+installed) has one row per run with its full configuration and metrics; OUT/sweep.json the same with
+the grid; plots show time and PFC paused time against the CC algorithm (or the first swept parameter)
+and the FCT CDFs. A failed run is reported with its configuration; the others still run. Exit status 1
+if any run failed. See docs/compare-and-sweep.md for the grid format.
+
+Example: phantora sweep --workload workloads/incast_heavy.toml --topology star8 --network ns3
+         --param cc=none,dcqcn,hpcc,dctcp --param set.buffer_bytes=1000000 --out sweep-cc
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of configurations in parallel and tabulate them",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--grid", "-g", type=Path, default=None, help="grid file (TOML: command, fixed, grid)")
+    p.add_argument("--workload", "-w", default=None, help="fixed workload (or comma-separated list to sweep)")
+    p.add_argument("--topology", "-t", default=None, help="fixed topology (or comma-separated list to sweep)")
+    p.add_argument("--network", default=None, help="flow or ns3 (or flow,ns3 to sweep both)")
+    p.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="a parameter and its values (one value = fixed); set.FIELD sets a PacketConfig field",
+    )
+    p.add_argument("--command", dest="template", default=None, help="command template, e.g. 'replay {workload} --out {out}'")
+    p.add_argument("--out", "-o", type=Path, default=None, help="output directory (default: sweep-<name>)")
+    p.add_argument("--jobs", "-j", type=int, default=None, help="parallel runs (default: grid jobs, else cores)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per run before it counts as failed")
+    p.add_argument("--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster (or 'local')")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the plots")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
+    p.set_defaults(func=run)
+
+
+def build_spec(args: argparse.Namespace):  # -> SweepSpec
+    """The grid file (if any) with the flags layered on top: a one-value flag is fixed, a list is swept."""
+    from phantora.errors import InputError
+    from phantora.sweep import SweepSpec, load_grid, parse_param
+
+    spec = load_grid(args.grid) if args.grid else SweepSpec()
+    pairs = [parse_param(p) for p in args.param]
+    for name in ("workload", "topology", "network"):
+        value = getattr(args, name)
+        if value is not None:
+            pairs.insert(0, parse_param(f"{name}={value}"))
+    for name, values in pairs:
+        spec.fixed.pop(name, None)
+        spec.grid.pop(name, None)
+        if len(values) == 1:
+            spec.fixed[name] = values[0]
+        else:
+            spec.grid[name] = values
+    if args.template:
+        spec.command = tuple(shlex.split(args.template))
+    if args.timeout is not None:
+        spec.timeout_s = args.timeout
+    if not spec.fixed and not spec.grid:
+        raise InputError("nothing to sweep: give --grid or --param/--workload/--topology", field="--grid")
+    return spec.validate()
+
+
+def run(args: argparse.Namespace) -> int:
+    from phantora.sweep import build_runs, format_rows, run_sweep
+
+    spec = build_spec(args)
+    out = args.out or Path(f"sweep-{spec.name}")
+    if args.dry_run:
+        for r in build_runs(spec, out):
+            print(shlex.join([sys.executable, "-m", "phantora.cli", *r.args]))
+        return 0
+    n = len(spec.points())
+    where = f"Ray at {args.ray}" if args.ray else f"{args.jobs or spec.jobs or 'all'} local job(s)"
+    print(f"sweep {spec.name}: {n} runs on {where}, writing {out}", flush=True)
+    res = run_sweep(spec, out, jobs=args.jobs, ray_address=args.ray, progress=args.progress, plots=args.plots)
+    print(format_rows(spec, res.rows))
+    print("wrote " + ", ".join(str(p) for p in res.files))
+    if res.failed:
+        print(f"{len(res.failed)} of {n} runs failed (see above and their run.log)", file=sys.stderr)
+        return 1
+    return 0

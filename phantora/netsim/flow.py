@@ -1,0 +1,442 @@
+"""The flow-level network engine: event-driven, max-min fair sharing of directed channels.
+
+Model (see docs/flow-engine.md):
+- A flow is released when its deps have all *arrived* and its submit time ``at`` has passed; it
+  starts transmitting ``delay_ns`` later (``start_ns`` of its Completion).
+- While transmitting it gets its max-min fair share of every channel on its ECMP route; channel
+  capacity is ``bandwidth * payload_efficiency``.
+- Transmission ends at the first integer ns at or after the exact end of the last byte; the flow
+  completes (``end_ns``) one path propagation latency later, and releases its dependents then.
+- A flow with ``size == 0`` or ``src == dst`` completes as soon as it starts.
+- Rates change only at events. An event re-solves only the connected components (flows linked by
+  shared channels) of the channels it touched, and only flows whose rate changed are rescheduled.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from phantora.errors import InputError, PhantoraError
+from phantora.netsim.base import Completion, Flow
+from phantora.netsim.idset import IdSet
+from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
+from phantora.topology.model import ENDPOINT_KINDS, Topology
+
+_TX_END, _ARRIVE, _START = 0, 1, 2
+_TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole ns (plus 1e-12 relative)
+_GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events before searching again
+_PENDING_MASK = (1 << 32) - 1
+_ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key each have their own)
+
+
+class CausalityError(PhantoraError, AssertionError):
+    """Something was stamped earlier than the engine's current time (the network never rolls back)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelUsage:
+    """Traffic one directed channel carried, for reports."""
+
+    channel: int
+    link: int
+    src: int
+    dst: int
+    bandwidth_bps: int
+    bytes: int
+    busy_ns: int
+    utilisation: float  # bytes * 8 / (bandwidth * elapsed)
+
+
+class _Active:
+    """A transmitting flow: bytes left at t_last, at the current rate (bytes/ns)."""
+
+    __slots__ = ("flow", "path", "lat", "start", "rem", "rate", "t_last", "ver")
+
+    def __init__(self, flow: Flow, path: tuple[int, ...], lat: int, start: int) -> None:
+        self.flow = flow
+        self.path = path
+        self.lat = lat
+        self.start = start
+        self.rem = float(flow.size)
+        self.rate = 0.0
+        self.t_last = start
+        self.ver = 0
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC in the event loop: it makes no cycles, and the collector cost ~40% on big DAGs."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _unique(deps: tuple[int, ...]) -> Iterable[int]:
+    """Deps without repeats, in order."""
+    return deps if len(deps) < 2 else dict.fromkeys(deps)
+
+
+def _ceil_ns(x: float) -> int:
+    """Whole ns needed for x ns of transmission (never less than the exact time, bar float noise)."""
+    return max(0, math.ceil(x - _TOL_NS - x * 1e-12))
+
+
+class FlowSimulator:
+    """Flow-level `NetworkSimulator`: max-min fair rates over the topology's directed channels."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        payload_efficiency: float = 1.0,
+        incremental: bool = True,
+        verify: bool = False,
+    ) -> None:
+        """`incremental=False` re-solves every active flow at each event; `verify=True` cross-checks
+        each incremental re-solve against a full one (slow; for tests)."""
+        if not 0.0 < payload_efficiency <= 1.0:
+            raise InputError(f"must be in (0, 1], got {payload_efficiency}", field="payload_efficiency")
+        self.topology = topology
+        self.payload_efficiency = float(payload_efficiency)
+        self.incremental = incremental
+        self.verify = verify
+        nch = topology.num_channels
+        self._cap = [topology.channel_bandwidth(c) * self.payload_efficiency / 8e9 for c in range(nch)]  # bytes/ns
+        self._cap_arr = np.asarray(self._cap, dtype=np.float64)
+        self._lat = [topology.channel_latency(c) for c in range(nch)]
+        self._routes: dict[tuple[int, int, int], tuple[tuple[int, ...], int]] = {}
+        self._now = 0
+        self._heap: list[tuple[int, int, int, int]] = []  # (time, kind, flow id, version)
+        self._flows: dict[int, Flow] = {}  # submitted, not completed
+        self._wait: dict[int, int] = {}  # flow id -> (submit time << 32) | deps outstanding
+        self._dependents: dict[int, int | list[int]] = {}  # flow id -> the flow(s) waiting on it
+        self._done = IdSet()
+        self._active: dict[int, _Active] = {}
+        self._arriving: dict[int, int] = {}  # flow id -> start_ns, in propagation
+        self._ch_flows: dict[int, set[int]] = {}  # busy channel -> active flow ids
+        self._busy_since: dict[int, int] = {}
+        self._busy_ns = [0] * nch
+        self._bytes = [0] * nch
+        self._out: list[Completion] = []
+        self._skip_bfs = 0
+        self._stats = {
+            "flows_submitted": 0,
+            "flows_completed": 0,
+            "events": 0,
+            "resolves": 0,
+            "resolved_flows": 0,
+            "max_component": 0,
+            "numpy_resolves": 0,
+            "giant_resolves": 0,
+            "rate_changes": 0,
+        }
+
+    # ----- NetworkSimulator ----------------------------------------------------------------
+    def now(self) -> int:
+        return self._now
+
+    def in_flight(self) -> int:
+        return len(self._flows)
+
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        """Add flows eligible from `at` (>= now()). Deps may name flows of this batch or earlier ones."""
+        if at < self._now:
+            raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
+        with _gc_paused():
+            batch = self._check_batch(flows)
+            for f in flows:
+                self._flows[f.id] = f
+                pending = 0
+                for d in _unique(f.deps):
+                    if d not in self._done:
+                        waiting = self._dependents.get(d)
+                        if waiting is None:
+                            self._dependents[d] = f.id
+                        elif isinstance(waiting, list):
+                            waiting.append(f.id)
+                        else:
+                            self._dependents[d] = [waiting, f.id]
+                        pending += 1
+                if pending:
+                    self._wait[f.id] = (at << 32) | pending
+                else:
+                    heapq.heappush(self._heap, (at + f.delay_ns, _START, f.id, 0))
+        self._stats["flows_submitted"] += len(batch)
+
+    def next_event_time(self) -> int | None:
+        heap = self._heap
+        while heap and heap[0][1] == _TX_END and self._stale(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def advance(self, until: int) -> list[Completion]:
+        """Run every event at or before `until`; now() becomes `until`."""
+        if until < self._now:
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
+        with _gc_paused():
+            while (t := self.next_event_time()) is not None and t <= until:
+                self._step(t)
+        self._now = until
+        return self._take()
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; raise if that would pass `limit_ns` or cannot happen."""
+        with _gc_paused():
+            while (t := self.next_event_time()) is not None:
+                if limit_ns is not None and t > limit_ns:
+                    raise PhantoraError(
+                        f"the network did not drain by {limit_ns} ns: {len(self._flows)} flows still in flight "
+                        f"(next event at {t} ns)"
+                    )
+                self._step(t)
+        if self._flows:
+            stuck = sorted(self._wait)[:5]
+            raise PhantoraError(
+                f"{len(self._flows)} flows can never start: they wait on flows that never complete "
+                f"(first: {', '.join(map(str, stuck))})"
+            )
+        return self._take()
+
+    def stats(self) -> dict[str, object]:
+        return dict(self._stats, active=len(self._active), routes_cached=len(self._routes))
+
+    def close(self) -> None:
+        self._heap.clear()
+
+    # ----- reports -------------------------------------------------------------------------
+    def channel_bytes(self) -> list[int]:
+        """Bytes of finished transmissions carried by each channel, indexed by channel id."""
+        return list(self._bytes)
+
+    def channel_busy_ns(self) -> list[int]:
+        """Time each channel spent carrying at least one transmitting flow, up to now()."""
+        busy = list(self._busy_ns)
+        for c, since in self._busy_since.items():
+            busy[c] += self._now - since
+        return busy
+
+    def channel_usage(self, elapsed_ns: int | None = None) -> list[ChannelUsage]:
+        """Per-channel bytes, busy time and utilisation over `elapsed_ns` (default now()), for used channels."""
+        elapsed = self._now if elapsed_ns is None else elapsed_ns
+        busy = self.channel_busy_ns()
+        rows = []
+        for c, nbytes in enumerate(self._bytes):
+            if nbytes or busy[c]:
+                a, b = self.topology.channel_ends(c)
+                bw = self.topology.channel_bandwidth(c)
+                util = nbytes * 8e9 / (bw * elapsed) if elapsed > 0 else 0.0
+                rows.append(ChannelUsage(c, c >> 1, a, b, bw, nbytes, busy[c], util))
+        return rows
+
+    def rates(self) -> dict[int, float]:
+        """Current rate of each transmitting flow, in bytes/ns."""
+        return {fid: rec.rate for fid, rec in self._active.items()}
+
+    # ----- internals -----------------------------------------------------------------------
+    def _check_batch(self, flows: Sequence[Flow]) -> set[int]:
+        """Validate a batch: unique ids, endpoints, sizes, routes, known deps, no dependency cycle."""
+        nodes = self.topology.nodes
+        ids: set[int] = set()
+        for f in flows:
+            where = f"flow {f.id}"
+            if f.id in ids or f.id in self._flows or f.id in self._done:
+                raise InputError(f"{where}: duplicate flow id", field="id")
+            ids.add(f.id)
+            for end in (f.src, f.dst):
+                if not 0 <= end < len(nodes) or nodes[end].kind not in ENDPOINT_KINDS:
+                    raise InputError(
+                        f"{where}: node {end} is not an endpoint of '{self.topology.name}'", field="src/dst"
+                    )
+            if f.size < 0:
+                raise InputError(f"{where}: size must be >= 0, got {f.size}", field="size")
+            if f.delay_ns < 0:
+                raise InputError(f"{where}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
+            if f.size and f.src != f.dst:
+                try:
+                    self.route(f)  # fails here, naming the flow, rather than deep inside advance()
+                except InputError as exc:
+                    raise InputError(f"{where}: {exc}", field="src/dst") from None
+        indeg: dict[int, int] = dict.fromkeys(ids, 0)
+        succ: dict[int, list[int]] = {}
+        for f in flows:
+            for d in _unique(f.deps):
+                if d in ids:
+                    indeg[f.id] += 1
+                    succ.setdefault(d, []).append(f.id)
+                elif d not in self._flows and d not in self._done:
+                    raise InputError(f"flow {f.id} depends on unknown flow {d}", field="deps")
+        ready = [i for i, k in indeg.items() if k == 0]
+        seen = 0
+        while ready:
+            i = ready.pop()
+            seen += 1
+            for j in succ.get(i, ()):
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    ready.append(j)
+        if seen < len(ids):
+            cyc = sorted(i for i, k in indeg.items() if k)[:5]
+            raise InputError(f"dependency cycle among flows {', '.join(map(str, cyc))}", field="deps")
+        return ids
+
+    def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
+        """Channels and propagation latency (ns) of a flow's path, cached per (src, dst, ECMP key)."""
+        key = (f.src, f.dst, f.id if f.key is None else f.key)
+        hit = self._routes.get(key)
+        if hit is None:
+            if len(self._routes) >= _ROUTE_CACHE_MAX:
+                self._routes.clear()
+            path = tuple(self.topology.route(*key))
+            hit = self._routes[key] = (path, sum(self._lat[c] for c in path))
+        return hit
+
+    def _stale(self, ev: tuple[int, int, int, int]) -> bool:
+        rec = self._active.get(ev[2])
+        return rec is None or rec.ver != ev[3]
+
+    def _take(self) -> list[Completion]:
+        out, self._out = self._out, []
+        out.sort(key=lambda c: (c.end_ns, c.flow_id))
+        return out
+
+    def _step(self, t: int) -> None:
+        """Process every event at time t as one batch, then re-solve the touched components."""
+        self._now = t
+        self._stats["events"] += 1
+        heap = self._heap
+        touched: set[int] = set()
+        while heap and heap[0][0] == t:
+            _, kind, fid, ver = heapq.heappop(heap)
+            if kind == _TX_END:
+                rec = self._active.get(fid)
+                if rec is None or rec.ver != ver:
+                    continue
+                del self._active[fid]
+                for c in rec.path:
+                    self._bytes[c] += rec.flow.size
+                    members = self._ch_flows[c]
+                    members.discard(fid)
+                    if not members:
+                        del self._ch_flows[c]
+                        self._busy_ns[c] += t - self._busy_since.pop(c)
+                touched.update(rec.path)
+                self._arriving[fid] = rec.start
+                heapq.heappush(heap, (t + rec.lat, _ARRIVE, fid, 0))
+            elif kind == _ARRIVE:
+                self._complete(fid, self._arriving.pop(fid), t)
+            else:
+                f = self._flows[fid]
+                if f.size == 0 or f.src == f.dst:
+                    self._complete(fid, t, t)
+                    continue
+                path, lat = self.route(f)
+                self._active[fid] = _Active(f, path, lat, t)
+                for c in path:
+                    members = self._ch_flows.get(c)
+                    if members is None:
+                        self._ch_flows[c] = {fid}
+                        self._busy_since[c] = t
+                    else:
+                        members.add(fid)
+                touched.update(path)
+        if touched:
+            self._resolve(touched, t)
+
+    def _complete(self, fid: int, start: int, t: int) -> None:
+        f = self._flows.pop(fid)
+        self._done.add(fid)
+        self._stats["flows_completed"] += 1
+        self._out.append(Completion(fid, start, t, f.size, f.src, f.dst, f.tag))
+        waiting = self._dependents.pop(fid, None)
+        if waiting is None:
+            return
+        for j in waiting if isinstance(waiting, list) else (waiting,):
+            w = self._wait[j] - 1
+            if w & _PENDING_MASK:
+                self._wait[j] = w
+            else:  # t is the arrival of its last dep
+                del self._wait[j]
+                heapq.heappush(self._heap, (max(w >> 32, t) + self._flows[j].delay_ns, _START, j, 0))
+
+    def _components(self, seeds: set[int], budget: int) -> list[list[int]] | None:
+        """Connected components (flow ids) of active flows reachable from the seed channels.
+
+        Returns None once one component exceeds `budget` flows: the caller then solves every
+        active flow at once, which gives the same rates (components never influence each other).
+        """
+        seen_ch: set[int] = set()
+        seen_f: set[int] = set()
+        comps = []
+        for c0 in sorted(seeds):
+            if c0 in seen_ch or c0 not in self._ch_flows:
+                continue
+            seen_ch.add(c0)
+            stack = [c0]
+            comp: list[int] = []
+            while stack:
+                for fid in self._ch_flows[stack.pop()]:
+                    if fid not in seen_f:
+                        seen_f.add(fid)
+                        comp.append(fid)
+                        for c in self._active[fid].path:
+                            if c not in seen_ch:
+                                seen_ch.add(c)
+                                stack.append(c)
+                if len(comp) > budget:
+                    return None
+            comps.append(comp)
+        return comps
+
+    def _resolve(self, touched: set[int], t: int) -> None:
+        """Recompute max-min rates where the event can change them; reschedule changed flows."""
+        comps = None
+        if self.incremental and self._skip_bfs == 0:
+            comps = self._components(touched, len(self._active) // 2)
+        if comps is None:  # one giant problem: solve everything, and skip the search for a while
+            comps = [list(self._active)] if self._active else []
+            self._stats["giant_resolves"] += 1
+            if self.incremental:
+                self._skip_bfs = _GIANT_SKIP if self._skip_bfs == 0 else self._skip_bfs - 1
+        st = self._stats
+        for comp in comps:
+            recs = [self._active[i] for i in comp]
+            rates = maxmin_rates([r.path for r in recs], self._cap, self._cap_arr)
+            st["resolves"] += 1
+            st["resolved_flows"] += len(comp)
+            st["numpy_resolves"] += len(comp) >= NUMPY_THRESHOLD
+            if len(comp) > st["max_component"]:
+                st["max_component"] = len(comp)
+            for rec, rate in zip(recs, rates, strict=True):
+                if rate == rec.rate:
+                    continue
+                if rate <= 0.0:
+                    raise PhantoraError(f"flow {rec.flow.id} got no bandwidth (rate {rate})")
+                rec.rem = max(0.0, rec.rem - rec.rate * (t - rec.t_last))
+                rec.t_last = t
+                rec.rate = rate
+                rec.ver += 1
+                st["rate_changes"] += 1
+                heapq.heappush(self._heap, (t + _ceil_ns(rec.rem / rate), _TX_END, rec.flow.id, rec.ver))
+        if self.verify:
+            self._verify()
+
+    def _verify(self) -> None:
+        """Assert that the current rates equal a from-scratch solve of every active flow."""
+        ids = sorted(self._active)
+        if not ids:
+            return
+        full = maxmin_python([self._active[i].path for i in ids], self._cap)
+        for i, r in zip(ids, full, strict=True):
+            if self._active[i].rate != r:
+                raise AssertionError(f"incremental rate of flow {i} is {self._active[i].rate}, full solve gives {r}")

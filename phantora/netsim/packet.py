@@ -1,0 +1,466 @@
+"""`Ns3Simulator`: the packet-level `NetworkSimulator`, an ns-3 RDMA fabric driven in-process through cppyy.
+
+The C++ side (ns3-scratch/, built by scripts/build_ns3.sh into libphantora-ns3.so) holds the
+whole network: NICs with one queue pair per flow, PFC switches with shared-buffer MMUs, ECN,
+INT and the congestion controllers. Python builds it from a `Topology` and a `PacketConfig`,
+hands over flows with their dependencies (released inside C++, so there is no Python callback
+per flow or per packet), runs it in windows and drains the results.
+
+ns-3 is imported lazily (``from ns import ns`` takes seconds) and once per process; ns-3 has one
+global simulator, so only one Ns3Simulator can be open at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from phantora.errors import InputError, PhantoraError
+from phantora.netsim.base import Completion, Flow
+from phantora.netsim.flow import CausalityError
+from phantora.netsim.hpcc_io import FctLine, PfcLine
+from phantora.netsim.packet_config import PacketConfig
+from phantora.topology.model import ENDPOINT_KINDS, Topology
+
+_MASK64 = (1 << 64) - 1
+_FOREVER_NS = 1 << 62
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRATCH = ROOT / "ns3-scratch"
+BUILD_SCRIPT = ROOT / "scripts" / "build_ns3.sh"
+
+
+def library_path() -> Path:
+    """The fabric library: $PHANTORA_NS3_LIB, else ns3-scratch/build/libphantora-ns3.so."""
+    env = os.environ.get("PHANTORA_NS3_LIB")
+    return Path(env) if env else SCRATCH / "build" / "libphantora-ns3.so"
+
+
+def runner_path() -> Path:
+    """The standalone runner binary (built next to the library)."""
+    return library_path().parent / "phantora-ns3-runner"
+
+
+def needs_build() -> bool:
+    """True if the library is missing or older than a C++ source or build file."""
+    lib = library_path()
+    if not lib.exists():
+        return True
+    stamp = lib.stat().st_mtime
+    sources = [*SCRATCH.glob("model/*.cc"), *SCRATCH.glob("model/*.h"), SCRATCH / "Makefile"]
+    return any(p.stat().st_mtime > stamp for p in sources if p.exists())
+
+
+def build(jobs: int = 2) -> Path:
+    """Run scripts/build_ns3.sh (incremental) and return the library path."""
+    if os.environ.get("PHANTORA_NS3_LIB"):
+        return library_path()
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), "-j", str(jobs)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
+    return library_path()
+
+
+@dataclass
+class Ns3Runtime:
+    """The loaded ns-3 bindings and fabric library (one per process)."""
+
+    ns: Any  # the `ns` module of the ns3 wheel
+    cppyy: Any
+    lib: Path
+
+    @property
+    def gbl(self) -> Any:
+        """cppyy.gbl.ns3: PhantoraNetwork, the models, ns-3 itself."""
+        return self.cppyy.gbl.ns3
+
+    def include_model_headers(self) -> None:
+        """Declare the model classes (CongestionControl, Cc*, ...) to cppyy, for tests that drive them."""
+        for header in ["congestion-control.h", *sorted(p.name for p in SCRATCH.glob("model/cc-*.h"))]:
+            self.cppyy.include(header)
+
+
+_RUNTIME: Ns3Runtime | None = None
+
+
+def load_ns3(build_if_needed: bool = True) -> Ns3Runtime:
+    """Import ns-3 (once), build the fabric library if it is stale, and load it into cppyy."""
+    global _RUNTIME
+    if _RUNTIME is not None:
+        return _RUNTIME
+    if build_if_needed and needs_build():
+        build()
+    lib = library_path()
+    if not lib.exists():
+        raise PhantoraError(f"the ns-3 fabric library {lib} is missing: run {BUILD_SCRIPT}")
+    ns = _quiet_import_ns()
+    import cppyy
+
+    cppyy.add_include_path(str(SCRATCH / "model"))
+    cppyy.include("phantora-network.h")
+    cppyy.load_library(str(lib))
+    _RUNTIME = Ns3Runtime(ns, cppyy, lib)
+    return _RUNTIME
+
+
+def _quiet_import_ns() -> Any:
+    """`from ns import ns`, hiding the wheel's harmless cling start-up chatter on stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            from ns import ns
+        except BaseException:
+            os.dup2(saved, 2)
+            tmp.seek(0)
+            sys.stderr.write(tmp.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    return ns
+
+
+def cpp_message(exc: BaseException) -> str:
+    """The what() text of a C++ exception raised through cppyy."""
+    text = str(exc)
+    if "=>" in text:
+        text = text.split("=>", 1)[1].strip()
+    for prefix in ("invalid_argument: ", "runtime_error: ", "out_of_range: ", "logic_error: "):
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class PfcEvent:
+    """A PFC frame as seen by the port it pauses or resumes."""
+
+    time_ns: int
+    node: int
+    node_type: int  # 0 endpoint, 1 switch, 2 NVSwitch
+    port: int  # 0-based
+    prio: int
+    pause: bool
+    from_node: int  # the switch that sent it
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """Bytes in a switch egress queue (node, port, class) at a sampling instant."""
+
+    time_ns: int
+    node: int
+    port: int
+    prio: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A packet dropped at a switch ingress port."""
+
+    time_ns: int
+    node: int
+    port: int
+    prio: int
+    flow_id: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class PacketChannelUsage:
+    """Traffic of one directed channel (all packets: data, ACK, PFC) up to now."""
+
+    channel: int
+    src: int
+    dst: int
+    bandwidth_bps: int
+    bytes: int
+    packets: int
+    paused_ns: int  # class-ns the sending port spent paused by PFC
+    ecn_marks: int
+    max_queue_bytes: int
+    utilisation: float  # bytes * 8 / (bandwidth * elapsed)
+
+
+class Ns3Simulator:
+    """Packet-level `NetworkSimulator` over the ns-3 phantora fabric."""
+
+    def __init__(self, topology: Topology, config: PacketConfig | None = None) -> None:
+        self.topology = topology
+        self.config = config or PacketConfig()
+        self.config.validate()
+        self._rt = load_ns3()
+        try:
+            self._net = self._rt.gbl.PhantoraNetwork()
+        except Exception as exc:  # cppyy turns the C++ runtime_error into an Exception subclass
+            raise PhantoraError(f"cannot open the ns-3 network: {cpp_message(exc)}") from None
+        self._closed = False
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        self._vec = self._rt.cppyy.gbl.std.vector["uint64_t"]
+        self._known: set[int] = set()
+        self._tags: dict[int, str] = {}
+        self._fct: list[FctLine] = []
+        self._pfc: list[PfcEvent] = []
+        self._queues: list[QueueSample] = []
+        self._drops: list[Drop] = []
+        self._submitted = 0
+
+    def _build(self) -> None:
+        net = self._net
+        for key, value in self.config.to_params(link.bandwidth_bps for link in self.topology.links):
+            try:
+                net.SetParam(key, value)
+            except Exception as exc:
+                field = "cc_attrs" if key.startswith("cc.") else key
+                raise InputError(cpp_message(exc), field=field) from None
+        for node in self.topology.nodes:
+            net.AddNode(node.kind)
+        for link in self.topology.links:
+            net.AddLink(link.a, link.b, link.bandwidth_bps, link.latency_ns)
+        try:
+            net.Finalize()
+        except Exception as exc:
+            raise InputError(cpp_message(exc), field="cc_attrs" if "attribute" in str(exc) else "cc") from None
+
+    # ----- NetworkSimulator --------------------------------------------------------------------
+    def submit(self, flows: Sequence[Flow], at: int, dports: Mapping[int, int] | None = None) -> None:
+        """Add flows eligible from `at` (>= now()). Deps may name flows of this batch or earlier ones.
+
+        `dports` (flow id -> HPCC destination port) only labels fct.txt records.
+        """
+        now = self.now()
+        if at < now:
+            raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
+        self._check_batch(flows)
+        net, vec = self._net, self._vec
+        for f in flows:
+            deps = vec()
+            for d in f.deps:
+                deps.push_back(d)
+            key = (f.id if f.key is None else f.key) & _MASK64
+            try:
+                dport = dports.get(f.id, 100) if dports else 100
+                net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport)
+            except Exception as exc:
+                raise InputError(cpp_message(exc), field="flows") from None
+            self._known.add(f.id)
+            if f.tag:
+                self._tags[f.id] = f.tag
+        self._submitted += len(flows)
+
+    def advance(self, until: int) -> list[Completion]:
+        """Run every event at or before `until`; now() becomes `until`."""
+        now = self.now()
+        if until < now:
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
+        self._net.RunUntil(until)
+        return self._take()
+
+    def next_event_time(self) -> int | None:
+        """The next pending ns-3 event, or None when no flow is in flight."""
+        if self.in_flight() == 0:
+            return None
+        t = int(self._net.NextEventTime())
+        return None if t < 0 else t
+
+    def now(self) -> int:
+        return int(self._net.Now())
+
+    def in_flight(self) -> int:
+        return int(self._net.InFlight())
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; now() ends at the last completion."""
+        limit = _FOREVER_NS if limit_ns is None else limit_ns
+        if self.in_flight() and not self._net.RunUntilIdle(max(limit, self.now())):
+            left = self.in_flight()
+            if self.now() >= limit:
+                raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
+            raise PhantoraError(f"{left} flows can never start: they wait on flows that never complete")
+        return self._take()
+
+    def stats(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for pair in self._net.Stats():
+            key = pair.first
+            key = key.decode() if isinstance(key, bytes) else str(key)
+            value = float(pair.second)
+            out[key] = int(value) if value.is_integer() else value
+        out["engine"] = "ns3"
+        out["cc"] = self.config.cc
+        return out
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._net.Close()
+
+    def __enter__(self) -> Ns3Simulator:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+    # ----- packet-level extras -----------------------------------------------------------------
+    def finish(self, limit_ns: int | None = None) -> bool:
+        """Run until every flow's last ACK has reached its sender (for FCT records); True if so."""
+        limit = _FOREVER_NS if limit_ns is None else max(limit_ns, self.now())
+        return bool(self._net.RunUntilQuiet(limit))
+
+    def fct_records(self) -> list[FctLine]:
+        """HPCC-style FCT records (completion at the sender's last ACK), in completion order."""
+        for r in self._net.DrainFct():
+            self._fct.append(
+                FctLine(
+                    int(r.src),
+                    int(r.dst),
+                    int(r.sport),
+                    int(r.dport),
+                    int(r.size),
+                    int(r.startNs),
+                    int(r.fctNs),
+                    int(r.standaloneNs),
+                    int(r.id),
+                )
+            )
+        return list(self._fct)
+
+    def pfc_events(self) -> list[PfcEvent]:
+        for r in self._net.DrainPfc():
+            self._pfc.append(
+                PfcEvent(
+                    int(r.timeNs),
+                    int(r.node),
+                    int(r.nodeType),
+                    int(r.port),
+                    int(r.prio),
+                    bool(r.pause),
+                    int(r.fromNode),
+                )
+            )
+        return list(self._pfc)
+
+    def pfc_lines(self) -> list[PfcLine]:
+        """pfc.txt records (HPCC numbers ports from 1)."""
+        return [PfcLine(e.time_ns, e.node, e.node_type, e.port + 1, int(e.pause)) for e in self.pfc_events()]
+
+    def queue_samples(self) -> list[QueueSample]:
+        for r in self._net.DrainQueueSamples():
+            self._queues.append(QueueSample(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.bytes)))
+        return list(self._queues)
+
+    def drops(self) -> list[Drop]:
+        for r in self._net.DrainDrops():
+            self._drops.append(Drop(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.flowId), int(r.seq)))
+        return list(self._drops)
+
+    def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
+        """Per-channel bytes, pauses, marks and utilisation over `elapsed_ns` (default now()), used channels only."""
+        elapsed = self.now() if elapsed_ns is None else elapsed_ns
+        rows = []
+        for r in self._net.ChannelStats():
+            if not r.txPackets:
+                continue
+            bw, nbytes = int(r.bps), int(r.txBytes)
+            util = nbytes * 8e9 / (bw * elapsed) if elapsed > 0 else 0.0
+            rows.append(
+                PacketChannelUsage(
+                    int(r.channel),
+                    int(r.src),
+                    int(r.dst),
+                    bw,
+                    nbytes,
+                    int(r.txPackets),
+                    int(r.pausedNs),
+                    int(r.ecnMarks),
+                    int(r.maxQueueBytes),
+                    util,
+                )
+            )
+        return rows
+
+    def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
+        """Channel ids the switches' own tables and hash give a flow (to compare with Topology.route)."""
+        return [int(c) for c in self._net.Route(src, dst, flow_key & _MASK64)]
+
+    def base_rtt_ns(self, src: int, dst: int, flow_key: int = 0) -> int:
+        """2 x propagation + one payload's serialisation per hop, as HPCC's base RTT."""
+        return int(self._net.BaseRttNs(src, dst, flow_key & _MASK64))
+
+    def flow_rate_bps(self, flow_id: int) -> int:
+        """Current pacing rate of an open flow (0 if not sending)."""
+        return int(self._net.FlowRateBps(flow_id))
+
+    # ----- internals ---------------------------------------------------------------------------
+    def _take(self) -> list[Completion]:
+        out = []
+        tags = self._tags
+        for r in self._net.DrainCompletions():
+            fid = int(r.id)
+            out.append(
+                Completion(fid, int(r.startNs), int(r.endNs), int(r.size), int(r.src), int(r.dst), tags.pop(fid, ""))
+            )
+        return out
+
+    def _check_batch(self, flows: Sequence[Flow]) -> None:
+        """Unique ids, endpoints, sizes, known deps and no cycle, before anything reaches C++."""
+        nodes = self.topology.nodes
+        ids: set[int] = set()
+        for f in flows:
+            where = f"flow {f.id}"
+            if not 0 <= f.id <= _MASK64:
+                raise InputError(f"{where}: ids must be in [0, 2^64)", field="id")
+            if f.id in ids or f.id in self._known:
+                raise InputError(f"{where}: duplicate flow id", field="id")
+            ids.add(f.id)
+            for end in (f.src, f.dst):
+                if not 0 <= end < len(nodes) or nodes[end].kind not in ENDPOINT_KINDS:
+                    raise InputError(
+                        f"{where}: node {end} is not an endpoint of '{self.topology.name}'", field="src/dst"
+                    )
+            if f.size < 0:
+                raise InputError(f"{where}: size must be >= 0, got {f.size}", field="size")
+            if f.delay_ns < 0:
+                raise InputError(f"{where}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
+            if not 1 <= f.priority <= 7:
+                raise InputError(f"{where}: priority must be 1..7 (0 is the control class)", field="priority")
+        indeg = dict.fromkeys(ids, 0)
+        succ: dict[int, list[int]] = {}
+        for f in flows:
+            for d in dict.fromkeys(f.deps):
+                if d in ids:
+                    indeg[f.id] += 1
+                    succ.setdefault(d, []).append(f.id)
+                elif d not in self._known:
+                    raise InputError(f"flow {f.id} depends on unknown flow {d}", field="deps")
+        ready = [i for i, k in indeg.items() if k == 0]
+        seen = 0
+        while ready:
+            i = ready.pop()
+            seen += 1
+            for j in succ.get(i, ()):
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    ready.append(j)
+        if seen < len(ids):
+            cyc = sorted(i for i, k in indeg.items() if k)[:5]
+            raise InputError(f"dependency cycle among flows {', '.join(map(str, cyc))}", field="deps")

@@ -1,0 +1,442 @@
+"""`PacketConfig`: every knob of the packet-level (ns-3) network, and a reader for HPCC `config.txt`.
+
+Defaults follow the HPCC RDMA reference models (REFERENCE.md section 5), scaled by link speed where
+the reference scales: switch buffer 16*bw/50 MiB (32 MiB at 100G), ECN kmin/kmax 4000/16000 bytes
+per Gb/s (400 KB / 1600 KB at 100G), pmax 0.2, headroom 3 x rate x link delay, 4 KB reserve, a
+dynamic PFC threshold of free >> 3, 1000-byte payloads with 48 bytes of header.
+
+`to_params()` lists the settings as (key, text) pairs for `PhantoraNetwork::SetParam` (C++);
+missing values (None) are left to the C++ defaults, which compute the same scaled values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from phantora.errors import InputError
+from phantora.units import parse_rate_bps, parse_time_ns
+
+CC_NAMES = ("none", "dcqcn", "hpcc", "timely", "dctcp")
+CC_TYPES = {
+    "none": "ns3::CcNone",
+    "dcqcn": "ns3::CcDcqcn",
+    "hpcc": "ns3::CcHpcc",
+    "timely": "ns3::CcTimely",
+    "dctcp": "ns3::CcDctcp",
+}
+HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
+
+
+@dataclass
+class PacketConfig:
+    """Settings of one packet-level run. Sizes in bytes, times in ns, rates in bit/s."""
+
+    cc: str = "none"  # none | dcqcn | hpcc | timely | dctcp
+    # Packets.
+    payload_bytes: int = 1000
+    header_bytes: int = 48  # per-packet overhead on the wire (HPCC's standalone-FCT header size)
+    int_header_bytes: int = 42  # INT space in data packets and ACKs when INT is on (5 hops x 8 + 2)
+    pfc_bytes: int = 64
+    # Switch buffer and PFC.
+    pfc: bool = True
+    buffer_bytes: int | None = None  # per switch; None = 16 * bw / 50 MiB with bw the fastest port in Gb/s
+    reserve_bytes: int = 4096  # per ingress (port, class)
+    resume_offset_bytes: int = 3072
+    dt_shift: int = 3  # dynamic threshold = free >> dt_shift
+    headroom_factor: float = 3.0  # headroom per port = factor * rate * link delay
+    headroom_bytes: int | None = None  # fixed headroom per port, overriding the factor
+    # ECN marking at dequeue (RED). Maps are {rate_bps: value}; rates not listed scale from 100G.
+    ecn: bool = True
+    kmin_map: dict[int, int] | None = None  # bytes
+    kmax_map: dict[int, int] | None = None  # bytes
+    pmax_map: dict[int, float] | None = None
+    # NIC.
+    ack_interval: int = 1  # an ACK per n in-order packets (always on the last one and on a CE mark)
+    ack_high_prio: bool = True  # ACK/NACK in the strict-priority class 0
+    nack_interval_ns: int = 10_000  # at most one NACK per hole per interval
+    rto_ns: int | None = None  # go-back-N timeout; None = off with PFC (lossless), 1 ms without; 0 = off
+    global_t: bool = True  # CC gets the fabric-wide max base RTT and BDP (HPCC GLOBAL_T)
+    cc_base_rtt_ns: int | None = None  # override the base RTT handed to the CC
+    cc_bdp_bytes: int | None = None  # override the BDP handed to the CC
+    int_mode: str = "auto"  # INT stamping: auto (when the CC wants it, i.e. HPCC) | on | off
+    # Observation and engine.
+    queue_sample_ns: int = 0  # sample switch queues every n ns while flows run (0 = off)
+    trace_drops: bool = True
+    seed: int = 1
+    scheduler: str = "ns3::MapScheduler"
+    # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
+    cc_attrs: dict[str, str] = field(default_factory=dict)  # raw ns-3 attribute overrides, e.g. {"G": "0.0625"}
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ----- checks and conversions -----------------------------------------------------------
+    def validate(self, source: str | None = None) -> PacketConfig:
+        """Raise InputError naming the field of the first bad value."""
+
+        def bad(name: str, msg: str) -> InputError:
+            return InputError(msg, file=source, field=name)
+
+        if self.cc not in CC_NAMES:
+            raise bad("cc", f"unknown congestion control {self.cc!r} (known: {', '.join(CC_NAMES)})")
+        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "seed")
+        non_negative = (
+            "header_bytes",
+            "int_header_bytes",
+            "reserve_bytes",
+            "resume_offset_bytes",
+            "dt_shift",
+            "nack_interval_ns",
+            "queue_sample_ns",
+        )
+        for name in positive + non_negative:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(name, f"expected an integer, got {value!r}")
+            if value < (1 if name in positive else 0):
+                raise bad(name, f"must be {'> 0' if name in positive else '>= 0'}, got {value}")
+        for name in ("buffer_bytes", "headroom_bytes", "rto_ns", "cc_base_rtt_ns", "cc_bdp_bytes"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise bad(name, f"expected an integer >= 0 or None, got {value!r}")
+        if self.dt_shift > 30:
+            raise bad("dt_shift", f"must be <= 30, got {self.dt_shift}")
+        if not isinstance(self.headroom_factor, (int, float)) or self.headroom_factor < 0:
+            raise bad("headroom_factor", f"must be a number >= 0, got {self.headroom_factor!r}")
+        if self.int_mode not in ("auto", "on", "off"):
+            raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
+        for name in ("kmin_map", "kmax_map", "pmax_map"):
+            table = getattr(self, name)
+            if table is None:
+                continue
+            for rate, value in table.items():
+                if not isinstance(rate, int) or rate <= 0:
+                    raise bad(name, f"rates must be positive integers (bit/s), got {rate!r}")
+                if name == "pmax_map" and not 0.0 <= float(value) <= 1.0:
+                    raise bad(name, f"pmax must be in [0, 1], got {value!r} at {rate} bit/s")
+                if name != "pmax_map" and (not isinstance(value, int) or value < 0):
+                    raise bad(name, f"thresholds must be integer bytes >= 0, got {value!r} at {rate} bit/s")
+        if self.kmin_map and self.kmax_map:
+            for rate, kmin in self.kmin_map.items():
+                if rate in self.kmax_map and self.kmax_map[rate] < kmin:
+                    raise bad("kmax_map", f"kmax {self.kmax_map[rate]} < kmin {kmin} at {rate} bit/s")
+        for key, value in self.cc_attrs.items():
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", str(key)):
+                raise bad("cc_attrs", f"bad attribute name {key!r}")
+            if not isinstance(value, (str, int, float, bool)):
+                raise bad("cc_attrs", f"attribute {key}: expected a scalar, got {value!r}")
+        return self
+
+    def with_updates(self, **changes: object) -> PacketConfig:
+        """A copy with some fields changed (validated)."""
+        return replace(self, **changes)
+
+    def scaled_kmin(self, rate_bps: int) -> int:
+        """ECN kmin in bytes at a link rate (the map, else 4000 B per Gb/s)."""
+        if self.kmin_map and rate_bps in self.kmin_map:
+            return self.kmin_map[rate_bps]
+        return rate_bps // 10**9 * 4000
+
+    def scaled_kmax(self, rate_bps: int) -> int:
+        """ECN kmax in bytes at a link rate (the map, else 16000 B per Gb/s)."""
+        if self.kmax_map and rate_bps in self.kmax_map:
+            return self.kmax_map[rate_bps]
+        return rate_bps // 10**9 * 16000
+
+    def scaled_buffer(self, fastest_port_bps: int) -> int:
+        """Switch buffer in bytes (16 * bw / 50 MiB, bw in Gb/s) unless buffer_bytes is set."""
+        if self.buffer_bytes is not None:
+            return self.buffer_bytes
+        return fastest_port_bps * 16 * 2**20 // 50_000_000_000
+
+    def to_params(self, link_rates: Iterable[int] = ()) -> list[tuple[str, str]]:
+        """(key, value) pairs for PhantoraNetwork::SetParam, in a fixed order.
+
+        `link_rates` (bit/s) lets a CC with its own marking profile (DCTCP) fill the ECN maps the user left unset.
+        """
+
+        def text(v: object) -> str:
+            if isinstance(v, bool):
+                return "1" if v else "0"
+            return repr(v) if isinstance(v, float) else str(v)
+
+        out: list[tuple[str, str]] = [("cc", CC_TYPES[self.cc])]
+        for name in (
+            "payload_bytes",
+            "header_bytes",
+            "int_header_bytes",
+            "pfc_bytes",
+            "pfc",
+            "reserve_bytes",
+            "resume_offset_bytes",
+            "dt_shift",
+            "headroom_factor",
+            "ecn",
+            "ack_interval",
+            "ack_high_prio",
+            "nack_interval_ns",
+            "global_t",
+            "queue_sample_ns",
+            "trace_drops",
+            "seed",
+            "scheduler",
+        ):
+            out.append((name, text(getattr(self, name))))
+        for name in ("buffer_bytes", "headroom_bytes", "rto_ns", "cc_base_rtt_ns", "cc_bdp_bytes"):
+            value = getattr(self, name)
+            if value is not None:
+                out.append((name, str(value)))
+        out.append(("int", {"auto": "-1", "off": "0", "on": "1"}[self.int_mode]))
+        cc_maps = cc_ecn_maps(self.cc, link_rates)
+        for name in ("kmin_map", "kmax_map", "pmax_map"):
+            table = getattr(self, name) or cc_maps.get(name)
+            if table:
+                out.append((name, " ".join(f"{r} {text(v)}" for r, v in sorted(table.items()))))
+        for key, value in sorted(self.cc_attrs.items()):
+            out.append((f"cc.{key}", text(value)))
+        return out
+
+
+# ----- congestion control section (D2): switch marking that a CC needs ------------------------------
+
+DCTCP_K_BYTES_PER_GBPS = 3000  # DCTCP marks with a step: kmin = kmax = 30 * bw / 10 KB (300 KB at 100G), pmax 1
+
+
+def cc_ecn_maps(cc: str, link_rates: Iterable[int]) -> dict[str, dict[int, int] | dict[int, float]]:
+    """ECN maps ({rate_bps: value}) a CC needs at these link rates when the user sets none (DCTCP only)."""
+    if cc != "dctcp":
+        return {}
+    rates = sorted(set(link_rates))
+    k = {r: r * DCTCP_K_BYTES_PER_GBPS // 10**9 for r in rates}
+    return {"kmin_map": k, "kmax_map": dict(k), "pmax_map": {r: 1.0 for r in rates}}
+
+
+# ----- HPCC config.txt ---------------------------------------------------------------------------
+
+# Keys of HPCC configs that name files or tracing, or behaviours that this model always has.
+_IGNORED = {
+    "TOPOLOGY_FILE",
+    "FLOW_FILE",
+    "TRACE_FILE",
+    "TRACE_OUTPUT_FILE",
+    "FCT_OUTPUT_FILE",
+    "PFC_OUTPUT_FILE",
+    "QLEN_MON_FILE",
+    "QLEN_MON_START",
+    "QLEN_MON_END",
+    "SIMULATOR_STOP_TIME",
+    "ENABLE_TRACE",
+    "ERROR_RATE_PER_LINK",
+    "L2_CHUNK_SIZE",
+    "RATE_BOUND",
+    "MULTI_RATE",
+    "INT_MULTI",
+    "PINT_LOG_BASE",
+    "PINT_PROB",
+    "NIC_TOTAL_PAUSE_TIME",
+    "USE_DYNAMIC_PFC_THRESHOLD",
+}
+
+
+def _flag(value: str) -> bool:
+    if value not in ("0", "1"):
+        raise ValueError("expected 0 or 1")
+    return value == "1"
+
+
+def _rate(value: str) -> int:
+    return parse_rate_bps(value.replace("b/s", "bps").replace("B/s", "bps"))
+
+
+def _us_text(value: str) -> str:
+    return f"{float(value) * 1000:g}ns"  # HPCC timer keys are in microseconds
+
+
+# HPCC key -> (CC attribute, converter to the attribute's text, CCs that take it).
+_CC_KEYS: dict[str, tuple[str, object, tuple[str, ...]]] = {
+    "RATE_AI": ("RateAi", lambda v: str(_rate(v)), ("dcqcn", "hpcc", "timely")),
+    "RATE_HAI": ("RateHai", lambda v: str(_rate(v)), ("dcqcn", "timely")),
+    "MIN_RATE": ("MinRate", lambda v: str(_rate(v)), ("dcqcn", "hpcc", "timely", "dctcp")),
+    "DCTCP_RATE_AI": ("RateAi", lambda v: str(_rate(v)), ("dctcp",)),
+    "EWMA_GAIN": ("G", lambda v: repr(float(v)), ("dcqcn", "dctcp")),
+    "RP_TIMER": ("RpTimer", _us_text, ("dcqcn",)),
+    "ALPHA_RESUME_INTERVAL": ("AlphaResumeInterval", _us_text, ("dcqcn",)),
+    "RATE_DECREASE_INTERVAL": ("RateDecreaseInterval", _us_text, ("dcqcn",)),
+    "FAST_RECOVERY_TIMES": ("FastRecoveryTimes", lambda v: str(int(v)), ("dcqcn",)),
+    "CLAMP_TARGET_RATE": ("ClampTargetRate", lambda v: str(_flag(v)).lower(), ("dcqcn",)),
+    "U_TARGET": ("TargetUtil", lambda v: repr(float(v)), ("hpcc",)),
+    "MI_THRESH": ("MiThresh", lambda v: str(int(v)), ("hpcc",)),
+    "FAST_REACT": ("FastReact", lambda v: str(_flag(v)).lower(), ("hpcc",)),
+    "VAR_WIN": ("VarWin", lambda v: str(_flag(v)).lower(), ("hpcc",)),
+    "SAMPLE_FEEDBACK": ("SampleFeedback", lambda v: str(_flag(v)).lower(), ("hpcc",)),
+    "HAS_WIN": ("HasWindow", lambda v: str(_flag(v)).lower(), ("none", "dctcp")),
+}
+
+
+def _rate_map(words: list[str], scale: float, as_float: bool) -> dict[int, int] | dict[int, float]:
+    """HPCC 'n rate value rate value ...' into {rate_bps: value * scale}."""
+    n = int(words[0])
+    if n < 0 or len(words) != 1 + 2 * n:
+        raise ValueError(f"expected a count then {n} 'rate value' pairs")
+    out: dict[int, object] = {}
+    for i in range(n):
+        rate = _rate(words[1 + 2 * i])
+        value = float(words[2 + 2 * i])
+        out[rate] = value * scale if as_float else round(value * scale)
+    return out  # type: ignore[return-value]
+
+
+def read_hpcc_config(path: str | Path, base: PacketConfig | None = None) -> PacketConfig:
+    """Read an HPCC `config.txt` (KEY value lines) into a PacketConfig.
+
+    Lowercase keys are phantora's own PacketConfig field names (e.g. ``pfc 0``, ``header_bytes 36``).
+    Errors name the file, line and key.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read config file: {exc}", file=str(p)) from None
+    values: dict[str, object] = {}
+    where: dict[str, tuple[int, str]] = {}  # field -> (line, key) that set it
+    cc_lines: list[tuple[int, str, list[str]]] = []
+    names = {f.name: f for f in fields(PacketConfig)}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        key, args = words[0], words[1:]
+
+        def fail(msg: str, key: str = key, lineno: int = lineno) -> InputError:
+            return InputError(msg, file=str(p), line=lineno, field=key)
+
+        if not args:
+            raise fail("missing value")
+        value = args[0]
+        before = set(values)
+        try:
+            if key in _IGNORED:
+                continue
+            if key == "CC_MODE":
+                mode = int(value)
+                if mode not in HPCC_CC_MODES:
+                    known = ", ".join(f"{k} ({v})" for k, v in HPCC_CC_MODES.items())
+                    raise fail(f"unsupported CC_MODE {mode} (supported: {known})")
+                values["cc"] = HPCC_CC_MODES[mode]
+            elif key == "PACKET_PAYLOAD_SIZE":
+                values["payload_bytes"] = int(value)
+            elif key == "BUFFER_SIZE":
+                values["buffer_bytes"] = round(float(value) * 2**20)  # MB, as HPCC: value * 1024 * 1024
+            elif key == "ENABLE_QCN":
+                values["ecn"] = _flag(value)
+            elif key == "ENABLE_PFC":
+                values["pfc"] = _flag(value)
+            elif key == "KMIN_MAP":
+                values["kmin_map"] = _rate_map(args, 1000, False)  # KB (1000 B) -> bytes
+            elif key == "KMAX_MAP":
+                values["kmax_map"] = _rate_map(args, 1000, False)
+            elif key == "PMAX_MAP":
+                values["pmax_map"] = _rate_map(args, 1.0, True)
+            elif key == "L2_ACK_INTERVAL":
+                values["ack_interval"] = int(value)
+            elif key == "ACK_HIGH_PRIO":
+                values["ack_high_prio"] = _flag(value)
+            elif key == "GLOBAL_T":
+                values["global_t"] = _flag(value)
+            elif key == "L2_BACK_TO_ZERO":
+                if _flag(value):
+                    raise fail("L2_BACK_TO_ZERO 1 (restart from byte 0) is not modelled; go-back-N is")
+            elif key == "LINK_DOWN":
+                if any(w != "0" for w in args):
+                    raise fail("LINK_DOWN events are not modelled (use 'LINK_DOWN 0 0 0')")
+            elif key in _CC_KEYS:
+                cc_lines.append((lineno, key, args))
+            elif key in names and key not in ("cc_attrs",):
+                values[key] = _field_value(names[key].type, value, args)
+            elif key.startswith("cc.") and len(key) > 3:
+                values.setdefault("cc_attrs", {})[key[3:]] = value  # type: ignore[index]
+            else:
+                raise fail("unknown key (HPCC keys in upper case, phantora PacketConfig fields in lower case)")
+        except (ValueError, IndexError) as exc:
+            raise fail(f"bad value {' '.join(args)!r}: {exc}") from None
+        except InputError as exc:
+            if exc.file is None:
+                raise fail(str(exc)) from None
+            raise
+        for name in set(values) - before:
+            where[name] = (lineno, key)
+    cc = str(values.get("cc", base.cc if base else "none"))
+    attrs: dict[str, str] = dict(base.cc_attrs) if base else {}
+    attrs.update(values.pop("cc_attrs", {}))  # type: ignore[arg-type]
+    for lineno, key, args in cc_lines:
+        attr, convert, ccs = _CC_KEYS[key]
+        if cc not in ccs:
+            continue  # e.g. DCQCN timers in an HPCC run: HPCC's own configs list every key
+        try:
+            attrs[attr] = convert(args[0])  # type: ignore[operator]
+        except (ValueError, InputError) as exc:
+            raise InputError(f"bad value {args[0]!r}: {exc}", file=str(p), line=lineno, field=key) from None
+    values["cc_attrs"] = attrs
+    try:
+        return replace(base or PacketConfig(), **values)  # type: ignore[arg-type]
+    except InputError as exc:
+        lineno, key = where.get(exc.field or "", (None, exc.field))
+        message = str(exc).split(": ", 1)[-1] if exc.field else str(exc)
+        raise InputError(message, file=str(p), line=lineno, field=key) from None
+
+
+def _field_value(kind: object, value: str, args: list[str]) -> object:
+    """Parse a lowercase (PacketConfig field) value by the field's declared type."""
+    kind = str(kind)
+    if kind.startswith("dict"):
+        words = args
+        if len(words) % 2:
+            raise ValueError("expected 'rate value' pairs")
+        as_float = "float" in kind
+        return {
+            _rate(words[i]): (float(words[i + 1]) if as_float else int(words[i + 1])) for i in range(0, len(words), 2)
+        }
+    if kind == "bool":
+        return _flag(value)
+    if kind == "float":
+        return float(value)
+    if kind == "str":
+        return value
+    if value.lower() == "none" and "None" in kind:
+        return None
+    if "int" in kind:
+        try:
+            return int(value)
+        except ValueError:
+            return parse_time_ns(value) if value[-1] == "s" else int(float(value))
+    return value
+
+
+def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "--set") -> PacketConfig:
+    """Apply ``field=value`` strings (PacketConfig field names, values as in a config file)."""
+    names = {f.name: f for f in fields(PacketConfig)}
+    changes: dict[str, object] = {}
+    attrs = dict(config.cc_attrs)
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise InputError(f"expected FIELD=VALUE, got {item!r}", file=source, field=key or None)
+        args = value.split()
+        if key.startswith("cc.") and len(key) > 3:
+            attrs[key[3:]] = value.strip()
+            continue
+        if key not in names or key == "cc_attrs":
+            raise InputError(f"unknown PacketConfig field {key!r}", file=source, field=key)
+        try:
+            changes[key] = _field_value(names[key].type, args[0], args)
+        except (ValueError, IndexError) as exc:
+            raise InputError(f"bad value {value!r}: {exc}", file=source, field=key) from None
+    changes["cc_attrs"] = attrs
+    try:
+        return replace(config, **changes)  # type: ignore[arg-type]
+    except InputError as exc:
+        raise InputError(str(exc), file=source) from None

@@ -1,0 +1,117 @@
+"""ComputeModel: a GPU, fitted curves and an optional measured table (consulted first)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from phantora.errors import InputError
+from phantora.perfmodel.curves import Curves, columns, predict_columns
+from phantora.perfmodel.features import OpCall, OpFeatures, compute_features, make_call
+from phantora.perfmodel.fit import peak_of
+from phantora.perfmodel.gpus import GpuSpec, get_gpu
+from phantora.perfmodel.table import TimingTable
+
+DEFAULT_CURVES = "default_curves.json"  # fitted on all of perfdb/l40s; see docs/validation.md
+
+
+def load_curves(path: str | Path | None = None) -> Curves:
+    """Curves from a JSON file written by `phantora calibrate --out`, or the shipped default."""
+    if path is None:
+        try:
+            text = resources.files("phantora.perfmodel").joinpath(DEFAULT_CURVES).read_text()
+        except FileNotFoundError:
+            return Curves.default()
+        return Curves.from_json(json.loads(text), source=DEFAULT_CURVES)
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read curves: {exc.strerror}", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"bad JSON ({exc.msg})", file=str(path), line=exc.lineno) from None
+    return Curves.from_json(obj, source=str(path))
+
+
+def save_curves(path: str | Path, curves: Curves) -> None:
+    Path(path).write_text(json.dumps(curves.to_json(), indent=2, sort_keys=False) + "\n")
+
+
+class ComputeModel:
+    """Predicts the GPU time of one op call, in integer ns.
+
+    A measured table entry for exactly this call (op, shapes, dtypes, extra) wins; otherwise the
+    curves give the time. The table must come from the same GPU (checked when the table names its
+    GPU). `tf32=True` makes fp32 matrix products use the TF32 tensor-core peak.
+    """
+
+    def __init__(
+        self,
+        gpu: str | GpuSpec,
+        curves: Curves | None = None,
+        table: TimingTable | None = None,
+        *,
+        tf32: bool = False,
+    ) -> None:
+        self.gpu = get_gpu(gpu)
+        if table is not None and table.gpu is not None and get_gpu(table.gpu) is not self.gpu:
+            raise InputError(f"the measured table is from {table.gpu}, not {self.gpu.name}", field="gpu")
+        self.curves = curves if curves is not None else load_curves()
+        self.table = table
+        self.tf32 = tf32
+        self._cache: dict[tuple, int] = {}
+
+    def features(self, op: str, shapes: list, dtypes: list, extra: dict | None = None) -> OpFeatures:
+        return compute_features(make_call(op, shapes, dtypes, extra))
+
+    def predict_call(self, call: OpCall) -> int:
+        """Time of a normalised call: table first, then the curves. Cached per call key."""
+        key = call.key()
+        if key in self._cache:
+            return self._cache[key]
+        measured = self.table.lookup(call) if self.table is not None else None
+        if measured is not None:
+            ns = measured
+        else:
+            ns = self.model_ns(compute_features(call), tf32=bool(call.extra.get("tf32", self.tf32)))
+        self._cache[key] = ns
+        return ns
+
+    def model_ns(self, f: OpFeatures, *, tf32: bool = False) -> int:
+        """The curves' time for features `f` (no table lookup)."""
+        if f.op_class == "noop":
+            return 0
+        cols = columns([f], [peak_of(f, self.gpu, tf32)])
+        t = predict_columns(cols, self.curves.params, self.curves.op_mult, self.gpu, np)
+        return max(0, int(round(float(t[0]))))
+
+    def predict_ns(self, op: str, shapes: list, dtypes: list, extra: dict | None = None) -> int:
+        """Time of `op` (aten name, e.g. 'aten::mm') on input `shapes`/`dtypes`; see predict_ns()."""
+        return self.predict_call(make_call(op, shapes, dtypes, extra))
+
+
+@lru_cache(maxsize=16)
+def _default_model(gpu: str) -> ComputeModel:
+    return ComputeModel(gpu)
+
+
+def predict_ns(
+    op: str,
+    shapes: list[tuple[int, ...]],
+    dtypes: list[str],
+    gpu: str,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """GPU time (ns) of one aten op on `gpu`, with the shipped calibrated curves.
+
+    `shapes`/`dtypes` describe the tensor inputs in argument order (skip None and scalars); foreach
+    ops take all lists flattened, with `extra={"list_len": n}`. Other `extra` keys: `causal`
+    (attention), `dtype` (`_to_copy` target), `p`/`train` (dropout), `out_shapes`/`out_dtypes`
+    (override the outputs of a memory-bound op), `tf32` (fp32 matmuls on tensor cores).
+    """
+    return _default_model(get_gpu(gpu).name).predict_ns(op, shapes, dtypes, extra)

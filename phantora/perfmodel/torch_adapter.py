@@ -1,0 +1,85 @@
+"""Bridge from a torch dispatch call (func, args, kwargs, out) to the compute model.
+
+`CalibratedModel(gpu)` has the `op_time_ns(func, args, kwargs, out) -> int` method of the runtime's
+roofline model, so a runtime can install it in its place. Tensor arguments are taken in argument
+order (lists flattened, as foreach ops take them); the scalar arguments that change an op's cost
+become `extra`; the actual outputs are passed as `out_shapes`/`out_dtypes` for memory-bound ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from phantora.perfmodel.curves import Curves
+from phantora.perfmodel.features import OpCall, make_call
+from phantora.perfmodel.gpus import GpuSpec
+from phantora.perfmodel.model import ComputeModel
+from phantora.perfmodel.ops import op_class
+from phantora.perfmodel.table import TimingTable
+
+_MEMORY = {"elementwise", "reduction", "copy", "fill"}
+# schema argument -> extra key, for the arguments that change what an op costs
+_SCALARS = {
+    "is_causal": "causal",
+    "p": "p",
+    "train": "train",
+    "half_to_float": "half_to_float",
+    "input_dtype": "input_dtype",
+    "out_dtype": "out_dtype",
+}
+
+
+def _named_args(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return dict(kwargs)
+    named = {a.name: v for a, v in zip(schema.arguments, args, strict=False)}
+    named.update(kwargs)
+    return named
+
+
+def _dtype_name(d: Any) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def call_of(func: Any, args: tuple, kwargs: dict, out: Any) -> OpCall:
+    """The OpCall of one dispatched aten op."""
+    schema = getattr(func, "_schema", None)
+    op = schema.name if schema is not None else str(func)
+    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    named = _named_args(func, args, kwargs)
+    extra: dict[str, Any] = {}
+    for arg, key in _SCALARS.items():
+        value = named.get(arg)
+        if value is not None:
+            extra[key] = _dtype_name(value) if isinstance(value, torch.dtype) else value
+    cls = op_class(op)
+    if cls == "foreach" and args and isinstance(args[0], (list, tuple)):
+        extra["list_len"] = len(args[0])
+    if cls == "copy" and isinstance(named.get("dtype"), torch.dtype):
+        extra["dtype"] = _dtype_name(named["dtype"])
+    if cls in _MEMORY:
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if outs:
+            extra["out_shapes"] = [list(t.shape) for t in outs]
+            extra["out_dtypes"] = [_dtype_name(t.dtype) for t in outs]
+    if any(t.dtype == torch.float32 for t in tensors[:2]) and torch.get_float32_matmul_precision() != "highest":
+        extra["tf32"] = True
+    return make_call(op, [tuple(t.shape) for t in tensors], [_dtype_name(t.dtype) for t in tensors], extra)
+
+
+class CalibratedModel:
+    """The calibrated compute model behind the runtime's `op_time_ns(func, args, kwargs, out)` interface."""
+
+    def __init__(self, gpu: str | GpuSpec, curves: Curves | None = None, table: TimingTable | None = None) -> None:
+        self.model = ComputeModel(gpu, curves, table)
+        self.gpu = self.model.gpu
+
+    def op_time_ns(self, func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+        schema = getattr(func, "_schema", None)
+        if getattr(func, "is_view", False) or (schema is not None and not schema.name.startswith("aten::")):
+            return 0  # views, and profiler or other non-kernel namespaces
+        return self.model.predict_call(call_of(func, args, kwargs, out))

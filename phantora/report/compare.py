@@ -1,0 +1,378 @@
+"""Compare run directories: one metric per row, one column per run, and each run's difference from the first in %.
+
+Percentiles are numpy's default (linear interpolation). Slowdown = FCT / standalone FCT over flows with
+bytes and a known standalone FCT. PFC paused time is the time between a port's pause and its resume
+(summed over priorities; a pause still open at the end of the run closes there). Queue depth is the sum
+over priorities of a (switch, port) egress queue at each sampling instant; p99 is taken at the hottest
+port (the one with the largest depth).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from phantora.errors import InputError
+from phantora.report.rundir import Flows, RunData, load_run
+
+Value = int | float | None
+
+# Scalar metrics of one run: key -> (label, unit, section).
+SUMMARY: dict[str, tuple[str, str, str]] = {
+    "time_ns": ("iteration time / makespan", "ns", "time"),
+    "fct_p50_ns": ("FCT p50", "ns", "flows"),
+    "fct_p99_ns": ("FCT p99", "ns", "flows"),
+    "fct_max_ns": ("FCT max", "ns", "flows"),
+    "slowdown_p50": ("slowdown p50 (FCT / standalone)", "ratio", "flows"),
+    "slowdown_p99": ("slowdown p99", "ratio", "flows"),
+    "slowdown_max": ("slowdown max", "ratio", "flows"),
+    "pfc_pauses": ("PFC pause frames", "count", "pfc"),
+    "pfc_paused_ns": ("PFC paused time (all ports)", "ns", "pfc"),
+    "queue_max_bytes": ("queue depth max", "bytes", "queues"),
+    "queue_p99_bytes": ("queue depth p99 (hottest port)", "bytes", "queues"),
+    "ecn_marks": ("ECN marks", "count", "ecn"),
+    "cnps": ("CNPs", "count", "ecn"),
+    "drops": ("drops", "count", "ecn"),
+    "util_mean": ("link utilisation mean", "fraction", "links"),
+    "util_max": ("link utilisation max", "fraction", "links"),
+}
+
+
+# ----- per-run figures --------------------------------------------------------------------------------
+
+
+def fct_stats(flows: Flows | None) -> dict[str, Value]:
+    """FCT p50/p99/max (ns) and slowdown p50/p99/max over flows that carry bytes."""
+    out: dict[str, Value] = dict.fromkeys(("fct_p50_ns", "fct_p99_ns", "fct_max_ns"))
+    out.update(dict.fromkeys(("slowdown_p50", "slowdown_p99", "slowdown_max")))
+    if flows is None:
+        return out
+    real = flows.size > 0
+    fct = flows.fct_ns[real]
+    if fct.size:
+        out["fct_p50_ns"] = float(np.percentile(fct, 50))
+        out["fct_p99_ns"] = float(np.percentile(fct, 99))
+        out["fct_max_ns"] = int(fct.max())
+    known = real & (flows.standalone_ns > 0)
+    if known.any():
+        slow = flows.fct_ns[known] / flows.standalone_ns[known]
+        out["slowdown_p50"] = float(np.percentile(slow, 50))
+        out["slowdown_p99"] = float(np.percentile(slow, 99))
+        out["slowdown_max"] = float(slow.max())
+    return out
+
+
+def pause_intervals(pfc: np.ndarray, end_ns: int | None) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(node, port) -> paused intervals [start, end) per priority, in time order.
+
+    `pfc` rows are (time_ns, node, port, prio, pause). A second pause while paused extends the pause;
+    a resume while running is ignored; a pause still open closes at `end_ns` (or its last frame).
+    """
+    open_at: dict[tuple[int, int, int], int] = {}
+    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    last = int(pfc[:, 0].max()) if len(pfc) else 0
+    order = np.lexsort((pfc[:, 0],)) if len(pfc) else []
+    for t, node, port, prio, pause in pfc[order]:
+        key = (int(node), int(port), int(prio))
+        if pause and key not in open_at:
+            open_at[key] = int(t)
+        elif not pause and key in open_at:
+            out.setdefault(key[:2], []).append((open_at.pop(key), int(t)))
+    stop = max(end_ns or 0, last)
+    for key, t in open_at.items():
+        out.setdefault(key[:2], []).append((t, stop))
+    for spans in out.values():
+        spans.sort()
+    return dict(sorted(out.items()))
+
+
+def pfc_per_port(run: RunData) -> dict[str, tuple[int | None, int]] | None:
+    """Port label -> (pause frames, paused ns), from pfc.csv, else from links.csv paused_ns (count unknown)."""
+    if run.pfc is not None:
+        counts: dict[tuple[int, int], int] = {}
+        for _t, node, port, _prio, pause in run.pfc:
+            if pause:
+                counts[(int(node), int(port))] = counts.get((int(node), int(port)), 0) + 1
+        spans = pause_intervals(run.pfc, run.end_ns)
+        keys = sorted(set(counts) | set(spans))
+        return {port_label(k): (counts.get(k, 0), sum(b - a for a, b in spans.get(k, []))) for k in keys}
+    if run.links is not None and any(row.paused_ns is not None for row in run.links):
+        return {row.name: (None, row.paused_ns or 0) for row in run.links if row.paused_ns}
+    return None
+
+
+def port_label(key: tuple[int, int]) -> str:
+    return f"node {key[0]} port {key[1]}"
+
+
+def queue_depths(queues: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+    """(node, port) -> (times, bytes summed over priorities) from queue samples."""
+    out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    if not len(queues):
+        return out
+    keys = queues[:, 1:3]
+    for node, port in np.unique(keys, axis=0):
+        sel = queues[(keys[:, 0] == node) & (keys[:, 1] == port)]
+        times, inverse = np.unique(sel[:, 0], return_inverse=True)
+        depth = np.zeros(len(times), dtype=np.int64)
+        np.add.at(depth, inverse, sel[:, 4])
+        out[(int(node), int(port))] = (times, depth)
+    return out
+
+
+def hottest_port(queues: np.ndarray | None) -> tuple[tuple[int, int], np.ndarray, np.ndarray] | None:
+    """The (node, port) with the deepest sampled queue, and its (times, depths); None without samples."""
+    if queues is None or not len(queues):
+        return None
+    depths = queue_depths(queues)
+    key = max(depths, key=lambda k: (int(depths[k][1].max()), -k[0], -k[1]))
+    return key, *depths[key]
+
+
+def summarise(run: RunData) -> dict[str, Value]:
+    """The scalar metrics of SUMMARY for one run (None where not measured)."""
+    out: dict[str, Value] = {"time_ns": run.time_ns}
+    out.update(fct_stats(run.flows))
+    engine = run.engine or {}
+    ports = pfc_per_port(run)
+    out["pfc_pauses"] = sum(c or 0 for c, _ in ports.values()) if run.pfc is not None and ports is not None else None
+    if out["pfc_pauses"] is None and isinstance(engine.get("pfc_pause"), (int, float)):
+        out["pfc_pauses"] = int(engine["pfc_pause"])
+    out["pfc_paused_ns"] = sum(ns for _, ns in ports.values()) if ports is not None else None
+    hot = hottest_port(run.queues)
+    link_max = [r.max_queue_bytes for r in run.links or [] if r.max_queue_bytes is not None]
+    qmax = [int(hot[2].max())] if hot else []
+    out["queue_max_bytes"] = max(qmax + link_max) if qmax or link_max else None
+    out["queue_p99_bytes"] = float(np.percentile(hot[2], 99)) if hot else None
+    for key, stat in (("ecn_marks", "ecn_marks"), ("cnps", "cnps"), ("drops", "drops")):
+        value = engine.get(stat)
+        out[key] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if out["ecn_marks"] is None and run.links and any(r.ecn_marks is not None for r in run.links):
+        out["ecn_marks"] = sum(r.ecn_marks or 0 for r in run.links)
+    utils = [r.utilisation for r in run.links or []]
+    out["util_mean"] = float(np.mean(utils)) if utils else None
+    out["util_max"] = float(max(utils)) if utils else None
+    return out
+
+
+# ----- the comparison ---------------------------------------------------------------------------------
+
+
+def diff_pct(value: Value, base: Value) -> float | None:
+    """(value - base) / base in %; None if either is missing or base is 0 while value is not."""
+    if value is None or base is None:
+        return None
+    if base == 0:
+        return 0.0 if value == 0 else None
+    return (value - base) / base * 100.0
+
+
+@dataclass
+class Metric:
+    """One row of the comparison."""
+
+    key: str
+    label: str
+    unit: str
+    section: str
+    values: list[Value]
+    diff_pct: list[float | None] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    """Scalar metrics and per-link tables of several runs; the first run is the baseline."""
+
+    runs: list[dict[str, Any]]
+    metrics: list[Metric]
+    per_link: dict[str, dict[str, list[Value]]]  # table -> link -> values per run
+
+    def metric(self, key: str) -> Metric:
+        for m in self.metrics:
+            if m.key == key:
+                return m
+        raise KeyError(key)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "phantora.compare/1",
+            "runs": self.runs,
+            "metrics": [asdict(m) for m in self.metrics],
+            "per_link": self.per_link,
+        }
+
+
+def unique_labels(paths: Sequence[Path]) -> list[str]:
+    """Directory names, made unique with their parents where two runs share a name."""
+    labels = [p.name or str(p) for p in paths]
+    for i, p in enumerate(paths):
+        if labels.count(labels[i]) > 1:
+            labels[i] = "/".join(p.resolve().parts[-2:])
+    return labels
+
+
+def compare_runs(runs: Sequence[RunData]) -> Comparison:
+    """Build the comparison of `runs` (at least one)."""
+    if not runs:
+        raise InputError("nothing to compare: give at least one run directory", field="runs")
+    sums = [summarise(r) for r in runs]
+    metrics: list[Metric] = []
+    for key, (label, unit, section) in SUMMARY.items():
+        if key == "time_ns":
+            kinds = {r.time_kind for r in runs if r.time_ns is not None}
+            label = "iteration time" if kinds == {"iteration"} else "makespan" if kinds <= {"makespan"} else label
+        metrics.append(Metric(key, label, unit, section, [s[key] for s in sums]))
+    names: list[str] = []
+    for r in runs:
+        names.extend(n for n in (r.collectives or {}) if n not in names)
+    for n in names:
+        values: list[Value] = [r.collectives.get(n) if r.collectives is not None else None for r in runs]
+        metrics.insert(1 + names.index(n), Metric(f"op:{n}", n, "ns", "collectives", values))
+    for m in metrics:
+        m.diff_pct = [diff_pct(v, m.values[0]) for v in m.values]
+    per_link: dict[str, dict[str, list[Value]]] = {"pfc_pauses": {}, "pfc_paused_ns": {}, "utilisation": {}}
+    for i, r in enumerate(runs):
+        for name, (count, paused) in (pfc_per_port(r) or {}).items():
+            per_link["pfc_pauses"].setdefault(name, [None] * len(runs))[i] = count
+            per_link["pfc_paused_ns"].setdefault(name, [None] * len(runs))[i] = paused
+        for row in r.links or []:
+            per_link["utilisation"].setdefault(row.name, [None] * len(runs))[i] = row.utilisation
+    info = [
+        {
+            "label": r.label,
+            "path": str(r.path),
+            "kind": r.kind,
+            "network": r.network,
+            "time_kind": r.time_kind,
+            "files": sorted(r.files),
+        }
+        for r in runs
+    ]
+    return Comparison(info, metrics, {k: dict(sorted(v.items())) for k, v in per_link.items()})
+
+
+def load_and_compare(
+    paths: Sequence[str | Path], labels: Sequence[str] | None = None
+) -> tuple[list[RunData], Comparison]:
+    """Load each directory and compare them."""
+    ps = [Path(p) for p in paths]
+    if labels is not None and len(labels) != len(ps):
+        raise InputError(f"{len(labels)} labels for {len(ps)} runs", field="--labels")
+    names = list(labels) if labels is not None else unique_labels(ps)
+    runs = [load_run(p, n) for p, n in zip(ps, names, strict=True)]
+    return runs, compare_runs(runs)
+
+
+# ----- text, markdown and JSON ------------------------------------------------------------------------
+
+_DISPLAY = {"ns": ("us", 1e-3, 2), "bytes": ("KB", 1e-3, 1), "ratio": ("x", 1, 3), "fraction": ("%", 100, 2)}
+
+
+def fmt_value(value: Value, unit: str) -> str:
+    """A value in display units ("-" when not measured)."""
+    if value is None:
+        return "-"
+    if unit in _DISPLAY:
+        _, scale, digits = _DISPLAY[unit]
+        return f"{value * scale:.{digits}f}"
+    return f"{int(value)}" if float(value).is_integer() else f"{value:.3f}"
+
+
+def fmt_diff(d: float | None, value: Value) -> str:
+    if d is None:
+        return "-" if value is None else "n/a"
+    return f"{d:+.1f}%"
+
+
+def display_unit(unit: str) -> str:
+    return _DISPLAY[unit][0] if unit in _DISPLAY else unit
+
+
+def _rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
+    labels = [r["label"] for r in cmp.runs]
+    head = ["metric", "unit", labels[0]]
+    for lab in labels[1:]:
+        head += [lab, "diff"]
+    rows = []
+    for m in cmp.metrics:
+        name = m.label if m.section != "collectives" else f"op {m.label}"
+        row = [name, display_unit(m.unit), fmt_value(m.values[0], m.unit)]
+        for v, d in zip(m.values[1:], m.diff_pct[1:], strict=True):
+            row += [fmt_value(v, m.unit), fmt_diff(d, v)]
+        rows.append(row)
+    return head, rows
+
+
+def format_table(cmp: Comparison, top_links: int = 8) -> str:
+    """The printed table: metrics, then the links with the most PFC paused time and utilisation."""
+    head, rows = _rows(cmp)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    widths[0] = min(widths[0], 40)
+
+    def line(cells: list[str]) -> str:
+        first = cells[0][: widths[0]].ljust(widths[0])
+        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
+
+    out = [line(head), "-" * len(line(head))]
+    out += [line(r) for r in rows]
+    for table, unit, title in (
+        ("pfc_paused_ns", "ns", "PFC paused time per port (us)"),
+        ("utilisation", "fraction", "link utilisation (%)"),
+    ):
+        links = cmp.per_link.get(table) or {}
+        if not links:
+            continue
+        ranked = sorted(links.items(), key=lambda kv: (-max(v or 0 for v in kv[1]), kv[0]))[:top_links]
+        out.append("")
+        out.append(f"{title}, top {len(ranked)} of {len(links)}:")
+        for name, values in ranked:
+            out.append(f"  {name[:38]:<38} " + "  ".join(f"{fmt_value(v, unit):>10}" for v in values))
+    return "\n".join(out)
+
+
+def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
+    """The report: runs, the metric table, per-link tables and the plots."""
+    labels = [r["label"] for r in cmp.runs]
+    lines = ["# phantora compare", "", "| run | kind | network | path | files |", "|---|---|---|---|---|"]
+    for r in cmp.runs:
+        files = ", ".join(r["files"]) or "-"
+        lines.append(f"| {r['label']} | {r['kind']} | {r['network'] or '-'} | `{r['path']}` | {files} |")
+    lines += ["", f"Differences are relative to the first run, `{labels[0]}`. `-` means not measured.", ""]
+    head, rows = _rows(cmp)
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    for table, unit, title in (
+        ("pfc_pauses", "count", "PFC pause frames per port"),
+        ("pfc_paused_ns", "ns", "PFC paused time per port (us)"),
+        ("utilisation", "fraction", "Link utilisation (%)"),
+    ):
+        links = cmp.per_link.get(table) or {}
+        if not links:
+            continue
+        lines += ["", f"## {title}", "", "| link | " + " | ".join(labels) + " |", "|" + "---|" * (1 + len(labels))]
+        for name, values in links.items():
+            lines.append(f"| {name} | " + " | ".join(fmt_value(v, unit) for v in values) + " |")
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in plots if p.suffix == ".png"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, runs: Sequence[RunData], cmp: Comparison, plots: bool = True) -> list[Path]:
+    """Write compare.md, compare.json and the plots into `out`; return the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if plots:
+        from phantora.report.plots import compare_plots
+
+        written += compare_plots(runs, out)
+    md, js = out / "compare.md", out / "compare.json"
+    md.write_text(to_markdown(cmp, written))
+    js.write_text(json.dumps(cmp.to_json(), indent=2, sort_keys=True) + "\n")
+    return [md, js, *written]

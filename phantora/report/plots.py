@@ -1,0 +1,205 @@
+"""Report plots (matplotlib, Agg backend), each written as PNG and SVG with labelled axes and units.
+
+- `fct_cdf`: flow completion time CDF, one line per run;
+- `queue_depth`: queue depth over time at each run's hottest (switch, port);
+- `pfc_timeline`: paused intervals per port, one panel per run;
+- `step_timeline`: per-rank compute and comm spans of a live run's trace;
+- `metric_vs_param`: a sweep metric (iteration time, makespan, PFC paused time) against a parameter such as CC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from phantora.report.compare import hottest_port, pause_intervals, port_label  # noqa: E402
+from phantora.report.rundir import RunData  # noqa: E402
+
+plt.rcParams["svg.hashsalt"] = "phantora"  # stable SVG ids: same input, same file
+plt.rcParams["svg.fonttype"] = "none"  # text stays text (searchable, smaller)
+FORMATS = ("png", "svg")
+
+
+def time_scale(max_ns: float) -> tuple[float, str]:
+    """Divisor and unit name that keep a time axis readable."""
+    if max_ns >= 1e7:
+        return 1e6, "ms"
+    if max_ns >= 1e4:
+        return 1e3, "us"
+    return 1.0, "ns"
+
+
+def save(fig: Figure, base: Path) -> list[Path]:
+    """Write `base`.png and `base`.svg and close the figure."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in FORMATS:
+        p = base.with_suffix(f".{ext}")
+        meta = {"Date": None} if ext == "svg" else {}
+        fig.savefig(p, dpi=120, metadata=meta)
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
+def fct_cdf(runs: Sequence[RunData], base: Path) -> list[Path]:
+    """CDF of flow completion times (flows with bytes), one step line per run that has flows."""
+    have = [r for r in runs if r.flows is not None and (r.flows.size > 0).any()]
+    if not have:
+        return []
+    top = max(int(r.flows.fct_ns[r.flows.size > 0].max()) for r in have if r.flows is not None)
+    div, unit = time_scale(top)
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for r in have:
+        assert r.flows is not None
+        fct = np.sort(r.flows.fct_ns[r.flows.size > 0]) / div
+        y = np.arange(1, len(fct) + 1) / len(fct)
+        ax.step(np.concatenate(([fct[0]], fct)), np.concatenate(([0.0], y)), where="post", label=r.label)
+    ax.set_xlabel(f"flow completion time ({unit})")
+    ax.set_ylabel("fraction of flows (CDF)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("FCT CDF")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return save(fig, base)
+
+
+def queue_depth(runs: Sequence[RunData], base: Path) -> list[Path]:
+    """Queue depth over time at the hottest port of each run that sampled queues."""
+    hot = [(r, hottest_port(r.queues)) for r in runs]
+    hot = [(r, h) for r, h in hot if h is not None]
+    if not hot:
+        return []
+    div, unit = time_scale(max(float(h[1].max()) for _, h in hot))
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for r, (key, times, depth) in hot:
+        ax.step(times / div, depth / 1e3, where="post", label=f"{r.label}: {port_label(key)}")
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("queue depth (KB)")
+    ax.set_title("Queue depth at the hottest port")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return save(fig, base)
+
+
+def pfc_timeline(runs: Sequence[RunData], base: Path, max_ports: int = 16) -> list[Path]:
+    """Paused intervals per port (one lane each, the most paused first), one panel per run with pfc.csv."""
+    have = [r for r in runs if r.pfc is not None]
+    if not have:
+        return []
+    spans = {r.label: pause_intervals(r.pfc, r.end_ns) for r in have if r.pfc is not None}
+    ends = [b for sp in spans.values() for lst in sp.values() for _, b in lst] + [r.end_ns or 0 for r in have]
+    div, unit = time_scale(max(ends + [1]))
+    heights = [max(1, min(max_ports, len(spans[r.label]))) for r in have]
+    fig, axes = plt.subplots(
+        len(have),
+        1,
+        figsize=(8, 1.2 + 0.35 * sum(heights) + 0.6 * len(have)),
+        sharex=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    for ax, r in zip(axes[:, 0], have, strict=True):
+        ports = sorted(spans[r.label].items(), key=lambda kv: (-sum(b - a for a, b in kv[1]), kv[0]))[:max_ports]
+        for lane, (_key, lst) in enumerate(ports):
+            ax.broken_barh([(a / div, max(b - a, 1) / div) for a, b in lst], (lane - 0.4, 0.8), color="tab:red")
+        ax.set_yticks(range(len(ports)), [port_label(k) for k, _ in ports], fontsize="x-small")
+        ax.set_ylim(-0.6, max(len(ports), 1) - 0.4)
+        ax.invert_yaxis()
+        total = sum(b - a for _, lst in spans[r.label].items() for a, b in lst)
+        note = "no pauses" if not spans[r.label] else f"{len(spans[r.label])} ports, {total / div:.1f} {unit} paused"
+        ax.set_title(f"{r.label}: {note}", fontsize="small")
+        ax.set_ylabel("paused port")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel(f"simulated time ({unit})")
+    fig.suptitle("PFC pause timeline")
+    return save(fig, base)
+
+
+def step_timeline(run: RunData, base: Path, max_ranks: int = 32) -> list[Path]:
+    """Per-rank compute and comm spans of a live run (from its Chrome trace), step boundaries as lines."""
+    if not run.spans:
+        return []
+    ranks = sorted({s.rank for s in run.spans})[:max_ranks]
+    div, unit = time_scale(max(s.end_ns for s in run.spans))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.4 * len(ranks)), layout="constrained")
+    colours = {"compute": "tab:blue", "comm": "tab:orange"}
+    for row, rank in enumerate(ranks):
+        for lane, offset in (("compute", -0.2), ("comm", 0.2)):
+            mine = [s for s in run.spans if s.rank == rank and s.lane == lane]
+            bars = [(s.start_ns / div, max(s.end_ns - s.start_ns, 1) / div) for s in mine]
+            if bars:
+                ax.broken_barh(bars, (row + offset - 0.18, 0.36), color=colours[lane], label=lane if row == 0 else None)
+    for s in run.spans:
+        if s.lane == "step" and s.rank == ranks[0]:
+            ax.axvline(s.end_ns / div, color="grey", lw=0.6, ls="--")
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks], fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("rank")
+    ax.set_title(f"{run.label}: per-rank step timeline (compute vs comm)")
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize="small", loc="upper right")
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, base)
+
+
+def metric_vs_param(
+    rows: Sequence[Mapping[str, Any]],
+    param: str,
+    metric: str,
+    base: Path,
+    *,
+    ylabel: str,
+    series: Sequence[str] = (),
+    scale: float = 1.0,
+) -> list[Path]:
+    """Bars of `metric` (divided by `scale`) for each value of `param`, grouped by the `series` columns.
+
+    Rows with a missing metric are left out; the x categories keep their first-seen order.
+    """
+    good = [r for r in rows if r.get(metric) is not None and r.get(param) is not None]
+    if not good:
+        return []
+    cats: list[str] = []
+    groups: dict[str, dict[str, float]] = {}
+    for r in good:
+        x = str(r[param])
+        if x not in cats:
+            cats.append(x)
+        name = ", ".join(f"{k}={r.get(k)}" for k in series) or metric
+        groups.setdefault(name, {})[x] = float(r[metric]) / scale
+    fig, ax = plt.subplots(
+        figsize=(max(5, 1.2 * len(cats) * max(1, len(groups)) ** 0.5 + 2), 4.5), layout="constrained"
+    )
+    width = 0.8 / len(groups)
+    for i, (name, vals) in enumerate(groups.items()):
+        xs = [j + (i - (len(groups) - 1) / 2) * width for j, c in enumerate(cats) if c in vals]
+        ax.bar(xs, [vals[c] for c in cats if c in vals], width, label=name)
+    ax.set_xticks(range(len(cats)), cats)
+    ax.set_xlabel(param)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    if len(groups) > 1 or series:
+        ax.legend(fontsize="small")
+    return save(fig, base)
+
+
+def compare_plots(runs: Sequence[RunData], out: Path) -> list[Path]:
+    """Every plot that the runs have data for: FCT CDF, queue depth, PFC timeline, one step timeline per run."""
+    paths = fct_cdf(runs, out / "fct_cdf")
+    paths += queue_depth(runs, out / "queue_depth")
+    paths += pfc_timeline(runs, out / "pfc_timeline")
+    for i, r in enumerate(runs):
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in r.label)
+        paths += step_timeline(r, out / f"step_timeline_{i}_{safe}")
+    return paths

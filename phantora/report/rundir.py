@@ -1,0 +1,330 @@
+"""Load a run directory (replay, netsim or live run) into one `RunData`, whatever subset of files it has.
+
+Every file is optional: a missing file means "not measured" (None here, "-" in reports), never an error.
+A file that exists but cannot be parsed raises `InputError` naming the file and line.
+
+Files read (see docs/compare-and-sweep.md for the columns):
+- results.json  schema "phantora.replay/1" (makespan, ops, engine stats) or "phantora.run/1" (iterations)
+- cosim.json    the bridge's summary of a live run (fallback when results.json is absent)
+- summary.json  `phantora netsim` engine counters
+- flows.csv / fct.csv   one row per flow: FCT and standalone (ideal) FCT
+- links.csv     one row per directed channel: utilisation (+ paused_ns, ecn_marks, max_queue_bytes in ns-3 runs)
+- pfc.csv       PFC frames: time_ns, node, port, prio, pause (1 pause, 0 resume)
+- queues.csv    sampled egress queues: time_ns, node, port, prio, bytes
+- trace.json or trace/rank*.trace.json   Chrome trace with steps, compute and comm per rank
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from phantora.errors import InputError
+
+
+@dataclass
+class Flows:
+    """Per-flow arrays (integer ns and bytes), in file order."""
+
+    size: np.ndarray
+    start_ns: np.ndarray
+    fct_ns: np.ndarray
+    standalone_ns: np.ndarray  # 0 where unknown
+
+
+@dataclass
+class LinkRow:
+    """One directed channel of links.csv."""
+
+    name: str  # "from->to"
+    utilisation: float
+    bytes: int
+    paused_ns: int | None = None
+    ecn_marks: int | None = None
+    max_queue_bytes: int | None = None
+
+
+@dataclass
+class Span:
+    """One interval of a rank's timeline (ns)."""
+
+    rank: int
+    lane: str  # "compute" | "comm" | "step"
+    name: str
+    start_ns: int
+    end_ns: int
+
+
+@dataclass
+class RunData:
+    """Everything a report needs from one run directory; None means "not measured"."""
+
+    path: Path
+    label: str
+    kind: str = "unknown"  # replay | run | netsim | unknown
+    network: str | None = None
+    time_ns: int | None = None  # iteration time (live runs) or makespan (replay, netsim)
+    time_kind: str = "makespan"  # "iteration" | "makespan"
+    collectives: dict[str, int] | None = None  # op name -> duration ns
+    engine: dict[str, Any] | None = None
+    flows: Flows | None = None
+    links: list[LinkRow] | None = None
+    pfc: np.ndarray | None = None  # rows (time_ns, node, port, prio, pause)
+    queues: np.ndarray | None = None  # rows (time_ns, node, port, prio, bytes)
+    spans: list[Span] | None = None
+    files: list[str] = field(default_factory=list)  # which known files were present
+
+    @property
+    def end_ns(self) -> int | None:
+        """The end of simulated time, for closing open PFC pauses (makespan, else the time metric)."""
+        if self.time_kind == "makespan":
+            return self.time_ns
+        if self.spans:
+            return max(s.end_ns for s in self.spans)
+        return self.time_ns
+
+
+def load_run(path: str | Path, label: str | None = None) -> RunData:
+    """Read the run directory `path`; raise InputError if it is not a directory."""
+    root = Path(path)
+    if not root.is_dir():
+        raise InputError("not a run directory", file=str(root))
+    run = RunData(path=root, label=label or root.name)
+    _load_results(run, root)
+    run.flows = _load_flows(run, root)
+    run.links = _load_links(run, root)
+    run.pfc = _load_table(run, root / "pfc.csv", ("time_ns", "node", "port", "prio", "pause"))
+    run.queues = _load_table(run, root / "queues.csv", ("time_ns", "node", "port", "prio", "bytes"))
+    run.spans = _load_trace(run, root)
+    return run
+
+
+# ----- JSON summaries ---------------------------------------------------------------------------------
+
+
+def _read_json(run: RunData, p: Path) -> dict[str, Any] | None:
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=str(p)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", file=str(p), line=exc.lineno) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object", file=str(p))
+    run.files.append(p.name)
+    return data
+
+
+def _load_results(run: RunData, root: Path) -> None:
+    res = _read_json(run, root / "results.json")
+    cosim = _read_json(run, root / "cosim.json")
+    summary = _read_json(run, root / "summary.json")
+    if res is not None:
+        schema = str(res.get("schema", ""))
+        run.network = res.get("network")
+        run.engine = res.get("engine") if isinstance(res.get("engine"), dict) else None
+        if schema.startswith("phantora.replay/"):
+            run.kind = "replay"
+            run.time_ns = _int_or_none(res.get("makespan_ns"))
+            run.collectives = _ops(res.get("ops"))
+            return
+        if schema.startswith("phantora.run/"):
+            run.kind = "run"
+            _live(run, res)
+            return
+        raise InputError(
+            f"unknown schema {schema!r} (expected phantora.replay/1 or phantora.run/1)",
+            file=str(root / "results.json"),
+            field="schema",
+        )
+    if cosim is not None:
+        run.kind = "run"
+        run.network = cosim.get("network")
+        run.engine = cosim.get("engine_stats") if isinstance(cosim.get("engine_stats"), dict) else None
+        _live(run, cosim)
+        return
+    if summary is not None:
+        run.kind = "netsim"
+        run.network = summary.get("engine")
+        run.engine = summary
+        run.time_ns = _int_or_none(summary.get("sim_end_ns"))
+
+
+def _live(run: RunData, res: dict[str, Any]) -> None:
+    """Iteration time: the median of `iteration_ns` (per-step times), else of per-step maxima over ranks."""
+    run.time_kind = "iteration"
+    iters = res.get("iteration_ns")
+    if isinstance(iters, list) and iters:
+        run.time_ns = int(median(int(x) for x in iters))
+    elif isinstance(res.get("iteration_time_ns"), (int, float)):
+        run.time_ns = int(res["iteration_time_ns"])
+    else:
+        steps = _steps_from_ranks(res.get("ranks"))
+        if steps:
+            run.time_ns = int(median(steps))
+        else:
+            run.time_kind = "makespan"
+            run.time_ns = _int_or_none(res.get("makespan_ns"))
+    run.collectives = _ops(res.get("collectives")) or _ops(res.get("ops"))
+
+
+def _steps_from_ranks(ranks: Any) -> list[int]:
+    """Per-step durations, the slowest rank of each step, from each rank's step_ends_ns."""
+    if not isinstance(ranks, dict):
+        return []
+    ends = [r.get("step_ends_ns") for r in ranks.values() if isinstance(r, dict)]
+    ends = [e for e in ends if isinstance(e, list) and e]
+    if not ends:
+        return []
+    n = min(len(e) for e in ends)
+    out = []
+    for i in range(n):
+        out.append(max(int(e[i]) - (int(e[i - 1]) if i else 0) for e in ends))
+    return out
+
+
+def _ops(ops: Any) -> dict[str, int] | None:
+    """name -> duration_ns from a list of {name, duration_ns} (replay ops) or a {name: ns} mapping."""
+    if isinstance(ops, dict):
+        return {str(k): int(v) for k, v in ops.items() if isinstance(v, (int, float))} or None
+    if not isinstance(ops, list):
+        return None
+    out = {}
+    for op in ops:
+        if isinstance(op, dict) and "name" in op and isinstance(op.get("duration_ns"), (int, float)):
+            out[str(op["name"])] = int(op["duration_ns"])
+    return out or None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# ----- CSV files --------------------------------------------------------------------------------------
+
+
+def _read_csv(run: RunData, p: Path, required: tuple[str, ...]) -> list[dict[str, str]] | None:
+    if not p.is_file():
+        return None
+    try:
+        with p.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise InputError(f"missing column(s) {', '.join(missing)}", file=str(p), line=1)
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"cannot read: {exc}", file=str(p)) from None
+    run.files.append(p.name)
+    return rows
+
+
+def _num(row: dict[str, str], col: str, p: Path, lineno: int, cast: type = int) -> Any:
+    text = row.get(col)
+    if text is None or text == "":
+        return None
+    try:
+        return cast(float(text)) if cast is int and ("." in text or "e" in text) else cast(text)
+    except ValueError:
+        raise InputError(f"bad number {text!r}", file=str(p), line=lineno, field=col) from None
+
+
+def _load_flows(run: RunData, root: Path) -> Flows | None:
+    """flows.csv (replay: standalone_fct_ns) or fct.csv (netsim: standalone_ns)."""
+    for name, size_col, alone_col in (
+        ("flows.csv", "size_bytes", "standalone_fct_ns"),
+        ("fct.csv", "size", "standalone_ns"),
+    ):
+        p = root / name
+        rows = _read_csv(run, p, (size_col, "start_ns", "fct_ns"))
+        if rows is None:
+            continue
+        cols: list[list[int]] = [[], [], [], []]
+        for i, row in enumerate(rows, 2):
+            for k, col in enumerate((size_col, "start_ns", "fct_ns", alone_col)):
+                v = _num(row, col, p, i)
+                if v is None and k < 3:
+                    raise InputError("missing value", file=str(p), line=i, field=col)
+                cols[k].append(v or 0)
+        arr = [np.asarray(c, dtype=np.int64) for c in cols]
+        return Flows(*arr)
+    return None
+
+
+def _load_links(run: RunData, root: Path) -> list[LinkRow] | None:
+    p = root / "links.csv"
+    rows = _read_csv(run, p, ("utilisation",))
+    if rows is None:
+        return None
+    out = []
+    for i, row in enumerate(rows, 2):
+        a = row.get("from") or row.get("src") or "?"
+        b = row.get("to") or row.get("dst") or "?"
+        util = _num(row, "utilisation", p, i, float)
+        out.append(
+            LinkRow(
+                name=f"{a}->{b}",
+                utilisation=util if util is not None else 0.0,
+                bytes=_num(row, "bytes", p, i) or 0,
+                paused_ns=_num(row, "paused_ns", p, i),
+                ecn_marks=_num(row, "ecn_marks", p, i),
+                max_queue_bytes=_num(row, "max_queue_bytes", p, i),
+            )
+        )
+    return out
+
+
+def _load_table(run: RunData, p: Path, columns: tuple[str, ...]) -> np.ndarray | None:
+    """An int64 array with `columns` in order (shape (n, len(columns))), or None if the file is absent."""
+    rows = _read_csv(run, p, columns)
+    if rows is None:
+        return None
+    data = np.zeros((len(rows), len(columns)), dtype=np.int64)
+    for i, row in enumerate(rows):
+        for j, col in enumerate(columns):
+            v = _num(row, col, p, i + 2)
+            if v is None:
+                raise InputError("missing value", file=str(p), line=i + 2, field=col)
+            data[i, j] = v
+    return data
+
+
+# ----- Chrome trace -----------------------------------------------------------------------------------
+
+
+def _load_trace(run: RunData, root: Path) -> list[Span] | None:
+    """Spans of trace.json, else of trace/rank*.trace.json; lanes by event category (step, compute, comm)."""
+    parts = [root / "trace.json"] if (root / "trace.json").is_file() else sorted((root / "trace").glob("*.json"))
+    if not parts:
+        return None
+    spans: list[Span] = []
+    for p in parts:
+        data = _read_json(run, p)
+        events = data.get("traceEvents") if data else None
+        if not isinstance(events, list):
+            raise InputError("no traceEvents list", file=str(p), field="traceEvents")
+        for ev in events:
+            if not isinstance(ev, dict) or ev.get("ph") != "X":
+                continue
+            cat = str(ev.get("cat", ""))
+            lane = "comm" if cat.startswith("comm") else cat if cat in ("compute", "step") else None
+            if lane is None:
+                continue
+            try:
+                start = round(float(ev["ts"]) * 1000)
+                end = start + round(float(ev.get("dur", 0)) * 1000)
+                rank = int(ev.get("pid", 0))
+            except (KeyError, TypeError, ValueError):
+                raise InputError(f"bad event {str(ev)[:80]}", file=str(p), field="traceEvents") from None
+            spans.append(Span(rank, lane, str(ev.get("name", "")), start, end))
+    spans.sort(key=lambda s: (s.rank, s.start_ns, s.lane))
+    return spans

@@ -1,0 +1,552 @@
+"""The `phantora` torch.distributed backend: a ProcessGroup whose collectives are simulated.
+
+Each call does two things. It tells the bridge about the collective (kind, group, bytes, issue
+time = the compute lane's time), so the network simulator decides when it completes. And it
+starts the same collective on an inner gloo group, so the real data moves and results equal a
+gloo run (real mode). The returned `PhantoraWork` is asynchronous: `wait()` joins the virtual
+clock's lanes at the simulated completion. A phantom mode can replace the gloo half.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    GatherOptions,
+    PrefixStore,
+    ProcessGroupGloo,
+    ReduceOptions,
+    ReduceScatterOptions,
+    ScatterOptions,
+)
+from torch.futures import Future
+
+from phantora.errors import PhantoraError
+from phantora.runtime import session as _session
+from phantora.runtime.session import Pending, RankSession, Transfer
+
+BACKEND = "phantora"
+ReduceOp = dist.ReduceOp
+
+_DTYPES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    """The bridge's dtype name of a tensor (fp8 types -> 'fp8'; anything else counts as bytes)."""
+    if t.dtype in _DTYPES:
+        return _DTYPES[t.dtype]
+    return "fp8" if "float8" in str(t.dtype) else "uint8"
+
+
+def nbytes(tensors: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _flat(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    out: list[torch.Tensor] = []
+    for item in x:
+        out.extend(_flat(item))
+    return out
+
+
+def _reduce_op(opts: Any) -> Any:
+    """The reduce op of an options object, or a bare ReduceOp (the single-tensor overloads)."""
+    if opts is None:
+        return ReduceOp.SUM
+    return getattr(opts, "reduceOp", opts)
+
+
+def _avg_parts(op: Any) -> tuple[Any, bool]:
+    """gloo has no AVG: run SUM and divide afterwards."""
+    if op == ReduceOp.AVG:
+        return ReduceOp.SUM, True
+    if op == ReduceOp.PREMUL_SUM:
+        raise PhantoraError("ReduceOp.PREMUL_SUM (NCCL only) is not supported by the phantora backend; use SUM or AVG")
+    return op, False
+
+
+def _divider(tensors: Sequence[torch.Tensor], n: int) -> Callable[[], None]:
+    def run() -> None:
+        for t in tensors:
+            if t.is_floating_point() or t.is_complex():
+                t.div_(n)
+            else:
+                t.floor_divide_(n)
+
+    return run
+
+
+class PhantoraWork(dist.Work):
+    """An in-flight collective: `wait()` joins the simulated completion into the compute lane."""
+
+    def __init__(self, session: RankSession, pending: Sequence[Pending], result: list[torch.Tensor]) -> None:
+        super().__init__()
+        self._session = session
+        self._pending = list(pending)
+        self._result = result
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        for p in self._pending:
+            self._session.join(p)
+        return True
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def block_current_stream(self) -> None:
+        self.wait()
+
+    def is_completed(self) -> bool:
+        return all(self._session.poll(p) for p in self._pending)
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> None:
+        return None
+
+    def result(self) -> list[torch.Tensor]:
+        return self._result
+
+    def get_future(self) -> Future:
+        """A completed future holding the outputs; reading them joins the collective (data dependency)."""
+        fut: Future = Future()
+        fut.set_result(self._result)
+        return fut
+
+
+class PhantoraProcessGroup(dist.ProcessGroup):
+    """A simulated process group over the global ranks `ranks`, carrying real data over gloo."""
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        timeout: datetime.timedelta,
+        ranks: Sequence[int],
+        session: RankSession,
+    ) -> None:
+        super().__init__(rank, size)
+        self._s = session
+        self._ranks = tuple(int(r) for r in ranks)
+        self._name = ""
+        self._desc = ""
+        self._coalescing: list[Pending] | None = None
+        opts = ProcessGroupGloo._Options()
+        opts._devices = [ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+        opts._timeout = timeout
+        self._gloo = ProcessGroupGloo(PrefixStore("phantora-gloo/", store), rank, size, opts)
+
+    # ----- identity -----------------------------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 - the C++ name
+        return BACKEND
+
+    def name(self) -> str:
+        return BACKEND
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        self._name = name
+
+    def getGroupName(self) -> str:  # noqa: N802
+        return self._name
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self._desc
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    @property
+    def group_desc(self) -> str:
+        return self._desc
+
+    @property
+    def global_ranks(self) -> tuple[int, ...]:
+        return self._ranks
+
+    def __repr__(self) -> str:
+        return f"PhantoraProcessGroup(ranks={list(self._ranks)}, rank={self.rank()})"
+
+    # ----- plumbing -----------------------------------------------------------------------------
+    def _work(self, p: Pending, result: list[torch.Tensor]) -> PhantoraWork:
+        if self._coalescing is not None:
+            self._coalescing.append(p)
+        return PhantoraWork(self._s, [p], result)
+
+    def _coll(
+        self,
+        kind: str,
+        size: int,
+        dtype_of: torch.Tensor,
+        tensors: list[torch.Tensor],
+        start: Callable[[], list[Any]],
+        result: list[torch.Tensor],
+        *,
+        root: int | None = None,
+        finalize: Callable[[], None] | None = None,
+        name: str | None = None,
+        transfers: Sequence[Transfer] | None = None,
+    ) -> PhantoraWork:
+        p = self._s.issue(
+            kind=kind,
+            name=name or kind,
+            group=self._ranks,
+            nbytes=size,
+            dtype=dtype_name(dtype_of),
+            root=None if root is None else self._ranks[root],
+            tensors=tensors,
+            start_inner=start,
+            transfers=transfers,
+            finalize=finalize,
+        )
+        return self._work(p, result)
+
+    def _me(self) -> int:
+        return self.rank()
+
+    # ----- all-reduce, broadcast, reduce ---------------------------------------------------------
+    def allreduce(self, tensors: Any, opts: Any = None) -> PhantoraWork:
+        tensors = _flat(tensors)
+        op, avg = _avg_parts(_reduce_op(opts))
+
+        def start() -> list[Any]:
+            o = AllreduceOptions()
+            o.reduceOp = op
+            return [self._gloo.allreduce(tensors, o)]
+
+        fin = _divider(tensors, self.size()) if avg else None
+        return self._coll("all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantoraWork:
+        op, avg = _avg_parts(_reduce_op(opts))
+
+        def start() -> list[Any]:
+            works = []
+            for t in tensors:
+                o = AllreduceOptions()
+                o.reduceOp = op
+                works.append(self._gloo.allreduce([t], o))
+            return works
+
+        fin = _divider(tensors, self.size()) if avg else None
+        return self._coll("all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin)
+
+    def broadcast(self, tensors: Any, opts: Any = None) -> PhantoraWork:
+        tensors = _flat(tensors)
+        root = opts.rootRank if isinstance(opts, BroadcastOptions) else int(opts or 0)
+
+        def start() -> list[Any]:
+            o = BroadcastOptions()
+            o.rootRank = root
+            return [self._gloo.broadcast(tensors, o)]
+
+        return self._coll("broadcast", nbytes(tensors), tensors[0], tensors, start, tensors, root=root)
+
+    def reduce(self, tensors: Any, opts: Any = None) -> PhantoraWork:
+        tensors = _flat(tensors)
+        root = opts.rootRank if opts is not None else 0
+        op, avg = _avg_parts(_reduce_op(opts))
+
+        def start() -> list[Any]:
+            o = ReduceOptions()
+            o.rootRank = root
+            o.reduceOp = op
+            return [self._gloo.reduce(tensors, o)]
+
+        fin = _divider(tensors, self.size()) if avg and self.rank() == root else None
+        return self._coll("reduce", nbytes(tensors), tensors[0], tensors, start, tensors, root=root, finalize=fin)
+
+    # ----- all-gather -----------------------------------------------------------------------------
+    def allgather(self, output_lists: list[list[torch.Tensor]], inputs: Any, opts: Any = None) -> PhantoraWork:
+        inputs = _flat(inputs)
+        outs = _flat(output_lists)
+
+        def start() -> list[Any]:
+            return [self._gloo.allgather(output_lists, inputs, AllgatherOptions())]
+
+        return self._coll("all_gather", nbytes(outs), inputs[0], outs + inputs, start, outs)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
+        def start() -> list[Any]:
+            return [self._gloo._allgather_base(output, input, AllgatherOptions())]
+
+        return self._coll("all_gather", nbytes([output]), input, [output, input], start, [output])
+
+    _allgather_base = all_gather_single
+
+    def allgather_coalesced(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
+    ) -> PhantoraWork:
+        outs = _flat(output_lists)
+
+        def start() -> list[Any]:
+            return [
+                self._gloo.allgather([ol], [i], AllgatherOptions()) for ol, i in zip(output_lists, inputs, strict=True)
+            ]
+
+        return self._coll("all_gather", nbytes(outs), inputs[0], outs + list(inputs), start, outs)
+
+    def all_gather_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> PhantoraWork:
+        def start() -> list[Any]:
+            return [self._gloo._allgather_base(o, i, AllgatherOptions()) for o, i in zip(outputs, inputs, strict=True)]
+
+        return self._coll("all_gather", nbytes(outputs), inputs[0], list(outputs) + list(inputs), start, list(outputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    # ----- reduce-scatter -------------------------------------------------------------------------
+    def reduce_scatter(self, outputs: Any, input_lists: list[list[torch.Tensor]], opts: Any = None) -> PhantoraWork:
+        outputs = _flat(outputs)
+        ins = _flat(input_lists)
+        op, avg = _avg_parts(_reduce_op(opts))
+
+        def start() -> list[Any]:
+            o = ReduceScatterOptions()
+            o.reduceOp = op
+            return [self._gloo.reduce_scatter(outputs, input_lists, o)]
+
+        fin = _divider(outputs, self.size()) if avg else None
+        return self._coll("reduce_scatter", nbytes(ins), outputs[0], outputs + ins, start, outputs, finalize=fin)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
+        op, avg = _avg_parts(_reduce_op(opts))
+
+        def start() -> list[Any]:
+            o = ReduceScatterOptions()
+            o.reduceOp = op
+            return [self._gloo._reduce_scatter_base(output, input, o)]
+
+        fin = _divider([output], self.size()) if avg else None
+        return self._coll("reduce_scatter", nbytes([input]), input, [output, input], start, [output], finalize=fin)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> PhantoraWork:
+        op, avg = _avg_parts(_reduce_op(opts))
+
+        def start() -> list[Any]:
+            works = []
+            for o_t, i_t in zip(outputs, inputs, strict=True):
+                o = ReduceScatterOptions()
+                o.reduceOp = op
+                works.append(self._gloo._reduce_scatter_base(o_t, i_t, o))
+            return works
+
+        fin = _divider(outputs, self.size()) if avg else None
+        tensors = list(outputs) + list(inputs)
+        return self._coll("reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # ----- all-to-all, gather, scatter (sent as transfers where sizes differ) --------------------------
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: Sequence[int],
+        input_split_sizes: Sequence[int],
+        opts: Any = None,
+    ) -> PhantoraWork:
+        outs, ins = list(output_split_sizes), list(input_split_sizes)
+
+        def start() -> list[Any]:
+            return [self._gloo.alltoall_base(output, input, outs, ins, AllToAllOptions())]
+
+        if not outs and not ins:
+            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output])
+        row_in = input[0].numel() * input.element_size() if input.dim() and input.shape[0] else 0
+        row_out = output[0].numel() * output.element_size() if output.dim() and output.shape[0] else 0
+        n, me = self.size(), self.rank()
+        in_rows = ins or [input.shape[0] // n] * n
+        out_rows = outs or [output.shape[0] // n] * n
+        transfers = self._pairwise([row_in * k for k in in_rows], [row_out * k for k in out_rows], me)
+        return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output], transfers=transfers)
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> PhantoraWork:
+        def start() -> list[Any]:
+            return [self._gloo.alltoall(outputs, inputs, AllToAllOptions())]
+
+        transfers = self._pairwise([nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs], self.rank())
+        tensors = list(outputs) + list(inputs)
+        return self._coll("all_to_all", nbytes(inputs), inputs[0], tensors, start, list(outputs), transfers=transfers)
+
+    def _pairwise(self, send_bytes: Sequence[int], recv_bytes: Sequence[int], me: int) -> list[Transfer]:
+        out = []
+        for j, peer in enumerate(self._ranks):
+            if j != me:
+                out.append(Transfer(peer, True, int(send_bytes[j])))
+                out.append(Transfer(peer, False, int(recv_bytes[j])))
+        return out
+
+    def gather(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
+    ) -> PhantoraWork:
+        root = opts.rootRank if opts is not None else 0
+        outs = _flat(output_lists)
+
+        def start() -> list[Any]:
+            o = GatherOptions()
+            o.rootRank = root
+            return [self._gloo.gather(output_lists, inputs, o)]
+
+        me = self.rank()
+        if me == root:
+            sizes = [nbytes([t]) for t in output_lists[0]]
+            transfers = [Transfer(self._ranks[j], False, sizes[j]) for j in range(self.size()) if j != me]
+        else:
+            transfers = [Transfer(self._ranks[root], True, nbytes(inputs))]
+        tensors = outs + list(inputs)
+        size = nbytes(inputs) * self.size()
+        return self._coll("all_to_all", size, inputs[0], tensors, start, outs, name="gather", transfers=transfers)
+
+    def scatter(
+        self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None
+    ) -> PhantoraWork:
+        root = opts.rootRank if opts is not None else 0
+        ins = _flat(input_lists)
+
+        def start() -> list[Any]:
+            o = ScatterOptions()
+            o.rootRank = root
+            return [self._gloo.scatter(outputs, input_lists, o)]
+
+        me = self.rank()
+        if me == root:
+            sizes = [nbytes([t]) for t in input_lists[0]]
+            transfers = [Transfer(self._ranks[j], True, sizes[j]) for j in range(self.size()) if j != me]
+        else:
+            transfers = [Transfer(self._ranks[root], False, nbytes(outputs))]
+        tensors = list(outputs) + ins
+        size = nbytes(outputs) * self.size()
+        return self._coll(
+            "all_to_all", size, outputs[0], tensors, start, list(outputs), name="scatter", transfers=transfers
+        )
+
+    # ----- point to point, barrier, coalescing --------------------------------------------------------
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
+        p = self._s.issue_p2p(
+            peer=self._ranks[dst],
+            is_send=True,
+            tag=tag,
+            nbytes=nbytes(tensors),
+            tensors=tensors,
+            start_inner=lambda: [self._gloo.send(tensors, dst, tag)],
+        )
+        return self._work(p, tensors)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantoraWork:
+        p = self._s.issue_p2p(
+            peer=self._ranks[src],
+            is_send=False,
+            tag=tag,
+            nbytes=nbytes(tensors),
+            tensors=tensors,
+            start_inner=lambda: [self._gloo.recv(tensors, src, tag)],
+        )
+        return self._work(p, tensors)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> PhantoraWork:
+        raise PhantoraError("recv from any source is not supported by the phantora backend: name the source rank")
+
+    def barrier(self, opts: Any = None) -> PhantoraWork:
+        def start() -> list[Any]:
+            return [self._gloo.barrier(BarrierOptions())]
+
+        return self._coll("barrier", 0, torch.empty(0, dtype=torch.uint8), [], start, [])
+
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        self.barrier().wait()
+
+    def _start_coalescing(self, device: Any = None) -> None:
+        self._coalescing = []
+
+    def _end_coalescing(self, device: Any = None) -> PhantoraWork:
+        pending, self._coalescing = self._coalescing or [], None
+        return PhantoraWork(self._s, pending, [])
+
+    def shutdown(self) -> None:
+        """Nothing to release beyond the inner gloo group, which Python frees."""
+
+    def abort(self) -> None:
+        """Collectives are simulated; an abort has nothing to cancel."""
+
+
+def create_backend(common: Any, backend_options: Any = None) -> PhantoraProcessGroup:
+    """The `register_backend` factory (extended API: it receives the group's global ranks)."""
+    s = _session.require()
+    ranks = list(common.global_ranks_in_group) or list(range(common.group_size))
+    return PhantoraProcessGroup(common.store, common.group_rank, common.group_size, common.timeout, ranks, s)
+
+
+def register() -> None:
+    """Register the `phantora` backend with torch.distributed (idempotent)."""
+    if "PHANTORA" not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu"])
+
+
+_REPLACED = (None, "", "undefined", "nccl", "cpu:gloo,cuda:nccl")
+
+
+def _map_backend(backend: Any) -> Any:
+    return BACKEND if backend is None or str(backend).lower() in _REPLACED else backend
+
+
+def use_as_default() -> None:
+    """Make `phantora` the default backend: init_process_group() and "nccl" requests get it; "gloo" stays gloo."""
+    register()
+    dist.Backend.default_device_backend_map["cpu"] = BACKEND
+    c10d = dist.distributed_c10d
+    if getattr(c10d.init_process_group, "_phantora", False):
+        return
+    orig_init, orig_new = c10d.init_process_group, c10d.new_group
+
+    @functools.wraps(orig_init)
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return orig_init(_map_backend(backend), *args, **kwargs)
+
+    @functools.wraps(orig_new)
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        if "backend" in kwargs:
+            kwargs["backend"] = _map_backend(kwargs["backend"])
+        elif len(args) > 2:
+            args = (*args[:2], _map_backend(args[2]), *args[3:])
+        return orig_new(*args, **kwargs)
+
+    init_process_group._phantora = True  # type: ignore[attr-defined]
+    for mod in (c10d, dist):
+        mod.init_process_group = init_process_group
+        mod.new_group = new_group

@@ -1,0 +1,154 @@
+"""Rank entry point: `python -m phantora.runtime.bootstrap SCRIPT [ARGS...]` (the launcher runs it).
+
+It connects to the coordinator, creates the rank's session, makes `phantora` the default
+torch.distributed backend, enters the charging dispatch mode, patches the time functions, and
+runs the user's script as `__main__`. At the end it synchronises and reports the rank's results.
+Configuration comes from the environment the launcher sets (see `Options.from_env`).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from phantora.errors import PhantoraError
+from phantora.runtime import backend, timepatch
+from phantora.runtime import session as _session
+from phantora.runtime.compute import DEFAULT_LAUNCH_NS, Roofline, set_model
+from phantora.runtime.gpus import get_gpu
+from phantora.runtime.session import RankSession
+
+
+@dataclass
+class Options:
+    gpu: str = "h100"
+    launch_ns: int = DEFAULT_LAUNCH_NS
+    trace: str = "ops"
+    out_dir: str | None = None
+    time_patch: bool = True
+    network: str = "flow"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Options:
+        env = dict(os.environ if env is None else env)
+        return cls(
+            gpu=env.get("PHANTORA_GPU", "h100"),
+            launch_ns=int(env.get("PHANTORA_LAUNCH_NS", DEFAULT_LAUNCH_NS)),
+            trace=env.get("PHANTORA_TRACE", "ops"),
+            out_dir=env.get("PHANTORA_OUT") or None,
+            time_patch=env.get("PHANTORA_TIME_PATCH", "1") not in ("0", "false", "no"),
+            network=env.get("PHANTORA_NETWORK", "flow"),
+        )
+
+    def to_env(self) -> dict[str, str]:
+        env = {
+            "PHANTORA_GPU": self.gpu,
+            "PHANTORA_LAUNCH_NS": str(self.launch_ns),
+            "PHANTORA_TRACE": self.trace,
+            "PHANTORA_TIME_PATCH": "1" if self.time_patch else "0",
+        }
+        if self.out_dir:
+            env["PHANTORA_OUT"] = str(self.out_dir)
+        return env
+
+
+def _client(opts: Options) -> Any:
+    if opts.network == "none":
+        from phantora.runtime.nonet import NoNetworkClient
+
+        return NoNetworkClient(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
+    from bridge.client import RankClient
+
+    return RankClient.from_env()
+
+
+def start_session(opts: Options | None = None, client: Any = None) -> tuple[RankSession, Any]:
+    """Create and install this process's session; return it and the entered dispatch mode."""
+    from phantora.runtime.dispatch import ChargeMode
+
+    opts = opts or Options.from_env()
+    model = Roofline(get_gpu(opts.gpu), opts.launch_ns)
+    set_model(model)
+    client = client if client is not None else _client(opts)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    s = RankSession(rank, world, client, model, trace_level=opts.trace, out_dir=opts.out_dir, network=opts.network)
+    _session.install(s)
+    backend.use_as_default()
+    mode = ChargeMode(s)
+    mode.__enter__()
+    if opts.time_patch:
+        timepatch.install(s.now)
+    return s, mode
+
+
+def end_session(s: RankSession, mode: Any) -> dict[str, Any]:
+    """Leave the mode, restore time, synchronise and report the results."""
+    timepatch.uninstall()
+    mode.__exit__(None, None, None)
+    try:
+        return s.finish()
+    finally:
+        s.client.close()
+        _session.install(None)
+
+
+def _user_frame(exc: BaseException) -> str:
+    """The innermost traceback frame outside torch and phantora, as 'file:line in func'."""
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = frame.filename
+        if any(
+            part in path for part in ("/site-packages/", "/phantora/", "/bridge/", "/lib/python")
+        ) or path.startswith("<"):
+            continue
+        where = f"{path}:{frame.lineno} in {frame.name}"
+    return where
+
+
+def _fail(rank: str, exc: BaseException) -> None:
+    if not isinstance(exc, PhantoraError):
+        traceback.print_exception(exc, file=sys.stderr)
+    where = _user_frame(exc)
+    at = f" (at {where})" if where else ""
+    print(f"phantora: rank {rank} failed{at}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)  # other ranks may be blocked in gloo; the supervisor stops them
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print("usage: python -m phantora.runtime.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    script = argv[0]
+    rank = os.environ.get("RANK", "?")
+    try:
+        s, mode = start_session()
+    except BaseException as exc:  # noqa: BLE001 - report any start-up failure and exit
+        _fail(rank, exc)
+        return 1
+    sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _fail(rank, exc)
+    except BaseException as exc:  # noqa: BLE001
+        _fail(rank, exc)
+    try:
+        end_session(s, mode)
+    except BaseException as exc:  # noqa: BLE001
+        _fail(rank, exc)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: gloo threads of undestroyed groups can stall it
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Roofline compute model: one aten op -> simulated GPU duration in integer ns.
+
+duration = max(flops / peak(dtype), bytes / mem_bw) + launch overhead, where flops come from the
+formulas registered in `torch.utils.flop_counter` (matmuls, convolutions, attention) and bytes are
+the sizes of the op's input and output tensors. Ops that launch no kernel (views, allocation,
+metadata) cost nothing. `op_time_ns` is the single entry point that finer models replace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+
+from phantora.runtime.gpus import GpuSpec, get_gpu
+
+aten = torch.ops.aten
+
+DEFAULT_LAUNCH_NS = 1000
+
+DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.float64: "fp64",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+}
+for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+    if hasattr(torch, _name):
+        DTYPE_NAMES[getattr(torch, _name)] = "fp8"
+
+# CPU kernels that have the same FLOPs as a GPU kernel with a registered formula.
+_FLOP_ALIASES: dict[Any, Any] = {
+    aten._scaled_dot_product_flash_attention_for_cpu: aten._scaled_dot_product_flash_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: aten._scaled_dot_product_flash_attention_backward,
+}
+
+# Ops that launch no kernel on a GPU: allocation and metadata only.
+_NO_KERNEL = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "detach",
+    "alias",
+    "lift_fresh",
+    "set_",
+    "resize_",
+    "_unsafe_view",
+    "_reshape_alias",
+    "_has_compatible_shallow_copy_type",
+    "is_same_size",
+    "record_stream",
+}
+# Ops that launch a tiny kernel or a sync: charged the launch overhead only.
+_LAUNCH_ONLY = {"_local_scalar_dense", "scalar_tensor", "_assert_async", "_foobar"}
+# Gathers that read only the rows they output (plus the index), not the whole source.
+_GATHERS = {"embedding", "index_select", "gather", "index"}
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """The roofline terms of one op."""
+
+    flops: int
+    nbytes: int
+    dtype: str  # compute dtype of the FLOPs ('' when the op has none)
+    ns: int
+
+
+def _nbytes(x: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
+
+
+def _first_dtype(args: Any) -> str:
+    for t in tree_leaves(args):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            name = DTYPE_NAMES.get(t.dtype, "fp32")
+            if name == "fp32" and torch.get_float32_matmul_precision() != "highest":
+                return "tf32"
+            return name
+    return "fp32"
+
+
+def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+    """FLOPs of one op from torch.utils.flop_counter's formulas; 0 when it has none."""
+    packet = getattr(func, "overloadpacket", func)
+    formula = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
+    if formula is None:
+        return 0
+    try:
+        return int(formula(*args, **kwargs, out_val=out))
+    except (AssertionError, TypeError, ValueError, IndexError, RuntimeError):
+        return 0
+
+
+def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+    """Bytes an op moves through GPU memory: its inputs and outputs (gathers read only what they output)."""
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+    if name in _GATHERS:
+        return _nbytes(args[1:]) + _nbytes(kwargs) + 2 * _nbytes(out)
+    return _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
+
+
+class Roofline:
+    """Roofline model of one GPU."""
+
+    def __init__(self, gpu: GpuSpec, launch_ns: int = DEFAULT_LAUNCH_NS) -> None:
+        self.gpu = gpu
+        self.launch_ns = int(launch_ns)
+
+    def cost(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
+        """FLOPs, bytes and duration of one op."""
+        name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+        if getattr(func, "is_view", False) or name in _NO_KERNEL:
+            return OpCost(0, 0, "", 0)
+        if name in _LAUNCH_ONLY:
+            return OpCost(0, 0, "", self.launch_ns)
+        flops = op_flops(func, args, kwargs, out)
+        nbytes = op_bytes(func, args, kwargs, out)
+        dtype = _first_dtype(args) if flops else ""
+        seconds = max(flops / self.gpu.peak(dtype) if flops else 0.0, nbytes / self.gpu.mem_bw)
+        return OpCost(flops, nbytes, dtype, math.ceil(seconds * 1e9) + self.launch_ns)
+
+    def op_time_ns(self, func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+        return self.cost(func, args, kwargs, out).ns
+
+
+_model: Roofline = Roofline(get_gpu("h100"))
+
+
+def set_model(model: Roofline) -> None:
+    """Install the model that `op_time_ns` uses in this process."""
+    global _model
+    _model = model
+
+
+def get_model() -> Roofline:
+    return _model
+
+
+def op_time_ns(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+    """Simulated duration of one aten op on the current GPU model, in integer ns."""
+    return _model.op_time_ns(func, args, kwargs, out)

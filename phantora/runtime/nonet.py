@@ -1,0 +1,60 @@
+"""`NoNetworkClient`: a rank client without a network, where every transfer takes zero time.
+
+Only for measuring phantora's own interception overhead and for compute-only runs of one process
+(PHANTORA_NETWORK=none); results from it say `"network": "none"`. Real runs use the bridge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class NoNetworkClient:
+    """Implements the rank client API; a collective completes at its issue time."""
+
+    def __init__(self, rank: int = 0, world: int = 1) -> None:
+        self.rank = rank
+        self.world = world
+        self.clock = 0
+        self._issued: dict[int, int] = {}
+        self.results: dict[str, Any] | None = None
+
+    def _new(self, t: int) -> int:
+        h = len(self._issued) + 1
+        self._issued[h] = t
+        self.clock = max(self.clock, t)
+        return h
+
+    def collective(
+        self,
+        *,
+        group: Sequence[int],
+        seq: int,
+        kind: str,
+        nbytes: int,
+        dtype: str,
+        root: int | None,
+        t_issue_ns: int,
+        name: str = "",
+    ) -> int:
+        return self._new(t_issue_ns)
+
+    def p2p(self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = "") -> int:
+        return self._new(t_issue_ns)
+
+    def wait(self, handle: int) -> int:
+        return self._issued[handle]
+
+    def test(self, handle: int, t_now_ns: int) -> int | None:
+        t = self._issued[handle]
+        return t if t <= t_now_ns else None
+
+    def advance_clock(self, t_ns: int) -> None:
+        self.clock = max(self.clock, t_ns)
+
+    def finish(self, t_ns: int, results: dict[str, Any]) -> None:
+        self.results = results
+
+    def close(self) -> None:
+        pass

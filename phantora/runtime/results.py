@@ -1,0 +1,101 @@
+"""Run-level results of a live run: per-iteration simulated time, tokens/s per GPU, MFU, results.json.
+
+A step ends when the slowest rank ends it: step i ends at max over ranks of that rank's i-th
+`step()` time, and lasts from the end of step i-1 (or 0). The steady-state step time averages
+every step but the first (which includes start-up: DDP's broadcast, first-touch allocations).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from phantora.runtime.gpus import GpuSpec
+
+
+def _workload(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    for r in sorted(ranks):
+        wl = ranks[r].get("workload") or {}
+        if wl:
+            return dict(wl)
+    return {}
+
+
+def _dominant_dtype(ranks: dict[int, dict[str, Any]]) -> str:
+    total: dict[str, int] = {}
+    for res in ranks.values():
+        for k, v in (res.get("flops_by_dtype") or {}).items():
+            total[k] = total.get(k, 0) + int(v)
+    return max(sorted(total), key=lambda k: total[k]) if total else "bf16"
+
+
+def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
+    """Aggregate the results every rank passed to finish()."""
+    world = len(ranks)
+    n_steps = min((len(r.get("step_ends_ns", [])) for r in ranks.values()), default=0)
+    ends = [max(int(r["step_ends_ns"][i]) for r in ranks.values()) for i in range(n_steps)]
+    times = [e - (ends[i - 1] if i else 0) for i, e in enumerate(ends)]
+    steady = times[1:] if len(times) > 1 else times
+    out: dict[str, Any] = {
+        "world_size": world,
+        "gpu": gpu.name,
+        "end_ns": max((int(r["end_ns"]) for r in ranks.values()), default=0),
+        "steps": [{"index": i, "end_ns": e, "time_ns": t} for i, (e, t) in enumerate(zip(ends, times, strict=True))],
+    }
+    wl = _workload(ranks)
+    dtype = str(wl.get("dtype") or _dominant_dtype(ranks))
+    out["workload"] = wl
+    if steady:
+        mean_ns = statistics.fmean(steady)
+        out["step_time_ns"] = {"mean": mean_ns, "min": min(steady), "max": max(steady), "steps_averaged": len(steady)}
+        seconds = mean_ns / 1e9
+        if wl.get("tokens_per_step") and seconds > 0:
+            out["tokens_per_s_per_gpu"] = wl["tokens_per_step"] / seconds / world
+        peak = gpu.peak(dtype)
+        out["mfu_dtype"] = dtype
+        if wl.get("flops_per_step") and seconds > 0:
+            out["mfu"] = wl["flops_per_step"] / (seconds * world * peak)
+        first = 1 if len(times) > 1 else 0
+        counted = 0
+        for r in ranks.values():
+            fl = r.get("step_flops") or []
+            if len(fl) >= n_steps and n_steps:
+                counted += fl[n_steps - 1] - (fl[first - 1] if first else 0)
+        if counted and seconds > 0:
+            out["hfu"] = counted / len(steady) / (seconds * world * peak)
+    out["ranks"] = [
+        {
+            k: ranks[r].get(k)
+            for k in ("rank", "end_ns", "compute_busy_ns", "comm_wait_ns", "ops", "flops_by_dtype", "comm")
+        }
+        for r in sorted(ranks)
+    ]
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A short human-readable report."""
+    lines = [f"{summary['world_size']} ranks on {summary['gpu']}; simulated end {summary['end_ns'] / 1e6:.3f} ms"]
+    for st in summary["steps"][:20]:
+        lines.append(f"  step {st['index']:>3}: {st['time_ns'] / 1e6:10.3f} ms  (ends at {st['end_ns'] / 1e6:.3f} ms)")
+    if len(summary["steps"]) > 20:
+        lines.append(f"  ... {len(summary['steps']) - 20} more steps")
+    if "step_time_ns" in summary:
+        s = summary["step_time_ns"]
+        lines.append(f"step time (steady, {s['steps_averaged']} steps): mean {s['mean'] / 1e6:.3f} ms")
+    if "tokens_per_s_per_gpu" in summary:
+        lines.append(f"tokens/s per GPU: {summary['tokens_per_s_per_gpu']:.1f}")
+    if "mfu" in summary:
+        lines.append(f"MFU ({summary['mfu_dtype']} peak): {100 * summary['mfu']:.2f}%")
+    if "hfu" in summary:
+        lines.append(f"counted FLOPs utilisation ({summary['mfu_dtype']} peak): {100 * summary['hfu']:.2f}%")
+    return "\n".join(lines)
+
+
+def write_results(path: str | Path, data: dict[str, Any]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=False, default=str))
+    return path

@@ -1,0 +1,385 @@
+"""The per-rank simulation state: virtual clock, bridge client, in-flight collectives, records.
+
+One `RankSession` lives in each rank process (`current()`). The backend issues collectives through
+it, the dispatch mode charges compute ops to it, and `finish()` hands the rank's results to the
+coordinator. A collective in flight is a `Pending`: its bridge handles (the simulated timing), the
+inner gloo work (the real data) and the storages it reads or writes. Any compute op that touches
+one of those storages first joins the collective, as a CUDA stream wait would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from phantora.errors import PhantoraError
+from phantora.runtime.clock import VirtualClock
+from phantora.runtime.compute import OpCost, Roofline
+from phantora.runtime.trace import TraceRecorder
+
+
+class ClientLike(Protocol):
+    """The rank-side bridge API (`bridge.client.RankClient`)."""
+
+    def collective(
+        self,
+        *,
+        group: Sequence[int],
+        seq: int,
+        kind: str,
+        nbytes: int,
+        dtype: str,
+        root: int | None,
+        t_issue_ns: int,
+        name: str = "",
+    ) -> int: ...
+
+    def p2p(
+        self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = ""
+    ) -> int: ...
+
+    def wait(self, handle: int) -> int: ...
+
+    def test(self, handle: int, t_now_ns: int) -> int | None: ...
+
+    def advance_clock(self, t_ns: int) -> None: ...
+
+    def finish(self, t_ns: int, results: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One point-to-point message of a collective that phantora expresses as transfers."""
+
+    peer: int  # global rank
+    is_send: bool
+    nbytes: int
+
+
+@dataclass(eq=False)
+class Pending:
+    """A collective (or send/recv) issued but not yet joined."""
+
+    id: int
+    name: str
+    kind: str
+    nbytes: int
+    t_issue: int
+    handles: list[int]
+    inner: list[Any]  # gloo works that move the real data
+    keys: tuple[int, ...]  # storages it reads or writes
+    finalize: Callable[[], None] | None = None
+    group: tuple[int, ...] = ()
+    t_done: int | None = None
+
+
+@dataclass
+class CommStats:
+    count: int = 0
+    nbytes: int = 0
+    busy_ns: int = 0  # sum over calls of (completion - issue)
+
+
+def storage_key(t: torch.Tensor) -> int | None:
+    """A key for the memory a tensor lives in (shared by its views), or None if it has none."""
+    try:
+        st = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    ptr = st.data_ptr()
+    return ptr if ptr and st.nbytes() else None
+
+
+def group_tag(group: Sequence[int], code: int) -> int:
+    """A negative p2p tag for the transfers of collective kind `code` on `group` (user tags are >= 0)."""
+    crc = zlib.crc32(",".join(map(str, group)).encode()) & 0xFFFFFF
+    return -(1 + code + 8 * crc)
+
+
+class RankSession:
+    """Everything one rank knows about its simulated run."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        client: ClientLike,
+        model: Roofline,
+        *,
+        trace_level: str = "ops",
+        out_dir: str | Path | None = None,
+        network: str = "",
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.client = client
+        self.model = model
+        self.network = network
+        self.clock = VirtualClock()
+        self.trace = TraceRecorder(rank, trace_level)
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.pending: dict[int, Pending] = {}
+        self.by_storage: dict[int, set[int]] = {}
+        self._ids = itertools.count(1)
+        self._seq: dict[tuple[int, ...], int] = {}
+        self._p2p_seq: dict[tuple[int, int, bool], int] = {}
+        self._internal = 0
+        self.ops = 0
+        self.flops_by_dtype: dict[str, int] = {}
+        self.comm: dict[str, CommStats] = {}
+        self.step_ends: list[int] = []
+        self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
+        self.workload: dict[str, Any] = {}
+        self.finished = False
+
+    # ----- compute ---------------------------------------------------------------------------------
+    @property
+    def internal_active(self) -> bool:
+        return self._internal > 0
+
+    @contextlib.contextmanager
+    def internal(self) -> Iterator[None]:
+        """Ops run inside are phantora's own bookkeeping: neither charged nor joined."""
+        self._internal += 1
+        try:
+            yield
+        finally:
+            self._internal -= 1
+
+    def charge(self, name: str, cost: OpCost) -> None:
+        """Run one compute op on the compute lane."""
+        self.ops += 1
+        if cost.flops:
+            self.flops_by_dtype[cost.dtype] = self.flops_by_dtype.get(cost.dtype, 0) + cost.flops
+        if cost.ns:
+            start, end = self.clock.charge(cost.ns)
+            self.trace.op(name, start, end)
+            self.client.advance_clock(end)
+
+    def now(self) -> int:
+        return self.clock.now()
+
+    # ----- issuing ---------------------------------------------------------------------------------
+    def next_seq(self, group: tuple[int, ...]) -> int:
+        """The bridge identifies a collective by (group ranks, seq); PGs over the same ranks share it."""
+        seq = self._seq.get(group, 0)
+        self._seq[group] = seq + 1
+        return seq
+
+    def issue(
+        self,
+        *,
+        kind: str,
+        name: str,
+        group: tuple[int, ...],
+        nbytes: int,
+        dtype: str,
+        root: int | None,
+        tensors: Iterable[torch.Tensor],
+        start_inner: Callable[[], list[Any]],
+        transfers: Sequence[Transfer] | None = None,
+        finalize: Callable[[], None] | None = None,
+    ) -> Pending:
+        """Tell the bridge about a collective, then start the real data movement; return it in flight.
+
+        With `transfers`, the collective is sent as point-to-point transfers (scatter, gather,
+        uneven all-to-all), tagged per group so they never meet user sends.
+        """
+        t = self.clock.issue()
+        seq = self.next_seq(group)
+        label = f"{name}#{seq}"
+        if transfers is None:
+            handles = [
+                self.client.collective(
+                    group=group, seq=seq, kind=kind, nbytes=nbytes, dtype=dtype, root=root, t_issue_ns=t, name=label
+                )
+            ]
+        else:
+            code = {"scatter": 1, "gather": 2, "all_to_all": 3}[name if name in ("scatter", "gather") else kind]
+            tag = group_tag(group, code)
+            handles = [
+                self.client.p2p(
+                    peer=x.peer, is_send=x.is_send, tag=tag, seq=seq, nbytes=x.nbytes, t_issue_ns=t, name=label
+                )
+                for x in transfers
+                if x.nbytes > 0
+            ]
+        return self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
+
+    def issue_p2p(
+        self,
+        *,
+        peer: int,
+        is_send: bool,
+        tag: int,
+        nbytes: int,
+        tensors: Iterable[torch.Tensor],
+        start_inner: Callable[[], list[Any]],
+    ) -> Pending:
+        """A user send or recv: matched with its peer by (src, dst, tag, seq)."""
+        t = self.clock.issue()
+        key = (peer, tag, is_send)
+        seq = self._p2p_seq.get(key, 0)
+        self._p2p_seq[key] = seq + 1
+        label = f"{'send' if is_send else 'recv'}#{seq}"
+        h = self.client.p2p(peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label)
+        kind = "send" if is_send else "recv"
+        return self._register(kind, label, nbytes, t, [h], start_inner, tensors, None, (peer,))
+
+    def _register(
+        self,
+        kind: str,
+        label: str,
+        nbytes: int,
+        t: int,
+        handles: list[int],
+        start_inner: Callable[[], list[Any]],
+        tensors: Iterable[torch.Tensor],
+        finalize: Callable[[], None] | None,
+        group: tuple[int, ...],
+    ) -> Pending:
+        with self.internal():
+            inner = start_inner()
+        keys = tuple({k for k in (storage_key(x) for x in tensors) if k is not None})
+        p = Pending(next(self._ids), label, kind, nbytes, t, handles, inner, keys, finalize, group)
+        self.pending[p.id] = p
+        for k in keys:
+            self.by_storage.setdefault(k, set()).add(p.id)
+        stats = self.comm.setdefault(kind, CommStats())
+        stats.count += 1
+        stats.nbytes += nbytes
+        return p
+
+    # ----- joining ---------------------------------------------------------------------------------
+    def complete(self, p: Pending) -> int:
+        """Learn when `p` completes and make its data valid, without stalling the compute lane."""
+        if p.t_done is not None:
+            return p.t_done
+        self.client.advance_clock(self.clock.now())
+        t_done = p.t_issue
+        for h in p.handles:
+            t_done = max(t_done, self.client.wait(h))
+        for work in p.inner:
+            work.wait()
+        if p.finalize is not None:
+            with self.internal():
+                p.finalize()
+        p.t_done = t_done
+        self.pending.pop(p.id, None)
+        for k in p.keys:
+            ids = self.by_storage.get(k)
+            if ids is not None:
+                ids.discard(p.id)
+                if not ids:
+                    del self.by_storage[k]
+        self.clock.complete(t_done)
+        self.comm[p.kind].busy_ns += t_done - p.t_issue
+        self.trace.comm(p.name, p.t_issue, t_done, {"bytes": p.nbytes, "group": list(p.group)})
+        return t_done
+
+    def join(self, p: Pending) -> int:
+        """The compute lane waits for `p` (Work.wait, a data dependency); return its completion."""
+        t_done = self.complete(p)
+        self.clock.join(t_done)
+        return t_done
+
+    def poll(self, p: Pending) -> bool:
+        """Has `p` completed by the compute lane's current time? (Work.is_completed; no stall.)"""
+        if p.t_done is not None:
+            return p.t_done <= self.clock.now()
+        now = self.clock.now()
+        return all(self.client.test(h, now) is not None for h in p.handles)
+
+    def join_tensors(self, tensors: Iterable[Any]) -> None:
+        """Join every collective in flight that reads or writes the memory of one of `tensors`."""
+        ids: set[int] = set()
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                k = storage_key(t)
+                if k is not None and k in self.by_storage:
+                    ids |= self.by_storage[k]
+        for i in sorted(ids):
+            p = self.pending.get(i)
+            if p is not None:
+                self.join(p)
+
+    def sync(self) -> int:
+        """Join every lane and every collective in flight (a device synchronise)."""
+        for i in sorted(self.pending):
+            p = self.pending.get(i)
+            if p is not None:
+                self.join(p)
+        return self.clock.sync()
+
+    # ----- steps and results -------------------------------------------------------------------------
+    def step(self) -> int:
+        """End of a training iteration: synchronise; return this step's simulated duration (ns)."""
+        start = self.step_ends[-1] if self.step_ends else 0
+        end = self.sync()
+        self.client.advance_clock(end)
+        self.trace.step(len(self.step_ends), start, end)
+        self.step_ends.append(end)
+        self.step_flops.append(sum(self.flops_by_dtype.values()))
+        return end - start
+
+    def results(self) -> dict[str, Any]:
+        """This rank's results (msgpack-able, string keys)."""
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "gpu": self.model.gpu.name,
+            "end_ns": self.clock.now(),
+            "step_ends_ns": list(self.step_ends),
+            "step_flops": list(self.step_flops),
+            "compute_busy_ns": self.clock.compute_busy_ns,
+            "comm_wait_ns": self.clock.waited_ns,
+            "ops": self.ops,
+            "flops_by_dtype": dict(self.flops_by_dtype),
+            "comm": {
+                k: {"count": v.count, "bytes": v.nbytes, "busy_ns": v.busy_ns} for k, v in sorted(self.comm.items())
+            },
+            "workload": dict(self.workload),
+        }
+
+    def finish(self) -> dict[str, Any]:
+        """Synchronise, write this rank's trace, and hand the results to the coordinator."""
+        if self.finished:
+            raise PhantoraError(f"rank {self.rank}: the session already finished")
+        end = self.sync()
+        res = self.results()
+        if self.out_dir is not None:
+            self.trace.write(self.out_dir / "trace" / f"rank{self.rank}.trace.json")
+        self.client.finish(end, res)
+        self.finished = True
+        return res
+
+
+_current: RankSession | None = None
+
+
+def current() -> RankSession | None:
+    """The session of this process, or None outside a phantora run."""
+    return _current
+
+
+def install(session: RankSession | None) -> None:
+    global _current
+    _current = session
+
+
+def require() -> RankSession:
+    if _current is None:
+        raise PhantoraError(
+            "no phantora session in this process: start the script with `phantora run` "
+            "(or create one with phantora.runtime.bootstrap.start_session())"
+        )
+    return _current

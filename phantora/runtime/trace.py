@@ -1,0 +1,115 @@
+"""Chrome / Perfetto trace of a live run: one process per rank, lanes for steps, compute and comm.
+
+Each rank records its events in integer ns and writes `rank<R>.trace.json`; the launcher merges
+the rank files into one `trace.json` that chrome://tracing and ui.perfetto.dev open.
+Levels: "ops" records every compute op, "coarse" merges back-to-back ops into blocks, "none" keeps
+only steps and collectives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from phantora.errors import InputError
+
+LEVELS = ("ops", "coarse", "none")
+TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
+
+
+def _us(ns: int) -> float:
+    return ns / 1000.0
+
+
+class TraceRecorder:
+    """Collects one rank's events."""
+
+    def __init__(self, rank: int, level: str = "ops") -> None:
+        if level not in LEVELS:
+            raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {level!r}", field="trace")
+        self.rank = rank
+        self.level = level
+        self._ops: list[tuple[str, int, int]] = []
+        self._block: list[int] | None = None  # [start, end, count] of the open coarse block
+        self._comms: list[tuple[str, int, int, dict[str, Any]]] = []
+        self._steps: list[tuple[int, int, int]] = []
+
+    def op(self, name: str, start: int, end: int) -> None:
+        """A compute op ran on the compute lane from start to end (ns)."""
+        if self.level == "ops":
+            self._ops.append((name, start, end))
+        elif self.level == "coarse":
+            if self._block is not None and self._block[1] == start:
+                self._block[1] = end
+                self._block[2] += 1
+            else:
+                self._close_block()
+                self._block = [start, end, 1]
+
+    def _close_block(self) -> None:
+        if self._block is not None:
+            start, end, count = self._block
+            self._ops.append((f"compute ({count} ops)", start, end))
+            self._block = None
+
+    def comm(self, name: str, start: int, end: int, args: dict[str, Any]) -> None:
+        """A collective occupied the comm lane from its issue to its completion (ns)."""
+        self._close_block()
+        self._comms.append((name, start, end, args))
+
+    def step(self, index: int, start: int, end: int) -> None:
+        self._close_block()
+        self._steps.append((index, start, end))
+
+    def events(self) -> list[dict[str, Any]]:
+        """This rank's Chrome trace events (ts and dur in microseconds)."""
+        self._close_block()
+        pid = self.rank
+        ev: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {self.rank}"}},
+            {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": self.rank}},
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_STEPS, "args": {"name": "steps"}},
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_COMPUTE, "args": {"name": "compute"}},
+        ]
+        for index, start, end in self._steps:
+            ev.append(_span(f"step {index}", "step", pid, TID_STEPS, start, end, {"step": index}))
+        for name, start, end in self._ops:
+            ev.append(_span(name, "compute", pid, TID_COMPUTE, start, end, None))
+        lanes_end: list[int] = []  # overlapping collectives go to extra comm lanes
+        for name, start, end, args in sorted(self._comms, key=lambda c: (c[1], c[2])):
+            lane = next((i for i, t in enumerate(lanes_end) if t <= start), len(lanes_end))
+            if lane == len(lanes_end):
+                lanes_end.append(end)
+                label = "comm" if lane == 0 else f"comm.{lane}"
+                ev.append(
+                    {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_COMM + lane, "args": {"name": label}}
+                )
+            lanes_end[lane] = end
+            ev.append(_span(name, "comm", pid, TID_COMM + lane, start, end, args))
+        return ev
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"traceEvents": self.events(), "displayTimeUnit": "ns"}))
+        return path
+
+
+def _span(name: str, cat: str, pid: int, tid: int, start: int, end: int, args: dict[str, Any] | None) -> dict[str, Any]:
+    ev: dict[str, Any] = {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": _us(start)}
+    ev["dur"] = _us(end - start)
+    if args:
+        ev["args"] = args
+    return ev
+
+
+def merge_traces(parts: Iterable[str | Path], out: str | Path) -> Path:
+    """Concatenate rank trace files into one trace."""
+    events: list[dict[str, Any]] = []
+    for part in parts:
+        events.extend(json.loads(Path(part).read_text())["traceEvents"])
+    out = Path(out)
+    out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+    return out

@@ -1,0 +1,507 @@
+"""`phantora sweep`: run a grid of configurations, each as its own process, and gather one tidy table.
+
+A grid (TOML, or flags) has a command template, fixed parameters and swept parameters::
+
+    name = "cc-incast"
+    command = ["replay", "{workload}", "--no-progress", "--out", "{out}"]   # optional; this is the default
+    jobs = 2                      # parallel runs (default: the number of cores)
+    timeout = 900                 # seconds per run (default: none)
+
+    [fixed]
+    workload = "workloads/incast_heavy.toml"
+    topology = "star8"
+    network = "ns3"
+    "set.buffer_bytes" = 1000000
+
+    [grid]                        # the cartesian product of these lists, in this order
+    cc = ["none", "dcqcn", "hpcc", "dctcp"]
+
+Each run is `python -m phantora.cli <command>` with `{name}` replaced by the run's parameter, `{out}` by
+its run directory and `{index}` by its number. Parameters the template does not name become flags:
+`set.FIELD = v` gives `--set FIELD=v` (booleans as 1/0), `name = true/false` gives `--name`/`--no-name`,
+anything else `--name v` (underscores become dashes). So the same grid sweeps `phantora run` with
+`command = ["run", "{script}", "--out", "{out}"]` and `window = ["1us", "10us"]`.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phantora.errors import InputError, PhantoraError
+
+DEFAULT_COMMAND = ("replay", "{workload}", "--no-progress", "--out", "{out}")
+RESERVED = ("out", "index")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z][A-Za-z0-9_.\-]*)\}")
+Scalar = str | int | float | bool
+
+
+@dataclass
+class SweepSpec:
+    """A sweep: the command template, the fixed parameters and the swept lists (in grid order)."""
+
+    name: str = "sweep"
+    command: tuple[str, ...] = DEFAULT_COMMAND
+    fixed: dict[str, Scalar] = field(default_factory=dict)
+    grid: dict[str, list[Scalar]] = field(default_factory=dict)
+    jobs: int | None = None
+    timeout_s: float | None = None
+    source: str | None = None  # the grid file, for error messages
+
+    def validate(self) -> SweepSpec:
+        """Raise InputError naming the file and field of the first bad entry."""
+        if not self.command:
+            raise InputError("the command template is empty", file=self.source, field="command")
+        for section, names in (("fixed", self.fixed), ("grid", self.grid)):
+            for name in names:
+                if not _NAME.fullmatch(name) or name in RESERVED:
+                    raise InputError(f"bad parameter name {name!r}", file=self.source, field=f"{section}.{name}")
+        both = set(self.fixed) & set(self.grid)
+        if both:
+            raise InputError("set both as fixed and swept", file=self.source, field=sorted(both)[0])
+        for name, values in self.grid.items():
+            if not isinstance(values, list) or not values:
+                raise InputError("expected a non-empty list of values", file=self.source, field=f"grid.{name}")
+            for v in values:
+                _check_scalar(v, f"grid.{name}", self.source)
+        for name, v in self.fixed.items():
+            _check_scalar(v, f"fixed.{name}", self.source)
+        known = set(self.fixed) | set(self.grid) | set(RESERVED)
+        for token in self.command:
+            for ph in _PLACEHOLDER.findall(token):
+                if ph not in known:
+                    raise InputError(f"placeholder {{{ph}}} names no parameter", file=self.source, field="command")
+        if "{out}" not in " ".join(self.command):
+            raise InputError("the command template must contain {out}", file=self.source, field="command")
+        if self.jobs is not None and (not isinstance(self.jobs, int) or self.jobs < 1):
+            raise InputError(f"jobs must be an integer >= 1, got {self.jobs!r}", file=self.source, field="jobs")
+        if self.timeout_s is not None and (not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0):
+            raise InputError(f"timeout must be seconds > 0, got {self.timeout_s!r}", file=self.source, field="timeout")
+        return self
+
+    @property
+    def params(self) -> list[str]:
+        """Every parameter name: fixed ones, then swept ones."""
+        return [*self.fixed, *self.grid]
+
+    def points(self) -> list[dict[str, Scalar]]:
+        """The configurations of the grid, the last swept parameter varying fastest."""
+        keys = list(self.grid)
+        return [
+            dict(self.fixed, **dict(zip(keys, combo, strict=True))) for combo in itertools.product(*self.grid.values())
+        ]
+
+
+def _check_scalar(v: Any, where: str, source: str | None) -> None:
+    if not isinstance(v, (str, int, float, bool)):
+        raise InputError(f"expected a string, number or boolean, got {v!r}", file=source, field=where)
+
+
+def load_grid(path: str | Path) -> SweepSpec:
+    """Read a grid TOML file (see the module docstring)."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=str(p)) from None
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise InputError(f"invalid TOML: {exc}", file=str(p), line=int(m.group(1)) if m else None) from None
+    unknown = set(data) - {"name", "description", "command", "jobs", "timeout", "fixed", "grid"}
+    if unknown:
+        known = "name, description, command, jobs, timeout, fixed, grid"
+        raise InputError(f"unknown key (known: {known})", file=str(p), field=sorted(unknown)[0])
+    command = data.get("command", DEFAULT_COMMAND)
+    if isinstance(command, str):
+        import shlex
+
+        command = shlex.split(command)
+    if not isinstance(command, (list, tuple)) or not all(isinstance(t, str) for t in command):
+        raise InputError("expected a list of strings (or one string)", file=str(p), field="command")
+    for key in ("fixed", "grid"):
+        if not isinstance(data.get(key, {}), dict):
+            raise InputError("expected a table", file=str(p), field=key)
+    spec = SweepSpec(
+        name=str(data.get("name", p.stem)),
+        command=tuple(command),
+        fixed=dict(data.get("fixed", {})),
+        grid={k: v if isinstance(v, list) else [v] for k, v in data.get("grid", {}).items()},
+        jobs=data.get("jobs"),
+        timeout_s=data.get("timeout"),
+        source=str(p),
+    )
+    return spec.validate()
+
+
+def parse_param(text: str) -> tuple[str, list[str]]:
+    """'cc=none,dcqcn' -> ('cc', ['none', 'dcqcn']) for --param."""
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not values.strip():
+        raise InputError(f"expected NAME=V1,V2,..., got {text!r}", field="--param")
+    return name, [v.strip() for v in values.split(",")]
+
+
+# ----- commands ---------------------------------------------------------------------------------------
+
+
+def _text(v: Scalar) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+def command_args(spec: SweepSpec, params: dict[str, Scalar], out: Path, index: int) -> list[str]:
+    """The arguments after `python -m phantora.cli` for one run."""
+    values = {k: _text(v) for k, v in params.items()} | {"out": str(out), "index": str(index)}
+    used: set[str] = set()
+
+    def sub(m: re.Match[str]) -> str:
+        used.add(m.group(1))
+        return values[m.group(1)]
+
+    args = [_PLACEHOLDER.sub(sub, token) for token in spec.command]
+    for name in spec.params:
+        if name in used:
+            continue
+        v = params[name]
+        if name.startswith("set."):
+            args += ["--set", f"{name[4:]}={_text(v)}"]
+        elif isinstance(v, bool):
+            args.append(f"--{'' if v else 'no-'}{name.replace('_', '-')}")
+        else:
+            args += [f"--{name.replace('_', '-')}", str(v)]
+    return args
+
+
+@dataclass
+class RunSpec:
+    """One run of a sweep."""
+
+    index: int
+    params: dict[str, Scalar]
+    args: list[str]  # after `python -m phantora.cli`
+    out: Path
+    varying: dict[str, Scalar]
+
+    @property
+    def label(self) -> str:
+        return self.out.name
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.params.items())
+
+
+@dataclass
+class RunOutcome:
+    """What happened to one run."""
+
+    index: int
+    status: str  # ok | failed
+    returncode: int | None
+    error: str
+    wall_s: float
+
+
+def _slug(index: int, varying: dict[str, Scalar]) -> str:
+    text = "_".join(f"{k.removeprefix('set.')}={v}" for k, v in varying.items())
+    text = re.sub(r"[^A-Za-z0-9_.=+\-]+", "-", text)[:80].strip("-")
+    return f"{index:03d}" + (f"-{text}" if text else "")
+
+
+def build_runs(spec: SweepSpec, out_dir: Path) -> list[RunSpec]:
+    """One RunSpec per grid point, with its run directory out_dir/runs/NNN-<swept values>."""
+    runs = []
+    for i, params in enumerate(spec.points()):
+        varying = {k: params[k] for k in spec.grid}
+        out = (out_dir / "runs" / _slug(i, varying)).absolute()
+        runs.append(RunSpec(i, params, command_args(spec, params, out, i), out, varying))
+    return runs
+
+
+def error_line(stderr: str, stdout: str = "") -> str:
+    """The most telling line of a failed run: phantora's own error line, else the last line of output."""
+    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith("phantora") and "error" in ln:
+            return ln
+    if lines:
+        return lines[-1]
+    out = [ln.strip() for ln in (stdout or "").splitlines() if ln.strip()]
+    return out[-1] if out else ""
+
+
+def run_local_one(run: RunSpec, timeout_s: float | None, python: str = sys.executable) -> RunOutcome:
+    """Run one configuration as `python -m phantora.cli ...`; its output goes to <run dir>/run.log."""
+    if run.out.exists():
+        shutil.rmtree(run.out)
+    run.out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [python, "-m", "phantora.cli", *run.args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        error = "" if rc == 0 else error_line(err, out) or f"exit status {rc}"
+    except subprocess.TimeoutExpired as exc:
+        rc = None
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        error = f"timed out after {timeout_s:g} s"
+    wall = time.perf_counter() - t0
+    write_log(run, out, err)
+    return RunOutcome(run.index, "ok" if rc == 0 else "failed", rc, error, wall)
+
+
+def write_log(run: RunSpec, stdout: str, stderr: str) -> None:
+    """<run dir>/run.log: the command line, its stdout and its stderr."""
+    cmd = " ".join(["python -m phantora.cli", *run.args])
+    (run.out / "run.log").write_text(f"$ {cmd}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+
+
+def run_local(
+    runs: Sequence[RunSpec],
+    jobs: int,
+    timeout_s: float | None,
+    on_done: Callable[[RunSpec, RunOutcome], None] | None = None,
+) -> list[RunOutcome]:
+    """Run every configuration on local cores, `jobs` at a time; a failure does not stop the others."""
+    outcomes: dict[int, RunOutcome] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_local_one, r, timeout_s): r for r in runs}
+        try:
+            for fut in as_completed(futures):
+                run = futures[fut]
+                try:
+                    res = fut.result()
+                except Exception as exc:  # an OSError starting the process, a full disk ...
+                    res = RunOutcome(run.index, "failed", None, f"{type(exc).__name__}: {exc}", 0.0)
+                outcomes[run.index] = res
+                if on_done:
+                    on_done(run, res)
+        except KeyboardInterrupt:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return [outcomes[r.index] for r in runs]
+
+
+# ----- the table --------------------------------------------------------------------------------------
+
+
+def table_rows(spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunOutcome]) -> list[dict[str, Any]]:
+    """One row per run: run number, status, error, wall time, directory, every parameter, every metric."""
+    from phantora.report.compare import SUMMARY, summarise
+    from phantora.report.rundir import load_run
+
+    rows = []
+    for run, res in zip(runs, outcomes, strict=True):
+        row: dict[str, Any] = {
+            "run": run.index,
+            "status": res.status,
+            "returncode": res.returncode,
+            "error": res.error,
+            "wall_s": round(res.wall_s, 3),
+            "dir": str(run.out),
+        }
+        row.update({k: run.params[k] for k in spec.params})
+        metrics: dict[str, Any] = dict.fromkeys(SUMMARY)
+        metrics["time_kind"] = None
+        if res.status == "ok":
+            try:
+                data = load_run(run.out, run.label)
+            except PhantoraError as exc:
+                row.update(status="failed", error=f"unreadable results: {exc}")
+            else:
+                metrics.update(summarise(data))
+                metrics["time_kind"] = data.time_kind if data.time_ns is not None else None
+        row.update({f"m.{k}" if k in spec.params else k: v for k, v in metrics.items()})
+        rows.append(row)
+    return rows
+
+
+def write_table(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
+    """sweep.csv (always) and sweep.parquet (when pyarrow is installed)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cols = list(rows[0]) if rows else ["run", "status"]
+    path = out_dir / "sweep.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: "" if row.get(k) is None else row[k] for k in cols})
+    paths = [path]
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return paths
+    columns: dict[str, list[Any]] = {}
+    for c in cols:
+        values = [row.get(c) for row in rows]
+        kinds = {type(v) for v in values if v is not None}
+        if len(kinds) > 1 and not kinds <= {int, float}:
+            values = [None if v is None else str(v) for v in values]  # mixed types: a text column
+        elif kinds == {int, float}:
+            values = [None if v is None else float(v) for v in values]
+        columns[c] = values
+    pq.write_table(pa.table(columns), out_dir / "sweep.parquet")
+    return [*paths, out_dir / "sweep.parquet"]
+
+
+def sweep_plots(spec: SweepSpec, rows: Sequence[dict[str, Any]], runs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
+    """Time (and PFC paused time) against the CC algorithm, or the first swept parameter; FCT CDF of the runs."""
+    from phantora.report.plots import fct_cdf, metric_vs_param
+    from phantora.report.rundir import load_run
+
+    varying = [k for k in spec.grid if len(spec.grid[k]) > 1]
+    paths: list[Path] = []
+    if varying:
+        param = "cc" if "cc" in varying else varying[0]
+        series = [k for k in varying if k != param]
+        ok = [r for r in rows if r["status"] == "ok"]
+        kinds = {r["time_kind"] for r in ok if r.get("time_kind")}
+        what = "iteration time" if kinds == {"iteration"} else "makespan" if kinds == {"makespan"} else "time"
+        short = param.removeprefix("set.")
+        paths += metric_vs_param(
+            ok, param, "time_ns", out_dir / f"time_vs_{short}", ylabel=f"{what} (ms)", series=series, scale=1e6
+        )
+        paths += metric_vs_param(
+            ok,
+            param,
+            "pfc_paused_ns",
+            out_dir / f"pfc_paused_vs_{short}",
+            ylabel="PFC paused time, all ports (us)",
+            series=series,
+            scale=1e3,
+        )
+    loaded = []
+    for run, row in zip(runs, rows, strict=True):
+        if row["status"] == "ok":
+            try:
+                loaded.append(load_run(run.out, run.label))
+            except PhantoraError:
+                continue
+    paths += fct_cdf(loaded, out_dir / "fct_cdf")
+    return paths
+
+
+# ----- the whole sweep --------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    """The runs, their outcomes, the table rows and the files written."""
+
+    runs: list[RunSpec]
+    outcomes: list[RunOutcome]
+    rows: list[dict[str, Any]]
+    files: list[Path]
+
+    @property
+    def failed(self) -> list[tuple[RunSpec, RunOutcome]]:
+        return [(r, o) for r, o in zip(self.runs, self.outcomes, strict=True) if self.rows[r.index]["status"] != "ok"]
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: Path,
+    *,
+    jobs: int | None = None,
+    ray_address: str | None = None,
+    progress: bool | None = None,
+    plots: bool = True,
+    report: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Run every point of `spec` (locally or on Ray), then write sweep.csv/.parquet, sweep.json and plots."""
+    from tqdm import tqdm
+
+    spec.validate()
+    out_dir = Path(out_dir)
+    runs = build_runs(spec, out_dir)
+    n_jobs = jobs or spec.jobs or os.cpu_count() or 1
+    say = report or (lambda msg: print(msg, file=sys.stderr))
+    quiet = not sys.stderr.isatty() if progress is None else not progress
+    bar = tqdm(total=len(runs), desc=f"sweep {spec.name}", unit="run", disable=quiet, file=sys.stderr)
+
+    def done(run: RunSpec, res: RunOutcome) -> None:
+        bar.update(1)
+        if res.status != "ok" and not quiet:
+            bar.write(f"run {run.index} failed ({run.describe()}): {res.error}", file=sys.stderr)
+
+    try:
+        if ray_address is not None:
+            from phantora.sweep_ray import run_on_ray
+
+            outcomes = run_on_ray(runs, ray_address, spec.timeout_s, on_done=done)
+        else:
+            outcomes = run_local(runs, n_jobs, spec.timeout_s, on_done=done)
+    finally:
+        bar.close()
+    rows = table_rows(spec, runs, outcomes)
+    files = write_table(rows, out_dir)
+    meta = {
+        "schema": "phantora.sweep/1",
+        "name": spec.name,
+        "command": list(spec.command),
+        "fixed": spec.fixed,
+        "grid": spec.grid,
+        "backend": "ray" if ray_address is not None else "local",
+        "jobs": None if ray_address is not None else n_jobs,
+        "rows": rows,
+    }
+    (out_dir / "sweep.json").write_text(json.dumps(meta, indent=2) + "\n")
+    files.append(out_dir / "sweep.json")
+    if plots:
+        files += sweep_plots(spec, rows, runs, out_dir)
+    result = SweepResult(runs, outcomes, rows, files)
+    for run, _ in result.failed:
+        row = rows[run.index]
+        say(f"FAILED run {run.index} ({run.describe()}): {row['error']}  [log: {run.out / 'run.log'}]")
+    return result
+
+
+def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
+    """A short table of the sweep: swept parameters and the main metrics, one line per run."""
+    from phantora.report.compare import fmt_value
+
+    params = list(spec.grid) or ["run"]
+    cols = [
+        ("time_ns", "time us", "ns"),
+        ("fct_p99_ns", "fct p99 us", "ns"),
+        ("slowdown_p99", "slow p99", "ratio"),
+        ("pfc_paused_ns", "paused us", "ns"),
+        ("queue_max_bytes", "qmax KB", "bytes"),
+        ("ecn_marks", "ecn", "count"),
+    ]
+    head = ["run", "status", *[p.removeprefix("set.") for p in params], *[c[1] for c in cols]]
+    body = []
+    for r in rows:
+        body.append(
+            [str(r["run"]), r["status"], *[str(r.get(p)) for p in params]]
+            + [fmt_value(r.get(k), u) if r["status"] == "ok" else "-" for k, _, u in cols]
+        )
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
+    lines.append("-" * len(lines[0]))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in body]
+    return "\n".join(lines)

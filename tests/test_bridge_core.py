@@ -1,0 +1,233 @@
+"""The coordinator's logic (no sockets): rendezvous, exact and window clocks, diagnostics.
+
+Times are checked against closed forms on a 4-GPU star of 100 Gb/s, 1 us links: a ring
+all-reduce of S bytes on n ranks takes 2(n-1)/n * S * 8 / B plus two link latencies (one hop
+through the switch) in the flow engine, and a send of S bytes takes S * 8 / B plus the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bridge.core import DONE, RUN, WAIT, CoordinatorCore
+from bridge.matching import RunFailed
+from bridge.protocol import INF_NS, Message, decode, encode
+from phantora.collectives.spec import AlgoOptions
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology.generators import leaf_spine
+
+B = 100 * 10**9
+LAT = 1000
+S = 8 * 2**20
+
+
+def ring_allreduce_ns(nbytes: int, n: int) -> int:
+    return -(-2 * (n - 1) * nbytes * 8 * 10**9 // (n * B)) + 2 * LAT
+
+
+def transfer_ns(nbytes: int) -> int:
+    return -(-nbytes * 8 * 10**9 // B) + 2 * LAT
+
+
+class Harness:
+    """A CoordinatorCore on the flow engine, with the replies it sent kept per rank."""
+
+    def __init__(self, world: int = 4, window_ns: int = 0) -> None:
+        self.topo = leaf_spine(1, 4, 0, nic_rate="100Gbps", latency="1us")
+        self.sent: dict[int, list[Message]] = {r: [] for r in range(world)}
+        self.core = CoordinatorCore(
+            FlowSimulator(self.topo),
+            self.topo,
+            world,
+            window_ns=window_ns,
+            algo=AlgoOptions(),
+            send=lambda r, raw: self.sent[r].append(decode(raw)),
+        )
+        self.handles = dict.fromkeys(range(world), 0)
+
+    def msg(self, rank: int, type_: str, t: int, **fields: Any) -> None:
+        self.core.on_message(rank, decode(encode(type_, t, **fields)))
+
+    def coll(self, rank: int, t: int, kind: str = "all_reduce", nbytes: int = S, group=(0, 1, 2, 3), seq: int = 0):
+        self.handles[rank] += 1
+        h = self.handles[rank]
+        self.msg(rank, "coll", t, h=h, group=list(group), seq=seq, kind=kind, nbytes=nbytes, dtype="bf16", root=None,
+                 name="", algo=None)  # fmt: skip
+        return h
+
+    def wait(self, rank: int, t: int, *handles: int, until: int = INF_NS) -> None:
+        self.msg(rank, "wait", t, handles=list(handles), until=until)
+
+    def result(self, rank: int) -> Message:
+        got = [m for m in self.sent[rank] if m.type == "result"]
+        assert got, f"rank {rank} got no result"
+        return got[-1]
+
+
+def test_allreduce_starts_at_latest_issue_and_ends_at_closed_form() -> None:
+    h = Harness()
+    issue = {0: 0, 1: 5_000, 2: 20_000, 3: 7_000}
+    hs = {r: h.coll(r, t) for r, t in issue.items()}
+    for r, t in issue.items():
+        h.wait(r, t, hs[r])
+    h.core.progress()
+    want = max(issue.values()) + ring_allreduce_ns(S, 4)
+    for r in range(4):
+        res = h.result(r)
+        assert res["h"] == hs[r]
+        assert res["t_done"] == want
+        assert h.core.ranks[r].state == RUN and h.core.ranks[r].promise == want
+    rec = h.core.records[0]
+    assert rec.t_start == rec.t_requested == 20_000 and rec.end_ns == want
+
+
+def test_exact_mode_never_passes_a_running_rank() -> None:
+    """Rank 0 waits; rank 1 is still computing at 1 us: the network must stay at or before 1 us."""
+    h = Harness(world=2)
+    a = h.coll(0, 0, group=(0, 1))
+    b = h.coll(1, 0, group=(0, 1))
+    h.wait(0, 0, a)
+    h.msg(1, "clock", 1_000, block=False)
+    pushes = h.core.progress()
+    assert h.core.engine.now() <= 1_000
+    assert h.core.ranks[0].state == WAIT
+    # The coordinator asks rank 1 to report when it passes the network's next event.
+    assert pushes and pushes[0][0] == 1 and pushes[0][1] > 1_000
+    h.msg(1, "clock", 10**9, block=False)
+    h.core.progress()
+    want = ring_allreduce_ns(S, 2)
+    assert h.result(0)["t_done"] == want
+    # The engine stopped at the completion rank 0 waited on, not at rank 1's far clock.
+    assert h.core.engine.now() == want
+    h.wait(1, 10**9, b)
+    h.core.progress()
+    assert h.result(1)["t_done"] == want
+
+
+def test_wait_with_deadline_returns_none_before_completion() -> None:
+    h = Harness(world=2)
+    a = h.coll(0, 0, kind="all_gather", group=(0, 1))
+    h.coll(1, 0, kind="all_gather", group=(0, 1))
+    h.msg(1, "finish", 0, results={})
+    h.wait(0, 0, a, until=50_000)
+    h.core.progress()
+    res = h.result(0)
+    assert res["h"] is None and res["t_done"] is None
+    assert h.core.ranks[0].promise == 50_000
+    assert h.core.engine.now() == 50_000
+
+
+def test_send_recv_completes_on_both_sides_at_transfer_time() -> None:
+    h = Harness(world=2)
+    h.msg(0, "p2p", 3_000, h=1, peer=1, send=True, tag=7, seq=0, nbytes=S, name="")
+    h.msg(1, "p2p", 9_000, h=1, peer=0, send=False, tag=7, seq=0, nbytes=S, name="")
+    h.wait(0, 3_000, 1)
+    h.wait(1, 9_000, 1)
+    h.core.progress()
+    assert h.result(0)["t_done"] == h.result(1)["t_done"] == 9_000 + transfer_ns(S)
+
+
+def test_window_mode_rounds_are_whole_windows_and_late_start_is_bounded() -> None:
+    w = 100_000
+    h = Harness(world=2, window_ns=w)
+    a = h.coll(0, 0, group=(0, 1))
+    b = h.coll(1, 0, group=(0, 1))
+    h.wait(0, 0, a)
+    h.wait(1, 0, b)
+    h.core.progress()
+    done = ring_allreduce_ns(S, 2)
+    # Network time is a window boundary: the end of the window holding the completion.
+    assert h.core.engine.now() % w == 0
+    assert done <= h.core.engine.now() < done + w
+    assert h.result(0)["t_done"] == done
+    assert h.result(0)["lease"] == h.core.engine.now() + w
+    # A follow-up issued right at the completion starts late, by less than one window.
+    h.coll(0, done, seq=1, group=(0, 1))
+    h.coll(1, done, seq=1, group=(0, 1))
+    rec = h.core.records[1]
+    assert 0 < rec.t_start - rec.t_requested < w
+
+
+def test_window_barrier_holds_until_every_rank_reaches_the_window_end() -> None:
+    w = 10_000
+    h = Harness(world=2, window_ns=w)
+    h.msg(0, "clock", 3 * w + 5, block=True)
+    h.core.progress()
+    assert not h.sent[0] and h.core.engine.now() == 0  # rank 1 is still at 0
+    h.msg(1, "clock", w, block=True)
+    h.core.progress()
+    assert h.result(1)["now"] == w and not h.sent[0]
+    h.msg(1, "clock", 4 * w, block=True)
+    h.core.progress()
+    assert h.result(0)["now"] == 3 * w and h.result(0)["lease"] == 4 * w
+
+
+def test_mismatch_names_both_ranks_and_calls() -> None:
+    h = Harness(world=2)
+    h.coll(0, 0, kind="all_reduce", group=(0, 1))
+    with pytest.raises(RunFailed) as err:
+        h.coll(1, 0, kind="all_gather", group=(0, 1))
+    text = err.value.text
+    assert err.value.code == "mismatch"
+    assert "rank 0 called all_reduce" in text and "rank 1 called all_gather" in text and "kind" in text
+
+
+def test_size_mismatch_is_reported() -> None:
+    h = Harness(world=2)
+    h.coll(0, 0, nbytes=1024, group=(0, 1))
+    with pytest.raises(RunFailed, match="size"):
+        h.coll(1, 0, nbytes=2048, group=(0, 1))
+
+
+def test_missing_participant_on_finish() -> None:
+    h = Harness(world=3)
+    h.coll(0, 0, group=(0, 1, 2))
+    h.coll(1, 0, group=(0, 1, 2))
+    with pytest.raises(RunFailed) as err:
+        h.msg(2, "finish", 10, results={})
+    assert "missing participant" in err.value.text and "rank 2 finished" in err.value.text
+    assert "missing [2]" in err.value.text
+
+
+def test_deadlock_reports_who_waits_on_what() -> None:
+    h = Harness(world=2)
+    a = h.coll(0, 0, group=(0, 1), seq=0)
+    b = h.coll(1, 0, group=(0, 1), seq=1)  # rank 1 skipped seq 0
+    h.wait(0, 0, a)
+    h.wait(1, 0, b)
+    with pytest.raises(RunFailed) as err:
+        h.core.progress()
+    text = err.value.text
+    assert err.value.code == "deadlock"
+    assert "rank 0 waits on" in text and "seq 0" in text and "not issued by rank 1" in text
+    assert "rank 1 waits on" in text and "seq 1" in text
+
+
+def test_clock_going_back_is_rejected() -> None:
+    h = Harness(world=2)
+    h.msg(0, "clock", 5_000, block=False)
+    with pytest.raises(RunFailed, match="never goes back"):
+        h.coll(0, 4_000, group=(0, 1))
+
+
+def test_finalize_drains_and_records_everything() -> None:
+    h = Harness(world=2)
+    h.coll(0, 0, group=(0, 1))
+    h.coll(1, 0, group=(0, 1))
+    h.msg(0, "finish", 0, results={"a": 1})
+    h.msg(1, "finish", 0, results={"b": 2})
+    assert all(rs.state == DONE for rs in h.core.ranks) and h.core.all_finished()
+    out = h.core.finalize()
+    rec = out["collectives"][0]
+    assert rec["end_ns"] == ring_allreduce_ns(S, 2)
+    assert len(out["completions"]) == rec["flows"] > 0
+    assert out["ranks"] == [[0, {"a": 1}, 0], [1, {"b": 2}, 0]]
+
+
+def test_missing_participant_that_finished_before_the_call() -> None:
+    h = Harness(world=3)
+    h.msg(2, "finish", 0, results={})
+    with pytest.raises(RunFailed, match=r"missing participant: rank 2 finished at 0 ns .* missing \[1, 2\]"):
+        h.coll(0, 0, group=(0, 1, 2))

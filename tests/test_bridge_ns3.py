@@ -1,0 +1,83 @@
+"""The bridge with the ns-3 packet engine in its network server: exact mode equals the in-process replay.
+
+Each run starts a network server process, which pays the ns-3 import once (tens of seconds on a
+loaded machine), so there is one exact-mode test by default and the window test is `slow`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge.run import CosimRun
+from phantora.netsim.packet_config import PacketConfig
+from phantora.replay import replay_inprocess
+from phantora.topology.generators import leaf_spine
+from phantora.workload import load_workload
+
+pytestmark = pytest.mark.ns3
+
+WORKLOAD = {
+    "name": "small-mix",
+    "op": [
+        {"name": "ar", "kind": "all_reduce", "bytes": "256KiB", "ranks": "all", "repeat": 2, "every": "10us"},
+        {"name": "ag", "kind": "all_gather", "bytes": "128KiB", "ranks": "all", "after": ["ar.1"], "gap": "3us"},
+        {"name": "p", "kind": "send_recv", "src": 0, "dst": 3, "bytes": "64KiB", "after": ["ar.1"], "gap": "1us"},
+        {"name": "rs", "kind": "reduce_scatter", "bytes": "128KiB", "ranks": "all", "after": ["ag", "p"]},
+    ],
+}
+
+
+def _setup(tmp_path: Path, ns3_lib):
+    topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", latency="1us")
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(WORKLOAD))
+    wl = load_workload(path, world=topo.num_ranks)
+    config = PacketConfig(cc="dcqcn")
+    from phantora.netsim.packet import Ns3Simulator
+
+    with Ns3Simulator(topo, config) as sim:
+        ref = replay_inprocess(wl, topo, sim)
+    exact = {op.name: (op.start_ns, op.end_ns, op.rank_done_ns) for op in ref.ops}
+    return topo, path, config, exact
+
+
+def _times(res) -> dict[str, tuple[int, int, dict[int, int]]]:
+    return {r["name"]: (r["t_start"], r["end_ns"], dict(map(tuple, r["rank_done"]))) for r in res.collectives}
+
+
+def test_exact_mode_with_ns3_equals_inprocess(tmp_path: Path, ns3_lib) -> None:
+    topo, path, config, exact = _setup(tmp_path, ns3_lib)
+    res = CosimRun(
+        topo,
+        network="ns3",
+        packet_config=config,
+        window_ns=0,
+        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
+        timeout_s=600,
+    ).run()
+    assert _times(res) == exact
+    assert res.late_collectives == 0
+    assert res.engine_stats["engine"] == "ns3"
+
+
+@pytest.mark.slow
+def test_window_mode_with_ns3_within_bound(tmp_path: Path, ns3_lib) -> None:
+    topo, path, config, exact = _setup(tmp_path, ns3_lib)
+    w = 10_000
+    res = CosimRun(
+        topo,
+        network="ns3",
+        packet_config=config,
+        window_ns=w,
+        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
+        timeout_s=600,
+    ).run()
+    depth = {"ar.0": 0, "ar.1": 1, "ag": 2, "p": 2, "rs": 3}
+    got = _times(res)
+    for name, (start, end, _) in exact.items():
+        assert abs(got[name][0] - start) <= depth[name] * w
+        assert abs(got[name][1] - end) <= depth[name] * w

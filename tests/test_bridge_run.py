@@ -1,0 +1,288 @@
+"""Whole runs through the bridge: real coordinator, network server and rank processes.
+
+- exact mode gives the same completion times as the in-process replay (flow engine, both with
+  the engine in the coordinator and in a separate network server);
+- the window sweep stays within the documented bound (per op: W x its dependency depth) and
+  its barrier rounds fall as W grows;
+- killing the server or a rank ends the run within 5 s, naming it, with no process left;
+- malformed messages, wrong tokens and version mismatches are rejected, and the run goes on;
+- a mismatched collective, a missing participant and a deadlock each give their diagnostic.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import BridgeError
+from bridge.run import CosimRun
+from bridge.supervisor import alive_pids
+from phantora.netsim.flow import FlowSimulator
+from phantora.replay import replay_inprocess
+from phantora.topology.generators import leaf_spine
+from phantora.workload import Workload, load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+REPLAY = [sys.executable, "-m", "bridge.replay_rank"]
+
+RANK_SCRIPT = r'''
+import os, sys, time
+import msgpack, zmq
+from bridge.client import RankClient
+from bridge.errors import BridgeError
+
+mode = sys.argv[1]
+c = RankClient.from_env()
+r = c.rank
+MB = 1 << 20
+
+
+def coll(kind, group, seq, t, nbytes=MB):
+    return c.collective(group=group, seq=seq, kind=kind, nbytes=nbytes, dtype="bf16", root=None, t_issue_ns=t)
+
+
+def probe(endpoint, frames):
+    """Send raw frames to an endpoint; return the error codes of the replies."""
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    codes = []
+    for raw in frames:
+        s.send(raw)
+        assert s.poll(10000), "no reply"
+        reply = msgpack.unpackb(s.recv())
+        assert reply["type"] == "error", reply
+        codes.append(reply["code"])
+    s.close()
+    return codes
+
+
+try:
+    results = {}
+    t = 0
+    if mode == "mismatch":
+        c.wait(coll("all_reduce" if r == 0 else "all_gather", [0, 1], 0, 0))
+    elif mode == "missing":
+        if r < 2:
+            c.wait(coll("all_reduce", [0, 1, 2], 0, 0))
+    elif mode == "deadlock":
+        c.wait(coll("all_reduce", [0, 1], r, 0))  # rank 0 waits on seq 0, rank 1 on seq 1
+    elif mode == "slow":
+        for i in range(400):
+            t = c.wait(coll("all_reduce", list(range(c.world)), i, t))
+            time.sleep(0.02)
+    elif mode == "clock":
+        for i in range(1, 201):
+            c.advance_clock(i * 1000)
+        t = 200_000
+    elif mode == "bad":
+        if r == 0:
+            def hello(v=1, token=os.environ["PHANTORA_TOKEN"]):
+                return msgpack.packb({"v": v, "type": "hello", "t": 0, "role": "rank", "token": token,
+                                      "rank": 0, "world": c.world, "pid": os.getpid()})
+            junk = [b"\x00not msgpack", hello(token="0" * 32), hello(v=999),
+                    msgpack.packb({"v": 1, "type": "clock", "t": 5, "block": False}), b"\x00" * 300_000]
+            results["coord"] = probe(os.environ["PHANTORA_ENDPOINT"], junk)
+            net = os.path.join(os.environ["PHANTORA_RUN_DIR"], "net.endpoint")
+            results["server"] = probe(open(net).read(), junk)
+        t = c.wait(coll("all_reduce", list(range(c.world)), 0, 0))
+    c.finish(t, results)
+except BridgeError as exc:
+    print(f"rank {r}: {exc}", file=sys.stderr)
+    sys.exit(3)
+finally:
+    c.close()
+'''
+
+
+@pytest.fixture
+def rank_script(tmp_path: Path) -> Path:
+    path = tmp_path / "rank.py"
+    path.write_text(RANK_SCRIPT)
+    return path
+
+
+def star(n: int = 4):
+    return leaf_spine(1, n, 0, nic_rate="100Gbps", latency="1us")
+
+
+def two_leaf():
+    return leaf_spine(2, 4, 2, nic_rate="100Gbps", latency="1us")
+
+
+def op_times(res) -> dict[str, tuple[int, int, dict[int, int]]]:
+    return {r["name"]: (r["t_start"], r["end_ns"], dict(map(tuple, r["rank_done"]))) for r in res.collectives}
+
+
+def ref_times(wl: Workload, topo) -> dict[str, tuple[int, int, dict[int, int]]]:
+    ref = replay_inprocess(wl, topo, FlowSimulator(topo))
+    return {op.name: (op.start_ns, op.end_ns, op.rank_done_ns) for op in ref.ops}
+
+
+def depth(wl: Workload) -> dict[str, int]:
+    """How many completions an op waits on along its longest `after` chain."""
+    out: dict[str, int] = {}
+    for op in wl.ops:
+        out[op.name] = 1 + max(out[a] for a in op.after) if op.after else 0
+    return out
+
+
+# ----- exact mode == in-process ---------------------------------------------------------------
+@pytest.mark.parametrize("name", ["ddp_buckets", "fsdp_layers", "moe_alltoall"])
+def test_exact_mode_equals_inprocess_replay(name: str) -> None:
+    topo = two_leaf()
+    path = ROOT / "workloads" / f"{name}.toml"
+    wl = load_workload(path, world=topo.num_ranks)
+    res = CosimRun(topo, network="flow", window_ns=0, rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
+    assert op_times(res) == ref_times(wl, topo)
+    assert res.late_collectives == 0
+    assert len(res.completions) == sum(r["flows"] for r in res.collectives)
+    # Each rank reports what it saw, which is what the coordinator recorded.
+    for rank, out in res.ranks.items():
+        for op_name, t in out["done"].items():
+            assert op_times(res)[op_name][2][rank] == t
+
+
+def test_exact_mode_through_a_separate_flow_server_over_tcp(tmp_path: Path) -> None:
+    topo = star(4)
+    path = tmp_path / "wl.json"
+    path.write_text(
+        '{"name": "mix", "op": ['
+        '{"name": "ar", "kind": "all_reduce", "bytes": 3000000, "ranks": "0-3"},'
+        '{"name": "p", "kind": "send_recv", "src": 0, "dst": 3, "bytes": 500000, "after": ["ar"], "gap": 2000},'
+        '{"name": "bc", "kind": "broadcast", "bytes": 1000000, "ranks": [1, 2, 3], "root": 1, "after": ["ar"]},'
+        '{"name": "rs", "kind": "reduce_scatter", "bytes": 2000000, "ranks": "0-3", "after": ["p", "bc"]}]}'
+    )
+    wl = load_workload(path, world=4)
+    res = CosimRun(
+        topo,
+        network="flow",
+        engine_in_coordinator=False,
+        transport="tcp",
+        rank_cmd=[*REPLAY, str(path)],
+        timeout_s=120,
+        out_dir=tmp_path / "out",
+    ).run()
+    assert op_times(res) == ref_times(wl, topo)
+    assert (tmp_path / "out" / "cosim.json").exists() and (tmp_path / "out" / "logs" / "rank0.log").exists()
+    assert "server" in res.logs
+
+
+# ----- windows --------------------------------------------------------------------------------
+def test_window_sweep_error_bound_and_rounds() -> None:
+    topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", latency="1us")
+    path = ROOT / "workloads" / "fsdp_layers.toml"
+    wl = load_workload(path, world=topo.num_ranks)
+    exact = ref_times(wl, topo)
+    deps = depth(wl)
+    rounds = {}
+    for w in (0, 1_000, 10_000, 100_000, 1_000_000):
+        res = CosimRun(topo, network="flow", window_ns=w, rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
+        got = op_times(res)
+        for name, (start, end, done) in exact.items():
+            bound = deps[name] * w
+            assert abs(got[name][0] - start) <= bound, (w, name)
+            assert abs(got[name][1] - end) <= bound, (w, name)
+            assert all(abs(got[name][2][r] - t) <= bound for r, t in done.items()), (w, name)
+        if w == 0:
+            assert got == exact
+        else:
+            assert max(r["late_ns"] for r in res.collectives) < w
+        rounds[w] = res.rounds
+    assert rounds[1_000] >= rounds[10_000] >= rounds[100_000] >= rounds[1_000_000]
+    assert rounds[1_000] > rounds[1_000_000]
+
+
+def test_window_barrier_rounds_follow_advance_clock(rank_script: Path) -> None:
+    """Two ranks step their clocks to 200 us: with W = 10 us, the network closes 20 windows."""
+    res = CosimRun(star(2), window_ns=10_000, rank_cmd=[sys.executable, str(rank_script), "clock"], timeout_s=60).run()
+    assert res.rounds == 20
+    assert res.makespan_ns == 200_000
+
+
+# ----- failures -------------------------------------------------------------------------------
+def _kill_mid_run(run: CosimRun, role: str, rank: int | None) -> tuple[BridgeError, float, list[int]]:
+    killed: dict[str, float] = {}
+
+    def killer() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ranks = [c for c in run.children if c.role == "rank"]
+            if len(ranks) == run.spec.world:
+                break
+            time.sleep(0.05)
+        time.sleep(1.5)  # the ranks are well into their collectives by now
+        victim = next(c for c in run.children if c.role == role and c.rank == rank)
+        killed["t"] = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    with pytest.raises(BridgeError) as err:
+        run.run()
+    ended = time.monotonic()
+    th.join()
+    assert "t" in killed, "the run ended before the kill"
+    return err.value, ended - killed["t"], [c.pid for c in run.children]
+
+
+@pytest.mark.parametrize(("role", "rank", "label"), [("server", None, "network server"), ("rank", 1, "rank 1")])
+def test_killing_a_process_ends_the_run_naming_it(rank_script: Path, role: str, rank: int | None, label: str) -> None:
+    run = CosimRun(
+        star(4), engine_in_coordinator=False, rank_cmd=[sys.executable, str(rank_script), "slow"], timeout_s=120
+    )
+    err, delay, pids = _kill_mid_run(run, role, rank)
+    assert delay < 5.0
+    assert label in str(err) and "SIGKILL" in str(err)
+    assert alive_pids(pids) == []
+    assert run.run_dir is not None and not run.run_dir.exists()
+
+
+def test_bad_messages_rejected_and_run_continues(rank_script: Path) -> None:
+    res = CosimRun(
+        star(2),
+        engine_in_coordinator=False,
+        rank_cmd=[sys.executable, str(rank_script), "bad"],
+        timeout_s=120,
+        max_message_bytes=100_000,
+    ).run()
+    # garbage, wrong token, protocol v999, a clock report before hello, 300 kB over the 100 kB limit
+    expected = ["malformed", "auth", "version", "auth", "oversized"]
+    assert res.ranks[0]["coord"] == expected
+    assert res.ranks[0]["server"] == expected
+    assert res.collectives[0]["end_ns"] > 0
+    assert "wrong run token" in res.logs["coordinator"] and "wrong token" in res.logs["server"]
+
+
+def test_mismatched_collective_is_diagnosed(rank_script: Path) -> None:
+    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "mismatch"], timeout_s=60)
+    t0 = time.monotonic()
+    with pytest.raises(BridgeError) as err:
+        run.run()
+    assert time.monotonic() - t0 < 30
+    text = str(err.value)
+    assert "mismatch" in text and "rank 0 called all_reduce" in text and "rank 1 called all_gather" in text
+    # The ranks got the same diagnostic.
+    assert "rank 1 called all_gather" in run.logs["rank 0"]
+
+
+def test_missing_participant_is_diagnosed(rank_script: Path) -> None:
+    run = CosimRun(star(3), rank_cmd=[sys.executable, str(rank_script), "missing"], timeout_s=60)
+    with pytest.raises(BridgeError, match=r"missing participant: rank 2 finished .* missing \[([01], )?2\]"):
+        run.run()
+
+
+def test_deadlock_is_diagnosed(rank_script: Path) -> None:
+    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "deadlock"], timeout_s=60)
+    with pytest.raises(BridgeError) as err:
+        run.run()
+    text = str(err.value)
+    assert text.startswith("deadlock")
+    assert "rank 0 waits on" in text and "rank 1 waits on" in text and "not issued by rank 1" in text

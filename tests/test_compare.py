@@ -1,0 +1,228 @@
+"""`phantora compare`: metrics recomputed independently from the runs' own files, missing files as "-"."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phantora.cli import main
+from phantora.errors import InputError
+from phantora.report.compare import compare_runs, load_and_compare, pause_intervals, summarise
+from phantora.report.rundir import load_run
+
+WORKLOAD = """
+name = "ar-a2a"
+[[op]]
+name = "ar"
+kind = "all_reduce"
+bytes = "64MiB"
+ranks = "all"
+algorithm = "ring"
+[[op]]
+name = "a2a"
+kind = "all_to_all"
+bytes = "8MiB"
+ranks = "all"
+after = ["ar"]
+"""
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The same workload, flow mode, on star8 (non-blocking) and twoleaf8 (4:1 across leaves)."""
+    root = tmp_path_factory.mktemp("cmp")
+    wl = root / "ar.toml"
+    wl.write_text(WORKLOAD)
+    dirs = []
+    for topo in ("star8", "twoleaf8"):
+        out = root / topo
+        assert main(["replay", str(wl), "--topology", topo, "--network", "flow", "--out", str(out)]) == 0
+        dirs.append(out)
+    return dirs[0], dirs[1]
+
+
+def _flows(d: Path) -> tuple[np.ndarray, np.ndarray]:
+    with (d / "flows.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if int(r["size_bytes"]) > 0]
+    fct = np.array([int(r["fct_ns"]) for r in rows], dtype=float)
+    alone = np.array([int(r["standalone_fct_ns"]) for r in rows], dtype=float)
+    return fct, alone
+
+
+def _expected(d: Path) -> dict[str, float]:
+    """The comparison's figures, recomputed from the run's own files with csv/json/numpy."""
+    res = json.loads((d / "results.json").read_text())
+    fct, alone = _flows(d)
+    slow = fct[alone > 0] / alone[alone > 0]
+    with (d / "links.csv").open() as fh:
+        util = [float(r["utilisation"]) for r in csv.DictReader(fh)]
+    out = {
+        "time_ns": res["makespan_ns"],
+        "fct_p50_ns": np.percentile(fct, 50),
+        "fct_p99_ns": np.percentile(fct, 99),
+        "fct_max_ns": fct.max(),
+        "slowdown_p50": np.percentile(slow, 50),
+        "slowdown_p99": np.percentile(slow, 99),
+        "slowdown_max": slow.max(),
+        "util_mean": float(np.mean(util)),
+        "util_max": max(util),
+    }
+    out.update({f"op:{op['name']}": op["duration_ns"] for op in res["ops"]})
+    return out
+
+
+def test_percent_differences_match_the_runs_files(two_runs: tuple[Path, Path]) -> None:
+    a, b = two_runs
+    _, cmp = load_and_compare([a, b])
+    ea, eb = _expected(a), _expected(b)
+    for key in ea:
+        m = cmp.metric(key)
+        assert m.values[0] == pytest.approx(ea[key], rel=1e-9), key
+        assert m.values[1] == pytest.approx(eb[key], rel=1e-9), key
+        assert m.diff_pct[0] == 0.0
+        assert m.diff_pct[1] == pytest.approx((eb[key] - ea[key]) / ea[key] * 100, rel=1e-9, abs=1e-9), key
+    # The all-to-all crosses a 4:1 oversubscribed spine on twoleaf8: it must be slower there.
+    assert cmp.metric("op:a2a").diff_pct[1] > 50
+    # A ring all-reduce of S bytes on 8 ranks at 100 Gb/s takes at least 2(n-1)/n * S / B.
+    ring = 2 * 7 / 8 * 64 * 2**20 * 8 / 100e9 * 1e9
+    assert ring <= cmp.metric("op:ar").values[0] <= ring * 1.01
+
+
+def test_table_shows_diffs_and_dashes_for_flow_mode(two_runs: tuple[Path, Path], capsys) -> None:
+    a, b = two_runs
+    assert main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    lines = {ln.split("  ")[0].strip(): ln for ln in text.splitlines()}
+    diff = (_expected(b)["time_ns"] - _expected(a)["time_ns"]) / _expected(a)["time_ns"] * 100
+    assert f"{diff:+.1f}%" in lines["makespan"]
+    # A flow-mode run has no PFC trace, queue samples or ECN counters: "-", not 0 and not a crash.
+    for label in ("PFC paused time (all ports)", "queue depth max", "ECN marks", "CNPs"):
+        cells = lines[label].split()
+        assert cells[-3:] == ["-", "-", "-"], lines[label]
+
+
+def test_missing_files_are_not_measured(two_runs: tuple[Path, Path], tmp_path: Path, capsys) -> None:
+    a, _ = two_runs
+    partial = tmp_path / "partial"
+    shutil.copytree(a, partial)
+    (partial / "flows.csv").unlink()
+    (partial / "links.csv").unlink()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    runs, cmp = load_and_compare([a, partial, empty])
+    assert runs[1].flows is None and runs[1].links is None
+    fct = cmp.metric("fct_p50_ns")
+    assert fct.values[1] is None and fct.diff_pct[1] is None
+    assert cmp.metric("time_ns").values[1] == cmp.metric("time_ns").values[0]  # results.json still there
+    assert all(m.values[2] is None for m in cmp.metrics)
+    assert main(["compare", str(a), str(partial), str(empty), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    fct_line = next(ln for ln in out.splitlines() if ln.startswith("FCT p50"))
+    assert fct_line.split()[-4:] == ["-", "-", "-", "-"]
+    data = json.loads((tmp_path / "rep" / "compare.json").read_text())
+    row = next(m for m in data["metrics"] if m["key"] == "fct_p50_ns")
+    assert row["values"][1] is None and row["values"][2] is None
+    assert "| FCT p50 |" in (tmp_path / "rep" / "compare.md").read_text()
+
+
+def test_bad_inputs_name_the_file(tmp_path: Path, capsys) -> None:
+    assert main(["compare", str(tmp_path / "nope")]) == 2
+    assert "nope: not a run directory" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "flows.csv").write_text("flow_id,size_bytes,start_ns,fct_ns\n1,100,0,5\n2,100,zero,5\n")
+    with pytest.raises(InputError) as err:
+        load_run(bad)
+    assert err.value.file == str(bad / "flows.csv") and err.value.line == 3 and err.value.field == "start_ns"
+    (bad / "flows.csv").unlink()
+    (bad / "results.json").write_text('{"schema": "phantora.replay/1",\n "makespan_ns": }')
+    with pytest.raises(InputError) as err:
+        load_run(bad)
+    assert err.value.line == 2
+
+
+def test_pfc_pause_time_and_queue_percentiles(tmp_path: Path) -> None:
+    """Hand-made ns-3 traces: paused time is the sum of pause-to-resume gaps; p99 at the hottest port."""
+    d = tmp_path / "ns3run"
+    d.mkdir()
+    (d / "results.json").write_text(
+        json.dumps(
+            {
+                "schema": "phantora.replay/1",
+                "makespan_ns": 10_000,
+                "network": "ns3",
+                "ops": [],
+                "engine": {"ecn_marks": 7, "cnps": 5, "drops": 0, "pfc_pause": 4},
+            }
+        )  # fmt: skip
+    )
+    pfc = [
+        (100, 1, 0, 3, 1),
+        (300, 1, 0, 3, 0),  # node 1 port 0: 200 ns
+        (500, 1, 0, 3, 1),
+        (550, 1, 0, 3, 1),  # a second pause while paused only extends it
+        (900, 1, 0, 3, 0),  # +400 ns
+        (950, 1, 0, 3, 0),  # a resume while running is ignored
+        (2_000, 2, 1, 3, 1),  # node 2 port 1: still paused at the end of the run (10 us): 8000 ns
+    ]
+    (d / "pfc.csv").write_text(
+        "time_ns,node,node_type,port,prio,pause,from_node\n"
+        + "".join(f"{t},{n},1,{p},{q},{x},9\n" for t, n, p, q, x in pfc)
+    )
+    rng = np.random.default_rng(7)
+    hot = rng.integers(0, 400_000, 200)
+    rows = [(i * 100, 8, 2, 3, int(v)) for i, v in enumerate(hot)]
+    rows += [(i * 100, 8, 2, 1, 1000) for i in range(200)]  # a second class on the same port adds up
+    rows += [(i * 100, 8, 5, 3, 1000) for i in range(200)]  # a cooler port
+    (d / "queues.csv").write_text(
+        "time_ns,node,port,prio,bytes\n" + "".join(f"{t},{n},{p},{q},{b}\n" for t, n, p, q, b in rows)
+    )
+    run = load_run(d)
+    s = summarise(run)
+    assert s["pfc_pauses"] == 4  # frames with pause=1
+    assert s["pfc_paused_ns"] == 200 + 400 + 8000
+    assert s["queue_max_bytes"] == int(hot.max()) + 1000
+    assert s["queue_p99_bytes"] == pytest.approx(np.percentile(hot + 1000, 99))
+    assert s["ecn_marks"] == 7 and s["cnps"] == 5
+    assert pause_intervals(run.pfc, run.end_ns)[(1, 0)] == [(100, 300), (500, 900)]
+    cmp = compare_runs([run])
+    assert cmp.per_link["pfc_paused_ns"] == {"node 1 port 0": [600], "node 2 port 1": [8000]}
+
+
+def test_live_run_iteration_time_and_trace(tmp_path: Path) -> None:
+    """phantora.run/1: iteration time is the median of iteration_ns; the trace gives per-rank spans."""
+    d = tmp_path / "live"
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps({"schema": "phantora.run/1", "iteration_ns": [900, 1000, 1200]}))
+    events = [
+        {"name": "step 0", "cat": "step", "ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 1.0},
+        {"name": "mm", "cat": "compute", "ph": "X", "pid": 0, "tid": 1, "ts": 0.0, "dur": 0.6},
+        {"name": "all_reduce", "cat": "comm", "ph": "X", "pid": 1, "tid": 2, "ts": 0.6, "dur": 0.4},
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "rank 0"}},
+    ]
+    (d / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    run = load_run(d)
+    assert run.time_kind == "iteration" and run.time_ns == 1000
+    assert [(s.rank, s.lane, s.start_ns, s.end_ns) for s in run.spans] == [
+        (0, "compute", 0, 600),
+        (0, "step", 0, 1000),
+        (1, "comm", 600, 1000),
+    ]
+    cmp = compare_runs([run])
+    assert cmp.metric("time_ns").label == "iteration time"
+
+
+def test_live_run_from_rank_step_ends(tmp_path: Path) -> None:
+    """Without iteration_ns, each step takes as long as its slowest rank; the median step is reported."""
+    d = tmp_path / "cosim"
+    d.mkdir()
+    ranks = {"0": {"step_ends_ns": [100, 250, 330]}, "1": {"step_ends_ns": [120, 240, 360]}}
+    (d / "cosim.json").write_text(json.dumps({"network": "flow", "makespan_ns": 360, "ranks": ranks}))
+    run = load_run(d)
+    # steps: max(100,120)=120, max(150,120)=150, max(80,120)=120 -> median 120
+    assert run.kind == "run" and run.time_ns == 120

@@ -1,0 +1,274 @@
+"""Control laws of the congestion controllers (ns3-scratch/model/cc-*.cc), fed with synthetic feedback.
+
+Each test drives one controller object directly (no network) and checks its rate against the closed form of
+the published algorithm: DCQCN's timers and cuts, HPCC's utilisation estimate and window, TIMELY's gradient
+rule and DCTCP's alpha EWMA.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.ns3
+
+G100 = 100_000_000_000
+G800 = 800_000_000_000
+
+
+@pytest.fixture(scope="session")
+def ns3_cc(ns3_lib):
+    """(ns, cppyy) with the Cc* classes declared."""
+    return ns3_lib.ns, ns3_lib.cppyy
+
+
+@pytest.fixture
+def cc(ns3_cc):
+    """A factory `make(type_name, line_bps, base_rtt_ns, mtu, bdp, **attrs)` of started controllers."""
+    ns, cppyy = ns3_cc
+    ns.Simulator.Destroy()
+    made = []
+
+    def make(name: str, line: int = G100, rtt: int = 8320, mtu: int = 1000, bdp: int = 104_000, **attrs: object):
+        factory = ns.ObjectFactory()
+        factory.SetTypeId(f"ns3::{name}")
+        for key, value in attrs.items():
+            factory.Set(key, ns.StringValue(str(value)))
+        obj = cppyy.gbl.ns3.DynamicCast[getattr(cppyy.gbl.ns3, name)](factory.Create())
+        obj.Start(line, rtt, mtu, bdp)
+        made.append(obj)
+        return obj
+
+    yield make
+    for obj in made:
+        obj.Stop()
+    ns.Simulator.Destroy()
+
+
+def feedback(ns3_cc, ack_seq: int, ecn: bool = False, rtt: int = 0, hops=(), now: int = 0):
+    """A CcFeedback with INT hops given as (time_ns, tx_bytes, qlen_bytes, line_bps) tuples."""
+    _, cppyy = ns3_cc
+    fb = cppyy.gbl.ns3.CcFeedback()
+    fb.nowNs = now
+    fb.ackSeq = ack_seq
+    fb.newlyAcked = 1000
+    fb.ecnEcho = ecn
+    fb.rttNs = rtt
+    fb.nHops = len(hops)
+    for i, (t, tx, q, bw) in enumerate(hops):
+        fb.hops[i].timeNs = t
+        fb.hops[i].txBytes = tx
+        fb.hops[i].qlenBytes = q
+        fb.hops[i].lineRateBps = bw
+    return fb
+
+
+def run_until(ns3_cc, t_ns: int) -> None:
+    ns, _ = ns3_cc
+    ns.Simulator.Stop(ns.NanoSeconds(t_ns - ns.Simulator.Now().GetNanoSeconds()))
+    ns.Simulator.Run()
+
+
+# ----- DCQCN --------------------------------------------------------------------------------------------
+
+
+def test_dcqcn_first_cut_and_recovery_follow_the_timers(cc, ns3_cc):
+    q = cc("CcDcqcn")
+    assert q.GetRateBps() == G100 and q.GetWindowBytes() == 0
+    q.OnAck(feedback(ns3_cc, 1000, ecn=True))
+    # Alpha starts at 1 and decays at 1, 2, 3, 4 us (no CNP since); the cut lands at 4 us + 1 ns.
+    run_until(ns3_cc, 4000)
+    assert q.GetRateBps() == G100
+    run_until(ns3_cc, 5000)
+    alpha = (1 - 1 / 256) ** 4
+    cut = G100 * (1 - alpha / 2)
+    assert q.GetRateBps() == pytest.approx(cut, abs=2)
+    assert q.GetDecreaseCount() == 1
+    # Fast recovery 300 us after the cut: halfway back to the target (line rate, not clamped on stage 0).
+    run_until(ns3_cc, 4001 + 300_000 - 1)
+    assert q.GetRateBps() == pytest.approx(cut, abs=2)
+    run_until(ns3_cc, 4001 + 300_000 + 1)
+    fr = (cut + G100) / 2
+    assert q.GetRateBps() == pytest.approx(fr, abs=4)
+    # Next stage (== F = 1): additive increase; the target is already at line rate.
+    run_until(ns3_cc, 4001 + 600_000 + 1)
+    assert q.GetRateBps() == pytest.approx((fr + G100) / 2, abs=8)
+
+
+def test_dcqcn_cuts_at_most_once_per_interval_and_stops_at_min_rate(cc, ns3_cc):
+    q = cc("CcDcqcn")
+    t = 0
+    while t < 200_000:  # a CNP every 500 ns for 200 us: a cut every 4 us, never below MinRate
+        q.OnAck(feedback(ns3_cc, 1000, ecn=True))
+        t += 500
+        run_until(ns3_cc, t)
+    assert q.GetCnpCount() == 400
+    assert q.GetDecreaseCount() == len(range(4001, 200_001, 4000))
+    assert q.GetRateBps() == 1_000_000_000
+    # With a CNP every 500 ns alpha is refreshed with g each microsecond and stays at 1.
+    assert q.GetAlpha() == pytest.approx(1.0)
+
+
+def test_dcqcn_increase_steps_scale_with_line_rate(cc, ns3_cc):
+    g = 1 / 256
+    q = cc("CcDcqcn", line=G800, FastRecoveryTimes=0)
+    q.OnAck(feedback(ns3_cc, 1000, ecn=True))
+    run_until(ns3_cc, 304_400)  # cut at 4001 (target stays at line rate), first increase at 304001
+    cut1 = G800 * (1 - (1 - g) ** 4 / 2)
+    r1 = (cut1 + G800) / 2
+    assert q.GetRateBps() == pytest.approx(r1, abs=2)
+    q.OnAck(feedback(ns3_cc, 2000, ecn=True))  # a CNP after an increase: the next cut clamps the target
+    run_until(ns3_cc, 308_500)
+    alpha = 1.0
+    for t in range(1000, 308_001, 1000):
+        alpha = (1 - g) * alpha + (g if t == 305_000 else 0.0)
+    cut2 = r1 * (1 - alpha / 2)
+    assert q.GetTargetRateBps() == pytest.approx(r1, abs=2)
+    assert q.GetRateBps() == pytest.approx(cut2, abs=2)
+    # F = 0: the first timer event is additive, AI = 5*800/25 Mb/s = 160 Mb/s ...
+    run_until(ns3_cc, 608_002)
+    target = r1 + 160_000_000
+    r2 = (cut2 + target) / 2
+    assert q.GetTargetRateBps() == pytest.approx(target, abs=4)
+    assert q.GetRateBps() == pytest.approx(r2, abs=4)
+    # ... then hyper, HAI = 50*800/25 Mb/s = 1600 Mb/s.
+    run_until(ns3_cc, 908_002)
+    target += 1_600_000_000
+    assert q.GetTargetRateBps() == pytest.approx(target, abs=8)
+    assert q.GetRateBps() == pytest.approx((r2 + target) / 2, abs=8)
+
+
+# ----- HPCC ---------------------------------------------------------------------------------------------
+
+
+def _hpcc_two_acks(cc, ns3_cc, line: int, rtt: int, bdp: int, base_tx: int, util: float, qlen: int):
+    """First ACK stores the INT; the second closes the round one base RTT later with utilisation `util`."""
+    h = cc("CcHpcc", line=line, rtt=rtt, bdp=bdp)
+    for _ in range(10):
+        h.OnSend(1000, 0)
+    h.OnAck(feedback(ns3_cc, 1000, hops=[(1000, base_tx, qlen, line)]))
+    sent = int(util * line * rtt / 8e9)
+    h.OnSend(1000, 0)
+    h.OnAck(feedback(ns3_cc, 11_000, hops=[(1000 + rtt, base_tx + sent, qlen, line)]))
+    return h
+
+
+@pytest.mark.parametrize("line", [G100, 400_000_000_000, G800])
+def test_hpcc_full_update_is_the_published_formula(cc, ns3_cc, line):
+    rtt = 8320
+    bdp = line * rtt // 8_000_000_000
+    qlen = bdp // 2
+    # Counters far beyond 32 bits, as a port at 800G reaches within a second.
+    h = _hpcc_two_acks(cc, ns3_cc, line, rtt, bdp, base_tx=3 << 40, util=1.0, qlen=qlen)
+    u = 1.0 + qlen / bdp  # tx rate / line rate + queue / BDP, the whole round (dt = T)
+    want = line / (u / 0.95) + line / 2500  # W = W / (U / eta) + W_ai, as a rate; AI = 10*bw/25 Mb/s
+    assert h.GetUtilisation() == pytest.approx(u, rel=1e-9)
+    assert h.GetRateBps() == pytest.approx(want, rel=1e-9)
+    assert h.GetReferenceRateBps() == h.GetRateBps()
+    assert h.GetWindowBytes() == pytest.approx(bdp * want / line, abs=1)
+
+
+def test_hpcc_grows_when_underused_and_takes_the_busiest_hop(cc, ns3_cc):
+    line, rtt, bdp = G100, 8320, 104_000
+    h = cc("CcHpcc")
+    for _ in range(10):
+        h.OnSend(1000, 0)
+    h.OnAck(feedback(ns3_cc, 1000, hops=[(0, 0, 0, line), (10, 0, 0, line)]))
+    h.OnSend(1000, 0)
+    # Hop 0 runs at 40% of line rate, hop 1 at 60% with a 10 KB standing queue (min of both samples).
+    b0, b1 = int(0.4 * line * rtt / 8e9), int(0.6 * line * rtt / 8e9)
+    h.OnAck(feedback(ns3_cc, 11_000, hops=[(rtt, b0, 5000, line), (10 + rtt, b1, 10_000, line)]))
+    u = 0.6 + 0.0  # min(qlen now, qlen before) = 0 on hop 1
+    assert h.GetUtilisation() == pytest.approx(u, rel=1e-9)
+    assert h.GetRateBps() == G100  # 100G / (0.6 / 0.95) + AI exceeds line rate: capped
+    assert h.GetWindowBytes() == bdp
+
+
+def test_hpcc_fast_react_uses_the_reference_rate(cc, ns3_cc):
+    line, rtt, bdp = G100, 8320, 104_000
+    h = _hpcc_two_acks(cc, ns3_cc, line, rtt, bdp, base_tx=0, util=1.0, qlen=52_000)
+    ref = h.GetReferenceRateBps()
+    u1 = h.GetUtilisation()
+    sent = int(1.0 * line * rtt / 8e9)
+    # An ACK inside the round (seq <= last update seq), 100 ns later, 1250 bytes more, queue unchanged.
+    h.OnAck(feedback(ns3_cc, 11_000, hops=[(1000 + rtt + 100, sent + 625, 52_000, line)]))
+    u_new = 625 * 8e9 / 100 / line + 52_000 / bdp  # half the line rate over those 100 ns
+    u2 = (u1 * (rtt - 100) + u_new * 100) / rtt
+    assert h.GetUtilisation() == pytest.approx(u2, rel=1e-9)
+    assert h.GetRateBps() == pytest.approx(ref / (u2 / 0.95) + line / 2500, rel=1e-9)
+    assert h.GetReferenceRateBps() == ref  # fast react does not commit
+    assert h.WantsInt()
+
+
+# ----- TIMELY -------------------------------------------------------------------------------------------
+
+
+def test_timely_rules(cc, ns3_cc):
+    t = cc("CcTimely")
+    assert t.GetWindowBytes() == 0
+    sent = 0
+
+    def ack(rtt: int) -> None:
+        nonlocal sent
+        sent += 1000
+        t.OnSend(1000, 0)
+        t.OnAck(feedback(ns3_cc, sent, rtt=rtt))
+
+    ack(10_000)  # first RTT sample: no decision
+    assert t.GetRateBps() == G100
+    ack(600_000)  # above T_high: cut by beta * (1 - T_high / rtt)
+    r1 = G100 * (1 - 0.8 * (1 - 500_000 / 600_000))
+    assert t.GetRateBps() == pytest.approx(r1, abs=1)
+    ack(40_000)  # below T_low: additive increase (5*bw/25 Mb/s = 20 Mb/s at 100G)
+    r2 = r1 + 20_000_000
+    assert t.GetRateBps() == pytest.approx(r2, abs=2)
+    # Between the thresholds with a rising RTT: cut by beta * smoothed gradient / MinRtt.
+    diff1 = 0.875 * (600_000 - 10_000)
+    diff2 = 0.125 * diff1 + 0.875 * (40_000 - 600_000)
+    diff3 = 0.125 * diff2 + 0.875 * (106_500 - 40_000)
+    assert diff3 > 0
+    ack(106_500)
+    r3 = r2 * max(0.0, 1 - 0.8 * diff3 / 20_000)
+    assert 0.5 < r3 / r2 < 0.9
+    assert t.GetRateBps() == pytest.approx(r3, abs=2)
+
+
+def test_timely_hyper_increase_after_n_rounds(cc, ns3_cc):
+    t = cc("CcTimely", MinRate=1_000_000_000)
+    sent = 0
+    rates = []
+    for rtt in [10_000, 600_000, 600_000] + [20_000] * 8:
+        sent += 1000
+        t.OnSend(1000, 0)
+        t.OnAck(feedback(ns3_cc, sent, rtt=rtt))
+        rates.append(t.GetRateBps())
+    steps = [b - a for a, b in zip(rates[2:], rates[3:], strict=False)]
+    # Five additive steps (20 Mb/s), then hyper steps (200 Mb/s).
+    assert steps[:5] == pytest.approx([20_000_000] * 5, abs=2)
+    assert steps[5:] == pytest.approx([200_000_000] * 3, abs=2)
+
+
+# ----- DCTCP --------------------------------------------------------------------------------------------
+
+
+def test_dctcp_cuts_once_per_window_and_tracks_alpha(cc, ns3_cc):
+    d = cc("CcDctcp")
+    assert d.GetWindowBytes() == 104_000  # window on, one BDP
+    for _ in range(10):
+        d.OnSend(1000, 0)
+    d.OnAck(feedback(ns3_cc, 1000))  # opens the first batch (11 packets); additive increase capped at line rate
+    assert d.GetRateBps() == G100
+    d.OnAck(feedback(ns3_cc, 2000, ecn=True))  # first mark: cut with alpha = 1
+    assert d.GetRateBps() == G100 // 2
+    d.OnAck(feedback(ns3_cc, 3000, ecn=True))  # same round: no second cut
+    d.OnAck(feedback(ns3_cc, 4000, ecn=True))
+    assert d.GetRateBps() == G100 // 2
+    for _ in range(10):
+        d.OnSend(1000, 0)
+    # The ACK that passes the round end (10 000 B): alpha folds in 3 marks of 11 packets; CWR ends;
+    # no mark on this ACK, so the rate grows by 615 Mb/s.
+    d.OnAck(feedback(ns3_cc, 11_000))
+    alpha = (1 - 1 / 16) * 1.0 + (1 / 16) * (3 / 11)
+    assert d.GetAlpha() == pytest.approx(alpha, rel=1e-12)
+    assert d.GetRateBps() == G100 // 2 + 615_000_000
+    d.OnAck(feedback(ns3_cc, 12_000, ecn=True))  # new round: cut by (1 - alpha / 2)
+    assert d.GetRateBps() == pytest.approx((G100 // 2 + 615_000_000) * (1 - alpha / 2), abs=1)

@@ -1,0 +1,177 @@
+"""PacketConfig defaults and HPCC file readers (no ns-3 needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from phantora.errors import InputError
+from phantora.netsim.hpcc_io import FctLine, format_fct_line, ip_node, node_ip, read_fct_txt, read_hpcc_flows
+from phantora.netsim.packet_config import PacketConfig, apply_overrides, read_hpcc_config
+from phantora.topology.model import Topology
+
+G = 10**9
+
+
+def star(n: int) -> Topology:
+    t = Topology("star")
+    for _ in range(n):
+        t.add_node("host")
+    s = t.add_node("switch")
+    for i in range(n):
+        t.add_link(i, s, 100 * G, 1000)
+    return t
+
+
+def test_defaults_follow_the_reference_scaling() -> None:
+    c = PacketConfig()
+    # REFERENCE.md 5: 100G -> kmin 400 KB, kmax 1600 KB; 400G (SimAI) -> 1600 KB / 6400 KB by the same rule.
+    assert c.scaled_kmin(100 * G) == 400_000 and c.scaled_kmax(100 * G) == 1_600_000
+    assert c.scaled_kmin(400 * G) == 1_600_000
+    # 32 MiB at 100G, 16*bw/50 MiB in general.
+    assert c.scaled_buffer(100 * G) == 32 * 2**20
+    assert c.scaled_buffer(800 * G) == 256 * 2**20
+    assert (c.payload_bytes, c.header_bytes, c.reserve_bytes, c.dt_shift) == (1000, 48, 4096, 3)
+
+
+def test_to_params_lists_overrides_in_setparam_form() -> None:
+    c = PacketConfig(cc="dcqcn", pfc=False, kmin_map={100 * G: 300_000}, cc_attrs={"G": "0.0625"}, rto_ns=5000)
+    p = dict(c.to_params())
+    assert p["cc"] == "ns3::CcDcqcn"
+    assert p["pfc"] == "0"
+    assert p["kmin_map"] == "100000000000 300000"
+    assert p["cc.G"] == "0.0625"
+    assert p["rto_ns"] == "5000"
+    assert "buffer_bytes" not in p  # None: the C++ side scales it
+
+
+def test_bad_fields_name_the_field() -> None:
+    with pytest.raises(InputError, match="cc"):
+        PacketConfig(cc="reno")
+    with pytest.raises(InputError) as e:
+        PacketConfig(payload_bytes=0)
+    assert e.value.field == "payload_bytes"
+    with pytest.raises(InputError) as e:
+        PacketConfig(kmin_map={100 * G: 500}, kmax_map={100 * G: 100})
+    assert e.value.field == "kmax_map"
+
+
+HPCC_CONFIG = """\
+ENABLE_QCN 1
+USE_DYNAMIC_PFC_THRESHOLD 1
+PACKET_PAYLOAD_SIZE 1000
+TOPOLOGY_FILE mix/topology.txt
+CC_MODE 1
+ALPHA_RESUME_INTERVAL 1
+RATE_DECREASE_INTERVAL 4
+RP_TIMER 900
+EWMA_GAIN 0.00390625
+FAST_RECOVERY_TIMES 1
+RATE_AI 20Mb/s
+RATE_HAI 200Mb/s
+MIN_RATE 1000Mb/s
+U_TARGET 0.95
+L2_ACK_INTERVAL 1
+ACK_HIGH_PRIO 1
+HAS_WIN 0
+GLOBAL_T 1
+LINK_DOWN 0 0 0
+KMAX_MAP 2 100000000000 1600 400000000000 3200
+KMIN_MAP 2 100000000000 400 400000000000 800
+PMAX_MAP 2 100000000000 0.2 400000000000 0.2
+BUFFER_SIZE 32
+header_bytes 36
+"""
+
+
+def test_read_hpcc_config(tmp_path: Path) -> None:
+    path = tmp_path / "config.txt"
+    path.write_text(HPCC_CONFIG)
+    c = read_hpcc_config(path)
+    assert c.cc == "dcqcn"
+    assert c.buffer_bytes == 32 * 2**20
+    assert c.kmin_map == {100 * G: 400_000, 400 * G: 800_000}
+    assert c.kmax_map == {100 * G: 1_600_000, 400 * G: 3_200_000}
+    assert c.pmax_map == {100 * G: 0.2, 400 * G: 0.2}
+    assert c.header_bytes == 36
+    # DCQCN keys become attributes of ns3::CcDcqcn; HPCC-only keys (U_TARGET) are dropped for DCQCN.
+    assert c.cc_attrs["RateAi"] == str(20_000_000)
+    assert c.cc_attrs["RpTimer"] == "900000ns"
+    assert c.cc_attrs["G"] == "0.00390625"
+    assert "TargetUtil" not in c.cc_attrs
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("CC_MODE 10", "CC_MODE"),
+        ("PACKET_PAYLOAD_SIZE abc", "PACKET_PAYLOAD_SIZE"),
+        ("KMIN_MAP 2 100000000000 400", "KMIN_MAP"),
+        ("NOT_A_KEY 1", "NOT_A_KEY"),
+        ("ENABLE_QCN 2", "ENABLE_QCN"),
+        ("L2_BACK_TO_ZERO 1", "L2_BACK_TO_ZERO"),
+        ("payload_bytes 0", "payload_bytes"),
+    ],
+)
+def test_bad_config_names_file_line_and_key(tmp_path: Path, line: str, key: str) -> None:
+    path = tmp_path / "config.txt"
+    path.write_text("ENABLE_QCN 1\n" + line + "\n")
+    with pytest.raises(InputError) as e:
+        read_hpcc_config(path)
+    assert e.value.file == str(path)
+    assert e.value.line == 2
+    assert e.value.field == key
+
+
+def test_overrides() -> None:
+    c = apply_overrides(PacketConfig(), ["pfc=0", "buffer_bytes=200000", "cc.G=0.5", "kmin_map=100Gbps 1000"])
+    assert (c.pfc, c.buffer_bytes, c.cc_attrs, c.kmin_map) == (False, 200_000, {"G": "0.5"}, {100 * G: 1000})
+    with pytest.raises(InputError, match="unknown PacketConfig field"):
+        apply_overrides(PacketConfig(), ["nonsense=1"])
+
+
+def test_node_ip_matches_the_hpcc_formula() -> None:
+    assert node_ip(0) == 0x0B000001
+    assert node_ip(1) == 0x0B000101
+    assert node_ip(256) == 0x0B010001
+    assert all(ip_node(node_ip(i)) == i for i in range(0, 65536, 997))  # 16 bits of node id
+    line = FctLine(1, 0, 10000, 100, 1000, 2_000_000_000, 5, 6, 7)
+    assert format_fct_line(line, with_id=True) == "0b000101 0b000001 10000 100 1000 2000000000 5 6 7"
+
+
+def test_read_flows_exact_start_times(tmp_path: Path) -> None:
+    path = tmp_path / "flows.txt"
+    path.write_text("2\n1 0 3 100 20000000 2.0\n2 0 3 100 5000000 2.0005\n")
+    flows = read_hpcc_flows(path, star(8))
+    assert [f.start_ns for f in flows] == [2_000_000_000, 2_000_500_000]  # no binary rounding of 2.0005
+    assert flows[1].to_flow().key == 1 and flows[1].to_flow().priority == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ("3\n1 0 3 100 10 2.0\n", 1, None),  # count mismatch
+        ("1\n1 0 3 100 10\n", 2, None),  # 5 fields
+        ("1\n1 9 3 100 10 2.0\n", 2, "dst"),  # 9 is the switch
+        ("1\n1 0 0 100 10 2.0\n", 2, "priority_group"),
+        ("1\n1 0 3 100 -5 2.0\n", 2, "size_bytes"),
+        ("2\n1 0 3 100 10 2.0\n2 0 3 100 10 1.0\n", 3, "start_seconds"),
+        ("1\n1 0 3 100 10 2.0000000001\n", 2, "start_seconds"),
+    ],
+)
+def test_bad_flow_files(tmp_path: Path, text: str, line: int, field: str | None) -> None:
+    path = tmp_path / "flows.txt"
+    path.write_text(text)
+    with pytest.raises(InputError) as e:
+        read_hpcc_flows(path, star(8))
+    assert e.value.file == str(path) and e.value.line == line and e.value.field == field
+
+
+def test_read_reference_fct() -> None:
+    ref = Path("/work/shared/reference-runs/fct/star8-two_to_one-none.fct.txt")
+    if not ref.exists():
+        pytest.skip("reference runs not present")
+    lines = read_fct_txt(ref)
+    assert {(r.src, r.dst) for r in lines} == {(1, 0), (2, 0)}
+    assert all(r.size == 10_000_000 and r.start_ns == 2_000_000_000 for r in lines)
