@@ -1,8 +1,9 @@
 """Fitting the curves to measured rows: a seeded, class-stratified split and a least-squares fit in log space.
 
 The fit minimises the mean Huber loss of log(predicted / measured) over the training rows, plus a
-small ridge pull of each per-op multiplier towards 1, with torch's L-BFGS in float64 (deterministic
-on CPU). Parameters are optimised as logarithms, so they stay positive.
+weak pull of every parameter towards its a-priori starting value and a stronger pull of each per-op
+factor towards 1, with torch's L-BFGS in float64 (deterministic on CPU). Parameters are optimised
+as logarithms, so they stay positive.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from phantora.errors import InputError
 from phantora.perfmodel.curves import (
     MEMORY_CLASSES,
     OP_MULT_KEYS,
-    Columns,
     Curves,
     columns,
     default_params,
@@ -37,7 +37,7 @@ _USES = {  # which parameter groups each class's rows inform
 }
 
 
-def row_features(rows: list[MeasuredRow], gpu: GpuSpec) -> list[OpFeatures]:
+def row_features(rows: list[MeasuredRow]) -> list[OpFeatures]:
     return [compute_features(r.call, aliased=r.aliased) for r in rows]
 
 
@@ -87,7 +87,7 @@ def fit_curves(
     import torch
 
     gpu = get_gpu(gpu)
-    feats = row_features(rows, gpu)
+    feats = row_features(rows)
     keep = [i for i, (r, f) in enumerate(zip(rows, feats, strict=True)) if r.nanos > 0 and f.op_class != "noop"]
     if not keep:
         raise InputError("no timed rows to fit (all rows are no-ops or 0 ns)", field="table")
@@ -147,8 +147,3 @@ def fit_curves(
     out_mult = {op: {k: float(v) for k, v in m.items()} for op, m in mult.items()}
     meta = {"fitted": True, "gpu": gpu.name, "rows": len(feats), "loss": final, "classes": sorted(set(cols.cls))}
     return Curves(out_params, out_mult, meta)
-
-
-def columns_for(rows: list[MeasuredRow], gpu: GpuSpec) -> tuple[Columns, list[OpFeatures]]:
-    feats = row_features(rows, gpu)
-    return columns(feats, [peak_of(f, gpu) for f in feats]), feats
