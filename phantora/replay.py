@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from phantora.collectives import FlowDag, collective_metrics, decompose
 from phantora.collectives.spec import AlgoOptions
+from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.topology.model import Topology
 from phantora.workload import Workload, WorkloadOp
@@ -67,8 +68,13 @@ class ReplayResult:
     flows: list[Flow] = field(default_factory=list)  # the planned DAG, markers included
 
 
-def plan_workload(wl: Workload, topo: Topology, base: AlgoOptions | None = None) -> ReplayPlan:
-    """Decompose every op and wire the ops together with marker flows."""
+MAX_FLOWS = 5_000_000
+
+
+def plan_workload(
+    wl: Workload, topo: Topology, base: AlgoOptions | None = None, max_flows: int = MAX_FLOWS
+) -> ReplayPlan:
+    """Decompose every op and wire the ops together with marker flows (at most `max_flows` flows)."""
     base = base or AlgoOptions()
     flows: list[Flow] = []
     op_flows: dict[str, range] = {}
@@ -88,9 +94,7 @@ def plan_workload(wl: Workload, topo: Topology, base: AlgoOptions | None = None)
         anchor = topo.node_of_rank(op.coll.ranks[0])
         gate = [marker(anchor, (), op.at_ns, f"{op.name}/{MARKER}/at")]
         for r in op.coll.ranks:
-            deps = tuple(
-                fid for a in op.after if r in ops_by_name[a].coll.ranks for fid in rank_last[a].get(r, [])
-            )
+            deps = tuple(fid for a in op.after if r in ops_by_name[a].coll.ranks for fid in rank_last[a].get(r, []))
             if deps or op.gap_ns:
                 gate.append(marker(topo.node_of_rank(r), deps, op.gap_ns, f"{op.name}/{MARKER}/issue{r}"))
         start = marker(anchor, tuple(gate), 0, f"{op.name}/{MARKER}/start")
@@ -101,6 +105,13 @@ def plan_workload(wl: Workload, topo: Topology, base: AlgoOptions | None = None)
             deps = f.deps if f.deps else (start,)
             flows.append(Flow(f.id, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
         next_id = dag.next_id
+        if next_id > max_flows:
+            raise InputError(
+                f"op '{op.name}' brings the plan to {next_id:,} flows, over the limit of {max_flows:,}; "
+                "use the coarse granularity (or fewer channels / bigger chunks) for groups this large",
+                file=wl.source,
+                field="granularity",
+            )
         op_flows[op.name] = range(first, next_id)
         # A rank with nothing to wait on is done when the op starts.
         rank_last[op.name] = {r: (dag.rank_last.get(r) or [start]) for r in op.coll.ranks}
