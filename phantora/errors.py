@@ -18,6 +18,7 @@ class InputError(PhantoraError):
         line: int | None = None,
         field: str | None = None,
     ) -> None:
+        self.message = message
         self.file = file
         self.line = line
         self.field = field

@@ -99,7 +99,10 @@ def plan_workload(
                 gate.append(marker(topo.node_of_rank(r), deps, op.gap_ns, f"{op.name}/{MARKER}/issue{r}"))
         start = marker(anchor, tuple(gate), 0, f"{op.name}/{MARKER}/start")
         start_marker[op.name] = start
-        dag: FlowDag = decompose(op.coll, topo, op.algo or base, first_flow_id=next_id, tag=op.name)
+        try:
+            dag: FlowDag = decompose(op.coll, topo, op.algo or base, first_flow_id=next_id, tag=op.name)
+        except InputError as exc:
+            raise InputError(f"op '{op.name}': {exc.message}", file=wl.source, field=exc.field) from None
         first = next_id
         for f in dag.flows:
             deps = f.deps if f.deps else (start,)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from phantora.errors import InputError
 from phantora.netsim.base import Flow
+
+MAX_FLOWS = 1_000_000  # per collective: beyond this a DAG costs GBs; coarse granularity is the answer
 
 
 @dataclass
@@ -58,6 +61,12 @@ class DagBuilder:
         delay_ns: int = 0,
     ) -> int:
         """Add a flow from group position `src` to position `dst`; return its id."""
+        if len(self.flows) >= MAX_FLOWS:
+            raise InputError(
+                f"this collective needs more than {MAX_FLOWS:,} flows ({len(self.ranks)} ranks); use the coarse "
+                "granularity, fewer channels or bigger chunks",
+                field="granularity",
+            )
         fid = self.first_id + len(self.flows)
         s, d = self.nodes[src], self.nodes[dst]
         self.flows.append(Flow(fid, s, d, size, deps, delay_ns, self.prefix + tag, key=ecmp_key(s, d, channel)))
