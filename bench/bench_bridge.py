@@ -32,10 +32,10 @@ from phantora.workload import Workload, load_workload  # noqa: E402
 
 REPLAY = [sys.executable, "-m", "bridge.replay_rank"]
 
-# One ns-3 workload: DDP-like, 6 chained 2 MiB all-reduce buckets on 8 ranks, 20 us of compute between.
+# One ns-3 workload: DDP-like, 6 chained 2 MiB all-reduce buckets on 8 ranks, 5 us of compute between.
 NS3_WORKLOAD = {
     "name": "ddp-small",
-    "op": [{"name": "b", "kind": "all_reduce", "bytes": "2MiB", "ranks": "all", "repeat": 6, "gap": "20us"}],
+    "op": [{"name": "b", "kind": "all_reduce", "bytes": "2MiB", "ranks": "all", "repeat": 6, "gap": "5us"}],
 }
 WINDOWS = (0, 1_000, 10_000, 100_000, 1_000_000)
 
@@ -124,15 +124,15 @@ def bench_overhead(tmp: Path) -> list[dict[str, Any]]:
                   f"bridge {res.sim_wall_s:.3f} s (x{ratio:.2f}), start-up {res.startup_s:.1f} s")  # fmt: skip
     topo, path, wl, config = _ns3_setup(tmp)
     ref, built = _ns3_inprocess(topo, wl, config)
-    print(
-        f"ns-3 in-process: import+build {built:.1f} s, replay {ref.wall_s:.2f} s, {ref.engine_stats.get('events')} events"
-    )
+    events = ref.engine_stats.get("events")
+    print(f"ns-3 in-process: import+build {built:.1f} s, replay {ref.wall_s:.2f} s, {events} events")
     for w in (10_000, 0):
         res = CosimRun(topo, network="ns3", packet_config=config, window_ns=w, rank_cmd=[*REPLAY, str(path)]).run()
         ratio = res.sim_wall_s / ref.wall_s
         err, rel = _error_ns(res, ref)
-        rows.append({"engine": "ns3", "workload": wl.name, "W": w, "engine_in": "server", "inprocess_s": ref.wall_s,
-                     "bridge_s": res.sim_wall_s, "ratio": ratio, "startup_s": res.startup_s, "err_ns": err})  # fmt: skip
+        row = {"engine": "ns3", "workload": wl.name, "W": w, "engine_in": "server", "inprocess_s": ref.wall_s}
+        row.update(bridge_s=res.sim_wall_s, ratio=ratio, startup_s=res.startup_s, err_ns=err)
+        rows.append(row)
         print(f"overhead ns3 {wl.name} W={w}: in-process {ref.wall_s:.2f} s, bridge {res.sim_wall_s:.2f} s "
               f"(x{ratio:.2f}), start-up {res.startup_s:.1f} s, max end error {err} ns")  # fmt: skip
     return rows

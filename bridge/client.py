@@ -76,7 +76,8 @@ class RankClient:
             rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         except ValueError:
             raise BridgeError("RANK and WORLD_SIZE must be integers") from None
-        return cls(os.environ["PHANTORA_ENDPOINT"], os.environ["PHANTORA_TOKEN"], rank, world)
+        timeout = float(os.environ.get("PHANTORA_PEER_TIMEOUT_S", PEER_TIMEOUT_S))
+        return cls(os.environ["PHANTORA_ENDPOINT"], os.environ["PHANTORA_TOKEN"], rank, world, peer_timeout_s=timeout)
 
     # ----- state -------------------------------------------------------------------------------
     @property

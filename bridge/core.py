@@ -45,7 +45,7 @@ from bridge.stepping import advance_watching
 from phantora.collectives import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import PhantoraError
-from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.topology.model import Topology
 
 RUN, WAIT, TEST, BARRIER, DONE = "run", "wait", "test", "barrier", "done"
@@ -152,6 +152,8 @@ class CoordinatorCore:
         self.matcher = Matcher(world)
         self.records: list[CollRecord] = []
         self.flow_owner: dict[int, int] = {}
+        self.flow_lb: dict[int, int] = {}  # in-flight flow -> earliest possible completion
+        self._paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (src, dst, key) -> (bottleneck, latency)
         self.completions: list[Completion] = []
         self.next_flow = 0
         self.rounds = 0
@@ -296,6 +298,7 @@ class CoordinatorCore:
         self.next_flow = dag.next_id
         for f in dag.flows:
             self.flow_owner[f.id] = cid
+        self._lower_bounds(dag.flows, t_start)
         for c in calls:
             self.ranks[c.rank].owner[c.handle] = cid
         for r in group:
@@ -310,6 +313,28 @@ class CoordinatorCore:
             except PhantoraError as exc:
                 raise RunFailed(E_ENGINE, f"the engine refused {rv.describe()}: {exc}") from None
 
+    def _lower_bounds(self, flows: list[Flow], t_start: int) -> None:
+        """Earliest completion of each flow: deps, delay, line rate of the bottleneck, propagation.
+
+        No engine can beat it (the flow engine shares links, ns-3 adds headers and queueing), so
+        the network can run up to it without stepping (see `stepping.advance_watching`).
+        """
+        lb = self.flow_lb
+        for f in flows:
+            release = max([t_start, *(lb.get(d, t_start) for d in f.deps)]) + f.delay_ns
+            if f.size == 0 or f.src == f.dst:
+                lb[f.id] = release
+                continue
+            key = (f.src, f.dst, f.id if f.key is None else f.key)
+            path = self._paths.get(key)
+            if path is None:
+                route = self.topology.route(*key)
+                path = self._paths[key] = (
+                    self.topology.path_bottleneck_bps(route),
+                    self.topology.path_latency_ns(route),
+                )
+            lb[f.id] = release + f.size * 8 * 10**9 // path[0] + path[1]
+
     def _rank_done(self, rec: CollRecord, rank: int, t: int) -> None:
         rec.rank_done[rank] = t
         rs = self.ranks[rank]
@@ -322,6 +347,7 @@ class CoordinatorCore:
         """Completions from the engine -> per-rank results."""
         for c in done:
             cid = self.flow_owner.pop(c.flow_id, None)
+            self.flow_lb.pop(c.flow_id, None)
             if cid is None:
                 raise RunFailed(E_ENGINE, f"the engine completed flow {c.flow_id}, which nobody submitted")
             if self.keep_flows:
@@ -397,19 +423,20 @@ class CoordinatorCore:
         eng = self.engine
         now, nxt, hz = eng.now(), eng.next_event_time(), self.horizon()
         due = nxt is not None and nxt <= now
+        watch = self.watched() if self.waiting else set()
+        earliest = min((self.flow_lb[f] for f in watch), default=INF_NS)
         if self.window == 0:
-            watch = self.watched()
             if hz < now:
                 raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")
             if hz == INF_NS and (not watch or nxt is None):
                 return False
             if hz == now and not due:
                 return False
-            done = advance_watching(eng, hz, watch)
+            done = advance_watching(eng, hz, watch, earliest)
         else:
             target = self._floor(hz)
-            if nxt is not None and self.waiting:
-                target = min(target, self._floor(nxt) + self.window)
+            if watch and nxt is not None:  # stop in the window of the first possible wake-up
+                target = min(target, max(self._floor(nxt) + self.window, self._floor(earliest)))
             if target >= INF_NS or target < now or (target == now and not due):
                 return False
             done = eng.advance(target)

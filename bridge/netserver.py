@@ -111,7 +111,8 @@ class NetServer:
             eng.submit([flow_from_wire(r) for r in msg["flows"]], at=msg["at"])
             return self._state("state")
         if msg.type == "advance":
-            return self._state("completions", advance_watching(eng, msg["until"], set(msg["watch"])))
+            done = advance_watching(eng, msg["until"], set(msg["watch"]), msg["earliest"])
+            return self._state("completions", done)
         if msg.type == "drain":
             return self._state("completions", eng.drain(msg["limit"]))
         if msg.type == "get_stats":

@@ -22,6 +22,7 @@ coordinator -> network server
   hello -> welcome                  role "coordinator"; the welcome means the engine is built (ready)
   submit -> state                   flows eligible from ``at``
   advance -> completions            run to ``until``; with ``watch``, stop at the first watched completion
+                                    (none completes before ``earliest``)
   drain -> completions              run until nothing is in flight
   get_stats -> stats                engine counters
   shutdown ~>                       exit
@@ -125,7 +126,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "heartbeat": {},
     "shutdown": {"reason": _str},
     "submit": {"flows": _list, "at": _int},
-    "advance": {"until": _int, "watch": _ints},
+    "advance": {"until": _int, "watch": _ints, "earliest": _opt_int},
     "drain": {"limit": _opt_int},
     "completions": {"done": _list, "now": _int, "in_flight": _int, "next": _opt_int},
     "state": {"now": _int, "in_flight": _int, "next": _opt_int},

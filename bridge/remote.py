@@ -88,10 +88,9 @@ class RemoteSimulator:
     def advance(self, until: int) -> list[Completion]:
         return self.advance_watching(until, ())
 
-    def advance_watching(self, until: int, watch: Collection[int]) -> list[Completion]:
-        msg = self._call(
-            encode("advance", self._now, until=until, watch=sorted(watch)), self.call_timeout_s, "completions"
-        )
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        raw = encode("advance", self._now, until=until, watch=sorted(watch), earliest=earliest)
+        msg = self._call(raw, self.call_timeout_s, "completions")
         return self._completions(msg)
 
     def next_event_time(self) -> int | None:

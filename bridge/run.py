@@ -187,6 +187,7 @@ class CosimRun:
             PHANTORA_RUN_DIR=str(self.run_dir),
             PHANTORA_WINDOW_NS=str(self.spec.window_ns),
             PHANTORA_NETWORK=self.spec.network,
+            PHANTORA_PEER_TIMEOUT_S=str(self.spec.peer_timeout_s),
             PYTHONUNBUFFERED="1",
         )
         return env

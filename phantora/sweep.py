@@ -19,8 +19,9 @@ A grid (TOML, or flags) has a command template, fixed parameters and swept param
 Each run is `python -m phantora.cli <command>` with `{name}` replaced by the run's parameter, `{out}` by
 its run directory and `{index}` by its number. Parameters the template does not name become flags:
 `set.FIELD = v` gives `--set FIELD=v` (booleans as 1/0), `name = true/false` gives `--name`/`--no-name`,
-anything else `--name v` (underscores become dashes). So the same grid sweeps `phantora run` with
-`command = ["run", "{script}", "--out", "{out}"]` and `window = ["1us", "10us"]`.
+anything else `--name v` (underscores become dashes). They go at the end, or where the template has a
+`{flags}` token; `phantora run` needs that, since what follows its script belongs to the script:
+`command = ["run", "{flags}", "--out", "{out}", "{script}", "--steps", "3"]` with `window = ["1us", "10us"]`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from typing import Any
 from phantora.errors import InputError, PhantoraError
 
 DEFAULT_COMMAND = ("replay", "{workload}", "--no-progress", "--out", "{out}")
-RESERVED = ("out", "index")
+RESERVED = ("out", "index", "flags")
+FLAGS = "{flags}"  # a template token where the flags of the unnamed parameters go (default: the end)
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z][A-Za-z0-9_.\-]*)\}")
 Scalar = str | int | float | bool
@@ -147,13 +149,21 @@ def load_grid(path: str | Path) -> SweepSpec:
     return spec.validate()
 
 
-def parse_param(text: str) -> tuple[str, list[str]]:
-    """'cc=none,dcqcn' -> ('cc', ['none', 'dcqcn']) for --param."""
+def parse_param(text: str) -> tuple[str, list[Scalar]]:
+    """'cc=none,dcqcn' -> ('cc', ['none', 'dcqcn']) for --param; true/false become booleans, digits integers."""
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name or not values.strip():
         raise InputError(f"expected NAME=V1,V2,..., got {text!r}", field="--param")
-    return name, [v.strip() for v in values.split(",")]
+    return name, [_cli_value(v.strip()) for v in values.split(",")]
+
+
+def _cli_value(text: str) -> Scalar:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return text
 
 
 # ----- commands ---------------------------------------------------------------------------------------
@@ -174,18 +184,22 @@ def command_args(spec: SweepSpec, params: dict[str, Scalar], out: Path, index: i
         used.add(m.group(1))
         return values[m.group(1)]
 
-    args = [_PLACEHOLDER.sub(sub, token) for token in spec.command]
+    tokens = [t if t == FLAGS else _PLACEHOLDER.sub(sub, t) for t in spec.command]
+    flags: list[str] = []
     for name in spec.params:
         if name in used:
             continue
         v = params[name]
         if name.startswith("set."):
-            args += ["--set", f"{name[4:]}={_text(v)}"]
+            flags += ["--set", f"{name[4:]}={_text(v)}"]
         elif isinstance(v, bool):
-            args.append(f"--{'' if v else 'no-'}{name.replace('_', '-')}")
+            flags.append(f"--{'' if v else 'no-'}{name.replace('_', '-')}")
         else:
-            args += [f"--{name.replace('_', '-')}", str(v)]
-    return args
+            flags += [f"--{name.replace('_', '-')}", str(v)]
+    if FLAGS not in tokens:
+        return tokens + flags
+    at = tokens.index(FLAGS)
+    return tokens[:at] + flags + [t for t in tokens[at + 1 :] if t != FLAGS]
 
 
 @dataclass

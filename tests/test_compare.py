@@ -195,7 +195,7 @@ def test_pfc_pause_time_and_queue_percentiles(tmp_path: Path) -> None:
 
 
 def test_live_run_iteration_time_and_trace(tmp_path: Path) -> None:
-    """phantora.run/1: iteration time is the median of iteration_ns; the trace gives per-rank spans."""
+    """iteration_ns: the steady-state mean (every step but the first); the trace gives per-rank spans."""
     d = tmp_path / "live"
     d.mkdir()
     (d / "results.json").write_text(json.dumps({"schema": "phantora.run/1", "iteration_ns": [900, 1000, 1200]}))
@@ -207,7 +207,7 @@ def test_live_run_iteration_time_and_trace(tmp_path: Path) -> None:
     ]
     (d / "trace.json").write_text(json.dumps({"traceEvents": events}))
     run = load_run(d)
-    assert run.time_kind == "iteration" and run.time_ns == 1000
+    assert run.time_kind == "iteration" and run.time_ns == 1100
     assert [(s.rank, s.lane, s.start_ns, s.end_ns) for s in run.spans] == [
         (0, "compute", 0, 600),
         (0, "step", 0, 1000),
@@ -217,12 +217,34 @@ def test_live_run_iteration_time_and_trace(tmp_path: Path) -> None:
     assert cmp.metric("time_ns").label == "iteration time"
 
 
-def test_live_run_from_rank_step_ends(tmp_path: Path) -> None:
-    """Without iteration_ns, each step takes as long as its slowest rank; the median step is reported."""
-    d = tmp_path / "cosim"
+def test_live_run_written_by_phantora_run(tmp_path: Path) -> None:
+    """The results.json that `phantora run` writes (runtime.results.summarize) and the bridge's cosim.json."""
+    from phantora.runtime.gpus import get_gpu
+    from phantora.runtime.results import summarize
+
+    ranks = {
+        0: {"step_ends_ns": [100, 250, 330], "end_ns": 330, "comm": {"all_reduce": {"count": 3, "busy_ns": 90}}},
+        1: {"step_ends_ns": [120, 240, 360], "end_ns": 360, "comm": {"all_reduce": {"count": 3, "busy_ns": 120}}},
+    }
+    summary = summarize(ranks, get_gpu("h100"))
+    data = {"run": {"network": "ns3"}, **summary, "network": {"makespan_ns": 360, "engine_stats": {"cnps": 3}}}
+    d = tmp_path / "live"
     d.mkdir()
-    ranks = {"0": {"step_ends_ns": [100, 250, 330]}, "1": {"step_ends_ns": [120, 240, 360]}}
-    (d / "cosim.json").write_text(json.dumps({"network": "flow", "makespan_ns": 360, "ranks": ranks}))
+    (d / "results.json").write_text(json.dumps(data))
     run = load_run(d)
-    # steps: max(100,120)=120, max(150,120)=150, max(80,120)=120 -> median 120
-    assert run.kind == "run" and run.time_ns == 120
+    # Steps end when the slowest rank ends them: 120, 250, 360 -> 120, 130, 110 ns; steady mean (130 + 110) / 2.
+    assert run.kind == "run" and run.time_kind == "iteration" and run.time_ns == 120
+    assert run.network == "ns3" and run.engine == {"cnps": 3} and run.sim_end_ns == 360
+    assert run.collectives == {"all_reduce": 40}  # the slower rank: 120 ns over 3 calls
+    records = [
+        {"name": "all_reduce#0", "kind": "all_reduce", "t_start": 10, "end_ns": 60},
+        {"name": "all_reduce#0", "kind": "all_reduce", "t_start": 200, "end_ns": 270},
+        {"name": "broadcast#1", "kind": "broadcast", "t_start": 0, "end_ns": 5},
+    ]
+    (d / "cosim.json").write_text(json.dumps({"collectives": records}))
+    assert load_run(d).collectives == {"all_reduce#0": 60, "broadcast#1": 5}
+    only = tmp_path / "cosim-only"
+    only.mkdir()
+    cosim = {"network": "flow", "makespan_ns": 360, "ranks": {str(r): v for r, v in ranks.items()}}
+    (only / "cosim.json").write_text(json.dumps(cosim))
+    assert load_run(only).time_ns == 120  # the same steps, from the ranks' step ends

@@ -35,7 +35,7 @@ struct FabricConfig {
   // NIC.
   uint32_t ackInterval = 1;        ///< ACK every n in-order data packets (and always on the last / a CE mark)
   bool ackHighPrio = true;         ///< ACK/NACK in strict-priority class 0
-  uint64_t nackIntervalNs = 10000; ///< minimum gap between two NACKs for the same hole
+  uint64_t nackIntervalNs = 500000;  ///< minimum gap between two NACKs for the same hole (HPCC: 500 us)
   int64_t rtoNs = -1;              ///< go-back-N timeout; -1 = off with PFC, 1 ms without; 0 = off
   bool globalT = true;             ///< CC sees the fabric-wide max base RTT / BDP (HPCC GLOBAL_T)
   uint64_t ccBaseRttNs = 0;        ///< override of the base RTT given to the CC (0 = computed)

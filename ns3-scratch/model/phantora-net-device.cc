@@ -65,8 +65,10 @@ void PhantoraNetDevice::TransmitNext() {
   // Back to back with the previous packet (we are at its end, rounded up to a whole ns): keep the
   // exact end, so the fractions of a ns do not add up to a lower line rate.
   const uint64_t startPs = (nowPs >= m_lastEndPs && nowPs - m_lastEndPs < 1000) ? m_lastEndPs : nowPs;
-  const uint64_t txPs = static_cast<uint64_t>(
-      (static_cast<unsigned __int128>(item.wireBytes) * 8'000'000'000'000ULL) / m_rateBps);
+  // Serialisation time in ps; the remainder carries over, so even 3.6 Tb/s keeps its exact rate.
+  const unsigned __int128 bits = static_cast<unsigned __int128>(item.wireBytes) * 8'000'000'000'000ULL + m_txRem;
+  const uint64_t txPs = static_cast<uint64_t>(bits / m_rateBps);
+  m_txRem = static_cast<uint64_t>(bits % m_rateBps);
   m_lastEndPs = startPs + txPs;
   const uint64_t endNs = (m_lastEndPs + 999) / 1000;
   m_busy = true;

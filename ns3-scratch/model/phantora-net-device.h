@@ -105,6 +105,7 @@ class PhantoraNetDevice : public NetDevice {
   bool m_dequeuing = false;
   bool m_kickPending = false;
   uint64_t m_lastEndPs = 0;  ///< exact end of the last serialisation
+  uint64_t m_txRem = 0;      ///< sub-ps remainder of the serialisation times (in bit-ps / rate units)
   bool m_paused[kNumPrio] = {};
   uint64_t m_pausedSinceNs[kNumPrio] = {};
   uint64_t m_pausedNs = 0;  ///< class-ns spent paused, summed

@@ -20,7 +20,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <cctype>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -116,6 +118,48 @@ std::string CcTypeName(const std::string& v) {
 }
 
 uint64_t NowNs() { return static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()); }
+
+/// Would ns-3 parse `text` as a value of this attribute type? (Some of its parsers abort on bad input.)
+bool ParsableAs(const std::string& valueType, const std::string& text) {
+  auto whole = [&](auto parse) {
+    std::size_t pos = 0;
+    try {
+      parse(text, &pos);
+    } catch (const std::exception&) {
+      return false;
+    }
+    return pos == text.size() && !text.empty();
+  };
+  if (valueType == "ns3::DoubleValue") {
+    return whole([](const std::string& t, std::size_t* p) { return std::stod(t, p); });
+  }
+  if (valueType == "ns3::UintegerValue") {
+    return !text.empty() && text[0] != '-' &&
+           whole([](const std::string& t, std::size_t* p) { return std::stoull(t, p); });
+  }
+  if (valueType == "ns3::IntegerValue") {
+    return whole([](const std::string& t, std::size_t* p) { return std::stoll(t, p); });
+  }
+  if (valueType == "ns3::BooleanValue") {
+    return text == "true" || text == "false" || text == "1" || text == "0";
+  }
+  if (valueType == "ns3::TimeValue") {
+    std::size_t i = 0;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
+                               text[i] == 'e' || text[i] == '+' || text[i] == '-')) {
+      ++i;
+    }
+    static const std::set<std::string> units = {"", "s", "ms", "us", "ns", "ps", "fs", "min", "h", "d", "y"};
+    std::size_t pos = 0;
+    try {
+      std::stod(text.substr(0, i), &pos);
+    } catch (const std::exception&) {
+      return false;
+    }
+    return pos == i && units.count(text.substr(i)) > 0;
+  }
+  return valueType == "ns3::StringValue";
+}
 
 }  // namespace
 
@@ -571,7 +615,10 @@ void PhantoraNetwork::Finalize() {
     if (!tid.LookupAttributeByName(name, &info)) {
       throw std::invalid_argument("congestion control '" + c.cc + "' has no attribute '" + name + "'");
     }
-    Ptr<AttributeValue> v = info.checker->CreateValidValue(StringValue(value));
+    Ptr<AttributeValue> v;
+    if (ParsableAs(info.checker->GetValueTypeName(), value)) {
+      v = info.checker->CreateValidValue(StringValue(value));
+    }
     if (!v) {
       throw std::invalid_argument("attribute '" + name + "' of '" + c.cc + "': bad value '" + value + "'");
     }

@@ -17,11 +17,6 @@ namespace {
 
 uint64_t NowNs() { return static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()); }
 
-/// Serialisation time of `bytes` at `rateBps`, in ps.
-uint64_t TxPs(uint64_t bytes, uint64_t rateBps) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(bytes) * 8'000'000'000'000ULL) / rateBps);
-}
-
 }  // namespace
 
 TypeId RdmaNic::GetTypeId() {
@@ -151,7 +146,9 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
   const uint64_t idealStart = std::max(qp->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
-  qp->nextAvailPs = idealStart + TxPs(wire, rate);
+  const unsigned __int128 bits = static_cast<unsigned __int128>(wire) * 8'000'000'000'000ULL + qp->paceRem;
+  qp->nextAvailPs = idealStart + static_cast<uint64_t>(bits / rate);
+  qp->paceRem = static_cast<uint64_t>(bits % rate);
   qp->cc->OnSend(hdr.payload, nowNs);
   ArmRto(qp);
 }

@@ -66,6 +66,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t sndUna = 0;
     uint64_t maxSent = 0;       ///< highest byte sent so far (to count retransmissions)
     uint64_t nextAvailPs = 0;   ///< pacing: earliest time of the next packet
+    uint64_t paceRem = 0;       ///< sub-ps remainder of the pacing intervals
     uint64_t lastProgressNs = 0;
     uint64_t lastRewindSeq = UINT64_MAX;
     uint64_t lastRewindNs = 0;

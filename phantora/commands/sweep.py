@@ -17,6 +17,10 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phantora.sweep import SweepSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=V1,V2",
         help="a parameter and its values (one value = fixed); set.FIELD sets a PacketConfig field",
     )
-    p.add_argument("--command", dest="template", default=None, help="command template, e.g. 'replay {workload} --out {out}'")
+    p.add_argument(
+        "--command", dest="template", default=None, help="command template, e.g. 'replay {workload} --out {out}'"
+    )
     p.add_argument("--out", "-o", type=Path, default=None, help="output directory (default: sweep-<name>)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="parallel runs (default: grid jobs, else cores)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per run before it counts as failed")
@@ -49,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def build_spec(args: argparse.Namespace):  # -> SweepSpec
+def build_spec(args: argparse.Namespace) -> SweepSpec:
     """The grid file (if any) with the flags layered on top: a one-value flag is fixed, a list is swept."""
     from phantora.errors import InputError
     from phantora.sweep import SweepSpec, load_grid, parse_param

@@ -56,7 +56,7 @@ class PacketConfig:
     # NIC.
     ack_interval: int = 1  # an ACK per n in-order packets (always on the last one and on a CE mark)
     ack_high_prio: bool = True  # ACK/NACK in the strict-priority class 0
-    nack_interval_ns: int = 10_000  # at most one NACK per hole per interval
+    nack_interval_ns: int = 500_000  # at most one NACK per hole per interval (HPCC default 500 us)
     rto_ns: int | None = None  # go-back-N timeout; None = off with PFC (lossless), 1 ms without; 0 = off
     global_t: bool = True  # CC gets the fabric-wide max base RTT and BDP (HPCC GLOBAL_T)
     cc_base_rtt_ns: int | None = None  # override the base RTT handed to the CC

@@ -283,9 +283,10 @@ def fmt_value(value: Value, unit: str) -> str:
     return f"{int(value)}" if float(value).is_integer() else f"{value:.3f}"
 
 
-def fmt_diff(d: float | None, value: Value) -> str:
+def fmt_diff(d: float | None, value: Value, base: Value) -> str:
+    """The % difference; "-" when either value is not measured, "n/a" when the baseline is 0 and value is not."""
     if d is None:
-        return "-" if value is None else "n/a"
+        return "-" if value is None or base is None else "n/a"
     return f"{d:+.1f}%"
 
 
@@ -303,7 +304,7 @@ def _rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
         name = m.label if m.section != "collectives" else f"op {m.label}"
         row = [name, display_unit(m.unit), fmt_value(m.values[0], m.unit)]
         for v, d in zip(m.values[1:], m.diff_pct[1:], strict=True):
-            row += [fmt_value(v, m.unit), fmt_diff(d, v)]
+            row += [fmt_value(v, m.unit), fmt_diff(d, v, m.values[0])]
         rows.append(row)
     return head, rows
 

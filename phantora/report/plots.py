@@ -148,7 +148,7 @@ def step_timeline(run: RunData, base: Path, max_ranks: int = 32) -> list[Path]:
     ax.set_title(f"{run.label}: per-rank step timeline (compute vs comm)")
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(fontsize="small", loc="upper right")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="x", alpha=0.3)
     return save(fig, base)
 
@@ -188,6 +188,7 @@ def metric_vs_param(
     ax.set_xticks(range(len(cats)), cats)
     ax.set_xlabel(param)
     ax.set_ylabel(ylabel)
+    ax.set_title(f"{ylabel.split(' (')[0]} vs {param}")
     ax.grid(axis="y", alpha=0.3)
     if len(groups) > 1 or series:
         ax.legend(fontsize="small")

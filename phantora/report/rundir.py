@@ -4,7 +4,7 @@ Every file is optional: a missing file means "not measured" (None here, "-" in r
 A file that exists but cannot be parsed raises `InputError` naming the file and line.
 
 Files read (see docs/compare-and-sweep.md for the columns):
-- results.json  schema "phantora.replay/1" (makespan, ops, engine stats) or "phantora.run/1" (iterations)
+- results.json  schema "phantora.replay/1" (makespan, ops, engine stats) or a live run's (steps, step_time_ns)
 - cosim.json    the bridge's summary of a live run (fallback when results.json is absent)
 - summary.json  `phantora netsim` engine counters
 - flows.csv / fct.csv   one row per flow: FCT and standalone (ideal) FCT
@@ -20,12 +20,14 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import median
+from statistics import fmean
 from typing import Any
 
 import numpy as np
 
 from phantora.errors import InputError
+
+MAX_NAMED_OPS = 40  # more distinct collective names than this: report the mean per kind
 
 
 @dataclass
@@ -71,6 +73,7 @@ class RunData:
     network: str | None = None
     time_ns: int | None = None  # iteration time (live runs) or makespan (replay, netsim)
     time_kind: str = "makespan"  # "iteration" | "makespan"
+    sim_end_ns: int | None = None  # end of simulated time
     collectives: dict[str, int] | None = None  # op name -> duration ns
     engine: dict[str, Any] | None = None
     flows: Flows | None = None
@@ -82,12 +85,12 @@ class RunData:
 
     @property
     def end_ns(self) -> int | None:
-        """The end of simulated time, for closing open PFC pauses (makespan, else the time metric)."""
-        if self.time_kind == "makespan":
-            return self.time_ns
+        """The end of simulated time, for closing open PFC pauses."""
+        if self.sim_end_ns is not None:
+            return self.sim_end_ns
         if self.spans:
             return max(s.end_ns for s in self.spans)
-        return self.time_ns
+        return self.time_ns if self.time_kind == "makespan" else None
 
 
 def load_run(path: str | Path, label: str | None = None) -> RunData:
@@ -129,16 +132,17 @@ def _load_results(run: RunData, root: Path) -> None:
     summary = _read_json(run, root / "summary.json")
     if res is not None:
         schema = str(res.get("schema", ""))
-        run.network = res.get("network")
-        run.engine = res.get("engine") if isinstance(res.get("engine"), dict) else None
-        if schema.startswith("phantora.replay/"):
+        if schema.startswith("phantora.replay/") or (not schema and "makespan_ns" in res and "ops" in res):
             run.kind = "replay"
+            run.network = _text_or_none(res.get("network"))
+            run.engine = res.get("engine") if isinstance(res.get("engine"), dict) else None
             run.time_ns = _int_or_none(res.get("makespan_ns"))
+            run.sim_end_ns = run.time_ns
             run.collectives = _ops(res.get("ops"))
             return
-        if schema.startswith("phantora.run/"):
+        if schema.startswith("phantora.run/") or (not schema and ("steps" in res or "step_time_ns" in res)):
             run.kind = "run"
-            _live(run, res)
+            _live(run, res, cosim)
             return
         raise InputError(
             f"unknown schema {schema!r} (expected phantora.replay/1 or phantora.run/1)",
@@ -147,61 +151,116 @@ def _load_results(run: RunData, root: Path) -> None:
         )
     if cosim is not None:
         run.kind = "run"
-        run.network = cosim.get("network")
-        run.engine = cosim.get("engine_stats") if isinstance(cosim.get("engine_stats"), dict) else None
-        _live(run, cosim)
+        _live(run, cosim, cosim)
         return
     if summary is not None:
         run.kind = "netsim"
-        run.network = summary.get("engine")
+        run.network = _text_or_none(summary.get("engine"))
         run.engine = summary
         run.time_ns = _int_or_none(summary.get("sim_end_ns"))
+        run.sim_end_ns = run.time_ns
 
 
-def _live(run: RunData, res: dict[str, Any]) -> None:
-    """Iteration time: the median of `iteration_ns` (per-step times), else of per-step maxima over ranks."""
+def _live(run: RunData, res: dict[str, Any], cosim: dict[str, Any] | None) -> None:
+    """A live run: its steady-state iteration time, network, engine counters and collective times."""
+    net = res.get("network")
+    info = res.get("run") if isinstance(res.get("run"), dict) else {}
+    run.network = _text_or_none(net) or _text_or_none(info.get("network"))
+    netd = net if isinstance(net, dict) else {}
+    stats = res.get("engine") or netd.get("engine_stats") or res.get("engine_stats")
+    run.engine = stats if isinstance(stats, dict) else None
+    run.sim_end_ns = _int_or_none(res.get("end_ns")) or _int_or_none(netd.get("makespan_ns"))
+    run.sim_end_ns = run.sim_end_ns or _int_or_none(res.get("makespan_ns"))
     run.time_kind = "iteration"
+    run.time_ns = _iteration_ns(res)
+    if run.time_ns is None:
+        run.time_kind = "makespan"
+        run.time_ns = run.sim_end_ns
+    run.collectives = (
+        _ops(res.get("collectives"))
+        or (_ops(cosim.get("collectives")) if cosim else None)
+        or _comm_per_call(res.get("ranks"))
+    )
+
+
+def _steady_mean(times: list[int]) -> int:
+    """The mean step time without the first step (start-up), as phantora run reports it."""
+    steady = times[1:] if len(times) > 1 else times
+    return round(fmean(steady))
+
+
+def _iteration_ns(res: dict[str, Any]) -> int | None:
+    """step_time_ns.mean, else the steady mean of steps[].time_ns, iteration_ns[] or the ranks' step ends."""
+    st = res.get("step_time_ns")
+    if isinstance(st, dict) and isinstance(st.get("mean"), (int, float)):
+        return round(st["mean"])
+    if isinstance(st, (int, float)) and not isinstance(st, bool):
+        return round(st)
+    steps = res.get("steps")
+    if isinstance(steps, list) and steps and all(isinstance(x, dict) and "time_ns" in x for x in steps):
+        return _steady_mean([int(x["time_ns"]) for x in steps])
     iters = res.get("iteration_ns")
     if isinstance(iters, list) and iters:
-        run.time_ns = int(median(int(x) for x in iters))
-    elif isinstance(res.get("iteration_time_ns"), (int, float)):
-        run.time_ns = int(res["iteration_time_ns"])
-    else:
-        steps = _steps_from_ranks(res.get("ranks"))
-        if steps:
-            run.time_ns = int(median(steps))
-        else:
-            run.time_kind = "makespan"
-            run.time_ns = _int_or_none(res.get("makespan_ns"))
-    run.collectives = _ops(res.get("collectives")) or _ops(res.get("ops"))
+        return _steady_mean([int(x) for x in iters])
+    from_ranks = _steps_from_ranks(res.get("ranks"))
+    return _steady_mean(from_ranks) if from_ranks else None
+
+
+def _rank_dicts(ranks: Any) -> list[dict[str, Any]]:
+    if isinstance(ranks, dict):
+        ranks = list(ranks.values())
+    return [r for r in ranks if isinstance(r, dict)] if isinstance(ranks, list) else []
 
 
 def _steps_from_ranks(ranks: Any) -> list[int]:
     """Per-step durations, the slowest rank of each step, from each rank's step_ends_ns."""
-    if not isinstance(ranks, dict):
-        return []
-    ends = [r.get("step_ends_ns") for r in ranks.values() if isinstance(r, dict)]
+    ends = [r.get("step_ends_ns") for r in _rank_dicts(ranks)]
     ends = [e for e in ends if isinstance(e, list) and e]
     if not ends:
         return []
     n = min(len(e) for e in ends)
-    out = []
-    for i in range(n):
-        out.append(max(int(e[i]) - (int(e[i - 1]) if i else 0) for e in ends))
-    return out
+    step_ends = [max(int(e[i]) for e in ends) for i in range(n)]
+    return [t - (step_ends[i - 1] if i else 0) for i, t in enumerate(step_ends)]
+
+
+def _comm_per_call(ranks: Any) -> dict[str, int] | None:
+    """Collective kind -> mean comm-lane time per call (busy_ns / count), the slowest rank's."""
+    out: dict[str, int] = {}
+    for r in _rank_dicts(ranks):
+        comm = r.get("comm")
+        if not isinstance(comm, dict):
+            continue
+        for kind, c in comm.items():
+            if isinstance(c, dict) and c.get("count") and isinstance(c.get("busy_ns"), (int, float)):
+                out[str(kind)] = max(out.get(str(kind), 0), round(c["busy_ns"] / c["count"]))
+    return dict(sorted(out.items())) or None
 
 
 def _ops(ops: Any) -> dict[str, int] | None:
-    """name -> duration_ns from a list of {name, duration_ns} (replay ops) or a {name: ns} mapping."""
+    """name -> ns from {name: ns}, or from a list of records with duration_ns (replay ops) or start and end
+    (the bridge's collective records: t_start/end_ns); records sharing a name are averaged. Past
+    MAX_NAMED_OPS distinct names (a long live run), records are grouped by kind instead."""
     if isinstance(ops, dict):
         return {str(k): int(v) for k, v in ops.items() if isinstance(v, (int, float))} or None
     if not isinstance(ops, list):
         return None
-    out = {}
-    for op in ops:
-        if isinstance(op, dict) and "name" in op and isinstance(op.get("duration_ns"), (int, float)):
-            out[str(op["name"])] = int(op["duration_ns"])
-    return out or None
+    records = [op for op in ops if isinstance(op, dict)]
+    by_kind = len({op.get("name") for op in records}) > MAX_NAMED_OPS and all("kind" in op for op in records)
+    acc: dict[str, list[int]] = {}
+    for op in records:
+        key = str(op.get("kind") if by_kind else op.get("name") or op.get("kind") or "")
+        dur = op.get("duration_ns")
+        if not isinstance(dur, (int, float)):
+            start = op.get("start_ns", op.get("t_start"))
+            end = op.get("end_ns")
+            dur = end - start if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None
+        if key and dur is not None:
+            acc.setdefault(key, []).append(int(dur))
+    return {k: round(fmean(v)) for k, v in acc.items()} or None
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _int_or_none(value: Any) -> int | None:

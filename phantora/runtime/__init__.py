@@ -10,28 +10,38 @@ In a script started by `phantora run`:
     pr.now()                 # this rank's simulated time (ns)
 
 Outside a phantora run, `step` and `report_workload` do nothing and `now` is the real clock, so the
-same script also runs under torchrun. Importing this package registers the `phantora` backend.
+same script also runs under torchrun. The rank bootstrap of `phantora run` registers the `phantora`
+torch.distributed backend before the script starts (`register_backend()` does it by hand). This
+package itself imports no torch, so the launcher stays light.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
-from phantora.runtime import session as _session
-from phantora.runtime.backend import register as _register
 
-_register()
+def _current() -> Any:
+    mod = sys.modules.get("phantora.runtime.session")  # loaded only inside a phantora rank
+    return None if mod is None else mod.current()
+
+
+def register_backend() -> None:
+    """Register the `phantora` torch.distributed backend (the rank bootstrap already does)."""
+    from phantora.runtime.backend import register
+
+    register()
 
 
 def active() -> bool:
     """True inside a phantora run."""
-    return _session.current() is not None
+    return _current() is not None
 
 
 def now() -> int:
     """This rank's simulated time in ns (the compute lane); the real clock outside a run."""
-    s = _session.current()
+    s = _current()
     if s is None:
         return time.perf_counter_ns()
     return s.now()
@@ -39,7 +49,7 @@ def now() -> int:
 
 def step() -> int:
     """Mark the end of a training iteration: join every lane; return the step's simulated ns."""
-    s = _session.current()
+    s = _current()
     return 0 if s is None else s.step()
 
 
@@ -52,11 +62,11 @@ def report_workload(
     by the world size); `flops_per_step`: model FLOPs of one iteration for the whole job (MFU);
     `dtype`: the peak MFU is measured against (default: the dtype of most counted matmul FLOPs).
     """
-    s = _session.current()
+    s = _current()
     if s is None:
         return
     fields: dict[str, Any] = {"tokens_per_step": tokens_per_step, "flops_per_step": flops_per_step, "dtype": dtype}
     s.workload.update({k: v for k, v in fields.items() if v is not None})
 
 
-__all__ = ["active", "now", "step", "report_workload"]
+__all__ = ["active", "now", "register_backend", "report_workload", "step"]

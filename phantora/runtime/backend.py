@@ -431,7 +431,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             transfers = [Transfer(self._ranks[root], True, nbytes(inputs))]
         tensors = outs + list(inputs)
         size = nbytes(inputs) * self.size()
-        return self._coll("all_to_all", size, inputs[0], tensors, start, outs, name="gather", transfers=transfers)
+        return self._coll("gather", size, inputs[0], tensors, start, outs, transfers=transfers)
 
     def scatter(
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None
@@ -452,9 +452,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             transfers = [Transfer(self._ranks[root], False, nbytes(outputs))]
         tensors = list(outputs) + ins
         size = nbytes(outputs) * self.size()
-        return self._coll(
-            "all_to_all", size, outputs[0], tensors, start, list(outputs), name="scatter", transfers=transfers
-        )
+        return self._coll("scatter", size, outputs[0], tensors, start, list(outputs), transfers=transfers)
 
     # ----- point to point, barrier, coalescing --------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:

@@ -12,48 +12,15 @@ import os
 import runpy
 import sys
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 from phantora.errors import PhantoraError
 from phantora.runtime import backend, timepatch
 from phantora.runtime import session as _session
-from phantora.runtime.compute import DEFAULT_LAUNCH_NS, Roofline, set_model
+from phantora.runtime.compute import Roofline, set_model
 from phantora.runtime.gpus import get_gpu
+from phantora.runtime.options import Options
 from phantora.runtime.session import RankSession
-
-
-@dataclass
-class Options:
-    gpu: str = "h100"
-    launch_ns: int = DEFAULT_LAUNCH_NS
-    trace: str = "ops"
-    out_dir: str | None = None
-    time_patch: bool = True
-    network: str = "flow"
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Options:
-        env = dict(os.environ if env is None else env)
-        return cls(
-            gpu=env.get("PHANTORA_GPU", "h100"),
-            launch_ns=int(env.get("PHANTORA_LAUNCH_NS", DEFAULT_LAUNCH_NS)),
-            trace=env.get("PHANTORA_TRACE", "ops"),
-            out_dir=env.get("PHANTORA_OUT") or None,
-            time_patch=env.get("PHANTORA_TIME_PATCH", "1") not in ("0", "false", "no"),
-            network=env.get("PHANTORA_NETWORK", "flow"),
-        )
-
-    def to_env(self) -> dict[str, str]:
-        env = {
-            "PHANTORA_GPU": self.gpu,
-            "PHANTORA_LAUNCH_NS": str(self.launch_ns),
-            "PHANTORA_TRACE": self.trace,
-            "PHANTORA_TIME_PATCH": "1" if self.time_patch else "0",
-        }
-        if self.out_dir:
-            env["PHANTORA_OUT"] = str(self.out_dir)
-        return env
 
 
 def _client(opts: Options) -> Any:

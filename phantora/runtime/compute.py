@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from phantora.runtime.gpus import GpuSpec, get_gpu
+from phantora.runtime.options import DEFAULT_LAUNCH_NS
 
 aten = torch.ops.aten
 
-DEFAULT_LAUNCH_NS = 1000
 
 DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.bfloat16: "bf16",
@@ -74,13 +73,31 @@ class OpCost:
     ns: int
 
 
+def tensors_in(x: Any, out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """The tensors in nested tuples, lists and dicts (a fast, tensor-only tree flatten)."""
+    if out is None:
+        out = []
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for item in x:
+            if isinstance(item, torch.Tensor):
+                out.append(item)
+            elif isinstance(item, (list, tuple, dict)):
+                tensors_in(item, out)
+    elif isinstance(x, dict):
+        for item in x.values():
+            tensors_in(item, out)
+    return out
+
+
 def _nbytes(x: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in tensors_in(x))
 
 
 def _first_dtype(args: Any) -> str:
-    for t in tree_leaves(args):
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
+    for t in tensors_in(args):
+        if t.is_floating_point():
             name = DTYPE_NAMES.get(t.dtype, "fp32")
             if name == "fp32" and torch.get_float32_matmul_precision() != "highest":
                 return "tf32"
@@ -88,10 +105,35 @@ def _first_dtype(args: Any) -> str:
     return "fp32"
 
 
+# kinds of op, decided once per OpOverload
+_FREE, _LAUNCH, _GATHER, _PLAIN = 0, 1, 2, 3
+
+
+_INFO: dict[int, tuple[int, Any]] = {}  # id(OpOverload) -> info; OpOverloads live as long as torch
+
+
+def _op_info(func: Any) -> tuple[int, Any]:
+    info = _INFO.get(id(func))
+    if info is None:
+        info = _INFO[id(func)] = _classify(func)
+    return info
+
+
+def _classify(func: Any) -> tuple[int, Any]:
+    """(kind, FLOP formula or None) of an op."""
+    packet = getattr(func, "overloadpacket", func)
+    name = getattr(packet, "__name__", "")
+    if getattr(func, "is_view", False) or name in _NO_KERNEL:
+        return _FREE, None
+    if name in _LAUNCH_ONLY:
+        return _LAUNCH, None
+    formula = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
+    return (_GATHER if name in _GATHERS else _PLAIN), formula
+
+
 def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     """FLOPs of one op from torch.utils.flop_counter's formulas; 0 when it has none."""
-    packet = getattr(func, "overloadpacket", func)
-    formula = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
+    formula = _op_info(func)[1]
     if formula is None:
         return 0
     try:
@@ -102,8 +144,7 @@ def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
 
 def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     """Bytes an op moves through GPU memory: its inputs and outputs (gathers read only what they output)."""
-    name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
-    if name in _GATHERS:
+    if _op_info(func)[0] == _GATHER:
         return _nbytes(args[1:]) + _nbytes(kwargs) + 2 * _nbytes(out)
     return _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
 
@@ -114,15 +155,17 @@ class Roofline:
     def __init__(self, gpu: GpuSpec, launch_ns: int = DEFAULT_LAUNCH_NS) -> None:
         self.gpu = gpu
         self.launch_ns = int(launch_ns)
+        self._free = OpCost(0, 0, "", 0)
+        self._launch = OpCost(0, 0, "", self.launch_ns)
 
     def cost(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
         """FLOPs, bytes and duration of one op."""
-        name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
-        if getattr(func, "is_view", False) or name in _NO_KERNEL:
-            return OpCost(0, 0, "", 0)
-        if name in _LAUNCH_ONLY:
-            return OpCost(0, 0, "", self.launch_ns)
-        flops = op_flops(func, args, kwargs, out)
+        kind, formula = _op_info(func)
+        if kind == _FREE:
+            return self._free
+        if kind == _LAUNCH:
+            return self._launch
+        flops = op_flops(func, args, kwargs, out) if formula is not None else 0
         nbytes = op_bytes(func, args, kwargs, out)
         dtype = _first_dtype(args) if flops else ""
         seconds = max(flops / self.gpu.peak(dtype) if flops else 0.0, nbytes / self.gpu.mem_bw)

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from phantora.runtime import functional
+from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 
 _PLAIN = (
@@ -38,6 +38,16 @@ def _subclass_kind(types: tuple[type, ...]) -> str:
         if getattr(t, "__torch_dispatch__", None) is not torch._C._disabled_torch_dispatch_impl:
             kind = "other"
     return kind
+
+
+_NAMES: dict[int, str] = {}
+
+
+def _name(func: Any) -> str:
+    name = _NAMES.get(id(func))
+    if name is None:
+        name = _NAMES[id(func)] = str(func.overloadpacket)
+    return name
 
 
 class ChargeMode(TorchDispatchMode):
@@ -64,15 +74,17 @@ class ChargeMode(TorchDispatchMode):
             return func(*args, **kwargs)
         if kind == "other":
             return NotImplemented
-        leaves = tree_leaves((args, kwargs))
+        leaves = tensors_in(args)
+        if kwargs:
+            tensors_in(kwargs, leaves)
         for t in leaves:
-            if isinstance(t, torch.Tensor) and t.device.type == "meta":
+            if t.is_meta:
                 return func(*args, **kwargs)
         if s.by_storage:
             s.join_tensors(leaves)
         out = func(*args, **kwargs)
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device.type == "meta":
+        for t in tensors_in(out):
+            if t.is_meta:
                 return out
-        s.charge(str(func.overloadpacket), s.model.cost(func, args, kwargs, out))
+        s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out

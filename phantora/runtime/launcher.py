@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
-from phantora.runtime.bootstrap import Options
-from phantora.runtime.compute import DEFAULT_LAUNCH_NS
 from phantora.runtime.gpus import get_gpu
+from phantora.runtime.options import DEFAULT_LAUNCH_NS, Options
 from phantora.runtime.results import summarize, write_results
 from phantora.runtime.trace import LEVELS, merge_traces
 from phantora.topology.model import Topology

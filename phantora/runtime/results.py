@@ -37,12 +37,20 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     n_steps = min((len(r.get("step_ends_ns", [])) for r in ranks.values()), default=0)
     ends = [max(int(r["step_ends_ns"][i]) for r in ranks.values()) for i in range(n_steps)]
     times = [e - (ends[i - 1] if i else 0) for i, e in enumerate(ends)]
+    busy = [0] * n_steps  # the busiest rank's compute time in each step
+    for r in ranks.values():
+        b = r.get("step_busy_ns") or []
+        for i in range(min(n_steps, len(b))):
+            busy[i] = max(busy[i], int(b[i]) - (int(b[i - 1]) if i else 0))
     steady = times[1:] if len(times) > 1 else times
     out: dict[str, Any] = {
         "world_size": world,
         "gpu": gpu.name,
         "end_ns": max((int(r["end_ns"]) for r in ranks.values()), default=0),
-        "steps": [{"index": i, "end_ns": e, "time_ns": t} for i, (e, t) in enumerate(zip(ends, times, strict=True))],
+        "steps": [
+            {"index": i, "end_ns": e, "time_ns": t, "compute_ns": c, "exposed_ns": t - c}
+            for i, (e, t, c) in enumerate(zip(ends, times, busy, strict=True))
+        ],
     }
     wl = _workload(ranks)
     dtype = str(wl.get("dtype") or _dominant_dtype(ranks))
@@ -65,10 +73,20 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
                 counted += fl[n_steps - 1] - (fl[first - 1] if first else 0)
         if counted and seconds > 0:
             out["hfu"] = counted / len(steady) / (seconds * world * peak)
+    out["peak_rss_mb_total"] = sum(float(r.get("peak_rss_mb") or 0) for r in ranks.values())
     out["ranks"] = [
         {
             k: ranks[r].get(k)
-            for k in ("rank", "end_ns", "compute_busy_ns", "comm_wait_ns", "ops", "flops_by_dtype", "comm")
+            for k in (
+                "rank",
+                "end_ns",
+                "compute_busy_ns",
+                "comm_wait_ns",
+                "ops",
+                "flops_by_dtype",
+                "comm",
+                "peak_rss_mb",
+            )
         }
         for r in sorted(ranks)
     ]
@@ -79,7 +97,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A short human-readable report."""
     lines = [f"{summary['world_size']} ranks on {summary['gpu']}; simulated end {summary['end_ns'] / 1e6:.3f} ms"]
     for st in summary["steps"][:20]:
-        lines.append(f"  step {st['index']:>3}: {st['time_ns'] / 1e6:10.3f} ms  (ends at {st['end_ns'] / 1e6:.3f} ms)")
+        lines.append(
+            f"  step {st['index']:>3}: {st['time_ns'] / 1e6:10.3f} ms  compute {st['compute_ns'] / 1e6:.3f} ms"
+            f"  not hidden {st['exposed_ns'] / 1e6:.3f} ms"
+        )
     if len(summary["steps"]) > 20:
         lines.append(f"  ... {len(summary['steps']) - 20} more steps")
     if "step_time_ns" in summary:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import resource
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -80,6 +81,7 @@ class Pending:
     finalize: Callable[[], None] | None = None
     group: tuple[int, ...] = ()
     t_done: int | None = None
+    tensors: list[torch.Tensor] = field(default_factory=list)  # kept alive so their memory is not reused
 
 
 @dataclass
@@ -138,6 +140,7 @@ class RankSession:
         self.comm: dict[str, CommStats] = {}
         self.step_ends: list[int] = []
         self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
+        self.step_busy: list[int] = []  # compute-lane busy time so far, at each step end
         self.workload: dict[str, Any] = {}
         self.finished = False
 
@@ -204,7 +207,7 @@ class RankSession:
                 )
             ]
         else:
-            code = {"scatter": 1, "gather": 2, "all_to_all": 3}[name if name in ("scatter", "gather") else kind]
+            code = {"scatter": 1, "gather": 2, "all_to_all": 3}[kind]
             tag = group_tag(group, code)
             handles = [
                 self.client.p2p(
@@ -249,8 +252,9 @@ class RankSession:
     ) -> Pending:
         with self.internal():
             inner = start_inner()
-        keys = tuple({k for k in (storage_key(x) for x in tensors) if k is not None})
-        p = Pending(next(self._ids), label, kind, nbytes, t, handles, inner, keys, finalize, group)
+        held = list(tensors)
+        keys = tuple({k for k in (storage_key(x) for x in held) if k is not None})
+        p = Pending(next(self._ids), label, kind, nbytes, t, handles, inner, keys, finalize, group, tensors=held)
         self.pending[p.id] = p
         for k in keys:
             self.by_storage.setdefault(k, set()).add(p.id)
@@ -268,12 +272,13 @@ class RankSession:
         t_done = p.t_issue
         for h in p.handles:
             t_done = max(t_done, self.client.wait(h))
-        for work in p.inner:
-            work.wait()
-        if p.finalize is not None:
-            with self.internal():
+        with self.internal():  # ops that gloo or the finaliser run here are not GPU work
+            for work in p.inner:
+                work.wait()
+            if p.finalize is not None:
                 p.finalize()
         p.t_done = t_done
+        p.tensors = []
         self.pending.pop(p.id, None)
         for k in p.keys:
             ids = self.by_storage.get(k)
@@ -329,6 +334,7 @@ class RankSession:
         self.trace.step(len(self.step_ends), start, end)
         self.step_ends.append(end)
         self.step_flops.append(sum(self.flops_by_dtype.values()))
+        self.step_busy.append(self.clock.compute_busy_ns)
         return end - start
 
     def results(self) -> dict[str, Any]:
@@ -340,6 +346,7 @@ class RankSession:
             "end_ns": self.clock.now(),
             "step_ends_ns": list(self.step_ends),
             "step_flops": list(self.step_flops),
+            "step_busy_ns": list(self.step_busy),
             "compute_busy_ns": self.clock.compute_busy_ns,
             "comm_wait_ns": self.clock.waited_ns,
             "ops": self.ops,
@@ -348,6 +355,7 @@ class RankSession:
                 k: {"count": v.count, "bytes": v.nbytes, "busy_ns": v.busy_ns} for k, v in sorted(self.comm.items())
             },
             "workload": dict(self.workload),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
 
     def finish(self) -> dict[str, Any]:

@@ -1,0 +1,202 @@
+"""Benchmarks of the live runtime: interception overhead and the cost of many ranks.
+
+    .venv/bin/python bench/bench_runtime.py                 # everything (8 and 32 ranks at the end)
+    .venv/bin/python bench/bench_runtime.py --ranks 8       # scale part with 8 ranks only
+    .venv/bin/python bench/bench_runtime.py --skip-scale    # overheads only
+
+Prints:
+- per aten op: plain torch vs under the charging dispatch mode, without the bridge (no-network
+  client) and with it (a rank of a real 2-rank co-simulation);
+- per collective (all_reduce of 4 floats, waited): plain gloo vs the phantora backend, without and
+  with the bridge;
+- wall time and the sum of the ranks' peak RSS for the GPT DDP example at 8 and 32 ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RANK_SCRIPT = """
+import json, sys, torch, torch.distributed as dist
+from phantora.runtime.timepatch import real_perf_counter as clock
+OPS, COLLS = int(sys.argv[1]), int(sys.argv[2])
+dist.init_process_group()
+x, y = torch.ones(4), torch.ones(4)
+for _ in range(200):
+    torch.add(x, y)
+t0 = clock()
+for _ in range(OPS):
+    torch.add(x, y)
+op_us = (clock() - t0) / OPS * 1e6
+dist.barrier()
+t = torch.ones(4)
+for _ in range(20):
+    dist.all_reduce(t)
+t0 = clock()
+for _ in range(COLLS):
+    dist.all_reduce(t)
+coll_us = (clock() - t0) / COLLS * 1e6
+if dist.get_rank() == 0:
+    print("BENCH " + json.dumps({"op_us": op_us, "coll_us": coll_us}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bench_line(text: str) -> dict[str, float]:
+    for line in text.splitlines():
+        if line.startswith("BENCH "):
+            return json.loads(line[6:])
+    raise RuntimeError("no BENCH line in:\n" + text[-3000:])
+
+
+def in_process(ops: int, colls: int) -> dict[str, float]:
+    """Per-op and per-collective cost in this process: plain torch/gloo vs phantora without a network."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import ProcessGroupGloo
+
+    from phantora.runtime.backend import PhantoraProcessGroup
+    from phantora.runtime.compute import Roofline
+    from phantora.runtime.dispatch import ChargeMode
+    from phantora.runtime.gpus import get_gpu
+    from phantora.runtime.nonet import NoNetworkClient
+    from phantora.runtime.session import RankSession
+
+    x, y = torch.ones(4), torch.ones(4)
+
+    def per_op() -> float:
+        for _ in range(200):
+            torch.add(x, y)
+        t0 = time.perf_counter()
+        for _ in range(ops):
+            torch.add(x, y)
+        return (time.perf_counter() - t0) / ops * 1e6
+
+    out = {"op_plain_us": per_op()}
+    s = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none")
+    pg = PhantoraProcessGroup(dist.HashStore(), 0, 1, datetime.timedelta(seconds=60), [0], s)
+    with ChargeMode(s):
+        out["op_mode_us"] = per_op()
+        t = torch.ones(4)
+        pg.allreduce([torch.ones(4)])  # leave one in flight: every op scans its inputs
+        out["op_mode_pending_us"] = per_op()
+        s.sync()
+        t0 = time.perf_counter()
+        for _ in range(colls):
+            pg.allreduce([t]).wait()
+        out["coll_phantora_us"] = (time.perf_counter() - t0) / colls * 1e6
+    gloo = ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=60))
+    t0 = time.perf_counter()
+    for _ in range(colls):
+        gloo.allreduce([t]).wait()
+    out["coll_gloo_us"] = (time.perf_counter() - t0) / colls * 1e6
+    return out
+
+
+def with_bridge(ops: int, colls: int) -> dict[str, float]:
+    """The same loops in rank 0 of a 2-rank run: under phantora + the bridge, and on plain gloo."""
+    from phantora.runtime.launcher import RunConfig, launch
+    from phantora.topology.generators import leaf_spine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "rank_bench.py"
+        script.write_text(textwrap.dedent(RANK_SCRIPT))
+        topo = leaf_spine(1, 2, 0, nic_rate="100Gbps", name="star2")
+        rep = launch(RunConfig(str(script), [str(ops), str(colls)], topo, nproc=2, trace="none", timeout_s=600))
+        sim = _bench_line(rep.logs["rank 0"])
+        port = str(_free_port())
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            cmd = [sys.executable, str(script), str(ops), str(colls)]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        outs = [p.communicate(timeout=600)[0].decode() for p in procs]
+        plain = _bench_line(outs[0])
+    return {
+        "op_plain_us": plain["op_us"],
+        "op_bridge_us": sim["op_us"],
+        "coll_gloo_2ranks_us": plain["coll_us"],
+        "coll_bridge_2ranks_us": sim["coll_us"],
+    }
+
+
+def scale(ranks: int, steps: int) -> dict[str, float]:
+    """Wall time and memory of the GPT DDP example with `ranks` ranks (flow network)."""
+    from phantora.runtime.launcher import RunConfig, launch
+    from phantora.topology.generators import leaf_spine
+
+    topo = leaf_spine(max(1, ranks // 16), min(ranks, 16), 0 if ranks <= 16 else 2, nic_rate="400Gbps", name="bench")
+    t0 = time.monotonic()
+    rep = launch(
+        RunConfig(str(ROOT / "examples" / "gpt_ddp.py"), ["--steps", str(steps)], topo, nproc=ranks, trace="none")
+    )
+    wall = time.monotonic() - t0
+    rss = [r["peak_rss_mb"] for r in rep.summary["ranks"]]
+    return {
+        "ranks": ranks,
+        "wall_s": wall,
+        "startup_s": rep.cosim.startup_s,
+        "sim_wall_s": rep.cosim.sim_wall_s,
+        "peak_rss_mb_total": sum(rss),
+        "peak_rss_mb_per_rank": max(rss),
+        "step_time_ms": rep.summary["step_time_ns"]["mean"] / 1e6,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", type=int, default=20000)
+    p.add_argument("--colls", type=int, default=500)
+    p.add_argument("--ranks", type=int, nargs="*", default=[8, 32])
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--skip-scale", action="store_true")
+    args = p.parse_args()
+    a = in_process(args.ops, args.colls)
+    print("per aten op (torch.add of 4 floats), in this process, no network:")
+    print(f"  plain torch          {a['op_plain_us']:8.2f} us")
+    print(f"  phantora mode        {a['op_mode_us']:8.2f} us   (+{a['op_mode_us'] - a['op_plain_us']:.2f})")
+    print(
+        f"  ... one coll pending {a['op_mode_pending_us']:8.2f} us   (+{a['op_mode_pending_us'] - a['op_plain_us']:.2f})"
+    )
+    print("per all_reduce of 4 floats, waited, 1 rank, no network:")
+    print(f"  gloo                 {a['coll_gloo_us']:8.2f} us")
+    print(
+        f"  phantora (no bridge) {a['coll_phantora_us']:8.2f} us   (+{a['coll_phantora_us'] - a['coll_gloo_us']:.2f})"
+    )
+    b = with_bridge(args.ops, args.colls)
+    print("rank 0 of 2 ranks, real bridge (flow, exact mode) vs plain gloo:")
+    print(f"  per op:  plain {b['op_plain_us']:8.2f} us   phantora+bridge {b['op_bridge_us']:8.2f} us")
+    print(
+        f"  per all_reduce: gloo {b['coll_gloo_2ranks_us']:8.2f} us   phantora+bridge {b['coll_bridge_2ranks_us']:8.2f} us"
+    )
+    if not args.skip_scale:
+        print("GPT DDP example (examples/gpt_ddp.py defaults), flow network:")
+        for n in args.ranks:
+            r = scale(n, args.steps)
+            print(
+                f"  {n:3d} ranks: wall {r['wall_s']:6.1f} s (start-up {r['startup_s']:.1f} s, co-sim {r['sim_wall_s']:.1f} s),"
+                f" peak RSS {r['peak_rss_mb_total'] / 1024:.2f} GB total, {r['peak_rss_mb_per_rank']:.0f} MB/rank,"
+                f" simulated step {r['step_time_ms']:.3f} ms"
+            )
+
+
+if __name__ == "__main__":
+    main()

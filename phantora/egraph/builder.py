@@ -1,0 +1,110 @@
+"""`ProgramBuilder`: append the nodes of one rank, with global groups, and get a slot-bound program back.
+
+The recorder, the Kineto importer, the scaler and the tests all build programs through it, so slot
+numbering (first appearance order) and seq counting (per group, in issue order) are the same everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from phantora.egraph.format import DTYPE_CODES, KIND_CODES, P2P, Coll, Compute, ExecGraph, Program, Step, Wait, assemble
+from phantora.errors import InputError
+
+
+class ProgramBuilder:
+    """The program of one rank under construction; methods return the new node's index."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.nodes: list = []
+        self.slot_groups: list[tuple[int, ...]] = []
+        self._slots: dict[tuple[int, ...], int] = {}
+        self._seq: dict[tuple[object, ...], int] = {}
+        self._steps: dict[int, int] = {}
+
+    def slot(self, group: Iterable[int]) -> int:
+        g = tuple(int(r) for r in group)
+        s = self._slots.get(g)
+        if s is None:
+            s = self._slots[g] = len(self.slot_groups)
+            self.slot_groups.append(g)
+        return s
+
+    def _next_seq(self, key: tuple[object, ...], seq: int | None) -> int:
+        if seq is None:
+            seq = self._seq.get(key, 0)
+        self._seq[key] = max(self._seq.get(key, 0), seq + 1)
+        return seq
+
+    def _add(self, node: object) -> int:
+        self.nodes.append(node)
+        return len(self.nodes) - 1
+
+    def compute(self, name: str, dur_ns: int, stream: int = 0, deps: Sequence[int] = ()) -> int:
+        if dur_ns < 0:
+            raise InputError(f"compute '{name}': negative duration {dur_ns}", field="dur_ns")
+        return self._add(Compute(stream, name, int(dur_ns), tuple(deps)))
+
+    def collective(
+        self,
+        kind: str,
+        group: Sequence[int],
+        nbytes: int,
+        dtype: str = "bf16",
+        root: int | None = None,
+        seq: int | None = None,
+        stream: int = 0,
+        deps: Sequence[int] = (),
+    ) -> int:
+        """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group."""
+        if kind not in KIND_CODES:
+            raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
+        if dtype not in DTYPE_CODES:
+            raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_CODES)})", field="dtype")
+        group = tuple(int(r) for r in group)
+        if self.rank not in group:
+            raise InputError(f"rank {self.rank} issues a collective on {list(group)}, not its group", field="group")
+        s = self._next_seq(("c", group), seq)
+        return self._add(Coll(stream, self.slot(group), kind, int(nbytes), dtype, root, s, tuple(deps)))
+
+    def p2p(
+        self,
+        peer: int,
+        is_send: bool,
+        nbytes: int,
+        tag: int = 0,
+        seq: int | None = None,
+        stream: int = 0,
+        deps: Sequence[int] = (),
+    ) -> int:
+        """One side of a transfer to (send) or from (recv) `peer`."""
+        pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
+        s = self._next_seq(("p", *pair, tag), seq)
+        return self._add(P2P(stream, self.slot(pair), bool(is_send), int(tag), int(nbytes), s, tuple(deps)))
+
+    def wait(self, refs: Sequence[int], stream: int = 0, deps: Sequence[int] = ()) -> int:
+        return self._add(Wait(stream, tuple(refs), tuple(deps)))
+
+    def step(self, index: int | None = None, stream: int = 0, deps: Sequence[int] = ()) -> int:
+        if index is None:
+            index = self._steps.get(stream, 0)
+        self._steps[stream] = index + 1
+        return self._add(Step(stream, index, tuple(deps)))
+
+    def build(self, source: str = "<builder>") -> tuple[Program, list[tuple[int, ...]]]:
+        prog = Program(list(self.nodes))
+        prog.check(source)
+        return prog, list(self.slot_groups)
+
+
+def build_graph(
+    builders: Sequence[ProgramBuilder], meta: dict | None = None, recorded: dict | None = None
+) -> ExecGraph:
+    """Rank r's builder is builders[r]; equal programs are stored once."""
+    for r, b in enumerate(builders):
+        if b.rank != r:
+            raise InputError(f"builder {r} is for rank {b.rank}; pass them in rank order", field="ranks")
+    graph = assemble([b.build(f"rank {b.rank}") for b in builders], meta, recorded)
+    graph.check()
+    return graph

@@ -1,0 +1,393 @@
+"""The on-disk execution-graph format (version 1): a JSON index plus one msgpack file per distinct program.
+
+A graph directory holds
+- ``graph.json``: format name and version, world size, the table of communication groups, the list
+  of program files (with their SHA-256), and for every rank the program it runs and the groups its
+  program's *slots* stand for; plus free-form ``meta`` and the ``recorded`` step times;
+- ``programs/p<k>.msgpack``: one program, the sequence of nodes one rank executed.
+
+A program never names a global rank: a collective refers to a slot (0, 1, ...) that each rank binds
+to a concrete group. Ranks whose programs are equal up to that binding (SPMD data parallelism,
+every TP rank of a layer) share one program file: that is the deduplication.
+
+Node semantics (all times integer ns; see docs/egraph.md):
+- every node runs on a *stream* and becomes ready when the previous node of its stream has ended
+  and every node in its explicit ``deps`` (indices of earlier nodes) has ended;
+- ``Compute`` ends ``dur_ns`` after it is ready;
+- ``Coll`` / ``P2P`` is *issued* when ready and ends (for stream order) at once; the collective
+  itself starts when every member has issued it, and each rank's part completes when its last
+  flows arrive;
+- ``Wait`` ends when it is ready and every referenced collective has completed for this rank;
+- ``Step`` marks the end of a training step on its stream (it takes no time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from phantora.errors import InputError
+
+FORMAT = "phantora-egraph"
+VERSION = 1
+INDEX = "graph.json"
+PROGRAM_DIR = "programs"
+
+# Stable on-disk codes: append only, never reorder (the format version guards a change).
+COMPUTE, COLL, P2P, WAIT, STEP = 0, 1, 2, 3, 4
+KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
+DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
+# Fixed fields after the type code; an optional last element is the list of explicit deps.
+_ARITY = {COMPUTE: 3, COLL: 7, P2P: 6, WAIT: 2, STEP: 2}
+_TYPE_NAMES = {COMPUTE: "compute", COLL: "collective", P2P: "p2p", WAIT: "wait", STEP: "step"}
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """A kernel (or a merged run of ops) that occupies its stream for dur_ns."""
+
+    stream: int
+    name: str
+    dur_ns: int
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Coll:
+    """Issue of a collective on the group bound to `slot`; matched across ranks by (group, seq)."""
+
+    stream: int
+    slot: int
+    kind: str
+    nbytes: int  # nccl-tests convention (see phantora.collectives.spec.Collective)
+    dtype: str
+    root: int | None  # group-local index (broadcast, reduce)
+    seq: int
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class P2P:
+    """Issue of one side of a transfer; `slot` binds to the pair (src, dst); matched by (src, dst, tag, seq)."""
+
+    stream: int
+    slot: int
+    is_send: bool
+    tag: int
+    nbytes: int
+    seq: int
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The stream waits until this rank's part of every referenced Coll/P2P node has completed."""
+
+    stream: int
+    refs: tuple[int, ...]
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """End of training step `index` on this stream."""
+
+    stream: int
+    index: int
+    deps: tuple[int, ...] = ()
+
+
+Node = Compute | Coll | P2P | Wait | Step
+
+
+@dataclass
+class Program:
+    """The nodes one rank executes, in issue order (every reference points backwards)."""
+
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def num_slots(self) -> int:
+        return 1 + max((n.slot for n in self.nodes if isinstance(n, (Coll, P2P))), default=-1)
+
+    def encode(self) -> bytes:
+        """Canonical msgpack bytes: equal programs give equal bytes (the dedup key)."""
+        names: dict[str, int] = {}
+        rows: list[list[Any]] = []
+        for n in self.nodes:
+            if isinstance(n, Compute):
+                row: list[Any] = [COMPUTE, n.stream, names.setdefault(n.name, len(names)), n.dur_ns]
+            elif isinstance(n, Coll):
+                root = -1 if n.root is None else n.root
+                kind, dtype = KIND_CODES.index(n.kind), DTYPE_CODES.index(n.dtype)
+                row = [COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
+            elif isinstance(n, P2P):
+                row = [P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
+            elif isinstance(n, Wait):
+                row = [WAIT, n.stream, list(n.refs)]
+            else:
+                row = [STEP, n.stream, n.index]
+            if n.deps:
+                row.append(list(n.deps))
+            rows.append(row)
+        return msgpack.packb({"v": VERSION, "names": list(names), "nodes": rows}, use_bin_type=True)
+
+    @classmethod
+    def decode(cls, data: bytes, source: str = "<program>") -> Program:
+        """Parse and check program bytes; errors name `source` and the bad node."""
+        try:
+            obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            raise InputError(f"not a valid program file (msgpack: {exc})", file=source) from None
+        if not (isinstance(obj, dict) and isinstance(obj.get("nodes"), list) and isinstance(obj.get("names"), list)):
+            raise InputError("not a program file: expected a map with 'names' and 'nodes'", file=source)
+        if obj.get("v") != VERSION:
+            raise InputError(f"program format version {obj.get('v')!r}, this phantora reads {VERSION}", file=source)
+        names = obj["names"]
+        nodes: list[Node] = []
+        for i, row in enumerate(obj["nodes"]):
+            nodes.append(_decode_row(i, row, names, source))
+        prog = cls(nodes)
+        prog.check(source)
+        return prog
+
+    def check(self, source: str = "<program>") -> None:
+        """Every reference points to an earlier node, waits name collectives, sizes are sane."""
+        for i, n in enumerate(self.nodes):
+            where = f"nodes[{i}]"
+            for d in n.deps:
+                if not 0 <= d < i:
+                    raise InputError(f"dependency {d} does not name an earlier node", file=source, field=where)
+            if isinstance(n, Wait):
+                if not n.refs:
+                    raise InputError("a wait names no collective", file=source, field=where)
+                for r in n.refs:
+                    if not (0 <= r < i and isinstance(self.nodes[r], (Coll, P2P))):
+                        raise InputError(f"wait reference {r} is not an earlier collective", file=source, field=where)
+            if isinstance(n, Compute) and n.dur_ns < 0:
+                raise InputError(f"negative duration {n.dur_ns}", file=source, field=where)
+            if isinstance(n, (Coll, P2P)) and (n.nbytes < 0 or n.seq < 0 or n.slot < 0):
+                raise InputError("negative size, seq or slot", file=source, field=where)
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.encode()).hexdigest()
+
+
+def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
+    where = f"nodes[{i}]"
+    if not isinstance(row, list) or not row or row[0] not in _ARITY:
+        raise InputError(f"bad node {row!r:.60}: unknown type code", file=source, field=where)
+    code, arity = row[0], _ARITY[row[0]]
+    if len(row) not in (arity + 1, arity + 2):
+        raise InputError(f"a {_TYPE_NAMES[code]} node has {arity} fields, got {len(row) - 1}", file=source, field=where)
+    deps: tuple[int, ...] = ()
+    if len(row) == arity + 2:
+        if not isinstance(row[-1], list) or not all(isinstance(d, int) for d in row[-1]):
+            raise InputError("deps must be a list of node indices", file=source, field=where)
+        deps = tuple(row[-1])
+    f = row[1 : arity + 1]
+    if code in (COMPUTE, COLL, P2P, STEP) and not all(isinstance(x, int) for x in f):
+        raise InputError(f"a {_TYPE_NAMES[code]} node has non-integer fields", file=source, field=where)
+    try:
+        if code == COMPUTE:
+            return Compute(f[0], names[f[1]], f[2], deps)
+        if code == COLL:
+            root = None if f[5] < 0 else f[5]
+            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps)
+        if code == P2P:
+            return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps)
+        if code == WAIT:
+            if not isinstance(f[1], list) or not all(isinstance(r, int) for r in f[1]):
+                raise InputError("wait refs must be a list of node indices", file=source, field=where)
+            return Wait(f[0], tuple(f[1]), deps)
+        return Step(f[0], f[1], deps)
+    except IndexError:
+        raise InputError("a name, kind or dtype code is out of range", file=source, field=where) from None
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    """Which program a rank runs, and the group index each of its slots stands for."""
+
+    program: int
+    groups: tuple[int, ...]
+
+
+@dataclass
+class ExecGraph:
+    """A whole recorded job: programs shared between ranks, and per-rank bindings."""
+
+    world: int
+    groups: list[tuple[int, ...]]
+    programs: list[Program]
+    ranks: list[RankEntry]
+    meta: dict[str, Any] = field(default_factory=dict)
+    recorded: dict[str, Any] = field(default_factory=dict)  # "step_ends_ns": per rank, when recorded
+
+    def program_of(self, rank: int) -> Program:
+        return self.programs[self.ranks[rank].program]
+
+    def group_of(self, rank: int, slot: int) -> tuple[int, ...]:
+        return self.groups[self.ranks[rank].groups[slot]]
+
+    def num_nodes(self) -> int:
+        """Nodes over all ranks (what a non-deduplicated format would store)."""
+        return sum(len(self.programs[e.program].nodes) for e in self.ranks)
+
+    def recorded_step_times(self) -> list[int]:
+        """Step durations as the runtime defines them: step i ends when the slowest rank ends it."""
+        per_rank = self.recorded.get("step_ends_ns") or []
+        return step_times(per_rank)
+
+    def check(self, source: str = "<graph>") -> None:
+        """Bindings are complete and consistent with each program's collectives."""
+        if len(self.ranks) != self.world:
+            raise InputError(f"{len(self.ranks)} rank entries for world {self.world}", file=source, field="ranks")
+        for gi, g in enumerate(self.groups):
+            if not g or len(set(g)) != len(g) or not all(0 <= r < self.world for r in g):
+                raise InputError(f"bad group {list(g)} (world {self.world})", file=source, field=f"groups[{gi}]")
+        for r, e in enumerate(self.ranks):
+            where = f"ranks[{r}]"
+            if not 0 <= e.program < len(self.programs):
+                raise InputError(f"program {e.program} does not exist", file=source, field=where)
+            prog = self.programs[e.program]
+            if len(e.groups) < prog.num_slots or not all(0 <= g < len(self.groups) for g in e.groups):
+                raise InputError(f"needs {prog.num_slots} valid group bindings", file=source, field=where)
+            for i, n in enumerate(prog.nodes):
+                if isinstance(n, Coll):
+                    g = self.groups[e.groups[n.slot]]
+                    if r not in g:
+                        raise InputError(f"rank {r} is not in the group {list(g)} of its node {i}", file=source)
+                    if n.root is not None and not 0 <= n.root < len(g):
+                        raise InputError(f"node {i}: root {n.root} outside a group of {len(g)}", file=source)
+                elif isinstance(n, P2P):
+                    g = self.groups[e.groups[n.slot]]
+                    if len(g) != 2 or g[0 if n.is_send else 1] != r:
+                        raise InputError(f"node {i}: transfer {list(g)} does not start/end at rank {r}", file=source)
+
+
+def step_times(per_rank_ends: list[list[int]]) -> list[int]:
+    """Durations of steps whose end is the max over ranks of each rank's i-th step end."""
+    if not per_rank_ends:
+        return []
+    n = min(len(x) for x in per_rank_ends)
+    ends = [max(x[i] for x in per_rank_ends) for i in range(n)]
+    return [e - (ends[i - 1] if i else 0) for i, e in enumerate(ends)]
+
+
+# ----- assembling ranks into a deduplicated graph -----------------------------------------------------------------
+def assemble(
+    parts: list[tuple[Program, list[tuple[int, ...]]]],
+    meta: dict[str, Any] | None = None,
+    recorded: dict[str, Any] | None = None,
+) -> ExecGraph:
+    """Rank r's (program, slot groups) -> one graph where equal programs and equal groups are stored once."""
+    by_digest: dict[bytes, int] = {}
+    programs: list[Program] = []
+    gindex: dict[tuple[int, ...], int] = {}
+    groups: list[tuple[int, ...]] = []
+    ranks: list[RankEntry] = []
+    for prog, slot_groups in parts:
+        key = prog.encode()
+        k = by_digest.get(key)
+        if k is None:
+            k = by_digest[key] = len(programs)
+            programs.append(prog)
+        bound = []
+        for g in slot_groups:
+            g = tuple(int(x) for x in g)
+            if g not in gindex:
+                gindex[g] = len(groups)
+                groups.append(g)
+            bound.append(gindex[g])
+        ranks.append(RankEntry(k, tuple(bound)))
+    return ExecGraph(len(parts), groups, programs, ranks, dict(meta or {}), dict(recorded or {}))
+
+
+# ----- files ------------------------------------------------------------------------------------------------------
+def save(graph: ExecGraph, directory: str | Path) -> Path:
+    """Write graph.json and programs/ into `directory`; return the index path."""
+    d = Path(directory)
+    (d / PROGRAM_DIR).mkdir(parents=True, exist_ok=True)
+    files = []
+    for k, prog in enumerate(graph.programs):
+        data = prog.encode()
+        rel = f"{PROGRAM_DIR}/p{k}.msgpack"
+        (d / rel).write_bytes(data)
+        files.append({"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "nodes": len(prog.nodes)})
+    index = {
+        "format": FORMAT,
+        "version": VERSION,
+        "world": graph.world,
+        "meta": graph.meta,
+        "groups": [list(g) for g in graph.groups],
+        "programs": files,
+        "ranks": [[e.program, list(e.groups)] for e in graph.ranks],
+        "recorded": graph.recorded,
+    }
+    path = d / INDEX
+    path.write_text(json.dumps(index, separators=(",", ":")) + "\n")
+    return path
+
+
+def is_graph_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return (p / INDEX).is_file() or (p.name == INDEX and p.is_file())
+
+
+def load(path: str | Path) -> ExecGraph:
+    """Read a graph directory (or its graph.json); every problem is an InputError naming file and field."""
+    p = Path(path)
+    index_path = p if p.name == INDEX and p.is_file() else p / INDEX
+    src = str(index_path)
+    if not index_path.is_file():
+        raise InputError(f"no {INDEX} here: not an execution-graph directory", file=str(p))
+    try:
+        index = json.loads(index_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"corrupt or truncated index ({exc})", file=src) from None
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise InputError(f"not a {FORMAT} index", file=src, field="format")
+    if index.get("version") != VERSION:
+        raise InputError(
+            f"format version {index.get('version')!r}; this phantora reads version {VERSION}", file=src, field="version"
+        )
+    world = _field(index, "world", int, src)
+    groups = [tuple(g) for g in _field(index, "groups", list, src)]
+    programs = []
+    for k, ent in enumerate(_field(index, "programs", list, src)):
+        if not isinstance(ent, dict) or not isinstance(ent.get("file"), str):
+            raise InputError("a program entry needs a 'file'", file=src, field=f"programs[{k}]")
+        fpath = index_path.parent / ent["file"]
+        if not fpath.is_file():
+            raise InputError("program file missing", file=str(fpath))
+        data = fpath.read_bytes()
+        if ent.get("sha256") and hashlib.sha256(data).hexdigest() != ent["sha256"]:
+            raise InputError("program file is corrupt or truncated (SHA-256 mismatch)", file=str(fpath))
+        programs.append(Program.decode(data, str(fpath)))
+    ranks = []
+    for r, ent in enumerate(_field(index, "ranks", list, src)):
+        if not (isinstance(ent, list) and len(ent) == 2 and isinstance(ent[0], int) and isinstance(ent[1], list)):
+            raise InputError("expected [program, [group, ...]]", file=src, field=f"ranks[{r}]")
+        ranks.append(RankEntry(ent[0], tuple(ent[1])))
+    graph = ExecGraph(world, groups, programs, ranks, dict(index.get("meta") or {}), dict(index.get("recorded") or {}))
+    graph.check(src)
+    return graph
+
+
+def _field(index: dict[str, Any], name: str, typ: type, src: str) -> Any:
+    val = index.get(name)
+    if not isinstance(val, typ) or isinstance(val, bool):
+        raise InputError(f"missing or not a {typ.__name__}", file=src, field=name)
+    return val
+
+
+def dir_size_bytes(directory: str | Path) -> int:
+    """Bytes on disk of a graph directory (index + programs)."""
+    d = Path(directory)
+    return sum(p.stat().st_size for p in [d / INDEX, *sorted((d / PROGRAM_DIR).glob("*.msgpack"))] if p.is_file())

@@ -1,0 +1,385 @@
+"""Import PyTorch profiler (Kineto) Chrome-trace JSON, one file per rank, as an execution graph.
+
+What is read (see docs/egraph.md for what cannot be inferred):
+- GPU activity: ``ph: "X"`` events of category ``kernel``, ``gpu_memcpy`` or ``gpu_memset``, with
+  ``args.stream`` and ``args.correlation`` (the id of the CUDA runtime call that launched them). Their
+  recorded durations become compute nodes; streams are numbered densely in order of first use.
+- NCCL kernels (name ``ncclKernel_*`` / ``ncclDevKernel_*``, or ``args["Collective name"]``) become
+  collectives. Kind, sizes, dtype and group come from the kernel's args (``Collective name``, ``In msg
+  nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Ranks``) or, failing that,
+  from the CPU op that launched it (same ``External id``). The kernel's own duration is dropped:
+  communication is re-simulated. The NCCL stream waits for the collective's completion.
+- Order: GPU work on one stream runs in launch order, which is correlation order.
+- Cross-stream dependencies: each ``cuda_sync`` "Stream Wait Event" (torch.profiler with
+  ``enable_cuda_sync_events``) makes the first op launched on ``stream`` after the wait depend on the
+  last op launched on ``wait_on_stream`` before the ``cudaEventRecord`` it names. Without such events,
+  only the rule ProcessGroupNCCL always applies is used: an NCCL kernel waits for the work launched
+  before it on the other streams.
+- Steps: ``ProfilerStep#k`` annotations split GPU work by the launch time of each op; without them
+  the whole trace is one step.
+- Idle time on a stream that its dependencies do not explain (CPU launch overhead, untraced waits) is
+  kept as ``idle`` compute (``gaps="keep"``) or dropped (``gaps="drop"``).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import gzip
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phantora.collectives.spec import DTYPE_BYTES
+from phantora.egraph.builder import ProgramBuilder, build_graph
+from phantora.egraph.format import ExecGraph
+from phantora.errors import InputError
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+NCCL_PREFIXES = ("ncclKernel", "ncclDevKernel")
+DTYPES = {
+    "float": "fp32",
+    "bfloat16": "bf16",
+    "half": "fp16",
+    "double": "fp64",
+    "int": "int32",
+    "long": "int64",
+    "short": "int16",
+    "char": "int8",
+    "byte": "uint8",
+    "bool": "bool",
+}
+# Collective name (lower case, without leading underscores) or kernel name fragment -> kind.
+_KIND_RULES = (
+    ("reduce_scatter", "reduce_scatter"),
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("all_reduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("all_gather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("all_to_all", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("reduce", "reduce"),
+    ("send", "send"),
+    ("recv", "recv"),
+)
+STEP_STREAM = -1  # Step marks live on a stream of their own so they never delay GPU work
+
+
+@dataclass
+class KinetoReport:
+    """Counts of what the import found and inferred."""
+
+    ranks: int = 0
+    kernels: int = 0
+    collectives: int = 0
+    transfers: int = 0
+    sync_deps: int = 0  # from cuda_sync Stream Wait Events
+    nccl_issue_deps: int = 0  # from the ProcessGroupNCCL rule (no cuda_sync events in the trace)
+    idle_ns: int = 0
+    steps: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Op:
+    corr: int
+    stream: int
+    ts: int  # ns
+    dur: int
+    name: str
+    args: dict[str, Any]
+    where: str
+
+
+def _ns(us: Any) -> int:
+    return round(float(us) * 1000)
+
+
+def read_trace(path: str | Path) -> dict[str, Any]:
+    """Parse a trace file (.json or .json.gz) into its top-level object; errors name the file."""
+    p = Path(path)
+    try:
+        raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+        obj = json.loads(raw)
+    except FileNotFoundError:
+        raise InputError("trace file not found", file=str(p)) from None
+    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"corrupt or truncated trace ({exc})", file=str(p)) from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("traceEvents"), list):
+        raise InputError("not a Chrome trace: no 'traceEvents' list", file=str(p), field="traceEvents")
+    return obj
+
+
+def _kind(name: str, args: dict[str, Any]) -> str | None:
+    coll = str(args.get("Collective name") or "").lower().lstrip("_")
+    if coll:
+        for frag, kind in _KIND_RULES:
+            if frag in coll:
+                return kind
+        return None
+    if not name.startswith(NCCL_PREFIXES):
+        return None
+    low = name.lower()
+    if "sendrecv" in low:
+        return "send_recv"
+    for frag, kind in _KIND_RULES:
+        if frag.replace("_", "") in low:
+            return kind
+    return None
+
+
+def _dtype(args: dict[str, Any]) -> str:
+    raw = str(args.get("dtype") or "Byte")
+    low = raw.lower()
+    if "float8" in low:
+        return "fp8"
+    return DTYPES.get(low, "uint8")
+
+
+def _ranks(args: dict[str, Any], world: int, src: str, where: str) -> tuple[int, ...]:
+    size = args.get("Group size")
+    text = args.get("Process Group Ranks")
+    if text:
+        try:
+            ranks = ast.literal_eval(str(text))
+        except (ValueError, SyntaxError):
+            raise InputError(f"cannot parse {text!r}", file=src, field=f"{where}.args.Process Group Ranks") from None
+        if ranks and ranks[-1] is Ellipsis:  # long lists are truncated: rebuild them from the stride
+            head = [int(r) for r in ranks[:-1]]
+            if len(head) < 2 or not size:
+                raise InputError("truncated rank list without a stride", file=src, field=f"{where}.args")
+            stride = head[1] - head[0]
+            ranks = [head[0] + i * stride for i in range(int(size))]
+        return tuple(int(r) for r in ranks)
+    if size is None or int(size) == world:
+        return tuple(range(world))
+    raise InputError(
+        f"a collective on {size} of {world} ranks without 'Process Group Ranks': its group cannot be inferred",
+        file=src,
+        field=f"{where}.args",
+    )
+
+
+class _RankImport:
+    """Turns one rank's trace into a program."""
+
+    def __init__(self, obj: dict[str, Any], src: str, rank: int, world: int, gaps: str, rep: KinetoReport) -> None:
+        self.src, self.rank, self.world, self.gaps, self.rep = src, rank, world, gaps, rep
+        self.ops: list[_Op] = []
+        self.syncs: list[dict[str, Any]] = []
+        self.launch_ts: dict[int, int] = {}
+        self.cpu_comm: dict[int, dict[str, Any]] = {}  # External id -> args of the CPU op with comm metadata
+        self.step_starts: list[int] = []
+        self._scan(obj["traceEvents"])
+
+    def _scan(self, events: list[Any]) -> None:
+        for i, ev in enumerate(events):
+            if not isinstance(ev, dict) or ev.get("ph") != "X":
+                continue
+            where = f"traceEvents[{i}]"
+            cat, args = ev.get("cat"), ev.get("args") or {}
+            if not isinstance(args, dict):
+                raise InputError("'args' must be an object", file=self.src, field=f"{where}.args")
+            if cat in GPU_CATS:
+                for key in ("ts", "dur"):
+                    if not isinstance(ev.get(key), (int, float)):
+                        raise InputError(f"a GPU event needs a numeric '{key}'", file=self.src, field=f"{where}.{key}")
+                for key in ("stream", "correlation"):
+                    if not isinstance(args.get(key), int):
+                        raise InputError(
+                            f"a GPU event needs an integer args.{key}", file=self.src, field=f"{where}.args.{key}"
+                        )
+                self.ops.append(
+                    _Op(args["correlation"], args["stream"], _ns(ev["ts"]), _ns(ev["dur"]), str(ev.get("name")), args, where)
+                )
+            elif cat == "cuda_sync" and ev.get("name") == "Stream Wait Event":
+                self.syncs.append(dict(args, _where=where))
+            elif cat == "cuda_runtime" and isinstance(args.get("correlation"), int):
+                self.launch_ts[args["correlation"]] = _ns(ev.get("ts", 0))
+            elif cat in ("cpu_op", "user_annotation"):
+                name = str(ev.get("name", ""))
+                if name.startswith("ProfilerStep#"):
+                    self.step_starts.append(_ns(ev.get("ts", 0)))
+                if "Collective name" in args and isinstance(args.get("External id"), int):
+                    self.cpu_comm[args["External id"]] = args
+        self.ops.sort(key=lambda o: o.corr)
+        self.step_starts.sort()
+
+    def _comm_args(self, op: _Op) -> dict[str, Any]:
+        if "In msg nelems" in op.args or "Out msg nelems" in op.args:
+            return op.args
+        ext = op.args.get("External id")
+        return self.cpu_comm.get(ext, op.args) if isinstance(ext, int) else op.args
+
+    def _cross_deps(self) -> dict[int, list[int]]:
+        """Op index -> indices of ops on other streams it waits for."""
+        by_stream: dict[int, list[int]] = {}
+        for i, op in enumerate(self.ops):
+            by_stream.setdefault(op.stream, []).append(i)
+        corrs = {s: [self.ops[i].corr for i in idx] for s, idx in by_stream.items()}
+        deps: dict[int, list[int]] = {}
+        for sync in self.syncs:
+            s, ws = sync.get("stream"), sync.get("wait_on_stream")
+            rec, corr = sync.get("wait_on_cuda_event_record_corr_id"), sync.get("correlation")
+            if not all(isinstance(x, int) for x in (s, ws, rec, corr)):
+                raise InputError(
+                    "a Stream Wait Event needs stream, wait_on_stream, wait_on_cuda_event_record_corr_id, correlation",
+                    file=self.src,
+                    field=f"{sync['_where']}.args",
+                )
+            if s not in by_stream or ws not in by_stream or ws == s:
+                continue
+            k = bisect.bisect_left(corrs[ws], rec) - 1  # last op launched on ws before the event record
+            j = bisect.bisect_right(corrs[s], corr)  # first op launched on s after the wait
+            if k >= 0 and j < len(by_stream[s]):
+                deps.setdefault(by_stream[s][j], []).append(by_stream[ws][k])
+                self.rep.sync_deps += 1
+        if not self.syncs:  # ProcessGroupNCCL: the NCCL stream waits for the current stream before each collective
+            last: dict[int, int] = {}
+            for i, op in enumerate(self.ops):
+                if self._is_comm(op):
+                    others = [j for st, j in last.items() if st != op.stream and not self._is_comm(self.ops[j])]
+                    if others:
+                        deps.setdefault(i, []).extend(others)
+                        self.rep.nccl_issue_deps += len(others)
+                last[op.stream] = i
+        return deps
+
+    def _is_comm(self, op: _Op) -> bool:
+        return op.name.startswith(NCCL_PREFIXES) or "Collective name" in op.args
+
+    def build(self) -> ProgramBuilder:
+        b = ProgramBuilder(self.rank)
+        cross = self._cross_deps()
+        streams: dict[int, int] = {}
+        end_node: dict[int, int] = {}  # op index -> node that ends it
+        rec_end: dict[int, int] = {}  # op index -> recorded end (ns)
+        stream_last: dict[int, int] = {}  # dense stream -> last op index on it
+        step_of = self._step_index
+        cur_step = None
+        for i, op in enumerate(self.ops):
+            st = streams.setdefault(op.stream, len(streams))
+            k = step_of(op)
+            if cur_step is not None and k != cur_step:
+                self._step(b, stream_last, end_node)
+            cur_step = k
+            deps = [end_node[j] for j in cross.get(i, [])]
+            ready = max([rec_end[j] for j in cross.get(i, [])] + [rec_end.get(stream_last.get(st, -1), op.ts)])
+            gap = op.ts - ready
+            if gap > 0 and self.gaps == "keep":
+                b.compute("idle", gap, st, deps)
+                deps = []
+                self.rep.idle_ns += gap
+            if self._is_comm(op):
+                end_node[i] = self._collective(b, op, st, deps)
+            else:
+                end_node[i] = b.compute(op.name, op.dur, st, deps)
+                self.rep.kernels += 1
+            rec_end[i] = op.ts + op.dur
+            stream_last[st] = i
+        self._step(b, stream_last, end_node)
+        return b
+
+    def _step_index(self, op: _Op) -> int:
+        if not self.step_starts:
+            return 0
+        t = self.launch_ts.get(op.corr, op.ts)
+        return max(0, bisect.bisect_right(self.step_starts, t) - 1)
+
+    def _step(self, b: ProgramBuilder, stream_last: dict[int, int], end_node: dict[int, int]) -> None:
+        deps = sorted({end_node[i] for i in stream_last.values()})
+        b.step(stream=STEP_STREAM, deps=deps)
+        self.rep.steps += 1
+
+    def _collective(self, b: ProgramBuilder, op: _Op, st: int, deps: list[int]) -> int:
+        args = self._comm_args(op)
+        kind = _kind(op.name, args)
+        if kind is None:
+            raise InputError(
+                f"cannot tell which collective NCCL kernel {op.name!r} runs", file=self.src, field=f"{op.where}.args"
+            )
+        if "In msg nelems" not in args and "Out msg nelems" not in args:
+            raise InputError(
+                f"NCCL kernel {op.name!r} has no 'In msg nelems'/'Out msg nelems' (here or on its CPU op): "
+                "its size cannot be inferred",
+                file=self.src,
+                field=f"{op.where}.args",
+            )
+        dtype = _dtype(args)
+        nbytes = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0)) * DTYPE_BYTES[dtype]
+        group = _ranks(args, self.world, self.src, op.where)
+        if kind in ("send", "recv", "send_recv"):
+            key = "Dst Rank" if kind == "send" else "Src Rank"
+            if kind == "send_recv" or not isinstance(args.get(key), int):
+                raise InputError(f"a transfer needs args['{key}']", file=self.src, field=f"{op.where}.args")
+            peer = group[args[key]] if args[key] < len(group) else args[key]
+            h = b.p2p(peer, kind == "send", nbytes, 0, None, st, deps)
+            self.rep.transfers += 1
+        else:
+            if self.rank not in group:
+                raise InputError(f"rank {self.rank} runs a collective on {list(group)}", file=self.src, field=op.where)
+            root = None
+            if kind in ("broadcast", "reduce"):
+                root_rank = args.get("Root Rank", args.get("Src Rank", group[0]))
+                root = group.index(root_rank) if root_rank in group else 0
+            h = b.collective(kind, group, nbytes, dtype, root, None, st, deps)
+            self.rep.collectives += 1
+        return b.wait([h], st)
+
+
+def import_kineto(paths: Sequence[str | Path], *, gaps: str = "keep") -> tuple[ExecGraph, KinetoReport]:
+    """Traces of ranks 0..n-1 (rank from ``distributedInfo.rank`` when present, else file order) -> a graph."""
+    if gaps not in ("keep", "drop"):
+        raise InputError(f"gaps must be 'keep' or 'drop', got {gaps!r}", field="gaps")
+    if not paths:
+        raise InputError("no trace files given", field="traces")
+    objs = [(str(p), read_trace(p)) for p in paths]
+    infos = [o.get("distributedInfo") or {} for _, o in objs]
+    world = int(infos[0].get("world_size") or len(objs))
+    ranks = [int(info["rank"]) if "rank" in info else i for i, info in enumerate(infos)]
+    if sorted(ranks) != list(range(len(objs))) or world != len(objs):
+        raise InputError(
+            f"need one trace per rank of the world ({world}); got ranks {sorted(ranks)}",
+            file=objs[0][0],
+            field="distributedInfo",
+        )
+    rep = KinetoReport(ranks=world)
+    builders: list[ProgramBuilder | None] = [None] * world
+    for (src, obj), r in zip(objs, ranks, strict=True):
+        builders[r] = _RankImport(obj, src, r, world, gaps, rep).build()
+    rep.notes = [
+        "kernel durations are kept as recorded; NCCL kernel durations are dropped and re-simulated",
+        "host-side (CPU) time is not modelled beyond the idle gaps kept on each stream",
+        "without cuda_sync events, the waits of compute streams on NCCL streams cannot be inferred",
+        "memory copies are compute nodes of their recorded duration (not network flows)",
+    ]
+    meta = {"source": "kineto", "files": [s for s, _ in objs], "gaps": gaps}
+    graph = build_graph([b for b in builders if b is not None], meta=meta)
+    return graph, rep
+
+
+def trace_files(path: str | Path) -> list[Path]:
+    """A trace file, or every *.json / *.json.gz file of a directory, in name order."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted([*p.glob("*.json"), *p.glob("*.json.gz")])
+        if not files:
+            raise InputError("no *.json or *.json.gz trace files here", file=str(p))
+        return files
+    return [p]
+
+
+def looks_like_kineto(path: str | Path) -> bool:
+    """True for a Chrome-trace file (or a directory of them): checks the first bytes for 'traceEvents'."""
+    p = Path(path)
+    try:
+        files = trace_files(p) if p.is_dir() else [p]
+        head = gzip.open(files[0]).read(4096) if files[0].suffix == ".gz" else files[0].open("rb").read(4096)
+    except (OSError, InputError):
+        return False
+    return b"traceEvents" in head

@@ -1,0 +1,207 @@
+"""`GraphRecorder`: the hook a live rank calls to record its execution graph (`phantora run --record DIR`).
+
+One recorder per rank process. The runtime calls it with what the rank already knows:
+
+- ``compute(name, start_ns, dur_ns, stream=0)``: an op ran on a stream;
+- ``collective(handle, group, seq, kind, nbytes, dtype, root, issue_ns, stream=0)``: a collective was
+  issued (``root`` a global rank, as the bridge client takes it; ``group`` global ranks in group order);
+- ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0)``: one side of a transfer;
+- ``wait(handle, t_ns, stream=0)``: the stream joined the handle's completion at t_ns;
+- ``step(index, t_ns, stream=0)``: end of a training step (joins every handle not yet waited);
+- ``finish(directory, t_ns=None)``: write ``DIR/parts/rank<R>.msgpack``.
+
+After every rank finished, one process calls `finalize_recording(DIR, meta)`, which deduplicates the
+parts into the graph format of `phantora.egraph.format` and removes ``parts/``.
+
+Durations are kept, absolute times are not (they would make equal ranks differ). The recorder keeps
+its own copy of each stream's clock: if an op or an issue starts later than the stream could have
+(time the rank spent outside anything it was told about), the gap is recorded as an ``idle`` compute
+node, so replay on the recording network still reproduces the recorded times; ``idle_ns`` counts it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from phantora.egraph.builder import ProgramBuilder
+from phantora.egraph.format import VERSION, ExecGraph, Program, assemble, save
+from phantora.errors import InputError, PhantoraError
+
+PART_DIR = "parts"
+PART_FORMAT = "phantora-egraph-part"
+IDLE = "idle"
+
+
+class GraphRecorder:
+    """Records one rank's nodes; cheap enough to call on every aten op."""
+
+    def __init__(self, rank: int, world: int | None = None) -> None:
+        self.rank = rank
+        self.world = world
+        self.b = ProgramBuilder(rank)
+        self.lane: dict[int, int] = {}  # stream -> when it is free, as far as the recorder knows
+        self.handles: dict[int, int] = {}  # handle -> node index
+        self.unwaited: dict[int, None] = {}  # handles issued and not yet waited (insertion order)
+        self.waited: set[tuple[int, int]] = set()  # (stream, handle)
+        self.step_ends: list[int] = []
+        self.idle_ns = 0
+        self.end_ns = 0
+        self.finished = False
+
+    # ----- helpers ------------------------------------------------------------------------------------------------
+    def _catch_up(self, stream: int, t: int) -> None:
+        lane = self.lane.get(stream, 0)
+        if t > lane:
+            self.b.compute(IDLE, t - lane, stream)
+            self.idle_ns += t - lane
+            self.lane[stream] = t
+
+    # ----- the hook -----------------------------------------------------------------------------------------------
+    def compute(self, name: str, start_ns: int, dur_ns: int, stream: int = 0) -> None:
+        """An op of `dur_ns` started at `start_ns` on `stream`."""
+        self._catch_up(stream, int(start_ns))
+        self.b.compute(name, int(dur_ns), stream)
+        self.lane[stream] = max(self.lane.get(stream, 0), int(start_ns)) + int(dur_ns)
+
+    def collective(
+        self,
+        handle: int,
+        group: list[int] | tuple[int, ...],
+        seq: int,
+        kind: str,
+        nbytes: int,
+        dtype: str,
+        root: int | None,
+        issue_ns: int,
+        stream: int = 0,
+    ) -> None:
+        """A collective issued at `issue_ns`; `root` is a global rank (or None)."""
+        group = tuple(int(r) for r in group)
+        self._catch_up(stream, int(issue_ns))
+        local = None
+        if root is not None:
+            if root not in group:
+                raise PhantoraError(f"rank {self.rank}: root {root} is not in the group {list(group)}")
+            local = group.index(root)
+        idx = self.b.collective(kind, group, nbytes, dtype, local, seq, stream)
+        self._issued(handle, idx)
+
+    def p2p(
+        self, handle: int, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, issue_ns: int, stream: int = 0
+    ) -> None:
+        """One side of a transfer issued at `issue_ns`."""
+        self._catch_up(stream, int(issue_ns))
+        self._issued(handle, self.b.p2p(peer, is_send, nbytes, tag, seq, stream))
+
+    def _issued(self, handle: int, idx: int) -> None:
+        if handle in self.handles:
+            raise PhantoraError(f"rank {self.rank}: handle {handle} recorded twice")
+        self.handles[handle] = idx
+        self.unwaited[handle] = None
+
+    def wait(self, handle: int, t_ns: int, stream: int = 0) -> None:
+        """`stream` joined the completion of `handle` (completed at `t_ns`). Repeated waits are no-ops."""
+        if handle not in self.handles:
+            raise PhantoraError(f"rank {self.rank}: wait on handle {handle}, which was never issued")
+        if (stream, handle) in self.waited:
+            return
+        self.waited.add((stream, handle))
+        self.unwaited.pop(handle, None)
+        self.b.wait([self.handles[handle]], stream)
+        self.lane[stream] = max(self.lane.get(stream, 0), int(t_ns))
+
+    def _wait_all(self, t_ns: int, stream: int) -> None:
+        refs = [self.handles[h] for h in self.unwaited]
+        for h in self.unwaited:
+            self.waited.add((stream, h))
+        self.unwaited.clear()
+        if refs:  # their completion times are unknown here: trust t_ns
+            self.b.wait(refs, stream)
+            self.lane[stream] = max(self.lane.get(stream, 0), int(t_ns))
+
+    def step(self, index: int, t_ns: int, stream: int = 0) -> None:
+        """End of step `index` at `t_ns`: a synchronise (joins every handle not yet waited), then a step mark."""
+        self._wait_all(t_ns, stream)
+        self._catch_up(stream, int(t_ns))
+        self.b.step(index, stream)
+        self.step_ends.append(int(t_ns))
+
+    def program(self) -> tuple[Program, list[tuple[int, ...]]]:
+        return self.b.build(f"rank {self.rank}")
+
+    def finish(self, directory: str | Path, t_ns: int | None = None) -> Path:
+        """Join everything and write this rank's part file; return its path."""
+        if self.finished:
+            raise PhantoraError(f"rank {self.rank}: the recorder already finished")
+        end = max([t_ns or 0, *self.lane.values()])
+        self._wait_all(end, 0)
+        self.end_ns = end
+        prog, groups = self.program()
+        part = {
+            "format": PART_FORMAT,
+            "version": VERSION,
+            "rank": self.rank,
+            "world": self.world,
+            "program": prog.encode(),
+            "groups": [list(g) for g in groups],
+            "step_ends_ns": self.step_ends,
+            "end_ns": end,
+            "idle_ns": self.idle_ns,
+        }
+        path = Path(directory) / PART_DIR / f"rank{self.rank}.msgpack"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(msgpack.packb(part, use_bin_type=True))
+        tmp.replace(path)
+        self.finished = True
+        return path
+
+
+def _read_part(path: Path) -> dict[str, Any]:
+    try:
+        part = msgpack.unpackb(path.read_bytes(), raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise InputError(f"corrupt or truncated part file ({exc})", file=str(path)) from None
+    if not isinstance(part, dict) or part.get("format") != PART_FORMAT:
+        raise InputError(f"not a {PART_FORMAT} file", file=str(path), field="format")
+    if part.get("version") != VERSION:
+        raise InputError(f"part version {part.get('version')!r}, expected {VERSION}", file=str(path), field="version")
+    return part
+
+
+def finalize_recording(
+    directory: str | Path, meta: dict[str, Any] | None = None, keep_parts: bool = False
+) -> ExecGraph:
+    """Merge DIR/parts/rank*.msgpack into DIR/graph.json + DIR/programs/; return the graph."""
+    d = Path(directory)
+    paths = sorted((d / PART_DIR).glob("rank*.msgpack"), key=lambda p: int(p.stem[4:]))
+    if not paths:
+        raise InputError("no rank parts to merge (did the ranks record?)", file=str(d / PART_DIR))
+    parts = [_read_part(p) for p in paths]
+    ranks = [int(p["rank"]) for p in parts]
+    if ranks != list(range(len(parts))):
+        missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+        raise InputError(f"rank parts missing: {missing}", file=str(d / PART_DIR))
+    progs = [
+        (Program.decode(p["program"], str(path)), [tuple(g) for g in p["groups"]])
+        for p, path in zip(parts, paths, strict=True)
+    ]
+    recorded = {
+        "step_ends_ns": [list(p["step_ends_ns"]) for p in parts],
+        "end_ns": [int(p["end_ns"]) for p in parts],
+        "idle_ns": [int(p.get("idle_ns", 0)) for p in parts],
+    }
+    graph = assemble(progs, meta, recorded)
+    graph.check(str(d))
+    save(graph, d)
+    if not keep_parts:
+        for p in paths:
+            p.unlink()
+        try:
+            (d / PART_DIR).rmdir()
+        except OSError:
+            pass
+    return graph

@@ -1,0 +1,354 @@
+"""Re-time an execution graph on a topology and a network engine (no torch, no live process).
+
+The graph becomes one static flow DAG, like `phantora.replay` does for workloads, with zero-byte
+*marker* flows (src == dst) standing for compute and synchronisation:
+- a run of back-to-back compute nodes on a stream is one marker whose delay is their summed
+  duration, depending on whatever ended the stream before;
+- a Coll/P2P node is an *issue* marker; once every member has issued, a *start* marker depends on
+  all issue markers (the collective starts at the latest issue, as NCCL does) and gates the flows of
+  `phantora.collectives.decompose`;
+- a Wait marker depends on the stream and on the waiting rank's last flows of each collective.
+
+Ranks are expanded side by side, each until it waits on a collective that some member has not
+issued yet, so flow ids are allocated in dependency order. If every rank is stuck, the graph is
+inconsistent (mismatched collectives) and the error says who waits for whom.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from phantora.collectives import decompose
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
+from phantora.errors import InputError
+from phantora.netsim.base import Flow, NetworkSimulator
+from phantora.replay import MAX_FLOWS, run_engine
+from phantora.topology.model import Topology
+
+
+@dataclass
+class Instance:
+    """One collective (or transfer) across its members."""
+
+    key: tuple[Any, ...]
+    kind: str
+    group: tuple[int, ...]
+    nbytes: int
+    dtype: str
+    root: int | None
+    issue: dict[int, int] = field(default_factory=dict)  # rank -> issue marker
+    start: int = -1  # start marker, once launched
+    flows: range = range(0)
+    rank_last: dict[int, list[int]] = field(default_factory=dict)
+
+    @property
+    def launched(self) -> bool:
+        return self.start >= 0
+
+    def label(self) -> str:
+        if self.key[0] == "p":
+            _, src, dst, tag, seq = self.key
+            return f"send_recv {src}->{dst} tag {tag} #{seq}"
+        return f"{self.kind} on {list(self.group)} #{self.key[2]}"
+
+
+@dataclass
+class GraphPlan:
+    """The flat DAG of a graph, and the markers that report its timing."""
+
+    flows: list[Flow]
+    instances: list[Instance]
+    step_markers: list[list[int]]  # per rank, in step order
+    end_markers: list[int]  # per rank
+    markers: int
+
+
+@dataclass
+class GraphReplayResult:
+    """Timing of a replayed graph: step ends as the runtime defines them, per-rank detail, engine stats."""
+
+    step_ends_ns: list[int]
+    step_times_ns: list[int]
+    rank_step_ends_ns: list[list[int]]
+    rank_end_ns: list[int]
+    makespan_ns: int
+    comm: dict[str, dict[str, int]]  # kind -> count, bytes, busy_ns (sum of start..end)
+    engine_stats: dict[str, object]
+    flows: int
+    markers: int
+    plan_s: float
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Deterministic results (no wall-clock figure)."""
+        return {
+            "step_ends_ns": self.step_ends_ns,
+            "step_times_ns": self.step_times_ns,
+            "rank_step_ends_ns": self.rank_step_ends_ns,
+            "rank_end_ns": self.rank_end_ns,
+            "makespan_ns": self.makespan_ns,
+            "comm": self.comm,
+            "flows": self.flows,
+            "markers": self.markers,
+            "engine_stats": {k: v for k, v in self.engine_stats.items() if isinstance(v, (int, float, str))},
+        }
+
+
+def _pinned(prog: Program) -> set[int]:
+    """Nodes whose end another node names explicitly (their end needs a marker of its own)."""
+    return {d for n in prog.nodes for d in n.deps}
+
+
+class _RankRun:
+    """The expansion state of one rank."""
+
+    def __init__(self, rank: int, prog: Program, slots: list[tuple[int, ...]], ep: int, pinned: set[int]) -> None:
+        self.rank = rank
+        self.prog = prog
+        self.slots = slots
+        self.ep = ep
+        self.pinned = pinned
+        self.pc = 0
+        self.streams: dict[int, tuple[tuple[int, ...], int]] = {}  # stream -> (deps, delay): free at max(deps)+delay
+        self.ends: dict[int, int] = {}  # node -> marker that ends it
+        self.inst: dict[int, Instance] = {}  # Coll/P2P node -> its instance
+        self.steps: list[int] = []
+        self.end = -1  # the marker joining every stream at the end
+        self.blocked: Instance | None = None
+
+
+class _Planner:
+    def __init__(self, graph: ExecGraph, topo: Topology, algo: AlgoOptions, max_flows: int) -> None:
+        self.graph, self.topo, self.algo, self.max_flows = graph, topo, algo, max_flows
+        self.flows: list[Flow] = []
+        self.markers = 0
+        self.instances: dict[tuple[Any, ...], Instance] = {}
+        self.order: list[Instance] = []
+        self.waiters: dict[tuple[Any, ...], list[int]] = {}
+        self._launched: list[Instance] = []
+
+    def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
+        fid = len(self.flows)
+        self.flows.append(Flow(fid, ep, ep, 0, deps, delay, tag))
+        self.markers += 1
+        return fid
+
+    def plan(self) -> GraphPlan:
+        g, topo = self.graph, self.topo
+        if g.world > topo.num_ranks:
+            raise InputError(
+                f"the graph has {g.world} ranks but the topology '{topo.name}' has {topo.num_ranks} endpoints; "
+                "use a topology with enough GPUs (or --scale-dp to re-target the graph)",
+                field="topology",
+            )
+        pinned = [_pinned(p) for p in g.programs]
+        runs = []
+        for r, e in enumerate(g.ranks):
+            slots = [g.groups[i] for i in e.groups]
+            runs.append(_RankRun(r, g.programs[e.program], slots, topo.node_of_rank(r), pinned[e.program]))
+        ready = deque(range(g.world))
+        while ready:
+            run = runs[ready.popleft()]
+            self.advance(run)
+            if run.blocked is not None:
+                self.waiters.setdefault(run.blocked.key, []).append(run.rank)
+            else:
+                self.finish(run)
+            for inst in self.take_launched():
+                for w in self.waiters.pop(inst.key, []):
+                    runs[w].blocked = None
+                    ready.append(w)
+        self.check_complete(runs)
+        return GraphPlan(self.flows, self.order, [x.steps for x in runs], [x.end for x in runs], self.markers)
+
+    # ----- one rank -----------------------------------------------------------------------------------------------
+    def ready(self, run: _RankRun, node: Any) -> tuple[tuple[int, ...], int]:
+        deps, delay = run.streams.get(node.stream, ((), 0))
+        if node.deps:
+            if delay:
+                deps, delay = (self.marker(run.ep, deps, delay, f"r{run.rank}/run"),), 0
+            deps = deps + tuple(run.ends[d] for d in node.deps)
+        return deps, delay
+
+    def advance(self, run: _RankRun) -> None:
+        nodes = run.prog.nodes
+        while run.pc < len(nodes):
+            i, n = run.pc, nodes[run.pc]
+            if isinstance(n, Compute):
+                deps, delay = self.ready(run, n)
+                run.streams[n.stream] = (deps, delay + n.dur_ns)
+                if i in run.pinned:
+                    m = self.marker(run.ep, deps, delay + n.dur_ns, f"r{run.rank}/{n.name}")
+                    run.streams[n.stream] = ((m,), 0)
+                    run.ends[i] = m
+            elif isinstance(n, (Coll, P2P)):
+                deps, delay = self.ready(run, n)
+                m = self.marker(run.ep, deps, delay, f"r{run.rank}/issue{i}")
+                run.streams[n.stream] = ((m,), 0)
+                run.ends[i] = m
+                run.inst[i] = self.issue(run, i, n, m)
+            elif isinstance(n, Wait):
+                waiting = next((run.inst[r] for r in n.refs if not run.inst[r].launched), None)
+                if waiting is not None:
+                    run.blocked = waiting
+                    return
+                deps, delay = self.ready(run, n)
+                if delay:
+                    deps = (self.marker(run.ep, deps, delay, f"r{run.rank}/run"),)
+                extra = tuple(f for r in n.refs for f in run.inst[r].rank_last[run.rank])
+                m = self.marker(run.ep, deps + extra, 0, f"r{run.rank}/wait{i}")
+                run.streams[n.stream] = ((m,), 0)
+                run.ends[i] = m
+            elif isinstance(n, Step):
+                deps, delay = self.ready(run, n)
+                m = self.marker(run.ep, deps, delay, f"r{run.rank}/step{n.index}")
+                run.streams[n.stream] = ((m,), 0)
+                run.ends[i] = m
+                run.steps.append(m)
+            run.pc += 1
+
+    def finish(self, run: _RankRun) -> None:
+        deps: list[int] = []
+        for s in sorted(run.streams):
+            d, delay = run.streams[s]
+            deps.extend(d if not delay else (self.marker(run.ep, d, delay, f"r{run.rank}/run"),))
+        run.end = self.marker(run.ep, tuple(deps), 0, f"r{run.rank}/end")
+
+    # ----- collectives --------------------------------------------------------------------------------------------
+    def issue(self, run: _RankRun, i: int, n: Coll | P2P, m: int) -> Instance:
+        group = run.slots[n.slot]
+        if isinstance(n, Coll):
+            key: tuple[Any, ...] = ("c", group, n.seq)
+            sig = (n.kind, n.nbytes, n.dtype, n.root)
+        else:
+            key = ("p", group[0], group[1], n.tag, n.seq)
+            sig = ("send_recv", n.nbytes, "uint8", None)
+        inst = self.instances.get(key)
+        if inst is None:
+            inst = self.instances[key] = Instance(key, sig[0], group, sig[1], sig[2], sig[3])
+        elif (inst.kind, inst.nbytes, inst.dtype, inst.root) != sig:
+            first = min(inst.issue)
+            raise InputError(
+                f"collective mismatch on {inst.label()}: rank {first} issued {inst.kind} of {inst.nbytes} B "
+                f"({inst.dtype}, root {inst.root}), rank {run.rank} issued {sig[0]} of {sig[1]} B ({sig[2]}, root "
+                f"{sig[3]}) (program node {i})",
+                field="programs",
+            )
+        if run.rank in inst.issue:
+            raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
+        inst.issue[run.rank] = m
+        if len(inst.issue) == len(group):
+            self.launch(inst)
+        return inst
+
+    def launch(self, inst: Instance) -> None:
+        anchor = self.topo.node_of_rank(inst.group[0])
+        gate = tuple(inst.issue[r] for r in inst.group)
+        inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
+        first = len(self.flows)
+        coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root)
+        dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=f"c{len(self.order)}")
+        for f in dag.flows:
+            deps = f.deps if f.deps else (inst.start,)
+            self.flows.append(Flow(f.id, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+        if len(self.flows) > self.max_flows:
+            raise InputError(
+                f"the replay needs more than {self.max_flows:,} flows; use the coarse granularity or fewer channels",
+                field="granularity",
+            )
+        inst.flows = range(first, len(self.flows))
+        inst.rank_last = {r: (dag.rank_last.get(r) or [inst.start]) for r in inst.group}
+        self.order.append(inst)
+        self._launched.append(inst)
+
+    def take_launched(self) -> list[Instance]:
+        got, self._launched = self._launched, []
+        return got
+
+    def check_complete(self, runs: list[_RankRun]) -> None:
+        stuck = [x for x in runs if x.blocked is not None]
+        if stuck:
+            lines = []
+            for x in stuck[:8]:
+                inst = x.blocked
+                assert inst is not None
+                missing = [r for r in inst.group if r not in inst.issue]
+                lines.append(f"rank {x.rank} waits on {inst.label()}, never issued by rank(s) {missing[:16]}")
+            more = f" (and {len(stuck) - 8} more ranks)" if len(stuck) > 8 else ""
+            raise InputError("the graph deadlocks: " + "; ".join(lines) + more, field="programs")
+        orphans = [i for i in self.instances.values() if not i.launched]
+        if orphans:
+            i = orphans[0]
+            missing = [r for r in i.group if r not in i.issue]
+            raise InputError(
+                f"{len(orphans)} collective(s) never issued by every member, e.g. {i.label()}: "
+                f"issued by {sorted(i.issue)[:16]}, missing {missing[:16]}",
+                field="programs",
+            )
+
+
+def plan_graph(
+    graph: ExecGraph, topo: Topology, algo: AlgoOptions | None = None, max_flows: int = MAX_FLOWS
+) -> GraphPlan:
+    """The flow DAG of a graph on a topology."""
+    return _Planner(graph, topo, algo or AlgoOptions(), max_flows).plan()
+
+
+def algo_from_meta(graph: ExecGraph) -> AlgoOptions:
+    """The collective options the graph was recorded with (meta.algo), else the defaults."""
+    algo = graph.meta.get("algo") or {}
+    try:
+        return AlgoOptions(**algo)
+    except TypeError as exc:
+        raise InputError(f"bad recorded algorithm options {algo}: {exc}", field="meta.algo") from None
+
+
+def replay_graph(
+    graph: ExecGraph,
+    topo: Topology,
+    sim: NetworkSimulator,
+    algo: AlgoOptions | None = None,
+    *,
+    progress: bool = False,
+) -> GraphReplayResult:
+    """Replay `graph` on `sim` (a fresh engine for `topo`) and time every step."""
+    t0 = time.perf_counter()
+    plan = plan_graph(graph, topo, algo if algo is not None else algo_from_meta(graph))
+    t1 = time.perf_counter()
+    completions = run_engine(sim, plan.flows, progress=progress)
+    wall = time.perf_counter() - t0
+    end_of = [0] * len(plan.flows)
+    seen = 0
+    for c in completions:
+        end_of[c.flow_id] = c.end_ns
+        seen += 1
+    if seen != len(plan.flows):
+        raise RuntimeError(f"the engine finished with {len(plan.flows) - seen} flows never completed")
+    rank_steps = [[end_of[m] for m in ms] for ms in plan.step_markers]
+    steps = step_times(rank_steps)
+    ends = [sum(steps[: i + 1]) for i in range(len(steps))]
+    comm: dict[str, dict[str, int]] = {}
+    for inst in plan.instances:
+        start = end_of[inst.start]
+        end = max((end_of[i] for i in inst.flows), default=start)
+        c = comm.setdefault(inst.kind, {"count": 0, "bytes": 0, "busy_ns": 0})
+        c["count"] += 1
+        c["bytes"] += inst.nbytes
+        c["busy_ns"] += end - start
+    return GraphReplayResult(
+        step_ends_ns=ends,
+        step_times_ns=steps,
+        rank_step_ends_ns=rank_steps,
+        rank_end_ns=[end_of[m] for m in plan.end_markers],
+        makespan_ns=max(end_of, default=0),
+        comm=dict(sorted(comm.items())),
+        engine_stats=dict(sim.stats()),
+        flows=len(plan.flows),
+        markers=plan.markers,
+        plan_s=t1 - t0,
+        wall_s=wall,
+    )

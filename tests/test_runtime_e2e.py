@@ -1,0 +1,230 @@
+"""End-to-end runs of real training scripts through the co-simulation bridge (`phantora run`).
+
+Each test starts real rank processes (torch + gloo + the bridge), so they use 2-4 ranks and tiny models.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bridge.errors import BridgeError
+from bridge.supervisor import alive_pids
+from phantora.runtime.launcher import RunConfig, launch
+from phantora.topology.generators import leaf_spine
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+GPT_ARGS = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq", "32", "--batch", "2"]
+
+
+def star(n: int, nic: str = "100Gbps"):
+    """n GPUs on one switch, 1 us links."""
+    return leaf_spine(1, n, 0, nic_rate=nic, latency="1us", name=f"star{n}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_gloo(script: Path, args: list[str], world: int, timeout: float = 240) -> list[str]:
+    """The same script as plain torch.distributed processes on gloo (no phantora); returns rank outputs."""
+    port = str(_free_port())
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1")
+        env["MASTER_PORT"] = port
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        )
+    outs = [p.communicate(timeout=timeout)[0].decode() for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    return outs
+
+
+def losses(log: str) -> list[float]:
+    return [float(x) for x in re.findall(r"loss ([0-9.]+)", log)]
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_ddp_real_mode_equals_gloo(tmp_path):
+    """4 ranks, one DDP step: gradients and parameters equal those of the same script on gloo."""
+    script = EXAMPLES / "gpt_ddp.py"
+    run_gloo(script, [*GPT_ARGS, "--steps", "1", "--save", str(tmp_path / "gloo")], 4)
+    rep = launch(
+        RunConfig(
+            str(script), [*GPT_ARGS, "--steps", "1", "--save", str(tmp_path / "sim")], star(4), nproc=4, timeout_s=300
+        )
+    )
+    for r in range(4):
+        want, got = np.load(tmp_path / f"gloo.rank{r}.npz"), np.load(tmp_path / f"sim.rank{r}.npz")
+        assert sorted(want.files) == sorted(got.files) and any(k.startswith("grad/") for k in want.files)
+        for k in want.files:
+            torch.testing.assert_close(torch.from_numpy(got[k]), torch.from_numpy(want[k]), msg=k)
+    s = rep.summary
+    assert len(s["steps"]) == 1 and s["steps"][0]["time_ns"] > 0
+    assert all(rk["comm"]["all_reduce"]["count"] >= 1 for rk in s["ranks"])
+
+
+OVERLAP = """
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import phantora.runtime as pr
+    D, L, B = 1024, 4, 1024
+    dist.init_process_group()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(D, D, bias=False) for _ in range(L)])
+    ddp = DDP(model, bucket_cap_mb=4)  # one 4 MiB bucket per layer
+    x = torch.randn(B, D)
+    for _ in range(2):  # step 0 builds DDP's buckets; step 1 is measured
+        ddp(x).sum().backward()
+        pr.step()
+    dist.destroy_process_group()
+"""
+
+
+def test_ddp_overlaps_backward_with_bucket_all_reduces(tmp_path):
+    """One DDP step: max(compute, comm) <= step < compute + comm, and the run is deterministic."""
+    script = write(tmp_path, "overlap.py", OVERLAP)
+    topo = star(2, nic="400Gbps")
+    runs = [launch(RunConfig(str(script), topology=topo, nproc=2, trace="none", timeout_s=300)) for _ in range(2)]
+    s = runs[0].summary
+    assert s["steps"] == runs[1].summary["steps"]  # virtual time is deterministic
+    step = s["steps"][1]
+    d, layers, b = 1024, 4, 1024
+    # compute: 3 matmuls per layer (forward, grad input, grad weight), roofline on H100 fp32 (67 TFLOP/s)
+    matmul_ns = 3 * layers * 2 * b * d * d / 67e12 * 1e9
+    assert matmul_ns <= step["compute_ns"] <= 1.25 * matmul_ns
+    # comm: ring all-reduce of one 4 MiB bucket per layer, 2(n-1)/n * S / B with n = 2 at 400 Gb/s
+    comm_ns = layers * (2 * (2 - 1) / 2) * (4 * 2**20) * 8 / 400e9 * 1e9
+    assert max(step["compute_ns"], comm_ns) <= step["time_ns"] < step["compute_ns"] + comm_ns
+    assert all(rk["comm"]["all_reduce"]["count"] == 1 + layers for rk in s["ranks"])  # 1 bucket at first
+
+
+MISMATCH = """
+    import torch, torch.distributed as dist
+    dist.init_process_group()
+    n = 4 if dist.get_rank() == 0 else 8   # rank 1 reduces a tensor twice as big
+    dist.all_reduce(torch.ones(n))
+    dist.destroy_process_group()
+"""
+
+
+def test_mismatched_collectives_stop_with_the_bridge_diagnostic(tmp_path):
+    script = write(tmp_path, "mismatch.py", MISMATCH)
+    t0 = time.monotonic()
+    with pytest.raises(BridgeError) as info:
+        launch(RunConfig(str(script), topology=star(2), nproc=2, timeout_s=120))
+    text = str(info.value)
+    assert "mismatch" in text and "16 B" in text and "32 B" in text, text
+    assert time.monotonic() - t0 < 100
+
+
+CRASH = """
+    import os, sys, time, torch, torch.distributed as dist
+    out = sys.argv[1]
+    dist.init_process_group()
+    rank = dist.get_rank()
+    with open(f"{out}/pid{rank}", "w") as f:
+        f.write(str(os.getpid()))
+    dist.barrier()
+    if rank == 1:
+        with open(f"{out}/raised", "w") as f:
+            f.write(repr(time.monotonic()))
+        raise ValueError("boom from rank one")
+    while True:                      # rank 0 keeps training and waiting on collectives
+        dist.all_reduce(torch.ones(4))
+"""
+
+
+def test_exception_in_one_rank_ends_the_run(tmp_path):
+    script = write(tmp_path, "crash.py", CRASH)
+    with pytest.raises(BridgeError) as info:
+        launch(RunConfig(str(script), [str(tmp_path)], topology=star(2), nproc=2, timeout_s=120))
+    ended = time.monotonic()
+    raised = float((tmp_path / "raised").read_text())
+    assert ended - raised < 5.0
+    text = str(info.value)
+    assert "rank 1" in text and "ValueError: boom from rank one" in text and "crash.py" in text, text
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    assert alive_pids(pids) == []
+
+
+def test_fsdp2_example_matches_ddp_losses():
+    """FSDP2 (all-gather + reduce-scatter on the phantora backend) trains exactly like DDP."""
+    args = [*GPT_ARGS, "--steps", "2"]
+    fsdp = launch(RunConfig(str(EXAMPLES / "gpt_fsdp.py"), args, star(2), nproc=2, trace="none", timeout_s=300))
+    ddp = launch(RunConfig(str(EXAMPLES / "gpt_ddp.py"), args, star(2), nproc=2, trace="none", timeout_s=300))
+    lf, ld = losses(fsdp.logs["rank 0"]), losses(ddp.logs["rank 0"])
+    assert len(lf) == 2 and lf == pytest.approx(ld, rel=1e-4)
+    comm = fsdp.summary["ranks"][0]["comm"]
+    assert comm["all_gather"]["count"] > 0 and comm["reduce_scatter"]["count"] > 0
+    assert fsdp.summary["tokens_per_s_per_gpu"] > 0 and 0 < fsdp.summary["mfu"] < 1
+
+
+def test_tp_example_matches_single_process_training():
+    """DTensor tensor parallelism (functional collectives) gives the losses of the unsharded model."""
+    steps, layers, d, hidden, tokens, lr = 2, 2, 32, 64, 16, 0.1
+    args = ["--steps", str(steps), "--layers", str(layers), "--d-model", str(d), "--hidden", str(hidden)]
+    args += ["--tokens", str(tokens), "--lr", str(lr)]
+    rep = launch(RunConfig(str(EXAMPLES / "tp_mlp.py"), args, star(2), nproc=2, trace="none", timeout_s=300))
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from tp_mlp import MLP
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(MLP(d, hidden) for _ in range(layers)))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(1)
+    want = []
+    for _ in range(steps):
+        x = torch.randn(tokens, d, generator=g)
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    assert losses(rep.logs["rank 0"]) == pytest.approx(want, abs=2e-5)
+    # per step: each layer's forward all-reduces its output; each backward but the first layer's its input grad
+    assert rep.summary["ranks"][0]["comm"]["all_reduce"]["count"] == (2 * layers - 1) * steps
+
+
+@pytest.mark.ns3
+def test_ddp_example_runs_in_ns3_mode(tmp_path):
+    args = [*GPT_ARGS, "--steps", "2"]
+    rep = launch(
+        RunConfig(
+            str(EXAMPLES / "gpt_ddp.py"),
+            args,
+            star(2),
+            network="ns3",
+            cc="dcqcn",
+            nproc=2,
+            out_dir=tmp_path,
+            timeout_s=600,
+        )  # fmt: skip
+    )
+    s = rep.summary
+    assert s["run"]["network"] == "ns3" and len(s["steps"]) == 2
+    assert all(st["time_ns"] >= st["compute_ns"] > 0 for st in s["steps"])
+    assert (tmp_path / "results.json").is_file() and (tmp_path / "trace.json").is_file()

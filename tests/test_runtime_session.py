@@ -1,0 +1,169 @@
+"""The clock semantics of the backend and dispatch mode, in one process.
+
+A one-rank phantora group carries the data over a real one-rank gloo group; the network is a test
+double in which every collective takes a fixed time, so each expected time is a closed form of the
+roofline (2 n^3 / peak per matmul) and that fixed duration. End-to-end runs with the real bridge
+are in test_runtime_e2e.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from phantora.errors import PhantoraError
+from phantora.runtime.backend import PhantoraProcessGroup
+from phantora.runtime.compute import Roofline
+from phantora.runtime.dispatch import ChargeMode
+from phantora.runtime.gpus import get_gpu
+from phantora.runtime.session import RankSession
+
+COMM_NS = 100_000
+LAUNCH_NS = 1_000
+N = 256
+MM_NS = math.ceil(2 * N**3 / 67e12 * 1e9) + LAUNCH_NS  # fp32 on H100, compute-bound
+
+
+class FixedLatencyClient:
+    """Test double of the bridge client: a collective completes COMM_NS after its issue."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []  # (kind, nbytes, t_issue)
+        self.done: dict[int, int] = {}
+        self.clock = 0
+
+    def collective(self, *, group: Sequence[int], seq: int, kind: str, nbytes: int, dtype: str, root: Any,
+                   t_issue_ns: int, name: str = "") -> int:  # fmt: skip
+        assert t_issue_ns >= self.clock
+        self.calls.append((kind, nbytes, t_issue_ns))
+        self.done[len(self.done) + 1] = t_issue_ns + COMM_NS
+        return len(self.done)
+
+    def p2p(self, **kw: Any) -> int:
+        raise AssertionError("no p2p expected")
+
+    def wait(self, handle: int) -> int:
+        self.clock = max(self.clock, self.done[handle])
+        return self.done[handle]
+
+    def test(self, handle: int, t_now_ns: int) -> int | None:
+        return self.done[handle] if self.done[handle] <= t_now_ns else None
+
+    def advance_clock(self, t_ns: int) -> None:
+        assert t_ns >= self.clock, "the runtime reported a clock that went back"
+        self.clock = t_ns
+
+    def finish(self, t_ns: int, results: dict[str, Any]) -> None:
+        self.finished = (t_ns, results)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture()
+def rig():
+    client = FixedLatencyClient()
+    s = RankSession(0, 1, client, Roofline(get_gpu("h100"), LAUNCH_NS), trace_level="ops")
+    pg = PhantoraProcessGroup(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30), [0], s)
+    a = torch.randn(N, N)
+    mode = ChargeMode(s)
+    with mode:
+        yield s, pg, client, a
+
+
+def test_async_collective_overlaps_compute(rig):
+    s, pg, client, a = rig
+    g = torch.ones(N)
+    t0 = s.now()
+    work = pg.allreduce([g])
+    assert client.calls == [("all_reduce", 4 * N, t0)]  # issued at the compute lane's time
+    assert 10 * MM_NS < COMM_NS
+    for _ in range(10):
+        a @ a  # independent compute, shorter than the collective
+    assert s.now() == t0 + 10 * MM_NS
+    assert not work.is_completed()
+    work.wait()
+    assert s.now() == t0 + COMM_NS  # max(compute, comm)
+
+
+def test_compute_longer_than_comm_hides_it(rig):
+    s, pg, client, a = rig
+    g = torch.ones(N)
+    t0 = s.now()
+    work = pg.allreduce([g])
+    assert 80 * MM_NS > COMM_NS
+    for _ in range(80):
+        a @ a
+    assert work.is_completed()
+    work.wait()
+    assert s.now() == t0 + 80 * MM_NS  # the collective finished first: no stall
+
+
+def test_reading_a_collectives_output_waits_for_it(rig):
+    s, pg, client, a = rig
+    g = torch.full((N,), 2.0)
+    t0 = s.now()
+    pg.allreduce([g])  # never waited on explicitly
+    a @ a  # unrelated: no wait
+    assert s.now() == t0 + MM_NS
+    y = g[:8] * 3  # reads a view of the output: joins first, then runs
+    mul_ns = math.ceil((8 * 4 + 8 * 4) / 3.35e12 * 1e9) + LAUNCH_NS
+    assert s.now() == t0 + COMM_NS + mul_ns
+    assert torch.equal(y, torch.full((8,), 6.0))  # one rank: SUM leaves the data unchanged
+
+
+def test_avg_is_sum_then_divide_and_step_syncs(rig):
+    s, pg, client, a = rig
+    g = torch.full((4,), 3.0)
+    o = dist.AllreduceOptions()
+    o.reduceOp = dist.ReduceOp.AVG
+    t0 = s.now()
+    pg.allreduce([g], o)
+    assert s.step() == t0 + COMM_NS  # step() joins everything in flight
+    assert torch.equal(g, torch.full((4,), 3.0))
+    assert s.results()["step_ends_ns"] == [t0 + COMM_NS]
+
+
+def test_sizes_follow_nccl_tests_convention(rig):
+    s, pg, client, a = rig
+    x = torch.ones(16)
+    out = torch.empty(16)
+    pg.all_gather_single(out, x).wait()
+    pg.reduce_scatter_single(out, x).wait()
+    pg.broadcast([x]).wait()
+    pg.barrier().wait()
+    kinds = [(k, b) for k, b, _ in client.calls]
+    assert kinds == [("all_gather", 64), ("reduce_scatter", 64), ("broadcast", 64), ("barrier", 0)]
+
+
+def test_virtual_time_is_deterministic():
+    def run() -> list[int]:
+        client = FixedLatencyClient()
+        s = RankSession(0, 1, client, Roofline(get_gpu("a100")), trace_level="none")
+        pg = PhantoraProcessGroup(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30), [0], s)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        with ChargeMode(s):
+            for _ in range(3):
+                model(torch.randn(16, 32)).sum().backward()
+                for p in model.parameters():
+                    pg.allreduce([p.grad])
+                s.step()
+        return s.step_ends
+
+    first = run()
+    assert first == run() and len(first) == 3 and first[0] > 0
+
+
+def test_premul_sum_is_refused(rig):
+    s, pg, client, a = rig
+    o = dist.AllreduceOptions()
+    o.reduceOp = dist._make_nccl_premul_sum(2.0)
+    with pytest.raises(PhantoraError, match="PREMUL_SUM"):
+        pg.allreduce([torch.ones(2)], o)

@@ -1,0 +1,186 @@
+"""Unit tests of the runtime's pure parts: GPU table, roofline, clock lanes, trace, results, time patch."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+import torch
+
+from phantora.errors import InputError
+from phantora.runtime import timepatch
+from phantora.runtime.clock import VirtualClock
+from phantora.runtime.compute import Roofline
+from phantora.runtime.gpus import GPUS, get_gpu
+from phantora.runtime.results import summarize
+from phantora.runtime.trace import TraceRecorder, merge_traces
+
+aten = torch.ops.aten
+H100 = get_gpu("h100")
+
+
+# ----- GPU table (REFERENCE.md §2) -----------------------------------------------------------------
+def test_gpu_table_matches_reference():
+    assert get_gpu("H100").peak("bf16") == 989e12
+    assert get_gpu("a100").peak("fp32") == 19.5e12
+    assert get_gpu("h200").mem_bw == 4.8e12
+    assert get_gpu("b200").memory == 192 * 10**9
+    assert get_gpu("l40s").nvlink_bw == 0
+    assert get_gpu("a100").peak("fp8") == get_gpu("a100").peak("bf16")  # no fp8 units: bf16 rate
+    assert set(GPUS) == {"a100", "h100", "h200", "b200", "l40s"}
+
+
+def test_unknown_gpu_names_the_field():
+    with pytest.raises(InputError, match="field 'gpu'.*unknown GPU 'v100'"):
+        get_gpu("v100")
+
+
+# ----- roofline ---------------------------------------------------------------------------------------
+def test_matmul_is_compute_bound_at_peak():
+    m = Roofline(H100, launch_ns=1000)
+    a, b = torch.randn(256, 512), torch.randn(512, 128)
+    cost = m.cost(aten.mm.default, (a, b), {}, a @ b)
+    flops = 2 * 256 * 512 * 128
+    assert cost.flops == flops
+    assert cost.nbytes == 4 * (256 * 512 + 512 * 128 + 256 * 128)
+    assert cost.ns == math.ceil(flops / 67e12 * 1e9) + 1000
+
+
+def test_bf16_matmul_uses_tensor_core_peak():
+    m = Roofline(H100, launch_ns=0)
+    a = torch.randn(1024, 1024, dtype=torch.bfloat16)
+    cost = m.cost(aten.mm.default, (a, a), {}, a @ a)
+    assert cost.dtype == "bf16"
+    assert cost.ns == math.ceil(2 * 1024**3 / 989e12 * 1e9)
+
+
+def test_elementwise_is_memory_bound():
+    m = Roofline(H100, launch_ns=500)
+    x, y = torch.randn(1 << 20), torch.randn(1 << 20)
+    cost = m.cost(aten.add.Tensor, (x, y), {}, x + y)
+    assert cost.flops == 0
+    assert cost.ns == math.ceil(3 * 4 * (1 << 20) / 3.35e12 * 1e9) + 500
+
+
+def test_views_and_allocations_cost_nothing():
+    m = Roofline(H100)
+    x = torch.randn(8, 8)
+    assert m.cost(aten.view.default, (x, [64]), {}, x.view(64)).ns == 0
+    assert m.cost(aten.t.default, (x,), {}, x.t()).ns == 0
+    assert m.cost(aten.empty.memory_format, ([8, 8],), {}, torch.empty(8, 8)).ns == 0
+
+
+def test_cpu_attention_counts_attention_flops():
+    m = Roofline(H100, launch_ns=0)
+    b, h, s, d = 2, 4, 128, 32
+    q = torch.randn(b, h, s, d)
+    out = aten._scaled_dot_product_flash_attention_for_cpu.default(q, q, q)
+    cost = m.cost(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q), {}, out)
+    assert cost.flops == 4 * b * h * s * s * d  # QK^T and PV
+
+
+def test_embedding_reads_rows_not_the_table():
+    m = Roofline(H100, launch_ns=0)
+    table, idx = torch.randn(50_000, 64), torch.tensor([1, 2, 3])
+    out = torch.nn.functional.embedding(idx, table)
+    cost = m.cost(aten.embedding.default, (table, idx), {}, out)
+    assert cost.nbytes == idx.numel() * 8 + 2 * out.numel() * 4
+
+
+# ----- clock lanes ------------------------------------------------------------------------------------
+def test_clock_join_takes_the_later_lane():
+    c = VirtualClock()
+    assert c.charge(100) == (0, 100)
+    assert c.issue() == 100
+    c.charge(50)
+    assert c.join(500) == 350  # stalls from 150 to 500
+    assert c.now() == 500
+    c.charge(10)
+    assert c.join(200) == 0  # already past it
+    assert (c.now(), c.compute_busy_ns, c.waited_ns) == (510, 160, 350)
+
+
+def test_clock_sync_joins_comm_lane():
+    c = VirtualClock()
+    c.complete(1000)
+    c.charge(10)
+    assert c.sync() == 1000
+
+
+# ----- trace --------------------------------------------------------------------------------------------
+def test_trace_lanes_and_merge(tmp_path):
+    r = TraceRecorder(3)
+    r.op("aten.mm", 0, 1000)
+    r.comm("all_reduce#0", 500, 3000, {"bytes": 8})
+    r.comm("all_reduce#1", 1000, 2000, {"bytes": 8})  # overlaps #0: second comm lane
+    r.step(0, 0, 3000)
+    ev = r.events()
+    spans = {e["name"]: e for e in ev if e["ph"] == "X"}
+    assert spans["aten.mm"]["ts"] == 0 and spans["aten.mm"]["dur"] == 1.0
+    assert spans["all_reduce#0"]["tid"] != spans["all_reduce#1"]["tid"]
+    assert {e["pid"] for e in ev} == {3}
+    p1 = r.write(tmp_path / "a.json")
+    r2 = TraceRecorder(4, level="coarse")
+    r2.op("x", 0, 10)
+    r2.op("y", 10, 30)
+    r2.op("z", 50, 60)
+    p2 = r2.write(tmp_path / "b.json")
+    merged = json.loads(merge_traces([p1, p2], tmp_path / "m.json").read_text())["traceEvents"]
+    blocks = [e for e in merged if e.get("pid") == 4 and e["ph"] == "X"]
+    assert [(b["name"], b["dur"]) for b in blocks] == [("compute (2 ops)", 0.03), ("compute (1 ops)", 0.01)]
+
+
+def test_trace_rejects_unknown_level():
+    with pytest.raises(InputError, match="trace"):
+        TraceRecorder(0, level="all")
+
+
+# ----- results ------------------------------------------------------------------------------------------
+def test_summary_step_times_tokens_and_mfu():
+    ranks = {
+        0: {"step_ends_ns": [5_000, 15_000, 25_000], "step_busy_ns": [4_000, 12_000, 20_000], "end_ns": 25_000},
+        1: {"step_ends_ns": [6_000, 14_000, 26_000], "step_busy_ns": [3_000, 9_000, 15_000], "end_ns": 26_000},
+    }
+    ranks[0]["workload"] = {"tokens_per_step": 1000, "flops_per_step": 1e12, "dtype": "bf16"}
+    s = summarize(ranks, H100)
+    assert [st["time_ns"] for st in s["steps"]] == [6_000, 9_000, 11_000]  # slowest rank ends each step
+    assert [st["compute_ns"] for st in s["steps"]] == [4_000, 8_000, 8_000]
+    assert s["step_time_ns"]["mean"] == 10_000  # the first step is start-up
+    assert s["tokens_per_s_per_gpu"] == pytest.approx(1000 / 10e-6 / 2)
+    assert s["mfu"] == pytest.approx(1e12 / (10e-6 * 2 * 989e12))
+
+
+# ----- time patch ---------------------------------------------------------------------------------------
+def test_time_patch_reads_simulated_clock_and_restores():
+    sim = [0]
+    real_pc = time.perf_counter
+    timepatch.install(lambda: sim[0])
+    try:
+        sim[0] = 2_500_000_000
+        assert time.perf_counter() == 2.5
+        assert time.perf_counter_ns() == 2_500_000_000
+        t0 = time.time()
+        sim[0] += 1_000_000_000
+        assert time.time() - t0 == pytest.approx(1.0)
+        with timepatch.real_time():
+            assert time.perf_counter is real_pc
+        assert time.perf_counter() == 3.5
+    finally:
+        timepatch.uninstall()
+    assert time.perf_counter is real_pc and not timepatch.installed()
+
+
+# ----- command line -------------------------------------------------------------------------------------
+def test_run_command_reports_bad_input(tmp_path, capsys):
+    from phantora.cli import main
+
+    assert main(["run", "--topology", "star8", str(tmp_path / "nope.py")]) == 2
+    assert "nope.py: training script not found" in capsys.readouterr().err
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    assert main(["run", "--topology", "star8", "--gpu", "v100", str(script)]) == 2
+    assert "field 'gpu'" in capsys.readouterr().err
+    assert main(["run", "--topology", "star8", "--cc", "dcqcn", str(script)]) == 2
+    assert "--network ns3" in capsys.readouterr().err

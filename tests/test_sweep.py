@@ -1,0 +1,200 @@
+"""`phantora sweep`: grid parsing, command templates, a flow-mode sweep with one failing point, the table."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from phantora.cli import main
+from phantora.errors import InputError
+from phantora.sweep import SweepSpec, build_runs, command_args, load_grid, parse_param, run_sweep
+
+AR_BYTES = 32 * 2**20
+WORKLOAD = f"""
+name = "ar"
+[[op]]
+name = "ar"
+kind = "all_reduce"
+bytes = {AR_BYTES}
+ranks = "all"
+"""
+
+
+def test_grid_file_and_points(tmp_path: Path) -> None:
+    g = tmp_path / "g.toml"
+    g.write_text(
+        'name = "cc"\ncommand = ["replay", "{workload}", "--out", "{out}"]\njobs = 2\n'
+        '[fixed]\nworkload = "w.toml"\nnetwork = "ns3"\n"set.buffer_bytes" = 1000000\n'
+        '[grid]\ncc = ["none", "dcqcn", "hpcc"]\n"set.pfc" = [true, false]\n'
+    )
+    spec = load_grid(g)
+    points = spec.points()
+    assert len(points) == 3 * 2
+    assert points[1] == {
+        "workload": "w.toml",
+        "network": "ns3",
+        "set.buffer_bytes": 1000000,
+        "cc": "none",
+        "set.pfc": False,
+    }
+    runs = build_runs(spec, tmp_path / "out")
+    assert len({r.out for r in runs}) == 6
+    assert runs[1].args == [
+        "replay", "w.toml", "--out", str(runs[1].out),
+        "--network", "ns3", "--set", "buffer_bytes=1000000", "--cc", "none", "--set", "pfc=0",
+    ]  # fmt: skip
+    assert runs[1].out.name == "001-cc=none_pfc=False"
+
+
+def test_command_template_rules() -> None:
+    spec = SweepSpec(command=("run", "{script}", "-n", "{ranks}", "--out", "{out}/r{index}"))
+    spec.fixed = {"script": "gpt.py", "ranks": 16, "window": "10us", "trace": False, "fast_path": True}
+    args = command_args(spec, spec.points()[0], Path("/o"), 4)
+    assert args == ["run", "gpt.py", "-n", "16", "--out", "/o/r4", "--window", "10us", "--no-trace", "--fast-path"]
+
+
+def test_flags_placeholder_puts_flags_before_the_script() -> None:
+    spec = SweepSpec(command=("run", "{flags}", "--out", "{out}", "{script}", "--steps", "3"))
+    spec.fixed = {"script": "gpt.py", "topology": "star8"}
+    spec.grid = {"window": ["1us", "10us"]}
+    args = command_args(spec, spec.points()[1], Path("/o"), 1)
+    assert args == ["run", "--topology", "star8", "--window", "10us", "--out", "/o", "gpt.py", "--steps", "3"]
+
+
+def test_cli_param_values() -> None:
+    assert parse_param("set.pfc=true,false") == ("set.pfc", [True, False])
+    assert parse_param("set.buffer_bytes=1000000") == ("set.buffer_bytes", [1000000])
+    assert parse_param("window=1us, 10us") == ("window", ["1us", "10us"])
+    spec = SweepSpec(fixed={"workload": "w"}, grid=dict([parse_param("set.pfc=true,false")]))
+    assert [command_args(spec, p, Path("/o"), 0)[-1] for p in spec.points()] == ["pfc=1", "pfc=0"]
+    with pytest.raises(InputError):
+        parse_param("cc")
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("[grid]\ncc = []\n", "grid.cc"),
+        ('command = ["replay", "{nope}", "--out", "{out}"]\n[fixed]\nx = 1\n', "command"),
+        ('command = ["replay", "w"]\n[fixed]\nx = 1\n', "command"),
+        ('[fixed]\ncc = "none"\n[grid]\ncc = ["a", "b"]\n', "cc"),
+        ('[fixed]\nout = "x"\n', "fixed.out"),
+        ('[grid]\ncc = [["nested"]]\n', "grid.cc"),
+        ('colour = "red"\n', "colour"),
+        ('jobs = 0\n[fixed]\nworkload = "w"\n', "jobs"),
+    ],
+)
+def test_bad_grids_name_the_field(tmp_path: Path, text: str, field: str) -> None:
+    g = tmp_path / "g.toml"
+    g.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_grid(g)
+    assert err.value.file == str(g) and err.value.field == field
+
+
+def test_bad_toml_names_the_line(tmp_path: Path) -> None:
+    g = tmp_path / "g.toml"
+    g.write_text('[grid]\ncc = ["none",\n  "dcqcn"\nx = = 2\n')
+    with pytest.raises(InputError) as err:
+        load_grid(g)
+    assert err.value.file == str(g) and err.value.line is not None
+
+
+@pytest.fixture(scope="module")
+def flow_sweep(tmp_path_factory: pytest.TempPathFactory):
+    """2 topologies that exist and one that does not, x 2 algorithms, in flow mode, 2 jobs."""
+    root = tmp_path_factory.mktemp("sweep")
+    wl = root / "ar.toml"
+    wl.write_text(WORKLOAD)
+    spec = SweepSpec(
+        name="t",
+        fixed={"workload": str(wl), "network": "flow"},
+        grid={"topology": ["star8", "no-such-topology", "twoleaf8"], "algorithm": ["ring", "tree"]},
+    )
+    messages: list[str] = []
+    res = run_sweep(spec, root / "out", jobs=2, progress=False, report=messages.append)
+    return spec, res, root / "out", messages
+
+
+def test_failing_point_is_reported_and_the_others_complete(flow_sweep) -> None:
+    _spec, res, _out, messages = flow_sweep
+    status = [(r["topology"], r["algorithm"], r["status"]) for r in res.rows]
+    assert status == [
+        ("star8", "ring", "ok"),
+        ("star8", "tree", "ok"),
+        ("no-such-topology", "ring", "failed"),
+        ("no-such-topology", "tree", "failed"),
+        ("twoleaf8", "ring", "ok"),
+        ("twoleaf8", "tree", "ok"),
+    ]
+    bad = [r for r in res.rows if r["status"] == "failed"]
+    assert all("no-such-topology" in r["error"] and r["returncode"] == 2 for r in bad)
+    assert len(messages) == 2
+    assert all("topology=no-such-topology" in m and "algorithm=" in m and "run.log" in m for m in messages)
+
+
+def test_table_has_a_row_per_point_with_its_configuration(flow_sweep) -> None:
+    spec, res, out, _ = flow_sweep
+    with (out / "sweep.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(spec.points()) == 6
+    for row, point in zip(rows, spec.points(), strict=True):
+        for key, value in point.items():
+            assert row[key] == str(value)
+        if row["status"] == "ok":
+            results = json.loads((Path(row["dir"]) / "results.json").read_text())
+            assert int(row["time_ns"]) == results["makespan_ns"]
+    # The star8 ring all-reduce: 2(n-1)/n * S at 100 Gb/s, plus small latencies.
+    ring = 2 * 7 / 8 * AR_BYTES * 8 / 100e9 * 1e9
+    t = int(rows[0]["time_ns"])
+    assert ring <= t <= ring * 1.01
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["grid"] == spec.grid and len(meta["rows"]) == 6
+
+
+def test_parquet_table_matches_csv(flow_sweep) -> None:
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is optional (Parquet output)")
+    _spec, res, out, _ = flow_sweep
+    table = pq.read_table(out / "sweep.parquet").to_pylist()
+    assert [r["topology"] for r in table] == [r["topology"] for r in res.rows]
+    assert [r["time_ns"] for r in table] == [r["time_ns"] for r in res.rows]
+
+
+def test_sweep_plots_are_written(flow_sweep) -> None:
+    _spec, _res, out, _ = flow_sweep
+    for name in ("time_vs_topology", "fct_cdf"):
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert (out / f"{name}.svg").stat().st_size > 5_000
+
+
+def test_cli_exit_status_and_dry_run(tmp_path: Path, capsys) -> None:
+    wl = tmp_path / "ar.toml"
+    wl.write_text(WORKLOAD)
+    out = tmp_path / "o"
+    argv = ["sweep", "-w", str(wl), "-t", "star8,nowhere", "-p", "network=flow", "--out", str(out), "--no-plots"]
+    assert main([*argv, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and "--topology nowhere" in lines[1] and "--network flow" in lines[1]
+    assert main(argv) == 1
+    cap = capsys.readouterr()
+    assert "1 of 2 runs failed" in cap.err and "topology=nowhere" in cap.err
+    assert main(["sweep", "--out", str(out)]) == 2
+    assert "nothing to sweep" in capsys.readouterr().err
+
+
+def test_ray_backend_runs_the_same_sweep(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
+    wl = tmp_path / "ar.toml"
+    wl.write_text(WORKLOAD)
+    spec = SweepSpec(name="r", fixed={"workload": str(wl), "network": "flow"}, grid={"topology": ["star8", "nowhere"]})
+    res = run_sweep(spec, tmp_path / "out", ray_address="local", progress=False, plots=False, report=lambda m: None)
+    assert [r["status"] for r in res.rows] == ["ok", "failed"]
+    ok = Path(res.rows[0]["dir"])
+    assert {"results.json", "flows.csv", "links.csv", "run.log"} <= {p.name for p in ok.iterdir()}
+    ring = 2 * 7 / 8 * AR_BYTES * 8 / 100e9 * 1e9
+    assert ring <= res.rows[0]["time_ns"] <= ring * 1.01
+    assert "nowhere" in res.rows[1]["error"]
