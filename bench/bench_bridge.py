@@ -32,11 +32,23 @@ from phantora.workload import Workload, load_workload  # noqa: E402
 
 REPLAY = [sys.executable, "-m", "bridge.replay_rank"]
 
-# One ns-3 workload: DDP-like, 6 chained 2 MiB all-reduce buckets on 8 ranks, 5 us of compute between.
-NS3_WORKLOAD = {
-    "name": "ddp-small",
-    "op": [{"name": "b", "kind": "all_reduce", "bytes": "2MiB", "ranks": "all", "repeat": 6, "gap": "5us"}],
-}
+# ns-3 workloads on 8 ranks: DDP-like, 6 chained 2 MiB all-reduce buckets with 5 us of compute between;
+# MoE-like, 2 layers of dispatch and combine all-to-alls (512 KiB per rank) with 10 us of expert compute.
+NS3_WORKLOADS = [
+    {
+        "name": "ddp-small",
+        "op": [{"name": "b", "kind": "all_reduce", "bytes": "2MiB", "ranks": "all", "repeat": 6, "gap": "5us"}],
+    },
+    {
+        "name": "moe-small",
+        "op": [
+            {"name": "d0", "kind": "all_to_all", "bytes": "512KiB", "ranks": "all"},
+            {"name": "c0", "kind": "all_to_all", "bytes": "512KiB", "ranks": "all", "after": ["d0"], "gap": "10us"},
+            {"name": "d1", "kind": "all_to_all", "bytes": "512KiB", "ranks": "all", "after": ["c0"], "gap": "5us"},
+            {"name": "c1", "kind": "all_to_all", "bytes": "512KiB", "ranks": "all", "after": ["d1"], "gap": "10us"},
+        ],
+    },
+]
 WINDOWS = (0, 1_000, 10_000, 100_000, 1_000_000)
 
 
@@ -84,24 +96,59 @@ def _error_ns(res, ref) -> tuple[int, float]:
     return err, abs(span - span_ref) / span_ref
 
 
-def _ns3_setup(tmp: Path) -> tuple[Any, Path, Workload, Any]:
+def _timed_replay(wl: Workload, topo: Any, sim: Any) -> tuple[Any, float, float]:
+    """In-process replay: result, wall s, CPU s."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    ref = replay_inprocess(wl, topo, sim)
+    return ref, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _figures(res: Any, wall: float, cpu: float) -> dict[str, float]:
+    """Bridge wall and CPU over in-process: network side (coordinator + server) and with the ranks."""
+    net = res.cpu_s["coordinator"] + res.cpu_s["server"]
+    return {
+        "inprocess_wall_s": wall,
+        "inprocess_cpu_s": cpu,
+        "bridge_wall_s": res.sim_wall_s,
+        "bridge_net_cpu_s": net,
+        "bridge_rank_cpu_s": res.cpu_s["ranks"],
+        "wall_ratio": res.sim_wall_s / wall,
+        "net_cpu_ratio": net / cpu,
+        "all_cpu_ratio": (net + res.cpu_s["ranks"]) / cpu,
+        "startup_s": res.startup_s,
+        "rounds": res.rounds,
+        "late": res.late_collectives,
+    }
+
+
+def _print(label: str, f: dict[str, float]) -> None:
+    print(
+        f"{label}: in-process {f['inprocess_wall_s']:.3f} s wall / {f['inprocess_cpu_s']:.3f} s CPU; "
+        f"bridge {f['bridge_wall_s']:.3f} s wall (x{f['wall_ratio']:.2f}), network-side CPU "
+        f"{f['bridge_net_cpu_s']:.3f} s (x{f['net_cpu_ratio']:.2f}), with ranks x{f['all_cpu_ratio']:.2f}; "
+        f"{f['rounds']} rounds, start-up {f['startup_s']:.1f} s"
+    )
+
+
+def _ns3_setup(tmp: Path, spec: dict[str, Any]) -> tuple[Any, Path, Workload, Any]:
     from phantora.netsim.packet_config import PacketConfig
 
     topo = leaf_spine(2, 4, 2, nic_rate="100Gbps", latency="1us")
-    path = tmp / "ns3_workload.json"
-    path.write_text(json.dumps(NS3_WORKLOAD))
+    path = tmp / f"{spec['name']}.json"
+    path.write_text(json.dumps(spec))
     return topo, path, load_workload(path, world=topo.num_ranks), PacketConfig(cc="dcqcn")
 
 
-def _ns3_inprocess(topo: Any, wl: Workload, config: Any) -> tuple[Any, float]:
+def _ns3_inprocess(topo: Any, wl: Workload, config: Any) -> tuple[Any, float, float, float]:
+    """ns-3 replay in this process: result, build s (with the import the first time), wall s, CPU s."""
     from phantora.netsim.packet import Ns3Simulator
 
     t0 = time.perf_counter()
     sim = Ns3Simulator(topo, config)
     built = time.perf_counter() - t0
-    ref = replay_inprocess(wl, topo, sim)
+    ref, wall, cpu = _timed_replay(wl, topo, sim)
     sim.close()
-    return ref, built
+    return ref, built, wall, cpu
 
 
 def bench_overhead(tmp: Path) -> list[dict[str, Any]]:
@@ -112,46 +159,46 @@ def bench_overhead(tmp: Path) -> list[dict[str, Any]]:
     for name in ("ddp_buckets", "fsdp_layers", "moe_alltoall"):
         path = ROOT / "workloads" / f"{name}.toml"
         wl = load_workload(path, world=topo.num_ranks)
-        ref = replay_inprocess(wl, topo, FlowSimulator(topo))
+        ref, wall, cpu = _timed_replay(wl, topo, FlowSimulator(topo))
         for in_coord in (True, False):
-            res = CosimRun(topo, network="flow", window_ns=0, engine_in_coordinator=in_coord,
-                           rank_cmd=[*REPLAY, str(path)]).run()  # fmt: skip
+            run = CosimRun(
+                topo, network="flow", window_ns=0, engine_in_coordinator=in_coord, rank_cmd=[*REPLAY, str(path)]
+            )
+            f = _figures(run.run(), wall, cpu)
             where = "coordinator" if in_coord else "server"
-            ratio = res.sim_wall_s / ref.wall_s
-            rows.append({"engine": "flow", "workload": name, "W": 0, "engine_in": where, "inprocess_s": ref.wall_s,
-                         "bridge_s": res.sim_wall_s, "ratio": ratio, "startup_s": res.startup_s})  # fmt: skip
-            print(f"overhead flow {name:13s} exact, engine in {where:11s}: in-process {ref.wall_s:.3f} s, "
-                  f"bridge {res.sim_wall_s:.3f} s (x{ratio:.2f}), start-up {res.startup_s:.1f} s")  # fmt: skip
-    topo, path, wl, config = _ns3_setup(tmp)
-    ref, built = _ns3_inprocess(topo, wl, config)
-    events = ref.engine_stats.get("events")
-    print(f"ns-3 in-process: import+build {built:.1f} s, replay {ref.wall_s:.2f} s, {events} events")
-    for w in (10_000, 0):
-        res = CosimRun(topo, network="ns3", packet_config=config, window_ns=w, rank_cmd=[*REPLAY, str(path)]).run()
-        ratio = res.sim_wall_s / ref.wall_s
-        err, rel = _error_ns(res, ref)
-        row = {"engine": "ns3", "workload": wl.name, "W": w, "engine_in": "server", "inprocess_s": ref.wall_s}
-        row.update(bridge_s=res.sim_wall_s, ratio=ratio, startup_s=res.startup_s, err_ns=err)
-        rows.append(row)
-        print(f"overhead ns3 {wl.name} W={w}: in-process {ref.wall_s:.2f} s, bridge {res.sim_wall_s:.2f} s "
-              f"(x{ratio:.2f}), start-up {res.startup_s:.1f} s, max end error {err} ns")  # fmt: skip
+            rows.append({"engine": "flow", "workload": name, "W": 0, "engine_in": where, **f})
+            _print(f"overhead flow {name} exact, engine in {where}", f)
+    for spec in NS3_WORKLOADS:
+        topo, path, wl, config = _ns3_setup(tmp, spec)
+        ref, built, wall, cpu = _ns3_inprocess(topo, wl, config)
+        print(f"ns-3 {wl.name} in-process: build {built:.1f} s, {ref.engine_stats.get('events')} events")
+        for w in (10_000, 0):
+            res = CosimRun(topo, network="ns3", packet_config=config, window_ns=w, rank_cmd=[*REPLAY, str(path)]).run()
+            f = _figures(res, wall, cpu)
+            f["max_err_ns"] = _error_ns(res, ref)[0]
+            rows.append({"engine": "ns3", "workload": wl.name, "W": w, "engine_in": "server", **f})
+            _print(f"overhead ns3 {wl.name} W={w}", f)
     return rows
 
 
 def bench_windows(tmp: Path) -> list[dict[str, Any]]:
-    topo, path, wl, config = _ns3_setup(tmp)
-    ref, _ = _ns3_inprocess(topo, wl, config)
     rows = []
-    print(f"windows: ns-3 (dcqcn) {wl.name} on {topo.name}; exact makespan {max(op.end_ns for op in ref.ops)} ns, "
-          f"in-process {ref.wall_s:.2f} s")  # fmt: skip
-    print(f"{'W':>8s} {'bridge s':>9s} {'rounds':>7s} {'late':>5s} {'max err ns':>11s} {'makespan err':>13s}")
-    for w in WINDOWS:
-        res = CosimRun(topo, network="ns3", packet_config=config, window_ns=w, rank_cmd=[*REPLAY, str(path)]).run()
-        err, rel = _error_ns(res, ref)
-        rows.append({"W": w, "bridge_s": res.sim_wall_s, "rounds": res.rounds, "late": res.late_collectives,
-                     "max_err_ns": err, "makespan_rel_err": rel})  # fmt: skip
-        label = "exact" if w == 0 else f"{w // 1000}us"
-        print(f"{label:>8s} {res.sim_wall_s:9.2f} {res.rounds:7d} {res.late_collectives:5d} {err:11d} {rel:13.2e}")
+    for spec in NS3_WORKLOADS:
+        topo, path, wl, config = _ns3_setup(tmp, spec)
+        ref, _, wall, cpu = _ns3_inprocess(topo, wl, config)
+        span = max(op.end_ns for op in ref.ops)
+        print(f"windows: ns-3 (dcqcn) {wl.name} on {topo.name}; exact makespan {span} ns; "
+              f"in-process {wall:.2f} s wall, {cpu:.2f} s CPU")  # fmt: skip
+        heads = ("W", "wall s", "net CPU s", "rounds", "late", "max err ns", "span err")
+        print(" ".join(f"{h:>{n}s}" for h, n in zip(heads, (8, 7, 9, 7, 5, 11, 9), strict=True)))
+        for w in WINDOWS:
+            res = CosimRun(topo, network="ns3", packet_config=config, window_ns=w, rank_cmd=[*REPLAY, str(path)]).run()
+            err, rel = _error_ns(res, ref)
+            f = _figures(res, wall, cpu)
+            rows.append({"workload": wl.name, "W": w, "max_err_ns": err, "makespan_rel_err": rel, **f})
+            label = "exact" if w == 0 else f"{w // 1000}us"
+            print(f"{label:>8s} {res.sim_wall_s:7.2f} {f['bridge_net_cpu_s']:9.2f} {res.rounds:7d} "
+                  f"{res.late_collectives:5d} {err:11d} {rel:9.2%}")  # fmt: skip
     return rows
 
 

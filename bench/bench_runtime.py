@@ -161,6 +161,24 @@ def scale(ranks: int, steps: int) -> dict[str, float]:
     }
 
 
+def overheads(ops: int, colls: int) -> None:
+    a = in_process(ops, colls)
+    plain = a["op_plain_us"]
+    print("per aten op (torch.add of 4 floats), in this process, no network:")
+    print(f"  plain torch          {plain:8.2f} us")
+    print(f"  phantora mode        {a['op_mode_us']:8.2f} us   (+{a['op_mode_us'] - plain:.2f})")
+    print(f"  ... one coll pending {a['op_mode_pending_us']:8.2f} us   (+{a['op_mode_pending_us'] - plain:.2f})")
+    print("per all_reduce of 4 floats, waited, 1 rank, no network:")
+    gloo, ph = a["coll_gloo_us"], a["coll_phantora_us"]
+    print(f"  gloo                 {gloo:8.2f} us")
+    print(f"  phantora (no bridge) {ph:8.2f} us   (+{ph - gloo:.2f})")
+    b = with_bridge(ops, colls)
+    print("rank 0 of 2 ranks, real bridge (flow, exact mode) vs plain gloo:")
+    print(f"  per op:         plain {b['op_plain_us']:8.2f} us   phantora+bridge {b['op_bridge_us']:8.2f} us")
+    gloo2, ph2 = b["coll_gloo_2ranks_us"], b["coll_bridge_2ranks_us"]
+    print(f"  per all_reduce: gloo  {gloo2:8.2f} us   phantora+bridge {ph2:8.2f} us")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", type=int, default=20000)
@@ -168,33 +186,19 @@ def main() -> None:
     p.add_argument("--ranks", type=int, nargs="*", default=[8, 32])
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--skip-scale", action="store_true")
+    p.add_argument("--skip-overhead", action="store_true")
     args = p.parse_args()
-    a = in_process(args.ops, args.colls)
-    print("per aten op (torch.add of 4 floats), in this process, no network:")
-    print(f"  plain torch          {a['op_plain_us']:8.2f} us")
-    print(f"  phantora mode        {a['op_mode_us']:8.2f} us   (+{a['op_mode_us'] - a['op_plain_us']:.2f})")
-    print(
-        f"  ... one coll pending {a['op_mode_pending_us']:8.2f} us   (+{a['op_mode_pending_us'] - a['op_plain_us']:.2f})"
-    )
-    print("per all_reduce of 4 floats, waited, 1 rank, no network:")
-    print(f"  gloo                 {a['coll_gloo_us']:8.2f} us")
-    print(
-        f"  phantora (no bridge) {a['coll_phantora_us']:8.2f} us   (+{a['coll_phantora_us'] - a['coll_gloo_us']:.2f})"
-    )
-    b = with_bridge(args.ops, args.colls)
-    print("rank 0 of 2 ranks, real bridge (flow, exact mode) vs plain gloo:")
-    print(f"  per op:  plain {b['op_plain_us']:8.2f} us   phantora+bridge {b['op_bridge_us']:8.2f} us")
-    print(
-        f"  per all_reduce: gloo {b['coll_gloo_2ranks_us']:8.2f} us   phantora+bridge {b['coll_bridge_2ranks_us']:8.2f} us"
-    )
+    if not args.skip_overhead:
+        overheads(args.ops, args.colls)
     if not args.skip_scale:
         print("GPT DDP example (examples/gpt_ddp.py defaults), flow network:")
         for n in args.ranks:
             r = scale(n, args.steps)
             print(
-                f"  {n:3d} ranks: wall {r['wall_s']:6.1f} s (start-up {r['startup_s']:.1f} s, co-sim {r['sim_wall_s']:.1f} s),"
-                f" peak RSS {r['peak_rss_mb_total'] / 1024:.2f} GB total, {r['peak_rss_mb_per_rank']:.0f} MB/rank,"
-                f" simulated step {r['step_time_ms']:.3f} ms"
+                f"  {n:3d} ranks: wall {r['wall_s']:6.1f} s (start-up {r['startup_s']:.1f} s,"
+                f" co-sim {r['sim_wall_s']:.1f} s), peak RSS {r['peak_rss_mb_total'] / 1024:.2f} GB total,"
+                f" {r['peak_rss_mb_per_rank']:.0f} MB/rank, simulated step {r['step_time_ms']:.3f} ms",
+                flush=True,
             )
 
 

@@ -18,6 +18,7 @@ peer death, timeouts) raise `BridgeError` carrying the coordinator's diagnostic.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ class RankClient:
         self._next_handle = 1
         self._error: BridgeError | None = None
         self._closed = False
+        self._cpu0 = time.process_time()
         self._sock.send(encode("hello", 0, role="rank", token=token, rank=rank, world=world, pid=os.getpid()))
         welcome = self._await("welcome", startup_timeout_s)
         if welcome["world"] != world:
@@ -292,7 +294,7 @@ class RankClient:
         except Exception as exc:
             raise BridgeError(f"rank {self.rank}: results must be msgpack-able with string keys ({exc})") from None
         self._poll()
-        self._send("finish", t_ns, results=results)
+        self._send("finish", t_ns, results=results, cpu_s=time.process_time() - self._cpu0)
         self._await("ack")
 
     def close(self) -> None:

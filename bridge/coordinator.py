@@ -57,6 +57,7 @@ class Coordinator:
         self.core: CoordinatorCore | None = None
         self.rejected = 0
         self.t_all_connected: float | None = None  # wall clock when the last rank said hello
+        self.cpu_all_connected = 0.0
 
     def attach(self, engine: NetworkSimulator) -> None:
         spec = self.spec
@@ -148,6 +149,7 @@ class Coordinator:
             self.ident_of[rank] = ident
             if len(self.ident_of) == self.spec.world:
                 self.t_all_connected = time.monotonic()
+                self.cpu_all_connected = time.process_time()
         else:
             self.reject(ident, E_AUTH, f"unknown role {role!r}")
             return
@@ -197,6 +199,7 @@ class Coordinator:
                 outcome = core.finalize()
                 outcome["rejected"] = self.rejected
                 outcome["sim_wall_s"] = time.monotonic() - (self.t_all_connected or time.monotonic())
+                outcome["coordinator_cpu_s"] = time.process_time() - self.cpu_all_connected
                 self.send_supervisor(encode("outcome", core.engine.now(), outcome=outcome))
                 return 0
             self.heartbeat()

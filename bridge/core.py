@@ -111,6 +111,7 @@ class RankState:
     sent_lease: int = INF_NS
     t_finish: int = 0
     output: Any = None
+    cpu_s: float = 0.0  # CPU time the rank process spent, as it reported at finish
 
 
 class CoordinatorCore:
@@ -257,7 +258,7 @@ class CoordinatorCore:
 
     def _on_finish(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "finish")
-        rs.state, rs.t_finish, rs.output = DONE, msg.t, msg["results"]
+        rs.state, rs.t_finish, rs.output, rs.cpu_s = DONE, msg.t, msg["results"], float(msg["cpu_s"])
         self.live -= 1
         self.send(rs.rank, encode("ack", msg.t))
         for rv in self.matcher.waiting_for(rs.rank):
@@ -606,4 +607,5 @@ class CoordinatorCore:
             "now": self.engine.now(),
             "window_ns": self.window,
             "engine_stats": {str(k): v for k, v in stats.items() if isinstance(v, (int, float, str, bool))},
+            "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
         }

@@ -68,6 +68,7 @@ class NetServer:
         self.info = info
         self.peer: bytes | None = None
         self.running = True
+        self.cpu0 = time.process_time()  # CPU spent serving (the engine is built by now)
 
     def _state(self, type_: str, done: list[Completion] | None = None) -> bytes:
         eng = self.engine
@@ -116,7 +117,9 @@ class NetServer:
         if msg.type == "drain":
             return self._state("completions", eng.drain(msg["limit"]))
         if msg.type == "get_stats":
-            return encode("stats", eng.now(), stats=_plain(eng.stats()))
+            stats = _plain(eng.stats())
+            stats["server_cpu_s"] = time.process_time() - self.cpu0
+            return encode("stats", eng.now(), stats=stats)
         if msg.type == "shutdown":
             self.running = False
             return None

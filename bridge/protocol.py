@@ -69,6 +69,10 @@ def _opt_int(v: Any) -> bool:
     return v is None or _int(v)
 
 
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _str(v: Any) -> bool:
     return isinstance(v, str)
 
@@ -119,7 +123,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "wait": {"handles": _ints, "until": _int},
     "test": {"h": _int},
     "result": {"h": _opt_int, "t_done": _opt_int, "done": _list, "now": _int, "lease": _int},
-    "finish": {"results": _any},
+    "finish": {"results": _any, "cpu_s": _num},
     "ack": {},
     "lease": {"lease": _int},
     "error": {"code": _str, "text": _str},

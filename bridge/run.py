@@ -65,6 +65,7 @@ class CosimResult:
     late_collectives: int  # started later than requested (window mode error)
     logs: dict[str, str] = field(default_factory=dict)  # "rank 0", "coordinator", "server" -> log text
     startup_s: float = 0.0  # launch until the coordinator answered the launcher (network server ready)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU of the run phase: coordinator, server, ranks
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -344,6 +345,11 @@ class CosimRun:
             messages=outcome["messages"],
             late_collectives=outcome["late_collectives"],
             startup_s=t_ready - t0,
+            cpu_s={
+                "coordinator": float(outcome.get("coordinator_cpu_s", 0.0)),
+                "server": float(outcome["engine_stats"].get("server_cpu_s", 0.0)),
+                "ranks": float(sum(outcome.get("rank_cpu_s", []))),
+            },
         )
 
     def _write(self, result: CosimResult) -> None:

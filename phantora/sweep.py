@@ -292,6 +292,29 @@ def write_log(run: RunSpec, stdout: str, stderr: str) -> None:
     (run.out / "run.log").write_text(f"$ {cmd}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
 
 
+def uses_ns3(args: Sequence[str]) -> bool:
+    """Does this command line run the packet-level engine (`--network ns3`, or `netsim` without --network flow)?"""
+    if args and args[0] == "netsim":
+        return not any(a == "flow" and i and args[i - 1] == "--network" for i, a in enumerate(args))
+    return any(a == "ns3" and i and args[i - 1] == "--network" for i, a in enumerate(args))
+
+
+def prebuild_ns3(runs: Sequence[RunSpec], say: Callable[[str], None]) -> None:
+    """Bring the ns-3 fabric library up to date once, before parallel runs that would each rebuild it."""
+    if not any(uses_ns3(r.args) for r in runs):
+        return
+    try:
+        from phantora.netsim.packet import build, needs_build
+    except ImportError:
+        return
+    if needs_build():
+        say("building the ns-3 fabric library once before the runs")
+        try:
+            build()
+        except PhantoraError as exc:
+            say(f"warning: {exc}")
+
+
 def run_local(
     runs: Sequence[RunSpec],
     jobs: int,
@@ -468,6 +491,7 @@ def run_sweep(
 
             outcomes = run_on_ray(runs, ray_address, spec.timeout_s, on_done=done)
         else:
+            prebuild_ns3(runs, say)
             outcomes = run_local(runs, n_jobs, spec.timeout_s, on_done=done)
     finally:
         bar.close()

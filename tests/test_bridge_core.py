@@ -110,7 +110,7 @@ def test_wait_with_deadline_returns_none_before_completion() -> None:
     h = Harness(world=2)
     a = h.coll(0, 0, kind="all_gather", group=(0, 1))
     h.coll(1, 0, kind="all_gather", group=(0, 1))
-    h.msg(1, "finish", 0, results={})
+    h.msg(1, "finish", 0, results={}, cpu_s=0.0)
     h.wait(0, 0, a, until=50_000)
     h.core.progress()
     res = h.result(0)
@@ -186,7 +186,7 @@ def test_missing_participant_on_finish() -> None:
     h.coll(0, 0, group=(0, 1, 2))
     h.coll(1, 0, group=(0, 1, 2))
     with pytest.raises(RunFailed) as err:
-        h.msg(2, "finish", 10, results={})
+        h.msg(2, "finish", 10, results={}, cpu_s=0.0)
     assert "missing participant" in err.value.text and "rank 2 finished" in err.value.text
     assert "missing [2]" in err.value.text
 
@@ -216,8 +216,8 @@ def test_finalize_drains_and_records_everything() -> None:
     h = Harness(world=2)
     h.coll(0, 0, group=(0, 1))
     h.coll(1, 0, group=(0, 1))
-    h.msg(0, "finish", 0, results={"a": 1})
-    h.msg(1, "finish", 0, results={"b": 2})
+    h.msg(0, "finish", 0, results={"a": 1}, cpu_s=0.0)
+    h.msg(1, "finish", 0, results={"b": 2}, cpu_s=0.0)
     assert all(rs.state == DONE for rs in h.core.ranks) and h.core.all_finished()
     out = h.core.finalize()
     rec = out["collectives"][0]
@@ -228,6 +228,6 @@ def test_finalize_drains_and_records_everything() -> None:
 
 def test_missing_participant_that_finished_before_the_call() -> None:
     h = Harness(world=3)
-    h.msg(2, "finish", 0, results={})
+    h.msg(2, "finish", 0, results={}, cpu_s=0.0)
     with pytest.raises(RunFailed, match=r"missing participant: rank 2 finished at 0 ns .* missing \[1, 2\]"):
         h.coll(0, 0, group=(0, 1, 2))

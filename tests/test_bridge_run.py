@@ -78,6 +78,16 @@ try:
         for i in range(400):
             t = c.wait(coll("all_reduce", list(range(c.world)), i, t))
             time.sleep(0.02)
+    elif mode == "poll":
+        h = coll("all_reduce", [0, 1], 0, 0, nbytes=8 * MB)
+        if r == 0:
+            got = None
+            while got is None:
+                t += 50_000
+                got = c.test(h, t)
+            results = {"t_done": got, "t_seen": t}
+        else:
+            t = c.wait(h)
     elif mode == "clock":
         for i in range(1, 201):
             c.advance_clock(i * 1000)
@@ -205,6 +215,19 @@ def test_window_barrier_rounds_follow_advance_clock(rank_script: Path) -> None:
     res = CosimRun(star(2), window_ns=10_000, rank_cmd=[sys.executable, str(rank_script), "clock"], timeout_s=60).run()
     assert res.rounds == 20
     assert res.makespan_ns == 200_000
+
+
+@pytest.mark.parametrize("window", [0, 20_000])
+def test_polling_with_test_sees_the_completion_in_time(rank_script: Path, window: int) -> None:
+    """Rank 0 polls test() every 50 us; the 8 MiB all-reduce of 2 ranks ends at S*8/B + 2 latencies."""
+    res = CosimRun(star(2), window_ns=window, rank_cmd=[sys.executable, str(rank_script), "poll"], timeout_s=60).run()
+    t_done = -(-8 * 2**20 * 8 * 10**9 // (100 * 10**9)) + 2 * 1000
+    first_poll = -(-t_done // 50_000) * 50_000
+    assert res.ranks[0]["t_done"] == t_done
+    if window == 0:
+        assert res.ranks[0]["t_seen"] == first_poll
+    else:  # a completion inside the current window shows up at most one window late
+        assert first_poll <= res.ranks[0]["t_seen"] <= first_poll + 50_000 * (-(-window // 50_000))
 
 
 # ----- failures -------------------------------------------------------------------------------

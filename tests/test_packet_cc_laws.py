@@ -32,7 +32,7 @@ def cc(ns3_cc):
         factory = ns.ObjectFactory()
         factory.SetTypeId(f"ns3::{name}")
         for key, value in attrs.items():
-            factory.Set(key, ns.StringValue(str(value)))
+            factory.Set(key, ns.StringValue(str(value).lower() if isinstance(value, bool) else str(value)))
         obj = cppyy.gbl.ns3.DynamicCast[getattr(cppyy.gbl.ns3, name)](factory.Create())
         obj.Start(line, rtt, mtu, bdp)
         made.append(obj)
@@ -135,6 +135,45 @@ def test_dcqcn_increase_steps_scale_with_line_rate(cc, ns3_cc):
     target += 1_600_000_000
     assert q.GetTargetRateBps() == pytest.approx(target, abs=8)
     assert q.GetRateBps() == pytest.approx((r2 + target) / 2, abs=8)
+
+
+def test_dcqcn_byte_counter_follows_the_paper(cc, ns3_cc):
+    """ByteCounter > 0 (paper: 10 MB): every B bytes sent is an increase event; fast recovery while both the
+    timer and byte stages are below F, additive until both exceed F, then hyper."""
+    g, mb = 1 / 256, 1_000_000
+    q = cc("CcDcqcn", ByteCounter=mb, ClampTargetRate=True)
+    q.OnAck(feedback(ns3_cc, 1000, ecn=True))
+    run_until(ns3_cc, 4500)  # cut 1 at 4001: target = line rate (clamped), rate cut
+    q.OnAck(feedback(ns3_cc, 2000, ecn=True))
+    run_until(ns3_cc, 8500)  # cut 2 at 8001: target = rate after cut 1
+    alpha1 = (1 - g) ** 4
+    cut1 = G100 * (1 - alpha1 / 2)
+    alpha2 = alpha1
+    for t in range(5000, 8001, 1000):
+        alpha2 = (1 - g) * alpha2 + (g if t == 5000 else 0.0)
+    rate = cut1 * (1 - alpha2 / 2)
+    target = cut1
+    assert q.GetTargetRateBps() == pytest.approx(target, abs=2)
+    assert q.GetRateBps() == pytest.approx(rate, abs=2)
+    steps = []
+    for _ in range(4):  # four byte-counter events, no timer event (the RP timer is 300 us away)
+        for _ in range(10):
+            q.OnSend(100_000, 0)
+        steps.append(q.GetTargetRateBps())
+    rate = (rate + target) / 2  # BC stage 0 < F = 1: fast recovery, target unchanged
+    assert steps[0] == pytest.approx(target, abs=2)
+    for i in range(1, 4):  # BC >= F but the timer stage is 0: additive increase (20 Mb/s at 100G)
+        target += 20_000_000
+        rate = (rate + target) / 2
+        assert steps[i] == pytest.approx(target, abs=4)
+    assert q.GetRateBps() == pytest.approx(rate, abs=8)
+    run_until(ns3_cc, 8001 + 300_001)  # timer stage 0: max(T, BC) >= F, min = 0: additive
+    run_until(ns3_cc, 8001 + 600_001)  # timer stage 1: min(T, BC) = 1, not above F: additive
+    target += 40_000_000
+    assert q.GetTargetRateBps() == pytest.approx(target, abs=8)
+    run_until(ns3_cc, 8001 + 900_001)  # timer stage 2 and byte stage 4, both above F: hyper (200 Mb/s)
+    target += 200_000_000
+    assert q.GetTargetRateBps() == pytest.approx(target, abs=8)
 
 
 # ----- HPCC ---------------------------------------------------------------------------------------------

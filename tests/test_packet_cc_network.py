@@ -188,3 +188,10 @@ def test_dctcp_holds_the_queue_at_its_marking_step(ns3_lib) -> None:
     assert max(q) <= 1.2 * k
     assert 0.5 * k <= mean(middle) <= 1.05 * k
     assert max(c.end_ns for c in done) <= 1.03 * line_rate_ns(7 * 2_000_000)
+
+
+def test_dcqcn_is_deterministic_per_seed(results) -> None:
+    """Random RED marking draws from seeded streams: the same seed gives the same FCTs to the ns."""
+    again = run_case("incast4", "dcqcn")
+    assert again["fct"] == results["incast4", "dcqcn"]["fct"]
+    assert again["stats"]["cnps"] == results["incast4", "dcqcn"]["stats"]["cnps"]

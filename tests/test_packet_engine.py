@@ -74,7 +74,8 @@ def test_incast_with_pfc_is_lossless_and_keeps_the_bottleneck_busy(ns3_lib) -> N
         assert len(done) == senders
         assert st["drops"] == 0 and st["retx_packets"] == 0
         assert st["payload_bytes_delivered"] == senders * size
-        assert pauses and all(e.node in range(1, senders + 1) and e.prio == 3 and e.from_node == senders + 1 for e in pauses)
+        assert pauses
+        assert all(e.node in range(1, senders + 1) and e.prio == 3 and e.from_node == senders + 1 for e in pauses)
         assert st["max_switch_buffer_bytes"] <= 1_000_000
         # Lossless and work-conserving: the receiver's port drains every byte at line rate.
         pkt = wire_ns(1048, 100 * G)

@@ -10,7 +10,7 @@ import pytest
 
 from phantora.cli import main
 from phantora.errors import InputError
-from phantora.sweep import SweepSpec, build_runs, command_args, load_grid, parse_param, run_sweep
+from phantora.sweep import SweepSpec, build_runs, command_args, load_grid, parse_param, run_sweep, uses_ns3
 
 AR_BYTES = 32 * 2**20
 WORKLOAD = f"""
@@ -62,6 +62,13 @@ def test_flags_placeholder_puts_flags_before_the_script() -> None:
     spec.grid = {"window": ["1us", "10us"]}
     args = command_args(spec, spec.points()[1], Path("/o"), 1)
     assert args == ["run", "--topology", "star8", "--window", "10us", "--out", "/o", "gpt.py", "--steps", "3"]
+
+
+def test_which_runs_use_ns3() -> None:
+    assert uses_ns3(["replay", "w", "--network", "ns3", "--cc", "dcqcn"])
+    assert not uses_ns3(["replay", "w", "--network", "flow", "--out", "ns3"])
+    assert uses_ns3(["netsim", "-t", "star8", "-f", "x"])
+    assert not uses_ns3(["netsim", "-t", "star8", "--network", "flow"])
 
 
 def test_cli_param_values() -> None:

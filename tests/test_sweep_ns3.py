@@ -18,7 +18,7 @@ from phantora.report.compare import load_and_compare, pause_intervals
 from phantora.report.rundir import load_run
 from phantora.sweep import SweepSpec, run_sweep
 
-pytestmark = pytest.mark.ns3
+pytestmark = [pytest.mark.ns3, pytest.mark.timeout(1200)]  # 4 ns-3 start-ups; slow on a busy machine
 ROOT = Path(__file__).resolve().parents[1]
 CCS = ["none", "dcqcn", "hpcc", "dctcp"]
 BUFFER = 1_000_000  # bytes per switch: small enough that a 7-to-1 incast reaches the PFC threshold

@@ -19,6 +19,7 @@ class CcDcqcn : public CongestionControl {
  public:
   static TypeId GetTypeId();
   CcDcqcn() = default;
+  ~CcDcqcn() override { Stop(); }
   void Start(uint64_t lineRateBps, uint64_t baseRttNs, uint32_t mtuBytes, uint64_t bdpBytes) override;
   void OnAck(const CcFeedback& fb) override;
   void OnSend(uint32_t bytes, uint64_t nowNs) override;

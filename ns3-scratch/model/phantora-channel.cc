@@ -36,7 +36,6 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, Ptr<Packet> pkt, u
   Ptr<PhantoraNetDevice> peer = GetPeer(from);
   uint64_t now = Simulator::Now().GetNanoSeconds();
   Time delay = NanoSeconds(txEndNs - now + m_delayNs);
-  NS_LOG_LOGIC("packet " << pkt->GetUid() << " arrives in " << delay);
   Simulator::ScheduleWithContext(peer->GetNode()->GetId(), delay, &PhantoraNetDevice::Receive, peer, pkt);
 }
 

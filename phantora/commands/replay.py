@@ -1,43 +1,95 @@
-"""`phantora replay WORKLOAD --topology T`: time a list of collectives on a simulated cluster."""
+"""`phantora replay INPUT --topology T`: time a workload, a recorded execution graph or a profiler trace.
+
+INPUT is a workload file (.toml/.json, docs/workload.md), an execution-graph directory written by
+`phantora run --record DIR` (docs/egraph.md), or PyTorch profiler (Kineto) Chrome-trace JSON: one file,
+or a directory with one file per rank.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
 from phantora.netsim.factory import NETWORKS, make_engine
 from phantora.units import parse_size_bytes
 
+FORMATS = ("auto", "workload", "egraph", "kineto")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("replay", help="replay a workload of collectives on a topology", description=__doc__)
-    p.add_argument("workload", help="workload file (.toml or .json, see docs/workload.md)")
+    p = sub.add_parser(
+        "replay", help="replay a workload, a recorded graph or a profiler trace on a topology", description=__doc__
+    )
+    p.add_argument("workload", metavar="INPUT", help="workload file, graph directory, or Kineto trace file/directory")
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     p.add_argument("--network", choices=NETWORKS, default="flow", help="network engine (default: flow)")
     p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
-    p.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="default collective algorithm")
-    p.add_argument("--granularity", choices=("coarse", "chunked"), default="coarse")
-    p.add_argument("--channels", type=int, default=0, help="rings per collective (0 = NCCL-like default)")
-    p.add_argument("--chunk", default="2MiB", help="chunk size of the chunked granularity")
-    p.add_argument("--out", "-o", type=Path, default=None, help="write results.json, flows.csv, links.csv here")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="what INPUT is (default: detect)")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default collective algorithm (auto)")
+    p.add_argument("--granularity", choices=("coarse", "chunked"), default=None, help="coarse (default) or chunked")
+    p.add_argument("--channels", type=int, default=None, help="rings per collective (0 = NCCL-like default)")
+    p.add_argument("--chunk", default=None, help="chunk size of the chunked granularity (default 2MiB)")
+    p.add_argument("--scale-dp", type=int, default=None, metavar="N", help="graphs: re-target DDP/FSDP to N ranks")
+    p.add_argument("--gaps", choices=("keep", "drop"), default="keep", help="Kineto: keep or drop unexplained idle")
+    p.add_argument("--save-graph", type=Path, default=None, help="write the (imported or scaled) graph here")
+    p.add_argument("--export-chakra", type=Path, default=None, help="also write the graph as Chakra ET files here")
+    p.add_argument("--out", "-o", type=Path, default=None, help="write results here")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
     p.set_defaults(func=run)
 
 
+def _detect(path: Path, fmt: str) -> str:
+    from phantora.egraph.format import is_graph_dir
+    from phantora.egraph.kineto import looks_like_kineto
+
+    if fmt != "auto":
+        return fmt
+    if is_graph_dir(path):
+        return "egraph"
+    if path.is_dir() or path.suffix == ".gz" or (path.suffix == ".json" and looks_like_kineto(path)):
+        return "kineto"
+    return "workload"
+
+
+def _algo(args: argparse.Namespace, base: AlgoOptions) -> AlgoOptions:
+    """`base` with every option the user gave explicitly."""
+    given: dict[str, Any] = {}
+    if args.algorithm is not None:
+        given["algorithm"] = args.algorithm
+    if args.granularity is not None:
+        given["granularity"] = args.granularity
+    if args.channels is not None:
+        given["channels"] = args.channels
+    if args.chunk is not None:
+        given["chunk_bytes"] = parse_size_bytes(args.chunk)
+    return dataclasses.replace(base, **given)
+
+
 def run(args: argparse.Namespace) -> int:
-    from phantora.replay import replay_inprocess
-    from phantora.report.replay_report import format_table, write_replay_outputs
     from phantora.topology import load_topology
-    from phantora.workload import load_workload
 
     topo = load_topology(args.topology)
+    kind = _detect(Path(args.workload), args.format)
+    options = {"cc": args.cc} if args.network == "ns3" and args.cc else {}
+    if kind == "workload":
+        return _run_workload(args, topo, options)
+    return _run_graph(args, topo, options, kind)
+
+
+def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) -> int:
+    from phantora.replay import replay_inprocess
+    from phantora.report.replay_report import format_table, write_replay_outputs
+    from phantora.workload import load_workload
+
     wl = load_workload(args.workload, world=topo.num_ranks)
     bad = wl.max_rank
     if bad >= topo.num_ranks:
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
-    base = AlgoOptions(args.algorithm, args.granularity, args.channels, parse_size_bytes(args.chunk))
-    options = {"cc": args.cc} if args.network == "ns3" and args.cc else {}
+    base = _algo(args, AlgoOptions())
     sim = make_engine(args.network, topo, **options)
     try:
         progress = args.progress if args.progress is not None else len(wl.ops) > 20
@@ -49,4 +101,56 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         paths = write_replay_outputs(args.out, res, workload=wl.name, topology=topo, network=args.network)
         print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kind: str) -> int:
+    from phantora.egraph.format import load, save
+    from phantora.egraph.replay import algo_from_meta, replay_graph
+    from phantora.egraph.report import format_graph_result, graph_results
+
+    notes: list[str] = []
+    if kind == "kineto":
+        from phantora.egraph.kineto import import_kineto, trace_files
+
+        graph, rep = import_kineto(trace_files(args.workload), gaps=args.gaps)
+        notes.append(
+            f"imported {rep.ranks} rank trace(s): {rep.kernels} kernels, {rep.collectives} collectives, "
+            f"{rep.transfers} transfers, {rep.sync_deps} cross-stream waits from cuda_sync events, "
+            f"{rep.nccl_issue_deps} inferred NCCL issue dependencies, {rep.idle_ns / 1e6:.3f} ms idle kept"
+        )
+        notes += [f"  - {n}" for n in rep.notes]
+    else:
+        graph = load(args.workload)
+    if args.scale_dp:
+        from phantora.egraph.scale import scale_dp
+
+        graph, srep = scale_dp(graph, args.scale_dp)
+        notes += srep.lines()
+    if args.save_graph:
+        save(graph, args.save_graph)
+        notes.append(f"wrote graph {args.save_graph}")
+    if args.export_chakra:
+        from phantora.egraph.chakra import export_chakra
+
+        paths = export_chakra(graph, args.export_chakra)
+        notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
+    algo = _algo(args, algo_from_meta(graph))
+    sim = make_engine(args.network, topo, **options)
+    try:
+        progress = args.progress if args.progress is not None else False
+        res = replay_graph(graph, topo, sim, algo, progress=progress)
+    finally:
+        sim.close()
+    print(f"execution graph ({graph.world} ranks, {len(graph.programs)} distinct programs) on {topo.name}, "
+          f"network {args.network}")  # fmt: skip
+    for line in notes:
+        print(line)
+    print(format_graph_result(res, graph))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / "results.json"
+        data = graph_results(res, graph, topology=topo.name, network=args.network, cc=args.cc)
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {path}")
     return 0

@@ -39,12 +39,12 @@ INDEX = "graph.json"
 PROGRAM_DIR = "programs"
 
 # Stable on-disk codes: append only, never reorder (the format version guards a change).
-COMPUTE, COLL, P2P, WAIT, STEP = 0, 1, 2, 3, 4
+T_COMPUTE, T_COLL, T_P2P, T_WAIT, T_STEP = 0, 1, 2, 3, 4
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
 # Fixed fields after the type code; an optional last element is the list of explicit deps.
-_ARITY = {COMPUTE: 3, COLL: 7, P2P: 6, WAIT: 2, STEP: 2}
-_TYPE_NAMES = {COMPUTE: "compute", COLL: "collective", P2P: "p2p", WAIT: "wait", STEP: "step"}
+_ARITY = {T_COMPUTE: 3, T_COLL: 7, T_P2P: 6, T_WAIT: 2, T_STEP: 2}
+_TYPE_NAMES = {T_COMPUTE: "compute", T_COLL: "collective", T_P2P: "p2p", T_WAIT: "wait", T_STEP: "step"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,17 +121,17 @@ class Program:
         rows: list[list[Any]] = []
         for n in self.nodes:
             if isinstance(n, Compute):
-                row: list[Any] = [COMPUTE, n.stream, names.setdefault(n.name, len(names)), n.dur_ns]
+                row: list[Any] = [T_COMPUTE, n.stream, names.setdefault(n.name, len(names)), n.dur_ns]
             elif isinstance(n, Coll):
                 root = -1 if n.root is None else n.root
                 kind, dtype = KIND_CODES.index(n.kind), DTYPE_CODES.index(n.dtype)
-                row = [COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
+                row = [T_COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
             elif isinstance(n, P2P):
-                row = [P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
+                row = [T_P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
             elif isinstance(n, Wait):
-                row = [WAIT, n.stream, list(n.refs)]
+                row = [T_WAIT, n.stream, list(n.refs)]
             else:
-                row = [STEP, n.stream, n.index]
+                row = [T_STEP, n.stream, n.index]
             if n.deps:
                 row.append(list(n.deps))
             rows.append(row)
@@ -191,17 +191,17 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             raise InputError("deps must be a list of node indices", file=source, field=where)
         deps = tuple(row[-1])
     f = row[1 : arity + 1]
-    if code in (COMPUTE, COLL, P2P, STEP) and not all(isinstance(x, int) for x in f):
+    if code in (T_COMPUTE, T_COLL, T_P2P, T_STEP) and not all(isinstance(x, int) for x in f):
         raise InputError(f"a {_TYPE_NAMES[code]} node has non-integer fields", file=source, field=where)
     try:
-        if code == COMPUTE:
+        if code == T_COMPUTE:
             return Compute(f[0], names[f[1]], f[2], deps)
-        if code == COLL:
+        if code == T_COLL:
             root = None if f[5] < 0 else f[5]
             return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps)
-        if code == P2P:
+        if code == T_P2P:
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps)
-        if code == WAIT:
+        if code == T_WAIT:
             if not isinstance(f[1], list) or not all(isinstance(r, int) for r in f[1]):
                 raise InputError("wait refs must be a list of node indices", file=source, field=where)
             return Wait(f[0], tuple(f[1]), deps)

@@ -195,7 +195,15 @@ class _RankImport:
                             f"a GPU event needs an integer args.{key}", file=self.src, field=f"{where}.args.{key}"
                         )
                 self.ops.append(
-                    _Op(args["correlation"], args["stream"], _ns(ev["ts"]), _ns(ev["dur"]), str(ev.get("name")), args, where)
+                    _Op(
+                        args["correlation"],
+                        args["stream"],
+                        _ns(ev["ts"]),
+                        _ns(ev["dur"]),
+                        str(ev.get("name")),
+                        args,
+                        where,
+                    )
                 )
             elif cat == "cuda_sync" and ev.get("name") == "Stream Wait Event":
                 self.syncs.append(dict(args, _where=where))
@@ -260,6 +268,7 @@ class _RankImport:
         end_node: dict[int, int] = {}  # op index -> node that ends it
         rec_end: dict[int, int] = {}  # op index -> recorded end (ns)
         stream_last: dict[int, int] = {}  # dense stream -> last op index on it
+        origin = min((op.ts for op in self.ops), default=0)  # a stream's first op keeps its offset from here
         step_of = self._step_index
         cur_step = None
         for i, op in enumerate(self.ops):
@@ -269,7 +278,7 @@ class _RankImport:
                 self._step(b, stream_last, end_node)
             cur_step = k
             deps = [end_node[j] for j in cross.get(i, [])]
-            ready = max([rec_end[j] for j in cross.get(i, [])] + [rec_end.get(stream_last.get(st, -1), op.ts)])
+            ready = max([rec_end[j] for j in cross.get(i, [])] + [rec_end.get(stream_last.get(st, -1), origin)])
             gap = op.ts - ready
             if gap > 0 and self.gaps == "keep":
                 b.compute("idle", gap, st, deps)

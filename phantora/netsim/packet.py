@@ -318,7 +318,10 @@ class Ns3Simulator:
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
-            self.close()
+            try:
+                self.close()
+            except Exception:  # interpreter shutdown: cppyy may already be gone
+                pass
 
     # ----- packet-level extras -----------------------------------------------------------------
     def finish(self, limit_ns: int | None = None) -> bool:

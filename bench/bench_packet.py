@@ -1,0 +1,178 @@
+"""Packet-level (ns-3) engine benchmark: prints figures, asserts nothing.
+
+1. Events per wall second and wall seconds per simulated ms for ring all-reduces on non-blocking
+   400G leaf-spine fabrics (default: 16 GPUs x 256 MiB and 128 GPUs x 32 MiB; --gpus/--bytes to change).
+2. Packet vs flow engine wall time on the same flow DAG.
+3. Standalone runner (C++ only) vs the Python-driven engine on the same dependency-free input
+   (HPCC files), to measure the cost of driving ns-3 from Python.
+
+    .venv/bin/python bench/bench_packet.py                      # defaults
+    .venv/bin/python bench/bench_packet.py --gpus 16 --bytes 64MiB --cc dcqcn
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from phantora.collectives.decompose import decompose
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.netsim.base import Flow
+from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.packet import Ns3Simulator, load_ns3, runner_path
+from phantora.netsim.packet_config import CC_TYPES, PacketConfig
+from phantora.topology.generators import leaf_spine
+from phantora.topology.model import Topology
+from phantora.topology.readers import write_hpcc
+from phantora.units import parse_rate_bps, parse_size_bytes
+
+
+def fabric(gpus: int, rate: str) -> Topology:
+    """Non-blocking leaf-spine: 8 GPUs per leaf up to 64 GPUs, 16 beyond; as many spines as leaves (>= 2)."""
+    per_leaf = 8 if gpus <= 64 else 16
+    leaves = max(1, gpus // per_leaf)
+    return leaf_spine(leaves, per_leaf, max(2, leaves) if leaves > 1 else 0, nic_rate=rate, latency="1us")
+
+
+def allreduce_flows(topo: Topology, nbytes: int, granularity: str, channels: int) -> list[Flow]:
+    coll = Collective("all_reduce", tuple(range(topo.num_ranks)), nbytes)
+    return decompose(coll, topo, AlgoOptions("ring", granularity, channels)).flows
+
+
+def run_packet(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> dict[str, float]:
+    t0 = time.perf_counter()
+    with Ns3Simulator(topo, cfg) as sim:
+        t1 = time.perf_counter()
+        sim.submit(flows, at=0)
+        t2 = time.perf_counter()
+        done = sim.drain()
+        t3 = time.perf_counter()
+        st = sim.stats()
+    sim_ns = max(c.end_ns for c in done)
+    run = t3 - t2
+    return {
+        "build_s": t1 - t0,
+        "submit_s": t2 - t1,
+        "run_s": run,
+        "sim_ms": sim_ns / 1e6,
+        "events": st["events"],
+        "events_per_s": st["events"] / run,
+        "wall_s_per_sim_ms": run / (sim_ns / 1e6),
+        "data_packets": st["data_packets"],
+        "pfc_frames": st["pfc_pause"] + st["pfc_resume"],
+    }
+
+
+def run_flow(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> dict[str, float]:
+    eff = cfg.payload_bytes / (cfg.payload_bytes + cfg.header_bytes + cfg.header_bytes / cfg.ack_interval)
+    sim = FlowSimulator(topo, payload_efficiency=eff)
+    t0 = time.perf_counter()
+    sim.submit(flows, at=0)
+    done = sim.drain()
+    return {"run_s": time.perf_counter() - t0, "sim_ms": max(c.end_ns for c in done) / 1e6}
+
+
+def runner_vs_python(topo: Topology, flows: list[Flow], cfg: PacketConfig, repeat: int = 3) -> dict[str, float]:
+    """The same dependency-free flows from HPCC files: C++ runner (its own timer) vs the Python-driven engine."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        write_hpcc(topo, d / "topo.txt")
+        lines = [f"{f.src} {f.dst} 3 100 {f.size} 0" for f in flows]
+        (d / "flows.txt").write_text(f"{len(lines)}\n" + "\n".join(lines) + "\n")
+        (d / "config.txt").write_text("".join(f"{k} {v}\n" for k, v in _config_lines(cfg)))
+        hpcc_flows = [Flow(i, f.src, f.dst, f.size, key=i) for i, f in enumerate(flows)]
+        runner, process, python = [], [], []
+        for _ in range(repeat):  # alternate, and keep the best of each: the machine is shared
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [str(runner_path()), str(d / "topo.txt"), str(d / "flows.txt"), str(d / "config.txt"), str(d / "o")],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            process.append(time.perf_counter() - t0)
+            summary = json.loads(proc.stdout.strip().splitlines()[-1])
+            runner.append(summary["wall_s"])
+            t0 = time.perf_counter()
+            with Ns3Simulator(topo, cfg) as sim:
+                sim.submit(hpcc_flows, at=0)
+                sim.drain()
+                sim.finish()
+                events = sim.stats()["events"]
+            python.append(time.perf_counter() - t0)
+    return {
+        "runner_wall_s": min(runner),
+        "runner_process_s": min(process),
+        "python_wall_s": min(python),
+        "overhead": min(python) / min(runner) - 1,
+        "events_runner": summary["events"],
+        "events_python": events,
+    }
+
+
+def _config_lines(cfg: PacketConfig) -> list[tuple[str, str]]:
+    """PacketConfig as lower-case config-file lines (the runner reads those as well as HPCC keys)."""
+    out = []
+    for key, value in cfg.to_params():
+        if key == "cc":
+            value = {v: k for k, v in CC_TYPES.items()}[value]
+        out.append(("int_mode", {"-1": "auto", "0": "off", "1": "on"}[value]) if key == "int" else (key, value))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", default="16,128", help="comma-separated GPU counts")
+    ap.add_argument("--bytes", default="256MiB,32MiB", help="all-reduce sizes, one per GPU count (or one for all)")
+    ap.add_argument("--rate", default="400Gbps")
+    ap.add_argument("--cc", default="none")
+    ap.add_argument("--payload", type=int, default=1000)
+    ap.add_argument("--granularity", default="coarse", choices=("coarse", "chunked"))
+    ap.add_argument("--channels", type=int, default=2)
+    ap.add_argument("--no-flow", action="store_true", help="skip the flow-engine comparison")
+    ap.add_argument("--no-runner", action="store_true", help="skip the runner comparison")
+    ap.add_argument("--runner-bytes", default="16MiB", help="all-reduce size of the runner comparison")
+    args = ap.parse_args()
+    gpus = [int(g) for g in args.gpus.split(",")]
+    sizes = [parse_size_bytes(s) for s in args.bytes.split(",")]
+    sizes = sizes * len(gpus) if len(sizes) == 1 else sizes
+    cfg = PacketConfig(cc=args.cc, payload_bytes=args.payload)
+    t0 = time.perf_counter()
+    load_ns3()
+    print(f"ns-3 import + library load: {time.perf_counter() - t0:.1f} s")
+    print(f"rate {parse_rate_bps(args.rate) / 1e9:g} Gb/s, payload {args.payload} B, cc {args.cc}, {args.granularity}")
+    for n, nbytes in zip(gpus, sizes, strict=True):
+        topo = fabric(n, args.rate)
+        flows = allreduce_flows(topo, nbytes, args.granularity, args.channels)
+        pk = run_packet(topo, flows, cfg)
+        print(
+            f"\n{n} GPUs, all-reduce {nbytes / 2**20:g} MiB, {len(flows)} flows, {len(topo.nodes)} nodes:\n"
+            f"  packet: {pk['sim_ms']:.3f} sim ms in {pk['run_s']:.2f} s wall; {pk['events']:.3g} events, "
+            f"{pk['events_per_s'] / 1e6:.2f} M events/s, {pk['wall_s_per_sim_ms']:.2f} wall s per sim ms, "
+            f"{pk['data_packets']:.3g} data packets, {pk['pfc_frames']} PFC frames "
+            f"(build {pk['build_s']:.2f} s, submit {pk['submit_s']:.3f} s)"
+        )
+        if not args.no_flow:
+            fl = run_flow(topo, flows, cfg)
+            print(
+                f"  flow:   {fl['sim_ms']:.3f} sim ms in {fl['run_s']:.3f} s wall; packet/flow wall ratio "
+                f"{pk['run_s'] / fl['run_s']:.0f}x; sim time ratio {pk['sim_ms'] / fl['sim_ms']:.4f}"
+            )
+    if not args.no_runner:
+        topo = fabric(gpus[0], args.rate)
+        flows = allreduce_flows(topo, parse_size_bytes(args.runner_bytes), "coarse", args.channels)
+        rv = runner_vs_python(topo, flows, cfg)
+        print(
+            f"\nrunner vs Python ({gpus[0]} GPUs, {len(flows)} dependency-free flows of a {args.runner_bytes} ring):\n"
+            f"  runner {rv['runner_wall_s']:.3f} s (process {rv['runner_process_s']:.3f} s), "
+            f"Python-driven {rv['python_wall_s']:.3f} s (best of 3 each): overhead {100 * rv['overhead']:+.1f}% "
+            f"(events {rv['events_runner']} vs {rv['events_python']})"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""Export an execution graph to the MLCommons Chakra execution-trace (ET) schema, and read it back.
+
+The Chakra schema package itself is not on PyPI, so the messages of its ``et_def.proto`` that an ET
+file uses (package ``ChakraProtoMsg``: GlobalMetadata, Node, AttributeProto, IOInfo) are declared
+here with the schema's field numbers and built with the ``protobuf`` library at run time. Files are
+what Chakra's own tools write: per rank ``<prefix>.<rank>.et``, a stream of messages each prefixed by
+its varint length, GlobalMetadata first. A ``<prefix>.comm_groups.json`` maps each ``pg_name`` to its
+ranks (the communicator-group file ASTRA-sim takes).
+
+Mapping: Compute -> COMP_NODE (``duration_micros``, plus the exact ``duration_ns``); Coll ->
+COMM_COLL_NODE (``comm_type``, ``comm_size`` in bytes, ``pg_name``); P2P -> COMM_SEND_NODE /
+COMM_RECV_NODE (``comm_src``, ``comm_dst``, ``comm_tag``); Wait and Step -> zero-length COMP_NODEs.
+A Chakra comm node blocks its dependents, so stream order skips it: the next node of the stream depends
+on the node before the collective, and only the Wait depends on the collective itself. Extra
+attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``) let `read_chakra` rebuild the
+graph exactly; Chakra consumers ignore attributes they do not know.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from phantora.egraph.builder import ProgramBuilder, build_graph
+from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Wait
+from phantora.errors import InputError, PhantoraError
+
+SCHEMA_VERSION = "0.0.4"
+COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
+COMM_TYPE = {
+    "all_reduce": 0,
+    "reduce": 1,
+    "all_gather": 2,
+    "broadcast": 5,
+    "all_to_all": 6,
+    "reduce_scatter": 7,
+    "barrier": 9,
+}
+_ATTR_FIELDS = {  # AttributeProto oneof "value": name -> (field number, protobuf type)
+    "double_val": (3, "TYPE_DOUBLE"),
+    "int32_val": (7, "TYPE_INT32"),
+    "int64_val": (9, "TYPE_INT64"),
+    "uint32_val": (11, "TYPE_UINT32"),
+    "uint64_val": (13, "TYPE_UINT64"),
+    "bool_val": (27, "TYPE_BOOL"),
+    "string_val": (29, "TYPE_STRING"),
+}
+
+_classes: dict[str, Any] | None = None
+
+
+def _messages() -> dict[str, Any]:
+    """Message classes for the subset of et_def.proto an ET file needs (built once)."""
+    global _classes
+    if _classes is not None:
+        return _classes
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError:
+        raise PhantoraError("Chakra export needs the protobuf package: pip install protobuf") from None
+    fd = descriptor_pb2.FileDescriptorProto(name="phantora_chakra_et_def.proto", package="ChakraProtoMsg")
+    fd.syntax = "proto3"
+    f = descriptor_pb2.FieldDescriptorProto
+    opt, rep = f.LABEL_OPTIONAL, f.LABEL_REPEATED
+
+    def add(msg: Any, name: str, num: int, typ: str, label: int = opt, type_name: str = "", oneof: int = -1) -> None:
+        fld = msg.field.add(name=name, number=num, type=getattr(f, typ), label=label)
+        if type_name:
+            fld.type_name = type_name
+        if oneof >= 0:
+            fld.oneof_index = oneof
+
+    attr = fd.message_type.add(name="AttributeProto")
+    add(attr, "name", 1, "TYPE_STRING")
+    add(attr, "doc_string", 2, "TYPE_STRING")
+    attr.oneof_decl.add(name="value")
+    for name, (num, typ) in _ATTR_FIELDS.items():
+        add(attr, name, num, typ, oneof=0)
+    meta = fd.message_type.add(name="GlobalMetadata")
+    add(meta, "version", 1, "TYPE_STRING")
+    add(meta, "attr", 2, "TYPE_MESSAGE", rep, ".ChakraProtoMsg.AttributeProto")
+    io = fd.message_type.add(name="IOInfo")
+    for num, name in enumerate(("values", "shapes", "types"), start=1):
+        add(io, name, num, "TYPE_STRING")
+    enum = fd.enum_type.add(name="NodeType")
+    for num, name in enumerate(("INVALID_NODE", "METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE", "COMP_NODE",
+                                "COMM_SEND_NODE", "COMM_RECV_NODE", "COMM_COLL_NODE")):  # fmt: skip
+        enum.value.add(name=name, number=num)
+    node = fd.message_type.add(name="Node")
+    add(node, "id", 1, "TYPE_UINT64")
+    add(node, "name", 2, "TYPE_STRING")
+    add(node, "type", 3, "TYPE_ENUM", type_name=".ChakraProtoMsg.NodeType")
+    add(node, "ctrl_deps", 4, "TYPE_UINT64", rep)
+    add(node, "data_deps", 5, "TYPE_UINT64", rep)
+    add(node, "start_time_micros", 6, "TYPE_UINT64")
+    add(node, "duration_micros", 7, "TYPE_UINT64")
+    add(node, "inputs", 8, "TYPE_MESSAGE", type_name=".ChakraProtoMsg.IOInfo")
+    add(node, "outputs", 9, "TYPE_MESSAGE", type_name=".ChakraProtoMsg.IOInfo")
+    add(node, "attr", 10, "TYPE_MESSAGE", rep, ".ChakraProtoMsg.AttributeProto")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    _classes = {
+        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"ChakraProtoMsg.{n}"))
+        for n in ("AttributeProto", "GlobalMetadata", "Node")
+    }
+    return _classes
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _attr(name: str, **value: Any) -> Any:
+    return _messages()["AttributeProto"](name=name, **value)
+
+
+def export_chakra(graph: ExecGraph, out_dir: str | Path, prefix: str = "phantora") -> list[Path]:
+    """Write ``<prefix>.<rank>.et`` for every rank and ``<prefix>.comm_groups.json``; return the paths."""
+    msgs = _messages()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in range(graph.world):
+        e = graph.ranks[r]
+        nodes = graph.programs[e.program].nodes
+        buf = bytearray()
+        meta = msgs["GlobalMetadata"](version=SCHEMA_VERSION)
+        meta.attr.append(_attr("exporter", string_val="phantora-egraph"))
+        meta.attr.append(_attr("rank", int64_val=r))
+        meta.attr.append(_attr("world_size", int64_val=graph.world))
+        for m in (meta, *_rank_nodes(graph, r, nodes, e.groups)):
+            data = m.SerializeToString()
+            buf += _varint(len(data)) + data
+        path = out / f"{prefix}.{r}.et"
+        path.write_bytes(bytes(buf))
+        paths.append(path)
+    groups = {str(i): list(g) for i, g in enumerate(graph.groups)}
+    gpath = out / f"{prefix}.comm_groups.json"
+    gpath.write_text(json.dumps(groups, indent=1) + "\n")
+    return [*paths, gpath]
+
+
+def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int, ...]) -> list[Any]:
+    Node = _messages()["Node"]  # noqa: N806 - a message class
+    out = []
+    stream_tail: dict[int, int] = {}  # stream -> last node its successors depend on (collectives skipped)
+    for i, n in enumerate(nodes):
+        node = Node(id=i)
+        deps = list(n.deps)
+        if n.stream in stream_tail:
+            deps.insert(0, stream_tail[n.stream])
+        attrs = [_attr("is_cpu_op", bool_val=False), _attr("stream", int64_val=n.stream)]
+        if isinstance(n, Compute):
+            node.name, node.type, node.duration_micros = n.name, COMP_NODE, round(n.dur_ns / 1000)
+            attrs += [_attr("phantora_type", string_val="compute"), _attr("duration_ns", uint64_val=n.dur_ns)]
+        elif isinstance(n, Coll):
+            g = bound[n.slot]
+            node.name, node.type = f"{n.kind}#{n.seq}", COMM_COLL_NODE
+            attrs += [
+                _attr("phantora_type", string_val="collective"),
+                _attr("comm_type", int64_val=COMM_TYPE[n.kind]),
+                _attr("comm_size", int64_val=n.nbytes),
+                _attr("pg_name", string_val=str(g)),
+                _attr("seq", int64_val=n.seq),
+                _attr("dtype", string_val=n.dtype),
+            ]
+            if n.root is not None:
+                attrs.append(_attr("root", int64_val=n.root))
+        elif isinstance(n, P2P):
+            src, dst = graph.groups[bound[n.slot]]
+            node.name = f"{'send' if n.is_send else 'recv'}#{n.seq}"
+            node.type = COMM_SEND_NODE if n.is_send else COMM_RECV_NODE
+            attrs += [
+                _attr("phantora_type", string_val="p2p"),
+                _attr("comm_src", int32_val=src),
+                _attr("comm_dst", int32_val=dst),
+                _attr("comm_tag", int32_val=n.tag),
+                _attr("comm_size", int64_val=n.nbytes),
+                _attr("seq", int64_val=n.seq),
+            ]
+        elif isinstance(n, Wait):
+            node.name, node.type = "wait", COMP_NODE
+            deps += list(n.refs)
+            attrs.append(_attr("phantora_type", string_val="wait"))
+        else:
+            node.name, node.type = f"step#{n.index}", COMP_NODE
+            attrs += [_attr("phantora_type", string_val="step"), _attr("step", int64_val=n.index)]
+        node.data_deps.extend(dict.fromkeys(deps))
+        node.attr.extend(attrs)
+        if not isinstance(n, (Coll, P2P)):
+            stream_tail[n.stream] = i
+        out.append(node)
+    return out
+
+
+def _read_messages(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos < len(data):
+        size, shift = 0, 0
+        while True:
+            if pos >= len(data) or shift > 63:
+                raise InputError(f"truncated length prefix at byte {pos}", file=str(path))
+            b = data[pos]
+            pos += 1
+            size |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        if pos + size > len(data):
+            raise InputError(f"truncated message at byte {pos} ({size} bytes announced)", file=str(path))
+        out.append(data[pos : pos + size])
+        pos += size
+    return out
+
+
+def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
+    """Rebuild an ExecGraph from files written by `export_chakra` (round trip; needs the phantora_* attributes)."""
+    msgs = _messages()
+    d = Path(directory)
+    gpath = d / f"{prefix}.comm_groups.json"
+    try:
+        groups = {int(k): tuple(v) for k, v in json.loads(gpath.read_text()).items()}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the communicator groups ({exc})", file=str(gpath)) from None
+    files = sorted(d.glob(f"{prefix}.*.et"), key=lambda p: int(p.name[len(prefix) + 1 : -3]))
+    builders = []
+    for r, path in enumerate(files):
+        raw = _read_messages(path)
+        if not raw:
+            raise InputError("empty ET file", file=str(path))
+        meta = msgs["GlobalMetadata"].FromString(raw[0])
+        if meta.version != SCHEMA_VERSION:
+            raise InputError(f"schema version {meta.version!r}, expected {SCHEMA_VERSION}", file=str(path))
+        builders.append(_rank_builder(r, [msgs["Node"].FromString(x) for x in raw[1:]], groups, str(path)))
+    return build_graph(builders, meta={"source": "chakra"})
+
+
+def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]], src: str) -> ProgramBuilder:
+    b = ProgramBuilder(rank)
+    tail: dict[int, int] = {}
+    for i, node in enumerate(nodes):
+        if node.id != i:
+            raise InputError(f"node ids must be 0..n-1 in order, got {node.id} at {i}", file=src)
+        a = {x.name: getattr(x, x.WhichOneof("value")) for x in node.attr if x.WhichOneof("value")}
+        kind, stream = a.get("phantora_type"), int(a.get("stream", 0))
+        deps = [d for d in node.data_deps if d != tail.get(stream)]
+        if kind == "compute":
+            b.compute(node.name, int(a["duration_ns"]), stream, deps)
+        elif kind == "collective":
+            coll = node.name.split("#")[0]
+            b.collective(
+                coll, groups[int(a["pg_name"])], a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, deps
+            )
+        elif kind == "p2p":
+            send = node.type == COMM_SEND_NODE
+            peer = a["comm_dst"] if send else a["comm_src"]
+            b.p2p(peer, send, a["comm_size"], a["comm_tag"], a["seq"], stream, deps)
+        elif kind == "wait":
+            refs = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
+            b.wait(refs, stream, [d for d in deps if d not in refs])
+        elif kind == "step":
+            b.step(int(a["step"]), stream, deps)
+        else:
+            raise InputError(f"node {i} has no phantora_type attribute: not written by phantora", file=src)
+        if kind not in ("collective", "p2p"):
+            tail[stream] = i
+    return b

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The main job: co-simulate a real PyTorch training job on a simulated GPU cluster, in packet mode
+# (ns-3, RDMA + PFC + congestion control) and in flow mode (max-min), then compare the two.
+# Sets up what is missing first (.venv, install, ns-3 scratch build).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+TOPOLOGY=${PHANTORA_TOPOLOGY:-testbed16}
+SCRIPT=${PHANTORA_SCRIPT:-examples/gpt_ddp.py}
+NPROC=${PHANTORA_NPROC:-16}
+CC=${PHANTORA_CC:-dcqcn}
+WINDOW=${PHANTORA_WINDOW:-}
+STEPS=${PHANTORA_STEPS:-3}
+OUT=${PHANTORA_OUT:-runs/cosim-$(date +%Y%m%d-%H%M%S)}
+MODES=${PHANTORA_MODES:-ns3,flow}
+
+usage() {
+  cat <<EOF
+usage: scripts/run_cosim.sh [options] [-- script args]
+
+Co-simulates SCRIPT on NPROC simulated GPUs of TOPOLOGY in each network mode, then prints a
+side-by-side comparison (iteration time, collectives, FCTs, PFC, queues, ECN, links) and writes it
+with plots under OUT/compare.
+
+options (environment variable in brackets, default after it):
+  --topology T   topology file or shipped name       [PHANTORA_TOPOLOGY=$TOPOLOGY]
+  --script S     training script                      [PHANTORA_SCRIPT=$SCRIPT]
+  --nproc N      ranks (simulated GPUs)               [PHANTORA_NPROC=$NPROC]
+  --cc CC        packet-mode congestion control: none, dcqcn, hpcc, timely, dctcp  [PHANTORA_CC=$CC]
+  --window W     co-simulation window (e.g. 10us; 0 = exact; empty = per-mode default)  [PHANTORA_WINDOW=$WINDOW]
+  --steps K      training steps                       [PHANTORA_STEPS=$STEPS]
+  --modes M      network modes to run, comma-separated, first is the baseline  [PHANTORA_MODES=$MODES]
+  --out DIR      output directory                     [PHANTORA_OUT=runs/cosim-<date>]
+  -h, --help     this help
+EOF
+}
+
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --topology) TOPOLOGY=$2; shift 2 ;;
+    --script) SCRIPT=$2; shift 2 ;;
+    --nproc) NPROC=$2; shift 2 ;;
+    --cc) CC=$2; shift 2 ;;
+    --window) WINDOW=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) echo "run_cosim.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+scripts/setup.sh
+PH=.venv/bin/phantora
+mkdir -p "$OUT"
+echo "[run_cosim] $SCRIPT on $NPROC GPUs of $TOPOLOGY; modes $MODES (packet mode: $CC); results in $OUT"
+
+RUNS=()
+IFS=, read -r -a MODE_LIST <<< "$MODES"
+for mode in "${MODE_LIST[@]}"; do
+  args=(run --topology "$TOPOLOGY" --network "$mode" --nproc "$NPROC" --out "$OUT/$mode" --quiet)
+  [ "$mode" = ns3 ] && args+=(--cc "$CC")
+  [ -n "$WINDOW" ] && args+=(--window "$WINDOW")
+  echo "[run_cosim] === $mode mode ==="
+  start=$SECONDS
+  "$PH" "${args[@]}" "$SCRIPT" --steps "$STEPS" "${EXTRA[@]}"
+  echo "[run_cosim] $mode mode took $((SECONDS - start)) s wall"
+  RUNS+=("$OUT/$mode")
+done
+
+echo "[run_cosim] === comparison ==="
+"$PH" compare "${RUNS[@]}" --out "$OUT/compare"
+echo "[run_cosim] done: runs in ${RUNS[*]}; report and plots in $OUT/compare"

@@ -1,0 +1,99 @@
+"""--scale-dp: a DDP / FSDP graph recorded at 8 ranks predicts a live co-simulated run at 4x and 8x the world."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_egraph_replay import MiB, Op, cosim, ddp_script, fsdp_script, ring_ar_ns, star
+
+from phantora.egraph import ProgramBuilder, build_graph, load, replay_graph
+from phantora.egraph.format import step_times
+from phantora.egraph.scale import scale_dp
+from phantora.errors import InputError
+from phantora.netsim.flow import FlowSimulator
+
+
+def test_ddp_8_to_32_matches_a_live_run_at_32(tmp_path: Path) -> None:
+    scripts = [ddp_script(r, 8, 4, 16 * MiB, 1_000_000) for r in range(8)]
+    cosim(star(8), scripts, record=tmp_path / "t")
+    scaled, rep = scale_dp(load(tmp_path / "t"), 32)
+    assert rep.parallelism == "ddp" and (rep.dp_old, rep.dp_new, rep.mp) == (8, 32, 1)
+    assert any("weak scaling" in a for a in rep.assumptions)
+    topo = star(32)
+    live = step_times(cosim(topo, [ddp_script(r, 32, 4, 16 * MiB, 1_000_000) for r in range(32)]))
+    pred = replay_graph(scaled, topo, FlowSimulator(topo)).step_times_ns
+    assert pred == pytest.approx(live, rel=0.03)
+    # The all-reduces are exposed here: the step grows with the ring factor 2(n-1)/n from 8 to 32 ranks.
+    at8 = replay_graph(load(tmp_path / "t"), star(8), FlowSimulator(star(8))).step_times_ns
+    assert pred[-1] > at8[-1]
+
+
+def test_fsdp_8_to_32_matches_a_live_run_at_32(tmp_path: Path) -> None:
+    """FSDP units keep their full size: the all-gather output and reduce-scatter input do not depend on n."""
+    shard = 4 * MiB
+    cosim(star(8), [fsdp_script(8, 4, shard, 400_000) for _ in range(8)], record=tmp_path / "t")
+    scaled, rep = scale_dp(load(tmp_path / "t"), 32)
+    assert rep.parallelism == "fsdp" and any("shards shrink" in a for a in rep.assumptions)
+    topo = star(32)
+    live = step_times(cosim(topo, [fsdp_script(32, 4, shard * 8 // 32, 400_000) for _ in range(32)]))
+    assert replay_graph(scaled, topo, FlowSimulator(topo)).step_times_ns == pytest.approx(live, rel=0.03)
+
+
+def test_ddp_8_to_64_matches_a_64_rank_graph_and_the_closed_form() -> None:
+    size, n_big = 32 * MiB, 64
+
+    def graph(n: int):
+        bs = []
+        for r in range(n):
+            b = ProgramBuilder(r)
+            b.compute("bwd", 200_000)
+            h = b.collective("all_reduce", range(n), size)
+            b.compute("bwd_rest", 100_000)
+            b.wait([h])
+            b.compute("opt", 50_000)
+            b.step()
+            bs.append(b)
+        return build_graph(bs)
+
+    scaled, _ = scale_dp(graph(8), n_big)
+    topo = star(n_big)
+    pred = replay_graph(scaled, topo, FlowSimulator(topo)).step_times_ns[0]
+    direct = replay_graph(graph(n_big), topo, FlowSimulator(topo)).step_times_ns[0]
+    assert pred == pytest.approx(direct, rel=0.03)
+    assert pred == pytest.approx(200_000 + ring_ar_ns(size, n_big) + 50_000, rel=0.01)
+
+
+def test_tp_times_dp_scales_only_the_data_parallel_dimension(tmp_path: Path) -> None:
+    def scripts(world: int, tp: int = 2) -> list[list[Op]]:
+        out = []
+        for r in range(world):
+            tp_group = [r - r % tp + i for i in range(tp)]
+            dp_group = list(range(r % tp, world, tp))
+            ops: list[Op] = [("c", "attn", 200_000), ("x", "all_reduce", tp_group, 2 * MiB), ("w", 1)]
+            ops += [("c", "mlp", 300_000), ("x", "all_reduce", dp_group, 8 * MiB), ("w", 4), ("s",)]
+            out.append(ops)
+        return out
+
+    cosim(star(8), scripts(8), record=tmp_path / "t")
+    scaled, rep = scale_dp(load(tmp_path / "t"), 16)
+    assert rep.mp == 2 and (rep.dp_old, rep.dp_new) == (4, 8)
+    assert scaled.group_of(13, 0) == (12, 13) and scaled.group_of(13, 1) == tuple(range(1, 16, 2))
+    topo = star(16)
+    live = cosim(topo, scripts(16))
+    assert replay_graph(scaled, topo, FlowSimulator(topo)).rank_step_ends_ns == live
+
+
+def test_scale_rejects_what_it_cannot_retarget() -> None:
+    bs = [ProgramBuilder(r) for r in range(4)]
+    for r, b in enumerate(bs):
+        b.wait([b.collective("all_reduce", range(4), 1024)])
+    g = build_graph(bs)
+    with pytest.raises(InputError, match="multiple of the recorded world"):
+        scale_dp(g, 6)
+    bs = [ProgramBuilder(r) for r in range(4)]  # a group {0, 1, 2} is none of world / block / dp
+    for r, b in enumerate(bs):
+        if r < 3:
+            b.wait([b.collective("all_reduce", [0, 1, 2], 1024)])
+    with pytest.raises(InputError, match=r"group \[0, 1, 2\]"):
+        scale_dp(build_graph(bs), 8)

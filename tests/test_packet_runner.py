@@ -1,0 +1,131 @@
+"""The standalone runner and `phantora netsim`: same input, same answers; clear errors on bad input."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+from itertools import groupby
+from pathlib import Path
+
+import pytest
+
+from phantora.cli import main
+from phantora.netsim.hpcc_io import format_fct_line, read_hpcc_flows
+from phantora.netsim.packet import Ns3Simulator, runner_path
+from phantora.netsim.packet_config import read_hpcc_config
+from phantora.topology.readers import read_hpcc
+
+pytestmark = pytest.mark.ns3
+
+REF = Path("/work/shared/reference-runs/inputs")
+DCQCN_CONFIG = """\
+CC_MODE 1
+PACKET_PAYLOAD_SIZE 1000
+BUFFER_SIZE 4
+ENABLE_QCN 1
+ALPHA_RESUME_INTERVAL 1
+RATE_DECREASE_INTERVAL 4
+RP_TIMER 300
+EWMA_GAIN 0.00390625
+FAST_RECOVERY_TIMES 1
+RATE_AI 20Mb/s
+RATE_HAI 200Mb/s
+MIN_RATE 1000Mb/s
+U_TARGET 0.95
+KMAX_MAP 1 100000000000 160
+KMIN_MAP 1 100000000000 40
+PMAX_MAP 1 100000000000 0.2
+L2_ACK_INTERVAL 1
+header_bytes 36
+"""
+
+needs_ref = pytest.mark.skipif(not REF.exists(), reason="reference inputs not present")
+
+
+def python_fct_lines(topo_file: Path, flow_file: Path, config_file: Path) -> list[str]:
+    topo = read_hpcc(topo_file)
+    flows = read_hpcc_flows(flow_file, topo)
+    with Ns3Simulator(topo, read_hpcc_config(config_file)) as sim:
+        for start, group in groupby(flows, key=lambda f: f.start_ns):
+            batch = list(group)
+            sim.submit([f.to_flow() for f in batch], start, dports={f.index: f.dport for f in batch})
+        sim.drain()
+        assert sim.finish()
+        return [format_fct_line(r, with_id=True) for r in sim.fct_records()]
+
+
+@needs_ref
+@pytest.mark.parametrize(("topo", "flows"), [("star8", "two_to_one"), ("twoleaf8", "cross4")])
+def test_runner_equals_python_engine(ns3_lib, tmp_path: Path, topo: str, flows: str) -> None:
+    config = tmp_path / "config.txt"
+    config.write_text(DCQCN_CONFIG)
+    topo_file, flow_file = REF / f"{topo}.topo.txt", REF / f"{flows}.flows.txt"
+    proc = subprocess.run(
+        [str(runner_path()), str(topo_file), str(flow_file), str(config), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    runner_lines = (tmp_path / "out" / "fct.txt").read_text().splitlines()
+    assert len(runner_lines) == len(read_hpcc_flows(flow_file))
+    # Both readers turn the same HPCC config into the same settings, and the same calls give identical runs.
+    assert python_fct_lines(topo_file, flow_file, config) == runner_lines
+
+
+@needs_ref
+def test_runner_reports_bad_input(ns3_lib, tmp_path: Path) -> None:
+    bad = tmp_path / "flows.txt"
+    bad.write_text("2\n1 0 3 100 1000 2.0\n1 9 3 100 1000 2.0\n")
+    proc = subprocess.run(
+        [str(runner_path()), str(REF / "star8.topo.txt"), str(bad), "-", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert f"{bad}:3:" in proc.stderr and "not an endpoint" in proc.stderr
+    cfg = tmp_path / "config.txt"
+    cfg.write_text("CC_MODE 1\nRATE_AI fast\n")
+    proc = subprocess.run(
+        [str(runner_path()), str(REF / "star8.topo.txt"), str(REF / "incast4.flows.txt"), str(cfg), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2 and f"{cfg}:2: field 'RATE_AI'" in proc.stderr
+
+
+@needs_ref
+@pytest.mark.parametrize("network", ["ns3", "flow"])
+def test_cli_netsim_writes_traces(ns3_lib, tmp_path: Path, network: str, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / network
+    argv = ["netsim", "-t", str(REF / "star8.topo.txt"), "-f", str(REF / "incast4.flows.txt"), "--network", network]
+    argv += ["--set", "buffer_bytes=300000", "--queue-sample-ns", "5000", "-o", str(out)]
+    assert main(argv) == 0
+    assert "4 flows on star8" in capsys.readouterr().out
+    rows = list(csv.DictReader((out / "fct.csv").open()))
+    assert sorted(int(r["flow_id"]) for r in rows) == [0, 1, 2, 3]
+    # 4 x 1 MB into one 100G port: the last flow ends no earlier than 4000 packets of 1048 B (335.36 us).
+    assert max(int(r["fct_ns"]) for r in rows) >= 335_360
+    assert len((out / "fct.txt").read_text().splitlines()) == 4
+    links = list(csv.DictReader((out / "links.csv").open()))
+    down = next(r for r in links if r["src"] == "8" and r["dst"] == "0")
+    assert 0.9 < float(down["utilisation"]) <= 1.0
+    if network == "ns3":
+        assert len(list(csv.DictReader((out / "pfc.csv").open()))) > 0  # 300 KB of buffer: PFC must act
+        assert len(list(csv.DictReader((out / "queues.csv").open()))) > 0
+
+
+def test_cli_netsim_bad_config_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    if not REF.exists():
+        pytest.skip("reference inputs not present")
+    cfg = tmp_path / "config.txt"
+    cfg.write_text("CC_MODE 42\n")
+    argv = ["netsim", "-t", str(REF / "star8.topo.txt"), "-f", str(REF / "incast4.flows.txt"), "-c", str(cfg)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{cfg}:1: field 'CC_MODE'" in err and "Traceback" not in err
