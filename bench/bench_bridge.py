@@ -82,8 +82,12 @@ def bench_barrier(k: int = 300) -> list[dict[str, Any]]:
                 timeout_s=600,
             ).run()
             per = max(out["per_barrier_us"] for out in res.ranks.values())
-            rows.append({"ranks": n, "transport": transport, "barrier_us": per, "rounds": res.rounds})
-            print(f"barrier  ranks={n:3d} {transport}: {per:8.1f} us per window barrier ({res.rounds} rounds)")
+            cpu = res.cpu_s["coordinator"] / (k + 1) * 1e6
+            rows.append(
+                {"ranks": n, "transport": transport, "barrier_us": per, "coord_cpu_us": cpu, "rounds": res.rounds}
+            )
+            print(f"barrier  ranks={n:3d} {transport}: {per:8.1f} us per window barrier, coordinator CPU {cpu:7.1f} us "
+                  f"({res.rounds} rounds, load average {os.getloadavg()[0]:.1f})")  # fmt: skip
     return rows
 
 

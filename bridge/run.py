@@ -136,7 +136,10 @@ class CosimRun:
         if window < 0:
             raise InputError(f"window must be >= 0 ns (0 = exact), got {window}", field="window_ns")
         options = options_to_dict(packet_config) if packet_config is not None else {}
-        options.update(engine_options or {})
+        extra = dict(engine_options or {})
+        if "config" in extra:  # make_engine's form: a whole PacketConfig
+            options.update(options_to_dict(extra.pop("config")))
+        options.update(extra)
         in_coord = network == "flow" if engine_in_coordinator is None else engine_in_coordinator
         self.spec = RunSpec(
             topology=topology,

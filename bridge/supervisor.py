@@ -17,15 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+try:  # loaded here, not in the forked child, which should only make the call
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _LIBC = None  # not Linux: the heartbeat timeouts still end the run
 
 
 def _die_with_parent(parent: int) -> None:
     """In the child, before exec: SIGKILL when the launcher dies (Linux); exit if it already has."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass  # not Linux: the heartbeat timeouts still end the run
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
 

@@ -8,7 +8,6 @@ reproducible.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from dataclasses import dataclass
 
@@ -128,4 +127,3 @@ def log_step(rank: int, step: int, loss: float, seconds: float) -> None:
         print(f"step {step:3d}  loss {loss:.4f}  time {seconds * 1e3:.3f} ms", flush=True)
 
 
-__all__ = ["GPT", "GPTConfig", "batch", "common_args", "config", "corpus", "flops_per_token", "loss_fn", "math"]

@@ -57,7 +57,7 @@ def test_version_mismatch_names_both_versions() -> None:
 
 
 def test_oversized_message_is_rejected_before_parsing() -> None:
-    raw = encode("finish", 0, results={"blob": "x" * 5000})
+    raw = encode("finish", 0, results={"blob": "x" * 5000}, cpu_s=0.0)
     with pytest.raises(ProtocolError) as err:
         decode(raw, max_bytes=1000)
     assert err.value.code == "oversized" and str(len(raw)) in str(err.value)

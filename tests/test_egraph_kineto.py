@@ -28,8 +28,8 @@ NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncc
 
 
 def kernel(name: str, stream: int, corr: int, ts: float, dur: float, **args: Any) -> dict[str, Any]:
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": stream, "correlation": corr, "External id": corr + 1000, **args}}  # fmt: skip
+    full = {"device": 0, "stream": stream, "correlation": corr, "External id": corr + 1000, **args}
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur, "args": full}
 
 
 def runtime(name: str, corr: int, ts: float) -> dict[str, Any]:
@@ -46,8 +46,8 @@ def wait_event(stream: int, on: int, record_corr: int, corr: int, ts: float) -> 
 def rank_trace(rank: int, fwd_us: float, late_us: float = 0.0, sync: bool = True) -> dict[str, Any]:
     t0 = 1000.0 + 7777 * rank  # each host has its own clock
     ar_end = t0 + fwd_us + 1400  # recorded NCCL kernel end (its duration is re-simulated anyway)
-    nccl_args = {"Collective name": "allreduce", "In msg nelems": NELEMS, "Out msg nelems": NELEMS,
-                 "Group size": 2, "dtype": "Float", "Process Group Name": "0", "Process Group Ranks": "[0, 1]"}  # fmt: skip
+    nccl_args = {"Collective name": "allreduce", "In msg nelems": NELEMS, "Out msg nelems": NELEMS, "Group size": 2,
+                 "dtype": "Float", "Process Group Name": "0", "Process Group Ranks": "[0, 1]"}  # fmt: skip
     ev = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": t0 - 50, "dur": 3e3},
         runtime("cudaLaunchKernel", 10, t0 - 40),

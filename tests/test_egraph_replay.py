@@ -116,7 +116,7 @@ def cosim(
                 recs[r].step(len(step_ends[r]), clock[r])
                 step_ends[r].append(clock[r])
             pc[r] += 1
-        msg(r, "finish", clock[r], results={})
+        msg(r, "finish", clock[r], results={}, cpu_s=0.0)
         if record is not None:
             recs[r].finish(record, clock[r])
 

@@ -86,7 +86,7 @@ def test_tp_times_dp_scales_only_the_data_parallel_dimension(tmp_path: Path) -> 
 
 def test_scale_rejects_what_it_cannot_retarget() -> None:
     bs = [ProgramBuilder(r) for r in range(4)]
-    for r, b in enumerate(bs):
+    for b in bs:
         b.wait([b.collective("all_reduce", range(4), 1024)])
     g = build_graph(bs)
     with pytest.raises(InputError, match="multiple of the recorded world"):

@@ -91,8 +91,8 @@ def test_every_byte_arrives_without_loss(results, case: str, cc: str) -> None:
 def test_line_rate_cases_match_the_reference(results, case: str, cc: str) -> None:
     """No CC, and DCTCP whose BDP window keeps the queue under its 300 KB step: line rate, as the reference.
 
-    Tolerance 2%: our packets carry 48 B of header (HPCC's standalone-FCT figure), the reference's wire
-    packets ~38 B, which alone makes ours 1.0% longer.
+    Tolerance 2%: our packets carry 48 B of header (HPCC's standalone-FCT figure), the reference's 36 B
+    (docs/packet-model.md), which alone makes ours 1.0% longer.
     """
     r = results[case, cc]
     ref = REFERENCE_FCT_NS[case, cc]

@@ -14,6 +14,7 @@
 #include "ns3/node.h"
 #include "ns3/object-factory.h"
 #include "ns3/rng-seed-manager.h"
+#include "ns3/scheduler.h"
 #include "ns3/simulator.h"
 #include "ns3/string.h"
 #include "ns3/uinteger.h"
@@ -513,7 +514,8 @@ void PhantoraNetwork::SetParam(const std::string& key, const std::string& value)
     u32(c.seed, 1);
   } else if (key == "scheduler") {
     TypeId tid;
-    if (!TypeId::LookupByNameFailSafe(value, &tid)) {
+    if (!TypeId::LookupByNameFailSafe(value, &tid) || !tid.IsChildOf(Scheduler::GetTypeId()) ||
+        !tid.HasConstructor()) {
       throw std::invalid_argument("param 'scheduler': unknown ns-3 scheduler '" + value + "'");
     }
     c.scheduler = value;

@@ -20,6 +20,7 @@ void RouteTable::AddNode(NodeKind kind) {
   m_dist.clear();
   m_cand.clear();
   m_candDone.clear();
+  m_endpointCand.clear();
 }
 
 std::pair<uint32_t, uint32_t> RouteTable::AddLink(uint32_t a, uint32_t b, uint32_t linkId) {
@@ -30,6 +31,7 @@ std::pair<uint32_t, uint32_t> RouteTable::AddLink(uint32_t a, uint32_t b, uint32
   m_dist.clear();
   m_cand.clear();
   m_candDone.clear();
+  m_endpointCand.clear();
   return {pa, pb};
 }
 
@@ -94,23 +96,34 @@ bool RouteTable::Reachable(uint32_t src, uint32_t dst) {
 }
 
 const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst) {
-  if (m_cand.empty()) {
-    m_cand.resize(m_kind.size());
-    m_candDone.resize(m_kind.size());
+  const NodeKind kind = m_kind[node];
+  std::vector<uint32_t>* slot;
+  if (IsEndpoint(kind)) {
+    // Endpoints talk to few destinations: a hash map keeps large fabrics small.
+    auto [it, fresh] = m_endpointCand.try_emplace((static_cast<uint64_t>(node) << 32) | dst);
+    if (!fresh) {
+      return it->second;
+    }
+    slot = &it->second;
+  } else {
+    if (m_cand.empty()) {
+      m_cand.resize(m_kind.size());
+      m_candDone.resize(m_kind.size());
+    }
+    if (m_cand[node].empty()) {
+      m_cand[node].resize(m_kind.size());
+      m_candDone[node].assign(m_kind.size(), 0);
+    }
+    slot = &m_cand[node][dst];
+    if (m_candDone[node][dst]) {
+      return *slot;
+    }
+    m_candDone[node][dst] = 1;
   }
-  if (m_cand[node].empty()) {
-    m_cand[node].resize(m_kind.size());
-    m_candDone[node].assign(m_kind.size(), 0);
-  }
-  std::vector<uint32_t>& out = m_cand[node][dst];
-  if (m_candDone[node][dst]) {
-    return out;
-  }
-  m_candDone[node][dst] = 1;
+  std::vector<uint32_t>& out = *slot;
   if (node == dst) {
     return out;
   }
-  const NodeKind kind = m_kind[node];
   if (kind == NodeKind::NvSwitch) {
     const uint32_t p = PortTo(node, dst);
     if (p != std::numeric_limits<uint32_t>::max()) {

@@ -3,6 +3,7 @@
 #define PHANTORA_ROUTING_H
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace ns3 {
@@ -57,8 +58,9 @@ class RouteTable {
   std::vector<NodeKind> m_kind;
   std::vector<std::vector<Adj>> m_adj;
   std::vector<std::vector<uint32_t>> m_dist;                   ///< per dst, filled lazily
-  std::vector<std::vector<std::vector<uint32_t>>> m_cand;      ///< [node][dst], filled lazily
+  std::vector<std::vector<std::vector<uint32_t>>> m_cand;      ///< switches: [node][dst], filled lazily
   std::vector<std::vector<uint8_t>> m_candDone;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> m_endpointCand;  ///< endpoints: (node << 32 | dst)
 };
 
 }  // namespace ns3

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     p.add_argument("--network", choices=NETWORKS, default="flow", help="network engine (default: flow)")
     p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="ns3 only: a PacketConfig field")
     p.add_argument("--format", choices=FORMATS, default="auto", help="what INPUT is (default: detect)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default collective algorithm (auto)")
     p.add_argument("--granularity", choices=("coarse", "chunked"), default=None, help="coarse (default) or chunked")
@@ -69,12 +71,26 @@ def _algo(args: argparse.Namespace, base: AlgoOptions) -> AlgoOptions:
     return dataclasses.replace(base, **given)
 
 
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword options of `make_engine`: the CC, and PacketConfig overrides from --set (ns3 only)."""
+    if args.network != "ns3":
+        if args.cc or args.set:
+            print("note: --cc and --set apply to --network ns3 only; ignored", file=sys.stderr)
+        return {}
+    if not args.set:
+        return {"cc": args.cc} if args.cc else {}
+    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+
+    base = PacketConfig(cc=args.cc) if args.cc else PacketConfig()
+    return {"config": apply_overrides(base, args.set)}
+
+
 def run(args: argparse.Namespace) -> int:
     from phantora.topology import load_topology
 
     topo = load_topology(args.topology)
     kind = _detect(Path(args.workload), args.format)
-    options = {"cc": args.cc} if args.network == "ns3" and args.cc else {}
+    options = _engine_options(args)
     if kind == "workload":
         return _run_workload(args, topo, options)
     return _run_graph(args, topo, options, kind)

@@ -80,7 +80,7 @@ def _parallelism(graph: ExecGraph, m: int) -> str:
         for node in prog.nodes:
             if isinstance(node, Coll) and _classify(graph.groups[e.groups[node.slot]], n, m) in ("world", "dp"):
                 kinds.add(node.kind)
-    name = "fsdp" if kinds & {"all_gather", "reduce_scatter"} else "ddp"
+    name = "fsdp" if "reduce_scatter" in kinds else "ddp"  # FSDP reduce-scatters gradients; DDP all-reduces them
     return name if m == 1 else f"{name} x model-parallel {m}"
 
 

@@ -12,6 +12,7 @@ global simulator, so only one Ns3Simulator can be open at a time.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -49,20 +50,24 @@ def runner_path() -> Path:
 
 
 def needs_build() -> bool:
-    """True if the library is missing or older than a C++ source or build file."""
-    lib = library_path()
-    if not lib.exists():
+    """True if the library or the runner is missing or older than a C++ source or build file."""
+    lib, runner = library_path(), runner_path()
+    if not lib.exists() or not runner.exists():
         return True
-    stamp = lib.stat().st_mtime
-    sources = [*SCRATCH.glob("model/*.cc"), *SCRATCH.glob("model/*.h"), SCRATCH / "Makefile"]
-    return any(p.stat().st_mtime > stamp for p in sources if p.exists())
+    model = [*SCRATCH.glob("model/*.cc"), *SCRATCH.glob("model/*.h"), SCRATCH / "Makefile"]
+    newest_model = max(p.stat().st_mtime for p in model if p.exists())
+    newest_runner = max([p.stat().st_mtime for p in SCRATCH.glob("runner/*")] + [newest_model])
+    return newest_model > lib.stat().st_mtime or newest_runner > runner.stat().st_mtime
 
 
 def build(jobs: int = 2) -> Path:
-    """Run scripts/build_ns3.sh (incremental) and return the library path."""
+    """Run scripts/build_ns3.sh (incremental; one build at a time per machine) and return the library path."""
     if os.environ.get("PHANTORA_NS3_LIB"):
         return library_path()
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT), "-j", str(jobs)], capture_output=True, text=True, check=False)
+    lock_path = Path(tempfile.gettempdir()) / f"phantora-ns3-build-{os.getuid()}.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent sessions must not run make in one tree at once
+        proc = subprocess.run(["bash", str(BUILD_SCRIPT), "-j", str(jobs)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")

@@ -272,7 +272,7 @@ _CC_KEYS: dict[str, tuple[str, object, tuple[str, ...]]] = {
     "FAST_REACT": ("FastReact", lambda v: str(_flag(v)).lower(), ("hpcc",)),
     "VAR_WIN": ("VarWin", lambda v: str(_flag(v)).lower(), ("hpcc",)),
     "SAMPLE_FEEDBACK": ("SampleFeedback", lambda v: str(_flag(v)).lower(), ("hpcc",)),
-    "HAS_WIN": ("HasWindow", lambda v: str(_flag(v)).lower(), ("none", "dctcp")),
+    "HAS_WIN": ("HasWindow", lambda v: str(_flag(v)).lower(), ("dctcp",)),  # CcNone has no window
 }
 
 

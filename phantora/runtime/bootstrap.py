@@ -76,9 +76,15 @@ def _user_frame(exc: BaseException) -> str:
     return where
 
 
-def _fail(rank: str, exc: BaseException) -> None:
+def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
     if not isinstance(exc, PhantoraError):
-        traceback.print_exception(exc, file=sys.stderr)
+        tb = exc.__traceback__
+        if script is not None:  # start the traceback at the user's script, not in runpy and the bootstrap
+            first = tb
+            while first is not None and first.tb_frame.f_code.co_filename != script:
+                first = first.tb_next
+            tb = first or tb
+        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
     where = _user_frame(exc)
     at = f" (at {where})" if where else ""
     print(f"phantora: rank {rank} failed{at}: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: python -m phantora.runtime.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
         return 2
-    script = argv[0]
+    script = os.path.abspath(argv[0])
     rank = os.environ.get("RANK", "?")
     try:
         s, mode = start_session()
@@ -100,21 +106,19 @@ def main(argv: list[str] | None = None) -> int:
         _fail(rank, exc)
         return 1
     sys.argv = argv
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, os.path.dirname(script))
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            _fail(rank, exc)
+            _fail(rank, exc, script)
     except BaseException as exc:  # noqa: BLE001
-        _fail(rank, exc)
+        _fail(rank, exc, script)
     try:
         end_session(s, mode)
     except BaseException as exc:  # noqa: BLE001
         _fail(rank, exc)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: gloo threads of undestroyed groups can stall it
+    return 0
 
 
 if __name__ == "__main__":
