@@ -110,13 +110,15 @@ def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) 
     try:
         progress = args.progress if args.progress is not None else len(wl.ops) > 20
         res = replay_inprocess(wl, topo, sim, base, progress=progress)
+        print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
+        print(format_table(res))
+        if args.out:
+            paths = write_replay_outputs(
+                args.out, res, workload=wl.name, topology=topo, network=args.network, engine=sim
+            )
+            print("wrote " + ", ".join(str(p) for p in paths.values()))
     finally:
         sim.close()
-    print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
-    print(format_table(res))
-    if args.out:
-        paths = write_replay_outputs(args.out, res, workload=wl.name, topology=topo, network=args.network)
-        print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
 
@@ -124,6 +126,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     from phantora.egraph.format import load, save
     from phantora.egraph.replay import algo_from_meta, replay_graph
     from phantora.egraph.report import format_graph_result, graph_results
+    from phantora.report.packet_traces import write_packet_traces
 
     notes: list[str] = []
     if kind == "kineto":
@@ -156,6 +159,9 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     try:
         progress = args.progress if args.progress is not None else False
         res = replay_graph(graph, topo, sim, algo, progress=progress)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            traces = write_packet_traces(args.out, sim)
     finally:
         sim.close()
     print(f"execution graph ({graph.world} ranks, {len(graph.programs)} distinct programs) on {topo.name}, "
@@ -168,5 +174,5 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
         path = args.out / "results.json"
         data = graph_results(res, graph, topology=topo.name, network=args.network, cc=args.cc)
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {path}")
+        print("wrote " + ", ".join(str(p) for p in [path, *traces]))
     return 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from phantora.netsim.base import Completion, Flow
 from phantora.replay import ReplayResult
+from phantora.report.packet_traces import LINK_EXTRA_COLUMNS, write_packet_traces
 from phantora.topology.model import Topology
 from phantora.units import transmit_ns
 
@@ -88,8 +89,14 @@ def write_replay_outputs(
     workload: str,
     topology: Topology,
     network: str,
+    engine: Any | None = None,
 ) -> dict[str, Path]:
-    """Write results.json, flows.csv and links.csv into `out`; return their paths."""
+    """Write results.json, flows.csv and links.csv into `out`; return their paths.
+
+    With the ns-3 engine (still open) as `engine`, links.csv takes the engine's own per-link
+    counters (bytes on the wire incl. headers and ACKs, paused time, ECN marks, max queue) and
+    pfc.csv, queues.csv and drops.csv are written too.
+    """
     out.mkdir(parents=True, exist_ok=True)
     paths = {"results": out / "results.json", "flows": out / "flows.csv", "links": out / "links.csv"}
     data = results_dict(res, workload=workload, topology=topology, network=network)
@@ -103,13 +110,37 @@ def write_replay_outputs(
             alone = standalone_fct_ns(topology, c.src, c.dst, c.size, keys[c.flow_id])
             fct = c.end_ns - c.start_ns
             w.writerow([c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns, fct, alone])
-    rows = link_rows(topology, channel_bytes(topology, res.flows, res.completions), res.makespan_ns)
+    fields = ["channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation"]
+    if engine is not None and hasattr(engine, "pfc_events"):
+        rows = packet_link_rows(topology, engine.channel_usage(max(1, res.makespan_ns)))
+        fields += LINK_EXTRA_COLUMNS
+        for p in write_packet_traces(out, engine):
+            paths[p.stem] = p
+    else:
+        rows = link_rows(topology, channel_bytes(topology, res.flows, res.completions), res.makespan_ns)
     with paths["links"].open("w", newline="") as fh:
-        fields = ["channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation"]
         w2 = csv.DictWriter(fh, fieldnames=fields)
         w2.writeheader()
         w2.writerows(rows)
     return paths
+
+
+def packet_link_rows(topo: Topology, usage: list[Any]) -> list[dict[str, Any]]:
+    """links.csv rows from the packet engine's per-channel counters."""
+    rows = []
+    for u in usage:
+        row = {
+            "channel": u.channel,
+            "link": u.channel >> 1,
+            "from": topo.nodes[u.src].name,
+            "to": topo.nodes[u.dst].name,
+            "bandwidth_bps": u.bandwidth_bps,
+            "bytes": u.bytes,
+            "utilisation": round(u.utilisation, 6),
+        }
+        row.update({k: getattr(u, k) for k in LINK_EXTRA_COLUMNS})
+        rows.append(row)
+    return rows
 
 
 def format_table(res: ReplayResult) -> str:

@@ -42,7 +42,16 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     set_model(model)
     client = client if client is not None else _client(opts)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    s = RankSession(rank, world, client, model, trace_level=opts.trace, out_dir=opts.out_dir, network=opts.network)
+    s = RankSession(
+        rank,
+        world,
+        client,
+        model,
+        trace_level=opts.trace,
+        out_dir=opts.out_dir,
+        network=opts.network,
+        report_every_us=opts.report_us,
+    )
     _session.install(s)
     backend.use_as_default()
     mode = ChargeMode(s)

@@ -18,6 +18,7 @@ class Options:
     out_dir: str | None = None
     time_patch: bool = True
     network: str = "flow"
+    report_us: float = 200.0  # compute ops report the clock to the bridge at most this often (real us)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Options:
@@ -29,6 +30,7 @@ class Options:
             out_dir=env.get("PHANTORA_OUT") or None,
             time_patch=env.get("PHANTORA_TIME_PATCH", "1") not in ("0", "false", "no"),
             network=env.get("PHANTORA_NETWORK", "flow"),
+            report_us=float(env.get("PHANTORA_REPORT_US", "200")),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -37,6 +39,7 @@ class Options:
             "PHANTORA_LAUNCH_NS": str(self.launch_ns),
             "PHANTORA_TRACE": self.trace,
             "PHANTORA_TIME_PATCH": "1" if self.time_patch else "0",
+            "PHANTORA_REPORT_US": str(self.report_us),
         }
         if self.out_dir:
             env["PHANTORA_OUT"] = str(self.out_dir)

@@ -56,3 +56,8 @@ def real_time() -> Iterator[None]:
 def real_perf_counter() -> float:
     """The real perf_counter, whatever is installed."""
     return _REAL["perf_counter"]()
+
+
+def real_perf_counter_ns() -> int:
+    """The real perf_counter_ns, whatever is installed."""
+    return _REAL["perf_counter_ns"]()
