@@ -8,7 +8,6 @@ is the last byte's arrival; it has no ACKs, PFC or queues).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import time
 from itertools import groupby
@@ -17,6 +16,13 @@ from typing import Any
 
 from phantora.netsim.hpcc_io import FctLine, HpccFlow, read_hpcc_flows, write_fct_txt, write_pfc_txt
 from phantora.netsim.packet_config import CC_NAMES, PacketConfig, apply_overrides, read_hpcc_config
+from phantora.report.packet_traces import (
+    LINK_EXTRA_COLUMNS,
+    write_csv,
+    write_drops_csv,
+    write_pfc_csv,
+    write_queues_csv,
+)
 from phantora.topology.model import Topology
 
 
@@ -116,13 +122,6 @@ def _run_flow(topo: Topology, flows: list[HpccFlow], config: PacketConfig) -> di
         sim.close()
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-
-
 def _write_outputs(out: Path, flows: list[HpccFlow], res: dict[str, Any]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     by_id = {f.index: f for f in flows}
@@ -135,36 +134,20 @@ def _write_outputs(out: Path, flows: list[HpccFlow], res: dict[str, Any]) -> lis
             + [r.standalone_ns, f"{slowdown:.4f}"]
         )
     header = ["flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns", "standalone_ns"]
-    _write_csv(out / "fct.csv", header + ["slowdown"], rows)
+    write_csv(out / "fct.csv", header + ["slowdown"], rows)
     write_fct_txt(res["fct"], out / "fct.txt")
-    _write_csv(
-        out / "pfc.csv",
-        ["time_ns", "node", "node_type", "port", "prio", "pause", "from_node"],
-        [[e.time_ns, e.node, e.node_type, e.port, e.prio, int(e.pause), e.from_node] for e in res["pfc"]],
-    )
+    write_pfc_csv(out / "pfc.csv", res["pfc"])
     write_pfc_txt(res["pfc_txt"], out / "pfc.txt")
-    _write_csv(
-        out / "queues.csv",
-        ["time_ns", "node", "port", "prio", "bytes"],
-        [[q.time_ns, q.node, q.port, q.prio, q.bytes] for q in res["queues"]],
-    )
-    _write_csv(
-        out / "drops.csv",
-        ["time_ns", "node", "port", "prio", "flow_id", "seq"],
-        [[d.time_ns, d.node, d.port, d.prio, d.flow_id, d.seq] for d in res["drops"]],
-    )
+    write_queues_csv(out / "queues.csv", res["queues"])
+    write_drops_csv(out / "drops.csv", res["drops"])
     link_rows = []
     for u in res["links"]:
         link_rows.append(
             [u.channel, u.src, u.dst, u.bandwidth_bps, u.bytes, f"{u.utilisation:.6f}"]
-            + [getattr(u, k, "") for k in ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")]
+            + [getattr(u, k, "") for k in LINK_EXTRA_COLUMNS]
         )
-    _write_csv(
-        out / "links.csv",
-        ["channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation", "packets", "paused_ns", "ecn_marks"]
-        + ["max_queue_bytes"],
-        link_rows,
-    )
+    header = ["channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation"]
+    write_csv(out / "links.csv", header + LINK_EXTRA_COLUMNS, link_rows)
     summary = {k: v for k, v in res["stats"].items()}
     summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(flows))
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
