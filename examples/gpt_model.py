@@ -125,5 +125,3 @@ def save_state(prefix: str, rank: int, named: dict[str, torch.Tensor]) -> None:
 def log_step(rank: int, step: int, loss: float, seconds: float) -> None:
     if rank == 0:
         print(f"step {step:3d}  loss {loss:.4f}  time {seconds * 1e3:.3f} ms", flush=True)
-
-
