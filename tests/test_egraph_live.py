@@ -33,17 +33,28 @@ def live_steps(report) -> list[int]:
 
 
 def test_recorded_ddp_run_replays_to_its_step_times(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`phantora run --record` then `phantora replay` on the same topology gives the live step times exactly."""
+    import json
+
+    from phantora.topology import load_topology
+
     script = str(ROOT / "examples" / "gpt_ddp.py")
-    report, graph = record_run(RunConfig(script, ARGS, star(2), nproc=2, timeout_s=300), tmp_path / "trace")
-    live = live_steps(report)
+    trace, out = tmp_path / "trace", tmp_path / "live"
+    rc = main(
+        ["run", "-t", "testbed16", "--nproc", "2", "-q", "--record", str(trace), "--out", str(out), script, *ARGS]
+    )
+    assert rc == 0
+    live = [s["time_ns"] for s in json.loads((out / "results.json").read_text())["steps"]]
+    graph = load(trace)
     assert len(live) == 3 and len(graph.programs) == 1  # both DDP ranks run one program
     assert graph.recorded_step_times() == live and graph.recorded["idle_ns"] == [0, 0]
-    res = replay_graph(load(tmp_path / "trace"), star(2), FlowSimulator(star(2)))
+    topo = load_topology("testbed16")
+    res = replay_graph(graph, topo, FlowSimulator(topo))
     assert res.step_times_ns == live  # exact in flow mode
     kinds = {n.kind for n in graph.programs[0].nodes if hasattr(n, "kind")}
     assert "all_reduce" in kinds
-    # The same through the command line, on a shipped topology.
-    assert main(["replay", str(tmp_path / "trace"), "--topology", "testbed16", "--out", str(tmp_path / "o")]) == 0
+    # The same through the command line.
+    assert main(["replay", str(trace), "--topology", "testbed16", "--out", str(tmp_path / "o")]) == 0
     assert "recorded" in capsys.readouterr().out and (tmp_path / "o" / "results.json").is_file()
 
 

@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--launch-overhead", default="1us", help="per-kernel launch overhead (default 1us)")
     p.add_argument("--no-time-patch", action="store_true", help="keep time.perf_counter/time.time real")
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
+    p.add_argument("--record", default=None, metavar="DIR", help="also record every rank's execution graph here")
     p.add_argument("--quiet", "-q", action="store_true", help="do not print rank 0's output")
     p.add_argument("script", help="training script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
@@ -51,7 +52,13 @@ def run(args: argparse.Namespace) -> int:
         launch_ns=parse_time_ns(args.launch_overhead),
         timeout_s=args.timeout,
     )
-    report = launch(cfg)
+    if args.record:
+        from phantora.egraph.live import record_run
+
+        report, graph = record_run(cfg, args.record)
+        print(f"recorded an execution graph of {graph.world} ranks in {args.record} (phantora replay {args.record})")
+    else:
+        report = launch(cfg)
     if not args.quiet:
         log = report.logs.get("rank 0", "")
         if log.strip():

@@ -44,6 +44,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
             busy[i] = max(busy[i], int(b[i]) - (int(b[i - 1]) if i else 0))
     steady = times[1:] if len(times) > 1 else times
     out: dict[str, Any] = {
+        "schema": "phantora.run/1",
         "world_size": world,
         "gpu": gpu.name,
         "end_ns": max((int(r["end_ns"]) for r in ranks.values()), default=0),
