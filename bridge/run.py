@@ -118,10 +118,10 @@ class CosimRun:
         cwd: str | None = None,
         python: str = sys.executable,
     ) -> None:
-        """`window_ns`: None = the default of the network mode (flow: 0 = exact; ns3: 10 us);
-        0 = exact. `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 always gets its
-        own server). `packet_config`: a PacketConfig for ns3; `engine_options`: keyword options of
-        the engine (FlowSimulator options, or PacketConfig fields)."""
+        """`window_ns`: None = the default of the network mode (flow: 0 = exact; ns3: 10 us); 0 = exact.
+        `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 in the coordinator works, but
+        stops its heartbeats during long engine calls). `packet_config`: a PacketConfig for ns3;
+        `engine_options`: keyword options of the engine (FlowSimulator options, or PacketConfig fields)."""
         if network not in NETWORKS:
             raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
         if transport not in TRANSPORTS:

@@ -18,6 +18,7 @@ MODES=${PHANTORA_MODES:-ns3,flow}
 usage() {
   cat <<EOF
 usage: scripts/run_cosim.sh [options] [-- script args]
+(default script args: --d-model 256 --layers 4)
 
 Co-simulates SCRIPT on NPROC simulated GPUs of TOPOLOGY in each network mode, then prints a
 side-by-side comparison (iteration time, collectives, FCTs, PFC, queues, ECN, links) and writes it
@@ -52,6 +53,10 @@ while [ $# -gt 0 ]; do
     *) echo "run_cosim.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+if [ ${#EXTRA[@]} -eq 0 ] && [ "$SCRIPT" = examples/gpt_ddp.py ]; then
+  EXTRA=(--d-model 256 --layers 4)  # big enough (3.4M params) for the gradient all-reduces to matter
+fi
 
 scripts/setup.sh
 PH=.venv/bin/phantora
