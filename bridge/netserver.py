@@ -36,6 +36,7 @@ from bridge.stepping import advance_watching
 from bridge.transport import HEARTBEAT_S, bind_address, bind_router, token_ok, write_endpoint_file
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.topology.model import Topology
 
 
 def log(text: str) -> None:
@@ -147,6 +148,19 @@ class NetServer:
         return 0
 
 
+def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology) -> None:
+    """At a clean shutdown: pfc.csv, queues.csv, drops.csv and links.csv of an engine that records them."""
+    from phantora.report.packet_traces import write_packet_traces
+    from phantora.report.replay_report import packet_link_rows, write_links_csv
+
+    if not hasattr(engine, "pfc_events"):
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_packet_traces(out, engine)
+    write_links_csv(out / "links.csv", packet_link_rows(topo, engine.channel_usage(max(1, engine.now()))))
+    log(f"wrote the engine's traces to {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bridge.netserver", description=__doc__)
     p.add_argument("--setup", required=True, help="the run's setup.msgpack")
@@ -171,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         info = {"network": spec.network, "engine": type(engine).__name__, "startup_s": time.perf_counter() - t0}
         log(f"{info['engine']} ready in {info['startup_s']:.2f} s at {endpoint}")
         try:
-            return NetServer(sock, engine, token, info, spec.max_message_bytes).serve(spec.peer_timeout_s)
+            rc = NetServer(sock, engine, token, info, spec.max_message_bytes).serve(spec.peer_timeout_s)
+            if rc == 0 and spec.trace_dir:
+                write_engine_traces(Path(spec.trace_dir), engine, spec.topology)
+            return rc
         finally:
             engine.close()
     except BridgeError as exc:

@@ -152,6 +152,7 @@ class CosimRun:
             keep_flows=keep_flows,
             peer_timeout_s=peer_timeout_s,
             max_message_bytes=max_message_bytes,
+            trace_dir=str(Path(out_dir).resolve()) if out_dir is not None else "",
         )
         self.rank_cmd = rank_cmd
         self.env = dict(env or {})
@@ -371,6 +372,23 @@ class CosimRun:
             "collectives": result.collectives,
         }
         (self.out_dir / "cosim.json").write_text(json.dumps(summary, indent=1, default=str))
+        write_flows_csv(self.out_dir / "flows.csv", self.spec.topology, result.completions)
+
+
+def write_flows_csv(path: Path, topo: Topology, completions: list[Completion]) -> None:
+    """One row per completed flow, in the columns of `phantora replay`'s flows.csv (FCTs for compare)."""
+    from phantora.report.packet_traces import write_csv
+    from phantora.report.replay_report import standalone_fct_ns
+
+    names = [n.name for n in topo.nodes]
+    rows = [
+        [c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns, c.end_ns - c.start_ns]
+        + [standalone_fct_ns(topo, c.src, c.dst, c.size, c.flow_id)]
+        for c in sorted(completions, key=lambda c: c.flow_id)
+        if c.size > 0 and c.src != c.dst
+    ]
+    header = ["flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns"]
+    write_csv(path, header, rows)
 
 
 def replay_workload(topology: Topology, workload: str | Path, **options: Any) -> CosimResult:

@@ -76,6 +76,7 @@ class RunSpec:
     peer_timeout_s: float = 30.0
     server_timeout_s: float = 3600.0  # one engine call may legitimately run this long (ns-3)
     max_message_bytes: int = MAX_MESSAGE_BYTES  # larger requests get an "oversized" error reply
+    trace_dir: str = ""  # the network server writes its engine's traces (pfc.csv, queues.csv ...) here
 
     def algo_options(self) -> AlgoOptions:
         return AlgoOptions(**self.algo)

@@ -110,19 +110,27 @@ def write_replay_outputs(
             alone = standalone_fct_ns(topology, c.src, c.dst, c.size, keys[c.flow_id])
             fct = c.end_ns - c.start_ns
             w.writerow([c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns, fct, alone])
-    fields = ["channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation"]
     if engine is not None and hasattr(engine, "pfc_events"):
         rows = packet_link_rows(topology, engine.channel_usage(max(1, res.makespan_ns)))
-        fields += LINK_EXTRA_COLUMNS
         for p in write_packet_traces(out, engine):
             paths[p.stem] = p
     else:
         rows = link_rows(topology, channel_bytes(topology, res.flows, res.completions), res.makespan_ns)
-    with paths["links"].open("w", newline="") as fh:
-        w2 = csv.DictWriter(fh, fieldnames=fields)
-        w2.writeheader()
-        w2.writerows(rows)
+    write_links_csv(paths["links"], rows)
     return paths
+
+
+LINK_COLUMNS = ["channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation"]
+
+
+def write_links_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """links.csv: one row per directed link; the packet engine's rows carry LINK_EXTRA_COLUMNS too."""
+    fields = LINK_COLUMNS + (LINK_EXTRA_COLUMNS if rows and "paused_ns" in rows[0] else [])
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return path
 
 
 def packet_link_rows(topo: Topology, usage: list[Any]) -> list[dict[str, Any]]:

@@ -92,7 +92,7 @@ def launch(cfg: RunConfig) -> RunReport:
             env=env,
             out_dir=out if keep else None,
             timeout_s=cfg.timeout_s,
-            keep_flows=False,
+            keep_flows=keep,  # flows.csv for `phantora compare` when results are written
         ).run()
         summary = summarize(cosim.ranks, gpu)
         summary = {
