@@ -22,9 +22,10 @@ from statistics import mean
 from phantora.netsim.hpcc_io import FctLine, read_fct_txt, read_hpcc_flows
 from phantora.netsim.packet import Ns3Simulator, load_ns3
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
+from phantora.paths import shared_dir
 from phantora.topology.readers import read_hpcc
 
-DEFAULT_REF = Path("/work/shared/reference-runs")
+DEFAULT_REF = shared_dir() / "reference-runs"
 Key = tuple[int, int, int, int]  # src, dst, size, start_ns
 
 

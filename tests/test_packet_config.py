@@ -9,6 +9,7 @@ import pytest
 from phantora.errors import InputError
 from phantora.netsim.hpcc_io import FctLine, format_fct_line, ip_node, node_ip, read_fct_txt, read_hpcc_flows
 from phantora.netsim.packet_config import PacketConfig, apply_overrides, read_hpcc_config
+from phantora.paths import shared_dir
 from phantora.topology.model import Topology
 
 G = 10**9
@@ -169,7 +170,7 @@ def test_bad_flow_files(tmp_path: Path, text: str, line: int, field: str | None)
 
 
 def test_read_reference_fct() -> None:
-    ref = Path("/work/shared/reference-runs/fct/star8-two_to_one-none.fct.txt")
+    ref = shared_dir() / "reference-runs/fct/star8-two_to_one-none.fct.txt"
     if not ref.exists():
         pytest.skip("reference runs not present")
     lines = read_fct_txt(ref)

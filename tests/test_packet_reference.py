@@ -9,18 +9,18 @@ tests/test_packet_cc*.py.
 from __future__ import annotations
 
 from itertools import groupby
-from pathlib import Path
 
 import pytest
 
 from phantora.netsim.hpcc_io import read_fct_txt, read_hpcc_flows
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
+from phantora.paths import shared_dir
 from phantora.topology.readers import read_hpcc
 
 pytestmark = pytest.mark.ns3
 
-REF = Path("/work/shared/reference-runs")
+REF = shared_dir() / "reference-runs"
 CASES = [
     ("star8", "two_to_one", None),
     ("star8", "incast4", None),

@@ -13,11 +13,12 @@ from phantora.cli import main
 from phantora.netsim.hpcc_io import format_fct_line, read_hpcc_flows
 from phantora.netsim.packet import Ns3Simulator, runner_path
 from phantora.netsim.packet_config import read_hpcc_config
+from phantora.paths import shared_dir
 from phantora.topology.readers import read_hpcc
 
 pytestmark = pytest.mark.ns3
 
-REF = Path("/work/shared/reference-runs/inputs")
+REF = shared_dir() / "reference-runs/inputs"
 DCQCN_CONFIG = """\
 CC_MODE 1
 PACKET_PAYLOAD_SIZE 1000

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from phantora.cli import main
+from phantora.paths import shared_dir
 from phantora.perfmodel import compute_features, load_curves
 from phantora.perfmodel.profiling import default_specs
 
-PERFDB = Path(os.environ.get("PHANTORA_PERFDB", Path(__file__).resolve().parents[2] / "shared/perfdb/l40s"))
+PERFDB = Path(os.environ.get("PHANTORA_PERFDB", shared_dir() / "perfdb/l40s"))
 needs_perfdb = pytest.mark.skipif(not (PERFDB / "memcpy.csv").exists(), reason=f"perfdb not found at {PERFDB}")
 
 

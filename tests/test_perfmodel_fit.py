@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from phantora.errors import InputError
+from phantora.paths import shared_dir
 from phantora.perfmodel import (
     MeasuredRow,
     class_errors,
@@ -22,7 +23,7 @@ from phantora.perfmodel import (
     split_rows,
 )
 
-PERFDB = Path(os.environ.get("PHANTORA_PERFDB", Path(__file__).resolve().parents[2] / "shared/perfdb/l40s"))
+PERFDB = Path(os.environ.get("PHANTORA_PERFDB", shared_dir() / "perfdb/l40s"))
 needs_perfdb = pytest.mark.skipif(not (PERFDB / "compute.csv").exists(), reason=f"perfdb not found at {PERFDB}")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from phantora.errors import InputError
+from phantora.paths import shared_dir
 from phantora.perfmodel import (
     ComputeModel,
     Curves,
@@ -23,7 +24,7 @@ from phantora.perfmodel import (
     write_table,
 )
 
-PERFDB = Path(os.environ.get("PHANTORA_PERFDB", Path(__file__).resolve().parents[2] / "shared/perfdb/l40s"))
+PERFDB = Path(os.environ.get("PHANTORA_PERFDB", shared_dir() / "perfdb/l40s"))
 needs_perfdb = pytest.mark.skipif(not (PERFDB / "compute.csv").exists(), reason=f"perfdb not found at {PERFDB}")
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from phantora.errors import InputError
+from phantora.paths import shared_dir
 from phantora.topology import load_topology, rail_optimized, read_hpcc, read_simai, write_hpcc, write_simai
 from phantora.topology.describe import rank_bisection_bps
 
-REF = Path("/work/shared/reference-runs/inputs")
+REF = shared_dir() / "reference-runs/inputs"
 SHIPPED = Path(__file__).resolve().parents[1] / "topologies"
 G = 10**9
 
