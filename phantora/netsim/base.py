@@ -10,9 +10,14 @@ The bridge, the replay tool and the runtime only ever talk to engines through th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from phantora.errors import InputError
+
+if TYPE_CHECKING:
+    from phantora.topology.model import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +83,49 @@ class NetworkSimulator(Protocol):
     def close(self) -> None:
         """Release resources."""
         ...
+
+
+def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:
+    """What every engine checks before accepting a batch; returns the batch's ids.
+
+    Unique ids (`known(id)` says an earlier batch used it), endpoints of `topology`, sizes and delays
+    >= 0, deps on this batch or on known flows, and no dependency cycle. Errors name the flow.
+    """
+    from phantora.topology.model import ENDPOINT_KINDS
+
+    nodes = topology.nodes
+    ids: set[int] = set()
+    for f in flows:
+        where = f"flow {f.id}"
+        if f.id in ids or known(f.id):
+            raise InputError(f"{where}: duplicate flow id", field="id")
+        ids.add(f.id)
+        for end in (f.src, f.dst):
+            if not 0 <= end < len(nodes) or nodes[end].kind not in ENDPOINT_KINDS:
+                raise InputError(f"{where}: node {end} is not an endpoint of '{topology.name}'", field="src/dst")
+        if f.size < 0:
+            raise InputError(f"{where}: size must be >= 0, got {f.size}", field="size")
+        if f.delay_ns < 0:
+            raise InputError(f"{where}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
+    indeg = dict.fromkeys(ids, 0)
+    succ: dict[int, list[int]] = {}
+    for f in flows:
+        for d in dict.fromkeys(f.deps):
+            if d in ids:
+                indeg[f.id] += 1
+                succ.setdefault(d, []).append(f.id)
+            elif not known(d):
+                raise InputError(f"flow {f.id} depends on unknown flow {d}", field="deps")
+    ready = [i for i, k in indeg.items() if k == 0]
+    seen = 0
+    while ready:
+        i = ready.pop()
+        seen += 1
+        for j in succ.get(i, ()):
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+    if seen < len(ids):
+        cyc = sorted(i for i, k in indeg.items() if k)[:5]
+        raise InputError(f"dependency cycle among flows {', '.join(map(str, cyc))}", field="deps")
+    return ids

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim.base import Completion, Flow
+from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
-from phantora.topology.model import ENDPOINT_KINDS, Topology
+from phantora.topology.model import Topology
 
 _TX_END, _ARRIVE, _START = 0, 1, 2
 _TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole ns (plus 1e-12 relative)
@@ -245,49 +245,14 @@ class FlowSimulator:
 
     # ----- internals -----------------------------------------------------------------------
     def _check_batch(self, flows: Sequence[Flow]) -> set[int]:
-        """Validate a batch: unique ids, endpoints, sizes, routes, known deps, no dependency cycle."""
-        nodes = self.topology.nodes
-        ids: set[int] = set()
+        """Validate a batch (see `check_flow_batch`), then route each flow so a bad route names its flow."""
+        ids = check_flow_batch(flows, self.topology, lambda i: i in self._flows or i in self._done)
         for f in flows:
-            where = f"flow {f.id}"
-            if f.id in ids or f.id in self._flows or f.id in self._done:
-                raise InputError(f"{where}: duplicate flow id", field="id")
-            ids.add(f.id)
-            for end in (f.src, f.dst):
-                if not 0 <= end < len(nodes) or nodes[end].kind not in ENDPOINT_KINDS:
-                    raise InputError(
-                        f"{where}: node {end} is not an endpoint of '{self.topology.name}'", field="src/dst"
-                    )
-            if f.size < 0:
-                raise InputError(f"{where}: size must be >= 0, got {f.size}", field="size")
-            if f.delay_ns < 0:
-                raise InputError(f"{where}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
             if f.size and f.src != f.dst:
                 try:
                     self.route(f)  # fails here, naming the flow, rather than deep inside advance()
                 except InputError as exc:
-                    raise InputError(f"{where}: {exc}", field="src/dst") from None
-        indeg: dict[int, int] = dict.fromkeys(ids, 0)
-        succ: dict[int, list[int]] = {}
-        for f in flows:
-            for d in _unique(f.deps):
-                if d in ids:
-                    indeg[f.id] += 1
-                    succ.setdefault(d, []).append(f.id)
-                elif d not in self._flows and d not in self._done:
-                    raise InputError(f"flow {f.id} depends on unknown flow {d}", field="deps")
-        ready = [i for i, k in indeg.items() if k == 0]
-        seen = 0
-        while ready:
-            i = ready.pop()
-            seen += 1
-            for j in succ.get(i, ()):
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    ready.append(j)
-        if seen < len(ids):
-            cyc = sorted(i for i, k in indeg.items() if k)[:5]
-            raise InputError(f"dependency cycle among flows {', '.join(map(str, cyc))}", field="deps")
+                    raise InputError(f"flow {f.id}: {exc}", field="src/dst") from None
         return ids
 
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:

@@ -24,11 +24,11 @@ from types import TracebackType
 from typing import Any
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim.base import Completion, Flow
+from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
 from phantora.netsim.packet_config import PacketConfig
-from phantora.topology.model import ENDPOINT_KINDS, Topology
+from phantora.topology.model import Topology
 
 _MASK64 = (1 << 64) - 1
 _FOREVER_NS = 1 << 62
@@ -430,45 +430,10 @@ class Ns3Simulator:
         return out
 
     def _check_batch(self, flows: Sequence[Flow]) -> None:
-        """Unique ids, endpoints, sizes, known deps and no cycle, before anything reaches C++."""
-        nodes = self.topology.nodes
-        ids: set[int] = set()
+        """`check_flow_batch`, plus what C++ needs: 64-bit ids and a data priority class 1..7."""
         for f in flows:
-            where = f"flow {f.id}"
             if not 0 <= f.id <= _MASK64:
-                raise InputError(f"{where}: ids must be in [0, 2^64)", field="id")
-            if f.id in ids or f.id in self._known:
-                raise InputError(f"{where}: duplicate flow id", field="id")
-            ids.add(f.id)
-            for end in (f.src, f.dst):
-                if not 0 <= end < len(nodes) or nodes[end].kind not in ENDPOINT_KINDS:
-                    raise InputError(
-                        f"{where}: node {end} is not an endpoint of '{self.topology.name}'", field="src/dst"
-                    )
-            if f.size < 0:
-                raise InputError(f"{where}: size must be >= 0, got {f.size}", field="size")
-            if f.delay_ns < 0:
-                raise InputError(f"{where}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
+                raise InputError(f"flow {f.id}: ids must be in [0, 2^64)", field="id")
             if not 1 <= f.priority <= 7:
-                raise InputError(f"{where}: priority must be 1..7 (0 is the control class)", field="priority")
-        indeg = dict.fromkeys(ids, 0)
-        succ: dict[int, list[int]] = {}
-        for f in flows:
-            for d in dict.fromkeys(f.deps):
-                if d in ids:
-                    indeg[f.id] += 1
-                    succ.setdefault(d, []).append(f.id)
-                elif d not in self._known:
-                    raise InputError(f"flow {f.id} depends on unknown flow {d}", field="deps")
-        ready = [i for i, k in indeg.items() if k == 0]
-        seen = 0
-        while ready:
-            i = ready.pop()
-            seen += 1
-            for j in succ.get(i, ()):
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    ready.append(j)
-        if seen < len(ids):
-            cyc = sorted(i for i, k in indeg.items() if k)[:5]
-            raise InputError(f"dependency cycle among flows {', '.join(map(str, cyc))}", field="deps")
+                raise InputError(f"flow {f.id}: priority must be 1..7 (0 is the control class)", field="priority")
+        check_flow_batch(flows, self.topology, self._known.__contains__)
