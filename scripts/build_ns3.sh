@@ -25,4 +25,7 @@ if [ -z "$NS3_VER" ]; then
   echo "build_ns3.sh: no libns3.*-core.so in $NS3_DIR/lib64" >&2
   exit 1
 fi
-exec nice -n 10 make -C "$ROOT/ns3-scratch" -j"$JOBS" NS3_DIR="$NS3_DIR" NS3_VER="$NS3_VER" "${ARGS[@]}"
+# One build at a time: parallel runs (sweeps, tests) wait for the first to finish, then find it up to date.
+mkdir -p "$ROOT/ns3-scratch/build"
+exec flock "$ROOT/ns3-scratch/build/.lock" nice -n 10 make -C "$ROOT/ns3-scratch" -j"$JOBS" NS3_DIR="$NS3_DIR" \
+  NS3_VER="$NS3_VER" "${ARGS[@]}"

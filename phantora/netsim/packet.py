@@ -12,7 +12,6 @@ global simulator, so only one Ns3Simulator can be open at a time.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
@@ -61,13 +60,10 @@ def needs_build() -> bool:
 
 
 def build(jobs: int = 2) -> Path:
-    """Run scripts/build_ns3.sh (incremental; one build at a time per machine) and return the library path."""
+    """Run scripts/build_ns3.sh (incremental; it holds a lock, so one build at a time) and return the library path."""
     if os.environ.get("PHANTORA_NS3_LIB"):
         return library_path()
-    lock_path = Path(tempfile.gettempdir()) / f"phantora-ns3-build-{os.getuid()}.lock"
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent sessions must not run make in one tree at once
-        proc = subprocess.run(["bash", str(BUILD_SCRIPT), "-j", str(jobs)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), "-j", str(jobs)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
