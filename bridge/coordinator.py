@@ -168,9 +168,19 @@ class Coordinator:
             assert self.core is not None
             rs = self.core.ranks[msg["rank"]]
             if rs.state != DONE:
+                self.drain_queued()  # a mismatch or protocol error the ranks already sent is the real cause
                 raise RunFailed(E_PEER, f"rank {rs.rank} exited (code {msg['code']}) without calling finish()")
         elif msg.type == "shutdown":
             raise RunFailed(E_PEER, f"stopped by the launcher: {msg['reason']}")
+
+    def drain_queued(self) -> None:
+        """Handle every message already queued on the socket (without waiting for more)."""
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.on_frames(frames)
 
     # ----- the loop ----------------------------------------------------------------------------
     def fail(self, code: str, text: str) -> None:
@@ -187,12 +197,7 @@ class Coordinator:
         parent = os.getppid()
         while True:
             if self.sock.poll(int(HEARTBEAT_S * 1000)):
-                while True:
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self.on_frames(frames)
+                self.drain_queued()
             for rank, lease in core.progress():
                 self.send_rank(rank, encode("lease", core.engine.now(), lease=lease))
             if core.all_finished():

@@ -246,10 +246,9 @@ class CosimRun:
                 if c.role == "rank" and c.proc.returncode == 0:
                     sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
                     continue
-                self._check_error_first(sock)
-                raise BridgeError(
-                    f"{c.label} {c.exit_text()} mid-run; the run was stopped.\n{c.log_tail()}", code="peer-died"
-                )
+                died = f"{c.label} {c.exit_text()} mid-run; the run was stopped.\n{c.log_tail()}"
+                self._check_error_first(sock, c, died)
+                raise BridgeError(died, code="peer-died")
             if now - last_beat >= HEARTBEAT_S:
                 sock.send(encode("heartbeat", 0))
                 last_beat = now
@@ -268,14 +267,27 @@ class CosimRun:
         except ProtocolError as exc:
             raise BridgeError(f"bad message from the coordinator: {exc}") from None
 
-    def _check_error_first(self, sock: zmq.Socket) -> None:
-        """A child died: if the coordinator has just reported the run's failure, that is the real cause."""
-        deadline = time.monotonic() + 0.3
+    def _check_error_first(self, sock: zmq.Socket, child: Child, died: str) -> None:
+        """A child died: ask the coordinator whether the run had already failed, as that is the real cause.
+
+        A rank that dies mid-run is often the victim: gloo aborts a rank whose peer sent a buffer
+        of the wrong size, before the coordinator's mismatch diagnostic arrives. The coordinator
+        handles every request already queued before it answers this `exited`, so a mismatch or
+        deadlock the ranks' own messages revealed is reported, deterministically, instead.
+        """
+        if child.role == "rank":
+            code = child.proc.returncode if child.proc.returncode is not None else -1
+            sock.send(encode("exited", 0, who="rank", rank=child.rank, code=code))
+        deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             if sock.poll(50):
                 msg = self._recv(sock)
                 if msg.type == "error":
-                    raise BridgeError(msg["text"], code=msg["code"])
+                    if msg["code"] == "peer-died":
+                        return  # the coordinator knows no more than the death itself
+                    raise BridgeError(f"{msg['text']}\n({died.splitlines()[0]})", code=msg["code"])
+            elif child.role != "rank":
+                return  # no coordinator answer to expect for a dead server or coordinator
 
     def _finish_children(self, grace_s: float) -> None:
         """After the outcome: give ranks and coordinator `grace_s` to exit by themselves."""
