@@ -8,6 +8,8 @@
 
     .venv/bin/python bench/bench_packet.py                      # defaults
     .venv/bin/python bench/bench_packet.py --gpus 16 --bytes 64MiB --cc dcqcn
+    .venv/bin/python bench/bench_packet.py --gpus 16 --bytes 32MiB --no-flow --no-runner \\
+        --queue-sample-ns 0,0,1000,10000,0,1000,10000   # the cost of queue sampling
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def run_packet(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> dict[str
         done = sim.drain()
         t3, c3 = time.perf_counter(), time.process_time()
         st = sim.stats()
+        samples = len(sim.queue_samples())
+        drain_s = time.perf_counter() - t3
     sim_ns = max(c.end_ns for c in done)
     run, cpu = t3 - t2, c3 - c2
     return {
@@ -68,6 +72,8 @@ def run_packet(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> dict[str
         "cpu_s_per_sim_ms": cpu / (sim_ns / 1e6),
         "data_packets": st["data_packets"],
         "pfc_frames": st["pfc_pause"] + st["pfc_resume"],
+        "queue_samples": samples,
+        "queue_drain_s": drain_s,
     }
 
 
@@ -144,6 +150,11 @@ def main() -> None:
     ap.add_argument("--no-flow", action="store_true", help="skip the flow-engine comparison")
     ap.add_argument("--no-runner", action="store_true", help="skip the runner comparison")
     ap.add_argument("--runner-bytes", default="16MiB", help="all-reduce size of the runner comparison")
+    ap.add_argument(
+        "--queue-sample-ns",
+        default="0",
+        help="comma-separated queue sampling intervals: the packet run is repeated for each (cost of sampling)",
+    )
     args = ap.parse_args()
     gpus = [int(g) for g in args.gpus.split(",")]
     sizes = [parse_size_bytes(s) for s in args.bytes.split(",")]
@@ -156,7 +167,9 @@ def main() -> None:
     for n, nbytes in zip(gpus, sizes, strict=True):
         topo = fabric(n, args.rate)
         flows = allreduce_flows(topo, nbytes, args.granularity, args.channels)
-        pk = run_packet(topo, flows, cfg)
+        intervals = [int(x) for x in args.queue_sample_ns.split(",")]
+        runs = [run_packet(topo, flows, cfg.with_updates(queue_sample_ns=q)) for q in intervals]
+        pk = runs[0]
         print(
             f"\n{n} GPUs, all-reduce {nbytes / 2**20:g} MiB, {len(flows)} flows, {len(topo.nodes)} nodes:\n"
             f"  packet: {pk['sim_ms']:.3f} sim ms in {pk['run_s']:.2f} s wall ({pk['cpu_s']:.2f} s CPU); "
@@ -166,6 +179,13 @@ def main() -> None:
             f"{pk['data_packets']:.3g} data packets, {pk['pfc_frames']} PFC frames "
             f"(build {pk['build_s']:.2f} s, submit {pk['submit_s']:.3f} s)"
         )
+        if len(runs) > 1:  # list 0 first twice: the first run also pays cppyy's first-call costs
+            for q, qs in zip(intervals, runs, strict=True):
+                print(
+                    f"  queue_sample_ns {q}: {qs['run_s']:.2f} s wall, {qs['cpu_s']:.2f} s CPU, "
+                    f"{qs['events']:.4g} events, {qs['queue_samples']} sample rows drained in "
+                    f"{qs['queue_drain_s']:.3f} s"
+                )
         if not args.no_flow:
             fl = run_flow(topo, flows, cfg)
             print(

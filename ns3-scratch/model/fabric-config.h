@@ -47,6 +47,8 @@ struct FabricConfig {
   // Observation.
   uint64_t queueSampleNs = 0;      ///< sample switch queues every n ns (0 = off)
   bool traceDrops = true;
+  bool traceCnp = true;            ///< record every CNP (time, sender, flow) for DrainCnps
+  bool traceEcn = true;            ///< record every CE mark (time, switch, port, class, flow) for DrainEcnMarks
   uint32_t seed = 1;
   std::string scheduler = "ns3::MapScheduler";
 };

@@ -225,6 +225,8 @@ class PhantoraNetwork::Impl : public FabricContext {
   std::vector<PfcRecord> pfcs;
   std::vector<QueueSample> samples;
   std::vector<DropRecord> drops;
+  std::vector<CnpRecord> cnps;
+  std::vector<EcnRecord> ecnMarks;
 
   // ----- FabricContext --------------------------------------------------------------------
   uint64_t CcBaseRttNs(uint32_t src, uint32_t dst, uint64_t key) override {
@@ -510,6 +512,10 @@ void PhantoraNetwork::SetParam(const std::string& key, const std::string& value)
     c.queueSampleNs = ParseU64(key, value);
   } else if (key == "trace_drops") {
     c.traceDrops = ParseBool(key, value);
+  } else if (key == "trace_cnp") {
+    c.traceCnp = ParseBool(key, value);
+  } else if (key == "trace_ecn") {
+    c.traceEcn = ParseBool(key, value);
   } else if (key == "seed") {
     u32(c.seed, 1);
   } else if (key == "scheduler") {
@@ -645,6 +651,13 @@ void PhantoraNetwork::Finalize() {
       info.nic->Setup(n, &s.cfg, &s.stats, &s.routes, &s, info.ports, s.ccFactory, s.intOn);
       info.node->AggregateObject(info.nic);
       owner = PeekPointer(info.nic);
+      if (c.traceCnp) {  // connected only when wanted: an unconnected trace source costs nothing per CNP
+        Impl* impl = &s;
+        info.nic->TraceConnectWithoutContext(
+            "CnpRx", Callback<void, uint64_t, uint32_t, uint64_t>([impl, n](uint64_t flow, uint32_t from, uint64_t seq) {
+              impl->cnps.push_back(CnpRecord{static_cast<int64_t>(NowNs()), n, from, flow, seq});
+            }));
+      }
     } else {
       info.sw = CreateObject<PfcSwitch>();
       info.sw->Setup(n, info.kind, &s.cfg, &s.stats, &s.routes, info.ports, info.portDelayNs, s.intOn);
@@ -658,6 +671,15 @@ void PhantoraNetwork::Finalize() {
                           impl->drops.push_back(DropRecord{static_cast<int64_t>(NowNs()), n, port, cls, flow, seq});
                         }
                       }));
+      if (c.traceEcn) {
+        const std::vector<uint32_t>* channels = &info.portChannel;
+        info.sw->TraceConnectWithoutContext(
+            "EcnMark", Callback<void, uint32_t, uint32_t, uint64_t>([impl, n, channels](uint32_t port, uint32_t cls,
+                                                                                         uint64_t flow) {
+              impl->ecnMarks.push_back(
+                  EcnRecord{static_cast<int64_t>(NowNs()), n, port, cls, (*channels)[port], flow});
+            }));
+      }
     }
     for (uint32_t p = 0; p < info.ports.size(); ++p) {
       info.ports[p]->Setup(owner, p, info.ports[p]->GetRateBps());
@@ -822,6 +844,18 @@ std::vector<QueueSample> PhantoraNetwork::DrainQueueSamples() {
 std::vector<DropRecord> PhantoraNetwork::DrainDrops() {
   std::vector<DropRecord> out;
   out.swap(Need(m_impl).drops);
+  return out;
+}
+
+std::vector<CnpRecord> PhantoraNetwork::DrainCnps() {
+  std::vector<CnpRecord> out;
+  out.swap(Need(m_impl).cnps);
+  return out;
+}
+
+std::vector<EcnRecord> PhantoraNetwork::DrainEcnMarks() {
+  std::vector<EcnRecord> out;
+  out.swap(Need(m_impl).ecnMarks);
   return out;
 }
 

@@ -68,6 +68,25 @@ struct DropRecord {
   uint64_t seq;
 };
 
+/// A CNP (an ACK or NACK echoing a CE mark) received by a sending NIC (DCQCN's reaction point).
+struct CnpRecord {
+  int64_t timeNs;
+  uint32_t node;      ///< the sender that received it
+  uint32_t fromNode;  ///< the receiver that sent it
+  uint64_t flowId;
+  uint64_t seq;       ///< the acknowledged sequence it carried
+};
+
+/// A data packet CE-marked at a switch egress.
+struct EcnRecord {
+  int64_t timeNs;
+  uint32_t node;     ///< the switch
+  uint32_t port;     ///< its egress port (0-based)
+  uint32_t prio;
+  uint32_t channel;  ///< the directed channel that port sends on (as ChannelRecord.channel)
+  uint64_t flowId;
+};
+
 /// Traffic of one directed channel (2*link = a->b, 2*link+1 = b->a).
 struct ChannelRecord {
   uint32_t channel;
@@ -112,6 +131,10 @@ class PhantoraNetwork {
   std::vector<PfcRecord> DrainPfc();
   std::vector<QueueSample> DrainQueueSamples();
   std::vector<DropRecord> DrainDrops();
+  /// CNP events since the last drain (empty with param trace_cnp = 0).
+  std::vector<CnpRecord> DrainCnps();
+  /// CE-mark events since the last drain (empty with param trace_ecn = 0).
+  std::vector<EcnRecord> DrainEcnMarks();
   std::vector<ChannelRecord> ChannelStats() const;
   std::vector<std::pair<std::string, double>> Stats() const;
 

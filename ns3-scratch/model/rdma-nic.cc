@@ -29,7 +29,12 @@ TypeId RdmaNic::GetTypeId() {
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
                           .AddTraceSource("Timeout", "A go-back-N timeout at this sender: (flow, seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_timeoutTrace),
-                                          "ns3::RdmaNic::FlowSeqTracedCallback");
+                                          "ns3::RdmaNic::FlowSeqTracedCallback")
+                          .AddTraceSource("CnpRx",
+                                          "A CNP (an ACK or NACK echoing a CE mark) reached this sender: "
+                                          "(flow, node that sent it, acknowledged seq)",
+                                          MakeTraceSourceAccessor(&RdmaNic::m_cnpTrace),
+                                          "ns3::RdmaNic::CnpTracedCallback");
   return tid;
 }
 
@@ -256,6 +261,8 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
   std::copy(hdr.hops, hdr.hops + hdr.nHops, fb.hops);
   if (fb.ecnEcho) {
     ++m_stats->cnps;
+    NS_LOG_LOGIC("node " << m_id << " flow " << hdr.flowId << " gets a CNP from " << hdr.src << " at seq " << hdr.seq);
+    m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
   }
   qp->cc->OnAck(fb);
   if (qp->sndUna >= qp->spec.size) {

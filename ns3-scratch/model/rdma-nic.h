@@ -34,10 +34,16 @@ struct QpSpec {
  * capped by its CC window; a NACK or a timeout rewinds to the first unacknowledged byte (go-back-N).
  * Receiver: in-order delivery; an ACK per `ackInterval` packets carries the ECN echo and the INT
  * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
+ * An ACK or NACK that echoes a CE mark is a CNP: the sender counts it and fires the "CnpRx" trace.
  */
 class RdmaNic : public Object, public PortOwner {
  public:
   static TypeId GetTypeId();
+
+  /// Signature of the "Nack" and "Timeout" trace sources.
+  typedef void (*FlowSeqTracedCallback)(uint64_t flowId, uint64_t seq);
+  /// Signature of the "CnpRx" trace source: the flow, the node that sent the CNP, the acknowledged seq.
+  typedef void (*CnpTracedCallback)(uint64_t flowId, uint32_t fromNode, uint64_t seq);
 
   void Setup(uint32_t nodeId, const FabricConfig* cfg, FabricStats* stats, RouteTable* routes, FabricContext* ctx,
              const std::vector<Ptr<PhantoraNetDevice>>& ports, const ObjectFactory& ccFactory, bool intOn);
@@ -115,6 +121,7 @@ class RdmaNic : public Object, public PortOwner {
 
   TracedCallback<uint64_t, uint64_t> m_nackTrace;     ///< (flow, seq) NACK sent by this receiver
   TracedCallback<uint64_t, uint64_t> m_timeoutTrace;  ///< (flow, seq) go-back-N timeout at this sender
+  TracedCallback<uint64_t, uint32_t, uint64_t> m_cnpTrace;  ///< (flow, from node, ack seq) CNP reached this sender
 };
 
 }  // namespace ns3

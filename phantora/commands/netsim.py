@@ -1,8 +1,13 @@
-"""`phantora netsim --topology T --flows F`: run an HPCC flow file on the packet (ns-3) or flow network.
+"""`phantora netsim --topology T --flows F`: run flows on the packet (ns-3) or flow network.
 
-Writes fct.csv, fct.txt (HPCC fields + flow id), pfc.csv, pfc.txt, queues.csv, links.csv and summary.json
-to --out. `--network flow` runs the same input through the flow-level engine for comparison (its FCT
-is the last byte's arrival; it has no ACKs, PFC or queues).
+F is an HPCC flow file, or a workload file of the replay format (.toml/.json, docs/workload.md), which
+is decomposed into one static flow DAG as `phantora replay` does. The type is told by the suffix
+(.toml, .json: workload; anything else is looked at: a first line holding just the flow count is HPCC).
+
+Writes fct.csv, fct.txt (HPCC fields + flow id), pfc.csv, pfc.txt, queues.csv, drops.csv, cnps.csv,
+ecn_marks.csv, links.csv and summary.json to --out. Switch queues are sampled every 1 us by default
+(--queue-sample-ns 0: off). `--network flow` runs the same input through the flow-level engine for
+comparison (its FCT is the last byte's arrival; it has no ACKs, PFC, ECN or queues).
 """
 
 from __future__ import annotations
@@ -10,31 +15,49 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from itertools import groupby
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phantora.netsim.hpcc_io import FctLine, HpccFlow, read_hpcc_flows, write_fct_txt, write_pfc_txt
+from phantora.errors import InputError
+from phantora.netsim.base import Flow
+from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
 from phantora.netsim.packet_config import CC_NAMES, PacketConfig, apply_overrides, read_hpcc_config
 from phantora.report.packet_traces import (
     LINK_EXTRA_COLUMNS,
+    per_flow_counts,
+    write_cnps_csv,
     write_csv,
     write_drops_csv,
+    write_ecn_csv,
     write_pfc_csv,
     write_queues_csv,
 )
 from phantora.topology.model import Topology
 
+# `phantora netsim` samples switch queues by default (the engine's own default, PacketConfig.queue_sample_ns,
+# stays 0). 1 us resolves a base RTT at 100-800G; its cost is in docs/packet-model.md ("Queue sampling").
+CLI_QUEUE_SAMPLE_NS = 1000
+WORKLOAD_SUFFIXES = (".toml", ".json")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("netsim", help="run an HPCC flow file on the ns-3 or flow network", description=__doc__)
+    p = sub.add_parser(
+        "netsim", help="run an HPCC flow file or a workload on the ns-3 or flow network", description=__doc__
+    )
     p.add_argument("--topology", "-t", required=True, help="topology file (HPCC, SimAI, TOML) or shipped name")
-    p.add_argument("--flows", "-f", required=True, help="HPCC flow file")
+    p.add_argument("--flows", "-f", required=True, help="HPCC flow file, or workload file (.toml/.json)")
     p.add_argument("--network", choices=("ns3", "flow"), default="ns3", help="network engine (default: ns3)")
     p.add_argument("--cc", choices=CC_NAMES, default=None, help="congestion control (ns3; overrides the config)")
     p.add_argument("--config", "-c", default=None, help="HPCC config.txt (phantora PacketConfig fields also allowed)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a PacketConfig field")
-    p.add_argument("--queue-sample-ns", type=int, default=None, help="sample switch queues every N ns (ns3)")
+    p.add_argument(
+        "--queue-sample-ns",
+        type=int,
+        default=None,
+        help=f"sample switch queues every N ns, 0 = off (ns3; default {CLI_QUEUE_SAMPLE_NS} unless the config sets it)",
+    )
     p.add_argument("--out", "-o", type=Path, default=None, help="directory for the traces")
     p.set_defaults(func=run)
 
@@ -52,8 +75,97 @@ def standalone_fct_ns(topo: Topology, src: int, dst: int, key: int, size: int, p
     return 2 * prop + tx_ps // 1000 + (size + pkts * header) * 8 * 10**9 // rate
 
 
+@dataclass
+class NetsimInput:
+    """The flows of a run, from either input format."""
+
+    fmt: str  # "hpcc" or "workload"
+    name: str
+    batches: list[tuple[int, list[Flow]]]  # (submit time ns, flows), in time order
+    dports: dict[int, int]  # HPCC destination port per flow id (fct.txt label); default 100
+    hidden: frozenset[int]  # workload marker flows: run by the engine, left out of the outputs
+    ops: int = 0
+
+    @property
+    def flows(self) -> list[Flow]:
+        return [f for _, batch in self.batches for f in batch]
+
+    @property
+    def reported(self) -> list[Flow]:
+        return [f for f in self.flows if f.id not in self.hidden]
+
+    @property
+    def first_start(self) -> int:
+        return self.batches[0][0] if self.batches else 0
+
+
+def detect_flows_format(path: Path) -> str:
+    """'workload' or 'hpcc': by suffix (.toml, .json), else by content (HPCC starts with the flow count)."""
+    if path.suffix.lower() in WORKLOAD_SUFFIXES:
+        return "workload"
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read flow file: {exc}", file=str(path)) from None
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            if len(words) == 1 and words[0].isdigit():
+                return "hpcc"
+            break
+    if text.lstrip().startswith("{"):
+        return "workload"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return "hpcc"  # its reader explains what is wrong
+    return "workload" if data else "hpcc"
+
+
+def _load_workload(path: Path, topo: Topology) -> Any:
+    from phantora.workload import workload_from_dict
+
+    suffix = path.suffix.lower()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read workload file: {exc}", file=str(path)) from None
+    as_json = suffix == ".json" or (suffix != ".toml" and text.lstrip().startswith("{"))
+    try:
+        data = json.loads(text) if as_json else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot parse: {exc}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("a workload is a table of ops (docs/workload.md)", file=str(path))
+    wl = workload_from_dict(data, topo.num_ranks, str(path))
+    if wl.max_rank >= topo.num_ranks:
+        topo.node_of_rank(wl.max_rank)  # raises the clear "rank outside the topology" error
+    return wl
+
+
+def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
+    """Read an HPCC flow file or a workload (decomposed into one flow DAG submitted at t = 0)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("no such flow file", file=str(p))
+    if detect_flows_format(p) == "hpcc":
+        hpcc = read_hpcc_flows(p, topo)
+        batches: dict[int, list[Flow]] = {}
+        for f in hpcc:
+            batches.setdefault(f.start_ns, []).append(f.to_flow())
+        return NetsimInput("hpcc", p.stem, list(batches.items()), {f.index: f.dport for f in hpcc}, frozenset())
+    from phantora.replay import plan_workload
+
+    wl = _load_workload(p, topo)
+    plan = plan_workload(wl, topo)
+    real = {i for ids in plan.op_flows.values() for i in ids}
+    hidden = frozenset(f.id for f in plan.flows if f.id not in real)
+    return NetsimInput("workload", wl.name, [(0, plan.flows)], {}, hidden, len(wl.ops))
+
+
 def _config(args: argparse.Namespace) -> PacketConfig:
-    config = read_hpcc_config(args.config) if args.config else PacketConfig()
+    base = PacketConfig(queue_sample_ns=CLI_QUEUE_SAMPLE_NS)
+    config = read_hpcc_config(args.config, base) if args.config else base
     if args.cc:
         config = config.with_updates(cc=args.cc)
     if args.queue_sample_ns is not None:
@@ -63,32 +175,33 @@ def _config(args: argparse.Namespace) -> PacketConfig:
     return config
 
 
-def _run_ns3(topo: Topology, flows: list[HpccFlow], config: PacketConfig) -> dict[str, Any]:
+def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str, Any]:
     from phantora.netsim.packet import Ns3Simulator
 
     with Ns3Simulator(topo, config) as sim:
         t0 = time.perf_counter()
-        for start, group in groupby(flows, key=lambda f: f.start_ns):
-            batch = list(group)
-            sim.submit([f.to_flow() for f in batch], start, dports={f.index: f.dport for f in batch})
+        for start, batch in inp.batches:
+            sim.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
         done = {c.flow_id: c for c in sim.drain()}
         sim.finish()
         wall = time.perf_counter() - t0
         return {
             "done": done,
-            "fct": sim.fct_records(),
+            "fct": [r for r in sim.fct_records() if r.flow_id not in inp.hidden],
             "pfc": sim.pfc_events(),
             "pfc_txt": sim.pfc_lines(),
             "queues": sim.queue_samples(),
             "drops": sim.drops(),
-            "links": sim.channel_usage(max(1, sim.now() - (flows[0].start_ns if flows else 0))),
+            "cnps": sim.cnp_events(),
+            "ecn": sim.ecn_mark_events(),
+            "links": sim.channel_usage(max(1, sim.now() - inp.first_start)),
             "stats": sim.stats(),
             "wall_s": wall,
             "now": sim.now(),
         }
 
 
-def _run_flow(topo: Topology, flows: list[HpccFlow], config: PacketConfig) -> dict[str, Any]:
+def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str, Any]:
     from phantora.netsim.flow import FlowSimulator
 
     efficiency = config.payload_bytes / (config.payload_bytes + config.header_bytes)
@@ -96,16 +209,18 @@ def _run_flow(topo: Topology, flows: list[HpccFlow], config: PacketConfig) -> di
     try:
         t0 = time.perf_counter()
         done: dict[int, Any] = {}
-        for start, group in groupby(flows, key=lambda f: f.start_ns):
+        for start, batch in inp.batches:
             done.update((c.flow_id, c) for c in sim.advance(start))
-            sim.submit([f.to_flow() for f in group], start)
+            sim.submit(batch, start)
         done.update((c.flow_id, c) for c in sim.drain())
         wall = time.perf_counter() - t0
         fct = []
-        for f in sorted(flows, key=lambda f: (done[f.index].end_ns, f.index)):
-            c = done[f.index]
-            ideal = standalone_fct_ns(topo, f.src, f.dst, f.index, f.size, config.payload_bytes, config.header_bytes)
-            fct.append(FctLine(f.src, f.dst, 10000, f.dport, f.size, c.start_ns, c.end_ns - c.start_ns, ideal, f.index))
+        for f in sorted(inp.reported, key=lambda f: (done[f.id].end_ns, f.id)):
+            c = done[f.id]
+            key = f.id if f.key is None else f.key
+            ideal = standalone_fct_ns(topo, f.src, f.dst, key, f.size, config.payload_bytes, config.header_bytes)
+            dport = inp.dports.get(f.id, 100)
+            fct.append(FctLine(f.src, f.dst, 10000, dport, f.size, c.start_ns, c.end_ns - c.start_ns, ideal, f.id))
         return {
             "done": done,
             "fct": fct,
@@ -113,7 +228,9 @@ def _run_flow(topo: Topology, flows: list[HpccFlow], config: PacketConfig) -> di
             "pfc_txt": [],
             "queues": [],
             "drops": [],
-            "links": sim.channel_usage(max(1, sim.now() - (flows[0].start_ns if flows else 0))),
+            "cnps": None,
+            "ecn": None,
+            "links": sim.channel_usage(max(1, sim.now() - inp.first_start)),
             "stats": dict(sim.stats(), engine="flow", payload_efficiency=efficiency),
             "wall_s": wall,
             "now": sim.now(),
@@ -122,24 +239,32 @@ def _run_flow(topo: Topology, flows: list[HpccFlow], config: PacketConfig) -> di
         sim.close()
 
 
-def _write_outputs(out: Path, flows: list[HpccFlow], res: dict[str, Any]) -> list[Path]:
+def _write_outputs(out: Path, inp: NetsimInput, res: dict[str, Any]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    by_id = {f.index: f for f in flows}
+    by_id = {f.id: f for f in inp.reported}
+    measured = res["cnps"] is not None  # the flow engine has no ECN: its per-flow counts are left empty
+    cnps = per_flow_counts(res["cnps"] or [])
+    marks = per_flow_counts(res["ecn"] or [])
     rows = []
     for r in res["fct"]:
         c = res["done"][r.flow_id]
+        f = by_id[r.flow_id]
         slowdown = r.fct_ns / r.standalone_ns if r.standalone_ns else 1.0
         rows.append(
-            [r.flow_id, r.src, r.dst, r.size, by_id[r.flow_id].priority, r.start_ns, c.end_ns, r.fct_ns]
+            [r.flow_id, r.src, r.dst, r.size, f.priority, r.start_ns, c.end_ns, r.fct_ns]
             + [r.standalone_ns, f"{slowdown:.4f}"]
+            + ([cnps[r.flow_id], marks[r.flow_id]] if measured else ["", ""])
+            + [f.tag]
         )
     header = ["flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns", "standalone_ns"]
-    write_csv(out / "fct.csv", header + ["slowdown"], rows)
+    write_csv(out / "fct.csv", header + ["slowdown", "cnps", "ecn_marks", "tag"], rows)
     write_fct_txt(res["fct"], out / "fct.txt")
     write_pfc_csv(out / "pfc.csv", res["pfc"])
     write_pfc_txt(res["pfc_txt"], out / "pfc.txt")
     write_queues_csv(out / "queues.csv", res["queues"])
     write_drops_csv(out / "drops.csv", res["drops"])
+    write_cnps_csv(out / "cnps.csv", res["cnps"] or [])
+    write_ecn_csv(out / "ecn_marks.csv", res["ecn"] or [])
     link_rows = []
     for u in res["links"]:
         link_rows.append(
@@ -149,9 +274,12 @@ def _write_outputs(out: Path, flows: list[HpccFlow], res: dict[str, Any]) -> lis
     header = ["channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation"]
     write_csv(out / "links.csv", header + LINK_EXTRA_COLUMNS, link_rows)
     summary = {k: v for k, v in res["stats"].items()}
-    summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(flows))
+    summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(by_id), input_format=inp.fmt)
+    if inp.fmt == "workload":
+        summary.update(workload=inp.name, ops=inp.ops, marker_flows=len(inp.hidden))
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    names = ["fct.csv", "fct.txt", "pfc.csv", "pfc.txt", "queues.csv", "drops.csv", "links.csv", "summary.json"]
+    names = ["fct.csv", "fct.txt", "pfc.csv", "pfc.txt", "queues.csv", "drops.csv", "cnps.csv", "ecn_marks.csv"]
+    names += ["links.csv", "summary.json"]
     return [out / n for n in names]
 
 
@@ -159,14 +287,16 @@ def run(args: argparse.Namespace) -> int:
     from phantora.topology import load_topology
 
     topo = load_topology(args.topology)
-    flows = read_hpcc_flows(args.flows, topo)
+    inp = read_netsim_input(args.flows, topo)
     config = _config(args)
-    res = _run_ns3(topo, flows, config) if args.network == "ns3" else _run_flow(topo, flows, config)
+    res = _run_ns3(topo, inp, config) if args.network == "ns3" else _run_flow(topo, inp, config)
     fcts = sorted(r.fct_ns for r in res["fct"])
     slow = sorted(r.fct_ns / r.standalone_ns for r in res["fct"] if r.standalone_ns)
     stats = res["stats"]
     cc = config.cc if args.network == "ns3" else "-"
-    print(f"{len(flows)} flows on {topo.name} ({args.network}, cc {cc}) in {res['wall_s']:.3f} s wall")
+    if inp.fmt == "workload":
+        print(f"workload {inp.name}: {inp.ops} ops, {len(inp.hidden)} marker flows (not reported)")
+    print(f"{len(inp.reported)} flows on {topo.name} ({args.network}, cc {cc}) in {res['wall_s']:.3f} s wall")
     if fcts:
         p99 = fcts[min(len(fcts) - 1, int(0.99 * len(fcts)))]
         print(f"  fct ns: min {fcts[0]}  median {fcts[len(fcts) // 2]}  p99 {p99}  max {fcts[-1]}")
@@ -175,9 +305,10 @@ def run(args: argparse.Namespace) -> int:
     if args.network == "ns3":
         print(
             f"  pfc frames {len(res['pfc'])}  drops {stats.get('drops', 0)}  ecn marks {stats.get('ecn_marks', 0)}"
+            f"  cnps {stats.get('cnps', 0)}"
             f"  retransmitted packets {stats.get('retx_packets', 0)}  events {stats.get('events', 0)}"
         )
     if args.out:
-        paths = _write_outputs(args.out, flows, res)
+        paths = _write_outputs(args.out, inp, res)
         print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -179,6 +179,29 @@ class Drop:
 
 
 @dataclass(frozen=True, slots=True)
+class CnpEvent:
+    """A CNP (an ACK or NACK echoing a CE mark) received by a sending NIC, DCQCN's reaction point."""
+
+    time_ns: int
+    node: int  # the sender that received it
+    flow_id: int
+    from_node: int  # the receiver that sent it
+    seq: int  # the acknowledged sequence it carried
+
+
+@dataclass(frozen=True, slots=True)
+class EcnMark:
+    """A data packet CE-marked at a switch egress port."""
+
+    time_ns: int
+    node: int  # the switch
+    port: int  # its egress port, 0-based
+    prio: int
+    channel: int  # the directed channel of that port (PacketChannelUsage.channel)
+    flow_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class PacketChannelUsage:
     """Traffic of one directed channel (all packets: data, ACK, PFC) up to now."""
 
@@ -219,6 +242,8 @@ class Ns3Simulator:
         self._pfc: list[PfcEvent] = []
         self._queues: list[QueueSample] = []
         self._drops: list[Drop] = []
+        self._cnps: list[CnpEvent] = []
+        self._marks: list[EcnMark] = []
         self._submitted = 0
 
     def _build(self) -> None:
@@ -376,6 +401,20 @@ class Ns3Simulator:
         for r in self._net.DrainDrops():
             self._drops.append(Drop(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.flowId), int(r.seq)))
         return list(self._drops)
+
+    def cnp_events(self) -> list[CnpEvent]:
+        """Every CNP so far, in time order (empty with `trace_cnp` off; stats()["cnps"] counts them anyway)."""
+        for r in self._net.DrainCnps():
+            self._cnps.append(CnpEvent(int(r.timeNs), int(r.node), int(r.flowId), int(r.fromNode), int(r.seq)))
+        return list(self._cnps)
+
+    def ecn_mark_events(self) -> list[EcnMark]:
+        """Every CE mark so far, in time order (empty with `trace_ecn` off; stats()["ecn_marks"] counts them)."""
+        for r in self._net.DrainEcnMarks():
+            self._marks.append(
+                EcnMark(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.channel), int(r.flowId))
+            )
+        return list(self._marks)
 
     def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
         """Per-channel bytes, pauses, marks and utilisation over `elapsed_ns` (default now()), used channels only."""

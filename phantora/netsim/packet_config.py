@@ -65,6 +65,8 @@ class PacketConfig:
     # Observation and engine.
     queue_sample_ns: int = 0  # sample switch queues every n ns while flows run (0 = off)
     trace_drops: bool = True
+    trace_cnp: bool = True  # record every CNP (time, sender, flow); off = count only
+    trace_ecn: bool = True  # record every CE mark (time, switch, port, class, flow); off = count only
     seed: int = 1
     scheduler: str = "ns3::MapScheduler"
     # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
@@ -181,6 +183,8 @@ class PacketConfig:
             "global_t",
             "queue_sample_ns",
             "trace_drops",
+            "trace_cnp",
+            "trace_ecn",
             "seed",
             "scheduler",
         ):
