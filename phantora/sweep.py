@@ -22,6 +22,9 @@ its run directory and `{index}` by its number. Parameters the template does not 
 anything else `--name v` (underscores become dashes). They go at the end, or where the template has a
 `{flags}` token; `phantora run` needs that, since what follows its script belongs to the script:
 `command = ["run", "{flags}", "--out", "{out}", "{script}", "--steps", "3"]` with `window = ["1us", "10us"]`.
+
+A recorded execution graph (`phantora run --record DIR`) can be the workload of every run: `trace = "DIR"` in
+the grid file (a list sweeps several) or `--trace DIR`; the runs are then replays of it (`use_traces`).
 """
 
 from __future__ import annotations
@@ -123,9 +126,9 @@ def load_grid(path: str | Path) -> SweepSpec:
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         raise InputError(f"invalid TOML: {exc}", file=str(p), line=int(m.group(1)) if m else None) from None
-    unknown = set(data) - {"name", "description", "command", "jobs", "timeout", "fixed", "grid"}
+    unknown = set(data) - {"name", "description", "command", "jobs", "timeout", "trace", "fixed", "grid"}
     if unknown:
-        known = "name, description, command, jobs, timeout, fixed, grid"
+        known = "name, description, command, jobs, timeout, trace, fixed, grid"
         raise InputError(f"unknown key (known: {known})", file=str(p), field=sorted(unknown)[0])
     command = data.get("command", DEFAULT_COMMAND)
     if isinstance(command, str):
@@ -146,7 +149,43 @@ def load_grid(path: str | Path) -> SweepSpec:
         timeout_s=data.get("timeout"),
         source=str(p),
     )
+    if "trace" in data:
+        traces = data["trace"] if isinstance(data["trace"], list) else [data["trace"]]
+        if not traces or not all(isinstance(t, str) for t in traces):
+            raise InputError("expected a graph directory or a list of them", file=str(p), field="trace")
+        use_traces(spec, traces, field="trace")
     return spec.validate()
+
+
+def use_traces(spec: SweepSpec, traces: Sequence[str], field: str = "--trace") -> SweepSpec:
+    """Make recorded execution graphs the workload of every run: one trace is fixed, several are swept.
+
+    Each must be a graph directory that loads (checked here once, rather than failing every run); the
+    command template must be a `replay` that names `{workload}` (the default one does).
+    """
+    from phantora.egraph.format import is_graph_dir, load
+
+    if "workload" in spec.fixed or "workload" in spec.grid:
+        raise InputError("give either a trace or a workload, not both", file=spec.source, field=field)
+    if not spec.command or spec.command[0] != "replay" or not any("{workload}" in t for t in spec.command):
+        raise InputError(
+            "a trace is replayed: the command template must be `replay {workload} ...` (the default is)",
+            file=spec.source,
+            field=field,
+        )
+    for t in traces:
+        if not is_graph_dir(t):
+            raise InputError(
+                "not a recorded execution graph (no graph.json; record one with phantora run --record DIR)",
+                file=t,
+                field=field,
+            )
+        load(t)  # a corrupt or truncated trace: one clear error naming the file
+    if len(traces) == 1:
+        spec.fixed = {"workload": traces[0], **spec.fixed}
+    else:
+        spec.grid = {"workload": list(traces), **spec.grid}
+    return spec
 
 
 def parse_param(text: str) -> tuple[str, list[Scalar]]:

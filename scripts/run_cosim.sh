@@ -34,6 +34,9 @@ options (environment variable in brackets, default after it):
   --modes M      network modes to run, comma-separated, first is the baseline  [PHANTORA_MODES=$MODES]
   --out DIR      output directory                     [PHANTORA_OUT=runs/cosim-<date>]
   -h, --help     this help
+
+Progress: each step of rank 0 as it finishes (its "step ..." lines), and a heartbeat every
+PHANTORA_HEARTBEAT seconds (default 30) while a mode runs.
 EOF
 }
 
@@ -63,6 +66,44 @@ PH=.venv/bin/phantora
 mkdir -p "$OUT"
 echo "[run_cosim] $SCRIPT on $NPROC GPUs of $TOPOLOGY; modes $MODES (packet mode: $CC); results in $OUT"
 
+# Progress while a mode runs: rank 0's "step ..." lines as they appear in its log, and a heartbeat
+# every PHANTORA_HEARTBEAT seconds (default 30) with the elapsed time and the steps done so far.
+HEARTBEAT=${PHANTORA_HEARTBEAT:-30}
+watch_progress() {
+  local mode=$1 log=$2 t0=$SECONDS shown=0 last=$SECONDS n
+  while sleep 2 </dev/null >/dev/null 2>&1; do  # sleep holds no pipe of ours open once killed
+    n=0
+    if [ -f "$log" ]; then
+      n=$(grep -c '^step ' "$log" || true)
+      if [ "$n" -gt "$shown" ]; then
+        grep '^step ' "$log" | sed -n "$((shown + 1)),${n}p" | sed "s/^/[run_cosim] $mode: /"
+        shown=$n
+        last=$SECONDS
+      fi
+    fi
+    if [ $((SECONDS - last)) -ge "$HEARTBEAT" ]; then
+      if [ "$n" -eq 0 ] && [ "$mode" = ns3 ]; then
+        what="starting ranks and loading ns-3, no step finished yet"
+      elif [ "$n" -eq 0 ]; then
+        what="starting ranks, no step finished yet"
+      else
+        what="$n of $STEPS steps done"
+      fi
+      echo "[run_cosim] $mode: $((SECONDS - t0)) s, $what"
+      last=$SECONDS
+    fi
+  done
+}
+WATCHER=
+stop_watcher() {
+  if [ -n "$WATCHER" ]; then
+    kill "$WATCHER" 2>/dev/null || true
+    wait "$WATCHER" 2>/dev/null || true
+    WATCHER=
+  fi
+}
+trap stop_watcher EXIT
+
 RUNS=()
 IFS=, read -r -a MODE_LIST <<< "$MODES"
 for mode in "${MODE_LIST[@]}"; do
@@ -71,7 +112,11 @@ for mode in "${MODE_LIST[@]}"; do
   [ -n "$WINDOW" ] && args+=(--window "$WINDOW")
   echo "[run_cosim] === $mode mode ==="
   start=$SECONDS
+  rm -f "$OUT/$mode/logs/rank0.log"  # a previous run's log would show stale steps
+  watch_progress "$mode" "$OUT/$mode/logs/rank0.log" &
+  WATCHER=$!
   "$PH" "${args[@]}" "$SCRIPT" --steps "$STEPS" "${EXTRA[@]}"
+  stop_watcher
   echo "[run_cosim] $mode mode took $((SECONDS - start)) s wall"
   RUNS+=("$OUT/$mode")
 done

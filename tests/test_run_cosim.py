@@ -1,8 +1,14 @@
-"""The main job end to end, at a CI-sized setting: scripts/run_cosim.sh on 4 GPUs, packet and flow mode."""
+"""The main job end to end, at a CI-sized setting: scripts/run_cosim.sh on 4 GPUs, packet and flow mode.
+
+Two settings: an uncongested fabric (the modes agree within 5%) and an oversubscribed one where the ring
+all-reduces' two channels meet at a thin leaf uplink (packet mode is no faster than flow mode, and the
+packets show the congestion: ECN marks or PFC pauses).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -26,22 +32,37 @@ latency = "1us"
 """
 
 
-@pytest.mark.ns3
-@pytest.mark.timeout(900)
-def test_run_cosim_both_modes_and_compare(tmp_path: Path) -> None:
-    topo = tmp_path / "ci4.toml"
-    topo.write_text(TOPOLOGY)
+# The same leaves with a 4:1 leaf uplink (2 x 100G down, 50G up). Each ring edge between leaves carries the
+# all-reduce's 2 channels (2 flows) from a 100G NIC into the 50G uplink: a congested egress queue.
+CONGESTED = TOPOLOGY.replace('name = "ci4"', 'name = "ci4-thin"').replace("200Gbps", "50Gbps")
+
+
+def run_cosim(tmp_path: Path, topology: str, steps: int) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    topo = tmp_path / "topo.toml"
+    topo.write_text(topology)
     out = tmp_path / "cosim"
-    args = ["--topology", str(topo), "--nproc", "4", "--steps", "3", "--out", str(out)]
+    args = ["--topology", str(topo), "--nproc", "4", "--steps", str(steps), "--out", str(out)]
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "run_cosim.sh"), *args, "--", "--d-model", "128", "--layers", "2"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, "PHANTORA_HEARTBEAT": "10"},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "report and plots in" in proc.stdout
+    # Progress: every step of each mode as it ends, and the per-mode wall time.
+    for mode in ("ns3", "flow"):
+        assert f"[run_cosim] {mode}: step {steps - 1:3d}" in proc.stdout, proc.stdout[-3000:]
+        assert f"[run_cosim] {mode} mode took" in proc.stdout
+    return out, proc
+
+
+@pytest.mark.ns3
+@pytest.mark.timeout(900)
+def test_run_cosim_both_modes_and_compare(tmp_path: Path) -> None:
+    out, _ = run_cosim(tmp_path, TOPOLOGY, steps=3)
     runs = {m: json.loads((out / m / "results.json").read_text()) for m in ("ns3", "flow")}
     for data in runs.values():
         assert data["schema"] == "phantora.run/1" and len(data["steps"]) == 3
@@ -59,3 +80,17 @@ def test_run_cosim_both_modes_and_compare(tmp_path: Path) -> None:
     assert (out / "ns3" / "pfc.csv").is_file() and (out / "ns3" / "links.csv").is_file()
     pngs = list((out / "compare").glob("*.png"))
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000 for p in pngs)
+
+
+@pytest.mark.ns3
+@pytest.mark.timeout(900)
+def test_run_cosim_congested_packet_mode_is_not_faster(tmp_path: Path) -> None:
+    out, _ = run_cosim(tmp_path, CONGESTED, steps=2)
+    runs = {m: json.loads((out / m / "results.json").read_text()) for m in ("ns3", "flow")}
+    packet, flow = (runs[m]["step_time_ns"]["mean"] for m in ("ns3", "flow"))
+    # The workload is congested: the packets queue at the thin uplink and DCQCN / PFC react ...
+    cmp = {m["key"]: m["values"] for m in json.loads((out / "compare" / "compare.json").read_text())["metrics"]}
+    ecn, paused = cmp["ecn_marks"][0], cmp["pfc_paused_ns"][0]
+    assert (ecn or 0) > 0 or (paused or 0) > 0, (ecn, paused)
+    # ... and packet mode cannot beat the fluid max-min share of the bottleneck.
+    assert packet >= flow, (packet, flow)

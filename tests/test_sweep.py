@@ -194,14 +194,89 @@ def test_cli_exit_status_and_dry_run(tmp_path: Path, capsys) -> None:
 
 
 def test_ray_backend_runs_the_same_sweep(tmp_path: Path) -> None:
-    pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
+    """A private local Ray instance (2 CPUs, no dashboard: ~5 s), shut down afterwards."""
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
     wl = tmp_path / "ar.toml"
     wl.write_text(WORKLOAD)
     spec = SweepSpec(name="r", fixed={"workload": str(wl), "network": "flow"}, grid={"topology": ["star8", "nowhere"]})
-    res = run_sweep(spec, tmp_path / "out", ray_address="local", progress=False, plots=False, report=lambda m: None)
+    # Started here, so run_on_ray uses this small instance instead of one sized to the machine.
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        res = run_sweep(spec, tmp_path / "out", ray_address="local", progress=False, plots=False, report=lambda m: None)
+        assert ray.is_initialized()  # run_on_ray leaves an instance it did not start running
+    finally:
+        ray.shutdown()
     assert [r["status"] for r in res.rows] == ["ok", "failed"]
     ok = Path(res.rows[0]["dir"])
     assert {"results.json", "flows.csv", "links.csv", "run.log"} <= {p.name for p in ok.iterdir()}
     ring = 2 * 7 / 8 * AR_BYTES * 8 / 100e9 * 1e9
     assert ring <= res.rows[0]["time_ns"] <= ring * 1.01
     assert "nowhere" in res.rows[1]["error"]
+
+
+SLOW_STAR8 = """
+name = "star8-50g"
+[generator]
+kind = "leaf_spine"
+leaves = 1
+endpoints_per_leaf = 8
+spines = 0
+nic_rate = "50Gbps"
+latency = "1us"
+"""
+
+
+def test_sweep_replays_a_recorded_trace(tmp_path: Path, capsys) -> None:
+    """--trace: a graph recorded from a (scripted) co-simulated DDP run is the workload of every run of the grid."""
+    from test_egraph_replay import MiB, cosim, ddp_script, star
+
+    trace = tmp_path / "trace"
+    ends = cosim(star(8), [ddp_script(r, 8, 2, 4 * MiB, 200_000, steps=3) for r in range(8)], record=trace)
+    recorded = [b - a for a, b in zip([0, *ends[0]], ends[0], strict=False)]
+    slow = tmp_path / "star8-50g.toml"
+    slow.write_text(SLOW_STAR8)
+    out = tmp_path / "o"
+    argv = ["sweep", "--trace", str(trace), "-t", f"star8,{slow}", "-j", "2", "--no-plots", "--out", str(out)]
+    assert main([*argv, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(f"replay {trace} " in line for line in lines)
+    assert main(argv) == 0
+    with (out / "sweep.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["topology"], r["status"], r["time_kind"]) for r in rows] == [
+        ("star8", "ok", "iteration"),
+        (str(slow), "ok", "iteration"),
+    ]
+    assert all(r["workload"] == str(trace) for r in rows)
+    # On the network it was recorded on, the replay gives the recorded steady-state step time exactly ...
+    assert int(rows[0]["time_ns"]) == round(sum(recorded[1:]) / len(recorded[1:]))
+    # ... and half the bandwidth makes the exposed all-reduces slower.
+    assert int(rows[1]["time_ns"]) > int(rows[0]["time_ns"]) * 1.1
+    # A directory that is no recording is refused before any run starts.
+    assert main(["sweep", "--trace", str(tmp_path), "-t", "star8", "--out", str(tmp_path / "x")]) == 2
+    assert "not a recorded execution graph" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_grid_file_trace_key(tmp_path: Path) -> None:
+    from phantora.egraph import ProgramBuilder, build_graph, save
+
+    bs = [ProgramBuilder(r) for r in range(2)]
+    for b in bs:
+        b.compute("fwd", 1000)
+        b.wait([b.collective("all_reduce", range(2), 1024)])
+        b.step()
+    for name in ("a", "b"):
+        save(build_graph(bs), tmp_path / name)
+    g = tmp_path / "g.toml"
+    g.write_text(f'trace = ["{tmp_path / "a"}", "{tmp_path / "b"}"]\n[fixed]\ntopology = "star8"\n')
+    spec = load_grid(g)
+    assert spec.grid == {"workload": [str(tmp_path / "a"), str(tmp_path / "b")]}
+    assert spec.command[0] == "replay"
+    g.write_text(f'trace = "{tmp_path / "a"}"\n[fixed]\nworkload = "w.toml"\n')
+    with pytest.raises(InputError) as err:
+        load_grid(g)
+    assert err.value.field == "trace" and "not both" in str(err.value)
+    g.write_text(f'trace = "{tmp_path / "a"}"\ncommand = ["run", "--out", "{{out}}", "x.py"]\n')
+    with pytest.raises(InputError, match="must be `replay"):
+        load_grid(g)

@@ -4,8 +4,10 @@ Sweeps CC algorithms, CC parameters, buffer sizes, PFC on/off, topologies, the w
 Each run writes its own directory under OUT/runs/; OUT/sweep.csv (and sweep.parquet when pyarrow is
 installed) has one row per run with its full configuration and metrics; OUT/sweep.json the same with
 the grid; plots show time and PFC paused time against the CC algorithm (or the first swept parameter)
-and the FCT CDFs. A failed run is reported with its configuration; the others still run. Exit status 1
-if any run failed. See docs/compare-and-sweep.md for the grid format.
+and the FCT CDFs. With --trace DIR (an execution graph from `phantora run --record DIR`) every run
+replays that recording instead of running a workload or a live job. A failed run is reported with its
+configuration; the others still run. Exit status 1 if any run failed. See docs/compare-and-sweep.md for
+the grid format.
 
 Example: phantora sweep --workload workloads/incast_heavy.toml --topology star8 --network ns3
          --param cc=none,dcqcn,hpcc,dctcp --param set.buffer_bytes=1000000 --out sweep-cc
@@ -32,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--grid", "-g", type=Path, default=None, help="grid file (TOML: command, fixed, grid)")
     p.add_argument("--workload", "-w", default=None, help="fixed workload (or comma-separated list to sweep)")
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="DIR",
+        help="recorded execution graph(s) (phantora run --record DIR): every run replays it; a list is swept",
+    )
     p.add_argument("--topology", "-t", default=None, help="fixed topology (or comma-separated list to sweep)")
     p.add_argument("--network", default=None, help="flow or ns3 (or flow,ns3 to sweep both)")
     p.add_argument(
@@ -58,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def build_spec(args: argparse.Namespace) -> SweepSpec:
     """The grid file (if any) with the flags layered on top: a one-value flag is fixed, a list is swept."""
     from phantora.errors import InputError
-    from phantora.sweep import SweepSpec, load_grid, parse_param
+    from phantora.sweep import SweepSpec, load_grid, parse_param, use_traces
 
     spec = load_grid(args.grid) if args.grid else SweepSpec()
     pairs = [parse_param(p) for p in args.param]
@@ -77,6 +85,12 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         spec.command = tuple(shlex.split(args.template))
     if args.timeout is not None:
         spec.timeout_s = args.timeout
+    if args.trace is not None:
+        if args.workload is not None:
+            raise InputError("give either --trace or --workload, not both", field="--trace")
+        spec.fixed.pop("workload", None)  # --trace replaces the grid file's workload or trace
+        spec.grid.pop("workload", None)
+        use_traces(spec, [t.strip() for t in args.trace.split(",")])
     if not spec.fixed and not spec.grid:
         raise InputError("nothing to sweep: give --grid or --param/--workload/--topology", field="--grid")
     return spec.validate()

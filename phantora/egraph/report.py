@@ -35,7 +35,7 @@ def format_graph_result(res: GraphReplayResult, graph: ExecGraph) -> str:
 
 def graph_results(res: GraphReplayResult, graph: ExecGraph, **run: Any) -> dict[str, Any]:
     """results.json of a graph replay: deterministic (no wall-clock figure)."""
-    data = res.to_dict()
+    data = {"schema": "phantora.egraph-replay/1", **res.to_dict()}
     data["run"] = {**run, "world": graph.world, "programs": len(graph.programs), "meta": graph.meta}
     recorded = graph.recorded_step_times()
     if recorded:

@@ -4,7 +4,8 @@ Every file is optional: a missing file means "not measured" (None here, "-" in r
 A file that exists but cannot be parsed raises `InputError` naming the file and line.
 
 Files read (see docs/compare-and-sweep.md for the columns):
-- results.json  schema "phantora.replay/1" (makespan, ops, engine stats) or a live run's (steps, step_time_ns)
+- results.json  schema "phantora.replay/1" (makespan, ops, engine stats), "phantora.egraph-replay/1" (a replayed
+                execution graph: step times, comm per kind) or a live run's (steps, step_time_ns)
 - cosim.json    the bridge's summary of a live run (fallback when results.json is absent)
 - summary.json  `phantora netsim` engine counters
 - flows.csv / fct.csv   one row per flow: FCT and standalone (ideal) FCT
@@ -140,6 +141,11 @@ def _load_results(run: RunData, root: Path) -> None:
             run.sim_end_ns = run.time_ns
             run.collectives = _ops(res.get("ops"))
             return
+        if schema.startswith("phantora.egraph-replay/") or (
+            not schema and "step_times_ns" in res and "rank_step_ends_ns" in res
+        ):
+            _graph_replay(run, res)
+            return
         if schema.startswith("phantora.run/") or (not schema and ("steps" in res or "step_time_ns" in res)):
             run.kind = "run"
             _live(run, res, cosim)
@@ -159,6 +165,24 @@ def _load_results(run: RunData, root: Path) -> None:
         run.engine = summary
         run.time_ns = _int_or_none(summary.get("sim_end_ns"))
         run.sim_end_ns = run.time_ns
+
+
+def _graph_replay(run: RunData, res: dict[str, Any]) -> None:
+    """A replayed execution graph: the steady-state step time as for a live run (the makespan if the graph
+    has no step marks), its network and engine counters, and the mean time per call of each collective kind."""
+    info = res.get("run") if isinstance(res.get("run"), dict) else {}
+    run.kind = "replay"
+    run.network = _text_or_none(info.get("network"))
+    stats = res.get("engine_stats")
+    run.engine = stats if isinstance(stats, dict) else None
+    run.sim_end_ns = _int_or_none(res.get("makespan_ns"))
+    steps = res.get("step_times_ns")
+    if isinstance(steps, list) and steps and all(_int_or_none(t) is not None for t in steps):
+        run.time_kind = "iteration"
+        run.time_ns = _steady_mean([int(t) for t in steps])
+    else:
+        run.time_ns = run.sim_end_ns
+    run.collectives = _comm_per_call([{"comm": res.get("comm")}])
 
 
 def _live(run: RunData, res: dict[str, Any], cosim: dict[str, Any] | None) -> None:
