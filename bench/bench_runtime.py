@@ -3,10 +3,12 @@
     .venv/bin/python bench/bench_runtime.py                 # everything (8 and 32 ranks at the end)
     .venv/bin/python bench/bench_runtime.py --ranks 8       # scale part with 8 ranks only
     .venv/bin/python bench/bench_runtime.py --skip-scale    # overheads only
+    .venv/bin/python bench/bench_runtime.py --models-only   # per-op cost of each compute model only
 
 Prints:
 - per aten op: plain torch vs under the charging dispatch mode, without the bridge (no-network
-  client) and with it (a rank of a real 2-rank co-simulation);
+  client) and with it (a rank of a real 2-rank co-simulation); simulated device memory on and off;
+- per op, the cost of each compute model's `cost()` alone (calibrated, roofline) on typical ops;
 - per collective (all_reduce of 4 floats, waited): plain gloo vs the phantora backend, without and
   with the bridge;
 - wall time and the sum of the ranks' peak RSS for the GPT DDP example at 8 and 32 ranks.
@@ -109,6 +111,11 @@ def in_process(ops: int, colls: int) -> dict[str, float]:
     pg = PhantoraProcessGroup(dist.HashStore(), 0, 1, datetime.timedelta(seconds=60), [0], s)
     with ChargeMode(s):
         out["op_mode_us"] = per_op()
+        # simulated device memory off and on (each torch.add allocates a new 4-float output, then frees it)
+        s.memory.enabled = False
+        out["op_mode_nomem_us"] = per_op()
+        s.memory.enabled = True
+        out["op_mode_mem_us"] = per_op()
         t = torch.ones(4)
         pg.allreduce([torch.ones(4)])  # leave one in flight: every op scans its inputs
         out["op_mode_pending_us"] = per_op()
@@ -127,6 +134,63 @@ def in_process(ops: int, colls: int) -> dict[str, float]:
 
     out["coll_gloo_us"] = best(gloo_loop, colls)
     return out
+
+
+def model_costs(reps: int) -> dict[str, dict[str, float]]:
+    """us per `cost()` call of each compute model on typical ops (meta tensors; the cache warm, as in a
+    training loop that repeats its shapes), of the roofline without its cache, and of the first
+    (uncached) call of the calibrated model (the first op of all also pays for lazy imports)."""
+    import torch
+
+    from phantora.runtime.compute import COMPUTE_MODELS, build_model
+
+    aten = torch.ops.aten
+
+    def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    x, w, q = meta(8192, 4096), meta(4096, 4096), meta(4, 32, 2048, 128)
+    params = [meta(4096, 4096, dtype=torch.float32) for _ in range(64)]
+    cases: dict[str, tuple] = {
+        "add (2 tensors)": (aten.add.Tensor, (x, x), {}),
+        "mm bf16": (aten.mm.default, (x, w), {}),
+        "sum over a dim": (aten.sum.dim_IntList, (x, [1]), {}),
+        "flash attention": (aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q, 0.0, True), {}),
+        "_foreach_mul_ (64 tensors)": (aten._foreach_mul_.Scalar, (params, 0.9), {}),
+        "view (free)": (aten.view.default, (x, [4096, 8192]), {}),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, (func, args, kwargs) in cases.items():
+        res = func(*args, **kwargs)
+        row = {}
+        for kind in COMPUTE_MODELS:
+            model = build_model(kind, "h100")
+            t0 = time.perf_counter()
+            model.cost(func, args, kwargs, res)
+            if kind == "calibrated":
+                row["calibrated_first_us"] = (time.perf_counter() - t0) * 1e6
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    model.cost(func, args, kwargs, res)
+                best = min(best, (time.perf_counter() - t0) / reps * 1e6)
+            row[f"{kind}_us"] = best
+            if kind == "roofline":  # the same without the cache
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    model.compute(func, args, kwargs, res)
+                row["roofline_uncached_us"] = (time.perf_counter() - t0) / reps * 1e6
+        out[name] = row
+    return out
+
+
+def print_model_costs(reps: int) -> None:
+    print("per op, compute model cost() alone, us (cached; then uncached roofline and first calibrated call):")
+    print(f"  {'op':28s} {'calibrated':>10s} {'roofline':>10s} {'roof. unc.':>10s} {'cal. first':>10s}")
+    for name, r in model_costs(reps).items():
+        print(f"  {name:28s} {r['calibrated_us']:10.2f} {r['roofline_us']:10.2f} {r['roofline_uncached_us']:10.2f}"
+              f" {r['calibrated_first_us']:10.1f}")  # fmt: skip
 
 
 def with_bridge(ops: int, colls: int) -> dict[str, float]:
@@ -185,6 +249,8 @@ def overheads(ops: int, colls: int) -> None:
     print("per aten op (torch.add of 4 floats), in this process, no network:")
     print(f"  plain torch          {plain:8.2f} us")
     print(f"  phantora mode        {a['op_mode_us']:8.2f} us   (+{a['op_mode_us'] - plain:.2f})")
+    mem_on, mem_off = a["op_mode_mem_us"], a["op_mode_nomem_us"]
+    print(f"  ... memory tracking  {mem_on:8.2f} us on, {mem_off:.2f} us off   (+{mem_on - mem_off:.2f})")
     print(f"  ... one coll pending {a['op_mode_pending_us']:8.2f} us   (+{a['op_mode_pending_us'] - plain:.2f})")
     print("per all_reduce of 4 floats, waited, 1 rank, no network:")
     gloo, ph = a["coll_gloo_us"], a["coll_phantora_us"]
@@ -205,7 +271,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--models-only", action="store_true", help="only the per-op cost of each compute model")
     args = p.parse_args()
+    print_model_costs(2000)
+    if args.models_only:
+        return
     if not args.skip_overhead:
         overheads(args.ops, args.colls)
     if not args.skip_scale:

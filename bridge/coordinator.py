@@ -69,7 +69,9 @@ class Coordinator:
             algo=spec.algo_options(),
             send=self.send_rank,
             keep_flows=spec.keep_flows,
+            live=spec.live or None,
         )
+        self.core.on_round = self.heartbeat  # a long run of engine advances must not look like silence
 
     # ----- sending -----------------------------------------------------------------------------
     def send_rank(self, rank: int, raw: bytes) -> None:
@@ -137,9 +139,12 @@ class Coordinator:
             self.last_supervisor = time.monotonic()
         elif role == "rank":
             rank = msg["rank"]
-            if rank is None or not 0 <= rank < self.spec.world or msg["world"] != self.spec.world:
+            live = self.spec.live or self.spec.world
+            if rank is None or not 0 <= rank < live or msg["world"] != self.spec.world:
                 self.reject(
-                    ident, E_PROTOCOL, f"hello from rank {rank} of {msg['world']}: this run has {self.spec.world}"
+                    ident,
+                    E_PROTOCOL,
+                    f"hello from rank {rank} of {msg['world']}: this run has {self.spec.world} ranks, {live} live",
                 )
                 return
             if rank in self.ident_of:
@@ -147,7 +152,7 @@ class Coordinator:
                 return
             self.rank_of[ident] = rank
             self.ident_of[rank] = ident
-            if len(self.ident_of) == self.spec.world:
+            if len(self.ident_of) == live:
                 self.t_all_connected = time.monotonic()
                 self.cpu_all_connected = time.process_time()
         else:

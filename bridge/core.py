@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.matching import Call, Matcher, Rendezvous, RunFailed, describe_key
+from bridge.mirrors import Mirrors
 from bridge.protocol import (
     E_DEADLOCK,
     E_ENGINE,
@@ -66,7 +67,9 @@ class CollRecord:
     first_flow: int
     nflows: int
     name: str = ""
+    copies: int = 1  # rank deduplication: the group's shifts launched with it (bridge.mirrors)
     pending: dict[int, set[int]] = field(default_factory=dict)  # rank -> its last flows not yet arrived
+    waiters: dict[int, list[int]] = field(default_factory=dict)  # flow -> ranks it is a last flow of
     rank_done: dict[int, int] = field(default_factory=dict)
     end_ns: int = 0
     outstanding: int = 0
@@ -91,6 +94,7 @@ class CollRecord:
             "rank_done": sorted([r, t] for r, t in self.rank_done.items()),
             "end_ns": self.end_ns,
             "flows": self.nflows,
+            "copies": self.copies,
         }
 
 
@@ -127,7 +131,10 @@ class CoordinatorCore:
         algo: AlgoOptions,
         send: Callable[[int, bytes], None],
         keep_flows: bool = True,
+        live: int | None = None,
     ) -> None:
+        """`live`: rank deduplication, the number of live rank processes standing for the `world`
+        ranks (live rank l for l, l+live, l+2*live, ...; see bridge.mirrors). None: every rank is live."""
         if window_ns < 0:
             raise ValueError("window_ns must be >= 0 (0 = exact)")
         if world > topology.num_ranks:
@@ -137,20 +144,25 @@ class CoordinatorCore:
         self.engine = engine
         self.topology = topology
         self.world = world
+        live = world if live is None else live
+        if not 1 <= live <= world or world % live:
+            raise RunFailed(E_PROTOCOL, f"{live} live ranks cannot stand for {world} ranks: it must divide it")
+        self.mirrors = Mirrors(world, live)
         self.window = window_ns
         self.algo = algo
         self.send = send
         self.keep_flows = keep_flows
-        self.ranks = [RankState(r) for r in range(world)]
+        self.ranks = [RankState(r) for r in range(live)]
         self.blocked: dict[int, RankState] = {}  # ranks in wait, test or barrier
         self.waiting: dict[int, RankState] = {}  # ranks in wait (a subset of blocked)
         self._dirty: set[int] = set()  # blocked ranks to re-check although the network did not move
         self._release_now = -1  # network time of the last full release pass
-        self.live = world  # ranks not done
-        self._promises: list[tuple[int, int]] = [(0, r) for r in range(world)]  # lazy heap over run/test/barrier
+        self.live = live  # ranks not done
+        self._promises: list[tuple[int, int]] = [(0, r) for r in range(live)]  # lazy heap over run/test/barrier
         self._goal = INF_NS  # exact mode: the last goal pushed as a lease
         self._fresh: set[int] = set()  # ranks released since the last lease pass
-        self.matcher = Matcher(world)
+        self.matcher = Matcher(world, self.mirrors)
+        self.on_round: Callable[[], None] | None = None  # called between engine advances (heartbeats)
         self.records: list[CollRecord] = []
         self.flow_owner: dict[int, int] = {}
         self.flow_lb: dict[int, int] = {}  # in-flight flow -> earliest possible completion
@@ -202,9 +214,12 @@ class CoordinatorCore:
     def _on_coll(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a collective")
         algo = tuple(sorted((msg["algo"] or {}).items()))
-        call = Call(rs.rank, msg["h"], msg["kind"], msg["nbytes"], msg["dtype"], msg["root"], msg.t, msg["name"], algo)
+        group, root = tuple(msg["group"]), msg["root"]
+        if self.mirrors.active:
+            root = self.mirrors.canonical_root(group, root)
+        call = Call(rs.rank, msg["h"], msg["kind"], msg["nbytes"], msg["dtype"], root, msg.t, msg["name"], algo)
         self._new_handle(rs, call.handle, call)
-        self._joined(self.matcher.collective(call, tuple(msg["group"]), msg["seq"]), call)
+        self._joined(self.matcher.collective(call, group, msg["seq"]), call)
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a send/recv")
@@ -285,32 +300,42 @@ class CoordinatorCore:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
+        copies = self.mirrors.copies(group) if self.mirrors.active else ((group, 0),)
+        flows: list[Flow] = []
+        last: dict[int, set[int]] = {}  # live rank -> its mirrors' last flows
         try:
-            coll = Collective(kind, group, first.nbytes, first.dtype, root)
             algo = dataclasses.replace(self.algo, **dict(first.algo)) if first.algo else self.algo
-            dag = decompose(coll, self.topology, algo, first_flow_id=self.next_flow, tag=name or f"coll{cid}")
+            for copy, _ in copies:
+                coll = Collective(kind, copy, first.nbytes, first.dtype, root)
+                dag = decompose(coll, self.topology, algo, first_flow_id=self.next_flow, tag=name or f"coll{cid}")
+                self.next_flow = dag.next_id
+                flows.extend(dag.flows)
+                for r in copy:
+                    last.setdefault(self.mirrors.live_of(r), set()).update(dag.rank_last.get(r, ()))
         except (PhantoraError, TypeError) as exc:
             raise RunFailed(E_PROTOCOL, f"{rv.describe()}: {exc}; {first.describe()}") from None
         rec = CollRecord(
-            cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, self.next_flow, len(dag.flows)
+            cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, flows[0].id if flows else 0, 0
         )
-        rec.name, rec.end_ns, rec.outstanding = name, t_start, len(dag.flows)
+        rec.nflows, rec.copies = len(flows), len(copies)
+        rec.name, rec.end_ns, rec.outstanding = name, t_start, len(flows)
         self.records.append(rec)
-        self.next_flow = dag.next_id
-        for f in dag.flows:
+        for f in flows:
             self.flow_owner[f.id] = cid
-        self._lower_bounds(dag.flows, t_start)
+        self._lower_bounds(flows, t_start)
         for c in calls:
             self.ranks[c.rank].owner[c.handle] = cid
-        for r in group:
-            last = set(dag.rank_last.get(r, ()))
-            if last:
-                rec.pending[r] = last
+        for r in rv.members:
+            mine = last.get(r)
+            if mine:
+                rec.pending[r] = mine
+                for f in mine:
+                    rec.waiters.setdefault(f, []).append(r)
             else:
                 self._rank_done(rec, r, t_start)
-        if dag.flows:
+        if flows:
             try:
-                self.engine.submit(dag.flows, at=t_start)
+                self.engine.submit(flows, at=t_start)
             except PhantoraError as exc:
                 raise RunFailed(E_ENGINE, f"the engine refused {rv.describe()}: {exc}") from None
 
@@ -356,13 +381,12 @@ class CoordinatorCore:
             rec = self.records[cid]
             rec.outstanding -= 1
             rec.end_ns = max(rec.end_ns, c.end_ns)
-            for r in rec.group:
-                last = rec.pending.get(r)
-                if last is not None and c.flow_id in last:
-                    last.discard(c.flow_id)
-                    if not last:
-                        del rec.pending[r]
-                        self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
+            for r in rec.waiters.pop(c.flow_id, ()):
+                last = rec.pending[r]
+                last.discard(c.flow_id)
+                if not last:
+                    del rec.pending[r]
+                    self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
 
     # ----- the network clock ---------------------------------------------------------------------
     def _promise(self, rs: RankState, t: int) -> None:
@@ -373,7 +397,7 @@ class CoordinatorCore:
         if rs.state in (RUN, TEST, BARRIER):
             heap = self._promises
             heapq.heappush(heap, (t, rs.rank))
-            if len(heap) > 4 * self.world + 64:  # drop the stale entries now and then
+            if len(heap) > 4 * len(self.ranks) + 64:  # drop the stale entries now and then
                 heap[:] = [(x.promise, x.rank) for x in self.ranks if x.state in (RUN, TEST, BARRIER)]
                 heapq.heapify(heap)
 
@@ -504,6 +528,8 @@ class CoordinatorCore:
         self._release()
         while self._step():
             self._release()
+            if self.on_round is not None:
+                self.on_round()
         self._check_deadlock()
         return self._leases()
 

@@ -9,9 +9,12 @@ dtype, root, algorithm options); any disagreement is a `RunFailed` naming ranks 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.protocol import E_MISMATCH, E_PROTOCOL
+
+if TYPE_CHECKING:
+    from bridge.mirrors import Mirrors
 
 
 class RunFailed(Exception):
@@ -78,8 +81,9 @@ class Rendezvous:
 class Matcher:
     """Pending rendezvous; `add` returns the complete one when its last call arrives."""
 
-    def __init__(self, world: int) -> None:
+    def __init__(self, world: int, mirrors: Mirrors | None = None) -> None:
         self.world = world
+        self.mirrors = mirrors if mirrors is not None and mirrors.active else None
         self.pending: dict[tuple[Any, ...], Rendezvous] = {}
         self.done_keys: set[tuple[Any, ...]] = set()
 
@@ -95,6 +99,12 @@ class Matcher:
             raise RunFailed(E_PROTOCOL, f"{call.describe()}: the group {list(group)} repeats a rank")
         if call.rank not in group:
             raise RunFailed(E_PROTOCOL, f"{call.describe()} on group {list(group)}, which does not contain it")
+        m = self.mirrors
+        if m is not None:  # live ranks issue on shifts of one group: they meet under its canonical shift
+            canon = m.canonical(group)[0]  # the caller already carried its root there (canonical_root)
+            if call.root is not None and call.root not in canon:
+                raise RunFailed(E_PROTOCOL, f"{call.describe()}: root {call.root} is not in the group")
+            return self._add(("coll", canon, seq), m.live_members(group), call)
         if call.root is not None and call.root not in group:
             raise RunFailed(E_PROTOCOL, f"{call.describe()}: root {call.root} is not in the group {list(group)}")
         return self._add(("coll", group, seq), group, call)
@@ -105,6 +115,17 @@ class Matcher:
         if peer == call.rank:
             raise RunFailed(E_PROTOCOL, f"{call.describe()} with itself as the peer")
         src, dst = (call.rank, peer) if is_send else (peer, call.rank)
+        m = self.mirrors
+        if m is not None:
+            src, dst = m.canonical_pair(src, dst)
+            if m.live_of(dst) == src:
+                raise RunFailed(
+                    E_PROTOCOL,
+                    f"{call.describe()}: with {m.live} live ranks for {m.world}, ranks {src} and {dst} are "
+                    "mirrors of one live rank, which cannot both send and receive this transfer; use more "
+                    "live ranks (a multiple of the pipeline or expert-parallel group size) or no deduplication",
+                )
+            return self._add(("p2p", src, dst, tag, seq), (src, m.live_of(dst)), call)
         return self._add(("p2p", src, dst, tag, seq), (src, dst), call)
 
     def _add(self, key: tuple[Any, ...], members: tuple[int, ...], call: Call) -> Rendezvous | None:

@@ -30,6 +30,7 @@ from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
 from bridge.supervisor import Child, spawn, stop_all
 from bridge.transport import (
     HEARTBEAT_S,
+    OUTCOME_MAX_BYTES,
     STARTUP_TIMEOUT_S,
     TRANSPORTS,
     connect_dealer,
@@ -103,6 +104,7 @@ class CosimRun:
         rank_cmd: RankCmd,
         network: str = "flow",
         world_size: int | None = None,
+        live_ranks: int | None = None,
         window_ns: int | None = None,
         packet_config: Any = None,
         engine_options: dict[str, Any] | None = None,
@@ -121,7 +123,9 @@ class CosimRun:
         """`window_ns`: None = the default of the network mode (flow: 0 = exact; ns3: 10 us); 0 = exact.
         `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 in the coordinator works, but
         stops its heartbeats during long engine calls). `packet_config`: a PacketConfig for ns3;
-        `engine_options`: keyword options of the engine (FlowSimulator options, or PacketConfig fields)."""
+        `engine_options`: keyword options of the engine (FlowSimulator options, or PacketConfig fields).
+        `live_ranks`: rank deduplication: start only ranks 0..live_ranks-1, each standing for itself and
+        its shifts by multiples of live_ranks (bridge.mirrors); it must divide the world size."""
         if network not in NETWORKS:
             raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
         if transport not in TRANSPORTS:
@@ -131,6 +135,12 @@ class CosimRun:
             raise InputError(
                 f"world size {world} does not fit '{topology.name}' ({topology.num_ranks} endpoints)",
                 field="world_size",
+            )
+        live = world if live_ranks is None else live_ranks
+        if not 1 <= live <= world or world % live:
+            raise InputError(
+                f"live ranks must divide the world size ({world}) and be at least 1, got {live_ranks}",
+                field="live_ranks",
             )
         window = DEFAULT_WINDOW_NS[network] if window_ns is None else window_ns
         if window < 0:
@@ -144,6 +154,7 @@ class CosimRun:
         self.spec = RunSpec(
             topology=topology,
             world=world,
+            live=live if live < world else 0,
             network=network,
             engine_options=options,
             engine_in_coordinator=in_coord,
@@ -192,6 +203,7 @@ class CosimRun:
             PHANTORA_RUN_DIR=str(self.run_dir),
             PHANTORA_WINDOW_NS=str(self.spec.window_ns),
             PHANTORA_NETWORK=self.spec.network,
+            PHANTORA_LIVE_RANKS=str(self.spec.live or self.spec.world),
             PHANTORA_PEER_TIMEOUT_S=str(self.spec.peer_timeout_s),
             PYTHONUNBUFFERED="1",
         )
@@ -216,7 +228,7 @@ class CosimRun:
     def _start_ranks(self, endpoint: str, token: str, logs: Path) -> None:
         port = _free_port()
         local = _local_ranks(self.spec.topology, self.spec.world)
-        for r in range(self.spec.world):
+        for r in range(self.spec.live or self.spec.world):
             cmd = self.rank_cmd(r) if callable(self.rank_cmd) else self.rank_cmd
             env = self._rank_env(r, local[r], endpoint, token, port)
             self.children.append(spawn("rank", r, [str(c) for c in cmd], env, logs / f"rank{r}.log", self.cwd))
@@ -263,7 +275,7 @@ class CosimRun:
     @staticmethod
     def _recv(sock: zmq.Socket) -> Any:
         try:
-            return decode(sock.recv())
+            return decode(sock.recv(), OUTCOME_MAX_BYTES)  # only the coordinator talks to the launcher
         except ProtocolError as exc:
             raise BridgeError(f"bad message from the coordinator: {exc}") from None
 
@@ -312,7 +324,7 @@ class CosimRun:
         sock = None
         try:
             endpoint = self._start(token, logs)
-            sock = connect_dealer(ctx, endpoint)
+            sock = connect_dealer(ctx, endpoint, OUTCOME_MAX_BYTES)
             sock.send(encode("hello", 0, role="supervisor", token=token, rank=None, world=None, pid=os.getpid()))
             self._start_ranks(endpoint, token, logs)
             try:

@@ -68,6 +68,7 @@ class RunSpec:
     topology: Topology
     world: int
     network: str = "flow"
+    live: int = 0  # rank deduplication: live rank processes standing for `world` ranks (0: all live)
     engine_options: dict[str, Any] = field(default_factory=dict)
     engine_in_coordinator: bool = True
     window_ns: int = 0  # 0 = exact mode

@@ -79,11 +79,14 @@ def bind_router(ctx: zmq.Context, address: str, max_bytes: int = MAX_MESSAGE_BYT
     return sock, endpoint
 
 
-def connect_dealer(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
+OUTCOME_MAX_BYTES = 1 << 32  # the run's outcome (every flow of a large run) from the authenticated coordinator
+
+
+def connect_dealer(ctx: zmq.Context, endpoint: str, hard_max: int = HARD_MAX_MESSAGE_BYTES) -> zmq.Socket:
     """A DEALER connected to `endpoint` (loopback tcp or ipc only)."""
     if endpoint.startswith("tcp://") and not endpoint.startswith("tcp://127.0.0.1:"):
         raise BridgeError(f"refusing to connect to {endpoint}: the bridge only uses 127.0.0.1")
-    sock = _common(ctx.socket(zmq.DEALER))
+    sock = _common(ctx.socket(zmq.DEALER), hard_max)
     sock.connect(endpoint)
     return sock
 

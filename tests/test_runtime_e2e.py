@@ -106,7 +106,8 @@ def test_ddp_overlaps_backward_with_bucket_all_reduces(tmp_path):
     """One DDP step: max(compute, comm) <= step < compute + comm, and the run is deterministic."""
     script = write(tmp_path, "overlap.py", OVERLAP)
     topo = star(2, nic="400Gbps")
-    runs = [launch(RunConfig(str(script), topology=topo, nproc=2, trace="none", timeout_s=300)) for _ in range(2)]
+    cfg = RunConfig(str(script), topology=topo, nproc=2, trace="none", timeout_s=300, compute_model="roofline")
+    runs = [launch(cfg) for _ in range(2)]
     s = runs[0].summary
     assert s["steps"] == runs[1].summary["steps"]  # virtual time is deterministic
     step = s["steps"][1]

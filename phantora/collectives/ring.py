@@ -24,6 +24,19 @@ def ring_schedule(kind: str, n: int) -> list[list[int]]:
     return steps
 
 
+def coarse_bytes(kind: str, slices: list[int], total: int, i: int) -> int:
+    """Bytes ring position i sends over all steps: every slice but one per phase (see ring_schedule).
+
+    In a reduce-scatter it sends every slice but its own (i); in an all-gather every slice but
+    the one it receives last, (i + 1) mod n.
+    """
+    n = len(slices)
+    size = 0
+    for phase in PHASES[kind]:
+        size += total - (slices[i] if phase == "rs" else slices[(i + 1) % n])
+    return size
+
+
 def ring_flows(
     b: DagBuilder,
     kind: str,
@@ -47,16 +60,18 @@ def ring_flows(
     at step s waits for chunk c of step s - 1 to arrive from the predecessor, plus the step delay.
     """
     n = len(order)
-    schedule = ring_schedule(kind, n)
     first = start_deps or [()] * n
     tag = f"{name}/ch{channel}"
     if not chunked:
         got = [[0] for _ in range(n)]
+        total = sum(slices)
+        steps = (n - 1) * len(PHASES[kind])
         for i in range(n):
-            size = sum(slices[step[i]] for step in schedule)
-            fid = b.add(order[i], order[(i + 1) % n], size, tag, channel, first[i], step_delay_ns * len(schedule))
+            size = coarse_bytes(kind, slices, total, i)
+            fid = b.add(order[i], order[(i + 1) % n], size, tag, channel, first[i], step_delay_ns * steps)
             got[(i + 1) % n][0] = fid
         return got
+    schedule = ring_schedule(kind, n)
     k = max(1, math.ceil(max(slices) / chunk_bytes))
     chunks = [split(size, k) for size in slices]
     # recv[i][c]: the flow bringing chunk c to ring position i at the previous step.

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from phantora.perfmodel.gpus import get_gpu
     from phantora.perfmodel.model import save_curves
     from phantora.perfmodel.table import read_table
+    from phantora.runtime.options import DEFAULT_LAUNCH_NS
 
     gpu = get_gpu(args.gpu)
     rows = [r for path in args.tables for r in read_table(path)]
@@ -43,8 +44,11 @@ def run(args: argparse.Namespace) -> int:
         preds = predict_rows(test, gpu, curves)
         errors = class_errors(preds)
         baseline = class_errors(predict_rows(test, gpu, None))
-        print("held-out relative error |predicted - measured| / measured (roofline: efficiency 1, no floor):")
-        print(format_errors(errors, baseline))
+        launch = class_errors(predict_rows(test, gpu, None, launch_ns=DEFAULT_LAUNCH_NS))
+        print("held-out relative error |predicted - measured| / measured of the fitted kernel-time model;")
+        print("roofline: max(FLOPs / peak, bytes / DRAM bandwidth), efficiency 1, no floor; roofline+1us: the same")
+        print("plus the 1 us launch overhead, as `phantora run --compute-model roofline` charges it:")
+        print(format_errors(errors, baseline, ("roofline+1us", launch)))
         curves.meta["test_errors"] = {e.op_class: {"rows": e.count, "median": e.median, "p90": e.p90} for e in errors}
         if args.errors:
             write_predictions(args.errors, preds)

@@ -24,6 +24,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc", type=int, default=None, help="number of ranks (default: the topology's rank count)")
     p.add_argument("--trace", choices=("ops", "coarse", "none"), default="ops", help="compute detail in trace.json")
     p.add_argument("--launch-overhead", default="1us", help="per-kernel launch overhead (default 1us)")
+    p.add_argument(
+        "--compute-model",
+        choices=("calibrated", "roofline"),
+        default="calibrated",
+        help="GPU op times: calibrated efficiency curves (default) or the plain roofline",
+    )
+    p.add_argument(
+        "--perf-table",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="measured op table (phantora profile / perfdb CSV) whose entries take priority; repeatable",
+    )
+    p.add_argument("--curves", default=None, metavar="JSON", help="curves from `phantora calibrate --out`")
+    p.add_argument(
+        "--tensors",
+        choices=("auto", "real", "phantom"),
+        default="auto",
+        help="real: real CPU tensors, collectives move real data; phantom: meta tensors, no data, no host "
+        "memory (large models); auto (default): phantom above 16 ranks",
+    )
+    p.add_argument("--phantom", dest="tensors", action="store_const", const="phantom", help="same as --tensors phantom")
+    p.add_argument(
+        "--dedup",
+        default="auto",
+        metavar="auto|off|K",
+        help="rank deduplication (phantom only): K live processes stand for all ranks, rank r mirrored by "
+        "live rank r mod K; auto (default): one live process per GPU of a host; off: one process per rank",
+    )
     p.add_argument("--no-time-patch", action="store_true", help="keep time.perf_counter/time.time real")
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
     p.add_argument("--record", default=None, metavar="DIR", help="also record every rank's execution graph here")
@@ -50,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
         trace=args.trace,
         time_patch=not args.no_time_patch,
         launch_ns=parse_time_ns(args.launch_overhead),
+        compute_model=args.compute_model,
+        perf_tables=list(args.perf_table),
+        curves=args.curves,
+        tensors=args.tensors,
+        dedup=args.dedup,
         timeout_s=args.timeout,
     )
     if args.record:

@@ -40,13 +40,19 @@ class ClassError:
     p90: float
 
 
-def predict_rows(rows: list[MeasuredRow], gpu: str | GpuSpec, curves: Curves | None) -> list[Prediction]:
-    """Predictions of the curves for `rows` (never a table lookup). `curves=None` is the untuned roofline."""
+def predict_rows(
+    rows: list[MeasuredRow], gpu: str | GpuSpec, curves: Curves | None, *, launch_ns: int = 0
+) -> list[Prediction]:
+    """Predictions of the curves for `rows` (never a table lookup). `curves=None` is the untuned roofline;
+    with `launch_ns` it is the runtime's `--compute-model roofline` (its only floor is the launch overhead,
+    added to every row that runs a kernel)."""
     gpu = get_gpu(gpu)
     feats = [compute_features(r.call, aliased=r.aliased) for r in rows]
     peaks = [peak_of(f, gpu) for f in feats]
     if curves is None:
-        times = [roofline_ns(f, gpu, p) if f.op_class != "noop" else 0 for f, p in zip(feats, peaks, strict=True)]
+        times = [
+            roofline_ns(f, gpu, p) + launch_ns if f.op_class != "noop" else 0 for f, p in zip(feats, peaks, strict=True)
+        ]
     else:
         raw = predict_columns(columns(feats, peaks), curves.params, curves.op_mult, gpu, np) if feats else []
         times = [0 if f.op_class == "noop" else max(0, int(round(float(t)))) for f, t in zip(feats, raw, strict=True)]
@@ -71,19 +77,26 @@ def _summary(name: str, errs: list[float]) -> ClassError:
     return ClassError(name, len(a), float(np.median(a)), float(np.percentile(a, 90)))
 
 
-def format_errors(rows: list[ClassError], baseline: list[ClassError] | None = None) -> str:
-    """A markdown table of per-class errors (with the untuned roofline's median if given)."""
-    base = {r.op_class: r for r in baseline or []}
+def format_errors(
+    rows: list[ClassError],
+    baseline: list[ClassError] | None = None,
+    *more: tuple[str, list[ClassError]],
+) -> str:
+    """A markdown table of per-class errors, with the median and p90 of each baseline if given
+    (`baseline` is titled 'roofline'; `more` are (title, errors) pairs)."""
+    bases = ([("roofline", baseline)] if baseline else []) + list(more)
+    by_title = [(title, {r.op_class: r for r in errs}) for title, errs in bases]
     head = "| class | rows | median rel. error | p90 rel. error |"
     rule = "|---|---:|---:|---:|"
-    if base:
-        head += " roofline median |"
-        rule += "---:|"
+    for title, _ in by_title:
+        head += f" {title} median | {title} p90 |"
+        rule += "---:|---:|"
     lines = [head, rule]
     for r in rows:
         line = f"| {r.op_class} | {r.count} | {_pct(r.median)} | {_pct(r.p90)} |"
-        if base:
-            line += f" {_pct(base[r.op_class].median) if r.op_class in base else '-'} |"
+        for _, base in by_title:
+            b = base.get(r.op_class)
+            line += f" {_pct(b.median)} | {_pct(b.p90)} |" if b else " - | - |"
         lines.append(line)
     return "\n".join(lines)
 

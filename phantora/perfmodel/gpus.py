@@ -1,4 +1,10 @@
-"""GPU specifications used by the compute model (dense peaks, per GPU; vendor data sheets).
+"""GPU specifications: phantora's one GPU table (dense peaks, per GPU; vendor data sheets).
+
+The runtime's view (`phantora/runtime/gpus.py`: peak by short dtype name, memory, NVLink) is derived
+from this table. BF16/FP16 tensor and FP32 peaks, memory bandwidth, memory and NVLink per direction
+are ../shared/REFERENCE.md section 2. TF32 and FP8 are the dense (no sparsity) figures of the same
+vendor data sheets: A100 TF32 156; H100/H200 SXM TF32 494.5, FP8 1979; B200 TF32 1100, FP8 4500;
+L40S TF32 183, FP8 733 TFLOP/s. A100 has no FP8 tensor cores. FP64 is the non-tensor FP64 peak.
 
 Tensor-core peaks are used for GEMMs and attention in bf16/fp16/fp8 (and tf32 when a caller asks
 for it); fp32 GEMMs use the non-tensor FP32 peak, as PyTorch does by default
@@ -33,6 +39,8 @@ class GpuSpec:
     clock_hz: float
     host_bw: float  # PCIe per direction
     aliases: tuple[str, ...] = field(default=())
+    label: str = ""  # display name, e.g. "H100 SXM"
+    nvlink_bw: float = 0.0  # per direction, bytes/s; 0 when the GPU has no NVLink
 
     def matmul_peak(self, dtype: str, *, tf32: bool = False) -> float:
         """Peak FLOP/s of a matrix product whose inputs are `dtype` (canonical name)."""
@@ -69,6 +77,8 @@ GPUS: dict[str, GpuSpec] = {
             1.410e9,
             32 * GIGA,
             ("a100-sxm", "a100-80gb", "a100-sxm4-80gb"),
+            label="A100 SXM 80GB",
+            nvlink_bw=300 * GIGA,
         ),
         GpuSpec(
             "h100",
@@ -82,6 +92,8 @@ GPUS: dict[str, GpuSpec] = {
             1.980e9,
             64 * GIGA,
             ("h100-sxm", "h100-sxm5"),
+            label="H100 SXM",
+            nvlink_bw=450 * GIGA,
         ),
         GpuSpec(
             "h200",
@@ -95,6 +107,8 @@ GPUS: dict[str, GpuSpec] = {
             1.980e9,
             64 * GIGA,
             ("h200-sxm",),
+            label="H200 SXM",
+            nvlink_bw=450 * GIGA,
         ),
         GpuSpec(
             "b200",  # ~: bf16 2250, fp8 4500, tf32 1100 dense; L2 ~126 MB; 148 SMs at ~1.98 GHz
@@ -108,6 +122,8 @@ GPUS: dict[str, GpuSpec] = {
             1.980e9,
             64 * GIGA,
             ("b200-sxm",),
+            label="B200",
+            nvlink_bw=900 * GIGA,
         ),
         GpuSpec(
             "l40s",  # fp64 ~1/64 of fp32 (Ada); PCIe Gen4 x16
@@ -121,6 +137,7 @@ GPUS: dict[str, GpuSpec] = {
             2.520e9,
             32 * GIGA,
             ("l40s-pcie",),
+            label="L40S (PCIe)",
         ),
     )
 }
@@ -130,11 +147,16 @@ def get_gpu(name: str | GpuSpec) -> GpuSpec:
     """Look a GPU up by name or alias (case-insensitive). Raises InputError naming the known GPUs."""
     if isinstance(name, GpuSpec):
         return name
-    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
+    key = _squash(name)
     for g in GPUS.values():
-        if key == g.name or key in g.aliases:
+        if key == g.name or key in {_squash(a) for a in (*g.aliases, g.label)}:
             return g
     raise InputError(f"unknown GPU {name!r} (known: {', '.join(GPUS)})", field="gpu")
+
+
+def _squash(name: str) -> str:
+    """'H100 SXM', 'h100-sxm', 'H100_SXM' -> 'h100sxm'."""
+    return "".join(c for c in str(name).strip().lower() if c not in "-_ ()")
 
 
 def check_dtype(gpu: GpuSpec, dtype: str) -> str:

@@ -38,6 +38,15 @@ def load_curves(path: str | Path | None = None) -> Curves:
     return Curves.from_json(obj, source=str(path))
 
 
+def load_inputs(
+    tables: list[str | Path] | tuple[str | Path, ...] = (), curves: str | Path | None = None
+) -> tuple[Curves | None, TimingTable | None]:
+    """The curves file (None: the shipped curves) and the measured tables of a run, read and checked.
+
+    Raises InputError naming the file (and line) that cannot be read."""
+    return (load_curves(curves) if curves else None), (TimingTable.from_files(list(tables)) if tables else None)
+
+
 def save_curves(path: str | Path, curves: Curves) -> None:
     Path(path).write_text(json.dumps(curves.to_json(), indent=2, sort_keys=False) + "\n")
 

@@ -1,9 +1,11 @@
 """Bridge from a torch dispatch call (func, args, kwargs, out) to the compute model.
 
-`CalibratedModel(gpu)` has the `op_time_ns(func, args, kwargs, out) -> int` method of the runtime's
-roofline model, so a runtime can install it in its place. Tensor arguments are taken in argument
-order (lists flattened, as foreach ops take them); the scalar arguments that change an op's cost
-become `extra`; the actual outputs are passed as `out_shapes`/`out_dtypes` for memory-bound ops.
+`call_of` is what the runtime's default model (`phantora.runtime.compute.Calibrated`, which adds
+FLOP counting, the launch overhead and a per-shape cache) uses. `CalibratedModel(gpu)` is a bare
+`op_time_ns(func, args, kwargs, out) -> int` (kernel time only, no cache), for tools and tests.
+Tensor arguments are taken in argument order (lists flattened, as foreach ops take them); the
+scalar arguments that change an op's cost become `extra`; the actual outputs are passed as
+`out_shapes`/`out_dtypes` for memory-bound ops.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ In a script started by `phantora run`:
         ...forward, backward, optimizer...
         pr.step()            # end of an iteration; returns its simulated duration (ns)
     pr.now()                 # this rank's simulated time (ns)
+    pr.max_memory_allocated()  # peak simulated device bytes (also pr.memory_allocated())
 
 Outside a phantora run, `step` and `report_workload` do nothing and `now` is the real clock, so the
 same script also runs under torchrun. The rank bootstrap of `phantora run` registers the `phantora`
@@ -47,10 +48,28 @@ def now() -> int:
     return s.now()
 
 
+def phantom() -> bool:
+    """True when this rank runs in phantom mode (meta tensors: shapes without values; see phantom_mode)."""
+    s = _current()
+    return bool(s is not None and s.phantom)
+
+
 def step() -> int:
     """Mark the end of a training iteration: join every lane; return the step's simulated ns."""
     s = _current()
     return 0 if s is None else s.step()
+
+
+def memory_allocated() -> int:
+    """Simulated device bytes allocated now on this rank (like torch.cuda.memory_allocated); 0 outside a run."""
+    s = _current()
+    return 0 if s is None else s.memory.current
+
+
+def max_memory_allocated() -> int:
+    """Peak simulated device bytes on this rank so far (like torch.cuda.max_memory_allocated); 0 outside a run."""
+    s = _current()
+    return 0 if s is None else s.memory.peak
 
 
 def report_workload(
@@ -69,4 +88,13 @@ def report_workload(
     s.workload.update({k: v for k, v in fields.items() if v is not None})
 
 
-__all__ = ["active", "now", "register_backend", "report_workload", "step"]
+__all__ = [
+    "phantom",
+    "active",
+    "max_memory_allocated",
+    "memory_allocated",
+    "now",
+    "register_backend",
+    "report_workload",
+    "step",
+]

@@ -4,7 +4,8 @@ Each call does two things. It tells the bridge about the collective (kind, group
 time = the compute lane's time), so the network simulator decides when it completes. And it
 starts the same collective on an inner gloo group, so the real data moves and results equal a
 gloo run (real mode). The returned `PhantoraWork` is asynchronous: `wait()` joins the virtual
-clock's lanes at the simulated completion. A phantom mode can replace the gloo half.
+clock's lanes at the simulated completion. In phantom mode (`phantom_mode.py`) tensors are meta and
+there is no gloo half: nothing moves, and the group needs no peer processes at all.
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ def _divider(tensors: Sequence[torch.Tensor], n: int) -> Callable[[], None]:
     return run
 
 
+def _nothing() -> list[Any]:
+    """The inner half of a collective in phantom mode: no data moves."""
+    return []
+
+
 class PhantoraWork(dist.Work):
     """An in-flight collective: `wait()` joins the simulated completion into the compute lane."""
 
@@ -156,10 +162,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._name = ""
         self._desc = ""
         self._coalescing: list[Pending] | None = None
-        opts = ProcessGroupGloo._Options()
-        opts._devices = [ProcessGroupGloo.create_device(hostname="127.0.0.1")]
-        opts._timeout = timeout
-        self._gloo = ProcessGroupGloo(PrefixStore("phantora-gloo/", store), rank, size, opts)
+        self._gloo: ProcessGroupGloo | None = None
+        if not session.phantom:
+            opts = ProcessGroupGloo._Options()
+            opts._devices = [ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+            opts._timeout = timeout
+            self._gloo = ProcessGroupGloo(PrefixStore("phantora-gloo/", store), rank, size, opts)
 
     # ----- identity -----------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name
@@ -215,6 +223,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         name: str | None = None,
         transfers: Sequence[Transfer] | None = None,
     ) -> PhantoraWork:
+        if self._gloo is None:  # phantom mode: timing only
+            start, finalize = _nothing, None
         p = self._s.issue(
             kind=kind,
             name=name or kind,
@@ -462,7 +472,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=lambda: [self._gloo.send(tensors, dst, tag)],
+            start_inner=lambda: [self._gloo.send(tensors, dst, tag)] if self._gloo is not None else [],
         )
         return self._work(p, tensors)
 
@@ -473,7 +483,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=lambda: [self._gloo.recv(tensors, src, tag)],
+            start_inner=lambda: [self._gloo.recv(tensors, src, tag)] if self._gloo is not None else [],
         )
         return self._work(p, tensors)
 
@@ -534,6 +544,10 @@ def use_as_default() -> None:
 
     @functools.wraps(orig_init)
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        s = _session.current()
+        if s is not None and s.phantom and not args and "store" not in kwargs and "init_method" not in kwargs:
+            # phantom groups exchange nothing: a process-local store, no rendezvous with other processes
+            kwargs.update(store=dist.HashStore(), rank=s.rank, world_size=s.world_size)
         return orig_init(_map_backend(backend), *args, **kwargs)
 
     @functools.wraps(orig_new)

@@ -15,9 +15,9 @@ import traceback
 from typing import Any
 
 from phantora.errors import PhantoraError
-from phantora.runtime import backend, timepatch
+from phantora.runtime import backend, phantom_mode, timepatch
 from phantora.runtime import session as _session
-from phantora.runtime.compute import Roofline, set_model
+from phantora.runtime.compute import build_model, set_model
 from phantora.runtime.gpus import get_gpu
 from phantora.runtime.options import Options
 from phantora.runtime.session import RankSession
@@ -38,7 +38,9 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     from phantora.runtime.dispatch import ChargeMode
 
     opts = opts or Options.from_env()
-    model = Roofline(get_gpu(opts.gpu), opts.launch_ns)
+    model = build_model(
+        opts.compute_model, get_gpu(opts.gpu), opts.launch_ns, perf_tables=opts.perf_tables, curves=opts.curves
+    )
     set_model(model)
     client = client if client is not None else _client(opts)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -51,7 +53,10 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         out_dir=opts.out_dir,
         network=opts.network,
         report_every_us=opts.report_us,
+        phantom=opts.phantom,
     )
+    if opts.phantom:
+        phantom_mode.enable()
     _session.install(s)
     backend.use_as_default()
     mode = ChargeMode(s)

@@ -1,9 +1,15 @@
-"""Roofline compute model: one aten op -> simulated GPU duration in integer ns.
+"""Compute models: one aten op -> simulated GPU duration in integer ns (and its FLOPs, for MFU).
 
-duration = max(flops / peak(dtype), bytes / mem_bw) + launch overhead, where flops come from the
-formulas registered in `torch.utils.flop_counter` (matmuls, convolutions, attention) and bytes are
-the sizes of the op's input and output tensors. Ops that launch no kernel (views, allocation,
-metadata) cost nothing. `op_time_ns` is the single entry point that finer models replace.
+- `Calibrated` (the default of `phantora run`): the kernel time of `phantora.perfmodel` (per-op-class
+  efficiency curves fitted on measured timings; a measured table entry for exactly this op, shapes
+  and dtypes takes priority) plus the launch overhead. Cached per (op, argument shapes and dtypes).
+- `Roofline` (`--compute-model roofline`): max(flops / peak(dtype), bytes / mem_bw) + launch
+  overhead, where flops come from the formulas registered in `torch.utils.flop_counter` (matmuls,
+  convolutions, attention) and bytes are the sizes of the op's input and output tensors.
+
+Both count FLOPs the same way (the roofline's), read only shapes and dtypes (so meta tensors work),
+and charge nothing for ops that launch no kernel (views, allocation, metadata). `build_model` makes
+one from the run's options; `op_time_ns` is the single entry point of the installed model.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
+from phantora.errors import InputError
 from phantora.runtime.gpus import GpuSpec, get_gpu
-from phantora.runtime.options import DEFAULT_LAUNCH_NS
+from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS
 
 aten = torch.ops.aten
 
@@ -149,17 +156,53 @@ def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     return _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
 
 
+def _sig(x: Any) -> Any:
+    """Cache-key part of an argument: tensors by (shape, dtype), never by value (meta tensors have
+    none); floats only by whether they are 0 (dropout p = 0 launches no kernel), so a learning rate
+    that changes every step does not defeat the cache; other scalars as they are."""
+    if isinstance(x, torch.Tensor):
+        return (x.shape, x.dtype)
+    if isinstance(x, (list, tuple)):
+        return tuple([_sig(item) for item in x])
+    if isinstance(x, float):
+        return x == 0.0
+    return x
+
+
+def cache_key(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple:
+    """What an op's cost depends on: the op, its arguments' and outputs' shapes and dtypes, its other
+    scalars, and the fp32 matmul precision (TF32). It may hold an unhashable argument."""
+    return (func, _sig(args), _sig(tuple(kwargs.items())) if kwargs else (), _sig(out),
+            torch.get_float32_matmul_precision())  # fmt: skip
+
+
 class Roofline:
     """Roofline model of one GPU."""
+
+    kind = "roofline"
 
     def __init__(self, gpu: GpuSpec, launch_ns: int = DEFAULT_LAUNCH_NS) -> None:
         self.gpu = gpu
         self.launch_ns = int(launch_ns)
         self._free = OpCost(0, 0, "", 0)
         self._launch = OpCost(0, 0, "", self.launch_ns)
+        self._cache: dict[tuple, OpCost] = {}
 
     def cost(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
-        """FLOPs, bytes and duration of one op."""
+        """FLOPs, bytes and duration of one op (cached per `cache_key`)."""
+        if _op_info(func)[0] == _FREE:
+            return self._free
+        key = cache_key(func, args, kwargs, out)
+        try:
+            cost = self._cache.get(key)
+        except TypeError:  # an unhashable argument: no caching
+            return self.compute(func, args, kwargs, out)
+        if cost is None:
+            cost = self._cache[key] = self.compute(func, args, kwargs, out)
+        return cost
+
+    def compute(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
+        """`cost` without the cache."""
         kind, formula = _op_info(func)
         if kind == _FREE:
             return self._free
@@ -173,6 +216,80 @@ class Roofline:
 
     def op_time_ns(self, func: Any, args: tuple, kwargs: dict, out: Any) -> int:
         return self.cost(func, args, kwargs, out).ns
+
+
+class Calibrated(Roofline):
+    """The calibrated model (`phantora.perfmodel`) behind the roofline's interface.
+
+    Time: the perfmodel's kernel time (a measured table entry for exactly this call, else the
+    efficiency curves) plus `launch_ns` for every op that launches a kernel. FLOPs, bytes and the
+    FLOP dtype: the roofline's counting, so MFU means the same under both models. Costs are cached
+    per `cache_key`. Ops the perfmodel cannot describe (another namespace, shapes it does not
+    know) get the roofline's time; `fallbacks` counts them by op name.
+    """
+
+    kind = "calibrated"
+
+    def __init__(
+        self,
+        gpu: GpuSpec,
+        launch_ns: int = DEFAULT_LAUNCH_NS,
+        *,
+        curves: Any = None,
+        table: Any = None,
+    ) -> None:
+        from phantora.perfmodel.model import ComputeModel
+
+        super().__init__(gpu, launch_ns)
+        self.model = ComputeModel(gpu.spec, curves, table)
+        self.fallbacks: dict[str, int] = {}
+
+    def compute(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
+        """`cost` without the cache."""
+        from phantora.perfmodel.torch_adapter import call_of
+
+        if _op_info(func)[0] == _FREE:
+            return self._free
+        base = super().compute(func, args, kwargs, out)
+        schema = getattr(func, "_schema", None)
+        namespace = schema.name.partition("::")[0] if schema is not None else ""
+        if namespace == "profiler":
+            return self._free
+        if namespace == "aten":
+            try:
+                ns = self.model.predict_call(call_of(func, args, kwargs, out))
+            except InputError as exc:
+                if exc.field == "dtype":  # e.g. an fp8 matmul on a GPU without fp8 tensor cores
+                    raise
+            else:
+                return OpCost(base.flops, base.nbytes, base.dtype, ns + self.launch_ns if ns else 0)
+        name = schema.name if schema is not None else str(func)
+        self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
+        return base
+
+
+def build_model(
+    kind: str = COMPUTE_MODELS[0],
+    gpu: GpuSpec | str = "h100",
+    launch_ns: int = DEFAULT_LAUNCH_NS,
+    *,
+    perf_tables: tuple[str, ...] | list[str] = (),
+    curves: str | None = None,
+) -> Roofline:
+    """The compute model of a run: 'calibrated' (with optional measured tables and curves file) or 'roofline'.
+
+    Raises InputError naming the file when a table or the curves cannot be read."""
+    gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    if kind == "roofline":
+        if perf_tables or curves:
+            raise InputError("--perf-table and --curves need --compute-model calibrated", field="compute_model")
+        return Roofline(gpu, launch_ns)
+    if kind == "calibrated":
+        from phantora.perfmodel.model import load_inputs
+
+        fitted, table = load_inputs(perf_tables, curves)
+        return Calibrated(gpu, launch_ns, curves=fitted, table=table)
+    raise InputError(f"must be one of {', '.join(COMPUTE_MODELS)}, got {kind!r}", field="compute_model")
 
 
 _model: Roofline = Roofline(get_gpu("h100"))

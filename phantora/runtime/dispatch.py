@@ -2,8 +2,9 @@
 
 For each op: join any collective in flight whose memory the op touches, run the op for real,
 and advance the compute lane by the GPU model's duration (`compute.op_time_ns`). Functional
-collectives go to `functional.run`. Ops on fake or meta tensors (sharding propagation, meta
-init) are bookkeeping, not GPU kernels: they run uncharged. Other tensor subclasses (DTensor,
+collectives go to `functional.run`. Ops on fake tensors (sharding propagation) are bookkeeping,
+not GPU kernels: they run uncharged; so do ops on meta tensors (meta init) in real mode, while in
+phantom mode meta tensors are the rank's tensors and are charged like any other. Other tensor subclasses (DTensor,
 AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops come back here.
 """
 
@@ -16,7 +17,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from phantora.runtime import functional
+from phantora.runtime import functional, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 
@@ -40,6 +41,8 @@ def _subclass_kind(types: tuple[type, ...]) -> str:
     return kind
 
 
+_META = torch.device("meta")
+_ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
 _NAMES: dict[int, str] = {}
 
 
@@ -50,6 +53,28 @@ def _name(func: Any) -> str:
     return name
 
 
+_INDEX_FACTORIES = {"arange", "range", "randint", "randperm", "scalar_tensor", "tensor"}
+
+
+def _host_data(func: Any, kwargs: dict, leaves: list[torch.Tensor]) -> bool:
+    """Phantom mode: would this op put tensor data on the host? Then it goes to meta instead.
+
+    Copies out of meta tensors (`.cpu()`, `.to("cpu")`) and floating-point buffers allocated on
+    the CPU (FSDP2 allocates its all-gather buffers on the mesh's device, "cpu" here) are GPU data
+    of the simulated job. Integer tensors made on the CPU are bookkeeping whose values are read
+    (DeviceMesh's rank layout, index lists): they stay real.
+    """
+    dev = kwargs["device"]
+    if dev is None or torch.device(dev).type != "cpu":
+        return False
+    if any(t.is_meta for t in leaves):
+        return True
+    dtype = kwargs.get("dtype")
+    if dtype is None:
+        return func.overloadpacket.__name__ not in _INDEX_FACTORIES
+    return dtype.is_floating_point or dtype.is_complex
+
+
 class ChargeMode(TorchDispatchMode):
     """Charges aten ops to a `RankSession`; enter it for the whole run."""
 
@@ -58,6 +83,16 @@ class ChargeMode(TorchDispatchMode):
         self.session = session
         self.thread = threading.get_ident()
 
+    def __enter__(self) -> ChargeMode:
+        self.session.memory.activate()  # parameter, gradient, optimizer and saved-tensor hooks
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self.session.memory.deactivate()
+
     def __torch_dispatch__(
         self, func: Any, types: tuple[type, ...], args: tuple = (), kwargs: dict | None = None
     ) -> Any:
@@ -65,8 +100,12 @@ class ChargeMode(TorchDispatchMode):
         s = self.session
         if threading.get_ident() != self.thread:
             return func(*args, **kwargs)  # gloo worker threads inherit the mode; their copies are not GPU work
+        mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if func.namespace == "_c10d_functional":
-            return functional.run(s, func, args, kwargs)
+            out = functional.run(s, func, args, kwargs)
+            if mem.enabled:
+                mem.on_outputs(out)
+            return out
         if s.internal_active or func.namespace == "c10d":
             return func(*args, **kwargs)
         kind = _subclass_kind(types)
@@ -77,14 +116,26 @@ class ChargeMode(TorchDispatchMode):
         leaves = tensors_in(args)
         if kwargs:
             tensors_in(kwargs, leaves)
-        for t in leaves:
-            if t.is_meta:
-                return func(*args, **kwargs)
+        if s.phantom and "device" in kwargs and _host_data(func, kwargs, leaves):
+            kwargs = {**kwargs, "device": _META}
+        if not s.phantom:  # real mode: meta tensors are bookkeeping (meta init), not GPU kernels
+            for t in leaves:
+                if t.is_meta:
+                    out = func(*args, **kwargs)
+                    if mem.enabled:
+                        mem.on_outputs(out)
+                    return out
+        elif func is _ITEM and leaves and leaves[0].is_meta:
+            s.charge(_name(func), s.model.cost(func, args, kwargs, None))  # a device sync
+            return phantom_mode.scalar_placeholder(leaves[0])
         if s.by_storage:
             s.join_tensors(leaves)
         out = func(*args, **kwargs)
-        for t in tensors_in(out):
-            if t.is_meta:
-                return out
+        if mem.enabled:
+            mem.on_outputs(out)
+        if not s.phantom:
+            for t in tensors_in(out):
+                if t.is_meta:
+                    return out
         s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.runtime.gpus import get_gpu
-from phantora.runtime.options import DEFAULT_LAUNCH_NS, Options
+from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options
 from phantora.runtime.results import summarize, write_results
 from phantora.runtime.trace import LEVELS, merge_traces
 from phantora.topology.model import Topology
@@ -38,6 +38,11 @@ class RunConfig:
     trace: str = "ops"
     time_patch: bool = True
     launch_ns: int = DEFAULT_LAUNCH_NS
+    compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
+    perf_tables: list[str | Path] = field(default_factory=list)  # measured tables, priority over the model
+    curves: str | Path | None = None  # `phantora calibrate --out` file; None: the shipped curves
+    tensors: str = "auto"  # "real", "phantom" (meta tensors), "auto": phantom above PHANTOM_ABOVE ranks
+    dedup: str | int = "auto"  # live processes: "auto" (phantom: one host's GPUs), "off", or a number
     timeout_s: float | None = None
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
@@ -61,6 +66,58 @@ def _topology(spec: str | Path | Topology) -> Topology:
     return load_topology(spec)
 
 
+PHANTOM_ABOVE = 16  # auto: more ranks than this run phantom (a live real-tensor rank costs ~330 MB of host)
+
+
+def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
+    """(phantom, world, live): the tensor mode and how many live processes stand for how many ranks.
+
+    Deduplication needs phantom mode (mirrored ranks move no data). "auto" runs one live process
+    per GPU of a host (the topology's first host; 8 if the topology has no hosts), which keeps
+    tensor-parallel groups inside a host live; it is off when the job is no larger than that.
+    """
+    world = topo.num_ranks if cfg.nproc is None else cfg.nproc
+    if cfg.tensors not in ("auto", "real", "phantom"):
+        raise InputError(f"must be auto, real or phantom, got {cfg.tensors!r}", field="tensors")
+    phantom = cfg.tensors == "phantom" or (cfg.tensors == "auto" and world > PHANTOM_ABOVE)
+    if cfg.dedup in ("off", None, 0):
+        return phantom, world, world
+    if cfg.dedup == "auto":
+        if not phantom:
+            return phantom, world, world
+        host = topo.nodes[topo.node_of_rank(0)].host
+        if host is None:  # no host structure in the topology: a DGX-sized group of 8
+            per_host = min(8, world)
+        else:
+            per_host = sum(1 for r in range(world) if topo.nodes[topo.node_of_rank(r)].host == host)
+        return phantom, world, per_host if world % per_host == 0 else world
+    try:
+        live = int(cfg.dedup)
+    except (TypeError, ValueError):
+        raise InputError(f"must be auto, off or a number of live processes, got {cfg.dedup!r}", field="dedup") from None
+    if not phantom and live < world:
+        raise InputError("rank deduplication needs phantom tensors (--tensors phantom)", field="dedup")
+    if not 1 <= live <= world or world % live:
+        raise InputError(f"{live} live processes must divide the {world} ranks", field="dedup")
+    return phantom, world, live
+
+
+def _compute_model_options(cfg: RunConfig) -> tuple[str, tuple[str, ...], str | None]:
+    """Check the compute model, its tables and curves file here (InputError naming the file), before
+    any rank starts; return them with absolute paths for the ranks."""
+    if cfg.compute_model not in COMPUTE_MODELS:
+        raise InputError(
+            f"must be one of {', '.join(COMPUTE_MODELS)}, got {cfg.compute_model!r}", field="compute_model"
+        )
+    if cfg.compute_model != "calibrated" and (cfg.perf_tables or cfg.curves):
+        raise InputError("--perf-table and --curves need --compute-model calibrated", field="compute_model")
+    from phantora.perfmodel.model import load_inputs
+
+    load_inputs(cfg.perf_tables, cfg.curves)
+    tables = tuple(str(Path(p).resolve()) for p in cfg.perf_tables)
+    return cfg.compute_model, tables, str(Path(cfg.curves).resolve()) if cfg.curves else None
+
+
 def launch(cfg: RunConfig) -> RunReport:
     """Run the script; raise BridgeError (a PhantoraError) naming the cause if any process fails."""
     from bridge.run import CosimRun
@@ -75,10 +132,14 @@ def launch(cfg: RunConfig) -> RunReport:
     gpu = get_gpu(gpu_name)
     if cfg.cc and cfg.network != "ns3":
         raise InputError("--cc applies to --network ns3 only", field="cc")
+    model_opts = _compute_model_options(cfg)
+    phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
     out = Path(cfg.out_dir) if keep else Path(tempfile.mkdtemp(prefix="phantora-run-"))
     out.mkdir(parents=True, exist_ok=True)
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
+    opts.compute_model, opts.perf_tables, opts.curves = model_opts
+    opts.phantom = phantom
     env = {**opts.to_env(), **cfg.env}
     cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", str(script.resolve()), *cfg.args]
     try:
@@ -86,7 +147,8 @@ def launch(cfg: RunConfig) -> RunReport:
             topo,
             rank_cmd=cmd,
             network=cfg.network,
-            world_size=cfg.nproc,
+            world_size=world,
+            live_ranks=live,
             window_ns=cfg.window_ns,
             engine_options={"cc": cfg.cc} if cfg.cc else None,
             env=env,
@@ -105,6 +167,12 @@ def launch(cfg: RunConfig) -> RunReport:
                 "window_ns": cosim.window_ns,
                 "gpu": gpu_name,
                 "launch_ns": cfg.launch_ns,
+                "compute_model": cfg.compute_model,
+                "perf_tables": [str(p) for p in cfg.perf_tables],
+                "curves": str(cfg.curves) if cfg.curves else None,
+                "tensors": "phantom" if phantom else "real",
+                "world_size": world,
+                "live_processes": live,
                 "wall_s": cosim.wall_s,
             },
             **summary,

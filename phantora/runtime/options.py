@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 DEFAULT_LAUNCH_NS = 1000  # per-kernel launch overhead charged on top of the roofline time
+COMPUTE_MODELS = ("calibrated", "roofline")  # phantora.runtime.compute; the first is the default
 
 
 @dataclass
@@ -19,6 +20,10 @@ class Options:
     time_patch: bool = True
     network: str = "flow"
     report_us: float = 200.0  # compute ops report the clock to the bridge at most this often (real us)
+    compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline" (phantora.runtime.compute)
+    perf_tables: tuple[str, ...] = ()  # measured tables (CSV) that take priority over the calibrated model
+    curves: str | None = None  # curves JSON from `phantora calibrate --out`; None: the shipped curves
+    phantom: bool = False  # meta tensors: no data, no host memory (phantora.runtime.phantom)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Options:
@@ -31,6 +36,10 @@ class Options:
             time_patch=env.get("PHANTORA_TIME_PATCH", "1") not in ("0", "false", "no"),
             network=env.get("PHANTORA_NETWORK", "flow"),
             report_us=float(env.get("PHANTORA_REPORT_US", "200")),
+            compute_model=env.get("PHANTORA_COMPUTE_MODEL", COMPUTE_MODELS[0]),
+            perf_tables=tuple(p for p in env.get("PHANTORA_PERF_TABLES", "").split(os.pathsep) if p),
+            curves=env.get("PHANTORA_CURVES") or None,
+            phantom=env.get("PHANTORA_PHANTOM", "0") in ("1", "true", "yes"),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -43,4 +52,10 @@ class Options:
         }
         if self.out_dir:
             env["PHANTORA_OUT"] = str(self.out_dir)
+        env["PHANTORA_COMPUTE_MODEL"] = self.compute_model
+        env["PHANTORA_PHANTOM"] = "1" if self.phantom else "0"
+        if self.perf_tables:
+            env["PHANTORA_PERF_TABLES"] = os.pathsep.join(str(p) for p in self.perf_tables)
+        if self.curves:
+            env["PHANTORA_CURVES"] = str(self.curves)
         return env

@@ -31,9 +31,32 @@ def _dominant_dtype(ranks: dict[int, dict[str, Any]]) -> str:
     return max(sorted(total), key=lambda k: total[k]) if total else "bf16"
 
 
+def _memory(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """Simulated device memory over ranks: the highest peak, each rank's peak, the worst rank's breakdown."""
+    mems = {r: res["memory"] for r, res in ranks.items() if (res.get("memory") or {}).get("tracked")}
+    if not mems:
+        return None
+    worst = max(sorted(mems), key=lambda r: int(mems[r]["peak_bytes"]))
+    w = mems[worst]
+    return {
+        "peak_bytes": int(w["peak_bytes"]),
+        "worst_rank": worst,
+        "breakdown_at_peak": dict(w.get("peak_breakdown") or {}),
+        "per_rank_peak_bytes": [int(mems[r]["peak_bytes"]) for r in sorted(mems)],
+        "step_peak_bytes": list(w.get("step_peak_bytes") or []),
+        "capacity_bytes": w.get("capacity_bytes"),
+        "limit_bytes": w.get("limit_bytes"),
+    }
+
+
 def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
-    """Aggregate the results every rank passed to finish()."""
-    world = len(ranks)
+    """Aggregate the results every rank passed to finish().
+
+    With rank deduplication only the live ranks report; each stands for as many ranks, so rates
+    per GPU divide by the job's world size and sums over ranks (counted FLOPs) by the live count.
+    """
+    live = len(ranks)
+    world = max((int(r.get("world_size") or 0) for r in ranks.values()), default=0) or live
     n_steps = min((len(r.get("step_ends_ns", [])) for r in ranks.values()), default=0)
     ends = [max(int(r["step_ends_ns"][i]) for r in ranks.values()) for i in range(n_steps)]
     times = [e - (ends[i - 1] if i else 0) for i, e in enumerate(ends)]
@@ -46,6 +69,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema": "phantora.run/1",
         "world_size": world,
+        "live_processes": live,
         "gpu": gpu.name,
         "end_ns": max((int(r["end_ns"]) for r in ranks.values()), default=0),
         "steps": [
@@ -73,8 +97,11 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
             if len(fl) >= n_steps and n_steps:
                 counted += fl[n_steps - 1] - (fl[first - 1] if first else 0)
         if counted and seconds > 0:
-            out["hfu"] = counted / len(steady) / (seconds * world * peak)
+            out["hfu"] = counted / len(steady) / (seconds * live * peak)
     out["peak_rss_mb_total"] = sum(float(r.get("peak_rss_mb") or 0) for r in ranks.values())
+    mem = _memory(ranks)
+    if mem is not None:
+        out["memory"] = mem
     out["ranks"] = [
         {
             k: ranks[r].get(k)
@@ -96,7 +123,11 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A short human-readable report."""
-    lines = [f"{summary['world_size']} ranks on {summary['gpu']}; simulated end {summary['end_ns'] / 1e6:.3f} ms"]
+    live = summary.get("live_processes", summary["world_size"])
+    procs = f" ({live} live processes stood for them)" if live != summary["world_size"] else ""
+    lines = [
+        f"{summary['world_size']} ranks on {summary['gpu']}{procs}; simulated end {summary['end_ns'] / 1e6:.3f} ms"
+    ]
     for st in summary["steps"][:20]:
         lines.append(
             f"  step {st['index']:>3}: {st['time_ns'] / 1e6:10.3f} ms  compute {st['compute_ns'] / 1e6:.3f} ms"
@@ -113,6 +144,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"MFU ({summary['mfu_dtype']} peak): {100 * summary['mfu']:.2f}%")
     if "hfu" in summary:
         lines.append(f"counted FLOPs utilisation ({summary['mfu_dtype']} peak): {100 * summary['hfu']:.2f}%")
+    if "memory" in summary:
+        m, gib = summary["memory"], 1 << 30
+        parts = ", ".join(f"{k} {v / gib:.2f}" for k, v in m["breakdown_at_peak"].items())
+        cap = f" of {m['capacity_bytes'] / gib:.2f} GiB" if m.get("capacity_bytes") else ""
+        lines.append(f"device memory peak (simulated): {m['peak_bytes'] / gib:.2f} GiB{cap} on rank {m['worst_rank']}")
+        lines.append(f"  at the peak, GiB: {parts}")
     return "\n".join(lines)
 
 

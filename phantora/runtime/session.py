@@ -23,6 +23,7 @@ import torch
 from phantora.errors import PhantoraError
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import OpCost, Roofline
+from phantora.runtime.memory import MemoryTracker
 from phantora.runtime.timepatch import real_perf_counter_ns
 from phantora.runtime.trace import TraceRecorder
 
@@ -98,8 +99,9 @@ def storage_key(t: torch.Tensor) -> int | None:
         st = t.untyped_storage()
     except (RuntimeError, NotImplementedError):
         return None
-    ptr = st.data_ptr()
-    return ptr if ptr and st.nbytes() else None
+    if not st.nbytes():
+        return None
+    return st.data_ptr() or st._cdata  # meta storages (phantom mode) have no address: use the StorageImpl
 
 
 def group_tag(group: Sequence[int], code: int) -> int:
@@ -122,12 +124,14 @@ class RankSession:
         out_dir: str | Path | None = None,
         network: str = "",
         report_every_us: float = 200.0,
+        phantom: bool = False,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.client = client
         self.model = model
         self.network = network
+        self.phantom = phantom  # tensors are meta: collectives move no data (phantom_mode.py)
         self.clock = VirtualClock()
         self.trace = TraceRecorder(rank, trace_level)
         self.out_dir = Path(out_dir) if out_dir else None
@@ -145,6 +149,7 @@ class RankSession:
         self.step_busy: list[int] = []  # compute-lane busy time so far, at each step end
         self.workload: dict[str, Any] = {}
         self.finished = False
+        self.memory = MemoryTracker.from_env(getattr(model, "gpu", ""), rank)  # simulated device memory
         # Compute ops report the clock to the bridge at most every `report_every_us` of real time:
         # a report only lets other ranks' network time move on sooner; every issue, wait and step
         # reports anyway, so simulated results do not depend on it.
@@ -345,6 +350,7 @@ class RankSession:
         self.step_ends.append(end)
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
+        self.memory.end_step()
         return end - start
 
     def results(self) -> dict[str, Any]:
@@ -353,6 +359,7 @@ class RankSession:
             "rank": self.rank,
             "world_size": self.world_size,
             "gpu": self.model.gpu.name,
+            "tensors": "phantom" if self.phantom else "real",
             "end_ns": self.clock.now(),
             "step_ends_ns": list(self.step_ends),
             "step_flops": list(self.step_flops),
@@ -366,6 +373,7 @@ class RankSession:
             },
             "workload": dict(self.workload),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "memory": self.memory.results(),
         }
 
     def finish(self) -> dict[str, Any]:

@@ -1,0 +1,443 @@
+"""Simulated device memory of one rank: live bytes by category, peaks, and a simulated CUDA OOM.
+
+`MemoryTracker.on_outputs` sees the outputs of every aten op the dispatch mode runs (real CPU
+tensors and meta tensors alike). Each new storage is counted once, keyed by its StorageImpl
+(`untyped_storage()._cdata`), at its `nbytes()` rounded up to the CUDA caching allocator's 512-byte
+block; a weak reference on the storage object (which PyTorch keeps alive exactly as long as the
+StorageImpl) frees it when the last tensor or view sharing it dies. Categories:
+
+- parameters: `nn.Module` parameter registration (a global hook), and the optimizer's param groups;
+- gradients: `param.grad` after gradient accumulation (a post-accumulate-grad hook on every
+  registered parameter) and around every optimizer step (global pre/post step hooks);
+- optimizer: the tensors in `optimizer.state` after every step (global post step hook);
+- activations: storages that autograd saves for backward (a global saved-tensors pack hook);
+- temporaries: everything else.
+
+A storage only moves to a category of higher rank (parameters > optimizer > gradients >
+activations > temporaries) and keeps it until it is freed. Per-category sums are kept
+incrementally, so the breakdown at the peak is a copy of five integers made when the peak rises.
+When the live bytes would exceed the limit (HBM capacity minus a reserve for the CUDA context and
+NCCL), the allocating op raises `torch.OutOfMemoryError`. Configuration, from the environment:
+
+- `PHANTORA_MEMORY`: `on` (default) or `off` (no tracking at all);
+- `PHANTORA_MEMORY_LIMIT`: `gpu` (default: capacity minus reserve), `off` (track, never raise),
+  or a size (`75GiB`, `80e9`, `1024MiB`; a bare number is bytes);
+- `PHANTORA_MEMORY_RESERVE`: the reserve subtracted from the capacity (default 2GiB).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from phantora.errors import InputError
+
+BLOCK = 512  # the CUDA caching allocator rounds every allocation up to 512 bytes
+GIB = 1 << 30
+DEFAULT_RESERVE = 2 * GIB  # CUDA context (~0.5 GiB) + NCCL communicators and buffers (~1.5 GiB)
+
+# Category indices, in rank order (a storage only moves to a lower index).
+PARAM, OPT, GRAD, ACT, TEMP = range(5)
+NAMES = ("parameters", "optimizer", "gradients", "activations", "temporaries")
+REPORT_ORDER = (PARAM, GRAD, OPT, ACT, TEMP)
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'75GiB', '80e9', '1024 MiB', '512' (bytes) -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS:
+        raise InputError(f"{what}: expected a size such as 75GiB, 80e9 or 1024MiB, got {text!r}", field=what)
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in the unit CUDA's messages use (GiB, MiB, KiB, B)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+# Device memory as the driver reports it (nvidia-smi's total, MiB; torch's OOM messages use it too),
+# which is a little below the data-sheet figure (ECC and firmware reservations): A100 SXM 80GB 81920,
+# H100 SXM 81559, H200 SXM 143771, B200 183359, L40S 46068 (ECC on).
+DEVICE_MIB = {"a100": 81920, "h100": 81559, "h200": 143771, "b200": 183359, "l40s": 46068}
+
+
+def capacity_of(gpu: Any) -> int:
+    """Device memory of a GPU in bytes: the driver-reported total of DEVICE_MIB, else its nominal memory."""
+    v = getattr(gpu, "hbm_bytes", 0)
+    if v:
+        return int(v)
+    for name in (getattr(gpu, "key", ""), getattr(gpu, "name", ""), str(gpu)):
+        squashed = "".join(c for c in str(name).lower() if c.isalnum())
+        for key, mib in DEVICE_MIB.items():
+            if squashed.startswith(key):
+                return mib << 20
+    for attr in ("memory", "mem_bytes"):
+        v = getattr(gpu, attr, 0)
+        if v:
+            return int(v)
+    return 0
+
+
+class _Entry(weakref.ref):
+    """A live storage: a weak reference to its Python storage object, with its key, size and category."""
+
+    __slots__ = ("cat", "changed", "key", "size")
+
+
+def _storage(t: torch.Tensor) -> Any:
+    """The storage object of a tensor (the local shard of a DTensor), or None if it has none."""
+    local = getattr(t, "_local_tensor", None)
+    if local is not None:
+        t = local
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+class MemoryTracker:
+    """Live device bytes of one rank, by category, with the peak and a per-step peak."""
+
+    def __init__(
+        self,
+        gpu_name: str = "",
+        capacity: int = 0,
+        *,
+        limit: int | None = None,
+        reserve: int = 0,
+        enabled: bool = True,
+        rank: int = 0,
+    ) -> None:
+        self.gpu_name = gpu_name
+        self.capacity = capacity
+        self.limit = limit  # None: never raise
+        self.reserve = reserve
+        self.enabled = enabled
+        self.rank = rank
+        self.live: dict[int, _Entry] = {}
+        self.by_cat = [0, 0, 0, 0, 0]
+        self.current = 0
+        self.peak = 0
+        self.peak_by_cat = [0, 0, 0, 0, 0]
+        self.step_peak = 0
+        self.step_peaks: list[int] = []
+        self.allocations = 0
+        self._event = 0  # counts additions, resizes and moves; `_peak_event` is its value at the peak
+        self._peak_event = 0
+        self._free_cb = self._free
+        self._saved_hooks: Any = None
+        self._in_step: Any = None  # weak reference to the optimizer whose step() is running
+        self._depth = 0
+        self._prev_active: list[MemoryTracker | None] = []
+
+    @classmethod
+    def from_env(cls, gpu: Any, rank: int = 0, env: dict[str, str] | None = None) -> MemoryTracker:
+        """A tracker for `gpu` configured by PHANTORA_MEMORY, PHANTORA_MEMORY_LIMIT, PHANTORA_MEMORY_RESERVE."""
+        env = os.environ if env is None else env
+        capacity = capacity_of(gpu)
+        enabled = env.get("PHANTORA_MEMORY", "on").strip().lower() not in ("off", "0", "false", "no")
+        reserve_text = env.get("PHANTORA_MEMORY_RESERVE", "").strip()
+        reserve = parse_size(reserve_text, "PHANTORA_MEMORY_RESERVE") if reserve_text else DEFAULT_RESERVE
+        spec = env.get("PHANTORA_MEMORY_LIMIT", "gpu").strip().lower() or "gpu"
+        if spec in ("off", "none", "0"):
+            limit = None
+        elif spec == "gpu":
+            limit = max(0, capacity - reserve) if capacity else None
+        else:
+            limit = parse_size(spec, "PHANTORA_MEMORY_LIMIT")
+        return cls(str(getattr(gpu, "name", gpu)), capacity, limit=limit, reserve=reserve, enabled=enabled, rank=rank)
+
+    # ----- the hot path: every op's outputs ----------------------------------------------------------
+    def on_outputs(self, out: Any) -> None:
+        """Count the storages of an op's outputs that are new (and notice resized ones)."""
+        if isinstance(out, torch.Tensor):
+            self._track(out)
+        elif isinstance(out, (tuple, list)):
+            for o in out:
+                if isinstance(o, torch.Tensor):
+                    self._track(o)
+                elif isinstance(o, (tuple, list)):
+                    self.on_outputs(o)
+
+    def _track(self, t: torch.Tensor) -> None:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            st = _storage(t)
+            if st is None:
+                return
+        size = (st.nbytes() + (BLOCK - 1)) & -BLOCK
+        e = self.live.get(st._cdata)
+        if e is not None:
+            if e.size != size:  # resize_ in place (FSDP2 frees and refills its buffers this way)
+                self._resize(e, size)
+            return
+        if size:
+            self._add(st, size, TEMP, check=True)
+
+    def _add(self, st: Any, size: int, cat: int, check: bool) -> None:
+        cur = self.current + size
+        if check and self.limit is not None and cur > self.limit:
+            self._oom(size)
+        e = _Entry(st, self._free_cb)
+        e.key = st._cdata
+        e.size = size
+        e.cat = cat
+        self._event += 1
+        e.changed = self._event
+        self.live[e.key] = e
+        self.allocations += 1
+        self.by_cat[cat] += size
+        self.current = cur
+        if cur > self.step_peak:
+            self.step_peak = cur
+        if cur >= self.peak:
+            self.peak = cur
+            self.peak_by_cat = self.by_cat.copy()
+            self._peak_event = self._event
+
+    def _resize(self, e: _Entry, size: int) -> None:
+        delta = size - e.size
+        if delta > 0 and self.limit is not None and self.current + delta > self.limit:
+            self._oom(delta)
+        e.size = size
+        self._event += 1
+        e.changed = self._event
+        self.by_cat[e.cat] += delta
+        self.current += delta
+        cur = self.current
+        if cur > self.step_peak:
+            self.step_peak = cur
+        if cur >= self.peak:
+            self.peak = cur
+            self.peak_by_cat = self.by_cat.copy()
+            self._peak_event = self._event
+
+    def _free(self, e: _Entry) -> None:
+        if self.live.get(e.key) is e:
+            del self.live[e.key]
+            self.by_cat[e.cat] -= e.size
+            self.current -= e.size
+
+    # ----- categories --------------------------------------------------------------------------------
+    def classify(self, t: Any, cat: int) -> None:
+        """Move the storage of `t` to category `cat` if that ranks higher; count it if it was not seen."""
+        if not isinstance(t, torch.Tensor):
+            return
+        st = _storage(t)
+        if st is None:
+            return
+        e = self.live.get(st._cdata)
+        if e is None:
+            size = (st.nbytes() + (BLOCK - 1)) & -BLOCK
+            if size:  # created outside the mode (or by another thread): count it from now on
+                self._add(st, size, cat, check=False)
+        elif cat < e.cat:
+            self.by_cat[e.cat] -= e.size
+            self.by_cat[cat] += e.size
+            if e.changed <= self._peak_event:
+                # Alive and unchanged since before the peak: it was this at the peak too (optimizer
+                # state is created as temporaries inside the step that reaches the peak).
+                self.peak_by_cat[e.cat] -= e.size
+                self.peak_by_cat[cat] += e.size
+            e.cat = cat
+            self._event += 1
+            e.changed = self._event
+
+    def classify_optimizer(self, opt: Any, with_state: bool) -> None:
+        """Parameters, gradients and (after a step) state tensors of an optimizer."""
+        for group in opt.param_groups:
+            for p in group["params"]:
+                self.classify(p, PARAM)
+                g = p.grad
+                if g is not None:
+                    self.classify(g, GRAD)
+        if with_state:
+            for state in opt.state.values():
+                for v in state.values():
+                    if isinstance(v, torch.Tensor):
+                        self.classify(v, OPT)
+
+    # ----- activation ------------------------------------------------------------------------------
+    def activate(self) -> None:
+        """Start receiving the global hooks (parameters, gradients, optimizer, saved tensors)."""
+        global _ACTIVE
+        if not self.enabled:
+            return
+        _install_global_hooks()
+        self._prev_active.append(_ACTIVE)
+        _ACTIVE = self
+        if self._depth == 0:
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
+            self._saved_hooks.__enter__()
+        self._depth += 1
+
+    def deactivate(self) -> None:
+        global _ACTIVE
+        if not self.enabled or self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self._saved_hooks is not None:
+            self._saved_hooks.__exit__(None, None, None)
+            self._saved_hooks = None
+        _ACTIVE = self._prev_active.pop() if self._prev_active else None
+
+    # ----- steps and results -------------------------------------------------------------------------
+    def end_step(self) -> None:
+        """Record this step's peak and start the next step's peak at the current bytes."""
+        self.step_peaks.append(self.step_peak)
+        self.step_peak = self.current
+
+    def reset_peak(self) -> None:
+        self.peak = self.step_peak = self.current
+        self.peak_by_cat = self.by_cat.copy()
+        self._peak_event = self._event
+
+    def breakdown(self, by_cat: list[int] | None = None) -> dict[str, int]:
+        v = self.by_cat if by_cat is None else by_cat
+        return {NAMES[c]: v[c] for c in REPORT_ORDER}
+
+    def results(self) -> dict[str, Any]:
+        """msgpack-able summary for RankSession.results()."""
+        return {
+            "tracked": self.enabled,
+            "capacity_bytes": self.capacity,
+            "reserve_bytes": self.reserve,
+            "limit_bytes": self.limit,
+            "block_bytes": BLOCK,
+            "peak_bytes": self.peak,
+            "peak_breakdown": self.breakdown(self.peak_by_cat),
+            "step_peak_bytes": list(self.step_peaks),
+            "current_bytes": self.current,
+            "current_breakdown": self.breakdown(),
+            "allocations": self.allocations,
+        }
+
+    def _oom(self, size: int) -> None:
+        opt = self._in_step() if self._in_step is not None else None
+        if opt is not None:  # inside optimizer.step(): its new state is optimizer state, not temporaries
+            self._in_step = None
+            self.classify_optimizer(opt, with_state=True)
+        parts = ", ".join(f"{NAMES[c]} {fmt_bytes(self.by_cat[c])}" for c in REPORT_ORDER)
+        cap = f", {fmt_bytes(self.capacity)}" if self.capacity else ""
+        raise torch.OutOfMemoryError(
+            f"CUDA out of memory (simulated {self.gpu_name}{cap}, rank {self.rank}): tried to allocate "
+            f"{fmt_bytes(size)}; {fmt_bytes(self.current)} allocated: {parts}; limit {fmt_bytes(self.limit or 0)} "
+            f"(capacity minus {fmt_bytes(self.reserve)} reserved for the CUDA context and NCCL); "
+            f"peak {fmt_bytes(self.peak)}. Set PHANTORA_MEMORY_LIMIT=off to run on without the limit."
+        )
+
+
+# ----- global hooks: installed once per process, they act on the active tracker ------------------------
+_ACTIVE: MemoryTracker | None = None
+_HOOKS_INSTALLED = False
+
+
+def _pack(t: Any) -> Any:
+    """Saved-tensor pack hook: count the storage as activations; keep the same data.
+
+    Returning a saved *output* as is would make a reference cycle that Python's GC cannot see
+    (output -> grad_fn -> saved variable -> output), so a tensor with a grad_fn is kept as `t.data`
+    (same storage, no autograd history, no dispatch). Hooks switch off autograd's check that a saved
+    tensor was not modified in place, so the version is recorded here and checked at unpack.
+    """
+    tr = _ACTIVE
+    if tr is not None:
+        st = _storage(t)
+        if st is not None:
+            e = tr.live.get(st._cdata)
+            if e is None or e.cat > ACT:
+                tr.classify(t, ACT)
+    if t.grad_fn is None:
+        return (t, None, t._version)
+    return (t.data, weakref.ref(t), t._version)
+
+
+def _unpack(packed: Any) -> Any:
+    data, ref, version = packed
+    src = data if ref is None else ref()
+    if src is not None and src._version != version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an inplace "
+            f"operation: [{src.type()} {list(src.shape)}] is at version {src._version}; expected version "
+            f"{version} instead (checked by phantora's saved-tensor hook, PHANTORA_MEMORY)"
+        )
+    return data
+
+
+def _on_grad(p: torch.Tensor) -> None:
+    tr = _ACTIVE
+    if tr is not None and p.grad is not None:
+        tr.classify(p.grad, GRAD)
+
+
+def _on_param(module: Any, name: str, param: Any) -> None:
+    tr = _ACTIVE
+    if tr is None or param is None:
+        return
+    tr.classify(param, PARAM)
+    if param.requires_grad and param.is_leaf:
+        param.register_post_accumulate_grad_hook(_on_grad)
+
+
+def _on_opt_pre(opt: Any, args: Any, kwargs: Any) -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.classify_optimizer(opt, with_state=True)
+        _ACTIVE._in_step = weakref.ref(opt)
+
+
+def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
+    if _ACTIVE is not None:
+        _ACTIVE._in_step = None
+        _ACTIVE.classify_optimizer(opt, with_state=True)
+
+
+def _install_global_hooks() -> None:
+    global _HOOKS_INSTALLED
+    if _HOOKS_INSTALLED:
+        return
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    register_module_parameter_registration_hook(_on_param)
+    register_optimizer_step_pre_hook(_on_opt_pre)
+    register_optimizer_step_post_hook(_on_opt_post)
+    _HOOKS_INSTALLED = True
+
+
+def active() -> MemoryTracker | None:
+    """The tracker receiving the global hooks (the one of the entered dispatch mode), if any."""
+    return _ACTIVE
+
+
+@contextmanager
+def tracking(tracker: MemoryTracker) -> Iterator[MemoryTracker]:
+    """Activate `tracker`'s hooks inside (the dispatch mode does it for a whole run)."""
+    tracker.activate()
+    try:
+        yield tracker
+    finally:
+        tracker.deactivate()

@@ -1,0 +1,108 @@
+"""Phantom mode: ranks run on meta tensors, so a 70B model costs no host memory and no real FLOPs.
+
+`enable()` (the rank bootstrap calls it under `phantora run --phantom`) makes `meta` the default
+device, so models and data a script builds without an explicit device are shapes without
+storage. Every aten op is still dispatched and charged to the virtual clock by the GPU model
+(shapes and dtypes are all it reads), collectives are simulated without moving data, and the
+simulated device memory counts the meta storages as if they lived on the GPU.
+
+What cannot work without values is never answered silently wrong:
+- `.item()` (and `float(t)`, `print(loss)` formatting) of a floating-point tensor returns NaN,
+  a placeholder that cannot be mistaken for a real loss;
+- `.item()`, `bool()`, `.tolist()` of an integer or boolean tensor, which usually drives control
+  flow (`if mask.any():`), raises `PhantomValueError` naming the op;
+- ops whose output shape depends on values (`nonzero`, boolean masking) raise torch's own error.
+
+FSDP2 refuses to train meta parameters (it expects `to_empty()` first); in phantom mode its check
+is lifted, since the parameters stand for GPU memory that the simulation never touches.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from phantora.errors import PhantoraError
+
+_enabled = False
+
+
+class PhantomValueError(PhantoraError):
+    """A data-dependent value was asked for in phantom mode, where tensors have no values."""
+
+
+def enabled() -> bool:
+    """True when this rank runs in phantom mode."""
+    return _enabled
+
+
+def enable() -> None:
+    """Switch this process to phantom mode (idempotent)."""
+    global _enabled
+    if _enabled:
+        return
+    _enabled = True
+    torch.set_default_device("meta")
+    _allow_fsdp_meta_params()
+    _flash_attention_on_meta()
+
+
+def _allow_fsdp_meta_params() -> None:
+    """Lift FSDP2's 'parameters must be materialized' check: meta parameters are the point here."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+    except ImportError:  # FSDP2 not in this torch build: nothing to lift
+        return
+    FSDPParamGroup._validate_no_meta_params = lambda self: None  # type: ignore[method-assign]
+
+
+def _flash_attention_on_meta() -> None:
+    """Make `F.scaled_dot_product_attention` on meta tensors run the fused (flash) kernel, as a GPU would.
+
+    On meta tensors torch picks the unfused math path: two batched matmuls and a softmax that
+    materialise the seq x seq score matrix, costing far more time and memory than the flash
+    kernel a GPU runs. The fused CPU flash op has meta kernels and the same FLOPs as the GPU's.
+    """
+    import torch.nn.functional as F
+
+    orig = F.scaled_dot_product_attention
+    if getattr(orig, "_phantora", False):
+        return
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+    def sdpa(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        if not (query.is_meta and attn_mask is None and query.dim() == 4 and key.dim() == 4):
+            return orig(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        groups = query.shape[-3] // key.shape[-3]
+        if groups > 1 and enable_gqa:  # the flash kernel reads shared KV heads in place: no copy on a GPU
+            key = key.unsqueeze(-3).expand(*key.shape[:-2], groups, *key.shape[-2:]).flatten(-4, -3)
+            value = value.unsqueeze(-3).expand(*value.shape[:-2], groups, *value.shape[-2:]).flatten(-4, -3)
+        return flash(query, key, value, dropout_p, is_causal, scale=scale)[0]
+
+    sdpa._phantora = True  # type: ignore[attr-defined]
+    F.scaled_dot_product_attention = sdpa
+
+
+def scalar_placeholder(t: torch.Tensor) -> Any:
+    """The value of `.item()` on a meta tensor: NaN for floating point, an error otherwise."""
+    if t.is_floating_point():
+        return math.nan
+    if t.is_complex():
+        return complex(math.nan, math.nan)
+    raise PhantomValueError(
+        f"phantom mode: the value of a {str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)} "
+        "was asked for (.item(), bool(), .tolist(), a Python `if` on a tensor); tensors have no values "
+        "in phantom mode. Guard data-dependent code with `phantora.runtime.phantom()`, or run in real "
+        "mode (without --phantom)."
+    )

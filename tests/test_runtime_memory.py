@@ -1,0 +1,286 @@
+"""Simulated device memory (phantora/runtime/memory.py), checked against closed forms.
+
+Every figure is computed by hand from tensor shapes: fp32 is 4 bytes, and every storage is rounded
+up to the CUDA caching allocator's 512-byte block. A session without the bridge (no-network
+client) and the charging dispatch mode are enough; no process is started.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import phantora.runtime as pr
+from phantora.errors import InputError
+from phantora.runtime import session as _session
+from phantora.runtime.compute import Roofline
+from phantora.runtime.dispatch import ChargeMode
+from phantora.runtime.gpus import get_gpu
+from phantora.runtime.memory import MemoryTracker, active, parse_size
+from phantora.runtime.nonet import NoNetworkClient
+from phantora.runtime.results import format_summary, summarize
+from phantora.runtime.session import RankSession
+
+MIB = 1 << 20
+
+
+def up(n: int) -> int:
+    """n bytes rounded up to the allocator's 512-byte block."""
+    return -(-n // 512) * 512
+
+
+def new_session(monkeypatch: pytest.MonkeyPatch | None = None, **env: str) -> RankSession:
+    if monkeypatch is not None:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+    return RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none")
+
+
+def bd(s: RankSession) -> dict[str, int]:
+    return s.memory.breakdown()
+
+
+def test_linear_adamw_one_step_closed_form():
+    s = new_session()
+    n_params = 1024 * 1024 + 1024
+    p_bytes = 4 * n_params  # both storages are multiples of 512
+    with ChargeMode(s):
+        model = nn.Linear(1024, 1024)
+        assert bd(s)["parameters"] == p_bytes
+        opt = torch.optim.AdamW(model.parameters())
+        x = torch.randn(8, 1024)
+        model(x).sum().backward()
+        assert bd(s)["gradients"] == p_bytes
+        opt.step()
+        m = bd(s)
+    assert m["parameters"] == p_bytes
+    assert m["gradients"] == p_bytes
+    # exp_avg and exp_avg_sq per parameter, plus one 4-byte `step` scalar per parameter (2 of them)
+    assert m["optimizer"] == 2 * p_bytes + 2 * up(4)
+    # the peak is inside the step: its breakdown holds the optimizer state, not "temporaries"
+    peak = s.memory.breakdown(s.memory.peak_by_cat)
+    assert peak["optimizer"] == 2 * p_bytes + 2 * up(4)
+    assert s.memory.peak == sum(peak.values()) >= s.memory.current
+    opt.zero_grad(set_to_none=True)
+    assert bd(s)["gradients"] == 0
+
+
+def test_mlp_activations_are_the_saved_tensors():
+    s = new_session()
+    b, d_in, d_h, d_out = 3, 64, 100, 32
+    with ChargeMode(s):
+        mlp = nn.Sequential(nn.Linear(d_in, d_h), nn.ReLU(), nn.Linear(d_h, d_out))
+        params = up(4 * d_in * d_h) + up(4 * d_h) + up(4 * d_h * d_out) + up(4 * d_out)
+        assert s.memory.current == params
+        x = torch.randn(b, d_in)
+        y = mlp(x)
+        m = bd(s)
+    # saved for backward: x (first addmm), relu's output (relu, second addmm); the weights are
+    # saved too but stay parameters; the first Linear's output is freed once relu has run
+    assert m["activations"] == up(4 * b * d_in) + up(4 * b * d_h)
+    assert m["temporaries"] == up(4 * b * d_out)  # y, saved by nothing
+    assert s.memory.current == params + m["activations"] + m["temporaries"]
+    # the peak: while relu ran, the first Linear's output and relu's output were both alive (y came later)
+    assert s.memory.peak == params + up(4 * b * d_in) + 2 * up(4 * b * d_h)
+    del y
+    assert bd(s)["activations"] == up(4 * b * d_in)  # x is still referenced here
+    assert bd(s)["temporaries"] == 0
+
+
+def test_free_lowers_current_bytes():
+    s = new_session()
+    with ChargeMode(s):
+        base = s.memory.current
+        a = torch.empty(1000)  # 4000 B -> 4096
+        assert s.memory.current == base + 4096
+        b = a + 1
+        assert s.memory.current == base + 2 * 4096
+        del a
+        assert s.memory.current == base + 4096
+        del b
+        assert s.memory.current == base
+    assert s.memory.peak == base + 2 * 4096
+
+
+def test_views_and_parameter_wrapping_are_counted_once():
+    s = new_session()
+    with ChargeMode(s):
+        t = torch.zeros(256, 256)
+        size = 4 * 256 * 256
+        views = [t.view(-1), t.t(), t[3:7], t.detach(), t.reshape(64, 1024)]
+        assert s.memory.current == size
+        p = nn.Parameter(t)
+        mod = nn.Module()
+        mod.w = p
+        assert s.memory.current == size
+        assert bd(s)["parameters"] == size
+        del t, views, p
+        assert s.memory.current == size  # the module still holds it
+        del mod
+        assert s.memory.current == 0
+
+
+def train_steps(device: str, steps: int = 2) -> dict:
+    s = new_session()
+    with ChargeMode(s):
+        torch.manual_seed(0)
+        mlp = nn.Sequential(nn.Linear(96, 200, device=device), nn.GELU(), nn.Linear(200, 10, device=device))
+        opt = torch.optim.AdamW(mlp.parameters())
+        for _ in range(steps):
+            x = torch.randn(7, 96, device=device)
+            loss = mlp(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            del x, loss
+            s.step()
+        del mlp, opt
+    return s.results()["memory"]
+
+
+def test_meta_model_gives_the_same_numbers_as_the_real_one():
+    real, meta = train_steps("cpu"), train_steps("meta")
+    assert real["peak_bytes"] > 0
+    assert real == meta
+    assert real["current_bytes"] == 0
+    assert len(real["step_peak_bytes"]) == 2
+    # step 2 starts with the optimizer state alive; its peak is at least step 1's
+    assert real["step_peak_bytes"][1] >= real["step_peak_bytes"][0]
+    assert real["peak_bytes"] == max(real["step_peak_bytes"])
+
+
+def test_oom_raises_with_the_breakdown(monkeypatch):
+    s = new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="1MiB")
+    assert s.memory.limit == MIB
+    with ChargeMode(s):
+        lin = nn.Linear(256, 256, bias=False)  # 256 KiB of parameters
+        before = s.memory.current
+        with pytest.raises(torch.cuda.OutOfMemoryError) as err:
+            torch.empty(MIB // 4)  # 1 MiB more
+        assert s.memory.current == before  # the failed allocation is not counted
+        x = torch.empty(100)  # the run goes on below the limit
+    msg = str(err.value)
+    assert isinstance(err.value, torch.OutOfMemoryError)
+    assert msg.startswith("CUDA out of memory (simulated H100")
+    assert "tried to allocate 1.00 MiB" in msg
+    assert "256.00 KiB allocated" in msg
+    assert "parameters 256.00 KiB" in msg
+    for word in ("gradients", "optimizer", "activations", "temporaries", "peak", "PHANTORA_MEMORY_LIMIT"):
+        assert word in msg
+    del lin, x
+
+
+def test_limit_settings(monkeypatch):
+    h100 = 81559 * MIB  # the driver-reported total of an H100 SXM 80GB
+    s = new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="gpu")
+    assert s.memory.capacity == h100
+    assert s.memory.limit == h100 - 2 * (1 << 30)
+    monkeypatch.setenv("PHANTORA_MEMORY_RESERVE", "1GiB")
+    assert new_session().memory.limit == h100 - (1 << 30)
+    assert new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="off").memory.limit is None
+    assert new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="80e9").memory.limit == 80 * 10**9
+    assert new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="75GiB").memory.limit == 75 << 30
+    assert parse_size("4096") == 4096 and parse_size("1.5 KiB") == 1536
+    with pytest.raises(InputError):
+        new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="lots")
+    caps = {g: MemoryTracker.from_env(get_gpu(g), env={}).capacity >> 20 for g in ("a100", "h200", "b200", "l40s")}
+    assert caps == {"a100": 81920, "h200": 143771, "b200": 183359, "l40s": 46068}
+
+
+def test_tracking_off(monkeypatch):
+    s = new_session(monkeypatch, PHANTORA_MEMORY="off")
+    with ChargeMode(s):
+        assert active() is None
+        a = torch.ones(1000)
+    assert s.memory.current == 0 and s.memory.peak == 0
+    assert s.results()["memory"]["tracked"] is False
+    del a
+
+
+def test_hooks_are_active_only_inside_the_mode():
+    s = new_session()
+    with ChargeMode(s):
+        assert active() is s.memory
+    assert active() is None
+    lin = nn.Linear(8, 8)  # outside the mode: not seen
+    assert s.memory.current == 0
+    del lin
+
+
+def test_in_place_resize_is_noticed():
+    s = new_session()
+    with ChargeMode(s):
+        t = torch.empty(1024)
+        assert s.memory.current == 4096
+        t.resize_(4096)
+        assert s.memory.current == 4 * 4096
+        del t
+        assert s.memory.current == 0
+
+
+def test_step_results_summary_and_accessors():
+    s = new_session()
+    assert pr.memory_allocated() == 0 and pr.max_memory_allocated() == 0  # outside a run
+    _session.install(s)
+    try:
+        with ChargeMode(s):
+            a = torch.empty(1 << 20)  # 4 MiB
+            b = torch.empty(1 << 18)  # 1 MiB
+            del b
+            s.step()
+            assert pr.memory_allocated() == 4 * MIB
+            assert pr.max_memory_allocated() == 5 * MIB
+            c = torch.empty(1 << 19)  # 2 MiB
+            del c
+            s.step()
+            del a
+    finally:
+        _session.install(None)
+    mem = s.results()["memory"]
+    assert mem["step_peak_bytes"] == [5 * MIB, 6 * MIB]
+    assert mem["peak_bytes"] == 6 * MIB
+    assert mem["peak_breakdown"]["temporaries"] == 6 * MIB
+    assert mem["current_bytes"] == 0
+    other = {**s.results(), "rank": 1, "memory": {**mem, "peak_bytes": 7 * MIB}}
+    summary = summarize({0: s.results(), 1: other}, get_gpu("h100"))
+    assert summary["memory"]["peak_bytes"] == 7 * MIB
+    assert summary["memory"]["worst_rank"] == 1
+    assert summary["memory"]["per_rank_peak_bytes"] == [6 * MIB, 7 * MIB]
+    assert "device memory peak (simulated): 0.01 GiB" in format_summary(summary)
+
+
+def test_saved_tensor_hook_keeps_autograd_exact():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4), nn.Sigmoid())
+    x = torch.randn(5, 16)
+    ref = torch.autograd.grad(mlp(x).sum(), list(mlp.parameters()))
+    s = new_session()
+    with ChargeMode(s):
+        got = torch.autograd.grad(mlp(x).sum(), list(mlp.parameters()))
+        a = torch.randn(4, requires_grad=True)
+        b = a.exp()  # exp saves its output
+        b.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            b.sum().backward()
+    assert all(torch.equal(r, g) for r, g in zip(ref, got, strict=True))
+    del mlp, x, a, b
+
+
+def adamw_step(s: RankSession) -> None:
+    with ChargeMode(s):
+        lin = nn.Linear(256, 256, bias=False)  # 256 KiB
+        opt = torch.optim.AdamW(lin.parameters())
+        lin(torch.randn(4, 256)).sum().backward()
+        opt.step()
+
+
+def test_oom_inside_the_optimizer_step_names_its_state(monkeypatch):
+    free = new_session()
+    adamw_step(free)
+    peak = free.memory.peak_by_cat
+    assert free.memory.breakdown(peak)["optimizer"] == 2 * 256 * 1024 + 512  # the peak is in the step
+    s = new_session(monkeypatch, PHANTORA_MEMORY_LIMIT=str(free.memory.peak - 512))
+    with pytest.raises(torch.OutOfMemoryError) as err:
+        adamw_step(s)
+    assert "optimizer 512.50 KiB" in str(err.value)  # exp_avg, exp_avg_sq and step, created in step()
