@@ -39,7 +39,7 @@ from torch import nn
 
 import phantora.runtime as pr
 
-phantom = getattr(pr, "phantom", lambda: False)
+phantom = pr.phantom
 
 
 @dataclass(frozen=True)

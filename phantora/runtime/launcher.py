@@ -73,7 +73,7 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
     """(phantom, world, live): the tensor mode and how many live processes stand for how many ranks.
 
     Deduplication needs phantom mode (mirrored ranks move no data). "auto" runs one live process
-    per GPU of a host (the topology's first host; 8 if the topology has no hosts), which keeps
+    per GPU of a host (the topology's first host; 8 if its hosts have one GPU or none), which keeps
     tensor-parallel groups inside a host live; it is off when the job is no larger than that.
     """
     world = topo.num_ranks if cfg.nproc is None else cfg.nproc
@@ -86,10 +86,9 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
         if not phantom:
             return phantom, world, world
         host = topo.nodes[topo.node_of_rank(0)].host
-        if host is None:  # no host structure in the topology: a DGX-sized group of 8
+        per_host = sum(1 for r in range(world) if topo.nodes[topo.node_of_rank(r)].host == host) if host else 1
+        if per_host <= 1:  # hosts of one GPU, or none known: a DGX-sized group of 8
             per_host = min(8, world)
-        else:
-            per_host = sum(1 for r in range(world) if topo.nodes[topo.node_of_rank(r)].host == host)
         return phantom, world, per_host if world % per_host == 0 else world
     try:
         live = int(cfg.dedup)

@@ -343,11 +343,14 @@ class MemoryTracker:
             self.classify_optimizer(opt, with_state=True)
         parts = ", ".join(f"{NAMES[c]} {fmt_bytes(self.by_cat[c])}" for c in REPORT_ORDER)
         cap = f", {fmt_bytes(self.capacity)}" if self.capacity else ""
+        if self.capacity and self.limit == max(0, self.capacity - self.reserve):
+            why = f"capacity minus {fmt_bytes(self.reserve)} reserved for the CUDA context and NCCL"
+        else:
+            why = "set by PHANTORA_MEMORY_LIMIT"
         raise torch.OutOfMemoryError(
             f"CUDA out of memory (simulated {self.gpu_name}{cap}, rank {self.rank}): tried to allocate "
             f"{fmt_bytes(size)}; {fmt_bytes(self.current)} allocated: {parts}; limit {fmt_bytes(self.limit or 0)} "
-            f"(capacity minus {fmt_bytes(self.reserve)} reserved for the CUDA context and NCCL); "
-            f"peak {fmt_bytes(self.peak)}. Set PHANTORA_MEMORY_LIMIT=off to run on without the limit."
+            f"({why}); peak {fmt_bytes(self.peak)}. Set PHANTORA_MEMORY_LIMIT=off to run on without the limit."
         )
 
 

@@ -1,0 +1,107 @@
+"""Phantom mode (meta tensors) and rank deduplication, end to end through `phantora run`.
+
+The references are independent runs of the same script: phantom mode runs the same ops on the
+same shapes as real mode, so its simulated times must equal real mode's exactly; a deduplicated
+SPMD job must give the simulated times of the same job with one live process per rank.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import BridgeError
+from phantora.errors import InputError
+from phantora.runtime.launcher import RunConfig, launch, plan_processes
+from phantora.topology.generators import leaf_spine
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+
+def two_leaves(n: int):
+    """n GPUs on 2 leaves, 2:1 oversubscribed: cross-leaf rings contend."""
+    return leaf_spine(2, n // 2, 1, nic_rate="100Gbps", latency="1us", oversubscription=2, name=f"two-leaves{n}")
+
+
+def llama(topo, nproc: int, tensors: str, dedup: str = "off", *extra: str):
+    args = ["--model", "tiny", "--seq", "64", "--batch", "2", "--steps", "2", "--dtype", "fp32", *extra]
+    cfg = RunConfig(str(EXAMPLES / "llama_train.py"), args, topo, nproc=nproc, trace="none", timeout_s=300)
+    cfg.tensors, cfg.dedup = tensors, dedup
+    return launch(cfg)
+
+
+def step_times(rep) -> list[int]:
+    return [s["time_ns"] for s in rep.summary["steps"]]
+
+
+def test_phantom_run_times_equal_the_real_run() -> None:
+    """Same ops, same shapes: the simulated steps, FLOPs and device memory are those of real mode."""
+    topo = two_leaves(4)
+    real = llama(topo, 4, "real")
+    phantom = llama(topo, 4, "phantom")
+    assert step_times(phantom) == step_times(real)
+    assert phantom.summary["run"]["tensors"] == "phantom" and real.summary["run"]["tensors"] == "real"
+    r0, p0 = real.summary["ranks"][0], phantom.summary["ranks"][0]
+    assert p0["flops_by_dtype"] == r0["flops_by_dtype"] and p0["ops"] == r0["ops"]
+    assert phantom.summary["memory"]["peak_bytes"] == real.summary["memory"]["peak_bytes"]
+    assert "loss nan" in phantom.logs["rank 0"] and "loss nan" not in real.logs["rank 0"]
+
+
+@pytest.mark.parametrize("parallel", [("fsdp",), ("tp-fsdp", "--tp", "2")])
+def test_deduplicated_job_equals_one_process_per_rank(parallel: tuple[str, ...]) -> None:
+    """8 ranks as 8 live processes, then as 2 (FSDP) or 4 (TP 2 x FSDP 4) live processes."""
+    topo = two_leaves(8)
+    extra = ("--parallel", *parallel)
+    full = llama(topo, 8, "phantom", "off", *extra)
+    live = 4 if "tp-fsdp" in parallel else 2
+    dedup = llama(topo, 8, "phantom", str(live), *extra)
+    assert full.summary["live_processes"] == 8 and dedup.summary["live_processes"] == live
+    assert dedup.summary["world_size"] == 8 and len(dedup.cosim.ranks) == live
+    assert step_times(dedup) == step_times(full)
+    assert dedup.summary["tokens_per_s_per_gpu"] == pytest.approx(full.summary["tokens_per_s_per_gpu"])
+    # the network carried every rank's flows, not only the live ranks'
+    assert len(dedup.cosim.completions) == len(full.cosim.completions)
+
+
+def test_dedup_that_breaks_the_tp_groups_is_refused() -> None:
+    """TP groups of 2 cannot be mirrored by 1 live process: its TP group shifted by 1 overlaps itself."""
+    with pytest.raises(BridgeError, match="not periodic in 1 ranks"):
+        llama(two_leaves(8), 8, "phantom", "1", "--parallel", "tp-fsdp", "--tp", "2")
+
+
+def test_data_dependent_value_in_phantom_mode_names_the_line(tmp_path: Path) -> None:
+    script = tmp_path / "branch.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch, torch.distributed as dist
+            dist.init_process_group()
+            x = torch.ones(4)
+            print("float item", float(x.sum()), flush=True)   # NaN placeholder
+            if (x > 0).any():                                 # a branch on a value: refused
+                print("unreachable")
+            """
+        )
+    )
+    cfg = RunConfig(str(script), [], two_leaves(2), nproc=2, trace="none", timeout_s=120)
+    cfg.tensors = "phantom"
+    with pytest.raises(BridgeError) as info:
+        launch(cfg)
+    text = str(info.value)
+    assert "PhantomValueError" in text and "bool" in text and "branch.py:6" in text, text
+
+
+def test_process_plan() -> None:
+    topo = leaf_spine(4, 8, 2, name="ls32")
+    assert plan_processes(RunConfig("x.py", [], topo), topo) == (True, 32, 8)  # auto: phantom above 16, a host of 8
+    assert plan_processes(RunConfig("x.py", [], topo, nproc=16), topo) == (False, 16, 16)
+    cfg = RunConfig("x.py", [], topo, tensors="phantom", dedup="off")
+    assert plan_processes(cfg, topo) == (True, 32, 32)
+    with pytest.raises(InputError, match="phantom"):
+        plan_processes(RunConfig("x.py", [], topo, tensors="real", dedup="4"), topo)
+    with pytest.raises(InputError, match="divide"):
+        plan_processes(RunConfig("x.py", [], topo, dedup="5"), topo)
