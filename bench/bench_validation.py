@@ -95,6 +95,8 @@ def command(model: str, topo: Path, out: Path, args: argparse.Namespace) -> list
     ]
     if args.layers is not None:
         cmd += ["--layers", str(args.layers)]
+    if args.attention != "sdpa":
+        cmd += ["--attention", args.attention]
     return cmd
 
 
@@ -177,6 +179,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3, help="iterations; the first is warm-up and not counted")
     p.add_argument("--dedup", type=int, default=8, help="live processes")
     p.add_argument("--layers", type=int, default=None, help="override the blocks (smoke runs only)")
+    p.add_argument("--attention", choices=["sdpa", "unfused"], default="sdpa", help="see examples/megatron_gpt.py")
     p.add_argument("--out", default="runs/validation")
     args = p.parse_args()
     results = []

@@ -186,6 +186,7 @@ class Coordinator:
             except zmq.Again:
                 return
             self.on_frames(frames)
+            self.heartbeat()  # a burst of requests (each collective decomposed) must not look like silence
 
     # ----- the loop ----------------------------------------------------------------------------
     def fail(self, code: str, text: str) -> None:

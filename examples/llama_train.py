@@ -96,7 +96,8 @@ def main() -> None:
     dp, dp_rank = dp_mesh.size(), dp_mesh.get_local_rank()
 
     torch.manual_seed(args.seed)  # every rank builds the same full model, then shards it
-    model = Transformer(cfg, args.seq)
+    with pr.deferred_init():  # the full model is not device memory: only its shards are (as with meta init)
+        model = Transformer(cfg, args.seq)
     checkpointed = set_activation_checkpointing(model, args.ac)
     if tp > 1:
         for block in model.layers:

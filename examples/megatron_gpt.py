@@ -69,6 +69,7 @@ class GPTConfig:
     vocab: int = 51200
     seq: int = 2048
     dropout: float = 0.1  # Megatron's default hidden dropout
+    attention: str = "sdpa"  # or "unfused": explicit scores and softmax, as Megatron-LM in 2021
     norm_eps: float = 1e-5
 
     @property
@@ -251,6 +252,8 @@ class Attention(nn.Module):
         if cfg.heads % tp.size:
             raise SystemExit(f"tp {tp.size} must divide the {cfg.heads} attention heads")
         self.tp, self.head_dim = tp, cfg.hidden // cfg.heads
+        self.unfused = cfg.attention == "unfused"
+        self.attention_dropout = cfg.dropout  # Megatron's default attention dropout (unfused path only)
         out_std = 0.02 / math.sqrt(2 * cfg.layers)  # Megatron's scaled init of output layers
         self.qkv = ColumnParallelLinear(cfg.hidden, 3 * cfg.hidden, tp)
         self.proj = RowParallelLinear(cfg.hidden, cfg.hidden, tp, out_std)
@@ -260,8 +263,23 @@ class Attention(nn.Module):
         qkv = self.qkv(copy_to_tp(x, self.tp))  # (b, t, 3 h / tp), per head [q | k | v]
         qkv = qkv.view(b, t, -1, 3 * self.head_dim).transpose(1, 2)
         q, k, v = qkv.split(self.head_dim, dim=-1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.unfused:
+            o = self.unfused_attention(q, k, v)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(o.transpose(1, 2).reshape(b, t, -1))
+
+    def unfused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention as Megatron-LM computed it in 2021 (before flash attention): the s x s scores
+        by a batched GEMM with the 1/sqrt(d) scale folded in (baddbmm), causal mask and softmax
+        (one fused kernel in Megatron, two here), attention dropout, and a second batched GEMM."""
+        b, nh, t, hd = q.shape
+        q, k, v = (x.reshape(b * nh, t, hd) for x in (q, k, v))
+        scores = torch.baddbmm(torch.empty(b * nh, t, t, dtype=q.dtype), q, k.transpose(1, 2), beta=0.0, alpha=hd**-0.5)
+        causal = torch.ones(t, t, dtype=torch.bool).triu(1)
+        probs = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
+        probs = F.dropout(probs, self.attention_dropout if self.training else 0.0)
+        return torch.bmm(probs, v).view(b, nh, t, hd)
 
 
 class MLP(nn.Module):
@@ -438,6 +456,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--recompute", choices=["none", "full"], default="full")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--dropout", type=float, default=None, help="hidden dropout (default: the config's, 0.1)")
+    p.add_argument(
+        "--attention",
+        choices=["sdpa", "unfused"],
+        default="sdpa",
+        help="sdpa: F.scaled_dot_product_attention (flash); unfused: scores + softmax as Megatron in 2021",
+    )
     p.add_argument("--dp-impl", choices=["megatron", "torch"], default="megatron", help="data parallelism")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="torch DDP bucket size (MB)")
     p.add_argument("--lr", type=float, default=1e-4)
@@ -451,6 +475,7 @@ def main() -> None:
     cfg = get_config(args.model, args.layers, args.seq)
     if args.dropout is not None:
         cfg = dataclasses.replace(cfg, dropout=args.dropout)
+    cfg = dataclasses.replace(cfg, attention=args.attention)
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     if world % args.tp:
@@ -482,7 +507,8 @@ def main() -> None:
             f"model {args.model}: {cfg.layers} layers, hidden {cfg.hidden}, heads {cfg.heads}, "
             f"{param_count(cfg):,} params; tp {args.tp} dp {dp}; global batch {args.global_batch} = "
             f"{micro_batches} micro-batches x {args.micro_batch} x dp {dp} ({args.dp_impl}); "
-            f"recompute {args.recompute}, {args.dtype}; {flops:.4g} FLOP/iteration (Megatron); phantom {phantom()}",
+            f"recompute {args.recompute}, {args.dtype}, attention {args.attention}; "
+            f"{flops:.4g} FLOP/iteration (Megatron); phantom {phantom()}",
             flush=True,
         )
     for step in range(args.steps):

@@ -284,3 +284,19 @@ def test_oom_inside_the_optimizer_step_names_its_state(monkeypatch):
     with pytest.raises(torch.OutOfMemoryError) as err:
         adamw_step(s)
     assert "optimizer 512.50 KiB" in str(err.value)  # exp_avg, exp_avg_sq and step, created in step()
+
+
+def test_deferred_init_counts_only_what_sharding_makes():
+    """A model built to be sharded (meta init in real jobs) is not device memory; its shard is."""
+    s = new_session()
+    _session.install(s)
+    try:
+        with ChargeMode(s):
+            with pr.deferred_init():
+                model = nn.Linear(1024, 1024, bias=False)
+            assert s.memory.current == 0
+            shard = nn.Parameter(model.weight.detach()[:256].clone())  # what a 4-way shard keeps
+            model.weight = shard
+            assert bd(s)["parameters"] == 4 * 256 * 1024
+    finally:
+        _session.install(None)

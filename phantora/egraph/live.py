@@ -80,8 +80,16 @@ def attach(session: Any, directory: str | Path) -> GraphRecorder:
 def record_run(cfg: Any, directory: str | Path) -> tuple[Any, ExecGraph]:
     """Launch `cfg` (a phantora.runtime.launcher.RunConfig) with every rank recorded; return (report, graph)."""
     from phantora.collectives.spec import AlgoOptions
-    from phantora.runtime.launcher import launch
+    from phantora.errors import InputError
+    from phantora.runtime.launcher import launch, plan_processes, resolve_topology
 
+    _, world, live = plan_processes(cfg, resolve_topology(cfg.topology))
+    if live < world:
+        raise InputError(
+            f"--record needs one process per rank, but {live} live processes would stand for {world} ranks: "
+            "add --dedup off (the graph stores identical ranks once anyway)",
+            field="dedup",
+        )
     d = Path(directory).resolve()
     d.mkdir(parents=True, exist_ok=True)
     wrapped = dataclasses.replace(

@@ -54,6 +54,18 @@ def phantom() -> bool:
     return bool(s is not None and s.phantom)
 
 
+def deferred_init() -> Any:
+    """A context for building a model that is sharded before it trains (as with meta-device init).
+
+    The tensors created inside are not counted as simulated device memory: only what sharding
+    (`fully_shard`, `parallelize_module`) makes of them is. Outside a phantora run it does nothing.
+    """
+    import contextlib
+
+    s = _current()
+    return contextlib.nullcontext() if s is None else s.memory.paused()
+
+
 def step() -> int:
     """Mark the end of a training iteration: join every lane; return the step's simulated ns."""
     s = _current()
@@ -89,6 +101,7 @@ def report_workload(
 
 
 __all__ = [
+    "deferred_init",
     "phantom",
     "active",
     "max_memory_allocated",

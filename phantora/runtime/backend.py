@@ -401,7 +401,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         n, me = self.size(), self.rank()
         in_rows = ins or [input.shape[0] // n] * n
         out_rows = outs or [output.shape[0] // n] * n
-        transfers = self._pairwise([row_in * k for k in in_rows], [row_out * k for k in out_rows], me)
+        send, recv = [row_in * k for k in in_rows], [row_out * k for k in out_rows]
+        if len(set(send)) == 1 and set(recv) == set(send):  # even splits: an ordinary all-to-all collective
+            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output])
+        transfers = self._pairwise(send, recv, me)
         return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output], transfers=transfers)
 
     alltoall_base = all_to_all_single

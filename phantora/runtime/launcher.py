@@ -58,7 +58,7 @@ class RunReport:
     cosim: Any  # bridge.run.CosimResult
 
 
-def _topology(spec: str | Path | Topology) -> Topology:
+def resolve_topology(spec: str | Path | Topology) -> Topology:
     if isinstance(spec, Topology):
         return spec
     from phantora.topology.loader import load_topology
@@ -126,7 +126,7 @@ def launch(cfg: RunConfig) -> RunReport:
         raise InputError("training script not found", file=str(cfg.script))
     if cfg.trace not in LEVELS:
         raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {cfg.trace!r}", field="trace")
-    topo = _topology(cfg.topology)
+    topo = resolve_topology(cfg.topology)
     gpu_name = cfg.gpu or topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
     if cfg.cc and cfg.network != "ns3":

@@ -136,6 +136,7 @@ class MemoryTracker:
         self.limit = limit  # None: never raise
         self.reserve = reserve
         self.enabled = enabled
+        self._paused = 0  # inside `paused()`: new storages are not device memory
         self.rank = rank
         self.live: dict[int, _Entry] = {}
         self.by_cat = [0, 0, 0, 0, 0]
@@ -182,7 +183,18 @@ class MemoryTracker:
                 elif isinstance(o, (tuple, list)):
                     self.on_outputs(o)
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Storages created inside are not device memory (a model built to be sharded, like meta init)."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
     def _track(self, t: torch.Tensor) -> None:
+        if self._paused:
+            return
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
@@ -212,12 +224,7 @@ class MemoryTracker:
         self.allocations += 1
         self.by_cat[cat] += size
         self.current = cur
-        if cur > self.step_peak:
-            self.step_peak = cur
-        if cur >= self.peak:
-            self.peak = cur
-            self.peak_by_cat = self.by_cat.copy()
-            self._peak_event = self._event
+        self._note_peak()
 
     def _resize(self, e: _Entry, size: int) -> None:
         delta = size - e.size
@@ -228,6 +235,10 @@ class MemoryTracker:
         e.changed = self._event
         self.by_cat[e.cat] += delta
         self.current += delta
+        self._note_peak()
+
+    def _note_peak(self) -> None:
+        """After a growth: raise the step's and the run's peak, snapshotting the categories at a new peak."""
         cur = self.current
         if cur > self.step_peak:
             self.step_peak = cur
@@ -245,7 +256,7 @@ class MemoryTracker:
     # ----- categories --------------------------------------------------------------------------------
     def classify(self, t: Any, cat: int) -> None:
         """Move the storage of `t` to category `cat` if that ranks higher; count it if it was not seen."""
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) or self._paused:
             return
         st = _storage(t)
         if st is None:
@@ -428,7 +439,34 @@ def _install_global_hooks() -> None:
     register_module_parameter_registration_hook(_on_param)
     register_optimizer_step_pre_hook(_on_opt_pre)
     register_optimizer_step_post_hook(_on_opt_post)
+    _watch_fsdp_storage_resizes()
     _HOOKS_INSTALLED = True
+
+
+def _watch_fsdp_storage_resizes() -> None:
+    """FSDP2 frees and refills its unsharded parameters with `storage.resize_()`, which is no aten op.
+
+    Wrap its two helpers so the tracker sees each resize when it happens (else a freed parameter
+    would count until the next op that touches its storage: tens of GiB over a large model).
+    """
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+    except ImportError:
+        return
+
+    def watched(fn: Any) -> Any:
+        def run(tensor: torch.Tensor) -> None:
+            fn(tensor)
+            tr = _ACTIVE
+            if tr is not None and tr.enabled:
+                tr.on_outputs(tensor)
+
+        return run
+
+    alloc, free = watched(_fsdp_param.alloc_storage), watched(_fsdp_param.free_storage)
+    _fsdp_param.alloc_storage, _fsdp_param.free_storage = alloc, free
+    if hasattr(_fsdp_param_group, "alloc_storage"):
+        _fsdp_param_group.alloc_storage = alloc
 
 
 def active() -> MemoryTracker | None:
