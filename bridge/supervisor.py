@@ -78,7 +78,7 @@ def spawn(
 ) -> Child:
     """Start a child in its own process group, output to `log_path`, dying with this process."""
     parent = os.getpid()
-    with open(log_path, "ab") as log:
+    with open(log_path, "wb") as log:  # a fresh log per run, even in a reused --out directory
         proc = subprocess.Popen(
             list(cmd),
             env=env,

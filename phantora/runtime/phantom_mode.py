@@ -14,7 +14,8 @@ What cannot work without values is never answered silently wrong:
 - ops whose output shape depends on values (`nonzero`, boolean masking) raise torch's own error.
 
 FSDP2 refuses to train meta parameters (it expects `to_empty()` first); in phantom mode its check
-is lifted, since the parameters stand for GPU memory that the simulation never touches.
+is lifted, since the parameters stand for GPU memory that the simulation never touches. DDP's C++
+reducer needs real gradient data: in phantom mode constructing it raises a clear error.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def enable() -> None:
     torch.set_default_device("meta")
     _allow_fsdp_meta_params()
     _flash_attention_on_meta()
+    _refuse_ddp()
 
 
 def _allow_fsdp_meta_params() -> None:
@@ -92,6 +94,20 @@ def _flash_attention_on_meta() -> None:
 
     sdpa._phantora = True  # type: ignore[attr-defined]
     F.scaled_dot_product_attention = sdpa
+
+
+def _refuse_ddp() -> None:
+    """DDP's C++ reducer reads and copies real gradient data: say so at construction, not deep inside."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise PhantomValueError(
+            "DistributedDataParallel does not run on phantom tensors (its C++ reducer verifies and copies "
+            "real gradient data); use FSDP2 (`fully_shard`) or an explicit gradient all-reduce, or run in "
+            "real mode (--tensors real)"
+        )
+
+    DistributedDataParallel.__init__ = refuse  # type: ignore[method-assign]
 
 
 def scalar_placeholder(t: torch.Tensor) -> Any:
