@@ -66,6 +66,7 @@ def resolve_topology(spec: str | Path | Topology) -> Topology:
     return load_topology(spec)
 
 
+FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks
 PHANTOM_ABOVE = 16  # auto: more ranks than this run phantom (a live real-tensor rank costs ~330 MB of host)
 
 
@@ -153,7 +154,9 @@ def launch(cfg: RunConfig) -> RunReport:
             env=env,
             out_dir=out if keep else None,
             timeout_s=cfg.timeout_s,
-            keep_flows=keep,  # flows.csv for `phantora compare` when results are written
+            # flows.csv for `phantora compare` when results are written; a larger job's per-flow
+            # records run to millions of rows, so it keeps the engine's totals only
+            keep_flows=keep and world <= FLOWS_CSV_MAX_RANKS,
         ).run()
         summary = summarize(cosim.ranks, gpu)
         summary = {
