@@ -105,3 +105,34 @@ def test_process_plan() -> None:
         plan_processes(RunConfig("x.py", [], topo, tensors="real", dedup="4"), topo)
     with pytest.raises(InputError, match="divide"):
         plan_processes(RunConfig("x.py", [], topo, dedup="5"), topo)
+
+
+DDP_SCRIPT = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import phantora.runtime as pr
+dist.init_process_group()
+torch.manual_seed(0)
+ddp = DDP(torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024)), bucket_cap_mb=1)
+opt = torch.optim.AdamW(ddp.parameters())
+for i in range(3):
+    ddp(torch.randn(16, 1024)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    pr.step()
+"""
+
+
+def test_ddp_runs_on_phantom_tensors_like_real_ones(tmp_path: Path) -> None:
+    """DDP's buckets are rebuilt after the first step in both modes: same all-reduces, same steady step."""
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT)
+    reps = {}
+    for tensors in ("real", "phantom"):
+        cfg = RunConfig(str(script), [], two_leaves(2), nproc=2, trace="none", timeout_s=120)
+        cfg.tensors = tensors
+        reps[tensors] = launch(cfg)
+    real, phantom = (reps[k].summary for k in ("real", "phantom"))
+    assert phantom["ranks"][0]["comm"]["all_reduce"] == real["ranks"][0]["comm"]["all_reduce"]
+    assert phantom["ranks"][0]["comm"]["all_reduce"]["count"] == 1 + 2 * 2  # one bucket, then two per step
+    assert phantom["steps"][-1]["time_ns"] == real["steps"][-1]["time_ns"]

@@ -42,6 +42,7 @@ def _subclass_kind(types: tuple[type, ...]) -> str:
 
 
 _META = torch.device("meta")
+_COPY = torch.ops.aten.copy_.default
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
 _NAMES: dict[int, str] = {}
 
@@ -125,6 +126,8 @@ class ChargeMode(TorchDispatchMode):
                     if mem.enabled:
                         mem.on_outputs(out)
                     return out
+        elif func is _COPY and len(leaves) >= 2 and leaves[1].is_meta and not leaves[0].is_meta:
+            return phantom_mode.copy_to_host(leaves[0])
         elif func is _ITEM and leaves and leaves[0].is_meta:
             s.charge(_name(func), s.model.cost(func, args, kwargs, None))  # a device sync
             return phantom_mode.scalar_placeholder(leaves[0])

@@ -14,8 +14,8 @@ What cannot work without values is never answered silently wrong:
 - ops whose output shape depends on values (`nonzero`, boolean masking) raise torch's own error.
 
 FSDP2 refuses to train meta parameters (it expects `to_empty()` first); in phantom mode its check
-is lifted, since the parameters stand for GPU memory that the simulation never touches. DDP's C++
-reducer needs real gradient data: in phantom mode constructing it raises a clear error.
+is lifted, since the parameters stand for GPU memory that the simulation never touches. DDP's two
+value-reading steps (the shape check across ranks, the bucket rebuild) are skipped (`_ddp_on_meta`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def enable() -> None:
     torch.set_default_device("meta")
     _allow_fsdp_meta_params()
     _flash_attention_on_meta()
-    _refuse_ddp()
+    _ddp_on_meta()
 
 
 def _allow_fsdp_meta_params() -> None:
@@ -96,18 +96,32 @@ def _flash_attention_on_meta() -> None:
     F.scaled_dot_product_attention = sdpa
 
 
-def _refuse_ddp() -> None:
-    """DDP's C++ reducer reads and copies real gradient data: say so at construction, not deep inside."""
-    from torch.nn.parallel import DistributedDataParallel
+def _ddp_on_meta() -> None:
+    """Let DistributedDataParallel run on meta tensors.
 
-    def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
-        raise PhantomValueError(
-            "DistributedDataParallel does not run on phantom tensors (its C++ reducer verifies and copies "
-            "real gradient data); use FSDP2 (`fully_shard`) or an explicit gradient all-reduce, or run in "
-            "real mode (--tensors real)"
-        )
+    Its constructor checks that every rank has the same parameter shapes by comparing values
+    (SPMD ranks do; phantom tensors have none to compare): the check is skipped. Its bucket
+    rebuild exchanges bucket indices through a host tensor: see `copy_to_host`.
+    """
+    import torch.nn.parallel.distributed as ddp
 
-    DistributedDataParallel.__init__ = refuse  # type: ignore[method-assign]
+    if getattr(ddp.DistributedDataParallel, "_phantora", False):
+        return
+    ddp._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    ddp.DistributedDataParallel._phantora = True  # type: ignore[attr-defined]
+
+
+def copy_to_host(dst: torch.Tensor) -> torch.Tensor:
+    """`dst.copy_(meta)` for a host tensor `dst`: integers keep their own values, floats become NaN.
+
+    Host integer tensors filled from a collective carry bookkeeping that is the same on every SPMD
+    rank (DDP's bucket indices after their broadcast), so the rank's own values stand for its
+    peers'. A floating-point value has no such stand-in: NaN, like `.item()`.
+    """
+    if dst.is_floating_point() or dst.is_complex():
+        with torch.utils._python_dispatch._disable_current_modes():
+            dst.fill_(math.nan)
+    return dst
 
 
 def scalar_placeholder(t: torch.Tensor) -> Any:
