@@ -113,7 +113,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import phantora.runtime as pr
 dist.init_process_group()
 torch.manual_seed(0)
-ddp = DDP(torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024)), bucket_cap_mb=1)
+mlp = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024))
+ddp = DDP(mlp, bucket_cap_mb=1)
 opt = torch.optim.AdamW(ddp.parameters())
 for i in range(3):
     ddp(torch.randn(16, 1024)).sum().backward()
