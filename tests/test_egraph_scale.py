@@ -8,7 +8,7 @@ import pytest
 from test_egraph_replay import MiB, Op, cosim, ddp_script, fsdp_script, ring_ar_ns, star
 
 from phantora.egraph import ProgramBuilder, build_graph, load, replay_graph
-from phantora.egraph.format import step_times
+from phantora.egraph.format import Compute, step_times
 from phantora.egraph.scale import scale_dp
 from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
@@ -34,7 +34,7 @@ def test_fsdp_8_to_32_matches_a_live_run_at_32(tmp_path: Path) -> None:
     shard = 4 * MiB
     cosim(star(8), [fsdp_script(8, 4, shard, 400_000) for _ in range(8)], record=tmp_path / "t")
     scaled, rep = scale_dp(load(tmp_path / "t"), 32)
-    assert rep.parallelism == "fsdp" and any("shards shrink" in a for a in rep.assumptions)
+    assert rep.parallelism == "fsdp" and any("optimizer step" in a for a in rep.assumptions)
     topo = star(32)
     live = step_times(cosim(topo, [fsdp_script(32, 4, shard * 8 // 32, 400_000) for _ in range(32)]))
     assert replay_graph(scaled, topo, FlowSimulator(topo)).step_times_ns == pytest.approx(live, rel=0.03)
@@ -97,3 +97,21 @@ def test_scale_rejects_what_it_cannot_retarget() -> None:
             b.wait([b.collective("all_reduce", [0, 1, 2], 1024)])
     with pytest.raises(InputError, match=r"group \[0, 1, 2\]"):
         scale_dp(build_graph(bs), 8)
+
+
+def test_fsdp_scale_up_shrinks_the_optimizer_step_on_smaller_shards() -> None:
+    """Compute after the step's last reduce-scatter wait works on shards k times smaller: launch + rest / k."""
+    bs = []
+    for r in range(8):
+        b = ProgramBuilder(r)
+        b.compute("fwd_bwd", 400_000)
+        h = b.collective("reduce_scatter", range(8), 8 * MiB)
+        b.compute("overlapped", 30_000)  # before the wait: backward work on full-size tensors
+        b.wait([h])
+        b.compute("adamw", 81_000)
+        b.compute("tiny", 800)  # below the launch overhead: unchanged
+        b.step()
+        bs.append(b)
+    scaled, rep = scale_dp(build_graph(bs), 32)
+    durs = {n.name: n.dur_ns for n in scaled.programs[scaled.ranks[5].program].nodes if isinstance(n, Compute)}
+    assert durs == {"fwd_bwd": 400_000, "overlapped": 30_000, "adamw": 1_000 + 80_000 // 4, "tiny": 800}

@@ -12,11 +12,13 @@ Anything else cannot be re-targeted by these rules and is an InputError naming t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from phantora.egraph.format import P2P, Coll, ExecGraph, RankEntry
+from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, RankEntry, Step, Wait
 from phantora.errors import InputError
+from phantora.runtime.options import DEFAULT_LAUNCH_NS
 
 
 @dataclass
@@ -124,9 +126,32 @@ def scale_dp(graph: ExecGraph, new_world: int) -> tuple[ExecGraph, ScaleReport]:
     report = ScaleReport(_parallelism(graph, m), n, new_world, d, d * k, m, _assumptions(graph, m, k))
     meta = dict(graph.meta)
     meta["scaled"] = report.to_dict()
-    out = ExecGraph(new_world, groups, graph.programs, ranks, meta, {})
+    programs = graph.programs
+    if "fsdp" in report.parallelism and k > 1:
+        launch = int((graph.meta.get("run") or {}).get("launch_ns") or DEFAULT_LAUNCH_NS)
+        programs = [shrink_optimizer_step(p, k, launch) for p in programs]
+    out = ExecGraph(new_world, groups, programs, ranks, meta, {})
     out.check("<scaled graph>")
     return out, report
+
+
+def shrink_optimizer_step(prog: Program, k: int, launch_ns: int) -> Program:
+    """FSDP: the compute after each step's last reduce-scatter wait (the optimizer step on the
+    gradient shards) works on shards k times smaller; scale each kernel's time above its launch
+    overhead by 1/k."""
+    rs = {i for i, node in enumerate(prog.nodes) if isinstance(node, Coll) and node.kind == "reduce_scatter"}
+    out = list(prog.nodes)
+    segment_start = 0
+    for i, node in enumerate(prog.nodes):
+        if isinstance(node, Wait) and rs.intersection(node.refs):
+            segment_start = i + 1
+        elif isinstance(node, Step):
+            for j in range(segment_start, i):
+                c = out[j]
+                if isinstance(c, Compute) and c.dur_ns > launch_ns:
+                    out[j] = dataclasses.replace(c, dur_ns=launch_ns + -(-(c.dur_ns - launch_ns) // k))
+            segment_start = i + 1
+    return Program(out)
 
 
 def _check_transfers(graph: ExecGraph, m: int) -> None:
@@ -156,8 +181,9 @@ def _assumptions(graph: ExecGraph, m: int, k: int) -> list[str]:
     ]
     if "fsdp" in _parallelism(graph, m):
         out.append(
-            f"FSDP: per-rank work on shards (optimizer step, gradient copies) is kept at the recorded size although "
-            f"shards shrink {k}x, so that compute is overestimated; padding of flat parameters is ignored"
+            f"FSDP: the optimizer step (the compute after each step's last reduce-scatter wait) works on shards {k}x "
+            "smaller: each of its kernels keeps its launch overhead and 1/k of the rest; other per-shard work "
+            "(gradient copies inside the backward) is kept as recorded; padding of flat parameters is ignored"
         )
     if m > 1:
         out.append(f"groups inside a model-parallel block of {m} ranks are copied to each new replica")
