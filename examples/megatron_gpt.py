@@ -27,8 +27,7 @@ Data parallelism over the "dp" groups, `--dp-impl`:
   one flat buffer, the micro-batches accumulate into it, and after the backward of the last one the
   buffer is divided by dp and all-reduced in one call, not overlapped with the backward.
 - `torch`: torch's DistributedDataParallel (bucketed all-reduce overlapped with the backward of the
-  last micro-batch; the other micro-batches under `no_sync`). Works in real mode; phantora's phantom
-  mode cannot run it yet (DDP's constructor and its bucket rebuild read values of meta tensors).
+  last micro-batch; the other micro-batches under `no_sync`), in real and phantom mode.
 
 Mixed precision as in Megatron: bf16 parameters, activations and gradients (the
 gradient all-reduce is in bf16), fp32 master weights and AdamW state, gradient clipping at 1.0

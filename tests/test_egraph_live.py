@@ -164,21 +164,34 @@ def test_scale_up_predicts_a_live_run_at_4x(tmp_path: Path, example: str) -> Non
     assert step_times(graph.recorded["step_ends_ns"])[-1] < live[-1]  # the larger ring costs more
 
 
+PHANTOM_SCALE_CASES = {
+    # Llama-3-8B shapes with 2 blocks, FSDP2 (llama_train.py)
+    "fsdp": ("llama_train.py", ["--model", "llama3-8b", "--layers", "2", "--seq", "2048", "--batch", "1"], [], []),
+    # GPT-3 1.7B shapes with 2 blocks, torch DDP, one micro-batch per rank (weak scaling: global batch grows)
+    "ddp": (
+        "megatron_gpt.py",
+        ["--model", "gpt3-1.7b", "--layers", "2", "--tp", "1", "--micro-batch", "1", "--dp-impl", "torch"],
+        ["--global-batch", "8"],
+        ["--global-batch", "64"],
+    ),
+}
+
+
 @pytest.mark.slow
-def test_fsdp_scale_up_matches_a_live_phantom_run_at_64_ranks(tmp_path: Path) -> None:
-    """Llama-3-8B shapes (2 blocks), FSDP2, recorded on 8 ranks; --scale-dp 64 against a live 64-rank run
-    (phantom tensors, 8 live processes standing for the 64 ranks) on the same fabric: within 3%."""
-    script = str(ROOT / "examples" / "llama_train.py")
-    args = ["--model", "llama3-8b", "--layers", "2", "--seq", "2048", "--batch", "1", "--steps", "3"]
-    cfg8 = RunConfig(script, args, "rail128", nproc=8, trace="none", timeout_s=900, tensors="phantom", dedup="off")
-    _, graph = record_run(cfg8, tmp_path / "trace")
+@pytest.mark.parametrize("parallelism", sorted(PHANTOM_SCALE_CASES))
+def test_scale_up_matches_a_live_phantom_run_at_64_ranks(tmp_path: Path, parallelism: str) -> None:
+    """Recorded on 8 ranks; --scale-dp 64 against a live 64-rank run (phantom tensors, 8 live processes
+    standing for the 64 ranks) on the same fabric: within 3%."""
+    name, args, at8, at64 = PHANTOM_SCALE_CASES[parallelism]
+    script, args = str(ROOT / "examples" / name), [*args, "--steps", "3"]
+    common = {"trace": "none", "timeout_s": 900, "tensors": "phantom"}
+    _, graph = record_run(RunConfig(script, args + at8, "rail128", nproc=8, dedup="off", **common), tmp_path / "t")
     scaled, rep = scale_dp(graph, 64)
-    assert rep.parallelism == "fsdp"
+    assert rep.parallelism == parallelism
     from phantora.topology import load_topology
 
     topo = load_topology("rail128")
     pred = replay_graph(scaled, topo, FlowSimulator(topo)).step_times_ns
-    cfg64 = RunConfig(script, args, topo, nproc=64, trace="none", timeout_s=900, tensors="phantom", dedup="8")
-    live = live_steps(launch(cfg64))
+    live = live_steps(launch(RunConfig(script, args + at64, topo, nproc=64, dedup="8", **common)))
     assert pred[-1] == pytest.approx(live[-1], rel=0.03)
-    print(f"llama FSDP 8 -> 64: replayed {pred}, live {live}")
+    print(f"{parallelism} 8 -> 64: replayed {pred}, live {live}")
