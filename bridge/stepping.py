@@ -2,9 +2,10 @@
 
 `advance_watching(sim, until, watch)` runs the engine towards `until` but stops at the end of the
 first event time at which a watched flow completes, so a rank woken by that completion can still
-inject flows at that time. An engine may provide its own ``advance_watching(until, watch)`` (for
-example ns-3 stopping from the completion callback); otherwise the engine is stepped one event
-time at a time with `next_event_time` (after a jump to the watched flows' lower bound, if given).
+inject flows at that time. An engine may provide its own ``advance_watching(until, watch[, earliest])``
+(`Ns3Simulator` does: ns-3 stops from the completion callback and finishes that ns; `RemoteSimulator`
+forwards it to the network server); otherwise the engine is stepped one event time at a time with
+`next_event_time` (after a jump to the watched flows' lower bound, if given).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def advance_watching(
     """
     if not watch:
         return sim.advance(until) if until < INF_NS else []
-    native = getattr(sim, "advance_watching", None)
-    if native is not None:
+    if hasattr(sim, "advance_watching"):  # duck-typed: the engine stops at the completion itself
+        native = sim.advance_watching
         return native(until, watch, earliest) if earliest is not None else native(until, watch)
     done: list[Completion] = []
     if earliest is not None and earliest - 1 > sim.now():

@@ -96,18 +96,19 @@ def main() -> None:
     dp, dp_rank = dp_mesh.size(), dp_mesh.get_local_rank()
 
     torch.manual_seed(args.seed)  # every rank builds the same full model, then shards it
-    with pr.deferred_init():  # the full model is not device memory: only its shards are (as with meta init)
+    # Built and sharded as with meta-device init: only the shards left at the end are device memory.
+    with pr.deferred_init():
         model = Transformer(cfg, args.seq)
-    checkpointed = set_activation_checkpointing(model, args.ac)
-    if tp > 1:
+        checkpointed = set_activation_checkpointing(model, args.ac)
+        if tp > 1:
+            for block in model.layers:
+                parallelize_module(block, mesh["tp"], tp_plan())
+        mp = MixedPrecisionPolicy()  # fp32: no casts
+        if args.dtype == "bf16":
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         for block in model.layers:
-            parallelize_module(block, mesh["tp"], tp_plan())
-    mp = MixedPrecisionPolicy()  # fp32: no casts
-    if args.dtype == "bf16":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in model.layers:
-        fully_shard(block, mesh=dp_mesh, mp_policy=mp)
-    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+            fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+        fully_shard(model, mesh=dp_mesh, mp_policy=mp)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
 
     tokens = args.batch * args.seq * dp  # ranks of one tp group share their batch

@@ -287,16 +287,19 @@ def test_oom_inside_the_optimizer_step_names_its_state(monkeypatch):
 
 
 def test_deferred_init_counts_only_what_sharding_makes():
-    """A model built to be sharded (meta init in real jobs) is not device memory; its shard is."""
+    """A model built and sharded inside (meta init + to_empty in real jobs) costs its shard, not the full model."""
     s = new_session()
     _session.install(s)
     try:
         with ChargeMode(s):
             with pr.deferred_init():
                 model = nn.Linear(1024, 1024, bias=False)
-            assert s.memory.current == 0
-            shard = nn.Parameter(model.weight.detach()[:256].clone())  # what a 4-way shard keeps
-            model.weight = shard
-            assert bd(s)["parameters"] == 4 * 256 * 1024
+                assert s.memory.current == 0
+                model.weight = nn.Parameter(model.weight.detach()[:256].clone())  # what a 4-way shard keeps
+            assert bd(s)["parameters"] == s.memory.current == 4 * 256 * 1024
+            with pr.deferred_init():
+                kept = nn.Linear(1024, 1024, bias=False)  # never sharded: all of it is device memory
+            assert bd(s)["parameters"] == 4 * 256 * 1024 + 4 * 1024 * 1024
+            del kept
     finally:
         _session.install(None)

@@ -217,6 +217,9 @@ class PhantoraNetwork::Impl : public FabricContext {
   uint64_t completed = 0;
   bool stopWhenIdle = false;
   bool stopWhenQuiet = false;
+  bool watching = false;                  // RunUntilWatched: stop at the first watched completion
+  bool watchHit = false;
+  std::unordered_set<uint64_t> watched;
   bool sampling = false;
   std::vector<uint64_t> lastSample;
 
@@ -268,6 +271,13 @@ class PhantoraNetwork::Impl : public FabricContext {
         }
       }
       dependents.erase(dit);
+    }
+    if (watching && watched.count(id)) {
+      // Stop after this event; RunUntilWatched then runs the rest of this ns.
+      NS_LOG_LOGIC("watched flow " << id << " completed at " << now << " ns: stopping");
+      watching = false;
+      watchHit = true;
+      Simulator::Stop();
     }
     if (stopWhenIdle && inFlight == 0) {
       Simulator::Stop();
@@ -778,6 +788,45 @@ void PhantoraNetwork::RunUntil(int64_t ns) {
     Simulator::Stop(NanoSeconds(0));
     Simulator::Run();
   }
+}
+
+bool PhantoraNetwork::RunUntilWatched(int64_t ns, const std::vector<uint64_t>& watch) {
+  NS_LOG_FUNCTION(this << ns << watch.size());
+  Impl& s = Need(m_impl);
+  const int64_t now = Now();
+  const bool bounded = ns >= 0;
+  if (bounded && ns < now) {
+    throw std::invalid_argument("RunUntilWatched(" + std::to_string(ns) + "): the network is already at " +
+                                std::to_string(now) + " ns");
+  }
+  if (!bounded && s.inFlight == 0) {
+    return false;
+  }
+  s.watched.clear();
+  s.watched.insert(watch.begin(), watch.end());
+  s.watchHit = false;
+  s.watching = !s.watched.empty();
+  s.stopWhenIdle = !bounded;
+  EventId stop;
+  if (bounded) {
+    stop = Simulator::Stop(NanoSeconds(ns - now));
+  }
+  Simulator::Run();
+  s.watching = false;
+  s.stopWhenIdle = false;
+  s.watched.clear();
+  if (bounded && !s.watchHit) {
+    // Reached the limit: the events stamped `ns` but scheduled after the stop event, as RunUntil.
+    RunUntil(ns);
+    return false;
+  }
+  // Stopped inside an ns (a watched completion, or idle): cancel the limit and finish that ns.
+  if (bounded) {
+    Simulator::Cancel(stop);
+  }
+  RunUntil(Now());
+  NS_LOG_LOGIC("stopped at " << Now() << " ns, watched completion: " << s.watchHit);
+  return s.watchHit;
 }
 
 bool PhantoraNetwork::RunUntilIdle(int64_t limitNs) {

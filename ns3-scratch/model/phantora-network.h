@@ -121,6 +121,11 @@ class PhantoraNetwork {
 
   /// Process every event at or before `ns`; Now() becomes `ns`.
   void RunUntil(int64_t ns);
+  /// RunUntil(ns), but return right after the first ns at which a flow in `watch` completes at its
+  /// receiver: every event of that ns is run and Now() is that ns (exact co-simulation stops there).
+  /// ns < 0: no limit; then also return at the ns at which no flow is in flight any more (or when
+  /// nothing is scheduled). True if a watched flow completed.
+  bool RunUntilWatched(int64_t ns, const std::vector<uint64_t>& watch);
   /// Run until no flow is in flight (Now() = last completion) or `limitNs`; true if idle.
   bool RunUntilIdle(int64_t limitNs);
   /// Run until every flow is also acknowledged at its sender, or `limitNs`; true if so.

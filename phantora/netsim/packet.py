@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -295,6 +295,27 @@ class Ns3Simulator:
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
         self._net.RunUntil(until)
+        return self._take()
+
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        """`advance(until)`, but return right after the first ns at which a flow in `watch` completes.
+
+        Every event of that ns is run and now() is that ns (the exact co-simulation stepping of
+        `bridge.stepping.advance_watching`, done inside ns-3: the completion stops the simulator).
+        `until` >= 2^62 means no limit: then it also returns once nothing is in flight. `earliest`
+        (no watched flow completes before it) is accepted for the stepping interface and not needed.
+        """
+        unbounded = until >= _FOREVER_NS
+        if not watch:
+            return [] if unbounded else self.advance(until)
+        now = self.now()
+        if not unbounded and until < now:
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
+        ids = self._vec()
+        for fid in watch:
+            if 0 <= fid <= _MASK64:
+                ids.push_back(fid)
+        self._net.RunUntilWatched(-1 if unbounded else until, ids)
         return self._take()
 
     def next_event_time(self) -> int | None:

@@ -57,8 +57,9 @@ def phantom() -> bool:
 def deferred_init() -> Any:
     """A context for building a model that is sharded before it trains (as with meta-device init).
 
-    The tensors created inside are not counted as simulated device memory: only what sharding
-    (`fully_shard`, `parallelize_module`) makes of them is. Outside a phantora run it does nothing.
+    Build and shard inside (`fully_shard`, `parallelize_module`): tensors created inside count as
+    simulated device memory only if they are still alive when it ends (the shards), as with meta
+    init followed by `to_empty`. Outside a phantora run it does nothing.
     """
     import contextlib
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from phantora.errors import InputError
+from phantora.runtime.compute import tensors_in
 
 BLOCK = 512  # the CUDA caching allocator rounds every allocation up to 512 bytes
 GIB = 1 << 30
@@ -136,7 +137,9 @@ class MemoryTracker:
         self.limit = limit  # None: never raise
         self.reserve = reserve
         self.enabled = enabled
-        self._paused = 0  # inside `paused()`: new storages are not device memory
+        self._paused = 0  # inside `paused()`: new storages are not device memory (yet)
+        self._deferred: dict[int, Any] = {}  # storages created while paused -> weak references
+        self._deferred_cat: dict[int, int] = {}  # their category, if a hook classified one meanwhile
         self.rank = rank
         self.live: dict[int, _Entry] = {}
         self.by_cat = [0, 0, 0, 0, 0]
@@ -176,31 +179,44 @@ class MemoryTracker:
         """Count the storages of an op's outputs that are new (and notice resized ones)."""
         if isinstance(out, torch.Tensor):
             self._track(out)
-        elif isinstance(out, (tuple, list)):
-            for o in out:
-                if isinstance(o, torch.Tensor):
-                    self._track(o)
-                elif isinstance(o, (tuple, list)):
-                    self.on_outputs(o)
+        else:
+            for t in tensors_in(out):
+                self._track(t)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Storages created inside are not device memory (a model built to be sharded, like meta init)."""
+        """Deferred init: storages created inside count only if they are still alive at the end.
+
+        A model built and then sharded inside (as with meta-device init, `to_empty` after
+        sharding) costs its shards, not the full model it was built as.
+        """
         self._paused += 1
         try:
             yield
         finally:
             self._paused -= 1
+            if not self._paused:
+                deferred, self._deferred = self._deferred, {}
+                cats, self._deferred_cat = self._deferred_cat, {}
+                for key, ref in deferred.items():
+                    st = ref()
+                    if st is not None and st._cdata not in self.live:
+                        self._track_storage(st, cats.get(key, TEMP))
 
     def _track(self, t: torch.Tensor) -> None:
-        if self._paused:
-            return
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
             st = _storage(t)
             if st is None:
                 return
+        if self._paused:
+            if st._cdata not in self.live:
+                self._deferred[st._cdata] = weakref.ref(st)
+            return
+        self._track_storage(st)
+
+    def _track_storage(self, st: Any, cat: int = TEMP) -> None:
         size = (st.nbytes() + (BLOCK - 1)) & -BLOCK
         e = self.live.get(st._cdata)
         if e is not None:
@@ -208,7 +224,7 @@ class MemoryTracker:
                 self._resize(e, size)
             return
         if size:
-            self._add(st, size, TEMP, check=True)
+            self._add(st, size, cat, check=True)
 
     def _add(self, st: Any, size: int, cat: int, check: bool) -> None:
         cur = self.current + size
@@ -256,11 +272,17 @@ class MemoryTracker:
     # ----- categories --------------------------------------------------------------------------------
     def classify(self, t: Any, cat: int) -> None:
         """Move the storage of `t` to category `cat` if that ranks higher; count it if it was not seen."""
-        if not isinstance(t, torch.Tensor) or self._paused:
+        if not isinstance(t, torch.Tensor):
             return
         st = _storage(t)
         if st is None:
             return
+        if self._paused:  # remembered for the end of the deferred init
+            key = st._cdata
+            if key not in self.live:
+                self._deferred[key] = weakref.ref(st)
+                self._deferred_cat[key] = min(cat, self._deferred_cat.get(key, TEMP))
+                return
         e = self.live.get(st._cdata)
         if e is None:
             size = (st.nbytes() + (BLOCK - 1)) & -BLOCK
