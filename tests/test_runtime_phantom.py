@@ -137,3 +137,32 @@ def test_ddp_runs_on_phantom_tensors_like_real_ones(tmp_path: Path) -> None:
     assert phantom["ranks"][0]["comm"]["all_reduce"] == real["ranks"][0]["comm"]["all_reduce"]
     assert phantom["ranks"][0]["comm"]["all_reduce"]["count"] == 1 + 2 * 2  # one bucket, then two per step
     assert phantom["steps"][-1]["time_ns"] == real["steps"][-1]["time_ns"]
+
+
+TP_SCRIPT = """
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+import phantora.runtime as pr
+dist.init_process_group()
+mesh = init_device_mesh("cpu", (2,))
+mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024))
+parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+y = mlp(torch.randn(2048, 1024))   # the row-parallel output is all-reduced (a functional collective)
+z = y + 1                          # consumes it: the compute lane must wait for the all-reduce
+print("AFTER", pr.now(), flush=True)
+pr.step()
+"""
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_dtensor_all_reduce_is_waited_for_where_its_result_is_used(tmp_path: Path, tensors: str) -> None:
+    script = tmp_path / "tp.py"
+    script.write_text(TP_SCRIPT)
+    cfg = RunConfig(str(script), [], two_leaves(2), nproc=2, trace="none", timeout_s=120)
+    cfg.tensors = tensors
+    rep = launch(cfg)
+    after = int(rep.logs["rank 0"].split("AFTER ")[1].split()[0])
+    ar = [c for c in rep.cosim.collectives if c["kind"] == "all_reduce"]
+    assert len(ar) == 1 and ar[0]["end_ns"] > ar[0]["t_start"] > 0
+    assert after >= dict(ar[0]["rank_done"])[0]

@@ -74,6 +74,10 @@ def run(session: RankSession, func: Any, args: tuple, kwargs: dict) -> Any:
             session.join_tensors([args[0]])
         return func(*args, **kwargs)
     if name == "_wrap_tensor_autograd":
+        # The wrapper does not share its input's storage, so the ops that read it could not find the
+        # collective in flight by its memory: the wrap is where the result is consumed. Join here.
+        if session.by_storage:
+            session.join_tensors([args[0]])
         return func(*args, **kwargs)
     group_arg = kwargs.get("group_name", args[-1] if args else None)
     pg = _group(group_arg)
