@@ -139,7 +139,7 @@ class Coordinator:
             self.last_supervisor = time.monotonic()
         elif role == "rank":
             rank = msg["rank"]
-            live = self.spec.live or self.spec.world
+            live = self.spec.live_ranks
             if rank is None or not 0 <= rank < live or msg["world"] != self.spec.world:
                 self.reject(
                     ident,

@@ -300,12 +300,12 @@ class CoordinatorCore:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
-        copies = self.mirrors.copies(group) if self.mirrors.active else ((group, 0),)
+        copies = self.mirrors.copies(group) if self.mirrors.active else (group,)
         flows: list[Flow] = []
         last: dict[int, set[int]] = {}  # live rank -> its mirrors' last flows
         try:
             algo = dataclasses.replace(self.algo, **dict(first.algo)) if first.algo else self.algo
-            for copy, _ in copies:
+            for copy in copies:
                 coll = Collective(kind, copy, first.nbytes, first.dtype, root)
                 dag = decompose(coll, self.topology, algo, first_flow_id=self.next_flow, tag=name or f"coll{cid}")
                 self.next_flow = dag.next_id
@@ -314,11 +314,9 @@ class CoordinatorCore:
                     last.setdefault(self.mirrors.live_of(r), set()).update(dag.rank_last.get(r, ()))
         except (PhantoraError, TypeError) as exc:
             raise RunFailed(E_PROTOCOL, f"{rv.describe()}: {exc}; {first.describe()}") from None
-        rec = CollRecord(
-            cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, flows[0].id if flows else 0, 0
-        )
-        rec.nflows, rec.copies = len(flows), len(copies)
-        rec.name, rec.end_ns, rec.outstanding = name, t_start, len(flows)
+        first_id = flows[0].id if flows else 0
+        rec = CollRecord(cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, first_id, len(flows))
+        rec.name, rec.copies, rec.end_ns, rec.outstanding = name, len(copies), t_start, len(flows)
         self.records.append(rec)
         for f in flows:
             self.flow_owner[f.id] = cid

@@ -28,7 +28,7 @@ class Mirrors:
         self.world = world
         self.live = live
         self.shifts = world // live
-        self._copies: dict[tuple[int, ...], tuple[tuple[tuple[int, ...], int], ...]] = {}
+        self._copies: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self._canon: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
 
     @property
@@ -60,11 +60,11 @@ class Mirrors:
             self._canon[group] = canon
         return canon
 
-    def copies(self, group: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], int], ...]:
-        """The distinct shifts of `group`, each with the shift j that made it (j = 0 first)."""
+    def copies(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The distinct shifts of `group`, the group itself first."""
         cached = self._copies.get(group)
         if cached is None:
-            out: list[tuple[tuple[int, ...], int]] = []
+            out: list[tuple[int, ...]] = []
             seen: set[frozenset[int]] = set()
             covered: set[int] = set()
             for j in range(self.shifts):
@@ -82,7 +82,7 @@ class Mirrors:
                     )
                 seen.add(key)
                 covered |= key
-                out.append((g, j))
+                out.append(g)
             cached = self._copies[group] = tuple(out)
         return cached
 

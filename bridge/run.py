@@ -203,7 +203,6 @@ class CosimRun:
             PHANTORA_RUN_DIR=str(self.run_dir),
             PHANTORA_WINDOW_NS=str(self.spec.window_ns),
             PHANTORA_NETWORK=self.spec.network,
-            PHANTORA_LIVE_RANKS=str(self.spec.live or self.spec.world),
             PHANTORA_PEER_TIMEOUT_S=str(self.spec.peer_timeout_s),
             PYTHONUNBUFFERED="1",
         )
@@ -228,7 +227,7 @@ class CosimRun:
     def _start_ranks(self, endpoint: str, token: str, logs: Path) -> None:
         port = _free_port()
         local = _local_ranks(self.spec.topology, self.spec.world)
-        for r in range(self.spec.live or self.spec.world):
+        for r in range(self.spec.live_ranks):
             cmd = self.rank_cmd(r) if callable(self.rank_cmd) else self.rank_cmd
             env = self._rank_env(r, local[r], endpoint, token, port)
             self.children.append(spawn("rank", r, [str(c) for c in cmd], env, logs / f"rank{r}.log", self.cwd))

@@ -79,6 +79,11 @@ class RunSpec:
     max_message_bytes: int = MAX_MESSAGE_BYTES  # larger requests get an "oversized" error reply
     trace_dir: str = ""  # the network server writes its engine's traces (pfc.csv, queues.csv ...) here
 
+    @property
+    def live_ranks(self) -> int:
+        """How many rank processes run (all of them unless ranks are deduplicated)."""
+        return self.live or self.world
+
     def algo_options(self) -> AlgoOptions:
         return AlgoOptions(**self.algo)
 
