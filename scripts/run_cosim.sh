@@ -68,10 +68,12 @@ echo "[run_cosim] $SCRIPT on $NPROC GPUs of $TOPOLOGY; modes $MODES (packet mode
 
 # Progress while a mode runs: rank 0's "step ..." lines as they appear in its log, and a heartbeat
 # every PHANTORA_HEARTBEAT seconds (default 30) with the elapsed time and the steps done so far.
+# The watcher stops when stop_watcher creates its stop file, after one last look at the log, so
+# the final steps are always shown (a kill could land before they were read).
 HEARTBEAT=${PHANTORA_HEARTBEAT:-30}
 watch_progress() {
-  local mode=$1 log=$2 t0=$SECONDS shown=0 last=$SECONDS n
-  while sleep 2 </dev/null >/dev/null 2>&1; do  # sleep holds no pipe of ours open once killed
+  local mode=$1 log=$2 stop=$3 t0=$SECONDS shown=0 last=$SECONDS n
+  while :; do
     n=0
     if [ -f "$log" ]; then
       n=$(grep -c '^step ' "$log" || true)
@@ -81,6 +83,7 @@ watch_progress() {
         last=$SECONDS
       fi
     fi
+    [ -e "$stop" ] && return 0
     if [ $((SECONDS - last)) -ge "$HEARTBEAT" ]; then
       if [ "$n" -eq 0 ] && [ "$mode" = ns3 ]; then
         what="starting ranks and loading ns-3, no step finished yet"
@@ -92,13 +95,16 @@ watch_progress() {
       echo "[run_cosim] $mode: $((SECONDS - t0)) s, $what"
       last=$SECONDS
     fi
+    sleep 0.5 </dev/null >/dev/null 2>&1  # sleep holds no pipe of ours open
   done
 }
 WATCHER=
+WATCH_STOP=
 stop_watcher() {
   if [ -n "$WATCHER" ]; then
-    kill "$WATCHER" 2>/dev/null || true
+    touch "$WATCH_STOP"
     wait "$WATCHER" 2>/dev/null || true
+    rm -f "$WATCH_STOP"
     WATCHER=
   fi
 }
@@ -113,7 +119,9 @@ for mode in "${MODE_LIST[@]}"; do
   echo "[run_cosim] === $mode mode ==="
   start=$SECONDS
   rm -f "$OUT/$mode/logs/rank0.log"  # a previous run's log would show stale steps
-  watch_progress "$mode" "$OUT/$mode/logs/rank0.log" &
+  WATCH_STOP=$OUT/.watch-$mode.stop
+  rm -f "$WATCH_STOP"
+  watch_progress "$mode" "$OUT/$mode/logs/rank0.log" "$WATCH_STOP" &
   WATCHER=$!
   "$PH" "${args[@]}" "$SCRIPT" --steps "$STEPS" "${EXTRA[@]}"
   stop_watcher
