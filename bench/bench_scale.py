@@ -9,6 +9,10 @@ tokens/s per GPU, MFU and device-memory peak.
 
     .venv/bin/python bench/bench_scale.py            # all four (about 10-20 minutes on 2 cores)
     .venv/bin/python bench/bench_scale.py --only 8b-64 --steps 2
+    .venv/bin/python bench/bench_scale.py --only 8b-64 --steps 1 --record   # + execution-graph size
+
+With --record each run also records its execution graph (`phantora run --record`; with deduplication
+only the live processes record, the graph stores every rank) and the table adds the trace size.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def peak_rss(proc: subprocess.Popen, stop: threading.Event, out: list[float]) ->
     out.append(best)
 
 
-def run_case(name: str, steps: int, tmp: Path) -> dict:
+def run_case(name: str, steps: int, tmp: Path, record: bool = False) -> dict:
     topo_args, script_args = CASES[name]
     topo_args = [str(rail512(tmp)) if a == "RAIL512" else a for a in topo_args]
     out = tmp / name
@@ -77,6 +81,7 @@ def run_case(name: str, steps: int, tmp: Path) -> dict:
         "--out",
         str(out),
         "-q",
+        *(["--record", str(out / "trace")] if record else []),
         str(ROOT / "examples" / "llama_train.py"),
         *script_args,
         "--seq",
@@ -100,7 +105,13 @@ def run_case(name: str, steps: int, tmp: Path) -> dict:
     if proc.returncode != 0:
         return {"case": name, "error": log.strip().splitlines()[-1] if log.strip() else f"exit {proc.returncode}"}
     res = json.loads((out / "results.json").read_text())
+    trace = {}
+    if record:
+        size = sum(f.stat().st_size for f in (out / "trace").rglob("*") if f.is_file())
+        per = size / res["world_size"] / len(res["steps"])
+        trace = {"trace_kb": round(size / 1e3, 1), "trace_b_per_rank_step": round(per)}
     return {
+        **trace,
         "case": name,
         "gpus": res["world_size"],
         "live": res["live_processes"],
@@ -117,10 +128,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases ({', '.join(CASES)})")
     ap.add_argument("--steps", type=int, default=2, help="training steps per run (the first is warm-up)")
+    ap.add_argument("--record", action="store_true", help="also record each run's execution graph; report its size")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="phantora-scale-") as d:
-        rows = [run_case(name, args.steps, Path(d)) for name in args.only.split(",")]
+        rows = [run_case(name, args.steps, Path(d), args.record) for name in args.only.split(",")]
     keys = ["case", "gpus", "live", "wall_s", "host_peak_mb", "step_ms", "tokens_s_gpu", "mfu_pct", "device_peak_gib"]
+    if args.record:
+        keys += ["trace_kb", "trace_b_per_rank_step"]
     print(" | ".join(keys))
     for r in rows:
         failed = f"{r['case']} | FAILED: {r.get('error')}"

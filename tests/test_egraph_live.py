@@ -138,6 +138,28 @@ def test_recorded_ddp_run_replays_to_its_step_times(tmp_path: Path, capsys: pyte
     assert "recorded" in capsys.readouterr().out and (tmp_path / "o" / "results.json").is_file()
 
 
+def test_deduplicated_recording_stores_every_rank_and_replays_exactly(tmp_path: Path) -> None:
+    """TP 2 x FSDP 2 on 4 ranks run by 2 live processes (phantom tensors), recorded: the mirrored ranks
+    get the live ranks' program on shifted TP groups and the same FSDP groups, and the replay of the
+    4-rank graph on the recording topology gives the live step times exactly (a wrong group would make
+    the collectives of the replay mismatch or hang)."""
+    from phantora.topology import load_topology
+
+    args = ["--model", "tiny", "--seq", "64", "--batch", "2", "--steps", "2", "--parallel", "tp-fsdp", "--tp", "2"]
+    cfg = RunConfig(str(ROOT / "examples" / "llama_train.py"), args, "testbed16", nproc=4, trace="none", timeout_s=300)
+    cfg.tensors, cfg.dedup = "phantom", "2"
+    report, graph = record_run(cfg, tmp_path / "trace")
+    assert report.summary["live_processes"] == 2 and graph.world == 4
+    assert [e.program for e in graph.ranks[2:]] == [e.program for e in graph.ranks[:2]]
+    members = {r: {frozenset(graph.group_of(r, s)) for s in range(len(graph.ranks[r].groups))} for r in range(4)}
+    assert frozenset({0, 1}) in members[0] and frozenset({2, 3}) in members[2]  # TP groups shifted
+    assert frozenset({0, 2}) in members[0] and frozenset({0, 2}) in members[2]  # the FSDP group shared
+    assert frozenset({2, 3}) not in members[0] and frozenset({0, 1}) not in members[2]
+    live = live_steps(report)
+    topo = load_topology("testbed16")
+    assert replay_graph(graph, topo, FlowSimulator(topo)).step_times_ns == live
+
+
 @pytest.mark.slow
 def test_recorded_fsdp_run_tracks_an_oversubscribed_fabric(tmp_path: Path) -> None:
     script = str(ROOT / "examples" / "gpt_fsdp.py")

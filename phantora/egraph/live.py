@@ -5,9 +5,11 @@ moves: ``charge`` (compute ops), the bridge client's ``collective`` and ``p2p`` 
 handles the bridge sees), ``join`` (waits), ``step`` and ``finish``. Nothing in phantora.runtime changes;
 a native `phantora run --record DIR` can call the same `GraphRecorder` methods from the same places.
 
-`record_run(cfg, directory)` runs `cfg.script` through `phantora.egraph.record_script`, which attaches
-the recorder in each rank before starting the user's script, then merges the ranks' parts into the graph
-format with the run's configuration as ``meta``. This module imports no torch.
+`record_run(cfg, directory)` runs `cfg.script` with `phantora.egraph.record_script` as the ranks'
+wrapper, which attaches the recorder in each rank before starting the user's script, then merges the
+ranks' parts into the graph format with the run's configuration as ``meta``. In a deduplicated run only
+the live ranks record; the merge gives each mirrored rank its live rank's program on shifted groups
+(`phantora.egraph.recorder.mirror_parts`). This module imports no torch.
 """
 
 from __future__ import annotations
@@ -78,28 +80,14 @@ def attach(session: Any, directory: str | Path) -> GraphRecorder:
 
 
 def record_run(cfg: Any, directory: str | Path) -> tuple[Any, ExecGraph]:
-    """Launch `cfg` (a phantora.runtime.launcher.RunConfig) with every rank recorded; return (report, graph)."""
+    """Launch `cfg` (a phantora.runtime.launcher.RunConfig) with every live rank recorded; return (report, graph)."""
     from phantora.collectives.spec import AlgoOptions
-    from phantora.errors import InputError
     from phantora.runtime.launcher import launch, plan_processes, resolve_topology
 
     _, world, live = plan_processes(cfg, resolve_topology(cfg.topology))
-    if live < world:
-        raise InputError(
-            f"--record needs one process per rank, but {live} live processes would stand for {world} ranks: "
-            "add --dedup off (the graph stores identical ranks once anyway)",
-            field="dedup",
-        )
     d = Path(directory).resolve()
     d.mkdir(parents=True, exist_ok=True)
-    wrapped = dataclasses.replace(
-        cfg,
-        script=str(SCRIPT),
-        args=[str(Path(cfg.script).resolve()), *cfg.args],
-        env={**cfg.env, ENV_DIR: str(d)},
-    )
-    report = launch(wrapped)
+    report = launch(dataclasses.replace(cfg, wrapper=str(SCRIPT), env={**cfg.env, ENV_DIR: str(d)}))
     run = dict(report.summary.get("run", {}))
-    run["script"], run["args"] = str(cfg.script), list(cfg.args)
     meta = {"source": "phantora run", "run": run, "algo": dataclasses.asdict(AlgoOptions())}
-    return report, finalize_recording(d, meta=meta)
+    return report, finalize_recording(d, meta=meta, live=live)

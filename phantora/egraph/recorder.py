@@ -172,22 +172,53 @@ def _read_part(path: Path) -> dict[str, Any]:
     return part
 
 
+def mirror_parts(parts: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
+    """The parts of a deduplicated run (live ranks 0..K-1 of `world`) extended to every rank.
+
+    Rank l + j*K ran live rank l's program on l's groups shifted by j*K ranks (bridge.mirrors): a
+    group whose shift has the same members stays that group (the mirror joins the same collective),
+    any other is the shifted copy. Its clock is the live rank's (the class moves at its slowest
+    member's pace), so the recorded times are the live rank's too.
+    """
+    from bridge.mirrors import Mirrors
+
+    live = len(parts)
+    m = Mirrors(world, live)
+    out = list(parts)
+    for r in range(live, world):
+        src = parts[m.live_of(r)]
+        j = r // live
+        groups = []
+        for g in src["groups"]:
+            shifted = m.shift_group(tuple(g), j)
+            groups.append(list(g) if set(shifted) == set(g) else list(shifted))
+        out.append({**src, "rank": r, "groups": groups})
+    return out
+
+
 def finalize_recording(
-    directory: str | Path, meta: dict[str, Any] | None = None, keep_parts: bool = False
+    directory: str | Path, meta: dict[str, Any] | None = None, keep_parts: bool = False, live: int | None = None
 ) -> ExecGraph:
-    """Merge DIR/parts/rank*.msgpack into DIR/graph.json + DIR/programs/; return the graph."""
+    """Merge DIR/parts/rank*.msgpack into DIR/graph.json + DIR/programs/; return the graph.
+
+    `live`: the run was deduplicated, with parts from live ranks 0..live-1 only (see `mirror_parts`).
+    """
     d = Path(directory)
     paths = sorted((d / PART_DIR).glob("rank*.msgpack"), key=lambda p: int(p.stem[4:]))
     if not paths:
         raise InputError("no rank parts to merge (did the ranks record?)", file=str(d / PART_DIR))
     parts = [_read_part(p) for p in paths]
     ranks = [int(p["rank"]) for p in parts]
-    if ranks != list(range(len(parts))):
-        missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
+    expected = len(parts) if live is None else live
+    if ranks != list(range(expected)):
+        missing = sorted(set(range(max(expected, max(ranks) + 1))) - set(ranks))
         raise InputError(f"rank parts missing: {missing}", file=str(d / PART_DIR))
+    world = int(parts[0].get("world") or len(parts))
+    if live is not None and live < world:
+        parts = mirror_parts(parts, world)
     progs = [
-        (Program.decode(p["program"], str(path)), [tuple(g) for g in p["groups"]])
-        for p, path in zip(parts, paths, strict=True)
+        (Program.decode(p["program"], f"{d / PART_DIR} rank {p['rank']}"), [tuple(g) for g in p["groups"]])
+        for p in parts
     ]
     recorded = {
         "step_ends_ns": [list(p["step_ends_ns"]) for p in parts],

@@ -7,6 +7,7 @@ results into results.json and merges their traces into trace.json.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -46,6 +47,7 @@ class RunConfig:
     timeout_s: float | None = None
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
+    wrapper: str | None = None  # a script each rank runs instead, with the training script and its args as argv
 
 
 @dataclass
@@ -141,7 +143,8 @@ def launch(cfg: RunConfig) -> RunReport:
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
     opts.phantom = phantom
     env = {**opts.to_env(), **cfg.env}
-    cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", str(script.resolve()), *cfg.args]
+    wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
+    cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", *wrap, str(script.resolve()), *cfg.args]
     try:
         cosim = CosimRun(
             topo,
@@ -191,7 +194,10 @@ def launch(cfg: RunConfig) -> RunReport:
             write_results(out / "results.json", summary)
             if parts:
                 merge_traces(parts, out / "trace.json")
-                shutil.rmtree(out / "trace")
+                for part in parts:  # only our files: the user may have put something else there
+                    part.unlink()
+                with contextlib.suppress(OSError):
+                    (out / "trace").rmdir()
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     finally:
         if not keep:
