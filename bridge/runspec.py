@@ -21,7 +21,7 @@ from phantora.netsim.base import NetworkSimulator
 from phantora.topology.model import Topology
 
 NETWORKS = ("flow", "ns3")
-DEFAULT_WINDOW_NS = {"flow": 0, "ns3": 10_000}  # flow: exact; ns3: 10 us (see docs/bridge.md)
+DEFAULT_WINDOW_NS = {"flow": 0, "ns3": 0}  # exact in both: fewest rounds and no error (docs/bridge.md, Defaults)
 
 
 def topology_to_dict(topo: Topology) -> dict[str, Any]:
