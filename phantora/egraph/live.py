@@ -2,8 +2,8 @@
 
 `attach(session, directory)` wraps, on that one session object, the calls through which a rank's time
 moves: ``charge`` (compute ops), the bridge client's ``collective`` and ``p2p`` (issues, with the very
-handles the bridge sees), ``join`` (waits), ``step`` and ``finish``. Nothing in phantora.runtime changes;
-a native `phantora run --record DIR` can call the same `GraphRecorder` methods from the same places.
+handles the bridge sees), ``join`` (waits), ``step`` and ``finish``, so phantora.runtime needs no hook of
+its own.
 
 `record_run(cfg, directory)` runs `cfg.script` with `phantora.egraph.record_script` as the ranks'
 wrapper, which attaches the recorder in each rank before starting the user's script, then merges the
