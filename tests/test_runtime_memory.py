@@ -88,6 +88,27 @@ def test_mlp_activations_are_the_saved_tensors():
     assert bd(s)["temporaries"] == 0
 
 
+def test_checkpointed_blocks_keep_only_their_inputs_as_activations():
+    """Non-reentrant activation checkpointing: each block saves nothing but its input (kept for the
+    recomputation); the last block's output is a temporary. The backward frees the inputs."""
+    from torch.utils.checkpoint import checkpoint
+
+    s = new_session()
+    n, d, d_h, blocks = 64, 256, 1024, 4
+    with ChargeMode(s):
+        layers = nn.ModuleList(nn.Sequential(nn.Linear(d, d_h), nn.GELU(), nn.Linear(d_h, d)) for _ in range(blocks))
+        x = torch.randn(n, d)
+        h = x
+        for layer in layers:
+            h = checkpoint(layer, h, use_reentrant=False)
+        m = bd(s)
+        assert m["activations"] == blocks * up(4 * n * d)  # x and the inputs of blocks 1..3
+        assert m["temporaries"] == up(4 * n * d)  # the output
+        h.sum().backward()
+        del h
+        assert bd(s)["activations"] == up(4 * n * d)  # only x, still referenced here
+
+
 def test_free_lowers_current_bytes():
     s = new_session()
     with ChargeMode(s):
