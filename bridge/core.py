@@ -50,6 +50,7 @@ from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.topology.model import Topology
 
 RUN, WAIT, TEST, BARRIER, DONE = "run", "wait", "test", "barrier", "done"
+MAX_KEPT_FLOWS = 2_000_000  # per-flow records kept for the outcome (flows.csv): ~0.4 GB in the coordinator
 
 
 @dataclass
@@ -152,6 +153,7 @@ class CoordinatorCore:
         self.algo = algo
         self.send = send
         self.keep_flows = keep_flows
+        self.flows_note = ""  # why the per-flow records were dropped, if they were
         self.ranks = [RankState(r) for r in range(live)]
         self.blocked: dict[int, RankState] = {}  # ranks in wait, test or barrier
         self.waiting: dict[int, RankState] = {}  # ranks in wait (a subset of blocked)
@@ -367,6 +369,15 @@ class CoordinatorCore:
         rs.undelivered[handle] = t
         self._dirty.add(rank)
 
+    def _keep(self, c: Completion) -> None:
+        """Record one completion, up to MAX_KEPT_FLOWS: past it, none (a partial record would bias FCTs)."""
+        if len(self.completions) < MAX_KEPT_FLOWS:
+            self.completions.append(c)
+            return
+        self.keep_flows = False
+        self.completions = []
+        self.flows_note = f"per-flow records dropped: the run has more than {MAX_KEPT_FLOWS:,} flows"
+
     def _apply(self, done: list[Completion]) -> None:
         """Completions from the engine -> per-rank results."""
         for c in done:
@@ -375,7 +386,7 @@ class CoordinatorCore:
             if cid is None:
                 raise RunFailed(E_ENGINE, f"the engine completed flow {c.flow_id}, which nobody submitted")
             if self.keep_flows:
-                self.completions.append(c)
+                self._keep(c)
             rec = self.records[cid]
             rec.outstanding -= 1
             rec.end_ns = max(rec.end_ns, c.end_ns)
@@ -625,6 +636,7 @@ class CoordinatorCore:
             "ranks": [[rs.rank, rs.output, rs.t_finish] for rs in self.ranks],
             "collectives": [rec.to_dict() for rec in self.records],
             "completions": [completion_to_wire(c) for c in self.completions],
+            "flows_note": self.flows_note,
             "rounds": self.rounds,
             "late_collectives": self.late_collectives,
             "messages": self.messages,

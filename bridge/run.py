@@ -54,7 +54,7 @@ class CosimResult:
     ranks: dict[int, Any]  # rank -> the results dict it passed to finish()
     finish_ns: dict[int, int]  # rank -> its clock at finish()
     collectives: list[dict[str, Any]]  # one record per collective/transfer, in launch order
-    completions: list[Completion]  # every flow (empty with keep_flows=False)
+    completions: list[Completion]  # every flow (empty with keep_flows=False or past core.MAX_KEPT_FLOWS)
     rounds: int  # engine advances (barrier rounds in window mode)
     wall_s: float  # whole run, launch to last exit
     sim_wall_s: float  # the co-simulation proper: from the last rank's hello to the outcome (no start-up)
@@ -67,6 +67,7 @@ class CosimResult:
     logs: dict[str, str] = field(default_factory=dict)  # "rank 0", "coordinator", "server" -> log text
     startup_s: float = 0.0  # launch until the coordinator answered the launcher (network server ready)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU of the run phase: coordinator, server, ranks
+    flows_note: str = ""  # why `completions` is empty although flows ran
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -362,6 +363,7 @@ class CosimRun:
             finish_ns={r: t for r, _, t in outcome["ranks"]},
             collectives=outcome["collectives"],
             completions=[completion_from_wire(row) for row in outcome["completions"]],
+            flows_note=str(outcome.get("flows_note", "")),
             rounds=outcome["rounds"],
             wall_s=0.0,
             sim_wall_s=float(outcome.get("sim_wall_s", t_end - t_ready)),
@@ -394,8 +396,11 @@ class CosimRun:
             "ranks": {str(r): v for r, v in result.ranks.items()},
             "collectives": result.collectives,
         }
+        if result.flows_note:
+            summary["flows_note"] = result.flows_note
         (self.out_dir / "cosim.json").write_text(json.dumps(summary, indent=1, default=str))
-        write_flows_csv(self.out_dir / "flows.csv", self.spec.topology, result.completions)
+        if result.completions or not result.flows_note:
+            write_flows_csv(self.out_dir / "flows.csv", self.spec.topology, result.completions)
 
 
 def write_flows_csv(path: Path, topo: Topology, completions: list[Completion]) -> None:

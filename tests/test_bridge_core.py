@@ -226,6 +226,30 @@ def test_finalize_drains_and_records_everything() -> None:
     assert out["ranks"] == [[0, {"a": 1}, 0], [1, {"b": 2}, 0]]
 
 
+def test_per_flow_records_are_dropped_whole_past_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_KEPT_FLOWS the outcome carries no per-flow records (not a biased first part), and says
+    why; the collective records and the engine's totals still count every flow."""
+    import bridge.core
+
+    def run(cap: int) -> dict[str, Any]:
+        monkeypatch.setattr(bridge.core, "MAX_KEPT_FLOWS", cap)
+        h = Harness(world=2)
+        for seq in range(2):
+            for r in (0, 1):
+                h.coll(r, 0, group=(0, 1), seq=seq)
+        for r in (0, 1):
+            h.msg(r, "finish", 0, results={}, cpu_s=0.0)
+        return h.core.finalize()
+
+    flows = sum(rec["flows"] for rec in run(10**6)["collectives"])
+    kept = run(flows)
+    assert len(kept["completions"]) == flows and kept["flows_note"] == ""
+    dropped = run(flows - 1)
+    assert dropped["completions"] == [] and f"more than {flows - 1:,} flows" in dropped["flows_note"]
+    assert sum(rec["flows"] for rec in dropped["collectives"]) == flows
+    assert dropped["engine_stats"]["flows_completed"] == flows
+
+
 def test_missing_participant_that_finished_before_the_call() -> None:
     h = Harness(world=3)
     h.msg(2, "finish", 0, results={}, cpu_s=0.0)

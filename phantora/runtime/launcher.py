@@ -187,6 +187,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "messages": cosim.messages,
                 "late_collectives": cosim.late_collectives,
                 "engine_stats": cosim.engine_stats,
+                **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
             },
         }
         parts = sorted((out / "trace").glob("rank*.trace.json"), key=lambda p: int(p.name[4:].split(".")[0]))
