@@ -191,6 +191,10 @@ class CosimRun:
 
     def _rank_env(self, rank: int, local: tuple[int, int], endpoint: str, token: str, port: int) -> dict[str, str]:
         env = dict(os.environ)
+        # One intra-op thread per rank unless the user says otherwise (as torchrun does): many rank
+        # processes share few cores, and each one's idle OpenMP threads would spin on them
+        # (10-20x the CPU per step of gpt_ddp.py with 4 ranks on 2 cores; docs/runtime.md).
+        env.setdefault("OMP_NUM_THREADS", "1")
         env.update(self.env)
         env.update(
             RANK=str(rank),
