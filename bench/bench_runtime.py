@@ -220,20 +220,24 @@ def with_bridge(ops: int, colls: int) -> dict[str, float]:
     }
 
 
-def scale(ranks: int, steps: int) -> dict[str, float]:
-    """Wall time and memory of the GPT DDP example with `ranks` ranks (flow network)."""
+def scale(ranks: int, steps: int, tensors: str = "real") -> dict[str, float]:
+    """Wall time and memory of the GPT DDP example with `ranks` ranks (flow network).
+
+    `tensors="real"`: one process per rank with real data; "phantom": meta tensors and rank
+    deduplication (`phantora run`'s default above 16 ranks)."""
     from phantora.runtime.launcher import RunConfig, launch
     from phantora.topology.generators import leaf_spine
 
     topo = leaf_spine(max(1, ranks // 16), min(ranks, 16), 0 if ranks <= 16 else 2, nic_rate="400Gbps", name="bench")
     t0 = time.monotonic()
-    rep = launch(
-        RunConfig(str(ROOT / "examples" / "gpt_ddp.py"), ["--steps", str(steps)], topo, nproc=ranks, trace="none")
-    )
+    cfg = RunConfig(str(ROOT / "examples" / "gpt_ddp.py"), ["--steps", str(steps)], topo, nproc=ranks, trace="none")
+    cfg.tensors, cfg.dedup = tensors, ("off" if tensors == "real" else "auto")
+    rep = launch(cfg)
     wall = time.monotonic() - t0
     rss = [r["peak_rss_mb"] for r in rep.summary["ranks"]]
     return {
         "ranks": ranks,
+        "live": rep.summary["live_processes"],
         "wall_s": wall,
         "startup_s": rep.cosim.startup_s,
         "sim_wall_s": rep.cosim.sim_wall_s,
@@ -280,10 +284,11 @@ def main() -> None:
         overheads(args.ops, args.colls)
     if not args.skip_scale:
         print("GPT DDP example (examples/gpt_ddp.py defaults), flow network:")
-        for n in args.ranks:
-            r = scale(n, args.steps)
+        for n, tensors in [(n, t) for t in ("real", "phantom") for n in args.ranks]:
+            r = scale(n, args.steps, tensors)
             print(
-                f"  {n:3d} ranks: wall {r['wall_s']:6.1f} s (start-up {r['startup_s']:.1f} s,"
+                f"  {n:3d} ranks, {tensors:7s} ({r['live']:2d} processes): wall {r['wall_s']:6.1f} s"
+                f" (start-up {r['startup_s']:.1f} s,"
                 f" co-sim {r['sim_wall_s']:.1f} s), peak RSS {r['peak_rss_mb_total'] / 1024:.2f} GB total,"
                 f" {r['peak_rss_mb_per_rank']:.0f} MB/rank, simulated step {r['step_time_ms']:.3f} ms",
                 flush=True,

@@ -29,11 +29,12 @@ def main() -> None:
     ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     data = corpus()
+    device = next(model.parameters()).device  # "meta" under phantom mode
     tokens = args.batch * args.seq * world
     pr.report_workload(tokens_per_step=tokens, flops_per_step=flops_per_token(model) * tokens)
     for step in range(args.steps):
         t0 = time.perf_counter()
-        x, y = batch(data, args.seq, args.batch, seed=args.seed, step=step, rank=rank)
+        x, y = batch(data, args.seq, args.batch, seed=args.seed, step=step, rank=rank, device=device)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(x), y)
         loss.backward()

@@ -80,14 +80,15 @@ def corpus() -> torch.Tensor:
 
 
 def batch(
-    data: torch.Tensor, seq: int, size: int, *, seed: int, step: int, rank: int
+    data: torch.Tensor, seq: int, size: int, *, seed: int, step: int, rank: int, device: torch.device | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`size` (input, target) sequences for (seed, step, rank)."""
+    """`size` (input, target) sequences for (seed, step, rank), read on the host and moved to `device`
+    (the model's; "meta" under phantom mode) as a training loop moves its batches to the GPU."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
-    starts = torch.randint(0, data.numel() - seq - 1, (size,), generator=g)
+    starts = torch.randint(0, data.numel() - seq - 1, (size,), generator=g, device="cpu")
     x = torch.stack([data[s : s + seq] for s in starts.tolist()])
     y = torch.stack([data[s + 1 : s + seq + 1] for s in starts.tolist()])
-    return x, y
+    return x.to(device), y.to(device)
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

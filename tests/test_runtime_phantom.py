@@ -89,17 +89,36 @@ def test_data_dependent_value_in_phantom_mode_names_the_line(tmp_path: Path) -> 
             dist.init_process_group()
             x = torch.ones(4)
             print("float item", float(x.sum()), flush=True)   # NaN placeholder
+            print("float list", x[:2].tolist(), flush=True)   # NaN placeholders
             if (x > 0).any():                                 # a branch on a value: refused
                 print("unreachable")
             """
         )
     )
+    index = tmp_path / "index.py"
+    index.write_text(
+        textwrap.dedent(
+            """
+            import torch, torch.distributed as dist
+            dist.init_process_group()
+            starts = torch.randint(0, 100, (4,))
+            print(starts.tolist())                            # an index list: refused
+            """
+        )
+    )
+    cfg = RunConfig(str(index), [], two_leaves(2), nproc=2, trace="none", timeout_s=120)
+    cfg.tensors = "phantom"
+    with pytest.raises(BridgeError) as info:
+        launch(cfg)
+    text = str(info.value)
+    assert "PhantomValueError" in text and "int64 tensor of shape [4]" in text and "index.py:5" in text, text
     cfg = RunConfig(str(script), [], two_leaves(2), nproc=2, trace="none", timeout_s=120)
     cfg.tensors = "phantom"
     with pytest.raises(BridgeError) as info:
         launch(cfg)
     text = str(info.value)
-    assert "PhantomValueError" in text and "bool" in text and "branch.py:6" in text, text
+    assert "PhantomValueError" in text and "bool" in text and "branch.py:7" in text, text
+    assert "float list [nan, nan]" in text, text
 
 
 def test_process_plan() -> None:

@@ -49,6 +49,7 @@ def enable() -> None:
     _allow_fsdp_meta_params()
     _flash_attention_on_meta()
     _ddp_on_meta()
+    _tolist_on_meta()
 
 
 def _allow_fsdp_meta_params() -> None:
@@ -109,6 +110,24 @@ def _ddp_on_meta() -> None:
         return
     ddp._verify_param_shape_across_processes = lambda *args, **kwargs: None
     ddp.DistributedDataParallel._phantora = True  # type: ignore[attr-defined]
+
+
+def _tolist_on_meta() -> None:
+    """`.tolist()` of a meta tensor, which torch refuses before any op is dispatched: NaN for every
+    floating-point element (as `.item()`), `PhantomValueError` for integers and booleans."""
+    if getattr(torch.Tensor.tolist, "_phantora", False):
+        return
+    original = torch.Tensor.tolist
+
+    def tolist(self: torch.Tensor) -> Any:
+        if self.device.type != "meta":
+            return original(self)
+        value = scalar_placeholder(self)
+        with torch.utils._python_dispatch._disable_current_modes():
+            return original(torch.full(self.shape, value, dtype=self.dtype, device="cpu"))
+
+    tolist._phantora = True  # type: ignore[attr-defined]
+    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
 
 
 def copy_to_host(dst: torch.Tensor) -> torch.Tensor:
