@@ -37,7 +37,6 @@ from typing import Any
 import torch
 
 from phantora.errors import InputError
-from phantora.runtime.after_import import after_import
 from phantora.runtime.compute import tensors_in
 
 BLOCK = 512  # the CUDA caching allocator rounds every allocation up to 512 bytes
@@ -470,14 +469,12 @@ def _watch_fsdp_storage_resizes() -> None:
     """FSDP2 frees and refills its unsharded parameters with `storage.resize_()`, which is no aten op.
 
     Wrap its two helpers so the tracker sees each resize when it happens (else a freed parameter
-    would count until the next op that touches its storage: tens of GiB over a large model). Done
-    when the script imports FSDP2 (its param-group module, which imports the helpers by name).
+    would count until the next op that touches its storage: tens of GiB over a large model).
     """
-    after_import("torch.distributed.fsdp._fully_shard._fsdp_param_group", _wrap_fsdp_storage_helpers)
-
-
-def _wrap_fsdp_storage_helpers(_fsdp_param_group: Any) -> None:
-    from torch.distributed.fsdp._fully_shard import _fsdp_param
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+    except ImportError:
+        return
 
     def watched(fn: Any) -> Any:
         def run(tensor: torch.Tensor) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 import torch
 
 from phantora.errors import PhantoraError
-from phantora.runtime.after_import import after_import
 
 _enabled = False
 
@@ -54,14 +53,12 @@ def enable() -> None:
 
 
 def _allow_fsdp_meta_params() -> None:
-    """Lift FSDP2's 'parameters must be materialized' check: meta parameters are the point here.
-
-    Done when the script imports FSDP2, so ranks that do not use it do not pay its import."""
-
-    def lift(module: Any) -> None:
-        module.FSDPParamGroup._validate_no_meta_params = lambda self: None
-
-    after_import("torch.distributed.fsdp._fully_shard._fsdp_param_group", lift)
+    """Lift FSDP2's 'parameters must be materialized' check: meta parameters are the point here."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+    except ImportError:  # FSDP2 not in this torch build: nothing to lift
+        return
+    FSDPParamGroup._validate_no_meta_params = lambda self: None  # type: ignore[method-assign]
 
 
 def _flash_attention_on_meta() -> None:
