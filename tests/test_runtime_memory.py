@@ -229,6 +229,21 @@ def test_hooks_are_active_only_inside_the_mode():
     del lin
 
 
+def test_fsdp2_storage_frees_and_refills_are_seen_when_they_happen():
+    """FSDP2 frees its unsharded parameters with storage.resize_(0) (no aten op): the tracker's wrap
+    of its helpers sees each one at once."""
+    s = new_session()
+    with ChargeMode(s):
+        from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+
+        t = torch.empty(1024, 1024)
+        full = s.memory.current
+        _fsdp_param.free_storage(t)
+        assert s.memory.current == full - 4 * MIB
+        _fsdp_param_group.alloc_storage(t)  # the name the param group calls
+        assert s.memory.current == full
+
+
 def test_in_place_resize_is_noticed():
     s = new_session()
     with ChargeMode(s):
