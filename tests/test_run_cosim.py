@@ -92,5 +92,9 @@ def test_run_cosim_congested_packet_mode_is_not_faster(tmp_path: Path) -> None:
     cmp = {m["key"]: m["values"] for m in json.loads((out / "compare" / "compare.json").read_text())["metrics"]}
     ecn, paused = cmp["ecn_marks"][0], cmp["pfc_paused_ns"][0]
     assert (ecn or 0) > 0 or (paused or 0) > 0, (ecn, paused)
+    # Live ns-3 runs sample the switch queues (1 us): the hottest port's p99 is there, at most the max.
+    qmax, q99 = cmp["queue_max_bytes"][0], cmp["queue_p99_bytes"][0]
+    assert q99 is not None and 0 < q99 <= qmax, (q99, qmax)
+    assert (out / "compare" / "queue_depth.png").is_file()
     # ... and packet mode cannot beat the fluid max-min share of the bottleneck.
     assert packet >= flow, (packet, flow)

@@ -184,3 +184,21 @@ def test_run_command_reports_bad_input(tmp_path, capsys):
     assert "field 'gpu'" in capsys.readouterr().err
     assert main(["run", "--topology", "star8", "--cc", "dcqcn", str(script)]) == 2
     assert "--network ns3" in capsys.readouterr().err
+    assert main(["run", "--topology", "star8", "--set", "buffer_bytes=1000000", str(script)]) == 2
+    assert "field 'set'" in capsys.readouterr().err
+    for bad, field in (("bufer_bytes=1", "bufer_bytes"), ("buffer_bytes=-5", "buffer_bytes"), ("pfc", "pfc")):
+        assert main(["run", "--topology", "star8", "--network", "ns3", "--set", bad, str(script)]) == 2
+        assert f"field '{field}'" in capsys.readouterr().err
+
+
+def test_ns3_engine_options_of_a_live_run():
+    """The CC, 1 us queue sampling (compare's queue p99) and --set overrides, checked before launch."""
+    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+    from phantora.runtime.launcher import LIVE_QUEUE_SAMPLE_NS, RunConfig, engine_options
+
+    assert engine_options(RunConfig("x.py")) is None
+    opts = engine_options(RunConfig("x.py", network="ns3", cc="hpcc", packet_set=["buffer_bytes=2000000", "pfc=false"]))
+    assert opts == {"queue_sample_ns": LIVE_QUEUE_SAMPLE_NS, "cc": "hpcc", "set": ["buffer_bytes=2000000", "pfc=false"]}
+    sets = opts.pop("set")
+    config = apply_overrides(PacketConfig(**opts), sets)  # what the network server builds
+    assert (config.cc, config.buffer_bytes, config.pfc, config.queue_sample_ns) == ("hpcc", 2_000_000, False, 1000)

@@ -18,6 +18,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     p.add_argument("--network", choices=("flow", "ns3"), default="flow", help="network engine (default: flow)")
     p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="ns3 only: a PacketConfig field (buffer_bytes=1000000, pfc=false, cc.G=0.0625, ...); repeatable",
+    )
     p.add_argument("--gpu", default=None, help="GPU model: a100, h100, h200, b200, l40s (default: the topology's)")
     p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (0 = exact; default per mode)")
     p.add_argument("--out", "-o", default=None, help="write results.json, trace.json and logs/ here")
@@ -72,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         topology=args.topology,
         network=args.network,
         cc=args.cc,
+        packet_set=list(args.set),
         gpu=args.gpu,
         window_ns=None if args.window is None else parse_time_ns(args.window),
         out_dir=args.out,

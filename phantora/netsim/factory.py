@@ -12,7 +12,9 @@ NETWORKS = ("flow", "ns3")
 
 
 def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulator:
-    """`flow` -> FlowSimulator(topo, **options); `ns3` -> Ns3Simulator(topo, PacketConfig(**options))."""
+    """`flow` -> FlowSimulator(topo, **options); `ns3` -> Ns3Simulator(topo, PacketConfig(**options)).
+
+    For ns3, ``set`` (a list of ``FIELD=VALUE`` strings, as `--set` takes them) overrides the config."""
     if network == "flow":
         from phantora.netsim.flow import FlowSimulator
 
@@ -21,6 +23,11 @@ def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulato
         from phantora.netsim.packet import Ns3Simulator
         from phantora.netsim.packet_config import PacketConfig
 
+        overrides = options.pop("set", ())
         config = options.pop("config", None) or PacketConfig(**options)
+        if overrides:
+            from phantora.netsim.packet_config import apply_overrides
+
+            config = apply_overrides(config, overrides)
         return Ns3Simulator(topo, config)
     raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")

@@ -246,9 +246,10 @@ _IGNORED = {
 
 
 def _flag(value: str) -> bool:
-    if value not in ("0", "1"):
-        raise ValueError("expected 0 or 1")
-    return value == "1"
+    word = value.lower()
+    if word not in ("0", "1", "false", "true", "off", "on"):
+        raise ValueError("expected 0 or 1 (or false / true, off / on)")
+    return word in ("1", "true", "on")
 
 
 def _rate(value: str) -> int:

@@ -32,6 +32,7 @@ class RunConfig:
     topology: str | Path | Topology = "testbed16"
     network: str = "flow"
     cc: str | None = None  # ns3 congestion control
+    packet_set: list[str] = field(default_factory=list)  # ns3: PacketConfig overrides, "FIELD=VALUE"
     gpu: str | None = None  # default: the topology's GPU model, else h100
     window_ns: int | None = None  # None: the bridge's default for the network mode
     out_dir: str | Path | None = None
@@ -66,6 +67,27 @@ def resolve_topology(spec: str | Path | Topology) -> Topology:
     from phantora.topology.loader import load_topology
 
     return load_topology(spec)
+
+
+LIVE_QUEUE_SAMPLE_NS = 1000  # ns3 live runs sample switch queues every 1 us (queues.csv, compare's p99)
+
+
+def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
+    """The network engine's options: for ns3 the CC, queue sampling and --set overrides (checked here,
+    before any process starts, so a bad field is an error naming it, not a failed server)."""
+    if cfg.network != "ns3":
+        if cfg.cc or cfg.packet_set:
+            raise InputError("--cc and --set apply to --network ns3 only", field="set" if cfg.packet_set else "cc")
+        return None
+    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+
+    options: dict[str, Any] = {"queue_sample_ns": LIVE_QUEUE_SAMPLE_NS}
+    if cfg.cc:
+        options["cc"] = cfg.cc
+    if cfg.packet_set:
+        apply_overrides(PacketConfig(**options), cfg.packet_set)  # raises InputError naming a bad field
+        options["set"] = list(cfg.packet_set)
+    return options
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks
@@ -132,8 +154,7 @@ def launch(cfg: RunConfig) -> RunReport:
     topo = resolve_topology(cfg.topology)
     gpu_name = cfg.gpu or topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
-    if cfg.cc and cfg.network != "ns3":
-        raise InputError("--cc applies to --network ns3 only", field="cc")
+    net_options = engine_options(cfg)
     model_opts = _compute_model_options(cfg)
     phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
@@ -153,7 +174,7 @@ def launch(cfg: RunConfig) -> RunReport:
             world_size=world,
             live_ranks=live,
             window_ns=cfg.window_ns,
-            engine_options={"cc": cfg.cc} if cfg.cc else None,
+            engine_options=net_options,
             env=env,
             out_dir=out if keep else None,
             timeout_s=cfg.timeout_s,
