@@ -128,17 +128,37 @@ def scale_dp(graph: ExecGraph, new_world: int) -> tuple[ExecGraph, ScaleReport]:
     meta["scaled"] = report.to_dict()
     programs = graph.programs
     if "fsdp" in report.parallelism and k > 1:
-        launch = int((graph.meta.get("run") or {}).get("launch_ns") or DEFAULT_LAUNCH_NS)
-        programs = [shrink_optimizer_step(p, k, launch) for p in programs]
+        run = graph.meta.get("run") or {}
+        launch = int(run.get("launch_ns") or DEFAULT_LAUNCH_NS)
+        floors = kernel_floors(run)
+        programs = [shrink_optimizer_step(p, k, launch, floors) for p in programs]
     out = ExecGraph(new_world, groups, programs, ranks, meta, {})
     out.check("<scaled graph>")
     return out, report
 
 
-def shrink_optimizer_step(prog: Program, k: int, launch_ns: int) -> Program:
+def kernel_floors(run: dict[str, Any]) -> dict[str, float]:
+    """Per op class, the shortest time a kernel takes however small its input (the calibrated
+    compute model's floor; none for the roofline model), for the run the graph was recorded with."""
+    if run.get("compute_model", "calibrated") != "calibrated":
+        return {}
+    from phantora.perfmodel.model import load_curves
+
+    params = load_curves(run.get("curves")).params
+    floors = {cls: float(p["floor_ns"]) for cls, p in params.items() if p.get("floor_ns") is not None}
+    floors.setdefault("attention_fwd", floors.get("gemm", 0.0))  # flash kernels: the GEMM floor
+    floors.setdefault("attention_bwd", floors.get("gemm", 0.0))
+    return floors
+
+
+def shrink_optimizer_step(prog: Program, k: int, launch_ns: int, floors: dict[str, float] | None = None) -> Program:
     """FSDP: the compute after each step's last reduce-scatter wait (the optimizer step on the
-    gradient shards) works on shards k times smaller; scale each kernel's time above its launch
-    overhead by 1/k."""
+    gradient shards) works on shards k times smaller: each kernel keeps its launch overhead and its
+    floor (`kernel_floors`, by op class: a tiny kernel costs its floor at any size) and 1/k of the rest."""
+    from phantora.perfmodel.ops import op_class
+
+    floors = floors or {}
+    floor_of: dict[str, int] = {}
     rs = {i for i, node in enumerate(prog.nodes) if isinstance(node, Coll) and node.kind == "reduce_scatter"}
     out = list(prog.nodes)
     segment_start = 0
@@ -149,7 +169,10 @@ def shrink_optimizer_step(prog: Program, k: int, launch_ns: int) -> Program:
             for j in range(segment_start, i):
                 c = out[j]
                 if isinstance(c, Compute) and c.dur_ns > launch_ns:
-                    out[j] = dataclasses.replace(c, dur_ns=launch_ns + -(-(c.dur_ns - launch_ns) // k))
+                    if c.name not in floor_of:
+                        floor_of[c.name] = int(floors.get(op_class(c.name), 0.0))
+                    kept = launch_ns + min(floor_of[c.name], c.dur_ns - launch_ns)
+                    out[j] = dataclasses.replace(c, dur_ns=kept + -(-(c.dur_ns - kept) // k))
             segment_start = i + 1
     return Program(out)
 
@@ -182,8 +205,8 @@ def _assumptions(graph: ExecGraph, m: int, k: int) -> list[str]:
     if "fsdp" in _parallelism(graph, m):
         out.append(
             f"FSDP: the optimizer step (the compute after each step's last reduce-scatter wait) works on shards {k}x "
-            "smaller: each of its kernels keeps its launch overhead and 1/k of the rest; other per-shard work "
-            "(gradient copies inside the backward) is kept as recorded; padding of flat parameters is ignored"
+            "smaller: each of its kernels keeps its launch overhead and floor and 1/k of the rest; other per-shard "
+            "work (gradient copies inside the backward) is kept as recorded; padding of flat parameters is ignored"
         )
     if m > 1:
         out.append(f"groups inside a model-parallel block of {m} ranks are copied to each new replica")
