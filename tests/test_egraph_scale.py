@@ -100,7 +100,13 @@ def test_scale_rejects_what_it_cannot_retarget() -> None:
 
 
 def test_fsdp_scale_up_shrinks_the_optimizer_step_on_smaller_shards() -> None:
-    """Compute after the step's last reduce-scatter wait works on shards k times smaller: launch + rest / k."""
+    """Compute after the step's last reduce-scatter wait works on shards k times smaller: launch + the
+    op class's kernel floor (the default calibrated model's; "adamw" is an unknown name, so elementwise)
+    + the rest / k."""
+    from phantora.egraph.scale import kernel_floors
+
+    floor = int(kernel_floors({})["elementwise"])
+    assert 500 < floor < 3000
     bs = []
     for r in range(8):
         b = ProgramBuilder(r)
@@ -114,4 +120,26 @@ def test_fsdp_scale_up_shrinks_the_optimizer_step_on_smaller_shards() -> None:
         bs.append(b)
     scaled, rep = scale_dp(build_graph(bs), 32)
     durs = {n.name: n.dur_ns for n in scaled.programs[scaled.ranks[5].program].nodes if isinstance(n, Compute)}
-    assert durs == {"fwd_bwd": 400_000, "overlapped": 30_000, "adamw": 1_000 + 80_000 // 4, "tiny": 800}
+    adamw = 1_000 + floor + -(-(80_000 - floor) // 4)
+    assert durs == {"fwd_bwd": 400_000, "overlapped": 30_000, "adamw": adamw, "tiny": 800}
+
+
+def test_fsdp_optimizer_step_shrinks_above_launch_and_kernel_floor() -> None:
+    """After the step's last reduce-scatter wait, a kernel keeps its launch overhead and its op class's
+    floor and 1/k of the rest; a kernel that is all floor keeps its time; compute before the wait and
+    in the next step's forward is untouched."""
+    from phantora.egraph.scale import shrink_optimizer_step
+
+    launch, floor, k = 1000, 1200, 4
+    b = ProgramBuilder(0)
+    b.compute("aten.mm", 50_000)  # backward: not the optimizer step
+    rs = b.collective("reduce_scatter", (0, 1), 4 * MiB, "bf16", None)
+    b.wait([rs])
+    big = b.compute("aten.addcdiv_", launch + floor + 40_000)
+    tiny = b.compute("aten.mul_", launch + 700)
+    b.step(0)
+    prog, _ = b.build()
+    out = shrink_optimizer_step(prog, k, launch, {"elementwise": floor, "gemm": 1500})
+    assert out.nodes[0].dur_ns == 50_000
+    assert out.nodes[big].dur_ns == launch + floor + 40_000 // k
+    assert out.nodes[tiny].dur_ns == launch + 700
