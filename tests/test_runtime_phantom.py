@@ -80,45 +80,33 @@ def test_dedup_that_breaks_the_tp_groups_is_refused() -> None:
         llama(two_leaves(8), 8, "phantom", "1", "--parallel", "tp-fsdp", "--tp", "2")
 
 
-def test_data_dependent_value_in_phantom_mode_names_the_line(tmp_path: Path) -> None:
-    script = tmp_path / "branch.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import torch, torch.distributed as dist
-            dist.init_process_group()
-            x = torch.ones(4)
-            print("float item", float(x.sum()), flush=True)   # NaN placeholder
-            print("float list", x[:2].tolist(), flush=True)   # NaN placeholders
-            if (x > 0).any():                                 # a branch on a value: refused
-                print("unreachable")
-            """
-        )
-    )
-    index = tmp_path / "index.py"
-    index.write_text(
-        textwrap.dedent(
-            """
-            import torch, torch.distributed as dist
-            dist.init_process_group()
-            starts = torch.randint(0, 100, (4,))
-            print(starts.tolist())                            # an index list: refused
-            """
-        )
-    )
-    cfg = RunConfig(str(index), [], two_leaves(2), nproc=2, trace="none", timeout_s=120)
-    cfg.tensors = "phantom"
-    with pytest.raises(BridgeError) as info:
-        launch(cfg)
-    text = str(info.value)
-    assert "PhantomValueError" in text and "int64 tensor of shape [4]" in text and "index.py:5" in text, text
+def phantom_failure(tmp_path: Path, name: str, body: str) -> str:
+    """Run a 2-rank phantom script that must fail; the launcher's error text."""
+    script = tmp_path / name
+    script.write_text("import torch, torch.distributed as dist\ndist.init_process_group()\n" + textwrap.dedent(body))
     cfg = RunConfig(str(script), [], two_leaves(2), nproc=2, trace="none", timeout_s=120)
     cfg.tensors = "phantom"
     with pytest.raises(BridgeError) as info:
         launch(cfg)
-    text = str(info.value)
+    return str(info.value)
+
+
+def test_data_dependent_value_in_phantom_mode_names_the_line(tmp_path: Path) -> None:
+    text = phantom_failure(
+        tmp_path,
+        "branch.py",
+        """
+        x = torch.ones(4)
+        print("float item", float(x.sum()), flush=True)   # NaN placeholder
+        print("float list", x[:2].tolist(), flush=True)   # NaN placeholders
+        if (x > 0).any():                                 # a branch on a value: refused
+            print("unreachable")
+        """,
+    )
     assert "PhantomValueError" in text and "bool" in text and "branch.py:7" in text, text
     assert "float list [nan, nan]" in text, text
+    text = phantom_failure(tmp_path, "index.py", "starts = torch.randint(0, 100, (4,))\nprint(starts.tolist())\n")
+    assert "PhantomValueError" in text and "int64 tensor of shape [4]" in text and "index.py:4" in text, text
 
 
 def test_process_plan() -> None:
