@@ -339,3 +339,33 @@ def test_deferred_init_counts_only_what_sharding_makes():
             del kept
     finally:
         _session.install(None)
+
+
+# ----- the real-mode gloo group keeps no hold on the caller's memory ----------------------------------
+def test_gloo_work_does_not_keep_the_callers_storage_alive() -> None:
+    """A completed gloo work may be released late, on gloo's own thread; the caller's storage must not wait for it.
+
+    Were gloo handed the caller's tensors, this work object (standing in for the worker thread's
+    late reference) would keep the storage alive after the caller dropped it, and the simulated free
+    would land at a wall-clock-dependent point of the op stream."""
+    import weakref
+
+    from torch._C._distributed_c10d import AllreduceOptions, HashStore, ProcessGroupGloo
+
+    from phantora.runtime.unowned_gloo import UnownedGloo, unowned_alias
+
+    opts = ProcessGroupGloo._Options()
+    opts._devices = [ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    gloo = UnownedGloo(ProcessGroupGloo(HashStore(), 0, 1, opts))
+    t = torch.arange(12, dtype=torch.float32).view(3, 4)[:, 1:]  # a strided view: sizes, strides, offset kept
+    held = weakref.ref(t.untyped_storage())
+    work = gloo.allreduce([t], AllreduceOptions())
+    assert work.wait()
+    assert torch.equal(t, torch.arange(12, dtype=torch.float32).view(3, 4)[:, 1:])  # 1 rank: SUM is the identity
+    inner = work._work  # gloo's own work object, still alive
+    del t, work
+    assert held() is None and inner is not None
+    a = torch.zeros(6, dtype=torch.bfloat16)
+    alias = unowned_alias(a)
+    alias.fill_(2)
+    assert a.tolist() == [2.0] * 6 and alias.untyped_storage()._cdata != a.untyped_storage()._cdata

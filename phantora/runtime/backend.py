@@ -35,6 +35,7 @@ from torch.futures import Future
 from phantora.errors import PhantoraError
 from phantora.runtime import session as _session
 from phantora.runtime.session import Pending, RankSession, Transfer
+from phantora.runtime.unowned_gloo import UnownedGloo
 
 BACKEND = "phantora"
 ReduceOp = dist.ReduceOp
@@ -162,12 +163,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._name = ""
         self._desc = ""
         self._coalescing: list[Pending] | None = None
-        self._gloo: ProcessGroupGloo | None = None
+        self._gloo: UnownedGloo | None = None
         if not session.phantom:
             opts = ProcessGroupGloo._Options()
             opts._devices = [ProcessGroupGloo.create_device(hostname="127.0.0.1")]
             opts._timeout = timeout
-            self._gloo = ProcessGroupGloo(PrefixStore("phantora-gloo/", store), rank, size, opts)
+            self._gloo = UnownedGloo(ProcessGroupGloo(PrefixStore("phantora-gloo/", store), rank, size, opts))
 
     # ----- identity -----------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name

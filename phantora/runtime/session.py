@@ -290,6 +290,7 @@ class RankSession:
         with self.internal():  # ops that gloo or the finaliser run here are not GPU work
             for work in p.inner:
                 work.wait()
+            p.inner = []
             if p.finalize is not None:
                 p.finalize()
         p.t_done = t_done
