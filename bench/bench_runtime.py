@@ -11,7 +11,8 @@ Prints:
 - per op, the cost of each compute model's `cost()` alone (calibrated, roofline) on typical ops;
 - per collective (all_reduce of 4 floats, waited): plain gloo vs the phantora backend, without and
   with the bridge;
-- wall time and the sum of the ranks' peak RSS for the GPT DDP example at 8 and 32 ranks.
+- wall time and the sum of the ranks' peak RSS for the GPT DDP example at 8 and 32 ranks, ranks forked
+  by the fork server and fresh interpreters side by side.
 """
 
 from __future__ import annotations
@@ -220,11 +221,12 @@ def with_bridge(ops: int, colls: int) -> dict[str, float]:
     }
 
 
-def scale(ranks: int, steps: int, tensors: str = "real") -> dict[str, float]:
+def scale(ranks: int, steps: int, tensors: str = "real", fork: bool = True) -> dict[str, float]:
     """Wall time and memory of the GPT DDP example with `ranks` ranks (flow network).
 
     `tensors="real"`: one process per rank with real data; "phantom": meta tensors and rank
-    deduplication (`phantora run`'s default above 16 ranks)."""
+    deduplication (`phantora run`'s default above 16 ranks). `fork`: ranks forked by the fork
+    server (the default), else each a fresh interpreter."""
     from phantora.runtime.launcher import RunConfig, launch
     from phantora.topology.generators import leaf_spine
 
@@ -232,6 +234,7 @@ def scale(ranks: int, steps: int, tensors: str = "real") -> dict[str, float]:
     t0 = time.monotonic()
     cfg = RunConfig(str(ROOT / "examples" / "gpt_ddp.py"), ["--steps", str(steps)], topo, nproc=ranks, trace="none")
     cfg.tensors, cfg.dedup = tensors, ("off" if tensors == "real" else "auto")
+    cfg.fork_server = fork
     rep = launch(cfg)
     wall = time.monotonic() - t0
     rss = [r["peak_rss_mb"] for r in rep.summary["ranks"]]
@@ -283,11 +286,14 @@ def main() -> None:
     if not args.skip_overhead:
         overheads(args.ops, args.colls)
     if not args.skip_scale:
-        print("GPT DDP example (examples/gpt_ddp.py defaults), flow network:")
-        for n, tensors in [(n, t) for t in ("real", "phantom") for n in args.ranks]:
-            r = scale(n, args.steps, tensors)
+        print("GPT DDP example (examples/gpt_ddp.py defaults), flow network; ranks forked by the fork server")
+        print("or fresh interpreters (RSS counts the pages forked ranks share once per rank):")
+        runs = [(n, "real", fork) for n in args.ranks for fork in (True, False)]
+        for n, tensors, fork in runs + [(n, "phantom", True) for n in args.ranks]:
+            r = scale(n, args.steps, tensors, fork)
+            how = "forked" if fork else "fresh "
             print(
-                f"  {n:3d} ranks, {tensors:7s} ({r['live']:2d} processes): wall {r['wall_s']:6.1f} s"
+                f"  {n:3d} ranks, {tensors:7s} {how} ({r['live']:2d} processes): wall {r['wall_s']:6.1f} s"
                 f" (start-up {r['startup_s']:.1f} s,"
                 f" co-sim {r['sim_wall_s']:.1f} s), peak RSS {r['peak_rss_mb_total'] / 1024:.2f} GB total,"
                 f" {r['peak_rss_mb_per_rank']:.0f} MB/rank, simulated step {r['step_time_ms']:.3f} ms",

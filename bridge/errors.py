@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from phantora.errors import PhantoraError
 
+# Exit code of a rank that failed only because a peer's connection dropped (gloo: "Connection reset
+# by peer"): the peer died first. The launcher then waits a moment for that peer's own death, so the
+# run names the culprit instead of its victim.
+PEER_LOST_EXIT = 3
+
 
 class BridgeError(PhantoraError):
     """A co-simulation run failed: a peer died, a collective mismatched, a deadlock, a bad message.

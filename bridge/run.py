@@ -24,7 +24,8 @@ from typing import Any
 
 import zmq
 
-from bridge.errors import BridgeError, ProtocolError
+from bridge.errors import PEER_LOST_EXIT, BridgeError, ProtocolError
+from bridge.forkclient import ForkServer
 from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode
 from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
 from bridge.supervisor import Child, spawn, stop_all
@@ -83,6 +84,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+VICTIM_GRACE_S = 2.0  # how long a rank that lost a peer's connection waits to be blamed (see PEER_LOST_EXIT)
+
+
+def _module_form(cmd: Sequence[str], python: str) -> bool:
+    """Is `cmd` `python -m MODULE ...` with this interpreter (so a fork server can run it)?"""
+    return len(cmd) >= 3 and cmd[0] == python and cmd[1] == "-m"
+
+
 def _local_ranks(topo: Topology, world: int) -> list[tuple[int, int]]:
     """(LOCAL_RANK, LOCAL_WORLD_SIZE) of each rank, from the topology's hosts (one host if unknown)."""
     hosts = [topo.nodes[topo.node_of_rank(r)].host for r in range(world)]
@@ -120,13 +129,17 @@ class CosimRun:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         cwd: str | None = None,
         python: str = sys.executable,
+        rank_preload: Sequence[str] = (),
     ) -> None:
-        """`window_ns`: None = the default of the network mode (flow: 0 = exact; ns3: 10 us); 0 = exact.
+        """`window_ns`: None = the default of the network mode (`runspec.DEFAULT_WINDOW_NS`); 0 = exact.
         `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 in the coordinator works, but
         stops its heartbeats during long engine calls). `packet_config`: a PacketConfig for ns3;
         `engine_options`: keyword options of the engine (FlowSimulator options, or PacketConfig fields).
         `live_ranks`: rank deduplication: start only ranks 0..live_ranks-1, each standing for itself and
-        its shifts by multiples of live_ranks (bridge.mirrors); it must divide the world size."""
+        its shifts by multiples of live_ranks (bridge.mirrors); it must divide the world size.
+        `rank_preload`: modules a fork server (bridge.forkserver) imports once, before it forks every
+        rank whose command is `python -m MODULE ...` with the same interpreter; empty: every rank is a
+        fresh interpreter."""
         if network not in NETWORKS:
             raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
         if transport not in TRANSPORTS:
@@ -173,7 +186,9 @@ class CosimRun:
         self.timeout_s = timeout_s
         self.cwd = cwd
         self.python = python
+        self.rank_preload = tuple(rank_preload)
         self.children: list[Child] = []
+        self._forker: ForkServer | None = None
         self.run_dir: Path | None = None
 
     # ----- start-up ----------------------------------------------------------------------------
@@ -189,7 +204,8 @@ class CosimRun:
             time.sleep(0.01)
         return path.read_text()
 
-    def _rank_env(self, rank: int, local: tuple[int, int], endpoint: str, token: str, port: int) -> dict[str, str]:
+    def _common_env(self, endpoint: str, token: str, port: int) -> dict[str, str]:
+        """The environment every rank shares (the fork server's too)."""
         env = dict(os.environ)
         # One intra-op thread per rank unless the user says otherwise (as torchrun does): many rank
         # processes share few cores, and each one's idle OpenMP threads would spin on them
@@ -197,10 +213,7 @@ class CosimRun:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.update(self.env)
         env.update(
-            RANK=str(rank),
             WORLD_SIZE=str(self.spec.world),
-            LOCAL_RANK=str(local[0]),
-            LOCAL_WORLD_SIZE=str(local[1]),
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
             PHANTORA_ENDPOINT=endpoint,
@@ -212,6 +225,10 @@ class CosimRun:
             PYTHONUNBUFFERED="1",
         )
         return env
+
+    @staticmethod
+    def _rank_env(common: dict[str, str], rank: int, local: tuple[int, int]) -> dict[str, str]:
+        return {**common, "RANK": str(rank), "LOCAL_RANK": str(local[0]), "LOCAL_WORLD_SIZE": str(local[1])}
 
     def _start(self, token: str, logs: Path) -> str:
         """Start server (if any) and coordinator; return the coordinator's endpoint."""
@@ -230,12 +247,27 @@ class CosimRun:
         return self._wait_endpoint("coord", coord, 60.0)
 
     def _start_ranks(self, endpoint: str, token: str, logs: Path) -> None:
-        port = _free_port()
+        common = self._common_env(endpoint, token, _free_port())
         local = _local_ranks(self.spec.topology, self.spec.world)
-        for r in range(self.spec.live_ranks):
-            cmd = self.rank_cmd(r) if callable(self.rank_cmd) else self.rank_cmd
-            env = self._rank_env(r, local[r], endpoint, token, port)
-            self.children.append(spawn("rank", r, [str(c) for c in cmd], env, logs / f"rank{r}.log", self.cwd))
+        cmds = [
+            [str(c) for c in (self.rank_cmd(r) if callable(self.rank_cmd) else self.rank_cmd)]
+            for r in range(self.spec.live_ranks)
+        ]
+        forker = self._forker = None
+        if self.rank_preload and any(_module_form(c, cmds[0][0]) for c in cmds):
+            forker = self._forker = ForkServer.start(
+                cmds[0][0], self.rank_preload, common, logs / "forkserver.log", self.cwd
+            )
+        try:
+            for r, cmd in enumerate(cmds):
+                env, log = self._rank_env(common, r, local[r]), logs / f"rank{r}.log"
+                if forker is not None and _module_form(cmd, cmds[0][0]):
+                    self.children.append(forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd))
+                else:
+                    self.children.append(spawn("rank", r, cmd, env, log, self.cwd))
+        finally:
+            if forker is not None:  # stopped after its ranks: SIGTERM reaches them first
+                self.children.append(forker.child)
 
     # ----- supervision -------------------------------------------------------------------------
     def _supervise(self, sock: zmq.Socket, t0: float) -> tuple[dict[str, Any], float, float]:
@@ -244,6 +276,7 @@ class CosimRun:
         last_heard = time.monotonic()
         last_beat = 0.0
         welcomed_at: float | None = None
+        victim_until: dict[int, float] = {}  # pid of a rank that exited with PEER_LOST_EXIT -> when to blame it
         while True:
             if sock.poll(100):
                 msg = self._recv(sock)
@@ -257,6 +290,11 @@ class CosimRun:
             now = time.monotonic()
             for c in self.children:
                 if c.reported or c.proc.poll() is None:
+                    continue
+                if c.role == "rank" and c.proc.returncode == PEER_LOST_EXIT and now < victim_until.get(c.pid, now + 1):
+                    # a victim: it lost a connection to a peer that died first; give that peer's
+                    # death a moment to be seen, so the run names it instead
+                    victim_until.setdefault(c.pid, now + VICTIM_GRACE_S)
                     continue
                 c.reported = True
                 if c.role == "rank" and c.proc.returncode == 0:
@@ -309,7 +347,7 @@ class CosimRun:
         """After the outcome: give ranks and coordinator `grace_s` to exit by themselves."""
         deadline = time.monotonic() + grace_s
         for c in self.children:
-            if c.role == "server":
+            if c.role in ("server", "forkserver"):
                 continue
             while c.proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -341,6 +379,8 @@ class CosimRun:
             result = self._result(outcome, t0, t_ready, t_end)
         finally:
             stop_all(self.children)
+            if self._forker is not None:
+                self._forker.close()
             if sock is not None:
                 sock.close(0)
             ctx.term()

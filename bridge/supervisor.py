@@ -23,7 +23,7 @@ except OSError:
     _LIBC = None  # not Linux: the heartbeat timeouts still end the run
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """In the child, before exec: SIGKILL when the launcher dies (Linux); exit if it already has."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -35,9 +35,9 @@ def _die_with_parent(parent: int) -> None:
 class Child:
     """One process of the run."""
 
-    role: str  # "coordinator", "server" or "rank"
+    role: str  # "coordinator", "server", "forkserver" or "rank"
     rank: int | None
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes]  # or a bridge.forkclient.ForkedProc (a rank forked by the fork server)
     log_path: Path
     reported: bool = False  # its exit was handled
 
@@ -50,7 +50,7 @@ class Child:
         name = (
             f"rank {self.rank}"
             if self.role == "rank"
-            else {"server": "the network server"}.get(self.role, f"the {self.role}")
+            else {"server": "the network server", "forkserver": "the fork server"}.get(self.role, f"the {self.role}")
         )
         return f"{name} (pid {self.pid})"
 
@@ -74,9 +74,17 @@ class Child:
 
 
 def spawn(
-    role: str, rank: int | None, cmd: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None
+    role: str,
+    rank: int | None,
+    cmd: Sequence[str],
+    env: dict[str, str],
+    log_path: Path,
+    cwd: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Child:
-    """Start a child in its own process group, output to `log_path`, dying with this process."""
+    """Start a child in its own process group, output to `log_path`, dying with this process.
+
+    `pass_fds`: file descriptors the child inherits (all others are closed)."""
     parent = os.getpid()
     with open(log_path, "wb") as log:  # a fresh log per run, even in a reused --out directory
         proc = subprocess.Popen(
@@ -87,7 +95,8 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509 - the launcher is single-threaded here
+            pass_fds=tuple(pass_fds),
+            preexec_fn=lambda: die_with_parent(parent),  # noqa: PLW1509 - the launcher is single-threaded here
         )
     return Child(role, rank, proc, log_path)
 

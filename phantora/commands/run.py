@@ -61,6 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "live rank r mod K; auto (default): one live process per GPU of a host; off: one process per rank",
     )
     p.add_argument("--no-time-patch", action="store_true", help="keep time.perf_counter/time.time real")
+    p.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="start every rank as a fresh interpreter (default: fork them from one that has imported torch)",
+    )
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
     p.add_argument("--record", default=None, metavar="DIR", help="also record every rank's execution graph here")
     p.add_argument("--quiet", "-q", action="store_true", help="do not print rank 0's output")
@@ -93,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         tensors=args.tensors,
         dedup=args.dedup,
         timeout_s=args.timeout,
+        fork_server=not args.no_fork_server,
     )
     if args.record:
         from phantora.egraph.live import record_run

@@ -14,6 +14,7 @@ import sys
 import traceback
 from typing import Any
 
+from bridge.errors import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
 from phantora.runtime import backend, phantom_mode, timepatch
 from phantora.runtime import session as _session
@@ -90,6 +91,15 @@ def _user_frame(exc: BaseException) -> str:
     return where
 
 
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+def _peer_lost(exc: BaseException) -> bool:
+    """Did gloo fail because the other end of a connection went away (a peer died first)?"""
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and "gloo" in text and any(s in text for s in _PEER_LOST)
+
+
 def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
     if not isinstance(exc, PhantoraError):
         tb = exc.__traceback__
@@ -104,7 +114,7 @@ def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
     print(f"phantora: rank {rank} failed{at}: {type(exc).__name__}: {exc}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
-    os._exit(1)  # other ranks may be blocked in gloo; the supervisor stops them
+    os._exit(PEER_LOST_EXIT if _peer_lost(exc) else 1)  # others may be blocked in gloo; the supervisor stops them
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,7 @@ class RunConfig:
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
     wrapper: str | None = None  # a script each rank runs instead, with the training script and its args as argv
+    fork_server: bool = True  # fork ranks from one interpreter that has imported RANK_PRELOAD (bridge/forkserver.py)
 
 
 @dataclass
@@ -68,6 +69,20 @@ def resolve_topology(spec: str | Path | Topology) -> Topology:
 
     return load_topology(spec)
 
+
+# What a rank imports before the user's script runs (torch._dynamo: DDP and FSDP2 load it), and
+# the parallelism wrappers most scripts use: the fork server imports these once for all ranks.
+RANK_PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "torch.distributed",
+    "torch.nn.parallel",
+    "torch.distributed.fsdp",
+    "torch.distributed.tensor",
+    "phantora.runtime.bootstrap",
+    "phantora.runtime.dispatch",
+    "bridge.client",
+)
 
 LIVE_QUEUE_SAMPLE_NS = 1000  # ns3 live runs sample switch queues every 1 us (queues.csv, compare's p99)
 
@@ -181,6 +196,7 @@ def launch(cfg: RunConfig) -> RunReport:
             # flows.csv for `phantora compare` when results are written; a larger job's per-flow
             # records run to millions of rows, so it keeps the engine's totals only
             keep_flows=keep and world <= FLOWS_CSV_MAX_RANKS,
+            rank_preload=RANK_PRELOAD if cfg.fork_server else (),
         ).run()
         summary = summarize(cosim.ranks, gpu)
         summary = {

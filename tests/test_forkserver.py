@@ -1,0 +1,132 @@
+"""Ranks forked by the fork server (bridge/forkserver.py): same results, same failure handling.
+
+The references are runs of the same script with every rank a fresh interpreter, and the failure
+guarantees of docs/bridge.md: a dead rank ends the run naming it, within seconds, and no process
+outlives the run, not even when the launcher itself is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_runtime_e2e import star
+
+from bridge.errors import BridgeError
+from bridge.run import CosimRun
+from bridge.supervisor import alive_pids
+from phantora.runtime.launcher import RunConfig, launch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LOOP = """
+    import os, sys, torch, torch.distributed as dist
+    out = sys.argv[1]
+    dist.init_process_group()
+    rank = dist.get_rank()
+    with open(f"{out}/pid{rank}.tmp", "w") as f:
+        f.write(f"{os.getpid()} {os.getppid()}")
+    os.rename(f"{out}/pid{rank}.tmp", f"{out}/pid{rank}")
+    while True:                      # every rank keeps training
+        dist.all_reduce(torch.ones(4))
+"""
+
+
+def loop_script(tmp_path: Path) -> Path:
+    path = tmp_path / "loop.py"
+    path.write_text(textwrap.dedent(LOOP))
+    return path
+
+
+def wait_pids(tmp_path: Path, n: int, timeout_s: float = 90.0) -> list[tuple[int, int]]:
+    """(pid, parent pid) of each of `n` ranks, once all have written them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all((tmp_path / f"pid{r}").exists() for r in range(n)):
+            pairs = [(tmp_path / f"pid{r}").read_text().split() for r in range(n)]
+            return [(int(a), int(b)) for a, b in pairs]
+        time.sleep(0.05)
+    raise AssertionError("the ranks did not start")
+
+
+def test_forked_ranks_give_the_results_of_fresh_interpreters() -> None:
+    def run(fork: bool):
+        cfg = RunConfig(str(ROOT / "examples" / "gpt_ddp.py"), ["--steps", "2"], star(2), nproc=2, trace="none")
+        cfg.fork_server, cfg.timeout_s = fork, 300
+        return launch(cfg)
+
+    forked, fresh = run(True), run(False)
+    assert [s["time_ns"] for s in forked.summary["steps"]] == [s["time_ns"] for s in fresh.summary["steps"]]
+    assert forked.logs["rank 0"] == fresh.logs["rank 0"]  # the losses: the same training, bit for bit
+    assert forked.logs["rank 1"] == fresh.logs["rank 1"]
+    assert "forkserver" in forked.logs and "forkserver" not in fresh.logs
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_killing_a_rank_ends_the_run_naming_it_not_its_victim(tmp_path: Path, fork: bool) -> None:
+    """Rank 1 is killed inside its all-reduces; rank 0's gloo then fails too ("Connection reset by
+    peer"), often before the launcher has seen rank 1 die: the run must still name rank 1."""
+    killed: dict[str, float] = {}
+    found: list[tuple[int, int]] = []
+
+    def killer() -> None:
+        found.extend(wait_pids(tmp_path, 2))
+        time.sleep(0.5)
+        killed["t"] = time.monotonic()
+        os.kill(found[1][0], signal.SIGKILL)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    with pytest.raises(BridgeError) as err:
+        launch(
+            RunConfig(str(loop_script(tmp_path)), [str(tmp_path)], star(2), nproc=2, timeout_s=120, fork_server=fork)
+        )
+    ended = time.monotonic()
+    th.join()
+    assert ended - killed["t"] < 5.0
+    assert "rank 1" in str(err.value) and "SIGKILL" in str(err.value)
+    parent = found[0][1]
+    assert found[1][1] == parent and (parent != os.getpid()) == fork  # the fork server's children, or ours
+    assert alive_pids([pid for pid, _ in found] + ([parent] if fork else [])) == []
+
+
+def test_killing_the_launcher_leaves_no_process(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from phantora.cli import main; sys.exit(main())",
+        "run",
+        "-t",
+        "star8",
+        "--nproc",
+        "2",
+        "-q",
+    ]
+    cmd += ["--timeout", "120", str(loop_script(tmp_path)), str(tmp_path)]
+    launcher = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        pids = wait_pids(tmp_path, 2)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    left = [pid for pid, _ in pids] + [pids[0][1]]
+    deadline = time.monotonic() + 5.0
+    while alive_pids(left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive_pids(left) == []
+
+
+def test_a_fork_server_that_cannot_start_is_named() -> None:
+    run = CosimRun(star(2), rank_cmd=[sys.executable, "-m", "bridge.replay_rank"], rank_preload=("no_such_module_x",))
+    with pytest.raises(
+        BridgeError, match=r"(?s)the fork server .*exited with code 1 during start-up.*no_such_module_x"
+    ):
+        run.run()
+    assert alive_pids([c.pid for c in run.children]) == []
