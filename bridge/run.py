@@ -204,27 +204,31 @@ class CosimRun:
             time.sleep(0.01)
         return path.read_text()
 
-    def _common_env(self, endpoint: str, token: str, port: int) -> dict[str, str]:
-        """The environment every rank shares (the fork server's too)."""
+    def _base_env(self) -> dict[str, str]:
+        """The environment of every rank minus the run's endpoints and its rank variables (the fork server's)."""
         env = dict(os.environ)
         # One intra-op thread per rank unless the user says otherwise (as torchrun does): many rank
         # processes share few cores, and each one's idle OpenMP threads would spin on them
         # (10-20x the CPU per step of gpt_ddp.py with 4 ranks on 2 cores; docs/runtime.md).
         env.setdefault("OMP_NUM_THREADS", "1")
         env.update(self.env)
-        env.update(
-            WORLD_SIZE=str(self.spec.world),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            PHANTORA_ENDPOINT=endpoint,
-            PHANTORA_TOKEN=token,
-            PHANTORA_RUN_DIR=str(self.run_dir),
-            PHANTORA_WINDOW_NS=str(self.spec.window_ns),
-            PHANTORA_NETWORK=self.spec.network,
-            PHANTORA_PEER_TIMEOUT_S=str(self.spec.peer_timeout_s),
-            PYTHONUNBUFFERED="1",
-        )
+        env["PYTHONUNBUFFERED"] = "1"
         return env
+
+    def _common_env(self, endpoint: str, token: str, port: int) -> dict[str, str]:
+        """The environment every rank shares."""
+        return {
+            **self._base_env(),
+            "WORLD_SIZE": str(self.spec.world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PHANTORA_ENDPOINT": endpoint,
+            "PHANTORA_TOKEN": token,
+            "PHANTORA_RUN_DIR": str(self.run_dir),
+            "PHANTORA_WINDOW_NS": str(self.spec.window_ns),
+            "PHANTORA_NETWORK": self.spec.network,
+            "PHANTORA_PEER_TIMEOUT_S": str(self.spec.peer_timeout_s),
+        }
 
     @staticmethod
     def _rank_env(common: dict[str, str], rank: int, local: tuple[int, int]) -> dict[str, str]:
@@ -246,28 +250,27 @@ class CosimRun:
         self.children.append(coord)
         return self._wait_endpoint("coord", coord, 60.0)
 
-    def _start_ranks(self, endpoint: str, token: str, logs: Path) -> None:
+    def _rank_cmds(self) -> list[list[str]]:
+        cmd = self.rank_cmd
+        return [[str(c) for c in (cmd(r) if callable(cmd) else cmd)] for r in range(self.spec.live_ranks)]
+
+    def _start_fork_server(self, cmds: list[list[str]], logs: Path) -> None:
+        """Start the fork server first, so its imports overlap the server's and coordinator's start-up."""
+        if self.rank_preload and any(_module_form(c, cmds[0][0]) for c in cmds):
+            self._forker = ForkServer.start(
+                cmds[0][0], self.rank_preload, self._base_env(), logs / "forkserver.log", self.cwd
+            )
+            self.children.append(self._forker.child)
+
+    def _start_ranks(self, cmds: list[list[str]], endpoint: str, token: str, logs: Path) -> None:
         common = self._common_env(endpoint, token, _free_port())
         local = _local_ranks(self.spec.topology, self.spec.world)
-        cmds = [
-            [str(c) for c in (self.rank_cmd(r) if callable(self.rank_cmd) else self.rank_cmd)]
-            for r in range(self.spec.live_ranks)
-        ]
-        forker = self._forker = None
-        if self.rank_preload and any(_module_form(c, cmds[0][0]) for c in cmds):
-            forker = self._forker = ForkServer.start(
-                cmds[0][0], self.rank_preload, common, logs / "forkserver.log", self.cwd
-            )
-        try:
-            for r, cmd in enumerate(cmds):
-                env, log = self._rank_env(common, r, local[r]), logs / f"rank{r}.log"
-                if forker is not None and _module_form(cmd, cmds[0][0]):
-                    self.children.append(forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd))
-                else:
-                    self.children.append(spawn("rank", r, cmd, env, log, self.cwd))
-        finally:
-            if forker is not None:  # stopped after its ranks: SIGTERM reaches them first
-                self.children.append(forker.child)
+        for r, cmd in enumerate(cmds):
+            env, log = self._rank_env(common, r, local[r]), logs / f"rank{r}.log"
+            if self._forker is not None and _module_form(cmd, cmds[0][0]):
+                self.children.append(self._forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd))
+            else:
+                self.children.append(spawn("rank", r, cmd, env, log, self.cwd))
 
     # ----- supervision -------------------------------------------------------------------------
     def _supervise(self, sock: zmq.Socket, t0: float) -> tuple[dict[str, Any], float, float]:
@@ -365,10 +368,12 @@ class CosimRun:
         ctx = zmq.Context()
         sock = None
         try:
+            cmds = self._rank_cmds()
+            self._start_fork_server(cmds, logs)
             endpoint = self._start(token, logs)
             sock = connect_dealer(ctx, endpoint, OUTCOME_MAX_BYTES)
             sock.send(encode("hello", 0, role="supervisor", token=token, rank=None, world=None, pid=os.getpid()))
-            self._start_ranks(endpoint, token, logs)
+            self._start_ranks(cmds, endpoint, token, logs)
             try:
                 outcome, t_ready, t_end = self._supervise(sock, t0)
             except BridgeError as exc:
