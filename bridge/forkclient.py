@@ -86,7 +86,10 @@ class ForkServer:
     ) -> Child:
         """Fork rank `rank` running `python -m module argv...`; return it as a run child."""
         job = {"rank": rank, "module": module, "argv": list(argv), "env": env, "cwd": cwd, "log": str(log_path)}
-        self._sock.send(json.dumps(job).encode())
+        try:
+            self._sock.send(json.dumps(job).encode())
+        except OSError:  # the server is gone: wait for its exit status, reported below
+            self.child.proc.wait(timeout=5.0)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             msg = self._recv(0.05)
