@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
+from typing import Any
 
 from phantora.errors import PhantoraError
 
@@ -26,9 +29,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (`timeout`, a batch scheduler, `kill`)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so a run stops its processes (and theirs: DataLoader workers) on the way out
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return int(args.func(args) or 0)
     except PhantoraError as exc:
@@ -37,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"phantora {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"phantora {args.command}: terminated", file=sys.stderr)
+        return 143
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -130,3 +130,33 @@ def test_a_fork_server_that_cannot_start_is_named() -> None:
     ):
         run.run()
     assert alive_pids([c.pid for c in run.children]) == []
+
+
+CHILD = """
+    import multiprocessing, os, sys, time, torch, torch.distributed as dist
+    out = sys.argv[1]
+    dist.init_process_group()
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(1000,))
+    child.start()                    # a process of the rank's own, as a DataLoader worker is
+    with open(f"{out}/pid{dist.get_rank()}.tmp", "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    os.rename(f"{out}/pid{dist.get_rank()}.tmp", f"{out}/pid{dist.get_rank()}")
+    while True:
+        dist.all_reduce(torch.ones(4))
+"""
+
+
+def test_sigterm_to_the_launcher_stops_every_process(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    cmd = [sys.executable, "-c", "import sys; from phantora.cli import main; sys.exit(main())", "run", "-t", "star8"]
+    cmd += ["--nproc", "2", "-q", "--timeout", "120", str(script), str(tmp_path)]
+    launcher = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = wait_pids(tmp_path, 2)
+    finally:
+        launcher.terminate()
+        _, err = launcher.communicate(timeout=30)
+    assert launcher.returncode == 143 and "terminated" in err
+    left = [pid for pair in pids for pid in pair]  # the ranks and the processes they started
+    assert alive_pids(left) == []

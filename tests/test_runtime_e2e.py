@@ -231,6 +231,37 @@ def test_exception_in_one_rank_ends_the_run(tmp_path):
     assert alive_pids(pids) == []
 
 
+LOADER = """
+    import os, torch, torch.distributed as dist
+    from torch.utils.data import DataLoader, Dataset
+
+    class Squares(Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            return torch.full((4,), float(i * i)), os.getpid()
+
+    dist.init_process_group()
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context="fork", timeout=60)
+    total, pids = torch.zeros(1), set()
+    for x, pid in loader:
+        total += x.sum()
+        pids |= set(pid.tolist())
+    dist.all_reduce(total)
+    print(f"total {total.item():.0f} workers {len(pids - {os.getpid()})}")
+"""
+
+
+def test_dataloader_workers_run_as_plain_host_processes(tmp_path):
+    """Workers the rank forks build batches with plain torch: no charging, no bridge (which hung them)."""
+    script = write(tmp_path, "loader.py", LOADER)
+    rep = launch(RunConfig(str(script), topology=star(2), nproc=2, trace="none", timeout_s=120))
+    want = 2 * 4 * sum(i * i for i in range(16))  # 2 ranks x 4 elements x sum of squares
+    for r in range(2):
+        assert f"total {want} workers 2" in rep.logs[f"rank {r}"]
+
+
 def test_fsdp2_example_matches_ddp_losses():
     """FSDP2 (all-gather + reduce-scatter on the phantora backend) trains exactly like DDP."""
     args = [*GPT_ARGS, "--steps", "2"]

@@ -8,6 +8,7 @@ Configuration comes from the environment the launcher sets (see `Options.from_en
 
 from __future__ import annotations
 
+import functools
 import os
 import runpy
 import sys
@@ -64,7 +65,18 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     mode.__enter__()
     if opts.time_patch:
         timepatch.install(s.now)
+    os.register_at_fork(after_in_child=functools.partial(_leave_in_forked_child, mode))
     return s, mode
+
+
+def _leave_in_forked_child(mode: Any) -> None:
+    """A process the rank forks (a DataLoader worker) does host work: plain torch ops, real time.
+
+    It must not charge ops either: its copy of the bridge connection is not usable after fork, and
+    a simulated GPU does not run the data pipeline."""
+    mode.detach()
+    timepatch.uninstall()
+    _session.install(None)
 
 
 def end_session(s: RankSession, mode: Any) -> dict[str, Any]:

@@ -82,7 +82,11 @@ class ChargeMode(TorchDispatchMode):
     def __init__(self, session: RankSession) -> None:
         super().__init__()
         self.session = session
-        self.thread = threading.get_ident()
+        self.thread: int | None = threading.get_ident()  # None: detached, every op runs as plain torch
+
+    def detach(self) -> None:
+        """Stop charging: in a process the rank forked (a DataLoader worker), ops are host work."""
+        self.thread = None
 
     def __enter__(self) -> ChargeMode:
         self.session.memory.activate()  # parameter, gradient, optimizer and saved-tensor hooks
