@@ -246,6 +246,7 @@ def scale(ranks: int, steps: int, tensors: str = "real", fork: bool = True) -> d
         "sim_wall_s": rep.cosim.sim_wall_s,
         "peak_rss_mb_total": sum(rss),
         "peak_rss_mb_per_rank": max(rss),
+        "pss_mb_total": rep.summary["pss_mb_total"],
         "step_time_ms": rep.summary["step_time_ns"]["mean"] / 1e6,
     }
 
@@ -287,7 +288,7 @@ def main() -> None:
         overheads(args.ops, args.colls)
     if not args.skip_scale:
         print("GPT DDP example (examples/gpt_ddp.py defaults), flow network; ranks forked by the fork server")
-        print("or fresh interpreters (RSS counts the pages forked ranks share once per rank):")
+        print("or fresh interpreters (RSS counts the pages forked ranks share once per rank; PSS splits them):")
         runs = [(n, "real", fork) for n in args.ranks for fork in (True, False)]
         for n, tensors, fork in runs + [(n, "phantom", True) for n in args.ranks]:
             r = scale(n, args.steps, tensors, fork)
@@ -296,7 +297,8 @@ def main() -> None:
                 f"  {n:3d} ranks, {tensors:7s} {how} ({r['live']:2d} processes): wall {r['wall_s']:6.1f} s"
                 f" (start-up {r['startup_s']:.1f} s,"
                 f" co-sim {r['sim_wall_s']:.1f} s), peak RSS {r['peak_rss_mb_total'] / 1024:.2f} GB total,"
-                f" {r['peak_rss_mb_per_rank']:.0f} MB/rank, simulated step {r['step_time_ms']:.3f} ms",
+                f" {r['peak_rss_mb_per_rank']:.0f} MB/rank, PSS at the end {r['pss_mb_total'] / 1024:.2f} GB total,"
+                f" simulated step {r['step_time_ms']:.3f} ms",
                 flush=True,
             )
 

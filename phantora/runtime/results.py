@@ -99,6 +99,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
         if counted and seconds > 0:
             out["hfu"] = counted / len(steady) / (seconds * live * peak)
     out["peak_rss_mb_total"] = sum(float(r.get("peak_rss_mb") or 0) for r in ranks.values())
+    out["pss_mb_total"] = sum(float(r.get("pss_mb") or 0) for r in ranks.values())  # at the end, shared pages split
     mem = _memory(ranks)
     if mem is not None:
         out["memory"] = mem
@@ -114,6 +115,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
                 "flops_by_dtype",
                 "comm",
                 "peak_rss_mb",
+                "pss_mb",
             )
         }
         for r in sorted(ranks)

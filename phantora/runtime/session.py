@@ -374,6 +374,7 @@ class RankSession:
             },
             "workload": dict(self.workload),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "pss_mb": proportional_set_mb(),
             "memory": self.memory.results(),
         }
 
@@ -388,6 +389,21 @@ class RankSession:
         self.client.finish(end, res)
         self.finished = True
         return res
+
+
+def proportional_set_mb() -> float | None:
+    """This process's proportional set size now (Linux; None elsewhere), in MB.
+
+    Unlike RSS it splits shared pages among the processes sharing them, so summed over ranks forked
+    by the fork server it is the host memory they really take."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 _current: RankSession | None = None
