@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 
 @dataclass(frozen=True)
@@ -178,9 +178,36 @@ class TransformerBlock(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        if self.checkpointed == "op" and torch.is_grad_enabled():
+            return checkpoint(self.body, x, cos, sin, use_reentrant=False, context_fn=op_level_contexts)
         if self.checkpointed and torch.is_grad_enabled():
             return checkpoint(self.body, x, cos, sin, use_reentrant=False)
         return self.body(x, cos, sin)
+
+
+# Op-level selective checkpointing (torchtitan's `selective_ac_option = "op"`): inside every block,
+# keep the outputs of the expensive ops (matmuls, attention, max, tensor-parallel reduce-scatters)
+# except every second matmul, and recompute the rest (norms, activations, elementwise) in backward.
+def _expensive(op: object) -> bool:
+    name = str(op)
+    return name in ("aten.mm.default", "aten.max.default", "_c10d_functional.reduce_scatter_tensor.default") or (
+        name.startswith("aten._scaled_dot_product_") and "backward" not in name
+    )
+
+
+def op_level_contexts() -> tuple[object, object]:
+    """Fresh contexts for one checkpointed call: matmuls are counted separately in the forward and the recompute."""
+    matmuls = {False: 0, True: 0}
+
+    def policy(ctx: object, op: object, *args: object, **kwargs: object) -> CheckpointPolicy:
+        recompute = bool(getattr(ctx, "is_recompute", False))
+        if str(op) == "aten.mm.default":
+            matmuls[recompute] += 1
+            if matmuls[recompute] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if _expensive(op) else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 class Transformer(nn.Module):
@@ -205,12 +232,13 @@ class Transformer(nn.Module):
 
 
 def set_activation_checkpointing(model: Transformer, mode: str) -> list[int]:
-    """none; full: every block; selective: every other block (0, 2, 4, ...). Returns the indices."""
-    if mode not in ("none", "full", "selective"):
+    """none; full: every block; selective: every other block (0, 2, 4, ...); op: every block, op-level
+    selective (`op_level_contexts`). Returns the indices of the checkpointed blocks."""
+    if mode not in ("none", "full", "selective", "op"):
         raise SystemExit(f"unknown activation checkpointing mode {mode!r}")
     chosen = []
     for i, layer in enumerate(model.layers):
-        layer.checkpointed = mode == "full" or (mode == "selective" and i % 2 == 0)
+        layer.checkpointed = "op" if mode == "op" else mode == "full" or (mode == "selective" and i % 2 == 0)
         if layer.checkpointed:
             chosen.append(i)
     return chosen

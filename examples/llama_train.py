@@ -13,7 +13,9 @@ output head stay replicated over tp. Then `fully_shard` over the "dp" sub-mesh. 
 group read the same batch.
 
 --ac full checkpoints every block; --ac selective every other block (0, 2, 4, ...), which saves
-about half the activation memory for about half the recompute. --dtype bf16 uses FSDP2's
+about half the activation memory for about half the recompute; --ac op checkpoints every block at
+op level, as torchtitan's selective_ac_option="op": matmul (but every second one), attention and
+max outputs are kept, the rest is recomputed. --dtype bf16 uses FSDP2's
 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 master weights and optimizer
 state, bf16 compute and all-gathers, fp32 gradient reduce-scatters.
 
@@ -70,7 +72,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--parallel", choices=["fsdp", "tp-fsdp"], default="fsdp")
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel degree (tp-fsdp)")
-    p.add_argument("--ac", choices=["none", "selective", "full"], default="none")
+    p.add_argument("--ac", choices=["none", "selective", "op", "full"], default="none")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)

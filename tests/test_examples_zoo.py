@@ -166,6 +166,19 @@ def test_activation_checkpointing_recomputes_the_forward():
     assert time_ns["full"] > time_ns["selective"] > time_ns["none"]
 
 
+def test_op_level_checkpointing_trains_the_same_and_recomputes_only_cheap_ops():
+    """--ac op (torchtitan's op-level selective AC): the same losses as no AC; it recomputes less than
+    full AC (matmuls but every second one, and attention, are kept) and saves fewer activations than none."""
+    runs = {}
+    for ac in ("none", "op", "full"):
+        runs[ac] = run("llama_train.py", llama_args("--parallel", "fsdp", "--dtype", "fp32", "--ac", ac), 2)
+    assert losses(runs["op"].logs["rank 0"]) == losses(runs["none"].logs["rank 0"])
+    compute = {ac: r.summary["steps"][1]["compute_ns"] for ac, r in runs.items()}
+    assert compute["none"] < compute["op"] < compute["full"]
+    acts = {ac: r.summary["memory"]["breakdown_at_peak"]["activations"] for ac, r in runs.items()}
+    assert acts["full"] < acts["op"] < acts["none"]
+
+
 def moe_reference(routing: str, world: int, lr: float) -> list[float]:
     """Rank 0's losses from one process holding every expert, trained on the mean loss of all ranks."""
     cfg = mm.get_config("tiny")
