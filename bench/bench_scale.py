@@ -4,8 +4,9 @@ Runs `phantora run` (phantom tensors, rank deduplication, flow-level network) on
 - Llama-3-8B, FSDP2, full activation checkpointing, seq 8192, on 8, 64 and 1024 H100s;
 - Llama-3-70B, TP 8 x FSDP 64, full activation checkpointing, seq 8192, on 512 H100s.
 For each it prints the wall time, the live processes that stood for the ranks, the peak host
-memory (resident set of the launcher plus every child, sampled), and the simulated step time,
-tokens/s per GPU, MFU and device-memory peak.
+memory of the launcher plus every child, sampled (the summed resident set, which counts pages the
+forked ranks share once per process, and the summed proportional set, which splits them), and the
+simulated step time, tokens/s per GPU, MFU and device-memory peak.
 
     .venv/bin/python bench/bench_scale.py            # all four (about 10-20 minutes on 2 cores)
     .venv/bin/python bench/bench_scale.py --only 8b-64 --steps 2
@@ -50,21 +51,33 @@ def rail512(tmp: Path) -> Path:
     return path
 
 
+def _pss(p: psutil.Process) -> int:
+    """Proportional set size: shared pages (the fork server's imports, shared by every rank) split."""
+    try:
+        with open(f"/proc/{p.pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return 0
+
+
 def peak_rss(proc: subprocess.Popen, stop: threading.Event, out: list[float]) -> None:
-    """Sample the summed resident set of `proc` and its children (MB) until `stop`."""
+    """Sample the summed resident set and proportional set of `proc` and its children (MB) until `stop`.
+
+    Appends the peak RSS sum (counts every shared page once per process) and the peak PSS sum."""
     try:
         p = psutil.Process(proc.pid)
     except psutil.NoSuchProcess:
         return
-    best = 0.0
+    best = best_pss = 0.0
     while not stop.is_set():
         try:
-            total = p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
-            best = max(best, total / 2**20)
+            procs = [p, *p.children(recursive=True)]
+            best = max(best, sum(c.memory_info().rss for c in procs) / 2**20)
+            best_pss = max(best_pss, sum(_pss(c) for c in procs) / 2**20)
         except psutil.Error:
             pass
         stop.wait(0.5)
-    out.append(best)
+    out.extend([best, best_pss])
 
 
 def run_case(name: str, steps: int, tmp: Path, record: bool = False) -> dict:
@@ -117,6 +130,7 @@ def run_case(name: str, steps: int, tmp: Path, record: bool = False) -> dict:
         "live": res["live_processes"],
         "wall_s": round(wall, 1),
         "host_peak_mb": round(rss[0] if rss else 0.0),
+        "host_pss_peak_mb": round(rss[1] if len(rss) > 1 else 0.0),
         "step_ms": round(res["step_time_ns"]["mean"] / 1e6, 1),
         "tokens_s_gpu": round(res.get("tokens_per_s_per_gpu", 0.0)),
         "mfu_pct": round(100 * res.get("mfu", 0.0), 1),
@@ -132,7 +146,18 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="phantora-scale-") as d:
         rows = [run_case(name, args.steps, Path(d), args.record) for name in args.only.split(",")]
-    keys = ["case", "gpus", "live", "wall_s", "host_peak_mb", "step_ms", "tokens_s_gpu", "mfu_pct", "device_peak_gib"]
+    keys = [
+        "case",
+        "gpus",
+        "live",
+        "wall_s",
+        "host_peak_mb",
+        "host_pss_peak_mb",
+        "step_ms",
+        "tokens_s_gpu",
+        "mfu_pct",
+        "device_peak_gib",
+    ]
     if args.record:
         keys += ["trace_kb", "trace_b_per_rank_step"]
     print(" | ".join(keys))
