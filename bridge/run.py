@@ -294,11 +294,11 @@ class CosimRun:
             for c in self.children:
                 if c.reported or c.proc.poll() is None:
                     continue
-                if c.role == "rank" and c.proc.returncode == PEER_LOST_EXIT and now < victim_until.get(c.pid, now + 1):
+                if c.role == "rank" and c.proc.returncode == PEER_LOST_EXIT:
                     # a victim: it lost a connection to a peer that died first; give that peer's
                     # death a moment to be seen, so the run names it instead
-                    victim_until.setdefault(c.pid, now + VICTIM_GRACE_S)
-                    continue
+                    if now < victim_until.setdefault(c.pid, now + VICTIM_GRACE_S):
+                        continue
                 c.reported = True
                 if c.role == "rank" and c.proc.returncode == 0:
                     sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
