@@ -88,6 +88,10 @@ try:
             results = {"t_done": got, "t_seen": t}
         else:
             t = c.wait(h)
+    elif mode == "peerlost":  # rank 1 exits as a rank whose gloo peer vanished would (PEER_LOST_EXIT)
+        if r == 1:
+            os._exit(3)
+        t = c.wait(coll("all_reduce", [0, 1], 0, 0))
     elif mode == "clock":
         for i in range(1, 201):
             c.advance_clock(i * 1000)
@@ -106,7 +110,7 @@ try:
     c.finish(t, results)
 except BridgeError as exc:
     print(f"rank {r}: {exc}", file=sys.stderr)
-    sys.exit(3)
+    sys.exit(4)
 finally:
     c.close()
 '''
@@ -266,6 +270,16 @@ def test_killing_a_process_ends_the_run_naming_it(rank_script: Path, role: str, 
     assert label in str(err) and "SIGKILL" in str(err)
     assert alive_pids(pids) == []
     assert run.run_dir is not None and not run.run_dir.exists()
+
+
+def test_a_rank_that_lost_a_peer_is_named_when_no_peer_died(rank_script: Path) -> None:
+    """A rank exiting with PEER_LOST_EXIT is first taken for a victim; with no culprit it is named."""
+    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "peerlost"], timeout_s=60)
+    t0 = time.monotonic()
+    with pytest.raises(BridgeError, match=r"rank 1 \(pid \d+\) exited with code 3 mid-run"):
+        run.run()
+    assert time.monotonic() - t0 < 30
+    assert alive_pids([c.pid for c in run.children]) == []
 
 
 def test_bad_messages_rejected_and_run_continues(rank_script: Path) -> None:
