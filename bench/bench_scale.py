@@ -60,7 +60,7 @@ def _pss(p: psutil.Process) -> int:
         return 0
 
 
-def peak_rss(proc: subprocess.Popen, stop: threading.Event, out: list[float]) -> None:
+def peak_memory(proc: subprocess.Popen, stop: threading.Event, out: list[float]) -> None:
     """Sample the summed resident set and proportional set of `proc` and its children (MB) until `stop`.
 
     Appends the peak RSS sum (counts every shared page once per process) and the peak PSS sum."""
@@ -109,7 +109,7 @@ def run_case(name: str, steps: int, tmp: Path, record: bool = False) -> dict:
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     stop, rss = threading.Event(), []
-    sampler = threading.Thread(target=peak_rss, args=(proc, stop, rss))
+    sampler = threading.Thread(target=peak_memory, args=(proc, stop, rss))
     sampler.start()
     log, _ = proc.communicate()
     stop.set()

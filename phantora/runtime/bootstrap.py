@@ -8,7 +8,6 @@ Configuration comes from the environment the launcher sets (see `Options.from_en
 
 from __future__ import annotations
 
-import functools
 import os
 import runpy
 import sys
@@ -65,22 +64,33 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     mode.__enter__()
     if opts.time_patch:
         timepatch.install(s.now)
-    os.register_at_fork(after_in_child=functools.partial(_leave_in_forked_child, mode))
+    global _active_mode, _fork_hook
+    if not _fork_hook:  # once per process, however many sessions it starts
+        os.register_at_fork(after_in_child=_leave_in_forked_child)
+        _fork_hook = True
+    _active_mode = mode
     return s, mode
 
 
-def _leave_in_forked_child(mode: Any) -> None:
+_active_mode: Any = None  # the entered ChargeMode of this process's session, if any
+_fork_hook = False
+
+
+def _leave_in_forked_child() -> None:
     """A process the rank forks (a DataLoader worker) does host work: plain torch ops, real time.
 
     It must not charge ops either: its copy of the bridge connection is not usable after fork, and
     a simulated GPU does not run the data pipeline."""
-    mode.detach()
-    timepatch.uninstall()
-    _session.install(None)
+    if _active_mode is not None:
+        _active_mode.detach()
+        timepatch.uninstall()
+        _session.install(None)
 
 
 def end_session(s: RankSession, mode: Any) -> dict[str, Any]:
     """Leave the mode, restore time, synchronise and report the results."""
+    global _active_mode
+    _active_mode = None
     timepatch.uninstall()
     mode.__exit__(None, None, None)
     try:
