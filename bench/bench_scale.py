@@ -29,6 +29,8 @@ from pathlib import Path
 
 import psutil
 
+from bridge.supervisor import proportional_set_mb
+
 ROOT = Path(__file__).resolve().parents[1]
 PHANTORA = [sys.executable, "-m", "phantora.cli"]
 
@@ -51,15 +53,6 @@ def rail512(tmp: Path) -> Path:
     return path
 
 
-def _pss(p: psutil.Process) -> int:
-    """Proportional set size: shared pages (the fork server's imports, shared by every rank) split."""
-    try:
-        with open(f"/proc/{p.pid}/smaps_rollup") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
-    except (OSError, StopIteration):
-        return 0
-
-
 def peak_memory(proc: subprocess.Popen, stop: threading.Event, out: list[float]) -> None:
     """Sample the summed resident set and proportional set of `proc` and its children (MB) until `stop`.
 
@@ -73,7 +66,7 @@ def peak_memory(proc: subprocess.Popen, stop: threading.Event, out: list[float])
         try:
             procs = [p, *p.children(recursive=True)]
             best = max(best, sum(c.memory_info().rss for c in procs) / 2**20)
-            best_pss = max(best_pss, sum(_pss(c) for c in procs) / 2**20)
+            best_pss = max(best_pss, sum(proportional_set_mb(c.pid) or 0.0 for c in procs))
         except psutil.Error:
             pass
         stop.wait(0.5)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
+from bridge.supervisor import proportional_set_mb
 from phantora.errors import PhantoraError
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import OpCost, Roofline
@@ -389,21 +390,6 @@ class RankSession:
         self.client.finish(end, res)
         self.finished = True
         return res
-
-
-def proportional_set_mb() -> float | None:
-    """This process's proportional set size now (Linux; None elsewhere), in MB.
-
-    Unlike RSS it splits shared pages among the processes sharing them, so summed over ranks forked
-    by the fork server it is the host memory they really take."""
-    try:
-        with open("/proc/self/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 _current: RankSession | None = None
