@@ -127,18 +127,23 @@ class NetServer:
         return encode("error", eng.now(), code=E_PROTOCOL, text=f"the network server does not take {msg.type!r}")
 
     def serve(self, peer_timeout_s: float) -> int:
-        """Answer requests until shutdown (0), or until the coordinator is silent too long (4)."""
+        """Answer requests until shutdown (0), or until the coordinator is silent too long (4).
+
+        Silence is counted only while the server waits. The time it spends on a request (an ns-3
+        advance can take minutes) is its own busy time: the coordinator's heartbeats queue up
+        meanwhile, so the clock restarts when the reply has gone, not when the request came.
+        """
         parent = os.getppid()
         last = time.monotonic()
         while self.running:
             if self.sock.poll(int(HEARTBEAT_S * 1000)):
                 frames = self.sock.recv_multipart()
                 ident, raw = frames[0], b"".join(frames[1:])
-                if ident == self.peer:
-                    last = time.monotonic()
                 reply = self.handle(ident, raw)
                 if reply is not None:
                     self.sock.send_multipart([ident, reply])
+                if ident == self.peer:
+                    last = time.monotonic()
             if os.getppid() != parent:
                 log("the launcher died; exiting")
                 return 4
