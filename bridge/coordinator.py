@@ -214,6 +214,9 @@ class Coordinator:
                 self.send_supervisor(encode("outcome", core.engine.now(), outcome=outcome))
                 return 0
             self.heartbeat()
+            # The launcher's heartbeats queue up while the engine runs (an ns-3 advance can take
+            # minutes): read them before judging its silence, or busy time would count as silence.
+            self.drain_queued()
             if os.getppid() != parent:
                 log("the launcher died; exiting")
                 return 4

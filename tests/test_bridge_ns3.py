@@ -142,13 +142,15 @@ def test_native_advance_watching_equals_stepping(ns3_lib) -> None:
 def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, ns3_lib) -> None:
     """Regression: the server took its own busy time in a long ns-3 advance for the coordinator's silence.
 
-    One 8-rank ring all-reduce of 48 MiB is a single advance of several wall seconds; the peer timeout
+    One 8-rank ring all-reduce of 128 MiB is a single advance of several wall seconds; the peer timeout
     is 2 s. The run must finish, and in no less than the ring's closed-form time at line rate.
     """
     topo = leaf_spine(1, 8, 0, nic_rate="100Gbps", latency="1us")
-    size = 48 << 20
+    size = 128 << 20
     path = tmp_path / "wl.json"
-    path.write_text(json.dumps({"name": "big", "op": [{"name": "ar", "kind": "all_reduce", "bytes": size, "ranks": "all"}]}))
+    path.write_text(
+        json.dumps({"name": "big", "op": [{"name": "ar", "kind": "all_reduce", "bytes": size, "ranks": "all"}]})
+    )
     res = CosimRun(
         topo,
         network="ns3",
@@ -160,4 +162,4 @@ def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, 
     (op,) = res.collectives
     ring_ns = 2 * 7 / 8 * size * 8 / 100e9 * 1e9
     assert op["end_ns"] - op["t_start"] >= ring_ns
-    assert res.engine_stats["server_cpu_s"] > 2 * 2.0, "the advance must outlast the peer timeout to test anything"
+    assert res.engine_stats["server_cpu_s"] > 2.0, "the advance must outlast the peer timeout to test anything"
