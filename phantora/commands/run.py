@@ -62,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-time-patch", action="store_true", help="keep time.perf_counter/time.time real")
     p.add_argument(
+        "--no-sim-cuda",
+        action="store_true",
+        help="no simulated CUDA device: torch.cuda is unavailable, as in the CPU build (default: scripts "
+        "written for CUDA + NCCL run unchanged on simulated GPUs)",
+    )
+    p.add_argument(
         "--no-fork-server",
         action="store_true",
         help="start every rank as a fresh interpreter (default: fork them from one that has imported torch)",
@@ -96,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         perf_tables=list(args.perf_table),
         curves=args.curves,
         tensors=args.tensors,
+        sim_cuda=not args.no_sim_cuda,
         dedup=args.dedup,
         timeout_s=args.timeout,
         fork_server=not args.no_fork_server,

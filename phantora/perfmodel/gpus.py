@@ -41,6 +41,8 @@ class GpuSpec:
     aliases: tuple[str, ...] = field(default=())
     label: str = ""  # display name, e.g. "H100 SXM"
     nvlink_bw: float = 0.0  # per direction, bytes/s; 0 when the GPU has no NVLink
+    capability: tuple[int, int] = (0, 0)  # CUDA compute capability (torch.cuda.get_device_capability)
+    cuda_name: str = ""  # the name CUDA reports (torch.cuda.get_device_name)
 
     def matmul_peak(self, dtype: str, *, tf32: bool = False) -> float:
         """Peak FLOP/s of a matrix product whose inputs are `dtype` (canonical name)."""
@@ -78,6 +80,8 @@ GPUS: dict[str, GpuSpec] = {
             32 * GIGA,
             ("a100-sxm", "a100-80gb", "a100-sxm4-80gb"),
             label="A100 SXM 80GB",
+            capability=(8, 0),
+            cuda_name="NVIDIA A100-SXM4-80GB",
             nvlink_bw=300 * GIGA,
         ),
         GpuSpec(
@@ -93,6 +97,8 @@ GPUS: dict[str, GpuSpec] = {
             64 * GIGA,
             ("h100-sxm", "h100-sxm5"),
             label="H100 SXM",
+            capability=(9, 0),
+            cuda_name="NVIDIA H100 80GB HBM3",
             nvlink_bw=450 * GIGA,
         ),
         GpuSpec(
@@ -108,6 +114,8 @@ GPUS: dict[str, GpuSpec] = {
             64 * GIGA,
             ("h200-sxm",),
             label="H200 SXM",
+            capability=(9, 0),
+            cuda_name="NVIDIA H200",
             nvlink_bw=450 * GIGA,
         ),
         GpuSpec(
@@ -123,6 +131,8 @@ GPUS: dict[str, GpuSpec] = {
             64 * GIGA,
             ("b200-sxm",),
             label="B200",
+            capability=(10, 0),
+            cuda_name="NVIDIA B200",
             nvlink_bw=900 * GIGA,
         ),
         GpuSpec(
@@ -138,6 +148,8 @@ GPUS: dict[str, GpuSpec] = {
             32 * GIGA,
             ("l40s-pcie",),
             label="L40S (PCIe)",
+            capability=(8, 9),
+            cuda_name="NVIDIA L40S",
         ),
     )
 }

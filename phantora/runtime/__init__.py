@@ -68,9 +68,19 @@ def deferred_init() -> Any:
 
 
 def step() -> int:
-    """Mark the end of a training iteration: join every lane; return the step's simulated ns."""
+    """Mark the end of a training iteration: join every lane; return the step's simulated ns.
+
+    In a CUDA program that phantora already steps at each optimizer step (runtime/autostep.py),
+    this does nothing and returns the last step's duration."""
     s = _current()
-    return 0 if s is None else s.step()
+    if s is None:
+        return 0
+    from phantora.runtime import autostep
+
+    if not autostep.explicit_step():
+        ends = s.step_ends
+        return ends[-1] - (ends[-2] if len(ends) > 1 else 0) if ends else 0
+    return s.step()
 
 
 def memory_allocated() -> int:

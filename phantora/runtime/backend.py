@@ -35,6 +35,8 @@ from torch.futures import Future
 from phantora.errors import PhantoraError
 from phantora.runtime import session as _session
 from phantora.runtime.session import Pending, RankSession, Transfer
+from phantora.runtime.simcuda import device as simcuda
+from phantora.runtime.simcuda.tensor import SimCudaTensor
 from phantora.runtime.unowned_gloo import UnownedGloo
 
 BACKEND = "phantora"
@@ -517,6 +519,60 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         """Collectives are simulated; an abort has nothing to cancel."""
 
 
+_COLLECTIVES = (
+    "allreduce",
+    "allreduce_coalesced",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "all_gather_single",
+    "allgather_coalesced",
+    "all_gather_single_coalesced",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_single_coalesced",
+    "all_to_all_single",
+    "alltoall",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+)
+
+
+def _on_data(method: Callable[..., PhantoraWork]) -> Callable[..., PhantoraWork]:
+    """A collective of the simulated CUDA device's tensors runs on their data; its result keeps the wrappers."""
+
+    @functools.wraps(method)
+    def run(self: PhantoraProcessGroup, *args: Any) -> PhantoraWork:
+        wrappers: dict[int, torch.Tensor] = {}
+
+        def find(x: Any) -> None:
+            if isinstance(x, SimCudaTensor):
+                wrappers[id(x.elem)] = x
+            elif isinstance(x, list | tuple):
+                for item in x:
+                    find(item)
+
+        find(args)
+        if not wrappers:
+            return method(self, *args)
+        work = method(self, *simcuda.unwrap(args))
+        work._result = [wrappers.get(id(t), t) for t in work._result]
+        return work
+
+    return run
+
+
+for _name in _COLLECTIVES:
+    setattr(PhantoraProcessGroup, _name, _on_data(getattr(PhantoraProcessGroup, _name)))
+PhantoraProcessGroup._allgather_base = PhantoraProcessGroup.all_gather_single
+PhantoraProcessGroup.allgather_into_tensor_coalesced = PhantoraProcessGroup.all_gather_single_coalesced
+PhantoraProcessGroup._reduce_scatter_base = PhantoraProcessGroup.reduce_scatter_single
+PhantoraProcessGroup.reduce_scatter_tensor_coalesced = PhantoraProcessGroup.reduce_scatter_single_coalesced
+PhantoraProcessGroup.alltoall_base = PhantoraProcessGroup.all_to_all_single
+
+
 def create_backend(common: Any, backend_options: Any = None) -> PhantoraProcessGroup:
     """The `register_backend` factory (extended API: it receives the group's global ranks)."""
     s = _session.require()
@@ -527,20 +583,28 @@ def create_backend(common: Any, backend_options: Any = None) -> PhantoraProcessG
 def register() -> None:
     """Register the `phantora` backend with torch.distributed (idempotent)."""
     if "PHANTORA" not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu"])
+        dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu", "cuda"])
 
 
-_REPLACED = (None, "", "undefined", "nccl", "cpu:gloo,cuda:nccl")
+_REPLACED = (None, "", "undefined", "nccl", "cpu:gloo,cuda:nccl", "cuda:nccl,cpu:gloo")
 
 
 def _map_backend(backend: Any) -> Any:
-    return BACKEND if backend is None or str(backend).lower() in _REPLACED else backend
+    """NCCL (alone, or as the CUDA half of ``"cuda:nccl,cpu:gloo"``) becomes phantora; plain gloo stays gloo.
+
+    A group with one backend per device is one phantora group: torch lets a Python process group
+    stand for the whole group, so its CPU tensors (metadata) are simulated collectives too, whose
+    data still moves over gloo in real mode.
+    """
+    text = "" if backend is None else str(backend).lower().replace(" ", "")
+    return BACKEND if backend is None or text in _REPLACED else backend
 
 
 def use_as_default() -> None:
     """Make `phantora` the default backend: init_process_group() and "nccl" requests get it; "gloo" stays gloo."""
     register()
     dist.Backend.default_device_backend_map["cpu"] = BACKEND
+    dist.Backend.default_device_backend_map["cuda"] = BACKEND
     c10d = dist.distributed_c10d
     if getattr(c10d.init_process_group, "_phantora", False):
         return

@@ -14,6 +14,7 @@ import sys
 import traceback
 from typing import Any
 
+import phantora.runtime.simcuda.preload  # noqa: F401, I001 - first: it must load before torch
 from bridge.errors import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
 from phantora.runtime import backend, phantom_mode, timepatch
@@ -58,6 +59,14 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     )
     if opts.phantom:
         phantom_mode.enable()
+    if opts.sim_cuda:
+        from phantora.perfmodel.gpus import get_gpu as gpu_entry
+        from phantora.runtime.simcuda import device as simcuda
+
+        simcuda.install(gpu_entry(opts.gpu), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), opts.phantom)
+        from phantora.runtime import autostep
+
+        autostep.install()
     _session.install(s)
     backend.use_as_default()
     mode = ChargeMode(s)

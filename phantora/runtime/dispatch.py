@@ -20,6 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from phantora.runtime import functional, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
+from phantora.runtime.simcuda import device as simcuda
+from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 _PLAIN = (
     (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
@@ -106,6 +108,19 @@ class ChargeMode(TorchDispatchMode):
         if threading.get_ident() != self.thread:
             return func(*args, **kwargs)  # gloo worker threads inherit the mode; their copies are not GPU work
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
+        if simcuda.active():
+            if SimCudaTensor in types and func.namespace == "_c10d_functional":
+                index = next(t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor))
+                with simcuda.device_work():
+                    out = self.__torch_dispatch__(func, (), simcuda.unwrap(args), simcuda.unwrap(kwargs))
+                return simcuda.wrap(out, index)
+            dev = kwargs.get("device")
+            if simcuda.is_cuda_device(dev):  # a factory or copy onto the simulated GPU
+                index = simcuda.cuda_index(dev)
+                kwargs = {**kwargs, "device": simcuda.inner_device()}
+                with simcuda.device_work():
+                    out = self.__torch_dispatch__(func, types, args, kwargs)
+                return simcuda.wrap(out, index)
         if func.namespace == "_c10d_functional":
             out = functional.run(s, func, args, kwargs)
             if mem.enabled:
@@ -118,6 +133,8 @@ class ChargeMode(TorchDispatchMode):
             return func(*args, **kwargs)
         if kind == "other":
             return NotImplemented
+        if simcuda.active() and simcuda.cuda_seen() and not simcuda.on_device():
+            return func(*args, **kwargs)  # host work: a CUDA program's CPU tensors are not the GPU's
         leaves = tensors_in(args)
         if kwargs:
             tensors_in(kwargs, leaves)

@@ -49,6 +49,7 @@ class RunConfig:
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
     wrapper: str | None = None  # a script each rank runs instead, with the training script and its args as argv
+    sim_cuda: bool = True  # the simulated CUDA device: CUDA + NCCL scripts run unchanged (runtime/simcuda)
     fork_server: bool = True  # fork ranks from one interpreter that has imported RANK_PRELOAD (bridge/forkserver.py)
 
 
@@ -73,6 +74,7 @@ def resolve_topology(spec: str | Path | Topology) -> Topology:
 # What a rank imports before the user's script runs (torch._dynamo: DDP and FSDP2 load it), and
 # the parallelism wrappers most scripts use: the fork server imports these once for all ranks.
 RANK_PRELOAD = (
+    "phantora.runtime.simcuda.preload",  # before torch: the simulated CUDA device's C++ part
     "torch",
     "torch._dynamo",
     "torch.distributed",
@@ -178,6 +180,7 @@ def launch(cfg: RunConfig) -> RunReport:
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
     opts.phantom = phantom
+    opts.sim_cuda = cfg.sim_cuda
     env = {**opts.to_env(), **cfg.env}
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
     cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", *wrap, str(script.resolve()), *cfg.args]

@@ -38,6 +38,7 @@ import torch
 
 from phantora.errors import InputError
 from phantora.runtime.compute import tensors_in
+from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 BLOCK = 512  # the CUDA caching allocator rounds every allocation up to 512 bytes
 GIB = 1 << 30
@@ -113,6 +114,8 @@ def _storage(t: torch.Tensor) -> Any:
     local = getattr(t, "_local_tensor", None)
     if local is not None:
         t = local
+    if isinstance(t, SimCudaTensor):
+        t = t.elem
     try:
         return t.untyped_storage()
     except (RuntimeError, NotImplementedError, TypeError):

@@ -24,6 +24,7 @@ class Options:
     perf_tables: tuple[str, ...] = ()  # measured tables (CSV) that take priority over the calibrated model
     curves: str | None = None  # curves JSON from `phantora calibrate --out`; None: the shipped curves
     phantom: bool = False  # meta tensors: no data, no host memory (phantora.runtime.phantom)
+    sim_cuda: bool = False  # the simulated CUDA device (phantora.runtime.simcuda); `phantora run` turns it on
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Options:
@@ -40,6 +41,7 @@ class Options:
             perf_tables=tuple(p for p in env.get("PHANTORA_PERF_TABLES", "").split(os.pathsep) if p),
             curves=env.get("PHANTORA_CURVES") or None,
             phantom=env.get("PHANTORA_PHANTOM", "0") in ("1", "true", "yes"),
+            sim_cuda=env.get("PHANTORA_SIM_CUDA", "0") in ("1", "true", "yes"),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -54,6 +56,7 @@ class Options:
             env["PHANTORA_OUT"] = str(self.out_dir)
         env["PHANTORA_COMPUTE_MODEL"] = self.compute_model
         env["PHANTORA_PHANTOM"] = "1" if self.phantom else "0"
+        env["PHANTORA_SIM_CUDA"] = "1" if self.sim_cuda else "0"
         if self.perf_tables:
             env["PHANTORA_PERF_TABLES"] = os.pathsep.join(str(p) for p in self.perf_tables)
         if self.curves:

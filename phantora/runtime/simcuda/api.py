@@ -1,0 +1,324 @@
+"""`torch.cuda` as the simulated GPU answers it: devices, properties, memory, RNG, and what is not simulated.
+
+`install(gpu, device_count)` replaces the functions of `torch.cuda` (and the few of `torch.backends`,
+`torch.version` and `torch.accelerator` that frameworks read) in this process. Device properties
+come from the GPU table (phantora.perfmodel.gpus); memory figures from the rank's simulated device
+memory (memory.py). The caching allocator is not modelled: reserved memory is reported equal to
+allocated memory, and `memory_stats` says so under ``"phantora.reserved_model"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from phantora.errors import PhantoraError
+from phantora.runtime.simcuda import streams
+
+CUDA_VERSION = "12.4"
+CUDNN_VERSION = 90100
+
+_state: dict[str, Any] = {"count": 1, "current": 0, "gpu": None}
+
+
+class NotSimulatedError(PhantoraError):
+    """A CUDA feature the simulated GPU does not provide; the message names the call and a workaround."""
+
+
+def index_of(device: Any = None) -> int:
+    """The device index of `device` (int, str, torch.device or None: the current device)."""
+    if device is None:
+        return int(_state["current"])
+    if isinstance(device, int):
+        return device
+    if isinstance(device, streams.Stream):
+        return device.device.index or 0
+    d = torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"Expected a cuda device, but got: {d}")
+    return int(_state["current"]) if d.index is None else d.index
+
+
+def current_device() -> int:
+    return int(_state["current"])
+
+
+def set_device(device: Any) -> None:
+    i = index_of(device)
+    if not 0 <= i < _state["count"]:
+        raise RuntimeError(
+            f"CUDA error: invalid device ordinal {i} (the simulated host has {_state['count']} GPUs; "
+            "its GPU count comes from the topology's GPUs per host)"
+        )
+    _state["current"] = i
+
+
+def device_count() -> int:
+    return int(_state["count"])
+
+
+class device:  # noqa: N801 - torch.cuda.device
+    """``with torch.cuda.device(i):`` makes device i current inside."""
+
+    def __init__(self, device: Any) -> None:
+        self.idx = -1 if device is None else index_of(device)
+        self.prev = -1
+
+    def __enter__(self) -> None:
+        self.prev = current_device()
+        if self.idx >= 0:
+            set_device(self.idx)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.idx >= 0:
+            set_device(self.prev)
+
+
+class device_of(device):  # noqa: N801
+    def __init__(self, obj: Any) -> None:
+        super().__init__(obj.get_device() if getattr(obj, "is_cuda", False) else -1)
+
+
+def _gpu() -> Any:
+    return _state["gpu"]
+
+
+def get_device_properties(device: Any = None) -> Any:
+    g = _gpu()
+    major, minor = g.capability
+    return types.SimpleNamespace(
+        name=g.cuda_name,
+        major=major,
+        minor=minor,
+        total_memory=g.mem_bytes,
+        multi_processor_count=g.sms,
+        L2_cache_size=g.l2_bytes,
+        is_integrated=False,
+        is_multi_gpu_board=False,
+        max_threads_per_multi_processor=2048,
+        warp_size=32,
+        gcnArchName="NA",
+        uuid=f"phantora-simulated-{g.name}-{index_of(device)}",
+        pci_bus_id=index_of(device),
+        pci_device_id=0,
+        pci_domain_id=0,
+        regs_per_multiprocessor=65536,
+        clock_rate=int(g.clock_hz / 1000),
+        memory_clock_rate=0,
+        memory_bus_width=0,
+    )
+
+
+def get_device_name(device: Any = None) -> str:
+    return str(_gpu().cuda_name)
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    return tuple(_gpu().capability)  # type: ignore[return-value]
+
+
+def get_arch_list() -> list[str]:
+    major, minor = _gpu().capability
+    return [f"sm_{major}{minor}"]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return _gpu().capability >= (8, 0)
+
+
+# ----- memory -----------------------------------------------------------------------------------
+def _tracker() -> Any:
+    from phantora.runtime import session
+
+    s = session.current()
+    return None if s is None else s.memory
+
+
+def memory_allocated(device: Any = None) -> int:
+    m = _tracker()
+    return 0 if m is None else int(m.current)
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    m = _tracker()
+    return 0 if m is None else int(m.peak)
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    m = _tracker()
+    if m is not None:
+        m.reset_peak()
+
+
+def memory_stats(device: Any = None) -> dict[str, Any]:
+    cur, peak = memory_allocated(), max_memory_allocated()
+    out: dict[str, Any] = {"num_alloc_retries": 0, "num_ooms": 0, "phantora.reserved_model": "equal to allocated"}
+    for name in ("allocated_bytes", "active_bytes", "reserved_bytes"):
+        out[f"{name}.all.current"] = cur
+        out[f"{name}.all.peak"] = peak
+    return out
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    total = int(_gpu().mem_bytes)
+    return max(0, total - memory_allocated()), total
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+# ----- random numbers: real mode draws on the CPU generator, so the cuda RNG is the CPU one -------
+def manual_seed(seed: int) -> None:
+    """Scripts seed with torch.manual_seed too; the cuda generator's draws come from the CPU one."""
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
+    torch.set_rng_state(state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [torch.get_rng_state() for _ in range(device_count())]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    if states:
+        torch.set_rng_state(states[0])
+
+
+# ----- what is not simulated ---------------------------------------------------------------------
+def _not_simulated(call: str, workaround: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotSimulatedError(f"{call} is not simulated by phantora's CUDA device: {workaround}")
+
+    refuse.__name__ = call.rsplit(".", 1)[-1]
+    return refuse
+
+
+_REFUSED = {
+    "CUDAGraph": (
+        "torch.cuda.CUDAGraph",
+        "run without CUDA graphs (e.g. torch.compile mode other than 'reduce-overhead')",
+    ),
+    "graph": ("torch.cuda.graph", "run without CUDA graphs"),
+    "make_graphed_callables": ("torch.cuda.make_graphed_callables", "call the modules directly"),
+    "ipc_collect": ("torch.cuda.ipc_collect", "CUDA IPC between processes is not simulated"),
+}
+
+
+@contextlib.contextmanager
+def _nvtx_range(*args: Any, **kwargs: Any) -> Iterator[None]:
+    yield
+
+
+def _nvtx() -> types.ModuleType:
+    mod = types.ModuleType("torch.cuda.nvtx", "NVTX markers: no-ops on the simulated GPU")
+    mod.range_push = lambda msg: 0  # type: ignore[attr-defined]
+    mod.range_pop = lambda: 0  # type: ignore[attr-defined]
+    mod.range_start = lambda msg: 0  # type: ignore[attr-defined]
+    mod.range_end = _nothing  # type: ignore[attr-defined]
+    mod.mark = _nothing  # type: ignore[attr-defined]
+    mod.range = _nvtx_range  # type: ignore[attr-defined]
+    return mod
+
+
+def install(gpu: Any, count: int) -> None:
+    """Make `torch.cuda` (and friends) answer as `count` simulated GPUs of type `gpu` (a perfmodel GpuSpec)."""
+    import sys
+
+    _state.update(gpu=gpu, count=max(1, count), current=0)
+    cuda = torch.cuda
+    plain: dict[str, Any] = {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "init": _nothing,
+        "_lazy_init": _nothing,
+        "_lazy_call": lambda fn, **kw: fn(),
+        "device_count": device_count,
+        "current_device": current_device,
+        "set_device": set_device,
+        "device": device,
+        "device_of": device_of,
+        "get_device_properties": get_device_properties,
+        "get_device_name": get_device_name,
+        "get_device_capability": get_device_capability,
+        "get_arch_list": get_arch_list,
+        "is_bf16_supported": is_bf16_supported,
+        "synchronize": streams.synchronize,
+        "Stream": streams.Stream,
+        "ExternalStream": streams.ExternalStream,
+        "Event": streams.Event,
+        "current_stream": streams.current_stream,
+        "default_stream": streams.default_stream,
+        "set_stream": streams.set_stream,
+        "stream": streams.stream,
+        "StreamContext": streams.StreamContext,
+        "is_current_stream_capturing": lambda: False,
+        "memory_allocated": memory_allocated,
+        "max_memory_allocated": max_memory_allocated,
+        "memory_reserved": memory_allocated,
+        "max_memory_reserved": max_memory_allocated,
+        "memory_stats": memory_stats,
+        "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_max_memory_allocated": reset_peak_memory_stats,
+        "reset_accumulated_memory_stats": _nothing,
+        "mem_get_info": mem_get_info,
+        "empty_cache": _nothing,
+        "set_per_process_memory_fraction": _nothing,
+        "manual_seed": manual_seed,
+        "manual_seed_all": manual_seed,
+        "seed": _nothing,
+        "seed_all": _nothing,
+        "initial_seed": torch.initial_seed,
+        "get_rng_state": get_rng_state,
+        "set_rng_state": set_rng_state,
+        "get_rng_state_all": get_rng_state_all,
+        "set_rng_state_all": set_rng_state_all,
+    }
+    for name, value in plain.items():
+        setattr(cuda, name, value)
+    for name, (call, hint) in _REFUSED.items():
+        setattr(cuda, name, _not_simulated(call, hint))
+    cuda.memory._record_memory_history = _not_simulated(  # type: ignore[attr-defined]
+        "torch.cuda.memory._record_memory_history",
+        "phantora reports simulated memory in results.json (memory) instead; remove the call",
+    )
+    cuda.memory._dump_snapshot = cuda.memory._record_memory_history  # type: ignore[attr-defined]
+    for name in ("memory_allocated", "max_memory_allocated", "memory_stats", "reset_peak_memory_stats", "empty_cache"):
+        setattr(cuda.memory, name, getattr(cuda, name))
+    cuda.memory.memory_reserved = memory_allocated  # type: ignore[attr-defined]
+    cuda.memory.max_memory_reserved = max_memory_allocated  # type: ignore[attr-defined]
+    cuda.memory.mem_get_info = mem_get_info  # type: ignore[attr-defined]
+    nvtx = _nvtx()
+    cuda.nvtx = nvtx  # type: ignore[attr-defined]
+    sys.modules["torch.cuda.nvtx"] = nvtx
+    torch.version.cuda = CUDA_VERSION  # type: ignore[misc]
+    torch.backends.cuda.is_built = lambda: True  # type: ignore[assignment]
+    torch.backends.cudnn.is_available = lambda: True  # type: ignore[assignment]
+    torch.backends.cudnn.version = lambda: CUDNN_VERSION  # type: ignore[assignment]
+    _install_accelerator()
+
+
+def _install_accelerator() -> None:
+    """`torch.accelerator` (used by DeviceMesh and FSDP2 to find the device) names the simulated GPU."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is None:
+        return
+    acc.is_available = lambda check_fork=False: True
+    acc.current_accelerator = lambda check_available=False: torch.device("cuda")
+    acc.device_count = device_count
+    acc.current_device_index = current_device
+    acc.current_device_idx = current_device
+    acc.set_device_index = set_device
+    acc.set_device_idx = set_device
+    acc.synchronize = streams.synchronize
+    acc.current_stream = streams.current_stream
+    acc.set_stream = streams.set_stream

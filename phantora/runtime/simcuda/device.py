@@ -1,0 +1,117 @@
+"""Installing the simulated CUDA device in a rank process.
+
+`install(gpu, device_count, phantom)` (the rank bootstrap calls it, unless ``--no-sim-cuda``):
+
+- registers a CUDA device guard (guard.cc, built once and cached), so ``.to("cuda")`` and the
+  autograd engine accept cuda tensors;
+- makes `torch.cuda` answer as the simulated GPU (api.py: devices, properties from the GPU table,
+  streams and events on the virtual clock, memory from the simulated device memory);
+- makes ``device="cuda"`` produce `SimCudaTensor` (tensor.py): cuda tensors whose data is a CPU
+  tensor (real mode) or a meta tensor (phantom mode); the dispatch mode charges their ops;
+- routes ``"nccl"`` and the CUDA half of ``"cuda:nccl,cpu:gloo"`` to the phantora backend.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from phantora.runtime.simcuda import api, guard
+from phantora.runtime.simcuda.tensor import (
+    SimCudaTensor,
+    cuda_index,
+    cuda_seen,
+    device_work,
+    inner_device,
+    is_cuda_device,
+    local,
+    on_device,
+    set_inner_device,
+    unwrap,
+    wrap,
+)
+
+__all__ = [
+    "SimCudaTensor",
+    "active",
+    "cuda_index",
+    "cuda_seen",
+    "device_work",
+    "on_device",
+    "inner_device",
+    "install",
+    "is_cuda_device",
+    "local",
+    "unwrap",
+    "wrap",
+]
+
+_installed = False
+
+
+def active() -> bool:
+    """True once this process simulates a CUDA device."""
+    return _installed
+
+
+def install(gpu: Any, device_count: int, phantom: bool) -> None:
+    """Simulate `device_count` CUDA GPUs of type `gpu` (a phantora.perfmodel.gpus.GpuSpec) in this process."""
+    global _installed
+    guard.load(device_count)  # loaded before torch by preload.py; this sets the device count
+    api.install(gpu, device_count)
+    set_inner_device(torch.device("meta") if phantom else torch.device("cpu"))
+    # The autograd engine would run the backward of cuda tensors on its own device threads; the rank's
+    # dispatch mode charges only the rank's own thread, so backward runs on the calling thread.
+    torch._C._set_multithreading_enabled(False)
+    if _installed:
+        return
+    _patch_host_entry_points()
+    _patch_fsdp_storage()
+    _installed = True
+
+
+def _patch_host_entry_points() -> None:
+    """Entry points that build a tensor without going through the dispatch mode (torch.tensor & co)."""
+    for name in ("tensor", "as_tensor", "asarray"):
+        orig = getattr(torch, name, None)
+        if orig is None:
+            continue
+        torch.__dict__[name] = _on_host_then_move(orig)
+    torch.Tensor.pin_memory = lambda self, device=None: self  # type: ignore[method-assign]
+    torch.Tensor.is_pinned = lambda self, device=None: False  # type: ignore[method-assign]
+
+
+def _on_host_then_move(orig: Any) -> Any:
+    @functools.wraps(orig)
+    def make(*args: Any, **kwargs: Any) -> Any:
+        dev = kwargs.get("device")
+        if not is_cuda_device(dev):
+            return orig(*args, **kwargs)
+        kwargs["device"] = "cpu"
+        requires_grad = kwargs.pop("requires_grad", False)
+        out = orig(*args, **kwargs).to(dev)
+        return out.requires_grad_(True) if requires_grad else out
+
+    return make
+
+
+def _patch_fsdp_storage() -> None:
+    """FSDP2 frees and refills unsharded parameters with ``untyped_storage().resize_()``: do it on the data."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+    except ImportError:
+        return
+
+    def on_data(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def run(tensor: torch.Tensor) -> None:
+            fn(local(tensor))
+
+        return run
+
+    alloc, free = on_data(_fsdp_param.alloc_storage), on_data(_fsdp_param.free_storage)
+    _fsdp_param.alloc_storage, _fsdp_param.free_storage = alloc, free
+    if hasattr(_fsdp_param_group, "alloc_storage"):
+        _fsdp_param_group.alloc_storage = alloc

@@ -1,0 +1,180 @@
+"""CUDA streams and events of the simulated GPU, on the rank's virtual clock.
+
+Every kernel of a rank runs on its one compute lane, whatever stream it was issued on, and
+collectives on the communication lanes (clock.py): so `Stream` objects order nothing by
+themselves, and `wait_stream`/`wait_event` cost nothing. An `Event` records the compute lane's
+simulated time, so ``start.elapsed_time(end)`` (a framework's own step timer) gives simulated
+milliseconds. ``synchronize`` on a stream, an event or the device joins every lane and every
+collective in flight, as a host that waits for the GPU does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+from phantora.errors import PhantoraError
+
+_ids = itertools.count(1)
+
+
+def _session() -> Any:
+    from phantora.runtime import session
+
+    return session.current()
+
+
+def synchronize(device: Any = None) -> None:
+    """Wait for the simulated GPU: join every lane and collective in flight."""
+    s = _session()
+    if s is not None:
+        s.sync()
+
+
+class Stream:
+    """A CUDA stream of the simulated GPU (see the module docstring for its timing)."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
+        return super().__new__(cls)
+
+    def __init__(self, device: Any = None, priority: int = 0, stream_id: int | None = None, **kwargs: Any) -> None:
+        from phantora.runtime.simcuda import api
+
+        self.device = torch.device("cuda", api.index_of(device))
+        self.priority = priority
+        self.stream_id = next(_ids) if stream_id is None else stream_id
+        self.device_index = self.device.index
+        self.device_type = 1  # c10::DeviceType::CUDA
+
+    def wait_event(self, event: Event) -> None:
+        pass
+
+    def wait_stream(self, stream: Stream) -> None:
+        pass
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def is_capturing(self) -> bool:
+        return False  # CUDA graphs are not simulated (api.py refuses torch.cuda.graph)
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def __enter__(self) -> Stream:
+        self._ctx = StreamContext(self)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._ctx.__exit__(*exc)
+
+    @property
+    def cuda_stream(self) -> int:
+        return self.stream_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and (self.stream_id, self.device) == (other.stream_id, other.device)
+
+    def __hash__(self) -> int:
+        return hash((self.stream_id, self.device))
+
+    def __repr__(self) -> str:
+        return f"<simulated torch.cuda.Stream device={self.device} id={self.stream_id}>"
+
+
+class ExternalStream(Stream):
+    """Streams made elsewhere (a CUDA library's) do not exist on the simulated GPU."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise PhantoraError("torch.cuda.ExternalStream wraps a real CUDA stream, which the simulated GPU does not have")
+
+
+_default: dict[int, Stream] = {}
+_current: dict[int, Stream] = {}
+
+
+def default_stream(device: Any = None) -> Stream:
+    from phantora.runtime.simcuda import api
+
+    i = api.index_of(device)
+    if i not in _default:
+        _default[i] = Stream(i, stream_id=0)
+    return _default[i]
+
+
+def current_stream(device: Any = None) -> Stream:
+    from phantora.runtime.simcuda import api
+
+    i = api.index_of(device)
+    return _current.get(i) or default_stream(i)
+
+
+def set_stream(stream: Stream | None) -> None:
+    if stream is not None:
+        _current[stream.device.index or 0] = stream
+
+
+class StreamContext:
+    """``with torch.cuda.stream(s):`` makes `s` the current stream inside."""
+
+    def __init__(self, stream: Stream | None) -> None:
+        self.stream = stream
+        self.prev: Stream | None = None
+
+    def __enter__(self) -> Stream | None:
+        if self.stream is not None:
+            self.prev = current_stream(self.stream.device)
+            set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.prev is not None:
+            set_stream(self.prev)
+
+
+def stream(s: Stream | None) -> StreamContext:
+    return StreamContext(s)
+
+
+class Event:
+    """A CUDA event: `record` notes the compute lane's simulated time."""
+
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False
+    ) -> None:
+        if interprocess:
+            raise PhantoraError("interprocess CUDA events are not simulated (torch.cuda.Event(interprocess=True))")
+        self.enable_timing = enable_timing
+        self.t_ns: int | None = None
+
+    def record(self, stream: Stream | None = None) -> None:
+        s = _session()
+        self.t_ns = s.now() if s is not None else 0
+
+    def wait(self, stream: Stream | None = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def elapsed_time(self, end_event: Event) -> float:
+        """Simulated milliseconds from this event to `end_event`, as torch.cuda.Event.elapsed_time."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.t_ns is None or end_event.t_ns is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event.t_ns - self.t_ns) / 1e6
+
+    def ipc_handle(self) -> Any:
+        raise PhantoraError("CUDA event IPC handles are not simulated")

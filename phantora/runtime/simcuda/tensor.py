@@ -1,0 +1,191 @@
+"""Tensors on the simulated GPU: they report ``cuda:N``; their data lives in a CPU or meta tensor.
+
+`SimCudaTensor` is a wrapper subclass (as DTensor is): ``.device`` is ``cuda:N`` and ``.is_cuda`` is
+True, while the data is held by ``elem``: a CPU tensor in real mode (values are computed), a meta
+tensor in phantom mode (shapes only). Every aten op on it is unwrapped and run on ``elem``, so the
+rank's dispatch mode (dispatch.py) sees and charges the plain op, and the output is wrapped again.
+Collectives (the ``c10d`` ops) keep their wrappers and go to the process group's CUDA backend,
+which is phantora's (backend.py unwraps them), while CPU tensors still go to the CPU backend (gloo
+for ``"cuda:nccl,cpu:gloo"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+_PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+_TO_COPY = torch.ops.aten._to_copy.default
+_IS_PINNED = torch.ops.aten.is_pinned.default
+_PIN = torch.ops.aten._pin_memory.default
+
+
+class SimCudaTensor(torch.Tensor):
+    """A tensor on simulated GPU ``cuda:index``; `elem` holds its data (CPU) or shape (meta)."""
+
+    elem: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, index: int = 0) -> SimCudaTensor:
+        if not _seen:
+            _first_cuda_tensor()
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            elem.size(),
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            layout=elem.layout,
+            device=torch.device("cuda", index),
+            requires_grad=elem.requires_grad,
+        )
+        r.elem = elem
+        return r
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        return f"{self.elem!r}".replace("device='meta'", f"device='{self.device}'") + f" [simulated {self.device}]"
+
+    def __tensor_flatten__(self) -> tuple[list[str], int]:
+        return ["elem"], self.device.index or 0
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], index: int, size: Any, stride: Any) -> SimCudaTensor:
+        return SimCudaTensor(inner["elem"], index)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(
+        cls, func: Any, types: tuple[type, ...], args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        return run_op(func, args, kwargs or {})
+
+
+def is_cuda_device(dev: Any) -> bool:
+    """Is `dev` (a device, string or index-less name) the simulated CUDA device?"""
+    if dev is None:
+        return False
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    if isinstance(dev, str):
+        return dev.startswith("cuda")
+    return False
+
+
+def cuda_index(dev: Any) -> int:
+    """The device index of a cuda device spec (the current device when it has none)."""
+    from phantora.runtime.simcuda import api
+
+    d = torch.device(dev) if not isinstance(dev, torch.device) else dev
+    return api.current_device() if d.index is None else d.index
+
+
+_inner_device = torch.device("cpu")  # meta in phantom mode (set by install)
+_seen = False  # has this process made a cuda tensor? From then on, CPU tensors are host data
+
+
+def cuda_seen() -> bool:
+    """True once the program has put a tensor on the simulated GPU: it is a CUDA program.
+
+    Until then its ops are charged as GPU work, as in scripts written for phantora's CPU stand-in
+    (examples/gpt_ddp.py); from then on only the simulated GPU's ops are, and CPU tensors are the
+    host's (data loading), neither charged nor counted as device memory.
+    """
+    return _seen
+
+
+def _first_cuda_tensor() -> None:
+    global _seen
+    _seen = True
+    if _inner_device.type == "meta" and torch.get_default_device().type == "meta":
+        torch.set_default_device(None)  # phantom mode: a CUDA program's unplaced tensors are host data
+
+
+_device_depth = 0  # > 0 while an op of the simulated GPU runs on its data
+
+
+def on_device() -> bool:
+    """Is the op being dispatched now an op of the simulated GPU (not host work on CPU tensors)?"""
+    return _device_depth > 0
+
+
+class device_work:  # noqa: N801 - a context manager
+    """Inside, plain-tensor ops are the simulated GPU's (run on a SimCudaTensor's data, or making one)."""
+
+    def __enter__(self) -> None:
+        global _device_depth
+        _device_depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        global _device_depth
+        _device_depth -= 1
+
+
+def set_inner_device(dev: torch.device) -> None:
+    global _inner_device
+    _inner_device = dev
+
+
+def inner_device() -> torch.device:
+    """Where simulated GPU data lives: cpu (real mode) or meta (phantom mode)."""
+    return _inner_device
+
+
+def wrap(out: Any, index: int) -> Any:
+    """Wrap every plain tensor in `out` as a SimCudaTensor on ``cuda:index``."""
+    return tree_map(lambda x: SimCudaTensor(x, index) if type(x) in _PLAIN else x, out)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def unwrap(x: Any) -> Any:
+    """`x` with every SimCudaTensor replaced by its `elem` (nested lists, tuples, dicts)."""
+    return tree_map(lambda t: t.elem if isinstance(t, SimCudaTensor) else t, x)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor holding `t`'s data: its elem for a simulated CUDA tensor, else `t` itself."""
+    return t.elem if isinstance(t, SimCudaTensor) else t
+
+
+def _device_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """kwargs with a cuda `device` replaced by the inner device, and the cuda index (None if not cuda)."""
+    dev = kwargs.get("device")
+    if not is_cuda_device(dev):
+        return kwargs, None
+    return {**kwargs, "device": _inner_device}, cuda_index(dev)
+
+
+def run_op(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """Run one aten op with SimCudaTensor arguments on their data, and wrap its tensor outputs."""
+    if func.namespace == "c10d":  # collectives go to the process group's CUDA backend (phantora)
+        with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY):
+            return func(*args, **kwargs)
+    flat, _ = tree_flatten((args, kwargs))
+    index = 0
+    by_elem: dict[int, SimCudaTensor] = {}
+    for x in flat:
+        if isinstance(x, SimCudaTensor):
+            index = x.device.index or 0
+            by_elem[id(x.elem)] = x
+    if func is _IS_PINNED:
+        return False
+    if func is _PIN:
+        return args[0]
+    kwargs, to_index = _device_kwargs(kwargs)
+    moved_off = func is _TO_COPY and "device" in kwargs and to_index is None and kwargs["device"] is not None
+    with device_work():
+        out = func(*unwrap(args), **unwrap(kwargs))
+    if moved_off:  # .cpu(), .to("cpu"): a host tensor
+        return out
+
+    def back(x: Any) -> Any:
+        if type(x) not in _PLAIN:
+            return x
+        same = by_elem.get(id(x))  # an in-place op returns its input
+        return same if same is not None else SimCudaTensor(x, index if to_index is None else to_index)
+
+    return tree_map(back, out)

@@ -1,0 +1,61 @@
+"""Probe the simulated CUDA device as a CUDA program sees it; rank 0 writes what it saw as JSON (argv[1])."""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+out: dict = {}
+local = int(os.environ["LOCAL_RANK"])
+out["available"] = torch.cuda.is_available()
+out["count"] = torch.cuda.device_count()
+torch.cuda.set_device(local)
+out["current"] = torch.cuda.current_device()
+out["name"] = torch.cuda.get_device_name()
+props = torch.cuda.get_device_properties(local)
+out["total_memory"] = props.total_memory
+out["sms"] = props.multi_processor_count
+out["capability"] = list(torch.cuda.get_device_capability())
+out["bf16"] = torch.cuda.is_bf16_supported()
+out["version"] = torch.version.cuda
+dist.init_process_group("cuda:nccl,cpu:gloo")
+x = torch.ones(1024, 1024, device="cuda")  # 4 MiB
+out["device"] = str(x.device)
+out["is_cuda"] = x.is_cuda
+before = torch.cuda.memory_allocated()
+y = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")  # 1 MiB more
+out["alloc_delta"] = torch.cuda.memory_allocated() - before
+del y
+out["from_list"] = str(torch.tensor([1, 2, 3], device="cuda").device)
+out["pinned_to_cuda"] = str(torch.arange(4).pin_memory().to("cuda", non_blocking=True).device)
+out["host_copy"] = str(x.cpu().device)
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+for _ in range(10):
+    a @ a
+end.record()
+torch.cuda.synchronize()
+out["matmul_ms"] = start.elapsed_time(end) / 10
+dist.all_reduce(x)
+out["all_reduce"] = float(x[0, 0].item()) if not os.environ.get("PHANTORA_PHANTOM") == "1" else None
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    out["side_stream"] = torch.cuda.current_stream() == side
+out["default_back"] = torch.cuda.current_stream() == torch.cuda.default_stream()
+for call in ("graph", "oom"):
+    try:
+        if call == "graph":
+            torch.cuda.CUDAGraph()
+        else:
+            torch.empty(props.total_memory, dtype=torch.uint8, device="cuda")
+        out[call] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the probe reports what was raised
+        out[call] = f"{type(exc).__name__}: {exc}"
+if dist.get_rank() == 0:
+    with open(sys.argv[1], "w") as f:
+        json.dump(out, f)
+dist.destroy_process_group()
