@@ -10,6 +10,7 @@ AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops co
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -78,6 +79,15 @@ def _host_data(func: Any, kwargs: dict, leaves: list[torch.Tensor]) -> bool:
     return dtype.is_floating_point or dtype.is_complex
 
 
+def _factory_bytes(args: tuple, kwargs: dict) -> int:
+    """Bytes a factory op (``empty(size, ...)``, ``zeros``, ``full`` ...) will allocate; 0 if unknown."""
+    size = args[0] if args and isinstance(args[0], list | tuple) else None
+    if size is None or not all(isinstance(d, int) for d in size):
+        return 0
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    return math.prod(size) * dtype.itemsize
+
+
 class ChargeMode(TorchDispatchMode):
     """Charges aten ops to a `RankSession`; enter it for the whole run."""
 
@@ -117,6 +127,8 @@ class ChargeMode(TorchDispatchMode):
             dev = kwargs.get("device")
             if simcuda.is_cuda_device(dev):  # a factory or copy onto the simulated GPU
                 index = simcuda.cuda_index(dev)
+                if mem.enabled and not s.phantom:  # out of simulated memory before the host allocates it
+                    mem.check_fits(_factory_bytes(args, kwargs))
                 kwargs = {**kwargs, "device": simcuda.inner_device()}
                 with simcuda.device_work():
                     out = self.__torch_dispatch__(func, types, args, kwargs)

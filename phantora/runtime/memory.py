@@ -229,6 +229,11 @@ class MemoryTracker:
         if size:
             self._add(st, size, cat, check=True)
 
+    def check_fits(self, size: int) -> None:
+        """Raise the simulated OutOfMemoryError now if `size` more bytes would not fit (before a host allocation)."""
+        if self.enabled and self.limit is not None and self.current + size > self.limit:
+            self._oom(size)
+
     def _add(self, st: Any, size: int, cat: int, check: bool) -> None:
         cur = self.current + size
         if check and self.limit is not None and cur > self.limit:

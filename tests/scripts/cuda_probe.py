@@ -31,7 +31,8 @@ del y
 out["from_list"] = str(torch.tensor([1, 2, 3], device="cuda").device)
 out["pinned_to_cuda"] = str(torch.arange(4).pin_memory().to("cuda", non_blocking=True).device)
 out["host_copy"] = str(x.cpu().device)
-a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 256  # phantom mode times a large one without computing it
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 torch.cuda.synchronize()
 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 start.record()
@@ -40,6 +41,7 @@ for _ in range(10):
 end.record()
 torch.cuda.synchronize()
 out["matmul_ms"] = start.elapsed_time(end) / 10
+out["matmul_n"] = n
 dist.all_reduce(x)
 out["all_reduce"] = float(x[0, 0].item()) if not os.environ.get("PHANTORA_PHANTOM") == "1" else None
 side = torch.cuda.Stream()
@@ -51,7 +53,7 @@ for call in ("graph", "oom"):
         if call == "graph":
             torch.cuda.CUDAGraph()
         else:
-            torch.empty(props.total_memory, dtype=torch.uint8, device="cuda")
+            torch.empty(2 * props.total_memory, dtype=torch.uint8, device="cuda")
         out[call] = "no error"
     except Exception as exc:  # noqa: BLE001 - the probe reports what was raised
         out[call] = f"{type(exc).__name__}: {exc}"

@@ -94,7 +94,7 @@ def get_device_properties(device: Any = None) -> Any:
         name=g.cuda_name,
         major=major,
         minor=minor,
-        total_memory=g.mem_bytes,
+        total_memory=_total_memory(),
         multi_processor_count=g.sms,
         L2_cache_size=g.l2_bytes,
         is_integrated=False,
@@ -111,6 +111,13 @@ def get_device_properties(device: Any = None) -> Any:
         memory_clock_rate=0,
         memory_bus_width=0,
     )
+
+
+def _total_memory() -> int:
+    """What the driver reports for the GPU (the simulated device memory's capacity, memory.py)."""
+    from phantora.runtime.memory import capacity_of
+
+    return capacity_of(_gpu())
 
 
 def get_device_name(device: Any = None) -> str:
@@ -164,7 +171,7 @@ def memory_stats(device: Any = None) -> dict[str, Any]:
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    total = int(_gpu().mem_bytes)
+    total = _total_memory()
     return max(0, total - memory_allocated()), total
 
 
