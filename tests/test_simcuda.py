@@ -86,3 +86,15 @@ def test_without_the_simulated_device_cuda_is_unavailable(tmp_path: Path) -> Non
     script.write_text("import torch\nprint('cuda available:', torch.cuda.is_available())\n")
     rep = launch(RunConfig(str(script), [], star(2), nproc=1, sim_cuda=False, timeout_s=120))
     assert "cuda available: False" in rep.logs["rank 0"]
+
+
+def test_unmodified_fsdp2_on_a_cuda_mesh_trains_as_on_gloo() -> None:
+    """Meta-device init, to_empty("cuda"), DTensor shards on a cuda DeviceMesh, NCCL: the losses of gloo."""
+    script = ROOT / "tests" / "scripts" / "cuda_fsdp.py"
+    want = losses(run_gloo(script, ["cpu"], 2)[0])
+    real = launch(RunConfig(str(script), [], "testbed16", nproc=2, timeout_s=300))
+    assert losses(real.logs["rank 0"]) == want and len(want) == 3
+    assert "on cuda" in real.logs["rank 0"]
+    ph = launch(RunConfig(str(script), [], "testbed16", nproc=2, tensors="phantom", timeout_s=300))
+    # steps after the first (which also holds the initialisation, whose host copies differ in phantom mode)
+    assert [s["time_ns"] for s in ph.summary["steps"][1:]] == [s["time_ns"] for s in real.summary["steps"][1:]]

@@ -179,26 +179,48 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-# ----- random numbers: real mode draws on the CPU generator, so the cuda RNG is the CPU one -------
+# ----- random numbers -----------------------------------------------------------------------------
+# A CUDA generator's state is Philox's: 16 bytes, an 8-byte seed then an 8-byte offset (DTensor's RNG
+# tracker edits them in place). The simulated GPU keeps one such state per device. Draws on cuda
+# tensors come from the CPU generator in real mode (seeded by torch.manual_seed, which a script calls
+# anyway), so a cuda-only seed does not change values; the state is kept for what reads it back.
+_rng: dict[int, tuple[int, int]] = {}
+
+
 def manual_seed(seed: int) -> None:
-    """Scripts seed with torch.manual_seed too; the cuda generator's draws come from the CPU one."""
+    _rng[current_device()] = (int(seed) & ((1 << 64) - 1), 0)
+
+
+def manual_seed_all(seed: int) -> None:
+    for i in range(device_count()):
+        _rng[i] = (int(seed) & ((1 << 64) - 1), 0)
+
+
+def initial_seed() -> int:
+    return _rng.get(current_device(), (torch.initial_seed(), 0))[0]
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    return torch.get_rng_state()
+    seed, offset = _rng.get(index_of(device), (torch.initial_seed(), 0))
+    return torch.tensor([seed, offset], dtype=torch.uint64).view(torch.uint8).clone()
 
 
 def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
-    torch.set_rng_state(state)
+    from phantora.runtime.simcuda.tensor import local
+
+    raw = bytes(local(state).detach().to("cpu").to(torch.uint8).tolist())
+    if len(raw) != 16:
+        raise RuntimeError(f"a CUDA RNG state is 16 bytes (Philox seed and offset), got {len(raw)}")
+    _rng[index_of(device)] = (int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little"))
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [torch.get_rng_state() for _ in range(device_count())]
+    return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(states: list[torch.Tensor]) -> None:
-    if states:
-        torch.set_rng_state(states[0])
+    for i, st in enumerate(states):
+        set_rng_state(st, i)
 
 
 # ----- what is not simulated ---------------------------------------------------------------------
@@ -281,10 +303,10 @@ def install(gpu: Any, count: int) -> None:
         "empty_cache": _nothing,
         "set_per_process_memory_fraction": _nothing,
         "manual_seed": manual_seed,
-        "manual_seed_all": manual_seed,
+        "manual_seed_all": manual_seed_all,
         "seed": _nothing,
         "seed_all": _nothing,
-        "initial_seed": torch.initial_seed,
+        "initial_seed": initial_seed,
         "get_rng_state": get_rng_state,
         "set_rng_state": set_rng_state,
         "get_rng_state_all": get_rng_state_all,
