@@ -36,8 +36,9 @@ RANK_SCRIPT = """
 import json, sys, torch, torch.distributed as dist
 from phantora.runtime.timepatch import real_perf_counter as clock
 OPS, COLLS = int(sys.argv[1]), int(sys.argv[2])
-dist.init_process_group()
-x, y = torch.ones(4), torch.ones(4)
+DEV = sys.argv[3] if len(sys.argv) > 3 else "cpu"  # "cuda": the simulated CUDA device's tensors
+dist.init_process_group("nccl" if DEV == "cuda" else None)
+x, y = torch.ones(4, device=DEV), torch.ones(4, device=DEV)
 for _ in range(200):
     torch.add(x, y)
 op_us = coll_us = float("inf")
@@ -47,7 +48,7 @@ for _ in range(3):  # best of 3: the machine is shared
         torch.add(x, y)
     op_us = min(op_us, (clock() - t0) / OPS * 1e6)
 dist.barrier()
-t = torch.ones(4)
+t = torch.ones(4, device=DEV)
 for _ in range(20):
     dist.all_reduce(t)
 for _ in range(3):
@@ -205,6 +206,8 @@ def with_bridge(ops: int, colls: int) -> dict[str, float]:
         topo = leaf_spine(1, 2, 0, nic_rate="100Gbps", name="star2")
         rep = launch(RunConfig(str(script), [str(ops), str(colls)], topo, nproc=2, trace="none", timeout_s=600))
         sim = _bench_line(rep.logs["rank 0"])
+        rep = launch(RunConfig(str(script), [str(ops), str(colls), "cuda"], topo, nproc=2, trace="none", timeout_s=600))
+        cuda = _bench_line(rep.logs["rank 0"])
         port = str(_free_port())
         procs = []
         for r in range(2):
@@ -218,6 +221,8 @@ def with_bridge(ops: int, colls: int) -> dict[str, float]:
         "op_bridge_us": sim["op_us"],
         "coll_gloo_2ranks_us": plain["coll_us"],
         "coll_bridge_2ranks_us": sim["coll_us"],
+        "op_bridge_cuda_us": cuda["op_us"],
+        "coll_bridge_cuda_2ranks_us": cuda["coll_us"],
     }
 
 
@@ -269,6 +274,10 @@ def overheads(ops: int, colls: int) -> None:
     print(f"  per op:         plain {b['op_plain_us']:8.2f} us   phantora+bridge {b['op_bridge_us']:8.2f} us")
     gloo2, ph2 = b["coll_gloo_2ranks_us"], b["coll_bridge_2ranks_us"]
     print(f"  per all_reduce: gloo  {gloo2:8.2f} us   phantora+bridge {ph2:8.2f} us")
+    print("the same, on the simulated CUDA device (cuda tensors, NCCL), same run:")
+    cu = b["op_bridge_cuda_us"]
+    print(f"  per op:         {cu:8.2f} us ({cu / b['op_bridge_us']:.2f}x cpu tensors)")
+    print(f"  per all_reduce: {b['coll_bridge_cuda_2ranks_us']:8.2f} us")
 
 
 def main() -> None:
