@@ -83,19 +83,27 @@ def _reduce_op(opts: Any) -> Any:
     return getattr(opts, "reduceOp", opts)
 
 
-def _avg_parts(op: Any) -> tuple[Any, bool]:
-    """gloo has no AVG: run SUM and divide afterwards."""
+def _reduction(op: Any) -> tuple[Any, Any]:
+    """What gloo runs for a reduce op, and what is done to the result afterwards: gloo has no AVG (run SUM,
+    then divide) and no PREMUL_SUM, NCCL's scaled sum that FSDP2 uses (run SUM, then scale: the same sum)."""
     if op == ReduceOp.AVG:
-        return ReduceOp.SUM, True
+        return ReduceOp.SUM, "avg"
     if op == ReduceOp.PREMUL_SUM:
-        raise PhantoraError("ReduceOp.PREMUL_SUM (NCCL only) is not supported by the phantora backend; use SUM or AVG")
-    return op, False
+        factor = op.__getstate__()[1]
+        return ReduceOp.SUM, factor
+    return op, None
 
 
-def _divider(tensors: Sequence[torch.Tensor], n: int) -> Callable[[], None]:
+def _finisher(tensors: Sequence[torch.Tensor], n: int, how: Any) -> Callable[[], None] | None:
+    """The step after gloo's reduction (`_reduction`), or None."""
+    if how is None:
+        return None
+
     def run() -> None:
         for t in tensors:
-            if t.is_floating_point() or t.is_complex():
+            if not isinstance(how, str):
+                t.mul_(how)
+            elif t.is_floating_point() or t.is_complex():
                 t.div_(n)
             else:
                 t.floor_divide_(n)
@@ -248,18 +256,18 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     # ----- all-reduce, broadcast, reduce ---------------------------------------------------------
     def allreduce(self, tensors: Any, opts: Any = None) -> PhantoraWork:
         tensors = _flat(tensors)
-        op, avg = _avg_parts(_reduce_op(opts))
+        op, how = _reduction(_reduce_op(opts))
 
         def start() -> list[Any]:
             o = AllreduceOptions()
             o.reduceOp = op
             return [self._gloo.allreduce(tensors, o)]
 
-        fin = _divider(tensors, self.size()) if avg else None
+        fin = _finisher(tensors, self.size(), how)
         return self._coll("all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantoraWork:
-        op, avg = _avg_parts(_reduce_op(opts))
+        op, how = _reduction(_reduce_op(opts))
 
         def start() -> list[Any]:
             works = []
@@ -269,7 +277,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
                 works.append(self._gloo.allreduce([t], o))
             return works
 
-        fin = _divider(tensors, self.size()) if avg else None
+        fin = _finisher(tensors, self.size(), how)
         return self._coll("all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin)
 
     def broadcast(self, tensors: Any, opts: Any = None) -> PhantoraWork:
@@ -286,7 +294,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def reduce(self, tensors: Any, opts: Any = None) -> PhantoraWork:
         tensors = _flat(tensors)
         root = opts.rootRank if opts is not None else 0
-        op, avg = _avg_parts(_reduce_op(opts))
+        op, how = _reduction(_reduce_op(opts))
 
         def start() -> list[Any]:
             o = ReduceOptions()
@@ -294,7 +302,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             o.reduceOp = op
             return [self._gloo.reduce(tensors, o)]
 
-        fin = _divider(tensors, self.size()) if avg and self.rank() == root else None
+        fin = _finisher(tensors, self.size(), how) if self.rank() == root else None
         return self._coll("reduce", nbytes(tensors), tensors[0], tensors, start, tensors, root=root, finalize=fin)
 
     # ----- all-gather -----------------------------------------------------------------------------
@@ -341,25 +349,25 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, outputs: Any, input_lists: list[list[torch.Tensor]], opts: Any = None) -> PhantoraWork:
         outputs = _flat(outputs)
         ins = _flat(input_lists)
-        op, avg = _avg_parts(_reduce_op(opts))
+        op, how = _reduction(_reduce_op(opts))
 
         def start() -> list[Any]:
             o = ReduceScatterOptions()
             o.reduceOp = op
             return [self._gloo.reduce_scatter(outputs, input_lists, o)]
 
-        fin = _divider(outputs, self.size()) if avg else None
+        fin = _finisher(outputs, self.size(), how)
         return self._coll("reduce_scatter", nbytes(ins), outputs[0], outputs + ins, start, outputs, finalize=fin)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
-        op, avg = _avg_parts(_reduce_op(opts))
+        op, how = _reduction(_reduce_op(opts))
 
         def start() -> list[Any]:
             o = ReduceScatterOptions()
             o.reduceOp = op
             return [self._gloo._reduce_scatter_base(output, input, o)]
 
-        fin = _divider([output], self.size()) if avg else None
+        fin = _finisher([output], self.size(), how)
         return self._coll("reduce_scatter", nbytes([input]), input, [output, input], start, [output], finalize=fin)
 
     _reduce_scatter_base = reduce_scatter_single
@@ -367,7 +375,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> PhantoraWork:
-        op, avg = _avg_parts(_reduce_op(opts))
+        op, how = _reduction(_reduce_op(opts))
 
         def start() -> list[Any]:
             works = []
@@ -377,7 +385,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
                 works.append(self._gloo._reduce_scatter_base(o_t, i_t, o))
             return works
 
-        fin = _divider(outputs, self.size()) if avg else None
+        fin = _finisher(outputs, self.size(), how)
         tensors = list(outputs) + list(inputs)
         return self._coll("reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin)
 
@@ -630,3 +638,10 @@ def use_as_default() -> None:
     for mod in (c10d, dist):
         mod.init_process_group = init_process_group
         mod.new_group = new_group
+    if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1
+        dist.set_timeout = _set_timeout
+
+
+def _set_timeout(timeout: Any, group: Any = None) -> None:
+    """`torch.distributed.set_timeout` for the versions of torch that lack it. A rank's collectives have
+    phantora's own timeouts (the bridge's peer timeout), so a group's NCCL watchdog timeout changes nothing."""

@@ -10,6 +10,7 @@ AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops co
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from phantora.runtime import functional, phantom_mode
+from phantora.runtime import flex_attention, functional, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 from phantora.runtime.simcuda import device as simcuda
@@ -131,7 +132,11 @@ class ChargeMode(TorchDispatchMode):
                     mem.check_fits(_factory_bytes(args, kwargs))
                 kwargs = {**kwargs, "device": simcuda.inner_device()}
                 with simcuda.device_work():
-                    out = self.__torch_dispatch__(func, types, args, kwargs)
+                    if simcuda.rng.is_random(func) and kwargs.get("generator") is None:
+                        run = functools.partial(self.__torch_dispatch__, func, types, args, kwargs)
+                        out = simcuda.rng.draw(index, not s.phantom, run)
+                    else:
+                        out = self.__torch_dispatch__(func, types, args, kwargs)
                 return simcuda.wrap(out, index)
         if func.namespace == "_c10d_functional":
             out = functional.run(s, func, args, kwargs)
@@ -175,3 +180,6 @@ class ChargeMode(TorchDispatchMode):
                     return out
         s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out
+
+
+flex_attention.register(ChargeMode)  # FlexAttention's operators, whole (flex_attention.py)

@@ -10,6 +10,7 @@ allocated memory, and `memory_stats` says so under ``"phantora.reserved_model"``
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from phantora.errors import PhantoraError
-from phantora.runtime.simcuda import streams
+from phantora.runtime.simcuda import rng, streams
 
 CUDA_VERSION = "12.4"
 CUDNN_VERSION = 90100
@@ -179,30 +180,23 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-# ----- random numbers -----------------------------------------------------------------------------
-# A CUDA generator's state is Philox's: 16 bytes, an 8-byte seed then an 8-byte offset (DTensor's RNG
-# tracker edits them in place). The simulated GPU keeps one such state per device. Draws on cuda
-# tensors come from the CPU generator in real mode (seeded by torch.manual_seed, which a script calls
-# anyway), so a cuda-only seed does not change values; the state is kept for what reads it back.
-_rng: dict[int, tuple[int, int]] = {}
-
-
+# ----- random numbers (rng.py: a counter-based generator per device, as CUDA's Philox) --------------
 def manual_seed(seed: int) -> None:
-    _rng[current_device()] = (int(seed) & ((1 << 64) - 1), 0)
+    rng.manual_seed(current_device(), seed)
 
 
 def manual_seed_all(seed: int) -> None:
     for i in range(device_count()):
-        _rng[i] = (int(seed) & ((1 << 64) - 1), 0)
+        rng.manual_seed(i, seed)
 
 
 def initial_seed() -> int:
-    return _rng.get(current_device(), (torch.initial_seed(), 0))[0]
+    return rng.get_state(current_device())[0]
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    seed, offset = _rng.get(index_of(device), (torch.initial_seed(), 0))
-    return torch.tensor([seed, offset], dtype=torch.uint64).view(torch.uint8).clone()
+    """16 bytes, as a CUDA generator's: the seed, then the offset."""
+    return torch.tensor(list(rng.get_state(index_of(device))), dtype=torch.uint64).view(torch.uint8).clone()
 
 
 def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
@@ -211,7 +205,7 @@ def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
     raw = bytes(local(state).detach().to("cpu").to(torch.uint8).tolist())
     if len(raw) != 16:
         raise RuntimeError(f"a CUDA RNG state is 16 bytes (Philox seed and offset), got {len(raw)}")
-    _rng[index_of(device)] = (int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little"))
+    rng.set_state(index_of(device), int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little"))
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
@@ -232,12 +226,14 @@ def _not_simulated(call: str, workaround: str) -> Callable[..., Any]:
     return refuse
 
 
+_NO_GRAPHS = (
+    "run without CUDA graphs (torchtitan: --training.disable_cuda_graphs; torch.compile: a mode other than "
+    "'reduce-overhead'); a graph replays the same kernels, so eager execution has the same simulated time"
+)
 _REFUSED = {
-    "CUDAGraph": (
-        "torch.cuda.CUDAGraph",
-        "run without CUDA graphs (e.g. torch.compile mode other than 'reduce-overhead')",
-    ),
-    "graph": ("torch.cuda.graph", "run without CUDA graphs"),
+    "CUDAGraph": ("torch.cuda.CUDAGraph", _NO_GRAPHS),
+    "graph": ("torch.cuda.graph", _NO_GRAPHS),
+    "graph_pool_handle": ("torch.cuda.graph_pool_handle", _NO_GRAPHS),
     "make_graphed_callables": ("torch.cuda.make_graphed_callables", "call the modules directly"),
     "ipc_collect": ("torch.cuda.ipc_collect", "CUDA IPC between processes is not simulated"),
 }
@@ -343,11 +339,16 @@ def _install_accelerator() -> None:
         return
     acc.is_available = lambda check_fork=False: True
     acc.current_accelerator = lambda check_available=False: torch.device("cuda")
-    acc.device_count = device_count
-    acc.current_device_index = current_device
-    acc.current_device_idx = current_device
-    acc.set_device_index = set_device
-    acc.set_device_idx = set_device
-    acc.synchronize = streams.synchronize
-    acc.current_stream = streams.current_stream
-    acc.set_stream = streams.set_stream
+    # Distinct function objects from torch.cuda's: torch.compile keys its handlers by function, and
+    # refuses one function under two names (torch.cuda.current_stream, torch.accelerator.current_stream).
+    for name, fn in (
+        ("device_count", device_count),
+        ("current_device_index", current_device),
+        ("current_device_idx", current_device),
+        ("set_device_index", set_device),
+        ("set_device_idx", set_device),
+        ("synchronize", streams.synchronize),
+        ("current_stream", streams.current_stream),
+        ("set_stream", streams.set_stream),
+    ):
+        setattr(acc, name, functools.wraps(fn)(functools.partial(fn)))

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import api, guard
+from phantora.runtime.simcuda import api, guard, rng  # noqa: F401 - rng: dispatch.py draws with it
 from phantora.runtime.simcuda.tensor import (
     SimCudaTensor,
     cuda_index,

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from phantora.runtime.simcuda import rng
+
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 _TO_COPY = torch.ops.aten._to_copy.default
 _IS_PINNED = torch.ops.aten.is_pinned.default
@@ -178,7 +180,10 @@ def run_op(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
     kwargs, to_index = _device_kwargs(kwargs)
     moved_off = func is _TO_COPY and "device" in kwargs and to_index is None and kwargs["device"] is not None
     with device_work():
-        out = func(*unwrap(args), **unwrap(kwargs))
+        if rng.is_random(func) and kwargs.get("generator") is None:  # the device's generator (rng.py)
+            out = rng.draw(index, _inner_device.type != "meta", lambda: func(*unwrap(args), **unwrap(kwargs)))
+        else:
+            out = func(*unwrap(args), **unwrap(kwargs))
     if moved_off:  # .cpu(), .to("cpu"): a host tensor
         return out
 

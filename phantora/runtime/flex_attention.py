@@ -1,0 +1,79 @@
+"""FlexAttention on the simulated GPU: one fused kernel, timed as flash attention is.
+
+`torch.nn.attention.flex_attention` runs as higher-order operators (``flex_attention`` and
+``flex_attention_backward``). On a GPU, torch.compile turns each into one fused kernel; in eager mode on
+the CPU, PyTorch runs an unfused reference that materialises the score matrix (called directly, not
+through torch.compile, which refuses a rank's dispatch mode). A rank's dispatch mode
+(dispatch.py) therefore handles the operators whole:
+- the values come from PyTorch's own reference, run with the mode off (so its inner ops are neither
+  charged nor counted as device memory) on the tensors' data;
+- the time is the flash-attention kernel's for the same query, key and value shapes (the compute
+  model's attention formula), causal when the block mask keeps at most 3/4 of the blocks. In phantom
+  mode the mask has no values, and it is taken as causal, the mask of language-model training;
+- the outputs count as device memory, and are cuda tensors again when the inputs were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.attention.flex_attention
+from torch._C import DispatchKey
+from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
+
+from phantora.runtime.compute import tensors_in
+from phantora.runtime.simcuda import device as simcuda
+from phantora.runtime.simcuda.tensor import SimCudaTensor
+
+_FLASH = torch.ops.aten._scaled_dot_product_flash_attention.default
+_FLASH_BWD = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+CAUSAL_DENSITY = 0.75  # a block mask keeping at most this share of the blocks is charged as causal
+
+
+def causal(block_mask: tuple) -> bool:
+    """Does a flex block mask (its tuple form) look causal, by the share of blocks it keeps?"""
+    kv_num, kv_indices, full_num = block_mask[2], block_mask[3], block_mask[4]
+    if kv_num.is_meta or kv_indices.numel() == 0:
+        return True
+    kept = kv_num.sum().item() + (full_num.sum().item() if full_num is not None else 0)
+    return kept <= CAUSAL_DENSITY * kv_indices.numel()
+
+
+def _run(mode: Any, hop: Any, args: tuple, kwargs: dict) -> Any:
+    """Run `hop` on the tensors' data with the mode off; wrap the outputs back on the simulated GPU."""
+    index = next((t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor)), None)
+    reference = hop.py_kernels[DispatchKey.CompositeExplicitAutograd]  # not the operator: no re-dispatch
+    with simcuda.device_work():
+        out = reference(*simcuda.unwrap(args), **simcuda.unwrap(kwargs))
+    mem = mode.session.memory
+    if mem.enabled:
+        mem.on_outputs(out)
+    return out if index is None else simcuda.wrap(out, index)
+
+
+def _forward(mode: Any, q: Any, k: Any, v: Any, score_mod: Any, block_mask: tuple, *rest: Any, **kw: Any) -> Any:
+    out = _run(mode, flex_attention, (q, k, v, score_mod, block_mask, *rest), kw)
+    s = mode.session
+    flags = {"is_causal": causal(simcuda.unwrap(block_mask))}
+    s.charge("flex_attention", s.model.cost(_FLASH, simcuda.unwrap((q, k, v)), flags, simcuda.unwrap(out[:2])))
+    return out
+
+
+def _backward(mode: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, *rest: Any, **kw: Any) -> Any:
+    grads = _run(mode, flex_attention_backward, (q, k, v, out, lse, grad_out, *rest), kw)
+    s = mode.session
+    block_mask = rest[3]  # after grad_logsumexp, fw_graph, joint_graph
+    flags = {"is_causal": causal(simcuda.unwrap(block_mask))}
+    inputs = simcuda.unwrap((grad_out, q, k, v, out, lse))
+    s.charge("flex_attention_backward", s.model.cost(_FLASH_BWD, inputs, flags, simcuda.unwrap(grads[:3])))
+    return grads
+
+
+def register(mode_class: type) -> None:
+    """Let `mode_class` (the rank's dispatch mode, which has a ``session``) run the FlexAttention operators."""
+    flex_attention.py_impl(mode_class)(_forward)
+    flex_attention_backward.py_impl(mode_class)(_backward)
+    # Eager flex_attention wraps the operator in torch.compile, which refuses a rank's dispatch mode; this
+    # switch of PyTorch's makes it call the operator directly (its autograd still traces score_mod).
+    torch.nn.attention.flex_attention._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
