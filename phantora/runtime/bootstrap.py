@@ -110,16 +110,20 @@ def end_session(s: RankSession, mode: Any) -> dict[str, Any]:
 
 
 def _user_frame(exc: BaseException) -> str:
-    """The innermost traceback frame outside torch and phantora, as 'file:line in func'."""
-    where = ""
+    """The innermost traceback frame of the user's code, as 'file:line in func': outside installed packages
+    if there is one, else in an installed framework (torchtitan, ...), never in torch or phantora."""
+    ours = ("/phantora/", "/bridge/", "/site-packages/torch/")
+    where = framework = ""
     for frame in traceback.extract_tb(exc.__traceback__):
         path = frame.filename
-        if any(
-            part in path for part in ("/site-packages/", "/phantora/", "/bridge/", "/lib/python")
-        ) or path.startswith("<"):
+        installed = "/site-packages/" in path
+        if path.startswith("<") or any(part in path for part in ours) or ("/lib/python3" in path and not installed):
             continue
-        where = f"{path}:{frame.lineno} in {frame.name}"
-    return where
+        if installed:
+            framework = f"{path}:{frame.lineno} in {frame.name}"
+        else:
+            where = f"{path}:{frame.lineno} in {frame.name}"
+    return where or framework
 
 
 _PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
@@ -132,7 +136,7 @@ def _peer_lost(exc: BaseException) -> bool:
 
 
 def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
-    if not isinstance(exc, PhantoraError):
+    if not isinstance(exc, PhantoraError) or os.environ.get("PHANTORA_TRACEBACK") == "1":
         tb = exc.__traceback__
         if script is not None:  # start the traceback at the user's script, not in runpy and the bootstrap
             first = tb

@@ -151,6 +151,7 @@ class MemoryTracker:
         self.peak_by_cat = [0, 0, 0, 0, 0]
         self.step_peak = 0
         self.step_peaks: list[int] = []
+        self.program_peak = 0  # what torch.cuda.max_memory_allocated reports; the program may reset it
         self.allocations = 0
         self._event = 0  # counts additions, resizes and moves; `_peak_event` is its value at the peak
         self._peak_event = 0
@@ -266,6 +267,8 @@ class MemoryTracker:
         cur = self.current
         if cur > self.step_peak:
             self.step_peak = cur
+        if cur > self.program_peak:
+            self.program_peak = cur
         if cur >= self.peak:
             self.peak = cur
             self.peak_by_cat = self.by_cat.copy()
@@ -352,10 +355,9 @@ class MemoryTracker:
         self.step_peaks.append(self.step_peak)
         self.step_peak = self.current
 
-    def reset_peak(self) -> None:
-        self.peak = self.step_peak = self.current
-        self.peak_by_cat = self.by_cat.copy()
-        self._peak_event = self._event
+    def reset_program_peak(self) -> None:
+        """torch.cuda.reset_peak_memory_stats: the program's peak restarts; the run's and steps' do not."""
+        self.program_peak = self.current
 
     def breakdown(self, by_cat: list[int] | None = None) -> dict[str, int]:
         v = self.by_cat if by_cat is None else by_cat

@@ -39,6 +39,21 @@ def enabled() -> bool:
     return _enabled
 
 
+_default_context: Any = None  # the DeviceContext that torch.set_default_device("meta") made
+
+
+def unplaced_tensors_on_host() -> None:
+    """From now on, tensors made without a device are host (CPU) tensors: a CUDA program's data loading.
+
+    Besides dropping the default device, the context object itself is turned to the CPU: a program's
+    ``with torch.device("meta")`` block that was open meanwhile puts that object back when it exits.
+    """
+    if _default_context is not None:
+        _default_context.device = torch.device("cpu")
+    if torch.get_default_device().type == "meta":
+        torch.set_default_device(None)
+
+
 def enable() -> None:
     """Switch this process to phantom mode (idempotent)."""
     global _enabled
@@ -46,8 +61,11 @@ def enable() -> None:
         return
     _enabled = True
     torch.set_default_device("meta")
+    global _default_context
+    _default_context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
     _allow_fsdp_meta_params()
-    _flash_attention_on_meta()
+    use_fused_attention()
+    _trunc_normal_without_rejection()
     _ddp_on_meta()
     _tolist_on_meta()
 
@@ -61,8 +79,9 @@ def _allow_fsdp_meta_params() -> None:
     FSDPParamGroup._validate_no_meta_params = lambda self: None  # type: ignore[method-assign]
 
 
-def _flash_attention_on_meta() -> None:
-    """Make `F.scaled_dot_product_attention` on meta tensors run the fused (flash) kernel, as a GPU would.
+def use_fused_attention() -> None:
+    """Make `F.scaled_dot_product_attention` on meta tensors and on the simulated GPU run the fused (flash)
+    kernel, as a GPU would (idempotent).
 
     On meta tensors torch picks the unfused math path: two batched matmuls and a softmax that
     materialise the seq x seq score matrix, costing far more time and memory than the flash
@@ -85,7 +104,8 @@ def _flash_attention_on_meta() -> None:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
-        if not (query.is_meta and attn_mask is None and query.dim() == 4 and key.dim() == 4):
+        fused = _no_data(query) or _on_simulated_gpu(query)
+        if not (fused and attn_mask is None and query.dim() == 4 and key.dim() == 4):
             return orig(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
         groups = query.shape[-3] // key.shape[-3]
         if groups > 1 and enable_gqa:  # the flash kernel reads shared KV heads in place: no copy on a GPU
@@ -95,6 +115,36 @@ def _flash_attention_on_meta() -> None:
 
     sdpa._phantora = True  # type: ignore[attr-defined]
     F.scaled_dot_product_attention = sdpa
+
+
+def _no_data(t: torch.Tensor) -> bool:
+    """A meta tensor, or a simulated-CUDA tensor holding one."""
+    from phantora.runtime.simcuda.tensor import local
+
+    return local(t).is_meta
+
+
+def _on_simulated_gpu(t: torch.Tensor) -> bool:
+    from phantora.runtime.simcuda.tensor import SimCudaTensor
+
+    return isinstance(t, SimCudaTensor)
+
+
+def _trunc_normal_without_rejection() -> None:
+    """`nn.init.trunc_normal_` redraws the values outside [a, b] until there are none, a loop on tensor
+    values. Phantom tensors have none: draw once and clamp (an initialisation's cost is not the point)."""
+    init = torch.nn.init
+    orig = init.trunc_normal_
+    if getattr(orig, "_phantora", False):
+        return
+
+    def trunc_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                      generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+        with torch.no_grad():
+            return tensor.normal_(mean, std, generator=generator).clamp_(a, b)
+
+    trunc_normal_._phantora = True  # type: ignore[attr-defined]
+    init.trunc_normal_ = trunc_normal_
 
 
 def _ddp_on_meta() -> None:

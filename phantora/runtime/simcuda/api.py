@@ -153,13 +153,13 @@ def memory_allocated(device: Any = None) -> int:
 
 def max_memory_allocated(device: Any = None) -> int:
     m = _tracker()
-    return 0 if m is None else int(m.peak)
+    return 0 if m is None else int(m.program_peak)
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
     m = _tracker()
     if m is not None:
-        m.reset_peak()
+        m.reset_program_peak()
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:
@@ -202,7 +202,10 @@ def get_rng_state(device: Any = "cuda") -> torch.Tensor:
 def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
     from phantora.runtime.simcuda.tensor import local
 
-    raw = bytes(local(state).detach().to("cpu").to(torch.uint8).tolist())
+    data = local(state)
+    if data.is_meta:  # phantom mode: DTensor's RNG tracker computed the offsets on meta tensors; no draws
+        return
+    raw = bytes(data.detach().to("cpu").to(torch.uint8).tolist())
     if len(raw) != 16:
         raise RuntimeError(f"a CUDA RNG state is 16 bytes (Philox seed and offset), got {len(raw)}")
     rng.set_state(index_of(device), int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little"))

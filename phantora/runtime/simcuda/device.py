@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from phantora.runtime import phantom_mode
 from phantora.runtime.simcuda import api, guard, rng  # noqa: F401 - rng: dispatch.py draws with it
 from phantora.runtime.simcuda.tensor import (
     SimCudaTensor,
@@ -69,6 +70,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
         return
     _patch_host_entry_points()
     _patch_fsdp_storage()
+    phantom_mode.use_fused_attention()  # a GPU runs SDPA as one flash kernel, in real and phantom mode alike
     _installed = True
 
 

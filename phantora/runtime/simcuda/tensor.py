@@ -101,8 +101,10 @@ def cuda_seen() -> bool:
 def _first_cuda_tensor() -> None:
     global _seen
     _seen = True
-    if _inner_device.type == "meta" and torch.get_default_device().type == "meta":
-        torch.set_default_device(None)  # phantom mode: a CUDA program's unplaced tensors are host data
+    if _inner_device.type == "meta":  # phantom mode: a CUDA program's unplaced tensors are host data
+        from phantora.runtime import phantom_mode
+
+        phantom_mode.unplaced_tensors_on_host()
 
 
 _device_depth = 0  # > 0 while an op of the simulated GPU runs on its data
