@@ -98,3 +98,29 @@ def test_unmodified_fsdp2_on_a_cuda_mesh_trains_as_on_gloo() -> None:
     ph = launch(RunConfig(str(script), [], "testbed16", nproc=2, tensors="phantom", timeout_s=300))
     # steps after the first (which also holds the initialisation, whose host copies differ in phantom mode)
     assert [s["time_ns"] for s in ph.summary["steps"][1:]] == [s["time_ns"] for s in real.summary["steps"][1:]]
+
+
+def test_rng_flex_attention_and_peak_reset_as_on_a_gpu(tmp_path: Path) -> None:
+    """Counter-based RNG (replay, DTensor shards, checkpoint's dropout replay); FlexAttention against
+    SDPA (values, gradients, the same flash-kernel time); a program's peak reset leaves the run's peak."""
+    out = tmp_path / "seen.json"
+    script = str(ROOT / "tests" / "scripts" / "cuda_rng_attention.py")
+    rep = launch(RunConfig(script, [str(out)], "testbed16", nproc=2, out_dir=tmp_path / "run"))
+    seen = json.loads(out.read_text())
+    assert seen["replays"] and seen["successive_differ"] and seen["host_untouched"]
+    assert seen["offset_moved"] == 12  # 10 values, rounded up to Philox's 4 per call
+    assert seen["dtensor_draws_differ"] and seen["checkpoint_mask_replayed"]
+    assert seen["flex_device"] == "cuda:0"
+    assert seen["flex_max_diff"] < 1e-5 and seen["flex_grad_max_diff"] < 1e-4
+    # each FlexAttention operator is charged as the causal flash kernel SDPA runs, forward and backward
+    trace = json.loads((tmp_path / "run" / "trace.json").read_text())
+    dur: dict[str, float] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("pid") == 0:
+            dur.setdefault(e["name"], e["dur"])
+    flash = "aten._scaled_dot_product_flash_attention_for_cpu"
+    assert dur["flex_attention"] == dur[flash] > 0
+    assert dur["flex_attention_backward"] == dur[flash + "_backward"] > dur[flash]
+    assert seen["flex_ms"] >= seen["sdpa_ms"]  # plus the small ops of flex_attention's Python wrapper
+    assert seen["peak_after_reset"] == seen["allocated_after_reset"]
+    assert rep.summary["memory"]["peak_bytes"] >= 256 << 20

@@ -313,6 +313,7 @@ def install(gpu: Any, count: int) -> None:
     }
     for name, value in plain.items():
         setattr(cuda, name, value)
+    cuda._initialized = True  # read directly by, e.g., torch.utils.checkpoint to save the CUDA RNG state
     for name, (call, hint) in _REFUSED.items():
         setattr(cuda, name, _not_simulated(call, hint))
     cuda.memory._record_memory_history = _not_simulated(  # type: ignore[attr-defined]
