@@ -17,7 +17,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from phantora.errors import PhantoraError
 from phantora.runtime.backend import PhantoraProcessGroup
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
@@ -161,9 +160,11 @@ def test_virtual_time_is_deterministic():
     assert first == run() and len(first) == 3 and first[0] > 0
 
 
-def test_premul_sum_is_refused(rig):
+def test_premul_sum_is_the_scaled_sum(rig):
+    """NCCL's PREMUL_SUM (FSDP2's reduce-scatter with a divide factor): factor x the sum, over 1 rank."""
     s, pg, client, a = rig
+    g = torch.full((4,), 3.0)
     o = dist.AllreduceOptions()
-    o.reduceOp = dist._make_nccl_premul_sum(2.0)
-    with pytest.raises(PhantoraError, match="PREMUL_SUM"):
-        pg.allreduce([torch.ones(2)], o)
+    o.reduceOp = dist._make_nccl_premul_sum(0.25)
+    pg.allreduce([g], o).wait()
+    assert g.tolist() == [0.75] * 4

@@ -47,6 +47,7 @@ def _subclass_kind(types: tuple[type, ...]) -> str:
 
 _META = torch.device("meta")
 _COPY = torch.ops.aten.copy_.default
+_TO_COPY = torch.ops.aten._to_copy.default
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
 _NAMES: dict[int, str] = {}
 
@@ -130,7 +131,10 @@ class ChargeMode(TorchDispatchMode):
                 index = simcuda.cuda_index(dev)
                 if mem.enabled and not s.phantom:  # out of simulated memory before the host allocates it
                     mem.check_fits(_factory_bytes(args, kwargs))
-                kwargs = {**kwargs, "device": simcuda.inner_device()}
+                inner = simcuda.inner_device()
+                if s.phantom and func is _TO_COPY and _integer_host_data(args[0]):
+                    inner = torch.device("cpu")  # token ids, labels, masks keep their values (simcuda/tensor.py)
+                kwargs = {**kwargs, "device": inner}
                 with simcuda.device_work():
                     if simcuda.rng.is_random(func) and kwargs.get("generator") is None:
                         run = functools.partial(self.__torch_dispatch__, func, types, args, kwargs)
@@ -180,6 +184,11 @@ class ChargeMode(TorchDispatchMode):
                     return out
         s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out
+
+
+def _integer_host_data(t: Any) -> bool:
+    """A host tensor of integers or booleans with values: in phantom mode, a copy to the GPU keeps them."""
+    return type(t) is torch.Tensor and not t.is_meta and not t.is_floating_point() and not t.is_complex()
 
 
 flex_attention.register(ChargeMode)  # FlexAttention's operators, whole (flex_attention.py)

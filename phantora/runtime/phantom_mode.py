@@ -194,11 +194,18 @@ def copy_to_host(dst: torch.Tensor) -> torch.Tensor:
 
 
 def scalar_placeholder(t: torch.Tensor) -> Any:
-    """The value of `.item()` on a meta tensor: NaN for floating point, an error otherwise."""
+    """The value of `.item()` on a meta tensor: NaN for floating point, an error otherwise.
+
+    In a program on the simulated CUDA device the floating-point placeholder is 0.0: the frameworks
+    written for CUDA stop on a non-finite loss (torchtitan: "Loss is not finite").
+    """
+    from phantora.runtime.simcuda.tensor import cuda_seen
+
+    fake = 0.0 if cuda_seen() else math.nan
     if t.is_floating_point():
-        return math.nan
+        return fake
     if t.is_complex():
-        return complex(math.nan, math.nan)
+        return complex(fake, fake)
     raise PhantomValueError(
         f"phantom mode: the value of a {str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)} "
         "was asked for (.item(), bool(), .tolist(), a Python `if` on a tensor); tensors have no values "

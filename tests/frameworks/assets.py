@@ -44,3 +44,12 @@ def make_torchtitan_assets(root: Path, vocab_size: int = 512) -> Path:
     config = {"bos_token": specials[0], "eos_token": specials[1], "tokenizer_class": "PreTrainedTokenizerFast"}
     (out / "tokenizer_config.json").write_text(json.dumps(config))
     return root
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="write torchtitan's test assets (tokenizer, c4_test) under DIR")
+    parser.add_argument("dir", type=Path)
+    root = make_torchtitan_assets(parser.parse_args().dir)
+    print(f"wrote {root}/tests/assets/tokenizer and {root}/tests/assets/c4_test")

@@ -150,6 +150,11 @@ def unwrap(x: Any) -> Any:
     return tree_map(lambda t: t.elem if isinstance(t, SimCudaTensor) else t, x)
 
 
+def unwrap_to_meta(x: Any) -> Any:
+    """`unwrap`, with every elem on meta (an op mixing phantom tensors with ones that hold values)."""
+    return tree_map(lambda t: t.elem.to("meta") if isinstance(t, SimCudaTensor) else t, x)
+
+
 def local(t: torch.Tensor) -> torch.Tensor:
     """The tensor holding `t`'s data: its elem for a simulated CUDA tensor, else `t` itself."""
     return t.elem if isinstance(t, SimCudaTensor) else t
@@ -171,21 +176,27 @@ def run_op(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
     flat, _ = tree_flatten((args, kwargs))
     index = 0
     by_elem: dict[int, SimCudaTensor] = {}
+    metas = 0
     for x in flat:
         if isinstance(x, SimCudaTensor):
             index = x.device.index or 0
             by_elem[id(x.elem)] = x
+            metas += x.elem.is_meta
     if func is _IS_PINNED:
         return False
     if func is _PIN:
         return args[0]
     kwargs, to_index = _device_kwargs(kwargs)
     moved_off = func is _TO_COPY and "device" in kwargs and to_index is None and kwargs["device"] is not None
+    # Phantom mode: integer data copied from the host keeps its values (token ids, labels), so that what a
+    # program reads from them (a count of valid tokens) exists; an op that mixes them with phantom tensors
+    # runs on meta.
+    open_ = unwrap_to_meta if 0 < metas < len(by_elem) else unwrap
     with device_work():
         if rng.is_random(func) and kwargs.get("generator") is None:  # the device's generator (rng.py)
-            out = rng.draw(index, _inner_device.type != "meta", lambda: func(*unwrap(args), **unwrap(kwargs)))
+            out = rng.draw(index, _inner_device.type != "meta", lambda: func(*open_(args), **open_(kwargs)))
         else:
-            out = func(*unwrap(args), **unwrap(kwargs))
+            out = func(*open_(args), **open_(kwargs))
     if moved_off:  # .cpu(), .to("cpu"): a host tensor
         return out
 

@@ -1,0 +1,70 @@
+"""torchtitan's llama3_8b, unmodified, in phantom mode on simulated H100s (and A100s): cost and figures.
+
+    .venv/bin/python bench/bench_torchtitan.py                      # 8 H100 (testbed16)
+    .venv/bin/python bench/bench_torchtitan.py --gpus 8 128 1024    # and rail128, leafspine1024
+    .venv/bin/python bench/bench_torchtitan.py --gpus 64 --gpu a100 # 64 A100 (rail128)
+
+For each size: wall time, live processes, the ranks' summed peak RSS, and torchtitan's own steady-step
+log line (tokens/s/GPU, MFU, memory) beside its published figures (8x H100 Llama 3.1 8B: 5,762
+tokens/s/GPU; 64x A100 Llama 3 8B: 2,904). The run uses torchtitan's config with the flags torch 2.13
+needs (docs/runtime.md), a generated tokenizer and corpus, and 3 steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "frameworks"))
+
+from assets import make_torchtitan_assets  # noqa: E402
+
+from phantora.runtime.launcher import RunConfig, launch  # noqa: E402
+
+TOPOLOGY = {8: "testbed16", 64: "rail128", 128: "rail128", 1024: "leafspine1024"}
+PUBLISHED = {"h100": 5762, "a100": 2904}  # tokens/s/GPU, torchtitan's docs (8x H100, 64x A100)
+LINE = re.compile(r"step:\s+(\d+).*?memory:\s+([0-9.]+)GiB.*?tps:\s+([0-9,]+).*?mfu:\s+([0-9.]+)%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, nargs="+", default=[8], choices=sorted(TOPOLOGY))
+    parser.add_argument("--gpu", default="h100", choices=sorted(PUBLISHED))
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    import torchtitan
+
+    train = str(Path(torchtitan.__file__).parent / "train.py")
+    work = make_torchtitan_assets(Path(tempfile.mkdtemp(prefix="phantora-titan-")))
+    os.chdir(work)
+    flags = [
+        "--module", "llama3", "--config", "llama3_8b", "--training.steps", str(args.steps),
+        "--hf_assets_path", "./tests/assets/tokenizer", "--dataloader.dataset", "c4_test",
+        "--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs",
+        "--metrics.no-enable-tensorboard", "--debug.seed", "0",
+    ]  # fmt: skip
+    print(f"torchtitan llama3_8b, phantom, flow network, {args.gpu}; published {PUBLISHED[args.gpu]} tokens/s/GPU")
+    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "MFU %", "mem GiB")
+    print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>6} {:>8}".format(*head))
+    for n in args.gpus:
+        cfg = RunConfig(train, flags, TOPOLOGY[n], nproc=n, gpu=args.gpu, tensors="phantom", timeout_s=3600)
+        t0 = time.perf_counter()
+        rep = launch(cfg)
+        wall = time.perf_counter() - t0
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", rep.logs["rank 0"])
+        last = LINE.findall(plain)[-1]
+        s = rep.summary
+        print(
+            f"{n:>5} {TOPOLOGY[n]:>14} {s['live_processes']:>5} {wall:>7.1f} {s.get('peak_rss_mb_total', 0):>8.0f} "
+            f"{int(last[2].replace(',', '')):>10} {float(last[3]):>6.2f} {float(last[1]):>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
