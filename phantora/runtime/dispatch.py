@@ -121,6 +121,8 @@ class ChargeMode(TorchDispatchMode):
             return func(*args, **kwargs)  # gloo worker threads inherit the mode; their copies are not GPU work
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
+            if SimCudaTensor in types and func.namespace != "_c10d_functional" and "device" not in kwargs:
+                return NotImplemented  # the cuda tensors' own dispatch unwraps them and comes back here
             if SimCudaTensor in types and func.namespace == "_c10d_functional":
                 index = next(t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor))
                 with simcuda.device_work():
