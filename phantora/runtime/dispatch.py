@@ -62,6 +62,11 @@ def _name(func: Any) -> str:
 _INDEX_FACTORIES = {"arange", "range", "randint", "randperm", "scalar_tensor", "tensor"}
 
 
+def _integer_host_data(t: Any) -> bool:
+    """A host tensor of integers or booleans with values: in phantom mode, a copy to the GPU keeps them."""
+    return type(t) is torch.Tensor and not t.is_meta and not t.is_floating_point() and not t.is_complex()
+
+
 def _host_data(func: Any, kwargs: dict, leaves: list[torch.Tensor]) -> bool:
     """Phantom mode: would this op put tensor data on the host? Then it goes to meta instead.
 
@@ -121,13 +126,13 @@ class ChargeMode(TorchDispatchMode):
             return func(*args, **kwargs)  # gloo worker threads inherit the mode; their copies are not GPU work
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
-            if SimCudaTensor in types and func.namespace != "_c10d_functional" and "device" not in kwargs:
-                return NotImplemented  # the cuda tensors' own dispatch unwraps them and comes back here
             if SimCudaTensor in types and func.namespace == "_c10d_functional":
                 index = next(t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor))
                 with simcuda.device_work():
                     out = self.__torch_dispatch__(func, (), simcuda.unwrap(args), simcuda.unwrap(kwargs))
                 return simcuda.wrap(out, index)
+            if SimCudaTensor in types and "device" not in kwargs:
+                return NotImplemented  # the cuda tensors' own dispatch unwraps them and comes back here
             dev = kwargs.get("device")
             if simcuda.is_cuda_device(dev):  # a factory or copy onto the simulated GPU
                 index = simcuda.cuda_index(dev)
@@ -186,11 +191,6 @@ class ChargeMode(TorchDispatchMode):
                     return out
         s.charge(_name(func), s.model.cost(func, args, kwargs, out))
         return out
-
-
-def _integer_host_data(t: Any) -> bool:
-    """A host tensor of integers or booleans with values: in phantom mode, a copy to the GPU keeps them."""
-    return type(t) is torch.Tensor and not t.is_meta and not t.is_floating_point() and not t.is_complex()
 
 
 flex_attention.register(ChargeMode)  # FlexAttention's operators, whole (flex_attention.py)

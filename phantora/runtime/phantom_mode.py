@@ -104,7 +104,7 @@ def use_fused_attention() -> None:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
-        fused = _no_data(query) or _on_simulated_gpu(query)
+        fused = query.is_meta or _on_simulated_gpu(query)  # a simulated-GPU tensor: real or phantom data
         if not (fused and attn_mask is None and query.dim() == 4 and key.dim() == 4):
             return orig(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
         groups = query.shape[-3] // key.shape[-3]
@@ -115,13 +115,6 @@ def use_fused_attention() -> None:
 
     sdpa._phantora = True  # type: ignore[attr-defined]
     F.scaled_dot_product_attention = sdpa
-
-
-def _no_data(t: torch.Tensor) -> bool:
-    """A meta tensor, or a simulated-CUDA tensor holding one."""
-    from phantora.runtime.simcuda.tensor import local
-
-    return local(t).is_meta
 
 
 def _on_simulated_gpu(t: torch.Tensor) -> bool:
