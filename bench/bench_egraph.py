@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 from phantora.egraph import ProgramBuilder, build_graph, load, replay_graph, save  # noqa: E402
 from phantora.egraph.format import dir_size_bytes  # noqa: E402
 from phantora.egraph.live import record_run  # noqa: E402
+from phantora.launcher import RunConfig  # noqa: E402
 from phantora.netsim.factory import make_engine  # noqa: E402
-from phantora.runtime.launcher import RunConfig  # noqa: E402
 from phantora.topology.generators import leaf_spine  # noqa: E402
 
 MODEL = ["--layers", "4", "--d-model", "128", "--heads", "4", "--seq", "64", "--batch", "4"]

@@ -197,7 +197,7 @@ def print_model_costs(reps: int) -> None:
 
 def with_bridge(ops: int, colls: int) -> dict[str, float]:
     """The same loops in rank 0 of a 2-rank run: under phantora + the bridge, and on plain gloo."""
-    from phantora.runtime.launcher import RunConfig, launch
+    from phantora.launcher import RunConfig, launch
     from phantora.topology.generators import leaf_spine
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,7 +232,7 @@ def scale(ranks: int, steps: int, tensors: str = "real", fork: bool = True) -> d
     `tensors="real"`: one process per rank with real data; "phantom": meta tensors and rank
     deduplication (`phantora run`'s default above 16 ranks). `fork`: ranks forked by the fork
     server (the default), else each a fresh interpreter."""
-    from phantora.runtime.launcher import RunConfig, launch
+    from phantora.launcher import RunConfig, launch
     from phantora.topology.generators import leaf_spine
 
     topo = leaf_spine(max(1, ranks // 16), min(ranks, 16), 0 if ranks <= 16 else 2, nic_rate="400Gbps", name="bench")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from bridge.supervisor import proportional_set_mb
+from phantora.procmem import proportional_set_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 PHANTORA = [sys.executable, "-m", "phantora.cli"]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "frameworks"))
 
 from assets import make_torchtitan_assets  # noqa: E402
 
-from phantora.runtime.launcher import RunConfig, launch  # noqa: E402
+from phantora.launcher import RunConfig, launch  # noqa: E402
 
 TOPOLOGY = {8: "testbed16", 64: "rail128", 128: "rail128", 1024: "leafspine1024"}
 PUBLISHED = {"h100": 5762, "a100": 2904}  # tokens/s/GPU, torchtitan's docs (8x H100, 64x A100)

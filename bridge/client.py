@@ -32,6 +32,11 @@ from phantora.collectives.spec import DTYPE_BYTES, KINDS
 
 ENV_VARS = ("PHANTORA_ENDPOINT", "PHANTORA_TOKEN", "RANK", "WORLD_SIZE")
 
+# Exit code of a rank that failed only because a peer's connection dropped (gloo: "Connection reset
+# by peer"): the peer died first. The launcher then waits a moment for that peer's own death, so the
+# run names the culprit instead of its victim.
+PEER_LOST_EXIT = 3
+
 
 class RankClient:
     """One rank's connection to the coordinator. Not thread-safe: use it from one thread."""

@@ -21,8 +21,7 @@ from typing import Any
 import zmq
 
 from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
-from bridge.errors import BridgeError, ProtocolError
-from bridge.matching import RunFailed
+from bridge.errors import BridgeError, ProtocolError, RunFailed
 from bridge.protocol import E_AUTH, E_ENGINE, E_INTERNAL, E_PEER, E_PROTOCOL, INF_NS, Message, decode, encode
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec
@@ -94,9 +93,7 @@ class Coordinator:
             for rs in self.core.ranks:
                 if rs.state in (WAIT, TEST, BARRIER):
                     self.send_rank(rs.rank, beat)
-            keepalive = getattr(self.core.engine, "keepalive", None)
-            if keepalive is not None:
-                keepalive()
+            self.core.engine.keepalive()
 
     # ----- receiving ---------------------------------------------------------------------------
     def reject(self, ident: bytes, code: str, text: str) -> None:

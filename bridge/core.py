@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.matching import Call, Matcher, Rendezvous, RunFailed, describe_key
-from bridge.mirrors import Mirrors
+from bridge.errors import RunFailed
+from bridge.matching import Call, Matcher, Rendezvous, describe_key
 from bridge.protocol import (
     E_DEADLOCK,
     E_ENGINE,
@@ -44,6 +44,7 @@ from bridge.protocol import (
 )
 from bridge.stepping import advance_watching
 from phantora.collectives import decompose
+from phantora.collectives.mirrors import Mirrors, NotPeriodicError
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
@@ -68,7 +69,7 @@ class CollRecord:
     first_flow: int
     nflows: int
     name: str = ""
-    copies: int = 1  # rank deduplication: the group's shifts launched with it (bridge.mirrors)
+    copies: int = 1  # rank deduplication: the group's shifts launched with it (phantora.collectives.mirrors)
     pending: dict[int, set[int]] = field(default_factory=dict)  # rank -> its last flows not yet arrived
     waiters: dict[int, list[int]] = field(default_factory=dict)  # flow -> ranks it is a last flow of
     rank_done: dict[int, int] = field(default_factory=dict)
@@ -135,7 +136,7 @@ class CoordinatorCore:
         live: int | None = None,
     ) -> None:
         """`live`: rank deduplication, the number of live rank processes standing for the `world`
-        ranks (live rank l for l, l+live, l+2*live, ...; see bridge.mirrors). None: every rank is live."""
+        ranks (live rank l for l, l+live, l+2*live, ...; see phantora.collectives.mirrors). None: every rank is live."""
         if window_ns < 0:
             raise ValueError("window_ns must be >= 0 (0 = exact)")
         if world > topology.num_ranks:
@@ -302,7 +303,10 @@ class CoordinatorCore:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
-        copies = self.mirrors.copies(group) if self.mirrors.active else (group,)
+        try:
+            copies = self.mirrors.copies(group) if self.mirrors.active else (group,)
+        except NotPeriodicError as exc:
+            raise RunFailed(E_PROTOCOL, str(exc)) from None
         flows: list[Flow] = []
         last: dict[int, set[int]] = {}  # live rank -> its mirrors' last flows
         try:

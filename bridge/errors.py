@@ -4,11 +4,6 @@ from __future__ import annotations
 
 from phantora.errors import PhantoraError
 
-# Exit code of a rank that failed only because a peer's connection dropped (gloo: "Connection reset
-# by peer"): the peer died first. The launcher then waits a moment for that peer's own death, so the
-# run names the culprit instead of its victim.
-PEER_LOST_EXIT = 3
-
 
 class BridgeError(PhantoraError):
     """A co-simulation run failed: a peer died, a collective mismatched, a deadlock, a bad message.
@@ -23,3 +18,12 @@ class BridgeError(PhantoraError):
 
 class ProtocolError(BridgeError):
     """A message that cannot be accepted: malformed, oversized, wrong version, wrong token, unknown type."""
+
+
+class RunFailed(Exception):
+    """The run cannot continue; `text` is the diagnostic every peer gets."""
+
+    def __init__(self, code: str, text: str) -> None:
+        self.code = code
+        self.text = text
+        super().__init__(text)

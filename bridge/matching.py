@@ -11,19 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bridge.errors import RunFailed
 from bridge.protocol import E_MISMATCH, E_PROTOCOL
 
 if TYPE_CHECKING:
-    from bridge.mirrors import Mirrors
-
-
-class RunFailed(Exception):
-    """The run cannot continue; `text` is the diagnostic every peer gets."""
-
-    def __init__(self, code: str, text: str) -> None:
-        self.code = code
-        self.text = text
-        super().__init__(text)
+    from phantora.collectives.mirrors import Mirrors
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from bridge.stepping import advance_watching
 from bridge.transport import HEARTBEAT_S, bind_address, bind_router, token_ok, write_endpoint_file
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.results.write import write_fabric_traces
 from phantora.topology.model import Topology
 
 
@@ -154,15 +155,11 @@ class NetServer:
 
 
 def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology) -> None:
-    """At a clean shutdown: pfc.csv, queues.csv, drops.csv and links.csv of an engine that records them."""
-    from phantora.report.packet_traces import write_packet_traces
-    from phantora.report.replay_report import packet_link_rows, write_links_csv
-
-    if not hasattr(engine, "pfc_events"):
+    """At a clean shutdown: pfc.csv, queues.csv, drops.csv and links.csv of an engine that observes the fabric."""
+    fabric = engine.fabric()
+    if fabric is None:
         return
-    out.mkdir(parents=True, exist_ok=True)
-    write_packet_traces(out, engine)
-    write_links_csv(out / "links.csv", packet_link_rows(topo, engine.channel_usage(max(1, engine.now()))))
+    write_fabric_traces(out, fabric, topo, engine.now())
     log(f"wrote the engine's traces to {out}")
 
 

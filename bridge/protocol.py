@@ -39,10 +39,10 @@ from typing import Any
 import msgpack
 
 from bridge.errors import ProtocolError
+from phantora.netsim.base import INF_NS as INF_NS  # "never" on the wire (fits int64)
 from phantora.netsim.base import Completion, Flow
 
 VERSION = 1
-INF_NS = 1 << 62  # "never" on the wire (fits int64)
 MAX_MESSAGE_BYTES = 64 << 20  # larger messages get an "oversized" error reply
 HARD_MAX_MESSAGE_BYTES = 4 * MAX_MESSAGE_BYTES  # ZeroMQ drops the connection above this
 

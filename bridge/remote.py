@@ -107,6 +107,14 @@ class RemoteSimulator:
             self._call(encode("drain", self._now, limit=limit_ns), self.call_timeout_s, "completions")
         )
 
+    def channels(self) -> None:
+        """Observed on the server, which writes links.csv itself."""
+        return None
+
+    def fabric(self) -> None:
+        """Observed on the server, which writes the packet traces itself."""
+        return None
+
     def stats(self) -> dict[str, object]:
         return dict(self._call(encode("get_stats", self._now), self.call_timeout_s, "stats")["stats"])
 

@@ -12,7 +12,6 @@ PHANTORA_NETWORK) and talks to the coordinator with `bridge.client.RankClient.fr
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -24,7 +23,8 @@ from typing import Any
 
 import zmq
 
-from bridge.errors import PEER_LOST_EXIT, BridgeError, ProtocolError
+from bridge.client import PEER_LOST_EXIT
+from bridge.errors import BridgeError, ProtocolError
 from bridge.forkclient import ForkServer
 from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode
 from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
@@ -43,6 +43,8 @@ from bridge.transport import (
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion
+from phantora.results import schema
+from phantora.results.write import write_flows_csv, write_json
 from phantora.topology.model import Topology
 
 RankCmd = Sequence[str] | Callable[[int], Sequence[str]]
@@ -136,7 +138,7 @@ class CosimRun:
         stops its heartbeats during long engine calls). `packet_config`: a PacketConfig for ns3;
         `engine_options`: keyword options of the engine (FlowSimulator options, or PacketConfig fields).
         `live_ranks`: rank deduplication: start only ranks 0..live_ranks-1, each standing for itself and
-        its shifts by multiples of live_ranks (bridge.mirrors); it must divide the world size.
+        its shifts by multiples of live_ranks (phantora.collectives.mirrors); it must divide the world size.
         `rank_preload`: modules a fork server (bridge.forkserver) imports once, before it forks every
         rank whose command is `python -m MODULE ...` with the same interpreter; empty: every rank is a
         fresh interpreter."""
@@ -433,6 +435,7 @@ class CosimRun:
     def _write(self, result: CosimResult) -> None:
         assert self.out_dir is not None
         summary = {
+            "schema": schema.COSIM,
             "network": result.network,
             "window_ns": result.window_ns,
             "rounds": result.rounds,
@@ -447,25 +450,9 @@ class CosimRun:
         }
         if result.flows_note:
             summary["flows_note"] = result.flows_note
-        (self.out_dir / "cosim.json").write_text(json.dumps(summary, indent=1, default=str))
+        write_json(self.out_dir / schema.COSIM_JSON, summary, indent=1, sort_keys=False)
         if result.completions or not result.flows_note:
-            write_flows_csv(self.out_dir / "flows.csv", self.spec.topology, result.completions)
-
-
-def write_flows_csv(path: Path, topo: Topology, completions: list[Completion]) -> None:
-    """One row per completed flow, in the columns of `phantora replay`'s flows.csv (FCTs for compare)."""
-    from phantora.report.packet_traces import write_csv
-    from phantora.report.replay_report import standalone_fct_ns
-
-    names = [n.name for n in topo.nodes]
-    rows = [
-        [c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns, c.end_ns - c.start_ns]
-        + [standalone_fct_ns(topo, c.src, c.dst, c.size, c.flow_id)]
-        for c in sorted(completions, key=lambda c: c.flow_id)
-        if c.size > 0 and c.src != c.dst
-    ]
-    header = ["flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns"]
-    write_csv(path, header, rows)
+            write_flows_csv(self.out_dir / schema.FLOWS_CSV, self.spec.topology, result.completions)
 
 
 def replay_workload(topology: Topology, workload: str | Path, **options: Any) -> CosimResult:

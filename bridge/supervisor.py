@@ -137,18 +137,3 @@ def alive_pids(pids: Sequence[int]) -> list[int]:
         if state != "Z":
             out.append(pid)
     return out
-
-
-def proportional_set_mb(pid: int | str = "self") -> float | None:
-    """A process's proportional set size now (Linux; None elsewhere or if it is gone), in MB.
-
-    Unlike RSS it splits shared pages among the processes sharing them, so summed over ranks forked
-    by the fork server it is the host memory they really take."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import PhantoraError
-from phantora.sweep import RunOutcome, RunSpec, error_line, write_log
+from phantora.sweep_local import RunOutcome, RunSpec, error_line, write_log
 
 MAX_FILE_BYTES = 256 * 2**20  # larger outputs are not shipped back (their names are listed in the log)
 

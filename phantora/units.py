@@ -13,6 +13,7 @@ _SIZE = {
     "kb": 10**3,
     "mb": 10**6,
     "gb": 10**9,
+    "tb": 10**12,
     "kib": 2**10,
     "mib": 2**20,
     "gib": 2**30,
@@ -21,15 +22,17 @@ _SIZE = {
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def _parse(text: str | int | float, table: dict[str, float], default: str, what: str) -> float:
+def _parse(
+    text: str | int | float, table: dict[str, float], default: str, what: str, field: str | None = None
+) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text) * table[default]
     m = _NUM.match(str(text))
     if not m:
-        raise InputError(f"cannot parse {what} {text!r}")
+        raise InputError(f"cannot parse {what} {text!r}", field=field)
     unit = (m.group(2) or default).lower()
     if unit not in table:
-        raise InputError(f"unknown {what} unit {m.group(2)!r} in {text!r} (known: {', '.join(table)})")
+        raise InputError(f"unknown {what} unit {m.group(2)!r} in {text!r} (known: {', '.join(table)})", field=field)
     return float(m.group(1)) * table[unit]
 
 
@@ -43,9 +46,9 @@ def parse_time_ns(text: str | int | float) -> int:
     return round(_parse(text, _TIME, "ns", "time"))
 
 
-def parse_size_bytes(text: str | int | float) -> int:
-    """'4MiB' -> 4194304. Bare numbers are bytes."""
-    return round(_parse(text, _SIZE, "b", "size"))
+def parse_size_bytes(text: str | int | float, field: str | None = None) -> int:
+    """'4MiB' -> 4194304, '80e9' -> 80000000000. Bare numbers are bytes; errors name `field`."""
+    return round(_parse(text, _SIZE, "b", "size", field))
 
 
 def transmit_ns(nbytes: int, rate_bps: int) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bridge.core import DONE, RUN, WAIT, CoordinatorCore
-from bridge.matching import RunFailed
+from bridge.errors import RunFailed
 from bridge.protocol import INF_NS, Message, decode, encode
 from phantora.collectives.spec import AlgoOptions
 from phantora.netsim.flow import FlowSimulator

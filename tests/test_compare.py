@@ -12,8 +12,9 @@ import pytest
 
 from phantora.cli import main
 from phantora.errors import InputError
-from phantora.report.compare import compare_runs, load_and_compare, pause_intervals, summarise
-from phantora.report.rundir import load_run
+from phantora.report.compare import compare_runs, load_and_compare, summarise
+from phantora.report.fabric import pause_intervals
+from phantora.results.read import load_run
 
 WORKLOAD = """
 name = "ar-a2a"

@@ -23,8 +23,8 @@ from phantora.egraph import load, replay_graph
 from phantora.egraph.format import Coll, Compute, Step, Wait, step_times
 from phantora.egraph.live import record_run
 from phantora.egraph.scale import scale_dp
+from phantora.launcher import RunConfig, launch
 from phantora.netsim.flow import FlowSimulator
-from phantora.runtime.launcher import RunConfig, launch
 from phantora.topology.generators import leaf_spine
 
 ROOT = Path(__file__).resolve().parents[1]

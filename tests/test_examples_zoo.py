@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from phantora.launcher import RunConfig, launch
 from phantora.runtime.compute import build_model, op_flops
-from phantora.runtime.launcher import RunConfig, launch
 from phantora.topology.generators import leaf_spine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from test_runtime_e2e import star
 from bridge.errors import BridgeError
 from bridge.run import CosimRun
 from bridge.supervisor import alive_pids
-from phantora.runtime.launcher import RunConfig, launch
+from phantora.launcher import RunConfig, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from phantora.report import plots
-from phantora.report.rundir import load_run
+from phantora.results.read import load_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -36,7 +36,7 @@ def test_calibrated_is_the_default_everywhere():
 
     args = build_parser().parse_args(["run", "-t", "star8", "train.py"])
     assert args.compute_model == "calibrated" and args.perf_table == [] and args.curves is None
-    from phantora.runtime.launcher import RunConfig
+    from phantora.launcher import RunConfig
 
     assert RunConfig("train.py").compute_model == "calibrated"
 

@@ -20,7 +20,7 @@ import torch
 
 from bridge.errors import BridgeError
 from bridge.supervisor import alive_pids
-from phantora.runtime.launcher import RunConfig, launch
+from phantora.launcher import RunConfig, launch
 from phantora.topology.generators import leaf_spine
 
 ROOT = Path(__file__).resolve().parents[1]

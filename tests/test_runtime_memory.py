@@ -17,10 +17,11 @@ from phantora.runtime import session as _session
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
 from phantora.runtime.gpus import get_gpu
-from phantora.runtime.memory import MemoryTracker, active, parse_size
+from phantora.runtime.memory import MemoryTracker, active
 from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.results import format_summary, summarize
 from phantora.runtime.session import RankSession
+from phantora.units import parse_size_bytes
 
 MIB = 1 << 20
 
@@ -202,7 +203,7 @@ def test_limit_settings(monkeypatch):
     assert new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="off").memory.limit is None
     assert new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="80e9").memory.limit == 80 * 10**9
     assert new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="75GiB").memory.limit == 75 << 30
-    assert parse_size("4096") == 4096 and parse_size("1.5 KiB") == 1536
+    assert parse_size_bytes("4096") == 4096 and parse_size_bytes("1.5 KiB") == 1536
     with pytest.raises(InputError):
         new_session(monkeypatch, PHANTORA_MEMORY_LIMIT="lots")
     caps = {g: MemoryTracker.from_env(get_gpu(g), env={}).capacity >> 20 for g in ("a100", "h200", "b200", "l40s")}

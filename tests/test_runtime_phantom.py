@@ -15,7 +15,7 @@ import pytest
 
 from bridge.errors import BridgeError
 from phantora.errors import InputError
-from phantora.runtime.launcher import RunConfig, launch, plan_processes
+from phantora.launcher import RunConfig, launch, plan_processes
 from phantora.topology.generators import leaf_spine
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

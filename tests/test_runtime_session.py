@@ -168,3 +168,45 @@ def test_premul_sum_is_the_scaled_sum(rig):
     o.reduceOp = dist._make_nccl_premul_sum(0.25)
     pg.allreduce([g], o).wait()
     assert g.tolist() == [0.75] * 4
+
+
+class _Log:
+    """A SessionListener that writes down what it is told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def on_compute(self, name: str, start_ns: int, duration_ns: int) -> None:
+        self.events.append(("compute", start_ns, duration_ns))
+
+    def on_issue(self, call: Any) -> None:
+        self.events.append(("issue", call.kind, call.nbytes, call.t_issue_ns, call.handle))
+
+    def on_wait(self, handles: Sequence[int], t_done_ns: int) -> None:
+        self.events.append(("wait", tuple(handles), t_done_ns))
+
+    def on_step(self, index: int, end_ns: int) -> None:
+        self.events.append(("step", index, end_ns))
+
+    def on_finish(self, end_ns: int) -> None:
+        self.events.append(("finish", end_ns))
+
+
+def test_a_listener_is_told_each_op_issue_wait_step_and_the_finish_in_order(rig):
+    s, pg, client, a = rig
+    log = _Log()
+    s.add_listener(log)
+    a @ a  # one matmul: MM_NS from 0
+    pg.allreduce([a]).wait()  # issued at MM_NS, done COMM_NS later; the compute lane waits for it
+    s.step()
+    s.finish()
+    computes = [e for e in log.events if e[0] == "compute"]
+    assert computes[0] == ("compute", 0, MM_NS)
+    issue = next(e for e in log.events if e[0] == "issue")
+    assert issue[1:4] == ("all_reduce", N * N * 4, MM_NS)
+    wait = next(e for e in log.events if e[0] == "wait")
+    assert wait == ("wait", (issue[4],), MM_NS + COMM_NS)
+    kinds = [e[0] for e in log.events]
+    assert kinds.index("issue") < kinds.index("wait") < kinds.index("step") < kinds.index("finish") == len(kinds) - 1
+    end = MM_NS + COMM_NS + sum(e[2] for e in computes[1:])  # ops after the wait (if any) run after it
+    assert ("step", 0, end) in log.events and log.events[-1] == ("finish", end)

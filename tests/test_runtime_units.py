@@ -193,8 +193,8 @@ def test_run_command_reports_bad_input(tmp_path, capsys):
 
 def test_ns3_engine_options_of_a_live_run():
     """The CC, 1 us queue sampling (compare's queue p99) and --set overrides, checked before launch."""
+    from phantora.launcher import LIVE_QUEUE_SAMPLE_NS, RunConfig, engine_options
     from phantora.netsim.packet_config import PacketConfig, apply_overrides
-    from phantora.runtime.launcher import LIVE_QUEUE_SAMPLE_NS, RunConfig, engine_options
 
     assert engine_options(RunConfig("x.py")) is None
     opts = engine_options(RunConfig("x.py", network="ns3", cc="hpcc", packet_set=["buffer_bytes=2000000", "pfc=false"]))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_runtime_e2e import GPT_ARGS, losses, run_gloo, star
 
+from phantora.launcher import RunConfig, launch
 from phantora.perfmodel.gpus import get_gpu
-from phantora.runtime.launcher import RunConfig, launch
 from phantora.runtime.memory import capacity_of
 
 ROOT = Path(__file__).resolve().parents[1]

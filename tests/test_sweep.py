@@ -10,7 +10,8 @@ import pytest
 
 from phantora.cli import main
 from phantora.errors import InputError
-from phantora.sweep import SweepSpec, build_runs, command_args, load_grid, parse_param, run_sweep, uses_ns3
+from phantora.sweep import SweepSpec, build_runs, command_args, load_grid, parse_param, run_sweep
+from phantora.sweep_local import uses_ns3
 
 AR_BYTES = 32 * 2**20
 WORKLOAD = f"""

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from phantora.report.compare import load_and_compare, pause_intervals
-from phantora.report.rundir import load_run
+from phantora.report.compare import load_and_compare
+from phantora.report.fabric import pause_intervals
+from phantora.results.read import load_run
 from phantora.sweep import SweepSpec, run_sweep
 
 pytestmark = [pytest.mark.ns3, pytest.mark.timeout(1200)]  # 4 ns-3 start-ups; slow on a busy machine

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from phantora.errors import InputError
+from phantora.perfmodel.dtypes import COLLECTIVE_DTYPES, dtype_bytes, normalize_dtype
 
 KINDS = (
     "all_reduce",
@@ -17,19 +18,7 @@ KINDS = (
     "barrier",
 )
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct")
-DTYPE_BYTES = {
-    "fp8": 1,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "bf16": 2,
-    "fp16": 2,
-    "int16": 2,
-    "fp32": 4,
-    "int32": 4,
-    "fp64": 8,
-    "int64": 8,
-}
+DTYPE_BYTES = {short: dtype_bytes(normalize_dtype(short)) for short in COLLECTIVE_DTYPES}
 
 # busbw factor of nccl-tests, as a function of the group size n.
 BUSBW_FACTOR = {

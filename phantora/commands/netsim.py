@@ -22,15 +22,19 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
+from phantora.netsim.cli_config import packet_config_from_flags
+from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
-from phantora.netsim.packet_config import CC_NAMES, PacketConfig, apply_overrides, read_hpcc_config
-from phantora.report.packet_traces import (
-    LINK_EXTRA_COLUMNS,
+from phantora.netsim.packet_config import CC_NAMES, PacketConfig
+from phantora.netsim.standalone import standalone_fct_ns
+from phantora.results import schema as S
+from phantora.results.write import (
     per_flow_counts,
     write_cnps_csv,
     write_csv,
     write_drops_csv,
     write_ecn_csv,
+    write_json,
     write_pfc_csv,
     write_queues_csv,
 )
@@ -60,19 +64,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", "-o", type=Path, default=None, help="directory for the traces")
     p.set_defaults(func=run)
-
-
-def standalone_fct_ns(topo: Topology, src: int, dst: int, key: int, size: int, payload: int, header: int) -> int:
-    """HPCC's ideal FCT: 2 x propagation + a payload's serialisation per hop + all bytes with headers at the
-    path's bottleneck rate (integer ns, rounded down like the C++ fabric)."""
-    if src == dst or size == 0:
-        return 0
-    path = topo.route(src, dst, key)
-    prop = sum(topo.channel_latency(c) for c in path)
-    tx_ps = sum(payload * 8 * 10**12 // topo.channel_bandwidth(c) for c in path)
-    rate = min(topo.channel_bandwidth(c) for c in path)
-    pkts = -(-size // payload)
-    return 2 * prop + tx_ps // 1000 + (size + pkts * header) * 8 * 10**9 // rate
 
 
 @dataclass
@@ -165,20 +156,18 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
 
 def _config(args: argparse.Namespace) -> PacketConfig:
     base = PacketConfig(queue_sample_ns=CLI_QUEUE_SAMPLE_NS)
-    config = read_hpcc_config(args.config, base) if args.config else base
-    if args.cc:
-        config = config.with_updates(cc=args.cc)
-    if args.queue_sample_ns is not None:
-        config = config.with_updates(queue_sample_ns=args.queue_sample_ns)
-    if args.set:
-        config = apply_overrides(config, args.set)
-    return config
+    return packet_config_from_flags(
+        cc=args.cc, sets=args.set, config_file=args.config, queue_sample_ns=args.queue_sample_ns, base=base
+    )
 
 
 def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str, Any]:
+    """The packet engine, with HPCC's outputs: FCT at the sender's last ACK (fct.txt) and pfc.txt."""
     from phantora.netsim.packet import Ns3Simulator
 
-    with Ns3Simulator(topo, config) as sim:
+    sim = make_engine("ns3", topo, config=config)
+    assert isinstance(sim, Ns3Simulator)
+    with sim:
         t0 = time.perf_counter()
         for start, batch in inp.batches:
             sim.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
@@ -202,10 +191,11 @@ def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str
 
 
 def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str, Any]:
-    from phantora.netsim.flow import FlowSimulator
-
+    """The flow engine at the packet config's goodput (payload / (payload + header)); FCT at the last byte."""
     efficiency = config.payload_bytes / (config.payload_bytes + config.header_bytes)
-    sim = FlowSimulator(topo, payload_efficiency=efficiency)
+    sim = make_engine("flow", topo, payload_efficiency=efficiency)
+    channels = sim.channels()
+    assert channels is not None  # an in-process engine observes its channels
     try:
         t0 = time.perf_counter()
         done: dict[int, Any] = {}
@@ -218,7 +208,7 @@ def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[st
         for f in sorted(inp.reported, key=lambda f: (done[f.id].end_ns, f.id)):
             c = done[f.id]
             key = f.id if f.key is None else f.key
-            ideal = standalone_fct_ns(topo, f.src, f.dst, key, f.size, config.payload_bytes, config.header_bytes)
+            ideal = standalone_fct_ns(topo, f.src, f.dst, f.size, key, (config.payload_bytes, config.header_bytes))
             dport = inp.dports.get(f.id, 100)
             fct.append(FctLine(f.src, f.dst, 10000, dport, f.size, c.start_ns, c.end_ns - c.start_ns, ideal, f.id))
         return {
@@ -230,7 +220,7 @@ def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[st
             "drops": [],
             "cnps": None,
             "ecn": None,
-            "links": sim.channel_usage(max(1, sim.now() - inp.first_start)),
+            "links": channels.channel_usage(max(1, sim.now() - inp.first_start)),
             "stats": dict(sim.stats(), engine="flow", payload_efficiency=efficiency),
             "wall_s": wall,
             "now": sim.now(),
@@ -256,8 +246,7 @@ def _write_outputs(out: Path, inp: NetsimInput, res: dict[str, Any]) -> list[Pat
             + ([cnps[r.flow_id], marks[r.flow_id]] if measured else ["", ""])
             + [f.tag]
         )
-    header = ["flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns", "standalone_ns"]
-    write_csv(out / "fct.csv", header + ["slowdown", "cnps", "ecn_marks", "tag"], rows)
+    write_csv(out / S.FCT_CSV, S.FCT_COLUMNS, rows)
     write_fct_txt(res["fct"], out / "fct.txt")
     write_pfc_csv(out / "pfc.csv", res["pfc"])
     write_pfc_txt(res["pfc_txt"], out / "pfc.txt")
@@ -269,15 +258,14 @@ def _write_outputs(out: Path, inp: NetsimInput, res: dict[str, Any]) -> list[Pat
     for u in res["links"]:
         link_rows.append(
             [u.channel, u.src, u.dst, u.bandwidth_bps, u.bytes, f"{u.utilisation:.6f}"]
-            + [getattr(u, k, "") for k in LINK_EXTRA_COLUMNS]
+            + [getattr(u, k, "") for k in S.LINK_EXTRA_COLUMNS]
         )
-    header = ["channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation"]
-    write_csv(out / "links.csv", header + LINK_EXTRA_COLUMNS, link_rows)
-    summary = {k: v for k, v in res["stats"].items()}
+    write_csv(out / S.LINKS_CSV, S.NETSIM_LINK_COLUMNS + S.LINK_EXTRA_COLUMNS, link_rows)
+    summary = {"schema": S.NETSIM, **res["stats"]}
     summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(by_id), input_format=inp.fmt)
     if inp.fmt == "workload":
         summary.update(workload=inp.name, ops=inp.ops, marker_flows=len(inp.hidden))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_json(out / S.SUMMARY_JSON, summary)
     names = ["fct.csv", "fct.txt", "pfc.csv", "pfc.txt", "queues.csv", "drops.csv", "cnps.csv", "ecn_marks.csv"]
     names += ["links.csv", "summary.json"]
     return [out / n for n in names]

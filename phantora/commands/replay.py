@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,12 +76,9 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         if args.cc or args.set:
             print("note: --cc and --set apply to --network ns3 only; ignored", file=sys.stderr)
         return {}
-    if not args.set:
-        return {"cc": args.cc} if args.cc else {}
-    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+    from phantora.netsim.cli_config import packet_config_from_flags
 
-    base = PacketConfig(cc=args.cc) if args.cc else PacketConfig()
-    return {"config": apply_overrides(base, args.set)}
+    return {"config": packet_config_from_flags(cc=args.cc, sets=args.set or ())}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,7 +122,8 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     from phantora.egraph.format import load, save
     from phantora.egraph.replay import algo_from_meta, replay_graph
     from phantora.egraph.report import format_graph_result, graph_results
-    from phantora.report.packet_traces import write_packet_traces
+    from phantora.results import schema as S
+    from phantora.results.write import write_json, write_packet_traces
 
     notes: list[str] = []
     if kind == "kineto":
@@ -156,12 +153,13 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
     sim = make_engine(args.network, topo, **options)
+    traces: list[Path] = []
     try:
         progress = args.progress if args.progress is not None else False
         res = replay_graph(graph, topo, sim, algo, progress=progress)
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            traces = write_packet_traces(args.out, sim)
+        fabric = sim.fabric()
+        if args.out and fabric is not None:
+            traces = write_packet_traces(args.out, fabric)
     finally:
         sim.close()
     print(f"execution graph ({graph.world} ranks, {len(graph.programs)} distinct programs) on {topo.name}, "
@@ -170,9 +168,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
         print(line)
     print(format_graph_result(res, graph))
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / "results.json"
         data = graph_results(res, graph, topology=topo.name, network=args.network, cc=args.cc)
-        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        path = write_json(args.out / S.RESULTS_JSON, data, indent=1)
         print("wrote " + ", ".join(str(p) for p in [path, *traces]))
     return 0

@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from phantora.runtime.launcher import RunConfig, launch
+    from phantora.launcher import RunConfig, launch
     from phantora.runtime.results import format_summary
 
     cfg = RunConfig(

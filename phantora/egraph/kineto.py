@@ -36,21 +36,10 @@ from phantora.collectives.spec import DTYPE_BYTES
 from phantora.egraph.builder import ProgramBuilder, build_graph
 from phantora.egraph.format import ExecGraph
 from phantora.errors import InputError
+from phantora.perfmodel.dtypes import short_dtype
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 NCCL_PREFIXES = ("ncclKernel", "ncclDevKernel")
-DTYPES = {
-    "float": "fp32",
-    "bfloat16": "bf16",
-    "half": "fp16",
-    "double": "fp64",
-    "int": "int32",
-    "long": "int64",
-    "short": "int16",
-    "char": "int8",
-    "byte": "uint8",
-    "bool": "bool",
-}
 # Collective name (lower case, without leading underscores) or kernel name fragment -> kind.
 _KIND_RULES = (
     ("reduce_scatter", "reduce_scatter"),
@@ -134,11 +123,7 @@ def _kind(name: str, args: dict[str, Any]) -> str | None:
 
 
 def _dtype(args: dict[str, Any]) -> str:
-    raw = str(args.get("dtype") or "Byte")
-    low = raw.lower()
-    if "float8" in low:
-        return "fp8"
-    return DTYPES.get(low, "uint8")
+    return short_dtype(args.get("dtype") or "Byte")
 
 
 def _ranks(args: dict[str, Any], world: int, src: str, where: str) -> tuple[int, ...]:

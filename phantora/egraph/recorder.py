@@ -175,12 +175,12 @@ def _read_part(path: Path) -> dict[str, Any]:
 def mirror_parts(parts: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
     """The parts of a deduplicated run (live ranks 0..K-1 of `world`) extended to every rank.
 
-    Rank l + j*K ran live rank l's program on l's groups shifted by j*K ranks (bridge.mirrors): a
+    Rank l + j*K ran live rank l's program on l's groups shifted by j*K ranks (phantora.collectives.mirrors): a
     group whose shift has the same members stays that group (the mirror joins the same collective),
     any other is the shifted copy. Its clock is the live rank's (the class moves at its slowest
     member's pace), so the recorded times are the live rank's too.
     """
-    from bridge.mirrors import Mirrors
+    from phantora.collectives.mirrors import Mirrors
 
     live = len(parts)
     m = Mirrors(world, live)

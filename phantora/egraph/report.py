@@ -6,6 +6,7 @@ from typing import Any
 
 from phantora.egraph.format import ExecGraph
 from phantora.egraph.replay import GraphReplayResult
+from phantora.results import schema
 
 
 def format_graph_result(res: GraphReplayResult, graph: ExecGraph) -> str:
@@ -35,7 +36,7 @@ def format_graph_result(res: GraphReplayResult, graph: ExecGraph) -> str:
 
 def graph_results(res: GraphReplayResult, graph: ExecGraph, **run: Any) -> dict[str, Any]:
     """results.json of a graph replay: deterministic (no wall-clock figure)."""
-    data = {"schema": "phantora.egraph-replay/1", **res.to_dict()}
+    data = {"schema": schema.EGRAPH_REPLAY, **res.to_dict()}
     data["run"] = {**run, "world": graph.world, "programs": len(graph.programs), "meta": graph.meta}
     recorded = graph.recorded_step_times()
     if recorded:

@@ -5,19 +5,24 @@ endpoint node `dst`. A flow with `deps` starts when all of them have completed (
 the time it was submitted at), plus its own `delay_ns`. Completion means the last byte has
 arrived at `dst`.
 
-The bridge, the replay tool and the runtime only ever talk to engines through this interface.
+The bridge, the replay tool and the runtime only ever talk to engines through this interface: the core
+protocol below, and its declared optional part, the observers of `phantora.netsim.observe`
+(`channels()`, `fabric()`), which an engine returns or declines with None.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from phantora.errors import InputError
 
 if TYPE_CHECKING:
+    from phantora.netsim.observe import ChannelObserver, FabricObserver
     from phantora.topology.model import Topology
+
+INF_NS = 1 << 62  # "never": no time limit (fits int64 on the wire)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,11 @@ class NetworkSimulator(Protocol):
         """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
         ...
 
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        """Run towards `until` (INF_NS: no limit) but stop after the first event time at which a flow in
+        `watch` completes; `earliest` is a lower bound on those completions. See `step_watching`."""
+        ...
+
     def stats(self) -> dict[str, object]:
         """Engine-specific counters (events, recomputations, drops, pauses ...)."""
         ...
@@ -83,6 +93,48 @@ class NetworkSimulator(Protocol):
     def close(self) -> None:
         """Release resources."""
         ...
+
+    def keepalive(self) -> None:
+        """Called about once a second by a caller that is busy elsewhere; a remote engine tells its server."""
+        ...
+
+    def channels(self) -> ChannelObserver | None:
+        """Per-channel traffic, if this engine observes it here (None for a remote engine)."""
+        ...
+
+    def fabric(self) -> FabricObserver | None:
+        """PFC, queues, drops, CNPs and ECN marks, if this engine simulates packets here (the ns-3 engine)."""
+        ...
+
+
+def step_watching(
+    sim: NetworkSimulator, until: int, watch: Collection[int], earliest: int | None = None
+) -> list[Completion]:
+    """`advance_watching` for an engine that can only advance: one event time at a time.
+
+    After a jump to just before `earliest`, the engine is stepped with `next_event_time` until a watched
+    flow completes or `until` is reached. Returns the completions in (end_ns, flow_id) order; after an
+    early stop, now() is the time of the watched completion. With nothing watched it runs to `until`
+    (nothing at all when there is no limit).
+    """
+    if not watch:
+        return sim.advance(until) if until < INF_NS else []
+    done: list[Completion] = []
+    if earliest is not None and earliest - 1 > sim.now():
+        quiet = min(until, earliest - 1)
+        done.extend(sim.advance(quiet))
+        if quiet == until:
+            return done
+    while True:
+        t = sim.next_event_time()
+        if t is None or t > until:
+            if until < INF_NS and until > sim.now():
+                done.extend(sim.advance(until))
+            return done
+        got = sim.advance(t)
+        done.extend(got)
+        if any(c.flow_id in watch for c in got):
+            return done
 
 
 def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:

@@ -17,16 +17,16 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim.base import Completion, Flow, check_flow_batch
+from phantora.netsim.base import Completion, Flow, check_flow_batch, step_watching
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
+from phantora.netsim.observe import ChannelUsage
 from phantora.topology.model import Topology
 
 _TX_END, _ARRIVE, _START = 0, 1, 2
@@ -38,20 +38,6 @@ _ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key ea
 
 class CausalityError(PhantoraError, AssertionError):
     """Something was stamped earlier than the engine's current time (the network never rolls back)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelUsage:
-    """Traffic one directed channel carried, for reports."""
-
-    channel: int
-    link: int
-    src: int
-    dst: int
-    bandwidth_bps: int
-    bytes: int
-    busy_ns: int
-    utilisation: float  # bytes * 8 / (bandwidth * elapsed)
 
 
 class _Active:
@@ -213,6 +199,20 @@ class FlowSimulator:
 
     def close(self) -> None:
         self._heap.clear()
+
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        """Stepped one event time at a time (`step_watching`): rates change only at events."""
+        return step_watching(self, until, watch, earliest)
+
+    def keepalive(self) -> None:
+        """In-process: nobody to tell."""
+
+    def channels(self) -> FlowSimulator:
+        return self
+
+    def fabric(self) -> None:
+        """A fluid model has no packets: no PFC, queues, drops or marks."""
+        return None
 
     # ----- reports -------------------------------------------------------------------------
     def channel_bytes(self) -> list[int]:

@@ -26,6 +26,7 @@ from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
+from phantora.netsim.observe import CnpEvent, Drop, EcnMark, PacketChannelUsage, PfcEvent, QueueSample
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
@@ -142,81 +143,6 @@ def cpp_message(exc: BaseException) -> str:
     return text
 
 
-@dataclass(frozen=True, slots=True)
-class PfcEvent:
-    """A PFC frame as seen by the port it pauses or resumes."""
-
-    time_ns: int
-    node: int
-    node_type: int  # 0 endpoint, 1 switch, 2 NVSwitch
-    port: int  # 0-based
-    prio: int
-    pause: bool
-    from_node: int  # the switch that sent it
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSample:
-    """Bytes in a switch egress queue (node, port, class) at a sampling instant."""
-
-    time_ns: int
-    node: int
-    port: int
-    prio: int
-    bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class Drop:
-    """A packet dropped at a switch ingress port."""
-
-    time_ns: int
-    node: int
-    port: int
-    prio: int
-    flow_id: int
-    seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class CnpEvent:
-    """A CNP (an ACK or NACK echoing a CE mark) received by a sending NIC, DCQCN's reaction point."""
-
-    time_ns: int
-    node: int  # the sender that received it
-    flow_id: int
-    from_node: int  # the receiver that sent it
-    seq: int  # the acknowledged sequence it carried
-
-
-@dataclass(frozen=True, slots=True)
-class EcnMark:
-    """A data packet CE-marked at a switch egress port."""
-
-    time_ns: int
-    node: int  # the switch
-    port: int  # its egress port, 0-based
-    prio: int
-    channel: int  # the directed channel of that port (PacketChannelUsage.channel)
-    flow_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class PacketChannelUsage:
-    """Traffic of one directed channel (all packets: data, ACK, PFC) up to now."""
-
-    channel: int
-    src: int
-    dst: int
-    bandwidth_bps: int
-    bytes: int
-    packets: int
-    paused_ns: int  # class-ns the sending port spent paused by PFC
-    ecn_marks: int
-    max_queue_bytes: int
-    utilisation: float  # bytes * 8 / (bandwidth * elapsed)
-
-
 class Ns3Simulator:
     """Packet-level `NetworkSimulator` over the ns-3 phantora fabric."""
 
@@ -301,7 +227,7 @@ class Ns3Simulator:
         """`advance(until)`, but return right after the first ns at which a flow in `watch` completes.
 
         Every event of that ns is run and now() is that ns (the exact co-simulation stepping of
-        `bridge.stepping.advance_watching`, done inside ns-3: the completion stops the simulator).
+        `phantora.netsim.base.step_watching`, done inside ns-3: the completion stops the simulator).
         `until` >= 2^62 means no limit: then it also returns once nothing is in flight. `earliest`
         (no watched flow completes before it) is accepted for the stepping interface and not needed.
         """
@@ -369,6 +295,15 @@ class Ns3Simulator:
                 self.close()
             except Exception:  # interpreter shutdown: cppyy may already be gone
                 pass
+
+    def keepalive(self) -> None:
+        """In-process: nobody to tell."""
+
+    def channels(self) -> Ns3Simulator:
+        return self
+
+    def fabric(self) -> Ns3Simulator:
+        return self
 
     # ----- packet-level extras -----------------------------------------------------------------
     def finish(self, limit_ns: int | None = None) -> bool:

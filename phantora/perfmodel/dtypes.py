@@ -70,6 +70,28 @@ def dtype_bytes(name: str) -> int:
     return DTYPES[name][0]
 
 
+# The short names of collectives and the wire (bridge messages, workload files): canonical -> short.
+_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "float8_e4m3fn": "fp8"}
+_SHORT["float8_e5m2"] = "fp8"
+COLLECTIVE_DTYPES = ("fp8", "int8", "uint8", "bool", "bf16", "fp16", "int16", "fp32", "int32", "fp64", "int64")
+
+
+def short_dtype(name: object) -> str:
+    """The collective dtype name of a dtype in any spelling ('torch.bfloat16', 'BFloat16', 'float' ...).
+
+    fp8 variants are 'fp8'; a dtype collectives do not know (complex, wide unsigned) counts as bytes:
+    'uint8'.
+    """
+    if "float8" in str(name).lower():  # every fp8 variant (e4m3fn, e5m2, the fnuz ones)
+        return "fp8"
+    try:
+        canon = normalize_dtype(str(name))
+    except InputError:
+        return "uint8"
+    short = _SHORT.get(canon, canon)
+    return short if short in COLLECTIVE_DTYPES else "uint8"
+
+
 def promote(dtypes: list[str], ndims: list[int]) -> str:
     """Result dtype of an elementwise op, following PyTorch's rules closely enough for byte counts.
 

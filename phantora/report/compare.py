@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from phantora.errors import InputError
-from phantora.report.rundir import Flows, RunData, load_run
+from phantora.report.fabric import hottest_port, pause_intervals, port_label
+from phantora.results.read import Flows, RunData, load_run
 
 Value = int | float | None
 
@@ -67,30 +68,6 @@ def fct_stats(flows: Flows | None) -> dict[str, Value]:
     return out
 
 
-def pause_intervals(pfc: np.ndarray, end_ns: int | None) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """(node, port) -> paused intervals [start, end) per priority, in time order.
-
-    `pfc` rows are (time_ns, node, port, prio, pause). A second pause while paused extends the pause;
-    a resume while running is ignored; a pause still open closes at `end_ns` (or its last frame).
-    """
-    open_at: dict[tuple[int, int, int], int] = {}
-    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    last = int(pfc[:, 0].max()) if len(pfc) else 0
-    order = np.lexsort((pfc[:, 0],)) if len(pfc) else []
-    for t, node, port, prio, pause in pfc[order]:
-        key = (int(node), int(port), int(prio))
-        if pause and key not in open_at:
-            open_at[key] = int(t)
-        elif not pause and key in open_at:
-            out.setdefault(key[:2], []).append((open_at.pop(key), int(t)))
-    stop = max(end_ns or 0, last)
-    for key, t in open_at.items():
-        out.setdefault(key[:2], []).append((t, stop))
-    for spans in out.values():
-        spans.sort()
-    return dict(sorted(out.items()))
-
-
 def pfc_per_port(run: RunData) -> dict[str, tuple[int | None, int]] | None:
     """Port label -> (pause frames, paused ns), from pfc.csv, else from links.csv paused_ns (count unknown)."""
     if run.pfc is not None:
@@ -104,34 +81,6 @@ def pfc_per_port(run: RunData) -> dict[str, tuple[int | None, int]] | None:
     if run.links is not None and any(row.paused_ns is not None for row in run.links):
         return {row.name: (None, row.paused_ns or 0) for row in run.links if row.paused_ns}
     return None
-
-
-def port_label(key: tuple[int, int]) -> str:
-    return f"node {key[0]} port {key[1]}"
-
-
-def queue_depths(queues: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
-    """(node, port) -> (times, bytes summed over priorities) from queue samples."""
-    out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    if not len(queues):
-        return out
-    keys = queues[:, 1:3]
-    for node, port in np.unique(keys, axis=0):
-        sel = queues[(keys[:, 0] == node) & (keys[:, 1] == port)]
-        times, inverse = np.unique(sel[:, 0], return_inverse=True)
-        depth = np.zeros(len(times), dtype=np.int64)
-        np.add.at(depth, inverse, sel[:, 4])
-        out[(int(node), int(port))] = (times, depth)
-    return out
-
-
-def hottest_port(queues: np.ndarray | None) -> tuple[tuple[int, int], np.ndarray, np.ndarray] | None:
-    """The (node, port) with the deepest sampled queue, and its (times, depths); None without samples."""
-    if queues is None or not len(queues):
-        return None
-    depths = queue_depths(queues)
-    key = max(depths, key=lambda k: (int(depths[k][1].max()), -k[0], -k[1]))
-    return key, *depths[key]
 
 
 def summarise(run: RunData) -> dict[str, Value]:

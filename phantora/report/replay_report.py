@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import csv
-import json
 from pathlib import Path
 from typing import Any
 
-from phantora.netsim.base import Completion, Flow
+from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.replay import ReplayResult
-from phantora.report.packet_traces import LINK_EXTRA_COLUMNS, write_packet_traces
+from phantora.results import schema as S
+from phantora.results.write import write_fabric_traces, write_flows_csv, write_json, write_links_csv
 from phantora.topology.model import Topology
-from phantora.units import transmit_ns
 
 
 def channel_bytes(topo: Topology, flows: list[Flow], completions: list[Completion]) -> list[int]:
@@ -23,14 +21,6 @@ def channel_bytes(topo: Topology, flows: list[Flow], completions: list[Completio
         for ch in topo.route(f.src, f.dst, f.key if f.key is not None else f.id):
             carried[ch] += f.size
     return carried
-
-
-def standalone_fct_ns(topo: Topology, src: int, dst: int, size: int, key: int) -> int:
-    """FCT of the flow alone on an idle network: size at the path's bottleneck rate plus path latency."""
-    path = topo.route(src, dst, key)
-    if not path:
-        return 0
-    return transmit_ns(size, topo.path_bottleneck_bps(path)) + topo.path_latency_ns(path)
 
 
 def link_rows(topo: Topology, carried: list[int], makespan_ns: int) -> list[dict[str, Any]]:
@@ -59,7 +49,7 @@ def link_rows(topo: Topology, carried: list[int], makespan_ns: int) -> list[dict
 def results_dict(res: ReplayResult, *, workload: str, topology: Topology, network: str) -> dict[str, Any]:
     """Deterministic summary (no wall-clock figures) for results.json."""
     return {
-        "schema": "phantora.replay/1",
+        "schema": S.REPLAY,
         "workload": workload,
         "topology": topology.summary(),
         "network": network,
@@ -89,7 +79,7 @@ def write_replay_outputs(
     workload: str,
     topology: Topology,
     network: str,
-    engine: Any | None = None,
+    engine: NetworkSimulator | None = None,
 ) -> dict[str, Path]:
     """Write results.json, flows.csv and links.csv into `out`; return their paths.
 
@@ -98,57 +88,18 @@ def write_replay_outputs(
     pfc.csv, queues.csv and drops.csv are written too.
     """
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"results": out / "results.json", "flows": out / "flows.csv", "links": out / "links.csv"}
     data = results_dict(res, workload=workload, topology=topology, network=network)
-    paths["results"].write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    names = [n.name for n in topology.nodes]
+    paths = {"results": write_json(out / S.RESULTS_JSON, data)}
     keys = {f.id: (f.key if f.key is not None else f.id) for f in res.flows}
-    with paths["flows"].open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns"])
-        for c in sorted(res.completions, key=lambda c: c.flow_id):
-            alone = standalone_fct_ns(topology, c.src, c.dst, c.size, keys[c.flow_id])
-            fct = c.end_ns - c.start_ns
-            w.writerow([c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns, fct, alone])
-    if engine is not None and hasattr(engine, "pfc_events"):
-        rows = packet_link_rows(topology, engine.channel_usage(max(1, res.makespan_ns)))
-        for p in write_packet_traces(out, engine):
+    paths["flows"] = write_flows_csv(out / S.FLOWS_CSV, topology, res.completions, keys)
+    fabric = engine.fabric() if engine is not None else None
+    if fabric is not None:
+        for p in write_fabric_traces(out, fabric, topology, res.makespan_ns):
             paths[p.stem] = p
     else:
         rows = link_rows(topology, channel_bytes(topology, res.flows, res.completions), res.makespan_ns)
-    write_links_csv(paths["links"], rows)
+        paths["links"] = write_links_csv(out / S.LINKS_CSV, rows)
     return paths
-
-
-LINK_COLUMNS = ["channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation"]
-
-
-def write_links_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """links.csv: one row per directed link; the packet engine's rows carry LINK_EXTRA_COLUMNS too."""
-    fields = LINK_COLUMNS + (LINK_EXTRA_COLUMNS if rows and "paused_ns" in rows[0] else [])
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
-def packet_link_rows(topo: Topology, usage: list[Any]) -> list[dict[str, Any]]:
-    """links.csv rows from the packet engine's per-channel counters."""
-    rows = []
-    for u in usage:
-        row = {
-            "channel": u.channel,
-            "link": u.channel >> 1,
-            "from": topo.nodes[u.src].name,
-            "to": topo.nodes[u.dst].name,
-            "bandwidth_bps": u.bandwidth_bps,
-            "bytes": u.bytes,
-            "utilisation": round(u.utilisation, 6),
-        }
-        row.update({k: getattr(u, k) for k in LINK_EXTRA_COLUMNS})
-        rows.append(row)
-    return rows
 
 
 def format_table(res: ReplayResult) -> str:

@@ -33,6 +33,7 @@ from torch._C._distributed_c10d import (
 from torch.futures import Future
 
 from phantora.errors import PhantoraError
+from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
 from phantora.runtime.session import Pending, RankSession, Transfer
 from phantora.runtime.simcuda import device as simcuda
@@ -42,25 +43,15 @@ from phantora.runtime.unowned_gloo import UnownedGloo
 BACKEND = "phantora"
 ReduceOp = dist.ReduceOp
 
-_DTYPES = {
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-    torch.float64: "fp64",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.bool: "bool",
-    torch.int16: "int16",
-    torch.int32: "int32",
-    torch.int64: "int64",
-}
+_DTYPES: dict[torch.dtype, str] = {}  # the short names of the dtypes seen so far
 
 
 def dtype_name(t: torch.Tensor) -> str:
     """The bridge's dtype name of a tensor (fp8 types -> 'fp8'; anything else counts as bytes)."""
-    if t.dtype in _DTYPES:
-        return _DTYPES[t.dtype]
-    return "fp8" if "float8" in str(t.dtype) else "uint8"
+    name = _DTYPES.get(t.dtype)
+    if name is None:
+        name = _DTYPES[t.dtype] = short_dtype(t.dtype)
+    return name
 
 
 def nbytes(tensors: Sequence[torch.Tensor]) -> int:

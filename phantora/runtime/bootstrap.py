@@ -15,7 +15,7 @@ import traceback
 from typing import Any
 
 import phantora.runtime.simcuda.preload  # noqa: F401, I001 - first: it must load before torch
-from bridge.errors import PEER_LOST_EXIT
+from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
 from phantora.runtime import backend, phantom_mode, timepatch
 from phantora.runtime import session as _session

@@ -28,7 +28,6 @@ NCCL), the allocating op raises `torch.OutOfMemoryError`. Configuration, from th
 from __future__ import annotations
 
 import os
-import re
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,9 +35,9 @@ from typing import Any
 
 import torch
 
-from phantora.errors import InputError
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.simcuda.tensor import SimCudaTensor
+from phantora.units import parse_size_bytes
 
 BLOCK = 512  # the CUDA caching allocator rounds every allocation up to 512 bytes
 GIB = 1 << 30
@@ -48,28 +47,6 @@ DEFAULT_RESERVE = 2 * GIB  # CUDA context (~0.5 GiB) + NCCL communicators and bu
 PARAM, OPT, GRAD, ACT, TEMP = range(5)
 NAMES = ("parameters", "optimizer", "gradients", "activations", "temporaries")
 REPORT_ORDER = (PARAM, GRAD, OPT, ACT, TEMP)
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
-}
-
-
-def parse_size(text: str, what: str = "size") -> int:
-    """'75GiB', '80e9', '1024 MiB', '512' (bytes) -> bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else ""
-    if m is None or unit not in _UNITS:
-        raise InputError(f"{what}: expected a size such as 75GiB, 80e9 or 1024MiB, got {text!r}", field=what)
-    return int(float(m.group(1)) * _UNITS[unit])
 
 
 def fmt_bytes(n: float) -> str:
@@ -168,14 +145,14 @@ class MemoryTracker:
         capacity = capacity_of(gpu)
         enabled = env.get("PHANTORA_MEMORY", "on").strip().lower() not in ("off", "0", "false", "no")
         reserve_text = env.get("PHANTORA_MEMORY_RESERVE", "").strip()
-        reserve = parse_size(reserve_text, "PHANTORA_MEMORY_RESERVE") if reserve_text else DEFAULT_RESERVE
+        reserve = parse_size_bytes(reserve_text, "PHANTORA_MEMORY_RESERVE") if reserve_text else DEFAULT_RESERVE
         spec = env.get("PHANTORA_MEMORY_LIMIT", "gpu").strip().lower() or "gpu"
         if spec in ("off", "none", "0"):
             limit = None
         elif spec == "gpu":
             limit = max(0, capacity - reserve) if capacity else None
         else:
-            limit = parse_size(spec, "PHANTORA_MEMORY_LIMIT")
+            limit = parse_size_bytes(spec, "PHANTORA_MEMORY_LIMIT")
         return cls(str(getattr(gpu, "name", gpu)), capacity, limit=limit, reserve=reserve, enabled=enabled, rank=rank)
 
     # ----- the hot path: every op's outputs ----------------------------------------------------------

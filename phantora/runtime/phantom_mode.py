@@ -63,6 +63,9 @@ def enable() -> None:
     torch.set_default_device("meta")
     global _default_context
     _default_context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    from phantora.runtime.simcuda.tensor import on_first_cuda_tensor
+
+    on_first_cuda_tensor(unplaced_tensors_on_host)  # a CUDA program's unplaced tensors are host data
     _allow_fsdp_meta_params()
     use_fused_attention()
     _trunc_normal_without_rejection()

@@ -7,11 +7,12 @@ every step but the first (which includes start-up: DDP's broadcast, first-touch 
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from phantora.results import schema
+from phantora.results.write import write_json
 from phantora.runtime.gpus import GpuSpec
 
 
@@ -67,7 +68,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
             busy[i] = max(busy[i], int(b[i]) - (int(b[i - 1]) if i else 0))
     steady = times[1:] if len(times) > 1 else times
     out: dict[str, Any] = {
-        "schema": "phantora.run/1",
+        "schema": schema.RUN,
         "world_size": world,
         "live_processes": live,
         "gpu": gpu.name,
@@ -156,7 +157,5 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def write_results(path: str | Path, data: dict[str, Any]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=False, default=str))
-    return path
+    """results.json of a live run, keys in the order `summarize` gives them."""
+    return write_json(Path(path), data, indent=1, sort_keys=False)

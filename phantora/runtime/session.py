@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import torch
 
-from bridge.supervisor import proportional_set_mb
 from phantora.errors import PhantoraError
+from phantora.procmem import proportional_set_mb
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
@@ -111,6 +111,40 @@ def group_tag(group: Sequence[int], code: int) -> int:
     return -(1 + code + 8 * crc)
 
 
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """One call of the rank to the bridge: a collective, or one side of a transfer (`peer` set)."""
+
+    handle: int  # the bridge's handle for the call
+    kind: str  # the collective kind, or "send" / "recv"
+    seq: int
+    nbytes: int
+    t_issue_ns: int
+    group: tuple[int, ...] = ()
+    dtype: str = ""
+    root: int | None = None  # global rank
+    peer: int | None = None
+    tag: int = 0
+
+
+class SessionListener(Protocol):
+    """Told, in order, of what moves a rank's time, as an ns-3 trace source tells its sinks.
+
+    `RankSession.add_listener` connects one (the execution-graph recorder of phantora.egraph.live does).
+    Waits come with the bridge handles joined.
+    """
+
+    def on_compute(self, name: str, start_ns: int, duration_ns: int) -> None: ...
+
+    def on_issue(self, call: Issued) -> None: ...
+
+    def on_wait(self, handles: Sequence[int], t_done_ns: int) -> None: ...
+
+    def on_step(self, index: int, end_ns: int) -> None: ...
+
+    def on_finish(self, end_ns: int) -> None: ...
+
+
 class RankSession:
     """Everything one rank knows about its simulated run."""
 
@@ -156,6 +190,11 @@ class RankSession:
         # reports anyway, so simulated results do not depend on it.
         self.report_every_ns = int(report_every_us * 1000)
         self._last_report = 0
+        self.listeners: list[SessionListener] = []
+
+    def add_listener(self, listener: SessionListener) -> None:
+        """Tell `listener` of every compute op, issue, wait, step and the finish from now on."""
+        self.listeners.append(listener)
 
     # ----- compute ---------------------------------------------------------------------------------
     @property
@@ -179,6 +218,8 @@ class RankSession:
         if cost.ns:
             start, end = self.clock.charge(cost.ns)
             self.trace.op(name, start, end)
+            for listener in self.listeners:
+                listener.on_compute(name, start, end - start)
             wall = real_perf_counter_ns()
             if wall - self._last_report >= self.report_every_ns:
                 self._last_report = wall
@@ -217,21 +258,16 @@ class RankSession:
         seq = self.next_seq(group)
         label = f"{name}#{seq}"
         if transfers is None:
-            handles = [
-                self.client.collective(
-                    group=group, seq=seq, kind=kind, nbytes=nbytes, dtype=dtype, root=root, t_issue_ns=t, name=label
-                )
-            ]
+            h = self.client.collective(
+                group=group, seq=seq, kind=kind, nbytes=nbytes, dtype=dtype, root=root, t_issue_ns=t, name=label
+            )
+            handles = [h]
+            if self.listeners:
+                self._tell(Issued(h, kind, seq, nbytes, t, group=group, dtype=dtype, root=root))
         else:
             code = {"scatter": 1, "gather": 2, "all_to_all": 3}[kind]
             tag = group_tag(group, code)
-            handles = [
-                self.client.p2p(
-                    peer=x.peer, is_send=x.is_send, tag=tag, seq=seq, nbytes=x.nbytes, t_issue_ns=t, name=label
-                )
-                for x in transfers
-                if x.nbytes > 0
-            ]
+            handles = [self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, label) for x in transfers if x.nbytes > 0]
         return self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
 
     def issue_p2p(
@@ -250,9 +286,20 @@ class RankSession:
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
         label = f"{'send' if is_send else 'recv'}#{seq}"
-        h = self.client.p2p(peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label)
+        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label)
         kind = "send" if is_send else "recv"
         return self._register(kind, label, nbytes, t, [h], start_inner, tensors, None, (peer,))
+
+    def _p2p(self, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t: int, label: str) -> int:
+        """One transfer to the bridge; its handle."""
+        h = self.client.p2p(peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label)
+        if self.listeners:
+            self._tell(Issued(h, "send" if is_send else "recv", seq, nbytes, t, peer=peer, tag=tag))
+        return h
+
+    def _tell(self, call: Issued) -> None:
+        for listener in self.listeners:
+            listener.on_issue(call)
 
     def _register(
         self,
@@ -312,6 +359,8 @@ class RankSession:
         """The compute lane waits for `p` (Work.wait, a data dependency); return its completion."""
         t_done = self.complete(p)
         self.clock.join(t_done)
+        for listener in self.listeners:
+            listener.on_wait(p.handles, t_done)
         return t_done
 
     def poll(self, p: Pending) -> bool:
@@ -353,6 +402,8 @@ class RankSession:
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
         self.memory.end_step()
+        for listener in self.listeners:
+            listener.on_step(len(self.step_ends) - 1, end)
         return end - start
 
     def results(self) -> dict[str, Any]:
@@ -389,6 +440,8 @@ class RankSession:
             self.trace.write(self.out_dir / "trace" / f"rank{self.rank}.trace.json")
         self.client.finish(end, res)
         self.finished = True
+        for listener in self.listeners:
+            listener.on_finish(self.clock.now())
         return res
 
 

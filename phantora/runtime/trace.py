@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.results.write import write_atomic
 
 LEVELS = ("ops", "coarse", "none")
 TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
@@ -91,10 +92,7 @@ class TraceRecorder:
         return ev
 
     def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"traceEvents": self.events(), "displayTimeUnit": "ns"}))
-        return path
+        return write_atomic(Path(path), json.dumps({"traceEvents": self.events(), "displayTimeUnit": "ns"}))
 
 
 def _span(name: str, cat: str, pid: int, tid: int, start: int, end: int, args: dict[str, Any] | None) -> dict[str, Any]:
@@ -110,6 +108,4 @@ def merge_traces(parts: Iterable[str | Path], out: str | Path) -> Path:
     events: list[dict[str, Any]] = []
     for part in parts:
         events.extend(json.loads(Path(part).read_text())["traceEvents"])
-    out = Path(out)
-    out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
-    return out
+    return write_atomic(Path(out), json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))

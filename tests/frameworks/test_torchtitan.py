@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from assets import make_torchtitan_assets
 
-from phantora.runtime.launcher import RunConfig, launch
+from phantora.launcher import RunConfig, launch
 
 torchtitan = pytest.importorskip("torchtitan")
 TRAIN = Path(torchtitan.__file__).parent / "train.py"

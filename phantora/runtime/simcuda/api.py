@@ -18,48 +18,19 @@ from typing import Any
 import torch
 
 from phantora.errors import PhantoraError
-from phantora.runtime.simcuda import rng, streams
+from phantora.runtime.simcuda import devices, rng, streams
+from phantora.runtime.simcuda.devices import current_device, index_of, set_device
 
 CUDA_VERSION = "12.4"
 CUDNN_VERSION = 90100
-
-_state: dict[str, Any] = {"count": 1, "current": 0, "gpu": None}
 
 
 class NotSimulatedError(PhantoraError):
     """A CUDA feature the simulated GPU does not provide; the message names the call and a workaround."""
 
 
-def index_of(device: Any = None) -> int:
-    """The device index of `device` (int, str, torch.device or None: the current device)."""
-    if device is None:
-        return int(_state["current"])
-    if isinstance(device, int):
-        return device
-    if isinstance(device, streams.Stream):
-        return device.device.index or 0
-    d = torch.device(device)
-    if d.type != "cuda":
-        raise ValueError(f"Expected a cuda device, but got: {d}")
-    return int(_state["current"]) if d.index is None else d.index
-
-
-def current_device() -> int:
-    return int(_state["current"])
-
-
-def set_device(device: Any) -> None:
-    i = index_of(device)
-    if not 0 <= i < _state["count"]:
-        raise RuntimeError(
-            f"CUDA error: invalid device ordinal {i} (the simulated host has {_state['count']} GPUs; "
-            "its GPU count comes from the topology's GPUs per host)"
-        )
-    _state["current"] = i
-
-
 def device_count() -> int:
-    return int(_state["count"])
+    return int(devices.state["count"])
 
 
 class device:  # noqa: N801 - torch.cuda.device
@@ -85,7 +56,7 @@ class device_of(device):  # noqa: N801
 
 
 def _gpu() -> Any:
-    return _state["gpu"]
+    return devices.state["gpu"]
 
 
 def get_device_properties(device: Any = None) -> Any:
@@ -262,7 +233,7 @@ def install(gpu: Any, count: int) -> None:
     """Make `torch.cuda` (and friends) answer as `count` simulated GPUs of type `gpu` (a perfmodel GpuSpec)."""
     import sys
 
-    _state.update(gpu=gpu, count=max(1, count), current=0)
+    devices.state.update(gpu=gpu, count=max(1, count), current=0)
     cuda = torch.cuda
     plain: dict[str, Any] = {
         "is_available": lambda: True,

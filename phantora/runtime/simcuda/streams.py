@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from phantora.errors import PhantoraError
+from phantora.runtime.simcuda import devices
 
 _ids = itertools.count(1)
 
@@ -40,9 +41,7 @@ class Stream:
         return super().__new__(cls)
 
     def __init__(self, device: Any = None, priority: int = 0, stream_id: int | None = None, **kwargs: Any) -> None:
-        from phantora.runtime.simcuda import api
-
-        self.device = torch.device("cuda", api.index_of(device))
+        self.device = torch.device("cuda", devices.index_of(device))
         self.priority = priority
         self.stream_id = next(_ids) if stream_id is None else stream_id
         self.device_index = self.device.index
@@ -102,18 +101,14 @@ _current: dict[int, Stream] = {}
 
 
 def default_stream(device: Any = None) -> Stream:
-    from phantora.runtime.simcuda import api
-
-    i = api.index_of(device)
+    i = devices.index_of(device)
     if i not in _default:
         _default[i] = Stream(i, stream_id=0)
     return _default[i]
 
 
 def current_stream(device: Any = None) -> Stream:
-    from phantora.runtime.simcuda import api
-
-    i = api.index_of(device)
+    i = devices.index_of(device)
     return _current.get(i) or default_stream(i)
 
 

@@ -11,12 +11,13 @@ for ``"cuda:nccl,cpu:gloo"``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from phantora.runtime.simcuda import rng
+from phantora.runtime.simcuda import devices, rng
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 _TO_COPY = torch.ops.aten._to_copy.default
@@ -78,10 +79,8 @@ def is_cuda_device(dev: Any) -> bool:
 
 def cuda_index(dev: Any) -> int:
     """The device index of a cuda device spec (the current device when it has none)."""
-    from phantora.runtime.simcuda import api
-
     d = torch.device(dev) if not isinstance(dev, torch.device) else dev
-    return api.current_device() if d.index is None else d.index
+    return devices.current_device() if d.index is None else d.index
 
 
 _inner_device = torch.device("cpu")  # meta in phantom mode (set by install)
@@ -98,13 +97,19 @@ def cuda_seen() -> bool:
     return _seen
 
 
+_first_cuda_listeners: list[Callable[[], None]] = []
+
+
+def on_first_cuda_tensor(listener: Callable[[], None]) -> None:
+    """Call `listener` when the program makes its first tensor on the simulated GPU (phantom mode listens)."""
+    _first_cuda_listeners.append(listener)
+
+
 def _first_cuda_tensor() -> None:
     global _seen
     _seen = True
-    if _inner_device.type == "meta":  # phantom mode: a CUDA program's unplaced tensors are host data
-        from phantora.runtime import phantom_mode
-
-        phantom_mode.unplaced_tensors_on_host()
+    for listener in _first_cuda_listeners:
+        listener()
 
 
 _device_depth = 0  # > 0 while an op of the simulated GPU runs on its data

@@ -96,13 +96,14 @@ def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
         if cfg.cc or cfg.packet_set:
             raise InputError("--cc and --set apply to --network ns3 only", field="set" if cfg.packet_set else "cc")
         return None
-    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+    from phantora.netsim.cli_config import packet_config_from_flags
 
+    # Built here to check it before any process starts; the network server builds the same from these options.
+    packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=LIVE_QUEUE_SAMPLE_NS)
     options: dict[str, Any] = {"queue_sample_ns": LIVE_QUEUE_SAMPLE_NS}
     if cfg.cc:
         options["cc"] = cfg.cc
     if cfg.packet_set:
-        apply_overrides(PacketConfig(**options), cfg.packet_set)  # raises InputError naming a bad field
         options["set"] = list(cfg.packet_set)
     return options
 

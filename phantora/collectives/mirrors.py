@@ -15,8 +15,11 @@ K = 4), and `copies` says so: choose K as a multiple of the innermost parallel d
 
 from __future__ import annotations
 
-from bridge.matching import RunFailed
-from bridge.protocol import E_PROTOCOL
+from phantora.errors import PhantoraError
+
+
+class NotPeriodicError(PhantoraError):
+    """The job's groups are not symmetric under the shift by the number of live ranks."""
 
 
 class Mirrors:
@@ -73,8 +76,7 @@ class Mirrors:
                 if key in seen:
                     continue
                 if covered & key:
-                    raise RunFailed(
-                        E_PROTOCOL,
+                    raise NotPeriodicError(
                         f"rank deduplication with {self.live} live ranks for {self.world}: the group "
                         f"{_short(group)} shifted by {j * self.live} ranks overlaps it without being it, so "
                         f"the job is not periodic in {self.live} ranks; choose a number of live ranks that "

@@ -1,13 +1,15 @@
-"""Load a run directory (replay, netsim or live run) into one `RunData`, whatever subset of files it has.
+"""Read a run directory (replay, netsim or live run) into one `RunData`, whatever subset of files it has.
 
 Every file is optional: a missing file means "not measured" (None here, "-" in reports), never an error.
 A file that exists but cannot be parsed raises `InputError` naming the file and line.
 
 Files read (see docs/compare-and-sweep.md for the columns):
 - results.json  schema "phantora.replay/1" (makespan, ops, engine stats), "phantora.egraph-replay/1" (a replayed
-                execution graph: step times, comm per kind) or a live run's (steps, step_time_ns)
-- cosim.json    the bridge's summary of a live run (fallback when results.json is absent)
-- summary.json  `phantora netsim` engine counters
+                execution graph: step times, comm per kind) or "phantora.run/1" (a live run: steps, step_time_ns)
+- cosim.json    "phantora.cosim/1", the bridge's summary of a live run (fallback when results.json is absent)
+- summary.json  "phantora.netsim/1", `phantora netsim` engine counters
+The JSON documents are told apart by their "schema" id (`phantora.results.schema`); documents without one
+(written before the ids existed) are recognised by their keys.
 - flows.csv / fct.csv   one row per flow: FCT and standalone (ideal) FCT
 - links.csv     one row per directed channel: utilisation (+ paused_ns, ecn_marks, max_queue_bytes in ns-3 runs)
 - pfc.csv       PFC frames: time_ns, node, port, prio, pause (1 pause, 0 resume)
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from phantora.errors import InputError
+from phantora.results import schema as S
 
 MAX_NAMED_OPS = 40  # more distinct collective names than this: report the mean per kind
 
@@ -103,8 +106,8 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     _load_results(run, root)
     run.flows = _load_flows(run, root)
     run.links = _load_links(run, root)
-    run.pfc = _load_table(run, root / "pfc.csv", ("time_ns", "node", "port", "prio", "pause"))
-    run.queues = _load_table(run, root / "queues.csv", ("time_ns", "node", "port", "prio", "bytes"))
+    run.pfc = _load_table(run, root / S.PFC_CSV, ("time_ns", "node", "port", "prio", "pause"))
+    run.queues = _load_table(run, root / S.QUEUES_CSV, S.QUEUE_COLUMNS)
     run.spans = _load_trace(run, root)
     return run
 
@@ -128,12 +131,12 @@ def _read_json(run: RunData, p: Path) -> dict[str, Any] | None:
 
 
 def _load_results(run: RunData, root: Path) -> None:
-    res = _read_json(run, root / "results.json")
-    cosim = _read_json(run, root / "cosim.json")
-    summary = _read_json(run, root / "summary.json")
+    res = _read_json(run, root / S.RESULTS_JSON)
+    cosim = _read_json(run, root / S.COSIM_JSON)
+    summary = _read_json(run, root / S.SUMMARY_JSON)
     if res is not None:
         schema = str(res.get("schema", ""))
-        if schema.startswith("phantora.replay/") or (not schema and "makespan_ns" in res and "ops" in res):
+        if _is(schema, S.REPLAY) or (not schema and "makespan_ns" in res and "ops" in res):
             run.kind = "replay"
             run.network = _text_or_none(res.get("network"))
             run.engine = res.get("engine") if isinstance(res.get("engine"), dict) else None
@@ -141,18 +144,16 @@ def _load_results(run: RunData, root: Path) -> None:
             run.sim_end_ns = run.time_ns
             run.collectives = _ops(res.get("ops"))
             return
-        if schema.startswith("phantora.egraph-replay/") or (
-            not schema and "step_times_ns" in res and "rank_step_ends_ns" in res
-        ):
+        if _is(schema, S.EGRAPH_REPLAY) or (not schema and "step_times_ns" in res and "rank_step_ends_ns" in res):
             _graph_replay(run, res)
             return
-        if schema.startswith("phantora.run/") or (not schema and ("steps" in res or "step_time_ns" in res)):
+        if _is(schema, S.RUN) or (not schema and ("steps" in res or "step_time_ns" in res)):
             run.kind = "run"
             _live(run, res, cosim)
             return
         raise InputError(
-            f"unknown schema {schema!r} (expected phantora.replay/1 or phantora.run/1)",
-            file=str(root / "results.json"),
+            f"unknown schema {schema!r} (expected {S.REPLAY}, {S.EGRAPH_REPLAY} or {S.RUN})",
+            file=str(root / S.RESULTS_JSON),
             field="schema",
         )
     if cosim is not None:
@@ -165,6 +166,11 @@ def _load_results(run: RunData, root: Path) -> None:
         run.engine = summary
         run.time_ns = _int_or_none(summary.get("sim_end_ns"))
         run.sim_end_ns = run.time_ns
+
+
+def _is(schema: str, known: str) -> bool:
+    """Same document kind (any version: a reader keeps reading older versions)."""
+    return schema.partition("/")[0] == known.partition("/")[0]
 
 
 def _graph_replay(run: RunData, res: dict[str, Any]) -> None:
@@ -324,8 +330,8 @@ def _num(row: dict[str, str], col: str, p: Path, lineno: int, cast: type = int) 
 def _load_flows(run: RunData, root: Path) -> Flows | None:
     """flows.csv (replay: standalone_fct_ns) or fct.csv (netsim: standalone_ns)."""
     for name, size_col, alone_col in (
-        ("flows.csv", "size_bytes", "standalone_fct_ns"),
-        ("fct.csv", "size", "standalone_ns"),
+        (S.FLOWS_CSV, "size_bytes", "standalone_fct_ns"),
+        (S.FCT_CSV, "size", "standalone_ns"),
     ):
         p = root / name
         rows = _read_csv(run, p, (size_col, "start_ns", "fct_ns"))
@@ -344,7 +350,7 @@ def _load_flows(run: RunData, root: Path) -> Flows | None:
 
 
 def _load_links(run: RunData, root: Path) -> list[LinkRow] | None:
-    p = root / "links.csv"
+    p = root / S.LINKS_CSV
     rows = _read_csv(run, p, ("utilisation",))
     if rows is None:
         return None

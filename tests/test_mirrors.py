@@ -1,4 +1,4 @@
-"""Rank deduplication in the coordinator: K live ranks stand for N (bridge.mirrors).
+"""Rank deduplication in the coordinator: K live ranks stand for N (phantora.collectives.mirrors).
 
 The reference is the same job with every rank live: mirrored runs must put the same flows on the
 network and give each live rank the completion time of its slowest mirror, exactly. Closed forms
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from bridge.core import CoordinatorCore
-from bridge.matching import RunFailed
-from bridge.mirrors import Mirrors
+from bridge.errors import RunFailed
 from bridge.protocol import Message, decode, encode
 from phantora.collectives import decompose
+from phantora.collectives.mirrors import Mirrors, NotPeriodicError
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology.generators import leaf_spine
@@ -98,7 +98,7 @@ def test_mirrors_copies_and_symmetry_errors() -> None:
     assert m.live_members((1, 5, 9, 13)) == (1,) and m.live_members(tuple(range(16))) == (0, 1, 2, 3)
     assert m.canonical((9, 10, 11, 8)) == ((1, 2, 3, 0), 2)
     assert m.canonical_pair(9, 2) == (1, 10)
-    with pytest.raises(RunFailed, match="not periodic in 4 ranks"):
+    with pytest.raises(NotPeriodicError, match="not periodic in 4 ranks"):
         Mirrors(16, 4).copies(tuple(range(8)))  # TP groups of 8 cannot be mirrored with 4 live ranks
     with pytest.raises(ValueError):
         Mirrors(16, 5)

@@ -1,0 +1,128 @@
+"""What an engine observes in the fabric beyond flow completions: the optional, declared part of its interface.
+
+`NetworkSimulator.channels()` returns a `ChannelObserver` (per-channel traffic) or None, and
+`NetworkSimulator.fabric()` a `FabricObserver` (PFC frames, queue samples, drops, CNPs, ECN marks, and
+per-channel packet counters) or None. The flow engine observes channels only; the ns-3 engine both;
+a remote engine neither (its network server writes them). Consumers ask these two methods, never
+`hasattr`. The records below are what the observers return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelUsage:
+    """Traffic one directed channel carried, for reports."""
+
+    channel: int
+    link: int
+    src: int
+    dst: int
+    bandwidth_bps: int
+    bytes: int
+    busy_ns: int
+    utilisation: float  # bytes * 8 / (bandwidth * elapsed)
+
+
+@dataclass(frozen=True, slots=True)
+class PfcEvent:
+    """A PFC frame as seen by the port it pauses or resumes."""
+
+    time_ns: int
+    node: int
+    node_type: int  # 0 endpoint, 1 switch, 2 NVSwitch
+    port: int  # 0-based
+    prio: int
+    pause: bool
+    from_node: int  # the switch that sent it
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """Bytes in a switch egress queue (node, port, class) at a sampling instant."""
+
+    time_ns: int
+    node: int
+    port: int
+    prio: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A packet dropped at a switch ingress port."""
+
+    time_ns: int
+    node: int
+    port: int
+    prio: int
+    flow_id: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class CnpEvent:
+    """A CNP (an ACK or NACK echoing a CE mark) received by a sending NIC, DCQCN's reaction point."""
+
+    time_ns: int
+    node: int  # the sender that received it
+    flow_id: int
+    from_node: int  # the receiver that sent it
+    seq: int  # the acknowledged sequence it carried
+
+
+@dataclass(frozen=True, slots=True)
+class EcnMark:
+    """A data packet CE-marked at a switch egress port."""
+
+    time_ns: int
+    node: int  # the switch
+    port: int  # its egress port, 0-based
+    prio: int
+    channel: int  # the directed channel of that port (PacketChannelUsage.channel)
+    flow_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PacketChannelUsage:
+    """Traffic of one directed channel (all packets: data, ACK, PFC) up to now."""
+
+    channel: int
+    src: int
+    dst: int
+    bandwidth_bps: int
+    bytes: int
+    packets: int
+    paused_ns: int  # class-ns the sending port spent paused by PFC
+    ecn_marks: int
+    max_queue_bytes: int
+    utilisation: float  # bytes * 8 / (bandwidth * elapsed)
+
+
+class ChannelObserver(Protocol):
+    """Per-channel traffic of an engine, for links.csv and utilisation reports."""
+
+    def channel_usage(self, elapsed_ns: int | None = None) -> Sequence[ChannelUsage] | Sequence[PacketChannelUsage]:
+        """One record per used directed channel, utilisation over `elapsed_ns` (default: now())."""
+        ...
+
+
+class FabricObserver(ChannelObserver, Protocol):
+    """A packet-level engine's view of the fabric: what pfc.csv, queues.csv, drops.csv, cnps.csv and
+    ecn_marks.csv hold, and per-channel packet counters (`channel_usage` gives `PacketChannelUsage`)."""
+
+    def channel_usage(self, elapsed_ns: int | None = None) -> Sequence[PacketChannelUsage]: ...
+
+    def pfc_events(self) -> Sequence[PfcEvent]: ...
+
+    def queue_samples(self) -> Sequence[QueueSample]: ...
+
+    def drops(self) -> Sequence[Drop]: ...
+
+    def cnp_events(self) -> Sequence[CnpEvent]: ...
+
+    def ecn_mark_events(self) -> Sequence[EcnMark]: ...

@@ -1,0 +1,39 @@
+"""The run directory's schema: its file names, each file's schema id and each CSV's columns, defined once.
+
+Every JSON document a producer writes carries `"schema": "<id>/<version>"`; the reader dispatches on it
+(directories written before the ids existed are recognised by their keys, see `phantora.results.read`).
+"""
+
+from __future__ import annotations
+
+# JSON documents and their schema ids.
+RESULTS_JSON = "results.json"  # one of RUN, REPLAY, EGRAPH_REPLAY
+COSIM_JSON = "cosim.json"  # the bridge's summary of a co-simulated run
+SUMMARY_JSON = "summary.json"  # `phantora netsim` engine counters
+RUN = "phantora.run/1"
+REPLAY = "phantora.replay/1"
+EGRAPH_REPLAY = "phantora.egraph-replay/1"
+COSIM = "phantora.cosim/1"
+NETSIM = "phantora.netsim/1"
+
+# CSV tables.
+FLOWS_CSV = "flows.csv"  # one row per flow of a replay or a live run
+FCT_CSV = "fct.csv"  # one row per flow of `phantora netsim`
+LINKS_CSV = "links.csv"
+PFC_CSV = "pfc.csv"
+QUEUES_CSV = "queues.csv"
+DROPS_CSV = "drops.csv"
+CNPS_CSV = "cnps.csv"
+ECN_CSV = "ecn_marks.csv"
+
+FLOWS_COLUMNS = ("flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns")
+FCT_COLUMNS = ("flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns", "standalone_ns")
+FCT_COLUMNS += ("slowdown", "cnps", "ecn_marks", "tag")
+LINK_COLUMNS = ("channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation")
+NETSIM_LINK_COLUMNS = ("channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation")
+LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")  # the packet engine's counters
+PFC_COLUMNS = ("time_ns", "node", "node_type", "port", "prio", "pause", "from_node")
+QUEUE_COLUMNS = ("time_ns", "node", "port", "prio", "bytes")
+DROP_COLUMNS = ("time_ns", "node", "port", "prio", "flow_id", "seq")
+CNP_COLUMNS = ("time_ns", "node", "flow_id", "from_node", "seq")
+ECN_COLUMNS = ("time_ns", "node", "port", "prio", "channel", "flow_id")
