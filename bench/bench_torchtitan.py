@@ -9,8 +9,9 @@ log line (tokens/s/GPU, MFU, memory) beside its published figures (8x H100 Llama
 tokens/s/GPU; 64x A100 Llama 3 8B: 2,904). The run uses torchtitan's config with the flags torch 2.13
 needs (docs/runtime.md), a generated tokenizer and corpus, and 3 steps.
 
-Known: the simulated device memory of this run over-counts (224 GiB against 82.4 GiB published on 8
-H100), so run it with PHANTORA_MEMORY_LIMIT=off until that is fixed (docs/status.md).
+The local batch is the published runs' (2 on the H100s, 1 on the A100s). torchtitan's memory figure is
+the caching allocator's peak *reserved* memory on a real GPU; phantora's is the bytes tensors hold
+(docs/validation.md).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from phantora.launcher import RunConfig, launch  # noqa: E402
 
 TOPOLOGY = {8: "testbed16", 64: "rail128", 128: "rail128", 1024: "leafspine1024"}
 PUBLISHED = {"h100": 5762, "a100": 2904}  # tokens/s/GPU, torchtitan's docs (8x H100, 64x A100)
+BATCH = {"h100": 2, "a100": 1}  # the local batch of those published runs (docs/validation.md)
 LINE = re.compile(r"step:\s+(\d+).*?memory:\s+([0-9.]+)GiB.*?tps:\s+([0-9,]+).*?mfu:\s+([0-9.]+)%")
 
 
@@ -51,6 +53,7 @@ def main() -> None:
         "--hf_assets_path", "./tests/assets/tokenizer", "--dataloader.dataset", "c4_test",
         "--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs",
         "--metrics.no-enable-tensorboard", "--debug.seed", "0",
+        "--training.local_batch_size", str(BATCH[args.gpu]),
     ]  # fmt: skip
     print(f"torchtitan llama3_8b, phantom, flow network, {args.gpu}; published {PUBLISHED[args.gpu]} tokens/s/GPU")
     head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "MFU %", "mem GiB")

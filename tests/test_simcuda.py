@@ -124,3 +124,26 @@ def test_rng_flex_attention_and_peak_reset_as_on_a_gpu(tmp_path: Path) -> None:
     assert seen["flex_ms"] >= seen["sdpa_ms"]  # plus the small ops of flex_attention's Python wrapper
     assert seen["peak_after_reset"] == seen["allocated_after_reset"]
     assert rep.summary["memory"]["peak_bytes"] >= 256 << 20
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_memory_comes_back_when_dropped_and_shape_propagation_takes_none(tmp_path: Path, tensors: str) -> None:
+    """With the cycle collector off, as torchtitan runs: an all-gather's output is free once the program drops it
+    (phantora's collective path keeps no reference cycle); FakeTensorMode's tensors take no device memory;
+    a model built on meta takes none until `to_empty` places its shards; FSDP2's freed unsharded parameters
+    are free; torch.compile'd code runs (eagerly) on the simulated device."""
+    out = tmp_path / "seen.json"
+    script = str(ROOT / "tests" / "scripts" / "cuda_memory_lifetimes.py")
+    launch(RunConfig(script, [str(out)], "testbed16", nproc=2, tensors=tensors, out_dir=tmp_path / "run"))
+    seen = json.loads(out.read_text())
+    n, world = 1 << 20, 2
+    assert seen["one_tensor"] == 4 * n  # 4 MiB: a multiple of the allocator's 512-byte block
+    assert seen["all_gather_output"] == 4 * n * world
+    assert seen["after_async_all_reduce"] == 4 * n
+    assert seen["fake_device"] == "cuda:0" and seen["fake_bytes"] == 0
+    assert seen["meta_model_bytes"] == 0 and seen["placed_shard_bytes"] == 4096 * 4096 * 4 // world
+    # after an FSDP2 forward only its output is left: each layer's 4 MiB unsharded weight was freed
+    assert seen["fsdp_forward_kept"] == seen["fsdp_output_bytes"] == 8 * 1024 * 4
+    assert seen["compiled_device"] == "cuda:0"
+    if tensors == "real":
+        assert seen["gathered_sum"] == world * n and seen["compiled"] == [1.0, 3.0, 5.0, 7.0]

@@ -539,21 +539,27 @@ _COLLECTIVES = (
 )
 
 
+def _find_wrappers(x: Any, into: dict[int, torch.Tensor]) -> None:
+    """The SimCudaTensors in `x` (nested lists and tuples), by the id of their data.
+
+    A module function, not a recursive closure: a closure that calls itself is a reference cycle, which
+    would keep the collective's tensors (gigabytes of all-gather outputs) alive until Python's cycle
+    collector runs, long after the program dropped them.
+    """
+    if isinstance(x, SimCudaTensor):
+        into[id(x.elem)] = x
+    elif isinstance(x, list | tuple):
+        for item in x:
+            _find_wrappers(item, into)
+
+
 def _on_data(method: Callable[..., PhantoraWork]) -> Callable[..., PhantoraWork]:
     """A collective of the simulated CUDA device's tensors runs on their data; its result keeps the wrappers."""
 
     @functools.wraps(method)
     def run(self: PhantoraProcessGroup, *args: Any) -> PhantoraWork:
         wrappers: dict[int, torch.Tensor] = {}
-
-        def find(x: Any) -> None:
-            if isinstance(x, SimCudaTensor):
-                wrappers[id(x.elem)] = x
-            elif isinstance(x, list | tuple):
-                for item in x:
-                    find(item)
-
-        find(args)
+        _find_wrappers(args, wrappers)
         if not wrappers:
             return method(self, *args)
         work = method(self, *simcuda.unwrap(args))

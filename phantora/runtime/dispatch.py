@@ -46,6 +46,8 @@ def _subclass_kind(types: tuple[type, ...]) -> str:
 
 
 _META = torch.device("meta")
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+_get_mode = torch._C._get_dispatch_mode
 _COPY = torch.ops.aten.copy_.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
@@ -124,6 +126,8 @@ class ChargeMode(TorchDispatchMode):
         s = self.session
         if threading.get_ident() != self.thread:
             return func(*args, **kwargs)  # gloo worker threads inherit the mode; their copies are not GPU work
+        if _get_mode(_FAKE) is not None:  # shape propagation (DTensor's, the compiler's): no kernel, no memory
+            return func(*args, **kwargs)  # FakeTensorMode, an infra mode, runs after this one and makes it fake
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
             if SimCudaTensor in types and func.namespace == "_c10d_functional":
@@ -152,7 +156,7 @@ class ChargeMode(TorchDispatchMode):
         if func.namespace == "_c10d_functional":
             out = functional.run(s, func, args, kwargs)
             if mem.enabled:
-                mem.on_outputs(out)
+                mem.on_outputs(out, func)
             return out
         if s.internal_active or func.namespace == "c10d":
             return func(*args, **kwargs)
@@ -173,7 +177,7 @@ class ChargeMode(TorchDispatchMode):
                 if t.is_meta:
                     out = func(*args, **kwargs)
                     if mem.enabled:
-                        mem.on_outputs(out)
+                        mem.on_outputs(out, func)
                     return out
         elif func is _COPY and len(leaves) >= 2 and leaves[1].is_meta and not leaves[0].is_meta:
             return phantom_mode.copy_to_host(leaves[0])
@@ -184,7 +188,7 @@ class ChargeMode(TorchDispatchMode):
             s.join_tensors(leaves)
         out = func(*args, **kwargs)
         if mem.enabled:
-            mem.on_outputs(out)
+            mem.on_outputs(out, func)
         if not s.phantom:
             for t in tensors_in(out):
                 if t.is_meta:

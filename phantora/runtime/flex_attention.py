@@ -48,7 +48,7 @@ def _run(mode: Any, hop: Any, args: tuple, kwargs: dict) -> Any:
         out = reference(*simcuda.unwrap(args), **simcuda.unwrap(kwargs))
     mem = mode.session.memory
     if mem.enabled:
-        mem.on_outputs(out)
+        mem.on_outputs(out, hop)
     return out if index is None else simcuda.wrap(out, index)
 
 

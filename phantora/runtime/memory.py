@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from phantora.runtime.compute import tensors_in
-from phantora.runtime.simcuda.tensor import SimCudaTensor
+from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_seen
 from phantora.units import parse_size_bytes
 
 BLOCK = 512  # the CUDA caching allocator rounds every allocation up to 512 bytes
@@ -81,9 +81,10 @@ def capacity_of(gpu: Any) -> int:
 
 
 class _Entry(weakref.ref):
-    """A live storage: a weak reference to its Python storage object, with its key, size and category."""
+    """A live storage: a weak reference to its Python storage object, its key, size, category and the op that
+    allocated it."""
 
-    __slots__ = ("cat", "changed", "key", "size")
+    __slots__ = ("cat", "changed", "key", "site", "size")
 
 
 def _storage(t: torch.Tensor) -> Any:
@@ -97,6 +98,11 @@ def _storage(t: torch.Tensor) -> Any:
         return t.untyped_storage()
     except (RuntimeError, NotImplementedError, TypeError):
         return None
+
+
+def _on_simulated_gpu(t: torch.Tensor) -> bool:
+    """Is `t` (or a DTensor's local shard) a tensor of the simulated CUDA device?"""
+    return isinstance(getattr(t, "_local_tensor", t), SimCudaTensor)
 
 
 class MemoryTracker:
@@ -130,6 +136,7 @@ class MemoryTracker:
         self.step_peaks: list[int] = []
         self.program_peak = 0  # what torch.cuda.max_memory_allocated reports; the program may reset it
         self.allocations = 0
+        self.site: Any = None  # the op whose outputs on_outputs is counting (for the OOM report)
         self._event = 0  # counts additions, resizes and moves; `_peak_event` is its value at the peak
         self._peak_event = 0
         self._free_cb = self._free
@@ -156,8 +163,9 @@ class MemoryTracker:
         return cls(str(getattr(gpu, "name", gpu)), capacity, limit=limit, reserve=reserve, enabled=enabled, rank=rank)
 
     # ----- the hot path: every op's outputs ----------------------------------------------------------
-    def on_outputs(self, out: Any) -> None:
-        """Count the storages of an op's outputs that are new (and notice resized ones)."""
+    def on_outputs(self, out: Any, site: Any = None) -> None:
+        """Count the storages of the outputs of the op `site` that are new (and notice resized ones)."""
+        self.site = site
         if isinstance(out, torch.Tensor):
             self._track(out)
         else:
@@ -185,6 +193,8 @@ class MemoryTracker:
                         self._track_storage(st, cats.get(key, TEMP))
 
     def _track(self, t: torch.Tensor) -> None:
+        if isinstance(t, SimCudaTensor):  # a wrapper's own storage is no memory: its data's is
+            t = t.elem
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
@@ -220,6 +230,7 @@ class MemoryTracker:
         e.key = st._cdata
         e.size = size
         e.cat = cat
+        e.site = self.site
         self._event += 1
         e.changed = self._event
         self.live[e.key] = e
@@ -273,6 +284,8 @@ class MemoryTracker:
                 return
         e = self.live.get(st._cdata)
         if e is None:
+            if cuda_seen() and not _on_simulated_gpu(t):
+                return  # a CUDA program's host tensor, or its meta-device model before `to_empty`: no GPU memory
             size = (st.nbytes() + (BLOCK - 1)) & -BLOCK
             if size:  # created outside the mode (or by another thread): count it from now on
                 self._add(st, size, cat, check=False)
@@ -370,8 +383,19 @@ class MemoryTracker:
         raise torch.OutOfMemoryError(
             f"CUDA out of memory (simulated {self.gpu_name}{cap}, rank {self.rank}): tried to allocate "
             f"{fmt_bytes(size)}; {fmt_bytes(self.current)} allocated: {parts}; limit {fmt_bytes(self.limit or 0)} "
-            f"({why}); peak {fmt_bytes(self.peak)}. Set PHANTORA_MEMORY_LIMIT=off to run on without the limit."
+            f"({why}); peak {fmt_bytes(self.peak)}. Largest live allocations by op: {self.largest_sites()}. "
+            "Set PHANTORA_MEMORY_LIMIT=off to run on without the limit."
         )
+
+    def largest_sites(self, top: int = 5) -> str:
+        """The ops whose live allocations hold the most bytes now: 'n x op (category) bytes', largest first."""
+        sums: dict[tuple[str, int], list[int]] = {}
+        for e in self.live.values():
+            acc = sums.setdefault((str(e.site or "outside an op"), e.cat), [0, 0])
+            acc[0] += e.size
+            acc[1] += 1
+        rows = sorted(sums.items(), key=lambda kv: -kv[1][0])[:top]
+        return "; ".join(f"{n} x {site} ({NAMES[cat]}) {fmt_bytes(b)}" for (site, cat), (b, n) in rows)
 
 
 # ----- global hooks: installed once per process, they act on the active tracker ------------------------
@@ -468,7 +492,7 @@ def _watch_fsdp_storage_resizes() -> None:
             fn(tensor)
             tr = _ACTIVE
             if tr is not None and tr.enabled:
-                tr.on_outputs(tensor)
+                tr.on_outputs(tensor, "FSDP2 storage resize")
 
         return run
 

@@ -20,6 +20,7 @@ import torch
 from phantora.errors import PhantoraError
 from phantora.runtime.simcuda import devices, rng, streams
 from phantora.runtime.simcuda.devices import current_device, index_of, set_device
+from phantora.runtime.simcuda.tensor import program_uses_cuda
 
 CUDA_VERSION = "12.4"
 CUDNN_VERSION = 90100
@@ -27,6 +28,12 @@ CUDNN_VERSION = 90100
 
 class NotSimulatedError(PhantoraError):
     """A CUDA feature the simulated GPU does not provide; the message names the call and a workaround."""
+
+
+def _select_device(device: Any) -> None:
+    """`torch.cuda.set_device`: make `device` current; the program is a CUDA program from now on."""
+    set_device(device)
+    program_uses_cuda()
 
 
 def device_count() -> int:
@@ -243,7 +250,7 @@ def install(gpu: Any, count: int) -> None:
         "_lazy_call": lambda fn, **kw: fn(),
         "device_count": device_count,
         "current_device": current_device,
-        "set_device": set_device,
+        "set_device": _select_device,
         "device": device,
         "device_of": device_of,
         "get_device_properties": get_device_properties,

@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from typing import Any
 
 import torch
@@ -66,12 +68,22 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     # The autograd engine would run the backward of cuda tensors on its own device threads; the rank's
     # dispatch mode charges only the rank's own thread, so backward runs on the calling thread.
     torch._C._set_multithreading_enabled(False)
+    _run_compiled_code_eagerly()
     if _installed:
         return
     _patch_host_entry_points()
     _patch_fsdp_storage()
     phantom_mode.use_fused_attention()  # a GPU runs SDPA as one flash kernel, in real and phantom mode alike
     _installed = True
+
+
+def _run_compiled_code_eagerly() -> None:
+    """The simulated GPU has no compiler: `torch.compile` runs the program eagerly, each aten op timed by the
+    compute model (a compiled program's kernel fusion is not modelled). Dynamo reads the switch at each call."""
+    os.environ["TORCH_COMPILE_DISABLE"] = "1"
+    config = sys.modules.get("torch._dynamo.config")
+    if config is not None:
+        config.disable = True
 
 
 def _patch_host_entry_points() -> None:

@@ -88,7 +88,8 @@ _seen = False  # has this process made a cuda tensor? From then on, CPU tensors 
 
 
 def cuda_seen() -> bool:
-    """True once the program has put a tensor on the simulated GPU: it is a CUDA program.
+    """True once the program has selected a device of the simulated GPU (`torch.cuda.set_device`) or put a
+    tensor on it: it is a CUDA program.
 
     Until then its ops are charged as GPU work, as in scripts written for phantora's CPU stand-in
     (examples/gpt_ddp.py); from then on only the simulated GPU's ops are, and CPU tensors are the
@@ -110,6 +111,16 @@ def _first_cuda_tensor() -> None:
     _seen = True
     for listener in _first_cuda_listeners:
         listener()
+
+
+def program_uses_cuda() -> None:
+    """The program selected a CUDA device: from now on it is a CUDA program (`cuda_seen`).
+
+    So a model it builds on the meta device before its first cuda tensor (torchtitan, then `to_empty`) is
+    bookkeeping, as on a GPU, not the simulated GPU's memory or work.
+    """
+    if not _seen:
+        _first_cuda_tensor()
 
 
 _device_depth = 0  # > 0 while an op of the simulated GPU runs on its data
