@@ -91,7 +91,7 @@ def bench_barrier(k: int = 300) -> list[dict[str, Any]]:
     return rows
 
 
-def _error_ns(res, ref) -> tuple[int, float]:
+def _error_ns(res: Any, ref: Any) -> tuple[int, float]:
     """Max |end error| over ops (ns) and the makespan error (relative)."""
     got = {r["name"]: r["end_ns"] for r in res.collectives}
     err = max(abs(got[op.name] - op.end_ns) for op in ref.ops)

@@ -27,11 +27,12 @@ from phantora.egraph.live import record_run  # noqa: E402
 from phantora.launcher import RunConfig  # noqa: E402
 from phantora.netsim.factory import make_engine  # noqa: E402
 from phantora.topology.generators import leaf_spine  # noqa: E402
+from phantora.topology.model import Topology  # noqa: E402
 
 MODEL = ["--layers", "4", "--d-model", "128", "--heads", "4", "--seq", "64", "--batch", "4"]
 
 
-def replay_wall(graph_dir: Path, topo, network: str, cc: str | None, repeat: int) -> tuple[float, list[int]]:
+def replay_wall(graph_dir: Path, topo: Topology, network: str, cc: str | None, repeat: int) -> tuple[float, list[int]]:
     walls, steps = [], []
     for _ in range(repeat):
         graph = load(graph_dir)

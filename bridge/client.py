@@ -296,7 +296,7 @@ class RankClient:
         self._check(t_ns, "finish")
         try:
             msgpack.unpackb(msgpack.packb(results, use_bin_type=True), strict_map_key=True)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any error of the encoder is the user's bad results
             raise BridgeError(f"rank {self.rank}: results must be msgpack-able with string keys ({exc})") from None
         self._poll()
         self._send("finish", t_ns, results=results, cpu_s=time.process_time() - self._cpu0)

@@ -20,7 +20,7 @@ class ProtocolError(BridgeError):
     """A message that cannot be accepted: malformed, oversized, wrong version, wrong token, unknown type."""
 
 
-class RunFailed(Exception):
+class RunFailed(Exception):  # noqa: N818 - the coordinator's verdict on a run, not a programming error
     """The run cannot continue; `text` is the diagnostic every peer gets."""
 
     def __init__(self, code: str, text: str) -> None:

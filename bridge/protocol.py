@@ -175,7 +175,7 @@ def decode(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
         raise ProtocolError(f"message of {len(raw)} bytes is over the {max_bytes}-byte limit", code=E_OVERSIZED)
     try:
         obj = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises many types (ValueError, ExtraData, FormatError, StackError ...)
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many types (ValueError, ExtraData, FormatError, StackError ...)
         raise ProtocolError(f"not a msgpack message ({type(exc).__name__})", code=E_MALFORMED) from None
     if not isinstance(obj, dict) or "v" not in obj or "type" not in obj:
         raise ProtocolError("not a bridge message (a map with 'v' and 'type' is expected)", code=E_MALFORMED)

@@ -46,6 +46,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -143,12 +144,12 @@ class _CopyToTP(torch.autograd.Function):
     """Megatron's f: identity in the forward, all-reduce of the input gradient in the backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
+    def forward(ctx: Any, x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
         ctx.group = group
         return x
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # noqa: ANN205
+    def backward(ctx: Any, grad: torch.Tensor):  # noqa: ANN205
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
@@ -158,13 +159,13 @@ class _ReduceFromTP(torch.autograd.Function):
     """Megatron's g: all-reduce in the forward, identity in the backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
+    def forward(ctx: Any, x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
         x = x.contiguous()
         dist.all_reduce(x, group=group)
         return x
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # noqa: ANN205
+    def backward(ctx: Any, grad: torch.Tensor):  # noqa: ANN205
         return grad, None
 
 
@@ -182,7 +183,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     exponentials, one value per token each; the backward is local."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, tp: TP) -> torch.Tensor:  # noqa: ANN001
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, tp: TP) -> torch.Tensor:
         part = logits.shape[-1]
         start = tp.rank * part
         logits_max = logits.max(dim=-1).values
@@ -203,7 +204,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         return loss
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # noqa: ANN205
+    def backward(ctx: Any, grad: torch.Tensor):  # noqa: ANN205
         softmax, local, outside = ctx.saved_tensors
         hit = (~outside).to(softmax.dtype).unsqueeze(-1)
         g = softmax.scatter_add(-1, local.unsqueeze(-1), -hit)

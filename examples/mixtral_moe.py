@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -91,14 +92,14 @@ class AllToAll(torch.autograd.Function):
     """all_to_all_single with uneven splits; its backward is the reverse exchange."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: Any) -> torch.Tensor:
         ctx.splits, ctx.group = (out_splits, in_splits), group
         out = x.new_empty((sum(out_splits), *x.shape[1:]))
         dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
         return out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         out_splits, in_splits = ctx.splits
         back = grad.new_empty((sum(in_splits), *grad.shape[1:]))
         dist.all_to_all_single(back, grad.contiguous(), in_splits, out_splits, group=ctx.group)
@@ -108,7 +109,9 @@ class AllToAll(torch.autograd.Function):
 class MoE(nn.Module):
     """Router + the local experts of this rank; tokens travel to their experts' ranks and back."""
 
-    def __init__(self, cfg: MoEConfig, layer: int, routing: str, ep_rank: int, ep_size: int, seed: int, group=None):
+    def __init__(
+        self, cfg: MoEConfig, layer: int, routing: str, ep_rank: int, ep_size: int, seed: int, group: Any = None
+    ) -> None:
         super().__init__()
         if cfg.experts % ep_size:
             raise SystemExit(f"{cfg.experts} experts do not divide over {ep_size} ranks")
@@ -171,7 +174,9 @@ class MoE(nn.Module):
 
 
 class MoELayer(nn.Module):
-    def __init__(self, cfg: MoEConfig, layer: int, routing: str, ep_rank: int, ep_size: int, seed: int, group=None):
+    def __init__(
+        self, cfg: MoEConfig, layer: int, routing: str, ep_rank: int, ep_size: int, seed: int, group: Any = None
+    ) -> None:
         super().__init__()
         self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.attention = Attention(cfg.attention_config())
@@ -185,8 +190,15 @@ class MoELayer(nn.Module):
 
 class MoEModel(nn.Module):
     def __init__(
-        self, cfg: MoEConfig, seq: int, routing: str, ep_rank: int = 0, ep_size: int = 1, seed: int = 0, group=None
-    ):
+        self,
+        cfg: MoEConfig,
+        seq: int,
+        routing: str,
+        ep_rank: int = 0,
+        ep_size: int = 1,
+        seed: int = 0,
+        group: Any = None,
+    ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(MoELayer(cfg, i, routing, ep_rank, ep_size, seed, group) for i in range(cfg.layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)

@@ -128,7 +128,7 @@ def run_local(
                 run = futures[fut]
                 try:
                     res = fut.result()
-                except Exception as exc:  # an OSError starting the process, a full disk ...
+                except Exception as exc:  # noqa: BLE001 - an OSError starting the process, a full disk ...
                     res = RunOutcome(run.index, "failed", None, f"{type(exc).__name__}: {exc}", 0.0)
                 outcomes[run.index] = res
                 if on_done:

@@ -93,7 +93,7 @@ def run_on_ray(
                 log_to_driver=False,
                 configure_logging=False,
             )
-        except Exception as exc:  # ConnectionError, ValueError ... from Ray
+        except Exception as exc:  # noqa: BLE001 - ConnectionError, ValueError ... from Ray
             raise PhantoraError(f"cannot connect to Ray at {address!r}: {exc}") from None
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(execute)
@@ -121,7 +121,7 @@ def _collect(ray: Any, ref: Any, run: RunSpec, timeout_s: float | None) -> RunOu
     run.out.mkdir(parents=True)
     try:
         data = ray.get(ref)
-    except Exception as exc:  # the task itself died (node lost, worker crash)
+    except Exception as exc:  # noqa: BLE001 - the task itself died (node lost, worker crash)
         write_log(run, "", f"Ray task failed: {exc}")
         return RunOutcome(run.index, "failed", None, f"Ray task failed: {type(exc).__name__}", 0.0)
     for rel, blob in data["files"].items():

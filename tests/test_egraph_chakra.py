@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("google.protobuf")
 
-from phantora.egraph import ProgramBuilder, build_graph, replay_graph  # noqa: E402
-from phantora.egraph.chakra import export_chakra, read_chakra  # noqa: E402
-from phantora.errors import InputError  # noqa: E402
-from phantora.netsim.flow import FlowSimulator  # noqa: E402
-from phantora.topology.generators import leaf_spine  # noqa: E402
+from phantora.egraph import ProgramBuilder, build_graph, replay_graph
+from phantora.egraph.chakra import export_chakra, read_chakra
+from phantora.errors import InputError
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology.generators import leaf_spine
 
 
 def wire(data: bytes) -> list[tuple[int, int, object]]:

@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from phantora.runtime.compute import op_flops
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import megatron_gpt as mg  # noqa: E402
+import megatron_gpt as mg
 
 BATCH = 2
 

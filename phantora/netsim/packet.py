@@ -153,7 +153,7 @@ class Ns3Simulator:
         self._rt = load_ns3()
         try:
             self._net = self._rt.gbl.PhantoraNetwork()
-        except Exception as exc:  # cppyy turns the C++ runtime_error into an Exception subclass
+        except Exception as exc:  # noqa: BLE001 - cppyy turns the C++ runtime_error into an Exception subclass
             raise PhantoraError(f"cannot open the ns-3 network: {cpp_message(exc)}") from None
         self._closed = False
         try:
@@ -177,7 +177,7 @@ class Ns3Simulator:
         for key, value in self.config.to_params(link.bandwidth_bps for link in self.topology.links):
             try:
                 net.SetParam(key, value)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 field = "cc_attrs" if key.startswith("cc.") else key
                 raise InputError(cpp_message(exc), field=field) from None
         for node in self.topology.nodes:
@@ -186,7 +186,7 @@ class Ns3Simulator:
             net.AddLink(link.a, link.b, link.bandwidth_bps, link.latency_ns)
         try:
             net.Finalize()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
             raise InputError(cpp_message(exc), field="cc_attrs" if "attribute" in str(exc) else "cc") from None
 
     # ----- NetworkSimulator --------------------------------------------------------------------
@@ -208,7 +208,7 @@ class Ns3Simulator:
             try:
                 dport = dports.get(f.id, 100) if dports else 100
                 net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None
             self._known.add(f.id)
             if f.tag:
@@ -293,7 +293,7 @@ class Ns3Simulator:
         if not getattr(self, "_closed", True):
             try:
                 self.close()
-            except Exception:  # interpreter shutdown: cppyy may already be gone
+            except Exception:  # noqa: BLE001 - interpreter shutdown: cppyy may already be gone
                 pass
 
     def keepalive(self) -> None:

@@ -16,12 +16,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
 
-from phantora.report.fabric import hottest_port, pause_intervals, port_label  # noqa: E402
-from phantora.results.read import RunData  # noqa: E402
+from phantora.report.fabric import hottest_port, pause_intervals, port_label
+from phantora.results.read import RunData
 
 plt.rcParams["svg.hashsalt"] = "phantora"  # stable SVG ids: same input, same file
 plt.rcParams["svg.fonttype"] = "none"  # text stays text (searchable, smaller)

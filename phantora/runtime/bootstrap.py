@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-import phantora.runtime.simcuda.preload  # noqa: F401, I001 - first: it must load before torch
+import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load before torch
 from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
 from phantora.runtime import backend, phantom_mode, timepatch

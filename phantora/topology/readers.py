@@ -144,7 +144,9 @@ def _tiers(nodes: int, kinds: list[str], rows: list[tuple[int, int, int, int, fl
     return tier
 
 
-def _build(name: str, tok: _Tokens, kinds: list[str], names: list[str], hosts: list[int | None], rows) -> Topology:
+def _build(
+    name: str, tok: _Tokens, kinds: list[str], names: list[str], hosts: list[int | None], rows: list[list[str]]
+) -> Topology:
     tiers = _tiers(len(kinds), kinds, rows)
     topo = Topology(name=name)
     for n, kind in enumerate(kinds):

@@ -31,7 +31,7 @@ class SimCudaTensor(torch.Tensor):
     elem: torch.Tensor
 
     @staticmethod
-    def __new__(cls, elem: torch.Tensor, index: int = 0) -> SimCudaTensor:
+    def __new__(cls, elem: torch.Tensor, index: int = 0) -> SimCudaTensor:  # noqa: ANN001 - cls of a staticmethod __new__
         if not _seen:
             _first_cuda_tensor()
         r = torch.Tensor._make_wrapper_subclass(
