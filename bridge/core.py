@@ -333,8 +333,8 @@ class CoordinatorCore:
             mine = last.get(r)
             if mine:
                 rec.pending[r] = mine
-                for f in mine:
-                    rec.waiters.setdefault(f, []).append(r)
+                for fid in mine:
+                    rec.waiters.setdefault(fid, []).append(r)
             else:
                 self._rank_done(rec, r, t_start)
         if flows:
@@ -524,9 +524,9 @@ class CoordinatorCore:
                     released = True
             elif rs.state == TEST:
                 h = rs.handles[0]
-                t_done = rs.results.get(h)
-                if t_done is not None or now >= rs.target:
-                    self._reply(rs, h, t_done if t_done is not None and t_done <= rs.target else None)
+                t_known = rs.results.get(h)
+                if t_known is not None or now >= rs.target:
+                    self._reply(rs, h, t_known if t_known is not None and t_known <= rs.target else None)
                     released = True
             elif rs.state == BARRIER and now >= rs.target:
                 self._reply(rs, None, None)

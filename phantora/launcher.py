@@ -176,7 +176,7 @@ def launch(cfg: RunConfig) -> RunReport:
     model_opts = _compute_model_options(cfg)
     phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
-    out = Path(cfg.out_dir) if keep else Path(tempfile.mkdtemp(prefix="phantora-run-"))
+    out = Path(cfg.out_dir) if cfg.out_dir is not None else Path(tempfile.mkdtemp(prefix="phantora-run-"))
     out.mkdir(parents=True, exist_ok=True)
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
     opts.compute_model, opts.perf_tables, opts.curves = model_opts

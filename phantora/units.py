@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from phantora.errors import InputError
 
@@ -23,7 +24,7 @@ _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$"
 
 
 def _parse(
-    text: str | int | float, table: dict[str, float], default: str, what: str, field: str | None = None
+    text: str | int | float, table: Mapping[str, float], default: str, what: str, field: str | None = None
 ) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text) * table[default]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from phantora.collectives.dag import DagBuilder, FlowDag, split
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, ring_order, tree_parents
@@ -38,7 +40,11 @@ def decompose(
         return b.finish()
     blocks = host_blocks(topo, nodes)
     chunked = opts.granularity == "chunked"
-    common = {"chunked": chunked, "chunk_bytes": opts.chunk_bytes, "step_delay_ns": opts.step_latency_ns}
+    common: dict[str, Any] = {
+        "chunked": chunked,
+        "chunk_bytes": opts.chunk_bytes,
+        "step_delay_ns": opts.step_latency_ns,
+    }
     ch = opts.channels
     kind, algo = coll.kind, opts.algorithm
     if kind == "barrier":
@@ -59,12 +65,12 @@ def decompose(
         for c, size in enumerate(split(coll.nbytes, ch)):
             if algo == "chain":
                 order = chain_order(blocks, c, root)
-                parent: list[int | None] = [None] * n
+                links: list[int | None] = [None] * n
                 for a, v in zip(order, order[1:], strict=False):
-                    parent[v] = a
+                    links[v] = a
             else:
-                parent = [None if v == root else root for v in range(n)]
-            tree_flows(b, parent, size, c, up=up, down=down, name=algo, **common)
+                links = [None if v == root else root for v in range(n)]
+            tree_flows(b, links, size, c, up=up, down=down, name=algo, **common)
     elif kind == "all_to_all":
         all_to_all(b, n, coll.nbytes, ch, pairwise=algo == "pairwise", step_delay_ns=opts.step_latency_ns, name="a2a")
     else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from phantora.collectives.dag import DagBuilder, split
 from phantora.collectives.ring import ring_flows
 
@@ -25,7 +27,7 @@ def hierarchical_all_reduce(
     last step of the previous phase has arrived.
     """
     m = len(blocks[0])
-    opts = {"chunked": chunked, "chunk_bytes": chunk_bytes, "step_delay_ns": step_delay_ns}
+    opts: dict[str, Any] = {"chunked": chunked, "chunk_bytes": chunk_bytes, "step_delay_ns": step_delay_ns}
     for c, size in enumerate(split(nbytes, channels)):
         slices = split(size, m)
         done: dict[int, tuple[int, ...]] = {}  # group position -> flows it waits for before the next phase

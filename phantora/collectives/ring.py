@@ -17,7 +17,7 @@ PHASES = {"reduce_scatter": ("rs",), "all_gather": ("ag",), "all_reduce": ("rs",
 
 def ring_schedule(kind: str, n: int) -> list[list[int]]:
     """`schedule[s][i]`: the slice ring position i sends at step s."""
-    steps = []
+    steps: list[list[int]] = []
     for phase in PHASES[kind]:
         shift = 1 if phase == "rs" else 0
         steps.extend([(i - s - shift) % n for i in range(n)] for s in range(n - 1))

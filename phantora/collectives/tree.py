@@ -53,8 +53,9 @@ def tree_flows(
         delay = step_delay_ns * hops
         if up:
             for v in reversed(order):
-                if parent[v] is not None:
-                    b.add(v, parent[v], size, f"{name}/ch{channel}/up", channel, (), delay)
+                p = parent[v]
+                if p is not None:
+                    b.add(v, p, size, f"{name}/ch{channel}/up", channel, (), delay)
         if down:
             for v in order:
                 for w in kids[v]:

@@ -219,7 +219,7 @@ class _RankImport:
         for sync in self.syncs:
             s, ws = sync.get("stream"), sync.get("wait_on_stream")
             rec, corr = sync.get("wait_on_cuda_event_record_corr_id"), sync.get("correlation")
-            if not all(isinstance(x, int) for x in (s, ws, rec, corr)):
+            if not (isinstance(s, int) and isinstance(ws, int) and isinstance(rec, int) and isinstance(corr, int)):
                 raise InputError(
                     "a Stream Wait Event needs stream, wait_on_stream, wait_on_cuda_event_record_corr_id, correlation",
                     file=self.src,

@@ -335,10 +335,10 @@ def replay_graph(
     for inst in plan.instances:
         start = end_of[inst.start]
         end = max((end_of[i] for i in inst.flows), default=start)
-        c = comm.setdefault(inst.kind, {"count": 0, "bytes": 0, "busy_ns": 0})
-        c["count"] += 1
-        c["bytes"] += inst.nbytes
-        c["busy_ns"] += end - start
+        kind = comm.setdefault(inst.kind, {"count": 0, "bytes": 0, "busy_ns": 0})
+        kind["count"] += 1
+        kind["bytes"] += inst.nbytes
+        kind["busy_ns"] += end - start
     return GraphReplayResult(
         step_ends_ns=ends,
         step_times_ns=steps,

@@ -308,12 +308,12 @@ class FlowSimulator:
                 path, lat = self.route(f)
                 self._active[fid] = _Active(f, path, lat, t)
                 for c in path:
-                    members = self._ch_flows.get(c)
-                    if members is None:
+                    on_channel = self._ch_flows.get(c)
+                    if on_channel is None:
                         self._ch_flows[c] = {fid}
                         self._busy_since[c] = t
                     else:
-                        members.add(fid)
+                        on_channel.add(fid)
                 touched.update(path)
         if touched:
             self._resolve(touched, t)

@@ -172,7 +172,9 @@ def read_fct_txt(path: str | Path) -> list[FctLine]:
             nums = [int(w) for w in words[2:]]
         except ValueError:
             raise InputError("fields must be integers (addresses in hex)", file=name, line=no) from None
-        out.append(FctLine(ip_node(sip), ip_node(dip), *nums[:6], flow_id=nums[6] if len(nums) > 6 else None))
+        sport, dport, size, start, fct, alone = nums[:6]
+        flow_id = nums[6] if len(nums) > 6 else None
+        out.append(FctLine(ip_node(sip), ip_node(dip), sport, dport, size, start, fct, alone, flow_id=flow_id))
     return out
 
 

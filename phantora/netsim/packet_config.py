@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from phantora.errors import InputError
 from phantora.units import parse_rate_bps, parse_time_ns
@@ -132,7 +133,7 @@ class PacketConfig:
                 raise bad("cc_attrs", f"attribute {key}: expected a scalar, got {value!r}")
         return self
 
-    def with_updates(self, **changes: object) -> PacketConfig:
+    def with_updates(self, **changes: Any) -> PacketConfig:
         """A copy with some fields changed (validated)."""
         return replace(self, **changes)
 
@@ -375,7 +376,7 @@ def read_hpcc_config(path: str | Path, base: PacketConfig | None = None) -> Pack
             where[name] = (lineno, key)
     cc = str(values.get("cc", base.cc if base else "none"))
     attrs: dict[str, str] = dict(base.cc_attrs) if base else {}
-    attrs.update(values.pop("cc_attrs", {}))  # type: ignore[arg-type]
+    attrs.update(values.pop("cc_attrs", {}))  # type: ignore[call-overload]
     for lineno, key, args in cc_lines:
         attr, convert, ccs = _CC_KEYS[key]
         if cc not in ccs:
@@ -388,9 +389,9 @@ def read_hpcc_config(path: str | Path, base: PacketConfig | None = None) -> Pack
     try:
         return replace(base or PacketConfig(), **values)  # type: ignore[arg-type]
     except InputError as exc:
-        lineno, key = where.get(exc.field or "", (None, exc.field))
+        at: tuple[int | None, str | None] = where.get(exc.field or "", (None, exc.field))
         message = str(exc).split(": ", 1)[-1] if exc.field else str(exc)
-        raise InputError(message, file=str(p), line=lineno, field=key) from None
+        raise InputError(message, file=str(p), line=at[0], field=at[1]) from None
 
 
 def _field_value(kind: object, value: str, args: list[str]) -> object:

@@ -8,6 +8,8 @@ as logarithms, so they stay positive.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from phantora.errors import InputError
@@ -114,8 +116,8 @@ def fit_curves(
     leaves = [t for g in free.values() for t in g.values()] + [t for m in log_mult.values() for t in m.values()]
     target = torch.as_tensor(np.log(nanos))
 
-    def current() -> tuple[dict, dict]:
-        params = {g: dict(v) for g, v in params0.items()}
+    def current() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        params: dict[str, dict[str, Any]] = {g: dict(v) for g, v in params0.items()}
         for g, values in free.items():
             params[g] = {k: torch.exp(t) for k, t in values.items()}
         return params, {op: {k: torch.exp(t) for k, t in m.items()} for op, m in log_mult.items()}

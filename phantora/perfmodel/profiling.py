@@ -76,7 +76,7 @@ def _unary(op: str, n: int, dtype: str, extra: dict | None = None) -> Spec:
             "zeros_like": lambda: torch.ops.aten.zeros_like(x),
             "sum": lambda: torch.ops.aten.sum(x),
             "_softmax": lambda: torch.ops.aten._softmax(x.view(-1, 1024), -1, False),
-            "_to_copy": lambda: torch.ops.aten._to_copy(x, dtype=getattr(torch, extra["dtype"])),
+            "_to_copy": lambda: torch.ops.aten._to_copy(x, dtype=getattr(torch, (extra or {})["dtype"])),
         }[op]
         shape = (n // 1024, 1024) if op == "_softmax" else (n,)
         return fn, make_call(f"aten::{op}", [shape], [dtype], extra)

@@ -18,7 +18,7 @@ def pause_intervals(pfc: np.ndarray, end_ns: int | None) -> dict[tuple[int, int]
     open_at: dict[tuple[int, int, int], int] = {}
     out: dict[tuple[int, int], list[tuple[int, int]]] = {}
     last = int(pfc[:, 0].max()) if len(pfc) else 0
-    order = np.lexsort((pfc[:, 0],)) if len(pfc) else []
+    order = np.lexsort((pfc[:, 0],)) if len(pfc) else np.zeros(0, dtype=np.int64)
     for t, node, port, prio, pause in pfc[order]:
         key = (int(node), int(port), int(prio))
         if pause and key not in open_at:

@@ -74,8 +74,7 @@ def fct_cdf(runs: Sequence[RunData], base: Path) -> list[Path]:
 
 def queue_depth(runs: Sequence[RunData], base: Path) -> list[Path]:
     """Queue depth over time at the hottest port of each run that sampled queues."""
-    hot = [(r, hottest_port(r.queues)) for r in runs]
-    hot = [(r, h) for r, h in hot if h is not None]
+    hot = [(r, h) for r in runs if (h := hottest_port(r.queues)) is not None]
     if not hot:
         return []
     div, unit = time_scale(max(float(h[1].max()) for _, h in hot))

@@ -173,10 +173,14 @@ def _is(schema: str, known: str) -> bool:
     return schema.partition("/")[0] == known.partition("/")[0]
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _graph_replay(run: RunData, res: dict[str, Any]) -> None:
     """A replayed execution graph: the steady-state step time as for a live run (the makespan if the graph
     has no step marks), its network and engine counters, and the mean time per call of each collective kind."""
-    info = res.get("run") if isinstance(res.get("run"), dict) else {}
+    info = _dict(res.get("run"))
     run.kind = "replay"
     run.network = _text_or_none(info.get("network"))
     stats = res.get("engine_stats")
@@ -194,7 +198,7 @@ def _graph_replay(run: RunData, res: dict[str, Any]) -> None:
 def _live(run: RunData, res: dict[str, Any], cosim: dict[str, Any] | None) -> None:
     """A live run: its steady-state iteration time, network, engine counters and collective times."""
     net = res.get("network")
-    info = res.get("run") if isinstance(res.get("run"), dict) else {}
+    info = _dict(res.get("run"))
     run.network = _text_or_none(net) or _text_or_none(info.get("network"))
     netd = net if isinstance(net, dict) else {}
     stats = res.get("engine") or netd.get("engine_stats") or res.get("engine_stats")
@@ -244,8 +248,7 @@ def _rank_dicts(ranks: Any) -> list[dict[str, Any]]:
 
 def _steps_from_ranks(ranks: Any) -> list[int]:
     """Per-step durations, the slowest rank of each step, from each rank's step_ends_ns."""
-    ends = [r.get("step_ends_ns") for r in _rank_dicts(ranks)]
-    ends = [e for e in ends if isinstance(e, list) and e]
+    ends: list[list[Any]] = [e for r in _rank_dicts(ranks) if isinstance(e := r.get("step_ends_ns"), list) and e]
     if not ends:
         return []
     n = min(len(e) for e in ends)

@@ -27,8 +27,8 @@ CNPS_CSV = "cnps.csv"
 ECN_CSV = "ecn_marks.csv"
 
 FLOWS_COLUMNS = ("flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns")
-FCT_COLUMNS = ("flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns", "standalone_ns")
-FCT_COLUMNS += ("slowdown", "cnps", "ecn_marks", "tag")
+FCT_COLUMNS: tuple[str, ...] = ("flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns")
+FCT_COLUMNS += ("standalone_ns", "slowdown", "cnps", "ecn_marks", "tag")
 LINK_COLUMNS = ("channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation")
 NETSIM_LINK_COLUMNS = ("channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation")
 LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")  # the packet engine's counters

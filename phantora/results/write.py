@@ -78,7 +78,7 @@ def write_links_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return write_csv(path, fields, ([row[f] for f in fields] for row in rows))
 
 
-def packet_link_rows(topo: Topology, usage: list[Any]) -> list[dict[str, Any]]:
+def packet_link_rows(topo: Topology, usage: Sequence[Any]) -> list[dict[str, Any]]:
     """links.csv rows from the packet engine's per-channel counters."""
     rows = []
     for u in usage:

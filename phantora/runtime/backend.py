@@ -171,6 +171,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             opts._timeout = timeout
             self._gloo = UnownedGloo(ProcessGroupGloo(PrefixStore("phantora-gloo/", store), rank, size, opts))
 
+    @property
+    def _data(self) -> UnownedGloo:
+        """The gloo group that moves the real data (real mode; phantom mode never starts a transfer)."""
+        assert self._gloo is not None, "phantom mode moves no data"
+        return self._gloo
+
     # ----- identity -----------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name
         return BACKEND
@@ -252,7 +258,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             o = AllreduceOptions()
             o.reduceOp = op
-            return [self._gloo.allreduce(tensors, o)]
+            return [self._data.allreduce(tensors, o)]
 
         fin = _finisher(tensors, self.size(), how)
         return self._coll("all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin)
@@ -265,7 +271,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             for t in tensors:
                 o = AllreduceOptions()
                 o.reduceOp = op
-                works.append(self._gloo.allreduce([t], o))
+                works.append(self._data.allreduce([t], o))
             return works
 
         fin = _finisher(tensors, self.size(), how)
@@ -278,7 +284,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             o = BroadcastOptions()
             o.rootRank = root
-            return [self._gloo.broadcast(tensors, o)]
+            return [self._data.broadcast(tensors, o)]
 
         return self._coll("broadcast", nbytes(tensors), tensors[0], tensors, start, tensors, root=root)
 
@@ -291,7 +297,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             o = ReduceOptions()
             o.rootRank = root
             o.reduceOp = op
-            return [self._gloo.reduce(tensors, o)]
+            return [self._data.reduce(tensors, o)]
 
         fin = _finisher(tensors, self.size(), how) if self.rank() == root else None
         return self._coll("reduce", nbytes(tensors), tensors[0], tensors, start, tensors, root=root, finalize=fin)
@@ -302,13 +308,13 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         outs = _flat(output_lists)
 
         def start() -> list[Any]:
-            return [self._gloo.allgather(output_lists, inputs, AllgatherOptions())]
+            return [self._data.allgather(output_lists, inputs, AllgatherOptions())]
 
         return self._coll("all_gather", nbytes(outs), inputs[0], outs + inputs, start, outs)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
         def start() -> list[Any]:
-            return [self._gloo._allgather_base(output, input, AllgatherOptions())]
+            return [self._data._allgather_base(output, input, AllgatherOptions())]
 
         return self._coll("all_gather", nbytes([output]), input, [output, input], start, [output])
 
@@ -321,7 +327,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         def start() -> list[Any]:
             return [
-                self._gloo.allgather([ol], [i], AllgatherOptions()) for ol, i in zip(output_lists, inputs, strict=True)
+                self._data.allgather([ol], [i], AllgatherOptions()) for ol, i in zip(output_lists, inputs, strict=True)
             ]
 
         return self._coll("all_gather", nbytes(outs), inputs[0], outs + list(inputs), start, outs)
@@ -330,7 +336,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> PhantoraWork:
         def start() -> list[Any]:
-            return [self._gloo._allgather_base(o, i, AllgatherOptions()) for o, i in zip(outputs, inputs, strict=True)]
+            return [self._data._allgather_base(o, i, AllgatherOptions()) for o, i in zip(outputs, inputs, strict=True)]
 
         return self._coll("all_gather", nbytes(outputs), inputs[0], list(outputs) + list(inputs), start, list(outputs))
 
@@ -345,7 +351,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             o = ReduceScatterOptions()
             o.reduceOp = op
-            return [self._gloo.reduce_scatter(outputs, input_lists, o)]
+            return [self._data.reduce_scatter(outputs, input_lists, o)]
 
         fin = _finisher(outputs, self.size(), how)
         return self._coll("reduce_scatter", nbytes(ins), outputs[0], outputs + ins, start, outputs, finalize=fin)
@@ -356,7 +362,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             o = ReduceScatterOptions()
             o.reduceOp = op
-            return [self._gloo._reduce_scatter_base(output, input, o)]
+            return [self._data._reduce_scatter_base(output, input, o)]
 
         fin = _finisher([output], self.size(), how)
         return self._coll("reduce_scatter", nbytes([input]), input, [output, input], start, [output], finalize=fin)
@@ -373,7 +379,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             for o_t, i_t in zip(outputs, inputs, strict=True):
                 o = ReduceScatterOptions()
                 o.reduceOp = op
-                works.append(self._gloo._reduce_scatter_base(o_t, i_t, o))
+                works.append(self._data._reduce_scatter_base(o_t, i_t, o))
             return works
 
         fin = _finisher(outputs, self.size(), how)
@@ -394,7 +400,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         outs, ins = list(output_split_sizes), list(input_split_sizes)
 
         def start() -> list[Any]:
-            return [self._gloo.alltoall_base(output, input, outs, ins, AllToAllOptions())]
+            return [self._data.alltoall_base(output, input, outs, ins, AllToAllOptions())]
 
         if not outs and not ins:
             return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output])
@@ -413,7 +419,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> PhantoraWork:
         def start() -> list[Any]:
-            return [self._gloo.alltoall(outputs, inputs, AllToAllOptions())]
+            return [self._data.alltoall(outputs, inputs, AllToAllOptions())]
 
         transfers = self._pairwise([nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs], self.rank())
         tensors = list(outputs) + list(inputs)
@@ -436,7 +442,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             o = GatherOptions()
             o.rootRank = root
-            return [self._gloo.gather(output_lists, inputs, o)]
+            return [self._data.gather(output_lists, inputs, o)]
 
         me = self.rank()
         if me == root:
@@ -457,7 +463,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             o = ScatterOptions()
             o.rootRank = root
-            return [self._gloo.scatter(outputs, input_lists, o)]
+            return [self._data.scatter(outputs, input_lists, o)]
 
         me = self.rank()
         if me == root:
@@ -477,7 +483,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=lambda: [self._gloo.send(tensors, dst, tag)] if self._gloo is not None else [],
+            start_inner=lambda: [self._data.send(tensors, dst, tag)] if self._gloo is not None else [],
         )
         return self._work(p, tensors)
 
@@ -488,7 +494,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=lambda: [self._gloo.recv(tensors, src, tag)] if self._gloo is not None else [],
+            start_inner=lambda: [self._data.recv(tensors, src, tag)] if self._gloo is not None else [],
         )
         return self._work(p, tensors)
 
@@ -497,7 +503,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> PhantoraWork:
         def start() -> list[Any]:
-            return [self._gloo.barrier(BarrierOptions())]
+            return [self._data.barrier(BarrierOptions())]
 
         return self._coll("barrier", 0, torch.empty(0, dtype=torch.uint8), [], start, [])
 

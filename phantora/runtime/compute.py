@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -273,7 +274,7 @@ def build_model(
     gpu: GpuSpec | str = "h100",
     launch_ns: int = DEFAULT_LAUNCH_NS,
     *,
-    perf_tables: tuple[str, ...] | list[str] = (),
+    perf_tables: tuple[str | Path, ...] | list[str | Path] = (),
     curves: str | None = None,
 ) -> Roofline:
     """The compute model of a run: 'calibrated' (with optional measured tables and curves file) or 'roofline'.

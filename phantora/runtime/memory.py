@@ -85,6 +85,11 @@ class _Entry(weakref.ref):
     allocated it."""
 
     __slots__ = ("cat", "changed", "key", "site", "size")
+    cat: int
+    changed: int
+    key: int
+    site: Any
+    size: int
 
 
 def _storage(t: torch.Tensor) -> Any:
@@ -148,7 +153,7 @@ class MemoryTracker:
     @classmethod
     def from_env(cls, gpu: Any, rank: int = 0, env: dict[str, str] | None = None) -> MemoryTracker:
         """A tracker for `gpu` configured by PHANTORA_MEMORY, PHANTORA_MEMORY_LIMIT, PHANTORA_MEMORY_RESERVE."""
-        env = os.environ if env is None else env
+        env = dict(os.environ) if env is None else env
         capacity = capacity_of(gpu)
         enabled = env.get("PHANTORA_MEMORY", "on").strip().lower() not in ("off", "0", "false", "no")
         reserve_text = env.get("PHANTORA_MEMORY_RESERVE", "").strip()

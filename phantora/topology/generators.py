@@ -12,6 +12,7 @@ has its own NIC link to a leaf, as in SimAI.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 
 from phantora.errors import InputError
@@ -47,7 +48,7 @@ def _hosts(
     return per_host
 
 
-def _new(kind: str, name: str | None, gpu: str | None, params: dict[str, object]) -> Topology:
+def _new(kind: str, name: str | None, gpu: str | None, params: Mapping[str, object]) -> Topology:
     topo = Topology(name=name or kind, gpu_model=gpu_name(gpu))
     topo.meta["generator"] = {"kind": kind, **{k: v for k, v in params.items() if v is not None}}
     return topo
@@ -254,7 +255,7 @@ def dgx_host(
     return topo.validate()
 
 
-GENERATORS = {
+GENERATORS: dict[str, Callable[..., Topology]] = {
     "fat_tree": fat_tree,
     "leaf_spine": leaf_spine,
     "rail_optimized": rail_optimized,

@@ -88,7 +88,7 @@ def _links(
     tok: _Tokens, pos: int, want: int, nodes: int, header_line: int
 ) -> list[tuple[int, int, int, int, float, int]]:
     """Parse the link lines: (a, b, bits/s, ns, error rate, line)."""
-    rows = []
+    rows: list[tuple[int, int, int, int, float, int]] = []
     for line, words in tok.items[pos:]:
         if len(rows) == want:
             raise InputError(f"more link lines than the {want} the header announces", file=tok.file, line=line)
@@ -130,7 +130,7 @@ def _tiers(nodes: int, kinds: list[str], rows: list[tuple[int, int, int, int, fl
         adj[a].append(b)
         adj[b].append(a)
     tier = [0] * nodes
-    queue = deque()
+    queue: deque[int] = deque()
     for n in range(nodes):
         if kinds[n] == "switch" and any(kinds[v] in ENDPOINT_KINDS for v in adj[n]):
             tier[n] = 1
@@ -145,7 +145,12 @@ def _tiers(nodes: int, kinds: list[str], rows: list[tuple[int, int, int, int, fl
 
 
 def _build(
-    name: str, tok: _Tokens, kinds: list[str], names: list[str], hosts: list[int | None], rows: list[list[str]]
+    name: str,
+    tok: _Tokens,
+    kinds: list[str],
+    names: list[str],
+    hosts: list[int | None],
+    rows: list[tuple[int, int, int, int, float, int]],
 ) -> Topology:
     tiers = _tiers(len(kinds), kinds, rows)
     topo = Topology(name=name)
