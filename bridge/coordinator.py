@@ -30,15 +30,14 @@ from bridge.transport import (
     STARTUP_TIMEOUT_S,
     bind_address,
     bind_router,
+    process_log,
     token_ok,
     write_endpoint_file,
 )
 from phantora.errors import PhantoraError
 from phantora.netsim.base import NetworkSimulator
 
-
-def log(text: str) -> None:
-    print(f"[phantora coordinator {os.getpid()}] {text}", file=sys.stderr, flush=True)
+log = process_log("coordinator")
 
 
 class Coordinator:

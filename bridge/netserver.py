@@ -33,15 +33,13 @@ from bridge.protocol import (
 )
 from bridge.runspec import RunSpec
 from bridge.stepping import advance_watching
-from bridge.transport import HEARTBEAT_S, bind_address, bind_router, token_ok, write_endpoint_file
+from bridge.transport import HEARTBEAT_S, bind_address, bind_router, process_log, token_ok, write_endpoint_file
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
 from phantora.results.write import write_fabric_traces
 from phantora.topology.model import Topology
 
-
-def log(text: str) -> None:
-    print(f"[phantora netserver {os.getpid()}] {text}", file=sys.stderr, flush=True)
+log = process_log("netserver")
 
 
 def _plain(stats: dict[str, object]) -> dict[str, Any]:

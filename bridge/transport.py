@@ -13,8 +13,10 @@ import hmac
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import zmq
@@ -26,6 +28,15 @@ TRANSPORTS = ("ipc", "tcp")
 HEARTBEAT_S = 1.0  # a waiting peer hears from the other side at least this often
 PEER_TIMEOUT_S = 30.0  # silence after which a peer is presumed dead (process death is caught sooner)
 STARTUP_TIMEOUT_S = 180.0  # hello -> welcome, which includes the ns-3 import of the network server
+
+
+def process_log(role: str) -> Callable[[str], None]:
+    """A logger that writes '[phantora ROLE PID] text' lines to stderr (the supervisor keeps them in the run's logs)."""
+
+    def log(text: str) -> None:
+        print(f"[phantora {role} {os.getpid()}] {text}", file=sys.stderr, flush=True)
+
+    return log
 
 
 def make_run_dir(parent: str | Path | None = None) -> Path:

@@ -35,13 +35,13 @@ import json
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError, PhantoraError
+from phantora.files import read_toml
 from phantora.sweep_local import RunOutcome, RunSpec, Scalar, prebuild_ns3, run_local
 
 DEFAULT_COMMAND = ("replay", "{workload}", "--no-progress", "--out", "{out}")
@@ -115,13 +115,7 @@ def _check_scalar(v: Any, where: str, source: str | None) -> None:
 def load_grid(path: str | Path) -> SweepSpec:
     """Read a grid TOML file (see the module docstring)."""
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", file=str(p)) from None
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        raise InputError(f"invalid TOML: {exc}", file=str(p), line=int(m.group(1)) if m else None) from None
+    data = read_toml(p, "grid file")
     unknown = set(data) - {"name", "description", "command", "jobs", "timeout", "trace", "fixed", "grid"}
     if unknown:
         known = "name, description, command, jobs, timeout, trace, fixed, grid"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.files import read_text
 from phantora.netsim.base import Flow
 from phantora.netsim.cli_config import packet_config_from_flags
 from phantora.netsim.factory import make_engine
@@ -94,10 +95,7 @@ def detect_flows_format(path: Path) -> str:
     """'workload' or 'hpcc': by suffix (.toml, .json), else by content (HPCC starts with the flow count)."""
     if path.suffix.lower() in WORKLOAD_SUFFIXES:
         return "workload"
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read flow file: {exc}", file=str(path)) from None
+    text = read_text(path, "flow file")
     for line in text.splitlines():
         words = line.split("#", 1)[0].split()
         if words:
@@ -117,10 +115,7 @@ def _load_workload(path: Path, topo: Topology) -> Any:
     from phantora.workload import workload_from_dict
 
     suffix = path.suffix.lower()
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read workload file: {exc}", file=str(path)) from None
+    text = read_text(path, "workload file")
     as_json = suffix == ".json" or (suffix != ".toml" and text.lstrip().startswith("{"))
     try:
         data = json.loads(text) if as_json else tomllib.loads(text)

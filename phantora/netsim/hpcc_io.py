@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from phantora.errors import InputError
+from phantora.files import read_text
 from phantora.netsim.base import Flow
 from phantora.topology.model import ENDPOINT_KINDS, Topology
 
@@ -77,10 +78,7 @@ def read_hpcc_flows(path: str | Path, topology: Topology | None = None) -> list[
     """Read an HPCC flow file; with a topology, check that src and dst are endpoints of it."""
     p = Path(path)
     name = str(p)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read flow file: {exc}", file=name) from None
+    text = read_text(p, "flow file")
     lines = [(no, ln.split("#", 1)[0].split()) for no, ln in enumerate(text.splitlines(), 1)]
     lines = [(no, words) for no, words in lines if words]
     if not lines:

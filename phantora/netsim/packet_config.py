@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.files import read_text
 from phantora.units import parse_rate_bps, parse_time_ns
 
 CC_NAMES = ("none", "dcqcn", "hpcc", "timely", "dctcp")
@@ -302,10 +303,7 @@ def read_hpcc_config(path: str | Path, base: PacketConfig | None = None) -> Pack
     Errors name the file, line and key.
     """
     p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read config file: {exc}", file=str(p)) from None
+    text = read_text(p, "config file")
     values: dict[str, object] = {}
     where: dict[str, tuple[int, str]] = {}  # field -> (line, key) that set it
     cc_lines: list[tuple[int, str, list[str]]] = []

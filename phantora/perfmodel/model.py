@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from phantora.errors import InputError
+from phantora.files import read_text
 from phantora.perfmodel.curves import Curves, columns, predict_columns
 from phantora.perfmodel.features import OpCall, OpFeatures, compute_features, make_call
 from phantora.perfmodel.fit import peak_of
@@ -29,10 +30,9 @@ def load_curves(path: str | Path | None = None) -> Curves:
             return Curves.default()
         return Curves.from_json(json.loads(text), source=DEFAULT_CURVES)
     path = Path(path)
+    text = read_text(path, "curves")
     try:
-        obj = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read curves: {exc.strerror}", file=str(path)) from None
+        obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"bad JSON ({exc.msg})", file=str(path), line=exc.lineno) from None
     return Curves.from_json(obj, source=str(path))

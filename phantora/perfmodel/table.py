@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.files import read_text
 from phantora.perfmodel.features import OpCall, compute_features, make_call
 from phantora.perfmodel.perfdb import memcpy_call, perfdb_call
 
@@ -41,10 +42,7 @@ class MeasuredRow:
 def read_table(path: str | Path) -> list[MeasuredRow]:
     """Read a table in phantora's format or a perfdb format (chosen by the header)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read table: {exc.strerror}", file=str(path)) from None
+    text = read_text(path, "table")
     reader = csv.reader(text.splitlines())
     header: list[str] | None = None
     rows: list[MeasuredRow] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from phantora.errors import InputError
 from phantora.units import parse_rate_bps, parse_time_ns
 
@@ -43,30 +45,38 @@ def relocate(exc: InputError, *, file: str | None = None, line: int | None = Non
     )
 
 
-def rate_bps(value: object, field: str, *, file: str | None = None, line: int | None = None) -> int:
-    """A positive integer rate in bits/s from '400Gbps' or an int."""
+def _quantity(
+    value: object,
+    field: str,
+    parse: Callable[[str | int | float], int],
+    example: str,
+    *,
+    positive: bool,
+    file: str | None,
+    line: int | None,
+) -> int:
+    """`parse(value)` with every error (bad type, bad text, out of range) naming the file, line and field."""
+    what = "rate" if positive else "time"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"expected a rate such as '400Gbps', got {value!r}", file=file, line=line, field=field)
+        raise InputError(f"expected a {what} such as {example!r}, got {value!r}", file=file, line=line, field=field)
     try:
-        bps = parse_rate_bps(value)
+        n = parse(value)
     except InputError as exc:
         raise InputError(raw_message(exc), file=file, line=line, field=field) from None
-    if bps <= 0:
-        raise InputError(f"rate must be positive, got {value!r}", file=file, line=line, field=field)
-    return bps
+    if n < 0 or (positive and n == 0):
+        bound = "positive" if positive else ">= 0"
+        raise InputError(f"{what} must be {bound}, got {value!r}", file=file, line=line, field=field)
+    return n
+
+
+def rate_bps(value: object, field: str, *, file: str | None = None, line: int | None = None) -> int:
+    """A positive integer rate in bits/s from '400Gbps' or an int."""
+    return _quantity(value, field, parse_rate_bps, "400Gbps", positive=True, file=file, line=line)
 
 
 def time_ns(value: object, field: str, *, file: str | None = None, line: int | None = None) -> int:
     """A non-negative integer time in ns from '1us' or an int."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"expected a time such as '1us', got {value!r}", file=file, line=line, field=field)
-    try:
-        ns = parse_time_ns(value)
-    except InputError as exc:
-        raise InputError(raw_message(exc), file=file, line=line, field=field) from None
-    if ns < 0:
-        raise InputError(f"time must be >= 0, got {value!r}", file=file, line=line, field=field)
-    return ns
+    return _quantity(value, field, parse_time_ns, "1us", positive=False, file=file, line=line)
 
 
 def count(value: object, field: str, minimum: int = 1) -> int:

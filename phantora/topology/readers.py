@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from phantora.errors import InputError
+from phantora.files import read_text
 from phantora.topology._util import format_rate, format_time, rate_bps, time_ns
 from phantora.topology.model import ENDPOINT_KINDS, Topology
 
@@ -34,10 +35,7 @@ class _Tokens:
     def read(cls, source: str | Path | TextIO) -> _Tokens:
         if isinstance(source, (str, Path)):
             name = str(source)
-            try:
-                text = Path(source).read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise InputError(f"cannot read topology file: {exc}", file=name) from None
+            text = read_text(source, "topology file")
         else:
             name, text = getattr(source, "name", "<stream>"), source.read()
         items = []

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import inspect
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.files import parse_toml, read_text
 from phantora.topology._util import count, gpu_name, rate_bps, relocate, time_ns
 from phantora.topology.generators import GENERATORS
 from phantora.topology.model import NODE_KINDS, Topology
@@ -135,15 +135,8 @@ def _explicit(data: dict[str, Any], text: str, file: str) -> Topology:
 def read_toml(path: str | Path) -> Topology:
     """Read a phantora TOML topology file."""
     file = str(path)
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read topology file: {exc}", file=file) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"line (\d+)", str(exc))
-        raise InputError(f"invalid TOML: {exc}", file=file, line=int(m.group(1)) if m else None) from None
+    text = read_text(path, "topology file")
+    data = parse_toml(text, file)
     _unknown(data, TOP_KEYS, "", file)
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
