@@ -66,11 +66,18 @@ class Child:
         return f"exited with code {code}"
 
     def log_tail(self, lines: int = 15) -> str:
+        """The last `lines` of the child's log, then phantora's one-line verdict on it if the tail missed it
+        (a long framework traceback can push the rank's "phantora: rank N failed (at ...)" line up)."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.rstrip().splitlines()[-lines:])
+        all_lines = text.rstrip().splitlines()
+        tail = all_lines[-lines:]
+        verdict = next((ln for ln in reversed(all_lines) if ln.startswith("phantora: ")), None)
+        if verdict is not None and verdict not in tail:
+            tail += ["...", verdict]
+        return "\n".join(tail)
 
 
 def spawn(

@@ -323,3 +323,17 @@ def test_deadlock_is_diagnosed(rank_script: Path) -> None:
     text = str(err.value)
     assert text.startswith("deadlock")
     assert "rank 0 waits on" in text and "rank 1 waits on" in text and "not issued by rank 1" in text
+
+
+def test_a_failed_childs_report_keeps_phantoras_verdict_line(tmp_path: Path) -> None:
+    """A long traceback after phantora's one-line verdict must not push the verdict out of the report."""
+    from bridge.supervisor import Child
+
+    log = tmp_path / "rank0.log"
+    verdict = "phantora: rank 0 failed (at train.py:12 in step): RuntimeError: boom"
+    log.write_text("\n".join(["start", verdict, *[f"  frame {i}" for i in range(40)]]) + "\n")
+    tail = Child("rank", 0, None, log).log_tail(15)  # type: ignore[arg-type]
+    assert tail.splitlines()[-1] == verdict and tail.splitlines()[-2] == "..."
+    assert tail.splitlines()[0] == "  frame 25"  # the last 15 lines first
+    log.write_text("\n".join(["start", verdict]) + "\n")
+    assert Child("rank", 0, None, log).log_tail(15).splitlines() == ["start", verdict]  # type: ignore[arg-type]
