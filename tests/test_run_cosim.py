@@ -82,6 +82,9 @@ def test_run_cosim_both_modes_and_compare(tmp_path: Path) -> None:
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000 for p in pngs)
 
 
+# Slow (~45 s, two full packet-mode runs): the default run keeps the uncongested
+# packet-mode check; run with -m slow.
+@pytest.mark.slow
 @pytest.mark.ns3
 @pytest.mark.timeout(900)
 def test_run_cosim_congested_packet_mode_is_not_faster(tmp_path: Path) -> None:

@@ -51,6 +51,8 @@ def _skip_without_ns3() -> None:
         pytest.skip("the ns-3 fabric library is not built (scripts/build_ns3.sh)")
 
 
+# Slow (~48 s, one packet-mode replay per congestion control); run with -m slow.
+@pytest.mark.slow
 @pytest.mark.skipif(not _replay_has_set(), reason="phantora replay has no --set yet (PacketConfig fields)")
 def test_cc_sweep_incast_replay(tmp_path: Path) -> None:
     _skip_without_ns3()
