@@ -23,6 +23,7 @@ from phantora.runtime import flex_attention, functional, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 from phantora.runtime.simcuda import device as simcuda
+from phantora.runtime.simcuda import pinned
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 _PLAIN = (
@@ -166,7 +167,7 @@ class ChargeMode(TorchDispatchMode):
         if kind == "other":
             return NotImplemented
         if simcuda.active() and simcuda.cuda_seen() and not simcuda.on_device():
-            return func(*args, **kwargs)  # host work: a CUDA program's CPU tensors are not the GPU's
+            return pinned.host_op(func, args, kwargs)  # host work: a CUDA program's CPU tensors are not the GPU's
         leaves = tensors_in(args)
         if kwargs:
             tensors_in(kwargs, leaves)

@@ -17,17 +17,12 @@ from typing import Any
 
 import torch
 
-from phantora.errors import PhantoraError
 from phantora.runtime.simcuda import devices, rng, streams
-from phantora.runtime.simcuda.devices import current_device, index_of, set_device
+from phantora.runtime.simcuda.devices import NotSimulatedError, current_device, index_of, set_device
 from phantora.runtime.simcuda.tensor import program_uses_cuda
 
 CUDA_VERSION = "12.4"
 CUDNN_VERSION = 90100
-
-
-class NotSimulatedError(PhantoraError):
-    """A CUDA feature the simulated GPU does not provide; the message names the call and a workaround."""
 
 
 def _select_device(device: Any) -> None:
@@ -207,6 +202,13 @@ def _not_simulated(call: str, workaround: str) -> Callable[..., Any]:
     return refuse
 
 
+def _not_simulated_class(call: str, workaround: str) -> type:
+    """A stand-in for a refused class: it still works in annotations (`torch.cuda.CUDAGraph | None`) and
+    isinstance checks, and refuses to be made."""
+    refuse = _not_simulated(call, workaround)
+    return type(call.rsplit(".", 1)[-1], (), {"__init__": refuse, "__doc__": f"{call}: not simulated"})
+
+
 _NO_GRAPHS = (
     "run without CUDA graphs (torchtitan: --training.disable_cuda_graphs; torch.compile: a mode other than "
     "'reduce-overhead'); a graph replays the same kernels, so eager execution has the same simulated time"
@@ -293,7 +295,8 @@ def install(gpu: Any, count: int) -> None:
         setattr(cuda, name, value)
     cuda._initialized = True  # read directly by, e.g., torch.utils.checkpoint to save the CUDA RNG state
     for name, (call, hint) in _REFUSED.items():
-        setattr(cuda, name, _not_simulated(call, hint))
+        refuse = _not_simulated_class if isinstance(getattr(cuda, name, None), type) else _not_simulated
+        setattr(cuda, name, refuse(call, hint))
     cuda.memory._record_memory_history = _not_simulated(  # type: ignore[attr-defined]
         "torch.cuda.memory._record_memory_history",
         "phantora reports simulated memory in results.json (memory) instead; remove the call",

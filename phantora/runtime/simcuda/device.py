@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from phantora.runtime import phantom_mode
-from phantora.runtime.simcuda import api, guard, rng  # noqa: F401 - rng: dispatch.py draws with it
+from phantora.runtime.simcuda import api, guard, pinned, rng  # noqa: F401 - rng: dispatch.py draws with it
 from phantora.runtime.simcuda.tensor import (
     SimCudaTensor,
     cuda_index,
@@ -31,6 +31,7 @@ from phantora.runtime.simcuda.tensor import (
     is_cuda_device,
     local,
     on_device,
+    patch_set_data,
     set_inner_device,
     unwrap,
     wrap,
@@ -73,6 +74,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
         return
     _patch_host_entry_points()
     _patch_fsdp_storage()
+    patch_set_data()
     phantom_mode.use_fused_attention()  # a GPU runs SDPA as one flash kernel, in real and phantom mode alike
     _installed = True
 
@@ -93,8 +95,8 @@ def _patch_host_entry_points() -> None:
         if orig is None:
             continue
         torch.__dict__[name] = _on_host_then_move(orig)
-    torch.Tensor.pin_memory = lambda self, device=None: self  # type: ignore[method-assign]
-    torch.Tensor.is_pinned = lambda self, device=None: False  # type: ignore[method-assign]
+    torch.Tensor.pin_memory = lambda self, device=None: pinned.mark(self)  # type: ignore[method-assign,arg-type]
+    torch.Tensor.is_pinned = lambda self, device=None: pinned.is_pinned(self)  # type: ignore[method-assign,arg-type]
 
 
 def _on_host_then_move(orig: Any) -> Any:

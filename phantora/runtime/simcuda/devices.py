@@ -6,6 +6,13 @@ from typing import Any
 
 import torch
 
+from phantora.errors import PhantoraError
+
+
+class NotSimulatedError(PhantoraError):
+    """A CUDA feature the simulated GPU does not provide; the message names the call and a workaround."""
+
+
 state: dict[str, Any] = {"count": 1, "current": 0, "gpu": None}  # set by api.install
 
 

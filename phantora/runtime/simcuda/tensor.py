@@ -18,6 +18,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from phantora.runtime.simcuda import devices, rng
+from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 _TO_COPY = torch.ops.aten._to_copy.default
@@ -64,6 +65,43 @@ class SimCudaTensor(torch.Tensor):
         cls, func: Any, types: tuple[type, ...], args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         return run_op(func, args, kwargs or {})
+
+
+_BASE_DATA = torch._C.TensorBase.data
+
+
+def _get_data(self: torch.Tensor) -> torch.Tensor:
+    return _BASE_DATA.__get__(self)
+
+
+def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
+    """`t.data = v` onto the simulated device (FSDP2 moves a CPU model to the GPU this way).
+
+    torch swaps the implementation under the Python object but keeps its dispatch keys, so a CPU
+    tensor given a simulated-GPU tensor's data would not reach the simulated device's dispatch.
+    Instead the object trades places with a fresh SimCudaTensor over the same data, which keeps its
+    identity, its `requires_grad` and its being a parameter (`isinstance` reads `_is_param`).
+    """
+    if isinstance(value, SimCudaTensor) and not isinstance(self, SimCudaTensor):
+        moved = SimCudaTensor(value.elem.detach(), value.device.index or 0)
+        moved.requires_grad_(self.requires_grad)
+        if isinstance(self, torch.nn.Parameter):
+            moved._is_param = True  # type: ignore[attr-defined]
+        torch.utils.swap_tensors(self, moved)
+        return
+    if isinstance(self, SimCudaTensor) and not isinstance(value, SimCudaTensor):
+        raise NotSimulatedError(
+            "moving a simulated-GPU tensor off the device with `t.data = cpu_tensor` is not simulated; "
+            "use `t.to('cpu')` (a copy), or keep the tensor on the device"
+        )
+    _BASE_DATA.__set__(self, value)
+    if isinstance(value, SimCudaTensor):
+        self.elem = value.elem  # type: ignore[attr-defined]
+
+
+def patch_set_data() -> None:
+    """Route `Tensor.data` assignment through `_set_data`."""
+    torch.Tensor.data = property(_get_data, _set_data)  # type: ignore[assignment,method-assign]
 
 
 def is_cuda_device(dev: Any) -> bool:
