@@ -33,13 +33,17 @@ def probe(tmp_path: Path, *, gpu: str = "h100", tensors: str = "real", size: int
 def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> None:
     seen = probe(tmp_path, gpu=gpu)
     spec = get_gpu(gpu)
-    assert seen["available"] and seen["count"] == 2 and seen["current"] == 0  # testbed16: 2 of a host's GPUs
+    assert seen["available"] and seen["count"] == 2 and seen["current"] == 1  # testbed16: 2 of a host's GPUs
     assert seen["name"] == {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}[gpu]
     assert seen["capability"] == {"h100": [9, 0], "a100": [8, 0]}[gpu]
     assert seen["sms"] == spec.sms and seen["total_memory"] == capacity_of(spec)
     assert seen["bf16"] and seen["version"]
-    assert seen["device"] == "cuda:0" and seen["is_cuda"]
-    assert seen["from_list"] == seen["pinned_to_cuda"] == "cuda:0" and seen["host_copy"] == "cpu"
+    assert seen["device"] == "cuda:1" and seen["is_cuda"]
+    assert seen["from_list"] == seen["pinned_to_cuda"] == "cuda:1" and seen["host_copy"] == "cpu"
+    assert seen["dot_cuda"] == ["cuda:1", "cuda:1"]  # `.cuda()` and `.to("cuda")` go to the current device
+    assert seen["pinned"] == [True, True] and seen["graph_is_class"]
+    assert seen["tolist"] == [0, 1, 2] and seen["scalars"] == [2.0, 1.0]
+    assert seen["replayed"]  # torch.cuda.default_generators: set_state replays the same draws
     assert seen["alloc_delta"] == 1 << 20  # memory_allocated counts the simulated device's bytes
     assert seen["all_reduce"] == 2.0  # "cuda:nccl,cpu:gloo": the all-reduce of ones over 2 ranks moved real data
     assert seen["side_stream"] and seen["default_back"]
@@ -53,7 +57,7 @@ def test_cuda_events_time_a_matmul_as_the_gpu_model_does(tmp_path: Path) -> None
     n = seen["matmul_n"]
     achieved = 2 * n**3 / (seen["matmul_ms"] / 1e3)
     assert 0.5 * 989e12 < achieved < 0.85 * 989e12
-    assert seen["device"] == "cuda:0" and seen["all_reduce"] is None
+    assert seen["device"] == "cuda:1" and seen["all_reduce"] is None
     assert seen["oom"].startswith("OutOfMemoryError")
 
 

@@ -1,4 +1,5 @@
-"""Probe the simulated CUDA device as a CUDA program sees it; rank 0 writes what it saw as JSON (argv[1])."""
+"""Probe the simulated CUDA device as a CUDA program sees it; the last rank (not on device 0) writes what it saw
+as JSON (argv[1])."""
 
 import json
 import os
@@ -31,6 +32,17 @@ del y
 out["from_list"] = str(torch.tensor([1, 2, 3], device="cuda").device)
 out["pinned_to_cuda"] = str(torch.arange(4).pin_memory().to("cuda", non_blocking=True).device)
 out["host_copy"] = str(x.cpu().device)
+out["dot_cuda"] = [str(torch.zeros(2).cuda().device), str(torch.zeros(2).to("cuda").device)]  # the current device
+out["pinned"] = [torch.arange(4).pin_memory().is_pinned(), torch.empty(4, pin_memory=True).is_pinned()]
+out["graph_is_class"] = isinstance(torch.cuda.CUDAGraph, type)  # annotations such as `CUDAGraph | None`
+if os.environ.get("PHANTORA_PHANTOM") != "1":  # values: real mode only
+    out["tolist"] = torch.arange(3, device="cuda").tolist()
+    out["scalars"] = torch.tensor([torch.ones((), device="cuda") * 2, torch.ones((), device="cuda")]).tolist()
+    gen = torch.cuda.default_generators[local].manual_seed(7)
+    state = torch.cuda.random.get_rng_state()
+    first = torch.rand(3, device="cuda").tolist()
+    gen.set_state(state)
+    out["replayed"] = torch.rand(3, device="cuda").tolist() == first and gen.initial_seed() == 7
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 256  # phantom mode times a large one without computing it
 a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 torch.cuda.synchronize()
@@ -57,7 +69,7 @@ for call in ("graph", "oom"):
         out[call] = "no error"
     except Exception as exc:  # noqa: BLE001 - the probe reports what was raised
         out[call] = f"{type(exc).__name__}: {exc}"
-if dist.get_rank() == 0:
+if dist.get_rank() == dist.get_world_size() - 1:
     with open(sys.argv[1], "w") as f:
         json.dump(out, f)
 dist.destroy_process_group()

@@ -193,6 +193,41 @@ def set_rng_state_all(states: list[torch.Tensor]) -> None:
         set_rng_state(st, i)
 
 
+class Generator:
+    """`torch.cuda.default_generators[i]`: device i's generator, as the frameworks' RNG trackers use it
+    (Megatron-Core's saves and sets its state around tensor-parallel regions). Its state is rng.py's."""
+
+    def __init__(self, index: int) -> None:
+        self.device = torch.device("cuda", index)
+
+    def _index(self) -> int:
+        return self.device.index or 0
+
+    def get_state(self) -> torch.Tensor:
+        return get_rng_state(self._index())
+
+    def set_state(self, state: torch.Tensor) -> Generator:
+        set_rng_state(state, self._index())
+        return self
+
+    graphsafe_get_state = get_state
+    graphsafe_set_state = set_state
+
+    def manual_seed(self, seed: int) -> Generator:
+        rng.manual_seed(self._index(), seed)
+        return self
+
+    def initial_seed(self) -> int:
+        return rng.get_state(self._index())[0]
+
+    def get_offset(self) -> int:
+        return rng.get_state(self._index())[1]
+
+    def set_offset(self, offset: int) -> Generator:
+        rng.set_state(self._index(), rng.get_state(self._index())[0], offset)
+        return self
+
+
 # ----- what is not simulated ---------------------------------------------------------------------
 def _not_simulated(call: str, workaround: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -291,8 +326,17 @@ def install(gpu: Any, count: int) -> None:
         "get_rng_state_all": get_rng_state_all,
         "set_rng_state_all": set_rng_state_all,
     }
+    generators = tuple(Generator(i) for i in range(device_count()))
+    # torch.cuda's submodules hold the same functions, and frameworks call them there too
+    # (Megatron-Core: torch.cuda.random.get_rng_state)
+    submodules = [getattr(cuda, m) for m in ("random", "memory", "streams") if hasattr(cuda, m)]
     for name, value in plain.items():
-        setattr(cuda, name, value)
+        for mod in (cuda, *submodules):
+            if mod is cuda or hasattr(mod, name):
+                setattr(mod, name, value)
+    for mod in (cuda, *submodules):
+        if hasattr(mod, "default_generators"):
+            mod.default_generators = generators
     cuda._initialized = True  # read directly by, e.g., torch.utils.checkpoint to save the CUDA RNG state
     for name, (call, hint) in _REFUSED.items():
         refuse = _not_simulated_class if isinstance(getattr(cuda, name, None), type) else _not_simulated

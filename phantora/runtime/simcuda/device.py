@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from phantora.runtime import phantom_mode
 from phantora.runtime.simcuda import api, guard, pinned, rng  # noqa: F401 - rng: dispatch.py draws with it
@@ -95,6 +96,8 @@ def _patch_host_entry_points() -> None:
         if orig is None:
             continue
         torch.__dict__[name] = _on_host_then_move(orig)
+    _host_tolist = torch.Tensor.tolist
+    torch.Tensor.tolist = lambda self: _host_tolist(_to_host(self))  # type: ignore[method-assign]  # a copy and a sync, as on a GPU
     torch.Tensor.pin_memory = lambda self, device=None: pinned.mark(self)  # type: ignore[method-assign,arg-type]
     torch.Tensor.is_pinned = lambda self, device=None: pinned.is_pinned(self)  # type: ignore[method-assign,arg-type]
 
@@ -103,6 +106,8 @@ def _on_host_then_move(orig: Any) -> Any:
     @functools.wraps(orig)
     def make(*args: Any, **kwargs: Any) -> Any:
         dev = kwargs.get("device")
+        if args:  # torch reads tensors inside the data with Python dispatch off: bring them to the host first
+            args = (tree_map(_to_host, args[0]), *args[1:])
         if not is_cuda_device(dev):
             return orig(*args, **kwargs)
         kwargs["device"] = "cpu"
@@ -111,6 +116,10 @@ def _on_host_then_move(orig: Any) -> Any:
         return out.requires_grad_(True) if requires_grad else out
 
     return make
+
+
+def _to_host(x: Any) -> Any:
+    return x.to("cpu") if isinstance(x, SimCudaTensor) else x
 
 
 def _patch_fsdp_storage() -> None:

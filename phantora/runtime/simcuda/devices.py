@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from phantora.errors import PhantoraError
+from phantora.runtime.simcuda import guard
 
 
 class NotSimulatedError(PhantoraError):
@@ -43,3 +44,4 @@ def set_device(device: Any) -> None:
             "its GPU count comes from the topology's GPUs per host)"
         )
     state["current"] = i
+    guard.set_current_device(i)

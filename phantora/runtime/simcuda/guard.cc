@@ -102,3 +102,8 @@ C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kCUDA, phantora::SimCudaTimer)
 extern "C" void phantora_simcuda_set_device_count(int n) {
   phantora::g_deviceCount.store(static_cast<c10::DeviceIndex>(n));
 }
+
+// torch.cuda.set_device: the calling thread's current device, which ".to('cuda')" and ".cuda()" use.
+extern "C" void phantora_simcuda_set_current_device(int index) {
+  phantora::t_current = static_cast<c10::DeviceIndex>(index);
+}

@@ -112,3 +112,10 @@ def load(device_count: int | None = None) -> None:
         _LIB = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_GLOBAL)
     if device_count is not None:
         _LIB.phantora_simcuda_set_device_count(ctypes.c_int(device_count))
+
+
+def set_current_device(index: int) -> None:
+    """Make `index` the calling thread's current device in torch's C++ device guard too (`.cuda()`,
+    `.to("cuda")` and the autograd engine read it there)."""
+    if _LIB is not None:
+        _LIB.phantora_simcuda_set_current_device(ctypes.c_int(index))
