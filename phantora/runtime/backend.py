@@ -181,6 +181,13 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name
         return BACKEND
 
+    def _get_backend(self, device: Any) -> PhantoraProcessGroup:
+        """The backend for `device`: this group serves every device. torch asks when a program binds its
+        GPU with `init_process_group(device_id=...)`, as DeepSpeed does."""
+        return self
+
+    supports_splitting = False  # new_group() makes new phantora groups instead of splitting this one
+
     def name(self) -> str:
         return BACKEND
 

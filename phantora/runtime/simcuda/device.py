@@ -87,6 +87,21 @@ def _run_compiled_code_eagerly() -> None:
     config = sys.modules.get("torch._dynamo.config")
     if config is not None:
         config.disable = True
+    if not getattr(torch.compile, "_phantora", False):
+        torch.compile = _eager_compile(torch.compile)  # type: ignore[assignment]
+
+
+def _eager_compile(compile_fn: Any) -> Any:
+    """`torch.compile` with the eager backend: nothing is compiled anyway, and the default backend's set-up
+    imports the inductor compiler (seconds per process; DeepSpeed calls torch.compile as it is imported)."""
+
+    @functools.wraps(compile_fn)
+    def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
+        kwargs.update(backend="eager", mode=None, options=None)
+        return compile_fn(**kwargs) if model is None else compile_fn(model, **kwargs)
+
+    compile_eagerly._phantora = True  # type: ignore[attr-defined]
+    return compile_eagerly
 
 
 def _patch_host_entry_points() -> None:
@@ -98,6 +113,8 @@ def _patch_host_entry_points() -> None:
         torch.__dict__[name] = _on_host_then_move(orig)
     _host_tolist = torch.Tensor.tolist
     torch.Tensor.tolist = lambda self: _host_tolist(_to_host(self))  # type: ignore[method-assign]  # a copy and a sync, as on a GPU
+    # the caching allocator's cross-stream reuse is not modelled: a block is free when its tensor is
+    torch.Tensor.record_stream = lambda self, stream: None  # type: ignore[method-assign,assignment]
     torch.Tensor.pin_memory = lambda self, device=None: pinned.mark(self)  # type: ignore[method-assign,arg-type]
     torch.Tensor.is_pinned = lambda self, device=None: pinned.is_pinned(self)  # type: ignore[method-assign,arg-type]
 

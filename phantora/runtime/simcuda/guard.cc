@@ -9,6 +9,7 @@
 // simulated CUDA tensors are Python wrappers over CPU or meta tensors (tensor.py), so nothing
 // here allocates, generates random numbers or runs a kernel.
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
@@ -106,4 +107,11 @@ extern "C" void phantora_simcuda_set_device_count(int n) {
 // torch.cuda.set_device: the calling thread's current device, which ".to('cuda')" and ".cuda()" use.
 extern "C" void phantora_simcuda_set_current_device(int index) {
   phantora::t_current = static_cast<c10::DeviceIndex>(index);
+}
+
+// `t.data = cuda_tensor` on a CPU tensor: torch copies the simulated-GPU tensor's metadata but keeps the
+// target's dispatch keys; the Python key routes the target's ops to the simulated device
+// (phantora/runtime/simcuda/tensor.py, _set_data). `impl` is a TensorImpl* (Tensor._cdata).
+extern "C" void phantora_simcuda_set_python_dispatch(void* impl) {
+  static_cast<c10::TensorImpl*>(impl)->set_python_dispatch(true);
 }

@@ -119,3 +119,11 @@ def set_current_device(index: int) -> None:
     `.to("cuda")` and the autograd engine read it there)."""
     if _LIB is not None:
         _LIB.phantora_simcuda_set_current_device(ctypes.c_int(index))
+
+
+def set_python_dispatch(tensor: object) -> None:
+    """Give `tensor`'s implementation torch's Python dispatch key, which a tensor subclass made with
+    `_make_wrapper_subclass` has and one that became such a subclass in place (`t.data = ...`) lacks."""
+    if _LIB is None:
+        raise PhantoraError("the simulated CUDA device is not loaded")
+    _LIB.phantora_simcuda_set_python_dispatch(ctypes.c_void_p(tensor._cdata))  # type: ignore[attr-defined]

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
-from phantora.runtime.simcuda import devices, rng
+from phantora.runtime.simcuda import devices, guard, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -75,33 +76,41 @@ def _get_data(self: torch.Tensor) -> torch.Tensor:
 
 
 def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
-    """`t.data = v` onto the simulated device (FSDP2 moves a CPU model to the GPU this way).
+    """`t.data = v` onto the simulated device (`module.to("cuda")` and FSDP2 move parameters this way).
 
-    torch swaps the implementation under the Python object but keeps its dispatch keys, so a CPU
-    tensor given a simulated-GPU tensor's data would not reach the simulated device's dispatch.
-    Instead the object trades places with a fresh SimCudaTensor over the same data, which keeps its
-    identity, its `requires_grad` and its being a parameter (`isinstance` reads `_is_param`).
+    torch gives the object the simulated-GPU tensor's metadata but keeps its own dispatch keys and
+    Python class. The object becomes a SimCudaTensor in place: the Python dispatch key, the class,
+    and `elem`, the data. It keeps its identity (an optimizer made before the move still holds it,
+    as DeepSpeed's does), its weak references, its `requires_grad` and its being a parameter
+    (`isinstance` reads `_is_param`).
     """
-    if isinstance(value, SimCudaTensor) and not isinstance(self, SimCudaTensor):
-        moved = SimCudaTensor(value.elem.detach(), value.device.index or 0)
-        moved.requires_grad_(self.requires_grad)
-        if isinstance(self, torch.nn.Parameter):
-            moved._is_param = True  # type: ignore[attr-defined]
-        torch.utils.swap_tensors(self, moved)
-        return
     if isinstance(self, SimCudaTensor) and not isinstance(value, SimCudaTensor):
         raise NotSimulatedError(
             "moving a simulated-GPU tensor off the device with `t.data = cpu_tensor` is not simulated; "
             "use `t.to('cpu')` (a copy), or keep the tensor on the device"
         )
     _BASE_DATA.__set__(self, value)
-    if isinstance(value, SimCudaTensor):
-        self.elem = value.elem  # type: ignore[attr-defined]
+    if not isinstance(value, SimCudaTensor):
+        return
+    if not isinstance(self, SimCudaTensor):
+        was_param = isinstance(self, torch.nn.Parameter)
+        guard.set_python_dispatch(self)
+        self.__class__ = SimCudaTensor
+        if was_param:
+            self._is_param = True  # type: ignore[attr-defined]
+    self.elem = value.elem  # type: ignore[attr-defined]
+
+
+def _module_moves_in_place(tensor: Any) -> bool:
+    """`Module._apply`'s test for a subclass that needs `swap_tensors`: not a SimCudaTensor, which moves with
+    `param.data = ...` as a real CUDA tensor does (swapping fails on weakly referenced parameters)."""
+    return not isinstance(tensor, SimCudaTensor) and is_traceable_wrapper_subclass(tensor)
 
 
 def patch_set_data() -> None:
     """Route `Tensor.data` assignment through `_set_data`."""
     torch.Tensor.data = property(_get_data, _set_data)  # type: ignore[assignment,method-assign]
+    torch.nn.modules.module.is_traceable_wrapper_subclass = _module_moves_in_place  # type: ignore[attr-defined]
 
 
 def is_cuda_device(dev: Any) -> bool:
