@@ -174,13 +174,15 @@ class Coordinator:
         elif msg.type == "shutdown":
             raise RunFailed(E_PEER, f"stopped by the launcher: {msg['reason']}")
 
-    def drain_queued(self) -> None:
-        """Handle every message already queued on the socket (without waiting for more)."""
+    def drain_queued(self) -> int:
+        """Handle every message already queued on the socket (without waiting for more); return how many."""
+        n = 0
         while True:
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                return n
+            n += 1
             self.on_frames(frames)
             self.heartbeat()  # a burst of requests (each collective decomposed) must not look like silence
 
@@ -197,8 +199,9 @@ class Coordinator:
         core = self.core
         assert core is not None
         parent = os.getppid()
+        unanswered = 0  # messages taken after the last progress(): act on them before sleeping again
         while True:
-            if self.sock.poll(int(HEARTBEAT_S * 1000)):
+            if unanswered or self.sock.poll(int(HEARTBEAT_S * 1000)):
                 self.drain_queued()
             for rank, lease in core.progress():
                 self.send_rank(rank, encode("lease", core.engine.now(), lease=lease))
@@ -212,7 +215,8 @@ class Coordinator:
             self.heartbeat()
             # The launcher's heartbeats queue up while the engine runs (an ns-3 advance can take
             # minutes): read them before judging its silence, or busy time would count as silence.
-            self.drain_queued()
+            # Ranks' requests read here are answered at once by the next round, not after a poll.
+            unanswered = self.drain_queued()
             if os.getppid() != parent:
                 log("the launcher died; exiting")
                 return 4
