@@ -49,6 +49,8 @@ def main() -> None:
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
     torch.manual_seed(0)
     Trainer(model=LlamaForCausalLM(model_config()), args=args, train_dataset=Counting()).train()
+    if torch.distributed.is_initialized():  # a clean shutdown: gloo's threads can abort at interpreter exit
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

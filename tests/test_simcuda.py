@@ -45,6 +45,7 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     assert seen["tolist"] == [0, 1, 2] and seen["scalars"] == [2.0, 1.0]
     assert seen["replayed"]  # torch.cuda.default_generators: set_state replays the same draws
     assert seen["alloc_delta"] == 1 << 20  # memory_allocated counts the simulated device's bytes
+    assert seen["reserved"] == [64 << 20, 64 << 20, 0]  # a 64 MiB segment; cached when freed; empty_cache
     assert seen["all_reduce"] == 2.0  # "cuda:nccl,cpu:gloo": the all-reduce of ones over 2 ranks moved real data
     assert seen["side_stream"] and seen["default_back"]
     assert seen["graph"].startswith("NotSimulatedError: torch.cuda.CUDAGraph")

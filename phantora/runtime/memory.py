@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from phantora.runtime.caching_allocator import AllocatorConfig, CachingAllocator
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_seen
 from phantora.units import parse_size_bytes
@@ -122,6 +123,7 @@ class MemoryTracker:
         reserve: int = 0,
         enabled: bool = True,
         rank: int = 0,
+        alloc_config: AllocatorConfig | None = None,
     ) -> None:
         self.gpu_name = gpu_name
         self.capacity = capacity
@@ -149,6 +151,11 @@ class MemoryTracker:
         self._in_step: Any = None  # weak reference to the optimizer whose step() is running
         self._depth = 0
         self._prev_active: list[MemoryTracker | None] = []
+        # reserved bytes: PyTorch's caching allocator replayed over the same allocations and frees
+        self.allocator = CachingAllocator(alloc_config, limit=limit)
+        self.reserved_step_peak = 0
+        self.reserved_step_peaks: list[int] = []
+        self.program_reserved_peak = 0  # torch.cuda.max_memory_reserved
 
     @classmethod
     def from_env(cls, gpu: Any, rank: int = 0, env: dict[str, str] | None = None) -> MemoryTracker:
@@ -165,7 +172,9 @@ class MemoryTracker:
             limit = max(0, capacity - reserve) if capacity else None
         else:
             limit = parse_size_bytes(spec, "PHANTORA_MEMORY_LIMIT")
-        return cls(str(getattr(gpu, "name", gpu)), capacity, limit=limit, reserve=reserve, enabled=enabled, rank=rank)
+        alloc = AllocatorConfig.parse(env.get("PYTORCH_CUDA_ALLOC_CONF"))
+        name = str(getattr(gpu, "name", gpu))
+        return cls(name, capacity, limit=limit, reserve=reserve, enabled=enabled, rank=rank, alloc_config=alloc)
 
     # ----- the hot path: every op's outputs ----------------------------------------------------------
     def on_outputs(self, out: Any, site: Any = None) -> None:
@@ -239,6 +248,7 @@ class MemoryTracker:
         self._event += 1
         e.changed = self._event
         self.live[e.key] = e
+        self.allocator.malloc(e.key, size)
         self.allocations += 1
         self.by_cat[cat] += size
         self.current = cur
@@ -249,6 +259,10 @@ class MemoryTracker:
         if delta > 0 and self.limit is not None and self.current + delta > self.limit:
             self._oom(delta)
         e.size = size
+        if size:  # resize_ reallocates: a new block, then the old one freed
+            self.allocator.malloc(e.key, size)
+        else:
+            self.allocator.free(e.key)
         self._event += 1
         e.changed = self._event
         self.by_cat[e.cat] += delta
@@ -257,6 +271,9 @@ class MemoryTracker:
 
     def _note_peak(self) -> None:
         """After a growth: raise the step's and the run's peak, snapshotting the categories at a new peak."""
+        reserved = self.allocator.reserved
+        self.reserved_step_peak = max(self.reserved_step_peak, reserved)
+        self.program_reserved_peak = max(self.program_reserved_peak, reserved)
         cur = self.current
         if cur > self.step_peak:
             self.step_peak = cur
@@ -270,6 +287,7 @@ class MemoryTracker:
     def _free(self, e: _Entry) -> None:
         if self.live.get(e.key) is e:
             del self.live[e.key]
+            self.allocator.free(e.key)
             self.by_cat[e.cat] -= e.size
             self.current -= e.size
 
@@ -349,10 +367,13 @@ class MemoryTracker:
         """Record this step's peak and start the next step's peak at the current bytes."""
         self.step_peaks.append(self.step_peak)
         self.step_peak = self.current
+        self.reserved_step_peaks.append(self.reserved_step_peak)
+        self.reserved_step_peak = self.allocator.reserved
 
     def reset_program_peak(self) -> None:
-        """torch.cuda.reset_peak_memory_stats: the program's peak restarts; the run's and steps' do not."""
+        """torch.cuda.reset_peak_memory_stats: the program's peaks restart; the run's and steps' do not."""
         self.program_peak = self.current
+        self.program_reserved_peak = self.allocator.reserved
 
     def breakdown(self, by_cat: list[int] | None = None) -> dict[str, int]:
         v = self.by_cat if by_cat is None else by_cat
@@ -372,6 +393,14 @@ class MemoryTracker:
             "current_bytes": self.current,
             "current_breakdown": self.breakdown(),
             "allocations": self.allocations,
+            "reserved_peak_bytes": self.allocator.peak_reserved,
+            "step_reserved_peak_bytes": list(self.reserved_step_peaks),
+            "allocator": {
+                "expandable_segments": self.allocator.config.expandable_segments,
+                "max_split_size_bytes": self.allocator.config.max_split_size,
+                "segments": self.allocator.segments,
+                "alloc_retries": self.allocator.alloc_retries,
+            },
         }
 
     def _oom(self, size: int) -> None:

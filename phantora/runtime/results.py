@@ -47,6 +47,10 @@ def _memory(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         "step_peak_bytes": list(w.get("step_peak_bytes") or []),
         "capacity_bytes": w.get("capacity_bytes"),
         "limit_bytes": w.get("limit_bytes"),
+        # the caching allocator's segments (torch.cuda.max_memory_reserved), the worst rank's
+        "reserved_peak_bytes": max(int(m.get("reserved_peak_bytes") or 0) for m in mems.values()),
+        "step_reserved_peak_bytes": list(w.get("step_reserved_peak_bytes") or []),
+        "allocator": dict(w.get("allocator") or {}),
     }
 
 
@@ -152,6 +156,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         parts = ", ".join(f"{k} {v / gib:.2f}" for k, v in m["breakdown_at_peak"].items())
         cap = f" of {m['capacity_bytes'] / gib:.2f} GiB" if m.get("capacity_bytes") else ""
         lines.append(f"device memory peak (simulated): {m['peak_bytes'] / gib:.2f} GiB{cap} on rank {m['worst_rank']}")
+        if m.get("reserved_peak_bytes"):
+            lines.append(f"  reserved by the caching allocator at most: {m['reserved_peak_bytes'] / gib:.2f} GiB")
         lines.append(f"  at the peak, GiB: {parts}")
     return "\n".join(lines)
 

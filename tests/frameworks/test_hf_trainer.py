@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from phantora.launcher import RunConfig, launch
 
@@ -27,10 +28,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "hf_trainer.py"
 STEPS, BATCH, WORLD, SAMPLES = 4, 4, 2, 256  # SAMPLES: the example's corpus
 ARGS = [
     "--per_device_train_batch_size", str(BATCH), "--max_steps", str(STEPS), "--logging_steps", "1",
-    "--report_to", "none", "--save_strategy", "no", "--seed", "42", "--learning_rate", "1e-3",
-    "--disable_tqdm", "true",
+    "--report_to", "none", "--seed", "42", "--learning_rate", "1e-3", "--disable_tqdm", "true",
+    "--save_strategy", "steps", "--save_steps", str(STEPS),  # a checkpoint at the end
 ]  # fmt: skip
 FSDP = [
+    "--save_strategy", "no",
     "--fsdp", "full_shard auto_wrap",
     "--fsdp_config", '{"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"], "version": 2}',
 ]  # fmt: skip
@@ -65,11 +67,20 @@ def run(out: Path, extra: list[str]) -> Any:
     return launch(RunConfig(str(SCRIPT), args, "testbed16", nproc=WORLD, out_dir=out, timeout_s=600))
 
 
+def checkpoint(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(out / "hf" / f"checkpoint-{STEPS}" / "model.safetensors")
+
+
 @pytest.fixture(scope="module")
-def gloo_losses(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    out = tmp_path_factory.mktemp("gloo")
+def gloo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gloo")
+
+
+@pytest.fixture(scope="module")
+def gloo_losses(gloo_out: Path) -> list[str]:
+    out = gloo_out
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD)]
-    cmd += [str(SCRIPT), "--output_dir", str(out), *ARGS, "--use_cpu"]
+    cmd += [str(SCRIPT), "--output_dir", str(out / "hf"), *ARGS, "--use_cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = proc.stdout + proc.stderr
@@ -85,8 +96,14 @@ def check_simulated_throughput(report: Any) -> None:
     assert float(final["train_steps_per_second"]) == pytest.approx(STEPS / sim_s, rel=0.05)
 
 
-def test_hf_trainer_ddp_trains_as_on_gloo(gloo_losses: list[str], tmp_path: Path) -> None:
+def test_hf_trainer_ddp_trains_as_on_gloo(gloo_losses: list[str], gloo_out: Path, tmp_path: Path) -> None:
     report = run(tmp_path, [])
+    # its checkpoint holds the weights gloo trained, up to the gradients' summation order (Adam with lr 1e-3
+    # moves each weight by about 1e-3 a step, 40 times the tolerance)
+    want, got = checkpoint(gloo_out), checkpoint(tmp_path)
+    assert sorted(got) == sorted(want)
+    for name, w in want.items():
+        torch.testing.assert_close(got[name], w, rtol=0, atol=1e-4, msg=name)
     assert losses(report.logs["rank 0"]) == gloo_losses
     assert epochs(report.logs["rank 0"])[-1] == STEPS * BATCH * WORLD / SAMPLES
     assert float(gloo_losses[-1]) < float(gloo_losses[0]) - 0.2  # it learns

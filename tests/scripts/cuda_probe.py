@@ -29,6 +29,14 @@ before = torch.cuda.memory_allocated()
 y = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")  # 1 MiB more
 out["alloc_delta"] = torch.cuda.memory_allocated() - before
 del y
+torch.cuda.empty_cache()
+reserved = torch.cuda.memory_reserved()
+z = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # >= 10 MiB: a segment of its own size
+grown = torch.cuda.memory_reserved() - reserved
+del z
+kept = torch.cuda.memory_reserved() - reserved  # freed, still cached
+torch.cuda.empty_cache()
+out["reserved"] = [grown, kept, torch.cuda.memory_reserved() - reserved]
 out["from_list"] = str(torch.tensor([1, 2, 3], device="cuda").device)
 out["pinned_to_cuda"] = str(torch.arange(4).pin_memory().to("cuda", non_blocking=True).device)
 out["host_copy"] = str(x.cpu().device)

@@ -135,10 +135,41 @@ def reset_peak_memory_stats(device: Any = None) -> None:
         m.reset_program_peak()
 
 
+def memory_reserved(device: Any = None) -> int:
+    """Bytes the caching allocator holds from the device (runtime/caching_allocator.py)."""
+    m = _tracker()
+    return 0 if m is None else int(m.allocator.reserved)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    m = _tracker()
+    return 0 if m is None else int(m.program_reserved_peak)
+
+
+def empty_cache() -> None:
+    m = _tracker()
+    if m is not None:
+        m.allocator.empty_cache()
+
+
 def memory_stats(device: Any = None) -> dict[str, Any]:
-    cur, peak = memory_allocated(), max_memory_allocated()
-    out: dict[str, Any] = {"num_alloc_retries": 0, "num_ooms": 0, "phantora.reserved_model": "equal to allocated"}
-    for name in ("allocated_bytes", "active_bytes", "reserved_bytes"):
+    m = _tracker()
+    cached = retries = segments = 0
+    if m is not None:
+        cached, retries, segments = m.allocator.cached_free, m.allocator.alloc_retries, m.allocator.segments
+    out: dict[str, Any] = {
+        "num_alloc_retries": retries,
+        "num_ooms": 0,
+        "segment.all.current": segments,
+        "inactive_split_bytes.all.current": cached,
+        "phantora.reserved_model": "PyTorch's caching allocator, one stream (phantora/runtime/caching_allocator.py)",
+    }
+    figures = {
+        "allocated_bytes": (memory_allocated(), max_memory_allocated()),
+        "active_bytes": (memory_allocated(), max_memory_allocated()),
+        "reserved_bytes": (memory_reserved(), max_memory_reserved()),
+    }
+    for name, (cur, peak) in figures.items():
         out[f"{name}.all.current"] = cur
         out[f"{name}.all.peak"] = peak
     return out
@@ -146,7 +177,7 @@ def memory_stats(device: Any = None) -> dict[str, Any]:
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     total = _total_memory()
-    return max(0, total - memory_allocated()), total
+    return max(0, total - memory_reserved()), total
 
 
 def _nothing(*args: Any, **kwargs: Any) -> None:
@@ -307,14 +338,14 @@ def install(gpu: Any, count: int) -> None:
         "is_current_stream_capturing": lambda: False,
         "memory_allocated": memory_allocated,
         "max_memory_allocated": max_memory_allocated,
-        "memory_reserved": memory_allocated,
-        "max_memory_reserved": max_memory_allocated,
+        "memory_reserved": memory_reserved,
+        "max_memory_reserved": max_memory_reserved,
         "memory_stats": memory_stats,
         "reset_peak_memory_stats": reset_peak_memory_stats,
         "reset_max_memory_allocated": reset_peak_memory_stats,
         "reset_accumulated_memory_stats": _nothing,
         "mem_get_info": mem_get_info,
-        "empty_cache": _nothing,
+        "empty_cache": empty_cache,
         "set_per_process_memory_fraction": _nothing,
         "manual_seed": manual_seed,
         "manual_seed_all": manual_seed_all,
@@ -346,11 +377,6 @@ def install(gpu: Any, count: int) -> None:
         "phantora reports simulated memory in results.json (memory) instead; remove the call",
     )
     cuda.memory._dump_snapshot = cuda.memory._record_memory_history  # type: ignore[attr-defined]
-    for name in ("memory_allocated", "max_memory_allocated", "memory_stats", "reset_peak_memory_stats", "empty_cache"):
-        setattr(cuda.memory, name, getattr(cuda, name))
-    cuda.memory.memory_reserved = memory_allocated  # type: ignore[attr-defined]
-    cuda.memory.max_memory_reserved = max_memory_allocated  # type: ignore[attr-defined]
-    cuda.memory.mem_get_info = mem_get_info  # type: ignore[attr-defined]
     nvtx = _nvtx()
     cuda.nvtx = nvtx  # type: ignore[attr-defined]
     sys.modules["torch.cuda.nvtx"] = nvtx

@@ -59,6 +59,11 @@ class SimCudaTensor(torch.Tensor):
     def __tensor_unflatten__(inner: dict[str, torch.Tensor], index: int, size: Any, stride: Any) -> SimCudaTensor:
         return SimCudaTensor(inner["elem"], index)
 
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The data's storage: programs compare storage pointers to find shared storage (HF's tied weights
+        when it saves a checkpoint); the wrapper itself has none."""
+        return self.elem.untyped_storage()
+
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
