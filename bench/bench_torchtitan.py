@@ -10,8 +10,9 @@ tokens/s/GPU; 64x A100 Llama 3 8B: 2,904). The run uses torchtitan's config with
 needs (docs/runtime.md), a generated tokenizer and corpus, and 3 steps.
 
 The local batch is the published runs' (2 on the H100s, 1 on the A100s). torchtitan's memory figure is
-the caching allocator's peak *reserved* memory on a real GPU; phantora's is the bytes tensors hold
-(docs/validation.md).
+the caching allocator's peak *reserved* memory, on a real GPU and here (phantora's allocator model);
+"alloc GiB" is the peak bytes tensors held. `--alloc-conf` sets PYTORCH_CUDA_ALLOC_CONF for the ranks
+(torchtitan's own launcher sets "expandable_segments:True").
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, nargs="+", default=[8], choices=sorted(TOPOLOGY))
     parser.add_argument("--gpu", default="h100", choices=sorted(PUBLISHED))
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--alloc-conf", default="", help="PYTORCH_CUDA_ALLOC_CONF for the ranks")
     args = parser.parse_args()
     import torchtitan
 
@@ -56,10 +58,11 @@ def main() -> None:
         "--training.local_batch_size", str(BATCH[args.gpu]),
     ]  # fmt: skip
     print(f"torchtitan llama3_8b, phantom, flow network, {args.gpu}; published {PUBLISHED[args.gpu]} tokens/s/GPU")
-    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "MFU %", "mem GiB")
-    print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>6} {:>8}".format(*head))
+    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "MFU %", "mem GiB", "alloc GiB")
+    print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>6} {:>8} {:>9}".format(*head))
+    env = {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
     for n in args.gpus:
-        cfg = RunConfig(train, flags, TOPOLOGY[n], nproc=n, gpu=args.gpu, tensors="phantom", timeout_s=3600)
+        cfg = RunConfig(train, flags, TOPOLOGY[n], nproc=n, gpu=args.gpu, tensors="phantom", timeout_s=3600, env=env)
         t0 = time.perf_counter()
         rep = launch(cfg)
         wall = time.perf_counter() - t0
@@ -68,7 +71,8 @@ def main() -> None:
         s = rep.summary
         print(
             f"{n:>5} {TOPOLOGY[n]:>14} {s['live_processes']:>5} {wall:>7.1f} {s.get('peak_rss_mb_total', 0):>8.0f} "
-            f"{int(last[2].replace(',', '')):>10} {float(last[3]):>6.2f} {float(last[1]):>8.2f}"
+            f"{int(last[2].replace(',', '')):>10} {float(last[3]):>6.2f} {float(last[1]):>8.2f} "
+            f"{s['memory']['peak_bytes'] / 2**30:>9.2f}"
         )
 
 
