@@ -105,6 +105,15 @@ def test_unmodified_fsdp2_on_a_cuda_mesh_trains_as_on_gloo() -> None:
     assert [s["time_ns"] for s in ph.summary["steps"][1:]] == [s["time_ns"] for s in real.summary["steps"][1:]]
 
 
+def test_unmodified_tensor_parallel_on_a_cuda_mesh_trains_as_on_gloo() -> None:
+    """DTensor TP's functional collectives give GPU tensors, and its backward runs: the losses of gloo."""
+    script = ROOT / "tests" / "scripts" / "cuda_tp.py"
+    want = losses(run_gloo(script, ["cpu"], 2)[0])
+    real = launch(RunConfig(str(script), [], "testbed16", nproc=2, timeout_s=300))
+    assert losses(real.logs["rank 0"]) == want and len(want) == 3
+    assert "on cuda" in real.logs["rank 0"]
+
+
 def test_rng_flex_attention_and_peak_reset_as_on_a_gpu(tmp_path: Path) -> None:
     """Counter-based RNG (replay, DTensor shards, checkpoint's dropout replay); FlexAttention against
     SDPA (values, gradients, the same flash-kernel time); a program's peak reset leaves the run's peak."""

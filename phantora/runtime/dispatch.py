@@ -132,6 +132,8 @@ class ChargeMode(TorchDispatchMode):
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
             if SimCudaTensor in types and func.namespace == "_c10d_functional":
+                if func.overloadpacket.__name__ == "_wrap_tensor_autograd":
+                    return functional.wrap_async(s, args[0])
                 index = next(t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor))
                 with simcuda.device_work():
                     out = self.__torch_dispatch__(func, (), simcuda.unwrap(args), simcuda.unwrap(kwargs))

@@ -32,6 +32,20 @@ _OPS = {
 }
 
 
+def wrap_async(session: RankSession, t: torch.Tensor) -> torch.Tensor:
+    """`_wrap_tensor_autograd`: the collective's output in an AsyncCollectiveTensor, as torch's kernel does.
+
+    The wrapper does not share its input's storage, so the ops that read it could not find the
+    collective in flight by its memory: the wrap is where the result is consumed. Join here. A
+    simulated CUDA tensor is wrapped as it is (not its host data), so the result stays on the GPU.
+    """
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    if session.by_storage:
+        session.join_tensors([t])
+    return AsyncCollectiveTensor(t)
+
+
 def _group(name: Any) -> Any:
     from phantora.runtime.backend import PhantoraProcessGroup
 
@@ -74,11 +88,7 @@ def run(session: RankSession, func: Any, args: tuple, kwargs: dict) -> Any:
             session.join_tensors([args[0]])
         return func(*args, **kwargs)
     if name == "_wrap_tensor_autograd":
-        # The wrapper does not share its input's storage, so the ops that read it could not find the
-        # collective in flight by its memory: the wrap is where the result is consumed. Join here.
-        if session.by_storage:
-            session.join_tensors([args[0]])
-        return func(*args, **kwargs)
+        return wrap_async(session, args[0])
     group_arg = kwargs.get("group_name", args[-1] if args else None)
     pg = _group(group_arg)
     if pg is None:
