@@ -175,7 +175,7 @@ def test_send_recv_and_barrier() -> None:
     assert [(f.id, f.src, f.dst, f.size) for f in dag.flows] == [(7, topo.endpoints[4], topo.endpoints[1], 12345)]
     assert dag.rank_last == {4: [7], 1: [7]} and dag.next_id == 8
     bar = decompose(Collective("barrier", tuple(range(6)), 0), topo)
-    assert len(bar.flows) == 2 * 5 * 6 and all(f.size == 1 for f in bar.flows)  # 2(n-1) steps of n one-byte sends
+    assert len(bar.flows) == 2 * 5 and all(f.size == 1 for f in bar.flows)  # one byte up and down each tree edge
 
 
 # ----- DAG structure -------------------------------------------------------------------------
@@ -358,7 +358,7 @@ def test_default_options() -> None:
         "ring",
         "chain",
         "pairwise",
-        "ring",
+        "tree",
     ]
     assert resolve("all_reduce", s).channels == 2  # one NIC per rank: 2 channels
     assert resolve("all_reduce", c).channels == 8  # 4 GPUs (NICs) per host: 2 x 4

@@ -101,10 +101,14 @@ def test_ring_gather_scatter(kind: str, gran: str) -> None:
     assert close(t, want), (t, want)
 
 
-def test_barrier_costs_latency_only() -> None:
-    n = 5
+@pytest.mark.parametrize("n", [5, 16, 1024])
+def test_barrier_costs_latency_only(n: int) -> None:
+    """A one-byte all-reduce up and down a binary tree (NCCL's choice for a tiny all-reduce across hosts;
+    on a star each GPU is its own host): 2 * floor(log2 n) hops of one byte (rounded up to 1 ns) and 2L,
+    and 2(n-1) flows, so a barrier of 1024 ranks stays cheap to build."""
     t, _ = run(Collective("barrier", tuple(range(n)), 0), star(n))
-    assert t == 2 * (n - 1) * (2 * L + 1)  # 2(n-1) hops of one byte (rounded up to 1 ns) and 2L
+    assert t == 2 * (n.bit_length() - 1) * (2 * L + 1)
+    assert len(decompose(Collective("barrier", tuple(range(n)), 0), star(n)).flows) == 2 * (n - 1)
 
 
 # ----- chain, direct, tree, all-to-all -----------------------------------------------------------

@@ -8,6 +8,7 @@ same training on gloo without phantora.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -112,6 +113,27 @@ def test_unmodified_tensor_parallel_on_a_cuda_mesh_trains_as_on_gloo() -> None:
     real = launch(RunConfig(str(script), [], "testbed16", nproc=2, timeout_s=300))
     assert losses(real.logs["rank 0"]) == want and len(want) == 3
     assert "on cuda" in real.logs["rank 0"]
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_triton_kernels_are_charged_an_estimate_and_listed(tmp_path: Path, tensors: str) -> None:
+    """A program's own triton kernels: right values in real mode (triton's interpreter on the host data),
+    each launch charged its tensor arguments' bytes at HBM bandwidth plus the launch, and listed."""
+    n = 1 << 20
+    script = ROOT / "tests" / "scripts" / "cuda_triton.py"
+    cfg = RunConfig(str(script), [str(n)], "testbed16", nproc=1, tensors=tensors, out_dir=tmp_path, timeout_s=300)
+    rep = launch(cfg)
+    if tensors == "real":
+        assert "add right True scale right True" in rep.logs["rank 0"]
+    listed = rep.summary["untimed_kernels"]
+    assert listed["triton::add_kernel"]["count"] == 1 and listed["triton::scale_kernel"]["count"] == 2  # no trials
+    assert "HBM bandwidth" in listed["triton::add_kernel"]["charged"]
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    durs = {e["name"]: e["dur"] for e in events if e.get("name", "").startswith("triton::")}
+    gpu, launch_ns = get_gpu("h100"), 1000  # the default launch overhead (docs/runtime.md)
+    for name, tensors_bytes in (("triton::add_kernel", 3 * 4 * n), ("triton::scale_kernel", 2 * 4 * n)):
+        want_ns = math.ceil(tensors_bytes / gpu.mem_bw * 1e9) + launch_ns
+        assert durs[name] * 1000 == pytest.approx(want_ns, abs=1), name
 
 
 def test_rng_flex_attention_and_peak_reset_as_on_a_gpu(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.tree import tree_flows
 from phantora.topology.model import Topology
 
-BARRIER_SLICE_BYTES = 1  # a barrier is a ring all-reduce of one byte per rank
+BARRIER_SLICE_BYTES = 1  # a barrier is a tree all-reduce of one byte
 
 
 def decompose(
@@ -29,8 +29,10 @@ def decompose(
     `opts` is resolved by `default_options` first (auto algorithm, channels=0). A group of one rank,
     or a collective of 0 bytes (other than barrier), needs no traffic: the DAG has no flows and every
     rank's `rank_last` list is empty, meaning the rank is done at the collective's start time.
-    A barrier ignores `nbytes` and always runs as a chunked ring all-reduce of one byte per rank on
-    one channel, so it costs 2(n-1) sequential hops of latency and no bandwidth to speak of.
+    A barrier ignores `nbytes` and always runs as an all-reduce of one byte up and down one NCCL-like
+    tree (a chain inside each host, a binary tree between hosts: what NCCL picks for a tiny
+    all-reduce across hosts), so it costs twice the tree's height in sequential hops of latency,
+    2(n-1) one-byte flows, and no bandwidth to speak of.
     """
     opts = default_options(coll, topo, opts)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
@@ -49,7 +51,7 @@ def decompose(
     kind, algo = coll.kind, opts.algorithm
     if kind == "barrier":
         common["chunked"] = True
-        ring_collective(b, "all_reduce", [ring_order(blocks, 0)], BARRIER_SLICE_BYTES * n, **common)
+        tree_flows(b, tree_parents(blocks, 0, 0), BARRIER_SLICE_BYTES, 0, up=True, down=True, name="tree", **common)
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c) for c in range(ch)]
         ring_collective(b, kind, orders, coll.nbytes, **common)

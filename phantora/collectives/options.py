@@ -18,7 +18,7 @@ ALGORITHMS_OF = {
     "reduce": ("chain", "direct"),
     "all_to_all": ("pairwise", "direct"),
     "send_recv": ("direct",),
-    "barrier": ("ring",),
+    "barrier": ("tree",),
 }
 MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
 CHANNELS_PER_NIC = 2  # NCCL opens two rings per NIC on InfiniBand/RoCE systems

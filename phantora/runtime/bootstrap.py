@@ -17,7 +17,7 @@ from typing import Any
 import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load before torch
 from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
-from phantora.runtime import backend, phantom_mode, timepatch, torch_backports
+from phantora.runtime import backend, phantom_mode, timepatch, torch_backports, triton_kernels
 from phantora.runtime import session as _session
 from phantora.runtime.compute import build_model, set_model
 from phantora.runtime.gpus import get_gpu
@@ -67,6 +67,7 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         from phantora.runtime import autostep
 
         autostep.install()
+        triton_kernels.install()
     torch_backports.install()
     _session.install(s)
     backend.use_as_default()

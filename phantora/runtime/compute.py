@@ -71,6 +71,12 @@ _LAUNCH_ONLY = {"_local_scalar_dense", "scalar_tensor", "_assert_async", "_fooba
 _GATHERS = {"embedding", "index_select", "gather", "index"}
 
 
+# How the calibrated model charges an op it cannot describe (listed in results.json's untimed_kernels).
+ROOFLINE_FALLBACK = (
+    "roofline: its FLOPs (torch's formula, if it has one) at the GPU's peak or its bytes at HBM bandwidth, + launch"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class OpCost:
     """The roofline terms of one op."""

@@ -52,6 +52,7 @@ _get_mode = torch._C._get_dispatch_mode
 _COPY = torch.ops.aten.copy_.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
+_EQUAL = torch.ops.aten.equal.default  # torch.equal: a comparison of values, answered on the host
 _NAMES: dict[int, str] = {}
 
 
@@ -187,6 +188,8 @@ class ChargeMode(TorchDispatchMode):
         elif func is _ITEM and leaves and leaves[0].is_meta:
             s.charge(_name(func), s.model.cost(func, args, kwargs, None))  # a device sync
             return phantom_mode.scalar_placeholder(leaves[0])
+        elif func is _EQUAL and any(t.is_meta for t in leaves):
+            raise phantom_mode.no_values(f"torch.equal compared tensors of shapes {[list(t.shape) for t in leaves]}")
         if s.by_storage:
             s.join_tensors(leaves)
         out = func(*args, **kwargs)

@@ -202,9 +202,15 @@ def scalar_placeholder(t: torch.Tensor) -> Any:
         return fake
     if t.is_complex():
         return complex(fake, fake)
-    raise PhantomValueError(
-        f"phantom mode: the value of a {str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)} "
-        "was asked for (.item(), bool(), .tolist(), a Python `if` on a tensor); tensors have no values "
-        "in phantom mode. Guard data-dependent code with `phantora.runtime.phantom()`, or run in real "
-        "mode (without --phantom)."
+    raise no_values(
+        f"the value of a {str(t.dtype).removeprefix('torch.')} tensor of shape {list(t.shape)} was asked for "
+        "(.item(), bool(), .tolist(), a Python `if` on a tensor)"
+    )
+
+
+def no_values(what: str) -> PhantomValueError:
+    """The error for a question about values (`what` was asked), which phantom tensors do not have."""
+    return PhantomValueError(
+        f"phantom mode: {what}; tensors have no values in phantom mode. Guard data-dependent code with "
+        "`phantora.runtime.phantom()`, or run in real mode (without --phantom)."
     )

@@ -108,6 +108,9 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     mem = _memory(ranks)
     if mem is not None:
         out["memory"] = mem
+    untimed = _untimed(ranks)
+    if untimed:
+        out["untimed_kernels"] = untimed
     out["ranks"] = [
         {
             k: ranks[r].get(k)
@@ -126,6 +129,17 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
         for r in sorted(ranks)
     ]
     return out
+
+
+def _untimed(ranks: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Kernels the compute model could not time, over the live ranks: count and how they were charged."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in ranks.values():
+        for name, entry in (r.get("untimed_kernels") or {}).items():
+            merged = out.setdefault(name, {"count": 0, "charged": entry["charged"], "ranks": 0})
+            merged["count"] += entry["count"]
+            merged["ranks"] += 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["count"]))
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -159,6 +173,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         if m.get("reserved_peak_bytes"):
             lines.append(f"  reserved by the caching allocator at most: {m['reserved_peak_bytes'] / gib:.2f} GiB")
         lines.append(f"  at the peak, GiB: {parts}")
+    if summary.get("untimed_kernels"):
+        k = summary["untimed_kernels"]
+        names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
+        lines.append(f"{len(k)} kinds of kernel not timed by the compute model ({names}): results.json untimed_kernels")
     return "\n".join(lines)
 
 

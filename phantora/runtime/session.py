@@ -23,7 +23,7 @@ import torch
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.runtime.clock import VirtualClock
-from phantora.runtime.compute import OpCost, Roofline
+from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
 from phantora.runtime.timepatch import real_perf_counter_ns
 from phantora.runtime.trace import TraceRecorder
@@ -178,6 +178,7 @@ class RankSession:
         self._internal = 0
         self.ops = 0
         self.flops_by_dtype: dict[str, int] = {}
+        self.untimed: dict[str, dict[str, Any]] = {}  # kernels the compute model cannot time: count, how charged
         self.comm: dict[str, CommStats] = {}
         self.step_ends: list[int] = []
         self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
@@ -224,6 +225,20 @@ class RankSession:
             if wall - self._last_report >= self.report_every_ns:
                 self._last_report = wall
                 self.client.advance_clock(end)
+
+    def charge_untimed(self, name: str, cost: OpCost, how: str) -> None:
+        """Run a kernel the compute model cannot time, charged `cost` as `how` says; it is listed in results."""
+        entry = self.untimed.setdefault(name, {"count": 0, "charged": how})
+        entry["count"] += 1
+        self.charge(name, cost)
+
+    def untimed_kernels(self) -> dict[str, dict[str, Any]]:
+        """Kernels not timed by the compute model: those charged by `charge_untimed`, and the ops the
+        calibrated model could not describe (charged by the roofline)."""
+        out = {k: dict(v) for k, v in self.untimed.items()}
+        for name, count in sorted(getattr(self.model, "fallbacks", {}).items()):
+            out.setdefault(name, {"count": count, "charged": ROOFLINE_FALLBACK})
+        return out
 
     def now(self) -> int:
         return self.clock.now()
@@ -421,6 +436,7 @@ class RankSession:
             "comm_wait_ns": self.clock.waited_ns,
             "ops": self.ops,
             "flops_by_dtype": dict(self.flops_by_dtype),
+            "untimed_kernels": self.untimed_kernels(),
             "comm": {
                 k: {"count": v.count, "bytes": v.nbytes, "busy_ns": v.busy_ns} for k, v in sorted(self.comm.items())
             },
