@@ -8,11 +8,13 @@ from phantora.errors import PhantoraError
 class BridgeError(PhantoraError):
     """A co-simulation run failed: a peer died, a collective mismatched, a deadlock, a bad message.
 
-    `code` is the protocol error code when the error came over the wire (see `bridge.protocol`).
+    `code` is the protocol error code when the error came over the wire (see `bridge.protocol`);
+    `rank` the rank whose process died, when a rank's did.
     """
 
-    def __init__(self, message: str, *, code: str = "bridge") -> None:
+    def __init__(self, message: str, *, code: str = "bridge", rank: int | None = None) -> None:
         self.code = code
+        self.rank = rank  # the rank that failed, when one did
         super().__init__(message)
 
 

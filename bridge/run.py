@@ -307,7 +307,7 @@ class CosimRun:
                     continue
                 died = f"{c.label} {c.exit_text()} mid-run; the run was stopped.\n{c.log_tail()}"
                 self._check_error_first(sock, c, died)
-                raise BridgeError(died, code="peer-died")
+                raise BridgeError(died, code="peer-died", rank=c.rank if c.role == "rank" else None)
             if now - last_beat >= HEARTBEAT_S:
                 sock.send(encode("heartbeat", 0))
                 last_beat = now

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.results import run_dir
 from phantora.runtime.gpus import get_gpu
 from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options
 from phantora.runtime.results import summarize, write_results
@@ -36,6 +37,7 @@ class RunConfig:
     gpu: str | None = None  # default: the topology's GPU model, else h100
     window_ns: int | None = None  # None: the bridge's default for the network mode
     out_dir: str | Path | None = None
+    overwrite: bool = False  # out_dir may hold an earlier run: remove what it wrote (otherwise refused)
     nproc: int | None = None  # default: every rank of the topology
     trace: str = "ops"
     time_patch: bool = True
@@ -176,8 +178,11 @@ def launch(cfg: RunConfig) -> RunReport:
     model_opts = _compute_model_options(cfg)
     phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
-    out = Path(cfg.out_dir) if cfg.out_dir is not None else Path(tempfile.mkdtemp(prefix="phantora-run-"))
-    out.mkdir(parents=True, exist_ok=True)
+    if cfg.out_dir is not None:
+        out = run_dir.claim(cfg.out_dir, overwrite=cfg.overwrite)
+        run_dir.write_status(out, "running", script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
+    else:
+        out = Path(tempfile.mkdtemp(prefix="phantora-run-"))
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
     opts.phantom = phantom
@@ -202,6 +207,14 @@ def launch(cfg: RunConfig) -> RunReport:
             keep_flows=keep and world <= FLOWS_CSV_MAX_RANKS,
             rank_preload=RANK_PRELOAD if cfg.fork_server else (),
         ).run()
+    except BaseException as exc:  # a failed run (or ^C) says so, and keeps the steps that finished
+        if keep:
+            steps = run_dir.merge_steps(out, range(live))
+            run_dir.write_status(out, "failed", **run_dir.failure(exc), steps_finished=len(steps))
+        else:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    try:
         summary = summarize(cosim.ranks, gpu)
         summary = {
             "run": {
@@ -233,6 +246,7 @@ def launch(cfg: RunConfig) -> RunReport:
         }
         parts = sorted((out / "trace").glob("rank*.trace.json"), key=lambda p: int(p.name[4:].split(".")[0]))
         if keep:
+            steps = run_dir.merge_steps(out, range(live))
             write_results(out / "results.json", summary)
             if parts:
                 merge_traces(parts, out / "trace.json")
@@ -240,6 +254,7 @@ def launch(cfg: RunConfig) -> RunReport:
                     part.unlink()
                 with contextlib.suppress(OSError):
                     (out / "trace").rmdir()
+            run_dir.write_status(out, "complete", steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     finally:
         if not keep:

@@ -33,6 +33,7 @@ options (environment variable in brackets, default after it):
   --steps K      training steps                       [PHANTORA_STEPS=$STEPS]
   --modes M      network modes to run, comma-separated, first is the baseline  [PHANTORA_MODES=$MODES]
   --out DIR      output directory                     [PHANTORA_OUT=runs/cosim-<date>]
+  --overwrite    DIR may hold an earlier run: replace it (otherwise refused before anything runs)
   -h, --help     this help
 
 Progress: each step of rank 0 as it finishes (its "step ..." lines), and a heartbeat every
@@ -41,6 +42,7 @@ EOF
 }
 
 EXTRA=()
+OVERWRITE=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --topology) TOPOLOGY=$2; shift 2 ;;
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --overwrite) OVERWRITE=(--overwrite); shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "run_cosim.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -59,6 +62,16 @@ done
 
 if [ ${#EXTRA[@]} -eq 0 ] && [ "$SCRIPT" = examples/gpt_ddp.py ]; then
   EXTRA=(--d-model 256 --layers 4)  # big enough (3.4M params) for the gradient all-reduces to matter
+fi
+
+IFS=, read -r -a MODE_LIST <<< "$MODES"
+if [ ${#OVERWRITE[@]} -eq 0 ]; then
+  for mode in "${MODE_LIST[@]}"; do
+    if [ -n "$(ls -A "$OUT/$mode" 2>/dev/null)" ]; then
+      echo "run_cosim.sh: $OUT/$mode holds an earlier run; choose another --out, or pass --overwrite" >&2
+      exit 2
+    fi
+  done
 fi
 
 scripts/setup.sh
@@ -111,14 +124,13 @@ stop_watcher() {
 trap stop_watcher EXIT
 
 RUNS=()
-IFS=, read -r -a MODE_LIST <<< "$MODES"
 for mode in "${MODE_LIST[@]}"; do
-  args=(run --topology "$TOPOLOGY" --network "$mode" --nproc "$NPROC" --out "$OUT/$mode" --quiet)
+  args=(run --topology "$TOPOLOGY" --network "$mode" --nproc "$NPROC" --out "$OUT/$mode" --quiet "${OVERWRITE[@]}")
   [ "$mode" = ns3 ] && args+=(--cc "$CC")
   [ -n "$WINDOW" ] && args+=(--window "$WINDOW")
   echo "[run_cosim] === $mode mode ==="
   start=$SECONDS
-  rm -f "$OUT/$mode/logs/rank0.log"  # a previous run's log would show stale steps
+  rm -f "$OUT/$mode/logs/rank0.log"  # with --overwrite: the earlier run's log would show stale steps
   WATCH_STOP=$OUT/.watch-$mode.stop
   rm -f "$WATCH_STOP"
   watch_progress "$mode" "$OUT/$mode/logs/rank0.log" "$WATCH_STOP" &

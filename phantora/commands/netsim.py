@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phantora.commands.outdir import add_out_options, in_run_dir
 from phantora.errors import InputError
 from phantora.files import read_text
 from phantora.netsim.base import Flow
@@ -63,8 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help=f"sample switch queues every N ns, 0 = off (ns3; default {CLI_QUEUE_SAMPLE_NS} unless the config sets it)",
     )
-    p.add_argument("--out", "-o", type=Path, default=None, help="directory for the traces")
-    p.set_defaults(func=run)
+    add_out_options(p, "fct.csv, the traces and summary.json")
+    p.set_defaults(func=in_run_dir("netsim", run))
 
 
 @dataclass

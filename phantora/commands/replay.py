@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
+from phantora.commands.outdir import add_out_options, in_run_dir
 from phantora.netsim.factory import NETWORKS, make_engine
 from phantora.units import parse_size_bytes
 
@@ -38,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gaps", choices=("keep", "drop"), default="keep", help="Kineto: keep or drop unexplained idle")
     p.add_argument("--save-graph", type=Path, default=None, help="write the (imported or scaled) graph here")
     p.add_argument("--export-chakra", type=Path, default=None, help="also write the graph as Chakra ET files here")
-    p.add_argument("--out", "-o", type=Path, default=None, help="write results here")
+    add_out_options(p, "results.json, flows.csv and links.csv")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=in_run_dir("replay", run))
 
 
 def _detect(path: Path, fmt: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from phantora.commands.outdir import add_out_options
 from phantora.units import parse_time_ns
 
 
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--gpu", default=None, help="GPU model: a100, h100, h200, b200, l40s (default: the topology's)")
     p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (0 = exact; default per mode)")
-    p.add_argument("--out", "-o", default=None, help="write results.json, trace.json and logs/ here")
+    add_out_options(p, "results.json, steps.jsonl, status.json, trace.json and logs/")
     p.add_argument("--nproc", type=int, default=None, help="number of ranks (default: the topology's rank count)")
     p.add_argument("--trace", choices=("ops", "coarse", "none"), default="ops", help="compute detail in trace.json")
     p.add_argument("--launch-overhead", default="1us", help="per-kernel launch overhead (default 1us)")
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         window_ns=None if args.window is None else parse_time_ns(args.window),
         out_dir=args.out,
+        overwrite=args.overwrite,
         nproc=args.nproc,
         trace=args.trace,
         time_patch=not args.no_time_patch,

@@ -16,6 +16,13 @@ EGRAPH_REPLAY = "phantora.egraph-replay/1"
 COSIM = "phantora.cosim/1"
 NETSIM = "phantora.netsim/1"
 
+# The run's progress: status.json (running, complete, failed), steps.jsonl (one line per finished step),
+# merged from steps/rank<R>.jsonl, which the live ranks append to as they go (phantora.results.run_dir).
+STATUS_JSON = "status.json"
+STATUS = "phantora.status/1"
+STEPS_JSONL = "steps.jsonl"
+STEPS_DIR = "steps"
+
 # CSV tables.
 FLOWS_CSV = "flows.csv"  # one row per flow of a replay or a live run
 FCT_CSV = "fct.csv"  # one row per flow of `phantora netsim`

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import resource
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,6 +23,7 @@ import torch
 
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
+from phantora.results.schema import STEPS_DIR
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
@@ -192,6 +194,9 @@ class RankSession:
         self.report_every_ns = int(report_every_us * 1000)
         self._last_report = 0
         self.listeners: list[SessionListener] = []
+        self._steps_file: Any = None  # out_dir/steps/rank<R>.jsonl, opened at the first step
+        self._comm_at_step: dict[str, int] = {}
+        self._wait_at_step = 0
 
     def add_listener(self, listener: SessionListener) -> None:
         """Tell `listener` of every compute op, issue, wait, step and the finish from now on."""
@@ -417,9 +422,33 @@ class RankSession:
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
         self.memory.end_step()
+        self._log_step(start, end)
         for listener in self.listeners:
             listener.on_step(len(self.step_ends) - 1, end)
         return end - start
+
+    def _log_step(self, start: int, end: int) -> None:
+        """Append this step's line to out_dir/steps/rank<R>.jsonl at once, so it survives a crash later."""
+        if self.out_dir is None:
+            return
+        busy = self.step_busy[-1] - (self.step_busy[-2] if len(self.step_busy) > 1 else 0)
+        comm = {k: v.nbytes for k, v in self.comm.items()}
+        line = {
+            "step": len(self.step_ends) - 1,
+            "end_ns": end,
+            "time_ns": end - start,
+            "compute_ns": busy,
+            "memory_peak_bytes": self.memory.step_peaks[-1] if self.memory.step_peaks else 0,
+            "reserved_peak_bytes": self.memory.reserved_step_peaks[-1] if self.memory.reserved_step_peaks else 0,
+            "comm_bytes": {k: n - self._comm_at_step.get(k, 0) for k, n in sorted(comm.items())},
+            "comm_wait_ns": self.clock.waited_ns - self._wait_at_step,
+        }
+        self._comm_at_step, self._wait_at_step = comm, self.clock.waited_ns
+        if self._steps_file is None:
+            path = self.out_dir / STEPS_DIR / f"rank{self.rank}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._steps_file = open(path, "a", buffering=1)  # kept open for the session: one line per step
+        self._steps_file.write(json.dumps(line) + "\n")
 
     def results(self) -> dict[str, Any]:
         """This rank's results (msgpack-able, string keys)."""

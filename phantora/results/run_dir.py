@@ -1,0 +1,150 @@
+"""The run directory's life: claimed empty, marked running, filled step by step, marked complete or failed.
+
+A directory never holds the results of two runs, and never looks like a success it is not:
+
+- `claim` refuses an `--out` that already holds anything, unless the user asks to `overwrite`, which
+  removes what a phantora run writes there (and nothing else);
+- `status.json` says `running` from the start, then `complete`, or `failed` with the reason, the rank
+  that failed and the steps that finished;
+- each live rank appends a line per finished step to `steps/rank<R>.jsonl` as it goes (flushed at once,
+  so a run killed at step 90 keeps steps 0-89); `merge_steps` joins them into `steps.jsonl`, one line
+  per step that every live rank finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from phantora.errors import InputError
+from phantora.results import schema as S
+from phantora.results.write import write_atomic, write_json
+
+STATUS_JSON, STATUS, STEPS_JSONL, STEPS_DIR = S.STATUS_JSON, S.STATUS, S.STEPS_JSONL, S.STEPS_DIR
+# Everything a phantora run, replay or netsim writes into its directory (what --overwrite removes).
+OUTPUT_FILES = (
+    S.RESULTS_JSON, S.COSIM_JSON, S.SUMMARY_JSON, S.FLOWS_CSV, S.FCT_CSV, S.LINKS_CSV, S.PFC_CSV, S.QUEUES_CSV,
+    S.DROPS_CSV, S.CNPS_CSV, S.ECN_CSV, STATUS_JSON, STEPS_JSONL, "trace.json",
+)  # fmt: skip
+OUTPUT_DIRS = ("logs", "trace", STEPS_DIR)
+
+
+def claim(out: Path | str, *, overwrite: bool = False, option: str = "--out") -> Path:
+    """Make `out` an empty directory for a new run, or say clearly why it cannot be one."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{option} names a file, not a directory; choose a directory for the run", file=str(out))
+    if out.is_dir():
+        held = sorted(p.name for p in out.iterdir())
+        if held and not overwrite:
+            shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+            raise InputError(
+                f"{option} already holds {len(held)} entries ({shown}): a run writes into a directory of its "
+                "own. Choose a new directory, or pass --overwrite to remove what an earlier run wrote there",
+                file=str(out),
+            )
+        if held:
+            clear(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".phantora-write-check.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"{option} cannot be written: {exc.strerror or exc}", file=str(out)) from None
+    return out
+
+
+def clear(out: Path) -> None:
+    """Remove what a phantora run wrote into `out`; leave anything else the user put there."""
+    for name in OUTPUT_FILES:
+        (out / name).unlink(missing_ok=True)
+    for name in OUTPUT_DIRS:
+        shutil.rmtree(out / name, ignore_errors=True)
+    for tmp in out.glob(".*.tmp"):  # a writer's temporary file left by a killed run
+        tmp.unlink(missing_ok=True)
+
+
+def write_status(out: Path, state: str, **fields: Any) -> Path:
+    """status.json: `state` (running, complete, failed), when, and what the caller knows of the outcome."""
+    doc = {"schema": STATUS, "state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pid": os.getpid()}
+    return write_json(out / STATUS_JSON, {**doc, **fields}, sort_keys=False)
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    """What status.json says of a failed run: the reason (the error's first line), its code, the rank."""
+    if isinstance(exc, KeyboardInterrupt):
+        return {"reason": "interrupted (^C)", "code": "interrupted"}
+    text = str(exc).strip() or type(exc).__name__
+    out: dict[str, Any] = {"reason": text.splitlines()[0], "code": getattr(exc, "code", type(exc).__name__)}
+    if getattr(exc, "rank", None) is not None:
+        out["rank"] = exc.rank  # type: ignore[attr-defined]
+    return out
+
+
+def read_status(out: Path) -> dict[str, Any] | None:
+    """The run's status.json, or None if it has none (a run from before status files, or not a run)."""
+    try:
+        return dict(json.loads((Path(out) / STATUS_JSON).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def rank_steps(out: Path) -> dict[int, list[dict[str, Any]]]:
+    """Each live rank's step lines, in order (a line cut short by a kill is skipped)."""
+    ranks: dict[int, list[dict[str, Any]]] = {}
+    for part in sorted((Path(out) / STEPS_DIR).glob("rank*.jsonl")):
+        rows = []
+        for line in part.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                break
+        ranks[int(part.stem[4:])] = rows
+    return ranks
+
+
+def merge_steps(out: Path, live: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """steps.jsonl from the ranks' step lines: one line per step that every live rank finished.
+
+    A step ends when its slowest rank ends it: `end_ns` is the latest end, `time_ns` the time since the
+    previous step's end, `compute_ns` the busiest rank's compute, `exposed_ns` the rest; memory peaks are
+    the highest over ranks, communication the sum of the ranks' bytes by kind and their longest stall.
+    """
+    ranks = rank_steps(out)
+    want = sorted(ranks) if live is None else sorted(live)
+    if not want or any(r not in ranks for r in want):
+        done = 0
+    else:
+        done = min(len(ranks[r]) for r in want)
+    rows, prev = [], 0
+    for i in range(done):
+        lines = [ranks[r][i] for r in want]
+        end = max(x["end_ns"] for x in lines)
+        compute = max(x["compute_ns"] for x in lines)
+        comm: dict[str, int] = {}
+        for x in lines:
+            for kind, nbytes in x["comm_bytes"].items():
+                comm[kind] = comm.get(kind, 0) + nbytes
+        rows.append(
+            {
+                "step": i,
+                "end_ns": end,
+                "time_ns": end - prev,
+                "compute_ns": compute,
+                "exposed_ns": max(0, end - prev - compute),
+                "memory_peak_bytes": max(x["memory_peak_bytes"] for x in lines),
+                "reserved_peak_bytes": max(x["reserved_peak_bytes"] for x in lines),
+                "comm_bytes": dict(sorted(comm.items())),
+                "comm_wait_ns": max(x["comm_wait_ns"] for x in lines),
+                "ranks": len(lines),
+            }
+        )
+        prev = end
+    write_atomic(Path(out) / STEPS_JSONL, "".join(json.dumps(r) + "\n" for r in rows))
+    return rows

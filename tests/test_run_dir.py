@@ -1,0 +1,96 @@
+"""Run directories: never two runs' results in one, a status that says what happened, steps that survive a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phantora.errors import InputError, PhantoraError
+from phantora.launcher import RunConfig, launch
+from phantora.results import run_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "scripts" / "steps_then_die.py"
+
+
+def test_claim_refuses_a_file_a_used_directory_and_an_unwritable_path(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(InputError, match="names a file") as e:
+        run_dir.claim(f)
+    assert str(f) in str(e.value)
+    used = tmp_path / "used"
+    (used / "logs").mkdir(parents=True)
+    (used / "results.json").write_text("{}")
+    with pytest.raises(InputError, match=r"already holds 2 entries \(logs, results.json\).*--overwrite"):
+        run_dir.claim(used)
+    with pytest.raises(InputError, match="cannot be written"):
+        run_dir.claim(f / "sub")  # under a file: no directory can be made there
+    assert run_dir.claim(tmp_path / "new" / "run").is_dir()
+
+
+def test_overwrite_removes_only_what_a_run_wrote(tmp_path: Path) -> None:
+    for name in ("results.json", "flows.csv", "steps.jsonl", "status.json", "notes.txt"):
+        (tmp_path / name).write_text("old")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank0.log").write_text("old")
+    run_dir.claim(tmp_path, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # the user's own file stays
+
+
+def test_steps_merge_as_the_slowest_rank_ends_them(tmp_path: Path) -> None:
+    """Step k ends when the last rank ends it; lines a kill cut short, and steps not every rank finished, are left out."""
+    parts = tmp_path / "steps"
+    parts.mkdir()
+    rows = {
+        0: [(100, 80, 10, {"all_reduce": 8}), (250, 100, 20, {"all_reduce": 8})],
+        1: [(120, 90, 30, {"all_reduce": 8}), (230, 95, 5, {"all_reduce": 8}), (400, 1, 1, {})],
+    }
+    for r, lines in rows.items():
+        text = "".join(
+            json.dumps({"end_ns": e, "compute_ns": c, "memory_peak_bytes": m, "reserved_peak_bytes": 2 * m,
+                        "comm_bytes": b, "comm_wait_ns": c // 10}) + "\n"
+            for e, c, m, b in lines
+        )  # fmt: skip
+        (parts / f"rank{r}.jsonl").write_text(text + ('{"end_ns": 5' if r == 0 else ""))
+    steps = run_dir.merge_steps(tmp_path, [0, 1])
+    assert [(s["end_ns"], s["time_ns"], s["compute_ns"], s["exposed_ns"]) for s in steps] == [
+        (120, 120, 90, 30),
+        (250, 130, 100, 30),
+    ]
+    assert [s["memory_peak_bytes"] for s in steps] == [30, 20] and steps[0]["reserved_peak_bytes"] == 60
+    assert steps[1]["comm_bytes"] == {"all_reduce": 16}
+    assert [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()] == steps
+
+
+def test_a_run_killed_mid_way_keeps_its_finished_steps_and_says_what_happened(tmp_path: Path) -> None:
+    full = launch(RunConfig(str(SCRIPT), ["--steps", "5"], "testbed16", nproc=2, out_dir=tmp_path / "full"))
+    assert run_dir.read_status(tmp_path / "full")["state"] == "complete"
+    died = tmp_path / "died"
+    with pytest.raises(PhantoraError, match="rank 1"):
+        launch(RunConfig(str(SCRIPT), ["--steps", "5", "--die-at", "3"], "testbed16", nproc=2, out_dir=died))
+    status = run_dir.read_status(died)
+    assert status is not None and status["state"] == "failed" and status["rank"] == 1
+    assert status["steps_finished"] == 3 and "SIGKILL" in status["reason"]
+    assert not (died / "results.json").exists()  # no results of a run that did not finish
+    kept = [json.loads(x) for x in (died / "steps.jsonl").read_text().splitlines()]
+    # the finished steps are the complete run's first three (the same program, deterministic)
+    assert [s["end_ns"] for s in kept] == [s["end_ns"] for s in full.summary["steps"][:3]]
+    assert [s["time_ns"] for s in kept] == [s["time_ns"] for s in full.summary["steps"][:3]]
+    assert all(s["comm_bytes"] == {"all_reduce": 2 * 4 << 18} for s in kept)  # 1 MiB from each of 2 ranks
+
+
+def test_the_cli_refuses_an_earlier_runs_directory_and_leaves_it_alone(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text('{"old": 1}')
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "star8", "--nproc", "2", "--out", str(tmp_path)]
+    out = subprocess.run([*cmd, str(SCRIPT), "--steps", "1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--overwrite" in out.stderr and "Traceback" not in out.stderr
+    assert (tmp_path / "results.json").read_text() == '{"old": 1}'
+    out = subprocess.run([*cmd, "--overwrite", str(SCRIPT), "--steps", "1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((tmp_path / "results.json").read_text())["world_size"] == 2
+    assert run_dir.read_status(tmp_path)["state"] == "complete"
