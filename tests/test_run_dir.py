@@ -43,7 +43,8 @@ def test_overwrite_removes_only_what_a_run_wrote(tmp_path: Path) -> None:
 
 
 def test_steps_merge_as_the_slowest_rank_ends_them(tmp_path: Path) -> None:
-    """Step k ends when the last rank ends it; lines a kill cut short, and steps not every rank finished, are left out."""
+    """Step k ends when the last rank ends it; a line a kill cut short, and steps not every rank finished, are
+    left out."""
     parts = tmp_path / "steps"
     parts.mkdir()
     rows = {
@@ -90,7 +91,8 @@ def test_the_cli_refuses_an_earlier_runs_directory_and_leaves_it_alone(tmp_path:
     out = subprocess.run([*cmd, str(SCRIPT), "--steps", "1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--overwrite" in out.stderr and "Traceback" not in out.stderr
     assert (tmp_path / "results.json").read_text() == '{"old": 1}'
-    out = subprocess.run([*cmd, "--overwrite", str(SCRIPT), "--steps", "1"], capture_output=True, text=True, timeout=120)
+    again = [*cmd, "--overwrite", str(SCRIPT), "--steps", "1"]
+    out = subprocess.run(again, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "results.json").read_text())["world_size"] == 2
     assert run_dir.read_status(tmp_path)["state"] == "complete"
