@@ -111,12 +111,7 @@ class Matcher:
         if m is not None:
             src, dst = m.canonical_pair(src, dst)
             if m.live_of(dst) == src:
-                raise RunFailed(
-                    E_PROTOCOL,
-                    f"{call.describe()}: with {m.live} live ranks for {m.world}, ranks {src} and {dst} are "
-                    "mirrors of one live rank, which cannot both send and receive this transfer; use more "
-                    "live ranks (a multiple of the pipeline or expert-parallel group size) or no deduplication",
-                )
+                raise RunFailed(E_PROTOCOL, f"{call.describe()}: {_mirrored_pair(m.live, m.world, src, dst)}")
             return self._add(("p2p", src, dst, tag, seq), (src, m.live_of(dst)), call)
         return self._add(("p2p", src, dst, tag, seq), (src, dst), call)
 
@@ -161,3 +156,20 @@ class Matcher:
     def waiting_for(self, rank: int) -> list[Rendezvous]:
         """Pending rendezvous that still need a call from `rank`."""
         return [rv for rv in self.pending.values() if rank in rv.missing]
+
+
+def _mirrored_pair(live: int, world: int, src: int, dst: int) -> str:
+    """Why deduplication cannot run a transfer between two mirrors of one live rank, and which counts can."""
+    gap = abs(dst - src)
+    fits = [k for k in range(1, world + 1) if world % k == 0 and gap % k != 0]
+    hint = (
+        f"live-rank counts that can run it divide {world} but not {gap}: "
+        + ", ".join(map(str, fits))
+        + (" (every rank live: --dedup off)" if fits == [world] else "")
+    )
+    return (
+        f"with {live} live ranks for {world}, ranks {src} and {dst} ({gap} apart) are mirrors of one live "
+        f"rank (rank r is mirrored by r mod {live}), which cannot both send and receive this transfer; "
+        f"{hint}. A pipeline whose stages are far apart in rank order (torchtitan puts the pipeline "
+        "outermost) needs a live rank in every stage."
+    )

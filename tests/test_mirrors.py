@@ -136,3 +136,16 @@ def test_mirrored_mismatch_is_still_reported() -> None:
     job.coll(0, 0, list(range(16)), 0, "all_gather", S)
     with pytest.raises(RunFailed, match="mismatch"):
         job.coll(1, 0, list(range(16)), 0, "all_gather", 2 * S)
+
+
+def test_a_transfer_between_mirrors_is_refused_with_the_counts_that_work() -> None:
+    """torchtitan's pipeline is outermost: on 8 ranks with 2 stages, stage peers are 4 apart, so 4 live
+    ranks mirror both ends of a send; only K = 8 (no deduplication) keeps the peers apart."""
+    from bridge.matching import Call, Matcher
+
+    m = Matcher(8, Mirrors(8, 4))
+    call = Call(rank=2, handle=1, kind="send", nbytes=4, dtype="uint8", root=None, t=0, name="send#0")
+    with pytest.raises(RunFailed, match=r"ranks 2 and 6 \(4 apart\).*divide 8 but not 4: 8 \(every rank live"):
+        m.transfer(call, peer=6, tag=0, seq=0, is_send=True)
+    ok = Matcher(8, Mirrors(8, 4))  # stage peers 1 apart (the pipeline innermost): a transfer between live ranks
+    assert ok.transfer(call, peer=3, tag=0, seq=0, is_send=True) is None  # waits for the receiver
