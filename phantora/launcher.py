@@ -8,6 +8,7 @@ results into results.json and merges their traces into trace.json.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
-from phantora.results import run_dir
+from phantora.results import provenance, run_dir
 from phantora.runtime.gpus import get_gpu
 from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options
 from phantora.runtime.results import summarize, write_results
@@ -53,6 +54,7 @@ class RunConfig:
     wrapper: str | None = None  # a script each rank runs instead, with the training script and its args as argv
     sim_cuda: bool = True  # the simulated CUDA device: CUDA + NCCL scripts run unchanged (runtime/simcuda)
     fork_server: bool = True  # fork ranks from one interpreter that has imported RANK_PRELOAD (bridge/forkserver.py)
+    command: list[str] | None = None  # the command line that asked for the run (recorded in config.json)
 
 
 @dataclass
@@ -98,16 +100,24 @@ def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
         if cfg.cc or cfg.packet_set:
             raise InputError("--cc and --set apply to --network ns3 only", field="set" if cfg.packet_set else "cc")
         return None
-    from phantora.netsim.cli_config import packet_config_from_flags
 
     # Built here to check it before any process starts; the network server builds the same from these options.
-    packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=LIVE_QUEUE_SAMPLE_NS)
+    packet_config(cfg)
     options: dict[str, Any] = {"queue_sample_ns": LIVE_QUEUE_SAMPLE_NS}
     if cfg.cc:
         options["cc"] = cfg.cc
     if cfg.packet_set:
         options["set"] = list(cfg.packet_set)
     return options
+
+
+def packet_config(cfg: RunConfig) -> Any:
+    """The ns3 run's PacketConfig, every default filled in (None for the flow network)."""
+    if cfg.network != "ns3":
+        return None
+    from phantora.netsim.cli_config import packet_config_from_flags
+
+    return packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=LIVE_QUEUE_SAMPLE_NS)
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks
@@ -181,6 +191,8 @@ def launch(cfg: RunConfig) -> RunReport:
     if cfg.out_dir is not None:
         out = run_dir.claim(cfg.out_dir, overwrite=cfg.overwrite)
         run_dir.write_status(out, "running", script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
+        options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("command", "python")}
+        provenance.write_config(out, options=options, topo=topo, packet=packet_config(cfg), command=cfg.command)
     else:
         out = Path(tempfile.mkdtemp(prefix="phantora-run-"))
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)

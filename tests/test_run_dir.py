@@ -96,3 +96,34 @@ def test_the_cli_refuses_an_earlier_runs_directory_and_leaves_it_alone(tmp_path:
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "results.json").read_text())["world_size"] == 2
     assert run_dir.read_status(tmp_path)["state"] == "complete"
+
+
+def test_the_config_records_every_setting_and_rerun_reproduces_the_run(tmp_path: Path) -> None:
+    """--set values and every default in config.json; `phantora rerun` gives identical simulated steps."""
+    from phantora.netsim.packet_config import PacketConfig
+    from phantora.results.provenance import read_config
+
+    first = tmp_path / "first"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "star8", "--nproc", "2", "--network", "ns3"]
+    cmd += ["--cc", "dcqcn", "--set", "buffer_bytes=4000000", "--set", "pfc=false", "--out", str(first), "-q"]
+    out = subprocess.run([*cmd, str(SCRIPT), "--steps", "2"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = read_config(first)
+    fields = doc["packet"]["fields"]
+    assert fields["buffer_bytes"] == 4_000_000 and fields["pfc"] is False and fields["cc"] == "dcqcn"
+    defaults = PacketConfig()
+    for name in ("payload_bytes", "reserve_bytes", "dt_shift", "ack_interval", "seed", "ecn"):
+        assert fields[name] == getattr(defaults, name), name  # the defaults that applied, written out
+    star = doc["packet"]["resolved"]["ecn_kmin_bytes"]
+    assert star == {str(r): r // 10**9 * 4000 for r in map(int, star)}  # 4 KB per Gb/s, the default rule
+    assert doc["packet"]["ns3_params"]["buffer_bytes"] == "4000000" and doc["packet"]["ns3_params"]["pfc"] == "0"
+    assert doc["command"][:2] == ["phantora", "run"] and "--set" in doc["command"]
+    assert len(doc["topology"]["sha256"]) == 64 and doc["versions"]["torch"].startswith("2.13.0")
+    again = subprocess.run(
+        [sys.executable, "-m", "phantora.cli", "rerun", str(first), "-q"], capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "reproduced: the 2 simulated step times are identical" in again.stdout
+    steps = [json.loads((tmp_path / d / "results.json").read_text())["steps"] for d in ("first", "first-rerun")]
+    assert steps[0] == steps[1]
+    assert read_config(tmp_path / "first-rerun")["packet"] == doc["packet"]

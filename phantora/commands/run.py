@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         dedup=args.dedup,
         timeout_s=args.timeout,
         fork_server=not args.no_fork_server,
+        command=["phantora", *sys.argv[1:]],
     )
     if args.record:
         from phantora.egraph.live import record_run

@@ -1,0 +1,74 @@
+"""`phantora rerun DIR`: run again what produced the run directory DIR (its config.json), into a new one.
+
+The same options, from the same working directory; the topology must still be the one the run used
+(its digest is checked). At the end it says whether the simulated steps came out identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from phantora.commands.outdir import add_out_options
+from phantora.errors import InputError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("rerun", help="run again what produced a run directory (its config.json)", description=__doc__)
+    p.add_argument("run", type=Path, help="a run directory written by `phantora run --out`")
+    add_out_options(p, "the new run (default: RUN-rerun, RUN-rerun2, ...)")
+    p.add_argument("--quiet", "-q", action="store_true", help="do not print rank 0's output")
+    p.set_defaults(func=run)
+
+
+def _fresh(run: Path) -> Path:
+    for i in range(1, 1000):
+        cand = run.with_name(f"{run.name}-rerun{'' if i == 1 else i}")
+        if not cand.exists():
+            return cand
+    raise InputError("no free name for the new run directory; pass --out", file=str(run))
+
+
+def run(args: argparse.Namespace) -> int:
+    from phantora.launcher import RunConfig, launch, resolve_topology
+    from phantora.results.provenance import read_config, topology_digest
+    from phantora.runtime.results import format_summary
+
+    doc = read_config(args.run)
+    options: dict[str, Any] = dict(doc["options"])
+    here = Path(doc.get("cwd") or os.getcwd())
+    with contextlib.chdir(here):
+        topo = resolve_topology(options["topology"])
+        if topology_digest(topo) != doc["topology"]["sha256"]:
+            raise InputError(
+                f"topology {options['topology']!r} is not the one the run used (its nodes or links changed)",
+                file=str(args.run / "config.json"),
+            )
+        options.update(topology=topo, out_dir=args.out or _fresh(args.run.resolve()), overwrite=args.overwrite)
+        options["command"] = ["phantora", "rerun", str(args.run)]
+        known = set(RunConfig.__dataclass_fields__)
+        report = launch(RunConfig(**{k: v for k, v in options.items() if k in known}))
+    if not args.quiet and report.logs.get("rank 0", "").strip():
+        print("----- rank 0 output -----\n" + report.logs["rank 0"].rstrip() + "\n-------------------------")
+    print(format_summary(report.summary))
+    print(f"wrote {report.out_dir}")
+    return _compare_steps(args.run, report.summary)
+
+
+def _compare_steps(old_dir: Path, new: dict[str, Any]) -> int:
+    try:
+        old = json.loads((old_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        print(f"{old_dir} has no results.json (the run did not complete): nothing to compare with")
+        return 0
+    a = [s["time_ns"] for s in old.get("steps", [])]
+    b = [s["time_ns"] for s in new.get("steps", [])]
+    if a == b:
+        print(f"reproduced: the {len(b)} simulated step times are identical to {old_dir}'s")
+        return 0
+    print(f"NOT reproduced: step times differ from {old_dir}'s ({a} vs {b})")
+    return 1

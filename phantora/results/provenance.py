@@ -1,0 +1,121 @@
+"""config.json: what produced a run, complete enough to run it again (`phantora rerun DIR`).
+
+It holds the run's options as given, the packet settings with every default filled in (and the
+values the defaults resolve to on this topology: switch buffer, ECN thresholds per link rate), the
+topology's name and a digest of its nodes and links, the command line, and the versions of
+phantora, torch, ns-3 and Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from phantora.netsim.packet_config import PacketConfig, cc_ecn_maps
+from phantora.results.write import write_json
+from phantora.topology.model import Topology
+
+CONFIG_JSON = "config.json"
+CONFIG = "phantora.config/1"
+
+
+def topology_digest(topo: Topology) -> str:
+    """sha256 of the topology's nodes, links and GPU model: equal digests, equal fabrics."""
+    doc = {
+        "nodes": [dataclasses.astuple(n) for n in topo.nodes],
+        "links": [dataclasses.astuple(link) for link in topo.links],
+        "gpu_model": topo.gpu_model,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of what computed the results."""
+
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "phantora": version("phantora"),
+        "torch": version("torch"),
+        "ns3": version("ns3"),
+        "python": platform.python_version(),
+    }
+
+
+def packet_settings(config: PacketConfig, topo: Topology) -> dict[str, Any]:
+    """Every PacketConfig field (defaults included) and what the defaults come to on `topo`."""
+    rates = sorted({link.bandwidth_bps for link in topo.links})
+    cc_maps = cc_ecn_maps(config.cc, rates)  # DCTCP's step marking, when the user set no maps
+    kmin = config.kmin_map or cc_maps.get("kmin_map") or {r: config.scaled_kmin(r) for r in rates}
+    kmax = config.kmax_map or cc_maps.get("kmax_map") or {r: config.scaled_kmax(r) for r in rates}
+    return {
+        "fields": dataclasses.asdict(config),
+        "resolved": {  # what the defaults come to on this topology's switches and links
+            # a switch's buffer follows its fastest port's rate (unless buffer_bytes is set)
+            "switch_buffer_bytes_by_fastest_port": {str(r): config.scaled_buffer(r) for r in rates},
+            "ecn_kmin_bytes": {str(r): kmin.get(r) for r in rates},
+            "ecn_kmax_bytes": {str(r): kmax.get(r) for r in rates},
+        },
+        "ns3_params": dict(config.to_params(rates)),  # exactly what the ns-3 model is given
+    }
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON: paths as strings, a Topology by its name, tuples as lists."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Topology):
+        return value.name
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def write_config(
+    out: Path,
+    *,
+    options: dict[str, Any],
+    topo: Topology,
+    packet: PacketConfig | None,
+    command: list[str] | None,
+) -> Path:
+    """Write out/config.json."""
+    doc = {
+        "schema": CONFIG,
+        "command": command,
+        "cwd": os.getcwd(),  # the ranks start here, and relative paths in the options are from here
+        "options": plain(options),
+        "topology": {"name": topo.name, "sha256": topology_digest(topo), "ranks": topo.num_ranks},
+        "packet": packet_settings(packet, topo) if packet is not None else None,
+        "versions": versions(),
+    }
+    return write_json(out / CONFIG_JSON, doc, sort_keys=False)
+
+
+def read_config(run: Path) -> dict[str, Any]:
+    """A run directory's config.json (InputError if it has none or it is not one)."""
+    from phantora.errors import InputError
+
+    path = Path(run) / CONFIG_JSON
+    try:
+        doc = json.loads(path.read_text())
+    except OSError:
+        raise InputError("no config.json: not a run directory, or a run from before configs were recorded",
+                         file=str(run)) from None  # fmt: skip
+    except ValueError as exc:
+        raise InputError(f"not JSON: {exc}", file=str(path)) from None
+    if not isinstance(doc, dict) or doc.get("schema") != CONFIG:
+        raise InputError(f"not a {CONFIG} document", file=str(path))
+    return doc
