@@ -34,6 +34,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from typing import Any
 
 from phantora.errors import InputError, PhantoraError
 from phantora.files import read_toml
+from phantora.results.run_dir import read_status
+from phantora.results.write import write_json
 from phantora.sweep_local import RunOutcome, RunSpec, Scalar, prebuild_ns3, run_local
 
 DEFAULT_COMMAND = ("replay", "{workload}", "--no-progress", "--out", "{out}")
@@ -350,6 +353,56 @@ def sweep_plots(spec: SweepSpec, rows: Sequence[dict[str, Any]], runs: Sequence[
 # ----- the whole sweep --------------------------------------------------------------------------------
 
 
+SWEEP_JSON = "sweep.json"
+SWEEP = "phantora.sweep/1"
+RUN_RECORD = "sweep-run.json"  # in each run directory: its command and outcome, once it has one
+
+
+def identity(spec: SweepSpec) -> dict[str, Any]:
+    """What makes two sweeps the same sweep (as JSON would give it back)."""
+    doc = {"name": spec.name, "command": list(spec.command), "fixed": spec.fixed, "grid": spec.grid}
+    return dict(json.loads(json.dumps(doc)))
+
+
+def record_outcome(run: RunSpec, res: RunOutcome) -> None:
+    """<run dir>/sweep-run.json: the run's command and outcome, which a resumed sweep trusts."""
+    doc = {"args": run.args, "status": res.status, "returncode": res.returncode, "error": res.error}
+    write_json(run.out / RUN_RECORD, {**doc, "wall_s": res.wall_s}, sort_keys=False)
+
+
+def _completed(run: RunSpec) -> RunOutcome | None:
+    try:
+        rec = json.loads((run.out / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if rec.get("args") != run.args or rec.get("status") != "ok":
+        return None
+    status = read_status(run.out)  # the run's own status.json, when its command writes one
+    if status is not None and status.get("state") != "complete":
+        return None
+    return RunOutcome(run.index, "ok", rec.get("returncode"), "", float(rec.get("wall_s") or 0.0))
+
+
+def plan_resume(spec: SweepSpec, out_dir: Path, runs: Sequence[RunSpec], resume: bool | None) -> dict[int, RunOutcome]:
+    """The runs an earlier sweep in `out_dir` completed, by index (none when starting over)."""
+    try:
+        meta = json.loads((out_dir / SWEEP_JSON).read_text())
+    except (OSError, ValueError):
+        meta = None
+    if meta is None or resume is False:
+        if resume is False:
+            shutil.rmtree(out_dir / "runs", ignore_errors=True)
+        return {}
+    mine = identity(spec)
+    if any(meta.get(k) != v for k, v in mine.items()):
+        raise InputError(
+            f"{out_dir} holds another sweep ({meta.get('name')!r}, a different command or grid): choose "
+            "another --out, or pass --no-resume to replace it",
+            file=str(out_dir / SWEEP_JSON),
+        )
+    return {r.index: o for r in runs if (o := _completed(r)) is not None}
+
+
 @dataclass
 class SweepResult:
     """The runs, their outcomes, the table rows and the files written."""
@@ -373,8 +426,13 @@ def run_sweep(
     progress: bool | None = None,
     plots: bool = True,
     report: Callable[[str], None] | None = None,
+    resume: bool | None = None,
 ) -> SweepResult:
-    """Run every point of `spec` (locally or on Ray), then write sweep.csv/.parquet, sweep.json and plots."""
+    """Run every point of `spec` (locally or on Ray), then write sweep.csv/.parquet, sweep.json and plots.
+
+    `resume` (None: when `out_dir` holds the same sweep) keeps the runs an earlier sweep there completed
+    and runs only the others (failed, interrupted or never started); False starts over.
+    """
     from tqdm import tqdm
 
     spec.validate()
@@ -383,9 +441,16 @@ def run_sweep(
     n_jobs = jobs or spec.jobs or os.cpu_count() or 1
     say = report or (lambda msg: print(msg, file=sys.stderr))
     quiet = not sys.stderr.isatty() if progress is None else not progress
-    bar = tqdm(total=len(runs), desc=f"sweep {spec.name}", unit="run", disable=quiet, file=sys.stderr)
+    kept = plan_resume(spec, out_dir, runs, resume)
+    if kept:
+        say(f"sweep {spec.name}: resuming in {out_dir}: {len(kept)} of {len(runs)} runs are complete, "
+            f"running the other {len(runs) - len(kept)}")  # fmt: skip
+    todo = [r for r in runs if r.index not in kept]
+    write_json(out_dir / SWEEP_JSON, {"schema": SWEEP, "state": "running", **identity(spec)}, sort_keys=False)
+    bar = tqdm(total=len(todo), desc=f"sweep {spec.name}", unit="run", disable=quiet, file=sys.stderr)
 
     def done(run: RunSpec, res: RunOutcome) -> None:
+        record_outcome(run, res)
         bar.update(1)
         if res.status != "ok" and not quiet:
             bar.write(f"run {run.index} failed ({run.describe()}): {res.error}", file=sys.stderr)
@@ -394,26 +459,27 @@ def run_sweep(
         if ray_address is not None:
             from phantora.sweep_ray import run_on_ray
 
-            outcomes = run_on_ray(runs, ray_address, spec.timeout_s, on_done=done)
+            fresh = run_on_ray(todo, ray_address, spec.timeout_s, on_done=done)
         else:
-            prebuild_ns3(runs, say)
-            outcomes = run_local(runs, n_jobs, spec.timeout_s, on_done=done)
+            prebuild_ns3(todo, say)
+            fresh = run_local(todo, n_jobs, spec.timeout_s, on_done=done)
     finally:
         bar.close()
+    by_index = {**kept, **{o.index: o for o in fresh}}
+    outcomes = [by_index[r.index] for r in runs]
     rows = table_rows(spec, runs, outcomes)
     files = write_table(rows, out_dir)
     meta = {
-        "schema": "phantora.sweep/1",
-        "name": spec.name,
-        "command": list(spec.command),
-        "fixed": spec.fixed,
-        "grid": spec.grid,
+        "schema": SWEEP,
+        "state": "complete",
+        **identity(spec),
         "backend": "ray" if ray_address is not None else "local",
         "jobs": None if ray_address is not None else n_jobs,
+        "resumed": sorted(kept),  # runs kept from an earlier, interrupted sweep
         "rows": rows,
     }
-    (out_dir / "sweep.json").write_text(json.dumps(meta, indent=2) + "\n")
-    files.append(out_dir / "sweep.json")
+    write_json(out_dir / SWEEP_JSON, meta, sort_keys=False)
+    files.append(out_dir / SWEEP_JSON)
     if plots:
         files += sweep_plots(spec, rows, runs, out_dir)
     result = SweepResult(runs, outcomes, rows, files)

@@ -281,3 +281,45 @@ def test_grid_file_trace_key(tmp_path: Path) -> None:
     g.write_text(f'trace = "{tmp_path / "a"}"\ncommand = ["run", "--out", "{{out}}", "x.py"]\n')
     with pytest.raises(InputError, match="must be `replay"):
         load_grid(g)
+
+
+def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
+    """Interrupt a 6-run sweep after 3 runs (^C), run the same command again: only the runs not complete
+    run, and the table equals an uninterrupted sweep's."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    wl = tmp_path / "ar.toml"
+    wl.write_text(WORKLOAD)
+    argv = ["sweep", "-w", str(wl), "-t", "star8,twoleaf8,testbed16", "-p", "algorithm=ring,tree"]
+    argv += ["-p", "network=flow", "-j", "1", "--no-plots", "--no-progress"]
+    cli = [sys.executable, "-m", "phantora.cli"]
+    whole = subprocess.run([*cli, *argv, "--out", str(tmp_path / "whole")], capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    out = tmp_path / "cut"
+    proc = subprocess.Popen([*cli, *argv, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while len(list(out.glob("runs/*/sweep-run.json"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # ^C: the run in progress finishes or is cut, the sweep stops
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0 and not (out / "sweep.csv").exists()
+    done = len(list(out.glob("runs/*/sweep-run.json")))
+    assert 3 <= done < 6
+    again = subprocess.run([*cli, *argv, "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{done} of 6 runs are complete, running the other {6 - done}" in again.stderr
+
+    def table(d: Path) -> list[dict[str, str]]:
+        with (d / "sweep.csv").open() as fh:
+            return [{k: v for k, v in r.items() if k not in ("wall_s", "dir")} for r in csv.DictReader(fh)]
+
+    assert table(out) == table(tmp_path / "whole") and len(table(out)) == 6
+    assert len(json.loads((out / "sweep.json").read_text())["resumed"]) == done
+    other = subprocess.run(
+        [*cli, "sweep", "-w", str(wl), "-t", "star8", "-p", "network=flow", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert other.returncode == 2 and "holds another sweep" in other.stderr and "--no-resume" in other.stderr

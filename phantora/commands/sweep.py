@@ -60,6 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the plots")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
+    p.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep the runs an interrupted sweep in --out completed and run the rest (default: when --out "
+        "holds the same sweep); --no-resume starts over",
+    )
     p.set_defaults(func=run)
 
 
@@ -108,7 +115,9 @@ def run(args: argparse.Namespace) -> int:
     n = len(spec.points())
     where = f"Ray at {args.ray}" if args.ray else f"{args.jobs or spec.jobs or 'all'} local job(s)"
     print(f"sweep {spec.name}: {n} runs on {where}, writing {out}", flush=True)
-    res = run_sweep(spec, out, jobs=args.jobs, ray_address=args.ray, progress=args.progress, plots=args.plots)
+    res = run_sweep(
+        spec, out, jobs=args.jobs, ray_address=args.ray, progress=args.progress, plots=args.plots, resume=args.resume
+    )
     print(format_rows(spec, res.rows))
     print("wrote " + ", ".join(str(p) for p in res.files))
     if res.failed:
