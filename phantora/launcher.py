@@ -12,6 +12,7 @@ import dataclasses
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class RunConfig:
     sim_cuda: bool = True  # the simulated CUDA device: CUDA + NCCL scripts run unchanged (runtime/simcuda)
     fork_server: bool = True  # fork ranks from one interpreter that has imported RANK_PRELOAD (bridge/forkserver.py)
     command: list[str] | None = None  # the command line that asked for the run (recorded in config.json)
+    on_step: Callable[[dict[str, Any]], None] | None = None  # told of each step all live ranks finished
 
 
 @dataclass
@@ -191,7 +193,8 @@ def launch(cfg: RunConfig) -> RunReport:
     if cfg.out_dir is not None:
         out = run_dir.claim(cfg.out_dir, overwrite=cfg.overwrite)
         run_dir.write_status(out, "running", script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
-        options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("command", "python")}
+        skip = ("command", "python", "on_step")
+        options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
         provenance.write_config(out, options=options, topo=topo, packet=packet_config(cfg), command=cfg.command)
     else:
         out = Path(tempfile.mkdtemp(prefix="phantora-run-"))
@@ -202,6 +205,7 @@ def launch(cfg: RunConfig) -> RunReport:
     env = {**opts.to_env(), **cfg.env}
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
     cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", *wrap, str(script.resolve()), *cfg.args]
+    watcher = run_dir.StepWatcher(out, live, cfg.on_step) if cfg.on_step is not None else None
     try:
         cosim = CosimRun(
             topo,
@@ -220,12 +224,16 @@ def launch(cfg: RunConfig) -> RunReport:
             rank_preload=RANK_PRELOAD if cfg.fork_server else (),
         ).run()
     except BaseException as exc:  # a failed run (or ^C) says so, and keeps the steps that finished
+        if watcher is not None:
+            watcher.stop()
         if keep:
             steps = run_dir.merge_steps(out, range(live))
             run_dir.write_status(out, "failed", **run_dir.failure(exc), steps_finished=len(steps))
         else:
             shutil.rmtree(out, ignore_errors=True)
         raise
+    if watcher is not None:
+        watcher.stop()
     try:
         summary = summarize(cosim.ranks, gpu)
         summary = {

@@ -69,8 +69,11 @@ def test_steps_merge_as_the_slowest_rank_ends_them(tmp_path: Path) -> None:
 
 
 def test_a_run_killed_mid_way_keeps_its_finished_steps_and_says_what_happened(tmp_path: Path) -> None:
-    full = launch(RunConfig(str(SCRIPT), ["--steps", "5"], "testbed16", nproc=2, out_dir=tmp_path / "full"))
+    seen: list[dict] = []  # progress: told of each step as every live rank finishes it
+    cfg = RunConfig(str(SCRIPT), ["--steps", "5"], "testbed16", nproc=2, out_dir=tmp_path / "full", on_step=seen.append)
+    full = launch(cfg)
     assert run_dir.read_status(tmp_path / "full")["state"] == "complete"
+    assert [s["end_ns"] for s in seen] == [s["end_ns"] for s in full.summary["steps"]]
     died = tmp_path / "died"
     with pytest.raises(PhantoraError, match="rank 1"):
         launch(RunConfig(str(SCRIPT), ["--steps", "5", "--die-at", "3"], "testbed16", nproc=2, out_dir=died))

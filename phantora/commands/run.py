@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 from phantora.commands.outdir import add_out_options
 from phantora.units import parse_time_ns
@@ -75,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
     p.add_argument("--record", default=None, metavar="DIR", help="also record every rank's execution graph here")
-    p.add_argument("--quiet", "-q", action="store_true", help="do not print rank 0's output")
+    p.add_argument("--quiet", "-q", action="store_true", help="print neither progress nor rank 0's output")
     p.add_argument("script", help="training script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
     p.set_defaults(func=run)
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         fork_server=not args.no_fork_server,
         command=["phantora", *sys.argv[1:]],
+        on_step=None if args.quiet else step_printer(),
     )
     if args.record:
         from phantora.egraph.live import record_run
@@ -131,3 +135,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {report.out_dir}/results.json, trace.json, logs/")
     sys.stdout.flush()
     return 0
+
+
+def step_printer(every_s: float = 5.0) -> Callable[[dict[str, Any]], None]:
+    """Progress: a line per finished step on a terminal; otherwise (a log file, a pipe) at most one per
+    `every_s` seconds, so a long run's log stays short."""
+    tty = sys.stdout.isatty()
+    t0 = time.monotonic()
+    last = [float("-inf")]
+
+    def show(line: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if not tty and now - last[0] < every_s:
+            return
+        last[0] = now
+        print(
+            f"[phantora] step {line['step']} done: {line['time_ns'] / 1e6:.3f} ms "
+            f"(simulated time {line['end_ns'] / 1e6:.3f} ms, wall {now - t0:.1f} s)",
+            flush=True,
+        )
+
+    return show

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -117,12 +118,18 @@ def merge_steps(out: Path, live: Iterable[int] | None = None) -> list[dict[str, 
     the highest over ranks, communication the sum of the ranks' bytes by kind and their longest stall.
     """
     ranks = rank_steps(out)
-    want = sorted(ranks) if live is None else sorted(live)
+    rows = _merged(ranks, sorted(ranks) if live is None else sorted(live))
+    write_atomic(Path(out) / STEPS_JSONL, "".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def _merged(ranks: dict[int, list[dict[str, Any]]], want: list[int]) -> list[dict[str, Any]]:
     if not want or any(r not in ranks for r in want):
         done = 0
     else:
         done = min(len(ranks[r]) for r in want)
-    rows, prev = [], 0
+    rows: list[dict[str, Any]] = []
+    prev = 0
     for i in range(done):
         lines = [ranks[r][i] for r in want]
         end = max(x["end_ns"] for x in lines)
@@ -146,5 +153,37 @@ def merge_steps(out: Path, live: Iterable[int] | None = None) -> list[dict[str, 
             }
         )
         prev = end
-    write_atomic(Path(out) / STEPS_JSONL, "".join(json.dumps(r) + "\n" for r in rows))
     return rows
+
+
+class StepWatcher:
+    """Calls `on_step(line)` for each step every live rank has finished, as the ranks' step files grow.
+
+    A daemon thread polls `out/steps/` every `every_s`; `stop()` reports what is left and joins it. The
+    line is the one `merge_steps` gives that step (without writing steps.jsonl).
+    """
+
+    def __init__(self, out: Path, live: int, on_step: Callable[[dict[str, Any]], None], every_s: float = 0.5) -> None:
+        self.out, self.live, self.on_step, self.every_s = Path(out), live, on_step, every_s
+        self.seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="phantora-steps", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.poll()
+
+    def poll(self) -> None:
+        ranks = rank_steps(self.out)
+        if len(ranks) < self.live or any(r not in ranks for r in range(self.live)):
+            return
+        lines = _merged(ranks, list(range(self.live)))
+        for line in lines[self.seen :]:
+            self.on_step(line)
+        self.seen = max(self.seen, len(lines))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.poll()
