@@ -39,11 +39,55 @@ def process_log(role: str) -> Callable[[str], None]:
     return log
 
 
+RUN_DIR_PREFIX = "phantora-run-"
+OWNER_FILE = "owner"  # "<pid> <start time>" of the process that made the directory
+
+
 def make_run_dir(parent: str | Path | None = None) -> Path:
-    """A fresh private directory (0700) for the run's sockets and set-up file."""
-    path = Path(tempfile.mkdtemp(prefix="phantora-run-", dir=parent))
+    """A fresh private directory (0700) for the run's sockets and set-up file, marked with its owner.
+
+    Directories that dead owners left behind (a launcher killed with SIGKILL) are removed first.
+    """
+    remove_stale_run_dirs(parent)
+    path = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=parent))
     os.chmod(path, 0o700)
+    (path / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
     return path
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid, it
+    names one process, even after the pid is reused. Empty if the process does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _owner_alive(path: Path) -> bool:
+    """False only when the directory names its owner and that process is gone; True when unsure."""
+    try:
+        pid_text, start = (path / OWNER_FILE).read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return True  # no owner recorded (or being written): never remove what might be live
+    return _start_time(pid) == start
+
+
+def remove_stale_run_dirs(parent: str | Path | None = None) -> list[Path]:
+    """Remove this user's run directories in `parent` (default: the temp directory) whose owner is dead."""
+    root = Path(parent or tempfile.gettempdir())
+    removed = []
+    for path in root.glob(RUN_DIR_PREFIX + "*"):
+        try:
+            mine = path.is_dir() and not path.is_symlink() and path.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and not _owner_alive(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def remove_run_dir(path: Path) -> None:

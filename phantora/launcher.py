@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,7 +196,9 @@ def launch(cfg: RunConfig) -> RunReport:
         options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
         provenance.write_config(out, options=options, topo=topo, packet=packet_config(cfg), command=cfg.command)
     else:
-        out = Path(tempfile.mkdtemp(prefix="phantora-run-"))
+        from bridge.transport import make_run_dir
+
+        out = make_run_dir()  # private, removed at the end (or by a later run, if this launcher is killed)
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
     opts.phantom = phantom
