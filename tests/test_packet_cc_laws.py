@@ -311,3 +311,20 @@ def test_dctcp_cuts_once_per_window_and_tracks_alpha(cc, ns3_cc):
     assert d.GetRateBps() == G100 // 2 + 615_000_000
     d.OnAck(feedback(ns3_cc, 12_000, ecn=True))  # new round: cut by (1 - alpha / 2)
     assert d.GetRateBps() == pytest.approx((G100 // 2 + 615_000_000) * (1 - alpha / 2), abs=1)
+
+
+# ----- the attribute table that checks --set cc.X before a run --------------------------------------------
+def test_cc_attribute_table_matches_the_typeids(ns3_cc) -> None:
+    """CC_ATTRIBUTES (packet_config.py) names exactly each Cc* TypeId's own attributes, with their kinds."""
+    from phantora.netsim.packet_config import CC_ATTRIBUTES, CC_TYPES
+
+    ns, _ = ns3_cc
+    kinds = {"DoubleValue": "double", "UintegerValue": "uinteger", "BooleanValue": "boolean", "TimeValue": "time"}
+    for cc, type_name in CC_TYPES.items():
+        tid = ns.TypeId.LookupByName(type_name)
+        own = {}
+        for i in range(tid.GetAttributeN()):
+            info = tid.GetAttribute(i)
+            value_type = str(info.checker.GetValueTypeName()).removeprefix("ns3::")
+            own[str(info.name)] = kinds.get(value_type, value_type)
+        assert own == CC_ATTRIBUTES[cc], cc

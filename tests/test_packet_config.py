@@ -126,10 +126,40 @@ def test_bad_config_names_file_line_and_key(tmp_path: Path, line: str, key: str)
 
 
 def test_overrides() -> None:
-    c = apply_overrides(PacketConfig(), ["pfc=0", "buffer_bytes=200000", "cc.G=0.5", "kmin_map=100Gbps 1000"])
+    dcqcn = PacketConfig(cc="dcqcn")
+    c = apply_overrides(dcqcn, ["pfc=0", "buffer_bytes=200000", "cc.G=0.5", "kmin_map=100Gbps 1000"])
     assert (c.pfc, c.buffer_bytes, c.cc_attrs, c.kmin_map) == (False, 200_000, {"G": "0.5"}, {100 * G: 1000})
-    with pytest.raises(InputError, match="unknown PacketConfig field"):
-        apply_overrides(PacketConfig(), ["nonsense=1"])
+    with pytest.raises(InputError, match="unknown PacketConfig field 'nonsense'.*buffer_bytes.*cc.ATTRIBUTE"):
+        apply_overrides(PacketConfig(), ["nonsense=1"])  # the error lists the fields
+    assert apply_overrides(dcqcn, ["buffer_bytes=4MB", "rto_ns=1ms"]).buffer_bytes == 4_000_000
+
+
+@pytest.mark.parametrize(
+    ("item", "field", "says"),
+    [
+        ("buffer_bytes=lots", "buffer_bytes", "expected an integer (or a size like 4MB"),
+        ("cc.G=abc", "cc.G", "attribute G of dcqcn takes a number, got 'abc'"),
+        ("cc.RpTimer=soon", "cc.RpTimer", "takes a time such as 4us"),
+        ("cc.TargetUtil=0.9", "cc.TargetUtil", "'dcqcn' has no attribute 'TargetUtil' (its attributes: Alpha"),
+    ],
+)
+def test_bad_set_values_name_the_field_before_a_run(item: str, field: str, says: str) -> None:
+    """--set is checked in full before any process starts (launcher.engine_options): the field and the reason."""
+    from phantora.launcher import RunConfig, engine_options
+
+    with pytest.raises(InputError) as e:
+        engine_options(RunConfig("x.py", network="ns3", cc="dcqcn", packet_set=[item]))
+    assert e.value.field == field and says in str(e.value) and "time 'lots'" not in str(e.value)
+
+
+def test_a_config_files_attributes_of_another_cc_are_dropped_by_cc(tmp_path: Path) -> None:
+    from phantora.netsim.cli_config import packet_config_from_flags
+
+    f = tmp_path / "config.txt"
+    f.write_text("CC_MODE 1\nEWMA_GAIN 0.00390625\nRP_TIMER 900\n")
+    assert packet_config_from_flags(config_file=f).cc_attrs == {"G": "0.00390625", "RpTimer": "900000ns"}
+    assert packet_config_from_flags(config_file=f, cc="hpcc").cc_attrs == {}
+    assert packet_config_from_flags(config_file=f, cc="dctcp").cc_attrs == {"G": "0.00390625"}
 
 
 def test_node_ip_matches_the_hpcc_formula() -> None:

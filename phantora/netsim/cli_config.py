@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from phantora.netsim.packet_config import PacketConfig, apply_overrides, read_hpcc_config
+from phantora.netsim.packet_config import CC_ATTRIBUTES, PacketConfig, apply_overrides, read_hpcc_config
 
 
 def packet_config_from_flags(
@@ -21,8 +21,9 @@ def packet_config_from_flags(
     config = base or PacketConfig()
     if config_file:
         config = read_hpcc_config(config_file, config)
-    if cc:
-        config = config.with_updates(cc=cc)
+    if cc:  # a config file's attributes of another CC do not apply to this one
+        keep = {k: v for k, v in config.cc_attrs.items() if k in CC_ATTRIBUTES.get(cc, {})}
+        config = config.with_updates(cc=cc, cc_attrs=keep)
     if queue_sample_ns is not None:
         config = config.with_updates(queue_sample_ns=queue_sample_ns)
     if sets:

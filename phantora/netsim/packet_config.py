@@ -19,7 +19,7 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.files import read_text
-from phantora.units import parse_rate_bps, parse_time_ns
+from phantora.units import parse_rate_bps, parse_size_bytes, parse_time_ns
 
 CC_NAMES = ("none", "dcqcn", "hpcc", "timely", "dctcp")
 CC_TYPES = {
@@ -30,6 +30,52 @@ CC_TYPES = {
     "dctcp": "ns3::CcDctcp",
 }
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
+# The attributes of each CC model's ns-3 TypeId (ns3-scratch/model/cc-*.cc) and their value kinds, so that
+# `--set cc.NAME=VALUE` is checked before a run starts; tests/test_packet_cc_laws.py checks this table
+# against the TypeIds themselves.
+CC_ATTRIBUTES: dict[str, dict[str, str]] = {
+    "none": {"HasWindow": "boolean"},
+    "dcqcn": {
+        "G": "double", "AlphaResumeInterval": "time", "RateDecreaseInterval": "time", "RpTimer": "time",
+        "FastRecoveryTimes": "uinteger", "RateAi": "uinteger", "RateHai": "uinteger", "MinRate": "uinteger",
+        "RateOnFirstCnp": "double", "ClampTargetRate": "boolean", "ByteCounter": "uinteger",
+    },
+    "hpcc": {
+        "TargetUtil": "double", "MiThresh": "uinteger", "RateAi": "uinteger", "MinRate": "uinteger",
+        "FastReact": "boolean", "VarWin": "boolean", "SampleFeedback": "boolean",
+    },
+    "timely": {
+        "Alpha": "double", "Beta": "double", "TLow": "time", "THigh": "time", "MinRtt": "time",
+        "RateAi": "uinteger", "RateHai": "uinteger", "HaiThreshold": "uinteger", "MinRate": "uinteger",
+    },
+    "dctcp": {"G": "double", "RateAi": "uinteger", "MinRate": "uinteger", "HasWindow": "boolean"},
+}  # fmt: skip
+
+
+def check_cc_attribute(cc: str, name: str, value: object) -> str | None:
+    """Why `value` cannot be attribute `name` of CC `cc` (None if it can)."""
+    known = CC_ATTRIBUTES.get(cc, {})
+    if name not in known:
+        listed = ", ".join(sorted(known)) or "none"
+        return f"congestion control {cc!r} has no attribute {name!r} (its attributes: {listed})"
+    text = str(value).strip()
+    kind = known[name]
+    try:
+        if kind == "double":
+            float(text)
+        elif kind == "uinteger":
+            if int(text) < 0:
+                raise ValueError
+        elif kind == "boolean":
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+        elif kind == "time":
+            parse_time_ns(text)
+    except (ValueError, InputError):
+        want = {"double": "a number", "uinteger": "an integer >= 0", "boolean": "true or false",
+                "time": "a time such as 4us"}[kind]  # fmt: skip
+        return f"attribute {name} of {cc} takes {want}, got {text!r}"
+    return None
 
 
 @dataclass
@@ -132,6 +178,9 @@ class PacketConfig:
                 raise bad("cc_attrs", f"bad attribute name {key!r}")
             if not isinstance(value, (str, int, float, bool)):
                 raise bad("cc_attrs", f"attribute {key}: expected a scalar, got {value!r}")
+            why = check_cc_attribute(self.cc, str(key), value)
+            if why is not None:
+                raise bad(f"cc.{key}", why)
         return self
 
     def with_updates(self, **changes: Any) -> PacketConfig:
@@ -415,7 +464,13 @@ def _field_value(kind: object, value: str, args: list[str]) -> object:
         try:
             return int(value)
         except ValueError:
-            return parse_time_ns(value) if value[-1] == "s" else int(float(value))
+            pass
+        if value[-1] == "s" and any(c.isdigit() for c in value):
+            return parse_time_ns(value)
+        try:
+            return parse_size_bytes(value) if value[-1:].lower() == "b" else int(float(value))
+        except (ValueError, InputError):
+            raise ValueError(f"expected an integer (or a size like 4MB, a time like 10us), got {value!r}") from None
     return value
 
 
@@ -434,7 +489,12 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
             attrs[key[3:]] = value.strip()
             continue
         if key not in names or key == "cc_attrs":
-            raise InputError(f"unknown PacketConfig field {key!r}", file=source, field=key)
+            listed = ", ".join(sorted(n for n in names if n != "cc_attrs"))
+            raise InputError(
+                f"unknown PacketConfig field {key!r}; the fields: {listed}; and cc.ATTRIBUTE for the CC's own",
+                file=source,
+                field=key,
+            )
         try:
             changes[key] = _field_value(names[key].type, args[0], args)
         except (ValueError, IndexError) as exc:
@@ -443,4 +503,4 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
     try:
         return replace(config, **changes)  # type: ignore[arg-type]
     except InputError as exc:
-        raise InputError(str(exc), file=source) from None
+        raise InputError(exc.message, file=source, field=exc.field) from None
