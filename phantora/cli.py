@@ -29,6 +29,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_input_warnings(command: str) -> None:
+    """Input phantora accepts but partly ignores: one line, "phantora CMD: warning: ...", no source line."""
+    import warnings
+
+    from phantora.errors import InputWarning
+
+    shown = warnings.showwarning
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if issubclass(category, InputWarning):
+            print(f"phantora {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 class Terminated(BaseException):
     """SIGTERM arrived (`timeout`, a batch scheduler, `kill`)."""
 
@@ -40,6 +57,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _print_input_warnings(args.command)
     # SIGTERM unwinds like Ctrl-C, so a run stops its processes (and theirs: DataLoader workers) on the way out
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None

@@ -31,3 +31,7 @@ class InputError(PhantoraError):
         if field is not None:
             where += f"field '{field}': "
         super().__init__(where + message)
+
+
+class InputWarning(UserWarning):
+    """Input that phantora accepts but partly ignores (the command line prints it as a warning line)."""

@@ -189,6 +189,7 @@ def test_read_flows_exact_start_times(tmp_path: Path) -> None:
         ("1\n1 0 3 100 -5 2.0\n", 2, "size_bytes"),
         ("2\n1 0 3 100 10 2.0\n2 0 3 100 10 1.0\n", 3, "start_seconds"),
         ("1\n1 0 3 100 10 2.0000000001\n", 2, "start_seconds"),
+        ("1\n3 3 3 100 10 2.0\n", 2, "dst"),  # from a host to itself
     ],
 )
 def test_bad_flow_files(tmp_path: Path, text: str, line: int, field: str | None) -> None:
@@ -197,6 +198,17 @@ def test_bad_flow_files(tmp_path: Path, text: str, line: int, field: str | None)
     with pytest.raises(InputError) as e:
         read_hpcc_flows(path, star(8))
     assert e.value.file == str(path) and e.value.line == line and e.value.field == field
+
+
+def test_lines_past_the_announced_count_are_ignored_with_a_warning(tmp_path: Path) -> None:
+    """As HPCC does: its own example flow file announces 2 flows, then lists 256 and a usage note."""
+    from phantora.errors import InputWarning
+
+    path = tmp_path / "flow.txt"
+    path.write_text("2\n1 0 3 100 10 2.0\n2 0 3 100 10 2.0\n4 0 3 100 10 2.0\nusage: not a flow\n")
+    with pytest.warns(InputWarning, match=r"flow.txt:1: the header announces 2 flows; the 2 lines .*line 4.* ignored"):
+        flows = read_hpcc_flows(path, star(8))
+    assert [f.src for f in flows] == [1, 2]
 
 
 def test_read_reference_fct() -> None:

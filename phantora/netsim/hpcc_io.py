@@ -8,13 +8,14 @@ per line. fct.txt: ``<sip hex> <dip hex> <sport> <dport> <size_B> <start_ns> <fc
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TextIO
 
-from phantora.errors import InputError
+from phantora.errors import InputError, InputWarning
 from phantora.files import read_text
 from phantora.netsim.base import Flow
 from phantora.topology.model import ENDPOINT_KINDS, Topology
@@ -88,8 +89,16 @@ def read_hpcc_flows(path: str | Path, topology: Topology | None = None) -> list[
         raise InputError(f"line 1 must be the flow count, got {len(head)} fields", file=name, line=head_no)
     count = _int(head[0], "flow count", name, head_no)
     body = lines[1:]
-    if len(body) != count:
+    if len(body) < count:
         raise InputError(f"the header announces {count} flows but {len(body)} follow", file=name, line=head_no)
+    if len(body) > count:  # HPCC reads the announced count and ignores the rest (its example file has notes)
+        warnings.warn(
+            f"{name}:{head_no}: the header announces {count} flows; the {len(body) - count} lines after them "
+            f"(from line {body[count][0]}) are ignored, as HPCC does",
+            InputWarning,
+            stacklevel=2,
+        )
+        body = body[:count]
     flows: list[HpccFlow] = []
     for i, (no, words) in enumerate(body):
         if len(words) != 6:
@@ -101,6 +110,8 @@ def read_hpcc_flows(path: str | Path, topology: Topology | None = None) -> list[
             )
         src = _int(words[0], "src", name, no)
         dst = _int(words[1], "dst", name, no)
+        if src == dst:
+            raise InputError(f"a flow from node {src} to itself crosses no link", file=name, line=no, field="dst")
         prio = _int(words[2], "priority_group", name, no)
         if not 1 <= prio <= 7:
             raise InputError(
