@@ -133,6 +133,8 @@ class Coordinator:
         if role == "supervisor":
             self.supervisor = ident
             self.last_supervisor = time.monotonic()
+            if len(self.ident_of) == self.spec.live_ranks:  # the ranks were quicker than the supervisor
+                self.send_supervisor(encode("joined", 0, ranks=self.spec.live_ranks))
         elif role == "rank":
             rank = msg["rank"]
             live = self.spec.live_ranks
@@ -151,6 +153,7 @@ class Coordinator:
             if len(self.ident_of) == live:
                 self.t_all_connected = time.monotonic()
                 self.cpu_all_connected = time.process_time()
+                self.send_supervisor(encode("joined", 0, ranks=live))  # start-up is over
         else:
             self.reject(ident, E_AUTH, f"unknown role {role!r}")
             return

@@ -137,6 +137,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "get_stats": {},
     "stats": {"stats": _map},
     "exited": {"who": _str, "rank": _opt_int, "code": _int},
+    "joined": {"ranks": _int},  # coordinator -> supervisor: every live rank has connected
     "outcome": {"outcome": _map},
 }
 

@@ -281,6 +281,7 @@ class CosimRun:
         last_heard = time.monotonic()
         last_beat = 0.0
         welcomed_at: float | None = None
+        joined = False  # every live rank has connected to the coordinator: start-up is over
         victim_until: dict[int, float] = {}  # pid of a rank that exited with PEER_LOST_EXIT -> when to blame it
         while True:
             if sock.poll(100):
@@ -288,6 +289,8 @@ class CosimRun:
                 last_heard = time.monotonic()
                 if msg.type == "welcome" and welcomed_at is None:
                     welcomed_at = time.monotonic()
+                elif msg.type == "joined":
+                    joined = True
                 elif msg.type == "outcome":
                     return msg["outcome"], welcomed_at or t0, time.monotonic()
                 elif msg.type == "error":
@@ -305,7 +308,8 @@ class CosimRun:
                 if c.role == "rank" and c.proc.returncode == 0:
                     sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
                     continue
-                died = f"{c.label} {c.exit_text()} mid-run; the run was stopped.\n{c.log_tail()}"
+                when = "mid-run" if joined else "during start-up (before every rank had joined)"
+                died = f"{c.label} {c.exit_text()} {when}; the run was stopped.\n{c.log_tail()}"
                 self._check_error_first(sock, c, died)
                 raise BridgeError(died, code="peer-died", rank=c.rank if c.role == "rank" else None)
             if now - last_beat >= HEARTBEAT_S:

@@ -38,6 +38,8 @@ from bridge.client import RankClient
 from bridge.errors import BridgeError
 
 mode = sys.argv[1]
+if mode == "early" and os.environ.get("RANK") == "1":
+    sys.exit(4)  # dies in its own start-up, before it joins the run
 c = RankClient.from_env()
 r = c.rank
 MB = 1 << 20
@@ -280,6 +282,13 @@ def test_a_rank_that_lost_a_peer_is_named_when_no_peer_died(rank_script: Path) -
         run.run()
     assert time.monotonic() - t0 < 30
     assert alive_pids([c.pid for c in run.children]) == []
+
+
+def test_a_rank_dying_before_it_joins_is_said_to_die_during_start_up(rank_script: Path) -> None:
+    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "early"], timeout_s=60)
+    with pytest.raises(BridgeError, match=r"rank 1 \(pid \d+\) exited with code 4 during start-up") as e:
+        run.run()
+    assert "mid-run" not in str(e.value) and e.value.rank == 1
 
 
 def test_bad_messages_rejected_and_run_continues(rank_script: Path) -> None:
