@@ -28,6 +28,7 @@ from bridge.runspec import RunSpec
 from bridge.transport import (
     HEARTBEAT_S,
     STARTUP_TIMEOUT_S,
+    RejectionLog,
     bind_address,
     bind_router,
     process_log,
@@ -53,7 +54,7 @@ class Coordinator:
         self.last_supervisor = time.monotonic()
         self.last_beat = 0.0
         self.core: CoordinatorCore | None = None
-        self.rejected = 0
+        self.rejections = RejectionLog(log)
         self.t_all_connected: float | None = None  # wall clock when the last rank said hello
         self.cpu_all_connected = 0.0
 
@@ -96,8 +97,7 @@ class Coordinator:
 
     # ----- receiving ---------------------------------------------------------------------------
     def reject(self, ident: bytes, code: str, text: str) -> None:
-        self.rejected += 1
-        log(f"rejected a message: {text}")
+        self.rejections(text)
         self.sock.send_multipart([ident, encode("error", 0, code=code, text=text)])
 
     def on_frames(self, frames: list[bytes]) -> None:
@@ -210,7 +210,7 @@ class Coordinator:
                 self.send_rank(rank, encode("lease", core.engine.now(), lease=lease))
             if core.all_finished():
                 outcome = core.finalize()
-                outcome["rejected"] = self.rejected
+                outcome["rejected"] = self.rejections.count
                 outcome["sim_wall_s"] = time.monotonic() - (self.t_all_connected or time.monotonic())
                 outcome["coordinator_cpu_s"] = time.process_time() - self.cpu_all_connected
                 self.send_supervisor(encode("outcome", core.engine.now(), outcome=outcome))

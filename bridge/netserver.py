@@ -33,7 +33,15 @@ from bridge.protocol import (
 )
 from bridge.runspec import RunSpec
 from bridge.stepping import advance_watching
-from bridge.transport import HEARTBEAT_S, bind_address, bind_router, process_log, token_ok, write_endpoint_file
+from bridge.transport import (
+    HEARTBEAT_S,
+    RejectionLog,
+    bind_address,
+    bind_router,
+    process_log,
+    token_ok,
+    write_endpoint_file,
+)
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
 from phantora.results.write import write_fabric_traces
@@ -69,6 +77,7 @@ class NetServer:
         self.peer: bytes | None = None
         self.running = True
         self.cpu0 = time.process_time()  # CPU spent serving (the engine is built by now)
+        self.rejections = RejectionLog(log)
 
     def _state(self, type_: str, done: list[Completion] | None = None) -> bytes:
         eng = self.engine
@@ -82,12 +91,12 @@ class NetServer:
         try:
             msg = decode(raw, self.max_bytes)
         except ProtocolError as exc:
-            log(f"rejected a message: {exc}")
+            self.rejections(str(exc))
             return encode("error", 0, code=exc.code, text=str(exc))
         if msg.type == "hello":
             return self._hello(ident, msg)
         if ident != self.peer:
-            log(f"rejected {msg.type!r} from an unauthenticated peer")
+            self.rejections(f"{msg.type!r} from an unauthenticated peer")
             return encode("error", 0, code=E_AUTH, text="not authenticated: send hello with the run token first")
         try:
             return self._serve(msg)
@@ -97,7 +106,7 @@ class NetServer:
 
     def _hello(self, ident: bytes, msg: Message) -> bytes:
         if not token_ok(msg["token"], self.token):
-            log(f"rejected hello from pid {msg['pid']}: wrong token")
+            self.rejections(f"hello from pid {msg['pid']}: wrong token")
             return encode("error", 0, code=E_AUTH, text="wrong run token")
         if msg["role"] != "coordinator":
             return encode("error", 0, code=E_AUTH, text=f"the network server serves the coordinator, not {msg['role']}")
@@ -119,6 +128,7 @@ class NetServer:
         if msg.type == "get_stats":
             stats = _plain(eng.stats())
             stats["server_cpu_s"] = time.process_time() - self.cpu0
+            stats["server_rejected_messages"] = self.rejections.count
             return encode("stats", eng.now(), stats=stats)
         if msg.type == "shutdown":
             self.running = False

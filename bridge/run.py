@@ -67,6 +67,7 @@ class CosimResult:
     engine_stats: dict[str, Any]
     messages: int
     late_collectives: int  # started later than requested (window mode error)
+    rejected_messages: int  # malformed, unauthenticated or oversized messages the coordinator refused
     logs: dict[str, str] = field(default_factory=dict)  # "rank 0", "coordinator", "server" -> log text
     startup_s: float = 0.0  # launch until the coordinator answered the launcher (network server ready)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU of the run phase: coordinator, server, ranks
@@ -428,6 +429,7 @@ class CosimRun:
             engine_stats=outcome["engine_stats"],
             messages=outcome["messages"],
             late_collectives=outcome["late_collectives"],
+            rejected_messages=int(outcome.get("rejected", 0)),
             startup_s=t_ready - t0,
             cpu_s={
                 "coordinator": float(outcome.get("coordinator_cpu_s", 0.0)),
@@ -448,6 +450,7 @@ class CosimRun:
             "makespan_ns": result.makespan_ns,
             "messages": result.messages,
             "late_collectives": result.late_collectives,
+            "rejected_messages": result.rejected_messages,
             "engine_stats": result.engine_stats,
             "ranks": {str(r): v for r, v in result.ranks.items()},
             "collectives": result.collectives,

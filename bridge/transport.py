@@ -43,6 +43,24 @@ RUN_DIR_PREFIX = "phantora-run-"
 OWNER_FILE = "owner"  # "<pid> <start time>" of the process that made the directory
 
 
+class RejectionLog:
+    """Counts rejected messages and logs the first `first` of them, then one line per `every` more: a
+    peer (or an attacker) sending garbage cannot fill the disk with the log."""
+
+    def __init__(self, log: Callable[[str], None], first: int = 20, every: int = 1000) -> None:
+        self.log, self.first, self.every = log, first, every
+        self.count = 0
+
+    def __call__(self, text: str) -> None:
+        self.count += 1
+        if self.count <= self.first:
+            self.log(f"rejected a message: {text}")
+            if self.count == self.first:
+                self.log(f"(further rejections are counted, and logged once per {self.every})")
+        elif self.count % self.every == 0:
+            self.log(f"rejected {self.count} messages so far; the latest: {text}")
+
+
 def make_run_dir(parent: str | Path | None = None) -> Path:
     """A fresh private directory (0700) for the run's sockets and set-up file, marked with its owner.
 

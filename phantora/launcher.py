@@ -261,6 +261,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "rounds": cosim.rounds,
                 "messages": cosim.messages,
                 "late_collectives": cosim.late_collectives,
+                "rejected_messages": cosim.rejected_messages,
                 "engine_stats": cosim.engine_stats,
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
             },

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,6 +109,8 @@ try:
             results["coord"] = probe(os.environ["PHANTORA_ENDPOINT"], junk)
             net = os.path.join(os.environ["PHANTORA_RUN_DIR"], "net.endpoint")
             results["server"] = probe(open(net).read(), junk)
+            if len(sys.argv) > 2:  # a flood of garbage on top
+                probe(os.environ["PHANTORA_ENDPOINT"], [b"\x00garbage"] * int(sys.argv[2]))
         t = c.wait(coll("all_reduce", list(range(c.world)), 0, 0))
     c.finish(t, results)
 except BridgeError as exc:
@@ -282,6 +285,20 @@ def test_a_rank_that_lost_a_peer_is_named_when_no_peer_died(rank_script: Path) -
         run.run()
     assert time.monotonic() - t0 < 30
     assert alive_pids([c.pid for c in run.children]) == []
+
+
+def test_a_flood_of_bad_messages_is_counted_and_the_log_stays_short(rank_script: Path) -> None:
+    """3000 garbage messages: the run's results are unchanged, each is counted, the log holds a few lines."""
+
+    def run(*args: str) -> Any:
+        cmd = [sys.executable, str(rank_script), "bad", *args]
+        return CosimRun(star(2), engine_in_coordinator=False, rank_cmd=cmd, timeout_s=120).run()
+
+    flood, calm = run("3000"), run()
+    assert flood.rejected_messages == 5 + 3000 and calm.rejected_messages == 5
+    assert flood.collectives[0]["end_ns"] == calm.collectives[0]["end_ns"]
+    lines = [ln for ln in flood.logs["coordinator"].splitlines() if "rejected" in ln]
+    assert 20 <= len(lines) <= 25 and "rejected 3000 messages so far" in lines[-1]
 
 
 def test_a_rank_dying_before_it_joins_is_said_to_die_during_start_up(rank_script: Path) -> None:
