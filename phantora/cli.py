@@ -15,8 +15,24 @@ from phantora.errors import PhantoraError
 COMMANDS = ("topo", "replay", "netsim", "run", "rerun", "compare", "sweep", "profile", "calibrate")
 
 
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked for (reading package metadata takes a moment)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from phantora.results.provenance import versions
+
+        v = versions()
+        ns3 = v["ns3"] or "not installed"
+        print(f"phantora {v['phantora']} (torch {v['torch']}, ns-3 {ns3}, Python {v['python']})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phantora", description=__doc__)
+    parser.add_argument("--version", action=_Version, help="print the versions of phantora, torch, ns-3, Python")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         try:
