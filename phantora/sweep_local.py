@@ -133,7 +133,7 @@ def run_local(
                 outcomes[run.index] = res
                 if on_done:
                     on_done(run, res)
-        except KeyboardInterrupt:
+        except BaseException:  # ^C, SIGTERM (the CLI's Terminated): runs not started yet never start
             for fut in futures:
                 fut.cancel()
             raise

@@ -299,7 +299,12 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     whole = subprocess.run([*cli, *argv, "--out", str(tmp_path / "whole")], capture_output=True, text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr[-2000:]
     out = tmp_path / "cut"
-    proc = subprocess.Popen([*cli, *argv, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a background job of a non-interactive shell (CI) inherits SIGINT ignored, and so would the sweep: the
+    # sweep here takes ^C as a terminal's user would (KeyboardInterrupt)
+    with_ctrl_c = "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    with_ctrl_c += "sys.argv[0] = 'phantora'; runpy.run_module('phantora.cli', run_name='__main__')"
+    cmd = [sys.executable, "-c", with_ctrl_c, *argv, "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while len(list(out.glob("runs/*/sweep-run.json"))) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
