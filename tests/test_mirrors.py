@@ -149,3 +149,53 @@ def test_a_transfer_between_mirrors_is_refused_with_the_counts_that_work() -> No
         m.transfer(call, peer=6, tag=0, seq=0, is_send=True)
     ok = Matcher(8, Mirrors(8, 4))  # stage peers 1 apart (the pipeline innermost): a transfer between live ranks
     assert ok.transfer(call, peer=3, tag=0, seq=0, is_send=True) is None  # waits for the receiver
+
+
+class PipelineJob(Job):
+    """Pipeline stages innermost (rank = dp * 2 + stage): stage 0 sends an activation to stage 1 of its pipeline,
+    then both all-reduce over their DP group (ranks of the same stage)."""
+
+    def step(self) -> dict[int, list[int]]:
+        done: dict[int, list[int]] = {r: [] for r in range(self.live)}
+        seen = dict.fromkeys(range(self.live), 0)
+
+        def issue(r: int, t: int) -> None:
+            self.h[r] += 1
+            if not done[r]:
+                peer = r + 1 if r % 2 == 0 else r - 1
+                m = encode("p2p", t, h=self.h[r], peer=peer, send=r % 2 == 0, tag=0, seq=0, nbytes=S, name="act")
+                self.core.on_message(r, decode(m))
+            else:
+                self.h[r] -= 1
+                group = list(range(r % 2, self.world, 2))
+                self.coll(r, t, group, 0, "all_reduce", S)
+            self.core.on_message(r, decode(encode("wait", t, handles=[self.h[r]], until=2**62)))
+
+        for r in range(self.live):
+            issue(r, 0)
+        while not self.core.all_finished():
+            self.core.progress()
+            for r in range(self.live):
+                results = [m for m in self.sent[r] if m.type == "result"]
+                if len(results) > seen[r]:
+                    seen[r] = len(results)
+                    t = results[-1]["t_done"]
+                    done[r].append(t)
+                    if len(done[r]) < 2:
+                        issue(r, t)
+                    else:
+                        self.core.on_message(r, decode(encode("finish", t, results={}, cpu_s=0.0)))
+        return done
+
+
+@pytest.mark.parametrize("live", [2, 4])
+def test_a_mirrored_pipeline_with_stages_innermost_equals_the_full_job(live: int) -> None:
+    """Deduplication of a pipeline job where the shift symmetry holds (stage peers 1 apart, K a multiple
+    of the 2 stages): sends and the DP all-reduce take exactly the full job's times."""
+    topo = leaf_spine(2, 8, 1, nic_rate="100Gbps", latency="1us", oversubscription=4)
+    full = PipelineJob(16, None, 2, topo).step()
+    got = PipelineJob(16, live, 2, topo).step()
+    for r in range(live):
+        want = [max(full[m][i] for m in range(r, 16, live)) for i in range(2)]
+        assert got[r] == want, (r, got[r], want)
+    assert full[0][0] == full[1][0] > 0  # a send completes for both ends at once
