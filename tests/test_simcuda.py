@@ -170,8 +170,9 @@ def test_memory_comes_back_when_dropped_and_shape_propagation_takes_none(tmp_pat
     are free; torch.compile'd code runs (eagerly) on the simulated device."""
     out = tmp_path / "seen.json"
     script = str(ROOT / "tests" / "scripts" / "cuda_memory_lifetimes.py")
-    launch(RunConfig(script, [str(out)], "testbed16", nproc=2, tensors=tensors, out_dir=tmp_path / "run"))
+    rep = launch(RunConfig(script, [str(out)], "testbed16", nproc=2, tensors=tensors, out_dir=tmp_path / "run"))
     seen = json.loads(out.read_text())
+    assert rep.logs["rank 0"].count("phantora: torch.compile runs eagerly") == 1  # said once, not per call
     n, world = 1 << 20, 2
     assert seen["one_tensor"] == 4 * n  # 4 MiB: a multiple of the allocator's 512-byte block
     assert seen["all_gather_output"] == 4 * n * world

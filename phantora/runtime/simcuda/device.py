@@ -95,8 +95,18 @@ def _eager_compile(compile_fn: Any) -> Any:
     """`torch.compile` with the eager backend: nothing is compiled anyway, and the default backend's set-up
     imports the inductor compiler (seconds per process; DeepSpeed calls torch.compile as it is imported)."""
 
+    told = []
+
     @functools.wraps(compile_fn)
     def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
+        if not told:  # once per process: the program (or a framework it imports) asked for compilation
+            told.append(True)
+            print(
+                "phantora: torch.compile runs eagerly on the simulated GPU: each aten op is timed by the compute "
+                "model, so a compiled program's kernel fusion is not modelled",
+                file=sys.stderr,
+                flush=True,
+            )
         kwargs.update(backend="eager", mode=None, options=None)
         return compile_fn(**kwargs) if model is None else compile_fn(model, **kwargs)
 
