@@ -101,6 +101,7 @@ def test_the_cli_refuses_an_earlier_runs_directory_and_leaves_it_alone(tmp_path:
     assert run_dir.read_status(tmp_path)["state"] == "complete"
 
 
+@pytest.mark.slow  # ~45 s: two ns-3 runs through the CLI
 def test_the_config_records_every_setting_and_rerun_reproduces_the_run(tmp_path: Path) -> None:
     """--set values and every default in config.json; `phantora rerun` gives identical simulated steps."""
     from phantora.netsim.packet_config import PacketConfig

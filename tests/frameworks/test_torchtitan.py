@@ -119,6 +119,7 @@ def sent_bytes(out: Path, src: str, dst: str, kinds: tuple[str, ...]) -> int:
         )
 
 
+@pytest.mark.slow  # ~45 s (4 real-tensor ranks); DTensor TP on a cuda mesh against gloo runs by default (test_simcuda)
 def test_torchtitan_tensor_parallel_with_fsdp(real: Any, workdir: Path, tmp_path: Path) -> None:
     """TP 2 x FSDP 2 on 4 GPUs: the same global batch as the 2-GPU FSDP run, so the same losses (the
     initial weights differ a little: the sharded parameters draw their random values per shard)."""
