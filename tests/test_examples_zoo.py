@@ -140,6 +140,7 @@ def test_llama_bf16_mixed_precision_reports_bf16_mfu():
     assert len(losses(rep.logs["rank 0"])) == STEPS
 
 
+@pytest.mark.slow  # ~27 s; op-level checkpointing (below) checks recomputation by default
 def test_activation_checkpointing_recomputes_the_forward():
     """Full AC adds about the blocks' forward compute to a step; selective (every other block) half."""
     compute, time_ns = {}, {}

@@ -303,6 +303,7 @@ def test_tp_example_matches_single_process_training():
 
 
 @pytest.mark.ns3
+@pytest.mark.slow  # ~20 s; tests/test_run_cosim.py runs a live ns-3 job by default
 def test_ddp_example_runs_in_ns3_mode(tmp_path):
     args = [*GPT_ARGS, "--steps", "2"]
     rep = launch(

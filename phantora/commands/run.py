@@ -132,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{r['script']} on {r['topology']}, network {r['network']}, wall {r['wall_s']:.1f} s")
     print(format_summary(s))
     if report.out_dir is not None:
-        print(f"wrote {report.out_dir}/results.json, trace.json, logs/")
+        print(f"wrote {report.out_dir}/results.json, steps.jsonl, config.json, trace.json, logs/")
+    else:
+        print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
 
