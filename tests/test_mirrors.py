@@ -71,6 +71,10 @@ class Job:
             h = self.coll(r, t, g, seq, kind, S, root=g[0] if kind == "broadcast" else None)
             self.core.on_message(r, decode(encode("wait", t, handles=[h], until=2**62)))
 
+        return self.drive(len(ops), issue, done)
+
+    def drive(self, n_ops: int, issue: Any, done: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Issue each live rank's first op, then its next one as each completes; finish after `n_ops`."""
         for r in range(self.live):
             issue(r, 0)
         seen = dict.fromkeys(range(self.live), 0)
@@ -82,7 +86,7 @@ class Job:
                     seen[r] = len(results)
                     t = results[-1]["t_done"]
                     done[r].append(t)
-                    if len(done[r]) < len(ops):
+                    if len(done[r]) < n_ops:
                         issue(r, t)
                     else:
                         self.core.on_message(r, decode(encode("finish", t, results={}, cpu_s=0.0)))
@@ -157,7 +161,6 @@ class PipelineJob(Job):
 
     def step(self) -> dict[int, list[int]]:
         done: dict[int, list[int]] = {r: [] for r in range(self.live)}
-        seen = dict.fromkeys(range(self.live), 0)
 
         def issue(r: int, t: int) -> None:
             self.h[r] += 1
@@ -171,21 +174,7 @@ class PipelineJob(Job):
                 self.coll(r, t, group, 0, "all_reduce", S)
             self.core.on_message(r, decode(encode("wait", t, handles=[self.h[r]], until=2**62)))
 
-        for r in range(self.live):
-            issue(r, 0)
-        while not self.core.all_finished():
-            self.core.progress()
-            for r in range(self.live):
-                results = [m for m in self.sent[r] if m.type == "result"]
-                if len(results) > seen[r]:
-                    seen[r] = len(results)
-                    t = results[-1]["t_done"]
-                    done[r].append(t)
-                    if len(done[r]) < 2:
-                        issue(r, t)
-                    else:
-                        self.core.on_message(r, decode(encode("finish", t, results={}, cpu_s=0.0)))
-        return done
+        return self.drive(2, issue, done)
 
 
 @pytest.mark.parametrize("live", [2, 4])
