@@ -278,6 +278,10 @@ def launch(cfg: RunConfig) -> RunReport:
                     (out / "trace").rmdir()
             run_dir.write_status(out, "complete", steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
+    except BaseException as exc:  # the run ended but its results could not be written
+        if keep:
+            run_dir.write_status(out, "failed", **run_dir.failure(exc))
+        raise
     finally:
         if not keep:
             shutil.rmtree(out, ignore_errors=True)
