@@ -95,7 +95,7 @@ def _eager_compile(compile_fn: Any) -> Any:
     """`torch.compile` with the eager backend: nothing is compiled anyway, and the default backend's set-up
     imports the inductor compiler (seconds per process; DeepSpeed calls torch.compile as it is imported)."""
 
-    told = []
+    told: list[bool] = []
 
     @functools.wraps(compile_fn)
     def compile_eagerly(model: Any = None, **kwargs: Any) -> Any:
