@@ -175,10 +175,7 @@ class StepWatcher:
             self.poll()
 
     def poll(self) -> None:
-        ranks = rank_steps(self.out)
-        if len(ranks) < self.live or any(r not in ranks for r in range(self.live)):
-            return
-        lines = _merged(ranks, list(range(self.live)))
+        lines = _merged(rank_steps(self.out), list(range(self.live)))  # none until every live rank has a file
         for line in lines[self.seen :]:
             self.on_step(line)
         self.seen = max(self.seen, len(lines))
