@@ -27,10 +27,9 @@ from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.base import Flow
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.packet import Ns3Simulator, load_ns3, runner_path
-from phantora.netsim.packet_config import CC_TYPES, PacketConfig
+from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.generators import leaf_spine
 from phantora.topology.model import Topology
-from phantora.topology.readers import write_hpcc
 from phantora.units import parse_rate_bps, parse_size_bytes
 
 
@@ -87,19 +86,18 @@ def run_flow(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> dict[str, 
 
 
 def runner_vs_python(topo: Topology, flows: list[Flow], cfg: PacketConfig, repeat: int = 3) -> dict[str, float]:
-    """The same dependency-free flows from HPCC files: C++ runner (its own timer) vs the Python-driven engine."""
+    """The same dependency-free flows: the C++ runner replaying the call script (its own timer) vs the Python-driven
+    engine that made it."""
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        write_hpcc(topo, d / "topo.txt")
-        lines = [f"{f.src} {f.dst} 3 100 {f.size} 0" for f in flows]
-        (d / "flows.txt").write_text(f"{len(lines)}\n" + "\n".join(lines) + "\n")
-        (d / "config.txt").write_text("".join(f"{k} {v}\n" for k, v in _config_lines(cfg)))
         hpcc_flows = [Flow(i, f.src, f.dst, f.size, key=i) for i, f in enumerate(flows)]
+        with Ns3Simulator(topo, cfg, calls=d / "calls.txt") as sim:  # untimed: records the script
+            sim.submit(hpcc_flows, at=0)
         runner, process, python, python_cpu = [], [], [], []
         for _ in range(repeat):  # alternate, and keep the best of each: the machine is shared
             t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
             proc = subprocess.run(
-                [str(runner_path()), str(d / "topo.txt"), str(d / "flows.txt"), str(d / "config.txt"), str(d / "o")],
+                [str(runner_path()), str(d / "calls.txt"), str(d / "o")],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -126,16 +124,6 @@ def runner_vs_python(topo: Topology, flows: list[Flow], cfg: PacketConfig, repea
         "events_runner": summary["events"],
         "events_python": events,
     }
-
-
-def _config_lines(cfg: PacketConfig) -> list[tuple[str, str]]:
-    """PacketConfig as lower-case config-file lines (the runner reads those as well as HPCC keys)."""
-    out = []
-    for key, value in cfg.to_params():
-        if key == "cc":
-            value = {v: k for k, v in CC_TYPES.items()}[value]
-        out.append(("int_mode", {"-1": "auto", "0": "off", "1": "on"}[value]) if key == "int" else (key, value))
-    return out
 
 
 def main() -> None:

@@ -328,3 +328,17 @@ def test_cc_attribute_table_matches_the_typeids(ns3_cc) -> None:
             value_type = str(info.checker.GetValueTypeName()).removeprefix("ns3::")
             own[str(info.name)] = kinds.get(value_type, value_type)
         assert own == CC_ATTRIBUTES[cc], cc
+
+
+def test_fabric_attribute_table_matches_the_typeids(ns3_cc) -> None:
+    """Every path of NS3_ATTRIBUTES (packet_config.py) is an attribute of the object it names."""
+    from phantora.netsim.packet_config import NS3_ATTRIBUTES
+
+    ns, _ = ns3_cc
+    owners = {"nic": "ns3::RdmaNic", "switch": "ns3::PfcSwitch", "fabric": "ns3::PhantoraFabric"}
+    owners["recorder"] = "ns3::FabricRecorder"
+    info = ns.TypeId.AttributeInformation()
+    for paths, _ in NS3_ATTRIBUTES.values():
+        for path in paths:
+            scope, name = path.split(".")
+            assert ns.TypeId.LookupByName(owners[scope]).LookupAttributeByName(name, info), path

@@ -36,15 +36,30 @@ def test_defaults_follow_the_reference_scaling() -> None:
     assert (c.payload_bytes, c.header_bytes, c.reserve_bytes, c.dt_shift) == (1000, 48, 4096, 3)
 
 
-def test_to_params_lists_overrides_in_setparam_form() -> None:
+def test_to_params_lists_overrides_as_attributes() -> None:
     c = PacketConfig(cc="dcqcn", pfc=False, kmin_map={100 * G: 300_000}, cc_attrs={"G": "0.0625"}, rto_ns=5000)
     p = dict(c.to_params())
-    assert p["cc"] == "ns3::CcDcqcn"
-    assert p["pfc"] == "0"
-    assert p["kmin_map"] == "100000000000 300000"
+    assert p["fabric.CongestionControl"] == "ns3::CcDcqcn"
+    assert p["switch.PfcEnabled"] == "false"
+    assert p["switch.KminMap"] == "100000000000 300000"
     assert p["cc.G"] == "0.0625"
-    assert p["rto_ns"] == "5000"
-    assert "buffer_bytes" not in p  # None: the C++ side scales it
+    assert p["nic.RetransmitTimeout"] == "5000ns"
+    assert p["switch.BufferSize"] == "0"  # None: the switch scales it with its fastest port
+    # One field, every object that needs it.
+    assert p["nic.HeaderSize"] == p["switch.HeaderSize"] == "48"
+    # The go-back-N timeout left unset: none on a lossless fabric, 1 ms without PFC.
+    assert dict(PacketConfig().to_params())["nic.RetransmitTimeout"] == "0ns"
+    assert dict(PacketConfig(pfc=False).to_params())["nic.RetransmitTimeout"] == "1000000ns"
+
+
+def test_every_field_is_in_the_attribute_table() -> None:
+    from dataclasses import fields
+
+    from phantora.netsim.packet_config import NS3_ATTRIBUTES, field_of_param
+
+    assert {f.name for f in fields(PacketConfig)} - {"cc_attrs"} == set(NS3_ATTRIBUTES)
+    for name, (paths, _) in NS3_ATTRIBUTES.items():
+        assert all(field_of_param(path) == name for path in paths)
 
 
 def test_bad_fields_name_the_field() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 from itertools import groupby
 from pathlib import Path
@@ -55,49 +56,54 @@ def python_fct_lines(topo_file: Path, flow_file: Path, config_file: Path) -> lis
         return [format_fct_line(r, with_id=True) for r in sim.fct_records()]
 
 
+def run_runner(script: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(runner_path()), str(script), str(out)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 @needs_ref
 @pytest.mark.parametrize(("topo", "flows"), [("star8", "two_to_one"), ("twoleaf8", "cross4")])
-def test_runner_equals_python_engine(ns3_lib, tmp_path: Path, topo: str, flows: str) -> None:
+def test_runner_replays_netsim_calls_identically(ns3_lib, tmp_path: Path, topo: str, flows: str) -> None:
     config = tmp_path / "config.txt"
     config.write_text(DCQCN_CONFIG)
     topo_file, flow_file = REF / f"{topo}.topo.txt", REF / f"{flows}.flows.txt"
-    proc = subprocess.run(
-        [str(runner_path()), str(topo_file), str(flow_file), str(config), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = tmp_path / "netsim"
+    assert main(["netsim", "-t", str(topo_file), "-f", str(flow_file), "-c", str(config), "-o", str(out)]) == 0
+    script = out / "ns3-calls.txt"
+    proc = run_runner(script, tmp_path / "runner")
     assert proc.returncode == 0, proc.stderr
-    runner_lines = (tmp_path / "out" / "fct.txt").read_text().splitlines()
+    runner_lines = (tmp_path / "runner" / "fct.txt").read_text().splitlines()
     assert len(runner_lines) == len(read_hpcc_flows(flow_file))
-    # Both readers turn the same HPCC config into the same settings, and the same calls give identical runs.
+    # The runner makes the calls netsim made: the same FCTs, PFC frames and summary, byte for byte.
+    assert runner_lines == (out / "fct.txt").read_text().splitlines()
+    assert (tmp_path / "runner" / "pfc.txt").read_text() == (out / "pfc.txt").read_text()
     assert python_fct_lines(topo_file, flow_file, config) == runner_lines
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["completed"] and summary["flows"] == len(runner_lines)
+    assert sum(1 for line in script.read_text().splitlines() if line.startswith("AddFlow ")) == len(runner_lines)
 
 
 @needs_ref
-def test_runner_reports_bad_input(ns3_lib, tmp_path: Path) -> None:
-    bad = tmp_path / "flows.txt"
-    bad.write_text("2\n1 0 3 100 1000 2.0\n1 9 3 100 1000 2.0\n")
-    proc = subprocess.run(
-        [str(runner_path()), str(REF / "star8.topo.txt"), str(bad), "-", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert f"{bad}:3:" in proc.stderr and "not an endpoint" in proc.stderr
-    cfg = tmp_path / "config.txt"
-    cfg.write_text("CC_MODE 1\nRATE_AI fast\n")
-    proc = subprocess.run(
-        [str(runner_path()), str(REF / "star8.topo.txt"), str(REF / "incast4.flows.txt"), str(cfg), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 2 and f"{cfg}:2: field 'RATE_AI'" in proc.stderr
+def test_runner_reports_bad_scripts(ns3_lib, tmp_path: Path) -> None:
+    good = tmp_path / "netsim"
+    argv = ["netsim", "-t", str(REF / "star8.topo.txt"), "-f", str(REF / "incast4.flows.txt"), "-o", str(good)]
+    assert main(argv) == 0
+    lines = (good / "ns3-calls.txt").read_text().splitlines()
+    cases = [  # (after the first line of this call, the bad line, what the error says)
+        ("AddFlow", "AddFlow 99 0 42 1000 0 3 99 0 100", "is not an endpoint"),  # no node 42
+        ("SetParam", "SetParam nic.PayloadSize zero", "attribute 'PayloadSize'"),
+        ("Finalize", "Jump 3", "unknown call 'Jump'"),
+        ("AddLink", "AddLink 0 1", "AddLink: expected 4 arguments"),
+    ]
+    for verb, bad, message in cases:
+        at = next(i for i, line in enumerate(lines) if line.split()[0] == verb) + 1
+        script = tmp_path / "bad.txt"
+        script.write_text("\n".join([*lines[:at], bad, *lines[at:]]) + "\n")
+        proc = run_runner(script, tmp_path / "o")
+        assert proc.returncode == 2, bad
+        assert f"{script}:{at + 1}: " in proc.stderr and message in proc.stderr, proc.stderr
+    assert run_runner(tmp_path / "missing.txt", tmp_path / "o").returncode == 2
 
 
 @needs_ref

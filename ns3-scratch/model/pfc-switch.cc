@@ -1,12 +1,18 @@
 // PfcSwitch: forwarding, MMU admission, PFC generation, ECN and INT at dequeue.
 #include "pfc-switch.h"
 
+#include "ns3/boolean.h"
+#include "ns3/double.h"
 #include "ns3/log.h"
 #include "ns3/simulator.h"
+#include "ns3/string.h"
 #include "ns3/trace-source-accessor.h"
+#include "ns3/uinteger.h"
 
 #include <algorithm>
 #include <limits>
+#include <sstream>
+#include <stdexcept>
 
 namespace ns3 {
 
@@ -21,6 +27,33 @@ T ByRate(const std::map<uint64_t, T>& table, uint64_t rateBps, T scaled) {
   return it == table.end() ? scaled : it->second;
 }
 
+/// Attribute `name`'s text "rate value rate value ..." (rates in bit/s) as a map; throws on bad text.
+template <typename T>
+std::map<uint64_t, T> ParseRateMap(const std::string& name, const std::string& text) {
+  std::istringstream in(text);
+  std::map<uint64_t, T> out;
+  std::string rate;
+  std::string value;
+  while (in >> rate) {
+    if (!(in >> value)) {
+      throw std::invalid_argument("switch attribute " + name + ": expected 'rate value' pairs, got '" + text + "'");
+    }
+    std::size_t a = 0;
+    std::size_t b = 0;
+    try {
+      const uint64_t r = rate[0] == '-' ? throw std::invalid_argument("") : std::stoull(rate, &a);
+      const double v = std::stod(value, &b);
+      if (a != rate.size() || b != value.size() || r == 0 || v < 0) {
+        throw std::invalid_argument("");
+      }
+      out[r] = static_cast<T>(v);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("switch attribute " + name + ": bad pair '" + rate + " " + value + "'");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TypeId PfcSwitch::GetTypeId() {
@@ -29,6 +62,46 @@ TypeId PfcSwitch::GetTypeId() {
           .SetParent<Object>()
           .SetGroupName("Phantora")
           .AddConstructor<PfcSwitch>()
+          .AddAttribute("NvSwitch", "An NVSwitch: unlimited buffer, never pauses, drops or marks",
+                        BooleanValue(false), MakeBooleanAccessor(&PfcSwitch::m_nvSwitch), MakeBooleanChecker())
+          .AddAttribute("HeaderSize", "Header bytes on the wire per data packet and per ACK/NACK", UintegerValue(48),
+                        MakeUintegerAccessor(&PfcSwitch::GetHeaderSize, &PfcSwitch::SetHeaderSize),
+                        MakeUintegerChecker<uint32_t>())
+          .AddAttribute("IntHeaderSize", "INT bytes reserved per data packet and ACK when INT is on",
+                        UintegerValue(42),
+                        MakeUintegerAccessor(&PfcSwitch::GetIntHeaderSize, &PfcSwitch::SetIntHeaderSize),
+                        MakeUintegerChecker<uint32_t>())
+          .AddAttribute("PfcFrameSize", "Bytes of a PFC frame", UintegerValue(64),
+                        MakeUintegerAccessor(&PfcSwitch::GetPfcFrameSize, &PfcSwitch::SetPfcFrameSize),
+                        MakeUintegerChecker<uint32_t>(1))
+          .AddAttribute("IntEnabled", "Stamp INT records on data packets at dequeue (set by the fabric)",
+                        BooleanValue(false), MakeBooleanAccessor(&PfcSwitch::GetIntEnabled, &PfcSwitch::SetIntEnabled),
+                        MakeBooleanChecker())
+          .AddAttribute("PfcEnabled", "Pause upstream at the dynamic threshold (off: drop past it)", BooleanValue(true),
+                        MakeBooleanAccessor(&PfcSwitch::m_pfc), MakeBooleanChecker())
+          .AddAttribute("BufferSize", "Shared buffer bytes; 0 = 16 x (fastest port in Gb/s) / 50 MiB",
+                        UintegerValue(0), MakeUintegerAccessor(&PfcSwitch::m_bufferBytes),
+                        MakeUintegerChecker<uint64_t>())
+          .AddAttribute("ReserveSize", "Bytes reserved per ingress (port, class)", UintegerValue(4096),
+                        MakeUintegerAccessor(&PfcSwitch::m_reserveBytes), MakeUintegerChecker<uint64_t>())
+          .AddAttribute("ResumeOffset", "XON when shared use + this is back under the threshold", UintegerValue(3072),
+                        MakeUintegerAccessor(&PfcSwitch::m_resumeOffsetBytes), MakeUintegerChecker<uint64_t>())
+          .AddAttribute("DtShift", "Dynamic threshold = free buffer >> DtShift", UintegerValue(3),
+                        MakeUintegerAccessor(&PfcSwitch::m_dtShift), MakeUintegerChecker<uint32_t>(0, 30))
+          .AddAttribute("HeadroomFactor", "PFC headroom per port = factor x rate x link delay", DoubleValue(3.0),
+                        MakeDoubleAccessor(&PfcSwitch::m_headroomFactor), MakeDoubleChecker<double>(0.0))
+          .AddAttribute("HeadroomSize", "Fixed PFC headroom bytes per port; 0 = by HeadroomFactor", UintegerValue(0),
+                        MakeUintegerAccessor(&PfcSwitch::m_headroomBytes), MakeUintegerChecker<uint64_t>())
+          .AddAttribute("EcnEnabled", "RED-ECN marking at dequeue", BooleanValue(true),
+                        MakeBooleanAccessor(&PfcSwitch::m_ecnEnabled), MakeBooleanChecker())
+          .AddAttribute("KminMap",
+                        "ECN kmin bytes by port rate: 'rate_bps bytes ...'; other rates: 4000 B per Gb/s",
+                        StringValue(""), MakeStringAccessor(&PfcSwitch::m_kminMap), MakeStringChecker())
+          .AddAttribute("KmaxMap",
+                        "ECN kmax bytes by port rate: 'rate_bps bytes ...'; other rates: 16000 B per Gb/s",
+                        StringValue(""), MakeStringAccessor(&PfcSwitch::m_kmaxMap), MakeStringChecker())
+          .AddAttribute("PmaxMap", "ECN marking probability at kmax by port rate: 'rate_bps p ...'; other rates: 0.2",
+                        StringValue(""), MakeStringAccessor(&PfcSwitch::m_pmaxMap), MakeStringChecker())
           .AddTraceSource("PfcTx", "A PFC frame was sent upstream: (port, class, pause)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_pfcTxTrace), "ns3::PfcSwitch::PfcTracedCallback")
           .AddTraceSource("Drop", "A packet was dropped at ingress: (port, class, flow, seq)",
@@ -38,59 +111,68 @@ TypeId PfcSwitch::GetTypeId() {
   return tid;
 }
 
-void PfcSwitch::Setup(uint32_t nodeId, NodeKind kind, const FabricConfig* cfg, FabricStats* stats,
-                      RouteTable* routes, const std::vector<Ptr<PhantoraNetDevice>>& ports,
-                      const std::vector<uint64_t>& portDelayNs, bool intOn) {
+void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
+  const auto kmin = ParseRateMap<uint64_t>("KminMap", m_kminMap);
+  const auto kmax = ParseRateMap<uint64_t>("KmaxMap", m_kmaxMap);
+  const auto pmax = ParseRateMap<double>("PmaxMap", m_pmaxMap);
+  for (const auto& [rate, lo] : kmin) {
+    auto it = kmax.find(rate);
+    if (it != kmax.end() && it->second < lo) {
+      throw std::invalid_argument("kmin > kmax at rate " + std::to_string(rate));
+    }
+  }
+  for (const auto& [rate, p] : pmax) {
+    if (p > 1) {
+      throw std::invalid_argument("pmax must be in [0, 1] at rate " + std::to_string(rate));
+    }
+  }
   m_id = nodeId;
-  m_kind = kind;
-  m_cfg = cfg;
-  m_stats = stats;
   m_routes = routes;
-  m_dev = ports;
-  m_int = intOn;
-  const bool nv = kind == NodeKind::NvSwitch;
-  m_ecn = cfg->ecn && !nv;
-  m_ports.assign(ports.size(), Port{});
+  m_dev = TakePorts(node, this);
+  const bool nv = m_nvSwitch;
+  m_ecn = m_ecnEnabled && !nv;
+  m_ports.assign(m_dev.size(), Port{});
 
   uint64_t fastest = 0;
-  for (const auto& d : ports) {
+  for (const auto& d : m_dev) {
     fastest = std::max(fastest, d->GetRateBps());
   }
   SwitchMmu::Config mc;
   // 32 MiB at 100 Gb/s, scaled with the fastest port: 16 * bw / 50 MiB.
-  mc.bufferBytes = cfg->bufferBytes ? cfg->bufferBytes
-                                    : static_cast<uint64_t>((static_cast<unsigned __int128>(fastest) * 16 << 20) /
-                                                            50'000'000'000ULL);
-  mc.reserveBytes = cfg->reserveBytes;
-  mc.resumeOffsetBytes = cfg->resumeOffsetBytes;
-  mc.shift = cfg->dtShift;
-  mc.pfc = cfg->pfc && !nv;
+  mc.bufferBytes = m_bufferBytes ? m_bufferBytes
+                                 : static_cast<uint64_t>((static_cast<unsigned __int128>(fastest) * 16 << 20) /
+                                                         50'000'000'000ULL);
+  mc.reserveBytes = m_reserveBytes;
+  mc.resumeOffsetBytes = m_resumeOffsetBytes;
+  mc.shift = m_dtShift;
+  mc.pfc = m_pfc && !nv;
   mc.unlimited = nv;
-  m_mmu.Configure(static_cast<uint32_t>(ports.size()), mc);
+  m_mmu.Configure(static_cast<uint32_t>(m_dev.size()), mc);
 
-  for (uint32_t i = 0; i < ports.size(); ++i) {
-    const uint64_t rate = ports[i]->GetRateBps();
-    const uint64_t hdrm = cfg->headroomBytes
-                              ? cfg->headroomBytes
-                              : static_cast<uint64_t>(cfg->headroomFactor * static_cast<double>(rate) / 8e9 *
-                                                      static_cast<double>(portDelayNs[i]));
+  for (uint32_t i = 0; i < m_dev.size(); ++i) {
+    const uint64_t rate = m_dev[i]->GetRateBps();
+    const uint64_t hdrm = m_headroomBytes
+                              ? m_headroomBytes
+                              : static_cast<uint64_t>(m_headroomFactor * static_cast<double>(rate) / 8e9 *
+                                                      static_cast<double>(m_dev[i]->GetDelayNs()));
     m_mmu.SetHeadroom(i, hdrm);
     // 100 Gb/s: kmin 400 KB, kmax 1600 KB, pmax 0.2 (KB = 1000 B), scaled linearly with the rate.
-    m_ports[i].kmin = ByRate<uint64_t>(cfg->kminBytes, rate, rate / 1'000'000'000ULL * 4000);
-    m_ports[i].kmax = ByRate<uint64_t>(cfg->kmaxBytes, rate, rate / 1'000'000'000ULL * 16000);
-    m_ports[i].pmax = ByRate<double>(cfg->pmax, rate, 0.2);
+    m_ports[i].kmin = ByRate<uint64_t>(kmin, rate, rate / 1'000'000'000ULL * 4000);
+    m_ports[i].kmax = ByRate<uint64_t>(kmax, rate, rate / 1'000'000'000ULL * 16000);
+    m_ports[i].pmax = ByRate<double>(pmax, rate, 0.2);
   }
   m_rng = CreateObject<UniformRandomVariable>();
   m_rng->SetStream(static_cast<int64_t>(nodeId) + 1);
+  node->AggregateObject(this);
 }
 
 void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
   const uint32_t out = m_routes->Pick(m_id, hdr.dst, hdr.ecmpKey);
   const uint32_t cls = hdr.prio % kNumPrio;
-  const uint32_t wire = WireBytes(*m_cfg, hdr, m_int);
+  const uint32_t wire = m_wire.Bytes(hdr);
   if (out == std::numeric_limits<uint32_t>::max()) {
     NS_LOG_WARN("node " << m_id << ": no route to " << hdr.dst << ", dropping");
-    ++m_stats->drops;
+    ++m_counters.drops;
     ++m_ports[inPort].drops;
     m_dropTrace(inPort, cls, hdr.flowId, hdr.seq);
     return;
@@ -98,7 +180,7 @@ void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& 
   if (cls != 0) {
     if (!m_mmu.Admit(inPort, cls, wire)) {
       NS_LOG_LOGIC("node " << m_id << " drops flow " << hdr.flowId << " seq " << hdr.seq);
-      ++m_stats->drops;
+      ++m_counters.drops;
       ++m_ports[inPort].drops;
       m_dropTrace(inPort, cls, hdr.flowId, hdr.seq);
       return;
@@ -146,16 +228,16 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   }
   if (out.data) {
     const bool mark = m_ecn && EcnMark(p, p.bytes[cls]);
-    if (mark || m_int) {
+    if (mark || m_wire.intOn) {
       PhantoraHeader hdr;
       out.pkt->RemoveHeader(hdr);
       if (mark && !(hdr.flags & kFlagCe)) {
         hdr.flags |= kFlagCe;
         ++p.ecnMarks;
-        ++m_stats->ecnMarks;
+        ++m_counters.ecnMarks;
         m_ecnTrace(port, cls, hdr.flowId);
       }
-      if (m_int) {
+      if (m_wire.intOn) {
         IntHop hop{static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()), p.txBytes,
                    static_cast<uint32_t>(std::min<uint64_t>(p.total, std::numeric_limits<uint32_t>::max())),
                    m_dev[port]->GetRateBps()};
@@ -189,19 +271,29 @@ void PfcSwitch::SendPfc(uint32_t port, uint32_t cls, bool pause) {
   Ptr<Packet> pkt = Create<Packet>();
   pkt->AddHeader(hdr);
   Port& p = m_ports[port];
-  p.q[0].push_back(TxItem{pkt, m_cfg->pfcBytes, port, 0, false});
-  p.bytes[0] += m_cfg->pfcBytes;
-  p.total += m_cfg->pfcBytes;
+  p.q[0].push_back(TxItem{pkt, m_wire.pfcBytes, port, 0, false});
+  p.bytes[0] += m_wire.pfcBytes;
+  p.total += m_wire.pfcBytes;
   if (pause) {
-    ++m_stats->pfcPause;
+    ++m_counters.pfcPause;
   } else {
-    ++m_stats->pfcResume;
+    ++m_counters.pfcResume;
   }
   m_pfcTxTrace(port, cls, pause);
   m_dev[port]->Kick();
 }
 
+uint64_t PfcSwitch::GetHeaderSize() const { return m_wire.headerBytes; }
+void PfcSwitch::SetHeaderSize(uint64_t bytes) { m_wire.headerBytes = static_cast<uint32_t>(bytes); }
+uint64_t PfcSwitch::GetIntHeaderSize() const { return m_wire.intHeaderBytes; }
+void PfcSwitch::SetIntHeaderSize(uint64_t bytes) { m_wire.intHeaderBytes = static_cast<uint32_t>(bytes); }
+uint64_t PfcSwitch::GetPfcFrameSize() const { return m_wire.pfcBytes; }
+void PfcSwitch::SetPfcFrameSize(uint64_t bytes) { m_wire.pfcBytes = static_cast<uint32_t>(bytes); }
+bool PfcSwitch::GetIntEnabled() const { return m_wire.intOn; }
+void PfcSwitch::SetIntEnabled(bool on) { m_wire.intOn = on; }
+
 void PfcSwitch::DoDispose() {
+  m_routes = nullptr;
   m_dev.clear();
   m_ports.clear();
   m_rng = nullptr;

@@ -2,34 +2,47 @@
 #ifndef PHANTORA_PFC_SWITCH_H
 #define PHANTORA_PFC_SWITCH_H
 
-#include "fabric-config.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
 #include "switch-mmu.h"
+#include "wire-format.h"
 
+#include "ns3/node.h"
 #include "ns3/object.h"
 #include "ns3/random-variable-stream.h"
 #include "ns3/traced-callback.h"
 
 #include <array>
 #include <deque>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace ns3 {
 
 /**
- * A switch (or, with `kind` NvSwitch, an NVSwitch: unlimited buffer, no PFC, no ECN).
+ * A switch (or, with attribute NvSwitch, an NVSwitch: unlimited buffer, no PFC, no ECN).
  * Class 0 of every port is strict priority (PFC frames, ACKs); classes 1..7 are served round
  * robin, each skipped while the downstream port has paused it. Ingress accounting, XOFF/XON and
- * drops come from SwitchMmu; ECN marking and INT stamping happen at dequeue.
+ * drops come from SwitchMmu; ECN marking and INT stamping happen at dequeue. Settings are attributes;
+ * the defaults follow the HPCC reference models (REFERENCE.md section 5).
  */
 class PfcSwitch : public Object, public PortOwner {
  public:
   static TypeId GetTypeId();
 
-  void Setup(uint32_t nodeId, NodeKind kind, const FabricConfig* cfg, FabricStats* stats, RouteTable* routes,
-             const std::vector<Ptr<PhantoraNetDevice>>& ports, const std::vector<uint64_t>& portDelayNs,
-             bool intOn);
+  /// Counters of this switch (summed over the fabric by PhantoraNetwork::Stats).
+  struct Counters {
+    uint64_t drops = 0;
+    uint64_t ecnMarks = 0;
+    uint64_t pfcPause = 0;
+    uint64_t pfcResume = 0;
+  };
+
+  /// Own the PhantoraNetDevices of `node` (port i = device i), as fabric node `nodeId`. Reads the
+  /// attributes: sizes the buffer and headroom from the ports' rates and delays, and the ECN thresholds.
+  /// Throws std::invalid_argument on a bad KminMap / KmaxMap / PmaxMap.
+  void Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes);
 
   bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
   void Receive(uint32_t port, Ptr<Packet> pkt, const PhantoraHeader& hdr) override;
@@ -41,7 +54,7 @@ class PfcSwitch : public Object, public PortOwner {
   uint64_t Drops(uint32_t port) const { return m_ports[port].drops; }
   uint64_t MaxPortBytes(uint32_t port) const { return m_ports[port].maxTotal; }
   const SwitchMmu& Mmu() const { return m_mmu; }
-  NodeKind Kind() const { return m_kind; }
+  const Counters& GetCounters() const { return m_counters; }
 
  protected:
   void DoDispose() override;
@@ -62,14 +75,34 @@ class PfcSwitch : public Object, public PortOwner {
 
   void SendPfc(uint32_t port, uint32_t cls, bool pause);
   bool EcnMark(const Port& p, uint64_t qlen);
+  uint64_t GetHeaderSize() const;
+  void SetHeaderSize(uint64_t bytes);
+  uint64_t GetIntHeaderSize() const;
+  void SetIntHeaderSize(uint64_t bytes);
+  uint64_t GetPfcFrameSize() const;
+  void SetPfcFrameSize(uint64_t bytes);
+  bool GetIntEnabled() const;
+  void SetIntEnabled(bool on);
 
   uint32_t m_id = 0;
-  NodeKind m_kind = NodeKind::Switch;
-  const FabricConfig* m_cfg = nullptr;
-  FabricStats* m_stats = nullptr;
-  RouteTable* m_routes = nullptr;
-  bool m_int = false;
+  // Attributes.
+  bool m_nvSwitch = false;
+  WireFormat m_wire;
+  bool m_pfc = true;
+  uint64_t m_bufferBytes = 0;
+  uint64_t m_reserveBytes = 4096;
+  uint64_t m_resumeOffsetBytes = 3072;
+  uint32_t m_dtShift = 3;
+  double m_headroomFactor = 3.0;
+  uint64_t m_headroomBytes = 0;
+  bool m_ecnEnabled = true;
+  std::string m_kminMap;
+  std::string m_kmaxMap;
+  std::string m_pmaxMap;
+  // State.
+  Ptr<RouteTable> m_routes;
   bool m_ecn = false;
+  Counters m_counters;
   std::vector<Ptr<PhantoraNetDevice>> m_dev;
   std::vector<Port> m_ports;
   SwitchMmu m_mmu;

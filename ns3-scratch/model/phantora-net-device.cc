@@ -37,6 +37,19 @@ void PhantoraNetDevice::Setup(PortOwner* owner, uint32_t port, uint64_t rateBps)
 
 void PhantoraNetDevice::Attach(Ptr<PhantoraChannel> channel) { m_channel = channel; }
 
+std::vector<Ptr<PhantoraNetDevice>> TakePorts(Ptr<Node> node, PortOwner* owner) {
+  std::vector<Ptr<PhantoraNetDevice>> ports;
+  for (uint32_t i = 0; i < node->GetNDevices(); ++i) {
+    Ptr<PhantoraNetDevice> dev = DynamicCast<PhantoraNetDevice>(node->GetDevice(i));
+    NS_ASSERT_MSG(dev, "node " << node->GetId() << ": device " << i << " is not a PhantoraNetDevice");
+    dev->SetOwner(owner);
+    ports.push_back(dev);
+  }
+  return ports;
+}
+
+uint64_t PhantoraNetDevice::GetDelayNs() const { return m_channel ? m_channel->GetDelayNs() : 0; }
+
 Ptr<PhantoraNetDevice> PhantoraNetDevice::GetPeer() const { return m_channel->GetPeer(this); }
 
 void PhantoraNetDevice::Kick() {

@@ -10,6 +10,7 @@
 #include "ns3/traced-callback.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace ns3 {
 
@@ -47,6 +48,10 @@ class PhantoraNetDevice : public NetDevice {
   PhantoraNetDevice();
 
   void Setup(PortOwner* owner, uint32_t port, uint64_t rateBps);
+  /// The NIC or switch that feeds and receives this port.
+  void SetOwner(PortOwner* owner) { m_owner = owner; }
+  /// Propagation delay of the attached channel.
+  uint64_t GetDelayNs() const;
   void Attach(Ptr<PhantoraChannel> channel);
   /// Start sending if the line is idle and the owner has something.
   void Kick();
@@ -114,6 +119,9 @@ class PhantoraNetDevice : public NetDevice {
   TracedCallback<Ptr<const Packet>> m_txTrace;
   TracedCallback<uint32_t, uint32_t, bool> m_pfcRxTrace;  ///< (port, class, pause) on a received PFC frame
 };
+
+/// The PhantoraNetDevices of `node` in port order (port i = device i), each now fed by `owner`.
+std::vector<Ptr<PhantoraNetDevice>> TakePorts(Ptr<Node> node, PortOwner* owner);
 
 }  // namespace ns3
 

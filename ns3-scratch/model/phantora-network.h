@@ -107,7 +107,8 @@ class PhantoraNetwork {
   PhantoraNetwork(const PhantoraNetwork&) = delete;
   PhantoraNetwork& operator=(const PhantoraNetwork&) = delete;
 
-  /// Set a knob before Finalize (see docs/packet-model.md); throws std::invalid_argument.
+  /// Set an attribute before Finalize: "nic.ATTR", "switch.ATTR", "cc.ATTR" (of the CC type), "fabric.ATTR" or
+  /// "recorder.ATTR" (see docs/packet-model.md); the text is checked first. Throws std::invalid_argument.
   void SetParam(const std::string& key, const std::string& value);
   /// "host", "gpu", "switch" or "nvswitch"; returns the node id (dense, from 0).
   uint32_t AddNode(const std::string& kind);
@@ -159,6 +160,8 @@ class PhantoraNetwork {
   class Impl;
 
  private:
+  Impl& Need() const;
+
   std::unique_ptr<Impl> m_impl;
 };
 

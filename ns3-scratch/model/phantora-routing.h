@@ -2,6 +2,8 @@
 #ifndef PHANTORA_ROUTING_H
 #define PHANTORA_ROUTING_H
 
+#include "ns3/simple-ref-count.h"
+
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -25,9 +27,9 @@ inline uint64_t EcmpHash(uint64_t flowKey, uint64_t node) {
  * Routes between endpoints. Endpoints never forward; two endpoints on one NVSwitch talk through
  * it; everything else takes a shortest hop-count path through switches. Equal-cost next hops
  * are sorted by (neighbour id, channel id) and chosen by EcmpHash(key, node) % count. Tables are
- * filled lazily per destination.
+ * filled lazily per destination. One table serves the whole fabric (shared by Ptr).
  */
-class RouteTable {
+class RouteTable : public SimpleRefCount<RouteTable> {
  public:
   struct Adj {
     uint32_t peer;

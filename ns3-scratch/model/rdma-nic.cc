@@ -1,9 +1,11 @@
 // RdmaNic: queue pairs, pacing, ACK/NACK generation and go-back-N recovery.
 #include "rdma-nic.h"
 
+#include "ns3/boolean.h"
 #include "ns3/log.h"
 #include "ns3/simulator.h"
 #include "ns3/trace-source-accessor.h"
+#include "ns3/uinteger.h"
 
 #include <algorithm>
 #include <limits>
@@ -24,6 +26,36 @@ TypeId RdmaNic::GetTypeId() {
                           .SetParent<Object>()
                           .SetGroupName("Phantora")
                           .AddConstructor<RdmaNic>()
+                          .AddAttribute("PayloadSize", "Payload bytes per data packet",
+                                        UintegerValue(1000), MakeUintegerAccessor(&RdmaNic::m_payloadBytes),
+                                        MakeUintegerChecker<uint32_t>(1))
+                          .AddAttribute("HeaderSize", "Header bytes on the wire per data packet and per ACK/NACK",
+                                        UintegerValue(48), MakeUintegerAccessor(&RdmaNic::GetHeaderSize,
+                                                                                &RdmaNic::SetHeaderSize),
+                                        MakeUintegerChecker<uint32_t>())
+                          .AddAttribute("IntHeaderSize", "INT bytes reserved per data packet and ACK when INT is on",
+                                        UintegerValue(42), MakeUintegerAccessor(&RdmaNic::GetIntHeaderSize,
+                                                                                &RdmaNic::SetIntHeaderSize),
+                                        MakeUintegerChecker<uint32_t>())
+                          .AddAttribute("IntEnabled", "Data packets carry INT records (set by the fabric)",
+                                        BooleanValue(false),
+                                        MakeBooleanAccessor(&RdmaNic::GetIntEnabled, &RdmaNic::SetIntEnabled),
+                                        MakeBooleanChecker())
+                          .AddAttribute("AckInterval",
+                                        "An ACK per this many in-order data packets (and always on the last "
+                                        "one and on a CE mark)",
+                                        UintegerValue(1), MakeUintegerAccessor(&RdmaNic::m_ackInterval),
+                                        MakeUintegerChecker<uint32_t>(1))
+                          .AddAttribute("AckHighPriority", "ACKs and NACKs go in the strict-priority class 0",
+                                        BooleanValue(true), MakeBooleanAccessor(&RdmaNic::m_ackHighPrio),
+                                        MakeBooleanChecker())
+                          .AddAttribute("NackInterval", "Minimum gap between two NACKs for the same hole",
+                                        TimeValue(MicroSeconds(500)), MakeTimeAccessor(&RdmaNic::m_nackInterval),
+                                        MakeTimeChecker(Time(0)))
+                          .AddAttribute("RetransmitTimeout",
+                                        "Go-back-N timeout without progress; 0 = none (a lossless fabric)",
+                                        TimeValue(Time(0)), MakeTimeAccessor(&RdmaNic::m_rto),
+                                        MakeTimeChecker(Time(0)))
                           .AddTraceSource("Nack", "This receiver sent a NACK: (flow, expected seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_nackTrace),
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
@@ -38,19 +70,22 @@ TypeId RdmaNic::GetTypeId() {
   return tid;
 }
 
-void RdmaNic::Setup(uint32_t nodeId, const FabricConfig* cfg, FabricStats* stats, RouteTable* routes,
-                    FabricContext* ctx, const std::vector<Ptr<PhantoraNetDevice>>& ports,
-                    const ObjectFactory& ccFactory, bool intOn) {
+void RdmaNic::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
   m_id = nodeId;
-  m_cfg = cfg;
-  m_stats = stats;
   m_routes = routes;
-  m_ctx = ctx;
-  m_dev = ports;
-  m_ports.assign(ports.size(), Port{});
-  m_ccFactory = ccFactory;
-  m_int = intOn;
-  m_rtoNs = cfg->rtoNs < 0 ? (cfg->pfc ? 0 : 1'000'000) : static_cast<uint64_t>(cfg->rtoNs);
+  m_dev = TakePorts(node, this);
+  m_ports.assign(m_dev.size(), Port{});
+  node->AggregateObject(this);
+}
+
+void RdmaNic::SetFlowCallbacks(FlowCallback dataComplete, FlowCallback senderDone) {
+  m_dataComplete = dataComplete;
+  m_senderDone = senderDone;
+}
+
+void RdmaNic::SetCcPathQueries(PathQuery baseRttNs, PathQuery bdpBytes) {
+  m_baseRtt = baseRttNs;
+  m_bdp = bdpBytes;
 }
 
 void RdmaNic::StartFlow(const QpSpec& spec) {
@@ -62,9 +97,9 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   qp->lastProgressNs = now;
   qp->nextAvailPs = now * 1000;
   const uint64_t rate = m_dev[qp->port]->GetRateBps();
-  qp->rttNs = m_ctx->CcBaseRttNs(m_id, spec.dst, spec.key);
+  qp->rttNs = m_baseRtt(m_id, spec.dst, spec.key);
   qp->cc = m_ccFactory.Create<CongestionControl>();
-  qp->cc->Start(rate, qp->rttNs, m_cfg->payloadBytes, m_ctx->CcBdpBytes(m_id, spec.dst, spec.key));
+  qp->cc->Start(rate, qp->rttNs, m_payloadBytes, m_bdp(m_id, spec.dst, spec.key));
   Qp* raw = qp.get();
   m_ports[raw->port].active.push_back(raw);
   m_qps[spec.id] = std::move(qp);
@@ -128,18 +163,18 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   hdr.dst = qp->spec.dst;
   hdr.flowId = qp->spec.id;
   hdr.seq = qp->sndNxt;
-  hdr.payload = static_cast<uint32_t>(std::min<uint64_t>(m_cfg->payloadBytes, qp->spec.size - qp->sndNxt));
+  hdr.payload = static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, qp->spec.size - qp->sndNxt));
   hdr.ecmpKey = qp->spec.key;
   hdr.tsNs = nowNs;
   Ptr<Packet> pkt = Create<Packet>(hdr.payload);
   pkt->AddHeader(hdr);
-  const uint32_t wire = WireBytes(*m_cfg, hdr, m_int);
+  const uint32_t wire = m_wire.Bytes(hdr);
   out = TxItem{pkt, wire, 0, qp->spec.prio, true};
 
   if (qp->sndNxt < qp->maxSent) {
-    ++m_stats->retxPackets;
+    ++m_counters.retxPackets;
   }
-  ++m_stats->dataPackets;
+  ++m_counters.dataPackets;
   qp->sndNxt += hdr.payload;
   qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
   uint64_t rate = qp->cc->GetRateBps();
@@ -179,22 +214,22 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
   const uint64_t now = NowNs();
   if (hdr.seq == rx.expected) {
     rx.expected += hdr.payload;
-    m_stats->payloadBytesDelivered += hdr.payload;
+    m_counters.payloadBytesDelivered += hdr.payload;
     const bool last = rx.expected >= rx.size;
     const bool ce = hdr.flags & kFlagCe;
-    if (++rx.sinceAck >= m_cfg->ackInterval || last || ce) {
+    if (++rx.sinceAck >= m_ackInterval || last || ce) {
       rx.sinceAck = 0;
       SendAck(hdr, PktType::Ack, rx);
     }
     if (last && !rx.done) {
       rx.done = true;
-      m_ctx->DataComplete(hdr.flowId);
+      m_dataComplete(hdr.flowId);
     }
   } else if (hdr.seq > rx.expected) {
-    if (rx.expected != rx.lastNackSeq || now - rx.lastNackNs >= m_cfg->nackIntervalNs) {
+    if (rx.expected != rx.lastNackSeq || now - rx.lastNackNs >= static_cast<uint64_t>(m_nackInterval.GetNanoSeconds())) {
       rx.lastNackSeq = rx.expected;
       rx.lastNackNs = now;
-      ++m_stats->nacks;
+      ++m_counters.nacks;
       m_nackTrace(hdr.flowId, rx.expected);
       SendAck(hdr, PktType::Nack, rx);
     }
@@ -206,7 +241,7 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
 void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx) {
   PhantoraHeader ack;
   ack.type = type;
-  ack.prio = m_cfg->ackHighPrio ? 0 : data.prio;
+  ack.prio = m_ackHighPrio ? 0 : data.prio;
   ack.flags = (data.flags & kFlagCe) ? kFlagEcnEcho : 0;
   ack.src = m_id;
   ack.dst = data.src;
@@ -222,8 +257,8 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx) {
   }
   Ptr<Packet> pkt = Create<Packet>();
   pkt->AddHeader(ack);
-  m_ports[port].ctrl.push_back(TxItem{pkt, WireBytes(*m_cfg, ack, m_int), 0, ack.prio, false});
-  ++m_stats->acks;
+  m_ports[port].ctrl.push_back(TxItem{pkt, m_wire.Bytes(ack), 0, ack.prio, false});
+  ++m_counters.acks;
   m_dev[port]->Kick();
 }
 
@@ -260,7 +295,7 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
   fb.nHops = hdr.nHops;
   std::copy(hdr.hops, hdr.hops + hdr.nHops, fb.hops);
   if (fb.ecnEcho) {
-    ++m_stats->cnps;
+    ++m_counters.cnps;
     NS_LOG_LOGIC("node " << m_id << " flow " << hdr.flowId << " gets a CNP from " << hdr.src << " at seq " << hdr.seq);
     m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
   }
@@ -287,23 +322,24 @@ void RdmaNic::Finish(Qp* qp) {
   }
   const uint64_t id = qp->spec.id;
   m_qps.erase(id);  // frees qp
-  m_ctx->SenderDone(id);
+  m_senderDone(id);
 }
 
 void RdmaNic::ArmRto(Qp* qp) {
-  if (m_rtoNs == 0 || qp->rto.IsPending()) {
+  const uint64_t rtoNs = static_cast<uint64_t>(m_rto.GetNanoSeconds());
+  if (rtoNs == 0 || qp->rto.IsPending()) {
     return;
   }
   const uint64_t now = NowNs();
-  const uint64_t at = std::max(now, qp->lastProgressNs + m_rtoNs);
+  const uint64_t at = std::max(now, qp->lastProgressNs + rtoNs);
   qp->rto = Simulator::Schedule(NanoSeconds(at - now), &RdmaNic::CheckRto, this, qp);
 }
 
 void RdmaNic::CheckRto(Qp* qp) {
   const uint64_t now = NowNs();
-  if (qp->sndNxt > qp->sndUna && now - qp->lastProgressNs >= m_rtoNs) {
+  if (qp->sndNxt > qp->sndUna && now - qp->lastProgressNs >= static_cast<uint64_t>(m_rto.GetNanoSeconds())) {
     NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << " times out at " << qp->sndUna);
-    ++m_stats->timeouts;
+    ++m_counters.timeouts;
     m_timeoutTrace(qp->spec.id, qp->sndUna);
     qp->sndNxt = qp->sndUna;
     qp->lastProgressNs = now;
@@ -328,6 +364,13 @@ void RdmaNic::Wake(uint32_t port, uint64_t atNs) {
 
 void RdmaNic::OnWake(uint32_t port) { m_dev[port]->Kick(); }
 
+uint64_t RdmaNic::GetHeaderSize() const { return m_wire.headerBytes; }
+void RdmaNic::SetHeaderSize(uint64_t bytes) { m_wire.headerBytes = static_cast<uint32_t>(bytes); }
+uint64_t RdmaNic::GetIntHeaderSize() const { return m_wire.intHeaderBytes; }
+void RdmaNic::SetIntHeaderSize(uint64_t bytes) { m_wire.intHeaderBytes = static_cast<uint32_t>(bytes); }
+bool RdmaNic::GetIntEnabled() const { return m_wire.intOn; }
+void RdmaNic::SetIntEnabled(bool on) { m_wire.intOn = on; }
+
 void RdmaNic::DoDispose() {
   for (auto& [id, qp] : m_qps) {
     qp->rto.Cancel();
@@ -337,6 +380,11 @@ void RdmaNic::DoDispose() {
   m_rx.clear();
   m_dev.clear();
   m_ports.clear();
+  m_routes = nullptr;
+  m_dataComplete.Nullify();
+  m_senderDone.Nullify();
+  m_baseRtt.Nullify();
+  m_bdp.Nullify();
   Object::DoDispose();
 }
 

@@ -3,11 +3,14 @@
 #define PHANTORA_RDMA_NIC_H
 
 #include "congestion-control.h"
-#include "fabric-config.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
+#include "wire-format.h"
 
+#include "ns3/callback.h"
 #include "ns3/event-id.h"
+#include "ns3/node.h"
+#include "ns3/nstime.h"
 #include "ns3/object-factory.h"
 #include "ns3/object.h"
 #include "ns3/traced-callback.h"
@@ -35,6 +38,7 @@ struct QpSpec {
  * Receiver: in-order delivery; an ACK per `ackInterval` packets carries the ECN echo and the INT
  * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
  * An ACK or NACK that echoes a CE mark is a CNP: the sender counts it and fires the "CnpRx" trace.
+ * Settings are attributes (PayloadSize, AckInterval, NackInterval, RetransmitTimeout, ...).
  */
 class RdmaNic : public Object, public PortOwner {
  public:
@@ -45,8 +49,28 @@ class RdmaNic : public Object, public PortOwner {
   /// Signature of the "CnpRx" trace source: the flow, the node that sent the CNP, the acknowledged seq.
   typedef void (*CnpTracedCallback)(uint64_t flowId, uint32_t fromNode, uint64_t seq);
 
-  void Setup(uint32_t nodeId, const FabricConfig* cfg, FabricStats* stats, RouteTable* routes, FabricContext* ctx,
-             const std::vector<Ptr<PhantoraNetDevice>>& ports, const ObjectFactory& ccFactory, bool intOn);
+  /// Told the id of a flow (the receiver has every byte / the sender has every byte acknowledged).
+  typedef Callback<void, uint64_t> FlowCallback;
+  /// Asked (source, destination, ECMP key) for the base RTT (ns) or BDP (bytes) given to a flow's CC.
+  typedef Callback<uint64_t, uint32_t, uint32_t, uint64_t> PathQuery;
+
+  /// Counters of this NIC (summed over the fabric by PhantoraNetwork::Stats).
+  struct Counters {
+    uint64_t dataPackets = 0;
+    uint64_t retxPackets = 0;
+    uint64_t acks = 0;
+    uint64_t nacks = 0;
+    uint64_t timeouts = 0;
+    uint64_t cnps = 0;  ///< ACKs and NACKs received with ECN echo
+    uint64_t payloadBytesDelivered = 0;
+  };
+
+  /// Own the PhantoraNetDevices of `node` (port i = device i), as fabric node `nodeId`.
+  void Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes);
+  /// Each queue pair gets a CC object made by this factory (a CongestionControl subclass).
+  void SetCongestionControlFactory(const ObjectFactory& factory) { m_ccFactory = factory; }
+  void SetFlowCallbacks(FlowCallback dataComplete, FlowCallback senderDone);
+  void SetCcPathQueries(PathQuery baseRttNs, PathQuery bdpBytes);
 
   /// Open a queue pair and start sending now.
   void StartFlow(const QpSpec& spec);
@@ -58,6 +82,9 @@ class RdmaNic : public Object, public PortOwner {
   void Receive(uint32_t port, Ptr<Packet> pkt, const PhantoraHeader& hdr) override;
 
   uint32_t ActiveQps() const { return static_cast<uint32_t>(m_qps.size()); }
+  const Counters& GetCounters() const { return m_counters; }
+  uint32_t GetPayloadSize() const { return m_payloadBytes; }
+  const WireFormat& GetWireFormat() const { return m_wire; }
   /// The CC object of an open queue pair (nullptr once finished).
   Ptr<CongestionControl> GetCc(uint64_t flowId) const;
 
@@ -105,15 +132,29 @@ class RdmaNic : public Object, public PortOwner {
   void CheckRto(Qp* qp);
   void Wake(uint32_t port, uint64_t atNs);
   void OnWake(uint32_t port);
+  uint64_t GetHeaderSize() const;
+  void SetHeaderSize(uint64_t bytes);
+  uint64_t GetIntHeaderSize() const;
+  void SetIntHeaderSize(uint64_t bytes);
+  bool GetIntEnabled() const;
+  void SetIntEnabled(bool on);
 
   uint32_t m_id = 0;
-  const FabricConfig* m_cfg = nullptr;
-  FabricStats* m_stats = nullptr;
-  RouteTable* m_routes = nullptr;
-  FabricContext* m_ctx = nullptr;
-  bool m_int = false;
-  uint64_t m_rtoNs = 0;
+  // Attributes.
+  uint32_t m_payloadBytes = 1000;
+  WireFormat m_wire;
+  uint32_t m_ackInterval = 1;
+  bool m_ackHighPrio = true;
+  Time m_nackInterval;
+  Time m_rto;
+  // Wiring.
+  Ptr<RouteTable> m_routes;
+  FlowCallback m_dataComplete;
+  FlowCallback m_senderDone;
+  PathQuery m_baseRtt;
+  PathQuery m_bdp;
   ObjectFactory m_ccFactory;
+  Counters m_counters;
   std::vector<Ptr<PhantoraNetDevice>> m_dev;
   std::vector<Port> m_ports;
   std::unordered_map<uint64_t, std::unique_ptr<Qp>> m_qps;

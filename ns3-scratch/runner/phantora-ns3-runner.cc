@@ -1,66 +1,139 @@
-// phantora-ns3-runner TOPO FLOWS CONFIG OUTDIR: run an HPCC-format input on the phantora fabric,
-// without Python, and write OUTDIR/fct.txt and OUTDIR/pfc.txt (HPCC formats; fct.txt has the flow id
-// as a ninth column, pfc.txt numbers ports from 1 like HPCC). Prints a one-line JSON summary.
-#include "hpcc-input.h"
+// phantora-ns3-runner SCRIPT OUTDIR: replay a call script on the phantora fabric without Python, run
+// until every flow is acknowledged, and write OUTDIR/fct.txt and OUTDIR/pfc.txt (HPCC formats; fct.txt
+// has the flow id as a ninth column, pfc.txt numbers ports from 1 like HPCC). Prints a one-line JSON
+// summary. SCRIPT is what `phantora netsim --network ns3 --out DIR` writes as DIR/ns3-calls.txt: the
+// PhantoraNetwork calls of that run, one per line, so the runner makes exactly the same calls.
 #include "phantora-network.h"
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
 #include <sys/stat.h>
+#include <vector>
 
 namespace {
 
 uint32_t NodeIp(uint32_t id) { return 0x0b000001u + ((id / 256) << 16) + ((id % 256) << 8); }
 
 int Usage() {
-  std::cerr << "usage: phantora-ns3-runner TOPO FLOWS CONFIG OUTDIR\n"
-               "  TOPO    HPCC or SimAI topology file\n"
-               "  FLOWS   HPCC flow file\n"
-               "  CONFIG  HPCC config.txt (phantora PacketConfig fields also accepted), or '-' for defaults\n"
+  std::cerr << "usage: phantora-ns3-runner SCRIPT OUTDIR\n"
+               "  SCRIPT  a call script (`phantora netsim --network ns3 --out DIR` writes DIR/ns3-calls.txt)\n"
                "  OUTDIR  directory for fct.txt and pfc.txt (created if missing)\n";
   return 2;
+}
+
+/// One call of the script: its verb and its arguments.
+struct Call {
+  std::string verb;
+  std::vector<std::string> args;
+  std::string rest;  ///< the text after the first argument (SetParam values may hold spaces)
+};
+
+Call ParseLine(const std::string& line) {
+  Call c;
+  std::istringstream in(line);
+  in >> c.verb;
+  for (std::string w; in >> w;) {
+    c.args.push_back(w);
+  }
+  const std::size_t key = line.find_first_not_of(' ', line.find(' '));
+  const std::size_t value = key == std::string::npos ? key : line.find(' ', key);
+  c.rest = value == std::string::npos ? "" : line.substr(value + 1);
+  return c;
+}
+
+uint64_t U64(const std::string& s) {
+  std::size_t pos = 0;
+  const unsigned long long v = std::stoull(s, &pos);
+  if (pos != s.size() || s[0] == '-') {
+    throw std::invalid_argument("expected a non-negative integer, got '" + s + "'");
+  }
+  return v;
+}
+
+int64_t I64(const std::string& s) {
+  std::size_t pos = 0;
+  const long long v = std::stoll(s, &pos);
+  if (pos != s.size()) {
+    throw std::invalid_argument("expected an integer, got '" + s + "'");
+  }
+  return v;
+}
+
+void Need(const Call& c, std::size_t n, bool more = false) {
+  if (c.args.size() < n || (!more && c.args.size() != n)) {
+    throw std::invalid_argument(c.verb + ": expected " + std::to_string(n) + (more ? " or more" : "") +
+                                " arguments, got " + std::to_string(c.args.size()));
+  }
+}
+
+/// Make one call; false when the line is not a call (blank or a comment).
+bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
+  if (c.verb.empty() || c.verb[0] == '#') {
+    return false;
+  }
+  if (c.verb == "SetParam") {
+    Need(c, 1, true);  // an empty value (e.g. no ECN map) leaves one word
+    net.SetParam(c.args[0], c.rest);
+  } else if (c.verb == "AddNode") {
+    Need(c, 1);
+    net.AddNode(c.args[0]);
+  } else if (c.verb == "AddLink") {
+    Need(c, 4);
+    net.AddLink(static_cast<uint32_t>(U64(c.args[0])), static_cast<uint32_t>(U64(c.args[1])), U64(c.args[2]),
+                U64(c.args[3]));
+  } else if (c.verb == "Finalize") {
+    Need(c, 0);
+    net.Finalize();
+  } else if (c.verb == "AddFlow") {
+    Need(c, 9, true);
+    std::vector<uint64_t> deps;
+    for (std::size_t i = 9; i < c.args.size(); ++i) {
+      deps.push_back(U64(c.args[i]));
+    }
+    net.AddFlow(U64(c.args[0]), static_cast<uint32_t>(U64(c.args[1])), static_cast<uint32_t>(U64(c.args[2])),
+                U64(c.args[3]), I64(c.args[4]), static_cast<uint32_t>(U64(c.args[5])), U64(c.args[6]), deps,
+                I64(c.args[7]), static_cast<uint32_t>(U64(c.args[8])));
+  } else if (c.verb == "RunUntil") {
+    Need(c, 1);
+    net.RunUntil(I64(c.args[0]));
+  } else {
+    throw std::invalid_argument("unknown call '" + c.verb + "'");
+  }
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
+  if (argc != 3) {
     return Usage();
   }
-  const std::string topoPath = argv[1], flowPath = argv[2], cfgPath = argv[3], outDir = argv[4];
+  const std::string scriptPath = argv[1], outDir = argv[2];
   try {
-    const phantora::Topo topo = phantora::ReadTopology(topoPath);
-    const std::vector<phantora::HpccFlow> flows = phantora::ReadFlows(flowPath, topo);
-    std::vector<std::pair<std::string, std::string>> params;
-    if (cfgPath != "-") {
-      params = phantora::ReadConfig(cfgPath);
+    std::ifstream script(scriptPath);
+    if (!script) {
+      std::cerr << "phantora-ns3-runner: error: " << scriptPath << ": cannot read" << std::endl;
+      return 2;
     }
     const auto t0 = std::chrono::steady_clock::now();
     ns3::PhantoraNetwork net;
-    for (const auto& [k, v] : params) {
+    uint64_t flows = 0;
+    std::string line;
+    for (uint64_t lineno = 1; std::getline(script, line); ++lineno) {
       try {
-        net.SetParam(k, v);
+        const Call c = ParseLine(line);
+        if (Apply(net, c) && c.verb == "AddFlow") {
+          ++flows;
+        }
       } catch (const std::exception& e) {
-        throw phantora::InputError(cfgPath + ": " + e.what());
+        std::cerr << "phantora-ns3-runner: error: " << scriptPath << ":" << lineno << ": " << e.what() << std::endl;
+        return 2;
       }
-    }
-    for (const std::string& kind : topo.kinds) {
-      net.AddNode(kind);
-    }
-    for (const auto& l : topo.links) {
-      net.AddLink(l.a, l.b, l.bps, l.delayNs);
-    }
-    try {
-      net.Finalize();
-    } catch (const std::exception& e) {
-      throw phantora::InputError(cfgPath + ": " + e.what());
-    }
-    // The same calls, in the same order, as `phantora netsim --network ns3`.
-    for (std::size_t i = 0; i < flows.size(); ++i) {
-      const auto& f = flows[i];
-      net.AddFlow(i, f.src, f.dst, f.size, f.startNs, f.prio, i, {}, 0, f.dport);
     }
     const bool idle = net.RunUntilIdle(int64_t{1} << 62);
     const bool quiet = idle && net.RunUntilQuiet(int64_t{1} << 62);
@@ -69,7 +142,8 @@ int main(int argc, char** argv) {
     mkdir(outDir.c_str(), 0755);
     std::ofstream fct(outDir + "/fct.txt");
     if (!fct) {
-      throw phantora::InputError(outDir + ": cannot write fct.txt");
+      std::cerr << "phantora-ns3-runner: error: " << outDir << ": cannot write fct.txt" << std::endl;
+      return 2;
     }
     for (const auto& r : net.DrainFct()) {
       char buf[256];
@@ -83,16 +157,13 @@ int main(int argc, char** argv) {
     for (const auto& r : net.DrainPfc()) {
       pfc << r.timeNs << ' ' << r.node << ' ' << r.nodeType << ' ' << r.port + 1 << ' ' << r.pause << '\n';
     }
-    std::cout << "{\"flows\": " << flows.size() << ", \"completed\": " << (quiet ? "true" : "false")
+    std::cout << "{\"flows\": " << flows << ", \"completed\": " << (quiet ? "true" : "false")
               << ", \"sim_ns\": " << net.Now() << ", \"wall_s\": " << wall;
     for (const auto& [k, v] : net.Stats()) {
       std::cout << ", \"" << k << "\": " << static_cast<long long>(v);
     }
     std::cout << "}" << std::endl;
     return quiet ? 0 : 1;
-  } catch (const phantora::InputError& e) {
-    std::cerr << "phantora-ns3-runner: error: " << e.what() << std::endl;
-    return 2;
   } catch (const std::exception& e) {
     std::cerr << "phantora-ns3-runner: error: " << e.what() << std::endl;
     return 2;

@@ -157,11 +157,13 @@ def _config(args: argparse.Namespace) -> PacketConfig:
     )
 
 
-def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str, Any]:
-    """The packet engine, with HPCC's outputs: FCT at the sender's last ACK (fct.txt) and pfc.txt."""
+def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path | None) -> dict[str, Any]:
+    """The packet engine, with HPCC's outputs: FCT at the sender's last ACK (fct.txt) and pfc.txt.
+
+    With `out`, the run's PhantoraNetwork calls go to out/ns3-calls.txt (phantora-ns3-runner replays them)."""
     from phantora.netsim.packet import Ns3Simulator
 
-    sim = make_engine("ns3", topo, config=config)
+    sim = make_engine("ns3", topo, config=config, calls=out / S.NS3_CALLS_TXT if out else None)
     assert isinstance(sim, Ns3Simulator)
     with sim:
         t0 = time.perf_counter()
@@ -243,9 +245,9 @@ def _write_outputs(out: Path, inp: NetsimInput, res: dict[str, Any]) -> list[Pat
             + [f.tag]
         )
     write_csv(out / S.FCT_CSV, S.FCT_COLUMNS, rows)
-    write_fct_txt(res["fct"], out / "fct.txt")
+    write_fct_txt(res["fct"], out / S.FCT_TXT)
     write_pfc_csv(out / "pfc.csv", res["pfc"])
-    write_pfc_txt(res["pfc_txt"], out / "pfc.txt")
+    write_pfc_txt(res["pfc_txt"], out / S.PFC_TXT)
     write_queues_csv(out / "queues.csv", res["queues"])
     write_drops_csv(out / "drops.csv", res["drops"])
     write_cnps_csv(out / "cnps.csv", res["cnps"] or [])
@@ -264,6 +266,7 @@ def _write_outputs(out: Path, inp: NetsimInput, res: dict[str, Any]) -> list[Pat
     write_json(out / S.SUMMARY_JSON, summary)
     names = ["fct.csv", "fct.txt", "pfc.csv", "pfc.txt", "queues.csv", "drops.csv", "cnps.csv", "ecn_marks.csv"]
     names += ["links.csv", "summary.json"]
+    names += [S.NS3_CALLS_TXT] if (out / S.NS3_CALLS_TXT).exists() else []
     return [out / n for n in names]
 
 
@@ -273,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     inp = read_netsim_input(args.flows, topo)
     config = _config(args)
-    res = _run_ns3(topo, inp, config) if args.network == "ns3" else _run_flow(topo, inp, config)
+    res = _run_ns3(topo, inp, config, args.out) if args.network == "ns3" else _run_flow(topo, inp, config)
     fcts = sorted(r.fct_ns for r in res["fct"])
     slow = sorted(r.fct_ns / r.standalone_ns for r in res["fct"] if r.standalone_ns)
     stats = res["stats"]

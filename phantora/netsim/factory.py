@@ -14,7 +14,8 @@ NETWORKS = ("flow", "ns3")
 def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulator:
     """`flow` -> FlowSimulator(topo, **options); `ns3` -> Ns3Simulator(topo, PacketConfig(**options)).
 
-    For ns3, ``set`` (a list of ``FIELD=VALUE`` strings, as `--set` takes them) overrides the config."""
+    For ns3, ``set`` (a list of ``FIELD=VALUE`` strings, as `--set` takes them) overrides the config, and
+    ``calls`` (a path) records the run's call script for phantora-ns3-runner."""
     if network == "flow":
         from phantora.netsim.flow import FlowSimulator
 
@@ -24,10 +25,11 @@ def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulato
         from phantora.netsim.packet_config import PacketConfig
 
         overrides = options.pop("set", ())
+        calls = options.pop("calls", None)
         config = options.pop("config", None) or PacketConfig(**options)
         if overrides:
             from phantora.netsim.packet_config import apply_overrides
 
             config = apply_overrides(config, overrides)
-        return Ns3Simulator(topo, config)
+        return Ns3Simulator(topo, config, calls=calls)
     raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")

@@ -26,8 +26,9 @@ from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
+from phantora.netsim.ns3_calls import RecordedNetwork
 from phantora.netsim.observe import CnpEvent, Drop, EcnMark, PacketChannelUsage, PfcEvent, QueueSample
-from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.topology.model import Topology
 
 _MASK64 = (1 << 64) - 1
@@ -50,14 +51,18 @@ def runner_path() -> Path:
 
 
 def needs_build() -> bool:
-    """True if the library or the runner is missing or older than a C++ source or build file."""
-    lib, runner = library_path(), runner_path()
-    if not lib.exists() or not runner.exists():
+    """True if the library, the runner or the C++ tests are missing or older than their sources."""
+    lib = library_path()
+
+    def newest(*dirs: str) -> float:
+        files = [p for d in dirs for p in SCRATCH.glob(f"{d}/*") if p.is_file()] + [SCRATCH / "Makefile"]
+        return max(p.stat().st_mtime for p in files if p.exists())
+
+    built = {lib: ("model", "helper"), runner_path(): ("runner",), lib.parent / "phantora-ns3-tests": ("test",)}
+    if not all(p.exists() for p in built):
         return True
-    model = [*SCRATCH.glob("model/*.cc"), *SCRATCH.glob("model/*.h"), SCRATCH / "Makefile"]
-    newest_model = max(p.stat().st_mtime for p in model if p.exists())
-    newest_runner = max([p.stat().st_mtime for p in SCRATCH.glob("runner/*")] + [newest_model])
-    return newest_model > lib.stat().st_mtime or newest_runner > runner.stat().st_mtime
+    model = newest("model", "helper")
+    return any(max(model, newest(*dirs)) > binary.stat().st_mtime for binary, dirs in built.items())
 
 
 def build(jobs: int = 2) -> Path:
@@ -107,6 +112,7 @@ def load_ns3(build_if_needed: bool = True) -> Ns3Runtime:
     import cppyy
 
     cppyy.add_include_path(str(SCRATCH / "model"))
+    cppyy.add_include_path(str(SCRATCH / "helper"))
     cppyy.include("phantora-network.h")
     cppyy.load_library(str(lib))
     _RUNTIME = Ns3Runtime(ns, cppyy, lib)
@@ -143,16 +149,27 @@ def cpp_message(exc: BaseException) -> str:
     return text
 
 
+def _finalize_field(message: str) -> str:
+    """The PacketConfig field a Finalize() error is about."""
+    for word, name in (("Scheduler", "scheduler"), ("kmin", "kmin_map"), ("pmax", "pmax_map"), ("Kmax", "kmax_map")):
+        if word in message:
+            return name
+    return "cc_attrs" if "attribute" in message else "cc"
+
+
 class Ns3Simulator:
     """Packet-level `NetworkSimulator` over the ns-3 phantora fabric."""
 
-    def __init__(self, topology: Topology, config: PacketConfig | None = None) -> None:
+    def __init__(self, topology: Topology, config: PacketConfig | None = None, calls: Path | None = None) -> None:
+        """`calls`: also write the run's PhantoraNetwork calls there (a script for phantora-ns3-runner)."""
         self.topology = topology
         self.config = config or PacketConfig()
         self.config.validate()
         self._rt = load_ns3()
         try:
             self._net = self._rt.gbl.PhantoraNetwork()
+            if calls is not None:
+                self._net = RecordedNetwork(self._net, calls)
         except Exception as exc:  # noqa: BLE001 - cppyy turns the C++ runtime_error into an Exception subclass
             raise PhantoraError(f"cannot open the ns-3 network: {cpp_message(exc)}") from None
         self._closed = False
@@ -178,8 +195,7 @@ class Ns3Simulator:
             try:
                 net.SetParam(key, value)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
-                field = "cc_attrs" if key.startswith("cc.") else key
-                raise InputError(cpp_message(exc), field=field) from None
+                raise InputError(cpp_message(exc), field=field_of_param(key)) from None
         for node in self.topology.nodes:
             net.AddNode(node.kind)
         for link in self.topology.links:
@@ -187,7 +203,8 @@ class Ns3Simulator:
         try:
             net.Finalize()
         except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
-            raise InputError(cpp_message(exc), field="cc_attrs" if "attribute" in str(exc) else "cc") from None
+            message = cpp_message(exc)
+            raise InputError(message, field=_finalize_field(message)) from None
 
     # ----- NetworkSimulator --------------------------------------------------------------------
     def submit(self, flows: Sequence[Flow], at: int, dports: Mapping[int, int] | None = None) -> None:

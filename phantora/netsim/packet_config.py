@@ -5,8 +5,11 @@ the reference scales: switch buffer 16*bw/50 MiB (32 MiB at 100G), ECN kmin/kmax
 per Gb/s (400 KB / 1600 KB at 100G), pmax 0.2, headroom 3 x rate x link delay, 4 KB reserve, a
 dynamic PFC threshold of free >> 3, 1000-byte payloads with 48 bytes of header.
 
-`to_params()` lists the settings as (key, text) pairs for `PhantoraNetwork::SetParam` (C++);
-missing values (None) are left to the C++ defaults, which compute the same scaled values.
+Every field is an ns-3 attribute of one or more objects of the fabric (`NS3_ATTRIBUTES`, the one
+table): `nic.X` of `ns3::RdmaNic`, `switch.X` of `ns3::PfcSwitch`, `fabric.X` of `ns3::PhantoraFabric`,
+`recorder.X` of `ns3::FabricRecorder`, and `cc.X` of the CC's own TypeId. `to_params()` lists them as
+(attribute path, text) pairs for `PhantoraNetwork::SetParam` (C++); values that are None ("scale
+with the fabric") are given as the attribute's 0, which the C++ scales the same way.
 """
 
 from __future__ import annotations
@@ -205,54 +208,91 @@ class PacketConfig:
             return self.buffer_bytes
         return fastest_port_bps * 16 * 2**20 // 50_000_000_000
 
+    def effective_rto_ns(self) -> int:
+        """The go-back-N timeout in ns: rto_ns, else none on a lossless (PFC) fabric and 1 ms without."""
+        if self.rto_ns is not None:
+            return self.rto_ns
+        return 0 if self.pfc else 1_000_000
+
     def to_params(self, link_rates: Iterable[int] = ()) -> list[tuple[str, str]]:
-        """(key, value) pairs for PhantoraNetwork::SetParam, in a fixed order.
+        """(attribute path, text) pairs for PhantoraNetwork::SetParam, in NS3_ATTRIBUTES order, then the CC's.
 
         `link_rates` (bit/s) lets a CC with its own marking profile (DCTCP) fill the ECN maps the user left unset.
         """
-
-        def text(v: object) -> str:
-            if isinstance(v, bool):
-                return "1" if v else "0"
-            return repr(v) if isinstance(v, float) else str(v)
-
-        out: list[tuple[str, str]] = [("cc", CC_TYPES[self.cc])]
-        for name in (
-            "payload_bytes",
-            "header_bytes",
-            "int_header_bytes",
-            "pfc_bytes",
-            "pfc",
-            "reserve_bytes",
-            "resume_offset_bytes",
-            "dt_shift",
-            "headroom_factor",
-            "ecn",
-            "ack_interval",
-            "ack_high_prio",
-            "nack_interval_ns",
-            "global_t",
-            "queue_sample_ns",
-            "trace_drops",
-            "trace_cnp",
-            "trace_ecn",
-            "seed",
-            "scheduler",
-        ):
-            out.append((name, text(getattr(self, name))))
-        for name in ("buffer_bytes", "headroom_bytes", "rto_ns", "cc_base_rtt_ns", "cc_bdp_bytes"):
-            value = getattr(self, name)
-            if value is not None:
-                out.append((name, str(value)))
-        out.append(("int", {"auto": "-1", "off": "0", "on": "1"}[self.int_mode]))
         cc_maps = cc_ecn_maps(self.cc, link_rates)
-        for name in ("kmin_map", "kmax_map", "pmax_map"):
-            table = getattr(self, name) or cc_maps.get(name)
-            if table:
-                out.append((name, " ".join(f"{r} {text(v)}" for r, v in sorted(table.items()))))
-        for key, value in sorted(self.cc_attrs.items()):
-            out.append((f"cc.{key}", text(value)))
+        out: list[tuple[str, str]] = []
+        for name, (paths, kind) in NS3_ATTRIBUTES.items():
+            value = self.effective_rto_ns() if name == "rto_ns" else getattr(self, name)
+            if value is None:
+                value = cc_maps.get(name)
+            text = _attribute_text(kind, value)
+            out.extend((path, text) for path in paths)
+        out.extend((f"cc.{key}", _attribute_text("text", value)) for key, value in sorted(self.cc_attrs.items()))
         return out
+
+
+# ----- the one table: PacketConfig field -> ns-3 attributes (ns3-scratch/model, helper) ------------------------
+
+# field -> (attribute paths it sets, how its value is written). tests/test_packet_cc_laws.py checks every path
+# against the TypeIds themselves, and that every field but cc_attrs is here.
+NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
+    "cc": (("fabric.CongestionControl",), "cc"),
+    "payload_bytes": (("nic.PayloadSize",), "int"),
+    "header_bytes": (("nic.HeaderSize", "switch.HeaderSize"), "int"),
+    "int_header_bytes": (("nic.IntHeaderSize", "switch.IntHeaderSize"), "int"),
+    "pfc_bytes": (("switch.PfcFrameSize",), "int"),
+    "pfc": (("switch.PfcEnabled",), "bool"),
+    "buffer_bytes": (("switch.BufferSize",), "int"),
+    "reserve_bytes": (("switch.ReserveSize",), "int"),
+    "resume_offset_bytes": (("switch.ResumeOffset",), "int"),
+    "dt_shift": (("switch.DtShift",), "int"),
+    "headroom_factor": (("switch.HeadroomFactor",), "float"),
+    "headroom_bytes": (("switch.HeadroomSize",), "int"),
+    "ecn": (("switch.EcnEnabled",), "bool"),
+    "kmin_map": (("switch.KminMap",), "map"),
+    "kmax_map": (("switch.KmaxMap",), "map"),
+    "pmax_map": (("switch.PmaxMap",), "map"),
+    "ack_interval": (("nic.AckInterval",), "int"),
+    "ack_high_prio": (("nic.AckHighPriority",), "bool"),
+    "nack_interval_ns": (("nic.NackInterval",), "ns"),
+    "rto_ns": (("nic.RetransmitTimeout",), "ns"),
+    "global_t": (("fabric.GlobalT",), "bool"),
+    "cc_base_rtt_ns": (("fabric.CcBaseRtt",), "ns"),
+    "cc_bdp_bytes": (("fabric.CcBdp",), "int"),
+    "int_mode": (("fabric.IntMode",), "int_mode"),
+    "queue_sample_ns": (("recorder.QueueSampleInterval",), "ns"),
+    "trace_drops": (("recorder.TraceDrops",), "bool"),
+    "trace_cnp": (("recorder.TraceCnp",), "bool"),
+    "trace_ecn": (("recorder.TraceEcn",), "bool"),
+    "seed": (("fabric.Seed",), "int"),
+    "scheduler": (("fabric.Scheduler",), "text"),
+}
+
+
+def field_of_param(path: str) -> str:
+    """The PacketConfig field an attribute path comes from (cc_attrs for cc.X), for error messages."""
+    if path.startswith("cc."):
+        return "cc_attrs"
+    return next((name for name, (paths, _) in NS3_ATTRIBUTES.items() if path in paths), path)
+
+
+def _attribute_text(kind: str, value: object) -> str:
+    """A field's value as its attribute's text (None: the attribute's 0, "scale with the fabric")."""
+    if kind == "cc":
+        return CC_TYPES[str(value)]
+    if kind == "int_mode":
+        return {"auto": "Auto", "on": "On", "off": "Off"}[str(value)]
+    if kind == "map":
+        table: dict[int, object] = value or {}  # type: ignore[assignment]
+        return " ".join(f"{rate} {v!r}" if isinstance(v, float) else f"{rate} {v}" for rate, v in sorted(table.items()))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if kind == "float":
+        return repr(float(value))  # type: ignore[arg-type]
+    if kind in ("int", "ns"):
+        number = 0 if value is None else int(value)  # type: ignore[call-overload]
+        return f"{number}ns" if kind == "ns" else str(number)
+    return str(value)
 
 
 # ----- congestion control section (D2): switch marking that a CC needs ------------------------------

@@ -32,6 +32,10 @@ QUEUES_CSV = "queues.csv"
 DROPS_CSV = "drops.csv"
 CNPS_CSV = "cnps.csv"
 ECN_CSV = "ecn_marks.csv"
+# HPCC-format text files of `phantora netsim`, and its call script for ns3-scratch/build/phantora-ns3-runner.
+FCT_TXT = "fct.txt"
+PFC_TXT = "pfc.txt"
+NS3_CALLS_TXT = "ns3-calls.txt"
 
 FLOWS_COLUMNS = ("flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns")
 FCT_COLUMNS: tuple[str, ...] = ("flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns")

@@ -1,0 +1,56 @@
+// PhantoraFabricHelper: installs RdmaNics and PfcSwitches on a PhantoraFabric, configured by attributes.
+#ifndef PHANTORA_FABRIC_HELPER_H
+#define PHANTORA_FABRIC_HELPER_H
+
+#include "phantora-fabric.h"
+
+#include "ns3/attribute.h"
+#include "ns3/object-factory.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ns3 {
+
+/**
+ * Attribute `name` of `tid` parsed from `text`, checked before ns-3 parses it (some of its parsers
+ * abort the process on bad text). Throws std::invalid_argument naming `what`.
+ */
+Ptr<AttributeValue> AttributeFromText(TypeId tid, const std::string& name, const std::string& text,
+                                      const std::string& what);
+
+/**
+ * Like ns-3's device helpers: attributes set here apply to every NIC, switch or CC object made.
+ * Install() creates an RdmaNic on every endpoint and a PfcSwitch on every switch of a fabric,
+ * turns INT on where the fabric's IntMode (or its CC) asks for it, and wires each NIC to the
+ * fabric's routes, its CC factory and the path queries of its CC.
+ */
+class PhantoraFabricHelper {
+ public:
+  PhantoraFabricHelper();
+
+  /// Set an attribute of every RdmaNic (text checked now; throws std::invalid_argument).
+  void SetNicAttribute(const std::string& name, const std::string& text);
+  /// Set an attribute of every PfcSwitch (NVSwitches get NvSwitch = true on top).
+  void SetSwitchAttribute(const std::string& name, const std::string& text);
+  /// Set an attribute of every queue pair's CC object (checked at Install, against the fabric's CC type).
+  void SetCcAttribute(const std::string& name, const std::string& text);
+
+  /// Check the CC and its attributes, then install NICs and switches on every node of `fabric`.
+  /// `dataComplete` / `senderDone` are told each flow's completion at its receiver / sender.
+  void Install(Ptr<PhantoraFabric> fabric, RdmaNic::FlowCallback dataComplete, RdmaNic::FlowCallback senderDone);
+
+  /// Whether the installed fabric stamps INT (valid after Install).
+  bool IntEnabled() const { return m_intOn; }
+
+ private:
+  ObjectFactory m_nic;
+  ObjectFactory m_switch;
+  std::vector<std::pair<std::string, std::string>> m_ccAttributes;
+  bool m_intOn = false;
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_FABRIC_HELPER_H

@@ -1,0 +1,117 @@
+// FabricRecorder: trace sinks and queue sampling.
+#include "fabric-recorder.h"
+
+#include "ns3/boolean.h"
+#include "ns3/log.h"
+#include "ns3/simulator.h"
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraFabricRecorder");
+NS_OBJECT_ENSURE_REGISTERED(FabricRecorder);
+
+namespace {
+
+int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
+
+}  // namespace
+
+TypeId FabricRecorder::GetTypeId() {
+  static TypeId tid =
+      TypeId("ns3::FabricRecorder")
+          .SetParent<Object>()
+          .SetGroupName("Phantora")
+          .AddConstructor<FabricRecorder>()
+          .AddAttribute("TraceDrops", "Record every packet dropped at a switch ingress", BooleanValue(true),
+                        MakeBooleanAccessor(&FabricRecorder::m_traceDrops), MakeBooleanChecker())
+          .AddAttribute("TraceCnp", "Record every CNP received by a sender (off: counted only)", BooleanValue(true),
+                        MakeBooleanAccessor(&FabricRecorder::m_traceCnp), MakeBooleanChecker())
+          .AddAttribute("TraceEcn", "Record every CE mark made by a switch (off: counted only)", BooleanValue(true),
+                        MakeBooleanAccessor(&FabricRecorder::m_traceEcn), MakeBooleanChecker())
+          .AddAttribute("QueueSampleInterval", "Sample switch queues this often while flows run; 0 = off",
+                        TimeValue(Time(0)), MakeTimeAccessor(&FabricRecorder::m_sampleInterval),
+                        MakeTimeChecker(Time(0)));
+  return tid;
+}
+
+void FabricRecorder::Connect(Ptr<PhantoraFabric> fabric) {
+  m_fabric = fabric;
+  for (uint32_t n = 0; n < fabric->NumNodes(); ++n) {
+    const PhantoraFabric::NodeInfo& info = fabric->GetNode(n);
+    if (info.nic && m_traceCnp) {
+      info.nic->TraceConnectWithoutContext(
+          "CnpRx", Callback<void, uint64_t, uint32_t, uint64_t>([this, n](uint64_t flow, uint32_t from, uint64_t seq) {
+            cnps.push_back(CnpRecord{NowNs(), n, from, flow, seq});
+          }));
+    }
+    if (info.sw && m_traceDrops) {
+      info.sw->TraceConnectWithoutContext(
+          "Drop", Callback<void, uint32_t, uint32_t, uint64_t, uint64_t>(
+                      [this, n](uint32_t port, uint32_t cls, uint64_t flow, uint64_t seq) {
+                        drops.push_back(DropRecord{NowNs(), n, port, cls, flow, seq});
+                      }));
+    }
+    if (info.sw && m_traceEcn) {
+      const std::vector<uint32_t>* channels = &info.portChannel;
+      info.sw->TraceConnectWithoutContext(
+          "EcnMark",
+          Callback<void, uint32_t, uint32_t, uint64_t>([this, n, channels](uint32_t port, uint32_t cls, uint64_t flow) {
+            ecnMarks.push_back(EcnRecord{NowNs(), n, port, cls, (*channels)[port], flow});
+          }));
+    }
+    const uint32_t type = IsEndpoint(info.kind) ? 0 : (info.kind == NodeKind::Switch ? 1 : 2);
+    for (uint32_t p = 0; p < info.ports.size(); ++p) {
+      const uint32_t peer = fabric->GetRoutes()->Neighbours(n)[p].peer;
+      info.ports[p]->TraceConnectWithoutContext(
+          "PfcRx",
+          Callback<void, uint32_t, uint32_t, bool>([this, n, type, peer](uint32_t port, uint32_t cls, bool pause) {
+            pfcs.push_back(PfcRecord{NowNs(), n, type, port, cls, pause ? 1u : 0u, peer});
+          }));
+    }
+  }
+}
+
+void FabricRecorder::StartSampling(Callback<bool> busy) {
+  if (m_sampling || !m_sampleInterval.IsStrictlyPositive()) {
+    return;
+  }
+  m_busy = busy;
+  m_sampling = true;
+  Simulator::Schedule(NanoSeconds(0), &FabricRecorder::Sample, this);
+}
+
+void FabricRecorder::Sample() {
+  const int64_t now = NowNs();
+  std::size_t k = 0;
+  for (uint32_t n = 0; n < m_fabric->NumNodes(); ++n) {
+    const Ptr<PfcSwitch>& sw = m_fabric->GetNode(n).sw;
+    if (!sw) {
+      continue;
+    }
+    for (uint32_t p = 0; p < sw->NumPorts(); ++p) {
+      for (uint32_t c = 0; c < kNumPrio; ++c, ++k) {
+        if (k >= m_lastSample.size()) {
+          m_lastSample.resize(k + 1, 0);
+        }
+        const uint64_t b = sw->QueueBytes(p, c);
+        if (b || m_lastSample[k]) {
+          samples.push_back(QueueSample{now, n, p, c, b});
+        }
+        m_lastSample[k] = b;
+      }
+    }
+  }
+  if (!m_busy()) {
+    m_sampling = false;
+    return;
+  }
+  Simulator::Schedule(m_sampleInterval, &FabricRecorder::Sample, this);
+}
+
+void FabricRecorder::DoDispose() {
+  m_fabric = nullptr;
+  m_busy.Nullify();
+  Object::DoDispose();
+}
+
+}  // namespace ns3

@@ -1,0 +1,210 @@
+// PhantoraFabric: topology bookkeeping, path arithmetic and the fabric-wide attributes.
+#include "phantora-fabric.h"
+
+#include "ns3/boolean.h"
+#include "ns3/enum.h"
+#include "ns3/log.h"
+#include "ns3/string.h"
+#include "ns3/uinteger.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraFabric");
+NS_OBJECT_ENSURE_REGISTERED(PhantoraFabric);
+
+TypeId PhantoraFabric::GetTypeId() {
+  static TypeId tid =
+      TypeId("ns3::PhantoraFabric")
+          .SetParent<Object>()
+          .SetGroupName("Phantora")
+          .AddConstructor<PhantoraFabric>()
+          .AddAttribute("CongestionControl", "TypeId name of every queue pair's CC (a CongestionControl subclass)",
+                        StringValue("ns3::CcNone"), MakeStringAccessor(&PhantoraFabric::m_cc), MakeStringChecker())
+          .AddAttribute("IntMode", "INT stamping: Auto (when the CC wants it), On or Off", EnumValue<IntMode>(INT_AUTO),
+                        MakeEnumAccessor<IntMode>(&PhantoraFabric::m_intMode),
+                        MakeEnumChecker(INT_AUTO, "Auto", INT_ON, "On", INT_OFF, "Off"))
+          .AddAttribute("GlobalT", "Every CC is told the fabric-wide max base RTT and BDP (HPCC GLOBAL_T)",
+                        BooleanValue(true), MakeBooleanAccessor(&PhantoraFabric::m_globalT), MakeBooleanChecker())
+          .AddAttribute("CcBaseRtt", "Base RTT told to every CC instead of the computed one; 0 = computed",
+                        TimeValue(Time(0)), MakeTimeAccessor(&PhantoraFabric::m_ccBaseRtt), MakeTimeChecker(Time(0)))
+          .AddAttribute("CcBdp", "BDP bytes told to every CC instead of the computed one; 0 = computed",
+                        UintegerValue(0), MakeUintegerAccessor(&PhantoraFabric::m_ccBdpBytes),
+                        MakeUintegerChecker<uint64_t>())
+          .AddAttribute("Seed", "ns-3 RNG seed of the run (ECN marking draws)", UintegerValue(1),
+                        MakeUintegerAccessor(&PhantoraFabric::m_seed), MakeUintegerChecker<uint32_t>(1))
+          .AddAttribute("Scheduler", "TypeId name of the ns-3 event scheduler", StringValue("ns3::MapScheduler"),
+                        MakeStringAccessor(&PhantoraFabric::m_scheduler), MakeStringChecker());
+  return tid;
+}
+
+uint32_t PhantoraFabric::AddNode(const std::string& kind) {
+  NodeKind k;
+  if (kind == "host") {
+    k = NodeKind::Host;
+  } else if (kind == "gpu") {
+    k = NodeKind::Gpu;
+  } else if (kind == "switch") {
+    k = NodeKind::Switch;
+  } else if (kind == "nvswitch") {
+    k = NodeKind::NvSwitch;
+  } else {
+    throw std::invalid_argument("unknown node kind '" + kind + "' (host, gpu, switch, nvswitch)");
+  }
+  m_routes->AddNode(k);
+  NodeInfo info;
+  info.kind = k;
+  info.node = CreateObject<Node>();
+  m_nodes.push_back(std::move(info));
+  return static_cast<uint32_t>(m_nodes.size() - 1);
+}
+
+uint32_t PhantoraFabric::AddLink(uint32_t a, uint32_t b, uint64_t bps, uint64_t delayNs) {
+  const std::string name = "link " + std::to_string(a) + "-" + std::to_string(b) + ": ";
+  if (a >= m_nodes.size() || b >= m_nodes.size()) {
+    throw std::invalid_argument(name + "unknown node");
+  }
+  if (a == b) {
+    throw std::invalid_argument(name + "joins a node to itself");
+  }
+  if (bps == 0) {
+    throw std::invalid_argument(name + "bandwidth must be > 0");
+  }
+  const uint32_t id = static_cast<uint32_t>(m_links.size());
+  auto [pa, pb] = m_routes->AddLink(a, b, id);
+  Ptr<PhantoraChannel> ch = CreateObject<PhantoraChannel>();
+  ch->SetAttribute("DelayNs", UintegerValue(delayNs));
+  Ptr<PhantoraNetDevice> da = CreateObject<PhantoraNetDevice>();
+  Ptr<PhantoraNetDevice> db = CreateObject<PhantoraNetDevice>();
+  m_nodes[a].node->AddDevice(da);
+  m_nodes[b].node->AddDevice(db);
+  da->Attach(ch);
+  db->Attach(ch);
+  ch->Attach(da, db);
+  m_nodes[a].ports.push_back(da);
+  m_nodes[b].ports.push_back(db);
+  m_nodes[a].portChannel.push_back(2 * id);
+  m_nodes[b].portChannel.push_back(2 * id + 1);
+  m_links.push_back({a, b, bps, delayNs, pa, pb, ch});
+  // Owners are attached when the NIC or switch is installed.
+  da->Setup(nullptr, pa, bps);
+  db->Setup(nullptr, pb, bps);
+  return id;
+}
+
+uint32_t PhantoraFabric::PayloadBytes() const {
+  for (const auto& n : m_nodes) {
+    if (n.nic) {
+      return n.nic->GetPayloadSize();
+    }
+  }
+  return 1000;
+}
+
+uint32_t PhantoraFabric::HeaderBytes() const {
+  for (const auto& n : m_nodes) {
+    if (n.nic) {
+      return n.nic->GetWireFormat().headerBytes;
+    }
+  }
+  return 48;
+}
+
+uint64_t PhantoraFabric::PairRttNs(uint32_t src, uint32_t dst, uint64_t key) {
+  const uint32_t payload = PayloadBytes();
+  uint64_t prop = 0;
+  uint64_t txPs = 0;
+  for (int64_t ch : m_routes->Path(src, dst, key)) {
+    const LinkInfo& l = m_links[ch >> 1];
+    prop += l.delayNs;
+    txPs += static_cast<uint64_t>(static_cast<unsigned __int128>(payload) * 8'000'000'000'000ULL / l.bps);
+  }
+  return 2 * prop + txPs / 1000;
+}
+
+uint64_t PhantoraFabric::PathRateBps(uint32_t src, uint32_t dst, uint64_t key) {
+  uint64_t rate = std::numeric_limits<uint64_t>::max();
+  for (int64_t ch : m_routes->Path(src, dst, key)) {
+    rate = std::min(rate, m_links[ch >> 1].bps);
+  }
+  return rate == std::numeric_limits<uint64_t>::max() ? 0 : rate;
+}
+
+int64_t PhantoraFabric::StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size) {
+  if (src == dst || size == 0) {
+    return 0;
+  }
+  const uint32_t payload = PayloadBytes();
+  const uint64_t pkts = (size + payload - 1) / payload;
+  const uint64_t bytes = size + pkts * HeaderBytes();
+  const uint64_t rate = PathRateBps(src, dst, key);
+  const uint64_t txNs =
+      static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * 8'000'000'000ULL / std::max<uint64_t>(rate, 1));
+  return static_cast<int64_t>(PairRttNs(src, dst, key) + txNs);
+}
+
+void PhantoraFabric::ComputeGlobalRtt() {
+  std::vector<uint32_t> eps;
+  for (uint32_t i = 0; i < m_nodes.size(); ++i) {
+    if (IsEndpoint(m_nodes[i].kind)) {
+      eps.push_back(i);
+    }
+  }
+  // Exact for up to 512 sources; larger fabrics use 512 evenly spaced sources (documented).
+  const std::size_t step = std::max<std::size_t>(1, eps.size() / 512);
+  m_maxRttNs = 0;
+  m_maxBdpBytes = 0;
+  for (std::size_t i = 0; i < eps.size(); i += step) {
+    for (uint32_t d : eps) {
+      if (d == eps[i] || !m_routes->Reachable(eps[i], d)) {
+        continue;
+      }
+      const uint64_t rtt = PairRttNs(eps[i], d, 0);
+      m_maxRttNs = std::max(m_maxRttNs, rtt);
+      m_maxBdpBytes = std::max<uint64_t>(m_maxBdpBytes, rtt * PathRateBps(eps[i], d, 0) / 8'000'000'000ULL);
+    }
+  }
+}
+
+uint64_t PhantoraFabric::CcBaseRttNs(uint32_t src, uint32_t dst, uint64_t key) {
+  if (m_ccBaseRtt.IsStrictlyPositive()) {
+    return static_cast<uint64_t>(m_ccBaseRtt.GetNanoSeconds());
+  }
+  return m_globalT ? m_maxRttNs : PairRttNs(src, dst, key);
+}
+
+uint64_t PhantoraFabric::CcBdpBytes(uint32_t src, uint32_t dst, uint64_t key) {
+  if (m_ccBdpBytes) {
+    return m_ccBdpBytes;
+  }
+  if (m_globalT) {
+    return m_maxBdpBytes;
+  }
+  return PairRttNs(src, dst, key) * PathRateBps(src, dst, key) / 8'000'000'000ULL;
+}
+
+uint64_t PhantoraFabric::MaxRttNs() const {
+  return m_ccBaseRtt.IsStrictlyPositive() ? static_cast<uint64_t>(m_ccBaseRtt.GetNanoSeconds()) : m_maxRttNs;
+}
+
+uint64_t PhantoraFabric::MaxBdpBytes() const { return m_ccBdpBytes ? m_ccBdpBytes : m_maxBdpBytes; }
+
+void PhantoraFabric::DoDispose() {
+  for (auto& n : m_nodes) {
+    if (n.nic) {
+      n.nic->Dispose();
+    }
+    if (n.sw) {
+      n.sw->Dispose();
+    }
+  }
+  m_nodes.clear();
+  m_links.clear();
+  m_routes = nullptr;
+  Object::DoDispose();
+}
+
+}  // namespace ns3

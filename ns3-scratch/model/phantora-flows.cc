@@ -1,0 +1,251 @@
+// PhantoraNetwork: flows, their dependencies and completions, and running the simulator in windows.
+#include "phantora-network-impl.h"
+
+#include "phantora-scheduler.h"
+
+#include "ns3/log.h"
+#include "ns3/simulator.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraFlows");
+
+namespace {
+
+int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
+
+}  // namespace
+
+PhantoraNetwork::Impl::Impl() : fabric(CreateObject<PhantoraFabric>()), recorder(CreateObject<FabricRecorder>()) {}
+
+void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
+  auto it = flows.find(id);
+  if (it == flows.end() || it->second.dataDone) {
+    return;
+  }
+  FlowState& f = it->second;
+  f.dataDone = true;
+  const int64_t now = NowNs();
+  completions.push_back(FlowRecord{f.id, f.src, f.dst, f.size, f.startNs, now});
+  doneEnd[id] = now;
+  --inFlight;
+  ++completed;
+  auto dit = dependents.find(id);
+  if (dit != dependents.end()) {
+    for (uint64_t j : dit->second) {
+      FlowState& g = flows.at(j);
+      g.readyNs = std::max(g.readyNs, now);
+      if (--g.pending == 0) {
+        ScheduleStart(g);
+      }
+    }
+    dependents.erase(dit);
+  }
+  if (watching && watched.count(id)) {
+    // Stop after this event; RunUntilWatched then runs the rest of this ns.
+    NS_LOG_LOGIC("watched flow " << id << " completed at " << now << " ns: stopping");
+    watching = false;
+    watchHit = true;
+    Simulator::Stop();
+  }
+  if (stopWhenIdle && inFlight == 0) {
+    Simulator::Stop();
+  }
+}
+
+void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
+  auto it = flows.find(id);
+  if (it == flows.end()) {
+    return;
+  }
+  const FlowState& f = it->second;
+  const int64_t now = NowNs();
+  fcts.push_back(FctRecord{f.id, f.src, f.dst, f.sport, f.dport, f.size, f.startNs, now - f.startNs,
+                           fabric->StandaloneNs(f.src, f.dst, f.key, f.size)});
+  if (f.src != f.dst) {
+    fabric->GetNode(f.dst).nic->ForgetFlow(id);
+  }
+  flows.erase(it);
+  if (stopWhenQuiet && flows.empty()) {
+    Simulator::Stop();
+  }
+}
+
+void PhantoraNetwork::Impl::ScheduleStart(FlowState& f) {
+  const int64_t at = std::max(f.submitNs, f.readyNs) + f.delayNs;
+  Simulator::Schedule(NanoSeconds(std::max<int64_t>(at - NowNs(), 0)), &Impl::StartFlow, this, f.id);
+}
+
+void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
+  FlowState& f = flows.at(id);
+  f.startNs = NowNs();
+  if (f.size == 0 || f.src == f.dst) {
+    DataComplete(id);
+    SenderDone(id);
+    return;
+  }
+  fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size);
+  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key});
+  recorder->StartSampling(MakeCallback(&Impl::Busy, this));
+}
+
+// ----- facade: flows and running ----------------------------------------------------------------
+
+void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t sizeBytes, int64_t startNs,
+                              uint32_t priority, uint64_t ecmpKey, const std::vector<uint64_t>& deps, int64_t delayNs,
+                              uint32_t dport) {
+  Impl& s = Need();
+  const std::string where = "flow " + std::to_string(id) + ": ";
+  if (!s.finalized) {
+    throw std::runtime_error(where + "AddFlow before Finalize()");
+  }
+  if (s.flows.count(id) || s.doneEnd.count(id)) {
+    throw std::invalid_argument(where + "duplicate flow id");
+  }
+  for (uint32_t end : {src, dst}) {
+    if (end >= s.fabric->NumNodes() || !IsEndpoint(s.fabric->GetNode(end).kind)) {
+      throw std::invalid_argument(where + "node " + std::to_string(end) + " is not an endpoint");
+    }
+  }
+  if (priority < 1 || priority >= kNumPrio) {
+    throw std::invalid_argument(where + "priority must be 1..7 (class 0 is for control), got " +
+                                std::to_string(priority));
+  }
+  const int64_t now = NowNs();
+  if (startNs < now) {
+    throw std::invalid_argument(where + "starts at " + std::to_string(startNs) + " ns, before now (" +
+                                std::to_string(now) + " ns)");
+  }
+  if (delayNs < 0) {
+    throw std::invalid_argument(where + "delay must be >= 0");
+  }
+  if (src != dst && !s.fabric->GetRoutes()->Reachable(src, dst)) {
+    throw std::invalid_argument(where + "no route from " + std::to_string(src) + " to " + std::to_string(dst));
+  }
+  Impl::FlowState f;
+  f.id = id;
+  f.src = src;
+  f.dst = dst;
+  f.size = sizeBytes;
+  f.prio = static_cast<uint8_t>(priority);
+  f.key = ecmpKey;
+  f.submitNs = startNs;
+  f.readyNs = startNs;
+  f.delayNs = delayNs;
+  f.dport = dport;
+  f.sport = 10000 + s.nextSport[{src, dst}]++;
+  std::unordered_set<uint64_t> seen;
+  for (uint64_t d : deps) {
+    if (!seen.insert(d).second) {
+      continue;
+    }
+    auto done = s.doneEnd.find(d);
+    if (done != s.doneEnd.end()) {
+      f.readyNs = std::max(f.readyNs, done->second);
+    } else {
+      s.dependents[d].push_back(id);
+      ++f.pending;
+    }
+  }
+  auto [it, ok] = s.flows.emplace(id, f);
+  ++s.inFlight;
+  ++s.submitted;
+  if (it->second.pending == 0) {
+    s.ScheduleStart(it->second);
+  }
+}
+
+void PhantoraNetwork::RunUntil(int64_t ns) {
+  Need();
+  const int64_t now = Now();
+  if (ns < now) {
+    throw std::invalid_argument("RunUntil(" + std::to_string(ns) + "): the network is already at " +
+                                std::to_string(now) + " ns");
+  }
+  Simulator::Stop(NanoSeconds(ns - now));
+  Simulator::Run();
+  // Events stamped exactly `ns` but scheduled after the stop event: run them too.
+  while (NextEventTime() == ns) {
+    Simulator::Stop(NanoSeconds(0));
+    Simulator::Run();
+  }
+}
+
+bool PhantoraNetwork::RunUntilWatched(int64_t ns, const std::vector<uint64_t>& watch) {
+  NS_LOG_FUNCTION(this << ns << watch.size());
+  Impl& s = Need();
+  const int64_t now = Now();
+  const bool bounded = ns >= 0;
+  if (bounded && ns < now) {
+    throw std::invalid_argument("RunUntilWatched(" + std::to_string(ns) + "): the network is already at " +
+                                std::to_string(now) + " ns");
+  }
+  if (!bounded && s.inFlight == 0) {
+    return false;
+  }
+  s.watched.clear();
+  s.watched.insert(watch.begin(), watch.end());
+  s.watchHit = false;
+  s.watching = !s.watched.empty();
+  s.stopWhenIdle = !bounded;
+  EventId stop;
+  if (bounded) {
+    stop = Simulator::Stop(NanoSeconds(ns - now));
+  }
+  Simulator::Run();
+  s.watching = false;
+  s.stopWhenIdle = false;
+  s.watched.clear();
+  if (bounded && !s.watchHit) {
+    // Reached the limit: the events stamped `ns` but scheduled after the stop event, as RunUntil.
+    RunUntil(ns);
+    return false;
+  }
+  // Stopped inside an ns (a watched completion, or idle): cancel the limit and finish that ns.
+  if (bounded) {
+    Simulator::Cancel(stop);
+  }
+  RunUntil(Now());
+  NS_LOG_LOGIC("stopped at " << Now() << " ns, watched completion: " << s.watchHit);
+  return s.watchHit;
+}
+
+bool PhantoraNetwork::RunUntilIdle(int64_t limitNs) {
+  Impl& s = Need();
+  if (s.inFlight == 0) {
+    return true;
+  }
+  const int64_t now = Now();
+  if (limitNs < now) {
+    throw std::invalid_argument("RunUntilIdle: limit is in the past");
+  }
+  s.stopWhenIdle = true;
+  EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
+  Simulator::Run();
+  s.stopWhenIdle = false;
+  Simulator::Cancel(stop);
+  return s.inFlight == 0;
+}
+
+bool PhantoraNetwork::RunUntilQuiet(int64_t limitNs) {
+  Impl& s = Need();
+  if (s.flows.empty()) {
+    return true;
+  }
+  const int64_t now = Now();
+  if (limitNs < now) {
+    throw std::invalid_argument("RunUntilQuiet: limit is in the past");
+  }
+  s.stopWhenQuiet = true;
+  EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
+  Simulator::Run();
+  s.stopWhenQuiet = false;
+  Simulator::Cancel(stop);
+  return s.flows.empty();
+}
+
+}  // namespace ns3

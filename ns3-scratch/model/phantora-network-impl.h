@@ -1,0 +1,72 @@
+// PhantoraNetwork::Impl: what stands behind the facade (private to the model; not for cppyy).
+#ifndef PHANTORA_NETWORK_IMPL_H
+#define PHANTORA_NETWORK_IMPL_H
+
+#include "fabric-recorder.h"
+#include "phantora-fabric-helper.h"
+#include "phantora-fabric.h"
+#include "phantora-network.h"
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace ns3 {
+
+/// The fabric (PhantoraFabric), its installer (PhantoraFabricHelper), its recorder (FabricRecorder),
+/// and the flows: their dependencies, their start, their completion at both ends (phantora-flows.cc).
+class PhantoraNetwork::Impl {
+ public:
+  struct FlowState {
+    uint64_t id;
+    uint32_t src, dst;
+    uint64_t size;
+    uint8_t prio;
+    uint64_t key;
+    int64_t submitNs;
+    int64_t readyNs;
+    int64_t delayNs;
+    uint32_t pending = 0;
+    int64_t startNs = -1;
+    uint32_t sport = 0, dport = 100;
+    bool dataDone = false;
+  };
+
+  Impl();
+
+  /// The receiver holds every byte of the flow: record it, release its dependents.
+  void DataComplete(uint64_t id);
+  /// The sender has every byte acknowledged: the FCT record.
+  void SenderDone(uint64_t id);
+  void ScheduleStart(FlowState& f);
+  void StartFlow(uint64_t id);
+  bool Busy() const { return !flows.empty(); }
+
+  Ptr<PhantoraFabric> fabric;
+  Ptr<FabricRecorder> recorder;
+  PhantoraFabricHelper helper;
+  bool finalized = false;
+
+  std::unordered_map<uint64_t, FlowState> flows;  // submitted, not done at both ends
+  std::unordered_map<uint64_t, std::vector<uint64_t>> dependents;
+  std::unordered_map<uint64_t, int64_t> doneEnd;  // receiver-complete flows
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> nextSport;
+  uint64_t inFlight = 0;
+  uint64_t submitted = 0;
+  uint64_t completed = 0;
+  bool stopWhenIdle = false;
+  bool stopWhenQuiet = false;
+  bool watching = false;  // RunUntilWatched: stop at the first watched completion
+  bool watchHit = false;
+  std::unordered_set<uint64_t> watched;
+
+  std::vector<FlowRecord> completions;
+  std::vector<FctRecord> fcts;
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_NETWORK_IMPL_H

@@ -1,0 +1,186 @@
+// Unit tests of the phantora ns-3 module against closed-form answers: switch buffer accounting, wire
+// sizes, attribute checking, and a single flow's completion times through one switch.
+#include "phantora-network.h"
+#include "switch-mmu.h"
+#include "wire-format.h"
+
+#include "ns3/test.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+using namespace ns3;
+
+namespace {
+
+/// The dynamic threshold is (buffer - headroom - reserves - shared use) >> shift, and PFC pauses a class
+/// past it and resumes it once its shared use + the resume offset is back under it.
+class MmuThresholdTest : public TestCase {
+ public:
+  MmuThresholdTest() : TestCase("dynamic PFC threshold, pause and resume of the shared-buffer MMU") {}
+
+ private:
+  void DoRun() override {
+    SwitchMmu mmu;
+    SwitchMmu::Config cfg;
+    cfg.bufferBytes = 100000;
+    cfg.reserveBytes = 4096;
+    cfg.resumeOffsetBytes = 3072;
+    cfg.shift = 3;
+    mmu.Configure(2, cfg);
+    mmu.SetHeadroom(0, 2000);
+    mmu.SetHeadroom(1, 2000);
+    NS_TEST_ASSERT_MSG_EQ(mmu.Threshold(), uint64_t{(100000 - 4000 - 2 * 4096) >> 3}, "empty-buffer threshold");
+    mmu.Add(0, 3, 4096);  // fills the reserve of (0, 3): no shared use yet
+    NS_TEST_ASSERT_MSG_EQ(mmu.SharedUsed(0, 3), 0u, "the reserve is not shared");
+    uint64_t added = 0;
+    while (!mmu.ShouldPause(0, 3)) {
+      NS_TEST_ASSERT_MSG_EQ(mmu.Admit(0, 3, 1000), true, "admitted below the threshold");
+      mmu.Add(0, 3, 1000);
+      added += 1000;
+      NS_TEST_ASSERT_MSG_LT(added, 100000u, "never paused");
+    }
+    // Paused as soon as shared use reaches the threshold, or a packet went past it into the headroom.
+    const uint64_t shared = mmu.SharedUsed(0, 3);
+    const uint64_t hdrm = mmu.HeadroomUsed(0, 3);
+    NS_TEST_ASSERT_MSG_EQ(shared + hdrm, added, "every byte past the reserve is shared or headroom");
+    const uint64_t expected = (100000 - 4000 - 2 * 4096 - shared) >> 3;
+    NS_TEST_ASSERT_MSG_EQ(mmu.Threshold(), expected, "threshold shrinks with use");
+    const bool atThreshold = shared >= expected || (hdrm > 0 && shared + 1000 > expected);
+    NS_TEST_ASSERT_MSG_EQ(atThreshold, true, "paused only at or past the threshold");
+    const uint64_t emptyThreshold = (100000 - 4000 - 2 * 4096) >> 3;
+    NS_TEST_ASSERT_MSG_LT(shared, emptyThreshold, "paused before the empty-buffer threshold");
+    mmu.SetPaused(0, 3, true);
+    while (!mmu.ShouldResume(0, 3)) {
+      mmu.Remove(0, 3, 1000);
+    }
+    NS_TEST_ASSERT_MSG_LT_OR_EQ(mmu.SharedUsed(0, 3) + 3072, mmu.Threshold(), "XON at offset under threshold");
+  }
+};
+
+/// Data packets are payload + header (+ INT), control packets header (+ INT), PFC frames their own size.
+class WireFormatTest : public TestCase {
+ public:
+  WireFormatTest() : TestCase("bytes on the wire per packet kind") {}
+
+ private:
+  void DoRun() override {
+    WireFormat w;
+    PhantoraHeader data;
+    data.type = PktType::Data;
+    data.payload = 1000;
+    PhantoraHeader ack;
+    ack.type = PktType::Ack;
+    PhantoraHeader pfc;
+    pfc.type = PktType::Pfc;
+    NS_TEST_ASSERT_MSG_EQ(w.Bytes(data), 1048u, "data");
+    NS_TEST_ASSERT_MSG_EQ(w.Bytes(ack), 48u, "ack");
+    NS_TEST_ASSERT_MSG_EQ(w.Bytes(pfc), 64u, "pfc");
+    w.intOn = true;
+    NS_TEST_ASSERT_MSG_EQ(w.Bytes(data), 1090u, "data with INT");
+    NS_TEST_ASSERT_MSG_EQ(w.Bytes(ack), 90u, "ack with INT");
+    NS_TEST_ASSERT_MSG_EQ(w.Bytes(pfc), 64u, "pfc without INT");
+  }
+};
+
+/// True if `call` throws std::invalid_argument.
+template <typename F>
+bool Rejects(F call) {
+  try {
+    call();
+  } catch (const std::invalid_argument&) {
+    return true;
+  }
+  return false;
+}
+
+/// Every setting is an attribute, checked before ns-3 parses it (some ns-3 parsers abort on bad text).
+class AttributeCheckTest : public TestCase {
+ public:
+  AttributeCheckTest() : TestCase("settings are attributes; bad names and values are rejected, not aborted on") {}
+
+ private:
+  void DoRun() override {
+    PhantoraNetwork net;
+    net.SetParam("nic.PayloadSize", "4000");
+    net.SetParam("switch.KminMap", "100000000000 400000");
+    net.SetParam("fabric.IntMode", "Off");
+    net.SetParam("recorder.QueueSampleInterval", "1us");
+    net.SetParam("fabric.CongestionControl", "ns3::CcDcqcn");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("nic.PayloadSize", "0"); }), true, "below the minimum");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("nic.PayloadSize", "-5"); }), true, "negative");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("nic.AckInterval", "two"); }), true, "not a number");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("switch.DtShift", "31"); }), true, "above the maximum");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("fabric.IntMode", "Sometimes"); }), true, "unknown enum");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("nic.NackInterval", "5 parsecs"); }), true, "bad time");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("nic.NoSuchThing", "1"); }), true, "unknown attribute");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("payload_bytes", "1000"); }), true, "no scope");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.SetParam("router.Foo", "1"); }), true, "unknown scope");
+    net.SetParam("cc.G", "0.5");
+    net.SetParam("cc.NoSuchAttribute", "1");  // checked at Finalize, once the CC type is final
+    net.AddNode("host");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.Finalize(); }), true, "a CC attribute its type does not have");
+  }
+};
+
+/// One flow through one store-and-forward switch, at line rate: the last byte arrives after N packets'
+/// serialisation on the first link, one more on the second, and both propagation delays; the sender
+/// has its last ACK one ACK-serialisation per hop and both delays later.
+class SingleFlowTest : public TestCase {
+ public:
+  SingleFlowTest(uint32_t payload) : TestCase("one flow through a switch, payload " + std::to_string(payload)),
+                                     m_payload(payload) {}
+
+ private:
+  void DoRun() override {
+    const uint64_t bps = 100'000'000'000ULL;
+    const uint64_t delayNs = 1000;
+    const uint64_t size = 1'000'000;
+    PhantoraNetwork net;
+    net.SetParam("nic.PayloadSize", std::to_string(m_payload));
+    const uint32_t a = net.AddNode("host");
+    const uint32_t b = net.AddNode("host");
+    const uint32_t sw = net.AddNode("switch");
+    net.AddLink(a, sw, bps, delayNs);
+    net.AddLink(sw, b, bps, delayNs);
+    net.Finalize();
+    net.AddFlow(7, a, b, size, 0, 3, 7, {}, 0);
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(int64_t{1} << 40), true, "the flow completes");
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilQuiet(int64_t{1} << 40), true, "and is acknowledged");
+    const auto done = net.DrainCompletions();
+    const auto fct = net.DrainFct();
+    NS_TEST_ASSERT_MSG_EQ(done.size(), 1u, "one completion");
+    NS_TEST_ASSERT_MSG_EQ(fct.size(), 1u, "one FCT record");
+    const double pkts = std::ceil(static_cast<double>(size) / m_payload);
+    const double bytes = static_cast<double>(size) + pkts * 48;
+    const double lastPkt = (size - (pkts - 1) * m_payload + 48) * 8.0 / 100.0;  // ns on one hop
+    const double lastByte = bytes * 8.0 / 100.0 + lastPkt + 2.0 * delayNs;
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs - done[0].startNs), lastByte, 3.0,
+                              "last byte at N serialisations + one + 2 delays");
+    const double ackBack = 2 * (48 * 8.0 / 100.0) + 2.0 * delayNs;
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(fct[0].fctNs), lastByte + ackBack, 4.0, "FCT at the last ACK");
+    // HPCC's standalone FCT: base RTT (2 delays + one full packet per hop each way... as HPCC: per hop) + the
+    // flow with headers at line rate.
+    const double baseRtt = 2.0 * 2 * delayNs + 2 * (m_payload * 8.0 / 100.0);
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(fct[0].standaloneNs), baseRtt + bytes * 8.0 / 100.0, 2.0,
+                              "standalone FCT");
+  }
+
+  uint32_t m_payload;
+};
+
+class PhantoraModelTestSuite : public TestSuite {
+ public:
+  PhantoraModelTestSuite() : TestSuite("phantora-model", Type::UNIT) {
+    AddTestCase(new MmuThresholdTest, TestCase::Duration::QUICK);
+    AddTestCase(new WireFormatTest, TestCase::Duration::QUICK);
+    AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);
+    AddTestCase(new SingleFlowTest(1000), TestCase::Duration::QUICK);
+    AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);
+  }
+};
+
+PhantoraModelTestSuite g_phantoraModelTestSuite;
+
+}  // namespace

@@ -1,0 +1,23 @@
+"""The ns-3 module's own C++ unit tests (ns3-scratch/test/, ns-3 TestSuites), run by ns-3's test runner."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from phantora.netsim.packet import library_path
+
+pytestmark = pytest.mark.ns3
+
+
+def test_cpp_test_suites_pass(ns3_lib) -> None:
+    runner = library_path().parent / "phantora-ns3-tests"
+    listed = subprocess.run([str(runner), "--list"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "phantora-model" in listed
+    proc = subprocess.run(
+        [str(runner), "--suite=phantora-model", "--verbose"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS phantora-model" in proc.stdout and "FAIL" not in proc.stdout
+    assert proc.stdout.count("  PASS ") >= 5  # every test case ran
