@@ -38,11 +38,13 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         "nodes": [[n.kind, n.name, n.host, n.tier] for n in topo.nodes],
         "links": [[lk.a, lk.b, lk.bandwidth_bps, lk.latency_ns] for lk in topo.links],
         "meta": meta,
+        "ecmp_hash": topo.ecmp_hash,
     }
 
 
 def topology_from_dict(d: dict[str, Any]) -> Topology:
-    topo = Topology(name=d["name"], gpu_model=d.get("gpu_model"), meta=dict(d.get("meta", {})))
+    meta = dict(d.get("meta", {}))
+    topo = Topology(name=d["name"], gpu_model=d.get("gpu_model"), meta=meta, ecmp_hash=d.get("ecmp_hash", "phantora"))
     for kind, name, host, tier in d["nodes"]:
         topo.add_node(kind, name, host, tier)
     for a, b, bw, lat in d["links"]:

@@ -98,9 +98,11 @@ def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
     """The network engine's options: for ns3 the CC, queue sampling and --set overrides (checked here,
     before any process starts, so a bad field is an error naming it, not a failed server)."""
     if cfg.network != "ns3":
-        if cfg.cc or cfg.packet_set:
-            raise InputError("--cc and --set apply to --network ns3 only", field="set" if cfg.packet_set else "cc")
-        return None
+        if cfg.cc:
+            raise InputError("--cc applies to --network ns3 only", field="cc")
+        from phantora.netsim.cli_config import flow_options_from_sets
+
+        return flow_options_from_sets(cfg.packet_set) or None
 
     # Built here to check it before any process starts; the network server builds the same from these options.
     packet_config(cfg)
@@ -186,6 +188,10 @@ def launch(cfg: RunConfig) -> RunReport:
     gpu_name = cfg.gpu or topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
     net_options = engine_options(cfg)
+    packet = packet_config(cfg)
+    ecmp = (net_options or {}).get("ecmp_hash") or (packet.ecmp_hash if packet is not None else None)
+    if ecmp:
+        topo.use_ecmp(ecmp)  # the engine's processes get it with the topology; flows.csv's paths follow it
     model_opts = _compute_model_options(cfg)
     phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
@@ -194,7 +200,7 @@ def launch(cfg: RunConfig) -> RunReport:
         run_dir.write_status(out, "running", script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
         skip = ("command", "python", "on_step")
         options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
-        provenance.write_config(out, options=options, topo=topo, packet=packet_config(cfg), command=cfg.command)
+        provenance.write_config(out, options=options, topo=topo, packet=packet, command=cfg.command)
     else:
         from bridge.transport import make_run_dir
 
@@ -262,6 +268,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "messages": cosim.messages,
                 "late_collectives": cosim.late_collectives,
                 "rejected_messages": cosim.rejected_messages,
+                "ecmp_hash": topo.ecmp_hash,
                 "engine_stats": cosim.engine_stats,
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
             },

@@ -53,8 +53,11 @@ def test_cli_graph_larger_than_the_topology(trace: Path, capsys) -> None:
     assert "32 ranks but the topology 'testbed16' has 16" in capsys.readouterr().err
 
 
-def test_cli_set_is_checked_for_ns3_and_ignored_for_flow(trace: Path, capsys) -> None:
+def test_cli_set_is_checked_for_ns3_and_flow_takes_only_ecmp_hash(trace: Path, capsys) -> None:
     assert main(["replay", str(trace), "-t", "testbed16", "--network", "ns3", "--set", "no_such_field=1"]) == 2
     assert "no_such_field" in capsys.readouterr().err
-    assert main(["replay", str(trace), "-t", "testbed16", "--set", "buffer_bytes=1000000"]) == 0
-    assert "apply to --network ns3 only" in capsys.readouterr().err
+    assert main(["replay", str(trace), "-t", "testbed16", "--set", "buffer_bytes=1000000"]) == 2
+    assert "buffer_bytes applies to --network ns3 only" in capsys.readouterr().err
+    assert main(["replay", str(trace), "-t", "testbed16", "--set", "ecmp_hash=nope"]) == 2
+    assert "ecmp_hash" in capsys.readouterr().err
+    assert main(["replay", str(trace), "-t", "testbed16", "--set", "ecmp_hash=hpcc"]) == 0

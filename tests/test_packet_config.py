@@ -191,7 +191,8 @@ def test_read_flows_exact_start_times(tmp_path: Path) -> None:
     path.write_text("2\n1 0 3 100 20000000 2.0\n2 0 3 100 5000000 2.0005\n")
     flows = read_hpcc_flows(path, star(8))
     assert [f.start_ns for f in flows] == [2_000_000_000, 2_000_500_000]  # no binary rounding of 2.0005
-    assert flows[1].to_flow().key == 1 and flows[1].to_flow().priority == 3
+    assert flows[1].to_flow().id == 1 and flows[1].to_flow().priority == 3
+    assert flows[1].to_flow().key == 10000 | 100 << 16  # host 2's first source port, HPCC's port word
 
 
 @pytest.mark.parametrize(

@@ -167,7 +167,7 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
 }
 
 void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
-  const uint32_t out = m_routes->Pick(m_id, hdr.dst, hdr.ecmpKey);
+  const uint32_t out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
   const uint32_t cls = hdr.prio % kNumPrio;
   const uint32_t wire = m_wire.Bytes(hdr);
   if (out == std::numeric_limits<uint32_t>::max()) {

@@ -34,6 +34,12 @@ TypeId PhantoraFabric::GetTypeId() {
           .AddAttribute("CcBdp", "BDP bytes told to every CC instead of the computed one; 0 = computed",
                         UintegerValue(0), MakeUintegerAccessor(&PhantoraFabric::m_ccBdpBytes),
                         MakeUintegerChecker<uint64_t>())
+          .AddAttribute("EcmpHash",
+                        "ECMP policy: Phantora (splitmix64 of the flow key, next hops by id) or Hpcc (the HPCC "
+                        "models' MurmurHash3 of sip, dip and ports, next hops in their BFS order)",
+                        EnumValue<EcmpHashKind>(EcmpHashKind::Phantora),
+                        MakeEnumAccessor<EcmpHashKind>(&PhantoraFabric::SetEcmpHash, &PhantoraFabric::GetEcmpHash),
+                        MakeEnumChecker(EcmpHashKind::Phantora, "Phantora", EcmpHashKind::Hpcc, "Hpcc"))
           .AddAttribute("Seed", "ns-3 RNG seed of the run (ECN marking draws)", UintegerValue(1),
                         MakeUintegerAccessor(&PhantoraFabric::m_seed), MakeUintegerChecker<uint32_t>(1))
           .AddAttribute("Scheduler", "TypeId name of the ns-3 event scheduler", StringValue("ns3::MapScheduler"),

@@ -23,7 +23,8 @@ namespace ns3 {
  * The fabric as built by PhantoraFabricHelper: nodes (each with its ports, and an RdmaNic or a
  * PfcSwitch once installed), full-duplex links (directed channel 2*link = a->b, 2*link+1 = b->a)
  * and the shared route table. Attributes hold the run-wide settings: the congestion control's
- * type, INT, what the CC is told of the fabric (HPCC's GLOBAL_T), the RNG seed and the scheduler.
+ * type, INT, what the CC is told of the fabric (HPCC's GLOBAL_T), the ECMP policy, the RNG seed and
+ * the scheduler.
  */
 class PhantoraFabric : public Object {
  public:
@@ -63,6 +64,8 @@ class PhantoraFabric : public Object {
   const std::string& GetCongestionControl() const { return m_cc; }
   IntMode GetIntMode() const { return m_intMode; }
   uint32_t GetSeed() const { return m_seed; }
+  void SetEcmpHash(EcmpHashKind kind) { m_routes->SetEcmpHash(kind); }
+  EcmpHashKind GetEcmpHash() const { return m_routes->GetEcmpHash(); }
   const std::string& GetScheduler() const { return m_scheduler; }
 
   // ----- paths (valid once NICs are installed) -----

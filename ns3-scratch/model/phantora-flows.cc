@@ -136,8 +136,13 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   f.submitNs = startNs;
   f.readyNs = startNs;
   f.delayNs = delayNs;
-  f.dport = dport;
-  f.sport = 10000 + s.nextSport[{src, dst}]++;
+  if (s.fabric->GetRoutes()->GetEcmpHash() == EcmpHashKind::Hpcc) {
+    f.sport = static_cast<uint32_t>(ecmpKey & 0xffff);  // the ports the switches hash
+    f.dport = static_cast<uint32_t>((ecmpKey >> 16) & 0xffff);
+  } else {
+    f.dport = dport;
+    f.sport = 10000 + s.nextSport[{src, dst}]++;
+  }
   std::unordered_set<uint64_t> seen;
   for (uint64_t d : deps) {
     if (!seen.insert(d).second) {

@@ -1,4 +1,4 @@
-// RouteTable: lazy BFS per destination, candidate ports sorted like the Python model.
+// RouteTable: lazy BFS per destination, candidate ports ordered and chosen like the Python model.
 #include "phantora-routing.h"
 
 #include <algorithm>
@@ -14,13 +14,48 @@ constexpr uint32_t kInf = 1u << 30;
 const std::vector<uint32_t> kNoPorts;
 }  // namespace
 
-void RouteTable::AddNode(NodeKind kind) {
-  m_kind.push_back(kind);
-  m_adj.emplace_back();
+uint32_t Murmur3Words(const uint32_t* words, uint32_t n, uint32_t seed) {
+  auto rotl = [](uint32_t x, int r) { return (x << r) | (x >> (32 - r)); };
+  uint32_t h = seed;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t k = words[i] * 0xcc9e2d51u;
+    k = rotl(k, 15) * 0x1b873593u;
+    h = rotl(h ^ k, 13);
+    h = h * 5 + 0xe6546b64u;
+  }
+  h ^= 4 * n;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  return h ^ (h >> 16);
+}
+
+void RouteTable::ClearTables() {
   m_dist.clear();
+  m_hpccOrder.clear();
   m_cand.clear();
   m_candDone.clear();
   m_endpointCand.clear();
+}
+
+void RouteTable::SetEcmpHash(EcmpHashKind kind) {
+  m_hash = kind;
+  ClearTables();
+}
+
+uint64_t RouteTable::ReverseKey(uint64_t key) const {
+  if (m_hash != EcmpHashKind::Hpcc) {
+    return key;
+  }
+  const uint64_t ports = key & 0xffffffffULL;
+  return (key & ~0xffffffffULL) | ((ports & 0xffff) << 16) | (ports >> 16);
+}
+
+void RouteTable::AddNode(NodeKind kind) {
+  m_kind.push_back(kind);
+  m_adj.emplace_back();
+  ClearTables();
 }
 
 std::pair<uint32_t, uint32_t> RouteTable::AddLink(uint32_t a, uint32_t b, uint32_t linkId) {
@@ -28,10 +63,7 @@ std::pair<uint32_t, uint32_t> RouteTable::AddLink(uint32_t a, uint32_t b, uint32
   const uint32_t pb = static_cast<uint32_t>(m_adj[b].size());
   m_adj[a].push_back({b, 2 * linkId, pa});
   m_adj[b].push_back({a, 2 * linkId + 1, pb});
-  m_dist.clear();
-  m_cand.clear();
-  m_candDone.clear();
-  m_endpointCand.clear();
+  ClearTables();
   return {pa, pb};
 }
 
@@ -60,6 +92,38 @@ const std::vector<uint32_t>& RouteTable::Dist(uint32_t dst) {
     }
   }
   return dist;
+}
+
+const std::vector<uint32_t>& RouteTable::HpccQueueOrder(uint32_t dst) {
+  if (m_hpccOrder.empty()) {
+    m_hpccOrder.resize(m_kind.size());
+  }
+  std::vector<uint32_t>& order = m_hpccOrder[dst];
+  if (!order.empty()) {
+    return order;
+  }
+  // third.cc CalculateRoute: neighbours in std::map<Ptr<Node>> (address) order, which on Linux puts
+  // hosts first by id and switches by descending id; only switches are queued.
+  order.assign(m_kind.size(), kInf);
+  order[dst] = 0;
+  std::vector<uint32_t> queue{dst};
+  std::vector<std::pair<uint32_t, int64_t>> nbrs;  // (is switch, id or -id)
+  for (size_t i = 0; i < queue.size(); ++i) {
+    nbrs.clear();
+    for (const Adj& e : m_adj[queue[i]]) {
+      const bool sw = m_kind[e.peer] == NodeKind::Switch;
+      nbrs.emplace_back(sw ? 1 : 0, sw ? -static_cast<int64_t>(e.peer) : e.peer);
+    }
+    std::sort(nbrs.begin(), nbrs.end());
+    for (const auto& [sw, signedId] : nbrs) {
+      const uint32_t v = static_cast<uint32_t>(sw ? -signedId : signedId);
+      if (sw && order[v] == kInf) {
+        order[v] = static_cast<uint32_t>(queue.size());
+        queue.push_back(v);
+      }
+    }
+  }
+  return order;
 }
 
 int64_t RouteTable::SharedNvSwitch(uint32_t a, uint32_t b) const {
@@ -150,19 +214,28 @@ const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst)
     }
   }
   std::sort(hops.begin(), hops.end());
+  if (m_hash == EcmpHashKind::Hpcc && hops.size() > 1) {
+    const std::vector<uint32_t>& order = HpccQueueOrder(dst);
+    std::stable_sort(hops.begin(), hops.end(), [&order](const auto& a, const auto& b) {
+      return order[std::get<0>(a)] < order[std::get<0>(b)];
+    });
+  }
   for (const auto& h : hops) {
     out.push_back(std::get<2>(h));
   }
   return out;
 }
 
-uint32_t RouteTable::Pick(uint32_t node, uint32_t dst, uint64_t key) {
+uint32_t RouteTable::Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key) {
   const std::vector<uint32_t>& c = Candidates(node, dst);
   if (c.empty()) {
     return std::numeric_limits<uint32_t>::max();
   }
   if (c.size() == 1) {
     return c[0];
+  }
+  if (m_hash == EcmpHashKind::Hpcc) {
+    return c[HpccEcmpHash(src, dst, key, node) % c.size()];
   }
   return c[EcmpHash(key, node) % c.size()];
 }
@@ -171,7 +244,7 @@ std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key) 
   std::vector<int64_t> path;
   uint32_t node = src;
   while (node != dst) {
-    const uint32_t port = Pick(node, dst, key);
+    const uint32_t port = Pick(node, src, dst, key);
     if (port == std::numeric_limits<uint32_t>::max() || path.size() > m_kind.size()) {
       return {};
     }

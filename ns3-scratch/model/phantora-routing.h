@@ -1,4 +1,5 @@
-// Shortest-path ECMP routing of the phantora fabric, identical to phantora.topology.model.Topology.route.
+// Shortest-path ECMP routing of the phantora fabric, identical to phantora.topology.model.Topology.route
+// (the two ECMP policies: phantora.topology.ecmp).
 #ifndef PHANTORA_ROUTING_H
 #define PHANTORA_ROUTING_H
 
@@ -15,7 +16,10 @@ enum class NodeKind : uint8_t { Gpu = 0, Host = 1, NvSwitch = 2, Switch = 3 };
 
 inline bool IsEndpoint(NodeKind k) { return k == NodeKind::Gpu || k == NodeKind::Host; }
 
-/// splitmix64-finaliser hash of a flow key at a node: bit-for-bit phantora.topology.model.ecmp_hash.
+/// How a node chooses among equal-cost next hops (phantora.topology.ecmp.ECMP_HASHES).
+enum class EcmpHashKind : uint8_t { Phantora = 0, Hpcc = 1 };
+
+/// splitmix64-finaliser hash of a flow key at a node: bit-for-bit phantora.topology.ecmp.splitmix_hash.
 inline uint64_t EcmpHash(uint64_t flowKey, uint64_t node) {
   uint64_t z = flowKey * 0x9E3779B97F4A7C15ULL + node * 0xBF58476D1CE4E5B9ULL + 0x94D049BB133111EBULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -23,11 +27,26 @@ inline uint64_t EcmpHash(uint64_t flowKey, uint64_t node) {
   return z ^ (z >> 31);
 }
 
+/// MurmurHash3 x86_32 of `n` 32-bit words (4n bytes, no tail), as the HPCC models' SwitchNode::EcmpHash.
+uint32_t Murmur3Words(const uint32_t* words, uint32_t n, uint32_t seed);
+
+/// HPCC's address of a node (third.cc node_id_to_ip).
+inline uint32_t HpccIp(uint32_t node) { return 0x0b000001u + ((node / 256) << 16) + ((node % 256) << 8); }
+
+/// HPCC's switch hash of a packet from endpoint src to dst with port word `key & 0xffffffff` at `node`.
+inline uint32_t HpccEcmpHash(uint32_t src, uint32_t dst, uint64_t key, uint32_t node) {
+  const uint32_t words[3] = {HpccIp(src), HpccIp(dst), static_cast<uint32_t>(key)};
+  return Murmur3Words(words, 3, node);
+}
+
 /**
  * Routes between endpoints. Endpoints never forward; two endpoints on one NVSwitch talk through
  * it; everything else takes a shortest hop-count path through switches. Equal-cost next hops
- * are sorted by (neighbour id, channel id) and chosen by EcmpHash(key, node) % count. Tables are
- * filled lazily per destination. One table serves the whole fabric (shared by Ptr).
+ * are chosen by the ECMP policy: Phantora sorts them by (neighbour id, channel id) and picks
+ * EcmpHash(key, node) % count; Hpcc orders them as HPCC's routing BFS from the destination dequeues
+ * them (endpoints' neighbours first by id, then switches by descending id) and picks
+ * HpccEcmpHash(src, dst, key, node) % count. Tables are filled lazily per destination. One table
+ * serves the whole fabric (shared by Ptr).
  */
 class RouteTable : public SimpleRefCount<RouteTable> {
  public:
@@ -47,19 +66,30 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   bool Reachable(uint32_t src, uint32_t dst);
   /// Equal-cost ports of `node` towards endpoint `dst` (empty if none).
   const std::vector<uint32_t>& Candidates(uint32_t node, uint32_t dst);
-  /// The port a flow with this key leaves `node` by, towards `dst`; UINT32_MAX if unreachable.
-  uint32_t Pick(uint32_t node, uint32_t dst, uint64_t key);
+  /// The ECMP policy (clears the tables).
+  void SetEcmpHash(EcmpHashKind kind);
+  EcmpHashKind GetEcmpHash() const { return m_hash; }
+  /// The port a packet from endpoint `src` to `dst` with this flow key leaves `node` by; UINT32_MAX if
+  /// unreachable.
+  uint32_t Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key);
+  /// The key of the reverse direction (ACKs, CNPs): Hpcc swaps sport and dport; Phantora keeps it.
+  uint64_t ReverseKey(uint64_t key) const;
   /// Channel ids along the path of a flow (empty if src == dst or unreachable).
   std::vector<int64_t> Path(uint32_t src, uint32_t dst, uint64_t key);
 
  private:
   const std::vector<uint32_t>& Dist(uint32_t dst);
+  /// Position of each node in the queue of HPCC's BFS from dst (kInf: never queued).
+  const std::vector<uint32_t>& HpccQueueOrder(uint32_t dst);
+  void ClearTables();
   int64_t SharedNvSwitch(uint32_t a, uint32_t b) const;
   uint32_t PortTo(uint32_t a, uint32_t b) const;
 
   std::vector<NodeKind> m_kind;
   std::vector<std::vector<Adj>> m_adj;
+  EcmpHashKind m_hash = EcmpHashKind::Phantora;
   std::vector<std::vector<uint32_t>> m_dist;                   ///< per dst, filled lazily
+  std::vector<std::vector<uint32_t>> m_hpccOrder;              ///< per dst, filled lazily (Hpcc only)
   std::vector<std::vector<std::vector<uint32_t>>> m_cand;      ///< switches: [node][dst], filled lazily
   std::vector<std::vector<uint8_t>> m_candDone;
   std::unordered_map<uint64_t, std::vector<uint32_t>> m_endpointCand;  ///< endpoints: (node << 32 | dst)

@@ -91,7 +91,7 @@ void RdmaNic::SetCcPathQueries(PathQuery baseRttNs, PathQuery bdpBytes) {
 void RdmaNic::StartFlow(const QpSpec& spec) {
   auto qp = std::make_unique<Qp>();
   qp->spec = spec;
-  qp->port = m_routes->Pick(m_id, spec.dst, spec.key);
+  qp->port = m_routes->Pick(m_id, m_id, spec.dst, spec.key);
   NS_ASSERT_MSG(qp->port < m_ports.size(), "no route from " << m_id << " to " << spec.dst);
   const uint64_t now = NowNs();
   qp->lastProgressNs = now;
@@ -247,11 +247,11 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx) {
   ack.dst = data.src;
   ack.flowId = data.flowId;
   ack.seq = rx.expected;
-  ack.ecmpKey = data.ecmpKey;
+  ack.ecmpKey = m_routes->ReverseKey(data.ecmpKey);  // HPCC's ACK carries the ports swapped
   ack.tsNs = data.tsNs;
   ack.nHops = data.nHops;
   std::copy(data.hops, data.hops + data.nHops, ack.hops);
-  const uint32_t port = m_routes->Pick(m_id, data.src, data.ecmpKey);
+  const uint32_t port = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey);
   if (port >= m_ports.size()) {
     return;
   }

@@ -1,6 +1,7 @@
 // Unit tests of the phantora ns-3 module against closed-form answers: switch buffer accounting, wire
-// sizes, attribute checking, and a single flow's completion times through one switch.
+// sizes, attribute checking, HPCC's ECMP, and a single flow's completion times through one switch.
 #include "phantora-network.h"
+#include "phantora-routing.h"
 #include "switch-mmu.h"
 #include "wire-format.h"
 
@@ -170,12 +171,53 @@ class SingleFlowTest : public TestCase {
   uint32_t m_payload;
 };
 
+/// The Hpcc ECMP policy: MurmurHash3 x86_32 (reference value of the words 1, 2, 3 with seed 0), HPCC
+/// addresses, the reversed ports of ACKs, and next hops in HPCC's BFS order (switches by descending id).
+class HpccEcmpTest : public TestCase {
+ public:
+  HpccEcmpTest() : TestCase("HPCC ECMP: MurmurHash3, addresses, ACK ports, next-hop order") {}
+
+ private:
+  void DoRun() override {
+    const uint32_t words[3] = {1, 2, 3};
+    NS_TEST_ASSERT_MSG_EQ(Murmur3Words(words, 3, 0), 0xe9d78ad6u, "MurmurHash3_x86_32 of 12 bytes");
+    NS_TEST_ASSERT_MSG_EQ(HpccIp(256), 0x0b010001u, "node 256's address");
+    // Two hosts on leaf 2, each leaf linked to spines 4 and 5; host 1 on leaf 3.
+    RouteTable t;
+    for (NodeKind k : {NodeKind::Host, NodeKind::Host, NodeKind::Switch, NodeKind::Switch, NodeKind::Switch,
+                       NodeKind::Switch}) {
+      t.AddNode(k);
+    }
+    t.AddLink(0, 2, 0);
+    t.AddLink(1, 3, 1);
+    t.AddLink(2, 4, 2);  // leaf 2: port 1 -> spine 4, port 2 -> spine 5
+    t.AddLink(2, 5, 3);
+    t.AddLink(3, 4, 4);
+    t.AddLink(3, 5, 5);
+    t.SetEcmpHash(EcmpHashKind::Hpcc);
+    const std::vector<uint32_t> order = t.Candidates(2, 1);
+    NS_TEST_ASSERT_MSG_EQ(order.size(), 2u, "two spines");
+    NS_TEST_ASSERT_MSG_EQ(order[0], 2u, "spine 5 (the higher id) first");
+    const uint64_t key = 10000 | (uint64_t{100} << 16);
+    const uint32_t h = HpccEcmpHash(0, 1, key, 2);
+    const uint32_t w[3] = {HpccIp(0), HpccIp(1), 10000u | (100u << 16)};
+    NS_TEST_ASSERT_MSG_EQ(h, Murmur3Words(w, 3, 2), "hash of (sip, dip, sport | dport << 16), seed = node");
+    NS_TEST_ASSERT_MSG_EQ(t.Pick(2, 0, 1, key), order[h % 2], "the pick is the hash modulo the next hops");
+    const uint64_t reversed = 100u | (uint64_t{10000} << 16);
+    NS_TEST_ASSERT_MSG_EQ(t.ReverseKey(key), reversed, "an ACK swaps the ports");
+    t.SetEcmpHash(EcmpHashKind::Phantora);
+    NS_TEST_ASSERT_MSG_EQ(t.Candidates(2, 1)[0], 1u, "phantora: spine 4 (the lower id) first");
+    NS_TEST_ASSERT_MSG_EQ(t.ReverseKey(key), key, "phantora: ACKs hash the flow's key");
+  }
+};
+
 class PhantoraModelTestSuite : public TestSuite {
  public:
   PhantoraModelTestSuite() : TestSuite("phantora-model", Type::UNIT) {
     AddTestCase(new MmuThresholdTest, TestCase::Duration::QUICK);
     AddTestCase(new WireFormatTest, TestCase::Duration::QUICK);
     AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);
+    AddTestCase(new HpccEcmpTest, TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(1000), TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);
   }

@@ -191,7 +191,7 @@ def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path |
 def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str, Any]:
     """The flow engine at the packet config's goodput (payload / (payload + header)); FCT at the last byte."""
     efficiency = config.payload_bytes / (config.payload_bytes + config.header_bytes)
-    sim = make_engine("flow", topo, payload_efficiency=efficiency)
+    sim = make_engine("flow", topo, payload_efficiency=efficiency, ecmp_hash=config.ecmp_hash)
     channels = sim.channels()
     assert channels is not None  # an in-process engine observes its channels
     try:
@@ -207,8 +207,11 @@ def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[st
             c = done[f.id]
             key = f.id if f.key is None else f.key
             ideal = standalone_fct_ns(topo, f.src, f.dst, f.size, key, (config.payload_bytes, config.header_bytes))
-            dport = inp.dports.get(f.id, 100)
-            fct.append(FctLine(f.src, f.dst, 10000, dport, f.size, c.start_ns, c.end_ns - c.start_ns, ideal, f.id))
+            if topo.ecmp_hash == "hpcc":  # the ports the hash sees
+                sport, dport = key & 0xFFFF, key >> 16 & 0xFFFF
+            else:
+                sport, dport = 10000, inp.dports.get(f.id, 100)
+            fct.append(FctLine(f.src, f.dst, sport, dport, f.size, c.start_ns, c.end_ns - c.start_ns, ideal, f.id))
         return {
             "done": done,
             "fct": fct,

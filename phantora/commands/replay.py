@@ -72,12 +72,14 @@ def _algo(args: argparse.Namespace, base: AlgoOptions) -> AlgoOptions:
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Keyword options of `make_engine`: the CC, and PacketConfig overrides from --set (ns3 only)."""
+    """Keyword options of `make_engine`: the CC and PacketConfig overrides from --set (the flow network takes
+    only --set ecmp_hash)."""
+    from phantora.netsim.cli_config import flow_options_from_sets, packet_config_from_flags
+
     if args.network != "ns3":
-        if args.cc or args.set:
-            print("note: --cc and --set apply to --network ns3 only; ignored", file=sys.stderr)
-        return {}
-    from phantora.netsim.cli_config import packet_config_from_flags
+        if args.cc:
+            print("note: --cc applies to --network ns3 only; ignored", file=sys.stderr)
+        return flow_options_from_sets(args.set or ())
 
     return {"config": packet_config_from_flags(cc=args.cc, sets=args.set or ())}
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from phantora.errors import InputError
 from phantora.netsim.packet_config import CC_ATTRIBUTES, PacketConfig, apply_overrides, read_hpcc_config
+
+FLOW_FIELDS = ("ecmp_hash",)  # the PacketConfig fields the flow network honours too
 
 
 def packet_config_from_flags(
@@ -29,3 +33,18 @@ def packet_config_from_flags(
     if sets:
         config = apply_overrides(config, sets)
     return config
+
+
+def flow_options_from_sets(sets: Sequence[str]) -> dict[str, Any]:
+    """The flow engine's options from `--set FIELD=VALUE` items: the fields it honours (`FLOW_FIELDS`); any
+    other field is an error naming it."""
+    for item in sets:
+        key = item.partition("=")[0].strip()
+        if key not in FLOW_FIELDS:
+            raise InputError(
+                f"--set {key} applies to --network ns3 only (the flow network takes --set {', '.join(FLOW_FIELDS)})",
+                file="--set",
+                field=key,
+            )
+    config = apply_overrides(PacketConfig(), sets)
+    return {"ecmp_hash": config.ecmp_hash} if config.ecmp_hash else {}

@@ -88,11 +88,18 @@ class FlowSimulator:
         payload_efficiency: float = 1.0,
         incremental: bool = True,
         verify: bool = False,
+        ecmp_hash: str | None = None,
     ) -> None:
         """`incremental=False` re-solves every active flow at each event; `verify=True` cross-checks
-        each incremental re-solve against a full one (slow; for tests)."""
+        each incremental re-solve against a full one (slow; for tests). `ecmp_hash` sets the topology's
+        ECMP policy (phantora | hpcc; None keeps the topology's)."""
         if not 0.0 < payload_efficiency <= 1.0:
             raise InputError(f"must be in (0, 1], got {payload_efficiency}", field="payload_efficiency")
+        if ecmp_hash is not None:
+            try:
+                topology.use_ecmp(ecmp_hash)
+            except ValueError as exc:
+                raise InputError(str(exc), field="ecmp_hash") from None
         self.topology = topology
         self.payload_efficiency = float(payload_efficiency)
         self.incremental = incremental
@@ -195,7 +202,9 @@ class FlowSimulator:
         return self._take()
 
     def stats(self) -> dict[str, object]:
-        return dict(self._stats, active=len(self._active), routes_cached=len(self._routes))
+        return dict(
+            self._stats, active=len(self._active), routes_cached=len(self._routes), ecmp_hash=self.topology.ecmp_hash
+        )
 
     def close(self) -> None:
         self._heap.clear()

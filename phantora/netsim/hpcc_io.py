@@ -18,6 +18,7 @@ from typing import TextIO
 from phantora.errors import InputError, InputWarning
 from phantora.files import read_text
 from phantora.netsim.base import Flow
+from phantora.topology.ecmp import HPCC_FIRST_SPORT, hpcc_ip, hpcc_port_key
 from phantora.topology.model import ENDPOINT_KINDS, Topology
 
 
@@ -33,10 +34,12 @@ class HpccFlow:
     size: int
     start_ns: int
     line: int
+    sport: int = HPCC_FIRST_SPORT  # as HPCC assigns it: per source host, from 10000, one more per flow
 
     def to_flow(self) -> Flow:
-        """The engine-neutral Flow (id and ECMP key = the line index)."""
-        return Flow(id=self.index, src=self.src, dst=self.dst, size=self.size, priority=self.priority, key=self.index)
+        """The engine-neutral Flow: id = the line index, ECMP key = the port word ``sport | dport << 16``."""
+        key = hpcc_port_key(self.sport, self.dport)
+        return Flow(id=self.index, src=self.src, dst=self.dst, size=self.size, priority=self.priority, key=key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class FctLine:
 
 def node_ip(node: int) -> int:
     """HPCC's address of a node: 0x0b000001 + (id / 256 << 16) + (id % 256 << 8)."""
-    return 0x0B000001 + ((node // 256) << 16) + ((node % 256) << 8)
+    return hpcc_ip(node)
 
 
 def ip_node(ip: int) -> int:
@@ -100,6 +103,7 @@ def read_hpcc_flows(path: str | Path, topology: Topology | None = None) -> list[
         )
         body = body[:count]
     flows: list[HpccFlow] = []
+    next_sport: dict[int, int] = {}  # third.cc: portNumder[src]++ as each flow starts, in file order
     for i, (no, words) in enumerate(body):
         if len(words) != 6:
             raise InputError(
@@ -121,6 +125,8 @@ def read_hpcc_flows(path: str | Path, topology: Topology | None = None) -> list[
                 field="priority_group",
             )
         dport = _int(words[3], "dport", name, no)
+        if dport > 0xFFFF:
+            raise InputError(f"dport must be a port, 0..65535, got {dport}", file=name, line=no, field="dport")
         size = _int(words[4], "size_bytes", name, no)
         try:
             start = Decimal(words[5]) * 10**9
@@ -141,7 +147,11 @@ def read_hpcc_flows(path: str | Path, topology: Topology | None = None) -> list[
                     raise InputError(
                         f"node {end} is not an endpoint of '{topology.name}'", file=name, line=no, field=what
                     )
-        flows.append(HpccFlow(i, src, dst, prio, dport, size, int(start), no))
+        sport = next_sport.get(src, HPCC_FIRST_SPORT)
+        if sport > 0xFFFF:
+            raise InputError(f"host {src} starts more flows than it has source ports", file=name, line=no)
+        next_sport[src] = sport + 1
+        flows.append(HpccFlow(i, src, dst, prio, dport, size, int(start), no, sport))
     if any(b.start_ns < a.start_ns for a, b in zip(flows, flows[1:], strict=False)):
         bad = next(b for a, b in zip(flows, flows[1:], strict=False) if b.start_ns < a.start_ns)
         raise InputError("flows must be sorted by start time", file=name, line=bad.line, field="start_seconds")

@@ -163,8 +163,10 @@ class Ns3Simulator:
     def __init__(self, topology: Topology, config: PacketConfig | None = None, calls: Path | None = None) -> None:
         """`calls`: also write the run's PhantoraNetwork calls there (a script for phantora-ns3-runner)."""
         self.topology = topology
-        self.config = config or PacketConfig()
-        self.config.validate()
+        config = (config or PacketConfig()).validate()
+        # The ECMP policy: the config's, else the topology's; Python-side routes follow the same one.
+        topology.use_ecmp(config.ecmp_hash or topology.ecmp_hash)
+        self.config = config.with_updates(ecmp_hash=topology.ecmp_hash)
         self._rt = load_ns3()
         try:
             self._net = self._rt.gbl.PhantoraNetwork()
@@ -293,6 +295,7 @@ class Ns3Simulator:
             out[key] = int(value) if value.is_integer() else value
         out["engine"] = "ns3"
         out["cc"] = self.config.cc
+        out["ecmp_hash"] = self.topology.ecmp_hash
         return out
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.files import read_text
+from phantora.topology.ecmp import ECMP_HASHES
 from phantora.units import parse_rate_bps, parse_size_bytes, parse_time_ns
 
 CC_NAMES = ("none", "dcqcn", "hpcc", "timely", "dctcp")
@@ -120,6 +121,8 @@ class PacketConfig:
     trace_ecn: bool = True  # record every CE mark (time, switch, port, class, flow); off = count only
     seed: int = 1
     scheduler: str = "ns3::MapScheduler"
+    # ECMP policy (phantora.topology.ecmp): phantora | hpcc; None = the topology's (hpcc for HPCC-format files)
+    ecmp_hash: str | None = None
     # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
     cc_attrs: dict[str, str] = field(default_factory=dict)  # raw ns-3 attribute overrides, e.g. {"G": "0.0625"}
 
@@ -161,6 +164,8 @@ class PacketConfig:
             raise bad("headroom_factor", f"must be a number >= 0, got {self.headroom_factor!r}")
         if self.int_mode not in ("auto", "on", "off"):
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
+        if self.ecmp_hash is not None and self.ecmp_hash not in ECMP_HASHES:
+            raise bad("ecmp_hash", f"expected {' or '.join(ECMP_HASHES)}, got {self.ecmp_hash!r}")
         for name in ("kmin_map", "kmax_map", "pmax_map"):
             table = getattr(self, name)
             if table is None:
@@ -264,6 +269,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "trace_drops": (("recorder.TraceDrops",), "bool"),
     "trace_cnp": (("recorder.TraceCnp",), "bool"),
     "trace_ecn": (("recorder.TraceEcn",), "bool"),
+    "ecmp_hash": (("fabric.EcmpHash",), "ecmp_hash"),
     "seed": (("fabric.Seed",), "int"),
     "scheduler": (("fabric.Scheduler",), "text"),
 }
@@ -282,6 +288,8 @@ def _attribute_text(kind: str, value: object) -> str:
         return CC_TYPES[str(value)]
     if kind == "int_mode":
         return {"auto": "Auto", "on": "On", "off": "Off"}[str(value)]
+    if kind == "ecmp_hash":  # None: the fabric's default, phantora (Ns3Simulator resolves it from the topology)
+        return {"phantora": "Phantora", "hpcc": "Hpcc"}[str(value or "phantora")]
     if kind == "map":
         table: dict[int, object] = value or {}  # type: ignore[assignment]
         return " ".join(f"{rate} {v!r}" if isinstance(v, float) else f"{rate} {v}" for rate, v in sorted(table.items()))

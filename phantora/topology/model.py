@@ -8,9 +8,9 @@ Conventions
   latency (ns). Channel ids are ``2*link_id`` (a->b) and ``2*link_id+1`` (b->a).
 - Routing: endpoints never forward. Traffic between two endpoints that share an NVSwitch goes
   through it; all other traffic avoids NVSwitches and takes a shortest path (in hops) through
-  switches. Among equal-cost next hops, the choice is ``ecmp_hash(flow_key, node) % len(c)``
-  over candidates sorted by node id. The ns-3 switches use the same function, so both
-  engines put a flow on the same path.
+  switches. Among equal-cost next hops, the topology's ECMP policy (``ecmp_hash``: ``phantora``
+  or ``hpcc``, see ``phantora.topology.ecmp``) picks one. The ns-3 switches use the same
+  functions, so both engines put a flow on the same path.
 """
 
 from __future__ import annotations
@@ -19,21 +19,15 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from phantora.errors import InputError
+from phantora.topology.ecmp import check_ecmp_hash, hpcc_hash, hpcc_neighbour_rank, splitmix_hash
 
 ENDPOINT_KINDS = ("gpu", "host")
 NODE_KINDS = ("gpu", "host", "nvswitch", "switch")
-_MASK64 = (1 << 64) - 1
 
 
 def ecmp_hash(flow_key: int, node: int) -> int:
-    """Deterministic 64-bit hash (splitmix64 finaliser) of a flow key at a node.
-
-    Mirrored bit-for-bit in ``ns3-scratch`` so both engines choose the same ECMP paths.
-    """
-    z = (flow_key * 0x9E3779B97F4A7C15 + node * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
+    """phantora's ECMP hash of a flow key at a node (``ecmp.splitmix_hash``)."""
+    return splitmix_hash(flow_key, node)
 
 
 @dataclass(frozen=True)
@@ -67,12 +61,15 @@ class Topology:
     links: list[Link] = field(default_factory=list)
     gpu_model: str | None = None
     meta: dict[str, object] = field(default_factory=dict)
+    ecmp_hash: str = "phantora"  # ECMP policy: phantora | hpcc (phantora.topology.ecmp); set with use_ecmp
 
     def __post_init__(self) -> None:
         self._adj: list[list[tuple[int, int]]] = [[] for _ in self.nodes]  # (neighbour, channel)
         self._dist_cache: dict[int, list[int]] = {}
         self._base_cache: dict[tuple[int, ...], list[int]] = {}
         self._endpoints: list[int] | None = None
+        self._hpcc_order: dict[int, dict[int, int]] = {}  # dst -> node -> position in HPCC's BFS queue
+        check_ecmp_hash(self.ecmp_hash)
         for link in list(self.links):
             self._attach(link)
 
@@ -108,6 +105,7 @@ class Topology:
         self._adj[link.b].append((link.a, 2 * link.id + 1))
         self._dist_cache.clear()
         self._base_cache.clear()
+        self._hpcc_order.clear()
 
     # ----- queries ------------------------------------------------------------------------
     @property
@@ -203,11 +201,48 @@ class Topology:
                     queue.append(v)
         return dist
 
+    def use_ecmp(self, name: str) -> Topology:
+        """Choose the ECMP policy (``phantora`` or ``hpcc``) every route of this topology follows."""
+        self.ecmp_hash = check_ecmp_hash(name)
+        return self
+
     def next_hops(self, node: int, dst: int) -> list[tuple[int, int]]:
-        """Equal-cost (neighbour, channel) choices from node towards dst, sorted by neighbour id."""
+        """Equal-cost (neighbour, channel) choices from node towards dst, in the ECMP policy's order:
+        by neighbour id (phantora), or as HPCC's routing BFS from dst finds them (hpcc)."""
         dist = self._dist_to(dst)
         want = dist[node] - 1
-        return sorted((v, ch) for v, ch in self._adj[node] if dist[v] == want and (v == dst or self._forwards(v)))
+        hops = sorted((v, ch) for v, ch in self._adj[node] if dist[v] == want and (v == dst or self._forwards(v)))
+        if self.ecmp_hash == "hpcc" and len(hops) > 1:
+            order = self._hpcc_queue_order(dst)
+            hops.sort(key=lambda h: (order.get(h[0], len(self.nodes)), h))
+        return hops
+
+    def _hpcc_queue_order(self, dst: int) -> dict[int, int]:
+        """Position of each node in the queue of HPCC's BFS from dst (CalculateRoute): neighbours are
+        visited in ``hpcc_neighbour_rank`` order and only switches are queued (NVSwitches never)."""
+        order = self._hpcc_order.get(dst)
+        if order is not None:
+            return order
+        nodes = self.nodes
+        order = {dst: 0}
+        queue = [dst]
+        for u in queue:
+            nbrs = sorted({v for v, _ in self._adj[u]}, key=lambda v: hpcc_neighbour_rank(v, nodes[v].kind == "switch"))
+            for v in nbrs:
+                if v not in order and nodes[v].kind == "switch":
+                    order[v] = len(queue)
+                    queue.append(v)
+        self._hpcc_order[dst] = order
+        return order
+
+    def pick(self, node: int, src: int, dst: int, flow_key: int) -> tuple[int, int]:
+        """The (neighbour, channel) a packet of flow (src, dst, key) leaves `node` by."""
+        hops = self.next_hops(node, dst)
+        if len(hops) == 1:
+            return hops[0]
+        if self.ecmp_hash == "hpcc":
+            return hops[hpcc_hash(src, dst, flow_key, node) % len(hops)]
+        return hops[splitmix_hash(flow_key, node) % len(hops)]
 
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
         """Channel ids of the path a flow with this key takes from src to dst."""
@@ -221,8 +256,7 @@ class Topology:
         path: list[int] = []
         node = src
         while node != dst:
-            hops = self.next_hops(node, dst)
-            v, ch = hops[ecmp_hash(flow_key, node) % len(hops)] if len(hops) > 1 else hops[0]
+            v, ch = self.pick(node, src, dst, flow_key)
             path.append(ch)
             node = v
         return path

@@ -198,7 +198,7 @@ def read_hpcc(source: str | Path | TextIO) -> Topology:
         hosts[n], names[n] = rank, f"host{n}"
     topo = _build(_stem(tok.file), tok, kinds, names, hosts, rows)
     topo.meta["format"] = "hpcc"
-    return topo
+    return topo.use_ecmp("hpcc")  # HPCC's own inputs are routed as the HPCC models route them
 
 
 def read_simai(source: str | Path | TextIO) -> Topology:
