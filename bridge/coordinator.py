@@ -11,11 +11,9 @@ diagnostic went to every peer), 4 lost the supervisor.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -25,12 +23,11 @@ from bridge.errors import BridgeError, ProtocolError, RunFailed
 from bridge.protocol import E_AUTH, E_ENGINE, E_INTERNAL, E_PEER, E_PROTOCOL, INF_NS, Message, decode, encode
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec
+from bridge.server_start import server_arguments, start_server
 from bridge.transport import (
     HEARTBEAT_S,
     STARTUP_TIMEOUT_S,
     RejectionLog,
-    bind_address,
-    bind_router,
     process_log,
     token_ok,
     write_endpoint_file,
@@ -229,24 +226,20 @@ class Coordinator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bridge.coordinator", description=__doc__)
-    p.add_argument("--setup", required=True)
-    p.add_argument("--transport", default="ipc", choices=("ipc", "tcp"))
+    p = server_arguments("python -m bridge.coordinator", __doc__)
     p.add_argument("--net-endpoint", default=None, help="the network server; default: engine in this process")
     args = p.parse_args(argv)
-    token = os.environ.get("PHANTORA_TOKEN", "")
-    if not token:
-        log("PHANTORA_TOKEN is not set")
+    try:
+        start = start_server(args.setup, args.transport, "coord")
+    except BridgeError as exc:
+        log(str(exc))
         return 2
-    spec = RunSpec.read(args.setup)
-    run_dir = Path(args.setup).parent
-    ctx = zmq.Context()
-    sock, endpoint = bind_router(ctx, bind_address(args.transport, run_dir, "coord"), spec.max_message_bytes)
+    spec, run_dir, token, ctx, sock = start.spec, start.run_dir, start.token, start.ctx, start.sock
     coord = Coordinator(spec, sock, token)
     engine: Any = None
     code = 3
     try:
-        write_endpoint_file(run_dir, "coord", endpoint)
+        write_endpoint_file(run_dir, "coord", start.endpoint)
         if args.net_endpoint:
             engine = RemoteSimulator(
                 ctx,

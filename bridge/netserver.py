@@ -11,7 +11,6 @@ when told to, when the coordinator has been silent for the peer timeout, or when
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -31,13 +30,11 @@ from bridge.protocol import (
     encode,
     flow_from_wire,
 )
-from bridge.runspec import RunSpec
+from bridge.server_start import server_arguments, start_server
 from bridge.stepping import advance_watching
 from bridge.transport import (
     HEARTBEAT_S,
     RejectionLog,
-    bind_address,
-    bind_router,
     process_log,
     token_ok,
     write_endpoint_file,
@@ -172,18 +169,20 @@ def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bridge.netserver", description=__doc__)
-    p.add_argument("--setup", required=True, help="the run's setup.msgpack")
-    p.add_argument("--transport", default="ipc", choices=("ipc", "tcp"))
-    args = p.parse_args(argv)
-    token = os.environ.get("PHANTORA_TOKEN", "")
-    if not token:
-        log("PHANTORA_TOKEN is not set")
+    args = server_arguments("python -m bridge.netserver", __doc__).parse_args(argv)
+    try:
+        start = start_server(args.setup, args.transport, "net")
+    except BridgeError as exc:
+        log(str(exc))
         return 2
-    spec = RunSpec.read(args.setup)
-    run_dir = Path(args.setup).parent
-    ctx = zmq.Context()
-    sock, endpoint = bind_router(ctx, bind_address(args.transport, run_dir, "net"), spec.max_message_bytes)
+    spec, run_dir, token, ctx, sock, endpoint = (
+        start.spec,
+        start.run_dir,
+        start.token,
+        start.ctx,
+        start.sock,
+        start.endpoint,
+    )
     try:
         write_endpoint_file(run_dir, "net", endpoint)
         t0 = time.perf_counter()

@@ -1,5 +1,6 @@
 // DCQCN reaction point: see cc-dcqcn.h.
 #include "cc-dcqcn.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/double.h"
@@ -15,11 +16,7 @@ NS_LOG_COMPONENT_DEFINE("PhantoraCcDcqcn");
 NS_OBJECT_ENSURE_REGISTERED(CcDcqcn);
 
 TypeId CcDcqcn::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::CcDcqcn")
-          .SetParent<CongestionControl>()
-          .SetGroupName("Phantora")
-          .AddConstructor<CcDcqcn>()
+  static TypeId tid = PhantoraTypeId<CcDcqcn, CongestionControl>("ns3::CcDcqcn")
           .AddAttribute("G", "Alpha EWMA gain g", DoubleValue(1.0 / 256), MakeDoubleAccessor(&CcDcqcn::m_g),
                         MakeDoubleChecker<double>(0.0, 1.0))
           .AddAttribute("AlphaResumeInterval", "Period of the alpha update", TimeValue(MicroSeconds(1)),

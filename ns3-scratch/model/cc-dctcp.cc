@@ -1,5 +1,6 @@
 // DCTCP sender: see cc-dctcp.h.
 #include "cc-dctcp.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/double.h"
@@ -14,11 +15,7 @@ NS_LOG_COMPONENT_DEFINE("PhantoraCcDctcp");
 NS_OBJECT_ENSURE_REGISTERED(CcDctcp);
 
 TypeId CcDctcp::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::CcDctcp")
-          .SetParent<CongestionControl>()
-          .SetGroupName("Phantora")
-          .AddConstructor<CcDctcp>()
+  static TypeId tid = PhantoraTypeId<CcDctcp, CongestionControl>("ns3::CcDctcp")
           .AddAttribute("G", "Alpha EWMA gain g", DoubleValue(1.0 / 16), MakeDoubleAccessor(&CcDctcp::m_g),
                         MakeDoubleChecker<double>(0.0, 1.0))
           .AddAttribute("RateAi", "Additive increase per window of data, in bit/s", UintegerValue(615000000ULL),

@@ -1,5 +1,6 @@
 // HPCC sender: see cc-hpcc.h.
 #include "cc-hpcc.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/double.h"
@@ -14,11 +15,7 @@ NS_LOG_COMPONENT_DEFINE("PhantoraCcHpcc");
 NS_OBJECT_ENSURE_REGISTERED(CcHpcc);
 
 TypeId CcHpcc::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::CcHpcc")
-          .SetParent<CongestionControl>()
-          .SetGroupName("Phantora")
-          .AddConstructor<CcHpcc>()
+  static TypeId tid = PhantoraTypeId<CcHpcc, CongestionControl>("ns3::CcHpcc")
           .AddAttribute("TargetUtil", "Target utilisation eta", DoubleValue(0.95),
                         MakeDoubleAccessor(&CcHpcc::m_targetUtil), MakeDoubleChecker<double>(0.01, 1.0))
           .AddAttribute("MiThresh", "Additive-increase rounds before a multiplicative step (maxStage)",

@@ -1,5 +1,6 @@
 // TIMELY sender: see cc-timely.h.
 #include "cc-timely.h"
+#include "phantora-type-id.h"
 
 #include "ns3/double.h"
 #include "ns3/log.h"
@@ -13,11 +14,7 @@ NS_LOG_COMPONENT_DEFINE("PhantoraCcTimely");
 NS_OBJECT_ENSURE_REGISTERED(CcTimely);
 
 TypeId CcTimely::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::CcTimely")
-          .SetParent<CongestionControl>()
-          .SetGroupName("Phantora")
-          .AddConstructor<CcTimely>()
+  static TypeId tid = PhantoraTypeId<CcTimely, CongestionControl>("ns3::CcTimely")
           .AddAttribute("Alpha", "EWMA weight of the newest RTT difference", DoubleValue(0.875),
                         MakeDoubleAccessor(&CcTimely::m_alpha), MakeDoubleChecker<double>(0.0, 1.0))
           .AddAttribute("Beta", "Multiplicative decrease factor", DoubleValue(0.8),

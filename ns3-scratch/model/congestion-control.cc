@@ -1,5 +1,6 @@
 // Base congestion-control object and CcNone (line rate, no window).
 #include "congestion-control.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/log.h"
@@ -33,10 +34,7 @@ uint64_t CongestionControl::GetRateBps() const { return m_rateBps.Get(); }
 uint64_t CongestionControl::GetWindowBytes() const { return m_windowBytes; }
 
 TypeId CcNone::GetTypeId() {
-  static TypeId tid = TypeId("ns3::CcNone")
-                          .SetParent<CongestionControl>()
-                          .SetGroupName("Phantora")
-                          .AddConstructor<CcNone>()
+  static TypeId tid = PhantoraTypeId<CcNone, CongestionControl>("ns3::CcNone")
                           .AddAttribute("HasWindow", "Cap the bytes in flight at one BDP", BooleanValue(false),
                                         MakeBooleanAccessor(&CcNone::m_hasWindow), MakeBooleanChecker());
   return tid;

@@ -1,5 +1,6 @@
 // FabricRecorder: trace sinks and queue sampling.
 #include "fabric-recorder.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/log.h"
@@ -17,11 +18,7 @@ int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
 }  // namespace
 
 TypeId FabricRecorder::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::FabricRecorder")
-          .SetParent<Object>()
-          .SetGroupName("Phantora")
-          .AddConstructor<FabricRecorder>()
+  static TypeId tid = PhantoraTypeId<FabricRecorder, Object>("ns3::FabricRecorder")
           .AddAttribute("TraceDrops", "Record every packet dropped at a switch ingress", BooleanValue(true),
                         MakeBooleanAccessor(&FabricRecorder::m_traceDrops), MakeBooleanChecker())
           .AddAttribute("TraceCnp", "Record every CNP received by a sender (off: counted only)", BooleanValue(true),

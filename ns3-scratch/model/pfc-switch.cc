@@ -1,5 +1,6 @@
 // PfcSwitch: forwarding, MMU admission, PFC generation, ECN and INT at dequeue.
 #include "pfc-switch.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/double.h"
@@ -57,11 +58,7 @@ std::map<uint64_t, T> ParseRateMap(const std::string& name, const std::string& t
 }  // namespace
 
 TypeId PfcSwitch::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::PfcSwitch")
-          .SetParent<Object>()
-          .SetGroupName("Phantora")
-          .AddConstructor<PfcSwitch>()
+  static TypeId tid = PhantoraTypeId<PfcSwitch, Object>("ns3::PfcSwitch")
           .AddAttribute("NvSwitch", "An NVSwitch: unlimited buffer, never pauses, drops or marks",
                         BooleanValue(false), MakeBooleanAccessor(&PfcSwitch::m_nvSwitch), MakeBooleanChecker())
           .AddAttribute("HeaderSize", "Header bytes on the wire per data packet and per ACK/NACK", UintegerValue(48),

@@ -1,5 +1,6 @@
 // PhantoraChannel: schedules the arrival of a packet at the far port.
 #include "phantora-channel.h"
+#include "phantora-type-id.h"
 
 #include "phantora-net-device.h"
 
@@ -13,10 +14,7 @@ NS_LOG_COMPONENT_DEFINE("PhantoraChannel");
 NS_OBJECT_ENSURE_REGISTERED(PhantoraChannel);
 
 TypeId PhantoraChannel::GetTypeId() {
-  static TypeId tid = TypeId("ns3::PhantoraChannel")
-                          .SetParent<Channel>()
-                          .SetGroupName("Phantora")
-                          .AddConstructor<PhantoraChannel>()
+  static TypeId tid = PhantoraTypeId<PhantoraChannel, Channel>("ns3::PhantoraChannel")
                           .AddAttribute("DelayNs", "Propagation delay in ns", UintegerValue(1000),
                                         MakeUintegerAccessor(&PhantoraChannel::m_delayNs),
                                         MakeUintegerChecker<uint64_t>());

@@ -1,5 +1,6 @@
 // PhantoraFabric: topology bookkeeping, path arithmetic and the fabric-wide attributes.
 #include "phantora-fabric.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/enum.h"
@@ -17,11 +18,7 @@ NS_LOG_COMPONENT_DEFINE("PhantoraFabric");
 NS_OBJECT_ENSURE_REGISTERED(PhantoraFabric);
 
 TypeId PhantoraFabric::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::PhantoraFabric")
-          .SetParent<Object>()
-          .SetGroupName("Phantora")
-          .AddConstructor<PhantoraFabric>()
+  static TypeId tid = PhantoraTypeId<PhantoraFabric, Object>("ns3::PhantoraFabric")
           .AddAttribute("CongestionControl", "TypeId name of every queue pair's CC (a CongestionControl subclass)",
                         StringValue("ns3::CcNone"), MakeStringAccessor(&PhantoraFabric::m_cc), MakeStringChecker())
           .AddAttribute("IntMode", "INT stamping: Auto (when the CC wants it), On or Off", EnumValue<IntMode>(INT_AUTO),

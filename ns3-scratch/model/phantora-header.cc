@@ -1,5 +1,6 @@
 // PhantoraHeader serialisation.
 #include "phantora-header.h"
+#include "phantora-type-id.h"
 
 #include "ns3/log.h"
 
@@ -14,8 +15,7 @@ constexpr uint32_t kHopBytes = 8 + 8 + 4 + 8;
 }  // namespace
 
 TypeId PhantoraHeader::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::PhantoraHeader").SetParent<Header>().SetGroupName("Phantora").AddConstructor<PhantoraHeader>();
+  static TypeId tid = PhantoraTypeId<PhantoraHeader, Header>("ns3::PhantoraHeader");
   return tid;
 }
 

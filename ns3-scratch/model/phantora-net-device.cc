@@ -1,5 +1,6 @@
 // PhantoraNetDevice: line-rate serialisation with picosecond carry, PFC pause per class.
 #include "phantora-net-device.h"
+#include "phantora-type-id.h"
 
 #include "phantora-channel.h"
 
@@ -14,11 +15,7 @@ NS_LOG_COMPONENT_DEFINE("PhantoraNetDevice");
 NS_OBJECT_ENSURE_REGISTERED(PhantoraNetDevice);
 
 TypeId PhantoraNetDevice::GetTypeId() {
-  static TypeId tid =
-      TypeId("ns3::PhantoraNetDevice")
-          .SetParent<NetDevice>()
-          .SetGroupName("Phantora")
-          .AddConstructor<PhantoraNetDevice>()
+  static TypeId tid = PhantoraTypeId<PhantoraNetDevice, NetDevice>("ns3::PhantoraNetDevice")
           .AddTraceSource("Tx", "A packet starts serialisation", MakeTraceSourceAccessor(&PhantoraNetDevice::m_txTrace),
                           "ns3::Packet::TracedCallback")
           .AddTraceSource("PfcRx", "A PFC frame arrived: (port, class, pause)",

@@ -1,5 +1,6 @@
 // PhantoraScheduler: delegation to an inner ns-3 scheduler.
 #include "phantora-scheduler.h"
+#include "phantora-type-id.h"
 
 #include "ns3/log.h"
 #include "ns3/object-factory.h"
@@ -15,10 +16,7 @@ PhantoraScheduler* g_current = nullptr;
 }
 
 TypeId PhantoraScheduler::GetTypeId() {
-  static TypeId tid = TypeId("ns3::PhantoraScheduler")
-                          .SetParent<Scheduler>()
-                          .SetGroupName("Phantora")
-                          .AddConstructor<PhantoraScheduler>()
+  static TypeId tid = PhantoraTypeId<PhantoraScheduler, Scheduler>("ns3::PhantoraScheduler")
                           .AddAttribute("Inner", "TypeId name of the scheduler that holds the events",
                                         StringValue("ns3::MapScheduler"),
                                         MakeStringAccessor(&PhantoraScheduler::SetInner, &PhantoraScheduler::GetInner),

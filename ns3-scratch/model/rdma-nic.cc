@@ -1,5 +1,6 @@
 // RdmaNic: queue pairs, pacing, ACK/NACK generation and go-back-N recovery.
 #include "rdma-nic.h"
+#include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/log.h"
@@ -22,10 +23,7 @@ uint64_t NowNs() { return static_cast<uint64_t>(Simulator::Now().GetNanoSeconds(
 }  // namespace
 
 TypeId RdmaNic::GetTypeId() {
-  static TypeId tid = TypeId("ns3::RdmaNic")
-                          .SetParent<Object>()
-                          .SetGroupName("Phantora")
-                          .AddConstructor<RdmaNic>()
+  static TypeId tid = PhantoraTypeId<RdmaNic, Object>("ns3::RdmaNic")
                           .AddAttribute("PayloadSize", "Payload bytes per data packet",
                                         UintegerValue(1000), MakeUintegerAccessor(&RdmaNic::m_payloadBytes),
                                         MakeUintegerChecker<uint32_t>(1))
