@@ -57,7 +57,7 @@ def test_cli_set_is_checked_for_ns3_and_flow_takes_only_ecmp_hash(trace: Path, c
     assert main(["replay", str(trace), "-t", "testbed16", "--network", "ns3", "--set", "no_such_field=1"]) == 2
     assert "no_such_field" in capsys.readouterr().err
     assert main(["replay", str(trace), "-t", "testbed16", "--set", "buffer_bytes=1000000"]) == 2
-    assert "buffer_bytes applies to --network ns3 only" in capsys.readouterr().err
+    assert "field 'buffer_bytes': applies to --network ns3 only" in capsys.readouterr().err
     assert main(["replay", str(trace), "-t", "testbed16", "--set", "ecmp_hash=nope"]) == 2
     assert "ecmp_hash" in capsys.readouterr().err
     assert main(["replay", str(trace), "-t", "testbed16", "--set", "ecmp_hash=hpcc"]) == 0

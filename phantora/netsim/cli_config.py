@@ -42,7 +42,7 @@ def flow_options_from_sets(sets: Sequence[str]) -> dict[str, Any]:
         key = item.partition("=")[0].strip()
         if key not in FLOW_FIELDS:
             raise InputError(
-                f"--set {key} applies to --network ns3 only (the flow network takes --set {', '.join(FLOW_FIELDS)})",
+                f"applies to --network ns3 only (the flow network takes --set {', '.join(FLOW_FIELDS)} only)",
                 file="--set",
                 field=key,
             )
