@@ -129,7 +129,8 @@ def build(jobs: int = 2) -> Path:
         return library_path()
     if BUILD_SCRIPT is not None:
         cmd = ["bash", str(BUILD_SCRIPT), "-j", str(jobs)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        env = {"PHANTORA_PYTHON": sys.executable, **os.environ}  # the script finds the ns3 wheel with this Python
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
             raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
