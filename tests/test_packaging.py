@@ -121,9 +121,10 @@ def _copy_sources(dst: Path) -> Path:
 
 
 def _venv(path: Path) -> Path:
-    """A fresh venv whose dependencies (torch, ns3, ...) come from this interpreter's site-packages by a .pth file
-    (a plain path line: the .pth files there, such as an editable install of the checkout, are not run)."""
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    """A fresh venv whose dependencies (torch, ns3, pip, setuptools ...) come from this interpreter's site-packages by
+    a .pth file (a plain path line: the .pth files there, such as an editable install of the checkout, are not run).
+    Without its own pip: the bundled one brings an old setuptools that would shadow the one there."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     purelib = subprocess.run(
         [path / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -173,7 +174,7 @@ def test_a_wheel_works_outside_the_checkout(tmp_path: Path) -> None:
     bin_dir = _venv(tmp_path / "venv")
     env, elsewhere = _env(tmp_path), tmp_path / "elsewhere"
     elsewhere.mkdir()
-    _run([bin_dir / "pip", "install", "-q", "--no-deps", "--no-index", wheel], elsewhere, env)
+    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], elsewhere, env)
     where = _run([bin_dir / "python", "-c", "import phantora.resources as r; print(r.data_root())"], elsewhere, env)
     data = Path(where.strip())
     assert data.is_relative_to(tmp_path / "venv") and data.name == "_data"
@@ -197,7 +198,7 @@ def test_an_editable_install_uses_the_checkout(tmp_path: Path) -> None:
     bin_dir = _venv(tmp_path / "venv")
     env, elsewhere = _env(tmp_path), tmp_path / "elsewhere"
     elsewhere.mkdir()
-    _run([bin_dir / "pip", "install", "-q", "--no-deps", *_no_isolation(), "-e", src], elsewhere, env)
+    _run([bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", *_no_isolation(), "-e", src], elsewhere, env)
     out = _run([bin_dir / "phantora", "topo", "--list"], elsewhere, env)
     assert f"shipped topologies in {src / 'topologies'}:" in out
     assert not (src / "phantora" / "_data").exists()
