@@ -16,7 +16,17 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("phantora.errors", "phantora.files", "phantora.units", "phantora.paths", "phantora.procmem")),
+    (
+        "foundation",
+        (
+            "phantora.errors",
+            "phantora.files",
+            "phantora.units",
+            "phantora.paths",
+            "phantora.procmem",
+            "phantora.resources",
+        ),
+    ),
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),
     ("workloads", ("phantora.workload", "phantora.replay")),
     ("results", ("phantora.results",)),

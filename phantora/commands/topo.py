@@ -1,4 +1,5 @@
-"""`phantora topo FILE`: summarise a topology (TOML, HPCC, SimAI or a shipped name), draw or convert it."""
+"""`phantora topo FILE`: summarise a topology (TOML, HPCC, SimAI or a shipped name), draw or convert it;
+`phantora topo --list`: the shipped topologies."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("topo", help="summarise, draw or convert a topology", description=__doc__)
-    p.add_argument("file", help="topology file or shipped name (e.g. testbed16, hpcc/star8)")
+    p.add_argument("file", nargs="?", help="topology file or shipped name (e.g. testbed16, hpcc/star8)")
+    p.add_argument("--list", action="store_true", help="list the shipped topologies and where they are")
     p.add_argument("--format", choices=("toml", "hpcc", "simai"), default=None, help="file format (default: sniff)")
     p.add_argument("--draw", type=Path, metavar="OUT.png", help="draw the topology to this image file")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -23,9 +25,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from phantora.topology import load_topology, write_hpcc, write_simai
+    from phantora.errors import InputError
+    from phantora.topology import load_topology, shipped_dir, shipped_names, write_hpcc, write_simai
     from phantora.topology.describe import describe, format_description, route_info
 
+    if args.list:
+        print(f"shipped topologies in {shipped_dir()}:")
+        for name in shipped_names():
+            print(f"  {name}")
+        return 0
+    if args.file is None:
+        raise InputError("give a topology file or shipped name, or --list for the shipped ones")
     topo = load_topology(args.file, args.format)
     info = describe(topo, bisection=not args.no_bisection)
     if args.route:

@@ -1,6 +1,6 @@
 """`Ns3Simulator`: the packet-level `NetworkSimulator`, an ns-3 RDMA fabric driven in-process through cppyy.
 
-The C++ side (ns3-scratch/, built by scripts/build_ns3.sh into libphantora-ns3.so) holds the
+The C++ side (ns3-scratch/, built into libphantora-ns3.so on first use, see `build`) holds the
 whole network: NICs with one queue pair per flow, PFC switches with shared-buffer MMUs, ECN,
 INT and the congestion controllers. Python builds it from a `Topology` and a `PacketConfig`,
 hands over flows with their dependencies (released inside C++, so there is no Python callback
@@ -12,7 +12,13 @@ global simulator, so only one Ns3Simulator can be open at a time.
 
 from __future__ import annotations
 
+import fcntl
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from phantora import resources
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
@@ -34,15 +41,59 @@ from phantora.topology.model import Topology
 _MASK64 = (1 << 64) - 1
 _FOREVER_NS = 1 << 62
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRATCH = ROOT / "ns3-scratch"
-BUILD_SCRIPT = ROOT / "scripts" / "build_ns3.sh"
+# The model sources: ns3-scratch/ of the checkout, or its copy in an installed package (phantora.resources).
+SCRATCH = resources.ns3_source_dir()
+CHECKOUT = resources.checkout_root()
+BUILD_SCRIPT = CHECKOUT / "scripts" / "build_ns3.sh" if CHECKOUT else None
+_TARGETS = ("libphantora-ns3.so", "phantora-ns3-runner")  # what an installed package builds (no C++ tests)
+_BUILT = ".built"  # written into a cache build directory once make succeeded
+
+
+def ns3_wheel() -> tuple[Path, str]:
+    """The ns3 wheel's directory (with include/ and lib64/) and its library version (e.g. '3.44'), not imported."""
+    spec = importlib.util.find_spec("ns3")
+    if spec is None or not spec.submodule_search_locations:
+        raise PhantoraError("the ns3 wheel is not installed (pip install ns3==3.44.post0)")
+    ns3_dir = Path(list(spec.submodule_search_locations)[0])
+    libs = sorted((ns3_dir / "lib64").glob("libns3.*-core.so")) if (ns3_dir / "include" / "ns3").is_dir() else []
+    if not libs:
+        raise PhantoraError(f"the ns3 wheel at {ns3_dir} has no include/ns3 or lib64/libns3.*-core.so")
+    return ns3_dir, libs[0].name.removeprefix("libns3.").removesuffix("-core.so")
+
+
+def _source_files() -> list[Path]:
+    """The model sources, in a stable order (the build directory and editor files left out)."""
+    files = [SCRATCH / "Makefile"]
+    for part in ("model", "helper", "runner", "test"):
+        files += sorted(p for p in (SCRATCH / part).glob("*") if p.is_file() and p.suffix in (".cc", ".h"))
+    return files
+
+
+@functools.cache
+def _build_key() -> str:
+    """Hash of the model sources, the ns3 wheel's version and the compiler: the cache build directory's name."""
+    h = hashlib.sha256()
+    for path in _source_files():
+        h.update(str(path.relative_to(SCRATCH)).encode() + b"\0" + path.read_bytes() + b"\0")
+    try:
+        ns3 = importlib.metadata.version("ns3") + "/" + ns3_wheel()[1]
+    except (importlib.metadata.PackageNotFoundError, PhantoraError):
+        ns3 = "none"
+    h.update(ns3.encode() + b"\0" + (os.environ.get("CXX") or "g++").encode())
+    return h.hexdigest()[:16]
+
+
+def build_dir() -> Path:
+    """Where the models are built: ns3-scratch/build in a checkout, else <cache>/ns3-<hash of sources and ns-3>."""
+    if CHECKOUT is not None:
+        return SCRATCH / "build"
+    return resources.cache_dir() / f"ns3-{_build_key()}"
 
 
 def library_path() -> Path:
-    """The fabric library: $PHANTORA_NS3_LIB, else ns3-scratch/build/libphantora-ns3.so."""
+    """The fabric library: $PHANTORA_NS3_LIB, else libphantora-ns3.so in `build_dir()`."""
     env = os.environ.get("PHANTORA_NS3_LIB")
-    return Path(env) if env else SCRATCH / "build" / "libphantora-ns3.so"
+    return Path(env) if env else build_dir() / "libphantora-ns3.so"
 
 
 def runner_path() -> Path:
@@ -51,8 +102,14 @@ def runner_path() -> Path:
 
 
 def needs_build() -> bool:
-    """True if the library, the runner or the C++ tests are missing or older than their sources."""
+    """True if the library or the runner (in a checkout also the C++ tests) are missing or older than their sources.
+
+    A cache build directory is named by a hash of the sources, so there it is enough that the build completed.
+    """
     lib = library_path()
+    if CHECKOUT is None:
+        complete = bool(os.environ.get("PHANTORA_NS3_LIB")) or (lib.parent / _BUILT).exists()
+        return not (complete and lib.exists() and runner_path().exists())
 
     def newest(*dirs: str) -> float:
         files = [p for d in dirs for p in SCRATCH.glob(f"{d}/*") if p.is_file()] + [SCRATCH / "Makefile"]
@@ -66,13 +123,38 @@ def needs_build() -> bool:
 
 
 def build(jobs: int = 2) -> Path:
-    """Run scripts/build_ns3.sh (incremental; it holds a lock, so one build at a time) and return the library path."""
+    """Build the models and return the library path: scripts/build_ns3.sh in a checkout (incremental), else make
+    into the cache (`build_dir()`). Either holds a lock, so concurrent first uses build once."""
     if os.environ.get("PHANTORA_NS3_LIB"):
         return library_path()
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT), "-j", str(jobs)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
+    if BUILD_SCRIPT is not None:
+        cmd = ["bash", str(BUILD_SCRIPT), "-j", str(jobs)]
+        env = {"PHANTORA_PYTHON": sys.executable, **os.environ}  # the script finds the ns3 wheel with this Python
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
+        return library_path()
+    return _build_cached(jobs)
+
+
+def _build_cached(jobs: int) -> Path:
+    """make the library and the runner out of tree, into the cache directory, under a file lock."""
+    out = build_dir()
+    ns3_dir, ns3_ver = ns3_wheel()
+    if not shutil.which("make"):
+        raise PhantoraError("building the ns-3 models needs make and a C++ compiler (apt-get install make g++)")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not needs_build():
+            return library_path()
+        cmd = ["make", "-C", str(SCRATCH), f"-j{jobs}", f"NS3_DIR={ns3_dir}", f"NS3_VER={ns3_ver}", f"BUILD={out}"]
+        proc = subprocess.run([*cmd, *(str(out / t) for t in _TARGETS)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise PhantoraError(f"building the ns-3 fabric into {out} failed ({' '.join(cmd)}):\n{tail}")
+        (out / _BUILT).write_text(f"sources {SCRATCH}\nns3 {ns3_dir} {ns3_ver}\n")
     return library_path()
 
 
@@ -107,7 +189,8 @@ def load_ns3(build_if_needed: bool = True) -> Ns3Runtime:
         build()
     lib = library_path()
     if not lib.exists():
-        raise PhantoraError(f"the ns-3 fabric library {lib} is missing: run {BUILD_SCRIPT}")
+        how = BUILD_SCRIPT or "phantora doctor"
+        raise PhantoraError(f"the ns-3 fabric library {lib} is missing: run {how}")
     ns = _quiet_import_ns()
     import cppyy
 

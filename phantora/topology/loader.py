@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from phantora import resources
 from phantora.errors import InputError
 from phantora.topology.model import Topology
 from phantora.topology.readers import read_hpcc, read_simai, sniff_format
@@ -15,9 +15,8 @@ _READERS = {"toml": read_toml, "hpcc": read_hpcc, "simai": read_simai}
 
 
 def shipped_dir() -> Path:
-    """The directory of shipped topologies: $PHANTORA_TOPOLOGIES, else <repo root>/topologies."""
-    env = os.environ.get("PHANTORA_TOPOLOGIES")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "topologies"
+    """The directory of shipped topologies (phantora.resources.topologies_dir)."""
+    return resources.topologies_dir()
 
 
 def shipped_names() -> list[str]:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from phantora import resources
 from phantora.errors import PhantoraError
 
 SOURCE = Path(__file__).with_name("guard.cc")
@@ -33,11 +34,8 @@ class GuardBuildError(PhantoraError):
 
 
 def cache_dir() -> Path:
-    """Where built artefacts are kept."""
-    root = os.environ.get("PHANTORA_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "phantora"
-    )
-    return Path(root)
+    """Where built artefacts are kept (phantora.resources.cache_dir)."""
+    return resources.cache_dir()
 
 
 def _compiler() -> str:
