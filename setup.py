@@ -1,7 +1,7 @@
 """Build hook: copy the repository's shipped folders into the package as `phantora/_data/`.
 
-topologies/, workloads/ and the ns-3 model sources (ns3-scratch/: Makefile, model/, helper/, runner/, test/) stay
-where they are in the repository; a wheel (`pip install .`, `pip wheel .`) carries copies of them, which
+topologies/, workloads/, examples/ and the ns-3 model sources (ns3-scratch/: Makefile, model/, helper/, runner/,
+test/) stay where they are in the repository; a wheel (`pip install .`, `pip wheel .`) carries copies of them, which
 `phantora.resources` finds. An editable install copies nothing: it uses the repository's folders.
 """
 
@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent
 SHIPPED = {
     "topologies": ("",),
     "workloads": ("",),
+    "examples": ("",),
     "ns3-scratch": ("Makefile", "model", "helper", "runner", "test"),
 }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance, run_dir
 from phantora.runtime.gpus import get_gpu
 from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options
@@ -179,7 +180,7 @@ def launch(cfg: RunConfig) -> RunReport:
     """Run the script; raise BridgeError (a PhantoraError) naming the cause if any process fails."""
     from bridge.run import CosimRun
 
-    script = Path(cfg.script)
+    script = shipped_file(cfg.script, examples_dir(), (".py",))
     if not script.is_file():
         raise InputError("training script not found", file=str(cfg.script))
     if cfg.trace not in LEVELS:

@@ -14,7 +14,7 @@ from pathlib import Path
 from phantora.errors import PhantoraError
 
 # The folders shipped in phantora/_data (setup.py copies them); the ns-3 sources are these parts of ns3-scratch/.
-SHIPPED_DIRS = ("topologies", "workloads")
+SHIPPED_DIRS = ("topologies", "workloads", "examples")
 NS3_SOURCES = ("Makefile", "model", "helper", "runner", "test")
 
 
@@ -46,6 +46,24 @@ def topologies_dir() -> Path:
 def workloads_dir() -> Path:
     """The shipped workloads and HPCC flow files (e.g. incast4.flows.txt)."""
     return data_root() / "workloads"
+
+
+def examples_dir() -> Path:
+    """The shipped example training scripts (gpt_ddp.py, llama_train.py, ...)."""
+    return data_root() / "examples"
+
+
+def shipped_file(path: str | Path, folder: Path, suffixes: tuple[str, ...] = ()) -> Path:
+    """`path` if it exists, else the shipped file of that name in `folder` (also tried with each suffix), else
+    `path` unchanged (so the caller's "no such file" error names what the user typed)."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    for name in (p.name, *(p.name + s for s in suffixes)):
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    return p
 
 
 def ns3_source_dir() -> Path:

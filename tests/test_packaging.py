@@ -72,6 +72,20 @@ def test_the_cache_build_directory_is_keyed_by_the_sources(monkeypatch, tmp_path
         packet._build_key.cache_clear()
 
 
+def test_shipped_workloads_and_examples_are_found_by_name(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # no workloads/ or examples/ here
+    assert resources.shipped_file("incast4", resources.workloads_dir(), (".flows.txt",)) == (
+        ROOT / "workloads" / "incast4.flows.txt"
+    )
+    assert resources.shipped_file("examples/gpt_ddp.py", resources.examples_dir()) == ROOT / "examples" / "gpt_ddp.py"
+    assert resources.shipped_file("nothing.py", resources.examples_dir()) == Path("nothing.py")
+    args = ["netsim", "--network", "flow", "--topology", "hpcc/star8", "--flows", "incast4", "--out", "o"]
+    assert main(args) == 0
+    assert (tmp_path / "o" / "fct.csv").read_text().count("\n") == 5  # header + 4 flows
+    assert main(["netsim", "--topology", "hpcc/star8", "--flows", "no_such_flows"]) == 2
+    assert "not a shipped workload" in capsys.readouterr().err
+
+
 def test_topo_list_and_the_unknown_name_error(capsys) -> None:
     assert main(["topo", "--list"]) == 0
     out = capsys.readouterr().out
@@ -165,7 +179,8 @@ def test_a_wheel_works_outside_the_checkout(tmp_path: Path) -> None:
     t0 = time.monotonic()
     wheel = _pip_wheel(_copy_sources(tmp_path / "src"), tmp_path / "dist")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("topologies/testbed16.toml", "topologies/hpcc/star8.topo.txt", "workloads/incast4.flows.txt"):
+    shipped_files = ("topologies/testbed16.toml", "topologies/hpcc/star8.topo.txt", "workloads/incast4.flows.txt")
+    for shipped in (*shipped_files, "examples/gpt_ddp.py"):
         assert f"phantora/_data/{shipped}" in names
     for part in ("Makefile", "model/phantora-network.cc", "helper/phantora-fabric-helper.h", "runner", "test"):
         assert any(n.startswith(f"phantora/_data/ns3-scratch/{part}") for n in names), part
@@ -181,8 +196,20 @@ def test_a_wheel_works_outside_the_checkout(tmp_path: Path) -> None:
 
     out = _run([bin_dir / "phantora", "topo", "testbed16"], elsewhere, env)
     assert "16 gpu, 2 nvswitch, 6 switch" in out and str(data / "topologies" / "testbed16.toml") in out
-    flows = data / "workloads" / "incast4.flows.txt"
-    cmd = ["netsim", "--network", "ns3", "--cc", "dcqcn", "--topology", "hpcc/star8", "--flows", flows, "--out", "run"]
+    # a shipped workload by its name, as a shipped topology
+    cmd = [
+        "netsim",
+        "--network",
+        "ns3",
+        "--cc",
+        "dcqcn",
+        "--topology",
+        "hpcc/star8",
+        "--flows",
+        "incast4",
+        "--out",
+        "run",
+    ]
     out = _run([bin_dir / "phantora", *cmd], elsewhere, env, timeout=900)
     assert "4 flows on star8 (ns3, cc dcqcn)" in out and (elsewhere / "run" / "fct.csv").is_file()
     (built,) = (tmp_path / "cache").glob("ns3-*/libphantora-ns3.so")  # built on first use, into the cache

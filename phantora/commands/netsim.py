@@ -132,9 +132,11 @@ def _load_workload(path: Path, topo: Topology) -> Any:
 
 def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
     """Read an HPCC flow file or a workload (decomposed into one flow DAG submitted at t = 0)."""
-    p = Path(path)
+    from phantora.resources import shipped_file, workloads_dir
+
+    p = shipped_file(path, workloads_dir(), (".flows.txt", ".toml"))
     if not p.exists():
-        raise InputError("no such flow file", file=str(p))
+        raise InputError(f"no such flow file, and not a shipped workload (shipped: {workloads_dir()})", file=str(p))
     if detect_flows_format(p) == "hpcc":
         hpcc = read_hpcc_flows(p, topo)
         batches: dict[int, list[Flow]] = {}

@@ -85,9 +85,11 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from phantora.resources import shipped_file, workloads_dir
     from phantora.topology import load_topology
 
     topo = load_topology(args.topology)
+    args.workload = str(shipped_file(args.workload, workloads_dir(), (".toml", ".json")))
     kind = _detect(Path(args.workload), args.format)
     options = _engine_options(args)
     if kind == "workload":
