@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             detail = check()
         except Exception as exc:  # noqa: BLE001 - a check reports any failure as a line, then the others run
             failed += 1
-            first, *rest = str(exc).strip().splitlines() or [type(exc).__name__]
+            first, rest = _first_line(exc)
             print(f"FAIL     {name}: {first}", flush=True)
             for line in rest:  # a build log's tail
                 print(f"           {line}")
@@ -75,10 +75,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _fix(exc: Exception) -> str:
-    """One line: the first line of the error (a build log follows it in PhantoraError)."""
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _first_line(exc: Exception) -> tuple[str, list[str]]:
+    """The error's first line and the rest (a build log follows it in PhantoraError)."""
+    first, *rest = str(exc).strip().splitlines() or [type(exc).__name__]
+    return first, rest
 
 
 def _version(module: str, dist: str) -> str | None:
@@ -108,7 +108,7 @@ def check_ns3_wheel() -> str:
     try:
         path, ver = ns3_wheel()
     except Exception as exc:
-        raise CheckError(f"{_fix(exc)}; pip install ns3==3.44.post0") from exc
+        raise CheckError(f"{_first_line(exc)[0]}; pip install ns3==3.44.post0") from exc
     return f"{importlib.metadata.version('ns3')} (libns3.{ver}-*.so) at {path}"
 
 

@@ -57,9 +57,7 @@ class FctLine:
     flow_id: int | None = None
 
 
-def node_ip(node: int) -> int:
-    """HPCC's address of a node: 0x0b000001 + (id / 256 << 16) + (id % 256 << 8)."""
-    return hpcc_ip(node)
+node_ip = hpcc_ip  # HPCC's address of a node (third.cc node_id_to_ip)
 
 
 def ip_node(ip: int) -> int:

@@ -25,11 +25,6 @@ ENDPOINT_KINDS = ("gpu", "host")
 NODE_KINDS = ("gpu", "host", "nvswitch", "switch")
 
 
-def ecmp_hash(flow_key: int, node: int) -> int:
-    """phantora's ECMP hash of a flow key at a node (``ecmp.splitmix_hash``)."""
-    return splitmix_hash(flow_key, node)
-
-
 @dataclass(frozen=True)
 class Node:
     """A node of the network."""
