@@ -636,10 +636,13 @@ class CoordinatorCore:
         except PhantoraError as exc:
             raise RunFailed(E_ENGINE, f"the network did not drain: {exc}") from None
         stats = dict(self.engine.stats())
+        channels = self.engine.channels()  # an engine in this process: links.csv comes with the outcome
+        usage = channels.channel_usage(max(1, self.engine.now())) if channels is not None else []
         return {
             "ranks": [[rs.rank, rs.output, rs.t_finish] for rs in self.ranks],
             "collectives": [rec.to_dict() for rec in self.records],
             "completions": [completion_to_wire(c) for c in self.completions],
+            "links": [dataclasses.asdict(u) for u in usage],
             "flows_note": self.flows_note,
             "rounds": self.rounds,
             "late_collectives": self.late_collectives,

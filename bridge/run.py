@@ -43,8 +43,9 @@ from bridge.transport import (
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion
+from phantora.netsim.observe import ChannelUsage, PacketChannelUsage
 from phantora.results import schema
-from phantora.results.write import write_flows_csv, write_json
+from phantora.results.write import write_flows_csv, write_json, write_links_csv
 from phantora.topology.model import Topology
 
 RankCmd = Sequence[str] | Callable[[int], Sequence[str]]
@@ -72,6 +73,8 @@ class CosimResult:
     startup_s: float = 0.0  # launch until the coordinator answered the launcher (network server ready)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU of the run phase: coordinator, server, ranks
     flows_note: str = ""  # why `completions` is empty although flows ran
+    # per-channel traffic of an engine in the coordinator (links.csv); the network server writes its own
+    links: list[ChannelUsage | PacketChannelUsage] = field(default_factory=list)
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -420,6 +423,7 @@ class CosimRun:
             collectives=outcome["collectives"],
             completions=[completion_from_wire(row) for row in outcome["completions"]],
             flows_note=str(outcome.get("flows_note", "")),
+            links=[_usage(row) for row in outcome.get("links", [])],
             rounds=outcome["rounds"],
             wall_s=0.0,
             sim_wall_s=float(outcome.get("sim_wall_s", t_end - t_ready)),
@@ -460,6 +464,13 @@ class CosimRun:
         write_json(self.out_dir / schema.COSIM_JSON, summary, indent=1, sort_keys=False)
         if result.completions or not result.flows_note:
             write_flows_csv(self.out_dir / schema.FLOWS_CSV, self.spec.topology, result.completions)
+        if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
+            write_links_csv(self.out_dir / schema.LINKS_CSV, self.spec.topology, result.links)
+
+
+def _usage(row: dict[str, Any]) -> ChannelUsage | PacketChannelUsage:
+    """A channel's traffic as the coordinator sent it (the packet engine's record has its counters too)."""
+    return PacketChannelUsage(**row) if "paused_ns" in row else ChannelUsage(**row)
 
 
 def replay_workload(topology: Topology, workload: str | Path, **options: Any) -> CosimResult:

@@ -36,6 +36,7 @@ class RunConfig:
     network: str = "flow"
     cc: str | None = None  # ns3 congestion control
     packet_set: list[str] = field(default_factory=list)  # ns3: PacketConfig overrides, "FIELD=VALUE"
+    queue_sample_ns: int | None = None  # ns3: queue sampling interval (None: cli_config.QUEUE_SAMPLE_NS; 0 = off)
     gpu: str | None = None  # default: the topology's GPU model, else h100
     window_ns: int | None = None  # None: the bridge's default for the network mode
     out_dir: str | Path | None = None
@@ -92,8 +93,6 @@ RANK_PRELOAD = (
     "bridge.client",
 )
 
-LIVE_QUEUE_SAMPLE_NS = 1000  # ns3 live runs sample switch queues every 1 us (queues.csv, compare's p99)
-
 
 def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
     """The network engine's options: for ns3 the CC, queue sampling and --set overrides (checked here,
@@ -106,8 +105,7 @@ def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
         return flow_options_from_sets(cfg.packet_set) or None
 
     # Built here to check it before any process starts; the network server builds the same from these options.
-    packet_config(cfg)
-    options: dict[str, Any] = {"queue_sample_ns": LIVE_QUEUE_SAMPLE_NS}
+    options: dict[str, Any] = {"queue_sample_ns": packet_config(cfg).queue_sample_ns}
     if cfg.cc:
         options["cc"] = cfg.cc
     if cfg.packet_set:
@@ -121,7 +119,7 @@ def packet_config(cfg: RunConfig) -> Any:
         return None
     from phantora.netsim.cli_config import packet_config_from_flags
 
-    return packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=LIVE_QUEUE_SAMPLE_NS)
+    return packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=cfg.queue_sample_ns)
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks

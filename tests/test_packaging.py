@@ -81,7 +81,7 @@ def test_shipped_workloads_and_examples_are_found_by_name(tmp_path: Path, monkey
     assert resources.shipped_file("nothing.py", resources.examples_dir()) == Path("nothing.py")
     args = ["netsim", "--network", "flow", "--topology", "hpcc/star8", "--flows", "incast4", "--out", "o"]
     assert main(args) == 0
-    assert (tmp_path / "o" / "fct.csv").read_text().count("\n") == 5  # header + 4 flows
+    assert (tmp_path / "o" / "flows.csv").read_text().count("\n") == 5  # header + 4 flows
     assert main(["netsim", "--topology", "hpcc/star8", "--flows", "no_such_flows"]) == 2
     assert "not a shipped workload" in capsys.readouterr().err
 
@@ -211,7 +211,7 @@ def test_a_wheel_works_outside_the_checkout(tmp_path: Path) -> None:
         "run",
     ]
     out = _run([bin_dir / "phantora", *cmd], elsewhere, env, timeout=900)
-    assert "4 flows on star8 (ns3, cc dcqcn)" in out and (elsewhere / "run" / "fct.csv").is_file()
+    assert "4 flows on star8 (ns3, cc dcqcn)" in out and (elsewhere / "run" / "flows.csv").is_file()
     (built,) = (tmp_path / "cache").glob("ns3-*/libphantora-ns3.so")  # built on first use, into the cache
     out = _run([bin_dir / "phantora", "doctor"], elsewhere, env)
     assert f"ok       ns-3 models: {built} loaded" in out and "(package: " in out

@@ -114,13 +114,13 @@ def test_cli_netsim_writes_traces(ns3_lib, tmp_path: Path, network: str, capsys:
     argv += ["--set", "buffer_bytes=300000", "--queue-sample-ns", "5000", "-o", str(out)]
     assert main(argv) == 0
     assert "4 flows on star8" in capsys.readouterr().out
-    rows = list(csv.DictReader((out / "fct.csv").open()))
+    rows = list(csv.DictReader((out / "flows.csv").open()))
     assert sorted(int(r["flow_id"]) for r in rows) == [0, 1, 2, 3]
     # 4 x 1 MB into one 100G port: the last flow ends no earlier than 4000 packets of 1048 B (335.36 us).
     assert max(int(r["fct_ns"]) for r in rows) >= 335_360
     assert len((out / "fct.txt").read_text().splitlines()) == 4
     links = list(csv.DictReader((out / "links.csv").open()))
-    down = next(r for r in links if r["src"] == "8" and r["dst"] == "0")
+    down = next(r for r in links if r["from_id"] == "8" and r["to_id"] == "0")
     assert 0.9 < float(down["utilisation"]) <= 1.0
     if network == "ns3":
         assert len(list(csv.DictReader((out / "pfc.csv").open()))) > 0  # 300 KB of buffer: PFC must act

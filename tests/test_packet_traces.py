@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from phantora.cli import main
-from phantora.commands.netsim import CLI_QUEUE_SAMPLE_NS, detect_flows_format, read_netsim_input
+from phantora.commands.netsim import detect_flows_format, read_netsim_input
+from phantora.netsim.cli_config import QUEUE_SAMPLE_NS
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.packet_config import PacketConfig
 from phantora.paths import REPO_ROOT
@@ -89,14 +90,14 @@ def test_cli_netsim_runs_a_workload_on_the_flow_engine_like_replay(
     out = tmp_path / "toml"
     assert main(["netsim", "-t", "star8", "-f", str(INCAST_HEAVY), "--network", "flow", "-o", str(out)]) == 0
     assert "21 flows on star8 (flow" in capsys.readouterr().out
-    fct = rows(out / "fct.csv")
+    fct = rows(out / "flows.csv")
     assert len(fct) == 21 and {r["tag"].split("/")[0] for r in fct} == {
         f"from{s}.{i}" for s in range(1, 8) for i in range(3)
     }
     assert all(r["cnps"] == "" and r["ecn_marks"] == "" for r in fct)  # not measured by the flow engine
     assert len((out / "fct.txt").read_text().splitlines()) == 21
-    for name in ("pfc.csv", "queues.csv", "drops.csv", "cnps.csv", "ecn_marks.csv"):
-        assert len(rows(out / name)) == 0
+    for name in ("pfc.csv", "pfc.txt", "queues.csv", "drops.csv", "cnps.csv", "ecn_marks.csv"):
+        assert not (out / name).exists()  # the flow engine does not measure them: absent, not empty
     summary = json.loads((out / "summary.json").read_text())
     assert summary["input_format"] == "workload" and summary["flows"] == 21 and summary["ops"] == 21
 
@@ -116,7 +117,7 @@ def test_cli_netsim_runs_a_workload_on_the_flow_engine_like_replay(
     js.write_text(json.dumps(workload_to_dict(wl)))
     out2 = tmp_path / "json"
     assert main(["netsim", "-t", "star8", "-f", str(js), "--network", "flow", "-o", str(out2)]) == 0
-    assert [r["end_ns"] for r in rows(out2 / "fct.csv")] == [r["end_ns"] for r in fct]
+    assert [r["end_ns"] for r in rows(out2 / "flows.csv")] == [r["end_ns"] for r in fct]
 
 
 @pytest.mark.ns3
@@ -129,13 +130,14 @@ def test_cli_netsim_workload_with_dcqcn_traces_cnps_ecn_marks_and_queues(
     assert main(["netsim", "--network", "ns3", "--cc", "dcqcn", "-t", "star8", "-f", str(wl), "-o", str(out)]) == 0
     assert "8 flows on star8 (ns3, cc dcqcn)" in capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
-    fct = rows(out / "fct.csv")
+    fct = rows(out / "flows.csv")
     assert len(fct) == 8 and summary["flows"] == 8 and summary["marker_flows"] > 0
     assert summary["payload_bytes_delivered"] == 8 * 512 * 1024 and summary["drops"] == 0
 
     cnps = rows(out / "cnps.csv")
     assert summary["cnps"] > 0 and len(cnps) == summary["cnps"]
-    assert all(r["from_node"] == "0" and r["node"] in {"1", "2", "3", "4"} for r in cnps)
+    assert all(r["from_node_id"] == "0" and r["node_id"] in {"1", "2", "3", "4"} for r in cnps)
+    assert {(r["from_node"], r["node"]) for r in cnps} <= {("host0", f"host{i}") for i in (1, 2, 3, 4)}
     times = [int(r["time_ns"]) for r in cnps]
     assert times == sorted(times)
     per_flow = Counter(r["flow_id"] for r in cnps)
@@ -152,10 +154,14 @@ def test_cli_netsim_workload_with_dcqcn_traces_cnps_ecn_marks_and_queues(
     assert len(cnps) == len(marks)
 
     # Queue sampling is on by default on the command line (not in the engine API).
-    assert PacketConfig().queue_sample_ns == 0 and CLI_QUEUE_SAMPLE_NS > 0
+    assert PacketConfig().queue_sample_ns == 0 and QUEUE_SAMPLE_NS > 0
     queues = rows(out / "queues.csv")
     assert queues and max(int(r["bytes"]) for r in queues) > 400_000  # past DCQCN's 400 KB kmin at 100G
-    assert {(r["node"], r["port"], r["prio"]) for r in queues} >= {("8", "0", "3")}  # switch 8 -> rank 0
+    assert {(r["node_id"], r["port"], r["prio"]) for r in queues} >= {("8", "0", "3")}  # switch 8 -> rank 0
+    # named as the topology names them: port 0 of switch8 is its link to host0
+    assert {(r["node"], r["peer"]) for r in queues if r["node_id"] == "8" and r["port"] == "0"} == {
+        ("switch8", "host0")
+    }
 
 
 @pytest.mark.ns3

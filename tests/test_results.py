@@ -6,6 +6,7 @@ function, checked against its closed forms.
 
 from __future__ import annotations
 
+import csv
 import inspect
 import json
 import re
@@ -76,12 +77,24 @@ def test_flows_csv_has_the_schema_columns_and_the_fluid_standalone_fct(tmp_path:
     a, b = [n.id for n in topo.nodes if n.kind in ("gpu", "host")][:3:2]  # hosts under different leaves
     done = [Completion(7, 0, 50_000, 125_000, a, b, "x"), Completion(8, 0, 10, 0, a, b, "marker")]
     write_flows_csv(tmp_path / S.FLOWS_CSV, topo, done)
-    header, *rows = (tmp_path / S.FLOWS_CSV).read_text().splitlines()
+    header = (tmp_path / S.FLOWS_CSV).read_text().splitlines()[0]
     assert tuple(header.split(",")) == S.FLOWS_COLUMNS
+    rows = list(csv.DictReader((tmp_path / S.FLOWS_CSV).open()))
     assert len(rows) == 1  # the empty marker flow is not a flow of the network
     hops = len(topo.route(a, b, 7))
     assert hops == 4  # host -> leaf -> spine -> leaf -> host
-    assert int(rows[0].split(",")[-1]) == 125_000 * 8 * 10**9 // 100_000_000_000 + hops * 1000  # 10 us + 4 us
+    alone = 125_000 * 8 * 10**9 // 100_000_000_000 + hops * 1000  # 10 us + 4 us
+    row = rows[0]
+    assert int(row["standalone_fct_ns"]) == alone and int(row["fct_ns"]) == 50_000
+    assert float(row["slowdown"]) == pytest.approx(50_000 / alone, abs=1e-4)
+    # nodes by name, ids kept; what the engine did not measure is empty, not 0
+    assert (row["src"], row["dst"], row["src_id"], row["dst_id"]) == (
+        topo.nodes[a].name,
+        topo.nodes[b].name,
+        str(a),
+        str(b),
+    )
+    assert row["cnps"] == row["ecn_marks"] == row["priority"] == ""
 
 
 def test_packet_standalone_fct_is_hpccs_closed_form() -> None:

@@ -193,12 +193,16 @@ def test_run_command_reports_bad_input(tmp_path, capsys):
 
 def test_ns3_engine_options_of_a_live_run():
     """The CC, 1 us queue sampling (compare's queue p99) and --set overrides, checked before launch."""
-    from phantora.launcher import LIVE_QUEUE_SAMPLE_NS, RunConfig, engine_options
+    from phantora.launcher import RunConfig, engine_options
+    from phantora.netsim.cli_config import QUEUE_SAMPLE_NS
     from phantora.netsim.packet_config import PacketConfig, apply_overrides
 
     assert engine_options(RunConfig("x.py")) is None
     opts = engine_options(RunConfig("x.py", network="ns3", cc="hpcc", packet_set=["buffer_bytes=2000000", "pfc=false"]))
-    assert opts == {"queue_sample_ns": LIVE_QUEUE_SAMPLE_NS, "cc": "hpcc", "set": ["buffer_bytes=2000000", "pfc=false"]}
+    assert opts == {"queue_sample_ns": QUEUE_SAMPLE_NS, "cc": "hpcc", "set": ["buffer_bytes=2000000", "pfc=false"]}
     sets = opts.pop("set")
     config = apply_overrides(PacketConfig(**opts), sets)  # what the network server builds
     assert (config.cc, config.buffer_bytes, config.pfc, config.queue_sample_ns) == ("hpcc", 2_000_000, False, 1000)
+    # --queue-sample-ns, the same option on run, replay and netsim
+    off = engine_options(RunConfig("x.py", network="ns3", queue_sample_ns=0))
+    assert off == {"queue_sample_ns": 0}

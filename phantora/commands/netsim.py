@@ -4,10 +4,12 @@ F is an HPCC flow file, or a workload file of the replay format (.toml/.json, do
 is decomposed into one static flow DAG as `phantora replay` does. The type is told by the suffix
 (.toml, .json: workload; anything else is looked at: a first line holding just the flow count is HPCC).
 
-Writes fct.csv, fct.txt (HPCC fields + flow id), pfc.csv, pfc.txt, queues.csv, drops.csv, cnps.csv,
-ecn_marks.csv, links.csv and summary.json to --out. Switch queues are sampled every 1 us by default
-(--queue-sample-ns 0: off). `--network flow` runs the same input through the flow-level engine for
-comparison (its FCT is the last byte's arrival; it has no ACKs, PFC, ECN or queues).
+Writes the run directory's files (docs/compare-and-sweep.md): flows.csv (FCT and standalone FCT as HPCC
+defines them: to the sender's last ACK), links.csv, pfc.csv, queues.csv, drops.csv, cnps.csv,
+ecn_marks.csv and summary.json, and HPCC's own fct.txt and pfc.txt, to --out. Switch queues are sampled
+every 1 us by default (--queue-sample-ns 0: off). `--network flow` runs the same input through the
+flow-level engine for comparison (its FCT is the last byte's arrival; it has no ACKs, PFC, ECN or queues,
+so it writes flows.csv, links.csv, fct.txt and summary.json only).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from phantora.commands.outdir import add_out_options, in_run_dir
 from phantora.errors import InputError
 from phantora.files import read_text
 from phantora.netsim.base import Flow
-from phantora.netsim.cli_config import packet_config_from_flags
+from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, packet_config_from_flags
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
 from phantora.netsim.packet_config import CC_NAMES, PacketConfig
@@ -33,18 +35,16 @@ from phantora.results import schema as S
 from phantora.results.write import (
     per_flow_counts,
     write_cnps_csv,
-    write_csv,
     write_drops_csv,
     write_ecn_csv,
+    write_flows_csv,
     write_json,
+    write_links_csv,
     write_pfc_csv,
     write_queues_csv,
 )
 from phantora.topology.model import Topology
 
-# `phantora netsim` samples switch queues by default (the engine's own default, PacketConfig.queue_sample_ns,
-# stays 0). 1 us resolves a base RTT at 100-800G; its cost is in docs/packet-model.md ("Queue sampling").
-CLI_QUEUE_SAMPLE_NS = 1000
 WORKLOAD_SUFFIXES = (".toml", ".json")
 
 
@@ -58,13 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cc", choices=CC_NAMES, default=None, help="congestion control (ns3; overrides the config)")
     p.add_argument("--config", "-c", default=None, help="HPCC config.txt (phantora PacketConfig fields also allowed)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a PacketConfig field")
-    p.add_argument(
-        "--queue-sample-ns",
-        type=int,
-        default=None,
-        help=f"sample switch queues every N ns, 0 = off (ns3; default {CLI_QUEUE_SAMPLE_NS} unless the config sets it)",
-    )
-    add_out_options(p, "fct.csv, the traces and summary.json")
+    p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
+    add_out_options(p, "flows.csv, links.csv, the traces and summary.json")
     p.set_defaults(func=in_run_dir("netsim", run))
 
 
@@ -153,9 +148,8 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
 
 
 def _config(args: argparse.Namespace) -> PacketConfig:
-    base = PacketConfig(queue_sample_ns=CLI_QUEUE_SAMPLE_NS)
     return packet_config_from_flags(
-        cc=args.cc, sets=args.set, config_file=args.config, queue_sample_ns=args.queue_sample_ns, base=base
+        cc=args.cc, sets=args.set, config_file=args.config, queue_sample_ns=args.queue_sample_ns
     )
 
 
@@ -232,47 +226,47 @@ def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[st
         sim.close()
 
 
-def _write_outputs(out: Path, inp: NetsimInput, res: dict[str, Any]) -> list[Path]:
+def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, Any]) -> list[Path]:
+    """The run directory's network files, as every command writes them (flows.csv with HPCC's FCT and
+    standalone FCT), HPCC's fct.txt and pfc.txt, and summary.json. The flow engine measures no PFC, queues,
+    drops, CNPs or ECN marks: those files are left out (not measured)."""
     out.mkdir(parents=True, exist_ok=True)
     by_id = {f.id: f for f in inp.reported}
-    measured = res["cnps"] is not None  # the flow engine has no ECN: its per-flow counts are left empty
-    cnps = per_flow_counts(res["cnps"] or [])
-    marks = per_flow_counts(res["ecn"] or [])
-    rows = []
-    for r in res["fct"]:
-        c = res["done"][r.flow_id]
-        f = by_id[r.flow_id]
-        slowdown = r.fct_ns / r.standalone_ns if r.standalone_ns else 1.0
-        rows.append(
-            [r.flow_id, r.src, r.dst, r.size, f.priority, r.start_ns, c.end_ns, r.fct_ns]
-            + [r.standalone_ns, f"{slowdown:.4f}"]
-            + ([cnps[r.flow_id], marks[r.flow_id]] if measured else ["", ""])
-            + [f.tag]
-        )
-    write_csv(out / S.FCT_CSV, S.FCT_COLUMNS, rows)
+    packet = res["cnps"] is not None
+    fct = {r.flow_id: r for r in res["fct"]}
+    done = [res["done"][i] for i in fct]
+    paths = [
+        write_flows_csv(
+            out / S.FLOWS_CSV,
+            topo,
+            done,
+            flows=by_id,
+            fct_ns={i: r.fct_ns for i, r in fct.items()},
+            standalone_ns={i: r.standalone_ns for i, r in fct.items()},
+            cnps=per_flow_counts(res["cnps"]) if packet else None,
+            ecn_marks=per_flow_counts(res["ecn"]) if packet else None,
+        ),
+        out / S.FCT_TXT,
+        write_links_csv(out / S.LINKS_CSV, topo, res["links"]),
+    ]
     write_fct_txt(res["fct"], out / S.FCT_TXT)
-    write_pfc_csv(out / "pfc.csv", res["pfc"])
-    write_pfc_txt(res["pfc_txt"], out / S.PFC_TXT)
-    write_queues_csv(out / "queues.csv", res["queues"])
-    write_drops_csv(out / "drops.csv", res["drops"])
-    write_cnps_csv(out / "cnps.csv", res["cnps"] or [])
-    write_ecn_csv(out / "ecn_marks.csv", res["ecn"] or [])
-    link_rows = []
-    for u in res["links"]:
-        link_rows.append(
-            [u.channel, u.src, u.dst, u.bandwidth_bps, u.bytes, f"{u.utilisation:.6f}"]
-            + [getattr(u, k, "") for k in S.LINK_EXTRA_COLUMNS]
-        )
-    write_csv(out / S.LINKS_CSV, S.NETSIM_LINK_COLUMNS + S.LINK_EXTRA_COLUMNS, link_rows)
+    if packet:
+        write_pfc_txt(res["pfc_txt"], out / S.PFC_TXT)
+        paths += [
+            write_pfc_csv(out / S.PFC_CSV, topo, res["pfc"]),
+            out / S.PFC_TXT,
+            write_queues_csv(out / S.QUEUES_CSV, topo, res["queues"]),
+            write_drops_csv(out / S.DROPS_CSV, topo, res["drops"]),
+            write_cnps_csv(out / S.CNPS_CSV, topo, res["cnps"]),
+            write_ecn_csv(out / S.ECN_CSV, topo, res["ecn"]),
+        ]
     summary = {"schema": S.NETSIM, **res["stats"]}
     summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(by_id), input_format=inp.fmt)
     if inp.fmt == "workload":
         summary.update(workload=inp.name, ops=inp.ops, marker_flows=len(inp.hidden))
-    write_json(out / S.SUMMARY_JSON, summary)
-    names = ["fct.csv", "fct.txt", "pfc.csv", "pfc.txt", "queues.csv", "drops.csv", "cnps.csv", "ecn_marks.csv"]
-    names += ["links.csv", "summary.json"]
-    names += [S.NS3_CALLS_TXT] if (out / S.NS3_CALLS_TXT).exists() else []
-    return [out / n for n in names]
+    paths.append(write_json(out / S.SUMMARY_JSON, summary))
+    paths += [out / S.NS3_CALLS_TXT] if (out / S.NS3_CALLS_TXT).exists() else []
+    return paths
 
 
 def run(args: argparse.Namespace) -> int:
@@ -301,6 +295,6 @@ def run(args: argparse.Namespace) -> int:
             f"  retransmitted packets {stats.get('retx_packets', 0)}  events {stats.get('events', 0)}"
         )
     if args.out:
-        paths = _write_outputs(args.out, inp, res)
+        paths = _write_outputs(args.out, topo, inp, res)
         print("wrote " + ", ".join(str(p) for p in paths))
     return 0

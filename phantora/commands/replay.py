@@ -15,6 +15,7 @@ from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
 from phantora.commands.outdir import add_out_options, in_run_dir
+from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
 from phantora.netsim.factory import NETWORKS, make_engine
 from phantora.units import parse_size_bytes
 
@@ -30,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--network", choices=NETWORKS, default="flow", help="network engine (default: flow)")
     p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="ns3 only: a PacketConfig field")
+    p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     p.add_argument("--format", choices=FORMATS, default="auto", help="what INPUT is (default: detect)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default collective algorithm (auto)")
     p.add_argument("--granularity", choices=("coarse", "chunked"), default=None, help="coarse (default) or chunked")
@@ -81,7 +83,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
             print("note: --cc applies to --network ns3 only; ignored", file=sys.stderr)
         return flow_options_from_sets(args.set or ())
 
-    return {"config": packet_config_from_flags(cc=args.cc, sets=args.set or ())}
+    config = packet_config_from_flags(cc=args.cc, sets=args.set or (), queue_sample_ns=args.queue_sample_ns)
+    return {"config": config}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,7 +131,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     from phantora.egraph.replay import algo_from_meta, replay_graph
     from phantora.egraph.report import format_graph_result, graph_results
     from phantora.results import schema as S
-    from phantora.results.write import write_json, write_packet_traces
+    from phantora.results.write import write_json, write_network_files
 
     notes: list[str] = []
     if kind == "kineto":
@@ -158,13 +161,15 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
     sim = make_engine(args.network, topo, **options)
-    traces: list[Path] = []
+    network_files: list[Path] = []
     try:
         progress = args.progress if args.progress is not None else False
         res = replay_graph(graph, topo, sim, algo, progress=progress)
-        fabric = sim.fabric()
-        if args.out and fabric is not None:
-            traces = write_packet_traces(args.out, fabric)
+        if args.out:
+            flows = {f.id: f for f in res.plan_flows}
+            network_files = write_network_files(
+                args.out, topo, sim, res.completions, elapsed_ns=res.makespan_ns, flows=flows
+            )
     finally:
         sim.close()
     print(f"execution graph ({graph.world} ranks, {len(graph.programs)} distinct programs) on {topo.name}, "
@@ -175,5 +180,5 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     if args.out:
         data = graph_results(res, graph, topology=topo.name, network=args.network, cc=args.cc)
         path = write_json(args.out / S.RESULTS_JSON, data, indent=1)
-        print("wrote " + ", ".join(str(p) for p in [path, *traces]))
+        print("wrote " + ", ".join(str(p) for p in [path, *network_files]))
     return 0

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phantora.commands.outdir import add_out_options
+from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
 from phantora.units import parse_time_ns
 
 
@@ -29,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FIELD=VALUE",
         help="ns3 only: a PacketConfig field (buffer_bytes=1000000, pfc=false, cc.G=0.0625, ...); repeatable",
     )
+    p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     p.add_argument("--gpu", default=None, help="GPU model: a100, h100, h200, b200, l40s (default: the topology's)")
     p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (0 = exact; default per mode)")
     add_out_options(p, "results.json, steps.jsonl, status.json, trace.json and logs/")
@@ -95,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         network=args.network,
         cc=args.cc,
         packet_set=list(args.set),
+        queue_sample_ns=args.queue_sample_ns,
         gpu=args.gpu,
         window_ns=None if args.window is None else parse_time_ns(args.window),
         out_dir=args.out,

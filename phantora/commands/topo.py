@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the shipped topologies and where they are")
     p.add_argument("--format", choices=("toml", "hpcc", "simai"), default=None, help="file format (default: sniff)")
     p.add_argument("--draw", type=Path, metavar="OUT.png", help="draw the topology to this image file")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON, with every node's id and name")
     p.add_argument("--route", nargs=2, type=int, metavar=("SRC", "DST"), help="also show the route between two ranks")
     p.add_argument("--key", type=int, default=0, help="flow key (ECMP hash input) for --route (default 0)")
     p.add_argument("--no-bisection", action="store_true", help="skip the max-flow bisection computation")
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from phantora.errors import InputError
     from phantora.topology import load_topology, shipped_dir, shipped_names, write_hpcc, write_simai
-    from phantora.topology.describe import describe, format_description, route_info
+    from phantora.topology.describe import describe, format_description, node_table, route_info
 
     if args.list:
         print(f"shipped topologies in {shipped_dir()}:")
@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         written.append(str(draw_topology(topo, args.draw)))
     if args.json:
         info.pop("route", None)
+        info["node_table"] = node_table(topo)  # the id <-> name map of the run directories' files
         json.dump(info, sys.stdout, indent=2)
         print()
     else:

@@ -25,7 +25,7 @@ from phantora.collectives import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
 from phantora.errors import InputError
-from phantora.netsim.base import Flow, NetworkSimulator
+from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.replay import MAX_FLOWS, run_engine
 from phantora.topology.model import Topology
 
@@ -82,6 +82,8 @@ class GraphReplayResult:
     markers: int
     plan_s: float
     wall_s: float
+    completions: list[Completion] = field(default_factory=list)  # every flow, markers included
+    plan_flows: list[Flow] = field(default_factory=list)  # the DAG that ran (its flows' keys and priorities)
 
     def to_dict(self) -> dict[str, Any]:
         """Deterministic results (no wall-clock figure)."""
@@ -351,4 +353,6 @@ def replay_graph(
         markers=plan.markers,
         plan_s=t1 - t0,
         wall_s=wall,
+        completions=completions,
+        plan_flows=plan.flows,
     )

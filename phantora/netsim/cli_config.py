@@ -10,6 +10,11 @@ from phantora.errors import InputError
 from phantora.netsim.packet_config import CC_ATTRIBUTES, PacketConfig, apply_overrides, read_hpcc_config
 
 FLOW_FIELDS = ("ecmp_hash",)  # the PacketConfig fields the flow network honours too
+# Every command (run, replay, netsim, and so sweep) samples switch queues every 1 us unless told otherwise
+# (`--queue-sample-ns N`, 0 = off); the engine API's own default, PacketConfig.queue_sample_ns, stays 0. 1 us
+# resolves a base RTT at 100-800G; its cost is in docs/packet-model.md ("Queue sampling").
+QUEUE_SAMPLE_NS = 1000
+QUEUE_SAMPLE_HELP = f"sample switch queues every N ns into queues.csv, 0 = off (ns3 only; default {QUEUE_SAMPLE_NS})"
 
 
 def packet_config_from_flags(
@@ -20,9 +25,10 @@ def packet_config_from_flags(
     queue_sample_ns: int | None = None,
     base: PacketConfig | None = None,
 ) -> PacketConfig:
-    """`base` (default: the HPCC defaults), then an HPCC `--config` file, `--cc`, `--queue-sample-ns` and the
-    `--set FIELD=VALUE` overrides, in that order. Errors name the file or field."""
-    config = base or PacketConfig()
+    """`base` (default: the HPCC defaults, queues sampled every QUEUE_SAMPLE_NS), then an HPCC `--config` file,
+    `--cc`, `--queue-sample-ns` and the `--set FIELD=VALUE` overrides, in that order. Errors name the file or
+    field."""
+    config = base or PacketConfig(queue_sample_ns=QUEUE_SAMPLE_NS)
     if config_file:
         config = read_hpcc_config(config_file, config)
     if cc:  # a config file's attributes of another CC do not apply to this one

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from phantora.errors import InputError
-from phantora.report.fabric import hottest_port, pause_intervals, port_label
+from phantora.report.fabric import hottest_port, pause_intervals
 from phantora.results.read import Flows, RunData, load_run
 
 Value = int | float | None
@@ -77,7 +77,7 @@ def pfc_per_port(run: RunData) -> dict[str, tuple[int | None, int]] | None:
                 counts[(int(node), int(port))] = counts.get((int(node), int(port)), 0) + 1
         spans = pause_intervals(run.pfc, run.end_ns)
         keys = sorted(set(counts) | set(spans))
-        return {port_label(k): (counts.get(k, 0), sum(b - a for a, b in spans.get(k, []))) for k in keys}
+        return {run.port_label(k): (counts.get(k, 0), sum(b - a for a, b in spans.get(k, []))) for k in keys}
     if run.links is not None and any(row.paused_ns is not None for row in run.links):
         return {row.name: (None, row.paused_ns or 0) for row in run.links if row.paused_ns}
     return None

@@ -33,10 +33,6 @@ def pause_intervals(pfc: np.ndarray, end_ns: int | None) -> dict[tuple[int, int]
     return dict(sorted(out.items()))
 
 
-def port_label(key: tuple[int, int]) -> str:
-    return f"node {key[0]} port {key[1]}"
-
-
 def queue_depths(queues: np.ndarray) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
     """(node, port) -> (times, bytes summed over priorities) from queue samples."""
     out: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from phantora.report.fabric import hottest_port, pause_intervals, port_label
+from phantora.report.fabric import hottest_port, pause_intervals
 from phantora.results.read import RunData
 
 plt.rcParams["svg.hashsalt"] = "phantora"  # stable SVG ids: same input, same file
@@ -80,7 +80,7 @@ def queue_depth(runs: Sequence[RunData], base: Path) -> list[Path]:
     div, unit = time_scale(max(float(h[1].max()) for _, h in hot))
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     for r, (key, times, depth) in hot:
-        ax.step(times / div, depth / 1e3, where="post", label=f"{r.label}: {port_label(key)}")
+        ax.step(times / div, depth / 1e3, where="post", label=f"{r.label}: {r.port_label(key)}")
     ax.set_xlabel(f"simulated time ({unit})")
     ax.set_ylabel("queue depth (KB)")
     ax.set_title("Queue depth at the hottest port")
@@ -110,7 +110,7 @@ def pfc_timeline(runs: Sequence[RunData], base: Path, max_ports: int = 16) -> li
         ports = sorted(spans[r.label].items(), key=lambda kv: (-sum(b - a for a, b in kv[1]), kv[0]))[:max_ports]
         for lane, (_key, lst) in enumerate(ports):
             ax.broken_barh([(a / div, max(b - a, 1) / div) for a, b in lst], (lane - 0.4, 0.8), color="tab:red")
-        ax.set_yticks(range(len(ports)), [port_label(k) for k, _ in ports], fontsize="x-small")
+        ax.set_yticks(range(len(ports)), [r.port_label(k) for k, _ in ports], fontsize="x-small")
         ax.set_ylim(-0.6, max(len(ports), 1) - 0.4)
         ax.invert_yaxis()
         total = sum(b - a for _, lst in spans[r.label].items() for a, b in lst)

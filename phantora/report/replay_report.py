@@ -1,49 +1,15 @@
-"""Outputs of a replay: the printed table, results.json, flows.csv and links.csv."""
+"""Outputs of a replay: the printed table, results.json and the network files (flows.csv, links.csv, ...)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.netsim.base import NetworkSimulator
 from phantora.replay import ReplayResult
 from phantora.results import schema as S
-from phantora.results.write import write_fabric_traces, write_flows_csv, write_json, write_links_csv
+from phantora.results.write import write_json, write_network_files
 from phantora.topology.model import Topology
-
-
-def channel_bytes(topo: Topology, flows: list[Flow], completions: list[Completion]) -> list[int]:
-    """Bytes carried by each directed channel, from the routes of the completed flows."""
-    by_id = {f.id: f for f in flows}
-    carried = [0] * topo.num_channels
-    for c in completions:
-        f = by_id[c.flow_id]
-        for ch in topo.route(f.src, f.dst, f.key if f.key is not None else f.id):
-            carried[ch] += f.size
-    return carried
-
-
-def link_rows(topo: Topology, carried: list[int], makespan_ns: int) -> list[dict[str, Any]]:
-    """One row per directed channel that carried traffic: bytes and mean utilisation over the run."""
-    rows = []
-    for ch, nbytes in enumerate(carried):
-        if not nbytes:
-            continue
-        a, b = topo.channel_ends(ch)
-        bw = topo.channel_bandwidth(ch)
-        util = nbytes * 8 * 1e9 / (bw * makespan_ns) if makespan_ns else 0.0
-        rows.append(
-            {
-                "channel": ch,
-                "link": ch >> 1,
-                "from": topo.nodes[a].name,
-                "to": topo.nodes[b].name,
-                "bandwidth_bps": bw,
-                "bytes": nbytes,
-                "utilisation": round(util, 6),
-            }
-        )
-    return rows
 
 
 def results_dict(res: ReplayResult, *, workload: str, topology: Topology, network: str) -> dict[str, Any]:
@@ -79,26 +45,15 @@ def write_replay_outputs(
     workload: str,
     topology: Topology,
     network: str,
-    engine: NetworkSimulator | None = None,
+    engine: NetworkSimulator,
 ) -> dict[str, Path]:
-    """Write results.json, flows.csv and links.csv into `out`; return their paths.
-
-    With the ns-3 engine (still open) as `engine`, links.csv takes the engine's own per-link
-    counters (bytes on the wire incl. headers and ACKs, paused time, ECN marks, max queue) and
-    pfc.csv, queues.csv and drops.csv are written too.
-    """
+    """Write results.json and every network file the engine (still open) gives (`write_network_files`)."""
     out.mkdir(parents=True, exist_ok=True)
     data = results_dict(res, workload=workload, topology=topology, network=network)
     paths = {"results": write_json(out / S.RESULTS_JSON, data)}
-    keys = {f.id: (f.key if f.key is not None else f.id) for f in res.flows}
-    paths["flows"] = write_flows_csv(out / S.FLOWS_CSV, topology, res.completions, keys)
-    fabric = engine.fabric() if engine is not None else None
-    if fabric is not None:
-        for p in write_fabric_traces(out, fabric, topology, res.makespan_ns):
-            paths[p.stem] = p
-    else:
-        rows = link_rows(topology, channel_bytes(topology, res.flows, res.completions), res.makespan_ns)
-        paths["links"] = write_links_csv(out / S.LINKS_CSV, rows)
+    by_id = {f.id: f for f in res.flows}
+    for p in write_network_files(out, topology, engine, res.completions, elapsed_ns=res.makespan_ns, flows=by_id):
+        paths[p.stem] = p
     return paths
 
 

@@ -82,10 +82,22 @@ class RunData:
     engine: dict[str, Any] | None = None
     flows: Flows | None = None
     links: list[LinkRow] | None = None
-    pfc: np.ndarray | None = None  # rows (time_ns, node, port, prio, pause)
-    queues: np.ndarray | None = None  # rows (time_ns, node, port, prio, bytes)
+    pfc: np.ndarray | None = None  # rows (time_ns, node id, port, prio, pause)
+    queues: np.ndarray | None = None  # rows (time_ns, node id, port, prio, bytes)
     spans: list[Span] | None = None
     files: list[str] = field(default_factory=list)  # which known files were present
+    node_names: dict[int, str] = field(default_factory=dict)  # node id -> name, from pfc.csv and queues.csv
+    port_peers: dict[tuple[int, int], str] = field(default_factory=dict)  # (node id, port) -> the node beyond it
+
+    def port_label(self, key: tuple[int, int]) -> str:
+        """A (node id, port) as "leaf0->spine1" (the egress from leaf0 towards spine1), as links.csv names
+        links; "leaf0 port 3" where the peer is not known; "node 7 port 3" for files without names."""
+        node = self.node_names.get(key[0], f"node {key[0]}")
+        peer = self.port_peers.get(key)
+        if not peer:
+            return f"{node} port {key[1]}"
+        twins = sum(1 for k, v in self.port_peers.items() if k[0] == key[0] and v == peer)
+        return f"{node}->{peer}" + (f" (port {key[1]})" if twins > 1 else "")
 
     @property
     def end_ns(self) -> int | None:
@@ -106,8 +118,8 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     _load_results(run, root)
     run.flows = _load_flows(run, root)
     run.links = _load_links(run, root)
-    run.pfc = _load_table(run, root / S.PFC_CSV, ("time_ns", "node", "port", "prio", "pause"))
-    run.queues = _load_table(run, root / S.QUEUES_CSV, S.QUEUE_COLUMNS)
+    run.pfc = _load_ports(run, root / S.PFC_CSV, ("time_ns", "node", "port", "prio", "pause"), "from_node")
+    run.queues = _load_ports(run, root / S.QUEUES_CSV, ("time_ns", "node", "port", "prio", "bytes"), "peer")
     run.spans = _load_trace(run, root)
     return run
 
@@ -375,18 +387,28 @@ def _load_links(run: RunData, root: Path) -> list[LinkRow] | None:
     return out
 
 
-def _load_table(run: RunData, p: Path, columns: tuple[str, ...]) -> np.ndarray | None:
-    """An int64 array with `columns` in order (shape (n, len(columns))), or None if the file is absent."""
+def _load_ports(run: RunData, p: Path, columns: tuple[str, ...], peer_col: str) -> np.ndarray | None:
+    """An int64 array with `columns` in order (shape (n, len(columns))), or None if the file is absent.
+
+    `node` is the node id: the `node_id` column where the file names nodes (every producer now), else `node`
+    itself (files written before names). Names and each port's peer (`peer_col`) go to the run's maps."""
     rows = _read_csv(run, p, columns)
     if rows is None:
         return None
+    named = bool(rows) and "node_id" in rows[0]
     data = np.zeros((len(rows), len(columns)), dtype=np.int64)
     for i, row in enumerate(rows):
         for j, col in enumerate(columns):
-            v = _num(row, col, p, i + 2)
+            src = "node_id" if named and col == "node" else col
+            v = _num(row, src, p, i + 2)
             if v is None:
-                raise InputError("missing value", file=str(p), line=i + 2, field=col)
+                raise InputError("missing value", file=str(p), line=i + 2, field=src)
             data[i, j] = v
+        if named:
+            node, port = int(data[i, 1]), int(data[i, 2])
+            run.node_names.setdefault(node, row["node"])
+            if row.get(peer_col):
+                run.port_peers.setdefault((node, port), row[peer_col])
     return data
 
 

@@ -23,9 +23,12 @@ STATUS = "phantora.status/1"
 STEPS_JSONL = "steps.jsonl"
 STEPS_DIR = "steps"
 
-# CSV tables.
-FLOWS_CSV = "flows.csv"  # one row per flow of a replay or a live run
-FCT_CSV = "fct.csv"  # one row per flow of `phantora netsim`
+# CSV tables: the same files with the same columns from every producer (`run`, `replay` of a workload or of a
+# recorded graph, `netsim`, the network server of a live run). Nodes are named as the topology names them
+# (`phantora topo --json` lists names and ids); the ids stay in the *_id columns. A file the engine cannot
+# measure is not written (the flow engine writes flows.csv and links.csv only): absent means "not measured".
+FLOWS_CSV = "flows.csv"  # one row per flow
+FCT_CSV = "fct.csv"  # read only: what `phantora netsim` wrote before flows.csv (size, standalone_ns, numeric ids)
 LINKS_CSV = "links.csv"
 PFC_CSV = "pfc.csv"
 QUEUES_CSV = "queues.csv"
@@ -37,14 +40,16 @@ FCT_TXT = "fct.txt"
 PFC_TXT = "pfc.txt"
 NS3_CALLS_TXT = "ns3-calls.txt"
 
-FLOWS_COLUMNS = ("flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_ns", "fct_ns", "standalone_fct_ns")
-FCT_COLUMNS: tuple[str, ...] = ("flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns")
-FCT_COLUMNS += ("standalone_ns", "slowdown", "cnps", "ecn_marks", "tag")
-LINK_COLUMNS = ("channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation")
-NETSIM_LINK_COLUMNS = ("channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation")
-LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")  # the packet engine's counters
-PFC_COLUMNS = ("time_ns", "node", "node_type", "port", "prio", "pause", "from_node")
-QUEUE_COLUMNS = ("time_ns", "node", "port", "prio", "bytes")
-DROP_COLUMNS = ("time_ns", "node", "port", "prio", "flow_id", "seq")
-CNP_COLUMNS = ("time_ns", "node", "flow_id", "from_node", "seq")
-ECN_COLUMNS = ("time_ns", "node", "port", "prio", "channel", "flow_id")
+# flows.csv: slowdown = fct_ns / standalone_fct_ns; priority, cnps and ecn_marks are empty where not known.
+FLOWS_COLUMNS = ("flow_id", "tag", "src", "dst", "src_id", "dst_id", "size_bytes", "priority", "start_ns", "end_ns")
+FLOWS_COLUMNS += ("fct_ns", "standalone_fct_ns", "slowdown", "cnps", "ecn_marks")
+# links.csv: one row per directed channel that carried traffic; the last four are the packet engine's counters.
+LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")
+LINK_COLUMNS = ("channel", "link", "from", "to", "from_id", "to_id", "bandwidth_bps", "bytes", "utilisation")
+LINK_COLUMNS += LINK_EXTRA_COLUMNS
+# The packet engine's traces. `port` is the node's 0-based port, `peer` the node at the port's other end.
+PFC_COLUMNS = ("time_ns", "node", "node_id", "node_type", "port", "prio", "pause", "from_node", "from_node_id")
+QUEUE_COLUMNS = ("time_ns", "node", "node_id", "port", "peer", "prio", "bytes")
+DROP_COLUMNS = ("time_ns", "node", "node_id", "port", "prio", "flow_id", "seq")
+CNP_COLUMNS = ("time_ns", "node", "node_id", "flow_id", "from_node", "from_node_id", "seq")
+ECN_COLUMNS = ("time_ns", "node", "node_id", "port", "prio", "channel", "flow_id")

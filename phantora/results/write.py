@@ -16,8 +16,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from phantora.netsim.base import Completion
-from phantora.netsim.observe import FabricObserver
+from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.netsim.observe import (
+    ChannelUsage,
+    CnpEvent,
+    Drop,
+    EcnMark,
+    FabricObserver,
+    PacketChannelUsage,
+    PfcEvent,
+    QueueSample,
+)
 from phantora.netsim.standalone import standalone_fct_ns
 from phantora.results import schema as S
 from phantora.topology.model import Topology
@@ -51,79 +60,122 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
 
 
 def write_flows_csv(
-    path: Path, topo: Topology, completions: Iterable[Completion], keys: Mapping[int, int] | None = None
+    path: Path,
+    topo: Topology,
+    completions: Iterable[Completion],
+    *,
+    flows: Mapping[int, Flow] | None = None,
+    fct_ns: Mapping[int, int] | None = None,
+    standalone_ns: Mapping[int, int] | None = None,
+    cnps: Mapping[int, int] | None = None,
+    ecn_marks: Mapping[int, int] | None = None,
 ) -> Path:
     """flows.csv: one row per completed flow between two nodes, with its FCT and its FCT alone on the fabric.
 
-    `keys` maps a flow id to its ECMP key (default: the flow id), so the standalone FCT takes the flow's path.
+    `flows` (id -> Flow) gives each flow's priority and ECMP key (default: the flow id), so the standalone FCT
+    takes the flow's path. `fct_ns` and `standalone_ns` (id -> ns) replace the FCT (end - start) and the
+    fluid standalone FCT where a producer defines them otherwise (netsim: HPCC's, to the last ACK and with
+    headers). `cnps` and `ecn_marks` (id -> count) fill those columns; None leaves them empty (not measured).
     """
-    names = [n.name for n in topo.nodes]
+    names = node_names(topo)
     rows = []
     for c in sorted(completions, key=lambda c: c.flow_id):
         if c.size <= 0 or c.src == c.dst:
             continue
-        key = keys.get(c.flow_id, c.flow_id) if keys is not None else c.flow_id
-        alone = standalone_fct_ns(topo, c.src, c.dst, c.size, key)
-        rows.append([c.flow_id, c.tag, names[c.src], names[c.dst], c.size, c.start_ns, c.end_ns])
-        rows[-1] += [c.end_ns - c.start_ns, alone]
+        f = flows.get(c.flow_id) if flows is not None else None
+        key = f.key if f is not None and f.key is not None else c.flow_id
+        fct = fct_ns[c.flow_id] if fct_ns is not None else c.end_ns - c.start_ns
+        if standalone_ns is not None:
+            alone = standalone_ns[c.flow_id]
+        else:
+            alone = standalone_fct_ns(topo, c.src, c.dst, c.size, key)
+        rows.append(
+            [c.flow_id, c.tag, names[c.src], names[c.dst], c.src, c.dst, c.size, f.priority if f else ""]
+            + [c.start_ns, c.end_ns, fct, alone, f"{fct / alone:.4f}" if alone else ""]
+            + [_count(cnps, c.flow_id), _count(ecn_marks, c.flow_id)]
+        )
     return write_csv(path, S.FLOWS_COLUMNS, rows)
+
+
+def _count(counts: Mapping[int, int] | None, flow_id: int) -> int | str:
+    return "" if counts is None else counts.get(flow_id, 0)
+
+
+def node_names(topo: Topology) -> list[str]:
+    """Node id -> its name, as every file of the run directory names nodes."""
+    return [n.name for n in topo.nodes]
 
 
 # ----- links ------------------------------------------------------------------------------------------
 
 
-def write_links_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """links.csv: one row per directed link; the packet engine's rows carry LINK_EXTRA_COLUMNS too."""
-    fields = S.LINK_COLUMNS + (S.LINK_EXTRA_COLUMNS if rows and "paused_ns" in rows[0] else ())
-    return write_csv(path, fields, ([row[f] for f in fields] for row in rows))
-
-
-def packet_link_rows(topo: Topology, usage: Sequence[Any]) -> list[dict[str, Any]]:
-    """links.csv rows from the packet engine's per-channel counters."""
+def link_rows(topo: Topology, usage: Iterable[ChannelUsage | PacketChannelUsage]) -> list[list[Any]]:
+    """links.csv rows from an engine's per-channel counters; the packet counters stay empty for the flow engine."""
+    names = node_names(topo)
     rows = []
-    for u in usage:
-        row = {
-            "channel": u.channel,
-            "link": u.channel >> 1,
-            "from": topo.nodes[u.src].name,
-            "to": topo.nodes[u.dst].name,
-            "bandwidth_bps": u.bandwidth_bps,
-            "bytes": u.bytes,
-            "utilisation": round(u.utilisation, 6),
-        }
-        row.update({k: getattr(u, k) for k in S.LINK_EXTRA_COLUMNS})
+    for u in sorted(usage, key=lambda u: u.channel):
+        row = [u.channel, u.channel >> 1, names[u.src], names[u.dst], u.src, u.dst, u.bandwidth_bps, u.bytes]
+        row.append(f"{u.utilisation:.6f}")
+        row += [getattr(u, k, "") for k in S.LINK_EXTRA_COLUMNS]
         rows.append(row)
     return rows
+
+
+def write_links_csv(path: Path, topo: Topology, usage: Iterable[ChannelUsage | PacketChannelUsage]) -> Path:
+    """links.csv: one row per directed channel that carried traffic."""
+    return write_csv(path, S.LINK_COLUMNS, link_rows(topo, usage))
 
 
 # ----- the packet engine's traces ---------------------------------------------------------------------
 
 
-def write_pfc_csv(path: Path, events: Iterable[Any]) -> Path:
+def _peer(topo: Topology, node: int, port: int) -> str:
+    """The name of the node at the other end of `node`'s `port` (ports are numbered as its links attach)."""
+    adj = topo.neighbours(node)
+    return topo.nodes[adj[port][0]].name if 0 <= port < len(adj) else ""
+
+
+def write_pfc_csv(path: Path, topo: Topology, events: Iterable[PfcEvent]) -> Path:
     """PFC PAUSE (pause=1) / RESUME (pause=0) frames, as seen by the port they act on."""
-    rows = ([e.time_ns, e.node, e.node_type, e.port, e.prio, int(e.pause), e.from_node] for e in events)
+    names = node_names(topo)
+    rows = (
+        [e.time_ns, names[e.node], e.node, e.node_type, e.port, e.prio, int(e.pause), names[e.from_node], e.from_node]
+        for e in events
+    )
     return write_csv(path, S.PFC_COLUMNS, rows)
 
 
-def write_queues_csv(path: Path, samples: Iterable[Any]) -> Path:
-    """Sampled bytes in each switch egress queue (node, port, priority)."""
-    return write_csv(path, S.QUEUE_COLUMNS, ([q.time_ns, q.node, q.port, q.prio, q.bytes] for q in samples))
+def write_queues_csv(path: Path, topo: Topology, samples: Iterable[QueueSample]) -> Path:
+    """Sampled bytes in each switch egress queue (node, port towards `peer`, priority)."""
+    names = node_names(topo)
+    peers: dict[tuple[int, int], str] = {}
+    rows = []
+    for q in samples:
+        peer = peers.get((q.node, q.port))
+        if peer is None:
+            peer = peers[(q.node, q.port)] = _peer(topo, q.node, q.port)
+        rows.append([q.time_ns, names[q.node], q.node, q.port, peer, q.prio, q.bytes])
+    return write_csv(path, S.QUEUE_COLUMNS, rows)
 
 
-def write_drops_csv(path: Path, drops: Iterable[Any]) -> Path:
+def write_drops_csv(path: Path, topo: Topology, drops: Iterable[Drop]) -> Path:
     """Packets dropped at switch ingress (buffers full with PFC off)."""
-    return write_csv(path, S.DROP_COLUMNS, ([d.time_ns, d.node, d.port, d.prio, d.flow_id, d.seq] for d in drops))
+    names = node_names(topo)
+    rows = ([d.time_ns, names[d.node], d.node, d.port, d.prio, d.flow_id, d.seq] for d in drops)
+    return write_csv(path, S.DROP_COLUMNS, rows)
 
 
-def write_cnps_csv(path: Path, events: Iterable[Any]) -> Path:
+def write_cnps_csv(path: Path, topo: Topology, events: Iterable[CnpEvent]) -> Path:
     """CNPs (ACKs / NACKs echoing a CE mark) as received by the sending NIC `node`, from the receiver `from_node`."""
-    rows = ([e.time_ns, e.node, e.flow_id, e.from_node, e.seq] for e in events)
+    names = node_names(topo)
+    rows = ([e.time_ns, names[e.node], e.node, e.flow_id, names[e.from_node], e.from_node, e.seq] for e in events)
     return write_csv(path, S.CNP_COLUMNS, rows)
 
 
-def write_ecn_csv(path: Path, marks: Iterable[Any]) -> Path:
+def write_ecn_csv(path: Path, topo: Topology, marks: Iterable[EcnMark]) -> Path:
     """CE marks made at switch egress ports (`channel` matches links.csv)."""
-    rows = ([m.time_ns, m.node, m.port, m.prio, m.channel, m.flow_id] for m in marks)
+    names = node_names(topo)
+    rows = ([m.time_ns, names[m.node], m.node, m.port, m.prio, m.channel, m.flow_id] for m in marks)
     return write_csv(path, S.ECN_COLUMNS, rows)
 
 
@@ -132,19 +184,44 @@ def per_flow_counts(events: Iterable[Any]) -> Counter[int]:
     return Counter(e.flow_id for e in events)
 
 
-def write_packet_traces(out: Path, observer: FabricObserver) -> list[Path]:
+def write_packet_traces(out: Path, topo: Topology, observer: FabricObserver) -> list[Path]:
     """pfc.csv, queues.csv, drops.csv, cnps.csv and ecn_marks.csv of an engine that observes the fabric."""
     return [
-        write_pfc_csv(out / S.PFC_CSV, observer.pfc_events()),
-        write_queues_csv(out / S.QUEUES_CSV, observer.queue_samples()),
-        write_drops_csv(out / S.DROPS_CSV, observer.drops()),
-        write_cnps_csv(out / S.CNPS_CSV, observer.cnp_events()),
-        write_ecn_csv(out / S.ECN_CSV, observer.ecn_mark_events()),
+        write_pfc_csv(out / S.PFC_CSV, topo, observer.pfc_events()),
+        write_queues_csv(out / S.QUEUES_CSV, topo, observer.queue_samples()),
+        write_drops_csv(out / S.DROPS_CSV, topo, observer.drops()),
+        write_cnps_csv(out / S.CNPS_CSV, topo, observer.cnp_events()),
+        write_ecn_csv(out / S.ECN_CSV, topo, observer.ecn_mark_events()),
     ]
 
 
 def write_fabric_traces(out: Path, observer: FabricObserver, topo: Topology, until_ns: int) -> list[Path]:
     """The packet traces and links.csv from the engine's own per-link counters over [0, until_ns]."""
-    paths = write_packet_traces(out, observer)
-    rows = packet_link_rows(topo, observer.channel_usage(max(1, until_ns)))
-    return [*paths, write_links_csv(out / S.LINKS_CSV, rows)]
+    paths = write_packet_traces(out, topo, observer)
+    return [*paths, write_links_csv(out / S.LINKS_CSV, topo, observer.channel_usage(max(1, until_ns)))]
+
+
+def write_network_files(
+    out: Path,
+    topo: Topology,
+    engine: NetworkSimulator,
+    completions: Iterable[Completion],
+    *,
+    elapsed_ns: int,
+    flows: Mapping[int, Flow] | None = None,
+) -> list[Path]:
+    """Every network file an engine (still open) can give: flows.csv and links.csv from any engine; with the
+    packet engine also its traces (pfc, queues, drops, cnps, ecn_marks) and each flow's CNPs and CE marks.
+
+    `elapsed_ns` is the time the links' utilisation is taken over (the run's makespan)."""
+    fabric = engine.fabric()
+    if fabric is None:
+        channels = engine.channels()
+        path = write_flows_csv(out / S.FLOWS_CSV, topo, completions, flows=flows)
+        if channels is None:
+            return [path]
+        return [path, write_links_csv(out / S.LINKS_CSV, topo, channels.channel_usage(max(1, elapsed_ns)))]
+    cnps = per_flow_counts(fabric.cnp_events())
+    marks = per_flow_counts(fabric.ecn_mark_events())
+    path = write_flows_csv(out / S.FLOWS_CSV, topo, completions, flows=flows, cnps=cnps, ecn_marks=marks)
+    return [path, *write_fabric_traces(out, fabric, topo, elapsed_ns)]

@@ -161,3 +161,13 @@ def format_description(info: dict[str, Any]) -> str:
             f"({r['hops']} hops, {r['latency_ns']} ns, bottleneck {_rate(r['bottleneck_bps'])})"
         )
     return "\n".join(out)
+
+
+def node_table(topo: Topology) -> list[dict[str, Any]]:
+    """Every node: its id and name (as run directories name nodes, ids in their *_id columns), kind, host,
+    tier and rank (endpoints); for `phantora topo --json`."""
+    rank = {node: r for r, node in enumerate(topo.endpoints)}
+    return [
+        {"id": n.id, "name": n.name, "kind": n.kind, "host": n.host, "tier": n.tier, "rank": rank.get(n.id)}
+        for n in topo.nodes
+    ]
