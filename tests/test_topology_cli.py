@@ -46,3 +46,29 @@ def test_format_option_and_errors(tmp_path: Path, capsys) -> None:
     assert "star8.topo.txt:1:" in capsys.readouterr().err
     assert main(["topo", "testbed16", "--route", "0", "99"]) == 2
     assert "rank 99" in capsys.readouterr().err
+
+
+def test_drawing_labels_never_overlap_and_the_legend_names_kinds_and_rates() -> None:
+    from collections import Counter
+
+    from phantora.topology.draw import topology_figure
+
+    for name, all_labelled in (("testbed16", True), ("leafspine1024", False)):
+        topo = load_topology(name)
+        fig = topology_figure(topo)
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        names = {n.name for n in topo.nodes} | {f"host{n.host}" for n in topo.nodes}
+        boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text() in names]
+        overlaps = [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])]
+        assert boxes and overlaps == [], name
+        if all_labelled:  # 16 GPUs, 2 NVSwitches, 2 leaves, 4 spines: room for every name
+            assert len(boxes) == len(topo.nodes)
+        legend = {t.get_text() for t in fig.legends[0].get_texts()}
+        # every link rate drawn (a collapsed server's NVLinks are inside it: links that reach a switch)
+        switch = {n.id for n in topo.nodes if n.kind == "switch"}
+        shown = [link for link in topo.links if all_labelled or {link.a, link.b} & switch]
+        rates = Counter(link.bandwidth_bps for link in shown)
+        for bps, count in rates.items():
+            assert f"{bps / 1e9:g} Gb/s ({count} links)" in legend or f"{bps / 1e12:g} Tb/s ({count} links)" in legend
+        assert {"leaf switch", "spine switch"} <= legend

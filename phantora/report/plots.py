@@ -50,24 +50,36 @@ def save(fig: Figure, base: Path) -> list[Path]:
     return paths
 
 
+def spans_decades(values: np.ndarray, decades: float = 2.0) -> bool:
+    """True when the positive `values` span at least `decades` powers of ten (then a log axis shows them all)."""
+    pos = values[values > 0]
+    return bool(pos.size) and float(pos.max()) >= float(pos.min()) * 10**decades
+
+
 def fct_cdf(runs: Sequence[RunData], base: Path) -> list[Path]:
-    """CDF of flow completion times (flows with bytes), one step line per run that has flows."""
+    """CDF of flow completion times (flows with bytes), one step line per run that has flows; a log x axis
+    when the FCTs span two decades or more (a linear one would crush the short flows against the origin)."""
     have = [r for r in runs if r.flows is not None and (r.flows.size > 0).any()]
     if not have:
         return []
-    top = max(int(r.flows.fct_ns[r.flows.size > 0].max()) for r in have if r.flows is not None)
-    div, unit = time_scale(top)
+    every = np.concatenate([r.flows.fct_ns[r.flows.size > 0] for r in have if r.flows is not None])
+    log = spans_decades(every)
+    div, unit = time_scale(float(every.max()))
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     for r in have:
         assert r.flows is not None
         fct = np.sort(r.flows.fct_ns[r.flows.size > 0]) / div
+        if log:
+            fct = fct[fct > 0]
         y = np.arange(1, len(fct) + 1) / len(fct)
         ax.step(np.concatenate(([fct[0]], fct)), np.concatenate(([0.0], y)), where="post", label=r.label)
-    ax.set_xlabel(f"flow completion time ({unit})")
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"flow completion time ({unit}{', log scale' if log else ''})")
     ax.set_ylabel("fraction of flows (CDF)")
     ax.set_ylim(0, 1.02)
     ax.set_title("FCT CDF")
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both" if log else "major")
     ax.legend(fontsize="small")
     return save(fig, base)
 
@@ -90,36 +102,42 @@ def queue_depth(runs: Sequence[RunData], base: Path) -> list[Path]:
 
 
 def pfc_timeline(runs: Sequence[RunData], base: Path, max_ports: int = 16) -> list[Path]:
-    """Paused intervals per port (one lane each, the most paused first), one panel per run with pfc.csv."""
+    """Paused intervals per port (one lane each, the most paused first, at most `max_ports`), one panel per run
+    that paused; runs whose pfc.csv has no pause are named in the title instead of getting an empty panel."""
     have = [r for r in runs if r.pfc is not None]
-    if not have:
-        return []
     spans = {r.label: pause_intervals(r.pfc, r.end_ns) for r in have if r.pfc is not None}
-    ends = [b for sp in spans.values() for lst in sp.values() for _, b in lst] + [r.end_ns or 0 for r in have]
+    paused = [r for r in have if spans[r.label]]
+    if not paused:
+        return []
+    ends = [b for r in paused for lst in spans[r.label].values() for _, b in lst] + [r.end_ns or 0 for r in paused]
     div, unit = time_scale(max(ends + [1]))
-    heights = [max(1, min(max_ports, len(spans[r.label]))) for r in have]
+    heights = [min(max_ports, len(spans[r.label])) for r in paused]
     fig, axes = plt.subplots(
-        len(have),
+        len(paused),
         1,
-        figsize=(8, 1.2 + 0.35 * sum(heights) + 0.6 * len(have)),
+        figsize=(8, 1.4 + 0.3 * sum(heights) + 0.6 * len(paused)),
         sharex=True,
         squeeze=False,
         layout="constrained",
+        gridspec_kw={"height_ratios": [h + 1 for h in heights]},
     )
-    for ax, r in zip(axes[:, 0], have, strict=True):
-        ports = sorted(spans[r.label].items(), key=lambda kv: (-sum(b - a for a, b in kv[1]), kv[0]))[:max_ports]
+    for ax, r in zip(axes[:, 0], paused, strict=True):
+        mine = spans[r.label]
+        ports = sorted(mine.items(), key=lambda kv: (-sum(b - a for a, b in kv[1]), kv[0]))[:max_ports]
         for lane, (_key, lst) in enumerate(ports):
             ax.broken_barh([(a / div, max(b - a, 1) / div) for a, b in lst], (lane - 0.4, 0.8), color="tab:red")
         ax.set_yticks(range(len(ports)), [r.port_label(k) for k, _ in ports], fontsize="x-small")
-        ax.set_ylim(-0.6, max(len(ports), 1) - 0.4)
+        ax.set_ylim(-0.6, len(ports) - 0.4)
         ax.invert_yaxis()
-        total = sum(b - a for _, lst in spans[r.label].items() for a, b in lst)
-        note = "no pauses" if not spans[r.label] else f"{len(spans[r.label])} ports, {total / div:.1f} {unit} paused"
-        ax.set_title(f"{r.label}: {note}", fontsize="small")
+        total = sum(b - a for lst in mine.values() for a, b in lst)
+        shown = f"{len(ports)} of {len(mine)} paused ports (most paused first)" if len(ports) < len(mine) else (
+            f"{len(mine)} paused port{'s' if len(mine) > 1 else ''}")  # fmt: skip
+        ax.set_title(f"{r.label}: {shown}, {total / div:.1f} {unit} paused in all", fontsize="small")
         ax.set_ylabel("paused port")
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel(f"simulated time ({unit})")
-    fig.suptitle("PFC pause timeline")
+    calm = [r.label for r in have if not spans[r.label]]
+    fig.suptitle("PFC pause timeline" + (f" (no pauses in {', '.join(calm)})" if calm else ""))
     return save(fig, base)
 
 
