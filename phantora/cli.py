@@ -73,6 +73,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = ["phantora", *(sys.argv[1:] if argv is None else argv)]  # recorded in config.json
     _print_input_warnings(args.command)
     # SIGTERM unwinds like Ctrl-C, so a run stops its processes (and theirs: DataLoader workers) on the way out
     main_thread = threading.current_thread() is threading.main_thread()

@@ -249,3 +249,41 @@ def test_live_run_written_by_phantora_run(tmp_path: Path) -> None:
     cosim = {"network": "flow", "makespan_ns": 360, "ranks": {str(r): v for r, v in ranks.items()}}
     (only / "cosim.json").write_text(json.dumps(cosim))
     assert load_run(only).time_ns == 120  # the same steps, from the ranks' step ends
+
+
+def test_the_run_table_shows_the_settings_that_differ(tmp_path: Path, capsys) -> None:
+    """From each run's config.json: the options and packet fields whose values differ, nothing else."""
+    wl = tmp_path / "ar.toml"
+    wl.write_text(WORKLOAD)
+    dirs = []
+    for name, extra in (("one", ["--channels", "1"]), ("two", ["--channels", "2"])):
+        dirs.append(tmp_path / name)
+        assert main(["replay", str(wl), "-t", "star8", *extra, "--out", str(dirs[-1])]) == 0
+    _, cmp = load_and_compare(dirs)
+    assert [r["settings"] for r in cmp.runs] == [{"channels": "1"}, {"channels": "2"}]
+    assert [(r["network"], r["cc"], r["status"], r["partial"]) for r in cmp.runs] == [
+        ("flow", None, "complete", False)
+    ] * 2
+    capsys.readouterr()
+    assert main(["compare", *map(str, dirs), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
+    assert "one: replay, network flow, cc -, complete; channels=1" in capsys.readouterr().out
+    md = (tmp_path / "rep" / "compare.md").read_text()
+    assert "| run | kind | network | cc | status | channels | path | files |" in md
+    assert "| two | replay | flow | - | complete | 2 |" in md
+
+
+@pytest.mark.ns3
+def test_the_run_table_shows_the_cc_and_the_packet_settings_with_defaults(ns3_lib, tmp_path: Path) -> None:
+    flows = tmp_path / "incast.txt"
+    flows.write_text("2\n1 0 3 100 200000 0\n2 0 3 100 200000 0\n")
+    a, b = tmp_path / "dcqcn", tmp_path / "hpcc"
+    assert main(["netsim", "-t", "star8", "-f", str(flows), "--cc", "dcqcn", "-o", str(a)]) == 0
+    assert main(["netsim", "-t", "star8", "-f", str(flows), "--cc", "hpcc", "--set", "buffer_bytes=1000000",
+                 "--queue-sample-ns", "0", "-o", str(b)]) == 0  # fmt: skip
+    _, cmp = load_and_compare([a, b])
+    assert [r["cc"] for r in cmp.runs] == ["dcqcn", "hpcc"]
+    settings = [r["settings"] for r in cmp.runs]
+    assert settings == [
+        {"buffer_bytes": "default", "queue_sample_ns": "1000"},
+        {"buffer_bytes": "1000000", "queue_sample_ns": "0"},
+    ]

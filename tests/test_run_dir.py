@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -86,6 +87,23 @@ def test_a_run_killed_mid_way_keeps_its_finished_steps_and_says_what_happened(tm
     assert [s["end_ns"] for s in kept] == [s["end_ns"] for s in full.summary["steps"][:3]]
     assert [s["time_ns"] for s in kept] == [s["time_ns"] for s in full.summary["steps"][:3]]
     assert all(s["comm_bytes"] == {"all_reduce": 2 * 4 << 18} for s in kept)  # 1 MiB from each of 2 ranks
+
+    # compare reads the partial run, marks it partial and takes its iteration time from the steps it kept
+    from phantora.report.compare import load_and_compare
+
+    runs, cmp = load_and_compare([tmp_path / "full", died])
+    assert [r.partial for r in runs] == [False, True]
+    assert cmp.runs[1]["status"].startswith("partial (failed: ") and cmp.runs[1]["status"].endswith("3 steps kept)")
+    steady = [s["time_ns"] for s in kept[1:]]
+    assert cmp.metric("time_ns").values[1] == round(sum(steady) / len(steady))
+
+    # a live flow-mode run writes links.csv: gpu0 and gpu1 share an NVSwitch, so gpu0 -> nvsw0 carries
+    # exactly the bytes of gpu0's flows
+    with (tmp_path / "full" / "flows.csv").open() as fh:
+        sent = sum(int(r["size_bytes"]) for r in csv.DictReader(fh) if r["src"] == "gpu0")
+    with (tmp_path / "full" / "links.csv").open() as fh:
+        links = {(r["from"], r["to"]): int(r["bytes"]) for r in csv.DictReader(fh)}
+    assert sent > 0 and links[("gpu0", "nvsw0")] == sent
 
 
 def test_the_cli_refuses_an_earlier_runs_directory_and_leaves_it_alone(tmp_path: Path) -> None:

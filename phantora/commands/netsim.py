@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phantora.commands.outdir import add_out_options, in_run_dir
+from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.errors import InputError
 from phantora.files import read_text
 from phantora.netsim.base import Flow
@@ -275,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     inp = read_netsim_input(args.flows, topo)
     config = _config(args)
+    record_config(args, "netsim", topo, config)  # the flow network too: it runs at the config's goodput
     res = _run_ns3(topo, inp, config, args.out) if args.network == "ns3" else _run_flow(topo, inp, config)
     fcts = sorted(r.fct_ns for r in res["fct"])
     slow = sorted(r.fct_ns / r.standalone_ns for r in res["fct"] if r.standalone_ns)

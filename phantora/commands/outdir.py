@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from phantora.results import run_dir
+
+NOT_SETTINGS = ("func", "out", "overwrite", "command", "command_line", "progress", "quiet")
 
 
 def add_out_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -35,3 +38,15 @@ def in_run_dir(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
         return rc
 
     return run
+
+
+def record_config(args: argparse.Namespace, kind: str, topo: Any, packet: Any) -> None:
+    """config.json of a replay or netsim run directory (`phantora run` writes its own): the options as given,
+    the packet settings with every default (None for the flow network), the topology and the versions."""
+    if args.out is None:
+        return
+    from phantora.results.provenance import write_config
+
+    options = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
+    write_config(args.out, options=options, topo=topo, packet=packet, command=getattr(args, "command_line", None),
+                 kind=kind)  # fmt: skip

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
-from phantora.commands.outdir import add_out_options, in_run_dir
+from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
 from phantora.netsim.factory import NETWORKS, make_engine
 from phantora.units import parse_size_bytes
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     args.workload = str(shipped_file(args.workload, workloads_dir(), (".toml", ".json")))
     kind = _detect(Path(args.workload), args.format)
     options = _engine_options(args)
+    record_config(args, "replay", topo, options.get("config"))
     if kind == "workload":
         return _run_workload(args, topo, options)
     return _run_graph(args, topo, options, kind)

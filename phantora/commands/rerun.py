@@ -39,6 +39,13 @@ def run(args: argparse.Namespace) -> int:
     from phantora.runtime.results import format_summary
 
     doc = read_config(args.run)
+    if doc.get("kind", "run") != "run":
+        command = " ".join(doc.get("command") or [])
+        raise InputError(
+            f"rerun repeats `phantora run` directories; this one was written by `phantora {doc['kind']}`: "
+            f"run its command again with a new --out ({command})",
+            file=str(args.run / "config.json"),
+        )
     options: dict[str, Any] = dict(doc["options"])
     here = Path(doc.get("cwd") or os.getcwd())
     with contextlib.chdir(here):

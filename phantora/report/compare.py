@@ -109,6 +109,82 @@ def summarise(run: RunData) -> dict[str, Value]:
     return out
 
 
+def spread(values: Sequence[Value]) -> dict[str, float] | None:
+    """Mean and spread of one metric over the seeds of a group: n, mean, std (sample, n - 1; 0 for one seed),
+    min and max of the measured values; None if no seed measured it."""
+    got = np.asarray([v for v in values if v is not None], dtype=float)
+    if not got.size:
+        return None
+    std = float(got.std(ddof=1)) if got.size > 1 else 0.0
+    return {"n": int(got.size), "mean": float(got.mean()), "std": std, "min": float(got.min()), "max": float(got.max())}
+
+
+def figures(run: RunData) -> tuple[dict[str, Value], dict[str, dict[str, float] | None]]:
+    """The SUMMARY metrics and per-collective times ("op:NAME") of a run; for a seed group, their mean over the
+    seeds, and each one's spread (empty for a single run)."""
+    if not run.members:
+        out = summarise(run)
+        out.update({f"op:{k}": v for k, v in (run.collectives or {}).items()})
+        return out, {}
+    per = [figures(m)[0] for m in run.members]
+    keys = list(dict.fromkeys(k for p in per for k in p))
+    spreads = {k: spread([p.get(k) for p in per]) for k in keys}
+    return {k: (s["mean"] if s else None) for k, s in spreads.items()}, spreads
+
+
+# Options that say where and how verbosely a run was made, not what it simulated; network and cc are columns of
+# their own, and the packet options (cc, set, config, queue sampling) are compared as the PacketConfig they made.
+_NOT_SETTINGS = {"out_dir", "overwrite", "command", "progress", "quiet", "timeout_s", "timeout", "record", "env"}
+_NOT_SETTINGS |= {"python", "wrapper", "save_graph", "export_chakra", "fork_server", "seeds", "network", "cc"}
+_PACKET_OPTIONS = {"set", "packet_set", "config", "queue_sample_ns"}
+_FLOW_FIELDS = ("payload_bytes", "header_bytes", "ecmp_hash")  # the packet fields the flow network uses
+
+
+def run_settings(run: RunData) -> dict[str, str]:
+    """What a run simulated, flat: its options (config.json) and, for the packet network, every PacketConfig
+    field with its default filled in (CC parameters as cc.NAME); `--set` items of a flow-network run as set.NAME."""
+    config = run.config or {}
+    out: dict[str, str] = {}
+    for key, value in (config.get("options") or {}).items():
+        if key not in _NOT_SETTINGS and key not in _PACKET_OPTIONS:
+            out[key] = _text(value)
+    if isinstance(config.get("topology"), dict):
+        out["topology"] = str(config["topology"].get("name"))
+    fields = (config.get("packet") or {}).get("fields")
+    if isinstance(fields, dict):
+        for key, value in fields.items():
+            if key == "cc" or (run.network == "flow" and key not in _FLOW_FIELDS):
+                continue
+            if key == "cc_attrs" and isinstance(value, dict):
+                out.update({f"cc.{k}": _text(v) for k, v in value.items()})
+            else:
+                out[key] = "default" if value is None else _text(value)
+    else:
+        opts = config.get("options") or {}
+        for item in opts.get("set") or opts.get("packet_set") or []:
+            name, _, value = str(item).partition("=")
+            out[f"set.{name.strip()}"] = value.strip()
+    if run.members:  # a seed group: what its seeds share, and which seeds
+        each = [run_settings(m) for m in run.members]
+        out = {k: v for k, v in each[0].items() if all(e.get(k) == v for e in each)}
+        out["seed"] = ",".join(str(e.get("seed", "?")) for e in each)
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "-" if value is None else str(value)
+
+
+def differing_settings(runs: Sequence[RunData]) -> list[str]:
+    """The settings whose value differs between runs that record it (a setting only some runs have, such as the
+    packet fields of a flow-network run, differs only if those runs disagree)."""
+    each = [run_settings(r) for r in runs]
+    keys = list(dict.fromkeys(k for s in each for k in s))
+    return [k for k in keys if len({s[k] for s in each if k in s}) > 1]
+
+
 # ----- the comparison ---------------------------------------------------------------------------------
 
 
@@ -129,8 +205,9 @@ class Metric:
     label: str
     unit: str
     section: str
-    values: list[Value]
+    values: list[Value]  # a seed group's mean
     diff_pct: list[float | None] = field(default_factory=list)
+    spread: list[dict[str, float] | None] = field(default_factory=list)  # per run: n, mean, std, min, max (groups)
 
 
 @dataclass
@@ -166,24 +243,26 @@ def unique_labels(paths: Sequence[Path]) -> list[str]:
 
 
 def compare_runs(runs: Sequence[RunData]) -> Comparison:
-    """Build the comparison of `runs` (at least one)."""
+    """Build the comparison of `runs` (at least one; a seed group counts by its mean and spread)."""
     if not runs:
         raise InputError("nothing to compare: give at least one run directory", field="runs")
-    sums = [summarise(r) for r in runs]
+    figs = [figures(r) for r in runs]
     metrics: list[Metric] = []
     for key, (label, unit, section) in SUMMARY.items():
         if key == "time_ns":
             kinds = {r.time_kind for r in runs if r.time_ns is not None}
             label = "iteration time" if kinds == {"iteration"} else "makespan" if kinds <= {"makespan"} else label
-        metrics.append(Metric(key, label, unit, section, [s[key] for s in sums]))
+        metrics.append(Metric(key, label, unit, section, [f[0].get(key) for f in figs]))
     names: list[str] = []
-    for r in runs:
-        names.extend(n for n in (r.collectives or {}) if n not in names)
+    for f, _ in figs:
+        names.extend(k[3:] for k in f if k.startswith("op:") and k[3:] not in names)
     for n in names:
-        values: list[Value] = [r.collectives.get(n) if r.collectives is not None else None for r in runs]
-        metrics.insert(1 + names.index(n), Metric(f"op:{n}", n, "ns", "collectives", values))
+        metrics.insert(
+            1 + names.index(n), Metric(f"op:{n}", n, "ns", "collectives", [f[0].get(f"op:{n}") for f in figs])
+        )
     for m in metrics:
         m.diff_pct = [diff_pct(v, m.values[0]) for v in m.values]
+        m.spread = [f[1].get(m.key) for f in figs]
     per_link: dict[str, dict[str, list[Value]]] = {"pfc_pauses": {}, "pfc_paused_ns": {}, "utilisation": {}}
     for i, r in enumerate(runs):
         for name, (count, paused) in (pfc_per_port(r) or {}).items():
@@ -191,18 +270,41 @@ def compare_runs(runs: Sequence[RunData]) -> Comparison:
             per_link["pfc_paused_ns"].setdefault(name, [None] * len(runs))[i] = paused
         for row in r.links or []:
             per_link["utilisation"].setdefault(row.name, [None] * len(runs))[i] = row.utilisation
-    info = [
-        {
-            "label": r.label,
-            "path": str(r.path),
-            "kind": r.kind,
-            "network": r.network,
-            "time_kind": r.time_kind,
-            "files": sorted(r.files),
-        }
-        for r in runs
-    ]
+    differ = differing_settings(runs)
+    info = []
+    for r in runs:
+        mine = run_settings(r)
+        info.append(
+            {
+                "label": r.label,
+                "path": str(r.path),
+                "kind": r.kind,
+                "network": r.network,
+                "cc": r.cc,
+                "time_kind": r.time_kind,
+                "status": _status(r),
+                "partial": r.partial,
+                "steps": r.steps,
+                "seeds": len(r.members) if r.members else None,
+                "settings": {k: mine.get(k, "-") for k in differ},
+                "files": sorted(r.files),
+            }
+        )
     return Comparison(info, metrics, {k: dict(sorted(v.items())) for k, v in per_link.items()})
+
+
+def _status(run: RunData) -> str:
+    """complete, or partial with the reason and the steps it kept; "-" for a run without status.json."""
+    if run.members:
+        bad = [m.label for m in run.members if m.partial]
+        return f"partial: {', '.join(bad)} did not complete" if bad else f"complete ({len(run.members)} seeds)"
+    if run.status is None:
+        return "-"
+    if not run.partial:
+        return run.status
+    kept = f", {run.steps} steps kept" if run.steps is not None else ""
+    why = f": {run.status_reason}" if run.status_reason else ""
+    return f"partial ({run.status}{why}{kept})"
 
 
 def load_and_compare(
@@ -243,19 +345,50 @@ def display_unit(unit: str) -> str:
     return _DISPLAY[unit][0] if unit in _DISPLAY else unit
 
 
-def _rows(cmp: Comparison) -> tuple[list[str], list[list[str]]]:
-    labels = [r["label"] for r in cmp.runs]
+def fmt_spread(s: dict[str, float] | None, unit: str, *, full: bool = False) -> str:
+    """A seed group's spread after its mean: " ±std" (display units), with " [min-max]" when `full`."""
+    if s is None:
+        return ""
+    text = f" ±{fmt_value(s['std'], unit if unit in _DISPLAY else 'ratio')}"
+    return text + (f" [{fmt_value(s['min'], unit)}-{fmt_value(s['max'], unit)}]" if full else "")
+
+
+def run_title(info: dict[str, Any]) -> str:
+    """A run's column title: its label, "(N seeds)" for a seed group, "(partial)" if it did not complete."""
+    title = info["label"]
+    if info.get("seeds"):
+        title += f" ({info['seeds']} seeds)"
+    return title + (" (partial)" if info.get("partial") else "")
+
+
+def _rows(cmp: Comparison, full: bool = False) -> tuple[list[str], list[list[str]]]:
+    labels = [run_title(r) for r in cmp.runs]
     head = ["metric", "unit", labels[0]]
     for lab in labels[1:]:
         head += [lab, "diff"]
     rows = []
     for m in cmp.metrics:
         name = m.label if m.section != "collectives" else f"op {m.label}"
-        row = [name, display_unit(m.unit), fmt_value(m.values[0], m.unit)]
-        for v, d in zip(m.values[1:], m.diff_pct[1:], strict=True):
-            row += [fmt_value(v, m.unit), fmt_diff(d, v, m.values[0])]
+        cells = [
+            fmt_value(v, m.unit) + fmt_spread(s, m.unit, full=full) for v, s in zip(m.values, m.spread, strict=True)
+        ]
+        row = [name, display_unit(m.unit), cells[0]]
+        for v, d, cell in zip(m.values[1:], m.diff_pct[1:], cells[1:], strict=True):
+            row += [cell, fmt_diff(d, v, m.values[0])]
         rows.append(row)
     return head, rows
+
+
+def format_runs(cmp: Comparison) -> list[str]:
+    """One line per run: kind, network, CC, status and the settings that differ between the runs."""
+    lines = []
+    for r in cmp.runs:
+        settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
+        lines.append(
+            f"  {run_title(r)}: {r['kind']}, network {r['network'] or '-'}, cc {r['cc'] or '-'}, {r['status']}"
+            + (f"; {settings}" if settings else "")
+        )
+    return lines
 
 
 def format_table(cmp: Comparison, top_links: int = 8) -> str:
@@ -268,8 +401,11 @@ def format_table(cmp: Comparison, top_links: int = 8) -> str:
         first = cells[0][: widths[0]].ljust(widths[0])
         return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
 
-    out = [line(head), "-" * len(line(head))]
+    out = ["runs:", *format_runs(cmp), ""]
+    out += [line(head), "-" * len(line(head))]
     out += [line(r) for r in rows]
+    if any(r.get("seeds") for r in cmp.runs):
+        out.append("(a seed group: the mean over its seeds ±the standard deviation; min and max in compare.json)")
     for table, unit, title in (
         ("pfc_paused_ns", "ns", "PFC paused time per port (us)"),
         ("utilisation", "fraction", "link utilisation (%)"),
@@ -286,14 +422,26 @@ def format_table(cmp: Comparison, top_links: int = 8) -> str:
 
 
 def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
-    """The report: runs, the metric table, per-link tables and the plots."""
-    labels = [r["label"] for r in cmp.runs]
-    lines = ["# phantora compare", "", "| run | kind | network | path | files |", "|---|---|---|---|---|"]
+    """The report: runs (with the settings that differ), the metric table, per-link tables and the plots."""
+    labels = [run_title(r) for r in cmp.runs]
+    differ = list(cmp.runs[0]["settings"]) if cmp.runs else []
+    head = ["run", "kind", "network", "cc", "status", *differ, "path", "files"]
+    lines = ["# phantora compare", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in cmp.runs:
         files = ", ".join(r["files"]) or "-"
-        lines.append(f"| {r['label']} | {r['kind']} | {r['network'] or '-'} | `{r['path']}` | {files} |")
-    lines += ["", f"Differences are relative to the first run, `{labels[0]}`. `-` means not measured.", ""]
-    head, rows = _rows(cmp)
+        cells = [run_title(r), r["kind"], r["network"] or "-", r["cc"] or "-", r["status"]]
+        cells += [r["settings"][k] for k in differ] + [f"`{r['path']}`", files]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Differences are relative to the first run, `{labels[0]}`. `-` means not measured."]
+    if differ:
+        lines.append("The settings columns are those that differ between the runs (their config.json).")
+    if any(r.get("seeds") for r in cmp.runs):
+        lines.append("A seed group shows the mean over its seeds, ±the standard deviation (n - 1), [min-max].")
+        lines.append("Its per-link tables, queue and PFC plots are its first seed's; its FCT CDF pools all seeds.")
+    if any(r.get("partial") for r in cmp.runs):
+        lines.append("A partial run did not complete: its figures are those of what it finished.")
+    lines.append("")
+    head, rows = _rows(cmp, full=True)
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     lines += ["| " + " | ".join(r) + " |" for r in rows]

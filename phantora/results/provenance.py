@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from phantora.netsim.packet_config import PacketConfig, cc_ecn_maps
+from phantora.results import schema as S
 from phantora.results.write import write_json
 from phantora.topology.model import Topology
 
-CONFIG_JSON = "config.json"
+CONFIG_JSON = S.CONFIG_JSON
 CONFIG = "phantora.config/1"
 
 
@@ -90,10 +91,12 @@ def write_config(
     topo: Topology,
     packet: PacketConfig | None,
     command: list[str] | None,
+    kind: str = "run",
 ) -> Path:
-    """Write out/config.json."""
+    """Write out/config.json; `kind` is the command that wrote the run: run, replay or netsim."""
     doc = {
         "schema": CONFIG,
+        "kind": kind,
         "command": command,
         "cwd": os.getcwd(),  # the ranks start here, and relative paths in the options are from here
         "options": plain(options),

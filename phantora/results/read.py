@@ -86,8 +86,19 @@ class RunData:
     queues: np.ndarray | None = None  # rows (time_ns, node id, port, prio, bytes)
     spans: list[Span] | None = None
     files: list[str] = field(default_factory=list)  # which known files were present
+    config: dict[str, Any] | None = None  # config.json: options, packet settings with defaults, topology
+    status: str | None = None  # status.json's state: complete, failed or running (None: no status.json)
+    status_reason: str | None = None  # why a failed run failed
+    steps: int | None = None  # steps in steps.jsonl (finished by every live rank)
+    cc: str | None = None  # the congestion control of a packet-level run
+    members: list[RunData] | None = None  # a seed group: one run per seed (seeds.json)
     node_names: dict[int, str] = field(default_factory=dict)  # node id -> name, from pfc.csv and queues.csv
     port_peers: dict[tuple[int, int], str] = field(default_factory=dict)  # (node id, port) -> the node beyond it
+
+    @property
+    def partial(self) -> bool:
+        """The run did not complete (it failed, or was stopped while running): what it has is what it kept."""
+        return self.status in ("failed", "running") or any(m.partial for m in self.members or [])
 
     def port_label(self, key: tuple[int, int]) -> str:
         """A (node id, port) as "leaf0->spine1" (the egress from leaf0 towards spine1), as links.csv names
@@ -110,18 +121,81 @@ class RunData:
 
 
 def load_run(path: str | Path, label: str | None = None) -> RunData:
-    """Read the run directory `path`; raise InputError if it is not a directory."""
+    """Read the run directory `path` (or a seed group, see `load_group`); InputError if it is not a directory.
+
+    A run that did not complete (status.json failed or running) is read as far as it got: its files, and its
+    iteration time from steps.jsonl when results.json is missing; `partial` says so."""
     root = Path(path)
     if not root.is_dir():
         raise InputError("not a run directory", file=str(root))
+    if (root / S.SEEDS_JSON).is_file():
+        return load_group(root, label)
     run = RunData(path=root, label=label or root.name)
     _load_results(run, root)
+    _load_progress(run, root)
+    run.config = _read_json(run, root / S.CONFIG_JSON)
+    if run.network is None:
+        run.network = _text_or_none(_dict(_dict(run.config).get("options")).get("network"))
+    run.cc = _cc(run)
     run.flows = _load_flows(run, root)
     run.links = _load_links(run, root)
     run.pfc = _load_ports(run, root / S.PFC_CSV, ("time_ns", "node", "port", "prio", "pause"), "from_node")
     run.queues = _load_ports(run, root / S.QUEUES_CSV, ("time_ns", "node", "port", "prio", "bytes"), "peer")
     run.spans = _load_trace(run, root)
     return run
+
+
+def load_group(root: Path, label: str | None = None) -> RunData:
+    """A seed group (`--seeds N`): seeds.json names one run directory per seed. The group's RunData has them
+    as `members`; its own figures are the first seed's, its flows those of every seed (for CDFs)."""
+    doc = _read_json(RunData(root, ""), root / S.SEEDS_JSON) or {}
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) and "dir" in r for r in runs):
+        raise InputError("expected runs: a list of {seed, dir}", file=str(root / S.SEEDS_JSON), field="runs")
+    members = [load_run(root / str(r["dir"]), f"seed {r.get('seed')}") for r in runs]
+    first = members[0]
+    group = RunData(**{**first.__dict__, "path": root, "label": label or root.name, "files": [S.SEEDS_JSON]})
+    group.members = members
+    group.status = None
+    flows = [m.flows for m in members if m.flows is not None]
+    if flows:
+        group.flows = Flows(*(np.concatenate([getattr(f, k) for f in flows]) for k in Flows.__dataclass_fields__))
+    return group
+
+
+def _load_progress(run: RunData, root: Path) -> None:
+    """status.json and steps.jsonl: how far the run got; a partial live run's iteration time from its steps."""
+    status = _read_json(run, root / S.STATUS_JSON)
+    if status is not None:
+        run.status = _text_or_none(status.get("state"))
+        run.status_reason = _text_or_none(status.get("reason"))
+    p = root / S.STEPS_JSONL
+    if not p.is_file():
+        return
+    times = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        try:
+            times.append(int(json.loads(line)["time_ns"]))
+        except (ValueError, KeyError, TypeError):
+            raise InputError("bad step line (expected JSON with time_ns)", file=str(p), line=i) from None
+    run.files.append(p.name)
+    run.steps = len(times)
+    if run.time_ns is None and times:
+        run.kind = "run" if run.kind == "unknown" else run.kind
+        run.time_kind = "iteration"
+        run.time_ns = _steady_mean(times)
+
+
+def _cc(run: RunData) -> str | None:
+    """The CC of a packet-level run: config.json's packet settings, else what results.json or summary.json say."""
+    if run.network == "flow":
+        return None
+    packet = _dict(_dict(run.config).get("packet"))
+    cc = _dict(packet.get("fields")).get("cc")
+    if isinstance(cc, str):
+        return cc
+    engine = run.engine or {}
+    return _text_or_none(engine.get("cc"))
 
 
 # ----- JSON summaries ---------------------------------------------------------------------------------

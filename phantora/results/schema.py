@@ -22,6 +22,10 @@ STATUS_JSON = "status.json"
 STATUS = "phantora.status/1"
 STEPS_JSONL = "steps.jsonl"
 STEPS_DIR = "steps"
+# The run's configuration (phantora.results.provenance), and a seed group's list of runs (`--seeds N`).
+CONFIG_JSON = "config.json"
+SEEDS_JSON = "seeds.json"
+SEEDS = "phantora.seeds/1"
 
 # CSV tables: the same files with the same columns from every producer (`run`, `replay` of a workload or of a
 # recorded graph, `netsim`, the network server of a live run). Nodes are named as the topology names them
@@ -41,11 +45,32 @@ PFC_TXT = "pfc.txt"
 NS3_CALLS_TXT = "ns3-calls.txt"
 
 # flows.csv: slowdown = fct_ns / standalone_fct_ns; priority, cnps and ecn_marks are empty where not known.
-FLOWS_COLUMNS = ("flow_id", "tag", "src", "dst", "src_id", "dst_id", "size_bytes", "priority", "start_ns", "end_ns")
+FLOWS_COLUMNS: tuple[str, ...] = (
+    "flow_id",
+    "tag",
+    "src",
+    "dst",
+    "src_id",
+    "dst_id",
+    "size_bytes",
+    "priority",
+    "start_ns",
+    "end_ns",
+)
 FLOWS_COLUMNS += ("fct_ns", "standalone_fct_ns", "slowdown", "cnps", "ecn_marks")
 # links.csv: one row per directed channel that carried traffic; the last four are the packet engine's counters.
 LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")
-LINK_COLUMNS = ("channel", "link", "from", "to", "from_id", "to_id", "bandwidth_bps", "bytes", "utilisation")
+LINK_COLUMNS: tuple[str, ...] = (
+    "channel",
+    "link",
+    "from",
+    "to",
+    "from_id",
+    "to_id",
+    "bandwidth_bps",
+    "bytes",
+    "utilisation",
+)
 LINK_COLUMNS += LINK_EXTRA_COLUMNS
 # The packet engine's traces. `port` is the node's 0-based port, `peer` the node at the port's other end.
 PFC_COLUMNS = ("time_ns", "node", "node_id", "node_type", "port", "prio", "pause", "from_node", "from_node_id")
