@@ -37,6 +37,7 @@ class RunConfig:
     cc: str | None = None  # ns3 congestion control
     packet_set: list[str] = field(default_factory=list)  # ns3: PacketConfig overrides, "FIELD=VALUE"
     queue_sample_ns: int | None = None  # ns3: queue sampling interval (None: cli_config.QUEUE_SAMPLE_NS; 0 = off)
+    seed: int | None = None  # ns3: the random seed of ECN marking (None: PacketConfig's, 1); recorded for flow runs
     gpu: str | None = None  # default: the topology's GPU model, else h100
     window_ns: int | None = None  # None: the bridge's default for the network mode
     out_dir: str | Path | None = None
@@ -108,6 +109,8 @@ def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
     options: dict[str, Any] = {"queue_sample_ns": packet_config(cfg).queue_sample_ns}
     if cfg.cc:
         options["cc"] = cfg.cc
+    if cfg.seed is not None:
+        options["seed"] = packet_config(cfg).seed
     if cfg.packet_set:
         options["set"] = list(cfg.packet_set)
     return options
@@ -119,7 +122,7 @@ def packet_config(cfg: RunConfig) -> Any:
         return None
     from phantora.netsim.cli_config import packet_config_from_flags
 
-    return packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=cfg.queue_sample_ns)
+    return packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=cfg.queue_sample_ns, seed=cfg.seed)
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks

@@ -284,17 +284,21 @@ def table_rows(spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunO
     return rows
 
 
-def write_table(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
+def write_table(
+    rows: Sequence[dict[str, Any]], out_dir: Path, name: str = "sweep.csv", parquet: bool = True
+) -> list[Path]:
     """sweep.csv (always) and sweep.parquet (when pyarrow is installed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cols = list(rows[0]) if rows else ["run", "status"]
-    path = out_dir / "sweep.csv"
+    path = out_dir / name
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
         for row in rows:
             w.writerow({k: "" if row.get(k) is None else row[k] for k in cols})
     paths = [path]
+    if not parquet:
+        return paths
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -313,17 +317,32 @@ def write_table(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
     return [*paths, out_dir / "sweep.parquet"]
 
 
+SEEDS_CSV = "sweep_seeds.csv"
+
+
+def seed_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """With `seed` swept: one row per configuration, each metric's mean and spread over its seeds (else [])."""
+    from phantora.report.compare import SUMMARY
+    from phantora.report.spread import seed_groups
+
+    if len(spec.grid.get("seed", [])) < 2:
+        return []
+    return seed_groups(rows, spec.params, list(SUMMARY))
+
+
 def sweep_plots(spec: SweepSpec, rows: Sequence[dict[str, Any]], runs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
-    """Time (and PFC paused time) against the CC algorithm, or the first swept parameter; FCT CDF of the runs."""
+    """Time (and PFC paused time) against the CC algorithm, or the first swept parameter; FCT CDF of the runs.
+    With seeds swept, a bar is the mean over the seeds and its error bar their range (min to max)."""
     from phantora.report.plots import fct_cdf, metric_vs_param
     from phantora.results.read import load_run
 
-    varying = [k for k in spec.grid if len(spec.grid[k]) > 1]
+    varying = [k for k in spec.grid if len(spec.grid[k]) > 1 and k != "seed"]
+    grouped = seed_rows(spec, rows)
     paths: list[Path] = []
     if varying:
         param = "cc" if "cc" in varying else varying[0]
         series = [k for k in varying if k != param]
-        ok = [r for r in rows if r["status"] == "ok"]
+        ok = grouped or [r for r in rows if r["status"] == "ok"]
         kinds = {r["time_kind"] for r in ok if r.get("time_kind")}
         what = "iteration time" if kinds == {"iteration"} else "makespan" if kinds == {"makespan"} else "time"
         short = param.removeprefix("set.")
@@ -469,6 +488,9 @@ def run_sweep(
     outcomes = [by_index[r.index] for r in runs]
     rows = table_rows(spec, runs, outcomes)
     files = write_table(rows, out_dir)
+    grouped = seed_rows(spec, rows)
+    if grouped:
+        files += write_table(grouped, out_dir, SEEDS_CSV, parquet=False)
     meta = {
         "schema": SWEEP,
         "state": "complete",
@@ -477,6 +499,7 @@ def run_sweep(
         "jobs": None if ray_address is not None else n_jobs,
         "resumed": sorted(kept),  # runs kept from an earlier, interrupted sweep
         "rows": rows,
+        "seed_groups": grouped,  # with seeds swept: each configuration's mean and spread over its seeds
     }
     write_json(out_dir / SWEEP_JSON, meta, sort_keys=False)
     files.append(out_dir / SWEEP_JSON)
@@ -491,7 +514,7 @@ def run_sweep(
 
 def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
     """A short table of the sweep: swept parameters and the main metrics, one line per run."""
-    from phantora.report.compare import fmt_value
+    from phantora.report.compare import fmt_spread, fmt_value
 
     params = list(spec.grid) or ["run"]
     cols = [
@@ -509,8 +532,30 @@ def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
             [str(r["run"]), r["status"], *[str(r.get(p)) for p in params]]
             + [fmt_value(r.get(k), u) if r["status"] == "ok" else "-" for k, _, u in cols]
         )
+    lines = _aligned(head, body)
+    grouped = seed_rows(spec, rows)
+    if grouped:
+        keys = [p for p in params if p != "seed"]
+        head = [*[p.removeprefix("set.") for p in keys], "seeds", "failed", *[c[1] for c in cols]]
+        body = []
+        for g in grouped:
+            cells = [fmt_value(g[k], u) + fmt_spread(_spread_of(g, k), u) for k, _, u in cols]
+            body.append([*[str(g.get(p)) for p in keys], g["seeds"], str(g["failed"]), *cells])
+        lines += [
+            "",
+            "over the seeds: mean ±standard deviation (min and max in sweep_seeds.csv)",
+            *_aligned(head, body),
+        ]
+    return "\n".join(lines)
+
+
+def _spread_of(row: dict[str, Any], key: str) -> dict[str, float] | None:
+    return None if row.get(f"{key}_std") is None else {"std": row[f"{key}_std"]}
+
+
+def _aligned(head: list[str], body: list[list[str]]) -> list[str]:
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
     lines.append("-" * len(lines[0]))
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in body]
-    return "\n".join(lines)
+    return lines

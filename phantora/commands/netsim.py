@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
+from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.files import read_text
 from phantora.netsim.base import Flow
@@ -60,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a PacketConfig field")
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     add_out_options(p, "flows.csv, links.csv, the traces and summary.json")
-    p.set_defaults(func=in_run_dir("netsim", run))
+    add_seed_options(p)
+    p.set_defaults(func=with_seeds("netsim", in_run_dir("netsim", run)))
 
 
 @dataclass
@@ -149,7 +151,7 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
 
 def _config(args: argparse.Namespace) -> PacketConfig:
     return packet_config_from_flags(
-        cc=args.cc, sets=args.set, config_file=args.config, queue_sample_ns=args.queue_sample_ns
+        cc=args.cc, sets=args.set, config_file=args.config, queue_sample_ns=args.queue_sample_ns, seed=args.seed
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
+from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
 from phantora.netsim.factory import NETWORKS, make_engine
 from phantora.units import parse_size_bytes
@@ -43,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--export-chakra", type=Path, default=None, help="also write the graph as Chakra ET files here")
     add_out_options(p, "results.json, flows.csv and links.csv")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
-    p.set_defaults(func=in_run_dir("replay", run))
+    add_seed_options(p)
+    p.set_defaults(func=with_seeds("replay", in_run_dir("replay", run)))
 
 
 def _detect(path: Path, fmt: str) -> str:
@@ -83,7 +85,9 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
             print("note: --cc applies to --network ns3 only; ignored", file=sys.stderr)
         return flow_options_from_sets(args.set or ())
 
-    config = packet_config_from_flags(cc=args.cc, sets=args.set or (), queue_sample_ns=args.queue_sample_ns)
+    config = packet_config_from_flags(
+        cc=args.cc, sets=args.set or (), queue_sample_ns=args.queue_sample_ns, seed=args.seed
+    )
     return {"config": config}
 
 

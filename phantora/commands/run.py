@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phantora.commands.outdir import add_out_options
+from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
 from phantora.units import parse_time_ns
 
@@ -83,7 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="print neither progress nor rank 0's output")
     p.add_argument("script", help="training script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
-    p.set_defaults(func=run)
+    add_seed_options(p)
+    p.set_defaults(func=with_seeds("run", run))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         cc=args.cc,
         packet_set=list(args.set),
         queue_sample_ns=args.queue_sample_ns,
+        seed=args.seed,
         gpu=args.gpu,
         window_ns=None if args.window is None else parse_time_ns(args.window),
         out_dir=args.out,

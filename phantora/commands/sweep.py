@@ -53,6 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--command", dest="template", default=None, help="command template, e.g. 'replay {workload} --out {out}'"
     )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="repeat every configuration with seeds 1..N (the same as -p seed=1,...,N): the tables and plots "
+        "show each configuration's mean and spread",
+    )
     p.add_argument("--out", "-o", type=Path, default=None, help="output directory (default: sweep-<name>)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="parallel runs (default: grid jobs, else cores)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per run before it counts as failed")
@@ -88,6 +96,11 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
             spec.fixed[name] = values[0]
         else:
             spec.grid[name] = values
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise InputError(f"expected a number of seeds >= 1, got {args.seeds}", field="--seeds")
+        spec.fixed.pop("seed", None)
+        spec.grid["seed"] = list(range(1, args.seeds + 1))
     if args.template:
         spec.command = tuple(shlex.split(args.template))
     if args.timeout is not None:

@@ -23,11 +23,12 @@ def packet_config_from_flags(
     sets: Sequence[str] = (),
     config_file: str | Path | None = None,
     queue_sample_ns: int | None = None,
+    seed: int | None = None,
     base: PacketConfig | None = None,
 ) -> PacketConfig:
     """`base` (default: the HPCC defaults, queues sampled every QUEUE_SAMPLE_NS), then an HPCC `--config` file,
-    `--cc`, `--queue-sample-ns` and the `--set FIELD=VALUE` overrides, in that order. Errors name the file or
-    field."""
+    `--cc`, `--queue-sample-ns`, `--seed` and the `--set FIELD=VALUE` overrides, in that order. Errors name the
+    file or field."""
     config = base or PacketConfig(queue_sample_ns=QUEUE_SAMPLE_NS)
     if config_file:
         config = read_hpcc_config(config_file, config)
@@ -36,6 +37,8 @@ def packet_config_from_flags(
         config = config.with_updates(cc=cc, cc_attrs=keep)
     if queue_sample_ns is not None:
         config = config.with_updates(queue_sample_ns=queue_sample_ns)
+    if seed is not None:
+        config = apply_overrides(config, [f"seed={seed}"], source="--seed")  # checked as --set seed=S is
     if sets:
         config = apply_overrides(config, sets)
     return config

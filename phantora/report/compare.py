@@ -19,6 +19,7 @@ import numpy as np
 
 from phantora.errors import InputError
 from phantora.report.fabric import hottest_port, pause_intervals
+from phantora.report.spread import spread
 from phantora.results.read import Flows, RunData, load_run
 
 Value = int | float | None
@@ -107,16 +108,6 @@ def summarise(run: RunData) -> dict[str, Value]:
     out["util_mean"] = float(np.mean(utils)) if utils else None
     out["util_max"] = float(max(utils)) if utils else None
     return out
-
-
-def spread(values: Sequence[Value]) -> dict[str, float] | None:
-    """Mean and spread of one metric over the seeds of a group: n, mean, std (sample, n - 1; 0 for one seed),
-    min and max of the measured values; None if no seed measured it."""
-    got = np.asarray([v for v in values if v is not None], dtype=float)
-    if not got.size:
-        return None
-    std = float(got.std(ddof=1)) if got.size > 1 else 0.0
-    return {"n": int(got.size), "mean": float(got.mean()), "std": std, "min": float(got.min()), "max": float(got.max())}
 
 
 def figures(run: RunData) -> tuple[dict[str, Value], dict[str, dict[str, float] | None]]:
@@ -297,7 +288,11 @@ def _status(run: RunData) -> str:
     """complete, or partial with the reason and the steps it kept; "-" for a run without status.json."""
     if run.members:
         bad = [m.label for m in run.members if m.partial]
-        return f"partial: {', '.join(bad)} did not complete" if bad else f"complete ({len(run.members)} seeds)"
+        if bad:
+            return f"partial: {', '.join(bad)} did not complete"
+        if run.partial:
+            return f"partial ({run.status} after {len(run.members)} seeds)"
+        return f"complete ({len(run.members)} seeds)"
     if run.status is None:
         return "-"
     if not run.partial:
@@ -462,6 +457,21 @@ def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
+def spread_rows(cmp: Comparison, keys: Sequence[str] = ("time_ns", "fct_p99_ns")) -> list[dict[str, Any]]:
+    """With a seed group among the runs: one row per run with each metric's mean, min and max (a single run's
+    value for all three), for bar plots with ranges; empty without seed groups."""
+    if not any(r.get("seeds") for r in cmp.runs):
+        return []
+    rows: list[dict[str, Any]] = [{"run": run_title(r)} for r in cmp.runs]
+    for key in keys:
+        m = cmp.metric(key)
+        for row, v, s in zip(rows, m.values, m.spread, strict=True):
+            row[key] = v
+            row[f"{key}_min"] = s["min"] if s else v
+            row[f"{key}_max"] = s["max"] if s else v
+    return rows
+
+
 def write_report(out: Path, runs: Sequence[RunData], cmp: Comparison, plots: bool = True) -> list[Path]:
     """Write compare.md, compare.json and the plots into `out`; return the paths written."""
     out.mkdir(parents=True, exist_ok=True)
@@ -469,7 +479,7 @@ def write_report(out: Path, runs: Sequence[RunData], cmp: Comparison, plots: boo
     if plots:
         from phantora.report.plots import compare_plots
 
-        written += compare_plots(runs, out)
+        written += compare_plots(runs, out, spread_rows(cmp))
     md, js = out / "compare.md", out / "compare.json"
     md.write_text(to_markdown(cmp, written))
     js.write_text(json.dumps(cmp.to_json(), indent=2, sort_keys=True) + "\n")

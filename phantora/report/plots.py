@@ -182,39 +182,59 @@ def metric_vs_param(
 ) -> list[Path]:
     """Bars of `metric` (divided by `scale`) for each value of `param`, grouped by the `series` columns.
 
-    Rows with a missing metric are left out; the x categories keep their first-seen order.
+    Rows with a missing metric are left out; the x categories keep their first-seen order. Rows that carry
+    `<metric>_min` and `<metric>_max` (the mean over seeds and its range) get error bars from min to max.
     """
     good = [r for r in rows if r.get(metric) is not None and r.get(param) is not None]
     if not good:
         return []
     cats: list[str] = []
     groups: dict[str, dict[str, float]] = {}
+    ranges: dict[str, dict[str, tuple[float, float]]] = {}
     for r in good:
         x = str(r[param])
         if x not in cats:
             cats.append(x)
         name = ", ".join(f"{k}={r.get(k)}" for k in series) or metric
         groups.setdefault(name, {})[x] = float(r[metric]) / scale
+        lo, hi = r.get(f"{metric}_min"), r.get(f"{metric}_max")
+        if lo is not None and hi is not None:
+            ranges.setdefault(name, {})[x] = (float(lo) / scale, float(hi) / scale)
     fig, ax = plt.subplots(
         figsize=(max(5, 1.2 * len(cats) * max(1, len(groups)) ** 0.5 + 2), 4.5), layout="constrained"
     )
     width = 0.8 / len(groups)
     for i, (name, vals) in enumerate(groups.items()):
         xs = [j + (i - (len(groups) - 1) / 2) * width for j, c in enumerate(cats) if c in vals]
-        ax.bar(xs, [vals[c] for c in cats if c in vals], width, label=name)
+        ys = [vals[c] for c in cats if c in vals]
+        span = ranges.get(name, {})
+        err = None
+        if span:
+            lo = [vals[c] - span.get(c, (vals[c], vals[c]))[0] for c in cats if c in vals]
+            hi = [span.get(c, (vals[c], vals[c]))[1] - vals[c] for c in cats if c in vals]
+            err = np.array([lo, hi])
+        ax.bar(xs, ys, width, label=name, yerr=err, capsize=4 if err is not None else 0)
     ax.set_xticks(range(len(cats)), cats)
     ax.set_xlabel(param)
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{ylabel.split(' (')[0]} vs {param}")
+    title = f"{ylabel.split(' (')[0]} vs {param}"
+    ax.set_title(title + (" (mean over seeds, bars: min-max)" if ranges else ""))
     ax.grid(axis="y", alpha=0.3)
     if len(groups) > 1 or series:
         ax.legend(fontsize="small")
     return save(fig, base)
 
 
-def compare_plots(runs: Sequence[RunData], out: Path) -> list[Path]:
-    """Every plot that the runs have data for: FCT CDF, queue depth, PFC timeline, one step timeline per run."""
+def compare_plots(runs: Sequence[RunData], out: Path, spread_rows: Sequence[Mapping[str, Any]] = ()) -> list[Path]:
+    """Every plot that the runs have data for: FCT CDF, queue depth, PFC timeline, one step timeline per run,
+    and with seed groups (`spread_rows`: run, time_ns and fct_p99_ns with their _min and _max) the time and
+    FCT p99 of each run with its range over the seeds."""
     paths = fct_cdf(runs, out / "fct_cdf")
+    if spread_rows:
+        paths += metric_vs_param(spread_rows, "run", "time_ns", out / "time_by_run", ylabel="time (us)", scale=1e3)
+        paths += metric_vs_param(
+            spread_rows, "run", "fct_p99_ns", out / "fct_p99_by_run", ylabel="FCT p99 (us)", scale=1e3
+        )
     paths += queue_depth(runs, out / "queue_depth")
     paths += pfc_timeline(runs, out / "pfc_timeline")
     for i, r in enumerate(runs):

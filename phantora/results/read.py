@@ -156,7 +156,7 @@ def load_group(root: Path, label: str | None = None) -> RunData:
     first = members[0]
     group = RunData(**{**first.__dict__, "path": root, "label": label or root.name, "files": [S.SEEDS_JSON]})
     group.members = members
-    group.status = None
+    group.status = _text_or_none(doc.get("state"))  # running or failed: the group is partial
     flows = [m.flows for m in members if m.flows is not None]
     if flows:
         group.flows = Flows(*(np.concatenate([getattr(f, k) for f in flows]) for k in Flows.__dataclass_fields__))
