@@ -1,19 +1,22 @@
-"""Read a run directory (replay, netsim or live run) into one `RunData`, whatever subset of files it has.
+"""Read a run directory (run, replay or netsim; or a seed group) into one `RunData`, whatever files it has.
 
 Every file is optional: a missing file means "not measured" (None here, "-" in reports), never an error.
-A file that exists but cannot be parsed raises `InputError` naming the file and line.
+A file that exists but cannot be parsed raises `InputError` naming the file and line. docs/results.md
+lists the files and columns and shows the use of `load_run` from Python.
 
-Files read (see docs/compare-and-sweep.md for the columns):
 - results.json  schema "phantora.replay/1" (makespan, ops, engine stats), "phantora.egraph-replay/1" (a replayed
                 execution graph: step times, comm per kind) or "phantora.run/1" (a live run: steps, step_time_ns)
 - cosim.json    "phantora.cosim/1", the bridge's summary of a live run (fallback when results.json is absent)
 - summary.json  "phantora.netsim/1", `phantora netsim` engine counters
+- config.json, status.json, steps.jsonl   what produced the run, whether it completed, its finished steps
+- seeds.json    "phantora.seeds/1": a seed group, one run directory per seed (`--seeds N`)
 The JSON documents are told apart by their "schema" id (`phantora.results.schema`); documents without one
 (written before the ids existed) are recognised by their keys.
-- flows.csv / fct.csv   one row per flow: FCT and standalone (ideal) FCT
+- flows.csv (or an older netsim's fct.csv)   one row per flow: FCT and standalone (ideal) FCT
 - links.csv     one row per directed channel: utilisation (+ paused_ns, ecn_marks, max_queue_bytes in ns-3 runs)
-- pfc.csv       PFC frames: time_ns, node, port, prio, pause (1 pause, 0 resume)
-- queues.csv    sampled egress queues: time_ns, node, port, prio, bytes
+- pfc.csv       PFC frames: time_ns, node, node_id, port, prio, pause (1 pause, 0 resume), from_node
+- queues.csv    sampled egress queues: time_ns, node, node_id, port, peer, prio, bytes
+  (files written before nodes had names hold the id in `node`; both are read)
 - trace.json or trace/rank*.trace.json   Chrome trace with steps, compute and comm per rank
 """
 
