@@ -78,6 +78,9 @@ def test_run_cosim_both_modes_and_compare(tmp_path: Path) -> None:
         assert ns3_t >= flow_t * 0.999, m
     # Packet traces made it from the network server into the run directory.
     assert (out / "ns3" / "pfc.csv").is_file() and (out / "ns3" / "links.csv").is_file()
+    # Both modes write links.csv (the flow engine's from the coordinator): the comparison has link use for both.
+    util = next(m for m in cmp["metrics"] if m["key"] == "util_mean")
+    assert (out / "flow" / "links.csv").is_file() and all(v is not None and v > 0 for v in util["values"])
     pngs = list((out / "compare").glob("*.png"))
     assert pngs and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000 for p in pngs)
 
