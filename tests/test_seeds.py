@@ -87,6 +87,10 @@ def test_seeds_on_the_flow_network_are_identical_runs(tmp_path: Path, capsys) ->
     assert s is not None and s["n"] == 2 and s["std"] == 0.0 and s["min"] == s["max"]
     assert main(["replay", str(wl), "-t", "star8", "--seeds", "2"]) == 2  # no --out, nowhere to put the runs
     assert "--seeds needs --out" in capsys.readouterr().err
+    again = ["replay", str(wl), "-t", "star8", "--seeds", "1", "--seed", "7", "-o", str(out)]
+    assert main(again) == 2 and "--overwrite" in capsys.readouterr().err  # a group is a run directory too
+    assert main([*again, "--overwrite"]) == 0  # replaces the whole group, its seed directories included
+    assert sorted(p.name for p in out.iterdir()) == ["seed7", "seeds.json"]
 
 
 def test_a_swept_seed_gives_each_configuration_its_mean_and_spread(tmp_path: Path) -> None:

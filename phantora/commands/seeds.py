@@ -71,7 +71,7 @@ def with_seeds(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
         for i, seed in enumerate(range(first, first + n)):
             print(f"[phantora] seed {seed} ({i + 1} of {n}) -> {out / f'seed{seed}'}", flush=True)
             one = copy.copy(args)
-            one.seed, one.seeds, one.out, one.overwrite = seed, None, out / f"seed{seed}", False
+            one.seed, one.seeds, one.out = seed, None, out / f"seed{seed}"
             try:
                 rc = body(one)
             except BaseException:

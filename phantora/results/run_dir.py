@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -64,12 +65,24 @@ def claim(out: Path | str, *, overwrite: bool = False, option: str = "--out") ->
 
 def clear(out: Path) -> None:
     """Remove what a phantora run wrote into `out`; leave anything else the user put there."""
+    for seed_dir in _seed_dirs(out):  # a seed group's runs (seeds.json lists them)
+        shutil.rmtree(seed_dir, ignore_errors=True)
     for name in OUTPUT_FILES:
         (out / name).unlink(missing_ok=True)
     for name in OUTPUT_DIRS:
         shutil.rmtree(out / name, ignore_errors=True)
     for tmp in out.glob(".*.tmp"):  # a writer's temporary file left by a killed run
         tmp.unlink(missing_ok=True)
+
+
+def _seed_dirs(out: Path) -> list[Path]:
+    """The run directories of the seed group in `out` (seeds.json's `seed<S>` entries), if it is one."""
+    try:
+        runs = json.loads((out / S.SEEDS_JSON).read_text()).get("runs", [])
+        names = [str(r["dir"]) for r in runs]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return []
+    return [out / n for n in names if re.fullmatch(r"seed\d+", n)]
 
 
 def write_status(out: Path, state: str, **fields: Any) -> Path:
