@@ -1,4 +1,5 @@
-"""`--out` and `--overwrite`, the same on every command that writes a run directory (run, replay, netsim)."""
+"""`--out` and `--overwrite`, the same on every command that writes a run directory (run, replay, netsim), and
+the config.json of `replay` and `netsim` (`record_config`)."""
 
 from __future__ import annotations
 
