@@ -33,6 +33,9 @@ CC_TYPES = {
     "timely": "ns3::CcTimely",
     "dctcp": "ns3::CcDctcp",
 }
+NVLINK_MODES = ("packet", "fluid")
+# PacketConfig fields that choose how the engine is put together rather than set an ns-3 attribute.
+ENGINE_FIELDS = ("nvlink",)
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
 # The attributes of each CC model's ns-3 TypeId (ns3-scratch/model/cc-*.cc) and their value kinds, so that
 # `--set cc.NAME=VALUE` is checked before a run starts; tests/test_packet_cc_laws.py checks this table
@@ -123,6 +126,9 @@ class PacketConfig:
     scheduler: str = "ns3::MapScheduler"
     # ECMP policy (phantora.topology.ecmp): phantora | hpcc; None = the topology's (hpcc for HPCC-format files)
     ecmp_hash: str | None = None
+    # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
+    # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
+    nvlink: str = "packet"
     # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
     cc_attrs: dict[str, str] = field(default_factory=dict)  # raw ns-3 attribute overrides, e.g. {"G": "0.0625"}
 
@@ -164,6 +170,8 @@ class PacketConfig:
             raise bad("headroom_factor", f"must be a number >= 0, got {self.headroom_factor!r}")
         if self.int_mode not in ("auto", "on", "off"):
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
+        if self.nvlink not in NVLINK_MODES:
+            raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
         if self.ecmp_hash is not None and self.ecmp_hash not in ECMP_HASHES:
             raise bad("ecmp_hash", f"expected {' or '.join(ECMP_HASHES)}, got {self.ecmp_hash!r}")
         for name in ("kmin_map", "kmax_map", "pmax_map"):
@@ -190,6 +198,10 @@ class PacketConfig:
             if why is not None:
                 raise bad(f"cc.{key}", why)
         return self
+
+    def approximations(self) -> list[str]:
+        """The opt-in approximations of the exact packet model this config turns on (results.json lists them)."""
+        return ["nvlink=fluid"] if self.nvlink == "fluid" else []
 
     def with_updates(self, **changes: Any) -> PacketConfig:
         """A copy with some fields changed (validated)."""
