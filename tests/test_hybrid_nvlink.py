@@ -104,11 +104,7 @@ def test_nvlink_efficiency_counts_headers_and_the_ack_stream() -> None:
 
 def fcts(done: list[Completion], topo: Topology, nvlink: bool) -> np.ndarray:
     return np.array(
-        [
-            c.end_ns - c.start_ns
-            for c in done
-            if c.size and (topo.shared_nvswitch(c.src, c.dst) is not None) == nvlink
-        ]
+        [c.end_ns - c.start_ns for c in done if c.size and (topo.shared_nvswitch(c.src, c.dst) is not None) == nvlink]
     )
 
 
