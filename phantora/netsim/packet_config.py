@@ -34,6 +34,30 @@ CC_TYPES = {
     "dctcp": "ns3::CcDctcp",
 }
 NVLINK_MODES = ("packet", "fluid")
+
+
+def _wire_preset(payload: int, header: int, ack_interval: int) -> dict[str, int]:
+    """Packet sizes and the PFC thresholds that count packets, scaled as HPCC's 1000-byte setting has them:
+    a 4 KB reserve (about 4 packets) and a 3 KB resume offset (about 3 packets) per ingress queue."""
+    wire = payload + header
+    return {
+        "payload_bytes": payload,
+        "header_bytes": header,
+        "ack_interval": ack_interval,
+        "reserve_bytes": 4096 if payload == 1000 else 4 * wire,
+        "resume_offset_bytes": 3072 if payload == 1000 else 3 * wire,
+    }
+
+
+# `--set wire=NAME`: packet size, headers, ACK coalescing and the PFC thresholds that scale with them, at once
+# (later --set fields still override). hpcc: the HPCC models' setting, kept for reference runs (the default).
+# roce4k: RoCEv2 as deployed NICs run it: a 4096-byte IB MTU; 62 header bytes (Ethernet 14 + IPv4 20 + UDP 8 +
+# BTH 12 + ICRC 4 + FCS 4); the responder coalesces ACKs, one per 4 packets (and on the last one and on every
+# CE mark, as always). ECN thresholds are in bytes per Gb/s already and stay.
+WIRE_PRESETS: dict[str, dict[str, int]] = {
+    "hpcc": _wire_preset(1000, 48, 1),
+    "roce4k": _wire_preset(4096, 62, 4),
+}
 # PacketConfig fields that choose how the engine is put together rather than set an ns-3 attribute.
 ENGINE_FIELDS = ("nvlink",)
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
@@ -110,6 +134,7 @@ class PacketConfig:
     pmax_map: dict[int, float] | None = None
     # NIC.
     ack_interval: int = 1  # an ACK per n in-order packets (always on the last one and on a CE mark)
+    ack_delay_ns: int = 1000  # with ack_interval > 1: the longest a packet waits for its coalesced ACK
     ack_high_prio: bool = True  # ACK/NACK in the strict-priority class 0
     nack_interval_ns: int = 500_000  # at most one NACK per hole per interval (HPCC default 500 us)
     rto_ns: int | None = None  # go-back-N timeout; None = off with PFC (lossless), 1 ms without; 0 = off
@@ -144,7 +169,7 @@ class PacketConfig:
 
         if self.cc not in CC_NAMES:
             raise bad("cc", f"unknown congestion control {self.cc!r} (known: {', '.join(CC_NAMES)})")
-        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "seed")
+        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed")
         non_negative = (
             "header_bytes",
             "int_header_bytes",
@@ -270,6 +295,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "kmax_map": (("switch.KmaxMap",), "map"),
     "pmax_map": (("switch.PmaxMap",), "map"),
     "ack_interval": (("nic.AckInterval",), "int"),
+    "ack_delay_ns": (("nic.AckDelay",), "ns"),
     "ack_high_prio": (("nic.AckHighPriority",), "bool"),
     "nack_interval_ns": (("nic.NackInterval",), "ns"),
     "rto_ns": (("nic.RetransmitTimeout",), "ns"),
@@ -548,10 +574,18 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
         if key.startswith("cc.") and len(key) > 3:
             attrs[key[3:]] = value.strip()
             continue
+        if key == "wire":
+            preset = WIRE_PRESETS.get(value.strip())
+            if preset is None:
+                known = ", ".join(WIRE_PRESETS)
+                raise InputError(f"unknown wire preset {value.strip()!r} (known: {known})", file=source, field=key)
+            changes.update(preset)
+            continue
         if key not in names or key == "cc_attrs":
             listed = ", ".join(sorted(n for n in names if n != "cc_attrs"))
             raise InputError(
-                f"unknown PacketConfig field {key!r}; the fields: {listed}; and cc.ATTRIBUTE for the CC's own",
+                f"unknown PacketConfig field {key!r}; the fields: {listed}; cc.ATTRIBUTE for the CC's own; "
+                f"and wire=PRESET ({', '.join(WIRE_PRESETS)})",
                 file=source,
                 field=key,
             )
