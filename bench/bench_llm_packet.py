@@ -70,12 +70,13 @@ def run_variant(graph_dir: str, topo_name: str, cc: str, sets: list[str], budget
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     stats = sim.stats()
+    now = sim.now()
     sim.close()
     events = int(stats.get("events", 0) or 0)
     return {
         "variant": ",".join(sets) or "exact",
         "finished": finished,
-        "sim_ms": sim.now() / 1e6,
+        "sim_ms": now / 1e6,
         "flows": f"{done}/{len(flows)}",
         "bytes_done_pct": 100 * done_bytes / max(1, sum(size.values())),
         "packet_bytes_pct": 100 * pkt_bytes / max(1, total_pkt_bytes),

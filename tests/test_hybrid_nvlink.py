@@ -130,7 +130,7 @@ def test_fluid_nvlink_against_the_full_packet_model(ns3_lib) -> None:
         for q in (50, 99):
             pa, pb = np.percentile(a, q), np.percentile(b, q)
             assert abs(pb - pa) / pa < 0.05, (nv, q, pa, pb)
-    assert fst["approximations"] == ["nvlink=fluid"] and "approximations" not in est
+    assert fst["approximations"] == ["nvlink=fluid"] and est["approximations"] == []
     assert fst["events"] < est["events"] / 2
 
 
@@ -158,3 +158,11 @@ def test_hybrid_refuses_stuck_flows() -> None:
     with pytest.raises(PhantoraError, match="did not drain"):
         two.submit([Flow(2, 0, 9, 10**9)], two.now())
         two.drain(limit_ns=two.now() + 10)
+
+
+def test_netsim_refuses_fluid_nvlink_naming_the_field(capsys) -> None:
+    from phantora.cli import main
+
+    assert main(["netsim", "--network", "ns3", "-t", "hpcc/star8", "-f", "incast4", "--set", "nvlink=fluid"]) == 2
+    err = capsys.readouterr().err
+    assert "nvlink" in err and "run and replay" in err and "Traceback" not in err

@@ -389,6 +389,7 @@ class Ns3Simulator:
         out["engine"] = "ns3"
         out["cc"] = self.config.cc
         out["ecmp_hash"] = self.topology.ecmp_hash
+        out["approximations"] = self.config.approximations()
         return out
 
     def close(self) -> None:
