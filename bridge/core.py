@@ -649,6 +649,15 @@ class CoordinatorCore:
             "messages": self.messages,
             "now": self.engine.now(),
             "window_ns": self.window,
-            "engine_stats": {str(k): v for k, v in stats.items() if isinstance(v, (int, float, str, bool))},
+            "engine_stats": {str(k): v for k, v in stats.items() if _plain(v)},
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
         }
+
+
+def _scalar(v: object) -> bool:
+    return isinstance(v, (int, float, str, bool))
+
+
+def _plain(v: object) -> bool:
+    """A stat results.json keeps: a scalar or a list of scalars (e.g. the approximations used)."""
+    return _scalar(v) or isinstance(v, list) and all(map(_scalar, v))

@@ -55,9 +55,9 @@ def test_to_params_lists_overrides_as_attributes() -> None:
 def test_every_field_is_in_the_attribute_table() -> None:
     from dataclasses import fields
 
-    from phantora.netsim.packet_config import NS3_ATTRIBUTES, field_of_param
+    from phantora.netsim.packet_config import ENGINE_FIELDS, NS3_ATTRIBUTES, field_of_param
 
-    assert {f.name for f in fields(PacketConfig)} - {"cc_attrs"} == set(NS3_ATTRIBUTES)
+    assert {f.name for f in fields(PacketConfig)} - {"cc_attrs", *ENGINE_FIELDS} == set(NS3_ATTRIBUTES)
     for name, (paths, _) in NS3_ATTRIBUTES.items():
         assert all(field_of_param(path) == name for path in paths)
 

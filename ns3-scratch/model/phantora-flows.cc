@@ -45,7 +45,7 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
     }
     dependents.erase(dit);
   }
-  if (watching && watched.count(id)) {
+  if (watching && (watchAll || watched.count(id))) {
     // Stop after this event; RunUntilWatched then runs the rest of this ns.
     NS_LOG_LOGIC("watched flow " << id << " completed at " << now << " ns: stopping");
     watching = false;
@@ -183,19 +183,33 @@ void PhantoraNetwork::RunUntil(int64_t ns) {
 bool PhantoraNetwork::RunUntilWatched(int64_t ns, const std::vector<uint64_t>& watch) {
   NS_LOG_FUNCTION(this << ns << watch.size());
   Impl& s = Need();
+  s.watched.clear();
+  s.watched.insert(watch.begin(), watch.end());
+  return RunWatching(ns, false, "RunUntilWatched");
+}
+
+bool PhantoraNetwork::RunUntilCompletion(int64_t ns) {
+  NS_LOG_FUNCTION(this << ns);
+  Need().watched.clear();
+  return RunWatching(ns, true, "RunUntilCompletion");
+}
+
+bool PhantoraNetwork::RunWatching(int64_t ns, bool all, const char* caller) {
+  Impl& s = Need();
   const int64_t now = Now();
   const bool bounded = ns >= 0;
   if (bounded && ns < now) {
-    throw std::invalid_argument("RunUntilWatched(" + std::to_string(ns) + "): the network is already at " +
+    s.watched.clear();
+    throw std::invalid_argument(std::string(caller) + "(" + std::to_string(ns) + "): the network is already at " +
                                 std::to_string(now) + " ns");
   }
   if (!bounded && s.inFlight == 0) {
+    s.watched.clear();
     return false;
   }
-  s.watched.clear();
-  s.watched.insert(watch.begin(), watch.end());
+  s.watchAll = all;
   s.watchHit = false;
-  s.watching = !s.watched.empty();
+  s.watching = all || !s.watched.empty();
   s.stopWhenIdle = !bounded;
   EventId stop;
   if (bounded) {
@@ -203,6 +217,7 @@ bool PhantoraNetwork::RunUntilWatched(int64_t ns, const std::vector<uint64_t>& w
   }
   Simulator::Run();
   s.watching = false;
+  s.watchAll = false;
   s.stopWhenIdle = false;
   s.watched.clear();
   if (bounded && !s.watchHit) {

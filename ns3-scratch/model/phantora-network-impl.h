@@ -61,6 +61,7 @@ class PhantoraNetwork::Impl {
   bool stopWhenQuiet = false;
   bool watching = false;  // RunUntilWatched: stop at the first watched completion
   bool watchHit = false;
+  bool watchAll = false;  // RunUntilCompletion: every completion stops
   std::unordered_set<uint64_t> watched;
 
   std::vector<FlowRecord> completions;

@@ -127,6 +127,9 @@ class PhantoraNetwork {
   /// ns < 0: no limit; then also return at the ns at which no flow is in flight any more (or when
   /// nothing is scheduled). True if a watched flow completed.
   bool RunUntilWatched(int64_t ns, const std::vector<uint64_t>& watch);
+  /// RunUntilWatched(ns, every flow): return right after the first ns at which any flow completes at its
+  /// receiver (a caller that keeps its own dependencies, e.g. beside a second engine, steps this way).
+  bool RunUntilCompletion(int64_t ns);
   /// Run until no flow is in flight (Now() = last completion) or `limitNs`; true if idle.
   bool RunUntilIdle(int64_t limitNs);
   /// Run until every flow is also acknowledged at its sender, or `limitNs`; true if so.
@@ -161,6 +164,8 @@ class PhantoraNetwork {
 
  private:
   Impl& Need() const;
+  /// RunUntilWatched's loop over the watch set already in place (`all`: every flow is watched).
+  bool RunWatching(int64_t ns, bool all, const char* caller);
 
   std::unique_ptr<Impl> m_impl;
 };

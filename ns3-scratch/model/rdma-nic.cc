@@ -44,6 +44,12 @@ TypeId RdmaNic::GetTypeId() {
                                         "one and on a CE mark)",
                                         UintegerValue(1), MakeUintegerAccessor(&RdmaNic::m_ackInterval),
                                         MakeUintegerChecker<uint32_t>(1))
+                          .AddAttribute("AckDelay",
+                                        "With AckInterval > 1: the longest a received packet waits for its "
+                                        "coalesced ACK (as a NIC's coalescing timer; a window-limited sender "
+                                        "would otherwise wait for packets it may not send)",
+                                        TimeValue(MicroSeconds(1)), MakeTimeAccessor(&RdmaNic::m_ackDelay),
+                                        MakeTimeChecker(NanoSeconds(1)))
                           .AddAttribute("AckHighPriority", "ACKs and NACKs go in the strict-priority class 0",
                                         BooleanValue(true), MakeBooleanAccessor(&RdmaNic::m_ackHighPrio),
                                         MakeBooleanChecker())
@@ -111,7 +117,22 @@ void RdmaNic::ExpectFlow(uint64_t id, uint64_t size) {
   rx.size = size;
 }
 
-void RdmaNic::ForgetFlow(uint64_t id) { m_rx.erase(id); }
+void RdmaNic::ForgetFlow(uint64_t id) {
+  auto it = m_rx.find(id);
+  if (it != m_rx.end()) {
+    it->second.ackTimer.Cancel();
+    m_rx.erase(it);
+  }
+}
+
+void RdmaNic::AckTimeout(uint64_t flowId) {
+  auto it = m_rx.find(flowId);
+  if (it == m_rx.end() || it->second.sinceAck == 0) {
+    return;
+  }
+  it->second.sinceAck = 0;
+  SendAck(it->second.unacked, PktType::Ack, it->second);
+}
 
 Ptr<CongestionControl> RdmaNic::GetCc(uint64_t flowId) const {
   auto it = m_qps.find(flowId);
@@ -217,7 +238,13 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
     const bool ce = hdr.flags & kFlagCe;
     if (++rx.sinceAck >= m_ackInterval || last || ce) {
       rx.sinceAck = 0;
+      rx.ackTimer.Cancel();
       SendAck(hdr, PktType::Ack, rx);
+    } else {
+      rx.unacked = hdr;
+      if (!rx.ackTimer.IsPending()) {
+        rx.ackTimer = Simulator::Schedule(m_ackDelay, &RdmaNic::AckTimeout, this, hdr.flowId);
+      }
     }
     if (last && !rx.done) {
       rx.done = true;

@@ -111,6 +111,8 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t size = 0;
     uint64_t expected = 0;
     uint32_t sinceAck = 0;
+    PhantoraHeader unacked;  // the last in-order data packet not yet acknowledged (sinceAck > 0)
+    EventId ackTimer;        // AckDelay after the first packet an ACK was held back for
     uint64_t lastNackSeq = UINT64_MAX;
     uint64_t lastNackNs = 0;
     bool done = false;
@@ -127,6 +129,8 @@ class RdmaNic : public Object, public PortOwner {
   void ReceiveData(const PhantoraHeader& hdr);
   void ReceiveAck(const PhantoraHeader& hdr);
   void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx);
+  /// AckDelay ran out with coalesced packets unacknowledged: acknowledge them now.
+  void AckTimeout(uint64_t flowId);
   void Finish(Qp* qp);
   void ArmRto(Qp* qp);
   void CheckRto(Qp* qp);
@@ -144,6 +148,7 @@ class RdmaNic : public Object, public PortOwner {
   uint32_t m_payloadBytes = 1000;
   WireFormat m_wire;
   uint32_t m_ackInterval = 1;
+  Time m_ackDelay;
   bool m_ackHighPrio = true;
   Time m_nackInterval;
   Time m_rto;

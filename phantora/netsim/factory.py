@@ -31,5 +31,27 @@ def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulato
             from phantora.netsim.packet_config import apply_overrides
 
             config = apply_overrides(config, overrides)
+        if config.nvlink == "fluid":
+            return fluid_nvlink(topo, config, calls)
         return Ns3Simulator(topo, config, calls=calls)
     raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
+
+
+def fluid_nvlink(topo: Topology, config: Any, calls: Any = None) -> NetworkSimulator:
+    """ns-3 for the fabric, the flow engine for NVLink (phantora.netsim.hybrid), both on `topo`."""
+    from phantora.netsim.flow import FlowSimulator
+    from phantora.netsim.hybrid import FluidNvlinkSimulator
+    from phantora.netsim.packet import Ns3Simulator
+
+    packet = Ns3Simulator(topo, config, calls=calls)
+    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=packet.topology.ecmp_hash)
+    return FluidNvlinkSimulator(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)
+
+
+def nvlink_efficiency(config: Any) -> float:
+    """Payload share of an NVLink port's line rate in the packet model, for its fluid stand-in: every data
+    packet carries a header (+ INT when on), and the port also carries the ACKs of the data it receives,
+    one header-sized packet per `ack_interval` packets (NVLink collectives send as much as they receive)."""
+    int_on = config.int_mode == "on" or (config.int_mode == "auto" and config.cc == "hpcc")
+    header = config.header_bytes + (config.int_header_bytes if int_on else 0)
+    return config.payload_bytes / (config.payload_bytes + header + header / config.ack_interval)

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim.base import Completion, Flow, check_flow_batch, step_watching
+from phantora.netsim.base import INF_NS, Completion, Flow, check_flow_batch, step_watching
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
 from phantora.netsim.observe import ChannelUsage
@@ -181,6 +181,21 @@ class FlowSimulator:
             while (t := self.next_event_time()) is not None and t <= until:
                 self._step(t)
         self._now = until
+        return self._take()
+
+    def advance_to_completion(self, until: int) -> list[Completion]:
+        """`advance(until)`, but return right after the first event time at which any flow completes (now()
+        that time). With no limit (`until` >= 2^62) it also returns once nothing is left to happen."""
+        if until < self._now:
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
+        with _gc_paused():
+            while (t := self.next_event_time()) is not None and t <= until:
+                self._step(t)
+                self._now = t
+                if self._out:
+                    return self._take()
+        if until < INF_NS:
+            self._now = until
         return self._take()
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:

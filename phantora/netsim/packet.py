@@ -346,6 +346,16 @@ class Ns3Simulator:
         self._net.RunUntilWatched(-1 if unbounded else until, ids)
         return self._take()
 
+    def advance_to_completion(self, until: int) -> list[Completion]:
+        """`advance(until)`, but return right after the first ns at which any flow completes (every event of
+        that ns run, now() that ns): how a caller that keeps dependencies of its own steps this engine. With
+        no limit (`until` >= 2^62) it also returns once nothing is in flight."""
+        now = self.now()
+        if until < now:
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
+        self._net.RunUntilCompletion(-1 if until >= _FOREVER_NS else until)
+        return self._take()
+
     def next_event_time(self) -> int | None:
         """The next pending ns-3 event, or None when no flow is in flight."""
         if self.in_flight() == 0:
@@ -379,6 +389,7 @@ class Ns3Simulator:
         out["engine"] = "ns3"
         out["cc"] = self.config.cc
         out["ecmp_hash"] = self.topology.ecmp_hash
+        out["approximations"] = self.config.approximations()
         return out
 
     def close(self) -> None:

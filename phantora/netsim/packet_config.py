@@ -33,6 +33,33 @@ CC_TYPES = {
     "timely": "ns3::CcTimely",
     "dctcp": "ns3::CcDctcp",
 }
+NVLINK_MODES = ("packet", "fluid")
+
+
+def _wire_preset(payload: int, header: int, ack_interval: int) -> dict[str, int]:
+    """Packet sizes and the PFC thresholds that count packets, scaled as HPCC's 1000-byte setting has them:
+    a 4 KB reserve (about 4 packets) and a 3 KB resume offset (about 3 packets) per ingress queue."""
+    wire = payload + header
+    return {
+        "payload_bytes": payload,
+        "header_bytes": header,
+        "ack_interval": ack_interval,
+        "reserve_bytes": 4096 if payload == 1000 else 4 * wire,
+        "resume_offset_bytes": 3072 if payload == 1000 else 3 * wire,
+    }
+
+
+# `--set wire=NAME`: packet size, headers, ACK coalescing and the PFC thresholds that scale with them, at once
+# (later --set fields still override). hpcc: the HPCC models' setting, kept for reference runs (the default).
+# roce4k: RoCEv2 as deployed NICs run it: a 4096-byte IB MTU; 62 header bytes (Ethernet 14 + IPv4 20 + UDP 8 +
+# BTH 12 + ICRC 4 + FCS 4); the responder coalesces ACKs, one per 4 packets (and on the last one and on every
+# CE mark, as always). ECN thresholds are in bytes per Gb/s already and stay.
+WIRE_PRESETS: dict[str, dict[str, int]] = {
+    "hpcc": _wire_preset(1000, 48, 1),
+    "roce4k": _wire_preset(4096, 62, 4),
+}
+# PacketConfig fields that choose how the engine is put together rather than set an ns-3 attribute.
+ENGINE_FIELDS = ("nvlink",)
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
 # The attributes of each CC model's ns-3 TypeId (ns3-scratch/model/cc-*.cc) and their value kinds, so that
 # `--set cc.NAME=VALUE` is checked before a run starts; tests/test_packet_cc_laws.py checks this table
@@ -107,6 +134,7 @@ class PacketConfig:
     pmax_map: dict[int, float] | None = None
     # NIC.
     ack_interval: int = 1  # an ACK per n in-order packets (always on the last one and on a CE mark)
+    ack_delay_ns: int = 1000  # with ack_interval > 1: the longest a packet waits for its coalesced ACK
     ack_high_prio: bool = True  # ACK/NACK in the strict-priority class 0
     nack_interval_ns: int = 500_000  # at most one NACK per hole per interval (HPCC default 500 us)
     rto_ns: int | None = None  # go-back-N timeout; None = off with PFC (lossless), 1 ms without; 0 = off
@@ -123,6 +151,9 @@ class PacketConfig:
     scheduler: str = "ns3::MapScheduler"
     # ECMP policy (phantora.topology.ecmp): phantora | hpcc; None = the topology's (hpcc for HPCC-format files)
     ecmp_hash: str | None = None
+    # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
+    # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
+    nvlink: str = "packet"
     # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
     cc_attrs: dict[str, str] = field(default_factory=dict)  # raw ns-3 attribute overrides, e.g. {"G": "0.0625"}
 
@@ -138,7 +169,7 @@ class PacketConfig:
 
         if self.cc not in CC_NAMES:
             raise bad("cc", f"unknown congestion control {self.cc!r} (known: {', '.join(CC_NAMES)})")
-        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "seed")
+        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed")
         non_negative = (
             "header_bytes",
             "int_header_bytes",
@@ -164,6 +195,8 @@ class PacketConfig:
             raise bad("headroom_factor", f"must be a number >= 0, got {self.headroom_factor!r}")
         if self.int_mode not in ("auto", "on", "off"):
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
+        if self.nvlink not in NVLINK_MODES:
+            raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
         if self.ecmp_hash is not None and self.ecmp_hash not in ECMP_HASHES:
             raise bad("ecmp_hash", f"expected {' or '.join(ECMP_HASHES)}, got {self.ecmp_hash!r}")
         for name in ("kmin_map", "kmax_map", "pmax_map"):
@@ -190,6 +223,10 @@ class PacketConfig:
             if why is not None:
                 raise bad(f"cc.{key}", why)
         return self
+
+    def approximations(self) -> list[str]:
+        """The opt-in approximations of the exact packet model this config turns on (results.json lists them)."""
+        return ["nvlink=fluid"] if self.nvlink == "fluid" else []
 
     def with_updates(self, **changes: Any) -> PacketConfig:
         """A copy with some fields changed (validated)."""
@@ -258,6 +295,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "kmax_map": (("switch.KmaxMap",), "map"),
     "pmax_map": (("switch.PmaxMap",), "map"),
     "ack_interval": (("nic.AckInterval",), "int"),
+    "ack_delay_ns": (("nic.AckDelay",), "ns"),
     "ack_high_prio": (("nic.AckHighPriority",), "bool"),
     "nack_interval_ns": (("nic.NackInterval",), "ns"),
     "rto_ns": (("nic.RetransmitTimeout",), "ns"),
@@ -536,10 +574,18 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
         if key.startswith("cc.") and len(key) > 3:
             attrs[key[3:]] = value.strip()
             continue
+        if key == "wire":
+            preset = WIRE_PRESETS.get(value.strip())
+            if preset is None:
+                known = ", ".join(WIRE_PRESETS)
+                raise InputError(f"unknown wire preset {value.strip()!r} (known: {known})", file=source, field=key)
+            changes.update(preset)
+            continue
         if key not in names or key == "cc_attrs":
             listed = ", ".join(sorted(n for n in names if n != "cc_attrs"))
             raise InputError(
-                f"unknown PacketConfig field {key!r}; the fields: {listed}; and cc.ATTRIBUTE for the CC's own",
+                f"unknown PacketConfig field {key!r}; the fields: {listed}; cc.ATTRIBUTE for the CC's own; "
+                f"and wire=PRESET ({', '.join(WIRE_PRESETS)})",
                 file=source,
                 field=key,
             )

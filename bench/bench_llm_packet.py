@@ -1,0 +1,121 @@
+"""Packet mode on an LLM step (issue 13): how far each lever gets in a wall-time budget. Prints figures only.
+
+Plans a recorded execution graph (``phantora run --record DIR``) into its flow DAG once, then runs it on
+the packet engine under each variant (a list of ``--set`` fields, ``exact`` for none) until it ends or the
+budget runs out, and prints side by side: simulated time reached, flows and bytes done, ns-3 events, events
+per CPU second, peak RSS, and, when the budget ended the run, the projected CPU time of the whole graph:
+set-up + run CPU x packet-side bytes / payload bytes ns-3 has carried so far (packet events grow with the
+bytes ns-3 carries; CPU seconds, not wall, because this machine is shared). The budget counts from the
+end of set-up (planning and submitting the DAG).
+
+    # record one Llama-3-8B FSDP2 step on rail128 (flow mode, about a minute), then compare levers:
+    .venv/bin/phantora run --topology rail128 --phantom --out /tmp/r8b --record /tmp/g8b \\
+        examples/llama_train.py --model llama3-8b --seq 8192 --batch 2 --ac op --steps 1
+    .venv/bin/python bench/bench_llm_packet.py /tmp/g8b --topology rail128 --budget-s 300 \\
+        --variant exact --variant nvlink=fluid --variant nvlink=fluid,wire=roce4k
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+from phantora.egraph.format import load
+from phantora.egraph.replay import algo_from_meta, plan_graph
+from phantora.netsim.base import Flow
+from phantora.netsim.factory import make_engine
+from phantora.topology.loader import load_topology
+
+
+def packet_side(flows: list[Flow], topo_name: str, fluid: bool) -> set[int]:
+    """Ids of the flows ns-3 carries packet by packet under this variant."""
+    topo = load_topology(topo_name)
+    out = set()
+    for f in flows:
+        if f.size == 0 or f.src == f.dst:
+            continue
+        if fluid and topo.shared_nvswitch(f.src, f.dst) is not None:
+            continue
+        out.add(f.id)
+    return out
+
+
+def run_variant(graph_dir: str, topo_name: str, cc: str, sets: list[str], budget_s: float, quantum_ns: int) -> dict:
+    graph = load(graph_dir)
+    topo = load_topology(topo_name)
+    flows = plan_graph(graph, topo, algo_from_meta(graph)).flows
+    size = {f.id: f.size for f in flows}
+    fluid = "nvlink=fluid" in sets
+    on_packets = packet_side(flows, topo_name, fluid)
+    total_pkt_bytes = sum(size[i] for i in on_packets)
+    cpu0 = time.process_time()
+    sim = make_engine("ns3", topo, cc=cc, set=sets)
+    sim.submit(flows, 0)
+    setup_cpu = time.process_time() - cpu0
+    cpu1 = time.process_time()
+    t1 = time.perf_counter()
+    done = 0
+    done_bytes = 0
+    finished = False
+    while True:
+        nxt = sim.next_event_time()
+        if nxt is None:
+            finished = sim.in_flight() == 0
+            break
+        for c in sim.advance(max(nxt, sim.now() + quantum_ns)):
+            done += 1
+            done_bytes += c.size
+        if time.perf_counter() - t1 > budget_s:
+            break
+    run_cpu = time.process_time() - cpu1
+    stats = sim.stats()
+    now = sim.now()
+    sim.close()
+    events = int(stats.get("events", 0) or 0)
+    carried = int(stats.get("payload_bytes_delivered", 0) or 0)  # ns-3's payload bytes so far, open flows too
+    run_total = run_cpu if finished else run_cpu * total_pkt_bytes / max(1, carried)
+    return {
+        "variant": ",".join(sets) or "exact",
+        "finished": finished,
+        "sim_ms": now / 1e6,
+        "flows": f"{done}/{len(flows)}",
+        "bytes_done_pct": 100 * done_bytes / max(1, sum(size.values())),
+        "packet_bytes_carried_pct": 100 * carried / max(1, total_pkt_bytes),
+        "events": events,
+        "events_per_cpu_s": events / run_cpu if run_cpu else 0.0,
+        "setup_cpu_s": setup_cpu,
+        "run_cpu_s": run_cpu,
+        "run_wall_s": time.perf_counter() - t1,
+        "projected_cpu_s": setup_cpu + run_total,
+        "packet_side_gb": total_pkt_bytes / 1e9,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("graph", help="execution-graph directory (phantora run --record DIR)")
+    ap.add_argument("--topology", default="rail128")
+    ap.add_argument("--cc", default="dcqcn")
+    ap.add_argument("--variant", action="append", help="comma-separated --set fields, or 'exact' (repeatable)")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="wall seconds per variant")
+    ap.add_argument("--quantum-ns", type=int, default=20_000, help="simulated ns between budget checks")
+    args = ap.parse_args()
+    rows = []
+    for v in args.variant or ["exact", "nvlink=fluid"]:
+        sets = [] if v == "exact" else [s for s in v.split(",") if s]
+        row = run_variant(args.graph, args.topology, args.cc, sets, args.budget_s, args.quantum_ns)
+        rows.append(row)
+        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+    base = rows[0]["projected_cpu_s"]
+    print("\nvariant                          projected CPU     x faster   events/CPU s   packet-side GB")
+    for r in rows:
+        print(
+            f"{r['variant']:<30} {r['projected_cpu_s']:>12.0f} s {base / r['projected_cpu_s']:>10.1f}"
+            f" {r['events_per_cpu_s']:>14.3g} {r['packet_side_gb']:>14.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

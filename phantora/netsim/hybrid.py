@@ -1,0 +1,316 @@
+"""`FluidNvlinkSimulator`: the fabric packet by packet (ns-3), NVLink and zero-byte markers as fluid flows.
+
+Inside a host, GPUs talk through an NVSwitch: a non-blocking crossbar with no PFC, no ECN and no
+congestion control in the packet model (`PfcSwitch` with ``NvSwitch`` set), so packets there only
+share each GPU's NVLink port round robin. Their max-min fluid limit is what the flow engine computes,
+with the channel capacity scaled by payload / (payload + header) as the packets carry it. On an LLM
+step most bytes are NVLink bytes (87 % for Llama-3-8B FSDP on rail128), so simulating them as fluid
+removes most packet events.
+
+Two engines, one interface. Every flow goes to the fluid engine when it stays inside one NVSwitch (or
+moves no bytes: a marker), else to ns-3. A dependency between the two sides is kept here: the
+dependent flow is held and handed to its engine, at the time its last dependency arrived, once they
+all have. To do that exactly both engines run in step: ns-3 runs to the fluid engine's next event
+time and stops at any completion (`Ns3Simulator.advance_to_completion`), then the fluid engine
+catches up to the same ns, and the flows their completions release are submitted at that ns.
+
+What this changes against the full packet model: NVLink traffic is max-min fair instead of
+packet-interleaved (no per-packet store and forward on its two hops: under 1 ns at 3.6 Tb/s), and
+same-ns events may be ordered differently. docs/packet-model.md measures the effect on step times
+and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says it was used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from phantora.errors import PhantoraError
+from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, check_flow_batch
+from phantora.netsim.flow import CausalityError, FlowSimulator
+from phantora.netsim.observe import (
+    CnpEvent,
+    Drop,
+    EcnMark,
+    FabricObserver,
+    PacketChannelUsage,
+    PfcEvent,
+    QueueSample,
+)
+
+if TYPE_CHECKING:
+    from phantora.topology.model import Topology
+
+PACKET, FLUID = 0, 1
+
+
+class CompletionStepper(NetworkSimulator, Protocol):
+    """An engine that can run to its next completion: `Ns3Simulator` (and `FlowSimulator`, for tests)."""
+
+    topology: Topology
+
+    def advance_to_completion(self, until: int) -> list[Completion]:
+        """`advance(until)`, but return right after the first ns at which any flow completes."""
+        ...
+
+
+class FluidNvlinkSimulator:
+    """`NetworkSimulator` (and `FabricObserver`) over an ns-3 engine and a fluid engine for NVLink."""
+
+    def __init__(
+        self, packet: CompletionStepper, fluid: FlowSimulator, *, payload_bytes: int, header_bytes: int
+    ) -> None:
+        """`payload_bytes`/`header_bytes`: the packet model's, to show fluid NVLink bytes as packets would."""
+        self.packet = packet
+        self.fluid = fluid
+        self.topology: Topology = packet.topology
+        self._payload = payload_bytes
+        self._header = header_bytes
+        self._side: dict[int, int] = {}  # flow id -> engine it went to
+        self._end: dict[int, int] = {}  # completed flow id -> end ns
+        self._held: dict[int, tuple[Flow, int, int]] = {}  # flow id -> (flow, submit time, deps outstanding)
+        self._held_side: dict[int, int] = {}
+        self._waiters: dict[int, list[int]] = {}  # flow id -> held flows waiting on it
+        self._fluid_flows = 0
+        self._steps = 0
+
+    # ----- which side ------------------------------------------------------------------------
+    def side_of(self, f: Flow) -> int:
+        """FLUID for a marker (no bytes, or to itself) or a flow through one NVSwitch; PACKET otherwise."""
+        if f.size == 0 or f.src == f.dst or self.topology.shared_nvswitch(f.src, f.dst) is not None:
+            return FLUID
+        return PACKET
+
+    def _engine(self, side: int) -> CompletionStepper | FlowSimulator:
+        return self.fluid if side == FLUID else self.packet
+
+    # ----- NetworkSimulator ------------------------------------------------------------------
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        """Add flows eligible from `at` (>= now()); deps may cross sides and name flows of this batch."""
+        now = self.now()
+        if at < now:
+            raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
+        check_flow_batch(flows, self.topology, self._known)
+        for f in flows:
+            if f.size and f.src != f.dst:
+                self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
+        batch = {f.id: f for f in flows}
+        out: tuple[list[Flow], list[Flow]] = ([], [])
+        for f in _topological(flows, batch):
+            side = self.side_of(f)
+            pending = 0
+            for d in dict.fromkeys(f.deps):
+                if d in self._end:
+                    continue
+                if d in self._held or self._side.get(d, side) != side:
+                    self._waiters.setdefault(d, []).append(f.id)
+                    pending += 1
+            if pending:
+                self._held[f.id] = (f, at, pending)
+                self._held_side[f.id] = side
+            else:
+                self._side[f.id] = side
+                out[side].append(self._same_side(f, side))
+        for side in (PACKET, FLUID):
+            if out[side]:
+                self._engine(side).submit(out[side], at)
+                if side == FLUID:
+                    self._fluid_flows += len(out[side])
+
+    def advance(self, until: int) -> list[Completion]:
+        """Run every event at or before `until` on both sides; now() becomes `until`."""
+        done: list[Completion] = []
+        while True:
+            got = self._step(until)
+            done.extend(got)
+            if not got and self.packet.now() == until and self.fluid.now() == until:
+                return sorted(done, key=_order)
+
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch`
+        completes, with every event of that ns run. With no limit it also returns once nothing is in flight."""
+        if not watch:
+            return self.advance(until) if until < INF_NS else []
+        done: list[Completion] = []
+        while True:
+            if until >= INF_NS and self._idle():
+                self._check_stuck()
+                return sorted(done, key=_order)
+            got = self._step(until)
+            done.extend(got)
+            if any(c.flow_id in watch for c in got):
+                done.extend(self.advance(self.now()))  # what else happens in that ns
+                return sorted(done, key=_order)
+            if not got and until < INF_NS and self.packet.now() == until and self.fluid.now() == until:
+                return sorted(done, key=_order)
+
+    def next_event_time(self) -> int | None:
+        times = [t for t in (self.packet.next_event_time(), self.fluid.next_event_time()) if t is not None]
+        return min(times) if times else None
+
+    def now(self) -> int:
+        return self.packet.now()
+
+    def in_flight(self) -> int:
+        return self.packet.in_flight() + self.fluid.in_flight() + len(self._held)
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
+        limit = INF_NS if limit_ns is None else limit_ns
+        done: list[Completion] = []
+        while not self._idle():
+            if self.now() >= limit:
+                left = self.in_flight()
+                raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
+            done.extend(self._step(limit))
+        self._check_stuck()
+        return sorted(done, key=_order)
+
+    def stats(self) -> dict[str, object]:
+        out = dict(self.packet.stats())
+        fluid = self.fluid.stats()
+        out["fluid_flows"] = self._fluid_flows
+        out["fluid_events"] = fluid.get("events", 0)
+        out["hybrid_steps"] = self._steps
+        out["approximations"] = ["nvlink=fluid"]
+        return out
+
+    def close(self) -> None:
+        self.packet.close()
+        self.fluid.close()
+
+    def keepalive(self) -> None:
+        self.packet.keepalive()
+
+    def channels(self) -> FluidNvlinkSimulator:
+        return self
+
+    def fabric(self) -> FluidNvlinkSimulator | None:
+        return self if self.packet.fabric() is not None else None
+
+    def _observer(self) -> FabricObserver:
+        obs = self.packet.fabric()
+        if obs is None:
+            raise PhantoraError("the packet side of this engine observes no fabric")
+        return obs
+
+    # ----- FabricObserver: ns-3's records, NVLink channels from the fluid side ---------------------
+    def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
+        """ns-3's per-channel counters; channels the fluid side used get its bytes as wire bytes (headers
+        included) and that many full-size data packets."""
+        elapsed = self.now() if elapsed_ns is None else elapsed_ns
+        rows = {r.channel: r for r in self._observer().channel_usage(elapsed)}
+        payload = self._payload
+        wire = payload + self._header
+        for u in self.fluid.channel_usage(elapsed):
+            packets = math.ceil(u.bytes / payload)
+            nbytes = u.bytes + packets * (wire - payload)
+            old = rows.get(u.channel)
+            if old is not None:
+                packets += old.packets
+                nbytes += old.bytes
+            util = nbytes * 8e9 / (u.bandwidth_bps * elapsed) if elapsed > 0 else 0.0
+            rows[u.channel] = PacketChannelUsage(
+                u.channel, u.src, u.dst, u.bandwidth_bps, nbytes, packets,
+                old.paused_ns if old else 0, old.ecn_marks if old else 0, old.max_queue_bytes if old else 0, util,
+            )  # fmt: skip
+        return [rows[c] for c in sorted(rows)]
+
+    def pfc_events(self) -> Sequence[PfcEvent]:
+        return self._observer().pfc_events()
+
+    def queue_samples(self) -> Sequence[QueueSample]:
+        return self._observer().queue_samples()
+
+    def drops(self) -> Sequence[Drop]:
+        return self._observer().drops()
+
+    def cnp_events(self) -> Sequence[CnpEvent]:
+        return self._observer().cnp_events()
+
+    def ecn_mark_events(self) -> Sequence[EcnMark]:
+        return self._observer().ecn_mark_events()
+
+    # ----- internals -------------------------------------------------------------------------
+    def _known(self, fid: int) -> bool:
+        return fid in self._side or fid in self._held
+
+    def _same_side(self, f: Flow, side: int) -> Flow:
+        """`f` with only the deps its engine knows (its own side's); the others have all arrived."""
+        deps = tuple(d for d in f.deps if self._side.get(d) == side)
+        if deps == f.deps:
+            return f
+        return Flow(f.id, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key)
+
+    def _idle(self) -> bool:
+        return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0
+
+    def _check_stuck(self) -> None:
+        if self._held:
+            raise PhantoraError(f"{len(self._held)} flows can never start: they wait on flows that never complete")
+
+    def _step(self, until: int) -> list[Completion]:
+        """Both engines to the next completion (either side), the fluid side's next event or `until`,
+        whichever is first; release what the completions free. Both engines end at the same ns."""
+        self._steps += 1
+        tf = self.fluid.next_event_time()
+        bound = until if tf is None else min(until, tf)
+        if self.packet.in_flight():
+            got = self.packet.advance_to_completion(bound)
+        elif bound < INF_NS:
+            got = self.packet.advance(bound)
+        else:
+            got = []
+        got += self.fluid.advance(self.packet.now())
+        if got:
+            self._release(got)
+        return got
+
+    def _release(self, completions: list[Completion]) -> None:
+        """Record arrivals; hand every held flow whose last outstanding dep arrived to its engine, now."""
+        now = self.now()
+        ready: dict[tuple[int, int], list[Flow]] = {}
+        for c in completions:
+            self._end[c.flow_id] = c.end_ns
+            for j in self._waiters.pop(c.flow_id, ()):
+                f, at, pending = self._held[j]
+                if pending > 1:
+                    self._held[j] = (f, at, pending - 1)
+                    continue
+                del self._held[j]
+                side = self._held_side.pop(j)
+                self._side[j] = side
+                ready.setdefault((max(at, now), side), []).append(self._same_side(f, side))
+        for (at, side), batch in sorted(ready.items()):
+            self._engine(side).submit(batch, at)
+            if side == FLUID:
+                self._fluid_flows += len(batch)
+
+
+def _order(c: Completion) -> tuple[int, int]:
+    return (c.end_ns, c.flow_id)
+
+
+def _topological(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flow]:
+    """The batch with every flow after its in-batch deps (submission order otherwise kept)."""
+    placed: set[int] = set()
+    out: list[Flow] = []
+    for root in flows:
+        if root.id in placed:
+            continue
+        stack = [(root, 0)]
+        while stack:
+            f, i = stack.pop()
+            if f.id in placed:
+                continue
+            deps = f.deps
+            while i < len(deps) and (deps[i] not in batch or deps[i] in placed):
+                i += 1
+            if i < len(deps):
+                stack.append((f, i + 1))
+                stack.append((batch[deps[i]], 0))
+                continue
+            placed.add(f.id)
+            out.append(f)
+    return out
