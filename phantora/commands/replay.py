@@ -15,6 +15,7 @@ from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
 from phantora.commands.outdir import add_out_options, in_run_dir
+from phantora.errors import InputError
 from phantora.netsim.factory import NETWORKS, make_engine
 from phantora.units import parse_size_bytes
 
@@ -37,6 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", default=None, help="chunk size of the chunked granularity (default 2MiB)")
     p.add_argument("--scale-dp", type=int, default=None, metavar="N", help="graphs: re-target DDP/FSDP to N ranks")
     p.add_argument("--gaps", choices=("keep", "drop"), default="keep", help="Kineto: keep or drop unexplained idle")
+    p.add_argument(
+        "--replicate-rank",
+        type=int,
+        default=None,
+        metavar="R",
+        help="Kineto: the trace of rank R stands for every rank of the world its distributedInfo records "
+        "(SPMD: all ranks run the same kernels and collectives); for traces that hold one rank",
+    )
     p.add_argument("--save-graph", type=Path, default=None, help="write the (imported or scaled) graph here")
     p.add_argument("--export-chakra", type=Path, default=None, help="also write the graph as Chakra ET files here")
     add_out_options(p, "results.json, flows.csv and links.csv")
@@ -91,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     args.workload = str(shipped_file(args.workload, workloads_dir(), (".toml", ".json")))
     kind = _detect(Path(args.workload), args.format)
+    if args.replicate_rank is not None and kind != "kineto":
+        raise InputError(f"applies to Kineto traces only, and INPUT is {kind}", field="--replicate-rank")
     options = _engine_options(args)
     if kind == "workload":
         return _run_workload(args, topo, options)
@@ -134,9 +145,14 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     if kind == "kineto":
         from phantora.egraph.kineto import import_kineto, trace_files
 
-        graph, rep = import_kineto(trace_files(args.workload), gaps=args.gaps)
+        graph, rep = import_kineto(trace_files(args.workload), gaps=args.gaps, replicate_rank=args.replicate_rank)
+        what = (
+            f"imported {rep.ranks} rank trace(s)"
+            if rep.replicated_from is None
+            else f"imported the trace of rank {rep.replicated_from}, replicated to {rep.ranks} ranks; per rank"
+        )
         notes.append(
-            f"imported {rep.ranks} rank trace(s): {rep.kernels} kernels, {rep.collectives} collectives, "
+            f"{what}: {rep.kernels} kernels, {rep.collectives} collectives, "
             f"{rep.transfers} transfers, {rep.sync_deps} cross-stream waits from cuda_sync events, "
             f"{rep.nccl_issue_deps} inferred NCCL issue dependencies, {rep.idle_ns / 1e6:.3f} ms idle kept"
         )
