@@ -22,6 +22,10 @@ STATUS_JSON = "status.json"
 STATUS = "phantora.status/1"
 STEPS_JSONL = "steps.jsonl"
 STEPS_DIR = "steps"
+# The Chrome trace: trace/rank<R>.jsonl, one line per finished step ({"rank", "step", "events"}; step None for
+# the events after the last step), which the live ranks append to as they go, merged into trace.json.
+TRACE_JSON = "trace.json"
+TRACE_DIR = "trace"
 
 # CSV tables.
 FLOWS_CSV = "flows.csv"  # one row per flow of a replay or a live run
