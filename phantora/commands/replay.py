@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
+from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir
 from phantora.errors import InputError
-from phantora.netsim.factory import NETWORKS, make_engine
+from phantora.netsim.factory import make_engine
 from phantora.units import parse_size_bytes
 
 FORMATS = ("auto", "workload", "egraph", "kineto")
@@ -28,9 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("workload", metavar="INPUT", help="workload file, graph directory, or Kineto trace file/directory")
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
-    p.add_argument("--network", choices=NETWORKS, default="flow", help="network engine (default: flow)")
-    p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="ns3 only: a PacketConfig field")
+    add_network_options(p)
     p.add_argument("--format", choices=FORMATS, default="auto", help="what INPUT is (default: detect)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default collective algorithm (auto)")
     p.add_argument("--granularity", choices=("coarse", "chunked"), default=None, help="coarse (default) or chunked")
@@ -49,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-graph", type=Path, default=None, help="write the (imported or scaled) graph here")
     p.add_argument("--export-chakra", type=Path, default=None, help="also write the graph as Chakra ET files here")
     add_out_options(p, "results.json, flows.csv and links.csv")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
+    add_progress_options(p)
     p.set_defaults(func=in_run_dir("replay", run))
 
 
@@ -85,9 +83,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     only --set ecmp_hash)."""
     from phantora.netsim.cli_config import flow_options_from_sets, packet_config_from_flags
 
+    check_flow_network(args.network, args.cc, args.set)
     if args.network != "ns3":
-        if args.cc:
-            print("note: --cc applies to --network ns3 only; ignored", file=sys.stderr)
         return flow_options_from_sets(args.set or ())
 
     return {"config": packet_config_from_flags(cc=args.cc, sets=args.set or ())}
@@ -120,8 +117,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) 
     base = _algo(args, AlgoOptions())
     sim = make_engine(args.network, topo, **options)
     try:
-        progress = args.progress if args.progress is not None else len(wl.ops) > 20
-        res = replay_inprocess(wl, topo, sim, base, progress=progress)
+        res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
         print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
         print(format_table(res))
         if args.out:
@@ -176,8 +172,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     sim = make_engine(args.network, topo, **options)
     traces: list[Path] = []
     try:
-        progress = args.progress if args.progress is not None else False
-        res = replay_graph(graph, topo, sim, algo, progress=progress)
+        res = replay_graph(graph, topo, sim, algo, progress=progress_mode(args))
         fabric = sim.fabric()
         if args.out and fabric is not None:
             traces = write_packet_traces(args.out, fabric)
