@@ -40,8 +40,9 @@ def test_the_shared_options_are_defined_alike_on_every_command() -> None:
         "ns3",
     )
     assert tuple(option(ps["netsim"], "--cc").choices) == CC_NAMES
-    for name in ("--progress", "--quiet"):  # sweep too
-        assert signature(option(ps["sweep"], name)) == signature(option(ps["run"], name)), name
+    for name in ("--progress", "--quiet"):  # sweep and rerun too
+        for cmd in ("sweep", "rerun"):
+            assert signature(option(ps[cmd], name)) == signature(option(ps["run"], name)), (cmd, name)
     for name in ("--network", "--cc", "--set"):  # sweep takes lists of the same values
         assert option(ps["sweep"], name).dest == option(ps["run"], name).dest
 
