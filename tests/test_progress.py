@@ -102,3 +102,16 @@ def test_ns3_results_are_the_same_with_progress(ns3_lib, tmp_path: Path) -> None
     extra = ss.pop("events") - sq.pop("events")
     ss.pop("wall_s"), sq.pop("wall_s")
     assert ss == sq and 0 <= extra <= 2 * 200
+
+
+def test_a_sweep_shows_configurations_done_and_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from phantora.sweep import SweepSpec, run_sweep
+
+    monkeypatch.setattr(P, "LINE_EVERY_S", 0.0)
+    spec = SweepSpec(name="p", fixed={"workload": str(MOE)}, grid={"topology": ["testbed16", "no_such_topology"]})
+    res = run_sweep(spec, tmp_path / "s", jobs=1, progress="lines", plots=False)
+    assert [r["status"] for r in res.rows] == ["ok", "failed"]
+    err = capsys.readouterr().err
+    assert "[phantora] sweep p: 2/2 runs (100%), 1 failed" in err and "run 1 failed" in err
