@@ -1,10 +1,11 @@
 """Sweep throughput: runs per minute for the incast CC sweep on local cores.
 
-    python bench/bench_sweep.py [--jobs 2] [--repeat 1] [--modes ns3,flow] [--keep DIR]
+    python bench/bench_sweep.py [--jobs 2] [--repeat 1] [--modes ns3,flow] [--via replay|netsim] [--keep DIR]
 
-ns3: the 4-algorithm CC sweep (none, dcqcn, hpcc, dctcp) on the 7-to-1 incast with a 1 MB switch buffer,
-through `phantora replay workloads/incast_heavy.toml --network ns3 --set ...` when replay has --set, else
-through `phantora netsim` on the same incast as an HPCC flow file. flow: the same workload replayed on the
+ns3: the 4-algorithm CC sweep (none, dcqcn, hpcc, dctcp) on a 7-to-1 incast with a 1 MB switch buffer,
+through `phantora replay workloads/incast_heavy.toml --network ns3 --set ...` (3 x 1 MiB from each sender,
+back to back), or with `--via netsim` through `phantora netsim` on an HPCC flow file (1 MB from each sender
+at 0 and again at 500 us: the table of docs/compare-and-sweep.md). flow: the replay workload on the
 flow-level engine (4 topologies' worth of runs), which shows the per-process start-up floor.
 Each run is a separate process, so ns-3's start-up (importing the bindings, loading the fabric) counts.
 """
@@ -27,25 +28,18 @@ from phantora.sweep import SweepSpec, format_rows, run_sweep  # noqa: E402
 CCS = ["none", "dcqcn", "hpcc", "dctcp"]
 
 
-def replay_has_set() -> bool:
-    from phantora.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    return "--set" in sub.choices["replay"]._option_string_actions
-
-
-def ns3_spec(tmp: Path, repeat: int) -> SweepSpec:
+def ns3_spec(tmp: Path, repeat: int, via: str = "replay") -> SweepSpec:
     fixed: dict = {"topology": "star8", "set.buffer_bytes": 1_000_000}
     grid: dict = {"cc": CCS}
     if repeat > 1:
         grid["set.seed"] = list(range(1, repeat + 1))
-    if replay_has_set():
+    if via == "replay":
         fixed.update(workload=str(ROOT / "workloads" / "incast_heavy.toml"), network="ns3")
         return SweepSpec(name="ns3-cc-incast-replay", fixed=fixed, grid=grid)
     flows = tmp / "incast.txt"
     lines = [f"{s} 0 3 100 1000000 {burst * 0.0005:.9f}" for burst in range(2) for s in range(1, 8)]
     flows.write_text(f"{len(lines)}\n" + "\n".join(lines) + "\n")
-    fixed["flows"] = str(flows)
+    fixed.update(flows=str(flows), network="ns3")
     command = ("netsim", "--topology", "{topology}", "--flows", "{flows}", "--out", "{out}")
     return SweepSpec(name="ns3-cc-incast-netsim", command=command, fixed=fixed, grid=grid)
 
@@ -80,12 +74,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="grid copies (seeds for ns3, channels for flow)")
     ap.add_argument("--modes", default="ns3,flow")
     ap.add_argument("--keep", type=Path, default=None, help="keep the sweep directories here")
+    ap.add_argument("--via", choices=("replay", "netsim"), default="replay", help="the ns3 sweep's command")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = args.keep or Path(tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
         for mode in args.modes.split(","):
-            spec = ns3_spec(tmp, args.repeat) if mode == "ns3" else flow_spec(args.repeat)
+            spec = ns3_spec(tmp, args.repeat, args.via) if mode == "ns3" else flow_spec(args.repeat)
             bench(spec, tmp / spec.name, args.jobs)
     return 0
 

@@ -314,7 +314,8 @@ class CosimRun:
                     continue
                 when = "mid-run" if joined else "during start-up (before every rank had joined)"
                 died = f"{c.label} {c.exit_text()} {when}; the run was stopped.\n{c.log_tail()}"
-                self._check_error_first(sock, c, died)
+                if welcomed_at is not None:  # the coordinator serves: it may know the real cause
+                    self._check_error_first(sock, c, died)
                 raise BridgeError(died, code="peer-died", rank=c.rank if c.role == "rank" else None)
             if now - last_beat >= HEARTBEAT_S:
                 sock.send(encode("heartbeat", 0))
@@ -336,6 +337,10 @@ class CosimRun:
 
     def _check_error_first(self, sock: zmq.Socket, child: Child, died: str) -> None:
         """A child died: ask the coordinator whether the run had already failed, as that is the real cause.
+
+        Asked only once the coordinator serves (it welcomed the launcher): before that it has read no
+        rank's message, so it has nothing to add, and it may be waiting for the network server to build
+        its engine (seconds for the ns-3 import), which must not delay the end of the run.
 
         A rank that dies mid-run is often the victim: gloo aborts a rank whose peer sent a buffer
         of the wrong size, before the coordinator's mismatch diagnostic arrives. The coordinator

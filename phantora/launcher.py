@@ -7,7 +7,6 @@ results into results.json and merges their traces into trace.json.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shutil
 import sys
@@ -22,7 +21,7 @@ from phantora.results import provenance, run_dir
 from phantora.runtime.gpus import get_gpu
 from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options
 from phantora.runtime.results import summarize, write_results
-from phantora.runtime.trace import LEVELS, merge_traces
+from phantora.runtime.trace import LEVELS
 from phantora.topology.model import Topology
 
 
@@ -237,7 +236,9 @@ def launch(cfg: RunConfig) -> RunReport:
             watcher.stop()
         if keep:
             steps = run_dir.merge_steps(out, range(live))
-            run_dir.write_status(out, "failed", **run_dir.failure(exc), steps_finished=len(steps))
+            trace = run_dir.merge_trace(out, partial=True)
+            traced = {"trace": f"partial: {trace.name} holds the steps each rank finished"} if trace else {}
+            run_dir.write_status(out, "failed", **run_dir.failure(exc), steps_finished=len(steps), **traced)
         else:
             shutil.rmtree(out, ignore_errors=True)
         raise
@@ -275,16 +276,10 @@ def launch(cfg: RunConfig) -> RunReport:
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
             },
         }
-        parts = sorted((out / "trace").glob("rank*.trace.json"), key=lambda p: int(p.name[4:].split(".")[0]))
         if keep:
             steps = run_dir.merge_steps(out, range(live))
             write_results(out / "results.json", summary)
-            if parts:
-                merge_traces(parts, out / "trace.json")
-                for part in parts:  # only our files: the user may have put something else there
-                    part.unlink()
-                with contextlib.suppress(OSError):
-                    (out / "trace").rmdir()
+            run_dir.merge_trace(out)
             run_dir.write_status(out, "complete", steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     except BaseException as exc:  # the run ended but its results could not be written

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from phantora.collectives import FlowDag, collective_metrics, decompose
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
-from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.netsim.base import Completion, Flow, NetworkSimulator, drain_observed
+from phantora.progress import Progress
 from phantora.topology.model import Topology
 from phantora.workload import Workload, WorkloadOp
 
@@ -122,28 +123,30 @@ def plan_workload(
 
 
 def run_engine(
-    sim: NetworkSimulator, flows: list[Flow], *, progress: bool = False, quantum_ns: int = 50_000
+    sim: NetworkSimulator, flows: list[Flow], *, progress: str = "off", desc: str = "replay"
 ) -> list[Completion]:
-    """Submit a DAG at the engine's current time and run it to the end, with an optional progress bar."""
+    """Submit a DAG at the engine's current time and run it to the end. `progress` ("off", "bar", "lines";
+    `phantora.progress`) shows flows done, the simulated time, events/s and an ETA; the engine runs the
+    same events either way (`drain_observed`)."""
     sim.submit(flows, at=sim.now())
-    if not progress:
+    if progress == "off":
         return sim.drain()
-    from tqdm import tqdm
+    with Progress(progress, desc, len(flows), "flow") as bar:
 
-    done: list[Completion] = []
-    with tqdm(total=len(flows), unit="flow", desc="simulating", leave=False) as bar:
-        while sim.in_flight():
-            t = sim.next_event_time()
-            if t is None:
-                break
-            got = sim.advance(max(t, sim.now() + quantum_ns))
-            done.extend(got)
-            bar.update(len(got))
-    return done
+        def tick(got: list[Completion]) -> None:
+            bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim))
+
+        return drain_observed(sim, [f.id for f in flows], tick)
+
+
+def engine_events(sim: NetworkSimulator) -> int | None:
+    """The engine's event counter, for events/s (None if it keeps none)."""
+    n = sim.stats().get("events")
+    return int(n) if isinstance(n, (int, float)) else None
 
 
 def replay_inprocess(
-    wl: Workload, topo: Topology, sim: NetworkSimulator, base: AlgoOptions | None = None, *, progress: bool = False
+    wl: Workload, topo: Topology, sim: NetworkSimulator, base: AlgoOptions | None = None, *, progress: str = "off"
 ) -> ReplayResult:
     """Replay a workload on an engine in this process and return per-op records."""
     t0 = time.perf_counter()

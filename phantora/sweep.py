@@ -43,6 +43,7 @@ from typing import Any
 
 from phantora.errors import InputError, PhantoraError
 from phantora.files import read_toml
+from phantora.progress import Progress, auto_mode
 from phantora.results.run_dir import read_status
 from phantora.results.write import write_json
 from phantora.sweep_local import RunOutcome, RunSpec, Scalar, prebuild_ns3, run_local
@@ -442,7 +443,7 @@ def run_sweep(
     *,
     jobs: int | None = None,
     ray_address: str | None = None,
-    progress: bool | None = None,
+    progress: str | bool | None = None,
     plots: bool = True,
     report: Callable[[str], None] | None = None,
     resume: bool | None = None,
@@ -450,29 +451,29 @@ def run_sweep(
     """Run every point of `spec` (locally or on Ray), then write sweep.csv/.parquet, sweep.json and plots.
 
     `resume` (None: when `out_dir` holds the same sweep) keeps the runs an earlier sweep there completed
-    and runs only the others (failed, interrupted or never started); False starts over.
+    and runs only the others (failed, interrupted or never started); False starts over. `progress`: a mode
+    of `phantora.progress` ("off", "bar", "lines"), or a flag (None: a bar on a terminal, else lines).
     """
-    from tqdm import tqdm
-
     spec.validate()
     out_dir = Path(out_dir)
     runs = build_runs(spec, out_dir)
     n_jobs = jobs or spec.jobs or os.cpu_count() or 1
     say = report or (lambda msg: print(msg, file=sys.stderr))
-    quiet = not sys.stderr.isatty() if progress is None else not progress
+    mode = progress if isinstance(progress, str) else auto_mode(progress)
     kept = plan_resume(spec, out_dir, runs, resume)
     if kept:
         say(f"sweep {spec.name}: resuming in {out_dir}: {len(kept)} of {len(runs)} runs are complete, "
             f"running the other {len(runs) - len(kept)}")  # fmt: skip
     todo = [r for r in runs if r.index not in kept]
     write_json(out_dir / SWEEP_JSON, {"schema": SWEEP, "state": "running", **identity(spec)}, sort_keys=False)
-    bar = tqdm(total=len(todo), desc=f"sweep {spec.name}", unit="run", disable=quiet, file=sys.stderr)
+    bar = Progress(mode, f"sweep {spec.name}", len(todo), "run")
 
     def done(run: RunSpec, res: RunOutcome) -> None:
         record_outcome(run, res)
-        bar.update(1)
-        if res.status != "ok" and not quiet:
-            bar.write(f"run {run.index} failed ({run.describe()}): {res.error}", file=sys.stderr)
+        failed = res.status != "ok"
+        bar.update(add=1, failed=int(failed))
+        if failed:
+            bar.write(f"run {run.index} failed ({run.describe()}): {res.error}")
 
     try:
         if ray_address is not None:

@@ -91,9 +91,7 @@ def write_log(run: RunSpec, stdout: str, stderr: str) -> None:
 
 
 def uses_ns3(args: Sequence[str]) -> bool:
-    """Does this command line run the packet-level engine (`--network ns3`, or `netsim` without --network flow)?"""
-    if args and args[0] == "netsim":
-        return not any(a == "flow" and i and args[i - 1] == "--network" for i, a in enumerate(args))
+    """Does this command line run the packet-level engine (`--network ns3`; every command defaults to flow)?"""
     return any(a == "ns3" and i and args[i - 1] == "--network" for i, a in enumerate(args))
 
 

@@ -40,6 +40,8 @@ from bridge.errors import BridgeError
 
 mode = sys.argv[1]
 if mode == "early" and os.environ.get("RANK") == "1":
+    if os.environ.get("EXIT_STAMP"):  # when it died, on the clock every process shares
+        open(os.environ["EXIT_STAMP"], "w").write(repr(time.monotonic()))
     sys.exit(4)  # dies in its own start-up, before it joins the run
 c = RankClient.from_env()
 r = c.rank
@@ -306,6 +308,19 @@ def test_a_rank_dying_before_it_joins_is_said_to_die_during_start_up(rank_script
     with pytest.raises(BridgeError, match=r"rank 1 \(pid \d+\) exited with code 4 during start-up") as e:
         run.run()
     assert "mid-run" not in str(e.value) and e.value.rank == 1
+
+
+@pytest.mark.ns3
+def test_a_rank_dying_while_ns3_starts_ends_the_run_without_waiting_for_it(rank_script: Path, tmp_path: Path, ns3_lib):
+    """The ns-3 import (seconds) in the network server does not delay the end of a run whose rank died."""
+    stamp = tmp_path / "died"
+    cmd = [sys.executable, str(rank_script), "early"]
+    run = CosimRun(star(2), network="ns3", rank_cmd=cmd, env={"EXIT_STAMP": str(stamp)}, timeout_s=120)
+    with pytest.raises(BridgeError, match=r"rank 1 \(pid \d+\) exited with code 4 during start-up"):
+        run.run()
+    ended = time.monotonic()
+    assert "ready" not in run.logs["server"]  # the run ended while ns-3 was still starting
+    assert ended - float(stamp.read_text()) < 1.5  # it used to wait 3 s for the busy coordinator
 
 
 def test_bad_messages_rejected_and_run_continues(rank_script: Path) -> None:

@@ -172,3 +172,71 @@ def test_not_a_chrome_trace(tmp_path: Path) -> None:
         import_kineto([p])
     with pytest.raises(InputError, match="need one trace per rank"):
         import_kineto(write(tmp_path, [rank_trace(0, 200)]))
+
+
+# ----- one rank's trace standing for all (SPMD replication) --------------------------------------------------------
+HTA = Path(__file__).resolve().parent / "data" / "hta" / "nccl_rank0_step4.json.gz"  # see data/hta/README.md
+
+
+def test_a_single_rank_trace_is_refused_with_the_replication_hint() -> None:
+    with pytest.raises(
+        InputError, match=r"need one trace per rank of the world \(2\); got ranks \[0\].*--replicate-rank 0"
+    ):
+        import_kineto([HTA])
+
+
+def test_the_replicated_rank_stands_for_every_rank_and_replays_in_closed_form(tmp_path: Path) -> None:
+    """Rank 0's trace alone, replicated to both ranks: 200 us forward, the all-reduce, 50 us of optimizer."""
+    (p,) = write(tmp_path, [rank_trace(0, 200)])
+    graph, rep = import_kineto([p], gaps="drop", replicate_rank=0)
+    assert graph.world == 2 and len(graph.programs) == 1  # both ranks run the same program
+    assert (rep.replicated_from, rep.kernels, rep.collectives) == (0, 3, 1)  # counts of the traced rank
+    assert "SPMD assumption" in rep.notes[0]
+    res = replay_graph(graph, topo2(), FlowSimulator(topo2()))
+    assert res.step_times_ns[0] / 1e3 == pytest.approx(200 + t_ar_us() + 50, abs=0.01)
+    with pytest.raises(InputError, match="no trace of rank 1 to replicate"):
+        import_kineto([p], replicate_rank=1)
+
+
+def test_replicated_subgroup_collectives_run_in_each_ranks_own_group(tmp_path: Path) -> None:
+    """Rank 3 of 8 all-reduces over its tensor-parallel pair [2, 3]: rank r gets the pair that holds it."""
+    t = rank_trace(3, 200)
+    t["distributedInfo"]["world_size"] = 8
+    for ev in t["traceEvents"]:
+        if ev["name"] == NCCL:
+            ev["args"]["Process Group Ranks"] = "[2, 3]"
+    (p,) = write(tmp_path, [t])
+    graph, _ = import_kineto([p], replicate_rank=3)
+    for r in range(8):
+        coll = next(n for n in graph.program_of(r).nodes if isinstance(n, Coll))
+        assert graph.group_of(r, coll.slot) == (r - r % 2, r - r % 2 + 1)
+    for ev in t["traceEvents"]:
+        if ev["name"] == NCCL:
+            ev["args"]["Process Group Ranks"] = "[0, 3]"  # spaced 3 apart: no tiling of 8 ranks
+    p.write_text(json.dumps(t))
+    with pytest.raises(InputError, match=r"cannot replicate a collective on ranks \[0, 3\]"):
+        import_kineto([p], replicate_rank=3)
+
+
+def test_a_real_single_rank_trace_replays_replicated(capsys: pytest.CaptureFixture[str]) -> None:
+    """HTA's rank 0 of a 2-rank NCCL job: both ranks run its 7 collectives; the step lies between the busiest
+    stream's kernels alone and every kernel and collective one after the other."""
+    events = json.loads(gzip.decompress(HTA.read_bytes()))["traceEvents"]
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    nccl = [e for e in gpu if e["name"].startswith("ncclKernel")]
+    graph, rep = import_kineto([HTA], gaps="drop", replicate_rank=0)
+    assert graph.world == 2 and rep.collectives == len(nccl) == 7 and rep.kernels == len(gpu) - len(nccl)
+    by_stream: dict[int, float] = {}
+    for e in gpu:
+        if e not in nccl:
+            by_stream[e["args"]["stream"]] = by_stream.get(e["args"]["stream"], 0.0) + e["dur"]
+    comm_us = 0.0
+    for e in nccl:  # on 2 ranks a ring all-reduce (2(n-1)/n S) and a broadcast both send S; + 2 link latencies
+        nbytes = e["args"]["In msg nelems"] * {"Float": 4, "Long": 8}[e["args"]["dtype"]]
+        comm_us += nbytes * 8 / B * 1e6 + 2
+    res = replay_graph(graph, topo2(), FlowSimulator(topo2()))
+    step_us = res.step_times_ns[0] / 1e3
+    assert max(by_stream.values()) <= step_us <= sum(by_stream.values()) + comm_us
+    rc = main(["replay", str(HTA), "--topology", "testbed16", "--replicate-rank", "0", "--gaps", "drop"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "replicated to 2 ranks" in out and "SPMD assumption: the trace of rank 0" in out

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "phantora.paths",
             "phantora.procmem",
             "phantora.resources",
+            "phantora.progress",
         ),
     ),
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),

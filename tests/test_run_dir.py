@@ -87,6 +87,20 @@ def test_a_run_killed_mid_way_keeps_its_finished_steps_and_says_what_happened(tm
     assert [s["end_ns"] for s in kept] == [s["end_ns"] for s in full.summary["steps"][:3]]
     assert [s["time_ns"] for s in kept] == [s["time_ns"] for s in full.summary["steps"][:3]]
     assert all(s["comm_bytes"] == {"all_reduce": 2 * 4 << 18} for s in kept)  # 1 MiB from each of 2 ranks
+    # the trace of the finished steps is kept too, marked partial, with the same step spans as the full run's
+    trace = json.loads((died / "trace.json").read_text())
+    assert trace["otherData"] == {"partial": True, "steps_traced": {"0": 3, "1": 3}} and "partial" in status["trace"]
+    assert not (died / "trace").exists()  # the rank files were merged
+
+    def spans(doc: dict, cat: str) -> list[tuple]:
+        return sorted((e["pid"], e["name"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e.get("cat") == cat)
+
+    whole = json.loads((tmp_path / "full" / "trace.json").read_text())
+    assert "otherData" not in whole and len(spans(whole, "step")) == 2 * 5
+    assert spans(trace, "step") == [s for s in spans(whole, "step") if int(s[1].split()[1]) < 3]
+    for cat in ("compute", "comm"):  # every event of steps 0-2, none of a later step
+        end = max(s["end_ns"] for s in kept) / 1000
+        assert spans(trace, cat) == [s for s in spans(whole, cat) if s[2] < end] and spans(trace, cat)
 
     # compare reads the partial run, marks it partial and takes its iteration time from the steps it kept
     from phantora.report.compare import load_and_compare

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from phantora.errors import InputError
+from phantora.results import run_dir
 from phantora.runtime import timepatch
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import Roofline
 from phantora.runtime.gpus import GPUS, get_gpu
 from phantora.runtime.results import summarize
-from phantora.runtime.trace import TraceRecorder, merge_traces
+from phantora.runtime.trace import TraceRecorder
 
 aten = torch.ops.aten
 H100 = get_gpu("h100")
@@ -116,20 +117,29 @@ def test_trace_lanes_and_merge(tmp_path):
     r.comm("all_reduce#0", 500, 3000, {"bytes": 8})
     r.comm("all_reduce#1", 1000, 2000, {"bytes": 8})  # overlaps #0: second comm lane
     r.step(0, 0, 3000)
-    ev = r.events()
+    ev = r.take_events()
     spans = {e["name"]: e for e in ev if e["ph"] == "X"}
     assert spans["aten.mm"]["ts"] == 0 and spans["aten.mm"]["dur"] == 1.0
     assert spans["all_reduce#0"]["tid"] != spans["all_reduce#1"]["tid"]
     assert {e["pid"] for e in ev} == {3}
-    p1 = r.write(tmp_path / "a.json")
+    # the next step's collective reuses the first lane (free since 3 us); names are not repeated
+    r.comm("all_reduce#2", 3000, 4000, {"bytes": 8})
+    (later,) = r.take_events()
+    assert later["tid"] == spans["all_reduce#0"]["tid"] and r.take_events() == []
+    out = tmp_path / "run"
+    r.append_to(out / "trace" / "rank3.jsonl", 0)
     r2 = TraceRecorder(4, level="coarse")
     r2.op("x", 0, 10)
     r2.op("y", 10, 30)
     r2.op("z", 50, 60)
-    p2 = r2.write(tmp_path / "b.json")
-    merged = json.loads(merge_traces([p1, p2], tmp_path / "m.json").read_text())["traceEvents"]
-    blocks = [e for e in merged if e.get("pid") == 4 and e["ph"] == "X"]
+    r2.append_to(out / "trace" / "rank4.jsonl", None)
+    with open(out / "trace" / "rank4.jsonl", "a") as f:
+        f.write('{"rank": 4, "step": 1, "ev')  # a line a kill cut short
+    merged = json.loads(run_dir.merge_trace(out, partial=True).read_text())
+    blocks = [e for e in merged["traceEvents"] if e.get("pid") == 4 and e["ph"] == "X"]
     assert [(b["name"], b["dur"]) for b in blocks] == [("compute (2 ops)", 0.03), ("compute (1 ops)", 0.01)]
+    assert merged["otherData"] == {"partial": True, "steps_traced": {"3": 1, "4": 0}}
+    assert not (out / "trace").exists()
 
 
 def test_trace_rejects_unknown_level():

@@ -68,8 +68,8 @@ def test_flags_placeholder_puts_flags_before_the_script() -> None:
 def test_which_runs_use_ns3() -> None:
     assert uses_ns3(["replay", "w", "--network", "ns3", "--cc", "dcqcn"])
     assert not uses_ns3(["replay", "w", "--network", "flow", "--out", "ns3"])
-    assert uses_ns3(["netsim", "-t", "star8", "-f", "x"])
-    assert not uses_ns3(["netsim", "-t", "star8", "--network", "flow"])
+    assert uses_ns3(["netsim", "-t", "star8", "-f", "x", "--network", "ns3"])
+    assert not uses_ns3(["netsim", "-t", "star8", "-f", "x"])  # flow, the default of every command
 
 
 def test_cli_param_values() -> None:

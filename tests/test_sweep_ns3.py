@@ -87,7 +87,13 @@ def test_cc_sweep_incast_netsim(tmp_path: Path) -> None:
     spec = SweepSpec(
         name="cc-incast",
         command=("netsim", "--topology", "{topology}", "--flows", "{flows}", "--out", "{out}"),
-        fixed={"topology": "star8", "flows": str(flows), "set.buffer_bytes": BUFFER, "set.queue_sample_ns": 5000},
+        fixed={
+            "topology": "star8",
+            "flows": str(flows),
+            "network": "ns3",
+            "set.buffer_bytes": BUFFER,
+            "set.queue_sample_ns": 5000,
+        },
         grid={"cc": CCS},
         timeout_s=600,
     )

@@ -3,6 +3,7 @@
 F is an HPCC flow file, or a workload file of the replay format (.toml/.json, docs/workload.md), which
 is decomposed into one static flow DAG as `phantora replay` does. The type is told by the suffix
 (.toml, .json: workload; anything else is looked at: a first line holding just the flow count is HPCC).
+The network is the flow engine unless `--network ns3` asks for packets (as on every command).
 
 Writes the run directory's files (docs/compare-and-sweep.md): flows.csv (FCT and standalone FCT as HPCC
 defines them: to the sender's last ACK), links.csv, pfc.csv, queues.csv, drops.csv, cnps.csv,
@@ -22,16 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.files import read_text
-from phantora.netsim.base import Flow
-from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, packet_config_from_flags
+from phantora.netsim.base import Flow, drain_observed
+from phantora.netsim.cli_config import FLOW_FIELDS, QUEUE_SAMPLE_HELP, packet_config_from_flags
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
-from phantora.netsim.packet_config import CC_NAMES, PacketConfig
+from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.standalone import standalone_fct_ns
+from phantora.progress import Progress
+from phantora.replay import engine_events
 from phantora.results import schema as S
 from phantora.results.write import (
     per_flow_counts,
@@ -55,12 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--topology", "-t", required=True, help="topology file (HPCC, SimAI, TOML) or shipped name")
     p.add_argument("--flows", "-f", required=True, help="HPCC flow file, or workload file (.toml/.json)")
-    p.add_argument("--network", choices=("ns3", "flow"), default="ns3", help="network engine (default: ns3)")
-    p.add_argument("--cc", choices=CC_NAMES, default=None, help="congestion control (ns3; overrides the config)")
+    add_network_options(p)
     p.add_argument("--config", "-c", default=None, help="HPCC config.txt (phantora PacketConfig fields also allowed)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a PacketConfig field")
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     add_out_options(p, "flows.csv, links.csv, the traces and summary.json")
+    add_progress_options(p)
     add_seed_options(p)
     p.set_defaults(func=with_seeds("netsim", in_run_dir("netsim", run)))
 
@@ -150,12 +153,31 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
 
 
 def _config(args: argparse.Namespace) -> PacketConfig:
+    # the flow engine runs at the packet config's goodput, so it takes the packet and header sizes too
+    check_flow_network(args.network, args.cc, args.set, (*FLOW_FIELDS, "payload_bytes", "header_bytes"))
     return packet_config_from_flags(
         cc=args.cc, sets=args.set, config_file=args.config, queue_sample_ns=args.queue_sample_ns, seed=args.seed
     )
 
 
-def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path | None) -> dict[str, Any]:
+def _drain(sim: Any, inp: NetsimInput, progress: str, done: dict[int, Any] | None = None) -> list[Any]:
+    """`sim.drain()`, with flows done, simulated time, events/s and an ETA shown (the same events run);
+    `done`: the flows that completed already."""
+    if progress == "off":
+        return list(sim.drain())
+    done = done or {}
+    with Progress(progress, "netsim", len(inp.flows), "flow") as bar:
+        bar.update(len(done))
+
+        def tick(got: list[Any]) -> None:
+            bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim))
+
+        return drain_observed(sim, [f.id for f in inp.flows if f.id not in done], tick)
+
+
+def _run_ns3(
+    topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path | None, progress: str = "off"
+) -> dict[str, Any]:
     """The packet engine, with HPCC's outputs: FCT at the sender's last ACK (fct.txt) and pfc.txt.
 
     With `out`, the run's PhantoraNetwork calls go to out/ns3-calls.txt (phantora-ns3-runner replays them)."""
@@ -174,7 +196,7 @@ def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path |
         t0 = time.perf_counter()
         for start, batch in inp.batches:
             sim.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
-        done = {c.flow_id: c for c in sim.drain()}
+        done = {c.flow_id: c for c in _drain(sim, inp, progress)}
         sim.finish()
         wall = time.perf_counter() - t0
         return {
@@ -193,7 +215,7 @@ def _run_ns3(topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path |
         }
 
 
-def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[str, Any]:
+def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig, progress: str = "off") -> dict[str, Any]:
     """The flow engine at the packet config's goodput (payload / (payload + header)); FCT at the last byte."""
     efficiency = config.payload_bytes / (config.payload_bytes + config.header_bytes)
     sim = make_engine("flow", topo, payload_efficiency=efficiency, ecmp_hash=config.ecmp_hash)
@@ -205,7 +227,7 @@ def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig) -> dict[st
         for start, batch in inp.batches:
             done.update((c.flow_id, c) for c in sim.advance(start))
             sim.submit(batch, start)
-        done.update((c.flow_id, c) for c in sim.drain())
+        done.update((c.flow_id, c) for c in _drain(sim, inp, progress, done))
         wall = time.perf_counter() - t0
         fct = []
         for f in sorted(inp.reported, key=lambda f: (done[f.id].end_ns, f.id)):
@@ -285,7 +307,8 @@ def run(args: argparse.Namespace) -> int:
     inp = read_netsim_input(args.flows, topo)
     config = _config(args)
     record_config(args, "netsim", topo, config)  # the flow network too: it runs at the config's goodput
-    res = _run_ns3(topo, inp, config, args.out) if args.network == "ns3" else _run_flow(topo, inp, config)
+    mode = progress_mode(args)
+    res = _run_ns3(topo, inp, config, args.out, mode) if args.network == "ns3" else _run_flow(topo, inp, config, mode)
     fcts = sorted(r.fct_ns for r in res["fct"])
     slow = sorted(r.fct_ns / r.standalone_ns for r in res["fct"] if r.standalone_ns)
     stats = res["stats"]

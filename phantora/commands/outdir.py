@@ -27,7 +27,9 @@ def in_run_dir(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
 
     def run(args: argparse.Namespace) -> int:
         if args.out is None:
-            return body(args)
+            rc = body(args)
+            print(f"nothing saved: pass --out DIR to keep the results of this {command}")
+            return rc
         args.out = run_dir.claim(args.out, overwrite=args.overwrite)
         run_dir.write_status(args.out, "running", command=command)
         try:

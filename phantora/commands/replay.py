@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
+from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.commands.seeds import add_seed_options, with_seeds
+from phantora.errors import InputError
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
-from phantora.netsim.factory import NETWORKS, make_engine
+from phantora.netsim.factory import make_engine
 from phantora.units import parse_size_bytes
 
 FORMATS = ("auto", "workload", "egraph", "kineto")
@@ -29,9 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("workload", metavar="INPUT", help="workload file, graph directory, or Kineto trace file/directory")
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
-    p.add_argument("--network", choices=NETWORKS, default="flow", help="network engine (default: flow)")
-    p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="ns3 only: a PacketConfig field")
+    add_network_options(p)
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     p.add_argument("--format", choices=FORMATS, default="auto", help="what INPUT is (default: detect)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default collective algorithm (auto)")
@@ -40,10 +39,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk", default=None, help="chunk size of the chunked granularity (default 2MiB)")
     p.add_argument("--scale-dp", type=int, default=None, metavar="N", help="graphs: re-target DDP/FSDP to N ranks")
     p.add_argument("--gaps", choices=("keep", "drop"), default="keep", help="Kineto: keep or drop unexplained idle")
+    p.add_argument(
+        "--replicate-rank",
+        type=int,
+        default=None,
+        metavar="R",
+        help="Kineto: the trace of rank R stands for every rank of the world its distributedInfo records "
+        "(SPMD: all ranks run the same kernels and collectives); for traces that hold one rank",
+    )
     p.add_argument("--save-graph", type=Path, default=None, help="write the (imported or scaled) graph here")
     p.add_argument("--export-chakra", type=Path, default=None, help="also write the graph as Chakra ET files here")
     add_out_options(p, "results.json, flows.csv and links.csv")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
+    add_progress_options(p)
     add_seed_options(p)
     p.set_defaults(func=with_seeds("replay", in_run_dir("replay", run)))
 
@@ -80,9 +87,8 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     only --set ecmp_hash)."""
     from phantora.netsim.cli_config import flow_options_from_sets, packet_config_from_flags
 
+    check_flow_network(args.network, args.cc, args.set)
     if args.network != "ns3":
-        if args.cc:
-            print("note: --cc applies to --network ns3 only; ignored", file=sys.stderr)
         return flow_options_from_sets(args.set or ())
 
     config = packet_config_from_flags(
@@ -98,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     args.workload = str(shipped_file(args.workload, workloads_dir(), (".toml", ".json")))
     kind = _detect(Path(args.workload), args.format)
+    if args.replicate_rank is not None and kind != "kineto":
+        raise InputError(f"applies to Kineto traces only, and INPUT is {kind}", field="--replicate-rank")
     options = _engine_options(args)
     record_config(args, "replay", topo, options.get("config"))
     if kind == "workload":
@@ -117,8 +125,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) 
     base = _algo(args, AlgoOptions())
     sim = make_engine(args.network, topo, **options)
     try:
-        progress = args.progress if args.progress is not None else len(wl.ops) > 20
-        res = replay_inprocess(wl, topo, sim, base, progress=progress)
+        res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
         print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
         print(format_table(res))
         if args.out:
@@ -142,9 +149,14 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     if kind == "kineto":
         from phantora.egraph.kineto import import_kineto, trace_files
 
-        graph, rep = import_kineto(trace_files(args.workload), gaps=args.gaps)
+        graph, rep = import_kineto(trace_files(args.workload), gaps=args.gaps, replicate_rank=args.replicate_rank)
+        what = (
+            f"imported {rep.ranks} rank trace(s)"
+            if rep.replicated_from is None
+            else f"imported the trace of rank {rep.replicated_from}, replicated to {rep.ranks} ranks; per rank"
+        )
         notes.append(
-            f"imported {rep.ranks} rank trace(s): {rep.kernels} kernels, {rep.collectives} collectives, "
+            f"{what}: {rep.kernels} kernels, {rep.collectives} collectives, "
             f"{rep.transfers} transfers, {rep.sync_deps} cross-stream waits from cuda_sync events, "
             f"{rep.nccl_issue_deps} inferred NCCL issue dependencies, {rep.idle_ns / 1e6:.3f} ms idle kept"
         )
@@ -168,8 +180,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     sim = make_engine(args.network, topo, **options)
     network_files: list[Path] = []
     try:
-        progress = args.progress if args.progress is not None else False
-        res = replay_graph(graph, topo, sim, algo, progress=progress)
+        res = replay_graph(graph, topo, sim, algo, progress=progress_mode(args))
         if args.out:
             flows = {f.id: f for f in res.plan_flows}
             network_files = write_network_files(

@@ -10,10 +10,13 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
+from phantora.commands.options import add_progress_options, progress_mode
 from phantora.commands.outdir import add_out_options
+from phantora.commands.run import step_printer
 from phantora.errors import InputError
 
 
@@ -21,7 +24,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("rerun", help="run again what produced a run directory (its config.json)", description=__doc__)
     p.add_argument("run", type=Path, help="a run directory written by `phantora run --out`")
     add_out_options(p, "the new run (default: RUN-rerun, RUN-rerun2, ...)")
-    p.add_argument("--quiet", "-q", action="store_true", help="do not print rank 0's output")
+    add_progress_options(p, quiet_also=" nor rank 0's output")
     p.set_defaults(func=run)
 
 
@@ -58,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         options.update(topology=topo, out_dir=args.out or _fresh(args.run.resolve()), overwrite=args.overwrite)
         options["command"] = ["phantora", "rerun", str(args.run)]
         known = set(RunConfig.__dataclass_fields__)
+        if progress_mode(args) != "off":
+            options["on_step"] = step_printer(every_step=bool(args.progress) or sys.stdout.isatty())
         report = launch(RunConfig(**{k: v for k, v in options.items() if k in known}))
     if not args.quiet and report.logs.get("rank 0", "").strip():
         print("----- rank 0 output -----\n" + report.logs["rank 0"].rstrip() + "\n-------------------------")

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
@@ -22,15 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="See docs/runtime.md. Everything after the script is passed to it.",
     )
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
-    p.add_argument("--network", choices=("flow", "ns3"), default="flow", help="network engine (default: flow)")
-    p.add_argument("--cc", default=None, help="ns3 only: congestion control (none, dcqcn, hpcc, timely, dctcp)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="ns3 only: a PacketConfig field (buffer_bytes=1000000, pfc=false, cc.G=0.0625, ...); repeatable",
-    )
+    add_network_options(p)
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     p.add_argument("--gpu", default=None, help="GPU model: a100, h100, h200, b200, l40s (default: the topology's)")
     p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (0 = exact; default per mode)")
@@ -81,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
     p.add_argument("--record", default=None, metavar="DIR", help="also record every rank's execution graph here")
-    p.add_argument("--quiet", "-q", action="store_true", help="print neither progress nor rank 0's output")
+    add_progress_options(p, quiet_also=" nor rank 0's output")
     p.add_argument("script", help="training script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
     add_seed_options(p)
@@ -92,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from phantora.launcher import RunConfig, launch
     from phantora.runtime.results import format_summary
 
+    check_flow_network(args.network, args.cc, args.set)
+    mode = progress_mode(args)
     cfg = RunConfig(
         script=args.script,
         args=list(args.script_args),
@@ -118,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         fork_server=not args.no_fork_server,
         command=["phantora", *sys.argv[1:]],
-        on_step=None if args.quiet else step_printer(),
+        on_step=None if mode == "off" else step_printer(every_step=bool(args.progress) or sys.stdout.isatty()),
     )
     if args.record:
         from phantora.egraph.live import record_run
@@ -145,16 +140,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def step_printer(every_s: float = 5.0) -> Callable[[dict[str, Any]], None]:
-    """Progress: a line per finished step on a terminal; otherwise (a log file, a pipe) at most one per
-    `every_s` seconds, so a long run's log stays short."""
-    tty = sys.stdout.isatty()
+def step_printer(every_step: bool, every_s: float = 5.0) -> Callable[[dict[str, Any]], None]:
+    """Progress: a line per finished step (`every_step`: a terminal, or --progress); otherwise (a log file, a
+    pipe) at most one per `every_s` seconds, so a long run's log stays short."""
     t0 = time.monotonic()
     last = [float("-inf")]
 
     def show(line: dict[str, Any]) -> None:
         now = time.monotonic()
-        if not tty and now - last[0] < every_s:
+        if not every_step and now - last[0] < every_s:
             return
         last[0] = now
         print(

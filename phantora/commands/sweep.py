@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from phantora.commands.options import add_network_options, add_progress_options, progress_mode
+
 if TYPE_CHECKING:
     from phantora.sweep import SweepSpec
 
@@ -41,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="recorded execution graph(s) (phantora run --record DIR): every run replays it; a list is swept",
     )
     p.add_argument("--topology", "-t", default=None, help="fixed topology (or comma-separated list to sweep)")
-    p.add_argument("--network", default=None, help="flow or ns3 (or flow,ns3 to sweep both)")
+    add_network_options(p, sweep=True)
     p.add_argument(
         "--param",
         "-p",
@@ -65,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", "-j", type=int, default=None, help="parallel runs (default: grid jobs, else cores)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per run before it counts as failed")
     p.add_argument("--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster (or 'local')")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar")
+    add_progress_options(p, quiet_also=" nor each failed run as it fails")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the plots")
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     p.add_argument(
@@ -85,10 +87,11 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
 
     spec = load_grid(args.grid) if args.grid else SweepSpec()
     pairs = [parse_param(p) for p in args.param]
-    for name in ("workload", "topology", "network"):
+    for name in ("cc", "network", "topology", "workload"):  # as --param, at the front: workload first
         value = getattr(args, name)
         if value is not None:
             pairs.insert(0, parse_param(f"{name}={value}"))
+    pairs += [parse_param(f"set.{item.strip()}") for item in args.set]  # --set FIELD=V1,V2
     for name, values in pairs:
         spec.fixed.pop(name, None)
         spec.grid.pop(name, None)
@@ -129,7 +132,13 @@ def run(args: argparse.Namespace) -> int:
     where = f"Ray at {args.ray}" if args.ray else f"{args.jobs or spec.jobs or 'all'} local job(s)"
     print(f"sweep {spec.name}: {n} runs on {where}, writing {out}", flush=True)
     res = run_sweep(
-        spec, out, jobs=args.jobs, ray_address=args.ray, progress=args.progress, plots=args.plots, resume=args.resume
+        spec,
+        out,
+        jobs=args.jobs,
+        ray_address=args.ray,
+        progress=progress_mode(args),
+        plots=args.plots,
+        resume=args.resume,
     )
     print(format_rows(spec, res.rows))
     print("wrote " + ", ".join(str(p) for p in res.files))

@@ -19,12 +19,16 @@ What is read (see docs/egraph.md for what cannot be inferred):
   the whole trace is one step.
 - Idle time on a stream that its dependencies do not explain (CPU launch overhead, untraced waits) is
   kept as ``idle`` compute (``gaps="keep"``) or dropped (``gaps="drop"``).
+- SPMD replication (``replicate_rank=R``): one rank's trace stands for every rank of the world its
+  ``distributedInfo.world_size`` records; each rank runs the same kernels and the same collectives in
+  its own group (the group of the same size and stride that holds it).
 """
 
 from __future__ import annotations
 
 import ast
 import bisect
+import copy
 import gzip
 import json
 from collections.abc import Sequence
@@ -72,6 +76,7 @@ class KinetoReport:
     idle_ns: int = 0
     steps: int = 0
     notes: list[str] = field(default_factory=list)
+    replicated_from: int | None = None  # SPMD replication: the rank whose trace stands for all (counts are its own)
 
 
 @dataclass
@@ -155,6 +160,7 @@ class _RankImport:
 
     def __init__(self, obj: dict[str, Any], src: str, rank: int, world: int, gaps: str, rep: KinetoReport) -> None:
         self.src, self.rank, self.world, self.gaps, self.rep = src, rank, world, gaps, rep
+        self.source_rank: int | None = None  # SPMD replication: the rank that was traced
         self.ops: list[_Op] = []
         self.syncs: list[dict[str, Any]] = []
         self.launch_ts: dict[int, int] = {}
@@ -246,6 +252,12 @@ class _RankImport:
     def _is_comm(self, op: _Op) -> bool:
         return op.name.startswith(NCCL_PREFIXES) or "Collective name" in op.args
 
+    def as_rank(self, rank: int, rep: KinetoReport) -> _RankImport:
+        """This trace standing for `rank` (SPMD replication), counting into `rep`."""
+        other = copy.copy(self)
+        other.source_rank, other.rank, other.rep = self.rank, rank, rep
+        return other
+
     def build(self) -> ProgramBuilder:
         b = ProgramBuilder(self.rank)
         cross = self._cross_deps()
@@ -307,6 +319,13 @@ class _RankImport:
         dtype = _dtype(args)
         nbytes = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0)) * DTYPE_BYTES[dtype]
         group = _ranks(args, self.world, self.src, op.where)
+        if self.source_rank is not None and kind in ("send", "recv", "send_recv"):
+            raise InputError(
+                f"cannot replicate the trace of rank {self.source_rank}: point-to-point transfers (here "
+                f"{op.name!r}) differ between ranks, so one rank's trace cannot stand for the others",
+                file=self.src,
+                field=f"{op.where}.args",
+            )
         if kind in ("send", "recv", "send_recv"):
             key = "Dst Rank" if kind == "send" else "Src Rank"
             if kind == "send_recv" or not isinstance(args.get(key), int):
@@ -315,30 +334,71 @@ class _RankImport:
             h = b.p2p(peer, kind == "send", nbytes, 0, None, st, deps)
             self.rep.transfers += 1
         else:
-            if self.rank not in group:
-                raise InputError(f"rank {self.rank} runs a collective on {list(group)}", file=self.src, field=op.where)
             root = None
             if kind in ("broadcast", "reduce"):
                 root_rank = args.get("Root Rank", args.get("Src Rank", group[0]))
                 root = group.index(root_rank) if root_rank in group else 0
+            if self.source_rank is not None:
+                group = _spmd_group(group, self.source_rank, self.rank, self.world, self.src, op.where)
+            if self.rank not in group:
+                raise InputError(f"rank {self.rank} runs a collective on {list(group)}", file=self.src, field=op.where)
             h = b.collective(kind, group, nbytes, dtype, root, None, st, deps)
             self.rep.collectives += 1
         return b.wait([h], st)
 
 
-def import_kineto(paths: Sequence[str | Path], *, gaps: str = "keep") -> tuple[ExecGraph, KinetoReport]:
-    """Traces of ranks 0..n-1 (rank from ``distributedInfo.rank`` when present, else file order) -> a graph."""
+def _block(rank: int, stride: int, size: int) -> tuple[int, ...]:
+    """The group of `size` ranks `stride` apart that holds `rank`, in the tiling such groups make of the world
+    (stride 1: tensor-parallel blocks; stride = block size: data-parallel groups across them)."""
+    base = rank // (stride * size) * (stride * size) + rank % stride
+    return tuple(base + i * stride for i in range(size))
+
+
+def _spmd_group(group: tuple[int, ...], source: int, rank: int, world: int, src: str, where: str) -> tuple[int, ...]:
+    """`rank`'s counterpart of the group `source` used: the same size and stride, holding `rank`."""
+    size = len(group)
+    if sorted(group) == list(range(world)):
+        return group
+    stride = group[1] - group[0] if size > 1 else 1
+    if stride < 1 or world % (stride * size) or group != _block(source, stride, size):
+        raise InputError(
+            f"cannot replicate a collective on ranks {list(group)} to other ranks: only groups of evenly spaced "
+            f"ranks that tile the world of {world} (as tensor, data and pipeline groups do) can be mapped",
+            file=src,
+            field=f"{where}.args.Process Group Ranks",
+        )
+    return _block(rank, stride, size)
+
+
+NOTES = [
+    "kernel durations are kept as recorded; NCCL kernel durations are dropped and re-simulated",
+    "host-side (CPU) time is not modelled beyond the idle gaps kept on each stream",
+    "without cuda_sync events, the waits of compute streams on NCCL streams cannot be inferred",
+    "memory copies are compute nodes of their recorded duration (not network flows)",
+]
+
+
+def import_kineto(
+    paths: Sequence[str | Path], *, gaps: str = "keep", replicate_rank: int | None = None
+) -> tuple[ExecGraph, KinetoReport]:
+    """Traces of ranks 0..n-1 (rank from ``distributedInfo.rank`` when present, else file order) -> a graph.
+
+    `replicate_rank` R: the trace of rank R alone stands for every rank of the world its
+    ``distributedInfo.world_size`` records (SPMD); the other files are not read."""
     if gaps not in ("keep", "drop"):
         raise InputError(f"gaps must be 'keep' or 'drop', got {gaps!r}", field="gaps")
     if not paths:
         raise InputError("no trace files given", field="traces")
+    if replicate_rank is not None:
+        return _import_replicated(paths, gaps, replicate_rank)
     objs = [(str(p), read_trace(p)) for p in paths]
     infos = [o.get("distributedInfo") or {} for _, o in objs]
     world = int(infos[0].get("world_size") or len(objs))
     ranks = [int(info["rank"]) if "rank" in info else i for i, info in enumerate(infos)]
     if sorted(ranks) != list(range(len(objs))) or world != len(objs):
+        hint = f" (or replicate one of them, assuming SPMD: --replicate-rank {ranks[0]})" if len(objs) < world else ""
         raise InputError(
-            f"need one trace per rank of the world ({world}); got ranks {sorted(ranks)}",
+            f"need one trace per rank of the world ({world}); got ranks {sorted(ranks)}{hint}",
             file=objs[0][0],
             field="distributedInfo",
         )
@@ -346,15 +406,51 @@ def import_kineto(paths: Sequence[str | Path], *, gaps: str = "keep") -> tuple[E
     builders: list[ProgramBuilder | None] = [None] * world
     for (src, obj), r in zip(objs, ranks, strict=True):
         builders[r] = _RankImport(obj, src, r, world, gaps, rep).build()
-    rep.notes = [
-        "kernel durations are kept as recorded; NCCL kernel durations are dropped and re-simulated",
-        "host-side (CPU) time is not modelled beyond the idle gaps kept on each stream",
-        "without cuda_sync events, the waits of compute streams on NCCL streams cannot be inferred",
-        "memory copies are compute nodes of their recorded duration (not network flows)",
-    ]
+    rep.notes = list(NOTES)
     meta = {"source": "kineto", "files": [s for s, _ in objs], "gaps": gaps}
     graph = build_graph([b for b in builders if b is not None], meta=meta)
     return graph, rep
+
+
+def _distributed_rank(path: str | Path, index: int) -> tuple[dict[str, Any], int]:
+    obj = read_trace(path)
+    info = obj.get("distributedInfo") or {}
+    return obj, int(info["rank"]) if "rank" in info else index
+
+
+def _import_replicated(paths: Sequence[str | Path], gaps: str, rank: int) -> tuple[ExecGraph, KinetoReport]:
+    """SPMD: the trace of `rank` stands for every rank of its world."""
+    found = None
+    seen = []
+    for i, p in enumerate(paths):
+        obj, r = _distributed_rank(p, i)
+        seen.append(r)
+        if r == rank:
+            found = (str(p), obj)
+            break
+    if found is None:
+        raise InputError(f"no trace of rank {rank} to replicate (ranks here: {seen})", file=str(paths[0]))
+    src, obj = found
+    world = (obj.get("distributedInfo") or {}).get("world_size")
+    if not isinstance(world, int) or world < 1:
+        raise InputError(
+            "replicating a rank needs the world size the trace records (distributedInfo.world_size)",
+            file=src,
+            field="distributedInfo.world_size",
+        )
+    if not 0 <= rank < world:
+        raise InputError(f"rank {rank} is outside the recorded world of {world}", file=src, field="distributedInfo")
+    rep = KinetoReport(ranks=world, replicated_from=rank)
+    traced = _RankImport(obj, src, rank, world, gaps, rep)
+    builders = [traced.as_rank(r, rep if r == rank else KinetoReport()).build() for r in range(world)]
+    rep.notes = [
+        f"SPMD assumption: the trace of rank {rank} stands for all {world} ranks (distributedInfo.world_size): "
+        "every rank runs its kernels with their recorded durations and the same collectives, each in its own "
+        "group of the same size and stride",
+        *NOTES,
+    ]
+    meta = {"source": "kineto", "files": [src], "gaps": gaps, "replicated_from": rank}
+    return build_graph(builders, meta=meta), rep
 
 
 def trace_files(path: str | Path) -> list[Path]:

@@ -315,7 +315,7 @@ def replay_graph(
     sim: NetworkSimulator,
     algo: AlgoOptions | None = None,
     *,
-    progress: bool = False,
+    progress: str = "off",
 ) -> GraphReplayResult:
     """Replay `graph` on `sim` (a fresh engine for `topo`) and time every step."""
     t0 = time.perf_counter()

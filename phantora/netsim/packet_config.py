@@ -560,6 +560,11 @@ def _field_value(kind: object, value: str, args: list[str]) -> object:
     return value
 
 
+def override_fields() -> list[str]:
+    """The PacketConfig fields `--set FIELD=VALUE` takes, sorted (the CC's own attributes go as cc.ATTRIBUTE)."""
+    return sorted(f.name for f in fields(PacketConfig) if f.name != "cc_attrs")
+
+
 def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "--set") -> PacketConfig:
     """Apply ``field=value`` strings (PacketConfig field names, values as in a config file)."""
     names = {f.name: f for f in fields(PacketConfig)}
@@ -582,7 +587,7 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
             changes.update(preset)
             continue
         if key not in names or key == "cc_attrs":
-            listed = ", ".join(sorted(n for n in names if n != "cc_attrs"))
+            listed = ", ".join(override_fields())
             raise InputError(
                 f"unknown PacketConfig field {key!r}; the fields: {listed}; cc.ATTRIBUTE for the CC's own; "
                 f"and wire=PRESET ({', '.join(WIRE_PRESETS)})",

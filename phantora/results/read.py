@@ -17,7 +17,7 @@ The JSON documents are told apart by their "schema" id (`phantora.results.schema
 - pfc.csv       PFC frames: time_ns, node, node_id, port, prio, pause (1 pause, 0 resume), from_node
 - queues.csv    sampled egress queues: time_ns, node, node_id, port, peer, prio, bytes
   (files written before nodes had names hold the id in `node`; both are read)
-- trace.json or trace/rank*.trace.json   Chrome trace with steps, compute and comm per rank
+- trace.json or trace/rank*.jsonl   Chrome trace with steps, compute and comm per rank
 """
 
 from __future__ import annotations
@@ -493,14 +493,22 @@ def _load_ports(run: RunData, p: Path, columns: tuple[str, ...], peer_col: str) 
 
 
 def _load_trace(run: RunData, root: Path) -> list[Span] | None:
-    """Spans of trace.json, else of trace/rank*.trace.json; lanes by event category (step, compute, comm)."""
-    parts = [root / "trace.json"] if (root / "trace.json").is_file() else sorted((root / "trace").glob("*.json"))
-    if not parts:
+    """Spans of trace.json, else of the ranks' trace/rank<R>.jsonl (a run killed before it merged them);
+    lanes by event category (step, compute, comm)."""
+    from phantora.results.run_dir import rank_trace
+
+    sources: list[tuple[Path, Any]] = []
+    if (root / S.TRACE_JSON).is_file():
+        data = _read_json(run, root / S.TRACE_JSON)
+        sources.append((root / S.TRACE_JSON, data.get("traceEvents") if data else None))
+    else:
+        for r, chunks in sorted(rank_trace(root).items()):
+            events = [ev for c in chunks for ev in (c.get("events") or [])]
+            sources.append((root / S.TRACE_DIR / f"rank{r}.jsonl", events))
+    if not sources:
         return None
     spans: list[Span] = []
-    for p in parts:
-        data = _read_json(run, p)
-        events = data.get("traceEvents") if data else None
+    for p, events in sources:
         if not isinstance(events, list):
             raise InputError("no traceEvents list", file=str(p), field="traceEvents")
         for ev in events:

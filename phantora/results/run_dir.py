@@ -8,11 +8,14 @@ A directory never holds the results of two runs, and never looks like a success 
   that failed and the steps that finished;
 - each live rank appends a line per finished step to `steps/rank<R>.jsonl` as it goes (flushed at once,
   so a run killed at step 90 keeps steps 0-89); `merge_steps` joins them into `steps.jsonl`, one line
-  per step that every live rank finished.
+  per step that every live rank finished;
+- each live rank appends the trace events of a finished step to `trace/rank<R>.jsonl` the same way;
+  `merge_trace` joins them into `trace.json`, marked partial when the run failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,13 +31,14 @@ from phantora.results import schema as S
 from phantora.results.write import write_atomic, write_json
 
 STATUS_JSON, STATUS, STEPS_JSONL, STEPS_DIR = S.STATUS_JSON, S.STATUS, S.STEPS_JSONL, S.STEPS_DIR
+TRACE_JSON, TRACE_DIR = S.TRACE_JSON, S.TRACE_DIR
 # Everything a phantora run, replay or netsim writes into its directory (what --overwrite removes).
 OUTPUT_FILES = (
     S.RESULTS_JSON, S.COSIM_JSON, S.SUMMARY_JSON, S.FLOWS_CSV, S.FCT_CSV, S.LINKS_CSV, S.PFC_CSV, S.QUEUES_CSV,
     S.DROPS_CSV, S.CNPS_CSV, S.ECN_CSV, S.FCT_TXT, S.PFC_TXT, S.NS3_CALLS_TXT, STATUS_JSON, STEPS_JSONL,
-    "trace.json", S.CONFIG_JSON, S.SEEDS_JSON,
+    TRACE_JSON, S.CONFIG_JSON, S.SEEDS_JSON,
 )  # fmt: skip
-OUTPUT_DIRS = ("logs", "trace", STEPS_DIR)
+OUTPUT_DIRS = ("logs", TRACE_DIR, STEPS_DIR)
 
 
 def claim(out: Path | str, *, overwrite: bool = False, option: str = "--out") -> Path:
@@ -110,10 +114,10 @@ def read_status(out: Path) -> dict[str, Any] | None:
         return None
 
 
-def rank_steps(out: Path) -> dict[int, list[dict[str, Any]]]:
-    """Each live rank's step lines, in order (a line cut short by a kill is skipped)."""
+def _rank_lines(folder: Path) -> dict[int, list[dict[str, Any]]]:
+    """The lines of each folder/rank<R>.jsonl, in order (a line cut short by a kill, and any after it, skipped)."""
     ranks: dict[int, list[dict[str, Any]]] = {}
-    for part in sorted((Path(out) / STEPS_DIR).glob("rank*.jsonl")):
+    for part in sorted(folder.glob("rank*.jsonl")):
         rows = []
         for line in part.read_text().splitlines():
             try:
@@ -122,6 +126,40 @@ def rank_steps(out: Path) -> dict[int, list[dict[str, Any]]]:
                 break
         ranks[int(part.stem[4:])] = rows
     return ranks
+
+
+def rank_steps(out: Path) -> dict[int, list[dict[str, Any]]]:
+    """Each live rank's step lines, in order (a line cut short by a kill is skipped)."""
+    return _rank_lines(Path(out) / STEPS_DIR)
+
+
+def rank_trace(out: Path) -> dict[int, list[dict[str, Any]]]:
+    """Each live rank's trace chunks ({"rank", "step", "events"}), in order (a chunk cut short is skipped)."""
+    return _rank_lines(Path(out) / TRACE_DIR)
+
+
+def merge_trace(out: Path, *, partial: bool = False) -> Path | None:
+    """trace.json from the ranks' trace chunks, which are then removed; None if there are none.
+
+    A `partial` trace (of a run that failed) holds the steps each rank finished, and says so in
+    `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank."""
+    out = Path(out)
+    chunks = rank_trace(out)
+    if not chunks:
+        return None
+    doc: dict[str, Any] = {
+        "traceEvents": [ev for r in sorted(chunks) for chunk in chunks[r] for ev in chunk["events"]],
+        "displayTimeUnit": "ns",
+    }
+    if partial:
+        steps = {str(r): sum(1 for c in chunks[r] if c.get("step") is not None) for r in sorted(chunks)}
+        doc["otherData"] = {"partial": True, "steps_traced": steps}
+    path = write_atomic(out / TRACE_JSON, json.dumps(doc))
+    for r in chunks:  # only our files: the user may have put something else there
+        (out / TRACE_DIR / f"rank{r}.jsonl").unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (out / TRACE_DIR).rmdir()
+    return path
 
 
 def merge_steps(out: Path, live: Iterable[int] | None = None) -> list[dict[str, Any]]:

@@ -26,6 +26,10 @@ STEPS_DIR = "steps"
 CONFIG_JSON = "config.json"
 SEEDS_JSON = "seeds.json"
 SEEDS = "phantora.seeds/1"
+# The Chrome trace: trace/rank<R>.jsonl, one line per finished step ({"rank", "step", "events"}; step None for
+# the events after the last step), which the live ranks append to as they go, merged into trace.json.
+TRACE_JSON = "trace.json"
+TRACE_DIR = "trace"
 
 # CSV tables: the same files with the same columns from every producer (`run`, `replay` of a workload or of a
 # recorded graph, `netsim`, the network server of a live run). Nodes are named as the topology names them

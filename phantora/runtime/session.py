@@ -23,7 +23,7 @@ import torch
 
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
-from phantora.results.schema import STEPS_DIR
+from phantora.results.schema import STEPS_DIR, TRACE_DIR
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
@@ -418,6 +418,8 @@ class RankSession:
         end = self.sync()
         self.client.advance_clock(end)
         self.trace.step(len(self.step_ends), start, end)
+        if self.out_dir is not None:  # before the step's line in steps/: a step listed there has its trace
+            self.trace.append_to(self.out_dir / TRACE_DIR / f"rank{self.rank}.jsonl", len(self.step_ends))
         self.step_ends.append(end)
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
@@ -482,7 +484,7 @@ class RankSession:
         end = self.sync()
         res = self.results()
         if self.out_dir is not None:
-            self.trace.write(self.out_dir / "trace" / f"rank{self.rank}.trace.json")
+            self.trace.append_to(self.out_dir / TRACE_DIR / f"rank{self.rank}.jsonl", None)
         self.client.finish(end, res)
         self.finished = True
         for listener in self.listeners:

@@ -1,7 +1,9 @@
 """Chrome / Perfetto trace of a live run: one process per rank, lanes for steps, compute and comm.
 
-Each rank records its events in integer ns and writes `rank<R>.trace.json`; the launcher merges
-the rank files into one `trace.json` that chrome://tracing and ui.perfetto.dev open.
+Each rank records its events in integer ns and appends those of each finished step to
+`trace/rank<R>.jsonl` (one line per step), so a run killed at step 90 keeps the trace of steps 0-89;
+the launcher merges the rank files into one `trace.json` that chrome://tracing and ui.perfetto.dev
+open (`phantora.results.run_dir.merge_trace`).
 Levels: "ops" records every compute op, "coarse" merges back-to-back ops into blocks, "none" keeps
 only steps and collectives.
 """
@@ -9,12 +11,10 @@ only steps and collectives.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
-from phantora.results.write import write_atomic
 
 LEVELS = ("ops", "coarse", "none")
 TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
@@ -36,6 +36,8 @@ class TraceRecorder:
         self._block: list[int] | None = None  # [start, end, count] of the open coarse block
         self._comms: list[tuple[str, int, int, dict[str, Any]]] = []
         self._steps: list[tuple[int, int, int]] = []
+        self._lanes_end: list[int] = []  # comm lanes: when each one's last collective ends
+        self._named = False  # the process and thread names went out with the first events
 
     def op(self, name: str, start: int, end: int) -> None:
         """A compute op ran on the compute lane from start to end (ns)."""
@@ -64,21 +66,24 @@ class TraceRecorder:
         self._close_block()
         self._steps.append((index, start, end))
 
-    def events(self) -> list[dict[str, Any]]:
-        """This rank's Chrome trace events (ts and dur in microseconds)."""
+    def take_events(self) -> list[dict[str, Any]]:
+        """This rank's Chrome trace events (ts and dur in microseconds) recorded since the last call."""
         self._close_block()
         pid = self.rank
-        ev: list[dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {self.rank}"}},
-            {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": self.rank}},
-            {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_STEPS, "args": {"name": "steps"}},
-            {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_COMPUTE, "args": {"name": "compute"}},
-        ]
+        ev: list[dict[str, Any]] = []
+        if not self._named:
+            self._named = True
+            ev += [
+                {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": f"rank {self.rank}"}},
+                {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": self.rank}},
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_STEPS, "args": {"name": "steps"}},
+                {"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_COMPUTE, "args": {"name": "compute"}},
+            ]
         for index, start, end in self._steps:
             ev.append(_span(f"step {index}", "step", pid, TID_STEPS, start, end, {"step": index}))
         for name, start, end in self._ops:
             ev.append(_span(name, "compute", pid, TID_COMPUTE, start, end, None))
-        lanes_end: list[int] = []  # overlapping collectives go to extra comm lanes
+        lanes_end = self._lanes_end  # overlapping collectives go to extra comm lanes
         for name, start, end, args in sorted(self._comms, key=lambda c: (c[1], c[2])):
             lane = next((i for i, t in enumerate(lanes_end) if t <= start), len(lanes_end))
             if lane == len(lanes_end):
@@ -89,10 +94,17 @@ class TraceRecorder:
                 )
             lanes_end[lane] = end
             ev.append(_span(name, "comm", pid, TID_COMM + lane, start, end, args))
+        self._steps, self._ops, self._comms = [], [], []
         return ev
 
-    def write(self, path: str | Path) -> Path:
-        return write_atomic(Path(path), json.dumps({"traceEvents": self.events(), "displayTimeUnit": "ns"}))
+    def append_to(self, path: str | Path, step: int | None) -> None:
+        """Append the events since the last call to `path` as one JSON line (`step`: the step they finish,
+        None for the rest at the end), written at once so that it survives a crash later."""
+        line = json.dumps({"rank": self.rank, "step": step, "events": self.take_events()})
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a") as f:
+            f.write(line + "\n")
 
 
 def _span(name: str, cat: str, pid: int, tid: int, start: int, end: int, args: dict[str, Any] | None) -> dict[str, Any]:
@@ -101,11 +113,3 @@ def _span(name: str, cat: str, pid: int, tid: int, start: int, end: int, args: d
     if args:
         ev["args"] = args
     return ev
-
-
-def merge_traces(parts: Iterable[str | Path], out: str | Path) -> Path:
-    """Concatenate rank trace files into one trace."""
-    events: list[dict[str, Any]] = []
-    for part in parts:
-        events.extend(json.loads(Path(part).read_text())["traceEvents"])
-    return write_atomic(Path(out), json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))

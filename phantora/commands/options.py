@@ -1,0 +1,106 @@
+"""The options `run`, `replay`, `netsim` and `sweep` share, defined once: the same names, defaults, checks and help.
+
+- `--network flow|ns3` (default flow everywhere), `--cc` (checked against the CC list), `--set FIELD=VALUE`
+  (its help lists the fields): `add_network_options`; `sweep` takes comma-separated lists of each.
+- `--progress/--no-progress` and `--quiet`: `add_progress_options`, read back by `progress_mode`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+from phantora.errors import InputError
+from phantora.netsim.cli_config import FLOW_FIELDS
+from phantora.netsim.packet_config import CC_ATTRIBUTES, CC_NAMES, override_fields
+from phantora.progress import auto_mode
+
+NETWORKS = ("flow", "ns3")
+DEFAULT_NETWORK = "flow"
+
+
+def set_help(sweep: bool = False) -> str:
+    """The --set help: every PacketConfig field, the CCs' own attributes, what the flow network takes."""
+    attrs = "; ".join(f"{cc}: {', '.join(names)}" for cc, names in CC_ATTRIBUTES.items() if cc != "none")
+    what = "FIELD=V1,V2 sweeps a PacketConfig field" if sweep else "a PacketConfig field of the ns3 network"
+    return (
+        f"{what}, repeatable (docs/packet-model.md). Fields: {', '.join(override_fields())}; and cc.ATTRIBUTE, "
+        f"the CC's own ({attrs}). The flow network takes {', '.join(FLOW_FIELDS)} only"
+    )
+
+
+def _listed(name: str, known: Sequence[str]) -> Callable[[str], str]:
+    """An argparse type: a comma-separated list whose every item is one of `known` (sweep axes)."""
+
+    def check(text: str) -> str:
+        for item in text.split(","):
+            if item.strip() not in known:
+                raise argparse.ArgumentTypeError(f"{name} {item.strip()!r}: choose from {', '.join(known)}")
+        return text
+
+    check.__name__ = name  # argparse names the option's type in its error
+    return check
+
+
+def add_network_options(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
+    """`--network`, `--cc` and `--set`; for `sweep`, each takes a comma-separated list to sweep."""
+    if sweep:
+        p.add_argument(
+            "--network",
+            type=_listed("network", NETWORKS),
+            default=None,
+            help=f"network engine(s): {' or '.join(NETWORKS)}, or flow,ns3 to sweep both (default: the grid's, "
+            f"else {DEFAULT_NETWORK})",
+        )
+        p.add_argument(
+            "--cc",
+            type=_listed("congestion control", CC_NAMES),
+            default=None,
+            help=f"congestion control(s) of the ns3 network, e.g. dcqcn,hpcc to sweep: {', '.join(CC_NAMES)}",
+        )
+    else:
+        p.add_argument(
+            "--network",
+            choices=NETWORKS,
+            default=DEFAULT_NETWORK,
+            help=f"network engine: flow (max-min fair flows) or ns3 (packets) (default: {DEFAULT_NETWORK})",
+        )
+        p.add_argument(
+            "--cc",
+            choices=CC_NAMES,
+            default=None,
+            help=f"congestion control of the ns3 network: {', '.join(CC_NAMES)} (default: none)",
+        )
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=set_help(sweep))
+
+
+def check_flow_network(network: str, cc: str | None, sets: Sequence[str], allowed: Sequence[str] = FLOW_FIELDS) -> None:
+    """With the flow network, `--cc` and `--set` of a field it does not honour are errors, on every command."""
+    if network != "flow":
+        return
+    if cc:
+        raise InputError("applies to --network ns3 only (the flow network has no congestion control)", field="--cc")
+    for item in sets:
+        key = item.partition("=")[0].strip()
+        if key not in allowed:
+            raise InputError(
+                f"applies to --network ns3 only (the flow network takes --set {', '.join(allowed)} only)",
+                file="--set",
+                field=key,
+            )
+
+
+def add_progress_options(p: argparse.ArgumentParser, quiet_also: str = "") -> None:
+    """`--progress/--no-progress` and `--quiet` (`quiet_also`: what else --quiet leaves out)."""
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress: a live bar (default on a terminal; otherwise a plain line every few seconds)",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help=f"print no progress{quiet_also}")
+
+
+def progress_mode(args: argparse.Namespace) -> str:
+    """'off' (--quiet, --no-progress), 'bar' (--progress, or a terminal) or 'lines' (a log file or a pipe)."""
+    return auto_mode(args.progress, args.quiet)

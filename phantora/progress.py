@@ -1,0 +1,138 @@
+"""Progress of a long command, on stderr: a tqdm bar on a terminal, a plain line every few seconds otherwise.
+
+Modes: "bar" (tqdm: done/total, rate and ETA, plus the simulated time and the engine's events per second),
+"lines" (a log file or a pipe: at most one line every `LINE_EVERY_S` seconds, with the same figures) and
+"off".
+The display only reads what it is told; it never drives what it reports on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from types import TracebackType
+from typing import IO, Any
+
+MODES = ("off", "bar", "lines")
+LINE_EVERY_S = 5.0  # "lines": at most one line this often
+
+
+def auto_mode(progress: bool | None = None, quiet: bool = False) -> str:
+    """The mode for the flags `--progress/--no-progress` (None: not given) and `--quiet`."""
+    if quiet or progress is False:
+        return "off"
+    return "bar" if progress or sys.stderr.isatty() else "lines"
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _rate(per_s: float) -> str:
+    for div, suffix in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if per_s >= div:
+            return f"{per_s / div:.1f}{suffix}"
+    return f"{per_s:.0f}"
+
+
+class Progress:
+    """Counts `done` of `total` `unit`s, with the simulated time and an event counter alongside."""
+
+    def __init__(
+        self,
+        mode: str,
+        desc: str,
+        total: int | None,
+        unit: str,
+        *,
+        every_s: float | None = None,
+        file: IO[str] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"progress mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.mode, self.desc, self.total, self.unit = mode, desc, total, unit
+        self.every_s = LINE_EVERY_S if every_s is None else every_s
+        self.file = file if file is not None else sys.stderr
+        self.done = 0
+        self.failed = 0
+        self.sim_ns: int | None = None
+        self.events: int | None = None
+        self.t0 = time.monotonic()
+        self._last_line = self.t0
+        self._last_post = float("-inf")
+        self._bar: Any = None
+        if mode == "bar":
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.file, leave=False, dynamic_ncols=True)
+
+    def update(
+        self,
+        done: int | None = None,
+        *,
+        add: int = 0,
+        failed: int = 0,
+        sim_ns: int | None = None,
+        events: int | None = None,
+    ) -> None:
+        """Now `done` (or `add` more) units are done, `failed` more failed; the simulation is at `sim_ns`
+        and has run `events` events in all."""
+        new = (self.done + add) if done is None else done
+        step, self.done = new - self.done, new
+        self.failed += failed
+        if sim_ns is not None:
+            self.sim_ns = sim_ns
+        if events is not None:
+            self.events = events
+        now = time.monotonic()
+        if self._bar is not None:
+            if now - self._last_post >= 0.5:
+                self._last_post = now
+                self._bar.set_postfix_str(self._extras(now), refresh=False)
+            self._bar.update(step)
+        elif self.mode == "lines" and now - self._last_line >= self.every_s:
+            self._last_line = now
+            print(self.line(now), file=self.file, flush=True)
+
+    def _extras(self, now: float) -> str:
+        parts = []
+        if self.failed:
+            parts.append(f"{self.failed} failed")
+        if self.sim_ns is not None:
+            parts.append(f"simulated {self.sim_ns / 1e6:.3f} ms")
+        if self.events is not None and now > self.t0:
+            parts.append(f"{_rate(self.events / (now - self.t0))} events/s")
+        return ", ".join(parts)
+
+    def line(self, now: float | None = None) -> str:
+        """The plain progress line: done/total, the extras, elapsed time and the ETA."""
+        now = time.monotonic() if now is None else now
+        elapsed = now - self.t0
+        head = f"{self.done}/{self.total}" if self.total else str(self.done)
+        if self.total:
+            head += f" {self.unit}s ({100 * self.done / self.total:.0f}%)"
+        else:
+            head += f" {self.unit}s"
+        parts = [head, self._extras(now), f"{_duration(elapsed)} elapsed"]
+        if self.total and 0 < self.done < self.total:
+            parts.append(f"ETA {_duration(elapsed * (self.total - self.done) / self.done)}")
+        return f"[phantora] {self.desc}: " + ", ".join(p for p in parts if p)
+
+    def write(self, text: str) -> None:
+        """A message that must not tear the bar."""
+        if self._bar is not None:
+            self._bar.write(text, file=self.file)
+        elif self.mode != "off":
+            print(text, file=self.file, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

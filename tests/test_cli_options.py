@@ -1,0 +1,107 @@
+"""The options run, replay, netsim and sweep share: the same names, defaults, choices and checks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from phantora.cli import build_parser, main
+from phantora.netsim.packet_config import CC_ATTRIBUTES, CC_NAMES, PacketConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+INCAST = ROOT / "workloads" / "incast_heavy.toml"
+SHARED = ("--network", "--cc", "--set", "--progress", "--quiet", "--out", "--overwrite")
+ONE_RUN = ("run", "replay", "netsim")
+
+
+def parsers() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def option(p: argparse.ArgumentParser, name: str) -> argparse.Action:
+    return p._option_string_actions[name]
+
+
+def signature(a: argparse.Action) -> str:
+    """What makes two options behave alike (not their help text)."""
+    return repr((type(a).__name__, a.option_strings, a.default, a.choices, a.nargs, a.const, a.type, a.metavar))
+
+
+def test_the_shared_options_are_defined_alike_on_every_command() -> None:
+    ps = parsers()
+    for name in SHARED:
+        sigs = {cmd: signature(option(ps[cmd], name)) for cmd in ONE_RUN}
+        assert len(set(sigs.values())) == 1, (name, sigs)
+    assert option(ps["run"], "--network").default == "flow" and option(ps["run"], "--network").choices == (
+        "flow",
+        "ns3",
+    )
+    assert tuple(option(ps["netsim"], "--cc").choices) == CC_NAMES
+    for name in ("--progress", "--quiet"):  # sweep and rerun too
+        for cmd in ("sweep", "rerun"):
+            assert signature(option(ps[cmd], name)) == signature(option(ps["run"], name)), (cmd, name)
+    for name in ("--network", "--cc", "--set"):  # sweep takes lists of the same values
+        assert option(ps["sweep"], name).dest == option(ps["run"], name).dest
+
+
+def test_every_set_field_is_listed_in_each_commands_help() -> None:
+    fields = [f for f in PacketConfig.__dataclass_fields__ if f != "cc_attrs"]
+    for cmd in (*ONE_RUN, "sweep"):
+        text = option(parsers()[cmd], "--set").help or ""
+        missing = [f for f in fields if f not in text]
+        assert not missing, (cmd, missing)
+        assert all(attr in text for attr in CC_ATTRIBUTES["dcqcn"]), cmd
+
+
+def test_an_unknown_set_field_is_an_error_that_lists_the_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["netsim", "-t", "star8", "-f", str(INCAST), "--network", "ns3", "--set", "bufer_bytes=1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unknown PacketConfig field 'bufer_bytes'" in err and "buffer_bytes" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("cmd", [*ONE_RUN, "sweep"])
+def test_an_unknown_cc_is_refused_by_every_command(cmd: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = {
+        "run": ["run", "-t", "star8", "--cc", "cubic", "x.py"],
+        "replay": ["replay", str(INCAST), "-t", "star8", "--cc", "cubic"],
+        "netsim": ["netsim", "-t", "star8", "-f", str(INCAST), "--cc", "cubic"],
+        "sweep": ["sweep", "-w", str(INCAST), "-t", "star8", "--cc", "dcqcn,cubic", "--dry-run"],
+    }[cmd]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "cubic" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", ONE_RUN)
+def test_cc_and_packet_fields_with_the_flow_network_are_errors_on_every_command(
+    cmd: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head, tail = {
+        "run": (["run", "-t", "star8", "--nproc", "2"], [str(tmp_path / "never_started.py")]),
+        "replay": (["replay", str(INCAST), "-t", "star8"], []),
+        "netsim": (["netsim", "-t", "star8", "-f", str(INCAST)], []),
+    }[cmd]
+    for extra, field in ((["--cc", "dcqcn"], "--cc"), (["--set", "pfc=false"], "pfc")):
+        assert main([*head, *extra, *tail]) == 2
+        err = capsys.readouterr().err
+        assert f"field '{field}'" in err and "applies to --network ns3 only" in err and "Traceback" not in err
+
+
+def test_sweep_takes_cc_and_set_lists_as_axes(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sweep", "-w", str(INCAST), "-t", "star8", "--network", "ns3", "--cc", "dcqcn,hpcc"]
+    assert main([*argv, "--set", "buffer_bytes=1000000,4000000", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(" --network ns3" in ln for ln in lines)
+    assert sum("--cc hpcc" in ln and "--set buffer_bytes=4000000" in ln for ln in lines) == 1
+    with pytest.raises(SystemExit):
+        main(["sweep", "-w", str(INCAST), "--network", "flow,packets", "--dry-run"])
+
+
+def test_netsim_defaults_to_the_flow_network(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["netsim", "-t", "star8", "-f", str(INCAST), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "(flow, cc -)" in out and "nothing saved: pass --out DIR" in out  # without --out, it says so
