@@ -81,7 +81,7 @@ def test_a_replayed_graph_writes_every_network_file_as_netsim_does(ns3_lib, trac
     wl = tmp_path / "incast4.toml"
     wl.write_text(INCAST)
     assert main(["replay", str(trace), "-t", "star8", "--network", "ns3", "--cc", "dcqcn", "-o", str(graph)]) == 0
-    assert main(["netsim", "-t", "star8", "-f", str(wl), "--cc", "dcqcn", "-o", str(flows)]) == 0
+    assert main(["netsim", "--network", "ns3", "-t", "star8", "-f", str(wl), "--cc", "dcqcn", "-o", str(flows)]) == 0
     for file, columns in NETWORK_FILES.items():
         assert header(graph / file) == header(flows / file) == columns, file
     for out in (graph, flows):

@@ -51,7 +51,26 @@ def test_spread_is_the_sample_statistics_of_the_measured_values() -> None:
 def test_seeds_give_n_runs_and_compare_shows_their_mean_and_spread(ns3_lib, tmp_path: Path, capsys) -> None:
     """DCQCN marks at random (RED) between kmin and kmax: the seeds give different runs of the same incast."""
     out = tmp_path / "dcqcn"
-    assert main(["netsim", "-t", "star8", "-f", "incast4", "--cc", "dcqcn", "--seeds", "3", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "netsim",
+                "--network",
+                "ns3",
+                "-t",
+                "star8",
+                "-f",
+                "incast4",
+                "--cc",
+                "dcqcn",
+                "--seeds",
+                "3",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "over 3 seeds: mean ±standard deviation [min-max]" in text
     doc = json.loads((out / "seeds.json").read_text())
