@@ -278,8 +278,8 @@ def test_the_run_table_shows_the_cc_and_the_packet_settings_with_defaults(ns3_li
     flows.write_text("2\n1 0 3 100 200000 0\n2 0 3 100 200000 0\n")
     a, b = tmp_path / "dcqcn", tmp_path / "hpcc"
     assert main(["netsim", "--network", "ns3", "-t", "star8", "-f", str(flows), "--cc", "dcqcn", "-o", str(a)]) == 0
-    assert main(["netsim", "--network", "ns3", "-t", "star8", "-f", str(flows), "--cc", "hpcc", "--set", "buffer_bytes=1000000",
-                 "--queue-sample-ns", "0", "-o", str(b)]) == 0  # fmt: skip
+    ns3 = ["netsim", "--network", "ns3", "-t", "star8", "-f", str(flows)]
+    assert main([*ns3, "--cc", "hpcc", "--set", "buffer_bytes=1000000", "--queue-sample-ns", "0", "-o", str(b)]) == 0
     _, cmp = load_and_compare([a, b])
     assert [r["cc"] for r in cmp.runs] == ["dcqcn", "hpcc"]
     settings = [r["settings"] for r in cmp.runs]
