@@ -79,8 +79,8 @@ def _tc(bf16: float, tf32: float, fp8: float | None) -> dict[str, float]:
 # 400 W) is rated at 835.5 / (132 x 4096) = 1.545 GHz, H100 SXM (132 SMs, 700 W) at 1.83 GHz; 500 W lies
 # (500 - 400) / (700 - 400) = 1/3 of the way, 1.545 + (1.83 - 1.545) / 3 = 1.64 GHz.
 GT_CLOCK = 1.64e9
-GT_SCALE = GT_CLOCK / 1.83e9  # of the H100 SXM's rated tensor throughput (rated at 1.83 GHz)
-GT_SCALE_FP = GT_CLOCK / 1.98e9  # of its FP32 and FP64 throughput (rated at the 1.98 GHz boost clock)
+GT_BF16 = 132 * 4096 * GT_CLOCK / TERA  # 886.7 TFLOP/s; TF32 half of it, FP8 twice, as on every Hopper part
+GT_SCALE_FP = GT_CLOCK / 1.98e9  # of the H100 SXM's FP32 and FP64 throughput (rated at its 1.98 GHz boost clock)
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
@@ -166,7 +166,7 @@ GPUS: dict[str, GpuSpec] = {
         ),
         GpuSpec(
             "h100-96gb",  # ~: Grand Teton H100, 96 GB HBM2e at 2.4 TB/s, 500 W (torchtitan); clock derived above
-            _tc(989 * GT_SCALE, 494.5 * GT_SCALE, 1979 * GT_SCALE),
+            _tc(GT_BF16, GT_BF16 / 2, GT_BF16 * 2),
             67 * TERA * GT_SCALE_FP,
             34 * TERA * GT_SCALE_FP,
             2400 * GIGA,

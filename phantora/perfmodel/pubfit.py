@@ -342,3 +342,33 @@ def write_held(path: str | Path, held: list[Held]) -> None:
         for h in held:
             w.writerow([h.gpu, h.kind, h.op_class, h.where, f"{h.measured:.0f}", f"{h.predicted:.0f}",
                         f"{h.rel_error:.4f}"])  # fmt: skip
+
+
+def split_points(points: list[PublicPoint], holdout: float, seed: int) -> tuple[list[int], list[int]]:
+    """Indices (train, test): per die and kernel class a seeded random `holdout` fraction is tested; a group
+    of two or more rows keeps one on each side, a single row stays in training."""
+    rng = np.random.default_rng(seed)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, p in enumerate(points):
+        groups.setdefault((p.gpu.chip, p.row.kernel_class), []).append(i)
+    train: list[int] = []
+    test: list[int] = []
+    for key in sorted(groups):
+        idx = np.asarray(groups[key])[rng.permutation(len(groups[key]))]
+        n_test = min(max(int(round(holdout * len(idx))), 1), len(idx) - 1) if len(idx) >= 2 else 0
+        test += [int(i) for i in idx[:n_test]]
+        train += [int(i) for i in idx[n_test:]]
+    return sorted(train), sorted(test)
+
+
+def held_out(points: list[PublicPoint], base: Curves, holdout: float = 0.3, seed: int = 0) -> list[Held]:
+    """The test rows of `split_points`, each predicted by its die's fit on the training rows."""
+    train_idx, test_idx = split_points(points, holdout, seed)
+    fits = fit_all([points[i] for i in train_idx], base)
+    test = [points[i] for i in test_idx]
+    out: list[Held] = []
+    for chip, pts in by_chip(test).items():
+        curves = merged(base, fits[chip]) if chip in fits else base
+        for p, t in zip(pts, _Design(pts).predict(curves.params, curves.op_mult, np), strict=True):
+            out.append(Held(p.gpu.name, p.row.kind, p.row.kernel_class, p.nanos, float(t), p.row.where))
+    return out
