@@ -213,3 +213,17 @@ def test_results_report_tier_shares_that_add_up_to_one(tmp_path):
     assert sum(tiers["share"].values()) == pytest.approx(1.0)
     assert tiers["kernel_ns"]["measured"] == 50_000
     assert sum(tiers["kernel_ns"].values()) == s.clock.compute_busy_ns - 3 * 1000  # three launches
+
+
+def test_calibrate_public_cli(tmp_path, capsys):
+    from phantora.cli import main
+
+    out, errors = tmp_path / "pub.json", tmp_path / "held.csv"
+    assert main(["calibrate", "--public", "--gpu", "b200", "--out", str(out), "--errors", str(errors)]) == 0
+    text = capsys.readouterr().out
+    assert "2 public rows" in text and "| b200 | gemm | 2 |" in text and "L40S-shaped" in text
+    fits = pubfit.parse(json.loads(out.read_text()), str(out))
+    assert set(fits) == {"GB100"} and fits["GB100"].classes == ["gemm"]
+    assert len(errors.read_text().splitlines()) == 3  # header + the two rows, each held out once
+    assert main(["calibrate", "--gpu", "l40s"]) == 2  # neither tables nor --public: a one-line error
+    assert "give the measured tables" in capsys.readouterr().err
