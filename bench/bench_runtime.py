@@ -138,7 +138,7 @@ def in_process(ops: int, colls: int) -> dict[str, float]:
     return out
 
 
-def model_costs(reps: int) -> dict[str, dict[str, float]]:
+def model_costs(reps: int, gpu: str = "h100") -> dict[str, dict[str, float]]:
     """us per `cost()` call of each compute model on typical ops (meta tensors; the cache warm, as in a
     training loop that repeats its shapes), of the roofline without its cache, and of the first
     (uncached) call of the calibrated model (the first op of all also pays for lazy imports)."""
@@ -166,7 +166,7 @@ def model_costs(reps: int) -> dict[str, dict[str, float]]:
         res = func(*args, **kwargs)
         row = {}
         for kind in COMPUTE_MODELS:
-            model = build_model(kind, "h100")
+            model = build_model(kind, gpu)
             t0 = time.perf_counter()
             model.cost(func, args, kwargs, res)
             if kind == "calibrated":
@@ -187,10 +187,10 @@ def model_costs(reps: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def print_model_costs(reps: int) -> None:
-    print("per op, compute model cost() alone, us (cached; then uncached roofline and first calibrated call):")
+def print_model_costs(reps: int, gpu: str = "h100") -> None:
+    print(f"per op on {gpu}, compute model cost() alone, us (cached; then uncached roofline, first calibrated call):")
     print(f"  {'op':28s} {'calibrated':>10s} {'roofline':>10s} {'roof. unc.':>10s} {'cal. first':>10s}")
-    for name, r in model_costs(reps).items():
+    for name, r in model_costs(reps, gpu).items():
         print(f"  {name:28s} {r['calibrated_us']:10.2f} {r['roofline_us']:10.2f} {r['roofline_uncached_us']:10.2f}"
               f" {r['calibrated_first_us']:10.1f}")  # fmt: skip
 
@@ -289,8 +289,9 @@ def main() -> None:
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--models-only", action="store_true", help="only the per-op cost of each compute model")
+    p.add_argument("--gpu", default="h100", help="GPU of the per-op compute-model costs (default h100)")
     args = p.parse_args()
-    print_model_costs(2000)
+    print_model_costs(2000, args.gpu)
     if args.models_only:
         return
     if not args.skip_overhead:

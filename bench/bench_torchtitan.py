@@ -1,6 +1,7 @@
 """torchtitan's llama3_8b, unmodified, in phantom mode on simulated H100s (and A100s): cost and figures.
 
-    .venv/bin/python bench/bench_torchtitan.py                      # 8 H100 (testbed16)
+    .venv/bin/python bench/bench_torchtitan.py                      # 8 H100 (testbed16), the published 500 W part
+    .venv/bin/python bench/bench_torchtitan.py --gpu h100-sxm       # the same on 700 W H100 SXMs
     .venv/bin/python bench/bench_torchtitan.py --gpus 8 128 1024    # and rail128, leafspine1024
     .venv/bin/python bench/bench_torchtitan.py --gpus 64 --gpu a100 # 64 A100 (rail128)
 
@@ -35,13 +36,16 @@ from phantora.launcher import RunConfig, launch  # noqa: E402
 TOPOLOGY = {8: "testbed16", 64: "rail128", 128: "rail128", 1024: "leafspine1024"}
 PUBLISHED = {"h100": 5762, "a100": 2904}  # tokens/s/GPU, torchtitan's docs (8x H100, 64x A100)
 BATCH = {"h100": 2, "a100": 1}  # the local batch of those published runs (docs/validation.md)
+# The GPU of those published runs: torchtitan's H100s are the Grand Teton hosts' 500 W parts with 96 GB HBM2e
+# (docs/gpus.md); `--gpu h100-sxm` runs the 700 W SXM part instead.
+VARIANT = {"h100": "h100-96gb", "a100": "a100", "h100-sxm": "h100"}
 LINE = re.compile(r"step:\s+(\d+).*?memory:\s+([0-9.]+)GiB.*?tps:\s+([0-9,]+).*?mfu:\s+([0-9.]+)%")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, nargs="+", default=[8], choices=sorted(TOPOLOGY))
-    parser.add_argument("--gpu", default="h100", choices=sorted(PUBLISHED))
+    parser.add_argument("--gpu", default="h100", choices=sorted(VARIANT))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--alloc-conf", default="", help="PYTORCH_CUDA_ALLOC_CONF for the ranks")
     args = parser.parse_args()
@@ -55,14 +59,16 @@ def main() -> None:
         "--hf_assets_path", "./tests/assets/tokenizer", "--dataloader.dataset", "c4_test",
         "--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs",
         "--metrics.no-enable-tensorboard", "--debug.seed", "0",
-        "--training.local_batch_size", str(BATCH[args.gpu]),
+        "--training.local_batch_size", str(BATCH[args.gpu.removesuffix("-sxm")]),
     ]  # fmt: skip
-    print(f"torchtitan llama3_8b, phantom, flow network, {args.gpu}; published {PUBLISHED[args.gpu]} tokens/s/GPU")
+    published = PUBLISHED[args.gpu.removesuffix("-sxm")]
+    print(f"torchtitan llama3_8b, phantom, flow network, {VARIANT[args.gpu]}; published {published} tokens/s/GPU")
     head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "MFU %", "mem GiB", "alloc GiB")
     print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>6} {:>8} {:>9}".format(*head))
     env = {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
     for n in args.gpus:
-        cfg = RunConfig(train, flags, TOPOLOGY[n], nproc=n, gpu=args.gpu, tensors="phantom", timeout_s=3600, env=env)
+        gpu = VARIANT[args.gpu]
+        cfg = RunConfig(train, flags, TOPOLOGY[n], nproc=n, gpu=gpu, tensors="phantom", timeout_s=3600, env=env)
         t0 = time.perf_counter()
         rep = launch(cfg)
         wall = time.perf_counter() - t0

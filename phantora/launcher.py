@@ -48,6 +48,7 @@ class RunConfig:
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
     perf_tables: list[str | Path] = field(default_factory=list)  # measured tables, priority over the model
     curves: str | Path | None = None  # `phantora calibrate --out` file; None: the shipped curves
+    public_fit: bool = True  # False: no public per-GPU fit (the L40S-shaped curves time every class)
     tensors: str = "auto"  # "real", "phantom" (meta tensors), "auto": phantom above PHANTOM_ABOVE ranks
     dedup: str | int = "auto"  # live processes: "auto" (phantom: one host's GPUs), "off", or a number
     timeout_s: float | None = None
@@ -208,6 +209,7 @@ def launch(cfg: RunConfig) -> RunReport:
         out = make_run_dir()  # private, removed at the end (or by a later run, if this launcher is killed)
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
+    opts.public_fit = cfg.public_fit
     opts.phantom = phantom
     opts.sim_cuda = cfg.sim_cuda
     env = {**opts.to_env(), **cfg.env}

@@ -30,7 +30,7 @@ def test_gpu_table_matches_reference():
     assert get_gpu("b200").memory == 192 * 10**9
     assert get_gpu("l40s").nvlink_bw == 0
     assert get_gpu("a100").peak("fp8") == get_gpu("a100").peak("bf16")  # no fp8 units: bf16 rate
-    assert set(GPUS) == {"a100", "h100", "h200", "b200", "l40s"}
+    assert {"a100", "h100", "h200", "b200", "l40s"} <= set(GPUS)  # and the deployed variants (test_gpu_variants.py)
 
 
 def test_unknown_gpu_names_the_field():

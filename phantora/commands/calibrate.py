@@ -1,5 +1,9 @@
 """`phantora calibrate TABLE.csv --gpu l40s`: fit the compute model's curves on part of a measured table
-and report its error on the held-out rest, per op class (median and p90 relative error)."""
+and report its error on the held-out rest, per op class (median and p90 relative error).
+
+`phantora calibrate --public`: fit the public per-GPU model (each GPU die's kernel efficiencies, from the
+published measurements of phantora/perfmodel/data/public_kernels.csv) and report, per GPU and kernel
+class, the leave-one-out error of every row (predicted by a fit on its die's other rows)."""
 
 from __future__ import annotations
 
@@ -7,11 +11,15 @@ import argparse
 import time
 from pathlib import Path
 
+from phantora.errors import InputError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="fit the GPU compute model to a measured op table", description=__doc__)
-    p.add_argument("tables", nargs="+", type=Path, help="measured tables (phantora or perfdb CSV format)")
-    p.add_argument("--gpu", required=True, help="GPU the table was measured on (a100, h100, h200, b200, l40s)")
+    p.add_argument("tables", nargs="*", type=Path, help="measured tables (phantora or perfdb CSV format)")
+    p.add_argument("--gpu", default=None, help="GPU the table was measured on (a100, h100, h200, b200, l40s, ...)")
+    p.add_argument("--public", action="store_true", help="fit and check the public per-GPU model instead")
+    p.add_argument("--data", type=Path, default=None, help="--public: the data file (default: the shipped one)")
     p.add_argument("--out", "-o", type=Path, default=None, help="write the fitted curves (JSON) here")
     p.add_argument("--holdout", type=float, default=0.3, help="fraction of rows held out for testing (default 0.3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random train/test split (default 0)")
@@ -20,6 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.public:
+        if args.tables:
+            raise InputError("--public reads the public data file (--data), not tables", field="tables")
+        return run_public(args)
+    if not args.tables or not args.gpu:
+        raise InputError("give the measured tables and --gpu (or --public)", field="tables")
+    return run_tables(args)
+
+
+def run_tables(args: argparse.Namespace) -> int:
     from phantora.perfmodel.evaluate import class_errors, format_errors, predict_rows, write_predictions
     from phantora.perfmodel.fit import fit_curves, split_rows
     from phantora.perfmodel.gpus import get_gpu
@@ -57,5 +75,41 @@ def run(args: argparse.Namespace) -> int:
         print("no held-out rows (holdout 0): nothing to report")
     if args.out:
         save_curves(args.out, curves)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def run_public(args: argparse.Namespace) -> int:
+    from phantora.perfmodel import pubfit
+    from phantora.perfmodel.gpus import get_gpu
+    from phantora.perfmodel.model import load_curves
+    from phantora.perfmodel.public import read_points
+
+    base = load_curves()
+    points = read_points(args.data)
+    if args.gpu:
+        chip = get_gpu(args.gpu).chip
+        points = [p for p in points if p.gpu.chip == chip]
+        if not points:
+            raise InputError(f"no public rows for {args.gpu}'s die ({chip})", field="gpu")
+    source = args.data or "the shipped public_kernels.csv"
+    print(f"{len(points)} public rows from {source}; base curves: default_curves.json (perfdb/l40s)")
+    fits: dict[str, pubfit.DieFit] = {}
+    held: list[pubfit.Held] = []
+    for chip, pts in pubfit.by_chip(points).items():
+        t0 = time.perf_counter()
+        fits[chip] = pubfit.fit_die(pts, base)
+        t1 = time.perf_counter()
+        held += pubfit.leave_one_out(pts, base)
+        t2 = time.perf_counter()
+        knobs = ", ".join(f"{g}.{k}={v:.3g}" for g, vals in fits[chip].params.items() for k, v in vals.items())
+        print(f"{chip} ({', '.join(fits[chip].gpus)}): {len(pts)} rows; fit {t1 - t0:.1f} s, leave-one-out "
+              f"{t2 - t1:.1f} s; {knobs}")  # fmt: skip
+    print(pubfit.format_held(held, pubfit.baseline(points, base)))
+    if args.errors:
+        pubfit.write_held(args.errors, held)
+        print(f"wrote {args.errors}")
+    if args.out:
+        pubfit.save(args.out, fits, pubfit.data_digest(args.data))
         print(f"wrote {args.out}")
     return 0

@@ -25,7 +25,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     add_network_options(p)
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
-    p.add_argument("--gpu", default=None, help="GPU model: a100, h100, h200, b200, l40s (default: the topology's)")
+    p.add_argument(
+        "--gpu",
+        default=None,
+        help="GPU model or variant: a100, a100-40gb, a100-pcie, h100, h100-96gb (500 W HBM2e), h100-pcie, h100-nvl, "
+        "h200, b200, l40s (default: the topology's; docs/gpus.md)",
+    )
     p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (0 = exact; default per mode)")
     add_out_options(p, "results.json, steps.jsonl, status.json, trace.json and logs/")
     p.add_argument("--nproc", type=int, default=None, help="number of ranks (default: the topology's rank count)")
@@ -45,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="measured op table (phantora profile / perfdb CSV) whose entries take priority; repeatable",
     )
     p.add_argument("--curves", default=None, metavar="JSON", help="curves from `phantora calibrate --out`")
+    p.add_argument(
+        "--no-public-fit",
+        action="store_true",
+        help="time every op class with the L40S-shaped curves, not the public per-GPU fit (docs/validation.md)",
+    )
     p.add_argument(
         "--tensors",
         choices=("auto", "real", "phantom"),
@@ -107,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         compute_model=args.compute_model,
         perf_tables=list(args.perf_table),
         curves=args.curves,
+        public_fit=not args.no_public_fit,
         tensors=args.tensors,
         sim_cuda=not args.no_sim_cuda,
         dedup=args.dedup,

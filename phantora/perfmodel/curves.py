@@ -42,6 +42,9 @@ SMOOTH_Q = 4.0  # smooth max of the compute and memory times (p-norm)
 # Non-matmul work per (query, key) pair in attention backward relative to forward: the backward redoes
 # the exponentials and forms dS = P * (dP - rowsum(dO * O)), about twice the forward's softmax work.
 ATTN_BWD_PAIR_FACTOR = 2.0
+# The backward's per-row work (optional attention.row_cyc / diag_cyc) relative to the forward's: the FLOP ratio of
+# the FlashAttention papers' counting (5 matrix products against 2).
+ATTN_BWD_ROW_FACTOR = 2.5
 
 _MEM = {"floor_ns": 1500.0, "e_dram": 0.75, "l2_bpc": 16.0, "l2_frac": 0.9, "w_l2": 1.0}
 # Starting values: a-priori guesses (not fitted), and the model used before any calibration.
@@ -68,6 +71,16 @@ DEFAULT_PARAMS: dict[str, dict[str, float]] = {
     "memcpy_d2h": {"floor_ns": 1000.0, "e_host": 0.4},
 }
 OP_MULT_KEYS = ("floor", "bytes")
+# Parameters a curves file may hold beyond DEFAULT_PARAMS, with the value meaning "absent". gemm.fp8_eff: the
+# efficiency of an fp8 GEMM relative to a 16-bit one at the same shape (the public per-GPU fit sets it where
+# fp8 measurements exist; perfdb/l40s has none).
+# attention.row_cyc / diag_cyc: cycles per query row and head-dim element of a flash kernel (all rows / the rows of
+# a causal kernel, whose diagonal tiles are computed whole); perfdb/l40s's four attention rows cannot fit them.
+OPTIONAL_PARAMS: dict[tuple[str, str], float] = {
+    ("gemm", "fp8_eff"): 1.0,
+    ("attention", "row_cyc"): 0.0,
+    ("attention", "diag_cyc"): 0.0,
+}
 
 
 @dataclass
@@ -90,6 +103,7 @@ class Columns:
     peak: np.ndarray
     pairs: np.ndarray
     writes: np.ndarray
+    fp8: np.ndarray  # 1 for calls whose compute dtype is an fp8 type
 
 
 def columns(feats: list[OpFeatures], peaks: list[float]) -> Columns:
@@ -116,6 +130,7 @@ def columns(feats: list[OpFeatures], peaks: list[float]) -> Columns:
         peak=col([p if p > 0 else 1.0 for p in peaks]),
         pairs=col([f.pairs for f in feats]),
         writes=col([f.writes for f in feats]),
+        fp8=col([1.0 if f.dtype.startswith("float8") else 0.0 for f in feats]),
     )
 
 
@@ -169,6 +184,8 @@ def predict_columns(
         mask = asarray((c.cls == cls).astype(np.float64)) > 0.5
         if cls == "gemm":
             eff = gemm_efficiency(g, asarray(c.b), asarray(c.m), asarray(c.n), asarray(c.k), gpu.sms)
+            if "fp8_eff" in g:
+                eff = eff * (1.0 + asarray(c.fp8) * (g["fp8_eff"] - 1.0))
             t = g["floor_ns"] + _smax(flops / (asarray(c.peak) * eff) * 1e9, t_mem(g))
         elif cls in ("attention_fwd", "attention_bwd"):
             a = params["attention"]
@@ -176,6 +193,11 @@ def predict_columns(
             eff = a["eff_fwd"] if fwd else a["eff_bwd"]
             pair_cyc = a["pair_cyc"] * (1.0 if fwd else ATTN_BWD_PAIR_FACTOR)
             t_c = (flops / (asarray(c.peak) * eff) + asarray(c.pairs) * pair_cyc / sm_hz) * 1e9
+            if "row_cyc" in a:  # per query row and head-dim element: Q in, O out, and the causal diagonal tiles
+                bh, sq, hd = asarray(c.b), asarray(c.m), asarray(c.k)
+                causal = (asarray(c.pairs) < bh * sq * asarray(c.n) - 0.5) * 1.0
+                cyc = (a["row_cyc"] + causal * a.get("diag_cyc", 0.0)) * (1.0 if fwd else ATTN_BWD_ROW_FACTOR)
+                t_c = t_c + bh * sq * hd * cyc / sm_hz * 1e9
             t = g["floor_ns"] + _smax(t_c, t_mem(g))
         elif cls in MEMORY_CLASSES:
             p = params[cls]
@@ -248,7 +270,8 @@ class Curves:
             if name not in params or not isinstance(values, dict):
                 raise InputError(f"unknown curve class {name!r}", file=source, field="params")
             for key, value in values.items():
-                if key not in params[name] or not isinstance(value, (int, float)) or value < 0:
+                known = key in params[name] or (name, key) in OPTIONAL_PARAMS
+                if not known or not isinstance(value, (int, float)) or value < 0:
                     raise InputError(f"bad parameter {key!r}={value!r}", file=source, field=f"params.{name}")
                 params[name][key] = float(value)
         mult = obj.get("op_mult") or {}

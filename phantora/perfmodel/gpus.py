@@ -1,10 +1,17 @@
 """GPU specifications: phantora's one GPU table (dense peaks, per GPU; vendor data sheets).
 
 The runtime's view (`phantora/runtime/gpus.py`: peak by short dtype name, memory, NVLink) is derived
-from this table. BF16/FP16 tensor and FP32 peaks, memory bandwidth, memory and NVLink per direction
-are ../shared/REFERENCE.md section 2. TF32 and FP8 are the dense (no sparsity) figures of the same
-vendor data sheets: A100 TF32 156; H100/H200 SXM TF32 494.5, FP8 1979; B200 TF32 1100, FP8 4500;
-L40S TF32 183, FP8 733 TFLOP/s. A100 has no FP8 tensor cores. FP64 is the non-tensor FP64 peak.
+from this table. Every figure is the vendor data sheet's dense (no sparsity) figure; docs/gpus.md
+lists each GPU with its source. The A100, H100 SXM, H200, B200 and L40S BF16/FP16 tensor and FP32
+peaks, memory bandwidth, memory and NVLink are ../shared/REFERENCE.md section 2.
+
+GPUs are deployed as variants of one die (`chip`): the same SMs at another power limit, memory or
+form factor. `power_w` is the board power limit; `tensor_clock_hz` is the clock the data sheet's
+tensor peak implies (peak / (SMs x tensor FLOP per SM per clock)), the clock the part sustains under
+its power limit in a dense matrix product. The one part without a data sheet, the 500 W H100 with
+96 GB HBM2e of Meta's Grand Teton hosts (torchtitan's benchmarks), gets its clock from the two data
+sheets of the same die that bracket its power per SM (H100 NVL 400 W, H100 SXM 700 W), interpolated
+linearly in watts per SM: 1.64 GHz, 886 dense BF16 TFLOP/s (marked ~ below, derived, not measured).
 
 Tensor-core peaks are used for GEMMs and attention in bf16/fp16/fp8 (and tf32 when a caller asks
 for it); fp32 GEMMs use the non-tensor FP32 peak, as PyTorch does by default
@@ -43,6 +50,9 @@ class GpuSpec:
     nvlink_bw: float = 0.0  # per direction, bytes/s; 0 when the GPU has no NVLink
     capability: tuple[int, int] = (0, 0)  # CUDA compute capability (torch.cuda.get_device_capability)
     cuda_name: str = ""  # the name CUDA reports (torch.cuda.get_device_name)
+    chip: str = ""  # the die (GA100, GH100, GB100, AD102): variants of one die share public kernel data
+    power_w: int = 0  # board power limit
+    tensor_clock_hz: float = 0.0  # the clock the data sheet's tensor peak implies (power-limited)
 
     def matmul_peak(self, dtype: str, *, tf32: bool = False) -> float:
         """Peak FLOP/s of a matrix product whose inputs are `dtype` (canonical name)."""
@@ -64,6 +74,14 @@ def _tc(bf16: float, tf32: float, fp8: float | None) -> dict[str, float]:
     return peaks
 
 
+# Dense BF16 tensor FLOP per SM per clock: Ampere 2048, Hopper 4096, Blackwell 8192 (so 132 H100 SMs at
+# 1.83 GHz give the data sheet's 989 TFLOP/s). The Grand Teton H100's clock, 1.64 GHz: H100 NVL (132 SMs,
+# 400 W) is rated at 835.5 / (132 x 4096) = 1.545 GHz, H100 SXM (132 SMs, 700 W) at 1.83 GHz; 500 W lies
+# (500 - 400) / (700 - 400) = 1/3 of the way, 1.545 + (1.83 - 1.545) / 3 = 1.64 GHz.
+GT_CLOCK = 1.64e9
+GT_BF16 = 132 * 4096 * GT_CLOCK / TERA  # 886.7 TFLOP/s; TF32 half of it, FP8 twice, as on every Hopper part
+GT_SCALE_FP = GT_CLOCK / 1.98e9  # of the H100 SXM's FP32 and FP64 throughput (rated at its 1.98 GHz boost clock)
+
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
@@ -83,6 +101,48 @@ GPUS: dict[str, GpuSpec] = {
             capability=(8, 0),
             cuda_name="NVIDIA A100-SXM4-80GB",
             nvlink_bw=300 * GIGA,
+            chip="GA100",
+            power_w=400,
+            tensor_clock_hz=1.410e9,
+        ),
+        GpuSpec(
+            "a100-40gb",  # A100 data sheet: same compute as the 80 GB part, HBM2 1,555 GB/s
+            _tc(312, 156, None),
+            19.5 * TERA,
+            9.7 * TERA,
+            1555 * GIGA,
+            40 * 10**9,
+            40 * MIB,
+            108,
+            1.410e9,
+            32 * GIGA,
+            ("a100-sxm4-40gb", "a100-40g"),
+            label="A100 SXM 40GB",
+            capability=(8, 0),
+            cuda_name="NVIDIA A100-SXM4-40GB",
+            nvlink_bw=300 * GIGA,
+            chip="GA100",
+            power_w=400,
+            tensor_clock_hz=1.410e9,
+        ),
+        GpuSpec(
+            "a100-pcie",  # A100 data sheet, 80 GB PCIe: same peaks, HBM2e 1,935 GB/s, 300 W; no NVSwitch
+            _tc(312, 156, None),
+            19.5 * TERA,
+            9.7 * TERA,
+            1935 * GIGA,
+            80 * 10**9,
+            40 * MIB,
+            108,
+            1.410e9,
+            32 * GIGA,
+            ("a100-pcie-80gb", "a100-80gb-pcie"),
+            label="A100 PCIe 80GB",
+            capability=(8, 0),
+            cuda_name="NVIDIA A100 80GB PCIe",
+            chip="GA100",
+            power_w=300,
+            tensor_clock_hz=1.410e9,
         ),
         GpuSpec(
             "h100",
@@ -95,11 +155,72 @@ GPUS: dict[str, GpuSpec] = {
             132,
             1.980e9,
             64 * GIGA,
-            ("h100-sxm", "h100-sxm5"),
+            ("h100-sxm", "h100-sxm5", "h100-700w"),
             label="H100 SXM",
             capability=(9, 0),
             cuda_name="NVIDIA H100 80GB HBM3",
             nvlink_bw=450 * GIGA,
+            chip="GH100",
+            power_w=700,
+            tensor_clock_hz=1.830e9,
+        ),
+        GpuSpec(
+            "h100-96gb",  # ~: Grand Teton H100, 96 GB HBM2e at 2.4 TB/s, 500 W (torchtitan); clock derived above
+            _tc(GT_BF16, GT_BF16 / 2, GT_BF16 * 2),
+            67 * TERA * GT_SCALE_FP,
+            34 * TERA * GT_SCALE_FP,
+            2400 * GIGA,
+            96 * 10**9,
+            50 * MIB,
+            132,
+            GT_CLOCK,
+            64 * GIGA,
+            ("h100-hbm2e", "h100-500w", "h100-grand-teton", "grand-teton"),
+            label="H100 96GB HBM2e 500W",
+            capability=(9, 0),
+            cuda_name="NVIDIA H100",
+            nvlink_bw=450 * GIGA,
+            chip="GH100",
+            power_w=500,
+            tensor_clock_hz=GT_CLOCK,
+        ),
+        GpuSpec(
+            "h100-pcie",  # H100 data sheet, PCIe: 114 SMs, 756 BF16 dense, HBM2e 2 TB/s, 350 W; no NVSwitch
+            _tc(756, 378, 1513),
+            51 * TERA,
+            26 * TERA,
+            2000 * GIGA,
+            80 * 10**9,
+            50 * MIB,
+            114,
+            1.755e9,
+            64 * GIGA,
+            ("h100-pcie-80gb",),
+            label="H100 PCIe",
+            capability=(9, 0),
+            cuda_name="NVIDIA H100 PCIe",
+            chip="GH100",
+            power_w=350,
+            tensor_clock_hz=756e12 / (114 * 4096),
+        ),
+        GpuSpec(
+            "h100-nvl",  # H100 NVL data sheet: 94 GB HBM3 3.9 TB/s, 835.5 BF16 dense, 400 W; NVLink bridge pairs only
+            _tc(835.5, 417.5, 1670.5),
+            60 * TERA,
+            30 * TERA,
+            3900 * GIGA,
+            94 * 10**9,
+            50 * MIB,
+            132,
+            1.785e9,
+            64 * GIGA,
+            ("h100-nvl-94gb",),
+            label="H100 NVL",
+            capability=(9, 0),
+            cuda_name="NVIDIA H100 NVL",
+            chip="GH100",
+            power_w=400,
+            tensor_clock_hz=835.5e12 / (132 * 4096),
         ),
         GpuSpec(
             "h200",
@@ -117,6 +238,9 @@ GPUS: dict[str, GpuSpec] = {
             capability=(9, 0),
             cuda_name="NVIDIA H200",
             nvlink_bw=450 * GIGA,
+            chip="GH100",
+            power_w=700,
+            tensor_clock_hz=1.830e9,
         ),
         GpuSpec(
             "b200",  # ~: bf16 2250, fp8 4500, tf32 1100 dense; L2 ~126 MB; 148 SMs at ~1.98 GHz
@@ -134,6 +258,9 @@ GPUS: dict[str, GpuSpec] = {
             capability=(10, 0),
             cuda_name="NVIDIA B200",
             nvlink_bw=900 * GIGA,
+            chip="GB100",
+            power_w=1000,
+            tensor_clock_hz=2250e12 / (148 * 8192),
         ),
         GpuSpec(
             "l40s",  # fp64 ~1/64 of fp32 (Ada); PCIe Gen4 x16
@@ -150,6 +277,9 @@ GPUS: dict[str, GpuSpec] = {
             label="L40S (PCIe)",
             capability=(8, 9),
             cuda_name="NVIDIA L40S",
+            chip="AD102",
+            power_w=350,
+            tensor_clock_hz=362e12 / (142 * 1024),
         ),
     )
 }
@@ -161,7 +291,7 @@ def get_gpu(name: str | GpuSpec) -> GpuSpec:
         return name
     key = _squash(name)
     for g in GPUS.values():
-        if key == g.name or key in {_squash(a) for a in (*g.aliases, g.label)}:
+        if key == _squash(g.name) or key in {_squash(a) for a in (*g.aliases, g.label)}:
             return g
     raise InputError(f"unknown GPU {name!r} (known: {', '.join(GPUS)})", field="gpu")
 

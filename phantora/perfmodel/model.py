@@ -52,11 +52,15 @@ def save_curves(path: str | Path, curves: Curves) -> None:
 
 
 class ComputeModel:
-    """Predicts the GPU time of one op call, in integer ns.
+    """Predicts the GPU time of one op call, in integer ns, and says which tier timed it.
 
-    A measured table entry for exactly this call (op, shapes, dtypes, extra) wins; otherwise the
-    curves give the time. The table must come from the same GPU (checked when the table names its
-    GPU). `tf32=True` makes fp32 matrix products use the TF32 tensor-core peak.
+    Three tiers, first match wins: a measured table entry for exactly this call (op, shapes, dtypes,
+    extra), tier "measured"; the public per-GPU fit of the GPU's die for the op classes it has public
+    measurements of (`pubfit.py`), tier "public"; the L40S-shaped curves (`default_curves.json`
+    through this GPU's peaks), tier "l40s". With `curves` (a `phantora calibrate --out` file) those
+    curves time every op the table does not, tier "curves"; `public=False` turns the public fit off.
+    The table must come from the same GPU (checked when the table names its GPU). `tf32=True` makes
+    fp32 matrix products use the TF32 tensor-core peak.
     """
 
     def __init__(
@@ -66,30 +70,47 @@ class ComputeModel:
         table: TimingTable | None = None,
         *,
         tf32: bool = False,
+        public: bool = True,
     ) -> None:
+        from phantora.perfmodel.pubfit import public_curves
+
         self.gpu = get_gpu(gpu)
         if table is not None and table.gpu is not None and get_gpu(table.gpu) is not self.gpu:
             raise InputError(f"the measured table is from {table.gpu}, not {self.gpu.name}", field="gpu")
-        self.curves = curves if curves is not None else load_curves()
+        self.public_classes: frozenset[str] = frozenset()
+        if curves is not None:
+            self.curves, self.fallback_tier = curves, "curves"
+        else:
+            self.curves, self.fallback_tier = load_curves(), "l40s"
+            fit = public_curves(self.gpu, self.curves) if public else None
+            if fit is not None:
+                self.curves, self.public_classes = fit
         self.table = table
         self.tf32 = tf32
-        self._cache: dict[tuple, int] = {}
+        self._cache: dict[tuple, tuple[int, str]] = {}
 
     def features(self, op: str, shapes: list, dtypes: list, extra: dict | None = None) -> OpFeatures:
         return compute_features(make_call(op, shapes, dtypes, extra))
 
     def predict_call(self, call: OpCall) -> int:
         """Time of a normalised call: table first, then the curves. Cached per call key."""
+        return self.timed_call(call)[0]
+
+    def timed_call(self, call: OpCall) -> tuple[int, str]:
+        """(ns, tier) of a normalised call: table first, then the curves. Cached per call key."""
         key = call.key()
-        if key in self._cache:
-            return self._cache[key]
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         measured = self.table.lookup(call) if self.table is not None else None
         if measured is not None:
-            ns = measured
+            out = (measured, "measured")
         else:
-            ns = self.model_ns(compute_features(call), tf32=bool(call.extra.get("tf32", self.tf32)))
-        self._cache[key] = ns
-        return ns
+            f = compute_features(call)
+            tier = "public" if f.op_class in self.public_classes else self.fallback_tier
+            out = (self.model_ns(f, tf32=bool(call.extra.get("tf32", self.tf32))), tier)
+        self._cache[key] = out
+        return out
 
     def model_ns(self, f: OpFeatures, *, tf32: bool = False) -> int:
         """The curves' time for features `f` (no table lookup)."""

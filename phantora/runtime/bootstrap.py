@@ -41,7 +41,12 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
 
     opts = opts or Options.from_env()
     model = build_model(
-        opts.compute_model, get_gpu(opts.gpu), opts.launch_ns, perf_tables=opts.perf_tables, curves=opts.curves
+        opts.compute_model,
+        get_gpu(opts.gpu),
+        opts.launch_ns,
+        perf_tables=opts.perf_tables,
+        curves=opts.curves,
+        public=opts.public_fit,
     )
     set_model(model)
     client = client if client is not None else _client(opts)

@@ -79,12 +79,13 @@ ROOFLINE_FALLBACK = (
 
 @dataclass(frozen=True, slots=True)
 class OpCost:
-    """The roofline terms of one op."""
+    """The roofline terms of one op, its charged time and the tier that timed its kernel."""
 
     flops: int
     nbytes: int
     dtype: str  # compute dtype of the FLOPs ('' when the op has none)
-    ns: int
+    ns: int  # kernel time + launch overhead (0: no kernel)
+    tier: str = "roofline"  # measured | public | l40s | curves | roofline | estimate (phantora.perfmodel.pubfit.TIERS)
 
 
 def tensors_in(x: Any, out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
@@ -244,11 +245,12 @@ class Calibrated(Roofline):
         *,
         curves: Any = None,
         table: Any = None,
+        public: bool = True,
     ) -> None:
         from phantora.perfmodel.model import ComputeModel
 
         super().__init__(gpu, launch_ns)
-        self.model = ComputeModel(gpu.spec, curves, table)
+        self.model = ComputeModel(gpu.spec, curves, table, public=public)
         self.fallbacks: dict[str, int] = {}
 
     def compute(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
@@ -264,12 +266,12 @@ class Calibrated(Roofline):
             return self._free
         if namespace == "aten":
             try:
-                ns = self.model.predict_call(call_of(func, args, kwargs, out))
+                ns, tier = self.model.timed_call(call_of(func, args, kwargs, out))
             except InputError as exc:
                 if exc.field == "dtype":  # e.g. an fp8 matmul on a GPU without fp8 tensor cores
                     raise
             else:
-                return OpCost(base.flops, base.nbytes, base.dtype, ns + self.launch_ns if ns else 0)
+                return OpCost(base.flops, base.nbytes, base.dtype, ns + self.launch_ns if ns else 0, tier)
         name = schema.name if schema is not None else str(func)
         self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
         return base
@@ -282,8 +284,10 @@ def build_model(
     *,
     perf_tables: tuple[str | Path, ...] | list[str | Path] = (),
     curves: str | None = None,
+    public: bool = True,
 ) -> Roofline:
-    """The compute model of a run: 'calibrated' (with optional measured tables and curves file) or 'roofline'.
+    """The compute model of a run: 'calibrated' (with optional measured tables and curves file; `public=False`
+    leaves the public per-GPU fit out) or 'roofline'.
 
     Raises InputError naming the file when a table or the curves cannot be read."""
     gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -295,7 +299,7 @@ def build_model(
         from phantora.perfmodel.model import load_inputs
 
         fitted, table = load_inputs(perf_tables, curves)
-        return Calibrated(gpu, launch_ns, curves=fitted, table=table)
+        return Calibrated(gpu, launch_ns, curves=fitted, table=table, public=public)
     raise InputError(f"must be one of {', '.join(COMPUTE_MODELS)}, got {kind!r}", field="compute_model")
 
 

@@ -60,8 +60,9 @@ def fmt_bytes(n: float) -> str:
 
 # Device memory as the driver reports it (nvidia-smi's total, MiB; torch's OOM messages use it too),
 # which is a little below the data-sheet figure (ECC and firmware reservations): A100 SXM 80GB 81920,
-# H100 SXM 81559, H200 SXM 143771, B200 183359, L40S 46068 (ECC on).
-DEVICE_MIB = {"a100": 81920, "h100": 81559, "h200": 143771, "b200": 183359, "l40s": 46068}
+# A100 SXM 40GB 40960, H100 SXM 81559, H200 SXM 143771, B200 183359, L40S 46068 (ECC on). Keyed by the
+# GPU table's short names; a variant not listed here gets its nominal (data-sheet) memory.
+DEVICE_MIB = {"a100": 81920, "a100-40gb": 40960, "h100": 81559, "h200": 143771, "b200": 183359, "l40s": 46068}
 
 
 def capacity_of(gpu: Any) -> int:
@@ -69,7 +70,10 @@ def capacity_of(gpu: Any) -> int:
     v = getattr(gpu, "hbm_bytes", 0)
     if v:
         return int(v)
-    for name in (getattr(gpu, "key", ""), getattr(gpu, "name", ""), str(gpu)):
+    key = getattr(gpu, "key", "")
+    if key:  # a GPU of the table: its own entry or its nominal memory, never another variant's
+        return DEVICE_MIB[key] << 20 if key in DEVICE_MIB else int(getattr(gpu, "memory", 0) or 0)
+    for name in (getattr(gpu, "name", ""), str(gpu)):
         squashed = "".join(c for c in str(name).lower() if c.isalnum())
         for key, mib in DEVICE_MIB.items():
             if squashed.startswith(key):

@@ -23,6 +23,7 @@ class Options:
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline" (phantora.runtime.compute)
     perf_tables: tuple[str, ...] = ()  # measured tables (CSV) that take priority over the calibrated model
     curves: str | None = None  # curves JSON from `phantora calibrate --out`; None: the shipped curves
+    public_fit: bool = True  # the public per-GPU fit (phantora.perfmodel.pubfit) times the classes it has data for
     phantom: bool = False  # meta tensors: no data, no host memory (phantora.runtime.phantom)
     sim_cuda: bool = False  # the simulated CUDA device (phantora.runtime.simcuda); `phantora run` turns it on
 
@@ -40,6 +41,7 @@ class Options:
             compute_model=env.get("PHANTORA_COMPUTE_MODEL", COMPUTE_MODELS[0]),
             perf_tables=tuple(p for p in env.get("PHANTORA_PERF_TABLES", "").split(os.pathsep) if p),
             curves=env.get("PHANTORA_CURVES") or None,
+            public_fit=env.get("PHANTORA_PUBLIC_FIT", "1") not in ("0", "false", "no"),
             phantom=env.get("PHANTORA_PHANTOM", "0") in ("1", "true", "yes"),
             sim_cuda=env.get("PHANTORA_SIM_CUDA", "0") in ("1", "true", "yes"),
         )
@@ -55,6 +57,7 @@ class Options:
         if self.out_dir:
             env["PHANTORA_OUT"] = str(self.out_dir)
         env["PHANTORA_COMPUTE_MODEL"] = self.compute_model
+        env["PHANTORA_PUBLIC_FIT"] = "1" if self.public_fit else "0"
         env["PHANTORA_PHANTOM"] = "1" if self.phantom else "0"
         env["PHANTORA_SIM_CUDA"] = "1" if self.sim_cuda else "0"
         if self.perf_tables:

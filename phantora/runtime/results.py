@@ -111,6 +111,9 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     untimed = _untimed(ranks)
     if untimed:
         out["untimed_kernels"] = untimed
+    tiers = compute_tiers(ranks)
+    if tiers:
+        out["compute_tiers"] = tiers
     out["ranks"] = [
         {
             k: ranks[r].get(k)
@@ -129,6 +132,22 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
         for r in sorted(ranks)
     ]
     return out
+
+
+def compute_tiers(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Which tier timed what share of the live ranks' kernel time (launch overhead not counted): measured
+    (a --perf-table entry), public (the public per-GPU fit), l40s (the L40S-shaped curves), curves (a
+    --curves file), roofline (ops the calibrated model cannot describe, or --compute-model roofline),
+    estimate (triton kernels). The shares add up to 1."""
+    total: dict[str, int] = {}
+    for res in ranks.values():
+        for tier, ns in (res.get("kernel_ns_by_tier") or {}).items():
+            total[tier] = total.get(tier, 0) + int(ns)
+    all_ns = sum(total.values())
+    if not all_ns:
+        return {}
+    names = sorted(total, key=lambda t: -total[t])
+    return {"share": {t: total[t] / all_ns for t in names}, "kernel_ns": {t: total[t] for t in names}}
 
 
 def _untimed(ranks: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -173,6 +192,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         if m.get("reserved_peak_bytes"):
             lines.append(f"  reserved by the caching allocator at most: {m['reserved_peak_bytes'] / gib:.2f} GiB")
         lines.append(f"  at the peak, GiB: {parts}")
+    if summary.get("compute_tiers"):
+        shares = ", ".join(f"{t} {100 * v:.1f}%" for t, v in summary["compute_tiers"]["share"].items())
+        lines.append(f"kernel time by compute-model tier: {shares}")
     if summary.get("untimed_kernels"):
         k = summary["untimed_kernels"]
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")

@@ -181,6 +181,8 @@ class RankSession:
         self.ops = 0
         self.flops_by_dtype: dict[str, int] = {}
         self.untimed: dict[str, dict[str, Any]] = {}  # kernels the compute model cannot time: count, how charged
+        self.tier_ns: dict[str, int] = {}  # kernel time (launch overhead not included) by the tier that timed it
+        self._launch_ns = int(getattr(model, "launch_ns", 0))
         self.comm: dict[str, CommStats] = {}
         self.step_ends: list[int] = []
         self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
@@ -222,6 +224,9 @@ class RankSession:
         if cost.flops:
             self.flops_by_dtype[cost.dtype] = self.flops_by_dtype.get(cost.dtype, 0) + cost.flops
         if cost.ns:
+            kernel = cost.ns - self._launch_ns
+            if kernel > 0:
+                self.tier_ns[cost.tier] = self.tier_ns.get(cost.tier, 0) + kernel
             start, end = self.clock.charge(cost.ns)
             self.trace.op(name, start, end)
             for listener in self.listeners:
@@ -468,6 +473,7 @@ class RankSession:
             "ops": self.ops,
             "flops_by_dtype": dict(self.flops_by_dtype),
             "untimed_kernels": self.untimed_kernels(),
+            "kernel_ns_by_tier": dict(self.tier_ns),
             "comm": {
                 k: {"count": v.count, "bytes": v.nbytes, "busy_ns": v.busy_ns} for k, v in sorted(self.comm.items())
             },

@@ -51,7 +51,7 @@ def _simulated_launch(s: Any, kernel: Any, args: tuple, grid: Any, kwargs: dict)
     name = f"triton::{kernel.fn.__name__}"
     nbytes = sum(t.numel() * t.element_size() for t in tensors_in((args, kwargs)))
     ns = math.ceil(nbytes / s.model.gpu.mem_bw * 1e9) + s.model.launch_ns
-    s.charge_untimed(name, OpCost(0, nbytes, "", ns), ESTIMATE)
+    s.charge_untimed(name, OpCost(0, nbytes, "", ns, "estimate"), ESTIMATE)
     if s.phantom:
         return None
     from triton.runtime.interpreter import InterpretedFunction

@@ -10,15 +10,7 @@ from phantora.units import parse_rate_bps, parse_time_ns
 Rate = int | str
 Time = int | str
 
-# NVLink bandwidth per GPU and direction, in bits/s (REFERENCE.md section 2). None: no NVLink.
-NVLINK_BPS: dict[str, int | None] = {
-    "a100": 2400 * 10**9,
-    "h100": 3600 * 10**9,
-    "h200": 3600 * 10**9,
-    "b200": 7200 * 10**9,
-    "l40s": None,
-}
-DEFAULT_NVLINK_BPS = 3600 * 10**9  # H100
+DEFAULT_NVLINK_BPS = 3600 * 10**9  # H100: 450 GB/s per direction (REFERENCE.md section 2)
 
 
 def raw_message(exc: InputError) -> str:
@@ -105,10 +97,17 @@ def gpu_name(value: object, field: str = "gpu") -> str | None:
 
 
 def nvlink_default(gpu: str | None) -> int | None:
-    """NVLink bits/s per direction for a GPU model (H100 when unknown); None if it has no NVLink."""
+    """NVLink bits/s per direction of a GPU model (phantora.perfmodel.gpus; H100 when unknown); None if it
+    has no NVLink to an NVSwitch (PCIe cards, whose NVLink bridges join pairs only)."""
+    from phantora.perfmodel.gpus import get_gpu
+
     if gpu is None:
         return DEFAULT_NVLINK_BPS
-    return NVLINK_BPS.get(gpu, DEFAULT_NVLINK_BPS)
+    try:
+        spec = get_gpu(gpu)
+    except InputError:
+        return DEFAULT_NVLINK_BPS
+    return int(spec.nvlink_bw) * 8 if spec.nvlink_bw else None
 
 
 def format_rate(bps: int) -> str:
