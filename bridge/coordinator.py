@@ -21,7 +21,18 @@ import zmq
 from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
 from bridge.errors import BridgeError, ProtocolError, RunFailed
 from bridge.jobs import JobTable
-from bridge.protocol import E_AUTH, E_ENGINE, E_INTERNAL, E_PEER, E_PROTOCOL, INF_NS, Message, decode, encode
+from bridge.protocol import (
+    E_AUTH,
+    E_ENGINE,
+    E_INTERNAL,
+    E_PEER,
+    E_PROTOCOL,
+    INF_NS,
+    Message,
+    decode,
+    encode,
+    flow_from_wire,
+)
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec
 from bridge.server_start import server_arguments, start_server
@@ -71,6 +82,7 @@ class Coordinator:
             live=spec.live or None,
             jobs=self.jobs,
             all_or_nothing=spec.all_or_nothing,
+            background=[flow_from_wire(row) for row in spec.background],
         )
         self.core.on_round = self.heartbeat  # a long run of engine advances must not look like silence
         self.core.on_job_failed = self.job_failed

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,11 +142,14 @@ class CoordinatorCore:
         live: int | None = None,
         jobs: JobTable | None = None,
         all_or_nothing: bool = True,
+        background: Sequence[Flow] = (),
     ) -> None:
         """`live`: rank deduplication, the number of live rank processes standing for the `world`
         ranks (live rank l for l, l+live, l+2*live, ...; see phantora.collectives.mirrors). None: every rank is live.
         `jobs`: several jobs (bridge.jobs), every rank live; unless `all_or_nothing`, a job's failure
-        (its mismatch, deadlock, protocol error or a dead rank) ends that job only (`fail_job`)."""
+        (its mismatch, deadlock, protocol error or a dead rank) ends that job only (`fail_job`).
+        `background`: recorded jobs' flow DAG (ids 0..n-1, deps inside it), submitted at time 0: the engine runs
+        it beside the live ranks' flows, and its completions come back in the outcome (`background`)."""
         if window_ns < 0:
             raise ValueError("window_ns must be >= 0 (0 = exact)")
         if world > topology.num_ranks:
@@ -195,6 +198,21 @@ class CoordinatorCore:
         self.job_channel_bytes: list[dict[int, int]] = [{} for _ in range(njobs)]  # bytes each job put on each channel
         self.job_failures: dict[int, dict[str, str]] = {}  # job -> its failure (code, text)
         self.on_job_failed: Callable[[int, str, str], None] | None = None  # told of each job that failed
+        self.n_background = len(background)
+        self.background_done: list[Completion] = []
+        if background:
+            self._submit_background(background)
+
+    def _submit_background(self, flows: Sequence[Flow], batch: int = 100_000) -> None:
+        """Submit the recorded jobs' DAG at time 0, in batches (each depends only on itself and earlier ones)."""
+        if any(f.id != i for i, f in enumerate(flows)):
+            raise RunFailed(E_INTERNAL, "background flows must have ids 0..n-1 in order")
+        try:
+            for i in range(0, len(flows), batch):
+                self.engine.submit(list(flows[i : i + batch]), at=0)
+        except PhantoraError as exc:
+            raise RunFailed(E_ENGINE, f"the engine refused the recorded jobs' flows: {exc}") from None
+        self.next_flow = len(flows)
 
     # ----- requests ----------------------------------------------------------------------------
     def _stamp(self, rs: RankState, t: int, what: str) -> None:
@@ -494,6 +512,9 @@ class CoordinatorCore:
         for c in done:
             cid = self.flow_owner.pop(c.flow_id, None)
             self.flow_lb.pop(c.flow_id, None)
+            if cid is None and c.flow_id < self.n_background:
+                self.background_done.append(c)
+                continue
             if cid is None:
                 raise RunFailed(E_ENGINE, f"the engine completed flow {c.flow_id}, which nobody submitted")
             if self.keep_flows:
@@ -767,6 +788,7 @@ class CoordinatorCore:
             "engine_stats": {str(k): v for k, v in stats.items() if isinstance(v, (int, float, str, bool))},
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
             **({"jobs": self._jobs_outcome()} if self.jobs is not None else {}),
+            **({"background": [completion_to_wire(c) for c in self.background_done]} if self.n_background else {}),
         }
 
     def _jobs_outcome(self) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from bridge.client import PEER_LOST_EXIT
 from bridge.errors import BridgeError, ProtocolError
 from bridge.forkclient import ForkServer
 from bridge.jobs import JobInfo, JobProcs, JobTable
-from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode
+from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode, flows_to_wire
 from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
 from bridge.supervisor import Child, spawn, stop_all
 from bridge.transport import (
@@ -43,7 +43,7 @@ from bridge.transport import (
 )
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
-from phantora.netsim.base import Completion
+from phantora.netsim.base import Completion, Flow
 from phantora.results import schema
 from phantora.results.write import write_flows_csv, write_json
 from phantora.topology.model import Topology
@@ -74,6 +74,7 @@ class CosimResult:
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU of the run phase: coordinator, server, ranks
     flows_note: str = ""  # why `completions` is empty although flows ran
     jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: name, offset, ranks, status, error ...
+    background: list[Completion] = field(default_factory=list)  # the recorded jobs' flows (CosimRun(background=))
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -120,6 +121,7 @@ class CosimRun:
         rank_cmd: RankCmd | None = None,
         jobs: Sequence[JobProcs] = (),
         all_or_nothing: bool = True,
+        background: Sequence[Flow] = (),
         network: str = "flow",
         world_size: int | None = None,
         live_ranks: int | None = None,
@@ -149,7 +151,8 @@ class CosimRun:
         rank whose command is `python -m MODULE ...` with the same interpreter; empty: every rank is a
         fresh interpreter. `jobs`: several jobs instead of `rank_cmd` (bridge.jobs): job j's ranks are the
         global ranks after job j-1's, each job has its own world and rendezvous, and unless `all_or_nothing`
-        one job's failure ends only that job (`CosimResult.jobs` says which failed and why)."""
+        one job's failure ends only that job (`CosimResult.jobs` says which failed and why). `background`:
+        recorded jobs' flow DAG (ids 0..n-1), run by the same engine from time 0 (`CosimResult.background`)."""
         if network not in NETWORKS:
             raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
         if transport not in TRANSPORTS:
@@ -204,6 +207,7 @@ class CosimRun:
             trace_dir=str(Path(out_dir).resolve()) if out_dir is not None else "",
             jobs=infos,
             all_or_nothing=all_or_nothing,
+            background=flows_to_wire(background),
         )
         self.rank_cmd = rank_cmd
         self.env = dict(env or {})
@@ -506,6 +510,7 @@ class CosimRun:
                 "ranks": float(sum(outcome.get("rank_cpu_s", []))),
             },
             jobs=self._jobs_result(outcome.get("jobs") or []),
+            background=[completion_from_wire(row) for row in outcome.get("background") or []],
         )
 
     def _jobs_result(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -540,7 +545,7 @@ class CosimRun:
         if result.jobs:
             summary["jobs"] = result.jobs
         write_json(self.out_dir / schema.COSIM_JSON, summary, indent=1, sort_keys=False)
-        if result.completions or not result.flows_note:
+        if self.job_table is None and (result.completions or not result.flows_note):  # jobs: the caller knows keys
             write_flows_csv(self.out_dir / schema.FLOWS_CSV, self.spec.topology, result.completions)
 
 

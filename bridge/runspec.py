@@ -87,6 +87,7 @@ class RunSpec:
     trace_dir: str = ""  # the network server writes its engine's traces (pfc.csv, queues.csv ...) here
     jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: bridge.jobs.JobInfo dicts; [] one job
     all_or_nothing: bool = True  # with jobs: one job's failure ends the run (False: only that job)
+    background: list[list[Any]] = field(default_factory=list)  # recorded jobs' flow DAG (wire rows), ids 0..n-1
 
     @property
     def live_ranks(self) -> int:

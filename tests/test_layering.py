@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),
     ("workloads", ("phantora.workload", "phantora.replay", "phantora.jobs.spec")),
-    ("results", ("phantora.results", "phantora.jobs.fabric")),
+    ("results", ("phantora.results", "phantora.jobs.results")),
     ("bridge", ("bridge",)),
     ("runtime", ("phantora.runtime",)),
     ("launch", ("phantora.launcher",)),

@@ -35,9 +35,20 @@ from phantora.units import parse_time_ns
 
 KINDS = ("script", "workload", "graph")
 _JOB_KEYS = {
-    "name", "script", "workload", "graph", "args", "ranks", "nproc", "placement", "seed", "start", "steps",
-    "traffic_class", "env",
-}  # fmt: skip
+    "name",
+    "script",
+    "workload",
+    "graph",
+    "args",
+    "ranks",
+    "nproc",
+    "placement",
+    "seed",
+    "start",
+    "steps",
+    "traffic_class",
+    "env",
+}
 _TOP_KEYS = {"all_or_nothing", "job"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
