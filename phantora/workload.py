@@ -233,7 +233,7 @@ STEP_SEP = "@"  # op "bucket" of repetition k of a repeated workload is "bucket@
 
 
 def as_job(wl: Workload, steps: int | None = None, start_ns: int = 0) -> Workload:
-    """A workload as a job of a multi-job run: every `at` moved by `start_ns`, and with `steps`, the whole
+    """A workload as a job of a multi-job run: every time moved by `start_ns`, and with `steps`, the whole
     list repeated `steps` times as training steps: op A of step k is ``A@k``, and an op of step k that waits
     on nothing waits, rank by rank, for every op of step k-1 (its `at` only holds back step 0)."""
     if steps is None and not start_ns:
@@ -248,7 +248,8 @@ def as_job(wl: Workload, steps: int | None = None, start_ns: int = 0) -> Workloa
         prev = tuple(name(op.name, k - 1) for op in wl.ops) if k else ()
         for op in wl.ops:
             after = tuple(name(a) for a in op.after) or prev
-            at = op.at_ns + start_ns if k == 0 else start_ns
+            # an op waiting on nothing issues at max(at, gap): from the job's start, that is start + max(at, gap)
+            at = start_ns + (max(op.at_ns, op.gap_ns) if not op.after else op.at_ns) if k == 0 else start_ns
             ops.append(WorkloadOp(name(op.name), op.coll, at, after, op.gap_ns, op.algo))
     return Workload(wl.name, ops, wl.source, wl.description)
 

@@ -72,8 +72,20 @@ class Jobs:
         """Both ranks of `job` issue an all-reduce on their job-local `group` and wait for it."""
         for r in range(2):
             g = 2 * job + r
-            self.msg(g, "coll", t, h=1, group=list(group), seq=0, kind="all_reduce", nbytes=nbytes, dtype="bf16",
-                     root=None, name=f"ar{job}", algo=None)  # fmt: skip
+            self.msg(
+                g,
+                "coll",
+                t,
+                h=1,
+                group=list(group),
+                seq=0,
+                kind="all_reduce",
+                nbytes=nbytes,
+                dtype="bf16",
+                root=None,
+                name=f"ar{job}",
+                algo=None,
+            )
             self.msg(g, "wait", t, handles=[1], until=INF_NS)
 
     def done(self, g: int) -> int:
@@ -131,10 +143,12 @@ def test_job_traffic_class_and_link_bytes_per_job() -> None:
 def test_a_mismatch_ends_only_its_job() -> None:
     h = Jobs([0, 2, 1, 3])
     h.all_reduce(0)
-    h.msg(2, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="",
-          algo=None)  # fmt: skip
-    h.msg(3, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_gather", nbytes=S, dtype="bf16", root=None, name="",
-          algo=None)  # fmt: skip
+    h.msg(
+        2, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="", algo=None
+    )
+    h.msg(
+        3, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_gather", nbytes=S, dtype="bf16", root=None, name="", algo=None
+    )
     assert h.failed == [1]
     errors = [m for m in h.sent[2] + h.sent[3] if m.type == "error"]
     assert len(errors) == 2 and all(e["code"] == "mismatch" and "job j1" in e["text"] for e in errors)
@@ -165,11 +179,13 @@ def test_a_dead_rank_fails_its_job_and_a_stuck_job_is_found_at_the_end() -> None
     h.core.rank_exited(3, 1)
     assert h.failed == [1] and "rank 1 of job j1 exited (code 1)" in h.sent[2][-1]["text"]
     # job 0 deadlocks (rank 1 waits on a collective rank 0 never issues): found when nothing else can move
-    h.msg(1, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="",
-          algo=None)  # fmt: skip
+    h.msg(
+        1, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="", algo=None
+    )
     h.msg(1, "wait", 0, handles=[1], until=INF_NS)
-    h.msg(0, "coll", 0, h=1, group=[0, 1], seq=1, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="",
-          algo=None)  # fmt: skip
+    h.msg(
+        0, "coll", 0, h=1, group=[0, 1], seq=1, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="", algo=None
+    )
     h.msg(0, "wait", 0, handles=[1], until=INF_NS)
     h.core.progress()
     assert h.failed == [1, 0] and h.core.all_finished()

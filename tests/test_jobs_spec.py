@@ -38,8 +38,13 @@ def test_a_good_spec_parses() -> None:
     assert spec.all_or_nothing
     a, bg = spec.jobs
     assert (a.kind, a.args, a.ranks, a.placement, a.start_ns, a.traffic_class) == (
-        "script", ["--steps", "3", "--d-model", "64"], 4, "spread", 2_000_000, 5
-    )  # fmt: skip
+        "script",
+        ["--steps", "3", "--d-model", "64"],
+        4,
+        "spread",
+        2_000_000,
+        5,
+    )
     assert (bg.kind, bg.ranks, bg.seed, bg.steps, bg.line) == ("workload", 8, 7, 2, 12)
 
 
@@ -86,8 +91,11 @@ def _spec(*jobs: str) -> str:
 
 def test_placement_policies_on_testbed16() -> None:
     topo = load_topology("testbed16")  # 2 hosts x 8 GPUs
-    spec = parse_jobs(_spec("ranks = 4", 'ranks = 4\nplacement = "spread"', "ranks = 2\nplacement = [8, 'gpu15']"),
-                      "j.toml", Path("."))  # fmt: skip
+    spec = parse_jobs(
+        _spec("ranks = 4", 'ranks = 4\nplacement = "spread"', "ranks = 2\nplacement = [8, 'gpu15']"),
+        "j.toml",
+        Path("."),
+    )
     packed, spread, explicit = place_jobs(spec, topo)
     assert explicit == [8, 15]  # explicit lists are placed first
     assert packed == [0, 1, 2, 3]  # the lowest free GPUs
@@ -112,8 +120,12 @@ def test_bad_placements_are_refused_before_anything_starts() -> None:
     too_many = parse_jobs(_spec("ranks = 12", "ranks = 6"), "j.toml", Path("."))
     with pytest.raises(InputError, match=r"the jobs need 18 GPUs \(job0 12, job1 6\) but 'testbed16' has 16"):
         place_jobs(too_many, topo)
-    for bad, words in (("[0, 99]", "GPU 99 is outside"), ("['gpu0', 'nic3']", "no GPU named 'nic3'"),
-                       ("[0, 0]", "listed twice"), ("[0]", "1 GPUs listed for 2 ranks")):  # fmt: skip
+    for bad, words in (
+        ("[0, 99]", "GPU 99 is outside"),
+        ("['gpu0', 'nic3']", "no GPU named 'nic3'"),
+        ("[0, 0]", "listed twice"),
+        ("[0]", "1 GPUs listed for 2 ranks"),
+    ):
         with pytest.raises(InputError, match=words):
             place_jobs(parse_jobs(_spec(f"ranks = 2\nplacement = {bad}"), "j.toml", Path(".")), topo)
 
