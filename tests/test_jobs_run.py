@@ -180,3 +180,37 @@ def test_live_ddp_jobs_on_a_shared_uplink_slow_down_as_max_min_predicts(tmp_path
         assert rec["end_ns"] - rec["t_start"] == want, rec
         checked += 1
     assert checked >= 6  # 3 steps x 2 jobs
+
+
+def test_replay_jobs_command_and_compare_alone_vs_shared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from phantora.cli import main
+    from phantora.report.compare import compare_jobs
+
+    (tmp_path / "ar.toml").write_text(ALLREDUCES)
+    (tmp_path / "topo.toml").write_text(
+        '[generator]\nkind = "leaf_spine"\nleaves = 2\nendpoints_per_leaf = 2\nspines = 1\nnic_rate = "100Gbps"\n'
+        'uplink_rate = "100Gbps"\nlatency = "1us"\n'
+    )
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = "spread"\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = "spread"\n'
+    )
+    out = tmp_path / "out"
+    assert (
+        main(["replay", "--topology", str(tmp_path / "topo.toml"), "--jobs", str(jobs), "--alone", "--out", str(out)])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "2 jobs on topo" in printed and "2.000x" not in printed  # the spans include the gaps: below 2x
+    span_shared = 3 * (-(-2 * S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    span_alone = 3 * (-(-S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    got = {name: cmp for name, _, cmp in compare_jobs(out)}
+    assert sorted(got) == ["a", "b"]
+    for cmp in got.values():
+        assert cmp.metric("time_ns").values == [span_alone, span_shared]
+        assert cmp.metric("job:bytes").values[0] == cmp.metric("job:bytes").values[1] == 3 * 2 * S * 4
+    assert main(["compare", str(out)]) == 0
+    assert "== job a: alone vs shared ==" in capsys.readouterr().out
+    assert main(["replay", "--topology", "twoleaf8"]) == 1  # neither INPUT nor --jobs: a one-line error
+    assert "give one INPUT or --jobs FILE" in capsys.readouterr().err

@@ -52,7 +52,7 @@ def job_time_ns(summary: dict[str, Any]) -> tuple[float | None, str]:
 # ----- link use by job ----------------------------------------------------------------------------------------
 def link_rows(topo: Topology, per_job: dict[str, dict[int, int]], elapsed_ns: int) -> list[list[Any]]:
     """links_by_job.csv rows: channel, link, from, to, bandwidth_bps, job, bytes, utilisation (of the link's
-    capacity over `elapsed_ns`)."""
+    capacity over `elapsed_ns`); without the job column, the rows of links.csv."""
     rows = []
     names = [n.name for n in topo.nodes]
     for job, chans in per_job.items():

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.jobs import JobProcs
+from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.jobs.recorded import RecordedJob, load_graph, merge, plan_recorded
 from phantora.jobs.results import (
@@ -59,8 +60,7 @@ from phantora.runtime.results import summarize
 from phantora.runtime.trace import LEVELS
 from phantora.topology.model import Topology
 
-JOBS = "phantora.jobs/1"  # results.json of a multi-job run
-LINKS_BY_JOB_CSV = "links_by_job.csv"
+JOBS, LINKS_BY_JOB_CSV = S.JOBS, S.LINKS_BY_JOB_CSV
 
 
 @dataclass
@@ -94,9 +94,10 @@ class _Ctx:
     base: RunConfig
     out: Path
     job_dirs: dict[str, Path]
+    algo: AlgoOptions | None = None
 
 
-def _check(spec: JobsSpec, base: RunConfig, topo: Topology) -> _Plan:
+def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | None) -> _Plan:
     """Everything that can be wrong with the spec, before anything starts."""
     if base.dedup not in ("auto", "off", None, 0):
         raise InputError(
@@ -120,7 +121,7 @@ def _check(spec: JobsSpec, base: RunConfig, topo: Topology) -> _Plan:
         n += len(gpus[i])
     placed = topo.with_rank_order([g for i in live for g in gpus[i]])
     recorded = [
-        plan_recorded(j, i, topo, gpus[i], None, spec.source) for i, j in enumerate(spec.jobs) if j.kind != "script"
+        plan_recorded(j, i, topo, gpus[i], algo, spec.source) for i, j in enumerate(spec.jobs) if j.kind != "script"
     ]
     return _Plan(spec, topo, placed, gpus, live, recorded, offsets)
 
@@ -145,11 +146,15 @@ def launch_jobs(
     *,
     alone: bool = False,
     on_step: Callable[[str, dict[str, Any]], None] | None = None,
+    algo: AlgoOptions | None = None,
+    live_ok: bool = True,
 ) -> JobsReport:
     """Run every job of `spec` on one fabric with the run-level options of `base` (its script is unused).
 
     Raises BridgeError if the run fails as a whole (all_or_nothing, or the engine); a job that fails alone
-    is reported in results.json (`JobsReport.summary["jobs"]`, its status and error)."""
+    is reported in results.json (`JobsReport.summary["jobs"]`, its status and error). `algo`: the collective
+    options of recorded jobs (a graph's default: those it was recorded with). `live_ok=False` refuses script
+    jobs (`phantora replay --jobs`)."""
     if base.trace not in LEVELS:
         raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {base.trace!r}", field="trace")
     topo = resolve_topology(base.topology)
@@ -161,7 +166,15 @@ def launch_jobs(
     if ecmp:
         topo.use_ecmp(ecmp)
     model_opts = _compute_model_options(base)
-    plan = _check(spec, base, topo)
+    if not live_ok:
+        live = next((j for j in spec.jobs if j.kind == "script"), None)
+        if live is not None:
+            raise InputError(
+                f"job '{live.name}' is a training script: run it with phantora run --jobs",
+                **spec.where(live),
+                field="script",
+            )
+    plan = _check(spec, base, topo, algo)
     keep = base.out_dir is not None
     if base.out_dir is not None:
         out = run_dir.claim(base.out_dir, overwrite=base.overwrite)
@@ -169,7 +182,7 @@ def launch_jobs(
         from bridge.transport import make_run_dir
 
         out = make_run_dir()
-    ctx = _Ctx(plan, base, out, {j.name: out / "jobs" / j.name for j in spec.jobs})
+    ctx = _Ctx(plan, base, out, {j.name: out / S.JOBS_DIR / j.name for j in spec.jobs}, algo)
     try:
         run_dir.write_status(out, "running", jobs=[j.name for j in spec.jobs])
         skip = ("command", "python", "on_step", "script", "args")
@@ -429,10 +442,15 @@ def _summary(
 def _fabric(
     ctx: _Ctx, summary: dict[str, Any], flows: list[JobFlow], link_use: dict[str, dict[int, int]], makespan: int
 ) -> None:
-    """links_by_job.csv, each job's share of the busiest links, and PFC pauses per job (packet mode)."""
+    """links_by_job.csv (and each job's links.csv, utilisation over the job's own span), and PFC pauses per
+    job (packet mode)."""
     topo = ctx.plan.topo
     rows = link_rows(topo, link_use, makespan)
     write_csv(ctx.out / LINKS_BY_JOB_CSV, LINK_COLUMNS, rows)
+    for row in summary["jobs"]:
+        span = (row.get("end_ns") or makespan) - row["start_ns"]
+        mine = link_rows(topo, {row["name"]: link_use.get(row["name"], {})}, span)
+        write_csv(ctx.job_dirs[row["name"]] / S.LINKS_CSV, S.LINK_COLUMNS, [r[:5] + r[6:] for r in mine])
     fabric: dict[str, Any] = {"links_by_job": LINKS_BY_JOB_CSV}
     per_job = {name: {"bytes": sum(ch.values()), "links": len(ch)} for name, ch in link_use.items()}
     pfc = ctx.out / S.PFC_CSV
@@ -484,10 +502,10 @@ def _alone(ctx: _Ctx, report: JobsReport) -> None:
     for i, j in enumerate(plan.spec.jobs):
         one = dataclasses.replace(j, placement=list(plan.gpus[i]))
         sub = JobsSpec([one], all_or_nothing=True, source=plan.spec.source)
-        where = ctx.out / "alone" / j.name
+        where = ctx.out / S.ALONE_DIR / j.name
         cfg = dataclasses.replace(base, out_dir=where, overwrite=True)
         try:
-            got = launch_jobs(sub, cfg, alone=False)
+            got = launch_jobs(sub, cfg, alone=False, algo=ctx.algo)
             t_alone = got.summary["jobs"][0]["time_ns"]
             err = None
         except Exception as exc:  # noqa: BLE001 - a failed baseline is reported, not fatal
@@ -498,7 +516,7 @@ def _alone(ctx: _Ctx, report: JobsReport) -> None:
         if err:
             row["alone_error"] = err
         report.jobs[j.name]["alone"] = {
-            "dir": str(where / "jobs" / j.name),
+            "dir": str(where / S.JOBS_DIR / j.name),
             "time_ns": t_alone,
             "slowdown": row["slowdown"],
         }

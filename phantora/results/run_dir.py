@@ -31,9 +31,9 @@ STATUS_JSON, STATUS, STEPS_JSONL, STEPS_DIR = S.STATUS_JSON, S.STATUS, S.STEPS_J
 OUTPUT_FILES = (
     S.RESULTS_JSON, S.COSIM_JSON, S.SUMMARY_JSON, S.FLOWS_CSV, S.FCT_CSV, S.LINKS_CSV, S.PFC_CSV, S.QUEUES_CSV,
     S.DROPS_CSV, S.CNPS_CSV, S.ECN_CSV, S.FCT_TXT, S.PFC_TXT, S.NS3_CALLS_TXT, STATUS_JSON, STEPS_JSONL,
-    "trace.json", "config.json",
+    "trace.json", "config.json", S.LINKS_BY_JOB_CSV,
 )  # fmt: skip
-OUTPUT_DIRS = ("logs", "trace", STEPS_DIR)
+OUTPUT_DIRS = ("logs", "trace", STEPS_DIR, S.JOBS_DIR, S.ALONE_DIR)
 
 
 def claim(out: Path | str, *, overwrite: bool = False, option: str = "--out") -> Path:

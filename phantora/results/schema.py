@@ -23,6 +23,13 @@ STATUS = "phantora.status/1"
 STEPS_JSONL = "steps.jsonl"
 STEPS_DIR = "steps"
 
+# A run of several jobs (phantora.jobs): results.json is JOBS; each job's own run directory is jobs/<name>/,
+# and with --alone its run by itself is alone/<name>/.
+JOBS = "phantora.jobs/1"
+JOBS_DIR = "jobs"
+ALONE_DIR = "alone"
+LINKS_BY_JOB_CSV = "links_by_job.csv"  # bytes of each job on each directed link
+
 # CSV tables.
 FLOWS_CSV = "flows.csv"  # one row per flow of a replay or a live run
 FCT_CSV = "fct.csv"  # one row per flow of `phantora netsim`
