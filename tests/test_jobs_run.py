@@ -212,5 +212,5 @@ def test_replay_jobs_command_and_compare_alone_vs_shared(tmp_path: Path, capsys:
         assert cmp.metric("job:bytes").values[0] == cmp.metric("job:bytes").values[1] == 3 * 2 * S * 4
     assert main(["compare", str(out)]) == 0
     assert "== job a: alone vs shared ==" in capsys.readouterr().out
-    assert main(["replay", "--topology", "twoleaf8"]) == 1  # neither INPUT nor --jobs: a one-line error
+    assert main(["replay", "--topology", "twoleaf8"]) == 2  # neither INPUT nor --jobs: a one-line error (input)
     assert "give one INPUT or --jobs FILE" in capsys.readouterr().err
