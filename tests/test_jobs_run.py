@@ -214,3 +214,54 @@ def test_replay_jobs_command_and_compare_alone_vs_shared(tmp_path: Path, capsys:
     assert "== job a: alone vs shared ==" in capsys.readouterr().out
     assert main(["replay", "--topology", "twoleaf8"]) == 2  # neither INPUT nor --jobs: a one-line error (input)
     assert "give one INPUT or --jobs FILE" in capsys.readouterr().err
+
+
+def save_graph(tmp_path: Path) -> Path:
+    """A recorded 2-rank job: 3 steps of 20 us compute, then an all-reduce of S bytes it waits for."""
+    from phantora.egraph import ProgramBuilder, build_graph
+    from phantora.egraph.format import save
+
+    bs = []
+    for r in range(2):
+        b = ProgramBuilder(r)
+        for _ in range(3):
+            b.compute("fwd_bwd", 20_000)
+            b.wait([b.collective("all_reduce", [0, 1], S)])
+            b.step()
+        bs.append(b)
+    save(build_graph(bs), tmp_path / "graph")
+    return tmp_path / "graph"
+
+
+def test_a_recorded_graph_and_a_workload_share_the_uplink(tmp_path: Path) -> None:
+    save_graph(tmp_path)
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
+        '[[job]]\nname = "g"\ngraph = "graph"\nplacement = [1, 3]\ntraffic_class = 5\n',
+    )
+    rep = run(tmp_path, spec, two_to_one(), "mixed")
+    shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
+    alone_ns = -(-S * 8 * 10**9 // B) + 4 * LAT
+    g = rep.jobs["g"]
+    assert g["run"]["ranks"] == 2 and g["run"]["traffic_class"] == 5
+    assert [s["time_ns"] for s in g["steps"]] == [20_000 + shared_ns] * 3
+    row = next(r for r in rep.summary["jobs"] if r["name"] == "g")
+    assert (row["time_ns"], row["alone_time_ns"]) == (20_000 + shared_ns, 20_000 + alone_ns)
+
+
+def test_a_recorded_job_loads_the_network_under_a_live_job(tmp_path: Path) -> None:
+    """The graph runs as a flow DAG inside the coordinator, beside the live ranks' collectives."""
+    from phantora.jobs.recorded import merge, plan_recorded
+
+    graph = save_graph(tmp_path)
+    (tmp_path / "ar.toml").write_text(ALLREDUCES)
+    topo = two_to_one()
+    bg = parse_jobs(f'[[job]]\nname = "g"\ngraph = "{graph}"\n', "jobs.toml", tmp_path).jobs[0]
+    rec = plan_recorded(bg, 1, topo, [1, 3], None)
+    cmd = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
+    res = CosimRun(topo.with_rank_order([0, 2]), jobs=[JobProcs("a", 2, cmd)], background=merge([rec])).run()
+    shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
+    assert [r["end_ns"] - r["t_start"] for r in res.collectives] == [shared_ns] * 3
+    doc = rec.results(rec.local(res.background), {})
+    assert [s["time_ns"] for s in doc["steps"]] == [20_000 + shared_ns] * 3
