@@ -3,7 +3,7 @@
     python bench/bench_jobs.py                 # 2, 4 and 8 jobs of 8 ranks vs one job of 16, 32 and 64 ranks
     python bench/bench_jobs.py --jobs 2 4 --repeat 3
 
-Every rank is a `bridge.replay_rank` process (no torch) replaying the same DDP-like workload: 6 chained
+Every rank is a `bridge.replay_rank` process (no torch) replaying the same DDP-like workload: 24 chained
 all-reduce buckets of 2 MiB over its job's ranks, 20 us of compute between. K jobs of 8 ranks are placed
 side by side on a flow-mode leaf-spine of 8 leaves x 8 GPUs (100G, 2 spines); the single job of 8K ranks
 runs the same workload over all its ranks, on the same GPUs. Both runs have the same rank processes,
@@ -39,7 +39,7 @@ name = "b"
 kind = "all_reduce"
 bytes = "2MiB"
 ranks = "all"
-repeat = 6
+repeat = 24
 gap = "20us"
 """
 RANKS_PER_JOB = 8

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.resources import examples_dir, shipped_file
 from phantora.topology.model import Topology
 from phantora.topology.placement import POLICIES, choose, g_name, parse_gpus
 from phantora.units import parse_time_ns
@@ -196,8 +197,8 @@ def parse_jobs(text: str, source: str, base: Path | None = None) -> JobsSpec:
 
 
 def load_jobs(path: str | Path) -> JobsSpec:
-    """Read a job spec file."""
-    p = Path(path)
+    """Read a job spec file: a path, or the name of a shipped one (examples/jobs/, e.g. fsdp_pair)."""
+    p = shipped_file(path, examples_dir() / "jobs", (".toml",))
     try:
         text = p.read_text()
     except OSError as exc:
