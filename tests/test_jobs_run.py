@@ -265,3 +265,15 @@ def test_a_recorded_job_loads_the_network_under_a_live_job(tmp_path: Path) -> No
     assert [r["end_ns"] - r["t_start"] for r in res.collectives] == [shared_ns] * 3
     doc = rec.results(rec.local(res.background), {})
     assert [s["time_ns"] for s in doc["steps"]] == [20_000 + shared_ns] * 3
+
+
+@pytest.mark.slow
+def test_a_live_job_starts_later_and_stops_after_its_steps(tmp_path: Path) -> None:
+    body = f'[[job]]\nname = "a"\nscript = "gpt_ddp.py"\nargs = "{GPT}"\nranks = 2\nstart = "1ms"\nsteps = 2\n'
+    rep = run(tmp_path, parse_jobs(body, "jobs.toml", tmp_path), two_to_one(), "late", alone=False)
+    doc = rep.jobs["a"]
+    assert doc["job"]["status"] == "complete" and doc["start_ns"] == 1_000_000
+    assert len(doc["steps"]) == 2  # the script asked for 3
+    assert doc["steps"][0]["time_ns"] == doc["steps"][0]["end_ns"] - 1_000_000
+    lines = (tmp_path / "late" / "jobs" / "a" / "steps.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["time_ns"] for ln in lines] == [s["time_ns"] for s in doc["steps"]]
