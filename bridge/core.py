@@ -459,12 +459,11 @@ class CoordinatorCore:
         out = []
         use = self.job_channel_bytes[job]
         for f in flows:
-            f = dataclasses.replace(f, key=key, priority=f.priority if prio is None else prio)
-            key += 1
             if f.size and f.src != f.dst:
-                for ch in self.topology.route(f.src, f.dst, key - 1):  # f.key
+                for ch in self.topology.route(f.src, f.dst, key):
                     use[ch] = use.get(ch, 0) + f.size
-            out.append(f)
+            out.append(dataclasses.replace(f, key=key, priority=f.priority if prio is None else prio))
+            key += 1
         self.job_keys[job] = key
         return out
 

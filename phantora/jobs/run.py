@@ -44,7 +44,7 @@ from phantora.launcher import (
     PHANTOM_ABOVE,
     RANK_PRELOAD,
     RunConfig,
-    _compute_model_options,
+    compute_model_options,
     engine_options,
     packet_config,
     resolve_topology,
@@ -165,7 +165,7 @@ def launch_jobs(
     ecmp = (net_options or {}).get("ecmp_hash") or (packet.ecmp_hash if packet is not None else None)
     if ecmp:
         topo.use_ecmp(ecmp)
-    model_opts = _compute_model_options(base)
+    model_opts = compute_model_options(base)
     if not live_ok:
         live = next((j for j in spec.jobs if j.kind == "script"), None)
         if live is not None:
