@@ -50,7 +50,9 @@ class RankClient:
         *,
         peer_timeout_s: float = PEER_TIMEOUT_S,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        job: int | None = None,
     ) -> None:
+        """`job`: in a run of several jobs, this rank's job (its ranks, groups and peers are the job's own)."""
         self.rank = rank
         self.world = world
         self.peer_timeout_s = peer_timeout_s
@@ -66,7 +68,8 @@ class RankClient:
         self._error: BridgeError | None = None
         self._closed = False
         self._cpu0 = time.process_time()
-        self._sock.send(encode("hello", 0, role="rank", token=token, rank=rank, world=world, pid=os.getpid()))
+        extra = {"job": job} if job is not None else {}
+        self._sock.send(encode("hello", 0, role="rank", token=token, rank=rank, world=world, pid=os.getpid(), **extra))
         welcome = self._await("welcome", startup_timeout_s)
         if welcome["world"] != world:
             raise BridgeError(f"rank {rank}: the coordinator runs {welcome['world']} ranks, this rank was told {world}")
@@ -75,7 +78,8 @@ class RankClient:
 
     @classmethod
     def from_env(cls) -> RankClient:
-        """Connect with PHANTORA_ENDPOINT, PHANTORA_TOKEN, RANK and WORLD_SIZE (set by the launcher)."""
+        """Connect with PHANTORA_ENDPOINT, PHANTORA_TOKEN, RANK and WORLD_SIZE (and PHANTORA_JOB in a run of
+        several jobs), set by the launcher."""
         missing = [v for v in ENV_VARS if not os.environ.get(v)]
         if missing:
             raise BridgeError(f"not started by the phantora launcher: {', '.join(missing)} not set")
@@ -84,7 +88,15 @@ class RankClient:
         except ValueError:
             raise BridgeError("RANK and WORLD_SIZE must be integers") from None
         timeout = float(os.environ.get("PHANTORA_PEER_TIMEOUT_S", PEER_TIMEOUT_S))
-        return cls(os.environ["PHANTORA_ENDPOINT"], os.environ["PHANTORA_TOKEN"], rank, world, peer_timeout_s=timeout)
+        job = os.environ.get("PHANTORA_JOB")
+        return cls(
+            os.environ["PHANTORA_ENDPOINT"],
+            os.environ["PHANTORA_TOKEN"],
+            rank,
+            world,
+            peer_timeout_s=timeout,
+            job=int(job) if job else None,
+        )
 
     # ----- state -------------------------------------------------------------------------------
     @property

@@ -20,7 +20,19 @@ import zmq
 
 from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
 from bridge.errors import BridgeError, ProtocolError, RunFailed
-from bridge.protocol import E_AUTH, E_ENGINE, E_INTERNAL, E_PEER, E_PROTOCOL, INF_NS, Message, decode, encode
+from bridge.jobs import JobTable
+from bridge.protocol import (
+    E_AUTH,
+    E_ENGINE,
+    E_INTERNAL,
+    E_PEER,
+    E_PROTOCOL,
+    INF_NS,
+    Message,
+    decode,
+    encode,
+    flow_from_wire,
+)
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec
 from bridge.server_start import server_arguments, start_server
@@ -54,9 +66,11 @@ class Coordinator:
         self.rejections = RejectionLog(log)
         self.t_all_connected: float | None = None  # wall clock when the last rank said hello
         self.cpu_all_connected = 0.0
+        self.jobs: JobTable | None = None  # several jobs (set by attach)
 
     def attach(self, engine: NetworkSimulator) -> None:
         spec = self.spec
+        self.jobs = JobTable(spec.jobs) if spec.jobs else None
         self.core = CoordinatorCore(
             engine,
             spec.topology,
@@ -66,8 +80,18 @@ class Coordinator:
             send=self.send_rank,
             keep_flows=spec.keep_flows,
             live=spec.live or None,
+            jobs=self.jobs,
+            all_or_nothing=spec.all_or_nothing,
+            background=[flow_from_wire(row) for row in spec.background],
         )
         self.core.on_round = self.heartbeat  # a long run of engine advances must not look like silence
+        self.core.on_job_failed = self.job_failed
+
+    def job_failed(self, job: int, code: str, text: str) -> None:
+        """Only one job ended: say so in the log and to the launcher, which stops that job's processes."""
+        assert self.jobs is not None
+        log(f"job {self.jobs.jobs[job].name} failed ({code}): {text}")
+        self.send_supervisor(encode("jobfail", 0, job=job, code=code, text=text))
 
     # ----- sending -----------------------------------------------------------------------------
     def send_rank(self, rank: int, raw: bytes) -> None:
@@ -127,23 +151,24 @@ class Coordinator:
         role = msg["role"]
         info = {"pid": os.getpid()}
         window = self.spec.window_ns
+        world = self.spec.world
         if role == "supervisor":
             self.supervisor = ident
             self.last_supervisor = time.monotonic()
             if len(self.ident_of) == self.spec.live_ranks:  # the ranks were quicker than the supervisor
                 self.send_supervisor(encode("joined", 0, ranks=self.spec.live_ranks))
         elif role == "rank":
-            rank = msg["rank"]
             live = self.spec.live_ranks
-            if rank is None or not 0 <= rank < live or msg["world"] != self.spec.world:
-                self.reject(
-                    ident,
-                    E_PROTOCOL,
-                    f"hello from rank {rank} of {msg['world']}: this run has {self.spec.world} ranks, {live} live",
-                )
+            rank, world, why = self._hello_rank(msg)
+            if why:
+                self.reject(ident, E_PROTOCOL, why)
                 return
             if rank in self.ident_of:
                 self.reject(ident, E_PROTOCOL, f"rank {rank} is already connected")
+                return
+            failed = self.core.failed_job_of(rank) if self.core is not None else None
+            if failed is not None:  # a rank of a job that failed before this rank started
+                self.sock.send_multipart([ident, encode("error", 0, code=failed["code"], text=failed["text"])])
                 return
             self.rank_of[ident] = rank
             self.ident_of[rank] = ident
@@ -156,13 +181,23 @@ class Coordinator:
             return
         lease = window if window else INF_NS
         self.sock.send_multipart(
-            [
-                ident,
-                encode(
-                    "welcome", 0, role="coordinator", world=self.spec.world, window_ns=window, lease=lease, info=info
-                ),
-            ]
+            [ident, encode("welcome", 0, role="coordinator", world=world, window_ns=window, lease=lease, info=info)]
         )
+
+    def _hello_rank(self, msg: Message) -> tuple[int, int, str]:
+        """(global rank, the world the rank belongs to, "") of a rank's hello, or the reason to refuse it."""
+        rank, world, job = msg["rank"], msg["world"], msg.get("job")
+        if self.jobs is None:
+            live = self.spec.live_ranks
+            if rank is None or not 0 <= rank < live or world != self.spec.world or job not in (None, 0):
+                return 0, 0, f"hello from rank {rank} of {world}: this run has {self.spec.world} ranks, {live} live"
+            return rank, world, ""
+        if not isinstance(job, int) or not 0 <= job < len(self.jobs):
+            return 0, 0, f"hello from rank {rank} with job {job!r}: this run has jobs 0..{len(self.jobs) - 1}"
+        j = self.jobs.jobs[job]
+        if rank is None or not 0 <= rank < j.ranks or world != j.ranks:
+            return 0, 0, f"hello from rank {rank} of {world} in job {j.name}, which has {j.ranks} ranks"
+        return j.offset + rank, world, ""
 
     def on_supervisor(self, msg: Message) -> None:
         if msg.type == "exited" and msg["who"] == "rank" and msg["rank"] is not None:
@@ -170,7 +205,7 @@ class Coordinator:
             rs = self.core.ranks[msg["rank"]]
             if rs.state != DONE:
                 self.drain_queued()  # a mismatch or protocol error the ranks already sent is the real cause
-                raise RunFailed(E_PEER, f"rank {rs.rank} exited (code {msg['code']}) without calling finish()")
+                self.core.rank_exited(rs.rank, msg["code"])
         elif msg.type == "shutdown":
             raise RunFailed(E_PEER, f"stopped by the launcher: {msg['reason']}")
 

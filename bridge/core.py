@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.errors import RunFailed
+from bridge.jobs import JobTable
 from bridge.matching import Call, Matcher, Rendezvous, describe_key
 from bridge.protocol import (
     E_DEADLOCK,
     E_ENGINE,
     E_INTERNAL,
+    E_PEER,
     E_PROTOCOL,
     INF_NS,
     Message,
@@ -75,6 +77,8 @@ class CollRecord:
     rank_done: dict[int, int] = field(default_factory=dict)
     end_ns: int = 0
     outstanding: int = 0
+    job: int | None = None  # several jobs: the job it belongs to
+    key0: int = 0  # several jobs: the ECMP key of its first flow (the job's own count; keys are consecutive)
 
     def to_dict(self) -> dict[str, Any]:
         key = self.rv.key
@@ -96,7 +100,9 @@ class CollRecord:
             "rank_done": sorted([r, t] for r, t in self.rank_done.items()),
             "end_ns": self.end_ns,
             "flows": self.nflows,
+            "first_flow": self.first_flow,
             "copies": self.copies,
+            **({"job": self.job, "key0": self.key0} if self.job is not None else {}),
         }
 
 
@@ -134,9 +140,16 @@ class CoordinatorCore:
         send: Callable[[int, bytes], None],
         keep_flows: bool = True,
         live: int | None = None,
+        jobs: JobTable | None = None,
+        all_or_nothing: bool = True,
+        background: Sequence[Flow] = (),
     ) -> None:
         """`live`: rank deduplication, the number of live rank processes standing for the `world`
-        ranks (live rank l for l, l+live, l+2*live, ...; see phantora.collectives.mirrors). None: every rank is live."""
+        ranks (live rank l for l, l+live, l+2*live, ...; see phantora.collectives.mirrors). None: every rank is live.
+        `jobs`: several jobs (bridge.jobs), every rank live; unless `all_or_nothing`, a job's failure
+        (its mismatch, deadlock, protocol error or a dead rank) ends that job only (`fail_job`).
+        `background`: recorded jobs' flow DAG (ids 0..n-1, deps inside it), submitted at time 0: the engine runs
+        it beside the live ranks' flows, and its completions come back in the outcome (`background`)."""
         if window_ns < 0:
             raise ValueError("window_ns must be >= 0 (0 = exact)")
         if world > topology.num_ranks:
@@ -175,6 +188,31 @@ class CoordinatorCore:
         self.rounds = 0
         self.late_collectives = 0
         self.messages = 0
+        self.jobs = jobs if jobs is not None and len(jobs) else None
+        if self.jobs is not None and (self.jobs.world != world or self.mirrors.active):
+            raise RunFailed(E_PROTOCOL, f"jobs of {self.jobs.world} ranks in a run of {world}, every rank live")
+        self.isolate = self.jobs is not None and not all_or_nothing
+        njobs = len(self.jobs) if self.jobs is not None else 0
+        self.job_keys = [0] * njobs  # each job's next ECMP key
+        self.job_priority = [j.priority for j in self.jobs.jobs] if self.jobs is not None else []
+        self.job_channel_bytes: list[dict[int, int]] = [{} for _ in range(njobs)]  # bytes each job put on each channel
+        self.job_failures: dict[int, dict[str, str]] = {}  # job -> its failure (code, text)
+        self.on_job_failed: Callable[[int, str, str], None] | None = None  # told of each job that failed
+        self.n_background = len(background)
+        self.background_done: list[Completion] = []
+        if background:
+            self._submit_background(background)
+
+    def _submit_background(self, flows: Sequence[Flow], batch: int = 100_000) -> None:
+        """Submit the recorded jobs' DAG at time 0, in batches (each depends only on itself and earlier ones)."""
+        if any(f.id != i for i, f in enumerate(flows)):
+            raise RunFailed(E_INTERNAL, "background flows must have ids 0..n-1 in order")
+        try:
+            for i in range(0, len(flows), batch):
+                self.engine.submit(list(flows[i : i + batch]), at=0)
+        except PhantoraError as exc:
+            raise RunFailed(E_ENGINE, f"the engine refused the recorded jobs' flows: {exc}") from None
+        self.next_flow = len(flows)
 
     # ----- requests ----------------------------------------------------------------------------
     def _stamp(self, rs: RankState, t: int, what: str) -> None:
@@ -205,9 +243,72 @@ class CoordinatorCore:
         }.get(msg.type)
         if handler is None:
             raise RunFailed(E_PROTOCOL, f"rank {rank} sent {msg.type!r}, which a rank may not send")
+        if self.jobs is None:
+            self._handle(handler, rs, msg)
+            return
+        job = self.jobs.job_of(rank)
+        if job in self.job_failures:
+            return  # sent before its job failed: the job is over
+        try:
+            self.jobs.translate(msg, job)
+            self._handle(handler, rs, msg)
+        except RunFailed as exc:
+            if not self.isolate:
+                raise
+            self._fail_or_raise(job, exc)
+
+    def _handle(self, handler: Callable[[RankState, Message], None], rs: RankState, msg: Message) -> None:
         if rs.state not in (RUN, DONE):
-            raise RunFailed(E_PROTOCOL, f"rank {rank} sent {msg.type!r} while blocked in {rs.state}")
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank} sent {msg.type!r} while blocked in {rs.state}")
         handler(rs, msg)
+
+    # ----- several jobs --------------------------------------------------------------------------
+    def _fail_or_raise(self, job: int, exc: RunFailed) -> None:
+        """A failure a job's own rank caused ends that job; an engine or internal failure ends the run."""
+        if exc.code in (E_ENGINE, E_INTERNAL):
+            raise exc
+        self.fail_job(job, exc.code, exc.text)
+
+    def rank_exited(self, rank: int, code: int) -> None:
+        """The launcher saw a rank exit: without finish(), that fails its job (or the run)."""
+        rs = self.ranks[rank]
+        if rs.state == DONE:
+            return
+        exc = RunFailed(E_PEER, f"rank {rs.rank} exited (code {code}) without calling finish()")
+        if not self.isolate:
+            raise exc
+        assert self.jobs is not None
+        text = f"{self.jobs.label(rank)} exited (code {code}) without calling finish()"
+        self.fail_job(self.jobs.job_of(rank), exc.code, text)
+
+    def failed_job_of(self, rank: int) -> dict[str, str] | None:
+        """The failure of the job of a global rank, if that job failed."""
+        return self.job_failures.get(self.jobs.job_of(rank)) if self.jobs is not None else None
+
+    def fail_job(self, job: int, code: str, text: str) -> None:
+        """End one job: its ranks get the error and count as done, its unmatched calls are dropped. Its flows
+        already in the network run to the end (they still load the links), but nobody waits for them."""
+        assert self.jobs is not None
+        if job in self.job_failures:
+            return
+        info = self.jobs.jobs[job]
+        self.job_failures[job] = {"code": code, "text": text}
+        err = encode("error", self.engine.now(), code=code, text=f"job {info.name}: {text}")
+        for r in self.jobs.ranks_of(job):
+            rs = self.ranks[r]
+            if rs.state == DONE:
+                continue
+            self.blocked.pop(r, None)
+            self.waiting.pop(r, None)
+            self._dirty.discard(r)
+            rs.state, rs.t_finish, rs.handles = DONE, rs.promise, []
+            self.live -= 1
+            self.send(r, err)
+        mine = set(self.jobs.ranks_of(job))
+        for key in [k for k, rv in self.matcher.pending.items() if set(rv.members) & mine]:
+            del self.matcher.pending[key]
+        if self.on_job_failed is not None:
+            self.on_job_failed(job, code, text)
 
     def _new_handle(self, rs: RankState, h: int, call: Call) -> None:
         if h in rs.issued:
@@ -320,9 +421,16 @@ class CoordinatorCore:
                     last.setdefault(self.mirrors.live_of(r), set()).update(dag.rank_last.get(r, ()))
         except (PhantoraError, TypeError) as exc:
             raise RunFailed(E_PROTOCOL, f"{rv.describe()}: {exc}; {first.describe()}") from None
+        job = key0 = None
+        if self.jobs is not None:
+            job = self.jobs.job_of(group[0])
+            key0 = self.job_keys[job]
+            flows = self._job_flows(job, flows)
         first_id = flows[0].id if flows else 0
         rec = CollRecord(cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, first_id, len(flows))
         rec.name, rec.copies, rec.end_ns, rec.outstanding = name, len(copies), t_start, len(flows)
+        if job is not None:
+            rec.job, rec.key0 = job, key0 or 0
         self.records.append(rec)
         for f in flows:
             self.flow_owner[f.id] = cid
@@ -342,6 +450,22 @@ class CoordinatorCore:
                 self.engine.submit(flows, at=t_start)
             except PhantoraError as exc:
                 raise RunFailed(E_ENGINE, f"the engine refused {rv.describe()}: {exc}") from None
+
+    def _job_flows(self, job: int, flows: list[Flow]) -> list[Flow]:
+        """A job's flows with its own ECMP keys (counted as if it ran alone) and traffic class; count the
+        bytes it puts on each channel."""
+        key = self.job_keys[job]
+        prio = self.job_priority[job]
+        out = []
+        use = self.job_channel_bytes[job]
+        for f in flows:
+            if f.size and f.src != f.dst:
+                for ch in self.topology.route(f.src, f.dst, key):
+                    use[ch] = use.get(ch, 0) + f.size
+            out.append(dataclasses.replace(f, key=key, priority=f.priority if prio is None else prio))
+            key += 1
+        self.job_keys[job] = key
+        return out
 
     def _lower_bounds(self, flows: list[Flow], t_start: int) -> None:
         """Earliest completion of each flow: deps, delay, line rate of the bottleneck, propagation.
@@ -387,6 +511,9 @@ class CoordinatorCore:
         for c in done:
             cid = self.flow_owner.pop(c.flow_id, None)
             self.flow_lb.pop(c.flow_id, None)
+            if cid is None and c.flow_id < self.n_background:
+                self.background_done.append(c)
+                continue
             if cid is None:
                 raise RunFailed(E_ENGINE, f"the engine completed flow {c.flow_id}, which nobody submitted")
             if self.keep_flows:
@@ -617,6 +744,14 @@ class CoordinatorCore:
         lines = [f"deadlock at {self.engine.now()} ns: every live rank is waiting and nothing in flight can wake one"]
         if watch:
             lines[0] = f"deadlock at {self.engine.now()} ns: the network has flows in flight but no event left"
+        if self.isolate:  # every job still running is stuck: each fails with its own ranks' waits
+            assert self.jobs is not None
+            stuck = sorted({self.jobs.job_of(rs.rank) for rs in live})
+            for job in stuck:
+                mine = [rs for rs in live if self.jobs.job_of(rs.rank) == job]
+                text = "\n".join([lines[0], *("  " + self._describe_wait(rs) for rs in mine)])
+                self.fail_job(job, E_DEADLOCK, text)
+            return
         lines += ["  " + self._describe_wait(rs) for rs in live]
         finished = [rs.rank for rs in self.ranks if rs.state == DONE]
         if finished:
@@ -628,9 +763,12 @@ class CoordinatorCore:
 
     def finalize(self) -> dict[str, Any]:
         """After every rank finished: check nothing is left unmatched, drain the network, report."""
-        if self.matcher.pending:
-            rv = next(iter(self.matcher.pending.values()))
-            raise RunFailed(E_DEADLOCK, f"missing participant: every rank finished, but {rv.describe()}")
+        for rv in list(self.matcher.pending.values()):
+            text = f"missing participant: every rank finished, but {rv.describe()}"
+            if not self.isolate:
+                raise RunFailed(E_DEADLOCK, text)
+            assert self.jobs is not None
+            self.fail_job(self.jobs.job_of(rv.members[0]), E_DEADLOCK, text)
         try:
             self._apply(self.engine.drain())
         except PhantoraError as exc:
@@ -651,7 +789,22 @@ class CoordinatorCore:
             "window_ns": self.window,
             "engine_stats": {str(k): v for k, v in stats.items() if _plain(v)},
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
+            **({"jobs": self._jobs_outcome()} if self.jobs is not None else {}),
+            **({"background": [completion_to_wire(c) for c in self.background_done]} if self.n_background else {}),
         }
+
+    def _jobs_outcome(self) -> list[dict[str, Any]]:
+        """Per job: its name, ranks, status (complete or failed, with the error) and bytes per channel."""
+        assert self.jobs is not None
+        out = []
+        for i, j in enumerate(self.jobs.jobs):
+            fail = self.job_failures.get(i)
+            d: dict[str, Any] = {**j.to_dict(), "status": "failed" if fail else "complete"}
+            if fail:
+                d["error"] = dict(fail)
+            d["channel_bytes"] = sorted([ch, b] for ch, b in self.job_channel_bytes[i].items())
+            out.append(d)
+        return out
 
 
 def _scalar(v: object) -> bool:

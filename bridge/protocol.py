@@ -28,6 +28,9 @@ coordinator -> network server
   shutdown ~>                       exit
 supervisor <-> coordinator
   hello -> welcome, exited ~>, heartbeat ~> ; outcome ~> (the run's results) or error ~>
+  jobfail ~>                        several jobs: one job failed (and only it ends); its ranks got the error
+
+A rank of a multi-job run adds ``job`` (its job's index) to its hello; its ranks are the job's own.
 """
 
 from __future__ import annotations
@@ -137,6 +140,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "get_stats": {},
     "stats": {"stats": _map},
     "exited": {"who": _str, "rank": _opt_int, "code": _int},
+    "jobfail": {"job": _int, "code": _str, "text": _str},  # coordinator -> supervisor: only this job ends
     "joined": {"ranks": _int},  # coordinator -> supervisor: every live rank has connected
     "outcome": {"outcome": _map},
 }

@@ -21,7 +21,7 @@ from bridge.client import RankClient
 from bridge.errors import BridgeError
 from bridge.runspec import options_to_dict
 from phantora.errors import PhantoraError
-from phantora.workload import Workload, WorkloadOp, load_workload
+from phantora.workload import Workload, WorkloadOp, as_job, load_workload, step_of
 
 
 class ReplayRank:
@@ -110,9 +110,26 @@ class ReplayRank:
         return {"issued": self.issued, "done": self.done}
 
 
+def step_results(done: dict[str, int], rank: int, world: int, start_ns: int) -> dict[str, Any]:
+    """What a training rank reports of its steps: each step ends when the rank's last op of it is done."""
+    ends: dict[int, int] = {}
+    for name, t in done.items():
+        k = step_of(name)
+        ends[k] = max(ends.get(k, start_ns), t)
+    return {
+        "rank": rank,
+        "world_size": world,
+        "start_ns": start_ns,
+        "end_ns": max(ends.values(), default=start_ns),
+        "step_ends_ns": [ends[k] for k in sorted(ends)],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bridge.replay_rank", description=__doc__)
     p.add_argument("workload", help="a workload file (.toml or .json)")
+    p.add_argument("--start", type=int, default=0, metavar="NS", help="the job starts at this time (ns)")
+    p.add_argument("--steps", type=int, default=None, help="repeat the workload as this many training steps")
     args = p.parse_args(argv)
     try:
         client = RankClient.from_env()
@@ -120,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replay rank: {exc}", file=sys.stderr)
         return 3
     try:
-        wl = load_workload(args.workload, world=client.world)
+        wl = as_job(load_workload(args.workload, world=client.world), args.steps, args.start)
         out = ReplayRank(wl, client.rank).run(client)
+        out.update(step_results(out["done"], client.rank, client.world, args.start))
         client.finish(max([client.clock, *out["done"].values()]), out)
     except BridgeError as exc:
         print(f"replay rank {client.rank}: {exc}", file=sys.stderr)

@@ -26,7 +26,8 @@ import zmq
 from bridge.client import PEER_LOST_EXIT
 from bridge.errors import BridgeError, ProtocolError
 from bridge.forkclient import ForkServer
-from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode
+from bridge.jobs import JobInfo, JobProcs, JobTable
+from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode, flows_to_wire
 from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
 from bridge.supervisor import Child, spawn, stop_all
 from bridge.transport import (
@@ -42,7 +43,7 @@ from bridge.transport import (
 )
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
-from phantora.netsim.base import Completion
+from phantora.netsim.base import Completion, Flow
 from phantora.netsim.observe import ChannelUsage, PacketChannelUsage
 from phantora.results import schema
 from phantora.results.write import write_flows_csv, write_json, write_links_csv
@@ -75,6 +76,8 @@ class CosimResult:
     flows_note: str = ""  # why `completions` is empty although flows ran
     # per-channel traffic of an engine in the coordinator (links.csv); the network server writes its own
     links: list[ChannelUsage | PacketChannelUsage] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: name, offset, ranks, status, error ...
+    background: list[Completion] = field(default_factory=list)  # the recorded jobs' flows (CosimRun(background=))
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -98,9 +101,10 @@ def _module_form(cmd: Sequence[str], python: str) -> bool:
     return len(cmd) >= 3 and cmd[0] == python and cmd[1] == "-m"
 
 
-def _local_ranks(topo: Topology, world: int) -> list[tuple[int, int]]:
-    """(LOCAL_RANK, LOCAL_WORLD_SIZE) of each rank, from the topology's hosts (one host if unknown)."""
-    hosts = [topo.nodes[topo.node_of_rank(r)].host for r in range(world)]
+def _local_ranks(topo: Topology, world: int, offset: int = 0) -> list[tuple[int, int]]:
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) of each of the ranks offset..offset+world-1 (a job's) among themselves,
+    from the topology's hosts (one host if unknown)."""
+    hosts = [topo.nodes[topo.node_of_rank(offset + r)].host for r in range(world)]
     if any(h is None for h in hosts):
         return [(r, world) for r in range(world)]
     out = []
@@ -117,7 +121,10 @@ class CosimRun:
         self,
         topology: Topology,
         *,
-        rank_cmd: RankCmd,
+        rank_cmd: RankCmd | None = None,
+        jobs: Sequence[JobProcs] = (),
+        all_or_nothing: bool = True,
+        background: Sequence[Flow] = (),
         network: str = "flow",
         world_size: int | None = None,
         live_ranks: int | None = None,
@@ -145,11 +152,20 @@ class CosimRun:
         its shifts by multiples of live_ranks (phantora.collectives.mirrors); it must divide the world size.
         `rank_preload`: modules a fork server (bridge.forkserver) imports once, before it forks every
         rank whose command is `python -m MODULE ...` with the same interpreter; empty: every rank is a
-        fresh interpreter."""
+        fresh interpreter. `jobs`: several jobs instead of `rank_cmd` (bridge.jobs): job j's ranks are the
+        global ranks after job j-1's, each job has its own world and rendezvous, and unless `all_or_nothing`
+        one job's failure ends only that job (`CosimResult.jobs` says which failed and why). `background`:
+        recorded jobs' flow DAG (ids 0..n-1), run by the same engine from time 0 (`CosimResult.background`)."""
         if network not in NETWORKS:
             raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
         if transport not in TRANSPORTS:
             raise InputError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})", field="transport")
+        if jobs:
+            if rank_cmd is not None or live_ranks is not None:
+                raise InputError("several jobs take their own commands and run every rank live", field="jobs")
+            world_size = world_size or sum(j.ranks for j in jobs)
+        elif rank_cmd is None:
+            raise InputError("a run needs rank_cmd (or jobs)", field="rank_cmd")
         world = topology.num_ranks if world_size is None else world_size
         if not 1 <= world <= topology.num_ranks:
             raise InputError(
@@ -171,6 +187,14 @@ class CosimRun:
             options.update(options_to_dict(extra.pop("config")))
         options.update(extra)
         in_coord = network == "flow" if engine_in_coordinator is None else engine_in_coordinator
+        self.jobs = list(jobs)
+        infos, offset = [], 0
+        for j in self.jobs:
+            infos.append(JobInfo(j.name, offset, j.ranks, j.priority).to_dict())
+            offset += j.ranks
+        if jobs and offset != world:
+            raise InputError(f"the jobs have {offset} ranks, the run {world}", field="world_size")
+        self.job_table = JobTable(infos) if infos else None
         self.spec = RunSpec(
             topology=topology,
             world=world,
@@ -184,6 +208,9 @@ class CosimRun:
             peer_timeout_s=peer_timeout_s,
             max_message_bytes=max_message_bytes,
             trace_dir=str(Path(out_dir).resolve()) if out_dir is not None else "",
+            jobs=infos,
+            all_or_nothing=all_or_nothing,
+            background=flows_to_wire(background),
         )
         self.rank_cmd = rank_cmd
         self.env = dict(env or {})
@@ -194,6 +221,8 @@ class CosimRun:
         self.python = python
         self.rank_preload = tuple(rank_preload)
         self.children: list[Child] = []
+        self.job_failures: dict[int, dict[str, str]] = {}  # several jobs: job -> its failure (from the coordinator)
+        self._deaths: dict[int, str] = {}  # several jobs: job -> how its first dead rank died (log tail)
         self._forker: ForkServer | None = None
         self.run_dir: Path | None = None
 
@@ -257,7 +286,10 @@ class CosimRun:
         return self._wait_endpoint("coord", coord, 60.0)
 
     def _rank_cmds(self) -> list[list[str]]:
+        if self.job_table is not None:
+            return [[str(c) for c in self.jobs[self.job_table.job_of(r)].cmd] for r in range(self.spec.world)]
         cmd = self.rank_cmd
+        assert cmd is not None
         return [[str(c) for c in (cmd(r) if callable(cmd) else cmd)] for r in range(self.spec.live_ranks)]
 
     def _start_fork_server(self, cmds: list[list[str]], logs: Path) -> None:
@@ -270,13 +302,32 @@ class CosimRun:
 
     def _start_ranks(self, cmds: list[list[str]], endpoint: str, token: str, logs: Path) -> None:
         common = self._common_env(endpoint, token, _free_port())
+        if self.job_table is not None:
+            self._start_job_ranks(cmds, common, logs)
+            return
         local = _local_ranks(self.spec.topology, self.spec.world)
         for r, cmd in enumerate(cmds):
             env, log = self._rank_env(common, r, local[r]), logs / f"rank{r}.log"
-            if self._forker is not None and _module_form(cmd, cmds[0][0]):
-                self.children.append(self._forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd))
-            else:
-                self.children.append(spawn("rank", r, cmd, env, log, self.cwd))
+            self.children.append(self._start_rank(r, cmd, env, log, cmds[0][0]))
+
+    def _start_rank(self, r: int, cmd: list[str], env: dict[str, str], log: Path, python: str) -> Child:
+        if self._forker is not None and _module_form(cmd, python):
+            return self._forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd)
+        return spawn("rank", r, cmd, env, log, self.cwd)
+
+    def _start_job_ranks(self, cmds: list[list[str]], common: dict[str, str], logs: Path) -> None:
+        """Each job's ranks: its own world, rank numbers, rendezvous port, environment and logs."""
+        assert self.job_table is not None
+        for j, (job, info) in enumerate(zip(self.jobs, self.job_table.jobs, strict=True)):
+            base = {**common, **job.env, "WORLD_SIZE": str(job.ranks), "MASTER_PORT": str(_free_port())}
+            base["PHANTORA_JOB"] = str(j)
+            local = _local_ranks(self.spec.topology, job.ranks, info.offset)
+            for r in range(job.ranks):
+                g = info.offset + r
+                env, log = self._rank_env(base, r, local[r]), logs / f"{job.name}.rank{r}.log"
+                child = self._start_rank(g, cmds[g], env, log, cmds[0][0])
+                child.job, child.local = job.name, r
+                self.children.append(child)
 
     # ----- supervision -------------------------------------------------------------------------
     def _supervise(self, sock: zmq.Socket, t0: float) -> tuple[dict[str, Any], float, float]:
@@ -287,6 +338,7 @@ class CosimRun:
         welcomed_at: float | None = None
         joined = False  # every live rank has connected to the coordinator: start-up is over
         victim_until: dict[int, float] = {}  # pid of a rank that exited with PEER_LOST_EXIT -> when to blame it
+        isolate = self.job_table is not None and not self.spec.all_or_nothing
         while True:
             if sock.poll(100):
                 msg = self._recv(sock)
@@ -295,6 +347,8 @@ class CosimRun:
                     welcomed_at = time.monotonic()
                 elif msg.type == "joined":
                     joined = True
+                elif msg.type == "jobfail":
+                    self._job_failed(msg["job"], msg["code"], msg["text"])
                 elif msg.type == "outcome":
                     return msg["outcome"], welcomed_at or t0, time.monotonic()
                 elif msg.type == "error":
@@ -313,6 +367,13 @@ class CosimRun:
                     sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
                     continue
                 when = "mid-run" if joined else "during start-up (before every rank had joined)"
+                if isolate and c.role == "rank":  # only its job ends: the coordinator answers with a jobfail
+                    assert self.job_table is not None and c.rank is not None
+                    job = self.job_table.job_of(c.rank)
+                    if job not in self.job_failures:
+                        self._deaths.setdefault(job, f"{c.label} {c.exit_text()} {when}.\n{c.log_tail()}")
+                        sock.send(encode("exited", 0, who="rank", rank=c.rank, code=c.proc.returncode or 0))
+                    continue
                 died = f"{c.label} {c.exit_text()} {when}; the run was stopped.\n{c.log_tail()}"
                 if welcomed_at is not None:  # the coordinator serves: it may know the real cause
                     self._check_error_first(sock, c, died)
@@ -327,6 +388,18 @@ class CosimRun:
                 )
             if self.timeout_s is not None and now - t0 > self.timeout_s:
                 raise BridgeError(f"the run did not finish within {self.timeout_s:.0f} s", code="timeout")
+
+    def _job_failed(self, job: int, code: str, text: str) -> None:
+        """The coordinator ended one job: stop the processes it has left; the other jobs run on."""
+        assert self.job_table is not None
+        if job in self.job_failures:
+            return
+        self.job_failures[job] = {"code": code, "text": text}
+        name = self.job_table.jobs[job].name
+        mine = [c for c in self.children if c.role == "rank" and c.job == name]
+        stop_all([c for c in mine if c.proc.poll() is None])
+        for c in mine:
+            c.reported = True
 
     @staticmethod
     def _recv(sock: zmq.Socket) -> Any:
@@ -415,7 +488,7 @@ class CosimRun:
     def _collect_logs(self, logs: Path) -> None:
         self.logs: dict[str, str] = {}
         for c in self.children:
-            key = f"rank {c.rank}" if c.role == "rank" else c.role
+            key = (f"rank {c.rank}" if c.job is None else f"job {c.job} rank {c.local}") if c.role == "rank" else c.role
             try:
                 self.logs[key] = c.log_path.read_text(errors="replace")[-65536:]
             except OSError:
@@ -445,7 +518,19 @@ class CosimRun:
                 "server": float(outcome["engine_stats"].get("server_cpu_s", 0.0)),
                 "ranks": float(sum(outcome.get("rank_cpu_s", []))),
             },
+            jobs=self._jobs_result(outcome.get("jobs") or []),
+            background=[completion_from_wire(row) for row in outcome.get("background") or []],
         )
+
+    def _jobs_result(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The coordinator's per-job outcome, with how a failed job's dead rank died (its log's tail)."""
+        out = []
+        for i, j in enumerate(jobs):
+            j = dict(j)
+            if i in self._deaths and j.get("error"):
+                j["error"] = {**j["error"], "text": f"{j['error']['text']}\n{self._deaths[i]}"}
+            out.append(j)
+        return out
 
     def _write(self, result: CosimResult) -> None:
         assert self.out_dir is not None
@@ -466,8 +551,10 @@ class CosimRun:
         }
         if result.flows_note:
             summary["flows_note"] = result.flows_note
+        if result.jobs:
+            summary["jobs"] = result.jobs
         write_json(self.out_dir / schema.COSIM_JSON, summary, indent=1, sort_keys=False)
-        if result.completions or not result.flows_note:
+        if self.job_table is None and (result.completions or not result.flows_note):  # jobs: the caller knows keys
             write_flows_csv(self.out_dir / schema.FLOWS_CSV, self.spec.topology, result.completions)
         if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
             write_links_csv(self.out_dir / schema.LINKS_CSV, self.spec.topology, result.links)

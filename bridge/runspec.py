@@ -39,6 +39,7 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
         "links": [[lk.a, lk.b, lk.bandwidth_bps, lk.latency_ns] for lk in topo.links],
         "meta": meta,
         "ecmp_hash": topo.ecmp_hash,
+        "rank_order": topo.rank_order,
     }
 
 
@@ -49,6 +50,10 @@ def topology_from_dict(d: dict[str, Any]) -> Topology:
         topo.add_node(kind, name, host, tier)
     for a, b, bw, lat in d["links"]:
         topo.add_link(a, b, bw, lat)
+    order = d.get("rank_order")
+    if order is not None:  # node ids -> the natural rank of each
+        natural = {node: r for r, node in enumerate(topo.endpoints)}
+        topo = topo.with_rank_order([natural[n] for n in order])
     return topo
 
 
@@ -80,6 +85,9 @@ class RunSpec:
     server_timeout_s: float = 3600.0  # one engine call may legitimately run this long (ns-3)
     max_message_bytes: int = MAX_MESSAGE_BYTES  # larger requests get an "oversized" error reply
     trace_dir: str = ""  # the network server writes its engine's traces (pfc.csv, queues.csv ...) here
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: bridge.jobs.JobInfo dicts; [] one job
+    all_or_nothing: bool = True  # with jobs: one job's failure ends the run (False: only that job)
+    background: list[list[Any]] = field(default_factory=list)  # recorded jobs' flow DAG (wire rows), ids 0..n-1
 
     @property
     def live_ranks(self) -> int:

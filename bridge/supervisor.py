@@ -40,6 +40,8 @@ class Child:
     proc: subprocess.Popen[bytes]  # or a bridge.forkclient.ForkedProc (a rank forked by the fork server)
     log_path: Path
     reported: bool = False  # its exit was handled
+    job: str | None = None  # a run of several jobs: the rank's job (rank is then the global rank)
+    local: int | None = None  # ... and its rank in that job
 
     @property
     def pid(self) -> int:
@@ -48,7 +50,7 @@ class Child:
     @property
     def label(self) -> str:
         name = (
-            f"rank {self.rank}"
+            (f"rank {self.rank}" if self.job is None else f"rank {self.local} of job {self.job}")
             if self.role == "rank"
             else {"server": "the network server", "forkserver": "the fork server"}.get(self.role, f"the {self.role}")
         )

@@ -161,7 +161,7 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
     return phantom, world, live
 
 
-def _compute_model_options(cfg: RunConfig) -> tuple[str, tuple[str, ...], str | None]:
+def compute_model_options(cfg: RunConfig) -> tuple[str, tuple[str, ...], str | None]:
     """Check the compute model, its tables and curves file here (InputError naming the file), before
     any rank starts; return them with absolute paths for the ranks."""
     if cfg.compute_model not in COMPUTE_MODELS:
@@ -194,7 +194,7 @@ def launch(cfg: RunConfig) -> RunReport:
     ecmp = (net_options or {}).get("ecmp_hash") or (packet.ecmp_hash if packet is not None else None)
     if ecmp:
         topo.use_ecmp(ecmp)  # the engine's processes get it with the topology; flows.csv's paths follow it
-    model_opts = _compute_model_options(cfg)
+    model_opts = compute_model_options(cfg)
     phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
     if cfg.out_dir is not None:

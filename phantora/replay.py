@@ -152,7 +152,13 @@ def replay_inprocess(
     t0 = time.perf_counter()
     plan = plan_workload(wl, topo, base)
     completions = run_engine(sim, plan.flows, progress=progress)
-    wall = time.perf_counter() - t0
+    return evaluate_workload(wl, plan, completions, dict(sim.stats()), time.perf_counter() - t0)
+
+
+def evaluate_workload(
+    wl: Workload, plan: ReplayPlan, completions: list[Completion], stats: dict[str, object], wall: float
+) -> ReplayResult:
+    """Per-op records of a planned workload from the completions of its flows (ids as planned)."""
     end_of = {c.flow_id: c.end_ns for c in completions}
     missing = len(plan.flows) - len(end_of)
     if missing:
@@ -169,4 +175,4 @@ def replay_inprocess(
     real_ids = {i for ids in plan.op_flows.values() for i in ids}
     real = [c for c in completions if c.flow_id in real_ids]
     makespan = max((c.end_ns for c in completions), default=0)
-    return ReplayResult(records, real, makespan, dict(sim.stats()), wall, plan.flows)
+    return ReplayResult(records, real, makespan, stats, wall, plan.flows)

@@ -227,3 +227,34 @@ def workload_to_dict(wl: Workload) -> dict[str, Any]:
             d.update({f.name: getattr(op.algo, f.name) for f in fields(op.algo) if f.name in _ALGO_KEYS})
         ops.append(d)
     return {"name": wl.name, "description": wl.description, "op": ops}
+
+
+STEP_SEP = "@"  # op "bucket" of repetition k of a repeated workload is "bucket@k"
+
+
+def as_job(wl: Workload, steps: int | None = None, start_ns: int = 0) -> Workload:
+    """A workload as a job of a multi-job run: every time moved by `start_ns`, and with `steps`, the whole
+    list repeated `steps` times as training steps: op A of step k is ``A@k``, and an op of step k that waits
+    on nothing waits, rank by rank, for every op of step k-1 (its `at` only holds back step 0)."""
+    if steps is None and not start_ns:
+        return wl
+    reps = 1 if steps is None else steps
+    ops: list[WorkloadOp] = []
+    for k in range(reps):
+
+        def name(n: str, k: int = k) -> str:
+            return n if steps is None else f"{n}{STEP_SEP}{k}"
+
+        prev = tuple(name(op.name, k - 1) for op in wl.ops) if k else ()
+        for op in wl.ops:
+            after = tuple(name(a) for a in op.after) or prev
+            # an op waiting on nothing issues at max(at, gap): from the job's start, that is start + max(at, gap)
+            at = start_ns + (max(op.at_ns, op.gap_ns) if not op.after else op.at_ns) if k == 0 else start_ns
+            ops.append(WorkloadOp(name(op.name), op.coll, at, after, op.gap_ns, op.algo))
+    return Workload(wl.name, ops, wl.source, wl.description)
+
+
+def step_of(op_name: str) -> int:
+    """The step (repetition) an op of `as_job(..., steps=...)` belongs to (0 if not repeated)."""
+    head, sep, tail = op_name.rpartition(STEP_SEP)
+    return int(tail) if sep and tail.isdigit() else 0

@@ -210,3 +210,23 @@ def test_a_listener_is_told_each_op_issue_wait_step_and_the_finish_in_order(rig)
     assert kinds.index("issue") < kinds.index("wait") < kinds.index("step") < kinds.index("finish") == len(kinds) - 1
     end = MM_NS + COMM_NS + sum(e[2] for e in computes[1:])  # ops after the wait (if any) run after it
     assert ("step", 0, end) in log.events and log.events[-1] == ("finish", end)
+
+
+def test_a_job_that_starts_later_and_stops_after_its_steps() -> None:
+    """A job of a multi-job run: its clock starts at start_ns, its first step is timed from there, and the
+    script ends (StepLimitReached, a SystemExit with code 0) once max_steps steps are done."""
+    from phantora.runtime.session import StepLimitReached
+
+    client = FixedLatencyClient()
+    s = RankSession(0, 1, client, Roofline(get_gpu("h100"), LAUNCH_NS), trace_level="none", start_ns=5_000_000,
+                    max_steps=2)  # fmt: skip
+    a = torch.randn(N, N)
+    with ChargeMode(s):
+        a @ a
+        assert s.step() == MM_NS  # from the start, not from 0
+        a @ a
+        with pytest.raises(StepLimitReached) as stop:
+            s.step()
+    assert stop.value.code == 0
+    assert s.step_ends == [5_000_000 + MM_NS, 5_000_000 + 2 * MM_NS]
+    assert s.results()["start_ns"] == 5_000_000

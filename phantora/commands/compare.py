@@ -4,6 +4,9 @@ Prints a table (iteration time or makespan, per-collective times, FCT and slowdo
 pauses and paused time, queue depth, ECN marks and CNPs, link utilisation) and, with --out, writes
 compare.md, compare.json and the plots (FCT CDF, queue depth, PFC timeline, step timelines).
 A file a run does not have is shown as "-" (not measured).
+
+Given one directory of a multi-job run (`phantora run --jobs ... --alone`), it compares each job alone and
+shared, with the job's bytes and the PFC pauses it suffered and caused.
 """
 
 from __future__ import annotations
@@ -24,8 +27,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from phantora.report.compare import format_table, load_and_compare, write_report
+    from phantora.report.compare import compare_jobs, format_table, jobs_run, load_and_compare, write_report
 
+    if len(args.runs) == 1 and jobs_run(args.runs[0]) is not None:
+        for i, (name, runs, cmp) in enumerate(compare_jobs(args.runs[0])):
+            print(("\n" if i else "") + f"== job {name}: alone vs shared ==")
+            print(format_table(cmp))
+            if args.out:
+                paths = write_report(args.out / name, runs, cmp, plots=args.plots)
+                print(f"\nwrote {len(paths)} files to {args.out / name}: " + ", ".join(p.name for p in paths))
+        return 0
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs, cmp = load_and_compare(args.runs, labels)
     print(format_table(cmp))

@@ -1,5 +1,8 @@
 """`phantora replay INPUT --topology T`: time a workload, a recorded execution graph or a profiler trace.
 
+`phantora replay --jobs jobs.toml --topology T`: several workloads and graphs, each on its own GPUs, on one
+fabric (docs/jobs.md).
+
 INPUT is a workload file (.toml/.json, docs/workload.md), an execution-graph directory written by
 `phantora run --record DIR` (docs/egraph.md), or PyTorch profiler (Kineto) Chrome-trace JSON: one file,
 or a directory with one file per rank.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "replay", help="replay a workload, a recorded graph or a profiler trace on a topology", description=__doc__
     )
-    p.add_argument("workload", metavar="INPUT", help="workload file, graph directory, or Kineto trace file/directory")
+    p.add_argument(
+        "workload",
+        metavar="INPUT",
+        nargs="?",
+        default=None,
+        help="workload file, graph directory, or Kineto trace file/directory (not with --jobs)",
+    )
+    p.add_argument("--jobs", default=None, metavar="TOML", help="several workloads/graphs on one fabric (docs/jobs.md)")
+    p.add_argument("--alone", action="store_true", help="--jobs: also replay each job by itself; report slowdowns")
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     add_network_options(p)
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
@@ -101,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
     from phantora.resources import shipped_file, workloads_dir
     from phantora.topology import load_topology
 
+    if (args.jobs is None) == (args.workload is None):
+        raise InputError("give one INPUT or --jobs FILE", field="INPUT")
+    if args.alone and args.jobs is None:
+        raise InputError("--alone goes with --jobs", field="alone")
+    if args.jobs is not None:
+        return _run_jobs(args)
     topo = load_topology(args.topology)
     args.workload = str(shipped_file(args.workload, workloads_dir(), (".toml", ".json")))
     kind = _detect(Path(args.workload), args.format)
@@ -111,6 +129,41 @@ def run(args: argparse.Namespace) -> int:
     if kind == "workload":
         return _run_workload(args, topo, options)
     return _run_graph(args, topo, options, kind)
+
+
+def _run_jobs(args: argparse.Namespace) -> int:
+    """--jobs: every job a workload or a graph, replayed together on one engine."""
+    from phantora.jobs.run import format_jobs, launch_jobs
+    from phantora.jobs.spec import load_jobs
+    from phantora.launcher import RunConfig
+
+    given = [k for k in ("scale_dp", "save_graph", "export_chakra") if getattr(args, k)]
+    if given or args.format != "auto":
+        from phantora.errors import InputError
+
+        raise InputError("applies to one INPUT, not to --jobs", field=given[0] if given else "format")
+    spec = load_jobs(args.jobs)
+    cfg = RunConfig(
+        script="",
+        topology=args.topology,
+        network=args.network,
+        cc=args.cc,
+        packet_set=list(args.set),
+        out_dir=args.out,
+        overwrite=True,
+        trace="none",  # args.out: claimed by in_run_dir
+        command=["phantora", *sys.argv[1:]],
+    )
+    algo = (
+        _algo(args, AlgoOptions())
+        if any(getattr(args, k) is not None for k in ("algorithm", "granularity", "channels", "chunk"))
+        else None
+    )
+    report = launch_jobs(spec, cfg, alone=args.alone, algo=algo, live_ok=False)
+    print(format_jobs(report.summary))
+    if report.out_dir is not None:
+        print(f"wrote {report.out_dir}/results.json, links_by_job.csv, trace.json and jobs/<name>/ per job")
+    return 0
 
 
 def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) -> int:

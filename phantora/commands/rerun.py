@@ -63,12 +63,38 @@ def run(args: argparse.Namespace) -> int:
         known = set(RunConfig.__dataclass_fields__)
         if progress_mode(args) != "off":
             options["on_step"] = step_printer(every_step=bool(args.progress) or sys.stdout.isatty())
+        if "jobs" in options:  # a run of several jobs (phantora run/replay --jobs)
+            return _rerun_jobs(args, options, RunConfig(script="", **{k: v for k, v in options.items() if k in known}))
         report = launch(RunConfig(**{k: v for k, v in options.items() if k in known}))
     if not args.quiet and report.logs.get("rank 0", "").strip():
         print("----- rank 0 output -----\n" + report.logs["rank 0"].rstrip() + "\n-------------------------")
     print(format_summary(report.summary))
     print(f"wrote {report.out_dir}")
     return _compare_steps(args.run, report.summary)
+
+
+def _rerun_jobs(args: argparse.Namespace, options: dict[str, Any], cfg: Any) -> int:
+    """The same jobs (as the run resolved them: paths, GPUs) again; reproduced if every job's times match."""
+    from phantora.jobs.run import format_jobs, launch_jobs
+    from phantora.jobs.spec import JobSpec, JobsSpec
+
+    jobs = [JobSpec(**j) for j in options["jobs"]]
+    spec = JobsSpec(jobs, bool(options.get("all_or_nothing")), options.get("jobs_file"))
+    report = launch_jobs(spec, cfg, alone=bool(options.get("alone")), live_ok=True)
+    print(format_jobs(report.summary))
+    print(f"wrote {report.out_dir}")
+    bad = 0
+    for j in jobs:
+        try:
+            old = json.loads((args.run / "jobs" / j.name / "results.json").read_text())
+        except (OSError, ValueError):
+            print(f"{args.run} has no results of job {j.name}: nothing to compare with")
+            continue
+        a = [s["time_ns"] for s in old.get("steps", [])]
+        b = [s["time_ns"] for s in report.jobs[j.name].get("steps", [])]
+        print(f"job {j.name}: " + ("reproduced" if a == b else f"NOT reproduced ({a} vs {b})"))
+        bad += a != b
+    return 1 if bad else 0
 
 
 def _compare_steps(old_dir: Path, new: dict[str, Any]) -> int:

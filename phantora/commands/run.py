@@ -1,4 +1,7 @@
-"""`phantora run --topology T train.py [args]`: run a real PyTorch training script on a simulated cluster."""
+"""`phantora run --topology T train.py [args]`: run a real PyTorch training script on a simulated cluster.
+
+`phantora run --topology T --jobs jobs.toml [--alone]`: several jobs (scripts, workloads, recorded graphs) on
+one fabric, each with its own ranks, GPUs, start and step count (docs/jobs.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
+from phantora.commands.options import add_network_options, add_progress_options, progress_mode
 from phantora.commands.outdir import add_out_options
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
@@ -20,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "run",
         help="run a training script as N simulated GPUs",
         description=__doc__,
-        epilog="See docs/runtime.md. Everything after the script is passed to it.",
+        epilog="See docs/runtime.md (one job) and docs/jobs.md (--jobs). Everything after the script is passed to it.",
     )
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     add_network_options(p)
@@ -85,20 +88,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, help="stop the run after this many wall seconds")
     p.add_argument("--record", default=None, metavar="DIR", help="also record every rank's execution graph here")
     add_progress_options(p, quiet_also=" nor rank 0's output")
-    p.add_argument("script", help="training script")
+    p.add_argument("--jobs", default=None, metavar="TOML", help="several jobs on one fabric, from a job spec file")
+    p.add_argument(
+        "--alone",
+        action="store_true",
+        help="--jobs: also run each job by itself (same GPUs and engine) and report its slowdown",
+    )
+    p.add_argument("script", nargs="?", default=None, help="training script (not with --jobs)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
     add_seed_options(p)
     p.set_defaults(func=with_seeds("run", run))
 
 
 def run(args: argparse.Namespace) -> int:
+    from phantora.errors import InputError
     from phantora.launcher import RunConfig, launch
     from phantora.runtime.results import format_summary
 
-    check_flow_network(args.network, args.cc, args.set)
-    mode = progress_mode(args)
+    if args.jobs is not None and (args.script or args.script_args):
+        raise InputError("give a script or --jobs, not both (a job's script and arguments go in the spec)")
+    if args.jobs is None and not args.script:
+        raise InputError("a training script is needed (or --jobs FILE)", field="script")
+    if args.alone and args.jobs is None:
+        raise InputError("--alone goes with --jobs", field="alone")
+    if args.jobs is not None and args.record:
+        raise InputError("--record records one job; record each job with its own phantora run", field="record")
     cfg = RunConfig(
-        script=args.script,
+        script=args.script or "",
         args=list(args.script_args),
         topology=args.topology,
         network=args.network,
@@ -124,8 +140,12 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         fork_server=not args.no_fork_server,
         command=["phantora", *sys.argv[1:]],
-        on_step=None if mode == "off" else step_printer(every_step=bool(args.progress) or sys.stdout.isatty()),
+        on_step=None
+        if progress_mode(args) == "off"
+        else step_printer(every_step=bool(args.progress) or sys.stdout.isatty()),
     )
+    if args.jobs is not None:
+        return run_jobs(args, cfg)
     if args.record:
         from phantora.egraph.live import record_run
 
@@ -151,6 +171,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_jobs(args: argparse.Namespace, cfg: Any) -> int:
+    """`--jobs`: run them, print the jobs table; exit 1 if a job failed."""
+    import dataclasses
+
+    from phantora.jobs.run import format_jobs, launch_jobs
+    from phantora.jobs.spec import load_jobs
+
+    spec = load_jobs(args.jobs)
+    show = None if progress_mode(args) == "off" else step_printer(every_step=bool(args.progress) or sys.stdout.isatty())
+    on_step = None if show is None else (lambda job, line: show({**line, "job": job}))
+    report = launch_jobs(spec, dataclasses.replace(cfg, on_step=None), alone=args.alone, on_step=on_step)
+    print(format_jobs(report.summary))
+    if report.out_dir is not None:
+        print(f"wrote {report.out_dir}/results.json, links_by_job.csv, trace.json and jobs/<name>/ per job")
+    else:
+        print("nothing saved: pass --out DIR to keep the results, traces and logs")
+    sys.stdout.flush()
+    return 1 if any(j["status"] != "complete" for j in report.summary["jobs"]) else 0
+
+
 def step_printer(every_step: bool, every_s: float = 5.0) -> Callable[[dict[str, Any]], None]:
     """Progress: a line per finished step (`every_step`: a terminal, or --progress); otherwise (a log file, a
     pipe) at most one per `every_s` seconds, so a long run's log stays short."""
@@ -162,8 +202,9 @@ def step_printer(every_step: bool, every_s: float = 5.0) -> Callable[[dict[str, 
         if not every_step and now - last[0] < every_s:
             return
         last[0] = now
+        who = f"job {line['job']} " if "job" in line else ""
         print(
-            f"[phantora] step {line['step']} done: {line['time_ns'] / 1e6:.3f} ms "
+            f"[phantora] {who}step {line['step']} done: {line['time_ns'] / 1e6:.3f} ms "
             f"(simulated time {line['end_ns'] / 1e6:.3f} ms, wall {now - t0:.1f} s)",
             flush=True,
         )

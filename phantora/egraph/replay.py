@@ -322,7 +322,13 @@ def replay_graph(
     plan = plan_graph(graph, topo, algo if algo is not None else algo_from_meta(graph))
     t1 = time.perf_counter()
     completions = run_engine(sim, plan.flows, progress=progress)
-    wall = time.perf_counter() - t0
+    return evaluate_graph(plan, completions, dict(sim.stats()), t1 - t0, time.perf_counter() - t0)
+
+
+def evaluate_graph(
+    plan: GraphPlan, completions: list[Completion], stats: dict[str, object], plan_s: float, wall: float
+) -> GraphReplayResult:
+    """Step times and per-kind communication of a planned graph from the completions of its flows."""
     end_of = [0] * len(plan.flows)
     seen = 0
     for c in completions:
@@ -348,10 +354,10 @@ def replay_graph(
         rank_end_ns=[end_of[m] for m in plan.end_markers],
         makespan_ns=max(end_of, default=0),
         comm=dict(sorted(comm.items())),
-        engine_stats=dict(sim.stats()),
+        engine_stats=stats,
         flows=len(plan.flows),
         markers=plan.markers,
-        plan_s=t1 - t0,
+        plan_s=plan_s,
         wall_s=wall,
         completions=completions,
         plan_flows=plan.flows,

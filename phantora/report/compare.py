@@ -20,6 +20,7 @@ import numpy as np
 from phantora.errors import InputError
 from phantora.report.fabric import hottest_port, pause_intervals
 from phantora.report.spread import spread
+from phantora.results import schema as S
 from phantora.results.read import Flows, RunData, load_run
 
 Value = int | float | None
@@ -484,3 +485,53 @@ def write_report(out: Path, runs: Sequence[RunData], cmp: Comparison, plots: boo
     md.write_text(to_markdown(cmp, written))
     js.write_text(json.dumps(cmp.to_json(), indent=2, sort_keys=True) + "\n")
     return [md, js, *written]
+
+
+# ----- a run of several jobs: each job alone vs shared ------------------------------------------------------------
+JOB_METRICS: dict[str, tuple[str, str]] = {
+    "bytes": ("bytes sent (all links)", "bytes"),
+    "pauses_suffered": ("PFC pauses suffered", "count"),
+    "paused_ns_suffered": ("PFC paused time suffered", "ns"),
+    "pauses_caused": ("PFC pauses caused", "count"),
+}
+
+
+def jobs_run(path: Path) -> dict[str, Any] | None:
+    """The results.json of a multi-job run directory (`phantora run --jobs`), or None if it is not one."""
+    p = Path(path) / S.RESULTS_JSON
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and str(doc.get("schema", "")).startswith(S.JOBS.partition("/")[0]) else None
+
+
+def compare_jobs(path: Path) -> list[tuple[str, list[RunData], Comparison]]:
+    """For each job of a multi-job run: its run alone vs shared (alone/<job>/jobs/<job> and jobs/<job>), with
+    the job's fabric figures (bytes, PFC pauses suffered and caused) from each run's results.json."""
+    root = Path(path)
+    shared_doc = jobs_run(root)
+    if shared_doc is None:
+        raise InputError("not a run of several jobs (phantora run --jobs)", file=str(root))
+    out = []
+    for row in shared_doc["jobs"]:
+        name = row["name"]
+        alone_root = root / S.ALONE_DIR / name
+        if not (alone_root / S.JOBS_DIR / name).is_dir():
+            raise InputError(f"job '{name}' has no run alone: run with --alone to compare alone vs shared",
+                             file=str(root))  # fmt: skip
+        runs = [
+            load_run(alone_root / S.JOBS_DIR / name, f"{name} alone"),
+            load_run(root / S.JOBS_DIR / name, f"{name} shared"),
+        ]
+        cmp = compare_runs(runs)
+        figures = [((jobs_run(alone_root) or {}).get("fabric") or {}).get("jobs", {}).get(name, {}),
+                   (shared_doc.get("fabric") or {}).get("jobs", {}).get(name, {})]  # fmt: skip
+        extra = []
+        for key, (label, unit) in JOB_METRICS.items():
+            values: list[Value] = [f.get(key) for f in figures]
+            if any(v is not None for v in values):
+                extra.append(Metric(f"job:{key}", label, unit, "job", values, [diff_pct(v, values[0]) for v in values]))
+        cmp.metrics[1:1] = extra
+        out.append((name, runs, cmp))
+    return out

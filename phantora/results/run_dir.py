@@ -36,9 +36,9 @@ TRACE_JSON, TRACE_DIR = S.TRACE_JSON, S.TRACE_DIR
 OUTPUT_FILES = (
     S.RESULTS_JSON, S.COSIM_JSON, S.SUMMARY_JSON, S.FLOWS_CSV, S.FCT_CSV, S.LINKS_CSV, S.PFC_CSV, S.QUEUES_CSV,
     S.DROPS_CSV, S.CNPS_CSV, S.ECN_CSV, S.FCT_TXT, S.PFC_TXT, S.NS3_CALLS_TXT, STATUS_JSON, STEPS_JSONL,
-    TRACE_JSON, S.CONFIG_JSON, S.SEEDS_JSON,
+    TRACE_JSON, S.CONFIG_JSON, S.SEEDS_JSON, S.LINKS_BY_JOB_CSV,
 )  # fmt: skip
-OUTPUT_DIRS = ("logs", TRACE_DIR, STEPS_DIR)
+OUTPUT_DIRS = ("logs", TRACE_DIR, STEPS_DIR, S.JOBS_DIR, S.ALONE_DIR)
 
 
 def claim(out: Path | str, *, overwrite: bool = False, option: str = "--out") -> Path:
@@ -181,7 +181,8 @@ def _merged(ranks: dict[int, list[dict[str, Any]]], want: list[int]) -> list[dic
     else:
         done = min(len(ranks[r]) for r in want)
     rows: list[dict[str, Any]] = []
-    prev = 0
+    first = [ranks[r][0] for r in want] if done else []
+    prev = min((x["end_ns"] - x["time_ns"] for x in first), default=0)  # the start (a job that started later)
     for i in range(done):
         lines = [ranks[r][i] for r in want]
         end = max(x["end_ns"] for x in lines)

@@ -31,6 +31,13 @@ SEEDS = "phantora.seeds/1"
 TRACE_JSON = "trace.json"
 TRACE_DIR = "trace"
 
+# A run of several jobs (phantora.jobs): results.json is JOBS; each job's own run directory is jobs/<name>/,
+# and with --alone its run by itself is alone/<name>/.
+JOBS = "phantora.jobs/1"
+JOBS_DIR = "jobs"
+ALONE_DIR = "alone"
+LINKS_BY_JOB_CSV = "links_by_job.csv"  # bytes of each job on each directed link
+
 # CSV tables: the same files with the same columns from every producer (`run`, `replay` of a workload or of a
 # recorded graph, `netsim`, the network server of a live run). Nodes are named as the topology names them
 # (`phantora topo --json` lists names and ids); the ids stay in the *_id columns. A file the engine cannot

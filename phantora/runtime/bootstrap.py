@@ -61,6 +61,8 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         network=opts.network,
         report_every_us=opts.report_us,
         phantom=opts.phantom,
+        start_ns=opts.start_ns,
+        max_steps=opts.max_steps,
     )
     if opts.phantom:
         phantom_mode.enable()

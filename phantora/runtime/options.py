@@ -26,6 +26,8 @@ class Options:
     public_fit: bool = True  # the public per-GPU fit (phantora.perfmodel.pubfit) times the classes it has data for
     phantom: bool = False  # meta tensors: no data, no host memory (phantora.runtime.phantom)
     sim_cuda: bool = False  # the simulated CUDA device (phantora.runtime.simcuda); `phantora run` turns it on
+    start_ns: int = 0  # the rank's clock starts here (a job that starts later in a run of several jobs)
+    max_steps: int | None = None  # end the script after this many steps (a job's step count)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Options:
@@ -44,6 +46,8 @@ class Options:
             public_fit=env.get("PHANTORA_PUBLIC_FIT", "1") not in ("0", "false", "no"),
             phantom=env.get("PHANTORA_PHANTOM", "0") in ("1", "true", "yes"),
             sim_cuda=env.get("PHANTORA_SIM_CUDA", "0") in ("1", "true", "yes"),
+            start_ns=int(env.get("PHANTORA_START_NS", "0")),
+            max_steps=int(env["PHANTORA_MAX_STEPS"]) if env.get("PHANTORA_MAX_STEPS") else None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -64,4 +68,8 @@ class Options:
             env["PHANTORA_PERF_TABLES"] = os.pathsep.join(str(p) for p in self.perf_tables)
         if self.curves:
             env["PHANTORA_CURVES"] = str(self.curves)
+        if self.start_ns:
+            env["PHANTORA_START_NS"] = str(self.start_ns)
+        if self.max_steps is not None:
+            env["PHANTORA_MAX_STEPS"] = str(self.max_steps)
         return env

@@ -64,7 +64,8 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     world = max((int(r.get("world_size") or 0) for r in ranks.values()), default=0) or live
     n_steps = min((len(r.get("step_ends_ns", [])) for r in ranks.values()), default=0)
     ends = [max(int(r["step_ends_ns"][i]) for r in ranks.values()) for i in range(n_steps)]
-    times = [e - (ends[i - 1] if i else 0) for i, e in enumerate(ends)]
+    start = max((int(r.get("start_ns") or 0) for r in ranks.values()), default=0)  # a job that started later
+    times = [e - (ends[i - 1] if i else start) for i, e in enumerate(ends)]
     busy = [0] * n_steps  # the busiest rank's compute time in each step
     for r in ranks.values():
         b = r.get("step_busy_ns") or []
@@ -76,6 +77,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
         "world_size": world,
         "live_processes": live,
         "gpu": gpu.name,
+        "start_ns": start,
         "end_ns": max((int(r["end_ns"]) for r in ranks.values()), default=0),
         "steps": [
             {"index": i, "end_ns": e, "time_ns": t, "compute_ns": c, "exposed_ns": t - c}

@@ -147,6 +147,14 @@ class SessionListener(Protocol):
     def on_finish(self, end_ns: int) -> None: ...
 
 
+class StepLimitReached(SystemExit):
+    """The job's step count is reached: the script ends here, as if it had exited (code 0)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(0)
+        self.text = text
+
+
 class RankSession:
     """Everything one rank knows about its simulated run."""
 
@@ -162,6 +170,8 @@ class RankSession:
         network: str = "",
         report_every_us: float = 200.0,
         phantom: bool = False,
+        start_ns: int = 0,
+        max_steps: int | None = None,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -169,7 +179,9 @@ class RankSession:
         self.model = model
         self.network = network
         self.phantom = phantom  # tensors are meta: collectives move no data (phantom_mode.py)
-        self.clock = VirtualClock()
+        self.start_ns = start_ns  # the clock starts here (a job starting later in a run of several jobs)
+        self.max_steps = max_steps  # the script ends after this many steps (StepLimitReached)
+        self.clock = VirtualClock(compute_ns=start_ns, comm_ns=start_ns)
         self.trace = TraceRecorder(rank, trace_level)
         self.out_dir = Path(out_dir) if out_dir else None
         self.pending: dict[int, Pending] = {}
@@ -419,7 +431,7 @@ class RankSession:
     # ----- steps and results -------------------------------------------------------------------------
     def step(self) -> int:
         """End of a training iteration: synchronise; return this step's simulated duration (ns)."""
-        start = self.step_ends[-1] if self.step_ends else 0
+        start = self.step_ends[-1] if self.step_ends else self.start_ns
         end = self.sync()
         self.client.advance_clock(end)
         self.trace.step(len(self.step_ends), start, end)
@@ -432,6 +444,8 @@ class RankSession:
         self._log_step(start, end)
         for listener in self.listeners:
             listener.on_step(len(self.step_ends) - 1, end)
+        if self.max_steps is not None and len(self.step_ends) >= self.max_steps:
+            raise StepLimitReached(f"rank {self.rank}: {self.max_steps} steps done")
         return end - start
 
     def _log_step(self, start: int, end: int) -> None:
@@ -464,6 +478,7 @@ class RankSession:
             "world_size": self.world_size,
             "gpu": self.model.gpu.name,
             "tensors": "phantom" if self.phantom else "real",
+            "start_ns": self.start_ns,
             "end_ns": self.clock.now(),
             "step_ends_ns": list(self.step_ends),
             "step_flops": list(self.step_flops),

@@ -3,7 +3,8 @@
 Conventions
 - Node ids are dense integers 0..N-1. A node has a kind: ``gpu`` (an endpoint with its own NIC,
   as in SimAI), ``host`` (a plain endpoint, as in HPCC files), ``nvswitch`` or ``switch``.
-- Ranks map to endpoints in order: rank i is ``topology.endpoints[i]``.
+- Ranks map to endpoints in order: rank i is ``topology.endpoints[i]``. A placed copy
+  (``with_rank_order``) puts chosen endpoints first, so several jobs' ranks land on their GPUs.
 - A link is full duplex: each direction is a *channel* with the link's bandwidth (bits/s) and
   latency (ns). Channel ids are ``2*link_id`` (a->b) and ``2*link_id+1`` (b->a).
 - Routing: endpoints never forward. Traffic between two endpoints that share an NVSwitch goes
@@ -16,6 +17,7 @@ Conventions
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from phantora.errors import InputError
@@ -63,6 +65,7 @@ class Topology:
         self._dist_cache: dict[int, list[int]] = {}
         self._base_cache: dict[tuple[int, ...], list[int]] = {}
         self._endpoints: list[int] | None = None
+        self._rank_order: list[int] | None = None  # endpoint node ids in rank order, if placed
         self._hpcc_order: dict[int, dict[int, int]] = {}  # dst -> node -> position in HPCC's BFS queue
         check_ecmp_hash(self.ecmp_hash)
         for link in list(self.links):
@@ -77,6 +80,7 @@ class Topology:
         self.nodes.append(Node(nid, kind, name or f"{kind}{nid}", host, tier))
         self._adj.append([])
         self._endpoints = None
+        self._rank_order = None
         return nid
 
     def add_link(self, a: int, b: int, bandwidth_bps: int, latency_ns: int) -> int:
@@ -107,8 +111,29 @@ class Topology:
     def endpoints(self) -> list[int]:
         """Endpoint node ids in rank order (rank i -> endpoints[i])."""
         if self._endpoints is None:
-            self._endpoints = [n.id for n in self.nodes if n.kind in ENDPOINT_KINDS]
+            natural = [n.id for n in self.nodes if n.kind in ENDPOINT_KINDS]
+            self._endpoints = self._rank_order if self._rank_order is not None else natural
         return self._endpoints
+
+    @property
+    def rank_order(self) -> list[int] | None:
+        """Endpoint node ids in rank order when the ranks were placed (`with_rank_order`), else None."""
+        return None if self._rank_order is None else list(self._rank_order)
+
+    def with_rank_order(self, ranks: Sequence[int]) -> Topology:
+        """A copy whose rank i is this topology's rank ``ranks[i]``; the endpoints not named follow in order.
+
+        The nodes, links and routes are the same: only which GPU a rank number means changes."""
+        eps = self.endpoints
+        seen: set[int] = set()
+        for r in ranks:
+            if not 0 <= r < len(eps) or r in seen:
+                raise InputError(f"rank order names rank {r} twice or outside 0..{len(eps) - 1}", field="ranks")
+            seen.add(r)
+        order = [eps[r] for r in ranks] + [e for i, e in enumerate(eps) if i not in seen]
+        copy = Topology(self.name, list(self.nodes), list(self.links), self.gpu_model, dict(self.meta), self.ecmp_hash)
+        copy._rank_order = order
+        return copy
 
     @property
     def num_ranks(self) -> int:

@@ -1,0 +1,570 @@
+"""`phantora run --jobs jobs.toml`: several training jobs on one fabric, one coordinator, one network engine.
+
+Live jobs (training scripts) run as rank processes, each job in its own world (its own RANK, WORLD_SIZE,
+rendezvous and output directory); recorded jobs (workloads, execution graphs) run as flow DAGs inside the
+coordinator (`phantora.jobs.recorded`), so a large recorded job can load the network under a live one. With
+only recorded jobs the whole run is one in-process replay. With `alone`, each job then runs again by
+itself, same GPUs, engine and traffic class, to measure its slowdown.
+
+The run directory holds results.json (schema phantora.jobs/1: the jobs table and the fabric by job),
+links_by_job.csv, flows.csv, the engine's traces (ns3), trace.json (every job's ranks and network lanes),
+and for each job ``jobs/<name>/`` laid out as a single-job run (results.json, steps.jsonl, trace.json,
+flows.csv, status.json), so `phantora compare` reads it; with `alone`, ``alone/<name>/`` holds each
+job's run alone (its own ``jobs/<name>/`` inside).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bridge.jobs import JobProcs
+from phantora.collectives.spec import AlgoOptions
+from phantora.errors import InputError
+from phantora.jobs.recorded import RecordedJob, load_graph, merge, plan_recorded
+from phantora.jobs.results import (
+    LINK_COLUMNS,
+    JobFlow,
+    channel_bytes,
+    job_time_ns,
+    job_trace_events,
+    link_rows,
+    pause_spans,
+    pfc_by_job,
+)
+from phantora.jobs.spec import JobSpec, JobsSpec, place_jobs
+from phantora.launcher import (
+    PHANTOM_ABOVE,
+    RANK_PRELOAD,
+    RunConfig,
+    compute_model_options,
+    engine_options,
+    packet_config,
+    resolve_topology,
+)
+from phantora.netsim.base import Completion, Flow
+from phantora.resources import examples_dir, shipped_file
+from phantora.results import provenance, run_dir
+from phantora.results import schema as S
+from phantora.results.write import write_atomic, write_csv, write_fabric_traces, write_flows_csv, write_json
+from phantora.runtime.gpus import get_gpu
+from phantora.runtime.options import Options
+from phantora.runtime.results import summarize
+from phantora.runtime.trace import LEVELS
+from phantora.topology.model import Topology
+
+JOBS, LINKS_BY_JOB_CSV = S.JOBS, S.LINKS_BY_JOB_CSV
+
+
+@dataclass
+class JobsReport:
+    """What a multi-job run produced."""
+
+    summary: dict[str, Any]  # results.json
+    jobs: dict[str, dict[str, Any]]  # job name -> its own results.json
+    logs: dict[str, str]
+    out_dir: Path | None
+
+
+@dataclass
+class _Plan:
+    """A checked, placed multi-job run, ready to start."""
+
+    spec: JobsSpec
+    natural: Topology  # the topology as loaded (GPU i = its i-th endpoint)
+    topo: Topology  # placed: the live jobs' ranks first, in job order
+    gpus: list[list[int]]  # per job, natural ranks of its GPUs
+    live: list[int]  # indices of the script jobs, in global rank order
+    recorded: list[RecordedJob]
+    offsets: dict[int, int]  # live job index -> its rank 0's global rank
+
+
+@dataclass
+class _Ctx:
+    """One run: its plan, options and directories."""
+
+    plan: _Plan
+    base: RunConfig
+    out: Path
+    job_dirs: dict[str, Path]
+    algo: AlgoOptions | None = None
+
+
+def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | None) -> _Plan:
+    """Everything that can be wrong with the spec, before anything starts."""
+    if base.dedup not in ("auto", "off", None, 0):
+        raise InputError(
+            "several jobs run every rank live: rank deduplication (--dedup) is not available", field="dedup"
+        )
+    for j in spec.jobs:
+        if j.kind == "script":
+            p = shipped_file(j.source, examples_dir(), (".py",))
+            if not p.is_file():
+                raise InputError(
+                    f"job '{j.name}': training script not found: {j.source}", **spec.where(j), field="script"
+                )
+            j.source = str(p.resolve())
+        elif j.kind == "graph" and j.ranks is None:
+            j.ranks = load_graph(j, spec.source).world
+    gpus = place_jobs(spec, topo)
+    live = [i for i, j in enumerate(spec.jobs) if j.kind == "script"]
+    offsets, n = {}, 0
+    for i in live:
+        offsets[i] = n
+        n += len(gpus[i])
+    placed = topo.with_rank_order([g for i in live for g in gpus[i]])
+    recorded = [
+        plan_recorded(j, i, topo, gpus[i], algo, spec.source) for i, j in enumerate(spec.jobs) if j.kind != "script"
+    ]
+    return _Plan(spec, topo, placed, gpus, live, recorded, offsets)
+
+
+def _job_env(
+    base: RunConfig, job: JobSpec, out: Path, model_opts: tuple[str, tuple[str, ...], str | None]
+) -> dict[str, str]:
+    """A live job's rank options (its own output directory, start, step count, tensor mode) and environment."""
+    opts = Options(
+        gpu=base.gpu or "h100", launch_ns=base.launch_ns, trace=base.trace, out_dir=str(out), time_patch=base.time_patch
+    )
+    opts.compute_model, opts.perf_tables, opts.curves = model_opts
+    opts.phantom = base.tensors == "phantom" or (base.tensors == "auto" and (job.ranks or 0) > PHANTOM_ABOVE)
+    opts.sim_cuda = base.sim_cuda
+    opts.start_ns, opts.max_steps = job.start_ns, job.steps
+    return {**opts.to_env(), **base.env, **job.env}
+
+
+def launch_jobs(
+    spec: JobsSpec,
+    base: RunConfig,
+    *,
+    alone: bool = False,
+    on_step: Callable[[str, dict[str, Any]], None] | None = None,
+    algo: AlgoOptions | None = None,
+    live_ok: bool = True,
+) -> JobsReport:
+    """Run every job of `spec` on one fabric with the run-level options of `base` (its script is unused).
+
+    Raises BridgeError if the run fails as a whole (all_or_nothing, or the engine); a job that fails alone
+    is reported in results.json (`JobsReport.summary["jobs"]`, its status and error). `algo`: the collective
+    options of recorded jobs (a graph's default: those it was recorded with). `live_ok=False` refuses script
+    jobs (`phantora replay --jobs`)."""
+    if base.trace not in LEVELS:
+        raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {base.trace!r}", field="trace")
+    topo = resolve_topology(base.topology)
+    base = dataclasses.replace(base, gpu=base.gpu or topo.gpu_model or "h100")
+    gpu = get_gpu(base.gpu or "h100")
+    net_options = engine_options(base)
+    packet = packet_config(base)
+    ecmp = (net_options or {}).get("ecmp_hash") or (packet.ecmp_hash if packet is not None else None)
+    if ecmp:
+        topo.use_ecmp(ecmp)
+    model_opts = compute_model_options(base)
+    if not live_ok:
+        live = next((j for j in spec.jobs if j.kind == "script"), None)
+        if live is not None:
+            raise InputError(
+                f"job '{live.name}' is a training script: run it with phantora run --jobs",
+                **spec.where(live),
+                field="script",
+            )
+    plan = _check(spec, base, topo, algo)
+    keep = base.out_dir is not None
+    if base.out_dir is not None:
+        out = run_dir.claim(base.out_dir, overwrite=base.overwrite)
+    else:
+        from bridge.transport import make_run_dir
+
+        out = make_run_dir()
+    ctx = _Ctx(plan, base, out, {j.name: out / S.JOBS_DIR / j.name for j in spec.jobs}, algo)
+    try:
+        run_dir.write_status(out, "running", jobs=[j.name for j in spec.jobs])
+        skip = ("command", "python", "on_step", "script", "args")
+        options = {
+            "jobs_file": spec.source,
+            "jobs": [dataclasses.asdict(j) for j in spec.jobs],
+            "all_or_nothing": spec.all_or_nothing,
+            "alone": alone,
+            **{f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name not in skip},
+        }
+        provenance.write_config(out, options=options, topo=topo, packet=packet, command=base.command)
+        t0 = time.monotonic()
+        try:
+            report = _run(ctx, gpu, net_options, model_opts, on_step)
+            if alone:
+                _alone(ctx, report)
+            report.summary["run"]["wall_s"] = time.monotonic() - t0
+            _write_summary(out, report)
+        except BaseException as exc:
+            run_dir.write_status(out, "failed", **run_dir.failure(exc))
+            raise
+        failed = [n for n, j in report.jobs.items() if j["job"]["status"] != "complete"]
+        run_dir.write_status(out, "complete", jobs_failed=failed, wall_s=time.monotonic() - t0)
+        report.out_dir = out if keep else None
+        return report
+    finally:
+        if not keep:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+# ----- the shared run ---------------------------------------------------------------------------------------
+def _run(
+    ctx: _Ctx,
+    gpu: Any,
+    net_options: dict[str, Any] | None,
+    model_opts: Any,
+    on_step: Callable[[str, dict[str, Any]], None] | None,
+) -> JobsReport:
+    plan, base = ctx.plan, ctx.base
+    spec, topo = plan.spec, plan.topo
+    background = merge(plan.recorded)
+    for d in ctx.job_dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    if not plan.live:
+        return _run_inprocess(ctx, background, net_options)
+    from bridge.run import CosimRun
+
+    procs = []
+    for i in plan.live:
+        j = spec.jobs[i]
+        cmd = [base.python, "-m", "phantora.runtime.bootstrap", j.source, *j.args]
+        env = _job_env(base, j, ctx.job_dirs[j.name], model_opts)
+        procs.append(JobProcs(j.name, j.ranks or 0, cmd, env, j.traffic_class))
+        run_dir.write_status(ctx.job_dirs[j.name], "running", script=j.source, args=j.args, world_size=j.ranks)
+    watchers = []
+    if on_step is not None:
+        for i in plan.live:
+            name, n = spec.jobs[i].name, spec.jobs[i].ranks or 0
+            watchers.append(run_dir.StepWatcher(ctx.job_dirs[name], n, _tell(on_step, name)))
+    try:
+        cosim = CosimRun(
+            topo,
+            jobs=procs,
+            all_or_nothing=spec.all_or_nothing,
+            background=background,
+            network=base.network,
+            window_ns=base.window_ns,
+            engine_options=net_options,
+            env=_job_env(base, dataclasses.replace(spec.jobs[plan.live[0]], env={}), ctx.out, model_opts),
+            out_dir=ctx.out,
+            timeout_s=base.timeout_s,
+            keep_flows=True,
+            rank_preload=RANK_PRELOAD if base.fork_server else (),
+        ).run()
+    finally:
+        for w in watchers:
+            w.stop()
+    jobs: dict[str, dict[str, Any]] = {}
+    flows: list[JobFlow] = []
+    link_use: dict[str, dict[int, int]] = {}
+    owner: dict[int, tuple[str, int, int]] = {}  # live flow id -> its job, ECMP key, class
+    for rec in cosim.collectives:
+        info = spec.jobs[plan.live[rec["job"]]]
+        for k in range(rec["flows"]):
+            owner[rec["first_flow"] + k] = (info.name, rec["key0"] + k, info.traffic_class or DEFAULT_CLASS)
+    for n, i in enumerate(plan.live):
+        j = spec.jobs[i]
+        off, outcome = plan.offsets[i], cosim.jobs[n]
+        ranks = {g - off: cosim.ranks[g] for g in range(off, off + (j.ranks or 0)) if cosim.ranks.get(g) is not None}
+        doc = _live_job_results(j, ranks, gpu, ctx.job_dirs[j.name], outcome)
+        doc["collectives"] = [
+            {"name": r["name"], "kind": r["kind"], "t_start": r["t_start"], "end_ns": r["end_ns"]}
+            for r in cosim.collectives
+            if r["job"] == n
+        ]
+        jobs[j.name] = doc
+        link_use[j.name] = dict(outcome.get("channel_bytes") or [])
+    live_done = [c for c in cosim.completions if c.flow_id in owner]
+    for c in live_done:
+        name, key, prio = owner[c.flow_id]
+        flows.append(JobFlow(name, c.src, c.dst, key, c.size, prio, c.start_ns, c.end_ns))
+    for i in plan.live:
+        name = spec.jobs[i].name
+        mine = [c for c in live_done if owner[c.flow_id][0] == name]
+        write_flows_csv(ctx.job_dirs[name] / S.FLOWS_CSV, topo, mine, flows=_as_flows(mine, owner))
+    _recorded_results(ctx, cosim.background, cosim.engine_stats, jobs, flows, link_use)
+    keyed = _as_flows(live_done, owner)
+    write_flows_csv(ctx.out / S.FLOWS_CSV, topo, [*live_done, *(c for c in cosim.background if c.size)], flows=keyed)
+    summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
+    _fabric(ctx, summary, flows, link_use, cosim.makespan_ns)
+    _traces(ctx, jobs)
+    return JobsReport(summary, jobs, cosim.logs, ctx.out)
+
+
+def _tell(on_step: Callable[[str, dict[str, Any]], None], name: str) -> Callable[[dict[str, Any]], None]:
+    return lambda line: on_step(name, line)
+
+
+DEFAULT_CLASS = 3  # the engines' traffic class of a flow that names none (Flow.priority)
+
+
+def _live_job_results(j: JobSpec, ranks: dict[int, Any], gpu: Any, d: Path, outcome: dict[str, Any]) -> dict[str, Any]:
+    """A live job's results.json (as `phantora run` writes it) and status.json."""
+    steps = run_dir.merge_steps(d, range(j.ranks or 0))
+    err = outcome.get("error")
+    if err is None:
+        doc = summarize(ranks, gpu)
+        run_dir.write_status(d, "complete", steps_finished=len(steps))
+    else:  # a failed job: the steps its ranks logged before it ended
+        doc = {
+            "schema": S.RUN,
+            "world_size": j.ranks,
+            "start_ns": j.start_ns,
+            "steps": [{"index": s["step"], "end_ns": s["end_ns"], "time_ns": s["time_ns"]} for s in steps],
+        }
+        if steps:
+            doc["end_ns"] = steps[-1]["end_ns"]
+        run_dir.write_status(
+            d, "failed", reason=err["text"].splitlines()[0], code=err["code"], steps_finished=len(steps)
+        )
+    doc["job"] = {"status": "failed" if err else "complete", **({"error": err} if err else {})}
+    return doc
+
+
+def _recorded_results(
+    ctx: _Ctx,
+    done: Sequence[Completion],
+    stats: dict[str, Any],
+    jobs: dict[str, Any],
+    flows: list[JobFlow],
+    link_use: dict[str, dict[int, int]],
+) -> None:
+    """Each recorded job's results from its flows' completions, and its flows for the fabric tables."""
+    for rec in ctx.plan.recorded:
+        name = rec.spec.name
+        mine = rec.local(done)
+        if len(mine) != len(rec.flows):
+            raise InputError(f"job '{name}': {len(rec.flows) - len(mine)} of its flows never completed")
+        doc = rec.results(mine, stats)
+        doc["job"] = {"status": "complete"}
+        jobs[name] = doc
+        prio = rec.spec.traffic_class or DEFAULT_CLASS
+        jf = [JobFlow(name, c.src, c.dst, c.flow_id, c.size, prio, c.start_ns, c.end_ns) for c in mine]
+        flows.extend(jf)
+        link_use[name] = channel_bytes(ctx.plan.topo, jf)
+        write_flows_csv(ctx.job_dirs[name] / S.FLOWS_CSV, ctx.plan.topo, [c for c in mine if c.size])
+        run_dir.write_status(ctx.job_dirs[name], "complete", steps_finished=len(doc.get("steps", [])))
+
+
+def _run_inprocess(ctx: _Ctx, background: list[Any], net_options: dict[str, Any] | None) -> JobsReport:
+    """Only recorded jobs: one DAG on one engine in this process."""
+    from phantora.netsim.factory import make_engine
+    from phantora.replay import run_engine
+
+    t0 = time.monotonic()
+    sim = make_engine(ctx.base.network, ctx.plan.topo, **dict(net_options or {}))
+    try:
+        done = run_engine(sim, background)
+        stats = {str(k): v for k, v in dict(sim.stats()).items() if isinstance(v, (int, float, str, bool))}
+        makespan = max((c.end_ns for c in done), default=0)
+        fabric = sim.fabric()
+        if fabric is not None:
+            write_fabric_traces(ctx.out, fabric, ctx.plan.topo, makespan)
+    finally:
+        sim.close()
+    jobs: dict[str, dict[str, Any]] = {}
+    flows: list[JobFlow] = []
+    link_use: dict[str, dict[int, int]] = {}
+    _recorded_results(ctx, done, stats, jobs, flows, link_use)
+    write_flows_csv(ctx.out / S.FLOWS_CSV, ctx.plan.topo, [c for c in done if c.size])
+    summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0)
+    _fabric(ctx, summary, flows, link_use, makespan)
+    _traces(ctx, jobs)
+    return JobsReport(summary, jobs, {}, ctx.out)
+
+
+# ----- results ------------------------------------------------------------------------------------------------
+def _summary(
+    ctx: _Ctx, jobs: dict[str, dict[str, Any]], makespan: int, stats: dict[str, Any], wall: float, rounds: int
+) -> dict[str, Any]:
+    """The top-level results.json; each job's results.json gets its run section and is written."""
+    plan, base = ctx.plan, ctx.base
+    spec, topo = plan.spec, plan.topo
+    rows = []
+    for i, j in enumerate(spec.jobs):
+        doc = jobs[j.name]
+        names = [plan.natural.nodes[plan.natural.endpoints[g]].name for g in plan.gpus[i]]
+        doc["run"] = {
+            "job": j.name,
+            "kind": j.kind,
+            "source": j.source,
+            "args": j.args,
+            "ranks": j.ranks,
+            "gpus": names,
+            "start_ns": j.start_ns,
+            "steps": j.steps,
+            "traffic_class": j.traffic_class,
+            "topology": topo.name,
+            "network": base.network,
+            "cc": base.cc,
+            "gpu": base.gpu,
+        }
+        others = [x.name for x in spec.jobs if x.name != j.name]
+        doc["network"] = {"makespan_ns": makespan, "engine_stats": stats, "shared_with": others}
+        t, what = job_time_ns(doc)
+        rows.append(
+            {
+                "name": j.name,
+                "kind": j.kind,
+                "status": doc["job"]["status"],
+                "error": doc["job"].get("error"),
+                "ranks": j.ranks,
+                "gpus": names,
+                "start_ns": j.start_ns,
+                "traffic_class": j.traffic_class,
+                "time_ns": t,
+                "time_kind": what,
+                "steps": len(doc.get("steps", [])),
+                "end_ns": doc.get("end_ns"),
+            }
+        )
+        write_json(ctx.job_dirs[j.name] / S.RESULTS_JSON, doc, indent=1)
+    run = {
+        "jobs_file": spec.source,
+        "topology": topo.name,
+        "network": base.network,
+        "cc": base.cc,
+        "window_ns": base.window_ns,
+        "gpu": base.gpu,
+        "all_or_nothing": spec.all_or_nothing,
+        "rounds": rounds,
+        "wall_s": wall,
+    }
+    return {"schema": JOBS, "run": run, "makespan_ns": makespan, "engine_stats": stats, "jobs": rows}
+
+
+def _fabric(
+    ctx: _Ctx, summary: dict[str, Any], flows: list[JobFlow], link_use: dict[str, dict[int, int]], makespan: int
+) -> None:
+    """links_by_job.csv (and each job's links.csv, utilisation over the job's own span), and PFC pauses per
+    job (packet mode)."""
+    topo = ctx.plan.topo
+    rows = link_rows(topo, link_use, makespan)
+    write_csv(ctx.out / LINKS_BY_JOB_CSV, LINK_COLUMNS, rows)
+    for row in summary["jobs"]:
+        span = (row.get("end_ns") or makespan) - row["start_ns"]
+        mine = link_rows(topo, {row["name"]: link_use.get(row["name"], {})}, span)
+        write_csv(ctx.job_dirs[row["name"]] / S.LINKS_CSV, S.LINK_COLUMNS, [r[:5] + r[6:] for r in mine])
+    fabric: dict[str, Any] = {"links_by_job": LINKS_BY_JOB_CSV}
+    per_job = {name: {"bytes": sum(ch.values()), "links": len(ch)} for name, ch in link_use.items()}
+    pfc = ctx.out / S.PFC_CSV
+    if pfc.is_file():
+        import csv
+
+        with pfc.open(newline="") as fh:
+            raw = [
+                [int(r[c]) for c in ("time_ns", "node", "port", "prio", "pause", "from_node")]
+                for r in csv.DictReader(fh)
+            ]
+        by_job = pfc_by_job(topo, flows, pause_spans(raw, makespan))
+        for name in per_job:
+            per_job[name].update(by_job.get(name, {"pauses_suffered": 0, "paused_ns_suffered": 0, "pauses_caused": 0}))
+        fabric["pfc_pauses"] = sum(1 for r in raw if r[4])
+    fabric["jobs"] = per_job
+    summary["fabric"] = fabric
+
+
+def _traces(ctx: _Ctx, jobs: dict[str, dict[str, Any]]) -> None:
+    """trace.json of each live job (its ranks) and of the run (every job's ranks and network lanes)."""
+    plan = ctx.plan
+    events: list[dict[str, Any]] = []
+    for i, j in enumerate(plan.spec.jobs):
+        d = ctx.job_dirs[j.name]
+        parts = sorted((d / "trace").glob("rank*.trace.json"), key=lambda p: int(p.name[4:].split(".")[0]))
+        rank_events: list[dict[str, Any]] = []
+        for part in parts:
+            rank_events.extend(json.loads(part.read_text())["traceEvents"])
+        if parts:
+            write_atomic(d / "trace.json", json.dumps({"traceEvents": rank_events, "displayTimeUnit": "ns"}))
+            for part in parts:
+                part.unlink()
+            with contextlib.suppress(OSError):
+                (d / "trace").rmdir()
+        off = plan.offsets.get(i, 0)
+        events += job_trace_events(j.name, i, off, rank_events, jobs[j.name].get("collectives") or [])
+    write_atomic(ctx.out / "trace.json", json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+
+
+def _write_summary(out: Path, report: JobsReport) -> None:
+    write_json(out / S.RESULTS_JSON, report.summary, indent=1, sort_keys=False)
+
+
+# ----- alone ------------------------------------------------------------------------------------------------
+def _alone(ctx: _Ctx, report: JobsReport) -> None:
+    """Run each job by itself (same GPUs, engine, class, start) into alone/<name>/; slowdown = shared / alone."""
+    plan, base = ctx.plan, ctx.base
+    for i, j in enumerate(plan.spec.jobs):
+        one = dataclasses.replace(j, placement=list(plan.gpus[i]))
+        sub = JobsSpec([one], all_or_nothing=True, source=plan.spec.source)
+        where = ctx.out / S.ALONE_DIR / j.name
+        cfg = dataclasses.replace(base, out_dir=where, overwrite=True)
+        try:
+            got = launch_jobs(sub, cfg, alone=False, algo=ctx.algo)
+            t_alone = got.summary["jobs"][0]["time_ns"]
+            err = None
+        except Exception as exc:  # noqa: BLE001 - a failed baseline is reported, not fatal
+            t_alone, err = None, str(exc).splitlines()[0]
+        row = report.summary["jobs"][i]
+        row["alone_time_ns"] = t_alone
+        row["slowdown"] = row["time_ns"] / t_alone if t_alone and row.get("time_ns") is not None else None
+        if err:
+            row["alone_error"] = err
+        report.jobs[j.name]["alone"] = {
+            "dir": str(where / S.JOBS_DIR / j.name),
+            "time_ns": t_alone,
+            "slowdown": row["slowdown"],
+        }
+        write_json(ctx.job_dirs[j.name] / S.RESULTS_JSON, report.jobs[j.name], indent=1)
+
+
+def format_jobs(summary: dict[str, Any]) -> str:
+    """The jobs table: status, time (step or span), alone and slowdown, traffic and PFC by job."""
+    r = summary["run"]
+    lines = [
+        f"{len(summary['jobs'])} jobs on {r['topology']}, network {r['network']}"
+        + (f" ({r['cc']})" if r.get("cc") else "")
+        + f": makespan {summary['makespan_ns'] / 1e6:.3f} ms, wall {r.get('wall_s', 0.0):.1f} s",
+    ]
+    fab = (summary.get("fabric") or {}).get("jobs", {})
+    head = f"  {'job':<12} {'kind':<8} {'ranks':>5} {'status':<8} {'time ms':>10} {'alone ms':>10} {'slowdown':>8}"
+    head += f" {'GB sent':>8} {'pauses suffered/caused':>22}"
+    lines += [head]
+    for j in summary["jobs"]:
+        t = j.get("time_ns")
+        alone = j.get("alone_time_ns")
+        slow = j.get("slowdown")
+        f = fab.get(j["name"], {})
+        pauses = f"{f['pauses_suffered']}/{f['pauses_caused']}" if "pauses_suffered" in f else "-"
+        lines.append(
+            f"  {j['name']:<12} {j['kind']:<8} {j['ranks'] or 0:>5} {j['status']:<8} "
+            + (f"{t / 1e6:>10.3f}" if t is not None else f"{'-':>10}")
+            + (f" {alone / 1e6:>10.3f}" if alone is not None else f" {'-':>10}")
+            + (f" {slow:>7.3f}x" if slow is not None else f" {'-':>8}")
+            + f" {f.get('bytes', 0) / 1e9:>8.3f} {pauses:>22}"
+        )
+        if j.get("error"):
+            lines.append(f"    failed ({j['error']['code']}): {j['error']['text'].splitlines()[0]}")
+    kinds = {j["time_kind"] for j in summary["jobs"] if j.get("time_kind")}
+    lines.append(
+        "  time: "
+        + (
+            "steady step time (steps after the first)"
+            if kinds == {"step"}
+            else "steady step time, or the job's span (end - start) for a job without steps"
+        )
+    )
+    return "\n".join(lines)
+
+
+def _as_flows(done: list[Completion], owner: dict[int, tuple[str, int, int]]) -> dict[int, Flow]:
+    """Each live flow with the ECMP key and traffic class its job gave it, for flows.csv."""
+    return {
+        c.flow_id: Flow(c.flow_id, c.src, c.dst, c.size, key=owner[c.flow_id][1], priority=owner[c.flow_id][2])
+        for c in done
+    }

@@ -1,0 +1,279 @@
+"""Several jobs on one fabric, end to end (`phantora.jobs.run.launch_jobs`, the flow engine).
+
+Closed forms (every link B = 100 Gb/s, 1 us): a 2-rank ring all-reduce of S bytes across one spine crosses 4
+links and takes ceil(S*8/B) + 4 us alone; two such jobs meeting on a 2:1 leaf uplink get B/2 each by max-min,
+ceil(2*S*8/B) + 4 us. Jobs on disjoint halves of a non-blocking fabric share no link, so each runs exactly
+as it does alone, to the ns. The fast tests use recorded (workload) jobs; the slow ones live DDP jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.jobs import JobProcs
+from bridge.run import CosimRun
+from phantora.jobs.run import launch_jobs
+from phantora.jobs.spec import parse_jobs
+from phantora.launcher import RunConfig
+from phantora.topology.generators import leaf_spine
+from phantora.topology.model import Topology
+
+B = 100 * 10**9
+LAT = 1000
+S = 4 * 2**20
+
+ALLREDUCES = f"""
+name = "ar"
+[[op]]
+name = "ar"
+kind = "all_reduce"
+bytes = {S}
+ranks = "all"
+repeat = 3
+gap = "20us"
+"""
+
+
+def two_to_one() -> Topology:
+    """2 leaves x 2 GPUs, one spine, every link B: a leaf's uplink is shared 2:1."""
+    return leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="two-to-one")
+
+
+def non_blocking() -> Topology:
+    """4 leaves x 2 GPUs, 2 spines at B: every leaf has as much uplink as downlink."""
+    return leaf_spine(4, 2, 2, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="nb8")
+
+
+def jobs_file(tmp_path: Path, body: str) -> Any:
+    (tmp_path / "ar.toml").write_text(ALLREDUCES)
+    return parse_jobs(body, str(tmp_path / "jobs.toml"), tmp_path)
+
+
+def run(tmp_path: Path, spec: Any, topo: Topology, name: str, alone: bool = True) -> Any:
+    cfg = RunConfig(script="", topology=topo, out_dir=tmp_path / name, trace="none")
+    return launch_jobs(spec, cfg, alone=alone)
+
+
+def job_doc(out: Path, job: str) -> dict[str, Any]:
+    return json.loads((out / "jobs" / job / "results.json").read_text())
+
+
+def test_recorded_jobs_on_a_shared_uplink_slow_down_as_max_min_predicts(tmp_path: Path) -> None:
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = [1, 3]\n',
+    )
+    rep = run(tmp_path, spec, two_to_one(), "shared")
+    alone_ns = -(-S * 8 * 10**9 // B) + 4 * LAT
+    shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
+    for name in ("a", "b"):
+        ops = rep.jobs[name]["collectives"]
+        assert [op["end_ns"] - op["t_start"] for op in ops] == [shared_ns] * 3
+        alone = job_doc(tmp_path / "shared" / "alone" / name, name)["collectives"]
+        assert [op["end_ns"] - op["t_start"] for op in alone] == [alone_ns] * 3
+        row = next(r for r in rep.summary["jobs"] if r["name"] == name)
+        span_shared, span_alone = 3 * shared_ns + 3 * 20_000, 3 * alone_ns + 3 * 20_000
+        assert (row["time_ns"], row["alone_time_ns"]) == (span_shared, span_alone)
+        assert row["slowdown"] == pytest.approx(span_shared / span_alone)
+    # links_by_job.csv: each job put S bytes per all-reduce on leaf 0's uplink (GPUs 0-3, leaves 4-5, spine 6)
+    rows = (tmp_path / "shared" / "links_by_job.csv").read_text().splitlines()
+    up = [r.split(",") for r in rows[1:] if r.split(",")[2:4] == ["leaf0", "spine0"]]
+    assert sorted((r[5], int(r[6])) for r in up) == [("a", 3 * S), ("b", 3 * S)]
+
+
+def test_recorded_jobs_on_disjoint_halves_run_exactly_as_alone(tmp_path: Path) -> None:
+    # a on leaves 0-1, b on leaves 2-3: both cross the spines, on links of their own
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 4\nplacement = "0-3"\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 4\nplacement = "4-7"\n',
+    )
+    rep = run(tmp_path, spec, non_blocking(), "halves")
+    for name in ("a", "b"):
+        shared = rep.jobs[name]["collectives"]
+        alone = job_doc(tmp_path / "halves" / "alone" / name, name)["collectives"]
+        assert shared == alone
+        row = next(r for r in rep.summary["jobs"] if r["name"] == name)
+        assert row["slowdown"] == 1.0
+
+
+def test_a_later_start_and_steps_of_a_recorded_job(tmp_path: Path) -> None:
+    spec = jobs_file(
+        tmp_path, '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\nstart = "1ms"\nsteps = 2\n'
+    )
+    rep = run(tmp_path, spec, two_to_one(), "late", alone=False)
+    one = -(-S * 8 * 10**9 // B) + 4 * LAT
+    step = 3 * (one + 20_000)
+    doc = rep.jobs["a"]
+    assert doc["start_ns"] == 1_000_000
+    assert [s["end_ns"] for s in doc["steps"]] == [1_000_000 + step, 1_000_000 + 2 * step]
+    assert doc["step_time_ns"]["mean"] == step
+
+
+def test_live_replay_ranks_in_the_coordinator_match_the_closed_form(tmp_path: Path) -> None:
+    """The same two jobs as rank processes (bridge.replay_rank) through one coordinator: each job has its own
+    world, and their all-reduces share the uplink exactly as in the in-process replay."""
+    (tmp_path / "ar.toml").write_text(ALLREDUCES)
+    cmd = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
+    topo = two_to_one().with_rank_order([0, 2, 1, 3])
+    res = CosimRun(topo, jobs=[JobProcs("a", 2, cmd), JobProcs("b", 2, cmd)], all_or_nothing=False).run()
+    shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
+    assert [j["status"] for j in res.jobs] == ["complete", "complete"]
+    for rec in res.collectives:
+        assert rec["end_ns"] - rec["t_start"] == shared_ns
+    assert sorted({tuple(r["group"]) for r in res.collectives}) == [(0, 1), (2, 3)]
+
+
+def test_one_failing_job_ends_alone(tmp_path: Path) -> None:
+    (tmp_path / "ar.toml").write_text(ALLREDUCES)
+    good = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
+    bad = [sys.executable, "-c", "import sys; sys.exit(7)"]
+    res = CosimRun(two_to_one(), jobs=[JobProcs("a", 2, good), JobProcs("b", 2, bad)], all_or_nothing=False).run()
+    assert [j["status"] for j in res.jobs] == ["complete", "failed"]
+    assert "exited (code 7)" in res.jobs[1]["error"]["text"]
+    assert all(res.ranks[r] is not None for r in (0, 1)) and res.ranks.get(2) is None
+
+
+GPT = "--steps 3 --d-model 64 --layers 2 --seq 64 --batch 2"
+
+
+@pytest.mark.slow
+def test_live_ddp_jobs_on_disjoint_halves_run_exactly_as_alone(tmp_path: Path) -> None:
+    body = "".join(
+        f'[[job]]\nname = "{n}"\nscript = "gpt_ddp.py"\nargs = "{GPT}"\nranks = 4\nplacement = "{p}"\n'
+        for n, p in (("a", "0-3"), ("b", "4-7"))
+    )
+    rep = run(tmp_path, parse_jobs(body, "jobs.toml", tmp_path), non_blocking(), "ddp")
+    for name in ("a", "b"):
+        row = next(r for r in rep.summary["jobs"] if r["name"] == name)
+        assert row["status"] == "complete" and row["slowdown"] == 1.0
+        shared, alone = rep.jobs[name], job_doc(tmp_path / "ddp" / "alone" / name, name)
+        assert [s["end_ns"] for s in shared["steps"]] == [s["end_ns"] for s in alone["steps"]]
+        assert shared["collectives"] == alone["collectives"]
+
+
+@pytest.mark.slow
+def test_live_ddp_jobs_on_a_shared_uplink_slow_down_as_max_min_predicts(tmp_path: Path) -> None:
+    # one DDP bucket: one gradient all-reduce per step, issued by both jobs at the same time (same compute)
+    body = "".join(
+        f'[[job]]\nname = "{n}"\nscript = "gpt_ddp.py"\nargs = "{GPT} --bucket-mb 1000"\nranks = 2\nplacement = {p}\n'
+        for n, p in (("a", "[0, 2]"), ("b", "[1, 3]"))
+    )
+    rep = run(tmp_path, parse_jobs(body, "jobs.toml", tmp_path), two_to_one(), "ddp", alone=False)
+    grads = [c for c in rep.jobs["a"]["collectives"] if c["kind"] == "all_reduce"]
+    assert len(grads) >= 3
+    cosim = json.loads((tmp_path / "ddp" / "cosim.json").read_text())
+    checked = 0
+    for rec in cosim["collectives"]:
+        if rec["kind"] != "all_reduce" or rec["nbytes"] < 4096:
+            continue
+        flows = [r for r in cosim["collectives"] if r["kind"] == "all_reduce" and r["t_start"] == rec["t_start"]]
+        assert len(flows) == 2  # the other job's twin all-reduce started at the same ns
+        # two ring channels of nbytes/2 per direction share the uplink with the twin's: B/4 each
+        want = -(-2 * rec["nbytes"] * 8 * 10**9 // B) + 4 * LAT
+        assert rec["end_ns"] - rec["t_start"] == want, rec
+        checked += 1
+    assert checked >= 6  # 3 steps x 2 jobs
+
+
+def test_replay_jobs_command_and_compare_alone_vs_shared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from phantora.cli import main
+    from phantora.report.compare import compare_jobs
+
+    (tmp_path / "ar.toml").write_text(ALLREDUCES)
+    (tmp_path / "topo.toml").write_text(
+        '[generator]\nkind = "leaf_spine"\nleaves = 2\nendpoints_per_leaf = 2\nspines = 1\nnic_rate = "100Gbps"\n'
+        'uplink_rate = "100Gbps"\nlatency = "1us"\n'
+    )
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = "spread"\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = "spread"\n'
+    )
+    out = tmp_path / "out"
+    assert (
+        main(["replay", "--topology", str(tmp_path / "topo.toml"), "--jobs", str(jobs), "--alone", "--out", str(out)])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "2 jobs on topo" in printed and "2.000x" not in printed  # the spans include the gaps: below 2x
+    span_shared = 3 * (-(-2 * S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    span_alone = 3 * (-(-S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    got = {name: cmp for name, _, cmp in compare_jobs(out)}
+    assert sorted(got) == ["a", "b"]
+    for cmp in got.values():
+        assert cmp.metric("time_ns").values == [span_alone, span_shared]
+        assert cmp.metric("job:bytes").values[0] == cmp.metric("job:bytes").values[1] == 3 * 2 * S * 4
+    assert main(["compare", str(out)]) == 0
+    assert "== job a: alone vs shared ==" in capsys.readouterr().out
+    assert main(["replay", "--topology", "twoleaf8"]) == 2  # neither INPUT nor --jobs: a one-line error (input)
+    assert "give one INPUT or --jobs FILE" in capsys.readouterr().err
+
+
+def save_graph(tmp_path: Path) -> Path:
+    """A recorded 2-rank job: 3 steps of 20 us compute, then an all-reduce of S bytes it waits for."""
+    from phantora.egraph import ProgramBuilder, build_graph
+    from phantora.egraph.format import save
+
+    bs = []
+    for r in range(2):
+        b = ProgramBuilder(r)
+        for _ in range(3):
+            b.compute("fwd_bwd", 20_000)
+            b.wait([b.collective("all_reduce", [0, 1], S)])
+            b.step()
+        bs.append(b)
+    save(build_graph(bs), tmp_path / "graph")
+    return tmp_path / "graph"
+
+
+def test_a_recorded_graph_and_a_workload_share_the_uplink(tmp_path: Path) -> None:
+    save_graph(tmp_path)
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
+        '[[job]]\nname = "g"\ngraph = "graph"\nplacement = [1, 3]\ntraffic_class = 5\n',
+    )
+    rep = run(tmp_path, spec, two_to_one(), "mixed")
+    shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
+    alone_ns = -(-S * 8 * 10**9 // B) + 4 * LAT
+    g = rep.jobs["g"]
+    assert g["run"]["ranks"] == 2 and g["run"]["traffic_class"] == 5
+    assert [s["time_ns"] for s in g["steps"]] == [20_000 + shared_ns] * 3
+    row = next(r for r in rep.summary["jobs"] if r["name"] == "g")
+    assert (row["time_ns"], row["alone_time_ns"]) == (20_000 + shared_ns, 20_000 + alone_ns)
+
+
+def test_a_recorded_job_loads_the_network_under_a_live_job(tmp_path: Path) -> None:
+    """The graph runs as a flow DAG inside the coordinator, beside the live ranks' collectives."""
+    from phantora.jobs.recorded import merge, plan_recorded
+
+    graph = save_graph(tmp_path)
+    (tmp_path / "ar.toml").write_text(ALLREDUCES)
+    topo = two_to_one()
+    bg = parse_jobs(f'[[job]]\nname = "g"\ngraph = "{graph}"\n', "jobs.toml", tmp_path).jobs[0]
+    rec = plan_recorded(bg, 1, topo, [1, 3], None)
+    cmd = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
+    res = CosimRun(topo.with_rank_order([0, 2]), jobs=[JobProcs("a", 2, cmd)], background=merge([rec])).run()
+    shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
+    assert [r["end_ns"] - r["t_start"] for r in res.collectives] == [shared_ns] * 3
+    doc = rec.results(rec.local(res.background), {})
+    assert [s["time_ns"] for s in doc["steps"]] == [20_000 + shared_ns] * 3
+
+
+@pytest.mark.slow
+def test_a_live_job_starts_later_and_stops_after_its_steps(tmp_path: Path) -> None:
+    body = f'[[job]]\nname = "a"\nscript = "gpt_ddp.py"\nargs = "{GPT}"\nranks = 2\nstart = "1ms"\nsteps = 2\n'
+    rep = run(tmp_path, parse_jobs(body, "jobs.toml", tmp_path), two_to_one(), "late", alone=False)
+    doc = rep.jobs["a"]
+    assert doc["job"]["status"] == "complete" and doc["start_ns"] == 1_000_000
+    assert len(doc["steps"]) == 2  # the script asked for 3
+    assert doc["steps"][0]["time_ns"] == doc["steps"][0]["end_ns"] - 1_000_000
+    lines = (tmp_path / "late" / "jobs" / "a" / "steps.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["time_ns"] for ln in lines] == [s["time_ns"] for s in doc["steps"]]
