@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from phantora.commands.options import add_network_options, add_progress_options, progress_mode
+from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--alone goes with --jobs", field="alone")
     if args.jobs is not None and args.record:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
+    check_flow_network(args.network, args.cc, args.set)
     cfg = RunConfig(
         script=args.script or "",
         args=list(args.script_args),
