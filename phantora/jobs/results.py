@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from phantora.results import schema as S
 from phantora.topology.model import Topology
 
 
@@ -64,7 +65,7 @@ def link_rows(topo: Topology, per_job: dict[str, dict[int, int]], elapsed_ns: in
     return rows
 
 
-LINK_COLUMNS = ("channel", "link", "from", "to", "bandwidth_bps", "job", "bytes", "utilisation")
+LINK_COLUMNS = S.LINKS_BY_JOB_COLUMNS
 
 
 def channel_bytes(topo: Topology, flows: Iterable[JobFlow]) -> dict[int, int]:

@@ -48,6 +48,7 @@ FLOWS_COLUMNS = ("flow_id", "tag", "src", "dst", "size_bytes", "start_ns", "end_
 FCT_COLUMNS: tuple[str, ...] = ("flow_id", "src", "dst", "size", "priority", "start_ns", "end_ns", "fct_ns")
 FCT_COLUMNS += ("standalone_ns", "slowdown", "cnps", "ecn_marks", "tag")
 LINK_COLUMNS = ("channel", "link", "from", "to", "bandwidth_bps", "bytes", "utilisation")
+LINKS_BY_JOB_COLUMNS = LINK_COLUMNS[:5] + ("job",) + LINK_COLUMNS[5:]
 NETSIM_LINK_COLUMNS = ("channel", "src", "dst", "bandwidth_bps", "bytes", "utilisation")
 LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")  # the packet engine's counters
 PFC_COLUMNS = ("time_ns", "node", "node_type", "port", "prio", "pause", "from_node")
