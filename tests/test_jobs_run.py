@@ -277,3 +277,21 @@ def test_a_live_job_starts_later_and_stops_after_its_steps(tmp_path: Path) -> No
     assert doc["steps"][0]["time_ns"] == doc["steps"][0]["end_ns"] - 1_000_000
     lines = (tmp_path / "late" / "jobs" / "a" / "steps.jsonl").read_text().splitlines()
     assert [json.loads(ln)["time_ns"] for ln in lines] == [s["time_ns"] for s in doc["steps"]]
+
+
+def test_two_multi_job_runs_compare_as_fabrics(tmp_path: Path) -> None:
+    from phantora.report.compare import load_and_compare
+
+    spec = jobs_file(tmp_path, '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n')
+    run(tmp_path, spec, two_to_one(), "one", alone=False)
+    spec2 = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = [1, 3]\n',
+    )
+    run(tmp_path, spec2, two_to_one(), "two", alone=False)
+    runs, cmp = load_and_compare([tmp_path / "one", tmp_path / "two"])
+    assert [r.kind for r in runs] == ["jobs", "jobs"]
+    span = 3 * (-(-S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    span2 = 3 * (-(-2 * S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    assert cmp.metric("time_ns").values == [span, span2]
