@@ -295,3 +295,19 @@ def test_two_multi_job_runs_compare_as_fabrics(tmp_path: Path) -> None:
     span = 3 * (-(-S * 8 * 10**9 // B) + 4 * LAT + 20_000)
     span2 = 3 * (-(-2 * S * 8 * 10**9 // B) + 4 * LAT + 20_000)
     assert cmp.metric("time_ns").values == [span, span2]
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_packet_mode_jobs_on_disjoint_halves_run_exactly_as_alone(ns3_lib: Any, tmp_path: Path) -> None:
+    """The same to-the-ns check with ns-3 and DCQCN: jobs that share no link do not see each other."""
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 4\nplacement = "0-3"\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 4\nplacement = "4-7"\n',
+    )
+    cfg = RunConfig(script="", topology=non_blocking(), network="ns3", cc="dcqcn", out_dir=tmp_path / "p")
+    rep = launch_jobs(spec, cfg, alone=True)
+    for name in ("a", "b"):
+        assert rep.jobs[name]["collectives"] == job_doc(tmp_path / "p" / "alone" / name, name)["collectives"]
+    assert [r["slowdown"] for r in rep.summary["jobs"]] == [1.0, 1.0]
