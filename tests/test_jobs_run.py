@@ -311,3 +311,26 @@ def test_packet_mode_jobs_on_disjoint_halves_run_exactly_as_alone(ns3_lib: Any, 
     for name in ("a", "b"):
         assert rep.jobs[name]["collectives"] == job_doc(tmp_path / "p" / "alone" / name, name)["collectives"]
     assert [r["slowdown"] for r in rep.summary["jobs"]] == [1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_a_live_job_killed_mid_run_ends_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1 of job b is SIGKILLed as step 2 begins: b fails with its two finished steps kept, a runs on;
+    `phantora run --jobs` prints the failure and exits 1."""
+    from phantora.cli import main
+
+    script = Path(__file__).parent / "scripts" / "steps_then_die.py"
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        f'[[job]]\nname = "a"\nscript = "{script}"\nargs = "--steps 4"\nranks = 2\n'
+        f'[[job]]\nname = "b"\nscript = "{script}"\nargs = "--steps 4 --die-at 2"\nranks = 2\n'
+    )
+    out = tmp_path / "out"
+    assert main(["run", "-q", "-t", "twoleaf8", "--jobs", str(jobs), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "failed (peer-died): rank 1 of job b exited" in printed
+    doc = json.loads((out / "results.json").read_text())
+    assert [(j["name"], j["status"], j["steps"]) for j in doc["jobs"]] == [("a", "complete", 4), ("b", "failed", 2)]
+    assert "killed by SIGKILL" in doc["jobs"][1]["error"]["text"]
+    assert json.loads((out / "jobs" / "b" / "status.json").read_text())["state"] == "failed"
+    assert json.loads((out / "status.json").read_text())["jobs_failed"] == ["b"]
