@@ -279,19 +279,22 @@ class CoordinatorCore:
             raise exc
         assert self.jobs is not None
         text = f"{self.jobs.label(rank)} exited (code {code}) without calling finish()"
-        self.fail_job(self.jobs.job_of(rank), exc.code, text)
+        self.fail_job(self.jobs.job_of(rank), exc.code, text, global_ranks=False)
 
     def failed_job_of(self, rank: int) -> dict[str, str] | None:
         """The failure of the job of a global rank, if that job failed."""
         return self.job_failures.get(self.jobs.job_of(rank)) if self.jobs is not None else None
 
-    def fail_job(self, job: int, code: str, text: str) -> None:
+    def fail_job(self, job: int, code: str, text: str, global_ranks: bool = True) -> None:
         """End one job: its ranks get the error and count as done, its unmatched calls are dropped. Its flows
-        already in the network run to the end (they still load the links), but nobody waits for them."""
+        already in the network run to the end (they still load the links), but nobody waits for them.
+        `global_ranks`: the text names the coordinator's ranks (a note says how they map to the job's)."""
         assert self.jobs is not None
         if job in self.job_failures:
             return
         info = self.jobs.jobs[job]
+        if global_ranks and info.offset and "rank" in text:  # the diagnostics name the coordinator's ranks
+            text += f"\n(ranks above are the run's: rank r of job {info.name} is rank {info.offset} + r)"
         self.job_failures[job] = {"code": code, "text": text}
         err = encode("error", self.engine.now(), code=code, text=f"job {info.name}: {text}")
         for r in self.jobs.ranks_of(job):

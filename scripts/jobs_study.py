@@ -12,6 +12,7 @@ and caused; writes the table to OUT/study.md. Each packet-mode configuration tak
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -32,15 +33,23 @@ CONFIGS = {
 }
 
 
+def alone_pauses(run: Path, job: str) -> int:
+    """The PFC pauses a job suffered when it ran alone (alone/<job>/results.json)."""
+    doc = json.loads((run / "alone" / job / "results.json").read_text())
+    return int(doc["fabric"]["jobs"][job].get("pauses_suffered", 0))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("runs/jobs-study"))
-    p.add_argument("--buffer", type=int, default=8_000_000, help="switch buffer (bytes) in packet mode")
+    p.add_argument(
+        "--buffer", type=int, default=8_000_000, help="switch buffer (bytes) in packet mode (2000000: PFC acts)"
+    )
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
     args = p.parse_args()
     rows = [
-        "| config | job | class | step shared (ms) | step alone (ms) | slowdown | PFC pauses suffered | paused (us) "
-        "| PFC pauses caused |",
+        "| config | job | class | step shared (ms) | step alone (ms) | slowdown | PFC pauses suffered (alone) "
+        "| paused us | PFC pauses caused |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in args.configs.split(","):
@@ -63,6 +72,7 @@ def main() -> None:
             pfc = [str(f[k]) if k in f else "-" for k in ("pauses_suffered", "paused_ns_suffered", "pauses_caused")]
             if pfc[1] != "-":
                 pfc[1] = f"{int(pfc[1]) / 1e3:.1f}"
+                pfc[0] += f" ({alone_pauses(args.out / name, j['name'])})"
             rows.append(
                 f"| {name} | {j['name']} | {j['traffic_class'] or 3} | {j['time_ns'] / 1e6:.3f} | "
                 f"{j['alone_time_ns'] / 1e6:.3f} | {j['slowdown']:.3f} | {' | '.join(pfc)} |"

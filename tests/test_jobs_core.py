@@ -196,3 +196,14 @@ def test_all_or_nothing_fails_the_run() -> None:
     h = Jobs([0, 2, 1, 3], all_or_nothing=True)
     with pytest.raises(RunFailed, match="without calling finish"):
         h.core.rank_exited(3, 1)
+
+
+def test_a_failed_jobs_diagnostic_says_how_its_ranks_are_numbered() -> None:
+    h = Jobs([0, 2, 1, 3])
+    h.msg(
+        2, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="", algo=None
+    )
+    h.msg(
+        3, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_gather", nbytes=S, dtype="bf16", root=None, name="", algo=None
+    )
+    assert "rank r of job j1 is rank 2 + r" in h.core.job_failures[1]["text"]

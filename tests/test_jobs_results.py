@@ -44,7 +44,7 @@ def test_link_rows_and_the_job_timeline() -> None:
     topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us")
     ch = topo.neighbours(0)[0][1]
     (row,) = link_rows(topo, {"a": {ch: 12_500}}, elapsed_ns=1_000)
-    assert row[5:] == ["a", 12_500, 1.0]  # 12.5 kB in 1 us at 100 Gb/s: the whole link
+    assert row[7:] == ["a", 12_500, 1.0]  # 12.5 kB in 1 us at 100 Gb/s: the whole link
     rank_events = [
         {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "rank 1"}},
         {"name": "step 0", "ph": "X", "pid": 1, "tid": 0, "ts": 0.0, "dur": 1.0},

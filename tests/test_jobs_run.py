@@ -84,7 +84,7 @@ def test_recorded_jobs_on_a_shared_uplink_slow_down_as_max_min_predicts(tmp_path
     # links_by_job.csv: each job put S bytes per all-reduce on leaf 0's uplink (GPUs 0-3, leaves 4-5, spine 6)
     rows = (tmp_path / "shared" / "links_by_job.csv").read_text().splitlines()
     up = [r.split(",") for r in rows[1:] if r.split(",")[2:4] == ["leaf0", "spine0"]]
-    assert sorted((r[5], int(r[6])) for r in up) == [("a", 3 * S), ("b", 3 * S)]
+    assert sorted((r[7], int(r[8])) for r in up) == [("a", 3 * S), ("b", 3 * S)]
 
 
 def test_recorded_jobs_on_disjoint_halves_run_exactly_as_alone(tmp_path: Path) -> None:
@@ -277,3 +277,60 @@ def test_a_live_job_starts_later_and_stops_after_its_steps(tmp_path: Path) -> No
     assert doc["steps"][0]["time_ns"] == doc["steps"][0]["end_ns"] - 1_000_000
     lines = (tmp_path / "late" / "jobs" / "a" / "steps.jsonl").read_text().splitlines()
     assert [json.loads(ln)["time_ns"] for ln in lines] == [s["time_ns"] for s in doc["steps"]]
+
+
+def test_two_multi_job_runs_compare_as_fabrics(tmp_path: Path) -> None:
+    from phantora.report.compare import load_and_compare
+
+    spec = jobs_file(tmp_path, '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n')
+    run(tmp_path, spec, two_to_one(), "one", alone=False)
+    spec2 = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = [1, 3]\n',
+    )
+    run(tmp_path, spec2, two_to_one(), "two", alone=False)
+    runs, cmp = load_and_compare([tmp_path / "one", tmp_path / "two"])
+    assert [r.kind for r in runs] == ["jobs", "jobs"]
+    span = 3 * (-(-S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    span2 = 3 * (-(-2 * S * 8 * 10**9 // B) + 4 * LAT + 20_000)
+    assert cmp.metric("time_ns").values == [span, span2]
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_packet_mode_jobs_on_disjoint_halves_run_exactly_as_alone(ns3_lib: Any, tmp_path: Path) -> None:
+    """The same to-the-ns check with ns-3 and DCQCN: jobs that share no link do not see each other."""
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 4\nplacement = "0-3"\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 4\nplacement = "4-7"\n',
+    )
+    cfg = RunConfig(script="", topology=non_blocking(), network="ns3", cc="dcqcn", out_dir=tmp_path / "p")
+    rep = launch_jobs(spec, cfg, alone=True)
+    for name in ("a", "b"):
+        assert rep.jobs[name]["collectives"] == job_doc(tmp_path / "p" / "alone" / name, name)["collectives"]
+    assert [r["slowdown"] for r in rep.summary["jobs"]] == [1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_a_live_job_killed_mid_run_ends_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1 of job b is SIGKILLed as step 2 begins: b fails with its two finished steps kept, a runs on;
+    `phantora run --jobs` prints the failure and exits 1."""
+    from phantora.cli import main
+
+    script = Path(__file__).parent / "scripts" / "steps_then_die.py"
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        f'[[job]]\nname = "a"\nscript = "{script}"\nargs = "--steps 4"\nranks = 2\n'
+        f'[[job]]\nname = "b"\nscript = "{script}"\nargs = "--steps 4 --die-at 2"\nranks = 2\n'
+    )
+    out = tmp_path / "out"
+    assert main(["run", "-q", "-t", "twoleaf8", "--jobs", str(jobs), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "failed (peer-died): rank 1 of job b exited" in printed
+    doc = json.loads((out / "results.json").read_text())
+    assert [(j["name"], j["status"], j["steps"]) for j in doc["jobs"]] == [("a", "complete", 4), ("b", "failed", 2)]
+    assert "killed by SIGKILL" in doc["jobs"][1]["error"]["text"]
+    assert json.loads((out / "jobs" / "b" / "status.json").read_text())["state"] == "failed"
+    assert json.loads((out / "status.json").read_text())["jobs_failed"] == ["b"]

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from phantora.results import schema as S
 from phantora.topology.model import Topology
 
 
@@ -51,8 +52,8 @@ def job_time_ns(summary: dict[str, Any]) -> tuple[float | None, str]:
 
 # ----- link use by job ----------------------------------------------------------------------------------------
 def link_rows(topo: Topology, per_job: dict[str, dict[int, int]], elapsed_ns: int) -> list[list[Any]]:
-    """links_by_job.csv rows: channel, link, from, to, bandwidth_bps, job, bytes, utilisation (of the link's
-    capacity over `elapsed_ns`); without the job column, the rows of links.csv."""
+    """links_by_job.csv rows: channel, link, from, to, from_id, to_id, bandwidth_bps, job, bytes, utilisation
+    (of the link's capacity over `elapsed_ns`); without the job column, the rows of links.csv."""
     rows = []
     names = [n.name for n in topo.nodes]
     for job, chans in per_job.items():
@@ -60,11 +61,11 @@ def link_rows(topo: Topology, per_job: dict[str, dict[int, int]], elapsed_ns: in
             a, b = topo.channel_ends(ch)
             bw = topo.channel_bandwidth(ch)
             util = nbytes * 8 * 10**9 / (bw * max(1, elapsed_ns))
-            rows.append([ch, ch >> 1, names[a], names[b], bw, job, nbytes, round(util, 6)])
+            rows.append([ch, ch >> 1, names[a], names[b], a, b, bw, job, nbytes, round(util, 6)])
     return rows
 
 
-LINK_COLUMNS = ("channel", "link", "from", "to", "bandwidth_bps", "job", "bytes", "utilisation")
+LINK_COLUMNS = S.LINKS_BY_JOB_COLUMNS
 
 
 def channel_bytes(topo: Topology, flows: Iterable[JobFlow]) -> dict[int, int]:

@@ -198,11 +198,15 @@ def launch_jobs(
         try:
             report = _run(ctx, gpu, net_options, model_opts, on_step)
             if alone:
-                _alone(ctx, report)
+                _alone(ctx, report, on_step)
             report.summary["run"]["wall_s"] = time.monotonic() - t0
             _write_summary(out, report)
         except BaseException as exc:
-            run_dir.write_status(out, "failed", **run_dir.failure(exc))
+            why = run_dir.failure(exc)
+            run_dir.write_status(out, "failed", **why)
+            for d in ctx.job_dirs.values():  # the jobs the failure cut short
+                if (run_dir.read_status(d) or {}).get("state") == "running":
+                    run_dir.write_status(d, "failed", **why)
             raise
         failed = [n for n, j in report.jobs.items() if j["job"]["status"] != "complete"]
         run_dir.write_status(out, "complete", jobs_failed=failed, wall_s=time.monotonic() - t0)
@@ -450,7 +454,11 @@ def _fabric(
     for row in summary["jobs"]:
         span = (row.get("end_ns") or makespan) - row["start_ns"]
         mine = link_rows(topo, {row["name"]: link_use.get(row["name"], {})}, span)
-        write_csv(ctx.job_dirs[row["name"]] / S.LINKS_CSV, S.LINK_COLUMNS, [r[:5] + r[6:] for r in mine])
+        write_csv(
+            ctx.job_dirs[row["name"]] / S.LINKS_CSV,
+            S.LINK_COLUMNS,
+            [r[:7] + r[8:] + [""] * len(S.LINK_EXTRA_COLUMNS) for r in mine],
+        )
     fabric: dict[str, Any] = {"links_by_job": LINKS_BY_JOB_CSV}
     per_job = {name: {"bytes": sum(ch.values()), "links": len(ch)} for name, ch in link_use.items()}
     pfc = ctx.out / S.PFC_CSV
@@ -496,16 +504,17 @@ def _write_summary(out: Path, report: JobsReport) -> None:
 
 
 # ----- alone ------------------------------------------------------------------------------------------------
-def _alone(ctx: _Ctx, report: JobsReport) -> None:
+def _alone(ctx: _Ctx, report: JobsReport, on_step: Callable[[str, dict[str, Any]], None] | None) -> None:
     """Run each job by itself (same GPUs, engine, class, start) into alone/<name>/; slowdown = shared / alone."""
     plan, base = ctx.plan, ctx.base
+    tell = None if on_step is None else (lambda job, line: on_step(f"{job} (alone)", line))
     for i, j in enumerate(plan.spec.jobs):
         one = dataclasses.replace(j, placement=list(plan.gpus[i]))
         sub = JobsSpec([one], all_or_nothing=True, source=plan.spec.source)
         where = ctx.out / S.ALONE_DIR / j.name
         cfg = dataclasses.replace(base, out_dir=where, overwrite=True)
         try:
-            got = launch_jobs(sub, cfg, alone=False, algo=ctx.algo)
+            got = launch_jobs(sub, cfg, alone=False, algo=ctx.algo, on_step=tell)
             t_alone = got.summary["jobs"][0]["time_ns"]
             err = None
         except Exception as exc:  # noqa: BLE001 - a failed baseline is reported, not fatal
@@ -550,15 +559,13 @@ def format_jobs(summary: dict[str, Any]) -> str:
         )
         if j.get("error"):
             lines.append(f"    failed ({j['error']['code']}): {j['error']['text'].splitlines()[0]}")
-    kinds = {j["time_kind"] for j in summary["jobs"] if j.get("time_kind")}
-    lines.append(
-        "  time: "
-        + (
-            "steady step time (steps after the first)"
-            if kinds == {"step"}
-            else "steady step time, or the job's span (end - start) for a job without steps"
-        )
-    )
+    note = "the steady step time (mean over the steps after the first)"
+    one = [j["name"] for j in summary["jobs"] if j.get("steps") == 1]
+    if one:
+        note += f"; {', '.join(one)}: one step, timed from the job's start"
+    if any(j.get("time_kind") == "span" for j in summary["jobs"]):
+        note += "; a job without steps: its span (end - start)"
+    lines.append(f"  time: {note}")
     return "\n".join(lines)
 
 

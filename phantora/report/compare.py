@@ -201,6 +201,10 @@ class Metric:
     diff_pct: list[float | None] = field(default_factory=list)
     spread: list[dict[str, float] | None] = field(default_factory=list)  # per run: n, mean, std, min, max (groups)
 
+    def spreads(self) -> list[dict[str, float] | None]:
+        """`spread`, or no spread for every run where the builder set none (a comparison of jobs)."""
+        return self.spread or [None] * len(self.values)
+
 
 @dataclass
 class Comparison:
@@ -366,7 +370,7 @@ def _rows(cmp: Comparison, full: bool = False) -> tuple[list[str], list[list[str
     for m in cmp.metrics:
         name = m.label if m.section != "collectives" else f"op {m.label}"
         cells = [
-            fmt_value(v, m.unit) + fmt_spread(s, m.unit, full=full) for v, s in zip(m.values, m.spread, strict=True)
+            fmt_value(v, m.unit) + fmt_spread(s, m.unit, full=full) for v, s in zip(m.values, m.spreads(), strict=True)
         ]
         row = [name, display_unit(m.unit), cells[0]]
         for v, d, cell in zip(m.values[1:], m.diff_pct[1:], cells[1:], strict=True):
@@ -466,7 +470,7 @@ def spread_rows(cmp: Comparison, keys: Sequence[str] = ("time_ns", "fct_p99_ns")
     rows: list[dict[str, Any]] = [{"run": run_title(r)} for r in cmp.runs]
     for key in keys:
         m = cmp.metric(key)
-        for row, v, s in zip(rows, m.values, m.spread, strict=True):
+        for row, v, s in zip(rows, m.values, m.spreads(), strict=True):
             row[key] = v
             row[f"{key}_min"] = s["min"] if s else v
             row[f"{key}_max"] = s["max"] if s else v

@@ -5,7 +5,8 @@ A file that exists but cannot be parsed raises `InputError` naming the file and 
 lists the files and columns and shows the use of `load_run` from Python.
 
 - results.json  schema "phantora.replay/1" (makespan, ops, engine stats), "phantora.egraph-replay/1" (a replayed
-                execution graph: step times, comm per kind) or "phantora.run/1" (a live run: steps, step_time_ns)
+                execution graph: step times, comm per kind), "phantora.run/1" (a live run: steps, step_time_ns)
+                or "phantora.jobs/1" (several jobs: the makespan and engine stats; each job's own is jobs/<name>/)
 - cosim.json    "phantora.cosim/1", the bridge's summary of a live run (fallback when results.json is absent)
 - summary.json  "phantora.netsim/1", `phantora netsim` engine counters
 - config.json, status.json, steps.jsonl   what produced the run, whether it completed, its finished steps
@@ -76,7 +77,7 @@ class RunData:
 
     path: Path
     label: str
-    kind: str = "unknown"  # replay | run | netsim | unknown
+    kind: str = "unknown"  # replay | run | netsim | jobs | unknown
     network: str | None = None
     time_ns: int | None = None  # iteration time (live runs) or makespan (replay, netsim)
     time_kind: str = "makespan"  # "iteration" | "makespan"
@@ -235,6 +236,12 @@ def _load_results(run: RunData, root: Path) -> None:
             return
         if _is(schema, S.EGRAPH_REPLAY) or (not schema and "step_times_ns" in res and "rank_step_ends_ns" in res):
             _graph_replay(run, res)
+            return
+        if _is(schema, S.JOBS):  # several jobs: the fabric's figures, timed by the makespan (each job: jobs/<name>)
+            run.kind = "jobs"
+            run.network = _text_or_none(_dict(res.get("run")).get("network"))
+            run.engine = res.get("engine_stats") if isinstance(res.get("engine_stats"), dict) else None
+            run.time_ns = run.sim_end_ns = _int_or_none(res.get("makespan_ns"))
             return
         if _is(schema, S.RUN) or (not schema and ("steps" in res or "step_time_ns" in res)):
             run.kind = "run"

@@ -182,7 +182,7 @@ def _merged(ranks: dict[int, list[dict[str, Any]]], want: list[int]) -> list[dic
         done = min(len(ranks[r]) for r in want)
     rows: list[dict[str, Any]] = []
     first = [ranks[r][0] for r in want] if done else []
-    prev = min((x["end_ns"] - x["time_ns"] for x in first), default=0)  # the start (a job that started later)
+    prev = min((x["end_ns"] - x.get("time_ns", x["end_ns"]) for x in first), default=0)  # the start (a later job)
     for i in range(done):
         lines = [ranks[r][i] for r in want]
         end = max(x["end_ns"] for x in lines)
