@@ -83,19 +83,9 @@ LINK_COLUMNS: tuple[str, ...] = (
     "utilisation",
 )
 LINK_COLUMNS += LINK_EXTRA_COLUMNS
-# links_by_job.csv: bytes of each job on each directed link (phantora run --jobs)
-LINKS_BY_JOB_COLUMNS: tuple[str, ...] = (
-    "channel",
-    "link",
-    "from",
-    "to",
-    "from_id",
-    "to_id",
-    "bandwidth_bps",
-    "job",
-    "bytes",
-)
-LINKS_BY_JOB_COLUMNS += ("utilisation",)
+# links_by_job.csv: links.csv's first seven columns, the job, then its bytes and utilisation (phantora run --jobs)
+_BYTES = LINK_COLUMNS.index("bytes")
+LINKS_BY_JOB_COLUMNS = (*LINK_COLUMNS[:_BYTES], "job", "bytes", "utilisation")
 # The packet engine's traces. `port` is the node's 0-based port, `peer` the node at the port's other end.
 PFC_COLUMNS = ("time_ns", "node", "node_id", "node_type", "port", "prio", "pause", "from_node", "from_node_id")
 QUEUE_COLUMNS = ("time_ns", "node", "node_id", "port", "peer", "prio", "bytes")
