@@ -185,6 +185,8 @@ def test_a_wheel_works_outside_the_checkout(tmp_path: Path) -> None:
     for part in ("Makefile", "model/phantora-network.cc", "helper/phantora-fabric-helper.h", "runner", "test"):
         assert any(n.startswith(f"phantora/_data/ns3-scratch/{part}") for n in names), part
     assert not any("/build/" in n for n in names)
+    for data in ("default_curves.json", "public_curves.json", "data/public_kernels.csv"):  # the compute model's
+        assert f"phantora/perfmodel/{data}" in names
 
     bin_dir = _venv(tmp_path / "venv")
     env, elsewhere = _env(tmp_path), tmp_path / "elsewhere"

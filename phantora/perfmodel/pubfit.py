@@ -12,7 +12,12 @@ where rows inform it:
     attn_fwd    attention.eff_fwd                 forward-only rows (then forward and backward split)
     attn_bwd    attention.eff_bwd                 backward-only rows
     attn_pair   attention.pair_cyc                attention rows (softmax work per (query, key) pair)
+    attn_row    attention.row_cyc                 attention rows (per query row and head-dim element: Q in, O out)
+    attn_diag   attention.diag_cyc                causal attention rows (the diagonal tiles computed whole)
     dram.CLASS  CLASS.e_dram                      STREAM rows of that memory-bound class (copy, elementwise)
+
+row_cyc and diag_cyc are absent from the L40S curves (its four attention rows cannot fit them); they start
+from the a-priori values of START.
 
 Forward + backward rows alone cannot tell the two apart, so the forward:backward ratio stays the L40S's
 unless forward-only (or backward-only) rows exist.
@@ -20,7 +25,7 @@ unless forward-only (or backward-only) rows exist.
 The op classes a die has rows for are timed by this fit ("public" tier); its other classes keep the
 L40S curves ("l40s" tier). Each row is predicted on its own GPU's peaks (SMs, clocks, bandwidth), so a
 die's efficiencies carry to its variants through their peaks. The fit minimises the mean Huber loss
-of log(predicted / measured) plus a weak pull of each knob towards 1 (the L40S value), with torch's
+of log(predicted / measured) plus a weak pull of each knob towards 1 (its starting value), with torch's
 L-BFGS in float64: deterministic. `phantora calibrate --public` reports the leave-one-out error of
 every row (the row predicted by a fit on the die's other rows) and writes `public_curves.json`.
 """
