@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +34,11 @@ def parse_toml(text: str, file: str) -> dict[str, Any]:
 def read_toml(path: str | Path, what: str = "file") -> dict[str, Any]:
     """The TOML document in the file `path` (errors as `read_text` and `parse_toml` give them)."""
     return parse_toml(read_text(path, what), str(path))
+
+
+def csv_records(text: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each CSV record of `text`, skipping blank lines and `#` comments."""
+    reader = csv.reader(text.splitlines())
+    for record in reader:
+        if record and not record[0].lstrip().startswith("#"):
+            yield reader.line_num, record

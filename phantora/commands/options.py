@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from phantora.errors import InputError
-from phantora.netsim.cli_config import FLOW_FIELDS
+from phantora.netsim.cli_config import FLOW_FIELDS, check_flow_sets
 from phantora.netsim.packet_config import CC_ATTRIBUTES, CC_NAMES, override_fields
 from phantora.progress import auto_mode
 
@@ -80,14 +80,7 @@ def check_flow_network(network: str, cc: str | None, sets: Sequence[str], allowe
         return
     if cc:
         raise InputError("applies to --network ns3 only (the flow network has no congestion control)", field="--cc")
-    for item in sets:
-        key = item.partition("=")[0].strip()
-        if key not in allowed:
-            raise InputError(
-                f"applies to --network ns3 only (the flow network takes --set {', '.join(allowed)} only)",
-                file="--set",
-                field=key,
-            )
+    check_flow_sets(sets, allowed)
 
 
 def add_progress_options(p: argparse.ArgumentParser, quiet_also: str = "") -> None:

@@ -44,16 +44,21 @@ def packet_config_from_flags(
     return config
 
 
-def flow_options_from_sets(sets: Sequence[str]) -> dict[str, Any]:
-    """The flow engine's options from `--set FIELD=VALUE` items: the fields it honours (`FLOW_FIELDS`); any
-    other field is an error naming it."""
+def check_flow_sets(sets: Sequence[str], allowed: Sequence[str] = FLOW_FIELDS) -> None:
+    """Every `--set FIELD=VALUE` item names a field the flow network honours (`allowed`); else an error naming it."""
     for item in sets:
         key = item.partition("=")[0].strip()
-        if key not in FLOW_FIELDS:
+        if key not in allowed:
             raise InputError(
-                f"applies to --network ns3 only (the flow network takes --set {', '.join(FLOW_FIELDS)} only)",
+                f"applies to --network ns3 only (the flow network takes --set {', '.join(allowed)} only)",
                 file="--set",
                 field=key,
             )
+
+
+def flow_options_from_sets(sets: Sequence[str]) -> dict[str, Any]:
+    """The flow engine's options from `--set FIELD=VALUE` items: the fields it honours (`FLOW_FIELDS`); any
+    other field is an error naming it."""
+    check_flow_sets(sets)
     config = apply_overrides(PacketConfig(), sets)
     return {"ecmp_hash": config.ecmp_hash} if config.ecmp_hash else {}

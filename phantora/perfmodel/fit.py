@@ -8,7 +8,8 @@ as logarithms, so they stay positive.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from phantora.perfmodel.curves import (
 from phantora.perfmodel.features import OpFeatures, compute_features
 from phantora.perfmodel.gpus import GpuSpec, get_gpu
 from phantora.perfmodel.table import MeasuredRow
+
+if TYPE_CHECKING:
+    import torch
 
 MIN_ROWS_FOR_MULT = 3  # an op gets its own factors only with this many training rows
 PRIOR = 0.01  # pull of log-parameters towards their starting values, in training rows' worth of loss
@@ -131,9 +135,31 @@ def fit_curves(
         reg = reg + MULT_PRIOR * sum(t**2 for m in log_mult.values() for t in m.values())
         return loss + 0.5 * reg / len(feats)
 
+    minimise(leaves, loss_fn, max_iter=max_iter, history_size=50)
+    with torch.no_grad():
+        params, mult = current()
+        final = float(loss_fn())
+    out_params = {g: {k: float(v) for k, v in vals.items()} for g, vals in params.items()}
+    out_mult = {op: {k: float(v) for k, v in m.items()} for op, m in mult.items()}
+    meta = {"fitted": True, "gpu": gpu.name, "rows": len(feats), "loss": final, "classes": sorted(set(cols.cls))}
+    return Curves(out_params, out_mult, meta)
+
+
+def minimise(
+    params: list[torch.Tensor],
+    loss_fn: Callable[[], torch.Tensor],
+    *,
+    max_iter: int,
+    history_size: int,
+    tolerance_change: float = 1e-9,
+) -> None:
+    """Minimise `loss_fn` over `params` in place with L-BFGS (strong Wolfe line search), deterministically."""
+    import torch
+
     opt = torch.optim.LBFGS(
-        leaves, lr=1.0, max_iter=max_iter, history_size=50, line_search_fn="strong_wolfe", tolerance_grad=1e-10
-    )
+        params, lr=1.0, max_iter=max_iter, history_size=history_size, line_search_fn="strong_wolfe",
+        tolerance_grad=1e-10, tolerance_change=tolerance_change,
+    )  # fmt: skip
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
@@ -142,10 +168,3 @@ def fit_curves(
         return loss
 
     opt.step(closure)
-    with torch.no_grad():
-        params, mult = current()
-        final = float(loss_fn())
-    out_params = {g: {k: float(v) for k, v in vals.items()} for g, vals in params.items()}
-    out_mult = {op: {k: float(v) for k, v in m.items()} for op, m in mult.items()}
-    meta = {"fitted": True, "gpu": gpu.name, "rows": len(feats), "loss": final, "classes": sorted(set(cols.cls))}
-    return Curves(out_params, out_mult, meta)

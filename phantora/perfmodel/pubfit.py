@@ -45,7 +45,7 @@ import numpy as np
 from phantora.errors import InputError
 from phantora.perfmodel.curves import Curves, columns, predict_columns
 from phantora.perfmodel.features import compute_features
-from phantora.perfmodel.fit import peak_of
+from phantora.perfmodel.fit import minimise, peak_of
 from phantora.perfmodel.gpus import GpuSpec, get_gpu
 from phantora.perfmodel.public import PublicPoint, default_path
 
@@ -171,18 +171,7 @@ def fit_die(points: list[PublicPoint], base: Curves, *, max_iter: int = 200) -> 
         reg = PRIOR * sum(t**2 for t in theta.values())
         return loss + 0.5 * reg / len(points)
 
-    opt = torch.optim.LBFGS(
-        list(theta.values()), lr=1.0, max_iter=max_iter, history_size=20, line_search_fn="strong_wolfe",
-        tolerance_grad=1e-10, tolerance_change=1e-12,
-    )  # fmt: skip
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = loss_fn()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
+    minimise(list(theta.values()), loss_fn, max_iter=max_iter, history_size=20, tolerance_change=1e-12)
     with torch.no_grad():
         final = float(loss_fn())
         fitted: dict[str, dict[str, float]] = {}

@@ -9,14 +9,13 @@ together) and their time in ns, from the published rate and the source's own FLO
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from phantora.errors import InputError
-from phantora.files import read_text
+from phantora.files import csv_records, read_text
 from phantora.perfmodel.dtypes import dtype_bytes, normalize_dtype
 from phantora.perfmodel.features import OpCall, compute_features, make_call
 from phantora.perfmodel.gpus import GpuSpec, get_gpu
@@ -84,13 +83,9 @@ def read_public(path: str | Path | None = None) -> list[PublicRow]:
     """Read and check the file (default: the shipped one). InputError names the file, line and column."""
     path = Path(path) if path is not None else default_path()
     text = read_text(path, "public kernel data")
-    reader = csv.reader(text.splitlines())
     header: list[str] | None = None
     rows: list[PublicRow] = []
-    for record in reader:
-        line = reader.line_num
-        if not record or record[0].lstrip().startswith("#"):
-            continue
+    for line, record in csv_records(text):
         if header is None:
             header = [h.strip() for h in record]
             if header != COLUMNS:

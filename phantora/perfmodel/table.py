@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
-from phantora.files import read_text
+from phantora.files import csv_records, read_text
 from phantora.perfmodel.features import OpCall, compute_features, make_call
 from phantora.perfmodel.perfdb import memcpy_call, perfdb_call
 
@@ -43,13 +43,9 @@ def read_table(path: str | Path) -> list[MeasuredRow]:
     """Read a table in phantora's format or a perfdb format (chosen by the header)."""
     path = Path(path)
     text = read_text(path, "table")
-    reader = csv.reader(text.splitlines())
     header: list[str] | None = None
     rows: list[MeasuredRow] = []
-    for record in reader:
-        line = reader.line_num
-        if not record or record[0].lstrip().startswith("#"):
-            continue
+    for line, record in csv_records(text):
         if header is None:
             header = [h.strip() for h in record]
             if header not in (HEADER, PERFDB_COMPUTE, PERFDB_MEMCPY):
