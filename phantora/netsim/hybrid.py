@@ -69,8 +69,8 @@ class FluidNvlinkSimulator:
         self._header = header_bytes
         self._side: dict[int, int] = {}  # flow id -> engine it went to
         self._end: dict[int, int] = {}  # completed flow id -> end ns
-        self._held: dict[int, tuple[Flow, int, int]] = {}  # flow id -> (flow, submit time, deps outstanding)
-        self._held_side: dict[int, int] = {}
+        # flow id -> (flow, submit time, its side, deps outstanding)
+        self._held: dict[int, tuple[Flow, int, int, int]] = {}
         self._waiters: dict[int, list[int]] = {}  # flow id -> held flows waiting on it
         self._fluid_flows = 0
         self._steps = 0
@@ -107,8 +107,7 @@ class FluidNvlinkSimulator:
                     self._waiters.setdefault(d, []).append(f.id)
                     pending += 1
             if pending:
-                self._held[f.id] = (f, at, pending)
-                self._held_side[f.id] = side
+                self._held[f.id] = (f, at, side, pending)
             else:
                 self._side[f.id] = side
                 out[side].append(self._same_side(f, side))
@@ -274,12 +273,11 @@ class FluidNvlinkSimulator:
         for c in completions:
             self._end[c.flow_id] = c.end_ns
             for j in self._waiters.pop(c.flow_id, ()):
-                f, at, pending = self._held[j]
+                f, at, side, pending = self._held[j]
                 if pending > 1:
-                    self._held[j] = (f, at, pending - 1)
+                    self._held[j] = (f, at, side, pending - 1)
                     continue
                 del self._held[j]
-                side = self._held_side.pop(j)
                 self._side[j] = side
                 ready.setdefault((max(at, now), side), []).append(self._same_side(f, side))
         for (at, side), batch in sorted(ready.items()):
