@@ -118,8 +118,7 @@ def command(model: str, topo: Path, out: Path, args: argparse.Namespace) -> list
     ]
     if args.layers is not None:
         cmd += ["--layers", str(args.layers)]
-    if args.attention != "sdpa":
-        cmd += ["--attention", args.attention]
+    cmd += ["--attention", args.attention]
     if args.no_public_fit:
         cmd.insert(cmd.index("--gpu"), "--no-public-fit")
     return cmd
@@ -269,7 +268,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3, help="iterations; the first is warm-up and not counted")
     p.add_argument("--dedup", type=int, default=8, help="live processes")
     p.add_argument("--layers", type=int, default=None, help="override the blocks (smoke runs only)")
-    p.add_argument("--attention", choices=["sdpa", "unfused"], default="sdpa", help="see examples/megatron_gpt.py")
+    p.add_argument(
+        "--attention",
+        choices=["megatron", "sdpa", "unfused"],
+        default="megatron",
+        help="Megatron rows: megatron = the paper's fused scale-mask-softmax (default); see examples/megatron_gpt.py",
+    )
     p.add_argument("--all", action="store_true", help="every row: the four Megatron rows and the two Llama rows")
     p.add_argument("--llama", nargs="*", default=[], choices=list(LLAMA), help="torchtitan Llama rows to run")
     p.add_argument("--no-public-fit", action="store_true", help="L40S-shaped curves only (the model before issue 16)")

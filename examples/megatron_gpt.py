@@ -3,7 +3,7 @@
     phantora run --tensors phantom --dedup 8 --gpu a100 --topology T --nproc 32 \
         examples/megatron_gpt.py --model gpt3-1.7b --tp 1 --global-batch 512 --micro-batch 4
     phantora run --topology testbed16 --nproc 4 examples/megatron_gpt.py --model tiny --tp 2 --global-batch 8
-    torchrun --nproc_per_node 4 examples/megatron_gpt.py --model tiny --tp 2    # the same on gloo
+    torchrun --nproc_per_node 4 examples/megatron_gpt.py --model tiny --tp 2 --device cpu  # on gloo
 
 The model follows Megatron-LM's GPT (Shoeybi et al. 2019; Narayanan et al. 2021): pre-LayerNorm
 blocks, learned position embeddings, multi-head attention through
@@ -34,8 +34,9 @@ gradient all-reduce is in bf16), fp32 master weights and AdamW state, gradient c
 with the norm all-reduced over tp. `--recompute full` checkpoints every block
 (torch.utils.checkpoint, non-reentrant), as Megatron's full activation recomputation does.
 
-Every tensor is created on the default device, so phantora's phantom mode (default device
-"meta") runs the same code without memory or FLOPs.
+It is written for CUDA + NCCL, as Megatron-LM is: under phantora the model lives on the simulated
+GPU (phantom or real tensors), so every op runs the CUDA path of torch (e.g. dropout is one fused
+kernel, the optimizer uses multi-tensor kernels); `--device cpu` runs it on gloo.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +71,7 @@ class GPTConfig:
     vocab: int = 51200
     seq: int = 2048
     dropout: float = 0.1  # Megatron's default hidden dropout
-    attention: str = "sdpa"  # or "unfused": explicit scores and softmax, as Megatron-LM in 2021
+    attention: str = "sdpa"  # or "unfused"/"megatron": explicit scores and softmax, as Megatron-LM in 2021
     norm_eps: float = 1e-5
 
     @property
@@ -252,7 +254,8 @@ class Attention(nn.Module):
         if cfg.heads % tp.size:
             raise SystemExit(f"tp {tp.size} must divide the {cfg.heads} attention heads")
         self.tp, self.head_dim = tp, cfg.hidden // cfg.heads
-        self.unfused = cfg.attention == "unfused"
+        self.unfused = cfg.attention in ("unfused", "megatron")
+        self.fused_softmax = cfg.attention == "megatron"
         self.attention_dropout = cfg.dropout  # Megatron's default attention dropout (unfused path only)
         out_std = 0.02 / math.sqrt(2 * cfg.layers)  # Megatron's scaled init of output layers
         self.qkv = ColumnParallelLinear(cfg.hidden, 3 * cfg.hidden, tp)
@@ -272,12 +275,17 @@ class Attention(nn.Module):
     def unfused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Attention as Megatron-LM computed it in 2021 (before flash attention): the s x s scores
         by a batched GEMM with the 1/sqrt(d) scale folded in (baddbmm), causal mask and softmax
-        (one fused kernel in Megatron, two here), attention dropout, and a second batched GEMM."""
+        (one fused kernel in Megatron and with `--attention megatron`, two with `unfused`), attention
+        dropout, and a second batched GEMM."""
         b, nh, t, hd = q.shape
         q, k, v = (x.reshape(b * nh, t, hd) for x in (q, k, v))
-        scores = torch.baddbmm(torch.empty(b * nh, t, t, dtype=q.dtype), q, k.transpose(1, 2), beta=0.0, alpha=hd**-0.5)
-        causal = torch.ones(t, t, dtype=torch.bool).triu(1)
-        probs = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
+        empty = torch.empty(b * nh, t, t, dtype=q.dtype, device=q.device)
+        scores = torch.baddbmm(empty, q, k.transpose(1, 2), beta=0.0, alpha=hd**-0.5)
+        causal = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+        if self.fused_softmax:  # one kernel, as Megatron's fused scale-mask-softmax
+            probs = torch._masked_softmax(scores, causal.expand_as(scores), -1, 2)
+        else:
+            probs = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1)
         probs = F.dropout(probs, self.attention_dropout if self.training else 0.0)
         return torch.bmm(probs, v).view(b, nh, t, hd)
 
@@ -399,7 +407,7 @@ class MegatronDP:
     def __init__(self, model: nn.Module, group: dist.ProcessGroup, size: int) -> None:
         self.module, self.group, self.size = model, group, size
         params = [p for p in model.parameters() if p.requires_grad]
-        self.buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype)
+        self.buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
         offset = 0
         for p in params:
             p.grad = self.buffer[offset : offset + p.numel()].view_as(p)
@@ -458,9 +466,17 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=None, help="hidden dropout (default: the config's, 0.1)")
     p.add_argument(
         "--attention",
-        choices=["sdpa", "unfused"],
+        choices=["sdpa", "unfused", "megatron"],
         default="sdpa",
-        help="sdpa: F.scaled_dot_product_attention (flash); unfused: scores + softmax as Megatron in 2021",
+        help="sdpa: F.scaled_dot_product_attention (flash); unfused: explicit scores, mask and softmax "
+        "(2021's algorithm in eager PyTorch); megatron: the same with the mask and softmax in one fused "
+        "kernel (torch._masked_softmax), as Megatron-LM ran it in 2021",
+    )
+    p.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="auto: cuda when available (under phantora: the simulated GPU), else cpu (gloo)",
     )
     p.add_argument("--dp-impl", choices=["megatron", "torch"], default="megatron", help="data parallelism")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="torch DDP bucket size (MB)")
@@ -476,11 +492,15 @@ def main() -> None:
     if args.dropout is not None:
         cfg = dataclasses.replace(cfg, dropout=args.dropout)
     cfg = dataclasses.replace(cfg, attention=args.attention)
-    dist.init_process_group()
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if world % args.tp:
         raise SystemExit(f"--tp {args.tp} must divide the world size {world}")
-    mesh = init_device_mesh("cpu", (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh(device.type, (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
     dp, dp_rank = mesh["dp"].size(), mesh["dp"].get_local_rank()
     tp = TP(mesh.get_group("tp"), args.tp, mesh["tp"].get_local_rank())
     if args.global_batch % (dp * args.micro_batch):
@@ -490,7 +510,8 @@ def main() -> None:
     micro_batches = args.global_batch // (dp * args.micro_batch)
 
     torch.manual_seed(args.seed)  # replicated parameters (position embedding) equal over tp
-    model = GPT(cfg, tp)
+    with device:  # parameters created on the GPU, as Megatron-LM does (no host copy of the model)
+        model = GPT(cfg, tp)
     set_recompute(model, args.recompute)
     if args.dtype == "bf16":
         model = model.to(torch.bfloat16)
@@ -517,7 +538,7 @@ def main() -> None:
         total = 0.0
         for mb in range(micro_batches):
             g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + dp_rank * 101 + mb)
-            data = torch.randint(0, cfg.vocab, (args.micro_batch, cfg.seq + 1), generator=g)
+            data = torch.randint(0, cfg.vocab, (args.micro_batch, cfg.seq + 1), generator=g, device="cpu").to(device)
             x, y = data[:, :-1], data[:, 1:]
             last = mb == micro_batches - 1
             if last:

@@ -35,6 +35,7 @@ import numpy as np
 
 from phantora.perfmodel.features import OpFeatures
 from phantora.perfmodel.gpus import GpuSpec
+from phantora.perfmodel.ops import SAME_KERNEL_AS
 
 MEMORY_CLASSES = ("elementwise", "reduction", "copy", "fill", "foreach")
 HOST_CLASSES = ("memcpy_h2d", "memcpy_d2h")
@@ -155,7 +156,7 @@ def _op_factor(ops: list[str], mult: dict[str, dict[str, Any]], key: str, xp: An
     if not names:
         return xp.ones_like(like)
     pos = {op: i + 1 for i, op in enumerate(names)}
-    idx = np.asarray([pos.get(op, 0) for op in ops], dtype=np.int64)
+    idx = np.asarray([pos.get(SAME_KERNEL_AS.get(op, op), 0) for op in ops], dtype=np.int64)
     if xp is np:
         return np.asarray([1.0] + [float(mult[o][key]) for o in names])[idx]
     table = xp.stack([xp.ones((), dtype=like.dtype)] + [xp.as_tensor(mult[o][key]) for o in names])

@@ -33,6 +33,9 @@ ELEMENTWISE_OPS = {
 }  # fmt: skip
 _COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "logical_not", "logical_and", "logical_or"}
 _MASK_OPS = {"where", "masked_fill", "native_dropout_backward"}  # their bool operand is a mask, not a value
+# A fused masked softmax's mask is broadcast (causal or padding: one row or matrix for every head),
+# so the GPU reads it from cache: only the value operands count as memory traffic.
+_CACHED_MASK_OPS = {"_masked_softmax", "_masked_softmax_backward"}
 _THREE_LIST_FOREACH = {"_foreach_addcmul", "_foreach_addcdiv"}
 _FULL_REDUCE = {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "linalg_vector_norm", "any", "all"}
 # A reduction to one value of more elements than this is split across thread blocks, which costs about
@@ -281,6 +284,8 @@ def _memory_bound(call: OpCall, cls: str, aliased: bool) -> OpFeatures:
     if base == "native_dropout" and (call.extra.get("p", 0.5) == 0 or call.extra.get("train", True) is False):
         return OpFeatures("noop", 0, 0, dtype, op=call.op)
     read_ins = [] if cls == "fill" else ins[1:] if base == "copy_" else ins  # a fill only writes; copy_ skips dst
+    if base in _CACHED_MASK_OPS:
+        read_ins = [(s, d) for s, d in ins if d != "bool"]
     reads = _unique_bytes(read_ins, aliased)
     writes = sum(nbytes(s, d) for s, d in outs)
     working = reads if is_inplace(base) and read_ins and base != "copy_" else reads + writes
@@ -359,6 +364,8 @@ def _reduction_outputs(call: OpCall, base: str, ins: list[tuple[Shape, str]]) ->
     if base in ("_softmax_backward_data", "_log_softmax_backward_data"):
         out = normalize_dtype(call.extra.get("input_dtype", dtype))
         return [(shape, out)], False, dtype
+    if base in _CACHED_MASK_OPS:
+        return [(shape, dtype)], False, dtype
     if base in ("native_layer_norm", "_fused_rms_norm"):
         feat = numel(ins[1][0]) if len(ins) > 1 else shape[-1] if shape else 1
         rows = numel(shape) // max(feat, 1)

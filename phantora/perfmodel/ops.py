@@ -53,6 +53,8 @@ REDUCTION_OPS = {
     "log_softmax",
     "_softmax_backward_data",
     "_log_softmax_backward_data",
+    "_masked_softmax",
+    "_masked_softmax_backward",
     "native_layer_norm",
     "native_layer_norm_backward",
     "_fused_rms_norm",
@@ -168,6 +170,14 @@ def canonical_op(op: str) -> str:
     if base.startswith("memcpy_"):
         return f"phantora::{base}"
     return f"aten::{base}"
+
+
+# Ops that run another op's kernel (so share its measured per-op factors): the fused masked softmax
+# is a softmax kernel that skips masked elements.
+SAME_KERNEL_AS = {
+    "aten::_masked_softmax": "aten::_softmax",
+    "aten::_masked_softmax_backward": "aten::_softmax_backward_data",
+}
 
 
 def is_inplace(base: str) -> bool:

@@ -71,6 +71,7 @@ def enable() -> None:
     _trunc_normal_without_rejection()
     _ddp_on_meta()
     _tolist_on_meta()
+    _masked_softmax_on_meta()
 
 
 def _allow_fsdp_meta_params() -> None:
@@ -156,6 +157,31 @@ def _ddp_on_meta() -> None:
         return
     ddp._verify_param_shape_across_processes = lambda *args, **kwargs: None
     ddp.DistributedDataParallel._phantora = True  # type: ignore[attr-defined]
+
+
+_META_LIBRARY: torch.library.Library | None = None
+
+
+def _masked_softmax_on_meta() -> None:
+    """Meta kernels for `torch._masked_softmax` and its backward, which torch has only for CPU and CUDA.
+
+    It is the fused mask-and-softmax kernel a GPU runs (one pass over the scores, as Megatron-LM's
+    fused scale-mask-softmax); without a meta kernel a phantom program could not call it at all.
+    """
+    global _META_LIBRARY
+    if _META_LIBRARY is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+
+    def forward(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None, kind: int | None = None) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    def backward(grad: torch.Tensor, out: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+        return torch.empty_like(grad)
+
+    lib.impl("_masked_softmax", forward, "Meta")
+    lib.impl("_masked_softmax_backward", backward, "Meta")
+    _META_LIBRARY = lib
 
 
 def _tolist_on_meta() -> None:
