@@ -3,6 +3,7 @@ with gloo-backed ranks the received tensor holds zeros exactly at the reported r
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -69,7 +70,8 @@ SCRIPT = """
     y = torch.arange(n, dtype=torch.float32) + 1
     dist.all_reduce(y)   # outside the context: lossless
     lost = session.current().traffic.last_lost
-    np.savez(sys.argv[1] + f".rank{r}.npz", x=x.numpy(), y=y.numpy(), lost=np.array(lost, dtype=np.int64).reshape(-1, 2))
+    ranges = np.array(lost, dtype=np.int64).reshape(-1, 2)
+    np.savez(sys.argv[1] + f".rank{r}.npz", x=x.numpy(), y=y.numpy(), lost=ranges)
     pr.step()
 """
 
@@ -101,6 +103,13 @@ def test_real_mode_zeros_exactly_the_lost_ranges(tmp_path: Path) -> None:
         assert mask.sum() * 4 <= 0.5 * 4 * n * 2  # bounded: within the budget of the flows it came through
         assert np.array_equal(got["y"], (4 * base).astype(np.float32))  # the lossless all-reduce is exact
         total_lost += mask.sum() * 4
-    steps = [rk["steps"] for rk in rep.summary["ranks"]] if "ranks" in rep.summary else []
-    assert rep.summary["network"]["trims"] > 0 if "network" in rep.summary else True
-    assert total_lost > 0 and steps is not None
+    # Per-step records: each rank's zeroed bytes; cosim.json: the trims by class and each collective's lost bytes.
+    run = tmp_path / "run"
+    per_rank = [json.loads((run / "steps" / f"rank{r}.jsonl").read_text().splitlines()[0]) for r in range(4)]
+    assert sum(line["lost_bytes"] for line in per_rank) == total_lost
+    cosim = json.loads((run / "cosim.json").read_text())
+    stats = cosim["engine_stats"]
+    assert stats["trimmed_bytes_class3"] == stats["trimmed_bytes"] > 0  # every trimmed packet was class 3
+    lost_coll = [c["lost_bytes"] for c in cosim["collectives"] if "lost_bytes" in c]
+    assert len(lost_coll) == 1 and 0 < lost_coll[0] <= stats["trimmed_bytes"]
+    assert rep.summary is not None

@@ -389,6 +389,12 @@ class Ns3Simulator:
             key = key.decode() if isinstance(key, bytes) else str(key)
             value = float(pair.second)
             out[key] = int(value) if value.is_integer() else value
+        by_class: dict[str, int] = {}
+        for d in self.drops():
+            by_class[f"drops_class{d.prio}"] = by_class.get(f"drops_class{d.prio}", 0) + 1
+        for t in self.trims():
+            by_class[f"trimmed_bytes_class{t.prio}"] = by_class.get(f"trimmed_bytes_class{t.prio}", 0) + t.payload
+        out.update(sorted(by_class.items()))  # drops and DLCP trims by traffic class (traced ones)
         out["engine"] = "ns3"
         out["cc"] = self.config.cc
         out["ecmp_hash"] = self.topology.ecmp_hash
