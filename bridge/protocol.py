@@ -233,7 +233,8 @@ def completion_from_wire(row: Any) -> Completion:
         lost = row[7]
         if not isinstance(lost, list) or not all(isinstance(r, list) and len(r) == 2 and _ints(r) for r in lost):
             raise ProtocolError(f"bad lost ranges {lost!r:.80}", code=E_MALFORMED)
-        return Completion(*row[:7], lost=tuple((int(a), int(b)) for a, b in lost))
+        fid, start, end, size, src, dst, tag = row[:7]
+        return Completion(fid, start, end, size, src, dst, tag, tuple((int(a), int(b)) for a, b in lost))
     return Completion(*row)
 
 
