@@ -63,6 +63,7 @@ class RankClient:
         self._lease = INF_NS
         self._known_until = 0
         self._results: dict[int, int] = {}
+        self._lost: dict[int, list[tuple[int, int]]] = {}  # DLCP: handle -> tensor byte ranges the network lost
         self._handles: set[int] = set()
         self._next_handle = 1
         self._error: BridgeError | None = None
@@ -122,6 +123,8 @@ class RankClient:
         elif msg.type == "result":
             for h, t in msg["done"]:
                 self._results[h] = t
+            for h, ranges in msg.get("lost") or ():
+                self._lost[h] = [(int(a), int(b)) for a, b in ranges]
             self._known_until = max(self._known_until, msg["now"])
             self._lease = msg["lease"]
 
@@ -244,6 +247,11 @@ class RankClient:
             name=name,
         )
         return h
+
+    def lost(self, handle: int) -> list[tuple[int, int]]:
+        """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped
+        (to be zeroed); [] for any other. Asked once, after `wait`."""
+        return self._lost.pop(handle, [])
 
     def wait(self, handle: int) -> int:
         """Block until this rank's part of `handle` is done; return t_done (the clock moves to it)."""

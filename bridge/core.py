@@ -48,6 +48,7 @@ from bridge.stepping import advance_watching
 from phantora.collectives import decompose
 from phantora.collectives.mirrors import Mirrors, NotPeriodicError
 from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.traffic import ring_lost_ranges, supports_loss
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.topology.model import Topology
@@ -79,6 +80,9 @@ class CollRecord:
     outstanding: int = 0
     job: int | None = None  # several jobs: the job it belongs to
     key0: int = 0  # several jobs: the ECMP key of its first flow (the job's own count; keys are consecutive)
+    traffic_class: int | None = None  # the class its flows were given (None: the flows' default)
+    lossy: Any = None  # DLCP: (Collective, AlgoOptions) to map its flows' lost ranges to tensor bytes
+    lost: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # flow id -> lost ranges
 
     def to_dict(self) -> dict[str, Any]:
         key = self.rv.key
@@ -103,6 +107,8 @@ class CollRecord:
             "first_flow": self.first_flow,
             "copies": self.copies,
             **({"job": self.job, "key0": self.key0} if self.job is not None else {}),
+            **({"class": self.traffic_class} if self.traffic_class is not None else {}),
+            **({"lost_bytes": sum(n for r in self.lost.values() for _, n in r)} if self.lossy is not None else {}),
         }
 
 
@@ -118,6 +124,7 @@ class RankState:
     target: int = 0  # test/barrier: the time it waits for the network to reach
     results: dict[int, int] = field(default_factory=dict)  # handle -> t_done, known
     undelivered: dict[int, int] = field(default_factory=dict)
+    lost: dict[int, list[list[int]]] = field(default_factory=dict)  # DLCP: handle -> tensor byte ranges to zero
     owner: dict[int, int] = field(default_factory=dict)  # handle -> collective record id (once matched)
     issued: dict[int, Call] = field(default_factory=dict)  # handle -> call
     sent_lease: int = INF_NS
@@ -413,8 +420,15 @@ class CoordinatorCore:
             raise RunFailed(E_PROTOCOL, str(exc)) from None
         flows: list[Flow] = []
         last: dict[int, set[int]] = {}  # live rank -> its mirrors' last flows
+        over = dict(first.algo)
+        cls = over.pop("traffic_class", None)
+        tolerance = float(over.pop("loss_tolerance", 0.0) or 0.0)
         try:
-            algo = dataclasses.replace(self.algo, **dict(first.algo)) if first.algo else self.algo
+            algo = dataclasses.replace(self.algo, **over) if over else self.algo
+            lossy = None
+            if tolerance > 0 and not self.mirrors.active and kind == "all_reduce":
+                coll = Collective(kind, group, first.nbytes, first.dtype, root)
+                lossy = (coll, algo) if supports_loss(coll, self.topology, algo) else None
             for copy in copies:
                 coll = Collective(kind, copy, first.nbytes, first.dtype, root)
                 dag = decompose(coll, self.topology, algo, first_flow_id=self.next_flow, tag=name or f"coll{cid}")
@@ -425,6 +439,15 @@ class CoordinatorCore:
         except (PhantoraError, TypeError) as exc:
             raise RunFailed(E_PROTOCOL, f"{rv.describe()}: {exc}; {first.describe()}") from None
         job = key0 = None
+        if cls is not None or lossy is not None:
+            flows = [
+                dataclasses.replace(
+                    f,
+                    priority=f.priority if cls is None else int(cls),
+                    loss_budget=int(f.size * min(tolerance, 1.0)) if lossy is not None else 0,
+                )
+                for f in flows
+            ]
         if self.jobs is not None:
             job = self.jobs.job_of(group[0])
             key0 = self.job_keys[job]
@@ -434,6 +457,11 @@ class CoordinatorCore:
         rec.name, rec.copies, rec.end_ns, rec.outstanding = name, len(copies), t_start, len(flows)
         if job is not None:
             rec.job, rec.key0 = job, key0 or 0
+        rec.traffic_class = None if cls is None else int(cls)
+        rec.lossy = lossy
+        if lossy is not None:  # a rank learns its zeroed bytes when every flow is in: it waits for all of them
+            everything = {f.id for f in flows}
+            last = {r: set(everything) for r in rv.members}
         self.records.append(rec)
         for f in flows:
             self.flow_owner[f.id] = cid
@@ -498,6 +526,11 @@ class CoordinatorCore:
         handle = rec.rv.calls[rank].handle
         rs.results[handle] = t
         rs.undelivered[handle] = t
+        if rec.lossy is not None and rec.lost:
+            coll, algo = rec.lossy
+            zero = ring_lost_ranges(coll, self.topology, algo, rec.first_flow, rec.lost).get(rank)
+            if zero:
+                rs.lost[handle] = [[a, b] for a, b in zero]
         self._dirty.add(rank)
 
     def _keep(self, c: Completion) -> None:
@@ -524,6 +557,8 @@ class CoordinatorCore:
             rec = self.records[cid]
             rec.outstanding -= 1
             rec.end_ns = max(rec.end_ns, c.end_ns)
+            if c.lost:
+                rec.lost[c.flow_id] = c.lost
             for r in rec.waiters.pop(c.flow_id, ()):
                 last = rec.pending[r]
                 last.discard(c.flow_id)
@@ -618,6 +653,7 @@ class CoordinatorCore:
     def _reply(self, rs: RankState, h: int | None, t_done: int | None) -> None:
         now = self.engine.now()
         done = sorted([k, v] for k, v in rs.undelivered.items())
+        lost = [[h, rs.lost.pop(h)] for h, _ in done if h in rs.lost]
         rs.undelivered.clear()
         lease = self._lease()
         rs.sent_lease = lease
@@ -626,7 +662,8 @@ class CoordinatorCore:
         self.waiting.pop(rs.rank, None)
         self._fresh.add(rs.rank)
         heapq.heappush(self._promises, (rs.promise, rs.rank))
-        self.send(rs.rank, encode("result", now, h=h, t_done=t_done, done=done, now=now, lease=lease))
+        extra = {"lost": lost} if lost else {}
+        self.send(rs.rank, encode("result", now, h=h, t_done=t_done, done=done, now=now, lease=lease, **extra))
 
     def _release(self) -> bool:
         """Answer every blocked rank whose answer is known; True if any was."""

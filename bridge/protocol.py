@@ -203,26 +203,38 @@ def decode(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
 
 # ----- flows and completions on the wire ------------------------------------------------------
 def flow_to_wire(f: Flow) -> list[Any]:
-    return [f.id, f.src, f.dst, f.size, list(f.deps), f.delay_ns, f.tag, f.priority, f.key]
+    """9 fields; a 10th, the DLCP loss budget, only when it is not 0."""
+    row = [f.id, f.src, f.dst, f.size, list(f.deps), f.delay_ns, f.tag, f.priority, f.key]
+    return [*row, f.loss_budget] if f.loss_budget else row
 
 
 def flow_from_wire(row: Any) -> Flow:
     """A wire row -> Flow; ProtocolError if the row is not a well-formed flow."""
-    if not isinstance(row, list) or len(row) != 9:
-        raise ProtocolError(f"a flow is a list of 9 fields, got {row!r:.80}", code=E_MALFORMED)
-    fid, src, dst, size, deps, delay, tag, prio, key = row
-    if not (all(_int(x) for x in (fid, src, dst, size, delay, prio)) and _ints(deps) and _str(tag) and _opt_int(key)):
+    if not isinstance(row, list) or len(row) not in (9, 10):
+        raise ProtocolError(f"a flow is a list of 9 (or 10) fields, got {row!r:.80}", code=E_MALFORMED)
+    fid, src, dst, size, deps, delay, tag, prio, key = row[:9]
+    budget = row[9] if len(row) == 10 else 0
+    ints = (fid, src, dst, size, delay, prio, budget)
+    if not (all(_int(x) for x in ints) and _ints(deps) and _str(tag) and _opt_int(key)):
         raise ProtocolError(f"bad flow fields {row!r:.80}", code=E_MALFORMED)
-    return Flow(fid, src, dst, size, tuple(deps), delay, tag, prio, key)
+    return Flow(fid, src, dst, size, tuple(deps), delay, tag, prio, key, budget)
 
 
 def completion_to_wire(c: Completion) -> list[Any]:
-    return [c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag]
+    """7 fields; an 8th, the lost ranges as [offset, bytes] pairs, only when some bytes were lost."""
+    row = [c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag]
+    return [*row, [list(r) for r in c.lost]] if c.lost else row
 
 
 def completion_from_wire(row: Any) -> Completion:
-    if not isinstance(row, list) or len(row) != 7:
-        raise ProtocolError(f"a completion is a list of 7 fields, got {row!r:.80}", code=E_MALFORMED)
+    if not isinstance(row, list) or len(row) not in (7, 8):
+        raise ProtocolError(f"a completion is a list of 7 (or 8) fields, got {row!r:.80}", code=E_MALFORMED)
+    if len(row) == 8:
+        lost = row[7]
+        if not isinstance(lost, list) or not all(isinstance(r, list) and len(r) == 2 and _ints(r) for r in lost):
+            raise ProtocolError(f"bad lost ranges {lost!r:.80}", code=E_MALFORMED)
+        fid, start, end, size, src, dst, tag = row[:7]
+        return Completion(fid, start, end, size, src, dst, tag, tuple((int(a), int(b)) for a, b in lost))
     return Completion(*row)
 
 

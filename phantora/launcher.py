@@ -212,6 +212,8 @@ def launch(cfg: RunConfig) -> RunReport:
     opts.public_fit = cfg.public_fit
     opts.phantom = phantom
     opts.sim_cuda = cfg.sim_cuda
+    if packet is not None:  # how the ranks mark their collectives (traffic class, DLCP loss tolerance)
+        opts.priority, opts.dlcp, opts.dlcp_bound = packet.priority, packet.dlcp, float(packet.dlcp_bound)
     env = {**opts.to_env(), **cfg.env}
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
     cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", *wrap, str(script.resolve()), *cfg.args]

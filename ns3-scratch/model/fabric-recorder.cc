@@ -47,6 +47,11 @@ void FabricRecorder::Connect(Ptr<PhantoraFabric> fabric) {
                       [this, n](uint32_t port, uint32_t cls, uint64_t flow, uint64_t seq) {
                         drops.push_back(DropRecord{NowNs(), n, port, cls, flow, seq});
                       }));
+      info.sw->TraceConnectWithoutContext(
+          "Trim", Callback<void, uint32_t, uint32_t, uint64_t, uint64_t, uint32_t>(
+                      [this, n](uint32_t port, uint32_t cls, uint64_t flow, uint64_t seq, uint32_t payload) {
+                        trims.push_back(TrimRecord{NowNs(), n, port, cls, flow, seq, payload});
+                      }));
     }
     if (info.sw && m_traceEcn) {
       const std::vector<uint32_t>* channels = &info.portChannel;

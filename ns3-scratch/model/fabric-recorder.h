@@ -33,6 +33,7 @@ class FabricRecorder : public Object {
   std::vector<PfcRecord> pfcs;
   std::vector<QueueSample> samples;
   std::vector<DropRecord> drops;
+  std::vector<TrimRecord> trims;
   std::vector<CnpRecord> cnps;
   std::vector<EcnRecord> ecnMarks;
 

@@ -99,12 +99,24 @@ TypeId PfcSwitch::GetTypeId() {
                         StringValue(""), MakeStringAccessor(&PfcSwitch::m_kmaxMap), MakeStringChecker())
           .AddAttribute("PmaxMap", "ECN marking probability at kmax by port rate: 'rate_bps p ...'; other rates: 0.2",
                         StringValue(""), MakeStringAccessor(&PfcSwitch::m_pmaxMap), MakeStringChecker())
+          .AddAttribute("ClassScheduling", "How data classes 1..7 share a port: rr, strict (class 1 first) or wrr",
+                        StringValue("rr"), MakeStringAccessor(&PfcSwitch::m_classSchedText), MakeStringChecker())
+          .AddAttribute("ClassWeights", "wrr weights of classes 1..7: 'w1 ... w7' (integers >= 1); '' = all 1",
+                        StringValue(""), MakeStringAccessor(&PfcSwitch::m_classWeightsText), MakeStringChecker())
+          .AddAttribute("TrimThreshold",
+                        "Trim a loss-tolerant data packet to its header when its egress class queue holds more "
+                        "than this many bytes (DLCP); 0 = never",
+                        UintegerValue(0), MakeUintegerAccessor(&PfcSwitch::m_trimBytes),
+                        MakeUintegerChecker<uint64_t>())
           .AddTraceSource("PfcTx", "A PFC frame was sent upstream: (port, class, pause)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_pfcTxTrace), "ns3::PfcSwitch::PfcTracedCallback")
           .AddTraceSource("Drop", "A packet was dropped at ingress: (port, class, flow, seq)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_dropTrace), "ns3::PfcSwitch::DropTracedCallback")
           .AddTraceSource("EcnMark", "A data packet was CE-marked at egress: (port, class, flow)",
-                          MakeTraceSourceAccessor(&PfcSwitch::m_ecnTrace), "ns3::PfcSwitch::EcnTracedCallback");
+                          MakeTraceSourceAccessor(&PfcSwitch::m_ecnTrace), "ns3::PfcSwitch::EcnTracedCallback")
+          .AddTraceSource("Trim", "A loss-tolerant data packet was trimmed to its header: (egress port, class, flow, "
+                          "seq, payload bytes lost)",
+                          MakeTraceSourceAccessor(&PfcSwitch::m_trimTrace), "ns3::PfcSwitch::TrimTracedCallback");
   return tid;
 }
 
@@ -123,6 +135,8 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
       throw std::invalid_argument("pmax must be in [0, 1] at rate " + std::to_string(rate));
     }
   }
+  m_classSched = ParseClassSched(m_classSchedText);
+  m_classWeights = ParseClassWeights(m_classWeightsText);
   m_id = nodeId;
   m_routes = routes;
   m_dev = TakePorts(node, this);
@@ -166,7 +180,11 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
 void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
   const uint32_t out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
   const uint32_t cls = hdr.prio % kNumPrio;
-  const uint32_t wire = m_wire.Bytes(hdr);
+  uint32_t wire = m_wire.Bytes(hdr);
+  if (m_trimBytes && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) && hdr.type == PktType::Data &&
+      out < m_ports.size() && m_ports[out].bytes[cls] + wire > m_trimBytes) {
+    wire = Trim(out, cls, pkt);
+  }
   if (out == std::numeric_limits<uint32_t>::max()) {
     NS_LOG_WARN("node " << m_id << ": no route to " << hdr.dst << ", dropping");
     ++m_counters.drops;
@@ -195,20 +213,26 @@ void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& 
   m_dev[out]->Kick();
 }
 
+uint32_t PfcSwitch::Trim(uint32_t port, uint32_t cls, Ptr<Packet> pkt) {
+  PhantoraHeader hdr;
+  pkt->RemoveHeader(hdr);
+  hdr.flags |= kFlagTrimmed;
+  pkt->RemoveAtEnd(pkt->GetSize());
+  pkt->AddHeader(hdr);
+  ++m_counters.trims;
+  m_counters.trimmedBytes += hdr.payload;
+  NS_LOG_LOGIC("node " << m_id << " trims flow " << hdr.flowId << " seq " << hdr.seq);
+  m_trimTrace(port, cls, hdr.flowId, hdr.seq, hdr.payload);
+  return m_wire.Bytes(hdr);
+}
+
 bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   Port& p = m_ports[port];
   int cls = -1;
   if (!p.q[0].empty()) {
     cls = 0;
   } else {
-    for (uint32_t i = 0; i < kNumPrio - 1; ++i) {
-      const uint32_t c = 1 + (p.rr - 1 + i) % (kNumPrio - 1);
-      if (!p.q[c].empty() && !paused[c]) {
-        cls = static_cast<int>(c);
-        p.rr = c % (kNumPrio - 1) + 1;
-        break;
-      }
-    }
+    cls = PickClass(m_classSched, m_classWeights, m_wire.headerBytes + 1000, p.q, paused, p.sched);
   }
   if (cls < 0) {
     return false;

@@ -2,6 +2,7 @@
 #ifndef PHANTORA_PFC_SWITCH_H
 #define PHANTORA_PFC_SWITCH_H
 
+#include "class-scheduler.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
 #include "switch-mmu.h"
@@ -22,8 +23,10 @@ namespace ns3 {
 
 /**
  * A switch (or, with attribute NvSwitch, an NVSwitch: unlimited buffer, no PFC, no ECN).
- * Class 0 of every port is strict priority (PFC frames, ACKs); classes 1..7 are served round
- * robin, each skipped while the downstream port has paused it. Ingress accounting, XOFF/XON and
+ * Class 0 of every port is strict priority (PFC frames, ACKs); classes 1..7 are served as attribute
+ * ClassScheduling says (round robin by default, strict priority or weighted), each skipped while the
+ * downstream port has paused it. A loss-tolerant data packet that finds its egress class queue above
+ * TrimThreshold is trimmed to its header (DLCP; see docs/packet-model.md). Ingress accounting, XOFF/XON and
  * drops come from SwitchMmu; ECN marking and INT stamping happen at dequeue. Settings are attributes;
  * the defaults follow the HPCC reference models (REFERENCE.md section 5).
  */
@@ -37,6 +40,8 @@ class PfcSwitch : public Object, public PortOwner {
     uint64_t ecnMarks = 0;
     uint64_t pfcPause = 0;
     uint64_t pfcResume = 0;
+    uint64_t trims = 0;  ///< loss-tolerant packets trimmed to their header
+    uint64_t trimmedBytes = 0;  ///< payload bytes those packets lost
   };
 
   /// Own the PhantoraNetDevices of `node` (port i = device i), as fabric node `nodeId`. Reads the
@@ -65,7 +70,7 @@ class PfcSwitch : public Object, public PortOwner {
     std::array<uint64_t, kNumPrio> bytes{};
     uint64_t total = 0;
     uint64_t maxTotal = 0;    ///< peak of total
-    uint32_t rr = 1;          ///< next data class to try
+    ClassSchedState sched;    ///< class scheduler state (round robin turn, DRR credits)
     uint64_t txBytes = 0;     ///< cumulative bytes sent (INT)
     uint64_t kmin = 0, kmax = 0;
     double pmax = 0;
@@ -74,6 +79,8 @@ class PfcSwitch : public Object, public PortOwner {
   };
 
   void SendPfc(uint32_t port, uint32_t cls, bool pause);
+  /// Cut a loss-tolerant packet bound for egress `port` to its header; return its wire bytes now.
+  uint32_t Trim(uint32_t port, uint32_t cls, Ptr<Packet> pkt);
   bool EcnMark(const Port& p, uint64_t qlen);
   uint64_t GetHeaderSize() const;
   void SetHeaderSize(uint64_t bytes);
@@ -99,6 +106,11 @@ class PfcSwitch : public Object, public PortOwner {
   std::string m_kminMap;
   std::string m_kmaxMap;
   std::string m_pmaxMap;
+  std::string m_classSchedText = "rr";
+  std::string m_classWeightsText;
+  uint64_t m_trimBytes = 0;
+  ClassSched m_classSched = ClassSched::RoundRobin;
+  std::array<uint32_t, kNumPrio> m_classWeights{};
   // State.
   Ptr<RouteTable> m_routes;
   bool m_ecn = false;
@@ -111,6 +123,7 @@ class PfcSwitch : public Object, public PortOwner {
   TracedCallback<uint32_t, uint32_t, bool> m_pfcTxTrace;              ///< (port, class, pause) sent upstream
   TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t> m_dropTrace; ///< (ingress port, class, flow, seq)
   TracedCallback<uint32_t, uint32_t, uint64_t> m_ecnTrace;            ///< (egress port, class, flow)
+  TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t, uint32_t> m_trimTrace;  ///< (egress port, class, flow, seq, payload)
 };
 
 }  // namespace ns3

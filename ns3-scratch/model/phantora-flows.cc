@@ -31,6 +31,11 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
   f.dataDone = true;
   const int64_t now = NowNs();
   completions.push_back(FlowRecord{f.id, f.src, f.dst, f.size, f.startNs, now});
+  if (f.lossBudget && f.src != f.dst) {
+    for (const auto& [offset, bytes] : fabric->GetNode(f.dst).nic->TakeLost(id)) {
+      losses.push_back(LossRecord{id, offset, bytes});
+    }
+  }
   doneEnd[id] = now;
   --inFlight;
   ++completed;
@@ -88,8 +93,8 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
     SenderDone(id);
     return;
   }
-  fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size);
-  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key});
+  fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
+  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget});
   recorder->StartSampling(MakeCallback(&Impl::Busy, this));
 }
 
@@ -162,6 +167,15 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   if (it->second.pending == 0) {
     s.ScheduleStart(it->second);
   }
+}
+
+void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
+  Impl& s = Need();
+  auto it = s.flows.find(id);
+  if (it == s.flows.end() || it->second.startNs >= 0) {
+    throw std::invalid_argument("flow " + std::to_string(id) + ": SetLossBudget on a flow not waiting to start");
+  }
+  it->second.lossBudget = std::min(bytes, it->second.size);
 }
 
 void PhantoraNetwork::RunUntil(int64_t ns) {

@@ -17,6 +17,8 @@ enum class PktType : uint8_t { Data = 0, Ack = 1, Nack = 2, Pfc = 3 };
 constexpr uint8_t kFlagCe = 1;       ///< data: congestion experienced (set by a switch)
 constexpr uint8_t kFlagEcnEcho = 2;  ///< ACK/NACK: the acknowledged data packet was CE-marked
 constexpr uint8_t kFlagPause = 4;    ///< PFC: 1 = pause (XOFF), 0 = resume (XON)
+constexpr uint8_t kFlagLossTolerant = 8;  ///< data: a switch may trim it to its header under congestion (DLCP)
+constexpr uint8_t kFlagTrimmed = 16;      ///< data: trimmed, the payload is gone; NACK: the loss budget is spent
 
 /**
  * Routing, transport and telemetry fields of a packet. The serialised form carries every field

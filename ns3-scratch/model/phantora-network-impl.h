@@ -33,6 +33,7 @@ class PhantoraNetwork::Impl {
     int64_t startNs = -1;
     uint32_t sport = 0, dport = 100;
     bool dataDone = false;
+    uint64_t lossBudget = 0;
   };
 
   Impl();
@@ -66,6 +67,7 @@ class PhantoraNetwork::Impl {
 
   std::vector<FlowRecord> completions;
   std::vector<FctRecord> fcts;
+  std::vector<LossRecord> losses;
 };
 
 }  // namespace ns3

@@ -147,6 +147,14 @@ std::vector<DropRecord> PhantoraNetwork::DrainDrops() {
   return TakeAll(Need().recorder->drops);
 }
 
+std::vector<TrimRecord> PhantoraNetwork::DrainTrims() {
+  return TakeAll(Need().recorder->trims);
+}
+
+std::vector<LossRecord> PhantoraNetwork::DrainLosses() {
+  return TakeAll(Need().losses);
+}
+
 std::vector<CnpRecord> PhantoraNetwork::DrainCnps() {
   return TakeAll(Need().recorder->cnps);
 }
@@ -193,6 +201,8 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
       w.ecnMarks += c.ecnMarks;
       w.pfcPause += c.pfcPause;
       w.pfcResume += c.pfcResume;
+      w.trims += c.trims;
+      w.trimmedBytes += c.trimmedBytes;
     }
     if (n.nic) {
       qps += n.nic->ActiveQps();
@@ -221,6 +231,8 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"drops", static_cast<double>(w.drops)},
           {"pfc_pause", static_cast<double>(w.pfcPause)},
           {"pfc_resume", static_cast<double>(w.pfcResume)},
+          {"trims", static_cast<double>(w.trims)},
+          {"trimmed_bytes", static_cast<double>(w.trimmedBytes)},
           {"payload_bytes_delivered", static_cast<double>(t.payloadBytesDelivered)},
           {"max_switch_buffer_bytes", static_cast<double>(maxBuf)},
           {"int_enabled", s.helper.IntEnabled() ? 1.0 : 0.0},

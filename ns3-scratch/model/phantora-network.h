@@ -68,6 +68,24 @@ struct DropRecord {
   uint64_t seq;
 };
 
+/// A loss-tolerant data packet trimmed to its header at a switch egress (DLCP).
+struct TrimRecord {
+  int64_t timeNs;
+  uint32_t node;     ///< the switch
+  uint32_t port;     ///< its egress port (0-based)
+  uint32_t prio;
+  uint64_t flowId;
+  uint64_t seq;
+  uint32_t payload;  ///< payload bytes cut off
+};
+
+/// Bytes of a loss-tolerant flow its receiver took as lost (DLCP), one merged range.
+struct LossRecord {
+  uint64_t flowId;
+  uint64_t offset;
+  uint64_t bytes;
+};
+
 /// A CNP (an ACK or NACK echoing a CE mark) received by a sending NIC (DCQCN's reaction point).
 struct CnpRecord {
   int64_t timeNs;
@@ -120,6 +138,9 @@ class PhantoraNetwork {
   void AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t sizeBytes, int64_t startNs, uint32_t priority,
                uint64_t ecmpKey, const std::vector<uint64_t>& deps, int64_t delayNs, uint32_t dport = 100);
 
+  /// DLCP: flow `id` (added, not yet started) may lose up to `bytes` of payload to trimming; 0 = lossless.
+  void SetLossBudget(uint64_t id, uint64_t bytes);
+
   /// Process every event at or before `ns`; Now() becomes `ns`.
   void RunUntil(int64_t ns);
   /// RunUntil(ns), but return right after the first ns at which a flow in `watch` completes at its
@@ -140,6 +161,10 @@ class PhantoraNetwork {
   std::vector<PfcRecord> DrainPfc();
   std::vector<QueueSample> DrainQueueSamples();
   std::vector<DropRecord> DrainDrops();
+  /// Packets trimmed since the last drain (empty with param trace_drops = 0).
+  std::vector<TrimRecord> DrainTrims();
+  /// Lost ranges of flows completed since the last drain (each flow's ranges when its last byte arrives).
+  std::vector<LossRecord> DrainLosses();
   /// CNP events since the last drain (empty with param trace_cnp = 0).
   std::vector<CnpRecord> DrainCnps();
   /// CE-mark events since the last drain (empty with param trace_ecn = 0).

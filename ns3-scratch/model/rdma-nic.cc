@@ -5,6 +5,7 @@
 #include "ns3/boolean.h"
 #include "ns3/log.h"
 #include "ns3/simulator.h"
+#include "ns3/string.h"
 #include "ns3/trace-source-accessor.h"
 #include "ns3/uinteger.h"
 
@@ -53,6 +54,12 @@ TypeId RdmaNic::GetTypeId() {
                           .AddAttribute("AckHighPriority", "ACKs and NACKs go in the strict-priority class 0",
                                         BooleanValue(true), MakeBooleanAccessor(&RdmaNic::m_ackHighPrio),
                                         MakeBooleanChecker())
+                          .AddAttribute("ClassScheduling",
+                                        "How queue pairs of different classes share the port: rr (round robin "
+                                        "over queue pairs, any class) or strict (the lowest class first); wrr "
+                                        "serves queue pairs as rr (the switches weigh the classes)",
+                                        StringValue("rr"), MakeStringAccessor(&RdmaNic::m_classSchedText),
+                                        MakeStringChecker())
                           .AddAttribute("NackInterval", "Minimum gap between two NACKs for the same hole",
                                         TimeValue(MicroSeconds(500)), MakeTimeAccessor(&RdmaNic::m_nackInterval),
                                         MakeTimeChecker(Time(0)))
@@ -75,6 +82,7 @@ TypeId RdmaNic::GetTypeId() {
 }
 
 void RdmaNic::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
+  m_strict = ParseClassSched(m_classSchedText) == ClassSched::Strict;
   m_id = nodeId;
   m_routes = routes;
   m_dev = TakePorts(node, this);
@@ -111,10 +119,21 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   m_dev[raw->port]->Kick();
 }
 
-void RdmaNic::ExpectFlow(uint64_t id, uint64_t size) {
+void RdmaNic::ExpectFlow(uint64_t id, uint64_t size, uint64_t lossBudget) {
   Rx& rx = m_rx[id];
   rx = Rx{};
   rx.size = size;
+  rx.budget = lossBudget;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> RdmaNic::TakeLost(uint64_t id) {
+  auto it = m_rx.find(id);
+  if (it == m_rx.end()) {
+    return {};
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.swap(it->second.holes);
+  return out;
 }
 
 void RdmaNic::ForgetFlow(uint64_t id) {
@@ -150,6 +169,8 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   const uint64_t nowPs = now * 1000;
   const uint32_t n = static_cast<uint32_t>(p.active.size());
   uint64_t earliest = std::numeric_limits<uint64_t>::max();
+  Qp* pick = nullptr;
+  uint32_t pickIdx = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t idx = (p.rr + i) % n;
     Qp* qp = p.active[idx];
@@ -164,8 +185,19 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
       earliest = std::min(earliest, qp->nextAvailPs);
       continue;
     }
-    p.rr = (idx + 1) % n;
-    BuildData(qp, out, now);
+    if (!m_strict) {  // round robin: the first due queue pair
+      pick = qp;
+      pickIdx = idx;
+      break;
+    }
+    if (!pick || qp->spec.prio < pick->spec.prio) {  // strict: the first due one of the highest class
+      pick = qp;
+      pickIdx = idx;
+    }
+  }
+  if (pick) {
+    p.rr = (pickIdx + 1) % n;
+    BuildData(pick, out, now);
     return true;
   }
   if (earliest != std::numeric_limits<uint64_t>::max()) {
@@ -185,6 +217,9 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   hdr.payload = static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, qp->spec.size - qp->sndNxt));
   hdr.ecmpKey = qp->spec.key;
   hdr.tsNs = nowNs;
+  if (qp->spec.lossBudget && !qp->budgetGone && qp->sndNxt >= qp->maxSent) {
+    hdr.flags |= kFlagLossTolerant;  // first transmissions only: a retransmission must arrive
+  }
   Ptr<Packet> pkt = Create<Packet>(hdr.payload);
   pkt->AddHeader(hdr);
   const uint32_t wire = m_wire.Bytes(hdr);
@@ -231,9 +266,29 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
   }
   Rx& rx = it->second;
   const uint64_t now = NowNs();
+  const bool trimmed = hdr.flags & kFlagTrimmed;
+  const bool takeHole = trimmed && hdr.seq == rx.expected && rx.lost + hdr.payload <= rx.budget;
+  if (trimmed && hdr.seq == rx.expected && !takeHole) {
+    // Over the loss budget: ask for it again (go-back-N) and tell the sender to flag nothing more.
+    ++m_counters.nacks;
+    m_nackTrace(hdr.flowId, rx.expected);
+    rx.lastNackSeq = rx.expected;
+    rx.lastNackNs = now;
+    SendAck(hdr, PktType::Nack, rx, kFlagTrimmed);
+    return;
+  }
   if (hdr.seq == rx.expected) {
     rx.expected += hdr.payload;
-    m_counters.payloadBytesDelivered += hdr.payload;
+    if (takeHole) {
+      rx.lost += hdr.payload;
+      if (!rx.holes.empty() && rx.holes.back().first + rx.holes.back().second == hdr.seq) {
+        rx.holes.back().second += hdr.payload;
+      } else {
+        rx.holes.emplace_back(hdr.seq, hdr.payload);
+      }
+    } else {
+      m_counters.payloadBytesDelivered += hdr.payload;
+    }
     const bool last = rx.expected >= rx.size;
     const bool ce = hdr.flags & kFlagCe;
     if (++rx.sinceAck >= m_ackInterval || last || ce) {
@@ -263,11 +318,11 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
   }
 }
 
-void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx) {
+void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags) {
   PhantoraHeader ack;
   ack.type = type;
   ack.prio = m_ackHighPrio ? 0 : data.prio;
-  ack.flags = (data.flags & kFlagCe) ? kFlagEcnEcho : 0;
+  ack.flags = static_cast<uint8_t>(((data.flags & kFlagCe) ? kFlagEcnEcho : 0) | extraFlags);
   ack.src = m_id;
   ack.dst = data.src;
   ack.flowId = data.flowId;
@@ -299,6 +354,9 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     newly = hdr.seq - qp->sndUna;
     qp->sndUna = hdr.seq;
     qp->lastProgressNs = now;
+  }
+  if (hdr.type == PktType::Nack && (hdr.flags & kFlagTrimmed)) {
+    qp->budgetGone = true;
   }
   if (hdr.type == PktType::Nack && qp->sndNxt > hdr.seq) {
     // Go back to the hole, once per hole per round trip (later NACKs for it are already in flight).

@@ -2,6 +2,7 @@
 #ifndef PHANTORA_RDMA_NIC_H
 #define PHANTORA_RDMA_NIC_H
 
+#include "class-scheduler.h"
 #include "congestion-control.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
@@ -17,6 +18,8 @@
 
 #include <deque>
 #include <memory>
+#include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -29,6 +32,7 @@ struct QpSpec {
   uint64_t size = 0;
   uint8_t prio = 3;
   uint64_t key = 0;
+  uint64_t lossBudget = 0;  ///< DLCP: payload bytes the receiver may accept as lost (0 = lossless)
 };
 
 /**
@@ -39,6 +43,9 @@ struct QpSpec {
  * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
  * An ACK or NACK that echoes a CE mark is a CNP: the sender counts it and fires the "CnpRx" trace.
  * Settings are attributes (PayloadSize, AckInterval, NackInterval, RetransmitTimeout, ...).
+ * DLCP: a flow with a loss budget sends its first transmissions flagged loss-tolerant; the receiver takes a
+ * trimmed packet as a hole while the holes fit the budget (never retransmitted), else NACKs it with the
+ * budget-spent flag, after which the sender flags nothing more (retransmissions are never flagged).
  */
 class RdmaNic : public Object, public PortOwner {
  public:
@@ -75,7 +82,9 @@ class RdmaNic : public Object, public PortOwner {
   /// Open a queue pair and start sending now.
   void StartFlow(const QpSpec& spec);
   /// Get ready to receive `size` bytes of flow `id`.
-  void ExpectFlow(uint64_t id, uint64_t size);
+  void ExpectFlow(uint64_t id, uint64_t size, uint64_t lossBudget = 0);
+  /// The byte ranges (offset, length) of flow `id` the receiver took as lost, merged; forgets them.
+  std::vector<std::pair<uint64_t, uint64_t>> TakeLost(uint64_t id);
   void ForgetFlow(uint64_t id);
 
   bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
@@ -106,6 +115,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t rttNs = 0;
     Ptr<CongestionControl> cc;
     EventId rto;
+    bool budgetGone = false;    ///< DLCP: the receiver spent the loss budget; flag nothing more
   };
   struct Rx {
     uint64_t size = 0;
@@ -116,6 +126,9 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t lastNackSeq = UINT64_MAX;
     uint64_t lastNackNs = 0;
     bool done = false;
+    uint64_t budget = 0;  ///< DLCP loss budget, bytes
+    uint64_t lost = 0;    ///< bytes taken as lost so far
+    std::vector<std::pair<uint64_t, uint64_t>> holes;  ///< (offset, length), merged
   };
   struct Port {
     std::deque<TxItem> ctrl;
@@ -128,7 +141,7 @@ class RdmaNic : public Object, public PortOwner {
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
   void ReceiveData(const PhantoraHeader& hdr);
   void ReceiveAck(const PhantoraHeader& hdr);
-  void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx);
+  void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags = 0);
   /// AckDelay ran out with coalesced packets unacknowledged: acknowledge them now.
   void AckTimeout(uint64_t flowId);
   void Finish(Qp* qp);
@@ -150,6 +163,8 @@ class RdmaNic : public Object, public PortOwner {
   uint32_t m_ackInterval = 1;
   Time m_ackDelay;
   bool m_ackHighPrio = true;
+  std::string m_classSchedText = "rr";
+  bool m_strict = false;
   Time m_nackInterval;
   Time m_rto;
   // Wiring.

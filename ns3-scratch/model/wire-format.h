@@ -22,7 +22,7 @@ struct WireFormat {
   uint32_t Bytes(const PhantoraHeader& h) const {
     switch (h.type) {
       case PktType::Data:
-        return h.payload + headerBytes + (intOn ? intHeaderBytes : 0);
+        return ((h.flags & kFlagTrimmed) ? 0 : h.payload) + headerBytes + (intOn ? intHeaderBytes : 0);
       case PktType::Pfc:
         return pfcBytes;
       default:

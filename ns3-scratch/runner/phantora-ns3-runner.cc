@@ -98,6 +98,9 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
     net.AddFlow(U64(c.args[0]), static_cast<uint32_t>(U64(c.args[1])), static_cast<uint32_t>(U64(c.args[2])),
                 U64(c.args[3]), I64(c.args[4]), static_cast<uint32_t>(U64(c.args[5])), U64(c.args[6]), deps,
                 I64(c.args[7]), static_cast<uint32_t>(U64(c.args[8])));
+  } else if (c.verb == "SetLossBudget") {
+    Need(c, 2);
+    net.SetLossBudget(U64(c.args[0]), U64(c.args[1]));
   } else if (c.verb == "RunUntil") {
     Need(c, 1);
     net.RunUntil(I64(c.args[0]));

@@ -38,6 +38,7 @@ class Flow:
     tag: str = ""  # who owns it, e.g. "coll7/ring/ch0/step3"
     priority: int = 3  # traffic class (HPCC priority group)
     key: int | None = None  # ECMP hash key; defaults to id
+    loss_budget: int = 0  # DLCP: payload bytes the network may drop for good (0 = lossless; packet engine only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,12 @@ class Completion:
     src: int
     dst: int
     tag: str = ""
+    lost: tuple[tuple[int, int], ...] = ()  # DLCP: (offset, bytes) of the flow never delivered, merged, in order
+
+    @property
+    def lost_bytes(self) -> int:
+        """Bytes of this flow the network dropped for good (a loss-tolerant flow's holes)."""
+        return sum(n for _, n in self.lost)
 
 
 @runtime_checkable

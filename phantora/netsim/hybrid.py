@@ -22,6 +22,7 @@ and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +38,7 @@ from phantora.netsim.observe import (
     PacketChannelUsage,
     PfcEvent,
     QueueSample,
+    Trim,
 )
 
 if TYPE_CHECKING:
@@ -225,6 +227,9 @@ class FluidNvlinkSimulator:
     def drops(self) -> Sequence[Drop]:
         return self._observer().drops()
 
+    def trims(self) -> Sequence[Trim]:
+        return self._observer().trims()
+
     def cnp_events(self) -> Sequence[CnpEvent]:
         return self._observer().cnp_events()
 
@@ -240,7 +245,7 @@ class FluidNvlinkSimulator:
         deps = tuple(d for d in f.deps if self._side.get(d) == side)
         if deps == f.deps:
             return f
-        return Flow(f.id, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key)
+        return dataclasses.replace(f, deps=deps)
 
     def _idle(self) -> bool:
         return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0

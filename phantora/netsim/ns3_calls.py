@@ -1,7 +1,8 @@
 """A call script: the PhantoraNetwork calls of one packet-level run, replayable by `phantora-ns3-runner`.
 
 One call per line (`SetParam PATH TEXT`, `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
-`AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `RunUntil NS`). The runner makes the
+`AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
+`RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
 flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt without Python.
 """
@@ -18,7 +19,7 @@ HEADER = "# phantora ns-3 call script 1: replay with ns3-scratch/build/phantora-
 class RecordedNetwork:
     """A PhantoraNetwork whose state-changing calls are also written to a call script."""
 
-    _RECORDED = frozenset({"SetParam", "AddNode", "AddLink", "Finalize", "AddFlow", "RunUntil"})
+    _RECORDED = frozenset({"SetParam", "AddNode", "AddLink", "Finalize", "AddFlow", "SetLossBudget", "RunUntil"})
 
     def __init__(self, net: Any, path: Path) -> None:
         self._net = net

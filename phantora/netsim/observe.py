@@ -65,6 +65,19 @@ class Drop:
 
 
 @dataclass(frozen=True, slots=True)
+class Trim:
+    """A loss-tolerant data packet cut to its header at a switch egress (DLCP): its payload is lost for good."""
+
+    time_ns: int
+    node: int  # the switch
+    port: int  # its egress port, 0-based
+    prio: int
+    flow_id: int
+    seq: int
+    payload: int  # bytes cut off
+
+
+@dataclass(frozen=True, slots=True)
 class CnpEvent:
     """A CNP (an ACK or NACK echoing a CE mark) received by a sending NIC, DCQCN's reaction point."""
 
@@ -122,6 +135,8 @@ class FabricObserver(ChannelObserver, Protocol):
     def queue_samples(self) -> Sequence[QueueSample]: ...
 
     def drops(self) -> Sequence[Drop]: ...
+
+    def trims(self) -> Sequence[Trim]: ...
 
     def cnp_events(self) -> Sequence[CnpEvent]: ...
 

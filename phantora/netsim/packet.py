@@ -34,7 +34,7 @@ from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
 from phantora.netsim.ns3_calls import RecordedNetwork
-from phantora.netsim.observe import CnpEvent, Drop, EcnMark, PacketChannelUsage, PfcEvent, QueueSample
+from phantora.netsim.observe import CnpEvent, Drop, EcnMark, PacketChannelUsage, PfcEvent, QueueSample, Trim
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.topology.model import Topology
 
@@ -270,6 +270,7 @@ class Ns3Simulator:
         self._pfc: list[PfcEvent] = []
         self._queues: list[QueueSample] = []
         self._drops: list[Drop] = []
+        self._trims: list[Trim] = []
         self._cnps: list[CnpEvent] = []
         self._marks: list[EcnMark] = []
         self._submitted = 0
@@ -310,6 +311,8 @@ class Ns3Simulator:
             try:
                 dport = dports.get(f.id, 100) if dports else 100
                 net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport)
+                if f.loss_budget:
+                    net.SetLossBudget(f.id, f.loss_budget)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None
             self._known.add(f.id)
@@ -386,6 +389,12 @@ class Ns3Simulator:
             key = key.decode() if isinstance(key, bytes) else str(key)
             value = float(pair.second)
             out[key] = int(value) if value.is_integer() else value
+        by_class: dict[str, int] = {}
+        for d in self.drops():
+            by_class[f"drops_class{d.prio}"] = by_class.get(f"drops_class{d.prio}", 0) + 1
+        for t in self.trims():
+            by_class[f"trimmed_bytes_class{t.prio}"] = by_class.get(f"trimmed_bytes_class{t.prio}", 0) + t.payload
+        out.update(sorted(by_class.items()))  # drops and DLCP trims by traffic class (traced ones)
         out["engine"] = "ns3"
         out["cc"] = self.config.cc
         out["ecmp_hash"] = self.topology.ecmp_hash
@@ -472,6 +481,14 @@ class Ns3Simulator:
             self._drops.append(Drop(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.flowId), int(r.seq)))
         return list(self._drops)
 
+    def trims(self) -> list[Trim]:
+        """Every loss-tolerant packet trimmed to its header so far (DLCP; empty with `trace_drops` off)."""
+        for r in self._net.DrainTrims():
+            self._trims.append(
+                Trim(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.flowId), int(r.seq), int(r.payload))
+            )
+        return list(self._trims)
+
     def cnp_events(self) -> list[CnpEvent]:
         """Every CNP so far, in time order (empty with `trace_cnp` off; stats()["cnps"] counts them anyway)."""
         for r in self._net.DrainCnps():
@@ -527,10 +544,17 @@ class Ns3Simulator:
     def _take(self) -> list[Completion]:
         out = []
         tags = self._tags
-        for r in self._net.DrainCompletions():
+        records = self._net.DrainCompletions()
+        lost: dict[int, list[tuple[int, int]]] = {}
+        for loss in self._net.DrainLosses():  # drained after the completions: a record's losses are all here
+            lost.setdefault(int(loss.flowId), []).append((int(loss.offset), int(loss.bytes)))
+        for r in records:
             fid = int(r.id)
+            holes = tuple(lost.get(fid, ()))
             out.append(
-                Completion(fid, int(r.startNs), int(r.endNs), int(r.size), int(r.src), int(r.dst), tags.pop(fid, ""))
+                Completion(
+                    fid, int(r.startNs), int(r.endNs), int(r.size), int(r.src), int(r.dst), tags.pop(fid, ""), holes
+                )
             )
         return out
 
@@ -541,4 +565,8 @@ class Ns3Simulator:
                 raise InputError(f"flow {f.id}: ids must be in [0, 2^64)", field="id")
             if not 1 <= f.priority <= 7:
                 raise InputError(f"flow {f.id}: priority must be 1..7 (0 is the control class)", field="priority")
+            if not 0 <= f.loss_budget <= max(f.size, 0):
+                raise InputError(
+                    f"flow {f.id}: loss_budget must be in [0, size], got {f.loss_budget}", field="loss_budget"
+                )
         check_flow_batch(flows, self.topology, self._known.__contains__)

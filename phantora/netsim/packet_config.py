@@ -58,8 +58,13 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
     "hpcc": _wire_preset(1000, 48, 1),
     "roce4k": _wire_preset(4096, 62, 4),
 }
-# PacketConfig fields that choose how the engine is put together rather than set an ns-3 attribute.
-ENGINE_FIELDS = ("nvlink",)
+# PacketConfig fields that choose how the engine is put together, or how a live run's ranks mark their
+# collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
+ENGINE_FIELDS = ("nvlink", "priority", "dlcp", "dlcp_bound")
+CLASS_SCHEDULERS = ("rr", "strict", "wrr")
+PRIORITY_POLICIES = ("none", "layer", "tensor-size")
+DLCP_POLICIES = ("off", "grads")
+DLCP_DEFAULT_TRIM_BYTES = 64 * 1024  # trim_bytes when dlcp is on and trim_bytes is not set
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
 # The attributes of each CC model's ns-3 TypeId (ns3-scratch/model/cc-*.cc) and their value kinds, so that
 # `--set cc.NAME=VALUE` is checked before a run starts; tests/test_packet_cc_laws.py checks this table
@@ -154,6 +159,14 @@ class PacketConfig:
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
+    # Traffic classes: how switches (and, with strict, NICs) share a port among data classes 1..7 (class 1 first)
+    sched: str = "rr"  # rr (the HPCC models') | strict | wrr
+    sched_weights: str = ""  # wrr weights of classes 1..7, "w1,...,w7" (integers >= 1); "" = all 1
+    priority: str = "none"  # live runs: class of each collective: none (3) | layer | tensor-size (ENGINE_FIELDS)
+    # DLCP bounded loss: loss-tolerant packets are trimmed to their header past trim_bytes of egress class queue
+    trim_bytes: int | None = None  # None = 64 KiB with dlcp on, else never; 0 = never
+    dlcp: str = "off"  # live runs: off | grads (all-reduces of floating-point tensors >= 64 KiB are loss-tolerant)
+    dlcp_bound: float = 0.01  # at most this share of a loss-tolerant flow's bytes may be lost (then lossless)
     # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
     cc_attrs: dict[str, str] = field(default_factory=dict)  # raw ns-3 attribute overrides, e.g. {"G": "0.0625"}
 
@@ -197,6 +210,22 @@ class PacketConfig:
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
         if self.nvlink not in NVLINK_MODES:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
+        for name, allowed in (("sched", CLASS_SCHEDULERS), ("priority", PRIORITY_POLICIES), ("dlcp", DLCP_POLICIES)):
+            if getattr(self, name) not in allowed:
+                raise bad(name, f"expected {' | '.join(allowed)}, got {getattr(self, name)!r}")
+        weights = str(self.sched_weights).replace(",", " ").split()
+        if weights and (len(weights) != 7 or not all(w.isdigit() and int(w) >= 1 for w in weights)):
+            raise bad("sched_weights", f"expected 7 integers >= 1 (classes 1..7), got {self.sched_weights!r}")
+        if self.trim_bytes is not None and (
+            isinstance(self.trim_bytes, bool) or not isinstance(self.trim_bytes, int) or self.trim_bytes < 0
+        ):
+            raise bad("trim_bytes", f"expected an integer >= 0 or None, got {self.trim_bytes!r}")
+        if (
+            isinstance(self.dlcp_bound, bool)
+            or not isinstance(self.dlcp_bound, (int, float))
+            or not (0.0 <= self.dlcp_bound <= 1.0)
+        ):
+            raise bad("dlcp_bound", f"expected a share in [0, 1], got {self.dlcp_bound!r}")
         if self.ecmp_hash is not None and self.ecmp_hash not in ECMP_HASHES:
             raise bad("ecmp_hash", f"expected {' or '.join(ECMP_HASHES)}, got {self.ecmp_hash!r}")
         for name in ("kmin_map", "kmax_map", "pmax_map"):
@@ -223,6 +252,12 @@ class PacketConfig:
             if why is not None:
                 raise bad(f"cc.{key}", why)
         return self
+
+    def effective_trim_bytes(self) -> int:
+        """The switches' trim threshold in bytes: trim_bytes, else 64 KiB with dlcp on and 0 (never) without."""
+        if self.trim_bytes is not None:
+            return self.trim_bytes
+        return DLCP_DEFAULT_TRIM_BYTES if self.dlcp != "off" else 0
 
     def approximations(self) -> list[str]:
         """The opt-in approximations of the exact packet model this config turns on (results.json lists them)."""
@@ -265,6 +300,8 @@ class PacketConfig:
         out: list[tuple[str, str]] = []
         for name, (paths, kind) in NS3_ATTRIBUTES.items():
             value = self.effective_rto_ns() if name == "rto_ns" else getattr(self, name)
+            if name == "trim_bytes":
+                value = self.effective_trim_bytes()
             if value is None:
                 value = cc_maps.get(name)
             text = _attribute_text(kind, value)
@@ -310,6 +347,9 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "ecmp_hash": (("fabric.EcmpHash",), "ecmp_hash"),
     "seed": (("fabric.Seed",), "int"),
     "scheduler": (("fabric.Scheduler",), "text"),
+    "sched": (("switch.ClassScheduling", "nic.ClassScheduling"), "text"),
+    "sched_weights": (("switch.ClassWeights",), "text"),
+    "trim_bytes": (("switch.TrimThreshold",), "int"),
 }
 
 

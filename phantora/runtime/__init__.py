@@ -9,6 +9,8 @@ In a script started by `phantora run`:
         pr.step()            # end of an iteration; returns its simulated duration (ns)
     pr.now()                 # this rank's simulated time (ns)
     pr.max_memory_allocated()  # peak simulated device bytes (also pr.memory_allocated())
+    with pr.traffic_class(1): dist.all_reduce(t)      # its flows in class 1 (issue 17; docs/collectives.md)
+    with pr.loss_tolerant(0.01): dist.all_reduce(g)   # DLCP: up to 1% may be dropped, received as zeros
 
 Outside a phantora run, `step` and `report_workload` do nothing and `now` is the real clock, so the
 same script also runs under torchrun. The rank bootstrap of `phantora run` registers the `phantora`
@@ -18,8 +20,10 @@ package itself imports no torch, so the launcher stays light.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -61,8 +65,6 @@ def deferred_init() -> Any:
     simulated device memory only if they are still alive when it ends (the shards), as with meta
     init followed by `to_empty`. Outside a phantora run it does nothing.
     """
-    import contextlib
-
     s = _current()
     return contextlib.nullcontext() if s is None else s.memory.paused()
 
@@ -95,6 +97,41 @@ def max_memory_allocated() -> int:
     return 0 if s is None else s.memory.peak
 
 
+@contextlib.contextmanager
+def traffic_class(cls: int) -> Iterator[None]:
+    """Collectives issued inside get traffic class `cls` (1..7; 1 is served first with `--set sched=strict`),
+    over the run's `--set priority` policy. Outside a phantora run it does nothing."""
+    if not 1 <= int(cls) <= 7:
+        raise ValueError(f"traffic class must be 1..7 (0 is the control class), got {cls}")
+    s = _current()
+    if s is None:
+        yield
+        return
+    s.traffic.class_override.append(int(cls))
+    try:
+        yield
+    finally:
+        s.traffic.class_override.pop()
+
+
+@contextlib.contextmanager
+def loss_tolerant(bound: float = 0.01) -> Iterator[None]:
+    """All-reduces issued inside are loss-tolerant (DLCP): the packet network may drop up to `bound` of each one's
+    bytes under congestion, and this rank then receives zeros there (real mode). `bound=0` makes them lossless
+    (over `--set dlcp`). Ring all-reduces only; anything else stays lossless. Outside a phantora run: nothing."""
+    if not 0.0 <= float(bound) <= 1.0:
+        raise ValueError(f"loss bound must be a share in [0, 1], got {bound}")
+    s = _current()
+    if s is None:
+        yield
+        return
+    s.traffic.loss_override.append(float(bound))
+    try:
+        yield
+    finally:
+        s.traffic.loss_override.pop()
+
+
 def report_workload(
     tokens_per_step: int | None = None, flops_per_step: float | None = None, dtype: str | None = None
 ) -> None:
@@ -119,6 +156,8 @@ __all__ = [
     "memory_allocated",
     "now",
     "register_backend",
+    "loss_tolerant",
     "report_workload",
     "step",
+    "traffic_class",
 ]

@@ -37,8 +37,13 @@ class NoNetworkClient:
         root: int | None,
         t_issue_ns: int,
         name: str = "",
+        algo: dict[str, Any] | None = None,
     ) -> int:
         return self._new(t_issue_ns)
+
+    def lost(self, handle: int) -> list[tuple[int, int]]:
+        """No network: nothing is ever lost."""
+        return []
 
     def p2p(self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = "") -> int:
         return self._new(t_issue_ns)

@@ -28,6 +28,9 @@ class Options:
     sim_cuda: bool = False  # the simulated CUDA device (phantora.runtime.simcuda); `phantora run` turns it on
     start_ns: int = 0  # the rank's clock starts here (a job that starts later in a run of several jobs)
     max_steps: int | None = None  # end the script after this many steps (a job's step count)
+    priority: str = "none"  # traffic class policy of collectives: none | layer | tensor-size (runtime/traffic.py)
+    dlcp: str = "off"  # loss-tolerant collectives: off | grads
+    dlcp_bound: float = 0.01  # share of a loss-tolerant collective's bytes the network may drop
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Options:
@@ -48,6 +51,9 @@ class Options:
             sim_cuda=env.get("PHANTORA_SIM_CUDA", "0") in ("1", "true", "yes"),
             start_ns=int(env.get("PHANTORA_START_NS", "0")),
             max_steps=int(env["PHANTORA_MAX_STEPS"]) if env.get("PHANTORA_MAX_STEPS") else None,
+            priority=env.get("PHANTORA_PRIORITY", "none"),
+            dlcp=env.get("PHANTORA_DLCP", "off"),
+            dlcp_bound=float(env.get("PHANTORA_DLCP_BOUND", "0.01")),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -72,4 +78,9 @@ class Options:
             env["PHANTORA_START_NS"] = str(self.start_ns)
         if self.max_steps is not None:
             env["PHANTORA_MAX_STEPS"] = str(self.max_steps)
+        if self.priority != "none":
+            env["PHANTORA_PRIORITY"] = self.priority
+        if self.dlcp != "off":
+            env["PHANTORA_DLCP"] = self.dlcp
+            env["PHANTORA_DLCP_BOUND"] = repr(float(self.dlcp_bound))
         return env

@@ -29,6 +29,7 @@ from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
 from phantora.runtime.timepatch import real_perf_counter_ns
 from phantora.runtime.trace import TraceRecorder
+from phantora.runtime.traffic import TrafficMarker, zero_ranges
 
 
 class ClientLike(Protocol):
@@ -45,7 +46,10 @@ class ClientLike(Protocol):
         root: int | None,
         t_issue_ns: int,
         name: str = "",
+        algo: dict[str, Any] | None = None,
     ) -> int: ...
+
+    def lost(self, handle: int) -> list[tuple[int, int]]: ...
 
     def p2p(
         self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = ""
@@ -211,6 +215,9 @@ class RankSession:
         self._steps_file: Any = None  # out_dir/steps/rank<R>.jsonl, opened at the first step
         self._comm_at_step: dict[str, int] = {}
         self._wait_at_step = 0
+        self.traffic = TrafficMarker.from_env()  # class and loss tolerance of each collective (issue 17)
+        self._lost_at_step = 0
+        self._lossy: set[int] = set()  # handles of loss-tolerant collectives not yet completed
 
     def add_listener(self, listener: SessionListener) -> None:
         """Tell `listener` of every compute op, issue, wait, step and the finish from now on."""
@@ -295,9 +302,20 @@ class RankSession:
         seq = self.next_seq(group)
         label = f"{name}#{seq}"
         if transfers is None:
+            extras = self.traffic.extras(kind, dtype, nbytes)
             h = self.client.collective(
-                group=group, seq=seq, kind=kind, nbytes=nbytes, dtype=dtype, root=root, t_issue_ns=t, name=label
+                group=group,
+                seq=seq,
+                kind=kind,
+                nbytes=nbytes,
+                dtype=dtype,
+                root=root,
+                t_issue_ns=t,
+                name=label,
+                **({"algo": extras} if extras else {}),
             )
+            if "loss_tolerance" in extras:
+                self._lossy.add(h)
             handles = [h]
             if self.listeners:
                 self._tell(Issued(h, kind, seq, nbytes, t, group=group, dtype=dtype, root=root))
@@ -378,6 +396,11 @@ class RankSession:
             p.inner = []
             if p.finalize is not None:
                 p.finalize()
+            lost = [r for h in p.handles if h in self._lossy for r in self.client.lost(h)]
+            self._lossy.difference_update(p.handles)
+            if lost:  # DLCP: the bytes the network dropped arrive as zeros
+                self.traffic.lost_bytes += zero_ranges(p.tensors, lost)
+                self.traffic.last_lost = sorted(lost)
         p.t_done = t_done
         p.tensors = []
         self.pending.pop(p.id, None)
@@ -441,6 +464,7 @@ class RankSession:
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
         self.memory.end_step()
+        self.traffic.end_step()
         self._log_step(start, end)
         for listener in self.listeners:
             listener.on_step(len(self.step_ends) - 1, end)
@@ -463,7 +487,9 @@ class RankSession:
             "reserved_peak_bytes": self.memory.reserved_step_peaks[-1] if self.memory.reserved_step_peaks else 0,
             "comm_bytes": {k: n - self._comm_at_step.get(k, 0) for k, n in sorted(comm.items())},
             "comm_wait_ns": self.clock.waited_ns - self._wait_at_step,
+            "lost_bytes": self.traffic.lost_bytes - self._lost_at_step,
         }
+        self._lost_at_step = self.traffic.lost_bytes
         self._comm_at_step, self._wait_at_step = comm, self.clock.waited_ns
         if self._steps_file is None:
             path = self.out_dir / STEPS_DIR / f"rank{self.rank}.jsonl"
