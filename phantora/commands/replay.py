@@ -125,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
     if args.replicate_rank is not None and kind != "kineto":
         raise InputError(f"applies to Kineto traces only, and INPUT is {kind}", field="--replicate-rank")
     options = _engine_options(args)
-    record_config(args, "replay", topo, options.get("config"))
+    source = Path(args.workload)
+    if kind == "egraph" and source.is_file():  # its graph.json: the graph is the directory
+        source = source.parent
+    record_config(args, "replay", topo, options.get("config"), {"INPUT": source})
     if kind == "workload":
         return _run_workload(args, topo, options)
     return _run_graph(args, topo, options, kind)
