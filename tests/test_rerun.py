@@ -55,7 +55,8 @@ def test_rerun_of_a_replay_reuses_its_settings_and_reproduces_it(tmp_path: Path,
     assert origin["config_sha256"] == hashlib.sha256((tmp_path / "orig" / "config.json").read_bytes()).hexdigest()
     assert origin["command"][:3] == ["phantora", "replay", "wl.toml"]
     assert config["options"]["channels"] == 1 and config["options"]["granularity"] == "chunked"
-    assert config["inputs"] == read_config(tmp_path / "orig")["inputs"]
+    first = read_config(tmp_path / "orig")
+    assert config["inputs"] == first["inputs"] and config["options"] == first["options"]
     assert json.loads((tmp_path / "orig-rerun" / "status.json").read_text())["state"] == "complete"
 
     # a changed workload, a moved one, a changed topology: one line naming the file; nothing written

@@ -25,9 +25,7 @@ from phantora.commands.run import step_printer
 from phantora.errors import InputError
 
 KINDS = ("run", "replay", "netsim")
-# Each command's options that name its input file (replaced by the checked path) and its side outputs (files
-# written outside the run directory: not written again).
-INPUT_OPTIONS = {"replay": {"INPUT": "workload"}, "netsim": {"--flows": "flows", "--config": "config"}}
+# Each command's side outputs: files written outside the run directory, not written again.
 SIDE_OUTPUTS = {"replay": ("save_graph", "export_chakra")}
 
 
@@ -100,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"written by `phantora {kind}`, which rerun does not know", file=where, field="kind")
     if "inputs" not in doc:
         print("note: this run recorded no input digests (an older phantora): its input files are not checked")
-    paths = {name: str(p) for name, p in check_all(doc.get("inputs") or {}, where).items()}
+    check_all(doc.get("inputs") or {}, where)  # the options name them as the run did, from the same directory
     _version_note(doc.get("versions"))
     options: dict[str, Any] = dict(doc["options"])
     for name in SIDE_OUTPUTS.get(kind, ()):
@@ -114,13 +112,8 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.chdir(here):
         topo = _check_topology(options["topology"], doc["topology"], where)
         if kind == "run":
-            if "script" in paths:
-                options["script"] = paths["script"]
             options.update(topology=topo, out_dir=out, overwrite=args.overwrite, command=command, rerun_of=origin)
             return _rerun_live(args, options)
-        for name, option in INPUT_OPTIONS[kind].items():
-            if name in paths:
-                options[option] = paths[name]
         rc = _rerun_command(kind, options, args, out, command, origin)
     if rc != 0:
         return rc
