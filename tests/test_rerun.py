@@ -86,6 +86,14 @@ def test_rerun_of_a_netsim_run_reproduces_it(tmp_path: Path, capsys) -> None:
     assert a.pop("wall_s") >= 0 and b.pop("wall_s") >= 0
     assert a == b and a["payload_efficiency"] == 500 / 548  # --set payload_bytes=500 over 48-byte headers
     assert read_config(tmp_path / "again")["rerun_of"]["dir"] == str(orig)
+    # settings that resolve otherwise now (as after a change of a default) are refused, the field named
+    doc = read_config(orig)
+    doc["packet"]["fields"]["payload_bytes"] = 600
+    (orig / "config.json").write_text(json.dumps(doc))
+    err = _refused(["rerun", str(orig), "--out", str(tmp_path / "x")], capsys)
+    assert "packet.fields.payload_bytes: 600 vs 500" in err and not (tmp_path / "x").exists()
+    doc["packet"]["fields"]["payload_bytes"] = 500
+    (orig / "config.json").write_text(json.dumps(doc))
     flows.write_text(flows.read_text() + "\n")
     err = _refused(["rerun", str(orig)], capsys)
     assert f"--flows {flows} changed since the run (" in err and "bytes, the run read" in err

@@ -154,7 +154,8 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
     return NetsimInput("workload", wl.name, [(0, plan.flows)], {}, hidden, len(wl.ops), path=p)
 
 
-def _config(args: argparse.Namespace) -> PacketConfig:
+def packet_config(args: argparse.Namespace) -> PacketConfig:
+    """The run's PacketConfig from its options, every default filled in (the flow network runs at its goodput)."""
     # the flow engine runs at the packet config's goodput, so it takes the packet and header sizes too
     check_flow_network(args.network, args.cc, args.set, (*FLOW_FIELDS, "payload_bytes", "header_bytes"))
     return packet_config_from_flags(
@@ -307,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
 
     topo = load_topology(args.topology)
     inp = read_netsim_input(args.flows, topo)
-    config = _config(args)
+    config = packet_config(args)
     inputs = {"--flows": inp.path, "--config": args.config}
     record_config(args, "netsim", topo, config, inputs)  # the flow network too: it runs at the config's goodput
     mode = progress_mode(args)

@@ -109,6 +109,11 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"config": config}
 
 
+def packet_config(args: argparse.Namespace) -> Any:
+    """The run's PacketConfig from its options, every default filled in (None for the flow network)."""
+    return _engine_options(args).get("config")
+
+
 def run(args: argparse.Namespace) -> int:
     from phantora.resources import shipped_file, workloads_dir
     from phantora.topology import load_topology

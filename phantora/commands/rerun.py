@@ -76,6 +76,22 @@ def _refuse_seed_group(run: Path) -> None:
     )
 
 
+def _check_packet(recorded: dict[str, Any] | None, config: Any, topo: Any, where: str) -> None:
+    """The packet settings the recorded options give now must be the ones the run used (a default may have
+    changed since): InputError naming the first that differs."""
+    from phantora.results.provenance import packet_settings
+    from phantora.results.reproduce import first_difference
+
+    now = None if config is None else json.loads(json.dumps(packet_settings(config, topo), default=str))
+    diff = first_difference(recorded, now)
+    if diff is not None:
+        raise InputError(
+            f"this phantora resolves the run's options to other packet settings (packet.{diff}, the run's first): "
+            "rerun it with the phantora that made it",
+            file=where,
+        )
+
+
 def _version_note(then: dict[str, Any] | None) -> None:
     from phantora.results.provenance import versions
 
@@ -112,19 +128,24 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.chdir(here):
         topo = _check_topology(options["topology"], doc["topology"], where)
         if kind == "run":
+            from phantora.launcher import RunConfig, packet_config
+
+            known = set(RunConfig.__dataclass_fields__)
+            run_cfg = RunConfig(**{"script": "", **{k: v for k, v in options.items() if k in known}})
+            _check_packet(doc.get("packet"), packet_config(run_cfg), topo, where)
             options.update(topology=topo, out_dir=out, overwrite=args.overwrite, command=command, rerun_of=origin)
             return _rerun_live(args, options)
-        rc = _rerun_command(kind, options, args, out, command, origin)
+        rc = _rerun_command(kind, doc, options, args, topo, out, command, origin)
     if rc != 0:
         return rc
     return _compare_dirs(args.run, out)
 
 
-def _rerun_command(
-    kind: str, options: dict[str, Any], args: argparse.Namespace, out: Path, command: list[str], origin: dict[str, Any]
-) -> int:
+def _rerun_command(kind: str, doc: dict[str, Any], options: dict[str, Any], args: argparse.Namespace, topo: Any,
+                   out: Path, command: list[str], origin: dict[str, Any]) -> int:  # fmt: skip
     """`phantora replay` or `netsim` with the recorded options (the current parser's defaults for any the
     run did not record), into `out`."""
+    recorded_packet = doc.get("packet")
     module = importlib.import_module(f"phantora.commands.{kind}")
     parser = argparse.ArgumentParser(prog=f"phantora {kind}")
     module.register(parser.add_subparsers(dest="command"))
@@ -141,6 +162,7 @@ def _rerun_command(
             )
         setattr(ns, key, value)
     ns.set = list(ns.set or [])
+    _check_packet(recorded_packet, module.packet_config(ns), topo, str(args.run / "config.json"))
     ns.seeds = None  # a seed group's runs are rerun one by one (each seed<S>/ has its own config.json)
     ns.out, ns.overwrite, ns.progress, ns.quiet = out, args.overwrite, args.progress, args.quiet
     ns.command_line, ns.rerun_of = command, origin

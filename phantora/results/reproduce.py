@@ -39,19 +39,19 @@ def simulated(value: Any) -> Any:
     return value
 
 
-def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
     """Where two JSON values first differ, e.g. `makespan_ns: 120 vs 125`."""
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(a.keys() | b.keys()):
             if k not in a or k not in b:
                 return f"{path}{k}: only in the {'original' if k in a else 'rerun'}"
-            d = _first_difference(a[k], b[k], f"{path}{k}.")
+            d = first_difference(a[k], b[k], f"{path}{k}.")
             if d is not None:
                 return d
         return None
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            d = _first_difference(x, y, f"{path[:-1]}[{i}].")
+            d = first_difference(x, y, f"{path[:-1]}[{i}].")
             if d is not None:
                 return d
         return None
@@ -69,7 +69,7 @@ def compare(original: Path, rerun: Path) -> tuple[list[str], list[str]]:
             diffs.append(f"{name}: not written by the rerun")
             continue
         a, b = (simulated(json.loads((d / name).read_text())) for d in (original, rerun))
-        d = _first_difference(a, b)
+        d = first_difference(a, b)
         if d is None:
             same.append(f"{name} figures")
         else:
