@@ -93,6 +93,11 @@ def test_rerun_of_a_netsim_run_reproduces_it(tmp_path: Path, capsys) -> None:
     err = _refused(["rerun", str(orig), "--out", str(tmp_path / "x")], capsys)
     assert "packet.fields.payload_bytes: 600 vs 500" in err and not (tmp_path / "x").exists()
     doc["packet"]["fields"]["payload_bytes"] = 500
+    del doc["inputs"]  # a run recorded before inputs were: rerun, and say they are not checked
+    (orig / "config.json").write_text(json.dumps(doc))
+    assert main(["rerun", str(orig), "-q", "--out", str(tmp_path / "older")]) == 0
+    assert "its input files are not checked" in capsys.readouterr().out
+    doc["inputs"] = read_config(tmp_path / "again")["inputs"]
     (orig / "config.json").write_text(json.dumps(doc))
     flows.write_text(flows.read_text() + "\n")
     err = _refused(["rerun", str(orig)], capsys)

@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     origin = rerun_origin(args.run, doc)
     command = getattr(args, "command_line", None) or ["phantora", "rerun", str(args.run)]
     here = Path(doc.get("cwd") or os.getcwd())
+    if not here.is_dir():
+        raise InputError(f"the run's working directory {here} is gone (its relative paths start there)", file=where)
     with contextlib.chdir(here):
         topo = _check_topology(options["topology"], doc["topology"], where)
         if kind == "run":
