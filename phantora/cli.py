@@ -15,6 +15,12 @@ from phantora.errors import PhantoraError
 COMMANDS = ("topo", "replay", "netsim", "run", "rerun", "compare", "sweep", "profile", "calibrate", "doctor")
 
 
+DESCRIPTION = (
+    "phantora: a live GPU-cluster simulator for ML training. Each command's options: phantora COMMAND --help; "
+    "the guide: README.md and docs/ of the repository (docs/cli.md: the options every command shares)."
+)
+
+
 class _Version(argparse.Action):
     """`--version`: looked up only when asked for (reading package metadata takes a moment)."""
 
@@ -31,7 +37,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phantora", description=__doc__)
+    parser = argparse.ArgumentParser(prog="phantora", description=DESCRIPTION)
     parser.add_argument("--version", action=_Version, help="print the versions of phantora, torch, ns-3, Python")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:

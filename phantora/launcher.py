@@ -58,6 +58,7 @@ class RunConfig:
     sim_cuda: bool = True  # the simulated CUDA device: CUDA + NCCL scripts run unchanged (runtime/simcuda)
     fork_server: bool = True  # fork ranks from one interpreter that has imported RANK_PRELOAD (bridge/forkserver.py)
     command: list[str] | None = None  # the command line that asked for the run (recorded in config.json)
+    rerun_of: dict[str, Any] | None = None  # `phantora rerun`: the run it repeats (provenance.rerun_origin)
     on_step: Callable[[dict[str, Any]], None] | None = None  # told of each step all live ranks finished
 
 
@@ -177,6 +178,14 @@ def compute_model_options(cfg: RunConfig) -> tuple[str, tuple[str, ...], str | N
     return cfg.compute_model, tables, str(Path(cfg.curves).resolve()) if cfg.curves else None
 
 
+def input_files(cfg: RunConfig, script: Path | None) -> dict[str, str | Path | None]:
+    """The files a run reads, by option (config.json records them by content): the script, the wrapper, the
+    measured tables and the curves (shipped names that are not paths are versioned with phantora)."""
+    files: dict[str, str | Path | None] = {"script": script, "--wrapper": cfg.wrapper, "--curves": cfg.curves}
+    files.update({f"--perf-table {i}": t for i, t in enumerate(cfg.perf_tables)})
+    return files
+
+
 def launch(cfg: RunConfig) -> RunReport:
     """Run the script; raise BridgeError (a PhantoraError) naming the cause if any process fails."""
     from bridge.run import CosimRun
@@ -200,9 +209,10 @@ def launch(cfg: RunConfig) -> RunReport:
     if cfg.out_dir is not None:
         out = run_dir.claim(cfg.out_dir, overwrite=cfg.overwrite)
         run_dir.write_status(out, "running", script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
-        skip = ("command", "python", "on_step")
+        skip = ("command", "python", "on_step", "rerun_of")
         options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
-        provenance.write_config(out, options=options, topo=topo, packet=packet, command=cfg.command)
+        provenance.write_config(out, options=options, topo=topo, packet=packet, command=cfg.command,
+                                inputs=input_files(cfg, script), rerun_of=cfg.rerun_of)  # fmt: skip
     else:
         from bridge.transport import make_run_dir
 

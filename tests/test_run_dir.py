@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -139,10 +140,11 @@ def test_the_config_records_every_setting_and_rerun_reproduces_the_run(tmp_path:
     from phantora.netsim.packet_config import PacketConfig
     from phantora.results.provenance import read_config
 
-    first = tmp_path / "first"
+    first, script = tmp_path / "first", tmp_path / SCRIPT.name
+    shutil.copy(SCRIPT, script)
     cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "star8", "--nproc", "2", "--network", "ns3"]
     cmd += ["--cc", "dcqcn", "--set", "buffer_bytes=4000000", "--set", "pfc=false", "--out", str(first), "-q"]
-    out = subprocess.run([*cmd, str(SCRIPT), "--steps", "2"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([*cmd, str(script), "--steps", "2"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     doc = read_config(first)
     fields = doc["packet"]["fields"]
@@ -152,7 +154,8 @@ def test_the_config_records_every_setting_and_rerun_reproduces_the_run(tmp_path:
         assert fields[name] == getattr(defaults, name), name  # the defaults that applied, written out
     star = doc["packet"]["resolved"]["ecn_kmin_bytes"]
     assert star == {str(r): r // 10**9 * 4000 for r in map(int, star)}  # 4 KB per Gb/s, the default rule
-    assert doc["packet"]["ns3_params"]["buffer_bytes"] == "4000000" and doc["packet"]["ns3_params"]["pfc"] == "0"
+    params = doc["packet"]["ns3_params"]  # by ns-3 attribute path (packet_config.NS3_ATTRIBUTES)
+    assert params["switch.BufferSize"] == "4000000" and params["switch.PfcEnabled"] == "false"
     assert doc["command"][:2] == ["phantora", "run"] and "--set" in doc["command"]
     assert len(doc["topology"]["sha256"]) == 64 and doc["versions"]["torch"].startswith("2.13.0")
     again = subprocess.run(
@@ -162,4 +165,9 @@ def test_the_config_records_every_setting_and_rerun_reproduces_the_run(tmp_path:
     assert "reproduced: the 2 simulated step times are identical" in again.stdout
     steps = [json.loads((tmp_path / d / "results.json").read_text())["steps"] for d in ("first", "first-rerun")]
     assert steps[0] == steps[1]
-    assert read_config(tmp_path / "first-rerun")["packet"] == doc["packet"]
+    again_doc = read_config(tmp_path / "first-rerun")
+    assert again_doc["packet"] == doc["packet"] and again_doc["rerun_of"]["dir"] == str(first)
+    assert again_doc["inputs"]["script"] == doc["inputs"]["script"] and doc["inputs"]["script"]["path"] == str(script)
+    script.write_text(script.read_text() + "# edited\n")  # an edited script: refused, named
+    again = subprocess.run([sys.executable, "-m", "phantora.cli", "rerun", str(first)], capture_output=True, text=True)
+    assert again.returncode == 2 and f"script {script} changed since the run" in again.stderr

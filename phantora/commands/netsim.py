@@ -78,6 +78,7 @@ class NetsimInput:
     dports: dict[int, int]  # HPCC destination port per flow id (fct.txt label); default 100
     hidden: frozenset[int]  # workload marker flows: run by the engine, left out of the outputs
     ops: int = 0
+    path: Path | None = None  # the file read
 
     @property
     def flows(self) -> list[Flow]:
@@ -142,17 +143,19 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
         batches: dict[int, list[Flow]] = {}
         for f in hpcc:
             batches.setdefault(f.start_ns, []).append(f.to_flow())
-        return NetsimInput("hpcc", p.stem, list(batches.items()), {f.index: f.dport for f in hpcc}, frozenset())
+        dports = {f.index: f.dport for f in hpcc}
+        return NetsimInput("hpcc", p.stem, list(batches.items()), dports, frozenset(), path=p)
     from phantora.replay import plan_workload
 
     wl = _load_workload(p, topo)
     plan = plan_workload(wl, topo)
     real = {i for ids in plan.op_flows.values() for i in ids}
     hidden = frozenset(f.id for f in plan.flows if f.id not in real)
-    return NetsimInput("workload", wl.name, [(0, plan.flows)], {}, hidden, len(wl.ops))
+    return NetsimInput("workload", wl.name, [(0, plan.flows)], {}, hidden, len(wl.ops), path=p)
 
 
-def _config(args: argparse.Namespace) -> PacketConfig:
+def packet_config(args: argparse.Namespace) -> PacketConfig:
+    """The run's PacketConfig from its options, every default filled in (the flow network runs at its goodput)."""
     # the flow engine runs at the packet config's goodput, so it takes the packet and header sizes too
     check_flow_network(args.network, args.cc, args.set, (*FLOW_FIELDS, "payload_bytes", "header_bytes"))
     return packet_config_from_flags(
@@ -305,8 +308,9 @@ def run(args: argparse.Namespace) -> int:
 
     topo = load_topology(args.topology)
     inp = read_netsim_input(args.flows, topo)
-    config = _config(args)
-    record_config(args, "netsim", topo, config)  # the flow network too: it runs at the config's goodput
+    config = packet_config(args)
+    inputs = {"--flows": inp.path, "--config": args.config}
+    record_config(args, "netsim", topo, config, inputs)  # the flow network too: it runs at the config's goodput
     mode = progress_mode(args)
     res = _run_ns3(topo, inp, config, args.out, mode) if args.network == "ns3" else _run_flow(topo, inp, config, mode)
     fcts = sorted(r.fct_ns for r in res["fct"])

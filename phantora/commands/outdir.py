@@ -10,7 +10,7 @@ from typing import Any
 
 from phantora.results import run_dir
 
-NOT_SETTINGS = ("func", "out", "overwrite", "command", "command_line", "progress", "quiet")
+NOT_SETTINGS = ("func", "out", "overwrite", "command", "command_line", "progress", "quiet", "rerun_of")
 
 
 def add_out_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -43,13 +43,16 @@ def in_run_dir(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
     return run
 
 
-def record_config(args: argparse.Namespace, kind: str, topo: Any, packet: Any) -> None:
+def record_config(
+    args: argparse.Namespace, kind: str, topo: Any, packet: Any, inputs: dict[str, str | Path | None]
+) -> None:
     """config.json of a replay or netsim run directory (`phantora run` writes its own): the options as given,
-    the packet settings with every default (None for the flow network), the topology and the versions."""
+    the packet settings with every default (None for the flow network), the topology, the input files by
+    content (`inputs`: option name -> path), the versions, and for `phantora rerun` the run it repeats."""
     if args.out is None:
         return
     from phantora.results.provenance import write_config
 
     options = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
     write_config(args.out, options=options, topo=topo, packet=packet, command=getattr(args, "command_line", None),
-                 kind=kind)  # fmt: skip
+                 kind=kind, inputs=inputs, rerun_of=getattr(args, "rerun_of", None))  # fmt: skip

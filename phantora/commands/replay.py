@@ -109,6 +109,11 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"config": config}
 
 
+def packet_config(args: argparse.Namespace) -> Any:
+    """The run's PacketConfig from its options, every default filled in (None for the flow network)."""
+    return _engine_options(args).get("config")
+
+
 def run(args: argparse.Namespace) -> int:
     from phantora.resources import shipped_file, workloads_dir
     from phantora.topology import load_topology
@@ -125,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
     if args.replicate_rank is not None and kind != "kineto":
         raise InputError(f"applies to Kineto traces only, and INPUT is {kind}", field="--replicate-rank")
     options = _engine_options(args)
-    record_config(args, "replay", topo, options.get("config"))
+    source = Path(args.workload)
+    if kind == "egraph" and source.is_file():  # its graph.json: the graph is the directory
+        source = source.parent
+    record_config(args, "replay", topo, options.get("config"), {"INPUT": source})
     if kind == "workload":
         return _run_workload(args, topo, options)
     return _run_graph(args, topo, options, kind)

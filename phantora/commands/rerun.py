@@ -1,13 +1,18 @@
 """`phantora rerun DIR`: run again what produced the run directory DIR (its config.json), into a new one.
 
-The same options, from the same working directory; the topology must still be the one the run used
-(its digest is checked). At the end it says whether the simulated steps came out identical.
+DIR may be written by `phantora run`, `replay` or `netsim` (one seed's directory of a `--seeds` group, or one
+configuration of a sweep, too). The same options, from the same working directory; every input the run
+recorded (script, workload, graph directory, trace, flow file, HPCC config, jobs file) must still have the
+content it had, and the topology the same nodes and links: a moved or changed one is refused, named. The
+new directory's config.json says which run it repeats (`rerun_of`). At the end it says whether the
+simulated results came out identical (exit 1 if not).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -19,10 +24,14 @@ from phantora.commands.outdir import add_out_options
 from phantora.commands.run import step_printer
 from phantora.errors import InputError
 
+KINDS = ("run", "replay", "netsim")
+# Each command's side outputs: files written outside the run directory, not written again.
+SIDE_OUTPUTS = {"replay": ("save_graph", "export_chakra")}
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("rerun", help="run again what produced a run directory (its config.json)", description=__doc__)
-    p.add_argument("run", type=Path, help="a run directory written by `phantora run --out`")
+    p.add_argument("run", type=Path, help="a run directory written by `phantora run`, `replay` or `netsim` --out")
     add_out_options(p, "the new run (default: RUN-rerun, RUN-rerun2, ...)")
     add_progress_options(p, quiet_also=" nor rank 0's output")
     p.set_defaults(func=run)
@@ -36,36 +45,159 @@ def _fresh(run: Path) -> Path:
     raise InputError("no free name for the new run directory; pass --out", file=str(run))
 
 
+def _check_topology(spec: Any, recorded: dict[str, Any], where: str) -> Any:
+    """The run's topology, loaded again; InputError if its nodes or links are not the ones the run used."""
+    from phantora.launcher import resolve_topology
+    from phantora.results.provenance import topology_digest
+
+    topo = resolve_topology(spec)
+    if topology_digest(topo) == recorded["sha256"]:
+        return topo
+    counts = (len(topo.nodes), len(topo.links))
+    then = (recorded.get("nodes"), recorded.get("links"))
+    if None not in then and counts != then:
+        what = f"{counts[0]} nodes and {counts[1]} links now, the run had {then[0]} and {then[1]}"
+    else:
+        what = "its node names, link rates, latencies or GPU model differ"
+    raise InputError(f"topology {spec!r} changed since the run: {what}", file=where)
+
+
+def _refuse_seed_group(run: Path) -> None:
+    """A `--seeds N` directory holds one run per seed, each with its config.json: name them."""
+    from phantora.results import schema as S
+
+    if (run / S.CONFIG_JSON).exists() or not (run / S.SEEDS_JSON).is_file():
+        return
+    runs = sorted(p.name for p in run.glob("seed*") if (p / S.CONFIG_JSON).is_file())
+    raise InputError(
+        f"a seed group (--seeds): rerun one seed's run, e.g. phantora rerun {run / (runs[0] if runs else 'seed1')} "
+        f"(runs here: {', '.join(runs) or 'none'})",
+        file=str(run),
+    )
+
+
+def _check_packet(recorded: dict[str, Any] | None, config: Any, topo: Any, where: str) -> None:
+    """The packet settings the recorded options give now must be the ones the run used (a default may have
+    changed since): InputError naming the first that differs."""
+    from phantora.results.provenance import packet_settings
+    from phantora.results.reproduce import first_difference
+
+    now = None if config is None else json.loads(json.dumps(packet_settings(config, topo), default=str))
+    diff = first_difference(recorded, now)
+    if diff is not None:
+        raise InputError(
+            f"this phantora resolves the run's options to other packet settings (packet.{diff}, the run's first): "
+            "rerun it with the phantora that made it",
+            file=where,
+        )
+
+
+def _version_note(then: dict[str, Any] | None) -> None:
+    from phantora.results.provenance import versions
+
+    now = versions()
+    changed = [f"{k} {then.get(k)} -> {now[k]}" for k in ("phantora", "ns3", "torch") if then and then.get(k) != now[k]]
+    if changed:
+        print(f"note: the versions differ from the run's ({', '.join(changed)}): results may differ")
+
+
 def run(args: argparse.Namespace) -> int:
-    from phantora.launcher import RunConfig, launch, resolve_topology
-    from phantora.results.provenance import read_config, topology_digest
+    from phantora.results.inputs import check_all
+    from phantora.results.provenance import read_config, rerun_origin
+
+    args.run = args.run.absolute()  # the run is repeated from its own working directory
+    _refuse_seed_group(args.run)
+    doc = read_config(args.run)
+    kind = doc.get("kind", "run")
+    where = str(args.run / "config.json")
+    if kind not in KINDS:
+        raise InputError(f"written by `phantora {kind}`, which rerun does not know", file=where, field="kind")
+    if "inputs" not in doc:
+        print("note: this run recorded no input digests (an older phantora): its input files are not checked")
+    check_all(doc.get("inputs") or {}, where)  # the options name them as the run did, from the same directory
+    _version_note(doc.get("versions"))
+    options: dict[str, Any] = dict(doc["options"])
+    for name in SIDE_OUTPUTS.get(kind, ()):
+        if options.get(name):
+            print(f"note: --{name.replace('_', '-')} {options[name]} is not written again")
+            options[name] = None
+    out = (args.out or _fresh(args.run)).absolute()
+    origin = rerun_origin(args.run, doc)
+    command = getattr(args, "command_line", None) or ["phantora", "rerun", str(args.run)]
+    here = Path(doc.get("cwd") or os.getcwd())
+    if not here.is_dir():
+        raise InputError(f"the run's working directory {here} is gone (its relative paths start there)", file=where)
+    with contextlib.chdir(here):
+        topo = _check_topology(options["topology"], doc["topology"], where)
+        if kind == "run":
+            from phantora.launcher import RunConfig, packet_config
+
+            known = set(RunConfig.__dataclass_fields__)
+            run_cfg = RunConfig(**{"script": "", **{k: v for k, v in options.items() if k in known}})
+            _check_packet(doc.get("packet"), packet_config(run_cfg), topo, where)
+            options.update(topology=topo, out_dir=out, overwrite=args.overwrite, command=command, rerun_of=origin)
+            return _rerun_live(args, options)
+        rc = _rerun_command(kind, doc, options, args, topo, out, command, origin)
+    if rc != 0:
+        return rc
+    return _compare_dirs(args.run, out)
+
+
+def _rerun_command(kind: str, doc: dict[str, Any], options: dict[str, Any], args: argparse.Namespace, topo: Any,
+                   out: Path, command: list[str], origin: dict[str, Any]) -> int:  # fmt: skip
+    """`phantora replay` or `netsim` with the recorded options (the current parser's defaults for any the
+    run did not record), into `out`."""
+    recorded_packet = doc.get("packet")
+    module = importlib.import_module(f"phantora.commands.{kind}")
+    parser = argparse.ArgumentParser(prog=f"phantora {kind}")
+    module.register(parser.add_subparsers(dest="command"))
+    required = ["--topology", str(options["topology"])] + (
+        ["--flows", str(options["flows"])] if kind == "netsim" else []
+    )
+    ns = parser.parse_args([kind, *required])
+    for key, value in options.items():
+        if key not in vars(ns):
+            raise InputError(
+                f"the run used option {key!r}, which this phantora's `{kind}` does not have",
+                file=str(args.run / "config.json"),
+                field=f"options.{key}",
+            )
+        setattr(ns, key, value)
+    ns.set = list(ns.set or [])
+    _check_packet(recorded_packet, module.packet_config(ns), topo, str(args.run / "config.json"))
+    ns.seeds = None  # a seed group's runs are rerun one by one (each seed<S>/ has its own config.json)
+    ns.out, ns.overwrite, ns.progress, ns.quiet = out, args.overwrite, args.progress, args.quiet
+    ns.command_line, ns.rerun_of = command, origin
+    return int(ns.func(ns) or 0)
+
+
+def _compare_dirs(old: Path, new: Path) -> int:
+    from phantora.results.reproduce import compare
+
+    if not any((old / n).is_file() for n in ("results.json", "summary.json")):
+        print(f"{old} has no results (the run did not complete): nothing to compare with")
+        return 0
+    same, diffs = compare(old, new)
+    if diffs:
+        print(f"NOT reproduced: {len(diffs)} difference(s) from {old}'s results")
+        for line in diffs:
+            print(f"  {line}")
+        return 1
+    print(f"reproduced: {', '.join(same)} identical to {old}'s")
+    return 0
+
+
+def _rerun_live(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """A `phantora run` directory: the script (or the jobs) again through the launcher."""
+    from phantora.launcher import RunConfig, launch
     from phantora.runtime.results import format_summary
 
-    doc = read_config(args.run)
-    if doc.get("kind", "run") != "run":
-        command = " ".join(doc.get("command") or [])
-        raise InputError(
-            f"rerun repeats `phantora run` directories; this one was written by `phantora {doc['kind']}`: "
-            f"run its command again with a new --out ({command})",
-            file=str(args.run / "config.json"),
-        )
-    options: dict[str, Any] = dict(doc["options"])
-    here = Path(doc.get("cwd") or os.getcwd())
-    with contextlib.chdir(here):
-        topo = resolve_topology(options["topology"])
-        if topology_digest(topo) != doc["topology"]["sha256"]:
-            raise InputError(
-                f"topology {options['topology']!r} is not the one the run used (its nodes or links changed)",
-                file=str(args.run / "config.json"),
-            )
-        options.update(topology=topo, out_dir=args.out or _fresh(args.run.resolve()), overwrite=args.overwrite)
-        options["command"] = ["phantora", "rerun", str(args.run)]
-        known = set(RunConfig.__dataclass_fields__)
-        if progress_mode(args) != "off":
-            options["on_step"] = step_printer(every_step=bool(args.progress) or sys.stdout.isatty())
-        if "jobs" in options:  # a run of several jobs (phantora run/replay --jobs)
-            return _rerun_jobs(args, options, RunConfig(script="", **{k: v for k, v in options.items() if k in known}))
-        report = launch(RunConfig(**{k: v for k, v in options.items() if k in known}))
+    known = set(RunConfig.__dataclass_fields__)
+    if progress_mode(args) != "off":
+        options["on_step"] = step_printer(every_step=bool(args.progress) or sys.stdout.isatty())
+    if "jobs" in options:  # a run of several jobs (phantora run/replay --jobs)
+        return _rerun_jobs(args, options, RunConfig(script="", **{k: v for k, v in options.items() if k in known}))
+    report = launch(RunConfig(**{k: v for k, v in options.items() if k in known}))
     if not args.quiet and report.logs.get("rank 0", "").strip():
         print("----- rank 0 output -----\n" + report.logs["rank 0"].rstrip() + "\n-------------------------")
     print(format_summary(report.summary))

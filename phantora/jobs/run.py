@@ -185,7 +185,7 @@ def launch_jobs(
     ctx = _Ctx(plan, base, out, {j.name: out / S.JOBS_DIR / j.name for j in spec.jobs}, algo)
     try:
         run_dir.write_status(out, "running", jobs=[j.name for j in spec.jobs])
-        skip = ("command", "python", "on_step", "script", "args")
+        skip = ("command", "python", "on_step", "script", "args", "rerun_of")
         options = {
             "jobs_file": spec.source,
             "jobs": [dataclasses.asdict(j) for j in spec.jobs],
@@ -193,7 +193,9 @@ def launch_jobs(
             "alone": alone,
             **{f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name not in skip},
         }
-        provenance.write_config(out, options=options, topo=topo, packet=packet, command=base.command)
+        files = {"--jobs": spec.source, **{f"job {j.name}": j.source for j in spec.jobs}}
+        provenance.write_config(out, options=options, topo=topo, packet=packet, command=base.command,
+                                inputs=files, rerun_of=base.rerun_of)  # fmt: skip
         t0 = time.monotonic()
         try:
             report = _run(ctx, gpu, net_options, model_opts, on_step)

@@ -2,8 +2,10 @@
 
 It holds the run's options as given, the packet settings with every default filled in (and the
 values the defaults resolve to on this topology: switch buffer, ECN thresholds per link rate), the
-topology's name and a digest of its nodes and links, the command line, and the versions of
-phantora, torch, ns-3 and Python.
+topology's name and a digest of its nodes and links, the input files by content (`inputs`, see
+`phantora.results.inputs`), the command line, and the versions of phantora, torch, ns-3 and Python. A
+run made by `phantora rerun` also names the run it repeats (`rerun_of`: its directory, command, versions
+and the sha256 of its config.json).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import importlib.metadata
 import json
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from phantora.netsim.packet_config import PacketConfig, cc_ecn_maps
+from phantora.results import inputs as I
 from phantora.results import schema as S
 from phantora.results.write import write_json
 from phantora.topology.model import Topology
@@ -92,18 +96,30 @@ def write_config(
     packet: PacketConfig | None,
     command: list[str] | None,
     kind: str = "run",
+    inputs: Mapping[str, str | Path | None] | None = None,
+    rerun_of: dict[str, Any] | None = None,
 ) -> Path:
-    """Write out/config.json; `kind` is the command that wrote the run: run, replay or netsim."""
-    doc = {
+    """Write out/config.json; `kind` is the command that wrote the run: run, replay or netsim; `inputs` the files
+    it reads, by name (recorded by content); `rerun_of` what `rerun_origin` says of the run it repeats."""
+    doc: dict[str, Any] = {
         "schema": CONFIG,
         "kind": kind,
         "command": command,
         "cwd": os.getcwd(),  # the ranks start here, and relative paths in the options are from here
         "options": plain(options),
-        "topology": {"name": topo.name, "sha256": topology_digest(topo), "ranks": topo.num_ranks},
+        "topology": {
+            "name": topo.name,
+            "sha256": topology_digest(topo),
+            "ranks": topo.num_ranks,
+            "nodes": len(topo.nodes),
+            "links": len(topo.links),
+        },
+        "inputs": I.records(inputs or {}),
         "packet": packet_settings(packet, topo) if packet is not None else None,
         "versions": versions(),
     }
+    if rerun_of is not None:
+        doc["rerun_of"] = rerun_of
     return write_json(out / CONFIG_JSON, doc, sort_keys=False)
 
 
@@ -122,3 +138,15 @@ def read_config(run: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("schema") != CONFIG:
         raise InputError(f"not a {CONFIG} document", file=str(path))
     return doc
+
+
+def rerun_origin(run: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """What a rerun records of the run it repeats (`doc`: that run's config.json)."""
+    return {
+        "dir": str(Path(run).absolute()),
+        "config_sha256": I.file_sha256(Path(run) / CONFIG_JSON),
+        "kind": doc.get("kind", "run"),
+        "command": doc.get("command"),
+        "cwd": doc.get("cwd"),
+        "versions": doc.get("versions"),
+    }
