@@ -34,6 +34,7 @@ CC_TYPES = {
     "dctcp": "ns3::CcDctcp",
 }
 NVLINK_MODES = ("packet", "fluid")
+REUSE_MODES = ("off", "on")
 
 
 def _wire_preset(payload: int, header: int, ack_interval: int) -> dict[str, int]:
@@ -59,7 +60,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
     "roce4k": _wire_preset(4096, 62, 4),
 }
 # PacketConfig fields that choose how the engine is put together rather than set an ns-3 attribute.
-ENGINE_FIELDS = ("nvlink",)
+ENGINE_FIELDS = ("nvlink", "reuse")
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
 # The attributes of each CC model's ns-3 TypeId (ns3-scratch/model/cc-*.cc) and their value kinds, so that
 # `--set cc.NAME=VALUE` is checked before a run starts; tests/test_packet_cc_laws.py checks this table
@@ -154,6 +155,9 @@ class PacketConfig:
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
+    # Engine: serve a packet-side episode that repeats one recorded from a quiet fabric from its completion profile
+    # (phantora.netsim.reuse; opt-in, exact only where ns-3 draws no random numbers, docs/packet-model.md)
+    reuse: str = "off"
     # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
     cc_attrs: dict[str, str] = field(default_factory=dict)  # raw ns-3 attribute overrides, e.g. {"G": "0.0625"}
 
@@ -197,6 +201,8 @@ class PacketConfig:
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
         if self.nvlink not in NVLINK_MODES:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
+        if self.reuse not in REUSE_MODES:
+            raise bad("reuse", f"expected {' or '.join(REUSE_MODES)}, got {self.reuse!r}")
         if self.ecmp_hash is not None and self.ecmp_hash not in ECMP_HASHES:
             raise bad("ecmp_hash", f"expected {' or '.join(ECMP_HASHES)}, got {self.ecmp_hash!r}")
         for name in ("kmin_map", "kmax_map", "pmax_map"):
@@ -226,7 +232,8 @@ class PacketConfig:
 
     def approximations(self) -> list[str]:
         """The opt-in approximations of the exact packet model this config turns on (results.json lists them)."""
-        return ["nvlink=fluid"] if self.nvlink == "fluid" else []
+        out = ["nvlink=fluid"] if self.nvlink == "fluid" else []
+        return [*out, "reuse=on"] if self.reuse == "on" else out
 
     def with_updates(self, **changes: Any) -> PacketConfig:
         """A copy with some fields changed (validated)."""
