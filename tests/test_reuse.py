@@ -141,3 +141,13 @@ def test_flow_mode_and_netsim_refuse_reuse_naming_the_field(capsys) -> None:
     assert main(["netsim", "--network", "ns3", "-t", "hpcc/star8", "-f", "incast4", "--set", "reuse=on"]) == 2
     err = capsys.readouterr().err
     assert "reuse" in err and "run and replay" in err and "Traceback" not in err
+
+
+def test_graph_replay_results_keep_the_approximations_list() -> None:
+    """results.json of `phantora replay GRAPH` says which approximations the engine used."""
+    from phantora.egraph.replay import GraphReplayResult
+
+    stats = {"events": 7, "approximations": ["nvlink=fluid", "reuse=on"], "nested": {"x": 1}}
+    res = GraphReplayResult([1], [1], [[1]], [1], 1, {}, stats, 1, 0, 0.0, 0.0)
+    kept = res.to_dict()["engine_stats"]
+    assert kept == {"events": 7, "approximations": ["nvlink=fluid", "reuse=on"]}
