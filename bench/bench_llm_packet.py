@@ -116,7 +116,8 @@ def main() -> None:
         rows.append(row)
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     base = rows[0]["projected_cpu_s"]
-    print("\nvariant                          projected CPU     x faster   events/CPU s   packet-side GB   served/episodes")
+    head = f"{'variant':<30}   projected CPU     x faster   events/CPU s   packet-side GB   served/episodes"
+    print("\n" + head)
     for r in rows:
         print(
             f"{r['variant']:<30} {r['projected_cpu_s']:>12.0f} s {base / r['projected_cpu_s']:>10.1f}"
