@@ -247,6 +247,12 @@ int64_t PhantoraNetwork::NextEventTime() const {
   return sched ? sched->PeekNextTs() : -1;
 }
 
+int64_t PhantoraNetwork::NextLiveEventTime() {
+  Need();
+  PhantoraScheduler* sched = PhantoraScheduler::Current();
+  return sched ? sched->PeekNextLiveTs() : -1;
+}
+
 uint64_t PhantoraNetwork::InFlight() const { return Need().inFlight; }
 
 std::vector<int64_t> PhantoraNetwork::Route(uint32_t src, uint32_t dst, uint64_t ecmpKey) {

@@ -175,6 +175,8 @@ class PhantoraNetwork {
   int64_t Now() const;
   /// Time of the next pending event, or -1.
   int64_t NextEventTime() const;
+  /// Time of the next pending event that is not cancelled, or -1.
+  int64_t NextLiveEventTime();
   /// Flows added and not yet complete at their receiver.
   uint64_t InFlight() const;
   /// Channel ids a flow with this ECMP key takes (the switches' own tables and hash).

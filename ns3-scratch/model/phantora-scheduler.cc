@@ -2,9 +2,12 @@
 #include "phantora-scheduler.h"
 #include "phantora-type-id.h"
 
+#include "ns3/event-impl.h"
 #include "ns3/log.h"
 #include "ns3/object-factory.h"
 #include "ns3/string.h"
+
+#include <vector>
 
 namespace ns3 {
 
@@ -49,6 +52,25 @@ std::string PhantoraScheduler::GetInner() const { return m_innerName; }
 
 int64_t PhantoraScheduler::PeekNextTs() const {
   return m_inner->IsEmpty() ? -1 : static_cast<int64_t>(m_inner->PeekNext().key.m_ts);
+}
+
+int64_t PhantoraScheduler::PeekNextLiveTs() {
+  // Cancelled events stay queued until reached (the simulator counts them then): lift those at the head, look
+  // behind them, and put them back with their keys, so the order of everything is unchanged.
+  std::vector<Event> cancelled;
+  int64_t ts = -1;
+  while (!m_inner->IsEmpty()) {
+    const Event ev = m_inner->PeekNext();
+    if (!ev.impl->IsCancelled()) {
+      ts = static_cast<int64_t>(ev.key.m_ts);
+      break;
+    }
+    cancelled.push_back(m_inner->RemoveNext());
+  }
+  for (const Event& ev : cancelled) {
+    m_inner->Insert(ev);
+  }
+  return ts;
 }
 
 void PhantoraScheduler::Insert(const Event& ev) { m_inner->Insert(ev); }

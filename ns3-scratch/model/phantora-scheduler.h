@@ -20,6 +20,8 @@ class PhantoraScheduler : public Scheduler {
   static PhantoraScheduler* Current();
   /// Time step (ns) of the next event, or -1 if there is none.
   int64_t PeekNextTs() const;
+  /// Time step (ns) of the next event that is not cancelled (reached, a cancelled one does nothing), or -1.
+  int64_t PeekNextLiveTs();
 
   void Insert(const Event& ev) override;
   bool IsEmpty() const override;

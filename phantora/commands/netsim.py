@@ -186,13 +186,14 @@ def _run_ns3(
     With `out`, the run's PhantoraNetwork calls go to out/ns3-calls.txt (phantora-ns3-runner replays them)."""
     from phantora.netsim.packet import Ns3Simulator
 
-    if config.nvlink != "packet":
-        raise InputError(
-            "netsim reports every flow's FCT as HPCC does (at its sender's last ACK), packet by packet: "
-            "nvlink=fluid applies to run and replay only",
-            file="--set",
-            field="nvlink",
-        )
+    for name, value in (("nvlink", "fluid"), ("reuse", "on")):
+        if getattr(config, name) == value:
+            raise InputError(
+                "netsim reports every flow's FCT as HPCC does (at its sender's last ACK), packet by packet: "
+                f"{name}={value} applies to run and replay only",
+                file="--set",
+                field=name,
+            )
     sim = make_engine("ns3", topo, config=config, calls=out / S.NS3_CALLS_TXT if out else None)
     assert isinstance(sim, Ns3Simulator)
     with sim:

@@ -96,8 +96,14 @@ class GraphReplayResult:
             "comm": self.comm,
             "flows": self.flows,
             "markers": self.markers,
-            "engine_stats": {k: v for k, v in self.engine_stats.items() if isinstance(v, (int, float, str))},
+            "engine_stats": {k: v for k, v in self.engine_stats.items() if _plain(v)},
         }
+
+
+def _plain(v: object) -> bool:
+    """A stat results.json keeps: a scalar, or a list of scalars (the approximations an engine used)."""
+    scalar = (int, float, str)
+    return isinstance(v, scalar) or isinstance(v, list) and all(isinstance(x, scalar) for x in v)
 
 
 def _pinned(prog: Program) -> set[int]:

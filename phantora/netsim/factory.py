@@ -33,7 +33,7 @@ def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulato
             config = apply_overrides(config, overrides)
         if config.nvlink == "fluid":
             return fluid_nvlink(topo, config, calls)
-        return Ns3Simulator(topo, config, calls=calls)
+        return with_reuse(Ns3Simulator(topo, config, calls=calls), config)
     raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
 
 
@@ -43,9 +43,20 @@ def fluid_nvlink(topo: Topology, config: Any, calls: Any = None) -> NetworkSimul
     from phantora.netsim.hybrid import FluidNvlinkSimulator
     from phantora.netsim.packet import Ns3Simulator
 
-    packet = Ns3Simulator(topo, config, calls=calls)
-    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=packet.topology.ecmp_hash)
+    ns3 = Ns3Simulator(topo, config, calls=calls)
+    packet = with_reuse(ns3, config)
+    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=ns3.topology.ecmp_hash)
     return FluidNvlinkSimulator(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)
+
+
+def with_reuse(engine: Any, config: Any) -> Any:
+    """`engine` itself, or with ``reuse=on`` wrapped in a `ProfileReuseSimulator` (phantora.netsim.reuse). Under
+    nvlink=fluid it wraps the packet side only, so the fluid NVLink side stays as it is."""
+    if config.reuse != "on":
+        return engine
+    from phantora.netsim.reuse import ProfileReuseSimulator
+
+    return ProfileReuseSimulator(engine)
 
 
 def nvlink_efficiency(config: Any) -> float:

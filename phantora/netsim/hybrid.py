@@ -174,7 +174,9 @@ class FluidNvlinkSimulator:
         out["fluid_flows"] = self._fluid_flows
         out["fluid_events"] = fluid.get("events", 0)
         out["hybrid_steps"] = self._steps
-        out["approximations"] = ["nvlink=fluid"]
+        used = out.get("approximations")
+        used = list(used) if isinstance(used, list) else []
+        out["approximations"] = used if "nvlink=fluid" in used else ["nvlink=fluid", *used]
         return out
 
     def close(self) -> None:

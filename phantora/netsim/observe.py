@@ -101,6 +101,17 @@ class EcnMark:
 
 
 @dataclass(frozen=True, slots=True)
+class FabricRecords:
+    """A stretch of a packet engine's fabric records, each list in time order."""
+
+    pfc: Sequence[PfcEvent]
+    queues: Sequence[QueueSample]
+    drops: Sequence[Drop]
+    cnps: Sequence[CnpEvent]
+    marks: Sequence[EcnMark]
+
+
+@dataclass(frozen=True, slots=True)
 class PacketChannelUsage:
     """Traffic of one directed channel (all packets: data, ACK, PFC) up to now."""
 

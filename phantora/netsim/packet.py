@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +34,16 @@ from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
 from phantora.netsim.ns3_calls import RecordedNetwork
-from phantora.netsim.observe import CnpEvent, Drop, EcnMark, PacketChannelUsage, PfcEvent, QueueSample, Trim
+from phantora.netsim.observe import (
+    CnpEvent,
+    Drop,
+    EcnMark,
+    FabricRecords,
+    PacketChannelUsage,
+    PfcEvent,
+    QueueSample,
+    Trim,
+)
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.topology.model import Topology
 
@@ -273,6 +282,7 @@ class Ns3Simulator:
         self._trims: list[Trim] = []
         self._cnps: list[CnpEvent] = []
         self._marks: list[EcnMark] = []
+        self._seen = (0, 0, 0, 0, 0)  # records handed out by new_records()
         self._submitted = 0
 
     def _build(self) -> None:
@@ -368,6 +378,14 @@ class Ns3Simulator:
 
     def now(self) -> int:
         return int(self._net.Now())
+
+    def quiet(self) -> bool:
+        """Nothing in flight and nothing live scheduled: no ACK, PFC frame, timer or queue sample pending
+        (cancelled timers, which would do nothing when reached, do not count)."""
+        if self.in_flight():
+            return False
+        t = int(self._net.NextLiveEventTime())
+        return t < 0 or t >= _FOREVER_NS  # at most the far-future stop of an unbounded run left
 
     def in_flight(self) -> int:
         return int(self._net.InFlight())
@@ -503,6 +521,17 @@ class Ns3Simulator:
             )
         return list(self._marks)
 
+    def new_records(self) -> FabricRecords:
+        """The fabric's records (PFC, queue samples, drops, CNPs, CE marks) since the last call, in time order."""
+        self.pfc_events(), self.queue_samples(), self.drops(), self.cnp_events(), self.ecn_mark_events()
+        seen = self._seen
+        out = FabricRecords(
+            self._pfc[seen[0] :], self._queues[seen[1] :], self._drops[seen[2] :], self._cnps[seen[3] :],
+            self._marks[seen[4] :],
+        )  # fmt: skip
+        self._seen = (len(self._pfc), len(self._queues), len(self._drops), len(self._cnps), len(self._marks))
+        return out
+
     def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
         """Per-channel bytes, pauses, marks and utilisation over `elapsed_ns` (default now()), used channels only."""
         elapsed = self.now() if elapsed_ns is None else elapsed_ns
@@ -559,14 +588,17 @@ class Ns3Simulator:
         return out
 
     def _check_batch(self, flows: Sequence[Flow]) -> None:
-        """`check_flow_batch`, plus what C++ needs: 64-bit ids and a data priority class 1..7."""
-        for f in flows:
-            if not 0 <= f.id <= _MASK64:
-                raise InputError(f"flow {f.id}: ids must be in [0, 2^64)", field="id")
-            if not 1 <= f.priority <= 7:
-                raise InputError(f"flow {f.id}: priority must be 1..7 (0 is the control class)", field="priority")
-            if not 0 <= f.loss_budget <= max(f.size, 0):
-                raise InputError(
-                    f"flow {f.id}: loss_budget must be in [0, size], got {f.loss_budget}", field="loss_budget"
-                )
-        check_flow_batch(flows, self.topology, self._known.__contains__)
+        check_packet_batch(flows, self.topology, self._known.__contains__)
+
+
+def check_packet_batch(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:
+    """`check_flow_batch`, plus what the C++ fabric needs: 64-bit ids, a data priority class 1..7 and a loss
+    budget within the flow."""
+    for f in flows:
+        if not 0 <= f.id <= _MASK64:
+            raise InputError(f"flow {f.id}: ids must be in [0, 2^64)", field="id")
+        if not 1 <= f.priority <= 7:
+            raise InputError(f"flow {f.id}: priority must be 1..7 (0 is the control class)", field="priority")
+        if not 0 <= f.loss_budget <= max(f.size, 0):
+            raise InputError(f"flow {f.id}: loss_budget must be in [0, size], got {f.loss_budget}", field="loss_budget")
+    return check_flow_batch(flows, topology, known)

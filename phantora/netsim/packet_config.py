@@ -34,6 +34,7 @@ CC_TYPES = {
     "dctcp": "ns3::CcDctcp",
 }
 NVLINK_MODES = ("packet", "fluid")
+REUSE_MODES = ("off", "on")
 
 
 def _wire_preset(payload: int, header: int, ack_interval: int) -> dict[str, int]:
@@ -60,7 +61,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 }
 # PacketConfig fields that choose how the engine is put together, or how a live run's ranks mark their
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
-ENGINE_FIELDS = ("nvlink", "priority", "dlcp", "dlcp_bound")
+ENGINE_FIELDS = ("nvlink", "reuse", "priority", "dlcp", "dlcp_bound")
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 PRIORITY_POLICIES = ("none", "layer", "tensor-size")
 DLCP_POLICIES = ("off", "grads")
@@ -159,6 +160,9 @@ class PacketConfig:
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
+    # Engine: serve a packet-side episode that repeats one recorded from a quiet fabric from its completion profile
+    # (phantora.netsim.reuse; opt-in, exact only where ns-3 draws no random numbers, docs/packet-model.md)
+    reuse: str = "off"
     # Traffic classes: how switches (and, with strict, NICs) share a port among data classes 1..7 (class 1 first)
     sched: str = "rr"  # rr (the HPCC models') | strict | wrr
     sched_weights: str = ""  # wrr weights of classes 1..7, "w1,...,w7" (integers >= 1); "" = all 1
@@ -210,6 +214,10 @@ class PacketConfig:
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
         if self.nvlink not in NVLINK_MODES:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
+        if self.reuse not in REUSE_MODES:
+            raise bad("reuse", f"expected {' or '.join(REUSE_MODES)}, got {self.reuse!r}")
+        if self.reuse == "on" and self.dlcp != "off":
+            raise bad("reuse", "reuse=on cannot serve loss-tolerant (dlcp) episodes: turn one of them off")
         for name, allowed in (("sched", CLASS_SCHEDULERS), ("priority", PRIORITY_POLICIES), ("dlcp", DLCP_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise bad(name, f"expected {' | '.join(allowed)}, got {getattr(self, name)!r}")
@@ -261,7 +269,8 @@ class PacketConfig:
 
     def approximations(self) -> list[str]:
         """The opt-in approximations of the exact packet model this config turns on (results.json lists them)."""
-        return ["nvlink=fluid"] if self.nvlink == "fluid" else []
+        out = ["nvlink=fluid"] if self.nvlink == "fluid" else []
+        return [*out, "reuse=on"] if self.reuse == "on" else out
 
     def with_updates(self, **changes: Any) -> PacketConfig:
         """A copy with some fields changed (validated)."""
