@@ -313,21 +313,22 @@ def test_dctcp_cuts_once_per_window_and_tracks_alpha(cc, ns3_cc):
     assert d.GetRateBps() == pytest.approx((G100 // 2 + 615_000_000) * (1 - alpha / 2), abs=1)
 
 
-# ----- the attribute table that checks --set cc.X before a run --------------------------------------------
-def test_cc_attribute_table_matches_the_typeids(ns3_cc) -> None:
-    """CC_ATTRIBUTES (packet_config.py) names exactly each Cc* TypeId's own attributes, with their kinds."""
-    from phantora.netsim.packet_config import CC_ATTRIBUTES, CC_TYPES
+# ----- the registry that checks --cc and --set cc.X before a run ----------------------------------------------
+def test_the_registry_is_what_the_typeids_say(ns3_cc) -> None:
+    """cc_registry (the runner's --list-cc) names each registered CC's TypeId and exactly its attributes."""
+    from phantora.netsim.cc_registry import registry
 
     ns, _ = ns3_cc
-    kinds = {"DoubleValue": "double", "UintegerValue": "uinteger", "BooleanValue": "boolean", "TimeValue": "time"}
-    for cc, type_name in CC_TYPES.items():
-        tid = ns.TypeId.LookupByName(type_name)
-        own = {}
-        for i in range(tid.GetAttributeN()):
-            info = tid.GetAttribute(i)
-            value_type = str(info.checker.GetValueTypeName()).removeprefix("ns3::")
-            own[str(info.name)] = kinds.get(value_type, value_type)
-        assert own == CC_ATTRIBUTES[cc], cc
+    known = registry()
+    assert {"none", "dcqcn", "hpcc", "timely", "dctcp", "swift"} <= set(known)
+    for cc, info in known.items():
+        tid = ns.TypeId.LookupByName(info.typeid)
+        own = {
+            str(tid.GetAttribute(i).name): str(tid.GetAttribute(i).checker.GetValueTypeName())
+            for i in range(tid.GetAttributeN())
+        }
+        assert {name: a.kind for name, a in info.attributes.items()} == own, cc
+    assert [c for c, info in known.items() if info.wants_int] == ["hpcc"]
 
 
 def test_fabric_attribute_table_matches_the_typeids(ns3_cc) -> None:
