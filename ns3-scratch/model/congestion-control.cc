@@ -8,6 +8,7 @@
 #include "ns3/trace-source-accessor.h"
 
 #include <cstdio>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -56,7 +57,11 @@ std::string Joined(const std::vector<std::string>& names) {
 }  // namespace
 
 bool CcRegistry::Add(const std::string& name, TypeId (*getTypeId)()) {
-  Registered()[name] = getTypeId;
+  auto [it, added] = Registered().emplace(name, getTypeId);
+  if (!added && it->second != getTypeId) {  // e.g. a user's CC under a built-in name: the first one stays
+    std::cerr << "phantora: congestion control '" << name << "' is registered twice (" << it->second().GetName()
+              << ", " << getTypeId().GetName() << "); keeping " << it->second().GetName() << std::endl;
+  }
   return true;
 }
 
