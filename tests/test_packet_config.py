@@ -140,6 +140,15 @@ def test_bad_config_names_file_line_and_key(tmp_path: Path, line: str, key: str)
     assert e.value.field == key
 
 
+def test_hpcc_cc_keys_work_in_set_as_in_a_config_file() -> None:
+    dcqcn = PacketConfig(cc="dcqcn")
+    c = apply_overrides(dcqcn, ["RATE_AI=20Mb/s", "RP_TIMER=900", "EWMA_GAIN=0.0625"])
+    assert c.cc_attrs == {"RateAi": "20000000", "RpTimer": "900000ns", "G": "0.0625"}
+    with pytest.raises(InputError) as e:
+        apply_overrides(PacketConfig(cc="swift"), ["RATE_AI=20Mb/s"])
+    assert e.value.field == "RATE_AI" and "HPCC key of dcqcn, hpcc, timely, not of 'swift'" in str(e.value)
+
+
 def test_overrides() -> None:
     dcqcn = PacketConfig(cc="dcqcn")
     c = apply_overrides(dcqcn, ["pfc=0", "buffer_bytes=200000", "cc.G=0.5", "kmin_map=100Gbps 1000"])

@@ -9,6 +9,7 @@ answer beside the library it describes, so it is asked once per build.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ def _registry_json(lib: Path, extra: Path | None) -> str:
     if proc.returncode != 0:
         raise PhantoraError(f"listing the congestion controls failed ({' '.join(cmd)}): {proc.stderr.strip()}")
     try:
-        tmp = cache.with_name(f".{_CACHE}.tmp")
+        tmp = cache.with_name(f".{_CACHE}.{os.getpid()}")
         tmp.write_text(proc.stdout)
         tmp.replace(cache)
     except OSError:

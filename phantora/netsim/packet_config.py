@@ -340,7 +340,8 @@ def _us_text(value: str) -> str:
     return f"{float(value) * 1000:g}ns"  # HPCC timer keys are in microseconds
 
 
-# HPCC key -> (CC attribute, converter to the attribute's text, CCs that take it).
+# HPCC key -> (CC attribute, converter to the attribute's text, CCs that take it): the HPCC config.txt format's
+# own mapping (its CC_MODE numbering is HPCC_CC_MODES), in a config file and in `--set RATE_AI=...`.
 _CC_KEYS: dict[str, tuple[str, object, tuple[str, ...]]] = {
     "RATE_AI": ("RateAi", lambda v: str(_rate(v)), ("dcqcn", "hpcc", "timely")),
     "RATE_HAI": ("RateHai", lambda v: str(_rate(v)), ("dcqcn", "timely")),
@@ -509,7 +510,8 @@ def override_fields() -> list[str]:
 
 
 def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "--set") -> PacketConfig:
-    """Apply ``field=value`` strings (PacketConfig field names, values as in a config file)."""
+    """Apply ``field=value`` strings (PacketConfig field names, values as in a config file; `cc.ATTR` for the
+    CC's own attributes; the CC keys of an HPCC config.txt, such as RATE_AI, as a config file has them)."""
     names = {f.name: f for f in fields(PacketConfig)}
     changes: dict[str, object] = {}
     attrs = dict(config.cc_attrs)
@@ -521,6 +523,20 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
         args = value.split()
         if key.startswith("cc.") and len(key) > 3:
             attrs[key[3:]] = value.strip()
+            continue
+        if key in _CC_KEYS:  # an HPCC config.txt key of the CC (RATE_AI=50Mb/s), as a config file has it
+            attr, convert, ccs = _CC_KEYS[key]
+            cc = str(changes.get("cc", config.cc))
+            if cc not in ccs:
+                raise InputError(
+                    f"{key} is an HPCC key of {', '.join(ccs)}, not of {cc!r} (cc.ATTRIBUTE sets any CC's own)",
+                    file=source,
+                    field=key,
+                )
+            try:
+                attrs[attr] = convert(value.strip())  # type: ignore[operator]
+            except (ValueError, InputError) as exc:
+                raise InputError(f"bad value {value.strip()!r}: {exc}", file=source, field=key) from None
             continue
         if key == "wire":
             preset = WIRE_PRESETS.get(value.strip())
