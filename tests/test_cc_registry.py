@@ -98,6 +98,15 @@ def test_an_unknown_cc_or_attribute_is_one_line_naming_the_field_and_the_known_o
     assert e.value.field == "cc.BaseTarget" and "takes a time such as 4us" in str(e.value)
 
 
+def test_the_engine_refuses_an_unknown_cc_in_one_line(ns3_lib) -> None:
+    with pytest.raises(InputError) as e:
+        Ns3Simulator(star(2), PacketConfig(cc="cubic"))
+    assert e.value.field == "cc" and "registered: dcqcn, dctcp, hpcc, none" in str(e.value)
+    with Ns3Simulator(star(2), PacketConfig(cc="swift")) as sim:  # and released the network on the way out
+        sim.submit([Flow(1, 0, 1, 1000)], at=0)
+        assert len(sim.drain()) == 1
+
+
 # ----- a user's own CC, built from $PHANTORA_CC_DIR ----------------------------------------------------------
 def one_flow_ns(cc: str, attrs: dict[str, str] | None = None, calls: Path | None = None) -> int:
     """Completion time (data at the receiver) of one 1 MB flow over star(2) under `cc`."""
