@@ -16,6 +16,10 @@
 //    whether that is the pair's RTT or the fabric-wide maximum), which grows with the path in the same way.
 //  - the NIC tells the CC of no retransmission timeouts (go-back-N is the NIC's own), so Algorithm 1's
 //    timeout and fast-recovery branches do not run; on a lossless (PFC) fabric they would not anyway.
+// Defaults: Beta 0.8, MaxMdf 0.5, FsMinCwnd 0.1, FsMaxCwnd 100, FsRange 5 x BaseTarget and MinCwnd 0.001 are
+// the values open Swift models use for the paper's parameters (the formulas are the paper's: Algorithm 1 in
+// section 3.1, pacing in 3.3, target scaling in 3.5); BaseTarget 5 us and Ai 1 packet are our choices for
+// 100-400G fabrics with microsecond links.
 #include "congestion-control.h"
 #include "phantora-type-id.h"
 
@@ -39,7 +43,7 @@ class CcSwift : public CongestionControl {
   double TargetDelayNs() const;
   void Apply(double cwnd, double rttNs);
 
-  // Attributes (defaults: section 3 of the paper where it gives one; see GetTypeId).
+  // Attributes (see GetTypeId and the defaults above).
   Time m_baseTarget;
   Time m_hostTarget;
   double m_ai = 1.0;
