@@ -12,7 +12,7 @@ from typing import Any
 from phantora.errors import PhantoraError
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-COMMANDS = ("topo", "replay", "netsim", "run", "rerun", "compare", "sweep", "profile", "calibrate", "doctor")
+COMMANDS = ("topo", "replay", "netsim", "run", "rerun", "compare", "sweep", "profile", "calibrate", "cc", "doctor")
 
 
 DESCRIPTION = (

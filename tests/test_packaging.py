@@ -17,7 +17,7 @@ import pytest
 
 from phantora import resources
 from phantora.cli import main
-from phantora.netsim import packet
+from phantora.netsim import ns3_build, packet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,23 +53,23 @@ def test_cache_dir_honours_the_environment(monkeypatch, tmp_path: Path) -> None:
 def test_the_cache_build_directory_is_keyed_by_the_sources(monkeypatch, tmp_path: Path) -> None:
     src = tmp_path / "ns3-scratch"
     shutil.copytree(ROOT / "ns3-scratch", src, ignore=shutil.ignore_patterns("build"))
-    monkeypatch.setattr(packet, "CHECKOUT", None)
-    monkeypatch.setattr(packet, "SCRATCH", src)
+    monkeypatch.setattr(ns3_build, "CHECKOUT", None)
+    monkeypatch.setattr(ns3_build, "SCRATCH", src)
     monkeypatch.setenv("PHANTORA_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("PHANTORA_NS3_LIB", raising=False)
-    packet._build_key.cache_clear()
+    ns3_build._build_key.cache_clear()
     try:
-        first = packet.build_dir()
+        first = ns3_build.build_dir()
         assert first.parent == tmp_path / "cache" and first.name.startswith("ns3-")
-        assert packet.library_path() == first / "libphantora-ns3.so"
-        assert packet.needs_build()  # nothing built there
+        assert ns3_build.library_path() == first / "libphantora-ns3.so"
+        assert ns3_build.needs_build()  # nothing built there
         (src / "model" / "cc-dcqcn.cc").write_text((src / "model" / "cc-dcqcn.cc").read_text() + "\n// edited\n")
-        packet._build_key.cache_clear()
-        assert packet.build_dir() != first
+        ns3_build._build_key.cache_clear()
+        assert ns3_build.build_dir() != first
         monkeypatch.setenv("PHANTORA_NS3_LIB", "/some/lib.so")
-        assert packet.library_path() == Path("/some/lib.so") and packet.build() == Path("/some/lib.so")
+        assert ns3_build.library_path() == Path("/some/lib.so") and ns3_build.build() == Path("/some/lib.so")
     finally:
-        packet._build_key.cache_clear()
+        ns3_build._build_key.cache_clear()
 
 
 def test_shipped_workloads_and_examples_are_found_by_name(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -2,10 +2,12 @@
 
 Each test drives one controller object directly (no network) and checks its rate against the closed form of
 the published algorithm: DCQCN's timers and cuts, HPCC's utilisation estimate and window, TIMELY's gradient
-rule and DCTCP's alpha EWMA.
+rule, DCTCP's alpha EWMA and Swift's delay-target AIMD.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -313,21 +315,22 @@ def test_dctcp_cuts_once_per_window_and_tracks_alpha(cc, ns3_cc):
     assert d.GetRateBps() == pytest.approx((G100 // 2 + 615_000_000) * (1 - alpha / 2), abs=1)
 
 
-# ----- the attribute table that checks --set cc.X before a run --------------------------------------------
-def test_cc_attribute_table_matches_the_typeids(ns3_cc) -> None:
-    """CC_ATTRIBUTES (packet_config.py) names exactly each Cc* TypeId's own attributes, with their kinds."""
-    from phantora.netsim.packet_config import CC_ATTRIBUTES, CC_TYPES
+# ----- the registry that checks --cc and --set cc.X before a run ----------------------------------------------
+def test_the_registry_is_what_the_typeids_say(ns3_cc) -> None:
+    """cc_registry (the runner's --list-cc) names each registered CC's TypeId and exactly its attributes."""
+    from phantora.netsim.cc_registry import registry
 
     ns, _ = ns3_cc
-    kinds = {"DoubleValue": "double", "UintegerValue": "uinteger", "BooleanValue": "boolean", "TimeValue": "time"}
-    for cc, type_name in CC_TYPES.items():
-        tid = ns.TypeId.LookupByName(type_name)
-        own = {}
-        for i in range(tid.GetAttributeN()):
-            info = tid.GetAttribute(i)
-            value_type = str(info.checker.GetValueTypeName()).removeprefix("ns3::")
-            own[str(info.name)] = kinds.get(value_type, value_type)
-        assert own == CC_ATTRIBUTES[cc], cc
+    known = registry()
+    assert {"none", "dcqcn", "hpcc", "timely", "dctcp", "swift"} <= set(known)
+    for cc, info in known.items():
+        tid = ns.TypeId.LookupByName(info.typeid)
+        own = {
+            str(tid.GetAttribute(i).name): str(tid.GetAttribute(i).checker.GetValueTypeName())
+            for i in range(tid.GetAttributeN())
+        }
+        assert {name: a.kind for name, a in info.attributes.items()} == own, cc
+    assert [c for c, info in known.items() if info.wants_int] == ["hpcc"]
 
 
 def test_fabric_attribute_table_matches_the_typeids(ns3_cc) -> None:
@@ -342,3 +345,49 @@ def test_fabric_attribute_table_matches_the_typeids(ns3_cc) -> None:
         for path in paths:
             scope, name = path.split(".")
             assert ns.TypeId.LookupByName(owners[scope]).LookupAttributeByName(name, info), path
+
+
+# ----- Swift (cc-swift.cc, a one-file CC without a header: driven through the CongestionControl base) ------------
+def swift(ns3_cc, **attrs: object):
+    """A started CcSwift at 100 Gb/s, base RTT 8320 ns, 1000-byte packets, as its CongestionControl base."""
+    ns, cppyy = ns3_cc
+    factory = ns.ObjectFactory()
+    factory.SetTypeId("ns3::CcSwift")
+    for key, value in attrs.items():
+        factory.Set(key, ns.StringValue(str(value)))
+    obj = cppyy.gbl.ns3.DynamicCast[cppyy.gbl.ns3.CongestionControl](factory.Create())
+    obj.Start(G100, 8320, 1000, 104_000)
+    return obj
+
+
+def swift_target_ns(cwnd: float, base_rtt: int = 8320, base_target: int = 5000) -> float:
+    """Section 3.5: base RTT + BaseTarget + clamp(alpha / sqrt(cwnd) + beta, 0, 5 BaseTarget)."""
+    fs_range = 5 * base_target
+    alpha = fs_range / (1 / 0.1**0.5 - 1 / 100**0.5)
+    return base_rtt + base_target + min(max(alpha / cwnd**0.5 - alpha / 100**0.5, 0.0), fs_range)
+
+
+def test_swift_decreases_once_per_rtt_bounded_by_max_mdf_and_adds_ai_per_window(ns3_cc) -> None:
+    s = swift(ns3_cc)
+    cwnd = G100 * (8320 + 5000) / 8e9 / 1000  # MaxCwnd 0: line rate x (base RTT + BaseTarget), the start
+    assert s.GetWindowBytes() == math.ceil(cwnd * 1000) and s.GetRateBps() == G100
+    delay = round(2 * swift_target_ns(cwnd))  # twice the target: cut by beta (delay - target) / delay
+    s.OnAck(feedback(ns3_cc, 1000, rtt=delay, now=100_000))
+    cwnd *= max(1 - 0.8 * (delay - swift_target_ns(cwnd)) / delay, 0.5)
+    assert s.GetWindowBytes() == math.ceil(cwnd * 1000)
+    s.OnAck(feedback(ns3_cc, 2000, rtt=delay, now=100_000 + delay - 1))  # within one RTT of the cut: no cut
+    assert s.GetWindowBytes() == math.ceil(cwnd * 1000)
+    s.OnAck(feedback(ns3_cc, 3000, rtt=100 * delay, now=100_000 + 101 * delay))  # far above: max_mdf caps it
+    cwnd *= 0.5
+    assert s.GetWindowBytes() == math.ceil(cwnd * 1000)
+    s.OnAck(feedback(ns3_cc, 4000, rtt=9000, now=200_000_000))  # below the target: + ai / cwnd per packet
+    cwnd += 1 / cwnd
+    assert s.GetWindowBytes() == math.ceil(cwnd * 1000)
+
+
+def test_swift_paces_one_packet_per_rtt_over_cwnd_below_one_packet(ns3_cc) -> None:
+    s = swift(ns3_cc, InitCwnd=0.25)
+    assert s.GetWindowBytes() == 1000  # one packet in flight at most
+    assert s.GetRateBps() == int(0.25 * 1000 * 8e9 / 8320)  # a packet every base RTT / 0.25
+    s.OnAck(feedback(ns3_cc, 1000, rtt=12_000, now=50_000))  # below the target: + ai per packet (cwnd < 1)
+    assert s.GetWindowBytes() == 1250 and s.GetRateBps() == G100  # cwnd 1.25: the window alone limits

@@ -69,13 +69,13 @@ def line_rate_ns(nbytes: int) -> float:
 def results(ns3_lib) -> dict[tuple[str, str], dict[str, object]]:
     out = {}
     for case in CASES:
-        for cc in ("none", "dcqcn", "hpcc", "timely", "dctcp"):
+        for cc in ("none", "dcqcn", "hpcc", "timely", "dctcp", "swift"):
             out[case, cc] = run_case(case, cc)
     return out
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("cc", ["none", "dcqcn", "hpcc", "timely", "dctcp"])
+@pytest.mark.parametrize("cc", ["none", "dcqcn", "hpcc", "timely", "dctcp", "swift"])
 def test_every_byte_arrives_without_loss(results, case: str, cc: str) -> None:
     r = results[case, cc]
     st = r["stats"]

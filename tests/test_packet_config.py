@@ -39,7 +39,7 @@ def test_defaults_follow_the_reference_scaling() -> None:
 def test_to_params_lists_overrides_as_attributes() -> None:
     c = PacketConfig(cc="dcqcn", pfc=False, kmin_map={100 * G: 300_000}, cc_attrs={"G": "0.0625"}, rto_ns=5000)
     p = dict(c.to_params())
-    assert p["fabric.CongestionControl"] == "ns3::CcDcqcn"
+    assert p["fabric.CongestionControl"] == "dcqcn"  # the registered name; CcRegistry resolves it in C++
     assert p["switch.PfcEnabled"] == "false"
     assert p["switch.KminMap"] == "100000000000 300000"
     assert p["cc.G"] == "0.0625"
@@ -63,8 +63,8 @@ def test_every_field_is_in_the_attribute_table() -> None:
 
 
 def test_bad_fields_name_the_field() -> None:
-    with pytest.raises(InputError, match="cc"):
-        PacketConfig(cc="reno")
+    with pytest.raises(InputError, match="congestion control's name"):
+        PacketConfig(cc="no such cc")  # names are checked against the library's registry (cc_registry) at use
     with pytest.raises(InputError) as e:
         PacketConfig(payload_bytes=0)
     assert e.value.field == "payload_bytes"
@@ -138,6 +138,15 @@ def test_bad_config_names_file_line_and_key(tmp_path: Path, line: str, key: str)
     assert e.value.file == str(path)
     assert e.value.line == 2
     assert e.value.field == key
+
+
+def test_hpcc_cc_keys_work_in_set_as_in_a_config_file() -> None:
+    dcqcn = PacketConfig(cc="dcqcn")
+    c = apply_overrides(dcqcn, ["RATE_AI=20Mb/s", "RP_TIMER=900", "EWMA_GAIN=0.0625"])
+    assert c.cc_attrs == {"RateAi": "20000000", "RpTimer": "900000ns", "G": "0.0625"}
+    with pytest.raises(InputError) as e:
+        apply_overrides(PacketConfig(cc="swift"), ["RATE_AI=20Mb/s"])
+    assert e.value.field == "RATE_AI" and "HPCC key of dcqcn, hpcc, timely, not of 'swift'" in str(e.value)
 
 
 def test_overrides() -> None:

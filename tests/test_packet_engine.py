@@ -204,7 +204,7 @@ def test_contract_advance_deps_delay_and_zero_size(ns3_lib) -> None:
 
 
 def test_bad_congestion_control_attribute_is_an_input_error(ns3_lib) -> None:
-    # refused by the settings' own check (packet_config.CC_ATTRIBUTES), before ns-3 is asked
+    # refused by the registry's check (cc_registry, from the library's own TypeIds), before a network is built
     with pytest.raises(InputError) as e:
         Ns3Simulator(star(2), PacketConfig(cc_attrs={"NoSuchKnob": "1"}))
     assert e.value.field == "cc.NoSuchKnob" and "NoSuchKnob" in str(e.value)

@@ -67,13 +67,19 @@ bool ParsableAs(const AttributeChecker& checker, const std::string& text) {
   return valueType == "ns3::StringValue";
 }
 
-TypeId CcType(const std::string& name) {
-  TypeId tid;
-  if (!TypeId::LookupByNameFailSafe(name, &tid) || !tid.IsChildOf(CongestionControl::GetTypeId()) ||
-      !tid.HasConstructor()) {
-    throw std::invalid_argument("unknown congestion control '" + name + "'");
+/// The attribute names of `tid` and its parents up to CongestionControl, comma-separated.
+std::string CcAttributeNames(TypeId tid) {
+  std::set<std::string> names;
+  for (TypeId t = tid; t != CongestionControl::GetTypeId() && t != t.GetParent(); t = t.GetParent()) {
+    for (std::size_t i = 0; i < t.GetAttributeN(); ++i) {
+      names.insert(t.GetAttribute(i).name);
+    }
   }
-  return tid;
+  std::string out;
+  for (const auto& n : names) {
+    out += (out.empty() ? "" : ", ") + n;
+  }
+  return out.empty() ? "none" : out;
 }
 
 }  // namespace
@@ -115,10 +121,15 @@ void PhantoraFabricHelper::Install(Ptr<PhantoraFabric> fabric, RdmaNic::FlowCall
                                    RdmaNic::FlowCallback senderDone) {
   // Congestion control: check the type and every attribute before anything can abort inside ns-3.
   const std::string& ccName = fabric->GetCongestionControl();
-  const TypeId ccTid = CcType(ccName);
+  const TypeId ccTid = CcRegistry::Lookup(ccName);
   ObjectFactory cc;
   cc.SetTypeId(ccTid);
   for (const auto& [name, text] : m_ccAttributes) {
+    TypeId::AttributeInformation info;
+    if (!ccTid.LookupAttributeByName(name, &info)) {
+      throw std::invalid_argument("congestion control '" + ccName + "' has no attribute '" + name +
+                                  "' (its attributes: " + CcAttributeNames(ccTid) + ")");
+    }
     cc.Set(name, *AttributeFromText(ccTid, name, text, "congestion control '" + ccName + "'"));
   }
   const PhantoraFabric::IntMode mode = fabric->GetIntMode();

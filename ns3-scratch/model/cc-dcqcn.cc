@@ -13,7 +13,7 @@
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraCcDcqcn");
-NS_OBJECT_ENSURE_REGISTERED(CcDcqcn);
+PHANTORA_REGISTER_CC(CcDcqcn, "dcqcn");
 
 TypeId CcDcqcn::GetTypeId() {
   static TypeId tid = PhantoraTypeId<CcDcqcn, CongestionControl>("ns3::CcDcqcn")

@@ -12,7 +12,7 @@
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraCcDctcp");
-NS_OBJECT_ENSURE_REGISTERED(CcDctcp);
+PHANTORA_REGISTER_CC(CcDctcp, "dctcp");
 
 TypeId CcDctcp::GetTypeId() {
   static TypeId tid = PhantoraTypeId<CcDctcp, CongestionControl>("ns3::CcDctcp")

@@ -12,7 +12,7 @@
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraCcHpcc");
-NS_OBJECT_ENSURE_REGISTERED(CcHpcc);
+PHANTORA_REGISTER_CC(CcHpcc, "hpcc");
 
 TypeId CcHpcc::GetTypeId() {
   static TypeId tid = PhantoraTypeId<CcHpcc, CongestionControl>("ns3::CcHpcc")

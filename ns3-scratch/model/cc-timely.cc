@@ -11,7 +11,7 @@
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraCcTimely");
-NS_OBJECT_ENSURE_REGISTERED(CcTimely);
+PHANTORA_REGISTER_CC(CcTimely, "timely");
 
 TypeId CcTimely::GetTypeId() {
   static TypeId tid = PhantoraTypeId<CcTimely, CongestionControl>("ns3::CcTimely")

@@ -1,16 +1,124 @@
-// Base congestion-control object and CcNone (line rate, no window).
+// Base congestion-control object, the registry of CCs by name, and CcNone (line rate, no window).
 #include "congestion-control.h"
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
 #include "ns3/log.h"
+#include "ns3/object-factory.h"
 #include "ns3/trace-source-accessor.h"
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
 
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraCongestionControl");
 NS_OBJECT_ENSURE_REGISTERED(CongestionControl);
-NS_OBJECT_ENSURE_REGISTERED(CcNone);
+PHANTORA_REGISTER_CC(CcNone, "none");
+
+namespace {
+
+/// name -> GetTypeId, filled at load time (a function-local static: safe in any static-initialisation order).
+std::map<std::string, TypeId (*)()>& Registered() {
+  static std::map<std::string, TypeId (*)()> table;
+  return table;
+}
+
+/// `text` as a JSON string literal.
+std::string Quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) {
+    out += (out.empty() ? "" : ", ") + n;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool CcRegistry::Add(const std::string& name, TypeId (*getTypeId)()) {
+  auto [it, added] = Registered().emplace(name, getTypeId);
+  if (!added && it->second != getTypeId) {  // e.g. a user's CC under a built-in name: the first one stays
+    std::cerr << "phantora: congestion control '" << name << "' is registered twice (" << it->second().GetName()
+              << ", " << getTypeId().GetName() << "); keeping " << it->second().GetName() << std::endl;
+  }
+  return true;
+}
+
+std::vector<std::string> CcRegistry::Names() {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : Registered()) {
+    out.push_back(name);
+  }
+  return out;
+}
+
+TypeId CcRegistry::Lookup(const std::string& name) {
+  auto it = Registered().find(name);
+  if (it != Registered().end()) {
+    return it->second();
+  }
+  TypeId tid;
+  if (TypeId::LookupByNameFailSafe(name, &tid) && tid.IsChildOf(CongestionControl::GetTypeId()) &&
+      tid.HasConstructor()) {
+    return tid;
+  }
+  throw std::invalid_argument("unknown congestion control '" + name + "' (registered: " + Joined(Names()) + ")");
+}
+
+std::string CcRegistry::Json() {
+  std::ostringstream out;
+  out << "{";
+  bool firstCc = true;
+  for (const auto& [name, getTypeId] : Registered()) {
+    const TypeId tid = getTypeId();
+    ObjectFactory factory(tid.GetName());
+    const bool wantsInt = factory.Create<CongestionControl>()->WantsInt();
+    std::map<std::string, std::string> attrs;  // sorted by name; a subclass's attribute hides its parent's
+    for (TypeId t = tid; t != CongestionControl::GetTypeId() && t != t.GetParent(); t = t.GetParent()) {
+      for (std::size_t i = 0; i < t.GetAttributeN(); ++i) {
+        const TypeId::AttributeInformation info = t.GetAttribute(i);
+        if (attrs.count(info.name)) {
+          continue;
+        }
+        attrs[info.name] = "{\"type\": " + Quoted(info.checker->GetValueTypeName()) +
+                           ", \"default\": " + Quoted(info.initialValue->SerializeToString(info.checker)) +
+                           ", \"help\": " + Quoted(info.help) + "}";
+      }
+    }
+    out << (firstCc ? "" : ", ") << Quoted(name) << ": {\"typeid\": " << Quoted(tid.GetName())
+        << ", \"wants_int\": " << (wantsInt ? "true" : "false") << ", \"attributes\": {";
+    bool firstAttr = true;
+    for (const auto& [attr, text] : attrs) {
+      out << (firstAttr ? "" : ", ") << Quoted(attr) << ": " << text;
+      firstAttr = false;
+    }
+    out << "}}";
+    firstCc = false;
+  }
+  out << "}";
+  return out.str();
+}
 
 TypeId CongestionControl::GetTypeId() {
   static TypeId tid = TypeId("ns3::CongestionControl")

@@ -1,6 +1,8 @@
 // Congestion-control interface of the phantora RDMA NIC: one object per queue pair.
-// The NIC creates it by TypeId name (ns3::CcNone, ns3::CcDcqcn, ns3::CcHpcc, ns3::CcTimely, ns3::CcDctcp),
-// calls Start() once, OnSend() per data packet and OnAck() per ACK, and paces at GetRateBps().
+// A CC is one .cc file: a CongestionControl subclass with an ns-3 TypeId (its attributes and defaults) and
+// PHANTORA_REGISTER_CC(Class, "name"), which makes `--cc name` and `--set cc.ATTR=VALUE` reach it. The NIC
+// creates one per queue pair, calls Start() once, OnSend() per data packet and OnAck() per ACK, paces at
+// GetRateBps() and keeps at most GetWindowBytes() in flight (0 = no window).
 #ifndef PHANTORA_CONGESTION_CONTROL_H
 #define PHANTORA_CONGESTION_CONTROL_H
 
@@ -9,6 +11,8 @@
 #include "ns3/type-id.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ns3 {
 
@@ -61,6 +65,27 @@ class CcNone : public CongestionControl {
   bool m_hasWindow = false;
 };
 
+/// The congestion controls by short name (`--cc NAME`). Each CC's own file adds itself with
+/// PHANTORA_REGISTER_CC when the library (or a user's CC library) is loaded; nothing else lists them.
+class CcRegistry {
+ public:
+  /// Register `getTypeId` under `name` (PHANTORA_REGISTER_CC calls it at load time); returns true.
+  static bool Add(const std::string& name, TypeId (*getTypeId)());
+  /// The registered names, sorted.
+  static std::vector<std::string> Names();
+  /// The TypeId of a registered name, or of a CongestionControl TypeId name such as "ns3::CcDcqcn".
+  /// Throws std::invalid_argument naming the registered ones.
+  static TypeId Lookup(const std::string& name);
+  /// Every registered CC as JSON: {name: {"typeid", "wants_int", "attributes": {attr: {"type", "default",
+  /// "help"}}}}, names and attributes sorted (`phantora-ns3-runner --list-cc` prints it).
+  static std::string Json();
+};
+
 }  // namespace ns3
+
+/// Register CongestionControl subclass `Class` as `--cc Name` (and with ns-3's TypeId system), at file scope.
+#define PHANTORA_REGISTER_CC(Class, Name) \
+  NS_OBJECT_ENSURE_REGISTERED(Class);      \
+  static const bool g_phantoraCcRegistered##Class [[maybe_unused]] = ::ns3::CcRegistry::Add(Name, &Class::GetTypeId)
 
 #endif  // PHANTORA_CONGESTION_CONTROL_H

@@ -19,8 +19,9 @@ NS_OBJECT_ENSURE_REGISTERED(PhantoraFabric);
 
 TypeId PhantoraFabric::GetTypeId() {
   static TypeId tid = PhantoraTypeId<PhantoraFabric, Object>("ns3::PhantoraFabric")
-          .AddAttribute("CongestionControl", "TypeId name of every queue pair's CC (a CongestionControl subclass)",
-                        StringValue("ns3::CcNone"), MakeStringAccessor(&PhantoraFabric::m_cc), MakeStringChecker())
+          .AddAttribute("CongestionControl",
+                        "Every queue pair's CC: a registered name (none, dcqcn, ...) or a CongestionControl TypeId",
+                        StringValue("none"), MakeStringAccessor(&PhantoraFabric::m_cc), MakeStringChecker())
           .AddAttribute("IntMode", "INT stamping: Auto (when the CC wants it), On or Off", EnumValue<IntMode>(INT_AUTO),
                         MakeEnumAccessor<IntMode>(&PhantoraFabric::m_intMode),
                         MakeEnumChecker(INT_AUTO, "Auto", INT_ON, "On", INT_OFF, "Off"))

@@ -96,7 +96,7 @@ class PhantoraFabric : public Object {
   uint64_t m_maxRttNs = 0;
   uint64_t m_maxBdpBytes = 0;
   // Attributes.
-  std::string m_cc = "ns3::CcNone";
+  std::string m_cc = "none";
   IntMode m_intMode = INT_AUTO;
   bool m_globalT = true;
   Time m_ccBaseRtt;

@@ -3,7 +3,12 @@
 // has the flow id as a ninth column, pfc.txt numbers ports from 1 like HPCC). Prints a one-line JSON
 // summary. SCRIPT is what `phantora netsim --network ns3 --out DIR` writes as DIR/ns3-calls.txt: the
 // PhantoraNetwork calls of that run, one per line, so the runner makes exactly the same calls.
+// phantora-ns3-runner --list-cc prints the registered congestion controls and their attributes as JSON.
+// --load LIB (repeatable, first) loads a library of a user's own CCs first (as a script's LoadLibrary line does).
+#include "congestion-control.h"
 #include "phantora-network.h"
+
+#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdio>
@@ -20,10 +25,21 @@ namespace {
 uint32_t NodeIp(uint32_t id) { return 0x0b000001u + ((id / 256) << 16) + ((id % 256) << 8); }
 
 int Usage() {
-  std::cerr << "usage: phantora-ns3-runner SCRIPT OUTDIR\n"
-               "  SCRIPT  a call script (`phantora netsim --network ns3 --out DIR` writes DIR/ns3-calls.txt)\n"
-               "  OUTDIR  directory for fct.txt and pfc.txt (created if missing)\n";
+  std::cerr << "usage: phantora-ns3-runner [--load LIB]... SCRIPT OUTDIR\n"
+               "       phantora-ns3-runner [--load LIB]... --list-cc\n"
+               "  SCRIPT     a call script (`phantora netsim --network ns3 --out DIR` writes DIR/ns3-calls.txt)\n"
+               "  OUTDIR     directory for fct.txt and pfc.txt (created if missing)\n"
+               "  --list-cc  print the registered congestion controls and their attributes (JSON)\n"
+               "  --load     load a library of congestion controls (built from PHANTORA_CC_DIR) first\n";
   return 2;
+}
+
+/// Load a library whose static registrars add congestion controls; throws naming it.
+void LoadLibrary(const std::string& path) {
+  if (!dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+    const char* why = dlerror();
+    throw std::runtime_error("cannot load " + path + ": " + (why ? why : "unknown error"));
+  }
 }
 
 /// One call of the script: its verb and its arguments.
@@ -76,7 +92,10 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
   if (c.verb.empty() || c.verb[0] == '#') {
     return false;
   }
-  if (c.verb == "SetParam") {
+  if (c.verb == "LoadLibrary") {
+    Need(c, 1);
+    LoadLibrary(c.args[0]);
+  } else if (c.verb == "SetParam") {
     Need(c, 1, true);  // an empty value (e.g. no ECN map) leaves one word
     net.SetParam(c.args[0], c.rest);
   } else if (c.verb == "AddNode") {
@@ -113,10 +132,24 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    while (args.size() >= 2 && args[0] == "--load") {
+      LoadLibrary(args[1]);
+      args.erase(args.begin(), args.begin() + 2);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "phantora-ns3-runner: error: " << e.what() << std::endl;
+    return 2;
+  }
+  if (args.size() == 1 && args[0] == "--list-cc") {
+    std::cout << ns3::CcRegistry::Json() << std::endl;
+    return 0;
+  }
+  if (args.size() != 2) {
     return Usage();
   }
-  const std::string scriptPath = argv[1], outDir = argv[2];
+  const std::string scriptPath = args[0], outDir = args[1];
   try {
     std::ifstream script(scriptPath);
     if (!script) {

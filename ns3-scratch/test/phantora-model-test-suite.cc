@@ -1,5 +1,6 @@
 // Unit tests of the phantora ns-3 module against closed-form answers: switch buffer accounting, wire
 // sizes, attribute checking, HPCC's ECMP, and a single flow's completion times through one switch.
+#include "congestion-control.h"
 #include "phantora-network.h"
 #include "phantora-routing.h"
 #include "switch-mmu.h"
@@ -125,6 +126,37 @@ class AttributeCheckTest : public TestCase {
   }
 };
 
+/// CCs are known by the names their own files register (PHANTORA_REGISTER_CC), as well as by TypeId name.
+class CcRegistryTest : public TestCase {
+ public:
+  CcRegistryTest() : TestCase("congestion controls by registered name; an unknown one lists the registered") {}
+
+ private:
+  void DoRun() override {
+    for (const char* name : {"none", "dcqcn", "hpcc", "timely", "dctcp", "swift"}) {
+      NS_TEST_ASSERT_MSG_EQ(CcRegistry::Lookup(name).IsChildOf(CongestionControl::GetTypeId()), true, name);
+    }
+    NS_TEST_ASSERT_MSG_EQ(CcRegistry::Lookup("swift").GetName(), std::string("ns3::CcSwift"), "name -> TypeId");
+    NS_TEST_ASSERT_MSG_EQ(CcRegistry::Lookup("ns3::CcDcqcn").GetName(), std::string("ns3::CcDcqcn"), "a TypeId");
+    std::string why;
+    try {
+      CcRegistry::Lookup("cubic");
+    } catch (const std::invalid_argument& e) {
+      why = e.what();
+    }
+    NS_TEST_ASSERT_MSG_NE(why.find("unknown congestion control 'cubic' (registered: dcqcn, dctcp, hpcc, none, "),
+                          std::string::npos, why);
+    const std::string json = CcRegistry::Json();
+    NS_TEST_ASSERT_MSG_NE(json.find("\"swift\": {\"typeid\": \"ns3::CcSwift\""), std::string::npos, "JSON entry");
+    NS_TEST_ASSERT_MSG_NE(json.find("\"BaseTarget\": {\"type\": \"ns3::TimeValue\", \"default\": \"+5000ns\""),
+                          std::string::npos, "attribute with its default");
+    PhantoraNetwork net;
+    net.SetParam("fabric.CongestionControl", "cubic");
+    net.AddNode("host");
+    NS_TEST_ASSERT_MSG_EQ(Rejects([&] { net.Finalize(); }), true, "an unregistered CC");
+  }
+};
+
 /// One flow through one store-and-forward switch, at line rate: the last byte arrives after N packets'
 /// serialisation on the first link, one more on the second, and both propagation delays; the sender
 /// has its last ACK one ACK-serialisation per hop and both delays later.
@@ -217,6 +249,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new MmuThresholdTest, TestCase::Duration::QUICK);
     AddTestCase(new WireFormatTest, TestCase::Duration::QUICK);
     AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);
+    AddTestCase(new CcRegistryTest, TestCase::Duration::QUICK);
     AddTestCase(new HpccEcmpTest, TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(1000), TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);

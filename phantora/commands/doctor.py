@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     if not args.quick:
         checks.append(("ns-3 models", check_models))
+        checks.append(("congestion controls", check_ccs))
     failed = 0
     for name, check in checks:
         try:
@@ -176,3 +177,12 @@ def check_models() -> str:
     if len(done) != 1 or done[0].end_ns <= 0:
         raise CheckError(f"a 2-host flow did not complete as expected ({done})")
     return f"{library_path()} loaded; a 100 kB flow took {done[0].end_ns - done[0].start_ns} ns{built}"
+
+
+def check_ccs() -> str:
+    """The registered CCs (`--cc`), with the user's own from $PHANTORA_CC_DIR built and loaded."""
+    from phantora.netsim.cc_registry import cc_names
+    from phantora.netsim.ns3_build import CC_DIR_ENV, user_cc_dir
+
+    mine = user_cc_dir()
+    return ", ".join(cc_names()) + (f" (with {CC_DIR_ENV}={mine})" if mine else f" (set {CC_DIR_ENV} to add yours)")

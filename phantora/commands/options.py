@@ -1,7 +1,8 @@
 """The options `run`, `replay`, `netsim` and `sweep` share, defined once: the same names, defaults, checks and help.
 
-- `--network flow|ns3` (default flow everywhere), `--cc` (checked against the CC list), `--set FIELD=VALUE`
-  (its help lists the fields): `add_network_options`; `sweep` takes comma-separated lists of each.
+- `--network flow|ns3` (default flow everywhere), `--cc` (a registered CC, checked against the library's
+  registry when the run starts: `phantora cc` lists them), `--set FIELD=VALUE` (its help lists the fields):
+  `add_network_options`; `sweep` takes comma-separated lists of each.
 - `--progress/--no-progress` and `--quiet`: `add_progress_options`, read back by `progress_mode`.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from phantora.errors import InputError
 from phantora.netsim.cli_config import FLOW_FIELDS, check_flow_sets
-from phantora.netsim.packet_config import CC_ATTRIBUTES, CC_NAMES, override_fields
+from phantora.netsim.packet_config import override_fields
 from phantora.progress import auto_mode
 
 NETWORKS = ("flow", "ns3")
@@ -21,11 +22,11 @@ DEFAULT_NETWORK = "flow"
 
 def set_help(sweep: bool = False) -> str:
     """The --set help: every PacketConfig field, the CCs' own attributes, what the flow network takes."""
-    attrs = "; ".join(f"{cc}: {', '.join(names)}" for cc, names in CC_ATTRIBUTES.items() if cc != "none")
     what = "FIELD=V1,V2 sweeps a PacketConfig field" if sweep else "a PacketConfig field of the ns3 network"
     return (
         f"{what}, repeatable (docs/packet-model.md). Fields: {', '.join(override_fields())}; and cc.ATTRIBUTE, "
-        f"the CC's own ({attrs}). The flow network takes {', '.join(FLOW_FIELDS)} only"
+        f"any attribute of the chosen CC (`phantora cc NAME` lists them). The flow network takes "
+        f"{', '.join(FLOW_FIELDS)} only"
     )
 
 
@@ -54,9 +55,9 @@ def add_network_options(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
         )
         p.add_argument(
             "--cc",
-            type=_listed("congestion control", CC_NAMES),
             default=None,
-            help=f"congestion control(s) of the ns3 network, e.g. dcqcn,hpcc to sweep: {', '.join(CC_NAMES)}",
+            help="congestion control(s) of the ns3 network, e.g. dcqcn,hpcc to sweep: registered names "
+            "(`phantora cc` lists them)",
         )
     else:
         p.add_argument(
@@ -67,9 +68,10 @@ def add_network_options(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
         )
         p.add_argument(
             "--cc",
-            choices=CC_NAMES,
             default=None,
-            help=f"congestion control of the ns3 network: {', '.join(CC_NAMES)} (default: none)",
+            metavar="NAME",
+            help="congestion control of the ns3 network: a registered name, built in or from $PHANTORA_CC_DIR "
+            "(`phantora cc` lists them; default: none)",
         )
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=set_help(sweep))
 

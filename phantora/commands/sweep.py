@@ -116,6 +116,12 @@ def build_spec(args: argparse.Namespace) -> SweepSpec:
         use_traces(spec, [t.strip() for t in args.trace.split(",")])
     if not spec.fixed and not spec.grid:
         raise InputError("nothing to sweep: give --grid or --param/--workload/--topology", field="--grid")
+    ccs = spec.grid.get("cc", [spec.fixed["cc"]] if "cc" in spec.fixed else [])
+    if ccs:  # every CC is a registered one (the library's registry), before any run starts
+        from phantora.netsim.cc_registry import lookup
+
+        for cc in ccs:
+            lookup(str(cc), field="cc")
     return spec.validate()
 
 

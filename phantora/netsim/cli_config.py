@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
-from phantora.netsim.packet_config import CC_ATTRIBUTES, PacketConfig, apply_overrides, read_hpcc_config
+from phantora.netsim import cc_registry
+from phantora.netsim.packet_config import PacketConfig, apply_overrides, read_hpcc_config
 
 FLOW_FIELDS = ("ecmp_hash",)  # the PacketConfig fields the flow network honours too
 # Every command (run, replay, netsim, and so sweep) samples switch queues every 1 us unless told otherwise
@@ -28,19 +29,22 @@ def packet_config_from_flags(
 ) -> PacketConfig:
     """`base` (default: the HPCC defaults, queues sampled every QUEUE_SAMPLE_NS), then an HPCC `--config` file,
     `--cc`, `--queue-sample-ns`, `--seed` and the `--set FIELD=VALUE` overrides, in that order. Errors name the
-    file or field."""
+    file or field. A CC other than none, or any CC attribute, is checked against the library's registry
+    (`cc_registry`, which builds the ns-3 models first if needed)."""
     config = base or PacketConfig(queue_sample_ns=QUEUE_SAMPLE_NS)
     if config_file:
         config = read_hpcc_config(config_file, config)
     if cc:  # a config file's attributes of another CC do not apply to this one
-        keep = {k: v for k, v in config.cc_attrs.items() if k in CC_ATTRIBUTES.get(cc, {})}
-        config = config.with_updates(cc=cc, cc_attrs=keep)
+        own = cc_registry.lookup(cc, field="--cc").attributes
+        config = config.with_updates(cc=cc, cc_attrs={k: v for k, v in config.cc_attrs.items() if k in own})
     if queue_sample_ns is not None:
         config = config.with_updates(queue_sample_ns=queue_sample_ns)
     if seed is not None:
         config = apply_overrides(config, [f"seed={seed}"], source="--seed")  # checked as --set seed=S is
     if sets:
         config = apply_overrides(config, sets)
+    if config.cc != "none" or config.cc_attrs:
+        cc_registry.check(config.cc, config.cc_attrs, source="--set" if sets else None)
     return config
 
 

@@ -63,6 +63,8 @@ def nvlink_efficiency(config: Any) -> float:
     """Payload share of an NVLink port's line rate in the packet model, for its fluid stand-in: every data
     packet carries a header (+ INT when on), and the port also carries the ACKs of the data it receives,
     one header-sized packet per `ack_interval` packets (NVLink collectives send as much as they receive)."""
-    int_on = config.int_mode == "on" or (config.int_mode == "auto" and config.cc == "hpcc")
+    from phantora.netsim.cc_registry import wants_int
+
+    int_on = config.int_mode == "on" or (config.int_mode == "auto" and wants_int(config.cc))
     header = config.header_bytes + (config.int_header_bytes if int_on else 0)
     return config.payload_bytes / (config.payload_bytes + header + header / config.ack_interval)

@@ -1,6 +1,7 @@
 """A call script: the PhantoraNetwork calls of one packet-level run, replayable by `phantora-ns3-runner`.
 
-One call per line (`SetParam PATH TEXT`, `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
+One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `SetParam PATH TEXT`,
+`AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
 `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
 `RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
@@ -9,6 +10,7 @@ flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -21,10 +23,13 @@ class RecordedNetwork:
 
     _RECORDED = frozenset({"SetParam", "AddNode", "AddLink", "Finalize", "AddFlow", "SetLossBudget", "RunUntil"})
 
-    def __init__(self, net: Any, path: Path) -> None:
+    def __init__(self, net: Any, path: Path, libraries: Sequence[Path] = ()) -> None:
+        """`libraries`: the user's CC libraries the network was loaded with; the script loads them first."""
         self._net = net
         self._out: IO[str] = path.open("w", encoding="utf-8")
         self._out.write(HEADER)
+        for lib in libraries:
+            self._out.write(f"LoadLibrary {lib}\n")
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._net, name)

@@ -1,6 +1,6 @@
 """`Ns3Simulator`: the packet-level `NetworkSimulator`, an ns-3 RDMA fabric driven in-process through cppyy.
 
-The C++ side (ns3-scratch/, built into libphantora-ns3.so on first use, see `build`) holds the
+The C++ side (ns3-scratch/, built into libphantora-ns3.so on first use, see `ns3_build`) holds the
 whole network: NICs with one queue pair per flow, PFC switches with shared-buffer MMUs, ECN,
 INT and the congestion controllers. Python builds it from a `Topology` and a `PacketConfig`,
 hands over flows with their dependencies (released inside C++, so there is no Python callback
@@ -12,14 +12,7 @@ global simulator, so only one Ns3Simulator can be open at a time.
 
 from __future__ import annotations
 
-import fcntl
-import functools
-import hashlib
-import importlib.metadata
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -28,11 +21,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from phantora import resources
 from phantora.errors import InputError, PhantoraError
+from phantora.netsim import cc_registry
 from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
+from phantora.netsim.ns3_build import (  # noqa: F401 - re-exported: packet.build, packet.needs_build, ...
+    BUILD_SCRIPT,
+    SCRATCH,
+    build,
+    build_dir,
+    cc_library,
+    library_path,
+    needs_build,
+    ns3_wheel,
+    runner_path,
+)
 from phantora.netsim.ns3_calls import RecordedNetwork
 from phantora.netsim.observe import (
     CnpEvent,
@@ -50,122 +54,6 @@ from phantora.topology.model import Topology
 _MASK64 = (1 << 64) - 1
 _FOREVER_NS = 1 << 62
 
-# The model sources: ns3-scratch/ of the checkout, or its copy in an installed package (phantora.resources).
-SCRATCH = resources.ns3_source_dir()
-CHECKOUT = resources.checkout_root()
-BUILD_SCRIPT = CHECKOUT / "scripts" / "build_ns3.sh" if CHECKOUT else None
-_TARGETS = ("libphantora-ns3.so", "phantora-ns3-runner")  # what an installed package builds (no C++ tests)
-_BUILT = ".built"  # written into a cache build directory once make succeeded
-
-
-def ns3_wheel() -> tuple[Path, str]:
-    """The ns3 wheel's directory (with include/ and lib64/) and its library version (e.g. '3.44'), not imported."""
-    spec = importlib.util.find_spec("ns3")
-    if spec is None or not spec.submodule_search_locations:
-        raise PhantoraError("the ns3 wheel is not installed (pip install ns3==3.44.post0)")
-    ns3_dir = Path(list(spec.submodule_search_locations)[0])
-    libs = sorted((ns3_dir / "lib64").glob("libns3.*-core.so")) if (ns3_dir / "include" / "ns3").is_dir() else []
-    if not libs:
-        raise PhantoraError(f"the ns3 wheel at {ns3_dir} has no include/ns3 or lib64/libns3.*-core.so")
-    return ns3_dir, libs[0].name.removeprefix("libns3.").removesuffix("-core.so")
-
-
-def _source_files() -> list[Path]:
-    """The model sources, in a stable order (the build directory and editor files left out)."""
-    files = [SCRATCH / "Makefile"]
-    for part in ("model", "helper", "runner", "test"):
-        files += sorted(p for p in (SCRATCH / part).glob("*") if p.is_file() and p.suffix in (".cc", ".h"))
-    return files
-
-
-@functools.cache
-def _build_key() -> str:
-    """Hash of the model sources, the ns3 wheel's version and the compiler: the cache build directory's name."""
-    h = hashlib.sha256()
-    for path in _source_files():
-        h.update(str(path.relative_to(SCRATCH)).encode() + b"\0" + path.read_bytes() + b"\0")
-    try:
-        ns3 = importlib.metadata.version("ns3") + "/" + ns3_wheel()[1]
-    except (importlib.metadata.PackageNotFoundError, PhantoraError):
-        ns3 = "none"
-    h.update(ns3.encode() + b"\0" + (os.environ.get("CXX") or "g++").encode())
-    return h.hexdigest()[:16]
-
-
-def build_dir() -> Path:
-    """Where the models are built: ns3-scratch/build in a checkout, else <cache>/ns3-<hash of sources and ns-3>."""
-    if CHECKOUT is not None:
-        return SCRATCH / "build"
-    return resources.cache_dir() / f"ns3-{_build_key()}"
-
-
-def library_path() -> Path:
-    """The fabric library: $PHANTORA_NS3_LIB, else libphantora-ns3.so in `build_dir()`."""
-    env = os.environ.get("PHANTORA_NS3_LIB")
-    return Path(env) if env else build_dir() / "libphantora-ns3.so"
-
-
-def runner_path() -> Path:
-    """The standalone runner binary (built next to the library)."""
-    return library_path().parent / "phantora-ns3-runner"
-
-
-def needs_build() -> bool:
-    """True if the library or the runner (in a checkout also the C++ tests) are missing or older than their sources.
-
-    A cache build directory is named by a hash of the sources, so there it is enough that the build completed.
-    """
-    lib = library_path()
-    if CHECKOUT is None:
-        complete = bool(os.environ.get("PHANTORA_NS3_LIB")) or (lib.parent / _BUILT).exists()
-        return not (complete and lib.exists() and runner_path().exists())
-
-    def newest(*dirs: str) -> float:
-        files = [p for d in dirs for p in SCRATCH.glob(f"{d}/*") if p.is_file()] + [SCRATCH / "Makefile"]
-        return max(p.stat().st_mtime for p in files if p.exists())
-
-    built = {lib: ("model", "helper"), runner_path(): ("runner",), lib.parent / "phantora-ns3-tests": ("test",)}
-    if not all(p.exists() for p in built):
-        return True
-    model = newest("model", "helper")
-    return any(max(model, newest(*dirs)) > binary.stat().st_mtime for binary, dirs in built.items())
-
-
-def build(jobs: int = 2) -> Path:
-    """Build the models and return the library path: scripts/build_ns3.sh in a checkout (incremental), else make
-    into the cache (`build_dir()`). Either holds a lock, so concurrent first uses build once."""
-    if os.environ.get("PHANTORA_NS3_LIB"):
-        return library_path()
-    if BUILD_SCRIPT is not None:
-        cmd = ["bash", str(BUILD_SCRIPT), "-j", str(jobs)]
-        env = {"PHANTORA_PYTHON": sys.executable, **os.environ}  # the script finds the ns3 wheel with this Python
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
-        return library_path()
-    return _build_cached(jobs)
-
-
-def _build_cached(jobs: int) -> Path:
-    """make the library and the runner out of tree, into the cache directory, under a file lock."""
-    out = build_dir()
-    ns3_dir, ns3_ver = ns3_wheel()
-    if not shutil.which("make"):
-        raise PhantoraError("building the ns-3 models needs make and a C++ compiler (apt-get install make g++)")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not needs_build():
-            return library_path()
-        cmd = ["make", "-C", str(SCRATCH), f"-j{jobs}", f"NS3_DIR={ns3_dir}", f"NS3_VER={ns3_ver}", f"BUILD={out}"]
-        proc = subprocess.run([*cmd, *(str(out / t) for t in _TARGETS)], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise PhantoraError(f"building the ns-3 fabric into {out} failed ({' '.join(cmd)}):\n{tail}")
-        (out / _BUILT).write_text(f"sources {SCRATCH}\nns3 {ns3_dir} {ns3_ver}\n")
-    return library_path()
-
 
 @dataclass
 class Ns3Runtime:
@@ -174,6 +62,7 @@ class Ns3Runtime:
     ns: Any  # the `ns` module of the ns3 wheel
     cppyy: Any
     lib: Path
+    cc_libs: list[Path]  # the user's CC libraries loaded after it ($PHANTORA_CC_DIR), in load order
 
     @property
     def gbl(self) -> Any:
@@ -190,10 +79,20 @@ _RUNTIME: Ns3Runtime | None = None
 
 
 def load_ns3(build_if_needed: bool = True) -> Ns3Runtime:
-    """Import ns-3 (once), build the fabric library if it is stale, and load it into cppyy."""
+    """Import ns-3 (once), build the fabric library if it is stale, and load it into cppyy; then the library of
+    the user's own CCs ($PHANTORA_CC_DIR, built if needed), unless this process has it already."""
     global _RUNTIME
-    if _RUNTIME is not None:
-        return _RUNTIME
+    if _RUNTIME is None:
+        _RUNTIME = _load_fabric(build_if_needed)
+    extra = cc_library() if build_if_needed else None
+    if extra is not None and extra not in _RUNTIME.cc_libs:
+        _RUNTIME.cppyy.load_library(str(extra))
+        _RUNTIME.cc_libs.append(extra)
+    return _RUNTIME
+
+
+def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
+    """Import ns-3 and load libphantora-ns3.so (built first if stale and allowed)."""
     if build_if_needed and needs_build():
         build()
     lib = library_path()
@@ -207,8 +106,7 @@ def load_ns3(build_if_needed: bool = True) -> Ns3Runtime:
     cppyy.add_include_path(str(SCRATCH / "helper"))
     cppyy.include("phantora-network.h")
     cppyy.load_library(str(lib))
-    _RUNTIME = Ns3Runtime(ns, cppyy, lib)
-    return _RUNTIME
+    return Ns3Runtime(ns, cppyy, lib, [])
 
 
 def _quiet_import_ns() -> Any:
@@ -260,10 +158,11 @@ class Ns3Simulator:
         topology.use_ecmp(config.ecmp_hash or topology.ecmp_hash)
         self.config = config.with_updates(ecmp_hash=topology.ecmp_hash)
         self._rt = load_ns3()
+        cc_registry.check(self.config.cc, self.config.cc_attrs)  # one-line errors naming cc or cc.ATTR
         try:
             self._net = self._rt.gbl.PhantoraNetwork()
             if calls is not None:
-                self._net = RecordedNetwork(self._net, calls)
+                self._net = RecordedNetwork(self._net, calls, libraries=self._rt.cc_libs)
         except Exception as exc:  # noqa: BLE001 - cppyy turns the C++ runtime_error into an Exception subclass
             raise PhantoraError(f"cannot open the ns-3 network: {cpp_message(exc)}") from None
         self._closed = False

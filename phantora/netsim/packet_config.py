@@ -25,14 +25,6 @@ from phantora.files import read_text
 from phantora.topology.ecmp import ECMP_HASHES
 from phantora.units import parse_rate_bps, parse_size_bytes, parse_time_ns
 
-CC_NAMES = ("none", "dcqcn", "hpcc", "timely", "dctcp")
-CC_TYPES = {
-    "none": "ns3::CcNone",
-    "dcqcn": "ns3::CcDcqcn",
-    "hpcc": "ns3::CcHpcc",
-    "timely": "ns3::CcTimely",
-    "dctcp": "ns3::CcDctcp",
-}
 NVLINK_MODES = ("packet", "fluid")
 REUSE_MODES = ("off", "on")
 
@@ -67,59 +59,13 @@ PRIORITY_POLICIES = ("none", "layer", "tensor-size")
 DLCP_POLICIES = ("off", "grads")
 DLCP_DEFAULT_TRIM_BYTES = 64 * 1024  # trim_bytes when dlcp is on and trim_bytes is not set
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
-# The attributes of each CC model's ns-3 TypeId (ns3-scratch/model/cc-*.cc) and their value kinds, so that
-# `--set cc.NAME=VALUE` is checked before a run starts; tests/test_packet_cc_laws.py checks this table
-# against the TypeIds themselves.
-CC_ATTRIBUTES: dict[str, dict[str, str]] = {
-    "none": {"HasWindow": "boolean"},
-    "dcqcn": {
-        "G": "double", "AlphaResumeInterval": "time", "RateDecreaseInterval": "time", "RpTimer": "time",
-        "FastRecoveryTimes": "uinteger", "RateAi": "uinteger", "RateHai": "uinteger", "MinRate": "uinteger",
-        "RateOnFirstCnp": "double", "ClampTargetRate": "boolean", "ByteCounter": "uinteger",
-    },
-    "hpcc": {
-        "TargetUtil": "double", "MiThresh": "uinteger", "RateAi": "uinteger", "MinRate": "uinteger",
-        "FastReact": "boolean", "VarWin": "boolean", "SampleFeedback": "boolean",
-    },
-    "timely": {
-        "Alpha": "double", "Beta": "double", "TLow": "time", "THigh": "time", "MinRtt": "time",
-        "RateAi": "uinteger", "RateHai": "uinteger", "HaiThreshold": "uinteger", "MinRate": "uinteger",
-    },
-    "dctcp": {"G": "double", "RateAi": "uinteger", "MinRate": "uinteger", "HasWindow": "boolean"},
-}  # fmt: skip
-
-
-def check_cc_attribute(cc: str, name: str, value: object) -> str | None:
-    """Why `value` cannot be attribute `name` of CC `cc` (None if it can)."""
-    known = CC_ATTRIBUTES.get(cc, {})
-    if name not in known:
-        listed = ", ".join(sorted(known)) or "none"
-        return f"congestion control {cc!r} has no attribute {name!r} (its attributes: {listed})"
-    text = str(value).strip()
-    kind = known[name]
-    try:
-        if kind == "double":
-            float(text)
-        elif kind == "uinteger":
-            if int(text) < 0:
-                raise ValueError
-        elif kind == "boolean":
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-        elif kind == "time":
-            parse_time_ns(text)
-    except (ValueError, InputError):
-        want = {"double": "a number", "uinteger": "an integer >= 0", "boolean": "true or false",
-                "time": "a time such as 4us"}[kind]  # fmt: skip
-        return f"attribute {name} of {cc} takes {want}, got {text!r}"
-    return None
 
 
 @dataclass
 class PacketConfig:
     """Settings of one packet-level run. Sizes in bytes, times in ns, rates in bit/s."""
 
-    cc: str = "none"  # none | dcqcn | hpcc | timely | dctcp
+    cc: str = "none"  # a registered CC name (none, dcqcn, hpcc, ...: phantora cc lists them; cc_registry checks it)
     # Packets.
     payload_bytes: int = 1000
     header_bytes: int = 48  # per-packet overhead on the wire (HPCC's standalone-FCT header size)
@@ -184,8 +130,8 @@ class PacketConfig:
         def bad(name: str, msg: str) -> InputError:
             return InputError(msg, file=source, field=name)
 
-        if self.cc not in CC_NAMES:
-            raise bad("cc", f"unknown congestion control {self.cc!r} (known: {', '.join(CC_NAMES)})")
+        if not isinstance(self.cc, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_:.-]*", self.cc):
+            raise bad("cc", f"expected a congestion control's name, got {self.cc!r}")
         positive = ("payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed")
         non_negative = (
             "header_bytes",
@@ -256,9 +202,6 @@ class PacketConfig:
                 raise bad("cc_attrs", f"bad attribute name {key!r}")
             if not isinstance(value, (str, int, float, bool)):
                 raise bad("cc_attrs", f"attribute {key}: expected a scalar, got {value!r}")
-            why = check_cc_attribute(self.cc, str(key), value)
-            if why is not None:
-                raise bad(f"cc.{key}", why)
         return self
 
     def effective_trim_bytes(self) -> int:
@@ -372,7 +315,7 @@ def field_of_param(path: str) -> str:
 def _attribute_text(kind: str, value: object) -> str:
     """A field's value as its attribute's text (None: the attribute's 0, "scale with the fabric")."""
     if kind == "cc":
-        return CC_TYPES[str(value)]
+        return str(value)  # the registered name; the C++ side looks it up (CcRegistry)
     if kind == "int_mode":
         return {"auto": "Auto", "on": "On", "off": "Off"}[str(value)]
     if kind == "ecmp_hash":  # None: the fabric's default, phantora (Ns3Simulator resolves it from the topology)
@@ -446,7 +389,8 @@ def _us_text(value: str) -> str:
     return f"{float(value) * 1000:g}ns"  # HPCC timer keys are in microseconds
 
 
-# HPCC key -> (CC attribute, converter to the attribute's text, CCs that take it).
+# HPCC key -> (CC attribute, converter to the attribute's text, CCs that take it): the HPCC config.txt format's
+# own mapping (its CC_MODE numbering is HPCC_CC_MODES), in a config file and in `--set RATE_AI=...`.
 _CC_KEYS: dict[str, tuple[str, object, tuple[str, ...]]] = {
     "RATE_AI": ("RateAi", lambda v: str(_rate(v)), ("dcqcn", "hpcc", "timely")),
     "RATE_HAI": ("RateHai", lambda v: str(_rate(v)), ("dcqcn", "timely")),
@@ -615,7 +559,8 @@ def override_fields() -> list[str]:
 
 
 def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "--set") -> PacketConfig:
-    """Apply ``field=value`` strings (PacketConfig field names, values as in a config file)."""
+    """Apply ``field=value`` strings (PacketConfig field names, values as in a config file; `cc.ATTR` for the
+    CC's own attributes; the CC keys of an HPCC config.txt, such as RATE_AI, as a config file has them)."""
     names = {f.name: f for f in fields(PacketConfig)}
     changes: dict[str, object] = {}
     attrs = dict(config.cc_attrs)
@@ -627,6 +572,20 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
         args = value.split()
         if key.startswith("cc.") and len(key) > 3:
             attrs[key[3:]] = value.strip()
+            continue
+        if key in _CC_KEYS:  # an HPCC config.txt key of the CC (RATE_AI=50Mb/s), as a config file has it
+            attr, convert, ccs = _CC_KEYS[key]
+            cc = str(changes.get("cc", config.cc))
+            if cc not in ccs:
+                raise InputError(
+                    f"{key} is an HPCC key of {', '.join(ccs)}, not of {cc!r} (cc.ATTRIBUTE sets any CC's own)",
+                    file=source,
+                    field=key,
+                )
+            try:
+                attrs[attr] = convert(value.strip())  # type: ignore[operator]
+            except (ValueError, InputError) as exc:
+                raise InputError(f"bad value {value.strip()!r}: {exc}", file=source, field=key) from None
             continue
         if key == "wire":
             preset = WIRE_PRESETS.get(value.strip())
