@@ -99,16 +99,28 @@ TypeId PfcSwitch::GetTypeId() {
                         StringValue(""), MakeStringAccessor(&PfcSwitch::m_kmaxMap), MakeStringChecker())
           .AddAttribute("PmaxMap", "ECN marking probability at kmax by port rate: 'rate_bps p ...'; other rates: 0.2",
                         StringValue(""), MakeStringAccessor(&PfcSwitch::m_pmaxMap), MakeStringChecker())
+          .AddAttribute("LoadBalancing",
+                        "Egress choice for data packets among equal-cost ports: ecmp, spray, spray_rr, flowlet or "
+                        "adaptive (ACKs, NACKs and PFC frames always take ECMP)",
+                        StringValue("ecmp"), MakeStringAccessor(&PfcSwitch::m_lbMode), MakeStringChecker())
+          .AddAttribute("FlowletGap", "LoadBalancing flowlet: a gap longer than this starts a new flowlet",
+                        TimeValue(MicroSeconds(10)), MakeTimeAccessor(&PfcSwitch::m_flowletGap),
+                        MakeTimeChecker(NanoSeconds(1)))
           .AddTraceSource("PfcTx", "A PFC frame was sent upstream: (port, class, pause)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_pfcTxTrace), "ns3::PfcSwitch::PfcTracedCallback")
           .AddTraceSource("Drop", "A packet was dropped at ingress: (port, class, flow, seq)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_dropTrace), "ns3::PfcSwitch::DropTracedCallback")
           .AddTraceSource("EcnMark", "A data packet was CE-marked at egress: (port, class, flow)",
-                          MakeTraceSourceAccessor(&PfcSwitch::m_ecnTrace), "ns3::PfcSwitch::EcnTracedCallback");
+                          MakeTraceSourceAccessor(&PfcSwitch::m_ecnTrace), "ns3::PfcSwitch::EcnTracedCallback")
+          .AddTraceSource("LbPick",
+                          "A data packet's egress was chosen by a LoadBalancing mode other than ecmp: "
+                          "(flow, seq, egress port, flowlet number; 0 outside flowlet mode)",
+                          MakeTraceSourceAccessor(&PfcSwitch::m_lbTrace), "ns3::PfcSwitch::LbTracedCallback");
   return tid;
 }
 
 void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
+  const LbMode lb = m_nvSwitch ? LbMode::Ecmp : ParseLbMode(m_lbMode);
   const auto kmin = ParseRateMap<uint64_t>("KminMap", m_kminMap);
   const auto kmax = ParseRateMap<uint64_t>("KmaxMap", m_kmaxMap);
   const auto pmax = ParseRateMap<double>("PmaxMap", m_pmaxMap);
@@ -160,11 +172,20 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
   }
   m_rng = CreateObject<UniformRandomVariable>();
   m_rng->SetStream(static_cast<int64_t>(nodeId) + 1);
+  // Spraying draws from its own stream per switch, apart from ECN's, so ECN marks do not shift with it.
+  m_lb.Configure(lb, nodeId, routes, static_cast<uint64_t>(m_flowletGap.GetNanoSeconds()),
+                 (int64_t{1} << 32) + nodeId, MakeCallback(&PfcSwitch::PortBytes, this));
   node->AggregateObject(this);
 }
 
 void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
-  const uint32_t out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
+  uint32_t out;
+  if (m_lb.Mode() == LbMode::Ecmp || hdr.type != PktType::Data) {
+    out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
+  } else {
+    out = m_lb.Pick(hdr, static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()));
+    m_lbTrace(hdr.flowId, hdr.seq, out, m_lb.LastFlowlet());
+  }
   const uint32_t cls = hdr.prio % kNumPrio;
   const uint32_t wire = m_wire.Bytes(hdr);
   if (out == std::numeric_limits<uint32_t>::max()) {
@@ -294,6 +315,7 @@ void PfcSwitch::DoDispose() {
   m_dev.clear();
   m_ports.clear();
   m_rng = nullptr;
+  m_lb.Dispose();
   Object::DoDispose();
 }
 

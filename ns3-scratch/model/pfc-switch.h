@@ -2,12 +2,14 @@
 #ifndef PHANTORA_PFC_SWITCH_H
 #define PHANTORA_PFC_SWITCH_H
 
+#include "load-balancer.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
 #include "switch-mmu.h"
 #include "wire-format.h"
 
 #include "ns3/node.h"
+#include "ns3/nstime.h"
 #include "ns3/object.h"
 #include "ns3/random-variable-stream.h"
 #include "ns3/traced-callback.h"
@@ -54,6 +56,7 @@ class PfcSwitch : public Object, public PortOwner {
   uint64_t Drops(uint32_t port) const { return m_ports[port].drops; }
   uint64_t MaxPortBytes(uint32_t port) const { return m_ports[port].maxTotal; }
   const SwitchMmu& Mmu() const { return m_mmu; }
+  const LoadBalancer& Lb() const { return m_lb; }
   const Counters& GetCounters() const { return m_counters; }
 
  protected:
@@ -99,6 +102,8 @@ class PfcSwitch : public Object, public PortOwner {
   std::string m_kminMap;
   std::string m_kmaxMap;
   std::string m_pmaxMap;
+  std::string m_lbMode = "ecmp";
+  Time m_flowletGap;
   // State.
   Ptr<RouteTable> m_routes;
   bool m_ecn = false;
@@ -107,10 +112,12 @@ class PfcSwitch : public Object, public PortOwner {
   std::vector<Port> m_ports;
   SwitchMmu m_mmu;
   Ptr<UniformRandomVariable> m_rng;
+  LoadBalancer m_lb;
 
   TracedCallback<uint32_t, uint32_t, bool> m_pfcTxTrace;              ///< (port, class, pause) sent upstream
   TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t> m_dropTrace; ///< (ingress port, class, flow, seq)
   TracedCallback<uint32_t, uint32_t, uint64_t> m_ecnTrace;            ///< (egress port, class, flow)
+  TracedCallback<uint64_t, uint64_t, uint32_t, uint64_t> m_lbTrace;   ///< (flow, seq, egress port, flowlet)
 };
 
 }  // namespace ns3

@@ -66,6 +66,7 @@ class PhantoraNetwork::Impl {
 
   std::vector<FlowRecord> completions;
   std::vector<FctRecord> fcts;
+  std::map<uint64_t, FlowTransportStats> transport;  // completed at the receiver (sender's part final once done)
 };
 
 }  // namespace ns3

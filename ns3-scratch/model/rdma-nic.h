@@ -5,6 +5,7 @@
 #include "congestion-control.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
+#include "sack-transport.h"
 #include "wire-format.h"
 
 #include "ns3/callback.h"
@@ -17,6 +18,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -38,6 +40,8 @@ struct QpSpec {
  * Receiver: in-order delivery; an ACK per `ackInterval` packets carries the ECN echo and the INT
  * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
  * An ACK or NACK that echoes a CE mark is a CNP: the sender counts it and fires the "CnpRx" trace.
+ * With Receiver = sack the receiver keeps out-of-order data instead (SackReceiver), every ACK carries the
+ * received block holding the packet, and the sender retransmits only the packets its SackSender deems lost.
  * Settings are attributes (PayloadSize, AckInterval, NackInterval, RetransmitTimeout, ...).
  */
 class RdmaNic : public Object, public PortOwner {
@@ -58,6 +62,9 @@ class RdmaNic : public Object, public PortOwner {
   struct Counters {
     uint64_t dataPackets = 0;
     uint64_t retxPackets = 0;
+    uint64_t retxBytes = 0;
+    uint64_t oooPackets = 0;       ///< data packets received with a hole before them
+    uint64_t reorderMaxBytes = 0;  ///< max over flows of FlowTransportStats::reorderMaxBytes
     uint64_t acks = 0;
     uint64_t nacks = 0;
     uint64_t timeouts = 0;
@@ -87,6 +94,11 @@ class RdmaNic : public Object, public PortOwner {
   const WireFormat& GetWireFormat() const { return m_wire; }
   /// The CC object of an open queue pair (nullptr once finished).
   Ptr<CongestionControl> GetCc(uint64_t flowId) const;
+  /// Reordering seen by this receiver for a flow it expects (zeros if unknown).
+  FlowTransportStats RxStats(uint64_t flowId) const;
+  /// Retransmissions of an open queue pair, or of one that finished and was not taken yet (zeros if unknown);
+  /// `take` forgets a finished one.
+  FlowTransportStats TxStats(uint64_t flowId, bool take = false);
 
  protected:
   void DoDispose() override;
@@ -106,6 +118,8 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t rttNs = 0;
     Ptr<CongestionControl> cc;
     EventId rto;
+    SackSender sack;            ///< Receiver = sack: the packets in flight
+    FlowTransportStats stats;   ///< retransmissions
   };
   struct Rx {
     uint64_t size = 0;
@@ -116,6 +130,8 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t lastNackSeq = UINT64_MAX;
     uint64_t lastNackNs = 0;
     bool done = false;
+    SackReceiver sack;          ///< Receiver = sack: received ranges
+    FlowTransportStats stats;   ///< reordering
   };
   struct Port {
     std::deque<TxItem> ctrl;
@@ -127,8 +143,11 @@ class RdmaNic : public Object, public PortOwner {
 
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
   void ReceiveData(const PhantoraHeader& hdr);
+  /// Receiver = sack: keep the packet whatever its order, ACK out-of-order arrivals at once with their block.
+  void ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr);
   void ReceiveAck(const PhantoraHeader& hdr);
-  void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx);
+  void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint64_t sackLo = 0, uint64_t sackHi = 0,
+               bool dsack = false);
   /// AckDelay ran out with coalesced packets unacknowledged: acknowledge them now.
   void AckTimeout(uint64_t flowId);
   void Finish(Qp* qp);
@@ -152,6 +171,9 @@ class RdmaNic : public Object, public PortOwner {
   bool m_ackHighPrio = true;
   Time m_nackInterval;
   Time m_rto;
+  std::string m_rxModeName = "gbn";
+  RxMode m_rxMode = RxMode::GoBackN;
+  Time m_reorderWindow;
   // Wiring.
   Ptr<RouteTable> m_routes;
   FlowCallback m_dataComplete;
@@ -164,6 +186,7 @@ class RdmaNic : public Object, public PortOwner {
   std::vector<Port> m_ports;
   std::unordered_map<uint64_t, std::unique_ptr<Qp>> m_qps;
   std::unordered_map<uint64_t, Rx> m_rx;
+  std::unordered_map<uint64_t, FlowTransportStats> m_doneTx;  ///< finished queue pairs' retransmissions
 
   TracedCallback<uint64_t, uint64_t> m_nackTrace;     ///< (flow, seq) NACK sent by this receiver
   TracedCallback<uint64_t, uint64_t> m_timeoutTrace;  ///< (flow, seq) go-back-N timeout at this sender

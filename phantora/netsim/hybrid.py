@@ -23,7 +23,7 @@ and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says i
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from phantora.errors import PhantoraError
@@ -34,6 +34,7 @@ from phantora.netsim.observe import (
     Drop,
     EcnMark,
     FabricObserver,
+    FlowTransport,
     PacketChannelUsage,
     PfcEvent,
     QueueSample,
@@ -230,6 +231,10 @@ class FluidNvlinkSimulator:
 
     def ecn_mark_events(self) -> Sequence[EcnMark]:
         return self._observer().ecn_mark_events()
+
+    def flow_transport(self) -> Mapping[int, FlowTransport]:
+        """ns-3's flows only: the fluid side neither reorders nor retransmits."""
+        return self._observer().flow_transport()
 
     # ----- internals -------------------------------------------------------------------------
     def _known(self, fid: int) -> bool:

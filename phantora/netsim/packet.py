@@ -34,7 +34,15 @@ from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
 from phantora.netsim.ns3_calls import RecordedNetwork
-from phantora.netsim.observe import CnpEvent, Drop, EcnMark, PacketChannelUsage, PfcEvent, QueueSample
+from phantora.netsim.observe import (
+    CnpEvent,
+    Drop,
+    EcnMark,
+    FlowTransport,
+    PacketChannelUsage,
+    PfcEvent,
+    QueueSample,
+)
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.topology.model import Topology
 
@@ -234,7 +242,8 @@ def cpp_message(exc: BaseException) -> str:
 
 def _finalize_field(message: str) -> str:
     """The PacketConfig field a Finalize() error is about."""
-    for word, name in (("Scheduler", "scheduler"), ("kmin", "kmin_map"), ("pmax", "pmax_map"), ("Kmax", "kmax_map")):
+    words = (("LoadBalancing", "lb"), ("Receiver", "rx"), ("Scheduler", "scheduler"), ("kmin", "kmin_map"))
+    for word, name in (*words, ("pmax", "pmax_map"), ("Kmax", "kmax_map")):
         if word in message:
             return name
     return "cc_attrs" if "attribute" in message else "cc"
@@ -389,6 +398,8 @@ class Ns3Simulator:
         out["engine"] = "ns3"
         out["cc"] = self.config.cc
         out["ecmp_hash"] = self.topology.ecmp_hash
+        out["lb"] = self.config.lb
+        out["rx"] = self.config.rx
         out["approximations"] = self.config.approximations()
         return out
 
@@ -485,6 +496,15 @@ class Ns3Simulator:
                 EcnMark(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.channel), int(r.flowId))
             )
         return list(self._marks)
+
+    def flow_transport(self) -> dict[int, FlowTransport]:
+        """Flow id -> retransmissions and reordering, for every flow completed at its receiver so far."""
+        return {
+            int(r.id): FlowTransport(
+                int(r.id), int(r.retxPackets), int(r.retxBytes), int(r.oooPackets), int(r.reorderMaxBytes)
+            )
+            for r in self._net.FlowTransport()
+        }
 
     def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
         """Per-channel bytes, pauses, marks and utilisation over `elapsed_ns` (default now()), used channels only."""
