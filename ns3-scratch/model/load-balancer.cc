@@ -40,6 +40,7 @@ void LoadBalancer::Configure(LbMode mode, uint32_t node, Ptr<RouteTable> routes,
 }
 
 uint32_t LoadBalancer::Pick(const PhantoraHeader& hdr, uint64_t nowNs) {
+  m_lastFlowlet = 0;
   if (m_mode == LbMode::Ecmp) {
     return m_routes->Pick(m_node, hdr.src, hdr.dst, hdr.ecmpKey);
   }

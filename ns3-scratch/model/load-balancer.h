@@ -48,7 +48,7 @@ class LoadBalancer {
   uint32_t Pick(const PhantoraHeader& hdr, uint64_t nowNs);
   /// Flowlets started at this switch (Flowlet mode).
   uint64_t Flowlets() const { return m_flowlets; }
-  /// (flow id, seq, flowlet number) of the last data packet picked in Flowlet mode, for traces.
+  /// The flowlet number of the last data packet picked (0 outside Flowlet mode or with one candidate).
   uint64_t LastFlowlet() const { return m_lastFlowlet; }
   void Dispose();
 

@@ -114,7 +114,7 @@ TypeId PfcSwitch::GetTypeId() {
                           MakeTraceSourceAccessor(&PfcSwitch::m_ecnTrace), "ns3::PfcSwitch::EcnTracedCallback")
           .AddTraceSource("LbPick",
                           "A data packet's egress was chosen by a LoadBalancing mode other than ecmp: "
-                          "(flow, seq, egress port, flowlet number; 0 outside flowlet mode)",
+                          "(flow, seq, its send time, egress port, flowlet number; 0 outside flowlet mode)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_lbTrace), "ns3::PfcSwitch::LbTracedCallback");
   return tid;
 }
@@ -184,7 +184,7 @@ void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& 
     out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
   } else {
     out = m_lb.Pick(hdr, static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()));
-    m_lbTrace(hdr.flowId, hdr.seq, out, m_lb.LastFlowlet());
+    m_lbTrace(hdr.flowId, hdr.seq, hdr.tsNs, out, m_lb.LastFlowlet());
   }
   const uint32_t cls = hdr.prio % kNumPrio;
   const uint32_t wire = m_wire.Bytes(hdr);

@@ -117,7 +117,7 @@ class PfcSwitch : public Object, public PortOwner {
   TracedCallback<uint32_t, uint32_t, bool> m_pfcTxTrace;              ///< (port, class, pause) sent upstream
   TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t> m_dropTrace; ///< (ingress port, class, flow, seq)
   TracedCallback<uint32_t, uint32_t, uint64_t> m_ecnTrace;            ///< (egress port, class, flow)
-  TracedCallback<uint64_t, uint64_t, uint32_t, uint64_t> m_lbTrace;   ///< (flow, seq, egress port, flowlet)
+  TracedCallback<uint64_t, uint64_t, uint64_t, uint32_t, uint64_t> m_lbTrace;  ///< (flow, seq, sent ns, port, flowlet)
 };
 
 }  // namespace ns3

@@ -400,6 +400,7 @@ class Ns3Simulator:
         out["ecmp_hash"] = self.topology.ecmp_hash
         out["lb"] = self.config.lb
         out["rx"] = self.config.rx
+        out.update(self._switch_link_load())
         out["approximations"] = self.config.approximations()
         return out
 
@@ -544,6 +545,18 @@ class Ns3Simulator:
         return int(self._net.FlowRateBps(flow_id))
 
     # ----- internals ---------------------------------------------------------------------------
+    def _switch_link_load(self) -> dict[str, int]:
+        """Bytes on the busiest and the least busy directed switch-to-switch channel (unused ones count as 0):
+        how evenly load balancing spread the traffic over the fabric's equal-cost links."""
+        kinds = [n.kind for n in self.topology.nodes]
+        used = {int(r.channel): int(r.txBytes) for r in self._net.ChannelStats()}
+        loads = [
+            used.get(ch, 0)
+            for ch in range(self.topology.num_channels)
+            if all(kinds[n] == "switch" for n in self.topology.channel_ends(ch))
+        ]
+        return {"switch_link_bytes_max": max(loads), "switch_link_bytes_min": min(loads)} if loads else {}
+
     def _take(self) -> list[Completion]:
         out = []
         tags = self._tags
