@@ -157,3 +157,26 @@ def test_load_balancing_and_receiver_are_checked(ns3_lib) -> None:
     assert (cfg.lb, cfg.flowlet_gap_ns, cfg.rx, cfg.reorder_window_ns) == ("flowlet", 2000, "sack", 5000)
     params = dict(cfg.to_params())
     assert params["switch.LoadBalancing"] == "flowlet" and params["nic.Receiver"] == "sack"
+
+
+def test_netsim_writes_the_transport_columns_and_compare_shows_them(ns3_lib, tmp_path) -> None:
+    """`phantora netsim` with spraying and go-back-N: flows.csv's per-flow retransmissions add up to the total
+    of summary.json, and `phantora compare` against the ECMP run has a row for each transport figure."""
+    import csv
+    import json
+
+    from phantora.cli import main
+    from phantora.report.compare import load_and_compare
+
+    base = ["netsim", "-t", "hpcc/leafspine16", "-f", "workloads/incast8_cross.flows.txt", "--network", "ns3"]
+    assert main([*base, "-o", str(tmp_path / "ecmp")]) == 0
+    assert main([*base, "--set", "lb=spray", "-o", str(tmp_path / "spray")]) == 0
+    with (tmp_path / "spray" / "flows.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    summary = json.loads((tmp_path / "spray" / "summary.json").read_text())
+    assert summary["lb"] == "spray" and summary["retx_packets"] > 0
+    assert sum(int(r["retx_packets"]) for r in rows) == summary["retx_packets"]
+    assert max(int(r["reorder_max_bytes"]) for r in rows) == summary["reorder_max_bytes"]
+    _, cmp = load_and_compare([tmp_path / "ecmp", tmp_path / "spray"])
+    assert cmp.metric("retx_packets").values == [0, summary["retx_packets"]]
+    assert cmp.runs[1]["settings"]["lb"] == "spray"
