@@ -108,6 +108,13 @@ TypeId PfcSwitch::GetTypeId() {
                         "than this many bytes (DLCP); 0 = never",
                         UintegerValue(0), MakeUintegerAccessor(&PfcSwitch::m_trimBytes),
                         MakeUintegerChecker<uint64_t>())
+          .AddAttribute("LoadBalancing",
+                        "Egress choice for data packets among equal-cost ports: ecmp, spray, spray_rr, flowlet or "
+                        "adaptive (ACKs, NACKs and PFC frames always take ECMP)",
+                        StringValue("ecmp"), MakeStringAccessor(&PfcSwitch::m_lbMode), MakeStringChecker())
+          .AddAttribute("FlowletGap", "LoadBalancing flowlet: a gap longer than this starts a new flowlet",
+                        TimeValue(MicroSeconds(10)), MakeTimeAccessor(&PfcSwitch::m_flowletGap),
+                        MakeTimeChecker(NanoSeconds(1)))
           .AddTraceSource("PfcTx", "A PFC frame was sent upstream: (port, class, pause)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_pfcTxTrace), "ns3::PfcSwitch::PfcTracedCallback")
           .AddTraceSource("Drop", "A packet was dropped at ingress: (port, class, flow, seq)",
@@ -116,11 +123,16 @@ TypeId PfcSwitch::GetTypeId() {
                           MakeTraceSourceAccessor(&PfcSwitch::m_ecnTrace), "ns3::PfcSwitch::EcnTracedCallback")
           .AddTraceSource("Trim", "A loss-tolerant data packet was trimmed to its header: (egress port, class, flow, "
                           "seq, payload bytes lost)",
-                          MakeTraceSourceAccessor(&PfcSwitch::m_trimTrace), "ns3::PfcSwitch::TrimTracedCallback");
+                          MakeTraceSourceAccessor(&PfcSwitch::m_trimTrace), "ns3::PfcSwitch::TrimTracedCallback")
+          .AddTraceSource("LbPick",
+                          "A data packet's egress was chosen by a LoadBalancing mode other than ecmp: "
+                          "(flow, seq, its send time, egress port, flowlet number; 0 outside flowlet mode)",
+                          MakeTraceSourceAccessor(&PfcSwitch::m_lbTrace), "ns3::PfcSwitch::LbTracedCallback");
   return tid;
 }
 
 void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
+  const LbMode lb = m_nvSwitch ? LbMode::Ecmp : ParseLbMode(m_lbMode);
   const auto kmin = ParseRateMap<uint64_t>("KminMap", m_kminMap);
   const auto kmax = ParseRateMap<uint64_t>("KmaxMap", m_kmaxMap);
   const auto pmax = ParseRateMap<double>("PmaxMap", m_pmaxMap);
@@ -174,11 +186,20 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
   }
   m_rng = CreateObject<UniformRandomVariable>();
   m_rng->SetStream(static_cast<int64_t>(nodeId) + 1);
+  // Spraying draws from its own stream per switch, apart from ECN's, so ECN marks do not shift with it.
+  m_lb.Configure(lb, nodeId, routes, static_cast<uint64_t>(m_flowletGap.GetNanoSeconds()),
+                 (int64_t{1} << 32) + nodeId, MakeCallback(&PfcSwitch::PortBytes, this));
   node->AggregateObject(this);
 }
 
 void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
-  const uint32_t out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
+  uint32_t out;
+  if (m_lb.Mode() == LbMode::Ecmp || hdr.type != PktType::Data) {
+    out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
+  } else {
+    out = m_lb.Pick(hdr, static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()));
+    m_lbTrace(hdr.flowId, hdr.seq, hdr.tsNs, out, m_lb.LastFlowlet());
+  }
   const uint32_t cls = hdr.prio % kNumPrio;
   uint32_t wire = m_wire.Bytes(hdr);
   if (m_trimBytes && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) && hdr.type == PktType::Data &&
@@ -318,6 +339,7 @@ void PfcSwitch::DoDispose() {
   m_dev.clear();
   m_ports.clear();
   m_rng = nullptr;
+  m_lb.Dispose();
   Object::DoDispose();
 }
 

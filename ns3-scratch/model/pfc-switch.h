@@ -3,12 +3,14 @@
 #define PHANTORA_PFC_SWITCH_H
 
 #include "class-scheduler.h"
+#include "load-balancer.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
 #include "switch-mmu.h"
 #include "wire-format.h"
 
 #include "ns3/node.h"
+#include "ns3/nstime.h"
 #include "ns3/object.h"
 #include "ns3/random-variable-stream.h"
 #include "ns3/traced-callback.h"
@@ -59,6 +61,7 @@ class PfcSwitch : public Object, public PortOwner {
   uint64_t Drops(uint32_t port) const { return m_ports[port].drops; }
   uint64_t MaxPortBytes(uint32_t port) const { return m_ports[port].maxTotal; }
   const SwitchMmu& Mmu() const { return m_mmu; }
+  const LoadBalancer& Lb() const { return m_lb; }
   const Counters& GetCounters() const { return m_counters; }
 
  protected:
@@ -111,6 +114,8 @@ class PfcSwitch : public Object, public PortOwner {
   uint64_t m_trimBytes = 0;
   ClassSched m_classSched = ClassSched::RoundRobin;
   std::array<uint32_t, kNumPrio> m_classWeights{};
+  std::string m_lbMode = "ecmp";
+  Time m_flowletGap;
   // State.
   Ptr<RouteTable> m_routes;
   bool m_ecn = false;
@@ -119,11 +124,13 @@ class PfcSwitch : public Object, public PortOwner {
   std::vector<Port> m_ports;
   SwitchMmu m_mmu;
   Ptr<UniformRandomVariable> m_rng;
+  LoadBalancer m_lb;
 
   TracedCallback<uint32_t, uint32_t, bool> m_pfcTxTrace;              ///< (port, class, pause) sent upstream
   TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t> m_dropTrace; ///< (ingress port, class, flow, seq)
   TracedCallback<uint32_t, uint32_t, uint64_t> m_ecnTrace;            ///< (egress port, class, flow)
   TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t, uint32_t> m_trimTrace;  ///< (egress port, class, flow, seq, payload)
+  TracedCallback<uint64_t, uint64_t, uint64_t, uint32_t, uint64_t> m_lbTrace;  ///< (flow, seq, sent ns, port, flowlet)
 };
 
 }  // namespace ns3

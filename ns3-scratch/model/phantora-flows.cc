@@ -36,6 +36,13 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
       losses.push_back(LossRecord{id, offset, bytes});
     }
   }
+  if (f.size > 0 && f.src != f.dst) {
+    FlowTransportStats t = fabric->GetNode(f.dst).nic->RxStats(id);
+    const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id);
+    t.retxPackets = tx.retxPackets;
+    t.retxBytes = tx.retxBytes;
+    transport[id] = t;
+  }
   doneEnd[id] = now;
   --inFlight;
   ++completed;
@@ -73,6 +80,12 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
                            fabric->StandaloneNs(f.src, f.dst, f.key, f.size)});
   if (f.src != f.dst) {
     fabric->GetNode(f.dst).nic->ForgetFlow(id);
+    const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id, true);
+    auto t = transport.find(id);
+    if (t != transport.end()) {
+      t->second.retxPackets = tx.retxPackets;
+      t->second.retxBytes = tx.retxBytes;
+    }
   }
   flows.erase(it);
   if (stopWhenQuiet && flows.empty()) {

@@ -21,7 +21,9 @@ TypeId PhantoraHeader::GetTypeId() {
 
 TypeId PhantoraHeader::GetInstanceTypeId() const { return GetTypeId(); }
 
-uint32_t PhantoraHeader::GetSerializedSize() const { return kFixedBytes + nHops * kHopBytes; }
+uint32_t PhantoraHeader::GetSerializedSize() const {
+  return kFixedBytes + ((flags & kFlagSack) ? 16 : 0) + nHops * kHopBytes;
+}
 
 void PhantoraHeader::Serialize(Buffer::Iterator it) const {
   it.WriteU8(static_cast<uint8_t>(type));
@@ -35,6 +37,10 @@ void PhantoraHeader::Serialize(Buffer::Iterator it) const {
   it.WriteHtonU32(payload);
   it.WriteHtonU64(ecmpKey);
   it.WriteHtonU64(tsNs);
+  if (flags & kFlagSack) {
+    it.WriteHtonU64(sackLo);
+    it.WriteHtonU64(sackHi);
+  }
   for (uint32_t i = 0; i < nHops; ++i) {
     it.WriteHtonU64(hops[i].timeNs);
     it.WriteHtonU64(hops[i].txBytes);
@@ -58,6 +64,10 @@ uint32_t PhantoraHeader::Deserialize(Buffer::Iterator it) {
   payload = it.ReadNtohU32();
   ecmpKey = it.ReadNtohU64();
   tsNs = it.ReadNtohU64();
+  if (flags & kFlagSack) {
+    sackLo = it.ReadNtohU64();
+    sackHi = it.ReadNtohU64();
+  }
   for (uint32_t i = 0; i < nHops; ++i) {
     hops[i].timeNs = it.ReadNtohU64();
     hops[i].txBytes = it.ReadNtohU64();

@@ -19,6 +19,8 @@ constexpr uint8_t kFlagEcnEcho = 2;  ///< ACK/NACK: the acknowledged data packet
 constexpr uint8_t kFlagPause = 4;    ///< PFC: 1 = pause (XOFF), 0 = resume (XON)
 constexpr uint8_t kFlagLossTolerant = 8;  ///< data: a switch may trim it to its header under congestion (DLCP)
 constexpr uint8_t kFlagTrimmed = 16;      ///< data: trimmed, the payload is gone; NACK: the loss budget is spent
+constexpr uint8_t kFlagSack = 32;    ///< ACK: carries a SACK block [sackLo, sackHi) (selective receiver)
+constexpr uint8_t kFlagDsack = 64;   ///< ACK: the data packet was a duplicate (selective receiver; RFC 2883)
 
 /**
  * Routing, transport and telemetry fields of a packet. The serialised form carries every field
@@ -48,6 +50,8 @@ class PhantoraHeader : public Header {
   uint32_t payload = 0;   ///< payload bytes (data)
   uint64_t ecmpKey = 0;   ///< flow key hashed by ECMP
   uint64_t tsNs = 0;      ///< data: send time; ACK: echoed send time of the data packet
+  uint64_t sackLo = 0;    ///< ACK with kFlagSack: first byte of the received block holding the data packet
+  uint64_t sackHi = 0;    ///< ACK with kFlagSack: one past its last byte
   IntHop hops[kMaxIntHops] = {};
 };
 

@@ -68,6 +68,7 @@ class PhantoraNetwork::Impl {
   std::vector<FlowRecord> completions;
   std::vector<FctRecord> fcts;
   std::vector<LossRecord> losses;
+  std::map<uint64_t, FlowTransportStats> transport;  // completed at the receiver (sender's part final once done)
 };
 
 }  // namespace ns3

@@ -187,12 +187,23 @@ std::vector<ChannelRecord> PhantoraNetwork::ChannelStats() const {
   return out;
 }
 
+std::vector<FlowTransportRecord> PhantoraNetwork::FlowTransport() const {
+  const Impl& s = Need();
+  std::vector<FlowTransportRecord> out;
+  out.reserve(s.transport.size());
+  for (const auto& [id, t] : s.transport) {
+    out.push_back(FlowTransportRecord{id, t.retxPackets, t.retxBytes, t.oooPackets, t.reorderMaxBytes});
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
   const Impl& s = Need();
   uint64_t maxBuf = 0;
   uint64_t qps = 0;
   RdmaNic::Counters t;
   PfcSwitch::Counters w;
+  uint64_t flowlets = 0;
   for (const auto& n : s.fabric->Nodes()) {
     if (n.sw) {
       maxBuf = std::max(maxBuf, n.sw->Mmu().MaxUsedBytes());
@@ -203,12 +214,16 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
       w.pfcResume += c.pfcResume;
       w.trims += c.trims;
       w.trimmedBytes += c.trimmedBytes;
+      flowlets += n.sw->Lb().Flowlets();
     }
     if (n.nic) {
       qps += n.nic->ActiveQps();
       const RdmaNic::Counters& c = n.nic->GetCounters();
       t.dataPackets += c.dataPackets;
       t.retxPackets += c.retxPackets;
+      t.retxBytes += c.retxBytes;
+      t.oooPackets += c.oooPackets;
+      t.reorderMaxBytes = std::max(t.reorderMaxBytes, c.reorderMaxBytes);
       t.acks += c.acks;
       t.nacks += c.nacks;
       t.timeouts += c.timeouts;
@@ -223,6 +238,10 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"active_qps", static_cast<double>(qps)},
           {"data_packets", static_cast<double>(t.dataPackets)},
           {"retx_packets", static_cast<double>(t.retxPackets)},
+          {"retx_bytes", static_cast<double>(t.retxBytes)},
+          {"ooo_packets", static_cast<double>(t.oooPackets)},
+          {"reorder_max_bytes", static_cast<double>(t.reorderMaxBytes)},
+          {"flowlets", static_cast<double>(flowlets)},
           {"acks", static_cast<double>(t.acks)},
           {"nacks", static_cast<double>(t.nacks)},
           {"timeouts", static_cast<double>(t.timeouts)},

@@ -118,6 +118,15 @@ struct ChannelRecord {
   uint64_t maxQueueBytes;  ///< peak bytes queued at the sending port (switches)
 };
 
+/// A flow's transport counters: retransmissions at its sender, reordering at its receiver.
+struct FlowTransportRecord {
+  uint64_t id;
+  uint64_t retxPackets;
+  uint64_t retxBytes;
+  uint64_t oooPackets;       ///< data packets that arrived with a hole before them
+  uint64_t reorderMaxBytes;  ///< the furthest a packet arrived ahead of the first missing byte
+};
+
 class PhantoraNetwork {
  public:
   PhantoraNetwork();
@@ -170,6 +179,8 @@ class PhantoraNetwork {
   /// CE-mark events since the last drain (empty with param trace_ecn = 0).
   std::vector<EcnRecord> DrainEcnMarks();
   std::vector<ChannelRecord> ChannelStats() const;
+  /// Transport counters of every flow completed at its receiver so far, by id (final once its sender is done).
+  std::vector<FlowTransportRecord> FlowTransport() const;
   std::vector<std::pair<std::string, double>> Stats() const;
 
   int64_t Now() const;

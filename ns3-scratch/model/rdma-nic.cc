@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 namespace ns3 {
 
@@ -67,6 +68,16 @@ TypeId RdmaNic::GetTypeId() {
                                         "Go-back-N timeout without progress; 0 = none (a lossless fabric)",
                                         TimeValue(Time(0)), MakeTimeAccessor(&RdmaNic::m_rto),
                                         MakeTimeChecker(Time(0)))
+                          .AddAttribute("Receiver",
+                                        "gbn: in-order receiver, NACK and go-back-N; sack: out-of-order receiver, "
+                                        "SACK blocks, selective retransmission",
+                                        StringValue("gbn"), MakeStringAccessor(&RdmaNic::m_rxModeName),
+                                        MakeStringChecker())
+                          .AddAttribute("ReorderWindow",
+                                        "Receiver sack: a packet is lost once one sent this much later is "
+                                        "acknowledged; 0 = the flow's base RTT (as given to its CC)",
+                                        TimeValue(Time(0)), MakeTimeAccessor(&RdmaNic::m_reorderWindow),
+                                        MakeTimeChecker(Time(0)))
                           .AddTraceSource("Nack", "This receiver sent a NACK: (flow, expected seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_nackTrace),
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
@@ -83,6 +94,13 @@ TypeId RdmaNic::GetTypeId() {
 
 void RdmaNic::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
   m_strict = ParseClassSched(m_classSchedText) == ClassSched::Strict;
+  if (m_rxModeName == "gbn") {
+    m_rxMode = RxMode::GoBackN;
+  } else if (m_rxModeName == "sack") {
+    m_rxMode = RxMode::Sack;
+  } else {
+    throw std::invalid_argument("NIC attribute Receiver: unknown mode '" + m_rxModeName + "' (known: gbn, sack)");
+  }
   m_id = nodeId;
   m_routes = routes;
   m_dev = TakePorts(node, this);
@@ -112,6 +130,10 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   qp->rttNs = m_baseRtt(m_id, spec.dst, spec.key);
   qp->cc = m_ccFactory.Create<CongestionControl>();
   qp->cc->Start(rate, qp->rttNs, m_payloadBytes, m_bdp(m_id, spec.dst, spec.key));
+  if (m_rxMode == RxMode::Sack) {
+    const int64_t window = m_reorderWindow.GetNanoSeconds();
+    qp->sack.Configure(m_payloadBytes, window > 0 ? static_cast<uint64_t>(window) : qp->rttNs);
+  }
   Qp* raw = qp.get();
   m_ports[raw->port].active.push_back(raw);
   m_qps[spec.id] = std::move(qp);
@@ -158,6 +180,27 @@ Ptr<CongestionControl> RdmaNic::GetCc(uint64_t flowId) const {
   return it == m_qps.end() ? nullptr : it->second->cc;
 }
 
+FlowTransportStats RdmaNic::RxStats(uint64_t flowId) const {
+  auto it = m_rx.find(flowId);
+  return it == m_rx.end() ? FlowTransportStats{} : it->second.stats;
+}
+
+FlowTransportStats RdmaNic::TxStats(uint64_t flowId, bool take) {
+  auto it = m_qps.find(flowId);
+  if (it != m_qps.end()) {
+    return it->second->stats;
+  }
+  auto done = m_doneTx.find(flowId);
+  if (done == m_doneTx.end()) {
+    return FlowTransportStats{};
+  }
+  const FlowTransportStats out = done->second;
+  if (take) {
+    m_doneTx.erase(done);
+  }
+  return out;
+}
+
 bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   Port& p = m_ports[port];
   if (!p.ctrl.empty()) {
@@ -174,11 +217,12 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t idx = (p.rr + i) % n;
     Qp* qp = p.active[idx];
-    if (paused[qp->spec.prio % kNumPrio] || qp->sndNxt >= qp->spec.size) {
+    const bool lost = m_rxMode == RxMode::Sack && qp->sack.HasLost();  // retransmissions ignore the window
+    if (paused[qp->spec.prio % kNumPrio] || (!lost && qp->sndNxt >= qp->spec.size)) {
       continue;
     }
     const uint64_t win = qp->cc->GetWindowBytes();
-    if (win != 0 && qp->sndNxt - qp->sndUna >= win) {
+    if (!lost && win != 0 && qp->sndNxt - qp->sndUna >= win) {
       continue;
     }
     if (qp->nextAvailPs > nowPs + 999) {  // pacing: due later than within this ns
@@ -213,24 +257,36 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   hdr.src = m_id;
   hdr.dst = qp->spec.dst;
   hdr.flowId = qp->spec.id;
-  hdr.seq = qp->sndNxt;
-  hdr.payload = static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, qp->spec.size - qp->sndNxt));
+  uint64_t lostSeq = 0;
+  uint32_t lostLen = 0;
+  const bool resend = m_rxMode == RxMode::Sack && qp->sack.NextLost(lostSeq, lostLen);
+  hdr.seq = resend ? lostSeq : qp->sndNxt;
+  hdr.payload = resend ? lostLen : static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, qp->spec.size - qp->sndNxt));
   hdr.ecmpKey = qp->spec.key;
   hdr.tsNs = nowNs;
-  if (qp->spec.lossBudget && !qp->budgetGone && qp->sndNxt >= qp->maxSent) {
-    hdr.flags |= kFlagLossTolerant;  // first transmissions only: a retransmission must arrive
+  if (qp->spec.lossBudget && !qp->budgetGone && m_rxMode == RxMode::GoBackN && qp->sndNxt >= qp->maxSent) {
+    // First transmissions only: a retransmission must arrive. DLCP holes are a go-back-N receiver's.
+    hdr.flags |= kFlagLossTolerant;
   }
   Ptr<Packet> pkt = Create<Packet>(hdr.payload);
   pkt->AddHeader(hdr);
   const uint32_t wire = m_wire.Bytes(hdr);
   out = TxItem{pkt, wire, 0, qp->spec.prio, true};
 
-  if (qp->sndNxt < qp->maxSent) {
+  if (resend || qp->sndNxt < qp->maxSent) {
     ++m_counters.retxPackets;
+    m_counters.retxBytes += hdr.payload;
+    ++qp->stats.retxPackets;
+    qp->stats.retxBytes += hdr.payload;
   }
   ++m_counters.dataPackets;
-  qp->sndNxt += hdr.payload;
-  qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
+  if (!resend) {
+    qp->sndNxt += hdr.payload;
+    qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
+  }
+  if (m_rxMode == RxMode::Sack) {
+    qp->sack.OnSend(hdr.seq, hdr.payload, nowNs, resend);
+  }
   uint64_t rate = qp->cc->GetRateBps();
   const uint64_t line = m_dev[qp->port]->GetRateBps();
   if (rate == 0 || rate > line) {
@@ -265,6 +321,17 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
     return;  // a late duplicate of a finished flow
   }
   Rx& rx = it->second;
+  if (hdr.seq > rx.expected) {
+    const uint64_t depth = hdr.seq - rx.expected;
+    ++rx.stats.oooPackets;
+    ++m_counters.oooPackets;
+    rx.stats.reorderMaxBytes = std::max(rx.stats.reorderMaxBytes, depth);
+    m_counters.reorderMaxBytes = std::max(m_counters.reorderMaxBytes, depth);
+  }
+  if (m_rxMode == RxMode::Sack) {
+    ReceiveDataSack(rx, hdr);
+    return;
+  }
   const uint64_t now = NowNs();
   const bool trimmed = hdr.flags & kFlagTrimmed;
   const bool takeHole = trimmed && hdr.seq == rx.expected && rx.lost + hdr.payload <= rx.budget;
@@ -318,7 +385,33 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
   }
 }
 
-void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags) {
+void RdmaNic::ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr) {
+  const uint64_t before = rx.expected;
+  const SackReceiver::Arrival a = rx.sack.Arrive(hdr.seq, hdr.payload);
+  rx.expected = rx.sack.Cumulative();
+  m_counters.payloadBytesDelivered += a.newBytes;
+  const bool last = rx.expected >= rx.size;
+  const bool ce = hdr.flags & kFlagCe;
+  const bool inOrder = a.advanced && hdr.seq == before && rx.expected == before + hdr.payload;
+  if (inOrder && !last && !ce && ++rx.sinceAck < m_ackInterval) {
+    rx.unacked = hdr;
+    if (!rx.ackTimer.IsPending()) {
+      rx.ackTimer = Simulator::Schedule(m_ackDelay, &RdmaNic::AckTimeout, this, hdr.flowId);
+    }
+  } else {
+    // Out of order, a hole filled, a duplicate, the last byte or a CE mark: acknowledge at once.
+    rx.sinceAck = 0;
+    rx.ackTimer.Cancel();
+    SendAck(hdr, PktType::Ack, rx, 0, a.blockLo, a.blockHi, a.newBytes == 0);
+  }
+  if (last && !rx.done) {
+    rx.done = true;
+    m_dataComplete(hdr.flowId);
+  }
+}
+
+void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags, uint64_t sackLo,
+                      uint64_t sackHi, bool dsack) {
   PhantoraHeader ack;
   ack.type = type;
   ack.prio = m_ackHighPrio ? 0 : data.prio;
@@ -329,6 +422,14 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   ack.seq = rx.expected;
   ack.ecmpKey = m_routes->ReverseKey(data.ecmpKey);  // HPCC's ACK carries the ports swapped
   ack.tsNs = data.tsNs;
+  if (dsack) {
+    ack.flags |= kFlagDsack;
+  }
+  if (sackLo < sackHi) {
+    ack.flags |= kFlagSack;
+    ack.sackLo = sackLo;
+    ack.sackHi = sackHi;
+  }
   ack.nHops = data.nHops;
   std::copy(data.hops, data.hops + data.nHops, ack.hops);
   const uint32_t port = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey);
@@ -357,6 +458,15 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
   }
   if (hdr.type == PktType::Nack && (hdr.flags & kFlagTrimmed)) {
     qp->budgetGone = true;
+  }
+  if (m_rxMode == RxMode::Sack) {
+    const bool block = hdr.flags & kFlagSack;
+    if (hdr.flags & kFlagDsack) {
+      qp->sack.OnDsack();
+    }
+    if (qp->sack.OnAck(hdr.seq, block ? hdr.sackLo : 0, block ? hdr.sackHi : 0, hdr.tsNs) > 0) {
+      qp->lastProgressNs = now;
+    }
   }
   if (hdr.type == PktType::Nack && qp->sndNxt > hdr.seq) {
     // Go back to the hole, once per hole per round trip (later NACKs for it are already in flight).
@@ -404,6 +514,7 @@ void RdmaNic::Finish(Qp* qp) {
     p.rr = 0;
   }
   const uint64_t id = qp->spec.id;
+  m_doneTx[id] = qp->stats;
   m_qps.erase(id);  // frees qp
   m_senderDone(id);
 }
@@ -424,7 +535,11 @@ void RdmaNic::CheckRto(Qp* qp) {
     NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << " times out at " << qp->sndUna);
     ++m_counters.timeouts;
     m_timeoutTrace(qp->spec.id, qp->sndUna);
-    qp->sndNxt = qp->sndUna;
+    if (m_rxMode == RxMode::Sack) {
+      qp->sack.OnTimeout();  // every unacknowledged packet goes again, nothing acknowledged does
+    } else {
+      qp->sndNxt = qp->sndUna;
+    }
     qp->lastProgressNs = now;
     m_dev[qp->port]->Kick();
   }
@@ -461,6 +576,7 @@ void RdmaNic::DoDispose() {
   }
   m_qps.clear();
   m_rx.clear();
+  m_doneTx.clear();
   m_dev.clear();
   m_ports.clear();
   m_routes = nullptr;

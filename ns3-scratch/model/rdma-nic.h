@@ -6,6 +6,7 @@
 #include "congestion-control.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
+#include "sack-transport.h"
 #include "wire-format.h"
 
 #include "ns3/callback.h"
@@ -42,6 +43,8 @@ struct QpSpec {
  * Receiver: in-order delivery; an ACK per `ackInterval` packets carries the ECN echo and the INT
  * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
  * An ACK or NACK that echoes a CE mark is a CNP: the sender counts it and fires the "CnpRx" trace.
+ * With Receiver = sack the receiver keeps out-of-order data instead (SackReceiver), every ACK carries the
+ * received block holding the packet, and the sender retransmits only the packets its SackSender deems lost.
  * Settings are attributes (PayloadSize, AckInterval, NackInterval, RetransmitTimeout, ...).
  * DLCP: a flow with a loss budget sends its first transmissions flagged loss-tolerant; the receiver takes a
  * trimmed packet as a hole while the holes fit the budget (never retransmitted), else NACKs it with the
@@ -65,6 +68,9 @@ class RdmaNic : public Object, public PortOwner {
   struct Counters {
     uint64_t dataPackets = 0;
     uint64_t retxPackets = 0;
+    uint64_t retxBytes = 0;
+    uint64_t oooPackets = 0;       ///< data packets received with a hole before them
+    uint64_t reorderMaxBytes = 0;  ///< max over flows of FlowTransportStats::reorderMaxBytes
     uint64_t acks = 0;
     uint64_t nacks = 0;
     uint64_t timeouts = 0;
@@ -96,6 +102,11 @@ class RdmaNic : public Object, public PortOwner {
   const WireFormat& GetWireFormat() const { return m_wire; }
   /// The CC object of an open queue pair (nullptr once finished).
   Ptr<CongestionControl> GetCc(uint64_t flowId) const;
+  /// Reordering seen by this receiver for a flow it expects (zeros if unknown).
+  FlowTransportStats RxStats(uint64_t flowId) const;
+  /// Retransmissions of an open queue pair, or of one that finished and was not taken yet (zeros if unknown);
+  /// `take` forgets a finished one.
+  FlowTransportStats TxStats(uint64_t flowId, bool take = false);
 
  protected:
   void DoDispose() override;
@@ -116,6 +127,8 @@ class RdmaNic : public Object, public PortOwner {
     Ptr<CongestionControl> cc;
     EventId rto;
     bool budgetGone = false;    ///< DLCP: the receiver spent the loss budget; flag nothing more
+    SackSender sack;            ///< Receiver = sack: the packets in flight
+    FlowTransportStats stats;   ///< retransmissions
   };
   struct Rx {
     uint64_t size = 0;
@@ -129,6 +142,8 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t budget = 0;  ///< DLCP loss budget, bytes
     uint64_t lost = 0;    ///< bytes taken as lost so far
     std::vector<std::pair<uint64_t, uint64_t>> holes;  ///< (offset, length), merged
+    SackReceiver sack;          ///< Receiver = sack: received ranges
+    FlowTransportStats stats;   ///< reordering
   };
   struct Port {
     std::deque<TxItem> ctrl;
@@ -140,8 +155,11 @@ class RdmaNic : public Object, public PortOwner {
 
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
   void ReceiveData(const PhantoraHeader& hdr);
+  /// Receiver = sack: keep the packet whatever its order, ACK out-of-order arrivals at once with their block.
+  void ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr);
   void ReceiveAck(const PhantoraHeader& hdr);
-  void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags = 0);
+  void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags = 0, uint64_t sackLo = 0,
+               uint64_t sackHi = 0, bool dsack = false);
   /// AckDelay ran out with coalesced packets unacknowledged: acknowledge them now.
   void AckTimeout(uint64_t flowId);
   void Finish(Qp* qp);
@@ -167,6 +185,9 @@ class RdmaNic : public Object, public PortOwner {
   bool m_strict = false;
   Time m_nackInterval;
   Time m_rto;
+  std::string m_rxModeName = "gbn";
+  RxMode m_rxMode = RxMode::GoBackN;
+  Time m_reorderWindow;
   // Wiring.
   Ptr<RouteTable> m_routes;
   FlowCallback m_dataComplete;
@@ -179,6 +200,7 @@ class RdmaNic : public Object, public PortOwner {
   std::vector<Port> m_ports;
   std::unordered_map<uint64_t, std::unique_ptr<Qp>> m_qps;
   std::unordered_map<uint64_t, Rx> m_rx;
+  std::unordered_map<uint64_t, FlowTransportStats> m_doneTx;  ///< finished queue pairs' retransmissions
 
   TracedCallback<uint64_t, uint64_t> m_nackTrace;     ///< (flow, seq) NACK sent by this receiver
   TracedCallback<uint64_t, uint64_t> m_timeoutTrace;  ///< (flow, seq) go-back-N timeout at this sender

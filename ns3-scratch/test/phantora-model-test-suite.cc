@@ -1,6 +1,8 @@
 // Unit tests of the phantora ns-3 module against closed-form answers: switch buffer accounting, wire
 // sizes, attribute checking, HPCC's ECMP, and a single flow's completion times through one switch.
 #include "congestion-control.h"
+#include "phantora-fabric-helper.h"
+#include "phantora-fabric.h"
 #include "phantora-network.h"
 #include "phantora-routing.h"
 #include "switch-mmu.h"
@@ -8,7 +10,13 @@
 
 #include "ns3/test.h"
 
+#include "ns3/simulator.h"
+#include "ns3/string.h"
+
 #include <cmath>
+#include <map>
+#include <tuple>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -243,6 +251,79 @@ class HpccEcmpTest : public TestCase {
   }
 };
 
+/// Flowlet switching never reorders within a flowlet: 4 hosts of leaf 0 send to one host of leaf 1 over 2
+/// spines (a 4:1 incast with a small buffer, so PFC pauses open gaps and flows move between spines). Leaf 0's
+/// LbPick trace gives each packet's flowlet in send order (the host's link is FIFO); leaf 1's gives the order
+/// they reach the receiver's link. Within every flowlet the two orders must agree.
+class FlowletOrderTest : public TestCase {
+ public:
+  FlowletOrderTest() : TestCase("flowlets never reorder within a flowlet") {}
+
+ private:
+  using Key = std::pair<uint64_t, uint64_t>;  // (flow, send time ns): one transmission of one packet
+
+  void DoRun() override {
+    Ptr<PhantoraFabric> fabric = CreateObject<PhantoraFabric>();
+    std::vector<uint32_t> hosts;
+    for (int i = 0; i < 5; ++i) {
+      hosts.push_back(fabric->AddNode("host"));
+    }
+    const uint32_t leaf0 = fabric->AddNode("switch");
+    const uint32_t leaf1 = fabric->AddNode("switch");
+    const uint32_t spine0 = fabric->AddNode("switch");
+    const uint32_t spine1 = fabric->AddNode("switch");
+    const uint64_t bps = 100'000'000'000ULL;
+    for (int i = 0; i < 4; ++i) {
+      fabric->AddLink(hosts[i], leaf0, bps, 1000);
+    }
+    fabric->AddLink(hosts[4], leaf1, bps, 1000);
+    for (uint32_t s : {spine0, spine1}) {
+      fabric->AddLink(leaf0, s, bps, 1000);
+      fabric->AddLink(leaf1, s, bps, 1000);
+    }
+    PhantoraFabricHelper helper;
+    helper.SetSwitchAttribute("LoadBalancing", "flowlet");
+    helper.SetSwitchAttribute("FlowletGap", "500ns");
+    helper.SetSwitchAttribute("BufferSize", "300000");
+    helper.SetNicAttribute("Receiver", "sack");
+    uint32_t done = 0;
+    helper.Install(fabric, Callback<void, uint64_t>([&done](uint64_t) { ++done; }),
+                   Callback<void, uint64_t>([](uint64_t) {}));
+    std::map<Key, uint64_t> flowletOf;
+    std::map<std::pair<uint64_t, uint64_t>, std::vector<Key>> sent;  // (flow, flowlet) -> packets in send order
+    std::vector<Key> arrived;
+    fabric->GetNode(leaf0).sw->TraceConnectWithoutContext(
+        "LbPick", Callback<void, uint64_t, uint64_t, uint64_t, uint32_t, uint64_t>(
+                      [&](uint64_t flow, uint64_t, uint64_t ts, uint32_t, uint64_t flowlet) {
+                        flowletOf[{flow, ts}] = flowlet;
+                        sent[{flow, flowlet}].push_back({flow, ts});
+                      }));
+    fabric->GetNode(leaf1).sw->TraceConnectWithoutContext(
+        "LbPick", Callback<void, uint64_t, uint64_t, uint64_t, uint32_t, uint64_t>(
+                      [&](uint64_t flow, uint64_t, uint64_t ts, uint32_t, uint64_t) { arrived.push_back({flow, ts}); }));
+    for (uint32_t i = 0; i < 4; ++i) {
+      fabric->GetNode(hosts[4]).nic->ExpectFlow(i, 1'000'000);
+      fabric->GetNode(hosts[i]).nic->StartFlow(QpSpec{i, hosts[4], 1'000'000, 3, i});
+    }
+    Simulator::Stop(MilliSeconds(10));
+    Simulator::Run();
+    NS_TEST_ASSERT_MSG_EQ(done, 4u, "every flow completes");
+    std::map<std::pair<uint64_t, uint64_t>, std::vector<Key>> got;
+    for (const Key& k : arrived) {
+      got[{k.first, flowletOf.at(k)}].push_back(k);
+    }
+    NS_TEST_ASSERT_MSG_GT(sent.size(), 8u, "flows were split into several flowlets");
+    uint32_t moved = 0;
+    for (const auto& [flowlet, order] : sent) {
+      NS_TEST_ASSERT_MSG_EQ((got[flowlet] == order), true, "arrival order = send order within a flowlet");
+      moved += flowlet.second > 0 ? 1 : 0;
+    }
+    NS_TEST_ASSERT_MSG_GT(moved, 0u, "later flowlets exist");
+    fabric->Dispose();
+    Simulator::Destroy();
+  }
+};
+
 class PhantoraModelTestSuite : public TestSuite {
  public:
   PhantoraModelTestSuite() : TestSuite("phantora-model", Type::UNIT) {
@@ -253,6 +334,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new HpccEcmpTest, TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(1000), TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);
+    AddTestCase(new FlowletOrderTest, TestCase::Duration::QUICK);
   }
 };
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from phantora.errors import PhantoraError
@@ -35,6 +35,7 @@ from phantora.netsim.observe import (
     Drop,
     EcnMark,
     FabricObserver,
+    FlowTransport,
     PacketChannelUsage,
     PfcEvent,
     QueueSample,
@@ -237,6 +238,10 @@ class FluidNvlinkSimulator:
 
     def ecn_mark_events(self) -> Sequence[EcnMark]:
         return self._observer().ecn_mark_events()
+
+    def flow_transport(self) -> Mapping[int, FlowTransport]:
+        """ns-3's flows only: the fluid side neither reorders nor retransmits."""
+        return self._observer().flow_transport()
 
     # ----- internals -------------------------------------------------------------------------
     def _known(self, fid: int) -> bool:

@@ -9,7 +9,7 @@ a remote engine neither (its network server writes them). Consumers ask these tw
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -112,6 +112,17 @@ class FabricRecords:
 
 
 @dataclass(frozen=True, slots=True)
+class FlowTransport:
+    """A flow's transport counters: retransmissions at its sender, reordering at its receiver."""
+
+    flow_id: int
+    retx_packets: int
+    retx_bytes: int  # payload bytes sent again
+    ooo_packets: int  # data packets that arrived with a hole before them
+    reorder_max_bytes: int  # the furthest a packet arrived ahead of the first missing byte
+
+
+@dataclass(frozen=True, slots=True)
 class PacketChannelUsage:
     """Traffic of one directed channel (all packets: data, ACK, PFC) up to now."""
 
@@ -152,3 +163,7 @@ class FabricObserver(ChannelObserver, Protocol):
     def cnp_events(self) -> Sequence[CnpEvent]: ...
 
     def ecn_mark_events(self) -> Sequence[EcnMark]: ...
+
+    def flow_transport(self) -> Mapping[int, FlowTransport]:
+        """Flow id -> its transport counters, for every flow completed so far."""
+        ...

@@ -43,6 +43,7 @@ from phantora.netsim.observe import (
     Drop,
     EcnMark,
     FabricRecords,
+    FlowTransport,
     PacketChannelUsage,
     PfcEvent,
     QueueSample,
@@ -141,7 +142,8 @@ def cpp_message(exc: BaseException) -> str:
 
 def _finalize_field(message: str) -> str:
     """The PacketConfig field a Finalize() error is about."""
-    for word, name in (("Scheduler", "scheduler"), ("kmin", "kmin_map"), ("pmax", "pmax_map"), ("Kmax", "kmax_map")):
+    words = (("LoadBalancing", "lb"), ("Receiver", "rx"), ("Scheduler", "scheduler"), ("kmin", "kmin_map"))
+    for word, name in (*words, ("pmax", "pmax_map"), ("Kmax", "kmax_map")):
         if word in message:
             return name
     return "cc_attrs" if "attribute" in message else "cc"
@@ -315,6 +317,9 @@ class Ns3Simulator:
         out["engine"] = "ns3"
         out["cc"] = self.config.cc
         out["ecmp_hash"] = self.topology.ecmp_hash
+        out["lb"] = self.config.lb
+        out["rx"] = self.config.rx
+        out.update(self._switch_link_load())
         out["approximations"] = self.config.approximations()
         return out
 
@@ -431,6 +436,15 @@ class Ns3Simulator:
         self._seen = (len(self._pfc), len(self._queues), len(self._drops), len(self._cnps), len(self._marks))
         return out
 
+    def flow_transport(self) -> dict[int, FlowTransport]:
+        """Flow id -> retransmissions and reordering, for every flow completed at its receiver so far."""
+        return {
+            int(r.id): FlowTransport(
+                int(r.id), int(r.retxPackets), int(r.retxBytes), int(r.oooPackets), int(r.reorderMaxBytes)
+            )
+            for r in self._net.FlowTransport()
+        }
+
     def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
         """Per-channel bytes, pauses, marks and utilisation over `elapsed_ns` (default now()), used channels only."""
         elapsed = self.now() if elapsed_ns is None else elapsed_ns
@@ -469,6 +483,18 @@ class Ns3Simulator:
         return int(self._net.FlowRateBps(flow_id))
 
     # ----- internals ---------------------------------------------------------------------------
+    def _switch_link_load(self) -> dict[str, int]:
+        """Bytes on the busiest and the least busy directed switch-to-switch channel (unused ones count as 0):
+        how evenly load balancing spread the traffic over the fabric's equal-cost links."""
+        kinds = [n.kind for n in self.topology.nodes]
+        used = {int(r.channel): int(r.txBytes) for r in self._net.ChannelStats()}
+        loads = [
+            used.get(ch, 0)
+            for ch in range(self.topology.num_channels)
+            if all(kinds[n] == "switch" for n in self.topology.channel_ends(ch))
+        ]
+        return {"switch_link_bytes_max": max(loads), "switch_link_bytes_min": min(loads)} if loads else {}
+
     def _take(self) -> list[Completion]:
         out = []
         tags = self._tags

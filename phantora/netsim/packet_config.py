@@ -27,6 +27,10 @@ from phantora.units import parse_rate_bps, parse_size_bytes, parse_time_ns
 
 NVLINK_MODES = ("packet", "fluid")
 REUSE_MODES = ("off", "on")
+# Load balancing of data packets at switches and the receiving NIC's transport (docs/packet-model.md, "Load
+# balancing and receivers"): per-flow ECMP, per-packet spraying (random, or round robin), flowlets, adaptive.
+LB_MODES = ("ecmp", "spray", "spray_rr", "flowlet", "adaptive")
+RX_MODES = ("gbn", "sack")
 
 
 def _wire_preset(payload: int, header: int, ack_interval: int) -> dict[str, int]:
@@ -103,6 +107,13 @@ class PacketConfig:
     scheduler: str = "ns3::MapScheduler"
     # ECMP policy (phantora.topology.ecmp): phantora | hpcc; None = the topology's (hpcc for HPCC-format files)
     ecmp_hash: str | None = None
+    # Load balancing of data packets among equal-cost ports (LB_MODES); ACKs, NACKs and PFC frames keep ECMP.
+    lb: str = "ecmp"
+    flowlet_gap_ns: int = 10_000  # lb=flowlet: a gap longer than this starts a new flowlet (which may move)
+    # The receiving NIC (RX_MODES): gbn = in order, NACK, go-back-N; sack = out of order, SACK blocks, selective
+    # retransmission of packets deemed lost (RACK: once a packet sent reorder_window_ns later is acknowledged)
+    rx: str = "gbn"
+    reorder_window_ns: int = 0  # rx=sack: 0 = the flow's base RTT as given to its CC
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
@@ -132,7 +143,7 @@ class PacketConfig:
 
         if not isinstance(self.cc, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_:.-]*", self.cc):
             raise bad("cc", f"expected a congestion control's name, got {self.cc!r}")
-        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed")
+        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed", "flowlet_gap_ns")
         non_negative = (
             "header_bytes",
             "int_header_bytes",
@@ -141,6 +152,7 @@ class PacketConfig:
             "dt_shift",
             "nack_interval_ns",
             "queue_sample_ns",
+            "reorder_window_ns",
         )
         for name in positive + non_negative:
             value = getattr(self, name)
@@ -158,6 +170,10 @@ class PacketConfig:
             raise bad("headroom_factor", f"must be a number >= 0, got {self.headroom_factor!r}")
         if self.int_mode not in ("auto", "on", "off"):
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
+        if self.lb not in LB_MODES:
+            raise bad("lb", f"unknown load balancing {self.lb!r} (known: {', '.join(LB_MODES)})")
+        if self.rx not in RX_MODES:
+            raise bad("rx", f"unknown receiver {self.rx!r} (known: {', '.join(RX_MODES)})")
         if self.nvlink not in NVLINK_MODES:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
         if self.reuse not in REUSE_MODES:
@@ -297,6 +313,10 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "trace_cnp": (("recorder.TraceCnp",), "bool"),
     "trace_ecn": (("recorder.TraceEcn",), "bool"),
     "ecmp_hash": (("fabric.EcmpHash",), "ecmp_hash"),
+    "lb": (("switch.LoadBalancing",), "text"),
+    "flowlet_gap_ns": (("switch.FlowletGap",), "ns"),
+    "rx": (("nic.Receiver",), "text"),
+    "reorder_window_ns": (("nic.ReorderWindow",), "ns"),
     "seed": (("fabric.Seed",), "int"),
     "scheduler": (("fabric.Scheduler",), "text"),
     "sched": (("switch.ClassScheduling", "nic.ClassScheduling"), "text"),

@@ -43,6 +43,11 @@ SUMMARY: dict[str, tuple[str, str, str]] = {
     "drops": ("drops", "count", "ecn"),
     "util_mean": ("link utilisation mean", "fraction", "links"),
     "util_max": ("link utilisation max", "fraction", "links"),
+    "switch_link_spread": ("switch-link bytes max / min", "ratio", "links"),
+    "retx_packets": ("retransmitted packets", "count", "transport"),
+    "retx_bytes": ("retransmitted bytes", "bytes", "transport"),
+    "ooo_packets": ("packets out of order at receivers", "count", "transport"),
+    "reorder_max_bytes": ("reordering depth max", "bytes", "transport"),
 }
 
 
@@ -105,6 +110,12 @@ def summarise(run: RunData) -> dict[str, Value]:
         out[key] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if out["ecn_marks"] is None and run.links and any(r.ecn_marks is not None for r in run.links):
         out["ecn_marks"] = sum(r.ecn_marks or 0 for r in run.links)
+    for key in ("retx_packets", "retx_bytes", "ooo_packets", "reorder_max_bytes"):
+        value = engine.get(key)
+        out[key] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    hi, lo = engine.get("switch_link_bytes_max"), engine.get("switch_link_bytes_min")
+    ok = isinstance(hi, (int, float)) and isinstance(lo, (int, float)) and lo > 0
+    out["switch_link_spread"] = float(hi) / float(lo) if ok else None  # type: ignore[arg-type]
     utils = [r.utilisation for r in run.links or []]
     out["util_mean"] = float(np.mean(utils)) if utils else None
     out["util_max"] = float(max(utils)) if utils else None

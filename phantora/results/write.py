@@ -23,6 +23,7 @@ from phantora.netsim.observe import (
     Drop,
     EcnMark,
     FabricObserver,
+    FlowTransport,
     PacketChannelUsage,
     PfcEvent,
     QueueSample,
@@ -69,13 +70,15 @@ def write_flows_csv(
     standalone_ns: Mapping[int, int] | None = None,
     cnps: Mapping[int, int] | None = None,
     ecn_marks: Mapping[int, int] | None = None,
+    transport: Mapping[int, FlowTransport] | None = None,
 ) -> Path:
     """flows.csv: one row per completed flow between two nodes, with its FCT and its FCT alone on the fabric.
 
     `flows` (id -> Flow) gives each flow's priority and ECMP key (default: the flow id), so the standalone FCT
     takes the flow's path. `fct_ns` and `standalone_ns` (id -> ns) replace the FCT (end - start) and the
     fluid standalone FCT where a producer defines them otherwise (netsim: HPCC's, to the last ACK and with
-    headers). `cnps` and `ecn_marks` (id -> count) fill those columns; None leaves them empty (not measured).
+    headers). `cnps` and `ecn_marks` (id -> count) fill those columns, `transport` (id -> FlowTransport) the
+    retransmission and reordering ones; None leaves them empty (not measured).
     """
     names = node_names(topo)
     rows = []
@@ -93,8 +96,16 @@ def write_flows_csv(
             [c.flow_id, c.tag, names[c.src], names[c.dst], c.src, c.dst, c.size, f.priority if f else ""]
             + [c.start_ns, c.end_ns, fct, alone, f"{fct / alone:.4f}" if alone else ""]
             + [_count(cnps, c.flow_id), _count(ecn_marks, c.flow_id)]
+            + _transport(transport, c.flow_id)
         )
     return write_csv(path, S.FLOWS_COLUMNS, rows)
+
+
+def _transport(transport: Mapping[int, FlowTransport] | None, flow_id: int) -> list[int | str]:
+    t = transport.get(flow_id) if transport is not None else None
+    if t is None:
+        return ["", "", "", ""]
+    return [t.retx_packets, t.retx_bytes, t.ooo_packets, t.reorder_max_bytes]
 
 
 def _count(counts: Mapping[int, int] | None, flow_id: int) -> int | str:
@@ -223,5 +234,7 @@ def write_network_files(
         return [path, write_links_csv(out / S.LINKS_CSV, topo, channels.channel_usage(max(1, elapsed_ns)))]
     cnps = per_flow_counts(fabric.cnp_events())
     marks = per_flow_counts(fabric.ecn_mark_events())
-    path = write_flows_csv(out / S.FLOWS_CSV, topo, completions, flows=flows, cnps=cnps, ecn_marks=marks)
+    path = write_flows_csv(
+        out / S.FLOWS_CSV, topo, completions, flows=flows, cnps=cnps, ecn_marks=marks, transport=fabric.flow_transport()
+    )
     return [path, *write_fabric_traces(out, fabric, topo, elapsed_ns)]
