@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import mean
 
 import pytest
+from test_packet_engine import star  # n hosts on one switch, 100 Gb/s, 1 us
 
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
@@ -21,7 +22,6 @@ from phantora.netsim.cc_registry import registry
 from phantora.netsim.cli_config import packet_config_from_flags
 from phantora.netsim.packet import Ns3Simulator, runner_path
 from phantora.netsim.packet_config import PacketConfig
-from phantora.topology.model import Topology
 
 pytestmark = pytest.mark.ns3
 
@@ -61,17 +61,6 @@ PHANTORA_REGISTER_CC(CcTestFixedShare, "testshare");
 
 }  // namespace ns3
 """
-
-
-def star(n: int, bps: int = B, lat: int = 1000) -> Topology:
-    """n hosts (0..n-1) on one switch (node n)."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, bps, lat)
-    return t.validate()
 
 
 # ----- the registry ------------------------------------------------------------------------------------------

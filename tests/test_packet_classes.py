@@ -5,29 +5,18 @@ retransmission, its lost ranges exactly the trimmed packets' payloads."""
 from __future__ import annotations
 
 import pytest
+from test_packet_engine import star  # n hosts on one switch, 100 Gb/s, 1 us
 
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
-from phantora.topology.model import Topology
 
 pytestmark = pytest.mark.ns3
 
 G = 10**9
 US = 1000
 PAYLOAD, HEADER = 1000, 48
-
-
-def star(n: int, bps: int = 100 * G, lat: int = US) -> Topology:
-    """n hosts (0..n-1) on one switch (node n)."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, bps, lat)
-    return t.validate()
 
 
 def wire_ns(packets: float, bps: int = 100 * G) -> float:
