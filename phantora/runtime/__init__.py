@@ -104,14 +104,8 @@ def traffic_class(cls: int) -> Iterator[None]:
     if not 1 <= int(cls) <= 7:
         raise ValueError(f"traffic class must be 1..7 (0 is the control class), got {cls}")
     s = _current()
-    if s is None:
+    with _pushed(None if s is None else s.traffic.class_override, int(cls)):
         yield
-        return
-    s.traffic.class_override.append(int(cls))
-    try:
-        yield
-    finally:
-        s.traffic.class_override.pop()
 
 
 @contextlib.contextmanager
@@ -122,14 +116,21 @@ def loss_tolerant(bound: float = 0.01) -> Iterator[None]:
     if not 0.0 <= float(bound) <= 1.0:
         raise ValueError(f"loss bound must be a share in [0, 1], got {bound}")
     s = _current()
-    if s is None:
+    with _pushed(None if s is None else s.traffic.loss_override, float(bound)):
+        yield
+
+
+@contextlib.contextmanager
+def _pushed(stack: list[Any] | None, value: Any) -> Iterator[None]:
+    """`value` on top of `stack` for the block (no stack outside a phantora run: nothing)."""
+    if stack is None:
         yield
         return
-    s.traffic.loss_override.append(float(bound))
+    stack.append(value)
     try:
         yield
     finally:
-        s.traffic.loss_override.pop()
+        stack.pop()
 
 
 def report_workload(
