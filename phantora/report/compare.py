@@ -140,7 +140,7 @@ def figures(run: RunData) -> tuple[dict[str, Value], dict[str, dict[str, float] 
 _NOT_SETTINGS = {"out_dir", "overwrite", "command", "progress", "quiet", "timeout_s", "timeout", "record", "env"}
 _NOT_SETTINGS |= {"python", "wrapper", "save_graph", "export_chakra", "fork_server", "seeds", "network", "cc"}
 _PACKET_OPTIONS = {"set", "packet_set", "config", "queue_sample_ns"}
-_FLOW_FIELDS = ("payload_bytes", "header_bytes", "ecmp_hash")  # the packet fields the flow network uses
+_FLOW_FIELDS = ("payload_bytes", "header_bytes", "ecmp_hash", "lb")  # the packet fields the flow network uses
 
 
 def run_settings(run: RunData) -> dict[str, str]:
