@@ -29,7 +29,7 @@ from phantora.netsim.base import INF_NS, Completion, Flow, check_flow_batch, ste
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates, maxmin_weighted
 from phantora.netsim.multipath import MultiRoute, multipath
-from phantora.netsim.observe import ChannelUsage
+from phantora.netsim.observe import ChannelUsage, switch_link_load
 from phantora.topology.model import Topology
 
 _TX_END, _ARRIVE, _START = 0, 1, 2
@@ -240,6 +240,7 @@ class FlowSimulator:
         out = dict(
             self._stats, active=len(self._active), routes_cached=len(self._routes), ecmp_hash=self.topology.ecmp_hash
         )
+        out.update(switch_link_load(self.topology, dict(enumerate(self._bytes))))
         if self.lb != "ecmp":
             out["lb"] = self.lb
             out["lb_model"] = LB_MODELS[self.lb]
