@@ -83,9 +83,9 @@ def ring_latency_chain_ns(topo: Topology) -> int:
     return max(sum(lat[(r + k) % n] for k in range(steps)) for r in range(n))
 
 
-def run_case(label: str, topo: Topology, flows: list[Flow], ideal_ns: float, source: str) -> float:
+def run_case(label: str, topo: Topology, flows: list[Flow], ideal_ns: float, source: str, lb: str = "ecmp") -> float:
     """Simulate one DAG and print a line of figures (incl. wall us per flow); return the wall time."""
-    sim = FlowSimulator(topo)
+    sim = FlowSimulator(topo, lb=lb)
     c0 = time.process_time()
     t0 = time.perf_counter()
     for f in flows:  # warm the route cache, so routing and simulation are timed apart
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--coarse-gpus", type=int, default=1024)
     p.add_argument("--chunked-gpus", type=int, default=128)
     p.add_argument("--chunk", default="2MiB", help="chunk size of the chunked ring (default 2MiB)")
+    p.add_argument("--lb", default="ecmp", help="load balancing: ecmp (default), spray, adaptive (docs/flow-engine.md)")
     p.add_argument("--channels", type=int, default=2, help="rings (NCCL channels) of the chunked ring (default 2)")
     p.add_argument("--scaling", default="16,64,256,1024", help="GPU counts of the scaling sweep")
     p.add_argument("--scaling-mode", choices=("coarse", "chunked"), default="coarse", help="ring of the sweep")
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
             chain = ring_latency_chain_ns(topo)
             print(f"  chunked closed form: bandwidth {ideal / 1e6:.3f} ms + latency chain {chain / 1e6:.3f} ms")
             ideal += chain
-        return run_case(label, topo, flows, ideal, source)
+        return run_case(label, topo, flows, ideal, source, args.lb)
 
     runs: list[tuple[str, Callable[[], object]]] = []
     if "coarse" in only:

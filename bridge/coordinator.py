@@ -86,6 +86,8 @@ class Coordinator:
         )
         self.core.on_round = self.heartbeat  # a long run of engine advances must not look like silence
         self.core.on_job_failed = self.job_failed
+        if isinstance(engine, RemoteSimulator):  # the packet engine's per-flow counters live on the server
+            self.core.transport_rows = engine.flow_transport_rows
 
     def job_failed(self, job: int, code: str, text: str) -> None:
         """Only one job ended: say so in the log and to the launcher, which stops that job's processes."""

@@ -43,6 +43,7 @@ from bridge.protocol import (
     Message,
     completion_to_wire,
     encode,
+    transport_row,
 )
 from bridge.stepping import advance_watching
 from phantora.collectives import decompose
@@ -175,6 +176,8 @@ class CoordinatorCore:
         self.send = send
         self.keep_flows = keep_flows
         self.flows_note = ""  # why the per-flow records were dropped, if they were
+        # the engine's per-flow transport counters (`transport_row` lists) when it runs elsewhere (a network server)
+        self.transport_rows: Callable[[], list[list[int]]] | None = None
         self.ranks = [RankState(r) for r in range(live)]
         self.blocked: dict[int, RankState] = {}  # ranks in wait, test or barrier
         self.waiting: dict[int, RankState] = {}  # ranks in wait (a subset of blocked)
@@ -828,10 +831,18 @@ class CoordinatorCore:
             "now": self.engine.now(),
             "window_ns": self.window,
             "engine_stats": {str(k): v for k, v in stats.items() if _plain(v)},
+            "transport": self._transport(),
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
             **({"jobs": self._jobs_outcome()} if self.jobs is not None else {}),
             **({"background": [completion_to_wire(c) for c in self.background_done]} if self.n_background else {}),
         }
+
+    def _transport(self) -> list[list[int]]:
+        """Per-flow transport counters of a packet engine (here or on the server), for flows.csv; [] without."""
+        fabric = self.engine.fabric()
+        if fabric is not None:
+            return [transport_row(t) for t in fabric.flow_transport().values()]
+        return self.transport_rows() if self.transport_rows is not None and self.completions else []
 
     def _jobs_outcome(self) -> list[dict[str, Any]]:
         """Per job: its name, ranks, status (complete or failed, with the error) and bytes per channel."""

@@ -29,6 +29,7 @@ from bridge.protocol import (
     decode,
     encode,
     flow_from_wire,
+    transport_row,
 )
 from bridge.server_start import server_arguments, start_server
 from bridge.stepping import advance_watching
@@ -122,6 +123,10 @@ class NetServer:
             return self._state("completions", done)
         if msg.type == "drain":
             return self._state("completions", eng.drain(msg["limit"]))
+        if msg.type == "get_transport":
+            fabric = eng.fabric()
+            rows = [] if fabric is None else [transport_row(t) for t in fabric.flow_transport().values()]
+            return encode("transport", eng.now(), rows=rows)
         if msg.type == "get_stats":
             stats = _plain(eng.stats())
             stats["server_cpu_s"] = time.process_time() - self.cpu0

@@ -25,6 +25,7 @@ coordinator -> network server
                                     (none completes before ``earliest``)
   drain -> completions              run until nothing is in flight
   get_stats -> stats                engine counters
+  get_transport -> transport        per flow: [id, retx packets, retx bytes, out-of-order packets, reorder max bytes]
   shutdown ~>                       exit
 supervisor <-> coordinator
   hello -> welcome, exited ~>, heartbeat ~> ; outcome ~> (the run's results) or error ~>
@@ -44,6 +45,7 @@ import msgpack
 from bridge.errors import ProtocolError
 from phantora.netsim.base import INF_NS as INF_NS  # "never" on the wire (fits int64)
 from phantora.netsim.base import Completion, Flow
+from phantora.netsim.observe import FlowTransport
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 64 << 20  # larger messages get an "oversized" error reply
@@ -139,6 +141,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "state": {"now": _int, "in_flight": _int, "next": _opt_int},
     "get_stats": {},
     "stats": {"stats": _map},
+    "get_transport": {},
+    "transport": {"rows": _list},
     "exited": {"who": _str, "rank": _opt_int, "code": _int},
     "jobfail": {"job": _int, "code": _str, "text": _str},  # coordinator -> supervisor: only this job ends
     "joined": {"ranks": _int},  # coordinator -> supervisor: every live rank has connected
@@ -236,6 +240,18 @@ def completion_from_wire(row: Any) -> Completion:
         fid, start, end, size, src, dst, tag = row[:7]
         return Completion(fid, start, end, size, src, dst, tag, tuple((int(a), int(b)) for a, b in lost))
     return Completion(*row)
+
+
+def transport_row(t: FlowTransport) -> list[int]:
+    """A flow's transport counters on the wire: [id, retx packets, retx bytes, out-of-order packets, reorder max]."""
+    return [t.flow_id, t.retx_packets, t.retx_bytes, t.ooo_packets, t.reorder_max_bytes]
+
+
+def transport_from_rows(rows: Any) -> dict[int, FlowTransport]:
+    """Flow id -> its counters, from `transport_row` lists (a malformed row is a protocol error)."""
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 5 and _ints(r) for r in rows):
+        raise ProtocolError(f"transport rows are lists of 5 ints, got {rows!r:.80}", code=E_MALFORMED)
+    return {int(r[0]): FlowTransport(*(int(x) for x in r)) for r in rows}
 
 
 def flows_to_wire(flows: Sequence[Flow]) -> list[list[Any]]:

@@ -115,6 +115,10 @@ class RemoteSimulator:
         """Observed on the server, which writes the packet traces itself."""
         return None
 
+    def flow_transport_rows(self) -> list[list[int]]:
+        """The server's per-flow transport counters (`bridge.wire.transport_row`), empty for an engine without."""
+        return list(self._call(encode("get_transport", self._now), self.call_timeout_s, "transport")["rows"])
+
     def stats(self) -> dict[str, object]:
         return dict(self._call(encode("get_stats", self._now), self.call_timeout_s, "stats")["stats"])
 

@@ -27,7 +27,14 @@ from bridge.client import PEER_LOST_EXIT
 from bridge.errors import BridgeError, ProtocolError
 from bridge.forkclient import ForkServer
 from bridge.jobs import JobInfo, JobProcs, JobTable
-from bridge.protocol import MAX_MESSAGE_BYTES, completion_from_wire, decode, encode, flows_to_wire
+from bridge.protocol import (
+    MAX_MESSAGE_BYTES,
+    completion_from_wire,
+    decode,
+    encode,
+    flows_to_wire,
+    transport_from_rows,
+)
 from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
 from bridge.supervisor import Child, spawn, stop_all
 from bridge.transport import (
@@ -44,7 +51,7 @@ from bridge.transport import (
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
-from phantora.netsim.observe import ChannelUsage, PacketChannelUsage
+from phantora.netsim.observe import ChannelUsage, FlowTransport, PacketChannelUsage
 from phantora.results import schema
 from phantora.results.write import write_flows_csv, write_json, write_links_csv
 from phantora.topology.model import Topology
@@ -78,6 +85,7 @@ class CosimResult:
     links: list[ChannelUsage | PacketChannelUsage] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: name, offset, ranks, status, error ...
     background: list[Completion] = field(default_factory=list)  # the recorded jobs' flows (CosimRun(background=))
+    transport: dict[int, FlowTransport] = field(default_factory=dict)  # packet engine: flow id -> its counters
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -500,6 +508,7 @@ class CosimRun:
             finish_ns={r: t for r, _, t in outcome["ranks"]},
             collectives=outcome["collectives"],
             completions=[completion_from_wire(row) for row in outcome["completions"]],
+            transport=transport_from_rows(outcome.get("transport", [])),
             flows_note=str(outcome.get("flows_note", "")),
             links=[_usage(row) for row in outcome.get("links", [])],
             rounds=outcome["rounds"],
@@ -555,7 +564,12 @@ class CosimRun:
             summary["jobs"] = result.jobs
         write_json(self.out_dir / schema.COSIM_JSON, summary, indent=1, sort_keys=False)
         if self.job_table is None and (result.completions or not result.flows_note):  # jobs: the caller knows keys
-            write_flows_csv(self.out_dir / schema.FLOWS_CSV, self.spec.topology, result.completions)
+            write_flows_csv(
+                self.out_dir / schema.FLOWS_CSV,
+                self.spec.topology,
+                result.completions,
+                transport=result.transport or None,
+            )
         if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
             write_links_csv(self.out_dir / schema.LINKS_CSV, self.spec.topology, result.links)
 

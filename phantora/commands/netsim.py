@@ -223,7 +223,7 @@ def _run_ns3(
 def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig, progress: str = "off") -> dict[str, Any]:
     """The flow engine at the packet config's goodput (payload / (payload + header)); FCT at the last byte."""
     efficiency = config.payload_bytes / (config.payload_bytes + config.header_bytes)
-    sim = make_engine("flow", topo, payload_efficiency=efficiency, ecmp_hash=config.ecmp_hash)
+    sim = make_engine("flow", topo, payload_efficiency=efficiency, ecmp_hash=config.ecmp_hash, lb=config.lb)
     channels = sim.channels()
     assert channels is not None  # an in-process engine observes its channels
     try:

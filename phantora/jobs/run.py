@@ -287,16 +287,18 @@ def _run(
         jobs[j.name] = doc
         link_use[j.name] = dict(outcome.get("channel_bytes") or [])
     live_done = [c for c in cosim.completions if c.flow_id in owner]
+    transport = cosim.transport or None  # the packet engine's per-flow counters (None: not measured)
     for c in live_done:
         name, key, prio = owner[c.flow_id]
         flows.append(JobFlow(name, c.src, c.dst, key, c.size, prio, c.start_ns, c.end_ns))
     for i in plan.live:
         name = spec.jobs[i].name
         mine = [c for c in live_done if owner[c.flow_id][0] == name]
-        write_flows_csv(ctx.job_dirs[name] / S.FLOWS_CSV, topo, mine, flows=_as_flows(mine, owner))
+        write_flows_csv(ctx.job_dirs[name] / S.FLOWS_CSV, topo, mine, flows=_as_flows(mine, owner), transport=transport)
     _recorded_results(ctx, cosim.background, cosim.engine_stats, jobs, flows, link_use)
     keyed = _as_flows(live_done, owner)
-    write_flows_csv(ctx.out / S.FLOWS_CSV, topo, [*live_done, *(c for c in cosim.background if c.size)], flows=keyed)
+    everyone = [*live_done, *(c for c in cosim.background if c.size)]
+    write_flows_csv(ctx.out / S.FLOWS_CSV, topo, everyone, flows=keyed, transport=transport)
     summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
     _fabric(ctx, summary, flows, link_use, cosim.makespan_ns)
     _traces(ctx, jobs)

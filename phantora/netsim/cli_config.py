@@ -10,7 +10,7 @@ from phantora.errors import InputError
 from phantora.netsim import cc_registry
 from phantora.netsim.packet_config import PacketConfig, apply_overrides, read_hpcc_config
 
-FLOW_FIELDS = ("ecmp_hash",)  # the PacketConfig fields the flow network honours too
+FLOW_FIELDS = ("ecmp_hash", "lb")  # the PacketConfig fields the flow network honours too (lb: docs/flow-engine.md)
 # Every command (run, replay, netsim, and so sweep) samples switch queues every 1 us unless told otherwise
 # (`--queue-sample-ns N`, 0 = off); the engine API's own default, PacketConfig.queue_sample_ns, stays 0. 1 us
 # resolves a base RTT at 100-800G; its cost is in docs/packet-model.md ("Queue sampling").
@@ -65,4 +65,7 @@ def flow_options_from_sets(sets: Sequence[str]) -> dict[str, Any]:
     other field is an error naming it."""
     check_flow_sets(sets)
     config = apply_overrides(PacketConfig(), sets)
-    return {"ecmp_hash": config.ecmp_hash} if config.ecmp_hash else {}
+    out: dict[str, Any] = {"ecmp_hash": config.ecmp_hash} if config.ecmp_hash else {}
+    if config.lb != "ecmp":
+        out["lb"] = config.lb
+    return out

@@ -4,7 +4,9 @@ Model (see docs/flow-engine.md):
 - A flow is released when its deps have all *arrived* and its submit time ``at`` has passed; it
   starts transmitting ``delay_ns`` later (``start_ns`` of its Completion).
 - While transmitting it gets its max-min fair share of every channel on its ECMP route; channel
-  capacity is ``bandwidth * payload_efficiency``.
+  capacity is ``bandwidth * payload_efficiency``. With ``lb=spray|spray_rr`` a flow's rate is split over
+  its equal-cost paths as switches that spray split it (`phantora.netsim.multipath`); with ``lb=adaptive``
+  each hop's equal-cost channels pool their capacity (ideal multipath); ``lb=flowlet`` keeps ECMP.
 - Transmission ends at the first integer ns at or after the exact end of the last byte; the flow
   completes (``end_ns``) one path propagation latency later, and releases its dependents then.
 - A flow with ``size == 0`` or ``src == dst`` completes as soon as it starts.
@@ -25,8 +27,9 @@ import numpy as np
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, check_flow_batch, step_watching
 from phantora.netsim.idset import IdSet
-from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
-from phantora.netsim.observe import ChannelUsage
+from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates, maxmin_weighted
+from phantora.netsim.multipath import MultiRoute, multipath
+from phantora.netsim.observe import ChannelUsage, switch_link_load
 from phantora.topology.model import Topology
 
 _TX_END, _ARRIVE, _START = 0, 1, 2
@@ -34,6 +37,13 @@ _TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole 
 _GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events before searching again
 _PENDING_MASK = (1 << 32) - 1
 _ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key each have their own)
+LB_MODELS = {  # the packet engine's lb -> the flow engine's model of it (results.json: lb_model)
+    "ecmp": "ecmp",
+    "spray": "spray: per-hop even split over the equal-cost paths (the expectation of random spraying)",
+    "spray_rr": "spray: per-hop even split over the equal-cost paths (what round robin gives)",
+    "adaptive": "adaptive: ideal multipath (each hop's equal-cost channels pool their capacity)",
+    "flowlet": "flowlet: per-flow ECMP (a fluid flow has no gaps, so no flowlet ever moves)",
+}
 
 
 class CausalityError(PhantoraError, AssertionError):
@@ -43,11 +53,12 @@ class CausalityError(PhantoraError, AssertionError):
 class _Active:
     """A transmitting flow: bytes left at t_last, at the current rate (bytes/ns)."""
 
-    __slots__ = ("flow", "path", "lat", "start", "rem", "rate", "t_last", "ver")
+    __slots__ = ("flow", "path", "lat", "start", "rem", "rate", "t_last", "ver", "multi")
 
-    def __init__(self, flow: Flow, path: tuple[int, ...], lat: int, start: int) -> None:
+    def __init__(self, flow: Flow, path: tuple[int, ...], lat: int, start: int, multi: MultiRoute | None) -> None:
         self.flow = flow
         self.path = path
+        self.multi = multi  # the multipath split under lb=spray|adaptive, else None (path is the ECMP route)
         self.lat = lat
         self.start = start
         self.rem = float(flow.size)
@@ -89,12 +100,21 @@ class FlowSimulator:
         incremental: bool = True,
         verify: bool = False,
         ecmp_hash: str | None = None,
+        lb: str = "ecmp",
     ) -> None:
         """`incremental=False` re-solves every active flow at each event; `verify=True` cross-checks
         each incremental re-solve against a full one (slow; for tests). `ecmp_hash` sets the topology's
-        ECMP policy (phantora | hpcc; None keeps the topology's)."""
+        ECMP policy (phantora | hpcc; None keeps the topology's). `lb` is the packet engine's load balancing
+        (`LB_MODELS` says what models each)."""
         if not 0.0 < payload_efficiency <= 1.0:
             raise InputError(f"must be in (0, 1], got {payload_efficiency}", field="payload_efficiency")
+        if lb not in LB_MODELS:
+            raise InputError(f"unknown load balancing {lb!r} (known: {', '.join(LB_MODELS)})", field="lb")
+        self.lb = lb
+        self._multi = lb in ("spray", "spray_rr", "adaptive")
+        self._multi_routes: dict[tuple[int, int], MultiRoute] = {}
+        self._pools: dict[tuple[int, ...], int] = {}  # adaptive: a layer of 2+ channels -> its pooled channel id
+        self._pools_of: dict[int, list[int]] = {}  # adaptive: channel -> the pooled channels holding it
         if ecmp_hash is not None:
             try:
                 topology.use_ecmp(ecmp_hash)
@@ -217,9 +237,15 @@ class FlowSimulator:
         return self._take()
 
     def stats(self) -> dict[str, object]:
-        return dict(
+        out = dict(
             self._stats, active=len(self._active), routes_cached=len(self._routes), ecmp_hash=self.topology.ecmp_hash
         )
+        out.update(switch_link_load(self.topology, dict(enumerate(self._bytes))))
+        if self.lb != "ecmp":
+            out["lb"] = self.lb
+            out["lb_model"] = LB_MODELS[self.lb]
+            out["approximations"] = [f"lb={self.lb}: {LB_MODELS[self.lb]}"]
+        return out
 
     def close(self) -> None:
         self._heap.clear()
@@ -290,6 +316,24 @@ class FlowSimulator:
             hit = self._routes[key] = (path, sum(self._lat[c] for c in path))
         return hit
 
+    def multi_route(self, f: Flow) -> MultiRoute:
+        """The flow's per-hop even split over its equal-cost paths (lb=spray|adaptive), cached per (src, dst)."""
+        key = (f.src, f.dst)
+        hit = self._multi_routes.get(key)
+        if hit is None:
+            if len(self._multi_routes) >= _ROUTE_CACHE_MAX:
+                self._multi_routes.clear()
+            hit = self._multi_routes[key] = multipath(self.topology, f.src, f.dst)
+            if self.lb == "adaptive":
+                for layer in hit.layers:
+                    if len(layer) > 1 and layer not in self._pools:
+                        self._pools[layer] = pid = len(self._cap)
+                        self._cap.append(sum(self._cap[c] for c in layer))
+                        for c in layer:
+                            self._pools_of.setdefault(c, []).append(pid)
+                self._cap_arr = np.asarray(self._cap, dtype=np.float64)
+        return hit
+
     def _stale(self, ev: tuple[int, int, int, int]) -> bool:
         rec = self._active.get(ev[2])
         return rec is None or rec.ver != ev[3]
@@ -312,8 +356,13 @@ class FlowSimulator:
                 if rec is None or rec.ver != ver:
                     continue
                 del self._active[fid]
+                if rec.multi is None:
+                    for c in rec.path:
+                        self._bytes[c] += rec.flow.size
+                else:
+                    for c, part in zip(rec.multi.channels, rec.multi.share, strict=True):
+                        self._bytes[c] += round(rec.flow.size * part)
                 for c in rec.path:
-                    self._bytes[c] += rec.flow.size
                     members = self._ch_flows[c]
                     members.discard(fid)
                     if not members:
@@ -329,8 +378,13 @@ class FlowSimulator:
                 if f.size == 0 or f.src == f.dst:
                     self._complete(fid, t, t)
                     continue
-                path, lat = self.route(f)
-                self._active[fid] = _Active(f, path, lat, t)
+                if self._multi:
+                    multi = self.multi_route(f)
+                    path, lat = multi.channels, multi.latency_ns
+                    self._active[fid] = _Active(f, path, lat, t, multi)
+                else:
+                    path, lat = self.route(f)
+                    self._active[fid] = _Active(f, path, lat, t, None)
                 for c in path:
                     on_channel = self._ch_flows.get(c)
                     if on_channel is None:
@@ -400,7 +454,7 @@ class FlowSimulator:
         st = self._stats
         for comp in comps:
             recs = [self._active[i] for i in comp]
-            rates = maxmin_rates([r.path for r in recs], self._cap, self._cap_arr)
+            rates = self._solve(recs)
             st["resolves"] += 1
             st["resolved_flows"] += len(comp)
             st["numpy_resolves"] += len(comp) >= NUMPY_THRESHOLD
@@ -420,12 +474,41 @@ class FlowSimulator:
         if self.verify:
             self._verify()
 
+    def _solve(self, recs: list[_Active]) -> list[float]:
+        """Max-min rates of one component: over ECMP paths, spray's fixed splits, or adaptive's pooled layers."""
+        if not self._multi:
+            return maxmin_rates([r.path for r in recs], self._cap, self._cap_arr)
+        if self.lb != "adaptive":
+            return maxmin_weighted([r.path for r in recs], [r.multi.share for r in recs], self._cap)  # type: ignore[union-attr]
+        return maxmin_rates(self._pooled(recs), self._cap, self._cap_arr)
+
+    def _pooled(self, recs: Sequence[_Active]) -> list[list[int]]:
+        """Adaptive: each flow crosses one channel per hop, or the pool of a hop's equal-cost channels. A flow
+        pinned to one channel of a pool that another flow of the component uses counts in that pool too."""
+        layered = [r.multi.layers for r in recs]  # type: ignore[union-attr]
+        used = {self._pools[layer] for layers in layered for layer in layers if len(layer) > 1}
+        out = []
+        for layers in layered:
+            mine: list[int] = []
+            for layer in layers:
+                if len(layer) > 1:
+                    mine.append(self._pools[layer])
+                else:
+                    mine.append(layer[0])
+                    mine.extend(p for p in self._pools_of.get(layer[0], ()) if p in used)
+            out.append(mine)
+        return out
+
     def _verify(self) -> None:
         """Assert that the current rates equal a from-scratch solve of every active flow."""
         ids = sorted(self._active)
         if not ids:
             return
-        full = maxmin_python([self._active[i].path for i in ids], self._cap)
+        full = (
+            self._solve([self._active[i] for i in ids])
+            if self._multi
+            else maxmin_python([self._active[i].path for i in ids], self._cap)
+        )
         for i, r in zip(ids, full, strict=True):
             if self._active[i].rate != r:
                 raise AssertionError(f"incremental rate of flow {i} is {self._active[i].rate}, full solve gives {r}")

@@ -142,3 +142,81 @@ def maxmin_rates(
         arr = cap_array if cap_array is not None else np.asarray(cap, dtype=np.float64)
         return maxmin_numpy(paths, arr).tolist()
     return maxmin_python(paths, cap)
+
+
+def maxmin_weighted_python(
+    paths: Sequence[Sequence[int]], weights: Sequence[Sequence[float]], cap: Sequence[float]
+) -> list[float]:
+    """Max-min fair rates when flow i puts ``weights[i][k]`` of its rate on channel ``paths[i][k]``.
+
+    Progressive filling as `maxmin_python`: a channel's fair share is its remaining capacity over the summed
+    weights of its unfrozen flows. A channel counts as busy while it has an unfrozen flow (an integer count, so
+    float leftovers of the weight sums never make a share of a drained channel)."""
+    n = len(paths)
+    local: dict[int, int] = {}
+    members: list[list[int]] = []
+    fch: list[list[tuple[int, float]]] = []
+    for i, path in enumerate(paths):
+        mine = []
+        for c, w in zip(path, weights[i], strict=True):
+            j = local.get(c)
+            if j is None:
+                j = local[c] = len(members)
+                members.append([])
+            members[j].append(i)
+            mine.append((j, w))
+        fch.append(mine)
+    rem = [float(cap[c]) for c in local]
+    cnt = [len(m) for m in members]
+    wsum = [0.0] * len(members)
+    for mine in fch:
+        for j, w in mine:
+            wsum[j] += w
+    heap = [(rem[j] / wsum[j], j) for j in range(len(members))]
+    heapq.heapify(heap)
+    rate = [0.0] * n
+    frozen = [False] * n
+    left = n
+    while left:
+        level = -1.0
+        newly: list[int] = []
+        while heap:
+            share, j = heap[0]
+            if not cnt[j] or share != rem[j] / wsum[j]:
+                heapq.heappop(heap)
+                continue
+            if level >= 0.0 and share != level:
+                break
+            level = share
+            heapq.heappop(heap)
+            for i in members[j]:
+                if not frozen[i]:
+                    frozen[i] = True
+                    newly.append(i)
+        hit: dict[int, list[float]] = {}
+        for i in sorted(newly):
+            rate[i] = level
+            for j, w in fch[i]:
+                got = hit.get(j)
+                if got is None:
+                    hit[j] = [1, w]
+                else:
+                    got[0] += 1
+                    got[1] += w
+        for j, (k, w) in hit.items():
+            cnt[j] -= int(k)
+            rem[j] = max(rem[j] - w * level, 0.0)
+            wsum[j] = max(wsum[j] - w, 0.0)
+            if cnt[j]:
+                heapq.heappush(heap, (rem[j] / wsum[j], j))
+        left -= len(newly)
+    return rate
+
+
+def maxmin_weighted(
+    paths: Sequence[Sequence[int]], weights: Sequence[Sequence[float]], cap: Sequence[float]
+) -> list[float]:
+    """`maxmin_weighted_python`, with the closed form for a single flow (min over its channels of cap / weight)."""
+    if len(paths) == 1:
+        return [min(float(cap[c]) / w for c, w in zip(paths[0], weights[0], strict=True))]
+    return maxmin_weighted_python(paths, weights, cap)

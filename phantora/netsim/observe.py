@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from phantora.topology.model import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,3 +170,19 @@ class FabricObserver(ChannelObserver, Protocol):
     def flow_transport(self) -> Mapping[int, FlowTransport]:
         """Flow id -> its transport counters, for every flow completed so far."""
         ...
+
+
+def switch_link_load(topology: Topology, bytes_of: Mapping[int, int]) -> dict[str, int]:
+    """How evenly traffic spread over the fabric: bytes on the busiest and the least busy directed
+    switch-to-switch channel among those that carried traffic, and how many such channels carried none (a
+    topology with no switch links, or no traffic on them, gives {})."""
+    kinds = [n.kind for n in topology.nodes]
+    fabric = [c for c in range(topology.num_channels) if all(kinds[n] == "switch" for n in topology.channel_ends(c))]
+    loads = [bytes_of[c] for c in fabric if bytes_of.get(c, 0) > 0]
+    if not loads:
+        return {}
+    return {
+        "switch_link_bytes_max": max(loads),
+        "switch_link_bytes_min": min(loads),
+        "switch_links_idle": len(fabric) - len(loads),
+    }

@@ -48,6 +48,7 @@ from phantora.netsim.observe import (
     PfcEvent,
     QueueSample,
     Trim,
+    switch_link_load,
 )
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.topology.model import Topology
@@ -484,16 +485,8 @@ class Ns3Simulator:
 
     # ----- internals ---------------------------------------------------------------------------
     def _switch_link_load(self) -> dict[str, int]:
-        """Bytes on the busiest and the least busy directed switch-to-switch channel (unused ones count as 0):
-        how evenly load balancing spread the traffic over the fabric's equal-cost links."""
-        kinds = [n.kind for n in self.topology.nodes]
-        used = {int(r.channel): int(r.txBytes) for r in self._net.ChannelStats()}
-        loads = [
-            used.get(ch, 0)
-            for ch in range(self.topology.num_channels)
-            if all(kinds[n] == "switch" for n in self.topology.channel_ends(ch))
-        ]
-        return {"switch_link_bytes_max": max(loads), "switch_link_bytes_min": min(loads)} if loads else {}
+        """`switch_link_load` of the channels' transmitted bytes: how evenly load balancing spread the traffic."""
+        return switch_link_load(self.topology, {int(r.channel): int(r.txBytes) for r in self._net.ChannelStats()})
 
     def _take(self) -> list[Completion]:
         out = []

@@ -44,11 +44,20 @@ SUMMARY: dict[str, tuple[str, str, str]] = {
     "util_mean": ("link utilisation mean", "fraction", "links"),
     "util_max": ("link utilisation max", "fraction", "links"),
     "switch_link_spread": ("switch-link bytes max / min", "ratio", "links"),
+    "switch_links_idle": ("switch links idle", "count", "links"),
     "retx_packets": ("retransmitted packets", "count", "transport"),
     "retx_bytes": ("retransmitted bytes", "bytes", "transport"),
     "ooo_packets": ("packets out of order at receivers", "count", "transport"),
     "reorder_max_bytes": ("reordering depth max", "bytes", "transport"),
+    "trimmed_bytes": ("DLCP trimmed (lost) bytes", "bytes", "transport"),
 }
+# Per traffic class rows ("class:WHAT:P"): WHAT -> (label, unit); bytes from flows.csv, the rest from the engine.
+CLASS_ROWS: dict[str, tuple[str, str]] = {
+    "bytes": ("flow bytes", "bytes"),
+    "drops": ("drops", "count"),
+    "trimmed": ("DLCP trimmed (lost) bytes", "bytes"),
+}
+_CLASS_STATS = {"drops": "drops_class", "trimmed": "trimmed_bytes_class"}  # engine stat prefix per class row
 
 
 # ----- per-run figures --------------------------------------------------------------------------------
@@ -110,15 +119,30 @@ def summarise(run: RunData) -> dict[str, Value]:
         out[key] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if out["ecn_marks"] is None and run.links and any(r.ecn_marks is not None for r in run.links):
         out["ecn_marks"] = sum(r.ecn_marks or 0 for r in run.links)
-    for key in ("retx_packets", "retx_bytes", "ooo_packets", "reorder_max_bytes"):
+    for key in ("retx_packets", "retx_bytes", "ooo_packets", "reorder_max_bytes", "trimmed_bytes", "switch_links_idle"):
         value = engine.get(key)
         out[key] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     hi, lo = engine.get("switch_link_bytes_max"), engine.get("switch_link_bytes_min")
     ok = isinstance(hi, (int, float)) and isinstance(lo, (int, float)) and lo > 0
     out["switch_link_spread"] = float(hi) / float(lo) if ok else None  # type: ignore[arg-type]
+    out.update(class_figures(run))
     utils = [r.utilisation for r in run.links or []]
     out["util_mean"] = float(np.mean(utils)) if utils else None
     out["util_max"] = float(max(utils)) if utils else None
+    return out
+
+
+def class_figures(run: RunData) -> dict[str, Value]:
+    """Per traffic class: flow bytes (flows.csv's priority column) and the engine's drops and trimmed bytes."""
+    out: dict[str, Value] = {}
+    flows = run.flows
+    if flows is not None and flows.priority.size and (flows.priority >= 0).any():
+        for prio in sorted({int(p) for p in flows.priority if p >= 0}):
+            out[f"class:bytes:{prio}"] = int(flows.size[flows.priority == prio].sum())
+    for what, prefix in _CLASS_STATS.items():
+        for key, value in sorted((run.engine or {}).items()):
+            if key.startswith(prefix) and key[len(prefix) :].isdigit() and isinstance(value, (int, float)):
+                out[f"class:{what}:{key[len(prefix) :]}"] = int(value)
     return out
 
 
@@ -140,7 +164,7 @@ def figures(run: RunData) -> tuple[dict[str, Value], dict[str, dict[str, float] 
 _NOT_SETTINGS = {"out_dir", "overwrite", "command", "progress", "quiet", "timeout_s", "timeout", "record", "env"}
 _NOT_SETTINGS |= {"python", "wrapper", "save_graph", "export_chakra", "fork_server", "seeds", "network", "cc"}
 _PACKET_OPTIONS = {"set", "packet_set", "config", "queue_sample_ns"}
-_FLOW_FIELDS = ("payload_bytes", "header_bytes", "ecmp_hash")  # the packet fields the flow network uses
+_FLOW_FIELDS = ("payload_bytes", "header_bytes", "ecmp_hash", "lb")  # the packet fields the flow network uses
 
 
 def run_settings(run: RunData) -> dict[str, str]:
@@ -267,6 +291,14 @@ def compare_runs(runs: Sequence[RunData]) -> Comparison:
         metrics.insert(
             1 + names.index(n), Metric(f"op:{n}", n, "ns", "collectives", [f[0].get(f"op:{n}") for f in figs])
         )
+    classes = sorted(
+        {k for f, _ in figs for k in f if k.startswith("class:")},
+        key=lambda k: (list(CLASS_ROWS).index(k.split(":")[1]), int(k.split(":")[2])),
+    )
+    for k in classes:
+        _, what, prio = k.split(":")
+        label, unit = CLASS_ROWS[what]
+        metrics.append(Metric(k, f"{label}, class {prio}", unit, "classes", [f[0].get(k) for f in figs]))
     for m in metrics:
         m.diff_pct = [diff_pct(v, m.values[0]) for v in m.values]
         m.spread = [f[1].get(m.key) for f in figs]

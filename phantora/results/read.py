@@ -46,6 +46,7 @@ class Flows:
     start_ns: np.ndarray
     fct_ns: np.ndarray
     standalone_ns: np.ndarray  # 0 where unknown
+    priority: np.ndarray  # traffic class, -1 where unknown
 
 
 @dataclass
@@ -436,13 +437,15 @@ def _load_flows(run: RunData, root: Path) -> Flows | None:
         rows = _read_csv(run, p, (size_col, "start_ns", "fct_ns"))
         if rows is None:
             continue
-        cols: list[list[int]] = [[], [], [], []]
+        cols: list[list[int]] = [[], [], [], [], []]
         for i, row in enumerate(rows, 2):
             for k, col in enumerate((size_col, "start_ns", "fct_ns", alone_col)):
                 v = _num(row, col, p, i)
                 if v is None and k < 3:
                     raise InputError("missing value", file=str(p), line=i, field=col)
                 cols[k].append(v or 0)
+            prio = _num(row, "priority", p, i)
+            cols[4].append(-1 if prio is None else prio)
         arr = [np.asarray(c, dtype=np.int64) for c in cols]
         return Flows(*arr)
     return None
