@@ -7,7 +7,9 @@ samples, drops, trims, CNPs, CE marks, per-flow transport stats, channel usage a
 HPCC reference run (`reference-runs/`, all four CCs, queues sampled every µs) and phantora runs on a 2:1
 oversubscribed leaf-spine with NVSwitch hosts (a ring all-reduce DAG plus an incast) under DCQCN, HPCC, TIMELY,
 DCTCP and Swift, spraying, the SACK receiver, three traffic classes under WRR, DLCP trimming, `wire=roce4k`,
-and a lossy fabric (PFC off). Exit status 1 if any case differs.
+and a lossy fabric (PFC off). Exit status 1 if any case differs. `--old-set` / `--new-set` add PacketConfig
+overrides to one side's every case; by default the old side runs ns3::MapScheduler (builds before the wheel
+scheduler do not have it), so the comparison also checks the event order of the two schedulers.
 
     .venv/bin/python bench/compare_ns3_builds.py --old /work/wt13p-oldbuild --new ns3-scratch/build
     .venv/bin/python bench/compare_ns3_builds.py --dump OUT.json      # this process's library only
@@ -95,10 +97,10 @@ def outputs(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
     )
 
 
-def run_reference(topo_name: str, flows_name: str, buffer: int | None, cc: str) -> dict[str, Any]:
+def run_reference(topo_name: str, flows_name: str, buffer: int | None, cc: str, extra: list[str]) -> dict[str, Any]:
     topo = read_hpcc(REF / "inputs" / f"{topo_name}.topo.txt")
     flows = read_hpcc_flows(REF / "inputs" / f"{flows_name}.flows.txt", topo)
-    cfg = PacketConfig(cc=cc, buffer_bytes=buffer, queue_sample_ns=1000)
+    cfg = apply_overrides(PacketConfig(cc=cc, buffer_bytes=buffer, queue_sample_ns=1000), extra)
     done = []
     with Ns3Simulator(topo, cfg) as sim:
         for start, group in groupby(flows, key=lambda f: f.start_ns):
@@ -133,9 +135,9 @@ def phantora_flows(topo: Topology, prios: tuple[int, ...], loss_tolerant: bool) 
     return [replace(f, priority=prios[f.id % len(prios)]) for f in ring] + incast
 
 
-def run_phantora(sets: list[str], prios: tuple[int, ...], loss_tolerant: bool) -> dict[str, Any]:
+def run_phantora(sets: list[str], prios: tuple[int, ...], loss_tolerant: bool, extra: list[str]) -> dict[str, Any]:
     topo = fabric()
-    cfg = apply_overrides(PacketConfig(queue_sample_ns=2000), sets)
+    cfg = apply_overrides(PacketConfig(queue_sample_ns=2000), sets + extra)
     with Ns3Simulator(topo, cfg) as sim:
         sim.submit(phantora_flows(topo, prios, loss_tolerant), at=0)
         done = sim.drain()
@@ -143,23 +145,23 @@ def run_phantora(sets: list[str], prios: tuple[int, ...], loss_tolerant: bool) -
         return outputs(sim, done)
 
 
-def cases() -> dict[str, Callable[[], dict[str, Any]]]:
+def cases(extra: list[str]) -> dict[str, Callable[[], dict[str, Any]]]:
     out: dict[str, Callable[[], dict[str, Any]]] = {}
     if REF.exists():
         for topo, flows, buf in REF_CASES:
             for cc in ("none", "dcqcn", "hpcc", "dctcp"):
                 name = "-".join(x for x in (topo, flows, "buf1" if buf else "", cc) if x)
-                out[f"ref/{name}"] = lambda t=topo, f=flows, b=buf, c=cc: run_reference(t, f, b, c)
+                out[f"ref/{name}"] = lambda t=topo, f=flows, b=buf, c=cc: run_reference(t, f, b, c, extra)
     for name, (sets, prios, lt) in PHANTORA_CASES.items():
-        out[f"phantora/{name}"] = lambda s=sets, p=prios, lt=lt: run_phantora(s, p, lt)
+        out[f"phantora/{name}"] = lambda s=sets, p=prios, lt=lt: run_phantora(s, p, lt, extra)
     return out
 
 
-def dump(path: Path, only: str) -> None:
+def dump(path: Path, only: str, extra: list[str]) -> None:
     """Run every case with this process's library; write {case: {"out": canonical outputs, "cpu_s": ...}}."""
     result = {}
     load_ns3()  # not timed: the first case would pay for it
-    for name, fn in cases().items():
+    for name, fn in cases(extra).items():
         if only not in name:
             continue
         c0 = time.process_time()
@@ -186,9 +188,9 @@ def first_difference(a: Any, b: Any, where: str = "") -> str:
     return f"{where}: {str(a)[:120]} vs {str(b)[:120]}"
 
 
-def run_build(lib_dir: Path, out: Path, only: str) -> dict[str, Any]:
+def run_build(lib_dir: Path, out: Path, only: str, extra: list[str]) -> dict[str, Any]:
     env = {**os.environ, "PHANTORA_NS3_LIB": str(lib_dir.resolve() / "libphantora-ns3.so")}
-    cmd = [sys.executable, __file__, "--dump", str(out), "--only", only]
+    cmd = [sys.executable, __file__, "--dump", str(out), "--only", only, *(f"--set={s}" for s in extra)]
     subprocess.run(cmd, env=env, check=True)
     data: dict[str, Any] = json.loads(out.read_text())
     return data
@@ -200,15 +202,20 @@ def main() -> int:
     ap.add_argument("--new", type=Path, help="build directory holding the new libphantora-ns3.so")
     ap.add_argument("--dump", type=Path, help="only run the cases with this process's library and write them here")
     ap.add_argument("--only", default="", help="the cases whose name contains this text")
+    ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)  # --dump: overrides
+    ap.add_argument("--old-set", action="append", metavar="FIELD=VALUE", help="override on the old side's runs")
+    ap.add_argument("--new-set", action="append", default=[], metavar="FIELD=VALUE", help="override on the new side")
     args = ap.parse_args()
     if args.dump:
-        dump(args.dump, args.only)
+        dump(args.dump, args.only, args.set)
         return 0
     if not (args.old and args.new):
         ap.error("give --old and --new (or --dump)")
     with tempfile.TemporaryDirectory() as tmp:
-        old = run_build(args.old, Path(tmp) / "old.json", args.only)
-        new = run_build(args.new, Path(tmp) / "new.json", args.only)
+        old_set = ["scheduler=ns3::MapScheduler"] if args.old_set is None else args.old_set
+        print(f"old: {args.old} {' '.join(old_set)}\nnew: {args.new} {' '.join(args.new_set)}")
+        old = run_build(args.old, Path(tmp) / "old.json", args.only, old_set)
+        new = run_build(args.new, Path(tmp) / "new.json", args.only, args.new_set)
     differ = 0
     print(f"{'case':<40}{'events':>12}{'CE marks':>10}{'PFC':>7}{'old CPU s':>11}{'new CPU s':>11}  result")
     for name in old:

@@ -3,6 +3,7 @@
 #include "phantora-type-id.h"
 
 #include "phantora-channel.h"
+#include "phantora-event.h"
 
 #include "ns3/log.h"
 #include "ns3/mac48-address.h"
@@ -84,9 +85,11 @@ void PhantoraNetDevice::TransmitNext() {
   m_busy = true;
   m_txBytes += item.wireBytes;
   ++m_txPackets;
-  m_txTrace(item.pkt);
+  if (!m_txTrace.IsEmpty()) {
+    m_txTrace(item.pkt->ToPacket());
+  }
   const uint64_t nowNs = nowPs / 1000;
-  Simulator::Schedule(NanoSeconds(endNs - nowNs), &PhantoraNetDevice::TransmitDone, this);
+  SchedulePooled(NanoSeconds(endNs - nowNs), [this] { TransmitDone(); });
   m_channel->Transmit(this, item.pkt, endNs);
 }
 
@@ -95,9 +98,8 @@ void PhantoraNetDevice::TransmitDone() {
   TransmitNext();
 }
 
-void PhantoraNetDevice::Receive(Ptr<Packet> pkt) {
-  PhantoraHeader hdr;
-  pkt->PeekHeader(hdr);
+void PhantoraNetDevice::Receive(Ptr<PhantoraPacket> pkt) {
+  const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.type == PktType::Pfc) {
     const uint32_t c = hdr.prio % kNumPrio;
     const bool pause = hdr.flags & kFlagPause;
@@ -115,7 +117,7 @@ void PhantoraNetDevice::Receive(Ptr<Packet> pkt) {
     }
     return;
   }
-  m_owner->Receive(m_port, pkt, hdr);
+  m_owner->Receive(m_port, std::move(pkt));
 }
 
 uint64_t PhantoraNetDevice::GetPausedNs() const {

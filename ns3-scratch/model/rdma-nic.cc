@@ -251,7 +251,8 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
 }
 
 void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
-  PhantoraHeader hdr;
+  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  PhantoraHeader& hdr = pkt->hdr;
   hdr.type = PktType::Data;
   hdr.prio = qp->spec.prio;
   hdr.src = m_id;
@@ -268,8 +269,6 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
     // First transmissions only: a retransmission must arrive. DLCP holes are a go-back-N receiver's.
     hdr.flags |= kFlagLossTolerant;
   }
-  Ptr<Packet> pkt = Create<Packet>(hdr.payload);
-  pkt->AddHeader(hdr);
   const uint32_t wire = m_wire.Bytes(hdr);
   out = TxItem{pkt, wire, 0, qp->spec.prio, true};
 
@@ -303,7 +302,8 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   ArmRto(qp);
 }
 
-void RdmaNic::Receive(uint32_t, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
+void RdmaNic::Receive(uint32_t, Ptr<PhantoraPacket> pkt) {
+  const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.dst != m_id) {
     NS_LOG_WARN("node " << m_id << " got a packet for " << hdr.dst << "; endpoints do not forward");
     return;
@@ -412,7 +412,8 @@ void RdmaNic::ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr) {
 
 void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags, uint64_t sackLo,
                       uint64_t sackHi, bool dsack) {
-  PhantoraHeader ack;
+  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  PhantoraHeader& ack = pkt->hdr;
   ack.type = type;
   ack.prio = m_ackHighPrio ? 0 : data.prio;
   ack.flags = static_cast<uint8_t>(((data.flags & kFlagCe) ? kFlagEcnEcho : 0) | extraFlags);
@@ -436,8 +437,6 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   if (port >= m_ports.size()) {
     return;
   }
-  Ptr<Packet> pkt = Create<Packet>();
-  pkt->AddHeader(ack);
   m_ports[port].ctrl.push_back(TxItem{pkt, m_wire.Bytes(ack), 0, ack.prio, false});
   ++m_counters.acks;
   m_dev[port]->Kick();
