@@ -1,5 +1,6 @@
 // PfcSwitch: forwarding, MMU admission, PFC generation, ECN and INT at dequeue.
 #include "pfc-switch.h"
+#include "phantora-event.h"
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
@@ -198,7 +199,7 @@ void PfcSwitch::Receive(uint32_t inPort, Ptr<PhantoraPacket> pkt) {
   if (m_lb.Mode() == LbMode::Ecmp || hdr.type != PktType::Data) {
     out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
   } else {
-    out = m_lb.Pick(hdr, static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()));
+    out = m_lb.Pick(hdr, FabricNowNs());
     m_lbTrace(hdr.flowId, hdr.seq, hdr.tsNs, out, m_lb.LastFlowlet());
   }
   const uint32_t cls = hdr.prio % kNumPrio;
@@ -277,7 +278,7 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
         m_ecnTrace(port, cls, hdr.flowId);
       }
       if (m_wire.intOn) {
-        IntHop hop{static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()), p.txBytes,
+        IntHop hop{FabricNowNs(), p.txBytes,
                    static_cast<uint32_t>(std::min<uint64_t>(p.total, std::numeric_limits<uint32_t>::max())),
                    m_dev[port]->GetRateBps()};
         hdr.PushHop(hop);

@@ -33,8 +33,8 @@ Ptr<PhantoraNetDevice> PhantoraChannel::GetPeer(const PhantoraNetDevice* dev) co
 
 void PhantoraChannel::Transmit(const PhantoraNetDevice* from, Ptr<PhantoraPacket> pkt, uint64_t txEndNs) {
   PhantoraNetDevice* peer = PeekPointer(m_dev[0]) == from ? PeekPointer(m_dev[1]) : PeekPointer(m_dev[0]);
-  uint64_t now = Simulator::Now().GetNanoSeconds();
-  Time delay = NanoSeconds(txEndNs - now + m_delayNs);
+  const uint64_t now = FabricNowNs();
+  const Time delay = FabricNs(txEndNs - now + m_delayNs);
   ScheduleWithContextPooled(peer->GetNode()->GetId(), delay, [peer, p = std::move(pkt)]() mutable {
     peer->Receive(std::move(p));
   });

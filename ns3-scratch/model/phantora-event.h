@@ -1,4 +1,5 @@
-// Events for the per-packet paths: a closure in a pooled EventImpl (no std::function, no malloc per event).
+// Events and time for the per-packet paths: a closure in a pooled EventImpl (no std::function, no malloc per
+// event), and ns without Time's unit conversions.
 #ifndef PHANTORA_EVENT_H
 #define PHANTORA_EVENT_H
 
@@ -12,6 +13,13 @@
 #include <utility>
 
 namespace ns3 {
+
+/// The current time in ns: the simulator's time step, as the fabric runs at ns resolution (checked by
+/// PhantoraNetwork::Finalize), without Time's unit conversion.
+inline uint64_t FabricNowNs() { return static_cast<uint64_t>(Simulator::Now().GetTimeStep()); }
+
+/// `ns` as a Time (a time step of 1 ns, as above).
+inline Time FabricNs(uint64_t ns) { return TimeStep(ns); }
 
 /// An event that calls `f()`; its memory comes from a free list per closure type.
 template <typename F>
@@ -34,7 +42,7 @@ EventId SchedulePooled(const Time& delay, F f) {
   return Simulator::Schedule(delay, ev);
 }
 
-/// Simulator::ScheduleWithContext(context, delay, f) with a pooled event.
+/// Simulator::ScheduleWithContext(context, delay, f) with a pooled event (no EventId: it cannot be cancelled).
 template <typename F>
 void ScheduleWithContextPooled(uint32_t context, const Time& delay, F f) {
   Simulator::ScheduleWithContext(context, delay, new PooledEvent<F>(std::move(f)));  // takes the reference

@@ -1,5 +1,6 @@
 // RdmaNic: queue pairs, pacing, ACK/NACK generation and go-back-N recovery.
 #include "rdma-nic.h"
+#include "phantora-event.h"
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
@@ -20,7 +21,7 @@ NS_OBJECT_ENSURE_REGISTERED(RdmaNic);
 
 namespace {
 
-uint64_t NowNs() { return static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()); }
+uint64_t NowNs() { return FabricNowNs(); }
 
 }  // namespace
 
@@ -295,9 +296,7 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
   const uint64_t idealStart = std::max(qp->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
-  const unsigned __int128 bits = static_cast<unsigned __int128>(wire) * 8'000'000'000'000ULL + qp->paceRem;
-  qp->nextAvailPs = idealStart + static_cast<uint64_t>(bits / rate);
-  qp->paceRem = static_cast<uint64_t>(bits % rate);
+  qp->nextAvailPs = idealStart + SerialisationPs(wire, rate, qp->paceRem);
   qp->cc->OnSend(hdr.payload, nowNs);
   ArmRto(qp);
 }
@@ -556,7 +555,7 @@ void RdmaNic::Wake(uint32_t port, uint64_t atNs) {
     p.wake.Cancel();
   }
   p.wakeNs = atNs;
-  p.wake = Simulator::Schedule(NanoSeconds(atNs - NowNs()), &RdmaNic::OnWake, this, port);
+  p.wake = SchedulePooled(FabricNs(atNs - NowNs()), [this, port] { OnWake(port); });
 }
 
 void RdmaNic::OnWake(uint32_t port) { m_dev[port]->Kick(); }
