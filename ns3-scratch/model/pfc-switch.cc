@@ -1,5 +1,6 @@
 // PfcSwitch: forwarding, MMU admission, PFC generation, ECN and INT at dequeue.
 #include "pfc-switch.h"
+#include "phantora-event.h"
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
@@ -192,19 +193,20 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
   node->AggregateObject(this);
 }
 
-void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
+void PfcSwitch::Receive(uint32_t inPort, Ptr<PhantoraPacket> pkt) {
+  PhantoraHeader& hdr = pkt->hdr;
   uint32_t out;
   if (m_lb.Mode() == LbMode::Ecmp || hdr.type != PktType::Data) {
     out = m_routes->Pick(m_id, hdr.src, hdr.dst, hdr.ecmpKey);
   } else {
-    out = m_lb.Pick(hdr, static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()));
+    out = m_lb.Pick(hdr, FabricNowNs());
     m_lbTrace(hdr.flowId, hdr.seq, hdr.tsNs, out, m_lb.LastFlowlet());
   }
   const uint32_t cls = hdr.prio % kNumPrio;
   uint32_t wire = m_wire.Bytes(hdr);
   if (m_trimBytes && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) && hdr.type == PktType::Data &&
       out < m_ports.size() && m_ports[out].bytes[cls] + wire > m_trimBytes) {
-    wire = Trim(out, cls, pkt);
+    wire = Trim(out, cls, hdr);
   }
   if (out == std::numeric_limits<uint32_t>::max()) {
     NS_LOG_WARN("node " << m_id << ": no route to " << hdr.dst << ", dropping");
@@ -227,19 +229,16 @@ void PfcSwitch::Receive(uint32_t inPort, Ptr<Packet> pkt, const PhantoraHeader& 
     }
   }
   Port& p = m_ports[out];
-  p.q[cls].push_back(TxItem{pkt, wire, inPort, static_cast<uint8_t>(cls), hdr.type == PktType::Data});
+  const bool data = hdr.type == PktType::Data;
+  p.q[cls].push_back(TxItem{std::move(pkt), wire, inPort, static_cast<uint8_t>(cls), data});
   p.bytes[cls] += wire;
   p.total += wire;
   p.maxTotal = std::max(p.maxTotal, p.total);
   m_dev[out]->Kick();
 }
 
-uint32_t PfcSwitch::Trim(uint32_t port, uint32_t cls, Ptr<Packet> pkt) {
-  PhantoraHeader hdr;
-  pkt->RemoveHeader(hdr);
-  hdr.flags |= kFlagTrimmed;
-  pkt->RemoveAtEnd(pkt->GetSize());
-  pkt->AddHeader(hdr);
+uint32_t PfcSwitch::Trim(uint32_t port, uint32_t cls, PhantoraHeader& hdr) {
+  hdr.flags |= kFlagTrimmed;  // the payload is gone (PhantoraPacket::ToPacket() leaves it out)
   ++m_counters.trims;
   m_counters.trimmedBytes += hdr.payload;
   NS_LOG_LOGIC("node " << m_id << " trims flow " << hdr.flowId << " seq " << hdr.seq);
@@ -271,8 +270,7 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   if (out.data) {
     const bool mark = m_ecn && EcnMark(p, p.bytes[cls]);
     if (mark || m_wire.intOn) {
-      PhantoraHeader hdr;
-      out.pkt->RemoveHeader(hdr);
+      PhantoraHeader& hdr = out.pkt->hdr;
       if (mark && !(hdr.flags & kFlagCe)) {
         hdr.flags |= kFlagCe;
         ++p.ecnMarks;
@@ -280,12 +278,11 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
         m_ecnTrace(port, cls, hdr.flowId);
       }
       if (m_wire.intOn) {
-        IntHop hop{static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()), p.txBytes,
+        IntHop hop{FabricNowNs(), p.txBytes,
                    static_cast<uint32_t>(std::min<uint64_t>(p.total, std::numeric_limits<uint32_t>::max())),
                    m_dev[port]->GetRateBps()};
         hdr.PushHop(hop);
       }
-      out.pkt->AddHeader(hdr);
     }
   }
   p.txBytes += out.wireBytes;
@@ -305,13 +302,12 @@ bool PfcSwitch::EcnMark(const Port& p, uint64_t qlen) {
 
 void PfcSwitch::SendPfc(uint32_t port, uint32_t cls, bool pause) {
   m_mmu.SetPaused(port, cls, pause);
-  PhantoraHeader hdr;
+  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  PhantoraHeader& hdr = pkt->hdr;
   hdr.type = PktType::Pfc;
   hdr.prio = static_cast<uint8_t>(cls);
   hdr.flags = pause ? kFlagPause : 0;
   hdr.src = m_id;
-  Ptr<Packet> pkt = Create<Packet>();
-  pkt->AddHeader(hdr);
   Port& p = m_ports[port];
   p.q[0].push_back(TxItem{pkt, m_wire.pfcBytes, port, 0, false});
   p.bytes[0] += m_wire.pfcBytes;

@@ -52,7 +52,7 @@ class PfcSwitch : public Object, public PortOwner {
   void Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes);
 
   bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
-  void Receive(uint32_t port, Ptr<Packet> pkt, const PhantoraHeader& hdr) override;
+  void Receive(uint32_t port, Ptr<PhantoraPacket> pkt) override;
 
   uint32_t NumPorts() const { return static_cast<uint32_t>(m_ports.size()); }
   uint64_t QueueBytes(uint32_t port, uint32_t cls) const { return m_ports[port].bytes[cls]; }
@@ -83,7 +83,7 @@ class PfcSwitch : public Object, public PortOwner {
 
   void SendPfc(uint32_t port, uint32_t cls, bool pause);
   /// Cut a loss-tolerant packet bound for egress `port` to its header; return its wire bytes now.
-  uint32_t Trim(uint32_t port, uint32_t cls, Ptr<Packet> pkt);
+  uint32_t Trim(uint32_t port, uint32_t cls, PhantoraHeader& hdr);
   bool EcnMark(const Port& p, uint64_t qlen);
   uint64_t GetHeaderSize() const;
   void SetHeaderSize(uint64_t bytes);

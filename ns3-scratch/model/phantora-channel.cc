@@ -2,6 +2,7 @@
 #include "phantora-channel.h"
 #include "phantora-type-id.h"
 
+#include "phantora-event.h"
 #include "phantora-net-device.h"
 
 #include "ns3/log.h"
@@ -30,11 +31,13 @@ Ptr<PhantoraNetDevice> PhantoraChannel::GetPeer(const PhantoraNetDevice* dev) co
   return PeekPointer(m_dev[0]) == dev ? m_dev[1] : m_dev[0];
 }
 
-void PhantoraChannel::Transmit(const PhantoraNetDevice* from, Ptr<Packet> pkt, uint64_t txEndNs) {
-  Ptr<PhantoraNetDevice> peer = GetPeer(from);
-  uint64_t now = Simulator::Now().GetNanoSeconds();
-  Time delay = NanoSeconds(txEndNs - now + m_delayNs);
-  Simulator::ScheduleWithContext(peer->GetNode()->GetId(), delay, &PhantoraNetDevice::Receive, peer, pkt);
+void PhantoraChannel::Transmit(const PhantoraNetDevice* from, Ptr<PhantoraPacket> pkt, uint64_t txEndNs) {
+  PhantoraNetDevice* peer = PeekPointer(m_dev[0]) == from ? PeekPointer(m_dev[1]) : PeekPointer(m_dev[0]);
+  const uint64_t now = FabricNowNs();
+  const Time delay = FabricNs(txEndNs - now + m_delayNs);
+  ScheduleWithContextPooled(peer->GetNode()->GetId(), delay, [peer, p = std::move(pkt)]() mutable {
+    peer->Receive(std::move(p));
+  });
 }
 
 std::size_t PhantoraChannel::GetNDevices() const { return 2; }

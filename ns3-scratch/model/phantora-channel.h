@@ -2,8 +2,9 @@
 #ifndef PHANTORA_CHANNEL_H
 #define PHANTORA_CHANNEL_H
 
+#include "phantora-packet.h"
+
 #include "ns3/channel.h"
-#include "ns3/packet.h"
 #include "ns3/ptr.h"
 
 #include <cstdint>
@@ -19,7 +20,7 @@ class PhantoraChannel : public Channel {
 
   void Attach(Ptr<PhantoraNetDevice> a, Ptr<PhantoraNetDevice> b);
   /// Deliver `pkt` from `from` to the other end: it has fully left `from` at `txEndNs`.
-  void Transmit(const PhantoraNetDevice* from, Ptr<Packet> pkt, uint64_t txEndNs);
+  void Transmit(const PhantoraNetDevice* from, Ptr<PhantoraPacket> pkt, uint64_t txEndNs);
   Ptr<PhantoraNetDevice> GetPeer(const PhantoraNetDevice* dev) const;
   uint64_t GetDelayNs() const { return m_delayNs; }
 

@@ -40,7 +40,8 @@ TypeId PhantoraFabric::GetTypeId() {
                         MakeEnumChecker(EcmpHashKind::Phantora, "Phantora", EcmpHashKind::Hpcc, "Hpcc"))
           .AddAttribute("Seed", "ns-3 RNG seed of the run (ECN marking draws)", UintegerValue(1),
                         MakeUintegerAccessor(&PhantoraFabric::m_seed), MakeUintegerChecker<uint32_t>(1))
-          .AddAttribute("Scheduler", "TypeId name of the ns-3 event scheduler", StringValue("ns3::MapScheduler"),
+          .AddAttribute("Scheduler", "TypeId name of the ns-3 event scheduler",
+                        StringValue("ns3::PhantoraWheelScheduler"),
                         MakeStringAccessor(&PhantoraFabric::m_scheduler), MakeStringChecker());
   return tid;
 }

@@ -102,7 +102,7 @@ class PhantoraFabric : public Object {
   Time m_ccBaseRtt;
   uint64_t m_ccBdpBytes = 0;
   uint32_t m_seed = 1;
-  std::string m_scheduler = "ns3::MapScheduler";
+  std::string m_scheduler = "ns3::PhantoraWheelScheduler";
 };
 
 }  // namespace ns3

@@ -3,6 +3,8 @@
 #include "phantora-type-id.h"
 
 #include "phantora-channel.h"
+#include "phantora-event.h"
+#include "wire-format.h"
 
 #include "ns3/log.h"
 #include "ns3/mac48-address.h"
@@ -71,22 +73,23 @@ void PhantoraNetDevice::TransmitNext() {
   if (!got) {
     return;
   }
-  const uint64_t nowPs = static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()) * 1000;
+  const uint64_t nowPs = FabricNowNs() * 1000;
   // Back to back with the previous packet (we are at its end, rounded up to a whole ns): keep the
   // exact end, so the fractions of a ns do not add up to a lower line rate.
   const uint64_t startPs = (nowPs >= m_lastEndPs && nowPs - m_lastEndPs < 1000) ? m_lastEndPs : nowPs;
   // Serialisation time in ps; the remainder carries over, so even 3.6 Tb/s keeps its exact rate.
-  const unsigned __int128 bits = static_cast<unsigned __int128>(item.wireBytes) * 8'000'000'000'000ULL + m_txRem;
-  const uint64_t txPs = static_cast<uint64_t>(bits / m_rateBps);
-  m_txRem = static_cast<uint64_t>(bits % m_rateBps);
+  const uint64_t txPs = SerialisationPs(item.wireBytes, m_rateBps, m_txRem);
   m_lastEndPs = startPs + txPs;
   const uint64_t endNs = (m_lastEndPs + 999) / 1000;
   m_busy = true;
   m_txBytes += item.wireBytes;
   ++m_txPackets;
-  m_txTrace(item.pkt);
+  if (!m_txTrace.IsEmpty()) {
+    m_txTrace(item.pkt->ToPacket());
+  }
   const uint64_t nowNs = nowPs / 1000;
-  Simulator::Schedule(NanoSeconds(endNs - nowNs), &PhantoraNetDevice::TransmitDone, this);
+  // Never cancelled: scheduled with its context (as Schedule does) to skip making an EventId.
+  ScheduleWithContextPooled(Simulator::GetContext(), FabricNs(endNs - nowNs), [this] { TransmitDone(); });
   m_channel->Transmit(this, item.pkt, endNs);
 }
 
@@ -95,13 +98,12 @@ void PhantoraNetDevice::TransmitDone() {
   TransmitNext();
 }
 
-void PhantoraNetDevice::Receive(Ptr<Packet> pkt) {
-  PhantoraHeader hdr;
-  pkt->PeekHeader(hdr);
+void PhantoraNetDevice::Receive(Ptr<PhantoraPacket> pkt) {
+  const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.type == PktType::Pfc) {
     const uint32_t c = hdr.prio % kNumPrio;
     const bool pause = hdr.flags & kFlagPause;
-    const uint64_t now = Simulator::Now().GetNanoSeconds();
+    const uint64_t now = FabricNowNs();
     NS_LOG_LOGIC("port " << m_port << " class " << c << (pause ? " paused" : " resumed"));
     if (pause && !m_paused[c]) {
       m_pausedSinceNs[c] = now;
@@ -115,7 +117,7 @@ void PhantoraNetDevice::Receive(Ptr<Packet> pkt) {
     }
     return;
   }
-  m_owner->Receive(m_port, pkt, hdr);
+  m_owner->Receive(m_port, std::move(pkt));
 }
 
 uint64_t PhantoraNetDevice::GetPausedNs() const {

@@ -2,7 +2,7 @@
 #ifndef PHANTORA_NET_DEVICE_H
 #define PHANTORA_NET_DEVICE_H
 
-#include "phantora-header.h"
+#include "phantora-packet.h"
 
 #include "ns3/net-device.h"
 #include "ns3/node.h"
@@ -20,7 +20,7 @@ constexpr uint32_t kNumPrio = 8;  ///< traffic classes per port; class 0 is stri
 
 /// One packet waiting for, or leaving through, a port.
 struct TxItem {
-  Ptr<Packet> pkt;
+  Ptr<PhantoraPacket> pkt;
   uint32_t wireBytes = 0;  ///< bytes the packet occupies on the wire
   uint32_t inPort = 0;     ///< switch ingress port (MMU accounting)
   uint8_t prio = 0;        ///< egress class
@@ -33,8 +33,8 @@ class PortOwner {
   virtual ~PortOwner() = default;
   /// Hand the next packet for `port` to the device, or return false. `paused[c]` is the PFC state.
   virtual bool Dequeue(uint32_t port, const bool* paused, TxItem& out) = 0;
-  /// A non-PFC packet (header already parsed) arrived on `port`.
-  virtual void Receive(uint32_t port, Ptr<Packet> pkt, const PhantoraHeader& hdr) = 0;
+  /// A non-PFC packet arrived on `port` (its header is `pkt->hdr`).
+  virtual void Receive(uint32_t port, Ptr<PhantoraPacket> pkt) = 0;
 };
 
 /**
@@ -56,7 +56,7 @@ class PhantoraNetDevice : public NetDevice {
   /// Start sending if the line is idle and the owner has something.
   void Kick();
   /// Called by the channel when a packet has fully arrived.
-  void Receive(Ptr<Packet> pkt);
+  void Receive(Ptr<PhantoraPacket> pkt);
 
   uint64_t GetRateBps() const { return m_rateBps; }
   uint32_t GetPort() const { return m_port; }
@@ -116,7 +116,7 @@ class PhantoraNetDevice : public NetDevice {
   uint64_t m_pausedNs = 0;  ///< class-ns spent paused, summed
   uint64_t m_txBytes = 0;
   uint64_t m_txPackets = 0;
-  TracedCallback<Ptr<const Packet>> m_txTrace;
+  TracedCallback<Ptr<const Packet>> m_txTrace;  ///< fed PhantoraPacket::ToPacket(), only when connected
   TracedCallback<uint32_t, uint32_t, bool> m_pfcRxTrace;  ///< (port, class, pause) on a received PFC frame
 };
 

@@ -108,6 +108,9 @@ void PhantoraNetwork::Finalize() {
       !sched.HasConstructor()) {
     throw std::invalid_argument("attribute 'Scheduler' of the fabric: unknown ns-3 scheduler '" + schedName + "'");
   }
+  if (Time::GetResolution() != Time::NS) {
+    throw std::runtime_error("the phantora fabric runs at ns resolution; Time::SetResolution was changed");
+  }
   RngSeedManager::SetSeed(s.fabric->GetSeed());
   RngSeedManager::SetRun(1);
   ObjectFactory factory;

@@ -21,14 +21,14 @@ PhantoraScheduler* g_current = nullptr;
 TypeId PhantoraScheduler::GetTypeId() {
   static TypeId tid = PhantoraTypeId<PhantoraScheduler, Scheduler>("ns3::PhantoraScheduler")
                           .AddAttribute("Inner", "TypeId name of the scheduler that holds the events",
-                                        StringValue("ns3::MapScheduler"),
+                                        StringValue("ns3::PhantoraWheelScheduler"),
                                         MakeStringAccessor(&PhantoraScheduler::SetInner, &PhantoraScheduler::GetInner),
                                         MakeStringChecker());
   return tid;
 }
 
 PhantoraScheduler::PhantoraScheduler() {
-  SetInner("ns3::MapScheduler");
+  SetInner("ns3::PhantoraWheelScheduler");
   g_current = this;
 }
 
@@ -45,6 +45,7 @@ void PhantoraScheduler::SetInner(std::string name) {
   ObjectFactory f;
   f.SetTypeId(name);
   m_inner = f.Create<Scheduler>();
+  m_wheel = dynamic_cast<PhantoraWheelScheduler*>(PeekPointer(m_inner));
   m_innerName = name;
 }
 
@@ -73,10 +74,10 @@ int64_t PhantoraScheduler::PeekNextLiveTs() {
   return ts;
 }
 
-void PhantoraScheduler::Insert(const Event& ev) { m_inner->Insert(ev); }
-bool PhantoraScheduler::IsEmpty() const { return m_inner->IsEmpty(); }
-Scheduler::Event PhantoraScheduler::PeekNext() const { return m_inner->PeekNext(); }
-Scheduler::Event PhantoraScheduler::RemoveNext() { return m_inner->RemoveNext(); }
+void PhantoraScheduler::Insert(const Event& ev) { m_wheel ? m_wheel->Insert(ev) : m_inner->Insert(ev); }
+bool PhantoraScheduler::IsEmpty() const { return m_wheel ? m_wheel->IsEmpty() : m_inner->IsEmpty(); }
+Scheduler::Event PhantoraScheduler::PeekNext() const { return m_wheel ? m_wheel->PeekNext() : m_inner->PeekNext(); }
+Scheduler::Event PhantoraScheduler::RemoveNext() { return m_wheel ? m_wheel->RemoveNext() : m_inner->RemoveNext(); }
 void PhantoraScheduler::Remove(const Event& ev) { m_inner->Remove(ev); }
 
 }  // namespace ns3

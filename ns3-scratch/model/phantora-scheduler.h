@@ -2,13 +2,16 @@
 #ifndef PHANTORA_SCHEDULER_H
 #define PHANTORA_SCHEDULER_H
 
+#include "phantora-wheel-scheduler.h"
+
 #include "ns3/scheduler.h"
 
 namespace ns3 {
 
 /**
- * Wraps a standard ns-3 scheduler (attribute "Inner", default ns3::MapScheduler) and remembers the
- * live instance, so PhantoraNetwork::NextEventTime() can answer without running anything.
+ * Wraps an ns-3 scheduler (attribute "Inner", default ns3::PhantoraWheelScheduler, which it calls directly
+ * rather than through virtual functions) and remembers the live instance, so
+ * PhantoraNetwork::NextEventTime() can answer without running anything.
  */
 class PhantoraScheduler : public Scheduler {
  public:
@@ -34,6 +37,7 @@ class PhantoraScheduler : public Scheduler {
   std::string GetInner() const;
 
   Ptr<Scheduler> m_inner;
+  PhantoraWheelScheduler* m_wheel = nullptr;  ///< m_inner, when it is the wheel
   std::string m_innerName;
 };
 

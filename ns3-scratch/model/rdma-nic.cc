@@ -1,5 +1,6 @@
 // RdmaNic: queue pairs, pacing, ACK/NACK generation and go-back-N recovery.
 #include "rdma-nic.h"
+#include "phantora-event.h"
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
@@ -20,7 +21,7 @@ NS_OBJECT_ENSURE_REGISTERED(RdmaNic);
 
 namespace {
 
-uint64_t NowNs() { return static_cast<uint64_t>(Simulator::Now().GetNanoSeconds()); }
+uint64_t NowNs() { return FabricNowNs(); }
 
 }  // namespace
 
@@ -251,7 +252,8 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
 }
 
 void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
-  PhantoraHeader hdr;
+  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  PhantoraHeader& hdr = pkt->hdr;
   hdr.type = PktType::Data;
   hdr.prio = qp->spec.prio;
   hdr.src = m_id;
@@ -268,8 +270,6 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
     // First transmissions only: a retransmission must arrive. DLCP holes are a go-back-N receiver's.
     hdr.flags |= kFlagLossTolerant;
   }
-  Ptr<Packet> pkt = Create<Packet>(hdr.payload);
-  pkt->AddHeader(hdr);
   const uint32_t wire = m_wire.Bytes(hdr);
   out = TxItem{pkt, wire, 0, qp->spec.prio, true};
 
@@ -296,14 +296,13 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
   const uint64_t idealStart = std::max(qp->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
-  const unsigned __int128 bits = static_cast<unsigned __int128>(wire) * 8'000'000'000'000ULL + qp->paceRem;
-  qp->nextAvailPs = idealStart + static_cast<uint64_t>(bits / rate);
-  qp->paceRem = static_cast<uint64_t>(bits % rate);
+  qp->nextAvailPs = idealStart + SerialisationPs(wire, rate, qp->paceRem);
   qp->cc->OnSend(hdr.payload, nowNs);
   ArmRto(qp);
 }
 
-void RdmaNic::Receive(uint32_t, Ptr<Packet> pkt, const PhantoraHeader& hdr) {
+void RdmaNic::Receive(uint32_t, Ptr<PhantoraPacket> pkt) {
+  const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.dst != m_id) {
     NS_LOG_WARN("node " << m_id << " got a packet for " << hdr.dst << "; endpoints do not forward");
     return;
@@ -412,7 +411,8 @@ void RdmaNic::ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr) {
 
 void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags, uint64_t sackLo,
                       uint64_t sackHi, bool dsack) {
-  PhantoraHeader ack;
+  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  PhantoraHeader& ack = pkt->hdr;
   ack.type = type;
   ack.prio = m_ackHighPrio ? 0 : data.prio;
   ack.flags = static_cast<uint8_t>(((data.flags & kFlagCe) ? kFlagEcnEcho : 0) | extraFlags);
@@ -436,8 +436,6 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   if (port >= m_ports.size()) {
     return;
   }
-  Ptr<Packet> pkt = Create<Packet>();
-  pkt->AddHeader(ack);
   m_ports[port].ctrl.push_back(TxItem{pkt, m_wire.Bytes(ack), 0, ack.prio, false});
   ++m_counters.acks;
   m_dev[port]->Kick();
@@ -557,7 +555,7 @@ void RdmaNic::Wake(uint32_t port, uint64_t atNs) {
     p.wake.Cancel();
   }
   p.wakeNs = atNs;
-  p.wake = Simulator::Schedule(NanoSeconds(atNs - NowNs()), &RdmaNic::OnWake, this, port);
+  p.wake = SchedulePooled(FabricNs(atNs - NowNs()), [this, port] { OnWake(port); });
 }
 
 void RdmaNic::OnWake(uint32_t port) { m_dev[port]->Kick(); }

@@ -31,6 +31,26 @@ struct WireFormat {
   }
 };
 
+/**
+ * Picoseconds `bytes` take at `rateBps`, exactly: the sub-ps remainder (in bit-ps per rate units) carries over
+ * in `rem` (< rateBps), so a long run keeps the exact line rate. 64-bit arithmetic when it cannot overflow
+ * (any packet), 128-bit otherwise; the same result either way.
+ */
+inline uint64_t SerialisationPs(uint64_t bytes, uint64_t rateBps, uint64_t& rem) {
+  constexpr uint64_t kBitPs = 8'000'000'000'000ULL;  // ps per bit at 1 bit/s
+  uint64_t q;
+  if (bytes <= (UINT64_MAX - rem) / kBitPs) {
+    const uint64_t bits = bytes * kBitPs + rem;
+    q = bits / rateBps;
+    rem = bits % rateBps;
+  } else {
+    const unsigned __int128 bits = static_cast<unsigned __int128>(bytes) * kBitPs + rem;
+    q = static_cast<uint64_t>(bits / rateBps);
+    rem = static_cast<uint64_t>(bits % rateBps);
+  }
+  return q;
+}
+
 }  // namespace ns3
 
 #endif  // PHANTORA_WIRE_FORMAT_H

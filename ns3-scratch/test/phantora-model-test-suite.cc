@@ -4,7 +4,9 @@
 #include "phantora-fabric-helper.h"
 #include "phantora-fabric.h"
 #include "phantora-network.h"
+#include "phantora-packet.h"
 #include "phantora-routing.h"
+#include "phantora-wheel-scheduler.h"
 #include "switch-mmu.h"
 #include "wire-format.h"
 
@@ -13,6 +15,7 @@
 #include "ns3/simulator.h"
 #include "ns3/string.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -324,11 +327,99 @@ class FlowletOrderTest : public TestCase {
   }
 };
 
+/// The wheel scheduler hands out events in (time, uid) order, whatever mix of near, far, earlier-than-window and
+/// put-back events it holds: checked against the sorted keys.
+class WheelOrderTest : public TestCase {
+ public:
+  WheelOrderTest() : TestCase("wheel scheduler: events leave in (time, uid) order") {}
+
+ private:
+  static Scheduler::Event Ev(uint64_t ts, uint32_t uid) {
+    Scheduler::Event e;
+    e.impl = nullptr;
+    e.key.m_ts = ts;
+    e.key.m_uid = uid;
+    e.key.m_context = 0;
+    return e;
+  }
+
+  void DoRun() override {
+    PhantoraWheelScheduler w;
+    std::vector<std::pair<uint64_t, uint32_t>> want;
+    std::vector<std::pair<uint64_t, uint32_t>> got;
+    uint32_t uid = 0;
+    uint64_t now = 0;
+    uint64_t lcg = 12345;
+    auto next = [&lcg] { return (lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
+    for (int round = 0; round < 20000; ++round) {
+      // Schedule 0-3 events at now + a delay: mostly within a few us, some past the 8,192 ns window.
+      const uint64_t k = next() % 4;
+      for (uint64_t i = 0; i < k; ++i) {
+        const uint64_t r = next() % 100;
+        const uint64_t delay = r < 80 ? next() % 2000 : r < 95 ? next() % 9000 : 8000 + next() % 1'000'000;
+        w.Insert(Ev(now + delay, uid));
+        want.emplace_back(now + delay, uid++);
+      }
+      if (!w.IsEmpty() && next() % 3 != 0) {
+        const Scheduler::Event e = w.RemoveNext();
+        NS_TEST_ASSERT_MSG_EQ((e.key.m_ts >= now), true, "time never goes back");
+        now = e.key.m_ts;
+        got.emplace_back(e.key.m_ts, e.key.m_uid);
+      }
+      if (round % 1000 == 999 && !w.IsEmpty()) {
+        // Peek past a few events and put them back (as PeekNextLiveTs does): the order must not change.
+        std::vector<Scheduler::Event> lifted;
+        for (int j = 0; j < 3 && !w.IsEmpty(); ++j) {
+          lifted.push_back(w.RemoveNext());
+        }
+        for (const auto& e : lifted) {
+          w.Insert(e);
+        }
+      }
+    }
+    while (!w.IsEmpty()) {
+      const Scheduler::Event e = w.RemoveNext();
+      got.emplace_back(e.key.m_ts, e.key.m_uid);
+    }
+    std::sort(want.begin(), want.end());
+    NS_TEST_ASSERT_MSG_EQ(got.size(), want.size(), "every event leaves once");
+    NS_TEST_ASSERT_MSG_EQ((got == want), true, "events leave in (time, uid) order");
+  }
+};
+
+/// The Tx trace's ns-3 Packet: the serialised header in front of the payload (none for ACKs and trimmed data).
+class PacketViewTest : public TestCase {
+ public:
+  PacketViewTest() : TestCase("PhantoraPacket::ToPacket: serialised header + payload") {}
+
+ private:
+  void DoRun() override {
+    Ptr<PhantoraPacket> p = Create<PhantoraPacket>();
+    p->hdr.type = PktType::Data;
+    p->hdr.payload = 1000;
+    p->hdr.flowId = 7;
+    p->hdr.seq = 3000;
+    const uint32_t hdrBytes = p->hdr.GetSerializedSize();
+    NS_TEST_ASSERT_MSG_EQ(p->ToPacket()->GetSize(), hdrBytes + 1000, "data: header + payload");
+    PhantoraHeader back;
+    p->ToPacket()->PeekHeader(back);
+    NS_TEST_ASSERT_MSG_EQ(back.flowId, 7u, "flow id survives");
+    NS_TEST_ASSERT_MSG_EQ(back.seq, 3000u, "seq survives");
+    p->hdr.flags |= kFlagTrimmed;
+    NS_TEST_ASSERT_MSG_EQ(p->ToPacket()->GetSize(), hdrBytes, "trimmed: header only");
+    p->hdr.type = PktType::Ack;
+    p->hdr.flags = 0;
+    NS_TEST_ASSERT_MSG_EQ(p->ToPacket()->GetSize(), hdrBytes, "ACK: header only");
+  }
+};
+
 class PhantoraModelTestSuite : public TestSuite {
  public:
   PhantoraModelTestSuite() : TestSuite("phantora-model", Type::UNIT) {
     AddTestCase(new MmuThresholdTest, TestCase::Duration::QUICK);
     AddTestCase(new WireFormatTest, TestCase::Duration::QUICK);
+    AddTestCase(new WheelOrderTest, TestCase::Duration::QUICK);
+    AddTestCase(new PacketViewTest, TestCase::Duration::QUICK);
     AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);
     AddTestCase(new CcRegistryTest, TestCase::Duration::QUICK);
     AddTestCase(new HpccEcmpTest, TestCase::Duration::QUICK);

@@ -104,7 +104,7 @@ class PacketConfig:
     trace_cnp: bool = True  # record every CNP (time, sender, flow); off = count only
     trace_ecn: bool = True  # record every CE mark (time, switch, port, class, flow); off = count only
     seed: int = 1
-    scheduler: str = "ns3::MapScheduler"
+    scheduler: str = "ns3::PhantoraWheelScheduler"
     # ECMP policy (phantora.topology.ecmp): phantora | hpcc; None = the topology's (hpcc for HPCC-format files)
     ecmp_hash: str | None = None
     # Load balancing of data packets among equal-cost ports (LB_MODES); ACKs, NACKs and PFC frames keep ECMP.

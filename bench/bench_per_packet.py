@@ -1,0 +1,123 @@
+"""Per-packet cost of the ns-3 models: events per CPU second and, under valgrind, instructions per data packet.
+
+Records the call script of a dependency-free ring all-reduce (default: 16 GPUs, 4 MiB, 400G non-blocking
+leaf-spine, cc none, 1000-byte payloads, as docs/status.md's "per-packet cost" row), replays it with the
+standalone runner of each build given (CPU seconds of the whole process, best of --repeat), and, if valgrind is
+installed, counts the instructions of one replay with callgrind (the same count on a loaded machine). A build
+older than ns3::PhantoraWheelScheduler runs ns3::MapScheduler (`--scheduler` of each build: the first
+scheduler its runner accepts).
+
+    .venv/bin/python bench/bench_per_packet.py                                   # ns3-scratch/build
+    .venv/bin/python bench/bench_per_packet.py --build /work/wt13p-oldbuild --build ns3-scratch/build
+    .venv/bin/python bench/bench_per_packet.py --gpus 16 --bytes 64MiB --no-callgrind
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from bench_packet import allreduce_flows, fabric
+
+from phantora.netsim.base import Flow
+from phantora.netsim.packet import Ns3Simulator, runner_path
+from phantora.netsim.packet_config import PacketConfig
+from phantora.units import parse_size_bytes
+
+SCHEDULERS = ("ns3::PhantoraWheelScheduler", "ns3::MapScheduler")
+
+
+def record(script: Path, gpus: int, nbytes: int, cc: str) -> None:
+    """The call script of a `gpus`-GPU ring all-reduce of `nbytes`, every flow submitted at 0 (no deps)."""
+    topo = fabric(gpus, "400Gbps")
+    flows = [Flow(i, f.src, f.dst, f.size, key=i) for i, f in enumerate(allreduce_flows(topo, nbytes, "coarse", 2))]
+    with Ns3Simulator(topo, PacketConfig(cc=cc), calls=script) as sim:
+        sim.submit(flows, at=0)
+
+
+def with_scheduler(script: Path, scheduler: str, out: Path) -> Path:
+    text = re.sub(
+        r"^SetParam fabric\.Scheduler .*$", f"SetParam fabric.Scheduler {scheduler}", script.read_text(), flags=re.M
+    )
+    out.write_text(text)
+    return out
+
+
+def replay(runner: Path, script: Path, out: Path) -> tuple[dict[str, float], float]:
+    """Run the runner once: its JSON summary and the CPU seconds of the process."""
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([str(runner), str(script), str(out)], capture_output=True, text=True, check=True)
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    summary: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return summary, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+
+
+def callgrind(runner: Path, script: Path, out: Path) -> int:
+    """Instructions of one replay (valgrind --tool=callgrind)."""
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out / 'callgrind.out'}",
+            str(runner),
+            str(script),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"Collected : (\d+)", proc.stderr)
+    if not match:
+        raise RuntimeError("callgrind printed no instruction count")
+    return int(match.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", type=Path, action="append", help="build directory with phantora-ns3-runner (repeatable)")
+    ap.add_argument("--gpus", type=int, default=16)
+    ap.add_argument("--bytes", default="4MiB", help="all-reduce size")
+    ap.add_argument("--cc", default="none")
+    ap.add_argument("--repeat", type=int, default=3, help="replays per build for CPU seconds (best kept)")
+    ap.add_argument("--no-callgrind", action="store_true", help="skip the instruction count")
+    args = ap.parse_args()
+    builds = args.build or [runner_path().parent]
+    use_cg = not args.no_callgrind and shutil.which("valgrind") is not None
+    if not args.no_callgrind and not use_cg:
+        print("valgrind not found: no instruction counts")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        script = d / "calls.txt"
+        record(script, args.gpus, parse_size_bytes(args.bytes), args.cc)
+        print(f"{args.gpus} GPUs, ring all-reduce {args.bytes}, cc {args.cc}, 1000-byte payloads, standalone runner")
+        head = f"{'events':>10}{'data pkts':>10}{'CPU s':>8}{'M ev/CPU s':>11}{'instr/pkt':>11}"
+        print(f"{'build':<40}{'scheduler':<30}{head}")
+        for build in builds:
+            runner = build / "phantora-ns3-runner"
+            for sched in SCHEDULERS:  # the first one this build knows
+                s = with_scheduler(script, sched, d / "calls-run.txt")
+                try:
+                    summary, cpu = replay(runner, s, d / "o")
+                    break
+                except subprocess.CalledProcessError:
+                    continue
+            else:
+                raise SystemExit(f"{runner}: runs with none of {', '.join(SCHEDULERS)}")
+            cpu = min([cpu] + [replay(runner, s, d / "o")[1] for _ in range(args.repeat - 1)])
+            pkts = summary["data_packets"]
+            instr = f"{callgrind(runner, s, d / 'o') / pkts:>11,.0f}" if use_cg else f"{'-':>11}"
+            print(
+                f"{str(build):<40}{sched:<30}{summary['events']:>10}{pkts:>10}{cpu:>8.2f}"
+                f"{summary['events'] / cpu / 1e6:>11.2f}{instr}"
+            )
+
+
+if __name__ == "__main__":
+    main()
