@@ -56,7 +56,7 @@ COLUMNS = [
     "fct_p99_us",
     "pfc_pauses",
     "ecn_marks",
-    "max_queue_kb",
+    "max_buffer_kb",
     "retx_packets",
     "reorder_max_kb",
     "spine_bytes_max_over_min",
@@ -104,18 +104,23 @@ def metrics(run_dir: Path, topo: Topology) -> dict[str, Any]:
     run = load_run(run_dir)
     e = run.engine or {}
     fct = fabric_fcts(run_dir, topo)
-    spine = [x.bytes for x in run.links or [] if "spine" in x.name]
     return {
         "step_ms": round((run.time_ns or 0) / 1e6, 4),
         "fct_p50_us": round(float(np.percentile(fct, 50)) / 1e3, 1) if fct.size else "",
         "fct_p99_us": round(float(np.percentile(fct, 99)) / 1e3, 1) if fct.size else "",
         "pfc_pauses": e.get("pfc_pause", 0),
         "ecn_marks": e.get("ecn_marks", 0),
-        "max_queue_kb": round(max((x.max_queue_bytes or 0 for x in run.links or []), default=0) / 1e3, 1),
+        "max_buffer_kb": round(e.get("max_switch_buffer_bytes", 0) / 1e3, 1),
         "retx_packets": e.get("retx_packets", 0),
         "reorder_max_kb": round(e.get("reorder_max_bytes", 0) / 1e3, 1),
-        "spine_bytes_max_over_min": round(max(spine) / max(1, min(spine)), 3) if spine else "",
+        "spine_bytes_max_over_min": round(
+            e.get("switch_link_bytes_max", 0) / max(1, e.get("switch_link_bytes_min", 0)), 3
+        ),
     }
+
+
+def _text(p: Path) -> str:
+    return p.read_text() if p.exists() else ""
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -147,6 +152,7 @@ def main() -> None:
     p.add_argument("--loss-steps", type=int, default=30, help="steps of each loss-curve run (0: no loss curve)")
     p.add_argument("--bound", type=float, default=0.05, help="dlcp_bound of the loss-curve run")
     p.add_argument("--trim-bytes", type=int, default=8000)
+    p.add_argument("--skip-done", action="store_true", help="keep network runs already complete in OUT/runs")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     topo = fabric()
@@ -159,7 +165,8 @@ def main() -> None:
     for seed in [int(s) for s in args.seeds.split(",")]:
         for label, sets, cc in plan:
             run_dir = args.out / "runs" / f"{label.replace('/', '-')}-{cc}-seed{seed}"
-            network_run(run_dir, topo, sets, cc, seed, args.steps)
+            if not (args.skip_done and '"complete"' in _text(run_dir / "status.json")):
+                network_run(run_dir, topo, sets, cc, seed, args.steps)
             rows.append({"config": label, "cc": cc, "seed": seed, **metrics(run_dir, topo)})
             print(" ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     with open(args.out / "network.csv", "w", newline="") as f:
