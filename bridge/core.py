@@ -49,7 +49,7 @@ from bridge.stepping import advance_watching
 from phantora.collectives import decompose
 from phantora.collectives.mirrors import Mirrors, NotPeriodicError
 from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.collectives.traffic import ring_lost_ranges, supports_loss
+from phantora.collectives.traffic import LOSSY_KINDS, lossless_reason, lost_ranges
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.topology.model import Topology
@@ -84,6 +84,7 @@ class CollRecord:
     traffic_class: int | None = None  # the class its flows were given (None: the flows' default)
     lossy: Any = None  # DLCP: (Collective, AlgoOptions) to map its flows' lost ranges to tensor bytes
     lost: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # flow id -> lost ranges
+    lossless_why: str | None = None  # DLCP: asked to be loss-tolerant but kept lossless, and why
 
     def to_dict(self) -> dict[str, Any]:
         key = self.rv.key
@@ -110,6 +111,7 @@ class CollRecord:
             **({"job": self.job, "key0": self.key0} if self.job is not None else {}),
             **({"class": self.traffic_class} if self.traffic_class is not None else {}),
             **({"lost_bytes": sum(n for r in self.lost.values() for _, n in r)} if self.lossy is not None else {}),
+            **({"kept_lossless": self.lossless_why} if self.lossless_why else {}),
         }
 
 
@@ -429,9 +431,15 @@ class CoordinatorCore:
         try:
             algo = dataclasses.replace(self.algo, **over) if over else self.algo
             lossy = None
-            if tolerance > 0 and not self.mirrors.active and kind == "all_reduce":
+            lossless_why = None  # a loss-tolerant collective kept lossless: why
+            if tolerance > 0 and kind not in LOSSY_KINDS:
+                lossless_why = f"{kind} is never loss-tolerant"
+            elif tolerance > 0:
                 coll = Collective(kind, group, first.nbytes, first.dtype, root)
-                lossy = (coll, algo) if supports_loss(coll, self.topology, algo) else None
+                why = "rank deduplication" if self.mirrors.active else lossless_reason(coll, self.topology, algo)
+                if why is None:
+                    lossy = (coll, algo)
+                lossless_why = why
             for copy in copies:
                 coll = Collective(kind, copy, first.nbytes, first.dtype, root)
                 dag = decompose(coll, self.topology, algo, first_flow_id=self.next_flow, tag=name or f"coll{cid}")
@@ -462,6 +470,7 @@ class CoordinatorCore:
             rec.job, rec.key0 = job, key0 or 0
         rec.traffic_class = None if cls is None else int(cls)
         rec.lossy = lossy
+        rec.lossless_why = lossless_why
         if lossy is not None:  # a rank learns its zeroed bytes when every flow is in: it waits for all of them
             everything = {f.id for f in flows}
             last = {r: set(everything) for r in rv.members}
@@ -531,7 +540,7 @@ class CoordinatorCore:
         rs.undelivered[handle] = t
         if rec.lossy is not None and rec.lost:
             coll, algo = rec.lossy
-            zero = ring_lost_ranges(coll, self.topology, algo, rec.first_flow, rec.lost).get(rank)
+            zero = lost_ranges(coll, self.topology, algo, rec.first_flow, rec.lost).get(rank)
             if zero:
                 rs.lost[handle] = [[a, b] for a, b in zero]
         self._dirty.add(rank)

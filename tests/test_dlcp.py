@@ -12,7 +12,15 @@ import pytest
 
 from phantora.collectives import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.collectives.traffic import class_by_layer, class_by_size, merge, ring_lost_ranges
+from phantora.collectives.traffic import (
+    class_by_layer,
+    class_by_size,
+    lossless_reason,
+    lost_ranges,
+    merge,
+    ring_lost_ranges,
+    supports_loss,
+)
 from phantora.launcher import RunConfig, launch
 from phantora.topology.generators import leaf_spine
 
@@ -56,6 +64,50 @@ def test_chunked_ring_maps_each_chunk() -> None:
     assert ring_lost_ranges(coll, topo, opts, 0, {1: [(0, 1000)]}) == {0: [(3000, 1000)], 1: [(3000, 1000)]}
     # step 1 (all-gather): flow 4 is position 0 sending its slice 0 chunk 0 to position 1 only.
     assert ring_lost_ranges(coll, topo, opts, 0, {4: [(0, 10)]}) == {1: [(0, 10)]}
+
+
+def test_lost_bytes_of_a_coarse_ring_reduce_scatter_map_to_the_owner_shard() -> None:
+    """4 ranks, 1 channel, 16000 bytes in (4000 out per rank). Ring position i's flow carries the partial sums of
+    slices (i-1, i-2, i-3) for steps 0..2; slice j ends at position j, whose output shard is slice j."""
+    topo = leaf_spine(1, 4, 0, name="star4")
+    coll = Collective("reduce_scatter", (0, 1, 2, 3), 16000, "fp32")
+    opts = AlgoOptions(channels=1)
+    dag = decompose(coll, topo, opts, first_flow_id=100)
+    assert [f.size for f in dag.flows] == [12000] * 4
+    # Flow of position 1, bytes 500..1499: step 0 carries slice 0 -> rank 0's output bytes 500..1499 only.
+    assert lost_ranges(coll, topo, opts, 100, {101: [(500, 1000)]}) == {0: [(500, 1000)]}
+    # Bytes 7500..8499 straddle step 1 (slice 3, its last 500 bytes) and step 2 (slice 2, its first 500).
+    assert lost_ranges(coll, topo, opts, 100, {101: [(7500, 1000)]}) == {3: [(3500, 500)], 2: [(0, 500)]}
+    # Position 3's last step carries slice 0 again (its partial sum of 3 ranks): rank 0 again, merged.
+    got = lost_ranges(coll, topo, opts, 100, {101: [(0, 100)], 103: [(8000 + 100, 100)]})
+    assert got == {0: [(0, 200)]}
+
+
+def test_reduce_scatter_channels_share_every_shard() -> None:
+    """2 channels over 4 ranks, 16000 bytes: each channel carries 2000 bytes of every 4000-byte output shard,
+    channel 0 the first half, channel 1 the second; rank r is ring position r (one GPU per host)."""
+    topo = leaf_spine(1, 4, 0, name="star4")
+    coll = Collective("reduce_scatter", (0, 1, 2, 3), 16000, "fp32")
+    opts = AlgoOptions(channels=2)
+    # Channel 1's position 2 (flow id 6): step 0 sends slice 1, bytes 10..19 -> rank 1, second half of its shard.
+    assert lost_ranges(coll, topo, opts, 0, {6: [(10, 10)]}) == {1: [(2010, 10)]}
+    assert lost_ranges(coll, topo, opts, 0, {2: [(10, 10)]}) == {1: [(10, 10)]}
+
+
+def test_chunked_reduce_scatter_and_uneven_or_other_cases_stay_lossless() -> None:
+    topo = leaf_spine(1, 2, 0, name="star2")
+    coll = Collective("reduce_scatter", (0, 1), 4000, "fp32")
+    opts = AlgoOptions(channels=1, granularity="chunked", chunk_bytes=1000)
+    # 2 ranks, one step: position 0 sends slice 1 (rank 1's shard) in chunks 0 (flow 0) and 1 (flow 1).
+    assert lost_ranges(coll, topo, opts, 0, {1: [(0, 8)]}) == {1: [(1000, 8)]}
+    uneven = Collective("reduce_scatter", (0, 1), 4002, "fp32")
+    assert supports_loss(uneven, topo, AlgoOptions(channels=1))
+    assert not supports_loss(uneven, topo, AlgoOptions(channels=2))  # 2001 per channel, odd over 2 ranks
+    assert "evenly" in (lossless_reason(uneven, topo, AlgoOptions(channels=2)) or "")
+    tree = Collective("all_reduce", (0, 1), 4000, "fp32")
+    assert "tree" in (lossless_reason(tree, topo, AlgoOptions(algorithm="tree")) or "")
+    gather = Collective("all_gather", (0, 1), 4000, "fp32")
+    assert "never" in (lossless_reason(gather, topo, AlgoOptions()) or "")
 
 
 SCRIPT = """
@@ -113,3 +165,64 @@ def test_real_mode_zeros_exactly_the_lost_ranges(tmp_path: Path) -> None:
     lost_coll = [c["lost_bytes"] for c in cosim["collectives"] if "lost_bytes" in c]
     assert len(lost_coll) == 1 and 0 < lost_coll[0] <= stats["trimmed_bytes"]
     assert rep.summary is not None
+
+
+RS_SCRIPT = """
+    import sys, numpy as np, torch, torch.distributed as dist
+    import phantora.runtime as pr
+    from phantora.runtime import session
+    dist.init_process_group()
+    r, w, n = dist.get_rank(), dist.get_world_size(), 1 << 18
+    x = torch.arange(w * n, dtype=torch.float32) + 1 + r
+    out = torch.empty(n, dtype=torch.float32)
+    with pr.loss_tolerant(0.5):
+        dist.reduce_scatter_tensor(out, x)
+        lost = session.current().traffic.last_lost
+        g = torch.empty(w * n, dtype=torch.float32)
+        dist.all_gather_into_tensor(g, out)   # all-gather: never loss-tolerant
+    ref = torch.empty(n, dtype=torch.float32)
+    dist.reduce_scatter_tensor(ref, x)   # outside the context: lossless
+    ranges = np.array(lost, dtype=np.int64).reshape(-1, 2)
+    np.savez(sys.argv[1] + f".rank{r}.npz", out=out.numpy(), ref=ref.numpy(), g=g.numpy(), lost=ranges)
+    pr.step()
+"""
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_real_mode_reduce_scatter_zeros_exactly_the_lost_ranges(tmp_path: Path) -> None:
+    """FSDP's gradient collective: a loss-tolerant ring reduce-scatter, 4 gloo ranks on the 4:1 two-leaf fabric.
+    Each output shard holds zeros exactly at the ranges its rank was told, the exact reduced value elsewhere;
+    the all-gather of the shards in the same context stays lossless."""
+    script = tmp_path / "rs.py"
+    script.write_text(textwrap.dedent(RS_SCRIPT))
+    topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="25Gbps", latency="1us", name="twoleaf4")
+    cfg = RunConfig(str(script), [str(tmp_path / "out")], topo, network="ns3", packet_set=["trim_bytes=8000"],
+                    nproc=4, trace="none", timeout_s=300, out_dir=tmp_path / "run")  # fmt: skip
+    launch(cfg)
+    n, w = 1 << 18, 4
+    full = 4 * (np.arange(w * n, dtype=np.float64) + 1) + 6  # sum over r of (i + 1 + r)
+    outs, zeroed = [], 0
+    for r in range(w):
+        got = np.load(tmp_path / f"out.rank{r}.npz")
+        want = full[r * n : (r + 1) * n].astype(np.float32)
+        out, lost = got["out"], got["lost"]
+        assert np.array_equal(got["ref"], want), r  # the lossless reduce-scatter is exact
+        mask = np.zeros(n, dtype=bool)
+        for off, length in lost:
+            assert off % 4 == 0 and length % 4 == 0 and off + length <= 4 * n
+            mask[off // 4 : (off + length) // 4] = True
+        assert (out[mask] == 0).all() and np.array_equal(out[~mask], want[~mask]), r
+        outs.append(out)
+        zeroed += int(mask.sum()) * 4
+    for r in range(w):  # every rank's all-gather holds every rank's shard as that rank has it, zeros included
+        assert np.array_equal(np.load(tmp_path / f"out.rank{r}.npz")["g"], np.concatenate(outs)), r
+    assert zeroed > 0  # the leaf-crossing flows were trimmed
+    cosim = json.loads((tmp_path / "run" / "cosim.json").read_text())
+    colls = cosim["collectives"]
+    rs = [c for c in colls if c["kind"] == "reduce_scatter" and "lost_bytes" in c]
+    assert len(rs) == 1 and 0 < rs[0]["lost_bytes"] <= 0.5 * sum(3 * n * 4 for _ in range(w))  # <= bound x bytes
+    assert zeroed <= rs[0]["lost_bytes"]  # a lost flow byte is a byte of one rank's shard (zeroed once)
+    ag = [c for c in colls if c["kind"] == "all_gather"]
+    assert ag and all(c.get("kept_lossless") == "all_gather is never loss-tolerant" for c in ag)
+    assert cosim["engine_stats"]["trimmed_bytes"] >= rs[0]["lost_bytes"]

@@ -1,5 +1,5 @@
 """Traffic classes and DLCP loss for collectives (pure): which class a collective's flows get, which collectives may
-lose bytes, and which tensor bytes each rank must zero when flows of a ring all-reduce lost some.
+lose bytes, and which tensor bytes each rank must zero when flows of a ring all-reduce or reduce-scatter lost some.
 
 Classes: 1 is served first under strict scheduling, 7 last; 3 is the default of every flow.
 - ``layer``: earlier layers first, as layer-wise scheduling (ByteScheduler, P3) does. A backward pass issues the
@@ -12,13 +12,14 @@ Lost bytes of a ring all-reduce (coarse or chunked, one flow per ring edge or pe
 are the slices it sends, in step order (`ring.ring_schedule`); slice j of channel c is the contiguous tensor range
 after the earlier channels' shares and the earlier slices (`dag.split`). A range lost in the reduce-scatter phase
 loses the reduced value, so every rank zeroes it; a range lost in the all-gather phase is zeroed at the rank that
-received it and at every rank it forwards that slice to.
+received it and at every rank it forwards that slice to. A ring reduce-scatter's slice j is (part of) the output
+shard of ring position j: a range lost at any step is zeroed there (`reduce_scatter_lost_ranges`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from phantora.collectives.dag import split
 from phantora.collectives.layout import host_blocks, ring_order
@@ -30,6 +31,7 @@ from phantora.topology.model import Topology
 DEFAULT_CLASS = 3
 SMALL_BYTES = 64 * 1024  # tensor-size: class 1 up to this; dlcp=grads: smaller all-reduces stay lossless
 Range = tuple[int, int]  # (offset, bytes)
+RingFlow = tuple[int, int, list[int], int, list[tuple[int, int, int, int]], list[int]]
 
 
 def class_by_layer(index: int, count: int) -> int:
@@ -49,42 +51,63 @@ def class_by_size(nbytes: int) -> int:
     return cls
 
 
+LOSSY_KINDS = ("all_reduce", "reduce_scatter")  # the gradient collectives of DDP and of FSDP / ZeRO
+Piece = tuple[int, int, int, int]  # (step, slice, offset in the slice, bytes) of a ring flow, in the order sent
+
+
 def loss_tolerant_by_policy(policy: str, kind: str, dtype: str, nbytes: int) -> bool:
-    """`dlcp=grads`: all-reduces of floating-point tensors of at least 64 KiB (data-parallel gradient buckets;
-    scalars such as a logged loss stay exact)."""
-    return policy == "grads" and kind == "all_reduce" and dtype in ("fp32", "fp16", "bf16") and nbytes >= SMALL_BYTES
+    """`dlcp=grads`: all-reduces and reduce-scatters of floating-point tensors of at least 64 KiB (the gradient
+    buckets of DDP, the gradient shards of FSDP / ZeRO; scalars such as a logged loss stay exact). All-gathers
+    (FSDP's parameters) stay lossless: a zeroed parameter would corrupt the forward pass, not one SGD step."""
+    return policy == "grads" and kind in LOSSY_KINDS and dtype in ("fp32", "fp16", "bf16") and nbytes >= SMALL_BYTES
+
+
+def lossless_reason(coll: Collective, topo: Topology, opts: AlgoOptions) -> str | None:
+    """Why a loss-tolerant `coll` must stay lossless (its lost bytes cannot be mapped to tensor bytes), or None
+    if they can: ring all-reduces, and ring reduce-scatters whose channel shares split evenly over the ranks."""
+    if coll.kind not in LOSSY_KINDS:
+        return f"{coll.kind} is never loss-tolerant"
+    if coll.size < 2 or coll.nbytes == 0:
+        return "no network traffic"
+    resolved = default_options(coll, topo, opts)
+    if resolved.algorithm != "ring":
+        return f"the {resolved.algorithm} algorithm is not mapped to tensor bytes (ring only)"
+    if coll.kind == "reduce_scatter":
+        n = coll.size
+        if any(share % n for share in split(coll.nbytes, resolved.channels)):
+            return f"{coll.nbytes} bytes do not split evenly over {resolved.channels} channels x {n} ranks"
+    return None
 
 
 def supports_loss(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
-    """Can lost bytes of this collective be mapped to tensor bytes (a ring all-reduce of 2+ ranks)?"""
-    if coll.kind != "all_reduce" or coll.size < 2 or coll.nbytes == 0:
-        return False
-    return default_options(coll, topo, opts).algorithm == "ring"
+    """Can lost bytes of this collective be mapped to tensor bytes (see `lossless_reason`)?"""
+    return lossless_reason(coll, topo, opts) is None
 
 
-def ring_lost_ranges(
+def lost_ranges(
     coll: Collective, topo: Topology, opts: AlgoOptions, first_id: int, lost: Mapping[int, Sequence[Range]]
 ) -> dict[int, list[Range]]:
-    """Global rank -> merged tensor byte ranges it must zero, for a ring all-reduce decomposed (by `decompose`)
-    with flow ids from `first_id`, whose flows lost `lost` (flow id -> (offset, bytes) ranges of the flow)."""
+    """Global rank -> merged byte ranges of its result to zero, for a collective `supports_loss` accepts."""
+    if coll.kind == "reduce_scatter":
+        return reduce_scatter_lost_ranges(coll, topo, opts, first_id, lost)
+    return ring_lost_ranges(coll, topo, opts, first_id, lost)
+
+
+def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: int) -> Iterator[RingFlow]:
+    """Each flow of a ring `coll` decomposed (by `decompose`) with ids from `first_id`, in id order: (id, channel,
+    channel ring order, sender ring position, its pieces in the order sent, the channel's slice sizes)."""
     opts = default_options(coll, topo, opts)
-    nodes = [topo.node_of_rank(r) for r in coll.ranks]
-    blocks = host_blocks(topo, nodes)
+    blocks = host_blocks(topo, [topo.node_of_rank(r) for r in coll.ranks])
     n = coll.size
-    schedule = ring_schedule("all_reduce", n)
-    rs_steps = n - 1
-    out: dict[int, list[Range]] = {r: [] for r in coll.ranks}
+    schedule = ring_schedule(coll.kind, n)
     fid = first_id
-    base = 0
     for c, share in enumerate(split(coll.nbytes, opts.channels)):
         order = ring_order(blocks, c)
         slices = split(share, n)
-        starts = [base + sum(slices[:j]) for j in range(n)]
-        base += share
-        if opts.granularity != "chunked":
-            for i in range(n):  # one flow per ring edge, the slices it sends in step order
+        if opts.granularity != "chunked":  # one flow per ring edge, the slices it sends in step order
+            for i in range(n):
                 pieces = [(s, schedule[s][i], 0, slices[schedule[s][i]]) for s in range(len(schedule))]
-                _map(out, lost.get(fid, ()), pieces, starts, order, coll.ranks, i, rs_steps)
+                yield fid, c, order, i, pieces, slices
                 fid += 1
             continue
         k = max(1, math.ceil(max(slices) / opts.chunk_bytes))
@@ -93,43 +116,66 @@ def ring_lost_ranges(
             for i in range(n):
                 for ch in range(k):
                     j = step[i]
-                    piece = [(s, j, sum(chunks[j][:ch]), chunks[j][ch])]
-                    _map(out, lost.get(fid, ()), piece, starts, order, coll.ranks, i, rs_steps)
+                    yield fid, c, order, i, [(s, j, sum(chunks[j][:ch]), chunks[j][ch])], slices
                     fid += 1
-    return {r: merge(v) for r, v in out.items() if v}
 
 
-def _map(
-    out: dict[int, list[Range]],
-    ranges: Sequence[Range],
-    pieces: Sequence[tuple[int, int, int, int]],
-    starts: Sequence[int],
-    order: Sequence[int],
-    ranks: Sequence[int],
-    sender: int,
-    rs_steps: int,
-) -> None:
-    """Lost `ranges` of one flow, whose bytes are `pieces` (step, slice, offset in slice, bytes) in order, sent by
-    ring position `sender`: add the tensor ranges to the ranks that must zero them."""
-    if not ranges:
-        return
-    n = len(order)
+def _overlaps(ranges: Sequence[Range], pieces: Sequence[Piece]) -> Iterator[tuple[int, int, int, int]]:
+    """The parts of a flow's lost `ranges` inside each of its `pieces`: (step, slice, offset in slice, bytes)."""
     at = 0
     for step, j, within, size in pieces:
         for off, length in ranges:
             lo, hi = max(off, at), min(off + length, at + size)
-            if lo >= hi:
-                continue
-            tensor = (starts[j] + within + lo - at, hi - lo)
+            if lo < hi:
+                yield step, j, within + lo - at, hi - lo
+        at += size
+
+
+def ring_lost_ranges(
+    coll: Collective, topo: Topology, opts: AlgoOptions, first_id: int, lost: Mapping[int, Sequence[Range]]
+) -> dict[int, list[Range]]:
+    """Global rank -> merged tensor byte ranges it must zero, for a ring all-reduce decomposed (by `decompose`)
+    with flow ids from `first_id`, whose flows lost `lost` (flow id -> (offset, bytes) ranges of the flow)."""
+    n = coll.size
+    rs_steps = n - 1
+    out: dict[int, list[Range]] = {r: [] for r in coll.ranks}
+    base = {0: 0}  # channel -> tensor offset of its share
+    for fid, c, order, sender, pieces, slices in _ring_flows(coll, topo, opts, first_id):
+        base.setdefault(c + 1, base[c] + sum(slices))
+        ranges = lost.get(fid, ())
+        if not ranges:
+            continue
+        for step, j, within, length in _overlaps(ranges, pieces):
+            tensor = (base[c] + sum(slices[:j]) + within, length)
             if step < rs_steps:
-                targets = range(n)  # the reduced value is lost
+                targets: Sequence[int] = range(n)  # the reduced value is lost
             else:  # the receiver and every later receiver of this slice in the all-gather
                 last = 2 * rs_steps - 1
-                targets = range(1, last - step + 2)
-                targets = [(sender + d) % n for d in targets]  # type: ignore[assignment]
+                targets = [(sender + d) % n for d in range(1, last - step + 2)]
             for pos in targets:
-                out[ranks[order[pos]]].append(tensor)
-        at += size
+                out[coll.ranks[order[pos]]].append(tensor)
+    return {r: merge(v) for r, v in out.items() if v}
+
+
+def reduce_scatter_lost_ranges(
+    coll: Collective, topo: Topology, opts: AlgoOptions, first_id: int, lost: Mapping[int, Sequence[Range]]
+) -> dict[int, list[Range]]:
+    """Global rank -> merged byte ranges of its output shard to zero, for a ring reduce-scatter (`supports_loss`)
+    with flow ids from `first_id`, whose flows lost `lost`.
+
+    Group member g's output is input bytes [g S, (g+1) S) reduced, S = nbytes / n. Channel c carries the part
+    [sum of earlier shares / n, + share_c / n) of every member's output; its slice j is that part of the output
+    of the member at ring position j, the only rank that receives slice j reduced. A byte of slice j lost at
+    any step loses the reduced value: that rank gets zeros there (not the partial sum of the ranks after the
+    loss; see docs/collectives.md)."""
+    out: dict[int, list[Range]] = {r: [] for r in coll.ranks}
+    base = {0: 0}  # channel -> offset of its part within every output shard
+    for fid, c, order, _sender, pieces, slices in _ring_flows(coll, topo, opts, first_id):
+        base.setdefault(c + 1, base[c] + slices[0])  # equal slices: supports_loss checked share % n == 0
+        ranges = lost.get(fid, ())
+        for _step, j, within, length in _overlaps(ranges, pieces) if ranges else ():
+            out[coll.ranks[order[j]]].append((base[c] + within, length))
+    return {r: merge(v) for r, v in out.items() if v}
 
 
 def merge(ranges: Sequence[Range]) -> list[Range]:

@@ -11,6 +11,7 @@ In a script started by `phantora run`:
     pr.max_memory_allocated()  # peak simulated device bytes (also pr.memory_allocated())
     with pr.traffic_class(1): dist.all_reduce(t)      # its flows in class 1 (issue 17; docs/collectives.md)
     with pr.loss_tolerant(0.01): dist.all_reduce(g)   # DLCP: up to 1% may be dropped, received as zeros
+                                                      # (all-reduce and reduce-scatter, ring)
 
 Outside a phantora run, `step` and `report_workload` do nothing and `now` is the real clock, so the
 same script also runs under torchrun. The rank bootstrap of `phantora run` registers the `phantora`
@@ -110,9 +111,10 @@ def traffic_class(cls: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def loss_tolerant(bound: float = 0.01) -> Iterator[None]:
-    """All-reduces issued inside are loss-tolerant (DLCP): the packet network may drop up to `bound` of each one's
-    bytes under congestion, and this rank then receives zeros there (real mode). `bound=0` makes them lossless
-    (over `--set dlcp`). Ring all-reduces only; anything else stays lossless. Outside a phantora run: nothing."""
+    """All-reduces and reduce-scatters issued inside are loss-tolerant (DLCP): the packet network may drop up to
+    `bound` of each one's bytes under congestion, and this rank then receives zeros there (real mode). `bound=0`
+    makes them lossless (over `--set dlcp`). Ring algorithm only; anything else stays lossless, and cosim.json
+    says why (`kept_lossless`). Outside a phantora run: nothing."""
     if not 0.0 <= float(bound) <= 1.0:
         raise ValueError(f"loss bound must be a share in [0, 1], got {bound}")
     s = _current()
