@@ -325,6 +325,7 @@ class DecomposedSimulator:
         out: dict[str, object] = {}
         for w in self.workers:
             s = self._remote(w).stats()
+            s = {k: v for k, v in s.items() if k not in ("decompose", "approximations")}
             per.append({"worker": w.index, "pid": w.pid, "pieces": w.pieces, **s})
             for k, v in s.items():
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or k == "nic_latency_ns":
