@@ -396,7 +396,12 @@ class DecomposedSimulator:
             msg = self._remote(w)._call(encode("get_records", self._now, elapsed=at), CALL_TIMEOUT_S, "records")
             for k, rows in records_from_wire(msg["records"]).items():
                 merged.setdefault(k, []).extend(rows)
-        for rows in merged.values():
+        now = self._now  # the workers may have run up to L - 1 ns further: hand out what happened by now only
+        for k, rows in merged.items():
+            if k == "transport":
+                rows[:] = [t for t in rows if self._rel.done(t.flow_id)]
+            elif k != "usage":
+                rows[:] = [r for r in rows if r.time_ns <= now]
             rows.sort(key=dataclasses.astuple)
         self._records, self._records_at = merged, at
         return merged

@@ -46,6 +46,10 @@ class Releases:
     def known(self, fid: int) -> bool:
         return fid in self._ids
 
+    def done(self, fid: int) -> bool:
+        """Has this flow's completion been recorded?"""
+        return fid in self._end
+
     def held(self) -> int:
         return len(self._held)
 
