@@ -32,13 +32,14 @@ from phantora.units import parse_size_bytes
 
 
 def fsdp_dag(topo: Topology, nbytes: int) -> list[Flow]:
-    """An all-gather of `nbytes`, then a reduce-scatter of `nbytes` that starts when it ends (ring, chunked)."""
+    """Two all-reduces of `nbytes` over every GPU, the second after the first (hierarchical: rings inside each
+    host on NVLink, and across hosts one ring per rail: link-disjoint pieces)."""
     ranks = tuple(range(topo.num_ranks))
-    algo = AlgoOptions("ring", "chunked", 2)
-    ag = decompose(Collective("all_gather", ranks, nbytes), topo, algo).flows
+    algo = AlgoOptions("hierarchical", "chunked")
+    ag = decompose(Collective("all_reduce", ranks, nbytes), topo, algo).flows
     base = max(f.id for f in ag) + 1
     last = [f.id for f in ag if not any(f.id in g.deps for g in ag)]
-    rs = decompose(Collective("reduce_scatter", ranks, nbytes), topo, algo).flows
+    rs = decompose(Collective("all_reduce", ranks, nbytes), topo, algo).flows
     out = list(ag)
     for f in rs:
         deps = tuple(d + base for d in f.deps) or tuple(last)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import astuple
 import time
+from dataclasses import astuple
 
 import pytest
 
