@@ -441,7 +441,7 @@ def _endpoint(w: Worker, d: Path) -> str:
         w.check()
         if time.monotonic() > deadline:
             raise BridgeError(
-                f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s", E_TIMEOUT
+                f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s", code=E_TIMEOUT
             )
         time.sleep(0.02)
     return path.read_text().strip()
