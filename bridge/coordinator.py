@@ -19,6 +19,7 @@ from typing import Any
 import zmq
 
 from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
+from bridge.engines import make_engine
 from bridge.errors import BridgeError, ProtocolError, RunFailed
 from bridge.jobs import JobTable
 from bridge.protocol import (
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                 on_wait=coord.heartbeat,
             )
         else:
-            engine = spec.make_engine()
+            engine = make_engine(spec.network, spec.topology, **dict(spec.engine_options))
         coord.attach(engine)
         code = coord.serve()
     except RunFailed as exc:

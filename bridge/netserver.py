@@ -19,6 +19,7 @@ from typing import Any
 
 import zmq
 
+from bridge.engines import make_engine
 from bridge.errors import BridgeError, ProtocolError
 from bridge.protocol import (
     E_AUTH,
@@ -29,6 +30,7 @@ from bridge.protocol import (
     decode,
     encode,
     flow_from_wire,
+    records_to_wire,
     transport_row,
 )
 from bridge.server_start import server_arguments, start_server
@@ -42,6 +44,7 @@ from bridge.transport import (
 )
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.results.write import write_fabric_traces
 from phantora.topology.model import Topology
 
@@ -127,6 +130,16 @@ class NetServer:
             fabric = eng.fabric()
             rows = [] if fabric is None else [transport_row(t) for t in fabric.flow_transport().values()]
             return encode("transport", eng.now(), rows=rows)
+        if msg.type == "post":
+            if not isinstance(eng, NicLatencySimulator):
+                raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
+            eng.post([flow_from_wire(r) for r in msg["flows"]], msg["posted"])
+            return self._state("completions", eng.advance(msg["until"]))
+        if msg.type == "get_records":
+            fabric = eng.fabric()
+            if fabric is None:
+                raise PhantoraError("this server's engine observes no fabric")
+            return encode("records", eng.now(), records=records_to_wire(fabric, msg["elapsed"]))
         if msg.type == "get_stats":
             stats = _plain(eng.stats())
             stats["server_cpu_s"] = time.process_time() - self.cpu0
@@ -192,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         write_endpoint_file(run_dir, "net", endpoint)
         t0 = time.perf_counter()
         try:
-            engine = spec.make_engine()
+            engine = make_engine(spec.network, spec.topology, **dict(spec.engine_options))
         except (PhantoraError, ImportError) as exc:
             log(f"cannot build the {spec.network} engine: {exc}")
             return 3

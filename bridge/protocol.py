@@ -26,6 +26,9 @@ coordinator -> network server
   drain -> completions              run until nothing is in flight
   get_stats -> stats                engine counters
   get_transport -> transport        per flow: [id, retx packets, retx bytes, out-of-order packets, reorder max bytes]
+  post -> completions               decomposition worker: flows without deps, each posted at its ns, then
+                                    run to ``until`` (bridge.decompose)
+  get_records -> records            decomposition worker: its fabric records (PFC, marks, ...) and channels
   shutdown ~>                       exit
 supervisor <-> coordinator
   hello -> welcome, exited ~>, heartbeat ~> ; outcome ~> (the run's results) or error ~>
@@ -36,6 +39,7 @@ A rank of a multi-job run adds ``job`` (its job's index) to its hello; its ranks
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +49,17 @@ import msgpack
 from bridge.errors import ProtocolError
 from phantora.netsim.base import INF_NS as INF_NS  # "never" on the wire (fits int64)
 from phantora.netsim.base import Completion, Flow
-from phantora.netsim.observe import FlowTransport
+from phantora.netsim.observe import (
+    CnpEvent,
+    Drop,
+    EcnMark,
+    FabricObserver,
+    FlowTransport,
+    PacketChannelUsage,
+    PfcEvent,
+    QueueSample,
+    Trim,
+)
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 64 << 20  # larger messages get an "oversized" error reply
@@ -140,6 +154,9 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "completions": {"done": _list, "now": _int, "in_flight": _int, "next": _opt_int},
     "state": {"now": _int, "in_flight": _int, "next": _opt_int},
     "get_stats": {},
+    "post": {"flows": _list, "posted": _ints, "until": _int},
+    "get_records": {"elapsed": _int},
+    "records": {"records": _map},
     "stats": {"stats": _map},
     "get_transport": {},
     "transport": {"rows": _list},
@@ -256,3 +273,43 @@ def transport_from_rows(rows: Any) -> dict[int, FlowTransport]:
 
 def flows_to_wire(flows: Sequence[Flow]) -> list[list[Any]]:
     return [flow_to_wire(f) for f in flows]
+
+
+# ----- a decomposition worker's fabric records on the wire ------------------------------------------
+RECORD_KINDS = {
+    "pfc": PfcEvent,
+    "queues": QueueSample,
+    "drops": Drop,
+    "trims": Trim,
+    "cnps": CnpEvent,
+    "marks": EcnMark,
+    "transport": FlowTransport,
+    "usage": PacketChannelUsage,
+}
+
+
+def records_to_wire(fabric: FabricObserver, elapsed_ns: int) -> dict[str, list[list[Any]]]:
+    """Every record of a fabric observer as rows of its dataclass's fields (channel use over `elapsed_ns`)."""
+    lists: dict[str, Sequence[Any]] = {
+        "pfc": fabric.pfc_events(),
+        "queues": fabric.queue_samples(),
+        "drops": fabric.drops(),
+        "trims": fabric.trims(),
+        "cnps": fabric.cnp_events(),
+        "marks": fabric.ecn_mark_events(),
+        "transport": list(fabric.flow_transport().values()),
+        "usage": fabric.channel_usage(elapsed_ns),
+    }
+    return {k: [list(dataclasses.astuple(r)) for r in v] for k, v in lists.items()}
+
+
+def records_from_wire(d: dict[str, Any]) -> dict[str, list[Any]]:
+    """`records_to_wire`'s map back to records; ProtocolError if a row does not fit its kind."""
+    out: dict[str, list[Any]] = {}
+    for kind, cls in RECORD_KINDS.items():
+        rows = d.get(kind, [])
+        try:
+            out[kind] = [cls(*row) for row in rows]
+        except TypeError:
+            raise ProtocolError(f"bad {kind} records", code=E_MALFORMED) from None
+    return out

@@ -51,15 +51,23 @@ class RemoteSimulator:
 
     # ----- transport -------------------------------------------------------------------------
     def _call(self, raw: bytes, timeout_s: float, want: str) -> Message:
-        self.sock.send(raw)
-        self._last_send = time.monotonic()
-        self.calls += 1
+        self.send(raw)
         deadline = time.monotonic() + timeout_s
         while not self.sock.poll(int(HEARTBEAT_S * 1000)):
             if self.on_wait is not None:
                 self.on_wait()
             if time.monotonic() > deadline:
                 raise BridgeError(f"the network server did not answer within {timeout_s:.0f} s", code=E_TIMEOUT)
+        return self.reply(want)
+
+    def send(self, raw: bytes) -> None:
+        """One request, its reply to be taken with `reply` (callers that drive several servers at once)."""
+        self.sock.send(raw)
+        self._last_send = time.monotonic()
+        self.calls += 1
+
+    def reply(self, want: str) -> Message:
+        """The waiting reply to the last request (its now / in_flight / next kept), or BridgeError."""
         try:
             msg = decode(self.sock.recv())
         except ProtocolError as exc:
@@ -78,7 +86,7 @@ class RemoteSimulator:
             self.sock.send(encode("heartbeat", self._now))
             self._last_send = time.monotonic()
 
-    def _completions(self, msg: Message) -> list[Completion]:
+    def completions(self, msg: Message) -> list[Completion]:
         return [completion_from_wire(r) for r in msg["done"]]
 
     # ----- NetworkSimulator --------------------------------------------------------------------
@@ -91,7 +99,7 @@ class RemoteSimulator:
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
         raw = encode("advance", self._now, until=until, watch=sorted(watch), earliest=earliest)
         msg = self._call(raw, self.call_timeout_s, "completions")
-        return self._completions(msg)
+        return self.completions(msg)
 
     def next_event_time(self) -> int | None:
         return self._next
@@ -103,7 +111,7 @@ class RemoteSimulator:
         return self._in_flight
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
-        return self._completions(
+        return self.completions(
             self._call(encode("drain", self._now, limit=limit_ns), self.call_timeout_s, "completions")
         )
 

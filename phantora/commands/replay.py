@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bridge.engines import make_engine
 from phantora.collectives.spec import ALGORITHMS, AlgoOptions
 from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
-from phantora.netsim.factory import make_engine
 from phantora.units import parse_size_bytes
 
 FORMATS = ("auto", "workload", "egraph", "kineto")

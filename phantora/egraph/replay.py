@@ -101,9 +101,13 @@ class GraphReplayResult:
 
 
 def _plain(v: object) -> bool:
-    """A stat results.json keeps: a scalar, or a list of scalars (the approximations an engine used)."""
-    scalar = (int, float, str)
-    return isinstance(v, scalar) or isinstance(v, list) and all(isinstance(x, scalar) for x in v)
+    """A stat results.json keeps: a scalar, or a list or str-keyed map of such (the approximations an engine
+    used, its decomposition settings, per-worker counters)."""
+    if isinstance(v, (int, float, str)):
+        return True
+    if isinstance(v, list):
+        return all(_plain(x) for x in v)
+    return isinstance(v, dict) and all(isinstance(k, str) and _plain(x) for k, x in v.items())
 
 
 def _pinned(prog: Program) -> set[int]:

@@ -362,7 +362,7 @@ def _recorded_results(
 
 def _run_inprocess(ctx: _Ctx, background: list[Any], net_options: dict[str, Any] | None) -> JobsReport:
     """Only recorded jobs: one DAG on one engine in this process."""
-    from phantora.netsim.factory import make_engine
+    from bridge.engines import make_engine
     from phantora.replay import run_engine
 
     t0 = time.monotonic()

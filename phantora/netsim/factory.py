@@ -14,38 +14,63 @@ NETWORKS = ("flow", "ns3")
 def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulator:
     """`flow` -> FlowSimulator(topo, **options); `ns3` -> Ns3Simulator(topo, PacketConfig(**options)).
 
-    For ns3, ``set`` (a list of ``FIELD=VALUE`` strings, as `--set` takes them) overrides the config, and
-    ``calls`` (a path) records the run's call script for phantora-ns3-runner."""
+    For ns3, ``set`` (a list of ``FIELD=VALUE`` strings, as `--set` takes them) overrides the config,
+    ``calls`` (a path) records the run's call script for phantora-ns3-runner, and ``side="packet"`` builds the
+    packet side only (no fluid NVLink around it: what a decomposition worker hosts). Decomposition
+    (``workers=N``) starts processes, so the bridge builds it (`bridge.engines.make_engine`)."""
     if network == "flow":
         from phantora.netsim.flow import FlowSimulator
 
         return FlowSimulator(topo, **options)
     if network == "ns3":
         from phantora.netsim.packet import Ns3Simulator
-        from phantora.netsim.packet_config import PacketConfig
 
-        overrides = options.pop("set", ())
+        side = options.pop("side", None)
         calls = options.pop("calls", None)
-        config = options.pop("config", None) or PacketConfig(**options)
-        if overrides:
-            from phantora.netsim.packet_config import apply_overrides
-
-            config = apply_overrides(config, overrides)
+        config = packet_config(options)
+        if side == "packet":
+            return packet_side(Ns3Simulator(topo, config, calls=calls), config)
+        if config.workers:
+            raise InputError(
+                f"workers={config.workers} (decomposition) starts worker processes: build it with "
+                "bridge.engines.make_engine (phantora replay and run do)",
+                field="workers",
+            )
         if config.nvlink == "fluid":
             return fluid_nvlink(topo, config, calls)
-        return with_reuse(Ns3Simulator(topo, config, calls=calls), config)
+        return packet_side(Ns3Simulator(topo, config, calls=calls), config)
     raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
 
 
-def fluid_nvlink(topo: Topology, config: Any, calls: Any = None) -> NetworkSimulator:
-    """ns-3 for the fabric, the flow engine for NVLink (phantora.netsim.hybrid), both on `topo`."""
+def packet_config(options: dict[str, Any]) -> Any:
+    """The PacketConfig of `make_engine`'s ns3 options: ``config`` or the fields, then the ``set`` overrides."""
+    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+
+    overrides = options.pop("set", ())
+    config = options.pop("config", None) or PacketConfig(**options)
+    return apply_overrides(config, overrides) if overrides else config
+
+
+def packet_side(ns3: Any, config: Any) -> Any:
+    """The packet side over one ns-3 engine: with ``nic_latency`` > 0 a `NicLatencySimulator`, with ``reuse=on``
+    a `ProfileReuseSimulator` (they do not combine), else the engine itself."""
+    if config.nic_latency:
+        from phantora.netsim.nic_latency import NicLatencySimulator
+
+        return NicLatencySimulator(ns3, config.nic_latency)
+    return with_reuse(ns3, config)
+
+
+def fluid_nvlink(topo: Topology, config: Any, calls: Any = None, packet: Any = None) -> NetworkSimulator:
+    """ns-3 for the fabric, the flow engine for NVLink (phantora.netsim.hybrid), both on `topo`. `packet`: a
+    packet side built elsewhere (a decomposed one), else one ns-3 engine."""
     from phantora.netsim.flow import FlowSimulator
     from phantora.netsim.hybrid import FluidNvlinkSimulator
     from phantora.netsim.packet import Ns3Simulator
 
-    ns3 = Ns3Simulator(topo, config, calls=calls)
-    packet = with_reuse(ns3, config)
-    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=ns3.topology.ecmp_hash)
+    if packet is None:
+        packet = packet_side(Ns3Simulator(topo, config, calls=calls), config)
+    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=packet.topology.ecmp_hash)
     return FluidNvlinkSimulator(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)
 
 

@@ -322,6 +322,7 @@ class Ns3Simulator:
         out["rx"] = self.config.rx
         out.update(self._switch_link_load())
         out["approximations"] = self.config.approximations()
+        out["decompose"] = self.config.decompose_settings()
         return out
 
     def close(self) -> None:

@@ -57,7 +57,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 }
 # PacketConfig fields that choose how the engine is put together, or how a live run's ranks mark their
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
-ENGINE_FIELDS = ("nvlink", "reuse", "priority", "dlcp", "dlcp_bound")
+ENGINE_FIELDS = ("nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray")
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 PRIORITY_POLICIES = ("none", "layer", "tensor-size")
 DLCP_POLICIES = ("off", "grads")
@@ -120,6 +120,14 @@ class PacketConfig:
     # Engine: serve a packet-side episode that repeats one recorded from a quiet fabric from its completion profile
     # (phantora.netsim.reuse; opt-in, exact only where ns-3 draws no random numbers, docs/packet-model.md)
     reuse: str = "off"
+    # Engine: NIC work-request latency (doorbell + WQE fetch): a fabric flow posted at t (its deps done) sends its
+    # first packet at t + nic_latency; its start_ns stays t (phantora.netsim.nic_latency). 0 = none (ns-3 as is).
+    nic_latency: int = 0
+    # Engine: decomposition of link-disjoint fabric pieces into this many parallel ns-3 workers (0 = one engine;
+    # needs nvlink=fluid and nic_latency > 0; bridge.decompose), placed as local processes or, with `ray`, as Ray
+    # actors: "" = local, "local" = a Ray cluster started here, "auto" = the running one, or a Ray address.
+    workers: int = 0
+    ray: str = ""
     # Traffic classes: how switches (and, with strict, NICs) share a port among data classes 1..7 (class 1 first)
     sched: str = "rr"  # rr (the HPCC models') | strict | wrr
     sched_weights: str = ""  # wrr weights of classes 1..7, "w1,...,w7" (integers >= 1); "" = all 1
@@ -153,6 +161,8 @@ class PacketConfig:
             "nack_interval_ns",
             "queue_sample_ns",
             "reorder_window_ns",
+            "nic_latency",
+            "workers",
         )
         for name in positive + non_negative:
             value = getattr(self, name)
@@ -178,6 +188,12 @@ class PacketConfig:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
         if self.reuse not in REUSE_MODES:
             raise bad("reuse", f"expected {' or '.join(REUSE_MODES)}, got {self.reuse!r}")
+        if not isinstance(self.ray, str):
+            raise bad("ray", f"expected local, auto or a Ray address, got {self.ray!r}")
+        if self.workers or self.ray:
+            self._check_decompose(bad)
+        if self.reuse == "on" and self.nic_latency:
+            raise bad("reuse", "reuse=on does not combine with nic_latency > 0 yet: turn one of them off")
         if self.reuse == "on" and self.dlcp != "off":
             raise bad("reuse", "reuse=on cannot serve loss-tolerant (dlcp) episodes: turn one of them off")
         for name, allowed in (("sched", CLASS_SCHEDULERS), ("priority", PRIORITY_POLICIES), ("dlcp", DLCP_POLICIES)):
@@ -219,6 +235,27 @@ class PacketConfig:
             if not isinstance(value, (str, int, float, bool)):
                 raise bad("cc_attrs", f"attribute {key}: expected a scalar, got {value!r}")
         return self
+
+    def _check_decompose(self, bad: Any) -> None:
+        """What decomposition into parallel workers needs (docs/packet-model.md, "Decomposition")."""
+        if self.ray and not self.workers:
+            raise bad("ray", "ray places decomposition workers: set workers=N (N >= 1) too")
+        if self.nvlink != "fluid":
+            raise bad(
+                "workers", "decomposition needs nvlink=fluid (packet NVLink joins every rail through the NVSwitch)"
+            )
+        if self.nic_latency <= 0:
+            raise bad("workers", "decomposition needs nic_latency > 0 (its lookahead), e.g. --set nic_latency=1us")
+        if self.queue_sample_ns:
+            raise bad("workers", "decomposition does not sample queues (queue_sample_ns): set it to 0")
+
+    def decompose_settings(self) -> dict[str, object]:
+        """What results.json records about decomposition (also when it is off)."""
+        return {
+            "workers": self.workers,
+            "placement": f"ray:{self.ray}" if self.ray else "local",
+            "nic_latency_ns": self.nic_latency,
+        }
 
     def effective_trim_bytes(self) -> int:
         """The switches' trim threshold in bytes: trim_bytes, else 64 KiB with dlcp on and 0 (never) without."""

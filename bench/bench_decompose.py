@@ -1,0 +1,134 @@
+"""Decomposition into parallel ns-3 workers (issue 13, lever 3): one engine vs workers=1, 2, 8. Prints figures only.
+
+The traffic is a recorded execution graph (``phantora run --record DIR``), planned into its flow DAG, or
+by default an FSDP-like all-gather then reduce-scatter over every GPU of the topology (NCCL rings keep
+inter-host traffic on one rail). Each variant runs the same DAG with nvlink=fluid, wire=roce4k,
+nic_latency=1us (and --cc) to the end and prints: wall, CPU of this process, CPU of each worker (CPU
+seconds: this machine is shared), rounds and their wall time, ns-3 events, events per CPU second, and
+whether every completion equals the one-engine run's. Then "on paper" for more workers: with pieces
+spread round-robin, the critical path is max over workers of their pieces' CPU + the coordinator's CPU
+per round x rounds (per-piece CPU from the run with one worker per piece).
+
+    .venv/bin/python bench/bench_decompose.py --topology rail128 --bytes 4MiB
+    .venv/bin/phantora run --topology rail128 --phantom --out /tmp/r128 --record /tmp/g128 \\
+        examples/llama_train.py --model llama3-8b --layers 1 --seq 8192 --batch 2 --ac op --steps 1
+    .venv/bin/python bench/bench_decompose.py --graph /tmp/g128 --topology rail128 --workers 1 2 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import time
+from typing import Any
+
+from bridge.engines import make_engine
+from phantora.collectives.decompose import decompose
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.netsim.base import Flow
+from phantora.topology.loader import load_topology
+from phantora.topology.model import Topology
+from phantora.units import parse_size_bytes
+
+
+def fsdp_dag(topo: Topology, nbytes: int) -> list[Flow]:
+    """Two all-reduces of `nbytes` over every GPU, the second after the first (hierarchical: rings inside each
+    host on NVLink, and across hosts one ring per rail: link-disjoint pieces)."""
+    ranks = tuple(range(topo.num_ranks))
+    algo = AlgoOptions("hierarchical", "chunked")
+    ag = decompose(Collective("all_reduce", ranks, nbytes), topo, algo).flows
+    base = max(f.id for f in ag) + 1
+    last = [f.id for f in ag if not any(f.id in g.deps for g in ag)]
+    rs = decompose(Collective("all_reduce", ranks, nbytes), topo, algo).flows
+    out = list(ag)
+    for f in rs:
+        deps = tuple(d + base for d in f.deps) or tuple(last)
+        out.append(Flow(f.id + base, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+    return out
+
+
+def graph_dag(path: str, topo: Topology) -> list[Flow]:
+    from phantora.egraph.format import load
+    from phantora.egraph.replay import algo_from_meta, plan_graph
+
+    graph = load(path)
+    return plan_graph(graph, topo, algo_from_meta(graph)).flows
+
+
+def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str, Any]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    sim = make_engine("ns3", topo, cc=cc, set=sets)
+    try:
+        t1, c1 = time.perf_counter(), time.process_time()
+        sim.submit(flows, 0)
+        done = sim.drain()
+        wall, cpu = time.perf_counter() - t1, time.process_time() - c1
+        stats = sim.stats()
+    finally:
+        sim.close()
+    key = hashlib.sha256(repr(sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)).encode()).hexdigest()[:12]
+    dec = stats.get("decompose") or {}
+    workers = stats.get("workers") or []
+    return {
+        "setup_s": t1 - t0,
+        "setup_cpu": c1 - c0,
+        "wall": wall,
+        "cpu": cpu,
+        "worker_cpu": [float(w.get("server_cpu_s", 0.0)) for w in workers],
+        "worker_pieces": [w.get("pieces") for w in workers],
+        "rounds": int(dec.get("rounds", 0)),
+        "round_wall": float(dec.get("round_wall_s", 0.0)),
+        "events": int(stats.get("events", 0) or 0),
+        "end": max(c.end_ns for c in done),
+        "key": key,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topology", default="rail128")
+    ap.add_argument("--graph", help="execution-graph directory (phantora run --record DIR); default: FSDP-like DAG")
+    ap.add_argument("--bytes", default="4MiB", help="collective size of the default DAG")
+    ap.add_argument("--cc", default="dcqcn")
+    ap.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us", help="comma-separated --set fields")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
+    ap.add_argument("--paper", type=int, nargs="+", default=[8, 64], help="worker counts to project")
+    args = ap.parse_args()
+    topo = load_topology(args.topology)
+    flows = graph_dag(args.graph, topo) if args.graph else fsdp_dag(topo, parse_size_bytes(args.bytes))
+    base = [s for s in args.set.split(",") if s]
+    print(f"{len(flows)} flows on {topo.name}, --set {','.join(base)}, cc {args.cc}")
+    rows = [("one engine", run(topo, flows, base, args.cc))]
+    for n in args.workers:
+        rows.append((f"workers={n}", run(topo, flows, [*base, f"workers={n}"], args.cc)))
+    want = rows[0][1]["key"]
+    head = f"{'variant':<12} {'setup s':>8} {'wall s':>8} {'coord CPU':>9} {'worker CPU s':<28} {'rounds':>7} "
+    print(head + f"{'round ms':>9} {'events':>11} {'ev/CPU s':>10} {'end ns':>12} equal")
+    for name, r in rows:
+        total_cpu = r["cpu"] + sum(r["worker_cpu"])
+        wcpu = " ".join(f"{c:.1f}" for c in r["worker_cpu"]) or "-"
+        per_round = 1e3 * r["round_wall"] / r["rounds"] if r["rounds"] else 0.0
+        print(
+            f"{name:<12} {r['setup_s']:>8.1f} {r['wall']:>8.1f} {r['cpu']:>9.1f} {wcpu:<28} {r['rounds']:>7} "
+            f"{per_round:>9.3f} {r['events']:>11} {r['events'] / max(total_cpu, 1e-9):>10.0f} {r['end']:>12} "
+            f"{'yes' if r['key'] == want else 'NO'}"
+        )
+    finest = max((r for _, r in rows[1:]), key=lambda r: len(r["worker_cpu"]), default=None)
+    if finest is None or not finest["rounds"]:
+        return
+    piece_cpu = finest["worker_cpu"]  # one entry per worker; per piece when workers >= pieces
+    coord_per_round = finest["cpu"] / finest["rounds"]
+    print(f"\non paper (per-worker CPU of workers={len(piece_cpu)}: {len(piece_cpu)} groups of pieces; "
+          f"coordinator {1e3 * coord_per_round:.3f} ms CPU per round x {finest['rounds']} rounds):")  # fmt: skip
+    serial = sum(piece_cpu) + finest["cpu"]
+    for n in args.paper:
+        groups = [0.0] * min(n, len(piece_cpu))
+        for i, c in enumerate(piece_cpu):
+            groups[i % len(groups)] += c
+        crit = max(groups) + coord_per_round * finest["rounds"]
+        note = "" if n <= len(piece_cpu) else f" (only {len(piece_cpu)} pieces: the extra workers idle)"
+        print(f"  {n:>3} workers: critical path {crit:.1f} CPU s vs {serial:.1f} serial: {serial / crit:.2f}x{note}")
+
+
+if __name__ == "__main__":
+    main()

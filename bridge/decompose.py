@@ -1,0 +1,465 @@
+"""`DecomposedSimulator`: the packet side split into link-disjoint pieces, run by parallel ns-3 workers.
+
+Each worker is a network server process (`bridge.netserver`, our ZeroMQ bridge: msgpack, the run's token,
+heartbeats, timeouts) hosting an ordinary `NicLatencySimulator` over the FULL topology (same node ids, ECMP
+hashes and per-switch random streams as one engine), fed only the flows of its pieces
+(`phantora.netsim.pieces`; pieces go round-robin onto workers). This engine keeps every dependency itself
+and hands each worker its flows without deps, each with the ns it is posted at.
+
+Synchronisation is conservative, with the NIC latency L as lookahead: a flow posted at P sends its first
+packet at P + L, and nothing is posted before the completion (or submission) that releases it. If E is
+the earliest time anything can still happen (the minimum of the workers' next event times, the flows not
+yet handed over and the caller's `until`), every flow not yet known starts at E + L or later, so all
+workers may run, in parallel, every event up to E + L - 1 (a "round": send every worker its request,
+then gather). Completions wait here and are handed out one ns at a time, as `advance_to_completion`
+promises, so nvlink=fluid (`phantora.netsim.hybrid`) sits on top unchanged. The result equals one engine
+with the same nic_latency to the ns (docs/packet-model.md, "Decomposition").
+
+Placement: local subprocesses (`workers=N`), or processes started by Ray actors (`ray=local|auto|ADDRESS`).
+A worker that dies ends the run within about a second, named; workers exit with this process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from bridge.errors import BridgeError
+from bridge.protocol import E_TIMEOUT, INF_NS, encode, flows_to_wire, records_from_wire
+from bridge.remote import RemoteSimulator
+from bridge.runspec import RunSpec, options_to_dict
+from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
+from phantora.errors import PhantoraError
+from phantora.netsim.base import Completion, Flow
+from phantora.netsim.flow import CausalityError
+from phantora.netsim.nic_latency import Releases, uses_nic
+from phantora.netsim.observe import (
+    CnpEvent,
+    Drop,
+    EcnMark,
+    FlowTransport,
+    PacketChannelUsage,
+    PfcEvent,
+    QueueSample,
+    Trim,
+)
+from phantora.netsim.packet import check_packet_batch
+from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.pieces import NO_PIECE, fabric_pieces, piece_of
+from phantora.topology.model import Topology
+
+WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
+CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
+
+
+class WorkerDiedError(PhantoraError):
+    """A decomposition worker exited (or stopped answering) mid-run."""
+
+
+@dataclasses.dataclass
+class Worker:
+    """One worker process and our link to it."""
+
+    index: int
+    pieces: list[int]
+    pid: int
+    proc: subprocess.Popen[bytes] | None  # a local process; None when a Ray actor started it
+    log: Path | None
+    host: Any = None  # the Ray actor that started it
+    remote: RemoteSimulator | None = None
+
+    def exit_code(self) -> int | None:
+        """The worker's exit code once it has exited, else None."""
+        if self.proc is not None:
+            return self.proc.poll()
+        import ray
+
+        try:
+            return ray.get(self.host.poll.remote(), timeout=5.0)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - a dead actor raises RayActorError, a slow one GetTimeoutError
+            return -1
+
+    def check(self) -> None:
+        """WorkerDiedError naming the worker if it has exited."""
+        code = self.exit_code()
+        if code is not None:
+            tail = ""
+            if self.log is not None and self.log.exists():
+                lines = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+                tail = ("; its last words: " + " | ".join(lines)) if lines else ""
+            raise WorkerDiedError(
+                f"decomposition worker {self.index} (pid {self.pid}, pieces {self.pieces}) exited with code {code} "
+                f"mid-run{tail}"
+            )
+
+
+class DecomposedSimulator:
+    """A `CompletionStepper` (and `FabricObserver`) over N worker processes, each running some pieces."""
+
+    def __init__(self, topology: Topology, config: PacketConfig) -> None:
+        if config.workers < 1 or config.nic_latency < 1:
+            raise PhantoraError("decomposition needs workers >= 1 and nic_latency > 0")
+        topology.use_ecmp(config.ecmp_hash or topology.ecmp_hash)  # as Ns3Simulator does: the workers' routes
+        self.topology = topology
+        self.config = config.with_updates(ecmp_hash=topology.ecmp_hash)
+        self.latency = config.nic_latency
+        self.pieces = fabric_pieces(topology)
+        count = max(self.pieces) + 1
+        n = min(config.workers, max(count, 1))
+        self._piece_worker = [p % n for p in range(count)]
+        self._rel = Releases()
+        self._now = 0
+        self._wtime = 0  # every worker has run every event up to this ns
+        self._buffer: list[tuple[int, int, Completion]] = []  # completions not handed out yet: (end, id, c)
+        self._outbox: list[list[tuple[Flow, int]]] = [[] for _ in range(n)]  # (flow, posted ns) per worker
+        self._next: list[int | None] = [None] * n
+        self._in_flight = [0] * n
+        self.rounds = 0
+        self.round_wall_s = 0.0
+        self._records: dict[str, list[Any]] | None = None
+        self._records_at = -1
+        self._closed = False
+        self._ctx = zmq.Context()
+        self._root = make_run_dir()
+        self.workers: list[Worker] = []
+        try:
+            self._start(n)
+        except BaseException:
+            self.close()
+            raise
+
+    # ----- workers -----------------------------------------------------------------------------
+    def _start(self, n: int) -> None:
+        token = new_token()
+        spec = RunSpec(
+            topology=self.topology,
+            world=self.topology.num_ranks,
+            network="ns3",
+            engine_options={**options_to_dict(self.config), "side": "packet"},
+            peer_timeout_s=WORKER_PEER_TIMEOUT_S,
+        ).to_bytes()
+        placement = self.config.ray
+        for i in range(n):
+            mine = [p for p, w in enumerate(self._piece_worker) if w == i]
+            if placement:
+                self.workers.append(_ray_worker(i, mine, spec, token, placement))
+            else:
+                self.workers.append(self._local_worker(i, mine, spec, token))
+        for w in self.workers:
+            w.remote = RemoteSimulator(
+                self._ctx,
+                _endpoint(w, self._root / f"w{w.index}"),
+                token,
+                startup_timeout_s=STARTUP_TIMEOUT_S,
+                call_timeout_s=CALL_TIMEOUT_S,
+                on_wait=w.check,
+            )
+
+    def _local_worker(self, i: int, pieces: list[int], spec: bytes, token: str) -> Worker:
+        d = self._root / f"w{i}"
+        d.mkdir(mode=0o700)
+        setup = d / "setup.msgpack"
+        setup.write_bytes(spec)
+        setup.chmod(0o600)
+        log = d / "worker.log"
+        env = {**os.environ, "PHANTORA_TOKEN": token}
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bridge.netserver", "--setup", str(setup)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        return Worker(i, pieces, proc.pid, proc, log)
+
+    def _remote(self, w: Worker) -> RemoteSimulator:
+        assert w.remote is not None
+        return w.remote
+
+    def _round(self, until: int) -> None:
+        """Hand every worker its new flows and run all of them, in parallel, to `until`; buffer the completions."""
+        t0 = time.perf_counter()
+        for w in self.workers:
+            out = self._outbox[w.index]
+            self._outbox[w.index] = []
+            flows = [dataclasses.replace(f, deps=(), delay_ns=0) if f.deps or f.delay_ns else f for f, _ in out]
+            posted = [p for _, p in out]  # delay_ns is in the posted ns already
+            raw = encode("post", self._wtime, flows=flows_to_wire(flows), posted=posted, until=until)
+            self._remote(w).send(raw)
+        pending = {w.index for w in self.workers}
+        poller = zmq.Poller()
+        for w in self.workers:
+            poller.register(self._remote(w).sock, zmq.POLLIN)
+        last_check = time.monotonic()
+        while pending:
+            ready = dict(poller.poll(int(HEARTBEAT_S * 1000)))
+            for w in self.workers:
+                remote = self._remote(w)
+                if w.index in pending and remote.sock in ready:
+                    try:
+                        msg = remote.reply("completions")
+                    except BridgeError as exc:
+                        raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
+                    pending.discard(w.index)
+                    for c in remote.completions(msg):
+                        heapq.heappush(self._buffer, (c.end_ns, c.flow_id, c))
+                    self._next[w.index] = remote.next_event_time()
+                    self._in_flight[w.index] = remote.in_flight()
+            if pending and time.monotonic() - last_check >= HEARTBEAT_S:
+                last_check = time.monotonic()
+                for w in self.workers:
+                    if w.index in pending:
+                        w.check()
+                    else:
+                        self._remote(w).keepalive()
+        self._wtime = until
+        self.rounds += 1
+        self.round_wall_s += time.perf_counter() - t0
+
+    # ----- NetworkSimulator --------------------------------------------------------------------
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        """Add flows eligible from `at` (>= now()); a fabric flow must stay inside one piece."""
+        if at < self._now:
+            raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
+        check_packet_batch(flows, self.topology, self._rel.known)
+        for f in flows:
+            if uses_nic(f):
+                piece_of(self.topology, self.pieces, f)
+        self._route(self._rel.add(flows, at))
+
+    def _route(self, ready: list[tuple[Flow, int]]) -> None:
+        for f, p in ready:
+            if uses_nic(f):
+                self._outbox[self._piece_worker[self.pieces[f.src]]].append((f, p))
+            else:  # a marker uses no NIC: it completes when posted, here
+                c = Completion(f.id, p, p, f.size, f.src, f.dst, f.tag)
+                heapq.heappush(self._buffer, (p, f.id, c))
+
+    def advance_to_completion(self, until: int) -> list[Completion]:
+        """Run to `until` but return right after the first ns at which any flow completes (now() is that ns).
+        With no limit it also returns once nothing can happen any more."""
+        if until < self._now:
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
+        while True:
+            if self._buffer and self._buffer[0][0] <= min(self._wtime, until):
+                end = self._buffer[0][0]
+                got = []
+                while self._buffer and self._buffer[0][0] == end:
+                    got.append(heapq.heappop(self._buffer)[2])
+                self._now = end
+                self._route(self._rel.complete(got))
+                return got
+            if self._wtime >= until:
+                self._now = until
+                return []
+            earliest = self._earliest()
+            if earliest is None and until >= INF_NS:
+                return []
+            bound = until if earliest is None else min(earliest, until)
+            self._round(min(bound + self.latency - 1, INF_NS - 1))
+
+    def _earliest(self) -> int | None:
+        """The earliest ns anything can still happen: workers' next events, flows not handed over, buffered ends."""
+        times = [t for t in self._next if t is not None]
+        times += [p + self.latency for out in self._outbox for _, p in out]
+        if self._buffer:
+            times.append(self._buffer[0][0])
+        return min(times) if times else None
+
+    def advance(self, until: int) -> list[Completion]:
+        """Run every event at or before `until`; now() becomes `until`."""
+        done: list[Completion] = []
+        while True:
+            got = self.advance_to_completion(until)
+            done.extend(got)
+            if not got and self._now >= until:
+                return done
+
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch` completes."""
+        if not watch:
+            return self.advance(until) if until < INF_NS else []
+        done: list[Completion] = []
+        while True:
+            got = self.advance_to_completion(until)
+            done.extend(got)
+            if any(c.flow_id in watch for c in got) or (not got and (until >= INF_NS or self._now >= until)):
+                return done
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
+        limit = INF_NS if limit_ns is None else limit_ns
+        done: list[Completion] = []
+        while self.in_flight():
+            got = self.advance_to_completion(limit)
+            done.extend(got)
+            if not got:
+                left = self.in_flight()
+                if limit < INF_NS and self._now >= limit:
+                    raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
+                raise PhantoraError(f"{left} flows can never start: they wait on flows that never complete")
+        return done
+
+    def next_event_time(self) -> int | None:
+        return self._earliest()
+
+    def now(self) -> int:
+        return self._now
+
+    def in_flight(self) -> int:
+        return self._rel.held() + sum(self._in_flight) + sum(map(len, self._outbox)) + len(self._buffer)
+
+    def stats(self) -> dict[str, object]:
+        """The workers' counters summed (busiest switch link: max, least busy: min), per worker in `workers`."""
+        per = []
+        out: dict[str, object] = {}
+        for w in self.workers:
+            s = self._remote(w).stats()
+            s = {k: v for k, v in s.items() if k not in ("decompose", "approximations")}
+            per.append({"worker": w.index, "pid": w.pid, "pieces": w.pieces, **s})
+            for k, v in s.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or k == "nic_latency_ns":
+                    out.setdefault(k, v)
+                elif k == "switch_link_bytes_min":
+                    out[k] = min(v, out.get(k, v))  # type: ignore[call-overload]
+                elif k == "switch_link_bytes_max":
+                    out[k] = max(v, out.get(k, v))  # type: ignore[call-overload]
+                else:
+                    out[k] = out.get(k, 0) + v  # type: ignore[operator]
+        out["workers"] = per
+        out["decompose"] = {
+            **self.config.decompose_settings(),
+            "workers": len(self.workers),
+            "pieces": max(self.pieces) + 1,
+            "rounds": self.rounds,
+            "round_wall_s": round(self.round_wall_s, 6),
+        }
+        out["approximations"] = self.config.approximations()  # decomposition is exact: not listed
+        return out
+
+    def close(self) -> None:
+        """Tell every worker to exit, wait a little, then end the ones still there (ours only, by pid)."""
+        if self._closed:
+            return
+        self._closed = True
+        for w in self.workers:
+            if w.remote is not None:
+                w.remote.close()
+        deadline = time.monotonic() + 5.0
+        for w in self.workers:
+            if w.proc is not None:
+                try:
+                    w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    w.proc.kill()
+                    w.proc.wait()
+            elif w.host is not None:
+                _stop_ray_worker(w)
+        self._ctx.term()
+        remove_run_dir(self._root)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+    def keepalive(self) -> None:
+        for w in self.workers:
+            if w.remote is not None:
+                w.remote.keepalive()
+
+    def channels(self) -> DecomposedSimulator:
+        return self
+
+    def fabric(self) -> DecomposedSimulator:
+        return self
+
+    # ----- FabricObserver: each link's records come from the worker owning it ---------------------------
+    def _gather(self, elapsed: int | None = None) -> dict[str, list[Any]]:
+        at = self._now if elapsed is None else elapsed
+        if self._records is not None and self._records_at == at:
+            return self._records
+        merged: dict[str, list[Any]] = {}
+        for w in self.workers:
+            msg = self._remote(w)._call(encode("get_records", self._now, elapsed=at), CALL_TIMEOUT_S, "records")
+            for k, rows in records_from_wire(msg["records"]).items():
+                merged.setdefault(k, []).extend(rows)
+        now = self._now  # the workers may have run up to L - 1 ns further: hand out what happened by now only
+        for k, rows in merged.items():
+            if k == "transport":
+                rows[:] = [t for t in rows if self._rel.done(t.flow_id)]
+            elif k != "usage":
+                rows[:] = [r for r in rows if r.time_ns <= now]
+            rows.sort(key=dataclasses.astuple)
+        self._records, self._records_at = merged, at
+        return merged
+
+    def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
+        return list(self._gather(elapsed_ns)["usage"])
+
+    def pfc_events(self) -> list[PfcEvent]:
+        return list(self._gather()["pfc"])
+
+    def queue_samples(self) -> list[QueueSample]:
+        return list(self._gather()["queues"])
+
+    def drops(self) -> list[Drop]:
+        return list(self._gather()["drops"])
+
+    def trims(self) -> list[Trim]:
+        return list(self._gather()["trims"])
+
+    def cnp_events(self) -> list[CnpEvent]:
+        return list(self._gather()["cnps"])
+
+    def ecn_mark_events(self) -> list[EcnMark]:
+        return list(self._gather()["marks"])
+
+    def flow_transport(self) -> dict[int, FlowTransport]:
+        return {t.flow_id: t for t in self._gather()["transport"]}
+
+
+def _endpoint(w: Worker, d: Path) -> str:
+    """Wait for a local worker's published endpoint (a Ray worker's came back from its actor)."""
+    if w.host is not None:
+        return str(w.host_endpoint)  # type: ignore[attr-defined]
+    path = d / "net.endpoint"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not path.exists():
+        w.check()
+        if time.monotonic() > deadline:
+            raise BridgeError(
+                f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s", code=E_TIMEOUT
+            )
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+def _ray_worker(i: int, pieces: list[int], spec: bytes, token: str, placement: str) -> Worker:
+    raise PhantoraError("ray placement is not available yet")
+
+
+def _stop_ray_worker(w: Worker) -> None:
+    pass
+
+
+def decomposed_engine(topo: Topology, config: PacketConfig) -> Any:
+    """nvlink=fluid over a `DecomposedSimulator`: the engine `--set workers=N` asks for."""
+    from phantora.netsim.factory import fluid_nvlink
+
+    return fluid_nvlink(topo, config, packet=DecomposedSimulator(topo, config))
+
+
+__all__ = ["NO_PIECE", "DecomposedSimulator", "WorkerDiedError", "decomposed_engine"]

@@ -1,0 +1,234 @@
+"""`NicLatencySimulator`: the ns-3 engine with a NIC work-request latency (``--set nic_latency=1us``).
+
+A real RDMA NIC sends a flow's first packet some time after the work request is posted (doorbell, WQE
+fetch: about 1-2 us). A fabric flow posted at P (its deps done, its `delay_ns` waited) therefore starts
+sending at T = P + L; its `Completion.start_ns` stays P, so the latency counts in its FCT. Markers (no
+bytes, or to itself) use no NIC and complete at P.
+
+Dependencies are resolved here, in Python, and ns-3 gets every flow without deps at its T. The flow is
+handed to ns-3 ("inserted") exactly when ns-3 has run every event up to T - 1 and none at T: that fixes
+where its start falls among other events at T (ns-3 orders same-ns events by insertion), whoever inserts
+it, and is what makes decomposition into parallel ns-3 workers exact (bridge.decompose,
+docs/packet-model.md "Decomposition"). With L > 0 every flow posted at P is known by P < T, so the
+insertion point is always reachable. L = 0 is the plain `Ns3Simulator` (the factory does not wrap it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from phantora.errors import PhantoraError
+from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.flow import CausalityError
+
+if TYPE_CHECKING:
+    from phantora.netsim.packet import Ns3Simulator
+    from phantora.topology.model import Topology
+
+
+def uses_nic(f: Flow | Completion) -> bool:
+    """A fabric flow: bytes from one endpoint to another (a marker uses no NIC)."""
+    return f.size > 0 and f.src != f.dst
+
+
+class Releases:
+    """Flows waiting on their deps, and when each is posted: max(submit time, deps' ends) + delay_ns."""
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+        self._end: dict[int, int] = {}  # completed flow -> end ns
+        self._held: dict[int, list[Any]] = {}  # flow id -> [flow, ready ns (max of at and ends so far), deps left]
+        self._waiters: dict[int, list[int]] = {}
+
+    def known(self, fid: int) -> bool:
+        return fid in self._ids
+
+    def done(self, fid: int) -> bool:
+        """Has this flow's completion been recorded?"""
+        return fid in self._end
+
+    def held(self) -> int:
+        return len(self._held)
+
+    def note(self, ids: Iterable[int]) -> None:
+        """Flows posted elsewhere (already without deps): known from now on."""
+        self._ids.update(ids)
+
+    def add(self, flows: Sequence[Flow], at: int) -> list[tuple[Flow, int]]:
+        """Accept a (checked) batch submitted at `at`; return (flow, posted ns) of those ready now."""
+        self._ids.update(f.id for f in flows)
+        out = []
+        for f in flows:
+            ready, left = at, 0
+            for d in dict.fromkeys(f.deps):
+                end = self._end.get(d)
+                if end is None:
+                    self._waiters.setdefault(d, []).append(f.id)
+                    left += 1
+                else:
+                    ready = max(ready, end)
+            if left:
+                self._held[f.id] = [f, ready, left]
+            else:
+                out.append((f, ready + f.delay_ns))
+        return out
+
+    def complete(self, done: Iterable[Completion]) -> list[tuple[Flow, int]]:
+        """Record completions; return (flow, posted ns) of the held flows they release, in release order."""
+        out = []
+        for c in done:
+            self._end[c.flow_id] = c.end_ns
+            for j in self._waiters.pop(c.flow_id, ()):
+                entry = self._held[j]
+                entry[1] = max(entry[1], c.end_ns)
+                entry[2] -= 1
+                if entry[2] == 0:
+                    del self._held[j]
+                    out.append((entry[0], entry[1] + entry[0].delay_ns))
+        return out
+
+
+class NicLatencySimulator:
+    """`NetworkSimulator` (a `CompletionStepper`, so nvlink=fluid sits on it) over one `Ns3Simulator`."""
+
+    def __init__(self, inner: Ns3Simulator, latency_ns: int) -> None:
+        if latency_ns <= 0:
+            raise PhantoraError(f"NicLatencySimulator needs a latency > 0 ns, got {latency_ns}")
+        self.inner = inner
+        self.topology: Topology = inner.topology
+        self.config = inner.config
+        self.latency_ns = latency_ns
+        self._rel = Releases()
+        self._kicks: list[tuple[int, int, Flow]] = []  # (start ns T, flow id, flow without deps)
+        self._inserted = 0
+
+    # ----- flows in ----------------------------------------------------------------------------
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        """Add flows eligible from `at` (>= now()); deps may name flows of this batch or earlier ones."""
+        from phantora.netsim.packet import check_packet_batch
+
+        if at < self.now():
+            raise CausalityError(f"flows submitted at {at} ns but the network is already at {self.now()} ns")
+        check_packet_batch(flows, self.topology, self._rel.known)
+        self._queue(self._rel.add(flows, at))
+
+    def post(self, flows: Sequence[Flow], posted: Sequence[int]) -> None:
+        """Add flows without deps, each posted at its own ns (a decomposition worker's input). A fabric flow may
+        be posted before now(), as long as its first packet (posted + L) is still ahead of now()."""
+        from phantora.netsim.packet import check_packet_batch
+
+        now = self.now()
+        for f, p in zip(flows, posted, strict=True):
+            start = p + (self.latency_ns if uses_nic(f) else 0)
+            if f.deps or f.delay_ns or start < now + (1 if uses_nic(f) else 0):
+                raise CausalityError(f"flow {f.id}: posted at {p} ns cannot start by ns {now} (deps {list(f.deps)})")
+        check_packet_batch(flows, self.topology, self._rel.known)
+        self._rel.note(f.id for f in flows)
+        self._queue(list(zip(flows, posted, strict=True)))
+
+    def _queue(self, ready: list[tuple[Flow, int]]) -> None:
+        for f, p in ready:
+            start = p + self.latency_ns if uses_nic(f) else p
+            bare = f if not f.deps and not f.delay_ns else dataclasses.replace(f, deps=(), delay_ns=0)
+            heapq.heappush(self._kicks, (start, f.id, bare))
+
+    def _insert_due(self) -> None:
+        """Hand ns-3 the flows that start at now() + 1 or earlier (now() only for markers), in (start, id) order."""
+        now = self.now()
+        kicks = self._kicks
+        while kicks and kicks[0][0] <= now + 1:
+            start = kicks[0][0]
+            batch = []
+            while kicks and kicks[0][0] == start:
+                batch.append(heapq.heappop(kicks)[2])
+            self.inner.submit(batch, start)
+            self._inserted += len(batch)
+
+    # ----- running -----------------------------------------------------------------------------
+    def advance_to_completion(self, until: int) -> list[Completion]:
+        """`advance(until)`, but return right after the first ns at which any flow completes (every event of
+        that ns run). With no limit it also returns once nothing is in flight or waiting to start."""
+        if until < self.now():
+            raise CausalityError(f"cannot advance to {until} ns: the network is already at {self.now()} ns")
+        inner = self.inner
+        while True:
+            self._insert_due()
+            stop = until if not self._kicks else min(until, self._kicks[0][0] - 1)
+            if stop >= INF_NS and inner.in_flight() == 0:
+                return []
+            got = inner.advance_to_completion(stop)
+            if got:
+                self._queue(self._rel.complete(got))
+                return self._posted_starts(got)
+            if inner.now() >= until:
+                return []
+
+    def advance(self, until: int) -> list[Completion]:
+        """Run every event at or before `until`; now() becomes `until`."""
+        done: list[Completion] = []
+        while True:
+            got = self.advance_to_completion(until)
+            done.extend(got)
+            if not got and self.now() >= until:
+                return done
+
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch` completes."""
+        if not watch:
+            return self.advance(until) if until < INF_NS else []
+        done: list[Completion] = []
+        while True:
+            got = self.advance_to_completion(until)
+            done.extend(got)
+            if any(c.flow_id in watch for c in got) or (not got and (until >= INF_NS or self.now() >= until)):
+                return done
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
+        limit = INF_NS if limit_ns is None else limit_ns
+        done: list[Completion] = []
+        while self.in_flight():
+            got = self.advance_to_completion(limit)
+            done.extend(got)
+            if not got:
+                left = self.in_flight()
+                if limit < INF_NS and self.now() >= limit:
+                    raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
+                raise PhantoraError(f"{left} flows can never start: they wait on flows that never complete")
+        return done
+
+    def _posted_starts(self, got: list[Completion]) -> list[Completion]:
+        """ns-3 started a fabric flow at its first packet; its start is when it was posted, L earlier."""
+        lat = self.latency_ns
+        return [dataclasses.replace(c, start_ns=c.start_ns - lat) if uses_nic(c) else c for c in got]
+
+    # ----- state -------------------------------------------------------------------------------
+    def next_event_time(self) -> int | None:
+        times = [t for t in (self.inner.next_event_time(), self._kicks[0][0] if self._kicks else None) if t is not None]
+        return min(times) if times else None
+
+    def now(self) -> int:
+        return self.inner.now()
+
+    def in_flight(self) -> int:
+        return self.inner.in_flight() + len(self._kicks) + self._rel.held()
+
+    def stats(self) -> dict[str, object]:
+        out = dict(self.inner.stats())
+        out["nic_latency_ns"] = self.latency_ns
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def keepalive(self) -> None:
+        self.inner.keepalive()
+
+    def channels(self) -> Any:
+        return self.inner.channels()
+
+    def fabric(self) -> Any:
+        return self.inner.fabric()

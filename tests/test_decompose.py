@@ -1,0 +1,186 @@
+"""Decomposition of link-disjoint traffic into parallel ns-3 workers (issue 13, lever 3), and nic_latency.
+
+The tiny fabric: 3 hosts x 2 GPUs, rail-optimised (GPU r of every host on rail leaf r, one spine). With
+nvlink=fluid each rail is a piece; a DAG whose rails wait on each other through NVLink flows (and one
+direct cross-rail dependency) must come out of 2 workers exactly as out of one engine: every start and
+end, PFC frames, ECN marks, CNPs and per-channel counters, to the ns.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import astuple
+
+import pytest
+
+from bridge.decompose import DecomposedSimulator, WorkerDiedError
+from bridge.engines import make_engine
+from phantora.errors import InputError
+from phantora.netsim.base import Flow
+from phantora.netsim.factory import make_engine as make_local_engine
+from phantora.netsim.packet_config import PacketConfig, apply_overrides
+from phantora.netsim.pieces import NO_PIECE, fabric_pieces, piece_of
+from phantora.topology.generators import rail_optimized
+from phantora.topology.model import Topology
+
+L_NS = 1000
+QUIET_NS = 200_000
+_G100 = 100_000_000_000
+SETTINGS = {
+    "cc": "dcqcn",
+    "nvlink": "fluid",
+    "nic_latency": L_NS,
+    "payload_bytes": 4096,
+    "header_bytes": 62,
+    "kmin_map": {_G100: 20_000},  # low ECN thresholds: the incasts mark (RED draws from per-switch streams)
+    "kmax_map": {_G100: 80_000},
+}
+
+
+def tiny() -> Topology:
+    return rail_optimized(3, 2, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="rail-3x2")
+
+
+def gpu(topo: Topology, host: int, rail: int) -> int:
+    return topo.node_of_rank(2 * host + rail)
+
+
+def rail_dag(topo: Topology, stages: int = 3) -> list[Flow]:
+    """Per stage and rail: an incast (hosts 0 and 1 -> host 2) that marks ECN; then on host 2 an NVLink flow to
+    the other rail's GPU, which the other rail's next incast waits on; and one direct rail 0 -> rail 1 dep."""
+    flows: list[Flow] = []
+    nid = 0
+    gate: dict[int, int | None] = {0: None, 1: None}
+    for s in range(stages):
+        nxt: dict[int, int | None] = {}
+        for r in (0, 1):
+            ids = []
+            for h in (0, 1):
+                deps = () if gate[r] is None else (gate[r],)
+                size = (384 << 10) + 4096 * (7 * s + 3 * r + h)
+                flows.append(Flow(nid, gpu(topo, h, r), gpu(topo, 2, r), size, deps, delay_ns=150 * h, key=nid))
+                ids.append(nid)
+                nid += 1
+            flows.append(Flow(nid, gpu(topo, 2, r), gpu(topo, 2, 1 - r), 2 << 20, tuple(ids), key=nid))
+            nxt[1 - r] = nid
+            nid += 1
+        gate = nxt
+    # a direct cross-rail dependency: a rail 1 flow waits on the last rail 0 incast flow
+    flows.append(Flow(nid, gpu(topo, 0, 1), gpu(topo, 1, 1), 200_000, (nid - 3,), key=nid))
+    return flows
+
+
+def outputs(sim: object) -> dict[str, object]:
+    fab = sim.fabric()  # type: ignore[attr-defined]
+    return {
+        "pfc": sorted(map(astuple, fab.pfc_events())),
+        "marks": sorted(map(astuple, fab.ecn_mark_events())),
+        "cnps": sorted(map(astuple, fab.cnp_events())),
+        "usage": sorted(
+            (u.channel, u.bytes, u.packets, u.paused_ns, u.ecn_marks, u.max_queue_bytes) for u in fab.channel_usage()
+        ),  # fmt: skip
+        "transport": sorted(map(astuple, fab.flow_transport().values())),
+    }
+
+
+def test_pieces_of_a_rail_fabric_are_its_rails() -> None:
+    topo = tiny()
+    pieces = fabric_pieces(topo)
+    assert {pieces[gpu(topo, h, r)] for h in range(3) for r in (0, 1)} == {0, 1}
+    assert all(pieces[gpu(topo, h, 0)] == pieces[gpu(topo, 0, 0)] for h in range(3))
+    kinds = {n.kind for n in topo.nodes if pieces[n.id] == NO_PIECE}
+    assert kinds == {"nvswitch", "switch"}  # the NVSwitches and the spine
+
+
+def test_a_cross_piece_flow_is_refused_naming_flow_ends_and_switch() -> None:
+    topo = tiny()
+    f = Flow(42, gpu(topo, 0, 0), gpu(topo, 1, 1), 1000)
+    with pytest.raises(InputError) as err:
+        piece_of(topo, fabric_pieces(topo), f)
+    text = str(err.value)
+    spine = next(n.name for n in topo.nodes if n.kind == "switch" and n.tier == 2)
+    assert "flow 42" in text and topo.nodes[f.src].name in text and topo.nodes[f.dst].name in text
+    assert spine in text
+
+
+def test_decomposition_needs_fluid_nvlink_and_a_latency() -> None:
+    with pytest.raises(InputError, match="nvlink=fluid"):
+        PacketConfig(workers=2, nic_latency=1000)
+    with pytest.raises(InputError, match="nic_latency > 0"):
+        PacketConfig(workers=2, nvlink="fluid")
+    cfg = apply_overrides(PacketConfig(), ["nvlink=fluid", "nic_latency=1us", "workers=2"])
+    assert (cfg.workers, cfg.nic_latency) == (2, 1000)
+
+
+def test_nic_latency_adds_exactly_l_to_an_isolated_flow() -> None:
+    """A flow alone on the fabric: its first packet leaves L later, nothing else changes, so FCT(L) = FCT(0) + L."""
+    topo = tiny()
+    f = Flow(1, gpu(topo, 0, 0), gpu(topo, 2, 0), 1 << 20)
+    fct = {}
+    for lat in (0, 1700):
+        sim = make_local_engine("ns3", topo, cc="dcqcn", nic_latency=lat)
+        sim.submit([f], 5000)
+        (c,) = sim.drain()
+        sim.close()
+        assert c.start_ns == 5000
+        fct[lat] = c.end_ns - c.start_ns
+    assert fct[1700] == fct[0] + 1700
+
+
+def test_two_workers_equal_one_engine_to_the_ns() -> None:
+    topo = tiny()
+    flows = rail_dag(topo, stages=2)
+    one = make_local_engine("ns3", topo, **SETTINGS)
+    one.submit(flows, 0)
+    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
+    want_out = outputs(one)
+    one.advance(one.now() + QUIET_NS)  # the last ACKs home: channel counters compare once the fabric is quiet
+    want_usage = outputs(one)["usage"]
+    one.close()
+    assert len(want) == len(flows)
+    assert want_out["marks"] and want_out["cnps"]  # the incasts do congest: the comparison is not vacuous
+
+    sim = make_engine("ns3", topo, **SETTINGS, workers=2)
+    try:
+        packet = sim.packet  # type: ignore[attr-defined]
+        assert isinstance(packet, DecomposedSimulator) and len(packet.workers) == 2
+        bad = Flow(10_000, gpu(topo, 0, 0), gpu(topo, 1, 1), 1000)
+        with pytest.raises(InputError, match="flow 10000"):
+            sim.submit([bad], 0)
+        sim.submit(flows, 0)
+        got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+        assert got == want
+        got_out = outputs(sim)
+        del got_out["usage"], want_out["usage"]
+        assert got_out == want_out  # event records up to now(), the same
+        sim.advance(sim.now() + QUIET_NS)
+        assert outputs(sim)["usage"] == want_usage
+        stats = sim.stats()
+        assert stats["decompose"]["workers"] == 2 and stats["decompose"]["rounds"] > 0  # type: ignore[index]
+        assert len(stats["workers"]) == 2  # type: ignore[arg-type]
+        assert "decompose" not in stats["approximations"]  # type: ignore[operator]
+        assert stats["events"] == sum(w["events"] for w in stats["workers"])  # type: ignore[union-attr]
+    finally:
+        sim.close()
+    assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)  # no orphans
+
+
+def test_a_killed_worker_ends_the_run_within_seconds_naming_it() -> None:
+    topo = tiny()
+    flows = rail_dag(topo, stages=40)
+    sim = make_engine("ns3", topo, **SETTINGS, workers=2)
+    packet = sim.packet  # type: ignore[attr-defined]
+    try:
+        sim.submit(flows, 0)
+        sim.advance(20_000)
+        victim = packet.workers[1]
+        os.kill(victim.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=f"worker 1 \\(pid {victim.pid}"):
+            sim.drain()
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        sim.close()
+    assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)
