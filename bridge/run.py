@@ -101,6 +101,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TRACE_WAIT_S = 600.0  # after the run, the network server writes the fabric traces: wait for it this long at most
 VICTIM_GRACE_S = 2.0  # how long a rank that lost a peer's connection waits to be blamed (see PEER_LOST_EXIT)
 
 
@@ -451,6 +452,35 @@ class CosimRun:
             while c.proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)
 
+    def _await_server_traces(self) -> None:
+        """After the outcome: the network server writes the fabric traces (pfc, queues, links, ...) and exits.
+
+        Its traces can take seconds to write (a lossy run has millions of ECN marks and CNPs), so it is not
+        stopped with the others: the run waits for it to exit by itself, and a server that fails there, or is
+        still writing after `TRACE_WAIT_S`, fails the run instead of leaving it without its traces.
+        """
+        if not self.out_dir:
+            return
+        for c in self.children:
+            if c.role != "server":
+                continue
+            deadline = time.monotonic() + TRACE_WAIT_S
+            while c.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            c.reported = True
+            if c.proc.poll() is None:
+                raise BridgeError(
+                    f"{c.label} was still writing the fabric traces {TRACE_WAIT_S:.0f} s after the run ended; "
+                    "it was stopped and the run's traces are incomplete",
+                    code="timeout",
+                )
+            if c.proc.returncode != 0:
+                raise BridgeError(
+                    f"{c.label} {c.exit_text()} after the run ended, before its fabric traces were written.\n"
+                    f"{c.log_tail()}",
+                    code="peer-died",
+                )
+
     # ----- the run -----------------------------------------------------------------------------
     def run(self) -> CosimResult:
         """Run to the end; raise BridgeError (a PhantoraError) naming the cause if anything fails."""
@@ -477,6 +507,7 @@ class CosimRun:
                     self._finish_children(2.0)  # ranks print the coordinator's diagnostic and exit by themselves
                 raise
             self._finish_children(5.0)
+            self._await_server_traces()
             result = self._result(outcome, t0, t_ready, t_end)
         finally:
             stop_all(self.children)

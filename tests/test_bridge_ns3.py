@@ -195,3 +195,29 @@ def test_live_run_fills_the_transport_columns(tmp_path: Path, ns3_lib) -> None:
     for col in ("retx_packets", "retx_bytes", "ooo_packets"):
         assert sum(int(r[col]) for r in rows) == stats[col], col
     assert max(int(r["reorder_max_bytes"]) for r in rows) == stats["reorder_max_bytes"]
+
+
+def test_a_run_waits_for_the_server_to_write_long_traces(tmp_path: Path, ns3_lib) -> None:
+    """Queue samples every ns make the server's traces take longer to write than the children's stop grace:
+    the run still ends with every trace file, written to the end of the run (they used to be lost silently)."""
+    import csv
+
+    topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", latency="1us")
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(WORKLOAD))
+    out = tmp_path / "run"
+    res = CosimRun(
+        topo,
+        network="ns3",
+        packet_config=PacketConfig(cc="dcqcn", queue_sample_ns=1),
+        window_ns=0,
+        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
+        timeout_s=600,
+        out_dir=out,
+    ).run()
+    for name in ("queues.csv", "links.csv", "ecn_marks.csv", "cnps.csv", "drops.csv"):
+        assert (out / name).is_file(), name
+    assert "wrote the engine's traces" in (out / "logs" / "server.log").read_text()
+    with (out / "queues.csv").open() as fh:
+        last = max(int(row["time_ns"]) for row in csv.DictReader(fh))
+    assert last >= 0.9 * res.makespan_ns
