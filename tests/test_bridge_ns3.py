@@ -169,24 +169,30 @@ def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, 
     assert res.engine_stats["server_cpu_s"] > 2.0, "the advance must outlast the peer timeout to test anything"
 
 
-def test_live_run_fills_the_transport_columns(tmp_path: Path, ns3_lib) -> None:
-    """A sprayed run with the SACK receiver: flows.csv's transport columns are filled, and they add up to the
-    engine's own totals (results.json's engine counters), which show reordering."""
-    import csv
-
-    topo = leaf_spine(2, 2, 2, nic_rate="100Gbps", latency="1us", nvswitch=False)
+def _live_run(tmp_path: Path, topo, config: PacketConfig):
+    """The small mixed workload, live over the ns-3 server in exact mode, results written to tmp_path/run."""
     path = tmp_path / "wl.json"
     path.write_text(json.dumps(WORKLOAD))
     out = tmp_path / "run"
     res = CosimRun(
         topo,
         network="ns3",
-        packet_config=PacketConfig(cc="dcqcn", lb="spray", rx="sack"),
+        packet_config=config,
         window_ns=0,
         rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
         timeout_s=600,
         out_dir=out,
     ).run()
+    return res, out
+
+
+def test_live_run_fills_the_transport_columns(tmp_path: Path, ns3_lib) -> None:
+    """A sprayed run with the SACK receiver: flows.csv's transport columns are filled, and they add up to the
+    engine's own totals (results.json's engine counters), which show reordering."""
+    import csv
+
+    topo = leaf_spine(2, 2, 2, nic_rate="100Gbps", latency="1us", nvswitch=False)
+    res, out = _live_run(tmp_path, topo, PacketConfig(cc="dcqcn", lb="spray", rx="sack"))
     with (out / "flows.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert rows and all(r["ooo_packets"] != "" and r["retx_packets"] != "" for r in rows)
@@ -203,18 +209,7 @@ def test_a_run_waits_for_the_server_to_write_long_traces(tmp_path: Path, ns3_lib
     import csv
 
     topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", latency="1us")
-    path = tmp_path / "wl.json"
-    path.write_text(json.dumps(WORKLOAD))
-    out = tmp_path / "run"
-    res = CosimRun(
-        topo,
-        network="ns3",
-        packet_config=PacketConfig(cc="dcqcn", queue_sample_ns=1),
-        window_ns=0,
-        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
-        timeout_s=600,
-        out_dir=out,
-    ).run()
+    res, out = _live_run(tmp_path, topo, PacketConfig(cc="dcqcn", queue_sample_ns=1))
     for name in ("queues.csv", "links.csv", "ecn_marks.csv", "cnps.csv", "drops.csv"):
         assert (out / name).is_file(), name
     assert "wrote the engine's traces" in (out / "logs" / "server.log").read_text()
