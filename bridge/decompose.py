@@ -35,6 +35,7 @@ import zmq
 
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, INF_NS, encode, flows_to_wire, records_from_wire
+from bridge.ray_workers import RayPlacement
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec, options_to_dict
 from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
@@ -77,18 +78,16 @@ class Worker:
     proc: subprocess.Popen[bytes] | None  # a local process; None when a Ray actor started it
     log: Path | None
     host: Any = None  # the Ray actor that started it
+    placement: RayPlacement | None = None
+    endpoint: str | None = None  # a Ray worker's, reported by its actor
     remote: RemoteSimulator | None = None
 
     def exit_code(self) -> int | None:
         """The worker's exit code once it has exited, else None."""
         if self.proc is not None:
             return self.proc.poll()
-        import ray
-
-        try:
-            return ray.get(self.host.poll.remote(), timeout=5.0)  # type: ignore[no-any-return]
-        except Exception:  # noqa: BLE001 - a dead actor raises RayActorError, a slow one GetTimeoutError
-            return -1
+        assert self.placement is not None
+        return self.placement.poll(self.host)
 
     def check(self) -> None:
         """WorkerDiedError naming the worker if it has exited."""
@@ -98,6 +97,9 @@ class Worker:
             if self.log is not None and self.log.exists():
                 lines = self.log.read_text(errors="replace").strip().splitlines()[-3:]
                 tail = ("; its last words: " + " | ".join(lines)) if lines else ""
+            elif self.placement is not None:
+                words = self.placement.tail(self.host)
+                tail = f"; its last words: {words}" if words else ""
             raise WorkerDiedError(
                 f"decomposition worker {self.index} (pid {self.pid}, pieces {self.pieces}) exited with code {code} "
                 f"mid-run{tail}"
@@ -153,6 +155,7 @@ class DecomposedSimulator:
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
         self._closed = False
+        self._placement: RayPlacement | None = None
         self._ctx = zmq.Context()
         self._root = make_run_dir()
         self.workers: list[Worker] = []
@@ -172,12 +175,16 @@ class DecomposedSimulator:
             engine_options={**options_to_dict(self.config), "side": "packet"},
             peer_timeout_s=WORKER_PEER_TIMEOUT_S,
         ).to_bytes()
-        placement = self.config.ray
-        for i in range(n):
-            mine = [p for p, w in enumerate(self._piece_worker) if w == i]
-            if placement:
-                self.workers.append(_ray_worker(i, mine, spec, token, placement))
-            else:
+        if self.config.ray:
+            self._placement = RayPlacement(self.config.ray, n)
+            actors = [self._placement.start(spec, token) for _ in range(n)]  # they start in parallel
+            for i, actor in enumerate(actors):
+                mine = [p for p, w in enumerate(self._piece_worker) if w == i]
+                self.workers.append(Worker(i, mine, -1, None, None, actor, self._placement))
+                self.workers[-1].pid, self.workers[-1].endpoint = self._placement.endpoint(actor)
+        else:
+            for i in range(n):
+                mine = [p for p, w in enumerate(self._piece_worker) if w == i]
                 self.workers.append(self._local_worker(i, mine, spec, token))
         self._poller = zmq.Poller()
         for w in self.workers:
@@ -495,8 +502,8 @@ class DecomposedSimulator:
                 except subprocess.TimeoutExpired:
                     w.proc.kill()
                     w.proc.wait()
-            elif w.host is not None:
-                _stop_ray_worker(w)
+        if self._placement is not None:
+            self._placement.stop([w.host for w in self.workers if w.host is not None])
         self._ctx.term()
         remove_run_dir(self._root)
 
@@ -565,8 +572,8 @@ class DecomposedSimulator:
 
 def _endpoint(w: Worker, d: Path) -> str:
     """Wait for a local worker's published endpoint (a Ray worker's came back from its actor)."""
-    if w.host is not None:
-        return str(w.host_endpoint)  # type: ignore[attr-defined]
+    if w.endpoint is not None:
+        return w.endpoint
     path = d / "net.endpoint"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not path.exists():
@@ -577,14 +584,6 @@ def _endpoint(w: Worker, d: Path) -> str:
             )
         time.sleep(0.02)
     return path.read_text().strip()
-
-
-def _ray_worker(i: int, pieces: list[int], spec: bytes, token: str, placement: str) -> Worker:
-    raise PhantoraError("ray placement is not available yet")
-
-
-def _stop_ray_worker(w: Worker) -> None:
-    pass
 
 
 def decomposed_engine(topo: Topology, config: PacketConfig) -> Any:

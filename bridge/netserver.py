@@ -193,7 +193,7 @@ def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology) -> 
 def main(argv: list[str] | None = None) -> int:
     args = server_arguments("python -m bridge.netserver", __doc__).parse_args(argv)
     try:
-        start = start_server(args.setup, args.transport, "net")
+        start = start_server(args.setup, args.transport, "net", args.bind)
     except BridgeError as exc:
         log(str(exc))
         return 2
