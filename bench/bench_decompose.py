@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("--cc", default="dcqcn")
     ap.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us", help="comma-separated --set fields")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
+    ap.add_argument("--ray", type=int, nargs="*", default=[], help="worker counts to run also with ray=local")
     ap.add_argument("--paper", type=int, nargs="+", default=[8, 64], help="worker counts to project")
     args = ap.parse_args()
     topo = load_topology(args.topology)
@@ -101,6 +102,8 @@ def main() -> None:
     rows = [("one engine", run(topo, flows, base, args.cc))]
     for n in args.workers:
         rows.append((f"workers={n}", run(topo, flows, [*base, f"workers={n}"], args.cc)))
+    for n in args.ray:
+        rows.append((f"ray {n}", run(topo, flows, [*base, f"workers={n}", "ray=local"], args.cc)))
     want = rows[0][1]["key"]
     head = f"{'variant':<12} {'setup s':>8} {'wall s':>8} {'coord CPU':>9} {'worker CPU s':<28} {'rounds':>7} "
     print(head + f"{'round ms':>9} {'events':>11} {'ev/CPU s':>10} {'end ns':>12} equal")
@@ -113,7 +116,7 @@ def main() -> None:
             f"{per_round:>9.3f} {r['events']:>11} {r['events'] / max(total_cpu, 1e-9):>10.0f} {r['end']:>12} "
             f"{'yes' if r['key'] == want else 'NO'}"
         )
-    finest = max((r for _, r in rows[1:]), key=lambda r: len(r["worker_cpu"]), default=None)
+    finest = max((r for n, r in rows[1:] if n.startswith("workers")), key=lambda r: len(r["worker_cpu"]), default=None)
     if finest is None or not finest["rounds"]:
         return
     piece_cpu = finest["worker_cpu"]  # one entry per worker; per piece when workers >= pieces

@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +35,15 @@ import zmq
 
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, INF_NS, encode, flows_to_wire, records_from_wire
+from bridge.ray_workers import RayPlacement
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec, options_to_dict
 from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.flow import CausalityError
-from phantora.netsim.nic_latency import Releases, uses_nic
+from phantora.netsim.hybrid import topological_order
+from phantora.netsim.nic_latency import Releases, gate_key, uses_nic
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -54,9 +56,10 @@ from phantora.netsim.observe import (
 )
 from phantora.netsim.packet import check_packet_batch
 from phantora.netsim.packet_config import PacketConfig
-from phantora.netsim.pieces import NO_PIECE, fabric_pieces, piece_of
+from phantora.netsim.pieces import NO_PIECE, fabric_pieces, route_in_piece
 from phantora.topology.model import Topology
 
+DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 
@@ -75,18 +78,16 @@ class Worker:
     proc: subprocess.Popen[bytes] | None  # a local process; None when a Ray actor started it
     log: Path | None
     host: Any = None  # the Ray actor that started it
+    placement: RayPlacement | None = None
+    endpoint: str | None = None  # a Ray worker's, reported by its actor
     remote: RemoteSimulator | None = None
 
     def exit_code(self) -> int | None:
         """The worker's exit code once it has exited, else None."""
         if self.proc is not None:
             return self.proc.poll()
-        import ray
-
-        try:
-            return ray.get(self.host.poll.remote(), timeout=5.0)  # type: ignore[no-any-return]
-        except Exception:  # noqa: BLE001 - a dead actor raises RayActorError, a slow one GetTimeoutError
-            return -1
+        assert self.placement is not None
+        return self.placement.poll(self.host)
 
     def check(self) -> None:
         """WorkerDiedError naming the worker if it has exited."""
@@ -96,10 +97,27 @@ class Worker:
             if self.log is not None and self.log.exists():
                 lines = self.log.read_text(errors="replace").strip().splitlines()[-3:]
                 tail = ("; its last words: " + " | ".join(lines)) if lines else ""
+            elif self.placement is not None:
+                words = self.placement.tail(self.host)
+                tail = f"; its last words: {words}" if words else ""
             raise WorkerDiedError(
                 f"decomposition worker {self.index} (pid {self.pid}, pieces {self.pieces}) exited with code {code} "
                 f"mid-run{tail}"
             )
+
+
+@dataclasses.dataclass
+class _Outbox:
+    """What a worker gets in the next round: flows (with their submit ns; `gated` ones wait for a gate too) and
+    gates opened, [flow id, ns]."""
+
+    flows: list[Flow] = dataclasses.field(default_factory=list)
+    at: list[int] = dataclasses.field(default_factory=list)
+    gated: list[int] = dataclasses.field(default_factory=list)
+    gates: list[list[int]] = dataclasses.field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not self.flows and not self.gates
 
 
 class DecomposedSimulator:
@@ -116,18 +134,28 @@ class DecomposedSimulator:
         count = max(self.pieces) + 1
         n = min(config.workers, max(count, 1))
         self._piece_worker = [p % n for p in range(count)]
-        self._rel = Releases()
         self._now = 0
-        self._wtime = 0  # every worker has run every event up to this ns
-        self._buffer: list[tuple[int, int, Completion]] = []  # completions not handed out yet: (end, id, c)
-        self._outbox: list[list[tuple[Flow, int]]] = [[] for _ in range(n)]  # (flow, posted ns) per worker
+        self._wtime = 0  # every completion at or before this ns is gathered (the workers ran that far)
+        self._buffer: list[tuple[int, int, Completion]] = []  # gathered completions not handed out: (end, id, c)
+        self._owner: dict[int, int] = {}  # flow id -> its worker, DRIVER for markers (they complete here)
+        self._ends: dict[int, int] = {}  # flow id -> end ns, as gathered
+        self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_earliest_end`)
+        self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
+        self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
+        self._rel = Releases()  # gates (pseudo flows, id gate_key(flow)) and markers, waiting on their deps
+        self._out: list[_Outbox] = [_Outbox() for _ in range(n)]
+        self._wnow = [0] * n  # each worker's now()
         self._next: list[int | None] = [None] * n
         self._in_flight = [0] * n
+        self._gates_held = 0
+        self.reacts: Callable[[int], bool] | None = None  # set by the caller: does it act on this completion?
         self.rounds = 0
         self.round_wall_s = 0.0
+        self.bound_wall_s = 0.0
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
         self._closed = False
+        self._placement: RayPlacement | None = None
         self._ctx = zmq.Context()
         self._root = make_run_dir()
         self.workers: list[Worker] = []
@@ -147,13 +175,18 @@ class DecomposedSimulator:
             engine_options={**options_to_dict(self.config), "side": "packet"},
             peer_timeout_s=WORKER_PEER_TIMEOUT_S,
         ).to_bytes()
-        placement = self.config.ray
-        for i in range(n):
-            mine = [p for p, w in enumerate(self._piece_worker) if w == i]
-            if placement:
-                self.workers.append(_ray_worker(i, mine, spec, token, placement))
-            else:
+        if self.config.ray:
+            self._placement = RayPlacement(self.config.ray, n)
+            actors = [self._placement.start(spec, token) for _ in range(n)]  # they start in parallel
+            for i, actor in enumerate(actors):
+                mine = [p for p, w in enumerate(self._piece_worker) if w == i]
+                self.workers.append(Worker(i, mine, -1, None, None, actor, self._placement))
+                self.workers[-1].pid, self.workers[-1].endpoint = self._placement.endpoint(actor)
+        else:
+            for i in range(n):
+                mine = [p for p, w in enumerate(self._piece_worker) if w == i]
                 self.workers.append(self._local_worker(i, mine, spec, token))
+        self._poller = zmq.Poller()
         for w in self.workers:
             w.remote = RemoteSimulator(
                 self._ctx,
@@ -163,6 +196,7 @@ class DecomposedSimulator:
                 call_timeout_s=CALL_TIMEOUT_S,
                 on_wait=w.check,
             )
+            self._poller.register(w.remote.sock, zmq.POLLIN)
 
     def _local_worker(self, i: int, pieces: list[int], spec: bytes, token: str) -> Worker:
         d = self._root / f"w{i}"
@@ -186,24 +220,29 @@ class DecomposedSimulator:
         assert w.remote is not None
         return w.remote
 
-    def _round(self, until: int) -> None:
-        """Hand every worker its new flows and run all of them, in parallel, to `until`; buffer the completions."""
+    def _round(self, horizon: int) -> None:
+        """Hand every worker its new flows and gates and run all of them, in parallel, to `horizon` (INF_NS:
+        until idle); gather the completions. A worker whose next event is past `horizon` is skipped."""
         t0 = time.perf_counter()
+        sent = []
         for w in self.workers:
-            out = self._outbox[w.index]
-            self._outbox[w.index] = []
-            flows = [dataclasses.replace(f, deps=(), delay_ns=0) if f.deps or f.delay_ns else f for f, _ in out]
-            posted = [p for _, p in out]  # delay_ns is in the posted ns already
-            raw = encode("post", self._wtime, flows=flows_to_wire(flows), posted=posted, until=until)
+            out = self._out[w.index]
+            nxt = self._next[w.index]
+            if out.empty() and nxt is not None and nxt > horizon:
+                continue  # (None: no flow in flight, but ACKs and timers may still run: records count them)
+            self._out[w.index] = _Outbox()
+            until = max(horizon, self._wnow[w.index])
+            raw = encode(
+                "post", self._wtime, flows=flows_to_wire(out.flows), at=out.at, gated=out.gated, gates=out.gates,
+                until=until,
+            )  # fmt: skip
             self._remote(w).send(raw)
-        pending = {w.index for w in self.workers}
-        poller = zmq.Poller()
-        for w in self.workers:
-            poller.register(self._remote(w).sock, zmq.POLLIN)
+            sent.append(w)
+        pending = {w.index for w in sent}
         last_check = time.monotonic()
         while pending:
-            ready = dict(poller.poll(int(HEARTBEAT_S * 1000)))
-            for w in self.workers:
+            ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
+            for w in sent:
                 remote = self._remote(w)
                 if w.index in pending and remote.sock in ready:
                     try:
@@ -211,8 +250,8 @@ class DecomposedSimulator:
                     except BridgeError as exc:
                         raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
                     pending.discard(w.index)
-                    for c in remote.completions(msg):
-                        heapq.heappush(self._buffer, (c.end_ns, c.flow_id, c))
+                    self._gathered(remote.completions(msg))
+                    self._wnow[w.index] = remote.now()
                     self._next[w.index] = remote.next_event_time()
                     self._in_flight[w.index] = remote.in_flight()
             if pending and time.monotonic() - last_check >= HEARTBEAT_S:
@@ -222,28 +261,98 @@ class DecomposedSimulator:
                         w.check()
                     else:
                         self._remote(w).keepalive()
-        self._wtime = until
+        self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
         self.round_wall_s += time.perf_counter() - t0
+
+    def _gathered(self, done: list[Completion]) -> None:
+        """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out."""
+        for c in done:
+            lb = self._lb.get(c.flow_id, 0)
+            if c.end_ns < lb:
+                raise PhantoraError(f"internal: flow {c.flow_id} ended at {c.end_ns} ns, before its bound {lb} ns")
+            heapq.heappush(self._buffer, (c.end_ns, c.flow_id, c))
+        self._arrived(done)
+
+    def _arrived(self, done: list[Completion]) -> None:
+        """Record ends; open the gates and complete the markers they release (markers may release more)."""
+        while done:
+            for c in done:
+                self._ends[c.flow_id] = c.end_ns
+                self._lb.pop(c.flow_id, None)
+                w = self._owner[c.flow_id]
+                if w != DRIVER:
+                    self._unfinished[w].discard(c.flow_id)
+                    self._ext.discard(c.flow_id)
+            markers = []
+            for g, p in self._rel.complete(done):
+                if g.id < 0:  # a gate: the flow's deps on other workers and markers are done at p
+                    fid = -1 - g.id
+                    self._gates_held -= 1
+                    self._check_post(fid, p)
+                    self._out[self._owner[fid]].gates.append([fid, p])
+                else:
+                    c = Completion(g.id, p, p, g.size, g.src, g.dst, g.tag)
+                    heapq.heappush(self._buffer, (p, g.id, c))
+                    markers.append(c)
+            done = markers
+
+    def _check_post(self, fid: int, p: int) -> None:
+        """A flow released at p sends from p + L: its worker must not have run past p + L - 1."""
+        w = self._owner[fid]
+        if p + self.latency - 1 < self._wnow[w]:
+            raise CausalityError(f"internal: flow {fid} posted at {p} ns, but worker {w} is at {self._wnow[w]} ns")
 
     # ----- NetworkSimulator --------------------------------------------------------------------
     def submit(self, flows: Sequence[Flow], at: int) -> None:
         """Add flows eligible from `at` (>= now()); a fabric flow must stay inside one piece."""
         if at < self._now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
-        check_packet_batch(flows, self.topology, self._rel.known)
+        check_packet_batch(flows, self.topology, self._owner.__contains__)
+        xfer = {}
         for f in flows:
             if uses_nic(f):
-                piece_of(self.topology, self.pieces, f)
-        self._route(self._rel.add(flows, at))
-
-    def _route(self, ready: list[tuple[Flow, int]]) -> None:
-        for f, p in ready:
-            if uses_nic(f):
-                self._outbox[self._piece_worker[self.pieces[f.src]]].append((f, p))
-            else:  # a marker uses no NIC: it completes when posted, here
-                c = Completion(f.id, p, p, f.size, f.src, f.dst, f.tag)
-                heapq.heappush(self._buffer, (p, f.id, c))
+                piece, path = route_in_piece(self.topology, self.pieces, f)
+                self._owner[f.id] = self._piece_worker[piece]
+                bottleneck = self.topology.path_bottleneck_bps(path)
+                xfer[f.id] = self.latency + self.topology.path_latency_ns(path) + f.size * 8_000_000_000 // bottleneck
+            else:
+                self._owner[f.id] = DRIVER
+                xfer[f.id] = 0
+        if self._wtime >= INF_NS:
+            self._wtime = self._now
+        released: list[Completion] = []
+        for f in topological_order(flows, {f.id: f for f in flows}):
+            w = self._owner[f.id]
+            a, lb = at, at
+            local: list[int] = []
+            cross: list[int] = []
+            for d in dict.fromkeys(f.deps):
+                end = self._ends.get(d)
+                if end is not None:
+                    a, lb = max(a, end), max(lb, end)
+                    continue
+                lb = max(lb, self._lb[d])
+                (local if w != DRIVER and self._owner[d] == w else cross).append(d)
+            self._lb[f.id] = lb + f.delay_ns + xfer[f.id]
+            self._ext.update(d for d in cross if self._owner[d] != DRIVER)
+            if w == DRIVER:
+                bare = f if len(cross) == len(f.deps) else dataclasses.replace(f, deps=tuple(cross))
+                for m, p in self._rel.add([bare], a):
+                    c = Completion(m.id, p, p, m.size, m.src, m.dst, m.tag)
+                    heapq.heappush(self._buffer, (p, m.id, c))
+                    released.append(c)
+                continue
+            self._check_post(f.id, a)
+            self._unfinished[w].add(f.id)
+            out = self._out[w]
+            out.flows.append(f if len(local) == len(f.deps) else dataclasses.replace(f, deps=tuple(local)))
+            out.at.append(a)
+            if cross:
+                out.gated.append(f.id)
+                self._rel.add([Flow(gate_key(f.id), f.src, f.dst, 0, tuple(cross))], a)
+                self._gates_held += 1
+        self._arrived(released)
 
     def advance_to_completion(self, until: int) -> list[Completion]:
         """Run to `until` but return right after the first ns at which any flow completes (now() is that ns).
@@ -257,21 +366,49 @@ class DecomposedSimulator:
                 while self._buffer and self._buffer[0][0] == end:
                     got.append(heapq.heappop(self._buffer)[2])
                 self._now = end
-                self._route(self._rel.complete(got))
                 return got
-            if self._wtime >= until:
+            if until < INF_NS and self._wtime >= until:
                 self._now = until
                 return []
-            earliest = self._earliest()
-            if earliest is None and until >= INF_NS:
+            if until >= INF_NS and (self.in_flight() == 0 or self._earliest() is None):
                 return []
-            bound = until if earliest is None else min(earliest, until)
-            self._round(min(bound + self.latency - 1, INF_NS - 1))
+            horizon, ended = self._horizon(until), len(self._ends)
+            self._round(horizon)
+            if horizon >= INF_NS and len(self._ends) == ended and not self._buffer:
+                if all(o.empty() for o in self._out):
+                    return []  # nothing moved in an unbounded round: what is left waits forever
+
+    def _horizon(self, until: int) -> int:
+        """How far every worker may run: up to E + L - 1, E the earliest ns at which a flow could be handed to
+        any worker: `until` (the caller submits nothing before), or the earliest end of a flow a gate or a
+        marker here waits on, or one the caller acts on (`reacts`; every flow when unset), or a marker ahead
+        in the buffer. A flow's earliest end is max(its static bound, its worker's next event, now + 1)."""
+        t0 = time.perf_counter()
+        react, ext, lbs = self.reacts, self._ext, self._lb
+        e = until
+        for w, ids in enumerate(self._unfinished):
+            if not ids:
+                continue
+            if react is None:
+                m = min(lbs[f] for f in ids)
+            else:
+                m = min((lbs[f] for f in ids if f in ext or react(f)), default=INF_NS)
+            if m >= e:
+                continue
+            nxt = self._next[w]
+            floor = self._wtime + 1 if not self._out[w].empty() or nxt is None else max(self._wtime + 1, nxt)
+            e = min(e, max(m, floor))
+        for t, fid, _ in self._buffer:
+            if t > self._wtime and (react is None or react(fid)):
+                e = min(e, t)
+        self.bound_wall_s += time.perf_counter() - t0
+        return e + self.latency - 1 if e < INF_NS else INF_NS
 
     def _earliest(self) -> int | None:
         """The earliest ns anything can still happen: workers' next events, flows not handed over, buffered ends."""
         times = [t for t in self._next if t is not None]
-        times += [p + self.latency for out in self._outbox for _, p in out]
+        times += [a + self.latency for out in self._out for a in out.at]
+        times += [p + self.latency for out in self._out for _, p in out.gates]
         if self._buffer:
             times.append(self._buffer[0][0])
         return min(times) if times else None
@@ -317,7 +454,8 @@ class DecomposedSimulator:
         return self._now
 
     def in_flight(self) -> int:
-        return self._rel.held() + sum(self._in_flight) + sum(map(len, self._outbox)) + len(self._buffer)
+        markers = self._rel.held() - self._gates_held
+        return markers + sum(self._in_flight) + sum(len(o.flows) for o in self._out) + len(self._buffer)
 
     def stats(self) -> dict[str, object]:
         """The workers' counters summed (busiest switch link: max, least busy: min), per worker in `workers`."""
@@ -343,6 +481,7 @@ class DecomposedSimulator:
             "pieces": max(self.pieces) + 1,
             "rounds": self.rounds,
             "round_wall_s": round(self.round_wall_s, 6),
+            "bound_wall_s": round(self.bound_wall_s, 6),
         }
         out["approximations"] = self.config.approximations()  # decomposition is exact: not listed
         return out
@@ -363,8 +502,8 @@ class DecomposedSimulator:
                 except subprocess.TimeoutExpired:
                     w.proc.kill()
                     w.proc.wait()
-            elif w.host is not None:
-                _stop_ray_worker(w)
+        if self._placement is not None:
+            self._placement.stop([w.host for w in self.workers if w.host is not None])
         self._ctx.term()
         remove_run_dir(self._root)
 
@@ -399,7 +538,7 @@ class DecomposedSimulator:
         now = self._now  # the workers may have run up to L - 1 ns further: hand out what happened by now only
         for k, rows in merged.items():
             if k == "transport":
-                rows[:] = [t for t in rows if self._rel.done(t.flow_id)]
+                rows[:] = [t for t in rows if self._ends.get(t.flow_id, INF_NS) <= now]
             elif k != "usage":
                 rows[:] = [r for r in rows if r.time_ns <= now]
             rows.sort(key=dataclasses.astuple)
@@ -433,8 +572,8 @@ class DecomposedSimulator:
 
 def _endpoint(w: Worker, d: Path) -> str:
     """Wait for a local worker's published endpoint (a Ray worker's came back from its actor)."""
-    if w.host is not None:
-        return str(w.host_endpoint)  # type: ignore[attr-defined]
+    if w.endpoint is not None:
+        return w.endpoint
     path = d / "net.endpoint"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not path.exists():
@@ -447,19 +586,14 @@ def _endpoint(w: Worker, d: Path) -> str:
     return path.read_text().strip()
 
 
-def _ray_worker(i: int, pieces: list[int], spec: bytes, token: str, placement: str) -> Worker:
-    raise PhantoraError("ray placement is not available yet")
-
-
-def _stop_ray_worker(w: Worker) -> None:
-    pass
-
-
 def decomposed_engine(topo: Topology, config: PacketConfig) -> Any:
     """nvlink=fluid over a `DecomposedSimulator`: the engine `--set workers=N` asks for."""
     from phantora.netsim.factory import fluid_nvlink
 
-    return fluid_nvlink(topo, config, packet=DecomposedSimulator(topo, config))
+    packet = DecomposedSimulator(topo, config)
+    engine = fluid_nvlink(topo, config, packet=packet)
+    packet.reacts = engine.reacts_to  # type: ignore[attr-defined]
+    return engine
 
 
 __all__ = ["NO_PIECE", "DecomposedSimulator", "WorkerDiedError", "decomposed_engine"]

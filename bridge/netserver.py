@@ -133,8 +133,12 @@ class NetServer:
         if msg.type == "post":
             if not isinstance(eng, NicLatencySimulator):
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
-            eng.post([flow_from_wire(r) for r in msg["flows"]], msg["posted"])
-            return self._state("completions", eng.advance(msg["until"]))
+            gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]
+            eng.post([flow_from_wire(r) for r in msg["flows"]], msg["at"], set(msg["gated"]), gates)
+            ran: list[Completion] = []
+            while got := eng.advance_to_completion(msg["until"]):  # INF_NS: until nothing can happen any more
+                ran += got
+            return self._state("completions", ran)
         if msg.type == "get_records":
             fabric = eng.fabric()
             if fabric is None:
@@ -189,7 +193,7 @@ def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology) -> 
 def main(argv: list[str] | None = None) -> int:
     args = server_arguments("python -m bridge.netserver", __doc__).parse_args(argv)
     try:
-        start = start_server(args.setup, args.transport, "net")
+        start = start_server(args.setup, args.transport, "net", args.bind)
     except BridgeError as exc:
         log(str(exc))
         return 2

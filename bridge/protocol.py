@@ -26,8 +26,9 @@ coordinator -> network server
   drain -> completions              run until nothing is in flight
   get_stats -> stats                engine counters
   get_transport -> transport        per flow: [id, retx packets, retx bytes, out-of-order packets, reorder max bytes]
-  post -> completions               decomposition worker: flows without deps, each posted at its ns, then
-                                    run to ``until`` (bridge.decompose)
+  post -> completions               decomposition worker: flows (deps on its own flows only), each submitted
+                                    at its ``at``, ``gated`` ones also waiting for their gate; ``gates`` opened
+                                    as [flow id, ns]; then run to ``until`` (INF_NS: until idle; bridge.decompose)
   get_records -> records            decomposition worker: its fabric records (PFC, marks, ...) and channels
   shutdown ~>                       exit
 supervisor <-> coordinator
@@ -104,6 +105,10 @@ def _ints(v: Any) -> bool:
     return isinstance(v, list) and all(_int(x) for x in v)
 
 
+def _pairs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 and _ints(x) for x in v)
+
+
 def _list(v: Any) -> bool:
     return isinstance(v, list)
 
@@ -154,7 +159,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "completions": {"done": _list, "now": _int, "in_flight": _int, "next": _opt_int},
     "state": {"now": _int, "in_flight": _int, "next": _opt_int},
     "get_stats": {},
-    "post": {"flows": _list, "posted": _ints, "until": _int},
+    "post": {"flows": _list, "at": _ints, "gated": _ints, "gates": _pairs, "until": _int},
     "get_records": {"elapsed": _int},
     "records": {"records": _map},
     "stats": {"stats": _map},

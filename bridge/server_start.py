@@ -20,6 +20,7 @@ def server_arguments(prog: str, description: str | None) -> argparse.ArgumentPar
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--setup", required=True, help="the run's setup.msgpack")
     p.add_argument("--transport", default="ipc", choices=("ipc", "tcp"))
+    p.add_argument("--bind", default="127.0.0.1", help="tcp: the interface to bind (beyond loopback: opt-in)")
     return p
 
 
@@ -35,7 +36,7 @@ class ServerStart:
     endpoint: str
 
 
-def start_server(setup: str, transport: str, name: str) -> ServerStart:
+def start_server(setup: str, transport: str, name: str, host: str = "127.0.0.1") -> ServerStart:
     """Read the setup and bind socket `name` ("coord", "net"); BridgeError if PHANTORA_TOKEN is not set."""
     token = os.environ.get("PHANTORA_TOKEN", "")
     if not token:
@@ -43,5 +44,5 @@ def start_server(setup: str, transport: str, name: str) -> ServerStart:
     spec = RunSpec.read(setup)
     run_dir = Path(setup).parent
     ctx = zmq.Context()
-    sock, endpoint = bind_router(ctx, bind_address(transport, run_dir, name), spec.max_message_bytes)
+    sock, endpoint = bind_router(ctx, bind_address(transport, run_dir, name, host), spec.max_message_bytes)
     return ServerStart(spec, run_dir, token, ctx, sock, endpoint)

@@ -1,7 +1,10 @@
 """Sockets, endpoints, the run directory and the per-run token.
 
 - ``ipc``: Unix sockets in a private run directory (mode 0700), the default.
-- ``tcp``: loopback only (``127.0.0.1``), on a port the kernel picks.
+- ``tcp``: loopback (``127.0.0.1``), on a port the kernel picks; another interface (decomposition workers on
+  other machines, placed by Ray) only with ``PHANTORA_BRIDGE_NETWORK=1`` set on both sides: every peer must
+  still show the run's token in its hello, but the token and the traffic cross the network in clear, so use
+  it only on a network you trust (a cluster's private network).
 
 Every socket has LINGER 0 and a hard size cap (ZeroMQ drops a peer that sends more); smaller
 oversized messages are rejected by `bridge.protocol.decode` with an error reply.
@@ -122,12 +125,25 @@ def token_ok(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-def bind_address(transport: str, run_dir: Path, name: str) -> str:
-    """Where a server socket binds: ``ipc://<run_dir>/<name>.sock`` or ``tcp://127.0.0.1:*``."""
+NETWORK_OPT_IN = "PHANTORA_BRIDGE_NETWORK"  # =1: tcp may bind and connect beyond loopback (token-only trust)
+LOOPBACK = "127.0.0.1"
+
+
+def network_allowed() -> bool:
+    return os.environ.get(NETWORK_OPT_IN) == "1"
+
+
+def bind_address(transport: str, run_dir: Path, name: str, host: str = LOOPBACK) -> str:
+    """Where a server socket binds: ``ipc://<run_dir>/<name>.sock`` or ``tcp://HOST:*`` (HOST: loopback unless
+    the network opt-in is set)."""
     if transport == "ipc":
         return f"ipc://{run_dir / (name + '.sock')}"
     if transport == "tcp":
-        return "tcp://127.0.0.1:*"
+        if host != LOOPBACK and not network_allowed():
+            raise BridgeError(
+                f"refusing to bind {host}: the bridge binds 127.0.0.1 unless {NETWORK_OPT_IN}=1 (token-only trust)"
+            )
+        return f"tcp://{host}:*"
     raise BridgeError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})")
 
 
@@ -156,9 +172,9 @@ OUTCOME_MAX_BYTES = 1 << 32  # the run's outcome (every flow of a large run) fro
 
 
 def connect_dealer(ctx: zmq.Context, endpoint: str, hard_max: int = HARD_MAX_MESSAGE_BYTES) -> zmq.Socket:
-    """A DEALER connected to `endpoint` (loopback tcp or ipc only)."""
-    if endpoint.startswith("tcp://") and not endpoint.startswith("tcp://127.0.0.1:"):
-        raise BridgeError(f"refusing to connect to {endpoint}: the bridge only uses 127.0.0.1")
+    """A DEALER connected to `endpoint` (ipc, loopback tcp, or any tcp with the network opt-in)."""
+    if endpoint.startswith("tcp://") and not endpoint.startswith(f"tcp://{LOOPBACK}:") and not network_allowed():
+        raise BridgeError(f"refusing to connect to {endpoint}: the bridge uses 127.0.0.1 unless {NETWORK_OPT_IN}=1")
     sock = _common(ctx.socket(zmq.DEALER), hard_max)
     sock.connect(endpoint)
     return sock

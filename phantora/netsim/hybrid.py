@@ -77,6 +77,7 @@ class FluidNvlinkSimulator:
         self._waiters: dict[int, list[int]] = {}  # flow id -> held flows waiting on it
         self._fluid_flows = 0
         self._steps = 0
+        self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
@@ -100,7 +101,7 @@ class FluidNvlinkSimulator:
                 self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
         batch = {f.id: f for f in flows}
         out: tuple[list[Flow], list[Flow]] = ([], [])
-        for f in _topological(flows, batch):
+        for f in topological_order(flows, batch):
             side = self.side_of(f)
             pending = 0
             for d in dict.fromkeys(f.deps):
@@ -134,6 +135,13 @@ class FluidNvlinkSimulator:
         completes, with every event of that ns run. With no limit it also returns once nothing is in flight."""
         if not watch:
             return self.advance(until) if until < INF_NS else []
+        self._watch = watch
+        try:
+            return self._advance_watching(until, watch)
+        finally:
+            self._watch = ()
+
+    def _advance_watching(self, until: int, watch: Collection[int]) -> list[Completion]:
         done: list[Completion] = []
         while True:
             if until >= INF_NS and self._idle():
@@ -146,6 +154,12 @@ class FluidNvlinkSimulator:
                 return sorted(done, key=_order)
             if not got and until < INF_NS and self.packet.now() == until and self.fluid.now() == until:
                 return sorted(done, key=_order)
+
+    def reacts_to(self, fid: int) -> bool:
+        """Whether this engine, or its caller, may submit flows when `fid` completes: a flow of the other side
+        waits on it, or the caller watches it. Otherwise submissions come at `until` (of `advance`, `drain`'s
+        end) only, which lets a decomposed packet side run ahead (bridge.decompose)."""
+        return fid in self._waiters or fid in self._watch
 
     def next_event_time(self) -> int | None:
         times = [t for t in (self.packet.next_event_time(), self.fluid.next_event_time()) if t is not None]
@@ -302,7 +316,7 @@ def _order(c: Completion) -> tuple[int, int]:
     return (c.end_ns, c.flow_id)
 
 
-def _topological(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flow]:
+def topological_order(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flow]:
     """The batch with every flow after its in-batch deps (submission order otherwise kept)."""
     placed: set[int] = set()
     out: list[Flow] = []

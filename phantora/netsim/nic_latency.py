@@ -34,6 +34,11 @@ def uses_nic(f: Flow | Completion) -> bool:
     return f.size > 0 and f.src != f.dst
 
 
+def gate_key(fid: int) -> int:
+    """The pseudo dependency a gated flow waits on (negative: never a flow id)."""
+    return -1 - fid
+
+
 class Releases:
     """Flows waiting on their deps, and when each is posted: max(submit time, deps' ends) + delay_ns."""
 
@@ -57,13 +62,15 @@ class Releases:
         """Flows posted elsewhere (already without deps): known from now on."""
         self._ids.update(ids)
 
-    def add(self, flows: Sequence[Flow], at: int) -> list[tuple[Flow, int]]:
-        """Accept a (checked) batch submitted at `at`; return (flow, posted ns) of those ready now."""
+    def add(self, flows: Sequence[Flow], at: int, gated: Collection[int] = ()) -> list[tuple[Flow, int]]:
+        """Accept a (checked) batch submitted at `at`; return (flow, posted ns) of those ready now. A flow in
+        `gated` also waits for its gate (`open`): deps resolved by someone else (a decomposition's driver)."""
         self._ids.update(f.id for f in flows)
         out = []
         for f in flows:
             ready, left = at, 0
-            for d in dict.fromkeys(f.deps):
+            deps = (*f.deps, gate_key(f.id)) if f.id in gated else f.deps
+            for d in dict.fromkeys(deps):
                 end = self._end.get(d)
                 if end is None:
                     self._waiters.setdefault(d, []).append(f.id)
@@ -78,17 +85,27 @@ class Releases:
 
     def complete(self, done: Iterable[Completion]) -> list[tuple[Flow, int]]:
         """Record completions; return (flow, posted ns) of the held flows they release, in release order."""
-        out = []
+        out: list[tuple[Flow, int]] = []
         for c in done:
-            self._end[c.flow_id] = c.end_ns
-            for j in self._waiters.pop(c.flow_id, ()):
-                entry = self._held[j]
-                entry[1] = max(entry[1], c.end_ns)
-                entry[2] -= 1
-                if entry[2] == 0:
-                    del self._held[j]
-                    out.append((entry[0], entry[1] + entry[0].delay_ns))
+            self._arrive(c.flow_id, c.end_ns, out)
         return out
+
+    def open(self, gates: Iterable[tuple[int, int]]) -> list[tuple[Flow, int]]:
+        """Open the gates of gated flows, (flow id, ns) each; return (flow, posted ns) of those released."""
+        out: list[tuple[Flow, int]] = []
+        for fid, at in gates:
+            self._arrive(gate_key(fid), at, out)
+        return out
+
+    def _arrive(self, fid: int, end: int, out: list[tuple[Flow, int]]) -> None:
+        self._end[fid] = end
+        for j in self._waiters.pop(fid, ()):
+            entry = self._held[j]
+            entry[1] = max(entry[1], end)
+            entry[2] -= 1
+            if entry[2] == 0:
+                del self._held[j]
+                out.append((entry[0], entry[1] + entry[0].delay_ns))
 
 
 class NicLatencySimulator:
@@ -115,19 +132,30 @@ class NicLatencySimulator:
         check_packet_batch(flows, self.topology, self._rel.known)
         self._queue(self._rel.add(flows, at))
 
-    def post(self, flows: Sequence[Flow], posted: Sequence[int]) -> None:
-        """Add flows without deps, each posted at its own ns (a decomposition worker's input). A fabric flow may
-        be posted before now(), as long as its first packet (posted + L) is still ahead of now()."""
+    def post(
+        self,
+        flows: Sequence[Flow],
+        at: Sequence[int],
+        gated: Collection[int] = (),
+        gates: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """A decomposition worker's input. `flows` (fabric flows), each submitted at its `at` ns, with deps on
+        flows of this worker only; a flow in `gated` also waits for its gate. `gates`: (flow id, ns) pairs
+        opening gates, i.e. the ns its deps elsewhere were done. Whatever is released must still be able to
+        send its first packet (posted + L) after now(): else CausalityError (the driver broke its bound)."""
         from phantora.netsim.packet import check_packet_batch
 
-        now = self.now()
-        for f, p in zip(flows, posted, strict=True):
-            start = p + (self.latency_ns if uses_nic(f) else 0)
-            if f.deps or f.delay_ns or start < now + (1 if uses_nic(f) else 0):
-                raise CausalityError(f"flow {f.id}: posted at {p} ns cannot start by ns {now} (deps {list(f.deps)})")
         check_packet_batch(flows, self.topology, self._rel.known)
-        self._rel.note(f.id for f in flows)
-        self._queue(list(zip(flows, posted, strict=True)))
+        groups: dict[int, list[Flow]] = {}
+        for f, a in zip(flows, at, strict=True):
+            groups.setdefault(a, []).append(f)
+        ready = [r for a, group in groups.items() for r in self._rel.add(group, a, gated)]
+        ready += self._rel.open(gates)
+        now = self.now()
+        for f, p in ready:
+            if p + self.latency_ns < now + 1:
+                raise CausalityError(f"flow {f.id}: posted at {p} ns cannot start by ns {now}")
+        self._queue(ready)
 
     def _queue(self, ready: list[tuple[Flow, int]]) -> None:
         for f, p in ready:

@@ -47,8 +47,14 @@ def fabric_pieces(topo: Topology) -> list[int]:
 def piece_of(topo: Topology, pieces: list[int], f: Flow) -> int:
     """The piece a fabric flow's route stays in; InputError naming the flow, its ends and the switch where it
     leaves its source's piece."""
+    return route_in_piece(topo, pieces, f)[0]
+
+
+def route_in_piece(topo: Topology, pieces: list[int], f: Flow) -> tuple[int, list[int]]:
+    """`piece_of` and the flow's route (its channels)."""
     home = pieces[f.src]
-    for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key):
+    path = topo.route(f.src, f.dst, f.id if f.key is None else f.key)
+    for ch in path:
         node = topo.channel_ends(ch)[1]
         if pieces[node] != home:
             nodes = topo.nodes
@@ -58,4 +64,4 @@ def piece_of(topo: Topology, pieces: list[int], f: Flow) -> int:
                 "on a rail-optimised fabric; run it with workers=0",
                 field="workers",
             )
-    return home
+    return home, path

@@ -1,0 +1,148 @@
+"""Ray placement of decomposition workers (``--set ray=local|auto|ADDRESS`` with ``workers=N``).
+
+Ray only starts and watches the processes: one actor (one CPU) per worker, on whichever node Ray picks,
+launches ``python -m bridge.netserver`` there (tcp, the run's token) and reports its endpoint. The data path
+stays our ZeroMQ bridge (msgpack, token in the hello). ``local`` starts a private Ray instance on this machine
+(workers bind loopback); ``auto`` joins this machine's cluster, ADDRESS another (``ray://host:10001`` or
+``host:6379``): there workers bind their node's address, which needs ``PHANTORA_BRIDGE_NETWORK=1`` (see
+`bridge.transport`: token-only trust, in clear, for a private network).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from phantora.errors import PhantoraError
+
+START_TIMEOUT_S = 180.0
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise PhantoraError("ray placement needs the optional Ray extra: pip install 'ray[default]'") from None
+    return ray
+
+
+class WorkerHost:
+    """The body of the Ray actor: one network server process on this node, and its endpoint."""
+
+    def __init__(self, spec: bytes, token: str, loopback: bool, cwd: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="phantora-worker-"))
+        os.chmod(self.dir, 0o700)
+        setup = self.dir / "setup.msgpack"
+        setup.write_bytes(spec)
+        setup.chmod(0o600)
+        self.log = self.dir / "worker.log"
+        host = "127.0.0.1" if loopback else _ray().util.get_node_ip_address()
+        env = {**os.environ, "PHANTORA_TOKEN": token}
+        argv = [sys.executable, "-m", "bridge.netserver", "--setup", str(setup), "--transport", "tcp", "--bind", host]
+        with self.log.open("wb") as err:
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd if os.path.isdir(cwd) else None,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def endpoint(self) -> tuple[int, str]:
+        """(pid, endpoint) once the server has published it; PhantoraError with its log if it exits first."""
+        path = self.dir / "net.endpoint"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise PhantoraError(f"the worker did not start (exit {self.proc.poll()}): {self.tail()}")
+            time.sleep(0.02)
+        return self.proc.pid, path.read_text().strip()
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def tail(self) -> str:
+        lines = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
+        return " | ".join(lines)
+
+    def stop(self) -> int | None:
+        """Wait a little for the server (told to exit over the bridge), end it if still there; clean up."""
+        try:
+            self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode
+
+
+class RayPlacement:
+    """Connects to (or starts) Ray once per decomposed engine, starts worker actors, stops them."""
+
+    def __init__(self, address: str, workers: int) -> None:
+        ray = _ray()
+        self.local = address == "local"
+        self.started_here = not ray.is_initialized()
+        if address not in ("local", "auto") and not os.environ.get("PHANTORA_BRIDGE_NETWORK") == "1":
+            raise PhantoraError(
+                f"ray={address}: workers on other machines talk over tcp with token-only trust; "
+                "set PHANTORA_BRIDGE_NETWORK=1 to allow it (a private network), or use ray=local"
+            )
+        if self.started_here:
+            try:
+                ray.init(
+                    address=None if self.local else address,
+                    num_cpus=max(workers, os.cpu_count() or 1) if self.local else None,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            except Exception as exc:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ...
+                raise PhantoraError(f"cannot connect to Ray at {address!r}: {exc}") from None
+        self.actor_class = ray.remote(num_cpus=1, max_restarts=0)(WorkerHost)
+
+    def start(self, spec: bytes, token: str) -> Any:
+        """A worker actor (its server process starting); `endpoint` waits for it."""
+        return self.actor_class.remote(spec, token, self.local, os.getcwd())
+
+    def endpoint(self, actor: Any) -> tuple[int, str]:
+        ray = _ray()
+        try:
+            pid, endpoint = ray.get(actor.endpoint.remote(), timeout=START_TIMEOUT_S + 30)
+        except Exception as exc:  # noqa: BLE001 - RayTaskError wraps the actor's PhantoraError
+            raise PhantoraError(f"a Ray decomposition worker did not start: {exc}") from None
+        if not self.local and endpoint.startswith("tcp://127."):
+            raise PhantoraError(f"a Ray worker published a loopback endpoint ({endpoint}) for a remote driver")
+        return int(pid), str(endpoint)
+
+    def poll(self, actor: Any) -> int | None:
+        ray = _ray()
+        try:
+            return ray.get(actor.poll.remote(), timeout=5.0)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - a dead actor raises RayActorError, a slow one GetTimeoutError
+            return -1
+
+    def tail(self, actor: Any) -> str:
+        try:
+            return str(_ray().get(actor.tail.remote(), timeout=5.0))
+        except Exception:  # noqa: BLE001 - the actor is gone
+            return ""
+
+    def stop(self, actors: list[Any]) -> None:
+        """Stop every worker's actor (after its server was told to exit); shut Ray down if we started it."""
+        ray = _ray()
+        for a in actors:
+            try:
+                ray.get(a.stop.remote(), timeout=15.0)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            ray.kill(a)
+        if self.started_here:
+            ray.shutdown()
