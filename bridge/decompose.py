@@ -40,7 +40,13 @@ from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec, options_to_dict
 from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
 from phantora.errors import PhantoraError
-from phantora.netsim.base import Completion, Flow
+from phantora.netsim.base import (
+    Completion,
+    Flow,
+    advance_by_completions,
+    drain_by_completions,
+    watch_by_completions,
+)
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hybrid import topological_order
 from phantora.netsim.nic_latency import Releases, gate_key, uses_nic
@@ -415,37 +421,15 @@ class DecomposedSimulator:
 
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until`; now() becomes `until`."""
-        done: list[Completion] = []
-        while True:
-            got = self.advance_to_completion(until)
-            done.extend(got)
-            if not got and self._now >= until:
-                return done
+        return advance_by_completions(self, until)
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
         """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch` completes."""
-        if not watch:
-            return self.advance(until) if until < INF_NS else []
-        done: list[Completion] = []
-        while True:
-            got = self.advance_to_completion(until)
-            done.extend(got)
-            if any(c.flow_id in watch for c in got) or (not got and (until >= INF_NS or self._now >= until)):
-                return done
+        return watch_by_completions(self, until, watch)
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
-        limit = INF_NS if limit_ns is None else limit_ns
-        done: list[Completion] = []
-        while self.in_flight():
-            got = self.advance_to_completion(limit)
-            done.extend(got)
-            if not got:
-                left = self.in_flight()
-                if limit < INF_NS and self._now >= limit:
-                    raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
-                raise PhantoraError(f"{left} flows can never start: they wait on flows that never complete")
-        return done
+        return drain_by_completions(self, limit_ns)
 
     def next_event_time(self) -> int | None:
         return self._earliest()

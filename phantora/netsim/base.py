@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from phantora.errors import InputError
+from phantora.errors import InputError, PhantoraError
 
 if TYPE_CHECKING:
     from phantora.netsim.observe import ChannelObserver, FabricObserver
@@ -142,6 +142,51 @@ def step_watching(
         done.extend(got)
         if any(c.flow_id in watch for c in got):
             return done
+
+
+class _Stepper(Protocol):
+    def advance_to_completion(self, until: int) -> list[Completion]: ...
+    def now(self) -> int: ...
+    def in_flight(self) -> int: ...
+
+
+def advance_by_completions(sim: _Stepper, until: int) -> list[Completion]:
+    """`advance(until)` of an engine that runs to its next completion: every event at or before `until`."""
+    done: list[Completion] = []
+    while True:
+        got = sim.advance_to_completion(until)
+        done.extend(got)
+        if not got and sim.now() >= until:
+            return done
+
+
+def watch_by_completions(sim: _Stepper, until: int, watch: Collection[int]) -> list[Completion]:
+    """`advance_watching` of such an engine: towards `until` (INF_NS: no limit), returning after the first ns at
+    which a flow in `watch` completes."""
+    if not watch:
+        return advance_by_completions(sim, until) if until < INF_NS else []
+    done: list[Completion] = []
+    while True:
+        got = sim.advance_to_completion(until)
+        done.extend(got)
+        if any(c.flow_id in watch for c in got) or (not got and (until >= INF_NS or sim.now() >= until)):
+            return done
+
+
+def drain_by_completions(sim: _Stepper, limit_ns: int | None = None) -> list[Completion]:
+    """`drain` of such an engine: until nothing is in flight; now() ends at the last completion. Raise past
+    `limit_ns`, or when flows wait on flows that never complete."""
+    limit = INF_NS if limit_ns is None else limit_ns
+    done: list[Completion] = []
+    while sim.in_flight():
+        got = sim.advance_to_completion(limit)
+        done.extend(got)
+        if not got:
+            left = sim.in_flight()
+            if limit < INF_NS and sim.now() >= limit:
+                raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
+            raise PhantoraError(f"{left} flows can never start: they wait on flows that never complete")
+    return done
 
 
 def drain_observed(

@@ -21,7 +21,14 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from phantora.errors import PhantoraError
-from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.base import (
+    INF_NS,
+    Completion,
+    Flow,
+    advance_by_completions,
+    drain_by_completions,
+    watch_by_completions,
+)
 from phantora.netsim.flow import CausalityError
 
 if TYPE_CHECKING:
@@ -196,37 +203,15 @@ class NicLatencySimulator:
 
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until`; now() becomes `until`."""
-        done: list[Completion] = []
-        while True:
-            got = self.advance_to_completion(until)
-            done.extend(got)
-            if not got and self.now() >= until:
-                return done
+        return advance_by_completions(self, until)
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
         """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch` completes."""
-        if not watch:
-            return self.advance(until) if until < INF_NS else []
-        done: list[Completion] = []
-        while True:
-            got = self.advance_to_completion(until)
-            done.extend(got)
-            if any(c.flow_id in watch for c in got) or (not got and (until >= INF_NS or self.now() >= until)):
-                return done
+        return watch_by_completions(self, until, watch)
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
-        limit = INF_NS if limit_ns is None else limit_ns
-        done: list[Completion] = []
-        while self.in_flight():
-            got = self.advance_to_completion(limit)
-            done.extend(got)
-            if not got:
-                left = self.in_flight()
-                if limit < INF_NS and self.now() >= limit:
-                    raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
-                raise PhantoraError(f"{left} flows can never start: they wait on flows that never complete")
-        return done
+        return drain_by_completions(self, limit_ns)
 
     def _posted_starts(self, got: list[Completion]) -> list[Completion]:
         """ns-3 started a fabric flow at its first packet; its start is when it was posted, L earlier."""
