@@ -114,6 +114,20 @@ def test_decomposition_needs_fluid_nvlink_and_a_latency() -> None:
     assert (cfg.workers, cfg.nic_latency) == (2, 1000)
 
 
+def test_the_commands_sample_queues_by_default_except_when_decomposed() -> None:
+    """The CLI samples queues every 1 us unless told otherwise; a decomposed run cannot, so there the default is
+    off (the README's `--set workers=2` line works as written), while an explicit request is refused."""
+    from phantora.netsim.cli_config import QUEUE_SAMPLE_NS, packet_config_from_flags
+
+    decomposed = ["nvlink=fluid", "nic_latency=1us", "workers=2"]
+    assert packet_config_from_flags(sets=decomposed[:2]).queue_sample_ns == QUEUE_SAMPLE_NS
+    assert packet_config_from_flags(sets=decomposed).queue_sample_ns == 0
+    with pytest.raises(InputError, match="queue_sample_ns"):
+        packet_config_from_flags(sets=decomposed, queue_sample_ns=500)
+    with pytest.raises(InputError, match="queue_sample_ns"):
+        packet_config_from_flags(sets=["queue_sample_ns=500", *decomposed])
+
+
 def test_nic_latency_adds_exactly_l_to_an_isolated_flow() -> None:
     """A flow alone on the fabric: its first packet leaves L later, nothing else changes, so FCT(L) = FCT(0) + L."""
     topo = tiny()
