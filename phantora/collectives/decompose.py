@@ -6,7 +6,7 @@ from typing import Any
 
 from phantora.collectives.dag import DagBuilder, FlowDag, split
 from phantora.collectives.hierarchical import hierarchical_all_reduce
-from phantora.collectives.layout import chain_order, host_blocks, ring_order, tree_parents
+from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.options import default_options
 from phantora.collectives.p2p import all_to_all, send_recv
 from phantora.collectives.ring import ring_collective
@@ -41,6 +41,7 @@ def decompose(
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
         return b.finish()
     blocks = host_blocks(topo, nodes)
+    alternate = rail_aligned(topo, nodes, blocks)
     chunked = opts.granularity == "chunked"
     common: dict[str, Any] = {
         "chunked": chunked,
@@ -53,7 +54,7 @@ def decompose(
         common["chunked"] = True
         tree_flows(b, tree_parents(blocks, 0, 0), BARRIER_SLICE_BYTES, 0, up=True, down=True, name="tree", **common)
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
-        orders = [ring_order(blocks, c) for c in range(ch)]
+        orders = [ring_order(blocks, c, alternate) for c in range(ch)]
         ring_collective(b, kind, orders, coll.nbytes, **common)
     elif algo == "tree":
         for c, size in enumerate(split(coll.nbytes, ch)):
@@ -66,7 +67,7 @@ def decompose(
         up, down = kind == "reduce", kind == "broadcast"
         for c, size in enumerate(split(coll.nbytes, ch)):
             if algo == "chain":
-                order = chain_order(blocks, c, root)
+                order = chain_order(blocks, c, root, alternate)
                 links: list[int | None] = [None] * n
                 for a, v in zip(order, order[1:], strict=False):
                     links[v] = a

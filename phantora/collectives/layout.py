@@ -34,22 +34,53 @@ def rotate(seq: list[int], k: int) -> list[int]:
     return seq[k:] + seq[:k]
 
 
-def ring_order(blocks: list[list[int]], channel: int) -> list[int]:
+def fabric_switch(topo: Topology, node: int) -> int | None:
+    """The switch an endpoint's NIC attaches to (its first non-NVSwitch switch), or None."""
+    for v, _ in topo.neighbours(node):
+        if topo.nodes[v].kind == "switch":
+            return v
+    return None
+
+
+def rail_aligned(topo: Topology, nodes: list[int], blocks: list[list[int]]) -> bool:
+    """Whether a multi-host group sits on a rail-optimised fabric: the rank at local index i of every host
+    reaches the fabric through one switch (rail i), and different local indices through different switches."""
+    m = multi_host(blocks)
+    if not m:
+        return False
+    rails = [{fabric_switch(topo, nodes[b[i]]) for b in blocks} for i in range(m)]
+    if any(len(r) != 1 or None in r for r in rails):
+        return False
+    return len(set().union(*rails)) == m
+
+
+def ring_order(blocks: list[list[int]], channel: int, alternate: bool = False) -> list[int]:
     """The ring of one channel: hosts one after another, each host's ranks contiguous.
 
     On a multi-host group with m ranks per host, channel c rotates every host's local order by
     c mod m, so the ring leaves each host from a different GPU (and its NIC) on each of m
     consecutive channels, as NCCL's rings do. Otherwise the ring is the host-contiguous group order.
+
+    `alternate` (rail-optimised fabrics, `rail_aligned`): every other host runs its local order backwards,
+    so the ring enters a host at the local index it left the previous one from, and each host-to-host hop
+    joins two NICs of one rail (NCCL's alternating rings, 2.20: rings without cross-rail traffic). With an odd
+    number of hosts the hop from the last host back to the first still crosses rails.
     """
     m = multi_host(blocks)
     if not m:
         return [p for b in blocks for p in b]
-    return [p for b in blocks for p in rotate(b, channel % m)]
+    if not alternate:
+        return [p for b in blocks for p in rotate(b, channel % m)]
+    out: list[int] = []
+    for h, b in enumerate(blocks):
+        local = rotate(b, channel % m)
+        out += local if h % 2 == 0 else local[::-1]
+    return out
 
 
-def chain_order(blocks: list[list[int]], channel: int, root: int) -> list[int]:
+def chain_order(blocks: list[list[int]], channel: int, root: int, alternate: bool = False) -> list[int]:
     """The channel's ring, opened at the root: root first, then its successors."""
-    ring = ring_order(blocks, channel)
+    ring = ring_order(blocks, channel, alternate)
     return rotate(ring, ring.index(root))
 
 

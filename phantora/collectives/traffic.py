@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 
 from phantora.collectives.dag import split
-from phantora.collectives.layout import host_blocks, ring_order
+from phantora.collectives.layout import host_blocks, rail_aligned, ring_order
 from phantora.collectives.options import default_options
 from phantora.collectives.ring import ring_schedule
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -97,12 +97,14 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
     """Each flow of a ring `coll` decomposed (by `decompose`) with ids from `first_id`, in id order: (id, channel,
     channel ring order, sender ring position, its pieces in the order sent, the channel's slice sizes)."""
     opts = default_options(coll, topo, opts)
-    blocks = host_blocks(topo, [topo.node_of_rank(r) for r in coll.ranks])
+    nodes = [topo.node_of_rank(r) for r in coll.ranks]
+    blocks = host_blocks(topo, nodes)
+    alternate = rail_aligned(topo, nodes, blocks)
     n = coll.size
     schedule = ring_schedule(coll.kind, n)
     fid = first_id
     for c, share in enumerate(split(coll.nbytes, opts.channels)):
-        order = ring_order(blocks, c)
+        order = ring_order(blocks, c, alternate)
         slices = split(share, n)
         if opts.granularity != "chunked":  # one flow per ring edge, the slices it sends in step order
             for i in range(n):
