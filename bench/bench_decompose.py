@@ -91,8 +91,8 @@ def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str
     finally:
         sim.close()
     key = hashlib.sha256(repr(sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)).encode()).hexdigest()[:12]
-    dec = stats.get("decompose") or {}
-    workers = stats.get("workers") or []
+    dec: dict[str, Any] = stats.get("decompose") or {}  # type: ignore[assignment]
+    workers: list[dict[str, Any]] = stats.get("workers") or []  # type: ignore[assignment]
     return {
         "setup_s": t1 - t0,
         "setup_cpu": c1 - c0,
@@ -102,7 +102,7 @@ def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str
         "worker_pieces": [w.get("pieces") for w in workers],
         "rounds": int(dec.get("rounds", 0)),
         "round_wall": float(dec.get("round_wall_s", 0.0)),
-        "events": int(stats.get("events", 0) or 0),
+        "events": int(stats.get("events", 0) or 0)  # type: ignore[call-overload],
         "end": max(c.end_ns for c in done),
         "key": key,
     }
