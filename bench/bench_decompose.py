@@ -102,7 +102,7 @@ def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str
         "worker_pieces": [w.get("pieces") for w in workers],
         "rounds": int(dec.get("rounds", 0)),
         "round_wall": float(dec.get("round_wall_s", 0.0)),
-        "events": int(stats.get("events", 0) or 0)  # type: ignore[call-overload],
+        "events": int(stats.get("events", 0) or 0),  # type: ignore[call-overload]
         "end": max(c.end_ns for c in done),
         "key": key,
     }
