@@ -10,6 +10,7 @@ spread round-robin, the critical path is max over workers of their pieces' CPU +
 per round x rounds (per-piece CPU from the run with one worker per piece).
 
     .venv/bin/python bench/bench_decompose.py --topology rail128 --bytes 4MiB
+    .venv/bin/python bench/bench_decompose.py --pattern rails --bytes 256MiB --workers 1 2 8   # ns-3-bound
     .venv/bin/phantora run --topology rail128 --phantom --out /tmp/r128 --record /tmp/g128 \\
         examples/llama_train.py --model llama3-8b --layers 1 --seq 8192 --batch 2 --ac op --steps 1
     .venv/bin/python bench/bench_decompose.py --graph /tmp/g128 --topology rail128 --workers 1 2 8
