@@ -10,6 +10,7 @@ spread round-robin, the critical path is max over workers of their pieces' CPU +
 per round x rounds (per-piece CPU from the run with one worker per piece).
 
     .venv/bin/python bench/bench_decompose.py --topology rail128 --bytes 4MiB
+    .venv/bin/python bench/bench_decompose.py --pattern rails --bytes 256MiB --workers 1 2 8   # ns-3-bound
     .venv/bin/phantora run --topology rail128 --phantom --out /tmp/r128 --record /tmp/g128 \\
         examples/llama_train.py --model llama3-8b --layers 1 --seq 8192 --batch 2 --ac op --steps 1
     .venv/bin/python bench/bench_decompose.py --graph /tmp/g128 --topology rail128 --workers 1 2 8
@@ -26,6 +27,7 @@ from bridge.engines import make_engine
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.base import Flow
+from phantora.netsim.pieces import fabric_pieces
 from phantora.topology.loader import load_topology
 from phantora.topology.model import Topology
 from phantora.units import parse_size_bytes
@@ -38,12 +40,35 @@ def fsdp_dag(topo: Topology, nbytes: int) -> list[Flow]:
     algo = AlgoOptions("hierarchical", "chunked")
     ag = decompose(Collective("all_reduce", ranks, nbytes), topo, algo).flows
     base = max(f.id for f in ag) + 1
-    last = [f.id for f in ag if not any(f.id in g.deps for g in ag)]
+    needed = {d for g in ag for d in g.deps}
+    last = [f.id for f in ag if f.id not in needed]
     rs = decompose(Collective("all_reduce", ranks, nbytes), topo, algo).flows
     out = list(ag)
     for f in rs:
         deps = tuple(d + base for d in f.deps) or tuple(last)
         out.append(Flow(f.id + base, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+    return out
+
+
+def rails_dag(topo: Topology, nbytes: int) -> list[Flow]:
+    """Per piece (a rail of a rail-optimised fabric): two ring all-reduces of `nbytes` over its GPUs, the second
+    after the first, one flow per ring edge and step: few, large flows, where ns-3's work dominates."""
+    pieces = fabric_pieces(topo)
+    groups: dict[int, list[int]] = {}
+    for r in range(topo.num_ranks):
+        groups.setdefault(pieces[topo.node_of_rank(r)], []).append(r)
+    algo = AlgoOptions("ring", "coarse")
+    out: list[Flow] = []
+    for ranks in groups.values():
+        prev: list[int] = []
+        for _ in range(2):
+            base = max((f.id for f in out), default=-1) + 1
+            ar = decompose(Collective("all_reduce", tuple(ranks), nbytes), topo, algo).flows
+            for f in ar:
+                deps = tuple(d + base for d in f.deps) or tuple(prev)
+                out.append(Flow(f.id + base, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+            needed = {d for f in ar for d in f.deps}
+            prev = [f.id + base for f in ar if f.id not in needed]
     return out
 
 
@@ -67,8 +92,8 @@ def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str
     finally:
         sim.close()
     key = hashlib.sha256(repr(sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)).encode()).hexdigest()[:12]
-    dec = stats.get("decompose") or {}
-    workers = stats.get("workers") or []
+    dec: dict[str, Any] = stats.get("decompose") or {}  # type: ignore[assignment]
+    workers: list[dict[str, Any]] = stats.get("workers") or []  # type: ignore[assignment]
     return {
         "setup_s": t1 - t0,
         "setup_cpu": c1 - c0,
@@ -78,7 +103,7 @@ def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str
         "worker_pieces": [w.get("pieces") for w in workers],
         "rounds": int(dec.get("rounds", 0)),
         "round_wall": float(dec.get("round_wall_s", 0.0)),
-        "events": int(stats.get("events", 0) or 0),
+        "events": int(stats.get("events", 0) or 0),  # type: ignore[call-overload]
         "end": max(c.end_ns for c in done),
         "key": key,
     }
@@ -89,6 +114,11 @@ def main() -> None:
     ap.add_argument("--topology", default="rail128")
     ap.add_argument("--graph", help="execution-graph directory (phantora run --record DIR); default: FSDP-like DAG")
     ap.add_argument("--bytes", default="4MiB", help="collective size of the default DAG")
+    ap.add_argument(
+        "--pattern", choices=["hier", "rails"], default="hier",
+        help="hier: hierarchical all-reduces over all GPUs (NVLink + rail rings, many chunked flows); "
+        "rails: a ring all-reduce per rail, one flow per ring edge and step",
+    )  # fmt: skip
     ap.add_argument("--cc", default="dcqcn")
     ap.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us", help="comma-separated --set fields")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
@@ -96,7 +126,8 @@ def main() -> None:
     ap.add_argument("--paper", type=int, nargs="+", default=[8, 64], help="worker counts to project")
     args = ap.parse_args()
     topo = load_topology(args.topology)
-    flows = graph_dag(args.graph, topo) if args.graph else fsdp_dag(topo, parse_size_bytes(args.bytes))
+    make = rails_dag if args.pattern == "rails" else fsdp_dag
+    flows = graph_dag(args.graph, topo) if args.graph else make(topo, parse_size_bytes(args.bytes))
     base = [s for s in args.set.split(",") if s]
     print(f"{len(flows)} flows on {topo.name}, --set {','.join(base)}, cc {args.cc}")
     rows = [("one engine", run(topo, flows, base, args.cc))]

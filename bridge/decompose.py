@@ -60,7 +60,7 @@ from phantora.netsim.observe import (
     QueueSample,
     Trim,
 )
-from phantora.netsim.packet import check_packet_batch
+from phantora.netsim.packet import check_packet_batch, check_packet_fields
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.pieces import NO_PIECE, fabric_pieces, route_in_piece
 from phantora.topology.model import Topology
@@ -155,6 +155,7 @@ class DecomposedSimulator:
         self._in_flight = [0] * n
         self._gates_held = 0
         self.reacts: Callable[[int], bool] | None = None  # set by the caller: does it act on this completion?
+        self.prechecked = False  # set by a caller that runs `check_flow_batch` on every batch it submits (hybrid)
         self.rounds = 0
         self.round_wall_s = 0.0
         self.bound_wall_s = 0.0
@@ -213,8 +214,10 @@ class DecomposedSimulator:
         log = d / "worker.log"
         env = {**os.environ, "PHANTORA_TOKEN": token}
         with log.open("wb") as err:
+            prof = os.environ.get("PHANTORA_WORKER_PROFILE")  # cProfile each worker into DIR (docs)
+            pre = ["-m", "cProfile", "-o", f"{prof}/w{i}.{os.getpid()}.prof"] if prof else []
             proc = subprocess.Popen(
-                [sys.executable, "-m", "bridge.netserver", "--setup", str(setup)],
+                [sys.executable, *pre, "-m", "bridge.netserver", "--setup", str(setup)],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -314,7 +317,10 @@ class DecomposedSimulator:
         """Add flows eligible from `at` (>= now()); a fabric flow must stay inside one piece."""
         if at < self._now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
-        check_packet_batch(flows, self.topology, self._owner.__contains__)
+        if self.prechecked:
+            check_packet_fields(flows)
+        else:
+            check_packet_batch(flows, self.topology, self._owner.__contains__)
         xfer = {}
         for f in flows:
             if uses_nic(f):
@@ -577,6 +583,7 @@ def decomposed_engine(topo: Topology, config: PacketConfig) -> Any:
     packet = DecomposedSimulator(topo, config)
     engine = fluid_nvlink(topo, config, packet=packet)
     packet.reacts = engine.reacts_to  # type: ignore[attr-defined]
+    packet.prechecked = True  # the hybrid checks each batch whole at its submit: ids, ends, deps, cycles
     return engine
 
 

@@ -513,6 +513,12 @@ class Ns3Simulator:
 def check_packet_batch(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:
     """`check_flow_batch`, plus what the C++ fabric needs: 64-bit ids, a data priority class 1..7 and a loss
     budget within the flow."""
+    check_packet_fields(flows)
+    return check_flow_batch(flows, topology, known)
+
+
+def check_packet_fields(flows: Sequence[Flow]) -> None:
+    """What the C++ fabric needs of each flow: 64-bit ids, a data priority class 1..7, a loss budget within it."""
     for f in flows:
         if not 0 <= f.id <= _MASK64:
             raise InputError(f"flow {f.id}: ids must be in [0, 2^64)", field="id")
@@ -520,4 +526,3 @@ def check_packet_batch(flows: Sequence[Flow], topology: Topology, known: Callabl
             raise InputError(f"flow {f.id}: priority must be 1..7 (0 is the control class)", field="priority")
         if not 0 <= f.loss_budget <= max(f.size, 0):
             raise InputError(f"flow {f.id}: loss_budget must be in [0, size], got {f.loss_budget}", field="loss_budget")
-    return check_flow_batch(flows, topology, known)
