@@ -146,11 +146,11 @@ def test_native_advance_watching_equals_stepping(ns3_lib) -> None:
 def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, ns3_lib) -> None:
     """Regression: the server took its own busy time in a long ns-3 advance for the coordinator's silence.
 
-    One 8-rank ring all-reduce of 128 MiB is a single advance of several wall seconds; the peer timeout
+    One 8-rank ring all-reduce of 512 MiB is a single advance of several wall seconds; the peer timeout
     is 2 s. The run must finish, and in no less than the ring's closed-form time at line rate.
     """
     topo = leaf_spine(1, 8, 0, nic_rate="100Gbps", latency="1us")
-    size = 128 << 20
+    size = 512 << 20
     path = tmp_path / "wl.json"
     path.write_text(
         json.dumps({"name": "big", "op": [{"name": "ar", "kind": "all_reduce", "bytes": size, "ranks": "all"}]})

@@ -147,7 +147,17 @@ def test_graph_replay_results_keep_the_approximations_list() -> None:
     """results.json of `phantora replay GRAPH` says which approximations the engine used."""
     from phantora.egraph.replay import GraphReplayResult
 
-    stats = {"events": 7, "approximations": ["nvlink=fluid", "reuse=on"], "nested": {"x": 1}}
+    stats = {
+        "events": 7,
+        "approximations": ["nvlink=fluid", "reuse=on"],
+        "decompose": {"workers": 2, "rounds": 3},  # nested plain maps stay (decomposition settings, per worker)
+        "engine": object(),  # anything not plain is left out
+        "mixed": {"x": object()},
+    }
     res = GraphReplayResult([1], [1], [[1]], [1], 1, {}, stats, 1, 0, 0.0, 0.0)
     kept = res.to_dict()["engine_stats"]
-    assert kept == {"events": 7, "approximations": ["nvlink=fluid", "reuse=on"]}
+    assert kept == {
+        "events": 7,
+        "approximations": ["nvlink=fluid", "reuse=on"],
+        "decompose": {"workers": 2, "rounds": 3},
+    }
