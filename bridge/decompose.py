@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,7 @@ from phantora.errors import PhantoraError
 from phantora.netsim.base import (
     Completion,
     Flow,
-    advance_by_completions,
-    drain_by_completions,
-    watch_by_completions,
+    RunsByCompletion,
 )
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hybrid import topological_order
@@ -126,7 +124,7 @@ class _Outbox:
         return not self.flows and not self.gates
 
 
-class DecomposedSimulator:
+class DecomposedSimulator(RunsByCompletion):
     """A `CompletionStepper` (and `FabricObserver`) over N worker processes, each running some pieces."""
 
     def __init__(self, topology: Topology, config: PacketConfig) -> None:
@@ -424,18 +422,6 @@ class DecomposedSimulator:
         if self._buffer:
             times.append(self._buffer[0][0])
         return min(times) if times else None
-
-    def advance(self, until: int) -> list[Completion]:
-        """Run every event at or before `until`; now() becomes `until`."""
-        return advance_by_completions(self, until)
-
-    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
-        """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch` completes."""
-        return watch_by_completions(self, until, watch)
-
-    def drain(self, limit_ns: int | None = None) -> list[Completion]:
-        """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
-        return drain_by_completions(self, limit_ns)
 
     def next_event_time(self) -> int | None:
         return self._earliest()

@@ -189,6 +189,25 @@ def drain_by_completions(sim: _Stepper, limit_ns: int | None = None) -> list[Com
     return done
 
 
+class RunsByCompletion:
+    """`advance`, `advance_watching` and `drain` for an engine whose one primitive is `advance_to_completion`
+    (with `now` and `in_flight`): the NIC-latency and decomposed engines."""
+
+    def advance(self: _Stepper, until: int) -> list[Completion]:
+        """Run every event at or before `until`; now() becomes `until`."""
+        return advance_by_completions(self, until)
+
+    def advance_watching(
+        self: _Stepper, until: int, watch: Collection[int], earliest: int | None = None
+    ) -> list[Completion]:
+        """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch` completes."""
+        return watch_by_completions(self, until, watch)
+
+    def drain(self: _Stepper, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
+        return drain_by_completions(self, limit_ns)
+
+
 def drain_observed(
     sim: NetworkSimulator, ids: Sequence[int], tick: Callable[[list[Completion]], None], samples: int = 200
 ) -> list[Completion]:

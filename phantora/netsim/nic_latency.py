@@ -25,9 +25,7 @@ from phantora.netsim.base import (
     INF_NS,
     Completion,
     Flow,
-    advance_by_completions,
-    drain_by_completions,
-    watch_by_completions,
+    RunsByCompletion,
 )
 from phantora.netsim.flow import CausalityError
 
@@ -115,7 +113,7 @@ class Releases:
                 out.append((entry[0], entry[1] + entry[0].delay_ns))
 
 
-class NicLatencySimulator:
+class NicLatencySimulator(RunsByCompletion):
     """`NetworkSimulator` (a `CompletionStepper`, so nvlink=fluid sits on it) over one `Ns3Simulator`."""
 
     def __init__(self, inner: Ns3Simulator, latency_ns: int) -> None:
@@ -200,18 +198,6 @@ class NicLatencySimulator:
                 return self._posted_starts(got)
             if inner.now() >= until:
                 return []
-
-    def advance(self, until: int) -> list[Completion]:
-        """Run every event at or before `until`; now() becomes `until`."""
-        return advance_by_completions(self, until)
-
-    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
-        """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch` completes."""
-        return watch_by_completions(self, until, watch)
-
-    def drain(self, limit_ns: int | None = None) -> list[Completion]:
-        """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
-        return drain_by_completions(self, limit_ns)
 
     def _posted_starts(self, got: list[Completion]) -> list[Completion]:
         """ns-3 started a fabric flow at its first packet; its start is when it was posted, L earlier."""
