@@ -12,9 +12,7 @@ scheduler runs --repeat times and keeps its fastest run (the machine is shared),
 
 from __future__ import annotations
 
-import argparse
-
-from bench_lb import run
+from bench_lb import fabric_parser, run
 
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import load_ns3
@@ -24,11 +22,7 @@ from phantora.units import parse_size_bytes
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--leaves", type=int, default=4)
-    p.add_argument("--per-leaf", type=int, default=4)
-    p.add_argument("--spines", type=int, default=2)
-    p.add_argument("--bytes", default="256KiB", help="bytes per GPU pair")
+    p = fabric_parser(__doc__)
     p.add_argument("--classes", type=int, default=3, help="traffic classes the flows spread over (1..3 -> 1, 2, 3)")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()

@@ -41,12 +41,18 @@ def run(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> tuple[int, floa
     return events, cpu, max(c.end_ns for c in done)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def fabric_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options of the benchmark fabric (a leaf-spine) and its all-pairs traffic, shared with bench_classes."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--leaves", type=int, default=4)
     p.add_argument("--per-leaf", type=int, default=4)
     p.add_argument("--spines", type=int, default=2)
     p.add_argument("--bytes", default="256KiB", help="bytes per GPU pair")
+    return p
+
+
+def main() -> None:
+    p = fabric_parser(__doc__)
     p.add_argument("--cc", default="none")
     p.add_argument("--modes", default=",".join(LB_MODES), help="comma-separated load-balancing modes")
     p.add_argument("--repeat", type=int, default=3)
