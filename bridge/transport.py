@@ -24,7 +24,7 @@ from pathlib import Path
 
 import zmq
 
-from bridge.curve import ClientCurve, ServerCurve, make_client, make_server
+from bridge.curve import ClientCurve, ServerCurve, make_client, make_server, parse_key
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, HARD_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 
@@ -231,7 +231,12 @@ def key_file(run_dir: Path, name: str) -> Path:
 def read_server_key(run_dir: Path, name: str) -> bytes | None:
     """The public key published beside endpoint `name`, or None when the server is not a CURVE server."""
     path = key_file(run_dir, name)
-    return path.read_bytes().strip() if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return parse_key(path.read_bytes(), str(path))
+    except ValueError as exc:
+        raise BridgeError(str(exc)) from None
 
 
 def recv_within(sock: zmq.Socket, timeout_s: float, what: str) -> list[bytes]:

@@ -223,3 +223,9 @@ def test_beyond_loopback_the_bridge_refuses_to_run_without_curve(monkeypatch: py
 def test_a_bad_client_key_in_the_environment_is_named() -> None:
     with pytest.raises(ValueError, match="PHANTORA_CURVE_CLIENTS: a CURVE public key is 40 z85 characters, got 5"):
         parse_key("abcde", CLIENTS_ENV)
+
+
+def test_a_damaged_key_file_is_named(tmp_path: Path) -> None:
+    key_file(tmp_path, "net").write_bytes(b"short\n")
+    with pytest.raises(BridgeError, match=f"{tmp_path}/net.key: a CURVE public key is 40 z85 characters, got 5"):
+        read_server_key(tmp_path, "net")
