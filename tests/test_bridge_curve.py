@@ -229,3 +229,66 @@ def test_a_damaged_key_file_is_named(tmp_path: Path) -> None:
     key_file(tmp_path, "net").write_bytes(b"short\n")
     with pytest.raises(BridgeError, match=f"{tmp_path}/net.key: a CURVE public key is 40 z85 characters, got 5"):
         read_server_key(tmp_path, "net")
+
+
+def this_host_address() -> str | None:
+    """This machine's address on its default route (not loopback), or None."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("198.51.100.1", 9))  # no packet is sent: this only picks the outgoing interface
+        addr: str = probe.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if addr.startswith("127.") else addr
+
+
+def test_beyond_loopback_a_curve_server_serves_the_run_peer_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real thing: a network server bound to this machine's network address, as a Ray worker on another
+    node binds; the driver needs the opt-in and the server's key, and then runs a flow through it."""
+    host = this_host_address()
+    if host is None:
+        pytest.skip("no network interface besides loopback")
+    monkeypatch.setenv(NETWORK_OPT_IN, "1")
+    run_dir = make_run_dir()
+    token = new_token()
+    (run_dir / "token").write_text(token)
+    client = KeyPair.new()
+    proc = start_netserver(run_dir, client.public.decode(), bind=host)
+    ctx = zmq.Context()
+    try:
+        path = run_dir / "net.endpoint"
+        deadline = time.monotonic() + 60
+        while not path.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (run_dir / "log").read_text()
+            time.sleep(0.02)
+        endpoint = path.read_text()
+        key = read_server_key(run_dir, "net")
+        assert endpoint.startswith(f"tcp://{host}:") and key is not None
+        with pytest.raises(BridgeError, match=f"refusing to connect to {endpoint} without its CurveZMQ server key"):
+            remote(ctx, endpoint, token, None)
+        monkeypatch.delenv(NETWORK_OPT_IN)
+        with pytest.raises(BridgeError, match="the bridge uses 127.0.0.1 unless PHANTORA_BRIDGE_NETWORK=1"):
+            remote(ctx, endpoint, token, ClientCurve(client, key))
+        monkeypatch.setenv(NETWORK_OPT_IN, "1")
+        sim = remote(ctx, endpoint, token, ClientCurve(client, key))
+        assert run_one_flow(sim) >= SIZE * 8 // 100
+        sim.close()
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        ctx.term()
+        remove_run_dir(run_dir)
+
+
+def test_ray_beyond_this_machine_needs_the_network_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
+    from bridge.ray_workers import RayPlacement
+    from phantora.errors import PhantoraError
+
+    monkeypatch.delenv(NETWORK_OPT_IN, raising=False)
+    with pytest.raises(PhantoraError, match="ray=192.0.2.1:6379: .* set PHANTORA_BRIDGE_NETWORK=1"):
+        RayPlacement("192.0.2.1:6379", 2)
