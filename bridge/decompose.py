@@ -200,15 +200,18 @@ class DecomposedSimulator(RunsByCompletion):
                 self.workers.append(self._local_worker(i, mine, spec, token))
         self._poller = zmq.Poller()
         for w in self.workers:
-            w.remote = RemoteSimulator(
-                self._ctx,
-                _endpoint(w, self._root / f"w{w.index}"),
-                token,
-                startup_timeout_s=STARTUP_TIMEOUT_S,
-                call_timeout_s=CALL_TIMEOUT_S,
-                on_wait=w.check,
-                curve=self._client_curve(w),
-            )
+            try:
+                w.remote = RemoteSimulator(
+                    self._ctx,
+                    _endpoint(w, self._root / f"w{w.index}"),
+                    token,
+                    startup_timeout_s=STARTUP_TIMEOUT_S,
+                    call_timeout_s=CALL_TIMEOUT_S,
+                    on_wait=w.check,
+                    curve=self._client_curve(w),
+                )
+            except BridgeError as exc:
+                raise BridgeError(f"decomposition worker {w.index} (pid {w.pid}): {exc}", code=exc.code) from None
             self._poller.register(w.remote.sock, zmq.POLLIN)
 
     def _client_curve(self, w: Worker) -> ClientCurve | None:
