@@ -14,7 +14,7 @@ per round x rounds (per-piece CPU from the run with one worker per piece).
     .venv/bin/phantora run --topology rail128 --phantom --out /tmp/r128 --record /tmp/g128 \\
         examples/llama_train.py --model llama3-8b --layers 1 --seq 8192 --batch 2 --ac op --steps 1
     .venv/bin/python bench/bench_decompose.py --graph /tmp/g128 --topology rail128 --workers 1 2 8
-    .venv/bin/python bench/bench_decompose.py --topology testbed16 --workers --ray 2 --ray-curve 2  # CurveZMQ cost
+    .venv/bin/python bench/bench_decompose.py --topology rail128 --bytes 4MiB --workers --ray 2 --ray-curve 2
 
 ``--ray-curve N`` runs ray=local with PHANTORA_BRIDGE_CURVE=1: the workers' sockets are CurveZMQ, as they are
 on other machines, so the rows "ray N" and "ray N curve" give the cost of the encryption (round ms).
