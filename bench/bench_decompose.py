@@ -14,16 +14,22 @@ per round x rounds (per-piece CPU from the run with one worker per piece).
     .venv/bin/phantora run --topology rail128 --phantom --out /tmp/r128 --record /tmp/g128 \\
         examples/llama_train.py --model llama3-8b --layers 1 --seq 8192 --batch 2 --ac op --steps 1
     .venv/bin/python bench/bench_decompose.py --graph /tmp/g128 --topology rail128 --workers 1 2 8
+    .venv/bin/python bench/bench_decompose.py --topology rail128 --bytes 4MiB --workers --ray 2 --ray-curve 2
+
+``--ray-curve N`` runs ray=local with PHANTORA_BRIDGE_CURVE=1: the workers' sockets are CurveZMQ, as they are
+on other machines, so the rows "ray N" and "ray N curve" give the cost of the encryption (round ms).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import time
 from typing import Any
 
 from bridge.engines import make_engine
+from bridge.transport import CURVE_ALWAYS
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.base import Flow
@@ -121,8 +127,9 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--cc", default="dcqcn")
     ap.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us", help="comma-separated --set fields")
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
+    ap.add_argument("--workers", type=int, nargs="*", default=[1, 2, 8])
     ap.add_argument("--ray", type=int, nargs="*", default=[], help="worker counts to run also with ray=local")
+    ap.add_argument("--ray-curve", type=int, nargs="*", default=[], help="... and with ray=local over CurveZMQ")
     ap.add_argument("--paper", type=int, nargs="+", default=[8, 64], help="worker counts to project")
     args = ap.parse_args()
     topo = load_topology(args.topology)
@@ -135,6 +142,12 @@ def main() -> None:
         rows.append((f"workers={n}", run(topo, flows, [*base, f"workers={n}"], args.cc)))
     for n in args.ray:
         rows.append((f"ray {n}", run(topo, flows, [*base, f"workers={n}", "ray=local"], args.cc)))
+    for n in args.ray_curve:
+        os.environ[CURVE_ALWAYS] = "1"
+        try:
+            rows.append((f"ray {n} curve", run(topo, flows, [*base, f"workers={n}", "ray=local"], args.cc)))
+        finally:
+            del os.environ[CURVE_ALWAYS]
     want = rows[0][1]["key"]
     head = f"{'variant':<12} {'setup s':>8} {'wall s':>8} {'coord CPU':>9} {'worker CPU s':<28} {'rounds':>7} "
     print(head + f"{'round ms':>9} {'events':>11} {'ev/CPU s':>10} {'end ns':>12} equal")

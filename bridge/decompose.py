@@ -15,7 +15,8 @@ then gather). Completions wait here and are handed out one ns at a time, as `adv
 promises, so nvlink=fluid (`phantora.netsim.hybrid`) sits on top unchanged. The result equals one engine
 with the same nic_latency to the ns (docs/packet-model.md, "Decomposition").
 
-Placement: local subprocesses (`workers=N`), or processes started by Ray actors (`ray=local|auto|ADDRESS`).
+Placement: local subprocesses (`workers=N`, ipc in a private directory), or processes started by Ray actors
+(`ray=local|auto|ADDRESS`, tcp; beyond loopback CurveZMQ with a per-run key pair here and one per worker).
 A worker that dies ends the run within about a second, named; workers exit with this process.
 """
 
@@ -33,6 +34,7 @@ from typing import Any
 
 import zmq
 
+from bridge.curve import ClientCurve, KeyPair
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, INF_NS, encode, flows_to_wire, records_from_wire
 from bridge.ray_workers import RayPlacement
@@ -84,6 +86,7 @@ class Worker:
     host: Any = None  # the Ray actor that started it
     placement: RayPlacement | None = None
     endpoint: str | None = None  # a Ray worker's, reported by its actor
+    server_key: bytes | None = None  # its CurveZMQ public key, reported with the endpoint
     remote: RemoteSimulator | None = None
 
     def exit_code(self) -> int | None:
@@ -161,6 +164,7 @@ class DecomposedSimulator(RunsByCompletion):
         self._records_at = -1
         self._closed = False
         self._placement: RayPlacement | None = None
+        self._curve: KeyPair | None = None  # ours, when the workers are CurveZMQ servers
         self._ctx = zmq.Context()
         self._root = make_run_dir()
         self.workers: list[Worker] = []
@@ -182,26 +186,40 @@ class DecomposedSimulator(RunsByCompletion):
         ).to_bytes()
         if self.config.ray:
             self._placement = RayPlacement(self.config.ray, n)
-            actors = [self._placement.start(spec, token) for _ in range(n)]  # they start in parallel
+            self._curve = KeyPair.new() if self._placement.curve else None
+            ours = self._curve.public if self._curve is not None else None
+            actors = [self._placement.start(spec, token, ours) for _ in range(n)]  # they start in parallel
             for i, actor in enumerate(actors):
                 mine = [p for p, w in enumerate(self._piece_worker) if w == i]
-                self.workers.append(Worker(i, mine, -1, None, None, actor, self._placement))
-                self.workers[-1].pid, self.workers[-1].endpoint = self._placement.endpoint(actor)
+                w = Worker(i, mine, -1, None, None, actor, self._placement)
+                self.workers.append(w)
+                w.pid, w.endpoint, w.server_key = self._placement.endpoint(actor)
         else:
             for i in range(n):
                 mine = [p for p, w in enumerate(self._piece_worker) if w == i]
                 self.workers.append(self._local_worker(i, mine, spec, token))
         self._poller = zmq.Poller()
         for w in self.workers:
-            w.remote = RemoteSimulator(
-                self._ctx,
-                _endpoint(w, self._root / f"w{w.index}"),
-                token,
-                startup_timeout_s=STARTUP_TIMEOUT_S,
-                call_timeout_s=CALL_TIMEOUT_S,
-                on_wait=w.check,
-            )
+            try:
+                w.remote = RemoteSimulator(
+                    self._ctx,
+                    _endpoint(w, self._root / f"w{w.index}"),
+                    token,
+                    startup_timeout_s=STARTUP_TIMEOUT_S,
+                    call_timeout_s=CALL_TIMEOUT_S,
+                    on_wait=w.check,
+                    curve=self._client_curve(w),
+                )
+            except BridgeError as exc:
+                raise BridgeError(f"decomposition worker {w.index} (pid {w.pid}): {exc}", code=exc.code) from None
             self._poller.register(w.remote.sock, zmq.POLLIN)
+
+    def _client_curve(self, w: Worker) -> ClientCurve | None:
+        """Our CURVE keys and the worker's public key, when the workers are CURVE servers."""
+        if self._curve is None:
+            return None
+        assert w.server_key is not None  # RayPlacement.endpoint checked it
+        return ClientCurve(self._curve, w.server_key)
 
     def _local_worker(self, i: int, pieces: list[int], spec: bytes, token: str) -> Worker:
         d = self._root / f"w{i}"
@@ -454,6 +472,7 @@ class DecomposedSimulator(RunsByCompletion):
         out["decompose"] = {
             **self.config.decompose_settings(),
             "workers": len(self.workers),
+            "curve": self._curve is not None,  # the workers' sockets are CurveZMQ (encrypted, allow-listed)
             "pieces": max(self.pieces) + 1,
             "rounds": self.rounds,
             "round_wall_s": round(self.round_wall_s, 6),

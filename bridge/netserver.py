@@ -1,7 +1,9 @@
 """The network server: a process hosting one `NetworkSimulator` (flow or ns-3) behind the protocol.
 
 Run by the launcher as ``python -m bridge.netserver --setup <run_dir>/setup.msgpack``, with the run
-token in ``PHANTORA_TOKEN``. It binds, publishes its endpoint in ``<run_dir>/net.endpoint``, builds
+token in ``PHANTORA_TOKEN``. With ``PHANTORA_CURVE_CLIENTS`` (the driver's public key; required to bind
+beyond loopback) it is a CurveZMQ server that lets in that key only, and publishes its own public key in
+``<run_dir>/net.key`` (`bridge.curve`). It binds, publishes its endpoint in ``<run_dir>/net.endpoint``, builds
 the engine (for ns-3 this pays the module import once), and only then answers the coordinator's
 hello: the welcome is the "ready" report, with the start-up time in ``info``.
 
@@ -19,6 +21,7 @@ from typing import Any
 
 import zmq
 
+from bridge.curve import clients_from_env
 from bridge.engines import make_engine
 from bridge.errors import BridgeError, ProtocolError
 from bridge.protocol import (
@@ -193,20 +196,13 @@ def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology) -> 
 def main(argv: list[str] | None = None) -> int:
     args = server_arguments("python -m bridge.netserver", __doc__).parse_args(argv)
     try:
-        start = start_server(args.setup, args.transport, "net", args.bind)
-    except BridgeError as exc:
+        start = start_server(args.setup, args.transport, "net", args.bind, clients_from_env())
+    except (BridgeError, ValueError, zmq.ZMQError) as exc:
         log(str(exc))
         return 2
-    spec, run_dir, token, ctx, sock, endpoint = (
-        start.spec,
-        start.run_dir,
-        start.token,
-        start.ctx,
-        start.sock,
-        start.endpoint,
-    )
+    spec, run_dir, token, sock, endpoint = start.spec, start.run_dir, start.token, start.sock, start.endpoint
     try:
-        write_endpoint_file(run_dir, "net", endpoint)
+        write_endpoint_file(run_dir, "net", endpoint, start.curve_public)
         t0 = time.perf_counter()
         try:
             engine = make_engine(spec.network, spec.topology, **dict(spec.engine_options))
@@ -226,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         log(str(exc))
         return 3
     finally:
-        sock.close(0)
-        ctx.term()
+        start.close()
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ Ray only starts and watches the processes: one actor (one CPU) per worker, on wh
 launches ``python -m bridge.netserver`` there (tcp, the run's token) and reports its endpoint. The data path
 stays our ZeroMQ bridge (msgpack, token in the hello). ``local`` starts a private Ray instance on this machine
 (workers bind loopback); ``auto`` joins this machine's cluster, ADDRESS another (``ray://host:10001`` or
-``host:6379``): there workers bind their node's address, which needs ``PHANTORA_BRIDGE_NETWORK=1`` (see
-`bridge.transport`: token-only trust, in clear, for a private network).
+``host:6379``): there workers bind their node's address, which needs ``PHANTORA_BRIDGE_NETWORK=1``, and talk
+CurveZMQ (`bridge.curve`): the driver's public key goes to the actor, which starts its server with it as the
+only client let in; the server makes its own key pair and the actor returns its public key with the endpoint.
+``PHANTORA_BRIDGE_CURVE=1`` makes ``local`` use CurveZMQ too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bridge.curve import CLIENTS_ENV
+from bridge.transport import NETWORK_OPT_IN, curve_always, network_allowed, read_server_key
 from phantora.errors import PhantoraError
 
 START_TIMEOUT_S = 180.0
@@ -33,9 +37,9 @@ def _ray() -> Any:
 
 
 class WorkerHost:
-    """The body of the Ray actor: one network server process on this node, and its endpoint."""
+    """The body of the Ray actor: one network server process on this node, its endpoint and CURVE key."""
 
-    def __init__(self, spec: bytes, token: str, loopback: bool, cwd: str) -> None:
+    def __init__(self, spec: bytes, token: str, loopback: bool, cwd: str, client_key: bytes | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="phantora-worker-"))
         os.chmod(self.dir, 0o700)
         setup = self.dir / "setup.msgpack"
@@ -44,6 +48,11 @@ class WorkerHost:
         self.log = self.dir / "worker.log"
         host = "127.0.0.1" if loopback else _ray().util.get_node_ip_address()
         env = {**os.environ, "PHANTORA_TOKEN": token}
+        env.pop(CLIENTS_ENV, None)
+        if client_key is not None:
+            env[CLIENTS_ENV] = client_key.decode()
+        if not loopback:
+            env[NETWORK_OPT_IN] = "1"  # the driver opted in; its client key makes the server a CURVE server
         argv = [sys.executable, "-m", "bridge.netserver", "--setup", str(setup), "--transport", "tcp", "--bind", host]
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
@@ -55,15 +64,16 @@ class WorkerHost:
                 stderr=err,
             )
 
-    def endpoint(self) -> tuple[int, str]:
-        """(pid, endpoint) once the server has published it; PhantoraError with its log if it exits first."""
+    def endpoint(self) -> tuple[int, str, bytes | None]:
+        """(pid, endpoint, CURVE public key or None) once the server has published them; PhantoraError with its
+        log if it exits first."""
         path = self.dir / "net.endpoint"
         deadline = time.monotonic() + START_TIMEOUT_S
         while not path.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise PhantoraError(f"the worker did not start (exit {self.proc.poll()}): {self.tail()}")
             time.sleep(0.02)
-        return self.proc.pid, path.read_text().strip()
+        return self.proc.pid, path.read_text().strip(), read_server_key(self.dir, "net")
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -90,10 +100,11 @@ class RayPlacement:
         ray = _ray()
         self.local = address == "local"
         self.started_here = not ray.is_initialized()
-        if address not in ("local", "auto") and not os.environ.get("PHANTORA_BRIDGE_NETWORK") == "1":
+        self.curve = not self.local or curve_always()  # beyond loopback: always CurveZMQ
+        if address not in ("local", "auto") and not network_allowed():
             raise PhantoraError(
-                f"ray={address}: workers on other machines talk over tcp with token-only trust; "
-                "set PHANTORA_BRIDGE_NETWORK=1 to allow it (a private network), or use ray=local"
+                f"ray={address}: workers on other machines bind a network port (tcp with CurveZMQ); "
+                f"set {NETWORK_OPT_IN}=1 to allow it, or use ray=local"
             )
         if self.started_here:
             try:
@@ -108,19 +119,23 @@ class RayPlacement:
                 raise PhantoraError(f"cannot connect to Ray at {address!r}: {exc}") from None
         self.actor_class = ray.remote(num_cpus=1, max_restarts=0)(WorkerHost)
 
-    def start(self, spec: bytes, token: str) -> Any:
-        """A worker actor (its server process starting); `endpoint` waits for it."""
-        return self.actor_class.remote(spec, token, self.local, os.getcwd())
+    def start(self, spec: bytes, token: str, client_key: bytes | None) -> Any:
+        """A worker actor (its server process starting, a CURVE server letting in `client_key` only if given);
+        `endpoint` waits for it."""
+        return self.actor_class.remote(spec, token, self.local, os.getcwd(), client_key)
 
-    def endpoint(self, actor: Any) -> tuple[int, str]:
+    def endpoint(self, actor: Any) -> tuple[int, str, bytes | None]:
+        """(pid, endpoint, the server's CURVE public key) of a started worker."""
         ray = _ray()
         try:
-            pid, endpoint = ray.get(actor.endpoint.remote(), timeout=START_TIMEOUT_S + 30)
+            pid, endpoint, key = ray.get(actor.endpoint.remote(), timeout=START_TIMEOUT_S + 30)
         except Exception as exc:  # noqa: BLE001 - RayTaskError wraps the actor's PhantoraError
             raise PhantoraError(f"a Ray decomposition worker did not start: {exc}") from None
         if not self.local and endpoint.startswith("tcp://127."):
             raise PhantoraError(f"a Ray worker published a loopback endpoint ({endpoint}) for a remote driver")
-        return int(pid), str(endpoint)
+        if self.curve and key is None:
+            raise PhantoraError(f"the Ray worker at {endpoint} published no CurveZMQ key")
+        return int(pid), str(endpoint), key
 
     def poll(self, actor: Any) -> int | None:
         ray = _ray()

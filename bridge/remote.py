@@ -3,7 +3,8 @@
 It implements the `NetworkSimulator` protocol (plus ``advance_watching``, run on the server side)
 over one DEALER socket, one request at a time. Each reply carries now / in_flight / next event,
 so the cheap queries cost no round trip. While it waits, `on_wait` is called about once a second
-(the coordinator uses it to keep its own peers' heartbeats going).
+(the coordinator uses it to keep its own peers' heartbeats going). Over tcp a failed handshake (a CurveZMQ key
+that does not match, `bridge.curve`) ends the wait within a second, naming the endpoint and why.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 
 import zmq
 
+from bridge.curve import ClientCurve, HandshakeWatch
 from bridge.errors import BridgeError, ProtocolError
-from bridge.protocol import E_TIMEOUT, Message, completion_from_wire, decode, encode, flows_to_wire
+from bridge.protocol import E_AUTH, E_TIMEOUT, Message, completion_from_wire, decode, encode, flows_to_wire
 from bridge.transport import HEARTBEAT_S, connect_dealer
 from phantora.netsim.base import Completion, Flow
 
@@ -33,8 +35,12 @@ class RemoteSimulator:
         startup_timeout_s: float,
         call_timeout_s: float,
         on_wait: Callable[[], None] | None = None,
+        curve: ClientCurve | None = None,
     ) -> None:
-        self.sock = connect_dealer(ctx, endpoint)
+        self.endpoint = endpoint
+        self.sock = connect_dealer(ctx, endpoint, curve=curve)
+        tcp = endpoint.startswith("tcp://")
+        self.watch = HandshakeWatch(self.sock, endpoint, curve is not None) if tcp else None
         self.call_timeout_s = call_timeout_s
         self.on_wait = on_wait
         self._now = 0
@@ -42,11 +48,17 @@ class RemoteSimulator:
         self._next: int | None = None
         self._last_send = time.monotonic()
         self.calls = 0
-        welcome = self._call(
-            encode("hello", 0, role="coordinator", token=token, rank=None, world=None, pid=os.getpid()),
-            startup_timeout_s,
-            "welcome",
-        )
+        try:
+            welcome = self._call(
+                encode("hello", 0, role="coordinator", token=token, rank=None, world=None, pid=os.getpid()),
+                startup_timeout_s,
+                "welcome",
+            )
+        except BaseException:
+            if self.watch is not None:
+                self.watch.close()
+            self.sock.close(0)
+            raise
         self.info: dict[str, Any] = dict(welcome["info"])
 
     # ----- transport -------------------------------------------------------------------------
@@ -54,10 +66,16 @@ class RemoteSimulator:
         self.send(raw)
         deadline = time.monotonic() + timeout_s
         while not self.sock.poll(int(HEARTBEAT_S * 1000)):
+            if self.watch is not None and (why := self.watch.failure()) is not None:
+                raise BridgeError(f"cannot talk to the network server: {why}", code=E_AUTH)
             if self.on_wait is not None:
                 self.on_wait()
             if time.monotonic() > deadline:
-                raise BridgeError(f"the network server did not answer within {timeout_s:.0f} s", code=E_TIMEOUT)
+                raise BridgeError(
+                    f"the network server at {self.endpoint} did not answer within {timeout_s:.0f} s", code=E_TIMEOUT
+                )
+        if self.watch is not None:
+            self.watch.close()  # the handshake is done: nothing more to watch
         return self.reply(want)
 
     def send(self, raw: bytes) -> None:
@@ -135,4 +153,6 @@ class RemoteSimulator:
             self.sock.send(encode("shutdown", self._now, reason="run over"), zmq.NOBLOCK)
         except zmq.ZMQError:
             pass
+        if self.watch is not None:
+            self.watch.close()
         self.sock.close(linger=500)

@@ -2,9 +2,9 @@
 
 - ``ipc``: Unix sockets in a private run directory (mode 0700), the default.
 - ``tcp``: loopback (``127.0.0.1``), on a port the kernel picks; another interface (decomposition workers on
-  other machines, placed by Ray) only with ``PHANTORA_BRIDGE_NETWORK=1`` set on both sides: every peer must
-  still show the run's token in its hello, but the token and the traffic cross the network in clear, so use
-  it only on a network you trust (a cluster's private network).
+  other machines, placed by Ray) only with ``PHANTORA_BRIDGE_NETWORK=1`` set on the side that binds or
+  connects, and only with CurveZMQ (`bridge.curve`): the traffic is encrypted, the server lets in only the
+  run's own client keys, and every peer still shows the run's token in its hello.
 
 Every socket has LINGER 0 and a hard size cap (ZeroMQ drops a peer that sends more); smaller
 oversized messages are rejected by `bridge.protocol.decode` with an error reply.
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import zmq
 
+from bridge.curve import ClientCurve, ServerCurve, make_client, make_server, parse_key
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, HARD_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 
@@ -125,12 +126,22 @@ def token_ok(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-NETWORK_OPT_IN = "PHANTORA_BRIDGE_NETWORK"  # =1: tcp may bind and connect beyond loopback (token-only trust)
+NETWORK_OPT_IN = "PHANTORA_BRIDGE_NETWORK"  # =1: tcp may bind and connect beyond loopback (with CurveZMQ)
+CURVE_ALWAYS = "PHANTORA_BRIDGE_CURVE"  # =1: Ray-placed workers use CurveZMQ on loopback too
 LOOPBACK = "127.0.0.1"
 
 
 def network_allowed() -> bool:
     return os.environ.get(NETWORK_OPT_IN) == "1"
+
+
+def curve_always() -> bool:
+    return os.environ.get(CURVE_ALWAYS) == "1"
+
+
+def beyond_loopback(address: str) -> bool:
+    """True for a tcp address or endpoint on any interface but 127.0.0.1."""
+    return address.startswith("tcp://") and not address.startswith(f"tcp://{LOOPBACK}:")
 
 
 def bind_address(transport: str, run_dir: Path, name: str, host: str = LOOPBACK) -> str:
@@ -141,7 +152,7 @@ def bind_address(transport: str, run_dir: Path, name: str, host: str = LOOPBACK)
     if transport == "tcp":
         if host != LOOPBACK and not network_allowed():
             raise BridgeError(
-                f"refusing to bind {host}: the bridge binds 127.0.0.1 unless {NETWORK_OPT_IN}=1 (token-only trust)"
+                f"refusing to bind {host}: the bridge binds 127.0.0.1 unless {NETWORK_OPT_IN}=1 (then with CurveZMQ)"
             )
         return f"tcp://{host}:*"
     raise BridgeError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})")
@@ -153,14 +164,21 @@ def _common(sock: zmq.Socket, hard_max: int = HARD_MAX_MESSAGE_BYTES) -> zmq.Soc
     return sock
 
 
-def bind_router(ctx: zmq.Context, address: str, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[zmq.Socket, str]:
+def bind_router(
+    ctx: zmq.Context, address: str, max_bytes: int = MAX_MESSAGE_BYTES, curve: ServerCurve | None = None
+) -> tuple[zmq.Socket, str]:
     """A ROUTER bound at `address`; returns it and the concrete endpoint peers connect to.
 
     Messages up to 4 x `max_bytes` reach the application (which rejects those over `max_bytes`
-    with an error reply); ZeroMQ drops a peer that sends more.
+    with an error reply); ZeroMQ drops a peer that sends more. With `curve` it is a CURVE server (its
+    context needs the allow-list's ZAP handler, `bridge.curve.start_authenticator`); beyond loopback it must be.
     """
+    if curve is None and beyond_loopback(address):
+        raise BridgeError(f"refusing to bind {address} without CurveZMQ (beyond loopback the bridge encrypts)")
     sock = _common(ctx.socket(zmq.ROUTER), 4 * max_bytes)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    if curve is not None:
+        make_server(sock, curve)
     sock.bind(address)
     endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     if endpoint.startswith("ipc://"):
@@ -171,17 +189,31 @@ def bind_router(ctx: zmq.Context, address: str, max_bytes: int = MAX_MESSAGE_BYT
 OUTCOME_MAX_BYTES = 1 << 32  # the run's outcome (every flow of a large run) from the authenticated coordinator
 
 
-def connect_dealer(ctx: zmq.Context, endpoint: str, hard_max: int = HARD_MAX_MESSAGE_BYTES) -> zmq.Socket:
-    """A DEALER connected to `endpoint` (ipc, loopback tcp, or any tcp with the network opt-in)."""
-    if endpoint.startswith("tcp://") and not endpoint.startswith(f"tcp://{LOOPBACK}:") and not network_allowed():
-        raise BridgeError(f"refusing to connect to {endpoint}: the bridge uses 127.0.0.1 unless {NETWORK_OPT_IN}=1")
+def connect_dealer(
+    ctx: zmq.Context, endpoint: str, hard_max: int = HARD_MAX_MESSAGE_BYTES, curve: ClientCurve | None = None
+) -> zmq.Socket:
+    """A DEALER connected to `endpoint` (ipc, loopback tcp, or any tcp with the network opt-in and `curve`, the
+    server's public key and ours)."""
+    if beyond_loopback(endpoint):
+        if not network_allowed():
+            raise BridgeError(f"refusing to connect to {endpoint}: the bridge uses 127.0.0.1 unless {NETWORK_OPT_IN}=1")
+        if curve is None:
+            raise BridgeError(f"refusing to connect to {endpoint} without its CurveZMQ server key")
     sock = _common(ctx.socket(zmq.DEALER), hard_max)
+    if curve is not None:
+        make_client(sock, curve)
     sock.connect(endpoint)
     return sock
 
 
-def write_endpoint_file(run_dir: Path, name: str, endpoint: str) -> None:
-    """Publish an endpoint atomically (write + rename) so a waiting launcher never reads half of it."""
+def write_endpoint_file(run_dir: Path, name: str, endpoint: str, key: bytes | None = None) -> None:
+    """Publish an endpoint atomically (write + rename) so a waiting launcher never reads half of it; a CURVE
+    server's public key goes first, beside it in NAME.key (0600)."""
+    if key is not None:
+        ktmp = run_dir / f".{name}.key.tmp"
+        ktmp.touch(mode=0o600)
+        ktmp.write_bytes(key)
+        ktmp.rename(key_file(run_dir, name))
     tmp = run_dir / f".{name}.tmp"
     tmp.write_text(endpoint)
     tmp.rename(run_dir / f"{name}.endpoint")
@@ -189,6 +221,22 @@ def write_endpoint_file(run_dir: Path, name: str, endpoint: str) -> None:
 
 def endpoint_file(run_dir: Path, name: str) -> Path:
     return run_dir / f"{name}.endpoint"
+
+
+def key_file(run_dir: Path, name: str) -> Path:
+    """Where a CURVE server publishes its public key, beside its endpoint."""
+    return run_dir / f"{name}.key"
+
+
+def read_server_key(run_dir: Path, name: str) -> bytes | None:
+    """The public key published beside endpoint `name`, or None when the server is not a CURVE server."""
+    path = key_file(run_dir, name)
+    if not path.exists():
+        return None
+    try:
+        return parse_key(path.read_bytes(), str(path))
+    except ValueError as exc:
+        raise BridgeError(str(exc)) from None
 
 
 def recv_within(sock: zmq.Socket, timeout_s: float, what: str) -> list[bytes]:

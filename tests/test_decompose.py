@@ -14,6 +14,7 @@ import time
 from dataclasses import astuple
 
 import pytest
+import zmq
 
 from bridge.decompose import DecomposedSimulator, WorkerDiedError
 from bridge.engines import make_engine
@@ -253,3 +254,39 @@ def test_ray_local_workers_equal_local_subprocess_workers() -> None:
             sim.close()
         assert placement == ("ray:local" if ray else "local")
     assert got["local"] == got[""] and len(got[""]) == len(flows)
+
+
+@pytest.mark.slow
+def test_ray_workers_over_curve_equal_one_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ray=local` with PHANTORA_BRIDGE_CURVE=1: the workers are CurveZMQ servers (as on other machines) that let
+    in the driver's key only; the completions equal one engine's, to the ns, and a plain peer is refused."""
+    pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
+    from bridge.errors import BridgeError
+    from bridge.remote import RemoteSimulator
+    from bridge.transport import CURVE_ALWAYS
+
+    monkeypatch.setenv(CURVE_ALWAYS, "1")
+    topo = tiny()
+    flows = rail_dag(topo, stages=2)
+    one = make_local_engine("ns3", topo, **SETTINGS)
+    one.submit(flows, 0)
+    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
+    one.close()
+    sim = make_engine("ns3", topo, **SETTINGS, workers=2, ray="local")
+    try:
+        packet = sim.packet  # type: ignore[attr-defined]
+        sim.submit(flows, 0)
+        got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+        assert sim.stats()["decompose"]["curve"] is True  # type: ignore[index]
+        ctx = zmq.Context()
+        try:
+            endpoint = packet.workers[0].endpoint
+            with pytest.raises(BridgeError, match=f"{endpoint} requires CurveZMQ"):
+                RemoteSimulator(ctx, endpoint, "no-token", startup_timeout_s=20, call_timeout_s=20)
+        finally:
+            ctx.term()
+        events = sim.stats()["events"]  # the workers still serve the run after the refused peer
+        assert isinstance(events, int) and events > 0
+    finally:
+        sim.close()
+    assert got == want and len(got) == len(flows)
