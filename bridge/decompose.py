@@ -143,7 +143,9 @@ class DecomposedSimulator(RunsByCompletion):
         self._buffer: list[tuple[int, int, Completion]] = []  # gathered completions not handed out: (end, id, c)
         self._owner: dict[int, int] = {}  # flow id -> its worker, DRIVER for markers (they complete here)
         self._ends: dict[int, int] = {}  # flow id -> end ns, as gathered
-        self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_earliest_end`)
+        self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_horizon`); only grows
+        self._step: dict[int, int] = {}  # unfinished flow -> delay_ns + its transfer bound: lb >= a dep's lb + step
+        self._dependents: dict[int, list[int]] = {}  # unfinished flow -> the flows waiting on it
         self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
         self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
         self._rel = Releases()  # gates (pseudo flows, id gate_key(flow)) and markers, waiting on their deps
@@ -258,6 +260,7 @@ class DecomposedSimulator(RunsByCompletion):
                         raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
                     pending.discard(w.index)
                     self._gathered(remote.completions(msg))
+                    self._bounds(msg["bounds"])
                     self._wnow[w.index] = remote.now()
                     self._next[w.index] = remote.next_event_time()
                     self._in_flight[w.index] = remote.in_flight()
@@ -281,12 +284,34 @@ class DecomposedSimulator(RunsByCompletion):
             heapq.heappush(self._buffer, (c.end_ns, c.flow_id, c))
         self._arrived(done)
 
+    def _bounds(self, flat: list[int]) -> None:
+        """A worker's completion bounds of its started flows ([id, ns, ...], those that rose): lb only grows."""
+        lbs = self._lb
+        for i in range(0, len(flat), 2):
+            fid, ns = flat[i], flat[i + 1]
+            if ns > lbs.get(fid, INF_NS):
+                self._raise(fid, ns)
+
+    def _raise(self, fid: int, ns: int) -> None:
+        """lb(fid) >= ns, and so on down its dependents: each ends no earlier than a dep's lb + its step."""
+        lbs, waiting, step = self._lb, self._dependents, self._step
+        todo = [(fid, ns)]
+        while todo:
+            f, t = todo.pop()
+            if t <= lbs.get(f, INF_NS):
+                continue
+            lbs[f] = t
+            todo.extend((j, t + step[j]) for j in waiting.get(f, ()))
+
     def _arrived(self, done: list[Completion]) -> None:
         """Record ends; open the gates and complete the markers they release (markers may release more)."""
         while done:
             for c in done:
                 self._ends[c.flow_id] = c.end_ns
                 self._lb.pop(c.flow_id, None)
+                self._step.pop(c.flow_id, None)
+                for j in self._dependents.pop(c.flow_id, ()):
+                    self._raise(j, c.end_ns + self._step[j])
                 w = self._owner[c.flow_id]
                 if w != DRIVER:
                     self._unfinished[w].discard(c.flow_id)
@@ -343,8 +368,10 @@ class DecomposedSimulator(RunsByCompletion):
                     a, lb = max(a, end), max(lb, end)
                     continue
                 lb = max(lb, self._lb[d])
+                self._dependents.setdefault(d, []).append(f.id)
                 (local if w != DRIVER and self._owner[d] == w else cross).append(d)
-            self._lb[f.id] = lb + f.delay_ns + xfer[f.id]
+            self._step[f.id] = f.delay_ns + xfer[f.id]
+            self._lb[f.id] = lb + self._step[f.id]
             self._ext.update(d for d in cross if self._owner[d] != DRIVER)
             if w == DRIVER:
                 bare = f if len(cross) == len(f.deps) else dataclasses.replace(f, deps=tuple(cross))
