@@ -159,6 +159,8 @@ class DecomposedSimulator(RunsByCompletion):
         self.rounds = 0
         self.round_wall_s = 0.0
         self.bound_wall_s = 0.0
+        self.critical_cpu_s = 0.0  # per round, the CPU of its busiest worker, summed: the wall on free cores
+        self._round_cpu = [0.0] * n  # per worker, the CPU its rounds took
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
         self._closed = False
@@ -248,6 +250,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._remote(w).send(raw)
             sent.append(w)
         pending = {w.index for w in sent}
+        busiest = 0.0
         last_check = time.monotonic()
         while pending:
             ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
@@ -261,6 +264,8 @@ class DecomposedSimulator(RunsByCompletion):
                     pending.discard(w.index)
                     self._gathered(remote.completions(msg))
                     self._bounds(msg["bounds"])
+                    self._round_cpu[w.index] += msg["cpu"]
+                    busiest = max(busiest, msg["cpu"])
                     self._wnow[w.index] = remote.now()
                     self._next[w.index] = remote.next_event_time()
                     self._in_flight[w.index] = remote.in_flight()
@@ -273,6 +278,7 @@ class DecomposedSimulator(RunsByCompletion):
                         self._remote(w).keepalive()
         self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
+        self.critical_cpu_s += busiest
         self.round_wall_s += time.perf_counter() - t0
 
     def _gathered(self, done: list[Completion]) -> None:
@@ -485,6 +491,8 @@ class DecomposedSimulator(RunsByCompletion):
             "rounds": self.rounds,
             "round_wall_s": round(self.round_wall_s, 6),
             "bound_wall_s": round(self.bound_wall_s, 6),
+            "critical_cpu_s": round(self.critical_cpu_s, 6),
+            "round_cpu_s": [round(c, 6) for c in self._round_cpu],
         }
         out["approximations"] = self.config.approximations()  # decomposition is exact: not listed
         return out
