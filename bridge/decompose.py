@@ -258,7 +258,7 @@ class DecomposedSimulator(RunsByCompletion):
                 remote = self._remote(w)
                 if w.index in pending and remote.sock in ready:
                     try:
-                        msg = remote.reply("completions")
+                        msg = remote.reply("posted")
                     except BridgeError as exc:
                         raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
                     pending.discard(w.index)

@@ -149,7 +149,7 @@ class NetServer:
             while got := eng.advance_to_completion(msg["until"]):  # INF_NS: until nothing can happen any more
                 ran += got
             bounds = self._raised_bounds(eng)
-            return self._state("completions", ran, bounds=bounds, cpu=time.process_time() - cpu0)
+            return self._state("posted", ran, bounds=bounds, cpu=time.process_time() - cpu0)
         if msg.type == "get_records":
             fabric = eng.fabric()
             if fabric is None:
