@@ -11,7 +11,8 @@ packet at P + L, and nothing is posted before the completion (or submission) tha
 the earliest time anything can still happen (the minimum of the workers' next event times, the flows not
 yet handed over and the caller's `until`), every flow not yet known starts at E + L or later, so all
 workers may run, in parallel, every event up to E + L - 1 (a "round": send every worker its request,
-then gather). Completions wait here and are handed out one ns at a time, as `advance_to_completion`
+then gather). The flows' earliest ends are refined as they run: each reply carries the workers' completion
+bounds (unsent bytes at line rate + least propagation), so a round ends near the next completion that matters. Completions wait here and are handed out one ns at a time, as `advance_to_completion`
 promises, so nvlink=fluid (`phantora.netsim.hybrid`) sits on top unchanged. The result equals one engine
 with the same nic_latency to the ns (docs/packet-model.md, "Decomposition").
 
@@ -307,7 +308,7 @@ class DecomposedSimulator(RunsByCompletion):
             if t <= lbs.get(f, INF_NS):
                 continue
             lbs[f] = t
-            todo.extend((j, t + step[j]) for j in waiting.get(f, ()))
+            todo.extend((j, t + step[j]) for j in waiting.get(f, ()) if j in step)
 
     def _arrived(self, done: list[Completion]) -> None:
         """Record ends; open the gates and complete the markers they release (markers may release more)."""
@@ -317,7 +318,8 @@ class DecomposedSimulator(RunsByCompletion):
                 self._lb.pop(c.flow_id, None)
                 self._step.pop(c.flow_id, None)
                 for j in self._dependents.pop(c.flow_id, ()):
-                    self._raise(j, c.end_ns + self._step[j])
+                    if j in self._step:  # (not done yet)
+                        self._raise(j, c.end_ns + self._step[j])
                 w = self._owner[c.flow_id]
                 if w != DRIVER:
                     self._unfinished[w].discard(c.flow_id)
@@ -425,7 +427,8 @@ class DecomposedSimulator(RunsByCompletion):
         """How far every worker may run: up to E + L - 1, E the earliest ns at which a flow could be handed to
         any worker: `until` (the caller submits nothing before), or the earliest end of a flow a gate or a
         marker here waits on, or one the caller acts on (`reacts`; every flow when unset), or a marker ahead
-        in the buffer. A flow's earliest end is max(its static bound, its worker's next event, now + 1)."""
+        in the buffer. A flow's earliest end is max(its bound lb, its worker's next event, now + 1); lb starts
+        static (at submit) and rises with the workers' completion bounds (`_bounds`) and its deps' (`_raise`)."""
         t0 = time.perf_counter()
         react, ext, lbs = self.reacts, self._ext, self._lb
         e = until
