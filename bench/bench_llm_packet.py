@@ -21,7 +21,7 @@ credits reuse as far as the budget got; "events" are the ns-3 events actually ru
 A variant with ``workers=N`` (decomposition into parallel ns-3 workers; it needs ``nic_latency``, e.g.
 ``--variant nvlink=fluid,wire=roce4k,nic_latency=1us,workers=2``) is measured by its critical path: run CPU =
 this process's CPU + per round the CPU of its busiest worker (what the run takes on N free cores; the workers'
-total CPU is printed too), and it steps in quanta of at least 1 ms (each quantum ends a round). Its set-up leaves
+total CPU is printed too), and it steps in quanta of at least 10 ms (each quantum ends a round). Its set-up leaves
 out the workers' start-up (each imports ns-3, about 7-9 CPU s, in parallel), which one engine's set-up includes:
 compare them by "run x faster" (the projected run CPU, set-up left out).
 """
@@ -63,7 +63,7 @@ def run_variant(graph_dir: str, topo_name: str, cc: str, sets: list[str], budget
     total_pkt_bytes = sum(size[i] for i in on_packets)
     decomposed = any(s.startswith("workers=") for s in sets)
     if decomposed:
-        quantum_ns = max(quantum_ns, 1_000_000)
+        quantum_ns = max(quantum_ns, 10_000_000)
     cpu0 = time.process_time()
     sim = make_engine("ns3", topo, cc=cc, set=sets)
     sim.submit(flows, 0)
