@@ -11,7 +11,9 @@ packet at P + L, and nothing is posted before the completion (or submission) tha
 the earliest time anything can still happen (the minimum of the workers' next event times, the flows not
 yet handed over and the caller's `until`), every flow not yet known starts at E + L or later, so all
 workers may run, in parallel, every event up to E + L - 1 (a "round": send every worker its request,
-then gather). Completions wait here and are handed out one ns at a time, as `advance_to_completion`
+then gather). The flows' earliest ends are refined as they run: each reply carries the workers' completion
+bounds (unsent bytes at line rate + least propagation), so a round ends near the next completion that matters.
+Completions wait here and are handed out one ns at a time, as `advance_to_completion`
 promises, so nvlink=fluid (`phantora.netsim.hybrid`) sits on top unchanged. The result equals one engine
 with the same nic_latency to the ns (docs/packet-model.md, "Decomposition").
 
@@ -146,7 +148,9 @@ class DecomposedSimulator(RunsByCompletion):
         self._buffer: list[tuple[int, int, Completion]] = []  # gathered completions not handed out: (end, id, c)
         self._owner: dict[int, int] = {}  # flow id -> its worker, DRIVER for markers (they complete here)
         self._ends: dict[int, int] = {}  # flow id -> end ns, as gathered
-        self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_earliest_end`)
+        self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_horizon`); only grows
+        self._step: dict[int, int] = {}  # unfinished flow -> delay_ns + its transfer bound: lb >= a dep's lb + step
+        self._dependents: dict[int, list[int]] = {}  # unfinished flow -> the flows waiting on it
         self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
         self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
         self._rel = Releases()  # gates (pseudo flows, id gate_key(flow)) and markers, waiting on their deps
@@ -160,6 +164,8 @@ class DecomposedSimulator(RunsByCompletion):
         self.rounds = 0
         self.round_wall_s = 0.0
         self.bound_wall_s = 0.0
+        self.critical_cpu_s = 0.0  # per round, the CPU of its busiest worker, summed: the wall on free cores
+        self._round_cpu = [0.0] * n  # per worker, the CPU its rounds took
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
         self._closed = False
@@ -264,6 +270,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._remote(w).send(raw)
             sent.append(w)
         pending = {w.index for w in sent}
+        busiest = 0.0
         last_check = time.monotonic()
         while pending:
             ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
@@ -271,11 +278,14 @@ class DecomposedSimulator(RunsByCompletion):
                 remote = self._remote(w)
                 if w.index in pending and remote.sock in ready:
                     try:
-                        msg = remote.reply("completions")
+                        msg = remote.reply("posted")
                     except BridgeError as exc:
                         raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
                     pending.discard(w.index)
                     self._gathered(remote.completions(msg))
+                    self._bounds(msg["bounds"])
+                    self._round_cpu[w.index] += msg["cpu"]
+                    busiest = max(busiest, msg["cpu"])
                     self._wnow[w.index] = remote.now()
                     self._next[w.index] = remote.next_event_time()
                     self._in_flight[w.index] = remote.in_flight()
@@ -288,6 +298,7 @@ class DecomposedSimulator(RunsByCompletion):
                         self._remote(w).keepalive()
         self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
+        self.critical_cpu_s += busiest
         self.round_wall_s += time.perf_counter() - t0
 
     def _gathered(self, done: list[Completion]) -> None:
@@ -299,12 +310,35 @@ class DecomposedSimulator(RunsByCompletion):
             heapq.heappush(self._buffer, (c.end_ns, c.flow_id, c))
         self._arrived(done)
 
+    def _bounds(self, flat: list[int]) -> None:
+        """A worker's completion bounds of its started flows ([id, ns, ...], those that rose): lb only grows."""
+        lbs = self._lb
+        for i in range(0, len(flat), 2):
+            fid, ns = flat[i], flat[i + 1]
+            if ns > lbs.get(fid, INF_NS):
+                self._raise(fid, ns)
+
+    def _raise(self, fid: int, ns: int) -> None:
+        """lb(fid) >= ns, and so on down its dependents: each ends no earlier than a dep's lb + its step."""
+        lbs, waiting, step = self._lb, self._dependents, self._step
+        todo = [(fid, ns)]
+        while todo:
+            f, t = todo.pop()
+            if t <= lbs.get(f, INF_NS):
+                continue
+            lbs[f] = t
+            todo.extend((j, t + step[j]) for j in waiting.get(f, ()) if j in step)
+
     def _arrived(self, done: list[Completion]) -> None:
         """Record ends; open the gates and complete the markers they release (markers may release more)."""
         while done:
             for c in done:
                 self._ends[c.flow_id] = c.end_ns
                 self._lb.pop(c.flow_id, None)
+                self._step.pop(c.flow_id, None)
+                for j in self._dependents.pop(c.flow_id, ()):
+                    if j in self._step:  # (not done yet)
+                        self._raise(j, c.end_ns + self._step[j])
                 w = self._owner[c.flow_id]
                 if w != DRIVER:
                     self._unfinished[w].discard(c.flow_id)
@@ -361,8 +395,10 @@ class DecomposedSimulator(RunsByCompletion):
                     a, lb = max(a, end), max(lb, end)
                     continue
                 lb = max(lb, self._lb[d])
+                self._dependents.setdefault(d, []).append(f.id)
                 (local if w != DRIVER and self._owner[d] == w else cross).append(d)
-            self._lb[f.id] = lb + f.delay_ns + xfer[f.id]
+            self._step[f.id] = f.delay_ns + xfer[f.id]
+            self._lb[f.id] = lb + self._step[f.id]
             self._ext.update(d for d in cross if self._owner[d] != DRIVER)
             if w == DRIVER:
                 bare = f if len(cross) == len(f.deps) else dataclasses.replace(f, deps=tuple(cross))
@@ -410,7 +446,8 @@ class DecomposedSimulator(RunsByCompletion):
         """How far every worker may run: up to E + L - 1, E the earliest ns at which a flow could be handed to
         any worker: `until` (the caller submits nothing before), or the earliest end of a flow a gate or a
         marker here waits on, or one the caller acts on (`reacts`; every flow when unset), or a marker ahead
-        in the buffer. A flow's earliest end is max(its static bound, its worker's next event, now + 1)."""
+        in the buffer. A flow's earliest end is max(its bound lb, its worker's next event, now + 1); lb starts
+        static (at submit) and rises with the workers' completion bounds (`_bounds`) and its deps' (`_raise`)."""
         t0 = time.perf_counter()
         react, ext, lbs = self.reacts, self._ext, self._lb
         e = until
@@ -477,6 +514,8 @@ class DecomposedSimulator(RunsByCompletion):
             "rounds": self.rounds,
             "round_wall_s": round(self.round_wall_s, 6),
             "bound_wall_s": round(self.bound_wall_s, 6),
+            "critical_cpu_s": round(self.critical_cpu_s, 6),
+            "round_cpu_s": [round(c, 6) for c in self._round_cpu],
         }
         out["approximations"] = self.config.approximations()  # decomposition is exact: not listed
         return out

@@ -82,13 +82,22 @@ class NetServer:
         self.running = True
         self.cpu0 = time.process_time()  # CPU spent serving (the engine is built by now)
         self.rejections = RejectionLog(log)
+        self.bounds: dict[int, int] = {}  # a decomposition worker's completion bounds as last reported
 
-    def _state(self, type_: str, done: list[Completion] | None = None) -> bytes:
+    def _state(self, type_: str, done: list[Completion] | None = None, **extra: Any) -> bytes:
         eng = self.engine
         fields: dict[str, Any] = {"now": eng.now(), "in_flight": eng.in_flight(), "next": eng.next_event_time()}
         if done is not None:
             fields["done"] = [completion_to_wire(c) for c in done]
-        return encode(type_, eng.now(), **fields)
+        return encode(type_, eng.now(), **fields, **extra)
+
+    def _raised_bounds(self, eng: NicLatencySimulator) -> list[int]:
+        """The started flows' completion bounds that rose since the last report, flat: [id, ns, id, ns, ...]."""
+        now = eng.completion_bounds()
+        last = self.bounds
+        out = [x for fid, ns in now.items() if ns > last.get(fid, -1) for x in (fid, ns)]
+        self.bounds = now
+        return out
 
     def handle(self, ident: bytes, raw: bytes) -> bytes | None:
         """One request -> its reply (None for one-way messages)."""
@@ -136,12 +145,14 @@ class NetServer:
         if msg.type == "post":
             if not isinstance(eng, NicLatencySimulator):
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
+            cpu0 = time.process_time()
             gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]
             eng.post([flow_from_wire(r) for r in msg["flows"]], msg["at"], set(msg["gated"]), gates)
             ran: list[Completion] = []
             while got := eng.advance_to_completion(msg["until"]):  # INF_NS: until nothing can happen any more
                 ran += got
-            return self._state("completions", ran)
+            bounds = self._raised_bounds(eng)
+            return self._state("posted", ran, bounds=bounds, cpu=time.process_time() - cpu0)
         if msg.type == "get_records":
             fabric = eng.fabric()
             if fabric is None:

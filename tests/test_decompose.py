@@ -290,3 +290,69 @@ def test_ray_workers_over_curve_equal_one_engine(monkeypatch: pytest.MonkeyPatch
     finally:
         sim.close()
     assert got == want and len(got) == len(flows)
+
+
+def test_completion_bound_of_a_lone_flow_is_its_closed_form() -> None:
+    """`PhantoraNetwork::CompletionBounds`: right after a lone flow starts, its bound is start + size x 8 / line rate
+    + the path's propagation, less at most one packet's time (the first packet is already sent) and 2 ns; it never
+    passes the flow's end; once every byte is sent it is now() + 1."""
+    topo = tiny()
+    size, start = 1 << 20, 5000
+    f = Flow(1, gpu(topo, 0, 0), gpu(topo, 2, 0), size)
+    sim = make_local_engine("ns3", topo, cc="dcqcn", payload_bytes=4096, header_bytes=62)
+    try:
+        sim.submit([f], start)
+        sim.advance(start)
+        (b0,) = sim.completion_bounds().values()  # type: ignore[attr-defined]
+        prop = 2 * 1000  # GPU -> rail leaf -> GPU: two 1 us links
+        closed = start + size * 8 * 10**9 // _G100 + prop
+        packet_ns = 4096 * 8 * 10**9 // _G100
+        assert closed - packet_ns - 3 <= b0 <= closed  # (3: two ns of rounding, one of integer division)
+        seen = [b0]
+        t = start
+        while sim.in_flight() and not sim.completion_bounds().get(1, 0) == sim.now() + 1:  # type: ignore[attr-defined]
+            t += 5000
+            sim.advance(t)
+            seen += sim.completion_bounds().values()  # type: ignore[attr-defined]
+        (c,) = sim.drain()
+    finally:
+        sim.close()
+    assert seen[-1] == t + 1 and t < c.end_ns  # all sent, still in flight: the bound is the next ns
+    assert max(seen) <= c.end_ns
+    assert c.end_ns - b0 < 0.03 * (c.end_ns - start)  # headers (1.5 %) and the hops' store and forward
+
+
+def shared_rails(topo: Topology, size: int = 2 << 20) -> list[Flow]:
+    """On each rail an incast (hosts 0 and 1 -> host 2: the two flows share the leaf's link to host 2, each at
+    half rate), then a flow on the other rail that waits on both (a gate: the driver must watch them)."""
+    flows = []
+    for r in (0, 1):
+        a, b = 3 * r, 3 * r + 1
+        flows.append(Flow(a, gpu(topo, 0, r), gpu(topo, 2, r), size, key=a))
+        flows.append(Flow(b, gpu(topo, 1, r), gpu(topo, 2, r), size + 8192, key=b))
+        flows.append(Flow(3 * r + 2, gpu(topo, 0, 1 - r), gpu(topo, 1, 1 - r), 64 << 10, (a, b), key=3 * r + 2))
+    return flows
+
+
+def test_dynamic_bounds_cut_rounds_on_shared_links_and_stay_exact() -> None:
+    """Two flows sharing a link run at half rate, so each passes its static bound (full rate) halfway through;
+    with the static bound only every round then spans L (over 250 rounds here). The workers' completion bounds
+    (unsent bytes at line rate) halve the gap each round: a few dozen rounds, every completion as one engine's."""
+    topo = tiny()
+    flows = shared_rails(topo)
+    one = make_local_engine("ns3", topo, **SETTINGS)
+    one.submit(flows, 0)
+    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
+    one.close()
+    sim = make_engine("ns3", topo, **SETTINGS, workers=2)
+    try:
+        sim.submit(flows, 0)
+        got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+        rounds = sim.packet.rounds  # type: ignore[attr-defined]
+    finally:
+        sim.close()
+    assert got == want
+    incast_end = max(e for i, _, e in want if i % 3 != 2)
+    half_rate_tail = incast_end // 2 // L_NS  # rounds of L each after the static bounds pass, at least
+    assert half_rate_tail > 150
+    assert rounds < half_rate_tail / 5

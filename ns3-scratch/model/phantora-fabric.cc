@@ -9,8 +9,10 @@
 #include "ns3/uinteger.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace ns3 {
 
@@ -136,6 +138,29 @@ uint64_t PhantoraFabric::PathRateBps(uint32_t src, uint32_t dst, uint64_t key) {
     rate = std::min(rate, m_links[ch >> 1].bps);
   }
   return rate == std::numeric_limits<uint64_t>::max() ? 0 : rate;
+}
+
+uint64_t PhantoraFabric::MinPropagationNs(uint32_t src, uint32_t dst) {
+  // Shortest-hop routes form a DAG towards dst: the least delay from each node, memoised along the way.
+  std::unordered_map<uint32_t, uint64_t> memo{{dst, 0}};
+  std::function<uint64_t(uint32_t)> least = [&](uint32_t node) -> uint64_t {
+    auto it = memo.find(node);
+    if (it != memo.end()) {
+      return it->second;
+    }
+    uint64_t best = std::numeric_limits<uint64_t>::max();
+    for (uint32_t port : m_routes->Candidates(node, dst)) {
+      const RouteTable::Adj& e = m_routes->Neighbours(node)[port];
+      const uint64_t rest = least(e.peer);
+      if (rest != std::numeric_limits<uint64_t>::max()) {
+        best = std::min(best, m_links[e.channel >> 1].delayNs + rest);
+      }
+    }
+    memo[node] = best;
+    return best;
+  };
+  const uint64_t out = least(src);
+  return out == std::numeric_limits<uint64_t>::max() ? 0 : out;
 }
 
 int64_t PhantoraFabric::StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size) {

@@ -73,6 +73,9 @@ class PhantoraFabric : public Object {
   uint64_t PairRttNs(uint32_t src, uint32_t dst, uint64_t key);
   /// Bottleneck rate of a path (0 if none).
   uint64_t PathRateBps(uint32_t src, uint32_t dst, uint64_t key);
+  /// The least propagation delay from endpoint src to dst over every route a packet may take (each hop's
+  /// equal-cost candidates, whatever the load balancing picks); 0 if src == dst.
+  uint64_t MinPropagationNs(uint32_t src, uint32_t dst);
   /// HPCC's standalone FCT: base RTT + the flow with headers at the path's bottleneck rate.
   int64_t StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size);
   /// Compute the fabric-wide max base RTT and BDP (GLOBAL_T).

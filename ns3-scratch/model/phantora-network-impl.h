@@ -34,6 +34,7 @@ class PhantoraNetwork::Impl {
     uint32_t sport = 0, dport = 100;
     bool dataDone = false;
     uint64_t lossBudget = 0;
+    int64_t minPropNs = -1;  ///< least propagation to dst (CompletionBounds), once asked
   };
 
   Impl();

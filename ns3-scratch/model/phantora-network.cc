@@ -293,6 +293,35 @@ uint64_t PhantoraNetwork::BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey
   return s.fabric->PairRttNs(src, dst, ecmpKey);
 }
 
+std::vector<FlowBound> PhantoraNetwork::CompletionBounds() {
+  Impl& s = Need();
+  const int64_t now = Now();
+  std::vector<FlowBound> out;
+  out.reserve(s.inFlight);
+  for (auto& [id, f] : s.flows) {
+    if (f.startNs < 0 || f.dataDone) {
+      continue;
+    }
+    int64_t ns = now + 1;
+    uint64_t sent = 0;
+    uint64_t bps = 0;
+    if (f.size > 0 && f.src != f.dst && s.fabric->GetNode(f.src).nic->SendProgress(id, sent, bps) && bps > 0) {
+      if (f.minPropNs < 0) {
+        f.minPropNs = static_cast<int64_t>(s.fabric->MinPropagationNs(f.src, f.dst));
+      }
+      // The last byte is not sent yet: it leaves the NIC once every unsent byte has (from Now() - 1 at the
+      // earliest: a packet may start up to 999 ps back to back with the previous one), then propagates.
+      const uint64_t unsent = f.size - std::min(sent, f.size);
+      if (unsent > 0) {
+        const auto txNs = static_cast<int64_t>(static_cast<unsigned __int128>(unsent) * 8'000'000'000ULL / bps);
+        ns = std::max(ns, now - 2 + txNs + f.minPropNs);
+      }
+    }
+    out.push_back(FlowBound{id, ns});
+  }
+  return out;
+}
+
 uint64_t PhantoraNetwork::FlowRateBps(uint64_t flowId) const {
   const Impl& s = Need();
   auto it = s.flows.find(flowId);

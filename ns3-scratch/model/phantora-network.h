@@ -127,6 +127,12 @@ struct FlowTransportRecord {
   uint64_t reorderMaxBytes;  ///< the furthest a packet arrived ahead of the first missing byte
 };
 
+/// The earliest a started flow can still complete at its receiver (CompletionBounds).
+struct FlowBound {
+  uint64_t id;
+  int64_t ns;
+};
+
 class PhantoraNetwork {
  public:
   PhantoraNetwork();
@@ -194,6 +200,11 @@ class PhantoraNetwork {
   std::vector<int64_t> Route(uint32_t src, uint32_t dst, uint64_t ecmpKey);
   /// Base RTT of a path: 2 x propagation + one payload's serialisation per hop (as HPCC).
   uint64_t BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey);
+  /// For every started flow not yet complete at its receiver, a lower bound on the ns it completes there: its
+  /// bytes not yet sent once must still leave its NIC at line rate and then cross the least propagation of any
+  /// route to its receiver, so Now() + those bytes x 8 / line rate + that propagation, less 2 ns for the ps
+  /// rounding of the wire (headers, pacing, queues and pauses only come on top); at least Now() + 1.
+  std::vector<FlowBound> CompletionBounds();
   /// Pacing rate of an open queue pair (0 if not open).
   uint64_t FlowRateBps(uint64_t flowId) const;
   void Close();

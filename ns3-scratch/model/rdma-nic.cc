@@ -202,6 +202,16 @@ FlowTransportStats RdmaNic::TxStats(uint64_t flowId, bool take) {
   return out;
 }
 
+bool RdmaNic::SendProgress(uint64_t flowId, uint64_t& sentOnce, uint64_t& lineBps) const {
+  auto it = m_qps.find(flowId);
+  if (it == m_qps.end()) {
+    return false;
+  }
+  sentOnce = it->second->maxSent;
+  lineBps = m_dev[it->second->port]->GetRateBps();
+  return true;
+}
+
 bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   Port& p = m_ports[port];
   if (!p.ctrl.empty()) {

@@ -107,6 +107,9 @@ class RdmaNic : public Object, public PortOwner {
   /// Retransmissions of an open queue pair, or of one that finished and was not taken yet (zeros if unknown);
   /// `take` forgets a finished one.
   FlowTransportStats TxStats(uint64_t flowId, bool take = false);
+  /// An open queue pair's progress: the bytes it has sent at least once (its highest byte sent) and its port's
+  /// line rate; false if the flow has no open queue pair here.
+  bool SendProgress(uint64_t flowId, uint64_t& sentOnce, uint64_t& lineBps) const;
 
  protected:
   void DoDispose() override;

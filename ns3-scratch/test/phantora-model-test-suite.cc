@@ -214,6 +214,69 @@ class SingleFlowTest : public TestCase {
   uint32_t m_payload;
 };
 
+/// CompletionBounds: a lone 1 MB flow over two leaves and two spines, one spine link 4x slower to cross than the
+/// other (the bound takes the least propagation of any candidate route). Right after its start the bound is
+/// size x 8 / line rate + that propagation, less the first packet (sent) and 2 ns; it never passes the end,
+/// and it never falls.
+class CompletionBoundTest : public TestCase {
+ public:
+  CompletionBoundTest() : TestCase("completion bound of a lone flow: its closed form, never past its end") {}
+
+ private:
+  void DoRun() override {
+    const uint64_t bps = 100'000'000'000ULL;
+    const uint64_t size = 1'000'000;
+    PhantoraNetwork net;
+    net.SetParam("nic.PayloadSize", "4000");
+    const uint32_t a = net.AddNode("host");
+    const uint32_t b = net.AddNode("host");
+    const uint32_t l0 = net.AddNode("switch");
+    const uint32_t l1 = net.AddNode("switch");
+    const uint32_t s0 = net.AddNode("switch");
+    const uint32_t s1 = net.AddNode("switch");
+    net.AddLink(a, l0, bps, 1000);
+    net.AddLink(b, l1, bps, 1000);
+    net.AddLink(l0, s0, bps, 500);
+    net.AddLink(l1, s0, bps, 500);
+    net.AddLink(l0, s1, bps, 2000);
+    net.AddLink(l1, s1, bps, 2000);
+    net.Finalize();
+    net.AddFlow(3, a, b, size, 1000, 3, 3, {}, 0);
+    net.RunUntil(1000);
+    const auto first = net.CompletionBounds();
+    NS_TEST_ASSERT_MSG_EQ(first.size(), 1u, "one started flow");
+    const int64_t prop = 1000 + 500 + 500 + 1000;
+    const int64_t closed = 1000 + static_cast<int64_t>(size * 8 / 100) + prop;
+    const int64_t packet = 4000 * 8 / 100;
+    NS_TEST_ASSERT_MSG_EQ(first[0].id, 3u, "its id");
+    NS_TEST_ASSERT_MSG_EQ(first[0].ns, closed - packet - 2, "start + (size - one packet) at line rate + least prop - 2");
+    int64_t last = first[0].ns;
+    int64_t t = 1000;
+    while (net.InFlight() > 0 && last != net.Now() + 1) {
+      t += 10'000;
+      net.RunUntil(t);
+      for (const FlowBound& bnd : net.CompletionBounds()) {
+        NS_TEST_ASSERT_MSG_GT_OR_EQ(bnd.ns, last, "the bound never falls");
+        last = bnd.ns;
+      }
+    }
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(int64_t{1} << 40), true, "the flow completes");
+    const auto done = net.DrainCompletions();
+    NS_TEST_ASSERT_MSG_GT_OR_EQ(done[0].endNs, last, "no bound passes the end");
+    // What the bound leaves out: the route ECMP took over the least one, the first packet, every packet's
+    // header, and the last packet's store and forward at the three switches.
+    const int64_t delays[] = {1000, 1000, 500, 500, 2000, 2000};
+    int64_t taken = 0;
+    for (int64_t ch : net.Route(a, b, 3)) {
+      taken += delays[ch >> 1];
+    }
+    const double gap = static_cast<double>(taken - prop) + packet + (size / 4000) * 48 * 8 / 100.0 +
+                       3 * (4048 * 8 / 100.0) + 2;
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs - first[0].ns), gap, 2.0,
+                              "the first bound leaves out only the route taken, headers and store and forward");
+  }
+};
+
 /// The Hpcc ECMP policy: MurmurHash3 x86_32 (reference value of the words 1, 2, 3 with seed 0), HPCC
 /// addresses, the reversed ports of ACKs, and next hops in HPCC's BFS order (switches by descending id).
 class HpccEcmpTest : public TestCase {
@@ -423,6 +486,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);
     AddTestCase(new CcRegistryTest, TestCase::Duration::QUICK);
     AddTestCase(new HpccEcmpTest, TestCase::Duration::QUICK);
+    AddTestCase(new CompletionBoundTest, TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(1000), TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);
     AddTestCase(new FlowletOrderTest, TestCase::Duration::QUICK);

@@ -209,6 +209,11 @@ class NicLatencySimulator(RunsByCompletion):
         times = [t for t in (self.inner.next_event_time(), self._kicks[0][0] if self._kicks else None) if t is not None]
         return min(times) if times else None
 
+    def completion_bounds(self) -> dict[int, int]:
+        """Flow id -> the earliest ns it can still complete, for the flows ns-3 has started (`Ns3Simulator`'s);
+        a flow waiting here for its start or its deps has none (its static bound, from when it is posted, holds)."""
+        return self.inner.completion_bounds()
+
     def now(self) -> int:
         return self.inner.now()
 

@@ -480,6 +480,12 @@ class Ns3Simulator:
         """2 x propagation + one payload's serialisation per hop, as HPCC's base RTT."""
         return int(self._net.BaseRttNs(src, dst, flow_key & _MASK64))
 
+    def completion_bounds(self) -> dict[int, int]:
+        """Flow id -> the earliest ns it can still complete at its receiver, for every flow started in ns-3 and not
+        yet complete there (`PhantoraNetwork::CompletionBounds`: its bytes not yet sent once at its NIC's line rate,
+        plus the least propagation to its receiver)."""
+        return {int(b.id): int(b.ns) for b in self._net.CompletionBounds()}
+
     def flow_rate_bps(self, flow_id: int) -> int:
         """Current pacing rate of an open flow (0 if not sending)."""
         return int(self._net.FlowRateBps(flow_id))
