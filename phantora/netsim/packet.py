@@ -13,6 +13,7 @@ global simulator, so only one Ns3Simulator can be open at a time.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -21,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from phantora.errors import InputError, PhantoraError
+from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
 from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
@@ -237,7 +238,7 @@ class Ns3Simulator:
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
-        self._net.RunUntil(until)
+        self._ran(self._net.RunUntil(until))
         return self._take()
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
@@ -258,7 +259,7 @@ class Ns3Simulator:
         for fid in watch:
             if 0 <= fid <= _MASK64:
                 ids.push_back(fid)
-        self._net.RunUntilWatched(-1 if unbounded else until, ids)
+        self._ran(self._net.RunUntilWatched(-1 if unbounded else until, ids))
         return self._take()
 
     def advance_to_completion(self, until: int) -> list[Completion]:
@@ -268,8 +269,19 @@ class Ns3Simulator:
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
-        self._net.RunUntilCompletion(-1 if until >= _FOREVER_NS else until)
+        self._ran(self._net.RunUntilCompletion(-1 if until >= _FOREVER_NS else until))
         return self._take()
+
+    def _ran(self, result: Any) -> Any:
+        """A run call's result, unless SIGTERM or SIGINT cut the call short. Python's own handler of the signal
+        (the CLI's `Terminated`, KeyboardInterrupt) has run as the call returned; a handler that did not raise
+        gets `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT)."""
+        sig = int(self._net.InterruptedBy())
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        if sig:
+            raise SimulationInterruptedError(f"the ns-3 run was interrupted by {signal.Signals(sig).name}")
+        return result
 
     def next_event_time(self) -> int | None:
         """The next pending ns-3 event, or None when no flow is in flight."""
@@ -295,7 +307,7 @@ class Ns3Simulator:
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion."""
         limit = _FOREVER_NS if limit_ns is None else limit_ns
-        if self.in_flight() and not self._net.RunUntilIdle(max(limit, self.now())):
+        if self.in_flight() and not self._ran(self._net.RunUntilIdle(max(limit, self.now()))):
             left = self.in_flight()
             if self.now() >= limit:
                 raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
@@ -356,7 +368,7 @@ class Ns3Simulator:
     def finish(self, limit_ns: int | None = None) -> bool:
         """Run until every flow's last ACK has reached its sender (for FCT records); True if so."""
         limit = _FOREVER_NS if limit_ns is None else max(limit_ns, self.now())
-        return bool(self._net.RunUntilQuiet(limit))
+        return bool(self._ran(self._net.RunUntilQuiet(limit)))
 
     def fct_records(self) -> list[FctLine]:
         """HPCC-style FCT records (completion at the sender's last ACK), in completion order."""
