@@ -3,8 +3,10 @@
 // Python's signal handlers run only between bytecodes, so a minutes-long Simulator::Run() called through cppyy
 // would ignore SIGTERM and Ctrl-C until it returned. InstallInterruptHandlers() puts a C-level handler in front
 // of the process's own (Python's) for SIGTERM and SIGINT: it notes the signal and calls the previous handler,
-// so Python still runs its handler once control is back. The scheduler checks the note on every event
-// (a relaxed atomic load) and stops the simulator; the facade's run calls then throw PhantoraInterrupted.
+// so Python still runs its handler once control is back. PhantoraScheduler checks the note on every event
+// (a relaxed atomic load) and stops the simulator; the facade's run call then returns at once and
+// PhantoraNetwork::InterruptedBy() names the signal. A note is taken by the run call it cut (or cleared by
+// a new PhantoraNetwork).
 #ifndef PHANTORA_INTERRUPT_H
 #define PHANTORA_INTERRUPT_H
 
