@@ -58,12 +58,14 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise _Stop(signum)
 
 
-def test_sigterm_stops_a_long_drain_and_python_handler_raises(ns3_lib) -> None:
+@pytest.mark.parametrize("scheduler", ["ns3::PhantoraWheelScheduler", "ns3::MapScheduler"])
+def test_sigterm_stops_a_long_drain_and_python_handler_raises(ns3_lib, scheduler: str) -> None:
     from phantora.netsim.packet import Ns3Simulator
+    from phantora.netsim.packet_config import PacketConfig
 
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
-        with Ns3Simulator(star(8)) as sim:
+        with Ns3Simulator(star(8), PacketConfig(scheduler=scheduler)) as sim:
             _incast(sim)
             killer = _signal_later(signal.SIGTERM, 0.5)
             t0 = time.monotonic()

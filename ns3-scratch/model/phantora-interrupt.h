@@ -14,8 +14,8 @@
 
 namespace ns3 {
 
-/// The signal number that arrived and was not yet taken, or 0.
-extern std::atomic<int> g_phantoraInterrupt;
+/// The signal number that arrived and was not yet taken, or 0 (hidden: read without the GOT on every event).
+extern std::atomic<int> g_phantoraInterrupt __attribute__((visibility("hidden")));
 
 /// True once SIGTERM or SIGINT arrived (cheap: on every event).
 inline bool InterruptPending() { return g_phantoraInterrupt.load(std::memory_order_relaxed) != 0; }

@@ -12,6 +12,7 @@ global simulator, so only one Ns3Simulator can be open at a time.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -273,15 +274,17 @@ class Ns3Simulator:
         return self._take()
 
     def _ran(self, result: Any) -> Any:
-        """A run call's result, unless SIGTERM or SIGINT cut the call short. Python's own handler of the signal
-        (the CLI's `Terminated`, KeyboardInterrupt) has run as the call returned; a handler that did not raise
-        gets `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT)."""
+        """A run call's result, unless SIGTERM or SIGINT cut the call short: then Python's own handler of the
+        signal runs now (the CLI's `Terminated`, KeyboardInterrupt); one that does not raise gets
+        `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT), so a cut call never passes for done."""
         sig = int(self._net.InterruptedBy())
+        if not sig:
+            return result
+        # The interpreter may not have noticed the pending signal yet (it looks between some bytecodes only).
+        ctypes.pythonapi.PyErr_CheckSignals()
         if sig == signal.SIGINT:
             raise KeyboardInterrupt
-        if sig:
-            raise SimulationInterruptedError(f"the ns-3 run was interrupted by {signal.Signals(sig).name}")
-        return result
+        raise SimulationInterruptedError(f"the ns-3 run was interrupted by {signal.Signals(sig).name}")
 
     def next_event_time(self) -> int | None:
         """The next pending ns-3 event, or None when no flow is in flight."""
