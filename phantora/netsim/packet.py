@@ -172,6 +172,10 @@ class Ns3Simulator:
             raise PhantoraError(f"cannot open the ns-3 network: {cpp_message(exc)}") from None
         self._closed = False
         try:
+            self._interruptible = self._net.InterruptedBy() == 0
+        except Exception:  # noqa: BLE001 - a library built before interruptible run calls (compare_ns3_builds --old)
+            self._interruptible = False
+        try:
             self._build()
         except BaseException:
             self.close()
@@ -277,7 +281,7 @@ class Ns3Simulator:
         """A run call's result, unless SIGTERM or SIGINT cut the call short: then Python's own handler of the
         signal runs now (the CLI's `Terminated`, KeyboardInterrupt); one that does not raise gets
         `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT), so a cut call never passes for done."""
-        sig = int(self._net.InterruptedBy())
+        sig = int(self._net.InterruptedBy()) if self._interruptible else 0
         if not sig:
             return result
         # The interpreter may not have noticed the pending signal yet (it looks between some bytecodes only).
