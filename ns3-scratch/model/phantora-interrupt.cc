@@ -2,8 +2,6 @@
 #include "phantora-interrupt.h"
 
 #include <csignal>
-#include <cstdio>
-#include <unistd.h>
 
 namespace ns3 {
 
@@ -15,7 +13,7 @@ constexpr int kSignals[] = {SIGTERM, SIGINT};
 struct sigaction g_previous[NSIG];  // the handler each of ours chains to
 
 void OnSignal(int sig, siginfo_t* info, void* context) {
-  g_phantoraInterrupt.store(sig, std::memory_order_relaxed); write(2, "SIG\n", 4);
+  g_phantoraInterrupt.store(sig, std::memory_order_relaxed);
   const struct sigaction& prev = g_previous[sig];
   if (prev.sa_flags & SA_SIGINFO) {
     prev.sa_sigaction(sig, info, context);
