@@ -528,7 +528,9 @@ class DecomposedSimulator(RunsByCompletion):
         for w in self.workers:
             if w.remote is not None:
                 w.remote.close()
-        deadline = time.monotonic() + 5.0
+        # An idle worker exits within milliseconds of being told; one still there after a second is inside a
+        # long ns-3 call or still starting (the run was interrupted): it has nothing left to write, so end it.
+        deadline = time.monotonic() + 1.0
         for w in self.workers:
             if w.proc is not None:
                 try:
@@ -538,7 +540,7 @@ class DecomposedSimulator(RunsByCompletion):
                     w.proc.wait()
         if self._placement is not None:
             self._placement.stop([w.host for w in self.workers if w.host is not None])
-        self._ctx.term()
+        self._ctx.destroy(linger=0)  # also a socket an interrupted start left open (term() would wait for it)
         remove_run_dir(self._root)
 
     def __del__(self) -> None:

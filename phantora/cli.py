@@ -69,7 +69,12 @@ def _print_input_warnings(command: str) -> None:
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived (`timeout`, a batch scheduler, `kill`)."""
+    """SIGTERM arrived (`timeout`, a batch scheduler, `kill`); status.json's reason names it."""
+
+    code = "terminated"
+
+    def __str__(self) -> str:
+        return "terminated (SIGTERM)"
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

@@ -33,5 +33,9 @@ class InputError(PhantoraError):
         super().__init__(where + message)
 
 
+class SimulationInterruptedError(PhantoraError):
+    """A signal (SIGTERM, SIGINT) stopped a simulator part-way through a run call; its handler did not raise."""
+
+
 class InputWarning(UserWarning):
     """Input that phantora accepts but partly ignores (the command line prints it as a warning line)."""

@@ -1,12 +1,14 @@
 // PhantoraNetwork: flows, their dependencies and completions, and running the simulator in windows.
 #include "phantora-network-impl.h"
 
+#include "phantora-interrupt.h"
 #include "phantora-scheduler.h"
 
 #include "ns3/log.h"
 #include "ns3/simulator.h"
 
 #include <algorithm>
+#include <csignal>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +19,23 @@ NS_LOG_COMPONENT_DEFINE("PhantoraFlows");
 namespace {
 
 int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
+
+/// A signal stopped Simulator::Run() (after the event in progress).
+struct Interrupted {
+  int signal;
+};
+
+/// Simulator::Run(), stopped by SIGTERM / SIGINT (handlers installed by Interruptible): then it throws Interrupted.
+void RunSimulator() {
+  Simulator::Run();
+  if (const int sig = TakeInterrupt()) {
+    throw Interrupted{sig};
+  }
+}
+
+std::string SignalName(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal " + std::to_string(sig);
+}
 
 }  // namespace
 
@@ -191,19 +210,45 @@ void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
   it->second.lossBudget = std::min(bytes, it->second.size);
 }
 
+template <typename R, typename F>
+R PhantoraNetwork::Interruptible(R cut, F&& body) {
+  Impl& s = Need();
+  if (s.interruptedBy) {
+    throw std::runtime_error("this network was interrupted by " + SignalName(s.interruptedBy) +
+                             " part-way through a run call; close it and start again");
+  }
+  InstallInterruptHandlers();  // two sigaction queries (~0.5 us); Python may have replaced ours since
+  try {
+    return body();
+  } catch (const Interrupted& e) {
+    s.interruptedBy = e.signal;
+    s.watching = s.watchAll = s.watchHit = s.stopWhenIdle = s.stopWhenQuiet = false;
+    s.watched.clear();
+    return cut;
+  }
+}
+
+int PhantoraNetwork::InterruptedBy() const { return Need().interruptedBy; }
+
 void PhantoraNetwork::RunUntil(int64_t ns) {
-  Need();
+  Interruptible(0, [&] {
+    RunTo(ns);
+    return 0;
+  });
+}
+
+void PhantoraNetwork::RunTo(int64_t ns) {
   const int64_t now = Now();
   if (ns < now) {
     throw std::invalid_argument("RunUntil(" + std::to_string(ns) + "): the network is already at " +
                                 std::to_string(now) + " ns");
   }
   Simulator::Stop(NanoSeconds(ns - now));
-  Simulator::Run();
+  RunSimulator();
   // Events stamped exactly `ns` but scheduled after the stop event: run them too.
   while (NextEventTime() == ns) {
     Simulator::Stop(NanoSeconds(0));
-    Simulator::Run();
+    RunSimulator();
   }
 }
 
@@ -212,13 +257,13 @@ bool PhantoraNetwork::RunUntilWatched(int64_t ns, const std::vector<uint64_t>& w
   Impl& s = Need();
   s.watched.clear();
   s.watched.insert(watch.begin(), watch.end());
-  return RunWatching(ns, false, "RunUntilWatched");
+  return Interruptible(false, [&] { return RunWatching(ns, false, "RunUntilWatched"); });
 }
 
 bool PhantoraNetwork::RunUntilCompletion(int64_t ns) {
   NS_LOG_FUNCTION(this << ns);
   Need().watched.clear();
-  return RunWatching(ns, true, "RunUntilCompletion");
+  return Interruptible(false, [&] { return RunWatching(ns, true, "RunUntilCompletion"); });
 }
 
 bool PhantoraNetwork::RunWatching(int64_t ns, bool all, const char* caller) {
@@ -242,57 +287,61 @@ bool PhantoraNetwork::RunWatching(int64_t ns, bool all, const char* caller) {
   if (bounded) {
     stop = Simulator::Stop(NanoSeconds(ns - now));
   }
-  Simulator::Run();
+  RunSimulator();
   s.watching = false;
   s.watchAll = false;
   s.stopWhenIdle = false;
   s.watched.clear();
   if (bounded && !s.watchHit) {
     // Reached the limit: the events stamped `ns` but scheduled after the stop event, as RunUntil.
-    RunUntil(ns);
+    RunTo(ns);
     return false;
   }
   // Stopped inside an ns (a watched completion, or idle): cancel the limit and finish that ns.
   if (bounded) {
     Simulator::Cancel(stop);
   }
-  RunUntil(Now());
+  RunTo(Now());
   NS_LOG_LOGIC("stopped at " << Now() << " ns, watched completion: " << s.watchHit);
   return s.watchHit;
 }
 
 bool PhantoraNetwork::RunUntilIdle(int64_t limitNs) {
-  Impl& s = Need();
-  if (s.inFlight == 0) {
-    return true;
-  }
-  const int64_t now = Now();
-  if (limitNs < now) {
-    throw std::invalid_argument("RunUntilIdle: limit is in the past");
-  }
-  s.stopWhenIdle = true;
-  EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
-  Simulator::Run();
-  s.stopWhenIdle = false;
-  Simulator::Cancel(stop);
-  return s.inFlight == 0;
+  return Interruptible(false, [&] {
+    Impl& s = Need();
+    if (s.inFlight == 0) {
+      return true;
+    }
+    const int64_t now = Now();
+    if (limitNs < now) {
+      throw std::invalid_argument("RunUntilIdle: limit is in the past");
+    }
+    s.stopWhenIdle = true;
+    EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
+    RunSimulator();
+    s.stopWhenIdle = false;
+    Simulator::Cancel(stop);
+    return s.inFlight == 0;
+  });
 }
 
 bool PhantoraNetwork::RunUntilQuiet(int64_t limitNs) {
-  Impl& s = Need();
-  if (s.flows.empty()) {
-    return true;
-  }
-  const int64_t now = Now();
-  if (limitNs < now) {
-    throw std::invalid_argument("RunUntilQuiet: limit is in the past");
-  }
-  s.stopWhenQuiet = true;
-  EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
-  Simulator::Run();
-  s.stopWhenQuiet = false;
-  Simulator::Cancel(stop);
-  return s.flows.empty();
+  return Interruptible(false, [&] {
+    Impl& s = Need();
+    if (s.flows.empty()) {
+      return true;
+    }
+    const int64_t now = Now();
+    if (limitNs < now) {
+      throw std::invalid_argument("RunUntilQuiet: limit is in the past");
+    }
+    s.stopWhenQuiet = true;
+    EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
+    RunSimulator();
+    s.stopWhenQuiet = false;
+    Simulator::Cancel(stop);
+    return s.flows.empty();
+  });
 }
 
 }  // namespace ns3

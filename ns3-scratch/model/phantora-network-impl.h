@@ -65,6 +65,7 @@ class PhantoraNetwork::Impl {
   bool watchHit = false;
   bool watchAll = false;  // RunUntilCompletion: every completion stops
   std::unordered_set<uint64_t> watched;
+  int interruptedBy = 0;  // the signal that cut a run call short (phantora-interrupt.h); 0 if none
 
   std::vector<FlowRecord> completions;
   std::vector<FctRecord> fcts;

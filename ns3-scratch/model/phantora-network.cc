@@ -2,6 +2,7 @@
 // Flows and running are in phantora-flows.cc.
 #include "phantora-network.h"
 
+#include "phantora-interrupt.h"
 #include "phantora-network-impl.h"
 #include "phantora-scheduler.h"
 
@@ -30,6 +31,7 @@ PhantoraNetwork::PhantoraNetwork() {
     throw std::runtime_error("a PhantoraNetwork is already open in this process: Close() it first");
   }
   g_live = true;
+  TakeInterrupt();  // a signal before this network existed was about earlier work
   m_impl = std::make_unique<Impl>();
 }
 

@@ -156,6 +156,10 @@ class PhantoraNetwork {
   /// DLCP: flow `id` (added, not yet started) may lose up to `bytes` of payload to trimming; 0 = lossless.
   void SetLossBudget(uint64_t id, uint64_t bytes);
 
+  // Each run call below stops within one event of SIGTERM or SIGINT (see phantora-interrupt.h): it then
+  // returns at once (false) and InterruptedBy() names the signal; the network is part-way and every later run
+  // call throws. Python's own handler of the signal runs as the call returns.
+
   /// Process every event at or before `ns`; Now() becomes `ns`.
   void RunUntil(int64_t ns);
   /// RunUntil(ns), but return right after the first ns at which a flow in `watch` completes at its
@@ -170,6 +174,8 @@ class PhantoraNetwork {
   bool RunUntilIdle(int64_t limitNs);
   /// Run until every flow is also acknowledged at its sender, or `limitNs`; true if so.
   bool RunUntilQuiet(int64_t limitNs);
+  /// The signal (SIGTERM 15, SIGINT 2) that cut a run call short, or 0.
+  int InterruptedBy() const;
 
   std::vector<FlowRecord> DrainCompletions();
   std::vector<FctRecord> DrainFct();
@@ -215,6 +221,11 @@ class PhantoraNetwork {
   Impl& Need() const;
   /// RunUntilWatched's loop over the watch set already in place (`all`: every flow is watched).
   bool RunWatching(int64_t ns, bool all, const char* caller);
+  /// Process every event at or before `ns` (RunUntil, inside other run calls).
+  void RunTo(int64_t ns);
+  /// A run call's body, cut short by a signal: then InterruptedBy() is set and the result is `cut`.
+  template <typename R, typename F>
+  R Interruptible(R cut, F&& body);
 
   std::unique_ptr<Impl> m_impl;
 };

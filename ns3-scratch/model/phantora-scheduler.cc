@@ -1,10 +1,12 @@
 // PhantoraScheduler: delegation to an inner ns-3 scheduler.
 #include "phantora-scheduler.h"
+#include "phantora-interrupt.h"
 #include "phantora-type-id.h"
 
 #include "ns3/event-impl.h"
 #include "ns3/log.h"
 #include "ns3/object-factory.h"
+#include "ns3/simulator.h"
 #include "ns3/string.h"
 
 #include <vector>
@@ -77,7 +79,13 @@ int64_t PhantoraScheduler::PeekNextLiveTs() {
 void PhantoraScheduler::Insert(const Event& ev) { m_wheel ? m_wheel->Insert(ev) : m_inner->Insert(ev); }
 bool PhantoraScheduler::IsEmpty() const { return m_wheel ? m_wheel->IsEmpty() : m_inner->IsEmpty(); }
 Scheduler::Event PhantoraScheduler::PeekNext() const { return m_wheel ? m_wheel->PeekNext() : m_inner->PeekNext(); }
-Scheduler::Event PhantoraScheduler::RemoveNext() { return m_wheel ? m_wheel->RemoveNext() : m_inner->RemoveNext(); }
+Scheduler::Event PhantoraScheduler::RemoveNext() {
+  Event ev = m_wheel ? m_wheel->RemoveNext() : m_inner->RemoveNext();
+  if (InterruptPending()) [[unlikely]] {
+    Simulator::Stop();  // SIGTERM / SIGINT: Run() returns after this event, whichever scheduler is inside
+  }
+  return ev;
+}
 void PhantoraScheduler::Remove(const Event& ev) { m_inner->Remove(ev); }
 
 }  // namespace ns3

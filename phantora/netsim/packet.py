@@ -12,7 +12,9 @@ global simulator, so only one Ns3Simulator can be open at a time.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -21,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from phantora.errors import InputError, PhantoraError
+from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
 from phantora.netsim.base import Completion, Flow, check_flow_batch
 from phantora.netsim.flow import CausalityError
@@ -170,6 +172,10 @@ class Ns3Simulator:
             raise PhantoraError(f"cannot open the ns-3 network: {cpp_message(exc)}") from None
         self._closed = False
         try:
+            self._interruptible = self._net.InterruptedBy() == 0
+        except Exception:  # noqa: BLE001 - a library built before interruptible run calls (compare_ns3_builds --old)
+            self._interruptible = False
+        try:
             self._build()
         except BaseException:
             self.close()
@@ -237,7 +243,7 @@ class Ns3Simulator:
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
-        self._net.RunUntil(until)
+        self._ran(self._net.RunUntil(until))
         return self._take()
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
@@ -258,7 +264,7 @@ class Ns3Simulator:
         for fid in watch:
             if 0 <= fid <= _MASK64:
                 ids.push_back(fid)
-        self._net.RunUntilWatched(-1 if unbounded else until, ids)
+        self._ran(self._net.RunUntilWatched(-1 if unbounded else until, ids))
         return self._take()
 
     def advance_to_completion(self, until: int) -> list[Completion]:
@@ -268,8 +274,21 @@ class Ns3Simulator:
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
-        self._net.RunUntilCompletion(-1 if until >= _FOREVER_NS else until)
+        self._ran(self._net.RunUntilCompletion(-1 if until >= _FOREVER_NS else until))
         return self._take()
+
+    def _ran(self, result: Any) -> Any:
+        """A run call's result, unless SIGTERM or SIGINT cut the call short: then Python's own handler of the
+        signal runs now (the CLI's `Terminated`, KeyboardInterrupt); one that does not raise gets
+        `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT), so a cut call never passes for done."""
+        sig = int(self._net.InterruptedBy()) if self._interruptible else 0
+        if not sig:
+            return result
+        # The interpreter may not have noticed the pending signal yet (it looks between some bytecodes only).
+        ctypes.pythonapi.PyErr_CheckSignals()
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SimulationInterruptedError(f"the ns-3 run was interrupted by {signal.Signals(sig).name}")
 
     def next_event_time(self) -> int | None:
         """The next pending ns-3 event, or None when no flow is in flight."""
@@ -295,7 +314,7 @@ class Ns3Simulator:
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion."""
         limit = _FOREVER_NS if limit_ns is None else limit_ns
-        if self.in_flight() and not self._net.RunUntilIdle(max(limit, self.now())):
+        if self.in_flight() and not self._ran(self._net.RunUntilIdle(max(limit, self.now()))):
             left = self.in_flight()
             if self.now() >= limit:
                 raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
@@ -356,7 +375,7 @@ class Ns3Simulator:
     def finish(self, limit_ns: int | None = None) -> bool:
         """Run until every flow's last ACK has reached its sender (for FCT records); True if so."""
         limit = _FOREVER_NS if limit_ns is None else max(limit_ns, self.now())
-        return bool(self._net.RunUntilQuiet(limit))
+        return bool(self._ran(self._net.RunUntilQuiet(limit)))
 
     def fct_records(self) -> list[FctLine]:
         """HPCC-style FCT records (completion at the sender's last ACK), in completion order."""

@@ -98,7 +98,7 @@ def write_status(out: Path, state: str, **fields: Any) -> Path:
 def failure(exc: BaseException) -> dict[str, Any]:
     """What status.json says of a failed run: the reason (the error's first line), its code, the rank."""
     if isinstance(exc, KeyboardInterrupt):
-        return {"reason": "interrupted (^C)", "code": "interrupted"}
+        return {"reason": "interrupted (^C, SIGINT)", "code": "interrupted"}
     text = str(exc).strip() or type(exc).__name__
     out: dict[str, Any] = {"reason": text.splitlines()[0], "code": getattr(exc, "code", type(exc).__name__)}
     if getattr(exc, "rank", None) is not None:
