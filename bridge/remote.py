@@ -38,9 +38,11 @@ class RemoteSimulator:
         curve: ClientCurve | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.sock = connect_dealer(ctx, endpoint, curve=curve)
+        self.sock = connect_dealer(ctx, endpoint, curve=curve, connect=False)
         tcp = endpoint.startswith("tcp://")
+        # the monitor goes on before connect, so the first handshake's outcome cannot slip past it
         self.watch = HandshakeWatch(self.sock, endpoint, curve is not None) if tcp else None
+        self.sock.connect(endpoint)
         self.call_timeout_s = call_timeout_s
         self.on_wait = on_wait
         self._now = 0

@@ -190,10 +190,15 @@ OUTCOME_MAX_BYTES = 1 << 32  # the run's outcome (every flow of a large run) fro
 
 
 def connect_dealer(
-    ctx: zmq.Context, endpoint: str, hard_max: int = HARD_MAX_MESSAGE_BYTES, curve: ClientCurve | None = None
+    ctx: zmq.Context,
+    endpoint: str,
+    hard_max: int = HARD_MAX_MESSAGE_BYTES,
+    curve: ClientCurve | None = None,
+    connect: bool = True,
 ) -> zmq.Socket:
     """A DEALER connected to `endpoint` (ipc, loopback tcp, or any tcp with the network opt-in and `curve`, the
-    server's public key and ours)."""
+    server's public key and ours). `connect=False`: checked and set up, the caller connects (after attaching a
+    monitor, say)."""
     if beyond_loopback(endpoint):
         if not network_allowed():
             raise BridgeError(f"refusing to connect to {endpoint}: the bridge uses 127.0.0.1 unless {NETWORK_OPT_IN}=1")
@@ -202,7 +207,8 @@ def connect_dealer(
     sock = _common(ctx.socket(zmq.DEALER), hard_max)
     if curve is not None:
         make_client(sock, curve)
-    sock.connect(endpoint)
+    if connect:
+        sock.connect(endpoint)
     return sock
 
 
