@@ -231,9 +231,9 @@ def decode(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
 
 
 # ----- flows and completions on the wire ------------------------------------------------------
-def flow_to_wire(f: Flow) -> list[Any]:
-    """9 fields; a 10th, the DLCP loss budget, only when it is not 0."""
-    row = [f.id, f.src, f.dst, f.size, list(f.deps), f.delay_ns, f.tag, f.priority, f.key]
+def flow_to_wire(f: Flow, deps: Sequence[int] | None = None) -> list[Any]:
+    """9 fields; a 10th, the DLCP loss budget, only when it is not 0. `deps` replaces the flow's own."""
+    row = [f.id, f.src, f.dst, f.size, list(f.deps if deps is None else deps), f.delay_ns, f.tag, f.priority, f.key]
     return [*row, f.loss_budget] if f.loss_budget else row
 
 

@@ -78,6 +78,7 @@ class FluidNvlinkSimulator:
         self._fluid_flows = 0
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
+        self._routable: set[tuple[int, int]] = set()  # endpoint pairs known to have a route
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
@@ -96,9 +97,10 @@ class FluidNvlinkSimulator:
         if at < now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
         check_flow_batch(flows, self.topology, self._known)
-        for f in flows:
-            if f.size and f.src != f.dst:
+        for f in flows:  # routable (whether a pair has a route does not depend on the flow's ECMP key)
+            if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
                 self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
+                self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
         out: tuple[list[Flow], list[Flow]] = ([], [])
         for f in topological_order(flows, batch):
