@@ -67,6 +67,7 @@ class FluidNvlinkSimulator:
         """`payload_bytes`/`header_bytes`: the packet model's, to show fluid NVLink bytes as packets would."""
         self.packet = packet
         self.fluid = fluid
+        fluid.prechecked = True  # every batch it gets is checked here first, whole (`check_flow_batch`, routes)
         self.topology: Topology = packet.topology
         self._payload = payload_bytes
         self._header = header_bytes
