@@ -402,7 +402,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._lb[f.id] = lb + self._step[f.id]
             self._ext.update(d for d in cross if self._owner[d] != DRIVER)
             if w == DRIVER:
-                bare = f if len(cross) == len(f.deps) else dataclasses.replace(f, deps=tuple(cross))
+                bare = f if len(cross) == len(f.deps) else f.with_deps(tuple(cross))
                 for m, p in self._rel.add([bare], a):
                     c = Completion(m.id, p, p, m.size, m.src, m.dst, m.tag)
                     heapq.heappush(self._buffer, (p, m.id, c))

@@ -40,6 +40,13 @@ class Flow:
     key: int | None = None  # ECMP hash key; defaults to id
     loss_budget: int = 0  # DLCP: payload bytes the network may drop for good (0 = lossless; packet engine only)
 
+    def with_deps(self, deps: tuple[int, ...], delay_ns: int | None = None) -> Flow:
+        """This flow with other deps (and delay): `dataclasses.replace`, without its per-call field walk."""
+        delay = self.delay_ns if delay_ns is None else delay_ns
+        return Flow(
+            self.id, self.src, self.dst, self.size, deps, delay, self.tag, self.priority, self.key, self.loss_budget
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:

@@ -22,7 +22,6 @@ and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says i
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -269,7 +268,7 @@ class FluidNvlinkSimulator:
         deps = tuple(d for d in f.deps if self._side.get(d) == side)
         if deps == f.deps:
             return f
-        return dataclasses.replace(f, deps=deps)
+        return f.with_deps(deps)
 
     def _idle(self) -> bool:
         return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0
