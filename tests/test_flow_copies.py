@@ -6,6 +6,7 @@ import dataclasses
 
 from bridge.protocol import _ints
 from phantora.netsim.base import Completion, Flow
+from phantora.netsim.hybrid import topological_order
 
 
 def test_with_deps_equals_dataclasses_replace_on_every_field() -> None:
@@ -37,3 +38,12 @@ def test_completion_fields_are_the_ones_nic_latency_copies() -> None:
     assert [x.name for x in dataclasses.fields(Completion)] == [
         "flow_id", "start_ns", "end_ns", "size", "src", "dst", "tag", "lost",
     ]  # fmt: skip
+
+
+def test_topological_order_keeps_an_ordered_batch_and_reorders_otherwise() -> None:
+    a, b, c = Flow(1, 0, 1, 10), Flow(2, 0, 1, 10, (1,)), Flow(3, 0, 1, 10, (2, 99))
+    ordered = [a, b, c]
+    assert topological_order(ordered, {f.id: f for f in ordered}) == ordered
+    shuffled = [c, a, b]
+    out = topological_order(shuffled, {f.id: f for f in shuffled})
+    assert [f.id for f in out] == [1, 2, 3]  # each after its in-batch deps (99 is outside the batch)
