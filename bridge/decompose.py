@@ -313,11 +313,13 @@ class DecomposedSimulator(RunsByCompletion):
 
     def _bounds(self, flat: list[int]) -> None:
         """A worker's completion bounds of its started flows ([id, ns, ...], those that rose): lb only grows."""
-        lbs = self._lb
-        for i in range(0, len(flat), 2):
-            fid, ns = flat[i], flat[i + 1]
+        lbs, waiting = self._lb, self._dependents
+        for fid, ns in zip(flat[0::2], flat[1::2], strict=True):
             if ns > lbs.get(fid, INF_NS):
-                self._raise(fid, ns)
+                if fid in waiting:
+                    self._raise(fid, ns)
+                else:
+                    lbs[fid] = ns  # (what `_raise` does for a flow nothing waits on)
 
     def _raise(self, fid: int, ns: int) -> None:
         """lb(fid) >= ns, and so on down its dependents: each ends no earlier than a dep's lb + its step."""
