@@ -86,8 +86,9 @@ class PieceRoutes:
     def of(self, f: Flow) -> Summary:
         """The summary of fabric flow `f`'s route; InputError as `route_in_piece` if it leaves its piece."""
         pair = (f.src, f.dst)
-        s = self._pair.get(pair, ())
-        if s == ():
+        if pair in self._pair:
+            s = self._pair[pair]
+        else:
             s = self._pair[pair] = self._summarise(f.src, f.dst)
         if s is not None:
             return s
