@@ -38,7 +38,7 @@ import zmq
 
 from bridge.curve import ClientCurve, KeyPair
 from bridge.errors import BridgeError
-from bridge.protocol import E_TIMEOUT, INF_NS, encode, flows_to_wire, records_from_wire
+from bridge.protocol import E_TIMEOUT, INF_NS, encode, flow_to_wire, records_from_wire
 from bridge.ray_workers import RayPlacement
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec, options_to_dict
@@ -64,7 +64,7 @@ from phantora.netsim.observe import (
 )
 from phantora.netsim.packet import check_packet_batch, check_packet_fields
 from phantora.netsim.packet_config import PacketConfig
-from phantora.netsim.pieces import NO_PIECE, fabric_pieces, route_in_piece
+from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces
 from phantora.topology.model import Topology
 
 DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
@@ -120,7 +120,7 @@ class _Outbox:
     """What a worker gets in the next round: flows (with their submit ns; `gated` ones wait for a gate too) and
     gates opened, [flow id, ns]."""
 
-    flows: list[Flow] = dataclasses.field(default_factory=list)
+    flows: list[list[Any]] = dataclasses.field(default_factory=list)  # wire rows (`flow_to_wire`), local deps only
     at: list[int] = dataclasses.field(default_factory=list)
     gated: list[int] = dataclasses.field(default_factory=list)
     gates: list[list[int]] = dataclasses.field(default_factory=list)
@@ -140,6 +140,7 @@ class DecomposedSimulator(RunsByCompletion):
         self.config = config.with_updates(ecmp_hash=topology.ecmp_hash)
         self.latency = config.nic_latency
         self.pieces = fabric_pieces(topology)
+        self._routes = PieceRoutes(topology, self.pieces)
         count = max(self.pieces) + 1
         n = min(config.workers, max(count, 1))
         self._piece_worker = [p % n for p in range(count)]
@@ -264,7 +265,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._out[w.index] = _Outbox()
             until = max(horizon, self._wnow[w.index])
             raw = encode(
-                "post", self._wtime, flows=flows_to_wire(out.flows), at=out.at, gated=out.gated, gates=out.gates,
+                "post", self._wtime, flows=out.flows, at=out.at, gated=out.gated, gates=out.gates,
                 until=until,
             )  # fmt: skip
             self._remote(w).send(raw)
@@ -312,11 +313,13 @@ class DecomposedSimulator(RunsByCompletion):
 
     def _bounds(self, flat: list[int]) -> None:
         """A worker's completion bounds of its started flows ([id, ns, ...], those that rose): lb only grows."""
-        lbs = self._lb
-        for i in range(0, len(flat), 2):
-            fid, ns = flat[i], flat[i + 1]
+        lbs, waiting = self._lb, self._dependents
+        for fid, ns in zip(flat[0::2], flat[1::2], strict=True):
             if ns > lbs.get(fid, INF_NS):
-                self._raise(fid, ns)
+                if fid in waiting:
+                    self._raise(fid, ns)
+                else:
+                    lbs[fid] = ns  # (what `_raise` does for a flow nothing waits on)
 
     def _raise(self, fid: int, ns: int) -> None:
         """lb(fid) >= ns, and so on down its dependents: each ends no earlier than a dep's lb + its step."""
@@ -372,14 +375,14 @@ class DecomposedSimulator(RunsByCompletion):
         else:
             check_packet_batch(flows, self.topology, self._owner.__contains__)
         xfer = {}
+        owner, of, piece_worker, latency = self._owner, self._routes.of, self._piece_worker, self.latency
         for f in flows:
             if uses_nic(f):
-                piece, path = route_in_piece(self.topology, self.pieces, f)
-                self._owner[f.id] = self._piece_worker[piece]
-                bottleneck = self.topology.path_bottleneck_bps(path)
-                xfer[f.id] = self.latency + self.topology.path_latency_ns(path) + f.size * 8_000_000_000 // bottleneck
+                piece, propagation, bottleneck = of(f)
+                owner[f.id] = piece_worker[piece]
+                xfer[f.id] = latency + propagation + f.size * 8_000_000_000 // bottleneck
             else:
-                self._owner[f.id] = DRIVER
+                owner[f.id] = DRIVER
                 xfer[f.id] = 0
         if self._wtime >= INF_NS:
             self._wtime = self._now
@@ -401,7 +404,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._lb[f.id] = lb + self._step[f.id]
             self._ext.update(d for d in cross if self._owner[d] != DRIVER)
             if w == DRIVER:
-                bare = f if len(cross) == len(f.deps) else dataclasses.replace(f, deps=tuple(cross))
+                bare = f if len(cross) == len(f.deps) else f.with_deps(tuple(cross))
                 for m, p in self._rel.add([bare], a):
                     c = Completion(m.id, p, p, m.size, m.src, m.dst, m.tag)
                     heapq.heappush(self._buffer, (p, m.id, c))
@@ -410,7 +413,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._check_post(f.id, a)
             self._unfinished[w].add(f.id)
             out = self._out[w]
-            out.flows.append(f if len(local) == len(f.deps) else dataclasses.replace(f, deps=tuple(local)))
+            out.flows.append(flow_to_wire(f, local))
             out.at.append(a)
             if cross:
                 out.gated.append(f.id)

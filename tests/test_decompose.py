@@ -22,7 +22,7 @@ from phantora.errors import InputError
 from phantora.netsim.base import Flow
 from phantora.netsim.factory import make_engine as make_local_engine
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
-from phantora.netsim.pieces import NO_PIECE, fabric_pieces, piece_of
+from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces, piece_of, route_in_piece
 from phantora.topology.generators import rail_optimized
 from phantora.topology.model import Topology
 
@@ -104,6 +104,57 @@ def test_a_cross_piece_flow_is_refused_naming_flow_ends_and_switch() -> None:
     spine = next(n.name for n in topo.nodes if n.kind == "switch" and n.tier == 2)
     assert "flow 42" in text and topo.nodes[f.src].name in text and topo.nodes[f.dst].name in text
     assert spine in text
+
+
+def _routed(topo: Topology, f: Flow) -> tuple[int, int, int]:
+    piece, path = route_in_piece(topo, fabric_pieces(topo), f)
+    return piece, topo.path_latency_ns(path), topo.path_bottleneck_bps(path)
+
+
+def test_piece_routes_equal_each_flows_own_route_on_a_rail_fabric() -> None:
+    topo = tiny()
+    topo.use_ecmp(topo.ecmp_hash)
+    routes = PieceRoutes(topo, fabric_pieces(topo))
+    fid = 0
+    for r in (0, 1):
+        for a in range(3):
+            for b in range(3):
+                if a == b:
+                    continue
+                for key in (None, 7, 12345):
+                    f = Flow(fid, gpu(topo, a, r), gpu(topo, b, r), 1000, key=key)
+                    assert routes.of(f) == _routed(topo, f)
+                    fid += 1
+    # one leaf per rail: one route per pair, so every pair got a per-pair summary (3 GPUs x 2 peers x 2 rails)
+    assert sum(s is not None for s in routes._pair.values()) == 12
+    with pytest.raises(InputError, match="crosses pieces"):
+        routes.of(Flow(99, gpu(topo, 0, 0), gpu(topo, 1, 1), 1000))
+
+
+def test_piece_routes_route_each_flow_when_equal_cost_routes_differ() -> None:
+    """Two equal-hop routes inside one piece with different propagation (1 vs 3 us) and bottleneck: the pair has
+    no single summary, so each flow gets its own route's, and both occur."""
+    topo = Topology("uneven", [], [])
+    g0, g1 = topo.add_node("gpu", "g0"), topo.add_node("gpu", "g1")
+    e0, e1 = topo.add_node("switch", "e0", tier=1), topo.add_node("switch", "e1", tier=1)
+    a0, a1 = topo.add_node("switch", "a0", tier=2), topo.add_node("switch", "a1", tier=2)
+    core = topo.add_node("switch", "core", tier=3)
+    topo.add_link(g0, e0, _G100, 1000)
+    topo.add_link(g1, e1, _G100, 1000)
+    topo.add_link(e0, a0, _G100, 1000)
+    topo.add_link(e1, a0, _G100, 1000)
+    topo.add_link(e0, a1, _G100 // 2, 3000)
+    topo.add_link(e1, a1, _G100, 1000)
+    topo.add_link(a0, core, _G100, 1000)
+    routes = PieceRoutes(topo, fabric_pieces(topo))
+    seen = set()
+    for key in range(40):
+        f = Flow(key, g0, g1, 1000, key=key)
+        got = routes.of(f)
+        assert got == _routed(topo, f)
+        seen.add(got[1:])
+    assert seen == {(4000, _G100), (6000, _G100 // 2)}
+    assert routes._pair[(g0, g1)] is None
 
 
 def test_decomposition_needs_fluid_nvlink_and_a_latency() -> None:

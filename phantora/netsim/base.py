@@ -40,6 +40,13 @@ class Flow:
     key: int | None = None  # ECMP hash key; defaults to id
     loss_budget: int = 0  # DLCP: payload bytes the network may drop for good (0 = lossless; packet engine only)
 
+    def with_deps(self, deps: tuple[int, ...], delay_ns: int | None = None) -> Flow:
+        """This flow with other deps (and delay): `dataclasses.replace`, without its per-call field walk."""
+        delay = self.delay_ns if delay_ns is None else delay_ns
+        return Flow(
+            self.id, self.src, self.dst, self.size, deps, delay, self.tag, self.priority, self.key, self.loss_budget
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:
@@ -241,19 +248,19 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
     from phantora.topology.model import ENDPOINT_KINDS
 
     nodes = topology.nodes
+    ends = {n.id for n in nodes if n.kind in ENDPOINT_KINDS}
     ids: set[int] = set()
     for f in flows:
-        where = f"flow {f.id}"
         if f.id in ids or known(f.id):
-            raise InputError(f"{where}: duplicate flow id", field="id")
+            raise InputError(f"flow {f.id}: duplicate flow id", field="id")
         ids.add(f.id)
-        for end in (f.src, f.dst):
-            if not 0 <= end < len(nodes) or nodes[end].kind not in ENDPOINT_KINDS:
-                raise InputError(f"{where}: node {end} is not an endpoint of '{topology.name}'", field="src/dst")
+        if f.src not in ends or f.dst not in ends:
+            end = f.src if f.src not in ends else f.dst
+            raise InputError(f"flow {f.id}: node {end} is not an endpoint of '{topology.name}'", field="src/dst")
         if f.size < 0:
-            raise InputError(f"{where}: size must be >= 0, got {f.size}", field="size")
+            raise InputError(f"flow {f.id}: size must be >= 0, got {f.size}", field="size")
         if f.delay_ns < 0:
-            raise InputError(f"{where}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
+            raise InputError(f"flow {f.id}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
     indeg = dict.fromkeys(ids, 0)
     succ: dict[int, list[int]] = {}
     for f in flows:

@@ -22,7 +22,6 @@ and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says i
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -67,6 +66,7 @@ class FluidNvlinkSimulator:
         """`payload_bytes`/`header_bytes`: the packet model's, to show fluid NVLink bytes as packets would."""
         self.packet = packet
         self.fluid = fluid
+        fluid.prechecked = True  # every batch it gets is checked here first, whole (`check_flow_batch`, routes)
         self.topology: Topology = packet.topology
         self._payload = payload_bytes
         self._header = header_bytes
@@ -78,6 +78,7 @@ class FluidNvlinkSimulator:
         self._fluid_flows = 0
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
+        self._routable: set[tuple[int, int]] = set()  # endpoint pairs known to have a route
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
@@ -96,9 +97,10 @@ class FluidNvlinkSimulator:
         if at < now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
         check_flow_batch(flows, self.topology, self._known)
-        for f in flows:
-            if f.size and f.src != f.dst:
+        for f in flows:  # routable (whether a pair has a route does not depend on the flow's ECMP key)
+            if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
                 self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
+                self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
         out: tuple[list[Flow], list[Flow]] = ([], [])
         for f in topological_order(flows, batch):
@@ -266,7 +268,7 @@ class FluidNvlinkSimulator:
         deps = tuple(d for d in f.deps if self._side.get(d) == side)
         if deps == f.deps:
             return f
-        return dataclasses.replace(f, deps=deps)
+        return f.with_deps(deps)
 
     def _idle(self) -> bool:
         return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0
@@ -319,6 +321,13 @@ def _order(c: Completion) -> tuple[int, int]:
 def topological_order(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flow]:
     """The batch with every flow after its in-batch deps (submission order otherwise kept)."""
     placed: set[int] = set()
+    for f in flows:  # already in order (the usual case): the same list, without the search below
+        if any(d in batch and d not in placed for d in f.deps):
+            placed.clear()
+            break
+        placed.add(f.id)
+    else:
+        return list(flows)
     out: list[Flow] = []
     for root in flows:
         if root.id in placed:

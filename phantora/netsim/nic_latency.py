@@ -15,7 +15,6 @@ insertion point is always reachable. L = 0 is the plain `Ns3Simulator` (the fact
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -165,7 +164,7 @@ class NicLatencySimulator(RunsByCompletion):
     def _queue(self, ready: list[tuple[Flow, int]]) -> None:
         for f, p in ready:
             start = p + self.latency_ns if uses_nic(f) else p
-            bare = f if not f.deps and not f.delay_ns else dataclasses.replace(f, deps=(), delay_ns=0)
+            bare = f if not f.deps and not f.delay_ns else f.with_deps((), 0)
             heapq.heappush(self._kicks, (start, f.id, bare))
 
     def _insert_due(self) -> None:
@@ -202,7 +201,10 @@ class NicLatencySimulator(RunsByCompletion):
     def _posted_starts(self, got: list[Completion]) -> list[Completion]:
         """ns-3 started a fabric flow at its first packet; its start is when it was posted, L earlier."""
         lat = self.latency_ns
-        return [dataclasses.replace(c, start_ns=c.start_ns - lat) if uses_nic(c) else c for c in got]
+        return [
+            Completion(c.flow_id, c.start_ns - lat, c.end_ns, c.size, c.src, c.dst, c.tag, c.lost) if uses_nic(c) else c
+            for c in got
+        ]
 
     # ----- state -------------------------------------------------------------------------------
     def next_event_time(self) -> int | None:

@@ -15,7 +15,10 @@ from phantora.errors import InputError
 from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 
+Summary = tuple[int, int, int]  # (piece, propagation ns, bottleneck bps) of a fabric flow's route
+
 NO_PIECE = -1
+INF_BPS = 1 << 62
 
 
 def fabric_pieces(topo: Topology) -> list[int]:
@@ -65,3 +68,63 @@ def route_in_piece(topo: Topology, pieces: list[int], f: Flow) -> tuple[int, lis
                 field="workers",
             )
     return home, path
+
+
+class PieceRoutes:
+    """`route_in_piece` summarised per endpoint pair: (piece, propagation ns, bottleneck bps) of a fabric flow.
+
+    When every equal-cost route from src to dst stays in src's piece and all of them have the same
+    propagation and bottleneck (one leaf per rail: one route), the summary is the pair's, whatever the flow's
+    ECMP key; it is then computed once per pair. Otherwise each flow is routed (`route_in_piece`), which also
+    names a flow that leaves its piece."""
+
+    def __init__(self, topo: Topology, pieces: list[int]) -> None:
+        self.topo = topo
+        self.pieces = pieces
+        self._pair: dict[tuple[int, int], Summary | None] = {}
+
+    def of(self, f: Flow) -> Summary:
+        """The summary of fabric flow `f`'s route; InputError as `route_in_piece` if it leaves its piece."""
+        pair = (f.src, f.dst)
+        if pair in self._pair:
+            s = self._pair[pair]
+        else:
+            s = self._pair[pair] = self._summarise(f.src, f.dst)
+        if s is not None:
+            return s
+        piece, path = route_in_piece(self.topo, self.pieces, f)
+        return piece, self.topo.path_latency_ns(path), self.topo.path_bottleneck_bps(path)
+
+    def _summarise(self, src: int, dst: int) -> Summary | None:
+        """The pair's summary if every candidate route agrees on it and stays in src's piece, else None."""
+        topo, pieces = self.topo, self.pieces
+        if topo.shared_nvswitch(src, dst) is not None:
+            return None
+        home = pieces[src]
+        # (least, greatest) propagation and bottleneck over the candidate routes from each node to dst
+        memo: dict[int, tuple[int, int, int, int]] = {dst: (0, 0, INF_BPS, INF_BPS)}
+
+        def walk(node: int) -> tuple[int, int, int, int] | None:
+            got = memo.get(node)
+            if got is not None:
+                return got
+            lo_l = lo_b = INF_BPS
+            hi_l = hi_b = -1
+            for v, ch in topo.next_hops(node, dst):
+                if pieces[v] != home:
+                    return None
+                rest = walk(v)
+                if rest is None:
+                    return None
+                lat, bw = topo.channel_latency(ch), topo.channel_bandwidth(ch)
+                lo_l, hi_l = min(lo_l, lat + rest[0]), max(hi_l, lat + rest[1])
+                lo_b, hi_b = min(lo_b, min(bw, rest[2])), max(hi_b, min(bw, rest[3]))
+            if hi_l < 0:
+                return None
+            memo[node] = (lo_l, hi_l, lo_b, hi_b)
+            return memo[node]
+
+        got = walk(src)  # None also when there is no route: `route_in_piece` then names it
+        if got is None or got[0] != got[1] or got[2] != got[3]:
+            return None
+        return home, got[0], got[2]

@@ -67,6 +67,7 @@ class Topology:
         self._endpoints: list[int] | None = None
         self._rank_order: list[int] | None = None  # endpoint node ids in rank order, if placed
         self._hpcc_order: dict[int, dict[int, int]] = {}  # dst -> node -> position in HPCC's BFS queue
+        self._nvs_cache: dict[tuple[int, int], int | None] = {}  # (a, b) -> shared_nvswitch(a, b)
         check_ecmp_hash(self.ecmp_hash)
         for link in list(self.links):
             self._attach(link)
@@ -105,6 +106,7 @@ class Topology:
         self._dist_cache.clear()
         self._base_cache.clear()
         self._hpcc_order.clear()
+        self._nvs_cache.clear()
 
     # ----- queries ------------------------------------------------------------------------
     @property
@@ -164,12 +166,14 @@ class Topology:
         return self.links[ch >> 1].latency_ns
 
     def shared_nvswitch(self, a: int, b: int) -> int | None:
-        """The NVSwitch both endpoints attach to, if any."""
+        """The NVSwitch both endpoints attach to, if any (remembered per pair)."""
+        pair = (a, b)
+        if pair in self._nvs_cache:
+            return self._nvs_cache[pair]
         na = {v for v, _ in self._adj[a] if self.nodes[v].kind == "nvswitch"}
-        for v, _ in self._adj[b]:
-            if v in na:
-                return v
-        return None
+        got = next((v for v, _ in self._adj[b] if v in na), None)
+        self._nvs_cache[pair] = got
+        return got
 
     def _forwards(self, node: int) -> bool:
         return self.nodes[node].kind == "switch"
