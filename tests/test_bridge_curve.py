@@ -67,6 +67,16 @@ def start_netserver(run_dir: Path, clients: str | None, bind: str = "127.0.0.1")
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=(run_dir / "log").open("wb"))
 
 
+def wait_for_endpoint(run_dir: Path, proc: subprocess.Popen[bytes]) -> Path:
+    """The server's endpoint file, once it has published it (the server's log if it died first)."""
+    path = run_dir / "net.endpoint"
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (run_dir / "log").read_text()
+        time.sleep(0.02)
+    return path
+
+
 @pytest.fixture
 def server() -> Iterator[Server]:
     run_dir = make_run_dir()
@@ -75,11 +85,7 @@ def server() -> Iterator[Server]:
     client = KeyPair.new()
     proc = start_netserver(run_dir, client.public.decode())
     try:
-        path = run_dir / "net.endpoint"
-        deadline = time.monotonic() + 60
-        while not path.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, (run_dir / "log").read_text()
-            time.sleep(0.02)
+        path = wait_for_endpoint(run_dir, proc)
         key = read_server_key(run_dir, "net")
         assert key is not None
         assert key_file(run_dir, "net").stat().st_mode & 0o777 == 0o600
@@ -258,11 +264,7 @@ def test_beyond_loopback_a_curve_server_serves_the_run_peer_only(monkeypatch: py
     proc = start_netserver(run_dir, client.public.decode(), bind=host)
     ctx = zmq.Context()
     try:
-        path = run_dir / "net.endpoint"
-        deadline = time.monotonic() + 60
-        while not path.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, (run_dir / "log").read_text()
-            time.sleep(0.02)
+        path = wait_for_endpoint(run_dir, proc)
         endpoint = path.read_text()
         key = read_server_key(run_dir, "net")
         assert endpoint.startswith(f"tcp://{host}:") and key is not None

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from dataclasses import astuple
+from typing import Any
 
 import pytest
 import zmq
@@ -59,7 +60,8 @@ def rail_dag(topo: Topology, stages: int = 3) -> list[Flow]:
         for r in (0, 1):
             ids = []
             for h in (0, 1):
-                deps = () if gate[r] is None else (gate[r],)
+                g = gate[r]
+                deps: tuple[int, ...] = () if g is None else (g,)
                 size = (384 << 10) + 4096 * (7 * s + 3 * r + h)
                 flows.append(Flow(nid, gpu(topo, h, r), gpu(topo, 2, r), size, deps, delay_ns=150 * h, key=nid))
                 ids.append(nid)
@@ -227,7 +229,7 @@ def test_two_workers_equal_one_engine_to_the_ns() -> None:
         assert stats["decompose"]["workers"] == 2 and stats["decompose"]["rounds"] > 0  # type: ignore[index]
         assert len(stats["workers"]) == 2  # type: ignore[arg-type]
         assert "decompose" not in stats["approximations"]  # type: ignore[operator]
-        assert stats["events"] == sum(w["events"] for w in stats["workers"])  # type: ignore[union-attr]
+        assert stats["events"] == sum(w["events"] for w in stats["workers"])  # type: ignore[attr-defined, union-attr]
     finally:
         sim.close()
     assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)  # no orphans
@@ -265,11 +267,8 @@ def ring_chains(topo: Topology, laps: int = 4, size: int = 256 << 10) -> list[Fl
     return flows
 
 
-def test_chains_inside_a_piece_need_no_rounds_and_stay_exact() -> None:
-    """Dependency-aware windows: the old bound ran one round per L of simulated time while anything was in
-    flight; a chain whose deps all stay in one worker now runs in one or two rounds, with the same result."""
-    topo = tiny()
-    flows = ring_chains(topo)
+def one_engine_and_two_workers(topo: Topology, flows: list[Flow]) -> tuple[list[Any], list[Any], int]:
+    """(flow id, start, end) of every completion, from one engine and from workers=2, and workers=2's rounds."""
     one = make_local_engine("ns3", topo, **SETTINGS)
     one.submit(flows, 0)
     want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
@@ -281,6 +280,15 @@ def test_chains_inside_a_piece_need_no_rounds_and_stay_exact() -> None:
         rounds = sim.packet.rounds  # type: ignore[attr-defined]
     finally:
         sim.close()
+    return want, got, rounds
+
+
+def test_chains_inside_a_piece_need_no_rounds_and_stay_exact() -> None:
+    """Dependency-aware windows: the old bound ran one round per L of simulated time while anything was in
+    flight; a chain whose deps all stay in one worker now runs in one or two rounds, with the same result."""
+    topo = tiny()
+    flows = ring_chains(topo)
+    want, got, rounds = one_engine_and_two_workers(topo, flows)
     assert got == want
     end = max(e for _, _, e in want)
     assert end // L_NS > 100  # the old bound: at least this many rounds
@@ -391,17 +399,7 @@ def test_dynamic_bounds_cut_rounds_on_shared_links_and_stay_exact() -> None:
     (unsent bytes at line rate) halve the gap each round: a few dozen rounds, every completion as one engine's."""
     topo = tiny()
     flows = shared_rails(topo)
-    one = make_local_engine("ns3", topo, **SETTINGS)
-    one.submit(flows, 0)
-    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
-    one.close()
-    sim = make_engine("ns3", topo, **SETTINGS, workers=2)
-    try:
-        sim.submit(flows, 0)
-        got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
-        rounds = sim.packet.rounds  # type: ignore[attr-defined]
-    finally:
-        sim.close()
+    want, got, rounds = one_engine_and_two_workers(topo, flows)
     assert got == want
     incast_end = max(e for i, _, e in want if i % 3 != 2)
     half_rate_tail = incast_end // 2 // L_NS  # rounds of L each after the static bounds pass, at least
