@@ -33,6 +33,25 @@ void RunSimulator() {
   }
 }
 
+/// Run until `done()` (the event handlers stop the simulator when `flag` is set and it holds) or `limitNs`;
+/// true if done.
+template <typename Done>
+bool RunFlagged(int64_t limitNs, bool& flag, Done done, const char* caller) {
+  if (done()) {
+    return true;
+  }
+  const int64_t now = NowNs();
+  if (limitNs < now) {
+    throw std::invalid_argument(std::string(caller) + ": limit is in the past");
+  }
+  flag = true;
+  EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
+  RunSimulator();
+  flag = false;
+  Simulator::Cancel(stop);
+  return done();
+}
+
 std::string SignalName(int sig) {
   return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal " + std::to_string(sig);
 }
@@ -309,38 +328,14 @@ bool PhantoraNetwork::RunWatching(int64_t ns, bool all, const char* caller) {
 bool PhantoraNetwork::RunUntilIdle(int64_t limitNs) {
   return Interruptible(false, [&] {
     Impl& s = Need();
-    if (s.inFlight == 0) {
-      return true;
-    }
-    const int64_t now = Now();
-    if (limitNs < now) {
-      throw std::invalid_argument("RunUntilIdle: limit is in the past");
-    }
-    s.stopWhenIdle = true;
-    EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
-    RunSimulator();
-    s.stopWhenIdle = false;
-    Simulator::Cancel(stop);
-    return s.inFlight == 0;
+    return RunFlagged(limitNs, s.stopWhenIdle, [&] { return s.inFlight == 0; }, "RunUntilIdle");
   });
 }
 
 bool PhantoraNetwork::RunUntilQuiet(int64_t limitNs) {
   return Interruptible(false, [&] {
     Impl& s = Need();
-    if (s.flows.empty()) {
-      return true;
-    }
-    const int64_t now = Now();
-    if (limitNs < now) {
-      throw std::invalid_argument("RunUntilQuiet: limit is in the past");
-    }
-    s.stopWhenQuiet = true;
-    EventId stop = Simulator::Stop(NanoSeconds(limitNs - now));
-    RunSimulator();
-    s.stopWhenQuiet = false;
-    Simulator::Cancel(stop);
-    return s.flows.empty();
+    return RunFlagged(limitNs, s.stopWhenQuiet, [&] { return s.flows.empty(); }, "RunUntilQuiet");
   });
 }
 
