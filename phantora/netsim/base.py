@@ -245,10 +245,7 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
     Unique ids (`known(id)` says an earlier batch used it), endpoints of `topology`, sizes and delays
     >= 0, deps on this batch or on known flows, and no dependency cycle. Errors name the flow.
     """
-    from phantora.topology.model import ENDPOINT_KINDS
-
-    nodes = topology.nodes
-    ends = {n.id for n in nodes if n.kind in ENDPOINT_KINDS}
+    ends = topology.endpoint_set
     ids: set[int] = set()
     for f in flows:
         if f.id in ids or known(f.id):

@@ -65,6 +65,7 @@ class Topology:
         self._dist_cache: dict[int, list[int]] = {}
         self._base_cache: dict[tuple[int, ...], list[int]] = {}
         self._endpoints: list[int] | None = None
+        self._endpoint_set: frozenset[int] | None = None
         self._rank_order: list[int] | None = None  # endpoint node ids in rank order, if placed
         self._hpcc_order: dict[int, dict[int, int]] = {}  # dst -> node -> position in HPCC's BFS queue
         self._nvs_cache: dict[tuple[int, int], int | None] = {}  # (a, b) -> shared_nvswitch(a, b)
@@ -81,6 +82,7 @@ class Topology:
         self.nodes.append(Node(nid, kind, name or f"{kind}{nid}", host, tier))
         self._adj.append([])
         self._endpoints = None
+        self._endpoint_set = None
         self._rank_order = None
         return nid
 
@@ -116,6 +118,13 @@ class Topology:
             natural = [n.id for n in self.nodes if n.kind in ENDPOINT_KINDS]
             self._endpoints = self._rank_order if self._rank_order is not None else natural
         return self._endpoints
+
+    @property
+    def endpoint_set(self) -> frozenset[int]:
+        """The endpoint node ids (GPUs, hosts), for membership tests."""
+        if self._endpoint_set is None:
+            self._endpoint_set = frozenset(n.id for n in self.nodes if n.kind in ENDPOINT_KINDS)
+        return self._endpoint_set
 
     @property
     def rank_order(self) -> list[int] | None:
