@@ -5,9 +5,11 @@ by default an FSDP-like all-gather then reduce-scatter over every GPU of the top
 inter-host traffic on one rail). Each variant runs the same DAG with nvlink=fluid, wire=roce4k,
 nic_latency=1us (and --cc) to the end and prints: wall, CPU of this process, CPU of each worker (CPU
 seconds: this machine is shared), rounds and their wall time, ns-3 events, events per CPU second, and
-whether every completion equals the one-engine run's. Then "on paper" for more workers: with pieces
-spread round-robin, the critical path is max over workers of their pieces' CPU + the coordinator's CPU
-per round x rounds (per-piece CPU from the run with one worker per piece).
+whether every completion equals the one-engine run's; then where each decomposed run's wall went (rounds: the
+slowest worker and the rest; between rounds: the driver alone). Then "on paper" for more workers, each on a
+core of its own: the largest worker count's critical CPU (per round its busiest worker, summed; valid even
+when its workers share fewer cores), plus the driver's time between rounds, plus each round's fixed cost as
+measured with free cores.
 
     .venv/bin/python bench/bench_decompose.py --topology rail128 --bytes 4MiB
     .venv/bin/python bench/bench_decompose.py --pattern rails --bytes 256MiB --workers 1 2 8   # ns-3-bound
@@ -109,6 +111,9 @@ def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str
         "worker_pieces": [w.get("pieces") for w in workers],
         "rounds": int(dec.get("rounds", 0)),
         "round_wall": float(dec.get("round_wall_s", 0.0)),
+        "critical_cpu": float(dec.get("critical_cpu_s", 0.0)),  # per round its busiest worker's CPU, summed
+        "critical_wall": float(dec.get("critical_wall_s", 0.0)),  # per round its slowest worker's wall, summed
+        "between": float(dec.get("between_wall_s", 0.0)),  # the driver alone, between rounds
         "events": int(stats.get("events", 0) or 0),  # type: ignore[call-overload]
         "end": max(c.end_ns for c in done),
         "key": key,
@@ -163,18 +168,33 @@ def main() -> None:
     finest = max((r for n, r in rows[1:] if n.startswith("workers")), key=lambda r: len(r["worker_cpu"]), default=None)
     if finest is None or not finest["rounds"]:
         return
-    piece_cpu = finest["worker_cpu"]  # one entry per worker; per piece when workers >= pieces
-    coord_per_round = finest["cpu"] / finest["rounds"]
-    print(f"\non paper (per-worker CPU of workers={len(piece_cpu)}: {len(piece_cpu)} groups of pieces; "
-          f"coordinator {1e3 * coord_per_round:.3f} ms CPU per round x {finest['rounds']} rounds):")  # fmt: skip
-    serial = sum(piece_cpu) + finest["cpu"]
+    print("\nwhere the wall of each decomposed run goes (s): rounds = slowest worker's serving wall + the rest of the")
+    print("round (messages, reading replies); between = the driver alone (fluid NVLink side, submits, the bound)")
+    for name, r in rows[1:]:
+        if r["rounds"]:
+            print(
+                f"  {name:<12} wall {r['wall']:.1f} = rounds {r['round_wall']:.1f} "
+                f"(slowest worker {r['critical_wall']:.1f}, busiest worker's CPU {r['critical_cpu']:.1f}) "
+                f"+ between {r['between']:.1f} + other "
+                f"{r['wall'] - r['round_wall'] - r['between']:.1f}"
+            )
+    # On paper with n workers, each on a core of its own: the busiest worker's CPU per round (measured with one
+    # worker per group of pieces), the driver's serial time and each round's fixed cost (the free-core rounds).
+    free = [r for n, r in rows[1:] if r["rounds"] and len(r["worker_cpu"]) <= (os.cpu_count() or 1)]
+    per_round = min((r["round_wall"] - r["critical_wall"]) / r["rounds"] for r in free) if free else 0.0
+    serial = rows[0][1]["wall"]
+    print(
+        f"\non paper (critical CPU of workers={len(finest['worker_cpu'])}, driver alone {finest['between']:.1f} s, "
+        f"{1e3 * per_round:.2f} ms per round beyond its slowest worker x {finest['rounds']} rounds):"
+    )
+    measured, pieces = len(finest["worker_cpu"]), max(fabric_pieces(topo)) + 1
     for n in args.paper:
-        groups = [0.0] * min(n, len(piece_cpu))
-        for i, c in enumerate(piece_cpu):
-            groups[i % len(groups)] += c
-        crit = max(groups) + coord_per_round * finest["rounds"]
-        note = "" if n <= len(piece_cpu) else f" (only {len(piece_cpu)} pieces: the extra workers idle)"
-        print(f"  {n:>3} workers: critical path {crit:.1f} CPU s vs {serial:.1f} serial: {serial / crit:.2f}x{note}")
+        if n < measured or (n > measured and measured < pieces):
+            print(f"  {n:>3} workers: not projected (run --workers {n})")
+            continue
+        crit = finest["critical_cpu"] + finest["between"] + per_round * finest["rounds"]
+        note = "" if n == measured else f" (as workers={measured}: {pieces} pieces, the other workers idle)"
+        print(f"  {n:>3} workers: {crit:.1f} s vs one engine {serial:.1f} s: {serial / crit:.2f}x{note}")
 
 
 if __name__ == "__main__":

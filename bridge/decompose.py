@@ -166,6 +166,10 @@ class DecomposedSimulator(RunsByCompletion):
         self.round_wall_s = 0.0
         self.bound_wall_s = 0.0
         self.critical_cpu_s = 0.0  # per round, the CPU of its busiest worker, summed: the wall on free cores
+        self.critical_wall_s = 0.0  # per round, the wall its slowest worker took to serve it, summed
+        self.gather_wall_s = 0.0  # inside rounds: reading replies, bounds and releases here
+        self.between_wall_s = 0.0  # between rounds: the caller (fluid NVLink side, submits) and the bound
+        self._round_end: float | None = None
         self._round_cpu = [0.0] * n  # per worker, the CPU its rounds took
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
@@ -256,6 +260,8 @@ class DecomposedSimulator(RunsByCompletion):
         """Hand every worker its new flows and gates and run all of them, in parallel, to `horizon` (INF_NS:
         until idle); gather the completions. A worker whose next event is past `horizon` is skipped."""
         t0 = time.perf_counter()
+        if self._round_end is not None:
+            self.between_wall_s += t0 - self._round_end
         sent = []
         for w in self.workers:
             out = self._out[w.index]
@@ -271,7 +277,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._remote(w).send(raw)
             sent.append(w)
         pending = {w.index for w in sent}
-        busiest = 0.0
+        busiest = slowest = gather = 0.0
         last_check = time.monotonic()
         while pending:
             ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
@@ -283,10 +289,13 @@ class DecomposedSimulator(RunsByCompletion):
                     except BridgeError as exc:
                         raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
                     pending.discard(w.index)
+                    g0 = time.perf_counter()
                     self._gathered(remote.completions(msg))
                     self._bounds(msg["bounds"])
+                    gather += time.perf_counter() - g0
                     self._round_cpu[w.index] += msg["cpu"]
                     busiest = max(busiest, msg["cpu"])
+                    slowest = max(slowest, msg["wall"])
                     self._wnow[w.index] = remote.now()
                     self._next[w.index] = remote.next_event_time()
                     self._in_flight[w.index] = remote.in_flight()
@@ -300,7 +309,10 @@ class DecomposedSimulator(RunsByCompletion):
         self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
         self.critical_cpu_s += busiest
-        self.round_wall_s += time.perf_counter() - t0
+        self.critical_wall_s += slowest
+        self.gather_wall_s += gather
+        self._round_end = time.perf_counter()
+        self.round_wall_s += self._round_end - t0
 
     def _gathered(self, done: list[Completion]) -> None:
         """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out."""
@@ -518,6 +530,9 @@ class DecomposedSimulator(RunsByCompletion):
             "round_wall_s": round(self.round_wall_s, 6),
             "bound_wall_s": round(self.bound_wall_s, 6),
             "critical_cpu_s": round(self.critical_cpu_s, 6),
+            "critical_wall_s": round(self.critical_wall_s, 6),  # per round, the slowest worker's serving wall
+            "gather_wall_s": round(self.gather_wall_s, 6),  # inside rounds: replies, bounds, releases here
+            "between_wall_s": round(self.between_wall_s, 6),  # between rounds: the caller and the bound
             "round_cpu_s": [round(c, 6) for c in self._round_cpu],
         }
         out["approximations"] = self.config.approximations()  # decomposition is exact: not listed

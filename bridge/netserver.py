@@ -145,14 +145,15 @@ class NetServer:
         if msg.type == "post":
             if not isinstance(eng, NicLatencySimulator):
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
-            cpu0 = time.process_time()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]
             eng.post([flow_from_wire(r) for r in msg["flows"]], msg["at"], set(msg["gated"]), gates)
             ran: list[Completion] = []
             while got := eng.advance_to_completion(msg["until"]):  # INF_NS: until nothing can happen any more
                 ran += got
             bounds = self._raised_bounds(eng)
-            return self._state("posted", ran, bounds=bounds, cpu=time.process_time() - cpu0)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            return self._state("posted", ran, bounds=bounds, cpu=cpu, wall=wall)
         if msg.type == "get_records":
             fabric = eng.fabric()
             if fabric is None:

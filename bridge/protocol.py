@@ -162,8 +162,16 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "get_stats": {},
     "post": {"flows": _list, "at": _ints, "gated": _ints, "gates": _pairs, "until": _int},
     # a decomposition worker's reply to post: its completions and state, the completion bounds of its started
-    # flows that rose ([id, ns, id, ns, ...]) and the CPU seconds the post took
-    "posted": {"done": _list, "now": _int, "in_flight": _int, "next": _opt_int, "bounds": _ints, "cpu": _num},
+    # flows that rose ([id, ns, id, ns, ...]) and the CPU and wall seconds the post took
+    "posted": {
+        "done": _list,
+        "now": _int,
+        "in_flight": _int,
+        "next": _opt_int,
+        "bounds": _ints,
+        "cpu": _num,
+        "wall": _num,
+    },
     "get_records": {"elapsed": _int},
     "records": {"records": _map},
     "stats": {"stats": _map},

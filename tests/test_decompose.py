@@ -218,8 +218,17 @@ def test_two_workers_equal_one_engine_to_the_ns() -> None:
         with pytest.raises(InputError, match="flow 10000"):
             sim.submit([bad], 0)
         sim.submit(flows, 0)
+        t0 = time.perf_counter()
         got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+        drain_wall = time.perf_counter() - t0
         assert got == want
+        dec = sim.stats()["decompose"]
+        # where the wall went: each round covers its slowest worker's serving; rounds and the time between them
+        # fit in the drain
+        assert 0 < dec["critical_wall_s"] <= dec["round_wall_s"]  # type: ignore[index]
+        assert 0 <= dec["gather_wall_s"] <= dec["round_wall_s"]  # type: ignore[index]
+        assert 0 <= dec["between_wall_s"]  # type: ignore[index]
+        assert dec["round_wall_s"] + dec["between_wall_s"] <= drain_wall  # type: ignore[index]
         got_out = outputs(sim)
         del got_out["usage"], want_out["usage"]
         assert got_out == want_out  # event records up to now(), the same
