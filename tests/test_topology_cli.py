@@ -27,6 +27,13 @@ def test_summary_json(capsys) -> None:
     assert info["leaf_oversubscription"] == {"min": 4.0, "max": 4.0}
     assert info["bisection"]["ratio"] == 0.25
     assert info["example_routes"][1]["hops"] == 4
+    assert info["decomposition_pieces"] == info["switches_by_tier"]["leaf"]  # a 2-tier leaf-spine: one per leaf
+
+
+def test_a_rail_fabric_has_one_piece_per_rail(capsys) -> None:
+    assert main(["topo", "rail128", "--no-bisection"]) == 0
+    out = capsys.readouterr().out
+    assert "pieces       8 link-disjoint (nvlink=fluid): --set workers=8" in out  # 8 GPUs per host: 8 rails
 
 
 def test_draw_and_convert(tmp_path: Path, capsys) -> None:

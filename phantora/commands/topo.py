@@ -7,6 +7,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phantora.topology.model import Topology
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give a topology file or shipped name, or --list for the shipped ones")
     topo = load_topology(args.file, args.format)
     info = describe(topo, bisection=not args.no_bisection)
+    info["decomposition_pieces"] = _pieces(topo)
     if args.route:
         for rank in args.route:
             topo.node_of_rank(rank)  # a clear error for a rank outside the topology
@@ -61,6 +66,16 @@ def run(args: argparse.Namespace) -> int:
         print()
     else:
         print(format_description(info))
+        n = info["decomposition_pieces"]
+        print(f"  pieces       {n} link-disjoint (nvlink=fluid): --set workers={n} if no flow crosses them")
         if written:
             print("wrote " + ", ".join(written))
     return 0
+
+
+def _pieces(topo: Topology) -> int:
+    """How many link-disjoint pieces with GPUs the fabric has (`--set workers=N` runs them in parallel)."""
+    from phantora.netsim.pieces import NO_PIECE, fabric_pieces
+
+    pieces = fabric_pieces(topo)
+    return len({pieces[e] for e in topo.endpoints} - {NO_PIECE})
