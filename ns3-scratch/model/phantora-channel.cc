@@ -35,7 +35,7 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, Ptr<PhantoraPacket
   PhantoraNetDevice* peer = PeekPointer(m_dev[0]) == from ? PeekPointer(m_dev[1]) : PeekPointer(m_dev[0]);
   const uint64_t now = FabricNowNs();
   const Time delay = FabricNs(txEndNs - now + m_delayNs);
-  ScheduleWithContextPooled(peer->GetNode()->GetId(), delay, [peer, p = std::move(pkt)]() mutable {
+  ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = std::move(pkt)]() mutable {
     peer->Receive(std::move(p));
   });
 }

@@ -87,6 +87,8 @@ class PhantoraNetDevice : public NetDevice {
   bool SendFrom(Ptr<Packet> packet, const Address& source, const Address& dest, uint16_t protocolNumber) override;
   Ptr<Node> GetNode() const override;
   void SetNode(Ptr<Node> node) override;
+  /// GetNode()->GetId() without the Ptr and the call (the context of the events this device receives).
+  uint32_t GetNodeId() const { return m_nodeId; }
   bool NeedsArp() const override;
   void SetReceiveCallback(NetDevice::ReceiveCallback cb) override;
   void SetPromiscReceiveCallback(PromiscReceiveCallback cb) override;
@@ -101,6 +103,7 @@ class PhantoraNetDevice : public NetDevice {
 
   PortOwner* m_owner = nullptr;
   Ptr<Node> m_node;
+  uint32_t m_nodeId = 0;
   Ptr<PhantoraChannel> m_channel;
   uint32_t m_ifIndex = 0;
   uint32_t m_port = 0;
