@@ -116,7 +116,8 @@ void PhantoraWheelScheduler::Insert(const Event& ev) {
   ++m_inWheel;
 }
 
-uint64_t PhantoraWheelScheduler::NextSlot() const {
+// Inline (only RemoveNext and PeekNext call these): two calls fewer per event.
+[[gnu::always_inline]] inline uint64_t PhantoraWheelScheduler::NextSlot() const {
   if (m_inWheel == 0) {
     return kSlots;
   }
@@ -134,7 +135,7 @@ uint64_t PhantoraWheelScheduler::NextSlot() const {
   return kSlots;
 }
 
-bool PhantoraWheelScheduler::WheelFirst(uint64_t s) const {
+[[gnu::always_inline]] inline bool PhantoraWheelScheduler::WheelFirst(uint64_t s) const {
   if (s == kSlots) {
     return false;
   }

@@ -442,7 +442,12 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   }
   ack.nHops = data.nHops;
   std::copy(data.hops, data.hops + data.nHops, ack.hops);
-  const uint32_t port = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey);
+  if (rx.ackPort == UINT32_MAX || rx.ackKey != ack.ecmpKey || rx.ackDst != data.src) {
+    rx.ackPort = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey);
+    rx.ackKey = ack.ecmpKey;
+    rx.ackDst = data.src;
+  }
+  const uint32_t port = rx.ackPort;
   if (port >= m_ports.size()) {
     return;
   }

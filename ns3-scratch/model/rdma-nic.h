@@ -147,6 +147,11 @@ class RdmaNic : public Object, public PortOwner {
     std::vector<std::pair<uint64_t, uint64_t>> holes;  ///< (offset, length), merged
     SackReceiver sack;          ///< Receiver = sack: received ranges
     FlowTransportStats stats;   ///< reordering
+    /// The port of the last ACK and the destination and ECMP key it was picked for (RouteTable::Pick is a
+    /// pure function of them here, and a flow's ACKs mostly keep theirs): saves a hash lookup per ACK.
+    mutable uint64_t ackKey = 0;
+    mutable uint32_t ackDst = 0;
+    mutable uint32_t ackPort = UINT32_MAX;
   };
   struct Port {
     std::deque<TxItem> ctrl;
