@@ -11,7 +11,9 @@
 #include "ns3/nstime.h"
 #include "ns3/simulator.h"
 
+#include <optional>
 #include <utility>
+#include <vector>
 
 namespace ns3 {
 
@@ -50,6 +52,70 @@ class PooledEvent : public EventImpl {
   F m_f;
 };
 
+/**
+ * An event that is never cancelled, kept and used again instead of destroyed: made once (per the most
+ * alive at once), then armed with a closure, queued, run and put back on the free list of its closure type
+ * by Notify(). The free list holds a reference, so the event list's Unref after the run never reaches 0: no
+ * EventImpl constructor and destructor per event, no malloc. Only PhantoraSimulatorImpl queues these (it
+ * calls ReclaimAll() when it is disposed, for the events left queued, which never run).
+ */
+class RecycledEventBase : public EventImpl {
+ public:
+  /// Put every armed event back on its free list, its closure destroyed.
+  static void ReclaimAll() {
+    for (RecycledEventBase* ev : s_all) {
+      ev->Reclaim();
+    }
+  }
+
+ protected:
+  RecycledEventBase() { s_all.push_back(this); }
+  virtual void Reclaim() = 0;
+
+ private:
+  static inline std::vector<RecycledEventBase*> s_all;  ///< every one ever made (they live as long as the process)
+};
+
+template <typename F>
+class RecycledEvent final : public RecycledEventBase {
+ public:
+  /// An event that calls `f()`, with one reference for the event list.
+  static EventImpl* Arm(F&& f) {
+    RecycledEvent* ev = s_free;
+    if (ev != nullptr) {
+      s_free = ev->m_next;
+    } else {
+      ev = new RecycledEvent();  // its first reference is the free list's, for good
+    }
+    ev->m_f.emplace(std::move(f));
+    ev->Ref();
+    return ev;
+  }
+
+ protected:
+  void Notify() override {
+    (*m_f)();  // may arm other events of this type: this one is not free yet
+    Disarm();
+  }
+  void Reclaim() override {
+    if (m_f) {
+      Disarm();
+    }
+  }
+
+ private:
+  RecycledEvent() = default;
+  void Disarm() {
+    m_f.reset();
+    m_next = s_free;
+    s_free = this;
+  }
+
+  std::optional<F> m_f;
+  RecycledEvent* m_next = nullptr;
+  static inline RecycledEvent* s_free = nullptr;
+};
+
 /// Simulator::Schedule(delay, f) with a pooled event: the same event, id and order as the usual overloads.
 template <typename F>
 EventId SchedulePooled(const Time& delay, F f) {
@@ -62,13 +128,14 @@ EventId SchedulePooled(const Time& delay, F f) {
 
 /// Simulator::ScheduleWithContext(context, delay, f) with a pooled event (no EventId: it cannot be cancelled).
 /// With PhantoraSimulatorImpl, queued there directly (the same key: time, context, next uid).
+/// With PhantoraSimulatorImpl, a RecycledEvent queued there directly (the same key: time, context, next uid).
 template <typename F>
 void ScheduleWithContextPooled(uint32_t context, const Time& delay, F f) {
-  EventImpl* ev = new PooledEvent<F>(std::move(f));  // its reference goes to the event list
   if (PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current()) [[likely]] {
-    sim->ScheduleStepWithContext(context, static_cast<uint64_t>(delay.GetTimeStep()), ev);
+    sim->ScheduleStepWithContext(context, static_cast<uint64_t>(delay.GetTimeStep()),
+                                 RecycledEvent<F>::Arm(std::move(f)));
   } else {
-    Simulator::ScheduleWithContext(context, delay, ev);
+    Simulator::ScheduleWithContext(context, delay, new PooledEvent<F>(std::move(f)));  // takes the reference
   }
 }
 

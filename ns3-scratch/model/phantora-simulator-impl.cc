@@ -1,5 +1,6 @@
 // PhantoraSimulatorImpl: DefaultSimulatorImpl's semantics, one thread, no per-event extras.
 #include "phantora-simulator-impl.h"
+#include "phantora-event.h"
 #include "phantora-type-id.h"
 
 #include "ns3/assert.h"
@@ -38,6 +39,7 @@ void PhantoraSimulatorImpl::DoDispose() {
     Scheduler::Event next = m_events->RemoveNext();
     next.impl->Unref();
   }
+  RecycledEventBase::ReclaimAll();  // the recycled ones among them (their closures hold packets)
   m_phantora = nullptr;
   m_events = nullptr;
   SimulatorImpl::DoDispose();
