@@ -302,7 +302,7 @@ bool PfcSwitch::EcnMark(const Port& p, uint64_t qlen) {
 
 void PfcSwitch::SendPfc(uint32_t port, uint32_t cls, bool pause) {
   m_mmu.SetPaused(port, cls, pause);
-  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
   PhantoraHeader& hdr = pkt->hdr;
   hdr.type = PktType::Pfc;
   hdr.prio = static_cast<uint8_t>(cls);

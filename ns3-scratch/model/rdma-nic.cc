@@ -262,7 +262,7 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
 }
 
 void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
-  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
   PhantoraHeader& hdr = pkt->hdr;
   hdr.type = PktType::Data;
   hdr.prio = qp->spec.prio;
@@ -421,7 +421,7 @@ void RdmaNic::ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr) {
 
 void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags, uint64_t sackLo,
                       uint64_t sackHi, bool dsack) {
-  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
   PhantoraHeader& ack = pkt->hdr;
   ack.type = type;
   ack.prio = m_ackHighPrio ? 0 : data.prio;
