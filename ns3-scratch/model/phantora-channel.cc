@@ -35,9 +35,7 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<Phantora
   PhantoraNetDevice* peer = PeekPointer(m_dev[0]) == from ? PeekPointer(m_dev[1]) : PeekPointer(m_dev[0]);
   const uint64_t now = FabricNowNs();
   const Time delay = FabricNs(txEndNs - now + m_delayNs);
-  ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt]() mutable {
-    peer->Receive(std::move(p));
-  });
+  ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
 }
 
 std::size_t PhantoraChannel::GetNDevices() const { return 2; }

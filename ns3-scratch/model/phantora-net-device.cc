@@ -98,7 +98,7 @@ void PhantoraNetDevice::TransmitDone() {
   TransmitNext();
 }
 
-void PhantoraNetDevice::Receive(Ptr<PhantoraPacket> pkt) {
+void PhantoraNetDevice::Receive(const Ptr<PhantoraPacket>& pkt) {
   const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.type == PktType::Pfc) {
     const uint32_t c = hdr.prio % kNumPrio;
@@ -117,7 +117,7 @@ void PhantoraNetDevice::Receive(Ptr<PhantoraPacket> pkt) {
     }
     return;
   }
-  m_owner->Receive(m_port, std::move(pkt));
+  m_owner->Receive(m_port, pkt);
 }
 
 uint64_t PhantoraNetDevice::GetPausedNs() const {

@@ -34,7 +34,7 @@ class PortOwner {
   /// Hand the next packet for `port` to the device, or return false. `paused[c]` is the PFC state.
   virtual bool Dequeue(uint32_t port, const bool* paused, TxItem& out) = 0;
   /// A non-PFC packet arrived on `port` (its header is `pkt->hdr`).
-  virtual void Receive(uint32_t port, Ptr<PhantoraPacket> pkt) = 0;
+  virtual void Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) = 0;
 };
 
 /**
@@ -56,7 +56,7 @@ class PhantoraNetDevice : public NetDevice {
   /// Start sending if the line is idle and the owner has something.
   void Kick();
   /// Called by the channel when a packet has fully arrived.
-  void Receive(Ptr<PhantoraPacket> pkt);
+  void Receive(const Ptr<PhantoraPacket>& pkt);
 
   uint64_t GetRateBps() const { return m_rateBps; }
   uint32_t GetPort() const { return m_port; }

@@ -311,7 +311,7 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   ArmRto(qp);
 }
 
-void RdmaNic::Receive(uint32_t, Ptr<PhantoraPacket> pkt) {
+void RdmaNic::Receive(uint32_t, const Ptr<PhantoraPacket>& pkt) {
   const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.dst != m_id) {
     NS_LOG_WARN("node " << m_id << " got a packet for " << hdr.dst << "; endpoints do not forward");

@@ -94,7 +94,7 @@ class RdmaNic : public Object, public PortOwner {
   void ForgetFlow(uint64_t id);
 
   bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
-  void Receive(uint32_t port, Ptr<PhantoraPacket> pkt) override;
+  void Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) override;
 
   uint32_t ActiveQps() const { return static_cast<uint32_t>(m_qps.size()); }
   const Counters& GetCounters() const { return m_counters; }
