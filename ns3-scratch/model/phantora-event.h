@@ -63,17 +63,22 @@ class RecycledEventBase : public EventImpl {
  public:
   /// Put every armed event back on its free list, its closure destroyed.
   static void ReclaimAll() {
-    for (RecycledEventBase* ev : s_all) {
+    for (RecycledEventBase* ev : All()) {
       ev->Reclaim();
     }
   }
 
  protected:
-  RecycledEventBase() { s_all.push_back(this); }
+  RecycledEventBase() { All().push_back(this); }
   virtual void Reclaim() = 0;
 
  private:
-  static inline std::vector<RecycledEventBase*> s_all;  ///< every one ever made (they live as long as the process)
+  /// Every one ever made: they live as long as the process (the list too: never destroyed, so a simulator
+  /// disposed late in the process's exit still finds it).
+  static std::vector<RecycledEventBase*>& All() {
+    static auto* all = new std::vector<RecycledEventBase*>();
+    return *all;
+  }
 };
 
 template <typename F>
