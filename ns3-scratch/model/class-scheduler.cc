@@ -55,23 +55,23 @@ int PickClass(ClassSched kind, const std::array<uint32_t, kNumPrio>& weights, ui
               const std::array<std::deque<TxItem>, kNumPrio>& queues, const bool* paused, ClassSchedState& st) {
   constexpr uint32_t kData = kNumPrio - 1;
   auto ready = [&](uint32_t c) { return !queues[c].empty() && !paused[c]; };
-  if (kind == ClassSched::Strict) {
+  if (kind != ClassSched::Weighted) {
+    // Bit c: class c is ready. Strict takes the lowest; round robin the first from `rr` on, cyclically
+    // over 1..7 (then the turn passes to the class after it).
+    uint32_t mask = 0;
     for (uint32_t c = 1; c < kNumPrio; ++c) {
-      if (ready(c)) {
-        return static_cast<int>(c);
-      }
+      mask |= static_cast<uint32_t>(ready(c)) << c;
     }
-    return -1;
-  }
-  if (kind == ClassSched::RoundRobin) {
-    for (uint32_t i = 0; i < kData; ++i) {
-      const uint32_t c = 1 + (st.rr - 1 + i) % kData;
-      if (ready(c)) {
-        st.rr = c % kData + 1;
-        return static_cast<int>(c);
-      }
+    if (mask == 0) {
+      return -1;
     }
-    return -1;
+    if (kind == ClassSched::Strict) {
+      return __builtin_ctz(mask);
+    }
+    const uint32_t from = mask & (~0u << st.rr);  // st.rr is in 1..7
+    const uint32_t c = static_cast<uint32_t>(__builtin_ctz(from ? from : mask));
+    st.rr = c % kData + 1;
+    return static_cast<int>(c);
   }
   // Deficit round robin: class `rr` keeps the turn while its credit covers its head packet; an empty class
   // loses its credit; a paused one keeps it and is skipped.

@@ -193,7 +193,7 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
   node->AggregateObject(this);
 }
 
-void PfcSwitch::Receive(uint32_t inPort, Ptr<PhantoraPacket> pkt) {
+void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   PhantoraHeader& hdr = pkt->hdr;
   uint32_t out;
   if (m_lb.Mode() == LbMode::Ecmp || hdr.type != PktType::Data) {
@@ -230,7 +230,7 @@ void PfcSwitch::Receive(uint32_t inPort, Ptr<PhantoraPacket> pkt) {
   }
   Port& p = m_ports[out];
   const bool data = hdr.type == PktType::Data;
-  p.q[cls].push_back(TxItem{std::move(pkt), wire, inPort, static_cast<uint8_t>(cls), data});
+  p.q[cls].push_back(TxItem{pkt, wire, inPort, static_cast<uint8_t>(cls), data});
   p.bytes[cls] += wire;
   p.total += wire;
   p.maxTotal = std::max(p.maxTotal, p.total);
@@ -302,7 +302,7 @@ bool PfcSwitch::EcnMark(const Port& p, uint64_t qlen) {
 
 void PfcSwitch::SendPfc(uint32_t port, uint32_t cls, bool pause) {
   m_mmu.SetPaused(port, cls, pause);
-  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
   PhantoraHeader& hdr = pkt->hdr;
   hdr.type = PktType::Pfc;
   hdr.prio = static_cast<uint8_t>(cls);

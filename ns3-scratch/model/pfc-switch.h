@@ -52,7 +52,7 @@ class PfcSwitch : public Object, public PortOwner {
   void Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes);
 
   bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
-  void Receive(uint32_t port, Ptr<PhantoraPacket> pkt) override;
+  void Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) override;
 
   uint32_t NumPorts() const { return static_cast<uint32_t>(m_ports.size()); }
   uint64_t QueueBytes(uint32_t port, uint32_t cls) const { return m_ports[port].bytes[cls]; }

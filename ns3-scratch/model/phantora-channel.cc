@@ -31,13 +31,11 @@ Ptr<PhantoraNetDevice> PhantoraChannel::GetPeer(const PhantoraNetDevice* dev) co
   return PeekPointer(m_dev[0]) == dev ? m_dev[1] : m_dev[0];
 }
 
-void PhantoraChannel::Transmit(const PhantoraNetDevice* from, Ptr<PhantoraPacket> pkt, uint64_t txEndNs) {
+void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<PhantoraPacket>& pkt, uint64_t txEndNs) {
   PhantoraNetDevice* peer = PeekPointer(m_dev[0]) == from ? PeekPointer(m_dev[1]) : PeekPointer(m_dev[0]);
   const uint64_t now = FabricNowNs();
   const Time delay = FabricNs(txEndNs - now + m_delayNs);
-  ScheduleWithContextPooled(peer->GetNode()->GetId(), delay, [peer, p = std::move(pkt)]() mutable {
-    peer->Receive(std::move(p));
-  });
+  ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
 }
 
 std::size_t PhantoraChannel::GetNDevices() const { return 2; }

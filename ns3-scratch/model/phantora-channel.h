@@ -20,7 +20,7 @@ class PhantoraChannel : public Channel {
 
   void Attach(Ptr<PhantoraNetDevice> a, Ptr<PhantoraNetDevice> b);
   /// Deliver `pkt` from `from` to the other end: it has fully left `from` at `txEndNs`.
-  void Transmit(const PhantoraNetDevice* from, Ptr<PhantoraPacket> pkt, uint64_t txEndNs);
+  void Transmit(const PhantoraNetDevice* from, const Ptr<PhantoraPacket>& pkt, uint64_t txEndNs);
   Ptr<PhantoraNetDevice> GetPeer(const PhantoraNetDevice* dev) const;
   uint64_t GetDelayNs() const { return m_delayNs; }
 

@@ -44,7 +44,13 @@ TypeId PhantoraFabric::GetTypeId() {
                         MakeUintegerAccessor(&PhantoraFabric::m_seed), MakeUintegerChecker<uint32_t>(1))
           .AddAttribute("Scheduler", "TypeId name of the ns-3 event scheduler",
                         StringValue("ns3::PhantoraWheelScheduler"),
-                        MakeStringAccessor(&PhantoraFabric::m_scheduler), MakeStringChecker());
+                        MakeStringAccessor(&PhantoraFabric::m_scheduler), MakeStringChecker())
+          .AddAttribute("Simulator",
+                        "TypeId name of the ns-3 simulator core (global value SimulatorImplementationType, bound "
+                        "before the first node is added): ns3::PhantoraSimulatorImpl or ns3::DefaultSimulatorImpl "
+                        "give the same results",
+                        StringValue("ns3::PhantoraSimulatorImpl"),
+                        MakeStringAccessor(&PhantoraFabric::m_simulator), MakeStringChecker());
   return tid;
 }
 

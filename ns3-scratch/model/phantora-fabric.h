@@ -67,6 +67,7 @@ class PhantoraFabric : public Object {
   void SetEcmpHash(EcmpHashKind kind) { m_routes->SetEcmpHash(kind); }
   EcmpHashKind GetEcmpHash() const { return m_routes->GetEcmpHash(); }
   const std::string& GetScheduler() const { return m_scheduler; }
+  const std::string& GetSimulator() const { return m_simulator; }
 
   // ----- paths (valid once NICs are installed) -----
   /// Base RTT of a path: 2 x propagation + one payload's serialisation per hop (as HPCC).
@@ -106,6 +107,7 @@ class PhantoraFabric : public Object {
   uint64_t m_ccBdpBytes = 0;
   uint32_t m_seed = 1;
   std::string m_scheduler = "ns3::PhantoraWheelScheduler";
+  std::string m_simulator = "ns3::PhantoraSimulatorImpl";
 };
 
 }  // namespace ns3

@@ -89,7 +89,7 @@ void PhantoraNetDevice::TransmitNext() {
   }
   const uint64_t nowNs = nowPs / 1000;
   // Never cancelled: scheduled with its context (as Schedule does) to skip making an EventId.
-  ScheduleWithContextPooled(Simulator::GetContext(), FabricNs(endNs - nowNs), [this] { TransmitDone(); });
+  ScheduleWithContextPooled(FabricContext(), FabricNs(endNs - nowNs), [this] { TransmitDone(); });
   m_channel->Transmit(this, item.pkt, endNs);
 }
 
@@ -98,7 +98,7 @@ void PhantoraNetDevice::TransmitDone() {
   TransmitNext();
 }
 
-void PhantoraNetDevice::Receive(Ptr<PhantoraPacket> pkt) {
+void PhantoraNetDevice::Receive(const Ptr<PhantoraPacket>& pkt) {
   const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.type == PktType::Pfc) {
     const uint32_t c = hdr.prio % kNumPrio;
@@ -117,7 +117,7 @@ void PhantoraNetDevice::Receive(Ptr<PhantoraPacket> pkt) {
     }
     return;
   }
-  m_owner->Receive(m_port, std::move(pkt));
+  m_owner->Receive(m_port, pkt);
 }
 
 uint64_t PhantoraNetDevice::GetPausedNs() const {
@@ -161,7 +161,10 @@ bool PhantoraNetDevice::IsPointToPoint() const { return true; }
 bool PhantoraNetDevice::Send(Ptr<Packet>, const Address&, uint16_t) { return false; }
 bool PhantoraNetDevice::SendFrom(Ptr<Packet>, const Address&, const Address&, uint16_t) { return false; }
 Ptr<Node> PhantoraNetDevice::GetNode() const { return m_node; }
-void PhantoraNetDevice::SetNode(Ptr<Node> node) { m_node = node; }
+void PhantoraNetDevice::SetNode(Ptr<Node> node) {
+  m_node = node;
+  m_nodeId = node ? node->GetId() : 0;
+}
 bool PhantoraNetDevice::NeedsArp() const { return false; }
 void PhantoraNetDevice::SetReceiveCallback(NetDevice::ReceiveCallback) {}
 void PhantoraNetDevice::SetPromiscReceiveCallback(PromiscReceiveCallback) {}

@@ -34,7 +34,7 @@ class PortOwner {
   /// Hand the next packet for `port` to the device, or return false. `paused[c]` is the PFC state.
   virtual bool Dequeue(uint32_t port, const bool* paused, TxItem& out) = 0;
   /// A non-PFC packet arrived on `port` (its header is `pkt->hdr`).
-  virtual void Receive(uint32_t port, Ptr<PhantoraPacket> pkt) = 0;
+  virtual void Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) = 0;
 };
 
 /**
@@ -56,7 +56,7 @@ class PhantoraNetDevice : public NetDevice {
   /// Start sending if the line is idle and the owner has something.
   void Kick();
   /// Called by the channel when a packet has fully arrived.
-  void Receive(Ptr<PhantoraPacket> pkt);
+  void Receive(const Ptr<PhantoraPacket>& pkt);
 
   uint64_t GetRateBps() const { return m_rateBps; }
   uint32_t GetPort() const { return m_port; }
@@ -87,6 +87,8 @@ class PhantoraNetDevice : public NetDevice {
   bool SendFrom(Ptr<Packet> packet, const Address& source, const Address& dest, uint16_t protocolNumber) override;
   Ptr<Node> GetNode() const override;
   void SetNode(Ptr<Node> node) override;
+  /// GetNode()->GetId() without the Ptr and the call (the context of the events this device receives).
+  uint32_t GetNodeId() const { return m_nodeId; }
   bool NeedsArp() const override;
   void SetReceiveCallback(NetDevice::ReceiveCallback cb) override;
   void SetPromiscReceiveCallback(PromiscReceiveCallback cb) override;
@@ -101,6 +103,7 @@ class PhantoraNetDevice : public NetDevice {
 
   PortOwner* m_owner = nullptr;
   Ptr<Node> m_node;
+  uint32_t m_nodeId = 0;
   Ptr<PhantoraChannel> m_channel;
   uint32_t m_ifIndex = 0;
   uint32_t m_port = 0;

@@ -51,6 +51,7 @@ class PhantoraNetwork::Impl {
   Ptr<FabricRecorder> recorder;
   PhantoraFabricHelper helper;
   bool finalized = false;
+  bool simulatorBound = false;  ///< the fabric's "Simulator" is ns-3's simulator (from the first AddNode on)
 
   std::unordered_map<uint64_t, FlowState> flows;  // submitted, not done at both ends
   std::unordered_map<uint64_t, std::vector<uint64_t>> dependents;

@@ -6,10 +6,12 @@
 #include "phantora-network-impl.h"
 #include "phantora-scheduler.h"
 
+#include "ns3/global-value.h"
 #include "ns3/log.h"
 #include "ns3/object-factory.h"
 #include "ns3/rng-seed-manager.h"
 #include "ns3/scheduler.h"
+#include "ns3/simulator-impl.h"
 #include "ns3/simulator.h"
 #include "ns3/string.h"
 
@@ -23,6 +25,27 @@ NS_LOG_COMPONENT_DEFINE("PhantoraNetwork");
 namespace {
 
 bool g_live = false;  // ns-3 has one simulator per process
+
+/// Make the fabric's "Simulator" attribute ns-3's simulator core, before anything schedules an event (a new
+/// node schedules its initialisation): bind SimulatorImplementationType, then check what ns-3 made of it.
+void BindSimulator(PhantoraNetwork::Impl& s) {
+  if (s.simulatorBound) {
+    return;
+  }
+  const std::string& name = s.fabric->GetSimulator();
+  TypeId tid;
+  if (!TypeId::LookupByNameFailSafe(name, &tid) || !tid.IsChildOf(SimulatorImpl::GetTypeId()) ||
+      !tid.HasConstructor()) {
+    throw std::invalid_argument("attribute 'Simulator' of the fabric: unknown ns-3 simulator '" + name + "'");
+  }
+  GlobalValue::Bind("SimulatorImplementationType", StringValue(name));
+  const std::string running = Simulator::GetImplementation()->GetInstanceTypeId().GetName();
+  if (running != name) {
+    throw std::runtime_error("attribute 'Simulator' of the fabric: ns-3's simulator is already a " + running +
+                             " (made before this network added a node)");
+  }
+  s.simulatorBound = true;
+}
 
 }  // namespace
 
@@ -74,6 +97,9 @@ void PhantoraNetwork::SetParam(const std::string& key, const std::string& value)
   } else if (scope == "cc") {
     s.helper.SetCcAttribute(name, value);
   } else if (scope == "fabric") {
+    if (name == "Simulator" && s.simulatorBound) {
+      throw std::runtime_error("SetParam('fabric.Simulator') after the first AddNode (ns-3's simulator exists)");
+    }
     s.fabric->SetAttribute(name, *AttributeFromText(PhantoraFabric::GetTypeId(), name, value, "the fabric"));
   } else if (scope == "recorder") {
     s.recorder->SetAttribute(name, *AttributeFromText(FabricRecorder::GetTypeId(), name, value, "the recorder"));
@@ -88,6 +114,7 @@ uint32_t PhantoraNetwork::AddNode(const std::string& kind) {
   if (s.finalized) {
     throw std::runtime_error("AddNode after Finalize()");
   }
+  BindSimulator(s);
   return s.fabric->AddNode(kind);
 }
 
@@ -104,6 +131,7 @@ void PhantoraNetwork::Finalize() {
   if (s.finalized) {
     throw std::runtime_error("Finalize() called twice");
   }
+  BindSimulator(s);
   TypeId sched;
   const std::string& schedName = s.fabric->GetScheduler();
   if (!TypeId::LookupByNameFailSafe(schedName, &sched) || !sched.IsChildOf(Scheduler::GetTypeId()) ||

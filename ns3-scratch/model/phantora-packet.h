@@ -17,16 +17,50 @@ namespace ns3 {
  * INT or trims in place. The bytes a packet occupies on the wire are WireFormat's, as before. Made from a
  * free list (no malloc per packet).
  */
-class PhantoraPacket : public SimpleRefCount<PhantoraPacket> {
+class PhantoraPacket;
+
+/// SimpleRefCount's deleter for PhantoraPacket: the last reference puts the packet on a free list (not
+/// destroyed: the header's ns-3 base classes cost a constructor and destructor call chain per packet).
+struct PacketRecycler {
+  static void Delete(PhantoraPacket* p);
+};
+
+class PhantoraPacket : public SimpleRefCount<PhantoraPacket, Empty, PacketRecycler> {
  public:
   PHANTORA_POOLED(PhantoraPacket)
+
+  /// A packet with a default header (as Create<PhantoraPacket>()), from the free list when it has one.
+  static Ptr<PhantoraPacket> Make() {
+    if (s_free == nullptr) {
+      return Create<PhantoraPacket>();
+    }
+    PhantoraPacket* p = s_free;
+    s_free = p->m_next;
+    p->hdr = Blank();  // every field as a new packet's
+    return Ptr<PhantoraPacket>(p);  // SimpleRefCount left its count at 0: this reference makes it 1
+  }
 
   PhantoraHeader hdr;
 
   /// The packet as an ns-3 Packet, for trace sinks: `hdr` serialised in front of the payload (no payload for
   /// control packets and trimmed data), as the fabric carried it before it carried structs.
   Ptr<Packet> ToPacket() const;
+
+ private:
+  friend struct PacketRecycler;
+  static const PhantoraHeader& Blank() {
+    static const PhantoraHeader blank;
+    return blank;
+  }
+
+  PhantoraPacket* m_next = nullptr;  ///< on the free list
+  static inline PhantoraPacket* s_free = nullptr;
 };
+
+inline void PacketRecycler::Delete(PhantoraPacket* p) {
+  p->m_next = PhantoraPacket::s_free;
+  PhantoraPacket::s_free = p;
+}
 
 }  // namespace ns3
 

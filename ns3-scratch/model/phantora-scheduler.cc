@@ -76,16 +76,7 @@ int64_t PhantoraScheduler::PeekNextLiveTs() {
   return ts;
 }
 
-void PhantoraScheduler::Insert(const Event& ev) { m_wheel ? m_wheel->Insert(ev) : m_inner->Insert(ev); }
-bool PhantoraScheduler::IsEmpty() const { return m_wheel ? m_wheel->IsEmpty() : m_inner->IsEmpty(); }
 Scheduler::Event PhantoraScheduler::PeekNext() const { return m_wheel ? m_wheel->PeekNext() : m_inner->PeekNext(); }
-Scheduler::Event PhantoraScheduler::RemoveNext() {
-  Event ev = m_wheel ? m_wheel->RemoveNext() : m_inner->RemoveNext();
-  if (InterruptPending()) [[unlikely]] {
-    Simulator::Stop();  // SIGTERM / SIGINT: Run() returns after this event, whichever scheduler is inside
-  }
-  return ev;
-}
 void PhantoraScheduler::Remove(const Event& ev) { m_inner->Remove(ev); }
 
 }  // namespace ns3

@@ -2,9 +2,11 @@
 #ifndef PHANTORA_SCHEDULER_H
 #define PHANTORA_SCHEDULER_H
 
+#include "phantora-interrupt.h"
 #include "phantora-wheel-scheduler.h"
 
 #include "ns3/scheduler.h"
+#include "ns3/simulator.h"
 
 namespace ns3 {
 
@@ -26,10 +28,17 @@ class PhantoraScheduler : public Scheduler {
   /// Time step (ns) of the next event that is not cancelled (reached, a cancelled one does nothing), or -1.
   int64_t PeekNextLiveTs();
 
-  void Insert(const Event& ev) override;
-  bool IsEmpty() const override;
+  // Inline: PhantoraSimulatorImpl calls these directly.
+  void Insert(const Event& ev) override { m_wheel ? m_wheel->Insert(ev) : m_inner->Insert(ev); }
+  bool IsEmpty() const override { return m_wheel ? m_wheel->IsEmpty() : m_inner->IsEmpty(); }
   Event PeekNext() const override;
-  Event RemoveNext() override;
+  Event RemoveNext() override {
+    Event ev = m_wheel ? m_wheel->RemoveNext() : m_inner->RemoveNext();
+    if (InterruptPending()) [[unlikely]] {
+      Simulator::Stop();  // SIGTERM / SIGINT: Run() returns after this event, whichever scheduler is inside
+    }
+    return ev;
+  }
   void Remove(const Event& ev) override;
 
  private:

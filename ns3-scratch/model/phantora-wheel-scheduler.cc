@@ -36,11 +36,13 @@ void EventHeap::Push(const Scheduler::Event& ev) {
     hole = parent;
   }
   m_heap[hole] = ev;
+  m_topTs = m_heap.front().key.m_ts;
 }
 
 Scheduler::Event EventHeap::Pop() {
   const Scheduler::Event top = m_heap.front();
   SiftDown(0);
+  m_topTs = m_heap.empty() ? UINT64_MAX : m_heap.front().key.m_ts;
   return top;
 }
 
@@ -82,6 +84,7 @@ bool EventHeap::Erase(uint32_t uid) {
   }
   std::vector<Scheduler::Event> rest;  // rare (Simulator::Remove): rebuild without it
   rest.swap(m_heap);
+  m_topTs = UINT64_MAX;
   rest.erase(it);
   for (const Scheduler::Event& e : rest) {
     Push(e);
@@ -116,7 +119,8 @@ void PhantoraWheelScheduler::Insert(const Event& ev) {
   ++m_inWheel;
 }
 
-uint64_t PhantoraWheelScheduler::NextSlot() const {
+// Inline (only RemoveNext and PeekNext call these): two calls fewer per event.
+[[gnu::always_inline]] inline uint64_t PhantoraWheelScheduler::NextSlot() const {
   if (m_inWheel == 0) {
     return kSlots;
   }
@@ -134,15 +138,18 @@ uint64_t PhantoraWheelScheduler::NextSlot() const {
   return kSlots;
 }
 
-bool PhantoraWheelScheduler::WheelFirst(uint64_t s) const {
+[[gnu::always_inline]] inline bool PhantoraWheelScheduler::WheelFirst(uint64_t s) const {
   if (s == kSlots) {
     return false;
   }
-  if (m_far.Empty()) {
-    return true;
-  }
+  // (time, uid) order; the heap's top time is cached (UINT64_MAX when it is empty): its uid only on a tie.
   const Slot& slot = m_slots[s];
-  return Order(slot.events[slot.head]) < Order(m_far.Top());
+  const Event& first = slot.events[slot.head];
+  const uint64_t farTs = m_far.TopTs();
+  if (first.key.m_ts != farTs || m_far.Empty()) {
+    return first.key.m_ts < farTs || m_far.Empty();
+  }
+  return first.key.m_uid < m_far.Top().key.m_uid;
 }
 
 Scheduler::Event PhantoraWheelScheduler::PeekNext() const {

@@ -14,6 +14,8 @@ namespace ns3 {
 class EventHeap {
  public:
   bool Empty() const { return m_heap.empty(); }
+  /// Time of the earliest event, or UINT64_MAX if there is none (kept up to date: no load of the top).
+  uint64_t TopTs() const { return m_topTs; }
   const Scheduler::Event& Top() const { return m_heap.front(); }
   void Push(const Scheduler::Event& ev);
   Scheduler::Event Pop();
@@ -24,6 +26,7 @@ class EventHeap {
   void SiftDown(std::size_t hole);  ///< fill `hole` with the last event, moved down to its place
 
   std::vector<Scheduler::Event> m_heap;
+  uint64_t m_topTs = UINT64_MAX;
 };
 
 /**

@@ -262,7 +262,7 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
 }
 
 void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
-  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
   PhantoraHeader& hdr = pkt->hdr;
   hdr.type = PktType::Data;
   hdr.prio = qp->spec.prio;
@@ -311,7 +311,7 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   ArmRto(qp);
 }
 
-void RdmaNic::Receive(uint32_t, Ptr<PhantoraPacket> pkt) {
+void RdmaNic::Receive(uint32_t, const Ptr<PhantoraPacket>& pkt) {
   const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.dst != m_id) {
     NS_LOG_WARN("node " << m_id << " got a packet for " << hdr.dst << "; endpoints do not forward");
@@ -421,7 +421,7 @@ void RdmaNic::ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr) {
 
 void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags, uint64_t sackLo,
                       uint64_t sackHi, bool dsack) {
-  Ptr<PhantoraPacket> pkt = Create<PhantoraPacket>();
+  Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
   PhantoraHeader& ack = pkt->hdr;
   ack.type = type;
   ack.prio = m_ackHighPrio ? 0 : data.prio;
@@ -442,7 +442,12 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   }
   ack.nHops = data.nHops;
   std::copy(data.hops, data.hops + data.nHops, ack.hops);
-  const uint32_t port = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey);
+  if (rx.ackPort == UINT32_MAX || rx.ackKey != ack.ecmpKey || rx.ackDst != data.src) {
+    rx.ackPort = m_routes->Pick(m_id, m_id, data.src, ack.ecmpKey);
+    rx.ackKey = ack.ecmpKey;
+    rx.ackDst = data.src;
+  }
+  const uint32_t port = rx.ackPort;
   if (port >= m_ports.size()) {
     return;
   }

@@ -94,7 +94,7 @@ class RdmaNic : public Object, public PortOwner {
   void ForgetFlow(uint64_t id);
 
   bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
-  void Receive(uint32_t port, Ptr<PhantoraPacket> pkt) override;
+  void Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) override;
 
   uint32_t ActiveQps() const { return static_cast<uint32_t>(m_qps.size()); }
   const Counters& GetCounters() const { return m_counters; }
@@ -147,6 +147,11 @@ class RdmaNic : public Object, public PortOwner {
     std::vector<std::pair<uint64_t, uint64_t>> holes;  ///< (offset, length), merged
     SackReceiver sack;          ///< Receiver = sack: received ranges
     FlowTransportStats stats;   ///< reordering
+    /// The port of the last ACK and the destination and ECMP key it was picked for (RouteTable::Pick is a
+    /// pure function of them here, and a flow's ACKs mostly keep theirs): saves a hash lookup per ACK.
+    mutable uint64_t ackKey = 0;
+    mutable uint32_t ackDst = 0;
+    mutable uint32_t ackPort = UINT32_MAX;
   };
   struct Port {
     std::deque<TxItem> ctrl;

@@ -1,0 +1,190 @@
+// PhantoraSimulatorImpl: DefaultSimulatorImpl's semantics, one thread, no per-event extras.
+#include "phantora-simulator-impl.h"
+#include "phantora-event.h"
+#include "phantora-type-id.h"
+
+#include "ns3/assert.h"
+#include "ns3/log.h"
+#include "ns3/object-factory.h"
+#include "ns3/simulator.h"
+
+namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraSimulatorImpl");
+NS_OBJECT_ENSURE_REGISTERED(PhantoraSimulatorImpl);
+
+TypeId PhantoraSimulatorImpl::GetTypeId() {
+  static TypeId tid = PhantoraTypeId<PhantoraSimulatorImpl, SimulatorImpl>("ns3::PhantoraSimulatorImpl");
+  return tid;
+}
+
+PhantoraSimulatorImpl::PhantoraSimulatorImpl() : m_currentContext(Simulator::NO_CONTEXT) {
+  NS_LOG_FUNCTION(this);
+  s_current = this;
+}
+
+PhantoraSimulatorImpl::~PhantoraSimulatorImpl() {
+  NS_LOG_FUNCTION(this);
+  if (s_current == this) {
+    s_current = nullptr;
+  }
+}
+
+void PhantoraSimulatorImpl::DoDispose() {
+  NS_LOG_FUNCTION(this);
+  if (s_current == this) {
+    s_current = nullptr;  // Simulator:: calls from here on go to the next implementation
+  }
+  while (!m_events->IsEmpty()) {
+    Scheduler::Event next = m_events->RemoveNext();
+    next.impl->Unref();
+  }
+  RecycledEventBase::ReclaimAll();  // the recycled ones among them (their closures hold packets)
+  m_phantora = nullptr;
+  m_events = nullptr;
+  SimulatorImpl::DoDispose();
+}
+
+void PhantoraSimulatorImpl::Destroy() {
+  NS_LOG_FUNCTION(this);
+  while (!m_destroyEvents.empty()) {
+    Ptr<EventImpl> ev = m_destroyEvents.front().PeekEventImpl();
+    m_destroyEvents.pop_front();
+    NS_LOG_LOGIC("handle destroy " << ev);
+    if (!ev->IsCancelled()) {
+      ev->Invoke();
+    }
+  }
+}
+
+void PhantoraSimulatorImpl::SetScheduler(ObjectFactory schedulerFactory) {
+  NS_LOG_FUNCTION(this << schedulerFactory);
+  Ptr<Scheduler> scheduler = schedulerFactory.Create<Scheduler>();
+  if (m_events) {
+    while (!m_events->IsEmpty()) {
+      scheduler->Insert(m_events->RemoveNext());
+    }
+  }
+  m_events = scheduler;
+  m_phantora = dynamic_cast<PhantoraScheduler*>(PeekPointer(m_events));
+}
+
+uint32_t PhantoraSimulatorImpl::GetSystemId() const { return 0; }
+
+void PhantoraSimulatorImpl::ProcessOneEvent() {
+  const Scheduler::Event next = m_phantora ? m_phantora->PhantoraScheduler::RemoveNext() : m_events->RemoveNext();
+  NS_ASSERT(next.key.m_ts >= m_currentTs);
+  --m_unscheduledEvents;
+  ++m_eventCount;
+  m_currentTs = next.key.m_ts;
+  m_currentContext = next.key.m_context;
+  m_currentUid = next.key.m_uid;
+  next.impl->Invoke();
+  next.impl->Unref();
+}
+
+bool PhantoraSimulatorImpl::IsFinished() const { return EventsEmpty() || m_stop; }
+
+void PhantoraSimulatorImpl::Run() {
+  NS_LOG_FUNCTION(this);
+  m_stop = false;
+  while (!EventsEmpty() && !m_stop) {
+    ProcessOneEvent();
+  }
+  // Stopped for lack of events: none was lost on the way.
+  NS_ASSERT(!EventsEmpty() || m_unscheduledEvents == 0);
+}
+
+void PhantoraSimulatorImpl::Stop() {
+  NS_LOG_FUNCTION(this);
+  m_stop = true;
+}
+
+EventId PhantoraSimulatorImpl::Stop(const Time& delay) {
+  NS_LOG_FUNCTION(this << delay.GetTimeStep());
+  return Simulator::Schedule(delay, &Simulator::Stop);
+}
+
+EventId PhantoraSimulatorImpl::Schedule(const Time& delay, EventImpl* event) {
+  NS_ASSERT_MSG(delay.IsPositive(), "PhantoraSimulatorImpl::Schedule(): negative delay");
+  const uint64_t ts = static_cast<uint64_t>((delay + TimeStep(m_currentTs)).GetTimeStep());
+  const uint32_t uid = m_uid;
+  Enqueue(event, ts, m_currentContext);
+  return EventId(event, ts, m_currentContext, uid);
+}
+
+void PhantoraSimulatorImpl::ScheduleWithContext(uint32_t context, const Time& delay, EventImpl* event) {
+  Enqueue(event, static_cast<uint64_t>((delay + TimeStep(m_currentTs)).GetTimeStep()), context);
+}
+
+EventId PhantoraSimulatorImpl::ScheduleNow(EventImpl* event) { return Schedule(Time(0), event); }
+
+EventId PhantoraSimulatorImpl::ScheduleDestroy(EventImpl* event) {
+  EventId id(Ptr<EventImpl>(event, false), m_currentTs, 0xffffffff, EventId::UID::DESTROY);
+  m_destroyEvents.push_back(id);
+  ++m_uid;
+  return id;
+}
+
+Time PhantoraSimulatorImpl::Now() const { return TimeStep(m_currentTs); }  // no logging: Now() prints log lines
+
+Time PhantoraSimulatorImpl::GetDelayLeft(const EventId& id) const {
+  if (IsExpired(id)) {
+    return TimeStep(0);
+  }
+  return TimeStep(id.GetTs() - m_currentTs);
+}
+
+void PhantoraSimulatorImpl::Remove(const EventId& id) {
+  if (id.GetUid() == EventId::UID::DESTROY) {
+    for (auto i = m_destroyEvents.begin(); i != m_destroyEvents.end(); ++i) {
+      if (*i == id) {
+        m_destroyEvents.erase(i);
+        break;
+      }
+    }
+    return;
+  }
+  if (IsExpired(id)) {
+    return;
+  }
+  Scheduler::Event event;
+  event.impl = id.PeekEventImpl();
+  event.key.m_ts = id.GetTs();
+  event.key.m_context = id.GetContext();
+  event.key.m_uid = id.GetUid();
+  m_events->Remove(event);
+  event.impl->Cancel();
+  event.impl->Unref();  // the reference the event list held
+  --m_unscheduledEvents;
+}
+
+void PhantoraSimulatorImpl::Cancel(const EventId& id) {
+  if (!IsExpired(id)) {
+    id.PeekEventImpl()->Cancel();
+  }
+}
+
+bool PhantoraSimulatorImpl::IsExpired(const EventId& id) const {
+  if (id.GetUid() == EventId::UID::DESTROY) {
+    if (id.PeekEventImpl() == nullptr || id.PeekEventImpl()->IsCancelled()) {
+      return true;
+    }
+    for (const EventId& d : m_destroyEvents) {
+      if (d == id) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return id.PeekEventImpl() == nullptr || id.GetTs() < m_currentTs ||
+         (id.GetTs() == m_currentTs && id.GetUid() <= m_currentUid) || id.PeekEventImpl()->IsCancelled();
+}
+
+Time PhantoraSimulatorImpl::GetMaximumSimulationTime() const { return TimeStep(0x7fffffffffffffffLL); }
+
+uint32_t PhantoraSimulatorImpl::GetContext() const { return m_currentContext; }
+
+uint64_t PhantoraSimulatorImpl::GetEventCount() const { return m_eventCount; }
+
+}  // namespace ns3
