@@ -132,7 +132,6 @@ EventId SchedulePooled(const Time& delay, F f) {
 }
 
 /// Simulator::ScheduleWithContext(context, delay, f) with a pooled event (no EventId: it cannot be cancelled).
-/// With PhantoraSimulatorImpl, queued there directly (the same key: time, context, next uid).
 /// With PhantoraSimulatorImpl, a RecycledEvent queued there directly (the same key: time, context, next uid).
 template <typename F>
 void ScheduleWithContextPooled(uint32_t context, const Time& delay, F f) {
