@@ -46,10 +46,9 @@ from bridge.protocol import (
     transport_row,
 )
 from bridge.stepping import advance_watching
-from phantora.collectives import decompose
-from phantora.collectives.mirrors import Mirrors, NotPeriodicError
-from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.collectives.traffic import LOSSY_KINDS, lossless_reason, lost_ranges
+from phantora.collectives.mirrors import Mirrors
+from phantora.collectives.plan import CallSpec, CollectivePlanner
+from phantora.collectives.spec import AlgoOptions
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.topology.model import Topology
@@ -85,6 +84,7 @@ class CollRecord:
     lossy: Any = None  # DLCP: (Collective, AlgoOptions) to map its flows' lost ranges to tensor bytes
     lost: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # flow id -> lost ranges
     lossless_why: str | None = None  # DLCP: asked to be loss-tolerant but kept lossless, and why
+    choice: dict[str, Any] | None = None  # NCCL's algorithm, protocol and channels for it (collectives.nccl)
 
     def to_dict(self) -> dict[str, Any]:
         key = self.rv.key
@@ -112,6 +112,7 @@ class CollRecord:
             **({"class": self.traffic_class} if self.traffic_class is not None else {}),
             **({"lost_bytes": sum(n for r in self.lost.values() for _, n in r)} if self.lossy is not None else {}),
             **({"kept_lossless": self.lossless_why} if self.lossless_why else {}),
+            **({"nccl": self.choice} if self.choice else {}),
         }
 
 
@@ -174,7 +175,7 @@ class CoordinatorCore:
             raise RunFailed(E_PROTOCOL, f"{live} live ranks cannot stand for {world} ranks: it must divide it")
         self.mirrors = Mirrors(world, live)
         self.window = window_ns
-        self.algo = algo
+        self.planner = CollectivePlanner(topology, algo, self.mirrors)  # the collective -> flow step
         self.send = send
         self.keep_flows = keep_flows
         self.flows_note = ""  # why the per-flow records were dropped, if they were
@@ -196,7 +197,6 @@ class CoordinatorCore:
         self.flow_lb: dict[int, int] = {}  # in-flight flow -> earliest possible completion
         self._paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (src, dst, key) -> (bottleneck, latency)
         self.completions: list[Completion] = []
-        self.next_flow = 0
         self.rounds = 0
         self.late_collectives = 0
         self.messages = 0
@@ -224,7 +224,7 @@ class CoordinatorCore:
                 self.engine.submit(list(flows[i : i + batch]), at=0)
         except PhantoraError as exc:
             raise RunFailed(E_ENGINE, f"the engine refused the recorded jobs' flows: {exc}") from None
-        self.next_flow = len(flows)
+        self.planner.next_flow = len(flows)
 
     # ----- requests ----------------------------------------------------------------------------
     def _stamp(self, rs: RankState, t: int, what: str) -> None:
@@ -419,61 +419,24 @@ class CoordinatorCore:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
+        call = CallSpec(kind, group, first.nbytes, first.dtype, root, name, dict(first.algo))
         try:
-            copies = self.mirrors.copies(group) if self.mirrors.active else (group,)
-        except NotPeriodicError as exc:
-            raise RunFailed(E_PROTOCOL, str(exc)) from None
-        flows: list[Flow] = []
-        last: dict[int, set[int]] = {}  # live rank -> its mirrors' last flows
-        over = dict(first.algo)
-        cls = over.pop("traffic_class", None)
-        tolerance = float(over.pop("loss_tolerance", 0.0) or 0.0)
-        try:
-            algo = dataclasses.replace(self.algo, **over) if over else self.algo
-            lossy = None
-            lossless_why = None  # a loss-tolerant collective kept lossless: why
-            if tolerance > 0 and kind not in LOSSY_KINDS:
-                lossless_why = f"{kind} is never loss-tolerant"
-            elif tolerance > 0:
-                coll = Collective(kind, group, first.nbytes, first.dtype, root)
-                why = "rank deduplication" if self.mirrors.active else lossless_reason(coll, self.topology, algo)
-                if why is None:
-                    lossy = (coll, algo)
-                lossless_why = why
-            for copy in copies:
-                coll = Collective(kind, copy, first.nbytes, first.dtype, root)
-                dag = decompose(coll, self.topology, algo, first_flow_id=self.next_flow, tag=name or f"coll{cid}")
-                self.next_flow = dag.next_id
-                flows.extend(dag.flows)
-                for r in copy:
-                    last.setdefault(self.mirrors.live_of(r), set()).update(dag.rank_last.get(r, ()))
+            plan = self.planner.plan(call, name or f"coll{cid}")
         except (PhantoraError, TypeError) as exc:
             raise RunFailed(E_PROTOCOL, f"{rv.describe()}: {exc}; {first.describe()}") from None
+        flows, last = plan.flows, plan.last
         job = key0 = None
-        if cls is not None or lossy is not None:
-            flows = [
-                dataclasses.replace(
-                    f,
-                    priority=f.priority if cls is None else int(cls),
-                    loss_budget=int(f.size * min(tolerance, 1.0)) if lossy is not None else 0,
-                )
-                for f in flows
-            ]
         if self.jobs is not None:
             job = self.jobs.job_of(group[0])
             key0 = self.job_keys[job]
             flows = self._job_flows(job, flows)
         first_id = flows[0].id if flows else 0
         rec = CollRecord(cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, first_id, len(flows))
-        rec.name, rec.copies, rec.end_ns, rec.outstanding = name, len(copies), t_start, len(flows)
+        rec.name, rec.copies, rec.end_ns, rec.outstanding = name, plan.copies, t_start, len(flows)
         if job is not None:
             rec.job, rec.key0 = job, key0 or 0
-        rec.traffic_class = None if cls is None else int(cls)
-        rec.lossy = lossy
-        rec.lossless_why = lossless_why
-        if lossy is not None:  # a rank learns its zeroed bytes when every flow is in: it waits for all of them
-            everything = {f.id for f in flows}
-            last = {r: set(everything) for r in rv.members}
+        rec.traffic_class, rec.lossy, rec.lossless_why = plan.traffic_class, plan.lossy, plan.lossless_why
+        rec.choice = plan.choice
         self.records.append(rec)
         for f in flows:
             self.flow_owner[f.id] = cid
@@ -539,8 +502,7 @@ class CoordinatorCore:
         rs.results[handle] = t
         rs.undelivered[handle] = t
         if rec.lossy is not None and rec.lost:
-            coll, algo = rec.lossy
-            zero = lost_ranges(coll, self.topology, algo, rec.first_flow, rec.lost).get(rank)
+            zero = self.planner.lost_ranges(rec.lossy, rec.first_flow, rec.lost).get(rank)
             if zero:
                 rs.lost[handle] = [[a, b] for a, b in zero]
         self._dirty.add(rank)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
@@ -23,6 +24,7 @@ class FlowDag:
     flows: list[Flow]
     rank_last: dict[int, list[int]]
     next_id: int
+    choice: dict[str, Any] | None = None  # what NCCL's model chose (algorithm, protocol, channels, times); see nccl/
 
 
 def ecmp_key(src: int, dst: int, channel: int) -> int:

@@ -1,0 +1,118 @@
+"""The collective -> flow step of a live run, behind one call: `CollectivePlanner.plan`.
+
+The coordinator (bridge/) matches the calls of a collective's ranks and hands the matched call here; it gets back
+the flows to submit, which flows each live rank waits for, and what was decided on the way:
+- rank deduplication: one call stands for every shift of its group (`mirrors.Mirrors`), each shift's flows included;
+- the traffic class and the DLCP loss policy (`traffic.py`): which flows may lose bytes, or why the collective was
+  kept lossless;
+- NCCL's algorithm, protocol and channel choice (`nccl/`), recorded for the trace and results.json.
+
+Pure apart from the flow-id counter: no clock, no I/O, no engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from phantora.collectives.decompose import decompose
+from phantora.collectives.mirrors import Mirrors
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.traffic import LOSSY_KINDS, Range, lossless_reason, lost_ranges
+from phantora.netsim.base import Flow
+from phantora.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """A matched collective, as every rank issued it. `root` is a group-local index; `algo` the per-call fields
+    (algorithm overrides, ``traffic_class``, ``loss_tolerance``)."""
+
+    kind: str
+    group: tuple[int, ...]
+    nbytes: int
+    dtype: str
+    root: int | None = None
+    name: str = ""
+    algo: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """The flows of one matched collective and what the coordinator needs to follow them."""
+
+    flows: list[Flow]
+    last: dict[int, set[int]]  # live rank -> the flows whose arrival means it is done (empty: done at the start)
+    copies: int  # group shifts launched (rank deduplication), 1 without it
+    traffic_class: int | None  # the class given to its flows (None: the flows' default)
+    lossy: tuple[Collective, AlgoOptions] | None  # DLCP: how to map lost flow bytes to tensor bytes
+    lossless_why: str | None  # asked to be loss-tolerant but kept lossless, and why
+    choice: dict[str, Any] | None  # NCCL's algorithm, protocol and channels (and the model's time)
+
+
+class CollectivePlanner:
+    """Turns matched collectives into flows on one topology, with ids counted from `next_flow`."""
+
+    def __init__(self, topology: Topology, algo: AlgoOptions, mirrors: Mirrors, next_flow: int = 0) -> None:
+        self.topology = topology
+        self.algo = algo
+        self.mirrors = mirrors
+        self.next_flow = next_flow
+
+    def plan(self, call: CallSpec, tag: str) -> Plan:
+        """The flows of `call` (all its group's shifts under deduplication), tagged `tag`.
+
+        Raises PhantoraError (or NotPeriodicError) on a collective that cannot run; ids advance only on success.
+        """
+        copies = self.mirrors.copies(call.group) if self.mirrors.active else (call.group,)
+        over = dict(call.algo)
+        cls = over.pop("traffic_class", None)
+        tolerance = float(over.pop("loss_tolerance", 0.0) or 0.0)
+        algo = dataclasses.replace(self.algo, **over) if over else self.algo
+        lossy, lossless_why = self._loss_policy(call, algo, tolerance)
+        flows: list[Flow] = []
+        last: dict[int, set[int]] = {}
+        next_id = self.next_flow
+        choice = None
+        for copy in copies:
+            coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root)
+            dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag)
+            next_id = dag.next_id
+            flows.extend(dag.flows)
+            choice = choice or dag.choice
+            for r in copy:
+                last.setdefault(self.mirrors.live_of(r), set()).update(dag.rank_last.get(r, ()))
+        self.next_flow = next_id
+        if cls is not None or lossy is not None:
+            budget = min(tolerance, 1.0) if lossy is not None else 0.0
+            flows = [
+                dataclasses.replace(
+                    f, priority=f.priority if cls is None else int(cls), loss_budget=int(f.size * budget)
+                )
+                for f in flows
+            ]
+        if lossy is not None:  # a rank learns its zeroed bytes when every flow is in: it waits for all of them
+            everything = {f.id for f in flows}
+            last = {r: set(everything) for r in last}
+        return Plan(flows, last, len(copies), None if cls is None else int(cls), lossy, lossless_why, choice)
+
+    def _loss_policy(
+        self, call: CallSpec, algo: AlgoOptions, tolerance: float
+    ) -> tuple[tuple[Collective, AlgoOptions] | None, str | None]:
+        """DLCP: (the collective and options to map lost bytes with, or None; why it was kept lossless, or None)."""
+        if tolerance <= 0:
+            return None, None
+        if call.kind not in LOSSY_KINDS:
+            return None, f"{call.kind} is never loss-tolerant"
+        coll = Collective(call.kind, call.group, call.nbytes, call.dtype, call.root)
+        why = "rank deduplication" if self.mirrors.active else lossless_reason(coll, self.topology, algo)
+        return (coll, algo) if why is None else None, why
+
+    def lost_ranges(
+        self, lossy: tuple[Collective, AlgoOptions], first_flow: int, lost: Mapping[int, Sequence[Range]]
+    ) -> dict[int, list[Range]]:
+        """Global rank -> tensor byte ranges it must zero, given the lost ranges of a lossy plan's flows."""
+        coll, algo = lossy
+        return lost_ranges(coll, self.topology, algo, first_flow, lost)
