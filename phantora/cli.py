@@ -12,7 +12,10 @@ from typing import Any
 from phantora.errors import PhantoraError
 
 # Each module defines `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-COMMANDS = ("topo", "replay", "netsim", "run", "rerun", "compare", "sweep", "profile", "calibrate", "cc", "doctor")
+COMMANDS = (
+    "topo", "replay", "netsim", "run", "rerun", "compare", "sweep", "profile", "calibrate", "cc", "doctor",
+    "nccl_tests",  # the `nccl-tests` command
+)  # fmt: skip
 
 
 DESCRIPTION = (

@@ -13,8 +13,10 @@ from phantora.results import run_dir
 NOT_SETTINGS = ("func", "out", "overwrite", "command", "command_line", "progress", "quiet", "rerun_of")
 
 
-def add_out_options(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--out", "-o", type=Path, default=None, help=f"write {what} into this new directory")
+def add_out_options(p: argparse.ArgumentParser, what: str, *, short: bool = True) -> None:
+    """`--out DIR` (and `-o`, unless `short` is False: `nccl-tests` keeps -o for its reduction op) and `--overwrite`."""
+    names = ("--out", "-o") if short else ("--out",)
+    p.add_argument(*names, type=Path, default=None, help=f"write {what} into this new directory")
     p.add_argument(
         "--overwrite",
         action="store_true",

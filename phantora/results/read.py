@@ -7,6 +7,7 @@ lists the files and columns and shows the use of `load_run` from Python.
 - results.json  schema "phantora.replay/1" (makespan, ops, engine stats), "phantora.egraph-replay/1" (a replayed
                 execution graph: step times, comm per kind), "phantora.run/1" (a live run: steps, step_time_ns)
                 or "phantora.jobs/1" (several jobs: the makespan and engine stats; each job's own is jobs/<name>/)
+                or "phantora.nccl-tests/1" (`phantora nccl-tests`: each size's mean call time, their sum as time)
 - cosim.json    "phantora.cosim/1", the bridge's summary of a live run (fallback when results.json is absent)
 - summary.json  "phantora.netsim/1", `phantora netsim` engine counters
 - config.json, status.json, steps.jsonl   what produced the run, whether it completed, its finished steps
@@ -78,7 +79,7 @@ class RunData:
 
     path: Path
     label: str
-    kind: str = "unknown"  # replay | run | netsim | jobs | unknown
+    kind: str = "unknown"  # replay | run | netsim | jobs | nccl-tests | unknown
     network: str | None = None
     time_ns: int | None = None  # iteration time (live runs) or makespan (replay, netsim)
     time_kind: str = "makespan"  # "iteration" | "makespan"
@@ -243,6 +244,14 @@ def _load_results(run: RunData, root: Path) -> None:
             run.network = _text_or_none(_dict(res.get("run")).get("network"))
             run.engine = res.get("engine_stats") if isinstance(res.get("engine_stats"), dict) else None
             run.time_ns = run.sim_end_ns = _int_or_none(res.get("makespan_ns"))
+            return
+        if _is(schema, S.NCCL_TESTS):  # `phantora nccl-tests`: the mean time of one call per size
+            run.kind = "nccl-tests"
+            run.network = _text_or_none(res.get("network"))
+            run.engine = res.get("engine") if isinstance(res.get("engine"), dict) else None
+            sizes = [s for s in res.get("sizes") or [] if isinstance(s, dict) and "bytes" in s and "time_ns" in s]
+            run.collectives = {f"{s['bytes']} B": round(s["time_ns"]) for s in sizes} or None
+            run.time_ns = sum(run.collectives.values()) if run.collectives else None  # one call of each size
             return
         if _is(schema, S.RUN) or (not schema and ("steps" in res or "step_time_ns" in res)):
             run.kind = "run"

@@ -32,11 +32,11 @@ from phantora.results.write import write_atomic, write_json
 
 STATUS_JSON, STATUS, STEPS_JSONL, STEPS_DIR = S.STATUS_JSON, S.STATUS, S.STEPS_JSONL, S.STEPS_DIR
 TRACE_JSON, TRACE_DIR = S.TRACE_JSON, S.TRACE_DIR
-# Everything a phantora run, replay or netsim writes into its directory (what --overwrite removes).
+# Everything a phantora run, replay, netsim or nccl-tests writes into its directory (what --overwrite removes).
 OUTPUT_FILES = (
     S.RESULTS_JSON, S.COSIM_JSON, S.SUMMARY_JSON, S.FLOWS_CSV, S.FCT_CSV, S.LINKS_CSV, S.PFC_CSV, S.QUEUES_CSV,
     S.DROPS_CSV, S.CNPS_CSV, S.ECN_CSV, S.FCT_TXT, S.PFC_TXT, S.NS3_CALLS_TXT, STATUS_JSON, STEPS_JSONL,
-    TRACE_JSON, S.CONFIG_JSON, S.SEEDS_JSON, S.LINKS_BY_JOB_CSV,
+    TRACE_JSON, S.CONFIG_JSON, S.SEEDS_JSON, S.LINKS_BY_JOB_CSV, S.NCCL_TESTS_TXT,
 )  # fmt: skip
 OUTPUT_DIRS = ("logs", TRACE_DIR, STEPS_DIR, S.JOBS_DIR, S.ALONE_DIR)
 

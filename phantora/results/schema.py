@@ -7,7 +7,7 @@ Every JSON document a producer writes carries `"schema": "<id>/<version>"`; the 
 from __future__ import annotations
 
 # JSON documents and their schema ids.
-RESULTS_JSON = "results.json"  # one of RUN, REPLAY, EGRAPH_REPLAY
+RESULTS_JSON = "results.json"  # one of RUN, REPLAY, EGRAPH_REPLAY, JOBS, NCCL_TESTS
 COSIM_JSON = "cosim.json"  # the bridge's summary of a co-simulated run
 SUMMARY_JSON = "summary.json"  # `phantora netsim` engine counters
 RUN = "phantora.run/1"
@@ -15,6 +15,8 @@ REPLAY = "phantora.replay/1"
 EGRAPH_REPLAY = "phantora.egraph-replay/1"
 COSIM = "phantora.cosim/1"
 NETSIM = "phantora.netsim/1"
+NCCL_TESTS = "phantora.nccl-tests/1"  # results.json of `phantora nccl-tests`: one record per size
+NCCL_TESTS_TXT = "nccl-tests.txt"  # its table, in nccl-tests' own format
 
 # The run's progress: status.json (running, complete, failed), steps.jsonl (one line per finished step),
 # merged from steps/rank<R>.jsonl, which the live ranks append to as they go (phantora.results.run_dir).

@@ -1,0 +1,220 @@
+"""`phantora nccl-tests TEST [nccl-tests flags] [--topology T]`: nccl-tests on a simulated topology.
+
+TEST is one of all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, broadcast_perf,
+reduce_perf, sendrecv_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G suffixes: powers of 1024), -f
+step factor or -i step increment, -g GPUs (here the number of ranks; default every GPU of the topology), -d
+datatype, -o reduction op (printed only), -n iterations, -w warm-up iterations, -r root; -c, -z and -a are
+accepted and have no effect. Each size is timed as nccl-tests times it: -w warm-up calls, then -n calls back to
+back on one engine, the mean per call; the table on stdout is nccl-tests' own, so it can be diffed with a
+cluster's output (docs/nccl-tests.md). --out DIR also writes the table (nccl-tests.txt) and results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from phantora.commands.options import add_network_options, check_flow_network
+from phantora.commands.outdir import add_out_options, in_run_dir, record_config
+from phantora.errors import InputError
+from phantora.report import nccl_tests as nt
+
+DEFAULT_TOPOLOGY = "one DGX-like H100 server of 8 GPUs (the dgx_host generator)"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "nccl-tests", help="run an nccl-tests benchmark on a simulated topology, printed as nccl-tests prints it",
+        description=__doc__,
+    )  # fmt: skip
+    p.add_argument("test", metavar="TEST", help=f"the benchmark: {', '.join(nt.TESTS)}")
+    p.add_argument("--topology", default=None, help=f"topology file or shipped name (default: {DEFAULT_TOPOLOGY})")
+    add_network_options(p)
+    g = p.add_argument_group("nccl-tests flags")
+    g.add_argument("-t", "--nthreads", type=int, default=1, help="threads per process: ranks = -t x -g (default 1)")
+    g.add_argument(
+        "-g", "--ngpus", type=int, default=None, help="GPUs, i.e. ranks 0..g-1 (default: every GPU of the topology)"
+    )
+    g.add_argument("-b", "--minbytes", default="32M", help="smallest size, e.g. 8, 64K, 1M (default 32M)")
+    g.add_argument("-e", "--maxbytes", default="32M", help="largest size, e.g. 8G (default 32M)")
+    g.add_argument("-i", "--stepbytes", default=None, help="size increment (default 1M; not with -f)")
+    g.add_argument("-f", "--stepfactor", type=int, default=None, help="size multiplication factor (not with -i)")
+    g.add_argument("-n", "--iters", type=int, default=20, help="measured iterations per size (default 20)")
+    g.add_argument(
+        "-w", "--warmup_iters", type=int, default=5, help="warm-up iterations per size, not measured (default 5)"
+    )
+    g.add_argument("-d", "--datatype", default="float", help=f"datatype: {', '.join(nt.DATATYPES)} (default float)")
+    g.add_argument(
+        "-o", "--op", default="sum", help=f"reduction op, printed only: {', '.join(nt.REDOPS)} (default sum)"
+    )
+    g.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast and reduce (default 0)")
+    g.add_argument("-c", "--check", type=int, default=1, help="accepted, no effect: no data is moved or checked")
+    g.add_argument("-z", "--blocking", type=int, default=0, help="accepted, no effect: calls run one after another")
+    g.add_argument("-a", "--average", type=int, default=1, help="accepted, no effect: every rank's time is the same")
+    add_out_options(p, "the table (nccl-tests.txt), results.json and config.json", short=False)
+    p.set_defaults(func=_with_run_dir(run))
+
+
+def _with_run_dir(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`in_run_dir` with --out; without it the table alone, and the note that nothing is saved on stderr (stdout
+    holds only what nccl-tests prints)."""
+    claimed = in_run_dir("nccl-tests", body)
+
+    def run(args: argparse.Namespace) -> int:
+        if args.out is not None:
+            return claimed(args)
+        rc = body(args)
+        print("phantora nccl-tests: nothing saved: pass --out DIR to keep the table and results.json", file=sys.stderr)
+        return rc
+
+    return run
+
+
+def _topology(spec: str | None) -> Any:
+    from phantora.topology import dgx_host, load_topology
+
+    return dgx_host(8, gpu="h100") if spec is None else load_topology(spec)
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`make_engine` options, as `phantora replay` builds them: the flow network takes --set ecmp_hash and lb only;
+    ns3 the CC and every PacketConfig field (queues are not sampled unless --set queue_sample_ns asks: no
+    queues.csv is written)."""
+    from phantora.netsim.cli_config import flow_options_from_sets, packet_config_from_flags
+
+    check_flow_network(args.network, args.cc, args.set)
+    if args.network != "ns3":
+        return flow_options_from_sets(args.set)
+    return {"config": packet_config_from_flags(cc=args.cc, sets=args.set, queue_sample_ns=0)}
+
+
+def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:
+    if args.nthreads < 1:
+        raise InputError(f"must be >= 1, got {args.nthreads}", field="-t")
+    ngpus = max(1, topo.num_ranks // args.nthreads) if args.ngpus is None else args.ngpus
+    if ngpus < 1:
+        raise InputError(f"must be >= 1, got {ngpus}", field="-g")
+    n = args.nthreads * ngpus
+    if n > topo.num_ranks:
+        asked = f"{n} GPUs" if args.nthreads == 1 else f"-t {args.nthreads} x -g {ngpus} = {n} GPUs"
+        raise InputError(f"{asked} asked for, but topology {topo.name!r} has {topo.num_ranks}", field="-g")
+    args.ngpus = ngpus
+    return tuple(range(n))
+
+
+def run(args: argparse.Namespace) -> int:
+    from bridge.engines import make_engine
+
+    spec = nt.find_test(args.test)
+    topo = _topology(args.topology)
+    ranks = _ranks(args, topo)
+    if args.iters < 1:
+        raise InputError(f"must be >= 1, got {args.iters}", field="-n")
+    if args.warmup_iters < 0:
+        raise InputError(f"must be >= 0, got {args.warmup_iters}", field="-w")
+    minbytes, maxbytes = nt.parse_size(args.minbytes, "-b"), nt.parse_size(args.maxbytes, "-e")
+    stepbytes = None if args.stepbytes is None else nt.parse_size(args.stepbytes, "-i")
+    sizes = nt.size_steps(minbytes, maxbytes, args.stepfactor, stepbytes)
+    dtype, op = nt.datatype(args.datatype), nt.redop(args.op)
+    if spec.rooted and not 0 <= args.root < len(ranks):
+        raise InputError(f"root {args.root} is not one of the {len(ranks)} ranks", field="-r")
+    options = _engine_options(args)
+    config = options.get("config")
+    record_config(args, "nccl-tests", topo, config, {})
+    grow = args.stepfactor is not None and args.stepfactor > 1
+    stepbytes = 1024**2 if stepbytes is None else stepbytes  # nccl-tests' default increment
+    step = f"{args.stepfactor}(factor)" if grow else f"{stepbytes}(bytes)"
+    cc = config.cc if config is not None else None
+    lines: list[str] = []
+
+    def emit(*new: str) -> None:
+        for line in new:
+            print(line, flush=True)
+        lines.extend(new)
+
+    emit(*nt.preamble(spec, nthreads=args.nthreads, ngpus=args.ngpus, minbytes=minbytes, maxbytes=maxbytes,
+                      step=step, warmup=args.warmup_iters, iters=args.iters, topo=topo, ranks=ranks,
+                      network=args.network, cc=cc))  # fmt: skip
+    emit(*nt.table_header())
+    bench = nt.Bench(spec, topo, ranks, dtype, args.root, args.iters, args.warmup_iters)
+    results: list[nt.SizeResult] = []
+    sim = make_engine(args.network, topo, **options)
+    try:
+        for size in sizes:
+            res = nt.bench_size(bench, sim, size)
+            results.append(res)
+            emit(nt.size_line(res, spec, dtype, op, args.root))
+        stats = {k: v for k, v in sim.stats().items() if "wall" not in k}
+    finally:
+        sim.close()
+    emit(*nt.footer(results, spec))
+    if args.out is not None:
+        data = _results(args, spec, topo, ranks, dtype, op, cc, stepbytes, results, stats)
+        paths = _write(args.out, lines, data)
+        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+def _results(
+    args: argparse.Namespace,
+    spec: nt.BenchSpec,
+    topo: Any,
+    ranks: tuple[int, ...],
+    dtype: str,
+    op: str,
+    cc: str | None,
+    stepbytes: int,
+    results: list[nt.SizeResult],
+    stats: dict[str, Any],
+) -> dict[str, Any]:
+    """results.json: the run's parameters and one record per size (times in us and ns, bandwidths in GB/s)."""
+    from phantora.results import schema as S
+
+    return {
+        "schema": S.NCCL_TESTS,
+        "test": spec.name,
+        "collective": spec.kind,
+        "topology": topo.summary(),
+        "network": args.network,
+        "cc": cc,
+        "ranks": len(ranks),
+        "nthreads": args.nthreads,
+        "ngpus": args.ngpus,
+        "datatype": dtype,
+        "redop": op if spec.has_op else None,
+        "root": args.root if spec.rooted else None,
+        "iters": args.iters,
+        "warmup_iters": args.warmup_iters,
+        **({"step_factor": args.stepfactor} if (args.stepfactor or 1) > 1 else {"step_bytes": stepbytes}),
+        "units": {"time_us": "us", "time_ns": "ns", "algbw": "GB/s (1e9 bytes/s)", "busbw": "GB/s (1e9 bytes/s)"},
+        "sizes": [
+            {
+                "bytes": r.size,
+                "count": r.count,
+                "nbytes": r.nbytes,
+                "time_us": r.time_us,
+                "time_ns": r.time_ns,
+                "iter_ns": r.iter_ns,
+                "algbw": r.algbw,
+                "busbw": r.busbw,
+                "busbw_factor": r.factor,
+                "choice": r.choice,
+            }
+            for r in results
+        ],
+        "avg_busbw": nt.avg_busbw(results),
+        "engine": stats,
+    }
+
+
+def _write(out: Path, lines: list[str], data: dict[str, Any]) -> list[Path]:
+    from phantora.results import schema as S
+    from phantora.results.write import write_atomic, write_json
+
+    return [
+        write_atomic(out / S.NCCL_TESTS_TXT, "\n".join(lines) + "\n"),
+        write_json(out / S.RESULTS_JSON, data, indent=1, sort_keys=False),
+    ]

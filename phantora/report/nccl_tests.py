@@ -1,0 +1,392 @@
+"""nccl-tests on a simulated topology: its tests, sizes and counts, the timing loop, and its table format.
+
+`phantora nccl-tests` (phantora/commands/nccl_tests.py) is the command; this module is the part that needs no
+command line, so it can be used from Python too:
+
+    from phantora.report.nccl_tests import TESTS, bench_size, table_header, size_line
+
+Conventions follow nccl-tests (github.com/NVIDIA/nccl-tests, src/common.cu and util.cu):
+- sizes take K, M and G suffixes in powers of 1024; the loop is min, min*f, ... (f > 1) or min, min+i, ...;
+- the printed size is the larger of the send and receive buffers, the count the elements of the call's count
+  argument, and all-gather, reduce-scatter and all-to-all round their per-rank count down to 16 bytes;
+- time is the mean time of one iteration in us; algbw is bytes / time and busbw is algbw times the test's
+  factor, both in GB/s (1e9 bytes/s);
+- every size prints an out-of-place and an in-place column group. phantora moves no data, so both come from
+  the same simulation, and the #wrong column is N/A.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.errors import InputError, PhantoraError
+from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
+from phantora.topology.model import Topology
+
+FORMAT_VERSION = "2.19"  # the nccl-tests release whose table layout this prints
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """One nccl-tests binary: the collective it times and how it counts bytes."""
+
+    name: str  # e.g. all_reduce_perf
+    kind: str  # phantora collective kind; send_recv: every rank sends to the next and receives from the previous
+    layout: str  # "full": one buffer of the size; "per_rank": nranks blocks of a 16-byte aligned count
+    factor: Callable[[int], float]  # busbw / algbw, as a function of the number of ranks
+    has_op: bool  # prints the reduction op (else "none")
+    rooted: bool  # prints the root (else -1)
+
+
+TESTS: dict[str, BenchSpec] = {
+    t.name: t
+    for t in (
+        BenchSpec("all_reduce_perf", "all_reduce", "full", lambda n: 2 * (n - 1) / n, True, False),
+        BenchSpec("all_gather_perf", "all_gather", "per_rank", lambda n: (n - 1) / n, False, False),
+        BenchSpec("reduce_scatter_perf", "reduce_scatter", "per_rank", lambda n: (n - 1) / n, True, False),
+        BenchSpec("alltoall_perf", "all_to_all", "per_rank", lambda n: (n - 1) / n, False, False),
+        BenchSpec("broadcast_perf", "broadcast", "full", lambda n: 1.0, False, True),
+        BenchSpec("reduce_perf", "reduce", "full", lambda n: 1.0, True, True),
+        BenchSpec("sendrecv_perf", "send_recv", "full", lambda n: 1.0, True, False),
+    )
+}
+
+# nccl-tests datatype names -> (phantora collective dtype, bytes per element); aliases accepted on input
+DATATYPES: dict[str, tuple[str, int]] = {
+    "int8": ("int8", 1),
+    "uint8": ("uint8", 1),
+    "int32": ("int32", 4),
+    "uint32": ("int32", 4),
+    "int64": ("int64", 8),
+    "uint64": ("int64", 8),
+    "half": ("fp16", 2),
+    "float": ("fp32", 4),
+    "double": ("fp64", 8),
+    "bfloat16": ("bf16", 2),
+    "f8e4m3": ("fp8", 1),
+    "f8e5m2": ("fp8", 1),
+}
+DATATYPE_ALIASES = {
+    "char": "int8",
+    "int": "int32",
+    "fp16": "half",
+    "float16": "half",
+    "fp32": "float",
+    "float32": "float",
+    "fp64": "double",
+    "float64": "double",
+    "bf16": "bfloat16",
+}
+REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum")
+MAX_SIZES = 10_000  # more sizes than this is a typo (-i 1 up to 8G), not a benchmark
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:([kKmMgG])(?:i?[bB])?)?\s*$")
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def find_test(name: str) -> BenchSpec:
+    """The test named `name` (all_reduce_perf; the _perf may be left out); InputError naming TEST otherwise."""
+    key = name if name.endswith("_perf") else f"{name}_perf"
+    if key not in TESTS:
+        raise InputError(f"unknown test {name!r} (known: {', '.join(TESTS)})", field="TEST")
+    return TESTS[key]
+
+
+def parse_size(text: str, flag: str) -> int:
+    """nccl-tests' size syntax: bytes, or a number with a K, M or G suffix in powers of 1024 ('8G' = 8 * 2**30,
+    '1.5K' = 1536; 'KB', 'KiB' spellings too). InputError naming `flag` otherwise."""
+    m = _SIZE.match(text)
+    if not m:
+        raise InputError(
+            f"invalid size {text!r}: bytes, or a number with a K, M or G suffix (powers of 1024, as nccl-tests)",
+            field=flag,
+        )
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+def datatype(name: str) -> str:
+    """The nccl-tests name of a datatype (aliases such as bf16, fp32 accepted); InputError naming -d."""
+    key = DATATYPE_ALIASES.get(name.lower(), name.lower())
+    if key not in DATATYPES:
+        raise InputError(f"unknown datatype {name!r} (known: {', '.join(DATATYPES)})", field="-d")
+    return key
+
+
+def redop(name: str) -> str:
+    if name not in REDOPS:
+        raise InputError(f"unknown reduction op {name!r} (known: {', '.join(REDOPS)})", field="-o")
+    return name
+
+
+def size_steps(minbytes: int, maxbytes: int, factor: int | None, step: int | None) -> list[int]:
+    """The sizes nccl-tests visits: min, min*factor, ... (factor > 1), else min, min+step, ..., up to max."""
+    if minbytes > maxbytes:
+        raise InputError(f"minbytes {minbytes} is larger than maxbytes {maxbytes}", field="-b")
+    if factor is not None and step is not None:
+        raise InputError("give a step factor (-f) or a step increment (-i), not both", field="-f/-i")
+    if factor is not None and factor < 1:
+        raise InputError(f"the step factor must be an integer >= 1, got {factor}", field="-f")
+    grow = factor is not None and factor > 1
+    inc = 1024**2 if step is None else step  # nccl-tests' default increment: 1M
+    if grow and minbytes == 0 and maxbytes > 0:
+        raise InputError("a step factor never grows a size of 0: start at -b 1 or more", field="-b")
+    if not grow and inc <= 0 and maxbytes > minbytes:
+        raise InputError(f"the step increment must be > 0, got {inc}", field="-i")
+    sizes = [minbytes]
+    while True:
+        nxt = sizes[-1] * factor if grow and factor else sizes[-1] + inc
+        if nxt > maxbytes or nxt == sizes[-1]:
+            return sizes
+        sizes.append(nxt)
+        if len(sizes) > MAX_SIZES:
+            raise InputError(
+                f"more than {MAX_SIZES} sizes from {minbytes} to {maxbytes}: use a larger step", field="-i"
+            )
+
+
+def counts(spec: BenchSpec, size: int, elt: int, nranks: int) -> tuple[int, int, int]:
+    """(printed size in bytes, printed count, the collective's nbytes) of one size, as nccl-tests counts them.
+
+    "full" tests use one buffer of size // elt elements. all_gather, reduce_scatter and alltoall give each rank
+    (count / nranks) elements rounded down to a multiple of 16 bytes: the count printed is that per-rank count,
+    the size printed and the collective's nbytes (phantora's convention: the gathered output, the scattered
+    input, the whole send buffer) are nranks times it."""
+    count = size // elt
+    if spec.layout == "full":
+        return count * elt, count, count * elt
+    base = (count // nranks) & ~(16 // elt - 1)
+    total = base * nranks * elt
+    return total, base, total
+
+
+@dataclass
+class SizeResult:
+    """One line of the table."""
+
+    size: int  # printed size (bytes)
+    count: int  # printed count (elements)
+    nbytes: int  # the collective's nbytes
+    iter_ns: list[int]  # each measured iteration's time
+    factor: float
+    choice: dict[str, Any] | None = None
+
+    @property
+    def time_ns(self) -> float:
+        return sum(self.iter_ns) / len(self.iter_ns) if self.iter_ns else 0.0
+
+    @property
+    def time_us(self) -> float:
+        return self.time_ns / 1e3
+
+    @property
+    def algbw(self) -> float:
+        """GB/s (1e9 bytes/s); 0 when the time is 0 (one rank, or no bytes: no traffic to time)."""
+        sec = self.time_ns / 1e9
+        return self.nbytes / 1e9 / sec if sec > 0 else 0.0
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * self.factor
+
+
+@dataclass
+class Iteration:
+    """The flows of one call, and the flows whose completion means every rank is done."""
+
+    flows: list[Flow]
+    last: set[int]
+    next_id: int
+    choice: dict[str, Any] | None = None
+
+
+def build_iteration(
+    spec: BenchSpec,
+    ranks: Sequence[int],
+    nbytes: int,
+    dtype: str,
+    root: int,
+    topo: Topology,
+    opts: AlgoOptions,
+    first_id: int,
+    tag: str,
+) -> Iteration:
+    """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once
+    (n send_recv collectives, one per pair); the others: one collective over `ranks`."""
+    n = len(ranks)
+    if spec.kind == "send_recv":
+        pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
+        colls = [(Collective("send_recv", pair, nbytes, dtype), f"{tag}/r{i}") for i, pair in enumerate(pairs)]
+    else:
+        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None)
+        colls = [(coll, tag)]
+    flows: list[Flow] = []
+    last: set[int] = set()
+    choice = None
+    next_id = first_id
+    for coll, t in colls:
+        dag = decompose(coll, topo, opts, first_flow_id=next_id, tag=t)
+        flows.extend(dag.flows)
+        last.update(i for ids in dag.rank_last.values() for i in ids)
+        next_id = dag.next_id
+        if choice is None:
+            got = getattr(dag, "choice", None)
+            choice = dict(got) if got else None
+    return Iteration(flows, last, next_id, choice)
+
+
+def run_iteration(sim: NetworkSimulator, it: Iteration) -> int:
+    """Submit the call's flows now and run until every rank is done; its time in ns (0 without flows)."""
+    start = sim.now()
+    if it.flows:
+        sim.submit(it.flows, start)
+    pending = set(it.last)
+    end = start
+    while pending:
+        got = sim.advance_watching(INF_NS, pending)
+        hit = [c for c in got if c.flow_id in pending]
+        if not hit:
+            raise PhantoraError(f"the network stopped with {len(pending)} flows of the collective unfinished")
+        for c in hit:
+            pending.discard(c.flow_id)
+            end = max(end, c.end_ns)
+    return end - start
+
+
+@dataclass
+class Bench:
+    """What a benchmark run needs besides the engine."""
+
+    spec: BenchSpec
+    topo: Topology
+    ranks: tuple[int, ...]
+    datatype: str  # nccl-tests name
+    root: int = 0
+    iters: int = 20
+    warmup: int = 5
+    opts: AlgoOptions = field(default_factory=AlgoOptions)
+    next_id: int = 0
+
+
+def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
+    """Warm-up then measured iterations of one size, back to back on `sim` (each starts when the previous call
+    has finished on every rank; the engine's state, e.g. congestion control, carries over)."""
+    dtype, elt = DATATYPES[bench.datatype]
+    n = len(bench.ranks)
+    printed, count, nbytes = counts(bench.spec, size, elt, n)
+    times: list[int] = []
+    choice = None
+    for i in range(bench.warmup + bench.iters):
+        tag = f"nccl/{size}/{'w' if i < bench.warmup else 'i'}{i}"
+        it = build_iteration(
+            bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.topo, bench.opts, bench.next_id, tag
+        )
+        bench.next_id = it.next_id
+        choice = choice or it.choice
+        elapsed = run_iteration(sim, it)
+        if i >= bench.warmup:
+            times.append(elapsed)
+    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice)
+
+
+# ----- the table ----------------------------------------------------------------------------------------
+
+
+def fit_float(value: float, width: int) -> str:
+    """`value` right-aligned in `width` characters as nccl-tests prints it: 2 decimals if they fit, else 1, else
+    none, else exponent notation (cut to the width)."""
+    for fmt in (".2f", ".1f", ".0f"):
+        text = f"{value:{width}{fmt}}"
+        if len(text) <= width:
+            return text
+    return f"{value:{width}{'.1e' if width >= 7 else '.0e'}}"[:width]
+
+
+def preamble(
+    spec: BenchSpec,
+    *,
+    nthreads: int,
+    ngpus: int,
+    minbytes: int,
+    maxbytes: int,
+    step: str,
+    warmup: int,
+    iters: int,
+    topo: Topology,
+    ranks: Sequence[int],
+    network: str,
+    cc: str | None,
+) -> list[str]:
+    """The lines before the table: the run's parameters and the devices (simulated GPUs of the topology)."""
+    where = f"topology {topo.name} ({topo.num_ranks} GPUs), network {network}" + (f", cc {cc}" if cc else "")
+    lines = [
+        f"# nccl-tests {FORMAT_VERSION} table format, simulated by phantora: {where}",
+        "# phantora moves no data: in-place repeats the out-of-place simulation, #wrong is N/A",
+        f"# Collective test starting: {spec.name}",
+        f"# nThread {nthreads} nGpus {ngpus} minBytes {minbytes} maxBytes {maxbytes} step: {step} warmup iters: "
+        f"{warmup} iters: {iters} agg iters: 1 validation: 0 graph: 0 unalign: 0",
+        "#",
+        "# Using devices",
+    ]
+    pid = os.getpid()
+    local: dict[Any, int] = {}
+    device = f"simulated {topo.gpu_model or 'GPU'}"
+    for r in ranks:
+        node = topo.nodes[topo.node_of_rank(r)]
+        host = f"host{node.host}" if node.host is not None else node.name
+        dev = local[host] = local.get(host, -1) + 1
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {pid:6d} on {host:>10s} device {dev:2d} [{node.name}] {device}")
+    return lines
+
+
+def table_header() -> list[str]:
+    """The three header lines of the table (out-of-place and in-place column groups)."""
+    blank = ("", "", "", "", "")
+    cols = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
+    units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+
+    def row(v: Sequence[str]) -> str:
+        return (
+            f"# {v[0]:>10s}  {v[1]:>12s}  {v[2]:>8s}  {v[3]:>6s}  {v[4]:>6s}  {v[5]:>7s}  {v[6]:>6s}  {v[7]:>6s}  "
+            f"{v[8]:>6s}  {v[5]:>7s}  {v[6]:>6s}  {v[7]:>6s}  {v[8]:>6s} "
+        )
+
+    group = "           out-of-place                       in-place          "
+    return [
+        "#",
+        f"# {blank[0]:>10s}  {blank[1]:>12s}  {blank[2]:>8s}  {blank[3]:>6s}  {blank[4]:>6s}{group}",
+        row(cols),
+        row(units),
+    ]
+
+
+def size_line(res: SizeResult, spec: BenchSpec, typename: str, op: str, root: int) -> str:
+    """One size: size, count, type, redop, root, then time, algbw, busbw and #wrong twice (out-of-place,
+    in-place); the NCCL model's choice, when the collectives layer reports one, as a trailing comment."""
+    shown_op = op if spec.has_op else "none"
+    shown_root = root if spec.rooted else -1
+    body = f"  {fit_float(res.time_us, 7)}  {fit_float(res.algbw, 6)}  {fit_float(res.busbw, 6)}    N/A"
+    line = f"{res.size:12d}  {res.count:12d}  {typename:>8s}  {shown_op:>6s}  {shown_root:6d}{body}{body}"
+    if res.choice:
+        line += "  # " + " ".join(f"{k}={v}" for k, v in res.choice.items())
+    return line
+
+
+def footer(results: Sequence[SizeResult], spec: BenchSpec) -> list[str]:
+    """The summary: out-of-bounds values (always 0: nothing is checked) and the mean busbw over every line
+    (nccl-tests averages both column groups, which are equal here)."""
+    return [
+        f"# {'Out of bounds values':<20s} : 0 OK",
+        f"# {'Avg bus bandwidth':<20s} : {avg_busbw(results):g} ",
+        "#",
+        f"# Collective test concluded: {spec.name}",
+    ]
+
+
+def avg_busbw(results: Sequence[SizeResult]) -> float:
+    """The "Avg bus bandwidth" of the footer (GB/s)."""
+    return sum(r.busbw for r in results) / len(results) if results else 0.0
