@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 from bridge.engines import make_engine
@@ -54,7 +55,7 @@ def fsdp_dag(topo: Topology, nbytes: int) -> list[Flow]:
     out = list(ag)
     for f in rs:
         deps = tuple(d + base for d in f.deps) or tuple(last)
-        out.append(Flow(f.id + base, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+        out.append(replace(f, id=f.id + base, deps=deps))
     return out
 
 
@@ -74,7 +75,7 @@ def rails_dag(topo: Topology, nbytes: int) -> list[Flow]:
             ar = decompose(Collective("all_reduce", tuple(ranks), nbytes), topo, algo).flows
             for f in ar:
                 deps = tuple(d + base for d in f.deps) or tuple(prev)
-                out.append(Flow(f.id + base, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+                out.append(replace(f, id=f.id + base, deps=deps))
             needed = {d for f in ar for d in f.deps}
             prev = [f.id + base for f in ar if f.id not in needed]
     return out

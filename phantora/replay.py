@@ -107,7 +107,7 @@ def plan_workload(
         first = next_id
         for f in dag.flows:
             deps = f.deps if f.deps else (start,)
-            flows.append(Flow(f.id, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+            flows.append(f.with_deps(deps))
         next_id = dag.next_id
         if next_id > max_flows:
             raise InputError(

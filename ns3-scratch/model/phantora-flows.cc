@@ -145,7 +145,7 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
     return;
   }
   fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
-  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget});
+  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps});
   recorder->StartSampling(MakeCallback(&Impl::Busy, this));
 }
 
@@ -227,6 +227,16 @@ void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
     throw std::invalid_argument("flow " + std::to_string(id) + ": SetLossBudget on a flow not waiting to start");
   }
   it->second.lossBudget = std::min(bytes, it->second.size);
+}
+
+void PhantoraNetwork::SetMaxRate(uint64_t id, uint64_t bps) {
+  Impl& s = Need();
+  auto it = s.flows.find(id);
+  if (it == s.flows.end() || it->second.startNs >= 0) {
+    throw std::invalid_argument("flow " + std::to_string(id) + ": SetMaxRate on a flow not waiting to start");
+  }
+  NS_LOG_FUNCTION(this << id << bps);
+  it->second.maxRateBps = bps;
 }
 
 template <typename R, typename F>

@@ -34,6 +34,7 @@ class PhantoraNetwork::Impl {
     uint32_t sport = 0, dport = 100;
     bool dataDone = false;
     uint64_t lossBudget = 0;
+    uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (SetMaxRate; 0 = none)
     int64_t minPropNs = -1;  ///< least propagation to dst (CompletionBounds), once asked
   };
 

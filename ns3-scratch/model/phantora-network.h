@@ -156,6 +156,11 @@ class PhantoraNetwork {
   /// DLCP: flow `id` (added, not yet started) may lose up to `bytes` of payload to trimming; 0 = lossless.
   void SetLossBudget(uint64_t id, uint64_t bytes);
 
+  /// Cap flow `id` (added, not yet started) at `bps` bits/s of payload, as an NCCL channel's throughput limit:
+  /// its NIC paces it at min(CC rate, line rate, cap). 0 = no cap. Throws std::invalid_argument if the flow is
+  /// unknown or started.
+  void SetMaxRate(uint64_t id, uint64_t bps);
+
   // Each run call below stops within one event of SIGTERM or SIGINT (see phantora-interrupt.h): it then
   // returns at once (false) and InterruptedBy() names the signal; the network is part-way and every later run
   // call throws. Python's own handler of the signal runs as the call returns.

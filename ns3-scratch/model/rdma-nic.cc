@@ -139,6 +139,10 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   m_ports[raw->port].active.push_back(raw);
   m_qps[spec.id] = std::move(qp);
   NS_LOG_LOGIC("node " << m_id << " starts flow " << spec.id << " (" << spec.size << " B to " << spec.dst << ")");
+  if (spec.maxRateBps != 0) {
+    NS_LOG_LOGIC("flow " << spec.id << ": payload rate capped at " << spec.maxRateBps << " bit/s (line " << rate
+                         << " bit/s)");
+  }
   m_dev[raw->port]->Kick();
 }
 
@@ -306,7 +310,18 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
   const uint64_t idealStart = std::max(qp->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
-  qp->nextAvailPs = idealStart + SerialisationPs(wire, rate, qp->paceRem);
+  // The rate cap is payload bits/s: it binds when the payload at the cap takes longer than the wire bytes at
+  // `rate` (payload x rate > wire x cap); then the payload is paced at the cap, so the flow's payload rate is
+  // the cap exactly, whatever the packet sizes. The sub-ps remainder restarts when the pacing rate switches.
+  const uint64_t cap = qp->spec.maxRateBps;
+  const bool capped = cap != 0 && hdr.payload != 0 &&
+                      static_cast<unsigned __int128>(hdr.payload) * rate > static_cast<unsigned __int128>(wire) * cap;
+  if (capped != qp->capPaced) {
+    qp->capPaced = capped;
+    qp->paceRem = 0;
+  }
+  qp->nextAvailPs = idealStart + (capped ? SerialisationPs(hdr.payload, cap, qp->paceRem)
+                                         : SerialisationPs(wire, rate, qp->paceRem));
   qp->cc->OnSend(hdr.payload, nowNs);
   ArmRto(qp);
 }

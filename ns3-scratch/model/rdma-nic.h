@@ -34,6 +34,7 @@ struct QpSpec {
   uint8_t prio = 3;
   uint64_t key = 0;
   uint64_t lossBudget = 0;  ///< DLCP: payload bytes the receiver may accept as lost (0 = lossless)
+  uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (e.g. an NCCL channel's throughput limit; 0 = none)
 };
 
 /**
@@ -49,6 +50,9 @@ struct QpSpec {
  * DLCP: a flow with a loss budget sends its first transmissions flagged loss-tolerant; the receiver takes a
  * trimmed packet as a hole while the holes fit the budget (never retransmitted), else NACKs it with the
  * budget-spent flag, after which the sender flags nothing more (retransmissions are never flagged).
+ * Rate cap: a queue pair with QpSpec::maxRateBps is paced at min(CC rate, line rate, cap); the cap counts
+ * payload bits, so where it binds a packet's payload is paced at the cap (its wire bytes at cap x wire /
+ * payload: for a full packet, cap x (payload + header) / payload).
  */
 class RdmaNic : public Object, public PortOwner {
  public:
@@ -123,6 +127,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t maxSent = 0;       ///< highest byte sent so far (to count retransmissions)
     uint64_t nextAvailPs = 0;   ///< pacing: earliest time of the next packet
     uint64_t paceRem = 0;       ///< sub-ps remainder of the pacing intervals
+    bool capPaced = false;      ///< the last packet was paced by the rate cap (paceRem is of the cap then)
     uint64_t lastProgressNs = 0;
     uint64_t lastRewindSeq = UINT64_MAX;
     uint64_t lastRewindNs = 0;

@@ -120,6 +120,9 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
   } else if (c.verb == "SetLossBudget") {
     Need(c, 2);
     net.SetLossBudget(U64(c.args[0]), U64(c.args[1]));
+  } else if (c.verb == "SetMaxRate") {
+    Need(c, 2);
+    net.SetMaxRate(U64(c.args[0]), U64(c.args[1]));
   } else if (c.verb == "RunUntil") {
     Need(c, 1);
     net.RunUntil(I64(c.args[0]));

@@ -1,5 +1,6 @@
 // Unit tests of the phantora ns-3 module against closed-form answers: switch buffer accounting, wire
-// sizes, attribute checking, HPCC's ECMP, and a single flow's completion times through one switch.
+// sizes, attribute checking, HPCC's ECMP, and a single flow's completion times through one switch (at line
+// rate, and paced at a rate cap).
 #include "congestion-control.h"
 #include "phantora-fabric-helper.h"
 #include "phantora-fabric.h"
@@ -212,6 +213,50 @@ class SingleFlowTest : public TestCase {
   }
 
   uint32_t m_payload;
+};
+
+/// A rate-capped flow (SetMaxRate, payload bits/s) through one switch: its NIC paces each packet's payload at
+/// the cap, so packet k leaves at k x payload x 8 / cap (the cap binds: 25 of 100 Gb/s), and the last byte
+/// arrives after the last packet's two serialisations at line rate and both delays. The last packet is short
+/// (500 B): the cap still counts payload only.
+class RateCapTest : public TestCase {
+ public:
+  RateCapTest() : TestCase("a rate-capped flow is paced at its cap, in payload bits per second") {}
+
+ private:
+  void DoRun() override {
+    const uint64_t bps = 100'000'000'000ULL;
+    const uint64_t cap = 25'000'000'000ULL;
+    const uint64_t delayNs = 1000;
+    const uint64_t payload = 1000;
+    const uint64_t size = 1'000'500;
+    PhantoraNetwork net;
+    net.SetParam("nic.PayloadSize", std::to_string(payload));
+    const uint32_t a = net.AddNode("host");
+    const uint32_t b = net.AddNode("host");
+    const uint32_t sw = net.AddNode("switch");
+    net.AddLink(a, sw, bps, delayNs);
+    net.AddLink(sw, b, bps, delayNs);
+    net.Finalize();
+    net.AddFlow(7, a, b, size, 0, 3, 7, {}, 0);
+    net.SetMaxRate(7, cap);
+    bool threw = false;
+    try {
+      net.SetMaxRate(8, cap);
+    } catch (const std::invalid_argument&) {
+      threw = true;
+    }
+    NS_TEST_ASSERT_MSG_EQ(threw, true, "SetMaxRate of an unknown flow throws");
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(int64_t{1} << 40), true, "the flow completes");
+    const auto done = net.DrainCompletions();
+    NS_TEST_ASSERT_MSG_EQ(done.size(), 1u, "one completion");
+    const double full = static_cast<double>(size / payload);  // full packets before the short last one
+    const double lastStart = full * payload * 8.0 / (cap / 1e9);
+    const double lastHop = (size - size / payload * payload + 48) * 8.0 / (bps / 1e9);
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs - done[0].startNs),
+                              lastStart + 2 * lastHop + 2.0 * delayNs, 3.0,
+                              "last packet at full x payload / cap, then two hops at line rate and 2 delays");
+  }
 };
 
 /// CompletionBounds: a lone 1 MB flow over two leaves and two spines, one spine link 4x slower to cross than the
@@ -489,6 +534,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new CompletionBoundTest, TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(1000), TestCase::Duration::QUICK);
     AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);
+    AddTestCase(new RateCapTest, TestCase::Duration::QUICK);
     AddTestCase(new FlowletOrderTest, TestCase::Duration::QUICK);
   }
 };

@@ -266,7 +266,7 @@ class _Planner:
         dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=f"c{len(self.order)}")
         for f in dag.flows:
             deps = f.deps if f.deps else (inst.start,)
-            self.flows.append(Flow(f.id, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+            self.flows.append(f.with_deps(deps))
         if len(self.flows) > self.max_flows:
             raise InputError(
                 f"the replay needs more than {self.max_flows:,} flows; use the coarse granularity or fewer channels",

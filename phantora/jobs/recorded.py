@@ -149,6 +149,8 @@ def merge(jobs: Sequence[RecordedJob], first_id: int = 0) -> list[Flow]:
                     f"{job.spec.name}/{f.tag}",
                     f.priority if prio is None else prio,
                     f.id if f.key is None else f.key,
+                    f.loss_budget,
+                    f.rate_bps,
                 )
             )
         nxt += len(job.flows)

@@ -39,12 +39,23 @@ class Flow:
     priority: int = 3  # traffic class (HPCC priority group)
     key: int | None = None  # ECMP hash key; defaults to id
     loss_budget: int = 0  # DLCP: payload bytes the network may drop for good (0 = lossless; packet engine only)
+    rate_bps: int = 0  # per-flow rate cap, payload bits/s (an NCCL channel's throughput limit); 0 = no cap
 
     def with_deps(self, deps: tuple[int, ...], delay_ns: int | None = None) -> Flow:
         """This flow with other deps (and delay): `dataclasses.replace`, without its per-call field walk."""
         delay = self.delay_ns if delay_ns is None else delay_ns
         return Flow(
-            self.id, self.src, self.dst, self.size, deps, delay, self.tag, self.priority, self.key, self.loss_budget
+            self.id,
+            self.src,
+            self.dst,
+            self.size,
+            deps,
+            delay,
+            self.tag,
+            self.priority,
+            self.key,
+            self.loss_budget,
+            self.rate_bps,
         )
 
 
@@ -242,8 +253,8 @@ def drain_observed(
 def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:
     """What every engine checks before accepting a batch; returns the batch's ids.
 
-    Unique ids (`known(id)` says an earlier batch used it), endpoints of `topology`, sizes and delays
-    >= 0, deps on this batch or on known flows, and no dependency cycle. Errors name the flow.
+    Unique ids (`known(id)` says an earlier batch used it), endpoints of `topology`, sizes, delays and rate
+    caps >= 0, deps on this batch or on known flows, and no dependency cycle. Errors name the flow.
     """
     ends = topology.endpoint_set
     ids: set[int] = set()
@@ -258,6 +269,8 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
             raise InputError(f"flow {f.id}: size must be >= 0, got {f.size}", field="size")
         if f.delay_ns < 0:
             raise InputError(f"flow {f.id}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
+        if f.rate_bps < 0:
+            raise InputError(f"flow {f.id}: rate_bps must be >= 0 (0 = no cap), got {f.rate_bps}", field="rate_bps")
     indeg = dict.fromkeys(ids, 0)
     succ: dict[int, list[int]] = {}
     for f in flows:

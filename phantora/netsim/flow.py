@@ -7,6 +7,9 @@ Model (see docs/flow-engine.md):
   capacity is ``bandwidth * payload_efficiency``. With ``lb=spray|spray_rr`` a flow's rate is split over
   its equal-cost paths as switches that spray split it (`phantora.netsim.multipath`); with ``lb=adaptive``
   each hop's equal-cost channels pool their capacity (ideal multipath); ``lb=flowlet`` keeps ECMP.
+- A flow with a rate cap (``Flow.rate_bps``, payload bits/s) also crosses a private pseudo-channel of
+  that capacity, allocated when it starts transmitting and freed when it stops: its rate is
+  min(its max-min share, cap), and what it leaves unused goes to the others.
 - Transmission ends at the first integer ns at or after the exact end of the last byte; the flow
   completes (``end_ns``) one path propagation latency later, and releases its dependents then.
 - A flow with ``size == 0`` or ``src == dst`` completes as soon as it starts.
@@ -53,12 +56,16 @@ class CausalityError(PhantoraError, AssertionError):
 class _Active:
     """A transmitting flow: bytes left at t_last, at the current rate (bytes/ns)."""
 
-    __slots__ = ("flow", "path", "lat", "start", "rem", "rate", "t_last", "ver", "multi")
+    __slots__ = ("flow", "path", "lat", "start", "rem", "rate", "t_last", "ver", "multi", "cap_ch", "solve_path")
 
-    def __init__(self, flow: Flow, path: tuple[int, ...], lat: int, start: int, multi: MultiRoute | None) -> None:
+    def __init__(
+        self, flow: Flow, path: tuple[int, ...], lat: int, start: int, multi: MultiRoute | None, cap_ch: int = -1
+    ) -> None:
         self.flow = flow
-        self.path = path
+        self.path = path  # the real channels (components, byte and busy counters)
         self.multi = multi  # the multipath split under lb=spray|adaptive, else None (path is the ECMP route)
+        self.cap_ch = cap_ch  # the private pseudo-channel of its rate cap, or -1 (no cap)
+        self.solve_path = path if cap_ch < 0 else (*path, cap_ch)  # what the solver sees: path + cap channel
         self.lat = lat
         self.start = start
         self.rem = float(flow.size)
@@ -115,6 +122,8 @@ class FlowSimulator:
         self._multi_routes: dict[tuple[int, int], MultiRoute] = {}
         self._pools: dict[tuple[int, ...], int] = {}  # adaptive: a layer of 2+ channels -> its pooled channel id
         self._pools_of: dict[int, list[int]] = {}  # adaptive: channel -> the pooled channels holding it
+        self._free_caps: list[int] = []  # heap: pseudo-channels of rate caps, free for reuse (lowest id first)
+        self._cap_channels = 0  # pseudo-channels of rate caps ever made
         if ecmp_hash is not None:
             try:
                 topology.use_ecmp(ecmp_hash)
@@ -154,6 +163,7 @@ class FlowSimulator:
             "numpy_resolves": 0,
             "giant_resolves": 0,
             "rate_changes": 0,
+            "capped_flows": 0,
         }
 
     # ----- NetworkSimulator ----------------------------------------------------------------
@@ -240,7 +250,11 @@ class FlowSimulator:
 
     def stats(self) -> dict[str, object]:
         out = dict(
-            self._stats, active=len(self._active), routes_cached=len(self._routes), ecmp_hash=self.topology.ecmp_hash
+            self._stats,
+            active=len(self._active),
+            routes_cached=len(self._routes),
+            ecmp_hash=self.topology.ecmp_hash,
+            cap_channels=self._cap_channels,
         )
         out.update(switch_link_load(self.topology, dict(enumerate(self._bytes))))
         if self.lb != "ecmp":
@@ -336,6 +350,25 @@ class FlowSimulator:
                 self._cap_arr = np.asarray(self._cap, dtype=np.float64)
         return hit
 
+    def _alloc_cap(self, rate_bps: int) -> int:
+        """A private pseudo-channel of `rate_bps` payload bits/s (so bytes/ns as `_cap`, which is payload
+        capacity): the lowest freed one, else a new id after every channel and pool made so far."""
+        value = rate_bps / 8e9
+        if self._free_caps:
+            ch = heapq.heappop(self._free_caps)
+            self._cap[ch] = value
+        else:
+            ch = len(self._cap)
+            self._cap.append(value)
+            self._cap_channels += 1
+        arr = self._cap_arr
+        if ch >= len(arr):  # grow by doubling: the numpy solver indexes it by channel id, never by its length
+            grown = np.zeros(max(2 * len(arr), ch + 1), dtype=np.float64)
+            grown[: len(arr)] = arr
+            self._cap_arr = arr = grown
+        arr[ch] = value
+        return ch
+
     def _stale(self, ev: tuple[int, int, int, int]) -> bool:
         rec = self._active.get(ev[2])
         return rec is None or rec.ver != ev[3]
@@ -358,6 +391,8 @@ class FlowSimulator:
                 if rec is None or rec.ver != ver:
                     continue
                 del self._active[fid]
+                if rec.cap_ch >= 0:
+                    heapq.heappush(self._free_caps, rec.cap_ch)
                 if rec.multi is None:
                     for c in rec.path:
                         self._bytes[c] += rec.flow.size
@@ -380,13 +415,17 @@ class FlowSimulator:
                 if f.size == 0 or f.src == f.dst:
                     self._complete(fid, t, t)
                     continue
+                cap_ch = -1
+                if f.rate_bps:
+                    cap_ch = self._alloc_cap(f.rate_bps)
+                    self._stats["capped_flows"] += 1
                 if self._multi:
                     multi = self.multi_route(f)
                     path, lat = multi.channels, multi.latency_ns
-                    self._active[fid] = _Active(f, path, lat, t, multi)
+                    self._active[fid] = _Active(f, path, lat, t, multi, cap_ch)
                 else:
                     path, lat = self.route(f)
-                    self._active[fid] = _Active(f, path, lat, t, None)
+                    self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
                 for c in path:
                     on_channel = self._ch_flows.get(c)
                     if on_channel is None:
@@ -477,20 +516,23 @@ class FlowSimulator:
             self._verify()
 
     def _solve(self, recs: list[_Active]) -> list[float]:
-        """Max-min rates of one component: over ECMP paths, spray's fixed splits, or adaptive's pooled layers."""
+        """Max-min rates of one component: over ECMP paths, spray's fixed splits, or adaptive's pooled layers; a
+        capped flow also crosses its cap's pseudo-channel (with all of its rate: weight 1)."""
         if not self._multi:
-            return maxmin_rates([r.path for r in recs], self._cap, self._cap_arr)
+            return maxmin_rates([r.solve_path for r in recs], self._cap, self._cap_arr)
         if self.lb != "adaptive":
-            return maxmin_weighted([r.path for r in recs], [r.multi.share for r in recs], self._cap)  # type: ignore[union-attr]
+            shares = [r.multi.share if r.cap_ch < 0 else (*r.multi.share, 1.0) for r in recs]  # type: ignore[union-attr]
+            return maxmin_weighted([r.solve_path for r in recs], shares, self._cap)
         return maxmin_rates(self._pooled(recs), self._cap, self._cap_arr)
 
     def _pooled(self, recs: Sequence[_Active]) -> list[list[int]]:
         """Adaptive: each flow crosses one channel per hop, or the pool of a hop's equal-cost channels. A flow
-        pinned to one channel of a pool that another flow of the component uses counts in that pool too."""
+        pinned to one channel of a pool that another flow of the component uses counts in that pool too. A
+        capped flow also crosses its cap's pseudo-channel."""
         layered = [r.multi.layers for r in recs]  # type: ignore[union-attr]
         used = {self._pools[layer] for layers in layered for layer in layers if len(layer) > 1}
         out = []
-        for layers in layered:
+        for r, layers in zip(recs, layered, strict=True):
             mine: list[int] = []
             for layer in layers:
                 if len(layer) > 1:
@@ -498,6 +540,8 @@ class FlowSimulator:
                 else:
                     mine.append(layer[0])
                     mine.extend(p for p in self._pools_of.get(layer[0], ()) if p in used)
+            if r.cap_ch >= 0:
+                mine.append(r.cap_ch)
             out.append(mine)
         return out
 
@@ -509,7 +553,7 @@ class FlowSimulator:
         full = (
             self._solve([self._active[i] for i in ids])
             if self._multi
-            else maxmin_python([self._active[i].path for i in ids], self._cap)
+            else maxmin_python([self._active[i].solve_path for i in ids], self._cap)
         )
         for i, r in zip(ids, full, strict=True):
             if self._active[i].rate != r:

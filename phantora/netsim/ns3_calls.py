@@ -3,7 +3,7 @@
 One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `SetParam PATH TEXT`,
 `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
 `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
-`RunUntil NS`). The runner makes the
+`SetMaxRate ID BPS`, `RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
 flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt without Python.
 """
@@ -21,7 +21,9 @@ HEADER = "# phantora ns-3 call script 1: replay with ns3-scratch/build/phantora-
 class RecordedNetwork:
     """A PhantoraNetwork whose state-changing calls are also written to a call script."""
 
-    _RECORDED = frozenset({"SetParam", "AddNode", "AddLink", "Finalize", "AddFlow", "SetLossBudget", "RunUntil"})
+    _RECORDED = frozenset(
+        {"SetParam", "AddNode", "AddLink", "Finalize", "AddFlow", "SetLossBudget", "SetMaxRate", "RunUntil"}
+    )
 
     def __init__(self, net: Any, path: Path, libraries: Sequence[Path] = ()) -> None:
         """`libraries`: the user's CC libraries the network was loaded with; the script loads them first."""

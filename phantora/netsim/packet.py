@@ -231,6 +231,8 @@ class Ns3Simulator:
                 net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport)
                 if f.loss_budget:
                     net.SetLossBudget(f.id, f.loss_budget)
+                if f.rate_bps:
+                    net.SetMaxRate(f.id, f.rate_bps)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None
             self._known.add(f.id)
@@ -536,14 +538,15 @@ class Ns3Simulator:
 
 
 def check_packet_batch(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:
-    """`check_flow_batch`, plus what the C++ fabric needs: 64-bit ids, a data priority class 1..7 and a loss
-    budget within the flow."""
+    """`check_flow_batch`, plus what the C++ fabric needs: 64-bit ids, a data priority class 1..7, a loss
+    budget within the flow and a 64-bit rate cap."""
     check_packet_fields(flows)
     return check_flow_batch(flows, topology, known)
 
 
 def check_packet_fields(flows: Sequence[Flow]) -> None:
-    """What the C++ fabric needs of each flow: 64-bit ids, a data priority class 1..7, a loss budget within it."""
+    """What the C++ fabric needs of each flow: 64-bit ids, a data priority class 1..7, a loss budget within it, a
+    rate cap (bits/s) in [0, 2^64)."""
     for f in flows:
         if not 0 <= f.id <= _MASK64:
             raise InputError(f"flow {f.id}: ids must be in [0, 2^64)", field="id")
@@ -551,3 +554,7 @@ def check_packet_fields(flows: Sequence[Flow]) -> None:
             raise InputError(f"flow {f.id}: priority must be 1..7 (0 is the control class)", field="priority")
         if not 0 <= f.loss_budget <= max(f.size, 0):
             raise InputError(f"flow {f.id}: loss_budget must be in [0, size], got {f.loss_budget}", field="loss_budget")
+        if not 0 <= f.rate_bps <= _MASK64:
+            raise InputError(
+                f"flow {f.id}: rate_bps must be in [0, 2^64) (0 = no cap), got {f.rate_bps}", field="rate_bps"
+            )

@@ -5,7 +5,7 @@ step. An *episode* runs from a quiet fabric (ns-3 has no flow in flight and no e
 PFC frame, timer or queue sample) to the next quiet fabric. Its signature is the sequence of batches
 submitted during it, each keyed by the time it came (relative to the episode's start, when it was
 submitted and when it becomes eligible) and its canonical form: per flow its ends, size, delay, traffic
-class, ECMP path (channels, not the flow id or key) and its dependencies as positions in the episode.
+class, rate cap, ECMP path (channels, not the flow id or key) and its dependencies as positions in the episode.
 
 Recorded episodes form a trie: a node is "these batches so far"; it holds the completions ns-3 reported
 after its last batch (relative times, flows by position) up to the time the record is known to, and
@@ -481,7 +481,8 @@ class ProfileReuseSimulator:
 
     def _key(self, ep: _Episode | None, flows: Sequence[Flow], now: int, at: int) -> Key:
         """The batch's trie key: times relative to the episode's start (this batch's, for a new one), and per
-        flow (src, dst, size, delay, class, path, deps as positions; deps outside the episode have completed)."""
+        flow (src, dst, size, delay, class, rate cap, path, deps as positions; deps outside the episode have
+        completed)."""
         t0 = now if ep is None else ep.t0
         base = 0 if ep is None else len(ep.flows)
         here = {f.id: base + i for i, f in enumerate(flows)}
@@ -493,7 +494,7 @@ class ProfileReuseSimulator:
                 p = here.get(d, before.get(d))
                 if p is not None:
                     deps.append(p)
-            canon.append((f.src, f.dst, f.size, f.delay_ns, f.priority, self._path(f), tuple(deps)))
+            canon.append((f.src, f.dst, f.size, f.delay_ns, f.priority, f.rate_bps, self._path(f), tuple(deps)))
         return (now - t0, at - t0, tuple(canon))
 
     def _path(self, f: Flow) -> tuple[int, ...]:
@@ -514,7 +515,7 @@ class ProfileReuseSimulator:
                 out.append(f)
             else:
                 deps = tuple(d for d in f.deps if d in ep.pos)
-                out.append(Flow(f.id, f.src, f.dst, f.size, deps, f.delay_ns, f.tag, f.priority, f.key))
+                out.append(f.with_deps(deps))
         return out
 
     # ----- recording an episode's tail ---------------------------------------------------------
