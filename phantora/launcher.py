@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from phantora.collectives.nccl import summarize_choices
 from phantora.errors import InputError
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance, run_dir
@@ -289,6 +290,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "engine_stats": cosim.engine_stats,
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
             },
+            "nccl": summarize_choices(cosim.collectives),
         }
         if keep:
             steps = run_dir.merge_steps(out, range(live))

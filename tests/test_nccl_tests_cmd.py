@@ -91,7 +91,7 @@ def test_the_command_takes_nccl_tests_flags_short_and_long() -> None:
     )
     assert (args.minbytes, args.stepbytes, args.ngpus, args.iters, args.warmup_iters) == ("1K", "1K", 2, 4, 0)
     defaults = build_parser().parse_args(["nccl-tests", "reduce_perf"])
-    assert (defaults.minbytes, defaults.maxbytes, defaults.iters, defaults.warmup_iters) == ("32M", "32M", 20, 5)
+    assert (defaults.minbytes, defaults.maxbytes, defaults.iters, defaults.warmup_iters) == ("32M", "32M", 20, 1)
     assert (defaults.ngpus, defaults.datatype, defaults.op, defaults.root) == (None, "float", "sum", 0)
     assert defaults.topology is None
 

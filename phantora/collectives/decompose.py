@@ -7,8 +7,11 @@ from typing import Any
 from phantora.collectives.dag import DagBuilder, FlowDag, split
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
-from phantora.collectives.options import default_options
+from phantora.collectives.nccl.shape import shape
+from phantora.collectives.nvls import nvls_flows, nvls_tree_flows
+from phantora.collectives.options import resolve
 from phantora.collectives.p2p import all_to_all, send_recv
+from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.tree import tree_flows
@@ -34,12 +37,23 @@ def decompose(
     all-reduce across hosts), so it costs twice the tree's height in sequential hops of latency,
     2(n-1) one-byte flows, and no bandwidth to speak of.
     """
-    opts = default_options(coll, topo, opts)
+    opts, choice = resolve(coll, topo, opts)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
     b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "")
     n = coll.size
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
         return b.finish()
+    _build(b, coll, topo, opts, nodes)
+    dag = b.finish()
+    if choice is not None:
+        dag.flows = shape(dag.flows, choice, coll.nbytes, topo)
+        dag.choice = choice.to_dict()
+    return dag
+
+
+def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int]) -> None:
+    """Add the flows of `coll` with resolved options `opts` to `b`."""
+    n = coll.size
     blocks = host_blocks(topo, nodes)
     alternate = rail_aligned(topo, nodes, blocks)
     chunked = opts.granularity == "chunked"
@@ -53,6 +67,12 @@ def decompose(
     if kind == "barrier":
         common["chunked"] = True
         tree_flows(b, tree_parents(blocks, 0, 0), BARRIER_SLICE_BYTES, 0, up=True, down=True, name="tree", **common)
+    elif algo == "nvls":
+        nvls_flows(b, kind, blocks, coll.nbytes)
+    elif algo == "nvls_tree":
+        nvls_tree_flows(b, blocks, coll.nbytes, ch)
+    elif algo == "pat":
+        pat_flows(b, kind, n, coll.nbytes)
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c, alternate) for c in range(ch)]
         ring_collective(b, kind, orders, coll.nbytes, **common)
@@ -78,4 +98,3 @@ def decompose(
         all_to_all(b, n, coll.nbytes, ch, pairwise=algo == "pairwise", step_delay_ns=opts.step_latency_ns, name="a2a")
     else:
         send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p")
-    return b.finish()

@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 
 from phantora.collectives.layout import host_blocks, multi_host
+from phantora.collectives.nccl import Choice, choose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.topology.model import Topology
 
 # Algorithms each kind accepts; the first is what `auto` means.
 ALGORITHMS_OF = {
-    "all_reduce": ("ring", "tree", "hierarchical"),
-    "all_gather": ("ring",),
-    "reduce_scatter": ("ring",),
+    "all_reduce": ("ring", "tree", "hierarchical", "nvls", "nvls_tree"),
+    "all_gather": ("ring", "nvls", "pat"),
+    "reduce_scatter": ("ring", "nvls", "pat"),
     "broadcast": ("chain", "direct"),
     "reduce": ("chain", "direct"),
     "all_to_all": ("pairwise", "direct"),
@@ -42,24 +43,45 @@ def default_channels(coll: Collective, topo: Topology) -> int:
     return max(1, min(want, coll.nbytes // (coll.size * MIN_CHANNEL_BYTES)))
 
 
-def default_options(coll: Collective, topo: Topology, base: AlgoOptions) -> AlgoOptions:
-    """`base` with `auto` and `channels=0` resolved for this collective on this topology.
+FROM_NCCL = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pat": "pat", "p2p": "direct"}
 
-    `auto` picks ring for all-reduce/all-gather/reduce-scatter (tree is opt-in), chain for
+
+def default_options(coll: Collective, topo: Topology, base: AlgoOptions) -> AlgoOptions:
+    """`base` with `auto` and `channels=0` resolved for this collective on this topology (see `resolve`)."""
+    return resolve(coll, topo, base)[0]
+
+
+def resolve(coll: Collective, topo: Topology, base: AlgoOptions) -> tuple[AlgoOptions, Choice | None]:
+    """`base` resolved for this collective, and NCCL's choice behind it (None under the ideal model).
+
+    NCCL model: the algorithm, protocol and channels NCCL would pick (restricted by a non-auto algorithm or
+    protocol); all-to-all and send/recv run NCCL's grouped p2p (every peer at once: `direct`).
+    Ideal model: `auto` picks ring for all-reduce/all-gather/reduce-scatter (tree is opt-in), chain for
     broadcast/reduce, pairwise for all-to-all, direct for send_recv. `hierarchical` falls back to
     ring when the group does not span several hosts with the same number (>= 2) of ranks on each.
     An algorithm that does not apply to the kind is an InputError on field 'algorithm'.
     """
     allowed = ALGORITHMS_OF[coll.kind]
-    algo = allowed[0] if base.algorithm == "auto" else base.algorithm
-    if algo not in allowed:
+    if base.algorithm != "auto" and base.algorithm not in allowed:
         raise InputError(
-            f"algorithm {algo!r} does not apply to {coll.kind} (choose auto or {', '.join(allowed)})",
+            f"algorithm {base.algorithm!r} does not apply to {coll.kind} (choose auto or {', '.join(allowed)})",
             field="algorithm",
         )
+    choice = choose(coll, topo, base)
+    if choice is not None:
+        algo = FROM_NCCL[choice.algorithm]
+        if algo == "ring" and coll.kind in ("broadcast", "reduce"):
+            algo = "chain"
+        channels = base.channels or choice.channels
+        if coll.kind in P2P_KINDS:
+            channels = base.channels or 1  # each peer pair has its own ECMP key already
+        return dataclasses.replace(base, algorithm=algo, channels=channels, protocol=choice.protocol), choice
+    algo = allowed[0] if base.algorithm == "auto" else base.algorithm
+    if algo in ("nvls", "nvls_tree", "pat"):
+        raise InputError(f"algorithm {algo!r} needs the NCCL model (model=nccl)", field="algorithm")
     if algo == "hierarchical":
         nodes = [topo.node_of_rank(r) for r in coll.ranks]
         if not multi_host(host_blocks(topo, nodes)):
             algo = "ring"
     channels = base.channels or default_channels(coll, topo)
-    return dataclasses.replace(base, algorithm=algo, channels=channels)
+    return dataclasses.replace(base, algorithm=algo, channels=channels), None

@@ -17,7 +17,9 @@ KINDS = (
     "send_recv",
     "barrier",
 )
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct", "nvls", "nvls_tree", "pat")
+PROTOCOLS = ("auto", "LL", "LL128", "Simple")
+MODELS = ("nccl", "ideal")
 DTYPE_BYTES = {short: dtype_bytes(normalize_dtype(short)) for short in COLLECTIVE_DTYPES}
 
 # busbw factor of nccl-tests, as a function of the group size n.
@@ -74,15 +76,31 @@ class Collective:
 
 @dataclass(frozen=True)
 class AlgoOptions:
-    """How to decompose. Defaults are NCCL-like (REFERENCE.md §1)."""
+    """How to decompose.
 
-    algorithm: str = "auto"  # auto picks ring for RS/AG/AR, chain for bcast/reduce, pairwise for a2a
+    `model="nccl"` (default) runs each collective as NCCL would (`collectives/nccl/`): NCCL's algorithm, protocol
+    and channel choice, the protocol's bytes on the wire, its latency as flow delay and its throughput as a
+    per-flow rate cap. `algorithm`/`protocol` other than auto restrict that choice, as NCCL_ALGO/NCCL_PROTO do;
+    `nccl_env` holds the NCCL_* variables honoured (None: this process's environment). `model="ideal"` is the
+    plain decomposition: line rate, no protocol, `step_latency_ns` only.
+    """
+
+    algorithm: str = "auto"  # auto: NCCL's choice (ideal model: ring for RS/AG/AR, chain, pairwise)
     granularity: str = "coarse"  # coarse: one flow per ring edge; chunked: NCCL steps
-    channels: int = 0  # 0 = NCCL-like default (by group size and topology)
+    channels: int = 0  # 0 = NCCL's channel count (ideal model: by group size and topology)
     chunk_bytes: int = 4 * 512 * 1024  # ALLREDUCE_CHUNKSTEPS x step (512 KiB)
     step_latency_ns: int = 0  # extra per-step software latency charged as flow delay
+    model: str = "nccl"  # nccl | ideal
+    protocol: str = "auto"  # auto | LL | LL128 | Simple (nccl model)
+    nccl_env: tuple[tuple[str, str], ...] | None = None  # NCCL_* variables; None: read from os.environ
 
     def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise InputError(f"unknown model {self.model!r} (known: {', '.join(MODELS)})", field="model")
+        if self.protocol not in PROTOCOLS:
+            raise InputError(f"unknown protocol {self.protocol!r} (known: {', '.join(PROTOCOLS)})", field="protocol")
+        if self.nccl_env is not None and not isinstance(self.nccl_env, tuple):  # from JSON: a list of pairs
+            object.__setattr__(self, "nccl_env", tuple((str(k), str(v)) for k, v in self.nccl_env))
         if self.algorithm not in ALGORITHMS:
             raise InputError(
                 f"unknown algorithm {self.algorithm!r} (known: {', '.join(ALGORITHMS)})", field="algorithm"

@@ -72,6 +72,8 @@ def lossless_reason(coll: Collective, topo: Topology, opts: AlgoOptions) -> str 
     resolved = default_options(coll, topo, opts)
     if resolved.algorithm != "ring":
         return f"the {resolved.algorithm} algorithm is not mapped to tensor bytes (ring only)"
+    if resolved.model == "nccl" and resolved.protocol != "Simple":
+        return f"NCCL's {resolved.protocol} protocol lines are not mapped to tensor bytes (Simple only)"
     if coll.kind == "reduce_scatter":
         n = coll.size
         if any(share % n for share in split(coll.nbytes, resolved.channels)):

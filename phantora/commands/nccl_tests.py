@@ -32,6 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("test", metavar="TEST", help=f"the benchmark: {', '.join(nt.TESTS)}")
     p.add_argument("--topology", default=None, help=f"topology file or shipped name (default: {DEFAULT_TOPOLOGY})")
+    p.add_argument(
+        "--gpu",
+        default=None,
+        help="GPU model (a100, h100, h200, b200, ...): of the default server, or instead of the topology's own",
+    )
     add_network_options(p)
     g = p.add_argument_group("nccl-tests flags")
     g.add_argument("-t", "--nthreads", type=int, default=1, help="threads per process: ranks = -t x -g (default 1)")
@@ -44,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("-f", "--stepfactor", type=int, default=None, help="size multiplication factor (not with -i)")
     g.add_argument("-n", "--iters", type=int, default=20, help="measured iterations per size (default 20)")
     g.add_argument(
-        "-w", "--warmup_iters", type=int, default=5, help="warm-up iterations per size, not measured (default 5)"
+        "-w", "--warmup_iters", type=int, default=1, help="warm-up iterations per size, not measured (default 1)"
     )
     g.add_argument("-d", "--datatype", default="float", help=f"datatype: {', '.join(nt.DATATYPES)} (default float)")
     g.add_argument(
@@ -73,10 +78,17 @@ def _with_run_dir(body: Callable[[argparse.Namespace], int]) -> Callable[[argpar
     return run
 
 
-def _topology(spec: str | None) -> Any:
+def _topology(spec: str | None, gpu: str | None = None) -> Any:
+    """The topology to run on: `spec`, or one DGX-like server of 8 `gpu` (default H100); `gpu` replaces a loaded
+    topology's GPU model (its link rates stay the file's)."""
     from phantora.topology import dgx_host, load_topology
 
-    return dgx_host(8, gpu="h100") if spec is None else load_topology(spec)
+    if spec is None:
+        return dgx_host(8, gpu=gpu or "h100")
+    topo = load_topology(spec)
+    if gpu is not None:
+        topo.gpu_model = gpu.strip().lower()
+    return topo
 
 
 def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -109,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from bridge.engines import make_engine
 
     spec = nt.find_test(args.test)
-    topo = _topology(args.topology)
+    topo = _topology(args.topology, args.gpu)
     ranks = _ranks(args, topo)
     if args.iters < 1:
         raise InputError(f"must be >= 1, got {args.iters}", field="-n")

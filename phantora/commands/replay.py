@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.engines import make_engine
-from phantora.collectives.spec import ALGORITHMS, AlgoOptions
+from phantora.collectives.spec import ALGORITHMS, MODELS, PROTOCOLS, AlgoOptions
 from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.commands.seeds import add_seed_options, with_seeds
@@ -46,6 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     p.add_argument("--format", choices=FORMATS, default="auto", help="what INPUT is (default: detect)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default collective algorithm (auto)")
+    p.add_argument("--protocol", choices=PROTOCOLS, default=None, help="NCCL protocol (auto: NCCL's choice)")
+    p.add_argument(
+        "--collective-model",
+        choices=MODELS,
+        default=None,
+        help="nccl (default: NCCL's algorithm, protocol, latency and throughput; NCCL_* variables honoured) or "
+        "ideal (line rate, no latency)",
+    )
     p.add_argument("--granularity", choices=("coarse", "chunked"), default=None, help="coarse (default) or chunked")
     p.add_argument("--channels", type=int, default=None, help="rings per collective (0 = NCCL-like default)")
     p.add_argument("--chunk", default=None, help="chunk size of the chunked granularity (default 2MiB)")
@@ -87,6 +95,10 @@ def _algo(args: argparse.Namespace, base: AlgoOptions) -> AlgoOptions:
         given["algorithm"] = args.algorithm
     if args.granularity is not None:
         given["granularity"] = args.granularity
+    if args.protocol is not None:
+        given["protocol"] = args.protocol
+    if args.collective_model is not None:
+        given["model"] = args.collective_model
     if args.channels is not None:
         given["channels"] = args.channels
     if args.chunk is not None:
@@ -164,7 +176,10 @@ def _run_jobs(args: argparse.Namespace) -> int:
     )
     algo = (
         _algo(args, AlgoOptions())
-        if any(getattr(args, k) is not None for k in ("algorithm", "granularity", "channels", "chunk"))
+        if any(
+            getattr(args, k) is not None
+            for k in ("algorithm", "granularity", "channels", "chunk", "protocol", "collective_model")
+        )
         else None
     )
     report = launch_jobs(spec, cfg, alone=args.alone, algo=algo, live_ok=False)

@@ -1,0 +1,88 @@
+"""The NCCL model against published nccl-tests tables (tests/data/nccl_tests/, sources in its SOURCES.md).
+
+    .venv/bin/python bench/bench_nccl_tests.py                 # every table, flow engine, a row per size
+    .venv/bin/python bench/bench_nccl_tests.py --summary       # one line per table: median and worst error
+    .venv/bin/python bench/bench_nccl_tests.py --network ns3   # the same through the packet engine (slower)
+
+Each size runs as nccl-tests runs it (`phantora nccl-tests`' own loop: warm-ups, then timed iterations) on the
+machine of the table (one DGX/HGX host, or rail-optimised hosts with a 400G NIC per GPU), with NCCL_ALGO set as the
+table says. Errors are (simulated - published) / published bus bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl.published import Table, machine, tables
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.factory import make_engine
+
+
+def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, object]]:
+    """Bus bandwidth (GB/s) of one size of `table` on its machine, and NCCL's choice."""
+    topo = machine(table)
+    env = {"NCCL_ALGO": table.nccl_algo} if table.nccl_algo else {}
+    opts = AlgoOptions(nccl_env=nccl_env(env))
+    coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
+    dag = decompose(coll, topo, opts)
+    engine = make_engine(network, topo)
+    try:
+        engine.submit(dag.flows, at=0)
+        t = max(c.end_ns for c in engine.drain())
+    finally:
+        engine.close()
+    return size / t * coll.busbw_factor(), dag.choice or {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--network", default="flow", choices=("flow", "ns3"))
+    ap.add_argument("--summary", action="store_true", help="one line per table")
+    ap.add_argument("--markdown", action="store_true", help="rows as a markdown table (docs/validation.md)")
+    ap.add_argument("--min-size", type=int, default=1 << 20, help="smallest size compared (default 1 MiB)")
+    args = ap.parse_args()
+    every: list[float] = []
+    big: list[float] = []
+    for table in tables():
+        errs = []
+        if args.markdown:
+            what = f"{table.gpu}, {table.gpus} GPUs, {table.nodes} node(s), NCCL_ALGO={table.nccl_algo or 'default'}"
+            print(f"\n**{table.name}** ({what})\n")
+            print("| size | published busbw | simulated | error | NCCL's choice |\n|---:|---:|---:|---:|---|")
+        elif not args.summary:
+            what = f"{table.gpu}, {table.gpus} GPUs, {table.nodes} node(s), NCCL_ALGO={table.nccl_algo}"
+            print(f"\n{table.name} ({what})")
+            print(f"{'size':>12} {'published':>10} {'simulated':>10} {'error':>7}  choice")
+        for size, published in table.rows:
+            if size < args.min_size or published <= 0:
+                continue
+            sim, choice = simulate(table, size, args.network)
+            err = (sim - published) / published
+            errs.append(err)
+            (big if size >= 64 << 20 else every).append(abs(err))
+            what = f"{choice.get('algorithm')}/{choice.get('protocol')}/{choice.get('channels')}"
+            if args.markdown:
+                print(f"| {size:,} | {published:.2f} | {sim:.2f} | {err:+.1%} | {what} |")
+            elif not args.summary:
+                print(f"{size:>12} {published:>10.2f} {sim:>10.2f} {err:>+7.1%}  {what}")
+        if errs and args.markdown:
+            worst = max(errs, key=abs)
+            print(f"\nmedian |error| {statistics.median(map(abs, errs)):.1%}, worst {worst:+.1%}")
+        elif errs:
+            worst = max(errs, key=abs)
+            print(f"{table.name}: {len(errs)} sizes, median |error| {statistics.median(map(abs, errs)):.1%}, "
+                  f"worst {worst:+.1%}")  # fmt: skip
+    if every or big:
+        small = f"median |error| {statistics.median(every or [0]):.1%} max {max(every or [0]):.1%}"
+        large = f"median {statistics.median(big or [0]):.1%} max {max(big or [0]):.1%}"
+        print(f"\nall tables: below 64 MiB {small}; 64 MiB and up {large}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Collectives as NCCL runs them: its algorithm x protocol choice, channels, latency and per-channel throughput.
+
+`choose(coll, topo, opts)` is the one entry point `collectives.decompose` calls: the `Choice` NCCL's cost model
+makes for this collective on this topology (see docs/collectives.md "NCCL model"), or None when the model does not
+apply (the ideal model, a group of one). `shape.py` then turns the choice into what the flows carry.
+"""
+
+from __future__ import annotations
+
+from phantora.collectives.nccl.p2p import p2p_choice
+from phantora.collectives.nccl.platform import Platform, platform_of
+from phantora.collectives.nccl.settings import NcclSettings, nccl_env, settings_from_env, settings_of
+from phantora.collectives.nccl.tuning import Choice, select
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.errors import InputError
+from phantora.topology.model import Topology
+
+# phantora's algorithm names <-> NCCL's, per kind (broadcast and reduce run NCCL's ring as a chain)
+TO_NCCL = {"ring": "ring", "chain": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pat": "pat"}
+
+
+def settings(opts: AlgoOptions) -> NcclSettings:
+    """The NCCL settings of `opts`: its recorded NCCL_* variables, or this process's environment."""
+    return settings_from_env() if opts.nccl_env is None else settings_of(opts.nccl_env)
+
+
+def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None:
+    """NCCL's choice for `coll`, restricted to `opts.algorithm` / `opts.protocol` when they are not auto."""
+    if opts.model != "nccl" or coll.size < 2 or coll.kind == "barrier":
+        return None
+    st = settings(opts)
+    p = platform_of(topo, coll.ranks)
+    if coll.kind in ("all_to_all", "send_recv"):
+        return p2p_choice(coll, p, st, opts.protocol)
+    if opts.algorithm != "auto":
+        want = TO_NCCL.get(opts.algorithm)
+        if want is None:
+            return None  # an algorithm of phantora's own (hierarchical, direct): the ideal model
+        st = _only(st, coll.kind, algo=want)
+    if opts.protocol != "auto":
+        st = _only(st, coll.kind, proto=opts.protocol)
+    choice = select(coll.kind, p, st, coll.nbytes)
+    if choice is None:
+        forced = dict(st.raw)
+        what = ", ".join(f"{k}={v}" for k, v in forced.items() if k in ("NCCL_ALGO", "NCCL_PROTO"))
+        asked = f"algorithm={opts.algorithm}, protocol={opts.protocol}"
+        raise InputError(
+            f"no NCCL algorithm/protocol available for {coll.kind} on {p.nnodes} node(s) x {p.ppn} GPU(s) "
+            f"({what or asked}); NCCL fails here too",
+            field="algorithm",
+        )
+    return choice
+
+
+def _only(st: NcclSettings, kind: str, algo: str | None = None, proto: str | None = None) -> NcclSettings:
+    """`st` with one function restricted to one algorithm or protocol (what an explicit option means)."""
+    import dataclasses
+
+    if algo is not None:
+        table = {k: v for k, v in st.algos} if st.algos else {}
+        allowed = table.get(kind)
+        table[kind] = frozenset({algo}) & allowed if allowed is not None else frozenset({algo})
+        return dataclasses.replace(st, algos=tuple(sorted(table.items())))
+    assert proto is not None
+    table = {k: v for k, v in st.protos} if st.protos else {}
+    allowed = table.get(kind)
+    table[kind] = frozenset({proto}) & allowed if allowed is not None else frozenset({proto})
+    return dataclasses.replace(st, protos=tuple(sorted(table.items())), protos_forced=True)
+
+
+__all__ = ["Choice", "NcclSettings", "Platform", "choose", "nccl_env", "platform_of", "settings", "summarize_choices"]
+
+
+def summarize_choices(
+    records: list[dict[str, object]], env: tuple[tuple[str, str], ...] | None = None
+) -> dict[str, object]:
+    """results.json's `nccl`: how many collectives of each kind ran with each (algorithm, protocol), from the
+    trace's records (`cosim.json` `collectives[i].nccl`), and the NCCL_* variables honoured."""
+    counts: dict[str, dict[str, int]] = {}
+    for rec in records:
+        choice = rec.get("nccl")
+        if not isinstance(choice, dict):
+            continue
+        key = f"{choice['algorithm']}/{choice['protocol']}"
+        per_kind = counts.setdefault(str(rec.get("kind")), {})
+        per_kind[key] = per_kind.get(key, 0) + 1
+    return {"choices": counts, "env": dict(nccl_env() if env is None else env)}

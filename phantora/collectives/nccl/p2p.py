@@ -1,0 +1,59 @@
+"""Send/recv and all-to-all as NCCL runs them: grouped point-to-point transfers to every peer at once.
+
+NCCL has no cost model for p2p (its tuner covers the five collectives), so this one is built from its mechanics:
+- all-to-all is one grouped launch of a send and a receive per peer, all in flight together (ncclAlltoAll);
+- a transfer inside a node uses LL when it is small (at most 16 KiB per channel it runs on), else Simple; across
+  nodes Simple (NCCL allocates no LL buffers for network p2p by default);
+- latency: one launch (the ring's base latency of the protocol) and one step over the link kind;
+- throughput inside a node: the GPU's NVLink (or PCIe) bandwidth in NCCL's units, shared by the peers it sends to
+  at once, halved by LL's flags; across nodes the network alone decides.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+from phantora.collectives.nccl.tuning import Choice
+from phantora.collectives.spec import Collective
+
+P2P_CHANNELS = 32  # p2pnChannels on NVSwitch hosts (and the per-peer need there)
+
+
+def p2p_channels(p: Platform) -> int:
+    """Channels one transfer may use: the per-peer share of NCCL's p2p channels (nChannelsMin)."""
+    per_peer = P2P_CHANNELS if p.nnodes == 1 else max(1, math.ceil(p.nic_bw / 14.0)) if p.nic_bw else 2
+    while per_peer > 1 and per_peer * p.nranks > P2P_CHANNELS:
+        per_peer //= 2
+    return per_peer
+
+
+def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = "auto") -> Choice:
+    """The protocol, channels, latency and per-peer throughput of a send/recv or an all-to-all."""
+    peers = 1 if coll.kind == "send_recv" else p.nranks - 1
+    per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
+    intra = p.nnodes == 1
+    chunk = st.p2p_nvl_chunk if intra and p.intra == "nvlink" else st.p2p_net_chunk
+    min_part = chunk // 8 if intra else chunk // 2
+    nch = max(1, min(p2p_channels(p), math.ceil(per_peer / max(1, min_part))))
+    if protocol == "auto":
+        protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"
+    pi = T.PROTOCOLS.index(protocol)
+    hw = (p.intra if p.intra == "nvlink" else "pci") if intra else "net"
+    lat = T.BASE_LAT["ring"][pi] + T.HW_LAT[hw]["ring"][pi]
+    local_peers = min(peers, p.ppn - 1)
+    bw = p.gpu_intra_bw
+    if protocol == "LL":
+        bw = min(bw * 0.5, T.LL_MAX_BW[p.arch][0])
+    elif protocol == "LL128":
+        bw *= 0.92
+    peer_bw = bw / local_peers if local_peers > 0 else 0.0
+    if coll.kind == "all_to_all":  # each rank sends (ppn - 1) blocks over NVLink and (n - ppn) over its NIC
+        n = p.nranks
+        t_ns = max((p.ppn - 1) / n / bw, (n - p.ppn) / n / p.nic_bw if p.nic_bw else 0.0) * coll.nbytes
+    else:
+        t_ns = coll.nbytes / (bw if intra else p.nic_bw or bw)
+    algbw = coll.nbytes / t_ns if t_ns > 0 else bw
+    return Choice("p2p", protocol, nch, lat, algbw, lat + t_ns / 1000.0, peer_bw)

@@ -1,0 +1,92 @@
+"""What NCCL's tuner sees of a communicator: GPU generation, nodes, GPUs per node, NVLink, NVSwitch, NICs.
+
+Read from the topology (`gpu` model, links and NVSwitches) for one group of ranks. Bandwidths are in NCCL's own
+units and conventions (GB/s, `tables.py`): an NVLink is worth NCCL's per-link figure, not the data sheet's, because
+that is what NCCL's search and cost model assume a GPU can push through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from phantora.collectives.layout import host_blocks
+from phantora.collectives.nccl import tables as T
+from phantora.errors import InputError
+from phantora.topology.model import Topology
+
+DEFAULT_GPU = "h100"  # topologies without a GPU model (HPCC files of plain hosts) are taken as H100 hosts
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One communicator as NCCL's tuner sees it."""
+
+    arch: str  # volta | ampere | hopper | blackwell
+    compcap: int  # e.g. 90
+    nranks: int
+    nnodes: int
+    ppn: int  # ranks per node (the largest node's count)
+    intra: str  # "nvlink" | "pci": how GPUs of one node reach each other
+    nvswitch: bool
+    gpu_intra_bw: float  # GB/s one GPU can push to its peers inside the node, in NCCL's units
+    nic_bw: float  # GB/s of one NIC (line rate / 8); 0 when the group stays in one node
+    nics_per_node: int
+
+    @property
+    def index2(self) -> int:
+        """NCCL's node-count index: 0 for one node, 1 for two, 2 for more."""
+        return min(self.nnodes, 3) - 1
+
+
+def arch_of(compcap: int) -> str:
+    return "blackwell" if compcap >= 100 else "hopper" if compcap >= 90 else "ampere" if compcap >= 80 else "volta"
+
+
+def platform_of(topo: Topology, ranks: tuple[int, ...]) -> Platform:
+    """The platform of a group of global ranks on `topo`."""
+    from phantora.perfmodel.gpus import get_gpu
+
+    try:
+        gpu = get_gpu(topo.gpu_model or DEFAULT_GPU)
+    except InputError:
+        gpu = get_gpu(DEFAULT_GPU)
+    major, minor = gpu.capability
+    compcap = major * 10 + minor if major else 90
+    arch = arch_of(compcap)
+    nodes = [topo.node_of_rank(r) for r in ranks]
+    blocks = host_blocks(topo, nodes)
+    ppn = max(len(b) for b in blocks)
+    nvswitch = any(topo.shared_nvswitch(nodes[b[0]], nodes[b[1]]) is not None for b in blocks if len(b) > 1)
+    nvlink_bps = _nvlink_bps(topo, nodes[0])
+    if nvlink_bps:
+        links = nvlink_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch]
+        intra, intra_bw = "nvlink", links * T.NVLINK_BW_PER_LINK[arch]
+    else:
+        intra, intra_bw = "pci", max(T.PCI_BW, gpu.host_bw / 1e9 * T.PCI_BW / 16.0)  # PCIe Gen3 x16 = 12 GB/s
+    nic_bps = _nic_bps(topo, nodes[0]) if len(blocks) > 1 else 0
+    return Platform(
+        arch=arch,
+        compcap=compcap,
+        nranks=len(ranks),
+        nnodes=len(blocks),
+        ppn=ppn,
+        intra=intra,
+        nvswitch=nvswitch,
+        gpu_intra_bw=intra_bw,
+        nic_bw=nic_bps / 8e9,
+        nics_per_node=ppn if nic_bps else 0,
+    )
+
+
+def _nvlink_bps(topo: Topology, node: int) -> int:
+    """Bits/s of the endpoint's link to its NVSwitch, or 0 if it has none."""
+    for v, ch in topo.neighbours(node):
+        if topo.nodes[v].kind == "nvswitch":
+            return topo.channel_bandwidth(ch)
+    return 0
+
+
+def _nic_bps(topo: Topology, node: int) -> int:
+    """Bits/s of the endpoint's own NIC: its fastest link that is not NVLink."""
+    rates = [topo.channel_bandwidth(ch) for v, ch in topo.neighbours(node) if topo.nodes[v].kind != "nvswitch"]
+    return max(rates, default=0)

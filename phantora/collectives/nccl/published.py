@@ -1,0 +1,75 @@
+"""Published nccl-tests measurements (tests/data/nccl_tests/, cited in its SOURCES.md) and the simulated machine
+each one ran on, for checking the NCCL model against them (bench/bench_nccl_tests.py, tests/test_nccl_published.py).
+
+Each CSV's first line (`# system=...; gpus=N; nodes=M; ...`) says the machine; the file name says the GPU and the
+test (`<gpu>_<n>gpu_<m>node_..._<test>_<source>.csv`). A table taken with `NCCL_ALGO=...` is simulated with the
+same restriction. Tables whose source calls the system degraded or misconfigured are listed but not compared.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from phantora.topology.model import Topology
+
+TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork")  # misconfigured or not RDMA (see SOURCES.md)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One published nccl-tests table."""
+
+    path: Path
+    gpu: str
+    gpus: int
+    nodes: int
+    test: str
+    nccl_algo: str | None  # NCCL_ALGO the table was taken with, if any
+    rows: tuple[tuple[int, float], ...]  # (size in bytes, busbw GB/s)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    @property
+    def kind(self) -> str:
+        return "all_to_all" if self.test == "alltoall" else self.test
+
+
+def data_dir() -> Path:
+    return Path(__file__).resolve().parents[3] / "tests" / "data" / "nccl_tests"
+
+
+def read_table(path: Path) -> Table:
+    """Parse one CSV of tests/data/nccl_tests."""
+    lines = path.read_text().splitlines()
+    head = lines[0]
+    gpus = int(re.search(r"gpus=(\d+)", head).group(1))  # type: ignore[union-attr]
+    nodes = int(re.search(r"nodes=(\d+)", head).group(1))  # type: ignore[union-attr]
+    algo = re.search(r"NCCL_ALGO=(\w+)", head)
+    test = next(t for t in TESTS if f"_{t}_" in path.name)
+    rows = [(int(r["size_bytes"]), float(r["busbw_gbs"])) for r in csv.DictReader(lines[1:]) if r["busbw_gbs"]]
+    gpu = path.name.split("_")[0]
+    forced = algo.group(1) if algo else None
+    if forced == "NVLS" and gpu.startswith("a100"):
+        forced = None  # no NVLS on A100: that NCCL (2.18) ran its default choice (SOURCES.md)
+    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows))
+
+
+def tables(include_degraded: bool = False) -> list[Table]:
+    """Every published table, sorted by name (without the degraded ones unless asked)."""
+    out = [read_table(p) for p in sorted(data_dir().glob("*.csv"))]
+    return [t for t in out if include_degraded or not any(d in t.name for d in DEGRADED)]
+
+
+def machine(table: Table) -> Topology:
+    """The simulated machine of a table: one DGX/HGX host, or rail-optimised hosts with one 400G NIC per GPU."""
+    from phantora.topology import dgx_host, rail_optimized
+
+    if table.nodes == 1:
+        return dgx_host(gpus_per_host=table.gpus, gpu=table.gpu)
+    return rail_optimized(table.nodes, table.gpus // table.nodes, spines=8, nic_rate="400Gbps", gpu=table.gpu)

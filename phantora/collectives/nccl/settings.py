@@ -1,0 +1,140 @@
+"""The NCCL environment variables users set to force a choice, parsed as NCCL parses them.
+
+`NCCL_ALGO` and `NCCL_PROTO` take NCCL's list syntax: ``"Ring,Tree"``, ``"^NVLS"`` (everything but), and per function
+``"ring;allreduce:tree,nvls"`` (the first list may lack a prefix and applies to every function). Names are
+case-insensitive. The other variables are integers; sizes take NCCL's plain byte counts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from phantora.collectives.nccl import tables as T
+from phantora.errors import InputError
+
+ENV_VARS = (
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_BUFFSIZE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_P2P_NET_CHUNKSIZE",
+    "NCCL_P2P_NVL_CHUNKSIZE",
+    "NCCL_NVLS_NCHANNELS",
+    "NCCL_PAT_ENABLE",
+)
+Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """What the user forced through NCCL's environment variables (defaults: nothing forced)."""
+
+    algos: Enabled = ()  # empty: every algorithm enabled
+    protos: Enabled = ()  # empty: every protocol enabled (LL128 where NCCL enables it)
+    protos_forced: bool = False  # NCCL_PROTO was set (then LL128 is not limited to where NCCL enables it)
+    min_channels: int = 0
+    max_channels: int = T.MAX_CHANNELS
+    buffsize: int = 0  # Simple buffer; 0: 4 MiB
+    nvls: bool = True  # NCCL_NVLS_ENABLE=0 turns NVLink SHARP off
+    nvls_channels: int = 0  # 0: NCCL's default for the architecture
+    pat: bool = True
+    p2p_net_chunk: int = T.P2P_CHUNK["net"]
+    p2p_nvl_chunk: int = T.P2P_CHUNK["nvlink"]
+    raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
+
+    def algo_enabled(self, kind: str, algo: str) -> bool:
+        return _enabled(self.algos, kind, algo)
+
+    def proto_enabled(self, kind: str, proto: str) -> bool:
+        return _enabled(self.protos, kind, proto)
+
+
+def _enabled(table: Enabled, kind: str, name: str) -> bool:
+    for func, names in table:
+        if func == kind:
+            return name in names
+    return True
+
+
+def parse_list(value: str, names: tuple[str, ...], var: str) -> Enabled:
+    """NCCL's `parseList`: function -> the enabled subset of `names` (canonical spellings)."""
+    lookup = {n.lower(): n for n in names}
+    funcs = {v.lower(): k for k, v in T.NCCL_FUNC_NAMES.items()}
+    table = {k: frozenset(names) for k in T.NCCL_FUNC_NAMES}
+    for i, entry in enumerate(value.split(";")):
+        prefix, sep, items = entry.partition(":")
+        if not sep:
+            if i:
+                raise InputError(f"{var}={value!r}: every entry but the first needs a 'function:' prefix", field=var)
+            prefix, items = "", entry
+        if prefix and prefix.strip().lower() not in funcs:
+            known = ", ".join(T.NCCL_FUNC_NAMES.values())
+            raise InputError(f"{var}={value!r}: unknown function {prefix!r} (known: {known})", field=var)
+        negate = items.startswith("^")
+        chosen = set()
+        for item in (items[1:] if negate else items).split(","):
+            if item.strip().lower() not in lookup:
+                raise InputError(f"{var}={value!r}: unknown name {item!r} (known: {', '.join(names)})", field=var)
+            chosen.add(lookup[item.strip().lower()])
+        enabled = frozenset(names) - chosen if negate else frozenset(chosen)
+        for func in [funcs[prefix.strip().lower()]] if prefix else list(table):
+            table[func] = enabled
+    return tuple(sorted(table.items()))
+
+
+def _int(env: Mapping[str, str], var: str, default: int, low: int = 0) -> int:
+    text = env.get(var)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise InputError(f"{var}={text!r} is not an integer", field=var) from None
+    if value < low:
+        raise InputError(f"{var}={text!r} must be at least {low}", field=var)
+    return value
+
+
+def nccl_env(env: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    """The NCCL_* variables phantora honours, as set in `env` (default: this process's environment)."""
+    env = os.environ if env is None else env
+    return tuple((k, env[k]) for k in ENV_VARS if k in env)
+
+
+def settings_from_env(env: Mapping[str, str] | None = None) -> NcclSettings:
+    """NcclSettings from the NCCL_* variables of `env` (default: this process's environment)."""
+    return settings_of(nccl_env(env))
+
+
+@lru_cache(maxsize=64)
+def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
+    """NcclSettings from (variable, value) pairs (cached: one parse per distinct environment)."""
+    raw = pairs
+    env = dict(pairs)
+    nccl_algos = tuple(T.NCCL_ALGO_NAMES.values())
+    algos: Enabled = ()
+    if env.get("NCCL_ALGO"):
+        named = parse_list(env["NCCL_ALGO"], (*nccl_algos, "CollNetDirect", "CollNetChain"), "NCCL_ALGO")
+        back = {v: k for k, v in T.NCCL_ALGO_NAMES.items()}
+        algos = tuple((f, frozenset(back[n] for n in s if n in back)) for f, s in named)
+    protos = parse_list(env["NCCL_PROTO"], T.PROTOCOLS, "NCCL_PROTO") if env.get("NCCL_PROTO") else ()
+    max_ch = min(_int(env, "NCCL_MAX_NCHANNELS", T.MAX_CHANNELS, 1), T.MAX_CHANNELS)
+    return NcclSettings(
+        algos=algos,
+        protos=protos,
+        protos_forced=bool(protos),
+        min_channels=min(_int(env, "NCCL_MIN_NCHANNELS", 0), T.MAX_CHANNELS),
+        max_channels=max_ch,
+        buffsize=_int(env, "NCCL_BUFFSIZE", 0, 1),
+        nvls=_int(env, "NCCL_NVLS_ENABLE", 2) != 0,
+        nvls_channels=_int(env, "NCCL_NVLS_NCHANNELS", 0),
+        pat=_int(env, "NCCL_PAT_ENABLE", 2) != 0,
+        p2p_net_chunk=_int(env, "NCCL_P2P_NET_CHUNKSIZE", T.P2P_CHUNK["net"], 1),
+        p2p_nvl_chunk=_int(env, "NCCL_P2P_NVL_CHUNKSIZE", T.P2P_CHUNK["nvlink"], 1),
+        raw=raw,
+    )

@@ -1,0 +1,88 @@
+"""What NCCL's choice does to a collective's flows: the protocol's bytes on the wire, the model's latency as a
+delay, and the kernel's throughput as a per-flow rate cap.
+
+- Wire bytes: LL sends 16-byte lines of 8 data bytes and 8 flag bytes (x2); LL128 sends 128-byte lines of 120 data
+  bytes (x16/15); Simple sends the data.
+- Latency: NCCL's latency for the choice, less the propagation the network already charges on the path, delays the
+  collective's first flows (those with no dependencies).
+- Throughput: every connection (sender, receiver, channel) carries its wire bytes at most at the rate that ends
+  them in NCCL's bandwidth time, `nbytes / algbw`; a round-by-round algorithm (PAT) spreads a sender's whole
+  share over that time. Inside a node of send/recv, each peer connection is capped at its share of the GPU's
+  NVLink. The network can only make a flow slower than its cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from phantora.collectives.nccl.tuning import Choice
+from phantora.netsim.base import Flow
+from phantora.topology.model import Topology
+
+WIRE_FACTOR = {"LL": 2.0, "LL128": 128.0 / 120.0, "Simple": 1.0}
+SEQUENTIAL = ("pat",)  # rounds one after another: a sender's rate covers all of its rounds
+LATENCY_SAMPLE = 64  # flows whose paths bound the propagation subtracted from the latency
+
+
+def wire_bytes(payload: int, protocol: str) -> int:
+    """Bytes `payload` takes on the wire under `protocol` (whole lines)."""
+    if protocol == "LL":
+        return math.ceil(payload / 8) * 16
+    if protocol == "LL128":
+        return math.ceil(payload / 120) * 128
+    return payload
+
+
+def propagation_ns(flows: list[Flow], topo: Topology) -> int:
+    """The longest path propagation among (a sample of) the flows' paths."""
+    worst = 0
+    seen: set[tuple[int, int]] = set()
+    for f in flows[:LATENCY_SAMPLE]:
+        if f.src == f.dst or (f.src, f.dst) in seen:
+            continue
+        seen.add((f.src, f.dst))
+        route = topo.route(f.src, f.dst, f.id if f.key is None else f.key)
+        worst = max(worst, topo.path_latency_ns(route))
+    return worst
+
+
+def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> list[Flow]:
+    """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire."""
+    if not flows:
+        return flows
+    proto = choice.protocol
+    delay = max(0, round(choice.lat_us * 1000) - propagation_ns(flows, topo))
+    wire = [wire_bytes(f.size, proto) for f in flows]
+    if choice.algorithm == "p2p":
+        caps = [_peer_cap(f, w, choice, topo) for f, w in zip(flows, wire, strict=True)]
+    else:
+        t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
+        key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: (f.src, f.dst, f.key))
+        total: dict[object, int] = defaultdict(int)
+        for f, w in zip(flows, wire, strict=True):
+            total[key(f)] += w
+        caps = [math.ceil(total[key(f)] * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0 for f in flows]
+    return [
+        Flow(
+            f.id,
+            f.src,
+            f.dst,
+            w,
+            f.deps,
+            f.delay_ns + (0 if f.deps else delay),
+            f.tag,
+            f.priority,
+            f.key,
+            f.loss_budget,
+            cap,
+        )  # fmt: skip
+        for f, w, cap in zip(flows, wire, caps, strict=True)
+    ]
+
+
+def _peer_cap(f: Flow, wire: int, choice: Choice, topo: Topology) -> int:
+    """A p2p connection inside a node: its share of the GPU's NVLink, in wire bits/s; across nodes: no cap."""
+    if choice.peer_bw <= 0 or topo.shared_nvswitch(f.src, f.dst) is None or f.size == 0:
+        return 0
+    return math.ceil(choice.peer_bw * 8e9 * wire / f.size)

@@ -1,0 +1,264 @@
+"""NCCL's tuner: the channel graphs its search finds, its latency and bandwidth per algorithm and protocol, the
+time it predicts, and the choice it makes (the fastest enabled pair), with the channels it then runs on.
+
+A restatement of NCCL 2.30's model (src/graph/tuning.cc `ncclTopoTuneModel`, `ncclTopoGetAlgoTime`, src/enqueue.cc
+`topoGetAlgoInfo`) on the `Platform` of one communicator. The topology search (search.cc) is replaced by its
+outcome on the machines it is built for: the fastest candidate per-channel bandwidth whose channels fill the
+GPU's NVLink (one node) or its NICs (several nodes), then NCCL's channel duplication.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+
+NSTEPS_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A channel graph: how many channels, and the bandwidth of each inside a node and across nodes (GB/s)."""
+
+    nchannels: int
+    bw_intra: float
+    bw_inter: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    """NCCL's model of one (algorithm, protocol): latency in µs and algorithm bandwidth in GB/s."""
+
+    algorithm: str
+    protocol: str
+    lat_us: float
+    algbw: float  # bytes per ns
+
+    def time_us(self, nbytes: int) -> float:
+        return self.lat_us + nbytes / (1000.0 * self.algbw)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What NCCL runs a collective with, and the time its model predicts."""
+
+    algorithm: str
+    protocol: str
+    channels: int
+    lat_us: float
+    algbw: float  # GB/s, the model's algorithm bandwidth (bandwidth term only)
+    time_us: float
+    peer_bw: float = 0.0  # p2p: GB/s of one connection to a peer inside the node (0: not capped)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "algorithm": T.NCCL_ALGO_NAMES.get(self.algorithm, self.algorithm),
+            "protocol": self.protocol,
+            "channels": self.channels,
+            "model_lat_us": round(self.lat_us, 3),
+            "model_algbw_gbs": round(self.algbw, 3),
+            "model_time_us": round(self.time_us, 3),
+            **({"peer_bw_gbs": round(self.peer_bw, 3)} if self.peer_bw else {}),
+        }
+
+
+def ring_graph(p: Platform) -> Graph:
+    """The ring (and tree) graph: the per-channel bandwidth that carries the most in total, then duplicated."""
+    speeds = T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]
+    best = (0, 0.0)
+    for s in speeds:
+        if p.nnodes == 1:
+            n = math.floor(p.gpu_intra_bw / s + 1e-9) if s <= p.gpu_intra_bw else 0
+        else:
+            n = p.nics_per_node * math.floor(p.nic_bw / s + 1e-9) if s <= p.nic_bw else 0
+            if p.ppn > 1:  # a channel crosses the node on NVLink: every GPU but the last forwards it once
+                n = min(n, math.floor(p.gpu_intra_bw / (s * (p.ppn - 1) / p.ppn) + 1e-9))
+        n = min(n, T.RING_GRAPH_MAX_CHANNELS)
+        if n * s > best[0] * best[1] + 1e-9:
+            best = (n, s)
+    n, s = best
+    if n == 0:
+        n, s = 1, speeds[-1]
+    if s >= 25.0 and not (p.compcap > 80 and s < 50.0 and n > 4):  # ncclTopoDupChannels
+        dup = min(2 * n, T.RING_GRAPH_MAX_CHANNELS)
+        s /= math.ceil(dup / n)
+        n = dup
+    return Graph(n, s, s)
+
+
+def nvls_graph(p: Platform) -> Graph:
+    """The NVLS graph: one channel per GPU of the node (at most 32), the fastest candidate that fits, a channel's
+    head GPU carrying it twice (so n + 1 shares of each GPU's NVLink); across nodes, the fastest that fits a NIC."""
+    n = min(T.NVLS_MAX_ARITY, p.ppn)
+    if n < 2 or not p.nvswitch or p.compcap < 90:
+        return Graph(0, 0.0, 0.0)
+    fits = [s for s in T.SPEEDS_INTRA[p.arch] if (n + 1) * s <= p.gpu_intra_bw + 1e-9]
+    s = fits[0] if fits else T.SPEEDS_INTRA[p.arch][-1]
+    inter = s
+    if p.nnodes > 1:
+        nic = [x for x in T.SPEEDS_INTER[p.arch] if x <= min(p.nic_bw, 2 * s) + 1e-9]
+        inter = nic[0] if nic else T.SPEEDS_INTER[p.arch][-1]
+    return Graph(n, s, inter)
+
+
+def comm_channels(p: Platform, ring: Graph, st: NcclSettings) -> int:
+    """comm->nChannels: the ring graph's channels doubled (connectRings), then NCCL_MAX/MIN_NCHANNELS."""
+    n = min(T.MAX_CHANNELS, 2 * ring.nchannels)
+    if p.compcap >= 90 and p.nnodes > 1 and ring.bw_intra > 45.0 and n < 16:
+        n *= 2
+    n = min(n, st.max_channels)
+    return max(n, st.min_channels, 1)
+
+
+def _nsteps(kind: str, n: int) -> int:
+    return 2 * (n - 1) if kind == "all_reduce" else n - 1 if kind in ("all_gather", "reduce_scatter") else n
+
+
+def _applies(kind: str, algo: str) -> bool:
+    if kind in ("broadcast", "reduce"):
+        return algo == "ring"
+    if kind in ("all_gather", "reduce_scatter"):
+        return algo in ("ring", "nvls", "pat")
+    return algo != "pat"  # all_reduce
+
+
+def costs(kind: str, p: Platform, st: NcclSettings) -> list[Cost]:
+    """NCCL's (latency, bandwidth) of every enabled (algorithm, protocol) for `kind` on `p`."""
+    ring = ring_graph(p)
+    graphs = {"ring": ring, "tree": ring, "pat": ring, "nvls": nvls_graph(p), "nvls_tree": nvls_graph(p)}
+    ix = p.index2
+    arch, n, nn, ppn = p.arch, p.nranks, p.nnodes, p.ppn / 1.0
+    ll_max = T.LL_MAX_BW[arch][ix] if nn == 1 else T.LL_MAX_BW_MULTINODE[ix]
+    nsteps = _nsteps(kind, n)
+    out = []
+    for a in T.ALGORITHMS:
+        if not _applies(kind, a) or not _algo_enabled(kind, a, p, st):
+            continue
+        g = graphs[a]
+        for pi, proto in enumerate(T.PROTOCOLS):
+            if a in ("nvls", "nvls_tree", "pat") and proto != "Simple":
+                continue
+            if not _proto_enabled(kind, proto, p, st):
+                continue
+            bw = g.bw_intra if nn <= 2 else g.bw_inter
+            if a in ("nvls", "nvls_tree"):
+                if g.nchannels < 2:
+                    continue
+                intra = g.bw_intra * T.NVLS_EFFICIENCY[arch] * (g.nchannels - 1) / g.nchannels
+                intra *= 2.0 if kind == "all_reduce" else (ppn - 1) / ppn
+                inter = g.bw_inter * (2 if nn <= 2 and a == "nvls_tree" else 1) if nn > 1 else math.inf
+                cap = T.PER_CH_MAX_NVLS_TREE_BW[arch][ix] if a == "nvls_tree" else math.inf
+                bw = min(intra, inter, cap)
+            bus = g.nchannels * bw
+            if a == "ring" and proto == "LL":
+                bus = min(ll_max, bus * 0.5)
+            if a == "ring" and proto == "LL128":
+                bus = min(bus * 0.92, g.nchannels * T.PER_CH_MAX_RING_LL128_BW[arch])
+            if a == "tree" and kind == "all_reduce":
+                bus = min(bus * 0.92, g.nchannels * T.PER_CH_MAX_TREE_BW[arch][ix])
+            if a == "tree" and proto == "LL":
+                bus = min(bus / 3.8, ll_max)
+            if a == "tree" and proto == "LL128":
+                factor = 7.0 / 9.0 if nn == 1 else 120.0 / 128.0
+                bus = min(bus * factor, g.nchannels * T.PER_CH_MAX_TREE_LL128_BW[arch][ix])
+            if a == "pat":
+                bus *= 0.75
+            if not (a != "ring" and kind in ("all_gather", "reduce_scatter")):
+                bus *= n / nsteps if a in ("ring", "nvls", "nvls_tree") else 0.5
+            lat = _latency(kind, a, pi, p, nsteps)
+            if bus > 0:
+                out.append(Cost(a, proto, lat, bus))
+    return out
+
+
+def _algo_enabled(kind: str, a: str, p: Platform, st: NcclSettings) -> bool:
+    if a in ("nvls", "nvls_tree"):
+        if not (st.nvls and p.nvswitch and p.compcap >= 90 and p.ppn > 1):
+            return False
+        if kind != "all_reduce" and p.ppn > T.NVLS_MAX_ARITY:
+            return False
+        if a == "nvls" and p.nnodes > 1:  # needs CollNet (SHARP switches) across nodes
+            return False
+        if a == "nvls_tree" and p.nnodes == 1:
+            return False
+    if a == "pat" and (not st.pat or p.nnodes != p.nranks):  # one GPU per node
+        return False
+    return st.algo_enabled(kind, a)
+
+
+def _proto_enabled(kind: str, proto: str, p: Platform, st: NcclSettings) -> bool:
+    if not st.proto_enabled(kind, proto):
+        return False
+    if proto == "LL128" and not st.protos_forced:
+        return p.intra == "nvlink" or p.ppn == 1  # NCCL enables LL128 by default on NVLink-connected GPUs only
+    return True
+
+
+def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int) -> float:
+    """NCCL's latency (µs) of algorithm `a` with protocol index `pi`."""
+    hw_intra = "nvlink" if p.intra == "nvlink" else "pci"
+    hw = hw_intra if p.nnodes == 1 else "net"
+    lat = T.BASE_LAT[a][pi]
+    intra = T.HW_LAT[hw_intra][a][pi]
+    inter = T.HW_LAT["net"]["tree" if p.ppn == 1 else a][pi]
+    nn = p.nnodes
+    log_nodes = int(math.log2(nn)) if nn > 1 else 0
+    if a == "ring":
+        if kind in ("broadcast", "reduce"):
+            return lat + T.HW_LAT[hw][a][pi]  # same channels: one step
+        if nn > 1:
+            intra = max(intra, T.NET_OVERHEAD_US * (3 if pi == 2 else 1))
+        inter_steps = 0 if nn == 1 else 2 * (nn - 1) if kind == "all_reduce" else nn - 1
+        return lat + (nsteps - inter_steps) * intra + inter_steps * inter
+    if a == "tree":
+        return lat + 2 * ((p.nranks // nn - 1) * intra + log_nodes * inter) if kind == "all_reduce" else lat
+    if a == "nvls":
+        return intra + (inter if nn > 1 else 0.0)
+    if a == "nvls_tree":
+        return lat + intra + 2 * log_nodes * inter
+    return lat + log_nodes * inter / 3.5 + p.nranks * 2.8  # pat
+
+
+def model_time_us(cost: Cost, kind: str, p: Platform, nbytes: int, channels: int) -> float:
+    """`ncclTopoGetAlgoTime`: latency (with the ring plateau) plus bytes over bandwidth (tree-corrected)."""
+    bw, lat = cost.algbw, cost.lat_us
+    log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
+    if cost.algorithm == "tree" and kind == "all_reduce" and 0 <= log_size < 23:
+        bw *= T.TREE_CORRECTION[cost.protocol][log_size]
+    plateau = nbytes // max(1, channels * p.nranks) >= 64
+    if cost.algorithm == "ring" and cost.protocol == "Simple" and p.nnodes > 1 and kind == "all_reduce" and plateau:
+        lat *= T.RING_PLATEAU if p.compcap >= 80 else 1.9
+    return lat + nbytes / (1000.0 * bw)
+
+
+def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int) -> int:
+    """Channels the collective runs on: NVLS CTAs for NVLS, else comm channels reduced for small sizes."""
+    if choice_algo in ("nvls", "nvls_tree"):
+        default = st.nvls_channels or T.NVLS_CHANNELS.get(p.arch, 16)
+        return max(1, min(default, st.max_channels))
+    nc = comm_channels(p, ring_graph(p), st)
+    nt = T.MAX_THREADS[proto]
+    threshold = T.THREAD_THRESHOLD[proto] * (p.nranks if choice_algo == "ring" and proto == "LL" else 1)
+    while nbytes < nc * nt * threshold and nc >= 2:
+        nc -= 1
+    return nc
+
+
+def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | None:
+    """NCCL's choice for a collective of `nbytes` (nccl-tests' size): the (algorithm, protocol) of least model
+    time among those enabled. None if the user's NCCL_ALGO / NCCL_PROTO leave nothing (NCCL fails there too)."""
+    if kind not in NSTEPS_KINDS or p.nranks < 2:
+        return None
+    best: tuple[float, Cost, int] | None = None
+    for cost in costs(kind, p, st):
+        ch = run_channels(cost.algorithm, cost.protocol, p, st, nbytes)
+        t = model_time_us(cost, kind, p, nbytes, comm_channels(p, ring_graph(p), st))
+        if best is None or t < best[0]:
+            best = (t, cost, ch)
+    if best is None:
+        return None
+    t, cost, ch = best
+    return Choice(cost.algorithm, cost.protocol, ch, t - nbytes / (1000.0 * cost.algbw), cost.algbw, t)

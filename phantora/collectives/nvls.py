@@ -1,0 +1,59 @@
+"""NVLink SHARP (NVLS): the NVSwitch reduces and multicasts, so each GPU's NVLink carries NVLS's bytes, not a ring's.
+
+All-reduce inside a node of m GPUs: each GPU owns slice S/m. Reduce-scatter by multimem load-reduce: the switch
+reads every GPU's copy of each slice (each GPU sends S up) and returns the reduced slice to its owner (S/m down);
+all-gather by multimem store: each owner writes its slice once (S/m up) and the switch multicasts it to every GPU
+(S down). Per GPU: S (m+1)/m up and S (m+1)/m down, against a ring's 2 (m-1)/m S each way.
+
+Flows join endpoints, and the switch's reduction and multicast happen inside the path, so NVLS is written as one
+flow per ordered GPU pair, each of S (m+1) / (m (m-1)) bytes: every GPU's uplink and downlink then carry exactly the
+NVLS bytes. All-gather and reduce-scatter (S/m up, S down; S up, S/m down) use S/m per pair: the direction that
+bounds them (down for all-gather, up for reduce-scatter) carries its (m-1)/m S; the other direction is
+overstated, which costs nothing on an NVSwitch where each GPU has its own link each way.
+
+NVLS-Tree (several nodes): NVLS all-reduce inside each node on the data, and between nodes, for each local index
+i, a double binary tree all-reduce of slice i (S/m) over the NICs of the nodes' GPU i.
+"""
+
+from __future__ import annotations
+
+from phantora.collectives.dag import DagBuilder, split
+from phantora.collectives.layout import dbt_parents
+from phantora.collectives.tree import tree_flows
+
+
+def nvls_pair_bytes(kind: str, nbytes: int, m: int) -> int:
+    """Bytes of one ordered GPU pair's flow inside a node of m GPUs."""
+    if kind == "all_reduce":
+        return -(-nbytes * (m + 1) // (m * (m - 1)))
+    return -(-nbytes // m)
+
+
+def nvls_flows(b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int, name: str = "nvls") -> None:
+    """NVLS inside each host block (all-reduce, all-gather or reduce-scatter)."""
+    for block in blocks:
+        m = len(block)
+        if m < 2:
+            continue
+        size = nvls_pair_bytes(kind, nbytes, m)
+        for i in block:
+            for j in block:
+                if i != j:
+                    b.add(i, j, size, f"{name}/h{blocks.index(block)}", 0)
+
+
+def nvls_tree_flows(b: DagBuilder, blocks: list[list[int]], nbytes: int, channels: int) -> None:
+    """NVLS-Tree all-reduce: NVLS in every node, and per local index a double binary tree across the nodes."""
+    nvls_flows(b, "all_reduce", blocks, nbytes, name="nvls_tree/intra")
+    m = min(len(blk) for blk in blocks)
+    hosts = len(blocks)
+    n = sum(len(blk) for blk in blocks)
+    for i, part in enumerate(split(nbytes, m)):
+        for t, half in enumerate(split(part, 2)):
+            units = dbt_parents(hosts, t)
+            parent: list[int | None] = [None] * n
+            for h, pu in enumerate(units):
+                parent[blocks[h][i]] = None if pu is None else blocks[pu][i]
+            channel = (2 * i + t) % max(1, channels)
+            tree_flows(b, parent, half, channel, up=True, down=True, chunked=False, chunk_bytes=half or 1,
+                       step_delay_ns=0, name=f"nvls_tree/inter{i}/t{t}")  # fmt: skip

@@ -1,0 +1,209 @@
+"""The NCCL model (phantora/collectives/nccl/) against closed forms written out from NCCL 2.30's tuning tables.
+
+Each expected value below is computed here by hand from NCCL's published constants (baseLat, hwLat, llMaxBw,
+NVLink per-link bandwidth, nvlsEfficiency), not read back from the code under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl import choose, platform_of
+from phantora.collectives.nccl.settings import nccl_env, parse_list, settings_from_env
+from phantora.collectives.nccl.shape import wire_bytes
+from phantora.collectives.nccl.tuning import select
+from phantora.errors import InputError
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import dgx_host, load_topology, rail_optimized
+
+MiB, GiB = 1 << 20, 1 << 30
+H100_NVL = 18 * 20.6  # GB/s NCCL assumes a GPU's 18 NVLink4 links carry
+A100_NVL = 12 * 20.0
+
+
+def opts(**env: str) -> AlgoOptions:
+    return AlgoOptions(nccl_env=nccl_env(env))
+
+
+def run(coll: Collective, topo, options: AlgoOptions) -> tuple[float, dict]:
+    """Simulated time (ns) of one collective on an idle flow network, and NCCL's choice."""
+    dag = decompose(coll, topo, options)
+    sim = FlowSimulator(topo)
+    sim.submit(dag.flows, at=0)
+    return max(c.end_ns for c in sim.drain()), dag.choice or {}
+
+
+# ----- protocols on the wire ---------------------------------------------------------------------
+@pytest.mark.parametrize(("proto", "payload", "wire"), [("LL", 8, 16), ("LL", 8000, 16000), ("LL", 9, 32),
+                                                        ("LL128", 120, 128), ("LL128", 120 * 1000, 128 * 1000),
+                                                        ("Simple", 12345, 12345)])  # fmt: skip
+def test_wire_bytes_of_each_protocol(proto, payload, wire):
+    assert wire_bytes(payload, proto) == wire
+
+
+def test_ll_flows_carry_twice_the_ring_bytes():
+    topo = dgx_host(gpu="h100")
+    coll = Collective("all_reduce", tuple(range(8)), 1 * MiB, "fp32")
+    ll = decompose(coll, topo, opts(NCCL_PROTO="LL", NCCL_ALGO="Ring"))
+    ideal = decompose(coll, topo, AlgoOptions(model="ideal", channels=ll.choice["channels"]))
+    assert ll.choice["protocol"] == "LL"
+    ring_bytes = 2 * 7 / 8 * MiB  # each rank sends 2(n-1)/n S in a ring all-reduce
+    sent = sum(f.size for f in ll.flows if f.src == topo.node_of_rank(0))
+    assert sent == pytest.approx(2 * ring_bytes, rel=1e-3)
+    assert sum(f.size for f in ll.flows) == pytest.approx(2 * sum(f.size for f in ideal.flows), rel=1e-3)
+
+
+# ----- NVLS ------------------------------------------------------------------------------------
+def test_nvls_bytes_per_gpu_are_not_the_rings():
+    """NVLS all-reduce: each GPU sends S(m+1)/m and receives as much (switch-side reduction and multicast)."""
+    topo = dgx_host(gpu="h100")
+    m, size = 8, 64 * MiB
+    dag = decompose(Collective("all_reduce", tuple(range(m)), size, "bf16"), topo, opts(NCCL_ALGO="NVLS"))
+    assert dag.choice["algorithm"] == "NVLS"
+    for r in range(m):
+        node = topo.node_of_rank(r)
+        up = sum(f.size for f in dag.flows if f.src == node)
+        down = sum(f.size for f in dag.flows if f.dst == node)
+        assert up == pytest.approx(size * (m + 1) / m, rel=1e-4)
+        assert down == pytest.approx(size * (m + 1) / m, rel=1e-4)
+        assert up < 2 * (m - 1) / m * size  # a ring would send 1.75 S
+
+
+def test_nvls_busbw_exceeds_the_rings_limit_on_h100():
+    """NVLS: 8 channels of 40 GB/s (9 x 40 <= 370.8), x 0.85 x 7/8 x 2 each: busbw 476 GB/s, above NVLink's 450."""
+    topo = dgx_host(gpu="h100")
+    t, choice = run(Collective("all_reduce", tuple(range(8)), 8 * GiB, "bf16"), topo, opts())
+    bus = 8 * 40 * 0.85 * 7 / 8 * 2
+    lat_us = 25.0
+    expected = 8 * GiB / (lat_us * 1e3 + 8 * GiB / (bus * 8 / 14)) * 14 / 8
+    assert choice["algorithm"] == "NVLS"
+    assert 8 * GiB / t * 14 / 8 == pytest.approx(expected, rel=0.005)
+    assert expected > 450
+
+
+def test_nvls_disabled_falls_back_to_the_ring_at_ncclsearch_bandwidth():
+    """NCCL_NVLS_ENABLE=0: ring Simple, 12 channels x 30 GB/s (6 x 60 duplicated): busbw 360."""
+    topo = dgx_host(gpu="h100")
+    t, choice = run(Collective("all_reduce", tuple(range(8)), 8 * GiB, "bf16"), topo, opts(NCCL_NVLS_ENABLE="0"))
+    lat = 8.4 + 14 * 3.4
+    expected = 8 * GiB / (lat * 1e3 + 8 * GiB / (360 * 8 / 14)) * 14 / 8
+    assert (choice["algorithm"], choice["protocol"]) == ("Ring", "Simple")
+    assert 8 * GiB / t * 14 / 8 == pytest.approx(expected, rel=0.005)
+
+
+def test_a100_has_no_nvls_and_reaches_its_nvlink_in_nccl_units():
+    topo = dgx_host(gpu="a100")
+    t, choice = run(Collective("all_reduce", tuple(range(8)), 4 * GiB, "bf16"), topo, opts())
+    lat = 8.4 + 14 * 3.4
+    expected = 4 * GiB / (lat * 1e3 + 4 * GiB / (A100_NVL * 8 / 14)) * 14 / 8
+    assert choice["algorithm"] == "Ring"
+    assert 4 * GiB / t * 14 / 8 == pytest.approx(expected, rel=0.005)
+    assert expected < 300  # below the data sheet's 300 GB/s
+
+
+# ----- the choice at the model's boundary sizes ----------------------------------------------
+def test_ring_ll_to_nvls_boundary_on_h100():
+    """Ring LL: 6.6 + 14 x 0.6 us, min(141, 0.5 x 360) x 8/14 GB/s; NVLS: 25 us, 476 x 8/14 GB/s."""
+    p = platform_of(dgx_host(gpu="h100"), tuple(range(8)))
+    st = settings_from_env({})
+    ll_lat, ll_bw = 6.6 + 14 * 0.6, min(141.0, 0.5 * 360) * 8 / 14
+    nvls_lat, nvls_bw = 25.0, 8 * 40 * 0.85 * 7 / 8 * 2 * 8 / 14
+    cross = (nvls_lat - ll_lat) / (1 / (1000 * ll_bw) - 1 / (1000 * nvls_bw))  # bytes where the times meet
+    below, above = select("all_reduce", p, st, int(cross * 0.97)), select("all_reduce", p, st, int(cross * 1.03))
+    assert below is not None and above is not None
+    assert (below.algorithm, below.protocol) == ("ring", "LL")
+    assert (above.algorithm, above.protocol) == ("nvls", "Simple")
+
+
+def test_one_mib_all_reduce_costs_nccls_latency_not_line_rate():
+    """The issue's case: 1 MiB on 8 H100 took 4.1 us at line rate; NCCL's ring LL costs 15 us + 13 us."""
+    topo = dgx_host(gpu="h100")
+    t, _ = run(Collective("all_reduce", tuple(range(8)), MiB, "fp32"), topo, opts())
+    expected_us = 6.6 + 14 * 0.6 + MiB / (1000 * min(141.0, 180.0) * 8 / 14)
+    assert t / 1e3 == pytest.approx(expected_us, rel=0.01)
+
+
+def test_multi_node_ring_latency_and_nic_bound_bandwidth():
+    """2 DGX hosts, 8 x 400G rails: ring graph 8 channels x 48 GB/s; lat 8.4 + 28 x 3.4 + 2 x 14, x1.4 plateau.
+    (Rails keep every ring hop on one leaf; on testbed16's spines ECMP collisions would take their share.)"""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    size = 2 * GiB
+    t, choice = run(Collective("all_reduce", tuple(range(16)), size, "bf16"), topo, opts(NCCL_ALGO="Ring"))
+    lat = (8.4 + 28 * 3.4 + 2 * 14.0) * 1.4
+    expected = size / (lat * 1e3 + size / (8 * 48 * 16 / 30)) * 30 / 16
+    assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "Simple", 16)
+    assert size / t * 30 / 16 == pytest.approx(expected, rel=0.01)
+
+
+def test_pat_for_one_gpu_per_node():
+    """PAT runs all-gather only with one GPU per node; ceil(log2 n) rounds."""
+    topo = load_topology("testbed16")
+    ranks = (0, 8)  # one GPU on each of the two hosts
+    p = platform_of(topo, ranks)
+    assert p.nnodes == p.nranks == 2
+    dag = decompose(Collective("all_gather", ranks, 256 * MiB, "bf16"), topo, opts(NCCL_ALGO="PAT"))
+    assert dag.choice["algorithm"] == "PAT"
+    assert len(dag.flows) == 2  # one round of two sends
+    with pytest.raises(InputError, match="no NCCL algorithm"):
+        decompose(Collective("all_gather", tuple(range(16)), MiB, "bf16"), topo, opts(NCCL_ALGO="PAT"))
+
+
+# ----- environment variables --------------------------------------------------------------------
+def test_nccl_algo_list_syntax():
+    names = ("Tree", "Ring", "NVLS")
+    table = dict(parse_list("ring;allreduce:^ring", names, "NCCL_ALGO"))
+    assert table["all_gather"] == {"Ring"}
+    assert table["all_reduce"] == {"Tree", "NVLS"}
+    with pytest.raises(InputError, match="NCCL_ALGO"):
+        parse_list("ring;tree", names, "NCCL_ALGO")  # a second entry without a prefix
+    with pytest.raises(InputError, match="unknown name"):
+        parse_list("Bogus", names, "NCCL_ALGO")
+
+
+def test_nccl_proto_forces_the_protocol():
+    topo = dgx_host(gpu="h100")
+    coll = Collective("all_reduce", tuple(range(8)), 256 * MiB, "bf16")
+    assert choose(coll, topo, opts(NCCL_PROTO="LL128")).protocol == "LL128"
+    assert choose(coll, topo, opts(NCCL_PROTO="^Simple")).protocol in ("LL", "LL128")
+
+
+def test_max_nchannels_limits_the_channels_opened():
+    topo = dgx_host(gpu="a100")
+    coll = Collective("all_reduce", tuple(range(8)), GiB, "bf16")
+    assert choose(coll, topo, opts()).channels == 24
+    assert choose(coll, topo, opts(NCCL_MAX_NCHANNELS="4")).channels == 4
+
+
+def test_channels_shrink_for_small_messages():
+    """Ring Simple opens a channel per 512 threads x 64 B = 32 KiB of data."""
+    topo = dgx_host(gpu="a100")
+    coll = Collective("all_reduce", tuple(range(8)), 128 * 1024, "bf16")
+    choice = choose(coll, topo, opts(NCCL_PROTO="Simple", NCCL_ALGO="Ring"))
+    assert choice.channels == 4
+
+
+def test_ideal_model_keeps_line_rate():
+    topo = dgx_host(gpu="h100")
+    t, choice = run(Collective("all_reduce", tuple(range(8)), GiB, "bf16"), topo, AlgoOptions(model="ideal"))
+    assert choice == {}
+    assert GiB / t * 14 / 8 == pytest.approx(450, rel=0.01)
+
+
+# ----- p2p --------------------------------------------------------------------------------------
+def test_all_to_all_inside_a_node_shares_the_gpus_nvlink():
+    """Grouped send/recv to 7 peers at once, each capped at 1/7 of 370.8 GB/s."""
+    topo = dgx_host(gpu="h100")
+    size = GiB
+    t, choice = run(Collective("all_to_all", tuple(range(8)), size, "bf16"), topo, opts())
+    assert choice["algorithm"] == "p2p" and choice["protocol"] == "Simple"
+    lat = 8.4 + 3.4
+    expected = size / (lat * 1e3 + size * 7 / 8 / H100_NVL) * 7 / 8
+    assert size / t * 7 / 8 == pytest.approx(expected, rel=0.01)
+
+
+def test_small_send_recv_uses_ll():
+    topo = dgx_host(gpu="h100")
+    dag = decompose(Collective("send_recv", (0, 1), 4096, "uint8"), topo, opts())
+    assert dag.choice["protocol"] == "LL"
+    assert dag.flows[0].size == 8192
