@@ -207,3 +207,34 @@ def test_small_send_recv_uses_ll():
     dag = decompose(Collective("send_recv", (0, 1), 4096, "uint8"), topo, opts())
     assert dag.choice["protocol"] == "LL"
     assert dag.flows[0].size == 8192
+
+
+# ----- pipeline fill (what NCCL's model leaves out) ---------------------------------------------
+def test_nvls_fill_is_one_chunk_of_the_shrunken_nvls_chunk():
+    """16 MiB over 16 channels x 8 heads = 128 operations: NCCL's ladder takes the 128 KiB chunk to 64 KiB (16 MiB <
+    64 x 128 x 128 KiB) and to 32 KiB (< 8 x 128 x 64 KiB), not to 16 KiB (not < 2 x 128 x 32 KiB); two stages: one
+    chunk time of one operation's share of 476 x 8/14 GB/s."""
+    topo = dgx_host(gpu="h100")
+    choice = choose(Collective("all_reduce", tuple(range(8)), 16 * MiB, "bf16"), topo, opts())
+    algbw = 8 * 40 * 0.85 * 7 / 8 * 2 * 8 / 14
+    assert choice.algorithm == "nvls"
+    assert choice.fill_us == pytest.approx(32 * 1024 * 128 / (algbw * 1000), rel=1e-6)
+
+
+def test_nvls_tree_fill_on_two_hosts_is_two_chunk_times():
+    """NVLS-Tree: three stages; 64 MiB keeps the 128 KiB chunk (not < 4 x 128 x 128 KiB); algbw 8 x min(59.5, 96,
+    57.7) x 16/30. The simulated time is NCCL's latency + the fill + bytes over bandwidth."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    size = 64 * MiB
+    t, choice = run(Collective("all_reduce", tuple(range(16)), size, "bf16"), topo, opts())
+    algbw = 8 * 57.7 * 16 / 30
+    fill = 2 * 128 * 1024 * 128 / (algbw * 1000)
+    assert choice["algorithm"] == "NVLSTree"
+    assert choice["fill_us"] == pytest.approx(fill, rel=1e-3)
+    assert t / 1e3 == pytest.approx(25 + 2 * 20.9 + fill + size / (algbw * 1000), rel=0.01)
+
+
+def test_rings_have_no_fill():
+    topo = dgx_host(gpu="a100")
+    choice = choose(Collective("all_reduce", tuple(range(8)), 64 * MiB, "bf16"), topo, opts())
+    assert choice.algorithm == "ring" and choice.fill_us == 0.0

@@ -3,8 +3,9 @@ delay, and the kernel's throughput as a per-flow rate cap.
 
 - Wire bytes: LL sends 16-byte lines of 8 data bytes and 8 flag bytes (x2); LL128 sends 128-byte lines of 120 data
   bytes (x16/15); Simple sends the data.
-- Latency: NCCL's latency for the choice, less the propagation the network already charges on the path, delays the
-  collective's first flows (those with no dependencies).
+- Latency: NCCL's latency for the choice, plus the pipeline fill its model leaves out (`pipeline.py`), less the
+  propagation the network already charges on the path, delays the collective's first flows (those with no
+  dependencies).
 - Throughput: every connection (sender, receiver, channel) carries its wire bytes at most at the rate that ends
   them in NCCL's bandwidth time, `nbytes / algbw`; a round-by-round algorithm (PAT) spreads a sender's whole
   share over that time. Inside a node of send/recv, each peer connection is capped at its share of the GPU's
@@ -52,7 +53,7 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> lis
     if not flows:
         return flows
     proto = choice.protocol
-    delay = max(0, round(choice.lat_us * 1000) - propagation_ns(flows, topo))
+    delay = max(0, round((choice.lat_us + choice.fill_us) * 1000) - propagation_ns(flows, topo))
     wire = [wire_bytes(f.size, proto) for f in flows]
     if choice.algorithm == "p2p":
         caps = [_peer_cap(f, w, choice, topo) for f, w in zip(flows, wire, strict=True)]

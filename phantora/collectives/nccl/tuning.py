@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.pipeline import fill_us
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
@@ -52,6 +53,7 @@ class Choice:
     algbw: float  # GB/s, the model's algorithm bandwidth (bandwidth term only)
     time_us: float
     peer_bw: float = 0.0  # p2p: GB/s of one connection to a peer inside the node (0: not capped)
+    fill_us: float = 0.0  # pipeline fill NCCL's model leaves out (pipeline.py), charged on top of its time
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -62,6 +64,7 @@ class Choice:
             "model_algbw_gbs": round(self.algbw, 3),
             "model_time_us": round(self.time_us, 3),
             **({"peer_bw_gbs": round(self.peer_bw, 3)} if self.peer_bw else {}),
+            **({"fill_us": round(self.fill_us, 3)} if self.fill_us else {}),
         }
 
 
@@ -261,4 +264,5 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if best is None:
         return None
     t, cost, ch = best
-    return Choice(cost.algorithm, cost.protocol, ch, t - nbytes / (1000.0 * cost.algbw), cost.algbw, t)
+    fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, cost.algbw)
+    return Choice(cost.algorithm, cost.protocol, ch, t - nbytes / (1000.0 * cost.algbw), cost.algbw, t, fill_us=fill)

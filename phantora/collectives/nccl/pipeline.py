@@ -1,0 +1,78 @@
+"""The pipeline fill NCCL's cost model leaves out: a chunk must cross every stage of a pipelined algorithm before
+the last stage has data, so the collective takes (stages - 1) chunk times longer than latency plus bytes over
+bandwidth. NCCL's latency term counts the per-hop software latency once; the chunk's own transfer through the
+stages is not in it. The ring has no fill (every rank sends from its first step); NVLS has two stages (the
+switch's load-reduce, then its multicast store), NVLS-Tree three (NVLS reduce, the tree across nodes, NVLS
+multicast), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then down).
+
+Chunk sizes follow NCCL's `calcCollChunking` (src/enqueue.cc), which shrinks the chunk for mid-size messages so
+that every concurrent operation keeps several chunks in flight; a chunk's time is its bytes over one operation's
+share of the model's bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+
+NVLS_CHUNK = 128 * 1024  # NCCL_NVLS_CHUNKSIZE
+KiB = 1024
+
+
+def _shrink(nbytes: int, ops: int, chunk: int, rules: tuple[tuple[int, int], ...]) -> int:
+    """NCCL's rule ladder: for each (factor, size), if nbytes < factor x ops x chunk and chunk > size: chunk = size."""
+    for factor, size in rules:
+        if nbytes < factor * ops * chunk and chunk > size:
+            chunk = size
+    return chunk
+
+
+def chunk_bytes(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int) -> int:
+    """The chunk NCCL moves per step for this algorithm and protocol (`calcCollChunking`)."""
+    buff = st.buffsize if proto == "Simple" and st.buffsize else T.DEFAULT_BUFFSIZE[proto]
+    chunk = buff // T.NCCL_STEPS
+    if proto == "LL":
+        chunk //= 2
+    elif proto == "LL128":
+        chunk = chunk // 16 * 15
+    if algo == "nvls":
+        chunk = min(chunk, NVLS_CHUNK)
+        return _shrink(nbytes, ops, chunk, ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB)))
+    if algo == "nvls_tree":
+        chunk = min(NVLS_CHUNK, 64 * KiB if p.nnodes >= 4 else NVLS_CHUNK)
+        return _shrink(nbytes, ops, chunk, ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)))
+    if algo == "tree" and proto == "LL128":
+        steps = 1 + math.log2(p.nnodes) + 0.1 * p.ppn
+        while nbytes / (ops * chunk) < steps * 64 / p.ppn and chunk > 128 * KiB:
+            chunk //= 2
+        while nbytes / (ops * chunk) < steps * 16 / p.ppn and chunk > 32 * KiB:
+            chunk //= 2
+    return chunk
+
+
+def stages(algo: str, p: Platform) -> int:
+    """Pipeline stages a chunk crosses one after another."""
+    if algo == "nvls":
+        return 2
+    if algo == "nvls_tree":
+        return 3
+    if algo == "tree":
+        return 2 * (p.ppn - 1 + math.ceil(math.log2(p.nnodes)))
+    return 1
+
+
+def fill_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int, algbw: float) -> float:
+    """Extra time (µs) of the pipeline fill: (stages - 1) chunk times of one concurrent operation."""
+    depth = stages(algo, p)
+    if depth <= 1 or algbw <= 0 or nbytes <= 0:
+        return 0.0
+    heads = p.ppn if algo in ("nvls", "nvls_tree") else 1
+    ops = max(1, channels * heads)
+    chunk = min(chunk_bytes(algo, proto, p, st, nbytes, ops), math.ceil(nbytes / ops))
+    per_op = algbw * 1000.0 / ops  # bytes per µs of one operation
+    if algo == "tree":
+        per_op *= 2  # the tree's model bandwidth is half its per-edge rate (NCCL's 0.5 ratio)
+    return (depth - 1) * chunk / per_op
