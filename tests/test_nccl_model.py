@@ -6,6 +6,9 @@ NVLink per-link bandwidth, nvlsEfficiency), not read back from the code under te
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
@@ -238,3 +241,43 @@ def test_rings_have_no_fill():
     topo = dgx_host(gpu="a100")
     choice = choose(Collective("all_reduce", tuple(range(8)), 64 * MiB, "bf16"), topo, opts())
     assert choice.algorithm == "ring" and choice.fill_us == 0.0
+
+
+def test_chunked_granularity_uses_nccls_step_for_the_protocol():
+    """Chunked: LL moves 32 KiB of data per step (half of a 64 KiB LL step); a ring's Simple chunk is 4 steps of
+    512 KiB. A 1 GiB ring all-reduce on 8 A100s cuts each 1/24 x 1/8 slice into 2 MiB chunks."""
+    topo = dgx_host(gpu="a100")
+    chunked = AlgoOptions(granularity="chunked", nccl_env=nccl_env({"NCCL_ALGO": "Ring"}))
+    ll = decompose(Collective("all_reduce", tuple(range(8)), 8 * MiB, "bf16"), topo,
+                   dataclasses.replace(chunked, protocol="LL"))  # fmt: skip
+    slice_bytes = math.ceil(8 * MiB / ll.choice["channels"] / 8)
+    chunks = math.ceil(slice_bytes / (32 * 1024))  # a slice is cut into near-equal chunks of at most 32 KiB
+    assert chunks > 1
+    assert max(f.size for f in ll.flows) == wire_bytes(math.ceil(slice_bytes / chunks), "LL")
+    big = decompose(Collective("all_reduce", tuple(range(8)), GiB, "bf16"), topo, chunked)
+    assert big.choice["protocol"] == "Simple"
+    big_slice = math.ceil(GiB / big.choice["channels"] / 8)
+    assert max(f.size for f in big.flows) == math.ceil(big_slice / math.ceil(big_slice / (2 * MiB)))
+
+
+# ----- packet mode (ns-3) -----------------------------------------------------------------------
+@pytest.mark.ns3
+def test_packet_mode_carries_ll_lines_and_matches_the_flow_network(ns3_lib):
+    """A 256 KiB all-reduce across two hosts over one 100G link each, NCCL_PROTO=LL: ns-3 carries twice the ring's
+    bytes, paced by the caps, and ends within 5% of the flow network (headers and ACKs are the difference)."""
+    from phantora.netsim.packet import Ns3Simulator
+    from phantora.netsim.packet_config import PacketConfig
+
+    topo = rail_optimized(2, 1, spines=1, nic_rate="100Gbps", gpu="h100")
+    coll = Collective("all_reduce", (0, 1), 256 * 1024, "fp32")
+    ll = opts(NCCL_PROTO="LL")
+    dag = decompose(coll, topo, ll)
+    assert dag.choice["protocol"] == "LL"
+    assert sum(f.size for f in dag.flows) == 2 * (2 * 1 / 2) * 256 * 1024 * 2  # 2 ranks x 2(n-1)/n S x LL 2
+    assert all(f.rate_bps > 0 for f in dag.flows)
+    flow_t, _ = run(coll, topo, ll)
+    with Ns3Simulator(topo, PacketConfig()) as sim:
+        sim.submit(dag.flows, at=0)
+        done = sim.drain()
+    assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
+    assert max(c.end_ns for c in done) == pytest.approx(flow_t, rel=0.05)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from phantora.collectives.layout import host_blocks, multi_host
-from phantora.collectives.nccl import Choice, choose
+from phantora.collectives.nccl import Choice, choose, nccl_chunk
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.topology.model import Topology
@@ -25,6 +25,7 @@ MAX_CHANNELS = 32  # NCCL's MAXCHANNELS
 CHANNELS_PER_NIC = 2  # NCCL opens two rings per NIC on InfiniBand/RoCE systems
 MIN_CHANNEL_BYTES = 64 * 1024  # a channel is opened only if it carries at least this much per rank
 P2P_KINDS = ("all_to_all", "send_recv", "barrier")
+DEFAULT_CHUNK = AlgoOptions().chunk_bytes
 
 
 def default_channels(coll: Collective, topo: Topology) -> int:
@@ -75,7 +76,13 @@ def resolve(coll: Collective, topo: Topology, base: AlgoOptions) -> tuple[AlgoOp
         channels = base.channels or choice.channels
         if coll.kind in P2P_KINDS:
             channels = base.channels or 1  # each peer pair has its own ECMP key already
-        return dataclasses.replace(base, algorithm=algo, channels=channels, protocol=choice.protocol), choice
+        chunk = base.chunk_bytes
+        if base.granularity == "chunked" and chunk == DEFAULT_CHUNK:  # NCCL's own step for the protocol
+            chunk = nccl_chunk(coll, topo, base, choice)
+        resolved = dataclasses.replace(
+            base, algorithm=algo, channels=channels, protocol=choice.protocol, chunk_bytes=chunk
+        )
+        return resolved, choice
     algo = allowed[0] if base.algorithm == "auto" else base.algorithm
     if algo in ("nvls", "nvls_tree", "pat"):
         raise InputError(f"algorithm {algo!r} needs the NCCL model (model=nccl)", field="algorithm")

@@ -8,6 +8,7 @@ apply (the ideal model, a group of one). `shape.py` then turns the choice into w
 from __future__ import annotations
 
 from phantora.collectives.nccl.p2p import p2p_choice
+from phantora.collectives.nccl.pipeline import chunk_bytes
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.settings import NcclSettings, nccl_env, settings_from_env, settings_of
 from phantora.collectives.nccl.tuning import Choice, select
@@ -16,6 +17,7 @@ from phantora.errors import InputError
 from phantora.topology.model import Topology
 
 # phantora's algorithm names <-> NCCL's, per kind (broadcast and reduce run NCCL's ring as a chain)
+RING_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2
 TO_NCCL = {"ring": "ring", "chain": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pat": "pat"}
 
 
@@ -52,6 +54,21 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     return choice
 
 
+def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choice) -> int:
+    """The payload bytes NCCL moves per step of this choice (the chunked granularity's chunk): a ring's Simple
+    chunk is ALLREDUCE_CHUNKSTEPS steps of the buffer (2 MiB), LL's half a 64 KiB step, LL128's 15/16 of one;
+    NVLS, NVLS-Tree and tree chunks as `calcCollChunking` sizes them; p2p the P2P chunk."""
+    st = settings(opts)
+    p = platform_of(topo, coll.ranks)
+    if choice.algorithm == "p2p":
+        return st.p2p_nvl_chunk if p.nnodes == 1 and p.intra == "nvlink" else st.p2p_net_chunk
+    heads = p.ppn if choice.algorithm in ("nvls", "nvls_tree") else 1
+    chunk = chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads)
+    if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):
+        chunk *= RING_CHUNK_STEPS
+    return chunk
+
+
 def _only(st: NcclSettings, kind: str, algo: str | None = None, proto: str | None = None) -> NcclSettings:
     """`st` with one function restricted to one algorithm or protocol (what an explicit option means)."""
     import dataclasses
@@ -68,7 +85,17 @@ def _only(st: NcclSettings, kind: str, algo: str | None = None, proto: str | Non
     return dataclasses.replace(st, protos=tuple(sorted(table.items())), protos_forced=True)
 
 
-__all__ = ["Choice", "NcclSettings", "Platform", "choose", "nccl_env", "platform_of", "settings", "summarize_choices"]
+__all__ = [
+    "Choice",
+    "NcclSettings",
+    "Platform",
+    "choose",
+    "nccl_chunk",
+    "nccl_env",
+    "platform_of",
+    "settings",
+    "summarize_choices",
+]
 
 
 def summarize_choices(
