@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_nccl_tests.py                 # every table, flow engine, a row per size
     .venv/bin/python bench/bench_nccl_tests.py --summary       # one line per table: median and worst error
     .venv/bin/python bench/bench_nccl_tests.py --network ns3   # the same through the packet engine (slower)
+    .venv/bin/python bench/bench_nccl_tests.py --curves        # the model's curves: 4 collectives x 5 machines
 
 Each size runs as nccl-tests runs it (`phantora nccl-tests`' own loop: warm-ups, then timed iterations) on the
 machine of the table (one DGX/HGX host, or rail-optimised hosts with a 400G NIC per GPU), with NCCL_ALGO set as the
@@ -40,13 +41,48 @@ def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dic
     return size / t * coll.busbw_factor(), dag.choice or {}
 
 
+CURVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def curves(network: str) -> None:
+    """Bus bandwidth (GB/s) of each collective from 1 MiB to 8 GiB on one host of A100/H100/H200/B200 and on two
+    H100 hosts (8 x 400G rails), with NCCL's choice at each size."""
+    from phantora.topology import dgx_host, rail_optimized
+
+    machines = {f"1x8 {g}": dgx_host(gpu=g) for g in ("a100", "h100", "h200", "b200")}
+    machines["2x8 h100 400G"] = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    sizes = [1 << k for k in range(20, 34, 2)]
+    for kind in CURVE_KINDS:
+        print(f"\n{kind}: busbw GB/s (algorithm/protocol)")
+        print(f"{'machine':<16}" + "".join(f"{s >> 20:>16}M" for s in sizes))
+        for name, topo in machines.items():
+            cells = []
+            for size in sizes:
+                coll = Collective(kind, tuple(range(topo.num_ranks)), size, "fp32")
+                dag = decompose(coll, topo)
+                engine = make_engine(network, topo)
+                try:
+                    engine.submit(dag.flows, at=0)
+                    t = max(c.end_ns for c in engine.drain())
+                finally:
+                    engine.close()
+                choice = dag.choice or {}
+                what = f"{choice.get('algorithm', '')[:4]}/{choice.get('protocol', '')[:3]}"
+                cells.append(f"{size / t * coll.busbw_factor():7.1f} {what}")
+            print(f"{name:<16}" + "".join(f"{c:>17}" for c in cells))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--network", default="flow", choices=("flow", "ns3"))
     ap.add_argument("--summary", action="store_true", help="one line per table")
     ap.add_argument("--markdown", action="store_true", help="rows as a markdown table (docs/validation.md)")
     ap.add_argument("--min-size", type=int, default=1 << 20, help="smallest size compared (default 1 MiB)")
+    ap.add_argument("--curves", action="store_true", help="print the model's curves instead of comparing")
     args = ap.parse_args()
+    if args.curves:
+        curves(args.network)
+        return
     every: list[float] = []
     big: list[float] = []
     for table in tables():
