@@ -281,3 +281,22 @@ def test_packet_mode_carries_ll_lines_and_matches_the_flow_network(ns3_lib):
         done = sim.drain()
     assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
     assert max(c.end_ns for c in done) == pytest.approx(flow_t, rel=0.05)
+
+
+def test_pxn_keeps_a_cross_rail_all_to_all_on_the_rails():
+    """Two hosts on 8 rails: every network hop of an all-to-all stays on one rail leaf (relayed over NVLink to the
+    GPU on the receiver's rail), and the NICs bound it: algbw = 50 GB/s x n / (n - 8), busbw x 15/16."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    coll = Collective("all_to_all", tuple(range(16)), 4 * GiB, "bf16")
+
+    def spine_hops(options: AlgoOptions) -> int:
+        dag = decompose(coll, topo, options)
+        routes = [topo.route(f.src, f.dst, f.key) for f in dag.flows if f.src != f.dst]
+        return sum(any(topo.nodes[topo.channel_ends(c)[1]].name.startswith("spine") for c in r) for r in routes)
+
+    assert spine_hops(opts()) == 0
+    assert spine_hops(opts(NCCL_PXN_DISABLE="1")) > 0
+    t, _ = run(coll, topo, opts())
+    lat_us = 8.4 + 14.0
+    expected = 4 * GiB / (lat_us * 1e3 + 4 * GiB * 8 / 16 / 50) * 15 / 16
+    assert 4 * GiB / t * 15 / 16 == pytest.approx(expected, rel=0.01)

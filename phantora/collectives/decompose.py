@@ -7,6 +7,7 @@ from typing import Any
 from phantora.collectives.dag import DagBuilder, FlowDag, split
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
+from phantora.collectives.nccl.pxn import pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nvls import nvls_flows, nvls_tree_flows
 from phantora.collectives.options import resolve
@@ -95,6 +96,10 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
                 links = [None if v == root else root for v in range(n)]
             tree_flows(b, links, size, c, up=up, down=down, name=algo, **common)
     elif kind == "all_to_all":
-        all_to_all(b, n, coll.nbytes, ch, pairwise=algo == "pairwise", step_delay_ns=opts.step_latency_ns, name="a2a")
+        relay = pxn_relay(topo, nodes, blocks, opts)
+        pairwise = algo == "pairwise"
+        all_to_all(
+            b, n, coll.nbytes, ch, pairwise=pairwise, step_delay_ns=opts.step_latency_ns, name="a2a", relay=relay
+        )
     else:
-        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p")
+        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", pxn_relay(topo, nodes, blocks, opts))

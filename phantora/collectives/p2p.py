@@ -2,21 +2,49 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from phantora.collectives.dag import DagBuilder, split
+
+Relay = Callable[[int, int], "int | None"]  # (src, dst) position -> the position a transfer is relayed through
 
 
 def _pair(
-    b: DagBuilder, src: int, dst: int, size: int, channels: int, tag: str, deps: tuple[int, ...], delay: int
+    b: DagBuilder,
+    src: int,
+    dst: int,
+    size: int,
+    channels: int,
+    tag: str,
+    deps: tuple[int, ...],
+    delay: int,
+    relay: Relay | None = None,
 ) -> list[int]:
-    """One transfer as `channels` parallel flows (one ECMP key each)."""
-    return [
-        b.add(src, dst, part, f"{tag}/ch{c}" if channels > 1 else tag, c, deps, delay)
-        for c, part in enumerate(split(size, channels))
-    ]
+    """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
+    part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
+    relay's chunk pipeline)."""
+    via = relay(src, dst) if relay is not None else None
+    out = []
+    for c, part in enumerate(split(size, channels)):
+        name = f"{tag}/ch{c}" if channels > 1 else tag
+        if via is None:
+            out.append(b.add(src, dst, part, name, c, deps, delay))
+        else:
+            out.append(b.add(src, via, part, f"{name}/pxn", c, deps, delay))
+            out.append(b.add(via, dst, part, name, c, deps, delay))
+    return out
 
 
 def all_to_all(
-    b: DagBuilder, n: int, nbytes: int, channels: int, *, pairwise: bool, step_delay_ns: int, name: str
+    b: DagBuilder,
+    n: int,
+    nbytes: int,
+    channels: int,
+    *,
+    pairwise: bool,
+    step_delay_ns: int,
+    name: str,
+    relay: Relay | None = None,
 ) -> None:
     """Each position r sends block j of its `nbytes` send buffer (split in n) to every other position j.
 
@@ -30,7 +58,7 @@ def all_to_all(
         for r in range(n):
             for k in range(1, n):
                 j = (r + k) % n
-                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns)
+                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay)
         return
     sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
     for k in range(1, n):
@@ -38,10 +66,12 @@ def all_to_all(
         new = []
         for r in range(n):
             deps = tuple(sent[r]) + tuple(sent[(r - k + 1) % n])  # r's last send and last receive
-            new.append(_pair(b, r, (r + k) % n, blocks[(r + k) % n], channels, tag, deps, step_delay_ns))
+            new.append(_pair(b, r, (r + k) % n, blocks[(r + k) % n], channels, tag, deps, step_delay_ns, relay))
         sent = new
 
 
-def send_recv(b: DagBuilder, nbytes: int, channels: int, step_delay_ns: int, name: str) -> None:
+def send_recv(
+    b: DagBuilder, nbytes: int, channels: int, step_delay_ns: int, name: str, relay: Relay | None = None
+) -> None:
     """One transfer from position 0 to position 1."""
-    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns)
+    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns, relay)

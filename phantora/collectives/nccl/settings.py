@@ -26,6 +26,7 @@ ENV_VARS = (
     "NCCL_P2P_NVL_CHUNKSIZE",
     "NCCL_NVLS_NCHANNELS",
     "NCCL_PAT_ENABLE",
+    "NCCL_PXN_DISABLE",
 )
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
 
@@ -43,6 +44,7 @@ class NcclSettings:
     nvls: bool = True  # NCCL_NVLS_ENABLE=0 turns NVLink SHARP off
     nvls_channels: int = 0  # 0: NCCL's default for the architecture
     pat: bool = True
+    pxn: bool = True  # NCCL_PXN_DISABLE=1 turns the relay of cross-rail sends off
     p2p_net_chunk: int = T.P2P_CHUNK["net"]
     p2p_nvl_chunk: int = T.P2P_CHUNK["nvlink"]
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
@@ -134,6 +136,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         nvls=_int(env, "NCCL_NVLS_ENABLE", 2) != 0,
         nvls_channels=_int(env, "NCCL_NVLS_NCHANNELS", 0),
         pat=_int(env, "NCCL_PAT_ENABLE", 2) != 0,
+        pxn=_int(env, "NCCL_PXN_DISABLE", 0) == 0,
         p2p_net_chunk=_int(env, "NCCL_P2P_NET_CHUNKSIZE", T.P2P_CHUNK["net"], 1),
         p2p_nvl_chunk=_int(env, "NCCL_P2P_NVL_CHUNKSIZE", T.P2P_CHUNK["nvlink"], 1),
         raw=raw,
