@@ -41,6 +41,7 @@ class OpRecord:
     rank_done_ns: dict[int, int]
     flows: int
     metrics: dict[str, float] = field(default_factory=dict)
+    nccl: dict[str, object] | None = None  # NCCL's algorithm, protocol and channels for it (collectives.nccl)
 
     @property
     def duration_ns(self) -> int:
@@ -55,6 +56,7 @@ class ReplayPlan:
     op_flows: dict[str, range]  # op name -> ids of its own (non-marker) flows
     op_start_marker: dict[str, int]
     op_rank_last: dict[str, dict[int, list[int]]]
+    op_choice: dict[str, dict[str, object]] = field(default_factory=dict)  # op name -> NCCL's choice
 
 
 @dataclass
@@ -81,6 +83,7 @@ def plan_workload(
     op_flows: dict[str, range] = {}
     start_marker: dict[str, int] = {}
     rank_last: dict[str, dict[int, list[int]]] = {}
+    choices: dict[str, dict[str, object]] = {}
     ops_by_name: dict[str, WorkloadOp] = {}
     next_id = 0
 
@@ -105,6 +108,8 @@ def plan_workload(
         except InputError as exc:
             raise InputError(f"op '{op.name}': {exc.message}", file=wl.source, field=exc.field) from None
         first = next_id
+        if dag.choice:
+            choices[op.name] = dag.choice
         for f in dag.flows:
             deps = f.deps if f.deps else (start,)
             flows.append(f.with_deps(deps))
@@ -119,7 +124,7 @@ def plan_workload(
         op_flows[op.name] = range(first, next_id)
         # A rank with nothing to wait on is done when the op starts.
         rank_last[op.name] = {r: (dag.rank_last.get(r) or [start]) for r in op.coll.ranks}
-    return ReplayPlan(flows, op_flows, start_marker, rank_last)
+    return ReplayPlan(flows, op_flows, start_marker, rank_last, choices)
 
 
 def run_engine(
@@ -171,6 +176,7 @@ def evaluate_workload(
         done = {r: max(end_of[i] for i in fids) for r, fids in plan.op_rank_last[op.name].items()}
         rec = OpRecord(op.name, op.coll.kind, op.coll.nbytes, op.coll.size, start, end, done, len(ids))
         rec.metrics = collective_metrics(op.coll, rec.duration_ns)
+        rec.nccl = plan.op_choice.get(op.name)
         records.append(rec)
     real_ids = {i for ids in plan.op_flows.values() for i in ids}
     real = [c for c in completions if c.flow_id in real_ids]

@@ -300,3 +300,17 @@ def test_pxn_keeps_a_cross_rail_all_to_all_on_the_rails():
     lat_us = 8.4 + 14.0
     expected = 4 * GiB / (lat_us * 1e3 + 4 * GiB * 8 / 16 / 50) * 15 / 16
     assert 4 * GiB / t * 15 / 16 == pytest.approx(expected, rel=0.01)
+
+
+def test_replay_and_graph_records_carry_nccls_choice():
+    """A replayed workload's op records and results carry the choice each op ran with."""
+    from phantora.replay import replay_inprocess
+    from phantora.workload import workload_from_dict
+
+    topo = dgx_host(gpu="h100")
+    small = {"name": "small", "kind": "all_reduce", "ranks": "all", "bytes": 64 * 1024}
+    big = {"name": "big", "kind": "all_reduce", "ranks": "all", "bytes": 256 * MiB, "after": "small"}
+    data = {"op": [small, big]}
+    res = replay_inprocess(workload_from_dict(data, world=8), topo, FlowSimulator(topo), opts())
+    got = {r.name: (r.nccl or {}).get("algorithm") for r in res.ops}
+    assert got == {"small": "Ring", "big": "NVLS"}

@@ -44,6 +44,7 @@ class Instance:
     start: int = -1  # start marker, once launched
     flows: range = range(0)
     rank_last: dict[int, list[int]] = field(default_factory=dict)
+    choice: dict[str, Any] | None = None  # NCCL's algorithm, protocol and channels for it (collectives.nccl)
 
     @property
     def launched(self) -> bool:
@@ -84,6 +85,7 @@ class GraphReplayResult:
     wall_s: float
     completions: list[Completion] = field(default_factory=list)  # every flow, markers included
     plan_flows: list[Flow] = field(default_factory=list)  # the DAG that ran (its flows' keys and priorities)
+    nccl: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> "algorithm/protocol" -> collectives
 
     def to_dict(self) -> dict[str, Any]:
         """Deterministic results (no wall-clock figure)."""
@@ -94,6 +96,7 @@ class GraphReplayResult:
             "rank_end_ns": self.rank_end_ns,
             "makespan_ns": self.makespan_ns,
             "comm": self.comm,
+            "nccl": self.nccl,
             "flows": self.flows,
             "markers": self.markers,
             "engine_stats": {k: v for k, v in self.engine_stats.items() if _plain(v)},
@@ -274,6 +277,7 @@ class _Planner:
             )
         inst.flows = range(first, len(self.flows))
         inst.rank_last = {r: (dag.rank_last.get(r) or [inst.start]) for r in inst.group}
+        inst.choice = dag.choice
         self.order.append(inst)
         self._launched.append(inst)
 
@@ -350,6 +354,7 @@ def evaluate_graph(
     steps = step_times(rank_steps)
     ends = [sum(steps[: i + 1]) for i in range(len(steps))]
     comm: dict[str, dict[str, int]] = {}
+    nccl: dict[str, dict[str, int]] = {}
     for inst in plan.instances:
         start = end_of[inst.start]
         end = max((end_of[i] for i in inst.flows), default=start)
@@ -357,6 +362,10 @@ def evaluate_graph(
         kind["count"] += 1
         kind["bytes"] += inst.nbytes
         kind["busy_ns"] += end - start
+        if inst.choice:
+            used = nccl.setdefault(inst.kind, {})
+            key = f"{inst.choice['algorithm']}/{inst.choice['protocol']}"
+            used[key] = used.get(key, 0) + 1
     return GraphReplayResult(
         step_ends_ns=ends,
         step_times_ns=steps,
@@ -371,4 +380,5 @@ def evaluate_graph(
         wall_s=wall,
         completions=completions,
         plan_flows=plan.flows,
+        nccl={k: dict(sorted(v.items())) for k, v in sorted(nccl.items())},
     )

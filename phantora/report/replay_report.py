@@ -31,6 +31,7 @@ def results_dict(res: ReplayResult, *, workload: str, topology: Topology, networ
                 "duration_ns": r.duration_ns,
                 "flows": r.flows,
                 **{k: round(v, 3) for k, v in r.metrics.items() if k not in ("duration_ns",)},
+                **({"nccl": r.nccl} if r.nccl else {}),
             }
             for r in res.ops
         ],
