@@ -1,5 +1,8 @@
 """Bus bandwidth of each collective algorithm on a shipped topology, timed by the flow-level engine.
 
+Collectives are decomposed under the ideal model (`AlgoOptions(model="ideal")`: line rate, no NCCL protocol or
+latency), so the engine figures stay comparable across versions; bench_nccl_tests.py measures the NCCL model.
+
 For each (kind, algorithm, granularity, size) it prints the flow count, the simulated time, busbw
 (nccl-tests definition, GB/s), and the wall time to decompose and to simulate. On a DGX-like
 cluster a good ring reaches busbw close to (NICs per host x NIC rate) for large messages.
@@ -52,7 +55,7 @@ def main() -> None:
     for size in sizes:
         for kind, algo, gran in CASES:
             coll = Collective(kind, ranks, size)
-            opts = default_options(coll, topo, AlgoOptions(algorithm=algo, granularity=gran))
+            opts = default_options(coll, topo, AlgoOptions(algorithm=algo, granularity=gran, model="ideal"))
             t0 = time.perf_counter()
             dag = decompose(coll, topo, opts)
             t1 = time.perf_counter()

@@ -1,5 +1,8 @@
 """Decomposition into parallel ns-3 workers (issue 13, lever 3): one engine vs workers=1, 2, 8. Prints figures only.
 
+Collectives are decomposed under the ideal model (`AlgoOptions(model="ideal")`: line rate, no NCCL protocol or
+latency), so the engine figures stay comparable across versions; bench_nccl_tests.py measures the NCCL model.
+
 The traffic is a recorded execution graph (``phantora run --record DIR``), planned into its flow DAG, or
 by default an FSDP-like all-gather then reduce-scatter over every GPU of the topology (NCCL rings keep
 inter-host traffic on one rail). Each variant runs the same DAG with nvlink=fluid, wire=roce4k,
@@ -46,7 +49,7 @@ def fsdp_dag(topo: Topology, nbytes: int) -> list[Flow]:
     """Two all-reduces of `nbytes` over every GPU, the second after the first (hierarchical: rings inside each
     host on NVLink, and across hosts one ring per rail: link-disjoint pieces)."""
     ranks = tuple(range(topo.num_ranks))
-    algo = AlgoOptions("hierarchical", "chunked")
+    algo = AlgoOptions("hierarchical", "chunked", model="ideal")
     ag = decompose(Collective("all_reduce", ranks, nbytes), topo, algo).flows
     base = max(f.id for f in ag) + 1
     needed = {d for g in ag for d in g.deps}
@@ -66,7 +69,7 @@ def rails_dag(topo: Topology, nbytes: int) -> list[Flow]:
     groups: dict[int, list[int]] = {}
     for r in range(topo.num_ranks):
         groups.setdefault(pieces[topo.node_of_rank(r)], []).append(r)
-    algo = AlgoOptions("ring", "coarse")
+    algo = AlgoOptions("ring", "coarse", model="ideal")
     out: list[Flow] = []
     for ranks in groups.values():
         prev: list[int] = []

@@ -1,5 +1,8 @@
 """Benchmark of the flow-level engine on ring all-reduce over a 2-tier leaf-spine.
 
+Collectives are decomposed under the ideal model (`AlgoOptions(model="ideal")`: line rate, no NCCL protocol or
+latency), so the engine figures stay comparable across versions; bench_nccl_tests.py measures the NCCL model.
+
 Prints, for each case: flows, simulated time against the ring closed form
 2(n-1)/n * S / B (+ the step-latency chain for chunked rings), wall time split into routing and
 simulation, CPU time of this process (steadier than wall on a shared machine), and engine
@@ -70,7 +73,7 @@ def ring_flows(topo: Topology, nbytes: int, chunked: bool, chunk: int, channels:
     except ImportError:
         return own_ring(topo, nbytes, chunked, chunk, channels), "bench ring"
     coll = Collective("all_reduce", tuple(range(topo.num_ranks)), nbytes)
-    opts = AlgoOptions("ring", "chunked" if chunked else "coarse", channels, chunk)
+    opts = AlgoOptions("ring", "chunked" if chunked else "coarse", channels, chunk, model="ideal")
     return decompose(coll, topo, opts).flows, "phantora.collectives.decompose"
 
 

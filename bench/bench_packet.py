@@ -1,5 +1,8 @@
 """Packet-level (ns-3) engine benchmark: prints figures, asserts nothing.
 
+Collectives are decomposed under the ideal model (`AlgoOptions(model="ideal")`: line rate, no NCCL protocol or
+latency), so the engine figures stay comparable across versions; bench_nccl_tests.py measures the NCCL model.
+
 1. Events per wall second and wall seconds per simulated ms for ring all-reduces on non-blocking
    400G leaf-spine fabrics (default: 16 GPUs x 256 MiB and 128 GPUs x 32 MiB; --gpus/--bytes to change).
 2. Packet vs flow engine wall time on the same flow DAG.
@@ -42,7 +45,7 @@ def fabric(gpus: int, rate: str) -> Topology:
 
 def allreduce_flows(topo: Topology, nbytes: int, granularity: str, channels: int) -> list[Flow]:
     coll = Collective("all_reduce", tuple(range(topo.num_ranks)), nbytes)
-    return decompose(coll, topo, AlgoOptions("ring", granularity, channels)).flows
+    return decompose(coll, topo, AlgoOptions("ring", granularity, channels, model="ideal")).flows
 
 
 def run_packet(topo: Topology, flows: list[Flow], cfg: PacketConfig) -> dict[str, float]:

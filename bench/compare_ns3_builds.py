@@ -1,4 +1,7 @@
 """Do two builds of the ns-3 models give the same results? Runs a fixed set of packet-level cases with each build
+
+Collectives are decomposed under the ideal model (`AlgoOptions(model="ideal")`: line rate, no NCCL protocol or
+latency), so the engine figures stay comparable across versions; bench_nccl_tests.py measures the NCCL model.
 and compares every output byte for byte.
 
 Each build runs in its own process (`PHANTORA_NS3_LIB` picks its libphantora-ns3.so) and writes, per case, a
@@ -118,7 +121,7 @@ def fabric() -> Topology:
 def phantora_flows(topo: Topology, prios: tuple[int, ...], loss_tolerant: bool) -> list[Flow]:
     """A 16-rank ring all-reduce of 4 MiB (its DAG) and, from t = 0, 6 ranks of leaf 1 sending 1 MB to rank 0."""
     coll = Collective("all_reduce", tuple(range(topo.num_ranks)), 4 << 20)
-    ring = decompose(coll, topo, AlgoOptions("ring", "chunked", 2)).flows
+    ring = decompose(coll, topo, AlgoOptions("ring", "chunked", 2, model="ideal")).flows
     ranks = topo.endpoints
     base = max(f.id for f in ring) + 1
     incast = [
