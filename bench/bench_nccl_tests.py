@@ -16,6 +16,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -25,12 +26,8 @@ from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.factory import make_engine
 
 
-def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, object]]:
-    """Bus bandwidth (GB/s) of one size of `table` on its machine, and NCCL's choice."""
-    topo = machine(table)
-    env = {"NCCL_ALGO": table.nccl_algo} if table.nccl_algo else {}
-    opts = AlgoOptions(nccl_env=nccl_env(env))
-    coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
+def bus_bandwidth(coll: Collective, topo: Topology, opts: AlgoOptions, network: str) -> tuple[float, dict[str, Any]]:
+    """Bus bandwidth (GB/s) of one collective alone on an idle network, and NCCL's choice."""
     dag = decompose(coll, topo, opts)
     engine = make_engine(network, topo)
     try:
@@ -38,7 +35,14 @@ def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dic
         t = max(c.end_ns for c in engine.drain())
     finally:
         engine.close()
-    return size / t * coll.busbw_factor(), dag.choice or {}
+    return coll.nbytes / t * coll.busbw_factor(), dag.choice or {}
+
+
+def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, Any]]:
+    """Bus bandwidth (GB/s) of one size of `table` on its machine, and NCCL's choice."""
+    env = {"NCCL_ALGO": table.nccl_algo} if table.nccl_algo else {}
+    coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
+    return bus_bandwidth(coll, machine(table), AlgoOptions(nccl_env=nccl_env(env)), network)
 
 
 CURVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -59,16 +63,9 @@ def curves(network: str) -> None:
             cells = []
             for size in sizes:
                 coll = Collective(kind, tuple(range(topo.num_ranks)), size, "fp32")
-                dag = decompose(coll, topo)
-                engine = make_engine(network, topo)
-                try:
-                    engine.submit(dag.flows, at=0)
-                    t = max(c.end_ns for c in engine.drain())
-                finally:
-                    engine.close()
-                choice = dag.choice or {}
+                bus, choice = bus_bandwidth(coll, topo, AlgoOptions(nccl_env=()), network)
                 what = f"{choice.get('algorithm', '')[:4]}/{choice.get('protocol', '')[:3]}"
-                cells.append(f"{size / t * coll.busbw_factor():7.1f} {what}")
+                cells.append(f"{bus:7.1f} {what}")
             print(f"{name:<16}" + "".join(f"{c:>17}" for c in cells))
 
 
