@@ -24,6 +24,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl.published import Table, machine, tables
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.factory import make_engine
+from phantora.topology.model import Topology
 
 
 def bus_bandwidth(coll: Collective, topo: Topology, opts: AlgoOptions, network: str) -> tuple[float, dict[str, Any]]:
