@@ -2,7 +2,10 @@
 
 Times are checked against closed forms on a 4-GPU star of 100 Gb/s, 1 us links: a ring
 all-reduce of S bytes on n ranks takes 2(n-1)/n * S * 8 / B plus two link latencies (one hop
-through the switch) in the flow engine, and a send of S bytes takes S * 8 / B plus the same.
+through the switch) in the flow engine, and a send of S bytes takes S * 8 / B plus the same. These are the ideal
+model's closed forms (`IDEAL`: line rate, no NCCL latency); under the NCCL model, the default, a collective the
+coordinator starts at t takes exactly what the same flows take alone from 0 (the NCCL model's own closed forms
+are in tests/test_nccl_model.py).
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import pytest
 from bridge.core import DONE, RUN, WAIT, CoordinatorCore
 from bridge.errors import RunFailed
 from bridge.protocol import INF_NS, Message, decode, encode
-from phantora.collectives.spec import AlgoOptions
+from phantora.collectives import decompose
+from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology.generators import leaf_spine
 
 B = 100 * 10**9
 LAT = 1000
 S = 8 * 2**20
+IDEAL = AlgoOptions(model="ideal")
 
 
 def ring_allreduce_ns(nbytes: int, n: int) -> int:
@@ -31,10 +36,17 @@ def transfer_ns(nbytes: int) -> int:
     return -(-nbytes * 8 * 10**9 // B) + 2 * LAT
 
 
+def alone_ns(topo: Any, coll: Collective, algo: AlgoOptions) -> int:
+    """How long `coll` takes on the idle flow engine, decomposed directly (not through the coordinator)."""
+    sim = FlowSimulator(topo)
+    sim.submit(decompose(coll, topo, algo).flows, at=0)
+    return max(c.end_ns for c in sim.drain())
+
+
 class Harness:
     """A CoordinatorCore on the flow engine, with the replies it sent kept per rank."""
 
-    def __init__(self, world: int = 4, window_ns: int = 0) -> None:
+    def __init__(self, world: int = 4, window_ns: int = 0, algo: AlgoOptions | None = None) -> None:
         self.topo = leaf_spine(1, 4, 0, nic_rate="100Gbps", latency="1us")
         self.sent: dict[int, list[Message]] = {r: [] for r in range(world)}
         self.core = CoordinatorCore(
@@ -42,7 +54,7 @@ class Harness:
             self.topo,
             world,
             window_ns=window_ns,
-            algo=AlgoOptions(),
+            algo=AlgoOptions() if algo is None else algo,
             send=lambda r, raw: self.sent[r].append(decode(raw)),
         )
         self.handles = dict.fromkeys(range(world), 0)
@@ -66,14 +78,23 @@ class Harness:
         return got[-1]
 
 
-def test_allreduce_starts_at_latest_issue_and_ends_at_closed_form() -> None:
-    h = Harness()
+@pytest.mark.parametrize("model", ["ideal", "nccl"])
+def test_allreduce_starts_at_latest_issue_and_ends_at_closed_form(model: str) -> None:
+    """Ideal model: the ring's closed form after the latest issue; NCCL model: the time of the same collective
+    decomposed and run alone, after the latest issue."""
+    algo = AlgoOptions(model=model)
+    h = Harness(algo=algo)
     issue = {0: 0, 1: 5_000, 2: 20_000, 3: 7_000}
     hs = {r: h.coll(r, t) for r, t in issue.items()}
     for r, t in issue.items():
         h.wait(r, t, hs[r])
     h.core.progress()
-    want = max(issue.values()) + ring_allreduce_ns(S, 4)
+    if model == "ideal":
+        took = ring_allreduce_ns(S, 4)
+    else:
+        took = alone_ns(h.topo, Collective("all_reduce", (0, 1, 2, 3), S, "bf16"), algo)
+        assert took != ring_allreduce_ns(S, 4)  # NCCL's latency and throughput, not the line rate
+    want = max(issue.values()) + took
     for r in range(4):
         res = h.result(r)
         assert res["h"] == hs[r]
@@ -84,8 +105,9 @@ def test_allreduce_starts_at_latest_issue_and_ends_at_closed_form() -> None:
 
 
 def test_exact_mode_never_passes_a_running_rank() -> None:
-    """Rank 0 waits; rank 1 is still computing at 1 us: the network must stay at or before 1 us."""
-    h = Harness(world=2)
+    """Rank 0 waits; rank 1 is still computing at 1 us: the network must stay at or before 1 us (ideal model:
+    the completion at the ring's closed form)."""
+    h = Harness(world=2, algo=IDEAL)
     a = h.coll(0, 0, group=(0, 1))
     b = h.coll(1, 0, group=(0, 1))
     h.wait(0, 0, a)
@@ -119,19 +141,29 @@ def test_wait_with_deadline_returns_none_before_completion() -> None:
     assert h.core.engine.now() == 50_000
 
 
-def test_send_recv_completes_on_both_sides_at_transfer_time() -> None:
-    h = Harness(world=2)
+@pytest.mark.parametrize("model", ["ideal", "nccl"])
+def test_send_recv_completes_on_both_sides_at_transfer_time(model: str) -> None:
+    """Ideal model: the line-rate transfer time after the later side; NCCL model: the send/recv decomposed and
+    run alone, after the later side."""
+    algo = AlgoOptions(model=model)
+    h = Harness(world=2, algo=algo)
     h.msg(0, "p2p", 3_000, h=1, peer=1, send=True, tag=7, seq=0, nbytes=S, name="")
     h.msg(1, "p2p", 9_000, h=1, peer=0, send=False, tag=7, seq=0, nbytes=S, name="")
     h.wait(0, 3_000, 1)
     h.wait(1, 9_000, 1)
     h.core.progress()
-    assert h.result(0)["t_done"] == h.result(1)["t_done"] == 9_000 + transfer_ns(S)
+    if model == "ideal":
+        took = transfer_ns(S)
+    else:
+        took = alone_ns(h.topo, Collective("send_recv", (0, 1), S, "bf16"), algo)
+        assert took != transfer_ns(S)
+    assert h.result(0)["t_done"] == h.result(1)["t_done"] == 9_000 + took
 
 
 def test_window_mode_rounds_are_whole_windows_and_late_start_is_bounded() -> None:
+    """Ideal model: the completion at the ring's closed form."""
     w = 100_000
-    h = Harness(world=2, window_ns=w)
+    h = Harness(world=2, window_ns=w, algo=IDEAL)
     a = h.coll(0, 0, group=(0, 1))
     b = h.coll(1, 0, group=(0, 1))
     h.wait(0, 0, a)
@@ -213,7 +245,8 @@ def test_clock_going_back_is_rejected() -> None:
 
 
 def test_finalize_drains_and_records_everything() -> None:
-    h = Harness(world=2)
+    """Ideal model: the record's end at the ring's closed form."""
+    h = Harness(world=2, algo=IDEAL)
     h.coll(0, 0, group=(0, 1))
     h.coll(1, 0, group=(0, 1))
     h.msg(0, "finish", 0, results={"a": 1}, cpu_s=0.0)

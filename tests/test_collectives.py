@@ -1,4 +1,9 @@
-"""Collective decomposition: flow sizes against the algorithms' byte formulas, DAG structure, defaults."""
+"""Collective decomposition: flow sizes against the algorithms' byte formulas, DAG structure, defaults.
+
+The byte formulas, chunk structure and default options are those of the ideal decomposition (`model="ideal"`:
+line rate, no protocol, phantora's own default algorithm and channel rules); the NCCL model, the default, has its
+own closed-form tests in tests/test_nccl_model.py. Tests that do not ask for the ideal model run under NCCL's.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from phantora.topology.model import Topology
 B = 100 * 10**9
 L = 1000
 MiB = 1 << 20
+IDEAL = AlgoOptions(model="ideal")
 
 
 def star(n: int) -> Topology:
@@ -66,20 +72,28 @@ GRANS = ("coarse", "chunked")
 
 
 # ----- bytes per rank ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("model", "protocol", "wire"), [("ideal", "auto", 1), ("nccl", "Simple", 1), ("nccl", "LL", 2)]
+)
 @pytest.mark.parametrize("gran", GRANS)
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
 @pytest.mark.parametrize("channels", [1, 3, 4])
-def test_ring_bytes_per_rank(n: int, channels: int, gran: str) -> None:
+def test_ring_bytes_per_rank(n: int, channels: int, gran: str, model: str, protocol: str, wire: int) -> None:
+    """The ring's bytes per rank: the ideal decomposition's closed form; under the NCCL model the same payload,
+    sent as NCCL's protocol puts it on the wire (Simple: the data; LL: 16-byte lines of 8 data bytes, x2)."""
     topo = star(n)
-    size = n * channels * 3 * 256 * 1024  # divisible: every slice is whole
-    opts = AlgoOptions(algorithm="ring", granularity=gran, channels=channels, chunk_bytes=256 * 1024)
+    size = n * channels * 3 * 256 * 1024  # divisible: every slice is whole (and whole LL lines)
+    opts = AlgoOptions(
+        algorithm="ring", granularity=gran, channels=channels, chunk_bytes=256 * 1024, model=model, protocol=protocol
+    )
     want = {"all_reduce": 2 * (n - 1) * size // n, "all_gather": (n - 1) * size // n}
     want["reduce_scatter"] = want["all_gather"]
     for kind, nbytes in want.items():
         dag = decompose(Collective(kind, tuple(range(n)), size), topo, opts)
+        assert (dag.choice or {}).get("protocol") == (protocol if model == "nccl" else None)
         sent, recv = sent_by_rank(topo, dag), recv_by_rank(topo, dag)
         for r in range(n):
-            assert sent[r] == recv[r] == nbytes, (kind, r)
+            assert sent[r] == recv[r] == wire * nbytes, (kind, r)
 
 
 @pytest.mark.parametrize("gran", GRANS)
@@ -136,10 +150,11 @@ def test_broadcast_reduce_bytes(n: int, algo: str, gran: str) -> None:
 @pytest.mark.parametrize("gran", GRANS)
 @pytest.mark.parametrize("n", [2, 3, 8, 13])
 def test_tree_all_reduce_bytes(n: int, gran: str) -> None:
-    """Every tree edge carries the tree's data up and down: 2 (n-1) S in total over both trees."""
+    """Every tree edge carries the tree's data up and down: 2 (n-1) S in total over both trees (ideal
+    decomposition: the NCCL model may send the tree's LL/LL128 lines)."""
     topo = star(n)
     size = 4 * 3 * MiB
-    opts = AlgoOptions(algorithm="tree", granularity=gran, channels=4, chunk_bytes=MiB)
+    opts = AlgoOptions(algorithm="tree", granularity=gran, channels=4, chunk_bytes=MiB, model="ideal")
     dag = decompose(Collective("all_reduce", tuple(range(n)), size), topo, opts)
     sent, recv = sent_by_rank(topo, dag), recv_by_rank(topo, dag)
     assert sum(sent.values()) == 2 * (n - 1) * size
@@ -225,12 +240,19 @@ def test_dag_is_well_formed(kind: str, algo: str, gran: str) -> None:
 @pytest.mark.parametrize(("kind", "steps"), [("all_reduce", 2), ("all_gather", 1), ("reduce_scatter", 1)])
 @pytest.mark.parametrize(("n", "channels", "chunks"), [(2, 1, 1), (4, 2, 3), (5, 3, 2)])
 def test_chunked_ring_structure(kind: str, steps: int, n: int, channels: int, chunks: int) -> None:
+    """The ideal decomposition's chunked ring: chunk-sized flows, each delayed by the step latency only (the NCCL
+    model adds its latency to the first flows and sends protocol lines)."""
     topo = star(n)
     chunk = 64 * 1024
     size = n * channels * chunks * chunk
     step_ns = 700
     opts = AlgoOptions(
-        algorithm="ring", granularity="chunked", channels=channels, chunk_bytes=chunk, step_latency_ns=step_ns
+        algorithm="ring",
+        granularity="chunked",
+        channels=channels,
+        chunk_bytes=chunk,
+        step_latency_ns=step_ns,
+        model="ideal",
     )
     dag = decompose(Collective(kind, tuple(range(n)), size), topo, opts)
     nsteps = steps * (n - 1)
@@ -347,11 +369,13 @@ def test_multi_host_rings_leave_each_host_from_every_gpu() -> None:
 
 # ----- options and metrics -------------------------------------------------------------------
 def test_default_options() -> None:
+    """The ideal model's defaults (its own algorithm and channel rules); under the default NCCL model every
+    NCCL-modelled kind resolves to a protocol and at least one channel."""
     s, c = star(8), cluster(2, 4)
     big = 256 * MiB
 
-    def resolve(kind: str, topo: Topology, base: AlgoOptions | None = None, nbytes: int = big) -> AlgoOptions:
-        return default_options(Collective(kind, tuple(range(topo.num_ranks)), nbytes), topo, base or AlgoOptions())
+    def resolve(kind: str, topo: Topology, base: AlgoOptions = IDEAL, nbytes: int = big) -> AlgoOptions:
+        return default_options(Collective(kind, tuple(range(topo.num_ranks)), nbytes), topo, base)
 
     assert [resolve(k, s).algorithm for k in ("all_reduce", "all_gather", "broadcast", "all_to_all", "barrier")] == [
         "ring",
@@ -365,10 +389,20 @@ def test_default_options() -> None:
     assert resolve("all_reduce", c, nbytes=8 * 64 * 1024 * 3).channels == 3  # small: >= 64 KiB per rank and channel
     assert resolve("all_reduce", c, nbytes=1000).channels == 1
     assert resolve("all_to_all", c).channels == 1
-    assert resolve("all_reduce", c, AlgoOptions(channels=5)).channels == 5
-    assert resolve("all_reduce", s, AlgoOptions(algorithm="hierarchical")).algorithm == "ring"  # no hosts
-    assert resolve("all_reduce", c, AlgoOptions(algorithm="hierarchical")).algorithm == "hierarchical"
-    assert resolve("all_reduce", c, AlgoOptions(granularity="chunked")).granularity == "chunked"
+    assert resolve("all_reduce", c, AlgoOptions(channels=5, model="ideal")).channels == 5
+    hier = AlgoOptions(algorithm="hierarchical", model="ideal")
+    assert resolve("all_reduce", s, hier).algorithm == "ring"  # no hosts
+    assert resolve("all_reduce", c, hier).algorithm == "hierarchical"
+    assert resolve("all_reduce", c, AlgoOptions(granularity="chunked", model="ideal")).granularity == "chunked"
+    assert {resolve(k, t).protocol for k in ("all_reduce", "all_gather", "all_to_all") for t in (s, c)} == {"auto"}
+    # The default model: NCCL's choice, a protocol and channels for every kind it models, large and small.
+    for topo in (s, c):
+        for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"):
+            for nbytes in (1000, big):
+                got = resolve(kind, topo, AlgoOptions(), nbytes)
+                assert got.model == "nccl" and got.protocol in ("LL", "LL128", "Simple"), (topo.name, kind, nbytes)
+                assert got.channels > 0 and got.algorithm != "auto", (topo.name, kind, nbytes)
+    assert resolve("all_reduce", c, AlgoOptions(channels=5)).channels == 5  # explicit channels win there too
     with pytest.raises(InputError, match="field 'algorithm'.*tree.*all_gather"):
         resolve("all_gather", s, AlgoOptions(algorithm="tree"))
     with pytest.raises(InputError, match="rank 9"):

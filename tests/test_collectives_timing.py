@@ -4,6 +4,10 @@ Star: n hosts on one non-blocking switch, every link B bits/s and L ns, so a hos
 two links: 2L of latency, and a host's up- and downlink are the only shared resources. The engine
 rounds each transmission up to a whole ns and a flow completes one path latency after its last
 byte leaves, so every closed form below is exact up to a few ns per step.
+
+These closed forms are those of the ideal decomposition (`model="ideal"`: line rate, no protocol bytes, no NCCL
+latency or rate caps), which `run` uses; the NCCL model, the default, has its own closed-form tests in
+tests/test_nccl_model.py.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ def cluster(hosts: int, m: int, nic_bps: int, nvl_bps: int, nvl_lat: int = 100) 
 
 
 def run(coll: Collective, topo: Topology, **opts: object) -> tuple[int, dict[int, int]]:
-    """Makespan of the collective from t=0, and each rank's done time from `rank_last`."""
-    dag = decompose(coll, topo, AlgoOptions(**opts))
+    """Makespan of the collective from t=0 under the ideal model, and each rank's done time from `rank_last`."""
+    dag = decompose(coll, topo, AlgoOptions(**{"model": "ideal", **opts}))
     sim = flow.FlowSimulator(topo)
     sim.submit(dag.flows, at=0)
     end = {c.flow_id: c.end_ns for c in sim.drain()}

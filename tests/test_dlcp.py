@@ -1,8 +1,13 @@
 """DLCP end to end: lost flow bytes of a ring all-reduce map to tensor bytes (closed form), and in a real-mode run
-with gloo-backed ranks the received tensor holds zeros exactly at the reported ranges and the true sum elsewhere."""
+with gloo-backed ranks the received tensor holds zeros exactly at the reported ranges and the true sum elsewhere.
+
+The closed forms take the ideal decomposition's flow sizes (`model="ideal"`: payload bytes on the wire); under the NCCL
+model, the default, only Simple-protocol rings are mapped, and they map exactly as the ideal ones do.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -37,27 +42,32 @@ def test_merge_joins_touching_ranges() -> None:
 
 def test_lost_bytes_of_a_coarse_ring_all_reduce_map_to_slices() -> None:
     """4 ranks, 1 channel, 4000 bytes: slices of 1000. Ring position i's flow carries, in step order, slices
-    (i-1, i-2, i-3) (reduce-scatter) then (i, i-1, i-2) (all-gather), 1000 bytes each."""
+    (i-1, i-2, i-3) (reduce-scatter) then (i, i-1, i-2) (all-gather), 1000 bytes each: the ideal decomposition,
+    and NCCL's ring with the Simple protocol (the data on the wire), which must map identically."""
     topo = leaf_spine(1, 4, 0, name="star4")
     coll = Collective("all_reduce", (0, 1, 2, 3), 4000, "fp32")
-    opts = AlgoOptions(channels=1)
-    dag = decompose(coll, topo, opts, first_flow_id=100)
-    assert [f.size for f in dag.flows] == [6000] * 4
-    # Flow of position 1 (id 101): bytes 500..1499 = the second half of slice 0 and the first half of slice 3,
-    # both in the reduce-scatter: every rank zeroes them.
-    got = ring_lost_ranges(coll, topo, opts, 100, {101: [(500, 1000)]})
-    assert got == {r: [(500, 500), (3000, 500)] for r in range(4)}
-    # Flow of position 1, all-gather step 3 (bytes 3000..3999 = slice 1): positions 2, 3 and 0 receive it.
-    got = ring_lost_ranges(coll, topo, opts, 100, {101: [(3000, 1000)]})
-    assert got == {2: [(1000, 1000)], 3: [(1000, 1000)], 0: [(1000, 1000)]}
-    # The last all-gather step (bytes 5000..5999, slice 3 at step 5) reaches position 2 only.
-    assert ring_lost_ranges(coll, topo, opts, 100, {101: [(5000, 1000)]}) == {2: [(3000, 1000)]}
+    for opts in (AlgoOptions(channels=1, model="ideal"), AlgoOptions(channels=1, algorithm="ring", protocol="Simple")):
+        assert supports_loss(coll, topo, opts), opts
+        dag = decompose(coll, topo, opts, first_flow_id=100)
+        assert [f.size for f in dag.flows] == [6000] * 4
+        # Flow of position 1 (id 101): bytes 500..1499 = the second half of slice 0 and the first half of slice 3,
+        # both in the reduce-scatter: every rank zeroes them.
+        got = ring_lost_ranges(coll, topo, opts, 100, {101: [(500, 1000)]})
+        assert got == {r: [(500, 500), (3000, 500)] for r in range(4)}
+        # Flow of position 1, all-gather step 3 (bytes 3000..3999 = slice 1): positions 2, 3 and 0 receive it.
+        got = ring_lost_ranges(coll, topo, opts, 100, {101: [(3000, 1000)]})
+        assert got == {2: [(1000, 1000)], 3: [(1000, 1000)], 0: [(1000, 1000)]}
+        # The last all-gather step (bytes 5000..5999, slice 3 at step 5) reaches position 2 only.
+        assert ring_lost_ranges(coll, topo, opts, 100, {101: [(5000, 1000)]}) == {2: [(3000, 1000)]}
+    # NCCL's own choice for so small a call (LL lines, a tree here) is not mapped: it stays lossless.
+    assert "LL protocol lines" in (lossless_reason(coll, topo, AlgoOptions(channels=1, algorithm="ring")) or "")
+    assert not supports_loss(coll, topo, AlgoOptions(channels=1))
 
 
 def test_chunked_ring_maps_each_chunk() -> None:
     topo = leaf_spine(1, 2, 0, name="star2")
     coll = Collective("all_reduce", (0, 1), 4000, "fp32")
-    opts = AlgoOptions(channels=1, granularity="chunked", chunk_bytes=1000)
+    opts = AlgoOptions(channels=1, granularity="chunked", chunk_bytes=1000, model="ideal")
     dag = decompose(coll, topo, opts, first_flow_id=0)
     # 2 ranks: slices of 2000, 2 chunks each; step 0 (reduce-scatter): position 0 sends slice 1, chunks 0, 1.
     assert [f.size for f in dag.flows] == [1000] * 8
@@ -71,7 +81,7 @@ def test_lost_bytes_of_a_coarse_ring_reduce_scatter_map_to_the_owner_shard() -> 
     slices (i-1, i-2, i-3) for steps 0..2; slice j ends at position j, whose output shard is slice j."""
     topo = leaf_spine(1, 4, 0, name="star4")
     coll = Collective("reduce_scatter", (0, 1, 2, 3), 16000, "fp32")
-    opts = AlgoOptions(channels=1)
+    opts = AlgoOptions(channels=1, model="ideal")
     dag = decompose(coll, topo, opts, first_flow_id=100)
     assert [f.size for f in dag.flows] == [12000] * 4
     # Flow of position 1, bytes 500..1499: step 0 carries slice 0 -> rank 0's output bytes 500..1499 only.
@@ -97,13 +107,17 @@ def test_reduce_scatter_channels_share_every_shard() -> None:
 def test_chunked_reduce_scatter_and_uneven_or_other_cases_stay_lossless() -> None:
     topo = leaf_spine(1, 2, 0, name="star2")
     coll = Collective("reduce_scatter", (0, 1), 4000, "fp32")
-    opts = AlgoOptions(channels=1, granularity="chunked", chunk_bytes=1000)
+    opts = AlgoOptions(channels=1, granularity="chunked", chunk_bytes=1000, model="ideal")
     # 2 ranks, one step: position 0 sends slice 1 (rank 1's shard) in chunks 0 (flow 0) and 1 (flow 1).
     assert lost_ranges(coll, topo, opts, 0, {1: [(0, 8)]}) == {1: [(1000, 8)]}
     uneven = Collective("reduce_scatter", (0, 1), 4002, "fp32")
-    assert supports_loss(uneven, topo, AlgoOptions(channels=1))
-    assert not supports_loss(uneven, topo, AlgoOptions(channels=2))  # 2001 per channel, odd over 2 ranks
-    assert "evenly" in (lossless_reason(uneven, topo, AlgoOptions(channels=2)) or "")
+    assert supports_loss(uneven, topo, AlgoOptions(channels=1, model="ideal"))
+    assert not supports_loss(uneven, topo, AlgoOptions(channels=2, model="ideal"))  # 2001 per channel, odd / 2
+    assert "evenly" in (lossless_reason(uneven, topo, AlgoOptions(channels=2, model="ideal")) or "")
+    simple = AlgoOptions(channels=2, algorithm="ring", protocol="Simple")  # NCCL model, its ring: the same rule
+    assert supports_loss(uneven, topo, dataclasses.replace(simple, channels=1))
+    assert "evenly" in (lossless_reason(uneven, topo, simple) or "")
+    assert "LL protocol lines" in (lossless_reason(uneven, topo, AlgoOptions(channels=1)) or "")  # NCCL's LL
     tree = Collective("all_reduce", (0, 1), 4000, "fp32")
     assert "tree" in (lossless_reason(tree, topo, AlgoOptions(algorithm="tree")) or "")
     gather = Collective("all_gather", (0, 1), 4000, "fp32")
@@ -130,9 +144,12 @@ SCRIPT = """
 
 @pytest.mark.ns3
 @pytest.mark.slow
-def test_real_mode_zeros_exactly_the_lost_ranges(tmp_path: Path) -> None:
+def test_real_mode_zeros_exactly_the_lost_ranges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """4 ranks, two per leaf, 25G uplinks (4:1): the ring's leaf-crossing flows queue at the leaves, whose
-    switches trim loss-tolerant packets past 8 KB."""
+    switches trim loss-tolerant packets past 8 KB. NCCL's ring with the Simple protocol (its own choice for 4 MiB
+    is LL128, whose lines are not mapped to tensor bytes: the call would stay lossless)."""
+    monkeypatch.setenv("NCCL_ALGO", "Ring")
+    monkeypatch.setenv("NCCL_PROTO", "Simple")
     script = tmp_path / "dlcp.py"
     script.write_text(textwrap.dedent(SCRIPT))
     topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="25Gbps", latency="1us", name="twoleaf4")

@@ -3,7 +3,9 @@
 Closed forms on a leaf-spine of 2 leaves x 2 GPUs and one spine, every link B = 100 Gb/s and 1 us, so a
 leaf's uplink is shared 2:1. A 2-rank ring all-reduce of S bytes is one S-byte flow each way; across the
 spine it crosses 4 links: alone it takes ceil(S*8/B) + 4 us; if another job's flow shares the uplink, max-min
-gives each B/2: ceil(2*S*8/B) + 4 us.
+gives each B/2: ceil(2*S*8/B) + 4 us. These closed forms are the ideal model's (`model="ideal"`: line rate, no NCCL
+latency or rate caps); properties that hold under any model (isolation) are also checked under the NCCL model,
+the default.
 """
 
 from __future__ import annotations
@@ -45,7 +47,14 @@ class Spy(FlowSimulator):
 class Jobs:
     """A coordinator core running jobs of 2 ranks each on GPUs `gpus` (job j's ranks on gpus[2j], gpus[2j+1])."""
 
-    def __init__(self, gpus: list[int], *, all_or_nothing: bool = False, priority: list[int | None] | None = None):
+    def __init__(
+        self,
+        gpus: list[int],
+        *,
+        all_or_nothing: bool = False,
+        priority: list[int | None] | None = None,
+        model: str = "nccl",
+    ):
         topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us").with_rank_order(gpus)
         n = len(gpus) // 2
         prio = priority or [None] * n
@@ -57,7 +66,7 @@ class Jobs:
             topo,
             len(gpus),
             window_ns=0,
-            algo=AlgoOptions(),
+            algo=AlgoOptions(model=model),
             send=lambda r, raw: self.sent[r].append(decode(raw)),
             jobs=self.table,
             all_or_nothing=all_or_nothing,
@@ -95,11 +104,12 @@ class Jobs:
 
 
 def test_a_shared_uplink_halves_each_jobs_rate_as_max_min_predicts() -> None:
-    alone = Jobs([0, 2])  # one job across the spine
+    """Ideal model (line rate), so that max-min's halving is the closed form."""
+    alone = Jobs([0, 2], model="ideal")  # one job across the spine
     alone.all_reduce(0)
     alone.core.progress()
     assert alone.done(0) == alone.done(1) == cross_ns(B)
-    shared = Jobs([0, 2, 1, 3])  # job 1 on the other GPU of each leaf: both cross the same uplinks
+    shared = Jobs([0, 2, 1, 3], model="ideal")  # job 1 on the other GPU of each leaf: both cross the same uplinks
     shared.all_reduce(0)
     shared.all_reduce(1)
     shared.core.progress()
@@ -112,15 +122,20 @@ def test_a_shared_uplink_halves_each_jobs_rate_as_max_min_predicts() -> None:
     assert [f.key for f in shared.engine.submitted] == [*range(per_job), *range(per_job)]
 
 
-def test_jobs_on_disjoint_leaves_run_exactly_as_alone() -> None:
-    both = Jobs([0, 1, 2, 3])  # job 0 on leaf 0, job 1 on leaf 1: no link in common
+@pytest.mark.parametrize("model", ["ideal", "nccl"])
+def test_jobs_on_disjoint_leaves_run_exactly_as_alone(model: str) -> None:
+    """Under either model, exactly as alone; under the ideal model, at the line-rate closed form."""
+    both = Jobs([0, 1, 2, 3], model=model)  # job 0 on leaf 0, job 1 on leaf 1: no link in common
     both.all_reduce(0)
     both.all_reduce(1)
     both.core.progress()
-    alone = Jobs([2, 3])
+    alone = Jobs([2, 3], model=model)
     alone.all_reduce(0)
     alone.core.progress()
     one_leaf = -(-S * 8 * 10**9 // B) + 2 * LAT
+    if model == "nccl":
+        one_leaf = alone.done(0)
+        assert one_leaf != -(-S * 8 * 10**9 // B) + 2 * LAT  # NCCL's latency and throughput, not the line rate
     assert [both.done(g) for g in range(4)] == [one_leaf] * 4 == [alone.done(0)] * 2 + [alone.done(1)] * 2
 
 
@@ -140,8 +155,15 @@ def test_job_traffic_class_and_link_bytes_per_job() -> None:
         assert sum(per_ch.get(ch, 0) for ch in uplink) == S  # leaf 0 -> spine: one flow's bytes
 
 
-def test_a_mismatch_ends_only_its_job() -> None:
-    h = Jobs([0, 2, 1, 3])
+@pytest.mark.parametrize("model", ["ideal", "nccl"])
+def test_a_mismatch_ends_only_its_job(model: str) -> None:
+    """Job 0 then runs as if alone on the uplink: the line-rate closed form under the ideal model, the time of
+    the same job run alone under the NCCL model."""
+    alone = Jobs([0, 2], model=model)
+    alone.all_reduce(0)
+    alone.core.progress()
+    want = cross_ns(B) if model == "ideal" else alone.done(0)
+    h = Jobs([0, 2, 1, 3], model=model)
     h.all_reduce(0)
     h.msg(
         2, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None, name="", algo=None
@@ -155,7 +177,7 @@ def test_a_mismatch_ends_only_its_job() -> None:
     assert h.core.ranks[2].state == h.core.ranks[3].state == DONE
     h.msg(3, "wait", 0, handles=[1], until=INF_NS)  # a late message of the failed job is ignored
     h.core.progress()
-    assert h.done(0) == h.done(1) == cross_ns(B)  # job 0 alone on the uplink once job 1 is gone
+    assert h.done(0) == h.done(1) == want  # job 0 alone on the uplink once job 1 is gone
     for g in (0, 1):
         h.msg(g, "finish", h.done(g), results={}, cpu_s=0.0)
     assert h.core.all_finished()

@@ -2,7 +2,8 @@
 
 The reference is the same job with every rank live: mirrored runs must put the same flows on the
 network and give each live rank the completion time of its slowest mirror, exactly. Closed forms
-anchor the single-copy cases (ring all-reduce on a non-blocking switch).
+anchor the single-copy cases (ring all-reduce on a non-blocking switch) under the ideal model (line rate);
+under the NCCL model, the default, the single copy takes exactly the time of one copy run alone.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ def ring_allreduce_ns(nbytes: int, n: int) -> int:
 class Job:
     """A CoordinatorCore whose ranks follow one SPMD script: TP groups of `tp` consecutive ranks, DP groups across."""
 
-    def __init__(self, world: int, live: int | None, tp: int, topo: Any) -> None:
+    def __init__(self, world: int, live: int | None, tp: int, topo: Any, algo: AlgoOptions | None = None) -> None:
         self.world, self.tp = world, tp
         self.live = world if live is None else live
         self.sent: dict[int, list[Message]] = {r: [] for r in range(self.live)}
         self.core = CoordinatorCore(
-            FlowSimulator(topo), topo, world, window_ns=0, algo=AlgoOptions(), live=live,
+            FlowSimulator(topo), topo, world, window_ns=0, algo=algo or AlgoOptions(), live=live,
             send=lambda r, raw: self.sent[r].append(decode(raw)),
         )  # fmt: skip
         self.h = dict.fromkeys(range(self.live), 0)
@@ -108,15 +109,26 @@ def test_mirrors_copies_and_symmetry_errors() -> None:
         Mirrors(16, 5)
 
 
-def test_a_mirrored_tp_allreduce_is_one_copy_per_host_at_the_closed_form() -> None:
+@pytest.mark.parametrize("model", ["ideal", "nccl"])
+def test_a_mirrored_tp_allreduce_is_one_copy_per_host_at_the_closed_form(model: str) -> None:
+    """Ideal model: the ring's line-rate closed form. NCCL model: exactly the time of one copy alone (the copies
+    share no link on the non-blocking switch)."""
     topo = leaf_spine(1, 16, 0, nic_rate="100Gbps", latency="1us")  # one non-blocking switch
-    job = Job(16, 4, 4, topo)
+    algo = AlgoOptions(model=model)
+    job = Job(16, 4, 4, topo, algo)
     done = job.step()
     rec = job.core.records[0]
-    one = decompose(Collective("all_reduce", (0, 1, 2, 3), S, "bf16"), topo, AlgoOptions())
+    one = decompose(Collective("all_reduce", (0, 1, 2, 3), S, "bf16"), topo, algo)
     assert rec.copies == 4 and rec.nflows == 4 * len(one.flows)
+    if model == "ideal":
+        want = ring_allreduce_ns(S, 4)
+    else:
+        sim = FlowSimulator(topo)
+        sim.submit(one.flows, at=0)
+        want = max(c.end_ns for c in sim.drain())
+        assert want != ring_allreduce_ns(S, 4)  # NCCL's latency and throughput, not the line rate
     for r in range(4):
-        assert done[r][0] == ring_allreduce_ns(S, 4)
+        assert done[r][0] == want
 
 
 @pytest.mark.parametrize("live", [4, 8])

@@ -43,11 +43,13 @@ def test_modes_follow_the_flags() -> None:
     assert P.auto_mode(None) == "lines"  # pytest's stderr is not a terminal
 
 
-def test_observed_drain_runs_the_very_events_of_a_drain() -> None:
-    """The flow engine stopped ~200 times for the display ends in the state one drain() leaves."""
+@pytest.mark.parametrize("model", ["ideal", "nccl"])
+def test_observed_drain_runs_the_very_events_of_a_drain(model: str) -> None:
+    """The flow engine stopped ~200 times for the display ends in the state one drain() leaves. Under the NCCL
+    model many watched flows end together (NCCL's rate caps), so the ideal model's plan gives the > 100 stops."""
     topo = load_topology("testbed16")
     wl = load_workload(MOE, world=topo.num_ranks)
-    plan = plan_workload(wl, topo, AlgoOptions(granularity="chunked"))
+    plan = plan_workload(wl, topo, AlgoOptions(granularity="chunked", model=model))
     ticks: list[int] = []
     states = []
     for observed in (False, True):
@@ -59,7 +61,7 @@ def test_observed_drain_runs_the_very_events_of_a_drain() -> None:
             done = sim.drain()
         states.append(([(c.flow_id, c.start_ns, c.end_ns) for c in done], sim.now(), sim.stats(), sim.channel_bytes()))
     assert states[0] == states[1]
-    assert len(ticks) > 100 and sum(ticks) == len(plan.flows)
+    assert len(ticks) > (100 if model == "ideal" else 50) and sum(ticks) == len(plan.flows)
 
 
 def _outputs(d: Path) -> dict[str, str]:

@@ -10,9 +10,10 @@ from phantora.netsim.flow import FlowSimulator
 from phantora.topology.generators import leaf_spine, rail_optimized
 
 
-def _ring_flows(topo, nbytes: int = 8 << 20, channels: int = 8):
+def _ring_flows(topo, nbytes: int = 8 << 20, channels: int = 8, model: str = "nccl"):
     ranks = list(range(topo.num_ranks))
-    return decompose(Collective("all_reduce", ranks, nbytes), topo, AlgoOptions("ring", "coarse", channels)).flows
+    opts = AlgoOptions("ring", "coarse", channels, model=model)
+    return decompose(Collective("all_reduce", ranks, nbytes), topo, opts).flows
 
 
 def _cross_rail(topo, flows) -> list[tuple[int, int]]:
@@ -67,10 +68,11 @@ def test_a_leaf_per_host_fabric_keeps_its_rings() -> None:
 
 
 def test_ring_all_reduce_on_rails_takes_the_closed_form() -> None:
-    """Coarse ring all-reduce, NVLink far faster than the NICs: 2 (n-1)/n x S / B_nic per channel share."""
+    """Coarse ring all-reduce, NVLink far faster than the NICs: 2 (n-1)/n x S / B_nic per channel share. The
+    ideal decomposition's line-rate closed form (the NCCL model's own are in tests/test_nccl_model.py)."""
     topo = rail_optimized(4, 8, spines=8, nic_rate="400Gbps", uplink_rate="800Gbps")
     nbytes = 64 << 20
-    flows = _ring_flows(topo, nbytes)
+    flows = _ring_flows(topo, nbytes, model="ideal")
     sim = FlowSimulator(topo)
     sim.submit(flows, 0)
     done = sim.drain()
