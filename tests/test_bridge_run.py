@@ -24,6 +24,7 @@ import pytest
 from bridge.errors import BridgeError
 from bridge.run import CosimRun
 from bridge.supervisor import alive_pids
+from phantora.collectives.spec import AlgoOptions
 from phantora.netsim.flow import FlowSimulator
 from phantora.replay import replay_inprocess
 from phantora.topology.generators import leaf_spine
@@ -231,7 +232,9 @@ def test_window_barrier_rounds_follow_advance_clock(rank_script: Path) -> None:
 @pytest.mark.parametrize("window", [0, 20_000])
 def test_polling_with_test_sees_the_completion_in_time(rank_script: Path, window: int) -> None:
     """Rank 0 polls test() every 50 us; the 8 MiB all-reduce of 2 ranks ends at S*8/B + 2 latencies."""
-    res = CosimRun(star(2), window_ns=window, rank_cmd=[sys.executable, str(rank_script), "poll"], timeout_s=60).run()
+    cmd = [sys.executable, str(rank_script), "poll"]
+    # the ideal collective model: t_done is the line-rate closed form
+    res = CosimRun(star(2), window_ns=window, rank_cmd=cmd, algo=AlgoOptions(model="ideal"), timeout_s=60).run()
     t_done = -(-8 * 2**20 * 8 * 10**9 // (100 * 10**9)) + 2 * 1000
     first_poll = -(-t_done // 50_000) * 50_000
     assert res.ranks[0]["t_done"] == t_done

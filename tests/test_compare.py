@@ -77,7 +77,7 @@ def _expected(d: Path) -> dict[str, float]:
     return out
 
 
-def test_percent_differences_match_the_runs_files(two_runs: tuple[Path, Path]) -> None:
+def test_percent_differences_match_the_runs_files(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     a, b = two_runs
     _, cmp = load_and_compare([a, b])
     ea, eb = _expected(a), _expected(b)
@@ -91,6 +91,15 @@ def test_percent_differences_match_the_runs_files(two_runs: tuple[Path, Path]) -
     assert cmp.metric("op:a2a").diff_pct[1] > 50
     # A ring all-reduce of S bytes on 8 ranks at 100 Gb/s takes at least 2(n-1)/n * S / B.
     ring = 2 * 7 / 8 * 64 * 2**20 * 8 / 100e9 * 1e9
+    assert ring <= cmp.metric("op:ar").values[0]
+    # ... and, under the ideal model (line rate, no protocol, no latency), no more than 1% over it. An op's own
+    # `algorithm` replaces the command's options (model included), so the ideal run leaves it out: the ideal
+    # model's auto all-reduce is the ring.
+    wl = tmp_path / "ar.toml"
+    wl.write_text(WORKLOAD.replace('algorithm = "ring"\n', ""))
+    ideal = ["--collective-model", "ideal"]
+    assert main(["replay", str(wl), "--topology", "star8", *ideal, "--out", str(tmp_path / "ideal")]) == 0
+    _, cmp = load_and_compare([tmp_path / "ideal"])
     assert ring <= cmp.metric("op:ar").values[0] <= ring * 1.01
 
 

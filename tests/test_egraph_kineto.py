@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from phantora.cli import main
+from phantora.collectives.spec import AlgoOptions
 from phantora.egraph import replay_graph
 from phantora.egraph.format import Coll, Compute, Step, Wait
 from phantora.egraph.kineto import import_kineto
@@ -24,6 +25,7 @@ from phantora.topology.generators import leaf_spine
 
 B = 100e9
 NELEMS = 4 * 2**20  # fp32 -> 16 MiB
+IDEAL = AlgoOptions(model="ideal")  # the closed forms below are line-rate ring times
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
 
@@ -108,12 +110,12 @@ def test_replay_follows_the_critical_path(tmp_path: Path) -> None:
     paths = write(tmp_path, [rank_trace(0, 200, late_us=20), rank_trace(1, 300)])
     want = 300 + t_ar_us() + 50
     graph, _ = import_kineto(paths, gaps="drop")
-    res = replay_graph(graph, topo2(), FlowSimulator(topo2()))
+    res = replay_graph(graph, topo2(), FlowSimulator(topo2()), IDEAL)
     assert res.step_times_ns[0] / 1e3 == pytest.approx(want, abs=0.01)
     # Kept gaps: rank 0's optimizer was launched 20 us after the all-reduce ended in the recording.
     graph, rep = import_kineto(paths, gaps="keep")
     assert rep.idle_ns == 20_000
-    res = replay_graph(graph, topo2(), FlowSimulator(topo2()))
+    res = replay_graph(graph, topo2(), FlowSimulator(topo2()), IDEAL)
     assert res.step_times_ns[0] / 1e3 == pytest.approx(want + 20, abs=0.01)
 
 
@@ -121,7 +123,7 @@ def test_without_sync_events_the_collective_still_waits_for_its_producer(tmp_pat
     paths = write(tmp_path, [rank_trace(0, 200, sync=False), rank_trace(1, 300, sync=False)])
     graph, rep = import_kineto(paths, gaps="drop")
     assert rep.sync_deps == 0 and rep.nccl_issue_deps == 2
-    res = replay_graph(graph, topo2(), FlowSimulator(topo2()))
+    res = replay_graph(graph, topo2(), FlowSimulator(topo2()), IDEAL)
     # The optimizer no longer waits (that wait cannot be inferred); the step still ends with the all-reduce.
     assert res.step_times_ns[0] / 1e3 == pytest.approx(300 + t_ar_us(), abs=0.01)
 
@@ -192,7 +194,7 @@ def test_the_replicated_rank_stands_for_every_rank_and_replays_in_closed_form(tm
     assert graph.world == 2 and len(graph.programs) == 1  # both ranks run the same program
     assert (rep.replicated_from, rep.kernels, rep.collectives) == (0, 3, 1)  # counts of the traced rank
     assert "SPMD assumption" in rep.notes[0]
-    res = replay_graph(graph, topo2(), FlowSimulator(topo2()))
+    res = replay_graph(graph, topo2(), FlowSimulator(topo2()), IDEAL)
     assert res.step_times_ns[0] / 1e3 == pytest.approx(200 + t_ar_us() + 50, abs=0.01)
     with pytest.raises(InputError, match="no trace of rank 1 to replicate"):
         import_kineto([p], replicate_rank=1)

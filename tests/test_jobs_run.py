@@ -2,8 +2,10 @@
 
 Closed forms (every link B = 100 Gb/s, 1 us): a 2-rank ring all-reduce of S bytes across one spine crosses 4
 links and takes ceil(S*8/B) + 4 us alone; two such jobs meeting on a 2:1 leaf uplink get B/2 each by max-min,
-ceil(2*S*8/B) + 4 us. Jobs on disjoint halves of a non-blocking fabric share no link, so each runs exactly
-as it does alone, to the ns. The fast tests use recorded (workload) jobs; the slow ones live DDP jobs.
+ceil(2*S*8/B) + 4 us. Those are the ideal collective model's (line rate, no protocol, no latency): the tests
+checking them select it (IDEAL). Jobs on disjoint halves of a non-blocking fabric share no link, so each runs
+exactly as it does alone, to the ns, under the default (NCCL) model too. The fast tests use recorded (workload)
+jobs; the slow ones live DDP jobs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 from bridge.jobs import JobProcs
 from bridge.run import CosimRun
+from phantora.collectives.spec import AlgoOptions
 from phantora.jobs.run import launch_jobs
 from phantora.jobs.spec import parse_jobs
 from phantora.launcher import RunConfig
@@ -26,6 +29,7 @@ from phantora.topology.model import Topology
 B = 100 * 10**9
 LAT = 1000
 S = 4 * 2**20
+IDEAL = AlgoOptions(model="ideal")  # the closed forms above are the ideal model's
 
 ALLREDUCES = f"""
 name = "ar"
@@ -54,9 +58,11 @@ def jobs_file(tmp_path: Path, body: str) -> Any:
     return parse_jobs(body, str(tmp_path / "jobs.toml"), tmp_path)
 
 
-def run(tmp_path: Path, spec: Any, topo: Topology, name: str, alone: bool = True) -> Any:
+def run(
+    tmp_path: Path, spec: Any, topo: Topology, name: str, alone: bool = True, algo: AlgoOptions | None = None
+) -> Any:
     cfg = RunConfig(script="", topology=topo, out_dir=tmp_path / name, trace="none")
-    return launch_jobs(spec, cfg, alone=alone)
+    return launch_jobs(spec, cfg, alone=alone, algo=algo)
 
 
 def job_doc(out: Path, job: str) -> dict[str, Any]:
@@ -69,7 +75,7 @@ def test_recorded_jobs_on_a_shared_uplink_slow_down_as_max_min_predicts(tmp_path
         '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
         '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = [1, 3]\n',
     )
-    rep = run(tmp_path, spec, two_to_one(), "shared")
+    rep = run(tmp_path, spec, two_to_one(), "shared", algo=IDEAL)
     alone_ns = -(-S * 8 * 10**9 // B) + 4 * LAT
     shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
     for name in ("a", "b"):
@@ -107,7 +113,7 @@ def test_a_later_start_and_steps_of_a_recorded_job(tmp_path: Path) -> None:
     spec = jobs_file(
         tmp_path, '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\nstart = "1ms"\nsteps = 2\n'
     )
-    rep = run(tmp_path, spec, two_to_one(), "late", alone=False)
+    rep = run(tmp_path, spec, two_to_one(), "late", alone=False, algo=IDEAL)
     one = -(-S * 8 * 10**9 // B) + 4 * LAT
     step = 3 * (one + 20_000)
     doc = rep.jobs["a"]
@@ -122,7 +128,8 @@ def test_live_replay_ranks_in_the_coordinator_match_the_closed_form(tmp_path: Pa
     (tmp_path / "ar.toml").write_text(ALLREDUCES)
     cmd = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
     topo = two_to_one().with_rank_order([0, 2, 1, 3])
-    res = CosimRun(topo, jobs=[JobProcs("a", 2, cmd), JobProcs("b", 2, cmd)], all_or_nothing=False).run()
+    jobs = [JobProcs("a", 2, cmd), JobProcs("b", 2, cmd)]
+    res = CosimRun(topo, jobs=jobs, all_or_nothing=False, algo=IDEAL).run()
     shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
     assert [j["status"] for j in res.jobs] == ["complete", "complete"]
     for rec in res.collectives:
@@ -165,7 +172,7 @@ def test_live_ddp_jobs_on_a_shared_uplink_slow_down_as_max_min_predicts(tmp_path
         f'[[job]]\nname = "{n}"\nscript = "gpt_ddp.py"\nargs = "{GPT} --bucket-mb 1000"\nranks = 2\nplacement = {p}\n'
         for n, p in (("a", "[0, 2]"), ("b", "[1, 3]"))
     )
-    rep = run(tmp_path, parse_jobs(body, "jobs.toml", tmp_path), two_to_one(), "ddp", alone=False)
+    rep = run(tmp_path, parse_jobs(body, "jobs.toml", tmp_path), two_to_one(), "ddp", alone=False, algo=IDEAL)
     grads = [c for c in rep.jobs["a"]["collectives"] if c["kind"] == "all_reduce"]
     assert len(grads) >= 3
     cosim = json.loads((tmp_path / "ddp" / "cosim.json").read_text())
@@ -198,7 +205,20 @@ def test_replay_jobs_command_and_compare_alone_vs_shared(tmp_path: Path, capsys:
     )
     out = tmp_path / "out"
     assert (
-        main(["replay", "--topology", str(tmp_path / "topo.toml"), "--jobs", str(jobs), "--alone", "--out", str(out)])
+        main(
+            [
+                "replay",
+                "--topology",
+                str(tmp_path / "topo.toml"),
+                "--jobs",
+                str(jobs),
+                "--alone",
+                "--out",
+                str(out),
+                "--collective-model",
+                "ideal",
+            ]
+        )
         == 0
     )
     printed = capsys.readouterr().out
@@ -240,7 +260,7 @@ def test_a_recorded_graph_and_a_workload_share_the_uplink(tmp_path: Path) -> Non
         '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
         '[[job]]\nname = "g"\ngraph = "graph"\nplacement = [1, 3]\ntraffic_class = 5\n',
     )
-    rep = run(tmp_path, spec, two_to_one(), "mixed")
+    rep = run(tmp_path, spec, two_to_one(), "mixed", algo=IDEAL)
     shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
     alone_ns = -(-S * 8 * 10**9 // B) + 4 * LAT
     g = rep.jobs["g"]
@@ -258,9 +278,11 @@ def test_a_recorded_job_loads_the_network_under_a_live_job(tmp_path: Path) -> No
     (tmp_path / "ar.toml").write_text(ALLREDUCES)
     topo = two_to_one()
     bg = parse_jobs(f'[[job]]\nname = "g"\ngraph = "{graph}"\n', "jobs.toml", tmp_path).jobs[0]
-    rec = plan_recorded(bg, 1, topo, [1, 3], None)
+    rec = plan_recorded(bg, 1, topo, [1, 3], IDEAL)
     cmd = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
-    res = CosimRun(topo.with_rank_order([0, 2]), jobs=[JobProcs("a", 2, cmd)], background=merge([rec])).run()
+    res = CosimRun(
+        topo.with_rank_order([0, 2]), jobs=[JobProcs("a", 2, cmd)], background=merge([rec]), algo=IDEAL
+    ).run()
     shared_ns = -(-2 * S * 8 * 10**9 // B) + 4 * LAT
     assert [r["end_ns"] - r["t_start"] for r in res.collectives] == [shared_ns] * 3
     doc = rec.results(rec.local(res.background), {})
@@ -283,13 +305,13 @@ def test_two_multi_job_runs_compare_as_fabrics(tmp_path: Path) -> None:
     from phantora.report.compare import load_and_compare
 
     spec = jobs_file(tmp_path, '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n')
-    run(tmp_path, spec, two_to_one(), "one", alone=False)
+    run(tmp_path, spec, two_to_one(), "one", alone=False, algo=IDEAL)
     spec2 = jobs_file(
         tmp_path,
         '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
         '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = [1, 3]\n',
     )
-    run(tmp_path, spec2, two_to_one(), "two", alone=False)
+    run(tmp_path, spec2, two_to_one(), "two", alone=False, algo=IDEAL)
     runs, cmp = load_and_compare([tmp_path / "one", tmp_path / "two"])
     assert [r.kind for r in runs] == ["jobs", "jobs"]
     span = 3 * (-(-S * 8 * 10**9 // B) + 4 * LAT + 20_000)

@@ -30,10 +30,13 @@ def ring_ar_ns(n: int, size: int) -> float:
 
 
 def replay(data: dict, topo: Topology):
+    from phantora.collectives.spec import AlgoOptions
     from phantora.netsim.flow import FlowSimulator
     from phantora.replay import replay_inprocess
 
-    return replay_inprocess(workload_from_dict(data, world=topo.num_ranks), topo, FlowSimulator(topo))
+    # the closed forms are the ideal model's (line rate, no protocol, no latency)
+    wl = workload_from_dict(data, world=topo.num_ranks)
+    return replay_inprocess(wl, topo, FlowSimulator(topo), AlgoOptions(model="ideal"))
 
 
 def test_chain_with_gap_adds_up() -> None:

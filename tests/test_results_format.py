@@ -28,7 +28,8 @@ INCAST = 'name = "incast4"\n[defaults]\nkind = "send_recv"\nbytes = "512KiB"\nds
 )
 
 
-# 2 steps x 2 buckets of 8 MiB, ring all-reduce on 8 ranks: each rank sends 2 (n - 1) / n of a bucket each time
+# 2 steps x 2 buckets of 8 MiB, ring all-reduce on 8 ranks (ideal model): each rank sends 2 (n - 1) / n of a bucket
+# each time
 RING_SENT = 2 * 2 * 2 * 7 * (8 * MiB // 8)
 
 
@@ -80,7 +81,10 @@ def test_a_replayed_graph_writes_every_network_file_as_netsim_does(ns3_lib, trac
     graph, flows = tmp_path / "graph", tmp_path / "netsim"
     wl = tmp_path / "incast4.toml"
     wl.write_text(INCAST)
-    assert main(["replay", str(trace), "-t", "star8", "--network", "ns3", "--cc", "dcqcn", "-o", str(graph)]) == 0
+    ideal = ["--collective-model", "ideal"]  # RING_SENT is the ideal model's payload (no protocol wire bytes)
+    assert (
+        main(["replay", str(trace), "-t", "star8", "--network", "ns3", "--cc", "dcqcn", *ideal, "-o", str(graph)]) == 0
+    )
     assert main(["netsim", "--network", "ns3", "-t", "star8", "-f", str(wl), "--cc", "dcqcn", "-o", str(flows)]) == 0
     for file, columns in NETWORK_FILES.items():
         assert header(graph / file) == header(flows / file) == columns, file
@@ -105,7 +109,8 @@ def test_a_replayed_graph_writes_every_network_file_as_netsim_does(ns3_lib, trac
 
 def test_a_replayed_graph_on_the_flow_network_writes_flows_and_links(trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "flow"
-    assert main(["replay", str(trace), "-t", "star8", "-o", str(out)]) == 0
+    # RING_SENT is the ideal model's payload (no protocol wire bytes)
+    assert main(["replay", str(trace), "-t", "star8", "--collective-model", "ideal", "-o", str(out)]) == 0
     assert header(out / S.FLOWS_CSV) == S.FLOWS_COLUMNS and header(out / S.LINKS_CSV) == S.LINK_COLUMNS
     for file in (S.PFC_CSV, S.QUEUES_CSV, S.DROPS_CSV, S.CNPS_CSV, S.ECN_CSV):
         assert not (out / file).exists()  # the flow engine does not measure them: absent means not measured

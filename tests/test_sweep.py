@@ -119,7 +119,8 @@ def flow_sweep(tmp_path_factory: pytest.TempPathFactory):
     wl.write_text(WORKLOAD)
     spec = SweepSpec(
         name="t",
-        fixed={"workload": str(wl), "network": "flow"},
+        # the ideal collective model: the star8 ring is checked against its line-rate closed form
+        fixed={"workload": str(wl), "network": "flow", "collective_model": "ideal"},
         grid={"topology": ["star8", "no-such-topology", "twoleaf8"], "algorithm": ["ring", "tree"]},
     )
     messages: list[str] = []
@@ -155,7 +156,7 @@ def test_table_has_a_row_per_point_with_its_configuration(flow_sweep) -> None:
         if row["status"] == "ok":
             results = json.loads((Path(row["dir"]) / "results.json").read_text())
             assert int(row["time_ns"]) == results["makespan_ns"]
-    # The star8 ring all-reduce: 2(n-1)/n * S at 100 Gb/s, plus small latencies.
+    # The star8 ring all-reduce (ideal model): 2(n-1)/n * S at 100 Gb/s, plus small latencies.
     ring = 2 * 7 / 8 * AR_BYTES * 8 / 100e9 * 1e9
     t = int(rows[0]["time_ns"])
     assert ring <= t <= ring * 1.01
@@ -199,7 +200,9 @@ def test_ray_backend_runs_the_same_sweep(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
     wl = tmp_path / "ar.toml"
     wl.write_text(WORKLOAD)
-    spec = SweepSpec(name="r", fixed={"workload": str(wl), "network": "flow"}, grid={"topology": ["star8", "nowhere"]})
+    # the ideal collective model: the ring is checked against its line-rate closed form
+    fixed = {"workload": str(wl), "network": "flow", "collective_model": "ideal"}
+    spec = SweepSpec(name="r", fixed=fixed, grid={"topology": ["star8", "nowhere"]})
     # Started here, so run_on_ray uses this small instance instead of one sized to the machine.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:

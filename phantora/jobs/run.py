@@ -153,8 +153,8 @@ def launch_jobs(
 
     Raises BridgeError if the run fails as a whole (all_or_nothing, or the engine); a job that fails alone
     is reported in results.json (`JobsReport.summary["jobs"]`, its status and error). `algo`: the collective
-    options of recorded jobs (a graph's default: those it was recorded with). `live_ok=False` refuses script
-    jobs (`phantora replay --jobs`)."""
+    options of every job, live and recorded (None: the defaults; a graph's, those it was recorded with).
+    `live_ok=False` refuses script jobs (`phantora replay --jobs`)."""
     if base.trace not in LEVELS:
         raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {base.trace!r}", field="trace")
     topo = resolve_topology(base.topology)
@@ -257,6 +257,7 @@ def _run(
             network=base.network,
             window_ns=base.window_ns,
             engine_options=net_options,
+            algo=ctx.algo,
             env=_job_env(base, dataclasses.replace(spec.jobs[plan.live[0]], env={}), ctx.out, model_opts),
             out_dir=ctx.out,
             timeout_s=base.timeout_s,

@@ -15,7 +15,8 @@ What cannot work without values is never answered silently wrong:
 
 FSDP2 refuses to train meta parameters (it expects `to_empty()` first); in phantom mode its check
 is lifted, since the parameters stand for GPU memory that the simulation never touches. DDP's two
-value-reading steps (the shape check across ranks, the bucket rebuild) are skipped (`_ddp_on_meta`).
+value-reading steps (the shape check across ranks, the bucket rebuild) do not read values
+(`_ddp_on_meta`): the shape check's collectives run, its comparison is skipped.
 """
 
 from __future__ import annotations
@@ -148,15 +149,31 @@ def _ddp_on_meta() -> None:
     """Let DistributedDataParallel run on meta tensors.
 
     Its constructor checks that every rank has the same parameter shapes by comparing values
-    (SPMD ranks do; phantom tensors have none to compare): the check is skipped. Its bucket
-    rebuild exchanges bucket indices through a host tensor: see `copy_to_host`.
+    (SPMD ranks do; phantom tensors have none to compare): the comparison is skipped, the check's
+    collectives still run (`_shape_check_traffic`). Its bucket rebuild exchanges bucket indices
+    through a host tensor: see `copy_to_host`.
     """
     import torch.nn.parallel.distributed as ddp
 
     if getattr(ddp.DistributedDataParallel, "_phantora", False):
         return
-    ddp._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    ddp._verify_param_shape_across_processes = _shape_check_traffic
     ddp.DistributedDataParallel._phantora = True  # type: ignore[attr-defined]
+
+
+def _shape_check_traffic(process_group: Any, tensors: list[torch.Tensor], logger: Any = None) -> None:
+    """The collectives of torch's `verify_params_across_processes`, without its comparison of values: an
+    all-gather of each rank's parameter count (one int64), then a broadcast from the group's first rank of
+    every parameter's sizes and strides (2 x dim int64 each)."""
+    import torch.distributed as dist
+
+    if not tensors:
+        return
+    device = tensors[0].device
+    count = torch.empty(1, dtype=torch.long, device=device)
+    dist.all_gather([torch.empty_like(count) for _ in range(process_group.size())], count, group=process_group)
+    shapes = torch.empty(sum(2 * t.dim() for t in tensors), dtype=torch.long, device=device)
+    dist.broadcast(shapes, dist.get_global_rank(process_group, 0), group=process_group)
 
 
 _META_LIBRARY: torch.library.Library | None = None
