@@ -314,3 +314,12 @@ def test_replay_and_graph_records_carry_nccls_choice():
     res = replay_inprocess(workload_from_dict(data, world=8), topo, FlowSimulator(topo), opts())
     got = {r.name: (r.nccl or {}).get("algorithm") for r in res.ops}
     assert got == {"small": "Ring", "big": "NVLS"}
+
+
+def test_a_transfer_over_several_channels_shares_one_peer_share():
+    """send/recv of 64 MiB between two H100s: NCCL splits it over several channels (queue pairs); together they
+    are capped at the GPU's 370.8 GB/s of NVLink, not once per channel."""
+    topo = dgx_host(gpu="h100")
+    dag = decompose(Collective("send_recv", (0, 1), 64 * MiB, "uint8"), topo, opts())
+    assert dag.choice["channels"] > 1 and len(dag.flows) == dag.choice["channels"]
+    assert sum(f.rate_bps for f in dag.flows) == pytest.approx(H100_NVL * 8e9, rel=1e-6)

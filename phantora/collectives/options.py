@@ -73,9 +73,7 @@ def resolve(coll: Collective, topo: Topology, base: AlgoOptions) -> tuple[AlgoOp
         algo = FROM_NCCL[choice.algorithm]
         if algo == "ring" and coll.kind in ("broadcast", "reduce"):
             algo = "chain"
-        channels = base.channels or choice.channels
-        if coll.kind in P2P_KINDS:
-            channels = base.channels or 1  # each peer pair has its own ECMP key already
+        channels = base.channels or choice.channels  # p2p: the channels (queue pairs) of each peer's transfer
         chunk = base.chunk_bytes
         if base.granularity == "chunked" and chunk == DEFAULT_CHUNK:  # NCCL's own step for the protocol
             chunk = nccl_chunk(coll, topo, base, choice)

@@ -16,16 +16,19 @@ import math
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
-from phantora.collectives.nccl.tuning import Choice
+from phantora.collectives.nccl.tuning import Choice, comm_channels, ring_graph
 from phantora.collectives.spec import Collective
 
-P2P_CHANNELS = 32  # p2pnChannels on NVSwitch hosts (and the per-peer need there)
+P2P_NVLINK_PEER = 32  # per-peer channel need over an NVSwitch: 2 x 18 links, power of two, at most p2pnChannels
+P2P_PER_CHANNEL_NET_BW = 14.0  # GB/s one p2p channel moves over the network (NCCL_P2P_PER_CHANNEL_NET_BW)
 
 
-def p2p_channels(p: Platform) -> int:
-    """Channels one transfer may use: the per-peer share of NCCL's p2p channels (nChannelsMin)."""
-    per_peer = P2P_CHANNELS if p.nnodes == 1 else max(1, math.ceil(p.nic_bw / 14.0)) if p.nic_bw else 2
-    while per_peer > 1 and per_peer * p.nranks > P2P_CHANNELS:
+def p2p_channels(p: Platform, comm_channels: int) -> int:
+    """Channels one transfer may use (NCCL's nChannelsMin): the per-peer need (NVLink: 32; network: one per 14 GB/s
+    of NIC), halved while all peers together would need more than the p2p channels, pow2Up(comm channels)."""
+    total = 1 << max(0, comm_channels - 1).bit_length()
+    per_peer = min(P2P_NVLINK_PEER, total) if p.nnodes == 1 else max(1, math.ceil(p.nic_bw / P2P_PER_CHANNEL_NET_BW))
+    while per_peer > 1 and per_peer * p.nranks > total:
         per_peer //= 2
     return per_peer
 
@@ -37,7 +40,8 @@ def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = 
     intra = p.nnodes == 1
     chunk = st.p2p_nvl_chunk if intra and p.intra == "nvlink" else st.p2p_net_chunk
     min_part = chunk // 8 if intra else chunk // 2
-    nch = max(1, min(p2p_channels(p), math.ceil(per_peer / max(1, min_part))))
+    comm = comm_channels(p, ring_graph(p), st)
+    nch = max(1, min(p2p_channels(p, comm), math.ceil(per_peer / max(1, min_part))))
     if protocol == "auto":
         protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"
     pi = T.PROTOCOLS.index(protocol)

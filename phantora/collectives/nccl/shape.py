@@ -56,7 +56,10 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> lis
     delay = max(0, round((choice.lat_us + choice.fill_us) * 1000) - propagation_ns(flows, topo))
     wire = [wire_bytes(f.size, proto) for f in flows]
     if choice.algorithm == "p2p":
-        caps = [_peer_cap(f, w, choice, topo) for f, w in zip(flows, wire, strict=True)]
+        pair: dict[tuple[int, int], int] = defaultdict(int)  # a peer's transfer, over all of its channels
+        for f in flows:
+            pair[f.src, f.dst] += f.size
+        caps = [_peer_cap(f, w, pair[f.src, f.dst], choice, topo) for f, w in zip(flows, wire, strict=True)]
     else:
         t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
         key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: (f.src, f.dst, f.key))
@@ -82,8 +85,9 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> lis
     ]
 
 
-def _peer_cap(f: Flow, wire: int, choice: Choice, topo: Topology) -> int:
-    """A p2p connection inside a node: its share of the GPU's NVLink, in wire bits/s; across nodes: no cap."""
+def _peer_cap(f: Flow, wire: int, pair_bytes: int, choice: Choice, topo: Topology) -> int:
+    """One channel of a p2p transfer inside a node: its part of the peer's share of the GPU's NVLink (the channels
+    of one transfer share it in proportion to their bytes), in wire bits/s; across nodes: no cap."""
     if choice.peer_bw <= 0 or topo.shared_nvswitch(f.src, f.dst) is None or f.size == 0:
         return 0
-    return math.ceil(choice.peer_bw * 8e9 * wire / f.size)
+    return math.ceil(choice.peer_bw * 8e9 * wire / pair_bytes)
