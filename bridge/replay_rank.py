@@ -19,7 +19,6 @@ from typing import Any
 
 from bridge.client import RankClient
 from bridge.errors import BridgeError
-from bridge.runspec import options_to_dict
 from phantora.errors import PhantoraError
 from phantora.workload import Workload, WorkloadOp, as_job, load_workload, step_of
 
@@ -75,7 +74,7 @@ class ReplayRank:
                 root=coll.ranks[coll.root] if coll.root is not None else None,
                 t_issue_ns=t,
                 name=op.name,
-                algo=options_to_dict(op.algo) if op.algo is not None else None,
+                algo=dict(op.algo) or None,  # the op's own fields; the coordinator applies them over the run's
             )
         self.handle[op.name] = h
         self.issued[op.name] = t

@@ -48,6 +48,7 @@ from bridge.transport import (
     new_token,
     remove_run_dir,
 )
+from phantora.collectives.nccl import with_nccl_env
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
@@ -212,7 +213,7 @@ class CosimRun:
             engine_options=options,
             engine_in_coordinator=in_coord,
             window_ns=window,
-            algo=options_to_dict(algo) if algo is not None else {},
+            algo=options_to_dict(with_nccl_env(algo or AlgoOptions(), env)),
             keep_flows=keep_flows,
             peer_timeout_s=peer_timeout_s,
             max_message_bytes=max_message_bytes,

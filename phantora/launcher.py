@@ -8,6 +8,7 @@ results into results.json and merges their traces into trace.json.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phantora.collectives.nccl import summarize_choices
+from phantora.collectives.nccl import nccl_env, summarize_choices
 from phantora.errors import InputError
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance, run_dir
@@ -290,7 +291,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "engine_stats": cosim.engine_stats,
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
             },
-            "nccl": summarize_choices(cosim.collectives),
+            "nccl": summarize_choices(cosim.collectives, nccl_env({**os.environ, **cfg.env})),
         }
         if keep:
             steps = run_dir.merge_steps(out, range(live))

@@ -14,6 +14,7 @@ engine completes after their delay alone:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -104,7 +105,8 @@ def plan_workload(
         start = marker(anchor, tuple(gate), 0, f"{op.name}/{MARKER}/start")
         start_marker[op.name] = start
         try:
-            dag: FlowDag = decompose(op.coll, topo, op.algo or base, first_flow_id=next_id, tag=op.name)
+            opts = dataclasses.replace(base, **op.algo) if op.algo else base  # the op's fields over the run's
+            dag: FlowDag = decompose(op.coll, topo, opts, first_flow_id=next_id, tag=op.name)
         except InputError as exc:
             raise InputError(f"op '{op.name}': {exc.message}", file=wl.source, field=exc.field) from None
         first = next_id

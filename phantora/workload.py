@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ _OP_KEYS = {
     "channels",
     "chunk_bytes",
 }
-_ALGO_KEYS = ("algorithm", "granularity", "channels", "chunk_bytes")
+_ALGO_KEYS = ("algorithm", "granularity", "channels", "chunk_bytes", "protocol", "model")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class WorkloadOp:
     at_ns: int = 0
     after: tuple[str, ...] = ()
     gap_ns: int = 0
-    algo: AlgoOptions | None = None
+    algo: dict[str, Any] = field(default_factory=dict)  # the op's own collective options, over the run's
 
 
 @dataclass
@@ -148,7 +148,8 @@ def _op_from_dict(raw: dict[str, Any], index: int, world: int | None, source: st
         algo_kw = {k: raw[k] for k in _ALGO_KEYS if k in raw}
         if "chunk_bytes" in algo_kw:
             algo_kw["chunk_bytes"] = parse_size_bytes(algo_kw["chunk_bytes"])
-        algo = AlgoOptions(**algo_kw) if algo_kw else None
+        AlgoOptions(**algo_kw)  # checked here; applied over the run's options where the op runs
+        algo = algo_kw
         every = parse_time_ns(raw.get("every", 0))
         repeat = int(raw.get("repeat", 1))
         if repeat < 1:
@@ -223,8 +224,7 @@ def workload_to_dict(wl: Workload) -> dict[str, Any]:
             d["after"] = list(op.after)
         if op.gap_ns:
             d["gap"] = op.gap_ns
-        if op.algo is not None:
-            d.update({f.name: getattr(op.algo, f.name) for f in fields(op.algo) if f.name in _ALGO_KEYS})
+        d.update(op.algo)
         ops.append(d)
     return {"name": wl.name, "description": wl.description, "op": ops}
 

@@ -323,3 +323,40 @@ def test_a_transfer_over_several_channels_shares_one_peer_share():
     dag = decompose(Collective("send_recv", (0, 1), 64 * MiB, "uint8"), topo, opts())
     assert dag.choice["channels"] > 1 and len(dag.flows) == dag.choice["channels"]
     assert sum(f.rate_bps for f in dag.flows) == pytest.approx(H100_NVL * 8e9, rel=1e-6)
+
+
+def test_a_workload_ops_own_fields_apply_over_the_runs_options():
+    """An op that names its algorithm keeps the run's model (here ideal: no NCCL choice, line rate)."""
+    from phantora.replay import replay_inprocess
+    from phantora.workload import workload_from_dict
+
+    topo = dgx_host(gpu="h100")
+    op = {"name": "ar", "kind": "all_reduce", "ranks": "all", "bytes": 64 * MiB, "algorithm": "ring"}
+    wl = workload_from_dict({"op": [op]}, world=8)
+    ideal = replay_inprocess(wl, topo, FlowSimulator(topo), AlgoOptions(model="ideal")).ops[0]
+    nccl = replay_inprocess(wl, topo, FlowSimulator(topo), opts()).ops[0]
+    assert ideal.nccl is None and nccl.nccl is not None and nccl.nccl["algorithm"] == "Ring"
+    assert ideal.duration_ns == pytest.approx(2 * 7 / 8 * 64 * MiB * 8 / 3600 + 50, rel=0.01)  # 450 GB/s, 2 x 25 ns
+
+
+def test_a_runs_nccl_variables_are_fixed_from_its_own_environment(monkeypatch):
+    from phantora.collectives.nccl import with_nccl_env
+
+    monkeypatch.setenv("NCCL_PROTO", "Simple")
+    monkeypatch.delenv("NCCL_ALGO", raising=False)
+    got = with_nccl_env(AlgoOptions(), {"NCCL_ALGO": "Tree"})
+    assert dict(got.nccl_env) == {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Tree"}
+    assert with_nccl_env(got, {"NCCL_ALGO": "Ring"}) is got  # already fixed: kept
+
+
+def test_a_recorded_graph_replays_with_its_recorded_nccl_variables(monkeypatch):
+    from phantora.egraph.format import ExecGraph
+    from phantora.egraph.replay import algo_from_meta
+
+    for var in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE"):
+        monkeypatch.delenv(var, raising=False)
+    graph = ExecGraph.__new__(ExecGraph)
+    graph.meta = {"algo": {"nccl_env": [["NCCL_ALGO", "Tree"]]}}
+    assert algo_from_meta(graph).nccl_env == (("NCCL_ALGO", "Tree"),)
+    monkeypatch.setenv("NCCL_PROTO", "LL")  # the replay sets its own: they decide
+    assert algo_from_meta(graph).nccl_env is None

@@ -65,6 +65,7 @@ def attach(session: Any, directory: str | Path) -> GraphRecorder:
 
 def record_run(cfg: Any, directory: str | Path) -> tuple[Any, ExecGraph]:
     """Launch `cfg` (a phantora.launcher.RunConfig) with every live rank recorded; return (report, graph)."""
+    from phantora.collectives.nccl import with_nccl_env
     from phantora.collectives.spec import AlgoOptions
     from phantora.launcher import launch, plan_processes, resolve_topology
 
@@ -73,5 +74,6 @@ def record_run(cfg: Any, directory: str | Path) -> tuple[Any, ExecGraph]:
     d.mkdir(parents=True, exist_ok=True)
     report = launch(dataclasses.replace(cfg, wrapper=str(SCRIPT), env={**cfg.env, ENV_DIR: str(d)}))
     run = dict(report.summary.get("run", {}))
-    meta = {"source": "phantora run", "run": run, "algo": dataclasses.asdict(AlgoOptions())}
+    algo = with_nccl_env(AlgoOptions(), cfg.env)  # the NCCL_* variables the run's collectives ran with
+    meta = {"source": "phantora run", "run": run, "algo": dataclasses.asdict(algo)}
     return report, finalize_recording(d, meta=meta, live=live)

@@ -16,12 +16,14 @@ inconsistent (mismatched collectives) and the error says who waits for whom.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from phantora.collectives import decompose
+from phantora.collectives.nccl import nccl_env
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
 from phantora.errors import InputError
@@ -315,12 +317,14 @@ def plan_graph(
 
 
 def algo_from_meta(graph: ExecGraph) -> AlgoOptions:
-    """The collective options the graph was recorded with (meta.algo), else the defaults."""
+    """The collective options the graph was recorded with (meta.algo), else the defaults. The NCCL_* variables
+    recorded with it hold unless the replaying process sets some, which then decide (as on a re-run)."""
     algo = graph.meta.get("algo") or {}
     try:
-        return AlgoOptions(**algo)
+        opts = AlgoOptions(**algo)
     except TypeError as exc:
         raise InputError(f"bad recorded algorithm options {algo}: {exc}", field="meta.algo") from None
+    return dataclasses.replace(opts, nccl_env=None) if nccl_env() else opts
 
 
 def replay_graph(

@@ -7,6 +7,10 @@ apply (the ideal model, a group of one). `shape.py` then turns the choice into w
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from collections.abc import Mapping
+
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.pipeline import chunk_bytes
 from phantora.collectives.nccl.platform import Platform, platform_of
@@ -24,6 +28,15 @@ TO_NCCL = {"ring": "ring", "chain": "ring", "tree": "tree", "nvls": "nvls", "nvl
 def settings(opts: AlgoOptions) -> NcclSettings:
     """The NCCL settings of `opts`: its recorded NCCL_* variables, or this process's environment."""
     return settings_from_env() if opts.nccl_env is None else settings_of(opts.nccl_env)
+
+
+def with_nccl_env(opts: AlgoOptions, env: Mapping[str, str] | None = None) -> AlgoOptions:
+    """`opts` with its NCCL_* variables fixed: kept if it has them, else read from this process's environment
+    overlaid with `env` (a run's or job's own variables, which its ranks see). What a run records and replays."""
+    if opts.nccl_env is not None:
+        return opts
+    merged = {**os.environ, **(env or {})}
+    return dataclasses.replace(opts, nccl_env=nccl_env(merged))
 
 
 def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None:
@@ -71,8 +84,6 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
 
 def _only(st: NcclSettings, kind: str, algo: str | None = None, proto: str | None = None) -> NcclSettings:
     """`st` with one function restricted to one algorithm or protocol (what an explicit option means)."""
-    import dataclasses
-
     if algo is not None:
         table = {k: v for k, v in st.algos} if st.algos else {}
         allowed = table.get(kind)
