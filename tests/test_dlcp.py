@@ -59,8 +59,13 @@ def test_lost_bytes_of_a_coarse_ring_all_reduce_map_to_slices() -> None:
         assert got == {2: [(1000, 1000)], 3: [(1000, 1000)], 0: [(1000, 1000)]}
         # The last all-gather step (bytes 5000..5999, slice 3 at step 5) reaches position 2 only.
         assert ring_lost_ranges(coll, topo, opts, 100, {101: [(5000, 1000)]}) == {2: [(3000, 1000)]}
-    # NCCL's own choice for so small a call (LL lines, a tree here) is not mapped: it stays lossless.
-    assert "LL protocol lines" in (lossless_reason(coll, topo, AlgoOptions(channels=1, algorithm="ring")) or "")
+    # NCCL's LL ring: a flow is 16-byte lines of 8 data bytes; lost wire bytes 1000..2999 of position 1's flow
+    # touch lines 62..187, data bytes 496..1503: the same slices as above, widened to whole lines.
+    ll = AlgoOptions(channels=1, algorithm="ring", protocol="LL")
+    assert supports_loss(coll, topo, ll)
+    assert [f.size for f in decompose(coll, topo, ll, first_flow_id=100).flows] == [12000] * 4
+    assert lost_ranges(coll, topo, ll, 100, {101: [(1000, 2000)]}) == {r: [(496, 504), (3000, 504)] for r in range(4)}
+    # NCCL's own choice for so small a call is a tree here: not mapped, it stays lossless.
     assert not supports_loss(coll, topo, AlgoOptions(channels=1))
 
 
@@ -98,7 +103,7 @@ def test_reduce_scatter_channels_share_every_shard() -> None:
     channel 0 the first half, channel 1 the second; rank r is ring position r (one GPU per host)."""
     topo = leaf_spine(1, 4, 0, name="star4")
     coll = Collective("reduce_scatter", (0, 1, 2, 3), 16000, "fp32")
-    opts = AlgoOptions(channels=2)
+    opts = AlgoOptions(channels=2, model="ideal")  # the slice mapping (NCCL's LL lines: test above)
     # Channel 1's position 2 (flow id 6): step 0 sends slice 1, bytes 10..19 -> rank 1, second half of its shard.
     assert lost_ranges(coll, topo, opts, 0, {6: [(10, 10)]}) == {1: [(2010, 10)]}
     assert lost_ranges(coll, topo, opts, 0, {2: [(10, 10)]}) == {1: [(10, 10)]}
@@ -117,7 +122,7 @@ def test_chunked_reduce_scatter_and_uneven_or_other_cases_stay_lossless() -> Non
     simple = AlgoOptions(channels=2, algorithm="ring", protocol="Simple")  # NCCL model, its ring: the same rule
     assert supports_loss(uneven, topo, dataclasses.replace(simple, channels=1))
     assert "evenly" in (lossless_reason(uneven, topo, simple) or "")
-    assert "LL protocol lines" in (lossless_reason(uneven, topo, AlgoOptions(channels=1)) or "")  # NCCL's LL
+    assert supports_loss(uneven, topo, AlgoOptions(channels=1, protocol="LL"))  # NCCL's LL lines are mapped too
     tree = Collective("all_reduce", (0, 1), 4000, "fp32")
     assert "tree" in (lossless_reason(tree, topo, AlgoOptions(algorithm="tree")) or "")
     gather = Collective("all_gather", (0, 1), 4000, "fp32")

@@ -72,8 +72,6 @@ def lossless_reason(coll: Collective, topo: Topology, opts: AlgoOptions) -> str 
     resolved = default_options(coll, topo, opts)
     if resolved.algorithm != "ring":
         return f"the {resolved.algorithm} algorithm is not mapped to tensor bytes (ring only)"
-    if resolved.model == "nccl" and resolved.protocol != "Simple":
-        return f"NCCL's {resolved.protocol} protocol lines are not mapped to tensor bytes (Simple only)"
     if coll.kind == "reduce_scatter":
         n = coll.size
         if any(share % n for share in split(coll.nbytes, resolved.channels)):
@@ -89,10 +87,28 @@ def supports_loss(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
 def lost_ranges(
     coll: Collective, topo: Topology, opts: AlgoOptions, first_id: int, lost: Mapping[int, Sequence[Range]]
 ) -> dict[int, list[Range]]:
-    """Global rank -> merged byte ranges of its result to zero, for a collective `supports_loss` accepts."""
+    """Global rank -> merged byte ranges of its result to zero, for a collective `supports_loss` accepts.
+
+    Under NCCL's LL and LL128 protocols a flow's bytes are lines of data and flags: a lost stretch of the wire
+    loses the data of every line it touches (8 of LL's 16 bytes, 120 of LL128's 128)."""
+    line = LINES.get(default_options(coll, topo, opts).protocol)
+    if line is not None:
+        lost = {fid: payload_ranges(ranges, *line) for fid, ranges in lost.items()}
     if coll.kind == "reduce_scatter":
         return reduce_scatter_lost_ranges(coll, topo, opts, first_id, lost)
     return ring_lost_ranges(coll, topo, opts, first_id, lost)
+
+
+LINES = {"LL": (16, 8), "LL128": (128, 120)}  # protocol -> (line bytes on the wire, data bytes in it)
+
+
+def payload_ranges(ranges: Sequence[Range], line: int, data: int) -> list[Range]:
+    """Wire ranges of a flow -> the data ranges of the lines they touch."""
+    out = []
+    for off, length in ranges:
+        first, last = off // line, (off + length - 1) // line
+        out.append((first * data, (last - first + 1) * data))
+    return merge(out)
 
 
 def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: int) -> Iterator[RingFlow]:
