@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.collectives.nccl import nccl_env, summarize_choices
+from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance, run_dir
@@ -48,6 +49,7 @@ class RunConfig:
     time_patch: bool = True
     launch_ns: int = DEFAULT_LAUNCH_NS
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
+    collective_model: str = "nccl"  # "nccl" (NCCL's choice, protocol, latency, throughput) or "ideal" (line rate)
     perf_tables: list[str | Path] = field(default_factory=list)  # measured tables, priority over the model
     curves: str | Path | None = None  # `phantora calibrate --out` file; None: the shipped curves
     public_fit: bool = True  # False: no public per-GPU fit (the L40S-shaped curves time every class)
@@ -240,6 +242,7 @@ def launch(cfg: RunConfig) -> RunReport:
             window_ns=cfg.window_ns,
             engine_options=net_options,
             env=env,
+            algo=AlgoOptions(model=cfg.collective_model),
             out_dir=out if keep else None,
             timeout_s=cfg.timeout_s,
             # flows.csv for `phantora compare` when results are written; a larger job's per-flow
@@ -273,6 +276,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "gpu": gpu_name,
                 "launch_ns": cfg.launch_ns,
                 "compute_model": cfg.compute_model,
+                "collective_model": cfg.collective_model,
                 "perf_tables": [str(p) for p in cfg.perf_tables],
                 "curves": str(cfg.curves) if cfg.curves else None,
                 "tensors": "phantom" if phantom else "real",

@@ -360,3 +360,20 @@ def test_a_recorded_graph_replays_with_its_recorded_nccl_variables(monkeypatch):
     assert algo_from_meta(graph).nccl_env == (("NCCL_ALGO", "Tree"),)
     monkeypatch.setenv("NCCL_PROTO", "LL")  # the replay sets its own: they decide
     assert algo_from_meta(graph).nccl_env is None
+
+
+def test_a_live_run_records_nccls_choices_and_can_run_ideal(tmp_path):
+    """`phantora run` (2 ranks of a CUDA + NCCL DDP script): results.json counts the choices per kind, the NCCL_*
+    variables of the run's own env, and `collective_model="ideal"` has no choice at all and a shorter step."""
+    from phantora.launcher import RunConfig, launch
+
+    def go(model: str) -> dict:
+        cfg = RunConfig("examples/cuda_ddp.py", ["--steps", "2"], "testbed16", nproc=2, trace="none",
+                        collective_model=model, env={"NCCL_PROTO": "Simple"}, out_dir=tmp_path / model)  # fmt: skip
+        return launch(cfg).summary
+
+    nccl, ideal = go("nccl"), go("ideal")
+    assert nccl["nccl"]["env"] == {"NCCL_PROTO": "Simple"}
+    assert nccl["nccl"]["choices"]["all_reduce"] == {"Ring/Simple": 2}
+    assert ideal["nccl"]["choices"] == {}
+    assert ideal["step_time_ns"]["mean"] < nccl["step_time_ns"]["mean"]

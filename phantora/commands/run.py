@@ -40,6 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", choices=("ops", "coarse", "none"), default="ops", help="compute detail in trace.json")
     p.add_argument("--launch-overhead", default="1us", help="per-kernel launch overhead (default 1us)")
     p.add_argument(
+        "--collective-model",
+        choices=("nccl", "ideal"),
+        default="nccl",
+        help="collectives as NCCL runs them (default; NCCL_* variables honoured) or ideal (line rate, no latency)",
+    )
+    p.add_argument(
         "--compute-model",
         choices=("calibrated", "roofline"),
         default="calibrated",
@@ -132,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         time_patch=not args.no_time_patch,
         launch_ns=parse_time_ns(args.launch_overhead),
         compute_model=args.compute_model,
+        collective_model=args.collective_model,
         perf_tables=list(args.perf_table),
         curves=args.curves,
         public_fit=not args.no_public_fit,
