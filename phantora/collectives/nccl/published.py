@@ -30,6 +30,7 @@ class Table:
     test: str
     nccl_algo: str | None  # NCCL_ALGO the table was taken with, if any
     rows: tuple[tuple[int, float], ...]  # (size in bytes, busbw GB/s)
+    nic_gbps: int = 400  # each GPU's NIC (several nodes), from the first line's nic=... (400G unless it says)
 
     @property
     def name(self) -> str:
@@ -57,7 +58,8 @@ def read_table(path: Path) -> Table:
     forced = algo.group(1) if algo else None
     if forced == "NVLS" and gpu.startswith("a100"):
         forced = None  # no NVLS on A100: that NCCL (2.18) ran its default choice (SOURCES.md)
-    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows))
+    nic = re.search(r"nic=[^;]*?(\d+)\s*G", head)
+    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), int(nic.group(1)) if nic else 400)
 
 
 def tables(include_degraded: bool = False) -> list[Table]:
@@ -67,9 +69,11 @@ def tables(include_degraded: bool = False) -> list[Table]:
 
 
 def machine(table: Table) -> Topology:
-    """The simulated machine of a table: one DGX/HGX host, or rail-optimised hosts with one 400G NIC per GPU."""
+    """The simulated machine of a table: one DGX/HGX host, or rail-optimised hosts with one NIC per GPU at the
+    table's rate."""
     from phantora.topology import dgx_host, rail_optimized
 
     if table.nodes == 1:
         return dgx_host(gpus_per_host=table.gpus, gpu=table.gpu)
-    return rail_optimized(table.nodes, table.gpus // table.nodes, spines=8, nic_rate="400Gbps", gpu=table.gpu)
+    per_node = table.gpus // table.nodes
+    return rail_optimized(table.nodes, per_node, spines=8, nic_rate=f"{table.nic_gbps}Gbps", gpu=table.gpu)
