@@ -5,10 +5,11 @@ reads every GPU's copy of each slice (each GPU sends S up) and returns the reduc
 all-gather by multimem store: each owner writes its slice once (S/m up) and the switch multicasts it to every GPU
 (S down). Per GPU: S (m+1)/m up and S (m+1)/m down, against a ring's 2 (m-1)/m S each way.
 
-Flows join endpoints, and the switch's reduction and multicast happen inside the path, so NVLS is written as one
-flow per ordered GPU pair, each of S (m+1) / (m (m-1)) bytes: every GPU's uplink and downlink then carry exactly the
-NVLS bytes. All-gather and reduce-scatter (S/m up, S down; S up, S/m down) use S/m per pair: the direction that
-bounds them (down for all-gather, up for reduce-scatter) carries its (m-1)/m S; the other direction is
+Flows join endpoints, and the switch's reduction and multicast happen inside the path. On an NVSwitch a flow from
+GPU a to GPU b loads only a's uplink and b's downlink, so NVLS is written as m flows per node, GPU i to GPU i+1
+(mod m), each of S (m+1)/m bytes: every GPU's uplink and downlink then carry exactly the NVLS bytes, with m flows
+instead of m (m-1). All-gather and reduce-scatter (S/m up, S down; S up, S/m down) use (m-1)/m S per flow: the
+direction that bounds them (down for all-gather, up for reduce-scatter) carries its (m-1)/m S; the other is
 overstated, which costs nothing on an NVSwitch where each GPU has its own link each way.
 
 NVLS-Tree (several nodes): NVLS all-reduce inside each node on the data, and between nodes, for each local index
@@ -22,24 +23,23 @@ from phantora.collectives.layout import dbt_parents
 from phantora.collectives.tree import tree_flows
 
 
-def nvls_pair_bytes(kind: str, nbytes: int, m: int) -> int:
-    """Bytes of one ordered GPU pair's flow inside a node of m GPUs."""
+def nvls_link_bytes(kind: str, nbytes: int, m: int) -> int:
+    """Bytes each GPU's NVLink carries each way in NVLS inside a node of m GPUs (the bounding direction for
+    all-gather and reduce-scatter)."""
     if kind == "all_reduce":
-        return -(-nbytes * (m + 1) // (m * (m - 1)))
-    return -(-nbytes // m)
+        return -(-nbytes * (m + 1) // m)
+    return -(-nbytes * (m - 1) // m)
 
 
 def nvls_flows(b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int, name: str = "nvls") -> None:
-    """NVLS inside each host block (all-reduce, all-gather or reduce-scatter)."""
-    for block in blocks:
+    """NVLS inside each host block (all-reduce, all-gather or reduce-scatter): GPU i to GPU i+1 of its node."""
+    for h, block in enumerate(blocks):
         m = len(block)
         if m < 2:
             continue
-        size = nvls_pair_bytes(kind, nbytes, m)
-        for i in block:
-            for j in block:
-                if i != j:
-                    b.add(i, j, size, f"{name}/h{blocks.index(block)}", 0)
+        size = nvls_link_bytes(kind, nbytes, m)
+        for i, pos in enumerate(block):
+            b.add(pos, block[(i + 1) % m], size, f"{name}/h{h}", 0)
 
 
 def nvls_tree_flows(b: DagBuilder, blocks: list[list[int]], nbytes: int, channels: int) -> None:
