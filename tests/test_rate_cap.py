@@ -22,20 +22,9 @@ from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hybrid import FLUID, PACKET, FluidNvlinkSimulator
 from phantora.topology.loader import load_topology
 from phantora.topology.model import Topology
+from tests.test_packet_engine import G, star  # n hosts on one switch, 100G links of 1 us
 
-G = 10**9
 LAT = 1000
-
-
-def star(n: int, bps: int = 100 * G, lat: int = LAT) -> Topology:
-    """n hosts (0..n-1) on one switch (node n)."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, bps, lat)
-    return t.validate()
 
 
 def tx_ns(size: int, bps: int | Fraction) -> int:
