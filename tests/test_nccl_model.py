@@ -377,3 +377,15 @@ def test_a_live_run_records_nccls_choices_and_can_run_ideal(tmp_path):
     assert nccl["nccl"]["choices"]["all_reduce"] == {"Ring/Simple": 2}
     assert ideal["nccl"]["choices"] == {}
     assert ideal["step_time_ns"]["mean"] < nccl["step_time_ns"]["mean"]
+
+
+def test_fewer_channels_than_nccls_own_lower_the_bandwidth():
+    """NCCL_MAX_NCHANNELS=4 on 8 A100s (NCCL opens 24): each channel keeps its throughput, so the ring's bus
+    bandwidth is 4/24 of 240 GB/s; NCCL's time model (search channels) would not see it."""
+    topo = dgx_host(gpu="a100")
+    size = 4 * GiB
+    t, choice = run(Collective("all_reduce", tuple(range(8)), size, "bf16"), topo, opts(NCCL_MAX_NCHANNELS="4"))
+    assert choice["channels"] == 4
+    lat = 8.4 + 14 * 3.4
+    expected = size / (lat * 1e3 + size / (A100_NVL * 4 / 24 * 8 / 14)) * 14 / 8
+    assert size / t * 14 / 8 == pytest.approx(expected, rel=0.005)

@@ -264,5 +264,17 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if best is None:
         return None
     t, cost, ch = best
-    fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, cost.algbw)
-    return Choice(cost.algorithm, cost.protocol, ch, t - nbytes / (1000.0 * cost.algbw), cost.algbw, t, fill_us=fill)
+    algbw = cost.algbw * channel_limit(cost.algorithm, p, st)
+    fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
+    lat = t - nbytes / (1000.0 * cost.algbw)
+    return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, lat + nbytes / (1000.0 * algbw), fill_us=fill)
+
+
+def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
+    """The share of NCCL's bandwidth left when the user caps the channels (CTAs) below NCCL's own count: each
+    channel is a CTA with its own copy throughput, which NCCL's model (search channels) does not scale down."""
+    if algo in ("nvls", "nvls_tree"):
+        default = T.NVLS_CHANNELS.get(p.arch, 16)
+        return min(1.0, min(st.nvls_channels or default, st.max_channels) / default)
+    default = comm_channels(p, ring_graph(p), NcclSettings())
+    return min(1.0, st.max_channels / default)
