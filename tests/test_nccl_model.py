@@ -389,3 +389,12 @@ def test_fewer_channels_than_nccls_own_lower_the_bandwidth():
     lat = 8.4 + 14 * 3.4
     expected = size / (lat * 1e3 + size / (A100_NVL * 4 / 24 * 8 / 14)) * 14 / 8
     assert size / t * 14 / 8 == pytest.approx(expected, rel=0.005)
+
+
+def test_an_explicit_pairwise_all_to_all_is_phantoras_own():
+    """algorithm="pairwise" keeps its n - 1 rounds (ideal model); auto and direct run NCCL's grouped p2p."""
+    topo = dgx_host(gpu="h100")
+    coll = Collective("all_to_all", tuple(range(8)), 8 * MiB, "bf16")
+    pairwise = decompose(coll, topo, AlgoOptions(algorithm="pairwise", nccl_env=()))
+    assert pairwise.choice is None and any(f.deps for f in pairwise.flows)
+    assert decompose(coll, topo, AlgoOptions(algorithm="direct", nccl_env=())).choice["algorithm"] == "p2p"

@@ -46,6 +46,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     st = settings(opts)
     p = platform_of(topo, coll.ranks)
     if coll.kind in ("all_to_all", "send_recv"):
+        if opts.algorithm not in ("auto", "direct"):
+            return None  # pairwise rounds: phantora's own, under the ideal model
         return p2p_choice(coll, p, st, opts.protocol)
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
