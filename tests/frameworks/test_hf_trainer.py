@@ -81,7 +81,11 @@ def gloo_losses(gloo_out: Path) -> list[str]:
     out = gloo_out
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD)]
     cmd += [str(SCRIPT), "--output_dir", str(out / "hf"), *ARGS, "--use_cpu"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=out)
+    for _attempt in range(2):  # the reference run, plain torchrun + gloo (not phantora)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=out)
+        teardown_abort = "train_runtime" in proc.stdout + proc.stderr and "SIGABRT" in proc.stdout + proc.stderr
+        if proc.returncode == 0 or not teardown_abort:
+            break  # once in a while gloo's threads abort at interpreter exit after training finished: run it again
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = proc.stdout + proc.stderr
     assert epochs(log)[-1] == STEPS * BATCH * WORLD / SAMPLES  # data-parallel over both ranks, not one
