@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.pipeline import fill_us
@@ -68,6 +69,7 @@ class Choice:
         }
 
 
+@lru_cache(maxsize=256)
 def ring_graph(p: Platform) -> Graph:
     """The ring (and tree) graph: the per-channel bandwidth that carries the most in total, then duplicated."""
     speeds = T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]
@@ -92,6 +94,7 @@ def ring_graph(p: Platform) -> Graph:
     return Graph(n, s, s)
 
 
+@lru_cache(maxsize=256)
 def nvls_graph(p: Platform) -> Graph:
     """The NVLS graph: one channel per GPU of the node (at most 32), the fastest candidate that fits, a channel's
     head GPU carrying it twice (so n + 1 shares of each GPU's NVLink); across nodes, the fastest that fits a NIC."""
@@ -250,15 +253,17 @@ def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nb
     return nc
 
 
+@lru_cache(maxsize=4096)  # a training step repeats the same calls: one search per distinct call
 def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | None:
     """NCCL's choice for a collective of `nbytes` (nccl-tests' size): the (algorithm, protocol) of least model
     time among those enabled. None if the user's NCCL_ALGO / NCCL_PROTO leave nothing (NCCL fails there too)."""
     if kind not in NSTEPS_KINDS or p.nranks < 2:
         return None
     best: tuple[float, Cost, int] | None = None
+    comm = comm_channels(p, ring_graph(p), st)
     for cost in costs(kind, p, st):
         ch = run_channels(cost.algorithm, cost.protocol, p, st, nbytes)
-        t = model_time_us(cost, kind, p, nbytes, comm_channels(p, ring_graph(p), st))
+        t = model_time_us(cost, kind, p, nbytes, comm)
         if best is None or t < best[0]:
             best = (t, cost, ch)
     if best is None:
