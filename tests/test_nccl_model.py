@@ -224,6 +224,21 @@ def test_nvls_fill_is_one_chunk_of_the_shrunken_nvls_chunk():
     assert choice.fill_us == pytest.approx(32 * 1024 * 128 / (algbw * 1000), rel=1e-6)
 
 
+def test_nvls_mid_size_pays_a_fixed_cost_per_extra_chunk():
+    """16 MiB on 128 NVLS operations is 128 KiB per operation: four 32 KiB chunks where NCCL's bandwidth is that of
+    one 128 KiB chunk, so three extra chunk costs lower the throughput; from 1 GiB the chunk is 128 KiB again and
+    the bandwidth is NCCL's own."""
+    from phantora.collectives.nccl.pipeline import NVLS_CHUNK_COST_US
+
+    topo = dgx_host(gpu="h100")
+    model = 8 * 40 * 0.85 * 7 / 8 * 2 * 8 / 14
+    mid = choose(Collective("all_reduce", tuple(range(8)), 16 * MiB, "bf16"), topo, opts())
+    t_bw = 16 * MiB / (model * 1000) + 3 * NVLS_CHUNK_COST_US
+    assert mid.algbw == pytest.approx(16 * MiB / (t_bw * 1000), rel=1e-9)
+    big = choose(Collective("all_reduce", tuple(range(8)), 2048 * MiB, "bf16"), topo, opts())
+    assert big.algbw == pytest.approx(model, rel=1e-9)
+
+
 def test_nvls_tree_fill_on_two_hosts_is_two_chunk_times():
     """NVLS-Tree: three stages; 64 MiB keeps the 128 KiB chunk (not < 4 x 128 x 128 KiB); algbw 8 x min(59.5, 96,
     57.7) x 16/30. The simulated time is NCCL's latency + the fill + bytes over bandwidth."""

@@ -20,6 +20,11 @@ from phantora.collectives.nccl.settings import NcclSettings
 
 NVLS_CHUNK = 128 * 1024  # NCCL_NVLS_CHUNKSIZE
 KiB = 1024
+# Fixed cost of one NVLS chunk per operation (µs): the multimem load-reduce / store loop synchronises its warps and
+# the peers' flags once per chunk. NCCL's bandwidth is its rate at the largest chunk; below 1 GiB the chunk ladder
+# halves the chunk and this cost shows. Fitted on the marginal bandwidth either side of the 64 KiB -> 128 KiB step
+# of the Azure ND H100 v5 table (257 vs 274 GB/s algbw), and it predicts the H200 table's steps (docs/validation.md).
+NVLS_CHUNK_COST_US = 4.2
 
 
 def _shrink(nbytes: int, ops: int, chunk: int, rules: tuple[tuple[int, int], ...]) -> int:
@@ -51,6 +56,20 @@ def chunk_bytes(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: in
         while nbytes / (ops * chunk) < steps * 16 / p.ppn and chunk > 32 * KiB:
             chunk //= 2
     return chunk
+
+
+def chunk_overhead_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int) -> float:
+    """Extra time (µs) of the chunks a mid-size NVLS collective adds over NCCL's largest chunk: each operation
+    (channel x head) runs ceil(bytes / chunk) chunks, each with a fixed cost, and NCCL's bandwidth already pays that
+    cost at the largest chunk."""
+    if algo != "nvls" or nbytes <= 0:
+        return 0.0
+    ops = max(1, channels * p.ppn)
+    per_op = nbytes / ops
+    chunk = chunk_bytes(algo, proto, p, st, nbytes, ops)
+    largest = chunk_bytes(algo, proto, p, st, 1 << 62, ops)
+    extra = math.ceil(per_op / chunk) - math.ceil(per_op / largest)
+    return max(0, extra) * NVLS_CHUNK_COST_US
 
 
 def stages(algo: str, p: Platform) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.pipeline import fill_us
+from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
@@ -271,6 +271,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     t, cost, ch = best
     algbw = cost.algbw * channel_limit(cost.algorithm, p, st)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
+    if overhead := chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch):
+        algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' cost lowers the throughput
     lat = t - nbytes / (1000.0 * cost.algbw)
     return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, lat + nbytes / (1000.0 * algbw), fill_us=fill)
 
