@@ -41,7 +41,7 @@ def bus_bandwidth(coll: Collective, topo: Topology, opts: AlgoOptions, network: 
 
 def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, Any]]:
     """Bus bandwidth (GB/s) of one size of `table` on its machine, and NCCL's choice."""
-    env = {"NCCL_ALGO": table.nccl_algo} if table.nccl_algo else {}
+    env = table.env
     coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
     return bus_bandwidth(coll, machine(table), AlgoOptions(nccl_env=nccl_env(env)), network)
 

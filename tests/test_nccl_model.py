@@ -178,6 +178,19 @@ def test_max_nchannels_limits_the_channels_opened():
     assert choose(coll, topo, opts(NCCL_MAX_NCHANNELS="4")).channels == 4
 
 
+def test_ctas_and_legacy_ring_variables_bound_the_channels_as_nccl_combines_them():
+    """connect.cc: the larger of NCCL_MIN_NCHANNELS (or legacy NCCL_MIN_NRINGS) and NCCL_MIN_CTAS, the smaller of
+    the maxima; H100 hosts over 400G NICs open 16 channels of their own."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    coll = Collective("all_reduce", tuple(range(16)), GiB, "bf16")
+    ring = {"NCCL_ALGO": "Ring"}
+    assert choose(coll, topo, opts(**ring)).channels == 16
+    assert choose(coll, topo, opts(**ring, NCCL_MIN_CTAS="24")).channels == 24
+    assert choose(coll, topo, opts(**ring, NCCL_MIN_NRINGS="20", NCCL_MIN_CTAS="18")).channels == 20
+    assert choose(coll, topo, opts(**ring, NCCL_MAX_NCHANNELS="8", NCCL_MAX_CTAS="6")).channels == 6
+    assert choose(coll, topo, opts(**ring, NCCL_MAX_NRINGS="4")).channels == 4
+
+
 def test_channels_shrink_for_small_messages():
     """Ring Simple opens a channel per 512 threads x 64 B = 32 KiB of data."""
     topo = dgx_host(gpu="a100")

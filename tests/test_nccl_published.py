@@ -16,7 +16,7 @@ BY_NAME = {t.name: t for t in tables()}
 
 def busbw(table: Table, size: int) -> float:
     topo = machine(table)
-    env = {"NCCL_ALGO": table.nccl_algo} if table.nccl_algo else {}
+    env = table.env
     coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
     dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env(env)))
     sim = FlowSimulator(topo)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from phantora.collectives.nccl.settings import ENV_VARS
 from phantora.topology.model import Topology
 
 TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
@@ -32,6 +33,12 @@ class Table:
     nccl_algo: str | None  # NCCL_ALGO the table was taken with, if any
     rows: tuple[tuple[int, float], ...]  # (size in bytes, busbw GB/s)
     nic_gbps: int = 400  # each GPU's NIC (several nodes), from the first line's nic=... (400G unless it says)
+    forced: tuple[tuple[str, str], ...] = ()  # other NCCL_* variables of the table that phantora honours
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The NCCL environment the table was taken with, as far as phantora honours it."""
+        return {**dict(self.forced), **({"NCCL_ALGO": self.nccl_algo} if self.nccl_algo else {})}
 
     @property
     def name(self) -> str:
@@ -60,7 +67,8 @@ def read_table(path: Path) -> Table:
     if forced == "NVLS" and gpu.startswith("a100"):
         forced = None  # no NVLS on A100: that NCCL (2.18) ran its default choice (SOURCES.md)
     nic = re.search(r"nic=[^;]*?(\d+)\s*G", head)
-    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), int(nic.group(1)) if nic else 400)
+    env = tuple((k, v) for k, v in re.findall(r"(NCCL_\w+)=(\w+)", head) if k in ENV_VARS and k != "NCCL_ALGO")
+    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), int(nic.group(1)) if nic else 400, env)
 
 
 def tables(include_degraded: bool = False) -> list[Table]:

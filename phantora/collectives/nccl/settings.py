@@ -20,6 +20,10 @@ ENV_VARS = (
     "NCCL_PROTO",
     "NCCL_MIN_NCHANNELS",
     "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_MIN_NRINGS",
+    "NCCL_MAX_NRINGS",
     "NCCL_BUFFSIZE",
     "NCCL_NVLS_ENABLE",
     "NCCL_P2P_NET_CHUNKSIZE",
@@ -125,12 +129,18 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         back = {v: k for k, v in T.NCCL_ALGO_NAMES.items()}
         algos = tuple((f, frozenset(back[n] for n in s if n in back)) for f, s in named)
     protos = parse_list(env["NCCL_PROTO"], T.PROTOCOLS, "NCCL_PROTO") if env.get("NCCL_PROTO") else ()
-    max_ch = min(_int(env, "NCCL_MAX_NCHANNELS", T.MAX_CHANNELS, 1), T.MAX_CHANNELS)
+    # connect.cc: MIN/MAX_NCHANNELS (legacy MIN/MAX_NRINGS) and the communicator's minCTAs/maxCTAs (NCCL_MIN_CTAS /
+    # NCCL_MAX_CTAS, init.cc) both bound the channels: the larger minimum and the smaller maximum win
+    legacy_max = _int(env, "NCCL_MAX_NRINGS", T.MAX_CHANNELS, 1)
+    max_ch = min(_int(env, "NCCL_MAX_NCHANNELS", legacy_max, 1), _int(env, "NCCL_MAX_CTAS", T.MAX_CHANNELS, 1))
+    max_ch = min(max_ch, T.MAX_CHANNELS)
+    legacy_min = _int(env, "NCCL_MIN_NRINGS", 0)
+    min_ch = max(_int(env, "NCCL_MIN_NCHANNELS", legacy_min), _int(env, "NCCL_MIN_CTAS", 0))
     return NcclSettings(
         algos=algos,
         protos=protos,
         protos_forced=bool(protos),
-        min_channels=min(_int(env, "NCCL_MIN_NCHANNELS", 0), T.MAX_CHANNELS),
+        min_channels=min(min_ch, max_ch, T.MAX_CHANNELS),
         max_channels=max_ch,
         buffsize=_int(env, "NCCL_BUFFSIZE", 0, 1),
         nvls=_int(env, "NCCL_NVLS_ENABLE", 2) != 0,
