@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from phantora.jobs.results import JobFlow, job_trace_events, link_rows, pause_spans, pfc_by_job, step_summary
+from pathlib import Path
+
+from phantora.jobs.results import (
+    JobFlow,
+    job_trace_events,
+    link_rows,
+    pause_spans,
+    pfc_by_job,
+    read_pfc_rows,
+    step_summary,
+)
+from phantora.netsim.observe import PfcEvent
+from phantora.results.write import write_pfc_csv
 from phantora.topology.generators import leaf_spine
 
 
@@ -20,6 +32,19 @@ def test_pause_spans_pair_pauses_with_resumes_and_close_open_ones_at_the_end() -
         (40, 1, 0, 5, 1, 4),  # never resumed
     ]
     assert pause_spans(rows, end_ns=100) == [(0, 0, 3, 4, 10, 30), (1, 0, 5, 4, 40, 100)]
+
+
+def test_pfc_rows_are_read_by_node_id_from_named_and_from_older_files(tmp_path: Path) -> None:
+    """pfc.csv names its nodes (node = "gpu1") and keeps the ids in node_id / from_node_id; files written
+    before names held the ids in node / from_node. Both read as the same id rows."""
+    topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us")  # GPUs 0-3, leaves 4-5
+    events = [PfcEvent(10, 1, 0, 0, 3, True, 4), PfcEvent(30, 1, 0, 0, 3, False, 4), PfcEvent(40, 3, 0, 0, 3, True, 5)]
+    named = write_pfc_csv(tmp_path / "pfc.csv", topo, events)
+    assert named.read_text().splitlines()[1].split(",")[1] == "gpu1"  # the case that crashed the jobs run
+    old = tmp_path / "old.csv"
+    old.write_text("time_ns,node,port,prio,pause,from_node\n10,1,0,3,1,4\n30,1,0,3,0,4\n40,3,0,3,1,5\n")
+    want = [(10, 1, 0, 3, 1, 4), (30, 1, 0, 3, 0, 4), (40, 3, 0, 3, 1, 5)]
+    assert read_pfc_rows(named) == read_pfc_rows(old) == want
 
 
 def test_pfc_suffered_by_the_paused_class_caused_by_the_congested_egress() -> None:

@@ -335,6 +335,50 @@ def test_packet_mode_jobs_on_disjoint_halves_run_exactly_as_alone(ns3_lib: Any, 
     assert [r["slowdown"] for r in rep.summary["jobs"]] == [1.0, 1.0]
 
 
+@pytest.mark.ns3
+def test_packet_mode_pfc_pauses_are_counted_per_job_from_pfc_csv(ns3_lib: Any, tmp_path: Path) -> None:
+    """Two jobs meeting 2:1 on the leaf uplinks with a 200 kB switch buffer: the leaves PAUSE the GPUs' NICs.
+    pfc.csv names its nodes; the per-job figures in results.json agree with a count made here from those
+    names: a job suffers the pauses of its own GPUs' uplinks (gpuN -> leaf), and since both jobs send through
+    each congested leaf uplink the whole time, each job causes every pause."""
+    import csv
+
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 2\nplacement = [0, 2]\n'
+        '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 2\nplacement = [1, 3]\n',
+    )
+    out = tmp_path / "pfc"
+    cfg = RunConfig(
+        script="", topology=two_to_one(), network="ns3", cc="dcqcn", out_dir=out, trace="none",
+        packet_set=["buffer_bytes=200000"],
+    )  # fmt: skip
+    rep = launch_jobs(spec, cfg, alone=False)
+    with (out / "pfc.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    frames = [r for r in rows if r["pause"] == "1"]
+    assert frames, "the small buffer should make the leaves send PFC pauses"
+    assert {r["node"][:3] for r in rows} == {"gpu"} and {r["from_node"][:4] for r in rows} == {"leaf"}
+    # pause spans per paused port (a pause while paused extends the span), by node name
+    spans: dict[str, int] = {}
+    paused = set()
+    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
+        key = (r["node"], r["port"], r["prio"])
+        if r["pause"] == "1" and key not in paused:
+            paused.add(key)
+            spans[r["node"]] = spans.get(r["node"], 0) + 1
+        elif r["pause"] == "0":
+            paused.discard(key)
+    fabric = rep.summary["fabric"]
+    assert fabric["pfc_pauses"] == len(frames)
+    total = sum(spans.values())
+    for job in rep.summary["jobs"]:
+        mine = fabric["jobs"][job["name"]]
+        assert mine["pauses_suffered"] == sum(spans.get(g, 0) for g in job["gpus"]) > 0
+        assert mine["pauses_caused"] == total
+        assert 0 < mine["paused_ns_suffered"] <= rep.summary["makespan_ns"] * len(job["gpus"])
+
+
 @pytest.mark.slow
 def test_a_live_job_killed_mid_run_ends_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Rank 1 of job b is SIGKILLed as step 2 begins: b fails with its two finished steps kept, a runs on;

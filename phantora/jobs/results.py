@@ -16,9 +16,11 @@
 
 from __future__ import annotations
 
+import csv
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from phantora.results import schema as S
@@ -94,6 +96,20 @@ class JobFlow:
 
 
 Pause = tuple[int, int, int, int, int, int]  # node, port, prio, from_node, start_ns, end_ns
+
+
+def read_pfc_rows(path: Path) -> list[tuple[int, int, int, int, int, int]]:
+    """(time_ns, node id, port, prio, pause, from_node id) of each row of pfc.csv (results/write.py's
+    `write_pfc_csv`): `node` and `from_node` hold names there, `node_id` and `from_node_id` the ids; files
+    written before names held the ids in `node` and `from_node`."""
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        named = "node_id" in (reader.fieldnames or ())
+        node, frm = ("node_id", "from_node_id") if named else ("node", "from_node")
+        return [
+            (int(r["time_ns"]), int(r[node]), int(r["port"]), int(r["prio"]), int(r["pause"]), int(r[frm]))
+            for r in reader
+        ]
 
 
 def pause_spans(rows: Iterable[Sequence[int]], end_ns: int) -> list[Pause]:

@@ -38,6 +38,7 @@ from phantora.jobs.results import (
     link_rows,
     pause_spans,
     pfc_by_job,
+    read_pfc_rows,
 )
 from phantora.jobs.spec import JobSpec, JobsSpec, place_jobs
 from phantora.launcher import (
@@ -468,13 +469,7 @@ def _fabric(
     per_job = {name: {"bytes": sum(ch.values()), "links": len(ch)} for name, ch in link_use.items()}
     pfc = ctx.out / S.PFC_CSV
     if pfc.is_file():
-        import csv
-
-        with pfc.open(newline="") as fh:
-            raw = [
-                [int(r[c]) for c in ("time_ns", "node", "port", "prio", "pause", "from_node")]
-                for r in csv.DictReader(fh)
-            ]
+        raw = read_pfc_rows(pfc)
         by_job = pfc_by_job(topo, flows, pause_spans(raw, makespan))
         for name in per_job:
             per_job[name].update(by_job.get(name, {"pauses_suffered": 0, "paused_ns_suffered": 0, "pauses_caused": 0}))
