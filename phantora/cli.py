@@ -40,7 +40,9 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phantora", description=DESCRIPTION)
+    from phantora.commands.options import Parser
+
+    parser = Parser(prog="phantora", description=DESCRIPTION)
     parser.add_argument("--version", action=_Version, help="print the versions of phantora, torch, ns-3, Python")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:

@@ -1,4 +1,4 @@
-"""Parsing of rates, times and sizes into integers (bits/s, ns, bytes)."""
+"""Parsing of rates, times and sizes into integers (bits/s, ns, bytes); `plural` for counts in messages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from phantora.errors import InputError
 
 _RATE = {"bps": 1, "kbps": 10**3, "mbps": 10**6, "gbps": 10**9, "tbps": 10**12}
-_TIME = {"ps": 0.001, "ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
+_TIME = {"ps": 0.001, "ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9}  # µs: as output writes it
 _SIZE = {
     "b": 1,
     "kb": 10**3,
@@ -55,3 +55,8 @@ def parse_size_bytes(text: str | int | float, field: str | None = None) -> int:
 def transmit_ns(nbytes: int, rate_bps: int) -> int:
     """Serialisation time of nbytes at rate_bps, in integer ns (rounded up)."""
     return -(-nbytes * 8 * 10**9 // rate_bps)
+
+
+def plural(n: int, noun: str) -> str:
+    """"1 step", "2 steps": a count and its noun (plural with an s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -49,7 +49,7 @@ def main() -> None:
     args = p.parse_args()
     rows = [
         "| config | job | class | step shared (ms) | step alone (ms) | slowdown | PFC pauses suffered (alone) "
-        "| paused us | PFC pauses caused |",
+        "| paused µs | PFC pauses caused |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in args.configs.split(","):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,60 @@ def test_netsim_defaults_to_the_flow_network(tmp_path: Path, capsys: pytest.Capt
     assert main(["netsim", "-t", "star8", "-f", str(INCAST), "-q"]) == 0
     out = capsys.readouterr().out
     assert "(flow, cc -)" in out and "nothing saved: pass --out DIR" in out  # without --out, it says so
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["run", "--topolgy", "twoleaf8", "train.py"], "unknown option --topolgy; did you mean --topology?"),
+        (["run", "-t", "twoleaf8", "--nprc=2", "train.py"], "unknown option --nprc; did you mean --nproc?"),
+        (["netsim", "-t", "star8", "--flws", "x"], "unknown option --flws; did you mean --flows?"),
+        (["--verison"], "unknown option --verison; did you mean --version?"),
+        (["run", "-t", "twoleaf8", "--xyzzy", "train.py"], "unknown option --xyzzy\n"),
+    ],
+)
+def test_an_unknown_option_is_named_with_the_nearest_known_one(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "required" not in err
+
+
+def test_the_scripts_own_options_and_abbreviations_are_not_unknown() -> None:
+    """Everything after the script is the script's; a unique prefix (--topo) is argparse's abbreviation."""
+    ns = build_parser().parse_args(["run", "--topo", "twoleaf8", "--nproc", "2", "train.py", "--lr", "3", "--xyz"])
+    assert (ns.topology, ns.nproc, ns.script, ns.script_args) == ("twoleaf8", 2, "train.py", ["--lr", "3", "--xyz"])
+
+
+def test_a_script_that_exits_through_argparse_keeps_its_message_and_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its usage and error, no SystemExit traceback, and its own exit code (argparse: 2) in phantora's error."""
+    script = tmp_path / "strict.py"
+    script.write_text("import argparse\nargparse.ArgumentParser(prog='strict.py').parse_args()\n")
+    assert main(["run", "-q", "-t", "twoleaf8", "--nproc", "2", str(script), "--bogus"]) == 2
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert "strict.py: error: unrecognized arguments: --bogus" in text
+    assert "exited with code 2" in text and "exited with code 1" not in text
+    assert "Traceback" not in text and "SystemExit" not in text
+
+
+def test_a_one_step_summary_is_singular_and_step_0_is_explained() -> None:
+    from phantora.runtime.results import format_summary
+
+    def summary(times: list[int]) -> dict[str, Any]:
+        steps = [{"index": i, "time_ns": t, "compute_ns": t, "exposed_ns": 0} for i, t in enumerate(times)]
+        steady = times[1:] or times
+        st = {"mean": sum(steady) / len(steady), "steps_averaged": len(steady)}
+        return {"world_size": 2, "gpu": "H100", "end_ns": sum(times), "steps": steps, "step_time_ns": st}
+
+    one = format_summary(summary([2_000_000]))
+    assert "step time (with set-up, 1 step): mean 2.000 ms" in one and "1 steps" not in one
+    assert "run 2 steps or more" in one
+    two = format_summary(summary([2_000_000, 1_000_000, 1_000_000]))
+    assert "step time (steady, 2 steps): mean 1.000 ms" in two
+    assert "step 0 counts from the run's start" in two

@@ -4,17 +4,67 @@
   registry when the run starts: `phantora cc` lists them), `--set FIELD=VALUE` (its help lists the fields):
   `add_network_options`; `sweep` takes comma-separated lists of each.
 - `--progress/--no-progress` and `--quiet`: `add_progress_options`, read back by `progress_mode`.
+- `Parser`: the argparse parser of `phantora` and its commands, which names an unknown option and the known
+  one nearest to it ("unknown option --topolgy; did you mean --topology?").
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+import difflib
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
 
 from phantora.errors import InputError
 from phantora.netsim.cli_config import FLOW_FIELDS, check_flow_sets
 from phantora.netsim.packet_config import override_fields
 from phantora.progress import auto_mode
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors name the first unknown `--option` before the positionals (the script
+    and its own arguments are not looked at), with the nearest known option (difflib). Without this, a typo
+    in a required option reads "required: --topology", and one among the options "unrecognized arguments"."""
+
+    _argv: list[str] | None = None
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        args = list(sys.argv[1:] if args is None else args)
+        self._argv = args
+        if self.unknown_option() is not None:  # it would fail later (extras), or on a required option it hides
+            self.error("unrecognized arguments")
+        return super().parse_known_args(args, namespace)
+
+    def unknown_option(self) -> str | None:
+        """The first `--name` among this parser's own options (up to the first positional) that is neither
+        one of them nor a prefix of one; None if there is none, or the arguments were not seen."""
+        argv = self._argv or []
+        i = 0
+        while i < len(argv):
+            tok = argv[i]
+            if tok == "--" or not tok.startswith("-") or tok == "-":
+                return None
+            name = tok.split("=", 1)[0]
+            action = self._option_string_actions.get(name[:2] if not tok.startswith("--") else name)
+            if action is None and tok.startswith("--"):
+                known = [o for o in self._option_string_actions if o.startswith(name)]
+                if not known:
+                    return name
+                action = self._option_string_actions[known[0]]
+            takes = action is not None and action.nargs in (None, 1)  # the next token is its value
+            attached = "=" in tok or (not tok.startswith("--") and len(tok) > 2)
+            i += 2 if takes and not attached else 1
+        return None
+
+    def error(self, message: str) -> NoReturn:
+        name = self.unknown_option()
+        if name is not None:
+            longs = [o for o in self._option_string_actions if o.startswith("--")]
+            near = difflib.get_close_matches(name, longs, n=1)
+            message = f"unknown option {name}" + (f"; did you mean {near[0]}?" if near else "")
+        super().error(message)
+
 
 NETWORKS = ("flow", "ns3")
 DEFAULT_NETWORK = "flow"

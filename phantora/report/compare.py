@@ -22,6 +22,7 @@ from phantora.report.fabric import hottest_port, pause_intervals
 from phantora.report.spread import spread
 from phantora.results import schema as S
 from phantora.results.read import Flows, RunData, load_run
+from phantora.units import plural
 
 Value = int | float | None
 
@@ -345,7 +346,7 @@ def _status(run: RunData) -> str:
         return "-"
     if not run.partial:
         return run.status
-    kept = f", {run.steps} steps kept" if run.steps is not None else ""
+    kept = f", {plural(run.steps, 'step')} kept" if run.steps is not None else ""
     why = f": {run.status_reason}" if run.status_reason else ""
     return f"partial ({run.status}{why}{kept})"
 

@@ -161,6 +161,20 @@ def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
     os._exit(PEER_LOST_EXIT if _peer_lost(exc) else 1)  # others may be blocked in gloo; the supervisor stops them
 
 
+def _exit(rank: str, exc: SystemExit) -> None:
+    """The script exited on purpose (sys.exit, argparse's error): no traceback, its own message (argparse has
+    printed it; `sys.exit("text")` is printed here as Python would) and its own exit code."""
+    code = exc.code if isinstance(exc.code, int) else 1
+    if not isinstance(exc.code, int):
+        print(exc.code, file=sys.stderr)
+    where = _user_frame(exc)
+    at = f" (at {where})" if where else ""
+    print(f"phantora: rank {rank} exited with code {code}{at}", file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -179,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            _fail(rank, exc, script)
+            _exit(rank, exc)
     except BaseException as exc:  # noqa: BLE001
         _fail(rank, exc, script)
     try:

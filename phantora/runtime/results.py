@@ -14,6 +14,7 @@ from typing import Any
 from phantora.results import schema
 from phantora.results.write import write_json
 from phantora.runtime.gpus import GpuSpec
+from phantora.units import plural
 
 
 def _workload(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -177,9 +178,17 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
     if len(summary["steps"]) > 20:
         lines.append(f"  ... {len(summary['steps']) - 20} more steps")
+    if summary["steps"]:
+        lines.append(
+            "  (step 0 counts from the run's start, set-up included, so it is longer than the script's own timer"
+            " says; the steady step time leaves it out)"
+            if len(summary["steps"]) > 1
+            else "  (step 0 counts from the run's start, set-up included: run 2 steps or more for a steady time)"
+        )
     if "step_time_ns" in summary:
         s = summary["step_time_ns"]
-        lines.append(f"step time (steady, {s['steps_averaged']} steps): mean {s['mean'] / 1e6:.3f} ms")
+        what = "steady, " if len(summary["steps"]) > 1 else "with set-up, "
+        lines.append(f"step time ({what}{plural(s['steps_averaged'], 'step')}): mean {s['mean'] / 1e6:.3f} ms")
     if "tokens_per_s_per_gpu" in summary:
         lines.append(f"tokens/s per GPU: {summary['tokens_per_s_per_gpu']:.1f}")
     if "mfu" in summary:

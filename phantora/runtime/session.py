@@ -30,6 +30,7 @@ from phantora.runtime.memory import MemoryTracker
 from phantora.runtime.timepatch import real_perf_counter_ns
 from phantora.runtime.trace import TraceRecorder
 from phantora.runtime.traffic import TrafficMarker, zero_ranges
+from phantora.units import plural
 
 
 class ClientLike(Protocol):
@@ -469,7 +470,7 @@ class RankSession:
         for listener in self.listeners:
             listener.on_step(len(self.step_ends) - 1, end)
         if self.max_steps is not None and len(self.step_ends) >= self.max_steps:
-            raise StepLimitReached(f"rank {self.rank}: {self.max_steps} steps done")
+            raise StepLimitReached(f"rank {self.rank}: {plural(self.max_steps, 'step')} done")
         return end - start
 
     def _log_step(self, start: int, end: int) -> None:
