@@ -255,11 +255,46 @@ def test_the_default_topology_is_one_dgx_h100_server(capsys: pytest.CaptureFixtu
     lines, _ = _run(["nccl-tests", "all_reduce_perf", "-b", "1M", "-e", "1M", "-n", "1", "-w", "0"], capsys)
     assert "topology dgx8 (8 GPUs), network flow" in lines[0]
     assert (
-        "# nThread 1 nGpus 8 minBytes 1048576 maxBytes 1048576 step: 1048576(bytes) warmup iters: 0 iters: 1"
+        "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1048576 step: 1048576(bytes) warmup iters: 0 iters: 1"
         in lines[3]
     )
     devices = [ln for ln in lines if ln.startswith("#  Rank")]
     assert len(devices) == 8 and devices[7].endswith("on      host0 device  7 [gpu7] simulated h100")
+    assert len({ln.split("Pid")[1].split()[0] for ln in devices}) == 8  # mpirun's way: a process per GPU
+
+
+def test_the_loop_is_bound_by_the_slower_of_host_launches_and_gpus() -> None:
+    """nccl-tests launches iteration i by (i + 1) host times; the GPUs run the calls one after another."""
+    assert nt.launch_bound([10] * 4, 40) == [50, 40, 40, 40]  # host-bound: the mean -> the host time
+    assert nt.launch_bound([100] * 4, 40) == [140, 100, 100, 100]  # GPU-bound: one host time up front
+    assert nt.launch_bound([], 40) == []
+
+
+def _time_us(lines: list[str]) -> float:
+    return float(next(ln for ln in lines if not ln.startswith("#")).split()[5])
+
+
+def test_one_thread_driving_eight_gpus_is_bound_by_its_launches_at_small_sizes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`-g 8` (one process): 8 launches of HOST_LAUNCH_US each per call bound a 1 MiB all-gather from below; one
+    process per GPU (the default, as under mpirun) is not bound so, and 1 GiB is GPU-bound in both."""
+    small = ["nccl-tests", "all_gather_perf", "-b", "1M", "-e", "1M", "-n", "20", "-w", "1"]
+    one_proc = _time_us(_run([*small, "-g", "8"], capsys)[0])
+    per_gpu = _time_us(_run(small, capsys)[0])
+    assert one_proc == pytest.approx(8 * nt.HOST_LAUNCH_US + per_gpu / 20, rel=0.02)
+    assert per_gpu < 8 * nt.HOST_LAUNCH_US / 2
+    big = ["nccl-tests", "all_gather_perf", "-b", "1G", "-e", "1G", "-n", "20", "-w", "1"]
+    gpu_bound = _time_us(_run(big, capsys)[0])
+    assert _time_us(_run([*big, "-g", "8"], capsys)[0]) == pytest.approx(gpu_bound + 7 * nt.HOST_LAUNCH_US / 20)
+
+
+def test_processes_threads_and_gpus_multiply_to_the_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    lines, _ = _run(["nccl-tests", "sendrecv_perf", "--np", "2", "-t", "2", "-g", "2", "-n", "1", "-w", "0"], capsys)
+    devices = [ln for ln in lines if ln.startswith("#  Rank")]
+    assert len(devices) == 8 and len({ln.split("Pid")[1].split()[0] for ln in devices}) == 2
+    assert main(["nccl-tests", "sendrecv_perf", "--np", "3", "-g", "4"]) == 2
+    assert "--np 3 x -t 1 x -g 4 = 12 GPUs asked for" in capsys.readouterr().err
 
 
 def test_iterations_run_back_to_back_on_one_engine(dgx4: str) -> None:
@@ -271,8 +306,10 @@ def test_iterations_run_back_to_back_on_one_engine(dgx4: str) -> None:
     sim = make_engine("flow", topo)
     try:
         res = nt.bench_size(bench, sim, 1 << 20)
-        assert len(res.iter_ns) == 3 and len(set(res.iter_ns)) == 1  # the flow network is deterministic
-        assert sim.now() == 5 * res.iter_ns[0]  # 2 warm-ups + 3 iterations, each starting as the last ended
+        gpu = res.iter_ns[-1]
+        assert len(res.iter_ns) == 3 and res.iter_ns[1] == gpu  # the flow network is deterministic
+        assert res.iter_ns[0] == gpu + nt.HOST_LAUNCH_US * 1000  # the first waits for its launch (-g 1)
+        assert sim.now() == 5 * gpu  # 2 warm-ups + 3 iterations, each starting as the last ended
         second = nt.bench_size(bench, sim, 1 << 20)  # ids continue: the engine accepts the next size
         assert second.iter_ns == res.iter_ns
     finally:

@@ -2,11 +2,13 @@
 
 TEST is one of all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, broadcast_perf,
 reduce_perf, sendrecv_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G suffixes: powers of 1024), -f
-step factor or -i step increment, -g GPUs (here the number of ranks; default every GPU of the topology), -d
-datatype, -o reduction op (printed only), -n iterations, -w warm-up iterations, -r root; -c, -z and -a are
-accepted and have no effect. Each size is timed as nccl-tests times it: -w warm-up calls, then -n calls back to
-back on one engine, the mean per call; the table on stdout is nccl-tests' own, so it can be diffed with a
-cluster's output (docs/nccl-tests.md). --out DIR also writes the table (nccl-tests.txt) and results.json.
+step factor or -i step increment, -t threads and -g GPUs per thread, -d datatype, -o reduction op (printed only),
+-n iterations, -w warm-up iterations, -r root; -c, -z and -a are accepted and have no effect. --np N stands for
+`mpirun -np N` (ranks = np x t x g); by default every GPU of the topology is one process (-g 1), and -g alone is
+one process. Each size is timed as nccl-tests times it: -w warm-up calls, then -n calls back to back on one engine,
+the mean per call, with one host thread launching its -g GPUs' calls one after another (a few µs each, which bound
+small sizes under -g 8); the table on stdout is nccl-tests' own, so it can be diffed with a cluster's output
+(docs/nccl-tests.md). --out DIR also writes the table (nccl-tests.txt) and results.json.
 """
 
 from __future__ import annotations
@@ -39,9 +41,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_network_options(p)
     g = p.add_argument_group("nccl-tests flags")
-    g.add_argument("-t", "--nthreads", type=int, default=1, help="threads per process: ranks = -t x -g (default 1)")
     g.add_argument(
-        "-g", "--ngpus", type=int, default=None, help="GPUs, i.e. ranks 0..g-1 (default: every GPU of the topology)"
+        "--np",
+        type=int,
+        default=None,
+        help="processes, as `mpirun -np` launches them: ranks = --np x -t x -g (default: one per GPU with -g 1, "
+        "or 1 when -g is given)",
+    )
+    g.add_argument("-t", "--nthreads", type=int, default=1, help="threads per process (default 1)")
+    g.add_argument(
+        "-g",
+        "--ngpus",
+        type=int,
+        default=None,
+        help="GPUs per thread; one thread launches its GPUs' calls one after another (default 1 under --np, else "
+        "every GPU of the topology)",
     )
     g.add_argument("-b", "--minbytes", default="32M", help="smallest size, e.g. 8, 64K, 1M (default 32M)")
     g.add_argument("-e", "--maxbytes", default="32M", help="largest size, e.g. 8G (default 32M)")
@@ -104,16 +118,21 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:
-    if args.nthreads < 1:
-        raise InputError(f"must be >= 1, got {args.nthreads}", field="-t")
-    ngpus = max(1, topo.num_ranks // args.nthreads) if args.ngpus is None else args.ngpus
-    if ngpus < 1:
-        raise InputError(f"must be >= 1, got {ngpus}", field="-g")
-    n = args.nthreads * ngpus
+    """Ranks 0..np x t x g - 1. Without -g and --np, one process per GPU of the topology (mpirun's usual run);
+    -g alone is one process driving its GPUs (the binary run without mpirun)."""
+    for flag, value in (("-t", args.nthreads), ("--np", args.np), ("-g", args.ngpus)):
+        if value is not None and value < 1:
+            raise InputError(f"must be >= 1, got {value}", field=flag)
+    if args.ngpus is None:
+        args.ngpus = 1
+        if args.np is None:
+            args.np = max(1, topo.num_ranks // args.nthreads)
+    elif args.np is None:
+        args.np = 1
+    n = args.np * args.nthreads * args.ngpus
     if n > topo.num_ranks:
-        asked = f"{n} GPUs" if args.nthreads == 1 else f"-t {args.nthreads} x -g {ngpus} = {n} GPUs"
+        asked = f"--np {args.np} x -t {args.nthreads} x -g {args.ngpus} = {n} GPUs"
         raise InputError(f"{asked} asked for, but topology {topo.name!r} has {topo.num_ranks}", field="-g")
-    args.ngpus = ngpus
     return tuple(range(n))
 
 
@@ -151,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
                       step=step, warmup=args.warmup_iters, iters=args.iters, topo=topo, ranks=ranks,
                       network=args.network, cc=cc))  # fmt: skip
     emit(*nt.table_header())
-    bench = nt.Bench(spec, topo, ranks, dtype, args.root, args.iters, args.warmup_iters)
+    bench = nt.Bench(spec, topo, ranks, dtype, args.root, args.iters, args.warmup_iters, gpus_per_thread=args.ngpus)
     results: list[nt.SizeResult] = []
     sim = make_engine(args.network, topo, **options)
     try:
@@ -193,6 +212,7 @@ def _results(
         "network": args.network,
         "cc": cc,
         "ranks": len(ranks),
+        "np": args.np,
         "nthreads": args.nthreads,
         "ngpus": args.ngpus,
         "datatype": dtype,

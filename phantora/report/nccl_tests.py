@@ -270,6 +270,27 @@ class Bench:
     warmup: int = 5
     opts: AlgoOptions = field(default_factory=AlgoOptions)
     next_id: int = 0
+    gpus_per_thread: int = 1  # -g: one host thread enqueues and launches this many GPUs' calls, one after another
+
+
+# Host time (µs) one thread spends to enqueue and launch one GPU's collective inside an NCCL group (ncclGroupEnd:
+# plan, enqueue, cudaLaunchKernelEx). With -g N one thread pays it N times per iteration, so small sizes are
+# bound by the host: the published `-g 8` tables are flat at 41-45 µs from 1 to 4 MiB on H100 (8 x ~5.2 µs) and at
+# ~28 µs with `-g 4`, where one GPU per process (mpirun) is not (docs/validation.md).
+HOST_LAUNCH_US = 5.0
+
+
+def launch_bound(gpu_ns: Sequence[int], host_ns: int) -> list[int]:
+    """Each measured iteration's share of the timed loop when the host launches iteration i by (i + 1) x host_ns
+    and the GPUs run one iteration after another: iteration i starts at max(its launch, the previous one's end).
+    nccl-tests times the loop from the host's first launch to the last end, over the iterations."""
+    out: list[int] = []
+    end = 0
+    for i, g in enumerate(gpu_ns):
+        start = max((i + 1) * host_ns, end)
+        out.append(start + g - end)
+        end = start + g
+    return out
 
 
 def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
@@ -290,6 +311,7 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         elapsed = run_iteration(sim, it)
         if i >= bench.warmup:
             times.append(elapsed)
+    times = launch_bound(times, round(HOST_LAUNCH_US * 1000 * bench.gpus_per_thread))
     return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice)
 
 
@@ -339,7 +361,8 @@ def preamble(
         node = topo.nodes[topo.node_of_rank(r)]
         host = f"host{node.host}" if node.host is not None else node.name
         dev = local[host] = local.get(host, -1) + 1
-        lines.append(f"#  Rank {r:2d} Group  0 Pid {pid:6d} on {host:>10s} device {dev:2d} [{node.name}] {device}")
+        proc = pid + r // (nthreads * ngpus)  # a simulated process (mpirun rank) per -t x -g GPUs
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {proc:6d} on {host:>10s} device {dev:2d} [{node.name}] {device}")
     return lines
 
 

@@ -34,6 +34,7 @@ class Table:
     rows: tuple[tuple[int, float], ...]  # (size in bytes, busbw GB/s)
     nic_gbps: int = 400  # each GPU's NIC (several nodes), from the first line's nic=... (400G unless it says)
     forced: tuple[tuple[str, str], ...] = ()  # other NCCL_* variables of the table that phantora honours
+    gpus_per_thread: int = 1  # nccl-tests' -g (one process driving its GPUs), 1 under mpirun / srun
 
     @property
     def env(self) -> dict[str, str]:
@@ -68,7 +69,9 @@ def read_table(path: Path) -> Table:
         forced = None  # no NVLS on A100: that NCCL (2.18) ran its default choice (SOURCES.md)
     nic = re.search(r"nic=[^;]*?(\d+)\s*G", head)
     env = tuple((k, v) for k, v in re.findall(r"(NCCL_\w+)=(\w+)", head) if k in ENV_VARS and k != "NCCL_ALGO")
-    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), int(nic.group(1)) if nic else 400, env)
+    g = re.search(r"(?:^|\s)-g (\d+)", head)
+    per_thread = int(g.group(1)) if g else 1
+    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), int(nic.group(1)) if nic else 400, env, per_thread)
 
 
 def tables(include_degraded: bool = False) -> list[Table]:
