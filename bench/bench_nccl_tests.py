@@ -87,6 +87,7 @@ def main() -> None:
         return
     every: list[float] = []
     big: list[float] = []
+    by_test: dict[str, list[tuple[int, float]]] = {}
     for table in tables():
         errs: list[float] = []
         big_errs: list[float] = []
@@ -104,6 +105,7 @@ def main() -> None:
             sim, choice = simulate(table, size, args.network)
             err = (sim - published) / published
             errs.append(err)
+            by_test.setdefault(table.test, []).append((size, abs(err)))
             (big if size >= 64 << 20 else every).append(abs(err))
             if size >= 64 << 20:
                 big_errs.append(err)
@@ -124,6 +126,14 @@ def main() -> None:
         small = f"median |error| {statistics.median(every or [0]):.1%} max {max(every or [0]):.1%}"
         large = f"median {statistics.median(big or [0]):.1%} max {max(big or [0]):.1%}"
         print(f"\nall tables: below 64 MiB {small}; 64 MiB and up {large}")
+        for test, pairs in sorted(by_test.items()):
+            lo = [e for s, e in pairs if s < 64 << 20] or [0.0]
+            hi = [e for s, e in pairs if s >= 64 << 20] or [0.0]
+            print(
+                f"  {test}: below 64 MiB median {statistics.median(lo):.1%} ({sum(e <= 0.15 for e in lo)}/{len(lo)}"
+                f" within 15%); from 64 MiB median {statistics.median(hi):.1%} ({sum(e <= 0.10 for e in hi)}/{len(hi)}"
+                " within 10%)"
+            )
 
 
 if __name__ == "__main__":
