@@ -195,7 +195,10 @@ class CoordinatorCore:
         self.records: list[CollRecord] = []
         self.flow_owner: dict[int, int] = {}
         self.flow_lb: dict[int, int] = {}  # in-flight flow -> earliest possible completion
-        self._paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (src, dst, key) -> (bottleneck, latency)
+        # (src, dst, key) -> (bottleneck, latency, whether the route crosses a switch)
+        self._paths: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
+        self.network_bytes = 0  # bytes of the ranks' flows between two endpoints
+        self.fabric_bytes = 0  # ... of those whose route crosses a switch (not NVLink alone): the idle-fabric check
         self.completions: list[Completion] = []
         self.rounds = 0
         self.late_collectives = 0
@@ -488,12 +491,17 @@ class CoordinatorCore:
             key = (f.src, f.dst, f.id if f.key is None else f.key)
             path = self._paths.get(key)
             if path is None:
-                route = self.topology.route(*key)
+                topo = self.topology
+                route = topo.route(*key)
                 path = self._paths[key] = (
-                    self.topology.path_bottleneck_bps(route),
-                    self.topology.path_latency_ns(route),
+                    topo.path_bottleneck_bps(route),
+                    topo.path_latency_ns(route),
+                    any(topo.nodes[topo.channel_ends(ch)[1]].kind == "switch" for ch in route),
                 )
             lb[f.id] = release + f.size * 8 * 10**9 // path[0] + path[1]
+            self.network_bytes += f.size
+            if path[2]:
+                self.fabric_bytes += f.size
 
     def _rank_done(self, rec: CollRecord, rank: int, t: int) -> None:
         rec.rank_done[rank] = t
@@ -804,6 +812,7 @@ class CoordinatorCore:
             "engine_stats": {str(k): v for k, v in stats.items() if _plain(v)},
             "transport": self._transport(),
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
+            "traffic_bytes": {"network": self.network_bytes, "fabric": self.fabric_bytes},
             **({"jobs": self._jobs_outcome()} if self.jobs is not None else {}),
             **({"background": [completion_to_wire(c) for c in self.background_done]} if self.n_background else {}),
         }

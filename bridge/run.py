@@ -87,6 +87,8 @@ class CosimResult:
     jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: name, offset, ranks, status, error ...
     background: list[Completion] = field(default_factory=list)  # the recorded jobs' flows (CosimRun(background=))
     transport: dict[int, FlowTransport] = field(default_factory=dict)  # packet engine: flow id -> its counters
+    # bytes of the ranks' flows: "network" (between endpoints), "fabric" (of those, routed through a switch)
+    traffic_bytes: dict[str, int] = field(default_factory=dict)
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -543,6 +545,7 @@ class CosimRun:
             transport=transport_from_rows(outcome.get("transport", [])),
             flows_note=str(outcome.get("flows_note", "")),
             links=[_usage(row) for row in outcome.get("links", [])],
+            traffic_bytes={str(k): int(v) for k, v in (outcome.get("traffic_bytes") or {}).items()},
             rounds=outcome["rounds"],
             wall_s=0.0,
             sim_wall_s=float(outcome.get("sim_wall_s", t_end - t_ready)),

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +191,17 @@ def input_files(cfg: RunConfig, script: Path | None) -> dict[str, str | Path | N
     return files
 
 
+def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dict[str, Any]:
+    """{"idle_fabric": ...} for a packet-level run whose traffic left the switches (almost) idle, else {}."""
+    from phantora.report.idle import idle_fabric
+
+    if cfg.network != "ns3":
+        return {}
+    hosts = Counter(n.host for n in topo.nodes if n.kind == "gpu" and n.host is not None)
+    idle = idle_fabric(traffic, cfg.cc, cfg.packet_set, max(hosts.values()) if hosts else None, topo.name)
+    return {"idle_fabric": idle} if idle else {}
+
+
 def launch(cfg: RunConfig) -> RunReport:
     """Run the script; raise BridgeError (a PhantoraError) naming the cause if any process fails."""
     from bridge.run import CosimRun
@@ -294,6 +306,8 @@ def launch(cfg: RunConfig) -> RunReport:
                 "ecmp_hash": topo.ecmp_hash,
                 "engine_stats": cosim.engine_stats,
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
+                **({"traffic_bytes": cosim.traffic_bytes} if cosim.traffic_bytes else {}),
+                **_idle_fabric(cfg, topo, cosim.traffic_bytes),
             },
             "nccl": summarize_choices(cosim.collectives, nccl_env({**os.environ, **cfg.env})),
         }

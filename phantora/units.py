@@ -58,5 +58,5 @@ def transmit_ns(nbytes: int, rate_bps: int) -> int:
 
 
 def plural(n: int, noun: str) -> str:
-    """ "1 step", "2 steps": a count and its noun (plural with an s)."""
+    """A count and its noun, plural with an s: "1 step", "2 steps"."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -210,6 +210,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         k = summary["untimed_kernels"]
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
         lines.append(f"{len(k)} kinds of kernel not timed by the compute model ({names}): results.json untimed_kernels")
+    idle = (summary.get("network") or {}).get("idle_fabric")
+    if idle:
+        lines.append(f"note: {idle['text']}")
     return "\n".join(lines)
 
 
