@@ -13,11 +13,22 @@ NETWORKS = ("flow", "ns3")
 
 def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulator:
     """`flow` -> FlowSimulator(topo, **options); `ns3` -> Ns3Simulator(topo, PacketConfig(**options)).
+    ``scenario`` (a `phantora.netsim.scenario.Scenario`) gives the flow engine under it (`netsim.faults`).
 
     For ns3, ``set`` (a list of ``FIELD=VALUE`` strings, as `--set` takes them) overrides the config,
     ``calls`` (a path) records the run's call script for phantora-ns3-runner, and ``side="packet"`` builds the
     packet side only (no fluid NVLink around it: what a decomposition worker hosts). Decomposition
     (``workers=N``) starts processes, so the bridge builds it (`bridge.engines.make_engine`)."""
+    scenario = options.pop("scenario", None)  # a phantora.netsim.scenario.Scenario (docs/scenarios.md)
+    if scenario is not None:
+        if network != "flow":
+            raise InputError(
+                "a scenario runs on the flow network only for now (packet mode has no link events yet)",
+                field="scenario",
+            )
+        from phantora.netsim.faults import scenario_engine
+
+        return scenario_engine(topo, scenario, **options)
     if network == "flow":
         from phantora.netsim.flow import FlowSimulator
 

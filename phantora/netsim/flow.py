@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -138,6 +138,7 @@ class FlowSimulator:
         self._cap_arr = np.asarray(self._cap, dtype=np.float64)
         self._lat = [topology.channel_latency(c) for c in range(nch)]
         self._routes: dict[tuple[int, int, int], tuple[tuple[int, ...], int]] = {}
+        self.stretch: Callable[[Flow, int], int] | None = None  # (flow, release ns) -> its delay (gpu_slow)
         self.prechecked = False  # set by a caller that checks every batch it submits whole (the nvlink=fluid hybrid)
         self._now = 0
         self._heap: list[tuple[int, int, int, int]] = []  # (time, kind, flow id, version)
@@ -196,7 +197,8 @@ class FlowSimulator:
                 if pending:
                     self._wait[f.id] = (at << 32) | pending
                 else:
-                    heapq.heappush(self._heap, (at + f.delay_ns, _START, f.id, 0))
+                    delay = f.delay_ns if self.stretch is None else self.stretch(f, at)
+                    heapq.heappush(self._heap, (at + delay, _START, f.id, 0))
         self._stats["flows_submitted"] += len(flows)
 
     def next_event_time(self) -> int | None:
@@ -451,7 +453,10 @@ class FlowSimulator:
                 self._wait[j] = w
             else:  # t is the arrival of its last dep
                 del self._wait[j]
-                heapq.heappush(self._heap, (max(w >> 32, t) + self._flows[j].delay_ns, _START, j, 0))
+                f = self._flows[j]
+                rel = max(w >> 32, t)
+                delay = f.delay_ns if self.stretch is None else self.stretch(f, rel)
+                heapq.heappush(self._heap, (rel + delay, _START, j, 0))
 
     def _components(self, seeds: set[int], budget: int) -> list[list[int]] | None:
         """Connected components (flow ids) of active flows reachable from the seed channels.

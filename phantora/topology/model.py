@@ -17,7 +17,7 @@ Conventions
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from phantora.errors import InputError
@@ -144,6 +144,17 @@ class Topology:
         order = [eps[r] for r in ranks] + [e for i, e in enumerate(eps) if i not in seen]
         copy = Topology(self.name, list(self.nodes), list(self.links), self.gpu_model, dict(self.meta), self.ecmp_hash)
         copy._rank_order = order
+        return copy
+
+    def with_links_down(self, down: Collection[int]) -> Topology:
+        """A copy whose routes avoid the links `down`: routing's view of a failure (link and channel ids,
+        nodes and rank order unchanged; the copy is not validated, so an endpoint may have no route)."""
+        copy = Topology(self.name, list(self.nodes), [], self.gpu_model, dict(self.meta), self.ecmp_hash)
+        copy.links = list(self.links)
+        for link in self.links:
+            if link.id not in down:
+                copy._attach(link)
+        copy._rank_order = self._rank_order
         return copy
 
     @property
