@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from phantora.collectives import FlowDag, collective_metrics, decompose
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator, drain_observed
+from phantora.perfmodel.throttle import Throttles
 from phantora.progress import Progress
 from phantora.topology.model import Topology
 from phantora.workload import Workload, WorkloadOp
@@ -184,3 +186,19 @@ def evaluate_workload(
     real = [c for c in completions if c.flow_id in real_ids]
     makespan = max((c.end_ns for c in completions), default=0)
     return ReplayResult(records, real, makespan, stats, wall, plan.flows)
+
+
+def compute_stretch(throttles: Throttles, topo: Topology) -> Callable[[Flow, int], int]:
+    """The flow engine's `stretch` for slow GPUs (scenario gpu_slow): a marker flow's delay on a rank's node
+    is that rank's compute (a workload's gaps, a graph's kernels), stretched from its release by the rank's
+    throttle; a workload's `at` markers hold absolute times and stay as they are."""
+    rank_of = {node: r for r, node in enumerate(topo.endpoints)}
+    at_suffix = f"/{MARKER}/at"
+
+    def stretch(f: Flow, release_ns: int) -> int:
+        if f.size or f.src != f.dst or not f.delay_ns or f.tag.endswith(at_suffix):
+            return f.delay_ns
+        r = rank_of.get(f.src)
+        return f.delay_ns if r is None else throttles.stretch(r, release_ns, f.delay_ns)
+
+    return stretch

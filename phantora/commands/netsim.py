@@ -25,6 +25,7 @@ from typing import Any
 
 from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
+from phantora.commands.scenario_option import add_scenario_option, install_throttles, load_scenario, report_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.files import read_text
@@ -62,6 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_network_options(p)
     p.add_argument("--config", "-c", default=None, help="HPCC config.txt (phantora PacketConfig fields also allowed)")
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
+    add_scenario_option(p)
     add_out_options(p, "flows.csv, links.csv, the traces and summary.json")
     add_progress_options(p)
     add_seed_options(p)
@@ -220,10 +222,15 @@ def _run_ns3(
         }
 
 
-def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig, progress: str = "off") -> dict[str, Any]:
-    """The flow engine at the packet config's goodput (payload / (payload + header)); FCT at the last byte."""
+def _run_flow(
+    topo: Topology, inp: NetsimInput, config: PacketConfig, progress: str = "off", scenario: Any = None
+) -> dict[str, Any]:
+    """The flow engine at the packet config's goodput (payload / (payload + header)); FCT at the last byte.
+    With a `scenario` (docs/scenarios.md), the flow engine under it."""
     efficiency = config.payload_bytes / (config.payload_bytes + config.header_bytes)
-    sim = make_engine("flow", topo, payload_efficiency=efficiency, ecmp_hash=config.ecmp_hash, lb=config.lb)
+    under = {"scenario": scenario} if scenario is not None else {}
+    sim = make_engine("flow", topo, payload_efficiency=efficiency, ecmp_hash=config.ecmp_hash, lb=config.lb, **under)
+    install_throttles(sim, scenario, topo, "flow")
     channels = sim.channels()
     assert channels is not None  # an in-process engine observes its channels
     try:
@@ -258,6 +265,7 @@ def _run_flow(topo: Topology, inp: NetsimInput, config: PacketConfig, progress: 
             "stats": dict(sim.stats(), engine="flow", payload_efficiency=efficiency),
             "wall_s": wall,
             "now": sim.now(),
+            "scenario": report_scenario(scenario, topo, sim, [], list(done.values()), None, "flows"),
         }
     finally:
         sim.close()
@@ -299,6 +307,8 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
             write_ecn_csv(out / S.ECN_CSV, topo, res["ecn"]),
         ]
     summary = {"schema": S.NETSIM, **res["stats"]}
+    if res.get("scenario"):
+        summary["scenario"] = res["scenario"]
     summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(by_id), input_format=inp.fmt)
     if inp.fmt == "workload":
         summary.update(workload=inp.name, ops=inp.ops, marker_flows=len(inp.hidden))
@@ -313,10 +323,14 @@ def run(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     inp = read_netsim_input(args.flows, topo)
     config = packet_config(args)
-    inputs = {"--flows": inp.path, "--config": args.config}
+    inputs = {"--flows": inp.path, "--config": args.config, "--scenario": args.scenario}
     record_config(args, "netsim", topo, config, inputs)  # the flow network too: it runs at the config's goodput
     mode = progress_mode(args)
-    res = _run_ns3(topo, inp, config, args.out, mode) if args.network == "ns3" else _run_flow(topo, inp, config, mode)
+    sc = load_scenario(args, topo)
+    if args.network == "ns3":
+        res = _run_ns3(topo, inp, config, args.out, mode)
+    else:
+        res = _run_flow(topo, inp, config, mode, sc)
     fcts = sorted(r.fct_ns for r in res["fct"])
     slow = sorted(r.fct_ns / r.standalone_ns for r in res["fct"] if r.standalone_ns)
     stats = res["stats"]

@@ -20,6 +20,7 @@ from bridge.engines import make_engine
 from phantora.collectives.spec import ALGORITHMS, MODELS, PROTOCOLS, AlgoOptions
 from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
+from phantora.commands.scenario_option import add_scenario_option, install_throttles, load_scenario, report_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     add_network_options(p)
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
+    add_scenario_option(p)
     p.add_argument("--format", choices=FORMATS, default="auto", help="what INPUT is (default: detect)")
     p.add_argument("--algorithm", choices=ALGORITHMS, default=None, help="default collective algorithm (auto)")
     p.add_argument("--protocol", choices=PROTOCOLS, default=None, help="NCCL protocol (auto: NCCL's choice)")
@@ -145,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.workload)
     if kind == "egraph" and source.is_file():  # its graph.json: the graph is the directory
         source = source.parent
-    record_config(args, "replay", topo, options.get("config"), {"INPUT": source})
+    record_config(args, "replay", topo, options.get("config"), {"INPUT": source, "--scenario": args.scenario})
     if kind == "workload":
         return _run_workload(args, topo, options)
     return _run_graph(args, topo, options, kind)
@@ -199,14 +201,24 @@ def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) 
     if bad >= topo.num_ranks:
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
     base = _algo(args, AlgoOptions())
-    sim = make_engine(args.network, topo, **options)
+    sc = load_scenario(args, topo)
+    sim = make_engine(args.network, topo, **options, **({"scenario": sc} if sc else {}))
+    install_throttles(sim, sc, topo, args.network)
     try:
         res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
         print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
         print(format_table(res))
+        spans = [(r.start_ns, r.end_ns) for r in res.ops]
+        section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "ops")
         if args.out:
             paths = write_replay_outputs(
-                args.out, res, workload=wl.name, topology=topo, network=args.network, engine=sim
+                args.out,
+                res,
+                workload=wl.name,
+                topology=topo,
+                network=args.network,
+                engine=sim,
+                extra={"scenario": section} if section else None,
             )
             print("wrote " + ", ".join(str(p) for p in paths.values()))
     finally:
@@ -253,10 +265,14 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
         paths = export_chakra(graph, args.export_chakra)
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
-    sim = make_engine(args.network, topo, **options)
+    sc = load_scenario(args, topo)
+    sim = make_engine(args.network, topo, **options, **({"scenario": sc} if sc else {}))
+    install_throttles(sim, sc, topo, args.network)
     network_files: list[Path] = []
     try:
         res = replay_graph(graph, topo, sim, algo, progress=progress_mode(args))
+        spans = [(e - t, e) for e, t in zip(res.step_ends_ns, res.step_times_ns, strict=True)]
+        section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "steps")
         if args.out:
             flows = {f.id: f for f in res.plan_flows}
             network_files = write_network_files(
@@ -271,6 +287,8 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
     print(format_graph_result(res, graph))
     if args.out:
         data = graph_results(res, graph, topology=topo.name, network=args.network, cc=args.cc)
+        if section:
+            data["scenario"] = section
         path = write_json(args.out / S.RESULTS_JSON, data, indent=1)
         print("wrote " + ", ".join(str(p) for p in [path, *network_files]))
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,13 @@ def write_replay_outputs(
     topology: Topology,
     network: str,
     engine: NetworkSimulator,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """Write results.json and every network file the engine (still open) gives (`write_network_files`)."""
+    """Write results.json (plus the sections in `extra`) and every network file the engine (still open) gives
+    (`write_network_files`)."""
     out.mkdir(parents=True, exist_ok=True)
     data = results_dict(res, workload=workload, topology=topology, network=network)
+    data.update(extra or {})
     paths = {"results": write_json(out / S.RESULTS_JSON, data)}
     by_id = {f.id: f for f in res.flows}
     for p in write_network_files(out, topology, engine, res.completions, elapsed_ns=res.makespan_ns, flows=by_id):

@@ -1,0 +1,93 @@
+"""`--scenario FILE` of `run`, `replay` and `netsim`: faults, stragglers and background traffic (docs/scenarios.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from phantora.errors import InputError
+from phantora.netsim.scenario import Scenario, check_against, read_scenario
+from phantora.topology.model import Topology
+
+HELP = (
+    "a scenario TOML: link failures, flaps and gray failures, switch and NIC failures, slow GPUs, background "
+    "traffic, at simulated times or step boundaries (docs/scenarios.md; flow network)"
+)
+
+
+def add_scenario_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", type=Path, default=None, metavar="TOML", help=HELP)
+
+
+def load_scenario(
+    args: argparse.Namespace, topo: Topology, *, steps: bool = False, live: bool = False
+) -> Scenario | None:
+    """The --scenario of a command, checked against its topology and network (None without one). `steps`:
+    the command knows step boundaries (else an event at `at_step` is refused); `live`: ranks run (their own
+    gpu_slow works on either network)."""
+    path = getattr(args, "scenario", None)
+    if path is None:
+        return None
+    sc = read_scenario(path)
+    check_against(sc, topo)
+    engine_side = sc.network() or sc.background() or (sc.gpu_slow() and not live)
+    if getattr(args, "network", "flow") != "flow" and engine_side:
+        raise InputError(
+            "link events, background traffic and replayed slow GPUs run on --network flow only for now "
+            "(packet mode: not yet)",
+            file=str(path),
+            field="--network",
+        )
+    if not steps:
+        for ev in sc.events:
+            if ev.at_step is not None:
+                raise InputError(
+                    f"{args.command if hasattr(args, 'command') else 'this command'} has no training steps: give "
+                    "`at` (a simulated time), or use phantora run",
+                    file=str(path),
+                    line=ev.line,
+                    field=f"events[{ev.index}].at_step",
+                )
+    return sc
+
+
+def scenario_engine_options(sc: Scenario | None) -> dict[str, Any]:
+    """`make_engine` options that put the engine under `sc` (none without a scenario, or with gpu_slow only)."""
+    if sc is None or not (sc.network() or sc.background()):
+        return {}
+    return {"scenario": sc}
+
+
+def install_throttles(sim: Any, sc: Scenario | None, topo: Topology, network: str) -> None:
+    """Replays: slow GPUs stretch the compute delays of marker flows (flow network only)."""
+    if sc is None or not sc.gpu_slow():
+        return
+    if network != "flow" or not hasattr(sim, "stretch"):
+        raise InputError("gpu_slow in a replay runs on --network flow only for now", file=sc.source, field="--network")
+    from phantora.replay import compute_stretch
+
+    sim.stretch = compute_stretch(sc.throttles(), topo)
+
+
+def report_scenario(
+    sc: Scenario | None,
+    topo: Topology,
+    sim: Any,
+    spans: list[tuple[int, int]],
+    ml_done: list[Any],
+    out: Path | None,
+    span_name: str,
+) -> dict[str, Any] | None:
+    """Print what the scenario did and return results.json's "scenario" section; with `out`, also plot step (or
+    op) time against simulated time with the events marked (scenario_steps.png/.svg)."""
+    if sc is None:
+        return None
+    from phantora.report.scenario_report import format_scenario, plot_step_times, scenario_results
+
+    res = scenario_results(sc, topo, sim, spans, ml_done, span_name)
+    print(format_scenario(res))
+    if out is not None and spans:
+        paths = plot_step_times(spans, res, out / "scenario_steps", ylabel=f"{span_name[:-1]} time")
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return res

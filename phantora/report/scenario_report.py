@@ -1,0 +1,170 @@
+"""What a scenario did to a run (docs/scenarios.md "Results"): the events applied, rerouted and lost bytes,
+step (or op) times before, during and after each event, FCT slowdown by flow-size bucket for the background
+traffic and the ML job apart, and the plot of step time against simulated time with the events marked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from phantora.netsim.base import Completion
+from phantora.netsim.fault_plan import event_window
+from phantora.netsim.faults import FaultyFlowSimulator
+from phantora.netsim.scenario import Scenario
+from phantora.netsim.standalone import standalone_fct_ns
+from phantora.topology.model import Topology
+
+# Flow-size buckets of the slowdown table (bytes, upper bound exclusive), as the HPCC and DCQCN papers group them
+BUCKETS: tuple[tuple[int, int | None, str], ...] = (
+    (0, 10_000, "<10KB"),
+    (10_000, 100_000, "10KB-100KB"),
+    (100_000, 1_000_000, "100KB-1MB"),
+    (1_000_000, 10_000_000, "1MB-10MB"),
+    (10_000_000, None, ">=10MB"),
+)
+
+
+def fct_slowdown_buckets(rows: Iterable[tuple[int, int, int]]) -> list[dict[str, Any]]:
+    """(size, fct_ns, standalone_ns) rows -> per size bucket: flows, median, p95, p99 and mean slowdown."""
+    by: dict[str, list[float]] = {label: [] for _, _, label in BUCKETS}
+    for size, fct, ideal in rows:
+        if ideal <= 0:
+            continue
+        label = next(lab for lo, hi, lab in BUCKETS if size >= lo and (hi is None or size < hi))
+        by[label].append(fct / ideal)
+    out = []
+    for lo, hi, label in BUCKETS:
+        v = np.sort(np.asarray(by[label]))
+        row: dict[str, Any] = {"bucket": label, "min_bytes": lo, "max_bytes": hi, "flows": int(v.size)}
+        if v.size:
+            row.update(
+                median=round(float(np.percentile(v, 50)), 4),
+                p95=round(float(np.percentile(v, 95)), 4),
+                p99=round(float(np.percentile(v, 99)), 4),
+                mean=round(float(v.mean()), 4),
+            )
+        out.append(row)
+    return out
+
+
+def completion_rows(topo: Topology, done: Iterable[Completion]) -> list[tuple[int, int, int]]:
+    """(size, fct, fluid standalone fct) of completed flows with bytes (key = flow id, as the engines hash)."""
+    return [
+        (c.size, c.end_ns - c.start_ns, standalone_fct_ns(topo, c.src, c.dst, c.size, c.flow_id))
+        for c in done
+        if c.size and c.src != c.dst
+    ]
+
+
+def phases(spans: Sequence[tuple[int, int]], start: int, end: int | None) -> dict[str, dict[str, float]]:
+    """Spans (start, end) of steps or ops split into before / during / after the window [start, end):
+    count and mean duration (ns) of each group."""
+    groups: dict[str, list[int]] = {"before": [], "during": [], "after": []}
+    for a, b in spans:
+        if b <= start:
+            groups["before"].append(b - a)
+        elif end is not None and a >= end:
+            groups["after"].append(b - a)
+        else:
+            groups["during"].append(b - a)
+    return {k: {"count": len(v), "mean_ns": round(sum(v) / len(v), 1) if v else 0.0} for k, v in groups.items()}
+
+
+def event_windows(sc: Scenario) -> list[dict[str, Any]]:
+    """Each event at a simulated time with its window [start, end) (end None: to the end of the run)."""
+    out = []
+    for ev in sc.events:
+        if ev.at_ns is None:
+            continue
+        start, end = event_window(ev, ev.at_ns)
+        out.append({"event": ev.label, "kind": ev.kind, "start_ns": start, "end_ns": end})
+    return out
+
+
+def scenario_results(
+    sc: Scenario,
+    topo: Topology,
+    engine: Any,
+    spans: Sequence[tuple[int, int]] = (),
+    ml_done: Iterable[Completion] = (),
+    span_name: str = "steps",
+) -> dict[str, Any]:
+    """results.json's "scenario" section: events applied, bytes rerouted and lost, `spans` (steps or ops) before,
+    during and after each event, and FCT slowdown by size bucket (background and ML apart)."""
+    out: dict[str, Any] = {"name": sc.name, "source": sc.source, "seed": sc.seed}
+    out["reconvergence_ns"] = sc.reconvergence_ns
+    windows = event_windows(sc)
+    for w in windows:
+        w[span_name] = phases(spans, w["start_ns"], w["end_ns"])
+    out["events"] = windows
+    if isinstance(engine, FaultyFlowSimulator):
+        names = topo.nodes
+        out["applied"] = [
+            {
+                "t_ns": e.t_ns,
+                "op": e.op,
+                "event": e.label,
+                "links": [f"{names[topo.links[x].a].name}-{names[topo.links[x].b].name}" for x in e.links],
+                "stalled_flows": e.stalled,
+                "moved_flows": e.moved,
+            }
+            for e in engine.applied
+        ]
+        st = engine.stats()
+        for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls"):
+            out[key] = st[key]
+        bg = engine.background_done
+        out["background"] = {"flows": len(bg), "bytes": sum(c.size for c in bg)}
+        out["fct_slowdown_background"] = fct_slowdown_buckets(completion_rows(topo, bg))
+    out["fct_slowdown_ml"] = fct_slowdown_buckets(completion_rows(topo, ml_done))
+    return out
+
+
+def format_scenario(res: dict[str, Any]) -> str:
+    """A few lines for the terminal."""
+    lines = [f"scenario {res['name']}: {len(res.get('applied', []))} link actions applied"]
+    if "rerouted_bytes" in res:
+        lines.append(
+            f"  rerouted {res['rerouted_flows']} flows ({res['rerouted_bytes']:,} bytes), "
+            f"lost {res['lost_bytes']:,} bytes, {res['stalls']} stalls"
+        )
+    for key, what in (("fct_slowdown_background", "background"), ("fct_slowdown_ml", "ML job")):
+        rows = [r for r in res.get(key, []) if r["flows"]]
+        if rows:
+            cells = ", ".join(f"{r['bucket']} {r['median']:.2f}/{r['p99']:.2f} ({r['flows']})" for r in rows)
+            lines.append(f"  FCT slowdown median/p99 ({what}): {cells}")
+    return "\n".join(lines)
+
+
+def plot_step_times(
+    spans: Sequence[tuple[int, int]], res: dict[str, Any], base: Path, ylabel: str = "step time"
+) -> list[Path]:
+    """Step (or op) time against simulated time, each event's window shaded and labelled (PNG and SVG)."""
+    from phantora.report.plots import plt, save, time_scale
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ends = [b for _, b in spans] or [1]
+    div, unit = time_scale(max(ends))
+    ydiv, yunit = time_scale(max((b - a for a, b in spans), default=1))
+    if spans:
+        ax.plot([b / div for _, b in spans], [(b - a) / ydiv for a, b in spans], marker="o", ms=3, lw=1)
+    top = max(ends) / div
+    for i, w in enumerate(res.get("events", [])):
+        a = w["start_ns"] / div
+        b = top if w["end_ns"] is None else w["end_ns"] / div
+        color = f"C{(i % 8) + 1}"
+        ax.axvspan(a, max(b, a + top * 1e-3), color=color, alpha=0.15)
+        ax.axvline(a, color=color, lw=1)
+        ax.text(
+            a, 1.0, f" {w['event']}", color=color, rotation=90, va="top", fontsize=7, transform=ax.get_xaxis_transform()
+        )
+    ax.set_xlabel(f"simulated time at the end of the {ylabel.split()[0]} ({unit})")
+    ax.set_ylabel(f"{ylabel} ({yunit})")
+    ax.set_title(f"scenario {res.get('name', '')}: {ylabel} against simulated time")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return save(fig, base)
