@@ -16,7 +16,7 @@ from pathlib import Path
 from phantora.collectives.nccl.settings import ENV_VARS
 from phantora.topology.model import Topology
 
-TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
 DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork")  # misconfigured or not RDMA (see SOURCES.md)
 NOT_MODELLED = ("pcie",)  # machines `machine` does not build (two PCIe cards on an NVLink bridge)
 
@@ -47,7 +47,7 @@ class Table:
 
     @property
     def kind(self) -> str:
-        return "all_to_all" if self.test == "alltoall" else self.test
+        return {"alltoall": "all_to_all", "sendrecv": "send_recv"}.get(self.test, self.test)
 
 
 def data_dir() -> Path:
