@@ -3,9 +3,9 @@
 Shipped CDFs (size in bytes, cumulative share), as the HPCC and DCQCN studies use them. The points are those
 of the HPCC repository's `traffic_gen/WebSearch_distribution.txt` and `traffic_gen/FbHdp_distribution.txt`
 (alibaba-edu/High-Precision-Congestion-Control):
-- ``websearch``: the web-search workload of DCTCP (Alizadeh et al., SIGCOMM 2010), mean about 1.6 MB;
+- ``websearch``: the web-search workload of DCTCP (Alizadeh et al., SIGCOMM 2010), mean 1.71 MB;
 - ``hadoop``: Facebook's Hadoop cluster (Roy et al., "Inside the Social Network's (Datacenter) Network",
-  SIGCOMM 2015), mostly sub-KB flows, mean about 0.2 MB.
+  SIGCOMM 2015), mostly sub-KB flows, mean 0.12 MB.
 A user's CDF file has one ``SIZE PERCENT`` pair a line (HPCC's format): sizes in bytes rising, percents
 rising from 0 to 100; ``#`` starts a comment.
 """
