@@ -51,6 +51,7 @@ class RunConfig:
     launch_ns: int = DEFAULT_LAUNCH_NS
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
     collective_model: str = "nccl"  # "nccl" (NCCL's choice, protocol, latency, throughput) or "ideal" (line rate)
+    scenario: str | None = None  # a scenario TOML (docs/scenarios.md): link events and background traffic
     perf_tables: list[str | Path] = field(default_factory=list)  # measured tables, priority over the model
     curves: str | Path | None = None  # `phantora calibrate --out` file; None: the shipped curves
     public_fit: bool = True  # False: no public per-GPU fit (the L40S-shaped curves time every class)
@@ -109,7 +110,10 @@ def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
             raise InputError("--cc applies to --network ns3 only", field="cc")
         from phantora.netsim.cli_config import flow_options_from_sets
 
-        return flow_options_from_sets(cfg.packet_set) or None
+        flow = flow_options_from_sets(cfg.packet_set)
+        if cfg.scenario is not None:  # a path: the engine may be built in another process
+            flow["scenario"] = str(cfg.scenario)
+        return flow or None
 
     # Built here to check it before any process starts; the network server builds the same from these options.
     options: dict[str, Any] = {"queue_sample_ns": packet_config(cfg).queue_sample_ns}

@@ -13,6 +13,7 @@ from typing import Any
 
 from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
 from phantora.commands.outdir import add_out_options
+from phantora.commands.scenario_option import add_scenario_option, check_run_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
 from phantora.units import parse_time_ns
@@ -27,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--topology", "-t", required=True, help="topology file or shipped name (e.g. testbed16)")
     add_network_options(p)
+    add_scenario_option(p)
     p.add_argument("--queue-sample-ns", type=int, default=None, metavar="N", help=QUEUE_SAMPLE_HELP)
     p.add_argument(
         "--gpu",
@@ -120,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.record:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
     check_flow_network(args.network, args.cc, args.set)
+    check_run_scenario(args)
     cfg = RunConfig(
+        scenario=None if args.scenario is None else str(args.scenario),
         script=args.script or "",
         args=list(args.script_args),
         topology=args.topology,

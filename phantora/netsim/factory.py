@@ -19,7 +19,11 @@ def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulato
     ``calls`` (a path) records the run's call script for phantora-ns3-runner, and ``side="packet"`` builds the
     packet side only (no fluid NVLink around it: what a decomposition worker hosts). Decomposition
     (``workers=N``) starts processes, so the bridge builds it (`bridge.engines.make_engine`)."""
-    scenario = options.pop("scenario", None)  # a phantora.netsim.scenario.Scenario (docs/scenarios.md)
+    scenario = options.pop("scenario", None)  # a phantora.netsim.scenario.Scenario or its file (docs/scenarios.md)
+    if isinstance(scenario, str):
+        from phantora.netsim.scenario import read_scenario
+
+        scenario = read_scenario(scenario)
     if scenario is not None:
         if network != "flow":
             raise InputError(
