@@ -345,12 +345,27 @@ def test_replay_and_graph_records_carry_nccls_choice():
 
 
 def test_a_transfer_over_several_channels_shares_one_peer_share():
-    """send/recv of 64 MiB between two H100s: NCCL splits it over several channels (queue pairs); together they
-    are capped at the GPU's 370.8 GB/s of NVLink, not once per channel."""
+    """send/recv between two H100s: NCCL stripes it over 16 channels (queue pairs) up to 16 MiB a part, doubling
+    past that up to 32 (2 per NVLink, pow2, at most the 32 p2p channels); a channel moves half an NVLink (10.3
+    GB/s), and all together at most the GPU's 370.8 GB/s, not that once per channel."""
     topo = dgx_host(gpu="h100")
     dag = decompose(Collective("send_recv", (0, 1), 64 * MiB, "uint8"), topo, opts())
-    assert dag.choice["channels"] > 1 and len(dag.flows) == dag.choice["channels"]
-    assert sum(f.rate_bps for f in dag.flows) == pytest.approx(H100_NVL * 8e9, rel=1e-6)
+    assert dag.choice["channels"] == 16 and len(dag.flows) == 16
+    assert sum(f.rate_bps for f in dag.flows) == pytest.approx(16 * 10.3 * 8e9, rel=1e-6)
+    big = decompose(Collective("send_recv", (0, 1), 1024 * MiB, "uint8"), topo, opts())
+    assert big.choice["channels"] == 32
+    assert sum(f.rate_bps for f in big.flows) == pytest.approx(32 * 10.3 * 8e9, rel=1e-6)
+    assert 32 * 10.3 < H100_NVL  # NCCL's 32 channels do not fill the GPU's NVLink by its own sizing
+
+
+def test_all_to_all_channels_per_peer_double_past_16_mib_a_part():
+    """8 H100s: 4 channels per peer (32 p2p channels / 8 peers) while a part is at most 16 MiB, so 28 channels at
+    work move 28 x 10.3 GB/s; at 1 GiB (128 MiB per peer) 8 per peer, and the NVLink bounds."""
+    topo = dgx_host(gpu="h100")
+    mid = choose(Collective("all_to_all", tuple(range(8)), 256 * MiB, "bf16"), topo, opts())
+    assert mid.channels == 4 and mid.algbw == pytest.approx(28 * 10.3 * 8 / 7, rel=1e-6)
+    big = choose(Collective("all_to_all", tuple(range(8)), 1024 * MiB, "bf16"), topo, opts())
+    assert big.channels == 8 and big.algbw == pytest.approx(H100_NVL * 8 / 7, rel=1e-6)
 
 
 def test_a_workload_ops_own_fields_apply_over_the_runs_options():

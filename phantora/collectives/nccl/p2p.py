@@ -6,7 +6,9 @@ NCCL has no cost model for p2p (its tuner covers the five collectives), so this 
   nodes Simple (NCCL allocates no LL buffers for network p2p by default);
 - latency: one launch (the ring's base latency of the protocol) and one step over the link kind;
 - throughput inside a node: the GPU's NVLink (or PCIe) bandwidth in NCCL's units, shared by the peers it sends to
-  at once, halved by LL's flags; across nodes the network alone decides.
+  at once, halved by LL's flags, and at most half an NVLink per channel at work: NCCL sizes a peer's channels at
+  two per NVLink (`p2pnChannelsPerPeer`, then pow2 and at most the p2p channels), and stripes a transfer over more
+  of them as it grows (`addP2pToPlan`); across nodes the network alone decides.
 """
 
 from __future__ import annotations
@@ -21,16 +23,39 @@ from phantora.collectives.spec import Collective
 
 P2P_NVLINK_PEER = 32  # per-peer channel need over an NVSwitch: 2 x 18 links, power of two, at most p2pnChannels
 P2P_PER_CHANNEL_NET_BW = 14.0  # GB/s one p2p channel moves over the network (NCCL_P2P_PER_CHANNEL_NET_BW)
+P2P_PEERS_PER_ROUND = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
+# NCCL sizes a peer's p2p channels at two per NVLink of the path (paths.cc `ncclTopoGetNchannels`: 2 x path bw /
+# link bw): a channel is meant to move half a link, so a transfer striped over few channels is bound by them.
+P2P_CHANNELS_PER_NVLINK = 2
 
 
-def p2p_channels(p: Platform, comm_channels: int) -> int:
-    """Channels one transfer may use (NCCL's nChannelsMin): the per-peer need (NVLink: 32; network: one per 14 GB/s
-    of NIC), halved while all peers together would need more than the p2p channels, pow2Up(comm channels)."""
+def p2p_channel_range(p: Platform, comm_channels: int) -> tuple[int, int]:
+    """NCCL's nChannelsMin and nChannelsMax of one transfer. The most is the per-peer need, pow2Up (NVLink: 32;
+    network: one per 14 GB/s of NIC, then halved while the peers of one batch round, 8 per round, would need more
+    than the p2p channels: paths.cc); the least is it halved while all peers at once would (enqueue.cc). The p2p
+    channels are pow2Up(comm channels)."""
     total = 1 << max(0, comm_channels - 1).bit_length()
-    per_peer = min(P2P_NVLINK_PEER, total) if p.nnodes == 1 else max(1, math.ceil(p.nic_bw / P2P_PER_CHANNEL_NET_BW))
-    while per_peer > 1 and per_peer * p.nranks > total:
-        per_peer //= 2
-    return per_peer
+    if p.nnodes == 1:
+        most = min(P2P_NVLINK_PEER, total)
+    else:
+        most = 1 << max(0, math.ceil(p.nic_bw / P2P_PER_CHANNEL_NET_BW) - 1).bit_length()
+        while most > 1 and most * math.ceil(p.nranks / P2P_PEERS_PER_ROUND) > total:
+            most //= 2
+    least = most
+    while least > 1 and least * p.nranks > total:
+        least //= 2
+    return least, most
+
+
+def transfer_channels(nbytes: int, least: int, most: int, min_part: int, max_part: int) -> int:
+    """Channels NCCL stripes one transfer of `nbytes` over (`addP2pToPlan`): at least one part of `min_part` each,
+    up to `least`; doubled, up to `most`, while a part would exceed `max_part`."""
+    n = max(1, min(least, math.ceil(nbytes / max(1, min_part))))
+    part = max(min_part, math.ceil(nbytes / n))
+    while part > max_part and n <= most // 2:
+        n *= 2
+        part = math.ceil(nbytes / n)
+    return n
 
 
 def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = "auto") -> Choice:
@@ -39,9 +64,9 @@ def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = 
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
     chunk = st.p2p_nvl_chunk if intra and p.intra == "nvlink" else st.p2p_net_chunk
-    min_part = chunk // 8 if intra else chunk // 2
-    comm = comm_channels(p, ring_graph(p), st)
-    nch = max(1, min(p2p_channels(p, comm), math.ceil(per_peer / max(1, min_part))))
+    min_part, max_part = (chunk // 8, chunk * 32) if intra else (chunk // 2, chunk)
+    least, most = p2p_channel_range(p, comm_channels(p, ring_graph(p), st))
+    nch = transfer_channels(per_peer, least, most, min_part, max_part)
     if protocol == "auto":
         protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"
     pi = T.PROTOCOLS.index(protocol)
@@ -49,6 +74,8 @@ def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = 
     lat = T.BASE_LAT["ring"][pi] + T.HW_LAT[hw]["ring"][pi]
     local_peers = min(peers, p.ppn - 1)
     bw = p.gpu_intra_bw
+    if intra and p.intra == "nvlink":  # the channels at work: nch per peer, each half an NVLink (NCCL's sizing)
+        bw = min(bw, nch * max(1, local_peers) * T.NVLINK_BW_PER_LINK[p.arch] / P2P_CHANNELS_PER_NVLINK)
     if protocol == "LL":
         bw = min(bw * 0.5, T.LL_MAX_BW[p.arch][0])
     elif protocol == "LL128":
