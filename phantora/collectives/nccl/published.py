@@ -18,7 +18,7 @@ from phantora.topology.model import Topology
 
 TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
 DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork")  # misconfigured or not RDMA (see SOURCES.md)
-NOT_MODELLED = ("pcie", "nicunknown")  # machines `machine` cannot build: PCIe cards on an NVLink bridge; a NIC not stated
+NOT_MODELLED = ("pcie", "nicunknown")  # not built by `machine`: PCIe cards on an NVLink bridge; an unstated NIC
 
 
 @dataclass(frozen=True)
