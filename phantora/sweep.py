@@ -355,9 +355,10 @@ def sweep_plots(spec: SweepSpec, rows: Sequence[dict[str, Any]], runs: Sequence[
             param,
             "pfc_paused_ns",
             out_dir / f"pfc_paused_vs_{short}",
-            ylabel="PFC paused time, all ports (us)",
+            ylabel="PFC paused time, all ports (µs)",
             series=series,
             scale=1e3,
+            empty="no PFC pauses in any run",
         )
     loaded = []
     for run, row in zip(runs, rows, strict=True):
@@ -519,10 +520,10 @@ def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
 
     params = list(spec.grid) or ["run"]
     cols = [
-        ("time_ns", "time us", "ns"),
-        ("fct_p99_ns", "fct p99 us", "ns"),
+        ("time_ns", "time µs", "ns"),
+        ("fct_p99_ns", "fct p99 µs", "ns"),
         ("slowdown_p99", "slow p99", "ratio"),
-        ("pfc_paused_ns", "paused us", "ns"),
+        ("pfc_paused_ns", "paused µs", "ns"),
         ("queue_max_bytes", "qmax KB", "bytes"),
         ("ecn_marks", "ecn", "count"),
     ]

@@ -87,7 +87,7 @@ def plot_curve(rows: list[list[float]], bound: float, path: Path, title: str = "
     ax1.legend()
     ax2.plot([r[0] for r in rows], [r[3] / 1e3 for r in rows], label="lossless")
     ax2.plot([r[0] for r in rows], [r[4] / 1e3 for r in rows], label="DLCP")
-    ax2.set(xlabel="step", ylabel="simulated step time (us)")
+    ax2.set(xlabel="step", ylabel="simulated step time (µs)")
     ax2.legend()
     if title:
         fig.suptitle(title)
@@ -108,7 +108,7 @@ def main() -> None:
     rows = loss_curve(args.out, args.steps, args.bound, args.trim_bytes, args.cc, args.example)
     plot_curve(rows, args.bound, args.out / "loss_curve.png")
     for r in rows:
-        print(f"step {r[0]:3d}  loss {r[1]:.4f} | {r[2]:.4f}  step {r[3] / 1e3:9.1f} | {r[4] / 1e3:9.1f} us  "
+        print(f"step {r[0]:3d}  loss {r[1]:.4f} | {r[2]:.4f}  step {r[3] / 1e3:9.1f} | {r[4] / 1e3:9.1f} µs  "
               f"zeroed {r[5]} B")  # fmt: skip
 
 

@@ -79,3 +79,21 @@ def test_drawing_labels_never_overlap_and_the_legend_names_kinds_and_rates() -> 
         for bps, count in rates.items():
             assert f"{bps / 1e9:g} Gb/s ({count} links)" in legend or f"{bps / 1e12:g} Tb/s ({count} links)" in legend
         assert {"leaf switch", "spine switch"} <= legend
+
+
+def test_drawing_legend_fits_the_figure_and_bottom_labels_sit_below_the_links() -> None:
+    """rail128's legend is wider than 4 columns allow: it takes fewer columns and stays inside the figure.
+    The bottom layer's labels (hosts) sit under their nodes, where no link runs."""
+    from phantora.topology.draw import topology_figure
+
+    for name in ("rail128", "testbed16"):
+        fig = topology_figure(load_topology(name))
+        renderer = fig.canvas.get_renderer()
+        box = fig.legends[0].get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (name, box)
+        ax = fig.axes[0]
+        texts = [t for t in ax.texts if t.get_text().startswith(("host", "nvsw"))]
+        assert texts, name
+        for t in texts:
+            node_y = ax.transData.transform(t.xy)[1]
+            assert t.get_window_extent(renderer).y1 < node_y, (name, t.get_text())  # wholly below its node

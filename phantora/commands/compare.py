@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from phantora.commands.options import add_plot_options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -22,11 +24,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="+", type=Path, help="run directories (replay --out, run --out, netsim --out)")
     p.add_argument("--out", "-o", type=Path, default=None, help="write compare.md, compare.json and plots here")
     p.add_argument("--labels", default=None, help="comma-separated run labels (default: directory names)")
-    p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the plots")
+    add_plot_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.plots:
+        return _run(args)
+    from phantora.report.plots import plot_style
+
+    with plot_style(args.plot_style):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from phantora.report.compare import compare_jobs, format_table, jobs_run, load_and_compare, write_report
 
     if len(args.runs) == 1 and jobs_run(args.runs[0]) is not None:

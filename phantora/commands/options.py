@@ -4,6 +4,7 @@
   registry when the run starts: `phantora cc` lists them), `--set FIELD=VALUE` (its help lists the fields):
   `add_network_options`; `sweep` takes comma-separated lists of each.
 - `--progress/--no-progress` and `--quiet`: `add_progress_options`, read back by `progress_mode`.
+- `--no-plots` and `--plot-style default|paper`: `add_plot_options` (compare, sweep).
 - `Parser`: the argparse parser of `phantora` and its commands, which names an unknown option and the known
   one nearest to it ("unknown option --topolgy; did you mean --topology?").
 """
@@ -144,6 +145,20 @@ def add_progress_options(p: argparse.ArgumentParser, quiet_also: str = "") -> No
         help="progress: a live bar (default on a terminal; otherwise a plain line every few seconds)",
     )
     p.add_argument("--quiet", "-q", action="store_true", help=f"print no progress{quiet_also}")
+
+
+PLOT_STYLES = ("default", "paper")  # phantora.report.plots.PLOT_STYLES (not imported here: matplotlib is slow)
+
+
+def add_plot_options(p: argparse.ArgumentParser) -> None:
+    """`--no-plots` and `--plot-style`."""
+    p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the plots")
+    p.add_argument(
+        "--plot-style",
+        choices=PLOT_STYLES,
+        default="default",
+        help="plot style: default, or paper (one column wide, 3.5 in, 8 pt text, 300 dpi)",
+    )
 
 
 def progress_mode(args: argparse.Namespace) -> str:

@@ -16,12 +16,13 @@ Example: phantora sweep --workload workloads/incast_heavy.toml --topology star8 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from phantora.commands.options import add_network_options, add_progress_options, progress_mode
+from phantora.commands.options import add_network_options, add_plot_options, add_progress_options, progress_mode
 
 if TYPE_CHECKING:
     from phantora.sweep import SweepSpec
@@ -68,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds per run before it counts as failed")
     p.add_argument("--ray", default=None, metavar="ADDRESS", help="run on a Ray cluster (or 'local')")
     add_progress_options(p, quiet_also=" nor each failed run as it fails")
-    p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the plots")
+    add_plot_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the commands and stop")
     p.add_argument(
         "--resume",
@@ -137,15 +138,21 @@ def run(args: argparse.Namespace) -> int:
     n = len(spec.points())
     where = f"Ray at {args.ray}" if args.ray else f"{args.jobs or spec.jobs or 'all'} local job(s)"
     print(f"sweep {spec.name}: {n} runs on {where}, writing {out}", flush=True)
-    res = run_sweep(
-        spec,
-        out,
-        jobs=args.jobs,
-        ray_address=args.ray,
-        progress=progress_mode(args),
-        plots=args.plots,
-        resume=args.resume,
-    )
+    style: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if args.plots:
+        from phantora.report.plots import plot_style
+
+        style = plot_style(args.plot_style)
+    with style:
+        res = run_sweep(
+            spec,
+            out,
+            jobs=args.jobs,
+            ray_address=args.ray,
+            progress=progress_mode(args),
+            plots=args.plots,
+            resume=args.resume,
+        )
     print(format_rows(spec, res.rows))
     print("wrote " + ", ".join(str(p) for p in res.files))
     if res.failed:

@@ -365,7 +365,7 @@ def load_and_compare(
 
 # ----- text, markdown and JSON ------------------------------------------------------------------------
 
-_DISPLAY = {"ns": ("us", 1e-3, 2), "bytes": ("KB", 1e-3, 1), "ratio": ("x", 1, 3), "fraction": ("%", 100, 2)}
+_DISPLAY = {"ns": ("µs", 1e-3, 2), "bytes": ("KB", 1e-3, 1), "ratio": ("x", 1, 3), "fraction": ("%", 100, 2)}
 
 
 def fmt_value(value: Value, unit: str) -> str:
@@ -451,7 +451,7 @@ def format_table(cmp: Comparison, top_links: int = 8) -> str:
     if any(r.get("seeds") for r in cmp.runs):
         out.append("(a seed group: the mean over its seeds ±the standard deviation; min and max in compare.json)")
     for table, unit, title in (
-        ("pfc_paused_ns", "ns", "PFC paused time per port (us)"),
+        ("pfc_paused_ns", "ns", "PFC paused time per port (µs)"),
         ("utilisation", "fraction", "link utilisation (%)"),
     ):
         links = cmp.per_link.get(table) or {}
@@ -491,7 +491,7 @@ def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     for table, unit, title in (
         ("pfc_pauses", "count", "PFC pause frames per port"),
-        ("pfc_paused_ns", "ns", "PFC paused time per port (us)"),
+        ("pfc_paused_ns", "ns", "PFC paused time per port (µs)"),
         ("utilisation", "fraction", "Link utilisation (%)"),
     ):
         links = cmp.per_link.get(table) or {}

@@ -65,7 +65,7 @@ def write_replay_outputs(
 def format_table(res: ReplayResult) -> str:
     """Human table: one line per op with time, algbw and busbw (GB/s, nccl-tests definitions)."""
     head = (
-        f"{'op':<24} {'kind':<15} {'ranks':>5} {'size':>10} {'start us':>11} {'time us':>11} "
+        f"{'op':<24} {'kind':<15} {'ranks':>5} {'size':>10} {'start µs':>11} {'time µs':>11} "
         f"{'algbw GB/s':>11} {'busbw GB/s':>11}"
     )
     lines = [head, "-" * len(head)]
@@ -75,7 +75,7 @@ def format_table(res: ReplayResult) -> str:
             f"{r.name[:24]:<24} {r.kind:<15} {r.nranks:>5} {_size(r.nbytes):>10} {r.start_ns / 1e3:>11.2f} "
             f"{r.duration_ns / 1e3:>11.2f} {algbw:>11.2f} {busbw:>11.2f}"
         )
-    lines.append(f"makespan: {res.makespan_ns / 1e3:.2f} us simulated, {res.wall_s:.3f} s wall")
+    lines.append(f"makespan: {res.makespan_ns / 1e3:.2f} µs simulated, {res.wall_s:.3f} s wall")
     return "\n".join(lines)
 
 

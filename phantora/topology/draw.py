@@ -132,10 +132,15 @@ def topology_figure(topo: Topology, *, max_endpoints: int = 64) -> Figure:
         Line2D([], [], ls="", marker="o", color=colour, label=name) for name, colour in _kind_legend(drawn.values())
     ]
     handles += [Line2D([], [], color=rate_colour[r], lw=2, label=f"{_rate(r)} ({links[r]} links)") for r in rates]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize="small",
-               frameon=False)  # fmt: skip
     ax.set_title(f"{topo.name}: {eps} endpoints, {kinds['nvswitch']} NVSwitches, {kinds['switch']} switches")
-    fig.canvas.draw()  # lay the figure out, then keep it: the labels are placed in its final coordinates
+    for ncols in range(min(len(handles), 4), 0, -1):  # as many columns as fit the figure's width
+        legend = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, fontsize="small",
+                            frameon=False)  # fmt: skip
+        fig.canvas.draw()  # lay the figure out, then keep it: the labels are placed in its final coordinates
+        box = legend.get_window_extent()
+        if ncols == 1 or (box.x0 >= 0 and box.x1 <= fig.bbox.width):
+            break
+        legend.remove()
     fig.set_layout_engine("none")
     hidden = _label(fig, ax, drawn, pos, per_layer)
     if hidden:
@@ -151,19 +156,23 @@ def _label(
     pos: dict[str, tuple[float, float]],
     per_layer: Counter[int],
 ) -> int:
-    """Label each drawn node; turn a dense layer's labels upright; remove any label that overlaps one kept
-    before it (so none overlap). Returns how many were removed."""
+    """Label each drawn node on the side its links do not take (the bottom layer below its nodes, the others
+    above: the top layer has no links above, a middle one's label sits on an opaque box); turn a dense
+    layer's labels upright; remove any label that overlaps one kept before it (so none overlap). Returns how
+    many were removed."""
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     span = ax.get_window_extent(renderer).width
+    bottom = min(layer for layer, _, _ in drawn.values())
     kept: list[Any] = []
     hidden = 0
     for k, (layer, _, name) in drawn.items():
         wide = 7 * 0.6 * len(name) * fig.dpi / 72  # about 0.6 em per character at 7 pt, in pixels
         upright = wide > span / max(per_layer[layer], 1) * 0.9
-        text = ax.annotate(name, pos[k], fontsize=7, ha="center", va="top" if upright else "bottom",
-                           rotation=90 if upright else 0, xytext=(0, -6 if upright else 5),
+        below = layer == bottom
+        text = ax.annotate(name, pos[k], fontsize=7, ha="center", va="top" if below else "bottom",
+                           rotation=90 if upright else 0, xytext=(0, -6 if below else 6),
                            textcoords="offset points", zorder=3,
-                           bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.5})  # fmt: skip
+                           bbox={"fc": "white", "ec": "none", "alpha": 1.0, "pad": 0.5})  # fmt: skip
         box = text.get_window_extent(renderer)
         if any(box.overlaps(other) for other in kept):
             text.remove()
