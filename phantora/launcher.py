@@ -197,7 +197,7 @@ def input_files(cfg: RunConfig, script: Path | None) -> dict[str, str | Path | N
 
 def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dict[str, Any]:
     """{"idle_fabric": ...} for a packet-level run whose traffic left the switches (almost) idle, else {}."""
-    from phantora.report.idle import idle_fabric
+    from phantora.results.idle import idle_fabric
 
     if cfg.network != "ns3":
         return {}

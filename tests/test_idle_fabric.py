@@ -1,4 +1,4 @@
-"""The idle-fabric check (phantora.report.idle): a packet-level run whose traffic never reaches a switch says
+"""The idle-fabric check (phantora.results.idle): a packet-level run whose traffic never reaches a switch says
 so in its summary and results.json, naming the settings that then had no effect."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from phantora.launcher import RunConfig, launch
-from phantora.report.idle import IDLE_SHARE, idle_fabric, no_effect_settings
+from phantora.results.idle import IDLE_SHARE, idle_fabric, no_effect_settings
 from phantora.runtime.results import format_summary
 from phantora.topology.generators import leaf_spine
 
