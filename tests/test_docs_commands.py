@@ -1,8 +1,9 @@
 """Every `phantora` command in README.md and the docs parses against the CLI as it is now.
 
 Commands are taken from fenced code blocks: lines that run `phantora` (or `.venv/bin/phantora`, or
-`../../.venv/bin/phantora`), with `\\` continuations joined and comments dropped; `...` placeholders
-and usage synopses with `[--optional]` parts are skipped. Parsing checks the sub-command, the options
+`../../.venv/bin/phantora`), with `\\` continuations joined and comments dropped; `...` placeholders,
+usage synopses with `[--optional]` parts and quoted messages (`phantora run: error: ...`) are skipped.
+Parsing checks the sub-command, the options
 and their choices, not that files exist.
 """
 
@@ -41,7 +42,8 @@ def commands(path: Path) -> list[tuple[int, str]]:
             continue
         m = INVOKE.search(joined.split("; cd -")[0])
         synopsis = "..." in joined or " [-" in joined  # usage lines with placeholders and [optional] parts
-        if m and not synopsis and not joined.startswith(("import", "from", "$")):
+        output = m is not None and re.match(r"[\w-]+: ", m.group(1)) is not None  # `phantora run: error: ...`
+        if m and not synopsis and not output and not joined.startswith(("import", "from", "$")):
             out.append((start, m.group(1).split(" && ")[0].split(" | ")[0]))
         joined = ""
     return out
