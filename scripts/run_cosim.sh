@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: co-simulate a real PyTorch training job on a simulated GPU cluster, in packet mode
 # (ns-3, RDMA + PFC + congestion control) and in flow mode (max-min), then compare the two.
-# Sets up what is missing first (.venv, install, ns-3 scratch build).
+# Sets up what is missing first (.venv, phantora's core install, ns-3 scratch build: scripts/setup.sh).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

@@ -1,22 +1,47 @@
 #!/usr/bin/env bash
-# Idempotent set-up on a fresh clone: create .venv if missing, install phantora with its dev and frameworks extras,
-# and build the ns-3 models in ns3-scratch/. Every other script calls this first.
+# Idempotent set-up on a fresh clone: create .venv if missing, install phantora, build the ns-3 models in
+# ns3-scratch/. Every other script calls this first.
+#   scripts/setup.sh         what the main job needs: phantora and its core dependencies (torch CPU, ns3, ...)
+#   scripts/setup.sh --dev   also the dev and frameworks extras (pytest, ruff, mypy, ray, pyarrow; torchtitan,
+#                            transformers, deepspeed, megatron-core, triton): the tests and CI
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+MODE=core
+case "${1:-}" in
+  "") ;;
+  --dev) MODE=dev ;;
+  *) echo "usage: scripts/setup.sh [--dev]" >&2; exit 2 ;;
+esac
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
   "$PY" -m venv .venv
 fi
-stamp=.venv/.phantora-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "[setup] installing phantora and its dependencies into .venv (torch==2.13.0 CPU, ns3==3.44.post0, ...)"
-  .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-  # frameworks: torchtitan & co. for the simulated CUDA device's tests; the constraints keep torch==2.13.0
-  .venv/bin/python -m pip install -q -e ".[dev,frameworks]" -c scripts/constraints.txt 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import phantora, bridge, torch, numpy, zmq, msgpack, torchtitan, triton" || { echo "[setup] install failed" >&2; exit 1; }
-  touch "$stamp"
+core_stamp=.venv/.phantora-installed
+dev_stamp=.venv/.phantora-installed-dev
+fresh() { [ -f "$1" ] && [ ! pyproject.toml -nt "$1" ]; }
+if [ "$MODE" = dev ]; then
+  spec=".[dev,frameworks]"
+  check="import phantora, bridge, torch, numpy, zmq, msgpack, pytest, ruff, mypy, torchtitan, triton"
+  done_already=$(fresh "$dev_stamp" && echo 1 || true)
+else
+  spec="."
+  check="import phantora, bridge, torch, numpy, zmq, msgpack"
+  done_already=$( (fresh "$core_stamp" || fresh "$dev_stamp") && echo 1 || true)
+fi
+if [ -z "$done_already" ]; then
+  if [ "$MODE" = dev ]; then
+    echo "[setup] installing phantora with its dev and frameworks extras into .venv (pytest, ruff, mypy, ray," \
+      "torchtitan, transformers, deepspeed, ...)"
+  else
+    echo "[setup] installing phantora and its dependencies into .venv (torch==2.13.0 CPU, ns3==3.44.post0, ...)"
+  fi
+  # the constraints keep torch==2.13.0 (the frameworks would replace it)
+  .venv/bin/python -m pip install -q -e "$spec" -c scripts/constraints.txt 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "$check" || { echo "[setup] install failed" >&2; exit 1; }
+  touch "$core_stamp"
+  [ "$MODE" = dev ] && touch "$dev_stamp"
 fi
 if [ -x scripts/build_ns3.sh ]; then
   scripts/build_ns3.sh
