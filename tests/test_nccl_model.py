@@ -358,6 +358,17 @@ def test_a_transfer_over_several_channels_shares_one_peer_share():
     assert 32 * 10.3 < H100_NVL  # NCCL's 32 channels do not fill the GPU's NVLink by its own sizing
 
 
+def test_across_nodes_each_remote_send_and_receive_costs_the_proxy_its_net_overhead():
+    """Two H100 hosts: an all-to-all's 8 remote peers are 16 network operations (a send and a receive each) the
+    proxy posts in turn, 3 µs each with Simple (NCCL's 1 µs net overhead x 3), on top of one launch (8.4 µs) and
+    one network step (14 µs); a send/recv across nodes has two."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    a2a = choose(Collective("all_to_all", tuple(range(16)), 256 * MiB, "bf16"), topo, opts())
+    assert a2a.protocol == "Simple" and a2a.lat_us == pytest.approx(8.4 + 14.0 + 16 * 3.0)
+    pair = choose(Collective("send_recv", (0, 8), 256 * MiB, "bf16"), topo, opts())
+    assert pair.lat_us == pytest.approx(8.4 + 14.0 + 2 * 3.0)
+
+
 def test_all_to_all_channels_per_peer_double_past_16_mib_a_part():
     """8 H100s: 4 channels per peer (32 p2p channels / 8 peers) while a part is at most 16 MiB, so 28 channels at
     work move 28 x 10.3 GB/s; at 1 GiB (128 MiB per peer) 8 per peer, and the NVLink bounds."""

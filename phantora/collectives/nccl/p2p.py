@@ -4,7 +4,9 @@ NCCL has no cost model for p2p (its tuner covers the five collectives), so this 
 - all-to-all is one grouped launch of a send and a receive per peer, all in flight together (ncclAlltoAll);
 - a transfer inside a node uses LL when it is small (at most 16 KiB per channel it runs on), else Simple; across
   nodes Simple (NCCL allocates no LL buffers for network p2p by default);
-- latency: one launch (the ring's base latency of the protocol) and one step over the link kind;
+- latency: one launch (the ring's base latency of the protocol) and one step over the link kind, plus, across
+  nodes, NCCL's network overhead per operation (1 µs, x3 for Simple) for each send and receive with a peer on
+  another node: one proxy thread per GPU posts them one after another;
 - throughput inside a node: the GPU's NVLink (or PCIe) bandwidth in NCCL's units, shared by the peers it sends to
   at once, halved by LL's flags, and at most half an NVLink per channel at work: NCCL sizes a peer's channels at
   two per NVLink (`p2pnChannelsPerPeer`, then pow2 and at most the p2p channels), and stripes a transfer over more
@@ -72,6 +74,9 @@ def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = 
     pi = T.PROTOCOLS.index(protocol)
     hw = (p.intra if p.intra == "nvlink" else "pci") if intra else "net"
     lat = T.BASE_LAT["ring"][pi] + T.HW_LAT[hw]["ring"][pi]
+    if not intra:  # the proxy thread posts each network send and receive in turn: NCCL's per-step net overhead
+        remote = 1 if coll.kind == "send_recv" else p.nranks - p.ppn
+        lat += 2 * remote * T.NET_OVERHEAD_US * (3 if protocol == "Simple" else 1)
     local_peers = min(peers, p.ppn - 1)
     bw = p.gpu_intra_bw
     if intra and p.intra == "nvlink":  # the channels at work: nch per peer, each half an NVLink (NCCL's sizing)
