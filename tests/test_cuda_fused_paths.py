@@ -42,3 +42,22 @@ def test_dropout_and_masked_softmax_take_the_fused_cuda_kernels(tmp_path: Path, 
     # The same bytes as a plain softmax of the tensor; masked_fill then softmax is two more passes.
     assert dur["aten._masked_softmax"] == pytest.approx(dur["aten._softmax"], rel=1e-9)
     assert dur["aten.masked_fill"] + dur["aten._softmax"] > 1.5 * dur["aten._masked_softmax"]
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_attention_on_dtensors_runs_the_flash_kernel_per_shard(tmp_path: Path, tensors: str) -> None:
+    """A GPU runs `F.scaled_dot_product_attention` on head-sharded DTensors as DTensor's rule for the flash op
+    says: one flash kernel per rank on its heads (forward and backward), the values of unsharded attention."""
+    seen_file = tmp_path / "seen.json"
+    run = tmp_path / "run"
+    script = ROOT / "tests" / "scripts" / "cuda_dtensor_attention.py"
+    launch(RunConfig(str(script), [str(seen_file), tensors], "testbed16", nproc=2, tensors=tensors, out_dir=run))
+    seen = json.loads(seen_file.read_text())
+    assert seen["placement"] == "S(1)" and seen["shape"] == [2, 4, 32, 16]
+    if tensors == "real":
+        assert seen["out_diff"] < 1e-5 and seen["grad_diff"] < 1e-5
+    names = [e["name"] for e in compute_events(run) if e["pid"] == 0]  # rank 0's kernels
+    # the sharded call and the whole one, each a forward and a backward flash kernel; no unfused math path
+    assert names.count("aten._scaled_dot_product_flash_attention_for_cpu") == 2
+    assert names.count("aten._scaled_dot_product_flash_attention_for_cpu_backward") == 2
+    assert "aten._softmax" not in names

@@ -35,6 +35,9 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     seen = probe(tmp_path, gpu=gpu)
     spec = get_gpu(gpu)
     assert seen["available"] and seen["count"] == 2 and seen["current"] == 1  # testbed16: 2 of a host's GPUs
+    # lazy initialisation: not at start nor by device_count; set_device initialises and runs the queued call
+    assert seen["initialized_at_start"] == [False, False] and not seen["initialized_after_count"]
+    assert seen["initialized"] == [True, True, [False]]
     assert seen["name"] == {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}[gpu]
     assert seen["capability"] == {"h100": [9, 0], "a100": [8, 0]}[gpu]
     assert seen["sms"] == spec.sms and seen["total_memory"] == capacity_of(spec)

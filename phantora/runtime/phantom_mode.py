@@ -91,6 +91,8 @@ def use_fused_attention() -> None:
     On meta tensors torch picks the unfused math path: two batched matmuls and a softmax that
     materialise the seq x seq score matrix, costing far more time and memory than the flash
     kernel a GPU runs. The fused CPU flash op has meta kernels and the same FLOPs as the GPU's.
+    DTensors on the simulated GPU (tensor parallelism) call the GPU's flash op, for which DTensor has a
+    sharding rule; simcuda/attention.py runs it on each shard's data.
     """
     import torch.nn.functional as F
 
@@ -98,6 +100,7 @@ def use_fused_attention() -> None:
     if getattr(orig, "_phantora", False):
         return
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    gpu_flash = torch.ops.aten._scaled_dot_product_flash_attention
 
     def sdpa(
         query: torch.Tensor,
@@ -109,6 +112,10 @@ def use_fused_attention() -> None:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
+        same_heads = query.dim() == key.dim() == 4 and query.shape[-3] == key.shape[-3]
+        if _dtensor_on_device(query) and attn_mask is None and same_heads:
+            # DTensor's sharding rule is the GPU's flash op (simcuda/attention.py runs it on the data)
+            return gpu_flash(query, key, value, dropout_p, is_causal, scale=scale)[0]
         fused = query.is_meta or _on_simulated_gpu(query)  # a simulated-GPU tensor: real or phantom data
         if not (fused and attn_mask is None and query.dim() == 4 and key.dim() == 4):
             return orig(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
@@ -120,6 +127,16 @@ def use_fused_attention() -> None:
 
     sdpa._phantora = True  # type: ignore[attr-defined]
     F.scaled_dot_product_attention = sdpa
+
+
+def _dtensor_on_device(t: torch.Tensor) -> bool:
+    """Is `t` a DTensor whose shards are on the simulated GPU or phantom (meta)?"""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor):
+        return False
+    shard = t._local_tensor
+    return shard.is_meta or _on_simulated_gpu(shard)
 
 
 def _on_simulated_gpu(t: torch.Tensor) -> bool:

@@ -10,9 +10,14 @@ import torch.distributed as dist
 
 out: dict = {}
 local = int(os.environ["LOCAL_RANK"])
+out["initialized_at_start"] = [torch.cuda.is_initialized(), torch.cuda._initialized]  # CUDA initialises lazily
+queued: list = []
+torch.cuda._lazy_call(lambda: queued.append(torch.cuda.is_initialized()))  # runs at initialisation
 out["available"] = torch.cuda.is_available()
 out["count"] = torch.cuda.device_count()
+out["initialized_after_count"] = torch.cuda.is_initialized()
 torch.cuda.set_device(local)
+out["initialized"] = [torch.cuda.is_initialized(), torch.cuda._initialized, queued]
 out["current"] = torch.cuda.current_device()
 out["name"] = torch.cuda.get_device_name()
 props = torch.cuda.get_device_properties(local)

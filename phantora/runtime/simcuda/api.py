@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import devices, rng, streams
+from phantora.runtime.simcuda import devices, lazy, rng, streams
 from phantora.runtime.simcuda.devices import NotSimulatedError, current_device, index_of, set_device
 from phantora.runtime.simcuda.tensor import program_uses_cuda
 
@@ -45,6 +45,7 @@ class device:  # noqa: N801 - torch.cuda.device
     def __enter__(self) -> None:
         self.prev = current_device()
         if self.idx >= 0:
+            lazy.lazy_init()  # as torch's device exchange does
             set_device(self.idx)
 
     def __exit__(self, *exc: Any) -> None:
@@ -310,28 +311,29 @@ def install(gpu: Any, count: int) -> None:
 
     devices.state.update(gpu=gpu, count=max(1, count), current=0)
     cuda = torch.cuda
+    init = lazy.initialising  # the functions torch.cuda initialises CUDA in (lazy.py)
     plain: dict[str, Any] = {
         "is_available": lambda: True,
-        "is_initialized": lambda: True,
-        "init": _nothing,
-        "_lazy_init": _nothing,
-        "_lazy_call": lambda fn, **kw: fn(),
+        "is_initialized": lazy.is_initialized,
+        "init": lazy.lazy_init,
+        "_lazy_init": lazy.lazy_init,
+        "_lazy_call": lazy.lazy_call,
         "device_count": device_count,
-        "current_device": current_device,
-        "set_device": _select_device,
+        "current_device": init(current_device),
+        "set_device": init(_select_device),
         "device": device,
         "device_of": device_of,
-        "get_device_properties": get_device_properties,
-        "get_device_name": get_device_name,
-        "get_device_capability": get_device_capability,
+        "get_device_properties": init(get_device_properties),
+        "get_device_name": init(get_device_name),
+        "get_device_capability": init(get_device_capability),
         "get_arch_list": get_arch_list,
-        "is_bf16_supported": is_bf16_supported,
-        "synchronize": streams.synchronize,
+        "is_bf16_supported": init(is_bf16_supported),
+        "synchronize": init(streams.synchronize),
         "Stream": streams.Stream,
         "ExternalStream": streams.ExternalStream,
         "Event": streams.Event,
-        "current_stream": streams.current_stream,
-        "default_stream": streams.default_stream,
+        "current_stream": init(streams.current_stream),
+        "default_stream": init(streams.default_stream),
         "set_stream": streams.set_stream,
         "stream": streams.stream,
         "StreamContext": streams.StreamContext,
@@ -344,15 +346,15 @@ def install(gpu: Any, count: int) -> None:
         "reset_peak_memory_stats": reset_peak_memory_stats,
         "reset_max_memory_allocated": reset_peak_memory_stats,
         "reset_accumulated_memory_stats": _nothing,
-        "mem_get_info": mem_get_info,
+        "mem_get_info": init(mem_get_info),
         "empty_cache": empty_cache,
         "set_per_process_memory_fraction": _nothing,
         "manual_seed": manual_seed,
         "manual_seed_all": manual_seed_all,
         "seed": _nothing,
         "seed_all": _nothing,
-        "initial_seed": initial_seed,
-        "get_rng_state": get_rng_state,
+        "initial_seed": init(initial_seed),
+        "get_rng_state": init(get_rng_state),
         "set_rng_state": set_rng_state,
         "get_rng_state_all": get_rng_state_all,
         "set_rng_state_all": set_rng_state_all,
@@ -368,7 +370,7 @@ def install(gpu: Any, count: int) -> None:
     for mod in (cuda, *submodules):
         if hasattr(mod, "default_generators"):
             mod.default_generators = generators
-    cuda._initialized = True  # read directly by, e.g., torch.utils.checkpoint to save the CUDA RNG state
+    lazy.reset()  # uninitialised until the program first needs the device, as a real process
     for name, (call, hint) in _REFUSED.items():
         refuse = _not_simulated_class if isinstance(getattr(cuda, name, None), type) else _not_simulated
         setattr(cuda, name, refuse(call, hint))
@@ -396,14 +398,16 @@ def _install_accelerator() -> None:
     acc.current_accelerator = lambda check_available=False: torch.device("cuda")
     # Distinct function objects from torch.cuda's: torch.compile keys its handlers by function, and
     # refuses one function under two names (torch.cuda.current_stream, torch.accelerator.current_stream).
+    init = lazy.initialising
     for name, fn in (
         ("device_count", device_count),
-        ("current_device_index", current_device),
-        ("current_device_idx", current_device),
-        ("set_device_index", set_device),
-        ("set_device_idx", set_device),
-        ("synchronize", streams.synchronize),
+        ("current_device_index", init(current_device)),
+        ("current_device_idx", init(current_device)),
+        ("set_device_index", init(_select_device)),
+        ("set_device_idx", init(_select_device)),
+        ("synchronize", init(streams.synchronize)),
         ("current_stream", streams.current_stream),
         ("set_stream", streams.set_stream),
     ):
         setattr(acc, name, functools.wraps(fn)(functools.partial(fn)))
+    acc.device_index = device  # `with torch.accelerator.device_index(i):`, as torch.cuda.device

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
-from phantora.runtime.simcuda import devices, guard, rng
+from phantora.runtime.simcuda import attention, devices, guard, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -161,6 +161,7 @@ def on_first_cuda_tensor(listener: Callable[[], None]) -> None:
 def _first_cuda_tensor() -> None:
     global _seen
     _seen = True
+    lazy.lazy_init()  # a cuda tensor, or a selected device, initialises CUDA
     for listener in _first_cuda_listeners:
         listener()
 
@@ -281,11 +282,12 @@ def run_op(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
     else:
         a = tuple(_open(x, to_meta) for x in args)
         k = {name: _open(v, to_meta) for name, v in kwargs.items()}
+    kernel = attention.KERNELS.get(func, func)  # a CUDA-only op: its kernel on the data
     with device_work():
         if rng.is_random(func) and kwargs.get("generator") is None:  # the device's generator (rng.py)
-            out = rng.draw(index, _inner_device.type != "meta", lambda: func(*a, **k))
+            out = rng.draw(index, _inner_device.type != "meta", lambda: kernel(*a, **k))
         else:
-            out = func(*a, **k)
+            out = kernel(*a, **k)
     if moved_off:  # .cpu(), .to("cpu"): a host tensor
         return out
     dest = index if to_index is None else to_index
