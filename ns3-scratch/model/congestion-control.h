@@ -35,6 +35,7 @@ struct CcFeedback {           // one per ACK received by the sender
   uint64_t rttNs;             // now - send timestamp echoed in the ACK (TIMELY)
   uint32_t nHops;             // INT stack copied from the data packet (HPCC)
   IntHop hops[kMaxIntHops];
+  uint32_t nackedBytes = 0;   // Receiver rud: payload bytes a NACK reports trimmed (0 for an ACK; NSCC's loss signal)
 };
 
 /// Base class of the per-queue-pair congestion controllers.
