@@ -318,7 +318,7 @@ def launch(cfg: RunConfig) -> RunReport:
         if keep:
             steps = run_dir.merge_steps(out, range(live))
             write_results(out / "results.json", summary)
-            run_dir.merge_trace(out)
+            run_dir.merge_trace(out, comm_args=run_dir.nccl_args(cosim.collectives))
             run_dir.write_status(out, "complete", steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     except BaseException as exc:  # the run ended but its results could not be written

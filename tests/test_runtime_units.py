@@ -142,6 +142,22 @@ def test_trace_lanes_and_merge(tmp_path):
     assert not (out / "trace").exists()
 
 
+def test_the_merged_trace_carries_nccls_choice_on_each_ranks_collective(tmp_path):
+    """cosim.json's record of a collective (its group and NCCL's choice) lands in each member rank's span."""
+    out = tmp_path / "run"
+    for rank in (0, 1):
+        r = TraceRecorder(rank)
+        r.comm("all_reduce#0", 1000, 2000, {"bytes": 8})
+        r.comm("broadcast#1", 3000, 4000, {"bytes": 8})
+        r.append_to(out / "trace" / f"rank{rank}.jsonl", 0)
+    choice = {"algorithm": "Ring", "protocol": "LL", "channels": 2}
+    records = [{"name": "all_reduce#0", "group": [0, 1], "nccl": choice}, {"name": "broadcast#1", "group": [0, 1]}]
+    merged = json.loads(run_dir.merge_trace(out, comm_args=run_dir.nccl_args(records)).read_text())
+    spans = {(e["pid"], e["name"]): e["args"] for e in merged["traceEvents"] if e.get("cat") == "comm"}
+    assert spans[0, "all_reduce#0"] == spans[1, "all_reduce#0"] == {"bytes": 8, "nccl": choice}
+    assert spans[0, "broadcast#1"] == {"bytes": 8}  # no choice recorded (ideal model): nothing added
+
+
 def test_trace_rejects_unknown_level():
     with pytest.raises(InputError, match="trace"):
         TraceRecorder(0, level="all")

@@ -22,7 +22,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,19 +138,35 @@ def rank_trace(out: Path) -> dict[int, list[dict[str, Any]]]:
     return _rank_lines(Path(out) / TRACE_DIR)
 
 
-def merge_trace(out: Path, *, partial: bool = False) -> Path | None:
+def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
+    """(rank, collective name) -> {"nccl": NCCL's choice} from cosim.json's collective records, for the trace."""
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for rec in collectives:
+        if isinstance(rec.get("nccl"), dict):
+            for rank in rec.get("group", ()):
+                out.setdefault((int(rank), str(rec.get("name"))), {"nccl": rec["nccl"]})
+    return out
+
+
+def merge_trace(
+    out: Path, *, partial: bool = False, comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None
+) -> Path | None:
     """trace.json from the ranks' trace chunks, which are then removed; None if there are none.
 
     A `partial` trace (of a run that failed) holds the steps each rank finished, and says so in
-    `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank."""
+    `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank.
+    `comm_args` adds arguments to the ranks' collective spans, by (rank, name): NCCL's choice (`nccl_args`)."""
     out = Path(out)
     chunks = rank_trace(out)
     if not chunks:
         return None
-    doc: dict[str, Any] = {
-        "traceEvents": [ev for r in sorted(chunks) for chunk in chunks[r] for ev in chunk["events"]],
-        "displayTimeUnit": "ns",
-    }
+    events = [ev for r in sorted(chunks) for chunk in chunks[r] for ev in chunk["events"]]
+    args = comm_args or {}
+    for ev in events if args else ():
+        extra = args.get((ev.get("pid"), ev.get("name"))) if ev.get("cat") == "comm" else None
+        if extra:
+            ev["args"] = {**ev.get("args", {}), **extra}
+    doc: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ns"}
     if partial:
         steps = {str(r): sum(1 for c in chunks[r] if c.get("step") is not None) for r in sorted(chunks)}
         doc["otherData"] = {"partial": True, "steps_traced": steps}
