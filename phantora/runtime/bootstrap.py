@@ -17,7 +17,7 @@ from typing import Any
 import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load before torch
 from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
-from phantora.runtime import backend, phantom_mode, timepatch, torch_backports, triton_kernels
+from phantora.runtime import backend, phantom_mode, timepatch, torch_backports, triton_kernels, unsupported
 from phantora.runtime import session as _session
 from phantora.runtime.compute import build_model, set_model
 from phantora.runtime.gpus import get_gpu
@@ -145,6 +145,7 @@ def _peer_lost(exc: BaseException) -> bool:
 
 
 def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
+    explained = unsupported.explain(exc)  # torch's missing-kernel error, said in one line
     if not isinstance(exc, PhantoraError) or os.environ.get("PHANTORA_TRACEBACK") == "1":
         tb = exc.__traceback__
         if script is not None:  # start the traceback at the user's script, not in runpy and the bootstrap
@@ -152,10 +153,14 @@ def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
             while first is not None and first.tb_frame.f_code.co_filename != script:
                 first = first.tb_next
             tb = first or tb
-        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+        if explained is None:
+            traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+        else:  # the frames only: the dispatcher's message lists every backend of torch
+            print("Traceback (most recent call last):", file=sys.stderr)
+            traceback.print_tb(tb, file=sys.stderr)
     where = _user_frame(exc)
     at = f" (at {where})" if where else ""
-    print(f"phantora: rank {rank} failed{at}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print(f"phantora: rank {rank} failed{at}: {explained or f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
     os._exit(PEER_LOST_EXIT if _peer_lost(exc) else 1)  # others may be blocked in gloo; the supervisor stops them

@@ -1,0 +1,62 @@
+"""One line for a call the simulated device cannot run, in place of torch's dispatcher error.
+
+torch's dispatcher answers an op with no kernel for a backend with a NotImplementedError of some hundred
+lines ("Could not run 'aten::empty_strided' with arguments from the 'CUDA' backend ... is only available
+for these backends: [...]"). Under phantora that means the call went where the simulated device is not:
+torch's own CUDA backend (which a CPU build has no kernels for) or, in phantom mode, an op with no meta
+kernel. `explain` names the program's call, the op, and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+
+import torch
+
+import bridge.client
+import phantora.errors
+
+_DISPATCH = re.compile(r"Could not run '([\w:.]+)' with arguments from the '(\w+)' backend")
+_NOT_USER = tuple(  # torch's, phantora's and the bridge's own frames
+    os.path.dirname(m.__file__ or "") + "/" for m in (torch, phantora.errors, bridge.client)
+)
+
+
+def _call(exc: BaseException) -> str:
+    """The source line of the innermost frame of the program (not torch, not phantora), quoted, or ''."""
+    line = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith("<") or frame.filename.startswith(_NOT_USER):
+            continue
+        line = (frame.line or "").strip()
+    return f"`{line}`" if line else ""
+
+
+def explain(exc: BaseException) -> str | None:
+    """'NotSimulatedError: ...' naming the call and what to do, if `exc` is torch's missing-kernel error."""
+    if not isinstance(exc, NotImplementedError):
+        return None
+    found = _DISPATCH.search(str(exc))
+    if found is None:
+        return None
+    op, backend = found.groups()
+    call = _call(exc) or "a call"
+    if backend == "CUDA":
+        what = (
+            f"{call} reached {op} on torch's own CUDA backend, past phantora's simulated GPU (which runs an op of a "
+            "cuda tensor on the tensor's data); name the device as 'cuda', 'cuda:N' or torch.device('cuda', N) in "
+            "that call, or run with --no-sim-cuda on CPU tensors"
+        )
+    elif backend == "Meta":
+        what = (
+            f"{call} needs {op}, which has no meta kernel, so phantom mode cannot run it (phantom tensors hold no "
+            "data): run without --phantom (real mode), or keep the op out of the simulated part of the program"
+        )
+    else:
+        what = (
+            f"{call} needs {op}, which torch has no '{backend}' kernel for in this (CPU) build under phantora's "
+            "simulated GPU: keep the op off that device, or run with --no-sim-cuda"
+        )
+    return f"NotSimulatedError: {what}"

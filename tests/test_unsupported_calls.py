@@ -1,0 +1,55 @@
+"""A call the simulated device cannot run ends the run with one line naming the call and what to do, never
+with torch's dispatcher error (some hundred lines listing every backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import BridgeError
+from phantora.launcher import RunConfig, launch
+from phantora.runtime.unsupported import explain
+
+DISPATCHER = (
+    "Could not run '{op}' with arguments from the '{backend}' backend. This could be because the operator doesn't "
+    "exist for this backend ... '{op}' is only available for these backends: [CPU, Meta, BackendSelect, Python]."
+)
+
+
+def raised(message: str) -> NotImplementedError:
+    try:
+        raise NotImplementedError(message)
+    except NotImplementedError as exc:
+        return exc
+
+
+def test_torchs_missing_kernel_errors_become_one_line_with_what_to_do() -> None:
+    cuda = explain(raised(DISPATCHER.format(op="aten::empty_strided", backend="CUDA")))
+    assert cuda is not None and cuda.startswith("NotSimulatedError: `raise NotImplementedError(message)` reached")
+    assert "aten::empty_strided" in cuda and "'cuda:N'" in cuda and "\n" not in cuda
+    meta = explain(raised(DISPATCHER.format(op="aten::histc", backend="Meta")))
+    assert meta is not None and "aten::histc" in meta and "without --phantom" in meta
+    assert explain(NotImplementedError("a program's own abstract method")) is None
+    assert explain(ValueError(DISPATCHER.format(op="aten::add", backend="CUDA"))) is None
+
+
+INTEGER_DEVICE = """
+import torch
+torch.cuda.set_device(0)
+n = torch.tensor(3, device=torch.cuda.current_device())
+"""
+
+
+def test_a_call_past_the_simulated_gpu_ends_with_one_line(tmp_path: Path) -> None:
+    """torch's CUDA backend, reached past the simulated GPU, in a rank: the run's last line names the call."""
+    script = tmp_path / "past.py"
+    script.write_text(INTEGER_DEVICE)
+    with pytest.raises(BridgeError) as info:
+        launch(RunConfig(str(script), [], "testbed16", nproc=1, out_dir=tmp_path / "out", timeout_s=120))
+    log = (tmp_path / "out" / "logs" / "rank0.log").read_text()
+    last = log.strip().splitlines()[-1]
+    assert last.startswith("phantora: rank 0 failed (at ") and "past.py:4" in last
+    assert "NotSimulatedError: `n = torch.tensor(3, device=torch.cuda.current_device())` reached" in last
+    assert "Could not run" not in log and "only available for these backends" not in log
+    assert "NotSimulatedError" in str(info.value)
