@@ -261,6 +261,9 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
       t.nacks += c.nacks;
       t.timeouts += c.timeouts;
       t.cnps += c.cnps;
+      t.trimNacks += c.trimNacks;
+      t.entropiesExplored += c.entropiesExplored;
+      t.entropiesRecycled += c.entropiesRecycled;
       t.payloadBytesDelivered += c.payloadBytesDelivered;
     }
   }
@@ -279,6 +282,9 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"nacks", static_cast<double>(t.nacks)},
           {"timeouts", static_cast<double>(t.timeouts)},
           {"cnps", static_cast<double>(t.cnps)},
+          {"trim_nacks", static_cast<double>(t.trimNacks)},
+          {"entropies_explored", static_cast<double>(t.entropiesExplored)},
+          {"entropies_recycled", static_cast<double>(t.entropiesRecycled)},
           {"ecn_marks", static_cast<double>(w.ecnMarks)},
           {"drops", static_cast<double>(w.drops)},
           {"pfc_pause", static_cast<double>(w.pfcPause)},

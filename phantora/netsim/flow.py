@@ -46,6 +46,8 @@ LB_MODELS = {  # the packet engine's lb -> the flow engine's model of it (result
     "spray_rr": "spray: per-hop even split over the equal-cost paths (what round robin gives)",
     "adaptive": "adaptive: ideal multipath (each hop's equal-cost channels pool their capacity)",
     "flowlet": "flowlet: per-flow ECMP (a fluid flow has no gaps, so no flowlet ever moves)",
+    "reps": "spray: per-hop even split over the equal-cost paths (what REPS converges to on a balanced fabric)",
+    "oblivious": "spray: per-hop even split over the equal-cost paths (the expectation of oblivious spraying)",
 }
 
 
@@ -118,7 +120,7 @@ class FlowSimulator:
         if lb not in LB_MODELS:
             raise InputError(f"unknown load balancing {lb!r} (known: {', '.join(LB_MODELS)})", field="lb")
         self.lb = lb
-        self._multi = lb in ("spray", "spray_rr", "adaptive")
+        self._multi = lb in ("spray", "spray_rr", "adaptive", "reps", "oblivious")
         self._multi_routes: dict[tuple[int, int], MultiRoute] = {}
         self._pools: dict[tuple[int, ...], int] = {}  # adaptive: a layer of 2+ channels -> its pooled channel id
         self._pools_of: dict[int, list[int]] = {}  # adaptive: channel -> the pooled channels holding it

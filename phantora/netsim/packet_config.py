@@ -29,8 +29,8 @@ NVLINK_MODES = ("packet", "fluid")
 REUSE_MODES = ("off", "on")
 # Load balancing of data packets at switches and the receiving NIC's transport (docs/packet-model.md, "Load
 # balancing and receivers"): per-flow ECMP, per-packet spraying (random, or round robin), flowlets, adaptive.
-LB_MODES = ("ecmp", "spray", "spray_rr", "flowlet", "adaptive")
-RX_MODES = ("gbn", "sack")
+LB_MODES = ("ecmp", "spray", "spray_rr", "flowlet", "adaptive", "reps", "oblivious")
+RX_MODES = ("gbn", "sack", "rud")
 
 
 def _wire_preset(payload: int, header: int, ack_interval: int) -> dict[str, int]:
@@ -57,12 +57,26 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 }
 # PacketConfig fields that choose how the engine is put together, or how a live run's ranks mark their
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
-ENGINE_FIELDS = ("nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray")
+ENGINE_FIELDS = ("nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport")
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 PRIORITY_POLICIES = ("none", "layer", "tensor-size")
 DLCP_POLICIES = ("off", "grads")
 DLCP_DEFAULT_TRIM_BYTES = 64 * 1024  # trim_bytes when dlcp is on and trim_bytes is not set
 HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
+
+# `--set transport=NAME` (issue 37): the transport as a whole, one flag apart on the same job and fabric (later
+# --set fields still override; `transport` records the preset). uet: Ultra Ethernet reliable unordered delivery
+# (rx=rud: SACK bitmaps, NACKs of trimmed packets), NSCC, REPS entropies, trimming with the trimmed header in the
+# priority class, lossy (no PFC). roce: today's default, go-back-N, PFC, ECMP, no trimming (the CC is left as it
+# is: `--cc dcqcn` and `--cc hpcc` are RoCE's; nscc goes back to none).
+TRANSPORT_PRESETS: dict[str, dict[str, object]] = {
+    "uet": {"cc": "nscc", "rx": "rud", "lb": "reps", "pfc": False, "trim_priority": True},
+    "roce": {"rx": "gbn", "lb": "ecmp", "pfc": True, "trim_priority": False, "trim_bytes": None},
+}
+# With transport=uet and no trim_bytes / ECN maps of the user's: the switch queue of htsim's UET runs, one BDP
+# (trimmed past it), ECN marking from 0.2 to 0.8 of it, with probability 1 at the top. The BDP is taken at a
+# nominal 8 us RTT (a 2-tier fabric of 1 us links): 1000 bytes per Gb/s of the port.
+UET_BDP_BYTES_PER_GBPS = 1000
 
 
 @dataclass
@@ -133,7 +147,11 @@ class PacketConfig:
     sched_weights: str = ""  # wrr weights of classes 1..7, "w1,...,w7" (integers >= 1); "" = all 1
     priority: str = "none"  # live runs: class of each collective: none (3) | layer | tensor-size (ENGINE_FIELDS)
     # DLCP bounded loss: loss-tolerant packets are trimmed to their header past trim_bytes of egress class queue
-    trim_bytes: int | None = None  # None = 64 KiB with dlcp on, else never; 0 = never
+    trim_bytes: int | None = None  # None = 64 KiB with dlcp on, a nominal BDP with transport=uet, else never
+    # Ultra Ethernet trimming: a trimmable packet the buffer cannot take is trimmed, not dropped, and trimmed
+    # headers go in the strict-priority class 0 (transport=uet sets it)
+    trim_priority: bool = False
+    transport: str = ""  # the --set transport=PRESET applied last (TRANSPORT_PRESETS); "" = none (ENGINE_FIELDS)
     dlcp: str = "off"  # live runs: off | grads (all-reduces of floating-point tensors >= 64 KiB are loss-tolerant)
     dlcp_bound: float = 0.01  # at most this share of a loss-tolerant flow's bytes may be lost (then lossless)
     # ----- congestion control section (attributes of the ns3::Cc* object; D2 owns the CC fields) -----
@@ -196,6 +214,8 @@ class PacketConfig:
             raise bad("reuse", "reuse=on does not combine with nic_latency > 0 yet: turn one of them off")
         if self.reuse == "on" and self.dlcp != "off":
             raise bad("reuse", "reuse=on cannot serve loss-tolerant (dlcp) episodes: turn one of them off")
+        if self.transport and self.transport not in TRANSPORT_PRESETS:
+            raise bad("transport", f"expected {' | '.join(TRANSPORT_PRESETS)}, got {self.transport!r}")
         for name, allowed in (("sched", CLASS_SCHEDULERS), ("priority", PRIORITY_POLICIES), ("dlcp", DLCP_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise bad(name, f"expected {' | '.join(allowed)}, got {getattr(self, name)!r}")
@@ -301,12 +321,14 @@ class PacketConfig:
 
         `link_rates` (bit/s) lets a CC with its own marking profile (DCTCP) fill the ECN maps the user left unset.
         """
-        cc_maps = cc_ecn_maps(self.cc, link_rates)
+        rates = sorted(set(link_rates))
+        cc_maps = uet_switch_maps(rates) if self.transport == "uet" else cc_ecn_maps(self.cc, rates)
         out: list[tuple[str, str]] = []
         for name, (paths, kind) in NS3_ATTRIBUTES.items():
             value = self.effective_rto_ns() if name == "rto_ns" else getattr(self, name)
             if name == "trim_bytes":
-                value = self.effective_trim_bytes()
+                uet = self.transport == "uet" and self.trim_bytes is None and rates
+                value = min(rates) * UET_BDP_BYTES_PER_GBPS // 10**9 if uet else self.effective_trim_bytes()
             if value is None:
                 value = cc_maps.get(name)
             text = _attribute_text(kind, value)
@@ -350,7 +372,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "trace_cnp": (("recorder.TraceCnp",), "bool"),
     "trace_ecn": (("recorder.TraceEcn",), "bool"),
     "ecmp_hash": (("fabric.EcmpHash",), "ecmp_hash"),
-    "lb": (("switch.LoadBalancing",), "text"),
+    "lb": (("switch.LoadBalancing", "nic.LoadBalancing"), "text"),
     "flowlet_gap_ns": (("switch.FlowletGap",), "ns"),
     "rx": (("nic.Receiver",), "text"),
     "reorder_window_ns": (("nic.ReorderWindow",), "ns"),
@@ -359,6 +381,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "sched": (("switch.ClassScheduling", "nic.ClassScheduling"), "text"),
     "sched_weights": (("switch.ClassWeights",), "text"),
     "trim_bytes": (("switch.TrimThreshold",), "int"),
+    "trim_priority": (("switch.TrimHeaderPriority",), "bool"),
 }
 
 
@@ -402,6 +425,17 @@ def cc_ecn_maps(cc: str, link_rates: Iterable[int]) -> dict[str, dict[int, int] 
     rates = sorted(set(link_rates))
     k = {r: r * DCTCP_K_BYTES_PER_GBPS // 10**9 for r in rates}
     return {"kmin_map": k, "kmax_map": dict(k), "pmax_map": {r: 1.0 for r in rates}}
+
+
+def uet_switch_maps(rates: Iterable[int]) -> dict[str, dict[int, int] | dict[int, float]]:
+    """ECN maps of transport=uet at these link rates (where the user sets none): htsim's marking from 0.2 to 0.8
+    of a one-BDP queue (UET_BDP_BYTES_PER_GBPS), probability 1 at the top."""
+    bdp = {r: r * UET_BDP_BYTES_PER_GBPS // 10**9 for r in rates}
+    return {
+        "kmin_map": {r: b // 5 for r, b in bdp.items()},
+        "kmax_map": {r: b * 4 // 5 for r, b in bdp.items()},
+        "pmax_map": {r: 1.0 for r in bdp},
+    }
 
 
 # ----- HPCC config.txt ---------------------------------------------------------------------------
@@ -644,6 +678,16 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
             except (ValueError, InputError) as exc:
                 raise InputError(f"bad value {value.strip()!r}: {exc}", file=source, field=key) from None
             continue
+        if key == "transport":
+            name = value.strip()
+            if name not in TRANSPORT_PRESETS:
+                known = ", ".join(TRANSPORT_PRESETS)
+                raise InputError(f"unknown transport {name!r} (known: {known})", file=source, field=key)
+            changes.update(TRANSPORT_PRESETS[name])
+            if name == "roce" and str(changes.get("cc", config.cc)) == "nscc":
+                changes["cc"] = "none"
+            changes["transport"] = name
+            continue
         if key == "wire":
             preset = WIRE_PRESETS.get(value.strip())
             if preset is None:
@@ -655,7 +699,7 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
             listed = ", ".join(override_fields())
             raise InputError(
                 f"unknown PacketConfig field {key!r}; the fields: {listed}; cc.ATTRIBUTE for the CC's own; "
-                f"and wire=PRESET ({', '.join(WIRE_PRESETS)})",
+                f"wire=PRESET ({', '.join(WIRE_PRESETS)}) and transport=PRESET ({', '.join(TRANSPORT_PRESETS)})",
                 file=source,
                 field=key,
             )
