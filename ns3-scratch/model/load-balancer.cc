@@ -22,8 +22,14 @@ LbMode ParseLbMode(const std::string& name) {
   if (name == "adaptive") {
     return LbMode::Adaptive;
   }
+  if (name == "reps") {
+    return LbMode::Reps;
+  }
+  if (name == "oblivious") {
+    return LbMode::Oblivious;
+  }
   throw std::invalid_argument("switch attribute LoadBalancing: unknown mode '" + name +
-                              "' (known: ecmp, spray, spray_rr, flowlet, adaptive)");
+                              "' (known: ecmp, spray, spray_rr, flowlet, adaptive, reps, oblivious)");
 }
 
 void LoadBalancer::Configure(LbMode mode, uint32_t node, Ptr<RouteTable> routes, uint64_t flowletGapNs, int64_t stream,
@@ -87,6 +93,9 @@ uint32_t LoadBalancer::Pick(const PhantoraHeader& hdr, uint64_t nowNs) {
       }
       return best;
     }
+    case LbMode::Reps:
+    case LbMode::Oblivious:  // the entropy value joins the flow key in the hash, as a UDP source port would
+      return c[EcmpHash(hdr.ecmpKey ^ ((hdr.entropy + uint64_t{1}) * 0x9E3779B97F4A7C15ULL), m_node) % n];
     default:
       return m_routes->Pick(m_node, hdr.src, hdr.dst, hdr.ecmpKey);
   }

@@ -18,9 +18,10 @@
 namespace ns3 {
 
 /// Load-balancing modes (switch attribute LoadBalancing).
-enum class LbMode : uint8_t { Ecmp = 0, Spray = 1, SprayRr = 2, Flowlet = 3, Adaptive = 4 };
+enum class LbMode : uint8_t { Ecmp = 0, Spray = 1, SprayRr = 2, Flowlet = 3, Adaptive = 4, Reps = 5, Oblivious = 6 };
 
-/// The mode named `name` ("ecmp", "spray", "spray_rr", "flowlet", "adaptive"); throws std::invalid_argument.
+/// The mode named `name` ("ecmp", "spray", "spray_rr", "flowlet", "adaptive", "reps", "oblivious"); throws
+/// std::invalid_argument.
 LbMode ParseLbMode(const std::string& name);
 
 /**
@@ -32,7 +33,10 @@ LbMode ParseLbMode(const std::string& name);
  *   longer gap a new flowlet starts and takes the port hashed from (flow key, flowlet number), as
  *   LetFlow picks a fresh random path per flowlet;
  * - Adaptive: per packet, the candidate with the fewest bytes queued at this switch's egress (all
- *   classes), ties broken by the ECMP hash's order.
+ *   classes), ties broken by the ECMP hash's order;
+ * - Reps, Oblivious (Ultra Ethernet): the sending NIC chose the packet's entropy value (REPS or oblivious
+ *   spraying, uet-transport.h); the switch hashes (flow key, entropy) as ECMP hashes the flow key, so one
+ *   entropy is one path.
  * Control packets (ACK, NACK with its CNP echo, PFC) are not passed here: they stay on their ECMP path.
  */
 class LoadBalancer {

@@ -109,9 +109,15 @@ TypeId PfcSwitch::GetTypeId() {
                         "than this many bytes (DLCP); 0 = never",
                         UintegerValue(0), MakeUintegerAccessor(&PfcSwitch::m_trimBytes),
                         MakeUintegerChecker<uint64_t>())
+          .AddAttribute("TrimHeaderPriority",
+                        "Ultra Ethernet trimming: a trimmable packet the buffer cannot take is trimmed instead of "
+                        "dropped, and trimmed headers go in the strict-priority class 0 (off: DLCP, trimmed "
+                        "packets keep their class)",
+                        BooleanValue(false), MakeBooleanAccessor(&PfcSwitch::m_trimHeaderPrio), MakeBooleanChecker())
           .AddAttribute("LoadBalancing",
-                        "Egress choice for data packets among equal-cost ports: ecmp, spray, spray_rr, flowlet or "
-                        "adaptive (ACKs, NACKs and PFC frames always take ECMP)",
+                        "Egress choice for data packets among equal-cost ports: ecmp, spray, spray_rr, flowlet, "
+                        "adaptive, reps or oblivious (the last two hash the entropy the NIC chose; ACKs, NACKs and "
+                        "PFC frames always take ECMP)",
                         StringValue("ecmp"), MakeStringAccessor(&PfcSwitch::m_lbMode), MakeStringChecker())
           .AddAttribute("FlowletGap", "LoadBalancing flowlet: a gap longer than this starts a new flowlet",
                         TimeValue(MicroSeconds(10)), MakeTimeAccessor(&PfcSwitch::m_flowletGap),
@@ -202,10 +208,11 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
     out = m_lb.Pick(hdr, FabricNowNs());
     m_lbTrace(hdr.flowId, hdr.seq, hdr.tsNs, out, m_lb.LastFlowlet());
   }
-  const uint32_t cls = hdr.prio % kNumPrio;
+  uint32_t cls = hdr.prio % kNumPrio;
   uint32_t wire = m_wire.Bytes(hdr);
-  if (m_trimBytes && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) && hdr.type == PktType::Data &&
-      out < m_ports.size() && m_ports[out].bytes[cls] + wire > m_trimBytes) {
+  const bool trimmable = m_trimBytes && !m_nvSwitch && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) &&
+                         hdr.type == PktType::Data && out < m_ports.size();
+  if (trimmable && m_ports[out].bytes[cls] + wire > m_trimBytes) {
     wire = Trim(out, cls, hdr);
   }
   if (out == std::numeric_limits<uint32_t>::max()) {
@@ -214,6 +221,12 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
     ++m_ports[inPort].drops;
     m_dropTrace(inPort, cls, hdr.flowId, hdr.seq);
     return;
+  }
+  if (m_trimHeaderPrio && cls != 0 && !(hdr.flags & kFlagTrimmed) && trimmable && !m_mmu.Admit(inPort, cls, wire)) {
+    wire = Trim(out, cls, hdr);  // no room for the payload: forward the header (UET trims rather than drops)
+  }
+  if (m_trimHeaderPrio && (hdr.flags & kFlagTrimmed)) {
+    cls = 0;  // trimmed headers jump the data queues (NDP / UET), outside the shared buffer's accounting
   }
   if (cls != 0) {
     if (!m_mmu.Admit(inPort, cls, wire)) {

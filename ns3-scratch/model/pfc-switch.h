@@ -28,7 +28,9 @@ namespace ns3 {
  * Class 0 of every port is strict priority (PFC frames, ACKs); classes 1..7 are served as attribute
  * ClassScheduling says (round robin by default, strict priority or weighted), each skipped while the
  * downstream port has paused it. A loss-tolerant data packet that finds its egress class queue above
- * TrimThreshold is trimmed to its header (DLCP; see docs/packet-model.md). Ingress accounting, XOFF/XON and
+ * TrimThreshold is trimmed to its header (DLCP; see docs/packet-model.md). With TrimHeaderPriority (Ultra
+ * Ethernet), a trimmable packet the buffer cannot take is trimmed instead of dropped, and trimmed headers are
+ * queued in the strict-priority class 0 at every switch. Ingress accounting, XOFF/XON and
  * drops come from SwitchMmu; ECN marking and INT stamping happen at dequeue. Settings are attributes;
  * the defaults follow the HPCC reference models (REFERENCE.md section 5).
  */
@@ -112,6 +114,7 @@ class PfcSwitch : public Object, public PortOwner {
   std::string m_classSchedText = "rr";
   std::string m_classWeightsText;
   uint64_t m_trimBytes = 0;
+  bool m_trimHeaderPrio = false;
   ClassSched m_classSched = ClassSched::RoundRobin;
   std::array<uint32_t, kNumPrio> m_classWeights{};
   std::string m_lbMode = "ecmp";

@@ -22,7 +22,7 @@ TypeId PhantoraHeader::GetTypeId() {
 TypeId PhantoraHeader::GetInstanceTypeId() const { return GetTypeId(); }
 
 uint32_t PhantoraHeader::GetSerializedSize() const {
-  return kFixedBytes + ((flags & kFlagSack) ? 16 : 0) + nHops * kHopBytes;
+  return kFixedBytes + 2 + ((flags & kFlagSack) ? 24 : 0) + nHops * kHopBytes;
 }
 
 void PhantoraHeader::Serialize(Buffer::Iterator it) const {
@@ -37,9 +37,11 @@ void PhantoraHeader::Serialize(Buffer::Iterator it) const {
   it.WriteHtonU32(payload);
   it.WriteHtonU64(ecmpKey);
   it.WriteHtonU64(tsNs);
+  it.WriteHtonU16(entropy);
   if (flags & kFlagSack) {
     it.WriteHtonU64(sackLo);
     it.WriteHtonU64(sackHi);
+    it.WriteHtonU64(sackBitmap);
   }
   for (uint32_t i = 0; i < nHops; ++i) {
     it.WriteHtonU64(hops[i].timeNs);
@@ -64,9 +66,11 @@ uint32_t PhantoraHeader::Deserialize(Buffer::Iterator it) {
   payload = it.ReadNtohU32();
   ecmpKey = it.ReadNtohU64();
   tsNs = it.ReadNtohU64();
+  entropy = it.ReadNtohU16();
   if (flags & kFlagSack) {
     sackLo = it.ReadNtohU64();
     sackHi = it.ReadNtohU64();
+    sackBitmap = it.ReadNtohU64();
   }
   for (uint32_t i = 0; i < nHops; ++i) {
     hops[i].timeNs = it.ReadNtohU64();

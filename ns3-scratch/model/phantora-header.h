@@ -52,6 +52,8 @@ class PhantoraHeader : public Header {
   uint64_t tsNs = 0;      ///< data: send time; ACK: echoed send time of the data packet
   uint64_t sackLo = 0;    ///< ACK with kFlagSack: first byte of the received block holding the data packet
   uint64_t sackHi = 0;    ///< ACK with kFlagSack: one past its last byte
+  uint64_t sackBitmap = 0;  ///< ACK with kFlagSack, Receiver rud: bit i = packet at seq + i x payload received
+  uint16_t entropy = 0;   ///< data: UET entropy value (LoadBalancing reps/oblivious hash it); ACK/NACK: echoed
   IntHop hops[kMaxIntHops] = {};
 };
 

@@ -71,7 +71,8 @@ TypeId RdmaNic::GetTypeId() {
                                         MakeTimeChecker(Time(0)))
                           .AddAttribute("Receiver",
                                         "gbn: in-order receiver, NACK and go-back-N; sack: out-of-order receiver, "
-                                        "SACK blocks, selective retransmission",
+                                        "SACK blocks, selective retransmission; rud: Ultra Ethernet reliable "
+                                        "unordered delivery (SACK bitmaps, NACKs of trimmed packets)",
                                         StringValue("gbn"), MakeStringAccessor(&RdmaNic::m_rxModeName),
                                         MakeStringChecker())
                           .AddAttribute("ReorderWindow",
@@ -79,6 +80,19 @@ TypeId RdmaNic::GetTypeId() {
                                         "acknowledged; 0 = the flow's base RTT (as given to its CC)",
                                         TimeValue(Time(0)), MakeTimeAccessor(&RdmaNic::m_reorderWindow),
                                         MakeTimeChecker(Time(0)))
+                          .AddAttribute("LoadBalancing",
+                                        "The fabric's load balancing (as the switches'): reps or oblivious make "
+                                        "this NIC choose an entropy value per data packet; other modes none",
+                                        StringValue("ecmp"), MakeStringAccessor(&RdmaNic::m_lbModeName),
+                                        MakeStringChecker())
+                          .AddAttribute("Entropies",
+                                        "LoadBalancing reps / oblivious: entropy values per queue pair (a power "
+                                        "of two for oblivious; htsim's paths)",
+                                        UintegerValue(256), MakeUintegerAccessor(&RdmaNic::m_entropies),
+                                        MakeUintegerChecker<uint32_t>(1, 65536))
+                          .AddAttribute("RepsBufferSize", "LoadBalancing reps: recycled entropies kept per queue pair",
+                                        UintegerValue(8), MakeUintegerAccessor(&RdmaNic::m_repsBuffer),
+                                        MakeUintegerChecker<uint32_t>(1))
                           .AddTraceSource("Nack", "This receiver sent a NACK: (flow, expected seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_nackTrace),
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
@@ -99,8 +113,18 @@ void RdmaNic::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
     m_rxMode = RxMode::GoBackN;
   } else if (m_rxModeName == "sack") {
     m_rxMode = RxMode::Sack;
+  } else if (m_rxModeName == "rud") {
+    m_rxMode = RxMode::Rud;
   } else {
-    throw std::invalid_argument("NIC attribute Receiver: unknown mode '" + m_rxModeName + "' (known: gbn, sack)");
+    throw std::invalid_argument("NIC attribute Receiver: unknown mode '" + m_rxModeName +
+                                "' (known: gbn, sack, rud)");
+  }
+  m_entropyMode = m_lbModeName == "reps"        ? EntropyMode::Reps
+                  : m_lbModeName == "oblivious" ? EntropyMode::Oblivious
+                                                : EntropyMode::None;
+  if (m_entropyMode != EntropyMode::None) {
+    m_evRng = CreateObject<UniformRandomVariable>();
+    m_evRng->SetStream((int64_t{3} << 32) + nodeId);  // apart from the switches' ECN and spraying streams
   }
   m_id = nodeId;
   m_routes = routes;
@@ -134,6 +158,11 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   if (m_rxMode == RxMode::Sack) {
     const int64_t window = m_reorderWindow.GetNanoSeconds();
     qp->sack.Configure(m_payloadBytes, window > 0 ? static_cast<uint64_t>(window) : qp->rttNs);
+  } else if (m_rxMode == RxMode::Rud) {
+    qp->rud.Configure(m_payloadBytes);
+  }
+  if (m_entropyMode != EntropyMode::None) {
+    qp->ev.Configure(m_entropyMode, m_entropies, m_repsBuffer, m_evRng);
   }
   Qp* raw = qp.get();
   m_ports[raw->port].active.push_back(raw);
@@ -151,6 +180,7 @@ void RdmaNic::ExpectFlow(uint64_t id, uint64_t size, uint64_t lossBudget) {
   rx = Rx{};
   rx.size = size;
   rx.budget = lossBudget;
+  rx.rud.Configure(m_payloadBytes);
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> RdmaNic::TakeLost(uint64_t id) {
@@ -232,12 +262,14 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t idx = (p.rr + i) % n;
     Qp* qp = p.active[idx];
-    const bool lost = m_rxMode == RxMode::Sack && qp->sack.HasLost();  // retransmissions ignore the window
+    const bool rud = m_rxMode == RxMode::Rud;
+    // sack: retransmissions ignore the window; rud: the window caps what is neither acknowledged nor lost
+    const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (rud && qp->rud.HasLost());
     if (paused[qp->spec.prio % kNumPrio] || (!lost && qp->sndNxt >= qp->spec.size)) {
       continue;
     }
     const uint64_t win = qp->cc->GetWindowBytes();
-    if (!lost && win != 0 && qp->sndNxt - qp->sndUna >= win) {
+    if (win != 0 && (rud ? qp->rud.InFlightBytes() >= win : !lost && qp->sndNxt - qp->sndUna >= win)) {
       continue;
     }
     if (qp->nextAvailPs > nowPs + 999) {  // pacing: due later than within this ns
@@ -275,7 +307,8 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   hdr.flowId = qp->spec.id;
   uint64_t lostSeq = 0;
   uint32_t lostLen = 0;
-  const bool resend = m_rxMode == RxMode::Sack && qp->sack.NextLost(lostSeq, lostLen);
+  const bool resend = (m_rxMode == RxMode::Sack && qp->sack.NextLost(lostSeq, lostLen)) ||
+                      (m_rxMode == RxMode::Rud && qp->rud.NextLost(lostSeq, lostLen));
   hdr.seq = resend ? lostSeq : qp->sndNxt;
   hdr.payload = resend ? lostLen : static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, qp->spec.size - qp->sndNxt));
   hdr.ecmpKey = qp->spec.key;
@@ -283,6 +316,12 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   if (qp->spec.lossBudget && !qp->budgetGone && m_rxMode == RxMode::GoBackN && qp->sndNxt >= qp->maxSent) {
     // First transmissions only: a retransmission must arrive. DLCP holes are a go-back-N receiver's.
     hdr.flags |= kFlagLossTolerant;
+  }
+  if (m_rxMode == RxMode::Rud) {
+    hdr.flags |= kFlagLossTolerant;  // UET: every packet may be trimmed; its header comes back as a NACK
+  }
+  if (m_entropyMode != EntropyMode::None) {
+    hdr.entropy = qp->ev.Next();
   }
   const uint32_t wire = m_wire.Bytes(hdr);
   out = TxItem{pkt, wire, 0, qp->spec.prio, true};
@@ -300,6 +339,8 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   }
   if (m_rxMode == RxMode::Sack) {
     qp->sack.OnSend(hdr.seq, hdr.payload, nowNs, resend);
+  } else if (m_rxMode == RxMode::Rud) {
+    qp->rud.OnSend(hdr.seq, hdr.payload, nowNs, resend);
   }
   uint64_t rate = qp->cc->GetRateBps();
   const uint64_t line = m_dev[qp->port]->GetRateBps();
@@ -345,6 +386,10 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
     return;  // a late duplicate of a finished flow
   }
   Rx& rx = it->second;
+  if (m_rxMode == RxMode::Rud) {
+    ReceiveDataRud(rx, hdr);
+    return;
+  }
   if (hdr.seq > rx.expected) {
     const uint64_t depth = hdr.seq - rx.expected;
     ++rx.stats.oooPackets;
@@ -434,8 +479,49 @@ void RdmaNic::ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr) {
   }
 }
 
+void RdmaNic::ReceiveDataRud(Rx& rx, const PhantoraHeader& hdr) {
+  if (hdr.flags & kFlagTrimmed) {
+    // The payload was trimmed on the way: NACK this packet at once (its header arrived, so it is not lost
+    // to the fabric); the NACK echoes the send time, which names the transmission to resend.
+    ++m_counters.nacks;
+    m_nackTrace(hdr.flowId, hdr.seq);
+    SendAck(hdr, PktType::Nack, rx, kFlagTrimmed, hdr.seq, hdr.seq + hdr.payload);
+    return;
+  }
+  const uint64_t before = rx.expected;
+  if (hdr.seq > before) {
+    const uint64_t depth = hdr.seq - before;
+    ++rx.stats.oooPackets;
+    ++m_counters.oooPackets;
+    rx.stats.reorderMaxBytes = std::max(rx.stats.reorderMaxBytes, depth);
+    m_counters.reorderMaxBytes = std::max(m_counters.reorderMaxBytes, depth);
+  }
+  const RudReceiver::Arrival a = rx.rud.Arrive(hdr.seq, hdr.payload);
+  rx.expected = rx.rud.Cumulative();
+  if (a.fresh) {
+    m_counters.payloadBytesDelivered += hdr.payload;
+  }
+  const bool last = rx.expected >= rx.size;
+  const bool ce = hdr.flags & kFlagCe;
+  const bool inOrder = a.advanced && hdr.seq == before && rx.expected == before + hdr.payload;
+  if (inOrder && !last && !ce && ++rx.sinceAck < m_ackInterval) {
+    rx.unacked = hdr;
+    if (!rx.ackTimer.IsPending()) {
+      rx.ackTimer = Simulator::Schedule(m_ackDelay, &RdmaNic::AckTimeout, this, hdr.flowId);
+    }
+  } else {
+    rx.sinceAck = 0;
+    rx.ackTimer.Cancel();
+    SendAck(hdr, PktType::Ack, rx, 0, hdr.seq, hdr.seq + hdr.payload, !a.fresh, rx.rud.Bitmap());
+  }
+  if (last && !rx.done) {
+    rx.done = true;
+    m_dataComplete(hdr.flowId);
+  }
+}
+
 void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags, uint64_t sackLo,
-                      uint64_t sackHi, bool dsack) {
+                      uint64_t sackHi, bool dsack, uint64_t bitmap) {
   Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
   PhantoraHeader& ack = pkt->hdr;
   ack.type = type;
@@ -447,6 +533,8 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
   ack.seq = rx.expected;
   ack.ecmpKey = m_routes->ReverseKey(data.ecmpKey);  // HPCC's ACK carries the ports swapped
   ack.tsNs = data.tsNs;
+  ack.entropy = data.entropy;
+  ack.sackBitmap = bitmap;
   if (dsack) {
     ack.flags |= kFlagDsack;
   }
@@ -477,6 +565,10 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     return;  // the flow already finished
   }
   Qp* qp = it->second.get();
+  if (m_rxMode == RxMode::Rud) {
+    ReceiveAckRud(qp, hdr);
+    return;
+  }
   const uint64_t now = NowNs();
   uint64_t newly = 0;
   if (hdr.seq > qp->sndUna) {
@@ -528,8 +620,51 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
   m_dev[qp->port]->Kick();
 }
 
+void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
+  const uint64_t now = NowNs();
+  const bool ecn = hdr.flags & kFlagEcnEcho;
+  uint64_t newly = 0;
+  uint32_t nacked = 0;
+  if (hdr.type == PktType::Nack && (hdr.flags & kFlagTrimmed)) {
+    ++m_counters.trimNacks;
+    nacked = qp->rud.OnNack(hdr.sackLo, hdr.tsNs);
+    NS_LOG_LOGIC("node " << m_id << " flow " << hdr.flowId << ": packet " << hdr.sackLo << " was trimmed"
+                         << (nacked ? ", resending it" : ", already handled"));
+  } else {
+    newly = qp->rud.OnAck(hdr.seq, hdr.sackBitmap, (hdr.flags & kFlagSack) ? hdr.sackLo : UINT64_MAX);
+  }
+  if (m_entropyMode != EntropyMode::None) {
+    qp->ev.Feedback(hdr.entropy, hdr.type == PktType::Ack && !ecn);  // REPS recycles uncongested entropies
+  }
+  qp->sndUna = std::max(qp->sndUna, qp->rud.Una());
+  if (newly > 0) {
+    qp->lastProgressNs = now;
+  }
+  CcFeedback fb;
+  fb.nowNs = now;
+  fb.ackSeq = hdr.seq;
+  fb.newlyAcked = static_cast<uint32_t>(std::min<uint64_t>(newly, std::numeric_limits<uint32_t>::max()));
+  fb.ecnEcho = ecn;
+  fb.rttNs = hdr.type == PktType::Ack && now > hdr.tsNs ? now - hdr.tsNs : 0;
+  fb.nHops = hdr.nHops;
+  std::copy(hdr.hops, hdr.hops + hdr.nHops, fb.hops);
+  fb.nackedBytes = nacked;
+  if (ecn) {
+    ++m_counters.cnps;
+    m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
+  }
+  qp->cc->OnAck(fb);
+  if (qp->sndUna >= qp->spec.size) {
+    Finish(qp);
+    return;
+  }
+  m_dev[qp->port]->Kick();
+}
+
 void RdmaNic::Finish(Qp* qp) {
   qp->cc->Stop();
+  m_counters.entropiesExplored += qp->ev.Explored();
+  m_counters.entropiesRecycled += qp->ev.Recycled();
   qp->rto.Cancel();
   Port& p = m_ports[qp->port];
   auto pos = std::find(p.active.begin(), p.active.end(), qp);
@@ -565,6 +700,8 @@ void RdmaNic::CheckRto(Qp* qp) {
     m_timeoutTrace(qp->spec.id, qp->sndUna);
     if (m_rxMode == RxMode::Sack) {
       qp->sack.OnTimeout();  // every unacknowledged packet goes again, nothing acknowledged does
+    } else if (m_rxMode == RxMode::Rud) {
+      qp->rud.OnTimeout(now, static_cast<uint64_t>(m_rto.GetNanoSeconds()));  // those sent an RTO ago
     } else {
       qp->sndNxt = qp->sndUna;
     }

@@ -7,6 +7,7 @@
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
 #include "sack-transport.h"
+#include "uet-transport.h"
 #include "wire-format.h"
 
 #include "ns3/callback.h"
@@ -50,6 +51,12 @@ struct QpSpec {
  * DLCP: a flow with a loss budget sends its first transmissions flagged loss-tolerant; the receiver takes a
  * trimmed packet as a hole while the holes fit the budget (never retransmitted), else NACKs it with the
  * budget-spent flag, after which the sender flags nothing more (retransmissions are never flagged).
+ * With Receiver = rud (Ultra Ethernet RUD, uet-transport.h) every data packet is trimmable; the receiver keeps
+ * out-of-order data by PSN, each ACK carries the cumulative point, a 64-packet SACK bitmap and the packet it
+ * acknowledges, and a trimmed packet's header is NACKed at once; the sender resends exactly the NACKed
+ * transmission (and, after RetransmitTimeout, packets sent that long ago), never going back. The CC window
+ * caps the bytes in flight that are neither acknowledged nor lost. With LoadBalancing = reps or oblivious the
+ * sender gives each data packet an entropy value (REPS recycles those that came back without a CE mark).
  * Rate cap: a queue pair with QpSpec::maxRateBps is paced at min(CC rate, line rate, cap); the cap counts
  * payload bits, so where it binds a packet's payload is paced at the cap (its wire bytes at cap x wire /
  * payload: for a full packet, cap x (payload + header) / payload).
@@ -79,6 +86,9 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t nacks = 0;
     uint64_t timeouts = 0;
     uint64_t cnps = 0;  ///< ACKs and NACKs received with ECN echo
+    uint64_t trimNacks = 0;  ///< Receiver rud: NACKs of trimmed packets received by senders
+    uint64_t entropiesExplored = 0;  ///< LoadBalancing reps / oblivious: fresh entropy values drawn
+    uint64_t entropiesRecycled = 0;  ///< LoadBalancing reps: entropy values reused after a good ACK
     uint64_t payloadBytesDelivered = 0;
   };
 
@@ -136,6 +146,8 @@ class RdmaNic : public Object, public PortOwner {
     EventId rto;
     bool budgetGone = false;    ///< DLCP: the receiver spent the loss budget; flag nothing more
     SackSender sack;            ///< Receiver = sack: the packets in flight
+    RudSender rud;              ///< Receiver = rud: the packets in flight
+    EntropyPicker ev;           ///< LoadBalancing reps / oblivious: entropy per data packet
     FlowTransportStats stats;   ///< retransmissions
   };
   struct Rx {
@@ -151,6 +163,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t lost = 0;    ///< bytes taken as lost so far
     std::vector<std::pair<uint64_t, uint64_t>> holes;  ///< (offset, length), merged
     SackReceiver sack;          ///< Receiver = sack: received ranges
+    RudReceiver rud;            ///< Receiver = rud: received PSNs
     FlowTransportStats stats;   ///< reordering
     /// The port of the last ACK and the destination and ECMP key it was picked for (RouteTable::Pick is a
     /// pure function of them here, and a flow's ACKs mostly keep theirs): saves a hash lookup per ACK.
@@ -170,9 +183,12 @@ class RdmaNic : public Object, public PortOwner {
   void ReceiveData(const PhantoraHeader& hdr);
   /// Receiver = sack: keep the packet whatever its order, ACK out-of-order arrivals at once with their block.
   void ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr);
+  /// Receiver = rud: keep the packet whatever its order; NACK a trimmed one; ACK with the SACK bitmap.
+  void ReceiveDataRud(Rx& rx, const PhantoraHeader& hdr);
   void ReceiveAck(const PhantoraHeader& hdr);
+  void ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr);
   void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags = 0, uint64_t sackLo = 0,
-               uint64_t sackHi = 0, bool dsack = false);
+               uint64_t sackHi = 0, bool dsack = false, uint64_t bitmap = 0);
   /// AckDelay ran out with coalesced packets unacknowledged: acknowledge them now.
   void AckTimeout(uint64_t flowId);
   void Finish(Qp* qp);
@@ -201,6 +217,11 @@ class RdmaNic : public Object, public PortOwner {
   std::string m_rxModeName = "gbn";
   RxMode m_rxMode = RxMode::GoBackN;
   Time m_reorderWindow;
+  std::string m_lbModeName = "ecmp";
+  EntropyMode m_entropyMode = EntropyMode::None;
+  uint32_t m_entropies = 256;
+  uint32_t m_repsBuffer = 8;
+  Ptr<UniformRandomVariable> m_evRng;
   // Wiring.
   Ptr<RouteTable> m_routes;
   FlowCallback m_dataComplete;

@@ -183,6 +183,8 @@ def check_ccs() -> str:
     """The registered CCs (`--cc`), with the user's own from $PHANTORA_CC_DIR built and loaded."""
     from phantora.netsim.cc_registry import cc_names
     from phantora.netsim.ns3_build import CC_DIR_ENV, user_cc_dir
+    from phantora.netsim.packet_config import TRANSPORT_PRESETS
 
     mine = user_cc_dir()
-    return ", ".join(cc_names()) + (f" (with {CC_DIR_ENV}={mine})" if mine else f" (set {CC_DIR_ENV} to add yours)")
+    ccs = ", ".join(cc_names()) + (f" (with {CC_DIR_ENV}={mine})" if mine else f" (set {CC_DIR_ENV} to add yours)")
+    return ccs + f"; transports (--set transport=NAME): {', '.join(TRANSPORT_PRESETS)}"

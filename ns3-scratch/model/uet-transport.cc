@@ -1,0 +1,202 @@
+// RudReceiver, RudSender and EntropyPicker: UET reliable unordered delivery and entropy choice (REPS).
+#include "uet-transport.h"
+
+#include <algorithm>
+
+namespace ns3 {
+
+RudReceiver::Arrival RudReceiver::Arrive(uint64_t seq, uint32_t len) {
+  Arrival a;
+  const uint64_t psn = seq / m_payload;
+  if (psn < m_cumPsn || len == 0) {
+    return a;  // a duplicate below the cumulative point
+  }
+  const uint64_t idx = psn - m_cumPsn;
+  if (idx >= m_held.size()) {
+    m_held.resize(idx + 1, 0);
+  }
+  if (m_held[idx] != 0) {
+    return a;
+  }
+  a.fresh = true;
+  m_held[idx] = len;
+  while (!m_held.empty() && m_held.front() != 0) {
+    m_cumBytes += m_held.front();
+    ++m_cumPsn;
+    m_held.pop_front();
+    a.advanced = true;
+  }
+  return a;
+}
+
+uint64_t RudReceiver::Bitmap() const {
+  uint64_t bits = 0;
+  const uint64_t n = std::min<uint64_t>(m_held.size(), kRudBitmapBits);
+  for (uint64_t i = 1; i < n; ++i) {
+    if (m_held[i] != 0) {
+      bits |= uint64_t{1} << i;
+    }
+  }
+  return bits;
+}
+
+RudSender::Seg* RudSender::Find(uint64_t seq) {
+  if (seq < m_base) {
+    return nullptr;
+  }
+  const uint64_t idx = (seq - m_base) / m_payload;
+  return idx < m_segs.size() ? &m_segs[idx] : nullptr;
+}
+
+void RudSender::OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx) {
+  if (!retx) {
+    if (m_segs.empty()) {
+      m_base = seq;
+    }
+    m_segs.push_back(Seg{len, nowNs, false, false});
+    m_inFlight += len;
+    return;
+  }
+  if (Seg* g = Find(seq); g != nullptr && !g->acked) {
+    g->sentNs = nowNs;
+    if (g->lost) {
+      g->lost = false;
+      m_inFlight += g->len;
+    }
+  }
+}
+
+uint64_t RudSender::Ack(Seg& g) {
+  if (g.acked) {
+    return 0;
+  }
+  g.acked = true;
+  if (!g.lost) {
+    m_inFlight -= g.len;
+  }
+  g.lost = false;
+  return g.len;
+}
+
+uint64_t RudSender::OnAck(uint64_t cum, uint64_t bitmap, uint64_t ackedSeq) {
+  uint64_t newly = 0;
+  while (!m_segs.empty() && m_base + m_segs.front().len <= cum) {
+    newly += Ack(m_segs.front());
+    m_base += m_segs.front().len;
+    m_segs.pop_front();
+  }
+  if (m_segs.empty() && cum > m_base) {
+    m_base = cum;
+  }
+  for (uint32_t i = 1; bitmap >> i != 0 && i < kRudBitmapBits; ++i) {
+    if ((bitmap >> i) & 1) {
+      if (Seg* g = Find(cum + uint64_t{i} * m_payload)) {
+        newly += Ack(*g);
+      }
+    }
+  }
+  if (ackedSeq != UINT64_MAX) {
+    if (Seg* g = Find(ackedSeq)) {
+      newly += Ack(*g);
+    }
+  }
+  return newly;
+}
+
+uint32_t RudSender::OnNack(uint64_t seq, uint64_t echoNs) {
+  Seg* g = Find(seq);
+  if (g == nullptr || g->acked || g->lost || g->sentNs != echoNs) {
+    return 0;  // already received, already marked, or an older transmission's NACK
+  }
+  g->lost = true;
+  m_inFlight -= g->len;
+  m_lost.push_back(seq);
+  return g->len;
+}
+
+uint64_t RudSender::OnTimeout(uint64_t nowNs, uint64_t rtoNs) {
+  uint64_t marked = 0;
+  for (uint64_t i = 0; i < m_segs.size(); ++i) {
+    Seg& g = m_segs[i];
+    if (!g.acked && !g.lost && g.sentNs + rtoNs <= nowNs) {
+      g.lost = true;
+      m_inFlight -= g.len;
+      m_lost.push_back(m_base + i * m_payload);
+      ++marked;
+    }
+  }
+  return marked;
+}
+
+bool RudSender::HasLost() {
+  while (!m_lost.empty()) {
+    const Seg* g = Find(m_lost.front());
+    if (g != nullptr && g->lost && !g->acked) {
+      return true;
+    }
+    m_lost.pop_front();
+  }
+  return false;
+}
+
+bool RudSender::NextLost(uint64_t& seq, uint32_t& len) {
+  if (!HasLost()) {
+    return false;
+  }
+  seq = m_lost.front();
+  len = Find(seq)->len;
+  m_lost.pop_front();
+  return true;
+}
+
+void EntropyPicker::Configure(EntropyMode mode, uint32_t entropies, uint32_t bufferSize,
+                              Ptr<UniformRandomVariable> rng) {
+  m_mode = mode;
+  m_entropies = std::clamp<uint32_t>(entropies, 1, 65536);
+  m_bufferSize = std::max<uint32_t>(bufferSize, 1);
+  m_rng = rng;
+  m_ring.clear();
+  m_index = 0;
+  m_xor = 0;
+}
+
+uint16_t EntropyPicker::Random() {
+  ++m_explored;
+  return static_cast<uint16_t>(m_rng->GetInteger(0, m_entropies - 1));
+}
+
+uint16_t EntropyPicker::Next() {
+  switch (m_mode) {
+    case EntropyMode::Reps:
+      if (m_ring.empty()) {
+        return Random();
+      } else {
+        const uint16_t ev = m_ring.front();
+        m_ring.pop_front();
+        ++m_recycled;
+        return ev;
+      }
+    case EntropyMode::Oblivious: {
+      if (m_index == 0) {
+        m_xor = m_rng->GetInteger(0, m_entropies - 1);
+      }
+      const uint16_t ev = static_cast<uint16_t>((m_index ^ m_xor) % m_entropies);
+      m_index = (m_index + 1) % m_entropies;
+      return ev;
+    }
+    default:
+      return 0;
+  }
+}
+
+void EntropyPicker::Feedback(uint16_t entropy, bool good) {
+  if (m_mode != EntropyMode::Reps || !good) {
+    return;
+  }
+  m_ring.push_back(entropy);
+  if (m_ring.size() > m_bufferSize) {
+    m_ring.pop_front();  // the ring overwrites its oldest entry
+  }
+}
+
+}  // namespace ns3

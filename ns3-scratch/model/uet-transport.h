@@ -1,0 +1,123 @@
+// Ultra Ethernet transport pieces of the RDMA NIC: reliable unordered delivery (RUD, Receiver = rud) with
+// packet sequence numbers, SACK bitmaps and NACKs for trimmed packets, and the sender's entropy choice
+// (LoadBalancing = reps: REPS, recycled entropies; oblivious: a fresh permutation of the entropies per round).
+#ifndef PHANTORA_UET_TRANSPORT_H
+#define PHANTORA_UET_TRANSPORT_H
+
+#include "ns3/ptr.h"
+#include "ns3/random-variable-stream.h"
+
+#include <cstdint>
+#include <deque>
+
+namespace ns3 {
+
+/// Bits of the SACK bitmap an ACK carries: packets cum .. cum + 63 (UET's 64-bit SACK bitmap).
+constexpr uint32_t kRudBitmapBits = 64;
+
+/**
+ * The RUD receiver of one flow, by packet sequence number (PSN = byte seq / payload; every packet but the
+ * flow's last is full). It keeps the cumulative point (every packet before it held) and which later packets
+ * it holds; Bitmap() is the SACK bitmap of the 64 PSNs from the cumulative point.
+ */
+class RudReceiver {
+ public:
+  struct Arrival {
+    bool fresh = false;     ///< not held before (else a duplicate)
+    bool advanced = false;  ///< the cumulative point moved
+  };
+
+  void Configure(uint32_t payload) { m_payload = payload; }
+  Arrival Arrive(uint64_t seq, uint32_t len);
+  /// Bytes held contiguously from 0.
+  uint64_t Cumulative() const { return m_cumBytes; }
+  /// Bit i set: the packet at Cumulative() + i x payload is held (bit 0 is never set).
+  uint64_t Bitmap() const;
+
+ private:
+  uint32_t m_payload = 1000;
+  uint64_t m_cumPsn = 0;
+  uint64_t m_cumBytes = 0;
+  std::deque<uint32_t> m_held;  ///< entry i: length of the held packet m_cumPsn + i, 0 if missing
+};
+
+/**
+ * The RUD sender's record of one flow's packets in flight. A packet is lost only when the receiver says so
+ * (a NACK for its trimmed transmission: that transmission, once) or when it is older than the retransmission
+ * timeout; no reordering rule, so sprayed packets are never resent for arriving out of order. Lost packets go
+ * again, oldest first, before new data. InFlightBytes() (sent, neither acknowledged nor lost) is what the
+ * congestion window caps.
+ */
+class RudSender {
+ public:
+  void Configure(uint32_t payload) { m_payload = payload; }
+  /// A packet [seq, seq + len) left now (first transmission or retransmission).
+  void OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx);
+  /// An ACK: cumulative point `cum` (bytes), the SACK bitmap from it, and the packet it acknowledges
+  /// (`ackedSeq`, UINT64_MAX if none). Returns the payload bytes newly known to be received.
+  uint64_t OnAck(uint64_t cum, uint64_t bitmap, uint64_t ackedSeq);
+  /// A NACK for the packet at `seq` whose transmission sent at `echoNs` was trimmed: marks it lost if that
+  /// transmission is still its latest and unacknowledged. Returns its payload bytes if marked, else 0.
+  uint32_t OnNack(uint64_t seq, uint64_t echoNs);
+  /// Mark lost every unacknowledged packet sent at least `rtoNs` ago; returns how many.
+  uint64_t OnTimeout(uint64_t nowNs, uint64_t rtoNs);
+  bool HasLost();
+  /// The next lost packet to resend: its seq and length.
+  bool NextLost(uint64_t& seq, uint32_t& len);
+  uint64_t InFlightBytes() const { return m_inFlight; }
+  uint64_t Una() const { return m_base; }
+
+ private:
+  struct Seg {
+    uint32_t len = 0;
+    uint64_t sentNs = 0;
+    bool acked = false;
+    bool lost = false;
+  };
+  Seg* Find(uint64_t seq);
+  uint64_t Ack(Seg& g);
+
+  uint32_t m_payload = 1000;
+  uint64_t m_base = 0;          ///< seq of m_segs.front()
+  std::deque<Seg> m_segs;       ///< packet i holds [m_base + i x payload, ... + len)
+  std::deque<uint64_t> m_lost;  ///< seqs marked lost, not yet resent (may be stale)
+  uint64_t m_inFlight = 0;
+};
+
+/// How a sending NIC chooses the entropy value of each data packet (NIC attribute LoadBalancing).
+enum class EntropyMode : uint8_t { None = 0, Oblivious = 1, Reps = 2 };
+
+/**
+ * A queue pair's entropy values (UET's EV, which switches hash with the flow key to pick among equal-cost
+ * ports). Oblivious: every round draws a random XOR mask and goes through all `entropies` values once in
+ * that order (htsim's oblivious multipath). REPS (recycled entropy packet spraying): an ACK that comes back
+ * without a CE mark returns its entropy to a ring of `bufferSize`; the next packet reuses the oldest one
+ * there, and explores a random entropy when the ring is empty (a CE-marked or NACKed entropy is dropped).
+ */
+class EntropyPicker {
+ public:
+  void Configure(EntropyMode mode, uint32_t entropies, uint32_t bufferSize, Ptr<UniformRandomVariable> rng);
+  EntropyMode Mode() const { return m_mode; }
+  uint16_t Next();
+  /// The entropy of an acknowledged (good: no CE mark) or CE-marked / NACKed (not good) packet.
+  void Feedback(uint16_t entropy, bool good);
+  uint64_t Explored() const { return m_explored; }
+  uint64_t Recycled() const { return m_recycled; }
+
+ private:
+  uint16_t Random();
+
+  EntropyMode m_mode = EntropyMode::None;
+  uint32_t m_entropies = 256;
+  uint32_t m_bufferSize = 8;
+  Ptr<UniformRandomVariable> m_rng;
+  std::deque<uint16_t> m_ring;  ///< REPS: recycled entropies, oldest first
+  uint32_t m_index = 0;         ///< Oblivious: position in this round
+  uint32_t m_xor = 0;           ///< Oblivious: this round's mask
+  uint64_t m_explored = 0;
+  uint64_t m_recycled = 0;
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_UET_TRANSPORT_H
