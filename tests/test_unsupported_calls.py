@@ -16,6 +16,8 @@ DISPATCHER = (
     "exist for this backend ... '{op}' is only available for these backends: [CPU, Meta, BackendSelect, Python]."
 )
 
+NO_META = "attempted to run this operator with Meta tensors, but there was no fake impl or Meta kernel registered."
+
 
 def raised(message: str) -> NotImplementedError:
     try:
@@ -30,6 +32,8 @@ def test_torchs_missing_kernel_errors_become_one_line_with_what_to_do() -> None:
     assert "aten::empty_strided" in cuda and "'cuda:N'" in cuda and "\n" not in cuda
     meta = explain(raised(DISPATCHER.format(op="aten::histc", backend="Meta")))
     assert meta is not None and "aten::histc" in meta and "without --phantom" in meta
+    no_fake = explain(raised(f"aten::bincount: {NO_META}"))
+    assert no_fake is not None and "aten::bincount, which has no meta kernel" in no_fake
     assert explain(NotImplementedError("a program's own abstract method")) is None
     assert explain(ValueError(DISPATCHER.format(op="aten::add", backend="CUDA"))) is None
 

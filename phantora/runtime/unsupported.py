@@ -2,9 +2,10 @@
 
 torch's dispatcher answers an op with no kernel for a backend with a NotImplementedError of some hundred
 lines ("Could not run 'aten::empty_strided' with arguments from the 'CUDA' backend ... is only available
-for these backends: [...]"). Under phantora that means the call went where the simulated device is not:
-torch's own CUDA backend (which a CPU build has no kernels for) or, in phantom mode, an op with no meta
-kernel. `explain` names the program's call, the op, and what to do.
+for these backends: [...]"), or "aten::bincount: attempted to run this operator with Meta tensors, but there
+was no fake impl or Meta kernel registered" and a page on torch.compile. Under phantora that means the call
+went where the simulated device is not: torch's own CUDA backend (which a CPU build has no kernels for) or,
+in phantom mode, an op with no meta kernel. `explain` names the program's call, the op, and what to do.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import bridge.client
 import phantora.errors
 
 _DISPATCH = re.compile(r"Could not run '([\w:.]+)' with arguments from the '(\w+)' backend")
+_NO_META = re.compile(r"([\w:.]+): attempted to run this operator with Meta tensors, but there was no fake impl")
 _NOT_USER = tuple(  # torch's, phantora's and the bridge's own frames
     os.path.dirname(m.__file__ or "") + "/" for m in (torch, phantora.errors, bridge.client)
 )
@@ -38,10 +40,14 @@ def explain(exc: BaseException) -> str | None:
     """'NotSimulatedError: ...' naming the call and what to do, if `exc` is torch's missing-kernel error."""
     if not isinstance(exc, NotImplementedError):
         return None
-    found = _DISPATCH.search(str(exc))
-    if found is None:
+    text = str(exc)
+    found, no_meta = _DISPATCH.search(text), _NO_META.search(text)
+    if found is not None:
+        op, backend = found.groups()
+    elif no_meta is not None:
+        op, backend = no_meta.group(1), "Meta"
+    else:
         return None
-    op, backend = found.groups()
     call = _call(exc) or "a call"
     if backend == "CUDA":
         what = (

@@ -1,0 +1,77 @@
+"""Running a vendored upstream program, unchanged, under `phantora run`, as a user would (the CLI, in its own
+working directory), and reading what the run reports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PROGRAMS = HERE / "programs"
+TIMEOUT_S = 900
+
+
+@dataclass
+class Run:
+    """One finished `phantora run` of a program."""
+
+    returncode: int
+    output: str  # the CLI's stdout and stderr
+    workdir: Path  # the program's working directory (what it wrote: checkpoints, snapshots)
+    out: Path  # phantora's run directory
+
+    def results(self) -> dict[str, Any]:
+        return json.loads((self.out / "results.json").read_text())
+
+    def log(self, rank: int = 0) -> str:
+        return (self.out / "logs" / f"rank{rank}.log").read_text()
+
+    def steps(self) -> list[dict[str, Any]]:
+        return list(self.results()["steps"])
+
+    def step_ms(self) -> float:
+        """The steady step time in simulated ms (the mean after step 0), asserted finite and positive."""
+        ms = self.results()["step_time_ns"]["mean"] / 1e6
+        assert math.isfinite(ms) and ms > 0, ms
+        return float(ms)
+
+    def kernels(self, rank: int = 0) -> list[str]:
+        """The names of the compute kernels `rank` ran, in order (trace.json)."""
+        events = json.loads((self.out / "trace.json").read_text())["traceEvents"]
+        return [e["name"] for e in events if e.get("cat") == "compute" and e.get("pid") == rank]
+
+
+def workdir_for(upstream: str, folder: str, into: Path) -> Path:
+    """A fresh copy of the program's folder (`programs/<upstream>/<folder>`) to run it in."""
+    dest = into / "work"
+    shutil.copytree(PROGRAMS / upstream / folder, dest)
+    return dest
+
+
+def run_program(workdir: Path, script: str, args: list[str], out: Path, nproc: int = 4) -> Run:
+    """`phantora run --topology testbed16 --nproc N <script> <args>` in `workdir`."""
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--nproc", str(nproc)]
+    cmd += ["--out", str(out), "--no-progress", script, *args]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return Run(proc.returncode, proc.stdout + proc.stderr, workdir, out)
+
+
+def git_blob_id(path: Path) -> str:
+    """`git hash-object path`: the id git gives the file's content."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def provenance_blobs(upstream: str) -> dict[str, str]:
+    """{path: git blob id} from the PROVENANCE.md table of `upstream`'s section."""
+    text = (HERE / "PROVENANCE.md").read_text()
+    section = text.split(f"## {upstream}", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\| `([^`]+)` \| `([0-9a-f]{40})` \|$", section, flags=re.M))
