@@ -38,22 +38,24 @@ def test_torchs_missing_kernel_errors_become_one_line_with_what_to_do() -> None:
     assert explain(ValueError(DISPATCHER.format(op="aten::add", backend="CUDA"))) is None
 
 
-INTEGER_DEVICE = """
+PHANTOM_BINCOUNT = """
 import torch
-torch.cuda.set_device(0)
-n = torch.tensor(3, device=torch.cuda.current_device())
+x = torch.randn(16, device="cuda")
+counts = torch.bincount((x > 0).long(), minlength=2)
 """
 
 
-def test_a_call_past_the_simulated_gpu_ends_with_one_line(tmp_path: Path) -> None:
-    """torch's CUDA backend, reached past the simulated GPU, in a rank: the run's last line names the call."""
-    script = tmp_path / "past.py"
-    script.write_text(INTEGER_DEVICE)
+def test_an_op_phantom_mode_cannot_run_ends_the_run_with_one_line(tmp_path: Path) -> None:
+    """bincount has no meta kernel (torch's error is a page on torch.compile): the run's last line names the
+    program's call and says to run without --phantom."""
+    script = tmp_path / "counts.py"
+    script.write_text(PHANTOM_BINCOUNT)
     with pytest.raises(BridgeError) as info:
-        launch(RunConfig(str(script), [], "testbed16", nproc=1, out_dir=tmp_path / "out", timeout_s=120))
+        cfg = RunConfig(str(script), [], "testbed16", nproc=1, tensors="phantom", out_dir=tmp_path / "out")
+        launch(cfg)
     log = (tmp_path / "out" / "logs" / "rank0.log").read_text()
     last = log.strip().splitlines()[-1]
-    assert last.startswith("phantora: rank 0 failed (at ") and "past.py:4" in last
-    assert "NotSimulatedError: `n = torch.tensor(3, device=torch.cuda.current_device())` reached" in last
-    assert "Could not run" not in log and "only available for these backends" not in log
+    assert last.startswith("phantora: rank 0 failed (at ") and "counts.py:4" in last
+    assert "NotSimulatedError: `counts = torch.bincount((x > 0).long(), minlength=2)` needs aten::bincount" in last
+    assert "without --phantom" in last and "fake impl" not in log
     assert "NotSimulatedError" in str(info.value)

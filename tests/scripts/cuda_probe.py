@@ -43,6 +43,8 @@ kept = torch.cuda.memory_reserved() - reserved  # freed, still cached
 torch.cuda.empty_cache()
 out["reserved"] = [grown, kept, torch.cuda.memory_reserved() - reserved]
 out["from_list"] = str(torch.tensor([1, 2, 3], device="cuda").device)
+index = torch.cuda.current_device()  # an integer device is the current accelerator's (Megatron-LM)
+out["int_device"] = [str(torch.tensor(3, device=index).device), str(torch.zeros(2, device=index).device)]
 out["pinned_to_cuda"] = str(torch.arange(4).pin_memory().to("cuda", non_blocking=True).device)
 out["host_copy"] = str(x.cpu().device)
 out["dot_cuda"] = [str(torch.zeros(2).cuda().device), str(torch.zeros(2).to("cuda").device)]  # the current device

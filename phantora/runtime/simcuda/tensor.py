@@ -119,9 +119,12 @@ def patch_set_data() -> None:
 
 
 def is_cuda_device(dev: Any) -> bool:
-    """Is `dev` (a device, string or index-less name) the simulated CUDA device?"""
-    if dev is None:
+    """Is `dev` (a device, string, index-less name, or an integer index, which torch takes as the accelerator's:
+    `torch.tensor(n, device=torch.cuda.current_device())`) the simulated CUDA device?"""
+    if dev is None or isinstance(dev, bool):
         return False
+    if isinstance(dev, int):
+        return dev >= 0
     if isinstance(dev, torch.device):
         return dev.type == "cuda"
     if isinstance(dev, str):
@@ -131,6 +134,8 @@ def is_cuda_device(dev: Any) -> bool:
 
 def cuda_index(dev: Any) -> int:
     """The device index of a cuda device spec (the current device when it has none)."""
+    if isinstance(dev, int):
+        return dev
     d = torch.device(dev) if not isinstance(dev, torch.device) else dev
     return devices.current_device() if d.index is None else d.index
 
