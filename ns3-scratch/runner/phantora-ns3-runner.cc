@@ -5,8 +5,11 @@
 // PhantoraNetwork calls of that run, one per line, so the runner makes exactly the same calls.
 // phantora-ns3-runner --list-cc prints the registered congestion controls and their attributes as JSON.
 // --load LIB (repeatable, first) loads a library of a user's own CCs first (as a script's LoadLibrary line does).
+// --records [--watch IDS] SCRIPT: no OUTDIR; run as `phantora netsim` does in-process and print every record it
+// reads on stdout (runner-records.h), which netsim parses instead of loading the Python bindings.
 #include "congestion-control.h"
 #include "phantora-network.h"
+#include "runner-records.h"
 
 #include <dlfcn.h>
 
@@ -26,11 +29,14 @@ uint32_t NodeIp(uint32_t id) { return 0x0b000001u + ((id / 256) << 16) + ((id % 
 
 int Usage() {
   std::cerr << "usage: phantora-ns3-runner [--load LIB]... SCRIPT OUTDIR\n"
+               "       phantora-ns3-runner [--load LIB]... --records [--watch IDS] SCRIPT\n"
                "       phantora-ns3-runner [--load LIB]... --list-cc\n"
                "  SCRIPT     a call script (`phantora netsim --network ns3 --out DIR` writes DIR/ns3-calls.txt)\n"
                "  OUTDIR     directory for fct.txt and pfc.txt (created if missing)\n"
                "  --list-cc  print the registered congestion controls and their attributes (JSON)\n"
-               "  --load     load a library of congestion controls (built from PHANTORA_CC_DIR) first\n";
+               "  --load     load a library of congestion controls (built from PHANTORA_CC_DIR) first\n"
+               "  --records  print every record on stdout as phantora netsim reads them (no OUTDIR)\n"
+               "  --watch    with --records: flow ids (comma-separated) to stop at, as netsim's progress display does\n";
   return 2;
 }
 
@@ -149,10 +155,24 @@ int main(int argc, char** argv) {
     std::cout << ns3::CcRegistry::Json() << std::endl;
     return 0;
   }
-  if (args.size() != 2) {
+  bool records = false;
+  std::vector<uint64_t> watch;
+  try {
+    for (; !args.empty() && (args[0] == "--records" || args[0] == "--watch"); args.erase(args.begin())) {
+      records = true;
+      if (args[0] == "--watch" && args.size() >= 2) {
+        watch = phantora_runner::ParseWatch(args[1]);
+        args.erase(args.begin());
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "phantora-ns3-runner: error: " << e.what() << std::endl;
+    return 2;
+  }
+  if (args.size() != (records ? 1u : 2u)) {
     return Usage();
   }
-  const std::string scriptPath = args[0], outDir = args[1];
+  const std::string scriptPath = args[0], outDir = records ? "" : args[1];
   try {
     std::ifstream script(scriptPath);
     if (!script) {
@@ -173,6 +193,9 @@ int main(int argc, char** argv) {
         std::cerr << "phantora-ns3-runner: error: " << scriptPath << ":" << lineno << ": " << e.what() << std::endl;
         return 2;
       }
+    }
+    if (records) {
+      return phantora_runner::RunRecords(net, watch, stdout);
     }
     const bool idle = net.RunUntilIdle(int64_t{1} << 62);
     const bool quiet = idle && net.RunUntilQuiet(int64_t{1} << 62);

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass
@@ -36,7 +37,6 @@ from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, wri
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.standalone import standalone_fct_ns
 from phantora.progress import Progress
-from phantora.replay import engine_events
 from phantora.results import schema as S
 from phantora.results.write import (
     per_flow_counts,
@@ -174,6 +174,8 @@ def _drain(sim: Any, inp: NetsimInput, progress: str, done: dict[int, Any] | Non
     with Progress(progress, "netsim", len(inp.flows), "flow") as bar:
         bar.update(len(done))
 
+        from phantora.replay import engine_events
+
         def tick(got: list[Any]) -> None:
             bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim))
 
@@ -185,8 +187,10 @@ def _run_ns3(
 ) -> dict[str, Any]:
     """The packet engine, with HPCC's outputs: FCT at the sender's last ACK (fct.txt) and pfc.txt.
 
-    With `out`, the run's PhantoraNetwork calls go to out/ns3-calls.txt (phantora-ns3-runner replays them)."""
-    from phantora.netsim.packet import Ns3Simulator
+    With `out`, the run's PhantoraNetwork calls go to out/ns3-calls.txt (phantora-ns3-runner replays them). The
+    run itself is the runner's (`phantora.netsim.runner_engine`: no Python bindings to load, the same records),
+    unless the config needs the in-process engine."""
+    from phantora.netsim.runner_engine import runner_usable
 
     for name, value in (("nvlink", "fluid"), ("reuse", "on")):
         if getattr(config, name) == value:
@@ -196,6 +200,10 @@ def _run_ns3(
                 file="--set",
                 field=name,
             )
+    if runner_usable(config):
+        return _run_runner(topo, inp, config, out, progress)
+    from phantora.netsim.packet import Ns3Simulator
+
     sim = make_engine("ns3", topo, config=config, calls=out / S.NS3_CALLS_TXT if out else None)
     assert isinstance(sim, Ns3Simulator)
     with sim:
@@ -220,6 +228,43 @@ def _run_ns3(
             "wall_s": wall,
             "now": sim.now(),
         }
+
+
+def _run_runner(
+    topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path | None, progress: str
+) -> dict[str, Any]:
+    """`_run_ns3` in phantora-ns3-runner: the call script (out/ns3-calls.txt, else a temporary one) run there."""
+    from phantora.netsim.base import watch_sample
+    from phantora.netsim.runner_engine import RunnerNetwork
+
+    with tempfile.TemporaryDirectory(prefix="phantora-netsim-") as tmp:
+        net = RunnerNetwork(topo, config, (out or Path(tmp)) / S.NS3_CALLS_TXT)
+        for start, batch in inp.batches:
+            net.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
+        t0 = time.perf_counter()
+        if progress == "off":
+            rec = net.run()
+        else:
+            with Progress(progress, "netsim", len(inp.flows), "flow") as bar:
+                bar.update(0)
+                watch = list(watch_sample([f.id for f in inp.flows]))
+                rec = net.run(watch, lambda got, now, events: bar.update(add=len(got), sim_ns=now, events=events))
+        wall = time.perf_counter() - t0
+    return {
+        "done": {c.flow_id: c for c in rec.done},
+        "fct": [r for r in rec.fct if r.flow_id not in inp.hidden],
+        "pfc": rec.pfc,
+        "pfc_txt": rec.pfc_lines(),
+        "queues": rec.queues,
+        "drops": rec.drops,
+        "cnps": rec.cnps,
+        "ecn": rec.ecn,
+        "transport": rec.transport,
+        "links": rec.channel_usage(max(1, rec.now - inp.first_start)),
+        "stats": rec.stats(net.config, topo),
+        "wall_s": wall,
+        "now": rec.now,
+    }
 
 
 def _run_flow(

@@ -226,6 +226,13 @@ class RunsByCompletion:
         return drain_by_completions(self, limit_ns)
 
 
+def watch_sample(ids: Sequence[int], samples: int = 200) -> set[int]:
+    """About `samples` of the flows `ids`, evenly spread, the last one included (the display keeps moving to the
+    end): the flows `drain_observed` stops at."""
+    stride = max(1, len(ids) // samples)
+    return set(list(ids)[::-1][::stride])
+
+
 def drain_observed(
     sim: NetworkSimulator, ids: Sequence[int], tick: Callable[[list[Completion]], None], samples: int = 200
 ) -> list[Completion]:
@@ -233,8 +240,7 @@ def drain_observed(
     completes (for a progress display). The engine runs the very events one drain() runs, in the same
     order: it stops only between two event times (`advance_watching`), never mid-way, and now() ends at
     the last completion. Returns the completions in (end_ns, flow_id) order, as drain() does."""
-    stride = max(1, len(ids) // samples)
-    watch = set(list(ids)[::-1][::stride])  # the last flow too: the display keeps moving to the end
+    watch = watch_sample(ids, samples)
     done: list[Completion] = []
     while watch and sim.in_flight():
         got = sim.advance_watching(INF_NS, watch)

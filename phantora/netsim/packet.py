@@ -50,9 +50,9 @@ from phantora.netsim.observe import (
     PfcEvent,
     QueueSample,
     Trim,
-    switch_link_load,
 )
 from phantora.netsim.packet_config import PacketConfig, field_of_param
+from phantora.netsim.packet_summary import ChannelRow, channel_usage, packet_stats
 from phantora.topology.model import Topology
 
 _MASK64 = (1 << 64) - 1
@@ -143,7 +143,7 @@ def cpp_message(exc: BaseException) -> str:
     return text
 
 
-def _finalize_field(message: str) -> str:
+def finalize_field(message: str) -> str:
     """The PacketConfig field a Finalize() error is about."""
     words = (("LoadBalancing", "lb"), ("Receiver", "rx"), ("Scheduler", "scheduler"), ("kmin", "kmin_map"))
     for word, name in (*words, ("pmax", "pmax_map"), ("Kmax", "kmax_map")):
@@ -208,7 +208,7 @@ class Ns3Simulator:
             net.Finalize()
         except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
             message = cpp_message(exc)
-            raise InputError(message, field=_finalize_field(message)) from None
+            raise InputError(message, field=finalize_field(message)) from None
 
     # ----- NetworkSimulator --------------------------------------------------------------------
     def submit(self, flows: Sequence[Flow], at: int, dports: Mapping[int, int] | None = None) -> None:
@@ -324,27 +324,11 @@ class Ns3Simulator:
         return self._take()
 
     def stats(self) -> dict[str, object]:
-        out: dict[str, object] = {}
+        raw = []
         for pair in self._net.Stats():
             key = pair.first
-            key = key.decode() if isinstance(key, bytes) else str(key)
-            value = float(pair.second)
-            out[key] = int(value) if value.is_integer() else value
-        by_class: dict[str, int] = {}
-        for d in self.drops():
-            by_class[f"drops_class{d.prio}"] = by_class.get(f"drops_class{d.prio}", 0) + 1
-        for t in self.trims():
-            by_class[f"trimmed_bytes_class{t.prio}"] = by_class.get(f"trimmed_bytes_class{t.prio}", 0) + t.payload
-        out.update(sorted(by_class.items()))  # drops and DLCP trims by traffic class (traced ones)
-        out["engine"] = "ns3"
-        out["cc"] = self.config.cc
-        out["ecmp_hash"] = self.topology.ecmp_hash
-        out["lb"] = self.config.lb
-        out["rx"] = self.config.rx
-        out.update(self._switch_link_load())
-        out["approximations"] = self.config.approximations()
-        out["decompose"] = self.config.decompose_settings()
-        return out
+            raw.append((key.decode() if isinstance(key, bytes) else str(key), float(pair.second)))
+        return packet_stats(raw, self.drops(), self.trims(), self.config, self.topology, self._channel_rows())
 
     def close(self) -> None:
         if not self._closed:
@@ -470,28 +454,7 @@ class Ns3Simulator:
 
     def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
         """Per-channel bytes, pauses, marks and utilisation over `elapsed_ns` (default now()), used channels only."""
-        elapsed = self.now() if elapsed_ns is None else elapsed_ns
-        rows = []
-        for r in self._net.ChannelStats():
-            if not r.txPackets:
-                continue
-            bw, nbytes = int(r.bps), int(r.txBytes)
-            util = nbytes * 8e9 / (bw * elapsed) if elapsed > 0 else 0.0
-            rows.append(
-                PacketChannelUsage(
-                    int(r.channel),
-                    int(r.src),
-                    int(r.dst),
-                    bw,
-                    nbytes,
-                    int(r.txPackets),
-                    int(r.pausedNs),
-                    int(r.ecnMarks),
-                    int(r.maxQueueBytes),
-                    util,
-                )
-            )
-        return rows
+        return channel_usage(self._channel_rows(), self.now() if elapsed_ns is None else elapsed_ns)
 
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
         """Channel ids the switches' own tables and hash give a flow (to compare with Topology.route)."""
@@ -512,9 +475,15 @@ class Ns3Simulator:
         return int(self._net.FlowRateBps(flow_id))
 
     # ----- internals ---------------------------------------------------------------------------
-    def _switch_link_load(self) -> dict[str, int]:
-        """`switch_link_load` of the channels' transmitted bytes: how evenly load balancing spread the traffic."""
-        return switch_link_load(self.topology, {int(r.channel): int(r.txBytes) for r in self._net.ChannelStats()})
+    def _channel_rows(self) -> list[ChannelRow]:
+        """The fabric's ChannelStats() as plain tuples (`packet_summary.ChannelRow`)."""
+        return [
+            (
+                int(r.channel), int(r.src), int(r.dst), int(r.bps), int(r.txBytes), int(r.txPackets), int(r.pausedNs),
+                int(r.ecnMarks), int(r.maxQueueBytes),
+            )
+            for r in self._net.ChannelStats()
+        ]  # fmt: skip
 
     def _take(self) -> list[Completion]:
         out = []
