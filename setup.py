@@ -1,6 +1,6 @@
 """Build hook: copy the repository's shipped folders into the package as `phantora/_data/`.
 
-topologies/, workloads/, examples/ and the ns-3 model sources (ns3-scratch/: Makefile, model/, helper/, runner/,
+topologies/, workloads/, examples/ and the ns-3 model sources (ns3-scratch/: Makefile, model/, runner/,
 test/) stay where they are in the repository; a wheel (`pip install .`, `pip wheel .`) carries copies of them, which
 `phantora.resources` finds. An editable install copies nothing: it uses the repository's folders.
 """
@@ -18,7 +18,7 @@ SHIPPED = {
     "topologies": ("",),
     "workloads": ("",),
     "examples": ("",),
-    "ns3-scratch": ("Makefile", "model", "helper", "runner", "test"),
+    "ns3-scratch": ("Makefile", "model", "runner", "test"),
 }
 
 

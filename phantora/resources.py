@@ -15,7 +15,7 @@ from phantora.errors import PhantoraError
 
 # The folders shipped in phantora/_data (setup.py copies them); the ns-3 sources are these parts of ns3-scratch/.
 SHIPPED_DIRS = ("topologies", "workloads", "examples")
-NS3_SOURCES = ("Makefile", "model", "helper", "runner", "test")
+NS3_SOURCES = ("Makefile", "model", "runner", "test")
 
 
 def checkout_root() -> Path | None:
@@ -67,7 +67,7 @@ def shipped_file(path: str | Path, folder: Path, suffixes: tuple[str, ...] = ())
 
 
 def ns3_source_dir() -> Path:
-    """The ns-3 model sources (Makefile, model/, helper/, runner/, test/): ns3-scratch/ of the data root."""
+    """The ns-3 model sources (Makefile, model/, runner/, test/): ns3-scratch/ of the data root."""
     return data_root() / "ns3-scratch"
 
 

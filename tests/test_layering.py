@@ -9,6 +9,7 @@ from `bridge`, the rank runtime may use only `bridge.client`.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -117,6 +118,20 @@ def test_every_module_is_in_a_layer_and_imports_only_downwards() -> None:
 def test_no_import_cycles() -> None:
     cycles = [" -> ".join([*c, c[0]]) for c in nx.simple_cycles(import_graph())]
     assert cycles == []
+
+
+def test_ns3_model_includes_only_model_and_ns3_headers() -> None:
+    """ns-3's direction is model -> helper: a file of ns3-scratch/model/ includes its own folder's headers and ns-3's
+    ("ns3/..."), never a helper's (nor a runner's or a test's)."""
+    model = ROOT / "ns3-scratch" / "model"
+    own = {p.name for p in model.iterdir()}
+    bad = [
+        f'model/{f.name}: #include "{inc}"'
+        for f in sorted(model.glob("*.[ch]*"))
+        for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read_text(), flags=re.M)
+        if not inc.startswith("ns3/") and inc not in own or "helper" in inc
+    ]
+    assert len(own) > 20 and bad == []
 
 
 def test_the_check_catches_a_wrong_way_import_and_a_cycle() -> None:

@@ -182,7 +182,7 @@ def test_a_wheel_works_outside_the_checkout(tmp_path: Path) -> None:
     shipped_files = ("topologies/testbed16.toml", "topologies/hpcc/star8.topo.txt", "workloads/incast4.flows.txt")
     for shipped in (*shipped_files, "examples/gpt_ddp.py"):
         assert f"phantora/_data/{shipped}" in names
-    for part in ("Makefile", "model/phantora-network.cc", "helper/phantora-fabric-helper.h", "runner", "test"):
+    for part in ("Makefile", "model/phantora-network.cc", "model/fabric-installer.h", "runner", "test"):
         assert any(n.startswith(f"phantora/_data/ns3-scratch/{part}") for n in names), part
     assert not any("/build/" in n for n in names)
     for data in ("default_curves.json", "public_curves.json", "data/public_kernels.csv"):  # the compute model's

@@ -20,7 +20,7 @@
 namespace ns3 {
 
 /**
- * The fabric as built by PhantoraFabricHelper: nodes (each with its ports, and an RdmaNic or a
+ * The fabric as built by FabricInstaller: nodes (each with its ports, and an RdmaNic or a
  * PfcSwitch once installed), full-duplex links (directed channel 2*link = a->b, 2*link+1 = b->a)
  * and the shared route table. Attributes hold the run-wide settings: the congestion control's
  * type, INT, what the CC is told of the fabric (HPCC's GLOBAL_T), the ECMP policy, the RNG seed and

@@ -2,8 +2,8 @@
 #ifndef PHANTORA_NETWORK_IMPL_H
 #define PHANTORA_NETWORK_IMPL_H
 
+#include "fabric-installer.h"
 #include "fabric-recorder.h"
-#include "phantora-fabric-helper.h"
 #include "phantora-fabric.h"
 #include "phantora-network.h"
 
@@ -16,7 +16,7 @@
 
 namespace ns3 {
 
-/// The fabric (PhantoraFabric), its installer (PhantoraFabricHelper), its recorder (FabricRecorder),
+/// The fabric (PhantoraFabric), its installer (FabricInstaller), its recorder (FabricRecorder),
 /// and the flows: their dependencies, their start, their completion at both ends (phantora-flows.cc).
 class PhantoraNetwork::Impl {
  public:
@@ -50,7 +50,7 @@ class PhantoraNetwork::Impl {
 
   Ptr<PhantoraFabric> fabric;
   Ptr<FabricRecorder> recorder;
-  PhantoraFabricHelper helper;
+  FabricInstaller installer;
   bool finalized = false;
   bool simulatorBound = false;  ///< the fabric's "Simulator" is ns-3's simulator (from the first AddNode on)
 

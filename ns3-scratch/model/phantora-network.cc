@@ -91,11 +91,11 @@ void PhantoraNetwork::SetParam(const std::string& key, const std::string& value)
                                 "or recorder.ATTR)");
   }
   if (scope == "nic") {
-    s.helper.SetNicAttribute(name, value);
+    s.installer.SetNicAttribute(name, value);
   } else if (scope == "switch") {
-    s.helper.SetSwitchAttribute(name, value);
+    s.installer.SetSwitchAttribute(name, value);
   } else if (scope == "cc") {
-    s.helper.SetCcAttribute(name, value);
+    s.installer.SetCcAttribute(name, value);
   } else if (scope == "fabric") {
     if (name == "Simulator" && s.simulatorBound) {
       throw std::runtime_error("SetParam('fabric.Simulator') after the first AddNode (ns-3's simulator exists)");
@@ -148,7 +148,7 @@ void PhantoraNetwork::Finalize() {
   factory.Set("Inner", StringValue(schedName));
   Simulator::SetScheduler(factory);
   Impl* impl = &s;
-  s.helper.Install(s.fabric, MakeCallback(&Impl::DataComplete, impl), MakeCallback(&Impl::SenderDone, impl));
+  s.installer.Install(s.fabric, MakeCallback(&Impl::DataComplete, impl), MakeCallback(&Impl::SenderDone, impl));
   s.recorder->Connect(s.fabric);
   s.fabric->ComputeGlobalRtt();
   s.finalized = true;
@@ -293,7 +293,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"trimmed_bytes", static_cast<double>(w.trimmedBytes)},
           {"payload_bytes_delivered", static_cast<double>(t.payloadBytesDelivered)},
           {"max_switch_buffer_bytes", static_cast<double>(maxBuf)},
-          {"int_enabled", s.helper.IntEnabled() ? 1.0 : 0.0},
+          {"int_enabled", s.installer.IntEnabled() ? 1.0 : 0.0},
           {"cc_base_rtt_ns", static_cast<double>(s.fabric->MaxRttNs())},
           {"cc_bdp_bytes", static_cast<double>(s.fabric->MaxBdpBytes())}};
 }

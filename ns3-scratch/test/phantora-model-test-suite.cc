@@ -2,7 +2,7 @@
 // sizes, attribute checking, HPCC's ECMP, and a single flow's completion times through one switch (at line
 // rate, and paced at a rate cap).
 #include "congestion-control.h"
-#include "phantora-fabric-helper.h"
+#include "fabric-installer.h"
 #include "phantora-fabric.h"
 #include "phantora-network.h"
 #include "phantora-packet.h"
@@ -392,14 +392,14 @@ class FlowletOrderTest : public TestCase {
       fabric->AddLink(leaf0, s, bps, 1000);
       fabric->AddLink(leaf1, s, bps, 1000);
     }
-    PhantoraFabricHelper helper;
-    helper.SetSwitchAttribute("LoadBalancing", "flowlet");
-    helper.SetSwitchAttribute("FlowletGap", "500ns");
-    helper.SetSwitchAttribute("BufferSize", "300000");
-    helper.SetNicAttribute("Receiver", "sack");
+    FabricInstaller installer;
+    installer.SetSwitchAttribute("LoadBalancing", "flowlet");
+    installer.SetSwitchAttribute("FlowletGap", "500ns");
+    installer.SetSwitchAttribute("BufferSize", "300000");
+    installer.SetNicAttribute("Receiver", "sack");
     uint32_t done = 0;
-    helper.Install(fabric, Callback<void, uint64_t>([&done](uint64_t) { ++done; }),
-                   Callback<void, uint64_t>([](uint64_t) {}));
+    installer.Install(fabric, Callback<void, uint64_t>([&done](uint64_t) { ++done; }),
+                      Callback<void, uint64_t>([](uint64_t) {}));
     std::map<Key, uint64_t> flowletOf;
     std::map<std::pair<uint64_t, uint64_t>, std::vector<Key>> sent;  // (flow, flowlet) -> packets in send order
     std::vector<Key> arrived;

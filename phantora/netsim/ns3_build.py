@@ -48,7 +48,7 @@ def ns3_wheel() -> tuple[Path, str]:
 def _source_files() -> list[Path]:
     """The model sources, in a stable order (the build directory and editor files left out)."""
     files = [SCRATCH / "Makefile"]
-    for part in ("model", "helper", "runner", "test"):
+    for part in ("model", "runner", "test"):
         files += sorted(p for p in (SCRATCH / part).glob("*") if p.is_file() and p.suffix in (".cc", ".h"))
     return files
 
@@ -99,10 +99,10 @@ def needs_build() -> bool:
         files = [p for d in dirs for p in SCRATCH.glob(f"{d}/*") if p.is_file()] + [SCRATCH / "Makefile"]
         return max(p.stat().st_mtime for p in files if p.exists())
 
-    built = {lib: ("model", "helper"), runner_path(): ("runner",), lib.parent / "phantora-ns3-tests": ("test",)}
+    built = {lib: ("model",), runner_path(): ("runner",), lib.parent / "phantora-ns3-tests": ("test",)}
     if not all(p.exists() for p in built):
         return True
-    model = newest("model", "helper")
+    model = newest("model")
     return any(max(model, newest(*dirs)) > binary.stat().st_mtime for binary, dirs in built.items())
 
 

@@ -107,7 +107,6 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
     import cppyy
 
     cppyy.add_include_path(str(SCRATCH / "model"))
-    cppyy.add_include_path(str(SCRATCH / "helper"))
     cppyy.include("phantora-network.h")
     cppyy.load_library(str(lib))
     return Ns3Runtime(ns, cppyy, lib, [])

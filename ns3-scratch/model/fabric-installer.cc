@@ -1,5 +1,5 @@
-// PhantoraFabricHelper: attribute checking and installation of the fabric's NICs and switches.
-#include "phantora-fabric-helper.h"
+// FabricInstaller: attribute checking and installation of the fabric's NICs and switches.
+#include "fabric-installer.h"
 
 #include "congestion-control.h"
 
@@ -100,24 +100,24 @@ Ptr<AttributeValue> AttributeFromText(TypeId tid, const std::string& name, const
   return v;
 }
 
-PhantoraFabricHelper::PhantoraFabricHelper() {
+FabricInstaller::FabricInstaller() {
   m_nic.SetTypeId(RdmaNic::GetTypeId());
   m_switch.SetTypeId(PfcSwitch::GetTypeId());
 }
 
-void PhantoraFabricHelper::SetNicAttribute(const std::string& name, const std::string& text) {
+void FabricInstaller::SetNicAttribute(const std::string& name, const std::string& text) {
   m_nic.Set(name, *AttributeFromText(RdmaNic::GetTypeId(), name, text, "the NIC (ns3::RdmaNic)"));
 }
 
-void PhantoraFabricHelper::SetSwitchAttribute(const std::string& name, const std::string& text) {
+void FabricInstaller::SetSwitchAttribute(const std::string& name, const std::string& text) {
   m_switch.Set(name, *AttributeFromText(PfcSwitch::GetTypeId(), name, text, "the switch (ns3::PfcSwitch)"));
 }
 
-void PhantoraFabricHelper::SetCcAttribute(const std::string& name, const std::string& text) {
+void FabricInstaller::SetCcAttribute(const std::string& name, const std::string& text) {
   m_ccAttributes.emplace_back(name, text);
 }
 
-void PhantoraFabricHelper::Install(Ptr<PhantoraFabric> fabric, RdmaNic::FlowCallback dataComplete,
+void FabricInstaller::Install(Ptr<PhantoraFabric> fabric, RdmaNic::FlowCallback dataComplete,
                                    RdmaNic::FlowCallback senderDone) {
   // Congestion control: check the type and every attribute before anything can abort inside ns-3.
   const std::string& ccName = fabric->GetCongestionControl();

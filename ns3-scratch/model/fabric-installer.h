@@ -1,6 +1,6 @@
-// PhantoraFabricHelper: installs RdmaNics and PfcSwitches on a PhantoraFabric, configured by attributes.
-#ifndef PHANTORA_FABRIC_HELPER_H
-#define PHANTORA_FABRIC_HELPER_H
+// FabricInstaller: installs RdmaNics and PfcSwitches on a PhantoraFabric, configured by attributes.
+#ifndef FABRIC_INSTALLER_H
+#define FABRIC_INSTALLER_H
 
 #include "phantora-fabric.h"
 
@@ -21,14 +21,16 @@ Ptr<AttributeValue> AttributeFromText(TypeId tid, const std::string& name, const
                                       const std::string& what);
 
 /**
- * Like ns-3's device helpers: attributes set here apply to every NIC, switch or CC object made.
+ * The fabric's device installer, part of the model (the facade builds every fabric with it; ns-3's direction is
+ * model -> helper, so it is no helper): like ns-3's device helpers, attributes set here apply to every NIC,
+ * switch or CC object made.
  * Install() creates an RdmaNic on every endpoint and a PfcSwitch on every switch of a fabric,
  * turns INT on where the fabric's IntMode (or its CC) asks for it, and wires each NIC to the
  * fabric's routes, its CC factory and the path queries of its CC.
  */
-class PhantoraFabricHelper {
+class FabricInstaller {
  public:
-  PhantoraFabricHelper();
+  FabricInstaller();
 
   /// Set an attribute of every RdmaNic (text checked now; throws std::invalid_argument).
   void SetNicAttribute(const std::string& name, const std::string& text);
@@ -53,4 +55,4 @@ class PhantoraFabricHelper {
 
 }  // namespace ns3
 
-#endif  // PHANTORA_FABRIC_HELPER_H
+#endif  // FABRIC_INSTALLER_H
