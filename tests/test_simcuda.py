@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from test_runtime_e2e import GPT_ARGS, losses, run_gloo, star
 
+from bridge.errors import BridgeError
 from phantora.launcher import RunConfig, launch
 from phantora.perfmodel.gpus import get_gpu
 from phantora.runtime.memory import capacity_of
@@ -188,3 +189,19 @@ def test_memory_comes_back_when_dropped_and_shape_propagation_takes_none(tmp_pat
     assert seen["compiled_device"] == "cuda:0"
     if tensors == "real":
         assert seen["gathered_sum"] == world * n and seen["compiled"] == [1.0, 3.0, 5.0, 7.0]
+
+
+def test_the_cuda_toolkit_answers_as_the_simulated_machines(tmp_path: Path) -> None:
+    """CUDA_HOME and nvcc -V give torch.version.cuda's release (Megatron-LM parses it); compiling fails, and a CUDA
+    extension build ends the run with one line naming the extension."""
+    seen_file = tmp_path / "seen.json"
+    script = ROOT / "tests" / "scripts" / "cuda_toolkit.py"
+    with pytest.raises(BridgeError):
+        launch(RunConfig(str(script), [str(seen_file)], "testbed16", nproc=1, out_dir=tmp_path / "out", timeout_s=120))
+    seen = json.loads(seen_file.read_text())
+    assert seen["torch_cuda"] == "12.4" and seen["release"] == "12.4," and seen["on_path"] == 0
+    assert Path(seen["cuda_home"], "bin", "nvcc").is_file()
+    assert seen["compile"][0] != 0 and "nvcc cannot compile for the simulated GPU" in seen["compile"][1]
+    last = (tmp_path / "out" / "logs" / "rank0.log").read_text().strip().splitlines()[-1]
+    assert "cuda_toolkit.py:21" in last
+    assert "NotSimulatedError: building the CUDA extension 'fused_softmax' (torch.utils.cpp_extension.load)" in last
