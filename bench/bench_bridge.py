@@ -30,7 +30,7 @@ from phantora.replay import replay_inprocess  # noqa: E402
 from phantora.topology.generators import leaf_spine  # noqa: E402
 from phantora.workload import Workload, load_workload  # noqa: E402
 
-REPLAY = [sys.executable, "-m", "bridge.replay_rank"]
+REPLAY = [sys.executable, "-m", "phantora.egraph.replay_rank"]
 
 # ns-3 workloads on 8 ranks: DDP-like, 6 chained 2 MiB all-reduce buckets with 5 us of compute between;
 # MoE-like, 2 layers of dispatch and combine all-to-alls (512 KiB per rank) with 10 us of expert compute.

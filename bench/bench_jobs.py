@@ -3,7 +3,7 @@
     python bench/bench_jobs.py                 # 2, 4 and 8 jobs of 8 ranks vs one job of 16, 32 and 64 ranks
     python bench/bench_jobs.py --jobs 2 4 --repeat 3
 
-Every rank is a `bridge.replay_rank` process (no torch) replaying the same DDP-like workload: 24 chained
+Every rank is a `phantora.egraph.replay_rank` process (no torch) replaying the same DDP-like workload: 24 chained
 all-reduce buckets of 2 MiB over its job's ranks, 20 us of compute between. K jobs of 8 ranks are placed
 side by side on a flow-mode leaf-spine of 8 leaves x 8 GPUs (100G, 2 spines); the single job of 8K ranks
 runs the same workload over all its ranks, on the same GPUs. Both runs have the same rank processes,
@@ -48,9 +48,9 @@ RANKS_PER_JOB = 8
 def one_run(k: int, split: bool, wl: Path) -> dict[str, Any]:
     """K jobs of 8 ranks (split) or one job of 8K ranks, on the first 8K GPUs."""
     topo = leaf_spine(8, 8, 2, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="ls64")
-    cmd = [sys.executable, "-m", "bridge.replay_rank", str(wl)]
+    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(wl)]
     world = k * RANKS_PER_JOB
-    common: dict[str, Any] = {"network": "flow", "keep_flows": False, "rank_preload": ("bridge.replay_rank",)}
+    common: dict[str, Any] = {"network": "flow", "keep_flows": False, "rank_preload": ("phantora.egraph.replay_rank",)}
     if split:
         jobs = [JobProcs(f"j{i}", RANKS_PER_JOB, cmd) for i in range(k)]
         res = CosimRun(topo, jobs=jobs, all_or_nothing=False, **common).run()

@@ -81,10 +81,10 @@ def in_process(ops: int, colls: int) -> dict[str, float]:
     import torch.distributed as dist
     from torch._C._distributed_c10d import ProcessGroupGloo
 
+    from phantora.perfmodel.gpus import get_gpu
     from phantora.runtime.backend import PhantoraProcessGroup
     from phantora.runtime.compute import Roofline
     from phantora.runtime.dispatch import ChargeMode
-    from phantora.runtime.gpus import get_gpu
     from phantora.runtime.nonet import NoNetworkClient
     from phantora.runtime.session import RankSession
 

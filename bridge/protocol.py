@@ -28,7 +28,7 @@ coordinator -> network server
   get_transport -> transport        per flow: [id, retx packets, retx bytes, out-of-order packets, reorder max bytes]
   post -> completions               decomposition worker: flows (deps on its own flows only), each submitted
                                     at its ``at``, ``gated`` ones also waiting for their gate; ``gates`` opened
-                                    as [flow id, ns]; then run to ``until`` (INF_NS: until idle; bridge.decompose)
+                                    as [flow id, ns]; then run to ``until`` (INF_NS: until idle; netsim.decompose)
   get_records -> records            decomposition worker: its fabric records (PFC, marks, ...) and channels
   shutdown ~>                       exit
 supervisor <-> coordinator

@@ -615,6 +615,6 @@ def _usage(row: dict[str, Any]) -> ChannelUsage | PacketChannelUsage:
 
 
 def replay_workload(topology: Topology, workload: str | Path, **options: Any) -> CosimResult:
-    """Co-simulate a workload file with one `bridge.replay_rank` process per rank (options: `CosimRun`'s)."""
-    cmd = [options.pop("python", sys.executable), "-m", "bridge.replay_rank", str(Path(workload).resolve())]
+    """Co-simulate a workload file with one `phantora.egraph.replay_rank` process per rank (options: `CosimRun`'s)."""
+    cmd = [options.pop("python", sys.executable), "-m", "phantora.egraph.replay_rank", str(Path(workload).resolve())]
     return CosimRun(topology, rank_cmd=cmd, **options).run()

@@ -20,12 +20,11 @@ from typing import Any
 from phantora.collectives.nccl import nccl_env, summarize_choices
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
+from phantora.perfmodel.gpus import get_gpu
+from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance, run_dir
-from phantora.runtime.gpus import get_gpu
-from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options
-from phantora.runtime.results import summarize, write_results
-from phantora.runtime.trace import LEVELS
+from phantora.results.summary import summarize, write_results
 from phantora.topology.model import Topology
 
 
@@ -213,8 +212,7 @@ def launch(cfg: RunConfig) -> RunReport:
     script = shipped_file(cfg.script, examples_dir(), (".py",))
     if not script.is_file():
         raise InputError("training script not found", file=str(cfg.script))
-    if cfg.trace not in LEVELS:
-        raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {cfg.trace!r}", field="trace")
+    check_trace_level(cfg.trace)
     topo = resolve_topology(cfg.topology)
     gpu_name = cfg.gpu or topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)

@@ -56,7 +56,7 @@ def test_exact_mode_with_ns3_equals_inprocess(tmp_path: Path, ns3_lib) -> None:
         network="ns3",
         packet_config=config,
         window_ns=0,
-        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
+        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         timeout_s=600,
     ).run()
     assert _times(res) == exact
@@ -73,7 +73,7 @@ def test_window_mode_with_ns3_within_bound(tmp_path: Path, ns3_lib) -> None:
         network="ns3",
         packet_config=config,
         window_ns=w,
-        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
+        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         timeout_s=600,
     ).run()
     depth = {"ar.0": 0, "ar.1": 1, "ag": 2, "p": 2, "rs": 3}
@@ -159,7 +159,7 @@ def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, 
         topo,
         network="ns3",
         packet_config=PacketConfig(cc="dcqcn"),
-        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
+        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         peer_timeout_s=2.0,
         timeout_s=600,
     ).run()
@@ -179,7 +179,7 @@ def _live_run(tmp_path: Path, topo, config: PacketConfig):
         network="ns3",
         packet_config=config,
         window_ns=0,
-        rank_cmd=[sys.executable, "-m", "bridge.replay_rank", str(path)],
+        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         timeout_s=600,
         out_dir=out,
     ).run()

@@ -31,7 +31,7 @@ from phantora.topology.generators import leaf_spine
 from phantora.workload import Workload, load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-REPLAY = [sys.executable, "-m", "bridge.replay_rank"]
+REPLAY = [sys.executable, "-m", "phantora.egraph.replay_rank"]
 
 RANK_SCRIPT = r'''
 import os, sys, time

@@ -154,7 +154,7 @@ def test_a_script_that_exits_through_argparse_keeps_its_message_and_code(
 
 
 def test_a_one_step_summary_is_singular_and_step_0_is_explained() -> None:
-    from phantora.runtime.results import format_summary
+    from phantora.results.summary import format_summary
 
     def summary(times: list[int]) -> dict[str, Any]:
         steps = [{"index": i, "time_ns": t, "compute_ns": t, "exposed_ns": 0} for i, t in enumerate(times)]

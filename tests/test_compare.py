@@ -228,9 +228,9 @@ def test_live_run_iteration_time_and_trace(tmp_path: Path) -> None:
 
 
 def test_live_run_written_by_phantora_run(tmp_path: Path) -> None:
-    """The results.json that `phantora run` writes (runtime.results.summarize) and the bridge's cosim.json."""
-    from phantora.runtime.gpus import get_gpu
-    from phantora.runtime.results import summarize
+    """The results.json that `phantora run` writes (results.summary.summarize) and the bridge's cosim.json."""
+    from phantora.perfmodel.gpus import get_gpu
+    from phantora.results.summary import summarize
 
     ranks = {
         0: {"step_ends_ns": [100, 250, 330], "end_ns": 330, "comm": {"all_reduce": {"count": 3, "busy_ns": 90}}},

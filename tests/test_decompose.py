@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import zmq
 
-from bridge.decompose import DecomposedSimulator, WorkerDiedError
 from bridge.engines import make_engine
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
+from phantora.netsim.decompose import DecomposedSimulator, WorkerDiedError
 from phantora.netsim.factory import make_engine as make_local_engine
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces, piece_of, route_in_piece

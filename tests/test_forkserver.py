@@ -126,7 +126,9 @@ def test_killing_the_launcher_leaves_no_process(tmp_path: Path) -> None:
 
 
 def test_a_fork_server_that_cannot_start_is_named() -> None:
-    run = CosimRun(star(2), rank_cmd=[sys.executable, "-m", "bridge.replay_rank"], rank_preload=("no_such_module_x",))
+    run = CosimRun(
+        star(2), rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank"], rank_preload=("no_such_module_x",)
+    )
     with pytest.raises(
         BridgeError, match=r"(?s)the fork server .*exited with code 1 during start-up.*no_such_module_x"
     ):

@@ -11,7 +11,7 @@ import pytest
 
 from phantora.launcher import RunConfig, launch
 from phantora.results.idle import IDLE_SHARE, idle_fabric, no_effect_settings
-from phantora.runtime.results import format_summary
+from phantora.results.summary import format_summary
 from phantora.topology.generators import leaf_spine
 
 SCRIPT = """

@@ -123,10 +123,10 @@ def test_a_later_start_and_steps_of_a_recorded_job(tmp_path: Path) -> None:
 
 
 def test_live_replay_ranks_in_the_coordinator_match_the_closed_form(tmp_path: Path) -> None:
-    """The same two jobs as rank processes (bridge.replay_rank) through one coordinator: each job has its own
+    """The same two jobs as rank processes (phantora.egraph.replay_rank) through one coordinator: each job has its own
     world, and their all-reduces share the uplink exactly as in the in-process replay."""
     (tmp_path / "ar.toml").write_text(ALLREDUCES)
-    cmd = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
+    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(tmp_path / "ar.toml")]
     topo = two_to_one().with_rank_order([0, 2, 1, 3])
     jobs = [JobProcs("a", 2, cmd), JobProcs("b", 2, cmd)]
     res = CosimRun(topo, jobs=jobs, all_or_nothing=False, algo=IDEAL).run()
@@ -139,7 +139,7 @@ def test_live_replay_ranks_in_the_coordinator_match_the_closed_form(tmp_path: Pa
 
 def test_one_failing_job_ends_alone(tmp_path: Path) -> None:
     (tmp_path / "ar.toml").write_text(ALLREDUCES)
-    good = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
+    good = [sys.executable, "-m", "phantora.egraph.replay_rank", str(tmp_path / "ar.toml")]
     bad = [sys.executable, "-c", "import sys; sys.exit(7)"]
     res = CosimRun(two_to_one(), jobs=[JobProcs("a", 2, good), JobProcs("b", 2, bad)], all_or_nothing=False).run()
     assert [j["status"] for j in res.jobs] == ["complete", "failed"]
@@ -279,7 +279,7 @@ def test_a_recorded_job_loads_the_network_under_a_live_job(tmp_path: Path) -> No
     topo = two_to_one()
     bg = parse_jobs(f'[[job]]\nname = "g"\ngraph = "{graph}"\n', "jobs.toml", tmp_path).jobs[0]
     rec = plan_recorded(bg, 1, topo, [1, 3], IDEAL)
-    cmd = [sys.executable, "-m", "bridge.replay_rank", str(tmp_path / "ar.toml")]
+    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(tmp_path / "ar.toml")]
     res = CosimRun(
         topo.with_rank_order([0, 2]), jobs=[JobProcs("a", 2, cmd)], background=merge([rec]), algo=IDEAL
     ).run()

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),
-    ("workloads", ("phantora.workload", "phantora.replay", "phantora.jobs.spec")),
+    ("workloads", ("phantora.workload", "phantora.replay", "phantora.jobs.spec", "phantora.rank_options")),
     ("results", ("phantora.results", "phantora.jobs.results")),
     ("bridge", ("bridge",)),
     ("runtime", ("phantora.runtime",)),
@@ -118,6 +118,33 @@ def test_every_module_is_in_a_layer_and_imports_only_downwards() -> None:
 def test_no_import_cycles() -> None:
     cycles = [" -> ".join([*c, c[0]]) for c in nx.simple_cycles(import_graph())]
     assert cycles == []
+
+
+def test_the_launcher_imports_no_rank_side_code() -> None:
+    """The launcher supervises ranks; what it shares with them (their options) lives below both."""
+    g = import_graph()
+    rank_side = [b for b in g.successors("phantora.launcher") if b.startswith("phantora.runtime")]
+    assert rank_side == []
+
+
+def test_the_bridge_only_bridges() -> None:
+    """Engines live in netsim/ (decomposition gets its worker spawner from the bridge), replay processes in egraph/."""
+    modules = module_files()
+    assert "bridge.decompose" not in modules and "bridge.replay_rank" not in modules
+    assert {"phantora.netsim.decompose", "phantora.egraph.replay_rank"} <= set(modules)
+    g = import_graph()
+    assert not [b for b in g.successors("phantora.netsim.decompose") if b.startswith("bridge")]
+
+
+def test_one_gpu_spec() -> None:
+    """One GpuSpec class (phantora.perfmodel.gpus), which every layer reads."""
+    defined = [
+        name
+        for name, path in module_files().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "GpuSpec"
+    ]
+    assert defined == ["phantora.perfmodel.gpus"]
 
 
 def test_ns3_model_includes_only_model_and_ns3_headers() -> None:

@@ -190,12 +190,12 @@ def test_results_report_tier_shares_that_add_up_to_one(tmp_path):
     compute_tiers holds each tier's kernel time (launch overhead not counted) and shares adding up to 1."""
     import torch
 
+    from phantora.perfmodel.gpus import get_gpu as runtime_gpu
     from phantora.perfmodel.table import write_table
+    from phantora.results.summary import summarize
     from phantora.runtime.compute import build_model
     from phantora.runtime.dispatch import ChargeMode
-    from phantora.runtime.gpus import get_gpu as runtime_gpu
     from phantora.runtime.nonet import NoNetworkClient
-    from phantora.runtime.results import summarize
     from phantora.runtime.session import RankSession
 
     x = torch.ones(256, 256, dtype=torch.bfloat16)

@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from phantora.errors import InputError
-from phantora.perfmodel import gpus as perf_gpus
+from phantora.perfmodel.gpus import GPUS, get_gpu
 from phantora.perfmodel.model import ComputeModel
+from phantora.rank_options import Options
 from phantora.runtime.compute import COMPUTE_MODELS, Calibrated, Roofline, build_model, cache_key
-from phantora.runtime.gpus import GPUS, get_gpu
-from phantora.runtime.options import Options
 
 aten = torch.ops.aten
 
@@ -101,7 +100,7 @@ def test_every_gpu_and_dtype(gpu, dtype):
     torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
     try:
         if dtype == "fp8" and gpu == "a100":
-            assert "fp8" not in spec.peak_flops
+            assert "fp8" not in spec.tensor_flops
             with pytest.raises(InputError, match="no float8_e4m3fn tensor cores"):
                 mm_cost(model, 4096, 4096, 4096, TORCH_DTYPE[dtype])
             return
@@ -109,20 +108,19 @@ def test_every_gpu_and_dtype(gpu, dtype):
     finally:
         torch.set_float32_matmul_precision(prec)
     assert cost.dtype == dtype
-    peak = spec.peak_flops[dtype]
+    peak = spec.peak(dtype)
     assert cost.ns >= cost.flops / peak * 1e9
     assert cost.ns <= 4 * cost.flops / peak * 1e9
 
 
 def test_one_gpu_table():
-    """The runtime's GPU view is derived from phantora.perfmodel.gpus: same GPUs, same numbers."""
-    assert set(GPUS) == set(perf_gpus.GPUS) >= {"a100", "h100", "h200", "b200", "l40s"}
-    for key, g in GPUS.items():
-        p = perf_gpus.GPUS[key]
-        assert g.spec is p and g.mem_bw == p.mem_bw and g.memory == p.mem_bytes and g.nvlink_bw == p.nvlink_bw
-        assert g.peak("bf16") == p.matmul_peak("bfloat16") and g.peak("fp32") == p.matmul_peak("float32")
-        assert g.peak("tf32") == p.matmul_peak("float32", tf32=True)
-        assert ("fp8" in g.peak_flops) == (p.chip != "GA100")  # Ampere: no fp8 tensor cores
+    """One GpuSpec per GPU: the runtime's short-name peaks are the calibrated model's matmul peaks."""
+    assert {"a100", "h100", "h200", "b200", "l40s"} <= set(GPUS)
+    for g in GPUS.values():
+        assert g.peak("bf16") == g.matmul_peak("bfloat16") and g.peak("fp32") == g.matmul_peak("float32")
+        assert g.peak("tf32") == g.matmul_peak("float32", tf32=True) and g.peak("fp64") == g.fp32_flops
+        assert ("fp8" in g.tensor_flops) == (g.chip != "GA100")  # Ampere: no fp8 tensor cores
+        assert g.peak("fp8") == g.tensor_flops.get("fp8", g.tensor_flops["bfloat16"])
     assert get_gpu("H100 SXM") is GPUS["h100"] and get_gpu("l40s-pcie") is GPUS["l40s"]
     assert GPUS["l40s"].peak("fp8") == 733e12 and GPUS["b200"].peak("fp8") == 4500e12  # dense, no sparsity
 

@@ -13,13 +13,13 @@ from torch import nn
 
 import phantora.runtime as pr
 from phantora.errors import InputError
+from phantora.perfmodel.gpus import get_gpu
+from phantora.results.summary import format_summary, summarize
 from phantora.runtime import session as _session
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.gpus import get_gpu
 from phantora.runtime.memory import MemoryTracker, active
 from phantora.runtime.nonet import NoNetworkClient
-from phantora.runtime.results import format_summary, summarize
 from phantora.runtime.session import RankSession
 from phantora.units import parse_size_bytes
 

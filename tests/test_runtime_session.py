@@ -17,10 +17,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from phantora.perfmodel.gpus import get_gpu
 from phantora.runtime.backend import PhantoraProcessGroup
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.gpus import get_gpu
 from phantora.runtime.session import RankSession
 
 COMM_NS = 100_000

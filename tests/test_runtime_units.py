@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from phantora.errors import InputError
+from phantora.perfmodel.gpus import GPUS, get_gpu
 from phantora.results import run_dir
+from phantora.results.summary import summarize
 from phantora.runtime import timepatch
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import Roofline
-from phantora.runtime.gpus import GPUS, get_gpu
-from phantora.runtime.results import summarize
 from phantora.runtime.trace import TraceRecorder
 
 aten = torch.ops.aten
@@ -27,7 +27,7 @@ def test_gpu_table_matches_reference():
     assert get_gpu("H100").peak("bf16") == 989e12
     assert get_gpu("a100").peak("fp32") == 19.5e12
     assert get_gpu("h200").mem_bw == 4.8e12
-    assert get_gpu("b200").memory == 192 * 10**9
+    assert get_gpu("b200").mem_bytes == 192 * 10**9
     assert get_gpu("l40s").nvlink_bw == 0
     assert get_gpu("a100").peak("fp8") == get_gpu("a100").peak("bf16")  # no fp8 units: bf16 rate
     assert {"a100", "h100", "h200", "b200", "l40s"} <= set(GPUS)  # and the deployed variants (test_gpu_variants.py)

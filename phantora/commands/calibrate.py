@@ -43,7 +43,7 @@ def run_tables(args: argparse.Namespace) -> int:
     from phantora.perfmodel.gpus import get_gpu
     from phantora.perfmodel.model import save_curves
     from phantora.perfmodel.table import read_table
-    from phantora.runtime.options import DEFAULT_LAUNCH_NS
+    from phantora.rank_options import DEFAULT_LAUNCH_NS
 
     gpu = get_gpu(args.gpu)
     rows = [r for path in args.tables for r in read_table(path)]

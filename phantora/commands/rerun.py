@@ -190,7 +190,7 @@ def _compare_dirs(old: Path, new: Path) -> int:
 def _rerun_live(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """A `phantora run` directory: the script (or the jobs) again through the launcher."""
     from phantora.launcher import RunConfig, launch
-    from phantora.runtime.results import format_summary
+    from phantora.results.summary import format_summary
 
     known = set(RunConfig.__dataclass_fields__)
     if progress_mode(args) != "off":

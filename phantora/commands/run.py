@@ -111,7 +111,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from phantora.errors import InputError
     from phantora.launcher import RunConfig, launch
-    from phantora.runtime.results import format_summary
+    from phantora.results.summary import format_summary
 
     if args.jobs is not None and (args.script or args.script_args):
         raise InputError("give a script or --jobs, not both (a job's script and arguments go in the spec)")

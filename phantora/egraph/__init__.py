@@ -1,12 +1,41 @@
 """Execution graphs: record a live run once, replay it on other networks and scales (docs/egraph.md).
 
-Nothing here imports torch: replay runs without a live process.
+Nothing here imports torch: replay runs without a live process. The names below load on first use, so a
+process that needs one module of the package (a replay rank, `phantora.egraph.replay_rank`) loads only that.
 """
 
-from phantora.egraph.builder import ProgramBuilder, build_graph
-from phantora.egraph.format import ExecGraph, Program, load, save
-from phantora.egraph.recorder import GraphRecorder, finalize_recording
-from phantora.egraph.replay import GraphReplayResult, plan_graph, replay_graph
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phantora.egraph.builder import ProgramBuilder, build_graph
+    from phantora.egraph.format import ExecGraph, Program, load, save
+    from phantora.egraph.recorder import GraphRecorder, finalize_recording
+    from phantora.egraph.replay import GraphReplayResult, plan_graph, replay_graph
+
+_HOME = {
+    "ProgramBuilder": "builder",
+    "build_graph": "builder",
+    "ExecGraph": "format",
+    "Program": "format",
+    "load": "format",
+    "save": "format",
+    "GraphRecorder": "recorder",
+    "finalize_recording": "recorder",
+    "GraphReplayResult": "replay",
+    "plan_graph": "replay",
+    "replay_graph": "replay",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name from its module on first use."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'phantora.egraph' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"phantora.egraph.{_HOME[name]}"), name)
+
 
 __all__ = [
     "ExecGraph",

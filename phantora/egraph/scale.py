@@ -18,7 +18,7 @@ from typing import Any
 
 from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, RankEntry, Step, Wait
 from phantora.errors import InputError
-from phantora.runtime.options import DEFAULT_LAUNCH_NS
+from phantora.rank_options import DEFAULT_LAUNCH_NS
 
 
 @dataclass

@@ -51,14 +51,13 @@ from phantora.launcher import (
     resolve_topology,
 )
 from phantora.netsim.base import Completion, Flow
+from phantora.perfmodel.gpus import get_gpu
+from phantora.rank_options import Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance, run_dir
 from phantora.results import schema as S
+from phantora.results.summary import summarize
 from phantora.results.write import write_atomic, write_csv, write_fabric_traces, write_flows_csv, write_json
-from phantora.runtime.gpus import get_gpu
-from phantora.runtime.options import Options
-from phantora.runtime.results import summarize
-from phantora.runtime.trace import LEVELS
 from phantora.topology.model import Topology
 
 JOBS, LINKS_BY_JOB_CSV = S.JOBS, S.LINKS_BY_JOB_CSV
@@ -156,8 +155,7 @@ def launch_jobs(
     is reported in results.json (`JobsReport.summary["jobs"]`, its status and error). `algo`: the collective
     options of every job, live and recorded (None: the defaults; a graph's, those it was recorded with).
     `live_ok=False` refuses script jobs (`phantora replay --jobs`)."""
-    if base.trace not in LEVELS:
-        raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {base.trace!r}", field="trace")
+    check_trace_level(base.trace)
     topo = resolve_topology(base.topology)
     base = dataclasses.replace(base, gpu=base.gpu or topo.gpu_model or "h100")
     gpu = get_gpu(base.gpu or "h100")

@@ -160,7 +160,7 @@ class FluidNvlinkSimulator:
     def reacts_to(self, fid: int) -> bool:
         """Whether this engine, or its caller, may submit flows when `fid` completes: a flow of the other side
         waits on it, or the caller watches it. Otherwise submissions come at `until` (of `advance`, `drain`'s
-        end) only, which lets a decomposed packet side run ahead (bridge.decompose)."""
+        end) only, which lets a decomposed packet side run ahead (phantora.netsim.decompose)."""
         return fid in self._waiters or fid in self._watch
 
     def next_event_time(self) -> int | None:

@@ -8,7 +8,7 @@ bytes, or to itself) use no NIC and complete at P.
 Dependencies are resolved here, in Python, and ns-3 gets every flow without deps at its T. The flow is
 handed to ns-3 ("inserted") exactly when ns-3 has run every event up to T - 1 and none at T: that fixes
 where its start falls among other events at T (ns-3 orders same-ns events by insertion), whoever inserts
-it, and is what makes decomposition into parallel ns-3 workers exact (bridge.decompose,
+it, and is what makes decomposition into parallel ns-3 workers exact (phantora.netsim.decompose,
 docs/packet-model.md "Decomposition"). With L > 0 every flow posted at P is known by P < T, so the
 insertion point is always reachable. L = 0 is the plain `Ns3Simulator` (the factory does not wrap it).
 """

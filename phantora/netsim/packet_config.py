@@ -138,7 +138,7 @@ class PacketConfig:
     # first packet at t + nic_latency; its start_ns stays t (phantora.netsim.nic_latency). 0 = none (ns-3 as is).
     nic_latency: int = 0
     # Engine: decomposition of link-disjoint fabric pieces into this many parallel ns-3 workers (0 = one engine;
-    # needs nvlink=fluid and nic_latency > 0; bridge.decompose), placed as local processes or, with `ray`, as Ray
+    # needs nvlink=fluid and nic_latency > 0; netsim.decompose), placed as local processes or, with `ray`, as Ray
     # actors: "" = local, "local" = a Ray cluster started here, "auto" = the running one, or a Ray address.
     workers: int = 0
     ray: str = ""

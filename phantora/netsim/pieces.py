@@ -1,4 +1,4 @@
-"""Link-disjoint pieces of a fabric, for decomposition into parallel ns-3 workers (bridge.decompose).
+"""Link-disjoint pieces of a fabric, for decomposition into parallel ns-3 workers (phantora.netsim.decompose).
 
 A piece is a connected component of the fabric graph without NVSwitches (under nvlink=fluid their
 traffic is fluid) and without the top switch tier (the spines of a leaf-spine or rail-optimised

@@ -1,9 +1,10 @@
 """GPU specifications: phantora's one GPU table (dense peaks, per GPU; vendor data sheets).
 
-The runtime's view (`phantora/runtime/gpus.py`: peak by short dtype name, memory, NVLink) is derived
-from this table. Every figure is the vendor data sheet's dense (no sparsity) figure; docs/gpus.md
-lists each GPU with its source. The A100, H100 SXM, H200, B200 and L40S BF16/FP16 tensor and FP32
-peaks, memory bandwidth, memory and NVLink are ../shared/REFERENCE.md section 2.
+One `GpuSpec` per GPU serves every user: the calibrated model (`matmul_peak`, L2, SMs, clocks), the runtime's
+roofline and MFU figures (`peak` by short dtype name), the simulated CUDA device and the NCCL model.
+Every figure is the vendor data sheet's dense (no sparsity) figure; docs/gpus.md lists each GPU with its source.
+The A100, H100 SXM, H200, B200 and L40S BF16/FP16 tensor and FP32 peaks, memory bandwidth, memory and NVLink are
+../shared/REFERENCE.md section 2.
 
 GPUs are deployed as variants of one die (`chip`): the same SMs at another power limit, memory or
 form factor. `power_w` is the board power limit; `tensor_clock_hz` is the clock the data sheet's
@@ -53,6 +54,25 @@ class GpuSpec:
     chip: str = ""  # the die (GA100, GH100, GB100, AD102): variants of one die share public kernel data
     power_w: int = 0  # board power limit
     tensor_clock_hz: float = 0.0  # the clock the data sheet's tensor peak implies (power-limited)
+    _peaks: dict[str, float] = field(init=False, repr=False, compare=False)  # `peak`'s table, by short name
+
+    def __post_init__(self) -> None:
+        tc = self.tensor_flops
+        peaks = {"bf16": tc["bfloat16"], "fp16": tc["float16"], "fp32": self.fp32_flops, "tf32": tc["tf32"]}
+        peaks["fp8"] = tc.get("fp8", tc["bfloat16"])  # no fp8 tensor cores (A100): the bf16 rate
+        peaks.update(fp64=self.fp32_flops, int8=peaks["fp8"], uint8=peaks["fp8"])
+        object.__setattr__(self, "_peaks", peaks)
+
+    @property
+    def display_name(self) -> str:
+        """The name results and messages show, e.g. "H100 SXM" (the short `name` when there is no label)."""
+        return self.label or self.name
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for a short compute dtype name, as the runtime counts FLOPs: 'bf16', 'fp16' (tensor cores),
+        'fp32' (non-tensor; also fp64), 'tf32' (tensor cores), 'fp8' (tensor cores; the bf16 rate on GPUs without
+        them; also int8). Any other name gets the fp32 rate."""
+        return self._peaks.get(dtype, self.fp32_flops)
 
     def matmul_peak(self, dtype: str, *, tf32: bool = False) -> float:
         """Peak FLOP/s of a matrix product whose inputs are `dtype` (canonical name)."""

@@ -17,11 +17,11 @@ from typing import Any
 import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load before torch
 from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
+from phantora.perfmodel.gpus import get_gpu
+from phantora.rank_options import Options
 from phantora.runtime import backend, phantom_mode, timepatch, torch_backports, triton_kernels, unsupported
 from phantora.runtime import session as _session
 from phantora.runtime.compute import build_model, set_model
-from phantora.runtime.gpus import get_gpu
-from phantora.runtime.options import Options
 from phantora.runtime.session import RankSession
 
 
@@ -67,10 +67,9 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     if opts.phantom:
         phantom_mode.enable()
     if opts.sim_cuda:
-        from phantora.perfmodel.gpus import get_gpu as gpu_entry
         from phantora.runtime.simcuda import device as simcuda
 
-        simcuda.install(gpu_entry(opts.gpu), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), opts.phantom)
+        simcuda.install(get_gpu(opts.gpu), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), opts.phantom)
         from phantora.runtime import autostep
 
         autostep.install()

@@ -23,8 +23,8 @@ import torch
 from torch.utils.flop_counter import flop_registry
 
 from phantora.errors import InputError
-from phantora.runtime.gpus import GpuSpec, get_gpu
-from phantora.runtime.options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS
+from phantora.perfmodel.gpus import GpuSpec, get_gpu
+from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS
 
 aten = torch.ops.aten
 
@@ -250,7 +250,7 @@ class Calibrated(Roofline):
         from phantora.perfmodel.model import ComputeModel
 
         super().__init__(gpu, launch_ns)
-        self.model = ComputeModel(gpu.spec, curves, table, public=public)
+        self.model = ComputeModel(gpu, curves, table, public=public)
         self.fallbacks: dict[str, int] = {}
 
     def compute(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from phantora.perfmodel.gpus import GpuSpec
 from phantora.runtime.caching_allocator import AllocatorConfig, CachingAllocator
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_seen
@@ -70,9 +71,8 @@ def capacity_of(gpu: Any) -> int:
     v = getattr(gpu, "hbm_bytes", 0)
     if v:
         return int(v)
-    key = getattr(gpu, "key", "")
-    if key:  # a GPU of the table: its own entry or its nominal memory, never another variant's
-        return DEVICE_MIB[key] << 20 if key in DEVICE_MIB else int(getattr(gpu, "memory", 0) or 0)
+    if isinstance(gpu, GpuSpec):  # a GPU of the table: its own entry or its nominal memory, never another variant's
+        return DEVICE_MIB[gpu.name] << 20 if gpu.name in DEVICE_MIB else gpu.mem_bytes
     for name in (getattr(gpu, "name", ""), str(gpu)):
         squashed = "".join(c for c in str(name).lower() if c.isalnum())
         for key, mib in DEVICE_MIB.items():
@@ -177,7 +177,7 @@ class MemoryTracker:
         else:
             limit = parse_size_bytes(spec, "PHANTORA_MEMORY_LIMIT")
         alloc = AllocatorConfig.parse(env.get("PYTORCH_CUDA_ALLOC_CONF"))
-        name = str(getattr(gpu, "name", gpu))
+        name = gpu.display_name if isinstance(gpu, GpuSpec) else str(getattr(gpu, "name", gpu))
         return cls(name, capacity, limit=limit, reserve=reserve, enabled=enabled, rank=rank, alloc_config=alloc)
 
     # ----- the hot path: every op's outputs ----------------------------------------------------------

@@ -503,7 +503,7 @@ class RankSession:
         return {
             "rank": self.rank,
             "world_size": self.world_size,
-            "gpu": self.model.gpu.name,
+            "gpu": self.model.gpu.display_name,
             "tensors": "phantom" if self.phantom else "real",
             "start_ns": self.start_ns,
             "end_ns": self.clock.now(),

@@ -14,9 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from phantora.errors import InputError
+from phantora.rank_options import check_trace_level
 
-LEVELS = ("ops", "coarse", "none")
 TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
 
 
@@ -28,8 +27,7 @@ class TraceRecorder:
     """Collects one rank's events."""
 
     def __init__(self, rank: int, level: str = "ops") -> None:
-        if level not in LEVELS:
-            raise InputError(f"trace level must be one of {', '.join(LEVELS)}, got {level!r}", field="trace")
+        check_trace_level(level)
         self.rank = rank
         self.level = level
         self._ops: list[tuple[str, int, int]] = []

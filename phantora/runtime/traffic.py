@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from phantora.collectives.traffic import class_by_layer, class_by_size, loss_tolerant_by_policy
-from phantora.runtime.options import Options
+from phantora.rank_options import Options
 
 
 class TrafficMarker:

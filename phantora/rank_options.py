@@ -1,12 +1,25 @@
-"""Options of a rank process, passed by the launcher in environment variables (torch-free)."""
+"""Options of a rank process, passed by the launcher in environment variables (torch-free).
+
+The contract between the launcher (which writes them) and the rank runtime (`phantora.runtime`, which reads
+them); it lives below both, so the launcher imports nothing of the runtime.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
+from phantora.errors import InputError
+
 DEFAULT_LAUNCH_NS = 1000  # per-kernel launch overhead charged on top of the roofline time
 COMPUTE_MODELS = ("calibrated", "roofline")  # phantora.runtime.compute; the first is the default
+TRACE_LEVELS = ("ops", "coarse", "none")  # phantora.runtime.trace: every op, merged blocks, steps and comms only
+
+
+def check_trace_level(level: str) -> None:
+    """InputError unless `level` is one of TRACE_LEVELS."""
+    if level not in TRACE_LEVELS:
+        raise InputError(f"trace level must be one of {', '.join(TRACE_LEVELS)}, got {level!r}", field="trace")
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """`DecomposedSimulator`: the packet side split into link-disjoint pieces, run by parallel ns-3 workers.
 
-Each worker is a network server process (`bridge.netserver`, our ZeroMQ bridge: msgpack, the run's token,
-heartbeats, timeouts) hosting an ordinary `NicLatencySimulator` over the FULL topology (same node ids, ECMP
-hashes and per-switch random streams as one engine), fed only the flows of its pieces
-(`phantora.netsim.pieces`; pieces go round-robin onto workers). This engine keeps every dependency itself
-and hands each worker its flows without deps, each with the ns it is posted at.
+Each worker hosts an ordinary `NicLatencySimulator` over the FULL topology (same node ids, ECMP hashes and
+per-switch random streams as one engine), fed only the flows of its pieces (`phantora.netsim.pieces`; pieces go
+round-robin onto workers). This engine keeps every dependency itself and hands each worker its flows without
+deps, each with the ns it is posted at. It starts no process itself: the caller passes a `Spawner`, which starts
+the workers and carries the rounds to them (`bridge.workers.spawn_workers`: network server processes over our
+ZeroMQ bridge, msgpack, the run's token, heartbeats, timeouts).
 
 Synchronisation is conservative, with the NIC latency L as lookahead: a flow posted at P sends its first
 packet at P + L, and nothing is posted before the completion (or submission) that releases it. If E is
@@ -17,38 +18,21 @@ Completions wait here and are handed out one ns at a time, as `advance_to_comple
 promises, so nvlink=fluid (`phantora.netsim.hybrid`) sits on top unchanged. The result equals one engine
 with the same nic_latency to the ns (docs/packet-model.md, "Decomposition").
 
-Placement: local subprocesses (`workers=N`, ipc in a private directory), or processes started by Ray actors
-(`ray=local|auto|ADDRESS`, tcp; beyond loopback CurveZMQ with a per-run key pair here and one per worker).
-A worker that dies ends the run within about a second, named; workers exit with this process.
+Placement is the spawner's: the bridge's starts local subprocesses (`workers=N`, ipc in a private directory),
+or processes started by Ray actors (`ray=local|auto|ADDRESS`, tcp; beyond loopback CurveZMQ). A worker that
+dies ends the run within about a second, named (`WorkerDiedError`); workers exit with this process.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
-import zmq
-
-from bridge.curve import ClientCurve, KeyPair
-from bridge.errors import BridgeError
-from bridge.protocol import E_TIMEOUT, INF_NS, encode, flow_to_wire, records_from_wire
-from bridge.ray_workers import RayPlacement
-from bridge.remote import RemoteSimulator
-from bridge.runspec import RunSpec, options_to_dict
-from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
 from phantora.errors import PhantoraError
-from phantora.netsim.base import (
-    Completion,
-    Flow,
-    RunsByCompletion,
-)
+from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hybrid import topological_order
 from phantora.netsim.nic_latency import Releases, gate_key, uses_nic
@@ -77,50 +61,11 @@ class WorkerDiedError(PhantoraError):
 
 
 @dataclasses.dataclass
-class Worker:
-    """One worker process and our link to it."""
-
-    index: int
-    pieces: list[int]
-    pid: int
-    proc: subprocess.Popen[bytes] | None  # a local process; None when a Ray actor started it
-    log: Path | None
-    host: Any = None  # the Ray actor that started it
-    placement: RayPlacement | None = None
-    endpoint: str | None = None  # a Ray worker's, reported by its actor
-    server_key: bytes | None = None  # its CurveZMQ public key, reported with the endpoint
-    remote: RemoteSimulator | None = None
-
-    def exit_code(self) -> int | None:
-        """The worker's exit code once it has exited, else None."""
-        if self.proc is not None:
-            return self.proc.poll()
-        assert self.placement is not None
-        return self.placement.poll(self.host)
-
-    def check(self) -> None:
-        """WorkerDiedError naming the worker if it has exited."""
-        code = self.exit_code()
-        if code is not None:
-            tail = ""
-            if self.log is not None and self.log.exists():
-                lines = self.log.read_text(errors="replace").strip().splitlines()[-3:]
-                tail = ("; its last words: " + " | ".join(lines)) if lines else ""
-            elif self.placement is not None:
-                words = self.placement.tail(self.host)
-                tail = f"; its last words: {words}" if words else ""
-            raise WorkerDiedError(
-                f"decomposition worker {self.index} (pid {self.pid}, pieces {self.pieces}) exited with code {code} "
-                f"mid-run{tail}"
-            )
-
-
-@dataclasses.dataclass
-class _Outbox:
+class Outbox:
     """What a worker gets in the next round: flows (with their submit ns; `gated` ones wait for a gate too) and
     gates opened, [flow id, ns]."""
 
-    flows: list[list[Any]] = dataclasses.field(default_factory=list)  # wire rows (`flow_to_wire`), local deps only
+    flows: list[tuple[Flow, list[int]]] = dataclasses.field(default_factory=list)  # (flow, its deps on this worker)
     at: list[int] = dataclasses.field(default_factory=list)
     gated: list[int] = dataclasses.field(default_factory=list)
     gates: list[list[int]] = dataclasses.field(default_factory=list)
@@ -129,10 +74,60 @@ class _Outbox:
         return not self.flows and not self.gates
 
 
-class DecomposedSimulator(RunsByCompletion):
-    """A `CompletionStepper` (and `FabricObserver`) over N worker processes, each running some pieces."""
+@dataclasses.dataclass
+class RoundReply:
+    """A worker's answer to a round: its completions, its completion bounds ([id, ns, ...], those that rose), the
+    CPU and wall seconds it took, and its state after it."""
 
-    def __init__(self, topology: Topology, config: PacketConfig) -> None:
+    completions: list[Completion]
+    bounds: list[int]
+    cpu: float
+    wall: float
+    now: int
+    next_event: int | None
+    in_flight: int
+
+
+class WorkerPool(Protocol):
+    """Started workers, each the packet side over the full topology, and the round trips to them."""
+
+    @property
+    def workers(self) -> Sequence[Any]:
+        """One handle per worker, in index order (with index, pid and pieces)."""
+        ...
+
+    @property
+    def curve(self) -> bool:
+        """Whether the workers' sockets are encrypted (CurveZMQ)."""
+        ...
+
+    def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
+        """Send each worker of `posts` (index -> (the ns every completion is known to, its outbox, run until)) its
+        round; yield (index, reply) as the replies come. WorkerDiedError if a worker dies meanwhile."""
+        ...
+
+    def stats(self, index: int) -> dict[str, object]:
+        """A worker's engine counters."""
+        ...
+
+    def records(self, index: int, now: int, elapsed: int) -> dict[str, list[Any]]:
+        """A worker's fabric records (usage, pfc, queues, drops, trims, cnps, marks, transport)."""
+        ...
+
+    def keepalive(self) -> None: ...
+
+    def close(self) -> None:
+        """Tell every worker to exit and end the ones that do not."""
+        ...
+
+
+Spawner = Callable[[Topology, PacketConfig, list[list[int]]], WorkerPool]  # (topology, config, pieces per worker)
+
+
+class DecomposedSimulator(RunsByCompletion):
+    """A `CompletionStepper` (and `FabricObserver`) over N workers, each running some pieces; `spawn` starts them."""
+
+    def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         if config.workers < 1 or config.nic_latency < 1:
             raise PhantoraError("decomposition needs workers >= 1 and nic_latency > 0")
         topology.use_ecmp(config.ecmp_hash or topology.ecmp_hash)  # as Ns3Simulator does: the workers' routes
@@ -155,7 +150,7 @@ class DecomposedSimulator(RunsByCompletion):
         self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
         self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
         self._rel = Releases()  # gates (pseudo flows, id gate_key(flow)) and markers, waiting on their deps
-        self._out: list[_Outbox] = [_Outbox() for _ in range(n)]
+        self._out: list[Outbox] = [Outbox() for _ in range(n)]
         self._wnow = [0] * n  # each worker's now()
         self._next: list[int | None] = [None] * n
         self._in_flight = [0] * n
@@ -174,138 +169,41 @@ class DecomposedSimulator(RunsByCompletion):
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
         self._closed = False
-        self._placement: RayPlacement | None = None
-        self._curve: KeyPair | None = None  # ours, when the workers are CurveZMQ servers
-        self._ctx = zmq.Context()
-        self._root = make_run_dir()
-        self.workers: list[Worker] = []
-        try:
-            self._start(n)
-        except BaseException:
-            self.close()
-            raise
+        assignment = [[p for p, w in enumerate(self._piece_worker) if w == i] for i in range(n)]
+        self._pool = spawn(self.topology, self.config, assignment)  # it cleans up after itself if it fails
 
-    # ----- workers -----------------------------------------------------------------------------
-    def _start(self, n: int) -> None:
-        token = new_token()
-        spec = RunSpec(
-            topology=self.topology,
-            world=self.topology.num_ranks,
-            network="ns3",
-            engine_options={**options_to_dict(self.config), "side": "packet"},
-            peer_timeout_s=WORKER_PEER_TIMEOUT_S,
-        ).to_bytes()
-        if self.config.ray:
-            self._placement = RayPlacement(self.config.ray, n)
-            self._curve = KeyPair.new() if self._placement.curve else None
-            ours = self._curve.public if self._curve is not None else None
-            actors = [self._placement.start(spec, token, ours) for _ in range(n)]  # they start in parallel
-            for i, actor in enumerate(actors):
-                mine = [p for p, w in enumerate(self._piece_worker) if w == i]
-                w = Worker(i, mine, -1, None, None, actor, self._placement)
-                self.workers.append(w)
-                w.pid, w.endpoint, w.server_key = self._placement.endpoint(actor)
-        else:
-            for i in range(n):
-                mine = [p for p, w in enumerate(self._piece_worker) if w == i]
-                self.workers.append(self._local_worker(i, mine, spec, token))
-        self._poller = zmq.Poller()
-        for w in self.workers:
-            try:
-                w.remote = RemoteSimulator(
-                    self._ctx,
-                    _endpoint(w, self._root / f"w{w.index}"),
-                    token,
-                    startup_timeout_s=STARTUP_TIMEOUT_S,
-                    call_timeout_s=CALL_TIMEOUT_S,
-                    on_wait=w.check,
-                    curve=self._client_curve(w),
-                )
-            except BridgeError as exc:
-                raise BridgeError(f"decomposition worker {w.index} (pid {w.pid}): {exc}", code=exc.code) from None
-            self._poller.register(w.remote.sock, zmq.POLLIN)
+    @property
+    def workers(self) -> Sequence[Any]:
+        """The workers' handles (the spawner's), in index order."""
+        return self._pool.workers
 
-    def _client_curve(self, w: Worker) -> ClientCurve | None:
-        """Our CURVE keys and the worker's public key, when the workers are CURVE servers."""
-        if self._curve is None:
-            return None
-        assert w.server_key is not None  # RayPlacement.endpoint checked it
-        return ClientCurve(self._curve, w.server_key)
-
-    def _local_worker(self, i: int, pieces: list[int], spec: bytes, token: str) -> Worker:
-        d = self._root / f"w{i}"
-        d.mkdir(mode=0o700)
-        setup = d / "setup.msgpack"
-        setup.write_bytes(spec)
-        setup.chmod(0o600)
-        log = d / "worker.log"
-        env = {**os.environ, "PHANTORA_TOKEN": token}
-        with log.open("wb") as err:
-            prof = os.environ.get("PHANTORA_WORKER_PROFILE")  # cProfile each worker into DIR (docs)
-            pre = ["-m", "cProfile", "-o", f"{prof}/w{i}.{os.getpid()}.prof"] if prof else []
-            proc = subprocess.Popen(
-                [sys.executable, *pre, "-m", "bridge.netserver", "--setup", str(setup)],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        return Worker(i, pieces, proc.pid, proc, log)
-
-    def _remote(self, w: Worker) -> RemoteSimulator:
-        assert w.remote is not None
-        return w.remote
-
+    # ----- rounds ------------------------------------------------------------------------------
     def _round(self, horizon: int) -> None:
         """Hand every worker its new flows and gates and run all of them, in parallel, to `horizon` (INF_NS:
         until idle); gather the completions. A worker whose next event is past `horizon` is skipped."""
         t0 = time.perf_counter()
         if self._round_end is not None:
             self.between_wall_s += t0 - self._round_end
-        sent = []
-        for w in self.workers:
-            out = self._out[w.index]
-            nxt = self._next[w.index]
+        posts: dict[int, tuple[int, Outbox, int]] = {}
+        for i in range(len(self._out)):
+            out = self._out[i]
+            nxt = self._next[i]
             if out.empty() and nxt is not None and nxt > horizon:
                 continue  # (None: no flow in flight, but ACKs and timers may still run: records count them)
-            self._out[w.index] = _Outbox()
-            until = max(horizon, self._wnow[w.index])
-            raw = encode(
-                "post", self._wtime, flows=out.flows, at=out.at, gated=out.gated, gates=out.gates,
-                until=until,
-            )  # fmt: skip
-            self._remote(w).send(raw)
-            sent.append(w)
-        pending = {w.index for w in sent}
+            self._out[i] = Outbox()
+            posts[i] = (self._wtime, out, max(horizon, self._wnow[i]))
         busiest = slowest = gather = 0.0
-        last_check = time.monotonic()
-        while pending:
-            ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
-            for w in sent:
-                remote = self._remote(w)
-                if w.index in pending and remote.sock in ready:
-                    try:
-                        msg = remote.reply("posted")
-                    except BridgeError as exc:
-                        raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
-                    pending.discard(w.index)
-                    g0 = time.perf_counter()
-                    self._gathered(remote.completions(msg))
-                    self._bounds(msg["bounds"])
-                    gather += time.perf_counter() - g0
-                    self._round_cpu[w.index] += msg["cpu"]
-                    busiest = max(busiest, msg["cpu"])
-                    slowest = max(slowest, msg["wall"])
-                    self._wnow[w.index] = remote.now()
-                    self._next[w.index] = remote.next_event_time()
-                    self._in_flight[w.index] = remote.in_flight()
-            if pending and time.monotonic() - last_check >= HEARTBEAT_S:
-                last_check = time.monotonic()
-                for w in self.workers:
-                    if w.index in pending:
-                        w.check()
-                    else:
-                        self._remote(w).keepalive()
+        for i, reply in self._pool.round(posts):
+            g0 = time.perf_counter()
+            self._gathered(reply.completions)
+            self._bounds(reply.bounds)
+            gather += time.perf_counter() - g0
+            self._round_cpu[i] += reply.cpu
+            busiest = max(busiest, reply.cpu)
+            slowest = max(slowest, reply.wall)
+            self._wnow[i] = reply.now
+            self._next[i] = reply.next_event
+            self._in_flight[i] = reply.in_flight
         self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
         self.critical_cpu_s += busiest
@@ -425,7 +323,7 @@ class DecomposedSimulator(RunsByCompletion):
             self._check_post(f.id, a)
             self._unfinished[w].add(f.id)
             out = self._out[w]
-            out.flows.append(flow_to_wire(f, local))
+            out.flows.append((f, local))
             out.at.append(a)
             if cross:
                 out.gated.append(f.id)
@@ -508,7 +406,7 @@ class DecomposedSimulator(RunsByCompletion):
         per = []
         out: dict[str, object] = {}
         for w in self.workers:
-            s = self._remote(w).stats()
+            s = self._pool.stats(w.index)
             s = {k: v for k, v in s.items() if k not in ("decompose", "approximations")}
             per.append({"worker": w.index, "pid": w.pid, "pieces": w.pieces, **s})
             for k, v in s.items():
@@ -524,7 +422,7 @@ class DecomposedSimulator(RunsByCompletion):
         out["decompose"] = {
             **self.config.decompose_settings(),
             "workers": len(self.workers),
-            "curve": self._curve is not None,  # the workers' sockets are CurveZMQ (encrypted, allow-listed)
+            "curve": self._pool.curve,  # the workers' sockets are CurveZMQ (encrypted, allow-listed)
             "pieces": max(self.pieces) + 1,
             "rounds": self.rounds,
             "round_wall_s": round(self.round_wall_s, 6),
@@ -539,27 +437,12 @@ class DecomposedSimulator(RunsByCompletion):
         return out
 
     def close(self) -> None:
-        """Tell every worker to exit, wait a little, then end the ones still there (ours only, by pid)."""
+        """Tell every worker to exit; the pool ends the ones still there."""
         if self._closed:
             return
         self._closed = True
-        for w in self.workers:
-            if w.remote is not None:
-                w.remote.close()
-        # An idle worker exits within milliseconds of being told; one still there after a second is inside a
-        # long ns-3 call or still starting (the run was interrupted): it has nothing left to write, so end it.
-        deadline = time.monotonic() + 1.0
-        for w in self.workers:
-            if w.proc is not None:
-                try:
-                    w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    w.proc.kill()
-                    w.proc.wait()
-        if self._placement is not None:
-            self._placement.stop([w.host for w in self.workers if w.host is not None])
-        self._ctx.destroy(linger=0)  # also a socket an interrupted start left open (term() would wait for it)
-        remove_run_dir(self._root)
+        if getattr(self, "_pool", None) is not None:
+            self._pool.close()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
@@ -569,9 +452,7 @@ class DecomposedSimulator(RunsByCompletion):
                 pass
 
     def keepalive(self) -> None:
-        for w in self.workers:
-            if w.remote is not None:
-                w.remote.keepalive()
+        self._pool.keepalive()
 
     def channels(self) -> DecomposedSimulator:
         return self
@@ -586,8 +467,7 @@ class DecomposedSimulator(RunsByCompletion):
             return self._records
         merged: dict[str, list[Any]] = {}
         for w in self.workers:
-            msg = self._remote(w)._call(encode("get_records", self._now, elapsed=at), CALL_TIMEOUT_S, "records")
-            for k, rows in records_from_wire(msg["records"]).items():
+            for k, rows in self._pool.records(w.index, self._now, at).items():
                 merged.setdefault(k, []).extend(rows)
         now = self._now  # the workers may have run up to L - 1 ns further: hand out what happened by now only
         for k, rows in merged.items():
@@ -624,31 +504,25 @@ class DecomposedSimulator(RunsByCompletion):
         return {t.flow_id: t for t in self._gather()["transport"]}
 
 
-def _endpoint(w: Worker, d: Path) -> str:
-    """Wait for a local worker's published endpoint (a Ray worker's came back from its actor)."""
-    if w.endpoint is not None:
-        return w.endpoint
-    path = d / "net.endpoint"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not path.exists():
-        w.check()
-        if time.monotonic() > deadline:
-            raise BridgeError(
-                f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s", code=E_TIMEOUT
-            )
-        time.sleep(0.02)
-    return path.read_text().strip()
-
-
-def decomposed_engine(topo: Topology, config: PacketConfig) -> Any:
-    """nvlink=fluid over a `DecomposedSimulator`: the engine `--set workers=N` asks for."""
+def decomposed_engine(topo: Topology, config: PacketConfig, spawn: Spawner) -> Any:
+    """nvlink=fluid over a `DecomposedSimulator` whose workers `spawn` starts: the engine `--set workers=N` asks
+    for (the bridge passes its spawner, `bridge.workers.spawn_workers`)."""
     from phantora.netsim.factory import fluid_nvlink
 
-    packet = DecomposedSimulator(topo, config)
+    packet = DecomposedSimulator(topo, config, spawn)
     engine = fluid_nvlink(topo, config, packet=packet)
     packet.reacts = engine.reacts_to  # type: ignore[attr-defined]
     packet.prechecked = True  # the hybrid checks each batch whole at its submit: ids, ends, deps, cycles
     return engine
 
 
-__all__ = ["NO_PIECE", "DecomposedSimulator", "WorkerDiedError", "decomposed_engine"]
+__all__ = [
+    "NO_PIECE",
+    "DecomposedSimulator",
+    "Outbox",
+    "RoundReply",
+    "Spawner",
+    "WorkerDiedError",
+    "WorkerPool",
+    "decomposed_engine",
+]

@@ -1,6 +1,6 @@
 """A rank process that replays its share of a workload file through `RankClient` (no torch).
 
-    python -m bridge.replay_rank WORKLOAD.toml
+    python -m phantora.egraph.replay_rank WORKLOAD.toml
 
 Rank r issues op B at max(B.at, max over A in B.after (with r in A) of done_r(A) + B.gap), the rule
 of `phantora.workload`, in time order: before issuing at t it waits (with deadline t) on the ops
@@ -125,7 +125,7 @@ def step_results(done: dict[str, int], rank: int, world: int, start_ns: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bridge.replay_rank", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m phantora.egraph.replay_rank", description=__doc__)
     p.add_argument("workload", help="a workload file (.toml or .json)")
     p.add_argument("--start", type=int, default=0, metavar="NS", help="the job starts at this time (ns)")
     p.add_argument("--steps", type=int, default=None, help="repeat the workload as this many training steps")

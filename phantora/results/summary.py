@@ -11,9 +11,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from phantora.perfmodel.gpus import GpuSpec
 from phantora.results import schema
 from phantora.results.write import write_json
-from phantora.runtime.gpus import GpuSpec
 from phantora.units import plural
 
 
@@ -77,7 +77,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
         "schema": schema.RUN,
         "world_size": world,
         "live_processes": live,
-        "gpu": gpu.name,
+        "gpu": gpu.display_name,
         "start_ns": start,
         "end_ns": max((int(r["end_ns"]) for r in ranks.values()), default=0),
         "steps": [

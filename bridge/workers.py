@@ -1,0 +1,254 @@
+"""Decomposition workers: network server processes, started here, and the rounds to them.
+
+`spawn_workers` is the `phantora.netsim.decompose.Spawner` the bridge hands to the decomposed engine. Each
+worker is a network server process (`bridge.netserver`: msgpack, the run's token, heartbeats, timeouts) hosting
+the packet side (``side="packet"``) over the full topology. Placement: local subprocesses (ipc in a private
+directory), or processes started by Ray actors (`ray=local|auto|ADDRESS`, tcp; beyond loopback CurveZMQ with a
+per-run key pair here and one per worker, `bridge.ray_workers`). A worker that dies ends the run within about a
+second, named; workers exit with this process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from bridge.curve import ClientCurve, KeyPair
+from bridge.errors import BridgeError
+from bridge.protocol import E_TIMEOUT, encode, flow_to_wire, records_from_wire
+from bridge.ray_workers import RayPlacement
+from bridge.remote import RemoteSimulator
+from bridge.runspec import RunSpec, options_to_dict
+from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
+from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
+from phantora.netsim.packet_config import PacketConfig
+from phantora.topology.model import Topology
+
+WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
+CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
+
+
+@dataclasses.dataclass
+class Worker:
+    """One worker process and our link to it."""
+
+    index: int
+    pieces: list[int]
+    pid: int
+    proc: subprocess.Popen[bytes] | None  # a local process; None when a Ray actor started it
+    log: Path | None
+    host: Any = None  # the Ray actor that started it
+    placement: RayPlacement | None = None
+    endpoint: str | None = None  # a Ray worker's, reported by its actor
+    server_key: bytes | None = None  # its CurveZMQ public key, reported with the endpoint
+    remote: RemoteSimulator | None = None
+
+    def exit_code(self) -> int | None:
+        """The worker's exit code once it has exited, else None."""
+        if self.proc is not None:
+            return self.proc.poll()
+        assert self.placement is not None
+        return self.placement.poll(self.host)
+
+    def check(self) -> None:
+        """WorkerDiedError naming the worker if it has exited."""
+        code = self.exit_code()
+        if code is not None:
+            tail = ""
+            if self.log is not None and self.log.exists():
+                lines = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+                tail = ("; its last words: " + " | ".join(lines)) if lines else ""
+            elif self.placement is not None:
+                words = self.placement.tail(self.host)
+                tail = f"; its last words: {words}" if words else ""
+            raise WorkerDiedError(
+                f"decomposition worker {self.index} (pid {self.pid}, pieces {self.pieces}) exited with code {code} "
+                f"mid-run{tail}"
+            )
+
+    def link(self) -> RemoteSimulator:
+        assert self.remote is not None
+        return self.remote
+
+
+class ServerPool:
+    """Network server workers (a `phantora.netsim.decompose.WorkerPool`), one per list of pieces."""
+
+    def __init__(self, topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> None:
+        self.workers: list[Worker] = []
+        self._placement: RayPlacement | None = None
+        self._curve: KeyPair | None = None  # ours, when the workers are CurveZMQ servers
+        self._ctx = zmq.Context()
+        self._root = make_run_dir()
+        self._closed = False
+        try:
+            self._start(topology, config, assignment)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def curve(self) -> bool:
+        return self._curve is not None
+
+    def _start(self, topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> None:
+        token = new_token()
+        spec = RunSpec(
+            topology=topology,
+            world=topology.num_ranks,
+            network="ns3",
+            engine_options={**options_to_dict(config), "side": "packet"},
+            peer_timeout_s=WORKER_PEER_TIMEOUT_S,
+        ).to_bytes()
+        if config.ray:
+            self._placement = RayPlacement(config.ray, len(assignment))
+            self._curve = KeyPair.new() if self._placement.curve else None
+            ours = self._curve.public if self._curve is not None else None
+            actors = [self._placement.start(spec, token, ours) for _ in assignment]  # they start in parallel
+            for i, (actor, mine) in enumerate(zip(actors, assignment, strict=True)):
+                w = Worker(i, mine, -1, None, None, actor, self._placement)
+                self.workers.append(w)
+                w.pid, w.endpoint, w.server_key = self._placement.endpoint(actor)
+        else:
+            for i, mine in enumerate(assignment):
+                self.workers.append(self._local_worker(i, mine, spec, token))
+        self._poller = zmq.Poller()
+        for w in self.workers:
+            try:
+                w.remote = RemoteSimulator(
+                    self._ctx,
+                    _endpoint(w, self._root / f"w{w.index}"),
+                    token,
+                    startup_timeout_s=STARTUP_TIMEOUT_S,
+                    call_timeout_s=CALL_TIMEOUT_S,
+                    on_wait=w.check,
+                    curve=self._client_curve(w),
+                )
+            except BridgeError as exc:
+                raise BridgeError(f"decomposition worker {w.index} (pid {w.pid}): {exc}", code=exc.code) from None
+            self._poller.register(w.remote.sock, zmq.POLLIN)
+
+    def _client_curve(self, w: Worker) -> ClientCurve | None:
+        """Our CURVE keys and the worker's public key, when the workers are CURVE servers."""
+        if self._curve is None:
+            return None
+        assert w.server_key is not None  # RayPlacement.endpoint checked it
+        return ClientCurve(self._curve, w.server_key)
+
+    def _local_worker(self, i: int, pieces: list[int], spec: bytes, token: str) -> Worker:
+        d = self._root / f"w{i}"
+        d.mkdir(mode=0o700)
+        setup = d / "setup.msgpack"
+        setup.write_bytes(spec)
+        setup.chmod(0o600)
+        log = d / "worker.log"
+        env = {**os.environ, "PHANTORA_TOKEN": token}
+        with log.open("wb") as err:
+            prof = os.environ.get("PHANTORA_WORKER_PROFILE")  # cProfile each worker into DIR (docs)
+            pre = ["-m", "cProfile", "-o", f"{prof}/w{i}.{os.getpid()}.prof"] if prof else []
+            proc = subprocess.Popen(
+                [sys.executable, *pre, "-m", "bridge.netserver", "--setup", str(setup)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        return Worker(i, pieces, proc.pid, proc, log)
+
+    def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
+        """Send each posted worker its round, then yield the replies as they come; keep the others' heartbeats
+        going and check the ones we wait for about once a second."""
+        for i, (t, out, until) in posts.items():
+            flows = [flow_to_wire(f, local) for f, local in out.flows]
+            raw = encode("post", t, flows=flows, at=out.at, gated=out.gated, gates=out.gates, until=until)
+            self.workers[i].link().send(raw)
+        pending = set(posts)
+        last_check = time.monotonic()
+        while pending:
+            ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
+            for i in sorted(pending):
+                w = self.workers[i]
+                remote = w.link()
+                if remote.sock not in ready:
+                    continue
+                try:
+                    msg = remote.reply("posted")
+                except BridgeError as exc:
+                    raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
+                pending.discard(i)
+                reply = RoundReply(
+                    remote.completions(msg), msg["bounds"], msg["cpu"], msg["wall"],
+                    remote.now(), remote.next_event_time(), remote.in_flight(),
+                )  # fmt: skip
+                yield i, reply
+            if pending and time.monotonic() - last_check >= HEARTBEAT_S:
+                last_check = time.monotonic()
+                for w in self.workers:
+                    if w.index in pending:
+                        w.check()
+                    else:
+                        w.link().keepalive()
+
+    def stats(self, index: int) -> dict[str, object]:
+        return self.workers[index].link().stats()
+
+    def records(self, index: int, now: int, elapsed: int) -> dict[str, list[Any]]:
+        msg = self.workers[index].link()._call(encode("get_records", now, elapsed=elapsed), CALL_TIMEOUT_S, "records")
+        return records_from_wire(msg["records"])
+
+    def keepalive(self) -> None:
+        for w in self.workers:
+            if w.remote is not None:
+                w.remote.keepalive()
+
+    def close(self) -> None:
+        """Tell every worker to exit, wait a little, then end the ones still there (ours only, by pid)."""
+        if self._closed:
+            return
+        self._closed = True
+        for w in self.workers:
+            if w.remote is not None:
+                w.remote.close()
+        # An idle worker exits within milliseconds of being told; one still there after a second is inside a
+        # long ns-3 call or still starting (the run was interrupted): it has nothing left to write, so end it.
+        deadline = time.monotonic() + 1.0
+        for w in self.workers:
+            if w.proc is not None:
+                try:
+                    w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    w.proc.kill()
+                    w.proc.wait()
+        if self._placement is not None:
+            self._placement.stop([w.host for w in self.workers if w.host is not None])
+        self._ctx.destroy(linger=0)  # also a socket an interrupted start left open (term() would wait for it)
+        remove_run_dir(self._root)
+
+
+def spawn_workers(topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> ServerPool:
+    """Start one network server worker per list of pieces (locally, or through Ray with ``config.ray``)."""
+    return ServerPool(topology, config, assignment)
+
+
+def _endpoint(w: Worker, d: Path) -> str:
+    """Wait for a local worker's published endpoint (a Ray worker's came back from its actor)."""
+    if w.endpoint is not None:
+        return w.endpoint
+    path = d / "net.endpoint"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not path.exists():
+        w.check()
+        if time.monotonic() > deadline:
+            raise BridgeError(
+                f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s", code=E_TIMEOUT
+            )
+        time.sleep(0.02)
+    return path.read_text().strip()
