@@ -46,6 +46,8 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     assert seen["device"] == "cuda:1" and seen["is_cuda"]
     assert seen["from_list"] == seen["pinned_to_cuda"] == "cuda:1" and seen["host_copy"] == "cpu"
     assert seen["int_device"] == ["cuda:1", "cuda:1"]  # torch.tensor(n, device=torch.cuda.current_device())
+    # torch.accelerator: the device, a device_index context, memory as torch.cuda's, capability; stream priorities
+    assert seen["accelerator"] == [1, 0, True, True, True, [0, -3]]
     assert seen["dot_cuda"] == ["cuda:1", "cuda:1"]  # `.cuda()` and `.to("cuda")` go to the current device
     assert seen["pinned"] == [True, True] and seen["graph_is_class"]
     assert seen["tolist"] == [0, 1, 2] and seen["scalars"] == [2.0, 1.0]

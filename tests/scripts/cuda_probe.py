@@ -43,6 +43,17 @@ kept = torch.cuda.memory_reserved() - reserved  # freed, still cached
 torch.cuda.empty_cache()
 out["reserved"] = [grown, kept, torch.cuda.memory_reserved() - reserved]
 out["from_list"] = str(torch.tensor([1, 2, 3], device="cuda").device)
+acc = torch.accelerator
+with acc.device_index(0):
+    inside = acc.current_device_index()
+out["accelerator"] = [
+    acc.current_device_index(),
+    inside,
+    acc.memory_allocated() == torch.cuda.memory_allocated() > 0,
+    acc.get_memory_info() == torch.cuda.mem_get_info(),
+    torch.float8_e4m3fn in acc.get_device_capability()["supported_dtypes"],
+    list(torch.cuda.Stream.priority_range()),
+]
 index = torch.cuda.current_device()  # an integer device is the current accelerator's (Megatron-LM)
 out["int_device"] = [str(torch.tensor(3, device=index).device), str(torch.zeros(2, device=index).device)]
 out["pinned_to_cuda"] = str(torch.arange(4).pin_memory().to("cuda", non_blocking=True).device)

@@ -411,3 +411,25 @@ def _install_accelerator() -> None:
     ):
         setattr(acc, name, functools.wraps(fn)(functools.partial(fn)))
     acc.device_index = device  # `with torch.accelerator.device_index(i):`, as torch.cuda.device
+    acc.get_device_capability = _accelerator_capability
+    memory = (  # torch.accelerator.memory's functions, also exported by torch.accelerator
+        ("memory_allocated", memory_allocated),
+        ("max_memory_allocated", max_memory_allocated),
+        ("memory_reserved", memory_reserved),
+        ("max_memory_reserved", max_memory_reserved),
+        ("memory_stats", memory_stats),
+        ("reset_peak_memory_stats", reset_peak_memory_stats),
+        ("reset_accumulated_memory_stats", _nothing),
+        ("empty_cache", empty_cache),
+        ("get_memory_info", mem_get_info),
+    )
+    for name, fn in memory:
+        for mod in (acc, getattr(acc, "memory", None)):
+            if mod is not None and hasattr(mod, name):
+                setattr(mod, name, functools.wraps(fn)(functools.partial(fn)))
+
+
+def _accelerator_capability(device: Any = None, /) -> dict[str, Any]:
+    """`torch.accelerator.get_device_capability`: the dtypes a CUDA device holds (every non-quantized one)."""
+    dtypes = {d for d in vars(torch).values() if isinstance(d, torch.dtype) and not str(d).startswith("torch.q")}
+    return {"supported_dtypes": dtypes}

@@ -47,6 +47,11 @@ class Stream:
         self.device_index = self.device.index
         self.device_type = 1  # c10::DeviceType::CUDA
 
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(least, greatest) priority, as torch gives it on a GPU: CUDA's 0 and -5, clamped to torch's 4 levels."""
+        return 0, -3
+
     def wait_event(self, event: Event) -> None:
         pass
 
