@@ -56,6 +56,8 @@ _OP_KEYS = {
     "granularity",
     "channels",
     "chunk_bytes",
+    "protocol",
+    "model",
 }
 _ALGO_KEYS = ("algorithm", "granularity", "channels", "chunk_bytes", "protocol", "model")
 

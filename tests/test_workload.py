@@ -89,3 +89,12 @@ def test_unparsable_file_names_the_file(tmp_path: Path) -> None:
 def test_shipped_workloads_load(name: str) -> None:
     wl = load_workload(ROOT / "workloads" / f"{name}.toml", world=16)
     assert wl.ops and all(op.coll.ranks == tuple(range(16)) for op in wl.ops)
+
+
+def test_an_op_may_name_its_collective_model_and_protocol() -> None:
+    """docs/workload.md lists `model` and `protocol` among an op's fields; they reach the op's own options."""
+    wl = workload_from_dict(
+        {"op": [{"name": "a2a", "kind": "all_to_all", "bytes": "1MiB", "model": "ideal", "protocol": "Simple"}]},
+        world=8,
+    )
+    assert wl.ops[0].algo == {"model": "ideal", "protocol": "Simple"}
