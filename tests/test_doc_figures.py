@@ -1,0 +1,61 @@
+"""Figures quoted in README.md and docs/*.md are what their commands print (scripts/doc_figures.py).
+
+Each `<!-- output-of: CMD -->` block is run and compared line by line, exactly; `output-of[slow]` blocks run
+with `-m slow`. The matcher itself is tested on small strings first.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("doc_figures", ROOT / "scripts" / "doc_figures.py")
+assert _spec and _spec.loader
+doc_figures = importlib.util.module_from_spec(_spec)
+sys.modules["doc_figures"] = doc_figures
+_spec.loader.exec_module(doc_figures)
+
+OUTPUT = "header\nrow a  1.00\nrow b  2.00   \nmakespan: 3.00 µs simulated, 1.2 s wall\n"
+
+
+def test_a_quote_holds_when_its_lines_are_output_lines_in_order() -> None:
+    assert doc_figures.mismatches(["row a  1.00", "...", "makespan: 3.00 µs simulated, ..."], OUTPUT) == []
+    assert doc_figures.mismatches(["header", "row b  2.00"], OUTPUT) == []  # rows may be left out
+
+
+def test_a_changed_figure_is_reported_with_the_line_printed_now() -> None:
+    problems = doc_figures.mismatches(["row a  1.01"], OUTPUT)
+    assert len(problems) == 1 and "row a  1.00" in problems[0]
+    assert doc_figures.mismatches(["row b  2.00", "row a  1.00"], OUTPUT)  # order counts
+    assert doc_figures.mismatches(["makespan: 3.00 µs simulated, 1.3 s wall"], OUTPUT)  # no prefix without ' ...'
+
+
+def test_markers_are_parsed(tmp_path: Path) -> None:
+    md = tmp_path / "x.md"
+    md.write_text("text\n<!-- output-of[slow]: echo hi -->\n```\nhi\n```\n<!-- output-of: true -->\n```\n```\n")
+    found = doc_figures.blocks(md)
+    got = [(b.line, b.command, b.slow, b.quoted) for b in found]
+    assert got == [(2, "echo hi", True, ("hi",)), (6, "true", False, ())]
+    md.write_text("<!-- output-of: echo hi -->\nno block\n")
+    with pytest.raises(ValueError, match="fenced block"):
+        doc_figures.blocks(md)
+
+
+BLOCKS = doc_figures.all_blocks()
+
+
+def test_the_docs_have_checked_figures() -> None:
+    assert any(b.path.name == "tutorial.md" for b in BLOCKS)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=[pytest.mark.slow] if b.slow else [], id=b.where) for b in BLOCKS],
+)
+def test_quoted_output_is_what_the_command_prints(block) -> None:
+    problems = doc_figures.mismatches(block.quoted, doc_figures.run(block))
+    assert not problems, f"{block.where}: `{block.command}` now prints otherwise:\n" + "\n".join(problems)
