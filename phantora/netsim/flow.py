@@ -30,7 +30,7 @@ import numpy as np
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, check_flow_batch, step_watching
 from phantora.netsim.idset import IdSet
-from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates, maxmin_weighted
+from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
 from phantora.netsim.multipath import MultiRoute, multipath
 from phantora.netsim.observe import ChannelUsage, switch_link_load
 from phantora.topology.model import Topology
@@ -529,7 +529,7 @@ class FlowSimulator:
             return maxmin_rates([r.solve_path for r in recs], self._cap, self._cap_arr)
         if self.lb != "adaptive":
             shares = [r.multi.share if r.cap_ch < 0 else (*r.multi.share, 1.0) for r in recs]  # type: ignore[union-attr]
-            return maxmin_weighted([r.solve_path for r in recs], shares, self._cap)
+            return maxmin_rates([r.solve_path for r in recs], self._cap, weights=shares)
         return maxmin_rates(self._pooled(recs), self._cap, self._cap_arr)
 
     def _pooled(self, recs: Sequence[_Active]) -> list[list[int]]:

@@ -25,10 +25,17 @@ import numpy as np
 NUMPY_THRESHOLD = 512  # flows; at or above this, `maxmin_rates` uses the vectorised solver (measured crossover)
 
 
-def maxmin_python(paths: Sequence[Sequence[int]], cap: Sequence[float]) -> list[float]:
+def maxmin_python(
+    paths: Sequence[Sequence[int]], cap: Sequence[float], weights: Sequence[Sequence[float]] | None = None
+) -> list[float]:
     """Max-min fair rates of flows with these channel paths (each non-empty); cap is indexed by channel id.
 
-    Shares live in a heap with lazy deletion, so a round costs only the channels it touches.
+    With `weights`, flow i puts ``weights[i][k]`` of its rate on channel ``paths[i][k]`` (a flow split over
+    several paths); without, every weight is 1. A channel's fair share is its remaining capacity over the summed
+    weights of its unfrozen flows; it counts as busy while it has an unfrozen flow (an integer count, so float
+    leftovers of weight sums never make a share of a drained channel). Shares live in a heap with lazy deletion,
+    so a round costs only the channels it touches. Unweighted, the weight sums are exact integers, so the rates
+    are bitwise those of `maxmin_numpy`.
     """
     n = len(paths)
     local: dict[int, int] = {}
@@ -46,7 +53,14 @@ def maxmin_python(paths: Sequence[Sequence[int]], cap: Sequence[float]) -> list[
         fch.append(mine)
     rem = [float(cap[c]) for c in local]
     cnt = [len(m) for m in members]
-    heap = [(rem[j] / cnt[j], j) for j in range(len(members))]
+    if weights is None:
+        wsum = [float(k) for k in cnt]
+    else:
+        wsum = [0.0] * len(members)
+        for mine, ws in zip(fch, weights, strict=True):
+            for j, w in zip(mine, ws, strict=True):
+                wsum[j] += w
+    heap = [(rem[j] / wsum[j], j) for j in range(len(members))]
     heapq.heapify(heap)
     rate = [0.0] * n
     frozen = [False] * n
@@ -56,7 +70,7 @@ def maxmin_python(paths: Sequence[Sequence[int]], cap: Sequence[float]) -> list[
         newly: list[int] = []
         while heap:
             share, j = heap[0]
-            if not cnt[j] or share != rem[j] / cnt[j]:
+            if not cnt[j] or share != rem[j] / wsum[j]:
                 heapq.heappop(heap)  # stale entry
                 continue
             if level >= 0.0 and share != level:
@@ -67,16 +81,28 @@ def maxmin_python(paths: Sequence[Sequence[int]], cap: Sequence[float]) -> list[
                 if not frozen[i]:
                     frozen[i] = True
                     newly.append(i)
-        hit: dict[int, int] = {}
-        for i in newly:
-            rate[i] = level
-            for j in fch[i]:
-                hit[j] = hit.get(j, 0) + 1
+        hit: dict[int, int] = {}  # local channel -> its flows frozen this round
+        if weights is None:
+            for i in newly:
+                rate[i] = level
+                for j in fch[i]:
+                    hit[j] = hit.get(j, 0) + 1
+            freed: dict[int, int] | dict[int, float] = hit  # their weights: one each
+        else:
+            freed_w: dict[int, float] = {}
+            for i in sorted(newly):  # a fixed order of the float sums
+                rate[i] = level
+                for j, w in zip(fch[i], weights[i], strict=True):
+                    hit[j] = hit.get(j, 0) + 1
+                    freed_w[j] = freed_w.get(j, 0.0) + w
+            freed = freed_w
         for j, k in hit.items():
-            cnt[j] -= k
-            rem[j] = max(rem[j] - k * level, 0.0)
-            if cnt[j]:
-                heapq.heappush(heap, (rem[j] / cnt[j], j))
+            left_j = cnt[j] = cnt[j] - k
+            if left_j:  # (a drained channel's capacity and weights matter no more)
+                w = freed[j]
+                r = rem[j] = max(rem[j] - w * level, 0.0)
+                rest = wsum[j] = wsum[j] - w
+                heapq.heappush(heap, (r / rest, j))
         left -= len(newly)
     return rate
 
@@ -133,90 +159,18 @@ def maxmin_numpy(paths: Sequence[Sequence[int]], cap: np.ndarray) -> np.ndarray:
 
 
 def maxmin_rates(
-    paths: Sequence[Sequence[int]], cap: Sequence[float], cap_array: np.ndarray | None = None
+    paths: Sequence[Sequence[int]],
+    cap: Sequence[float],
+    cap_array: np.ndarray | None = None,
+    weights: Sequence[Sequence[float]] | None = None,
 ) -> list[float]:
-    """Max-min fair rates, choosing the solver by problem size (the answers are identical)."""
-    if len(paths) == 1:
-        return [min(float(cap[c]) for c in paths[0])]  # the same value progressive filling gives
-    if len(paths) >= NUMPY_THRESHOLD:
+    """Max-min fair rates, choosing the solver by problem size (the answers are identical); `weights` as
+    `maxmin_python` (weighted problems are solved there)."""
+    if len(paths) == 1:  # the same value progressive filling gives
+        if weights is None:
+            return [min(float(cap[c]) for c in paths[0])]
+        return [min(float(cap[c]) / w for c, w in zip(paths[0], weights[0], strict=True))]
+    if weights is None and len(paths) >= NUMPY_THRESHOLD:
         arr = cap_array if cap_array is not None else np.asarray(cap, dtype=np.float64)
         return maxmin_numpy(paths, arr).tolist()
-    return maxmin_python(paths, cap)
-
-
-def maxmin_weighted_python(
-    paths: Sequence[Sequence[int]], weights: Sequence[Sequence[float]], cap: Sequence[float]
-) -> list[float]:
-    """Max-min fair rates when flow i puts ``weights[i][k]`` of its rate on channel ``paths[i][k]``.
-
-    Progressive filling as `maxmin_python`: a channel's fair share is its remaining capacity over the summed
-    weights of its unfrozen flows. A channel counts as busy while it has an unfrozen flow (an integer count, so
-    float leftovers of the weight sums never make a share of a drained channel)."""
-    n = len(paths)
-    local: dict[int, int] = {}
-    members: list[list[int]] = []
-    fch: list[list[tuple[int, float]]] = []
-    for i, path in enumerate(paths):
-        mine = []
-        for c, w in zip(path, weights[i], strict=True):
-            j = local.get(c)
-            if j is None:
-                j = local[c] = len(members)
-                members.append([])
-            members[j].append(i)
-            mine.append((j, w))
-        fch.append(mine)
-    rem = [float(cap[c]) for c in local]
-    cnt = [len(m) for m in members]
-    wsum = [0.0] * len(members)
-    for mine in fch:
-        for j, w in mine:
-            wsum[j] += w
-    heap = [(rem[j] / wsum[j], j) for j in range(len(members))]
-    heapq.heapify(heap)
-    rate = [0.0] * n
-    frozen = [False] * n
-    left = n
-    while left:
-        level = -1.0
-        newly: list[int] = []
-        while heap:
-            share, j = heap[0]
-            if not cnt[j] or share != rem[j] / wsum[j]:
-                heapq.heappop(heap)
-                continue
-            if level >= 0.0 and share != level:
-                break
-            level = share
-            heapq.heappop(heap)
-            for i in members[j]:
-                if not frozen[i]:
-                    frozen[i] = True
-                    newly.append(i)
-        hit: dict[int, list[float]] = {}
-        for i in sorted(newly):
-            rate[i] = level
-            for j, w in fch[i]:
-                got = hit.get(j)
-                if got is None:
-                    hit[j] = [1, w]
-                else:
-                    got[0] += 1
-                    got[1] += w
-        for j, (k, w) in hit.items():
-            cnt[j] -= int(k)
-            rem[j] = max(rem[j] - w * level, 0.0)
-            wsum[j] = max(wsum[j] - w, 0.0)
-            if cnt[j]:
-                heapq.heappush(heap, (rem[j] / wsum[j], j))
-        left -= len(newly)
-    return rate
-
-
-def maxmin_weighted(
-    paths: Sequence[Sequence[int]], weights: Sequence[Sequence[float]], cap: Sequence[float]
-) -> list[float]:
-    """`maxmin_weighted_python`, with the closed form for a single flow (min over its channels of cap / weight)."""
-    if len(paths) == 1:
-        return [min(float(cap[c]) / w for c, w in zip(paths[0], weights[0], strict=True))]
-    return maxmin_weighted_python(paths, weights, cap)
+    return maxmin_python(paths, cap, weights)
