@@ -104,3 +104,11 @@ def test_run_cosim_congested_packet_mode_is_not_faster(tmp_path: Path) -> None:
     assert (out / "compare" / "queue_depth.png").is_file()
     # ... and packet mode cannot beat the fluid max-min share of the bottleneck.
     assert packet >= flow, (packet, flow)
+
+
+def test_help_lists_the_shipped_ccs() -> None:
+    """`run_cosim.sh --help` names every CC the packet network ships with (issue 39: swift was missing)."""
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "run_cosim.sh"), "--help"], capture_output=True, text=True)
+    line = next(x for x in proc.stdout.splitlines() if x.strip().startswith("--cc"))
+    for cc in ("none", "dcqcn", "hpcc", "timely", "dctcp", "swift"):
+        assert cc in line
