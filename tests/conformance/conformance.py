@@ -56,9 +56,11 @@ def workdir_for(upstream: str, folder: str, into: Path) -> Path:
     return dest
 
 
-def run_program(workdir: Path, script: str, args: list[str], out: Path, nproc: int = 4) -> Run:
-    """`phantora run --topology testbed16 --nproc N <script> <args>` in `workdir`."""
-    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--nproc", str(nproc)]
+def run_program(
+    workdir: Path, script: str, args: list[str], out: Path, nproc: int = 4, options: tuple[str, ...] = ()
+) -> Run:
+    """`phantora run --topology testbed16 --nproc N [options] <script> <args>` in `workdir`."""
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--nproc", str(nproc), *options]
     cmd += ["--out", str(out), "--no-progress", script, *args]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=TIMEOUT_S)
     return Run(proc.returncode, proc.stdout + proc.stderr, workdir, out)

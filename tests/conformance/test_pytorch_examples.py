@@ -89,16 +89,34 @@ def test_sequence_parallel_example(tmp_path: Path) -> None:
     ok(run, "Sequence Parallel training completed!", steps=10)
 
 
-@pytest.mark.slow
-def test_fsdp_tp_example_runs_attention_as_the_flash_kernel(tmp_path: Path) -> None:
-    """distributed/tensor_parallelism/fsdp_tp_example.py: a 2-layer Llama 2, TP 2 x FSDP 2. Its attention is
-    F.scaled_dot_product_attention on head-sharded DTensors: one flash kernel per layer and step, as DTensor's
-    rule for the GPU's flash op runs it (forward and backward)."""
-    work = workdir_for(UPSTREAM, "distributed/tensor_parallelism", tmp_path)
-    run = run_program(work, "fsdp_tp_example.py", [], tmp_path / "out")
+@pytest.fixture(scope="module")
+def fsdp_tp_phantom(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """distributed/tensor_parallelism/fsdp_tp_example.py in phantom mode (shapes only: seconds, not minutes)."""
+    tmp = tmp_path_factory.mktemp("fsdp-tp")
+    work = workdir_for(UPSTREAM, "distributed/tensor_parallelism", tmp)
+    return run_program(work, "fsdp_tp_example.py", [], tmp / "out", options=("--phantom",))
+
+
+def flash_per_layer_and_step(run: Run) -> None:
+    """Attention is one flash kernel per layer (2) and step (10), forward and backward."""
     ok(run, "2D training successfully completed!", steps=10)
     kernels = run.kernels(0)
     assert kernels.count(FLASH) == 2 * 10 and kernels.count(f"{FLASH}_backward") == 2 * 10
+
+
+def test_fsdp_tp_example_in_phantom_mode(fsdp_tp_phantom: Run) -> None:
+    """A 2-layer Llama 2, TP 2 x FSDP 2. Its attention is F.scaled_dot_product_attention on head-sharded
+    DTensors, run as DTensor's rule for the GPU's flash op says."""
+    flash_per_layer_and_step(fsdp_tp_phantom)
+
+
+@pytest.mark.slow
+def test_fsdp_tp_example_runs_attention_as_the_flash_kernel(fsdp_tp_phantom: Run, tmp_path: Path) -> None:
+    """The same in real mode (the values computed): the same kernels, and the steady step time of phantom mode."""
+    work = workdir_for(UPSTREAM, "distributed/tensor_parallelism", tmp_path)
+    run = run_program(work, "fsdp_tp_example.py", [], tmp_path / "out")
+    flash_per_layer_and_step(run)
+    assert run.step_ms() == pytest.approx(fsdp_tp_phantom.step_ms(), rel=1e-3)
 
 
 def test_ddp_example(tmp_path: Path) -> None:

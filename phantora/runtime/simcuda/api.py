@@ -412,7 +412,7 @@ def _install_accelerator() -> None:
         setattr(acc, name, functools.wraps(fn)(functools.partial(fn)))
     acc.device_index = device  # `with torch.accelerator.device_index(i):`, as torch.cuda.device
     acc.get_device_capability = _accelerator_capability
-    memory = (  # torch.accelerator.memory's functions, also exported by torch.accelerator
+    memory: tuple[tuple[str, Callable[..., Any]], ...] = (  # torch.accelerator.memory's, also torch.accelerator's
         ("memory_allocated", memory_allocated),
         ("max_memory_allocated", max_memory_allocated),
         ("memory_reserved", memory_reserved),
@@ -423,10 +423,10 @@ def _install_accelerator() -> None:
         ("empty_cache", empty_cache),
         ("get_memory_info", mem_get_info),
     )
-    for name, fn in memory:
+    for name, reader in memory:
         for mod in (acc, getattr(acc, "memory", None)):
             if mod is not None and hasattr(mod, name):
-                setattr(mod, name, functools.wraps(fn)(functools.partial(fn)))
+                setattr(mod, name, functools.wraps(reader)(functools.partial(reader)))
 
 
 def _accelerator_capability(device: Any = None, /) -> dict[str, Any]:
