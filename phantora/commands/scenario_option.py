@@ -63,7 +63,9 @@ def install_throttles(sim: Any, sc: Scenario | None, topo: Topology, network: st
     """Replays: slow GPUs stretch the compute delays of marker flows (flow network only)."""
     if sc is None or not sc.gpu_slow():
         return
-    if network != "flow" or not hasattr(sim, "stretch"):
+    from phantora.netsim.flow import FlowSimulator
+
+    if network != "flow" or not isinstance(sim, FlowSimulator):
         raise InputError("gpu_slow in a replay runs on --network flow only for now", file=sc.source, field="--network")
     from phantora.replay import compute_stretch
 
