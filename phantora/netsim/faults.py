@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.fault_plan import DEGRADE, DOWN, RESTORE, UP, LinkAction, expand, timed_actions
-from phantora.netsim.flow import FlowSimulator, _Active, _gc_paused
+from phantora.netsim.flow import FlowSimulator, _Active
 from phantora.netsim.scenario import Scenario, check_against
 from phantora.topology.model import Topology
 
@@ -118,14 +118,7 @@ class FaultyFlowSimulator(FlowSimulator):
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; scenario events after that wait for a later advance."""
-        with _gc_paused():
-            while self._flows and (t := self.next_event_time()) is not None:
-                if limit_ns is not None and t > limit_ns:
-                    raise PhantoraError(
-                        f"the network did not drain by {limit_ns} ns: {len(self._flows)} flows still in flight "
-                        f"(next event at {t} ns)"
-                    )
-                self._step(t)
+        self._run_events(limit_ns, lambda: bool(self._flows))
         if self._stalled:
             f = self._stalled[min(self._stalled)].flow
             names = self.base_topology.nodes

@@ -234,16 +234,20 @@ class FlowSimulator:
             self._now = until
         return self._take()
 
-    def drain(self, limit_ns: int | None = None) -> list[Completion]:
-        """Run until nothing is in flight; raise if that would pass `limit_ns` or cannot happen."""
+    def _run_events(self, limit_ns: int | None, busy: Callable[[], bool] = lambda: True) -> None:
+        """Step through events while `busy()` holds; raise if that would pass `limit_ns`."""
         with _gc_paused():
-            while (t := self.next_event_time()) is not None:
+            while busy() and (t := self.next_event_time()) is not None:
                 if limit_ns is not None and t > limit_ns:
                     raise PhantoraError(
                         f"the network did not drain by {limit_ns} ns: {len(self._flows)} flows still in flight "
                         f"(next event at {t} ns)"
                     )
                 self._step(t)
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        """Run until nothing is in flight; raise if that would pass `limit_ns` or cannot happen."""
+        self._run_events(limit_ns)
         if self._flows:
             stuck = sorted(self._wait)[:5]
             raise PhantoraError(
