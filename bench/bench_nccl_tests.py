@@ -28,10 +28,19 @@ from phantora.report.nccl_tests import HOST_LAUNCH_US, launch_bound
 from phantora.topology.model import Topology
 
 
+def _engine(network: str, topo: Topology) -> Any:
+    """The engine named `network` on `topo` (through an `EngineSpec` where the factory takes one)."""
+    try:
+        from phantora.netsim.engine_spec import EngineSpec
+    except ImportError:
+        return make_engine(network, topo)  # type: ignore[arg-type]
+    return make_engine(EngineSpec(network=network), topo)
+
+
 def bus_bandwidth(coll: Collective, topo: Topology, opts: AlgoOptions, network: str) -> tuple[float, dict[str, Any]]:
     """Bus bandwidth (GB/s) of one collective alone on an idle network, and NCCL's choice."""
     dag = decompose(coll, topo, opts)
-    engine = make_engine(network, topo)
+    engine = _engine(network, topo)
     try:
         engine.submit(dag.flows, at=0)
         t = max(c.end_ns for c in engine.drain())

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
 from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -269,7 +270,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if best is None:
         return None
     t, cost, ch = best
-    algbw = cost.algbw * channel_limit(cost.algorithm, p, st)
+    kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
+    algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
     if overhead := chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch):
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' cost lowers the throughput
