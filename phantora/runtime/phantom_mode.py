@@ -73,6 +73,9 @@ def enable() -> None:
     _ddp_on_meta()
     _tolist_on_meta()
     _masked_softmax_on_meta()
+    from phantora.runtime import phantom_dcp
+
+    phantom_dcp.refuse_in_phantom_mode()
 
 
 def _allow_fsdp_meta_params() -> None:
