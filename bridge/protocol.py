@@ -241,25 +241,25 @@ def decode(raw: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
 
 # ----- flows and completions on the wire ------------------------------------------------------
 def flow_to_wire(f: Flow, deps: Sequence[int] | None = None) -> list[Any]:
-    """9 fields; a 10th, the DLCP loss budget, and an 11th, the rate cap (payload bits/s), only when needed (the
-    cap not 0; the budget when it or the cap is not 0). `deps` replaces the flow's own."""
+    """9 fields; a 10th, the DLCP loss budget, an 11th, the rate cap (payload bits/s), and a 12th, the connection,
+    only when needed (a trailing field is sent when it or a later one is not 0). `deps` replaces the flow's own."""
     row = [f.id, f.src, f.dst, f.size, list(f.deps if deps is None else deps), f.delay_ns, f.tag, f.priority, f.key]
-    if f.rate_bps:
-        return [*row, f.loss_budget, f.rate_bps]
-    return [*row, f.loss_budget] if f.loss_budget else row
+    extra = [f.loss_budget, f.rate_bps, f.conn]
+    while extra and not extra[-1]:
+        extra.pop()
+    return [*row, *extra]
 
 
 def flow_from_wire(row: Any) -> Flow:
-    """A wire row (9, 10 or 11 fields) -> Flow; ProtocolError if the row is not a well-formed flow."""
-    if not isinstance(row, list) or len(row) not in (9, 10, 11):
-        raise ProtocolError(f"a flow is a list of 9 (to 11) fields, got {row!r:.80}", code=E_MALFORMED)
+    """A wire row (9 to 12 fields) -> Flow; ProtocolError if the row is not a well-formed flow."""
+    if not isinstance(row, list) or not 9 <= len(row) <= 12:
+        raise ProtocolError(f"a flow is a list of 9 (to 12) fields, got {row!r:.80}", code=E_MALFORMED)
     fid, src, dst, size, deps, delay, tag, prio, key = row[:9]
-    budget = row[9] if len(row) >= 10 else 0
-    rate = row[10] if len(row) == 11 else 0
-    ints = (fid, src, dst, size, delay, prio, budget, rate)
+    budget, rate, conn = [*row[9:], 0, 0, 0][:3]
+    ints = (fid, src, dst, size, delay, prio, budget, rate, conn)
     if not (all(_int(x) for x in ints) and _ints(deps) and _str(tag) and _opt_int(key)):
         raise ProtocolError(f"bad flow fields {row!r:.80}", code=E_MALFORMED)
-    return Flow(fid, src, dst, size, tuple(deps), delay, tag, prio, key, budget, rate)
+    return Flow(fid, src, dst, size, tuple(deps), delay, tag, prio, key, budget, rate, conn)
 
 
 def completion_to_wire(c: Completion) -> list[Any]:

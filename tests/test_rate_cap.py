@@ -203,8 +203,9 @@ def test_wire_accepts_old_rows_and_refuses_bad_caps() -> None:
     assert flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5]).rate_bps == 5
     with pytest.raises(ProtocolError):
         flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, "fast"])
+    assert flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6]).conn == 6  # the 12th field: the connection
     with pytest.raises(ProtocolError):
-        flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6])
+        flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7])
 
 
 # ----- the packet engine (ns-3) ------------------------------------------------------------------------------
@@ -263,10 +264,11 @@ def test_packet_engine_refuses_caps_past_64_bits(ns3_lib) -> None:
 def test_reuse_tells_a_capped_episode_from_an_uncapped_one(ns3_lib) -> None:
     """`reuse=on` keys episodes by their flows' shape, the cap included: the same flow capped is run, not
     served from the uncapped profile; the capped one repeated is served."""
+    from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
     from phantora.netsim.packet_config import PacketConfig
 
-    sim = make_engine("ns3", star(2), config=PacketConfig(reuse="on"))
+    sim = make_engine(EngineSpec("ns3", PacketConfig(reuse="on")), star(2))
     took = []
     for i, cap in enumerate((0, 10 * G, 10 * G)):
         t0 = sim.now() + 50_000

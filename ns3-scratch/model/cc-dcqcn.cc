@@ -9,6 +9,8 @@
 #include "ns3/uinteger.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 
 namespace ns3 {
 
@@ -150,6 +152,104 @@ void CcDcqcn::Stop() {
   m_alphaEvent.Cancel();
   m_decreaseEvent.Cancel();
   m_rpEvent.Cancel();
+}
+
+namespace {
+
+/// When a pending event is due, in ns; -1 if it is not pending.
+int64_t DueNs(const EventId& ev) {
+  return ev.IsPending() ? (Simulator::Now() + Simulator::GetDelayLeft(ev)).GetNanoSeconds() : -1;
+}
+
+/// The first time `due` + k * `period` (k >= 0) at or after `nowNs`, and k.
+int64_t SkipTo(int64_t due, int64_t period, int64_t nowNs, uint64_t& ticks) {
+  ticks = due >= nowNs ? 0 : static_cast<uint64_t>((nowNs - due + period - 1) / period);
+  return due + static_cast<int64_t>(ticks) * period;
+}
+
+}  // namespace
+
+void CcDcqcn::OnIdle(uint64_t /*nowNs*/) {
+  m_alphaDueNs = DueNs(m_alphaEvent);
+  m_decreaseDueNs = DueNs(m_decreaseEvent);
+  m_rpDueNs = DueNs(m_rpEvent);
+  Stop();
+}
+
+void CcDcqcn::OnResume(uint64_t nowNs) {
+  const auto now = static_cast<int64_t>(nowNs);
+  const int64_t alphaP = m_alphaResumeInterval.GetNanoSeconds();
+  const int64_t decP = m_rateDecreaseInterval.GetNanoSeconds();
+  const int64_t rpP = m_rpTimer.GetNanoSeconds();
+  // Replay the ticks due before now in time order. Ticks due at the same time run as the live timers would: the
+  // one scheduled first, i.e. the one with the longest period (increase, then cut check, then alpha), first.
+  // While a CNP of the last message is still to be acted on every tick matters; then alpha only decays (until it
+  // is 0: no later tick changes it), a check finds no CNP, and an increase moves the rate towards the line rate
+  // (until both rates reach it). The arithmetic is the timers' own, so the state is theirs to the bit.
+  auto due = [now](int64_t t) { return t >= 0 && t < now ? t : INT64_MAX; };
+  uint64_t ticks = 0;
+  while (m_alphaCnpArrived || m_decreaseCnpArrived) {
+    const int64_t a = due(m_alphaDueNs);
+    const int64_t d = due(m_decreaseDueNs);
+    const int64_t r = due(m_rpDueNs);
+    const int64_t t = std::min({a, d, r});
+    if (t == INT64_MAX) {
+      break;
+    }
+    if (t == r) {
+      IncreaseRate();
+      ++m_timerStage;
+      m_rpDueNs += rpP;
+    } else if (t == d) {
+      m_decreaseDueNs += decP;
+      if (m_decreaseCnpArrived) {
+        m_decreaseCnpArrived = false;
+        if (m_clampTargetRate || m_timerStage != 0 || m_byteStage != 0) {
+          m_targetRateBps = m_rateBps.Get();
+        }
+        SetRate(static_cast<double>(m_rateBps.Get()) * (1.0 - m_alpha / 2.0));
+        ++m_decreases;
+        m_timerStage = 0;
+        m_byteStage = 0;
+        m_bytesSinceIncrease = 0;
+        m_rpDueNs = t + rpP;  // the cut restarts the increase timer
+      }
+    } else {
+      m_alpha = (1.0 - m_g) * m_alpha + (m_alphaCnpArrived ? m_g : 0.0);
+      m_alphaCnpArrived = false;
+      m_alphaDueNs += alphaP;
+    }
+  }
+  while (due(m_alphaDueNs) != INT64_MAX && m_alpha != 0.0) {
+    m_alpha = (1.0 - m_g) * m_alpha + 0.0;
+    m_alphaDueNs += alphaP;
+  }
+  if (m_alphaDueNs >= 0) {
+    m_alphaDueNs = SkipTo(m_alphaDueNs, alphaP, now, ticks);
+  }
+  if (m_decreaseDueNs >= 0) {
+    m_decreaseDueNs = SkipTo(m_decreaseDueNs, decP, now, ticks);
+  }
+  while (due(m_rpDueNs) != INT64_MAX && (m_rateBps.Get() != m_lineRateBps || m_targetRateBps != m_lineRateBps)) {
+    IncreaseRate();
+    ++m_timerStage;
+    m_rpDueNs += rpP;
+  }
+  if (m_rpDueNs >= 0) {
+    m_rpDueNs = SkipTo(m_rpDueNs, rpP, now, ticks);
+    m_timerStage += static_cast<uint32_t>(std::min<uint64_t>(ticks, UINT32_MAX - m_timerStage));
+  }
+  // Rescheduled longest period first, so that ties later run in the live timers' order.
+  if (m_rpDueNs >= 0) {
+    m_rpEvent = Simulator::Schedule(NanoSeconds(m_rpDueNs - now), &CcDcqcn::RpTimerExpired, this);
+  }
+  if (m_decreaseDueNs >= 0) {
+    m_decreaseEvent = Simulator::Schedule(NanoSeconds(m_decreaseDueNs - now), &CcDcqcn::CheckRateDecrease, this);
+  }
+  if (m_alphaDueNs >= 0) {
+    m_alphaEvent = Simulator::Schedule(NanoSeconds(m_alphaDueNs - now), &CcDcqcn::UpdateAlpha, this);
+  }
+  m_alphaDueNs = m_decreaseDueNs = m_rpDueNs = -1;
 }
 
 void CcDcqcn::DoDispose() {

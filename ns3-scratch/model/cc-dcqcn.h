@@ -4,6 +4,9 @@
 // at most once per RateDecreaseInterval, by (1 - alpha/2). Increases come from the RP timer (and, when
 // ByteCounter > 0, from a byte counter as in the paper): fast recovery, then additive, then hyper increase.
 // There is no window. Rates scale with the line rate where the reference does (AI, HAI).
+// On a persistent queue pair the timers stop while it is idle (so an idle fabric has no events) and OnResume
+// replays the ticks that fell due meanwhile: alpha decays, a pending cut happens, the rate recovers, exactly as
+// if the timers had kept running.
 #ifndef PHANTORA_CC_DCQCN_H
 #define PHANTORA_CC_DCQCN_H
 
@@ -24,6 +27,8 @@ class CcDcqcn : public CongestionControl {
   void OnAck(const CcFeedback& fb) override;
   void OnSend(uint32_t bytes, uint64_t nowNs) override;
   void Stop() override;
+  void OnIdle(uint64_t nowNs) override;
+  void OnResume(uint64_t nowNs) override;
 
   double GetAlpha() const { return m_alpha; }
   uint64_t GetTargetRateBps() const { return m_targetRateBps; }
@@ -68,6 +73,10 @@ class CcDcqcn : public CongestionControl {
   EventId m_alphaEvent;
   EventId m_decreaseEvent;
   EventId m_rpEvent;
+  // While idle: when each stopped timer was next due (ns; -1 = it was not running).
+  int64_t m_alphaDueNs = -1;
+  int64_t m_decreaseDueNs = -1;
+  int64_t m_rpDueNs = -1;
 };
 
 }  // namespace ns3

@@ -2,7 +2,9 @@
 // A CC is one .cc file: a CongestionControl subclass with an ns-3 TypeId (its attributes and defaults) and
 // PHANTORA_REGISTER_CC(Class, "name"), which makes `--cc name` and `--set cc.ATTR=VALUE` reach it. The NIC
 // creates one per queue pair, calls Start() once, OnSend() per data packet and OnAck() per ACK, paces at
-// GetRateBps() and keeps at most GetWindowBytes() in flight (0 = no window).
+// GetRateBps() and keeps at most GetWindowBytes() in flight (0 = no window). A queue pair may carry several
+// messages one after another (a connection): ACK sequence numbers run on across them, and between messages the
+// CC is told OnIdle() and OnResume().
 #ifndef PHANTORA_CONGESTION_CONTROL_H
 #define PHANTORA_CONGESTION_CONTROL_H
 
@@ -45,7 +47,11 @@ class CongestionControl : public Object {   // one instance per queue pair, crea
   virtual void Start(uint64_t lineRateBps, uint64_t baseRttNs, uint32_t mtuBytes, uint64_t bdpBytes);
   virtual void OnAck(const CcFeedback& fb) = 0;
   virtual void OnSend(uint32_t bytes, uint64_t nowNs) {}
-  virtual void Stop() {}                     // cancel timers when the flow ends
+  virtual void Stop() {}                     // cancel timers when the queue pair closes
+  /// The queue pair went idle (its last message finished): by default stop the timers, as Stop().
+  virtual void OnIdle(uint64_t /*nowNs*/) { Stop(); }
+  /// A message starts on the idle queue pair: bring time-driven state up to date (default: nothing to do).
+  virtual void OnResume(uint64_t /*nowNs*/) {}
   virtual bool WantsInt() const { return false; }
   uint64_t GetRateBps() const;               // pacing rate the NIC must use now
   uint64_t GetWindowBytes() const;           // in-flight cap; 0 = no window

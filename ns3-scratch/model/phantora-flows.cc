@@ -145,7 +145,7 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
     return;
   }
   fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
-  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps});
+  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps, f.conn});
   recorder->StartSampling(MakeCallback(&Impl::Busy, this));
 }
 
@@ -237,6 +237,16 @@ void PhantoraNetwork::SetMaxRate(uint64_t id, uint64_t bps) {
   }
   NS_LOG_FUNCTION(this << id << bps);
   it->second.maxRateBps = bps;
+}
+
+void PhantoraNetwork::SetConnection(uint64_t id, uint64_t conn) {
+  Impl& s = Need();
+  auto it = s.flows.find(id);
+  if (it == s.flows.end() || it->second.startNs >= 0) {
+    throw std::invalid_argument("flow " + std::to_string(id) + ": SetConnection on a flow not waiting to start");
+  }
+  NS_LOG_FUNCTION(this << id << conn);
+  it->second.conn = conn;
 }
 
 template <typename R, typename F>

@@ -35,6 +35,7 @@ class PhantoraNetwork::Impl {
     bool dataDone = false;
     uint64_t lossBudget = 0;
     uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (SetMaxRate; 0 = none)
+    uint64_t conn = 0;        ///< connection (SetConnection; 0 = a queue pair of its own)
     int64_t minPropNs = -1;  ///< least propagation to dst (CompletionBounds), once asked
   };
 

@@ -265,6 +265,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
       t.entropiesExplored += c.entropiesExplored;
       t.entropiesRecycled += c.entropiesRecycled;
       t.payloadBytesDelivered += c.payloadBytesDelivered;
+      t.queuePairs += c.queuePairs;
     }
   }
   return {{"events", static_cast<double>(Simulator::GetEventCount())},
@@ -272,6 +273,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"flows_completed", static_cast<double>(s.completed)},
           {"flows_in_flight", static_cast<double>(s.inFlight)},
           {"active_qps", static_cast<double>(qps)},
+          {"queue_pairs", static_cast<double>(t.queuePairs)},
           {"data_packets", static_cast<double>(t.dataPackets)},
           {"retx_packets", static_cast<double>(t.retxPackets)},
           {"retx_bytes", static_cast<double>(t.retxBytes)},

@@ -161,6 +161,12 @@ class PhantoraNetwork {
   /// unknown or started.
   void SetMaxRate(uint64_t id, uint64_t bps);
 
+  /// Send flow `id` (added, not yet started) as a message on connection `conn`: the flows of one connection
+  /// share a queue pair at their source NIC, in the order they start, with one CC state that persists between
+  /// them (an NCCL connection's queue pair). 0 = a queue pair of its own. Throws std::invalid_argument if the
+  /// flow is unknown or started; its start throws if the connection goes to another destination.
+  void SetConnection(uint64_t id, uint64_t conn);
+
   // Each run call below stops within one event of SIGTERM or SIGINT (see phantora-interrupt.h): it then
   // returns at once (false) and InterruptedBy() names the signal; the network is part-way and every later run
   // call throws. Python's own handler of the signal runs as the call returns.

@@ -150,11 +150,9 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   NS_ASSERT_MSG(qp->port < m_ports.size(), "no route from " << m_id << " to " << spec.dst);
   const uint64_t now = NowNs();
   qp->lastProgressNs = now;
-  qp->nextAvailPs = now * 1000;
   const uint64_t rate = m_dev[qp->port]->GetRateBps();
   qp->rttNs = m_baseRtt(m_id, spec.dst, spec.key);
-  qp->cc = m_ccFactory.Create<CongestionControl>();
-  qp->cc->Start(rate, qp->rttNs, m_payloadBytes, m_bdp(m_id, spec.dst, spec.key));
+  OpenConn(qp.get(), now);
   if (m_rxMode == RxMode::Sack) {
     const int64_t window = m_reorderWindow.GetNanoSeconds();
     qp->sack.Configure(m_payloadBytes, window > 0 ? static_cast<uint64_t>(window) : qp->rttNs);
@@ -173,6 +171,65 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
                          << " bit/s)");
   }
   m_dev[raw->port]->Kick();
+}
+
+RdmaNic::Conn* RdmaNic::OpenConn(Qp* qp, uint64_t nowNs) {
+  const QpSpec& spec = qp->spec;
+  Conn* conn = nullptr;
+  if (spec.conn == 0) {
+    qp->own = std::make_unique<Conn>();
+    conn = qp->own.get();
+  } else {
+    std::unique_ptr<Conn>& slot = m_conns[spec.conn];
+    if (slot && slot->dst != spec.dst) {
+      throw std::invalid_argument("flow " + std::to_string(spec.id) + " to node " + std::to_string(spec.dst) +
+                                  " is on connection " + std::to_string(spec.conn) + ", which goes to node " +
+                                  std::to_string(slot->dst));
+    }
+    if (slot) {
+      conn = slot.get();
+      if (conn->open.empty()) {
+        conn->cc->OnResume(nowNs);
+        NS_LOG_LOGIC("node " << m_id << " resumes connection " << spec.conn << " at " << conn->cc->GetRateBps()
+                             << " bit/s");
+      }
+    } else {
+      slot = std::make_unique<Conn>();
+      conn = slot.get();
+    }
+  }
+  if (!conn->cc) {
+    ++m_counters.queuePairs;
+    conn->dst = spec.dst;
+    conn->nextAvailPs = nowNs * 1000;
+    conn->cc = m_ccFactory.Create<CongestionControl>();
+    conn->cc->Start(m_dev[qp->port]->GetRateBps(), qp->rttNs, m_payloadBytes, m_bdp(m_id, spec.dst, spec.key));
+  }
+  qp->conn = conn;
+  qp->base = conn->streamBytes;
+  conn->streamBytes += spec.size;
+  conn->open.push_back(qp);
+  return conn;
+}
+
+bool RdmaNic::InTurn(const Qp* qp) {
+  for (const Qp* q : qp->conn->open) {
+    if (q == qp) {
+      return true;
+    }
+    if (q->sndNxt < q->spec.size) {
+      return false;
+    }
+  }
+  return true;
+}
+
+uint64_t RdmaNic::InFlight(const Qp* qp) const {
+  uint64_t bytes = 0;
+  for (const Qp* q : qp->conn->open) {
+    bytes += m_rxMode == RxMode::Rud ? q->rud.InFlightBytes() : q->sndNxt - q->sndUna;
+  }
+  return bytes;
 }
 
 void RdmaNic::ExpectFlow(uint64_t id, uint64_t size, uint64_t lossBudget) {
@@ -212,7 +269,7 @@ void RdmaNic::AckTimeout(uint64_t flowId) {
 
 Ptr<CongestionControl> RdmaNic::GetCc(uint64_t flowId) const {
   auto it = m_qps.find(flowId);
-  return it == m_qps.end() ? nullptr : it->second->cc;
+  return it == m_qps.end() ? nullptr : it->second->conn->cc;
 }
 
 FlowTransportStats RdmaNic::RxStats(uint64_t flowId) const {
@@ -265,15 +322,16 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
     const bool rud = m_rxMode == RxMode::Rud;
     // sack: retransmissions ignore the window; rud: the window caps what is neither acknowledged nor lost
     const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (rud && qp->rud.HasLost());
-    if (paused[qp->spec.prio % kNumPrio] || (!lost && qp->sndNxt >= qp->spec.size)) {
+    if (paused[qp->spec.prio % kNumPrio] || (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp)))) {
       continue;
     }
-    const uint64_t win = qp->cc->GetWindowBytes();
-    if (win != 0 && (rud ? qp->rud.InFlightBytes() >= win : !lost && qp->sndNxt - qp->sndUna >= win)) {
+    const Conn* conn = qp->conn;
+    const uint64_t win = conn->cc->GetWindowBytes();
+    if (win != 0 && (rud || !lost) && InFlight(qp) >= win) {
       continue;
     }
-    if (qp->nextAvailPs > nowPs + 999) {  // pacing: due later than within this ns
-      earliest = std::min(earliest, qp->nextAvailPs);
+    if (conn->nextAvailPs > nowPs + 999) {  // pacing: due later than within this ns
+      earliest = std::min(earliest, conn->nextAvailPs);
       continue;
     }
     if (!m_strict) {  // round robin: the first due queue pair
@@ -342,7 +400,8 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   } else if (m_rxMode == RxMode::Rud) {
     qp->rud.OnSend(hdr.seq, hdr.payload, nowNs, resend);
   }
-  uint64_t rate = qp->cc->GetRateBps();
+  Conn* conn = qp->conn;
+  uint64_t rate = conn->cc->GetRateBps();
   const uint64_t line = m_dev[qp->port]->GetRateBps();
   if (rate == 0 || rate > line) {
     rate = line;
@@ -350,20 +409,20 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // Pace on an exact ps timeline: the packet's ideal start is when it became due (or up to 1 ns ago, if
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
-  const uint64_t idealStart = std::max(qp->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
+  const uint64_t idealStart = std::max(conn->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
   // The rate cap is payload bits/s: it binds when the payload at the cap takes longer than the wire bytes at
   // `rate` (payload x rate > wire x cap); then the payload is paced at the cap, so the flow's payload rate is
   // the cap exactly, whatever the packet sizes. The sub-ps remainder restarts when the pacing rate switches.
   const uint64_t cap = qp->spec.maxRateBps;
   const bool capped = cap != 0 && hdr.payload != 0 &&
                       static_cast<unsigned __int128>(hdr.payload) * rate > static_cast<unsigned __int128>(wire) * cap;
-  if (capped != qp->capPaced) {
-    qp->capPaced = capped;
-    qp->paceRem = 0;
+  if (capped != conn->capPaced) {
+    conn->capPaced = capped;
+    conn->paceRem = 0;
   }
-  qp->nextAvailPs = idealStart + (capped ? SerialisationPs(hdr.payload, cap, qp->paceRem)
-                                         : SerialisationPs(wire, rate, qp->paceRem));
-  qp->cc->OnSend(hdr.payload, nowNs);
+  conn->nextAvailPs = idealStart + (capped ? SerialisationPs(hdr.payload, cap, conn->paceRem)
+                                           : SerialisationPs(wire, rate, conn->paceRem));
+  conn->cc->OnSend(hdr.payload, nowNs);
   ArmRto(qp);
 }
 
@@ -601,7 +660,7 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
   }
   CcFeedback fb;
   fb.nowNs = now;
-  fb.ackSeq = hdr.seq;
+  fb.ackSeq = qp->base + hdr.seq;  // the queue pair's byte stream runs on across its messages
   fb.newlyAcked = static_cast<uint32_t>(std::min<uint64_t>(newly, std::numeric_limits<uint32_t>::max()));
   fb.ecnEcho = hdr.flags & kFlagEcnEcho;
   fb.rttNs = now > hdr.tsNs ? now - hdr.tsNs : 0;
@@ -612,7 +671,7 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     NS_LOG_LOGIC("node " << m_id << " flow " << hdr.flowId << " gets a CNP from " << hdr.src << " at seq " << hdr.seq);
     m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
   }
-  qp->cc->OnAck(fb);
+  qp->conn->cc->OnAck(fb);
   if (qp->sndUna >= qp->spec.size) {
     Finish(qp);
     return;
@@ -642,7 +701,7 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
   }
   CcFeedback fb;
   fb.nowNs = now;
-  fb.ackSeq = hdr.seq;
+  fb.ackSeq = qp->base + hdr.seq;  // the queue pair's byte stream runs on across its messages
   fb.newlyAcked = static_cast<uint32_t>(std::min<uint64_t>(newly, std::numeric_limits<uint32_t>::max()));
   fb.ecnEcho = ecn;
   fb.rttNs = hdr.type == PktType::Ack && now > hdr.tsNs ? now - hdr.tsNs : 0;
@@ -653,7 +712,7 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
     ++m_counters.cnps;
     m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
   }
-  qp->cc->OnAck(fb);
+  qp->conn->cc->OnAck(fb);
   if (qp->sndUna >= qp->spec.size) {
     Finish(qp);
     return;
@@ -662,7 +721,13 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
 }
 
 void RdmaNic::Finish(Qp* qp) {
-  qp->cc->Stop();
+  Conn* conn = qp->conn;
+  conn->open.erase(std::find(conn->open.begin(), conn->open.end(), qp));
+  if (qp->own) {
+    conn->cc->Stop();  // a flow's own queue pair closes with it
+  } else if (conn->open.empty()) {
+    conn->cc->OnIdle(NowNs());
+  }
   m_counters.entropiesExplored += qp->ev.Explored();
   m_counters.entropiesRecycled += qp->ev.Recycled();
   qp->rto.Cancel();
@@ -737,9 +802,15 @@ void RdmaNic::SetIntEnabled(bool on) { m_wire.intOn = on; }
 void RdmaNic::DoDispose() {
   for (auto& [id, qp] : m_qps) {
     qp->rto.Cancel();
-    qp->cc = nullptr;
+    if (qp->own) {
+      qp->own->cc->Stop();
+    }
+  }
+  for (auto& [id, conn] : m_conns) {
+    conn->cc->Stop();
   }
   m_qps.clear();
+  m_conns.clear();
   m_rx.clear();
   m_doneTx.clear();
   m_dev.clear();

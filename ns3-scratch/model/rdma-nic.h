@@ -1,4 +1,4 @@
-// RDMA NIC of an endpoint: one queue pair per flow, rate pacing, ACK/NACK, go-back-N, PFC-aware.
+// RDMA NIC of an endpoint: queue pairs (one per connection, or per flow), rate pacing, ACK/NACK, go-back-N, PFC-aware.
 #ifndef PHANTORA_RDMA_NIC_H
 #define PHANTORA_RDMA_NIC_H
 
@@ -36,12 +36,20 @@ struct QpSpec {
   uint64_t key = 0;
   uint64_t lossBudget = 0;  ///< DLCP: payload bytes the receiver may accept as lost (0 = lossless)
   uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (e.g. an NCCL channel's throughput limit; 0 = none)
+  uint64_t conn = 0;  ///< connection: flows with the same non-zero id are messages on one queue pair; 0 = its own
 };
 
 /**
- * The NIC of one endpoint. Sender: a queue pair per flow with its own CongestionControl object;
- * the queue pairs of a port share it packet by packet, round robin, each paced at its CC rate and
- * capped by its CC window; a NACK or a timeout rewinds to the first unacknowledged byte (go-back-N).
+ * The NIC of one endpoint. Sender: a queue pair per connection (QpSpec::conn; a flow without one gets a queue
+ * pair of its own) with its own CongestionControl object; the queue pairs of a port share it packet by packet,
+ * round robin, each paced at its CC rate and capped by its CC window; a NACK or a timeout rewinds to the first
+ * unacknowledged byte (go-back-N).
+ * Connections persist, as an NCCL connection's queue pair does for the communicator's life: the flows of one
+ * connection are its messages, sent in the order they started (a message sends new data only once every earlier
+ * one has been sent once), sharing its pacing, its window and its CC state, which sees one byte stream (the
+ * sequence numbers it is given run on across messages). When a connection's last open message finishes the CC is
+ * told OnIdle; the next message calls OnResume, so a rate cut outlives a message and recovers with time as the
+ * CC's own timers would have it.
  * Receiver: in-order delivery; an ACK per `ackInterval` packets carries the ECN echo and the INT
  * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
  * An ACK or NACK that echoes a CE mark is a CNP: the sender counts it and fires the "CnpRx" trace.
@@ -90,6 +98,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t entropiesExplored = 0;  ///< LoadBalancing reps / oblivious: fresh entropy values drawn
     uint64_t entropiesRecycled = 0;  ///< LoadBalancing reps: entropy values reused after a good ACK
     uint64_t payloadBytesDelivered = 0;
+    uint64_t queuePairs = 0;  ///< queue pairs opened: one per connection, plus one per flow without a connection
   };
 
   /// Own the PhantoraNetDevices of `node` (port i = device i), as fabric node `nodeId`.
@@ -110,6 +119,7 @@ class RdmaNic : public Object, public PortOwner {
   bool Dequeue(uint32_t port, const bool* paused, TxItem& out) override;
   void Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) override;
 
+  /// Flows being sent (messages on their queue pairs).
   uint32_t ActiveQps() const { return static_cast<uint32_t>(m_qps.size()); }
   const Counters& GetCounters() const { return m_counters; }
   uint32_t GetPayloadSize() const { return m_payloadBytes; }
@@ -129,20 +139,31 @@ class RdmaNic : public Object, public PortOwner {
   void DoDispose() override;
 
  private:
-  struct Qp {
-    QpSpec spec;
-    uint32_t port = 0;
-    uint64_t sndNxt = 0;
-    uint64_t sndUna = 0;
-    uint64_t maxSent = 0;       ///< highest byte sent so far (to count retransmissions)
+  struct Qp;
+  /// A queue pair: what the messages (flows) of one connection share.
+  struct Conn {
+    Ptr<CongestionControl> cc;
+    uint64_t streamBytes = 0;   ///< bytes of the messages started on it so far (the CC's sequence space)
     uint64_t nextAvailPs = 0;   ///< pacing: earliest time of the next packet
     uint64_t paceRem = 0;       ///< sub-ps remainder of the pacing intervals
     bool capPaced = false;      ///< the last packet was paced by the rate cap (paceRem is of the cap then)
+    uint32_t dst = 0;
+    std::vector<Qp*> open;      ///< its messages not finished, in the order they started
+  };
+  /// A flow being sent: one message on a queue pair.
+  struct Qp {
+    QpSpec spec;
+    uint32_t port = 0;
+    Conn* conn = nullptr;         ///< its queue pair (`own`, or a connection's in m_conns)
+    std::unique_ptr<Conn> own;    ///< the queue pair of a flow without a connection
+    uint64_t base = 0;            ///< where this message starts in its queue pair's byte stream
+    uint64_t sndNxt = 0;
+    uint64_t sndUna = 0;
+    uint64_t maxSent = 0;       ///< highest byte sent so far (to count retransmissions)
     uint64_t lastProgressNs = 0;
     uint64_t lastRewindSeq = UINT64_MAX;
     uint64_t lastRewindNs = 0;
     uint64_t rttNs = 0;
-    Ptr<CongestionControl> cc;
     EventId rto;
     bool budgetGone = false;    ///< DLCP: the receiver spent the loss budget; flag nothing more
     SackSender sack;            ///< Receiver = sack: the packets in flight
@@ -179,6 +200,12 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t wakeNs = 0;
   };
 
+  /// The queue pair of a new flow: its own, or its connection's (opened on first use, resumed if idle).
+  Conn* OpenConn(Qp* qp, uint64_t nowNs);
+  /// A message may send new data once every earlier message of its queue pair has been sent once.
+  static bool InTurn(const Qp* qp);
+  /// Bytes in flight on qp's queue pair, over all its messages (what its CC window caps).
+  uint64_t InFlight(const Qp* qp) const;
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
   void ReceiveData(const PhantoraHeader& hdr);
   /// Receiver = sack: keep the packet whatever its order, ACK out-of-order arrivals at once with their block.
@@ -233,6 +260,7 @@ class RdmaNic : public Object, public PortOwner {
   std::vector<Ptr<PhantoraNetDevice>> m_dev;
   std::vector<Port> m_ports;
   std::unordered_map<uint64_t, std::unique_ptr<Qp>> m_qps;
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> m_conns;  ///< connections by QpSpec::conn
   std::unordered_map<uint64_t, Rx> m_rx;
   std::unordered_map<uint64_t, FlowTransportStats> m_doneTx;  ///< finished queue pairs' retransmissions
 

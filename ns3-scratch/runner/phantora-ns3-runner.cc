@@ -129,6 +129,9 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
   } else if (c.verb == "SetMaxRate") {
     Need(c, 2);
     net.SetMaxRate(U64(c.args[0]), U64(c.args[1]));
+  } else if (c.verb == "SetConnection") {
+    Need(c, 2);
+    net.SetConnection(U64(c.args[0]), U64(c.args[1]));
   } else if (c.verb == "RunUntil") {
     Need(c, 1);
     net.RunUntil(I64(c.args[0]));

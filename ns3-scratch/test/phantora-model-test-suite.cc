@@ -1,6 +1,7 @@
 // Unit tests of the phantora ns-3 module against closed-form answers: switch buffer accounting, wire
 // sizes, attribute checking, HPCC's ECMP, and a single flow's completion times through one switch (at line
-// rate, and paced at a rate cap).
+// rate, and paced at a rate cap), messages on one connection, and DCQCN's state across an idle queue pair.
+#include "cc-dcqcn.h"
 #include "congestion-control.h"
 #include "fabric-installer.h"
 #include "phantora-fabric.h"
@@ -521,6 +522,96 @@ class PacketViewTest : public TestCase {
   }
 };
 
+/// Two 1 MB flows on one connection (SetConnection) are messages on one queue pair: the second is sent after the
+/// first, so the first ends as a lone flow does and the second after both flows' bytes at line rate; one queue
+/// pair is opened. Without a connection each flow has its own, they share the link and both end after both flows'
+/// bytes.
+class ConnectionOrderTest : public TestCase {
+ public:
+  ConnectionOrderTest() : TestCase("the flows of one connection are sent in order on one queue pair") {}
+
+ private:
+  void DoRun() override {
+    for (const bool shared : {true, false}) {
+      const uint64_t bps = 100'000'000'000ULL;
+      const uint64_t delayNs = 1000;
+      const uint64_t size = 1'000'000;
+      PhantoraNetwork net;
+      net.SetParam("nic.PayloadSize", "1000");
+      const uint32_t a = net.AddNode("host");
+      const uint32_t b = net.AddNode("host");
+      const uint32_t sw = net.AddNode("switch");
+      net.AddLink(a, sw, bps, delayNs);
+      net.AddLink(sw, b, bps, delayNs);
+      net.Finalize();
+      net.AddFlow(7, a, b, size, 0, 3, 7, {}, 0);
+      net.AddFlow(8, a, b, size, 0, 3, 7, {}, 0);
+      if (shared) {
+        net.SetConnection(7, 42);
+        net.SetConnection(8, 42);
+      }
+      NS_TEST_ASSERT_MSG_EQ(net.RunUntilQuiet(int64_t{1} << 40), true, "both flows complete");
+      auto done = net.DrainCompletions();
+      NS_TEST_ASSERT_MSG_EQ(done.size(), 2u, "two completions");
+      std::sort(done.begin(), done.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+      const double one = (size + size / 1000 * 48) * 8.0 / 100.0;  // one flow's bytes at line rate, ns
+      const double tail = 1048 * 8.0 / 100.0 + 2.0 * delayNs;       // last packet's second hop, both delays
+      NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[1].endNs), 2 * one + tail, 4.0, "the later one: both");
+      const double firstEnd = shared ? one + tail : 2 * one + tail;
+      const double firstTol = shared ? 4.0 : 2 * 1048 * 8.0 / 100.0;  // interleaved: within a packet each way
+      NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs), firstEnd, firstTol,
+                                "the first: alone on its queue pair, or shared");
+      double qps = 0;
+      for (const auto& [name, value] : net.Stats()) {
+        qps = name == "queue_pairs" ? value : qps;
+      }
+      NS_TEST_ASSERT_MSG_EQ(qps, shared ? 1.0 : 2.0, "queue pairs opened");
+    }
+  }
+};
+
+/// DCQCN on a queue pair that goes idle: its timers stop, and OnResume brings rate, target rate, alpha and the cut
+/// count to what a twin whose timers kept running has, bit for bit, both at the resume and a while after it
+/// (resumed before the pending cut, after a cut and a partial recovery, and after a long idle).
+class DcqcnResumeTest : public TestCase {
+ public:
+  explicit DcqcnResumeTest(int64_t resumeNs)
+      : TestCase("DCQCN resumed at " + std::to_string(resumeNs) + " ns equals one whose timers ran"),
+        m_resumeNs(resumeNs) {}
+
+ private:
+  void DoRun() override {
+    Ptr<CcDcqcn> live = CreateObject<CcDcqcn>();
+    Ptr<CcDcqcn> idle = CreateObject<CcDcqcn>();
+    CcFeedback cnp{};
+    cnp.ecnEcho = true;
+    for (const Ptr<CcDcqcn>& cc : {live, idle}) {
+      cc->Start(100'000'000'000ULL, 8000, 1000, 100'000);
+      Simulator::Schedule(NanoSeconds(10), [cc, cnp] { cc->OnAck(cnp); });
+      Simulator::Schedule(NanoSeconds(2500), [cc, cnp] { cc->OnAck(cnp); });
+      Simulator::Schedule(NanoSeconds(9000), [cc, cnp] { cc->OnAck(cnp); });
+    }
+    Simulator::Schedule(NanoSeconds(9500), [idle] { idle->OnIdle(9500); });
+    auto same = [this, live, idle](const char* when) {
+      NS_TEST_EXPECT_MSG_EQ(idle->GetRateBps(), live->GetRateBps(), "rate " << when);
+      NS_TEST_EXPECT_MSG_EQ(idle->GetTargetRateBps(), live->GetTargetRateBps(), "target rate " << when);
+      NS_TEST_EXPECT_MSG_EQ(idle->GetAlpha(), live->GetAlpha(), "alpha " << when);
+      NS_TEST_EXPECT_MSG_EQ(idle->GetDecreaseCount(), live->GetDecreaseCount(), "cuts " << when);
+    };
+    Simulator::Schedule(NanoSeconds(m_resumeNs), [idle, this] { idle->OnResume(m_resumeNs); });
+    Simulator::Schedule(NanoSeconds(m_resumeNs), [same] { same("at the resume"); });
+    Simulator::Schedule(NanoSeconds(m_resumeNs + 777'777), [same] { same("after it"); });
+    Simulator::Stop(NanoSeconds(m_resumeNs + 777'778));
+    Simulator::Run();
+    NS_TEST_ASSERT_MSG_GT(live->GetDecreaseCount(), 0u, "the CNPs cut the rate");
+    live->Stop();
+    idle->Stop();
+    Simulator::Destroy();
+  }
+
+  int64_t m_resumeNs;
+};
+
 class PhantoraModelTestSuite : public TestSuite {
  public:
   PhantoraModelTestSuite() : TestSuite("phantora-model", Type::UNIT) {
@@ -536,6 +627,10 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new SingleFlowTest(4000), TestCase::Duration::QUICK);
     AddTestCase(new RateCapTest, TestCase::Duration::QUICK);
     AddTestCase(new FlowletOrderTest, TestCase::Duration::QUICK);
+    AddTestCase(new ConnectionOrderTest, TestCase::Duration::QUICK);
+    for (const int64_t resumeNs : {11'000, 12'345, 450'321, 5'000'017}) {
+      AddTestCase(new DcqcnResumeTest(resumeNs), TestCase::Duration::QUICK);
+    }
   }
 };
 

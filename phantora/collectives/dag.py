@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,23 @@ def ecmp_key(src: int, dst: int, channel: int) -> int:
     return (channel << 48) | (src << 24) | dst
 
 
+def communicator_id(family: str, ranks: Sequence[int]) -> int:
+    """A stable 63-bit id of one NCCL connection set: the algorithm family (ring, tree, p2p, ...) of one group.
+
+    NCCL connects each communicator once per family (the ring's and the tree's peers have their own connections,
+    p2p has its own) and keeps those queue pairs for the communicator's life. Not Python's `hash`: the id must be
+    the same in every process and run.
+    """
+    text = family + ":" + ",".join(map(str, ranks))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def connection_id(comm: int, src: int, dst: int, channel: int) -> int:
+    """The queue pair of one channel from endpoint `src` to endpoint `dst` in communicator `comm` (never 0)."""
+    text = f"{comm}:{channel}:{src}:{dst}"
+    return (int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1) | 1
+
+
 def split(total: int, parts: int) -> list[int]:
     """`total` split into `parts` near-equal integers (the first ``total % parts`` get one more)."""
     q, r = divmod(total, parts)
@@ -50,7 +69,9 @@ class DagBuilder:
     ranks: tuple[int, ...]  # global rank of each group position
     first_id: int
     prefix: str  # tag prefix, "" or "coll7/"
+    comm: int = 0  # `communicator_id` of the collective's connections; 0 = each flow a queue pair of its own
     flows: list[Flow] = field(default_factory=list)
+    _conns: dict[tuple[int, int, int], int] = field(default_factory=dict)
 
     def add(
         self,
@@ -71,7 +92,13 @@ class DagBuilder:
             )
         fid = self.first_id + len(self.flows)
         s, d = self.nodes[src], self.nodes[dst]
-        self.flows.append(Flow(fid, s, d, size, deps, delay_ns, self.prefix + tag, key=ecmp_key(s, d, channel)))
+        conn = 0
+        if self.comm:
+            conn = self._conns.get((s, d, channel), 0)
+            if not conn:
+                conn = self._conns[s, d, channel] = connection_id(self.comm, s, d, channel)
+        key = ecmp_key(s, d, channel)
+        self.flows.append(Flow(fid, s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn))
         return fid
 
     def finish(self) -> FlowDag:

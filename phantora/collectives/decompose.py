@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phantora.collectives.dag import DagBuilder, FlowDag, split
+from phantora.collectives.dag import DagBuilder, FlowDag, communicator_id, split
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl.pxn import pxn_relay
@@ -40,7 +40,7 @@ def decompose(
     """
     opts, choice = resolve(coll, topo, opts)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
-    b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "")
+    b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "", comm=_communicator(coll, opts))
     n = coll.size
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
         return b.finish()
@@ -50,6 +50,16 @@ def decompose(
         dag.flows = shape(dag.flows, choice, coll.nbytes, topo)
         dag.choice = choice.to_dict()
     return dag
+
+
+P2P_KINDS = ("all_to_all", "send_recv")
+
+
+def _communicator(coll: Collective, opts: AlgoOptions) -> int:
+    """The connection set a collective's flows use: NCCL's p2p connections for all-to-all and send/recv, else the
+    chosen algorithm's (all-reduce, all-gather and reduce-scatter share the ring's), of this group."""
+    family = "p2p" if coll.kind in P2P_KINDS else str(opts.algorithm)
+    return communicator_id(family, coll.ranks)
 
 
 def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int]) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phantora.collectives.dag import connection_id
 from phantora.collectives.spec import AlgoOptions
 from phantora.egraph.format import ExecGraph, load
 from phantora.egraph.replay import GraphPlan, algo_from_meta, evaluate_graph, plan_graph
@@ -151,6 +152,7 @@ def merge(jobs: Sequence[RecordedJob], first_id: int = 0) -> list[Flow]:
                     f.id if f.key is None else f.key,
                     f.loss_budget,
                     f.rate_bps,
+                    connection_id(job.index, f.src, f.dst, f.conn) if f.conn else 0,  # jobs never share one
                 )
             )
         nxt += len(job.flows)

@@ -40,6 +40,7 @@ class Flow:
     key: int | None = None  # ECMP hash key; defaults to id
     loss_budget: int = 0  # DLCP: payload bytes the network may drop for good (0 = lossless; packet engine only)
     rate_bps: int = 0  # per-flow rate cap, payload bits/s (an NCCL channel's throughput limit); 0 = no cap
+    conn: int = 0  # connection: flows with the same id are messages on one queue pair (packet engine); 0 = its own
 
     def with_deps(self, deps: tuple[int, ...], delay_ns: int | None = None) -> Flow:
         """This flow with other deps (and delay): `dataclasses.replace`, without its per-call field walk."""
@@ -56,6 +57,7 @@ class Flow:
             self.key,
             self.loss_budget,
             self.rate_bps,
+            self.conn,
         )
 
 
@@ -277,6 +279,8 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
             raise InputError(f"flow {f.id}: delay_ns must be >= 0, got {f.delay_ns}", field="delay_ns")
         if f.rate_bps < 0:
             raise InputError(f"flow {f.id}: rate_bps must be >= 0 (0 = no cap), got {f.rate_bps}", field="rate_bps")
+        if not 0 <= f.conn < 1 << 64:
+            raise InputError(f"flow {f.id}: conn must be a 64-bit id >= 0 (0 = none), got {f.conn}", field="conn")
     indeg = dict.fromkeys(ids, 0)
     succ: dict[int, list[int]] = {}
     for f in flows:

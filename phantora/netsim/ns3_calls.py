@@ -3,7 +3,7 @@
 One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `SetParam PATH TEXT`,
 `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
 `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
-`SetMaxRate ID BPS`, `RunUntil NS`). The runner makes the
+`SetMaxRate ID BPS`, `SetConnection ID CONN`, `RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
 flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt without Python.
 """
@@ -22,7 +22,17 @@ class RecordedNetwork:
     """A PhantoraNetwork whose state-changing calls are also written to a call script."""
 
     _RECORDED = frozenset(
-        {"SetParam", "AddNode", "AddLink", "Finalize", "AddFlow", "SetLossBudget", "SetMaxRate", "RunUntil"}
+        {
+            "SetParam",
+            "AddNode",
+            "AddLink",
+            "Finalize",
+            "AddFlow",
+            "SetLossBudget",
+            "SetMaxRate",
+            "SetConnection",
+            "RunUntil",
+        }
     )
 
     def __init__(self, net: Any, path: Path, libraries: Sequence[Path] = ()) -> None:

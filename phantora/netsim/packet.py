@@ -232,6 +232,8 @@ class Ns3Simulator:
                     net.SetLossBudget(f.id, f.loss_budget)
                 if f.rate_bps:
                     net.SetMaxRate(f.id, f.rate_bps)
+                if f.conn:
+                    net.SetConnection(f.id, f.conn)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None
             self._known.add(f.id)

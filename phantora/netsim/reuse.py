@@ -22,7 +22,8 @@ recorded episode produced are replayed, shifted, for every episode served to its
 traces and links.csv stay complete.
 
 When it is exact: ns-3 is deterministic given the quiet state and the batches, except for what a quiet
-fabric still carries from before: the switches' RED draws (ECN marking between kmin and kmax takes a
+fabric still carries from before: the persistent queue pairs' CC state (`Flow.conn`: a served episode does
+not advance it), the switches' RED draws (ECN marking between kmin and kmax takes a
 random number; a served episode does not advance the stream), and each switch port's round-robin
 pointer over data classes (it matters only with several classes in flight). With ECN off, or a step
 marking (kmin = kmax), and one data class, reuse gives ns-3's completions to the ns. docs/packet-model.md

@@ -28,7 +28,7 @@ from phantora.topology.model import Topology
 
 ENGINE_ENV = "PHANTORA_NETSIM_ENGINE"  # "inprocess": netsim loads the bindings as before (for comparisons)
 _MASK64 = (1 << 64) - 1
-_FLOW_CALLS = ("AddFlow", "SetLossBudget", "SetMaxRate")
+_FLOW_CALLS = ("AddFlow", "SetLossBudget", "SetMaxRate", "SetConnection")
 
 
 def runner_usable(config: PacketConfig) -> bool:
@@ -86,6 +86,8 @@ class RunnerNetwork:
                 self._net.SetLossBudget(f.id, f.loss_budget)
             if f.rate_bps:
                 self._net.SetMaxRate(f.id, f.rate_bps)
+            if f.conn:
+                self._net.SetConnection(f.id, f.conn)
             self._known.add(f.id)
             if f.tag:
                 self._tags[f.id] = f.tag

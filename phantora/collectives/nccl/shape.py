@@ -80,6 +80,7 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> lis
             f.key,
             f.loss_budget,
             cap,
+            f.conn,
         )  # fmt: skip
         for f, w, cap in zip(flows, wire, caps, strict=True)
     ]
