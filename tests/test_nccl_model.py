@@ -391,6 +391,47 @@ def test_across_nodes_each_remote_send_and_receive_costs_the_proxy_its_net_overh
     assert pair.lat_us == pytest.approx(8.4 + 14.0 + 2 * 3.0)
 
 
+def amd_hosts(nodes: int, gpu: str, nic: str = "400Gbps"):
+    """Rail-optimised hosts of 8 GPUs whose CPUs are AMD EPYCs (a DGX A100's, an AWS p5's)."""
+    topo = rail_optimized(nodes, 8, spines=8, nic_rate=nic, gpu=gpu)
+    topo.meta["cpu"] = "2x AMD EPYC 7742"
+    return topo
+
+
+def test_amd_hosts_pay_twice_the_proxys_net_overhead_per_ring_step():
+    """getNetOverhead is 2 µs on AMD hosts (1 on Intel), and an inter-node ring step costs at least it: a two-host
+    ring all-gather with LL is 6.6 + 14 x max(0.6, 2.0) + 2.7 = 37.3 µs (Intel: 23.3). ALCF's two DGX A100 (AMD
+    EPYC 7742) measure 34-37 µs for 256 B-4 KiB all-gathers (SOURCES.md)."""
+    ranks = tuple(range(16))
+    st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"})
+    amd = select("all_gather", platform_of(amd_hosts(2, "a100", "200Gbps"), ranks), st, 4096)
+    intel = select("all_gather", platform_of(rail_optimized(2, 8, spines=8, nic_rate="200Gbps", gpu="a100"), ranks),
+                   st, 4096)  # fmt: skip
+    assert amd is not None and intel is not None
+    assert amd.lat_us == pytest.approx(6.6 + 14 * 2.0 + 2.7)
+    assert intel.lat_us == pytest.approx(6.6 + 14 * 1.0 + 2.7)
+    assert amd.lat_us == pytest.approx(34.3, rel=0.1)  # the published 2 KiB all-gather
+
+
+def test_nccl_net_overhead_sets_the_proxys_cost_in_ns():
+    """NCCL_NET_OVERHEAD=500 (ns) overrides the CPU's figure: LL ring steps cost max(0.6, 0.5) µs again."""
+    st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_NET_OVERHEAD": "500"})
+    choice = select("all_gather", platform_of(amd_hosts(2, "a100", "200Gbps"), tuple(range(16))), st, 4096)
+    assert choice is not None and choice.lat_us == pytest.approx(6.6 + 14 * 0.6 + 2.7)
+
+
+def test_amd_hosts_cap_multi_node_ll_lower_and_post_p2p_slower():
+    """On AMD hosts NCCL takes its second LL row across nodes (22.5 GB/s for two nodes, not 39): a ring LL
+    all-reduce over 2 x 8 H100 runs at 22.5 x 16/30 GB/s algbw; an all-to-all's 16 remote operations cost 6 µs
+    each (2 µs x 3 for Simple)."""
+    topo, ranks = amd_hosts(2, "h100"), tuple(range(16))
+    st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"})
+    ll = select("all_reduce", platform_of(topo, ranks), st, 1 * MiB)
+    assert ll is not None and ll.algbw == pytest.approx(22.5 * 16 / 30)
+    a2a = choose(Collective("all_to_all", ranks, 256 * MiB, "bf16"), topo, opts())
+    assert a2a.protocol == "Simple" and a2a.lat_us == pytest.approx(8.4 + 14.0 + 16 * 6.0)
+
+
 def test_all_to_all_channels_per_peer_double_past_16_mib_a_part():
     """8 H100s: 4 channels per peer (32 p2p channels / 8 peers) while a part is at most 16 MiB, so 28 channels at
     work move 28 x 10.3 GB/s; at 1 GiB (128 MiB per peer) 8 per peer, and the NVLink bounds."""

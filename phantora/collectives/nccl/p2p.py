@@ -5,8 +5,8 @@ NCCL has no cost model for p2p (its tuner covers the five collectives), so this 
 - a transfer inside a node uses LL when it is small (at most 16 KiB per channel it runs on), else Simple; across
   nodes Simple (NCCL allocates no LL buffers for network p2p by default);
 - latency: one launch (the ring's base latency of the protocol) and one step over the link kind, plus, across
-  nodes, NCCL's network overhead per operation (1 µs, x3 for Simple) for each send and receive with a peer on
-  another node: one proxy thread per GPU posts them one after another;
+  nodes, NCCL's network overhead per operation (1 µs, 2 on AMD hosts, x3 for Simple) for each send and receive
+  with a peer on another node: one proxy thread per GPU posts them one after another;
 - throughput inside a node: the GPU's NVLink (or PCIe) bandwidth in NCCL's units, shared by the peers it sends to
   at once, halved by LL's flags, and at most half an NVLink per channel at work: NCCL sizes a peer's channels at
   two per NVLink (`p2pnChannelsPerPeer`, then pow2 and at most the p2p channels), and stripes a transfer over more
@@ -20,7 +20,7 @@ import math
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
-from phantora.collectives.nccl.tuning import Choice, comm_channels, ring_graph
+from phantora.collectives.nccl.tuning import Choice, comm_channels, net_overhead_us, ring_graph
 from phantora.collectives.spec import Collective
 
 P2P_NVLINK_PEER = 32  # per-peer channel need over an NVSwitch: 2 x 18 links, power of two, at most p2pnChannels
@@ -76,7 +76,7 @@ def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = 
     lat = T.BASE_LAT["ring"][pi] + T.HW_LAT[hw]["ring"][pi]
     if not intra:  # the proxy thread posts each network send and receive in turn: NCCL's per-step net overhead
         remote = 1 if coll.kind == "send_recv" else p.nranks - p.ppn
-        lat += 2 * remote * T.NET_OVERHEAD_US * (3 if protocol == "Simple" else 1)
+        lat += 2 * remote * net_overhead_us(p, st) * (3 if protocol == "Simple" else 1)
     local_peers = min(peers, p.ppn - 1)
     bw = p.gpu_intra_bw
     if intra and p.intra == "nvlink":  # the channels at work: nch per peer, each half an NVLink (NCCL's sizing)

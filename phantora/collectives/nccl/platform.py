@@ -1,4 +1,4 @@
-"""What NCCL's tuner sees of a communicator: GPU generation, nodes, GPUs per node, NVLink, NVSwitch, NICs.
+"""What NCCL's tuner sees of a communicator: GPU generation, nodes, GPUs per node, NVLink, NVSwitch, NICs, CPU.
 
 Read from the topology (`gpu` model, links and NVSwitches) for one group of ranks. Bandwidths are in NCCL's own
 units and conventions (GB/s, `tables.py`): an NVLink is worth NCCL's per-link figure, not the data sheet's, because
@@ -31,6 +31,7 @@ class Platform:
     gpu_intra_bw: float  # GB/s one GPU can push to its peers inside the node, in NCCL's units
     nic_bw: float  # GB/s of one NIC (line rate / 8); 0 when the group stays in one node
     nics_per_node: int
+    cpu: str = "intel"  # the hosts' CPU vendor (topology meta "cpu"): NCCL's net overhead and LL ceiling follow it
 
     @property
     def index2(self) -> int:
@@ -75,7 +76,14 @@ def platform_of(topo: Topology, ranks: tuple[int, ...]) -> Platform:
         gpu_intra_bw=intra_bw,
         nic_bw=nic_bps / 8e9,
         nics_per_node=ppn if nic_bps else 0,
+        cpu=cpu_vendor(topo),
     )
+
+
+def cpu_vendor(topo: Topology) -> str:
+    """The hosts' CPU vendor as NCCL's topology detection names it: "amd" when the topology's meta says an AMD
+    CPU, else "intel" (NCCL's figures for any other x86 host are Intel's)."""
+    return "amd" if "amd" in str(topo.meta.get("cpu", "")).lower() else "intel"
 
 
 def _nvlink_bps(topo: Topology, node: int) -> int:

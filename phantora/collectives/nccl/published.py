@@ -35,6 +35,7 @@ class Table:
     nic_gbps: int = 400  # each GPU's NIC (several nodes), from the first line's nic=... (400G unless it says)
     forced: tuple[tuple[str, str], ...] = ()  # other NCCL_* variables of the table that phantora honours
     gpus_per_thread: int = 1  # nccl-tests' -g (one process driving its GPUs), 1 under mpirun / srun
+    cpu: str = ""  # the hosts' CPU, from the first line's cpu=... (NCCL's net overhead follows its vendor)
 
     @property
     def env(self) -> dict[str, str]:
@@ -71,7 +72,9 @@ def read_table(path: Path) -> Table:
     env = tuple((k, v) for k, v in re.findall(r"(NCCL_\w+)=(\w+)", head) if k in ENV_VARS and k != "NCCL_ALGO")
     g = re.search(r"(?:^|\s)-g (\d+)", head)
     per_thread = int(g.group(1)) if g else 1
-    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), int(nic.group(1)) if nic else 400, env, per_thread)
+    cpu = re.search(r"cpu=([^;]*)", head)
+    nic_gbps, host_cpu = int(nic.group(1)) if nic else 400, cpu.group(1).strip() if cpu else ""
+    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), nic_gbps, env, per_thread, host_cpu)
 
 
 def tables(include_degraded: bool = False) -> list[Table]:
@@ -84,10 +87,14 @@ def tables(include_degraded: bool = False) -> list[Table]:
 
 def machine(table: Table) -> Topology:
     """The simulated machine of a table: one DGX/HGX host, or rail-optimised hosts with one NIC per GPU at the
-    table's rate."""
+    table's rate; the hosts' CPU as the table states it."""
     from phantora.topology import dgx_host, rail_optimized
 
     if table.nodes == 1:
-        return dgx_host(gpus_per_host=table.gpus, gpu=table.gpu)
-    per_node = table.gpus // table.nodes
-    return rail_optimized(table.nodes, per_node, spines=8, nic_rate=f"{table.nic_gbps}Gbps", gpu=table.gpu)
+        topo = dgx_host(gpus_per_host=table.gpus, gpu=table.gpu)
+    else:
+        per_node = table.gpus // table.nodes
+        topo = rail_optimized(table.nodes, per_node, spines=8, nic_rate=f"{table.nic_gbps}Gbps", gpu=table.gpu)
+    if table.cpu:
+        topo.meta["cpu"] = table.cpu
+    return topo

@@ -31,6 +31,7 @@ ENV_VARS = (
     "NCCL_NVLS_NCHANNELS",
     "NCCL_PAT_ENABLE",
     "NCCL_PXN_DISABLE",
+    "NCCL_NET_OVERHEAD",
 )
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
 
@@ -51,6 +52,7 @@ class NcclSettings:
     pxn: bool = True  # NCCL_PXN_DISABLE=1 turns the relay of cross-rail sends off
     p2p_net_chunk: int = T.P2P_CHUNK["net"]
     p2p_nvl_chunk: int = T.P2P_CHUNK["nvlink"]
+    net_overhead_ns: int = -1  # NCCL_NET_OVERHEAD (ns); -1: NCCL's default for the hosts' CPU
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -149,5 +151,6 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         pxn=_int(env, "NCCL_PXN_DISABLE", 0) == 0,
         p2p_net_chunk=_int(env, "NCCL_P2P_NET_CHUNKSIZE", T.P2P_CHUNK["net"], 1),
         p2p_nvl_chunk=_int(env, "NCCL_P2P_NVL_CHUNKSIZE", T.P2P_CHUNK["nvlink"], 1),
+        net_overhead_ns=_int(env, "NCCL_NET_OVERHEAD", -1),
         raw=raw,
     )

@@ -57,7 +57,8 @@ LL_MAX_BW = {
     "hopper": (141.0, 45.0, 35.0),
     "blackwell": (282.0, 90.0, 70.0),
 }
-LL_MAX_BW_MULTINODE = (39.0, 39.0, 20.4)  # x86 Intel hosts (index 0 of NCCL's table)
+# Several nodes: by the hosts' CPU vendor (NCCL's index1: AMD or mixed hosts take row 1, every other host row 0).
+LL_MAX_BW_MULTINODE = {"intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)}
 PER_CH_MAX_RING_LL128_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
 PER_CH_MAX_TREE_LL128_BW = {
     "volta": (20.0, 20.0, 20.0),
@@ -78,7 +79,8 @@ PER_CH_MAX_NVLS_TREE_BW = {
     "blackwell": (0.0, 96.0, 80.0),
 }
 NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
-NET_OVERHEAD_US = 1.0  # proxy post overhead per inter-node step on x86 Intel hosts (x3 for Simple)
+# Proxy post overhead per inter-node step (µs, x3 for Simple): `getNetOverhead`, 2 on x86 AMD hosts, else 1.
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
 RING_PLATEAU = 1.4  # multi-node ring Simple all-reduce latency factor on SM80+ (1.9 before)
 # Tree all-reduce bandwidth correction by log2(bytes / 64), 64 B .. 256 MiB, per protocol.
 TREE_CORRECTION = {

@@ -138,7 +138,7 @@ def costs(kind: str, p: Platform, st: NcclSettings) -> list[Cost]:
     graphs = {"ring": ring, "tree": ring, "pat": ring, "nvls": nvls_graph(p), "nvls_tree": nvls_graph(p)}
     ix = p.index2
     arch, n, nn, ppn = p.arch, p.nranks, p.nnodes, p.ppn / 1.0
-    ll_max = T.LL_MAX_BW[arch][ix] if nn == 1 else T.LL_MAX_BW_MULTINODE[ix]
+    ll_max = T.LL_MAX_BW[arch][ix] if nn == 1 else T.LL_MAX_BW_MULTINODE[p.cpu][ix]
     nsteps = _nsteps(kind, n)
     out = []
     for a in T.ALGORITHMS:
@@ -175,7 +175,7 @@ def costs(kind: str, p: Platform, st: NcclSettings) -> list[Cost]:
                 bus *= 0.75
             if not (a != "ring" and kind in ("all_gather", "reduce_scatter")):
                 bus *= n / nsteps if a in ("ring", "nvls", "nvls_tree") else 0.5
-            lat = _latency(kind, a, pi, p, nsteps)
+            lat = _latency(kind, a, pi, p, nsteps, net_overhead_us(p, st))
             if bus > 0:
                 out.append(Cost(a, proto, lat, bus))
     return out
@@ -204,7 +204,13 @@ def _proto_enabled(kind: str, proto: str, p: Platform, st: NcclSettings) -> bool
     return True
 
 
-def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int) -> float:
+def net_overhead_us(p: Platform, st: NcclSettings) -> float:
+    """`getNetOverhead`: the proxy's cost to post one network operation (µs): NCCL_NET_OVERHEAD (ns) if set, else
+    2 on AMD hosts and 1 on any other."""
+    return st.net_overhead_ns / 1000.0 if st.net_overhead_ns >= 0 else T.NET_OVERHEAD_US.get(p.cpu, 1.0)
+
+
+def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int, overhead: float) -> float:
     """NCCL's latency (µs) of algorithm `a` with protocol index `pi`."""
     hw_intra = "nvlink" if p.intra == "nvlink" else "pci"
     hw = hw_intra if p.nnodes == 1 else "net"
@@ -217,7 +223,7 @@ def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int) -> float:
         if kind in ("broadcast", "reduce"):
             return lat + T.HW_LAT[hw][a][pi]  # same channels: one step
         if nn > 1:
-            intra = max(intra, T.NET_OVERHEAD_US * (3 if pi == 2 else 1))
+            intra = max(intra, overhead * (3 if pi == 2 else 1))
         inter_steps = 0 if nn == 1 else 2 * (nn - 1) if kind == "all_reduce" else nn - 1
         return lat + (nsteps - inter_steps) * intra + inter_steps * inter
     if a == "tree":
