@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bridge.run import CosimRun  # noqa: E402
+from phantora.netsim.engine_spec import EngineSpec  # noqa: E402
 from phantora.replay import replay_inprocess  # noqa: E402
 from phantora.topology.generators import leaf_spine  # noqa: E402
 from phantora.workload import Workload, load_workload  # noqa: E402
@@ -75,8 +76,7 @@ def bench_barrier(k: int = 300) -> list[dict[str, Any]]:
         for transport in ("ipc", "tcp"):
             res = CosimRun(
                 topo,
-                network="flow",
-                window_ns=1_000,
+                EngineSpec(window_ns=1_000),
                 transport=transport,
                 rank_cmd=[sys.executable, __file__, "--barrier-rank", str(k)],
                 timeout_s=600,
@@ -184,8 +184,8 @@ def bench_overhead(tmp: Path, repeat: int) -> list[dict[str, Any]]:
         ref, built, wall, cpu = _ns3_inprocess(topo, wl, config, repeat)
         print(f"ns-3 {wl.name} in-process: build {built:.1f} s, {ref.engine_stats.get('events')} events")
         for w in (10_000, 0):
-            kw = {"network": "ns3", "packet_config": config, "window_ns": w}
-            runs = [CosimRun(topo, rank_cmd=[*REPLAY, str(path)], **kw).run() for _ in range(repeat)]
+            engine = EngineSpec("ns3", config, window_ns=w)
+            runs = [CosimRun(topo, engine, rank_cmd=[*REPLAY, str(path)]).run() for _ in range(repeat)]
             f = _figures(runs, wall, cpu)
             f["max_err_ns"] = _error_ns(runs[0], ref)[0]
             rows.append({"engine": "ns3", "workload": wl.name, "W": w, "engine_in": "server", **f})
@@ -204,7 +204,7 @@ def bench_windows(tmp: Path) -> list[dict[str, Any]]:
         heads = ("W", "wall s", "net CPU s", "rounds", "late", "max err ns", "span err")
         print(" ".join(f"{h:>{n}s}" for h, n in zip(heads, (8, 7, 9, 7, 5, 11, 9), strict=True)))
         for w in WINDOWS:
-            res = CosimRun(topo, network="ns3", packet_config=config, window_ns=w, rank_cmd=[*REPLAY, str(path)]).run()
+            res = CosimRun(topo, EngineSpec("ns3", config, window_ns=w), rank_cmd=[*REPLAY, str(path)]).run()
             err, rel = _error_ns(res, ref)
             f = _figures([res], wall, cpu)
             rows.append({"workload": wl.name, "W": w, "max_err_ns": err, "makespan_rel_err": rel, **f})

@@ -70,7 +70,7 @@ def server_calls(curve: bool, n: int) -> float:
     token = new_token()
     topo = rail_optimized(2, 1, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="pair")
     setup = run_dir / "setup.msgpack"
-    setup.write_bytes(RunSpec(topology=topo, world=topo.num_ranks, network="flow").to_bytes())
+    setup.write_bytes(RunSpec(topology=topo, world=topo.num_ranks).to_bytes())
     client = KeyPair.new()
     env = {**os.environ, "PHANTORA_TOKEN": token, "PYTHONPATH": str(ROOT)}
     env.pop(CLIENTS_ENV, None)

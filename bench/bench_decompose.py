@@ -34,11 +34,14 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from bridge.engines import make_engine
 from bridge.transport import CURVE_ALWAYS
+from bridge.workers import spawn_workers
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.base import Flow
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.netsim.pieces import fabric_pieces
 from phantora.topology.loader import load_topology
 from phantora.topology.model import Topology
@@ -94,7 +97,7 @@ def graph_dag(path: str, topo: Topology) -> list[Flow]:
 
 def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), time.process_time()
-    sim = make_engine("ns3", topo, cc=cc, set=sets)
+    sim = make_engine(EngineSpec("ns3", apply_overrides(PacketConfig(cc=cc), sets)), topo, spawner=spawn_workers)
     try:
         t1, c1 = time.perf_counter(), time.process_time()
         sim.submit(flows, 0)

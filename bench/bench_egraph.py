@@ -25,7 +25,9 @@ from phantora.egraph import ProgramBuilder, build_graph, load, replay_graph, sav
 from phantora.egraph.format import dir_size_bytes  # noqa: E402
 from phantora.egraph.live import record_run  # noqa: E402
 from phantora.launcher import RunConfig  # noqa: E402
+from phantora.netsim.engine_spec import EngineSpec  # noqa: E402
 from phantora.netsim.factory import make_engine  # noqa: E402
+from phantora.netsim.packet_config import PacketConfig  # noqa: E402
 from phantora.topology.generators import leaf_spine  # noqa: E402
 from phantora.topology.model import Topology  # noqa: E402
 
@@ -36,7 +38,7 @@ def replay_wall(graph_dir: Path, topo: Topology, network: str, cc: str | None, r
     walls, steps = [], []
     for _ in range(repeat):
         graph = load(graph_dir)
-        sim = make_engine(network, topo, **({"cc": cc} if cc else {}))
+        sim = make_engine(EngineSpec(network, PacketConfig(cc=cc or "none")), topo)
         t0 = time.perf_counter()
         try:
             res = replay_graph(graph, topo, sim)

@@ -33,10 +33,13 @@ import resource
 import time
 from typing import Any
 
-from bridge.engines import make_engine  # phantora.netsim.factory's, and workers=N decomposes
+from bridge.workers import spawn_workers  # workers=N decomposes
 from phantora.egraph.format import load
 from phantora.egraph.replay import algo_from_meta, plan_graph
 from phantora.netsim.base import Flow
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.topology.loader import load_topology
 
 
@@ -65,7 +68,7 @@ def run_variant(graph_dir: str, topo_name: str, cc: str, sets: list[str], budget
     if decomposed:
         quantum_ns = max(quantum_ns, 10_000_000)
     cpu0 = time.process_time()
-    sim = make_engine("ns3", topo, cc=cc, set=sets)
+    sim = make_engine(EngineSpec("ns3", apply_overrides(PacketConfig(cc=cc), sets)), topo, spawner=spawn_workers)
     sim.submit(flows, 0)
     setup_cpu = time.process_time() - cpu0
     cpu1 = time.process_time()

@@ -22,7 +22,9 @@ import numpy as np
 
 from phantora.egraph.format import load
 from phantora.egraph.replay import replay_graph
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.topology.loader import load_topology
 
 
@@ -31,7 +33,7 @@ def run(graph_dir: str, topo_name: str, cc: str, sets: list[str]) -> dict:
     graph = load(graph_dir)
     topo = load_topology(topo_name)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    sim = make_engine("ns3", topo, cc=cc, set=sets)
+    sim = make_engine(EngineSpec("ns3", apply_overrides(PacketConfig(cc=cc), sets)), topo)
     try:
         res = replay_graph(graph, topo, sim)
         fabric = sim.fabric()

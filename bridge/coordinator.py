@@ -19,7 +19,6 @@ from typing import Any
 import zmq
 
 from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
-from bridge.engines import make_engine
 from bridge.errors import BridgeError, ProtocolError, RunFailed
 from bridge.jobs import JobTable
 from bridge.protocol import (
@@ -45,8 +44,10 @@ from bridge.transport import (
     token_ok,
     write_endpoint_file,
 )
+from bridge.workers import spawn_workers
 from phantora.errors import PhantoraError
 from phantora.netsim.base import NetworkSimulator
+from phantora.netsim.factory import make_engine
 
 log = process_log("coordinator")
 
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 on_wait=coord.heartbeat,
             )
         else:
-            engine = make_engine(spec.network, spec.topology, **dict(spec.engine_options))
+            engine = make_engine(spec.engine, spec.topology, spawner=spawn_workers)
         coord.attach(engine)
         code = coord.serve()
     except RunFailed as exc:

@@ -161,8 +161,6 @@ class CoordinatorCore:
         (its mismatch, deadlock, protocol error or a dead rank) ends that job only (`fail_job`).
         `background`: recorded jobs' flow DAG (ids 0..n-1, deps inside it), submitted at time 0: the engine runs
         it beside the live ranks' flows, and its completions come back in the outcome (`background`)."""
-        if window_ns < 0:
-            raise ValueError("window_ns must be >= 0 (0 = exact)")
         if world > topology.num_ranks:
             raise RunFailed(
                 E_PROTOCOL, f"{world} ranks do not fit the topology '{topology.name}' ({topology.num_ranks} endpoints)"

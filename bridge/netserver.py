@@ -22,7 +22,6 @@ from typing import Any
 import zmq
 
 from bridge.curve import clients_from_env
-from bridge.engines import make_engine
 from bridge.errors import BridgeError, ProtocolError
 from bridge.protocol import (
     E_AUTH,
@@ -45,8 +44,10 @@ from bridge.transport import (
     token_ok,
     write_endpoint_file,
 )
+from bridge.workers import spawn_workers
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.netsim.factory import make_engine
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.results.write import write_fabric_traces
 from phantora.topology.model import Topology
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         write_endpoint_file(run_dir, "net", endpoint, start.curve_public)
         t0 = time.perf_counter()
         try:
-            engine = make_engine(spec.network, spec.topology, **dict(spec.engine_options))
+            engine = make_engine(spec.engine, spec.topology, spawner=spawn_workers)
         except (PhantoraError, ImportError) as exc:
             log(f"cannot build the {spec.network} engine: {exc}")
             return 3

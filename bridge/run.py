@@ -1,13 +1,13 @@
 """`CosimRun`: start a co-simulation (network server, coordinator, N ranks), supervise it, collect results.
 
     from bridge.run import CosimRun
-    result = CosimRun(topo, network="flow", rank_cmd=[sys.executable, "train.py"], world_size=8).run()
+    result = CosimRun(topo, EngineSpec("flow"), rank_cmd=[sys.executable, "train.py"], world_size=8).run()
 
 The launcher (this process) is the supervisor: it watches every child, and the death of any of
 them stops the whole run within about a second, naming the culprit (`BridgeError`). Ranks are
 arbitrary commands; each gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, PHANTORA_ENDPOINT, PHANTORA_TOKEN, PHANTORA_RUN_DIR (and PHANTORA_WINDOW_NS,
-PHANTORA_NETWORK) and talks to the coordinator with `bridge.client.RankClient.from_env()`.
+MASTER_PORT, PHANTORA_ENDPOINT, PHANTORA_TOKEN, PHANTORA_RUN_DIR (and PHANTORA_NETWORK) and talks
+to the coordinator with `bridge.client.RankClient.from_env()`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from bridge.protocol import (
     flows_to_wire,
     transport_from_rows,
 )
-from bridge.runspec import DEFAULT_WINDOW_NS, NETWORKS, RunSpec, options_to_dict
+from bridge.runspec import RunSpec, options_to_dict
 from bridge.supervisor import Child, spawn, stop_all
 from bridge.transport import (
     HEARTBEAT_S,
@@ -52,6 +52,7 @@ from phantora.collectives.nccl import with_nccl_env
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.observe import ChannelUsage, FlowTransport, PacketChannelUsage
 from phantora.results import schema
 from phantora.results.write import write_flows_csv, write_json, write_links_csv
@@ -132,17 +133,14 @@ class CosimRun:
     def __init__(
         self,
         topology: Topology,
+        engine: EngineSpec | None = None,
         *,
         rank_cmd: RankCmd | None = None,
         jobs: Sequence[JobProcs] = (),
         all_or_nothing: bool = True,
         background: Sequence[Flow] = (),
-        network: str = "flow",
         world_size: int | None = None,
         live_ranks: int | None = None,
-        window_ns: int | None = None,
-        packet_config: Any = None,
-        engine_options: dict[str, Any] | None = None,
         engine_in_coordinator: bool | None = None,
         algo: AlgoOptions | None = None,
         env: dict[str, str] | None = None,
@@ -156,10 +154,9 @@ class CosimRun:
         python: str = sys.executable,
         rank_preload: Sequence[str] = (),
     ) -> None:
-        """`window_ns`: None = the default of the network mode (`runspec.DEFAULT_WINDOW_NS`); 0 = exact.
+        """`engine`: the network engine and the window W (default: the flow engine, exact).
         `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 in the coordinator works, but
-        stops its heartbeats during long engine calls). `packet_config`: a PacketConfig for ns3;
-        `engine_options`: keyword options of the engine (FlowSimulator options, or PacketConfig fields).
+        stops its heartbeats during long engine calls).
         `live_ranks`: rank deduplication: start only ranks 0..live_ranks-1, each standing for itself and
         its shifts by multiples of live_ranks (phantora.collectives.mirrors); it must divide the world size.
         `rank_preload`: modules a fork server (bridge.forkserver) imports once, before it forks every
@@ -168,8 +165,7 @@ class CosimRun:
         global ranks after job j-1's, each job has its own world and rendezvous, and unless `all_or_nothing`
         one job's failure ends only that job (`CosimResult.jobs` says which failed and why). `background`:
         recorded jobs' flow DAG (ids 0..n-1), run by the same engine from time 0 (`CosimResult.background`)."""
-        if network not in NETWORKS:
-            raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
+        engine = engine or EngineSpec()
         if transport not in TRANSPORTS:
             raise InputError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})", field="transport")
         if jobs:
@@ -190,15 +186,7 @@ class CosimRun:
                 f"live ranks must divide the world size ({world}) and be at least 1, got {live_ranks}",
                 field="live_ranks",
             )
-        window = DEFAULT_WINDOW_NS[network] if window_ns is None else window_ns
-        if window < 0:
-            raise InputError(f"window must be >= 0 ns (0 = exact), got {window}", field="window_ns")
-        options = options_to_dict(packet_config) if packet_config is not None else {}
-        extra = dict(engine_options or {})
-        if "config" in extra:  # make_engine's form: a whole PacketConfig
-            options.update(options_to_dict(extra.pop("config")))
-        options.update(extra)
-        in_coord = network == "flow" if engine_in_coordinator is None else engine_in_coordinator
+        in_coord = engine.network == "flow" if engine_in_coordinator is None else engine_in_coordinator
         self.jobs = list(jobs)
         infos, offset = [], 0
         for j in self.jobs:
@@ -211,10 +199,8 @@ class CosimRun:
             topology=topology,
             world=world,
             live=live if live < world else 0,
-            network=network,
-            engine_options=options,
+            engine=engine,
             engine_in_coordinator=in_coord,
-            window_ns=window,
             algo=options_to_dict(with_nccl_env(algo or AlgoOptions(), env)),
             keep_flows=keep_flows,
             peer_timeout_s=peer_timeout_s,
@@ -272,7 +258,6 @@ class CosimRun:
             "PHANTORA_ENDPOINT": endpoint,
             "PHANTORA_TOKEN": token,
             "PHANTORA_RUN_DIR": str(self.run_dir),
-            "PHANTORA_WINDOW_NS": str(self.spec.window_ns),
             "PHANTORA_NETWORK": self.spec.network,
             "PHANTORA_PEER_TIMEOUT_S": str(self.spec.peer_timeout_s),
         }
@@ -614,7 +599,9 @@ def _usage(row: dict[str, Any]) -> ChannelUsage | PacketChannelUsage:
     return PacketChannelUsage(**row) if "paused_ns" in row else ChannelUsage(**row)
 
 
-def replay_workload(topology: Topology, workload: str | Path, **options: Any) -> CosimResult:
+def replay_workload(
+    topology: Topology, workload: str | Path, engine: EngineSpec | None = None, **options: Any
+) -> CosimResult:
     """Co-simulate a workload file with one `phantora.egraph.replay_rank` process per rank (options: `CosimRun`'s)."""
     cmd = [options.pop("python", sys.executable), "-m", "phantora.egraph.replay_rank", str(Path(workload).resolve())]
-    return CosimRun(topology, rank_cmd=cmd, **options).run()
+    return CosimRun(topology, engine, rank_cmd=cmd, **options).run()

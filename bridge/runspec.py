@@ -1,5 +1,5 @@
 """The set-up of one run, written by the launcher into the run directory and read by the
-coordinator and the network server: topology, network mode, engine options, window, algorithm.
+coordinator and the network server: topology, the engine (`EngineSpec`, window included), algorithm.
 
 msgpack, never pickle. The topology travels as its nodes and links and is rebuilt with the public
 `Topology` API, so both processes route exactly as the launcher's topology does.
@@ -17,11 +17,8 @@ import msgpack
 from bridge.errors import BridgeError
 from bridge.protocol import MAX_MESSAGE_BYTES
 from phantora.collectives.spec import AlgoOptions
-from phantora.netsim.base import NetworkSimulator
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.topology.model import Topology
-
-NETWORKS = ("flow", "ns3")
-DEFAULT_WINDOW_NS = {"flow": 0, "ns3": 0}  # exact in both: fewest rounds and no error (docs/bridge.md, Defaults)
 
 
 def topology_to_dict(topo: Topology) -> dict[str, Any]:
@@ -74,11 +71,9 @@ class RunSpec:
 
     topology: Topology
     world: int
-    network: str = "flow"
+    engine: EngineSpec = field(default_factory=EngineSpec)  # the network engine and the window W, whole
     live: int = 0  # rank deduplication: live rank processes standing for `world` ranks (0: all live)
-    engine_options: dict[str, Any] = field(default_factory=dict)
     engine_in_coordinator: bool = True
-    window_ns: int = 0  # 0 = exact mode
     algo: dict[str, Any] = field(default_factory=dict)
     keep_flows: bool = True
     peer_timeout_s: float = 30.0
@@ -94,23 +89,28 @@ class RunSpec:
         """How many rank processes run (all of them unless ranks are deduplicated)."""
         return self.live or self.world
 
+    @property
+    def network(self) -> str:
+        return self.engine.network
+
+    @property
+    def window_ns(self) -> int:
+        return self.engine.window_ns
+
     def algo_options(self) -> AlgoOptions:
         return AlgoOptions(**self.algo)
-
-    def make_engine(self) -> NetworkSimulator:
-        from phantora.netsim.factory import make_engine
-
-        return make_engine(self.network, self.topology, **dict(self.engine_options))
 
     def to_bytes(self) -> bytes:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["topology"] = topology_to_dict(self.topology)
+        d["engine"] = self.engine.to_dict()
         return msgpack.packb(d, use_bin_type=True)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunSpec:
         d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         d["topology"] = topology_from_dict(d["topology"])
+        d["engine"] = EngineSpec.from_dict(d["engine"])
         return cls(**d)
 
     def write(self, path: Path) -> None:

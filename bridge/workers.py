@@ -26,9 +26,10 @@ from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, encode, flow_to_wire, records_from_wire
 from bridge.ray_workers import RayPlacement
 from bridge.remote import RemoteSimulator
-from bridge.runspec import RunSpec, options_to_dict
+from bridge.runspec import RunSpec
 from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
 from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
@@ -104,8 +105,7 @@ class ServerPool:
         spec = RunSpec(
             topology=topology,
             world=topology.num_ranks,
-            network="ns3",
-            engine_options={**options_to_dict(config), "side": "packet"},
+            engine=EngineSpec(network="ns3", packet=config, side="packet"),
             peer_timeout_s=WORKER_PEER_TIMEOUT_S,
         ).to_bytes()
         if config.ray:

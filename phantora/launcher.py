@@ -20,6 +20,7 @@ from typing import Any
 from phantora.collectives.nccl import nccl_env, summarize_choices
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
@@ -41,7 +42,7 @@ class RunConfig:
     queue_sample_ns: int | None = None  # ns3: queue sampling interval (None: cli_config.QUEUE_SAMPLE_NS; 0 = off)
     seed: int | None = None  # ns3: the random seed of ECN marking (None: PacketConfig's, 1); recorded for flow runs
     gpu: str | None = None  # default: the topology's GPU model, else h100
-    window_ns: int | None = None  # None: the bridge's default for the network mode
+    window_ns: int | None = None  # None: engine_spec.DEFAULT_WINDOW_NS (exact)
     out_dir: str | Path | None = None
     overwrite: bool = False  # out_dir may hold an earlier run: remove what it wrote (otherwise refused)
     nproc: int | None = None  # default: every rank of the topology
@@ -101,37 +102,20 @@ RANK_PRELOAD = (
 )
 
 
-def engine_options(cfg: RunConfig) -> dict[str, Any] | None:
-    """The network engine's options: for ns3 the CC, queue sampling and --set overrides (checked here,
-    before any process starts, so a bad field is an error naming it, not a failed server)."""
-    if cfg.network != "ns3":
-        if cfg.cc:
-            raise InputError("--cc applies to --network ns3 only", field="cc")
-        from phantora.netsim.cli_config import flow_options_from_sets
+def engine_spec(cfg: RunConfig) -> EngineSpec:
+    """The run's engine, built once from its options (checked here, before any process starts, so a bad field is
+    an error naming it, not a failed server); the bridge carries it whole to the engine's process."""
+    from phantora.netsim.cli_config import engine_spec_from_flags
 
-        flow = flow_options_from_sets(cfg.packet_set)
-        if cfg.scenario is not None:  # a path: the engine may be built in another process
-            flow["scenario"] = str(cfg.scenario)
-        return flow or None
-
-    # Built here to check it before any process starts; the network server builds the same from these options.
-    options: dict[str, Any] = {"queue_sample_ns": packet_config(cfg).queue_sample_ns}
-    if cfg.cc:
-        options["cc"] = cfg.cc
-    if cfg.seed is not None:
-        options["seed"] = packet_config(cfg).seed
-    if cfg.packet_set:
-        options["set"] = list(cfg.packet_set)
-    return options
-
-
-def packet_config(cfg: RunConfig) -> Any:
-    """The ns3 run's PacketConfig, every default filled in (None for the flow network)."""
-    if cfg.network != "ns3":
-        return None
-    from phantora.netsim.cli_config import packet_config_from_flags
-
-    return packet_config_from_flags(cc=cfg.cc, sets=cfg.packet_set, queue_sample_ns=cfg.queue_sample_ns, seed=cfg.seed)
+    return engine_spec_from_flags(
+        cfg.network,
+        cc=cfg.cc,
+        sets=cfg.packet_set,
+        queue_sample_ns=cfg.queue_sample_ns,
+        seed=cfg.seed,
+        window_ns=cfg.window_ns,
+        scenario=cfg.scenario,
+    )
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks
@@ -216,11 +200,10 @@ def launch(cfg: RunConfig) -> RunReport:
     topo = resolve_topology(cfg.topology)
     gpu_name = cfg.gpu or topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
-    net_options = engine_options(cfg)
-    packet = packet_config(cfg)
-    ecmp = (net_options or {}).get("ecmp_hash") or (packet.ecmp_hash if packet is not None else None)
-    if ecmp:
-        topo.use_ecmp(ecmp)  # the engine's processes get it with the topology; flows.csv's paths follow it
+    engine = engine_spec(cfg)
+    packet = engine.packet_used
+    if engine.ecmp_hash:
+        topo.use_ecmp(engine.ecmp_hash)  # the engine's processes get it with the topology; flows.csv's paths follow it
     model_opts = compute_model_options(cfg)
     phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
@@ -249,12 +232,10 @@ def launch(cfg: RunConfig) -> RunReport:
     try:
         cosim = CosimRun(
             topo,
+            engine,
             rank_cmd=cmd,
-            network=cfg.network,
             world_size=world,
             live_ranks=live,
-            window_ns=cfg.window_ns,
-            engine_options=net_options,
             env=env,
             algo=AlgoOptions(model=cfg.collective_model),
             out_dir=out if keep else None,

@@ -58,7 +58,7 @@ class Server:
 def start_netserver(run_dir: Path, clients: str | None, bind: str = "127.0.0.1") -> subprocess.Popen[bytes]:
     topo = rail_optimized(2, 1, 1, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="pair")
     setup = run_dir / "setup.msgpack"
-    setup.write_bytes(RunSpec(topology=topo, world=topo.num_ranks, network="flow").to_bytes())
+    setup.write_bytes(RunSpec(topology=topo, world=topo.num_ranks).to_bytes())
     env = {**os.environ, "PHANTORA_TOKEN": (run_dir / "token").read_text(), "PYTHONPATH": str(ROOT)}
     env.pop(CLIENTS_ENV, None)
     if clients is not None:

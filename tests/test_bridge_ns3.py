@@ -14,6 +14,7 @@ import pytest
 
 from bridge.run import CosimRun
 from phantora.collectives import AlgoOptions
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.packet_config import PacketConfig
 from phantora.replay import replay_inprocess
 from phantora.topology.generators import leaf_spine
@@ -54,9 +55,7 @@ def test_exact_mode_with_ns3_equals_inprocess(tmp_path: Path, ns3_lib) -> None:
     topo, path, config, exact = _setup(tmp_path, ns3_lib)
     res = CosimRun(
         topo,
-        network="ns3",
-        packet_config=config,
-        window_ns=0,
+        EngineSpec("ns3", config),
         rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         timeout_s=600,
     ).run()
@@ -71,9 +70,7 @@ def test_window_mode_with_ns3_within_bound(tmp_path: Path, ns3_lib) -> None:
     w = 10_000
     res = CosimRun(
         topo,
-        network="ns3",
-        packet_config=config,
-        window_ns=w,
+        EngineSpec("ns3", config, window_ns=w),
         rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         timeout_s=600,
     ).run()
@@ -158,8 +155,7 @@ def test_an_advance_longer_than_the_peer_timeout_is_not_silence(tmp_path: Path, 
     )
     res = CosimRun(
         topo,
-        network="ns3",
-        packet_config=PacketConfig(cc="dcqcn"),
+        EngineSpec("ns3", PacketConfig(cc="dcqcn")),
         rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         peer_timeout_s=2.0,
         timeout_s=600,
@@ -177,9 +173,7 @@ def _live_run(tmp_path: Path, topo, config: PacketConfig, algo: AlgoOptions | No
     out = tmp_path / "run"
     res = CosimRun(
         topo,
-        network="ns3",
-        packet_config=config,
-        window_ns=0,
+        EngineSpec("ns3", config),
         rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
         timeout_s=600,
         out_dir=out,

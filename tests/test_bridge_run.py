@@ -25,6 +25,7 @@ from bridge.errors import BridgeError
 from bridge.run import CosimRun
 from bridge.supervisor import alive_pids
 from phantora.collectives.spec import AlgoOptions
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.flow import FlowSimulator
 from phantora.replay import replay_inprocess
 from phantora.topology.generators import leaf_spine
@@ -162,7 +163,7 @@ def test_exact_mode_equals_inprocess_replay(name: str) -> None:
     topo = two_leaf()
     path = ROOT / "workloads" / f"{name}.toml"
     wl = load_workload(path, world=topo.num_ranks)
-    res = CosimRun(topo, network="flow", window_ns=0, rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
+    res = CosimRun(topo, rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
     assert op_times(res) == ref_times(wl, topo)
     assert res.late_collectives == 0
     assert len(res.completions) == sum(r["flows"] for r in res.collectives)
@@ -185,7 +186,6 @@ def test_exact_mode_through_a_separate_flow_server_over_tcp(tmp_path: Path) -> N
     wl = load_workload(path, world=4)
     res = CosimRun(
         topo,
-        network="flow",
         engine_in_coordinator=False,
         transport="tcp",
         rank_cmd=[*REPLAY, str(path)],
@@ -206,7 +206,7 @@ def test_window_sweep_error_bound_and_rounds() -> None:
     deps = depth(wl)
     rounds = {}
     for w in (0, 1_000, 10_000, 100_000, 1_000_000):
-        res = CosimRun(topo, network="flow", window_ns=w, rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
+        res = CosimRun(topo, EngineSpec(window_ns=w), rank_cmd=[*REPLAY, str(path)], timeout_s=120).run()
         got = op_times(res)
         for name, (start, end, done) in exact.items():
             bound = deps[name] * w
@@ -224,7 +224,9 @@ def test_window_sweep_error_bound_and_rounds() -> None:
 
 def test_window_barrier_rounds_follow_advance_clock(rank_script: Path) -> None:
     """Two ranks step their clocks to 200 us: with W = 10 us, the network closes 20 windows."""
-    res = CosimRun(star(2), window_ns=10_000, rank_cmd=[sys.executable, str(rank_script), "clock"], timeout_s=60).run()
+    res = CosimRun(
+        star(2), EngineSpec(window_ns=10_000), rank_cmd=[sys.executable, str(rank_script), "clock"], timeout_s=60
+    ).run()
     assert res.rounds == 20
     assert res.makespan_ns == 200_000
 
@@ -234,7 +236,9 @@ def test_polling_with_test_sees_the_completion_in_time(rank_script: Path, window
     """Rank 0 polls test() every 50 us; the 8 MiB all-reduce of 2 ranks ends at S*8/B + 2 latencies."""
     cmd = [sys.executable, str(rank_script), "poll"]
     # the ideal collective model: t_done is the line-rate closed form
-    res = CosimRun(star(2), window_ns=window, rank_cmd=cmd, algo=AlgoOptions(model="ideal"), timeout_s=60).run()
+    res = CosimRun(
+        star(2), EngineSpec(window_ns=window), rank_cmd=cmd, algo=AlgoOptions(model="ideal"), timeout_s=60
+    ).run()
     t_done = -(-8 * 2**20 * 8 * 10**9 // (100 * 10**9)) + 2 * 1000
     first_poll = -(-t_done // 50_000) * 50_000
     assert res.ranks[0]["t_done"] == t_done
@@ -318,7 +322,7 @@ def test_a_rank_dying_while_ns3_starts_ends_the_run_without_waiting_for_it(rank_
     """The ns-3 import (seconds) in the network server does not delay the end of a run whose rank died."""
     stamp = tmp_path / "died"
     cmd = [sys.executable, str(rank_script), "early"]
-    run = CosimRun(star(2), network="ns3", rank_cmd=cmd, env={"EXIT_STAMP": str(stamp)}, timeout_s=120)
+    run = CosimRun(star(2), EngineSpec("ns3"), rank_cmd=cmd, env={"EXIT_STAMP": str(stamp)}, timeout_s=120)
     with pytest.raises(BridgeError, match=r"rank 1 \(pid \d+\) exited with code 4 during start-up"):
         run.run()
     ended = time.monotonic()

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import zmq
 
-from bridge.engines import make_engine
+from bridge.workers import spawn_workers
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
 from phantora.netsim.decompose import DecomposedSimulator, WorkerDiedError
-from phantora.netsim.factory import make_engine as make_local_engine
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces, piece_of, route_in_piece
 from phantora.topology.generators import rail_optimized
@@ -188,7 +189,7 @@ def test_nic_latency_adds_exactly_l_to_an_isolated_flow() -> None:
     f = Flow(1, gpu(topo, 0, 0), gpu(topo, 2, 0), 1 << 20)
     fct = {}
     for lat in (0, 1700):
-        sim = make_local_engine("ns3", topo, cc="dcqcn", nic_latency=lat)
+        sim = make_engine(EngineSpec("ns3", PacketConfig(cc="dcqcn", nic_latency=lat)), topo)
         sim.submit([f], 5000)
         (c,) = sim.drain()
         sim.close()
@@ -200,7 +201,7 @@ def test_nic_latency_adds_exactly_l_to_an_isolated_flow() -> None:
 def test_two_workers_equal_one_engine_to_the_ns() -> None:
     topo = tiny()
     flows = rail_dag(topo, stages=2)
-    one = make_local_engine("ns3", topo, **SETTINGS)
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
     one.submit(flows, 0)
     want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
     want_out = outputs(one)
@@ -210,7 +211,7 @@ def test_two_workers_equal_one_engine_to_the_ns() -> None:
     assert len(want) == len(flows)
     assert want_out["marks"] and want_out["cnps"]  # the incasts do congest: the comparison is not vacuous
 
-    sim = make_engine("ns3", topo, **SETTINGS, workers=2)
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     try:
         packet = sim.packet  # type: ignore[attr-defined]
         assert isinstance(packet, DecomposedSimulator) and len(packet.workers) == 2
@@ -247,7 +248,7 @@ def test_two_workers_equal_one_engine_to_the_ns() -> None:
 def test_a_killed_worker_ends_the_run_within_seconds_naming_it() -> None:
     topo = tiny()
     flows = rail_dag(topo, stages=40)
-    sim = make_engine("ns3", topo, **SETTINGS, workers=2)
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     packet = sim.packet  # type: ignore[attr-defined]
     try:
         sim.submit(flows, 0)
@@ -278,11 +279,11 @@ def ring_chains(topo: Topology, laps: int = 4, size: int = 256 << 10) -> list[Fl
 
 def one_engine_and_two_workers(topo: Topology, flows: list[Flow]) -> tuple[list[Any], list[Any], int]:
     """(flow id, start, end) of every completion, from one engine and from workers=2, and workers=2's rounds."""
-    one = make_local_engine("ns3", topo, **SETTINGS)
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
     one.submit(flows, 0)
     want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
     one.close()
-    sim = make_engine("ns3", topo, **SETTINGS, workers=2)
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     try:
         sim.submit(flows, 0)
         got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
@@ -313,7 +314,7 @@ def test_ray_local_workers_equal_local_subprocess_workers() -> None:
     flows = rail_dag(topo, stages=2)
     got = {}
     for ray in ("", "local"):
-        sim = make_engine("ns3", topo, **SETTINGS, workers=2, ray=ray)
+        sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2, ray=ray)), topo, spawner=spawn_workers)
         try:
             sim.submit(flows, 0)
             got[ray] = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
@@ -336,11 +337,11 @@ def test_ray_workers_over_curve_equal_one_engine(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(CURVE_ALWAYS, "1")
     topo = tiny()
     flows = rail_dag(topo, stages=2)
-    one = make_local_engine("ns3", topo, **SETTINGS)
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
     one.submit(flows, 0)
     want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
     one.close()
-    sim = make_engine("ns3", topo, **SETTINGS, workers=2, ray="local")
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2, ray="local")), topo, spawner=spawn_workers)
     try:
         packet = sim.packet  # type: ignore[attr-defined]
         sim.submit(flows, 0)
@@ -367,7 +368,7 @@ def test_completion_bound_of_a_lone_flow_is_its_closed_form() -> None:
     topo = tiny()
     size, start = 1 << 20, 5000
     f = Flow(1, gpu(topo, 0, 0), gpu(topo, 2, 0), size)
-    sim = make_local_engine("ns3", topo, cc="dcqcn", payload_bytes=4096, header_bytes=62)
+    sim = make_engine(EngineSpec("ns3", PacketConfig(cc="dcqcn", payload_bytes=4096, header_bytes=62)), topo)
     try:
         sim.submit([f], start)
         sim.advance(start)

@@ -17,7 +17,7 @@ import pytest
 from phantora.cli import main
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
-from phantora.netsim.cli_config import flow_options_from_sets
+from phantora.netsim.cli_config import engine_spec_from_flags
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hpcc_io import read_hpcc_flows
 from phantora.netsim.packet_config import PacketConfig
@@ -196,8 +196,8 @@ def test_set_ecmp_hash_chooses_everywhere_and_the_summary_says_which(tmp_path: P
         args = ["netsim", "--network", "flow", "--topology", str(LEAFSPINE16), "--flows", str(flows), "--out", str(out)]
         assert main(args + extra) == 0
         assert json.loads((out / "summary.json").read_text())["ecmp_hash"] == want
-    assert flow_options_from_sets(["ecmp_hash=hpcc"]) == {"ecmp_hash": "hpcc"}
+    assert engine_spec_from_flags("flow", sets=["ecmp_hash=hpcc"]).flow_options() == {"ecmp_hash": "hpcc", "lb": "ecmp"}
     with pytest.raises(InputError, match="ns3 only"):
-        flow_options_from_sets(["buffer_bytes=1MB"])
+        engine_spec_from_flags("flow", sets=["buffer_bytes=1MB"])
     with pytest.raises(InputError, match="ecmp_hash"):
         PacketConfig(ecmp_hash="crc16")

@@ -9,6 +9,7 @@ from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine, nvlink_efficiency
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hybrid import FLUID, PACKET, FluidNvlinkSimulator
@@ -117,7 +118,7 @@ def test_fluid_nvlink_against_the_full_packet_model(ns3_lib) -> None:
         flows = decompose(
             Collective("all_reduce", tuple(range(16)), 8 << 20), topo, AlgoOptions("ring", "chunked", 0)
         ).flows
-        sim = make_engine("ns3", topo, cc="dcqcn", set=[f"nvlink={mode}"])
+        sim = make_engine(EngineSpec("ns3", PacketConfig(cc="dcqcn", nvlink=mode)), topo)
         sim.submit(flows, 0)
         runs[mode] = (sim.drain(), sim.stats(), topo)
         sim.close()
@@ -139,7 +140,7 @@ def test_a_lone_nvlink_flow_takes_its_closed_form_time(ns3_lib) -> None:
     size = 4 << 20
     ends = {}
     for mode in ("packet", "fluid"):
-        sim = make_engine("ns3", load_topology("testbed16"), set=[f"nvlink={mode}"])
+        sim = make_engine(EngineSpec("ns3", PacketConfig(nvlink=mode)), load_topology("testbed16"))
         sim.submit([Flow(1, 0, 1, size)], 0)
         ends[mode] = sim.drain()[0].end_ns
         sim.close()

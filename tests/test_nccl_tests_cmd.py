@@ -298,12 +298,13 @@ def test_processes_threads_and_gpus_multiply_to_the_ranks(capsys: pytest.Capture
 
 
 def test_iterations_run_back_to_back_on_one_engine(dgx4: str) -> None:
+    from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
     from phantora.topology import load_topology
 
     topo = load_topology(dgx4)
     bench = nt.Bench(nt.TESTS["all_reduce_perf"], topo, (0, 1, 2, 3), "float", iters=3, warmup=2)
-    sim = make_engine("flow", topo)
+    sim = make_engine(EngineSpec(), topo)
     try:
         res = nt.bench_size(bench, sim, 1 << 20)
         gpu = res.iter_ns[-1]

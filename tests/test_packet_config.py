@@ -168,11 +168,11 @@ def test_overrides() -> None:
     ],
 )
 def test_bad_set_values_name_the_field_before_a_run(item: str, field: str, says: str) -> None:
-    """--set is checked in full before any process starts (launcher.engine_options): the field and the reason."""
-    from phantora.launcher import RunConfig, engine_options
+    """--set is checked in full before any process starts (launcher.engine_spec): the field and the reason."""
+    from phantora.launcher import RunConfig, engine_spec
 
     with pytest.raises(InputError) as e:
-        engine_options(RunConfig("x.py", network="ns3", cc="dcqcn", packet_set=[item]))
+        engine_spec(RunConfig("x.py", network="ns3", cc="dcqcn", packet_set=[item]))
     assert e.value.field == field and says in str(e.value) and "time 'lots'" not in str(e.value)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.topology.loader import load_topology
@@ -34,7 +35,7 @@ def incast(first_id: int, size: int, senders: tuple[int, ...] = (0, 1, 2, 4, 5))
 def run_episodes(config: PacketConfig, episodes: list[list[tuple[int, int]]]) -> tuple[list[Completion], dict, tuple]:
     """Each episode is a list of (time after its start, incast flow size) batches; the next episode starts
     GAP_NS after the previous one drained. Returns completions, stats and (PFC events, CE marks, channel bytes)."""
-    sim = make_engine("ns3", load_topology("twoleaf8"), config=config)
+    sim = make_engine(EngineSpec("ns3", config), load_topology("twoleaf8"))
     done: list[Completion] = []
     fid, t0 = 0, 0
     for batches in episodes:
@@ -95,7 +96,7 @@ def test_a_later_batch_at_another_time_materialises_too(ns3_lib) -> None:
 def test_advance_watching_stops_at_the_first_watched_completion_when_serving(ns3_lib) -> None:
     ends: dict[bool, tuple[list[Completion], int, int]] = {}
     for reuse in (False, True):
-        sim = make_engine("ns3", load_topology("twoleaf8"), config=exact_config(reuse))
+        sim = make_engine(EngineSpec("ns3", exact_config(reuse)), load_topology("twoleaf8"))
         sim.submit(incast(0, 200_000), 0)
         sim.drain()
         t0 = sim.now() + GAP_NS
@@ -123,7 +124,9 @@ def test_reuse_is_an_approximation_results_list() -> None:
 
 def test_engine_stats_name_reuse_under_fluid_nvlink(ns3_lib) -> None:
     """reuse wraps the packet side of the hybrid; results.json's approximations come from these stats."""
-    sim = make_engine("ns3", load_topology("testbed16"), cc="dcqcn", set=["nvlink=fluid", "reuse=on"])
+    sim = make_engine(
+        EngineSpec("ns3", PacketConfig(cc="dcqcn", nvlink="fluid", reuse="on")), load_topology("testbed16")
+    )
     sim.submit([Flow(1, 0, 8, 100_000), Flow(2, 0, 1, 100_000)], 0)
     sim.drain()
     stats = sim.stats()

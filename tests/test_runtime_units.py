@@ -217,18 +217,23 @@ def test_run_command_reports_bad_input(tmp_path, capsys):
         assert f"field '{field}'" in capsys.readouterr().err
 
 
-def test_ns3_engine_options_of_a_live_run():
-    """The CC, 1 us queue sampling (compare's queue p99) and --set overrides, checked before launch."""
-    from phantora.launcher import RunConfig, engine_options
+def test_ns3_engine_spec_of_a_live_run():
+    """The CC, 1 us queue sampling (compare's queue p99) and --set overrides, checked before launch, and the
+    spec the network server rebuilds from the wire is the launcher's, field for field."""
+    from bridge.runspec import RunSpec
+    from phantora.launcher import RunConfig, engine_spec
     from phantora.netsim.cli_config import QUEUE_SAMPLE_NS
-    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+    from phantora.topology import load_topology
 
-    assert engine_options(RunConfig("x.py")) is None
-    opts = engine_options(RunConfig("x.py", network="ns3", cc="hpcc", packet_set=["buffer_bytes=2000000", "pfc=false"]))
-    assert opts == {"queue_sample_ns": QUEUE_SAMPLE_NS, "cc": "hpcc", "set": ["buffer_bytes=2000000", "pfc=false"]}
-    sets = opts.pop("set")
-    config = apply_overrides(PacketConfig(**opts), sets)  # what the network server builds
+    flow = engine_spec(RunConfig("x.py"))
+    assert (flow.network, flow.window_ns, flow.packet_used) == ("flow", 0, None)
+    spec = engine_spec(RunConfig("x.py", network="ns3", cc="hpcc", packet_set=["buffer_bytes=2000000", "pfc=false"]))
+    config = spec.packet
     assert (config.cc, config.buffer_bytes, config.pfc, config.queue_sample_ns) == ("hpcc", 2_000_000, False, 1000)
+    assert QUEUE_SAMPLE_NS == 1000
+    topo = load_topology("star8")
+    wire = RunSpec.from_bytes(RunSpec(topology=topo, world=8, engine=spec).to_bytes())  # what the server reads
+    assert wire.engine == spec
     # --queue-sample-ns, the same option on run, replay and netsim
-    off = engine_options(RunConfig("x.py", network="ns3", queue_sample_ns=0))
-    assert off == {"queue_sample_ns": 0}
+    off = engine_spec(RunConfig("x.py", network="ns3", queue_sample_ns=0))
+    assert off.packet.queue_sample_ns == 0

@@ -9,7 +9,9 @@ import pytest
 
 from phantora.errors import InputError
 from phantora.netsim.background import background_flows, nic_rate_bps
-from phantora.netsim.faults import BACKGROUND_BASE, scenario_engine
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.faults import BACKGROUND_BASE
 from phantora.netsim.flowsizes import HADOOP, WEBSEARCH, SizeCdf, load_cdf
 from phantora.netsim.scenario import Background, parse_scenario
 from phantora.topology.generators import leaf_spine
@@ -65,7 +67,7 @@ def test_load_measured_on_the_links_and_seeded() -> None:
     sc = _scenario("websearch", 0.3, "20ms")
     runs = []
     for _ in range(2):
-        sim = scenario_engine(topo, sc)
+        sim = make_engine(EngineSpec(), topo, scenario=sc)
         assert sim.drain() == []  # background completions are kept apart
         done = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.background_done)
         up = sum(c.bytes for c in sim.channel_usage() if topo.nodes[c.src].kind == "gpu")

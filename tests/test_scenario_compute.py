@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from phantora.netsim.faults import scenario_engine
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.scenario import parse_scenario
 from phantora.perfmodel.throttle import Throttle, Throttles
@@ -37,7 +38,7 @@ def test_compute_bound_steps_stretch_by_k(k: float) -> None:
     wl = _job()
     clean = replay_inprocess(wl, topo, FlowSimulator(topo))
     sc = parse_scenario(f'[[events]]\nkind = "gpu_slow"\nrank = 1\nfactor = {k}\nat = "0ns"\n', "s.toml")
-    sim = scenario_engine(topo, sc)
+    sim = make_engine(EngineSpec(), topo, scenario=sc)
     sim.stretch = compute_stretch(sc.throttles(), topo)
     slow = replay_inprocess(wl, topo, sim)
     comm = [r.duration_ns for r in clean.ops]

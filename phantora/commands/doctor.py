@@ -154,8 +154,9 @@ def check_compiler() -> str:
 def check_models() -> str:
     """Build the models if needed, load them, and run one flow between two hosts of a star."""
     from phantora.netsim.base import Flow
-    from phantora.netsim.packet import Ns3Simulator, build, library_path, load_ns3, needs_build
-    from phantora.netsim.packet_config import PacketConfig
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.packet import build, library_path, load_ns3, needs_build
     from phantora.topology.model import Topology
 
     t0 = time.monotonic()
@@ -171,9 +172,12 @@ def check_models() -> str:
     switch = topo.add_node("switch")
     for host in range(2):
         topo.add_link(host, switch, 100 * 10**9, 1000)
-    with Ns3Simulator(topo.validate(), PacketConfig()) as sim:
+    sim = make_engine(EngineSpec("ns3"), topo.validate())
+    try:
         sim.submit([Flow(1, 0, 1, 100_000)], at=0)
         done = sim.drain()
+    finally:
+        sim.close()
     if len(done) != 1 or done[0].end_ns <= 0:
         raise CheckError(f"a 2-host flow did not complete as expected ({done})")
     return f"{library_path()} loaded; a 100 kB flow took {done[0].end_ns - done[0].start_ns} ns{built}"

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from phantora.commands.options import add_network_options, check_flow_network
+from phantora.commands.options import add_network_options
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.errors import InputError
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.report import nccl_tests as nt
 
 DEFAULT_TOPOLOGY = "one DGX-like H100 server of 8 GPUs (the dgx_host generator)"
@@ -105,16 +106,12 @@ def _topology(spec: str | None, gpu: str | None = None) -> Any:
     return topo
 
 
-def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    """`make_engine` options, as `phantora replay` builds them: the flow network takes --set ecmp_hash and lb only;
-    ns3 the CC and every PacketConfig field (queues are not sampled unless --set queue_sample_ns asks: no
-    queues.csv is written)."""
-    from phantora.netsim.cli_config import flow_options_from_sets, packet_config_from_flags
+def engine_spec(args: argparse.Namespace) -> EngineSpec:
+    """The engine, as `phantora replay` builds it: the flow network takes --set ecmp_hash and lb only; ns3 the CC
+    and every PacketConfig field (queues are not sampled unless --set queue_sample_ns asks: no queues.csv)."""
+    from phantora.netsim.cli_config import engine_spec_from_flags
 
-    check_flow_network(args.network, args.cc, args.set)
-    if args.network != "ns3":
-        return flow_options_from_sets(args.set)
-    return {"config": packet_config_from_flags(cc=args.cc, sets=args.set, queue_sample_ns=0)}
+    return engine_spec_from_flags(args.network, cc=args.cc, sets=args.set, queue_sample_ns=0)
 
 
 def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:
@@ -137,7 +134,8 @@ def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bridge.engines import make_engine
+    from bridge.workers import spawn_workers
+    from phantora.netsim.factory import make_engine
 
     spec = nt.find_test(args.test)
     topo = _topology(args.topology, args.gpu)
@@ -152,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
     dtype, op = nt.datatype(args.datatype), nt.redop(args.op)
     if spec.rooted and not 0 <= args.root < len(ranks):
         raise InputError(f"root {args.root} is not one of the {len(ranks)} ranks", field="-r")
-    options = _engine_options(args)
-    config = options.get("config")
+    engine = engine_spec(args)
+    config = engine.packet_used
     record_config(args, "nccl-tests", topo, config, {})
     grow = args.stepfactor is not None and args.stepfactor > 1
     stepbytes = 1024**2 if stepbytes is None else stepbytes  # nccl-tests' default increment
@@ -172,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     emit(*nt.table_header())
     bench = nt.Bench(spec, topo, ranks, dtype, args.root, args.iters, args.warmup_iters, gpus_per_thread=args.ngpus)
     results: list[nt.SizeResult] = []
-    sim = make_engine(args.network, topo, **options)
+    sim = make_engine(engine, topo, spawner=spawn_workers)
     try:
         for size in sizes:
             res = nt.bench_size(bench, sim, size)

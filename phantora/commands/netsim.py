@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
+from phantora.commands.options import add_network_options, add_progress_options, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.commands.scenario_option import add_scenario_option, install_throttles, load_scenario, report_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.files import read_text
 from phantora.netsim.base import Flow, drain_observed
-from phantora.netsim.cli_config import FLOW_FIELDS, QUEUE_SAMPLE_HELP, packet_config_from_flags
+from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_flags
+from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
 from phantora.netsim.packet_config import PacketConfig
@@ -156,12 +157,19 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
     return NetsimInput("workload", wl.name, [(0, plan.flows)], {}, hidden, len(wl.ops), path=p)
 
 
-def packet_config(args: argparse.Namespace) -> PacketConfig:
-    """The run's PacketConfig from its options, every default filled in (the flow network runs at its goodput)."""
-    # the flow engine runs at the packet config's goodput, so it takes the packet and header sizes too
-    check_flow_network(args.network, args.cc, args.set, (*FLOW_FIELDS, "payload_bytes", "header_bytes"))
-    return packet_config_from_flags(
-        cc=args.cc, sets=args.set, config_file=args.config, queue_sample_ns=args.queue_sample_ns, seed=args.seed
+def engine_spec(args: argparse.Namespace) -> EngineSpec:
+    """The run's engine from its options, every default filled in. The flow network runs at the packet config's
+    goodput (payload / (payload + header)), so it takes the packet and header sizes and --config too."""
+    return engine_spec_from_flags(
+        args.network,
+        cc=args.cc,
+        sets=args.set,
+        config_file=args.config,
+        queue_sample_ns=args.queue_sample_ns,
+        seed=args.seed,
+        scenario=args.scenario if args.network == "flow" else None,
+        flow_fields=(*FLOW_FIELDS, "payload_bytes", "header_bytes"),
+        flow_goodput=True,
     )
 
 
@@ -204,7 +212,7 @@ def _run_ns3(
         return _run_runner(topo, inp, config, out, progress)
     from phantora.netsim.packet import Ns3Simulator
 
-    sim = make_engine("ns3", topo, config=config, calls=out / S.NS3_CALLS_TXT if out else None)
+    sim = make_engine(EngineSpec("ns3", config), topo, calls=out / S.NS3_CALLS_TXT if out else None)
     assert isinstance(sim, Ns3Simulator)
     with sim:
         t0 = time.perf_counter()
@@ -268,13 +276,13 @@ def _run_runner(
 
 
 def _run_flow(
-    topo: Topology, inp: NetsimInput, config: PacketConfig, progress: str = "off", scenario: Any = None
+    topo: Topology, inp: NetsimInput, engine: EngineSpec, progress: str = "off", scenario: Any = None
 ) -> dict[str, Any]:
-    """The flow engine at the packet config's goodput (payload / (payload + header)); FCT at the last byte.
-    With a `scenario` (docs/scenarios.md), the flow engine under it."""
-    efficiency = config.payload_bytes / (config.payload_bytes + config.header_bytes)
-    under = {"scenario": scenario} if scenario is not None else {}
-    sim = make_engine("flow", topo, payload_efficiency=efficiency, ecmp_hash=config.ecmp_hash, lb=config.lb, **under)
+    """The flow engine at the packet config's goodput (`EngineSpec.flow_goodput`); FCT at the last byte.
+    With a `scenario` (docs/scenarios.md, the spec's, read), the flow engine under it."""
+    config = engine.packet
+    efficiency = engine.flow_options()["payload_efficiency"]
+    sim = make_engine(engine, topo, scenario=scenario)
     install_throttles(sim, scenario, topo, "flow")
     channels = sim.channels()
     assert channels is not None  # an in-process engine observes its channels
@@ -367,7 +375,8 @@ def run(args: argparse.Namespace) -> int:
 
     topo = load_topology(args.topology)
     inp = read_netsim_input(args.flows, topo)
-    config = packet_config(args)
+    engine = engine_spec(args)
+    config = engine.packet
     inputs = {"--flows": inp.path, "--config": args.config, "--scenario": args.scenario}
     record_config(args, "netsim", topo, config, inputs)  # the flow network too: it runs at the config's goodput
     mode = progress_mode(args)
@@ -375,7 +384,7 @@ def run(args: argparse.Namespace) -> int:
     if args.network == "ns3":
         res = _run_ns3(topo, inp, config, args.out, mode)
     else:
-        res = _run_flow(topo, inp, config, mode, sc)
+        res = _run_flow(topo, inp, engine, mode, sc)
     fcts = sorted(r.fct_ns for r in res["fct"])
     slow = sorted(r.fct_ns / r.standalone_ns for r in res["fct"] if r.standalone_ns)
     stats = res["stats"]

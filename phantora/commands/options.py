@@ -17,8 +17,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-from phantora.errors import InputError
-from phantora.netsim.cli_config import FLOW_FIELDS, check_flow_sets
+from phantora.netsim.engine_spec import DEFAULT_NETWORK, FLOW_FIELDS, NETWORKS
 from phantora.netsim.packet_config import override_fields
 from phantora.progress import auto_mode
 
@@ -65,10 +64,6 @@ class Parser(argparse.ArgumentParser):
             near = difflib.get_close_matches(name, longs, n=1)
             message = f"unknown option {name}" + (f"; did you mean {near[0]}?" if near else "")
         super().error(message)
-
-
-NETWORKS = ("flow", "ns3")
-DEFAULT_NETWORK = "flow"
 
 
 def set_help(sweep: bool = False) -> str:
@@ -125,15 +120,6 @@ def add_network_options(p: argparse.ArgumentParser, *, sweep: bool = False) -> N
             "(`phantora cc` lists them; default: none)",
         )
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=set_help(sweep))
-
-
-def check_flow_network(network: str, cc: str | None, sets: Sequence[str], allowed: Sequence[str] = FLOW_FIELDS) -> None:
-    """With the flow network, `--cc` and `--set` of a field it does not honour are errors, on every command."""
-    if network != "flow":
-        return
-    if cc:
-        raise InputError("applies to --network ns3 only (the flow network has no congestion control)", field="--cc")
-    check_flow_sets(sets, allowed)
 
 
 def add_progress_options(p: argparse.ArgumentParser, quiet_also: str = "") -> None:

@@ -16,14 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bridge.engines import make_engine
+from bridge.workers import spawn_workers
 from phantora.collectives.spec import ALGORITHMS, MODELS, PROTOCOLS, AlgoOptions
-from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
+from phantora.commands.options import add_network_options, add_progress_options, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.commands.scenario_option import add_scenario_option, install_throttles, load_scenario, report_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
 from phantora.units import parse_size_bytes
 
 FORMATS = ("auto", "workload", "egraph", "kineto")
@@ -108,24 +110,18 @@ def _algo(args: argparse.Namespace, base: AlgoOptions) -> AlgoOptions:
     return dataclasses.replace(base, **given)
 
 
-def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Keyword options of `make_engine`: the CC and PacketConfig overrides from --set (the flow network takes
-    only --set ecmp_hash)."""
-    from phantora.netsim.cli_config import flow_options_from_sets, packet_config_from_flags
+def engine_spec(args: argparse.Namespace) -> EngineSpec:
+    """The replay's engine from its options (the flow network takes --set ecmp_hash and lb only)."""
+    from phantora.netsim.cli_config import engine_spec_from_flags
 
-    check_flow_network(args.network, args.cc, args.set)
-    if args.network != "ns3":
-        return flow_options_from_sets(args.set or ())
-
-    config = packet_config_from_flags(
-        cc=args.cc, sets=args.set or (), queue_sample_ns=args.queue_sample_ns, seed=args.seed
+    return engine_spec_from_flags(
+        args.network,
+        cc=args.cc,
+        sets=args.set or (),
+        queue_sample_ns=args.queue_sample_ns,
+        seed=args.seed,
+        scenario=args.scenario if args.network == "flow" else None,
     )
-    return {"config": config}
-
-
-def packet_config(args: argparse.Namespace) -> Any:
-    """The run's PacketConfig from its options, every default filled in (None for the flow network)."""
-    return _engine_options(args).get("config")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,14 +139,14 @@ def run(args: argparse.Namespace) -> int:
     kind = _detect(Path(args.workload), args.format)
     if args.replicate_rank is not None and kind != "kineto":
         raise InputError(f"applies to Kineto traces only, and INPUT is {kind}", field="--replicate-rank")
-    options = _engine_options(args)
+    engine = engine_spec(args)
     source = Path(args.workload)
     if kind == "egraph" and source.is_file():  # its graph.json: the graph is the directory
         source = source.parent
-    record_config(args, "replay", topo, options.get("config"), {"INPUT": source, "--scenario": args.scenario})
+    record_config(args, "replay", topo, engine.packet_used, {"INPUT": source, "--scenario": args.scenario})
     if kind == "workload":
-        return _run_workload(args, topo, options)
-    return _run_graph(args, topo, options, kind)
+        return _run_workload(args, topo, engine)
+    return _run_graph(args, topo, engine, kind)
 
 
 def _run_jobs(args: argparse.Namespace) -> int:
@@ -191,7 +187,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) -> int:
+def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> int:
     from phantora.replay import replay_inprocess
     from phantora.report.replay_report import format_table, write_replay_outputs
     from phantora.workload import load_workload
@@ -202,7 +198,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) 
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
     base = _algo(args, AlgoOptions())
     sc = load_scenario(args, topo)
-    sim = make_engine(args.network, topo, **options, **({"scenario": sc} if sc else {}))
+    sim = make_engine(engine, topo, spawner=spawn_workers, scenario=sc)
     install_throttles(sim, sc, topo, args.network)
     try:
         res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
@@ -226,7 +222,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, options: dict[str, Any]) 
     return 0
 
 
-def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kind: str) -> int:
+def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: str) -> int:
     from phantora.egraph.format import load, save
     from phantora.egraph.replay import algo_from_meta, replay_graph
     from phantora.egraph.report import format_graph_result, graph_results
@@ -266,7 +262,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, options: dict[str, Any], kin
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
     sc = load_scenario(args, topo)
-    sim = make_engine(args.network, topo, **options, **({"scenario": sc} if sc else {}))
+    sim = make_engine(engine, topo, spawner=spawn_workers, scenario=sc)
     install_throttles(sim, sc, topo, args.network)
     network_files: list[Path] = []
     try:

@@ -130,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.chdir(here):
         topo = _check_topology(options["topology"], doc["topology"], where)
         if kind == "run":
-            from phantora.launcher import RunConfig, packet_config
+            from phantora.launcher import RunConfig, engine_spec
 
             known = set(RunConfig.__dataclass_fields__)
             run_cfg = RunConfig(**{"script": "", **{k: v for k, v in options.items() if k in known}})
-            _check_packet(doc.get("packet"), packet_config(run_cfg), topo, where)
+            _check_packet(doc.get("packet"), engine_spec(run_cfg).packet_used, topo, where)
             options.update(topology=topo, out_dir=out, overwrite=args.overwrite, command=command, rerun_of=origin)
             return _rerun_live(args, options)
         rc = _rerun_command(kind, doc, options, args, topo, out, command, origin)
@@ -164,7 +164,7 @@ def _rerun_command(kind: str, doc: dict[str, Any], options: dict[str, Any], args
             )
         setattr(ns, key, value)
     ns.set = list(ns.set or [])
-    _check_packet(recorded_packet, module.packet_config(ns), topo, str(args.run / "config.json"))
+    _check_packet(recorded_packet, module.engine_spec(ns).packet_used, topo, str(args.run / "config.json"))
     ns.seeds = None  # a seed group's runs are rerun one by one (each seed<S>/ has its own config.json)
     ns.out, ns.overwrite, ns.progress, ns.quiet = out, args.overwrite, args.progress, args.quiet
     ns.command_line, ns.rerun_of = command, origin

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from phantora.commands.options import add_network_options, add_progress_options, check_flow_network, progress_mode
+from phantora.commands.options import add_network_options, add_progress_options, progress_mode
 from phantora.commands.outdir import add_out_options
 from phantora.commands.scenario_option import add_scenario_option, check_run_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
-from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
+from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, check_flow_network
 from phantora.units import parse_time_ns
 
 

@@ -52,13 +52,6 @@ def load_scenario(
     return sc
 
 
-def scenario_engine_options(sc: Scenario | None) -> dict[str, Any]:
-    """`make_engine` options that put the engine under `sc` (none without a scenario, or with gpu_slow only)."""
-    if sc is None or not (sc.network() or sc.background()):
-        return {}
-    return {"scenario": sc}
-
-
 def install_throttles(sim: Any, sc: Scenario | None, topo: Topology, network: str) -> None:
     """Replays: slow GPUs stretch the compute delays of marker flows (flow network only)."""
     if sc is None or not sc.gpu_slow():

@@ -46,11 +46,11 @@ from phantora.launcher import (
     RANK_PRELOAD,
     RunConfig,
     compute_model_options,
-    engine_options,
-    packet_config,
+    engine_spec,
     resolve_topology,
 )
 from phantora.netsim.base import Completion, Flow
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
@@ -159,11 +159,10 @@ def launch_jobs(
     topo = resolve_topology(base.topology)
     base = dataclasses.replace(base, gpu=base.gpu or topo.gpu_model or "h100")
     gpu = get_gpu(base.gpu or "h100")
-    net_options = engine_options(base)
-    packet = packet_config(base)
-    ecmp = (net_options or {}).get("ecmp_hash") or (packet.ecmp_hash if packet is not None else None)
-    if ecmp:
-        topo.use_ecmp(ecmp)
+    engine = engine_spec(base)
+    packet = engine.packet_used
+    if engine.ecmp_hash:
+        topo.use_ecmp(engine.ecmp_hash)
     model_opts = compute_model_options(base)
     if not live_ok:
         live = next((j for j in spec.jobs if j.kind == "script"), None)
@@ -197,7 +196,7 @@ def launch_jobs(
                                 inputs=files, rerun_of=base.rerun_of)  # fmt: skip
         t0 = time.monotonic()
         try:
-            report = _run(ctx, gpu, net_options, model_opts, on_step)
+            report = _run(ctx, gpu, engine, model_opts, on_step)
             if alone:
                 _alone(ctx, report, on_step)
             report.summary["run"]["wall_s"] = time.monotonic() - t0
@@ -222,7 +221,7 @@ def launch_jobs(
 def _run(
     ctx: _Ctx,
     gpu: Any,
-    net_options: dict[str, Any] | None,
+    engine: EngineSpec,
     model_opts: Any,
     on_step: Callable[[str, dict[str, Any]], None] | None,
 ) -> JobsReport:
@@ -232,7 +231,7 @@ def _run(
     for d in ctx.job_dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     if not plan.live:
-        return _run_inprocess(ctx, background, net_options)
+        return _run_inprocess(ctx, background, engine)
     from bridge.run import CosimRun
 
     procs = []
@@ -250,12 +249,10 @@ def _run(
     try:
         cosim = CosimRun(
             topo,
+            engine,
             jobs=procs,
             all_or_nothing=spec.all_or_nothing,
             background=background,
-            network=base.network,
-            window_ns=base.window_ns,
-            engine_options=net_options,
             algo=ctx.algo,
             env=_job_env(base, dataclasses.replace(spec.jobs[plan.live[0]], env={}), ctx.out, model_opts),
             out_dir=ctx.out,
@@ -360,13 +357,14 @@ def _recorded_results(
         run_dir.write_status(ctx.job_dirs[name], "complete", steps_finished=len(doc.get("steps", [])))
 
 
-def _run_inprocess(ctx: _Ctx, background: list[Any], net_options: dict[str, Any] | None) -> JobsReport:
+def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> JobsReport:
     """Only recorded jobs: one DAG on one engine in this process."""
-    from bridge.engines import make_engine
+    from bridge.workers import spawn_workers
+    from phantora.netsim.factory import make_engine
     from phantora.replay import run_engine
 
     t0 = time.monotonic()
-    sim = make_engine(ctx.base.network, ctx.plan.topo, **dict(net_options or {}))
+    sim = make_engine(engine, ctx.plan.topo, spawner=spawn_workers)
     try:
         done = run_engine(sim, background)
         stats = {str(k): v for k, v in dict(sim.stats()).items() if isinstance(v, (int, float, str, bool))}

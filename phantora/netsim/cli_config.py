@@ -1,16 +1,15 @@
-"""The packet config a command line asks for, built in one place for `run`, `replay` and `netsim`."""
+"""The engine a command line asks for (`EngineSpec`), built in one place: run, replay, netsim, nccl-tests, jobs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from phantora.errors import InputError
 from phantora.netsim import cc_registry
+from phantora.netsim.engine_spec import DEFAULT_WINDOW_NS, FLOW_FIELDS, EngineSpec
 from phantora.netsim.packet_config import PacketConfig, apply_overrides, read_hpcc_config
 
-FLOW_FIELDS = ("ecmp_hash", "lb")  # the PacketConfig fields the flow network honours too (lb: docs/flow-engine.md)
 # Every command (run, replay, netsim, and so sweep) samples switch queues every 1 us unless told otherwise
 # (`--queue-sample-ns N`, 0 = off); the engine API's own default, PacketConfig.queue_sample_ns, stays 0. 1 us
 # resolves a base RTT at 100-800G; its cost is in docs/packet-model.md ("Queue sampling").
@@ -63,12 +62,41 @@ def check_flow_sets(sets: Sequence[str], allowed: Sequence[str] = FLOW_FIELDS) -
             )
 
 
-def flow_options_from_sets(sets: Sequence[str]) -> dict[str, Any]:
-    """The flow engine's options from `--set FIELD=VALUE` items: the fields it honours (`FLOW_FIELDS`); any
-    other field is an error naming it."""
-    check_flow_sets(sets)
-    config = apply_overrides(PacketConfig(), sets)
-    out: dict[str, Any] = {"ecmp_hash": config.ecmp_hash} if config.ecmp_hash else {}
-    if config.lb != "ecmp":
-        out["lb"] = config.lb
-    return out
+def check_flow_network(network: str, cc: str | None, sets: Sequence[str], allowed: Sequence[str] = FLOW_FIELDS) -> None:
+    """With the flow network, `--cc` and `--set` of a field it does not honour are errors, on every command."""
+    if network != "flow":
+        return
+    if cc:
+        raise InputError("applies to --network ns3 only (the flow network has no congestion control)", field="--cc")
+    check_flow_sets(sets, allowed)
+
+
+def engine_spec_from_flags(
+    network: str,
+    *,
+    cc: str | None = None,
+    sets: Sequence[str] = (),
+    config_file: str | Path | None = None,
+    queue_sample_ns: int | None = None,
+    seed: int | None = None,
+    window_ns: int | None = None,
+    scenario: str | Path | None = None,
+    flow_fields: Sequence[str] = FLOW_FIELDS,
+    flow_goodput: bool = False,
+) -> EngineSpec:
+    """The `EngineSpec` of `--network`, `--cc`, `--set`, `--config`, `--queue-sample-ns`, `--seed`, the window
+    (None: `DEFAULT_WINDOW_NS`) and `--scenario`. The flow network refuses `--cc` and any `--set` field outside
+    `flow_fields` (its packet config, which it reads `flow_fields` of, is built as ns3's is). Errors name the
+    flag and field."""
+    check_flow_network(network, cc, sets, flow_fields)
+    packet = packet_config_from_flags(
+        cc=cc, sets=sets, config_file=config_file, queue_sample_ns=queue_sample_ns, seed=seed
+    )
+    window = DEFAULT_WINDOW_NS if window_ns is None else window_ns
+    return EngineSpec(
+        network=network,
+        packet=packet,
+        window_ns=window,
+        scenario=None if scenario is None else str(scenario),
+        flow_goodput=flow_goodput,
+    )

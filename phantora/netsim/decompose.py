@@ -504,18 +504,6 @@ class DecomposedSimulator(RunsByCompletion):
         return {t.flow_id: t for t in self._gather()["transport"]}
 
 
-def decomposed_engine(topo: Topology, config: PacketConfig, spawn: Spawner) -> Any:
-    """nvlink=fluid over a `DecomposedSimulator` whose workers `spawn` starts: the engine `--set workers=N` asks
-    for (the bridge passes its spawner, `bridge.workers.spawn_workers`)."""
-    from phantora.netsim.factory import fluid_nvlink
-
-    packet = DecomposedSimulator(topo, config, spawn)
-    engine = fluid_nvlink(topo, config, packet=packet)
-    packet.reacts = engine.reacts_to  # type: ignore[attr-defined]
-    packet.prechecked = True  # the hybrid checks each batch whole at its submit: ids, ends, deps, cycles
-    return engine
-
-
 __all__ = [
     "NO_PIECE",
     "DecomposedSimulator",
@@ -524,5 +512,4 @@ __all__ = [
     "Spawner",
     "WorkerDiedError",
     "WorkerPool",
-    "decomposed_engine",
 ]

@@ -1,69 +1,74 @@
-"""One place that turns a network-mode name into a `NetworkSimulator`."""
+"""The one engine factory: an `EngineSpec` (and a topology) -> a `NetworkSimulator`."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from phantora.errors import InputError
 from phantora.netsim.base import NetworkSimulator
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.topology.model import Topology
 
-NETWORKS = ("flow", "ns3")
+if TYPE_CHECKING:
+    from phantora.netsim.decompose import Spawner
+    from phantora.netsim.scenario import Scenario
 
 
-def make_engine(network: str, topo: Topology, **options: Any) -> NetworkSimulator:
-    """`flow` -> FlowSimulator(topo, **options); `ns3` -> Ns3Simulator(topo, PacketConfig(**options)).
-    ``scenario`` (a `phantora.netsim.scenario.Scenario`) gives the flow engine under it (`netsim.faults`).
+def make_engine(
+    spec: EngineSpec,
+    topo: Topology,
+    *,
+    calls: Path | None = None,
+    spawner: Spawner | None = None,
+    scenario: Scenario | None = None,
+) -> NetworkSimulator:
+    """The engine `spec` describes, on `topo`: the flow engine (under its scenario, if any: `netsim.faults`),
+    or ns-3 (with fluid NVLink, NIC latency, profile reuse or decomposition as its config asks).
 
-    For ns3, ``set`` (a list of ``FIELD=VALUE`` strings, as `--set` takes them) overrides the config,
-    ``calls`` (a path) records the run's call script for phantora-ns3-runner, and ``side="packet"`` builds the
-    packet side only (no fluid NVLink around it: what a decomposition worker hosts). Decomposition
-    (``workers=N``) starts processes, so the bridge builds it (`bridge.engines.make_engine`)."""
-    scenario = options.pop("scenario", None)  # a phantora.netsim.scenario.Scenario or its file (docs/scenarios.md)
-    if isinstance(scenario, str):
-        from phantora.netsim.scenario import read_scenario
+    ``calls`` records an ns-3 run's call script for phantora-ns3-runner. Decomposition (``workers=N``) starts
+    worker processes, so it needs the bridge's ``spawner`` (`bridge.workers.spawn_workers`). ``scenario``: the
+    spec's scenario already read (else it is read from its file)."""
+    if spec.network == "flow":
+        if scenario is None and spec.scenario is not None:
+            from phantora.netsim.scenario import read_scenario
 
-        scenario = read_scenario(scenario)
-    if scenario is not None:
-        if network != "flow":
-            raise InputError(
-                "a scenario runs on the flow network only for now (packet mode has no link events yet)",
-                field="scenario",
-            )
-        from phantora.netsim.faults import scenario_engine
+            scenario = read_scenario(spec.scenario)
+        if scenario is not None:
+            from phantora.netsim.background import scenario_background
+            from phantora.netsim.faults import BACKGROUND_BASE, FaultyFlowSimulator
 
-        return scenario_engine(topo, scenario, **options)
-    if network == "flow":
+            background = scenario_background(scenario, topo, BACKGROUND_BASE)  # ids far above any job's
+            return FaultyFlowSimulator(topo, scenario, background=background, **spec.flow_options())
         from phantora.netsim.flow import FlowSimulator
 
-        return FlowSimulator(topo, **options)
-    if network == "ns3":
-        from phantora.netsim.packet import Ns3Simulator
+        return FlowSimulator(topo, **spec.flow_options())
+    if scenario is not None:
+        raise InputError(
+            "a scenario runs on the flow network only for now (packet mode has no link events yet)", field="scenario"
+        )
+    from phantora.netsim.packet import Ns3Simulator
 
-        side = options.pop("side", None)
-        calls = options.pop("calls", None)
-        config = packet_config(options)
-        if side == "packet":
-            return packet_side(Ns3Simulator(topo, config, calls=calls), config)
-        if config.workers:
+    config = spec.packet
+    if spec.side == "packet":
+        return packet_side(Ns3Simulator(topo, config, calls=calls), config)
+    if config.workers:
+        if spawner is None:
             raise InputError(
-                f"workers={config.workers} (decomposition) starts worker processes: build it with "
-                "bridge.engines.make_engine (phantora replay and run do)",
+                f"workers={config.workers} (decomposition) starts worker processes: pass the bridge's spawner "
+                "(bridge.workers.spawn_workers; phantora run, replay, nccl-tests and jobs do)",
                 field="workers",
             )
-        if config.nvlink == "fluid":
-            return fluid_nvlink(topo, config, calls)
-        return packet_side(Ns3Simulator(topo, config, calls=calls), config)
-    raise InputError(f"unknown network mode {network!r} (known: {', '.join(NETWORKS)})", field="network")
+        from phantora.netsim.decompose import DecomposedSimulator
 
-
-def packet_config(options: dict[str, Any]) -> Any:
-    """The PacketConfig of `make_engine`'s ns3 options: ``config`` or the fields, then the ``set`` overrides."""
-    from phantora.netsim.packet_config import PacketConfig, apply_overrides
-
-    overrides = options.pop("set", ())
-    config = options.pop("config", None) or PacketConfig(**options)
-    return apply_overrides(config, overrides) if overrides else config
+        decomposed = DecomposedSimulator(topo, config, spawner)
+        engine = fluid_nvlink(topo, config, packet=decomposed)  # decomposition needs nvlink=fluid (validated)
+        decomposed.reacts = engine.reacts_to  # type: ignore[attr-defined]
+        decomposed.prechecked = True  # the hybrid checks each batch whole at its submit: ids, ends, deps, cycles
+        return engine
+    if config.nvlink == "fluid":
+        return fluid_nvlink(topo, config, calls)
+    return packet_side(Ns3Simulator(topo, config, calls=calls), config)
 
 
 def packet_side(ns3: Any, config: Any) -> Any:

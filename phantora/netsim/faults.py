@@ -309,11 +309,3 @@ class FaultyFlowSimulator(FlowSimulator):
                 rate = sum(self._active[f].rate for f in self._ch_flows.get(c, ()))
                 self._fault_stats["loss_bytes"] += rate * dt * p / (1.0 - p)
         self._t_loss = t
-
-
-def scenario_engine(topology: Topology, scenario: Scenario, **options: object) -> FaultyFlowSimulator:
-    """The flow engine under `scenario`, with its background traffic (ids from `BACKGROUND_BASE`) submitted."""
-    from phantora.netsim.background import scenario_background
-
-    background = scenario_background(scenario, topology, BACKGROUND_BASE)
-    return FaultyFlowSimulator(topology, scenario, background=background, **options)
