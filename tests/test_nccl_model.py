@@ -213,6 +213,17 @@ def test_ctas_and_legacy_ring_variables_bound_the_channels_as_nccl_combines_them
     assert choose(coll, topo, opts(**ring, NCCL_MAX_NRINGS="4")).channels == 4
 
 
+def test_nccl_min_ctas_raises_the_nvls_ctas_and_nchannels_does_not():
+    """nvls.cc clamps the NVLS CTAs (16 on Hopper) to [NCCL_MIN_CTAS, NCCL_MAX_CTAS]; NCCL_MIN_NCHANNELS bounds the
+    ring's channels only. #309's tuned 8-host run (NCCL_MIN_CTAS=24) runs NVLS-Tree on 24 CTAs."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    coll = Collective("all_reduce", tuple(range(16)), 256 * MiB, "bf16")
+    assert choose(coll, topo, opts()).algorithm == "nvls_tree"
+    assert choose(coll, topo, opts()).channels == 16
+    assert choose(coll, topo, opts(NCCL_MIN_CTAS="24")).channels == 24
+    assert choose(coll, topo, opts(NCCL_MIN_NCHANNELS="24")).channels == 16
+
+
 def test_channels_shrink_for_small_messages():
     """Ring Simple opens a channel per 512 threads x 64 B = 32 KiB of data."""
     topo = dgx_host(gpu="a100")

@@ -32,7 +32,10 @@ ENV_VARS = (
     "NCCL_PAT_ENABLE",
     "NCCL_PXN_DISABLE",
     "NCCL_NET_OVERHEAD",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_IB_SPLIT_DATA_ON_QPS",
 )
+IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
 
 
@@ -44,6 +47,7 @@ class NcclSettings:
     protos: Enabled = ()  # empty: every protocol enabled (LL128 where NCCL enables it)
     protos_forced: bool = False  # NCCL_PROTO was set (then LL128 is not limited to where NCCL enables it)
     min_channels: int = 0
+    min_ctas: int = 0  # NCCL_MIN_CTAS alone: it also raises the NVLS CTAs (nvls.cc clamps them to [min, max] CTAs)
     max_channels: int = T.MAX_CHANNELS
     buffsize: int = 0  # Simple buffer; 0: 4 MiB
     nvls: bool = True  # NCCL_NVLS_ENABLE=0 turns NVLink SHARP off
@@ -53,6 +57,8 @@ class NcclSettings:
     p2p_net_chunk: int = T.P2P_CHUNK["net"]
     p2p_nvl_chunk: int = T.P2P_CHUNK["nvlink"]
     net_overhead_ns: int = -1  # NCCL_NET_OVERHEAD (ns); -1: NCCL's default for the hosts' CPU
+    qps_per_conn: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs of each network connection
+    split_data_on_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: each message over every QP (else one, in turn)
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -108,6 +114,13 @@ def _int(env: Mapping[str, str], var: str, default: int, low: int = 0) -> int:
     return value
 
 
+def _qps(env: Mapping[str, str]) -> int:
+    qps = _int(env, "NCCL_IB_QPS_PER_CONNECTION", 1, 1)
+    if qps > IB_MAX_QPS:
+        raise InputError(f"NCCL_IB_QPS_PER_CONNECTION={qps} is more than NCCL's {IB_MAX_QPS}", field="NCCL_IB_QPS_PER_CONNECTION")
+    return qps
+
+
 def nccl_env(env: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     """The NCCL_* variables phantora honours, as set in `env` (default: this process's environment)."""
     env = os.environ if env is None else env
@@ -143,6 +156,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         protos=protos,
         protos_forced=bool(protos),
         min_channels=min(min_ch, max_ch, T.MAX_CHANNELS),
+        min_ctas=min(_int(env, "NCCL_MIN_CTAS", 0), max_ch),
         max_channels=max_ch,
         buffsize=_int(env, "NCCL_BUFFSIZE", 0, 1),
         nvls=_int(env, "NCCL_NVLS_ENABLE", 2) != 0,
@@ -152,5 +166,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         p2p_net_chunk=_int(env, "NCCL_P2P_NET_CHUNKSIZE", T.P2P_CHUNK["net"], 1),
         p2p_nvl_chunk=_int(env, "NCCL_P2P_NVL_CHUNKSIZE", T.P2P_CHUNK["nvlink"], 1),
         net_overhead_ns=_int(env, "NCCL_NET_OVERHEAD", -1),
+        qps_per_conn=_qps(env),
+        split_data_on_qps=_int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0,
         raw=raw,
     )

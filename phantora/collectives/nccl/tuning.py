@@ -249,9 +249,9 @@ def model_time_us(cost: Cost, kind: str, p: Platform, nbytes: int, channels: int
 
 def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int) -> int:
     """Channels the collective runs on: NVLS CTAs for NVLS, else comm channels reduced for small sizes."""
-    if choice_algo in ("nvls", "nvls_tree"):
+    if choice_algo in ("nvls", "nvls_tree"):  # nvls.cc: NCCL_NVLS_NCHANNELS, clamped to [minCTAs, maxCTAs]
         default = st.nvls_channels or T.NVLS_CHANNELS.get(p.arch, 16)
-        return max(1, min(default, st.max_channels))
+        return max(1, st.min_ctas, min(default, st.max_channels))
     nc = comm_channels(p, ring_graph(p), st)
     nt = T.MAX_THREADS[proto]
     threshold = T.THREAD_THRESHOLD[proto] * (p.nranks if choice_algo == "ring" and proto == "LL" else 1)
