@@ -6,6 +6,7 @@ short idle and is recovered from after a long one."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -141,3 +142,62 @@ def test_a_dcqcn_cut_outlives_the_message_and_recovers_with_idle_time(ns3_lib) -
     assert fresh == pytest.approx(line, abs=100)
     assert _after_incast(conn=True, idle_ns=0) > 1.3 * fresh
     assert _after_incast(conn=True, idle_ns=50_000_000) == pytest.approx(fresh, abs=100)
+
+
+# ----- NCCL_IB_QPS_PER_CONNECTION and NCCL_IB_SPLIT_DATA_ON_QPS ------------------------------------------------------
+def with_env(**env: str) -> AlgoOptions:
+    return AlgoOptions(algorithm="ring", protocol="Simple", nccl_env=tuple(env.items()))  # wire bytes = bytes
+
+
+def ring_flows(opts: AlgoOptions, nbytes: int = 64 * MB) -> list[Flow]:
+    topo = rail_optimized(hosts=2, gpu="h100")
+    return decompose(Collective("all_reduce", tuple(range(16)), nbytes, "bf16"), topo, opts).flows
+
+
+def test_a_network_connection_has_nccl_ib_qps_per_connection_queue_pairs_used_in_turn() -> None:
+    """net_ib without NCCL_IB_SPLIT_DATA_ON_QPS: message k of a connection goes whole on its queue pair k mod 4,
+    each queue pair with its own ECMP key (its own UDP source port); NVLink connections have no queue pairs."""
+    topo = rail_optimized(hosts=2, gpu="h100")
+    host = {n: topo.nodes[n].host for n in topo.endpoints}
+    one, four = ring_flows(with_env()), ring_flows(with_env(NCCL_IB_QPS_PER_CONNECTION="4"))
+    assert [f.size for f in one] == [f.size for f in four]  # the same messages
+    by_conn: dict[tuple[int, int, int], list[Flow]] = {}
+    for f in one:
+        by_conn.setdefault((f.src, f.dst, f.conn), []).append(f)
+    by_id = {f.id: f for f in four}
+    net = 0
+    for (src, dst, _), msgs in by_conn.items():
+        qps = [(by_id[m.id].conn, by_id[m.id].key) for m in msgs]
+        if host[src] == host[dst]:
+            assert len(set(qps)) == 1
+            continue
+        net += 1
+        assert len({c for c, _ in qps}) == min(4, len(msgs)) == len({k for _, k in qps})
+        assert all(qps[k] == qps[k % 4] for k in range(len(qps)))  # in turn: 0, 1, 2, 3, 0, ...
+    assert net > 0
+
+
+def test_split_data_on_qps_posts_each_message_over_every_queue_pair_in_128_byte_multiples() -> None:
+    one = ring_flows(with_env(), nbytes=48 * MB + 7)
+    split = ring_flows(with_env(NCCL_IB_QPS_PER_CONNECTION="3", NCCL_IB_SPLIT_DATA_ON_QPS="1"), nbytes=48 * MB + 7)
+    topo = rail_optimized(hosts=2, gpu="h100")
+    host = {n: topo.nodes[n].host for n in topo.endpoints}
+    net = [f for f in one if host[f.src] != host[f.dst]]
+    parts = [f for f in split if "/qp" in f.tag]
+    joins = [f for f in split if f.tag.endswith("/join")]
+    assert len(joins) == len([f for f in net if f.size > 128])  # a message of one part needs no join
+    for f in net:
+        size = f.size
+        want = math.ceil(math.ceil(size / 3) / 128) * 128
+        mine = [p for p in parts if (p.tag.rsplit("/qp", 1)[0], p.src, p.dst) == (f.tag, f.src, f.dst)]
+        assert sum(p.size for p in mine) == size
+        assert all(p.size == want for p in mine[:-1]) and 0 < mine[-1].size <= want
+        assert len({p.conn for p in mine}) == len(mine)
+    assert sum(f.size for f in split) == sum(f.size for f in one)  # joins carry nothing
+
+
+def test_bad_queue_pair_counts_are_refused_naming_the_variable() -> None:
+    for bad in ("0", "129", "many"):
+        with pytest.raises(InputError) as err:
+            ring_flows(with_env(NCCL_IB_QPS_PER_CONNECTION=bad))
+        assert err.value.field == "NCCL_IB_QPS_PER_CONNECTION"

@@ -49,10 +49,22 @@ def communicator_id(family: str, ranks: Sequence[int]) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
-def connection_id(comm: int, src: int, dst: int, channel: int) -> int:
-    """The queue pair of one channel from endpoint `src` to endpoint `dst` in communicator `comm` (never 0)."""
-    text = f"{comm}:{channel}:{src}:{dst}"
+def connection_id(comm: int, src: int, dst: int, channel: int, qp: int = 0) -> int:
+    """Queue pair `qp` of one channel's connection from endpoint `src` to endpoint `dst` in communicator `comm`
+    (never 0; qp 0 is the connection's only queue pair by default)."""
+    text = f"{comm}:{channel}:{src}:{dst}" + (f":{qp}" if qp else "")
     return (int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1) | 1
+
+
+IB_WRITE_ALIGN = 128  # net_ib: a message split over queue pairs goes in parts of a multiple of 128 bytes
+
+
+def qp_parts(size: int, qps: int) -> list[int]:
+    """NCCL_IB_SPLIT_DATA_ON_QPS: `size` over `qps` queue pairs, as net_ib posts it: parts of
+    ceil(ceil(size / qps) / 128) x 128 bytes, the last ones shorter or empty (empty parts left out)."""
+    per_qp = -(-size // qps)
+    part = -(-per_qp // IB_WRITE_ALIGN) * IB_WRITE_ALIGN
+    return [n for n in (min(part, size - i * part) for i in range(qps)) if n > 0]
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -70,8 +82,12 @@ class DagBuilder:
     first_id: int
     prefix: str  # tag prefix, "" or "coll7/"
     comm: int = 0  # `communicator_id` of the collective's connections; 0 = each flow a queue pair of its own
+    host_of: dict[int, object] = field(default_factory=dict)  # endpoint -> host (None: a host of its own)
+    qps: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs per network connection (between hosts)
+    split_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: every message over all of them (else each on one, in turn)
     flows: list[Flow] = field(default_factory=list)
-    _conns: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    _sent: dict[tuple[int, int, int], int] = field(default_factory=dict)  # messages so far per connection
+    _conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (s, d, channel, qp) -> conn
 
     def add(
         self,
@@ -90,16 +106,47 @@ class DagBuilder:
                 "granularity, fewer channels or bigger chunks",
                 field="granularity",
             )
-        fid = self.first_id + len(self.flows)
         s, d = self.nodes[src], self.nodes[dst]
-        conn = 0
-        if self.comm:
-            conn = self._conns.get((s, d, channel), 0)
-            if not conn:
-                conn = self._conns[s, d, channel] = connection_id(self.comm, s, d, channel)
-        key = ecmp_key(s, d, channel)
-        self.flows.append(Flow(fid, s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn))
-        return fid
+        if not self.comm:
+            key = ecmp_key(s, d, channel)
+            return self._append(Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key))
+        qps = self.qps if self._network(s, d) else 1
+        if qps == 1:
+            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, 0))
+        if not self.split_qps:  # net_ib: message k of a connection goes on its queue pair k mod qps
+            n = self._sent.get((s, d, channel), 0)
+            self._sent[s, d, channel] = n + 1
+            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, n % qps))
+        parts = [
+            self._append(self._message(s, d, n, deps, delay_ns, f"{tag}/qp{q}", channel, q))
+            for q, n in enumerate(qp_parts(size, qps) or [0])
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        # the message is done when every part is: a zero-byte flow at the receiver joins them
+        return self._append(Flow(self._next(), d, d, 0, tuple(parts), 0, self.prefix + tag + "/join"))
+
+    def _network(self, s: int, d: int) -> bool:
+        """Whether s -> d crosses hosts (NCCL's net transport, whose connections have IB queue pairs)."""
+        hs, hd = self.host_of.get(s), self.host_of.get(d)
+        return s != d and (hs is None or hd is None or hs != hd)
+
+    def _message(
+        self, s: int, d: int, size: int, deps: tuple[int, ...], delay_ns: int, tag: str, channel: int, qp: int
+    ) -> Flow:
+        """A flow on queue pair `qp` of the connection (s, d, channel); each queue pair its own ECMP key."""
+        key = ecmp_key(s, d, channel) | (qp << 56)
+        conn = self._conns.get((s, d, channel, qp), 0)
+        if not conn:
+            conn = self._conns[s, d, channel, qp] = connection_id(self.comm, s, d, channel, qp)
+        return Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn)
+
+    def _next(self) -> int:
+        return self.first_id + len(self.flows)
+
+    def _append(self, f: Flow) -> int:
+        self.flows.append(f)
+        return f.id
 
     def finish(self) -> FlowDag:
         """The DAG with `rank_last` computed.

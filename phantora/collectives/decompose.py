@@ -7,6 +7,7 @@ from typing import Any
 from phantora.collectives.dag import DagBuilder, FlowDag, communicator_id, split
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
+from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl.pxn import pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nvls import nvls_flows, nvls_tree_flows
@@ -41,6 +42,10 @@ def decompose(
     opts, choice = resolve(coll, topo, opts)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
     b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "", comm=_communicator(coll, opts))
+    if opts.model == "nccl":
+        st = nccl_settings(opts)
+        b.qps, b.split_qps = st.qps_per_conn, st.split_data_on_qps
+        b.host_of = {n: topo.nodes[n].host for n in nodes}
     n = coll.size
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
         return b.finish()

@@ -117,7 +117,8 @@ def _int(env: Mapping[str, str], var: str, default: int, low: int = 0) -> int:
 def _qps(env: Mapping[str, str]) -> int:
     qps = _int(env, "NCCL_IB_QPS_PER_CONNECTION", 1, 1)
     if qps > IB_MAX_QPS:
-        raise InputError(f"NCCL_IB_QPS_PER_CONNECTION={qps} is more than NCCL's {IB_MAX_QPS}", field="NCCL_IB_QPS_PER_CONNECTION")
+        var = "NCCL_IB_QPS_PER_CONNECTION"
+        raise InputError(f"{var}={qps} is more than NCCL's {IB_MAX_QPS}", field=var)
     return qps
 
 
