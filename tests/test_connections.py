@@ -117,14 +117,14 @@ def test_packet_engine_sends_a_connections_messages_in_order(ns3_lib, tmp_path: 
     assert (out / "fct.txt").read_text().splitlines() == fct_lines
 
 
-def _after_incast(conn: bool, idle_ns: int) -> float:
+def _after_incast(conn: bool, idle_ns: int, qp: str = "connection") -> float:
     """DCQCN: two senders incast 4 MB each into one receiver; then sender 0 sends 2 MB alone, `idle_ns` after its
     incast message ended, on the same connection or on a fresh queue pair. The lone message's FCT, ns."""
     from phantora.netsim.packet import Ns3Simulator
     from phantora.netsim.packet_config import PacketConfig
 
     c0, c1 = (11, 12) if conn else (0, 0)
-    with Ns3Simulator(star(3), PacketConfig(cc="dcqcn")) as sim:
+    with Ns3Simulator(star(3), PacketConfig(cc="dcqcn", qp=qp)) as sim:
         sim.submit([Flow(1, 0, 2, 4 * MB, conn=c0), Flow(2, 1, 2, 4 * MB, conn=c1)], at=0)
         sim.submit([Flow(3, 0, 2, 2 * MB, deps=(1, 2), delay_ns=idle_ns, conn=c0)], at=0)
         done = {c.flow_id: c for c in sim.drain()}
@@ -142,6 +142,7 @@ def test_a_dcqcn_cut_outlives_the_message_and_recovers_with_idle_time(ns3_lib) -
     assert fresh == pytest.approx(line, abs=100)
     assert _after_incast(conn=True, idle_ns=0) > 1.3 * fresh
     assert _after_incast(conn=True, idle_ns=50_000_000) == pytest.approx(fresh, abs=100)
+    assert _after_incast(conn=True, idle_ns=0, qp="flow") == fresh  # the ablation: a queue pair per flow
 
 
 # ----- NCCL_IB_QPS_PER_CONNECTION and NCCL_IB_SPLIT_DATA_ON_QPS ------------------------------------------------------

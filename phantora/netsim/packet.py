@@ -220,6 +220,7 @@ class Ns3Simulator:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
         self._check_batch(flows)
         net, vec = self._net, self._vec
+        per_connection = self.config.qp == "connection"
         for f in flows:
             deps = vec()
             for d in f.deps:
@@ -232,7 +233,7 @@ class Ns3Simulator:
                     net.SetLossBudget(f.id, f.loss_budget)
                 if f.rate_bps:
                     net.SetMaxRate(f.id, f.rate_bps)
-                if f.conn:
+                if f.conn and per_connection:
                     net.SetConnection(f.id, f.conn)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None

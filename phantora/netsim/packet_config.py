@@ -27,6 +27,7 @@ from phantora.units import parse_rate_bps, parse_size_bytes, parse_time_ns
 
 NVLINK_MODES = ("packet", "fluid")
 REUSE_MODES = ("off", "on")
+QP_MODES = ("connection", "flow")  # a queue pair per connection (Flow.conn; NCCL's persistent ones) or per flow
 # Load balancing of data packets at switches and the receiving NIC's transport (docs/packet-model.md, "Load
 # balancing and receivers"): per-flow ECMP, per-packet spraying (random, or round robin), flowlets, adaptive.
 LB_MODES = ("ecmp", "spray", "spray_rr", "flowlet", "adaptive", "reps", "oblivious")
@@ -57,7 +58,9 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 }
 # PacketConfig fields that choose how the engine is put together, or how a live run's ranks mark their
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
-ENGINE_FIELDS = ("nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport")
+ENGINE_FIELDS = (
+    "nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport", "qp",
+)  # fmt: skip
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 PRIORITY_POLICIES = ("none", "layer", "tensor-size")
 DLCP_POLICIES = ("off", "grads")
@@ -134,6 +137,9 @@ class PacketConfig:
     # Engine: serve a packet-side episode that repeats one recorded from a quiet fabric from its completion profile
     # (phantora.netsim.reuse; opt-in, exact only where ns-3 draws no random numbers, docs/packet-model.md)
     reuse: str = "off"
+    # Engine: queue pairs per connection (the flows of a collective's channel and peer share one, with one CC state
+    # that outlives each message, as NCCL's) or per flow (each message a fresh QP starting at line rate: an ablation)
+    qp: str = "connection"
     # Engine: NIC work-request latency (doorbell + WQE fetch): a fabric flow posted at t (its deps done) sends its
     # first packet at t + nic_latency; its start_ns stays t (phantora.netsim.nic_latency). 0 = none (ns-3 as is).
     nic_latency: int = 0
@@ -206,6 +212,8 @@ class PacketConfig:
             raise bad("nvlink", f"expected {' or '.join(NVLINK_MODES)}, got {self.nvlink!r}")
         if self.reuse not in REUSE_MODES:
             raise bad("reuse", f"expected {' or '.join(REUSE_MODES)}, got {self.reuse!r}")
+        if self.qp not in QP_MODES:
+            raise bad("qp", f"expected {' or '.join(QP_MODES)}, got {self.qp!r}")
         if not isinstance(self.ray, str):
             raise bad("ray", f"expected local, auto or a Ray address, got {self.ray!r}")
         if self.workers or self.ray:

@@ -86,7 +86,7 @@ class RunnerNetwork:
                 self._net.SetLossBudget(f.id, f.loss_budget)
             if f.rate_bps:
                 self._net.SetMaxRate(f.id, f.rate_bps)
-            if f.conn:
+            if f.conn and self.config.qp == "connection":
                 self._net.SetConnection(f.id, f.conn)
             self._known.add(f.id)
             if f.tag:
