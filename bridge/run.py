@@ -55,7 +55,8 @@ from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.observe import ChannelUsage, FlowTransport, PacketChannelUsage
 from phantora.results import schema
-from phantora.results.write import write_flows_csv, write_json, write_links_csv
+from phantora.results.run_dir import RunDir
+from phantora.results.write import write_flows_csv, write_links_csv
 from phantora.topology.model import Topology
 
 RankCmd = Sequence[str] | Callable[[int], Sequence[str]]
@@ -266,7 +267,7 @@ class CosimRun:
     def _rank_env(common: dict[str, str], rank: int, local: tuple[int, int]) -> dict[str, str]:
         return {**common, "RANK": str(rank), "LOCAL_RANK": str(local[0]), "LOCAL_WORLD_SIZE": str(local[1])}
 
-    def _start(self, token: str, logs: Path) -> str:
+    def _start(self, token: str, logs: RunDir) -> str:
         """Start server (if any) and coordinator; return the coordinator's endpoint."""
         assert self.run_dir is not None
         setup = self.run_dir / "setup.msgpack"
@@ -275,10 +276,10 @@ class CosimRun:
         coord_cmd = [self.python, "-m", "bridge.coordinator", "--setup", str(setup), "--transport", self.transport]
         if not self.spec.engine_in_coordinator:
             cmd = [self.python, "-m", "bridge.netserver", "--setup", str(setup), "--transport", self.transport]
-            server = spawn("server", None, cmd, env, logs / "server.log", self.cwd)
+            server = spawn("server", None, cmd, env, logs.log("server"), self.cwd)
             self.children.append(server)
             coord_cmd += ["--net-endpoint", self._wait_endpoint("net", server, 60.0)]
-        coord = spawn("coordinator", None, coord_cmd, env, logs / "coordinator.log", self.cwd)
+        coord = spawn("coordinator", None, coord_cmd, env, logs.log("coordinator"), self.cwd)
         self.children.append(coord)
         return self._wait_endpoint("coord", coord, 60.0)
 
@@ -289,22 +290,22 @@ class CosimRun:
         assert cmd is not None
         return [[str(c) for c in (cmd(r) if callable(cmd) else cmd)] for r in range(self.spec.live_ranks)]
 
-    def _start_fork_server(self, cmds: list[list[str]], logs: Path) -> None:
+    def _start_fork_server(self, cmds: list[list[str]], logs: RunDir) -> None:
         """Start the fork server first, so its imports overlap the server's and coordinator's start-up."""
         if self.rank_preload and any(_module_form(c, cmds[0][0]) for c in cmds):
             self._forker = ForkServer.start(
-                cmds[0][0], self.rank_preload, self._base_env(), logs / "forkserver.log", self.cwd
+                cmds[0][0], self.rank_preload, self._base_env(), logs.log("forkserver"), self.cwd
             )
             self.children.append(self._forker.child)
 
-    def _start_ranks(self, cmds: list[list[str]], endpoint: str, token: str, logs: Path) -> None:
+    def _start_ranks(self, cmds: list[list[str]], endpoint: str, token: str, logs: RunDir) -> None:
         common = self._common_env(endpoint, token, _free_port())
         if self.job_table is not None:
             self._start_job_ranks(cmds, common, logs)
             return
         local = _local_ranks(self.spec.topology, self.spec.world)
         for r, cmd in enumerate(cmds):
-            env, log = self._rank_env(common, r, local[r]), logs / f"rank{r}.log"
+            env, log = self._rank_env(common, r, local[r]), logs.log(f"rank{r}")
             self.children.append(self._start_rank(r, cmd, env, log, cmds[0][0]))
 
     def _start_rank(self, r: int, cmd: list[str], env: dict[str, str], log: Path, python: str) -> Child:
@@ -312,7 +313,7 @@ class CosimRun:
             return self._forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd)
         return spawn("rank", r, cmd, env, log, self.cwd)
 
-    def _start_job_ranks(self, cmds: list[list[str]], common: dict[str, str], logs: Path) -> None:
+    def _start_job_ranks(self, cmds: list[list[str]], common: dict[str, str], logs: RunDir) -> None:
         """Each job's ranks: its own world, rank numbers, rendezvous port, environment and logs."""
         assert self.job_table is not None
         for j, (job, info) in enumerate(zip(self.jobs, self.job_table.jobs, strict=True)):
@@ -321,7 +322,7 @@ class CosimRun:
             local = _local_ranks(self.spec.topology, job.ranks, info.offset)
             for r in range(job.ranks):
                 g = info.offset + r
-                env, log = self._rank_env(base, r, local[r]), logs / f"{job.name}.rank{r}.log"
+                env, log = self._rank_env(base, r, local[r]), logs.log(f"{job.name}.rank{r}")
                 child = self._start_rank(g, cmds[g], env, log, cmds[0][0])
                 child.job, child.local = job.name, r
                 self.children.append(child)
@@ -477,8 +478,8 @@ class CosimRun:
         t0 = time.monotonic()
         self.run_dir = make_run_dir()
         token = new_token()
-        logs = self.out_dir / "logs" if self.out_dir is not None else self.run_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
+        logs = RunDir(self.out_dir if self.out_dir is not None else self.run_dir)  # its logs/ folder
+        logs.logs.mkdir(parents=True, exist_ok=True)
         ctx = zmq.Context()
         sock = None
         try:
@@ -504,7 +505,7 @@ class CosimRun:
             if sock is not None:
                 sock.close(0)
             ctx.term()
-            self._collect_logs(logs)
+            self._collect_logs()
             remove_run_dir(self.run_dir)
         result.logs = self.logs
         result.wall_s = time.monotonic() - t0
@@ -512,7 +513,7 @@ class CosimRun:
             self._write(result)
         return result
 
-    def _collect_logs(self, logs: Path) -> None:
+    def _collect_logs(self) -> None:
         self.logs: dict[str, str] = {}
         for c in self.children:
             key = (f"rank {c.rank}" if c.job is None else f"job {c.job} rank {c.local}") if c.role == "rank" else c.role
@@ -582,16 +583,17 @@ class CosimRun:
             summary["flows_note"] = result.flows_note
         if result.jobs:
             summary["jobs"] = result.jobs
-        write_json(self.out_dir / schema.COSIM_JSON, summary, indent=1, sort_keys=False)
+        out = RunDir(self.out_dir)
+        out.write_json(schema.COSIM_JSON, summary, indent=1, sort_keys=False)
         if self.job_table is None and (result.completions or not result.flows_note):  # jobs: the caller knows keys
             write_flows_csv(
-                self.out_dir / schema.FLOWS_CSV,
+                out.file(schema.FLOWS_CSV),
                 self.spec.topology,
                 result.completions,
                 transport=result.transport or None,
             )
         if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
-            write_links_csv(self.out_dir / schema.LINKS_CSV, self.spec.topology, result.links)
+            write_links_csv(out.file(schema.LINKS_CSV), self.spec.topology, result.links)
 
 
 def _usage(row: dict[str, Any]) -> ChannelUsage | PacketChannelUsage:

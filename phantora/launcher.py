@@ -24,7 +24,8 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
-from phantora.results import provenance, run_dir
+from phantora.results import provenance
+from phantora.results.run_dir import RunDir, nccl_args
 from phantora.results.summary import summarize, write_results
 from phantora.topology.model import Topology
 
@@ -208,8 +209,9 @@ def launch(cfg: RunConfig) -> RunReport:
     phantom, world, live = plan_processes(cfg, topo)
     keep = cfg.out_dir is not None
     if cfg.out_dir is not None:
-        out = run_dir.claim(cfg.out_dir, overwrite=cfg.overwrite)
-        run_dir.write_status(out, "running", script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
+        rd = RunDir.claim(cfg.out_dir, overwrite=cfg.overwrite)
+        out = rd.root
+        rd.running(script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
         skip = ("command", "python", "on_step", "rerun_of")
         options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
         provenance.write_config(out, options=options, topo=topo, packet=packet, command=cfg.command,
@@ -218,6 +220,7 @@ def launch(cfg: RunConfig) -> RunReport:
         from bridge.transport import make_run_dir
 
         out = make_run_dir()  # private, removed at the end (or by a later run, if this launcher is killed)
+        rd = RunDir(out)
     opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
     opts.compute_model, opts.perf_tables, opts.curves = model_opts
     opts.public_fit = cfg.public_fit
@@ -228,7 +231,7 @@ def launch(cfg: RunConfig) -> RunReport:
     env = {**opts.to_env(), **cfg.env}
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
     cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", *wrap, str(script.resolve()), *cfg.args]
-    watcher = run_dir.StepWatcher(out, live, cfg.on_step) if cfg.on_step is not None else None
+    watcher = rd.step_watcher(live, cfg.on_step) if cfg.on_step is not None else None
     try:
         cosim = CosimRun(
             topo,
@@ -249,10 +252,10 @@ def launch(cfg: RunConfig) -> RunReport:
         if watcher is not None:
             watcher.stop()
         if keep:
-            steps = run_dir.merge_steps(out, range(live))
-            trace = run_dir.merge_trace(out, partial=True)
+            steps = rd.merge_steps(range(live))
+            trace = rd.merge_trace(partial=True)
             traced = {"trace": f"partial: {trace.name} holds the steps each rank finished"} if trace else {}
-            run_dir.write_status(out, "failed", **run_dir.failure(exc), steps_finished=len(steps), **traced)
+            rd.failed(exc, steps_finished=len(steps), **traced)
         else:
             shutil.rmtree(out, ignore_errors=True)
         raise
@@ -295,14 +298,14 @@ def launch(cfg: RunConfig) -> RunReport:
             "nccl": summarize_choices(cosim.collectives, nccl_env({**os.environ, **cfg.env})),
         }
         if keep:
-            steps = run_dir.merge_steps(out, range(live))
-            write_results(out / "results.json", summary)
-            run_dir.merge_trace(out, comm_args=run_dir.nccl_args(cosim.collectives))
-            run_dir.write_status(out, "complete", steps_finished=len(steps), wall_s=cosim.wall_s)
+            steps = rd.merge_steps(range(live))
+            write_results(rd.results, summary)
+            rd.merge_trace(comm_args=nccl_args(cosim.collectives))
+            rd.complete(steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     except BaseException as exc:  # the run ended but its results could not be written
         if keep:
-            run_dir.write_status(out, "failed", **run_dir.failure(exc))
+            rd.failed(exc)
         raise
     finally:
         if not keep:

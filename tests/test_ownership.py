@@ -67,3 +67,55 @@ def test_engine_settings_have_one_home() -> None:
                     if isinstance(t, ast.Name) and t.id in ("NETWORKS", "DEFAULT_WINDOW_NS", "FLOW_FIELDS"):
                         defined.append((t.id, name))
     assert sorted(defined) == [("DEFAULT_WINDOW_NS", owner), ("FLOW_FIELDS", owner), ("NETWORKS", owner)]
+
+
+def run_dir_names() -> tuple[set[str], set[str]]:
+    """The run directory's file and folder names (what `RunDir` owns), and the schema constants holding them."""
+    from phantora.results import schema
+    from phantora.results.run_dir import OUTPUT_DIRS, OUTPUT_FILES
+
+    names = set(OUTPUT_FILES) | set(OUTPUT_DIRS)
+    constants = {k for k, v in vars(schema).items() if k.isupper() and isinstance(v, str) and v in names}
+    return names, constants
+
+
+def joins_a_run_dir_name(node: ast.AST, names: set[str], constants: set[str]) -> bool:
+    """`x / "results.json"`, `x / S.RESULTS_JSON`, `x / STEPS_DIR`: a run-directory path built by hand."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+        return False
+    right = node.right
+    if isinstance(right, ast.Constant) and right.value in names:
+        return True
+    if isinstance(right, ast.Attribute) and right.attr in constants:
+        return True
+    return isinstance(right, ast.Name) and right.id in constants
+
+
+NOT_RUN_DIRS = {"examples_dir() / 'jobs'"}  # the shipped job specs (examples/jobs/), a folder of another kind
+
+
+def test_only_results_builds_run_directory_paths() -> None:
+    """Outside phantora/results/, nobody joins a directory with a run-directory file or folder name (by literal or
+    by schema constant), nor imports those names bare: paths come from `RunDir` (`file`, `log`, `job`, ...)."""
+    names, constants = run_dir_names()
+    assert {"RESULTS_JSON", "TRACE_JSON", "COSIM_JSON", "STEPS_DIR", "LOGS_DIR"} <= constants
+    found = []
+    for name, tree in modules():
+        if name.startswith("phantora/results/"):
+            continue
+        for node in ast.walk(tree):
+            if joins_a_run_dir_name(node, names, constants) and ast.unparse(node) not in NOT_RUN_DIRS:
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+            if isinstance(node, ast.ImportFrom) and node.module == "phantora.results.schema":
+                found += [f"{name}:{node.lineno} imports {a.name}" for a in node.names if a.name in constants]
+    assert found == [], "run-directory paths come from phantora.results.run_dir.RunDir"
+
+
+def test_the_path_check_catches_a_hand_built_path() -> None:
+    """The checker itself: it flags the three ways of building a path by hand, and not RunDir's own calls."""
+    names, constants = run_dir_names()
+    flagged = [
+        joins_a_run_dir_name(ast.parse(src, mode="eval").body, names, constants)
+        for src in ('out / "results.json"', "out / S.COSIM_JSON", "out / STEPS_DIR", "rd.file(S.RESULTS_JSON)")
+    ]
+    assert flagged == [True, True, True, False]

@@ -242,9 +242,10 @@ def _results(
 
 def _write(out: Path, lines: list[str], data: dict[str, Any]) -> list[Path]:
     from phantora.results import schema as S
-    from phantora.results.write import write_atomic, write_json
+    from phantora.results.run_dir import RunDir
 
+    rd = RunDir(out)
     return [
-        write_atomic(out / S.NCCL_TESTS_TXT, "\n".join(lines) + "\n"),
-        write_json(out / S.RESULTS_JSON, data, indent=1, sort_keys=False),
+        rd.write_text(S.NCCL_TESTS_TXT, "\n".join(lines) + "\n"),
+        rd.write_json(S.RESULTS_JSON, data, indent=1, sort_keys=False),
     ]

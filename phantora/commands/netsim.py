@@ -39,13 +39,13 @@ from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.standalone import standalone_fct_ns
 from phantora.progress import Progress
 from phantora.results import schema as S
+from phantora.results.run_dir import RunDir
 from phantora.results.write import (
     per_flow_counts,
     write_cnps_csv,
     write_drops_csv,
     write_ecn_csv,
     write_flows_csv,
-    write_json,
     write_links_csv,
     write_pfc_csv,
     write_queues_csv,
@@ -212,7 +212,7 @@ def _run_ns3(
         return _run_runner(topo, inp, config, out, progress)
     from phantora.netsim.packet import Ns3Simulator
 
-    sim = make_engine(EngineSpec("ns3", config), topo, calls=out / S.NS3_CALLS_TXT if out else None)
+    sim = make_engine(EngineSpec("ns3", config), topo, calls=RunDir(out).file(S.NS3_CALLS_TXT) if out else None)
     assert isinstance(sim, Ns3Simulator)
     with sim:
         t0 = time.perf_counter()
@@ -246,7 +246,7 @@ def _run_runner(
     from phantora.netsim.runner_engine import RunnerNetwork
 
     with tempfile.TemporaryDirectory(prefix="phantora-netsim-") as tmp:
-        net = RunnerNetwork(topo, config, (out or Path(tmp)) / S.NS3_CALLS_TXT)
+        net = RunnerNetwork(topo, config, RunDir(out or Path(tmp)).file(S.NS3_CALLS_TXT))
         for start, batch in inp.batches:
             net.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
         t0 = time.perf_counter()
@@ -329,13 +329,14 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
     standalone FCT), HPCC's fct.txt and pfc.txt, and summary.json. The flow engine measures no PFC, queues,
     drops, CNPs or ECN marks: those files are left out (not measured)."""
     out.mkdir(parents=True, exist_ok=True)
+    rd = RunDir(out)
     by_id = {f.id: f for f in inp.reported}
     packet = res["cnps"] is not None
     fct = {r.flow_id: r for r in res["fct"]}
     done = [res["done"][i] for i in fct]
     paths = [
         write_flows_csv(
-            out / S.FLOWS_CSV,
+            rd.file(S.FLOWS_CSV),
             topo,
             done,
             flows=by_id,
@@ -345,19 +346,19 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
             ecn_marks=per_flow_counts(res["ecn"]) if packet else None,
             transport=res["transport"],
         ),
-        out / S.FCT_TXT,
-        write_links_csv(out / S.LINKS_CSV, topo, res["links"]),
+        rd.file(S.FCT_TXT),
+        write_links_csv(rd.file(S.LINKS_CSV), topo, res["links"]),
     ]
-    write_fct_txt(res["fct"], out / S.FCT_TXT)
+    write_fct_txt(res["fct"], rd.file(S.FCT_TXT))
     if packet:
-        write_pfc_txt(res["pfc_txt"], out / S.PFC_TXT)
+        write_pfc_txt(res["pfc_txt"], rd.file(S.PFC_TXT))
         paths += [
-            write_pfc_csv(out / S.PFC_CSV, topo, res["pfc"]),
-            out / S.PFC_TXT,
-            write_queues_csv(out / S.QUEUES_CSV, topo, res["queues"]),
-            write_drops_csv(out / S.DROPS_CSV, topo, res["drops"]),
-            write_cnps_csv(out / S.CNPS_CSV, topo, res["cnps"]),
-            write_ecn_csv(out / S.ECN_CSV, topo, res["ecn"]),
+            write_pfc_csv(rd.file(S.PFC_CSV), topo, res["pfc"]),
+            rd.file(S.PFC_TXT),
+            write_queues_csv(rd.file(S.QUEUES_CSV), topo, res["queues"]),
+            write_drops_csv(rd.file(S.DROPS_CSV), topo, res["drops"]),
+            write_cnps_csv(rd.file(S.CNPS_CSV), topo, res["cnps"]),
+            write_ecn_csv(rd.file(S.ECN_CSV), topo, res["ecn"]),
         ]
     summary = {"schema": S.NETSIM, **res["stats"]}
     if res.get("scenario"):
@@ -365,8 +366,8 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
     summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(by_id), input_format=inp.fmt)
     if inp.fmt == "workload":
         summary.update(workload=inp.name, ops=inp.ops, marker_flows=len(inp.hidden))
-    paths.append(write_json(out / S.SUMMARY_JSON, summary))
-    paths += [out / S.NS3_CALLS_TXT] if (out / S.NS3_CALLS_TXT).exists() else []
+    paths.append(rd.write_json(S.SUMMARY_JSON, summary))
+    paths += [rd.file(S.NS3_CALLS_TXT)] if rd.exists(S.NS3_CALLS_TXT) else []
     return paths
 
 

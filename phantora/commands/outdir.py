@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from phantora.results import run_dir
+from phantora.results.run_dir import RunDir
 
 NOT_SETTINGS = ("func", "out", "overwrite", "command", "command_line", "progress", "quiet", "rerun_of")
 
@@ -32,14 +32,18 @@ def in_run_dir(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
             rc = body(args)
             print(f"nothing saved: pass --out DIR to keep the results of this {command}")
             return rc
-        args.out = run_dir.claim(args.out, overwrite=args.overwrite)
-        run_dir.write_status(args.out, "running", command=command)
+        rd = RunDir.claim(args.out, overwrite=args.overwrite)
+        args.out = rd.root
+        rd.running(command=command)
         try:
             rc = body(args)
         except BaseException as exc:
-            run_dir.write_status(args.out, "failed", command=command, **run_dir.failure(exc))
+            rd.failed(exc, command=command)
             raise
-        run_dir.write_status(args.out, "complete" if rc == 0 else "failed", command=command, exit_code=rc)
+        if rc == 0:
+            rd.complete(command=command, exit_code=rc)
+        else:
+            rd.failed(command=command, exit_code=rc)
         return rc
 
     return run

@@ -227,7 +227,8 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
     from phantora.egraph.replay import algo_from_meta, replay_graph
     from phantora.egraph.report import format_graph_result, graph_results
     from phantora.results import schema as S
-    from phantora.results.write import write_json, write_network_files
+    from phantora.results.run_dir import RunDir
+    from phantora.results.write import write_network_files
 
     notes: list[str] = []
     if kind == "kineto":
@@ -285,6 +286,6 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
         data = graph_results(res, graph, topology=topo.name, network=args.network, cc=args.cc)
         if section:
             data["scenario"] = section
-        path = write_json(args.out / S.RESULTS_JSON, data, indent=1)
+        path = RunDir(args.out).write_json(S.RESULTS_JSON, data, indent=1)
         print("wrote " + ", ".join(str(p) for p in [path, *network_files]))
     return 0

@@ -23,6 +23,9 @@ from phantora.commands.options import add_progress_options, progress_mode
 from phantora.commands.outdir import add_out_options
 from phantora.commands.run import step_printer
 from phantora.errors import InputError
+from phantora.results import schema as S
+from phantora.results.read import read_results
+from phantora.results.run_dir import RunDir
 
 KINDS = ("run", "replay", "netsim")
 # Each command's side outputs: files written outside the run directory, not written again.
@@ -64,11 +67,9 @@ def _check_topology(spec: Any, recorded: dict[str, Any], where: str) -> Any:
 
 def _refuse_seed_group(run: Path) -> None:
     """A `--seeds N` directory holds one run per seed, each with its config.json: name them."""
-    from phantora.results import schema as S
-
-    if (run / S.CONFIG_JSON).exists() or not (run / S.SEEDS_JSON).is_file():
+    if RunDir(run).exists(S.CONFIG_JSON) or not RunDir(run).exists(S.SEEDS_JSON):
         return
-    runs = sorted(p.name for p in run.glob("seed*") if (p / S.CONFIG_JSON).is_file())
+    runs = sorted(p.name for p in run.glob("seed*") if RunDir(p).exists(S.CONFIG_JSON))
     raise InputError(
         f"a seed group (--seeds): rerun one seed's run, e.g. phantora rerun {run / (runs[0] if runs else 'seed1')} "
         f"(runs here: {', '.join(runs) or 'none'})",
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_seed_group(args.run)
     doc = read_config(args.run)
     kind = doc.get("kind", "run")
-    where = str(args.run / "config.json")
+    where = str(RunDir(args.run).config)
     if kind not in KINDS:
         raise InputError(f"written by `phantora {kind}`, which rerun does not know", file=where, field="kind")
     if "inputs" not in doc:
@@ -159,12 +160,12 @@ def _rerun_command(kind: str, doc: dict[str, Any], options: dict[str, Any], args
         if key not in vars(ns):
             raise InputError(
                 f"the run used option {key!r}, which this phantora's `{kind}` does not have",
-                file=str(args.run / "config.json"),
+                file=str(RunDir(args.run).config),
                 field=f"options.{key}",
             )
         setattr(ns, key, value)
     ns.set = list(ns.set or [])
-    _check_packet(recorded_packet, module.engine_spec(ns).packet_used, topo, str(args.run / "config.json"))
+    _check_packet(recorded_packet, module.engine_spec(ns).packet_used, topo, str(RunDir(args.run).config))
     ns.seeds = None  # a seed group's runs are rerun one by one (each seed<S>/ has its own config.json)
     ns.out, ns.overwrite, ns.progress, ns.quiet = out, args.overwrite, args.progress, args.quiet
     ns.command_line, ns.rerun_of = command, origin
@@ -174,7 +175,7 @@ def _rerun_command(kind: str, doc: dict[str, Any], options: dict[str, Any], args
 def _compare_dirs(old: Path, new: Path) -> int:
     from phantora.results.reproduce import compare
 
-    if not any((old / n).is_file() for n in ("results.json", "summary.json")):
+    if not any(RunDir(old).exists(n) for n in (S.RESULTS_JSON, S.SUMMARY_JSON)):
         print(f"{old} has no results (the run did not complete): nothing to compare with")
         return 0
     same, diffs = compare(old, new)
@@ -217,9 +218,8 @@ def _rerun_jobs(args: argparse.Namespace, options: dict[str, Any], cfg: Any) -> 
     print(f"wrote {report.out_dir}")
     bad = 0
     for j in jobs:
-        try:
-            old = json.loads((args.run / "jobs" / j.name / "results.json").read_text())
-        except (OSError, ValueError):
+        old = read_results(RunDir(args.run).job(j.name).root)
+        if old is None:
             print(f"{args.run} has no results of job {j.name}: nothing to compare with")
             continue
         a = [s["time_ns"] for s in old.get("steps", [])]
@@ -230,9 +230,8 @@ def _rerun_jobs(args: argparse.Namespace, options: dict[str, Any], cfg: Any) -> 
 
 
 def _compare_steps(old_dir: Path, new: dict[str, Any]) -> int:
-    try:
-        old = json.loads((old_dir / "results.json").read_text())
-    except (OSError, ValueError):
+    old = read_results(old_dir)
+    if old is None:
         print(f"{old_dir} has no results.json (the run did not complete): nothing to compare with")
         return 0
     a = [s["time_ns"] for s in old.get("steps", [])]

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
-from phantora.results import run_dir
 from phantora.results import schema as S
-from phantora.results.write import write_json
+from phantora.results.run_dir import RunDir
 
 SPREAD_METRICS: tuple[str, ...] = (
     "time_ns",
@@ -64,14 +63,14 @@ def with_seeds(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
         first = 1 if args.seed is None else args.seed
         if first < 1:
             raise InputError(f"a seed is a positive integer, got {first}", field="--seed")
-        out = run_dir.claim(args.out, overwrite=args.overwrite)
+        out = RunDir.claim(args.out, overwrite=args.overwrite)
         if args.network == "flow":
             print(f"note: the flow network is deterministic: the {n} seeds give identical runs")
         done: list[dict[str, Any]] = []
         for i, seed in enumerate(range(first, first + n)):
-            print(f"[phantora] seed {seed} ({i + 1} of {n}) -> {out / f'seed{seed}'}", flush=True)
+            print(f"[phantora] seed {seed} ({i + 1} of {n}) -> {out.seed(seed).root}", flush=True)
             one = copy.copy(args)
-            one.seed, one.seeds, one.out = seed, None, out / f"seed{seed}"
+            one.seed, one.seeds, one.out = seed, None, out.seed(seed).root
             try:
                 rc = body(one)
             except BaseException:
@@ -82,15 +81,15 @@ def with_seeds(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
                 return rc
             done.append({"seed": seed, "dir": f"seed{seed}"})
             _write_group(out, command, done, first, n, "complete" if len(done) == n else "running")
-        print(format_spread(out))
+        print(format_spread(out.root))
         return 0
 
     return run
 
 
-def _write_group(out: Path, command: str, runs: list[dict[str, Any]], first: int, n: int, state: str) -> None:
+def _write_group(out: RunDir, command: str, runs: list[dict[str, Any]], first: int, n: int, state: str) -> None:
     doc = {"schema": S.SEEDS, "command": command, "state": state, "seeds": list(range(first, first + n))}
-    write_json(out / S.SEEDS_JSON, {**doc, "runs": runs}, sort_keys=False)
+    out.write_json(S.SEEDS_JSON, {**doc, "runs": runs}, sort_keys=False)
 
 
 def format_spread(group: Path) -> str:
@@ -111,5 +110,7 @@ def format_spread(group: Path) -> str:
             label = "iteration time" if run.time_kind == "iteration" else "makespan"
         value = fmt_value(means[key], unit) + fmt_spread(s, unit, full=True)
         lines.append(f"  {label:<32} {display_unit(unit):>5}  {value}")
-    lines.append(f"wrote {group / S.SEEDS_JSON} (phantora compare {group} ... shows them as one seed group)")
+    lines.append(
+        f"wrote {RunDir(group).file(S.SEEDS_JSON)} (phantora compare {group} ... shows them as one seed group)"
+    )
     return "\n".join(lines)

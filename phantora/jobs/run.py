@@ -15,7 +15,6 @@ job's run alone (its own ``jobs/<name>/`` inside).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import shutil
@@ -54,10 +53,11 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
-from phantora.results import provenance, run_dir
+from phantora.results import provenance
 from phantora.results import schema as S
+from phantora.results.run_dir import RunDir
 from phantora.results.summary import summarize
-from phantora.results.write import write_atomic, write_csv, write_fabric_traces, write_flows_csv, write_json
+from phantora.results.write import write_csv, write_fabric_traces, write_flows_csv
 from phantora.topology.model import Topology
 
 JOBS, LINKS_BY_JOB_CSV = S.JOBS, S.LINKS_BY_JOB_CSV
@@ -92,8 +92,8 @@ class _Ctx:
 
     plan: _Plan
     base: RunConfig
-    out: Path
-    job_dirs: dict[str, Path]
+    out: RunDir
+    job_dirs: dict[str, RunDir]
     algo: AlgoOptions | None = None
 
 
@@ -175,14 +175,15 @@ def launch_jobs(
     plan = _check(spec, base, topo, algo)
     keep = base.out_dir is not None
     if base.out_dir is not None:
-        out = run_dir.claim(base.out_dir, overwrite=base.overwrite)
+        out = RunDir.claim(base.out_dir, overwrite=base.overwrite).root
     else:
         from bridge.transport import make_run_dir
 
         out = make_run_dir()
-    ctx = _Ctx(plan, base, out, {j.name: out / S.JOBS_DIR / j.name for j in spec.jobs}, algo)
+    rd = RunDir(out)
+    ctx = _Ctx(plan, base, rd, {j.name: rd.job(j.name) for j in spec.jobs}, algo)
     try:
-        run_dir.write_status(out, "running", jobs=[j.name for j in spec.jobs])
+        rd.running(jobs=[j.name for j in spec.jobs])
         skip = ("command", "python", "on_step", "script", "args", "rerun_of")
         options = {
             "jobs_file": spec.source,
@@ -200,16 +201,15 @@ def launch_jobs(
             if alone:
                 _alone(ctx, report, on_step)
             report.summary["run"]["wall_s"] = time.monotonic() - t0
-            _write_summary(out, report)
+            rd.write_json(S.RESULTS_JSON, report.summary, indent=1, sort_keys=False)
         except BaseException as exc:
-            why = run_dir.failure(exc)
-            run_dir.write_status(out, "failed", **why)
+            rd.failed(exc)
             for d in ctx.job_dirs.values():  # the jobs the failure cut short
-                if (run_dir.read_status(d) or {}).get("state") == "running":
-                    run_dir.write_status(d, "failed", **why)
+                if (d.status() or {}).get("state") == "running":
+                    d.failed(exc)
             raise
         failed = [n for n, j in report.jobs.items() if j["job"]["status"] != "complete"]
-        run_dir.write_status(out, "complete", jobs_failed=failed, wall_s=time.monotonic() - t0)
+        rd.complete(jobs_failed=failed, wall_s=time.monotonic() - t0)
         report.out_dir = out if keep else None
         return report
     finally:
@@ -229,7 +229,7 @@ def _run(
     spec, topo = plan.spec, plan.topo
     background = merge(plan.recorded)
     for d in ctx.job_dirs.values():
-        d.mkdir(parents=True, exist_ok=True)
+        d.root.mkdir(parents=True, exist_ok=True)
     if not plan.live:
         return _run_inprocess(ctx, background, engine)
     from bridge.run import CosimRun
@@ -238,14 +238,14 @@ def _run(
     for i in plan.live:
         j = spec.jobs[i]
         cmd = [base.python, "-m", "phantora.runtime.bootstrap", j.source, *j.args]
-        env = _job_env(base, j, ctx.job_dirs[j.name], model_opts)
+        env = _job_env(base, j, ctx.job_dirs[j.name].root, model_opts)
         procs.append(JobProcs(j.name, j.ranks or 0, cmd, env, j.traffic_class))
-        run_dir.write_status(ctx.job_dirs[j.name], "running", script=j.source, args=j.args, world_size=j.ranks)
+        ctx.job_dirs[j.name].running(script=j.source, args=j.args, world_size=j.ranks)
     watchers = []
     if on_step is not None:
         for i in plan.live:
             name, n = spec.jobs[i].name, spec.jobs[i].ranks or 0
-            watchers.append(run_dir.StepWatcher(ctx.job_dirs[name], n, _tell(on_step, name)))
+            watchers.append(ctx.job_dirs[name].step_watcher(n, _tell(on_step, name)))
     try:
         cosim = CosimRun(
             topo,
@@ -254,8 +254,8 @@ def _run(
             all_or_nothing=spec.all_or_nothing,
             background=background,
             algo=ctx.algo,
-            env=_job_env(base, dataclasses.replace(spec.jobs[plan.live[0]], env={}), ctx.out, model_opts),
-            out_dir=ctx.out,
+            env=_job_env(base, dataclasses.replace(spec.jobs[plan.live[0]], env={}), ctx.out.root, model_opts),
+            out_dir=ctx.out.root,
             timeout_s=base.timeout_s,
             keep_flows=True,
             rank_preload=RANK_PRELOAD if base.fork_server else (),
@@ -291,15 +291,16 @@ def _run(
     for i in plan.live:
         name = spec.jobs[i].name
         mine = [c for c in live_done if owner[c.flow_id][0] == name]
-        write_flows_csv(ctx.job_dirs[name] / S.FLOWS_CSV, topo, mine, flows=_as_flows(mine, owner), transport=transport)
+        mine_flows = _as_flows(mine, owner)
+        write_flows_csv(ctx.job_dirs[name].file(S.FLOWS_CSV), topo, mine, flows=mine_flows, transport=transport)
     _recorded_results(ctx, cosim.background, cosim.engine_stats, jobs, flows, link_use)
     keyed = _as_flows(live_done, owner)
     everyone = [*live_done, *(c for c in cosim.background if c.size)]
-    write_flows_csv(ctx.out / S.FLOWS_CSV, topo, everyone, flows=keyed, transport=transport)
+    write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport)
     summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
     _fabric(ctx, summary, flows, link_use, cosim.makespan_ns)
     _traces(ctx, jobs)
-    return JobsReport(summary, jobs, cosim.logs, ctx.out)
+    return JobsReport(summary, jobs, cosim.logs, ctx.out.root)
 
 
 def _tell(on_step: Callable[[str, dict[str, Any]], None], name: str) -> Callable[[dict[str, Any]], None]:
@@ -309,13 +310,15 @@ def _tell(on_step: Callable[[str, dict[str, Any]], None], name: str) -> Callable
 DEFAULT_CLASS = 3  # the engines' traffic class of a flow that names none (Flow.priority)
 
 
-def _live_job_results(j: JobSpec, ranks: dict[int, Any], gpu: Any, d: Path, outcome: dict[str, Any]) -> dict[str, Any]:
+def _live_job_results(
+    j: JobSpec, ranks: dict[int, Any], gpu: Any, d: RunDir, outcome: dict[str, Any]
+) -> dict[str, Any]:
     """A live job's results.json (as `phantora run` writes it) and status.json."""
-    steps = run_dir.merge_steps(d, range(j.ranks or 0))
+    steps = d.merge_steps(range(j.ranks or 0))
     err = outcome.get("error")
     if err is None:
         doc = summarize(ranks, gpu)
-        run_dir.write_status(d, "complete", steps_finished=len(steps))
+        d.complete(steps_finished=len(steps))
     else:  # a failed job: the steps its ranks logged before it ended
         doc = {
             "schema": S.RUN,
@@ -325,9 +328,7 @@ def _live_job_results(j: JobSpec, ranks: dict[int, Any], gpu: Any, d: Path, outc
         }
         if steps:
             doc["end_ns"] = steps[-1]["end_ns"]
-        run_dir.write_status(
-            d, "failed", reason=err["text"].splitlines()[0], code=err["code"], steps_finished=len(steps)
-        )
+        d.failed(reason=err["text"].splitlines()[0], code=err["code"], steps_finished=len(steps))
     doc["job"] = {"status": "failed" if err else "complete", **({"error": err} if err else {})}
     return doc
 
@@ -353,8 +354,8 @@ def _recorded_results(
         jf = [JobFlow(name, c.src, c.dst, c.flow_id, c.size, prio, c.start_ns, c.end_ns) for c in mine]
         flows.extend(jf)
         link_use[name] = channel_bytes(ctx.plan.topo, jf)
-        write_flows_csv(ctx.job_dirs[name] / S.FLOWS_CSV, ctx.plan.topo, [c for c in mine if c.size])
-        run_dir.write_status(ctx.job_dirs[name], "complete", steps_finished=len(doc.get("steps", [])))
+        write_flows_csv(ctx.job_dirs[name].file(S.FLOWS_CSV), ctx.plan.topo, [c for c in mine if c.size])
+        ctx.job_dirs[name].complete(steps_finished=len(doc.get("steps", [])))
 
 
 def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> JobsReport:
@@ -371,18 +372,18 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
         makespan = max((c.end_ns for c in done), default=0)
         fabric = sim.fabric()
         if fabric is not None:
-            write_fabric_traces(ctx.out, fabric, ctx.plan.topo, makespan)
+            write_fabric_traces(ctx.out.root, fabric, ctx.plan.topo, makespan)
     finally:
         sim.close()
     jobs: dict[str, dict[str, Any]] = {}
     flows: list[JobFlow] = []
     link_use: dict[str, dict[int, int]] = {}
     _recorded_results(ctx, done, stats, jobs, flows, link_use)
-    write_flows_csv(ctx.out / S.FLOWS_CSV, ctx.plan.topo, [c for c in done if c.size])
+    write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size])
     summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0)
     _fabric(ctx, summary, flows, link_use, makespan)
     _traces(ctx, jobs)
-    return JobsReport(summary, jobs, {}, ctx.out)
+    return JobsReport(summary, jobs, {}, ctx.out.root)
 
 
 # ----- results ------------------------------------------------------------------------------------------------
@@ -430,7 +431,7 @@ def _summary(
                 "end_ns": doc.get("end_ns"),
             }
         )
-        write_json(ctx.job_dirs[j.name] / S.RESULTS_JSON, doc, indent=1)
+        ctx.job_dirs[j.name].write_json(S.RESULTS_JSON, doc, indent=1)
     run = {
         "jobs_file": spec.source,
         "topology": topo.name,
@@ -452,18 +453,18 @@ def _fabric(
     job (packet mode)."""
     topo = ctx.plan.topo
     rows = link_rows(topo, link_use, makespan)
-    write_csv(ctx.out / LINKS_BY_JOB_CSV, LINK_COLUMNS, rows)
+    write_csv(ctx.out.file(LINKS_BY_JOB_CSV), LINK_COLUMNS, rows)
     for row in summary["jobs"]:
         span = (row.get("end_ns") or makespan) - row["start_ns"]
         mine = link_rows(topo, {row["name"]: link_use.get(row["name"], {})}, span)
         write_csv(
-            ctx.job_dirs[row["name"]] / S.LINKS_CSV,
+            ctx.job_dirs[row["name"]].file(S.LINKS_CSV),
             S.LINK_COLUMNS,
             [r[:7] + r[8:] + [""] * len(S.LINK_EXTRA_COLUMNS) for r in mine],
         )
     fabric: dict[str, Any] = {"links_by_job": LINKS_BY_JOB_CSV}
     per_job = {name: {"bytes": sum(ch.values()), "links": len(ch)} for name, ch in link_use.items()}
-    pfc = ctx.out / S.PFC_CSV
+    pfc = ctx.out.file(S.PFC_CSV)
     if pfc.is_file():
         raw = read_pfc_rows(pfc)
         by_job = pfc_by_job(topo, flows, pause_spans(raw, makespan))
@@ -479,24 +480,11 @@ def _traces(ctx: _Ctx, jobs: dict[str, dict[str, Any]]) -> None:
     plan = ctx.plan
     events: list[dict[str, Any]] = []
     for i, j in enumerate(plan.spec.jobs):
-        d = ctx.job_dirs[j.name]
-        parts = sorted((d / "trace").glob("rank*.trace.json"), key=lambda p: int(p.name[4:].split(".")[0]))
-        rank_events: list[dict[str, Any]] = []
-        for part in parts:
-            rank_events.extend(json.loads(part.read_text())["traceEvents"])
-        if parts:
-            write_atomic(d / "trace.json", json.dumps({"traceEvents": rank_events, "displayTimeUnit": "ns"}))
-            for part in parts:
-                part.unlink()
-            with contextlib.suppress(OSError):
-                (d / "trace").rmdir()
+        merged = ctx.job_dirs[j.name].merge_trace()  # its ranks' trace/rank<R>.jsonl -> jobs/<name>/trace.json
+        rank_events: list[dict[str, Any]] = json.loads(merged.read_text())["traceEvents"] if merged else []
         off = plan.offsets.get(i, 0)
         events += job_trace_events(j.name, i, off, rank_events, jobs[j.name].get("collectives") or [])
-    write_atomic(ctx.out / "trace.json", json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
-
-
-def _write_summary(out: Path, report: JobsReport) -> None:
-    write_json(out / S.RESULTS_JSON, report.summary, indent=1, sort_keys=False)
+    ctx.out.write_text(S.TRACE_JSON, json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
 
 
 # ----- alone ------------------------------------------------------------------------------------------------
@@ -507,8 +495,8 @@ def _alone(ctx: _Ctx, report: JobsReport, on_step: Callable[[str, dict[str, Any]
     for i, j in enumerate(plan.spec.jobs):
         one = dataclasses.replace(j, placement=list(plan.gpus[i]))
         sub = JobsSpec([one], all_or_nothing=True, source=plan.spec.source)
-        where = ctx.out / S.ALONE_DIR / j.name
-        cfg = dataclasses.replace(base, out_dir=where, overwrite=True)
+        where = ctx.out.alone(j.name)
+        cfg = dataclasses.replace(base, out_dir=where.root, overwrite=True)
         try:
             got = launch_jobs(sub, cfg, alone=False, algo=ctx.algo, on_step=tell)
             t_alone = got.summary["jobs"][0]["time_ns"]
@@ -521,11 +509,11 @@ def _alone(ctx: _Ctx, report: JobsReport, on_step: Callable[[str, dict[str, Any]
         if err:
             row["alone_error"] = err
         report.jobs[j.name]["alone"] = {
-            "dir": str(where / S.JOBS_DIR / j.name),
+            "dir": str(where.job(j.name).root),
             "time_ns": t_alone,
             "slowdown": row["slowdown"],
         }
-        write_json(ctx.job_dirs[j.name] / S.RESULTS_JSON, report.jobs[j.name], indent=1)
+        ctx.job_dirs[j.name].write_json(S.RESULTS_JSON, report.jobs[j.name], indent=1)
 
 
 def format_jobs(summary: dict[str, Any]) -> str:

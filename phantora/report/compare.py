@@ -21,7 +21,8 @@ from phantora.errors import InputError
 from phantora.report.fabric import hottest_port, pause_intervals
 from phantora.report.spread import spread
 from phantora.results import schema as S
-from phantora.results.read import Flows, RunData, load_run
+from phantora.results.read import Flows, RunData, load_run, read_results
+from phantora.results.run_dir import RunDir
 from phantora.units import plural
 
 Value = int | float | None
@@ -546,12 +547,8 @@ JOB_METRICS: dict[str, tuple[str, str]] = {
 
 def jobs_run(path: Path) -> dict[str, Any] | None:
     """The results.json of a multi-job run directory (`phantora run --jobs`), or None if it is not one."""
-    p = Path(path) / S.RESULTS_JSON
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and str(doc.get("schema", "")).startswith(S.JOBS.partition("/")[0]) else None
+    doc = read_results(path)
+    return doc if doc is not None and str(doc.get("schema", "")).startswith(S.JOBS.partition("/")[0]) else None
 
 
 def compare_jobs(path: Path) -> list[tuple[str, list[RunData], Comparison]]:
@@ -564,16 +561,16 @@ def compare_jobs(path: Path) -> list[tuple[str, list[RunData], Comparison]]:
     out = []
     for row in shared_doc["jobs"]:
         name = row["name"]
-        alone_root = root / S.ALONE_DIR / name
-        if not (alone_root / S.JOBS_DIR / name).is_dir():
+        alone_root = RunDir(root).alone(name)
+        if not alone_root.job(name).root.is_dir():
             raise InputError(f"job '{name}' has no run alone: run with --alone to compare alone vs shared",
                              file=str(root))  # fmt: skip
         runs = [
-            load_run(alone_root / S.JOBS_DIR / name, f"{name} alone"),
-            load_run(root / S.JOBS_DIR / name, f"{name} shared"),
+            load_run(alone_root.job(name).root, f"{name} alone"),
+            load_run(RunDir(root).job(name).root, f"{name} shared"),
         ]
         cmp = compare_runs(runs)
-        figures = [((jobs_run(alone_root) or {}).get("fabric") or {}).get("jobs", {}).get(name, {}),
+        figures = [((jobs_run(alone_root.root) or {}).get("fabric") or {}).get("jobs", {}).get(name, {}),
                    (shared_doc.get("fabric") or {}).get("jobs", {}).get(name, {})]  # fmt: skip
         extra = []
         for key, (label, unit) in JOB_METRICS.items():

@@ -9,7 +9,8 @@ from typing import Any
 from phantora.netsim.base import NetworkSimulator
 from phantora.replay import ReplayResult
 from phantora.results import schema as S
-from phantora.results.write import write_json, write_network_files
+from phantora.results.run_dir import RunDir
+from phantora.results.write import write_network_files
 from phantora.topology.model import Topology
 
 
@@ -55,7 +56,7 @@ def write_replay_outputs(
     out.mkdir(parents=True, exist_ok=True)
     data = results_dict(res, workload=workload, topology=topology, network=network)
     data.update(extra or {})
-    paths = {"results": write_json(out / S.RESULTS_JSON, data)}
+    paths = {"results": RunDir(out).write_json(S.RESULTS_JSON, data)}
     by_id = {f.id: f for f in res.flows}
     for p in write_network_files(out, topology, engine, res.completions, elapsed_ns=res.makespan_ns, flows=by_id):
         paths[p.stem] = p

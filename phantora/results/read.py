@@ -126,6 +126,16 @@ class RunData:
         return self.time_ns if self.time_kind == "makespan" else None
 
 
+def read_results(path: str | Path) -> dict[str, Any] | None:
+    """The run directory's results.json as written (None if it has none, or it is not a JSON object): what
+    rerun and compare check a run's own figures against."""
+    try:
+        doc = json.loads((Path(path) / S.RESULTS_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def load_run(path: str | Path, label: str | None = None) -> RunData:
     """Read the run directory `path` (or a seed group, see `load_group`); InputError if it is not a directory.
 

@@ -1,4 +1,9 @@
-"""The run directory's life: claimed empty, marked running, filled step by step, marked complete or failed.
+"""The run directory: its layout and its life, owned by one class, `RunDir`.
+
+Every file a run writes into its directory is named by a `RunDir` (from `phantora.results.schema`'s names):
+run, replay, netsim, nccl-tests, jobs, seeds, rerun, the bridge (cosim.json, logs) and the ranks (their step and
+trace lines) ask it for the path or the writer, and nobody else joins a run directory with a file name
+(tests/test_ownership.py). Its life: claimed empty, marked running, filled step by step, marked complete or failed.
 
 A directory never holds the results of two runs, and never looks like a success it is not:
 
@@ -28,7 +33,6 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.results import schema as S
-from phantora.results.write import write_atomic, write_json
 
 STATUS_JSON, STATUS, STEPS_JSONL, STEPS_DIR = S.STATUS_JSON, S.STATUS, S.STEPS_JSONL, S.STEPS_DIR
 TRACE_JSON, TRACE_DIR = S.TRACE_JSON, S.TRACE_DIR
@@ -38,7 +42,115 @@ OUTPUT_FILES = (
     S.DROPS_CSV, S.CNPS_CSV, S.ECN_CSV, S.FCT_TXT, S.PFC_TXT, S.NS3_CALLS_TXT, STATUS_JSON, STEPS_JSONL,
     TRACE_JSON, S.CONFIG_JSON, S.SEEDS_JSON, S.LINKS_BY_JOB_CSV, S.NCCL_TESTS_TXT,
 )  # fmt: skip
-OUTPUT_DIRS = ("logs", TRACE_DIR, STEPS_DIR, S.JOBS_DIR, S.ALONE_DIR)
+OUTPUT_DIRS = (S.LOGS_DIR, TRACE_DIR, STEPS_DIR, S.JOBS_DIR, S.ALONE_DIR)
+
+
+class RunDir:
+    """One run directory: the paths of its files (`file`, `log`, the ranks' step and trace files), the run
+    directories inside it (`job`, `alone`, `seed`), its documents (`write_json`, `write_text`) and its life
+    (`claim`, `running`, `complete`, `failed`, `merge_steps`, `merge_trace`)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    @classmethod
+    def claim(cls, out: str | Path, *, overwrite: bool = False, option: str = "--out") -> RunDir:
+        """`out` made an empty run directory (`claim`), or an InputError saying why it cannot be one."""
+        return cls(claim(out, overwrite=overwrite, option=option))
+
+    # ----- the layout ----------------------------------------------------------------------------------
+    def file(self, name: str) -> Path:
+        """The path of one of the run's files, by its schema name (`OUTPUT_FILES`); any other name is a bug."""
+        if name not in OUTPUT_FILES:
+            raise ValueError(f"{name!r} is not a run-directory file (phantora.results.schema names them)")
+        return self.root / name
+
+    def exists(self, name: str) -> bool:
+        return self.file(name).is_file()
+
+    @property
+    def results(self) -> Path:
+        return self.file(S.RESULTS_JSON)
+
+    @property
+    def config(self) -> Path:
+        return self.file(S.CONFIG_JSON)
+
+    @property
+    def logs(self) -> Path:
+        """The folder of the processes' logs (rank<R>.log, coordinator.log, server.log ...)."""
+        return self.root / S.LOGS_DIR
+
+    def log(self, name: str) -> Path:
+        """logs/<name>.log."""
+        return self.logs / f"{name}.log"
+
+    def rank_steps(self, rank: int) -> Path:
+        """steps/rank<R>.jsonl: a live rank's line per finished step (`merge_steps` joins them)."""
+        return self.root / STEPS_DIR / f"rank{rank}.jsonl"
+
+    def rank_trace(self, rank: int) -> Path:
+        """trace/rank<R>.jsonl: a live rank's trace events per finished step (`merge_trace` joins them)."""
+        return self.root / TRACE_DIR / f"rank{rank}.jsonl"
+
+    def job(self, name: str) -> RunDir:
+        """jobs/<name>/: one job's own run directory in a run of several jobs."""
+        return RunDir(self.root / S.JOBS_DIR / name)
+
+    def alone(self, name: str) -> RunDir:
+        """alone/<name>/: the run of several jobs with job `name` by itself (`--alone`)."""
+        return RunDir(self.root / S.ALONE_DIR / name)
+
+    def seed(self, seed: int) -> RunDir:
+        """seed<S>/: one seed's run of a seed group (`--seeds N`)."""
+        return RunDir(self.root / f"seed{seed}")
+
+    # ----- documents -----------------------------------------------------------------------------------
+    def write_json(self, name: str, doc: Mapping[str, Any], *, indent: int = 2, sort_keys: bool = True) -> Path:
+        """One of the run's JSON documents, written atomically."""
+        from phantora.results.write import write_json
+
+        return write_json(self.file(name), doc, indent=indent, sort_keys=sort_keys)
+
+    def write_text(self, name: str, text: str) -> Path:
+        """One of the run's text files, written atomically."""
+        from phantora.results.write import write_atomic
+
+        return write_atomic(self.file(name), text)
+
+    # ----- the run's life ------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any] | None:
+        return read_status(self.root)
+
+    def running(self, **fields: Any) -> Path:
+        return write_status(self.root, "running", **fields)
+
+    def complete(self, **fields: Any) -> Path:
+        return write_status(self.root, "complete", **fields)
+
+    def failed(self, exc: BaseException | None = None, **fields: Any) -> Path:
+        """status.json says failed: why (`failure(exc)`) and what the caller adds."""
+        return write_status(self.root, "failed", **(failure(exc) if exc is not None else {}), **fields)
+
+    def merge_steps(self, live: Iterable[int] | None = None) -> list[dict[str, Any]]:
+        return merge_steps(self.root, live)
+
+    def merge_trace(
+        self, *, partial: bool = False, comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None
+    ) -> Path | None:
+        return merge_trace(self.root, partial=partial, comm_args=comm_args)
+
+    def step_watcher(self, live: int, on_step: Callable[[dict[str, Any]], None]) -> StepWatcher:
+        return StepWatcher(self.root, live, on_step)
 
 
 def claim(out: Path | str, *, overwrite: bool = False, option: str = "--out") -> Path:
@@ -91,6 +203,8 @@ def _seed_dirs(out: Path) -> list[Path]:
 
 def write_status(out: Path, state: str, **fields: Any) -> Path:
     """status.json: `state` (running, complete, failed), when, and what the caller knows of the outcome."""
+    from phantora.results.write import write_json
+
     doc = {"schema": STATUS, "state": state, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pid": os.getpid()}
     return write_json(out / STATUS_JSON, {**doc, **fields}, sort_keys=False)
 
@@ -156,6 +270,8 @@ def merge_trace(
     A `partial` trace (of a run that failed) holds the steps each rank finished, and says so in
     `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank.
     `comm_args` adds arguments to the ranks' collective spans, by (rank, name): NCCL's choice (`nccl_args`)."""
+    from phantora.results.write import write_atomic
+
     out = Path(out)
     chunks = rank_trace(out)
     if not chunks:
@@ -185,6 +301,8 @@ def merge_steps(out: Path, live: Iterable[int] | None = None) -> list[dict[str, 
     previous step's end, `compute_ns` the busiest rank's compute, `exposed_ns` the rest; memory peaks are
     the highest over ranks, communication the sum of the ranks' bytes by kind and their longest stall.
     """
+    from phantora.results.write import write_atomic
+
     ranks = rank_steps(out)
     rows = _merged(ranks, sorted(ranks) if live is None else sorted(live))
     write_atomic(Path(out) / STEPS_JSONL, "".join(json.dumps(r) + "\n" for r in rows))

@@ -32,6 +32,7 @@ SEEDS = "phantora.seeds/1"
 # the events after the last step), which the live ranks append to as they go, merged into trace.json.
 TRACE_JSON = "trace.json"
 TRACE_DIR = "trace"
+LOGS_DIR = "logs"  # the processes' logs: rank<R>.log (<job>.rank<R>.log), coordinator.log, server.log ...
 
 # A run of several jobs (phantora.jobs): results.json is JOBS; each job's own run directory is jobs/<name>/,
 # and with --alone its run by itself is alone/<name>/.

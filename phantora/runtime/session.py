@@ -23,7 +23,7 @@ import torch
 
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
-from phantora.results.schema import STEPS_DIR, TRACE_DIR
+from phantora.results.run_dir import RunDir
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
@@ -460,7 +460,7 @@ class RankSession:
         self.client.advance_clock(end)
         self.trace.step(len(self.step_ends), start, end)
         if self.out_dir is not None:  # before the step's line in steps/: a step listed there has its trace
-            self.trace.append_to(self.out_dir / TRACE_DIR / f"rank{self.rank}.jsonl", len(self.step_ends))
+            self.trace.append_to(RunDir(self.out_dir).rank_trace(self.rank), len(self.step_ends))
         self.step_ends.append(end)
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
@@ -493,7 +493,7 @@ class RankSession:
         self._lost_at_step = self.traffic.lost_bytes
         self._comm_at_step, self._wait_at_step = comm, self.clock.waited_ns
         if self._steps_file is None:
-            path = self.out_dir / STEPS_DIR / f"rank{self.rank}.jsonl"
+            path = RunDir(self.out_dir).rank_steps(self.rank)
             path.parent.mkdir(parents=True, exist_ok=True)
             self._steps_file = open(path, "a", buffering=1)  # kept open for the session: one line per step
         self._steps_file.write(json.dumps(line) + "\n")
@@ -532,7 +532,7 @@ class RankSession:
         end = self.sync()
         res = self.results()
         if self.out_dir is not None:
-            self.trace.append_to(self.out_dir / TRACE_DIR / f"rank{self.rank}.jsonl", None)
+            self.trace.append_to(RunDir(self.out_dir).rank_trace(self.rank), None)
         self.client.finish(end, res)
         self.finished = True
         for listener in self.listeners:
