@@ -21,6 +21,7 @@
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <vector>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,17 @@
 using namespace ns3;
 
 namespace {
+
+/// Hosts a and b on one switch, both links at `bps` with `delayNs`; the network finalised. Returns (a, b).
+std::pair<uint32_t, uint32_t> TwoHostsOneSwitch(PhantoraNetwork& net, uint64_t bps, uint64_t delayNs) {
+  const uint32_t a = net.AddNode("host");
+  const uint32_t b = net.AddNode("host");
+  const uint32_t sw = net.AddNode("switch");
+  net.AddLink(a, sw, bps, delayNs);
+  net.AddLink(sw, b, bps, delayNs);
+  net.Finalize();
+  return {a, b};
+}
 
 /// The dynamic threshold is (buffer - headroom - reserves - shared use) >> shift, and PFC pauses a class
 /// past it and resumes it once its shared use + the resume offset is back under it.
@@ -185,12 +197,7 @@ class SingleFlowTest : public TestCase {
     const uint64_t size = 1'000'000;
     PhantoraNetwork net;
     net.SetParam("nic.PayloadSize", std::to_string(m_payload));
-    const uint32_t a = net.AddNode("host");
-    const uint32_t b = net.AddNode("host");
-    const uint32_t sw = net.AddNode("switch");
-    net.AddLink(a, sw, bps, delayNs);
-    net.AddLink(sw, b, bps, delayNs);
-    net.Finalize();
+    const auto [a, b] = TwoHostsOneSwitch(net, bps, delayNs);
     net.AddFlow(7, a, b, size, 0, 3, 7, {}, 0);
     NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(int64_t{1} << 40), true, "the flow completes");
     NS_TEST_ASSERT_MSG_EQ(net.RunUntilQuiet(int64_t{1} << 40), true, "and is acknowledged");
@@ -233,12 +240,7 @@ class RateCapTest : public TestCase {
     const uint64_t size = 1'000'500;
     PhantoraNetwork net;
     net.SetParam("nic.PayloadSize", std::to_string(payload));
-    const uint32_t a = net.AddNode("host");
-    const uint32_t b = net.AddNode("host");
-    const uint32_t sw = net.AddNode("switch");
-    net.AddLink(a, sw, bps, delayNs);
-    net.AddLink(sw, b, bps, delayNs);
-    net.Finalize();
+    const auto [a, b] = TwoHostsOneSwitch(net, bps, delayNs);
     net.AddFlow(7, a, b, size, 0, 3, 7, {}, 0);
     net.SetMaxRate(7, cap);
     bool threw = false;
@@ -538,12 +540,7 @@ class ConnectionOrderTest : public TestCase {
       const uint64_t size = 1'000'000;
       PhantoraNetwork net;
       net.SetParam("nic.PayloadSize", "1000");
-      const uint32_t a = net.AddNode("host");
-      const uint32_t b = net.AddNode("host");
-      const uint32_t sw = net.AddNode("switch");
-      net.AddLink(a, sw, bps, delayNs);
-      net.AddLink(sw, b, bps, delayNs);
-      net.Finalize();
+      const auto [a, b] = TwoHostsOneSwitch(net, bps, delayNs);
       net.AddFlow(7, a, b, size, 0, 3, 7, {}, 0);
       net.AddFlow(8, a, b, size, 0, 3, 7, {}, 0);
       if (shared) {
