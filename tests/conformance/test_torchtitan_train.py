@@ -1,0 +1,74 @@
+"""torchtitan's own training entry (`torchtitan/train.py` of the torchtitan 0.3.0 wheel, unchanged) with its
+`llama3_debugmodel` config, under `phantora run --topology testbed16`.
+
+Two flags are torch 2.13's, not phantora's (docs/runtime.md "torchtitan, unmodified"): the default spmd_types
+backend needs a newer FSDP2, and CUDA graphs are not simulated. torchtitan reads its tokenizer and the c4_test
+corpus from ./tests/assets, which the wheel does not ship: tests/frameworks/assets.py writes small ones.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conformance import Run, run_program
+
+torchtitan = pytest.importorskip("torchtitan")
+TRAIN = str(Path(torchtitan.__file__).parent / "train.py")
+BASE = ["--module", "llama3", "--config", "llama3_debugmodel"]
+TORCH_2_13 = ["--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs"]
+LINE = re.compile(r"step:\s+(\d+)\s+\S*loss:\s+([0-9.]+)\s+\S*grad_norm:\s+([0-9.]+).*?tps:\s+([0-9,]+)")
+
+
+def titan_steps(run: Run, rank: int = 0) -> dict[int, tuple[str, str, int]]:
+    """torchtitan's own log lines: {step: (loss, grad_norm as printed, tokens/s per GPU)}."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", run.log(rank))
+    return {int(m[1]): (m[2], m[3], int(m[4].replace(",", ""))) for m in LINE.finditer(plain)}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from frameworks.assets import make_torchtitan_assets
+
+    return make_torchtitan_assets(tmp_path_factory.mktemp("titan"))
+
+
+def test_llama3_debugmodel_as_its_docs_run_it_in_phantom_mode(workdir: Path, tmp_path: Path) -> None:
+    """The config's own sequence (2048) and local batch (8) on 4 GPUs, FSDP 4. Real mode needs more host memory
+    than this machine has (issue 34); phantom mode runs it. torchtitan's tokens/s is the config's tokens per
+    rank over phantora's simulated step."""
+    args = [*BASE, *TORCH_2_13, "--training.steps", "4"]
+    run = run_program(workdir, TRAIN, args, tmp_path / "out", 4, ("--phantom",))
+    assert run.returncode == 0, run.output[-3000:]
+    logged = titan_steps(run)
+    assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
+    for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
+        assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9), rel=0.01)
+
+
+@pytest.mark.slow
+def test_train_resumes_from_its_own_checkpoint_as_if_never_stopped(workdir: Path, tmp_path: Path) -> None:
+    """torchtitan's checkpointing (torch.distributed.checkpoint of the FSDP2 model, optimizer, LR schedule and
+    data loader) in real mode: 6 steps saving every 2; with step-6 removed, a second run loads step-4 and its
+    steps 5 and 6 print the first run's losses and gradient norms to the last digit, and its step 6 (which saves
+    a checkpoint in both runs) takes the first run's simulated time."""
+    args = [*BASE, *TORCH_2_13, "--training.steps", "6", "--training.seq_len", "256"]
+    args += ["--training.local_batch_size", "2", "--training.mixed_precision_param", "float32", "--debug.seed", "42"]
+    args += ["--checkpoint.enable", "--checkpoint.interval", "2", "--checkpoint.no-last-save-model-only"]
+    shutil.rmtree(workdir / "outputs", ignore_errors=True)
+    first = run_program(workdir, TRAIN, args, tmp_path / "first", 2)
+    assert first.returncode == 0, first.output[-3000:]
+    folder = workdir / "outputs" / "checkpoint"
+    assert sorted(p.name for p in folder.iterdir()) == ["step-2", "step-4", "step-6"]
+    shutil.rmtree(folder / "step-6")
+    again = run_program(workdir, TRAIN, args, tmp_path / "again", 2)
+    assert again.returncode == 0, again.output[-3000:]
+    assert "Loading the checkpoint from ./outputs/checkpoint/step-4" in again.log(0)
+    before, after = titan_steps(first), titan_steps(again)
+    # loading the optimizer state calls `optim.step()` once (torch's `_init_optim_state`): one step more
+    assert sorted(after) == [5, 6] and len(again.steps()) == 3
+    assert again.steps()[-1]["time_ns"] == pytest.approx(first.steps()[-1]["time_ns"], rel=0.01)  # both save step 6
+    assert [after[s][:2] for s in (5, 6)] == [before[s][:2] for s in (5, 6)]
+    assert before[4][0] != before[5][0]  # the loss moves from step to step: equal losses are not a constant
