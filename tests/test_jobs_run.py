@@ -400,3 +400,9 @@ def test_a_live_job_killed_mid_run_ends_alone(tmp_path: Path, capsys: pytest.Cap
     assert "killed by SIGKILL" in doc["jobs"][1]["error"]["text"]
     assert json.loads((out / "jobs" / "b" / "status.json").read_text())["state"] == "failed"
     assert json.loads((out / "status.json").read_text())["jobs_failed"] == ["b"]
+    # each job's ranks' trace chunks are merged into its trace.json, and the run's trace.json holds them too
+    a_trace = json.loads((out / "jobs" / "a" / "trace.json").read_text())["traceEvents"]
+    assert {ev["pid"] for ev in a_trace if ev.get("ph") == "X"} == {0, 1}
+    assert not (out / "jobs" / "a" / "trace").exists()
+    run_trace = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert len(run_trace) > len(a_trace)
