@@ -46,6 +46,7 @@ from bridge.protocol import (
     transport_row,
 )
 from bridge.stepping import advance_watching
+from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.plan import CallSpec, CollectivePlanner
 from phantora.collectives.spec import AlgoOptions
@@ -205,10 +206,8 @@ class CoordinatorCore:
         if self.jobs is not None and (self.jobs.world != world or self.mirrors.active):
             raise RunFailed(E_PROTOCOL, f"jobs of {self.jobs.world} ranks in a run of {world}, every rank live")
         self.isolate = self.jobs is not None and not all_or_nothing
-        njobs = len(self.jobs) if self.jobs is not None else 0
-        self.job_keys = [0] * njobs  # each job's next ECMP key
-        self.job_priority = [j.priority for j in self.jobs.jobs] if self.jobs is not None else []
-        self.job_channel_bytes: list[dict[int, int]] = [{} for _ in range(njobs)]  # bytes each job put on each channel
+        # each job's flows as if it ran alone: its own ECMP keys and class; the bytes it puts on each channel
+        self.job_traffic = JobTraffic(topology, [j.priority for j in self.jobs.jobs] if self.jobs is not None else [])
         self.job_failures: dict[int, dict[str, str]] = {}  # job -> its failure (code, text)
         self.on_job_failed: Callable[[int, str, str], None] | None = None  # told of each job that failed
         self.n_background = len(background)
@@ -429,8 +428,7 @@ class CoordinatorCore:
         job = key0 = None
         if self.jobs is not None:
             job = self.jobs.job_of(group[0])
-            key0 = self.job_keys[job]
-            flows = self._job_flows(job, flows)
+            flows, key0 = self.job_traffic.stamp(job, flows)
         first_id = flows[0].id if flows else 0
         rec = CollRecord(cid, rv, kind, group, first.nbytes, first.dtype, t_req, t_start, first_id, len(flows))
         rec.name, rec.copies, rec.end_ns, rec.outstanding = name, plan.copies, t_start, len(flows)
@@ -457,22 +455,6 @@ class CoordinatorCore:
                 self.engine.submit(flows, at=t_start)
             except PhantoraError as exc:
                 raise RunFailed(E_ENGINE, f"the engine refused {rv.describe()}: {exc}") from None
-
-    def _job_flows(self, job: int, flows: list[Flow]) -> list[Flow]:
-        """A job's flows with its own ECMP keys (counted as if it ran alone) and traffic class; count the
-        bytes it puts on each channel."""
-        key = self.job_keys[job]
-        prio = self.job_priority[job]
-        out = []
-        use = self.job_channel_bytes[job]
-        for f in flows:
-            if f.size and f.src != f.dst:
-                for ch in self.topology.route(f.src, f.dst, key):
-                    use[ch] = use.get(ch, 0) + f.size
-            out.append(dataclasses.replace(f, key=key, priority=f.priority if prio is None else prio))
-            key += 1
-        self.job_keys[job] = key
-        return out
 
     def _lower_bounds(self, flows: list[Flow], t_start: int) -> None:
         """Earliest completion of each flow: deps, delay, line rate of the bottleneck, propagation.
@@ -831,7 +813,7 @@ class CoordinatorCore:
             d: dict[str, Any] = {**j.to_dict(), "status": "failed" if fail else "complete"}
             if fail:
                 d["error"] = dict(fail)
-            d["channel_bytes"] = sorted([ch, b] for ch, b in self.job_channel_bytes[i].items())
+            d["channel_bytes"] = sorted([ch, b] for ch, b in self.job_traffic.channel_bytes[i].items())
             out.append(d)
         return out
 
