@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phantora.collectives import AlgoOptions, Collective, decompose
-from phantora.collectives.nccl.published import Table, machine, tables
+from phantora.collectives.nccl.published import Table, machine, not_compared, tables
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.factory import make_engine
 from phantora.report.nccl_tests import HOST_LAUNCH_US, launch_bound
@@ -194,6 +194,8 @@ def print_markdown(results: dict[str, tuple[Table, list[Row]]]) -> None:
         )
     print("\nSizes that miss the goal (over 15%, or over 10% from 64 MiB), with NCCL's choice:\n")
     print("\n".join(misses(results, "- ")))
+    print("\nTables kept in tests/data/nccl_tests but not compared:\n")
+    print("\n".join(f"- {name}: {why}" for name, why in not_compared()))
     for name, (table, rows) in results.items():
         print(f"\n#### {name} ({describe(table)})\n")
         print("| size | published busbw | simulated | error | NCCL's choice |\n|---:|---:|---:|---:|---|")
@@ -232,6 +234,8 @@ def main() -> None:
     print("\nall tables: " + "\n".join(overall(results, "  ")))
     print("\nsizes that miss the goal (over 15%, or over 10% from 64 MiB):")
     print("\n".join(misses(results, "  ")))
+    print("\ntables kept in tests/data/nccl_tests but not compared:")
+    print("\n".join(f"  {name}: {why}" for name, why in not_compared()))
 
 
 if __name__ == "__main__":

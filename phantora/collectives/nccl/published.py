@@ -85,6 +85,23 @@ def tables(include_degraded: bool = False) -> list[Table]:
     return [t for t in out if include_degraded or not any(d in t.name for d in DEGRADED)]
 
 
+def not_compared() -> list[tuple[str, str]]:
+    """The tables kept in the data but left out of the comparison, each with the reason (SOURCES.md says more)."""
+    why = {
+        "nccltests290_default": "degraded: its reporter calls it so (about 155 GB/s busbw)",
+        "nccltests290_ring": "degraded: about 90 GB/s busbw, far below what NVIDIA says 8 x 400G give",
+        "a3megafork": "not RDMA (GCP A3 Mega: GPUDirect-TCPXO over Ethernet)",
+        "pcie": "PCIe cards on an NVLink bridge: not a machine `machine` builds",
+        "nicunknown": "the cluster's NIC is stated nowhere",
+    }
+    out = []
+    for path in sorted(data_dir().glob("*.csv")):
+        reason = next((r for key, r in why.items() if key in path.stem), None)
+        if reason is not None:
+            out.append((path.stem, reason))
+    return out
+
+
 def machine(table: Table) -> Topology:
     """The simulated machine of a table: one DGX/HGX host, or rail-optimised hosts with one NIC per GPU at the
     table's rate; the hosts' CPU as the table states it."""
