@@ -298,6 +298,20 @@ def test_nvls_tree_fill_on_two_hosts_is_two_chunk_times():
     assert t / 1e3 == pytest.approx(25 + 2 * 20.9 + fill + size / (algbw * 1000), rel=0.01)
 
 
+def test_nvls_tree_on_eight_hosts_adds_four_network_hops_of_fill():
+    """Eight hosts: NCCL's tree of nodes is log2(8) = 3 deep, so a chunk crosses 2 x 3 network hops where two hosts
+    cross 2: four more, each a 64 KiB chunk (NCCL's NVLS-Tree chunk from 4 nodes) over a 400G NIC's share per
+    channel (50 / 16 GB/s), on top of the two-host fill of two chunk times at the model's algbw, 8 x min(59.5,
+    48, 45.5) x 64/126 GB/s over 16 x 8 operations."""
+    topo = rail_optimized(8, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    choice = choose(Collective("all_reduce", tuple(range(64)), 64 * MiB, "bf16"), topo, opts())
+    chunk, ops = 64 * 1024, 16 * 8
+    algbw = 8 * 45.5 * 64 / 126
+    two_host_fill = 2 * chunk / (algbw * 1000 / ops)
+    assert choice.algorithm == "nvls_tree" and choice.channels == 16
+    assert choice.fill_us == pytest.approx(two_host_fill + 4 * chunk / (50 * 1000 / 16), rel=1e-6)
+
+
 def test_rings_have_no_fill():
     topo = dgx_host(gpu="a100")
     choice = choose(Collective("all_reduce", tuple(range(8)), 64 * MiB, "bf16"), topo, opts())

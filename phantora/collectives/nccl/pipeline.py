@@ -2,8 +2,9 @@
 the last stage has data, so the collective takes (stages - 1) chunk times longer than latency plus bytes over
 bandwidth. NCCL's latency term counts the per-hop software latency once; the chunk's own transfer through the
 stages is not in it. The ring has no fill (every rank sends from its first step); NVLS has two stages (the
-switch's load-reduce, then its multicast store), NVLS-Tree three (NVLS reduce, the tree across nodes, NVLS
-multicast), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then down).
+switch's load-reduce, then its multicast store), NVLS-Tree three on two nodes (NVLS reduce, the tree across nodes,
+NVLS multicast) plus, on more nodes, the extra network hops of its deeper tree (each a chunk over a NIC's share per
+channel), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then down).
 
 Chunk sizes follow NCCL's `calcCollChunking` (src/enqueue.cc), which shrinks the chunk for mid-size messages so
 that every concurrent operation keeps several chunks in flight; a chunk's time is its bytes over one operation's
@@ -94,4 +95,14 @@ def fill_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, c
     per_op = algbw * 1000.0 / ops  # bytes per µs of one operation
     if algo == "tree":
         per_op *= 2  # the tree's model bandwidth is half its per-edge rate (NCCL's 0.5 ratio)
-    return (depth - 1) * chunk / per_op
+    fill = (depth - 1) * chunk / per_op
+    if algo == "nvls_tree" and p.nnodes > 2 and p.nic_bw > 0:  # deeper trees: more network hops to cross
+        fill += tree_hops_beyond_two_nodes(p) * chunk / (p.nic_bw * 1000.0 / channels)
+    return fill
+
+
+def tree_hops_beyond_two_nodes(p: Platform) -> int:
+    """Network hops a chunk of NVLS-Tree crosses beyond the two of a two-node tree: NCCL's tree of nodes
+    (`ncclGetBtree`, one per half of the channels) is ceil(log2(nodes)) deep, crossed up then down, and each hop
+    moves the whole chunk over the head GPU's NIC at its share per channel. (Two nodes: the three stages.)"""
+    return 2 * (math.ceil(math.log2(p.nnodes)) - 1) if p.nnodes > 2 else 0
