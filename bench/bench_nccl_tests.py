@@ -25,17 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl.published import Table, machine, not_compared, tables
 from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.base import NetworkSimulator
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.report.nccl_tests import HOST_LAUNCH_US, launch_bound
 from phantora.topology.model import Topology
 
 
-def _engine(network: str, topo: Topology) -> Any:
-    """The engine named `network` on `topo` (through an `EngineSpec` where the factory takes one)."""
-    try:
-        from phantora.netsim.engine_spec import EngineSpec
-    except ImportError:
-        return make_engine(network, topo)  # type: ignore[arg-type]
+def _engine(network: str, topo: Topology) -> NetworkSimulator:
+    """The engine named `network` on `topo`, with its default configuration."""
     return make_engine(EngineSpec(network=network), topo)
 
 
