@@ -108,15 +108,13 @@ def engine_spec(cfg: RunConfig) -> EngineSpec:
     an error naming it, not a failed server); the bridge carries it whole to the engine's process."""
     from phantora.netsim.cli_config import engine_spec_from_flags
 
-    return engine_spec_from_flags(
-        cfg.network,
-        cc=cfg.cc,
-        sets=cfg.packet_set,
-        queue_sample_ns=cfg.queue_sample_ns,
-        seed=cfg.seed,
-        window_ns=cfg.window_ns,
-        scenario=cfg.scenario,
-    )
+    flags: dict[str, Any] = {
+        "cc": cfg.cc,
+        "sets": cfg.packet_set,
+        "queue_sample_ns": cfg.queue_sample_ns,
+        "seed": cfg.seed,
+    }
+    return engine_spec_from_flags(cfg.network, window_ns=cfg.window_ns, scenario=cfg.scenario, **flags)
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks

@@ -109,9 +109,9 @@ def _topology(spec: str | None, gpu: str | None = None) -> Any:
 def engine_spec(args: argparse.Namespace) -> EngineSpec:
     """The engine, as `phantora replay` builds it: the flow network takes --set ecmp_hash and lb only; ns3 the CC
     and every PacketConfig field (queues are not sampled unless --set queue_sample_ns asks: no queues.csv)."""
-    from phantora.netsim.cli_config import engine_spec_from_flags
+    from phantora.netsim.cli_config import engine_spec_from_args
 
-    return engine_spec_from_flags(args.network, cc=args.cc, sets=args.set, queue_sample_ns=0)
+    return engine_spec_from_args(args, queue_sample_ns=0)
 
 
 def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:

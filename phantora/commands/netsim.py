@@ -31,7 +31,7 @@ from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.files import read_text
 from phantora.netsim.base import Flow, drain_observed
-from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_flags
+from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
 from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
@@ -160,17 +160,8 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
 def engine_spec(args: argparse.Namespace) -> EngineSpec:
     """The run's engine from its options, every default filled in. The flow network runs at the packet config's
     goodput (payload / (payload + header)), so it takes the packet and header sizes and --config too."""
-    return engine_spec_from_flags(
-        args.network,
-        cc=args.cc,
-        sets=args.set,
-        config_file=args.config,
-        queue_sample_ns=args.queue_sample_ns,
-        seed=args.seed,
-        scenario=args.scenario if args.network == "flow" else None,
-        flow_fields=(*FLOW_FIELDS, "payload_bytes", "header_bytes"),
-        flow_goodput=True,
-    )
+    flow_fields = (*FLOW_FIELDS, "payload_bytes", "header_bytes")
+    return engine_spec_from_args(args, config_file=args.config, flow_fields=flow_fields, flow_goodput=True)
 
 
 def _drain(sim: Any, inp: NetsimInput, progress: str, done: dict[int, Any] | None = None) -> list[Any]:

@@ -112,16 +112,9 @@ def _algo(args: argparse.Namespace, base: AlgoOptions) -> AlgoOptions:
 
 def engine_spec(args: argparse.Namespace) -> EngineSpec:
     """The replay's engine from its options (the flow network takes --set ecmp_hash and lb only)."""
-    from phantora.netsim.cli_config import engine_spec_from_flags
+    from phantora.netsim.cli_config import engine_spec_from_args
 
-    return engine_spec_from_flags(
-        args.network,
-        cc=args.cc,
-        sets=args.set or (),
-        queue_sample_ns=args.queue_sample_ns,
-        seed=args.seed,
-        scenario=args.scenario if args.network == "flow" else None,
-    )
+    return engine_spec_from_args(args)
 
 
 def run(args: argparse.Namespace) -> int:

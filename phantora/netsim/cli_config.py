@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from phantora.errors import InputError
 from phantora.netsim import cc_registry
@@ -74,29 +76,33 @@ def check_flow_network(network: str, cc: str | None, sets: Sequence[str], allowe
 def engine_spec_from_flags(
     network: str,
     *,
-    cc: str | None = None,
-    sets: Sequence[str] = (),
-    config_file: str | Path | None = None,
-    queue_sample_ns: int | None = None,
-    seed: int | None = None,
     window_ns: int | None = None,
     scenario: str | Path | None = None,
     flow_fields: Sequence[str] = FLOW_FIELDS,
     flow_goodput: bool = False,
+    **flags: Any,
 ) -> EngineSpec:
-    """The `EngineSpec` of `--network`, `--cc`, `--set`, `--config`, `--queue-sample-ns`, `--seed`, the window
-    (None: `DEFAULT_WINDOW_NS`) and `--scenario`. The flow network refuses `--cc` and any `--set` field outside
-    `flow_fields` (its packet config, which it reads `flow_fields` of, is built as ns3's is). Errors name the
-    flag and field."""
-    check_flow_network(network, cc, sets, flow_fields)
-    packet = packet_config_from_flags(
-        cc=cc, sets=sets, config_file=config_file, queue_sample_ns=queue_sample_ns, seed=seed
-    )
+    """The `EngineSpec` of `--network`, the packet flags (`flags`: `packet_config_from_flags`'s cc, sets,
+    config_file, queue_sample_ns, seed), the window (None: `DEFAULT_WINDOW_NS`) and `--scenario`. The flow network
+    refuses `--cc` and any `--set` field outside `flow_fields` (its packet config, which it reads `flow_fields` of,
+    is built as ns3's is). Errors name the flag and field."""
+    check_flow_network(network, flags.get("cc"), flags.get("sets", ()), flow_fields)
     window = DEFAULT_WINDOW_NS if window_ns is None else window_ns
     return EngineSpec(
         network=network,
-        packet=packet,
+        packet=packet_config_from_flags(**flags),
         window_ns=window,
         scenario=None if scenario is None else str(scenario),
         flow_goodput=flow_goodput,
     )
+
+
+def engine_spec_from_args(args: argparse.Namespace, **given: Any) -> EngineSpec:
+    """`engine_spec_from_flags` of a command's parsed options (--network, --cc, --set, --queue-sample-ns, --seed,
+    --scenario: those it has), with `given` on top (a command's own: config_file, flow_fields ...). A scenario
+    goes to the flow network's engine only (with ns3 the command refuses what of it needs the engine)."""
+    network = args.network
+    scenario = getattr(args, "scenario", None) if network == "flow" else None
+    flags: dict[str, Any] = {"cc": args.cc, "sets": args.set or (), "seed": getattr(args, "seed", None)}
+    flags["queue_sample_ns"] = getattr(args, "queue_sample_ns", None)
+    return engine_spec_from_flags(network, scenario=scenario, **{**flags, **given})
