@@ -298,6 +298,18 @@ def test_nvls_tree_fill_on_two_hosts_is_two_chunk_times():
     assert t / 1e3 == pytest.approx(25 + 2 * 20.9 + fill + size / (algbw * 1000), rel=0.01)
 
 
+def test_nvls_chunk_variables_set_the_largest_nvls_chunks():
+    """NCCL_NVLS_CHUNKSIZE / NCCL_NVLSTREE_MAX_CHUNKSIZE (what aws-ofi-nccl sets on p5: 512 KiB each) raise NVLS-Tree's
+    chunk: 4 GiB over 16 x 8 operations keeps 512 KiB (not < 32 x 128 x 512 KiB), so the two-host fill is two
+    512 KiB chunk times at 8 x 57.7 x 16/30 GB/s over 128 operations (four times the default's)."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    coll = Collective("all_reduce", tuple(range(16)), 4 * GiB, "bf16")
+    big = opts(NCCL_NVLS_CHUNKSIZE="524288", NCCL_NVLSTREE_MAX_CHUNKSIZE="524288")
+    per_op = 8 * 57.7 * 16 / 30 * 1000 / 128
+    assert choose(coll, topo, big).fill_us == pytest.approx(2 * 512 * 1024 / per_op, rel=1e-6)
+    assert choose(coll, topo, opts()).fill_us == pytest.approx(2 * 128 * 1024 / per_op, rel=1e-6)
+
+
 def test_nvls_tree_on_eight_hosts_adds_four_network_hops_of_fill():
     """Eight hosts: NCCL's tree of nodes is log2(8) = 3 deep, so a chunk crosses 2 x 3 network hops where two hosts
     cross 2: four more, each a 64 KiB chunk (NCCL's NVLS-Tree chunk from 4 nodes) over a 400G NIC's share per

@@ -19,7 +19,6 @@ from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
-NVLS_CHUNK = 128 * 1024  # NCCL_NVLS_CHUNKSIZE
 KiB = 1024
 # Fixed cost of one NVLS chunk per operation (µs): the multimem load-reduce / store loop synchronises its warps and
 # the peers' flags once per chunk. NCCL's bandwidth is its rate at the largest chunk; below 1 GiB the chunk ladder
@@ -45,10 +44,11 @@ def chunk_bytes(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: in
     elif proto == "LL128":
         chunk = chunk // 16 * 15
     if algo == "nvls":
-        chunk = min(chunk, NVLS_CHUNK)
+        chunk = min(chunk, st.nvls_chunk)
         return _shrink(nbytes, ops, chunk, ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB)))
     if algo == "nvls_tree":
-        chunk = min(NVLS_CHUNK, 64 * KiB if p.nnodes >= 4 else NVLS_CHUNK)
+        tree_max = st.nvls_tree_max_chunk or (64 * KiB if p.nnodes >= 4 else st.nvls_chunk)  # nvls.cc
+        chunk = min(st.nvls_chunk, tree_max)
         return _shrink(nbytes, ops, chunk, ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)))
     if algo == "tree" and proto == "LL128":
         steps = 1 + math.log2(p.nnodes) + 0.1 * p.ppn

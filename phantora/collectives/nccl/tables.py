@@ -192,5 +192,6 @@ NCCL_STEPS = 8
 MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}  # bytes per thread before another channel is opened
 DEFAULT_BUFFSIZE = {"LL": 8 * 512 * 8 * 16, "LL128": 120 * 640 * 8 * 8, "Simple": 1 << 22}
+NVLS_CHUNK = 128 * 1024  # NCCL_NVLS_CHUNKSIZE's default
 P2P_CHUNK = {"net": 1 << 17, "pci": 1 << 17, "nvlink": 1 << 19}  # NCCL_P2P_{NET,PCI,NVL}_CHUNKSIZE
 P2P_LL_THRESHOLD = 16384  # send/recv of at most this many bytes per peer use LL
