@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build ns3-scratch/build/libphantora-ns3.so and phantora-ns3-runner against the ns3 PyPI wheel.
 # Incremental: only changed sources are recompiled; an up-to-date tree costs a second.
-# Usage: scripts/build_ns3.sh [-j N] [clean]
+# Usage: scripts/build_ns3.sh [-j N] [models | all | clean]   (models: the library and the runner; all, the
+# default: also the C++ TestSuites)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PHANTORA_PYTHON:-$ROOT/.venv/bin/python}"

@@ -44,5 +44,6 @@ if [ -z "$done_already" ]; then
   [ "$MODE" = dev ] && touch "$dev_stamp"
 fi
 if [ -x scripts/build_ns3.sh ]; then
-  scripts/build_ns3.sh
+  # the main job needs the library and the runner; the tests (--dev) also the C++ TestSuites
+  if [ "$MODE" = dev ]; then scripts/build_ns3.sh; else scripts/build_ns3.sh models; fi
 fi

@@ -6,12 +6,15 @@ import subprocess
 
 import pytest
 
+from phantora.netsim.ns3_build import build, needs_build
 from phantora.netsim.packet import library_path
 
 pytestmark = pytest.mark.ns3
 
 
 def test_cpp_test_suites_pass(ns3_lib) -> None:
+    if needs_build(tests=True):  # a simulation builds the library and the runner only (make models)
+        build(tests=True)
     runner = library_path().parent / "phantora-ns3-tests"
     listed = subprocess.run([str(runner), "--list"], capture_output=True, text=True, timeout=60, check=True).stdout
     assert "phantora-model" in listed

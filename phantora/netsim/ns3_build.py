@@ -85,8 +85,9 @@ def runner_path() -> Path:
     return library_path().parent / "phantora-ns3-runner"
 
 
-def needs_build() -> bool:
-    """True if the library or the runner (in a checkout also the C++ tests) are missing or older than their sources.
+def needs_build(tests: bool = False) -> bool:
+    """True if the library or the runner (with `tests`, in a checkout, also the C++ tests) are missing or older
+    than their sources.
 
     A cache build directory is named by a hash of the sources, so there it is enough that the build completed.
     """
@@ -99,20 +100,23 @@ def needs_build() -> bool:
         files = [p for d in dirs for p in SCRATCH.glob(f"{d}/*") if p.is_file()] + [SCRATCH / "Makefile"]
         return max(p.stat().st_mtime for p in files if p.exists())
 
-    built = {lib: ("model",), runner_path(): ("runner",), lib.parent / "phantora-ns3-tests": ("test",)}
+    built = {lib: ("model",), runner_path(): ("runner",)}
+    if tests:
+        built[lib.parent / "phantora-ns3-tests"] = ("test",)
     if not all(p.exists() for p in built):
         return True
     model = newest("model")
     return any(max(model, newest(*dirs)) > binary.stat().st_mtime for binary, dirs in built.items())
 
 
-def build(jobs: int = 2) -> Path:
-    """Build the models and return the library path: scripts/build_ns3.sh in a checkout (incremental), else make
-    into the cache (`build_dir()`). Either holds a lock, so concurrent first uses build once."""
+def build(jobs: int = 2, tests: bool = False) -> Path:
+    """Build the models and return the library path: scripts/build_ns3.sh in a checkout (incremental; the C++
+    TestSuites too with `tests`), else make into the cache (`build_dir()`). Either holds a lock, so concurrent
+    first uses build once."""
     if os.environ.get("PHANTORA_NS3_LIB"):
         return library_path()
     if BUILD_SCRIPT is not None:
-        cmd = ["bash", str(BUILD_SCRIPT), "-j", str(jobs)]
+        cmd = ["bash", str(BUILD_SCRIPT), "-j", str(jobs), "all" if tests else "models"]
         env = {"PHANTORA_PYTHON": sys.executable, **os.environ}  # the script finds the ns3 wheel with this Python
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         if proc.returncode != 0:
