@@ -44,7 +44,8 @@ from typing import Any
 from phantora.errors import InputError, PhantoraError
 from phantora.files import read_toml
 from phantora.progress import Progress, auto_mode
-from phantora.results.run_dir import read_status
+from phantora.results import schema as S
+from phantora.results.run_dir import RunDir, read_status
 from phantora.results.write import write_json
 from phantora.sweep_local import RunOutcome, RunSpec, Scalar, prebuild_ns3, run_local
 
@@ -376,7 +377,6 @@ def sweep_plots(spec: SweepSpec, rows: Sequence[dict[str, Any]], runs: Sequence[
 
 SWEEP_JSON = "sweep.json"
 SWEEP = "phantora.sweep/1"
-RUN_RECORD = "sweep-run.json"  # in each run directory: its command and outcome, once it has one
 
 
 def identity(spec: SweepSpec) -> dict[str, Any]:
@@ -388,12 +388,12 @@ def identity(spec: SweepSpec) -> dict[str, Any]:
 def record_outcome(run: RunSpec, res: RunOutcome) -> None:
     """<run dir>/sweep-run.json: the run's command and outcome, which a resumed sweep trusts."""
     doc = {"args": run.args, "status": res.status, "returncode": res.returncode, "error": res.error}
-    write_json(run.out / RUN_RECORD, {**doc, "wall_s": res.wall_s}, sort_keys=False)
+    RunDir(run.out).write_json(S.SWEEP_RUN_JSON, {**doc, "wall_s": res.wall_s}, sort_keys=False)
 
 
 def _completed(run: RunSpec) -> RunOutcome | None:
     try:
-        rec = json.loads((run.out / RUN_RECORD).read_text())
+        rec = json.loads(RunDir(run.out).file(S.SWEEP_RUN_JSON).read_text())
     except (OSError, ValueError):
         return None
     if rec.get("args") != run.args or rec.get("status") != "ok":
@@ -510,7 +510,7 @@ def run_sweep(
     result = SweepResult(runs, outcomes, rows, files)
     for run, _ in result.failed:
         row = rows[run.index]
-        say(f"FAILED run {run.index} ({run.describe()}): {row['error']}  [log: {run.out / 'run.log'}]")
+        say(f"FAILED run {run.index} ({run.describe()}): {row['error']}  [log: {RunDir(run.out).file(S.RUN_LOG)}]")
     return result
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phantora.errors import PhantoraError
+from phantora.results import schema as S
+from phantora.results.run_dir import RunDir
 
 Scalar = str | int | float | bool
 
@@ -87,7 +89,7 @@ def run_local_one(run: RunSpec, timeout_s: float | None, python: str = sys.execu
 def write_log(run: RunSpec, stdout: str, stderr: str) -> None:
     """<run dir>/run.log: the command line, its stdout and its stderr."""
     cmd = " ".join(["python -m phantora.cli", *run.args])
-    (run.out / "run.log").write_text(f"$ {cmd}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+    RunDir(run.out).write_text(S.RUN_LOG, f"$ {cmd}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
 
 
 def uses_ns3(args: Sequence[str]) -> bool:

@@ -32,6 +32,8 @@ SEEDS = "phantora.seeds/1"
 # the events after the last step), which the live ranks append to as they go, merged into trace.json.
 TRACE_JSON = "trace.json"
 TRACE_DIR = "trace"
+RUN_LOG = "run.log"  # a sweep's run: its command line, stdout and stderr (phantora.sweep_local)
+SWEEP_RUN_JSON = "sweep-run.json"  # a sweep's run: its command and outcome, which a resumed sweep trusts
 LOGS_DIR = "logs"  # the processes' logs: rank<R>.log (<job>.rank<R>.log), coordinator.log, server.log ...
 
 # A run of several jobs (phantora.jobs): results.json is JOBS; each job's own run directory is jobs/<name>/,
