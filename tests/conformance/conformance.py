@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -57,12 +58,21 @@ def workdir_for(upstream: str, folder: str, into: Path) -> Path:
 
 
 def run_program(
-    workdir: Path, script: str, args: list[str], out: Path, nproc: int = 4, options: tuple[str, ...] = ()
+    workdir: Path,
+    script: str,
+    args: list[str],
+    out: Path,
+    nproc: int = 4,
+    options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Run:
-    """`phantora run --topology testbed16 --nproc N [options] <script> <args>` in `workdir`."""
+    """`phantora run --topology testbed16 --nproc N [options] <script> <args>` in `workdir`, in the environment of
+    an activated virtual environment (its `bin` first on PATH, as programs that run `python3` expect), plus `env`."""
     cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--nproc", str(nproc), *options]
     cmd += ["--out", str(out), "--no-progress", script, *args]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=TIMEOUT_S)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    environ = {**os.environ, "PATH": path, **(env or {})}
+    proc = subprocess.run(cmd, cwd=workdir, env=environ, capture_output=True, text=True, timeout=TIMEOUT_S)
     return Run(proc.returncode, proc.stdout + proc.stderr, workdir, out)
 
 
@@ -70,6 +80,12 @@ def git_blob_id(path: Path) -> str:
     """`git hash-object path`: the id git gives the file's content."""
     data = path.read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def manifest_blobs(name: str) -> dict[str, str]:
+    """{path: git blob id} from the manifest `<name>.blobs` beside this file (lines `path blob`, # comments)."""
+    lines = (HERE / f"{name}.blobs").read_text().splitlines()
+    return dict(line.split() for line in lines if line and not line.startswith("#"))
 
 
 def provenance_blobs(upstream: str) -> dict[str, str]:

@@ -1,0 +1,108 @@
+"""Megatron-LM's own `pretrain_gpt.py` (tag core_v0.16.1, the training loop of megatron-core 0.16.1), unchanged,
+under `phantora run --topology testbed16 --nproc 4`, with mock data and the null tokenizer.
+
+`megatron/training` is not in the megatron-core wheel, so the program is vendored with the files it imports
+(programs/megatron-lm, listed with their git blob ids in megatron-lm.blobs), `megatron/core` included: run
+from a Megatron-LM checkout, `megatron.core` is the checkout's, and Megatron's start-up builds the checkout's
+dataset helpers with `make` (pybind11, g++), which the wheel cannot (it ships no Makefile). The flags are the
+ones the issue names for a host without apex or Transformer Engine, and `CUDA_DEVICE_MAX_CONNECTIONS=1` as
+Megatron's scripts set it. Megatron logs its iterations on the last rank.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conformance import PROGRAMS, Run, git_blob_id, manifest_blobs, run_program
+
+pytest.importorskip("megatron.core")
+pytest.importorskip("pybind11")
+UPSTREAM = "megatron-lm"
+VOCAB = 1280  # --vocab-size 1024, padded by Megatron to a multiple of 128 x TP
+MODEL = ["--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128"]
+MODEL += ["--max-position-embeddings", "128"]
+RUN = ["--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "3", "--lr", "1e-4"]
+RUN += ["--log-interval", "1"]
+DATA = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "1024", "--split", "1,0,0"]
+DATA += ["--eval-iters", "0", "--eval-interval", "1000"]
+NO_APEX_NO_TE = ["--transformer-impl", "local", "--no-gradient-accumulation-fusion", "--no-persist-layer-norm"]
+NO_APEX_NO_TE += ["--no-masked-softmax-fusion"]
+ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+ITERATION = re.compile(
+    r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([0-9.]+) \|.*?lm loss: (\S+) \|"
+)
+
+
+def test_vendored_files_are_megatron_lms() -> None:
+    """Every vendored file is the file at core_v0.16.1 that megatron-lm.blobs names, and nothing else is there."""
+    blobs = manifest_blobs(UPSTREAM)
+    root = PROGRAMS / UPSTREAM
+    present = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    present = {p for p in present if not p.startswith("megatron/core/datasets/helpers_cpp")}  # built by a run
+    assert present == set(blobs) and "LICENSE" in blobs and "pretrain_gpt.py" in blobs
+    for path, blob in blobs.items():
+        assert git_blob_id(root / path) == blob, path
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One copy of the checkout for every case: the first run builds the dataset helpers in it."""
+    dest = tmp_path_factory.mktemp("megatron") / "Megatron-LM"
+    shutil.copytree(PROGRAMS / UPSTREAM, dest)
+    return dest
+
+
+def pretrain(workdir: Path, out: Path, parallel: list[str], layers: int = 2) -> Run:
+    args = [*MODEL, "--num-layers", str(layers), *RUN, *DATA, *NO_APEX_NO_TE, *parallel]
+    return run_program(workdir, "pretrain_gpt.py", args, out, 4, env=ENV)
+
+
+def iterations(run: Run) -> list[tuple[int, float, float]]:
+    """Megatron's iteration lines (iteration, elapsed ms, lm loss), from whichever rank logs them."""
+    for rank in range(4):
+        found = [(int(m[1]), float(m[2]), float(m[3])) for m in ITERATION.finditer(run.log(rank))]
+        if found:
+            return found
+    return []
+
+
+def trains(run: Run) -> None:
+    """3 iterations, each Megatron's own timer equal to phantora's simulated step (Megatron prints 0.1 ms), and
+    a first loss of about ln(vocabulary): an untrained model's prediction is close to uniform."""
+    assert run.returncode == 0, run.output[-3000:]
+    its = iterations(run)
+    assert [i for i, _, _ in its] == [1, 2, 3] and len(run.steps()) == 3
+    for (_, ms, _), step in zip(its[1:], run.steps()[1:], strict=True):
+        assert ms == pytest.approx(step["time_ns"] / 1e6, abs=0.05 + 1e-9)
+    assert its[0][2] == pytest.approx(math.log(VOCAB), rel=0.02)
+
+
+def test_tensor_parallel_with_the_distributed_optimizer(workdir: Path, tmp_path: Path) -> None:
+    """TP 2 x DP 2, Megatron's distributed optimizer."""
+    trains(pretrain(workdir, tmp_path / "out", ["--tensor-model-parallel-size", "2", "--use-distributed-optimizer"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["1F1B", "interleaved"])
+def test_pipeline_parallel(workdir: Path, tmp_path: Path, schedule: str) -> None:
+    """PP 2 x DP 2 over 4 layers: 1F1B, or interleaved with one layer per virtual stage (2 per rank)."""
+    parallel = ["--pipeline-model-parallel-size", "2"]
+    if schedule == "interleaved":
+        parallel += ["--num-layers-per-virtual-pipeline-stage", "1"]
+    trains(pretrain(workdir, tmp_path / "out", parallel, layers=4))
+
+
+@pytest.mark.slow
+def test_moe_needs_transformer_engine_at_this_tag(workdir: Path, tmp_path: Path) -> None:
+    """MoE (4 experts, EP 2) stops in megatron-core 0.16.1's router: without Transformer Engine the name
+    `te_general_gemm` is never defined (moe_utils.py imports it only with TE), on a GPU as here. The run ends
+    with one line naming the program's line."""
+    parallel = ["--num-experts", "4", "--expert-model-parallel-size", "2", "--moe-router-topk", "2"]
+    run = pretrain(workdir, tmp_path / "out", parallel)
+    assert run.returncode != 0
+    last = run.log(0).strip().splitlines()[-1]
+    assert "moe_utils.py:1192" in last and "NameError: name 'te_general_gemm' is not defined" in last
