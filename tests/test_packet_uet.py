@@ -192,3 +192,45 @@ def test_transport_presets_are_one_flag_apart() -> None:
     with pytest.raises(InputError) as e:
         apply_overrides(PacketConfig(), ["transport=ib"])
     assert e.value.field == "transport" and "uet, roce" in str(e.value)
+
+
+# ----- ROD -------------------------------------------------------------------------------------------------------
+def test_rod_keeps_one_path_per_queue_pair(ns3_lib) -> None:
+    """One 4 MB flow from a host on leaf 0 to one on leaf 1, 4 spines, REPS entropies. Under rx=rod the queue pair
+    keeps one entropy, so one leaf-0 uplink carries all its data (>= size) and the other three none (its ACKs go
+    the other way), and nothing arrives out of order; under rx=rud the same flow is sprayed over several."""
+    topo, hs, ls, ss = two_tier(2, 1, 4)
+    size = 4_000_000
+    flows = [Flow(1, hs[0][0], hs[1][0], size)]
+    rod = run(topo, flows, ["transport=uet", "rx=rod"])
+    loads = sorted(rod["used"].get((ls[0], s), 0) for s in ss)  # type: ignore[attr-defined]
+    assert loads[:3] == [0, 0, 0] and loads[3] >= size
+    assert rod["stats"]["payload_bytes_delivered"] == size  # type: ignore[index]
+    assert rod["stats"]["ooo_packets"] == 0  # type: ignore[index]
+    rud = run(topo, flows, ["transport=uet"])
+    assert sum(rud["used"].get((ls[0], s), 0) > 0 for s in ss) >= 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("gbps", [100, 400])
+def test_rod_goes_back_to_each_trimmed_packet(ns3_lib, gbps: int) -> None:
+    """The 8-to-1 incast of the RUD test under rx=rod: packets are trimmed; the receiver takes data in order only,
+    so it NACKs each trimmed packet it expected and drops what follows a hole (out-of-order arrivals); the sender
+    goes back to the NACKed packet and resends from there: more packets than were trimmed (RUD resends exactly
+    the trimmed ones), no timeout, no drop, every byte delivered once, each flow's bytes in order."""
+    n, size = 8, 2_000_000
+    flows = [Flow(i, i, 0, size) for i in range(1, n + 1)]
+    r = run(star(n + 1, gbps * G), flows, ["transport=uet", "rx=rod"])
+    stats = r["stats"]
+    assert stats["trims"] > n  # type: ignore[index,operator]
+    assert 0 < stats["trim_nacks"] <= stats["trims"]  # type: ignore[index,operator]
+    assert stats["retx_packets"] > stats["trims"]  # type: ignore[index,operator]
+    assert stats["ooo_packets"] > 0  # type: ignore[index,operator]
+    assert stats["timeouts"] == 0 and stats["drops"] == 0  # type: ignore[index]
+    assert stats["payload_bytes_delivered"] == n * size  # type: ignore[index]
+    line_ns = n * size * (PAYLOAD + HEADER) / PAYLOAD * 8 / gbps
+    assert max(end for _, _, end in r["done"]) >= line_ns  # type: ignore[attr-defined]
+
+
+def test_rod_is_a_receiver_mode() -> None:
+    config = apply_overrides(PacketConfig(), ["transport=uet", "rx=rod"])
+    assert dict(config.to_params())["nic.Receiver"] == "rod"

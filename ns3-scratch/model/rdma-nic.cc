@@ -72,7 +72,9 @@ TypeId RdmaNic::GetTypeId() {
                           .AddAttribute("Receiver",
                                         "gbn: in-order receiver, NACK and go-back-N; sack: out-of-order receiver, "
                                         "SACK blocks, selective retransmission; rud: Ultra Ethernet reliable "
-                                        "unordered delivery (SACK bitmaps, NACKs of trimmed packets)",
+                                        "unordered delivery (SACK bitmaps, NACKs of trimmed packets); rod: "
+                                        "UET reliable ordered delivery (one path per queue pair, in order, "
+                                        "NACKs of trimmed packets, go-back-N)",
                                         StringValue("gbn"), MakeStringAccessor(&RdmaNic::m_rxModeName),
                                         MakeStringChecker())
                           .AddAttribute("ReorderWindow",
@@ -115,9 +117,11 @@ void RdmaNic::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
     m_rxMode = RxMode::Sack;
   } else if (m_rxModeName == "rud") {
     m_rxMode = RxMode::Rud;
+  } else if (m_rxModeName == "rod") {
+    m_rxMode = RxMode::Rod;
   } else {
     throw std::invalid_argument("NIC attribute Receiver: unknown mode '" + m_rxModeName +
-                                "' (known: gbn, sack, rud)");
+                                "' (known: gbn, sack, rud, rod)");
   }
   m_entropyMode = m_lbModeName == "reps"        ? EntropyMode::Reps
                   : m_lbModeName == "oblivious" ? EntropyMode::Oblivious
@@ -161,6 +165,9 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   }
   if (m_entropyMode != EntropyMode::None) {
     qp->ev.Configure(m_entropyMode, m_entropies, m_repsBuffer, m_evRng);
+    if (m_rxMode == RxMode::Rod) {
+      qp->pathEntropy = qp->ev.Next();  // ordered delivery keeps one path
+    }
   }
   Qp* raw = qp.get();
   m_ports[raw->port].active.push_back(raw);
@@ -375,11 +382,11 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
     // First transmissions only: a retransmission must arrive. DLCP holes are a go-back-N receiver's.
     hdr.flags |= kFlagLossTolerant;
   }
-  if (m_rxMode == RxMode::Rud) {
+  if (m_rxMode == RxMode::Rud || m_rxMode == RxMode::Rod) {
     hdr.flags |= kFlagLossTolerant;  // UET: every packet may be trimmed; its header comes back as a NACK
   }
   if (m_entropyMode != EntropyMode::None) {
-    hdr.entropy = qp->ev.Next();
+    hdr.entropy = m_rxMode == RxMode::Rod ? qp->pathEntropy : qp->ev.Next();
   }
   const uint32_t wire = m_wire.Bytes(hdr);
   out = TxItem{pkt, wire, 0, qp->spec.prio, true};
@@ -462,6 +469,16 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
   }
   const uint64_t now = NowNs();
   const bool trimmed = hdr.flags & kFlagTrimmed;
+  if (m_rxMode == RxMode::Rod && trimmed && hdr.seq == rx.expected) {
+    // UET ROD: the expected packet's header arrived without its payload: NACK it at once, whatever NACK went
+    // before (it names this transmission by its send time); later packets are dropped as out of order.
+    ++m_counters.nacks;
+    m_nackTrace(hdr.flowId, rx.expected);
+    rx.lastNackSeq = rx.expected;
+    rx.lastNackNs = now;
+    SendAck(hdr, PktType::Nack, rx, kFlagTrimmed, hdr.seq, hdr.seq + hdr.payload);
+    return;
+  }
   const bool takeHole = trimmed && hdr.seq == rx.expected && rx.lost + hdr.payload <= rx.budget;
   if (trimmed && hdr.seq == rx.expected && !takeHole) {
     // Over the loss budget: ask for it again (go-back-N) and tell the sender to flag nothing more.
@@ -635,8 +652,13 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     qp->sndUna = hdr.seq;
     qp->lastProgressNs = now;
   }
-  if (hdr.type == PktType::Nack && (hdr.flags & kFlagTrimmed)) {
+  const bool trimNack = hdr.type == PktType::Nack && (hdr.flags & kFlagTrimmed);
+  if (trimNack) {
     qp->budgetGone = true;
+  }
+  const bool rodTrim = trimNack && m_rxMode == RxMode::Rod;
+  if (rodTrim) {
+    ++m_counters.trimNacks;
   }
   if (m_rxMode == RxMode::Sack) {
     const bool block = hdr.flags & kFlagSack;
@@ -648,8 +670,10 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     }
   }
   if (hdr.type == PktType::Nack && qp->sndNxt > hdr.seq) {
-    // Go back to the hole, once per hole per round trip (later NACKs for it are already in flight).
-    if (hdr.seq != qp->lastRewindSeq || now - qp->lastRewindNs >= qp->rttNs) {
+    // Go back to the hole, once per hole per round trip (later NACKs for it are already in flight); ROD's
+    // trim NACK, once per transmission sent since the last rewind.
+    if (rodTrim ? hdr.tsNs >= qp->lastRewindNs
+                : hdr.seq != qp->lastRewindSeq || now - qp->lastRewindNs >= qp->rttNs) {
       qp->sndNxt = hdr.seq;
       qp->lastRewindSeq = hdr.seq;
       qp->lastRewindNs = now;
@@ -666,6 +690,7 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
   fb.rttNs = now > hdr.tsNs ? now - hdr.tsNs : 0;
   fb.nHops = hdr.nHops;
   std::copy(hdr.hops, hdr.hops + hdr.nHops, fb.hops);
+  fb.nackedBytes = rodTrim ? static_cast<uint32_t>(hdr.sackHi - hdr.sackLo) : 0;
   if (fb.ecnEcho) {
     ++m_counters.cnps;
     NS_LOG_LOGIC("node " << m_id << " flow " << hdr.flowId << " gets a CNP from " << hdr.src << " at seq " << hdr.seq);

@@ -65,6 +65,10 @@ struct QpSpec {
  * transmission (and, after RetransmitTimeout, packets sent that long ago), never going back. The CC window
  * caps the bytes in flight that are neither acknowledged nor lost. With LoadBalancing = reps or oblivious the
  * sender gives each data packet an entropy value (REPS recycles those that came back without a CE mark).
+ * With Receiver = rod (UET reliable ordered delivery) every data packet is trimmable too, but a queue pair keeps
+ * one entropy value (one path, so the fabric keeps its order); the receiver takes packets in order only, NACKs a
+ * trimmed packet it expected at once and an out-of-order one as go-back-N does, and the sender goes back to
+ * the NACKed packet (once per transmission NACKed for a trim: the NACK echoes its send time).
  * Rate cap: a queue pair with QpSpec::maxRateBps is paced at min(CC rate, line rate, cap); the cap counts
  * payload bits, so where it binds a packet's payload is paced at the cap (its wire bytes at cap x wire /
  * payload: for a full packet, cap x (payload + header) / payload).
@@ -169,6 +173,7 @@ class RdmaNic : public Object, public PortOwner {
     SackSender sack;            ///< Receiver = sack: the packets in flight
     RudSender rud;              ///< Receiver = rud: the packets in flight
     EntropyPicker ev;           ///< LoadBalancing reps / oblivious: entropy per data packet
+    uint16_t pathEntropy = 0;   ///< Receiver rod: the queue pair's one entropy value
     FlowTransportStats stats;   ///< retransmissions
   };
   struct Rx {

@@ -11,7 +11,7 @@
 namespace ns3 {
 
 /// How the receiving NIC treats out-of-order data (NIC attribute Receiver).
-enum class RxMode : uint8_t { GoBackN = 0, Sack = 1, Rud = 2 };  // Rud: uet-transport.h
+enum class RxMode : uint8_t { GoBackN = 0, Sack = 1, Rud = 2, Rod = 3 };  // Rud, Rod: uet-transport.h
 
 /// Per-flow transport counters (flows.csv): retransmissions at the sender, reordering at the receiver.
 struct FlowTransportStats {

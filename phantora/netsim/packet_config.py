@@ -31,7 +31,7 @@ QP_MODES = ("connection", "flow")  # a queue pair per connection (Flow.conn; NCC
 # Load balancing of data packets at switches and the receiving NIC's transport (docs/packet-model.md, "Load
 # balancing and receivers"): per-flow ECMP, per-packet spraying (random, or round robin), flowlets, adaptive.
 LB_MODES = ("ecmp", "spray", "spray_rr", "flowlet", "adaptive", "reps", "oblivious")
-RX_MODES = ("gbn", "sack", "rud")
+RX_MODES = ("gbn", "sack", "rud", "rod")
 
 
 def _wire_preset(payload: int, header: int, ack_interval: int) -> dict[str, int]:
@@ -128,7 +128,8 @@ class PacketConfig:
     lb: str = "ecmp"
     flowlet_gap_ns: int = 10_000  # lb=flowlet: a gap longer than this starts a new flowlet (which may move)
     # The receiving NIC (RX_MODES): gbn = in order, NACK, go-back-N; sack = out of order, SACK blocks, selective
-    # retransmission of packets deemed lost (RACK: once a packet sent reorder_window_ns later is acknowledged)
+    # retransmission of packets deemed lost (RACK: once a packet sent reorder_window_ns later is acknowledged);
+    # rud / rod = UET reliable unordered / ordered delivery (trimmed packets NACKed; rod: one path, go-back-N)
     rx: str = "gbn"
     reorder_window_ns: int = 0  # rx=sack: 0 = the flow's base RTT as given to its CC
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
