@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ from typing import Any
 
 from phantora import resources
 from phantora.runtime import import_hooks
+from phantora.runtime.simcuda import extensions
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _BUILD = "Built on Thu_Mar_28_02:18:24_PDT_2024"
@@ -98,6 +100,15 @@ def _refuse_cuda(build: Callable[..., Any], call: str, is_cuda: Callable[..., bo
     def load(*args: Any, **kwargs: Any) -> Any:
         if is_cuda(*args, **kwargs):
             name = args[0] if args else kwargs.get("name", "?")
+            module = extensions.provided(name)
+            if module is not None:
+                print(
+                    f"phantora: the CUDA extension '{name}' ({call}) is not compiled: the simulated GPU runs its "
+                    "kernels as torch ops, timed by the compute model (simcuda/extensions.py)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return module
             raise NotSimulatedError(
                 f"building the CUDA extension '{name}' ({call}) is not simulated: phantora's GPU runs no compiled "
                 "kernels of a program; use the program's unfused PyTorch path instead (a flag such as Megatron-LM's "
