@@ -44,7 +44,7 @@ def multi_tensor_adam(
     v = [x.float() for x in exp_avg_sqs] if half else list(exp_avg_sqs)
     g = [x.float() for x in grads] if grads[0].dtype != torch.float32 else list(grads)
     if mode == 0 and weight_decay != 0:
-        g = torch._foreach_add(g, p, alpha=weight_decay)
+        g = list(torch._foreach_add(g, p, alpha=weight_decay))
     torch._foreach_mul_(m, beta1)
     torch._foreach_add_(m, g, alpha=1 - beta1)
     torch._foreach_mul_(v, beta2)
