@@ -28,7 +28,6 @@ def test_a_spec_survives_msgpack_field_for_field() -> None:
         ({"network": "ns2"}, "network"),
         ({"window_ns": -1}, "window_ns"),
         ({"window_ns": 1.5}, "window_ns"),
-        ({"network": "ns3", "scenario": "s.toml"}, "scenario"),
         ({"side": "packet"}, "side"),
     ],
 )

@@ -7,6 +7,7 @@
 
 #include "ns3/log.h"
 #include "ns3/simulator.h"
+#include "ns3/trace-source-accessor.h"
 #include "ns3/uinteger.h"
 
 namespace ns3 {
@@ -18,7 +19,10 @@ TypeId PhantoraChannel::GetTypeId() {
   static TypeId tid = PhantoraTypeId<PhantoraChannel, Channel>("ns3::PhantoraChannel")
                           .AddAttribute("DelayNs", "Propagation delay in ns", UintegerValue(1000),
                                         MakeUintegerAccessor(&PhantoraChannel::m_delayNs),
-                                        MakeUintegerChecker<uint64_t>());
+                                        MakeUintegerChecker<uint64_t>())
+                          .AddTraceSource("Lost", "A packet lost on this cable: (flow, seq, cable down)",
+                                          MakeTraceSourceAccessor(&PhantoraChannel::m_lostTrace),
+                                          "ns3::PhantoraChannel::LostTracedCallback");
   return tid;
 }
 
@@ -31,11 +35,58 @@ Ptr<PhantoraNetDevice> PhantoraChannel::GetPeer(const PhantoraNetDevice* dev) co
   return PeekPointer(m_dev[0]) == dev ? m_dev[1] : m_dev[0];
 }
 
+void PhantoraChannel::SetUp(bool up) {
+  if (m_up && !up) {
+    ++m_epoch;
+  }
+  NS_LOG_INFO("cable " << m_dev[0]->GetNodeId() << "-" << m_dev[1]->GetNodeId() << (up ? " up" : " down"));
+  m_up = up;
+}
+
+void PhantoraChannel::SetDegraded(uint64_t extraDelayNs, double loss, uint64_t seed) {
+  m_extraDelayNs = extraDelayNs;
+  m_loss = loss;
+  m_rngState = seed * 0x9E3779B97F4A7C15ULL + m_dev[0]->GetNodeId() * 0xBF58476D1CE4E5B9ULL + m_dev[1]->GetNodeId();
+}
+
+double PhantoraChannel::Draw() {
+  uint64_t z = (m_rngState += 0x9E3779B97F4A7C15ULL);  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+void PhantoraChannel::Lose(const Ptr<PhantoraPacket>& pkt, bool down) {
+  ++m_lostPackets;
+  m_lostBytes += pkt->hdr.payload;
+  NS_LOG_LOGIC("lost flow " << pkt->hdr.flowId << " seq " << pkt->hdr.seq << (down ? " (cable down)" : ""));
+  m_lostTrace(pkt->hdr.flowId, pkt->hdr.seq, down);
+}
+
 void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<PhantoraPacket>& pkt, uint64_t txEndNs) {
   PhantoraNetDevice* peer = PeekPointer(m_dev[0]) == from ? PeekPointer(m_dev[1]) : PeekPointer(m_dev[0]);
+  if (!m_up) {
+    Lose(pkt, true);
+    return;
+  }
+  if (m_loss > 0.0 && pkt->hdr.type != PktType::Pfc && Draw() < m_loss) {
+    Lose(pkt, false);
+    return;
+  }
   const uint64_t now = FabricNowNs();
-  const Time delay = FabricNs(txEndNs - now + m_delayNs);
-  ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
+  const Time delay = FabricNs(txEndNs - now + m_delayNs + m_extraDelayNs);
+  if (!m_mayFail) {  // no failure scheduled: no check on arrival (the common case)
+    ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
+    return;
+  }
+  ScheduleWithContextPooled(peer->GetNodeId(), delay, [this, peer, p = pkt, epoch = m_epoch] {
+    if (epoch != m_epoch) {
+      Lose(p, true);  // the cable failed while the packet was on it
+      return;
+    }
+    peer->Receive(p);
+  });
 }
 
 std::size_t PhantoraChannel::GetNDevices() const { return 2; }

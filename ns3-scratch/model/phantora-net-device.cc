@@ -120,6 +120,27 @@ void PhantoraNetDevice::Receive(const Ptr<PhantoraPacket>& pkt) {
   m_owner->Receive(m_port, pkt);
 }
 
+void PhantoraNetDevice::SetRateBps(uint64_t bps) {
+  NS_ASSERT_MSG(bps > 0, "a port's rate must be > 0");
+  m_rateBps = bps;
+  m_txRem = 0;
+}
+
+void PhantoraNetDevice::ClearPause() {
+  const uint64_t now = FabricNowNs();
+  bool any = false;
+  for (uint32_t c = 0; c < kNumPrio; ++c) {
+    if (m_paused[c]) {
+      m_pausedNs += now - m_pausedSinceNs[c];
+      m_paused[c] = false;
+      any = true;
+    }
+  }
+  if (any) {
+    Kick();
+  }
+}
+
 uint64_t PhantoraNetDevice::GetPausedNs() const {
   uint64_t total = m_pausedNs;
   const uint64_t now = Simulator::Now().GetNanoSeconds();

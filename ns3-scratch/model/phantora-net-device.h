@@ -59,6 +59,10 @@ class PhantoraNetDevice : public NetDevice {
   void Receive(const Ptr<PhantoraPacket>& pkt);
 
   uint64_t GetRateBps() const { return m_rateBps; }
+  /// A new line rate from the next packet on (a degraded or restored link).
+  void SetRateBps(uint64_t bps);
+  /// Resume every paused class (the port's link failed: its PFC state is cleared).
+  void ClearPause();
   uint32_t GetPort() const { return m_port; }
   bool IsPaused(uint32_t prio) const { return m_paused[prio]; }
   Ptr<PhantoraNetDevice> GetPeer() const;

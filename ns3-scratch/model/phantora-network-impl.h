@@ -68,6 +68,9 @@ class PhantoraNetwork::Impl {
   bool watchHit = false;
   bool watchAll = false;  // RunUntilCompletion: every completion stops
   std::unordered_set<uint64_t> watched;
+  std::vector<uint32_t> linkDown;  // per link: scenario failures not yet repaired (ScheduleLinkState)
+  uint64_t linkEvents = 0;         // scenario events applied
+  uint64_t reconvergences = 0;
   int interruptedBy = 0;  // the signal that cut a run call short (phantora-interrupt.h); 0 if none
 
   std::vector<FlowRecord> completions;

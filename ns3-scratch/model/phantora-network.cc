@@ -233,6 +233,12 @@ std::vector<FlowTransportRecord> PhantoraNetwork::FlowTransport() const {
 std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
   const Impl& s = Need();
   uint64_t maxBuf = 0;
+  uint64_t wireLostPackets = 0;
+  uint64_t wireLostBytes = 0;
+  for (const auto& l : s.fabric->Links()) {
+    wireLostPackets += l.channel->GetLostPackets();
+    wireLostBytes += l.channel->GetLostBytes();
+  }
   uint64_t qps = 0;
   RdmaNic::Counters t;
   PfcSwitch::Counters w;
@@ -297,7 +303,87 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"max_switch_buffer_bytes", static_cast<double>(maxBuf)},
           {"int_enabled", s.installer.IntEnabled() ? 1.0 : 0.0},
           {"cc_base_rtt_ns", static_cast<double>(s.fabric->MaxRttNs())},
-          {"cc_bdp_bytes", static_cast<double>(s.fabric->MaxBdpBytes())}};
+          {"cc_bdp_bytes", static_cast<double>(s.fabric->MaxBdpBytes())},
+          {"link_events", static_cast<double>(s.linkEvents)},
+          {"reconvergences", static_cast<double>(s.reconvergences)},
+          {"wire_lost_packets", static_cast<double>(wireLostPackets)},
+          {"wire_lost_bytes", static_cast<double>(wireLostBytes)}};
+}
+
+namespace {
+
+/// Check a scenario event's link and time; the delay until it.
+Time ScenarioDelay(PhantoraNetwork::Impl& s, const char* what, int64_t atNs, uint32_t link) {
+  if (!s.finalized) {
+    throw std::runtime_error(std::string(what) + " before Finalize()");
+  }
+  if (link >= s.fabric->Links().size()) {
+    throw std::invalid_argument(std::string(what) + ": unknown link " + std::to_string(link));
+  }
+  const int64_t now = Simulator::Now().GetNanoSeconds();
+  if (atNs < now) {
+    throw std::invalid_argument(std::string(what) + " at " + std::to_string(atNs) + " ns: the network is already at " +
+                                std::to_string(now) + " ns");
+  }
+  return NanoSeconds(atNs - now);
+}
+
+}  // namespace
+
+void PhantoraNetwork::ScheduleLinkState(int64_t atNs, uint32_t link, bool up) {
+  Impl& s = Need();
+  const Time delay = ScenarioDelay(s, "ScheduleLinkState", atNs, link);
+  if (s.linkDown.empty()) {
+    s.linkDown.assign(s.fabric->Links().size(), 0);
+  }
+  const PhantoraFabric::LinkInfo& info = s.fabric->Links()[link];
+  info.channel->ExpectFailure();
+  Impl* impl = &s;
+  Simulator::Schedule(delay, [impl, link, up] {
+    const PhantoraFabric::LinkInfo& l = impl->fabric->Links()[link];
+    uint32_t& count = impl->linkDown[link];
+    count = up ? (count > 0 ? count - 1 : 0) : count + 1;
+    ++impl->linkEvents;
+    l.channel->SetUp(count == 0);
+    if (count > 0) {
+      impl->fabric->GetNode(l.a).ports[l.pa]->ClearPause();
+      impl->fabric->GetNode(l.b).ports[l.pb]->ClearPause();
+    }
+  });
+}
+
+void PhantoraNetwork::ScheduleLinkDegrade(int64_t atNs, uint32_t link, uint64_t bps, uint64_t extraDelayNs,
+                                          double loss, uint64_t seed) {
+  Impl& s = Need();
+  const Time delay = ScenarioDelay(s, "ScheduleLinkDegrade", atNs, link);
+  if (!(loss >= 0.0 && loss < 1.0)) {
+    throw std::invalid_argument("ScheduleLinkDegrade: loss must be in [0, 1), got " + std::to_string(loss));
+  }
+  Impl* impl = &s;
+  Simulator::Schedule(delay, [impl, link, bps, extraDelayNs, loss, seed] {
+    const PhantoraFabric::LinkInfo& l = impl->fabric->Links()[link];
+    const uint64_t rate = bps ? bps : l.bps;
+    ++impl->linkEvents;
+    impl->fabric->GetNode(l.a).ports[l.pa]->SetRateBps(rate);
+    impl->fabric->GetNode(l.b).ports[l.pb]->SetRateBps(rate);
+    l.channel->SetDegraded(extraDelayNs, loss, seed * 1000003ULL + link);
+  });
+}
+
+void PhantoraNetwork::ScheduleReconverge(int64_t atNs) {
+  Impl& s = Need();
+  const Time delay = ScenarioDelay(s, "ScheduleReconverge", atNs, 0);
+  Impl* impl = &s;
+  Simulator::Schedule(delay, [impl] {
+    std::vector<uint32_t> down;
+    for (uint32_t l = 0; l < impl->linkDown.size(); ++l) {
+      if (impl->linkDown[l] > 0) {
+        down.push_back(l);
+      }
+    }
+    ++impl->reconvergences;
+    impl->fabric->GetRoutes()->SetLinksDown(down);
+  });
 }
 
 int64_t PhantoraNetwork::Now() const { return Simulator::Now().GetNanoSeconds(); }

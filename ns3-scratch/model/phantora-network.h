@@ -167,6 +167,21 @@ class PhantoraNetwork {
   /// flow is unknown or started; its start throws if the connection goes to another destination.
   void SetConnection(uint64_t id, uint64_t conn);
 
+  // Scenario events (docs/scenarios.md), each at an absolute time >= Now(), after Finalize. Same-time events run
+  // in the order they were scheduled. Throw std::invalid_argument for an unknown link or a time in the past.
+
+  /// Link `link` fails (up = false) or is repaired at `atNs`. A link failed by several events comes back with
+  /// its last repair. Packets sent on a failed link, or on its wire when it fails, are lost; its two ports'
+  /// PFC state is cleared. Routes do not change until ScheduleReconverge.
+  void ScheduleLinkState(int64_t atNs, uint32_t link, bool up);
+  /// Link `link` degrades at `atNs`: both directions run at `bps` (0: the link's own rate), with
+  /// `extraDelayNs` more propagation and a random loss rate `loss` in [0, 1) of non-PFC packets, drawn from a
+  /// stream seeded by `seed`. (0, 0, 0) restores the link.
+  void ScheduleLinkDegrade(int64_t atNs, uint32_t link, uint64_t bps, uint64_t extraDelayNs, double loss,
+                           uint64_t seed);
+  /// Routing re-converges at `atNs`: from then on routes avoid exactly the links failed at that instant.
+  void ScheduleReconverge(int64_t atNs);
+
   // Each run call below stops within one event of SIGTERM or SIGINT (see phantora-interrupt.h): it then
   // returns at once (false) and InterruptedBy() names the signal; the network is part-way and every later run
   // call throws. Python's own handler of the signal runs as the call returns.

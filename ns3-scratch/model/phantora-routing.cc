@@ -39,6 +39,25 @@ void RouteTable::ClearTables() {
   m_endpointCand.clear();
 }
 
+void RouteTable::SetLinksDown(const std::vector<uint32_t>& links) {
+  m_down.clear();
+  uint32_t numLinks = 0;
+  for (const auto& adj : m_adj) {
+    for (const Adj& e : adj) {
+      numLinks = std::max(numLinks, (e.channel >> 1) + 1);
+    }
+  }
+  if (!links.empty()) {
+    m_down.assign(numLinks, 0);
+    for (uint32_t l : links) {
+      if (l < numLinks) {
+        m_down[l] = 1;
+      }
+    }
+  }
+  ClearTables();
+}
+
 void RouteTable::SetEcmpHash(EcmpHashKind kind) {
   m_hash = kind;
   ClearTables();
@@ -85,7 +104,7 @@ const std::vector<uint32_t>& RouteTable::Dist(uint32_t dst) {
       continue;  // endpoints and NVSwitches are leaves of the search
     }
     for (const Adj& e : m_adj[u]) {
-      if (dist[e.peer] == kInf && m_kind[e.peer] != NodeKind::NvSwitch) {
+      if (dist[e.peer] == kInf && m_kind[e.peer] != NodeKind::NvSwitch && !LinkDown(e.channel)) {
         dist[e.peer] = dist[u] + 1;
         queue.push_back(e.peer);
       }
@@ -111,6 +130,9 @@ const std::vector<uint32_t>& RouteTable::HpccQueueOrder(uint32_t dst) {
   for (size_t i = 0; i < queue.size(); ++i) {
     nbrs.clear();
     for (const Adj& e : m_adj[queue[i]]) {
+      if (LinkDown(e.channel)) {
+        continue;
+      }
       const bool sw = m_kind[e.peer] == NodeKind::Switch;
       nbrs.emplace_back(sw ? 1 : 0, sw ? -static_cast<int64_t>(e.peer) : e.peer);
     }
@@ -128,11 +150,11 @@ const std::vector<uint32_t>& RouteTable::HpccQueueOrder(uint32_t dst) {
 
 int64_t RouteTable::SharedNvSwitch(uint32_t a, uint32_t b) const {
   for (const Adj& eb : m_adj[b]) {
-    if (m_kind[eb.peer] != NodeKind::NvSwitch) {
+    if (m_kind[eb.peer] != NodeKind::NvSwitch || LinkDown(eb.channel)) {
       continue;
     }
     for (const Adj& ea : m_adj[a]) {
-      if (ea.peer == eb.peer) {
+      if (ea.peer == eb.peer && !LinkDown(ea.channel)) {
         return eb.peer;
       }
     }
@@ -142,7 +164,7 @@ int64_t RouteTable::SharedNvSwitch(uint32_t a, uint32_t b) const {
 
 uint32_t RouteTable::PortTo(uint32_t a, uint32_t b) const {
   for (const Adj& e : m_adj[a]) {
-    if (e.peer == b) {
+    if (e.peer == b && !LinkDown(e.channel)) {
       return e.port;
     }
   }
@@ -209,7 +231,7 @@ const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst)
   const uint32_t want = dist[node] - 1;
   std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> hops;  // (neighbour, channel, port)
   for (const Adj& e : m_adj[node]) {
-    if (dist[e.peer] == want && (e.peer == dst || m_kind[e.peer] == NodeKind::Switch)) {
+    if (dist[e.peer] == want && (e.peer == dst || m_kind[e.peer] == NodeKind::Switch) && !LinkDown(e.channel)) {
       hops.emplace_back(e.peer, e.channel, e.port);
     }
   }

@@ -66,6 +66,10 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   bool Reachable(uint32_t src, uint32_t dst);
   /// Equal-cost ports of `node` towards endpoint `dst` (empty if none).
   const std::vector<uint32_t>& Candidates(uint32_t node, uint32_t dst);
+  /// Routing's view of the failed links (a scenario's re-convergence): routes avoid exactly these links, as
+  /// phantora.topology.model.Topology.with_links_down does (clears the tables).
+  void SetLinksDown(const std::vector<uint32_t>& links);
+  bool LinkDown(uint32_t channel) const { return !m_down.empty() && m_down[channel >> 1]; }
   /// The ECMP policy (clears the tables).
   void SetEcmpHash(EcmpHashKind kind);
   EcmpHashKind GetEcmpHash() const { return m_hash; }
@@ -87,6 +91,7 @@ class RouteTable : public SimpleRefCount<RouteTable> {
 
   std::vector<NodeKind> m_kind;
   std::vector<std::vector<Adj>> m_adj;
+  std::vector<uint8_t> m_down;  ///< per link: routing avoids it (empty: none)
   EcmpHashKind m_hash = EcmpHashKind::Phantora;
   std::vector<std::vector<uint32_t>> m_dist;                   ///< per dst, filled lazily
   std::vector<std::vector<uint32_t>> m_hpccOrder;              ///< per dst, filled lazily (Hpcc only)

@@ -132,6 +132,16 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
   } else if (c.verb == "SetConnection") {
     Need(c, 2);
     net.SetConnection(U64(c.args[0]), U64(c.args[1]));
+  } else if (c.verb == "ScheduleLinkState") {
+    Need(c, 3);
+    net.ScheduleLinkState(I64(c.args[0]), static_cast<uint32_t>(U64(c.args[1])), U64(c.args[2]) != 0);
+  } else if (c.verb == "ScheduleLinkDegrade") {
+    Need(c, 6);
+    net.ScheduleLinkDegrade(I64(c.args[0]), static_cast<uint32_t>(U64(c.args[1])), U64(c.args[2]), U64(c.args[3]),
+                            std::stod(c.args[4]), U64(c.args[5]));
+  } else if (c.verb == "ScheduleReconverge") {
+    Need(c, 1);
+    net.ScheduleReconverge(I64(c.args[0]));
   } else if (c.verb == "RunUntil") {
     Need(c, 1);
     net.RunUntil(I64(c.args[0]));

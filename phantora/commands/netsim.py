@@ -182,13 +182,19 @@ def _drain(sim: Any, inp: NetsimInput, progress: str, done: dict[int, Any] | Non
 
 
 def _run_ns3(
-    topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path | None, progress: str = "off"
+    topo: Topology,
+    inp: NetsimInput,
+    config: PacketConfig,
+    out: Path | None,
+    progress: str = "off",
+    scenario: Any = None,
 ) -> dict[str, Any]:
     """The packet engine, with HPCC's outputs: FCT at the sender's last ACK (fct.txt) and pfc.txt.
 
     With `out`, the run's PhantoraNetwork calls go to out/ns3-calls.txt (phantora-ns3-runner replays them). The
     run itself is the runner's (`phantora.netsim.runner_engine`: no Python bindings to load, the same records),
-    unless the config needs the in-process engine."""
+    unless the config or a `scenario` (the packet engine under it, `netsim.packet_faults`) needs the in-process
+    engine."""
     from phantora.netsim.runner_engine import runner_usable
 
     for name, value in (("nvlink", "fluid"), ("reuse", "on")):
@@ -199,11 +205,12 @@ def _run_ns3(
                 file="--set",
                 field=name,
             )
-    if runner_usable(config):
+    if runner_usable(config) and scenario is None:
         return _run_runner(topo, inp, config, out, progress)
     from phantora.netsim.packet import Ns3Simulator
 
-    sim = make_engine(EngineSpec("ns3", config), topo, calls=RunDir(out).file(S.NS3_CALLS_TXT) if out else None)
+    calls = RunDir(out).file(S.NS3_CALLS_TXT) if out else None
+    sim = make_engine(EngineSpec("ns3", config), topo, calls=calls, scenario=scenario)
     assert isinstance(sim, Ns3Simulator)
     with sim:
         t0 = time.perf_counter()
@@ -214,7 +221,7 @@ def _run_ns3(
         wall = time.perf_counter() - t0
         return {
             "done": done,
-            "fct": [r for r in sim.fct_records() if r.flow_id not in inp.hidden],
+            "fct": [r for r in sim.fct_records() if r.flow_id in done and r.flow_id not in inp.hidden],
             "pfc": sim.pfc_events(),
             "pfc_txt": sim.pfc_lines(),
             "queues": sim.queue_samples(),
@@ -226,6 +233,7 @@ def _run_ns3(
             "stats": sim.stats(),
             "wall_s": wall,
             "now": sim.now(),
+            "scenario": report_scenario(scenario, topo, sim, [], list(done.values()), None, "flows"),
         }
 
 
@@ -374,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
     mode = progress_mode(args)
     sc = load_scenario(args, topo)
     if args.network == "ns3":
-        res = _run_ns3(topo, inp, config, args.out, mode)
+        res = _run_ns3(topo, inp, config, args.out, mode, sc)
     else:
         res = _run_flow(topo, inp, engine, mode, sc)
     fcts = sorted(r.fct_ns for r in res["fct"])

@@ -12,7 +12,7 @@ from phantora.topology.model import Topology
 
 HELP = (
     "a scenario TOML: link failures, flaps and gray failures, switch and NIC failures, slow GPUs, background "
-    "traffic, at simulated times or step boundaries (docs/scenarios.md; flow network)"
+    "traffic, at simulated times or step boundaries (docs/scenarios.md; flow and packet networks)"
 )
 
 
@@ -31,11 +31,9 @@ def load_scenario(
         return None
     sc = read_scenario(path)
     check_against(sc, topo)
-    engine_side = sc.network() or sc.background() or (sc.gpu_slow() and not live)
-    if getattr(args, "network", "flow") != "flow" and engine_side:
+    if getattr(args, "network", "flow") != "flow" and sc.gpu_slow() and not live:
         raise InputError(
-            "link events, background traffic and replayed slow GPUs run on --network flow only for now "
-            "(packet mode: not yet)",
+            "gpu_slow in a replay stretches the flow engine's compute delays: --network flow only for now",
             file=str(path),
             field="--network",
         )
@@ -107,5 +105,3 @@ def check_run_scenario(args: argparse.Namespace) -> None:
                 line=ev.line,
                 field=f"events[{ev.index}]",
             )
-    if args.network != "flow":
-        raise InputError("a scenario runs on --network flow only for now", file=sc.source, field="--network")

@@ -29,7 +29,7 @@ FLOW_FIELDS = ("ecmp_hash", "lb")  # the PacketConfig fields the flow network ho
 @dataclass(frozen=True)
 class EngineSpec:
     """The network engine: its mode, its packet config (the flow engine reads `FLOW_FIELDS` of it), the
-    co-simulation window, a scenario file (flow only), and two build switches (`flow_goodput`, `side`)."""
+    co-simulation window, a scenario file, and two build switches (`flow_goodput`, `side`)."""
 
     network: str = DEFAULT_NETWORK
     packet: PacketConfig = field(default_factory=PacketConfig)
@@ -46,11 +46,6 @@ class EngineSpec:
         w = self.window_ns
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise InputError(f"window must be an integer >= 0 ns (0 = exact), got {w!r}", field="window_ns")
-        if self.scenario is not None and self.network != "flow":
-            raise InputError(
-                "a scenario runs on the flow network only for now (packet mode has no link events yet)",
-                field="scenario",
-            )
         if self.side not in SIDES:
             raise InputError(f"expected '' or 'packet', got {self.side!r}", field="side")
         if self.side and self.network != "ns3":

@@ -29,11 +29,11 @@ def make_engine(
     ``calls`` records an ns-3 run's call script for phantora-ns3-runner. Decomposition (``workers=N``) starts
     worker processes, so it needs the bridge's ``spawner`` (`bridge.workers.spawn_workers`). ``scenario``: the
     spec's scenario already read (else it is read from its file)."""
-    if spec.network == "flow":
-        if scenario is None and spec.scenario is not None:
-            from phantora.netsim.scenario import read_scenario
+    if scenario is None and spec.scenario is not None:
+        from phantora.netsim.scenario import read_scenario
 
-            scenario = read_scenario(spec.scenario)
+        scenario = read_scenario(spec.scenario)
+    if spec.network == "flow":
         if scenario is not None:
             from phantora.netsim.background import scenario_background
             from phantora.netsim.faults import BACKGROUND_BASE, FaultyFlowSimulator
@@ -44,9 +44,7 @@ def make_engine(
 
         return FlowSimulator(topo, **spec.flow_options())
     if scenario is not None:
-        raise InputError(
-            "a scenario runs on the flow network only for now (packet mode has no link events yet)", field="scenario"
-        )
+        return packet_under_scenario(spec, topo, scenario, calls)
     from phantora.netsim.packet import Ns3Simulator
 
     config = spec.packet
@@ -69,6 +67,26 @@ def make_engine(
     if config.nvlink == "fluid":
         return fluid_nvlink(topo, config, calls)
     return packet_side(Ns3Simulator(topo, config, calls=calls), config)
+
+
+def packet_under_scenario(spec: EngineSpec, topo: Topology, scenario: Scenario, calls: Path | None) -> NetworkSimulator:
+    """ns-3 under a scenario (`netsim.packet_faults`): the fabric itself, or with nvlink=fluid beside the fluid
+    NVLink side (events on NVLink links refused there); decomposition, profile reuse and NIC latency are not
+    combined with a scenario."""
+    from phantora.netsim.background import scenario_background
+    from phantora.netsim.faults import BACKGROUND_BASE
+    from phantora.netsim.packet_faults import FaultyNs3Simulator, check_packet_scenario
+
+    config = spec.packet
+    for name, on in (("workers", config.workers), ("reuse", config.reuse == "on"), ("nic_latency", config.nic_latency)):
+        if on:
+            raise InputError(f"a scenario runs on the plain packet engine: {name} is not combined with it", field=name)
+    check_packet_scenario(scenario, topo, fluid_nvlink=config.nvlink == "fluid")
+    background = scenario_background(scenario, topo, BACKGROUND_BASE)
+    faulty = FaultyNs3Simulator(topo, scenario, config, calls, background=background)
+    if config.nvlink == "fluid":
+        return fluid_nvlink(topo, faulty.config, packet=faulty)
+    return faulty
 
 
 def packet_side(ns3: Any, config: Any) -> Any:

@@ -3,7 +3,8 @@
 One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `SetParam PATH TEXT`,
 `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
 `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
-`SetMaxRate ID BPS`, `SetConnection ID CONN`, `RunUntil NS`). The runner makes the
+`SetMaxRate ID BPS`, `SetConnection ID CONN`, `ScheduleLinkState NS LINK UP`,
+`ScheduleLinkDegrade NS LINK BPS EXTRA_NS LOSS SEED`, `ScheduleReconverge NS`, `RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
 flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt without Python.
 """
@@ -31,6 +32,9 @@ class RecordedNetwork:
             "SetLossBudget",
             "SetMaxRate",
             "SetConnection",
+            "ScheduleLinkState",
+            "ScheduleLinkDegrade",
+            "ScheduleReconverge",
             "RunUntil",
         }
     )
@@ -69,6 +73,6 @@ class RecordedNetwork:
 def _words(name: str, args: tuple[Any, ...]) -> list[str]:
     """A call's arguments as script words; AddFlow's dependency vector goes last."""
     if name != "AddFlow":
-        return [str(a) for a in args]
+        return [str(int(a)) if isinstance(a, bool) else repr(a) if isinstance(a, float) else str(a) for a in args]
     fid, src, dst, size, start, prio, key, deps, delay, dport = args
     return [str(v) for v in (fid, src, dst, size, start, prio, key, delay, dport, *list(deps))]

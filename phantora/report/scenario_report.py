@@ -14,6 +14,7 @@ import numpy as np
 from phantora.netsim.base import Completion
 from phantora.netsim.fault_plan import event_window
 from phantora.netsim.faults import FaultyFlowSimulator
+from phantora.netsim.packet_faults import FaultyNs3Simulator
 from phantora.netsim.scenario import Scenario
 from phantora.netsim.standalone import standalone_fct_ns
 from phantora.topology.model import Topology
@@ -85,6 +86,14 @@ def event_windows(sc: Scenario) -> list[dict[str, Any]]:
     return out
 
 
+def scenario_engine(engine: Any) -> FaultyFlowSimulator | FaultyNs3Simulator | None:
+    """The engine that applies the scenario: `engine` itself, or the packet side of a fluid-NVLink hybrid."""
+    for e in (engine, getattr(engine, "packet", None)):
+        if isinstance(e, (FaultyFlowSimulator, FaultyNs3Simulator)):
+            return e
+    return None
+
+
 def scenario_results(
     sc: Scenario,
     topo: Topology,
@@ -101,7 +110,8 @@ def scenario_results(
     for w in windows:
         w[span_name] = phases(spans, w["start_ns"], w["end_ns"])
     out["events"] = windows
-    if isinstance(engine, FaultyFlowSimulator):
+    engine = scenario_engine(engine)
+    if engine is not None:
         names = topo.nodes
         out["applied"] = [
             {
@@ -113,10 +123,14 @@ def scenario_results(
                 "moved_flows": e.moved,
             }
             for e in engine.applied
+            if e.t_ns <= engine.now()
         ]
         st = engine.stats()
-        for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls"):
-            out[key] = st[key]
+        for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls", "lost_packets", "retx_bytes"):
+            if key in st:
+                out[key] = st[key]
+        if isinstance(engine, FaultyNs3Simulator):
+            out["engine"] = "ns3"
         bg = engine.background_done
         out["background"] = {"flows": len(bg), "bytes": sum(c.size for c in bg)}
         out["fct_slowdown_background"] = fct_slowdown_buckets(completion_rows(topo, bg))
@@ -131,6 +145,11 @@ def format_scenario(res: dict[str, Any]) -> str:
         lines.append(
             f"  rerouted {res['rerouted_flows']} flows ({res['rerouted_bytes']:,} bytes), "
             f"lost {res['lost_bytes']:,} bytes, {res['stalls']} stalls"
+        )
+    elif "lost_bytes" in res:
+        lines.append(
+            f"  packets lost on failed or lossy links {res.get('lost_packets', 0):,} ({res['lost_bytes']:,} payload "
+            f"bytes), retransmitted {res.get('retx_bytes', 0):,} bytes"
         )
     for key, what in (("fct_slowdown_background", "background"), ("fct_slowdown_ml", "ML job")):
         rows = [r for r in res.get(key, []) if r["flows"]]

@@ -1,0 +1,141 @@
+"""The packet engine (ns-3) under a scenario: the same link actions as the flow engine, applied by the fabric.
+
+`FaultyNs3Simulator` is `Ns3Simulator` with a scenario's network events scheduled inside ns-3
+(`PhantoraNetwork::ScheduleLinkState / ScheduleLinkDegrade / ScheduleReconverge`, docs/scenarios.md):
+
+- **Down.** The cable fails: every packet on its wire and every packet sent on it later is lost; the PFC state
+  of its two ports is cleared. Switches keep forwarding onto it until routing re-converges, so flows routed
+  there stall and their transport (go-back-N or SACK, with a retransmission timeout) recovers what was lost.
+- **Re-convergence**, `reconvergence` after each down or up: the switches' tables avoid exactly the links
+  down at that instant, and each ECMP group keeps its surviving next hops with the same hash, as the flow
+  engine's `Topology.with_links_down` (so both engines give the same routes after re-convergence).
+- **Degrade.** Both ports of the link run at the new rate from their next packet, the cable adds its extra
+  latency, and it drops data and ACK packets at random (never PFC frames) from a splitmix64 stream seeded by
+  the scenario's seed and the link.
+- **Background flows** ride in the same fabric with ids from `BACKGROUND_BASE`; their completions are kept
+  apart (`background_done`).
+
+A scenario with failures or loss needs a retransmission timeout: without `rto_ns` in the config it gets
+`SCENARIO_RTO_NS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from phantora.errors import InputError
+from phantora.netsim.base import Completion, Flow
+from phantora.netsim.fault_plan import DEGRADE, DOWN, RESTORE, UP, LinkAction, expand, timed_actions
+from phantora.netsim.faults import BACKGROUND_BASE, AppliedEvent
+from phantora.netsim.packet import Ns3Simulator
+from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.scenario import LinkEvent, Scenario, check_against
+from phantora.topology.model import Topology
+
+SCENARIO_RTO_NS = 100_000  # go-back-N timeout of a scenario run whose config sets none (100 us)
+
+
+def needs_rto(sc: Scenario) -> bool:
+    """Whether the scenario can lose packets (a failure, or a degrade with loss)."""
+    for ev in sc.network():
+        if ev.kind != "link_degrade" or (isinstance(ev, LinkEvent) and ev.loss > 0):
+            return True
+    return False
+
+
+def check_packet_scenario(sc: Scenario, topo: Topology, *, fluid_nvlink: bool = False) -> None:
+    """What packet mode cannot do with a scenario: with nvlink=fluid the NVLink links are the flow engine's, so no
+    event may touch a link of an NVSwitch (an InputError naming the file, line and field)."""
+    check_against(sc, topo)
+    if not fluid_nvlink:
+        return
+    for ev in sc.network():
+        for link in expand(sc, ev, topo, 0)[0].links:
+            ends = topo.links[link].a, topo.links[link].b
+            if any(topo.nodes[n].kind == "nvswitch" for n in ends):
+                raise InputError(
+                    "with nvlink=fluid the NVLink links run in the flow engine: link events on them need nvlink=packet",
+                    file=sc.source,
+                    line=ev.line,
+                    field=f"events[{ev.index}]",
+                )
+
+
+class FaultyNs3Simulator(Ns3Simulator):
+    """`Ns3Simulator` that applies a scenario's network events; see the module docstring."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        scenario: Scenario,
+        config: PacketConfig | None = None,
+        calls: Path | None = None,
+        *,
+        background: Sequence[Flow] = (),
+    ) -> None:
+        check_against(scenario, topology)
+        config = config or PacketConfig()
+        if config.rto_ns is None and needs_rto(scenario):
+            config = config.with_updates(rto_ns=SCENARIO_RTO_NS)
+        super().__init__(topology, config, calls)
+        self.scenario = scenario
+        self.base_topology = topology
+        self.applied: list[AppliedEvent] = []  # every action scheduled, in time order once the run passes it
+        self.background_done: list[Completion] = []
+        self._schedule(timed_actions(scenario, topology))
+        if background:
+            self.submit(background, at=0)
+
+    # ----- scenario input -------------------------------------------------------------------
+    def step_started(self, step: int, t_ns: int) -> None:
+        """Step `step` started at `t_ns` (>= now()): schedule the network events given at that step."""
+        actions: list[LinkAction] = []
+        for ev in self.scenario.network():
+            if ev.at_step == step:
+                actions += expand(self.scenario, ev, self.base_topology, max(t_ns, self.now()))
+        self._schedule(sorted(actions, key=lambda a: a.t_ns))
+
+    def _schedule(self, actions: Sequence[LinkAction]) -> None:
+        """Every physical change first, then the re-convergences, so that at one instant the links change before
+        routing looks at them (as the flow engine orders them)."""
+        net = self._net
+        delay = self.scenario.reconvergence_ns
+        for a in actions:
+            for link in a.links:
+                if a.op in (DOWN, UP):
+                    net.ScheduleLinkState(a.t_ns, link, a.op == UP)
+                elif a.op == DEGRADE:
+                    net.ScheduleLinkDegrade(
+                        a.t_ns, link, a.rate_bps or 0, a.extra_latency_ns, float(a.loss), self.scenario.seed
+                    )
+                elif a.op == RESTORE:
+                    net.ScheduleLinkDegrade(a.t_ns, link, 0, 0, 0.0, self.scenario.seed)
+            self.applied.append(AppliedEvent(a.t_ns, a.op, a.label, a.links))
+        for a in actions:
+            if a.op in (DOWN, UP):
+                net.ScheduleReconverge(a.t_ns + delay)
+                self.applied.append(AppliedEvent(a.t_ns + delay, "reroute", a.label, a.links))
+        self.applied.sort(key=lambda e: e.t_ns)
+
+    # ----- results ----------------------------------------------------------------------------
+    def _take(self) -> list[Completion]:
+        out = super()._take()
+        if not any(c.flow_id >= BACKGROUND_BASE for c in out):
+            return out
+        self.background_done.extend(c for c in out if c.flow_id >= BACKGROUND_BASE)
+        return [c for c in out if c.flow_id < BACKGROUND_BASE]
+
+    def applied_so_far(self) -> list[AppliedEvent]:
+        """The actions whose time the run has reached."""
+        now = self.now()
+        return [e for e in self.applied if e.t_ns <= now]
+
+    def stats(self) -> dict[str, object]:
+        out = super().stats()
+        out["lost_bytes"] = out.get("wire_lost_bytes", 0)
+        out["lost_packets"] = out.get("wire_lost_packets", 0)
+        out["scenario"] = self.scenario.name
+        out["scenario_events"] = len(self.applied_so_far())
+        out["background_flows_done"] = len(self.background_done)
+        return out
