@@ -320,8 +320,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return self._coll("all_gather", nbytes(outs), inputs[0], outs + inputs, start, outs)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
-        def start() -> list[Any]:
-            return [self._data._allgather_base(output, input, AllgatherOptions())]
+        def start() -> list[Any]:  # NCCL asks only that the sizes agree (accelerate gathers (1, n) into (2n,))
+            return [self._data._allgather_base(output.view(-1), input.reshape(-1), AllgatherOptions())]
 
         return self._coll("all_gather", nbytes([output]), input, [output, input], start, [output])
 
@@ -369,7 +369,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             o = ReduceScatterOptions()
             o.reduceOp = op
-            return [self._data._reduce_scatter_base(output, input, o)]
+            return [self._data._reduce_scatter_base(output.view(-1), input.reshape(-1), o)]  # as all_gather_single
 
         fin = _finisher([output], self.size(), how)
         return self._coll("reduce_scatter", nbytes([input]), input, [output, input], start, [output], finalize=fin)

@@ -116,10 +116,23 @@ def _module_moves_in_place(tensor: Any) -> bool:
     return not isinstance(tensor, SimCudaTensor) and is_traceable_wrapper_subclass(tensor)
 
 
+_SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
+
+
+def _module_moves_off_by_replacing(tensor: torch.Tensor, applied: torch.Tensor) -> bool:
+    """`Module._apply`'s test for moving a parameter in place (`param.data = moved`). Off the simulated GPU
+    (`module.cpu()`) the answer is no: the module gets a new host parameter, as torch does for a device whose
+    tensors cannot share an implementation, since the object cannot stop being a simulated-GPU tensor."""
+    if isinstance(tensor, SimCudaTensor) and not isinstance(applied, SimCudaTensor):
+        return False
+    return bool(_SHALLOW_COPY_COMPATIBLE(tensor, applied))
+
+
 def patch_set_data() -> None:
-    """Route `Tensor.data` assignment through `_set_data`."""
+    """Route `Tensor.data` assignment through `_set_data`, and `Module._apply` with it."""
     torch.Tensor.data = property(_get_data, _set_data)  # type: ignore[assignment,method-assign]
     torch.nn.modules.module.is_traceable_wrapper_subclass = _module_moves_in_place  # type: ignore[attr-defined]
+    torch._has_compatible_shallow_copy_type = _module_moves_off_by_replacing  # type: ignore[assignment]
 
 
 def is_cuda_device(dev: Any) -> bool:
