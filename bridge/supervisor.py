@@ -13,8 +13,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from bridge import oom
 
 _PR_SET_PDEATHSIG = 1
 try:  # loaded here, not in the forked child, which should only make the call
@@ -42,6 +44,7 @@ class Child:
     reported: bool = False  # its exit was handled
     job: str | None = None  # a run of several jobs: the rank's job (rank is then the global rank)
     local: int | None = None  # ... and its rank in that job
+    oom_kills: int | None = field(default_factory=oom.kills)  # the kernel's OOM kill count when it started
 
     @property
     def pid(self) -> int:
@@ -62,9 +65,11 @@ class Child:
             return "is still running"
         if code < 0:
             try:
-                return f"was killed by {signal.Signals(-code).name}"
+                name = signal.Signals(-code).name
             except ValueError:
                 return f"was killed by signal {-code}"
+            why = oom.explain(code, self.oom_kills, oom.kills())
+            return f"was killed by {name}" + (f", {why}" if why else "")
         return f"exited with code {code}"
 
     def log_tail(self, lines: int = 15) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import devices
+from phantora.runtime.simcuda import devices, tensor
 
 _PRIORITY = 5  # before torch's own taggers and deserializers (CPU 10, CUDA 20)
 _SAVED_ATTR = "_phantora_saved_on"  # set on a storage being saved: the simulated GPU it lives on
@@ -78,7 +78,6 @@ def _on_device(t: torch.Tensor, storage: Any) -> torch.Tensor:
 
     In phantom mode the copy is phantom (shapes only), except a one-element storage (an optimizer's step
     count): it keeps its value, as integer data does, since programs read it (Adam divides by it)."""
-    from phantora.runtime.simcuda import tensor  # tensor.py pickles through this module
 
     index = getattr(storage, _DEVICE_ATTR, None)
     if index is None:
@@ -111,8 +110,13 @@ def _rebuilding(original: Any) -> Any:
     return rebuild
 
 
+def _reduce_ex(t: Any, proto: Any) -> tuple[Any, tuple[Any, ...]]:
+    return reduce(t)
+
+
 def install() -> None:
-    """Teach torch.load the simulated GPU's storages (SimCudaTensor's `__reduce_ex__` does the saving)."""
+    """Pickle SimCudaTensors with `reduce` (torch.save) and teach torch.load the simulated GPU's storages."""
+    tensor.SimCudaTensor.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign,assignment]
     if getattr(torch._utils._rebuild_tensor_v2, "_phantora", False):
         return
     torch.serialization.register_package(_PRIORITY, _tag, _deserialize)

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
-from phantora.runtime.simcuda import attention, checkpoint, devices, guard, lazy, rng
+from phantora.runtime.simcuda import attention, devices, guard, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -58,10 +58,6 @@ class SimCudaTensor(torch.Tensor):
     @staticmethod
     def __tensor_unflatten__(inner: dict[str, torch.Tensor], index: int, size: Any, stride: Any) -> SimCudaTensor:
         return SimCudaTensor(inner["elem"], index)
-
-    def __reduce_ex__(self, proto: Any) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled (torch.save) as a CUDA tensor is; a phantom tensor as a meta tensor (checkpoint.py)."""
-        return checkpoint.reduce(self)
 
     def untyped_storage(self) -> torch.UntypedStorage:
         """The data's storage: programs compare storage pointers to find shared storage (HF's tied weights
