@@ -19,7 +19,9 @@
 // Mapping onto the phantora NIC: the window is GetWindowBytes() (what the NIC lets be in flight; with
 // Receiver = rud, bytes neither acknowledged nor lost); the NIC paces at line rate. The base RTT starts at the
 // one the fabric gives (its GlobalT maximum by default, the specification's network RTT) and follows the
-// smallest RTT sample of the flow, as htsim's does.
+// smallest RTT sample of the flow, as htsim's does. With ReceiverCredit on (`--set cc.ReceiverCredit=true`) NSCC
+// runs beside UET's receiver credits (RCCC, cc-rccc.cc): the NIC sends only what both the window and the credit
+// allow, and asks for credit up to the window and one packet.
 #include "congestion-control.h"
 #include "phantora-type-id.h"
 
@@ -100,7 +102,7 @@ PHANTORA_REGISTER_CC(CcNscc, "nscc");
 
 TypeId CcNscc::GetTypeId() {
   static TypeId tid =
-      PhantoraTypeId<CcNscc, CongestionControl>("ns3::CcNscc")
+      AddCreditAttributes(PhantoraTypeId<CcNscc, CongestionControl>("ns3::CcNscc"), false)
           .AddAttribute("TargetQdelay", "Target queueing delay; 0 = TargetRtts x the network (base) RTT",
                         TimeValue(Time(0)), MakeTimeAccessor(&CcNscc::m_target), MakeTimeChecker(Time(0)))
           .AddAttribute("TargetRtts", "With TargetQdelay 0: the target in network RTTs (0.75 with trimming, 1 without)",

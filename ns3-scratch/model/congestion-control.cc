@@ -3,6 +3,7 @@
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
+#include "ns3/double.h"
 #include "ns3/log.h"
 #include "ns3/object-factory.h"
 #include "ns3/trace-source-accessor.h"
@@ -135,6 +136,28 @@ void CongestionControl::Start(uint64_t lineRateBps, uint64_t baseRttNs, uint32_t
   m_lineRateBps = lineRateBps;
   m_rateBps = lineRateBps;
   m_windowBytes = 0;
+  m_bdpBytes = bdpBytes;
+}
+
+TypeId CongestionControl::AddCreditAttributes(TypeId tid, bool on) {
+  return tid
+      .AddAttribute("ReceiverCredit",
+                    "Send only against credit the receiver grants (UET RCCC), beyond a speculative first round trip",
+                    BooleanValue(on), MakeBooleanAccessor(&CongestionControl::m_creditOn), MakeBooleanChecker())
+      .AddAttribute("SpeculativeCredit", "ReceiverCredit: bytes sent before the first grant, in BDPs of the path",
+                    DoubleValue(1.0), MakeDoubleAccessor(&CongestionControl::m_speculativeBdps),
+                    MakeDoubleChecker<double>(0.0))
+      .AddAttribute("MaxCredit", "ReceiverCredit: most credit asked for ahead of the bytes sent, in BDPs",
+                    DoubleValue(1.5), MakeDoubleAccessor(&CongestionControl::m_maxCreditBdps),
+                    MakeDoubleChecker<double>(0.01));
+}
+
+uint64_t CongestionControl::SpeculativeCreditBytes() const {
+  return static_cast<uint64_t>(m_speculativeBdps * static_cast<double>(m_bdpBytes));
+}
+
+uint64_t CongestionControl::MaxCreditBytes() const {
+  return static_cast<uint64_t>(m_maxCreditBdps * static_cast<double>(m_bdpBytes));
 }
 
 uint64_t CongestionControl::GetRateBps() const { return m_rateBps.Get(); }

@@ -55,10 +55,22 @@ class CongestionControl : public Object {   // one instance per queue pair, crea
   virtual bool WantsInt() const { return false; }
   uint64_t GetRateBps() const;               // pacing rate the NIC must use now
   uint64_t GetWindowBytes() const;           // in-flight cap; 0 = no window
+  /// Receiver credits (UET RCCC): the NIC sends this queue pair's data only against credit its receiver grants,
+  /// beyond a speculative first round trip (uet-credit.h). Off unless the CC's ReceiverCredit attribute is on.
+  bool UsesReceiverCredit() const { return m_creditOn; }
+  uint64_t SpeculativeCreditBytes() const;   // SpeculativeCredit BDPs of the queue pair's path
+  uint64_t MaxCreditBytes() const;           // MaxCredit BDPs
  protected:
+  /// `tid` with the attributes ReceiverCredit (default `on`), SpeculativeCredit and MaxCredit: a CC that may run
+  /// under receiver credits adds them to its TypeId.
+  static TypeId AddCreditAttributes(TypeId tid, bool on);
   TracedValue<uint64_t> m_rateBps;           // trace source "Rate"
   uint64_t m_windowBytes = 0;
   uint64_t m_lineRateBps = 0;
+  uint64_t m_bdpBytes = 0;                   // the BDP given to Start
+  bool m_creditOn = false;
+  double m_speculativeBdps = 1.0;
+  double m_maxCreditBdps = 1.5;
 };
 
 /// No congestion control: line rate; no window unless attribute HasWindow (then one BDP).

@@ -4,6 +4,8 @@
 
 #include "ns3/log.h"
 
+#include <algorithm>
+
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraHeader");
@@ -22,8 +24,10 @@ TypeId PhantoraHeader::GetTypeId() {
 TypeId PhantoraHeader::GetInstanceTypeId() const { return GetTypeId(); }
 
 uint32_t PhantoraHeader::GetSerializedSize() const {
-  return kFixedBytes + 2 + ((flags & kFlagSack) ? 24 : 0) + nHops * kHopBytes;
+  return kFixedBytes + 2 + ((flags & kFlagSack) ? 24 : 0) + (HasCredit() ? 8 : 0) + nHops * kHopBytes;
 }
+
+bool PhantoraHeader::HasCredit() const { return type == PktType::Credit || (flags & kFlagCredit); }
 
 void PhantoraHeader::Serialize(Buffer::Iterator it) const {
   it.WriteU8(static_cast<uint8_t>(type));
@@ -42,6 +46,9 @@ void PhantoraHeader::Serialize(Buffer::Iterator it) const {
     it.WriteHtonU64(sackLo);
     it.WriteHtonU64(sackHi);
     it.WriteHtonU64(sackBitmap);
+  }
+  if (HasCredit()) {
+    it.WriteHtonU64(credit);
   }
   for (uint32_t i = 0; i < nHops; ++i) {
     it.WriteHtonU64(hops[i].timeNs);
@@ -72,6 +79,9 @@ uint32_t PhantoraHeader::Deserialize(Buffer::Iterator it) {
     sackHi = it.ReadNtohU64();
     sackBitmap = it.ReadNtohU64();
   }
+  if (HasCredit()) {
+    credit = it.ReadNtohU64();
+  }
   for (uint32_t i = 0; i < nHops; ++i) {
     hops[i].timeNs = it.ReadNtohU64();
     hops[i].txBytes = it.ReadNtohU64();
@@ -82,8 +92,8 @@ uint32_t PhantoraHeader::Deserialize(Buffer::Iterator it) {
 }
 
 void PhantoraHeader::Print(std::ostream& os) const {
-  static const char* names[] = {"DATA", "ACK", "NACK", "PFC"};
-  os << names[static_cast<int>(type) & 3] << " flow=" << flowId << " " << src << "->" << dst << " seq=" << seq
+  static const char* names[] = {"DATA", "ACK", "NACK", "PFC", "CREDIT"};
+  os << names[std::min(static_cast<int>(type), 4)] << " flow=" << flowId << " " << src << "->" << dst << " seq=" << seq
      << " len=" << payload << " prio=" << int(prio) << " flags=" << int(flags) << " hops=" << int(nHops);
 }
 

@@ -11,7 +11,7 @@
 namespace ns3 {
 
 /// Packet kinds on the phantora fabric.
-enum class PktType : uint8_t { Data = 0, Ack = 1, Nack = 2, Pfc = 3 };
+enum class PktType : uint8_t { Data = 0, Ack = 1, Nack = 2, Pfc = 3, Credit = 4 };  // Credit: UET RCCC grant
 
 /// Header flag bits.
 constexpr uint8_t kFlagCe = 1;       ///< data: congestion experienced (set by a switch)
@@ -21,6 +21,7 @@ constexpr uint8_t kFlagLossTolerant = 8;  ///< data: a switch may trim it to its
 constexpr uint8_t kFlagTrimmed = 16;      ///< data: trimmed, the payload is gone; NACK: the loss budget is spent
 constexpr uint8_t kFlagSack = 32;    ///< ACK: carries a SACK block [sackLo, sackHi) (selective receiver)
 constexpr uint8_t kFlagDsack = 64;   ///< ACK: the data packet was a duplicate (selective receiver; RFC 2883)
+constexpr uint8_t kFlagCredit = 128;  ///< data: carries a credit request in `credit` (receiver credits, RCCC)
 
 /**
  * Routing, transport and telemetry fields of a packet. The serialised form carries every field
@@ -38,6 +39,8 @@ class PhantoraHeader : public Header {
 
   /// Append one INT record (ignored once kMaxIntHops are present).
   void PushHop(const IntHop& hop);
+  /// A Credit packet, or data carrying a credit request: `credit` is serialised.
+  bool HasCredit() const;
 
   PktType type = PktType::Data;
   uint8_t prio = 0;       ///< traffic class; for PFC the paused class
@@ -54,6 +57,7 @@ class PhantoraHeader : public Header {
   uint64_t sackHi = 0;    ///< ACK with kFlagSack: one past its last byte
   uint64_t sackBitmap = 0;  ///< ACK with kFlagSack, Receiver rud: bit i = packet at seq + i x payload received
   uint16_t entropy = 0;   ///< data: UET entropy value (LoadBalancing reps/oblivious hash it); ACK/NACK: echoed
+  uint64_t credit = 0;    ///< data with kFlagCredit: the cumulative grant asked for; Credit: the cumulative grant
   IntHop hops[kMaxIntHops] = {};
 };
 

@@ -4,6 +4,7 @@
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
+#include "ns3/double.h"
 #include "ns3/log.h"
 #include "ns3/simulator.h"
 #include "ns3/string.h"
@@ -95,6 +96,14 @@ TypeId RdmaNic::GetTypeId() {
                           .AddAttribute("RepsBufferSize", "LoadBalancing reps: recycled entropies kept per queue pair",
                                         UintegerValue(8), MakeUintegerAccessor(&RdmaNic::m_repsBuffer),
                                         MakeUintegerChecker<uint32_t>(1))
+                          .AddAttribute("CreditRate",
+                                        "Receiver credits (RCCC): a port grants credit at this fraction of its "
+                                        "line rate (wire bytes of the packets granted)",
+                                        DoubleValue(0.99), MakeDoubleAccessor(&RdmaNic::m_creditRate),
+                                        MakeDoubleChecker<double>(0.01, 1.0))
+                          .AddAttribute("CreditQuantum", "Receiver credits: the most a grant gives, in packets",
+                                        UintegerValue(4), MakeUintegerAccessor(&RdmaNic::m_creditQuantum),
+                                        MakeUintegerChecker<uint32_t>(1))
                           .AddTraceSource("Nack", "This receiver sent a NACK: (flow, expected seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_nackTrace),
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
@@ -162,6 +171,10 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
     qp->sack.Configure(m_payloadBytes, window > 0 ? static_cast<uint64_t>(window) : qp->rttNs);
   } else if (m_rxMode == RxMode::Rud) {
     qp->rud.Configure(m_payloadBytes);
+  }
+  if (qp->conn->cc->UsesReceiverCredit()) {
+    qp->creditOn = true;
+    qp->credit.Configure(qp->conn->cc->SpeculativeCreditBytes(), qp->conn->cc->MaxCreditBytes(), m_payloadBytes);
   }
   if (m_entropyMode != EntropyMode::None) {
     qp->ev.Configure(m_entropyMode, m_entropies, m_repsBuffer, m_evRng);
@@ -261,6 +274,9 @@ void RdmaNic::ForgetFlow(uint64_t id) {
   auto it = m_rx.find(id);
   if (it != m_rx.end()) {
     it->second.ackTimer.Cancel();
+    if (it->second.creditPort != UINT32_MAX) {
+      m_ports[it->second.creditPort].credit.Forget(id);
+    }
     m_rx.erase(it);
   }
 }
@@ -331,6 +347,9 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
     const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (rud && qp->rud.HasLost());
     if (paused[qp->spec.prio % kNumPrio] || (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp)))) {
       continue;
+    }
+    if (qp->creditOn && !qp->credit.CanSend()) {
+      continue;  // receiver credits: wait for a grant (it kicks the port)
     }
     const Conn* conn = qp->conn;
     const uint64_t win = conn->cc->GetWindowBytes();
@@ -408,6 +427,12 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
     qp->rud.OnSend(hdr.seq, hdr.payload, nowNs, resend);
   }
   Conn* conn = qp->conn;
+  if (qp->creditOn) {
+    qp->credit.OnSend(hdr.payload);
+    const uint64_t backlog = qp->spec.size - qp->sndNxt + (m_rxMode == RxMode::Rud ? qp->rud.LostBytes() : 0);
+    hdr.flags |= kFlagCredit;
+    hdr.credit = qp->credit.Target(backlog, conn->cc->GetWindowBytes());
+  }
   uint64_t rate = conn->cc->GetRateBps();
   const uint64_t line = m_dev[qp->port]->GetRateBps();
   if (rate == 0 || rate > line) {
@@ -433,25 +458,30 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   ArmRto(qp);
 }
 
-void RdmaNic::Receive(uint32_t, const Ptr<PhantoraPacket>& pkt) {
+void RdmaNic::Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) {
   const PhantoraHeader& hdr = pkt->hdr;
   if (hdr.dst != m_id) {
     NS_LOG_WARN("node " << m_id << " got a packet for " << hdr.dst << "; endpoints do not forward");
     return;
   }
   if (hdr.type == PktType::Data) {
-    ReceiveData(hdr);
+    ReceiveData(port, hdr);
+  } else if (hdr.type == PktType::Credit) {
+    ReceiveCredit(hdr);
   } else {
     ReceiveAck(hdr);
   }
 }
 
-void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
+void RdmaNic::ReceiveData(uint32_t port, const PhantoraHeader& hdr) {
   auto it = m_rx.find(hdr.flowId);
   if (it == m_rx.end()) {
     return;  // a late duplicate of a finished flow
   }
   Rx& rx = it->second;
+  if ((hdr.flags & kFlagCredit) && !rx.done) {
+    CreditAsk(rx, hdr, port);
+  }
   if (m_rxMode == RxMode::Rud) {
     ReceiveDataRud(rx, hdr);
     return;
@@ -477,6 +507,7 @@ void RdmaNic::ReceiveData(const PhantoraHeader& hdr) {
     rx.lastNackSeq = rx.expected;
     rx.lastNackNs = now;
     SendAck(hdr, PktType::Nack, rx, kFlagTrimmed, hdr.seq, hdr.seq + hdr.payload);
+    CreditAdd(rx, hdr.flowId, hdr.payload);
     return;
   }
   const bool takeHole = trimmed && hdr.seq == rx.expected && rx.lost + hdr.payload <= rx.budget;
@@ -562,6 +593,7 @@ void RdmaNic::ReceiveDataRud(Rx& rx, const PhantoraHeader& hdr) {
     ++m_counters.nacks;
     m_nackTrace(hdr.flowId, hdr.seq);
     SendAck(hdr, PktType::Nack, rx, kFlagTrimmed, hdr.seq, hdr.seq + hdr.payload);
+    CreditAdd(rx, hdr.flowId, hdr.payload);
     return;
   }
   const uint64_t before = rx.expected;
@@ -641,6 +673,9 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     return;  // the flow already finished
   }
   Qp* qp = it->second.get();
+  if (qp->creditOn) {
+    qp->credit.StopSpeculating();  // the receiver has answered
+  }
   if (m_rxMode == RxMode::Rud) {
     ReceiveAckRud(qp, hdr);
     return;
@@ -745,6 +780,86 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
   m_dev[qp->port]->Kick();
 }
 
+void RdmaNic::ReceiveCredit(const PhantoraHeader& hdr) {
+  auto it = m_qps.find(hdr.flowId);
+  if (it == m_qps.end() || !it->second->creditOn) {
+    return;  // the flow already finished
+  }
+  Qp* qp = it->second.get();
+  qp->credit.OnGrant(hdr.credit);
+  m_dev[qp->port]->Kick();
+}
+
+void RdmaNic::CreditAsk(Rx& rx, const PhantoraHeader& hdr, uint32_t port) {
+  if (rx.creditPort == UINT32_MAX) {
+    rx.creditPort = port;
+    rx.creditPeer = hdr.src;
+    rx.creditKey = m_routes->ReverseKey(hdr.ecmpKey);
+  }
+  Port& p = m_ports[rx.creditPort];
+  p.credit.Ask(hdr.flowId, hdr.credit);
+  if (!p.creditEv.IsPending()) {
+    CreditTurn(rx.creditPort);
+  }
+}
+
+void RdmaNic::CreditAdd(Rx& rx, uint64_t flowId, uint64_t bytes) {
+  if (rx.creditPort == UINT32_MAX) {
+    return;  // the flow does not run under receiver credits
+  }
+  Port& p = m_ports[rx.creditPort];
+  p.credit.Add(flowId, bytes);
+  if (!p.creditEv.IsPending()) {
+    CreditTurn(rx.creditPort);
+  }
+}
+
+void RdmaNic::CreditTurn(uint32_t port) {
+  Port& p = m_ports[port];
+  const uint64_t nowPs = NowNs() * 1000;
+  if (p.creditAtPs > nowPs + 999) {  // granted too recently: wait for the pacer
+    p.creditEv = SchedulePooled(FabricNs((p.creditAtPs + 999) / 1000 - NowNs()), [this, port] { CreditTurn(port); });
+    return;
+  }
+  uint64_t flowId = 0;
+  uint64_t cumulative = 0;
+  uint64_t bytes = 0;
+  Rx* rx = nullptr;
+  while (p.credit.Next(uint64_t{m_creditQuantum} * m_payloadBytes, flowId, cumulative, bytes)) {
+    auto it = m_rx.find(flowId);
+    if (it != m_rx.end() && !it->second.done) {
+      rx = &it->second;
+      break;
+    }
+    p.credit.Forget(flowId);  // every byte arrived: no more credit
+  }
+  if (rx == nullptr) {
+    return;  // nobody waits: the next request starts the pacer again
+  }
+  Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
+  PhantoraHeader& c = pkt->hdr;
+  c.type = PktType::Credit;
+  c.prio = 0;
+  c.src = m_id;
+  c.dst = rx->creditPeer;
+  c.flowId = flowId;
+  c.ecmpKey = rx->creditKey;
+  c.tsNs = NowNs();
+  c.credit = cumulative;
+  const uint32_t out = m_routes->Pick(m_id, m_id, rx->creditPeer, c.ecmpKey);
+  if (out < m_ports.size()) {
+    m_ports[out].ctrl.push_back(TxItem{pkt, m_wire.Bytes(c), 0, c.prio, false});
+    m_dev[out]->Kick();
+  }
+  // Pace the grants at the port's rate: the wire bytes of the packets they let in.
+  const uint64_t packets = (bytes + m_payloadBytes - 1) / m_payloadBytes;
+  const uint64_t wire = bytes + packets * m_wire.Bytes(PhantoraHeader{});
+  const auto rate = static_cast<uint64_t>(m_creditRate * static_cast<double>(m_dev[port]->GetRateBps()));
+  // on an exact ps timeline: the event fires in the ns the grant fell due, so that ns is not lost to rounding
+  p.creditAtPs = std::max(p.creditAtPs, nowPs >= 999 ? nowPs - 999 : 0) + SerialisationPs(wire, rate, p.creditRem);
+  p.creditEv = SchedulePooled(FabricNs((p.creditAtPs + 999) / 1000 - NowNs()), [this, port] { CreditTurn(port); });
+}
+
 void RdmaNic::Finish(Qp* qp) {
   Conn* conn = qp->conn;
   conn->open.erase(std::find(conn->open.begin(), conn->open.end(), qp));
@@ -788,12 +903,16 @@ void RdmaNic::CheckRto(Qp* qp) {
     NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << " times out at " << qp->sndUna);
     ++m_counters.timeouts;
     m_timeoutTrace(qp->spec.id, qp->sndUna);
+    const uint64_t resend = m_rxMode == RxMode::Rud ? qp->rud.LostBytes() : qp->sndNxt - qp->sndUna;
     if (m_rxMode == RxMode::Sack) {
       qp->sack.OnTimeout();  // every unacknowledged packet goes again, nothing acknowledged does
     } else if (m_rxMode == RxMode::Rud) {
       qp->rud.OnTimeout(now, static_cast<uint64_t>(m_rto.GetNanoSeconds()));  // those sent an RTO ago
     } else {
       qp->sndNxt = qp->sndUna;
+    }
+    if (qp->creditOn) {  // resend without waiting for credit (for UET's request to send)
+      qp->credit.Allow(m_rxMode == RxMode::Rud ? qp->rud.LostBytes() - resend : resend);
     }
     qp->lastProgressNs = now;
     m_dev[qp->port]->Kick();
@@ -833,6 +952,9 @@ void RdmaNic::DoDispose() {
   }
   for (auto& [id, conn] : m_conns) {
     conn->cc->Stop();
+  }
+  for (Port& p : m_ports) {
+    p.creditEv.Cancel();
   }
   m_qps.clear();
   m_conns.clear();

@@ -7,6 +7,7 @@
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
 #include "sack-transport.h"
+#include "uet-credit.h"
 #include "uet-transport.h"
 #include "wire-format.h"
 
@@ -69,6 +70,11 @@ struct QpSpec {
  * one entropy value (one path, so the fabric keeps its order); the receiver takes packets in order only, NACKs a
  * trimmed packet it expected at once and an out-of-order one as go-back-N does, and the sender goes back to
  * the NACKed packet (once per transmission NACKed for a trim: the NACK echoes its send time).
+ * Receiver credits (UET RCCC, when the queue pair's CC says UsesReceiverCredit: `--cc rccc`, or NSCC with
+ * ReceiverCredit): a message sends only against credit (CreditLedger), each data packet asks for a cumulative
+ * grant, and each receiving port grants CreditQuantum packets at a time to the messages that asked, in turn,
+ * paced at CreditRate x its line rate (CreditPacer), on Credit packets in class 0. A trimmed packet's NACK adds
+ * its bytes to the grant; after a retransmission timeout the sender may resend what it marked lost without one.
  * Rate cap: a queue pair with QpSpec::maxRateBps is paced at min(CC rate, line rate, cap); the cap counts
  * payload bits, so where it binds a packet's payload is paced at the cap (its wire bytes at cap x wire /
  * payload: for a full packet, cap x (payload + header) / payload).
@@ -174,6 +180,8 @@ class RdmaNic : public Object, public PortOwner {
     RudSender rud;              ///< Receiver = rud: the packets in flight
     EntropyPicker ev;           ///< LoadBalancing reps / oblivious: entropy per data packet
     uint16_t pathEntropy = 0;   ///< Receiver rod: the queue pair's one entropy value
+    bool creditOn = false;      ///< its CC runs under receiver credits
+    CreditLedger credit;        ///< creditOn: what it may send
     FlowTransportStats stats;   ///< retransmissions
   };
   struct Rx {
@@ -190,6 +198,9 @@ class RdmaNic : public Object, public PortOwner {
     std::vector<std::pair<uint64_t, uint64_t>> holes;  ///< (offset, length), merged
     SackReceiver sack;          ///< Receiver = sack: received ranges
     RudReceiver rud;            ///< Receiver = rud: received PSNs
+    uint32_t creditPort = UINT32_MAX;  ///< receiver credits: the port whose pacer grants this flow's credit
+    uint32_t creditPeer = 0;           ///< receiver credits: the sender, and the ECMP key of its grants
+    uint64_t creditKey = 0;
     FlowTransportStats stats;   ///< reordering
     /// The port of the last ACK and the destination and ECMP key it was picked for (RouteTable::Pick is a
     /// pure function of them here, and a flow's ACKs mostly keep theirs): saves a hash lookup per ACK.
@@ -203,6 +214,10 @@ class RdmaNic : public Object, public PortOwner {
     uint32_t rr = 0;
     EventId wake;
     uint64_t wakeNs = 0;
+    CreditPacer credit;       ///< receiver credits: grants for the flows arriving here
+    EventId creditEv;         ///< the next grant
+    uint64_t creditAtPs = 0;  ///< when the pacer may grant again
+    uint64_t creditRem = 0;   ///< sub-ps remainder of its intervals
   };
 
   /// The queue pair of a new flow: its own, or its connection's (opened on first use, resumed if idle).
@@ -212,7 +227,15 @@ class RdmaNic : public Object, public PortOwner {
   /// Bytes in flight on qp's queue pair, over all its messages (what its CC window caps).
   uint64_t InFlight(const Qp* qp) const;
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
-  void ReceiveData(const PhantoraHeader& hdr);
+  void ReceiveData(uint32_t port, const PhantoraHeader& hdr);
+  /// Receiver credits: a data packet asked for credit (arrived on `port`).
+  void CreditAsk(Rx& rx, const PhantoraHeader& hdr, uint32_t port);
+  /// Receiver credits: a trimmed packet of `rx` needs `bytes` more credit to be resent.
+  void CreditAdd(Rx& rx, uint64_t flowId, uint64_t bytes);
+  /// Receiver credits: the port's pacer sends its next grant, if any, and schedules the one after.
+  void CreditTurn(uint32_t port);
+  /// Receiver credits: a grant reached this sender.
+  void ReceiveCredit(const PhantoraHeader& hdr);
   /// Receiver = sack: keep the packet whatever its order, ACK out-of-order arrivals at once with their block.
   void ReceiveDataSack(Rx& rx, const PhantoraHeader& hdr);
   /// Receiver = rud: keep the packet whatever its order; NACK a trimmed one; ACK with the SACK bitmap.
@@ -253,6 +276,8 @@ class RdmaNic : public Object, public PortOwner {
   EntropyMode m_entropyMode = EntropyMode::None;
   uint32_t m_entropies = 256;
   uint32_t m_repsBuffer = 8;
+  double m_creditRate = 0.99;
+  uint32_t m_creditQuantum = 4;
   Ptr<UniformRandomVariable> m_evRng;
   // Wiring.
   Ptr<RouteTable> m_routes;

@@ -62,6 +62,7 @@ void RudSender::OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx) {
     if (g->lost) {
       g->lost = false;
       m_inFlight += g->len;
+      m_lostBytes -= g->len;
     }
   }
 }
@@ -73,6 +74,8 @@ uint64_t RudSender::Ack(Seg& g) {
   g.acked = true;
   if (!g.lost) {
     m_inFlight -= g.len;
+  } else {
+    m_lostBytes -= g.len;
   }
   g.lost = false;
   return g.len;
@@ -110,6 +113,7 @@ uint32_t RudSender::OnNack(uint64_t seq, uint64_t echoNs) {
   }
   g->lost = true;
   m_inFlight -= g->len;
+  m_lostBytes += g->len;
   m_lost.push_back(seq);
   return g->len;
 }
@@ -121,6 +125,7 @@ uint64_t RudSender::OnTimeout(uint64_t nowNs, uint64_t rtoNs) {
     if (!g.acked && !g.lost && g.sentNs + rtoNs <= nowNs) {
       g.lost = true;
       m_inFlight -= g.len;
+      m_lostBytes += g.len;
       m_lost.push_back(m_base + i * m_payload);
       ++marked;
     }

@@ -65,6 +65,8 @@ class RudSender {
   /// The next lost packet to resend: its seq and length.
   bool NextLost(uint64_t& seq, uint32_t& len);
   uint64_t InFlightBytes() const { return m_inFlight; }
+  /// Payload bytes marked lost and not resent yet.
+  uint64_t LostBytes() const { return m_lostBytes; }
   uint64_t Una() const { return m_base; }
 
  private:
@@ -82,6 +84,7 @@ class RudSender {
   std::deque<Seg> m_segs;       ///< packet i holds [m_base + i x payload, ... + len)
   std::deque<uint64_t> m_lost;  ///< seqs marked lost, not yet resent (may be stale)
   uint64_t m_inFlight = 0;
+  uint64_t m_lostBytes = 0;
 };
 
 /// How a sending NIC chooses the entropy value of each data packet (NIC attribute LoadBalancing).

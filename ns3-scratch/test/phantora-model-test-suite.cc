@@ -10,10 +10,12 @@
 #include "phantora-routing.h"
 #include "phantora-wheel-scheduler.h"
 #include "switch-mmu.h"
+#include "uet-credit.h"
 #include "wire-format.h"
 
 #include "ns3/test.h"
 
+#include "ns3/packet.h"
 #include "ns3/simulator.h"
 #include "ns3/string.h"
 
@@ -108,6 +110,72 @@ class WireFormatTest : public TestCase {
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(data), 1090u, "data with INT");
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(ack), 90u, "ack with INT");
     NS_TEST_ASSERT_MSG_EQ(w.Bytes(pfc), 64u, "pfc without INT");
+  }
+};
+
+/// Receiver credits (RCCC): the pacer grants in turn, a quantum at a time, up to what each message asked for;
+/// the ledger sends against speculation, then grants; a Credit header keeps its grant through serialisation.
+class CreditTest : public TestCase {
+ public:
+  CreditTest() : TestCase("receiver credits: grants in turn, cumulative, speculation ends at the first answer") {}
+
+ private:
+  void DoRun() override {
+    CreditPacer pacer;
+    pacer.Ask(1, 10000);
+    pacer.Ask(2, 3000);
+    pacer.Ask(1, 5000);  // smaller than before: changes nothing
+    uint64_t flow = 0;
+    uint64_t cum = 0;
+    uint64_t bytes = 0;
+    const uint64_t want[][3] = {{1, 4000, 4000}, {2, 3000, 3000}, {1, 8000, 4000}, {1, 10000, 2000}};
+    for (const auto& w : want) {
+      NS_TEST_ASSERT_MSG_EQ(pacer.Next(4000, flow, cum, bytes), true, "a grant is due");
+      NS_TEST_ASSERT_MSG_EQ(flow, w[0], "in turn");
+      NS_TEST_ASSERT_MSG_EQ(cum, w[1], "cumulative");
+      NS_TEST_ASSERT_MSG_EQ(bytes, w[2], "at most a quantum, at most what is asked");
+    }
+    NS_TEST_ASSERT_MSG_EQ(pacer.Next(4000, flow, cum, bytes), false, "everything asked for is granted");
+    pacer.Add(2, 1000);  // a trimmed packet to resend
+    pacer.Ask(3, 500);
+    pacer.Forget(3);
+    NS_TEST_ASSERT_MSG_EQ(pacer.Next(4000, flow, cum, bytes), true, "the resend's grant");
+    NS_TEST_ASSERT_MSG_EQ(flow, 2u, "to the trimmed packet's message");
+    NS_TEST_ASSERT_MSG_EQ(cum, 4000u, "on top of its grant");
+    NS_TEST_ASSERT_MSG_EQ(pacer.Next(4000, flow, cum, bytes), false, "a forgotten message gets nothing");
+
+    CreditLedger ledger;
+    ledger.Configure(3000, 6000, 1000);
+    for (int i = 0; i < 3; ++i) {
+      NS_TEST_ASSERT_MSG_EQ(ledger.CanSend(), true, "speculation");
+      ledger.OnSend(1000);
+    }
+    NS_TEST_ASSERT_MSG_EQ(ledger.CanSend(), false, "speculation spent");
+    NS_TEST_ASSERT_MSG_EQ(ledger.Target(50000, 0), 6000u, "asks for MaxCredit ahead of what it spent");
+    NS_TEST_ASSERT_MSG_EQ(ledger.Target(50000, 2000), 3000u, "or a window and a packet, under a window");
+    NS_TEST_ASSERT_MSG_EQ(ledger.Target(500, 0), 500u, "or what is left");
+    ledger.OnGrant(1000);
+    NS_TEST_ASSERT_MSG_EQ(ledger.CanSend(), true, "a grant");
+    ledger.OnSend(1000);
+    NS_TEST_ASSERT_MSG_EQ(ledger.CanSend(), false, "spent");
+    ledger.OnGrant(500);  // an older grant, overtaken
+    NS_TEST_ASSERT_MSG_EQ(ledger.CanSend(), false, "grants are cumulative");
+
+    CreditLedger early;
+    early.Configure(3000, 6000, 1000);
+    early.OnSend(1000);
+    early.StopSpeculating();  // an ACK came: the 2000 speculative bytes not spent are dropped
+    NS_TEST_ASSERT_MSG_EQ(early.CanSend(), false, "no speculation after the first answer");
+
+    PhantoraHeader grant;
+    grant.type = PktType::Credit;
+    grant.credit = 123456789;
+    Packet pkt;
+    pkt.AddHeader(grant);
+    PhantoraHeader back;
+    pkt.RemoveHeader(back);
+    NS_TEST_ASSERT_MSG_EQ(back.credit, 123456789u, "the grant survives serialisation");
+    NS_TEST_ASSERT_MSG_EQ(WireFormat{}.Bytes(grant), 48u, "a Credit packet is a header");
   }
 };
 
@@ -614,6 +682,7 @@ class PhantoraModelTestSuite : public TestSuite {
   PhantoraModelTestSuite() : TestSuite("phantora-model", Type::UNIT) {
     AddTestCase(new MmuThresholdTest, TestCase::Duration::QUICK);
     AddTestCase(new WireFormatTest, TestCase::Duration::QUICK);
+    AddTestCase(new CreditTest, TestCase::Duration::QUICK);
     AddTestCase(new WheelOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new PacketViewTest, TestCase::Duration::QUICK);
     AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);

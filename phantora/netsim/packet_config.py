@@ -132,6 +132,10 @@ class PacketConfig:
     # rud / rod = UET reliable unordered / ordered delivery (trimmed packets NACKed; rod: one path, go-back-N)
     rx: str = "gbn"
     reorder_window_ns: int = 0  # rx=sack: 0 = the flow's base RTT as given to its CC
+    # Receiver credits (UET RCCC: `--cc rccc`, or `--set cc.ReceiverCredit=true` with nscc): a receiving port grants
+    # credit at credit_rate x its line rate (wire bytes), credit_quantum packets per grant (htsim: 0.99, 4)
+    credit_rate: float = 0.99
+    credit_quantum: int = 4
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
@@ -176,7 +180,9 @@ class PacketConfig:
 
         if not isinstance(self.cc, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_:.-]*", self.cc):
             raise bad("cc", f"expected a congestion control's name, got {self.cc!r}")
-        positive = ("payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed", "flowlet_gap_ns")
+        positive = (
+            "payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed", "flowlet_gap_ns", "credit_quantum",
+        )  # fmt: skip
         non_negative = (
             "header_bytes",
             "int_header_bytes",
@@ -203,6 +209,10 @@ class PacketConfig:
             raise bad("dt_shift", f"must be <= 30, got {self.dt_shift}")
         if not isinstance(self.headroom_factor, (int, float)) or self.headroom_factor < 0:
             raise bad("headroom_factor", f"must be a number >= 0, got {self.headroom_factor!r}")
+        if isinstance(self.credit_rate, bool) or not isinstance(self.credit_rate, (int, float)):
+            raise bad("credit_rate", f"expected a number, got {self.credit_rate!r}")
+        if not 0.01 <= self.credit_rate <= 1.0:
+            raise bad("credit_rate", f"must be in [0.01, 1], got {self.credit_rate}")
         if self.int_mode not in ("auto", "on", "off"):
             raise bad("int_mode", f"expected auto, on or off, got {self.int_mode!r}")
         if self.lb not in LB_MODES:
@@ -385,6 +395,8 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "flowlet_gap_ns": (("switch.FlowletGap",), "ns"),
     "rx": (("nic.Receiver",), "text"),
     "reorder_window_ns": (("nic.ReorderWindow",), "ns"),
+    "credit_rate": (("nic.CreditRate",), "float"),
+    "credit_quantum": (("nic.CreditQuantum",), "int"),
     "seed": (("fabric.Seed",), "int"),
     "scheduler": (("fabric.Scheduler",), "text"),
     "sched": (("switch.ClassScheduling", "nic.ClassScheduling"), "text"),
