@@ -311,6 +311,13 @@ class RankClient:
             self._send("clock", t_ns, block=False)
         self._clock = t_ns
 
+    def step_boundary(self, step: int, t_ns: int) -> None:
+        """Step `step` starts at t_ns (the last one ended there): the coordinator applies a scenario's network
+        events given at that step (a clock report with the step, non-blocking)."""
+        self._enter(t_ns, "step_boundary")
+        self._send("clock", t_ns, block=False, step=step)
+        self._clock = max(self._clock, t_ns)
+
     def finish(self, t_ns: int, results: dict[str, Any]) -> None:
         """This rank is done at t_ns; `results` (msgpack-able, string keys) go to the coordinator."""
         self._check(t_ns, "finish")

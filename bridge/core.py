@@ -198,6 +198,7 @@ class CoordinatorCore:
         self._paths: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
         self.network_bytes = 0  # bytes of the ranks' flows between two endpoints
         self.fabric_bytes = 0  # ... of those whose route crosses a switch (not NVLink alone): the idle-fabric check
+        self.steps_started: dict[int, int] = {}  # step -> ns its first rank started it (scenario `at_step`)
         self.completions: list[Completion] = []
         self.rounds = 0
         self.late_collectives = 0
@@ -357,6 +358,23 @@ class CoordinatorCore:
             if self.ranks[m].state == DONE:
                 self._missing(m, rv)
 
+    def _step_started(self, step: int, t: int) -> None:
+        """The first rank to start `step` did so at t: the engine's scenario applies its events at that step (at
+        t, or at the network's time if the network is already past it)."""
+        if step in self.steps_started:
+            return
+        self.steps_started[step] = t
+        from phantora.netsim.packet_faults import scenario_engine
+
+        engine = scenario_engine(self.engine)
+        if engine is None:
+            raise RunFailed(
+                E_ENGINE,
+                "the scenario has events at a step boundary, but the network engine applies no scenario here (a "
+                "network server: run it in the coordinator)",
+            )
+        engine.step_started(step, max(t, self.engine.now()))
+
     def _missing(self, rank: int, rv: Rendezvous) -> None:
         first = next(iter(rv.calls.values()))
         raise RunFailed(
@@ -367,6 +385,9 @@ class CoordinatorCore:
 
     def _on_clock(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a clock report")
+        step = msg.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            self._step_started(step, msg.t)
         if msg["block"]:
             rs.target = self._floor(msg.t)
             self._block(rs, BARRIER)
@@ -794,8 +815,21 @@ class CoordinatorCore:
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
             "traffic_bytes": {"network": self.network_bytes, "fabric": self.fabric_bytes},
             **({"jobs": self._jobs_outcome()} if self.jobs is not None else {}),
+            **self._scenario_outcome(),
             **({"background": [completion_to_wire(c) for c in self.background_done]} if self.n_background else {}),
         }
+
+    def _scenario_outcome(self) -> dict[str, Any]:
+        """The link actions a scenario's engine applied (links by name) and the steps ranks started; {} without."""
+        from phantora.netsim.packet_faults import scenario_engine
+
+        engine = scenario_engine(self.engine)
+        if engine is None:
+            return {}
+        from phantora.report.scenario_report import applied_rows
+
+        steps = {str(k): v for k, v in sorted(self.steps_started.items())}
+        return {"scenario": {"applied": applied_rows(engine, self.topology), "steps_started": steps}}
 
     def _transport(self) -> list[list[int]]:
         """Per-flow transport counters of a packet engine (here or on the server), for flows.csv; [] without."""

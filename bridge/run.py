@@ -91,6 +91,7 @@ class CosimResult:
     transport: dict[int, FlowTransport] = field(default_factory=dict)  # packet engine: flow id -> its counters
     # bytes of the ranks' flows: "network" (between endpoints), "fabric" (of those, routed through a switch)
     traffic_bytes: dict[str, int] = field(default_factory=dict)
+    scenario: dict[str, Any] = field(default_factory=dict)  # a scenario's engine: link actions applied, steps started
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -550,6 +551,7 @@ class CosimRun:
             },
             jobs=self._jobs_result(outcome.get("jobs") or []),
             background=[completion_from_wire(row) for row in outcome.get("background") or []],
+            scenario=dict(outcome.get("scenario") or {}),
         )
 
     def _jobs_result(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

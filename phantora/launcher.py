@@ -188,6 +188,22 @@ def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dic
     return {"idle_fabric": idle} if idle else {}
 
 
+def _scenario_section(cfg: RunConfig, topo: Topology, cosim: Any, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """results.json's "scenario" of a live run (phantora.report.scenario_live)."""
+    from phantora.netsim.scenario import read_scenario
+    from phantora.report.scenario_live import live_section
+
+    assert cfg.scenario is not None
+    sc = read_scenario(cfg.scenario)
+    return live_section(sc, topo, cosim.scenario, cosim.ranks, steps, cosim.engine_stats)
+
+
+def scenario_trace_events(section: dict[str, Any]) -> list[dict[str, Any]]:
+    from phantora.report.scenario_live import trace_events
+
+    return trace_events(section)
+
+
 def launch(cfg: RunConfig) -> RunReport:
     """Run the script; raise BridgeError (a PhantoraError) naming the cause if any process fails."""
     from bridge.run import CosimRun
@@ -224,6 +240,7 @@ def launch(cfg: RunConfig) -> RunReport:
     opts.public_fit = cfg.public_fit
     opts.phantom = phantom
     opts.sim_cuda = cfg.sim_cuda
+    opts.scenario = str(Path(cfg.scenario).resolve()) if cfg.scenario else None  # slow GPUs, step reports
     if packet is not None:  # how the ranks mark their collectives (traffic class, DLCP loss tolerance)
         opts.priority, opts.dlcp, opts.dlcp_bound = packet.priority, packet.dlcp, float(packet.dlcp_bound)
     env = {**opts.to_env(), **cfg.env}
@@ -295,10 +312,14 @@ def launch(cfg: RunConfig) -> RunReport:
             },
             "nccl": summarize_choices(cosim.collectives, nccl_env({**os.environ, **cfg.env})),
         }
+        steps = rd.merge_steps(range(live)) if keep else []
+        extra_trace: list[dict[str, Any]] = []
+        if cfg.scenario:
+            summary["scenario"] = _scenario_section(cfg, topo, cosim, steps)
+            extra_trace = scenario_trace_events(summary["scenario"])
         if keep:
-            steps = rd.merge_steps(range(live))
             write_results(rd.results, summary)
-            rd.merge_trace(comm_args=nccl_args(cosim.collectives))
+            rd.merge_trace(comm_args=nccl_args(cosim.collectives), extra_events=extra_trace)
             rd.complete(steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     except BaseException as exc:  # the run ended but its results could not be written

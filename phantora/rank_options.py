@@ -44,6 +44,7 @@ class Options:
     priority: str = "none"  # traffic class policy of collectives: none | layer | tensor-size (runtime/traffic.py)
     dlcp: str = "off"  # loss-tolerant collectives: off | grads
     dlcp_bound: float = 0.01  # share of a loss-tolerant collective's bytes the network may drop
+    scenario: str | None = None  # a scenario TOML: the rank's slow-GPU windows, step reports (runtime/rank_scenario)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Options:
@@ -67,6 +68,7 @@ class Options:
             priority=env.get("PHANTORA_PRIORITY", "none"),
             dlcp=env.get("PHANTORA_DLCP", "off"),
             dlcp_bound=float(env.get("PHANTORA_DLCP_BOUND", "0.01")),
+            scenario=env.get("PHANTORA_SCENARIO") or None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -96,4 +98,6 @@ class Options:
         if self.dlcp != "off":
             env["PHANTORA_DLCP"] = self.dlcp
             env["PHANTORA_DLCP_BOUND"] = repr(float(self.dlcp_bound))
+        if self.scenario:
+            env["PHANTORA_SCENARIO"] = str(self.scenario)
         return env

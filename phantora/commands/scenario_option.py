@@ -87,21 +87,11 @@ def report_scenario(
 
 
 def check_run_scenario(args: argparse.Namespace) -> None:
-    """`phantora run --scenario`: the flow network's coordinator applies link events and background traffic at
-    simulated times; slow GPUs and step-boundary events are not applied to live ranks yet, so they are refused."""
+    """`phantora run --scenario`: the scenario is read and checked against the topology before anything starts
+    (link events and background traffic run in the coordinator's engine, slow GPUs in the ranks, events at a step
+    when the first rank starts that step)."""
     if args.scenario is None:
         return
     from phantora.topology import load_topology
 
-    sc = load_scenario(args, load_topology(args.topology), steps=True, live=True)
-    assert sc is not None
-    for ev in sc.events:
-        if ev.kind == "gpu_slow" or ev.at_step is not None:
-            what = "gpu_slow" if ev.kind == "gpu_slow" else "an event at a step boundary"
-            raise InputError(
-                f"{what} is not applied to live ranks yet: use phantora replay (a recorded graph or a workload), "
-                "or give the event a simulated time",
-                file=sc.source,
-                line=ev.line,
-                field=f"events[{ev.index}]",
-            )
+    load_scenario(args, load_topology(args.topology), steps=True, live=True)

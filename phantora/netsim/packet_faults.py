@@ -27,7 +27,7 @@ from pathlib import Path
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.fault_plan import DEGRADE, DOWN, RESTORE, UP, LinkAction, expand, timed_actions
-from phantora.netsim.faults import BACKGROUND_BASE, AppliedEvent
+from phantora.netsim.faults import BACKGROUND_BASE, AppliedEvent, FaultyFlowSimulator
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.scenario import LinkEvent, Scenario, check_against
@@ -60,6 +60,14 @@ def check_packet_scenario(sc: Scenario, topo: Topology, *, fluid_nvlink: bool = 
                     line=ev.line,
                     field=f"events[{ev.index}]",
                 )
+
+
+def scenario_engine(engine: object) -> FaultyFlowSimulator | FaultyNs3Simulator | None:
+    """The engine that applies a scenario: `engine` itself, or the packet side of a fluid-NVLink hybrid."""
+    for e in (engine, getattr(engine, "packet", None)):
+        if isinstance(e, (FaultyFlowSimulator, FaultyNs3Simulator)):
+            return e
+    return None
 
 
 class FaultyNs3Simulator(Ns3Simulator):

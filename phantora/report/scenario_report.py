@@ -5,7 +5,7 @@ traffic and the ML job apart, and the plot of step time against simulated time w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import numpy as np
 from phantora.netsim.base import Completion
 from phantora.netsim.fault_plan import event_window
 from phantora.netsim.faults import FaultyFlowSimulator
-from phantora.netsim.packet_faults import FaultyNs3Simulator
+from phantora.netsim.packet_faults import FaultyNs3Simulator, scenario_engine
 from phantora.netsim.scenario import Scenario
 from phantora.netsim.standalone import standalone_fct_ns
 from phantora.topology.model import Topology
@@ -75,23 +75,34 @@ def phases(spans: Sequence[tuple[int, int]], start: int, end: int | None) -> dic
     return {k: {"count": len(v), "mean_ns": round(sum(v) / len(v), 1) if v else 0.0} for k, v in groups.items()}
 
 
-def event_windows(sc: Scenario) -> list[dict[str, Any]]:
-    """Each event at a simulated time with its window [start, end) (end None: to the end of the run)."""
+def applied_rows(engine: FaultyFlowSimulator | FaultyNs3Simulator, topo: Topology) -> list[dict[str, Any]]:
+    """The link actions the engine applied so far, links by name (results.json's `applied`)."""
+    names = topo.nodes
+    return [
+        {
+            "t_ns": e.t_ns,
+            "op": e.op,
+            "event": e.label,
+            "links": [f"{names[topo.links[x].a].name}-{names[topo.links[x].b].name}" for x in e.links],
+            "stalled_flows": e.stalled,
+            "moved_flows": e.moved,
+        }
+        for e in engine.applied
+        if e.t_ns <= engine.now()
+    ]
+
+
+def event_windows(sc: Scenario, step_starts: Mapping[int, int] | None = None) -> list[dict[str, Any]]:
+    """Each event with its window [start, end) (end None: to the end of the run): at its simulated time, or at
+    the start of its step (`step_starts`: step -> ns; an event whose step never started is left out)."""
     out = []
     for ev in sc.events:
-        if ev.at_ns is None:
+        at = ev.at_ns if ev.at_step is None else (step_starts or {}).get(ev.at_step)
+        if at is None:
             continue
-        start, end = event_window(ev, ev.at_ns)
+        start, end = event_window(ev, at)
         out.append({"event": ev.label, "kind": ev.kind, "start_ns": start, "end_ns": end})
     return out
-
-
-def scenario_engine(engine: Any) -> FaultyFlowSimulator | FaultyNs3Simulator | None:
-    """The engine that applies the scenario: `engine` itself, or the packet side of a fluid-NVLink hybrid."""
-    for e in (engine, getattr(engine, "packet", None)):
-        if isinstance(e, (FaultyFlowSimulator, FaultyNs3Simulator)):
-            return e
-    return None
 
 
 def scenario_results(
@@ -101,30 +112,19 @@ def scenario_results(
     spans: Sequence[tuple[int, int]] = (),
     ml_done: Iterable[Completion] = (),
     span_name: str = "steps",
+    step_starts: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
     """results.json's "scenario" section: events applied, bytes rerouted and lost, `spans` (steps or ops) before,
     during and after each event, and FCT slowdown by size bucket (background and ML apart)."""
     out: dict[str, Any] = {"name": sc.name, "source": sc.source, "seed": sc.seed}
     out["reconvergence_ns"] = sc.reconvergence_ns
-    windows = event_windows(sc)
+    windows = event_windows(sc, step_starts)
     for w in windows:
         w[span_name] = phases(spans, w["start_ns"], w["end_ns"])
     out["events"] = windows
     engine = scenario_engine(engine)
     if engine is not None:
-        names = topo.nodes
-        out["applied"] = [
-            {
-                "t_ns": e.t_ns,
-                "op": e.op,
-                "event": e.label,
-                "links": [f"{names[topo.links[x].a].name}-{names[topo.links[x].b].name}" for x in e.links],
-                "stalled_flows": e.stalled,
-                "moved_flows": e.moved,
-            }
-            for e in engine.applied
-            if e.t_ns <= engine.now()
-        ]
+        out["applied"] = applied_rows(engine, topo)
         st = engine.stats()
         for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls", "lost_packets", "retx_bytes"):
             if key in st:

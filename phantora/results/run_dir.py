@@ -27,7 +27,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +145,13 @@ class RunDir:
         return merge_steps(self.root, live)
 
     def merge_trace(
-        self, *, partial: bool = False, comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None
+        self,
+        *,
+        partial: bool = False,
+        comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None,
+        extra_events: Sequence[Mapping[str, Any]] = (),
     ) -> Path | None:
-        return merge_trace(self.root, partial=partial, comm_args=comm_args)
+        return merge_trace(self.root, partial=partial, comm_args=comm_args, extra_events=extra_events)
 
     def step_watcher(self, live: int, on_step: Callable[[dict[str, Any]], None]) -> StepWatcher:
         return StepWatcher(self.root, live, on_step)
@@ -263,13 +267,18 @@ def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str],
 
 
 def merge_trace(
-    out: Path, *, partial: bool = False, comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None
+    out: Path,
+    *,
+    partial: bool = False,
+    comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None,
+    extra_events: Sequence[Mapping[str, Any]] = (),
 ) -> Path | None:
     """trace.json from the ranks' trace chunks, which are then removed; None if there are none.
 
     A `partial` trace (of a run that failed) holds the steps each rank finished, and says so in
     `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank.
-    `comm_args` adds arguments to the ranks' collective spans, by (rank, name): NCCL's choice (`nccl_args`)."""
+    `comm_args` adds arguments to the ranks' collective spans, by (rank, name): NCCL's choice (`nccl_args`);
+    `extra_events` go in after the ranks' (a scenario's instant events)."""
     from phantora.results.write import write_atomic
 
     out = Path(out)
@@ -282,6 +291,7 @@ def merge_trace(
         extra = args.get((ev.get("pid"), ev.get("name"))) if ev.get("cat") == "comm" else None
         if extra:
             ev["args"] = {**ev.get("args", {}), **extra}
+    events.extend(dict(ev) for ev in extra_events)
     doc: dict[str, Any] = {"traceEvents": events, "displayTimeUnit": "ns"}
     if partial:
         steps = {str(r): sum(1 for c in chunks[r] if c.get("step") is not None) for r in sorted(chunks)}

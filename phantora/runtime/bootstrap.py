@@ -35,6 +35,15 @@ def _client(opts: Options) -> Any:
     return RankClient.from_env()
 
 
+def _rank_scenario(opts: Options, rank: int) -> Any:
+    """This rank's part of the run's scenario (slow GPUs, step reports), or None without one."""
+    if not opts.scenario:
+        return None
+    from phantora.runtime.rank_scenario import RankScenario
+
+    return RankScenario.from_file(opts.scenario, rank, opts.start_ns)
+
+
 def start_session(opts: Options | None = None, client: Any = None) -> tuple[RankSession, Any]:
     """Create and install this process's session; return it and the entered dispatch mode."""
     from phantora.runtime.dispatch import ChargeMode
@@ -63,6 +72,7 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         phantom=opts.phantom,
         start_ns=opts.start_ns,
         max_steps=opts.max_steps,
+        scenario=_rank_scenario(opts, rank),
     )
     if opts.phantom:
         phantom_mode.enable()

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -31,6 +31,9 @@ from phantora.runtime.timepatch import real_perf_counter_ns
 from phantora.runtime.trace import TraceRecorder
 from phantora.runtime.traffic import TrafficMarker, zero_ranges
 from phantora.units import plural
+
+if TYPE_CHECKING:
+    from phantora.runtime.rank_scenario import RankScenario
 
 
 class ClientLike(Protocol):
@@ -177,8 +180,10 @@ class RankSession:
         phantom: bool = False,
         start_ns: int = 0,
         max_steps: int | None = None,
+        scenario: RankScenario | None = None,
     ) -> None:
         self.rank = rank
+        self.scenario = scenario  # slow-GPU windows and step reports of a scenario (runtime/rank_scenario.py)
         self.world_size = world_size
         self.client = client
         self.model = model
@@ -247,7 +252,8 @@ class RankSession:
             kernel = cost.ns - self._launch_ns
             if kernel > 0:
                 self.tier_ns[cost.tier] = self.tier_ns.get(cost.tier, 0) + kernel
-            start, end = self.clock.charge(cost.ns)
+            ns = cost.ns if self.scenario is None else self.scenario.stretch(self.clock.compute_ns, cost.ns)
+            start, end = self.clock.charge(ns)
             self.trace.op(name, start, end)
             for listener in self.listeners:
                 listener.on_compute(name, start, end - start)
@@ -469,9 +475,20 @@ class RankSession:
         self._log_step(start, end)
         for listener in self.listeners:
             listener.on_step(len(self.step_ends) - 1, end)
+        if self.scenario is not None:
+            self._scenario_step(len(self.step_ends), end)
         if self.max_steps is not None and len(self.step_ends) >= self.max_steps:
             raise StepLimitReached(f"rank {self.rank}: {plural(self.max_steps, 'step')} done")
         return end - start
+
+    def _scenario_step(self, step: int, t: int) -> None:
+        """Step `step` starts at t: slow-GPU windows at that step begin, and the coordinator hears of it if the
+        scenario has network events at a step."""
+        assert self.scenario is not None
+        self.scenario.step_started(step, t)
+        tell = getattr(self.client, "step_boundary", None)
+        if self.scenario.wants_steps and tell is not None:
+            tell(step, t)
 
     def _log_step(self, start: int, end: int) -> None:
         """Append this step's line to out_dir/steps/rank<R>.jsonl at once, so it survives a crash later."""
@@ -523,7 +540,13 @@ class RankSession:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "pss_mb": proportional_set_mb(),
             "memory": self.memory.results(),
+            **({"scenario": self.scenario_results()} if self.scenario is not None else {}),
         }
+
+    def scenario_results(self) -> dict[str, Any]:
+        """This rank's part of a scenario: its slow-GPU windows and the compute time they added."""
+        assert self.scenario is not None
+        return {"gpu_slow": self.scenario.windows(), "slowed_ns": self.scenario.slowed_ns}
 
     def finish(self) -> dict[str, Any]:
         """Synchronise, write this rank's trace, and hand the results to the coordinator."""
