@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_nccl_tests.py --summary       # one line per table, then every size that misses
     .venv/bin/python bench/bench_nccl_tests.py --markdown      # docs/validation.md's generated tables
     .venv/bin/python bench/bench_nccl_tests.py --network ns3   # the same through the packet engine (slower)
+    .venv/bin/python bench/bench_nccl_tests.py --table nvlsalgo  # only the tables whose name contains this
     .venv/bin/python bench/bench_nccl_tests.py --curves        # the model's curves: 4 collectives x 5 machines
 
 Each size runs as nccl-tests runs it (`phantora nccl-tests`' own loop: warm-ups, then timed iterations) on the
@@ -136,12 +137,12 @@ def verdict(rows: list[Row]) -> str:
 def overall(results: dict[str, tuple[Table, list[Row]]], bullet: str) -> list[str]:
     """The figures over every table, then per collective."""
     rows = [r for _, rs in results.values() for r in rs]
-    small = [abs(r.error) for r in rows if r.size < BIG] or [0.0]
-    big = [abs(r.error) for r in rows if r.size >= BIG] or [0.0]
+    small = [abs(r.error) for r in rows if r.size < BIG]
+    big = [abs(r.error) for r in rows if r.size >= BIG]
     met = sum(1 for _, rs in results.values() if rs and not any(r.missed for r in rs))
     out = [
-        f"below 64 MiB median |error| {statistics.median(small):.1%} max {max(small):.1%}; 64 MiB and up median "
-        f"{statistics.median(big):.1%} max {max(big):.1%}; {met}/{len(results)} tables meet the goal at every size"
+        f"below 64 MiB {_spread(small)}; 64 MiB and up {_spread(big)}; "
+        f"{met}/{len(results)} tables meet the goal at every size"
     ]
     for test in sorted({t.test for t, _ in results.values()}):
         these = [r for t, rs in results.values() if t.test == test for r in rs]
@@ -153,6 +154,10 @@ def overall(results: dict[str, tuple[Table, list[Row]]], bullet: str) -> list[st
             " within 10%)"
         )
     return out
+
+
+def _spread(errs: list[float]) -> str:
+    return f"median |error| {statistics.median(errs):.1%} max {max(errs):.1%}" if errs else "no size"
 
 
 def misses(results: dict[str, tuple[Table, list[Row]]], bullet: str) -> list[str]:
@@ -210,11 +215,13 @@ def main() -> None:
     ap.add_argument("--markdown", action="store_true", help="docs/validation.md's tables (summary, misses, rows)")
     ap.add_argument("--min-size", type=int, default=1 << 20, help="smallest size compared (default 1 MiB)")
     ap.add_argument("--curves", action="store_true", help="print the model's curves instead of comparing")
+    ap.add_argument("--table", default="", help="only the tables whose name contains this")
     args = ap.parse_args()
     if args.curves:
         curves(args.network)
         return
-    results = {t.name: (t, compare(t, args.network, args.min_size)) for t in tables()}
+    chosen = [t for t in tables() if args.table in t.name]
+    results = {t.name: (t, compare(t, args.network, args.min_size)) for t in chosen}
     if args.markdown:
         print_markdown(results)
         return
