@@ -250,6 +250,7 @@ class Comparison:
     runs: list[dict[str, Any]]
     metrics: list[Metric]
     per_link: dict[str, dict[str, list[Value]]]  # table -> link -> values per run
+    fault_costs: list[dict[str, Any]] = field(default_factory=list)  # faulty runs vs the first (scenario_compare)
 
     def metric(self, key: str) -> Metric:
         for m in self.metrics:
@@ -263,6 +264,7 @@ class Comparison:
             "runs": self.runs,
             "metrics": [asdict(m) for m in self.metrics],
             "per_link": self.per_link,
+            **({"fault_costs": self.fault_costs} if self.fault_costs else {}),
         }
 
 
@@ -331,7 +333,10 @@ def compare_runs(runs: Sequence[RunData]) -> Comparison:
                 "files": sorted(r.files),
             }
         )
-    return Comparison(info, metrics, {k: dict(sorted(v.items())) for k, v in per_link.items()})
+    from phantora.report.scenario_compare import fault_costs
+
+    links = {k: dict(sorted(v.items())) for k, v in per_link.items()}
+    return Comparison(info, metrics, links, fault_costs(runs))
 
 
 def _status(run: RunData) -> str:
@@ -463,6 +468,10 @@ def format_table(cmp: Comparison, top_links: int = 8) -> str:
         out.append(f"{title}, top {len(ranked)} of {len(links)}:")
         for name, values in ranked:
             out.append(f"  {name[:38]:<38} " + "  ".join(f"{fmt_value(v, unit):>10}" for v in values))
+    if cmp.fault_costs:
+        from phantora.report.scenario_compare import format_costs
+
+        out += ["", *format_costs(cmp.fault_costs)]
     return "\n".join(out)
 
 
@@ -501,6 +510,10 @@ def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
         lines += ["", f"## {title}", "", "| link | " + " | ".join(labels) + " |", "|" + "---|" * (1 + len(labels))]
         for name, values in links.items():
             lines.append(f"| {name} | " + " | ".join(fmt_value(v, unit) for v in values) + " |")
+    if cmp.fault_costs:
+        from phantora.report.scenario_compare import format_costs
+
+        lines += ["", "## Fault cost", "", "```", *format_costs(cmp.fault_costs), "```"]
     if plots:
         lines += ["", "## Plots", ""]
         lines += [f"![{p.stem}]({p.name})" for p in plots if p.suffix == ".png"]
