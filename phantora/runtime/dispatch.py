@@ -11,7 +11,9 @@ AsyncCollectiveTensor) are left to their own dispatch, whose plain-tensor ops co
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import os
 import threading
 from typing import Any
 
@@ -105,6 +107,7 @@ class ChargeMode(TorchDispatchMode):
     def __init__(self, session: RankSession) -> None:
         super().__init__()
         self.session = session
+        _without_dynamo_guard()
         self.thread: int | None = threading.get_ident()  # None: detached, every op runs as plain torch
 
     def detach(self) -> None:
@@ -204,3 +207,16 @@ class ChargeMode(TorchDispatchMode):
 
 
 flex_attention.register(ChargeMode)  # FlexAttention's operators, whole (flex_attention.py)
+
+
+def _without_dynamo_guard() -> None:
+    """Drop torch's dynamo-disable wrapper around `ChargeMode.__torch_dispatch__` where nothing compiles.
+
+    torch wraps a dispatch mode's `__torch_dispatch__` so that torch.compile never compiles its frame: two Python
+    wrappers and three eval-frame switches per call, and an op of the simulated GPU calls it twice. A rank with
+    the simulated GPU runs torch.compile eagerly (`TORCH_COMPILE_DISABLE`, simcuda/device.py), so the guard
+    guards nothing there; elsewhere it stays.
+    """
+    method = ChargeMode.__dict__["__torch_dispatch__"]
+    if os.environ.get("TORCH_COMPILE_DISABLE") == "1" and hasattr(method, "__wrapped__"):
+        ChargeMode.__torch_dispatch__ = inspect.unwrap(method)  # type: ignore[method-assign]

@@ -47,9 +47,15 @@ def _mix(seed: int, offset: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
+_RANDOM: dict[Any, bool] = {}  # by op: asked for every op the simulated GPU runs, so answered once per op
+
+
 def is_random(func: Any) -> bool:
     """Does this aten op draw random numbers?"""
-    return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+    known = _RANDOM.get(func)
+    if known is None:
+        known = _RANDOM[func] = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+    return known
 
 
 def _numel(out: Any) -> int:
