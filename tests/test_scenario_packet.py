@@ -216,3 +216,29 @@ def test_refusals(ns3_lib) -> None:
     sc = scenario('[[events]]\nkind = "link_down"\nat = "1us"\nlink = ["leaf0", "spine0"]\n')
     with pytest.raises(InputError, match="reuse"):
         make_engine(EngineSpec("ns3", PacketConfig(reuse="on")), topo, scenario=sc)
+
+
+@pytest.mark.parametrize("k", [2.0, 3.0])
+def test_compute_bound_replay_stretches_by_k_in_packet_mode(ns3_lib, k: float) -> None:
+    """A compute-bound job (6 steps of 2 ms compute then a 1 KiB all-reduce) with rank 1 slowed by k from 0: the
+    fabric stretches its compute markers, so every step's compute is exactly k x 2 ms (every rank waits for the
+    slow one) and the all-reduces take as long as in the clean run."""
+    from phantora.commands.scenario_option import install_throttles
+    from phantora.netsim.packet import Ns3Simulator
+    from phantora.replay import replay_inprocess
+    from phantora.workload import workload_from_dict
+
+    topo = fabric()
+    op = {"name": "s", "kind": "all_reduce", "bytes": "1KiB", "ranks": "all", "gap": "2ms", "repeat": 6}
+    wl = workload_from_dict({"name": "cb", "op": [op]}, world=4)
+    with Ns3Simulator(topo, PacketConfig()) as clean_sim:
+        clean = replay_inprocess(wl, topo, clean_sim)
+    sc = scenario(f'[[events]]\nkind = "gpu_slow"\nrank = 1\nfactor = {k}\nat = "0ns"\n')
+    sim = make_engine(EngineSpec("ns3", PacketConfig()), topo, scenario=sc)
+    with sim:  # type: ignore[attr-defined]
+        install_throttles(sim, sc, topo, "ns3")
+        slow = replay_inprocess(wl, topo, sim)
+    comm = [r.duration_ns for r in clean.ops]
+    assert comm == [r.duration_ns for r in slow.ops]
+    slow_steps = [b.end_ns - a.end_ns for a, b in zip(slow.ops, slow.ops[1:], strict=False)]
+    assert [s - d for s, d in zip(slow_steps, comm[1:], strict=True)] == [int(k * 2_000_000)] * 5

@@ -8,6 +8,7 @@
 #include "ns3/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <stdexcept>
 #include <string>
@@ -131,8 +132,44 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
   }
 }
 
+int64_t PhantoraNetwork::Impl::Stretch(uint32_t node, int64_t readyNs, int64_t work) const {
+  const auto it = throttles.find(node);
+  if (it == throttles.end() || work <= 0) {
+    return work;
+  }
+  const std::vector<Throttle>& ws = it->second;
+  std::vector<int64_t> edges;
+  for (const Throttle& w : ws) {
+    for (int64_t e : {w.startNs, w.endNs}) {
+      if (e > readyNs) {
+        edges.push_back(e);
+      }
+    }
+  }
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  double t = static_cast<double>(readyNs);
+  double left = static_cast<double>(work);
+  for (std::size_t i = 0;; ++i) {
+    double f = 1.0;
+    for (const Throttle& w : ws) {
+      if (w.startNs <= t && (w.endNs < 0 || t < w.endNs)) {
+        f *= w.factor;
+      }
+    }
+    if (i == edges.size() || left * f <= static_cast<double>(edges[i]) - t) {
+      return static_cast<int64_t>(std::ceil(t + left * f - 1e-9)) - readyNs;
+    }
+    left -= (static_cast<double>(edges[i]) - t) / f;
+    t = static_cast<double>(edges[i]);
+  }
+}
+
 void PhantoraNetwork::Impl::ScheduleStart(FlowState& f) {
-  const int64_t at = std::max(f.submitNs, f.readyNs) + f.delayNs;
+  const int64_t ready = std::max(f.submitNs, f.readyNs);
+  const bool marker = f.size == 0 && f.src == f.dst && f.delayNs > 0 && !throttles.empty();
+  const int64_t delay = marker && !unthrottled.count(f.id) ? Stretch(f.src, ready, f.delayNs) : f.delayNs;
+  const int64_t at = ready + delay;
   Simulator::Schedule(NanoSeconds(std::max<int64_t>(at - NowNs(), 0)), &Impl::StartFlow, this, f.id);
 }
 

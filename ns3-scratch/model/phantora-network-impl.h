@@ -68,6 +68,14 @@ class PhantoraNetwork::Impl {
   bool watchHit = false;
   bool watchAll = false;  // RunUntilCompletion: every completion stops
   std::unordered_set<uint64_t> watched;
+  /// A compute marker's delay from `readyNs` on `node`, stretched by the node's throttles (SetThrottle).
+  int64_t Stretch(uint32_t node, int64_t readyNs, int64_t work) const;
+  struct Throttle {
+    int64_t startNs, endNs;  // endNs < 0: open
+    double factor;
+  };
+  std::unordered_map<uint32_t, std::vector<Throttle>> throttles;  // by endpoint node
+  std::unordered_set<uint64_t> unthrottled;                       // ExemptFromThrottle
   std::vector<uint32_t> linkDown;  // per link: scenario failures not yet repaired (ScheduleLinkState)
   uint64_t linkEvents = 0;         // scenario events applied
   uint64_t reconvergences = 0;

@@ -386,6 +386,19 @@ void PhantoraNetwork::ScheduleReconverge(int64_t atNs) {
   });
 }
 
+void PhantoraNetwork::SetThrottle(uint32_t node, int64_t startNs, int64_t endNs, double factor) {
+  Impl& s = Need();
+  if (node >= s.fabric->NumNodes() || !IsEndpoint(s.fabric->GetNode(node).kind)) {
+    throw std::invalid_argument("SetThrottle: node " + std::to_string(node) + " is not an endpoint");
+  }
+  if (!(factor > 0.0) || (endNs >= 0 && endNs <= startNs)) {
+    throw std::invalid_argument("SetThrottle: a factor > 0 and a window [start, end) with end > start");
+  }
+  s.throttles[node].push_back({startNs, endNs < 0 ? -1 : endNs, factor});
+}
+
+void PhantoraNetwork::ExemptFromThrottle(uint64_t id) { Need().unthrottled.insert(id); }
+
 int64_t PhantoraNetwork::Now() const { return Simulator::Now().GetNanoSeconds(); }
 
 int64_t PhantoraNetwork::NextEventTime() const {

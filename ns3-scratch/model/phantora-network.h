@@ -181,6 +181,12 @@ class PhantoraNetwork {
                            uint64_t seed);
   /// Routing re-converges at `atNs`: from then on routes avoid exactly the links failed at that instant.
   void ScheduleReconverge(int64_t atNs);
+  /// A slow GPU (scenario gpu_slow) on endpoint `node`: compute runs `factor` times slower in [startNs, endNs)
+  /// (endNs < 0: to the end). A flow of no bytes from a node to itself with a delay (a replay's compute marker)
+  /// has its delay stretched: done at speed 1/factor inside each window, full speed outside; windows multiply.
+  void SetThrottle(uint32_t node, int64_t startNs, int64_t endNs, double factor);
+  /// Flow `id` (to be added) keeps its delay under a throttle (a marker at an absolute time, not compute).
+  void ExemptFromThrottle(uint64_t id);
 
   // Each run call below stops within one event of SIGTERM or SIGINT (see phantora-interrupt.h): it then
   // returns at once (false) and InterruptedBy() names the signal; the network is part-way and every later run

@@ -211,6 +211,7 @@ def _run_ns3(
 
     calls = RunDir(out).file(S.NS3_CALLS_TXT) if out else None
     sim = make_engine(EngineSpec("ns3", config), topo, calls=calls, scenario=scenario)
+    install_throttles(sim, scenario, topo, "ns3")
     assert isinstance(sim, Ns3Simulator)
     with sim:
         t0 = time.perf_counter()

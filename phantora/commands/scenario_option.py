@@ -31,12 +31,6 @@ def load_scenario(
         return None
     sc = read_scenario(path)
     check_against(sc, topo)
-    if getattr(args, "network", "flow") != "flow" and sc.gpu_slow() and not live:
-        raise InputError(
-            "gpu_slow in a replay stretches the flow engine's compute delays: --network flow only for now",
-            file=str(path),
-            field="--network",
-        )
     if not steps:
         for ev in sc.events:
             if ev.at_step is not None:
@@ -51,16 +45,22 @@ def load_scenario(
 
 
 def install_throttles(sim: Any, sc: Scenario | None, topo: Topology, network: str) -> None:
-    """Replays: slow GPUs stretch the compute delays of marker flows (flow network only)."""
+    """Replays: slow GPUs stretch the compute delays of marker flows (the flow engine's `stretch`, or inside the
+    ns-3 fabric: `FaultyNs3Simulator.throttle`)."""
     if sc is None or not sc.gpu_slow():
         return
     from phantora.netsim.flow import FlowSimulator
+    from phantora.netsim.packet_faults import FaultyNs3Simulator, scenario_engine
 
-    if network != "flow" or not isinstance(sim, FlowSimulator):
-        raise InputError("gpu_slow in a replay runs on --network flow only for now", file=sc.source, field="--network")
-    from phantora.replay import compute_stretch
+    if isinstance(sim, FlowSimulator) and network == "flow":
+        from phantora.replay import compute_stretch
 
-    sim.stretch = compute_stretch(sc.throttles(), topo)
+        sim.stretch = compute_stretch(sc.throttles(), topo)
+        return
+    packet = scenario_engine(sim)
+    if not isinstance(packet, FaultyNs3Simulator):
+        raise InputError("gpu_slow in a replay needs the flow engine or ns-3 under the scenario", file=sc.source)
+    packet.throttle(sc.throttles())
 
 
 def report_scenario(

@@ -4,7 +4,8 @@ One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `Set
 `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
 `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
 `SetMaxRate ID BPS`, `SetConnection ID CONN`, `ScheduleLinkState NS LINK UP`,
-`ScheduleLinkDegrade NS LINK BPS EXTRA_NS LOSS SEED`, `ScheduleReconverge NS`, `RunUntil NS`). The runner makes the
+`ScheduleLinkDegrade NS LINK BPS EXTRA_NS LOSS SEED`, `ScheduleReconverge NS`,
+`SetThrottle NODE START_NS END_NS FACTOR`, `ExemptFromThrottle ID`, `RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
 flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt without Python.
 """
@@ -35,6 +36,8 @@ class RecordedNetwork:
             "ScheduleLinkState",
             "ScheduleLinkDegrade",
             "ScheduleReconverge",
+            "SetThrottle",
+            "ExemptFromThrottle",
             "RunUntil",
         }
     )

@@ -21,7 +21,7 @@ A scenario with failures or loss needs a retransmission timeout: without `rto_ns
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from phantora.errors import InputError
@@ -31,8 +31,10 @@ from phantora.netsim.faults import BACKGROUND_BASE, AppliedEvent, FaultyFlowSimu
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.scenario import LinkEvent, Scenario, check_against
+from phantora.perfmodel.throttle import Throttles
 from phantora.topology.model import Topology
 
+AT_MARKER_SUFFIX = "/marker/at"  # a workload's marker at an absolute time (phantora.replay: f"/{MARKER}/at")
 SCENARIO_RTO_NS = 100_000  # go-back-N timeout of a scenario run whose config sets none (100 us)
 
 
@@ -125,6 +127,24 @@ class FaultyNs3Simulator(Ns3Simulator):
                 net.ScheduleReconverge(a.t_ns + delay)
                 self.applied.append(AppliedEvent(a.t_ns + delay, "reroute", a.label, a.links))
         self.applied.sort(key=lambda e: e.t_ns)
+
+    def throttle(self, throttles: Throttles) -> None:
+        """Replays: slow GPUs stretch the compute markers (flows of no bytes from a rank's node to itself, with a
+        delay) from their release, inside the fabric (`PhantoraNetwork::SetThrottle`), as the flow engine's
+        `replay.compute_stretch` does; a workload's markers at an absolute time (`at`) keep their delay."""
+        nodes = self.base_topology.endpoints
+        for rank, windows in sorted(throttles.by_rank.items()):
+            for w in windows:
+                end = -1 if w.end_ns is None else w.end_ns
+                self._net.SetThrottle(nodes[rank], w.start_ns, end, float(w.factor))
+        self._throttled = True
+
+    def submit(self, flows: Sequence[Flow], at: int, dports: Mapping[int, int] | None = None) -> None:
+        if getattr(self, "_throttled", False):
+            for f in flows:
+                if not f.size and f.src == f.dst and f.tag.endswith(AT_MARKER_SUFFIX):
+                    self._net.ExemptFromThrottle(f.id)
+        super().submit(flows, at, dports)
 
     # ----- results ----------------------------------------------------------------------------
     def _take(self) -> list[Completion]:
