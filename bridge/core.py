@@ -52,6 +52,7 @@ from phantora.collectives.plan import CallSpec, CollectivePlanner
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.netsim.bounds import EarliestEnds
 from phantora.topology.model import Topology
 
 RUN, WAIT, TEST, BARRIER, DONE = "run", "wait", "test", "barrier", "done"
@@ -193,11 +194,7 @@ class CoordinatorCore:
         self.on_round: Callable[[], None] | None = None  # called between engine advances (heartbeats)
         self.records: list[CollRecord] = []
         self.flow_owner: dict[int, int] = {}
-        self.flow_lb: dict[int, int] = {}  # in-flight flow -> earliest possible completion
-        # (src, dst, key) -> (bottleneck, latency, whether the route crosses a switch)
-        self._paths: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
-        self.network_bytes = 0  # bytes of the ranks' flows between two endpoints
-        self.fabric_bytes = 0  # ... of those whose route crosses a switch (not NVLink alone): the idle-fabric check
+        self.bounds = EarliestEnds(topology)  # in-flight flows' earliest possible completions, their bytes
         self.steps_started: dict[int, int] = {}  # step -> ns its first rank started it (scenario `at_step`)
         self.completions: list[Completion] = []
         self.rounds = 0
@@ -460,7 +457,7 @@ class CoordinatorCore:
         self.records.append(rec)
         for f in flows:
             self.flow_owner[f.id] = cid
-        self._lower_bounds(flows, t_start)
+        self.bounds.add(flows, t_start)
         for c in calls:
             self.ranks[c.rank].owner[c.handle] = cid
         for r in rv.members:
@@ -476,33 +473,6 @@ class CoordinatorCore:
                 self.engine.submit(flows, at=t_start)
             except PhantoraError as exc:
                 raise RunFailed(E_ENGINE, f"the engine refused {rv.describe()}: {exc}") from None
-
-    def _lower_bounds(self, flows: list[Flow], t_start: int) -> None:
-        """Earliest completion of each flow: deps, delay, line rate of the bottleneck, propagation.
-
-        No engine can beat it (the flow engine shares links, ns-3 adds headers and queueing), so
-        the network can run up to it without stepping (see `stepping.advance_watching`).
-        """
-        lb = self.flow_lb
-        for f in flows:
-            release = max([t_start, *(lb.get(d, t_start) for d in f.deps)]) + f.delay_ns
-            if f.size == 0 or f.src == f.dst:
-                lb[f.id] = release
-                continue
-            key = (f.src, f.dst, f.id if f.key is None else f.key)
-            path = self._paths.get(key)
-            if path is None:
-                topo = self.topology
-                route = topo.route(*key)
-                path = self._paths[key] = (
-                    topo.path_bottleneck_bps(route),
-                    topo.path_latency_ns(route),
-                    any(topo.nodes[topo.channel_ends(ch)[1]].kind == "switch" for ch in route),
-                )
-            lb[f.id] = release + f.size * 8 * 10**9 // path[0] + path[1]
-            self.network_bytes += f.size
-            if path[2]:
-                self.fabric_bytes += f.size
 
     def _rank_done(self, rec: CollRecord, rank: int, t: int) -> None:
         rec.rank_done[rank] = t
@@ -529,7 +499,7 @@ class CoordinatorCore:
         """Completions from the engine -> per-rank results."""
         for c in done:
             cid = self.flow_owner.pop(c.flow_id, None)
-            self.flow_lb.pop(c.flow_id, None)
+            self.bounds.done(c.flow_id)
             if cid is None and c.flow_id < self.n_background:
                 self.background_done.append(c)
                 continue
@@ -610,7 +580,7 @@ class CoordinatorCore:
         now, nxt, hz = eng.now(), eng.next_event_time(), self.horizon()
         due = nxt is not None and nxt <= now
         watch = self.watched() if self.waiting else set()
-        earliest = min((self.flow_lb[f] for f in watch), default=INF_NS)
+        earliest = self.bounds.earliest(watch, INF_NS)
         if self.window == 0:
             if hz < now:
                 raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")
@@ -813,7 +783,7 @@ class CoordinatorCore:
             "engine_stats": {str(k): v for k, v in stats.items() if _plain(v)},
             "transport": self._transport(),
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
-            "traffic_bytes": {"network": self.network_bytes, "fabric": self.fabric_bytes},
+            "traffic_bytes": {"network": self.bounds.network_bytes, "fabric": self.bounds.fabric_bytes},
             **({"jobs": self._jobs_outcome()} if self.jobs is not None else {}),
             **self._scenario_outcome(),
             **({"background": [completion_to_wire(c) for c in self.background_done]} if self.n_background else {}),
