@@ -8,11 +8,9 @@ the total increase.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from phantora.results import schema as S
 from phantora.results.read import RunData, read_results
 
 TOP = 5  # collectives listed per faulty run
@@ -20,10 +18,8 @@ TOP = 5  # collectives listed per faulty run
 
 def step_times(run: RunData) -> list[int] | None:
     """Per-step times (ns): steps.jsonl of a live run, else a replayed graph's step_times_ns; None without."""
-    path = run.path / S.STEPS_JSONL
-    if path.is_file():
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [int(r["time_ns"]) for r in rows]
+    if run.step_times_ns is not None:
+        return run.step_times_ns
     res = read_results(run.path) or {}
     steps = res.get("step_times_ns")
     return [int(t) for t in steps] if isinstance(steps, list) and steps else None

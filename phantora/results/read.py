@@ -96,6 +96,7 @@ class RunData:
     status: str | None = None  # status.json's state: complete, failed or running (None: no status.json)
     status_reason: str | None = None  # why a failed run failed
     steps: int | None = None  # steps in steps.jsonl (finished by every live rank)
+    step_times_ns: list[int] | None = None  # their times, in order (None without steps.jsonl)
     cc: str | None = None  # the congestion control of a packet-level run
     members: list[RunData] | None = None  # a seed group: one run per seed (seeds.json)
     node_names: dict[int, str] = field(default_factory=dict)  # node id -> name, from pfc.csv and queues.csv
@@ -195,7 +196,7 @@ def _load_progress(run: RunData, root: Path) -> None:
         except (ValueError, KeyError, TypeError):
             raise InputError("bad step line (expected JSON with time_ns)", file=str(p), line=i) from None
     run.files.append(p.name)
-    run.steps = len(times)
+    run.steps, run.step_times_ns = len(times), times
     if run.time_ns is None and times:
         run.kind = "run" if run.kind == "unknown" else run.kind
         run.time_kind = "iteration"
