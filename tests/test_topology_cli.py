@@ -97,3 +97,15 @@ def test_drawing_legend_fits_the_figure_and_bottom_labels_sit_below_the_links() 
         for t in texts:
             node_y = ax.transData.transform(t.xy)[1]
             assert t.get_window_extent(renderer).y1 < node_y, (name, t.get_text())  # wholly below its node
+
+
+def test_partition_shows_groups_cut_and_lookahead(capsys) -> None:
+    """leafspine1024 (32 leaves x 8 spines, 1 us links) in 4 switch groups: 32 x 8 x 3/4 = 192 links cut."""
+    assert main(["topo", "leafspine1024", "--partition", "4", "--no-bisection"]) == 0
+    out = capsys.readouterr().out
+    assert "partition    4 switch groups, weighed by link capacity" in out
+    assert out.count("25.0% of the work, 256 NICs") == 4
+    assert "cut links  192; min cut-link latency (lookahead) 1000 ns" in out
+    assert main(["topo", "fattree_k4", "--partition", "4", "--no-bisection", "--json"]) == 0
+    part = json.loads(capsys.readouterr().out)["partition"]
+    assert part["cut_links"] == 12 and part["lookahead_ns"] == 1000 and len(part["cut_link_names"]) == 12

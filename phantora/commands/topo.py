@@ -23,6 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--route", nargs=2, type=int, metavar=("SRC", "DST"), help="also show the route between two ranks")
     p.add_argument("--key", type=int, default=0, help="flow key (ECMP hash input) for --route (default 0)")
     p.add_argument("--no-bisection", action="store_true", help="skip the max-flow bisection computation")
+    p.add_argument(
+        "--partition", type=int, metavar="N", help="show the N switch groups parallel packet simulation would use"
+    )
+    p.add_argument(
+        "--traffic", metavar="GRAPH", help="with --partition: weigh links by a recorded graph's traffic (--record DIR)"
+    )
     p.add_argument("--write-hpcc", type=Path, metavar="OUT", help="write the topology in the HPCC format")
     p.add_argument("--write-simai", type=Path, metavar="OUT", help="write the topology in the SimAI format")
     p.set_defaults(func=run)
@@ -48,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
             topo.node_of_rank(rank)  # a clear error for a rank outside the topology
         info["route"] = route_info(topo, args.route[0], args.route[1], args.key)
         info.setdefault("example_routes", []).append(info["route"])
+    if args.traffic and not args.partition:
+        raise InputError("--traffic weighs a partition: give --partition N too", field="traffic")
+    if args.partition:
+        info["partition"] = _partition(topo, args.partition, args.traffic)
     written = []
     if args.write_hpcc:
         write_hpcc(topo, args.write_hpcc)
@@ -68,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_description(info))
         n = info["decomposition_pieces"]
         print(f"  pieces       {n} link-disjoint (nvlink=fluid): --set workers={n} if no flow crosses them")
+        if "partition" in info:
+            print(format_partition(info["partition"]))
         if written:
             print("wrote " + ", ".join(written))
     return 0
@@ -79,3 +91,55 @@ def _pieces(topo: Topology) -> int:
 
     pieces = fabric_pieces(topo)
     return len({pieces[e] for e in topo.endpoints} - {NO_PIECE})
+
+
+def _partition(topo: Topology, n: int, traffic: str | None) -> dict[str, object]:
+    """The partition into n switch groups as a JSON-able summary (phantora.netsim.partition)."""
+    from phantora.netsim.partition import INF_NS, partition_fabric
+
+    flows = None
+    if traffic:
+        from phantora.egraph.format import load
+        from phantora.egraph.replay import algo_from_meta, plan_graph
+
+        graph = load(traffic)
+        flows = plan_graph(graph, topo, algo_from_meta(graph)).flows
+    p = partition_fabric(topo, n, flows)
+    total = sum(p.loads) or 1.0
+    groups = []
+    for g in range(p.n):
+        members = p.members(g)
+        switches = [topo.nodes[v].name for v in members if topo.nodes[v].kind == "switch"]
+        groups.append(
+            {
+                "group": g,
+                "switches": switches,
+                "endpoints": sum(1 for v in members if v in topo.endpoint_set),
+                "load_share": p.loads[g] / total,
+            }
+        )
+    cut = [topo.links[i] for i in p.cut_links]
+    return {
+        "n": p.n,
+        "weighted_by": f"traffic of {traffic}" if traffic else "link capacity",
+        "groups": groups,
+        "cut_links": len(cut),
+        "cut_link_names": [f"{topo.nodes[lk.a].name}-{topo.nodes[lk.b].name}" for lk in cut],
+        "lookahead_ns": None if p.lookahead_ns == INF_NS else p.lookahead_ns,
+        "cut_weight": p.cut_weight,
+    }
+
+
+def format_partition(part: dict) -> str:
+    """The partition summary as text: one line per group, then the cut and its least latency (the lookahead)."""
+    lines = [f"  partition    {part['n']} switch groups, weighed by {part['weighted_by']}"]
+    for g in part["groups"]:
+        sw = g["switches"]
+        shown = ", ".join(sw[:6]) + (f", ... ({len(sw)} switches)" if len(sw) > 6 else "")
+        lines.append(f"    group {g['group']:<3} {g['load_share']:6.1%} of the work, {g['endpoints']} NICs; {shown}")
+    la = part["lookahead_ns"]
+    lines.append(
+        f"    cut links  {part['cut_links']}; min cut-link latency (lookahead) "
+        + ("none (nothing cut)" if la is None else f"{la} ns")
+    )
+    return "\n".join(lines)
