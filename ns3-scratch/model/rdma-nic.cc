@@ -104,6 +104,17 @@ TypeId RdmaNic::GetTypeId() {
                           .AddAttribute("CreditQuantum", "Receiver credits: the most a grant gives, in packets",
                                         UintegerValue(4), MakeUintegerAccessor(&RdmaNic::m_creditQuantum),
                                         MakeUintegerChecker<uint32_t>(1))
+                          .AddAttribute("Sleek",
+                                        "Receiver rud: SLEEK loss recovery (resend without a NACK once enough "
+                                        "later packets are acknowledged)",
+                                        BooleanValue(false), MakeBooleanAccessor(&RdmaNic::m_sleek),
+                                        MakeBooleanChecker())
+                          .AddAttribute("SleekFactor", "Sleek: threshold in windows (of the CC, else 1.5 BDP)",
+                                        DoubleValue(1.5), MakeDoubleAccessor(&RdmaNic::m_sleekFactor),
+                                        MakeDoubleChecker<double>(0.0))
+                          .AddAttribute("SleekMinPackets", "Sleek: the threshold's floor, in packets",
+                                        UintegerValue(5), MakeUintegerAccessor(&RdmaNic::m_sleekMinPackets),
+                                        MakeUintegerChecker<uint32_t>(1))
                           .AddTraceSource("Nack", "This receiver sent a NACK: (flow, expected seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_nackTrace),
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
@@ -165,6 +176,7 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   qp->lastProgressNs = now;
   const uint64_t rate = m_dev[qp->port]->GetRateBps();
   qp->rttNs = m_baseRtt(m_id, spec.dst, spec.key);
+  qp->bdpBytes = m_bdp(m_id, spec.dst, spec.key);
   OpenConn(qp.get(), now);
   if (m_rxMode == RxMode::Sack) {
     const int64_t window = m_reorderWindow.GetNanoSeconds();
@@ -751,6 +763,18 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
                          << (nacked ? ", resending it" : ", already handled"));
   } else {
     newly = qp->rud.OnAck(hdr.seq, hdr.sackBitmap, (hdr.flags & kFlagSack) ? hdr.sackLo : UINT64_MAX);
+    if (m_sleek) {
+      const uint64_t maxWnd = qp->bdpBytes * 3 / 2;
+      const uint64_t cwnd = qp->conn->cc->GetWindowBytes();
+      const uint64_t window = cwnd == 0 ? maxWnd : cwnd;
+      const auto scaled = static_cast<uint64_t>(m_sleekFactor * static_cast<double>(window));
+      const uint64_t threshold = std::max<uint64_t>(std::min(scaled, maxWnd) / m_payloadBytes, m_sleekMinPackets);
+      qp->rud.Sleek(threshold, window);
+      qp->probeAtNs = now + (qp->sndNxt >= qp->spec.size ? qp->rttNs * 7 / 4 : 3 * qp->rttNs);
+      if (!qp->probe.IsPending()) {
+        qp->probe = Simulator::Schedule(NanoSeconds(qp->probeAtNs - now), &RdmaNic::SleekProbe, this, qp);
+      }
+    }
   }
   if (m_entropyMode != EntropyMode::None) {
     qp->ev.Feedback(hdr.entropy, hdr.type == PktType::Ack && !ecn);  // REPS recycles uncongested entropies
@@ -871,6 +895,7 @@ void RdmaNic::Finish(Qp* qp) {
   m_counters.entropiesExplored += qp->ev.Explored();
   m_counters.entropiesRecycled += qp->ev.Recycled();
   qp->rto.Cancel();
+  qp->probe.Cancel();
   Port& p = m_ports[qp->port];
   auto pos = std::find(p.active.begin(), p.active.end(), qp);
   const uint32_t idx = static_cast<uint32_t>(pos - p.active.begin());
@@ -885,6 +910,18 @@ void RdmaNic::Finish(Qp* qp) {
   m_doneTx[id] = qp->stats;
   m_qps.erase(id);  // frees qp
   m_senderDone(id);
+}
+
+void RdmaNic::SleekProbe(Qp* qp) {
+  const uint64_t now = NowNs();
+  if (now < qp->probeAtNs) {
+    qp->probe = Simulator::Schedule(NanoSeconds(qp->probeAtNs - now), &RdmaNic::SleekProbe, this, qp);
+    return;
+  }
+  if (qp->rud.InFlightBytes() > 0 && qp->rud.OnTimeout(now, qp->rttNs) > 0) {
+    NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << ": no ACK for a probe time, resending");
+    m_dev[qp->port]->Kick();
+  }
 }
 
 void RdmaNic::ArmRto(Qp* qp) {
@@ -946,6 +983,7 @@ void RdmaNic::SetIntEnabled(bool on) { m_wire.intOn = on; }
 void RdmaNic::DoDispose() {
   for (auto& [id, qp] : m_qps) {
     qp->rto.Cancel();
+    qp->probe.Cancel();
     if (qp->own) {
       qp->own->cc->Stop();
     }

@@ -75,6 +75,10 @@ struct QpSpec {
  * grant, and each receiving port grants CreditQuantum packets at a time to the messages that asked, in turn,
  * paced at CreditRate x its line rate (CreditPacer), on Credit packets in class 0. A trimmed packet's NACK adds
  * its bytes to the grant; after a retransmission timeout the sender may resend what it marked lost without one.
+ * Sleek (Receiver = rud): SLEEK loss recovery for losses no NACK reports (RudSender::Sleek), its threshold
+ * max(min(SleekFactor x window, 1.5 BDP), SleekMinPackets) packets acknowledged beyond the cumulative point;
+ * and, for a tail loss, when no ACK came for 3 base RTTs (1.75 once everything was sent once) with data in
+ * flight, the packets sent a base RTT ago or more are taken as lost (htsim sends a probe packet there first).
  * Rate cap: a queue pair with QpSpec::maxRateBps is paced at min(CC rate, line rate, cap); the cap counts
  * payload bits, so where it binds a packet's payload is paced at the cap (its wire bytes at cap x wire /
  * payload: for a full packet, cap x (payload + header) / payload).
@@ -181,6 +185,9 @@ class RdmaNic : public Object, public PortOwner {
     EntropyPicker ev;           ///< LoadBalancing reps / oblivious: entropy per data packet
     uint16_t pathEntropy = 0;   ///< Receiver rod: the queue pair's one entropy value
     bool creditOn = false;      ///< its CC runs under receiver credits
+    uint64_t bdpBytes = 0;      ///< its path's BDP (as given to CCs): SLEEK's largest window
+    EventId probe;              ///< Sleek: the tail-loss probe
+    uint64_t probeAtNs = 0;     ///< Sleek: when it is due (each ACK moves it on)
     CreditLedger credit;        ///< creditOn: what it may send
     FlowTransportStats stats;   ///< retransmissions
   };
@@ -248,6 +255,8 @@ class RdmaNic : public Object, public PortOwner {
   void AckTimeout(uint64_t flowId);
   void Finish(Qp* qp);
   void ArmRto(Qp* qp);
+  /// Sleek: no ACK for a probe time with data in flight: the packets sent a base RTT ago or more are lost.
+  void SleekProbe(Qp* qp);
   void CheckRto(Qp* qp);
   void Wake(uint32_t port, uint64_t atNs);
   void OnWake(uint32_t port);
@@ -277,6 +286,9 @@ class RdmaNic : public Object, public PortOwner {
   uint32_t m_entropies = 256;
   uint32_t m_repsBuffer = 8;
   double m_creditRate = 0.99;
+  bool m_sleek = false;
+  double m_sleekFactor = 1.5;
+  uint32_t m_sleekMinPackets = 5;
   uint32_t m_creditQuantum = 4;
   Ptr<UniformRandomVariable> m_evRng;
   // Wiring.

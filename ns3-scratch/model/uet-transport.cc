@@ -55,6 +55,7 @@ void RudSender::OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx) {
     }
     m_segs.push_back(Seg{len, nowNs, false, false});
     m_inFlight += len;
+    m_sentEnd = std::max(m_sentEnd, seq + len);
     return;
   }
   if (Seg* g = Find(seq); g != nullptr && !g->acked) {
@@ -72,6 +73,7 @@ uint64_t RudSender::Ack(Seg& g) {
     return 0;
   }
   g.acked = true;
+  ++m_ackedAhead;
   if (!g.lost) {
     m_inFlight -= g.len;
   } else {
@@ -85,6 +87,7 @@ uint64_t RudSender::OnAck(uint64_t cum, uint64_t bitmap, uint64_t ackedSeq) {
   uint64_t newly = 0;
   while (!m_segs.empty() && m_base + m_segs.front().len <= cum) {
     newly += Ack(m_segs.front());
+    --m_ackedAhead;  // acknowledged, and no longer ahead of the cumulative point
     m_base += m_segs.front().len;
     m_segs.pop_front();
   }
@@ -129,6 +132,38 @@ uint64_t RudSender::OnTimeout(uint64_t nowNs, uint64_t rtoNs) {
       m_lost.push_back(m_base + i * m_payload);
       ++marked;
     }
+  }
+  return marked;
+}
+
+uint64_t RudSender::Sleek(uint64_t thresholdPackets, uint64_t windowBytes) {
+  if (m_recovery && m_base >= m_recoveryEnd) {
+    m_recovery = false;
+  }
+  if (!m_recovery) {
+    if (m_ackedAhead < thresholdPackets) {
+      return 0;
+    }
+    m_recovery = true;
+    m_recoveryEnd = m_sentEnd;
+    m_sleekNext = m_base;
+  }
+  uint64_t marked = 0;
+  const uint64_t limit = std::min(m_recoveryEnd, m_base + windowBytes);
+  for (uint64_t seq = std::max(m_sleekNext, m_base); seq < limit; seq += m_payload) {
+    Seg* g = Find(seq);
+    if (g == nullptr) {
+      break;
+    }
+    m_sleekNext = seq + m_payload;
+    if (g->acked || g->lost) {
+      continue;
+    }
+    g->lost = true;
+    m_inFlight -= g->len;
+    m_lostBytes += g->len;
+    m_lost.push_back(seq);
+    ++marked;
   }
   return marked;
 }

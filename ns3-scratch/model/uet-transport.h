@@ -47,6 +47,10 @@ class RudReceiver {
  * timeout; no reordering rule, so sprayed packets are never resent for arriving out of order. Lost packets go
  * again, oldest first, before new data. InFlightBytes() (sent, neither acknowledged nor lost) is what the
  * congestion window caps.
+ * SLEEK (optional, for losses no NACK reports: drops, failed links): once the packets acknowledged beyond the
+ * cumulative point reach a threshold, the sender enters loss recovery until the cumulative point passes what it
+ * had sent then, and marks lost every packet from the cumulative point up to a window ahead that is neither
+ * acknowledged nor marked, each once per recovery.
  */
 class RudSender {
  public:
@@ -61,6 +65,11 @@ class RudSender {
   uint32_t OnNack(uint64_t seq, uint64_t echoNs);
   /// Mark lost every unacknowledged packet sent at least `rtoNs` ago; returns how many.
   uint64_t OnTimeout(uint64_t nowNs, uint64_t rtoNs);
+  /// SLEEK after an ACK: enter (at `thresholdPackets` acknowledged beyond the cumulative point) or go on with loss
+  /// recovery, marking lost the unmarked packets up to `windowBytes` past the cumulative point; returns how many.
+  uint64_t Sleek(uint64_t thresholdPackets, uint64_t windowBytes);
+  /// Packets acknowledged beyond the cumulative point.
+  uint64_t AckedAhead() const { return m_ackedAhead; }
   bool HasLost();
   /// The next lost packet to resend: its seq and length.
   bool NextLost(uint64_t& seq, uint32_t& len);
@@ -85,6 +94,11 @@ class RudSender {
   std::deque<uint64_t> m_lost;  ///< seqs marked lost, not yet resent (may be stale)
   uint64_t m_inFlight = 0;
   uint64_t m_lostBytes = 0;
+  uint64_t m_sentEnd = 0;     ///< one past the highest byte sent
+  uint64_t m_ackedAhead = 0;  ///< entries of m_segs acknowledged (beyond the cumulative point)
+  bool m_recovery = false;    ///< SLEEK: in loss recovery
+  uint64_t m_recoveryEnd = 0; ///< SLEEK: recovery ends when the cumulative point reaches this
+  uint64_t m_sleekNext = 0;   ///< SLEEK: the next packet recovery may mark
 };
 
 /// How a sending NIC chooses the entropy value of each data packet (NIC attribute LoadBalancing).

@@ -136,6 +136,9 @@ class PacketConfig:
     # credit at credit_rate x its line rate (wire bytes), credit_quantum packets per grant (htsim: 0.99, 4)
     credit_rate: float = 0.99
     credit_quantum: int = 4
+    # rx=rud: SLEEK loss recovery (htsim's -sleek): resend, without a NACK, the packets not acknowledged once
+    # max(min(1.5 x window, 1.5 BDP), 5 packets) later ones are (for drops and failed links; trims are NACKed)
+    sleek: bool = False
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
@@ -397,6 +400,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "reorder_window_ns": (("nic.ReorderWindow",), "ns"),
     "credit_rate": (("nic.CreditRate",), "float"),
     "credit_quantum": (("nic.CreditQuantum",), "int"),
+    "sleek": (("nic.Sleek",), "bool"),
     "seed": (("fabric.Seed",), "int"),
     "scheduler": (("fabric.Scheduler",), "text"),
     "sched": (("switch.ClassScheduling", "nic.ClassScheduling"), "text"),
