@@ -32,6 +32,7 @@ from typing import Any
 
 from bridge.errors import RunFailed
 from bridge.jobs import JobTable
+from bridge.launch_order import HeldRendezvous
 from bridge.matching import Call, Matcher, Rendezvous, describe_key
 from bridge.protocol import (
     E_DEADLOCK,
@@ -187,7 +188,9 @@ class CoordinatorCore:
         self._dirty: set[int] = set()  # blocked ranks to re-check although the network did not move
         self._release_now = -1  # network time of the last full release pass
         self.live = live  # ranks not done
-        self._promises: list[tuple[int, int]] = [(0, r) for r in range(live)]  # lazy heap over run/test/barrier
+        # lazy heap of (bound, rank) over run/test/barrier ranks: `_bound`, the latest time the engine may run to
+        self._promises: list[tuple[int, int]] = [(-1 if window_ns == 0 else 0, r) for r in range(live)]
+        self.held = HeldRendezvous()  # complete rendezvous not launched yet (`_launch_ready`)
         self._goal = INF_NS  # exact mode: the last goal pushed as a lease
         self._fresh: set[int] = set()  # ranks released since the last lease pass
         self.matcher = Matcher(world, self.mirrors)
@@ -320,6 +323,7 @@ class CoordinatorCore:
         mine = set(self.jobs.ranks_of(job))
         for key in [k for k, rv in self.matcher.pending.items() if set(rv.members) & mine]:
             del self.matcher.pending[key]
+        self.held.drop(mine)
         if self.on_job_failed is not None:
             self.on_job_failed(job, code, text)
 
@@ -346,9 +350,10 @@ class CoordinatorCore:
         self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"]), call)
 
     def _joined(self, complete: Rendezvous | None, call: Call) -> None:
-        """Launch a complete rendezvous; fail at once if a pending one needs a rank that finished."""
+        """Hold a complete rendezvous for launch in order; fail at once if a pending one needs a rank that finished."""
         if complete is not None:
-            self._launch(complete)
+            self.held.push(complete)
+            self._launch_ready()
             return
         rv = next(p for p in self.matcher.pending.values() if p.calls.get(call.rank) is call)
         for m in rv.missing:
@@ -417,6 +422,29 @@ class CoordinatorCore:
             self._missing(rs.rank, rv)
 
     # ----- collectives -> flows ------------------------------------------------------------------
+    def _launch_ready(self) -> None:
+        """Launch the held rendezvous that nothing can still precede, by (start, key): the same order and the
+        same engine state at each launch whatever order the ranks' messages arrived in.
+
+        Exact mode: a rendezvous starting at s goes once every running rank is past s (it may still issue at its
+        own time), every blocked rank wakes no earlier than s, and the engine has run every event before s (a
+        wake-up it causes comes first). Window mode: once every live rank is blocked (nothing can arrive
+        before the coordinator answers); the engine does not move between, so each starts when it would have."""
+        if self.window:
+            if len(self.blocked) == self.live:
+                while self.held:
+                    self._launch(self.held.pop())
+            return
+        while self.held:
+            s = self.held.head_start()
+            assert s is not None
+            if self.horizon() < s:
+                return
+            nxt = self.engine.next_event_time()
+            if nxt is not None and nxt < s:
+                return
+            self._launch(self.held.pop())
+
     def _launch(self, rv: Rendezvous) -> None:
         """All calls are in: decompose, submit at the latest issue time, record."""
         calls = list(rv.calls.values())
@@ -520,6 +548,14 @@ class CoordinatorCore:
                     self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
 
     # ----- the network clock ---------------------------------------------------------------------
+    def _bound(self, rs: RankState) -> int:
+        """How far the engine may run for a rank in run, test or barrier: its promise; in exact mode one ns less
+        for a running rank, which may still issue at its promise (those flows start before that ns is run)."""
+        return rs.promise - 1 if self.window == 0 and rs.state == RUN else rs.promise
+
+    def _push(self, rs: RankState) -> None:
+        heapq.heappush(self._promises, (self._bound(rs), rs.rank))
+
     def _promise(self, rs: RankState, t: int) -> None:
         """Raise a rank's promise, keeping the heap of promises (stale entries are skipped lazily)."""
         if t == rs.promise:
@@ -527,9 +563,9 @@ class CoordinatorCore:
         rs.promise = t
         if rs.state in (RUN, TEST, BARRIER):
             heap = self._promises
-            heapq.heappush(heap, (t, rs.rank))
+            self._push(rs)
             if len(heap) > 4 * len(self.ranks) + 64:  # drop the stale entries now and then
-                heap[:] = [(x.promise, x.rank) for x in self.ranks if x.state in (RUN, TEST, BARRIER)]
+                heap[:] = [(self._bound(x), x.rank) for x in self.ranks if x.state in (RUN, TEST, BARRIER)]
                 heapq.heapify(heap)
 
     def _block(self, rs: RankState, state: str) -> None:
@@ -539,7 +575,7 @@ class CoordinatorCore:
         if state == WAIT:
             self.waiting[rs.rank] = rs
         else:
-            heapq.heappush(self._promises, (rs.promise, rs.rank))
+            self._push(rs)
 
     def _floor(self, t: int) -> int:
         return t if self.window == 0 or t >= INF_NS else t - t % self.window
@@ -554,7 +590,7 @@ class CoordinatorCore:
         while heap:
             p, r = heap[0]
             rs = self.ranks[r]
-            if rs.promise == p and rs.state in (RUN, TEST, BARRIER):
+            if rs.state in (RUN, TEST, BARRIER) and self._bound(rs) == p:
                 break
             heapq.heappop(heap)
         h = heap[0][0] if heap else INF_NS
@@ -582,14 +618,19 @@ class CoordinatorCore:
         watch = self.watched() if self.waiting else set()
         earliest = self.bounds.earliest(watch, INF_NS)
         if self.window == 0:
-            if hz < now:
+            if hz < now - 1:  # a running rank's bound is its promise - 1: one ns behind is a rank woken now
                 raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")
-            if hz == INF_NS and (not watch or nxt is None):
+            held = self.held.head_start()
+            if held is not None:  # the held rendezvous' flows start before the engine runs that ns
+                hz = min(hz, held - 1)
+            if hz < now or hz == INF_NS and (not watch or nxt is None):
                 return False
             if hz == now and not due:
                 return False
             done = advance_watching(eng, hz, watch, earliest)
         else:
+            if len(self.blocked) < self.live:
+                return False  # window mode moves only once every live rank is blocked (`_launch_ready`)
             target = self._floor(hz)
             if watch and nxt is not None:  # stop in the window of the first possible wake-up
                 target = min(target, max(self._floor(nxt) + self.window, self._floor(earliest)))
@@ -614,7 +655,7 @@ class CoordinatorCore:
         del self.blocked[rs.rank]
         self.waiting.pop(rs.rank, None)
         self._fresh.add(rs.rank)
-        heapq.heappush(self._promises, (rs.promise, rs.rank))
+        self._push(rs)
         extra = {"lost": lost} if lost else {}
         self.send(rs.rank, encode("result", now, h=h, t_done=t_done, done=done, now=now, lease=lease, **extra))
 
@@ -658,8 +699,10 @@ class CoordinatorCore:
 
         Returns the (rank, lease) pushes to send (exact mode). Raises RunFailed on a deadlock.
         """
+        self._launch_ready()
         self._release()
         while self._step():
+            self._launch_ready()
             self._release()
             if self.on_round is not None:
                 self.on_round()
@@ -667,7 +710,8 @@ class CoordinatorCore:
         return self._leases()
 
     def _leases(self) -> list[tuple[int, int]]:
-        """Exact mode: tell running ranks behind the network's next goal to report when they pass it."""
+        """Exact mode: tell running ranks at or behind the network's next goal to report when they pass it (the
+        engine runs a ns only once no running rank can still issue at it)."""
         if self.window:
             return []
         goal = INF_NS
@@ -680,15 +724,19 @@ class CoordinatorCore:
         for rs in self.blocked.values():
             if rs.state == TEST:
                 goal = min(goal, rs.target)
+        held = self.held.head_start()
+        if held is not None and self.blocked:
+            goal = min(goal, held)
         candidates = self.ranks if goal != self._goal else [self.ranks[r] for r in self._fresh]
         self._goal = goal
         self._fresh.clear()
         out = []
         if goal < INF_NS:
+            lease = goal + 1
             for rs in candidates:
-                if rs.state == RUN and rs.promise < goal and rs.sent_lease != goal:
-                    rs.sent_lease = goal
-                    out.append((rs.rank, goal))
+                if rs.state == RUN and rs.promise <= goal and rs.sent_lease != lease:
+                    rs.sent_lease = lease
+                    out.append((rs.rank, lease))
         return out
 
     # ----- deadlock and the end ----------------------------------------------------------------
@@ -755,7 +803,8 @@ class CoordinatorCore:
         return self.live == 0
 
     def finalize(self) -> dict[str, Any]:
-        """After every rank finished: check nothing is left unmatched, drain the network, report."""
+        """After every rank finished: check nothing is left unmatched, launch what is held, drain the network,
+        report."""
         for rv in list(self.matcher.pending.values()):
             text = f"missing participant: every rank finished, but {rv.describe()}"
             if not self.isolate:
@@ -763,6 +812,13 @@ class CoordinatorCore:
             assert self.jobs is not None
             self.fail_job(self.jobs.job_of(rv.members[0]), E_DEADLOCK, text)
         try:
+            while self.held:  # in order, each once the engine has run every event before its start
+                s = self.held.head_start()
+                assert s is not None
+                nxt = self.engine.next_event_time()
+                if not self.window and nxt is not None and nxt < s:
+                    self._apply(self.engine.advance(s - 1))
+                self._launch(self.held.pop())
             self._apply(self.engine.drain())
         except PhantoraError as exc:
             raise RunFailed(E_ENGINE, f"the network did not drain: {exc}") from None

@@ -175,11 +175,18 @@ def test_window_mode_rounds_are_whole_windows_and_late_start_is_bounded() -> Non
     assert done <= h.core.engine.now() < done + w
     assert h.result(0)["t_done"] == done
     assert h.result(0)["lease"] == h.core.engine.now() + w
-    # A follow-up issued right at the completion starts late, by less than one window.
-    h.coll(0, done, seq=1, group=(0, 1))
-    h.coll(1, done, seq=1, group=(0, 1))
+    # A follow-up issued right at the completion starts late, by less than one window. It is launched once both
+    # ranks are blocked (nothing else can arrive first: the launch order does not depend on arrival), at the
+    # network's time then, which has not moved since.
+    now = h.core.engine.now()
+    a2 = h.coll(0, done, seq=1, group=(0, 1))
+    b2 = h.coll(1, done, seq=1, group=(0, 1))
+    assert len(h.core.records) == 1
+    h.wait(0, done, a2)
+    h.wait(1, done, b2)
+    h.core.progress()
     rec = h.core.records[1]
-    assert 0 < rec.t_start - rec.t_requested < w
+    assert rec.t_start == now and 0 < rec.t_start - rec.t_requested < w
 
 
 def test_window_barrier_holds_until_every_rank_reaches_the_window_end() -> None:
