@@ -109,7 +109,9 @@ def _eager_compile(compile_fn: Any) -> Any:
                 file=sys.stderr,
                 flush=True,
             )
-        kwargs.update(backend="eager", mode=None, options=None)
+        # fullgraph=True asks that everything be compiled; nothing is, and torch then refuses the call ("found no
+        # compiled frames": torch's own context parallelism compiles create_block_mask so)
+        kwargs.update(backend="eager", mode=None, options=None, fullgraph=False)
         return compile_fn(**kwargs) if model is None else compile_fn(model, **kwargs)
 
     compile_eagerly._phantora = True  # type: ignore[attr-defined]
