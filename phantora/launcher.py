@@ -198,6 +198,16 @@ def _scenario_section(cfg: RunConfig, topo: Topology, cosim: Any, steps: list[di
     return live_section(sc, topo, cosim.scenario, cosim.ranks, steps, cosim.engine_stats)
 
 
+def _steps_for_engine(cfg: RunConfig) -> bool:
+    """The scenario has network events at a step: the engine must hear of steps, so it runs in the coordinator
+    (a network server would not; ns-3 there pauses the coordinator's heartbeats during long engine calls)."""
+    if not cfg.scenario:
+        return False
+    from phantora.netsim.scenario import read_scenario
+
+    return any(ev.at_step is not None for ev in read_scenario(cfg.scenario).network())
+
+
 def scenario_trace_events(section: dict[str, Any]) -> list[dict[str, Any]]:
     from phantora.report.scenario_live import trace_events
 
@@ -262,6 +272,7 @@ def launch(cfg: RunConfig) -> RunReport:
             # records run to millions of rows, so it keeps the engine's totals only
             keep_flows=keep and world <= FLOWS_CSV_MAX_RANKS,
             rank_preload=RANK_PRELOAD if cfg.fork_server else (),
+            engine_in_coordinator=True if _steps_for_engine(cfg) else None,
         ).run()
     except BaseException as exc:  # a failed run (or ^C) says so, and keeps the steps that finished
         if watcher is not None:

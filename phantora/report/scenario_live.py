@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from phantora.netsim.fault_plan import timed_actions
 from phantora.netsim.scenario import Scenario
 from phantora.report.scenario_report import scenario_results
 from phantora.topology.model import Topology
@@ -30,6 +31,27 @@ def step_starts(steps: Sequence[Mapping[str, Any]], told: Mapping[int, int] | No
     return out
 
 
+def out_end(spans: Sequence[tuple[int, int]]) -> int:
+    return max((b for _, b in spans), default=0)
+
+
+def planned_rows(sc: Scenario, topo: Topology, end_ns: int) -> list[dict[str, Any]]:
+    """The link actions of the scenario's timed events up to `end_ns`, as `applied` lists them: what an engine in
+    a network server applied (the coordinator does not see it; the schedule is fixed in advance)."""
+    names = topo.nodes
+    rows = []
+    for a in timed_actions(sc, topo):
+        acts = [(a.t_ns, a.op)]
+        if a.op in ("down", "up"):
+            acts.append((a.t_ns + sc.reconvergence_ns, "reroute"))
+        for t, op in acts:
+            if t <= end_ns:
+                links = [f"{names[topo.links[x].a].name}-{names[topo.links[x].b].name}" for x in a.links]
+                row = {"t_ns": t, "op": op, "event": a.label, "links": links}
+                rows.append({**row, "stalled_flows": 0, "moved_flows": 0})
+    return sorted(rows, key=lambda r: r["t_ns"])
+
+
 def live_section(
     sc: Scenario,
     topo: Topology,
@@ -43,7 +65,7 @@ def live_section(
     starts = step_starts(steps, told)
     spans = [(int(r["end_ns"]) - int(r["time_ns"]), int(r["end_ns"])) for r in steps]
     out = scenario_results(sc, topo, None, spans, (), "steps", starts)
-    out["applied"] = list(outcome.get("applied") or [])
+    out["applied"] = list(outcome.get("applied") or planned_rows(sc, topo, out_end(spans)))
     for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "lost_packets", "stalls", "retx_bytes"):
         if key in engine_stats:
             out[key] = engine_stats[key]
@@ -58,7 +80,7 @@ def live_section(
             out.setdefault("slowed_ns", {})[str(rank)] = part["slowed_ns"]
     out["gpu_slow"] = slow
     out["steps_started"] = {str(k): v for k, v in sorted(told.items())}
-    out["end_ns"] = max((b for _, b in spans), default=0)  # the last step's end: open windows are drawn to it
+    out["end_ns"] = out_end(spans)  # the last step's end: open windows are drawn to it
     return out
 
 
