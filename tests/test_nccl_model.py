@@ -552,3 +552,22 @@ def test_an_explicit_pairwise_all_to_all_is_phantoras_own():
     pairwise = decompose(coll, topo, AlgoOptions(algorithm="pairwise", nccl_env=()))
     assert pairwise.choice is None and any(f.deps for f in pairwise.flows)
     assert decompose(coll, topo, AlgoOptions(algorithm="direct", nccl_env=())).choice["algorithm"] == "p2p"
+
+
+@pytest.mark.parametrize(("proto", "hw_lat", "posts", "plateau"), [("LL", 0.6, 1, 1.0), ("Simple", 3.4, 3, 1.4)])
+def test_a_generators_amd_cpu_slows_each_intra_node_ring_step_to_the_proxys_post(proto, hw_lat, posts, plateau):
+    """`rail_optimized(..., cpu="amd")`: across nodes NCCL's ring step inside a node costs
+    max(NVLink's ring latency, net overhead x (3 for Simple)), the overhead 2 µs on AMD and 1 on Intel
+    (getNetOverhead). A 2 x 8 H100 ring all-reduce has 2(16-1) = 30 steps, 2(2-1) = 2 of them across nodes, so
+    the 28 others cost 28 x (max(lat, 2 posts) - max(lat, 1 post)) more: 28 µs with LL, 28 x (6 - 3.4) with Simple,
+    which ncclTopoGetAlgoTime then multiplies by its multi-node ring plateau (1.4 on SM80+) at 1 MiB."""
+    ranks = tuple(range(16))
+    st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": proto})
+    got = {}
+    for cpu in ("amd", "intel"):
+        topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100", cpu=cpu)
+        choice = select("all_reduce", platform_of(topo, ranks), st, 1 * MiB)
+        assert choice is not None and choice.algorithm == "ring"
+        got[cpu] = choice.lat_us
+    step = max(hw_lat, 2.0 * posts) - max(hw_lat, 1.0 * posts)
+    assert got["amd"] - got["intel"] == pytest.approx(plateau * 28 * step)

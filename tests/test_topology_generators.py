@@ -128,3 +128,21 @@ def test_dgx_host_and_nvlink_by_gpu_model() -> None:
 def test_generators_are_deterministic() -> None:
     a, b = rail_optimized(4, 8, 2), rail_optimized(4, 8, 2)
     assert a.nodes == b.nodes and a.links == b.links
+
+
+def test_every_generator_records_the_hosts_cpu_and_refuses_an_unknown_one() -> None:
+    """`cpu` (intel, amd or arm, any case) goes to meta["cpu"], where the NCCL model reads it; absent, nothing is
+    recorded (Intel's figures); any other name is an error naming the field."""
+    made = [
+        fat_tree(4, cpu="AMD"),
+        leaf_spine(1, 8, 0, cpu="AMD"),
+        rail_optimized(2, 8, 2, cpu="AMD"),
+        dgx_host(8, cpu="AMD"),
+    ]
+    assert [t.meta["cpu"] for t in made] == ["amd"] * 4
+    assert "cpu" not in dgx_host(8).meta
+    assert dgx_host(8, cpu="arm").meta["cpu"] == "arm"
+    with pytest.raises(InputError, match="field 'cpu': expected one of intel, amd, arm, got 'epyc'"):
+        rail_optimized(2, 8, 2, cpu="epyc")
+    with pytest.raises(InputError, match="field 'cpu'"):
+        dgx_host(8, cpu=1)  # type: ignore[arg-type]

@@ -111,6 +111,8 @@ NODES = '[[nodes]]\nname = "a"\nkind = "host"\n[[nodes]]\nname = "s"\nkind = "sw
         (NODES + '[[nodes]]\nname = "c"\nkind = "router"\n', "nodes[2].kind", 7),
         (NODES + '[[nodes]]\nname = "c"\nkind = "host"\nhost = -1\n', "nodes[2].host", 7),
         ('gpu = "h100"\n[generator]\nkind = "dgx_host"\n' + NODES, "generator", None),
+        ('gpu = "h100"\ncpu = "epyc"\n[generator]\nkind = "dgx_host"\n', "cpu", 2),
+        ('[generator]\nkind = "dgx_host"\ncpu = "amd"\n', "generator.cpu", None),
     ],
 )
 def test_toml_errors_name_the_field(tmp_path: Path, text: str, field: str, line: int | None) -> None:
@@ -120,6 +122,15 @@ def test_toml_errors_name_the_field(tmp_path: Path, text: str, field: str, line:
     assert err.value.field == field
     assert err.value.file == str(path)
     assert err.value.line == line
+
+
+def test_toml_cpu_reaches_the_topology_in_both_forms(tmp_path: Path) -> None:
+    """A top-level `cpu` (like `gpu`) sets the hosts' CPU vendor of a generator call and of explicit lists."""
+    gen = load_topology(write(tmp_path, 'cpu = "AMD"\n[generator]\nkind = "dgx_host"\n'))
+    assert gen.meta["cpu"] == "amd"
+    explicit = NODES + '[[links]]\na = "a"\nb = "s"\nrate = 1\nlatency = 0\n'
+    assert load_topology(write(tmp_path, 'cpu = "intel"\n' + explicit)).meta["cpu"] == "intel"
+    assert "cpu" not in load_topology(write(tmp_path, explicit)).meta
 
 
 def test_toml_syntax_error_names_line(tmp_path: Path) -> None:

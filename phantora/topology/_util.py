@@ -96,6 +96,20 @@ def gpu_name(value: object, field: str = "gpu") -> str | None:
     return value.strip().lower()
 
 
+CPU_VENDORS = ("intel", "amd", "arm")  # the hosts' CPU as NCCL's topology detection tells them apart
+
+
+def cpu_name(value: object, field: str = "cpu") -> str | None:
+    """The hosts' CPU vendor, lower-cased ('AMD' -> 'amd'): intel, amd or arm (NCCL's net overhead and its
+    multi-node LL ceiling follow it; arm hosts take Intel's figures, as NCCL gives any non-AMD host)."""
+    if value is None:
+        return None
+    name = value.strip().lower() if isinstance(value, str) else None
+    if name not in CPU_VENDORS:
+        raise InputError(f"expected one of {', '.join(CPU_VENDORS)}, got {value!r}", field=field)
+    return name
+
+
 def nvlink_default(gpu: str | None) -> int | None:
     """NVLink bits/s per direction of a GPU model (phantora.perfmodel.gpus; H100 when unknown); None if it
     has no NVLink to an NVSwitch (PCIe cards, whose NVLink bridges join pairs only)."""

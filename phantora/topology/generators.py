@@ -3,7 +3,8 @@
 Every generator numbers nodes the SimAI way (GPUs first, host-major; then NVSwitches; then leaves;
 then spines; then cores), so rank i is GPU i and node ``gpu{i}``. Rates accept ``'400Gbps'`` or
 an int in bits/s, times ``'1us'`` or an int in ns. Each returns a validated `Topology` whose
-``meta`` records the generator, its parameters and the per-leaf oversubscription.
+``meta`` records the generator, its parameters and the per-leaf oversubscription, and ``cpu``, the hosts'
+CPU vendor (intel, amd or arm; NCCL's net overhead and multi-node LL ceiling follow it), when given.
 
 DGX-like hosts (``gpus_per_host > 1``): the host's GPUs join one NVSwitch node (kind
 ``nvswitch``) at NVLink rate (from the ``gpu`` model: H100 = 3600 Gbps per direction) and each GPU
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 
 from phantora.errors import InputError
-from phantora.topology._util import Rate, Time, count, gpu_name, nvlink_default, rate_bps, ratio, time_ns
+from phantora.topology._util import Rate, Time, count, cpu_name, gpu_name, nvlink_default, rate_bps, ratio, time_ns
 from phantora.topology.model import Topology
 
 DEFAULT_NVLINK_LATENCY = "25ns"
@@ -48,9 +49,12 @@ def _hosts(
     return per_host
 
 
-def _new(kind: str, name: str | None, gpu: str | None, params: Mapping[str, object]) -> Topology:
+def _new(kind: str, name: str | None, gpu: str | None, params: Mapping[str, object], cpu: str | None) -> Topology:
     topo = Topology(name=name or kind, gpu_model=gpu_name(gpu))
+    vendor = cpu_name(cpu)
     topo.meta["generator"] = {"kind": kind, **{k: v for k, v in params.items() if v is not None}}
+    if vendor is not None:
+        topo.meta["cpu"] = vendor  # read by the NCCL model (phantora.collectives.nccl.platform.cpu_vendor)
     return topo
 
 
@@ -82,6 +86,7 @@ def fat_tree(
     nvlink_rate: Rate | None = None,
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
+    cpu: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """k-ary fat-tree: k pods of k/2 edge + k/2 aggregation switches, (k/2)^2 cores, k^3/4 GPUs.
@@ -100,7 +105,7 @@ def fat_tree(
         )
     bps, lat = rate_bps(link_rate, "link_rate"), time_ns(latency, "latency")
     params = {"k": k, "link_rate": link_rate, "latency": latency, "gpus_per_host": gpus_per_host}
-    topo = _new("fat_tree", name or f"fattree-k{k}", gpu, params)
+    topo = _new("fat_tree", name or f"fattree-k{k}", gpu, params, cpu)
     hosts = _hosts(topo, k**3 // 4 // gpus_per_host, gpus_per_host, nvswitch, nvlink_rate, nvlink_latency)
     gpus = [g for h in hosts for g in h]
     edge = [[topo.add_node("switch", f"edge{p}.{i}", tier=1) for i in range(half)] for p in range(k)]
@@ -133,6 +138,7 @@ def leaf_spine(
     nvlink_rate: Rate | None = None,
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
+    cpu: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """2-tier leaf-spine: every leaf links once to every spine.
@@ -162,7 +168,7 @@ def leaf_spine(
         "latency": latency,
         "gpus_per_host": gpus_per_host,
     }
-    topo = _new("leaf_spine", name or f"leafspine-{leaves}x{per_leaf}", gpu, params)
+    topo = _new("leaf_spine", name or f"leafspine-{leaves}x{per_leaf}", gpu, params, cpu)
     hosts = _hosts(topo, leaves * per_leaf // gpus_per_host, gpus_per_host, nvswitch, nvlink_rate, nvlink_latency)
     gpus = [g for h in hosts for g in h]
     leaf = [topo.add_node("switch", f"leaf{i}", tier=1) for i in range(leaves)]
@@ -192,6 +198,7 @@ def rail_optimized(
     nvlink_rate: Rate | None = None,
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
+    cpu: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """Rail-optimised fabric: GPU i of every host links to rail leaf i; every leaf links to every spine.
@@ -219,7 +226,7 @@ def rail_optimized(
         "oversubscription": oversubscription,
         "latency": latency,
     }
-    topo = _new("rail_optimized", name or f"rail-{hosts}x{gpus_per_host}", gpu, params)
+    topo = _new("rail_optimized", name or f"rail-{hosts}x{gpus_per_host}", gpu, params, cpu)
     per_host = _hosts(topo, hosts, gpus_per_host, nvswitch, nvlink_rate, nvlink_latency)
     rails = [
         [topo.add_node("switch", f"rail{r}" if groups == 1 else f"rail{r}.{g}", tier=1) for r in range(gpus_per_host)]
@@ -245,12 +252,13 @@ def dgx_host(
     nvlink_rate: Rate | None = None,
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
+    cpu: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """One DGX-like server: G GPUs on an NVSwitch, no fabric (for tensor-parallel runs on one host)."""
     gpus_per_host = count(gpus_per_host, "gpus_per_host", 2)
     params = {"gpus_per_host": gpus_per_host, "nvlink_rate": nvlink_rate, "nvlink_latency": nvlink_latency}
-    topo = _new("dgx_host", name or f"dgx{gpus_per_host}", gpu, params)
+    topo = _new("dgx_host", name or f"dgx{gpus_per_host}", gpu, params, cpu)
     _hosts(topo, 1, gpus_per_host, True, nvlink_rate, nvlink_latency)
     return topo.validate()
 

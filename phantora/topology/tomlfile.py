@@ -4,6 +4,7 @@
 name = "testbed16"          # optional (default: file stem)
 description = "..."         # optional
 gpu = "h100"                # optional GPU model
+cpu = "amd"                 # optional hosts' CPU vendor: intel (default) | amd | arm (NCCL's net overhead follows it)
 
 [generator]                 # either this table ...
 kind = "leaf_spine"         # fat_tree | leaf_spine | rail_optimized | dgx_host
@@ -34,14 +35,14 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.files import parse_toml, read_text
-from phantora.topology._util import count, gpu_name, rate_bps, relocate, time_ns
+from phantora.topology._util import count, cpu_name, gpu_name, rate_bps, relocate, time_ns
 from phantora.topology.generators import GENERATORS
 from phantora.topology.model import NODE_KINDS, Topology
 
-TOP_KEYS = ("name", "description", "gpu", "generator", "nodes", "links", "link_defaults")
+TOP_KEYS = ("name", "description", "gpu", "cpu", "generator", "nodes", "links", "link_defaults")
 NODE_KEYS = ("name", "kind", "host", "tier")
 LINK_KEYS = ("a", "b", "rate", "latency")
-_RESERVED = ("name", "gpu")  # generator arguments that come from the top level
+_RESERVED = ("name", "gpu", "cpu")  # generator arguments that come from the top level
 
 
 def _unknown(table: dict[str, Any], allowed: tuple[str, ...], where: str, file: str, line: int | None = None) -> None:
@@ -54,6 +55,16 @@ def _header_lines(text: str, name: str) -> list[int]:
     """Line numbers of each ``[[name]]`` header, to point errors at the right array entry."""
     pat = re.compile(r"^\s*\[\[\s*" + re.escape(name) + r"\s*\]\]")
     return [no for no, line in enumerate(text.splitlines(), 1) if pat.match(line)]
+
+
+def _key_line(text: str, key: str | None) -> int | None:
+    """The line of a top-level ``key = ...`` (before the first table header), if there is one."""
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("["):
+            return None
+        if key and re.match(r"\s*" + re.escape(key) + r"\s*=", line):
+            return no
+    return None
 
 
 def _line_of(lines: list[int], index: int, total: int) -> int | None:
@@ -69,7 +80,7 @@ def _generator(table: dict[str, Any], top: dict[str, Any], file: str) -> Topolog
     params = [p for p in inspect.signature(func).parameters if p not in _RESERVED]
     _unknown(table, tuple(params), "generator.", file)
     try:
-        return func(**table, name=top.get("name"), gpu=top.get("gpu"))
+        return func(**table, name=top.get("name"), gpu=top.get("gpu"), cpu=top.get("cpu"))
     except InputError as exc:
         raise relocate(exc, file=file, prefix="generator.") from None
     except TypeError as exc:  # a required argument is missing
@@ -143,8 +154,9 @@ def read_toml(path: str | Path) -> Topology:
             raise InputError("expected a string", file=file, field=key)
     try:
         gpu_name(data.get("gpu"))
+        cpu = cpu_name(data.get("cpu"))
     except InputError as exc:
-        raise relocate(exc, file=file) from None
+        raise relocate(exc, file=file, line=_key_line(text, exc.field)) from None
     if "generator" in data:
         if any(k in data for k in ("nodes", "links", "link_defaults")):
             raise InputError("give either [generator] or nodes/links, not both", file=file, field="generator")
@@ -159,6 +171,8 @@ def read_toml(path: str | Path) -> Topology:
         topo.name = Path(file).stem
     if "description" in data:
         topo.meta["description"] = data["description"]
+    if cpu is not None:
+        topo.meta["cpu"] = cpu
     topo.meta["source"] = file
     topo.meta["format"] = "toml"
     return topo.validate(source=file)
