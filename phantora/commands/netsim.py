@@ -243,10 +243,10 @@ def _run_runner(
 ) -> dict[str, Any]:
     """`_run_ns3` in phantora-ns3-runner: the call script (out/ns3-calls.txt, else a temporary one) run there."""
     from phantora.netsim.base import watch_sample
-    from phantora.netsim.runner_engine import RunnerNetwork
+    from phantora.netsim.factory import make_runner
 
     with tempfile.TemporaryDirectory(prefix="phantora-netsim-") as tmp:
-        net = RunnerNetwork(topo, config, RunDir(out or Path(tmp)).file(S.NS3_CALLS_TXT))
+        net = make_runner(EngineSpec("ns3", config), topo, RunDir(out or Path(tmp)).file(S.NS3_CALLS_TXT))
         for start, batch in inp.batches:
             net.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
         t0 = time.perf_counter()

@@ -12,6 +12,7 @@ from phantora.topology.model import Topology
 
 if TYPE_CHECKING:
     from phantora.netsim.decompose import Spawner
+    from phantora.netsim.runner_engine import RunnerNetwork
     from phantora.netsim.scenario import Scenario
 
 
@@ -87,6 +88,17 @@ def packet_under_scenario(spec: EngineSpec, topo: Topology, scenario: Scenario, 
     if config.nvlink == "fluid":
         return fluid_nvlink(topo, faulty.config, packet=faulty)
     return faulty
+
+
+def make_runner(spec: EngineSpec, topo: Topology, script: Path) -> RunnerNetwork:
+    """The packet engine `spec` describes as one batch run of phantora-ns3-runner (what netsim uses when the config
+    allows it, `runner_engine.runner_usable`): the fabric's calls written to `script`, then the flows `submit`ted
+    and `run()` there, with the in-process engine's records and no Python bindings to load."""
+    from phantora.netsim.runner_engine import RunnerNetwork
+
+    if spec.network != "ns3":
+        raise InputError("the ns-3 runner runs the packet engine only", field="network")
+    return RunnerNetwork(topo, spec.packet, script)
 
 
 def packet_side(ns3: Any, config: Any) -> Any:
