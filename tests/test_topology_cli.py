@@ -19,6 +19,17 @@ def test_summary_text(capsys) -> None:
     assert "route rank 3 -> 12: gpu3 -> leaf0 -> spine" in out
 
 
+def test_summary_names_the_hosts_cpu_when_the_file_gives_it(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "dgx_a100.toml"
+    path.write_text('gpu = "a100"\ncpu = "amd"\n[generator]\nkind = "dgx_host"\n')
+    assert main(["topo", str(path)]) == 0
+    assert "  cpu          amd" in capsys.readouterr().out
+    assert main(["topo", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cpu"] == "amd"
+    assert main(["topo", "testbed16", "--json"]) == 0
+    assert "cpu" not in json.loads(capsys.readouterr().out)
+
+
 def test_summary_json(capsys) -> None:
     assert main(["topo", "leafspine1024", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

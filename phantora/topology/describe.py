@@ -111,6 +111,8 @@ def describe(topo: Topology, bisection: bool = True) -> dict[str, Any]:
         "gpus_per_host": sorted(set(host_sizes.values())),
         "switch_tiers": max(tiers, default=0),
     }
+    if "cpu" in topo.meta:
+        info["cpu"] = topo.meta["cpu"]  # the hosts' CPU, which NCCL's tuner reads (net overhead, LL ceiling)
     if "generator" in topo.meta:
         info["generator"] = topo.meta["generator"]
     over = leaf_oversubscription(topo)
@@ -137,6 +139,8 @@ def format_description(info: dict[str, Any]) -> str:
         out.append(f"  source       {info['source']} [{info['format']}]")
     if info.get("gpu_model"):
         out.append(f"  gpu          {info['gpu_model']}")
+    if info.get("cpu"):
+        out.append(f"  cpu          {info['cpu']}")
     kinds = ", ".join(f"{c} {k}" for k, c in info["nodes_by_kind"].items())
     out.append(f"  nodes        {info['nodes']}: {kinds}")
     if info["switches_by_tier"]:
