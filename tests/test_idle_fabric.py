@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from phantora.cli import main
 from phantora.launcher import RunConfig, launch
-from phantora.results.idle import IDLE_SHARE, idle_fabric, no_effect_settings
+from phantora.netsim.base import Completion
+from phantora.results.idle import IDLE_SHARE, idle_fabric, idle_fabric_on, no_effect_settings, traffic_of
 from phantora.results.summary import format_summary
 from phantora.topology.generators import leaf_spine
 
@@ -87,3 +89,48 @@ def test_a_run_across_hosts_says_nothing(ns3_lib: Any, tmp_path: Path) -> None:
     net = doc["network"]
     assert net["traffic_bytes"]["fabric"] >= IDLE_SHARE * net["traffic_bytes"]["network"] > 0
     assert "idle_fabric" not in net and "fabric was idle" not in printed
+
+
+def test_traffic_counted_from_completions_splits_nvlink_and_fabric() -> None:
+    """Two hosts of two GPUs under one switch: endpoints 0, 1 share host 0 (NVLink), 0 -> 2 crosses the switch;
+    a self-flow and an empty flow carry nothing."""
+    topo = leaf_spine(1, 4, 0, gpus_per_host=2, name="two-hosts")
+    done = [
+        Completion(0, 0, 10, 1000, 0, 1),
+        Completion(1, 0, 10, 300, 0, 2),
+        Completion(2, 0, 10, 300, 2, 0),
+        Completion(3, 0, 10, 50, 3, 3),
+        Completion(4, 0, 10, 0, 1, 3),
+    ]
+    assert traffic_of(topo, done) == {"network": 1600, "fabric": 600}
+    assert traffic_of(topo, done[:1]) == {"network": 1000, "fabric": 0}
+    idle = idle_fabric_on(topo, traffic_of(topo, done[:1]), "dcqcn", [])
+    assert idle is not None and idle["text"].endswith("(2 on two-hosts)")
+    assert idle_fabric_on(topo, traffic_of(topo, done), "dcqcn", []) is None
+
+
+ONE_HOST = """
+name = "one-host"
+[[op]]
+name = "ar"
+kind = "all_reduce"
+bytes = "1MiB"
+ranks = [0, 1, 2, 3]
+"""
+
+
+@pytest.mark.ns3
+def test_a_packet_replay_inside_one_host_says_the_fabric_was_idle(
+    ns3_lib: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ranks 0-3 of testbed16 share a host (8 GPUs): the replay prints the note and results.json keeps it."""
+    wl = tmp_path / "wl.toml"
+    wl.write_text(ONE_HOST)
+    out = tmp_path / "r"
+    args = ["replay", str(wl), "-t", "testbed16", "--network", "ns3", "--cc", "dcqcn", "--set", "pfc=false"]
+    assert main([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    idle = json.loads((out / "results.json").read_text())["idle_fabric"]
+    assert idle["fabric_bytes"] == 0 and idle["network_bytes"] > 0
+    assert idle["no_effect"] == ["--cc dcqcn", "--set pfc=false"]
+    assert f"note: {idle['text']}" in printed and "(8 on testbed16)" in idle["text"]

@@ -197,9 +197,11 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
         res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
         print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
         print(format_table(res))
+        idle = _idle_note(args, topo, res.completions)
         spans = [(r.start_ns, r.end_ns) for r in res.ops]
         section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "ops")
         if args.out:
+            extra = {**({"scenario": section} if section else {}), **idle}
             paths = write_replay_outputs(
                 args.out,
                 res,
@@ -207,12 +209,26 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
                 topology=topo,
                 network=args.network,
                 engine=sim,
-                extra={"scenario": section} if section else None,
+                extra=extra or None,
             )
             print("wrote " + ", ".join(str(p) for p in paths.values()))
     finally:
         sim.close()
     return 0
+
+
+def _idle_note(args: argparse.Namespace, topo: Any, completions: Any) -> dict[str, Any]:
+    """Packet mode: print the idle-fabric note and return {"idle_fabric": ...} for results.json ({} if the
+    traffic reached the switches, or on the flow network)."""
+    from phantora.results.idle import idle_fabric_on, traffic_of
+
+    if args.network != "ns3":
+        return {}
+    idle = idle_fabric_on(topo, traffic_of(topo, completions), args.cc, list(args.set))
+    if idle is None:
+        return {}
+    print(f"note: {idle['text']}")
+    return {"idle_fabric": idle}
 
 
 def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: str) -> int:
@@ -275,10 +291,12 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
     for line in notes:
         print(line)
     print(format_graph_result(res, graph))
+    idle = _idle_note(args, topo, res.completions)
     if args.out:
         data = graph_results(res, graph, topology=topo.name, network=args.network, cc=args.cc)
         if section:
             data["scenario"] = section
+        data.update(idle)
         path = RunDir(args.out).write_json(S.RESULTS_JSON, data, indent=1)
         print("wrote " + ", ".join(str(p) for p in [path, *network_files]))
     return 0

@@ -299,6 +299,7 @@ def _run(
     write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport)
     summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
     _fabric(ctx, summary, flows, link_use, cosim.makespan_ns)
+    _idle(ctx, summary, everyone)
     _traces(ctx, jobs)
     return JobsReport(summary, jobs, cosim.logs, ctx.out.root)
 
@@ -382,6 +383,7 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size])
     summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0)
     _fabric(ctx, summary, flows, link_use, makespan)
+    _idle(ctx, summary, done)
     _traces(ctx, jobs)
     return JobsReport(summary, jobs, {}, ctx.out.root)
 
@@ -444,6 +446,18 @@ def _summary(
         "wall_s": wall,
     }
     return {"schema": JOBS, "run": run, "makespan_ns": makespan, "engine_stats": stats, "jobs": rows}
+
+
+def _idle(ctx: _Ctx, summary: dict[str, Any], done: list[Completion]) -> None:
+    """Packet mode: results.json's `idle_fabric` when the jobs' traffic left the switches (almost) idle."""
+    from phantora.results.idle import idle_fabric_on, traffic_of
+
+    if ctx.base.network != "ns3":
+        return
+    topo = ctx.plan.topo
+    idle = idle_fabric_on(topo, traffic_of(topo, done), ctx.base.cc, ctx.base.packet_set)
+    if idle:
+        summary["idle_fabric"] = idle
 
 
 def _fabric(
@@ -550,6 +564,8 @@ def format_jobs(summary: dict[str, Any]) -> str:
     if any(j.get("time_kind") == "span" for j in summary["jobs"]):
         note += "; a job without steps: its span (end - start)"
     lines.append(f"  time: {note}")
+    if summary.get("idle_fabric"):
+        lines.append(f"note: {summary['idle_fabric']['text']}")
     return "\n".join(lines)
 
 

@@ -8,8 +8,13 @@ and results.json (`network.idle_fabric`) say so and name the settings that then 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phantora.netsim.base import Completion
+    from phantora.topology.model import Topology
 
 IDLE_SHARE = 0.01  # under this share of the bytes through a switch, the fabric is called (almost) idle
 
@@ -69,3 +74,30 @@ def idle_fabric(
         f"host has GPUs{per_host}"
     )
     return {"fabric_bytes": fabric, "network_bytes": total, "fabric_share": share, "no_effect": settings, "text": text}
+
+
+def traffic_of(topology: Topology, completions: Iterable[Completion]) -> dict[str, int]:
+    """{"network": bytes of the flows between two endpoints, "fabric": of those, whose route crosses a switch},
+    counted from a run's completions (replay, netsim, several jobs: what the coordinator counts for `run`).
+    Whether a route crosses a switch does not depend on its ECMP choice, so each pair is routed once."""
+    crosses: dict[tuple[int, int], bool] = {}
+    network = fabric = 0
+    for c in completions:
+        if not c.size or c.src == c.dst:
+            continue
+        pair = (c.src, c.dst)
+        through = crosses.get(pair)
+        if through is None:
+            route = topology.route(c.src, c.dst, 0)
+            through = crosses[pair] = any(topology.nodes[topology.channel_ends(ch)[1]].kind == "switch" for ch in route)
+        network += c.size
+        fabric += c.size if through else 0
+    return {"network": network, "fabric": fabric}
+
+
+def idle_fabric_on(
+    topology: Topology, traffic: Mapping[str, int], cc: str | None, sets: Sequence[str]
+) -> dict[str, Any] | None:
+    """`idle_fabric` with the hint's GPUs per host and name taken from `topology`."""
+    hosts = Counter(n.host for n in topology.nodes if n.kind == "gpu" and n.host is not None)
+    return idle_fabric(traffic, cc, sets, max(hosts.values()) if hosts else None, topology.name)
