@@ -6,6 +6,7 @@ short idle and is recovered from after a long one."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import subprocess
@@ -160,22 +161,34 @@ def test_a_network_connection_has_nccl_ib_qps_per_connection_queue_pairs_used_in
     each queue pair with its own ECMP key (its own UDP source port); NVLink connections have no queue pairs."""
     topo = rail_optimized(hosts=2, gpu="h100")
     host = {n: topo.nodes[n].host for n in topo.endpoints}
-    one, four = ring_flows(with_env()), ring_flows(with_env(NCCL_IB_QPS_PER_CONNECTION="4"))
+    chunked = dataclasses.replace(with_env(), granularity="chunked", chunk_bytes=MB)
+    four_qps = dataclasses.replace(chunked, nccl_env=(("NCCL_IB_QPS_PER_CONNECTION", "4"),))
+    one, four = ring_flows(chunked), ring_flows(four_qps)
     assert [f.size for f in one] == [f.size for f in four]  # the same messages
     by_conn: dict[tuple[int, int, int], list[Flow]] = {}
     for f in one:
         by_conn.setdefault((f.src, f.dst, f.conn), []).append(f)
     by_id = {f.id: f for f in four}
-    net = 0
+    net = many = 0
     for (src, dst, _), msgs in by_conn.items():
         qps = [(by_id[m.id].conn, by_id[m.id].key) for m in msgs]
         if host[src] == host[dst]:
             assert len(set(qps)) == 1
             continue
         net += 1
+        many += len(msgs) >= 4
         assert len({c for c, _ in qps}) == min(4, len(msgs)) == len({k for _, k in qps})
         assert all(qps[k] == qps[k % 4] for k in range(len(qps)))  # in turn: 0, 1, 2, 3, 0, ...
-    assert net > 0
+    assert net > 0 and many > 0
+
+
+def test_a_coarse_flow_stands_for_many_messages_and_is_split_over_the_queue_pairs() -> None:
+    """Coarse granularity: one flow per channel and hop stands for all its messages, which NCCL posts to the QPs
+    in turn; it is split over them as NCCL_IB_SPLIT_DATA_ON_QPS=1 splits a message."""
+    coarse = ring_flows(with_env(NCCL_IB_QPS_PER_CONNECTION="4"))
+    split = ring_flows(with_env(NCCL_IB_QPS_PER_CONNECTION="4", NCCL_IB_SPLIT_DATA_ON_QPS="1"))
+    assert [(f.src, f.dst, f.size, f.conn) for f in coarse] == [(f.src, f.dst, f.size, f.conn) for f in split]
+    assert any(f.tag.endswith("/qp3") for f in coarse)
 
 
 def test_split_data_on_qps_posts_each_message_over_every_queue_pair_in_128_byte_multiples() -> None:

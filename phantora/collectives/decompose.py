@@ -44,7 +44,9 @@ def decompose(
     b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "", comm=_communicator(coll, opts))
     if opts.model == "nccl":
         st = nccl_settings(opts)
-        b.qps, b.split_qps = st.qps_per_conn, st.split_data_on_qps
+        # a coarse flow stands for all the messages of its channel and hop, which NCCL posts to the QPs in turn:
+        # over many messages that is an even split, so it is split as NCCL_IB_SPLIT_DATA_ON_QPS=1 splits one
+        b.qps, b.split_qps = st.qps_per_conn, st.split_data_on_qps or opts.granularity == "coarse"
         b.host_of = {n: topo.nodes[n].host for n in nodes}
     n = coll.size
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
