@@ -10,7 +10,9 @@ from phantora.netsim.hybrid import topological_order
 
 
 def test_with_deps_equals_dataclasses_replace_on_every_field() -> None:
-    f = Flow(7, 3, 9, 4096, (1, 2, 2), delay_ns=55, tag="c1/ring", priority=5, key=123, loss_budget=17, rate_bps=9, conn=11)
+    f = Flow(
+        7, 3, 9, 4096, (1, 2, 2), delay_ns=55, tag="c1/ring", priority=5, key=123, loss_budget=17, rate_bps=9, conn=11
+    )
     assert [x.name for x in dataclasses.fields(Flow)] == [
         "id",
         "src",
