@@ -1,6 +1,7 @@
 // PhantoraSimulatorImpl: DefaultSimulatorImpl's semantics, one thread, no per-event extras.
 #include "phantora-simulator-impl.h"
 #include "phantora-event.h"
+#include "phantora-order-log.h"
 #include "phantora-type-id.h"
 
 #include "ns3/assert.h"
@@ -12,6 +13,25 @@ namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraSimulatorImpl");
 NS_OBJECT_ENSURE_REGISTERED(PhantoraSimulatorImpl);
+
+namespace {
+std::vector<uint64_t>* g_orderLog = nullptr;  ///< PhantoraOrderLog's record while on
+}  // namespace
+
+void PhantoraOrderLog::Start() {
+  delete g_orderLog;
+  g_orderLog = new std::vector<uint64_t>();
+}
+
+std::vector<uint64_t> PhantoraOrderLog::Take() {
+  std::vector<uint64_t> out;
+  if (g_orderLog) {
+    out.swap(*g_orderLog);
+    delete g_orderLog;
+    g_orderLog = nullptr;
+  }
+  return out;
+}
 
 TypeId PhantoraSimulatorImpl::GetTypeId() {
   static TypeId tid = PhantoraTypeId<PhantoraSimulatorImpl, SimulatorImpl>("ns3::PhantoraSimulatorImpl");
@@ -79,7 +99,13 @@ void PhantoraSimulatorImpl::ProcessOneEvent() {
   m_currentTs = next.key.m_ts;
   m_currentContext = next.key.m_context;
   m_currentUid = next.key.m_uid;
-  next.impl->Invoke();
+  if (g_orderLog) {
+    g_orderLog->insert(g_orderLog->end(), {next.key.m_ts, next.key.m_uid, next.key.m_context, m_uid});
+    next.impl->Invoke();
+    g_orderLog->push_back(m_uid);
+  } else {
+    next.impl->Invoke();
+  }
   next.impl->Unref();
 }
 
