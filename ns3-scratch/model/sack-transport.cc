@@ -45,20 +45,9 @@ SackReceiver::Arrival SackReceiver::Arrive(uint64_t seq, uint32_t len) {
   return a;
 }
 
-SackSender::Seg* SackSender::Find(uint64_t seq) {
-  if (seq < m_base) {
-    return nullptr;
-  }
-  const uint64_t idx = (seq - m_base) / m_payload;
-  return idx < m_segs.size() ? &m_segs[idx] : nullptr;
-}
-
 void SackSender::OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx) {
   if (!retx) {
-    if (m_segs.empty()) {
-      m_base = seq;
-    }
-    m_segs.push_back(Seg{len, nowNs, false, false, false});
+    Append(seq, len, nowNs);
     return;
   }
   if (Seg* s = Find(seq)) {
@@ -70,16 +59,7 @@ void SackSender::OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx) {
 
 uint64_t SackSender::OnAck(uint64_t cum, uint64_t lo, uint64_t hi, uint64_t echoNs) {
   uint64_t newly = 0;
-  while (!m_segs.empty() && m_base + m_segs.front().len <= cum) {
-    if (!m_segs.front().acked) {
-      newly += m_segs.front().len;
-    }
-    m_base += m_segs.front().len;
-    m_segs.pop_front();
-  }
-  if (m_segs.empty() && cum > m_base) {
-    m_base = cum;
-  }
+  Advance(cum, [&newly](const Seg& g) { newly += g.acked ? 0 : g.len; });
   for (uint64_t s = std::max(lo, m_base); s < hi; s += m_payload) {
     Seg* g = Find(s);
     if (g == nullptr) {
@@ -109,40 +89,19 @@ void SackSender::DetectLosses() {
       continue;
     }
     g.lost = true;
-    m_lost.push_back(m_base + i * m_payload);
+    QueueLost(SeqAt(i));
   }
 }
 
 void SackSender::OnTimeout() {
-  m_lost.clear();
+  ClearLost();
   for (uint64_t i = 0; i < m_segs.size(); ++i) {
     Seg& g = m_segs[i];
     if (!g.acked) {
       g.lost = true;
-      m_lost.push_back(m_base + i * m_payload);
+      QueueLost(SeqAt(i));
     }
   }
-}
-
-bool SackSender::HasLost() {
-  while (!m_lost.empty()) {
-    const Seg* g = Find(m_lost.front());
-    if (g != nullptr && g->lost && !g->acked) {
-      return true;
-    }
-    m_lost.pop_front();
-  }
-  return false;
-}
-
-bool SackSender::NextLost(uint64_t& seq, uint32_t& len) {
-  if (!HasLost()) {
-    return false;
-  }
-  seq = m_lost.front();
-  len = Find(seq)->len;
-  m_lost.pop_front();
-  return true;
 }
 
 }  // namespace ns3

@@ -3,9 +3,10 @@
 #ifndef PHANTORA_SACK_TRANSPORT_H
 #define PHANTORA_SACK_TRANSPORT_H
 
+#include "packet-scoreboard.h"
+
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <map>
 
 namespace ns3 {
@@ -53,7 +54,7 @@ class SackReceiver {
  * marks every unacknowledged packet lost. A duplicate reported by the receiver (DSACK) shows a
  * retransmission was spurious: the window then doubles, up to 16 times its start (RACK grows it likewise).
  */
-class SackSender {
+class SackSender : public PacketScoreboard {
  public:
   void Configure(uint32_t payload, uint64_t reorderWindowNs) {
     m_payload = payload;
@@ -70,31 +71,13 @@ class SackSender {
   uint64_t WindowNs() const { return m_windowNs; }
   /// Mark every unacknowledged packet lost (retransmission timeout).
   void OnTimeout();
-  /// The next lost packet to retransmit, if any: its seq and length.
-  bool NextLost(uint64_t& seq, uint32_t& len);
-  /// Whether a lost packet waits for retransmission (drops stale entries first).
-  bool HasLost();
-  uint64_t Una() const { return m_base; }
 
  private:
-  struct Seg {
-    uint32_t len = 0;
-    uint64_t sentNs = 0;
-    bool acked = false;
-    bool lost = false;
-    bool retx = false;  ///< sent more than once
-  };
-  /// The packet holding byte `seq` (nullptr if outside the record).
-  Seg* Find(uint64_t seq);
   void DetectLosses();
 
-  uint32_t m_payload = 1000;
   uint64_t m_windowNs = 0;
   uint64_t m_baseWindowNs = 0;
-  uint64_t m_base = 0;     ///< seq of m_segs.front()
-  std::deque<Seg> m_segs;  ///< packet i holds [m_base + i * payload, ... + len)
-  std::deque<uint64_t> m_lost;  ///< seqs marked lost, not yet retransmitted (may be stale)
-  uint64_t m_rackNs = 0;   ///< latest send time among acknowledged packets
+  uint64_t m_rackNs = 0;  ///< latest send time among acknowledged packets
 };
 
 }  // namespace ns3

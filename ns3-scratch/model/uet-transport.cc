@@ -40,26 +40,16 @@ uint64_t RudReceiver::Bitmap() const {
   return bits;
 }
 
-RudSender::Seg* RudSender::Find(uint64_t seq) {
-  if (seq < m_base) {
-    return nullptr;
-  }
-  const uint64_t idx = (seq - m_base) / m_payload;
-  return idx < m_segs.size() ? &m_segs[idx] : nullptr;
-}
-
 void RudSender::OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx) {
   if (!retx) {
-    if (m_segs.empty()) {
-      m_base = seq;
-    }
-    m_segs.push_back(Seg{len, nowNs, false, false});
+    Append(seq, len, nowNs);
     m_inFlight += len;
     m_sentEnd = std::max(m_sentEnd, seq + len);
     return;
   }
   if (Seg* g = Find(seq); g != nullptr && !g->acked) {
     g->sentNs = nowNs;
+    g->retx = true;
     if (g->lost) {
       g->lost = false;
       m_inFlight += g->len;
@@ -83,17 +73,20 @@ uint64_t RudSender::Ack(Seg& g) {
   return g.len;
 }
 
+void RudSender::MarkLost(uint64_t i) {
+  Seg& g = m_segs[i];
+  g.lost = true;
+  m_inFlight -= g.len;
+  m_lostBytes += g.len;
+  QueueLost(SeqAt(i));
+}
+
 uint64_t RudSender::OnAck(uint64_t cum, uint64_t bitmap, uint64_t ackedSeq) {
   uint64_t newly = 0;
-  while (!m_segs.empty() && m_base + m_segs.front().len <= cum) {
-    newly += Ack(m_segs.front());
+  Advance(cum, [this, &newly](Seg& g) {
+    newly += Ack(g);
     --m_ackedAhead;  // acknowledged, and no longer ahead of the cumulative point
-    m_base += m_segs.front().len;
-    m_segs.pop_front();
-  }
-  if (m_segs.empty() && cum > m_base) {
-    m_base = cum;
-  }
+  });
   for (uint32_t i = 1; bitmap >> i != 0 && i < kRudBitmapBits; ++i) {
     if ((bitmap >> i) & 1) {
       if (Seg* g = Find(cum + uint64_t{i} * m_payload)) {
@@ -114,22 +107,16 @@ uint32_t RudSender::OnNack(uint64_t seq, uint64_t echoNs) {
   if (g == nullptr || g->acked || g->lost || g->sentNs != echoNs) {
     return 0;  // already received, already marked, or an older transmission's NACK
   }
-  g->lost = true;
-  m_inFlight -= g->len;
-  m_lostBytes += g->len;
-  m_lost.push_back(seq);
+  MarkLost((seq - m_base) / m_payload);
   return g->len;
 }
 
 uint64_t RudSender::OnTimeout(uint64_t nowNs, uint64_t rtoNs) {
   uint64_t marked = 0;
   for (uint64_t i = 0; i < m_segs.size(); ++i) {
-    Seg& g = m_segs[i];
+    const Seg& g = m_segs[i];
     if (!g.acked && !g.lost && g.sentNs + rtoNs <= nowNs) {
-      g.lost = true;
-      m_inFlight -= g.len;
-      m_lostBytes += g.len;
-      m_lost.push_back(m_base + i * m_payload);
+      MarkLost(i);
       ++marked;
     }
   }
@@ -151,42 +138,17 @@ uint64_t RudSender::Sleek(uint64_t thresholdPackets, uint64_t windowBytes) {
   uint64_t marked = 0;
   const uint64_t limit = std::min(m_recoveryEnd, m_base + windowBytes);
   for (uint64_t seq = std::max(m_sleekNext, m_base); seq < limit; seq += m_payload) {
-    Seg* g = Find(seq);
-    if (g == nullptr) {
+    const uint64_t i = (seq - m_base) / m_payload;
+    if (i >= m_segs.size()) {
       break;
     }
     m_sleekNext = seq + m_payload;
-    if (g->acked || g->lost) {
-      continue;
+    if (!m_segs[i].acked && !m_segs[i].lost) {
+      MarkLost(i);
+      ++marked;
     }
-    g->lost = true;
-    m_inFlight -= g->len;
-    m_lostBytes += g->len;
-    m_lost.push_back(seq);
-    ++marked;
   }
   return marked;
-}
-
-bool RudSender::HasLost() {
-  while (!m_lost.empty()) {
-    const Seg* g = Find(m_lost.front());
-    if (g != nullptr && g->lost && !g->acked) {
-      return true;
-    }
-    m_lost.pop_front();
-  }
-  return false;
-}
-
-bool RudSender::NextLost(uint64_t& seq, uint32_t& len) {
-  if (!HasLost()) {
-    return false;
-  }
-  seq = m_lost.front();
-  len = Find(seq)->len;
-  m_lost.pop_front();
-  return true;
 }
 
 void EntropyPicker::Configure(EntropyMode mode, uint32_t entropies, uint32_t bufferSize,

@@ -4,6 +4,8 @@
 #ifndef PHANTORA_UET_TRANSPORT_H
 #define PHANTORA_UET_TRANSPORT_H
 
+#include "packet-scoreboard.h"
+
 #include "ns3/ptr.h"
 #include "ns3/random-variable-stream.h"
 
@@ -52,7 +54,7 @@ class RudReceiver {
  * had sent then, and marks lost every packet from the cumulative point up to a window ahead that is neither
  * acknowledged nor marked, each once per recovery.
  */
-class RudSender {
+class RudSender : public PacketScoreboard {
  public:
   void Configure(uint32_t payload) { m_payload = payload; }
   /// A packet [seq, seq + len) left now (first transmission or retransmission).
@@ -70,28 +72,15 @@ class RudSender {
   uint64_t Sleek(uint64_t thresholdPackets, uint64_t windowBytes);
   /// Packets acknowledged beyond the cumulative point.
   uint64_t AckedAhead() const { return m_ackedAhead; }
-  bool HasLost();
-  /// The next lost packet to resend: its seq and length.
-  bool NextLost(uint64_t& seq, uint32_t& len);
   uint64_t InFlightBytes() const { return m_inFlight; }
   /// Payload bytes marked lost and not resent yet.
   uint64_t LostBytes() const { return m_lostBytes; }
-  uint64_t Una() const { return m_base; }
 
  private:
-  struct Seg {
-    uint32_t len = 0;
-    uint64_t sentNs = 0;
-    bool acked = false;
-    bool lost = false;
-  };
-  Seg* Find(uint64_t seq);
   uint64_t Ack(Seg& g);
+  /// Mark entry i lost (neither acknowledged nor marked) and queue its resend.
+  void MarkLost(uint64_t i);
 
-  uint32_t m_payload = 1000;
-  uint64_t m_base = 0;          ///< seq of m_segs.front()
-  std::deque<Seg> m_segs;       ///< packet i holds [m_base + i x payload, ... + len)
-  std::deque<uint64_t> m_lost;  ///< seqs marked lost, not yet resent (may be stale)
   uint64_t m_inFlight = 0;
   uint64_t m_lostBytes = 0;
   uint64_t m_sentEnd = 0;     ///< one past the highest byte sent
