@@ -115,7 +115,7 @@ def test_partition_shows_groups_cut_and_lookahead(capsys) -> None:
     assert main(["topo", "leafspine1024", "--partition", "4", "--no-bisection"]) == 0
     out = capsys.readouterr().out
     assert "partition    4 switch groups, weighed by link capacity" in out
-    assert out.count("25.0% of the work, 256 NICs") == 4
+    assert out.count("25.0% of the work, 256 NICs, 8 leaf, 2 spine: ") == 4
     assert "cut links  192; min cut-link latency (lookahead) 1000 ns" in out
     assert main(["topo", "fattree_k4", "--partition", "4", "--no-bisection", "--json"]) == 0
     part = json.loads(capsys.readouterr().out)["partition"]

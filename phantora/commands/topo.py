@@ -96,6 +96,7 @@ def _pieces(topo: Topology) -> int:
 def _partition(topo: Topology, n: int, traffic: str | None) -> dict[str, object]:
     """The partition into n switch groups as a JSON-able summary (phantora.netsim.partition)."""
     from phantora.netsim.partition import INF_NS, partition_fabric
+    from phantora.topology.describe import TIER_NAMES
 
     flows = None
     if traffic:
@@ -109,11 +110,16 @@ def _partition(topo: Topology, n: int, traffic: str | None) -> dict[str, object]
     groups = []
     for g in range(p.n):
         members = p.members(g)
-        switches = [topo.nodes[v].name for v in members if topo.nodes[v].kind == "switch"]
+        switches = [topo.nodes[v] for v in members if topo.nodes[v].kind == "switch"]
+        tiers: dict[str, int] = {}
+        for node in sorted(switches, key=lambda x: x.tier):
+            name = TIER_NAMES.get(node.tier, f"tier{node.tier}")
+            tiers[name] = tiers.get(name, 0) + 1
         groups.append(
             {
                 "group": g,
-                "switches": switches,
+                "switches": [node.name for node in switches],
+                "switches_by_tier": tiers,
                 "endpoints": sum(1 for v in members if v in topo.endpoint_set),
                 "load_share": p.loads[g] / total,
             }
@@ -135,8 +141,11 @@ def format_partition(part: dict) -> str:
     lines = [f"  partition    {part['n']} switch groups, weighed by {part['weighted_by']}"]
     for g in part["groups"]:
         sw = g["switches"]
-        shown = ", ".join(sw[:6]) + (f", ... ({len(sw)} switches)" if len(sw) > 6 else "")
-        lines.append(f"    group {g['group']:<3} {g['load_share']:6.1%} of the work, {g['endpoints']} NICs; {shown}")
+        tiers = ", ".join(f"{c} {t}" for t, c in g["switches_by_tier"].items())
+        shown = ", ".join(sw[:4]) + (", ..." if len(sw) > 4 else "")
+        lines.append(
+            f"    group {g['group']:<3} {g['load_share']:6.1%} of the work, {g['endpoints']} NICs, {tiers}: {shown}"
+        )
     la = part["lookahead_ns"]
     lines.append(
         f"    cut links  {part['cut_links']}; min cut-link latency (lookahead) "
