@@ -38,6 +38,7 @@ from bridge.transport import CURVE_ALWAYS
 from bridge.workers import spawn_workers
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.errors import InputError
 from phantora.netsim.base import Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -87,6 +88,19 @@ def rails_dag(topo: Topology, nbytes: int) -> list[Flow]:
     return out
 
 
+def a2a_dag(topo: Topology, nbytes: int) -> list[Flow]:
+    """Two MoE-style all-to-alls of `nbytes` per GPU over every GPU (dispatch, then combine after it): most
+    flows cross rails, so decomposition into pieces refuses them (issue 38: what general partitions are for)."""
+    ranks = tuple(range(topo.num_ranks))
+    algo = AlgoOptions("direct", "coarse", model="ideal")
+    first = decompose(Collective("all_to_all", ranks, nbytes), topo, algo).flows
+    base = max(f.id for f in first) + 1
+    needed = {d for g in first for d in g.deps}
+    last = [f.id for f in first if f.id not in needed]
+    second = decompose(Collective("all_to_all", ranks, nbytes), topo, algo).flows
+    return [*first, *(replace(f, id=f.id + base, deps=tuple(d + base for d in f.deps) or tuple(last)) for f in second)]
+
+
 def graph_dag(path: str, topo: Topology) -> list[Flow]:
     from phantora.egraph.format import load
     from phantora.egraph.replay import algo_from_meta, plan_graph
@@ -133,9 +147,10 @@ def main() -> None:
     ap.add_argument("--graph", help="execution-graph directory (phantora run --record DIR); default: FSDP-like DAG")
     ap.add_argument("--bytes", default="4MiB", help="collective size of the default DAG")
     ap.add_argument(
-        "--pattern", choices=["hier", "rails"], default="hier",
+        "--pattern", choices=["hier", "rails", "a2a"], default="hier",
         help="hier: hierarchical all-reduces over all GPUs (NVLink + rail rings, many chunked flows); "
-        "rails: a ring all-reduce per rail, one flow per ring edge and step",
+        "rails: a ring all-reduce per rail, one flow per ring edge and step; "
+        "a2a: two MoE-style all-to-alls over all GPUs (cross-rail: refused by pieces)",
     )  # fmt: skip
     ap.add_argument("--cc", default="dcqcn")
     ap.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us", help="comma-separated --set fields")
@@ -145,13 +160,16 @@ def main() -> None:
     ap.add_argument("--paper", type=int, nargs="+", default=[8, 64], help="worker counts to project")
     args = ap.parse_args()
     topo = load_topology(args.topology)
-    make = rails_dag if args.pattern == "rails" else fsdp_dag
+    make = {"rails": rails_dag, "a2a": a2a_dag}.get(args.pattern, fsdp_dag)
     flows = graph_dag(args.graph, topo) if args.graph else make(topo, parse_size_bytes(args.bytes))
     base = [s for s in args.set.split(",") if s]
     print(f"{len(flows)} flows on {topo.name}, --set {','.join(base)}, cc {args.cc}")
     rows = [("one engine", run(topo, flows, base, args.cc))]
     for n in args.workers:
-        rows.append((f"workers={n}", run(topo, flows, [*base, f"workers={n}"], args.cc)))
+        try:
+            rows.append((f"workers={n}", run(topo, flows, [*base, f"workers={n}"], args.cc)))
+        except InputError as e:  # traffic across pieces
+            print(f"workers={n}: refused: {e}")
     for n in args.ray:
         rows.append((f"ray {n}", run(topo, flows, [*base, f"workers={n}", "ray=local"], args.cc)))
     for n in args.ray_curve:
