@@ -47,6 +47,7 @@ SUMMARY: dict[str, tuple[str, str, str]] = {
     "util_max": ("link utilisation max", "fraction", "links"),
     "switch_link_spread": ("switch-link bytes max / min", "ratio", "links"),
     "switch_links_idle": ("switch links idle", "count", "links"),
+    "queue_pairs": ("queue pairs opened", "count", "transport"),
     "retx_packets": ("retransmitted packets", "count", "transport"),
     "retx_bytes": ("retransmitted bytes", "bytes", "transport"),
     "ooo_packets": ("packets out of order at receivers", "count", "transport"),
@@ -121,7 +122,8 @@ def summarise(run: RunData) -> dict[str, Value]:
         out[key] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     if out["ecn_marks"] is None and run.links and any(r.ecn_marks is not None for r in run.links):
         out["ecn_marks"] = sum(r.ecn_marks or 0 for r in run.links)
-    for key in ("retx_packets", "retx_bytes", "ooo_packets", "reorder_max_bytes", "trimmed_bytes", "switch_links_idle"):
+    counters = ("queue_pairs", "retx_packets", "retx_bytes", "ooo_packets", "reorder_max_bytes", "trimmed_bytes")
+    for key in (*counters, "switch_links_idle"):
         value = engine.get(key)
         out[key] = int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     hi, lo = engine.get("switch_link_bytes_max"), engine.get("switch_link_bytes_min")
