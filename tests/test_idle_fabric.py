@@ -134,3 +134,23 @@ def test_a_packet_replay_inside_one_host_says_the_fabric_was_idle(
     assert idle["fabric_bytes"] == 0 and idle["network_bytes"] > 0
     assert idle["no_effect"] == ["--cc dcqcn", "--set pfc=false"]
     assert f"note: {idle['text']}" in printed and "(8 on testbed16)" in idle["text"]
+
+
+@pytest.mark.ns3
+def test_netsim_says_the_fabric_was_idle_only_when_no_flow_crossed_a_switch(
+    ns3_lib: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """testbed16's GPUs 0-7 are one host: 1 -> 0 and 2 -> 0 stay on NVLink; 8 -> 0 crosses the fabric."""
+    for name, src in (("inside", 2), ("across", 8)):
+        flows = tmp_path / f"{name}.flows.txt"
+        flows.write_text(f"2\n1 0 3 100 100000 0.000001\n{src} 0 3 100 100000 0.000001\n")
+        out = tmp_path / name
+        args = ["netsim", "-t", "testbed16", "--flows", str(flows), "--network", "ns3", "--cc", "dcqcn"]
+        assert main([*args, "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        summary = json.loads((out / "summary.json").read_text())
+        if name == "inside":
+            assert summary["idle_fabric"]["fabric_bytes"] == 0 and summary["idle_fabric"]["network_bytes"] == 200_000
+            assert f"note: {summary['idle_fabric']['text']}" in printed
+        else:  # half the bytes through a switch: well above the threshold
+            assert "idle_fabric" not in summary and "fabric was idle" not in printed

@@ -363,6 +363,8 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
     summary = {"schema": S.NETSIM, **res["stats"]}
     if res.get("scenario"):
         summary["scenario"] = res["scenario"]
+    if res.get("idle_fabric"):
+        summary["idle_fabric"] = res["idle_fabric"]
     summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(by_id), input_format=inp.fmt)
     if inp.fmt == "workload":
         summary.update(workload=inp.name, ops=inp.ops, marker_flows=len(inp.hidden))
@@ -404,6 +406,12 @@ def run(args: argparse.Namespace) -> int:
             f"  cnps {stats.get('cnps', 0)}"
             f"  retransmitted packets {stats.get('retx_packets', 0)}  events {stats.get('events', 0)}"
         )
+        from phantora.results.idle import idle_fabric_on, traffic_of
+
+        idle = idle_fabric_on(topo, traffic_of(topo, inp.flows), args.cc, list(args.set))
+        if idle:
+            print(f"note: {idle['text']}")
+            res["idle_fabric"] = idle
     if args.out:
         paths = _write_outputs(args.out, topo, inp, res)
         print("wrote " + ", ".join(str(p) for p in paths))

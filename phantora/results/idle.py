@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from phantora.netsim.base import Completion
+    from phantora.netsim.base import Completion, Flow
     from phantora.topology.model import Topology
 
 IDLE_SHARE = 0.01  # under this share of the bytes through a switch, the fabric is called (almost) idle
@@ -76,9 +76,10 @@ def idle_fabric(
     return {"fabric_bytes": fabric, "network_bytes": total, "fabric_share": share, "no_effect": settings, "text": text}
 
 
-def traffic_of(topology: Topology, completions: Iterable[Completion]) -> dict[str, int]:
+def traffic_of(topology: Topology, completions: Iterable[Completion | Flow]) -> dict[str, int]:
     """{"network": bytes of the flows between two endpoints, "fabric": of those, whose route crosses a switch},
-    counted from a run's completions (replay, netsim, several jobs: what the coordinator counts for `run`).
+    counted from a run's completions or flows (replay, netsim, several jobs: what the coordinator counts for
+    `run`).
     Whether a route crosses a switch does not depend on its ECMP choice, so each pair is routed once."""
     crosses: dict[tuple[int, int], bool] = {}
     network = fabric = 0
