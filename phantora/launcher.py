@@ -198,6 +198,15 @@ def _scenario_section(cfg: RunConfig, topo: Topology, cosim: Any, steps: list[di
     return live_section(sc, topo, cosim.scenario, cosim.ranks, steps, cosim.engine_stats)
 
 
+def _plot_scenario(rd: RunDir, section: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    """scenario_steps.png/.svg: step time against simulated time, the scenario's events marked."""
+    from phantora.report.scenario_report import plot_step_times
+    from phantora.results import schema as S
+
+    spans = [(int(r["end_ns"]) - int(r["time_ns"]), int(r["end_ns"])) for r in steps]
+    plot_step_times(spans, section, rd.file(S.SCENARIO_STEPS_PNG).with_suffix(""), ylabel="step time")
+
+
 def _steps_for_engine(cfg: RunConfig) -> bool:
     """The scenario has network events at a step: the engine must hear of steps, so it runs in the coordinator
     (a network server would not; ns-3 there pauses the coordinator's heartbeats during long engine calls)."""
@@ -331,6 +340,8 @@ def launch(cfg: RunConfig) -> RunReport:
         if keep:
             write_results(rd.results, summary)
             rd.merge_trace(comm_args=nccl_args(cosim.collectives), extra_events=extra_trace)
+            if cfg.scenario and steps:
+                _plot_scenario(rd, summary["scenario"], steps)
             rd.complete(steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     except BaseException as exc:  # the run ended but its results could not be written

@@ -45,6 +45,7 @@ def run(tmp: Path, name: str, scenario: Path | None) -> tuple[list[dict], dict, 
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     res = json.loads((out / "results.json").read_text())
     trace = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert (out / "scenario_steps.png").exists() == (scenario is not None)  # the step-time plot, events marked
     return steps, res, trace
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.netsim.scenario import Scenario, check_against, read_scenario
+from phantora.results import schema as S
+from phantora.results.run_dir import RunDir
 from phantora.topology.model import Topology
 
 HELP = (
@@ -81,7 +83,8 @@ def report_scenario(
     res = scenario_results(sc, topo, sim, spans, ml_done, span_name)
     print(format_scenario(res))
     if out is not None and spans:
-        paths = plot_step_times(spans, res, out / "scenario_steps", ylabel=f"{span_name[:-1]} time")
+        base = RunDir(out).file(S.SCENARIO_STEPS_PNG).with_suffix("")
+        paths = plot_step_times(spans, res, base, ylabel=f"{span_name[:-1]} time")
         print("wrote " + ", ".join(str(p) for p in paths))
     return res
 
