@@ -154,3 +154,23 @@ def test_netsim_says_the_fabric_was_idle_only_when_no_flow_crossed_a_switch(
             assert f"note: {summary['idle_fabric']['text']}" in printed
         else:  # half the bytes through a switch: well above the threshold
             assert "idle_fabric" not in summary and "fabric was idle" not in printed
+
+
+@pytest.mark.ns3
+def test_packet_replay_of_two_jobs_inside_one_host_says_the_fabric_was_idle(
+    ns3_lib: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two 2-rank workload jobs packed on testbed16's first host (8 GPUs): their all-reduces stay on NVLink."""
+    (tmp_path / "wl.toml").write_text(ONE_HOST.replace("ranks = [0, 1, 2, 3]", 'ranks = "all"'))
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(
+        '[[job]]\nname = "a"\nworkload = "wl.toml"\nranks = 2\nplacement = "packed"\n'
+        '[[job]]\nname = "b"\nworkload = "wl.toml"\nranks = 2\nplacement = "packed"\n'
+    )
+    out = tmp_path / "out"
+    args = ["replay", "-t", "testbed16", "--jobs", str(jobs), "--network", "ns3", "--cc", "hpcc", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    idle = json.loads((out / "results.json").read_text())["idle_fabric"]
+    assert idle["fabric_bytes"] == 0 and idle["no_effect"] == ["--cc hpcc"]
+    assert f"note: {idle['text']}" in printed
