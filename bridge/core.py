@@ -852,7 +852,7 @@ class CoordinatorCore:
         engine = scenario_engine(self.engine)
         if engine is None:
             return {}
-        from phantora.report.scenario_report import applied_rows
+        from phantora.results.scenario import applied_rows
 
         steps = {str(k): v for k, v in sorted(self.steps_started.items())}
         return {"scenario": {"applied": applied_rows(engine, self.topology), "steps_started": steps}}

@@ -189,22 +189,13 @@ def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dic
 
 
 def _scenario_section(cfg: RunConfig, topo: Topology, cosim: Any, steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json's "scenario" of a live run (phantora.report.scenario_live)."""
+    """results.json's "scenario" of a live run (phantora.results.scenario_live)."""
     from phantora.netsim.scenario import read_scenario
-    from phantora.report.scenario_live import live_section
+    from phantora.results.scenario_live import live_section
 
     assert cfg.scenario is not None
     sc = read_scenario(cfg.scenario)
     return live_section(sc, topo, cosim.scenario, cosim.ranks, steps, cosim.engine_stats)
-
-
-def _plot_scenario(rd: RunDir, section: dict[str, Any], steps: list[dict[str, Any]]) -> None:
-    """scenario_steps.png/.svg: step time against simulated time, the scenario's events marked."""
-    from phantora.report.scenario_report import plot_step_times
-    from phantora.results import schema as S
-
-    spans = [(int(r["end_ns"]) - int(r["time_ns"]), int(r["end_ns"])) for r in steps]
-    plot_step_times(spans, section, rd.file(S.SCENARIO_STEPS_PNG).with_suffix(""), ylabel="step time")
 
 
 def _steps_for_engine(cfg: RunConfig) -> bool:
@@ -218,7 +209,7 @@ def _steps_for_engine(cfg: RunConfig) -> bool:
 
 
 def scenario_trace_events(section: dict[str, Any]) -> list[dict[str, Any]]:
-    from phantora.report.scenario_live import trace_events
+    from phantora.results.scenario_live import trace_events
 
     return trace_events(section)
 
@@ -340,8 +331,6 @@ def launch(cfg: RunConfig) -> RunReport:
         if keep:
             write_results(rd.results, summary)
             rd.merge_trace(comm_args=nccl_args(cosim.collectives), extra_events=extra_trace)
-            if cfg.scenario and steps:
-                _plot_scenario(rd, summary["scenario"], steps)
             rd.complete(steps_finished=len(steps), wall_s=cosim.wall_s)
         return RunReport(summary, cosim.logs, out if keep else None, cosim)
     except BaseException as exc:  # the run ended but its results could not be written

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from phantora.report.scenario_report import fct_slowdown_buckets, phases
+from phantora.results.scenario import fct_slowdown_buckets, phases
 
 
 def test_buckets_and_phases_closed_forms() -> None:

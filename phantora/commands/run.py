@@ -165,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"recorded an execution graph of {graph.world} ranks in {args.record} (phantora replay {args.record})")
     else:
         report = launch(cfg)
+    if report.out_dir is not None and "scenario" in report.summary:
+        from phantora.report.scenario_plot import plot_scenario_steps
+
+        plot_scenario_steps(report.out_dir, report.summary["scenario"])
     if not args.quiet:
         log = report.logs.get("rank 0", "")
         if log.strip():

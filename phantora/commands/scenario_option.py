@@ -78,7 +78,8 @@ def report_scenario(
     op) time against simulated time with the events marked (scenario_steps.png/.svg)."""
     if sc is None:
         return None
-    from phantora.report.scenario_report import format_scenario, plot_step_times, scenario_results
+    from phantora.report.scenario_plot import plot_step_times
+    from phantora.results.scenario import format_scenario, scenario_results
 
     res = scenario_results(sc, topo, sim, spans, ml_done, span_name)
     print(format_scenario(res))

@@ -35,7 +35,7 @@ TRACE_DIR = "trace"
 RUN_LOG = "run.log"  # a sweep's run: its command line, stdout and stderr (phantora.sweep_local)
 SWEEP_RUN_JSON = "sweep-run.json"  # a sweep's run: its command and outcome, which a resumed sweep trusts
 SCENARIO_STEPS_PNG = "scenario_steps.png"  # a scenario's plot: step (or op) time against simulated time, events
-SCENARIO_STEPS_SVG = "scenario_steps.svg"  # marked (phantora.report.scenario_report.plot_step_times)
+SCENARIO_STEPS_SVG = "scenario_steps.svg"  # marked (phantora.report.scenario_plot)
 LOGS_DIR = "logs"  # the processes' logs: rank<R>.log (<job>.rank<R>.log), coordinator.log, server.log ...
 
 # A run of several jobs (phantora.jobs): results.json is JOBS; each job's own run directory is jobs/<name>/,

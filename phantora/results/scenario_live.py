@@ -14,7 +14,7 @@ from typing import Any
 
 from phantora.netsim.fault_plan import timed_actions
 from phantora.netsim.scenario import Scenario
-from phantora.report.scenario_report import scenario_results
+from phantora.results.scenario import scenario_results
 from phantora.topology.model import Topology
 
 SCENARIO_PID = -1  # the trace's process row of scenario events (below the ranks)
