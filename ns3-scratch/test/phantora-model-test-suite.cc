@@ -630,7 +630,8 @@ class ConnectionOrderTest : public TestCase {
       for (const auto& [name, value] : net.Stats()) {
         qps = name == "queue_pairs" ? value : qps;
       }
-      NS_TEST_ASSERT_MSG_EQ(qps, shared ? 1.0 : 2.0, "queue pairs opened");
+      const double wantQps = shared ? 1.0 : 2.0;
+      NS_TEST_ASSERT_MSG_EQ(qps, wantQps, "queue pairs opened");
     }
   }
 };
