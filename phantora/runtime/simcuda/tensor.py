@@ -115,13 +115,15 @@ def _module_moves_in_place(tensor: Any) -> bool:
 _SHALLOW_COPY_COMPATIBLE = torch._has_compatible_shallow_copy_type
 
 
-def _module_moves_off_by_replacing(tensor: torch.Tensor, applied: torch.Tensor) -> bool:
+def _module_moves_off_by_replacing(input: torch.Tensor, from_: torch.Tensor) -> bool:
     """`Module._apply`'s test for moving a parameter in place (`param.data = moved`). Off the simulated GPU
     (`module.cpu()`) the answer is no: the module gets a new host parameter, as torch does for a device whose
-    tensors cannot share an implementation, since the object cannot stop being a simulated-GPU tensor."""
-    if isinstance(tensor, SimCudaTensor) and not isinstance(applied, SimCudaTensor):
+    tensors cannot share an implementation, since the object cannot stop being a simulated-GPU tensor.
+    The parameters keep torch's names: torch._dynamo's polyfill of this function checks the signature when it is
+    imported (a forked rank imports it after the patch)."""
+    if isinstance(input, SimCudaTensor) and not isinstance(from_, SimCudaTensor):
         return False
-    return bool(_SHALLOW_COPY_COMPATIBLE(tensor, applied))
+    return bool(_SHALLOW_COPY_COMPATIBLE(input, from_))
 
 
 def patch_set_data() -> None:
