@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from phantora.collectives import FlowDag, collective_metrics, decompose
+from phantora.collectives.dag import MessageCounters
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator, drain_observed
@@ -89,6 +90,7 @@ def plan_workload(
     choices: dict[str, dict[str, object]] = {}
     ops_by_name: dict[str, WorkloadOp] = {}
     next_id = 0
+    sent: MessageCounters = {}  # network connections' message counters, over the whole workload
 
     def marker(node: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         nonlocal next_id
@@ -108,7 +110,7 @@ def plan_workload(
         start_marker[op.name] = start
         try:
             opts = dataclasses.replace(base, **op.algo) if op.algo else base  # the op's fields over the run's
-            dag: FlowDag = decompose(op.coll, topo, opts, first_flow_id=next_id, tag=op.name)
+            dag: FlowDag = decompose(op.coll, topo, opts, first_flow_id=next_id, tag=op.name, sent=sent)
         except InputError as exc:
             raise InputError(f"op '{op.name}': {exc.message}", file=wl.source, field=exc.field) from None
         first = next_id

@@ -182,6 +182,38 @@ def test_a_network_connection_has_nccl_ib_qps_per_connection_queue_pairs_used_in
     assert net > 0 and many > 0
 
 
+def test_the_queue_pair_counter_runs_on_across_a_communicators_collectives() -> None:
+    """NCCL's per-connection message counter lives as long as the communicator: with 4 QPs, a collective that
+    follows one of m messages on a connection starts that connection on QP m mod 4, not on QP 0 again."""
+    topo = rail_optimized(hosts=2, gpu="h100")
+    host = {n: topo.nodes[n].host for n in topo.endpoints}
+    opts = dataclasses.replace(with_env(NCCL_IB_QPS_PER_CONNECTION="4"), granularity="chunked", chunk_bytes=MB)
+    coll = Collective("all_reduce", tuple(range(16)), 48 * MB, "bf16")
+    sent: dict[tuple[int, int, int, int], int] = {}
+    first = decompose(coll, topo, opts, sent=sent).flows
+    second = decompose(coll, topo, opts, first_flow_id=len(first), sent=sent).flows
+    alone = decompose(coll, topo, opts).flows  # without the run's counters: each call starts at QP 0
+
+    def per_connection(flows: list[Flow]) -> dict[tuple[int, int, int], list[int]]:
+        out: dict[tuple[int, int, int], list[int]] = {}
+        for f in flows:
+            if host[f.src] != host[f.dst]:
+                out.setdefault((f.src, f.dst, (f.key or 0) & ((1 << 56) - 1)), []).append(f.conn)
+        return out
+
+    a, b, c = per_connection(first), per_connection(second), per_connection(alone)
+    assert a.keys() == b.keys() == c.keys() and a
+    shifted = 0
+    for conn, msgs in a.items():
+        qp_of = {q: i for i, q in enumerate(dict.fromkeys(c[conn]))}  # queue pair ids in the order QP 0, 1, ...
+        m = len(msgs)
+        assert [qp_of[q] for q in b[conn]] == [(m + k) % 4 for k in range(len(b[conn]))]
+        assert [qp_of[q] for q in c[conn]] == [k % 4 for k in range(len(c[conn]))]
+        shifted += m % 4 != 0
+    assert shifted > 0  # the case checks something: some connection ended mid-cycle
+    assert sum(sent.values()) == sum(map(len, a.values())) + sum(map(len, b.values()))
+
+
 def test_a_coarse_flow_stands_for_many_messages_and_is_split_over_the_queue_pairs() -> None:
     """Coarse granularity: one flow per channel and hop stands for all its messages, which NCCL posts to the QPs
     in turn; it is split over them as NCCL_IB_SPLIT_DATA_ON_QPS=1 splits a message."""

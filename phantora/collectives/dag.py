@@ -67,6 +67,12 @@ def qp_parts(size: int, qps: int) -> list[int]:
     return [n for n in (min(part, size - i * part) for i in range(qps)) if n > 0]
 
 
+MessageCounters = dict[tuple[int, int, int, int], int]
+"""Messages posted so far per network connection, (communicator, src, dst, channel) -> count. NCCL's counter that
+picks a message's queue pair runs for the communicator's life, so the owner of a run's collectives keeps one of
+these across `decompose` calls."""
+
+
 def split(total: int, parts: int) -> list[int]:
     """`total` split into `parts` near-equal integers (the first ``total % parts`` get one more)."""
     q, r = divmod(total, parts)
@@ -85,8 +91,8 @@ class DagBuilder:
     host_of: dict[int, object] = field(default_factory=dict)  # endpoint -> host (None: a host of its own)
     qps: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs per network connection (between hosts)
     split_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: every message over all of them (else each on one, in turn)
+    sent: MessageCounters = field(default_factory=dict)  # messages so far per connection (the run's, if given)
     flows: list[Flow] = field(default_factory=list)
-    _sent: dict[tuple[int, int, int], int] = field(default_factory=dict)  # messages so far per connection
     _conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (s, d, channel, qp) -> conn
 
     def add(
@@ -114,8 +120,8 @@ class DagBuilder:
         if qps == 1:
             return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, 0))
         if not self.split_qps:  # net_ib: message k of a connection goes on its queue pair k mod qps
-            n = self._sent.get((s, d, channel), 0)
-            self._sent[s, d, channel] = n + 1
+            n = self.sent.get((self.comm, s, d, channel), 0)
+            self.sent[self.comm, s, d, channel] = n + 1
             return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, n % qps))
         parts = [
             self._append(self._message(s, d, n, deps, delay_ns, f"{tag}/qp{q}", channel, q))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phantora.collectives.dag import DagBuilder, FlowDag, communicator_id, split
+from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id, split
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl import settings as nccl_settings
@@ -28,6 +28,7 @@ def decompose(
     opts: AlgoOptions = AlgoOptions(),  # noqa: B008 - frozen dataclass, safe as a default
     first_flow_id: int = 0,
     tag: str = "",
+    sent: MessageCounters | None = None,
 ) -> FlowDag:
     """The flows of `coll` on `topo`, with ids from `first_flow_id` and tags prefixed by `tag/`.
 
@@ -38,10 +39,14 @@ def decompose(
     tree (a chain inside each host, a binary tree between hosts: what NCCL picks for a tiny
     all-reduce across hosts), so it costs twice the tree's height in sequential hops of latency,
     2(n-1) one-byte flows, and no bandwidth to speak of.
+    `sent` carries the network connections' message counters from one call to the next (which queue pair a
+    message takes under NCCL_IB_QPS_PER_CONNECTION); None starts them at 0 for this call alone.
     """
     opts, choice = resolve(coll, topo, opts)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
     b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "", comm=_communicator(coll, opts))
+    if sent is not None:
+        b.sent = sent
     if opts.model == "nccl":
         st = nccl_settings(opts)
         # a coarse flow stands for all the messages of its channel and hop, which NCCL posts to the QPs in turn:

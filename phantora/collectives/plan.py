@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from phantora.collectives.dag import MessageCounters
 from phantora.collectives.decompose import decompose
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -60,6 +61,7 @@ class CollectivePlanner:
         self.algo = algo
         self.mirrors = mirrors
         self.next_flow = next_flow
+        self.sent: MessageCounters = {}  # the run's network connections' message counters (one QP in turn each)
 
     def plan(self, call: CallSpec, tag: str) -> Plan:
         """The flows of `call` (all its group's shifts under deduplication), tagged `tag`.
@@ -75,16 +77,17 @@ class CollectivePlanner:
         flows: list[Flow] = []
         last: dict[int, set[int]] = {}
         next_id = self.next_flow
+        sent = dict(self.sent)  # kept only on success, as the ids
         choice = None
         for copy in copies:
             coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root)
-            dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag)
+            dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag, sent=sent)
             next_id = dag.next_id
             flows.extend(dag.flows)
             choice = choice or dag.choice
             for r in copy:
                 last.setdefault(self.mirrors.live_of(r), set()).update(dag.rank_last.get(r, ()))
-        self.next_flow = next_id
+        self.next_flow, self.sent = next_id, sent
         if cls is not None or lossy is not None:
             budget = min(tolerance, 1.0) if lossy is not None else 0.0
             flows = [

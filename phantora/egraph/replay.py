@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phantora.collectives import decompose
+from phantora.collectives.dag import MessageCounters
 from phantora.collectives.nccl import nccl_env
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
@@ -145,6 +146,7 @@ class _Planner:
         self.markers = 0
         self.instances: dict[tuple[Any, ...], Instance] = {}
         self.order: list[Instance] = []
+        self.sent: MessageCounters = {}  # network connections' message counters, over the whole replay
         self.waiters: dict[tuple[Any, ...], list[int]] = {}
         self._launched: list[Instance] = []
 
@@ -268,7 +270,7 @@ class _Planner:
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
         coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root)
-        dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=f"c{len(self.order)}")
+        dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=f"c{len(self.order)}", sent=self.sent)
         for f in dag.flows:
             deps = f.deps if f.deps else (inst.start,)
             self.flows.append(f.with_deps(deps))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.dag import MessageCounters
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
 from phantora.topology.model import Topology
@@ -214,9 +215,11 @@ def build_iteration(
     opts: AlgoOptions,
     first_id: int,
     tag: str,
+    sent: MessageCounters | None = None,
 ) -> Iteration:
     """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once
-    (n send_recv collectives, one per pair); the others: one collective over `ranks`."""
+    (n send_recv collectives, one per pair); the others: one collective over `ranks`. `sent`: the run's network
+    connections' message counters (None: this call's alone)."""
     n = len(ranks)
     if spec.kind == "send_recv":
         pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
@@ -229,7 +232,7 @@ def build_iteration(
     choice = None
     next_id = first_id
     for coll, t in colls:
-        dag = decompose(coll, topo, opts, first_flow_id=next_id, tag=t)
+        dag = decompose(coll, topo, opts, first_flow_id=next_id, tag=t, sent=sent)
         flows.extend(dag.flows)
         last.update(i for ids in dag.rank_last.values() for i in ids)
         next_id = dag.next_id
@@ -270,6 +273,7 @@ class Bench:
     warmup: int = 5
     opts: AlgoOptions = field(default_factory=AlgoOptions)
     next_id: int = 0
+    sent: MessageCounters = field(default_factory=dict)  # network connections' message counters, over the run
     gpus_per_thread: int = 1  # -g: one host thread enqueues and launches this many GPUs' calls, one after another
 
 
@@ -304,7 +308,7 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
     for i in range(bench.warmup + bench.iters):
         tag = f"nccl/{size}/{'w' if i < bench.warmup else 'i'}{i}"
         it = build_iteration(
-            bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.topo, bench.opts, bench.next_id, tag
+            bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.topo, bench.opts, bench.next_id, tag, bench.sent
         )
         bench.next_id = it.next_id
         choice = choice or it.choice
