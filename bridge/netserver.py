@@ -47,6 +47,7 @@ from bridge.transport import (
 from bridge.workers import spawn_workers
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.results.write import write_fabric_traces
@@ -197,12 +198,13 @@ class NetServer:
         return 0
 
 
-def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology) -> None:
-    """At a clean shutdown: pfc.csv, queues.csv, drops.csv and links.csv of an engine that observes the fabric."""
+def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology, spec: EngineSpec | None = None) -> None:
+    """At a clean shutdown: pfc.csv, queues.csv, drops.csv, links.csv and engine.json (what it ran by, with the
+    run's `spec`) of an engine that observes the fabric."""
     fabric = engine.fabric()
     if fabric is None:
         return
-    write_fabric_traces(out, fabric, topo, engine.now())
+    write_fabric_traces(out, fabric, topo, engine.now(), spec)
     log(f"wrote the engine's traces to {out}")
 
 
@@ -227,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rc = NetServer(sock, engine, token, info, spec.max_message_bytes).serve(spec.peer_timeout_s)
             if rc == 0 and spec.trace_dir:
-                write_engine_traces(Path(spec.trace_dir), engine, spec.topology)
+                write_engine_traces(Path(spec.trace_dir), engine, spec.topology, spec.engine)
             return rc
         finally:
             engine.close()

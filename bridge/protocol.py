@@ -321,7 +321,9 @@ def records_to_wire(fabric: FabricObserver, elapsed_ns: int) -> dict[str, list[l
         "transport": list(fabric.flow_transport().values()),
         "usage": fabric.channel_usage(elapsed_ns),
     }
-    return {k: [list(dataclasses.astuple(r)) for r in v] for k, v in lists.items()}
+    out = {k: [list(dataclasses.astuple(r)) for r in v] for k, v in lists.items()}
+    out["effective"] = [[k, v] for k, v in fabric.effective().to_pairs()]  # what the fabric runs by
+    return out
 
 
 def records_from_wire(d: dict[str, Any]) -> dict[str, list[Any]]:
@@ -333,4 +335,8 @@ def records_from_wire(d: dict[str, Any]) -> dict[str, list[Any]]:
             out[kind] = [cls(*row) for row in rows]
         except TypeError:
             raise ProtocolError(f"bad {kind} records", code=E_MALFORMED) from None
+    pairs = d.get("effective", [])
+    if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(w, str) for w in p) for p in pairs):
+        raise ProtocolError("bad effective settings", code=E_MALFORMED)
+    out["effective"] = [(str(k), str(v)) for k, v in pairs]
     return out

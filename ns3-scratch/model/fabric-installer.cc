@@ -132,6 +132,7 @@ void FabricInstaller::Install(Ptr<PhantoraFabric> fabric, RdmaNic::FlowCallback 
     }
     cc.Set(name, *AttributeFromText(ccTid, name, text, "congestion control '" + ccName + "'"));
   }
+  m_cc = cc;
   const PhantoraFabric::IntMode mode = fabric->GetIntMode();
   m_intOn = mode == PhantoraFabric::INT_ON ||
             (mode == PhantoraFabric::INT_AUTO && cc.Create<CongestionControl>()->WantsInt());

@@ -45,11 +45,14 @@ class FabricInstaller {
 
   /// Whether the installed fabric stamps INT (valid after Install).
   bool IntEnabled() const { return m_intOn; }
+  /// The factory of every queue pair's CC object, its attributes set (valid after Install).
+  const ObjectFactory& CcFactory() const { return m_cc; }
 
  private:
   ObjectFactory m_nic;
   ObjectFactory m_switch;
   std::vector<std::pair<std::string, std::string>> m_ccAttributes;
+  ObjectFactory m_cc;
   bool m_intOn = false;
 };
 

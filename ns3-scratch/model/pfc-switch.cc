@@ -138,6 +138,11 @@ TypeId PfcSwitch::GetTypeId() {
   return tid;
 }
 
+PfcSwitch::PortSettings PfcSwitch::ResolvedPort(uint32_t port) const {
+  const Port& p = m_ports.at(port);
+  return {m_dev.at(port)->GetRateBps(), p.kmin, p.kmax, p.pmax, m_mmu.Headroom(port)};
+}
+
 void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
   const LbMode lb = m_nvSwitch ? LbMode::Ecmp : ParseLbMode(m_lbMode);
   const auto kmin = ParseRateMap<uint64_t>("KminMap", m_kminMap);

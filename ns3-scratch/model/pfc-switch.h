@@ -63,6 +63,16 @@ class PfcSwitch : public Object, public PortOwner {
   uint64_t Drops(uint32_t port) const { return m_ports[port].drops; }
   uint64_t MaxPortBytes(uint32_t port) const { return m_ports[port].maxTotal; }
   const SwitchMmu& Mmu() const { return m_mmu; }
+  /// What port `port`'s settings resolved to at Install (PhantoraNetwork::EffectiveParams reports them): its
+  /// line rate, ECN kmin / kmax / pmax (the rate maps, else their per-Gb/s defaults) and its PFC headroom.
+  struct PortSettings {
+    uint64_t rateBps;
+    uint64_t kmin;
+    uint64_t kmax;
+    double pmax;
+    uint64_t headroomBytes;
+  };
+  PortSettings ResolvedPort(uint32_t port) const;
   const LoadBalancer& Lb() const { return m_lb; }
   const Counters& GetCounters() const { return m_counters; }
 

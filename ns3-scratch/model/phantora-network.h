@@ -245,6 +245,12 @@ class PhantoraNetwork {
   std::vector<FlowBound> CompletionBounds();
   /// Pacing rate of an open queue pair (0 if not open).
   uint64_t FlowRateBps(uint64_t flowId) const;
+  /// After Finalize: what the fabric runs by, as (key, text) pairs read back from its objects. First every
+  /// attribute as ns-3 holds it: "fabric.A", "recorder.A", "nic.A" (every NIC has the same), "switch.A" (of a
+  /// packet switch; an NVSwitch differs in NvSwitch only) and "cc.A" (a queue pair's CC object); then what the
+  /// fabric-scaled defaults (an attribute's 0) resolved to: "switch/N/BufferBytes" for each packet switch N, and
+  /// "switch/N/P/RateBps", ".../Kmin", ".../Kmax", ".../Pmax", ".../HeadroomBytes" for each port P of it.
+  std::vector<std::pair<std::string, std::string>> EffectiveParams() const;
   void Close();
 
   class Impl;

@@ -44,6 +44,8 @@ class SwitchMmu {
   uint64_t UsedBytes() const { return m_usedBytes; }
   uint64_t MaxUsedBytes() const { return m_maxUsedBytes; }
   uint64_t HeadroomUsed(uint32_t port, uint32_t cls) const { return m_acct[port][cls].hdrm; }
+  /// The headroom of ingress `port` (SetHeadroom), in bytes.
+  uint64_t Headroom(uint32_t port) const { return m_headroom[port]; }
   const Config& GetConfig() const { return m_cfg; }
 
  private:

@@ -102,6 +102,9 @@ void PrintRecords(ns3::PhantoraNetwork& net, std::FILE* out) {
   for (const auto& [key, value] : net.Stats()) {
     std::fprintf(out, "S %s %.17g\n", key.c_str(), value);
   }
+  for (const auto& [key, text] : net.EffectiveParams()) {
+    std::fprintf(out, "A %s %s\n", key.c_str(), text.c_str());
+  }
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ namespace phantora_runner {
 ///   N TIME NODE FLOW FROM SEQ     E TIME NODE PORT PRIO CHANNEL FLOW
 ///   X ID RETX_PACKETS RETX_BYTES OOO_PACKETS REORDER_MAX_BYTES
 ///   L CHANNEL SRC DST BPS TX_BYTES TX_PACKETS PAUSED_NS ECN_MARKS MAX_QUEUE_BYTES
-///   S KEY VALUE (the Stats(), values with full double precision)   Z QUIET NOW (the last line)
+///   S KEY VALUE (the Stats(), values with full double precision)
+///   A KEY TEXT (EffectiveParams(): TEXT is the rest of the line)   Z QUIET NOW (the last line)
 /// `watch`: flows to stop at (netsim's progress display, `drain_observed`), each removed once it completed;
 /// empty: one RunUntilIdle. Returns the exit code: 0, or 3 when the flows cannot drain.
 int RunRecords(ns3::PhantoraNetwork& net, std::vector<uint64_t> watch, std::FILE* out);

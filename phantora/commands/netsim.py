@@ -32,10 +32,10 @@ from phantora.errors import InputError
 from phantora.files import read_text
 from phantora.netsim.base import Flow, drain_observed
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
+from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
-from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.standalone import standalone_fct_ns
 from phantora.progress import Progress
 from phantora.results import schema as S
@@ -45,6 +45,7 @@ from phantora.results.write import (
     write_cnps_csv,
     write_drops_csv,
     write_ecn_csv,
+    write_engine_json,
     write_flows_csv,
     write_links_csv,
     write_pfc_csv,
@@ -184,7 +185,7 @@ def _drain(sim: Any, inp: NetsimInput, progress: str, done: dict[int, Any] | Non
 def _run_ns3(
     topo: Topology,
     inp: NetsimInput,
-    config: PacketConfig,
+    engine: EngineSpec,
     out: Path | None,
     progress: str = "off",
     scenario: Any = None,
@@ -197,6 +198,7 @@ def _run_ns3(
     engine."""
     from phantora.netsim.runner_engine import runner_usable
 
+    config = engine.packet
     for name, value in (("nvlink", "fluid"), ("reuse", "on")):
         if getattr(config, name) == value:
             raise InputError(
@@ -206,11 +208,11 @@ def _run_ns3(
                 field=name,
             )
     if runner_usable(config) and scenario is None:
-        return _run_runner(topo, inp, config, out, progress)
+        return _run_runner(topo, inp, engine, out, progress)
     from phantora.netsim.packet import Ns3Simulator
 
     calls = RunDir(out).file(S.NS3_CALLS_TXT) if out else None
-    sim = make_engine(EngineSpec("ns3", config), topo, calls=calls, scenario=scenario)
+    sim = make_engine(engine, topo, calls=calls, scenario=scenario)
     install_throttles(sim, scenario, topo, "ns3")
     assert isinstance(sim, Ns3Simulator)
     with sim:
@@ -232,6 +234,7 @@ def _run_ns3(
             "transport": sim.flow_transport(),
             "links": sim.channel_usage(max(1, sim.now() - inp.first_start)),
             "stats": sim.stats(),
+            "effective": sim.effective(),
             "wall_s": wall,
             "now": sim.now(),
             "scenario": report_scenario(scenario, topo, sim, [], list(done.values()), None, "flows"),
@@ -239,14 +242,14 @@ def _run_ns3(
 
 
 def _run_runner(
-    topo: Topology, inp: NetsimInput, config: PacketConfig, out: Path | None, progress: str
+    topo: Topology, inp: NetsimInput, engine: EngineSpec, out: Path | None, progress: str
 ) -> dict[str, Any]:
     """`_run_ns3` in phantora-ns3-runner: the call script (out/ns3-calls.txt, else a temporary one) run there."""
     from phantora.netsim.base import watch_sample
     from phantora.netsim.factory import make_runner
 
     with tempfile.TemporaryDirectory(prefix="phantora-netsim-") as tmp:
-        net = make_runner(EngineSpec("ns3", config), topo, RunDir(out or Path(tmp)).file(S.NS3_CALLS_TXT))
+        net = make_runner(engine, topo, RunDir(out or Path(tmp)).file(S.NS3_CALLS_TXT))
         for start, batch in inp.batches:
             net.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
         t0 = time.perf_counter()
@@ -270,6 +273,7 @@ def _run_runner(
         "transport": rec.transport,
         "links": rec.channel_usage(max(1, rec.now - inp.first_start)),
         "stats": rec.stats(net.config, topo),
+        "effective": EffectiveSettings.parse(net.config, rec.effective),
         "wall_s": wall,
         "now": rec.now,
     }
@@ -324,10 +328,10 @@ def _run_flow(
         sim.close()
 
 
-def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, Any]) -> list[Path]:
+def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, Any], engine: EngineSpec) -> list[Path]:
     """The run directory's network files, as every command writes them (flows.csv with HPCC's FCT and
-    standalone FCT), HPCC's fct.txt and pfc.txt, and summary.json. The flow engine measures no PFC, queues,
-    drops, CNPs or ECN marks: those files are left out (not measured)."""
+    standalone FCT), HPCC's fct.txt and pfc.txt, engine.json (what the packet engine ran by) and summary.json.
+    The flow engine measures no PFC, queues, drops, CNPs or ECN marks: those files are left out (not measured)."""
     out.mkdir(parents=True, exist_ok=True)
     rd = RunDir(out)
     by_id = {f.id: f for f in inp.reported}
@@ -359,6 +363,7 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
             write_drops_csv(rd.file(S.DROPS_CSV), topo, res["drops"]),
             write_cnps_csv(rd.file(S.CNPS_CSV), topo, res["cnps"]),
             write_ecn_csv(rd.file(S.ECN_CSV), topo, res["ecn"]),
+            write_engine_json(out, res["effective"], engine),
         ]
     summary = {"schema": S.NETSIM, **res["stats"]}
     if res.get("scenario"):
@@ -385,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
     mode = progress_mode(args)
     sc = load_scenario(args, topo)
     if args.network == "ns3":
-        res = _run_ns3(topo, inp, config, args.out, mode, sc)
+        res = _run_ns3(topo, inp, engine, args.out, mode, sc)
     else:
         res = _run_flow(topo, inp, engine, mode, sc)
     fcts = sorted(r.fct_ns for r in res["fct"])
@@ -413,6 +418,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {idle['text']}")
             res["idle_fabric"] = idle
     if args.out:
-        paths = _write_outputs(args.out, topo, inp, res)
+        paths = _write_outputs(args.out, topo, inp, res, engine)
         print("wrote " + ", ".join(str(p) for p in paths))
     return 0

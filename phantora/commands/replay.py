@@ -210,6 +210,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
                 network=args.network,
                 engine=sim,
                 extra=extra or None,
+                spec=engine,
             )
             print("wrote " + ", ".join(str(p) for p in paths.values()))
     finally:
@@ -282,7 +283,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
         if args.out:
             flows = {f.id: f for f in res.plan_flows}
             network_files = write_network_files(
-                args.out, topo, sim, res.completions, elapsed_ns=res.makespan_ns, flows=flows
+                args.out, topo, sim, res.completions, elapsed_ns=res.makespan_ns, flows=flows, spec=engine
             )
     finally:
         sim.close()

@@ -373,7 +373,7 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
         makespan = max((c.end_ns for c in done), default=0)
         fabric = sim.fabric()
         if fabric is not None:
-            write_fabric_traces(ctx.out.root, fabric, ctx.plan.topo, makespan)
+            write_fabric_traces(ctx.out.root, fabric, ctx.plan.topo, makespan, engine)
     finally:
         sim.close()
     jobs: dict[str, dict[str, Any]] = {}

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
+from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hybrid import topological_order
 from phantora.netsim.nic_latency import Releases, gate_key, uses_nic
@@ -111,7 +112,8 @@ class WorkerPool(Protocol):
         ...
 
     def records(self, index: int, now: int, elapsed: int) -> dict[str, list[Any]]:
-        """A worker's fabric records (usage, pfc, queues, drops, trims, cnps, marks, transport)."""
+        """A worker's fabric records (usage, pfc, queues, drops, trims, cnps, marks, transport) and its engine's
+        effective settings (effective: (attribute, text) pairs)."""
         ...
 
     def keepalive(self) -> None: ...
@@ -471,6 +473,8 @@ class DecomposedSimulator(RunsByCompletion):
                 merged.setdefault(k, []).extend(rows)
         now = self._now  # the workers may have run up to L - 1 ns further: hand out what happened by now only
         for k, rows in merged.items():
+            if k == "effective":  # (attribute, text) pairs, not timed records
+                continue
             if k == "transport":
                 rows[:] = [t for t in rows if self._ends.get(t.flow_id, INF_NS) <= now]
             elif k != "usage":
@@ -502,6 +506,10 @@ class DecomposedSimulator(RunsByCompletion):
 
     def flow_transport(self) -> dict[int, FlowTransport]:
         return {t.flow_id: t for t in self._gather()["transport"]}
+
+    def effective(self) -> EffectiveSettings:
+        """The workers' reports (each worker's engine is built over the full topology with this config)."""
+        return EffectiveSettings.parse(self.config, self._gather().get("effective", []))
 
 
 __all__ = [

@@ -42,6 +42,7 @@ from phantora.netsim.observe import (
 )
 
 if TYPE_CHECKING:
+    from phantora.netsim.effective import EffectiveSettings
     from phantora.topology.model import Topology
 
 PACKET, FLUID = 0, 1
@@ -258,6 +259,10 @@ class FluidNvlinkSimulator:
     def flow_transport(self) -> Mapping[int, FlowTransport]:
         """ns-3's flows only: the fluid side neither reorders nor retransmits."""
         return self._observer().flow_transport()
+
+    def effective(self) -> EffectiveSettings:
+        """The packet side's (NVLink is fluid here: its NVSwitches' settings are not used)."""
+        return self._observer().effective()
 
     # ----- internals -------------------------------------------------------------------------
     def _known(self, fid: int) -> bool:

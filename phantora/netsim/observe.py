@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from phantora.netsim.effective import EffectiveSettings
     from phantora.topology.model import Topology
 
 
@@ -169,6 +170,11 @@ class FabricObserver(ChannelObserver, Protocol):
 
     def flow_transport(self) -> Mapping[int, FlowTransport]:
         """Flow id -> its transport counters, for every flow completed so far."""
+        ...
+
+    def effective(self) -> EffectiveSettings:
+        """What the fabric runs by, as ns-3 reports it: every attribute read back from its objects and what the
+        fabric-scaled defaults resolved to (`phantora.netsim.effective`; engine.json in a run directory)."""
         ...
 
 

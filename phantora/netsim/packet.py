@@ -26,6 +26,7 @@ from typing import Any
 from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
 from phantora.netsim.base import Completion, Flow, check_flow_batch
+from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
 from phantora.netsim.ns3_build import (  # noqa: F401 - re-exported: packet.build, packet.needs_build, ...
@@ -191,6 +192,7 @@ class Ns3Simulator:
         self._marks: list[EcnMark] = []
         self._seen = (0, 0, 0, 0, 0)  # records handed out by new_records()
         self._submitted = 0
+        self._effective: EffectiveSettings | None = None
 
     def _build(self) -> None:
         net = self._net
@@ -457,6 +459,17 @@ class Ns3Simulator:
     def channel_usage(self, elapsed_ns: int | None = None) -> list[PacketChannelUsage]:
         """Per-channel bytes, pauses, marks and utilisation over `elapsed_ns` (default now()), used channels only."""
         return channel_usage(self._channel_rows(), self.now() if elapsed_ns is None else elapsed_ns)
+
+    def effective(self) -> EffectiveSettings:
+        """What the fabric runs by, read back from ns-3 once (`PhantoraNetwork::EffectiveParams`)."""
+        if self._effective is None:
+
+            def text(value: Any) -> str:
+                return value.decode() if isinstance(value, bytes) else str(value)
+
+            pairs = [(text(p.first), text(p.second)) for p in self._net.EffectiveParams()]
+            self._effective = EffectiveSettings.parse(self.config, pairs)
+        return self._effective
 
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
         """Channel ids the switches' own tables and hash give a flow (to compare with Topology.route)."""

@@ -52,6 +52,7 @@ from phantora.netsim.observe import (
 from phantora.netsim.packet import check_packet_batch
 
 if TYPE_CHECKING:
+    from phantora.netsim.effective import EffectiveSettings
     from phantora.topology.model import Topology
 
 # Counters of Ns3Simulator.stats() that add up over episodes (a served episode adds its recorded share).
@@ -317,6 +318,10 @@ class ProfileReuseSimulator:
     def ecn_mark_events(self) -> list[EcnMark]:
         own = self.inner.ecn_mark_events()
         return self._merged(own, lambda rec, t0, ids: [_shift_mark(e, t0, ids) for e in rec.marks])
+
+    def effective(self) -> EffectiveSettings:
+        """The fabric's (served episodes were recorded on this same fabric)."""
+        return self.inner.effective()
 
     # ----- episodes ----------------------------------------------------------------------------
     def _serving(self) -> bool:

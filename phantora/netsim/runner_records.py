@@ -2,7 +2,8 @@
 
 One record per line, its kind first (ns3-scratch/runner/runner-records.h): completions (C) and progress ticks
 (T) while the run goes on, then FCTs (F), PFC frames (P), queue samples (Q), drops (D), trims (R), CNPs (N),
-CE marks (E), transport counters (X), channels (L), the fabric's counters (S) and the end (Z).
+CE marks (E), transport counters (X), channels (L), the fabric's counters (S), what the fabric ran by (A: its
+attributes read back, `phantora.netsim.effective`) and the end (Z).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class RunnerRecords:
     transport: dict[int, FlowTransport] = field(default_factory=dict)
     channels: list[ChannelRow] = field(default_factory=list)
     raw_stats: list[tuple[str, float]] = field(default_factory=list)
+    effective: list[tuple[str, str]] = field(default_factory=list)  # EffectiveParams(): (key, text) pairs
     now: int = 0
     quiet: bool = False
     ended: bool = False  # the Z line arrived
@@ -91,6 +93,9 @@ class RecordParser:
         elif kind == "S":
             key, value = rest.split()
             r.raw_stats.append((key, float(value)))
+        elif kind == "A":
+            key, _, text = rest.partition(" ")
+            r.effective.append((key, text))
         elif kind == "Z":
             quiet, now = rest.split()
             r.quiet, r.now, r.ended = quiet == "1", int(now), True

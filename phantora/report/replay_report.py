@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.netsim.base import NetworkSimulator
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.replay import ReplayResult
 from phantora.results import schema as S
 from phantora.results.run_dir import RunDir
@@ -50,15 +51,19 @@ def write_replay_outputs(
     network: str,
     engine: NetworkSimulator,
     extra: Mapping[str, Any] | None = None,
+    spec: EngineSpec | None = None,
 ) -> dict[str, Path]:
     """Write results.json (plus the sections in `extra`) and every network file the engine (still open) gives
-    (`write_network_files`)."""
+    (`write_network_files`; `spec`: the engine's EngineSpec, recorded in engine.json)."""
     out.mkdir(parents=True, exist_ok=True)
     data = results_dict(res, workload=workload, topology=topology, network=network)
     data.update(extra or {})
     paths = {"results": RunDir(out).write_json(S.RESULTS_JSON, data)}
     by_id = {f.id: f for f in res.flows}
-    for p in write_network_files(out, topology, engine, res.completions, elapsed_ns=res.makespan_ns, flows=by_id):
+    files = write_network_files(
+        out, topology, engine, res.completions, elapsed_ns=res.makespan_ns, flows=by_id, spec=spec
+    )
+    for p in files:
         paths[p.stem] = p
     return paths
 

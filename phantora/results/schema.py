@@ -17,6 +17,11 @@ COSIM = "phantora.cosim/1"
 NETSIM = "phantora.netsim/1"
 NCCL_TESTS = "phantora.nccl-tests/1"  # results.json of `phantora nccl-tests`: one record per size
 NCCL_TESTS_TXT = "nccl-tests.txt"  # its table, in nccl-tests' own format
+# What the packet engine ran by (issue 35): the EngineSpec as the command line built it, and for every
+# PacketConfig field the ns-3 attribute(s) it became with the value ns-3 reports holding, every attribute read back
+# and what the fabric-scaled defaults resolved to (phantora.netsim.effective). Written with the packet traces.
+ENGINE_JSON = "engine.json"
+ENGINE = "phantora.engine/1"
 
 # The run's progress: status.json (running, complete, failed), steps.jsonl (one line per finished step),
 # merged from steps/rank<R>.jsonl, which the live ranks append to as they go (phantora.results.run_dir).

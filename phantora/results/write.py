@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.netsim.effective import EffectiveSettings
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.observe import (
     ChannelUsage,
     CnpEvent,
@@ -206,10 +208,29 @@ def write_packet_traces(out: Path, topo: Topology, observer: FabricObserver) -> 
     ]
 
 
-def write_fabric_traces(out: Path, observer: FabricObserver, topo: Topology, until_ns: int) -> list[Path]:
-    """The packet traces and links.csv from the engine's own per-link counters over [0, until_ns]."""
+def write_fabric_traces(
+    out: Path, observer: FabricObserver, topo: Topology, until_ns: int, spec: EngineSpec | None = None
+) -> list[Path]:
+    """The packet traces and links.csv from the engine's own per-link counters over [0, until_ns], and engine.json
+    (what the engine ran by; `spec`: the run's EngineSpec, recorded with it)."""
     paths = write_packet_traces(out, topo, observer)
-    return [*paths, write_links_csv(out / S.LINKS_CSV, topo, observer.channel_usage(max(1, until_ns)))]
+    paths.append(write_links_csv(out / S.LINKS_CSV, topo, observer.channel_usage(max(1, until_ns))))
+    return [*paths, write_engine_json(out, observer.effective(), spec)]
+
+
+def engine_document(settings: EffectiveSettings | None, spec: EngineSpec | None) -> dict[str, Any]:
+    """engine.json: the run's `EngineSpec` as plain data ("spec", None if not given) and the packet engine's own
+    report of what it ran by ("ns3": `EffectiveSettings.report`, None for an engine without ns-3)."""
+    return {
+        "schema": S.ENGINE,
+        "spec": None if spec is None else json.loads(json.dumps(spec.to_dict(), default=str)),
+        "ns3": None if settings is None else settings.report(),
+    }
+
+
+def write_engine_json(out: Path, settings: EffectiveSettings | None, spec: EngineSpec | None = None) -> Path:
+    """out/engine.json (`engine_document`)."""
+    return write_json(out / S.ENGINE_JSON, engine_document(settings, spec), sort_keys=False)
 
 
 def write_network_files(
@@ -220,6 +241,7 @@ def write_network_files(
     *,
     elapsed_ns: int,
     flows: Mapping[int, Flow] | None = None,
+    spec: EngineSpec | None = None,
 ) -> list[Path]:
     """Every network file an engine (still open) can give: flows.csv and links.csv from any engine; with the
     packet engine also its traces (pfc, queues, drops, cnps, ecn_marks) and each flow's CNPs and CE marks.
@@ -237,4 +259,4 @@ def write_network_files(
     path = write_flows_csv(
         out / S.FLOWS_CSV, topo, completions, flows=flows, cnps=cnps, ecn_marks=marks, transport=fabric.flow_transport()
     )
-    return [path, *write_fabric_traces(out, fabric, topo, elapsed_ns)]
+    return [path, *write_fabric_traces(out, fabric, topo, elapsed_ns, spec)]

@@ -1,0 +1,151 @@
+"""What the packet engine ran by, as ns-3 reports it (`PhantoraNetwork::EffectiveParams`, issue 35).
+
+Python hands ns-3 a `PacketConfig` as attribute texts (`PacketConfig.to_params`, one row of `NS3_ATTRIBUTES` per
+field); a field left at None ("scale with the fabric") goes as the attribute's 0, and the C++ model resolves it on
+the fabric it is installed on (a switch's buffer from its fastest port, ECN thresholds and headroom per port).
+Python does not compute those defaults again: after `Finalize` the engine reads every attribute back from its
+objects and reports what the defaults came to, and `EffectiveSettings` holds that report. `report()` maps it back
+onto the config, field by field (`engine.json` in a run directory, `phantora.results.write.write_engine_json`), so
+a `--set` field can be followed to the value ns-3 ran with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from phantora.netsim.packet_config import ENGINE_FIELDS, NS3_ATTRIBUTES, PacketConfig
+
+
+@dataclass(frozen=True)
+class PortSettings:
+    """One switch port as resolved at install: line rate, ECN marking and PFC headroom."""
+
+    rate_bps: int
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+    headroom_bytes: int
+
+
+@dataclass(frozen=True)
+class SwitchSettings:
+    """One packet switch as resolved at install: its shared buffer and its ports."""
+
+    buffer_bytes: int
+    ports: tuple[PortSettings, ...]
+
+    @property
+    def fastest_port_bps(self) -> int:
+        return max((p.rate_bps for p in self.ports), default=0)
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """The engine's report: every attribute as ns-3 holds it ("switch.BufferSize" -> "2000000"), the packet
+    switches by node id, and the `PacketConfig` the engine was built from (its ECMP policy resolved)."""
+
+    config: PacketConfig
+    attributes: Mapping[str, str]
+    switches: Mapping[int, SwitchSettings]
+
+    @classmethod
+    def parse(cls, config: PacketConfig, pairs: Iterable[tuple[str, str]]) -> EffectiveSettings:
+        """`EffectiveParams()`'s (key, text) pairs: "scope.Attribute" and "switch/N/BufferBytes",
+        "switch/N/P/{RateBps,Kmin,Kmax,Pmax,HeadroomBytes}"."""
+        attributes: dict[str, str] = {}
+        buffers: dict[int, int] = {}
+        ports: dict[int, dict[int, dict[str, str]]] = {}
+        for key, text in pairs:
+            if not key.startswith("switch/"):
+                attributes[key] = text
+                continue
+            parts = key.split("/")
+            node = int(parts[1])
+            if len(parts) == 3:
+                buffers[node] = int(text)
+            else:
+                ports.setdefault(node, {}).setdefault(int(parts[2]), {})[parts[3]] = text
+        switches = {}
+        for node, buffer in buffers.items():
+            rows = ports.get(node, {})
+            switches[node] = SwitchSettings(
+                buffer,
+                tuple(
+                    PortSettings(
+                        int(r["RateBps"]), int(r["Kmin"]), int(r["Kmax"]), float(r["Pmax"]), int(r["HeadroomBytes"])
+                    )
+                    for _, r in sorted(rows.items())
+                ),
+            )
+        return cls(config, attributes, switches)
+
+    def to_pairs(self) -> list[tuple[str, str]]:
+        """The inverse of `parse` (what crosses a process boundary: plain strings)."""
+        out = list(self.attributes.items())
+        for node, sw in sorted(self.switches.items()):
+            out.append((f"switch/{node}/BufferBytes", str(sw.buffer_bytes)))
+            for i, p in enumerate(sw.ports):
+                at = f"switch/{node}/{i}/"
+                out += [(at + "RateBps", str(p.rate_bps)), (at + "Kmin", str(p.kmin_bytes))]
+                out += [(at + "Kmax", str(p.kmax_bytes)), (at + "Pmax", repr(p.pmax))]
+                out.append((at + "HeadroomBytes", str(p.headroom_bytes)))
+        return out
+
+    def resolved(self) -> dict[str, Any]:
+        """What the fabric-scaled defaults came to, by link rate (JSON keys): each switch's buffer by its fastest
+        port's rate, and the ports' ECN kmin / kmax / pmax and PFC headroom by their rate (headroom also
+        depends on the link's delay, so it is a sorted list of the distinct values)."""
+        buffers: dict[int, set[int]] = {}
+        kmin: dict[int, set[int]] = {}
+        kmax: dict[int, set[int]] = {}
+        pmax: dict[int, set[float]] = {}
+        headroom: dict[int, set[int]] = {}
+        for sw in self.switches.values():
+            buffers.setdefault(sw.fastest_port_bps, set()).add(sw.buffer_bytes)
+            for p in sw.ports:
+                kmin.setdefault(p.rate_bps, set()).add(p.kmin_bytes)
+                kmax.setdefault(p.rate_bps, set()).add(p.kmax_bytes)
+                pmax.setdefault(p.rate_bps, set()).add(p.pmax)
+                headroom.setdefault(p.rate_bps, set()).add(p.headroom_bytes)
+
+        def one(table: Mapping[int, set[Any]]) -> dict[str, Any]:
+            return {str(r): (min(v) if len(v) == 1 else sorted(v)) for r, v in sorted(table.items())}
+
+        return {
+            "switches": len(self.switches),
+            "switch_buffer_bytes_by_fastest_port": one(buffers),
+            "ecn_kmin_bytes": one(kmin),
+            "ecn_kmax_bytes": one(kmax),
+            "ecn_pmax": one(pmax),
+            "headroom_bytes": {str(r): sorted(v) for r, v in sorted(headroom.items())},
+        }
+
+    def report(self) -> dict[str, Any]:
+        """engine.json's "ns3": every PacketConfig field with the value the engine was given and the ns-3
+        attribute(s) it became, as ns-3 holds them ("fields"; `cc_attrs` -> the CC's "cc.X"); the fields that
+        shape the engine instead of setting an attribute ("engine_fields"); every attribute read back, those
+        phantora does not set included ("attributes"); what the fabric-scaled defaults resolved to ("resolved")."""
+        c = self.config
+        fields: dict[str, Any] = {}
+        for name, (paths, _kind) in NS3_ATTRIBUTES.items():
+            fields[name] = {"value": _plain(getattr(c, name)), "attributes": {p: self.attributes.get(p) for p in paths}}
+        cc_paths = sorted(k for k in self.attributes if k.startswith("cc."))
+        fields["cc_attrs"] = {"value": dict(c.cc_attrs), "attributes": {p: self.attributes[p] for p in cc_paths}}
+        return {
+            "fields": fields,
+            "engine_fields": {name: _plain(getattr(c, name)) for name in ENGINE_FIELDS},
+            "attributes": dict(sorted(self.attributes.items())),
+            "resolved": self.resolved(),
+        }
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as JSON (rate maps keyed by text)."""
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items()}
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)  # type: ignore[arg-type]
+    return value
