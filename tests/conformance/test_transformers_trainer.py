@@ -1,0 +1,119 @@
+"""transformers' own distributed Trainer script, `tests/trainer/distributed/scripts/train.py` (what transformers'
+DDP, FSDP and DeepSpeed Trainer tests launch), unchanged, under `phantora run --topology testbed16 --nproc 2`.
+
+The script trains a causal LM with `Trainer` on synthetic data (32 samples of four sentences, padded to 128
+tokens; 4 per GPU on 2 GPUs: 4 optimizer steps an epoch). Its default model is a hub checkpoint
+(`trl-internal-testing/tiny-Qwen2ForCausalLM-2.5`); this machine has no hub, so `--model_name` names a local
+tiny Qwen2 of the same architecture (`hf_assets.make_tiny_qwen2`). The script's own `--loss_output_file`
+writes the losses Trainer logged at each step.
+
+Cases: DDP (what `Trainer` does on several GPUs with no other flag), FSDP2 through `--fsdp`, and DeepSpeed
+ZeRO-3 with the script's own `ds_config_zero3.json`. Every run is about a minute of wall time, so all are slow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conformance import PROGRAMS, Run, git_blob_id, provenance_blobs, run_program, workdir_for
+from hf_assets import make_tiny_qwen2
+
+pytest.importorskip("transformers")
+UPSTREAM = "transformers"
+FOLDER = "tests/trainer/distributed/scripts"
+ARGS = ["--per_device_train_batch_size", "4", "--num_train_epochs", "1", "--logging_steps", "1"]
+ARGS += ["--report_to", "none", "--output_dir", "./trained", "--loss_output_file", "losses.json"]
+FSDP2 = ["--fsdp", "full_shard auto_wrap", "--fsdp_config"]
+FSDP2 += ['{"version": 2, "transformer_layer_cls_to_wrap": ["Qwen2DecoderLayer"]}']
+RUNTIME = re.compile(r"'train_runtime': '([0-9.e-]+)'")
+
+
+def test_vendored_programs_are_the_upstream_files() -> None:
+    blobs = provenance_blobs("huggingface/transformers")
+    root = PROGRAMS / UPSTREAM
+    present = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert present == set(blobs) and "LICENSE" in blobs
+    for path, blob in blobs.items():
+        assert git_blob_id(root / path) == blob, path
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """The local tiny Qwen2 and its vocabulary size."""
+    out = make_tiny_qwen2(tmp_path_factory.mktemp("hf") / "tiny-qwen2")
+    return out, int(json.loads((out / "config.json").read_text())["vocab_size"])
+
+
+def train(tmp: Path, model: Path, extra: list[str]) -> tuple[Run, list[float]]:
+    work = workdir_for(UPSTREAM, FOLDER, tmp)
+    run = run_program(work, "train.py", ["--model_name", str(model), *ARGS, *extra], tmp / "out", 2)
+    assert run.returncode == 0, run.output[-3000:]
+    return run, json.loads((work / "losses.json").read_text())
+
+
+def collectives(run: Run) -> dict[str, Any]:
+    return dict(run.results()["nccl"]["choices"])
+
+
+def checks(run: Run, losses: list[float], vocab: int) -> None:
+    """4 optimizer steps, each a phantora step, a loss logged at each; the first is about ln(vocabulary) (a
+    randomly initialised LM); Trainer's own train_runtime is simulated time, at least its last three steps and
+    at most the simulated run."""
+    steps = run.steps()
+    assert len(steps) == 4 and len(losses) == 4 and run.step_ms() > 0
+    assert losses[0] == pytest.approx(math.log(vocab), rel=0.03)
+    found = RUNTIME.search(run.log(0))
+    assert found is not None, run.log(0)[-3000:]
+    runtime_ns = float(found[1]) * 1e9
+    assert sum(s["time_ns"] for s in steps[1:]) <= runtime_ns <= run.results()["end_ns"] * 1.001
+
+
+@pytest.fixture(scope="module")
+def ddp(model: tuple[Path, int], tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, list[float]]:
+    return train(tmp_path_factory.mktemp("ddp"), model[0], [])
+
+
+@pytest.mark.slow
+def test_trainer_ddp(ddp: tuple[Run, list[float]], model: tuple[Path, int]) -> None:
+    """DDP: gradients are all-reduced, nothing is reduce-scattered."""
+    run, losses = ddp
+    checks(run, losses, model[1])
+    assert "all_reduce" in collectives(run) and "reduce_scatter" not in collectives(run)
+
+
+@pytest.mark.slow
+def test_trainer_fsdp2_trains_as_ddp(ddp: tuple[Run, list[float]], model: tuple[Path, int], tmp_path: Path) -> None:
+    """FSDP2 through `--fsdp` (Accelerate's fully_shard of each decoder layer): the same model, data and optimizer
+    as DDP, so the same losses to float rounding; parameters all-gathered, gradients reduce-scattered."""
+    run, losses = train(tmp_path, model[0], FSDP2)
+    checks(run, losses, model[1])
+    assert losses == pytest.approx(ddp[1], rel=1e-3)
+    assert {"all_gather", "reduce_scatter"} <= set(collectives(run))
+    assert "fsdp.all_gather_copy_in" in run.kernels(0)  # FSDP2's copy-in before each all-gather
+
+
+@pytest.mark.slow
+def test_trainer_deepspeed_zero3(ddp: tuple[Run, list[float]], model: tuple[Path, int], tmp_path: Path) -> None:
+    """DeepSpeed ZeRO-3 with the script's own config (its WarmupLR starts at learning rate 0, so only the first
+    loss, before any update, is DDP's): parameters all-gathered, gradients reduce-scattered."""
+    run, losses = train(tmp_path, model[0], ["--deepspeed", "ds_config_zero3.json"])
+    checks(run, losses, model[1])
+    assert losses[0] == pytest.approx(ddp[1][0], rel=1e-3)
+    assert {"all_gather", "reduce_scatter"} <= set(collectives(run))
+
+
+@pytest.mark.slow
+def test_trainer_deepspeed_zero2(ddp: tuple[Run, list[float]], model: tuple[Path, int], tmp_path: Path) -> None:
+    """DeepSpeed ZeRO-2 with the script's own config: the same first loss as DDP, and on top of DDP's memory the
+    gradient bucket ZeRO-2 allocates on the GPU, `reduce_bucket_size` elements (DeepSpeed's default 5e8) of fp32."""
+    run, losses = train(tmp_path, model[0], ["--deepspeed", "ds_config_zero2.json"])
+    checks(run, losses, model[1])
+    assert losses[0] == pytest.approx(ddp[1][0], rel=1e-3)
+    bucket = 500_000_000 * 4
+    peak, ddp_peak = (r.results()["memory"]["per_rank_peak_bytes"][0] for r in (run, ddp[0]))
+    assert bucket < peak < bucket + ddp_peak
