@@ -84,6 +84,8 @@ def _check_packet(recorded: dict[str, Any] | None, config: Any, topo: Any, where
     from phantora.results.reproduce import first_difference
 
     now = None if config is None else json.loads(json.dumps(packet_settings(config, topo), default=str))
+    if isinstance(recorded, dict):  # runs before issue 35 also recorded the defaults as Python resolved them
+        recorded = {k: v for k, v in recorded.items() if k != "resolved"}
     diff = first_difference(recorded, now)
     if diff is not None:
         raise InputError(

@@ -314,24 +314,6 @@ class PacketConfig:
         """A copy with some fields changed (validated)."""
         return replace(self, **changes)
 
-    def scaled_kmin(self, rate_bps: int) -> int:
-        """ECN kmin in bytes at a link rate (the map, else 4000 B per Gb/s)."""
-        if self.kmin_map and rate_bps in self.kmin_map:
-            return self.kmin_map[rate_bps]
-        return rate_bps // 10**9 * 4000
-
-    def scaled_kmax(self, rate_bps: int) -> int:
-        """ECN kmax in bytes at a link rate (the map, else 16000 B per Gb/s)."""
-        if self.kmax_map and rate_bps in self.kmax_map:
-            return self.kmax_map[rate_bps]
-        return rate_bps // 10**9 * 16000
-
-    def scaled_buffer(self, fastest_port_bps: int) -> int:
-        """Switch buffer in bytes (16 * bw / 50 MiB, bw in Gb/s) unless buffer_bytes is set."""
-        if self.buffer_bytes is not None:
-            return self.buffer_bytes
-        return fastest_port_bps * 16 * 2**20 // 50_000_000_000
-
     def effective_rto_ns(self) -> int:
         """The go-back-N timeout in ns: rto_ns, else none on a lossless (PFC) fabric and 1 ms without."""
         if self.rto_ns is not None:

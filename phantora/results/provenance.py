@@ -1,7 +1,7 @@
 """config.json: what produced a run, complete enough to run it again (`phantora rerun DIR`).
 
-It holds the run's options as given, the packet settings with every default filled in (and the
-values the defaults resolve to on this topology: switch buffer, ECN thresholds per link rate), the
+It holds the run's options as given, the packet settings with every default filled in (and the ns-3
+parameters they become; what the fabric-scaled ones resolve to is the engine's report, engine.json), the
 topology's name and a digest of its nodes and links, the input files by content (`inputs`, see
 `phantora.results.inputs`), the command line, and the versions of phantora, torch, ns-3 and Python. A
 run made by `phantora rerun` also names the run it repeats (`rerun_of`: its directory, command, versions
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from phantora.netsim.packet_config import PacketConfig, cc_ecn_maps
+from phantora.netsim.packet_config import PacketConfig
 from phantora.results import inputs as I
 from phantora.results import schema as S
 from phantora.results.write import write_json
@@ -58,19 +58,12 @@ def versions() -> dict[str, str | None]:
 
 
 def packet_settings(config: PacketConfig, topo: Topology) -> dict[str, Any]:
-    """Every PacketConfig field (defaults included) and what the defaults come to on `topo`."""
+    """Every PacketConfig field (defaults included) and the parameters the ns-3 model is given on `topo`. What the
+    fabric-scaled defaults (a parameter's 0) resolve to is ns-3's to say: the engine reports it, read back from its
+    objects, in engine.json (`phantora.netsim.effective`); Python does not compute it again here."""
     rates = sorted({link.bandwidth_bps for link in topo.links})
-    cc_maps = cc_ecn_maps(config.cc, rates)  # DCTCP's step marking, when the user set no maps
-    kmin = config.kmin_map or cc_maps.get("kmin_map") or {r: config.scaled_kmin(r) for r in rates}
-    kmax = config.kmax_map or cc_maps.get("kmax_map") or {r: config.scaled_kmax(r) for r in rates}
     return {
         "fields": dataclasses.asdict(config),
-        "resolved": {  # what the defaults come to on this topology's switches and links
-            # a switch's buffer follows its fastest port's rate (unless buffer_bytes is set)
-            "switch_buffer_bytes_by_fastest_port": {str(r): config.scaled_buffer(r) for r in rates},
-            "ecn_kmin_bytes": {str(r): kmin.get(r) for r in rates},
-            "ecn_kmax_bytes": {str(r): kmax.get(r) for r in rates},
-        },
         "ns3_params": dict(config.to_params(rates)),  # exactly what the ns-3 model is given
     }
 

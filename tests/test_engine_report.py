@@ -1,0 +1,118 @@
+"""The packet engine reports what it ran by (issue 35): ns-3 reads every attribute back from its objects and says what
+the fabric-scaled defaults resolved to (`PhantoraNetwork::EffectiveParams`), and engine.json maps that onto the
+`EngineSpec` field by field. A `--set` field and the window W are followed here from the command line to the value
+ns-3 (or the coordinator) ran with, through the one object, the spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phantora.netsim.effective import EffectiveSettings
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.packet_config import ENGINE_FIELDS, NS3_ATTRIBUTES, PacketConfig
+from phantora.results import schema as S
+
+ROOT = Path(__file__).resolve().parents[1]
+G = 10**9
+
+
+def netsim(out: Path, *extra: str, inprocess: bool = False) -> dict:
+    """`phantora netsim --network ns3 ... --out OUT` (the runner, or the in-process engine); OUT/engine.json."""
+    cmd = [sys.executable, "-m", "phantora.cli", "netsim", "--network", "ns3", "--topology", "hpcc/star8"]
+    cmd += ["--flows", str(ROOT / "workloads" / "incast4.flows.txt"), "--out", str(out), *extra]
+    env = {**os.environ, "PHANTORA_NETSIM_ENGINE": "inprocess"} if inprocess else None
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads((out / S.ENGINE_JSON).read_text())
+    assert doc["schema"] == S.ENGINE
+    return doc
+
+
+def test_set_buffer_bytes_is_followed_from_the_command_line_to_the_ns3_attribute(tmp_path: Path) -> None:
+    """--set buffer_bytes=2MB: the spec holds 2000000, ns-3's switch.BufferSize holds "2000000" and every switch's
+    buffer resolved to it, by the runner and by the in-process engine alike; the CC's attribute set with --set
+    cc.G is read back from a CC object."""
+    sets = ["--cc", "dcqcn", "--set", "buffer_bytes=2MB", "--set", "cc.G=0.0625", "--set", "pfc=false"]
+    runner = netsim(tmp_path / "runner", *sets)
+    inproc = netsim(tmp_path / "inproc", *sets, inprocess=True)
+    assert runner == inproc  # the same report from both forms of the packet engine
+    assert runner["spec"]["network"] == "ns3" and runner["spec"]["packet"]["buffer_bytes"] == 2_000_000
+    fields = runner["ns3"]["fields"]
+    assert fields["buffer_bytes"] == {"value": 2_000_000, "attributes": {"switch.BufferSize": "2000000"}}
+    assert fields["pfc"] == {"value": False, "attributes": {"switch.PfcEnabled": "false"}}
+    assert fields["cc"]["attributes"] == {"fabric.CongestionControl": "dcqcn"}
+    assert fields["cc_attrs"]["value"] == {"G": "0.0625"} and fields["cc_attrs"]["attributes"]["cc.G"] == "0.0625"
+    assert fields["ecmp_hash"]["value"] == "hpcc"  # the topology's policy, as the engine resolved it
+    resolved = runner["ns3"]["resolved"]
+    assert resolved["switches"] == 1 and resolved["switch_buffer_bytes_by_fastest_port"] == {str(100 * G): 2_000_000}
+
+
+def test_the_fabric_scaled_defaults_are_what_ns3_reports(tmp_path: Path) -> None:
+    """With no buffer or ECN map set, the report gives what the C++ model resolved on a 100G star (HPCC's reference
+    rule: buffer 32 MiB, kmin 400 KB, kmax 1600 KB, pmax 0.2, headroom 3 x rate x delay); config.json no longer
+    carries a Python computation of them, only the parameters ns-3 is given."""
+    doc = netsim(tmp_path / "d", "--cc", "dcqcn")
+    resolved = doc["ns3"]["resolved"]
+    rate = str(100 * G)
+    assert resolved["switch_buffer_bytes_by_fastest_port"] == {rate: 32 * 2**20}
+    assert (resolved["ecn_kmin_bytes"], resolved["ecn_kmax_bytes"]) == ({rate: 400_000}, {rate: 1_600_000})
+    assert resolved["ecn_pmax"] == {rate: 0.2}
+    assert resolved["headroom_bytes"] == {rate: [37_500]}  # 3 x 100 Gb/s x 1 us / 8
+    assert doc["ns3"]["fields"]["buffer_bytes"] == {"value": None, "attributes": {"switch.BufferSize": "0"}}
+    config = json.loads((tmp_path / "d" / S.CONFIG_JSON).read_text())
+    assert "resolved" not in config["packet"] and config["packet"]["ns3_params"]["switch.BufferSize"] == "0"
+
+
+@pytest.mark.timeout(600)
+def test_a_live_run_reports_the_buffer_and_the_window_it_ran_with(tmp_path: Path) -> None:
+    """`phantora run --network ns3 --set buffer_bytes=X --window 5us`: the network server's engine.json holds the
+    spec as the command line built it (window 5000 ns) and ns-3's switch.BufferSize = X; the coordinator ran with
+    that window (cosim.json, results.json)."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "star8", "--nproc", "2", "--network", "ns3"]
+    cmd += ["--cc", "hpcc", "--set", "buffer_bytes=3000000", "--window", "5us", "--out", str(out), "-q"]
+    cmd += [str(ROOT / "examples" / "gpt_ddp.py"), "--steps", "2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads((out / S.ENGINE_JSON).read_text())
+    assert doc["spec"]["window_ns"] == 5000 and doc["spec"]["packet"]["buffer_bytes"] == 3_000_000
+    assert doc["ns3"]["fields"]["buffer_bytes"]["attributes"] == {"switch.BufferSize": "3000000"}
+    assert doc["ns3"]["fields"]["cc"]["attributes"] == {"fabric.CongestionControl": "hpcc"}
+    assert set(doc["ns3"]["resolved"]["switch_buffer_bytes_by_fastest_port"].values()) == {3_000_000}
+    assert json.loads((out / S.COSIM_JSON).read_text())["window_ns"] == 5000
+    assert json.loads((out / S.RESULTS_JSON).read_text())["run"]["window_ns"] == 5000
+
+
+def test_the_report_covers_every_field_and_survives_the_wire(ns3_lib) -> None:
+    """Every PacketConfig field is in the report, as an ns-3 attribute's field, the CC's own (cc_attrs) or an engine
+    field; the (key, text) pairs a decomposition worker sends parse back to the same settings."""
+    from bridge.protocol import records_from_wire, records_to_wire
+    from phantora.netsim.factory import make_engine
+    from phantora.topology.loader import load_topology
+
+    sim = make_engine(EngineSpec("ns3", PacketConfig(cc="hpcc", kmin_map={100 * G: 123_000})), load_topology("star8"))
+    try:
+        eff = sim.effective()
+        report = eff.report()
+        names = {f.name for f in dataclasses.fields(PacketConfig)}
+        assert set(report["fields"]) | set(report["engine_fields"]) == names
+        assert set(report["fields"]) == set(NS3_ATTRIBUTES) | {"cc_attrs"} and set(report["engine_fields"]) == set(
+            ENGINE_FIELDS
+        )
+        assert report["fields"]["kmin_map"]["attributes"] == {"switch.KminMap": f"{100 * G} 123000"}
+        rates = {p.rate_bps for sw in eff.switches.values() for p in sw.ports}
+        kmins = {p.kmin_bytes for sw in eff.switches.values() for p in sw.ports if p.rate_bps == 100 * G}
+        assert 100 * G in rates and kmins == {123_000}  # the map's rate set; the others by the per-Gb/s default
+        assert report["attributes"]["fabric.CongestionControl"] == "hpcc" and "cc.TargetUtil" in report["attributes"]
+        pairs = records_from_wire(json.loads(json.dumps(records_to_wire(sim.fabric(), sim.now()))))["effective"]
+        assert EffectiveSettings.parse(eff.config, pairs) == eff
+    finally:
+        sim.close()
