@@ -116,3 +116,29 @@ def test_the_report_covers_every_field_and_survives_the_wire(ns3_lib) -> None:
         assert EffectiveSettings.parse(eff.config, pairs) == eff
     finally:
         sim.close()
+
+
+def test_replay_jobs_hands_every_engine_option_to_the_jobs_runner(tmp_path: Path, monkeypatch) -> None:
+    """`phantora replay --jobs` builds its run's options for the jobs runner: --queue-sample-ns and --seed reach the
+    engine spec with --cc and --set (before issue 35 the two were dropped on this path)."""
+    import types
+
+    import phantora.jobs.run as jobs_run
+    from phantora.cli import main
+    from phantora.launcher import engine_spec
+
+    (tmp_path / "wl.toml").write_text('name = "w"\n[[op]]\nkind = "all_reduce"\nsize = "1MB"\nranks = "all"\n')
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text('[[job]]\nname = "a"\nworkload = "wl.toml"\nranks = 2\n')
+    seen = []
+
+    def launch_jobs(spec, cfg, **_):
+        seen.append(cfg)
+        return types.SimpleNamespace(summary={}, out_dir=None)
+
+    monkeypatch.setattr(jobs_run, "launch_jobs", launch_jobs)
+    monkeypatch.setattr(jobs_run, "format_jobs", lambda summary: "")
+    args = ["replay", "-t", "star8", "--jobs", str(jobs), "--network", "ns3", "--cc", "dcqcn"]
+    assert main([*args, "--set", "buffer_bytes=1MB", "--queue-sample-ns", "0", "--seed", "7"]) == 0
+    packet = engine_spec(seen[0]).packet
+    assert (packet.cc, packet.buffer_bytes, packet.queue_sample_ns, packet.seed) == ("dcqcn", 1_000_000, 0, 7)

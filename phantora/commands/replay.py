@@ -160,6 +160,8 @@ def _run_jobs(args: argparse.Namespace) -> int:
         network=args.network,
         cc=args.cc,
         packet_set=list(args.set),
+        queue_sample_ns=args.queue_sample_ns,  # every engine option of the command line (dropped before issue 35)
+        seed=args.seed,
         out_dir=args.out,
         overwrite=True,
         trace="none",  # args.out: claimed by in_run_dir

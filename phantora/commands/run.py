@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="GPU model or variant: a100, a100-40gb, a100-pcie, h100, h100-96gb (500 W HBM2e), h100-pcie, h100-nvl, "
         "h200, b200, l40s (default: the topology's; docs/gpus.md)",
     )
-    p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (0 = exact; default per mode)")
+    p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (default 0 = exact, in both modes)")
     add_out_options(p, "results.json, steps.jsonl, status.json, trace.json and logs/")
     p.add_argument("--nproc", type=int, default=None, help="number of ranks (default: the topology's rank count)")
     p.add_argument("--trace", choices=("ops", "coarse", "none"), default="ops", help="compute detail in trace.json")
@@ -81,6 +81,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rank deduplication (phantom only): K live processes stand for all ranks, rank r mirrored by "
         "live rank r mod K; auto (default): one live process per GPU of a host; off: one process per rank",
     )
+    p.add_argument(
+        "--storage",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="checkpoint storage: each host writes and reads checkpoints at GBPS GB/s, shared by its ranks; "
+        "torch.save/load, safetensors and DCP files then cost simulated time (default: not charged; docs/runtime.md)",
+    )
+    p.add_argument(
+        "--shared-fs",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="with --storage: a shared filesystem of GBPS GB/s aggregate, shared by every rank of the job",
+    )
     p.add_argument("--no-time-patch", action="store_true", help="keep time.perf_counter/time.time real")
     p.add_argument(
         "--no-sim-cuda",
@@ -123,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
     check_flow_network(args.network, args.cc, args.set)
     check_run_scenario(args)
+    env = storage_env(args.storage, args.shared_fs)
     cfg = RunConfig(
         scenario=None if args.scenario is None else str(args.scenario),
         script=args.script or "",
@@ -151,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         dedup=args.dedup,
         timeout_s=args.timeout,
         fork_server=not args.no_fork_server,
+        env=env,
         command=["phantora", *sys.argv[1:]],
         on_step=None
         if progress_mode(args) == "off"
@@ -185,6 +202,23 @@ def run(args: argparse.Namespace) -> int:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
+
+
+def storage_env(gbps: float | None, shared_gbps: float | None) -> dict[str, str]:
+    """The ranks' environment for `--storage` / `--shared-fs` (phantora.runtime.storage reads it)."""
+    from phantora.errors import InputError
+
+    if shared_gbps is not None and gbps is None:
+        raise InputError("--shared-fs goes with --storage (the per-host bandwidth)", field="shared_fs")
+    for flag, value in (("storage", gbps), ("shared_fs", shared_gbps)):
+        if value is not None and not value > 0:
+            raise InputError(
+                f"--{flag.replace('_', '-')} must be a positive bandwidth in GB/s, got {value}", field=flag
+            )
+    env = {} if gbps is None else {"PHANTORA_STORAGE_GBPS": repr(gbps)}
+    if shared_gbps is not None:
+        env["PHANTORA_SHARED_FS_GBPS"] = repr(shared_gbps)
+    return env
 
 
 def run_jobs(args: argparse.Namespace, cfg: Any) -> int:
