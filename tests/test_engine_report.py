@@ -127,7 +127,7 @@ def test_replay_jobs_hands_every_engine_option_to_the_jobs_runner(tmp_path: Path
     from phantora.cli import main
     from phantora.launcher import engine_spec
 
-    (tmp_path / "wl.toml").write_text('name = "w"\n[[op]]\nkind = "all_reduce"\nsize = "1MB"\nranks = "all"\n')
+    (tmp_path / "wl.toml").write_text('name = "w"\n[[op]]\nkind = "all_reduce"\nbytes = "1MB"\nranks = "all"\n')
     jobs = tmp_path / "jobs.toml"
     jobs.write_text('[[job]]\nname = "a"\nworkload = "wl.toml"\nranks = 2\n')
     seen = []
