@@ -9,7 +9,10 @@ output:
     ...
     ```
 
-`output-of[slow]:` marks a command that takes more than a few seconds (the test then needs `-m slow`). The
+`output-of[slow]:` marks a command that takes more than a few seconds (the test then needs `-m slow`).
+`output-of[needs=reference-runs]:` (or `[slow, needs=reference-runs]`) names a folder of the shared data
+(`phantora.paths.shared_dir()`, `$PHANTORA_SHARED`) that the command reads: where it is absent, as on a fresh
+clone, the block is skipped, not failed. The
 command runs with bash from the repository root. Every line of the quoted block must be a line of the command's
 output (stdout and stderr), in order, after trailing spaces are dropped; a line `...` skips any number of output
 lines, and a quoted line ending in ` ...` only has to start the output line (for wall times and long comments).
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKER = re.compile(r"^<!--\s*output-of(\[slow\])?:\s*(.+?)\s*-->\s*$")
+MARKER = re.compile(r"^<!--\s*output-of(?:\[([^\]]*)\])?:\s*(.+?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,22 @@ class Block:
     command: str
     slow: bool
     quoted: tuple[str, ...]
+    needs: str | None = None  # a folder of the shared data the command reads (skipped where absent)
 
     @property
     def where(self) -> str:
         """`file:line` relative to the repository root."""
         return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+    def missing(self) -> str | None:
+        """The shared-data folder the block needs and this machine lacks, if any."""
+        if self.needs is None:
+            return None
+        sys.path.insert(0, str(ROOT))
+        from phantora.paths import shared_dir
+
+        folder = shared_dir() / self.needs
+        return None if folder.is_dir() else str(folder)
 
 
 def doc_files() -> list[Path]:
@@ -74,8 +88,22 @@ def blocks(path: Path) -> list[Block]:
             body.append(lines[j].rstrip())
         else:
             raise ValueError(f"{path.name}:{i + 1}: unterminated fenced block")
-        out.append(Block(path, i + 1, m.group(2), m.group(1) is not None, tuple(body)))
+        slow, needs = _options(path, i + 1, m.group(1) or "")
+        out.append(Block(path, i + 1, m.group(2), slow, tuple(body), needs))
     return out
+
+
+def _options(path: Path, line: int, text: str) -> tuple[bool, str | None]:
+    """The bracketed options of a marker: `slow` and `needs=FOLDER`, comma-separated."""
+    slow, needs = False, None
+    for opt in (o.strip() for o in text.split(",") if o.strip()):
+        if opt == "slow":
+            slow = True
+        elif opt.startswith("needs="):
+            needs = opt.removeprefix("needs=").strip()
+        else:
+            raise ValueError(f"{path.name}:{line}: unknown output-of option {opt!r} (slow, needs=FOLDER)")
+    return slow, needs
 
 
 def all_blocks() -> list[Block]:
@@ -158,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for b in found:
         if b.slow and not args.slow:
+            continue
+        if b.missing():
+            print(f"{b.where}: skipped ({b.missing()} absent)")
             continue
         problems = mismatches(b.quoted, run(b))
         print(f"{b.where}: {'ok' if not problems else f'{len(problems)} line(s) differ'}")
