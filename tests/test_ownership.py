@@ -121,3 +121,18 @@ def test_the_path_check_catches_a_hand_built_path() -> None:
         for src in ('out / "results.json"', "out / S.COSIM_JSON", "out / STEPS_DIR", "rd.file(S.RESULTS_JSON)")
     ]
     assert flagged == [True, True, True, False]
+
+
+def test_the_fabric_defaults_have_one_home() -> None:
+    """What a fabric-scaled default resolves to (a switch's buffer from its fastest port, 16 * bw / 50 MiB; ECN kmin
+    and kmax, 4000 and 16000 bytes per Gb/s) is the C++ model's to compute and report (`EffectiveParams`,
+    engine.json); no Python module computes it again: no expression holds those rules' constants, and the old
+    helpers (PacketConfig.scaled_buffer, scaled_kmin, scaled_kmax) stay gone."""
+    found = []
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and type(node.value) is int and node.value in (16000, 50_000_000_000):
+                found.append(f"{name}:{node.lineno} {node.value}")
+            if isinstance(node, ast.FunctionDef) and node.name in ("scaled_buffer", "scaled_kmin", "scaled_kmax"):
+                found.append(f"{name}:{node.lineno} def {node.name}")
+    assert found == [], "the fabric's defaults are resolved in ns-3 and read back (phantora.netsim.effective)"
