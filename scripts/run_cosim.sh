@@ -29,7 +29,7 @@ options (environment variable in brackets, default after it):
   --script S     training script                      [PHANTORA_SCRIPT=$SCRIPT]
   --nproc N      ranks (simulated GPUs)               [PHANTORA_NPROC=$NPROC]
   --cc CC        packet-mode congestion control: none, dcqcn, hpcc, timely, dctcp, swift, ... (phantora cc lists all)  [PHANTORA_CC=$CC]
-  --window W     co-simulation window (e.g. 10us; 0 = exact; empty = per-mode default)  [PHANTORA_WINDOW=$WINDOW]
+  --window W     co-simulation window (e.g. 10us; empty = the default, 0 = exact, in both modes)  [PHANTORA_WINDOW=$WINDOW]
   --steps K      training steps                       [PHANTORA_STEPS=$STEPS]
   --modes M      network modes to run, comma-separated, first is the baseline  [PHANTORA_MODES=$MODES]
   --out DIR      output directory                     [PHANTORA_OUT=runs/cosim-<date>]
