@@ -350,6 +350,9 @@ def _merged(ranks: dict[int, list[dict[str, Any]]], want: list[int]) -> list[dic
                 "ranks": len(lines),
             }
         )
+        if any("storage_ns" in x for x in lines):  # checkpoint I/O (runtime/storage.py): the longest rank's
+            rows[-1]["storage_ns"] = max(int(x.get("storage_ns", 0)) for x in lines)
+            rows[-1]["storage_bytes"] = sum(int(x.get("storage_bytes", 0)) for x in lines)
         prev = end
     return rows
 

@@ -55,6 +55,29 @@ def _memory(ranks: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def _step_storage(ranks: dict[int, dict[str, Any]], n_steps: int) -> list[int] | None:
+    """The longest checkpoint I/O of any rank in each step (ns), or None when no storage model charged any."""
+    if not any(r.get("storage") for r in ranks.values()):
+        return None
+    out = [0] * n_steps
+    for r in ranks.values():
+        s = r.get("step_storage_ns") or []
+        for i in range(min(n_steps, len(s))):
+            out[i] = max(out[i], int(s[i]) - (int(s[i - 1]) if i else 0))
+    return out
+
+
+def _storage_totals(ranks: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Checkpoint bytes and time over the live ranks, by "read" / "write"; time: the longest rank's."""
+    out: dict[str, dict[str, int]] = {}
+    for r in ranks.values():
+        for kind, v in (r.get("storage") or {}).items():
+            e = out.setdefault(kind, {"bytes": 0, "max_rank_ns": 0})
+            e["bytes"] += int(v["bytes"])
+            e["max_rank_ns"] = max(e["max_rank_ns"], int(v["ns"]))
+    return dict(sorted(out.items()))
+
+
 def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     """Aggregate the results every rank passed to finish().
 
@@ -85,6 +108,12 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
             for i, (e, t, c) in enumerate(zip(ends, times, busy, strict=True))
         ],
     }
+    io = _step_storage(ranks, n_steps)
+    if io is not None:  # checkpoint reads and writes charged by a storage model (runtime/storage.py)
+        for st, ns in zip(out["steps"], io, strict=True):
+            st["storage_ns"] = ns
+            st["exposed_ns"] = max(0, st["exposed_ns"] - ns)
+        out["storage"] = _storage_totals(ranks)
     wl = _workload(ranks)
     dtype = str(wl.get("dtype") or _dominant_dtype(ranks))
     out["workload"] = wl
@@ -130,6 +159,7 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
                 "comm",
                 "peak_rss_mb",
                 "pss_mb",
+                "storage",
             )
         }
         for r in sorted(ranks)
@@ -175,6 +205,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(
             f"  step {st['index']:>3}: {st['time_ns'] / 1e6:10.3f} ms  compute {st['compute_ns'] / 1e6:.3f} ms"
             f"  not hidden {st['exposed_ns'] / 1e6:.3f} ms"
+            + (f"  checkpoint I/O {st['storage_ns'] / 1e6:.3f} ms" if st.get("storage_ns") else "")
         )
     if len(summary["steps"]) > 20:
         lines.append(f"  ... {len(summary['steps']) - 20} more steps")

@@ -19,7 +19,7 @@ from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options
-from phantora.runtime import backend, phantom_mode, timepatch, torch_backports, triton_kernels, unsupported
+from phantora.runtime import backend, phantom_mode, storage, timepatch, torch_backports, triton_kernels, unsupported
 from phantora.runtime import session as _session
 from phantora.runtime.compute import build_model, set_model
 from phantora.runtime.session import RankSession
@@ -85,6 +85,7 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
         autostep.install()
         triton_kernels.install()
     torch_backports.install()
+    storage.install()  # checkpoint I/O charged by a storage model, when the run sets one
     _session.install(s)
     backend.use_as_default()
     mode = ChargeMode(s)

@@ -209,6 +209,7 @@ class RankSession:
         self.step_ends: list[int] = []
         self.step_flops: list[int] = []  # counted FLOPs so far, at each step end
         self.step_busy: list[int] = []  # compute-lane busy time so far, at each step end
+        self.step_storage: list[int] = []  # checkpoint I/O time so far, at each step end (runtime/storage.py)
         self.workload: dict[str, Any] = {}
         self.finished = False
         self.memory = MemoryTracker.from_env(getattr(model, "gpu", ""), rank)  # simulated device memory
@@ -224,6 +225,9 @@ class RankSession:
         self.traffic = TrafficMarker.from_env()  # class and loss tolerance of each collective (issue 17)
         self._lost_at_step = 0
         self._lossy: set[int] = set()  # handles of loss-tolerant collectives not yet completed
+        # checkpoint files read and written (runtime/storage.py): {"write"|"read": [bytes, ns]}
+        self.storage: dict[str, list[int]] = {}
+        self._storage_at_step = (0, 0)  # (bytes, ns) at the last step end
 
     def add_listener(self, listener: SessionListener) -> None:
         """Tell `listener` of every compute op, issue, wait, step and the finish from now on."""
@@ -278,6 +282,17 @@ class RankSession:
 
     def now(self) -> int:
         return self.clock.now()
+
+    def storage_io(self, name: str, kind: str, nbytes: int, duration_ns: int) -> None:
+        """The host read or wrote a checkpoint file (`kind` "read" or "write") for `duration_ns`: a host stall,
+        so the compute lane waits (nothing is issued meanwhile); not compute time (runtime/storage.py)."""
+        start = self.clock.compute_ns
+        self.clock.compute_ns = start + max(0, int(duration_ns))
+        entry = self.storage.setdefault(kind, [0, 0])
+        entry[0] += int(nbytes)
+        entry[1] += max(0, int(duration_ns))
+        self.trace.io(name, start, self.clock.compute_ns, {"bytes": int(nbytes)})
+        self.client.advance_clock(self.clock.compute_ns)
 
     # ----- issuing ---------------------------------------------------------------------------------
     def next_seq(self, group: tuple[int, ...]) -> int:
@@ -470,6 +485,7 @@ class RankSession:
         self.step_ends.append(end)
         self.step_flops.append(sum(self.flops_by_dtype.values()))
         self.step_busy.append(self.clock.compute_busy_ns)
+        self.step_storage.append(sum(v[1] for v in self.storage.values()))
         self.memory.end_step()
         self.traffic.end_step()
         self._log_step(start, end)
@@ -507,6 +523,10 @@ class RankSession:
             "comm_wait_ns": self.clock.waited_ns - self._wait_at_step,
             "lost_bytes": self.traffic.lost_bytes - self._lost_at_step,
         }
+        if self.storage:  # checkpoint reads and writes in this step (runtime/storage.py)
+            nbytes, ns = (sum(v[i] for v in self.storage.values()) for i in (0, 1))
+            line["storage_bytes"], line["storage_ns"] = nbytes - self._storage_at_step[0], ns - self._storage_at_step[1]
+            self._storage_at_step = (nbytes, ns)
         self._lost_at_step = self.traffic.lost_bytes
         self._comm_at_step, self._wait_at_step = comm, self.clock.waited_ns
         if self._steps_file is None:
@@ -540,6 +560,14 @@ class RankSession:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "pss_mb": proportional_set_mb(),
             "memory": self.memory.results(),
+            **(
+                {
+                    "storage": {k: {"bytes": v[0], "ns": v[1]} for k, v in sorted(self.storage.items())},
+                    "step_storage_ns": list(self.step_storage),
+                }
+                if self.storage
+                else {}
+            ),
             **({"scenario": self.scenario_results()} if self.scenario is not None else {}),
         }
 

@@ -17,6 +17,7 @@ from typing import Any
 from phantora.rank_options import check_trace_level
 
 TID_STEPS, TID_COMPUTE, TID_COMM = 0, 1, 2
+TID_STORAGE = 999  # checkpoint reads and writes (runtime/storage.py), below the comm lanes
 
 
 def _us(ns: int) -> float:
@@ -34,6 +35,8 @@ class TraceRecorder:
         self._block: list[int] | None = None  # [start, end, count] of the open coarse block
         self._comms: list[tuple[str, int, int, dict[str, Any]]] = []
         self._steps: list[tuple[int, int, int]] = []
+        self._io: list[tuple[str, int, int, dict[str, Any]]] = []  # checkpoint reads and writes
+        self._io_named = False
         self._lanes_end: list[int] = []  # comm lanes: when each one's last collective ends
         self._named = False  # the process and thread names went out with the first events
 
@@ -59,6 +62,11 @@ class TraceRecorder:
         """A collective occupied the comm lane from its issue to its completion (ns)."""
         self._close_block()
         self._comms.append((name, start, end, args))
+
+    def io(self, name: str, start: int, end: int, args: dict[str, Any]) -> None:
+        """The host read or wrote a checkpoint file from start to end (ns): a span on the storage lane."""
+        self._close_block()
+        self._io.append((name, start, end, args))
 
     def step(self, index: int, start: int, end: int) -> None:
         self._close_block()
@@ -92,7 +100,12 @@ class TraceRecorder:
                 )
             lanes_end[lane] = end
             ev.append(_span(name, "comm", pid, TID_COMM + lane, start, end, args))
-        self._steps, self._ops, self._comms = [], [], []
+        if self._io and not self._io_named:
+            self._io_named = True
+            ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": TID_STORAGE, "args": {"name": "storage"}})
+        for name, start, end, args in self._io:
+            ev.append(_span(name, "storage", pid, TID_STORAGE, start, end, args))
+        self._steps, self._ops, self._comms, self._io = [], [], [], []
         return ev
 
     def append_to(self, path: str | Path, step: int | None) -> None:

@@ -1,0 +1,221 @@
+"""Checkpoint storage time: what writing and reading a checkpoint costs a rank in simulated time.
+
+A checkpoint stalls training while the host writes it. With a storage model set (`phantora run --storage GBPS
+[--shared-fs GBPS]`, i.e. PHANTORA_STORAGE_GBPS and PHANTORA_SHARED_FS_GBPS), each checkpoint file a rank writes
+or reads is charged to its clock as a host stall of bytes / rate, on the compute lane (the GPU waits: nothing is
+issued while the host writes), shown as a span on the rank's "storage" lane of trace.json and counted per step in
+steps.jsonl (`storage_ns`, `storage_bytes`) and in the rank's results (`storage`).
+
+The rate is a static fair share, not a simulation of the I/O:
+- a per-host bandwidth (`--storage`, GB/s: a node's local NVMe or its NIC to the file servers) shared equally by
+  the host's ranks, every one assumed to write at the same time (LOCAL_WORLD_SIZE writers), as a sharded
+  checkpoint (DCP, FSDP, ZeRO) writes: rate = host / local ranks;
+- optionally a shared filesystem's aggregate bandwidth (`--shared-fs`, GB/s) shared equally by every rank of the
+  job: rate = min(host / local ranks, shared / world size).
+A program in which only rank 0 writes (torch.save of a DDP model) is charged the same share, so its write is
+charged up to LOCAL_WORLD_SIZE times too long; contention between jobs, latency per file, page cache and
+asynchronous checkpointing are not modelled.
+
+What is counted: `torch.save` and `torch.load` to or from a file (a path or an open file; not an in-memory
+buffer), `safetensors.torch.save_file` / `load_file` (HF Trainer's and torchtitan's model files), and the data
+files of `torch.distributed.checkpoint`'s `FileSystemWriter.write_data` / `FileSystemReader.read_data` (the bytes
+DCP reports; the torch.save calls DCP makes inside are not counted twice).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+from dataclasses import dataclass
+from typing import Any
+
+GBPS_ENV, SHARED_ENV = "PHANTORA_STORAGE_GBPS", "PHANTORA_SHARED_FS_GBPS"
+
+
+@dataclass(frozen=True)
+class StorageModel:
+    """Bandwidths in bytes per second (None: not limited by that resource)."""
+
+    host_bps: float
+    shared_bps: float | None
+    local_ranks: int
+    world: int
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> StorageModel | None:
+        e = dict(os.environ if env is None else env)
+        if not e.get(GBPS_ENV):
+            return None
+        shared = float(e[SHARED_ENV]) * 1e9 if e.get(SHARED_ENV) else None
+        local = int(e.get("LOCAL_WORLD_SIZE", "1"))
+        return cls(float(e[GBPS_ENV]) * 1e9, shared, max(1, local), max(1, int(e.get("WORLD_SIZE", "1"))))
+
+    def rate_bps(self) -> float:
+        """One rank's share: min(host / local ranks, shared / world size)."""
+        rate = self.host_bps / self.local_ranks
+        if self.shared_bps is not None:
+            rate = min(rate, self.shared_bps / self.world)
+        return rate
+
+    def duration_ns(self, nbytes: int) -> int:
+        return round(nbytes / self.rate_bps() * 1e9)
+
+
+_depth = 0  # > 0 inside a counted call: the calls it makes (DCP's torch.save of each tensor) are not counted
+
+
+def _charge(kind: str, name: str, nbytes: int) -> None:
+    from phantora.runtime import session
+
+    s = session.current()
+    model = _model
+    if s is None or model is None or nbytes <= 0:
+        return
+    s.storage_io(f"{kind} {name}", kind, nbytes, model.duration_ns(nbytes))
+
+
+def _file_size(f: Any) -> int | None:
+    """The size of the file `f` names or is (a path, or an open file with a descriptor); None for a buffer."""
+    try:
+        if isinstance(f, (str, bytes, os.PathLike)):
+            return os.path.getsize(f)
+        if isinstance(f, io.BytesIO) or not hasattr(f, "fileno"):
+            return None
+        return os.fstat(f.fileno()).st_size
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _phantom_bytes(obj: Any, depth: int = 0) -> int:
+    """The bytes phantom tensors in `obj` (dicts, lists, tuples of them) would hold: phantom mode saves them as
+    records without data, and a real checkpoint of the model holds that data."""
+    from phantora.runtime import session
+
+    s = session.current()
+    if s is None or not s.phantom or depth > 8:
+        return 0
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size() if _is_phantom(obj) else 0
+    if isinstance(obj, dict):
+        return sum(_phantom_bytes(v, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_phantom_bytes(v, depth + 1) for v in obj)
+    return 0
+
+
+def _is_phantom(t: Any) -> bool:
+    inner = getattr(t, "elem", t)
+    return bool(getattr(inner, "is_meta", False))
+
+
+def _name(f: Any) -> str:
+    return (
+        os.path.basename(os.fsdecode(f)) if isinstance(f, (str, bytes, os.PathLike)) else str(getattr(f, "name", "?"))
+    )
+
+
+def _counted(kind: str, original: Any, file_arg: int) -> Any:
+    """`original` (a save or load function whose argument `file_arg` is the file) charging the file's bytes."""
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        global _depth
+        if _depth:
+            return original(*args, **kwargs)
+        f = args[file_arg] if len(args) > file_arg else kwargs.get("f", kwargs.get("filename"))
+        before = _file_size(f) if kind == "write" and not isinstance(f, (str, bytes, os.PathLike)) else 0
+        _depth += 1
+        try:
+            out = original(*args, **kwargs)
+        finally:
+            _depth -= 1
+        size = _file_size(f)
+        if size is not None:
+            _charge(kind, _name(f), size - (before or 0) + _phantom_bytes(args[0] if kind == "write" else out))
+        return out
+
+    call._phantora_storage = True  # type: ignore[attr-defined]
+    return call
+
+
+def _dcp_write(original: Any) -> Any:
+    @functools.wraps(original)
+    def write_data(self: Any, plan: Any, planner: Any) -> Any:
+        global _depth
+        _depth += 1
+        try:
+            fut = original(self, plan, planner)
+            results = fut.wait()
+        finally:
+            _depth -= 1
+        _charge("write", f"dcp {os.path.basename(str(self.path))}", sum(r.storage_data.length for r in results))
+        return fut
+
+    write_data._phantora_storage = True  # type: ignore[attr-defined]
+    return write_data
+
+
+def _dcp_read(original: Any) -> Any:
+    @functools.wraps(original)
+    def read_data(self: Any, plan: Any, planner: Any) -> Any:
+        global _depth
+        _depth += 1
+        try:
+            fut = original(self, plan, planner)
+        finally:
+            _depth -= 1
+        data = getattr(self, "storage_data", {}) or {}
+        nbytes = sum(data[i.storage_index].length for i in plan.items if i.storage_index in data)
+        _charge("read", f"dcp {os.path.basename(str(self.path))}", nbytes)
+        return fut
+
+    read_data._phantora_storage = True  # type: ignore[attr-defined]
+    return read_data
+
+
+_model: StorageModel | None = None
+_originals: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) of each function install replaced
+
+
+def _replace(owner: Any, attr: str, wrapper: Any) -> None:
+    original = getattr(owner, attr)
+    if getattr(original, "_phantora_storage", False):
+        return
+    _originals.append((owner, attr, original))
+    setattr(owner, attr, wrapper(original))
+
+
+def install(model: StorageModel | None = None) -> StorageModel | None:
+    """Charge checkpoint I/O by `model` (default: from the environment); nothing when there is none."""
+    global _model
+    _model = model if model is not None else StorageModel.from_env()
+    if _model is None:
+        return None
+    import torch
+
+    _replace(torch, "save", lambda f: _counted("write", f, 1))
+    _replace(torch, "load", lambda f: _counted("read", f, 0))
+    try:
+        import safetensors.torch as st
+    except ImportError:
+        pass
+    else:
+        _replace(st, "save_file", lambda f: _counted("write", f, 1))
+        _replace(st, "load_file", lambda f: _counted("read", f, 0))
+    from torch.distributed.checkpoint import filesystem as fs
+
+    _replace(fs.FileSystemWriter, "write_data", _dcp_write)
+    _replace(fs.FileSystemReader, "read_data", _dcp_read)
+    return _model
+
+
+def uninstall() -> None:
+    """Put back what `install` replaced (tests)."""
+    global _model
+    while _originals:
+        owner, attr, original = _originals.pop()
+        setattr(owner, attr, original)
+    _model = None
