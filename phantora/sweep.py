@@ -45,6 +45,7 @@ from phantora.errors import InputError, PhantoraError
 from phantora.files import read_toml
 from phantora.progress import Progress, auto_mode
 from phantora.results import schema as S
+from phantora.results.read import read_document
 from phantora.results.run_dir import RunDir, read_status
 from phantora.results.write import write_json
 from phantora.sweep_local import RunOutcome, RunSpec, Scalar, prebuild_ns3, run_local
@@ -392,9 +393,8 @@ def record_outcome(run: RunSpec, res: RunOutcome) -> None:
 
 
 def _completed(run: RunSpec) -> RunOutcome | None:
-    try:
-        rec = json.loads(RunDir(run.out).file(S.SWEEP_RUN_JSON).read_text())
-    except (OSError, ValueError):
+    rec = read_document(run.out, S.SWEEP_RUN_JSON)
+    if rec is None:
         return None
     if rec.get("args") != run.args or rec.get("status") != "ok":
         return None

@@ -136,3 +136,56 @@ def test_the_fabric_defaults_have_one_home() -> None:
             if isinstance(node, ast.FunctionDef) and node.name in ("scaled_buffer", "scaled_kmin", "scaled_kmax"):
                 found.append(f"{name}:{node.lineno} def {node.name}")
     assert found == [], "the fabric's defaults are resolved in ns-3 and read back (phantora.netsim.effective)"
+
+
+RUN_DIR_PATHS = ("file", "merge_trace", "merge_steps")  # RunDir's calls that return a run-directory path
+
+
+def reads_run_files(tree: ast.AST) -> list[ast.Call]:
+    """`rd.file(S.X).read_text()`, and `p.read_text()` / `p.read_bytes()` / `p.open()` (for reading) where `p` was
+    bound in the same function from `rd.file(...)` or `rd.merge_trace(...)`: a run-directory file read by hand."""
+
+    def path_call(node: ast.AST) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RUN_DIR_PATHS
+
+    found = []
+    for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))]:
+        bound = {
+            t.id
+            for n in ast.walk(func)
+            if isinstance(n, ast.Assign) and path_call(n.value)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+        for n in ast.walk(func):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+                continue
+            reading = n.func.attr in ("read_text", "read_bytes") or (
+                n.func.attr == "open"
+                and all(isinstance(a, ast.Constant) and str(a.value).startswith("r") for a in n.args[:1])
+            )
+            receiver = n.func.value
+            if reading and (path_call(receiver) or (isinstance(receiver, ast.Name) and receiver.id in bound)):
+                found.append(n)
+    return list({id(n): n for n in found}.values())  # a call inside a function is also inside its module
+
+
+def test_only_results_reads_run_directory_files() -> None:
+    """Outside phantora/results/, nobody reads a run-directory file by hand: `phantora.results.read` does
+    (`read_document`, `read_results`, `read_steps`, `load_run`)."""
+    found = []
+    for name, tree in modules():
+        if not name.startswith("phantora/results/"):
+            found += sorted({f"{name}:{c.lineno} {ast.unparse(c)}" for c in reads_run_files(tree)})
+    assert found == [], "run-directory files are read by phantora.results.read"
+
+
+def test_the_reader_check_catches_a_hand_read_file() -> None:
+    """The checker itself: a file read through RunDir's paths is flagged, a write and another path are not."""
+    sources = [
+        "json.loads(RunDir(out).file(S.SWEEP_RUN_JSON).read_text())",
+        "def f(rd):\n    p = rd.merge_trace()\n    return p.read_text()",
+        "def f(rd):\n    p = rd.file(S.RUN_LOG)\n    return p.open('w')",
+        "Path(spec).read_text()",
+    ]
+    assert [len(reads_run_files(ast.parse(src))) for src in sources] == [1, 1, 0, 0]

@@ -55,6 +55,7 @@ from phantora.rank_options import Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results import schema as S
+from phantora.results.read import read_document
 from phantora.results.run_dir import RunDir
 from phantora.results.summary import summarize
 from phantora.results.write import write_csv, write_fabric_traces, write_flows_csv
@@ -495,7 +496,8 @@ def _traces(ctx: _Ctx, jobs: dict[str, dict[str, Any]]) -> None:
     events: list[dict[str, Any]] = []
     for i, j in enumerate(plan.spec.jobs):
         merged = ctx.job_dirs[j.name].merge_trace()  # its ranks' trace/rank<R>.jsonl -> jobs/<name>/trace.json
-        rank_events: list[dict[str, Any]] = json.loads(merged.read_text())["traceEvents"] if merged else []
+        doc = read_document(ctx.job_dirs[j.name].root, S.TRACE_JSON) if merged else None
+        rank_events: list[dict[str, Any]] = list((doc or {}).get("traceEvents") or [])
         off = plan.offsets.get(i, 0)
         events += job_trace_events(j.name, i, off, rank_events, jobs[j.name].get("collectives") or [])
     ctx.out.write_text(S.TRACE_JSON, json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))

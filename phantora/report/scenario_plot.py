@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from phantora.report.plots import plt, save, time_scale
 from phantora.results import schema as S
+from phantora.results.read import read_steps
 from phantora.results.run_dir import RunDir
 
 
 def plot_scenario_steps(out: Path, section: dict[str, Any]) -> list[Path]:
     """scenario_steps.png/.svg of a live run in `out` (its steps.jsonl; nothing without steps)."""
     rd = RunDir(out)
-    if not rd.exists(S.STEPS_JSONL):
-        return []
-    lines = rd.file(S.STEPS_JSONL).read_text(encoding="utf-8").splitlines()
-    steps = [json.loads(line) for line in lines if line.strip()]
+    steps = read_steps(out)
     if not steps:
         return []
     spans = [(int(r["end_ns"]) - int(r["time_ns"]), int(r["end_ns"])) for r in steps]

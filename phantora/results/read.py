@@ -130,11 +130,37 @@ class RunData:
 def read_results(path: str | Path) -> dict[str, Any] | None:
     """The run directory's results.json as written (None if it has none, or it is not a JSON object): what
     rerun and compare check a run's own figures against."""
+    return read_document(path, S.RESULTS_JSON)
+
+
+def read_document(path: str | Path, name: str) -> dict[str, Any] | None:
+    """One JSON document of the run directory `path` by its schema name (results.json, engine.json, trace.json,
+    sweep-run.json, ...): None if it has none, or it is not a JSON object."""
     try:
-        doc = json.loads((Path(path) / S.RESULTS_JSON).read_text())
+        doc = json.loads((Path(path) / name).read_text())
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def read_steps(path: str | Path) -> list[dict[str, Any]]:
+    """steps.jsonl of the run directory `path`: one record per finished step (empty without the file); InputError
+    naming a line that is not a JSON object."""
+    p = Path(path) / S.STEPS_JSONL
+    if not p.is_file():
+        return []
+    out = []
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict):
+            raise InputError("bad step line (expected a JSON object)", file=str(p), line=i)
+        out.append(rec)
+    return out
 
 
 def load_run(path: str | Path, label: str | None = None) -> RunData:
