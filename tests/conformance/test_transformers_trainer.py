@@ -117,3 +117,28 @@ def test_trainer_deepspeed_zero2(ddp: tuple[Run, list[float]], model: tuple[Path
     bucket = 500_000_000 * 4
     peak, ddp_peak = (r.results()["memory"]["per_rank_peak_bytes"][0] for r in (run, ddp[0]))
     assert bucket < peak < bucket + ddp_peak
+
+
+RANK0_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state_0.pth", "training_args.bin")
+
+
+@pytest.mark.slow
+def test_trainer_checkpoint_costs_its_bytes_over_the_storage_bandwidth(model: tuple[Path, int], tmp_path: Path) -> None:
+    """`--save_steps 2` under `phantora run --storage 2`: Trainer saves checkpoint-2 right after its second
+    optimizer step, so in the third step line (a phantora step ends at an optimizer step), and checkpoint-4 after
+    the last. Rank 0 writes the model (safetensors), optimizer, scheduler, its RNG state and the arguments; rank 1
+    its RNG state. 2 GB/s shared by the host's 2 ranks is 1 GB/s: 1 ns a byte."""
+    work = workdir_for(UPSTREAM, FOLDER, tmp_path)
+    args = ["--model_name", str(model[0]), *ARGS, "--save_strategy", "steps", "--save_steps", "2"]
+    run = run_program(work, "train.py", args, tmp_path / "out", 2, options=("--storage", "2"))
+    assert run.returncode == 0, run.output[-3000:]
+    ckpt = work / "trained" / "checkpoint-2"
+    rank0 = sum((ckpt / f).stat().st_size for f in RANK0_FILES)
+    rank1 = (ckpt / "rng_state_1.pth").stat().st_size
+    lines = [json.loads(line) for line in (run.out / "steps.jsonl").read_text().splitlines()]
+    assert [x.get("storage_ns", 0) for x in lines] == [0, 0, rank0, 0]
+    assert [x.get("storage_bytes", 0) for x in lines] == [0, 0, rank0 + rank1, 0]
+    assert lines[2]["time_ns"] >= lines[3]["time_ns"] + rank0  # the step with the save stalls for it
+    totals = run.results()["storage"]["write"]
+    assert totals == {"bytes": 2 * (rank0 + rank1), "max_rank_ns": 2 * rank0}  # checkpoint-2 and checkpoint-4
+    assert "checkpoint I/O" in run.output
