@@ -8,6 +8,7 @@ corpus from ./tests/assets, which the wheel does not ship: tests/frameworks/asse
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -88,3 +89,39 @@ def test_deepseek_v3_debugmodel_with_expert_parallelism(workdir: Path, tmp_path:
     assert sorted(logged) == [1, 2, 3] and float(logged[3][0]) < float(logged[1][0])
     for step, st in zip([2, 3], run.steps()[1:], strict=True):
         assert logged[step][2] == pytest.approx(2 * 256 / (st["time_ns"] / 1e9), rel=0.01)
+
+
+@pytest.mark.slow
+def test_dcp_checkpoints_stall_their_steps_by_the_storage_model(workdir: Path, tmp_path: Path) -> None:
+    """torchtitan's DCP checkpoints every 2 steps under `phantora run --storage 2` (2 GB/s per host, 2 ranks: 1 GB/s,
+    1 ns a byte, each): each rank writes its own `.distcp` shard, so the step that saves (after steps 2 and 4, in
+    step lines 2 and 4) stalls for the larger shard's bytes, and steps.jsonl counts both shards' bytes."""
+    args = [*BASE, *TORCH_2_13, "--training.steps", "6", "--training.seq_len", "256"]
+    args += ["--training.local_batch_size", "2", "--training.mixed_precision_param", "float32", "--debug.seed", "42"]
+    args += ["--checkpoint.enable", "--checkpoint.interval", "2", "--checkpoint.no-last-save-model-only"]
+    shutil.rmtree(workdir / "outputs", ignore_errors=True)
+    run = run_program(workdir, TRAIN, args, tmp_path / "out", 2, ("--storage", "2"))
+    assert run.returncode == 0, run.output[-3000:]
+    folder = workdir / "outputs" / "checkpoint"
+    shards = {s: [(folder / s / f"__{r}_0.distcp").stat().st_size for r in (0, 1)] for s in ("step-2", "step-4")}
+    lines = [json.loads(line) for line in (run.out / "steps.jsonl").read_text().splitlines()]
+    assert len(lines) == 6
+    io = [(x.get("storage_ns", 0), x.get("storage_bytes", 0)) for x in lines]
+    want = {2: shards["step-2"], 4: shards["step-4"]}
+    assert io == [(max(want[i]), sum(want[i])) if i in want else (0, 0) for i in range(6)]
+    for i in (2, 4):  # the saving step is longer than the next one by at least the stall
+        assert lines[i]["time_ns"] >= lines[i + 1]["time_ns"] + io[i][0]
+
+
+@pytest.mark.slow
+def test_llama3_debugmodel_with_tensor_parallelism_in_phantom_mode(workdir: Path, tmp_path: Path) -> None:
+    """`--parallelism.tensor_parallel_degree 2` on 4 GPUs (FSDP 2 x TP 2), the config's sequence and batch, phantom
+    mode. torchtitan divides the tokens by the non-data-parallel degree: its tokens/s is 8 x 2048 / (step x 2)."""
+    args = [*BASE, *TORCH_2_13, "--training.steps", "4", "--parallelism.tensor_parallel_degree", "2"]
+    run = run_program(workdir, TRAIN, args, tmp_path / "out", 4, ("--phantom",))
+    assert run.returncode == 0, run.output[-3000:]
+    assert "tp=2" in run.log(0)
+    logged = titan_steps(run)
+    assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
+    for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
+        assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9) / 2, rel=0.01)
