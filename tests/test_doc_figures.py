@@ -53,6 +53,9 @@ def test_markers_are_parsed(tmp_path: Path) -> None:
 
 
 BLOCKS = doc_figures.all_blocks()
+# A slow block runs a study (a sweep, several live jobs): minutes on a quiet machine, more when it is shared, so
+# it gets more than the suite's 300 s.
+SLOW = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_the_docs_have_checked_figures() -> None:
@@ -61,7 +64,7 @@ def test_the_docs_have_checked_figures() -> None:
 
 @pytest.mark.parametrize(
     "block",
-    [pytest.param(b, marks=[pytest.mark.slow] if b.slow else [], id=b.where) for b in BLOCKS],
+    [pytest.param(b, marks=SLOW if b.slow else [], id=b.where) for b in BLOCKS],
 )
 def test_quoted_output_is_what_the_command_prints(block) -> None:
     if block.missing():
