@@ -143,7 +143,14 @@ def _on_host_then_move(orig: Any) -> Any:
             return orig(*args, **kwargs)
         kwargs["device"] = "cpu"
         requires_grad = kwargs.pop("requires_grad", False)
-        out = orig(*args, **kwargs).to(dev)
+        host = orig(*args, **kwargs)
+        if torch._C._functorch.maybe_current_level() is not None:
+            # inside vmap / grad (FlexAttention's mask and score functions, torch's context parallelism) the
+            # dispatch mode is not consulted for a tensor no transform wraps, so `.to(dev)` would reach torch's own
+            # CUDA backend: wrap the host data as the simulated-GPU tensor directly (a small constant, uncharged)
+            out = SimCudaTensor(host, cuda_index(dev))
+        else:
+            out = host.to(dev)
         return out.requires_grad_(True) if requires_grad else out
 
     return make
