@@ -36,8 +36,21 @@ def _call(exc: BaseException) -> str:
     return f"`{line}`" if line else ""
 
 
+_META_VALUE = re.compile(r"(\S+\(\)) cannot be called on meta tensors")
+
+
 def explain(exc: BaseException) -> str | None:
-    """'NotSimulatedError: ...' naming the call and what to do, if `exc` is torch's missing-kernel error."""
+    """'NotSimulatedError: ...' naming the call and what to do, if `exc` is torch's missing-kernel error;
+    'PhantomValueError: ...' if it is torch's refusal to read a value of a meta tensor (a phantom tensor's value
+    asked for where phantora's own check does not see it, such as DTensor's RNG tracker comparing states)."""
+    meta_value = _META_VALUE.search(str(exc)) if isinstance(exc, RuntimeError) else None
+    if meta_value is not None:
+        call = _call(exc) or "a call"
+        return (
+            f"PhantomValueError: {call} asked for the value of a phantom tensor (torch: {meta_value.group(1)} "
+            "cannot be called on meta tensors); tensors have no values in phantom mode: run without --phantom "
+            "(real mode), or guard the data-dependent code with `phantora.runtime.phantom()`"
+        )
     if not isinstance(exc, NotImplementedError):
         return None
     text = str(exc)
