@@ -415,3 +415,37 @@ def test_dynamic_bounds_cut_rounds_on_shared_links_and_stay_exact() -> None:
     half_rate_tail = incast_end // 2 // L_NS  # rounds of L each after the static bounds pass, at least
     assert half_rate_tail > 150
     assert rounds < half_rate_tail / 5
+
+
+def nvlink_chain_beside_rings(topo: Topology, links: int = 20) -> list[Flow]:
+    """Ring chains on both rails (as `ring_chains`) and, meanwhile, a chain of `links` NVLink flows on host 2 whose
+    last one releases a rail 0 flow: the fluid side has an event every few us, and only its last completion
+    hands the packet side anything."""
+    flows = ring_chains(topo)
+    prev: tuple[int, ...] = ()
+    for k in range(links):
+        fid = len(flows)
+        flows.append(Flow(fid, gpu(topo, 2, k % 2), gpu(topo, 2, 1 - k % 2), 1 << 20, prev, key=fid))
+        prev = (fid,)
+    fid = len(flows)
+    flows.append(Flow(fid, gpu(topo, 0, 0), gpu(topo, 1, 0), 128 << 10, prev, key=fid))
+    return flows
+
+
+def test_fluid_bounds_let_workers_run_past_fluid_events_and_stay_exact() -> None:
+    """Issue 38: the fluid NVLink side says how early it can next hand the packet side a flow (`submit_floor`:
+    its flows' completion bounds, line rate down the chain), so the workers run past fluid events that release
+    nothing there. Without it every fluid event of the chain is a round; with it a handful, the same completions."""
+    topo = tiny()
+    flows = nvlink_chain_beside_rings(topo)
+    want, got, rounds = one_engine_and_two_workers(topo, flows)
+    assert got == want
+    assert rounds <= 4
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+    try:
+        sim.packet.floor = None  # type: ignore[attr-defined]  # the bound before: stop at every fluid event
+        sim.submit(flows, 0)
+        assert sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain()) == want
+        assert sim.packet.rounds >= 15  # type: ignore[attr-defined]
+    finally:
+        sim.close()

@@ -276,6 +276,10 @@ def test_bad_input_names_the_flow() -> None:
         sim.submit([Flow(2, h0, h1, 10, deps=(42,))], at=0)
     with pytest.raises(InputError, match="cycle"):
         sim.submit([Flow(3, h0, h1, 10, deps=(4,)), Flow(4, h0, h1, 10, deps=(3,))], at=0)
+    with pytest.raises(InputError, match="cycle"):  # a self-dep in an otherwise ordered batch
+        sim.submit([Flow(3, h0, h1, 10), Flow(4, h0, h1, 10, deps=(3, 4))], at=0)
+    with pytest.raises(InputError, match="unknown flow 42"):  # after flows in order
+        sim.submit([Flow(3, h0, h1, 10), Flow(4, h0, h1, 10, deps=(3, 42))], at=0)
     with pytest.raises(InputError, match="not an endpoint"):
         sim.submit([Flow(5, h0, n["s0"], 10)], at=0)
     with pytest.raises(InputError, match="size"):

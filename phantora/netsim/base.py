@@ -266,9 +266,15 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
     """
     ends = topology.endpoint_set
     ids: set[int] = set()
+    ordered = True  # every dep so far on an earlier flow of the batch or a known one: no cycle possible
     for f in flows:
         if f.id in ids or known(f.id):
             raise InputError(f"flow {f.id}: duplicate flow id", field="id")
+        if ordered:
+            for d in f.deps:
+                if d not in ids and not known(d):
+                    ordered = False
+                    break
         ids.add(f.id)
         if f.src not in ends or f.dst not in ends:
             end = f.src if f.src not in ends else f.dst
@@ -281,6 +287,8 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
             raise InputError(f"flow {f.id}: rate_bps must be >= 0 (0 = no cap), got {f.rate_bps}", field="rate_bps")
         if not 0 <= f.conn < 1 << 64:
             raise InputError(f"flow {f.id}: conn must be a 64-bit id >= 0 (0 = none), got {f.conn}", field="conn")
+    if ordered:  # (the usual batch: deps before their dependents) nothing unknown, and no cycle
+        return ids
     indeg = dict.fromkeys(ids, 0)
     succ: dict[int, list[int]] = {}
     for f in flows:

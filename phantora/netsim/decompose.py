@@ -158,6 +158,9 @@ class DecomposedSimulator(RunsByCompletion):
         self._in_flight = [0] * n
         self._gates_held = 0
         self.reacts: Callable[[int], bool] | None = None  # set by the caller: does it act on this completion?
+        # set by the caller: the earliest ns it may submit a flow other than after a completion it `reacts` to
+        # (at least the `until` of the advance in progress; the fluid NVLink side's `submit_floor`)
+        self.floor: Callable[[], int] | None = None
         self.prechecked = False  # set by a caller that runs `check_flow_batch` on every batch it submits (hybrid)
         self.rounds = 0
         self.round_wall_s = 0.0
@@ -359,13 +362,14 @@ class DecomposedSimulator(RunsByCompletion):
 
     def _horizon(self, until: int) -> int:
         """How far every worker may run: up to E + L - 1, E the earliest ns at which a flow could be handed to
-        any worker: `until` (the caller submits nothing before), or the earliest end of a flow a gate or a
+        any worker: `until` (the caller submits nothing before; its `floor` when it says more: no submission
+        before it but after a completion it reacts to), or the earliest end of a flow a gate or a
         marker here waits on, or one the caller acts on (`reacts`; every flow when unset), or a marker ahead
         in the buffer. A flow's earliest end is max(its bound lb, its worker's next event, now + 1); lb starts
         static (at submit) and rises with the workers' completion bounds (`_bounds`) and its deps' (`_raise`)."""
         t0 = time.perf_counter()
         react, ext, lbs = self.reacts, self._ext, self._lb
-        e = until
+        e = until if self.floor is None else max(until, self.floor())
         for w, ids in enumerate(self._unfinished):
             if not ids:
                 continue

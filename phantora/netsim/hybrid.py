@@ -22,6 +22,7 @@ and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says i
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -80,6 +81,14 @@ class FluidNvlinkSimulator:
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
         self._routable: set[tuple[int, int]] = set()  # endpoint pairs known to have a route
+        # Completion bounds of the fluid side's unfinished flows (`submit_floor`): flow id -> the earliest ns it
+        # can complete; its delay + least transfer time; the fluid flows waiting on it inside the fluid engine.
+        self._flb: dict[int, int] = {}
+        self._fstep: dict[int, int] = {}
+        self._fdependents: dict[int, list[int]] = {}
+        self._bottleneck: dict[tuple[int, ...], int] = {}  # fluid path -> its least channel bandwidth (bps)
+        self._releasers: list[tuple[int, int]] = []  # heap (bound, id) of fluid flows held flows wait on (lazy)
+        self._until = INF_NS  # the limit of the advance in progress: the caller submits nothing before it
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
@@ -113,6 +122,8 @@ class FluidNvlinkSimulator:
                 if d in self._held or self._side.get(d, side) != side:
                     self._waiters.setdefault(d, []).append(f.id)
                     pending += 1
+                    if d in self._flb:
+                        heapq.heappush(self._releasers, (self._flb[d], d))
             if pending:
                 self._held[f.id] = (f, at, side, pending)
             else:
@@ -123,6 +134,7 @@ class FluidNvlinkSimulator:
                 self._engine(side).submit(out[side], at)
                 if side == FLUID:
                     self._fluid_flows += len(out[side])
+                    self._fluid_bounds(out[side], at)
 
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until` on both sides; now() becomes `until`."""
@@ -163,6 +175,70 @@ class FluidNvlinkSimulator:
         waits on it, or the caller watches it. Otherwise submissions come at `until` (of `advance`, `drain`'s
         end) only, which lets a decomposed packet side run ahead (phantora.netsim.decompose)."""
         return fid in self._waiters or fid in self._watch
+
+    def submit_floor(self) -> int:
+        """A lower bound on the ns of the next flow this engine (or its caller) hands the packet side, other than
+        through a packet completion it `reacts_to`: the limit of the advance in progress (the caller submits at it,
+        or after a completion it watches), and the earliest completion of a fluid flow that releases held flows
+        or that the caller watches (its bound, and the fluid side's next event). A decomposed packet side runs
+        its workers up to it (+ its lookahead) in one round rather than stopping at every fluid event."""
+        tf = self.fluid.next_event_time()
+        if tf is None:
+            return self._until
+        flb, watch, heap, waiters = self._flb, self._watch, self._releasers, self._waiters
+        m = INF_NS
+        while heap:
+            t, f = heap[0]
+            if f not in flb or f not in waiters:  # completed
+                heapq.heappop(heap)
+            elif flb[f] > t:  # its bound rose since
+                heapq.heapreplace(heap, (flb[f], f))
+            else:
+                m = t
+                break
+        if watch:
+            m = min(m, min((flb[f] for f in watch if f in flb), default=INF_NS))
+        return min(self._until, max(m, tf))
+
+    def _fluid_bounds(self, flows: Sequence[Flow], at: int) -> None:
+        """Each flow handed to the fluid engine at `at` (deps on the other side all arrived): the earliest ns it
+        can complete, max(at, its fluid deps' bounds) + delay + size at its path's full line rate + the path's
+        propagation (the fluid rate never exceeds a channel's bandwidth; payload efficiency only slows it)."""
+        fluid = self.fluid
+        flb, fstep, deps_of, ends = self._flb, self._fstep, self._fdependents, self._end
+        exact = fluid.stretch is None and not fluid._multi  # else: no transfer or delay term (still a bound)
+        for f in flows:
+            lb = at
+            for d in f.deps:
+                if d in flb:
+                    lb = max(lb, flb[d])
+                    deps_of.setdefault(d, []).append(f.id)
+                else:
+                    lb = max(lb, ends.get(d, at))
+            step = 0
+            if exact:
+                step = f.delay_ns
+                if f.size and f.src != f.dst:
+                    path, lat = fluid.route(f)
+                    bw = self._bottleneck.get(path)
+                    if bw is None:
+                        bw = self._bottleneck[path] = min(self.topology.channel_bandwidth(c) for c in path)
+                    step += max(0, f.size * 8_000_000_000 // bw - 2) + lat
+            fstep[f.id] = step
+            flb[f.id] = lb + step
+            if f.id in self._waiters:
+                heapq.heappush(self._releasers, (lb + step, f.id))
+
+    def _fraise(self, fid: int, ns: int) -> None:
+        """flb(fid) >= ns, carried down its fluid dependents (each ends no earlier than a dep's bound + its step)."""
+        flb, deps_of, fstep = self._flb, self._fdependents, self._fstep
+        todo = [(fid, ns)]
+        while todo:
+            f, t = todo.pop()
+            if t <= flb.get(f, INF_NS):
+                continue
+            flb[f] = t
+            todo.extend((j, t + fstep[j]) for j in deps_of.get(f, ()) if j in flb)
 
     def next_event_time(self) -> int | None:
         times = [t for t in (self.packet.next_event_time(), self.fluid.next_event_time()) if t is not None]
@@ -286,6 +362,7 @@ class FluidNvlinkSimulator:
         """Both engines to the next completion (either side), the fluid side's next event or `until`,
         whichever is first; release what the completions free. Both engines end at the same ns."""
         self._steps += 1
+        self._until = until
         tf = self.fluid.next_event_time()
         bound = until if tf is None else min(until, tf)
         if self.packet.in_flight():
@@ -303,8 +380,15 @@ class FluidNvlinkSimulator:
         """Record arrivals; hand every held flow whose last outstanding dep arrived to its engine, now."""
         now = self.now()
         ready: dict[tuple[int, int], list[Flow]] = {}
+        flb = self._flb
         for c in completions:
             self._end[c.flow_id] = c.end_ns
+            if c.flow_id in flb:
+                del flb[c.flow_id]
+                del self._fstep[c.flow_id]
+                for j in self._fdependents.pop(c.flow_id, ()):
+                    if j in flb:
+                        self._fraise(j, c.end_ns + self._fstep[j])
             for j in self._waiters.pop(c.flow_id, ()):
                 f, at, side, pending = self._held[j]
                 if pending > 1:
@@ -317,6 +401,7 @@ class FluidNvlinkSimulator:
             self._engine(side).submit(batch, at)
             if side == FLUID:
                 self._fluid_flows += len(batch)
+                self._fluid_bounds(batch, at)
 
 
 def _order(c: Completion) -> tuple[int, int]:
