@@ -122,6 +122,25 @@ TypeId PfcSwitch::GetTypeId() {
           .AddAttribute("FlowletGap", "LoadBalancing flowlet: a gap longer than this starts a new flowlet",
                         TimeValue(MicroSeconds(10)), MakeTimeAccessor(&PfcSwitch::m_flowletGap),
                         MakeTimeChecker(NanoSeconds(1)))
+          .AddAttribute("CreditFlowControl",
+                        "Credit-based flow control (hop by hop, lossless): each port's upstream sender sends a data "
+                        "class only against link credit for this switch's buffer, given back as packets leave it "
+                        "(PFC is off under it)",
+                        BooleanValue(false), MakeBooleanAccessor(&PfcSwitch::m_cbfc), MakeBooleanChecker())
+          .AddAttribute("CreditSize",
+                        "CreditFlowControl: link credit bytes per ingress (port, data class); 0 = the credit loop's "
+                        "bandwidth-delay product, rate x 2 x link delay + 2 largest packets + a credit frame + "
+                        "CreditUpdate",
+                        UintegerValue(0), MakeUintegerAccessor(&PfcSwitch::m_creditBytes),
+                        MakeUintegerChecker<uint64_t>())
+          .AddAttribute("CreditUpdate",
+                        "CreditFlowControl: a credit frame goes upstream each time this many bytes of a class have "
+                        "been freed since the last one; 0 = one largest packet",
+                        UintegerValue(0), MakeUintegerAccessor(&PfcSwitch::m_creditUpdateBytes),
+                        MakeUintegerChecker<uint64_t>())
+          .AddAttribute("PayloadSize", "Largest data payload bytes (the NICs' PayloadSize; sizes link credit)",
+                        UintegerValue(1000), MakeUintegerAccessor(&PfcSwitch::m_payloadBytes),
+                        MakeUintegerChecker<uint32_t>(1))
           .AddTraceSource("PfcTx", "A PFC frame was sent upstream: (port, class, pause)",
                           MakeTraceSourceAccessor(&PfcSwitch::m_pfcTxTrace), "ns3::PfcSwitch::PfcTracedCallback")
           .AddTraceSource("Drop", "A packet was dropped at ingress: (port, class, flow, seq)",
@@ -180,7 +199,8 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
   mc.reserveBytes = m_reserveBytes;
   mc.resumeOffsetBytes = m_resumeOffsetBytes;
   mc.shift = m_dtShift;
-  mc.pfc = m_pfc && !nv;
+  const bool cbfc = m_cbfc && !nv;
+  mc.pfc = m_pfc && !nv && !cbfc;
   mc.unlimited = nv;
   m_mmu.Configure(static_cast<uint32_t>(m_dev.size()), mc);
 
@@ -195,6 +215,31 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
     m_ports[i].kmin = ByRate<uint64_t>(kmin, rate, rate / 1'000'000'000ULL * 4000);
     m_ports[i].kmax = ByRate<uint64_t>(kmax, rate, rate / 1'000'000'000ULL * 16000);
     m_ports[i].pmax = ByRate<double>(pmax, rate, 0.2);
+  }
+  m_creditSize.assign(m_dev.size(), 0);
+  if (cbfc) {
+    const uint64_t maxPacket = m_payloadBytes + m_wire.headerBytes + (m_wire.intOn ? m_wire.intHeaderBytes : 0);
+    const uint64_t update = m_creditUpdateBytes ? m_creditUpdateBytes : maxPacket;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < m_dev.size(); ++i) {
+      const uint64_t rate = m_dev[i]->GetRateBps();
+      const uint64_t loop = static_cast<uint64_t>(static_cast<unsigned __int128>(rate) * 2 * m_dev[i]->GetDelayNs() /
+                                                  8'000'000'000ULL);
+      const uint64_t credit = m_creditBytes ? m_creditBytes : loop + 2 * maxPacket + m_wire.pfcBytes + update;
+      if (credit < maxPacket + update) {
+        throw std::invalid_argument("switch " + std::to_string(nodeId) + ": CreditSize " + std::to_string(credit) +
+                                    " B is below one packet (" + std::to_string(maxPacket) +
+                                    " B) + CreditUpdate (" + std::to_string(update) + " B): the link would stall");
+      }
+      m_creditSize[i] = credit;
+      total += credit;
+      m_dev[i]->EnableCreditReturn(credit, update, m_wire.pfcBytes);
+      m_dev[i]->GetPeer()->EnableCreditSend(credit, static_cast<uint32_t>(maxPacket));
+    }
+    if (total > mc.bufferBytes) {
+      NS_LOG_WARN("switch " << nodeId << ": link credit of one class on every port (" << total
+                            << " B) exceeds the buffer (" << mc.bufferBytes << " B)");
+    }
   }
   m_rng = CreateObject<UniformRandomVariable>();
   m_rng->SetStream(static_cast<int64_t>(nodeId) + 1);
@@ -215,6 +260,11 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   }
   uint32_t cls = hdr.prio % kNumPrio;
   uint32_t wire = m_wire.Bytes(hdr);
+  // Link credit the upstream port spent on this packet: the buffer is reserved for it (no admission check) and
+  // it goes back as the packet leaves.
+  const uint32_t credit = pkt->linkCredit;
+  const uint8_t creditCls = pkt->linkClass;
+  pkt->linkCredit = 0;
   const bool trimmable = m_trimBytes && !m_nvSwitch && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) &&
                          hdr.type == PktType::Data && out < m_ports.size();
   if (trimmable && m_ports[out].bytes[cls] + wire > m_trimBytes) {
@@ -222,19 +272,23 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   }
   if (out == std::numeric_limits<uint32_t>::max()) {
     NS_LOG_WARN("node " << m_id << ": no route to " << hdr.dst << ", dropping");
+    if (credit) {
+      m_dev[inPort]->ReturnCredit(creditCls, credit);
+    }
     ++m_counters.drops;
     ++m_ports[inPort].drops;
     m_dropTrace(inPort, cls, hdr.flowId, hdr.seq);
     return;
   }
-  if (m_trimHeaderPrio && cls != 0 && !(hdr.flags & kFlagTrimmed) && trimmable && !m_mmu.Admit(inPort, cls, wire)) {
+  if (m_trimHeaderPrio && cls != 0 && !(hdr.flags & kFlagTrimmed) && trimmable && !credit &&
+      !m_mmu.Admit(inPort, cls, wire)) {
     wire = Trim(out, cls, hdr);  // no room for the payload: forward the header (UET trims rather than drops)
   }
   if (m_trimHeaderPrio && (hdr.flags & kFlagTrimmed)) {
     cls = 0;  // trimmed headers jump the data queues (NDP / UET), outside the shared buffer's accounting
   }
   if (cls != 0) {
-    if (!m_mmu.Admit(inPort, cls, wire)) {
+    if (!credit && !m_mmu.Admit(inPort, cls, wire)) {
       NS_LOG_LOGIC("node " << m_id << " drops flow " << hdr.flowId << " seq " << hdr.seq);
       ++m_counters.drops;
       ++m_ports[inPort].drops;
@@ -248,7 +302,7 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   }
   Port& p = m_ports[out];
   const bool data = hdr.type == PktType::Data;
-  p.q[cls].push_back(TxItem{pkt, wire, inPort, static_cast<uint8_t>(cls), data});
+  p.q[cls].push_back(TxItem{pkt, wire, inPort, static_cast<uint8_t>(cls), data, credit, creditCls});
   p.bytes[cls] += wire;
   p.total += wire;
   p.maxTotal = std::max(p.maxTotal, p.total);
@@ -279,6 +333,9 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   p.q[cls].pop_front();
   p.bytes[cls] -= out.wireBytes;
   p.total -= out.wireBytes;
+  if (out.creditBytes) {
+    m_dev[out.inPort]->ReturnCredit(out.creditClass, out.creditBytes);
+  }
   if (cls != 0) {
     m_mmu.Remove(out.inPort, cls, out.wireBytes);
     if (m_mmu.ShouldResume(out.inPort, cls)) {

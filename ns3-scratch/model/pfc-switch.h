@@ -30,8 +30,11 @@ namespace ns3 {
  * downstream port has paused it. A loss-tolerant data packet that finds its egress class queue above
  * TrimThreshold is trimmed to its header (DLCP; see docs/packet-model.md). With TrimHeaderPriority (Ultra
  * Ethernet), a trimmable packet the buffer cannot take is trimmed instead of dropped, and trimmed headers are
- * queued in the strict-priority class 0 at every switch. Ingress accounting, XOFF/XON and
- * drops come from SwitchMmu; ECN marking and INT stamping happen at dequeue. Settings are attributes;
+ * queued in the strict-priority class 0 at every switch. With CreditFlowControl, every port's upstream
+ * sender holds link credit per data class (CreditSize bytes of this switch's buffer) and sends only against it;
+ * the switch gives the credit back as the packet leaves its buffer (PhantoraNetDevice documents the mechanism),
+ * so nothing is dropped and PFC is off. Ingress accounting, XOFF/XON and drops come from SwitchMmu; ECN
+ * marking and INT stamping happen at dequeue. Settings are attributes;
  * the defaults follow the HPCC reference models (REFERENCE.md section 5).
  */
 class PfcSwitch : public Object, public PortOwner {
@@ -47,6 +50,9 @@ class PfcSwitch : public Object, public PortOwner {
     uint64_t trims = 0;  ///< loss-tolerant packets trimmed to their header
     uint64_t trimmedBytes = 0;  ///< payload bytes those packets lost
   };
+
+  /// Link credit of each (ingress port, data class) under CreditFlowControl (0: off or an NVSwitch).
+  uint64_t CreditSize(uint32_t port) const { return port < m_creditSize.size() ? m_creditSize[port] : 0; }
 
   /// Own the PhantoraNetDevices of `node` (port i = device i), as fabric node `nodeId`. Reads the
   /// attributes: sizes the buffer and headroom from the ports' rates and delays, and the ECN thresholds.
@@ -129,7 +135,12 @@ class PfcSwitch : public Object, public PortOwner {
   std::array<uint32_t, kNumPrio> m_classWeights{};
   std::string m_lbMode = "ecmp";
   Time m_flowletGap;
+  bool m_cbfc = false;
+  uint64_t m_creditBytes = 0;
+  uint64_t m_creditUpdateBytes = 0;
+  uint64_t m_payloadBytes = 1000;
   // State.
+  std::vector<uint64_t> m_creditSize;
   Ptr<RouteTable> m_routes;
   bool m_ecn = false;
   Counters m_counters;

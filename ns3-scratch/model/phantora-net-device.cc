@@ -11,6 +11,8 @@
 #include "ns3/simulator.h"
 #include "ns3/trace-source-accessor.h"
 
+#include <algorithm>
+
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraNetDevice");
@@ -22,7 +24,11 @@ TypeId PhantoraNetDevice::GetTypeId() {
                           "ns3::Packet::TracedCallback")
           .AddTraceSource("PfcRx", "A PFC frame arrived: (port, class, pause)",
                           MakeTraceSourceAccessor(&PhantoraNetDevice::m_pfcRxTrace),
-                          "ns3::PhantoraNetDevice::PfcTracedCallback");
+                          "ns3::PhantoraNetDevice::PfcTracedCallback")
+          .AddTraceSource("CreditRx",
+                          "A link credit frame arrived (credit-based flow control): (port, class, cumulative limit)",
+                          MakeTraceSourceAccessor(&PhantoraNetDevice::m_creditRxTrace),
+                          "ns3::PhantoraNetDevice::CreditTracedCallback");
   return tid;
 }
 
@@ -63,16 +69,39 @@ void PhantoraNetDevice::Kick() {
 
 void PhantoraNetDevice::TransmitNext() {
   TxItem item;
+  if (m_creditDue && m_channel->IsUp() && NextCreditFrame(item)) {
+    Send(item);  // link credit goes ahead of whatever the owner has
+    return;
+  }
+  const bool* blocked = m_paused;
+  if (m_creditSend) {
+    UpdateBlocked();
+    blocked = m_blocked;
+  }
   bool got = false;
   do {
     m_kickPending = false;
     m_dequeuing = true;
-    got = m_owner->Dequeue(m_port, m_paused, item);
+    got = m_owner->Dequeue(m_port, blocked, item);
     m_dequeuing = false;
   } while (!got && m_kickPending);
   if (!got) {
     return;
   }
+  const uint32_t c = item.prio % kNumPrio;
+  if (m_creditSend && c != 0 && m_channel->IsUp()) {  // a dead cable's packets are lost, not credited
+    m_creditSent[c] += item.wireBytes;
+    item.pkt->linkCredit = item.wireBytes;
+    item.pkt->linkSent = m_creditSent[c];
+    item.pkt->linkClass = static_cast<uint8_t>(c);
+    UpdateBlocked();
+  } else {
+    item.pkt->linkCredit = 0;
+  }
+  Send(item);
+}
+
+void PhantoraNetDevice::Send(TxItem& item) {
   const uint64_t nowPs = FabricNowNs() * 1000;
   // Back to back with the previous packet (we are at its end, rounded up to a whole ns): keep the
   // exact end, so the fractions of a ns do not add up to a lower line rate.
@@ -93,6 +122,101 @@ void PhantoraNetDevice::TransmitNext() {
   m_channel->Transmit(this, item.pkt, endNs);
 }
 
+void PhantoraNetDevice::EnableCreditSend(uint64_t creditBytes, uint32_t maxPacketBytes) {
+  NS_ASSERT_MSG(creditBytes >= maxPacketBytes, "link credit below one packet");
+  m_creditSend = true;
+  m_creditMaxPacket = maxPacketBytes;
+  for (uint32_t c = 0; c < kNumPrio; ++c) {
+    m_creditLimit[c] = creditBytes;
+    m_creditSent[c] = 0;
+    m_creditOut[c] = false;
+  }
+}
+
+void PhantoraNetDevice::EnableCreditReturn(uint64_t creditBytes, uint64_t updateBytes, uint32_t frameBytes) {
+  m_creditReturn = true;
+  m_creditSize = creditBytes;
+  m_creditUpdate = std::max<uint64_t>(updateBytes, 1);
+  m_creditFrameBytes = frameBytes;
+}
+
+int64_t PhantoraNetDevice::CreditAvailable(uint32_t cls) const {
+  const uint32_t c = cls % kNumPrio;
+  return static_cast<int64_t>(m_creditLimit[c]) - static_cast<int64_t>(m_creditSent[c]);
+}
+
+void PhantoraNetDevice::UpdateBlocked() {
+  if (m_creditResync && m_channel->IsUp()) {
+    // The cable is back: the link's re-initialisation hands over the receiver's counts. Bytes sent but lost on
+    // the cable count as received and freed.
+    m_creditResync = false;
+    PhantoraNetDevice* peer = PeekPointer(GetPeer());
+    for (uint32_t c = 1; c < kNumPrio; ++c) {
+      if (m_creditSent[c] > peer->m_creditRecv[c]) {
+        peer->m_creditFreed[c] += m_creditSent[c] - peer->m_creditRecv[c];
+        peer->m_creditRecv[c] = m_creditSent[c];
+      }
+      peer->m_creditTold[c] = peer->m_creditFreed[c];
+      m_creditLimit[c] = std::max(m_creditLimit[c], peer->m_creditFreed[c] + peer->m_creditSize);
+    }
+  }
+  const uint64_t now = FabricNowNs();
+  // A dead cable takes packets without credit (they are lost, as without credits); a live one needs a packet's.
+  const bool up = m_channel->IsUp();
+  m_blocked[0] = m_paused[0];
+  for (uint32_t c = 1; c < kNumPrio; ++c) {
+    const bool out = up && CreditAvailable(c) < static_cast<int64_t>(m_creditMaxPacket);
+    if (out && !m_creditOut[c]) {
+      m_creditOutSinceNs[c] = now;
+    } else if (!out && m_creditOut[c]) {
+      m_creditBlockedNs += now - m_creditOutSinceNs[c];
+    }
+    m_creditOut[c] = out;
+    m_blocked[c] = m_paused[c] || out;
+  }
+}
+
+bool PhantoraNetDevice::NextCreditFrame(TxItem& item) {
+  for (uint32_t c = 1; c < kNumPrio; ++c) {
+    if (!(m_creditDue & (1U << c))) {
+      continue;
+    }
+    m_creditDue = static_cast<uint8_t>(m_creditDue & ~(1U << c));
+    m_creditTold[c] = m_creditFreed[c];
+    Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
+    PhantoraHeader& hdr = pkt->hdr;
+    hdr.type = PktType::Pfc;
+    hdr.flags = kFlagCredit;
+    hdr.prio = static_cast<uint8_t>(c);
+    hdr.src = m_nodeId;
+    hdr.seq = m_creditFreed[c] + m_creditSize;  // the new cumulative limit
+    item = TxItem{pkt, m_creditFrameBytes, m_port, 0, false};
+    ++m_creditFrames;
+    return true;
+  }
+  return false;
+}
+
+void PhantoraNetDevice::ReturnCredit(uint32_t cls, uint32_t bytes) {
+  const uint32_t c = cls % kNumPrio;
+  m_creditFreed[c] += bytes;
+  if (m_creditFreed[c] - m_creditTold[c] >= m_creditUpdate) {
+    m_creditDue = static_cast<uint8_t>(m_creditDue | (1U << c));
+    Kick();
+  }
+}
+
+uint64_t PhantoraNetDevice::GetCreditBlockedNs() const {
+  uint64_t total = m_creditBlockedNs;
+  const uint64_t now = Simulator::Now().GetNanoSeconds();
+  for (uint32_t c = 1; c < kNumPrio; ++c) {
+    if (m_creditOut[c]) {
+      total += now - m_creditOutSinceNs[c];
+    }
+  }
+  return total;
+}
+
 void PhantoraNetDevice::TransmitDone() {
   m_busy = false;
   TransmitNext();
@@ -100,6 +224,19 @@ void PhantoraNetDevice::TransmitDone() {
 
 void PhantoraNetDevice::Receive(const Ptr<PhantoraPacket>& pkt) {
   const PhantoraHeader& hdr = pkt->hdr;
+  if (hdr.type == PktType::Pfc && (hdr.flags & kFlagCredit)) {  // link credit (credit-based flow control)
+    const uint32_t c = hdr.prio % kNumPrio;
+    m_creditLimit[c] = std::max(m_creditLimit[c], hdr.seq);
+    NS_LOG_LOGIC("port " << m_port << " class " << c << " credit limit " << m_creditLimit[c]);
+    m_creditRxTrace(m_port, c, m_creditLimit[c]);
+    if (m_creditSend) {
+      UpdateBlocked();
+      if (!m_blocked[c]) {
+        Kick();
+      }
+    }
+    return;
+  }
   if (hdr.type == PktType::Pfc) {
     const uint32_t c = hdr.prio % kNumPrio;
     const bool pause = hdr.flags & kFlagPause;
@@ -116,6 +253,14 @@ void PhantoraNetDevice::Receive(const Ptr<PhantoraPacket>& pkt) {
       Kick();
     }
     return;
+  }
+  if (pkt->linkCredit && m_creditReturn) {
+    const uint32_t c = pkt->linkClass % kNumPrio;
+    const uint64_t expected = m_creditRecv[c] + pkt->linkCredit;
+    m_creditRecv[c] = pkt->linkSent;
+    if (pkt->linkSent > expected) {
+      ReturnCredit(c, static_cast<uint32_t>(pkt->linkSent - expected));  // the link lost packets in between
+    }
   }
   m_owner->Receive(m_port, pkt);
 }
@@ -135,6 +280,9 @@ void PhantoraNetDevice::ClearPause() {
       m_paused[c] = false;
       any = true;
     }
+  }
+  if (m_creditSend) {
+    m_creditResync = true;  // the counts are taken over when the cable is up again
   }
   if (any) {
     Kick();

@@ -25,6 +25,8 @@ struct TxItem {
   uint32_t inPort = 0;     ///< switch ingress port (MMU accounting)
   uint8_t prio = 0;        ///< egress class
   bool data = false;       ///< a data packet (ECN, INT apply)
+  uint32_t creditBytes = 0;  ///< link credit owed to the ingress port's sender once this leaves the buffer
+  uint8_t creditClass = 0;   ///< the class that credit is of
 };
 
 /// What a port asks of the node that owns it (a switch or a NIC).
@@ -41,6 +43,15 @@ class PortOwner {
  * A port. It pulls packets from its owner whenever the line is free, times them exactly in
  * picoseconds (so a long run keeps the line rate at any speed, though events fall on whole ns),
  * and hands them to the channel. Received PFC frames pause or resume one class of this port.
+ *
+ * Credit-based flow control (hop by hop, as InfiniBand's and the Ultra Ethernet link layer's CBFC), set up by a
+ * switch with CreditFlowControl for each of its ports: the sending side of a link holds, per data class 1..7, a
+ * cumulative credit limit from the receiving switch and sends a class only while limit - bytes sent >= the
+ * largest packet; the receiving side sums the bytes its switch has freed (ReturnCredit) and, each `update` bytes,
+ * sends a credit frame (a PFC-type link frame with kFlagCredit carrying freed + credit size as the new limit)
+ * ahead of anything its owner has. Class 0 (control, trimmed headers) is never credited. A cable failure
+ * resynchronises the sender to what the receiver got (ClearPause), as InfiniBand's FCTBS does; bytes lost to a
+ * degraded link's random loss are not given back (a leak the model does not repair).
  */
 class PhantoraNetDevice : public NetDevice {
  public:
@@ -61,8 +72,24 @@ class PhantoraNetDevice : public NetDevice {
   uint64_t GetRateBps() const { return m_rateBps; }
   /// A new line rate from the next packet on (a degraded or restored link).
   void SetRateBps(uint64_t bps);
-  /// Resume every paused class (the port's link failed: its PFC state is cleared).
+  /// Resume every paused class (the port's link failed: its PFC state is cleared) and resynchronise link
+  /// credit: bytes sent but never received are given back.
   void ClearPause();
+  /// Credit-based flow control, sending side: each data class may have `creditBytes` in the peer switch's buffer,
+  /// and a class is eligible while at least `maxPacketBytes` of its credit is left.
+  void EnableCreditSend(uint64_t creditBytes, uint32_t maxPacketBytes);
+  /// Credit-based flow control, receiving side: the owner returns the credit of what it frees (ReturnCredit);
+  /// a credit frame of `frameBytes` goes upstream every `updateBytes` freed in a class (at least one per packet
+  /// when updateBytes is 0 or 1).
+  void EnableCreditReturn(uint64_t creditBytes, uint64_t updateBytes, uint32_t frameBytes);
+  /// The owner freed `bytes` of class `cls` that arrived on this port with link credit.
+  void ReturnCredit(uint32_t cls, uint32_t bytes);
+  bool CreditSendEnabled() const { return m_creditSend; }
+  /// Credit left to the sending side in class `cls` (bytes; negative when a control packet overdrew it).
+  int64_t CreditAvailable(uint32_t cls) const;
+  uint64_t GetCreditFrames() const { return m_creditFrames; }
+  /// Class-ns this sending port spent with a class out of credit, summed over classes.
+  uint64_t GetCreditBlockedNs() const;
   uint32_t GetPort() const { return m_port; }
   bool IsPaused(uint32_t prio) const { return m_paused[prio]; }
   Ptr<PhantoraNetDevice> GetPeer() const;
@@ -104,6 +131,12 @@ class PhantoraNetDevice : public NetDevice {
  private:
   void TransmitNext();
   void TransmitDone();
+  /// Serialise `item` onto the channel (the line is free).
+  void Send(TxItem& item);
+  /// The next due credit frame, if any (true: `item` holds it).
+  bool NextCreditFrame(TxItem& item);
+  /// Refresh m_blocked (PFC pause or no credit) and the credit-blocked time.
+  void UpdateBlocked();
 
   PortOwner* m_owner = nullptr;
   Ptr<Node> m_node;
@@ -123,6 +156,27 @@ class PhantoraNetDevice : public NetDevice {
   uint64_t m_pausedNs = 0;  ///< class-ns spent paused, summed
   uint64_t m_txBytes = 0;
   uint64_t m_txPackets = 0;
+  // Credit-based flow control (classes 1..7; index 0 unused). Sending side:
+  bool m_creditSend = false;
+  uint32_t m_creditMaxPacket = 0;
+  uint64_t m_creditLimit[kNumPrio] = {};  ///< cumulative: the bytes the receiver lets us have sent
+  uint64_t m_creditSent[kNumPrio] = {};   ///< cumulative bytes sent with credit
+  bool m_blocked[kNumPrio] = {};          ///< paused, or out of credit: what Dequeue is given
+  bool m_creditOut[kNumPrio] = {};
+  uint64_t m_creditOutSinceNs[kNumPrio] = {};
+  uint64_t m_creditBlockedNs = 0;
+  bool m_creditResync = false;  ///< the link failed: take the receiver's counts when it is up again
+  // Receiving side:
+  bool m_creditReturn = false;
+  uint64_t m_creditSize = 0;
+  uint64_t m_creditUpdate = 1;
+  uint32_t m_creditFrameBytes = 64;
+  uint64_t m_creditRecv[kNumPrio] = {};   ///< cumulative bytes received with credit (a failure's resync)
+  uint64_t m_creditFreed[kNumPrio] = {};  ///< cumulative bytes freed by the owner
+  uint64_t m_creditTold[kNumPrio] = {};   ///< m_creditFreed as of the last credit frame
+  uint8_t m_creditDue = 0;                ///< bit c: a credit frame of class c is due
+  uint64_t m_creditFrames = 0;
+  TracedCallback<uint32_t, uint32_t, uint64_t> m_creditRxTrace;  ///< (port, class, new cumulative limit)
   TracedCallback<Ptr<const Packet>> m_txTrace;  ///< fed PhantoraPacket::ToPacket(), only when connected
   TracedCallback<uint32_t, uint32_t, bool> m_pfcRxTrace;  ///< (port, class, pause) on a received PFC frame
 };

@@ -243,7 +243,13 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
   RdmaNic::Counters t;
   PfcSwitch::Counters w;
   uint64_t flowlets = 0;
+  uint64_t creditFrames = 0;
+  uint64_t creditBlockedNs = 0;
   for (const auto& n : s.fabric->Nodes()) {
+    for (const auto& port : n.ports) {  // credit-based flow control (switch.CreditFlowControl)
+      creditFrames += port->GetCreditFrames();
+      creditBlockedNs += port->GetCreditBlockedNs();
+    }
     if (n.sw) {
       maxBuf = std::max(maxBuf, n.sw->Mmu().MaxUsedBytes());
       const PfcSwitch::Counters& c = n.sw->GetCounters();
@@ -297,6 +303,8 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"drops", static_cast<double>(w.drops)},
           {"pfc_pause", static_cast<double>(w.pfcPause)},
           {"pfc_resume", static_cast<double>(w.pfcResume)},
+          {"credit_frames", static_cast<double>(creditFrames)},
+          {"credit_blocked_ns", static_cast<double>(creditBlockedNs)},
           {"trims", static_cast<double>(w.trims)},
           {"trimmed_bytes", static_cast<double>(w.trimmedBytes)},
           {"payload_bytes_delivered", static_cast<double>(t.payloadBytesDelivered)},

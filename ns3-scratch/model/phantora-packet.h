@@ -37,10 +37,21 @@ class PhantoraPacket : public SimpleRefCount<PhantoraPacket, Empty, PacketRecycl
     PhantoraPacket* p = s_free;
     s_free = p->m_next;
     p->hdr = Blank();  // every field as a new packet's
+    p->linkCredit = 0;
+    p->linkSent = 0;
+    p->linkClass = 0;
     return Ptr<PhantoraPacket>(p);  // SimpleRefCount left its count at 0: this reference makes it 1
   }
 
   PhantoraHeader hdr;
+  /// Link credit (credit-based flow control): the bytes of class `linkClass` credit the sending port spent on
+  /// this packet, which the receiving switch returns when the packet leaves its buffer; 0 = none spent. Set by
+  /// the sending PhantoraNetDevice for each hop (link-layer bookkeeping, no wire bytes of its own). `linkSent`:
+  /// the port's cumulative credited bytes of that class, this packet included (InfiniBand's FCTBS): the
+  /// receiver gives back the credit of packets the link lost in between.
+  uint32_t linkCredit = 0;
+  uint64_t linkSent = 0;
+  uint8_t linkClass = 0;
 
   /// The packet as an ns-3 Packet, for trace sinks: `hdr` serialised in front of the payload (no payload for
   /// control packets and trimmed data), as the fabric carried it before it carried structs.

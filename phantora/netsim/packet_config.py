@@ -165,6 +165,11 @@ class PacketConfig:
     # Ultra Ethernet trimming: a trimmable packet the buffer cannot take is trimmed, not dropped, and trimmed
     # headers go in the strict-priority class 0 (transport=uet sets it)
     trim_priority: bool = False
+    # Credit-based flow control (hop by hop, lossless, instead of PFC): a port sends a data class only against link
+    # credit for the next switch's buffer, given back (credit frames of pfc_bytes) as packets leave it
+    cbfc: bool = False
+    cbfc_credit_bytes: int | None = None  # per ingress (port, class); None = the credit loop's BDP (C++ CreditSize)
+    cbfc_update_bytes: int | None = None  # a credit frame per this many bytes freed; None = one largest packet
     transport: str = ""  # the --set transport=PRESET applied last (TRANSPORT_PRESETS); "" = none (ENGINE_FIELDS)
     dlcp: str = "off"  # live runs: off | grads (all-reduces of floating-point tensors >= 64 KiB are loss-tolerant)
     dlcp_bound: float = 0.01  # at most this share of a loss-tolerant flow's bytes may be lost (then lossless)
@@ -204,7 +209,10 @@ class PacketConfig:
                 raise bad(name, f"expected an integer, got {value!r}")
             if value < (1 if name in positive else 0):
                 raise bad(name, f"must be {'> 0' if name in positive else '>= 0'}, got {value}")
-        for name in ("buffer_bytes", "headroom_bytes", "rto_ns", "cc_base_rtt_ns", "cc_bdp_bytes"):
+        for name in (
+            "buffer_bytes", "headroom_bytes", "rto_ns", "cc_base_rtt_ns", "cc_bdp_bytes", "cbfc_credit_bytes",
+            "cbfc_update_bytes",
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise bad(name, f"expected an integer >= 0 or None, got {value!r}")
@@ -347,7 +355,7 @@ class PacketConfig:
 # against the TypeIds themselves, and that every field but cc_attrs is here.
 NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "cc": (("fabric.CongestionControl",), "cc"),
-    "payload_bytes": (("nic.PayloadSize",), "int"),
+    "payload_bytes": (("nic.PayloadSize", "switch.PayloadSize"), "int"),
     "header_bytes": (("nic.HeaderSize", "switch.HeaderSize"), "int"),
     "int_header_bytes": (("nic.IntHeaderSize", "switch.IntHeaderSize"), "int"),
     "pfc_bytes": (("switch.PfcFrameSize",), "int"),
@@ -389,6 +397,9 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "sched_weights": (("switch.ClassWeights",), "text"),
     "trim_bytes": (("switch.TrimThreshold",), "int"),
     "trim_priority": (("switch.TrimHeaderPriority",), "bool"),
+    "cbfc": (("switch.CreditFlowControl",), "bool"),
+    "cbfc_credit_bytes": (("switch.CreditSize",), "int"),
+    "cbfc_update_bytes": (("switch.CreditUpdate",), "int"),
 }
 
 
