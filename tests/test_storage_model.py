@@ -113,3 +113,13 @@ def test_uninstalled_nothing_is_charged(tmp_path: Path) -> None:
     finally:
         _session.install(None)
     assert s.now() == 0 and s.storage == {}
+
+
+def test_safetensors_files_are_charged(charged: RankSession, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file  # imported after install, as a program imports it
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.ones(300)}, path)
+    size = os.path.getsize(path)
+    assert size > 1200 and charged.storage == {"write": [size, 4 * size]}
+    assert torch.equal(load_file(path)["w"], torch.ones(300)) and charged.storage["read"] == [size, 4 * size]

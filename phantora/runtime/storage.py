@@ -25,6 +25,8 @@ DCP reports; the torch.save calls DCP makes inside are not counted twice).
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 import io
 import os
 from dataclasses import dataclass
@@ -198,13 +200,10 @@ def install(model: StorageModel | None = None) -> StorageModel | None:
 
     _replace(torch, "save", lambda f: _counted("write", f, 1))
     _replace(torch, "load", lambda f: _counted("read", f, 0))
-    try:
-        import safetensors.torch as st
-    except ImportError:
-        pass
-    else:
-        _replace(st, "save_file", lambda f: _counted("write", f, 1))
-        _replace(st, "load_file", lambda f: _counted("read", f, 0))
+    if importlib.util.find_spec("safetensors") is not None:  # HF's model files
+        safetensors_torch = importlib.import_module("safetensors.torch")
+        _replace(safetensors_torch, "save_file", lambda f: _counted("write", f, 1))
+        _replace(safetensors_torch, "load_file", lambda f: _counted("read", f, 0))
     from torch.distributed.checkpoint import filesystem as fs
 
     _replace(fs.FileSystemWriter, "write_data", _dcp_write)
