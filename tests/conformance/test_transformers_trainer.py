@@ -7,8 +7,9 @@ tokens; 4 per GPU on 2 GPUs: 4 optimizer steps an epoch). Its default model is a
 tiny Qwen2 of the same architecture (`hf_assets.make_tiny_qwen2`). The script's own `--loss_output_file`
 writes the losses Trainer logged at each step.
 
-Cases: DDP (what `Trainer` does on several GPUs with no other flag), FSDP2 through `--fsdp`, and DeepSpeed
-ZeRO-3 with the script's own `ds_config_zero3.json`. Every run is about a minute of wall time, so all are slow.
+Cases: DDP (what `Trainer` does on several GPUs with no other flag), FSDP2 through `--fsdp`, DeepSpeed ZeRO-3 and
+ZeRO-2 with the script's own configs, and Trainer's checkpoints under `phantora run --storage` (the storage model).
+Every run is about a minute of wall time or more, so all are slow; the vendored files' check is quick.
 """
 
 from __future__ import annotations
