@@ -196,8 +196,10 @@ def run_one(model: str, args: argparse.Namespace) -> dict:
     (out / "stdout.txt").write_text(proc.stdout)
     (out / "stderr.txt").write_text(proc.stderr)
     res: dict = {"model": model, **row, "wall_s": wall or elapsed, "max_rss_mb": rss, "command": cmd}
+    res.update(published=row["tflops"], unit="TFLOP/s/GPU")
     if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+        own = proc.stderr.split("\tCommand being timed")[0]  # the run's own words, not /usr/bin/time's report
+        tail = (proc.stdout + own).strip().splitlines()[-5:]
         res["failed"] = " / ".join(tail)
         return res
     summary = json.loads((out / "run" / "results.json").read_text())
