@@ -109,11 +109,11 @@ def graph_dag(path: str, topo: Topology) -> list[Flow]:
     return plan_graph(graph, topo, algo_from_meta(graph)).flows
 
 
-def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str, floor: bool = True) -> dict[str, Any]:
+def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str, floor: bool = False) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), time.process_time()
     sim = make_engine(EngineSpec("ns3", apply_overrides(PacketConfig(cc=cc), sets)), topo, spawner=spawn_workers)
-    if not floor:  # the bound before issue 38: the workers stop at every event of the fluid NVLink side
-        sim.packet.floor = None  # type: ignore[attr-defined]
+    if floor:  # issue 38, opt-in: the workers run past fluid NVLink events that release nothing on their side
+        sim.packet.floor = sim.submit_floor  # type: ignore[attr-defined]
     try:
         t1, c1 = time.perf_counter(), time.process_time()
         sim.submit(flows, 0)
@@ -161,9 +161,9 @@ def main() -> None:
     ap.add_argument("--ray-curve", type=int, nargs="*", default=[], help="... and with ray=local over CurveZMQ")
     ap.add_argument("--paper", type=int, nargs="+", default=[8, 64], help="worker counts to project")
     ap.add_argument(
-        "--no-floor", type=int, nargs="*", default=[],
-        help="worker counts to run also without the fluid side's submit floor (the workers then stop at every "
-        "fluid NVLink event, as before issue 38)",
+        "--floor", type=int, nargs="*", default=[],
+        help="worker counts to run also with the fluid side's submit floor (opt-in, issue 38: the workers then "
+        "run past fluid NVLink events that release nothing on their side)",
     )  # fmt: skip
     args = ap.parse_args()
     topo = load_topology(args.topology)
@@ -177,8 +177,8 @@ def main() -> None:
             rows.append((f"workers={n}", run(topo, flows, [*base, f"workers={n}"], args.cc)))
         except InputError as e:  # traffic across pieces
             print(f"workers={n}: refused: {e}")
-    for n in args.no_floor:
-        rows.append((f"w={n} nofloor", run(topo, flows, [*base, f"workers={n}"], args.cc, floor=False)))
+    for n in args.floor:
+        rows.append((f"w={n} floor", run(topo, flows, [*base, f"workers={n}"], args.cc, floor=True)))
     for n in args.ray:
         rows.append((f"ray {n}", run(topo, flows, [*base, f"workers={n}", "ray=local"], args.cc)))
     for n in args.ray_curve:
