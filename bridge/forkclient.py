@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +82,17 @@ class ForkServer:
         return self.child.proc.poll() is not None
 
     def fork(
-        self, rank: int, module: str, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None
+        self,
+        rank: int,
+        module: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        log_path: Path,
+        cwd: str | None,
+        tick: Callable[[], None] = lambda: None,
     ) -> Child:
-        """Fork rank `rank` running `python -m module argv...`; return it as a run child."""
+        """Fork rank `rank` running `python -m module argv...`; return it as a run child. `tick` is called while
+        waiting (the fork server may still be importing torch), so the caller can keep its peers informed."""
         job = {"rank": rank, "module": module, "argv": list(argv), "env": env, "cwd": cwd, "log": str(log_path)}
         try:
             self._sock.send(json.dumps(job).encode())
@@ -92,6 +100,7 @@ class ForkServer:
             self.child.proc.wait(timeout=5.0)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
+            tick()
             msg = self._recv(0.05)
             if msg is not None and "code" not in msg:
                 proc = ForkedProc(self, int(msg["pid"]))

@@ -299,22 +299,42 @@ class CosimRun:
             )
             self.children.append(self._forker.child)
 
-    def _start_ranks(self, cmds: list[list[str]], endpoint: str, token: str, logs: RunDir) -> None:
+    @staticmethod
+    def _beat_every(sock: zmq.Socket) -> Callable[[], None]:
+        """A tick that sends the coordinator a heartbeat at most every HEARTBEAT_S: starting the ranks can take
+        longer than its silence limit (the fork server imports torch first, minutes on a loaded machine)."""
+        last = [time.monotonic()]
+
+        def tick() -> None:
+            if time.monotonic() - last[0] >= HEARTBEAT_S:
+                sock.send(encode("heartbeat", 0))
+                last[0] = time.monotonic()
+
+        return tick
+
+    def _start_ranks(
+        self, cmds: list[list[str]], endpoint: str, token: str, logs: RunDir, tick: Callable[[], None]
+    ) -> None:
         common = self._common_env(endpoint, token, _free_port())
         if self.job_table is not None:
-            self._start_job_ranks(cmds, common, logs)
+            self._start_job_ranks(cmds, common, logs, tick)
             return
         local = _local_ranks(self.spec.topology, self.spec.world)
         for r, cmd in enumerate(cmds):
             env, log = self._rank_env(common, r, local[r]), logs.log(f"rank{r}")
-            self.children.append(self._start_rank(r, cmd, env, log, cmds[0][0]))
+            self.children.append(self._start_rank(r, cmd, env, log, cmds[0][0], tick))
 
-    def _start_rank(self, r: int, cmd: list[str], env: dict[str, str], log: Path, python: str) -> Child:
+    def _start_rank(
+        self, r: int, cmd: list[str], env: dict[str, str], log: Path, python: str, tick: Callable[[], None]
+    ) -> Child:
+        tick()
         if self._forker is not None and _module_form(cmd, python):
-            return self._forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd)
+            return self._forker.fork(r, cmd[2], cmd[3:], env, log, self.cwd, tick)
         return spawn("rank", r, cmd, env, log, self.cwd)
 
-    def _start_job_ranks(self, cmds: list[list[str]], common: dict[str, str], logs: RunDir) -> None:
+    def _start_job_ranks(
+        self, cmds: list[list[str]], common: dict[str, str], logs: RunDir, tick: Callable[[], None]
+    ) -> None:
         """Each job's ranks: its own world, rank numbers, rendezvous port, environment and logs."""
         assert self.job_table is not None
         for j, (job, info) in enumerate(zip(self.jobs, self.job_table.jobs, strict=True)):
@@ -324,7 +344,7 @@ class CosimRun:
             for r in range(job.ranks):
                 g = info.offset + r
                 env, log = self._rank_env(base, r, local[r]), logs.log(f"{job.name}.rank{r}")
-                child = self._start_rank(g, cmds[g], env, log, cmds[0][0])
+                child = self._start_rank(g, cmds[g], env, log, cmds[0][0], tick)
                 child.job, child.local = job.name, r
                 self.children.append(child)
 
@@ -489,7 +509,7 @@ class CosimRun:
             endpoint = self._start(token, logs)
             sock = connect_dealer(ctx, endpoint, OUTCOME_MAX_BYTES)
             sock.send(encode("hello", 0, role="supervisor", token=token, rank=None, world=None, pid=os.getpid()))
-            self._start_ranks(cmds, endpoint, token, logs)
+            self._start_ranks(cmds, endpoint, token, logs, self._beat_every(sock))
             try:
                 outcome, t_ready, t_end = self._supervise(sock, t0)
             except BridgeError as exc:

@@ -164,3 +164,24 @@ def test_sigterm_to_the_launcher_stops_every_process(tmp_path: Path) -> None:
     assert launcher.returncode == 143 and "terminated" in err
     left = [pid for pair in pids for pid in pair]  # the ranks and the processes they started
     assert alive_pids(left) == []
+
+
+def test_a_fork_server_slower_than_the_silence_limit_does_not_end_the_run(tmp_path: Path) -> None:
+    """The fork server imports its preload before it can fork the first rank; on a loaded machine that takes
+    longer than the coordinator's silence limit. The launcher heartbeats while it waits, so the run goes on."""
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(6.0)\n")
+    script = tmp_path / "one.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\ndist.init_process_group()\ndist.all_reduce(torch.ones(4))\n"
+    )
+    run = CosimRun(
+        star(2),
+        rank_cmd=[sys.executable, "-m", "phantora.runtime.bootstrap", str(script)],
+        rank_preload=("slow_import",),
+        env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+        peer_timeout_s=3.0,  # half the preload's time: without the launcher's heartbeats the coordinator leaves
+        timeout_s=120,
+    )
+    result = run.run()
+    assert "forkserver" in result.logs
+    assert result.startup_s > 0
