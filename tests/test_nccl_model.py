@@ -15,7 +15,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import choose, platform_of
 from phantora.collectives.nccl.settings import nccl_env, parse_list, settings_from_env
 from phantora.collectives.nccl.shape import wire_bytes
-from phantora.collectives.nccl.tuning import select
+from phantora.collectives.nccl.tuning import costs, select
 from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import dgx_host, load_topology, rail_optimized
@@ -108,20 +108,28 @@ def test_nvls_on_two_gpus_is_still_rated_below_the_ring():
 
 
 def test_nvls_disabled_falls_back_to_the_ring_at_ncclsearch_bandwidth():
-    """NCCL_NVLS_ENABLE=0: ring Simple, 12 channels x 30 GB/s (6 x 60 duplicated): busbw 360."""
+    """NCCL_NVLS_ENABLE=0: ring Simple, rated by NCCL at 12 channels x 30 GB/s (6 x 60 duplicated) = busbw 360, run
+    at the ring kernel's rate (ring_kernel.py): the GPU's NVLink (370.8), one slice of fill (1 MiB at 370.8/24 GB/s)
+    and 9 µs for each of a channel's ceil(8 GiB / (24 x 8 x 2 MiB)) = 22 passes."""
     topo = dgx_host(gpu="h100")
+    p = platform_of(topo, tuple(range(8)))
+    rated = costs("all_reduce", p, settings_from_env({"NCCL_NVLS_ENABLE": "0"}))
+    ring = next(c for c in rated if (c.algorithm, c.protocol) == ("ring", "Simple"))
+    assert ring.algbw * 14 / 8 == pytest.approx(360)
     t, choice = run(Collective("all_reduce", tuple(range(8)), 8 * GiB, "bf16"), topo, opts(NCCL_NVLS_ENABLE="0"))
     lat = 8.4 + 14 * 3.4
-    expected = 8 * GiB / (lat * 1e3 + 8 * GiB / (360 * 8 / 14)) * 14 / 8
-    assert (choice["algorithm"], choice["protocol"]) == ("Ring", "Simple")
-    assert 8 * GiB / t * 14 / 8 == pytest.approx(expected, rel=0.005)
+    fill = MiB / (H100_NVL * 1e3 / 24)
+    expected_ns = (lat + fill + 22 * 9.0) * 1e3 + 8 * GiB / (H100_NVL * 8 / 14)
+    assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "Simple", 24)
+    assert t == pytest.approx(expected_ns, rel=0.005)
 
 
 def test_a100_has_no_nvls_and_reaches_its_nvlink_in_nccl_units():
     topo = dgx_host(gpu="a100")
     t, choice = run(Collective("all_reduce", tuple(range(8)), 4 * GiB, "bf16"), topo, opts())
     lat = 8.4 + 14 * 3.4
-    expected = 4 * GiB / (lat * 1e3 + 4 * GiB / (A100_NVL * 8 / 14)) * 14 / 8
+    fill, passes = MiB / (A100_NVL * 1e3 / 24), math.ceil(4 * GiB / (24 * 8 * 2 * MiB))  # ring_kernel.py: 11 passes
+    expected = 4 * GiB / ((lat + fill + 9.0 * passes) * 1e3 + 4 * GiB / (A100_NVL * 8 / 14)) * 14 / 8
     assert choice["algorithm"] == "Ring"
     assert 4 * GiB / t * 14 / 8 == pytest.approx(expected, rel=0.005)
     assert expected < 300  # below the data sheet's 300 GB/s
@@ -324,10 +332,16 @@ def test_nvls_tree_on_eight_hosts_adds_four_network_hops_of_fill():
     assert choice.fill_us == pytest.approx(two_host_fill + 4 * chunk / (50 * 1000 / 16), rel=1e-6)
 
 
-def test_rings_have_no_fill():
+def test_rings_have_no_stage_fill_only_the_one_node_kernels_slice():
+    """A ring has no pipeline stages (pipeline.py); inside one node its Simple kernel fills one slice
+    (ring_kernel.py): at 64 MiB on 8 A100s half of a 64 MiB / (24 x 8) chunk at 240/24 GB/s."""
     topo = dgx_host(gpu="a100")
     choice = choose(Collective("all_reduce", tuple(range(8)), 64 * MiB, "bf16"), topo, opts())
-    assert choice.algorithm == "ring" and choice.fill_us == 0.0
+    assert choice.algorithm == "ring" and choice.protocol == "Simple"
+    assert choice.fill_us == pytest.approx(64 * MiB / (24 * 8) / 2 / (A100_NVL * 1e3 / 24))
+    two = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    ring = choose(Collective("all_reduce", tuple(range(16)), 64 * MiB, "bf16"), two, opts(NCCL_ALGO="Ring"))
+    assert ring.algorithm == "ring" and ring.fill_us == 0.0
 
 
 def test_chunked_granularity_uses_nccls_step_for_the_protocol():

@@ -13,9 +13,10 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from phantora.collectives.nccl import ring_kernel
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
-from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
+from phantora.collectives.nccl.pipeline import chunk_bytes, chunk_overhead_us, fill_us
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
@@ -276,11 +277,19 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if best is None:
         return None
     t, cost, ch = best
+    ring = ring_kernel.applies(kind, cost.algorithm, cost.protocol, p)
     kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
+    if ring:
+        kernel = ring_kernel.kernel_busbw(p) * p.nranks / _nsteps(kind, p.nranks)
     algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
-    if overhead := chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch):
-        algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' cost lowers the throughput
+    overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch)
+    if ring:
+        chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch) * ring_kernel.RING_CHUNK_STEPS
+        fill += ring_kernel.fill_us(p, nbytes, ch, chunk)
+        overhead += ring_kernel.pass_overhead_us(p, nbytes, ch, chunk)
+    if overhead:
+        algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
     lat = t - nbytes / (1000.0 * cost.algbw)
     return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, lat + nbytes / (1000.0 * algbw), fill_us=fill)
 

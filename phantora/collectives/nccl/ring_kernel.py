@@ -1,0 +1,67 @@
+"""The Simple ring inside one node as its kernel runs: the GPU's NVLink rate, one slice of fill, a cost per pass.
+
+NCCL 2.19+ gives each channel one contiguous part of the buffer (`ncclCollCbdPart`, src/include/device.h) and the
+ring kernel (`runRing` in src/device/all_reduce.h, all_gather.h, reduce_scatter.h) walks that part in passes of
+nranks chunks; a chunk is ALLREDUCE_CHUNKSTEPS = 4 steps of the Simple buffer (2 MiB by default), a pass of one
+channel moves one chunk per ring step (2(n-1) steps for all-reduce, n-1 for all-gather and reduce-scatter), and a
+part shorter than a pass runs one pass of smaller chunks (`chunkCount = divUp(remCount, nranks)`). Each chunk
+moves as SlicePerChunk = 2 slices (prims_simple.h `genericOp`: wait for the peer, copy, barrier, post, per slice).
+What NCCL's model (latency plus bytes over its rated bandwidth) leaves out, and this adds:
+
+- *Rate*: the bytes move at the GPU's NVLink bandwidth in NCCL's own units (18 x 20.6 = 370.8 GB/s on H100,
+  12 x 20 = 240 on A100), not at the search's quantised per-channel speed times its channels (24 x 15 = 360 on
+  H100). NCCL's rating still makes the choice, as for NVLS (`nvls_kernel.py`).
+- *Fill*: one slice of the first pass at one channel's share of that rate (`SLICES_PER_CHUNK`).
+- *Passes*: a fixed cost per pass of a channel (`RING_PASS_COST_US`); the channels run side by side.
+
+Checked against every published one-host H100 ring table that ran Simple (2, 4, 6 and 8 GPUs; all-reduce,
+all-gather, reduce-scatter; 120 sizes from 4 MiB to 8 GiB, docs/validation.md): the time these tables take over
+NCCL's latency plus bytes at 370.8 GB/s grows with the first pass's chunk while there is one pass (8 GPUs: 12-20 us
+at 0.17-0.33 MiB chunks, 33-45 at 0.67, 54-73 at 1.33), then by a near-constant amount per pass; one slice time
+and 9 us a pass leave 1 of the 120 sizes more than 10% off (NCCL's rating alone: 13).
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.nccl.platform import Platform
+
+RING_PASS_COST_US = 9.0  # fixed cost of one pass of one channel (µs), fitted on the tables named above
+RING_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2
+SLICES_PER_CHUNK = 2  # ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS
+PASSED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def applies(kind: str, algo: str, proto: str, p: Platform) -> bool:
+    """Whether this is a Simple ring of all-reduce, all-gather or reduce-scatter inside one NVLink node."""
+    return algo == "ring" and proto == "Simple" and kind in PASSED_KINDS and p.nnodes == 1 and p.intra == "nvlink"
+
+
+def kernel_busbw(p: Platform) -> float:
+    """Bus bandwidth (GB/s) of the ring kernel: the GPU's NVLink in NCCL's units."""
+    return p.gpu_intra_bw
+
+
+def passes(p: Platform, nbytes: int, channels: int, chunk: int) -> int:
+    """Passes of one channel: its part (nbytes / channels) in passes of nranks chunks (nccl-tests' size: the whole
+    buffer of all-reduce, the gathered output of all-gather, the input of reduce-scatter)."""
+    if nbytes <= 0:
+        return 0
+    return math.ceil(nbytes / (max(1, channels) * p.nranks * chunk))
+
+
+def first_chunk(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
+    """Bytes of one chunk of the first pass: the full chunk, or a part's share of nranks when one pass holds it."""
+    return min(float(chunk), nbytes / (max(1, channels) * p.nranks))
+
+
+def fill_us(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
+    """One slice of the first pass at one channel's share of the kernel's rate (µs)."""
+    per_channel = kernel_busbw(p) * 1000.0 / max(1, channels)  # bytes per µs
+    return first_chunk(p, nbytes, channels, chunk) / SLICES_PER_CHUNK / per_channel
+
+
+def pass_overhead_us(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
+    """The passes' fixed cost (µs): one channel's passes times `RING_PASS_COST_US`."""
+    return passes(p, nbytes, channels, chunk) * RING_PASS_COST_US
