@@ -1,24 +1,29 @@
 """The Simple ring inside one node as its kernel runs: the GPU's NVLink rate, one slice of fill, a cost per pass.
 
-NCCL 2.19+ gives each channel one contiguous part of the buffer (`ncclCollCbdPart`, src/include/device.h) and the
+NCCL 2.30 gives each channel one contiguous part of the buffer (`ncclCollCbdPart`, src/include/device.h) and the
 ring kernel (`runRing` in src/device/all_reduce.h, all_gather.h, reduce_scatter.h) walks that part in passes of
 nranks chunks; a chunk is ALLREDUCE_CHUNKSTEPS = 4 steps of the Simple buffer (2 MiB by default), a pass of one
 channel moves one chunk per ring step (2(n-1) steps for all-reduce, n-1 for all-gather and reduce-scatter), and a
-part shorter than a pass runs one pass of smaller chunks (`chunkCount = divUp(remCount, nranks)`). Each chunk
+part shorter than a pass runs one pass of smaller chunks (`chunkCount = divUp(remCount, nranks)`). NCCL 2.18's
+loop, which strides all channels through the buffer together (`loopSize = nChannels*nranks*chunkSize`), gives a
+channel the same count of passes, ceil(bytes / (channels x nranks x chunk)). Each chunk
 moves as SlicePerChunk = 2 slices (prims_simple.h `genericOp`: wait for the peer, copy, barrier, post, per slice).
 What NCCL's model (latency plus bytes over its rated bandwidth) leaves out, and this adds:
 
 - *Rate*: the bytes move at the GPU's NVLink bandwidth in NCCL's own units (18 x 20.6 = 370.8 GB/s on H100,
   12 x 20 = 240 on A100), not at the search's quantised per-channel speed times its channels (24 x 15 = 360 on
   H100). NCCL's rating still makes the choice, as for NVLS (`nvls_kernel.py`).
-- *Fill*: one slice of the first pass at one channel's share of that rate (`SLICES_PER_CHUNK`).
+- *Fill*: one slice of the first pass at one channel's share of that rate (`SLICES_PER_CHUNK`). Measured, not
+  derived: an ideal ring in lockstep, every rank sending from its first step, has none; which part of the kernel
+  makes it is not known.
 - *Passes*: a fixed cost per pass of a channel (`RING_PASS_COST_US`); the channels run side by side.
 
-Checked against every published one-host H100 ring table that ran Simple (2, 4, 6 and 8 GPUs; all-reduce,
-all-gather, reduce-scatter; 120 sizes from 4 MiB to 8 GiB, docs/validation.md): the time these tables take over
-NCCL's latency plus bytes at 370.8 GB/s grows with the first pass's chunk while there is one pass (8 GPUs: 12-20 us
-at 0.17-0.33 MiB chunks, 33-45 at 0.67, 54-73 at 1.33), then by a near-constant amount per pass; one slice time
-and 9 us a pass leave 1 of the 120 sizes more than 10% off (NCCL's rating alone: 13).
+Checked against every published one-host ring table that ran Simple (docs/validation.md): the time the H100
+tables (2, 4, 6 and 8 GPUs; all-reduce, all-gather, reduce-scatter; 120 sizes from 4 MiB to 8 GiB) take over
+NCCL's latency plus bytes at 370.8 GB/s grows with the first pass's chunk while there is one pass (8 GPUs: 12-20 µs
+at 0.17-0.33 MiB chunks, 33-45 at 0.67, 54-73 at 1.33), then by a near-constant amount per pass. With the slice
+and 9 µs a pass, their median |error| goes from 4.0% to 2.0% and the sizes more than 10% off from 20 to 2
+(`bench/bench_nccl_tests.py`); the A100 ring sizes that ran Simple (27), from 6.1% to 3.3%.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import math
 
 from phantora.collectives.nccl.platform import Platform
 
-RING_PASS_COST_US = 9.0  # fixed cost of one pass of one channel (µs), fitted on the tables named above
+RING_PASS_COST_US = 9.0  # fixed cost of one pass of one channel (µs), fitted on the H100 tables named above
 RING_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2
 SLICES_PER_CHUNK = 2  # ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS
 PASSED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
