@@ -1,78 +1,125 @@
-"""What the dispatch path of an op on the simulated CUDA device costs, part by part, A/B in one rank process.
+"""What an op on the simulated CUDA device costs, before and after, and part by part, on one machine in one run.
 
-    .venv/bin/python bench/bench_simcuda_dispatch.py [--ops 3000] [--reps 8]
+    .venv/bin/python bench/bench_simcuda_dispatch.py [--ops 2000] [--reps 6] [--baseline REV] [--launches 3]
 
-One rank of `phantora run` (1 GPU of testbed16, no trace) times `torch.add` of two 4-element cuda tensors in
-CPU time (`time.process_time`, less disturbed by other jobs on a shared machine than wall time), with the parts
-switched on and off in turn, interleaved, so every variant sees the same load:
+A rank of `phantora run` (1 GPU of testbed16, no trace) times `torch.add` of two 4-element cuda tensors in CPU
+time (`time.process_time`: less disturbed by other jobs on a shared machine than wall time), `--reps` times
+`--ops` ops, and the median and the minimum are printed in µs per op.
 
-- torch's dynamo-disable wrapper around the dispatch mode's `__torch_dispatch__` (dispatch.py drops it where
-  torch.compile runs eagerly; an op of the simulated GPU passes the mode twice);
-- `rng.is_random` answered from a per-op cache, or from the op's tags each time.
-
-Prints the median and the minimum over the repetitions, in µs per op.
+- With `--baseline REV`, the same rank runs from a copy of the tree at REV (`git archive`) and from this tree,
+  alternately, `--launches` times each, so both see the same load: the cost before and after.
+- In this tree's rank, the parts are switched off in turn, interleaved: the fast path (simcuda/fastpath.py),
+  then the unwrapped op charged without a second trip through the dispatcher (tensor.run_op with the mode's
+  charging path), then the round trip (the mode answers NotImplemented, the cuda tensors' own dispatch
+  unwraps the op and sends it through the dispatcher and the mode again). For scale: an op on host
+  tensors (the mode's host-work answer), and torch.add with no mode at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+
 RANK_SCRIPT = """
 import json, sys, torch
 from time import process_time as clock
-from phantora.runtime.dispatch import ChargeMode
-from phantora.runtime.simcuda import rng
-OPS, REPS, OUT = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+OPS, REPS, OUT, PARTS = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "parts"
 torch.cuda.set_device(0)
 a, b = torch.randn(4, device="cuda"), torch.randn(4, device="cuda")
-raw = ChargeMode.__dict__["__torch_dispatch__"]
-guarded = torch._disable_dynamo(raw, recursive=True)  # what torch puts around a mode's dispatch
-cached = rng.is_random
-def from_tags(func):
-    return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
-variants = {
-    "as shipped (no guard, cached)": (raw, cached),
-    "with torch's dynamo guard": (guarded, cached),
-    "is_random from the tags": (raw, from_tags),
-    "both (before 7d1ac7f)": (guarded, from_tags),
-}
-def per_op():
+ha, hb = torch.randn(4), torch.randn(4)
+def per_op(x, y):
     t = clock()
     for _ in range(OPS):
-        torch.add(a, b)
+        torch.add(x, y)
     return (clock() - t) / OPS * 1e6
+def no_mode():
+    from torch.utils._python_dispatch import _pop_mode_temporarily
+    with _pop_mode_temporarily():
+        return per_op(ha, hb)
+variants = {"as shipped": lambda: None}
+if PARTS:
+    from phantora.runtime.simcuda import device as simcuda, fastpath
+    fast, direct = fastpath.device_op, simcuda.direct
+    def use(fast_on, direct_on):
+        fastpath.device_op = fast if fast_on else (lambda *a: fastpath.SLOW)
+        simcuda.direct = direct if direct_on else (lambda func: False)
+    variants = {
+        "fast path (as shipped)": lambda: use(True, True),
+        "no fast path: run_op, charged in the mode": lambda: use(False, True),
+        "round trip through the dispatcher": lambda: use(False, False),
+    }
 for _ in range(300):
     torch.add(a, b)
 times = {name: [] for name in variants}
+if PARTS:
+    times["host tensors (the mode's host work)"] = []
+    times["plain torch, no mode"] = []
 for _ in range(REPS):
-    for name, (dispatch, is_random) in variants.items():
-        ChargeMode.__torch_dispatch__, rng.is_random = dispatch, is_random
-        times[name].append(per_op())
-ChargeMode.__torch_dispatch__, rng.is_random = raw, cached
+    for name, switch in variants.items():
+        switch()
+        times[name].append(per_op(a, b))
+    if PARTS:
+        times["host tensors (the mode's host work)"].append(per_op(ha, hb))
+        times["plain torch, no mode"].append(no_mode())
+if PARTS:
+    use(True, True)
 json.dump(times, open(OUT, "w"))
 """
+
+LAUNCH = """
+import sys
+from phantora.launcher import RunConfig, launch
+launch(RunConfig(sys.argv[1], sys.argv[2:], "testbed16", nproc=1, trace="none"))
+"""
+
+
+def _rank(tree: Path, script: Path, ops: int, reps: int, out: Path, parts: bool) -> dict[str, list[float]]:
+    """Run the rank script once with phantora imported from `tree`; its per-variant times."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    args = [sys.executable, "-c", LAUNCH, str(script), str(ops), str(reps), str(out), "parts" if parts else "-"]
+    subprocess.run(args, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    times: dict[str, list[float]] = json.loads(out.read_text())
+    return times
+
+
+def _print(title: str, times: dict[str, list[float]]) -> None:
+    print(title)
+    for name, values in times.items():
+        values = sorted(values)
+        print(f"  {name:44s} median {values[len(values) // 2]:7.2f}   min {values[0]:7.2f}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ops", type=int, default=3000)
-    p.add_argument("--reps", type=int, default=8)
+    p.add_argument("--ops", type=int, default=2000)
+    p.add_argument("--reps", type=int, default=6)
+    p.add_argument("--baseline", help="a git revision to compare against (its tree, run alternately with this one)")
+    p.add_argument("--launches", type=int, default=3, help="rank launches per tree with --baseline")
     args = p.parse_args()
-    from phantora.launcher import RunConfig, launch
-
     with tempfile.TemporaryDirectory() as tmp:
         script, out = Path(tmp) / "dispatch_ab.py", Path(tmp) / "times.json"
         script.write_text(textwrap.dedent(RANK_SCRIPT))
-        launch(RunConfig(str(script), [str(args.ops), str(args.reps), str(out)], "testbed16", nproc=1, trace="none"))
-        times: dict[str, list[float]] = json.loads(out.read_text())
-    print(f"torch.add of two 4-element cuda tensors, CPU µs per op ({args.reps} interleaved runs of {args.ops}):")
-    for name, values in times.items():
-        values.sort()
-        print(f"  {name:32s} median {values[len(values) // 2]:7.2f}   min {values[0]:7.2f}")
+        if args.baseline:
+            base = Path(tmp) / "baseline"
+            base.mkdir()
+            archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, check=True, capture_output=True)
+            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
+            both: dict[str, list[float]] = {f"before ({args.baseline})": [], "after (this tree)": []}
+            for _ in range(args.launches):
+                for name, tree in zip(both, (base, ROOT), strict=True):
+                    both[name] += _rank(tree, script, args.ops, args.reps, out, parts=False)["as shipped"]
+            _print(f"torch.add of two 4-element cuda tensors, CPU µs per op ({args.launches} launches of each "
+                   f"tree, alternately, {args.reps} x {args.ops} ops each):", both)  # fmt: skip
+        parts = _rank(ROOT, script, args.ops, args.reps, out, parts=True)
+        _print(f"the parts, in one rank of this tree ({args.reps} interleaved runs of {args.ops} ops):", parts)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ from phantora.runtime import flex_attention, functional, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 from phantora.runtime.simcuda import device as simcuda
-from phantora.runtime.simcuda import pinned
-from phantora.runtime.simcuda.tensor import SimCudaTensor
+from phantora.runtime.simcuda import fastpath, pinned
+from phantora.runtime.simcuda.tensor import SimCudaTensor, run_op
 
 _PLAIN = (
     (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
@@ -135,15 +135,22 @@ class ChargeMode(TorchDispatchMode):
             return func(*args, **kwargs)  # FakeTensorMode, an infra mode, runs after this one and makes it fake
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
-            if SimCudaTensor in types and func.namespace == "_c10d_functional":
-                if func.overloadpacket.__name__ == "_wrap_tensor_autograd":
-                    return functional.wrap_async(s, args[0])
-                index = next(t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor))
-                with simcuda.device_work():
-                    out = self.__torch_dispatch__(func, (), simcuda.unwrap(args), simcuda.unwrap(kwargs))
-                return simcuda.wrap(out, index)
-            if SimCudaTensor in types and "device" not in kwargs:
-                return NotImplemented  # the cuda tensors' own dispatch unwraps them and comes back here
+            if SimCudaTensor in types:
+                if len(types) == 1 and "device" not in kwargs:  # unwrap, charge and wrap here, in one pass
+                    out = fastpath.device_op(s, func, args, kwargs)
+                    if out is not fastpath.SLOW:
+                        return out
+                if func.namespace == "_c10d_functional":
+                    if func.overloadpacket.__name__ == "_wrap_tensor_autograd":
+                        return functional.wrap_async(s, args[0])
+                    index = next(t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor))
+                    with simcuda.device_work():
+                        out = self.__torch_dispatch__(func, (), simcuda.unwrap(args), simcuda.unwrap(kwargs))
+                    return simcuda.wrap(out, index)
+                if "device" not in kwargs:
+                    if len(types) == 1 and simcuda.direct(func):  # without a second trip through the dispatcher
+                        return run_op(func, args, kwargs, self._device_op)
+                    return NotImplemented  # the cuda tensors' own dispatch unwraps them and comes back here
             dev = kwargs.get("device")
             if simcuda.is_cuda_device(dev):  # a factory or copy onto the simulated GPU
                 index = simcuda.cuda_index(dev)
@@ -160,6 +167,17 @@ class ChargeMode(TorchDispatchMode):
                     else:
                         out = self.__torch_dispatch__(func, types, args, kwargs)
                 return simcuda.wrap(out, index)
+        return self._charged(func, types, args, kwargs)
+
+    def _device_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """An op of the simulated GPU on its data (plain tensors), from `run_op`: what the mode does when the
+        cuda tensors' own dispatch sends the unwrapped op back through the dispatcher, without that round trip."""
+        return self._charged(func, (), args, kwargs)
+
+    def _charged(self, func: Any, types: tuple[type, ...], args: tuple, kwargs: dict) -> Any:
+        """An op on plain tensors (or another subclass's): run it, count its memory, charge its time."""
+        s = self.session
+        mem = s.memory
         if func.namespace == "_c10d_functional":
             out = functional.run(s, func, args, kwargs)
             if mem.enabled:

@@ -190,6 +190,25 @@ class MemoryTracker:
             for t in tensors_in(out):
                 self._track(t)
 
+    def on_tensor(self, t: torch.Tensor, site: Any) -> None:
+        """`on_outputs` of an op whose output is one plain tensor, in fewer calls (the simulated GPU's fast path)."""
+        self.site = site
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            self._track(t)
+            return
+        if self._paused:
+            self._track(t)
+            return
+        size = (st.nbytes() + (BLOCK - 1)) & -BLOCK
+        e = self.live.get(st._cdata)
+        if e is None:
+            if size:
+                self._add(st, size, TEMP, check=True)
+        elif e.size != size:
+            self._resize(e, size)
+
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Deferred init: storages created inside count only if they are still alive at the end.

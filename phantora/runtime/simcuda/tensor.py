@@ -22,6 +22,7 @@ from phantora.runtime.simcuda import attention, devices, guard, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+_CUDA = tuple(torch.device("cuda", i) for i in range(64))  # made once: a new wrapper is made for every op's output
 _TO_COPY = torch.ops.aten._to_copy.default
 _IS_PINNED = torch.ops.aten.is_pinned.default
 _PIN = torch.ops.aten._pin_memory.default
@@ -43,7 +44,7 @@ class SimCudaTensor(torch.Tensor):
             storage_offset=elem.storage_offset(),
             dtype=elem.dtype,
             layout=elem.layout,
-            device=torch.device("cuda", index),
+            device=_CUDA[index] if index < len(_CUDA) else torch.device("cuda", index),
             requires_grad=elem.requires_grad,
         )
         r.elem = elem
@@ -266,10 +267,26 @@ def _open(x: Any, to_meta: bool) -> Any:
     return x
 
 
-def run_op(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+_DIRECT: dict[Any, bool] = {}
+
+
+def direct(func: Any) -> bool:
+    """Can the rank's dispatch mode run `func` on the data itself (`run_op` with `inner`)? Not collectives, which
+    keep their wrappers, nor the CUDA-only ops whose kernels are Python functions that dispatch again."""
+    known = _DIRECT.get(func)
+    if known is None:
+        known = _DIRECT[func] = func.namespace not in ("c10d", "_c10d_functional") and func not in attention.KERNELS
+    return known
+
+
+def run_op(
+    func: Any, args: tuple, kwargs: dict[str, Any], inner: Callable[[Any, tuple, dict], Any] | None = None
+) -> Any:
     """Run one aten op with SimCudaTensor arguments on their data, and wrap its tensor outputs.
 
-    Most ops take flat arguments; those skip pytree (a third of the cost of an op otherwise).
+    Most ops take flat arguments; those skip pytree (a third of the cost of an op otherwise). `inner(func, args,
+    kwargs)`, if given, runs the unwrapped op (the dispatch mode's charging path, for an op that `direct` allows);
+    otherwise the op goes through the dispatcher again.
     """
     if func.namespace == "c10d":  # collectives go to the process group's CUDA backend (phantora)
         with torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY):
@@ -303,11 +320,18 @@ def run_op(func: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         a = tuple(_open(x, to_meta) for x in args)
         k = {name: _open(v, to_meta) for name, v in kwargs.items()}
     kernel = attention.KERNELS.get(func, func)  # a CUDA-only op: its kernel on the data
-    with device_work():
+    global _device_depth
+    _device_depth += 1
+    try:
         if rng.is_random(func) and kwargs.get("generator") is None:  # the device's generator (rng.py)
-            out = rng.draw(index, _inner_device.type != "meta", lambda: kernel(*a, **k))
-        else:
+            run = (lambda: kernel(*a, **k)) if inner is None else (lambda: inner(func, a, k))
+            out = rng.draw(index, _inner_device.type != "meta", run)
+        elif inner is None:
             out = kernel(*a, **k)
+        else:
+            out = inner(func, a, k)
+    finally:
+        _device_depth -= 1
     if moved_off:  # .cpu(), .to("cpu"): a host tensor
         return out
     dest = index if to_index is None else to_index

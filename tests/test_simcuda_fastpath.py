@@ -1,0 +1,43 @@
+"""The fast path of an op on the simulated GPU (simcuda/fastpath.py) charges, counts and wraps as the general route.
+
+One rank under the roofline model: an element-wise add of two 2^20-element fp32 tensors moves 3 x 4 MiB through
+HBM, so it takes ceil(12 MiB / bandwidth) ns plus the launch overhead; its output is 4 MiB of device memory; a
+view launches nothing; an in-place op returns its input. The same ops with the fast path switched off give the
+same figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from phantora.launcher import RunConfig, launch
+from phantora.perfmodel.gpus import get_gpu
+from phantora.rank_options import DEFAULT_LAUNCH_NS
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "cuda_fastpath.py"
+N = 1 << 20
+
+
+@pytest.mark.parametrize("tensors", ["real", "phantom"])
+def test_fast_path_charges_the_roofline_and_matches_the_general_route(tmp_path: Path, tensors: str) -> None:
+    out = tmp_path / "fastpath.json"
+    launch(RunConfig(str(SCRIPT), [str(out)], "testbed16", nproc=1, gpu="h100", tensors=tensors,
+                     compute_model="roofline", trace="none", timeout_s=300))  # fmt: skip
+    seen = json.loads(out.read_text())
+    on, off = seen["on"], seen["off"]
+    assert on["fast_ops"] >= 3  # the add, the in-place add and the view at least took it
+    add_ns = math.ceil(3 * 4 * N / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS
+    for route in (on, off):
+        assert route["device"] == "cuda:0"
+        assert route["add_ns"] == pytest.approx(add_ns, abs=1) and route["inplace_ns"] == pytest.approx(add_ns, abs=1)
+        assert route["view_ns"] == 0 and route["view_shape"] == [2, N // 2]
+        assert route["added_bytes"] == 4 * N
+        assert route["inplace_is_input"]
+        assert route["max"][1:] == ["cuda:0", "cuda:0"]
+        if tensors == "real":
+            assert route["sum"] == 3.0 * N and route["a_sum"] == 3.0 * N and route["max"][0] == 4 * 3.0
+    assert on["max_ns"] == pytest.approx(off["max_ns"], abs=1)
