@@ -276,6 +276,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
       t.trimNacks += c.trimNacks;
       t.entropiesExplored += c.entropiesExplored;
       t.entropiesRecycled += c.entropiesRecycled;
+      t.repsFreezes += c.repsFreezes;
       t.payloadBytesDelivered += c.payloadBytesDelivered;
       t.queuePairs += c.queuePairs;
     }
@@ -299,6 +300,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"trim_nacks", static_cast<double>(t.trimNacks)},
           {"entropies_explored", static_cast<double>(t.entropiesExplored)},
           {"entropies_recycled", static_cast<double>(t.entropiesRecycled)},
+          {"reps_freezes", static_cast<double>(t.repsFreezes)},
           {"ecn_marks", static_cast<double>(w.ecnMarks)},
           {"drops", static_cast<double>(w.drops)},
           {"pfc_pause", static_cast<double>(w.pfcPause)},

@@ -96,6 +96,16 @@ TypeId RdmaNic::GetTypeId() {
                           .AddAttribute("RepsBufferSize", "LoadBalancing reps: recycled entropies kept per queue pair",
                                         UintegerValue(8), MakeUintegerAccessor(&RdmaNic::m_repsBuffer),
                                         MakeUintegerChecker<uint32_t>(1))
+                          .AddAttribute("RepsFreezeTime",
+                                        "LoadBalancing reps: after a retransmission timeout a connection "
+                                        "freezes this long, recycling only its last RepsBufferSize good "
+                                        "entropies (htsim's freezing mode, 10 ms); 0 = never freezes",
+                                        TimeValue(MilliSeconds(10)), MakeTimeAccessor(&RdmaNic::m_repsFreeze),
+                                        MakeTimeChecker(Time(0)))
+                          .AddAttribute("RepsThawExplore",
+                                        "LoadBalancing reps: random entropies explored after a freeze ends",
+                                        UintegerValue(16), MakeUintegerAccessor(&RdmaNic::m_repsThawExplore),
+                                        MakeUintegerChecker<uint32_t>())
                           .AddAttribute("CreditRate",
                                         "Receiver credits (RCCC): a port grants credit at this fraction of its "
                                         "line rate (wire bytes of the packets granted)",
@@ -189,7 +199,7 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
     qp->credit.Configure(qp->conn->cc->SpeculativeCreditBytes(), qp->conn->cc->MaxCreditBytes(), m_payloadBytes);
   }
   if (m_entropyMode != EntropyMode::None) {
-    qp->ev.Configure(m_entropyMode, m_entropies, m_repsBuffer, m_evRng);
+    qp->ev.Configure(m_entropyMode, m_entropies, m_repsBuffer, m_evRng, &qp->conn->reps);
     if (m_rxMode == RxMode::Rod) {
       qp->pathEntropy = qp->ev.Next();  // ordered delivery keeps one path
     }
@@ -236,6 +246,7 @@ RdmaNic::Conn* RdmaNic::OpenConn(Qp* qp, uint64_t nowNs) {
     conn->nextAvailPs = nowNs * 1000;
     conn->cc = m_ccFactory.Create<CongestionControl>();
     conn->cc->Start(m_dev[qp->port]->GetRateBps(), qp->rttNs, m_payloadBytes, m_bdp(m_id, spec.dst, spec.key));
+    conn->reps.Configure(m_repsBuffer, static_cast<uint64_t>(m_repsFreeze.GetNanoSeconds()), m_repsThawExplore);
   }
   qp->conn = conn;
   qp->base = conn->streamBytes;
@@ -777,7 +788,7 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
     }
   }
   if (m_entropyMode != EntropyMode::None) {
-    qp->ev.Feedback(hdr.entropy, hdr.type == PktType::Ack && !ecn);  // REPS recycles uncongested entropies
+    qp->ev.Feedback(hdr.entropy, hdr.type == PktType::Ack && !ecn, now);  // REPS recycles uncongested entropies
   }
   qp->sndUna = std::max(qp->sndUna, qp->rud.Una());
   if (newly > 0) {
@@ -940,6 +951,10 @@ void RdmaNic::CheckRto(Qp* qp) {
     NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << " times out at " << qp->sndUna);
     ++m_counters.timeouts;
     m_timeoutTrace(qp->spec.id, qp->sndUna);
+    if (m_entropyMode == EntropyMode::Reps && qp->conn->reps.OnTimeout(now)) {
+      ++m_counters.repsFreezes;  // trims report congestion, so a timeout is taken as a failed path
+      NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << ": REPS freezes for " << m_repsFreeze);
+    }
     const uint64_t resend = m_rxMode == RxMode::Rud ? qp->rud.LostBytes() : qp->sndNxt - qp->sndUna;
     if (m_rxMode == RxMode::Sack) {
       qp->sack.OnTimeout();  // every unacknowledged packet goes again, nothing acknowledged does

@@ -111,6 +111,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t trimNacks = 0;  ///< Receiver rud: NACKs of trimmed packets received by senders
     uint64_t entropiesExplored = 0;  ///< LoadBalancing reps / oblivious: fresh entropy values drawn
     uint64_t entropiesRecycled = 0;  ///< LoadBalancing reps: entropy values reused after a good ACK
+    uint64_t repsFreezes = 0;  ///< LoadBalancing reps: connections frozen by a retransmission timeout
     uint64_t payloadBytesDelivered = 0;
     uint64_t queuePairs = 0;  ///< queue pairs opened: one per connection, plus one per flow without a connection
   };
@@ -163,6 +164,7 @@ class RdmaNic : public Object, public PortOwner {
     bool capPaced = false;      ///< the last packet was paced by the rate cap (paceRem is of the cap then)
     uint32_t dst = 0;
     std::vector<Qp*> open;      ///< its messages not finished, in the order they started
+    RepsFreeze reps;            ///< LoadBalancing reps: freezing after a timeout, across its messages
   };
   /// A flow being sent: one message on a queue pair.
   struct Qp {
@@ -285,6 +287,8 @@ class RdmaNic : public Object, public PortOwner {
   EntropyMode m_entropyMode = EntropyMode::None;
   uint32_t m_entropies = 256;
   uint32_t m_repsBuffer = 8;
+  Time m_repsFreeze;
+  uint32_t m_repsThawExplore = 16;
   double m_creditRate = 0.99;
   bool m_sleek = false;
   double m_sleekFactor = 1.5;

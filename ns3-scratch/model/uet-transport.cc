@@ -151,9 +151,67 @@ uint64_t RudSender::Sleek(uint64_t thresholdPackets, uint64_t windowBytes) {
   return marked;
 }
 
+void RepsFreeze::Configure(uint32_t size, uint64_t freezeNs, uint32_t thawExplore) {
+  m_size = std::max<uint32_t>(size, 1);
+  m_freezeNs = freezeNs;
+  m_thawExplore = thawExplore;
+  m_good.clear();
+  m_head = m_cursor = m_exploreLeft = 0;
+  m_frozen = false;
+}
+
+bool RepsFreeze::OnTimeout(uint64_t nowNs) {
+  if (m_freezeNs == 0 || m_frozen || m_exploreLeft > 0) {
+    return false;
+  }
+  m_frozen = true;
+  m_untilNs = nowNs + m_freezeNs;
+  m_cursor = 0;
+  ++m_freezes;
+  return true;
+}
+
+bool RepsFreeze::OnFeedback(uint16_t entropy, bool good, uint64_t nowNs) {
+  bool thawed = false;
+  if (m_frozen && nowNs > m_untilNs) {
+    m_frozen = false;
+    m_good.clear();
+    m_head = 0;
+    m_exploreLeft = m_thawExplore;
+    thawed = true;
+  }
+  if (good) {
+    if (m_good.size() < m_size) {
+      m_good.push_back(entropy);
+    } else {
+      m_good[m_head] = entropy;  // the ring overwrites its oldest entry
+    }
+    m_head = (m_head + 1) % m_size;
+  }
+  return thawed;
+}
+
+bool RepsFreeze::NextFrozen(uint16_t& entropy) {
+  if (m_good.empty()) {
+    return false;
+  }
+  entropy = m_good[m_cursor % m_good.size()];
+  m_cursor = (m_cursor + 1) % m_good.size();
+  return true;
+}
+
+bool RepsFreeze::TakeExplore() {
+  if (m_exploreLeft == 0) {
+    return false;
+  }
+  --m_exploreLeft;
+  return true;
+}
+
 void EntropyPicker::Configure(EntropyMode mode, uint32_t entropies, uint32_t bufferSize,
-                              Ptr<UniformRandomVariable> rng) {
+                              Ptr<UniformRandomVariable> rng, RepsFreeze* freeze) {
   m_mode = mode;
+  m_freeze = mode == EntropyMode::Reps ? freeze : nullptr;
   m_entropies = std::clamp<uint32_t>(entropies, 1, 65536);
   m_bufferSize = std::max<uint32_t>(bufferSize, 1);
   m_rng = rng;
@@ -170,6 +228,19 @@ uint16_t EntropyPicker::Random() {
 uint16_t EntropyPicker::Next() {
   switch (m_mode) {
     case EntropyMode::Reps:
+      if (m_freeze != nullptr) {
+        uint16_t ev = 0;
+        if (m_freeze->TakeExplore()) {
+          return Random();
+        }
+        if (m_freeze->Frozen()) {
+          if (!m_freeze->NextFrozen(ev)) {
+            return Random();
+          }
+          ++m_recycled;
+          return ev;
+        }
+      }
       if (m_ring.empty()) {
         return Random();
       } else {
@@ -191,8 +262,14 @@ uint16_t EntropyPicker::Next() {
   }
 }
 
-void EntropyPicker::Feedback(uint16_t entropy, bool good) {
-  if (m_mode != EntropyMode::Reps || !good) {
+void EntropyPicker::Feedback(uint16_t entropy, bool good, uint64_t nowNs) {
+  if (m_mode != EntropyMode::Reps) {
+    return;
+  }
+  if (m_freeze != nullptr && m_freeze->OnFeedback(entropy, good, nowNs)) {
+    m_ring.clear();  // thawed: what was recycled before is forgotten
+  }
+  if (!good) {
     return;
   }
   m_ring.push_back(entropy);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 namespace ns3 {
 
@@ -94,19 +95,55 @@ class RudSender : public PacketScoreboard {
 enum class EntropyMode : uint8_t { None = 0, Oblivious = 1, Reps = 2 };
 
 /**
+ * REPS's freezing mode (htsim's, after the REPS paper), kept per connection across its messages. With trimming
+ * on, congestion trims packets instead of dropping them, so a retransmission timeout means a failed path: the
+ * sender freezes, stops exploring and cycles through the last `size` entropies whose ACKs came back unmarked
+ * (paths that worked), still taking in new good ones, for `freezeNs`; the first feedback after that thaws it: it
+ * forgets them and explores `thawExplore` random entropies before recycling again. `freezeNs` 0: never freezes.
+ */
+class RepsFreeze {
+ public:
+  void Configure(uint32_t size, uint64_t freezeNs, uint32_t thawExplore);
+  bool Frozen() const { return m_frozen; }
+  /// A retransmission timeout: freeze, unless off, frozen already or exploring after a thaw. True if it froze.
+  bool OnTimeout(uint64_t nowNs);
+  /// An ACK's or NACK's feedback: thaw first if the freeze has run out (true then); remember a good entropy.
+  bool OnFeedback(uint16_t entropy, bool good, uint64_t nowNs);
+  /// Frozen: the next remembered entropy in turn; false if none is remembered.
+  bool NextFrozen(uint16_t& entropy);
+  /// After a thaw: spend one of the random explorations it owes (false if none is owed).
+  bool TakeExplore();
+  uint64_t Freezes() const { return m_freezes; }
+
+ private:
+  std::vector<uint16_t> m_good;  ///< the last good entropies, a ring written at m_head
+  uint32_t m_size = 8;
+  uint32_t m_head = 0;
+  uint32_t m_cursor = 0;  ///< frozen: the next entry of m_good to use
+  uint64_t m_freezeNs = 0;
+  uint32_t m_thawExplore = 16;
+  uint32_t m_exploreLeft = 0;
+  bool m_frozen = false;
+  uint64_t m_untilNs = 0;
+  uint64_t m_freezes = 0;
+};
+
+/**
  * A queue pair's entropy values (UET's EV, which switches hash with the flow key to pick among equal-cost
  * ports). Oblivious: every round draws a random XOR mask and goes through all `entropies` values once in
  * that order (htsim's oblivious multipath). REPS (recycled entropy packet spraying): an ACK that comes back
  * without a CE mark returns its entropy to a ring of `bufferSize`; the next packet reuses the oldest one
- * there, and explores a random entropy when the ring is empty (a CE-marked or NACKed entropy is dropped).
+ * there, and explores a random entropy when the ring is empty (a CE-marked or NACKed entropy is dropped). With a
+ * RepsFreeze (the message's connection's), a frozen connection recycles only what it remembers.
  */
 class EntropyPicker {
  public:
-  void Configure(EntropyMode mode, uint32_t entropies, uint32_t bufferSize, Ptr<UniformRandomVariable> rng);
+  void Configure(EntropyMode mode, uint32_t entropies, uint32_t bufferSize, Ptr<UniformRandomVariable> rng,
+                 RepsFreeze* freeze = nullptr);
   EntropyMode Mode() const { return m_mode; }
   uint16_t Next();
-  /// The entropy of an acknowledged (good: no CE mark) or CE-marked / NACKed (not good) packet.
-  void Feedback(uint16_t entropy, bool good);
+  /// The entropy of an acknowledged (good: no CE mark) or CE-marked / NACKed (not good) packet, at `nowNs`.
+  void Feedback(uint16_t entropy, bool good, uint64_t nowNs = 0);
   uint64_t Explored() const { return m_explored; }
   uint64_t Recycled() const { return m_recycled; }
 
@@ -117,6 +154,7 @@ class EntropyPicker {
   uint32_t m_entropies = 256;
   uint32_t m_bufferSize = 8;
   Ptr<UniformRandomVariable> m_rng;
+  RepsFreeze* m_freeze = nullptr;  ///< REPS: the connection's freezing state (not owned), or none
   std::deque<uint16_t> m_ring;  ///< REPS: recycled entropies, oldest first
   uint32_t m_index = 0;         ///< Oblivious: position in this round
   uint32_t m_xor = 0;           ///< Oblivious: this round's mask

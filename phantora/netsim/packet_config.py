@@ -139,6 +139,9 @@ class PacketConfig:
     # rx=rud: SLEEK loss recovery (htsim's -sleek): resend, without a NACK, the packets not acknowledged once
     # max(min(1.5 x window, 1.5 BDP), 5 packets) later ones are (for drops and failed links; trims are NACKed)
     sleek: bool = False
+    # lb=reps: after a retransmission timeout a connection freezes (htsim's freezing mode: with trimming a timeout is
+    # a failed path) and recycles only its last good entropies for this long, then explores again; 0 = never
+    reps_freeze_ns: int = 10_000_000
     # Engine (not ns-3 attributes, ENGINE_FIELDS): NVLink traffic packet by packet (exact) or as fluid max-min flows
     # beside the packet fabric (phantora.netsim.hybrid; an approximation, opt-in)
     nvlink: str = "packet"
@@ -202,6 +205,7 @@ class PacketConfig:
             "reorder_window_ns",
             "nic_latency",
             "workers",
+            "reps_freeze_ns",
         )
         for name in positive + non_negative:
             value = getattr(self, name)
@@ -391,6 +395,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "credit_rate": (("nic.CreditRate",), "float"),
     "credit_quantum": (("nic.CreditQuantum",), "int"),
     "sleek": (("nic.Sleek",), "bool"),
+    "reps_freeze_ns": (("nic.RepsFreezeTime",), "ns"),
     "seed": (("fabric.Seed",), "int"),
     "scheduler": (("fabric.Scheduler",), "text"),
     "sched": (("switch.ClassScheduling", "nic.ClassScheduling"), "text"),
