@@ -23,7 +23,7 @@ dev_stamp=.venv/.phantora-installed-dev
 fresh() { [ -f "$1" ] && [ ! pyproject.toml -nt "$1" ]; }
 if [ "$MODE" = dev ]; then
   spec=".[dev,frameworks]"
-  check="import phantora, bridge, torch, numpy, zmq, msgpack, pytest, xdist, ruff, mypy, torchtitan, triton"
+  check="import phantora, bridge, torch, numpy, zmq, msgpack, pytest, xdist, ruff, mypy, torchtitan, triton, evaluate"
   done_already=$(fresh "$dev_stamp" && echo 1 || true)
 else
   spec="."
