@@ -846,16 +846,19 @@ class CoordinatorCore:
         }
 
     def _scenario_outcome(self) -> dict[str, Any]:
-        """The link actions a scenario's engine applied (links by name) and the steps ranks started; {} without."""
-        from phantora.netsim.packet_faults import scenario_engine
+        """A scenario's engine, here or in the network server: the link actions it applied (links by name), the
+        background traffic done and its FCT slowdown by size bucket, the steps ranks started and, with per-flow
+        records kept, the job's own FCT slowdown by size bucket; {} without a scenario."""
+        from phantora.results.scenario import completion_rows, engine_outcome, fct_slowdown_buckets
 
-        engine = scenario_engine(self.engine)
-        if engine is None:
+        remote = getattr(self.engine, "scenario_outcome", None)
+        out = remote() if remote is not None else engine_outcome(self.engine)
+        if not out:
             return {}
-        from phantora.results.scenario import applied_rows
-
-        steps = {str(k): v for k, v in sorted(self.steps_started.items())}
-        return {"scenario": {"applied": applied_rows(engine, self.topology), "steps_started": steps}}
+        out["steps_started"] = {str(k): v for k, v in sorted(self.steps_started.items())}
+        if self.keep_flows:
+            out["fct_slowdown_ml"] = fct_slowdown_buckets(completion_rows(self.topology, self.completions))
+        return {"scenario": out}
 
     def _transport(self) -> list[list[int]]:
         """Per-flow transport counters of a packet engine (here or on the server), for flows.csv; [] without."""

@@ -50,6 +50,7 @@ from phantora.netsim.base import Completion, NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.nic_latency import NicLatencySimulator
+from phantora.results.scenario import engine_outcome
 from phantora.results.write import write_fabric_traces
 from phantora.topology.model import Topology
 
@@ -166,6 +167,8 @@ class NetServer:
             stats["server_cpu_s"] = time.process_time() - self.cpu0
             stats["server_rejected_messages"] = self.rejections.count
             return encode("stats", eng.now(), stats=stats)
+        if msg.type == "get_scenario":
+            return encode("scenario", eng.now(), scenario=engine_outcome(eng) or {})
         if msg.type == "shutdown":
             self.running = False
             return None

@@ -25,6 +25,7 @@ coordinator -> network server
                                     (none completes before ``earliest``)
   drain -> completions              run until nothing is in flight
   get_stats -> stats                engine counters
+  get_scenario -> scenario          a scenario's engine: link actions applied, background FCT slowdowns ({} without)
   get_transport -> transport        per flow: [id, retx packets, retx bytes, out-of-order packets, reorder max bytes]
   post -> completions               decomposition worker: flows (deps on its own flows only), each submitted
                                     at its ``at``, ``gated`` ones also waiting for their gate; ``gates`` opened
@@ -175,6 +176,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "get_records": {"elapsed": _int},
     "records": {"records": _map},
     "stats": {"stats": _map},
+    "get_scenario": {},
+    "scenario": {"scenario": _map},
     "get_transport": {},
     "transport": {"rows": _list},
     "exited": {"who": _str, "rank": _opt_int, "code": _int},

@@ -150,6 +150,10 @@ class RemoteSimulator:
     def stats(self) -> dict[str, object]:
         return dict(self._call(encode("get_stats", self._now), self.call_timeout_s, "stats")["stats"])
 
+    def scenario_outcome(self) -> dict[str, Any]:
+        """What the server's scenario engine did (`phantora.results.scenario.engine_outcome`); {} without one."""
+        return dict(self._call(encode("get_scenario", self._now), self.call_timeout_s, "scenario")["scenario"])
+
     def close(self) -> None:
         try:
             self.sock.send(encode("shutdown", self._now, reason="run over"), zmq.NOBLOCK)

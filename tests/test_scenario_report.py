@@ -47,3 +47,37 @@ def test_replay_with_a_scenario_writes_its_section(tmp_path: Path) -> None:
     assert ph["before"]["count"] + ph["during"]["count"] + ph["after"]["count"] == 12
     assert res["background"]["flows"] > 0 and any(r["flows"] for r in res["fct_slowdown_background"])
     assert (out / "scenario_steps.png").exists() and (out / "scenario_steps.svg").exists()
+
+
+def test_a_network_server_reports_what_its_scenario_engine_did() -> None:
+    """`get_scenario` (a live run's engine in a network server): the link actions applied, the background flows
+    done and their slowdown table, over the wire; {} from an engine without a scenario."""
+    from bridge.netserver import NetServer
+    from bridge.protocol import decode, encode
+    from phantora.netsim.base import Flow
+    from phantora.netsim.faults import FaultyFlowSimulator
+    from phantora.netsim.flow import FlowSimulator
+    from phantora.netsim.scenario import parse_scenario
+    from phantora.topology.generators import leaf_spine
+
+    topo = leaf_spine(2, 2, 2, nic_rate="100Gbps", latency="1us", nvswitch=False)
+    sc = parse_scenario(
+        'reconvergence = "5us"\n[[events]]\nkind = "link_down"\nat = "10us"\nlink = ["leaf0", "spine0"]\n',
+        "sc.toml",
+    )
+    size = 1_000_000
+    bg = [Flow(id=(1 << 50) + i, src=topo.endpoints[i], dst=topo.endpoints[i + 2], size=size) for i in range(2)]
+    eng = FaultyFlowSimulator(topo, sc, background=bg)
+    eng.submit([Flow(id=0, src=topo.endpoints[1], dst=topo.endpoints[3], size=5000)], at=0)
+    assert [c.flow_id for c in eng.drain()] == [0]  # the job sees only its own flow
+    reply = decode(NetServer(None, eng, "t", {}, 1 << 20)._serve(decode(encode("get_scenario", 0))))  # type: ignore[arg-type]
+    got = reply["scenario"]
+    assert [(a["t_ns"], a["op"], a["links"]) for a in got["applied"]] == [
+        (10_000, "down", ["leaf0-spine0"]),
+        (15_000, "reroute", ["leaf0-spine0"]),
+    ]
+    assert got["background"] == {"flows": 2, "bytes": 2 * size}
+    table = {r["bucket"]: r["flows"] for r in got["fct_slowdown_background"]}
+    assert table == {"<10KB": 0, "10KB-100KB": 0, "100KB-1MB": 0, "1MB-10MB": 2, ">=10MB": 0}
+    plain = NetServer(None, FlowSimulator(topo), "t", {}, 1 << 20)  # type: ignore[arg-type]
+    assert decode(plain._serve(decode(encode("get_scenario", 0))))["scenario"] == {}  # type: ignore[arg-type]

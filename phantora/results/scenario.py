@@ -91,6 +91,20 @@ def applied_rows(engine: FaultyFlowSimulator | FaultyNs3Simulator, topo: Topolog
     ]
 
 
+def engine_outcome(engine: object) -> dict[str, Any] | None:
+    """What a scenario's engine did, as plain data (for the wire and results.json): the link actions applied so far,
+    the background traffic done and its FCT slowdown by size bucket; None for an engine without a scenario."""
+    eng = scenario_engine(engine)
+    if eng is None:
+        return None
+    topo, bg = eng.base_topology, eng.background_done
+    return {
+        "applied": applied_rows(eng, topo),
+        "background": {"flows": len(bg), "bytes": sum(c.size for c in bg)},
+        "fct_slowdown_background": fct_slowdown_buckets(completion_rows(topo, bg)),
+    }
+
+
 def event_windows(sc: Scenario, step_starts: Mapping[int, int] | None = None) -> list[dict[str, Any]]:
     """Each event with its window [start, end) (end None: to the end of the run): at its simulated time, or at
     the start of its step (`step_starts`: step -> ns; an event whose step never started is left out)."""
@@ -121,8 +135,9 @@ def scenario_results(
     for w in windows:
         w[span_name] = phases(spans, w["start_ns"], w["end_ns"])
     out["events"] = windows
+    done = engine_outcome(engine)
     engine = scenario_engine(engine)
-    if engine is not None:
+    if engine is not None and done is not None:
         out["applied"] = applied_rows(engine, topo)
         st = engine.stats()
         for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls", "lost_packets", "retx_bytes"):
@@ -130,9 +145,8 @@ def scenario_results(
                 out[key] = st[key]
         if isinstance(engine, FaultyNs3Simulator):
             out["engine"] = "ns3"
-        bg = engine.background_done
-        out["background"] = {"flows": len(bg), "bytes": sum(c.size for c in bg)}
-        out["fct_slowdown_background"] = fct_slowdown_buckets(completion_rows(topo, bg))
+        out["background"] = done["background"]
+        out["fct_slowdown_background"] = done["fct_slowdown_background"]
     out["fct_slowdown_ml"] = fct_slowdown_buckets(completion_rows(topo, ml_done))
     return out
 

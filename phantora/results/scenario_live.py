@@ -1,10 +1,11 @@
 """A live run's scenario (`phantora run --scenario`): results.json's section and the trace's instant events.
 
-The coordinator's outcome brings the link actions its engine applied and the steps the ranks started
-(`scenario` of the outcome); each rank's results bring its slow-GPU windows and the compute time they added;
-the merged steps give step times before, during and after each event. Every event also goes into trace.json
-as a global instant event (Perfetto draws a line across every rank), with a span per slow-GPU window on the
-slowed rank's compute track.
+The coordinator's outcome brings the link actions its engine applied, the steps the ranks started and the FCT
+slowdown by flow-size bucket of the background traffic and of the job's own flows, apart (`scenario` of the
+outcome, also when the engine runs in a network server); each rank's results bring its slow-GPU windows and the
+compute time they added; the merged steps give step times before, during and after each event. Every event also
+goes into trace.json as a global instant event (Perfetto draws a line across every rank), with a span per slow-GPU
+window on the slowed rank's compute track.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def live_section(
             out[key] = engine_stats[key]
     if "background_flows_done" in engine_stats:
         out["background"] = {"flows": engine_stats["background_flows_done"]}
+    for key in ("background", "fct_slowdown_background", "fct_slowdown_ml"):  # the coordinator's, when it had them
+        if key in outcome:
+            out[key] = outcome[key]
+    if "fct_slowdown_ml" not in outcome:  # no per-flow records (no --out, or too many flows): no table, say why
+        del out["fct_slowdown_ml"]
+        out["fct_note"] = "no FCT slowdown of the job's flows: the run kept no per-flow records (run with --out)"
     slow = []
     for rank in sorted(ranks):
         part = ranks[rank].get("scenario") or {}

@@ -244,6 +244,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     idle = (summary.get("network") or {}).get("idle_fabric")
     if idle:
         lines.append(f"note: {idle['text']}")
+    if summary.get("scenario"):
+        from phantora.results.scenario import format_scenario
+
+        lines.append(format_scenario(summary["scenario"]))
     return "\n".join(lines)
 
 
