@@ -10,6 +10,7 @@ import phantora.runtime
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--grad", type=int, default=1024, help="elements of the all-reduce each step")
 args = parser.parse_args()
 dist.init_process_group("nccl")
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -18,7 +19,7 @@ x = torch.randn(4096, 4096, device="cuda")
 for _ in range(args.steps):
     for _ in range(4):
         x = x @ w
-    grad = torch.empty(1024, device="cuda")
+    grad = torch.empty(args.grad, device="cuda")
     dist.all_reduce(grad)
     phantora.runtime.step()
 dist.destroy_process_group()
