@@ -274,14 +274,14 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
         paths = export_chakra(graph, args.export_chakra)
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
-    sc = load_scenario(args, topo)
+    sc = load_scenario(args, topo, steps=True)  # events at a step boundary: as the graph's steps start
     sim = make_engine(engine, topo, spawner=spawn_workers, scenario=sc)
     install_throttles(sim, sc, topo, args.network)
     network_files: list[Path] = []
     try:
-        res = replay_graph(graph, topo, sim, algo, progress=progress_mode(args))
+        res = replay_graph(graph, topo, sim, algo, progress=progress_mode(args), scenario=sc)
         spans = [(e - t, e) for e, t in zip(res.step_ends_ns, res.step_times_ns, strict=True)]
-        section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "steps")
+        section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "steps", res.steps_started)
         if args.out:
             flows = {f.id: f for f in res.plan_flows}
             network_files = write_network_files(

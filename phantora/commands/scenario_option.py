@@ -37,8 +37,8 @@ def load_scenario(
         for ev in sc.events:
             if ev.at_step is not None:
                 raise InputError(
-                    f"{args.command if hasattr(args, 'command') else 'this command'} has no training steps: give "
-                    "`at` (a simulated time), or use phantora run",
+                    f"{args.command if hasattr(args, 'command') else 'this command'} has no training steps here: give "
+                    "`at` (a simulated time), or replay a recorded graph (its steps), or use phantora run",
                     file=str(path),
                     line=ev.line,
                     field=f"events[{ev.index}].at_step",
@@ -73,6 +73,7 @@ def report_scenario(
     ml_done: list[Any],
     out: Path | None,
     span_name: str,
+    step_starts: dict[int, int] | None = None,
 ) -> dict[str, Any] | None:
     """Print what the scenario did and return results.json's "scenario" section; with `out`, also plot step (or
     op) time against simulated time with the events marked (scenario_steps.png/.svg)."""
@@ -81,7 +82,9 @@ def report_scenario(
     from phantora.report.scenario_plot import plot_step_times
     from phantora.results.scenario import format_scenario, scenario_results
 
-    res = scenario_results(sc, topo, sim, spans, ml_done, span_name)
+    res = scenario_results(sc, topo, sim, spans, ml_done, span_name, step_starts)
+    if step_starts:
+        res["steps_started"] = {str(k): v for k, v in sorted(step_starts.items())}
     print(format_scenario(res))
     if out is not None and spans:
         base = RunDir(out).file(S.SCENARIO_STEPS_PNG).with_suffix("")

@@ -27,8 +27,10 @@ from phantora.collectives.dag import MessageCounters
 from phantora.collectives.nccl import nccl_env
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
+from phantora.egraph.step_events import has_step_events, run_with_step_events
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.netsim.scenario import Scenario
 from phantora.replay import MAX_FLOWS, run_engine
 from phantora.topology.model import Topology
 
@@ -89,6 +91,7 @@ class GraphReplayResult:
     completions: list[Completion] = field(default_factory=list)  # every flow, markers included
     plan_flows: list[Flow] = field(default_factory=list)  # the DAG that ran (its flows' keys and priorities)
     nccl: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> "algorithm/protocol" -> collectives
+    steps_started: dict[int, int] = field(default_factory=dict)  # a scenario's steps with events: ns they started
 
     def to_dict(self) -> dict[str, Any]:
         """Deterministic results (no wall-clock figure)."""
@@ -336,13 +339,21 @@ def replay_graph(
     algo: AlgoOptions | None = None,
     *,
     progress: str = "off",
+    scenario: Scenario | None = None,
 ) -> GraphReplayResult:
-    """Replay `graph` on `sim` (a fresh engine for `topo`) and time every step."""
+    """Replay `graph` on `sim` (a fresh engine for `topo`) and time every step. A `scenario` with events at a step
+    boundary has them applied as the steps start (`phantora.egraph.step_events`)."""
     t0 = time.perf_counter()
     plan = plan_graph(graph, topo, algo if algo is not None else algo_from_meta(graph))
     t1 = time.perf_counter()
-    completions = run_engine(sim, plan.flows, progress=progress)
-    return evaluate_graph(plan, completions, dict(sim.stats()), t1 - t0, time.perf_counter() - t0)
+    started: dict[int, int] = {}
+    if scenario is not None and has_step_events(scenario):
+        completions, started = run_with_step_events(sim, plan.flows, plan.step_markers, scenario, topo)
+    else:
+        completions = run_engine(sim, plan.flows, progress=progress)
+    res = evaluate_graph(plan, completions, dict(sim.stats()), t1 - t0, time.perf_counter() - t0)
+    res.steps_started = started
+    return res
 
 
 def evaluate_graph(
