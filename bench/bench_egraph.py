@@ -25,6 +25,7 @@ from phantora.egraph import ProgramBuilder, build_graph, load, replay_graph, sav
 from phantora.egraph.format import dir_size_bytes  # noqa: E402
 from phantora.egraph.live import record_run  # noqa: E402
 from phantora.launcher import RunConfig  # noqa: E402
+from phantora.netsim.cli_config import engine_spec_from_flags  # noqa: E402
 from phantora.netsim.engine_spec import EngineSpec  # noqa: E402
 from phantora.netsim.factory import make_engine  # noqa: E402
 from phantora.netsim.packet_config import PacketConfig  # noqa: E402
@@ -52,9 +53,9 @@ def replay_wall(graph_dir: Path, topo: Topology, network: str, cc: str | None, r
 def live_vs_replay(args: argparse.Namespace, tmp: Path, network: str, cc: str | None) -> None:
     topo = leaf_spine(1, args.ranks, 0, nic_rate="100Gbps", latency="1us", name=f"star{args.ranks}")
     script = str(ROOT / "examples" / f"{args.example}.py")
-    cfg = RunConfig(script, [*MODEL, "--steps", str(args.steps)], topo, network=network, cc=cc, nproc=args.ranks)
-    if network == "ns3":
-        cfg.window_ns = 0  # exact co-simulation, so the recording is the packet model's own answer
+    # exact co-simulation (window 0, the default), so the recording is the packet model's own answer
+    engine = engine_spec_from_flags(network, cc=cc, window_ns=0)
+    cfg = RunConfig(script, [*MODEL, "--steps", str(args.steps)], topo, engine=engine, nproc=args.ranks)
     out = tmp / f"trace-{network}"
     t0 = time.perf_counter()
     report, graph = record_run(cfg, out)

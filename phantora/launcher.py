@@ -11,7 +11,6 @@ import dataclasses
 import os
 import shutil
 import sys
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,13 +36,10 @@ class RunConfig:
     script: str
     args: list[str] = field(default_factory=list)
     topology: str | Path | Topology = "testbed16"
-    network: str = "flow"
-    cc: str | None = None  # ns3 congestion control
-    packet_set: list[str] = field(default_factory=list)  # ns3: PacketConfig overrides, "FIELD=VALUE"
-    queue_sample_ns: int | None = None  # ns3: queue sampling interval (None: cli_config.QUEUE_SAMPLE_NS; 0 = off)
-    seed: int | None = None  # ns3: the random seed of ECN marking (None: PacketConfig's, 1); recorded for flow runs
+    # the network engine, whole: mode, PacketConfig (CC, --set fields, seed, queue sampling), window W, scenario
+    # (`cli_config.engine_spec_from_flags` builds it from a command line; the flow network by default)
+    engine: EngineSpec = field(default_factory=EngineSpec)
     gpu: str | None = None  # default: the topology's GPU model, else h100
-    window_ns: int | None = None  # None: engine_spec.DEFAULT_WINDOW_NS (exact)
     out_dir: str | Path | None = None
     overwrite: bool = False  # out_dir may hold an earlier run: remove what it wrote (otherwise refused)
     nproc: int | None = None  # default: every rank of the topology
@@ -52,7 +48,6 @@ class RunConfig:
     launch_ns: int = DEFAULT_LAUNCH_NS
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
     collective_model: str = "nccl"  # "nccl" (NCCL's choice, protocol, latency, throughput) or "ideal" (line rate)
-    scenario: str | None = None  # a scenario TOML (docs/scenarios.md): link events and background traffic
     perf_tables: list[str | Path] = field(default_factory=list)  # measured tables, priority over the model
     curves: str | Path | None = None  # `phantora calibrate --out` file; None: the shipped curves
     public_fit: bool = True  # False: no public per-GPU fit (the L40S-shaped curves time every class)
@@ -103,18 +98,17 @@ RANK_PRELOAD = (
 )
 
 
-def engine_spec(cfg: RunConfig) -> EngineSpec:
-    """The run's engine, built once from its options (checked here, before any process starts, so a bad field is
-    an error naming it, not a failed server); the bridge carries it whole to the engine's process."""
-    from phantora.netsim.cli_config import engine_spec_from_flags
+def config_options(cfg: RunConfig, skip: tuple[str, ...]) -> dict[str, Any]:
+    """config.json's "options" of a run: every field of `cfg` but `skip`, the engine as its plain data
+    (`EngineSpec.to_dict`; `phantora rerun` reads it back with `EngineSpec.from_dict`)."""
+    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
+    out["engine"] = cfg.engine.to_dict()
+    return out
 
-    flags: dict[str, Any] = {
-        "cc": cfg.cc,
-        "sets": cfg.packet_set,
-        "queue_sample_ns": cfg.queue_sample_ns,
-        "seed": cfg.seed,
-    }
-    return engine_spec_from_flags(cfg.network, window_ns=cfg.window_ns, scenario=cfg.scenario, **flags)
+
+def run_cc(engine: EngineSpec) -> str | None:
+    """results.json's "cc": the packet engine's congestion control (None on the flow network, which has none)."""
+    return engine.packet.cc if engine.network == "ns3" else None
 
 
 FLOWS_CSV_MAX_RANKS = 256  # per-flow records (flows.csv) for jobs up to this many ranks
@@ -179,12 +173,11 @@ def input_files(cfg: RunConfig, script: Path | None) -> dict[str, str | Path | N
 
 def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dict[str, Any]:
     """{"idle_fabric": ...} for a packet-level run whose traffic left the switches (almost) idle, else {}."""
-    from phantora.results.idle import idle_fabric
+    from phantora.results.idle import given_settings, idle_fabric_on
 
-    if cfg.network != "ns3":
+    if cfg.engine.network != "ns3":
         return {}
-    hosts = Counter(n.host for n in topo.nodes if n.kind == "gpu" and n.host is not None)
-    idle = idle_fabric(traffic, cfg.cc, cfg.packet_set, max(hosts.values()) if hosts else None, topo.name)
+    idle = idle_fabric_on(topo, traffic, *given_settings(cfg.engine.packet))
     return {"idle_fabric": idle} if idle else {}
 
 
@@ -193,19 +186,19 @@ def _scenario_section(cfg: RunConfig, topo: Topology, cosim: Any, steps: list[di
     from phantora.netsim.scenario import read_scenario
     from phantora.results.scenario_live import live_section
 
-    assert cfg.scenario is not None
-    sc = read_scenario(cfg.scenario)
+    assert cfg.engine.scenario is not None
+    sc = read_scenario(cfg.engine.scenario)
     return live_section(sc, topo, cosim.scenario, cosim.ranks, steps, cosim.engine_stats)
 
 
 def _steps_for_engine(cfg: RunConfig) -> bool:
     """The scenario has network events at a step: the engine must hear of steps, so it runs in the coordinator
     (a network server would not; ns-3 there pauses the coordinator's heartbeats during long engine calls)."""
-    if not cfg.scenario:
+    if not cfg.engine.scenario:
         return False
     from phantora.netsim.scenario import read_scenario
 
-    return any(ev.at_step is not None for ev in read_scenario(cfg.scenario).network())
+    return any(ev.at_step is not None for ev in read_scenario(cfg.engine.scenario).network())
 
 
 def scenario_trace_events(section: dict[str, Any]) -> list[dict[str, Any]]:
@@ -225,7 +218,7 @@ def launch(cfg: RunConfig) -> RunReport:
     topo = resolve_topology(cfg.topology)
     gpu_name = cfg.gpu or topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
-    engine = engine_spec(cfg)
+    engine = cfg.engine
     packet = engine.packet_used
     if engine.ecmp_hash:
         topo.use_ecmp(engine.ecmp_hash)  # the engine's processes get it with the topology; flows.csv's paths follow it
@@ -236,8 +229,7 @@ def launch(cfg: RunConfig) -> RunReport:
         rd = RunDir.claim(cfg.out_dir, overwrite=cfg.overwrite)
         out = rd.root
         rd.running(script=str(cfg.script), args=list(cfg.args), world_size=world, live=live)
-        skip = ("command", "python", "on_step", "rerun_of")
-        options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
+        options = config_options(cfg, ("command", "python", "on_step", "rerun_of"))
         provenance.write_config(out, options=options, topo=topo, packet=packet, command=cfg.command,
                                 inputs=input_files(cfg, script), rerun_of=cfg.rerun_of)  # fmt: skip
     else:
@@ -250,7 +242,7 @@ def launch(cfg: RunConfig) -> RunReport:
     opts.public_fit = cfg.public_fit
     opts.phantom = phantom
     opts.sim_cuda = cfg.sim_cuda
-    opts.scenario = str(Path(cfg.scenario).resolve()) if cfg.scenario else None  # slow GPUs, step reports
+    opts.scenario = str(Path(engine.scenario).resolve()) if engine.scenario else None  # slow GPUs, step reports
     if packet is not None:  # how the ranks mark their collectives (traffic class, DLCP loss tolerance)
         opts.priority, opts.dlcp, opts.dlcp_bound = packet.priority, packet.dlcp, float(packet.dlcp_bound)
     env = {**opts.to_env(), **cfg.env}
@@ -295,7 +287,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "args": list(cfg.args),
                 "topology": topo.name,
                 "network": cosim.network,
-                "cc": cfg.cc,
+                "cc": run_cc(engine),
                 "window_ns": cosim.window_ns,
                 "gpu": gpu_name,
                 "launch_ns": cfg.launch_ns,
@@ -325,7 +317,7 @@ def launch(cfg: RunConfig) -> RunReport:
         }
         steps = rd.merge_steps(range(live)) if keep else []
         extra_trace: list[dict[str, Any]] = []
-        if cfg.scenario:
+        if engine.scenario:
             summary["scenario"] = _scenario_section(cfg, topo, cosim, steps)
             extra_trace = scenario_trace_events(summary["scenario"])
         if keep:

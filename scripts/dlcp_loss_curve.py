@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.launcher import RunConfig, launch
+from phantora.netsim.cli_config import engine_spec_from_flags
 from phantora.topology.generators import leaf_spine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +36,7 @@ def run(out: Path, steps: int, sets: list[str], model: list[str], example: str =
         str(ROOT / "examples" / example),
         ["--steps", str(steps), *model],
         topo,
-        network="ns3",
-        packet_set=sets,
+        engine=engine_spec_from_flags("ns3", sets=sets),
         nproc=4,
         trace="none",
         out_dir=out,

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from phantora.jobs.run import launch_jobs  # noqa: E402
 from phantora.jobs.spec import load_jobs  # noqa: E402
 from phantora.launcher import RunConfig  # noqa: E402
+from phantora.netsim.cli_config import engine_spec_from_flags  # noqa: E402
 
 # name -> (network, cc, jobs file)
 CONFIGS = {
@@ -58,9 +59,7 @@ def main() -> None:
         cfg = RunConfig(
             script="",
             topology="twoleaf8",
-            network=network,
-            cc=cc,
-            packet_set=sets,
+            engine=engine_spec_from_flags(network, cc=cc, sets=sets),
             out_dir=args.out / name,
             overwrite=True,
             trace="none",

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from phantora.launcher import RunConfig, launch
+from phantora.netsim.cli_config import engine_spec_from_flags
 from phantora.results.read import load_run
 from phantora.topology.generators import leaf_spine
 from phantora.topology.model import Topology
@@ -75,9 +76,7 @@ def network_run(out: Path, topo: Topology, sets: list[str], cc: str, seed: int, 
         str(ROOT / "examples" / "gpt_fsdp.py"),
         ["--steps", str(steps), *MODEL],
         topo,
-        network="ns3",
-        packet_set=[f"cc={cc}", *sets],
-        seed=seed,
+        engine=engine_spec_from_flags("ns3", sets=[f"cc={cc}", *sets], seed=seed),
         nproc=8,
         trace="none",
         tensors="phantom",

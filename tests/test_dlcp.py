@@ -27,6 +27,7 @@ from phantora.collectives.traffic import (
     supports_loss,
 )
 from phantora.launcher import RunConfig, launch
+from phantora.netsim.cli_config import engine_spec_from_flags
 from phantora.topology.generators import leaf_spine
 
 
@@ -158,7 +159,8 @@ def test_real_mode_zeros_exactly_the_lost_ranges(tmp_path: Path, monkeypatch: py
     script = tmp_path / "dlcp.py"
     script.write_text(textwrap.dedent(SCRIPT))
     topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="25Gbps", latency="1us", name="twoleaf4")
-    cfg = RunConfig(str(script), [str(tmp_path / "out")], topo, network="ns3", packet_set=["trim_bytes=8000"],
+    ns3 = engine_spec_from_flags("ns3", sets=["trim_bytes=8000"])
+    cfg = RunConfig(str(script), [str(tmp_path / "out")], topo, engine=ns3,
                     nproc=4, trace="none", timeout_s=300, out_dir=tmp_path / "run")  # fmt: skip
     rep = launch(cfg)
     n = 1 << 20
@@ -219,7 +221,8 @@ def test_real_mode_reduce_scatter_zeros_exactly_the_lost_ranges(tmp_path: Path) 
     script = tmp_path / "rs.py"
     script.write_text(textwrap.dedent(RS_SCRIPT))
     topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", uplink_rate="25Gbps", latency="1us", name="twoleaf4")
-    cfg = RunConfig(str(script), [str(tmp_path / "out")], topo, network="ns3", packet_set=["trim_bytes=8000"],
+    ns3 = engine_spec_from_flags("ns3", sets=["trim_bytes=8000"])
+    cfg = RunConfig(str(script), [str(tmp_path / "out")], topo, engine=ns3,
                     nproc=4, trace="none", timeout_s=300, out_dir=tmp_path / "run")  # fmt: skip
     launch(cfg)
     n, w = 1 << 18, 4

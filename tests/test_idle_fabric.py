@@ -12,6 +12,7 @@ import pytest
 from phantora.cli import main
 from phantora.launcher import RunConfig, launch
 from phantora.netsim.base import Completion
+from phantora.netsim.cli_config import engine_spec_from_flags
 from phantora.results.idle import IDLE_SHARE, idle_fabric, idle_fabric_on, no_effect_settings, traffic_of
 from phantora.results.summary import format_summary
 from phantora.topology.generators import leaf_spine
@@ -64,10 +65,8 @@ def run(tmp_path: Path, nproc: int) -> tuple[dict[str, Any], str]:
     script.write_text(SCRIPT)
     topo = leaf_spine(1, 4, 0, gpus_per_host=2, name="two-hosts")
     out = tmp_path / f"n{nproc}"
-    cfg = RunConfig(
-        script=str(script), topology=topo, network="ns3", cc="dcqcn", packet_set=["buffer_bytes=1000000"],
-        nproc=nproc, out_dir=out, trace="none",
-    )  # fmt: skip
+    engine = engine_spec_from_flags("ns3", cc="dcqcn", sets=["buffer_bytes=1000000"])
+    cfg = RunConfig(script=str(script), topology=topo, engine=engine, nproc=nproc, out_dir=out, trace="none")
     report = launch(cfg)
     return json.loads((out / "results.json").read_text()), format_summary(report.summary)
 

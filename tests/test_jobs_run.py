@@ -23,6 +23,7 @@ from phantora.collectives.spec import AlgoOptions
 from phantora.jobs.run import launch_jobs
 from phantora.jobs.spec import parse_jobs
 from phantora.launcher import RunConfig
+from phantora.netsim.cli_config import engine_spec_from_flags
 from phantora.topology.generators import leaf_spine
 from phantora.topology.model import Topology
 
@@ -328,7 +329,8 @@ def test_packet_mode_jobs_on_disjoint_halves_run_exactly_as_alone(ns3_lib: Any, 
         '[[job]]\nname = "a"\nworkload = "ar.toml"\nranks = 4\nplacement = "0-3"\n'
         '[[job]]\nname = "b"\nworkload = "ar.toml"\nranks = 4\nplacement = "4-7"\n',
     )
-    cfg = RunConfig(script="", topology=non_blocking(), network="ns3", cc="dcqcn", out_dir=tmp_path / "p")
+    ns3 = engine_spec_from_flags("ns3", cc="dcqcn")
+    cfg = RunConfig(script="", topology=non_blocking(), engine=ns3, out_dir=tmp_path / "p")
     rep = launch_jobs(spec, cfg, alone=True)
     for name in ("a", "b"):
         assert rep.jobs[name]["collectives"] == job_doc(tmp_path / "p" / "alone" / name, name)["collectives"]
@@ -350,8 +352,8 @@ def test_packet_mode_pfc_pauses_are_counted_per_job_from_pfc_csv(ns3_lib: Any, t
     )
     out = tmp_path / "pfc"
     cfg = RunConfig(
-        script="", topology=two_to_one(), network="ns3", cc="dcqcn", out_dir=out, trace="none",
-        packet_set=["buffer_bytes=200000"],
+        script="", topology=two_to_one(), out_dir=out, trace="none",
+        engine=engine_spec_from_flags("ns3", cc="dcqcn", sets=["buffer_bytes=200000"]),
     )  # fmt: skip
     rep = launch_jobs(spec, cfg, alone=False)
     with (out / "pfc.csv").open(newline="") as fh:

@@ -166,11 +166,12 @@ def test_overrides() -> None:
     ],
 )
 def test_bad_set_values_name_the_field_before_a_run(item: str, field: str, says: str) -> None:
-    """--set is checked in full before any process starts (launcher.engine_spec): the field and the reason."""
-    from phantora.launcher import RunConfig, engine_spec
+    """--set is checked in full where the command line is read, before any process starts (the one builder of
+    the run's EngineSpec): the field and the reason."""
+    from phantora.netsim.cli_config import engine_spec_from_flags
 
     with pytest.raises(InputError) as e:
-        engine_spec(RunConfig("x.py", network="ns3", cc="dcqcn", packet_set=[item]))
+        engine_spec_from_flags("ns3", cc="dcqcn", sets=[item])
     assert e.value.field == field and says in str(e.value) and "time 'lots'" not in str(e.value)
 
 

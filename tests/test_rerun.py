@@ -157,3 +157,18 @@ def test_rerun_of_a_packet_netsim_run_reproduces_every_trace(tmp_path: Path, cap
     assert len((orig / "pfc.csv").read_text().splitlines()) > 1  # the 2 MB buffer made PFC pause
     config = read_config(tmp_path / "n-rerun")
     assert config["packet"] == read_config(orig)["packet"] and config["packet"]["fields"]["buffer_bytes"] == 2_000_000
+
+
+def test_a_run_directory_gives_back_the_engine_it_recorded() -> None:
+    """config.json's options.engine (EngineSpec.to_dict as JSON) is the run's engine again, field for field; a run
+    from before issue 35 (flat network, cc, packet_set, window_ns ...) is built from those flags as it was then."""
+    from phantora.commands.rerun import recorded_engine
+    from phantora.netsim.cli_config import engine_spec_from_flags
+    from phantora.results.provenance import plain
+
+    spec = engine_spec_from_flags("ns3", cc="dcqcn", sets=["buffer_bytes=2MB", "kmax_map=100Gbps 90000"], window_ns=7)
+    options = {"nproc": 2, "engine": json.loads(json.dumps(plain(spec.to_dict())))}
+    assert recorded_engine(options) == spec and options["nproc"] == 2
+    old = {"network": "ns3", "cc": "dcqcn", "packet_set": ["buffer_bytes=2MB", "kmax_map=100Gbps 90000"],
+           "window_ns": 7, "queue_sample_ns": None, "seed": None, "scenario": None, "nproc": 2}  # fmt: skip
+    assert recorded_engine(old) == spec and old == {"nproc": 2}  # the flat options are taken out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -217,17 +218,27 @@ def test_run_command_reports_bad_input(tmp_path, capsys):
         assert f"field '{field}'" in capsys.readouterr().err
 
 
+def _run_spec(*argv: str) -> Any:
+    """`phantora run`'s RunConfig.engine for a command line: the one object the run carries."""
+    from phantora.cli import build_parser
+    from phantora.commands.run import engine_spec
+
+    return engine_spec(build_parser().parse_args(["run", "--topology", "star8", *argv, "x.py"]))
+
+
 def test_ns3_engine_spec_of_a_live_run():
     """The CC, 1 us queue sampling (compare's queue p99) and --set overrides, checked before launch, and the
     spec the network server rebuilds from the wire is the launcher's, field for field."""
     from bridge.runspec import RunSpec
-    from phantora.launcher import RunConfig, engine_spec
+    from phantora.launcher import RunConfig
     from phantora.netsim.cli_config import QUEUE_SAMPLE_NS
     from phantora.topology import load_topology
 
-    flow = engine_spec(RunConfig("x.py"))
+    flow = _run_spec()
     assert (flow.network, flow.window_ns, flow.packet_used) == ("flow", 0, None)
-    spec = engine_spec(RunConfig("x.py", network="ns3", cc="hpcc", packet_set=["buffer_bytes=2000000", "pfc=false"]))
+    default = RunConfig("x.py").engine  # a RunConfig's default engine: the flow network, exact
+    assert (default.network, default.window_ns, default.packet_used) == ("flow", 0, None)
+    spec = _run_spec("--network", "ns3", "--cc", "hpcc", "--set", "buffer_bytes=2000000", "--set", "pfc=false")
     config = spec.packet
     assert (config.cc, config.buffer_bytes, config.pfc, config.queue_sample_ns) == ("hpcc", 2_000_000, False, 1000)
     assert QUEUE_SAMPLE_NS == 1000
@@ -235,5 +246,29 @@ def test_ns3_engine_spec_of_a_live_run():
     wire = RunSpec.from_bytes(RunSpec(topology=topo, world=8, engine=spec).to_bytes())  # what the server reads
     assert wire.engine == spec
     # --queue-sample-ns, the same option on run, replay and netsim
-    off = engine_spec(RunConfig("x.py", network="ns3", queue_sample_ns=0))
+    off = _run_spec("--network", "ns3", "--queue-sample-ns", "0")
     assert off.packet.queue_sample_ns == 0
+
+
+def test_a_set_field_and_the_window_follow_one_object_from_the_command_line_to_ns3():
+    """`--set buffer_bytes=2MB --window 5us` on `phantora run`: the RunConfig holds the EngineSpec the command line
+    made, and nothing else of the engine; the wire (RunSpec) and config.json (`phantora rerun`) carry that object
+    whole, and ns-3 is handed switch.BufferSize = 2,000,000 from it (packet_config.NS3_ATTRIBUTES)."""
+    from bridge.runspec import RunSpec
+    from phantora.launcher import RunConfig, config_options
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.results.provenance import plain
+    from phantora.topology import load_topology
+
+    engine_fields = {"network", "cc", "packet_set", "queue_sample_ns", "seed", "window_ns", "scenario"}
+    assert not engine_fields & set(RunConfig.__dataclass_fields__)  # no flat engine options beside the spec
+    argv = ("--network", "ns3", "--set", "buffer_bytes=2MB", "--set", "kmin_map=100Gbps 40000", "--window", "5us")
+    spec = _run_spec(*argv)
+    cfg = RunConfig("x.py", engine=spec)
+    topo = load_topology("star8")
+    wire = RunSpec.from_bytes(RunSpec(topology=topo, world=8, engine=cfg.engine).to_bytes()).engine
+    recorded = json.loads(json.dumps(plain(config_options(cfg, ())["engine"])))  # config.json's options.engine
+    assert wire == spec == EngineSpec.from_dict(recorded)
+    assert (wire.window_ns, wire.packet.kmin_map) == (5000, {100_000_000_000: 40_000})
+    params = dict(wire.packet.to_params(sorted({link.bandwidth_bps for link in topo.links})))
+    assert params["switch.BufferSize"] == "2000000"

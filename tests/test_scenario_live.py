@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from phantora.launcher import RunConfig, launch
+from phantora.netsim.engine_spec import EngineSpec
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,8 @@ duration = "50us"
 def run(tmp: Path, name: str, scenario: Path | None) -> tuple[list[dict], dict, list[dict]]:
     out = tmp / name
     topo = tmp / "ls.toml"
-    cfg = RunConfig(str(SCRIPT), ["--steps", "4"], str(topo), nproc=2, out_dir=out, scenario=scenario)
+    cfg = RunConfig(str(SCRIPT), ["--steps", "4"], str(topo), nproc=2, out_dir=out,
+                    engine=EngineSpec(scenario=None if scenario is None else str(scenario)))  # fmt: skip
     launch(cfg)
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     res = json.loads((out / "results.json").read_text())

@@ -143,10 +143,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_jobs(args: argparse.Namespace) -> int:
-    """--jobs: every job a workload or a graph, replayed together on one engine."""
+    """--jobs: every job a workload or a graph, replayed together on one engine (under --scenario, as one INPUT
+    is: its network events and background traffic; phantora.jobs.scenario refuses what names a job's rank)."""
     from phantora.jobs.run import format_jobs, launch_jobs
     from phantora.jobs.spec import load_jobs
     from phantora.launcher import RunConfig
+    from phantora.netsim.cli_config import engine_spec_from_args
 
     given = [k for k in ("scale_dp", "save_graph", "export_chakra") if getattr(args, k)]
     if given or args.format != "auto":
@@ -157,11 +159,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         script="",
         topology=args.topology,
-        network=args.network,
-        cc=args.cc,
-        packet_set=list(args.set),
-        queue_sample_ns=args.queue_sample_ns,  # every engine option of the command line (dropped before issue 35)
-        seed=args.seed,
+        engine=engine_spec_from_args(args, scenario=args.scenario),  # either network's engine runs the scenario
         out_dir=args.out,
         overwrite=True,
         trace="none",  # args.out: claimed by in_run_dir

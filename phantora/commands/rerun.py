@@ -95,6 +95,24 @@ def _check_packet(recorded: dict[str, Any] | None, config: Any, topo: Any, where
         )
 
 
+LEGACY_ENGINE_OPTIONS = ("network", "cc", "packet_set", "queue_sample_ns", "seed", "window_ns", "scenario")
+
+
+def recorded_engine(options: dict[str, Any]) -> Any:
+    """The `EngineSpec` a `phantora run` directory's options record (`engine`, its plain data); a run from before
+    issue 35 recorded the engine's flags flat (`LEGACY_ENGINE_OPTIONS`, taken out of `options`), built as then."""
+    from phantora.netsim.cli_config import engine_spec_from_flags
+    from phantora.netsim.engine_spec import EngineSpec
+
+    old = {k: options.pop(k) for k in LEGACY_ENGINE_OPTIONS if k in options}
+    if "engine" in options:
+        return EngineSpec.from_dict(options["engine"])
+    flags: dict[str, Any] = {"cc": old.get("cc"), "sets": old.get("packet_set") or (), "seed": old.get("seed")}
+    flags["queue_sample_ns"] = old.get("queue_sample_ns")
+    network = old.get("network") or "flow"
+    return engine_spec_from_flags(network, window_ns=old.get("window_ns"), scenario=old.get("scenario"), **flags)
+
+
 def _version_note(then: dict[str, Any] | None) -> None:
     from phantora.results.provenance import versions
 
@@ -133,11 +151,11 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.chdir(here):
         topo = _check_topology(options["topology"], doc["topology"], where)
         if kind == "run":
-            from phantora.launcher import RunConfig, engine_spec
-
-            known = set(RunConfig.__dataclass_fields__)
-            run_cfg = RunConfig(**{"script": "", **{k: v for k, v in options.items() if k in known}})
-            _check_packet(doc.get("packet"), engine_spec(run_cfg).packet_used, topo, where)
+            try:
+                options["engine"] = recorded_engine(options)
+            except InputError as exc:
+                raise InputError(exc.message, file=where, field=f"options.{exc.field or 'engine'}") from None
+            _check_packet(doc.get("packet"), options["engine"].packet_used, topo, where)
             options.update(topology=topo, out_dir=out, overwrite=args.overwrite, command=command, rerun_of=origin)
             return _rerun_live(args, options)
         rc = _rerun_command(kind, doc, options, args, topo, out, command, origin)

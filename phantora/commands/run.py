@@ -15,7 +15,8 @@ from phantora.commands.options import add_network_options, add_progress_options,
 from phantora.commands.outdir import add_out_options
 from phantora.commands.scenario_option import add_scenario_option, check_run_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
-from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, check_flow_network
+from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.units import parse_time_ns
 
 
@@ -136,21 +137,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--alone goes with --jobs", field="alone")
     if args.jobs is not None and args.record:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
-    check_flow_network(args.network, args.cc, args.set)
+    engine = engine_spec(args)
     check_run_scenario(args)
     env = storage_env(args.storage, args.shared_fs)
     cfg = RunConfig(
-        scenario=None if args.scenario is None else str(args.scenario),
         script=args.script or "",
         args=list(args.script_args),
         topology=args.topology,
-        network=args.network,
-        cc=args.cc,
-        packet_set=list(args.set),
-        queue_sample_ns=args.queue_sample_ns,
-        seed=args.seed,
+        engine=engine,
         gpu=args.gpu,
-        window_ns=None if args.window is None else parse_time_ns(args.window),
         out_dir=args.out,
         overwrite=args.overwrite,
         nproc=args.nproc,
@@ -202,6 +197,13 @@ def run(args: argparse.Namespace) -> int:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
+
+
+def engine_spec(args: argparse.Namespace) -> EngineSpec:
+    """The run's engine, built once from its command line (--network, --cc, --set, --queue-sample-ns, --seed,
+    --window, --scenario) and checked here, before any process starts; the bridge carries it whole."""
+    window = None if args.window is None else parse_time_ns(args.window)
+    return engine_spec_from_args(args, window_ns=window, scenario=args.scenario)
 
 
 def storage_env(gbps: float | None, shared_gbps: float | None) -> dict[str, str]:

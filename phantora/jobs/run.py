@@ -39,17 +39,20 @@ from phantora.jobs.results import (
     pfc_by_job,
     read_pfc_rows,
 )
+from phantora.jobs.scenario import add_job_phases, live_jobs_section, load_jobs_scenario, recorded_jobs_section
 from phantora.jobs.spec import JobSpec, JobsSpec, place_jobs
 from phantora.launcher import (
     PHANTOM_ABOVE,
     RANK_PRELOAD,
     RunConfig,
     compute_model_options,
-    engine_spec,
+    config_options,
     resolve_topology,
+    run_cc,
 )
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.scenario import Scenario
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
@@ -96,6 +99,7 @@ class _Ctx:
     out: RunDir
     job_dirs: dict[str, RunDir]
     algo: AlgoOptions | None = None
+    scenario: Scenario | None = None  # the engine's scenario, checked for several jobs (phantora.jobs.scenario)
 
 
 def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | None) -> _Plan:
@@ -160,7 +164,7 @@ def launch_jobs(
     topo = resolve_topology(base.topology)
     base = dataclasses.replace(base, gpu=base.gpu or topo.gpu_model or "h100")
     gpu = get_gpu(base.gpu or "h100")
-    engine = engine_spec(base)
+    engine = base.engine
     packet = engine.packet_used
     if engine.ecmp_hash:
         topo.use_ecmp(engine.ecmp_hash)
@@ -173,6 +177,7 @@ def launch_jobs(
                 **spec.where(live),
                 field="script",
             )
+    scenario = load_jobs_scenario(engine.scenario, topo) if engine.scenario else None
     plan = _check(spec, base, topo, algo)
     keep = base.out_dir is not None
     if base.out_dir is not None:
@@ -182,7 +187,7 @@ def launch_jobs(
 
         out = make_run_dir()
     rd = RunDir(out)
-    ctx = _Ctx(plan, base, rd, {j.name: rd.job(j.name) for j in spec.jobs}, algo)
+    ctx = _Ctx(plan, base, rd, {j.name: rd.job(j.name) for j in spec.jobs}, algo, scenario)
     try:
         rd.running(jobs=[j.name for j in spec.jobs])
         skip = ("command", "python", "on_step", "script", "args", "rerun_of")
@@ -191,7 +196,7 @@ def launch_jobs(
             "jobs": [dataclasses.asdict(j) for j in spec.jobs],
             "all_or_nothing": spec.all_or_nothing,
             "alone": alone,
-            **{f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name not in skip},
+            **config_options(base, skip),
         }
         files = {"--jobs": spec.source, **{f"job {j.name}": j.source for j in spec.jobs}}
         provenance.write_config(out, options=options, topo=topo, packet=packet, command=base.command,
@@ -299,9 +304,12 @@ def _run(
     everyone = [*live_done, *(c for c in cosim.background if c.size)]
     write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport)
     summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
+    if ctx.scenario is not None:
+        section = live_jobs_section(ctx.scenario, topo, cosim.scenario, cosim.engine_stats, cosim.makespan_ns)
+        summary["scenario"] = add_job_phases(section, jobs, cosim.makespan_ns)
     _fabric(ctx, summary, flows, link_use, cosim.makespan_ns)
     _idle(ctx, summary, everyone)
-    _traces(ctx, jobs)
+    _traces(ctx, jobs, summary.get("scenario"))
     return JobsReport(summary, jobs, cosim.logs, ctx.out.root)
 
 
@@ -367,9 +375,12 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     from phantora.replay import run_engine
 
     t0 = time.monotonic()
-    sim = make_engine(engine, ctx.plan.topo, spawner=spawn_workers)
+    sim = make_engine(engine, ctx.plan.topo, spawner=spawn_workers, scenario=ctx.scenario)
+    section = None
     try:
         done = run_engine(sim, background)
+        if ctx.scenario is not None:
+            section = recorded_jobs_section(ctx.scenario, ctx.plan.topo, sim, done)
         stats = {str(k): v for k, v in dict(sim.stats()).items() if isinstance(v, (int, float, str, bool))}
         makespan = max((c.end_ns for c in done), default=0)
         fabric = sim.fabric()
@@ -383,9 +394,11 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     _recorded_results(ctx, done, stats, jobs, flows, link_use)
     write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size])
     summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0)
+    if section is not None:
+        summary["scenario"] = add_job_phases(section, jobs, makespan)
     _fabric(ctx, summary, flows, link_use, makespan)
     _idle(ctx, summary, done)
-    _traces(ctx, jobs)
+    _traces(ctx, jobs, summary.get("scenario"))
     return JobsReport(summary, jobs, {}, ctx.out.root)
 
 
@@ -411,8 +424,8 @@ def _summary(
             "steps": j.steps,
             "traffic_class": j.traffic_class,
             "topology": topo.name,
-            "network": base.network,
-            "cc": base.cc,
+            "network": base.engine.network,
+            "cc": run_cc(base.engine),
             "gpu": base.gpu,
         }
         others = [x.name for x in spec.jobs if x.name != j.name]
@@ -438,9 +451,9 @@ def _summary(
     run = {
         "jobs_file": spec.source,
         "topology": topo.name,
-        "network": base.network,
-        "cc": base.cc,
-        "window_ns": base.window_ns,
+        "network": base.engine.network,
+        "cc": run_cc(base.engine),
+        "window_ns": base.engine.window_ns,
         "gpu": base.gpu,
         "all_or_nothing": spec.all_or_nothing,
         "rounds": rounds,
@@ -451,12 +464,12 @@ def _summary(
 
 def _idle(ctx: _Ctx, summary: dict[str, Any], done: list[Completion]) -> None:
     """Packet mode: results.json's `idle_fabric` when the jobs' traffic left the switches (almost) idle."""
-    from phantora.results.idle import idle_fabric_on, traffic_of
+    from phantora.results.idle import given_settings, idle_fabric_on, traffic_of
 
-    if ctx.base.network != "ns3":
+    if ctx.base.engine.network != "ns3":
         return
     topo = ctx.plan.topo
-    idle = idle_fabric_on(topo, traffic_of(topo, done), ctx.base.cc, ctx.base.packet_set)
+    idle = idle_fabric_on(topo, traffic_of(topo, done), *given_settings(ctx.base.engine.packet))
     if idle:
         summary["idle_fabric"] = idle
 
@@ -490,8 +503,9 @@ def _fabric(
     summary["fabric"] = fabric
 
 
-def _traces(ctx: _Ctx, jobs: dict[str, dict[str, Any]]) -> None:
-    """trace.json of each live job (its ranks) and of the run (every job's ranks and network lanes)."""
+def _traces(ctx: _Ctx, jobs: dict[str, dict[str, Any]], scenario: dict[str, Any] | None) -> None:
+    """trace.json of each live job (its ranks) and of the run (every job's ranks and network lanes, and the
+    scenario's events as a single-job run draws them)."""
     plan = ctx.plan
     events: list[dict[str, Any]] = []
     for i, j in enumerate(plan.spec.jobs):
@@ -500,6 +514,10 @@ def _traces(ctx: _Ctx, jobs: dict[str, dict[str, Any]]) -> None:
         rank_events: list[dict[str, Any]] = list((doc or {}).get("traceEvents") or [])
         off = plan.offsets.get(i, 0)
         events += job_trace_events(j.name, i, off, rank_events, jobs[j.name].get("collectives") or [])
+    if scenario is not None:
+        from phantora.results.scenario_live import trace_events
+
+        events += trace_events(scenario)
     ctx.out.write_text(S.TRACE_JSON, json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
 
 
@@ -568,6 +586,10 @@ def format_jobs(summary: dict[str, Any]) -> str:
     lines.append(f"  time: {note}")
     if summary.get("idle_fabric"):
         lines.append(f"note: {summary['idle_fabric']['text']}")
+    if summary.get("scenario"):
+        from phantora.results.scenario import format_scenario
+
+        lines.append(format_scenario(summary["scenario"]))
     return "\n".join(lines)
 
 

@@ -99,10 +99,11 @@ def engine_spec_from_flags(
 
 def engine_spec_from_args(args: argparse.Namespace, **given: Any) -> EngineSpec:
     """`engine_spec_from_flags` of a command's parsed options (--network, --cc, --set, --queue-sample-ns, --seed,
-    --scenario: those it has), with `given` on top (a command's own: config_file, flow_fields ...). A scenario
-    goes to the flow network's engine only (with ns3 the command refuses what of it needs the engine)."""
+    --scenario: those it has), with `given` on top (a command's own: window_ns, config_file, flow_fields ...). A
+    scenario goes to the flow network's engine only unless `given` names it (replay and netsim hand ns-3 theirs
+    when they build it; `phantora run` gives it to either network's engine)."""
     network = args.network
-    scenario = getattr(args, "scenario", None) if network == "flow" else None
     flags: dict[str, Any] = {"cc": args.cc, "sets": args.set or (), "seed": getattr(args, "seed", None)}
     flags["queue_sample_ns"] = getattr(args, "queue_sample_ns", None)
-    return engine_spec_from_flags(network, scenario=scenario, **{**flags, **given})
+    flags["scenario"] = getattr(args, "scenario", None) if network == "flow" else None
+    return engine_spec_from_flags(network, **{**flags, **given})

@@ -82,7 +82,7 @@ class EngineSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EngineSpec:
-        """The inverse of `to_dict`; every field validated again (InputError naming it)."""
+        """The inverse of `to_dict` (also of its JSON form); every field validated again (InputError naming it)."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -92,4 +92,17 @@ class EngineSpec:
         extra = sorted(set(packet) - names)
         if extra:
             raise InputError(f"unknown PacketConfig field(s): {', '.join(extra)}", field=f"packet.{extra[0]}")
+        for name in RATE_MAPS:  # JSON (config.json) makes the rate keys strings
+            if isinstance(packet.get(name), dict):
+                packet[name] = {_rate_key(k, name): v for k, v in packet[name].items()}
         return cls(**{**d, "packet": PacketConfig(**packet)})
+
+
+RATE_MAPS = ("kmin_map", "kmax_map", "pmax_map")  # PacketConfig's maps keyed by a link rate (bit/s, int)
+
+
+def _rate_key(key: Any, name: str) -> int:
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        raise InputError(f"a rate in bit/s must key the map, got {key!r}", field=f"packet.{name}") from None

@@ -176,12 +176,19 @@ def run_settings(run: RunData) -> dict[str, str]:
     field with its default filled in (CC parameters as cc.NAME); `--set` items of a flow-network run as set.NAME."""
     config = run.config or {}
     out: dict[str, str] = {}
-    for key, value in (config.get("options") or {}).items():
+    options = dict(config.get("options") or {})
+    engine = options.pop("engine", None)  # a run's EngineSpec (launcher.config_options): its window and scenario
+    if isinstance(engine, dict):
+        options.update({k: engine.get(k) for k in ("window_ns", "scenario")})
+        options["seed"] = _dict_of(engine.get("packet")).get("seed")
+    for key, value in options.items():
         if key not in _NOT_SETTINGS and key not in _PACKET_OPTIONS:
             out[key] = _text(value)
     if isinstance(config.get("topology"), dict):
         out["topology"] = str(config["topology"].get("name"))
     fields = (config.get("packet") or {}).get("fields")
+    if fields is None and isinstance(engine, dict):  # the flow network: the fields it honours, from its spec
+        fields = engine.get("packet")
     if isinstance(fields, dict):
         for key, value in fields.items():
             if key == "cc" or (run.network == "flow" and key not in _FLOW_FIELDS):
@@ -200,6 +207,10 @@ def run_settings(run: RunData) -> dict[str, str]:
         out = {k: v for k, v in each[0].items() if all(e.get(k) == v for e in each)}
         out["seed"] = ",".join(str(e.get("seed", "?")) for e in each)
     return out
+
+
+def _dict_of(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _text(value: Any) -> str:

@@ -8,12 +8,14 @@ and results.json (`network.idle_fabric`) say so and name the settings that then 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from phantora.netsim.base import Completion, Flow
+    from phantora.netsim.packet_config import PacketConfig
     from phantora.topology.model import Topology
 
 IDLE_SHARE = 0.01  # under this share of the bytes through a switch, the fabric is called (almost) idle
@@ -44,6 +46,29 @@ def no_effect_settings(cc: str | None, sets: Sequence[str]) -> list[str]:
         if name in FABRIC_ONLY_FIELDS or name.startswith("cc."):
             out.append(f"--set {item}")
     return out
+
+
+def given_settings(packet: PacketConfig) -> tuple[str | None, list[str]]:
+    """(cc, ["FIELD=VALUE", ...]): what of `packet` differs from the defaults among the fabric-only fields and the
+    CC attributes, as `--set` would name it (`no_effect_settings`'s input, from an `EngineSpec`'s config)."""
+    from phantora.netsim.packet_config import PacketConfig
+
+    default = PacketConfig()
+    sets = []
+    for f in dataclasses.fields(packet):
+        value = getattr(packet, f.name)
+        if f.name in FABRIC_ONLY_FIELDS and value != getattr(default, f.name):
+            sets.append(f"{f.name}={_setting_text(value)}")
+    sets += [f"cc.{k}={v}" for k, v in packet.cc_attrs.items()]
+    return packet.cc, sets
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return " ".join(f"{k} {v}" for k, v in value.items())  # "rate value" pairs, as --set takes a map
+    return str(value)
 
 
 def idle_fabric(

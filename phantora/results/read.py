@@ -178,7 +178,8 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     _load_progress(run, root)
     run.config = _read_json(run, root / S.CONFIG_JSON)
     if run.network is None:
-        run.network = _text_or_none(_dict(_dict(run.config).get("options")).get("network"))
+        options = _dict(_dict(run.config).get("options"))
+        run.network = _text_or_none(options.get("network") or _dict(options.get("engine")).get("network"))
     run.cc = _cc(run)
     run.flows = _load_flows(run, root)
     run.links = _load_links(run, root)
