@@ -6,8 +6,9 @@
   it stall too.
 - **Re-convergence.** Routes are recomputed on the topology without the links down at that instant (ECMP
   groups drop the dead next hop; shortest paths may change). Every active or stalled flow whose route
-  changed moves to the new one and keeps its bytes left (rerouted bytes). A flow with no route left (a NIC
-  down on a one-NIC endpoint) stays stalled until a link comes back; `drain` says so if none does.
+  changed moves to the new one and keeps its bytes left (rerouted bytes): a NIC down on an endpoint with another
+  NIC fails over to it. A flow with no route left (a NIC down on a one-NIC endpoint) stays stalled until a link
+  comes back (counted in `no_route_flows`); `drain` says so if none does.
 - **Up.** A link that comes back carries its stalled flows at once; routes use it again after
   `reconvergence`.
 - **Degrade.** The link's channels get the new rate, extra latency, and loss p as goodput x (1 - p) (the
@@ -71,6 +72,7 @@ class FaultyFlowSimulator(FlowSimulator):
         self._dead: set[int] = set()  # channels of the links down
         self._route_down: frozenset[int] = frozenset()
         self._stalled: dict[int, _Active] = {}
+        self._no_route: set[int] = set()  # flows left stalled by a re-convergence: no route without the dead links
         self._placed_rem: dict[int, float] = {}  # moved flows: bytes left when placed on their current path
         self._lossy: dict[int, float] = {}  # channel -> loss rate
         self._t_loss = 0
@@ -143,6 +145,7 @@ class FaultyFlowSimulator(FlowSimulator):
         fs["lost_bytes"] = int(fs["lost_bytes"]) + round(fs.pop("loss_bytes"))
         out.update(fs, scenario=self.scenario.name, scenario_events=len(self.applied))
         out["background_flows_done"] = len(self.background_done)
+        out["no_route_flows"] = len(self._no_route)
         return out
 
     # ----- actions --------------------------------------------------------------------------
@@ -214,7 +217,9 @@ class FaultyFlowSimulator(FlowSimulator):
         for fid in sorted(self._stalled):
             rec = self._stalled[fid]
             path, lat = self.route(rec.flow)
-            if path != rec.path and not any(c in self._dead for c in path):
+            if any(c in self._dead for c in path):  # no route left (or a link failed since): it waits for one
+                self._no_route.add(fid)
+            elif path != rec.path:
                 del self._stalled[fid]
                 self._fault_stats["rerouted_bytes"] += round(rec.rem)
                 self._fault_stats["rerouted_flows"] += 1

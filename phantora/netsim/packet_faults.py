@@ -30,7 +30,7 @@ from phantora.netsim.fault_plan import DEGRADE, DOWN, RESTORE, UP, LinkAction, e
 from phantora.netsim.faults import BACKGROUND_BASE, AppliedEvent, FaultyFlowSimulator
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
-from phantora.netsim.scenario import LinkEvent, Scenario, check_against
+from phantora.netsim.scenario import LinkEvent, NodeEvent, Scenario, check_against, nic_links, node_id
 from phantora.perfmodel.throttle import Throttles
 from phantora.topology.model import Topology
 
@@ -50,6 +50,17 @@ def check_packet_scenario(sc: Scenario, topo: Topology, *, fluid_nvlink: bool = 
     """What packet mode cannot do with a scenario: with nvlink=fluid the NVLink links are the flow engine's, so no
     event may touch a link of an NVSwitch (an InputError naming the file, line and field)."""
     check_against(sc, topo)
+    for ev in sc.network():
+        if isinstance(ev, NodeEvent) and ev.kind == "nic_down":
+            nid = topo.node_of_rank(ev.rank) if ev.rank is not None else node_id(topo, ev.node or 0)
+            if nid is not None and len(nic_links(topo, nid)) > 1:
+                raise InputError(
+                    f"a nic_down on {topo.nodes[nid].name}, which has {len(nic_links(topo, nid))} NICs, needs the "
+                    "flow network: in ns-3 a queue pair keeps the port it opened on (no failover to another NIC yet)",
+                    file=sc.source,
+                    line=ev.line,
+                    field=f"events[{ev.index}]",
+                )
     if not fluid_nvlink:
         return
     for ev in sc.network():

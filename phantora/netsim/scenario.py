@@ -47,7 +47,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "link_flap": (*_WHEN, "link", "period", "duty", "count"),
     "link_degrade": (*_WHEN, "link", "duration", "rate", "extra_latency", "loss"),
     "switch_down": (*_WHEN, "switch", "duration"),
-    "nic_down": (*_WHEN, "node", "rank", "duration"),
+    "nic_down": (*_WHEN, "node", "rank", "nic", "duration"),
     "gpu_slow": (*_WHEN, "from", "rank", "factor", "duration"),
     "background": (*_WHEN, "duration", "hosts", "cdf", "load", "seed"),
 }
@@ -87,10 +87,11 @@ class LinkEvent(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class NodeEvent(Event):
-    """switch_down (a switch's name) and nic_down (an endpoint's name, or a rank)."""
+    """switch_down (a switch's name) and nic_down (an endpoint's name, or a rank; `nic`: which of its NICs)."""
 
     node: NodeRef | None = None
     rank: int | None = None
+    nic: NodeRef = 0  # nic_down: the NIC's index among the endpoint's switch links (by link id), or its switch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,9 +269,12 @@ def _event(e: _Entry) -> Event:
     if kind == "nic_down":
         if ("node" in e.t) == ("rank" in e.t):
             raise e.err("name the NIC by node (a GPU or host name) or by rank, one of them", "node")
+        nic = e.t.get("nic", 0)
+        if isinstance(nic, bool) or not isinstance(nic, (int, str)) or isinstance(nic, int) and nic < 0:
+            raise e.err(f"a NIC index (0, 1, ...) or the name of its switch, got {nic!r}", "nic")
         if "rank" in e.t:
-            return NodeEvent(**base, rank=e.integer("rank", 0))
-        return NodeEvent(**base, node=e.node("node"))
+            return NodeEvent(**base, rank=e.integer("rank", 0), nic=nic)
+        return NodeEvent(**base, node=e.node("node"), nic=nic)
     if kind == "gpu_slow":
         rank = e.integer("rank", 0)
         if rank is None:
@@ -383,8 +387,29 @@ def node_links(sc: Scenario, ev: NodeEvent, topo: Topology) -> tuple[int, ...]:
     if ev.kind == "nic_down":
         if kind not in ("gpu", "host"):
             raise _err(sc, ev, f"{topo.nodes[nid].name} is a {kind}, not a GPU or host", key)
-        return tuple(sorted(ch >> 1 for v, ch in topo.neighbours(nid) if topo.nodes[v].kind == "switch"))
+        return (nic_link(sc, ev, topo, nid),)
     return tuple(sorted(ch >> 1 for _, ch in topo.neighbours(nid)))
+
+
+def nic_links(topo: Topology, nid: int) -> list[int]:
+    """An endpoint's NICs: its links to (packet) switches, by link id."""
+    return sorted(ch >> 1 for v, ch in topo.neighbours(nid) if topo.nodes[v].kind == "switch")
+
+
+def nic_link(sc: Scenario, ev: NodeEvent, topo: Topology, nid: int) -> int:
+    """The link of the NIC a nic_down takes: `nic` as an index among the endpoint's NICs, or its switch's name."""
+    links, name = nic_links(topo, nid), topo.nodes[nid].name
+    if not links:
+        raise _err(sc, ev, f"{name} has no link to a switch (no NIC to fail)", "nic")
+    if isinstance(ev.nic, int):
+        if ev.nic >= len(links):
+            raise _err(sc, ev, f"{name} has {len(links)} NIC(s) (nic = 0 .. {len(links) - 1}), got {ev.nic}", "nic")
+        return links[ev.nic]
+    for link in links:
+        ends = topo.links[link].a, topo.links[link].b
+        if any(topo.nodes[n].name == ev.nic for n in ends):
+            return link
+    raise _err(sc, ev, f"{name} has no NIC to a switch named {ev.nic!r}", "nic")
 
 
 def check_against(sc: Scenario, topo: Topology) -> None:

@@ -140,7 +140,8 @@ def scenario_results(
     if engine is not None and done is not None:
         out["applied"] = applied_rows(engine, topo)
         st = engine.stats()
-        for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls", "lost_packets", "retx_bytes"):
+        for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls", "no_route_flows", "lost_packets",
+                    "retx_bytes"):  # fmt: skip
             if key in st:
                 out[key] = st[key]
         if isinstance(engine, FaultyNs3Simulator):
@@ -159,6 +160,11 @@ def format_scenario(res: dict[str, Any]) -> str:
             f"  rerouted {res['rerouted_flows']} flows ({res['rerouted_bytes']:,} bytes), "
             f"lost {res['lost_bytes']:,} bytes, {res['stalls']} stalls"
         )
+        if res.get("no_route_flows"):
+            lines.append(
+                f"  {res['no_route_flows']} flows stalled with no route left (a NIC down on a one-NIC endpoint, or a "
+                "cut fabric) until a link came back"
+            )
     elif "lost_bytes" in res:
         lines.append(
             f"  packets lost on failed or lossy links {res.get('lost_packets', 0):,} ({res['lost_bytes']:,} payload "

@@ -67,7 +67,8 @@ def live_section(
     spans = [(int(r["end_ns"]) - int(r["time_ns"]), int(r["end_ns"])) for r in steps]
     out = scenario_results(sc, topo, None, spans, (), "steps", starts)
     out["applied"] = list(outcome.get("applied") or planned_rows(sc, topo, out_end(spans)))
-    for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "lost_packets", "stalls", "retx_bytes"):
+    for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "lost_packets", "stalls", "no_route_flows",
+                "retx_bytes"):  # fmt: skip
         if key in engine_stats:
             out[key] = engine_stats[key]
     if "background_flows_done" in engine_stats:
