@@ -189,3 +189,29 @@ def test_the_reader_check_catches_a_hand_read_file() -> None:
         "Path(spec).read_text()",
     ]
     assert [len(reads_run_files(ast.parse(src))) for src in sources] == [1, 1, 0, 0]
+
+
+ENGINE_FLAGS = {"network", "cc", "packet_set", "sets", "queue_sample_ns", "seed", "window_ns", "scenario"}
+
+
+def engine_carriers() -> dict[str, set[str]]:
+    """Every class of phantora/ and bridge/ with a field typed `EngineSpec` -> its other field names."""
+    out = {}
+    for name, tree in modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            fields = {s.target.id: ast.unparse(s.annotation) for s in node.body if isinstance(s, ast.AnnAssign)
+                      and isinstance(s.target, ast.Name)}  # fmt: skip
+            if "EngineSpec" in fields.values():
+                out[f"{name}:{node.name}"] = {f for f, t in fields.items() if t != "EngineSpec"}
+    return out
+
+
+def test_a_carrier_of_the_engine_spec_holds_no_engine_option_beside_it() -> None:
+    """The run's engine travels as one object (RunConfig.engine, RunSpec.engine, ...): a class holding an EngineSpec
+    holds none of the engine's options beside it (no second `window_ns` or `packet_set` to drift from it)."""
+    carriers = engine_carriers()
+    assert {"phantora/launcher.py:RunConfig", "bridge/runspec.py:RunSpec"} <= set(carriers)  # not vacuous
+    beside = {where: sorted(names & ENGINE_FLAGS) for where, names in carriers.items() if names & ENGINE_FLAGS}
+    assert beside == {}
