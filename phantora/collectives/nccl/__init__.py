@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.pipeline import chunk_bytes
 from phantora.collectives.nccl.platform import Platform, platform_of
+from phantora.collectives.nccl.ring_kernel import RING_CHUNK_STEPS
 from phantora.collectives.nccl.settings import NcclSettings, nccl_env, settings_from_env, settings_of
 from phantora.collectives.nccl.tuning import Choice, select
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -21,7 +22,6 @@ from phantora.errors import InputError
 from phantora.topology.model import Topology
 
 # phantora's algorithm names <-> NCCL's, per kind (broadcast and reduce run NCCL's ring as a chain)
-RING_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2
 TO_NCCL = {"ring": "ring", "chain": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pat": "pat"}
 
 
