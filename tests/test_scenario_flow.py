@@ -78,6 +78,7 @@ def test_failed_uplink_reroutes_at_line_rate(delay_ns: int) -> None:
     assert st["lost_bytes"] == round(lost) and st["rerouted_flows"] == 1
     assert st["rerouted_bytes"] == round(size - sent + lost)
     assert [e.op for e in sim.applied] == ["down", "reroute"]
+    assert (sim.applied[1].moved, sim.applied[1].moved_bytes) == (1, st["rerouted_bytes"])  # per action
 
 
 def test_two_flows_share_the_remaining_uplink_max_min() -> None:

@@ -58,7 +58,7 @@ def packet_run(topo: Topology, sc, flows: list[Flow], **config: object) -> tuple
         done = {c.flow_id: c.end_ns for c in sim.drain()}
         eps = topo.endpoints
         routes = [sim.route(a, b, k) for a in eps for b in eps if a != b for k in range(8)]
-        return done, sim.stats(), routes
+        return done, {**sim.stats(), "applied": sim.applied_so_far()}, routes
 
 
 def flow_run(topo: Topology, sc, flows: list[Flow]) -> dict[int, int]:
@@ -109,6 +109,12 @@ def test_failed_uplink_max_min_and_routes(ns3_lib) -> None:
         assert done[fid] == pytest.approx(fluid[fid], rel=FLOW_VS_PACKET)
     assert st["lost_bytes"] == pytest.approx(RATE_P * (delay + LAT), rel=0.1)
     assert st["retx_bytes"] >= st["lost_bytes"] and st["reconvergences"] == 1
+    # re-convergence moves a (b's route is whole) with what it had not sent once: it sent at line rate into the
+    # dead link until then, so S - R (t1 + delay), within two packets
+    assert st["rerouted_flows"] == 1
+    assert st["rerouted_bytes"] == pytest.approx(size - RATE_P * (t1 + delay), abs=2 * PAYLOAD)
+    (rr,) = [e for e in st["applied"] if e.op == "reroute"]
+    assert (rr.t_ns, rr.moved, rr.moved_bytes) == (t1 + delay, 1, st["rerouted_bytes"])
     link = link_between(topo, leaf, spine)
     after = topo.with_links_down({link})
     eps = topo.endpoints

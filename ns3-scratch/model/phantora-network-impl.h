@@ -79,6 +79,9 @@ class PhantoraNetwork::Impl {
   std::vector<uint32_t> linkDown;  // per link: scenario failures not yet repaired (ScheduleLinkState)
   uint64_t linkEvents = 0;         // scenario events applied
   uint64_t reconvergences = 0;
+  uint64_t reroutedFlows = 0;        // started flows whose route changed at a re-convergence
+  uint64_t reroutedBytes = 0;        // their bytes not yet sent once, then
+  std::vector<int64_t> rerouteLog;   // per re-convergence: ns, flows moved, bytes moved (RerouteLog)
   int interruptedBy = 0;  // the signal that cut a run call short (phantora-interrupt.h); 0 if none
 
   std::vector<FlowRecord> completions;

@@ -316,6 +316,8 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"cc_bdp_bytes", static_cast<double>(s.fabric->MaxBdpBytes())},
           {"link_events", static_cast<double>(s.linkEvents)},
           {"reconvergences", static_cast<double>(s.reconvergences)},
+          {"rerouted_flows", static_cast<double>(s.reroutedFlows)},
+          {"rerouted_bytes", static_cast<double>(s.reroutedBytes)},
           {"wire_lost_packets", static_cast<double>(wireLostPackets)},
           {"wire_lost_bytes", static_cast<double>(wireLostBytes)}};
 }
@@ -392,9 +394,38 @@ void PhantoraNetwork::ScheduleReconverge(int64_t atNs) {
       }
     }
     ++impl->reconvergences;
-    impl->fabric->GetRoutes()->SetLinksDown(down);
+    // the started flows' routes before and after: those that change move with the bytes not yet sent once
+    Ptr<RouteTable> routes = impl->fabric->GetRoutes();
+    std::vector<std::pair<uint64_t, std::vector<int64_t>>> before;
+    for (const auto& [id, f] : impl->flows) {
+      if (f.startNs >= 0 && !f.dataDone && f.size > 0 && f.src != f.dst) {
+        before.emplace_back(id, routes->Path(f.src, f.dst, f.key));
+      }
+    }
+    routes->SetLinksDown(down);
+    uint64_t moved = 0;
+    uint64_t bytes = 0;
+    for (const auto& [id, path] : before) {
+      const Impl::FlowState& f = impl->flows.at(id);
+      const std::vector<int64_t> now = routes->Path(f.src, f.dst, f.key);
+      if (now.empty() || now == path) {
+        continue;
+      }
+      uint64_t sent = 0;
+      uint64_t bps = 0;
+      impl->fabric->GetNode(f.src).nic->SendProgress(id, sent, bps);
+      ++moved;
+      bytes += f.size - std::min(sent, f.size);
+    }
+    impl->reroutedFlows += moved;
+    impl->reroutedBytes += bytes;
+    const int64_t atNow = Simulator::Now().GetNanoSeconds();
+    impl->rerouteLog.insert(impl->rerouteLog.end(),
+                            {atNow, static_cast<int64_t>(moved), static_cast<int64_t>(bytes)});
   });
 }
+
+std::vector<int64_t> PhantoraNetwork::RerouteLog() const { return Need().rerouteLog; }
 
 void PhantoraNetwork::SetThrottle(uint32_t node, int64_t startNs, int64_t endNs, double factor) {
   Impl& s = Need();

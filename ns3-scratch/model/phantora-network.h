@@ -179,8 +179,12 @@ class PhantoraNetwork {
   /// stream seeded by `seed`. (0, 0, 0) restores the link.
   void ScheduleLinkDegrade(int64_t atNs, uint32_t link, uint64_t bps, uint64_t extraDelayNs, double loss,
                            uint64_t seed);
-  /// Routing re-converges at `atNs`: from then on routes avoid exactly the links failed at that instant.
+  /// Routing re-converges at `atNs`: from then on routes avoid exactly the links failed at that instant. A
+  /// started flow whose route changes then moves with the bytes it has not sent once (a flow left with no
+  /// route stays where it is): counted in Stats ("rerouted_flows", "rerouted_bytes") and RerouteLog.
   void ScheduleReconverge(int64_t atNs);
+  /// Every re-convergence so far, flat: ns, flows moved, bytes moved, ns, ...
+  std::vector<int64_t> RerouteLog() const;
   /// A slow GPU (scenario gpu_slow) on endpoint `node`: compute runs `factor` times slower in [startNs, endNs)
   /// (endNs < 0: to the end). A flow of no bytes from a node to itself with a delay (a replay's compute marker)
   /// has its delay stretched: done at speed 1/factor inside each window, full speed outside; windows multiply.

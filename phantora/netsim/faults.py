@@ -44,6 +44,7 @@ class AppliedEvent:
     links: tuple[int, ...]
     stalled: int = 0  # flows that stopped
     moved: int = 0  # flows that moved to a new route (reroute) or resumed (up)
+    moved_bytes: int = 0  # reroute: the bytes those flows had left to send
 
 
 class FaultyFlowSimulator(FlowSimulator):
@@ -150,7 +151,7 @@ class FaultyFlowSimulator(FlowSimulator):
 
     # ----- actions --------------------------------------------------------------------------
     def _apply(self, a: LinkAction, t: int, touched: set[int]) -> None:
-        stalled = moved = 0
+        stalled = moved = moved_bytes = 0
         if a.op == DOWN:
             for link in a.links:
                 self._down[link] = self._down.get(link, 0) + 1
@@ -170,8 +171,10 @@ class FaultyFlowSimulator(FlowSimulator):
         elif a.op in (DEGRADE, RESTORE):
             self._degrade(a, touched)
         else:
+            before = self._fault_stats["rerouted_bytes"]
             moved = self._reroute(t, touched)
-        self.applied.append(AppliedEvent(t, a.op, a.label, a.links, stalled, moved))
+            moved_bytes = int(self._fault_stats["rerouted_bytes"] - before)
+        self.applied.append(AppliedEvent(t, a.op, a.label, a.links, stalled, moved, moved_bytes))
 
     def _push_reroute(self, a: LinkAction, t: int) -> None:
         self._push(LinkAction(t + self.scenario.reconvergence_ns, _REROUTE, a.links, a.label))

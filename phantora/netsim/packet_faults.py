@@ -14,6 +14,8 @@
   the scenario's seed and the link.
 - **Background flows** ride in the same fabric with ids from `BACKGROUND_BASE`; their completions are kept
   apart (`background_done`).
+- **Rerouted flows**: at each re-convergence, the started flows whose route changed, with the bytes they had not
+  sent once (`rerouted_flows`, `rerouted_bytes`; per re-convergence in `applied_so_far`).
 
 A scenario with failures or loss needs a retransmission timeout: without `rto_ns` in the config it gets
 `SCENARIO_RTO_NS`.
@@ -21,6 +23,7 @@ A scenario with failures or loss needs a retransmission timeout: without `rto_ns
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -166,9 +169,20 @@ class FaultyNs3Simulator(Ns3Simulator):
         return [c for c in out if c.flow_id < BACKGROUND_BASE]
 
     def applied_so_far(self) -> list[AppliedEvent]:
-        """The actions whose time the run has reached."""
+        """The actions whose time the run has reached; each re-convergence with the flows it moved and their bytes
+        not yet sent once (`PhantoraNetwork::RerouteLog`, one entry per re-convergence in the order they ran)."""
         now = self.now()
-        return [e for e in self.applied if e.t_ns <= now]
+        log = [int(x) for x in self._net.RerouteLog()]
+        moves = iter(zip(log[1::3], log[2::3], strict=True))
+        out = []
+        for e in self.applied:
+            if e.t_ns > now:
+                continue
+            if e.op == "reroute":
+                flows, nbytes = next(moves, (0, 0))
+                e = dataclasses.replace(e, moved=flows, moved_bytes=nbytes)
+            out.append(e)
+        return out
 
     def stats(self) -> dict[str, object]:
         out = super().stats()

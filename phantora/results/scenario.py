@@ -77,6 +77,10 @@ def phases(spans: Sequence[tuple[int, int]], start: int, end: int | None) -> dic
 def applied_rows(engine: FaultyFlowSimulator | FaultyNs3Simulator, topo: Topology) -> list[dict[str, Any]]:
     """The link actions the engine applied so far, links by name (results.json's `applied`)."""
     names = topo.nodes
+    if isinstance(engine, FaultyNs3Simulator):
+        events = engine.applied_so_far()  # with the fabric's own count of what each re-convergence moved
+    else:
+        events = [e for e in engine.applied if e.t_ns <= engine.now()]
     return [
         {
             "t_ns": e.t_ns,
@@ -85,9 +89,9 @@ def applied_rows(engine: FaultyFlowSimulator | FaultyNs3Simulator, topo: Topolog
             "links": [f"{names[topo.links[x].a].name}-{names[topo.links[x].b].name}" for x in e.links],
             "stalled_flows": e.stalled,
             "moved_flows": e.moved,
+            **({"moved_bytes": e.moved_bytes} if e.op == "reroute" else {}),
         }
-        for e in engine.applied
-        if e.t_ns <= engine.now()
+        for e in events
     ]
 
 
