@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +107,17 @@ def test_a_live_job_and_a_recorded_one_under_the_scenario(tmp_path: Path) -> Non
     section = json.loads((out / "results.json").read_text())["scenario"]
     assert [(a["op"], a["links"]) for a in section["applied"]] == [("degrade", ["leaf0-spine0"])]
     assert {name: p["during"]["count"] for name, p in section["events"][0]["jobs"].items()} == {"live": 3, "b": 1}
+
+
+@pytest.mark.ns3
+def test_packet_jobs_run_under_the_scenario(ns3_lib: Any, tmp_path: Path) -> None:
+    """The same jobs on ns-3 (the plain packet engine under the scenario): the degrade is applied there, and with
+    the uplink at B/2 shared by two all-reduces each takes at least the fluid closed form's ceil(4*S*8/B)."""
+    out = tmp_path / "out"
+    argv = ["replay", *files(tmp_path, DEGRADE), "--scenario", str(tmp_path / "sc.toml"), "--out", str(out)]
+    assert main([*argv, "--network", "ns3", "--cc", "dcqcn", "--collective-model", "ideal"]) == 0
+    section = json.loads((out / "results.json").read_text())["scenario"]
+    assert section["engine"] == "ns3"
+    assert [(a["op"], a["links"]) for a in section["applied"]] == [("degrade", ["leaf0-spine0"])]
+    ops = json.loads((out / "jobs" / "a" / "results.json").read_text())["collectives"]
+    assert all(op["end_ns"] - op["t_start"] >= -(-4 * S * 8 * 10**9 // B) for op in ops)

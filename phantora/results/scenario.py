@@ -159,7 +159,7 @@ def scenario_results(
 def format_scenario(res: dict[str, Any]) -> str:
     """A few lines for the terminal."""
     lines = [f"scenario {res['name']}: {len(res.get('applied', []))} link actions applied"]
-    if "rerouted_bytes" in res:
+    if "stalls" in res:  # the flow engine's counters (ns-3 reports rerouted flows too, but packets, not stalls)
         lines.append(
             f"  rerouted {res['rerouted_flows']} flows ({res['rerouted_bytes']:,} bytes), "
             f"lost {res['lost_bytes']:,} bytes, {res['stalls']} stalls"
@@ -173,6 +173,11 @@ def format_scenario(res: dict[str, Any]) -> str:
         lines.append(
             f"  packets lost on failed or lossy links {res.get('lost_packets', 0):,} ({res['lost_bytes']:,} payload "
             f"bytes), retransmitted {res.get('retx_bytes', 0):,} bytes"
+            + (
+                f"; rerouted {res['rerouted_flows']} flows ({res['rerouted_bytes']:,} bytes)"
+                if "rerouted_bytes" in res
+                else ""
+            )
         )
     for key, what in (("fct_slowdown_background", "background"), ("fct_slowdown_ml", "ML job")):
         rows = [r for r in res.get(key, []) if r["flows"]]
