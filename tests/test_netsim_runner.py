@@ -112,13 +112,15 @@ def test_single_flow_runs_at_line_rate(built, tmp_path: Path) -> None:
 
 
 def test_netsim_cli_imports_no_bindings(built, tmp_path: Path) -> None:
-    """The netsim CLI path in packet mode imports neither ns-3's bindings (cppyy) nor torch."""
+    """The netsim CLI path in packet mode imports neither ns-3's bindings (cppyy) nor torch; nor numpy, zmq or the
+    other commands (the start-up budget: issue 39 item 6)."""
     code = (
         "import sys\n"
         "from phantora.cli import main\n"
         f"rc = main(['netsim', '--network', 'ns3', '--cc', 'hpcc', '-t', 'hpcc/star8', '-f', 'incast4', "
         f"'-o', {str(tmp_path / 'out')!r}])\n"
-        "loaded = sorted(m for m in ('ns', 'ns3', 'cppyy', 'torch') if m in sys.modules)\n"
+        "heavy = ('ns', 'ns3', 'cppyy', 'torch', 'numpy', 'zmq', 'bridge.workers', 'phantora.commands.replay')\n"
+        "loaded = sorted(m for m in heavy if m in sys.modules)\n"
         "print('LOADED', loaded)\n"
         "sys.exit(rc)\n"
     )

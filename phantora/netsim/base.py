@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 INF_NS = 1 << 62  # "never": no time limit (fits int64 on the wire)
 
 
+class CausalityError(PhantoraError, AssertionError):
+    """Something was stamped earlier than the engine's current time (the network never rolls back)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Flow:
     """A point-to-point transfer, possibly waiting on other flows (a DAG edge set)."""

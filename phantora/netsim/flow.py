@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim.base import INF_NS, Completion, Flow, check_flow_batch, step_watching
+from phantora.netsim.base import INF_NS, CausalityError, Completion, Flow, check_flow_batch, step_watching
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
 from phantora.netsim.multipath import MultiRoute, multipath
@@ -49,10 +49,6 @@ LB_MODELS = {  # the packet engine's lb -> the flow engine's model of it (result
     "reps": "spray: per-hop even split over the equal-cost paths (what REPS converges to on a balanced fabric)",
     "oblivious": "spray: per-hop even split over the equal-cost paths (the expectation of oblivious spraying)",
 }
-
-
-class CausalityError(PhantoraError, AssertionError):
-    """Something was stamped earlier than the engine's current time (the network never rolls back)."""
 
 
 class _Active:

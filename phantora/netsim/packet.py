@@ -25,9 +25,8 @@ from typing import Any
 
 from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
-from phantora.netsim.base import Completion, Flow, check_flow_batch
+from phantora.netsim.base import CausalityError, Completion, Flow, check_flow_batch
 from phantora.netsim.effective import EffectiveSettings
-from phantora.netsim.flow import CausalityError
 from phantora.netsim.hpcc_io import FctLine, PfcLine
 from phantora.netsim.ns3_build import (  # noqa: F401 - re-exported: packet.build, packet.needs_build, ...
     BUILD_SCRIPT,

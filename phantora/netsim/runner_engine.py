@@ -18,8 +18,7 @@ from typing import Any
 
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim import cc_registry, ns3_build
-from phantora.netsim.base import Flow
-from phantora.netsim.flow import CausalityError
+from phantora.netsim.base import CausalityError, Flow
 from phantora.netsim.ns3_calls import RecordedNetwork
 from phantora.netsim.packet import check_packet_batch, finalize_field
 from phantora.netsim.packet_config import PacketConfig, field_of_param

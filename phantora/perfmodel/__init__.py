@@ -8,14 +8,56 @@ Entry points:
 - `split_rows`, `fit_curves`, `predict_rows`, `class_errors`: calibration and its honest error.
 """
 
-from phantora.perfmodel.curves import Curves
-from phantora.perfmodel.evaluate import class_errors, predict_rows
-from phantora.perfmodel.features import OpCall, OpFeatures, compute_features, make_call
-from phantora.perfmodel.fit import fit_curves, split_rows
-from phantora.perfmodel.gpus import GPUS, GpuSpec, get_gpu
-from phantora.perfmodel.model import ComputeModel, load_curves, predict_ns, save_curves
-from phantora.perfmodel.ops import op_class
-from phantora.perfmodel.table import MeasuredRow, TimingTable, read_table, write_table
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phantora.perfmodel.curves import Curves
+    from phantora.perfmodel.evaluate import class_errors, predict_rows
+    from phantora.perfmodel.features import OpCall, OpFeatures, compute_features, make_call
+    from phantora.perfmodel.fit import fit_curves, split_rows
+    from phantora.perfmodel.gpus import GPUS, GpuSpec, get_gpu
+    from phantora.perfmodel.model import ComputeModel, load_curves, predict_ns, save_curves
+    from phantora.perfmodel.ops import op_class
+    from phantora.perfmodel.table import MeasuredRow, TimingTable, read_table, write_table
+
+# The names above load on first use, so importing one submodule (phantora.perfmodel.throttle, which `netsim`
+# needs) does not import numpy and the fitting code with it.
+_SOURCE = {
+    "Curves": "curves",
+    "class_errors": "evaluate",
+    "predict_rows": "evaluate",
+    "OpCall": "features",
+    "OpFeatures": "features",
+    "compute_features": "features",
+    "make_call": "features",
+    "fit_curves": "fit",
+    "split_rows": "fit",
+    "GPUS": "gpus",
+    "GpuSpec": "gpus",
+    "get_gpu": "gpus",
+    "ComputeModel": "model",
+    "load_curves": "model",
+    "predict_ns": "model",
+    "save_curves": "model",
+    "op_class": "ops",
+    "MeasuredRow": "table",
+    "TimingTable": "table",
+    "read_table": "table",
+    "write_table": "table",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name from its submodule on first use."""
+    if name not in _SOURCE:
+        raise AttributeError(f"module 'phantora.perfmodel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"phantora.perfmodel.{_SOURCE[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "GPUS",
