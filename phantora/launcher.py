@@ -171,6 +171,18 @@ def input_files(cfg: RunConfig, script: Path | None) -> dict[str, str | Path | N
     return files
 
 
+def rank_options(cfg: RunConfig, gpu: str, out: Path, model_opts: tuple[str, tuple[str, ...], str | None],
+                 phantom: bool) -> Options:  # fmt: skip
+    """What a rank of the run is told (phantora.rank_options) of its GPU, compute model, tensors, trace and output
+    directory: the one place for a single run and for each job of several (phantora.jobs.run adds its own)."""
+    opts = Options(gpu=gpu, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
+    opts.compute_model, opts.perf_tables, opts.curves = model_opts
+    opts.public_fit = cfg.public_fit
+    opts.phantom = phantom
+    opts.sim_cuda = cfg.sim_cuda
+    return opts
+
+
 def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dict[str, Any]:
     """{"idle_fabric": ...} for a packet-level run whose traffic left the switches (almost) idle, else {}."""
     from phantora.results.idle import given_settings, idle_fabric_on
@@ -237,11 +249,7 @@ def launch(cfg: RunConfig) -> RunReport:
 
         out = make_run_dir()  # private, removed at the end (or by a later run, if this launcher is killed)
         rd = RunDir(out)
-    opts = Options(gpu=gpu_name, launch_ns=cfg.launch_ns, trace=cfg.trace, out_dir=str(out), time_patch=cfg.time_patch)
-    opts.compute_model, opts.perf_tables, opts.curves = model_opts
-    opts.public_fit = cfg.public_fit
-    opts.phantom = phantom
-    opts.sim_cuda = cfg.sim_cuda
+    opts = rank_options(cfg, gpu_name, out, model_opts, phantom)
     opts.scenario = str(Path(engine.scenario).resolve()) if engine.scenario else None  # slow GPUs, step reports
     if packet is not None:  # how the ranks mark their collectives (traffic class, DLCP loss tolerance)
         opts.priority, opts.dlcp, opts.dlcp_bound = packet.priority, packet.dlcp, float(packet.dlcp_bound)

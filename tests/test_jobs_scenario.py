@@ -121,3 +121,18 @@ def test_packet_jobs_run_under_the_scenario(ns3_lib: Any, tmp_path: Path) -> Non
     assert [(a["op"], a["links"]) for a in section["applied"]] == [("degrade", ["leaf0-spine0"])]
     ops = json.loads((out / "jobs" / "a" / "results.json").read_text())["collectives"]
     assert all(op["end_ns"] - op["t_start"] >= -(-4 * S * 8 * 10**9 // B) for op in ops)
+
+
+def test_a_jobs_ranks_get_the_run_options_a_single_run_gives(tmp_path: Path) -> None:
+    """Each job's ranks are told the run's options through the launcher's one `rank_options` (--no-public-fit was
+    dropped on the jobs path before), with the job's own start and step count."""
+    from phantora.jobs.run import _job_env
+    from phantora.jobs.spec import JobSpec
+    from phantora.launcher import RunConfig
+    from phantora.rank_options import Options
+
+    cfg = RunConfig("", public_fit=False, sim_cuda=False, gpu="a100", trace="coarse")
+    job = JobSpec("a", "script", "x.py", ranks=2, start_ns=7, steps=3)
+    opts = Options.from_env(_job_env(cfg, job, tmp_path, ("roofline", (), None)))
+    assert (opts.public_fit, opts.sim_cuda, opts.gpu, opts.trace) == (False, False, "a100", "coarse")
+    assert (opts.compute_model, opts.start_ns, opts.max_steps, opts.out_dir) == ("roofline", 7, 3, str(tmp_path))

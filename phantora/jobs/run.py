@@ -47,6 +47,7 @@ from phantora.launcher import (
     RunConfig,
     compute_model_options,
     config_options,
+    rank_options,
     resolve_topology,
     run_cc,
 )
@@ -54,7 +55,7 @@ from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.scenario import Scenario
 from phantora.perfmodel.gpus import get_gpu
-from phantora.rank_options import Options, check_trace_level
+from phantora.rank_options import check_trace_level
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results import schema as S
@@ -135,12 +136,8 @@ def _job_env(
     base: RunConfig, job: JobSpec, out: Path, model_opts: tuple[str, tuple[str, ...], str | None]
 ) -> dict[str, str]:
     """A live job's rank options (its own output directory, start, step count, tensor mode) and environment."""
-    opts = Options(
-        gpu=base.gpu or "h100", launch_ns=base.launch_ns, trace=base.trace, out_dir=str(out), time_patch=base.time_patch
-    )
-    opts.compute_model, opts.perf_tables, opts.curves = model_opts
-    opts.phantom = base.tensors == "phantom" or (base.tensors == "auto" and (job.ranks or 0) > PHANTOM_ABOVE)
-    opts.sim_cuda = base.sim_cuda
+    phantom = base.tensors == "phantom" or (base.tensors == "auto" and (job.ranks or 0) > PHANTOM_ABOVE)
+    opts = rank_options(base, base.gpu or "h100", out, model_opts, phantom)
     opts.start_ns, opts.max_steps = job.start_ns, job.steps
     return {**opts.to_env(), **base.env, **job.env}
 
