@@ -24,3 +24,17 @@ def test_cpp_test_suites_pass(ns3_lib) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS phantora-model" in proc.stdout and "FAIL" not in proc.stdout
     assert proc.stdout.count("  PASS ") >= 5  # every test case ran
+
+
+def test_cpp_fault_suite_passes(ns3_lib) -> None:
+    """The scenario code of the fabric (ns3-scratch/test/phantora-fault-test-suite.cc): re-convergence routes, a
+    flow on a failed link moved with its unsent bytes, a flap with no traffic changing nothing."""
+    if needs_build(tests=True):
+        build(tests=True)
+    runner = library_path().parent / "phantora-ns3-tests"
+    proc = subprocess.run(
+        [str(runner), "--suite=phantora-faults", "--verbose"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS phantora-faults" in proc.stdout and "FAIL" not in proc.stdout
+    assert proc.stdout.count("  PASS ") == 3

@@ -1,0 +1,175 @@
+// ns-3 TestSuite "phantora-faults": the scenario code of the fabric (docs/scenarios.md), link failures, repairs and
+// re-convergence of the route table, on a leaf-spine fabric of two hosts and two spines.
+
+#include "phantora-network.h"
+
+#include "ns3/test.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace ns3;
+
+namespace {
+
+constexpr uint64_t kBps = 100'000'000'000ULL;  // every link 100 Gb/s
+constexpr uint64_t kDelayNs = 1000;            // and 1 us
+constexpr int64_t kForever = int64_t{1} << 40;
+
+/// Two hosts on two leaves joined by two spines: a - leaf0 - spine0|spine1 - leaf1 - b. A failure is on an uplink
+/// (leaf0 - spine): a NIC keeps the port its queue pair opened on, so the fabric routes around the failure.
+struct TwoPaths {
+  uint32_t a, b;
+};
+
+TwoPaths Build(PhantoraNetwork& net) {
+  TwoPaths t{};
+  t.a = net.AddNode("host");
+  t.b = net.AddNode("host");
+  const uint32_t leaf0 = net.AddNode("switch");
+  const uint32_t leaf1 = net.AddNode("switch");
+  const uint32_t spine0 = net.AddNode("switch");
+  const uint32_t spine1 = net.AddNode("switch");
+  net.AddLink(t.a, leaf0, kBps, kDelayNs);
+  net.AddLink(leaf1, t.b, kBps, kDelayNs);
+  for (const uint32_t spine : {spine0, spine1}) {
+    net.AddLink(leaf0, spine, kBps, kDelayNs);
+    net.AddLink(spine, leaf1, kBps, kDelayNs);
+  }
+  net.Finalize();
+  return t;
+}
+
+/// The uplink a route takes: its second hop (channel ids are 2 x link + direction).
+uint32_t Uplink(const std::vector<int64_t>& route) { return static_cast<uint32_t>(route.at(1) / 2); }
+
+std::map<std::string, double> StatsOf(const PhantoraNetwork& net) {
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : net.Stats()) {
+    out[k] = v;
+  }
+  return out;
+}
+
+/// A failed link keeps its routes until re-convergence; then every key avoids it; after its repair and the next
+/// re-convergence the routes are the intact fabric's again.
+class ReconvergeRoutesTest : public TestCase {
+ public:
+  ReconvergeRoutesTest() : TestCase("re-convergence: routes avoid exactly the links down at that instant") {}
+
+ private:
+  void DoRun() override {
+    PhantoraNetwork net;
+    const TwoPaths t = Build(net);
+    std::vector<std::vector<int64_t>> intact;
+    for (uint64_t k = 0; k < 8; ++k) {
+      intact.push_back(net.Route(t.a, t.b, k));
+    }
+    const uint32_t dead = Uplink(intact[0]);
+    net.ScheduleLinkState(10'000, dead, false);
+    net.ScheduleReconverge(15'000);
+    net.ScheduleLinkState(30'000, dead, true);
+    net.ScheduleReconverge(30'000);
+    net.RunUntil(12'000);
+    NS_TEST_ASSERT_MSG_EQ((net.Route(t.a, t.b, 0) == intact[0]), true, "routes unchanged before re-convergence");
+    net.RunUntil(20'000);
+    for (uint64_t k = 0; k < 8; ++k) {
+      const auto r = net.Route(t.a, t.b, k);
+      NS_TEST_ASSERT_MSG_EQ(r.size(), 4u, "four hops");
+      NS_TEST_ASSERT_MSG_NE(Uplink(r), dead, "the dead link is avoided by every key");
+    }
+    net.RunUntil(40'000);
+    for (uint64_t k = 0; k < 8; ++k) {
+      NS_TEST_ASSERT_MSG_EQ((net.Route(t.a, t.b, k) == intact[k]), true, "the intact routes come back");
+    }
+    const auto st = StatsOf(net);
+    NS_TEST_ASSERT_MSG_EQ(st.at("link_events"), 2.0, "one failure, one repair");
+    NS_TEST_ASSERT_MSG_EQ(st.at("reconvergences"), 2.0, "two re-convergences");
+    NS_TEST_ASSERT_MSG_EQ(st.at("wire_lost_packets"), 0.0, "no traffic, nothing lost");
+    const auto log = net.RerouteLog();
+    NS_TEST_ASSERT_MSG_EQ(log.size(), 6u, "one entry per re-convergence");
+    NS_TEST_ASSERT_MSG_EQ(log[0], 15'000, "at its time");
+    NS_TEST_ASSERT_MSG_EQ(log[1] + log[4], 0, "no flow to move");
+  }
+};
+
+/// A 1 MB flow whose uplink fails at t1, routes re-converging d later: the NIC sends into the dead link until
+/// then, those packets are lost and go-back-N resends them on the other path after the retransmission timeout.
+/// The re-convergence moves exactly that flow with the bytes it had not sent once, S - R (t1 + d) within two
+/// packets (R the payload rate); the flow completes with every byte.
+class FailedLinkFlowTest : public TestCase {
+ public:
+  FailedLinkFlowTest() : TestCase("a flow on a failed link: lost, moved at re-convergence with its unsent bytes") {}
+
+ private:
+  void DoRun() override {
+    PhantoraNetwork net;
+    net.SetParam("nic.RetransmitTimeout", "100us");
+    const TwoPaths t = Build(net);
+    const uint64_t size = 1'000'000;
+    const uint64_t key = 7;
+    const int64_t t1 = 20'000;
+    const int64_t d = 5'000;
+    net.AddFlow(1, t.a, t.b, size, 0, 3, key, {}, 0);
+    net.ScheduleLinkState(t1, Uplink(net.Route(t.a, t.b, key)), false);
+    net.ScheduleReconverge(t1 + d);
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(kForever), true, "the flow completes");
+    const auto done = net.DrainCompletions();
+    NS_TEST_ASSERT_MSG_EQ(done.size(), 1u, "one completion");
+    const auto st = StatsOf(net);
+    NS_TEST_ASSERT_MSG_GT(st.at("wire_lost_bytes"), 0.0, "packets were lost on the dead link");
+    NS_TEST_ASSERT_MSG_EQ(st.at("rerouted_flows"), 1.0, "the flow moved");
+    const double rate = 100.0 * 1000.0 / 1048.0 / 8.0;  // payload bytes per ns (1000 B payload, 48 B headers)
+    const double unsent = static_cast<double>(size) - rate * static_cast<double>(t1 + d);
+    NS_TEST_ASSERT_MSG_EQ_TOL(st.at("rerouted_bytes"), unsent, 2000.0, "with S - R (t1 + d) bytes");
+    const auto log = net.RerouteLog();
+    NS_TEST_ASSERT_MSG_EQ(log.size(), 3u, "one re-convergence");
+    NS_TEST_ASSERT_MSG_EQ(log[0], t1 + d, "at t1 + d");
+    NS_TEST_ASSERT_MSG_EQ(log[1], 1, "one flow");
+    NS_TEST_ASSERT_MSG_EQ(static_cast<double>(log[2]), st.at("rerouted_bytes"), "the log and the counters agree");
+  }
+};
+
+/// A flap with no re-convergence delay before any flow starts changes nothing: the flow ends when it would alone.
+class FlapNoTrafficTest : public TestCase {
+ public:
+  FlapNoTrafficTest() : TestCase("a flap with zero delay before a flow starts changes nothing") {}
+
+ private:
+  void DoRun() override {
+    auto end = [](bool flap) {
+      PhantoraNetwork net;
+      const TwoPaths t = Build(net);
+      const uint32_t link = Uplink(net.Route(t.a, t.b, 3));
+      if (flap) {
+        net.ScheduleLinkState(1'000, link, false);
+        net.ScheduleReconverge(1'000);
+        net.ScheduleLinkState(2'000, link, true);
+        net.ScheduleReconverge(2'000);
+      }
+      net.AddFlow(1, t.a, t.b, 200'000, 5'000, 3, 3, {}, 0);
+      net.RunUntilIdle(kForever);
+      const auto done = net.DrainCompletions();
+      return std::pair<int64_t, double>{done.at(0).endNs, StatsOf(net).at("wire_lost_packets")};
+    };
+    const auto clean = end(false);
+    const auto flapped = end(true);
+    NS_TEST_ASSERT_MSG_EQ(flapped.first, clean.first, "same end, to the ns");
+    NS_TEST_ASSERT_MSG_EQ(flapped.second, 0.0, "nothing lost");
+  }
+};
+
+class PhantoraFaultTestSuite : public TestSuite {
+ public:
+  PhantoraFaultTestSuite() : TestSuite("phantora-faults", Type::UNIT) {
+    AddTestCase(new ReconvergeRoutesTest, TestCase::Duration::QUICK);
+    AddTestCase(new FailedLinkFlowTest, TestCase::Duration::QUICK);
+    AddTestCase(new FlapNoTrafficTest, TestCase::Duration::QUICK);
+  }
+};
+
+PhantoraFaultTestSuite g_phantoraFaultTestSuite;
+
+}  // namespace
