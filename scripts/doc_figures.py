@@ -21,6 +21,16 @@ Extra output lines between two quoted lines are allowed: a quote may leave rows 
     .venv/bin/python scripts/doc_figures.py --list             # the marked blocks
     .venv/bin/python scripts/doc_figures.py --check [--slow]   # run them and report every mismatch
     .venv/bin/python scripts/doc_figures.py --show docs/tutorial.md:42   # a block's fresh output, to paste
+    .venv/bin/python scripts/doc_figures.py --regenerate docs/validation.md:212   # rewrite a generated block
+
+A generated block is markdown the command prints, kept rendered (tables, lists), between two comment lines:
+
+    <!-- generated[slow]: .venv/bin/python bench/bench_nccl_tests.py --markdown -->
+    ...the command's output, verbatim...
+    <!-- end of generated block -->
+
+It is checked whole (every line, in order, blank lines at its ends aside), and `--regenerate FILE:LINE` writes
+the command's fresh output into it.
 
 Wall times are not simulated figures: quote them as indications with the date and the machine, outside marked
 lines (or as ` ...` prefixes).
@@ -37,6 +47,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!--\s*output-of(?:\[([^\]]*)\])?:\s*(.+?)\s*-->\s*$")
+GENERATED = re.compile(r"^<!--\s*generated(?:\[([^\]]*)\])?:\s*(.+?)\s*-->\s*$")
+END_GENERATED = "<!-- end of generated block -->"
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,7 @@ class Block:
     slow: bool
     quoted: tuple[str, ...]
     needs: str | None = None  # a folder of the shared data the command reads (skipped where absent)
+    end: int = 0  # a generated block: 1-based line of its end marker (0: an output-of block)
 
     @property
     def where(self) -> str:
@@ -106,9 +119,56 @@ def _options(path: Path, line: int, text: str) -> tuple[bool, str | None]:
     return slow, needs
 
 
+def generated_blocks(path: Path) -> list[Block]:
+    """The generated blocks of one markdown file: the lines between the marker and its end marker."""
+    lines = path.read_text().splitlines()
+    out: list[Block] = []
+    for i, raw in enumerate(lines):
+        m = GENERATED.match(raw.strip())
+        if not m:
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == END_GENERATED), None)
+        if end is None:
+            raise ValueError(f"{path.name}:{i + 1}: a generated block needs its end line {END_GENERATED!r}")
+        slow, needs = _options(path, i + 1, m.group(1) or "")
+        body = tuple(line.rstrip() for line in lines[i + 1 : end])
+        out.append(Block(path, i + 1, m.group(2), slow, body, needs, end=end + 1))
+    return out
+
+
 def all_blocks() -> list[Block]:
-    """Every marked block of README.md and docs/*.md."""
-    return [b for p in doc_files() for b in blocks(p)]
+    """Every marked block of README.md and docs/*.md: output-of blocks, then generated ones."""
+    return [b for p in doc_files() for b in blocks(p)] + [b for p in doc_files() for b in generated_blocks(p)]
+
+
+def _trimmed(lines: list[str] | tuple[str, ...]) -> list[str]:
+    """Lines without trailing spaces, and without blank lines at either end."""
+    out = [line.rstrip() for line in lines]
+    while out and not out[0]:
+        out.pop(0)
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def differences(block: Block, output: str) -> list[str]:
+    """What of a block the output does not hold: quoted lines (output-of) or any differing line (generated)."""
+    if not block.end:
+        return mismatches(block.quoted, output)
+    want, got = _trimmed(block.quoted), _trimmed(output.splitlines())
+    pairs = enumerate(zip(want, got, strict=False))
+    problems = [f"line {k + 1}: block: {a}\n  output: {b}" for k, (a, b) in pairs if a != b]
+    if len(want) != len(got):
+        problems.append(f"the block has {len(want)} lines, the output {len(got)}")
+    return problems
+
+
+def regenerate(block: Block) -> None:
+    """Write the command's fresh output into a generated block (a blank line at each end)."""
+    lines = block.path.read_text().splitlines()
+    body = ["", *_trimmed(run(block).splitlines()), ""]
+    lines[block.line : block.end - 1] = body
+    block.path.write_text("\n".join(lines) + "\n")
 
 
 def _matches(quoted: str, actual: str) -> bool:
@@ -171,13 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="run the blocks' commands and compare")
     ap.add_argument("--slow", action="store_true", help="with --check: also the [slow] blocks")
     ap.add_argument("--show", metavar="FILE:LINE", help="run one block's command and print its output")
+    ap.add_argument("--regenerate", metavar="FILE:LINE", help="write a generated block's fresh output into it")
     args = ap.parse_args(argv)
     found = all_blocks()
-    if args.show:
-        pick = [b for b in found if b.where == args.show]
-        if not pick:
-            ap.error(f"no marked block at {args.show} (see --list)")
-        print(run(pick[0]), end="")
+    if args.show or args.regenerate:
+        pick = [b for b in found if b.where == (args.show or args.regenerate)]
+        if not pick or (args.regenerate and not pick[0].end):
+            ap.error(f"no {'generated' if args.regenerate else 'marked'} block there (see --list)")
+        if args.regenerate:
+            regenerate(pick[0])
+        else:
+            print(run(pick[0]), end="")
         return 0
     if args.list or not args.check:
         for b in found:
@@ -190,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         if b.missing():
             print(f"{b.where}: skipped ({b.missing()} absent)")
             continue
-        problems = mismatches(b.quoted, run(b))
+        problems = differences(b, run(b))
         print(f"{b.where}: {'ok' if not problems else f'{len(problems)} line(s) differ'}")
         for p in problems:
             print("  " + p)

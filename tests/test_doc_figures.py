@@ -52,6 +52,24 @@ def test_markers_are_parsed(tmp_path: Path) -> None:
         doc_figures.blocks(md)
 
 
+def test_a_generated_block_is_checked_whole_and_regenerated(tmp_path: Path, monkeypatch) -> None:
+    md = tmp_path / "x.md"
+    text = "intro\n<!-- generated: printf 'a\\nb\\n' -->\n\na\nb\n\n<!-- end of generated block -->\nafter\n"
+    md.write_text(text)
+    monkeypatch.setattr(doc_figures, "ROOT", tmp_path)
+    (block,) = doc_figures.generated_blocks(md)
+    assert (block.line, block.end, block.command) == (2, 7, "printf 'a\\nb\\n'")
+    assert doc_figures.differences(block, "a\nb\n") == []
+    assert doc_figures.differences(block, "a\nc\n")  # a changed line
+    assert doc_figures.differences(block, "a\nb\nextra\n")  # unlike output-of, no extra line is allowed
+    md.write_text(md.read_text().replace("\nb\n\n<!--", "\nold\n\n<!--"))
+    doc_figures.regenerate(doc_figures.generated_blocks(md)[0])
+    assert md.read_text() == text
+    md.write_text("<!-- generated: true -->\nno end\n")
+    with pytest.raises(ValueError, match="end line"):
+        doc_figures.generated_blocks(md)
+
+
 BLOCKS = doc_figures.all_blocks()
 # A slow block runs a study (a sweep, several live jobs): minutes on a quiet machine, more when it is shared, so
 # it gets more than the suite's 300 s.
@@ -69,7 +87,7 @@ def test_the_docs_have_checked_figures() -> None:
 def test_quoted_output_is_what_the_command_prints(block) -> None:
     if block.missing():
         pytest.skip(f"{block.missing()} absent (shared data the command reads)")
-    problems = doc_figures.mismatches(block.quoted, doc_figures.run(block))
+    problems = doc_figures.differences(block, doc_figures.run(block))
     assert not problems, f"{block.where}: `{block.command}` now prints otherwise:\n" + "\n".join(problems)
 
 
