@@ -46,6 +46,9 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     assert seen["device"] == "cuda:1" and seen["is_cuda"]
     assert seen["from_list"] == seen["pinned_to_cuda"] == "cuda:1" and seen["host_copy"] == "cpu"
     assert seen["int_device"] == ["cuda:1", "cuda:1"]  # torch.tensor(n, device=torch.cuda.current_device())
+    # inside `with torch.device(...)` torch.tensor builds on that device, as torch's other factories do
+    # (transformers' from_pretrained asks torch.tensor([]).device whether it builds on meta)
+    assert seen["device_context"] == ["meta", "meta", "cuda:1"]
     # torch.accelerator: the device, a device_index context, memory as torch.cuda's, capability; stream priorities
     assert seen["accelerator"] == [1, 0, True, True, True, [0, -3]]
     assert seen["dot_cuda"] == ["cuda:1", "cuda:1"]  # `.cuda()` and `.to("cuda")` go to the current device

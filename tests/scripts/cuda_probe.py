@@ -56,6 +56,10 @@ out["accelerator"] = [
 ]
 index = torch.cuda.current_device()  # an integer device is the current accelerator's (Megatron-LM)
 out["int_device"] = [str(torch.tensor(3, device=index).device), str(torch.zeros(2, device=index).device)]
+with torch.device("meta"):  # a device context reaches torch.tensor & co as it reaches torch's other factories
+    out["device_context"] = [str(torch.tensor([]).device), str(torch.as_tensor([1.0]).device)]
+with torch.device("cuda"):
+    out["device_context"].append(str(torch.tensor([1.0]).device))
 out["pinned_to_cuda"] = str(torch.arange(4).pin_memory().to("cuda", non_blocking=True).device)
 out["host_copy"] = str(x.cpu().device)
 out["dot_cuda"] = [str(torch.zeros(2).cuda().device), str(torch.zeros(2).to("cuda").device)]  # the current device

@@ -139,6 +139,10 @@ def _on_host_then_move(orig: Any) -> Any:
     @functools.wraps(orig)
     def make(*args: Any, **kwargs: Any) -> Any:
         dev = kwargs.get("device")
+        if dev is None:  # a device context (`with torch.device("meta")`, set_default_device) names it
+            dev = _context_device()
+            if dev is not None:
+                kwargs["device"] = dev
         if args:  # torch reads tensors inside the data with Python dispatch off: bring them to the host first
             args = (tree_map(_to_host, args[0]), *args[1:])
         if not is_cuda_device(dev):
@@ -156,6 +160,24 @@ def _on_host_then_move(orig: Any) -> Any:
         return out.requires_grad_(True) if requires_grad else out
 
     return make
+
+
+def _context_device() -> torch.device | None:
+    """The device a device context or `torch.set_default_device` gives factories, or None (the CPU).
+
+    torch's device context adds ``device=`` to the calls of the functions it listed when it was first used. The
+    wrapper of `_on_host_then_move` is not a torch function, so the context never sees a call of it, and its call
+    of the original is not one the context lists: without this, `torch.tensor([])` inside ``with
+    torch.device("meta")`` made a CPU tensor (transformers' `from_pretrained` asks that to know whether it builds
+    on meta; it then ran the rotary embedding's initialisation on meta buffers and left them uninitialised).
+    """
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    for mode in reversed(_get_current_function_mode_stack()):  # what torch.get_default_device reads (which calls
+        if isinstance(mode, DeviceContext):  # torch.tensor for an index-less device: this wrapper again)
+            return None if mode.device.type == "cpu" else mode.device
+    return None
 
 
 def _to_host(x: Any) -> Any:
