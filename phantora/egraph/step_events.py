@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator
-from phantora.netsim.packet_faults import FaultyNs3Simulator, scenario_engine
+from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.packet_faults import scenario_engine
 from phantora.netsim.scenario import GpuSlow, Scenario
 from phantora.perfmodel.throttle import Throttle, Throttles
 from phantora.topology.model import Topology
@@ -109,7 +110,7 @@ class StepThrottles:
         self.opens: dict[int, GpuSlow] = {}  # step marker -> the event its completion opens
         for ev in sc.gpu_slow():
             if ev.at_step is not None:
-                if isinstance(scenario_engine(sim), FaultyNs3Simulator) or not hasattr(sim, "stretch"):
+                if not isinstance(sim, FlowSimulator):
                     raise InputError(
                         "a slow GPU from a step in a graph replay runs on the flow network (ns-3 stretches compute "
                         "inside the fabric, which does not see steps start): give `at`",
@@ -124,7 +125,8 @@ class StepThrottles:
         self.started: dict[int, int] = {}  # rank -> ns a window at a step opened (its rank's step start)
         self._stretch = compute_stretch(Throttles(self.windows), topo)
         if self.opens or self.windows:
-            sim.stretch = self.stretch  # type: ignore[attr-defined]
+            assert isinstance(sim, FlowSimulator)
+            sim.stretch = self.stretch
 
     def stretch(self, f: Flow, release_ns: int) -> int:
         hit = [m for m in f.deps if m in self.opens]
