@@ -849,10 +849,11 @@ class CoordinatorCore:
         """A scenario's engine, here or in the network server: the link actions it applied (links by name), the
         background traffic done and its FCT slowdown by size bucket, the steps ranks started and, with per-flow
         records kept, the job's own FCT slowdown by size bucket; {} without a scenario."""
+        from bridge.remote import RemoteSimulator
         from phantora.results.scenario import completion_rows, engine_outcome, fct_slowdown_buckets
 
-        remote = getattr(self.engine, "scenario_outcome", None)
-        out = remote() if remote is not None else engine_outcome(self.engine)
+        eng = self.engine
+        out = eng.scenario_outcome() if isinstance(eng, RemoteSimulator) else engine_outcome(eng)
         if not out:
             return {}
         out["steps_started"] = {str(k): v for k, v in sorted(self.steps_started.items())}
