@@ -7,11 +7,11 @@
     .venv/bin/python bench/bench_validation.py --layers 2 --steps 2 # a quick smoke run (not comparable)
 
 Megatron-LM GPT runs of Narayanan et al. (SC 2021), Table 1: for each configuration it writes a DGX A100
-cluster topology (8 GPUs per host on an NVSwitch, NVLink 2400 Gb/s per direction = 600 GB/s per GPU both
-ways, one 200 Gb/s HDR NIC per GPU, a non-blocking 2-tier leaf-spine with 32 NICs (4 hosts) per leaf and
-8 spines), runs examples/megatron_gpt.py under `phantora run --tensors phantom --dedup 8 --gpu a100`
-(flow network) inside `/usr/bin/time -v`, and prints the simulated achieved TFLOP/s per GPU (Megatron's
-FLOP formula over the mean step time of every step but the first) against the paper's figure.
+cluster topology (AMD EPYC hosts, `cpu = "amd"`; 8 GPUs per host on an NVSwitch, NVLink 2400 Gb/s per
+direction = 600 GB/s per GPU both ways, one 200 Gb/s HDR NIC per GPU, a non-blocking 2-tier leaf-spine with
+32 NICs (4 hosts) per leaf and 8 spines), runs examples/megatron_gpt.py under `phantora run --tensors phantom
+--dedup 8 --gpu a100` (flow network) inside `/usr/bin/time -v`, and prints the simulated achieved TFLOP/s per
+GPU (Megatron's FLOP formula over the mean step time of every step but the first) against the paper's figure.
 
 torchtitan's published Llama 3 8B figures (docs/performance.md of pytorch/torchtitan): tokens/s per GPU of
 examples/llama_train.py on 8 H100 (the Grand Teton part: `--gpu h100-96gb`, 500 W, 96 GB HBM2e, local
@@ -56,6 +56,7 @@ def topology_toml(gpus: int) -> str:
         f'description = "{gpus // 8} DGX A100 hosts: 8 GPUs on an NVSwitch (NVLink 2400 Gbps per direction), '
         f'one 200G HDR NIC per GPU, {leaves} leaves x {per_leaf} NICs, {spines} spines, non-blocking"',
         'gpu = "a100"',
+        'cpu = "amd"',  # a DGX A100 has two AMD EPYC 7742s: NCCL's AMD net overhead and LL limits apply
         "",
         "[generator]",
         'kind = "leaf_spine"',
