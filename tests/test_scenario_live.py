@@ -10,19 +10,12 @@ import pytest
 
 from phantora.launcher import RunConfig, launch
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.report.scenario_plot import plot_scenario_steps
+from tests.live_scenario_setup import SCRIPT, TWO_LEAF_TOPO
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tests" / "scripts" / "compute_steps.py"
-TOPO = """[generator]
-kind = "leaf_spine"
-leaves = 2
-endpoints_per_leaf = 1
-spines = 2
-nic_rate = "100Gbps"
-nvswitch = false
-"""
+TOPO = TWO_LEAF_TOPO
 K = 3.0
 SCENARIO = f"""reconvergence = "5us"
 [[events]]
@@ -47,7 +40,10 @@ def run(tmp: Path, name: str, scenario: Path | None) -> tuple[list[dict], dict, 
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     res = json.loads((out / "results.json").read_text())
     trace = json.loads((out / "trace.json").read_text())["traceEvents"]
-    assert (out / "scenario_steps.png").exists() == (scenario is not None)  # the step-time plot, events marked
+    assert not (out / "scenario_steps.png").exists()  # drawn by `phantora run` after the launch, not by the launch
+    if scenario is not None:  # the step-time plot, events marked
+        plot_scenario_steps(out, res["scenario"])
+        assert (out / "scenario_steps.png").stat().st_size > 0 and (out / "scenario_steps.svg").exists()
     return steps, res, trace
 
 

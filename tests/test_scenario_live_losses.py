@@ -12,17 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.live_scenario_setup import ROOT, TWO_LEAF_TOPO
+
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-TOPO = """[generator]
-kind = "leaf_spine"
-leaves = 2
-endpoints_per_leaf = 1
-spines = 2
-nic_rate = "100Gbps"
-nvswitch = false
-"""
+TOPO = TWO_LEAF_TOPO
 SCENARIO = """seed = 2
 reconvergence = "50us"
 [[events]]

@@ -22,20 +22,11 @@ from phantora.netsim.faults import BACKGROUND_BASE
 from phantora.netsim.scenario import read_scenario
 from phantora.results.scenario import BUCKETS
 from phantora.topology import load_topology
+from tests.live_scenario_setup import SCRIPT, TWO_LEAF_TOPO
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tests" / "scripts" / "compute_steps.py"
-TOPO = """[generator]
-kind = "leaf_spine"
-leaves = 2
-endpoints_per_leaf = 1
-spines = 2
-nic_rate = "100Gbps"
-latency = "1us"
-nvswitch = false
-"""
+TOPO = TWO_LEAF_TOPO  # the default latency is 1 us
 SCENARIO = """seed = 4
 reconvergence = "20us"
 [[events]]
