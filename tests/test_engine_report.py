@@ -125,7 +125,6 @@ def test_replay_jobs_hands_every_engine_option_to_the_jobs_runner(tmp_path: Path
 
     import phantora.jobs.run as jobs_run
     from phantora.cli import main
-    from phantora.launcher import engine_spec
 
     (tmp_path / "wl.toml").write_text('name = "w"\n[[op]]\nkind = "all_reduce"\nbytes = "1MB"\nranks = "all"\n')
     jobs = tmp_path / "jobs.toml"
@@ -140,5 +139,5 @@ def test_replay_jobs_hands_every_engine_option_to_the_jobs_runner(tmp_path: Path
     monkeypatch.setattr(jobs_run, "format_jobs", lambda summary: "")
     args = ["replay", "-t", "star8", "--jobs", str(jobs), "--network", "ns3", "--cc", "dcqcn"]
     assert main([*args, "--set", "buffer_bytes=1MB", "--queue-sample-ns", "0", "--seed", "7"]) == 0
-    packet = engine_spec(seen[0]).packet
+    packet = seen[0].engine.packet  # RunConfig carries the run's EngineSpec
     assert (packet.cc, packet.buffer_bytes, packet.queue_sample_ns, packet.seed) == ("dcqcn", 1_000_000, 0, 7)
