@@ -449,3 +449,26 @@ def test_fluid_bounds_let_workers_run_past_fluid_events_and_stay_exact() -> None
         assert sim.packet.rounds <= 4  # type: ignore[attr-defined]
     finally:
         sim.close()
+
+
+@pytest.mark.timeout(120)
+def test_fluid_flows_outlasting_the_packet_side_end_with_the_floor() -> None:
+    """Issue 38 (the 64 MiB hang): once the packet side is idle and the fluid side's flows release nothing there,
+    the floor is unbounded, so the decomposed engine's round has no horizon, moves nothing, and used to return
+    without reaching the caller's limit (the hybrid's next fluid event): the hybrid asked again, forever, every
+    worker answering empty rounds. It must reach the limit, hand out the fluid completions, and equal one engine."""
+    topo = tiny()
+    flows = [
+        Flow(0, gpu(topo, 0, 0), gpu(topo, 1, 0), 64 << 10, key=0),  # about 6 us on the rail
+        Flow(1, gpu(topo, 2, 0), gpu(topo, 2, 1), 64 << 20, key=1),  # NVLink, about 150 us: outlasts it
+        Flow(2, gpu(topo, 2, 1), gpu(topo, 2, 0), 32 << 20, (0,), key=2),  # NVLink, released by the rail flow
+    ]
+    want, got, _ = one_engine_and_two_workers(topo, flows)
+    assert got == want
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+    try:
+        sim.packet.floor = sim.submit_floor  # type: ignore[attr-defined]
+        sim.submit(flows, 0)
+        assert sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain()) == want
+    finally:
+        sim.close()

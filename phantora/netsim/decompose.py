@@ -358,7 +358,12 @@ class DecomposedSimulator(RunsByCompletion):
             self._round(horizon)
             if horizon >= INF_NS and len(self._ends) == ended and not self._buffer:
                 if all(o.empty() for o in self._out):
-                    return []  # nothing moved in an unbounded round: what is left waits forever
+                    if until >= INF_NS:
+                        return []  # nothing moved in an unbounded round: what is left waits forever
+                    # Every worker ran until idle and nothing completed: no completion can come before the caller's
+                    # next flow, which it posts at `until` or later. (The caller's floor may be past `until`, e.g.
+                    # the fluid side's last flows: then E is unbounded and this round ran with no horizon.)
+                    self._wtime = max(self._wtime, until)
 
     def _horizon(self, until: int) -> int:
         """How far every worker may run: up to E + L - 1, E the earliest ns at which a flow could be handed to
