@@ -21,6 +21,7 @@ from typing import Any
 
 import zmq
 
+from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.curve import clients_from_env
 from bridge.errors import BridgeError, ProtocolError
 from bridge.protocol import (
@@ -87,9 +88,13 @@ class NetServer:
         self.rejections = RejectionLog(log)
         self.bounds: dict[int, int] = {}  # a decomposition worker's completion bounds as last reported
 
+    def _state_fields(self) -> dict[str, Any]:
+        eng = self.engine
+        return {"now": eng.now(), "in_flight": eng.in_flight(), "next": eng.next_event_time()}
+
     def _state(self, type_: str, done: list[Completion] | None = None, **extra: Any) -> bytes:
         eng = self.engine
-        fields: dict[str, Any] = {"now": eng.now(), "in_flight": eng.in_flight(), "next": eng.next_event_time()}
+        fields = self._state_fields()
         if done is not None:
             fields["done"] = [completion_to_wire(c) for c in done]
         return encode(type_, eng.now(), **fields, **extra)
@@ -150,13 +155,15 @@ class NetServer:
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
             cpu0, wall0 = time.process_time(), time.perf_counter()
             gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]
-            eng.post([flow_from_wire(r) for r in msg["flows"]], msg["at"], set(msg["gated"]), gates)
+            eng.post(flows_from_columns(msg["flows"]), msg["at"], set(msg["gated"]), gates)
             ran: list[Completion] = []
             while got := eng.advance_to_completion(msg["until"]):  # INF_NS: until nothing can happen any more
                 ran += got
             bounds = self._raised_bounds(eng)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            return self._state("posted", ran, bounds=bounds, cpu=cpu, wall=wall)
+            state = self._state_fields()
+            done = completions_to_columns(ran)
+            return encode("posted", eng.now(), **state, done=done, bounds=bounds, cpu=cpu, wall=wall)
         if msg.type == "get_records":
             fabric = eng.fabric()
             if fabric is None:

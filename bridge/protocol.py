@@ -27,7 +27,7 @@ coordinator -> network server
   get_stats -> stats                engine counters
   get_scenario -> scenario          a scenario's engine: link actions applied, background FCT slowdowns ({} without)
   get_transport -> transport        per flow: [id, retx packets, retx bytes, out-of-order packets, reorder max bytes]
-  post -> completions               decomposition worker: flows (deps on its own flows only), each submitted
+  post -> posted                    decomposition worker: flows as columns (deps on its own flows only), each submitted
                                     at its ``at``, ``gated`` ones also waiting for their gate; ``gates`` opened
                                     as [flow id, ns]; then run to ``until`` (INF_NS: until idle; netsim.decompose)
   get_records -> records            decomposition worker: its fabric records (PFC, marks, ...) and channels
@@ -161,11 +161,12 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "completions": {"done": _list, "now": _int, "in_flight": _int, "next": _opt_int},
     "state": {"now": _int, "in_flight": _int, "next": _opt_int},
     "get_stats": {},
-    "post": {"flows": _list, "at": _ints, "gated": _ints, "gates": _pairs, "until": _int},
+    # flows and done as columns (bridge.columns): one list per field
+    "post": {"flows": _map, "at": _ints, "gated": _ints, "gates": _pairs, "until": _int},
     # a decomposition worker's reply to post: its completions and state, the completion bounds of its started
     # flows that rose ([id, ns, id, ns, ...]) and the CPU and wall seconds the post took
     "posted": {
-        "done": _list,
+        "done": _map,
         "now": _int,
         "in_flight": _int,
         "next": _opt_int,

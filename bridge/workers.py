@@ -21,9 +21,10 @@ from typing import Any
 
 import zmq
 
+from bridge.columns import completions_from_columns, flows_to_columns
 from bridge.curve import ClientCurve, KeyPair
 from bridge.errors import BridgeError
-from bridge.protocol import E_TIMEOUT, encode, flow_to_wire, records_from_wire
+from bridge.protocol import E_TIMEOUT, encode, records_from_wire
 from bridge.ray_workers import RayPlacement
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec
@@ -167,7 +168,7 @@ class ServerPool:
         """Send each posted worker its round, then yield the replies as they come; keep the others' heartbeats
         going and check the ones we wait for about once a second."""
         for i, (t, out, until) in posts.items():
-            flows = [flow_to_wire(f, local) for f, local in out.flows]
+            flows = flows_to_columns([f for f, _ in out.flows], [local for _, local in out.flows])
             raw = encode("post", t, flows=flows, at=out.at, gated=out.gated, gates=out.gates, until=until)
             self.workers[i].link().send(raw)
         pending = set(posts)
@@ -185,7 +186,7 @@ class ServerPool:
                     raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
                 pending.discard(i)
                 reply = RoundReply(
-                    remote.completions(msg), msg["bounds"], msg["cpu"], msg["wall"],
+                    completions_from_columns(msg["done"]), msg["bounds"], msg["cpu"], msg["wall"],
                     remote.now(), remote.next_event_time(), remote.in_flight(),
                 )  # fmt: skip
                 yield i, reply

@@ -1,0 +1,69 @@
+"""Flows and completions as columns on the wire (bridge.columns, issue 38): round trips through msgpack, and
+malformed columns refused with a protocol error (never another exception)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from bridge.columns import completions_from_columns, completions_to_columns, flows_from_columns, flows_to_columns
+from bridge.errors import ProtocolError
+from phantora.netsim.base import Completion, Flow
+
+FLOWS = [
+    Flow(7, 1, 2, 4096, (3, 4), 150, "coll1/ring/ch0/step0", 3, None),
+    Flow(2**64 - 1, 5, 6, 0, (), 0, "", 1, 42, 0, 0, 0),
+    Flow(9, 2, 1, 10, (7,), 0, "x", 7, 9, 4, 400_000_000_000, 2**63),
+]
+
+
+def wire(obj: object) -> object:
+    return msgpack.unpackb(msgpack.packb(obj, use_bin_type=True), raw=False)
+
+
+def test_flows_round_trip_with_their_deps_or_replacements() -> None:
+    assert flows_from_columns(wire(flows_to_columns(FLOWS))) == FLOWS
+    local = [(), (1, 2, 3), (4,)]
+    got = flows_from_columns(wire(flows_to_columns(FLOWS, local)))
+    assert [f.deps for f in got] == local
+    assert [f.with_deps(g.deps) for f, g in zip(FLOWS, got, strict=True)] == got
+    assert flows_from_columns(wire(flows_to_columns([]))) == []
+
+
+def test_completions_round_trip_with_sparse_lost_ranges() -> None:
+    done = [
+        Completion(1, 0, 100, 4096, 1, 2, "a"),
+        Completion(2, 5, 900, 8192, 3, 4, "b", ((0, 1000), (4096, 96))),
+        Completion(3, 7, 901, 1, 3, 4, ""),
+    ]
+    cols = completions_to_columns(done)
+    assert cols["lost"] == [[1, [[0, 1000], [4096, 96]]]]
+    assert completions_from_columns(wire(cols)) == done
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: c.pop("size"),  # a missing column
+        lambda c: c["src"].append(1),  # one column longer
+        lambda c: c.__setitem__("size", [1.5, 2, 3]),  # not ints
+        lambda c: c.__setitem__("size", [True, 2, 3]),  # bools are not ints
+        lambda c: c.__setitem__("ndeps", [2, 0, 2]),  # counts beyond the deps column
+        lambda c: c.__setitem__("tag", ["a", 1, "c"]),
+        lambda c: c.__setitem__("key", [None, "k", 9]),
+    ],
+)
+def test_malformed_flow_columns_are_protocol_errors(change: object) -> None:
+    cols = flows_to_columns(FLOWS)
+    change(cols)  # type: ignore[operator]
+    with pytest.raises(ProtocolError):
+        flows_from_columns(cols)
+
+
+def test_malformed_completion_columns_are_protocol_errors() -> None:
+    with pytest.raises(ProtocolError):
+        completions_from_columns([1, 2])
+    cols = completions_to_columns([Completion(1, 0, 100, 4096, 1, 2, "a")])
+    cols["lost"] = [[5, [[0, 1]]]]  # a row that does not exist
+    with pytest.raises(ProtocolError):
+        completions_from_columns(cols)
