@@ -162,8 +162,8 @@ class NetServer:
             bounds = self._raised_bounds(eng)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             state = self._state_fields()
-            done = completions_to_columns(ran)
-            return encode("posted", eng.now(), **state, done=done, bounds=bounds, cpu=cpu, wall=wall)
+            cols = completions_to_columns(ran)
+            return encode("posted", eng.now(), **state, done=cols, bounds=bounds, cpu=cpu, wall=wall)
         if msg.type == "get_records":
             fabric = eng.fabric()
             if fabric is None:
