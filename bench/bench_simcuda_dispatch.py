@@ -26,6 +26,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from ab_trees import alternately
+
 ROOT = Path(__file__).resolve().parent.parent
 
 RANK_SCRIPT = """
@@ -108,14 +110,12 @@ def main() -> None:
         script, out = Path(tmp) / "dispatch_ab.py", Path(tmp) / "times.json"
         script.write_text(textwrap.dedent(RANK_SCRIPT))
         if args.baseline:
-            base = Path(tmp) / "baseline"
-            base.mkdir()
-            archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, check=True, capture_output=True)
-            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-            both: dict[str, list[float]] = {f"before ({args.baseline})": [], "after (this tree)": []}
-            for _ in range(args.launches):
-                for name, tree in zip(both, (base, ROOT), strict=True):
-                    both[name] += _rank(tree, script, args.ops, args.reps, out, parts=False)["as shipped"]
+            both = alternately(
+                args.baseline,
+                Path(tmp) / "baseline",
+                args.launches,
+                lambda tree: _rank(tree, script, args.ops, args.reps, out, parts=False)["as shipped"],
+            )
             _print(f"torch.add of two 4-element cuda tensors, CPU µs per op ({args.launches} launches of each "
                    f"tree, alternately, {args.reps} x {args.ops} ops each):", both)  # fmt: skip
         parts = _rank(ROOT, script, args.ops, args.reps, out, parts=True)

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ab_trees import alternately
+
 ROOT = Path(__file__).resolve().parent.parent
 
 DRIVER = """
@@ -59,14 +61,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = make_torchtitan_assets(Path(tmp) / "titan")
-        base = Path(tmp) / "baseline"
-        base.mkdir()
-        archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, check=True, capture_output=True)
-        subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-        times: dict[str, list[float]] = {f"before ({args.baseline})": [], "after (this tree)": []}
-        for _ in range(args.launches):
-            for name, tree in zip(times, (base, ROOT), strict=True):
-                times[name] += _run(tree, work, args.steps, Path(tmp) / "walls.json")
+        walls = Path(tmp) / "walls.json"
+        times = alternately(
+            args.baseline, Path(tmp) / "baseline", args.launches, lambda tree: _run(tree, work, args.steps, walls)
+        )
     print(f"torchtitan llama3_debugmodel, FSDP2 on 2 ranks, real tensors: wall s per step ({args.launches} launches of "
           f"each tree, alternately; the step-to-step times after step 3 of {args.steps}):")  # fmt: skip
     for name, values in times.items():
