@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "phantora.procmem",
             "phantora.resources",
             "phantora.progress",
+            "phantora.lazy_exports",
         ),
     ),
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),

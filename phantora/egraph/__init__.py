@@ -6,8 +6,9 @@ process that needs one module of the package (a replay rank, `phantora.egraph.re
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from phantora.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from phantora.egraph.builder import ProgramBuilder, build_graph
@@ -30,11 +31,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Load an exported name from its module on first use."""
-    if name not in _HOME:
-        raise AttributeError(f"module 'phantora.egraph' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"phantora.egraph.{_HOME[name]}"), name)
+__getattr__ = lazy_getattr(__name__, _HOME)
 
 
 __all__ = [

@@ -10,8 +10,9 @@ Entry points:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from phantora.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from phantora.perfmodel.curves import Curves
@@ -50,13 +51,7 @@ _SOURCE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Load an exported name from its submodule on first use."""
-    if name not in _SOURCE:
-        raise AttributeError(f"module 'phantora.perfmodel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"phantora.perfmodel.{_SOURCE[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _SOURCE)
 
 
 __all__ = [
