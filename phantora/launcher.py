@@ -180,6 +180,9 @@ def rank_options(cfg: RunConfig, gpu: str, out: Path, model_opts: tuple[str, tup
     opts.public_fit = cfg.public_fit
     opts.phantom = phantom
     opts.sim_cuda = cfg.sim_cuda
+    packet = cfg.engine.packet_used
+    if packet is not None:  # how the ranks mark their collectives (traffic class, DLCP loss tolerance)
+        opts.priority, opts.dlcp, opts.dlcp_bound = packet.priority, packet.dlcp, float(packet.dlcp_bound)
     return opts
 
 
@@ -251,8 +254,6 @@ def launch(cfg: RunConfig) -> RunReport:
         rd = RunDir(out)
     opts = rank_options(cfg, gpu_name, out, model_opts, phantom)
     opts.scenario = str(Path(engine.scenario).resolve()) if engine.scenario else None  # slow GPUs, step reports
-    if packet is not None:  # how the ranks mark their collectives (traffic class, DLCP loss tolerance)
-        opts.priority, opts.dlcp, opts.dlcp_bound = packet.priority, packet.dlcp, float(packet.dlcp_bound)
     env = {**opts.to_env(), **cfg.env}
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
     cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", *wrap, str(script.resolve()), *cfg.args]
