@@ -64,21 +64,26 @@ CURVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def curves(network: str) -> None:
-    """Bus bandwidth (GB/s) of each collective from 1 MiB to 8 GiB on one host of A100/H100/H200/B200 and on two
-    H100 hosts (8 x 400G rails), with NCCL's choice at each size."""
+    """Bus bandwidth (GB/s) of each collective from 1 MiB to 4 GiB on one host of A100/H100/H200/B200 and on two
+    H100 hosts (8 x 400G rails), with NCCL's choice at each size. The all-to-all also runs on the two hosts with
+    NCCL_PXN_DISABLE=1: cross-rail sends then cross the spines (8 x 100G per rail leaf) instead of a PXN relay."""
     from phantora.topology import dgx_host, rail_optimized
 
-    machines = {f"1x8 {g}": dgx_host(gpu=g) for g in ("a100", "h100", "h200", "b200")}
-    machines["2x8 h100 400G"] = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    two_hosts = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    machines: dict[str, tuple[Topology, tuple[tuple[str, str], ...]]] = {
+        f"1x8 {g}": (dgx_host(gpu=g), ()) for g in ("a100", "h100", "h200", "b200")
+    }
+    machines["2x8 h100 400G"] = (two_hosts, ())
+    no_pxn = {"2x8 h100 no PXN": (two_hosts, (("NCCL_PXN_DISABLE", "1"),))}
     sizes = [1 << k for k in range(20, 34, 2)]
     for kind in CURVE_KINDS:
         print(f"\n{kind}: busbw GB/s (algorithm/protocol)")
         print(f"{'machine':<16}" + "".join(f"{s >> 20:>16}M" for s in sizes))
-        for name, topo in machines.items():
+        for name, (topo, env) in (machines | no_pxn if kind == "all_to_all" else machines).items():
             cells = []
             for size in sizes:
                 coll = Collective(kind, tuple(range(topo.num_ranks)), size, "fp32")
-                bus, choice = bus_bandwidth(coll, topo, AlgoOptions(nccl_env=()), network)
+                bus, choice = bus_bandwidth(coll, topo, AlgoOptions(nccl_env=env), network)
                 what = f"{choice.get('algorithm', '')[:4]}/{choice.get('protocol', '')[:3]}"
                 cells.append(f"{bus:7.1f} {what}")
             print(f"{name:<16}" + "".join(f"{c:>17}" for c in cells))
