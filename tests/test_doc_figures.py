@@ -7,7 +7,6 @@ with `-m slow`. The matcher itself is tested on small strings first.
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from pathlib import Path
 
@@ -89,19 +88,3 @@ def test_quoted_output_is_what_the_command_prints(block) -> None:
         pytest.skip(f"{block.missing()} absent (shared data the command reads)")
     problems = doc_figures.differences(block, doc_figures.run(block))
     assert not problems, f"{block.where}: `{block.command}` now prints otherwise:\n" + "\n".join(problems)
-
-
-def test_readme_llm_replays_replay_a_recorded_llm_step() -> None:
-    """README's LLM-scale replay lines replay a trace that an earlier README line records from an LLM script."""
-    recorded: dict[str, str] = {}
-    llm_replays = 0
-    for line in (ROOT / "README.md").read_text().splitlines():
-        m = re.search(r"--record (\S+) (\S+\.py)", line)
-        if m:
-            recorded[m.group(1)] = m.group(2)
-        m = re.search(r"phantora replay (runs/\S+)", line)
-        if m and "LLM" in line:
-            llm_replays += 1
-            assert m.group(1) in recorded, f"{m.group(1)} is replayed before any README line records it"
-            assert "llama" in recorded[m.group(1)] or "mixtral" in recorded[m.group(1)], line
-    assert llm_replays >= 2

@@ -1,22 +1,30 @@
-"""README's live-run examples that set network options place their ranks on more than one host.
+"""README's examples that set network options cross hosts: `run`, `replay` and `netsim` lines.
 
 A run whose ranks fit one host moves no byte through a switch, so its `--cc`, `--set` or `--network ns3` would
 do nothing (the run says so: the idle-fabric note). An example that demonstrates network settings must cross
-hosts.
+hosts: a `run` or `replay` line places its ranks on more than one host, a `netsim` line's flows put at least
+`IDLE_SHARE` of their bytes through a switch (the idle-fabric check itself). README's "LLM scale" replay lines
+replay a trace that an earlier README line records from an LLM script.
 """
 
 from __future__ import annotations
 
+import argparse
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 
 from phantora.cli import build_parser
+from phantora.commands.netsim import read_netsim_input
+from phantora.results.idle import IDLE_SHARE, traffic_of
 from phantora.topology import load_topology
+from phantora.workload import load_workload
 from tests.test_docs_commands import commands
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def hosts_used(topology: str, nproc: int | None) -> int:
@@ -26,32 +34,114 @@ def hosts_used(topology: str, nproc: int | None) -> int:
     return len({topo.nodes[topo.node_of_rank(r)].host for r in range(n)})
 
 
-def network_run_examples() -> list[tuple[int, str, str, int | None]]:
-    """(line, command, topology, nproc) of README's single-job `run` lines that set network options."""
-    out = []
+def _parsed() -> list[tuple[int, str, argparse.Namespace]]:
+    """(line, command, parsed arguments) of README's phantora commands."""
     parser = build_parser()
-    for line, cmd in commands(ROOT / "README.md"):
-        argv = shlex.split(cmd)
-        if argv[0] != "run":
-            continue
-        args = parser.parse_args(argv)
-        sets_network = args.network == "ns3" or args.cc is not None or bool(args.set)
-        if sets_network and not args.jobs:
-            out.append((line, cmd, args.topology, args.nproc))
-    return out
+    return [(line, cmd, parser.parse_args(shlex.split(cmd))) for line, cmd in commands(README)]
 
 
-EXAMPLES = network_run_examples()
+def _sets_network(args: argparse.Namespace) -> bool:
+    return args.network == "ns3" or args.cc is not None or bool(args.set)
 
 
-def test_the_readme_has_network_run_examples() -> None:
-    assert len(EXAMPLES) >= 3
+def recorded_traces() -> dict[str, argparse.Namespace]:
+    """{trace directory: the `run` arguments that record it} of README's `run --record DIR` lines."""
+    return {args.record: args for _, _, args in _parsed() if args.command == "run" and getattr(args, "record", None)}
+
+
+def replay_ranks(args: argparse.Namespace) -> int:
+    """How many ranks a README `replay` line replays: a workload's highest rank + 1, or a recorded trace's
+    rank count (from the README line that records it), times --scale-dp."""
+    source = args.workload
+    traces = recorded_traces()
+    if source in traces:
+        rec = traces[source]
+        ranks = rec.nproc if rec.nproc is not None else load_topology(rec.topology).num_ranks
+    else:
+        topo = load_topology(args.topology)
+        ranks = load_workload(source, world=topo.num_ranks).max_rank + 1
+    return ranks * (args.scale_dp or 1)
+
+
+def network_examples(kind: str) -> list[tuple[int, str, argparse.Namespace]]:
+    """README's single-job lines of `kind` (run, replay, netsim) that set network options."""
+    return [
+        (line, cmd, args)
+        for line, cmd, args in _parsed()
+        if args.command == kind and _sets_network(args) and not getattr(args, "jobs", None)
+    ]
+
+
+RUNS = network_examples("run")
+REPLAYS = network_examples("replay")
+NETSIMS = network_examples("netsim")
+
+
+def _ids(examples: list[tuple[int, str, argparse.Namespace]]) -> list[str]:
+    return [f"README:{line}" for line, _, _ in examples]
+
+
+def test_the_readme_has_network_examples_of_each_kind() -> None:
+    assert len(RUNS) >= 3 and len(REPLAYS) >= 4 and len(NETSIMS) >= 5
 
 
 def test_one_host_is_detected() -> None:
     assert hosts_used("testbed16", 8) == 1 and hosts_used("testbed16", 9) == 2
 
 
-@pytest.mark.parametrize(("line", "command", "topology", "nproc"), EXAMPLES, ids=[f"README:{e[0]}" for e in EXAMPLES])
-def test_a_network_example_crosses_hosts(line: int, command: str, topology: str, nproc: int | None) -> None:
-    assert hosts_used(topology, nproc) > 1, f"README.md:{line}: `phantora {command}` stays in one host"
+def test_an_idle_netsim_is_detected() -> None:
+    """Two flows inside one testbed16 host: nothing through a switch (what the netsim check below relies on)."""
+    from phantora.netsim.base import Flow
+
+    topo = load_topology("testbed16")
+    inside = [Flow(0, topo.node_of_rank(0), topo.node_of_rank(1), 1 << 20), Flow(1, 2, 3, 1 << 20)]
+    assert traffic_of(topo, inside)["fabric"] == 0
+    across = [Flow(0, topo.node_of_rank(0), topo.node_of_rank(8), 1 << 20)]
+    assert traffic_of(topo, across) == {"network": 1 << 20, "fabric": 1 << 20}
+
+
+@pytest.mark.parametrize(("line", "command", "args"), RUNS, ids=_ids(RUNS))
+def test_a_network_run_example_crosses_hosts(line: int, command: str, args: argparse.Namespace) -> None:
+    assert hosts_used(args.topology, args.nproc) > 1, f"README.md:{line}: `phantora {command}` stays in one host"
+
+
+@pytest.mark.parametrize(("line", "command", "args"), REPLAYS, ids=_ids(REPLAYS))
+def test_a_network_replay_example_crosses_hosts(line: int, command: str, args: argparse.Namespace) -> None:
+    ranks = replay_ranks(args)
+    assert hosts_used(args.topology, ranks) > 1, (
+        f"README.md:{line}: `phantora {command}` ({ranks} ranks) stays in one host"
+    )
+
+
+@pytest.mark.parametrize(("line", "command", "args"), NETSIMS, ids=_ids(NETSIMS))
+def test_a_network_netsim_example_loads_the_fabric(line: int, command: str, args: argparse.Namespace) -> None:
+    topo = load_topology(args.topology)
+    traffic = traffic_of(topo, read_netsim_input(args.flows, topo).flows)
+    assert traffic["fabric"] >= IDLE_SHARE * traffic["network"] > 0, (
+        f"README.md:{line}: `phantora {command}`: {traffic}"
+    )
+
+
+def test_readme_llm_replays_replay_a_recorded_llm_step() -> None:
+    """README's LLM-scale replay lines replay a trace that an earlier README line records from an LLM script."""
+    recorded: dict[str, str] = {}
+    llm_replays = 0
+    for line in README.read_text().splitlines():
+        m = re.search(r"--record (\S+) (\S+\.py)", line)
+        if m:
+            recorded[m.group(1)] = m.group(2)
+        m = re.search(r"phantora replay (runs/\S+)", line)
+        if m and "LLM" in line:
+            llm_replays += 1
+            assert m.group(1) in recorded, f"{m.group(1)} is replayed before any README line records it"
+            assert "llama" in recorded[m.group(1)] or "mixtral" in recorded[m.group(1)], line
+    assert llm_replays >= 2
+
+
+def test_replay_ranks_counts_a_workload_and_a_recorded_trace(tmp_path: Path) -> None:
+    wl = tmp_path / "four.toml"
+    ops = '[[op]]\nname = "ar"\nkind = "all_reduce"\nbytes = "1MiB"\n'
+    wl.write_text('name = "four"\n[defaults]\nranks = [0, 1, 2, 3]\n' + ops)
+    four = argparse.Namespace(workload=str(wl), topology="testbed16", scale_dp=None)
+    assert replay_ranks(four) == 4 and hosts_used("testbed16", replay_ranks(four)) == 1  # one host: would fail
+    assert replay_ranks(argparse.Namespace(workload="runs/trace64", topology="rail128", scale_dp=2)) == 128
