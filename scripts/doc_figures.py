@@ -22,6 +22,7 @@ Extra output lines between two quoted lines are allowed: a quote may leave rows 
     .venv/bin/python scripts/doc_figures.py --check [--slow]   # run them and report every mismatch
     .venv/bin/python scripts/doc_figures.py --show docs/tutorial.md:42   # a block's fresh output, to paste
     .venv/bin/python scripts/doc_figures.py --regenerate docs/validation.md:212   # rewrite a generated block
+    .venv/bin/python scripts/doc_figures.py --unchecked docs/packet-model.md   # prose figures to look at
 
 A generated block is markdown the command prints, kept rendered (tables, lists), between two comment lines:
 
@@ -141,6 +142,34 @@ def all_blocks() -> list[Block]:
     return [b for p in doc_files() for b in blocks(p)] + [b for p in doc_files() for b in generated_blocks(p)]
 
 
+FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|KB|MB|GB|KiB|MiB|%|x\b|×)")
+DATED = re.compile(r"20\d\d-\d\d-\d\d|checked|block (?:above|below)|output-of|generated")
+
+
+def unchecked(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of prose and table lines outside marked blocks that quote a figure with a unit whose number
+    no marked block of the file holds, and name no date and no checking block: candidates for a check, or for
+    a date (an audit aid, a heuristic)."""
+    lines = path.read_text().splitlines()
+    inside: set[int] = set()
+    held: set[str] = set()
+    for b in [*blocks(path), *generated_blocks(path)]:
+        inside.update(range(b.line, (b.end or b.line + len(b.quoted) + 3) + 1))
+        held.update(re.findall(r"\d[\d,]*(?:\.\d+)?", " ".join(b.quoted)))
+    out, fenced = [], False
+    for no, raw in enumerate(lines, 1):
+        if raw.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced or no in inside or raw.lstrip().startswith("<!--"):
+            continue
+        figures = [re.match(r"\d[\d,]*(?:\.\d+)?", m.group(0)) for m in FIGURE.finditer(raw)]
+        loose = [f.group(0) for f in figures if f and f.group(0) not in held]
+        if loose and not DATED.search(raw):
+            out.append((no, raw.strip()))
+    return out
+
+
 def _trimmed(lines: list[str] | tuple[str, ...]) -> list[str]:
     """Lines without trailing spaces, and without blank lines at either end."""
     out = [line.rstrip() for line in lines]
@@ -232,7 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slow", action="store_true", help="with --check: also the [slow] blocks")
     ap.add_argument("--show", metavar="FILE:LINE", help="run one block's command and print its output")
     ap.add_argument("--regenerate", metavar="FILE:LINE", help="write a generated block's fresh output into it")
+    ap.add_argument("--unchecked", metavar="FILE", help="lines quoting a figure with no date and no checking block")
     args = ap.parse_args(argv)
+    if args.unchecked:
+        found_lines = unchecked(ROOT / args.unchecked)
+        for no, text in found_lines:
+            print(f"{args.unchecked}:{no}: {text[:150]}")
+        print(f"{len(found_lines)} line(s)")
+        return 0
     found = all_blocks()
     if args.show or args.regenerate:
         pick = [b for b in found if b.where == (args.show or args.regenerate)]

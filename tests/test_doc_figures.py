@@ -88,3 +88,11 @@ def test_quoted_output_is_what_the_command_prints(block) -> None:
         pytest.skip(f"{block.missing()} absent (shared data the command reads)")
     problems = doc_figures.differences(block, doc_figures.run(block))
     assert not problems, f"{block.where}: `{block.command}` now prints otherwise:\n" + "\n".join(problems)
+
+
+def test_the_audit_finds_a_figure_no_block_holds(tmp_path: Path) -> None:
+    md = tmp_path / "x.md"
+    block = "<!-- output-of: echo -->\n```\nmakespan 12.5 µs\n```\n"
+    prose = "It took 12.5 µs.\nIt took 9.1 µs.\nOn 2026-11-29 it took 3.0 s wall, 40 %.\nA 400G NIC.\n"
+    md.write_text(block + prose)
+    assert doc_figures.unchecked(md) == [(6, "It took 9.1 µs.")]  # 12.5 is held; a dated line is an indication
