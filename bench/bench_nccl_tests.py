@@ -5,6 +5,7 @@
     .venv/bin/python bench/bench_nccl_tests.py --markdown      # docs/validation.md's generated tables
     .venv/bin/python bench/bench_nccl_tests.py --network ns3   # the same through the packet engine (slower)
     .venv/bin/python bench/bench_nccl_tests.py --table nvlsalgo  # only the tables whose name contains this
+    .venv/bin/python bench/bench_nccl_tests.py --network ns3 --table 2node --max-size 67108864  # sizes up to 64 MiB
     .venv/bin/python bench/bench_nccl_tests.py --curves        # the model's curves: 4 collectives x 5 machines
 
 Each size runs as nccl-tests runs it (`phantora nccl-tests`' own loop: warm-ups, then timed iterations) on the
@@ -111,11 +112,11 @@ class Row:
 BIG = 64 << 20  # from here the goal is 10%
 
 
-def compare(table: Table, network: str, min_size: int) -> list[Row]:
-    """Every size of `table` from `min_size`, simulated."""
+def compare(table: Table, network: str, min_size: int, max_size: int = 1 << 62) -> list[Row]:
+    """Every size of `table` from `min_size` to `max_size`, simulated."""
     rows = []
     for size, published in table.rows:
-        if size < min_size or published <= 0:
+        if size < min_size or size > max_size or published <= 0:
             continue
         sim, choice = simulate(table, size, network)
         what = f"{choice.get('algorithm')}/{choice.get('protocol')}/{choice.get('channels')}"
@@ -219,6 +220,7 @@ def main() -> None:
     ap.add_argument("--summary", action="store_true", help="one line per table, then the sizes that miss the goal")
     ap.add_argument("--markdown", action="store_true", help="docs/validation.md's tables (summary, misses, rows)")
     ap.add_argument("--min-size", type=int, default=1 << 20, help="smallest size compared (default 1 MiB)")
+    ap.add_argument("--max-size", type=int, default=1 << 62, help="largest size compared (e.g. for ns-3 runs)")
     ap.add_argument("--curves", action="store_true", help="print the model's curves instead of comparing")
     ap.add_argument("--table", default="", help="only the tables whose name contains this")
     args = ap.parse_args()
@@ -226,7 +228,7 @@ def main() -> None:
         curves(args.network)
         return
     chosen = [t for t in tables() if args.table in t.name]
-    results = {t.name: (t, compare(t, args.network, args.min_size)) for t in chosen}
+    results = {t.name: (t, compare(t, args.network, args.min_size, args.max_size)) for t in chosen}
     if args.markdown:
         print_markdown(results)
         return
