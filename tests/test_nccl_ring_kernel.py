@@ -90,3 +90,17 @@ def test_two_gpu_256_mib_against_the_published_run():
         (c.time_us + c.fill_us) * 1e3)  # fmt: skip
     assert simulated == pytest.approx(published, rel=0.10)
     assert simulated > published  # the model is still a little fast (+7%)
+
+
+def test_the_pass_cost_is_sm_cycles_so_an_a100_pays_it_at_1_41_ghz():
+    """9 µs at the H100 SXM's 1.98 GHz is 17,820 SM cycles; an A100 (1.41 GHz) pays 17,820 / 1,410 = 12.64 µs a
+    pass. 8 A100s, 8 GiB all-reduce: 22 passes of it plus 8 GiB at NCCL's A100 NVLink (12 x 20 GB/s) as algbw
+    240 x 8 / 14."""
+    h100 = platform_of(dgx_host(gpu="h100"), tuple(range(8)))
+    a100 = platform_of(dgx_host(gpu="a100"), tuple(range(8)))
+    assert R.pass_cost_us(h100) == pytest.approx(9.0)
+    assert R.pass_cost_us(a100) == pytest.approx(17_820 / 1_410)
+    c = select("all_reduce", a100, settings_from_env({"NCCL_ALGO": "Ring"}), 8 * GiB)
+    assert c is not None and (c.protocol, c.channels) == ("Simple", 24)
+    expected_us = 22 * 17_820 / 1_410 + 8 * GiB / (240.0 * 8 / 14 * 1e3)
+    assert c.time_us - c.lat_us == pytest.approx(expected_us, rel=1e-9)

@@ -32,6 +32,7 @@ class Platform:
     nic_bw: float  # GB/s of one NIC (line rate / 8); 0 when the group stays in one node
     nics_per_node: int
     cpu: str = "intel"  # the hosts' CPU vendor (topology meta "cpu"): NCCL's net overhead and LL ceiling follow it
+    sm_clock_ghz: float = 0.0  # the GPU's SM (boost) clock; 0: unknown (the kernels' cycle costs then take H100's)
 
     @property
     def index2(self) -> int:
@@ -77,6 +78,7 @@ def platform_of(topo: Topology, ranks: tuple[int, ...]) -> Platform:
         nic_bw=nic_bps / 8e9,
         nics_per_node=ppn if nic_bps else 0,
         cpu=cpu_vendor(topo),
+        sm_clock_ghz=gpu.clock_hz / 1e9,
     )
 
 

@@ -16,7 +16,9 @@ What NCCL's model (latency plus bytes over its rated bandwidth) leaves out, and 
 - *Fill*: one slice of the first pass at one channel's share of that rate (`SLICES_PER_CHUNK`). Measured, not
   derived: an ideal ring in lockstep, every rank sending from its first step, has none; which part of the kernel
   makes it is not known.
-- *Passes*: a fixed cost per pass of a channel (`RING_PASS_COST_US`); the channels run side by side.
+- *Passes*: a fixed cost per pass of a channel, the channels side by side. It is SM work (the loop's set-up,
+  the slices' barriers and flag polls), so it is counted in SM clock cycles (`RING_PASS_COST_CYCLES`: 9 µs at
+  the H100 SXM's 1.98 GHz, where it was fitted) and takes 12.6 µs on an A100 at 1.41 GHz.
 
 Checked against every published one-host ring table that ran Simple (docs/validation.md): the time the H100
 tables (2, 4, 6 and 8 GPUs; all-reduce, all-gather, reduce-scatter; 120 sizes from 4 MiB to 8 GiB) take over
@@ -32,7 +34,8 @@ import math
 
 from phantora.collectives.nccl.platform import Platform
 
-RING_PASS_COST_US = 9.0  # fixed cost of one pass of one channel (µs), fitted on the H100 tables named above
+REFERENCE_CLOCK_GHZ = 1.98  # H100 SXM boost clock, the GPU of the tables the pass cost was fitted on
+RING_PASS_COST_CYCLES = 9.0 * 1000 * REFERENCE_CLOCK_GHZ  # one pass of one channel: 9 µs on H100 = 17,820 cycles
 RING_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2
 SLICES_PER_CHUNK = 2  # ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS
 PASSED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -67,6 +70,11 @@ def fill_us(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
     return first_chunk(p, nbytes, channels, chunk) / SLICES_PER_CHUNK / per_channel
 
 
+def pass_cost_us(p: Platform) -> float:
+    """One pass's fixed cost (µs) on this GPU: `RING_PASS_COST_CYCLES` at its SM clock (H100's when unknown)."""
+    return RING_PASS_COST_CYCLES / (1000.0 * (p.sm_clock_ghz or REFERENCE_CLOCK_GHZ))
+
+
 def pass_overhead_us(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
-    """The passes' fixed cost (µs): one channel's passes times `RING_PASS_COST_US`."""
-    return passes(p, nbytes, channels, chunk) * RING_PASS_COST_US
+    """The passes' fixed cost (µs): one channel's passes times `pass_cost_us`."""
+    return passes(p, nbytes, channels, chunk) * pass_cost_us(p)
