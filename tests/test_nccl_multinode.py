@@ -1,0 +1,52 @@
+"""NCCL's model across several hosts against closed forms written out by hand from NCCL 2.30's tuning.cc tables
+(baseLat, hwLat, perChMaxTreeLL128Bw, perChMaxNVLSTreeBw, treeCorrectionFactor, nvlsEfficiency): the latency
+sum of a multi-node ring and the size where NCCL's model turns from the tree to NVLS-Tree."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives.nccl import platform_of
+from phantora.collectives.nccl.settings import settings_from_env
+from phantora.collectives.nccl.tuning import costs, select
+from phantora.topology import rail_optimized
+
+MiB = 1 << 20
+
+
+def hosts(n: int):
+    """n H100 hosts of 8 GPUs, a 400G NIC per GPU on its rail."""
+    return rail_optimized(n, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+
+
+@pytest.mark.parametrize(
+    ("proto", "base", "nvlink_step", "net_step"),
+    [("LL128", 14.0, 1.9, 4.0), ("Simple", 8.4, 3.4, 14.0), ("LL", 6.6, 1.0, 2.7)],
+)
+def test_ring_all_gather_over_ten_hosts_sums_nccls_per_step_latencies(proto, base, nvlink_step, net_step):
+    """80 ranks on 10 hosts: 79 steps, of which nNodes - 1 = 9 cross the network (hwLat NET ring) and 70 stay on
+    NVLink at max(hwLat NVLINK ring, the proxy's 1 µs net overhead, x3 for Simple): LL 6.6 + 70 x max(0.6, 1.0)
+    + 9 x 2.7, LL128 14 + 70 x 1.9 + 9 x 4.0, Simple 8.4 + 70 x max(3.4, 3.0) + 9 x 14."""
+    p = platform_of(hosts(10), tuple(range(80)))
+    ring = [c for c in costs("all_gather", p, settings_from_env({})) if c.algorithm == "ring" and c.protocol == proto]
+    assert len(ring) == 1
+    assert ring[0].lat_us == pytest.approx(base + 70 * nvlink_step + 9 * net_step)
+
+
+def test_eight_hosts_turn_from_tree_ll128_to_nvls_tree_where_nccls_times_meet():
+    """64 ranks on 8 hosts (NCCL's index2 = 2, "N4" columns). Tree/LL128: 14 + 2 x (7 x 1.25 + log2(8) x 8.5) =
+    82.5 µs; 8 channels x 48 GB/s, min(x 0.92, 8 x 36.0) then min(x 120/128, 8 x 29.0) = 232, x 0.5 = 116 GB/s,
+    x treeCorrectionFactor 0.9 (LL128, 8-32 MiB). NVLS-Tree/Simple: 25 + 2 x 3 x 20.9 = 150.4 µs; 8 channels x
+    min(40 x 0.85 x 7/8 x 2, 48, 45.5) x 64/126 GB/s. The times meet near 15.5 MiB: the tree below, NVLS-Tree
+    above (the published 8-host tables dip at 8 MiB, below that size: not a switch of NCCL's model)."""
+    p = platform_of(hosts(8), tuple(range(64)))
+    st = settings_from_env({})
+    tree_lat, tree_bw = 14.0 + 2 * (7 * 1.25 + 3 * 8.5), 116.0 * 0.9
+    nvls_lat, nvls_bw = 25.0 + 2 * 3 * 20.9, 8 * min(40 * 0.85 * 7 / 8 * 2, 48.0, 45.5) * 64 / 126
+    cross = (nvls_lat - tree_lat) / (1 / (1000 * tree_bw) - 1 / (1000 * nvls_bw))
+    assert 8 * MiB < cross < 32 * MiB  # where the correction factor is 0.9 on both sides
+    below, above = select("all_reduce", p, st, int(cross * 0.97)), select("all_reduce", p, st, int(cross * 1.03))
+    assert below is not None and above is not None
+    assert (below.algorithm, below.protocol) == ("tree", "LL128")
+    assert (above.algorithm, above.protocol) == ("nvls_tree", "Simple")
+    assert cross / MiB == pytest.approx(15.5, abs=0.1)
