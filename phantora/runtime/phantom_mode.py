@@ -75,7 +75,7 @@ def enable() -> None:
     _masked_softmax_on_meta()
     from phantora.runtime import phantom_dcp
 
-    phantom_dcp.refuse_in_phantom_mode()
+    phantom_dcp.enable()
 
 
 def _allow_fsdp_meta_params() -> None:

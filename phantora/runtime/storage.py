@@ -28,6 +28,7 @@ import functools
 import importlib
 import importlib.util
 import io
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +144,68 @@ def _counted(kind: str, original: Any, file_arg: int) -> Any:
     return call
 
 
+def _phantom_session() -> bool:
+    from phantora.runtime import session
+
+    s = session.current()
+    return s is not None and bool(s.phantom)
+
+
+def _chunk_bytes(sizes: Any, dtype: Any) -> int:
+    import torch
+
+    return math.prod(sizes) * torch._utils._element_size(dtype)
+
+
+def _holders(planner: Any, item: Any) -> int:
+    """How many ranks hold a DCP write item that real DCP writes once: every rank for a plain tensor (SPMD), the
+    ranks a DTensor's shard is replicated over (its mesh dimensions that do not shard it), else 1."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.planner import WriteItemType
+
+    if item.type == WriteItemType.TENSOR:
+        return dist.get_world_size() if dist.is_initialized() else 1
+    obj: Any = (getattr(planner, "state_dict", None) or {}).get(item.index.fqn)
+    placements = getattr(obj, "placements", None)
+    if placements is None:
+        return 1
+    mesh = obj.device_mesh
+    return math.prod(mesh.size(d) for d, p in enumerate(placements) if not p.is_shard())
+
+
+def _dcp_written(plan: Any, planner: Any, results: Any) -> int:
+    """The bytes of a rank's DCP data files: the lengths DCP reports; in phantom mode (meta records in the files,
+    every replicated item written by every rank: phantom_dcp.py) the bytes a real checkpoint's tensors hold, a
+    replicated item's over the ranks holding it (real DCP writes it once), and the objects' lengths as written."""
+    if not _phantom_session():
+        return sum(r.storage_data.length for r in results)
+    written = {r.index: r.storage_data.length for r in results}
+    total = 0.0
+    for item in plan.items:
+        if item.tensor_data is None:
+            total += written.get(item.index, 0)
+        else:
+            chunk = _chunk_bytes(item.tensor_data.chunk.sizes, item.tensor_data.properties.dtype)
+            total += chunk / _holders(planner, item)
+    return round(total)
+
+
+def _dcp_read_bytes(reader: Any, plan: Any, planner: Any) -> int:
+    """The bytes a rank's DCP load reads: the stored lengths of its items; in phantom mode a tensor item's
+    would-be bytes (the file holds a meta record), from the checkpoint metadata's dtype."""
+    data = getattr(reader, "storage_data", {}) or {}
+    phantom = _phantom_session()
+    described = getattr(getattr(planner, "metadata", None), "state_dict_metadata", {}) or {}
+    total = 0
+    for i in plan.items:
+        dtype = getattr(getattr(described.get(i.storage_index.fqn), "properties", None), "dtype", None)
+        if phantom and dtype is not None:
+            total += _chunk_bytes(i.lengths, dtype)
+        elif i.storage_index in data:
+            total += data[i.storage_index].length
+    return total
+
+
 def _dcp_write(original: Any) -> Any:
     @functools.wraps(original)
     def write_data(self: Any, plan: Any, planner: Any) -> Any:
@@ -153,7 +216,7 @@ def _dcp_write(original: Any) -> Any:
             results = fut.wait()
         finally:
             _depth -= 1
-        _charge("write", f"dcp {os.path.basename(str(self.path))}", sum(r.storage_data.length for r in results))
+        _charge("write", f"dcp {os.path.basename(str(self.path))}", _dcp_written(plan, planner, results))
         return fut
 
     write_data._phantora_storage = True  # type: ignore[attr-defined]
@@ -169,9 +232,7 @@ def _dcp_read(original: Any) -> Any:
             fut = original(self, plan, planner)
         finally:
             _depth -= 1
-        data = getattr(self, "storage_data", {}) or {}
-        nbytes = sum(data[i.storage_index].length for i in plan.items if i.storage_index in data)
-        _charge("read", f"dcp {os.path.basename(str(self.path))}", nbytes)
+        _charge("read", f"dcp {os.path.basename(str(self.path))}", _dcp_read_bytes(self, plan, planner))
         return fut
 
     read_data._phantora_storage = True  # type: ignore[attr-defined]

@@ -1,0 +1,79 @@
+"""torch.distributed.checkpoint in phantom mode (phantora/runtime/phantom_dcp.py): an FSDP2 program's dcp.save and
+dcp.load run unchanged, and each costs the bytes a real checkpoint holds at the storage model's rate.
+
+The probe (tests/scripts/cuda_dcp_phantom.py): a 1024 x 1024 Linear sharded by FSDP2 over 2 ranks, Adam, a plain
+1000-float tensor; each checkpoint call alone in a step. Run with `--storage 1`: 1 GB/s per host shared by its 2
+ranks, 0.5 GB/s a rank, 2 ns a byte.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from phantora.launcher import RunConfig, launch
+from phantora.results.run_dir import rank_steps
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "scripts" / "cuda_dcp_phantom.py"
+SHARD = 512 * 1024 * 4 + 512 * 4  # a rank's half of the fp32 weight (dim 0) and of the bias, bytes
+EXTRA = 1000 * 4  # the plain tensor: every rank holds it, real DCP writes it once
+NS_PER_BYTE = 2  # 1 GB/s shared by 2 ranks
+
+
+def _run(tmp: Path, ckpt: Path, tensors: str, *extra: str) -> tuple[dict[int, dict], dict[int, list[dict]]]:
+    out = tmp / f"out-{tensors}"
+    argv = [str(ckpt), str(tmp), *extra]
+    env = {"PHANTORA_STORAGE_GBPS": "1"}  # phantora run --storage 1
+    launch(RunConfig(str(SCRIPT), argv, "testbed16", nproc=2, tensors=tensors, out_dir=out, env=env, timeout_s=300))
+    seen = {r: json.loads((tmp / f"seen{r}.json").read_text()) for r in (0, 1)}
+    return seen, rank_steps(out)
+
+
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict], dict[int, list[dict]]]:
+    tmp = tmp_path_factory.mktemp("dcp-phantom")
+    ckpt = tmp / "ckpt"
+    return (ckpt, *_run(tmp, ckpt, "phantom"))
+
+
+def test_each_rank_writes_its_part_in_torchs_uncoordinated_format(phantom: tuple) -> None:
+    ckpt, seen, _ = phantom
+    assert sorted(p.name for p in ckpt.iterdir()) == ["__0.metadata", "__0_0.distcp", "__1.metadata", "__1_0.distcp"]
+    for r in (0, 1):  # the shards are back on each rank's device, shapes as saved
+        assert seen[r]["shards"] == {"weight": [f"cuda:{r}", [512, 1024]], "bias": [f"cuda:{r}", [512]]}
+        # the optimizer's step count is a value: saved at 2 steps, loaded, one more step (it was 4 before the load)
+        assert seen[r]["step"] == {"0": 3.0, "1": 3.0}
+    assert all(p.stat().st_size < 8 * 1024 for p in ckpt.glob("*.distcp"))  # meta records: no tensor data
+
+
+def test_a_save_and_a_load_cost_the_real_checkpoints_bytes_at_the_rate(phantom: tuple) -> None:
+    """Closed forms: the save writes a rank's shard and half the plain tensor (real DCP writes it on one rank),
+    the load reads the shard and the whole plain tensor; 2 ns a byte."""
+    _, _, steps = phantom
+    for r in (0, 1):
+        io = [(s.get("storage_bytes", 0), s.get("storage_ns", 0)) for s in steps[r]]
+        save, load = SHARD + EXTRA // 2, SHARD + EXTRA
+        assert io[1] == (save, NS_PER_BYTE * save)
+        assert io[3] == (load, NS_PER_BYTE * load)
+        # the optimizer's checkpoint: the shards of the weights and of Adam's two moments, its step counts and
+        # param groups (pickled objects, their length as written); saved and loaded alike
+        for step in (2, 4):
+            assert 3 * SHARD <= io[step][0] <= 3 * SHARD + 64 * 1024
+            assert io[step][1] == NS_PER_BYTE * io[step][0]
+        assert io[0] == (0, 0)
+
+
+@pytest.mark.slow
+def test_phantom_mode_loads_a_checkpoint_real_mode_wrote(tmp_path: Path) -> None:
+    """Real mode writes a coordinated checkpoint (one `.metadata`); phantom mode loads it, each rank its part."""
+    ckpt = tmp_path / "ckpt"
+    _run(tmp_path, ckpt, "real")
+    assert sorted(p.name for p in ckpt.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    seen, steps = _run(tmp_path, ckpt, "phantom", "load")
+    for r in (0, 1):
+        assert seen[r]["step"] == {"0": 3.0, "1": 3.0}
+        load = SHARD + EXTRA
+        assert (steps[r][1]["storage_bytes"], steps[r][1]["storage_ns"]) == (load, NS_PER_BYTE * load)
