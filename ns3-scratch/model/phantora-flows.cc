@@ -182,7 +182,19 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
     return;
   }
   fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
-  fabric->GetNode(f.src).nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps, f.conn});
+  const Ptr<RdmaNic>& nic = fabric->GetNode(f.src).nic;
+  nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps, f.conn});
+  if (!linkDown.empty() || routesCut) {  // a scenario: a flow may start with no route, or onto a failed link
+    if (nic->Stalled(id)) {
+      stalls += noRoute.insert(id).second ? 1 : 0;
+    } else {
+      const std::vector<int64_t> path = fabric->GetRoutes()->Path(f.src, f.dst, f.key);
+      if (std::any_of(path.begin(), path.end(), [this](int64_t c) { return linkDown.at(c / 2) > 0; }) &&
+          blackholed.insert(id).second) {
+        ++stalls;
+      }
+    }
+  }
   recorder->StartSampling(MakeCallback(&Impl::Busy, this));
 }
 
@@ -216,7 +228,7 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   if (delayNs < 0) {
     throw std::invalid_argument(where + "delay must be >= 0");
   }
-  if (src != dst && !s.fabric->GetRoutes()->Reachable(src, dst)) {
+  if (src != dst && !s.routesCut && !s.fabric->GetRoutes()->Reachable(src, dst)) {  // routes cut: it stalls
     throw std::invalid_argument(where + "no route from " + std::to_string(src) + " to " + std::to_string(dst));
   }
   Impl::FlowState f;

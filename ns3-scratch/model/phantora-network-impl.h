@@ -82,6 +82,14 @@ class PhantoraNetwork::Impl {
   uint64_t reroutedFlows = 0;        // started flows whose route changed at a re-convergence
   uint64_t reroutedBytes = 0;        // their bytes not yet sent once, then
   std::vector<int64_t> rerouteLog;   // per re-convergence: ns, flows moved, bytes moved (RerouteLog)
+  std::vector<int64_t> stallLog;     // ns, link (-1: a re-convergence), flows stalled (StallLog)
+  std::unordered_set<uint64_t> blackholed;  // flows whose route crossed a failed link since the last re-convergence
+  std::unordered_set<uint64_t> noRoute;     // flows a re-convergence (or their start) left with no route
+  uint64_t stalls = 0;                      // flows that stopped: on a failed link's route, or with no route
+  bool routesCut = false;                   // routing's view has links down (the last re-convergence)
+  /// Started flows (not done) whose route crosses channel 2 x link or 2 x link + 1 and not yet counted as
+  /// blackholed: count them as stalled (they blackhole until routing re-converges).
+  uint64_t StallOnLink(uint32_t link);
   int interruptedBy = 0;  // the signal that cut a run call short (phantora-interrupt.h); 0 if none
 
   std::vector<FlowRecord> completions;

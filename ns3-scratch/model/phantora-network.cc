@@ -240,6 +240,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
     wireLostBytes += l.channel->GetLostBytes();
   }
   uint64_t qps = 0;
+  uint64_t failovers = 0;
   RdmaNic::Counters t;
   PfcSwitch::Counters w;
   uint64_t flowlets = 0;
@@ -279,6 +280,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
       t.repsFreezes += c.repsFreezes;
       t.payloadBytesDelivered += c.payloadBytesDelivered;
       t.queuePairs += c.queuePairs;
+      failovers += c.failovers;
     }
   }
   return {{"events", static_cast<double>(Simulator::GetEventCount())},
@@ -318,6 +320,9 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"reconvergences", static_cast<double>(s.reconvergences)},
           {"rerouted_flows", static_cast<double>(s.reroutedFlows)},
           {"rerouted_bytes", static_cast<double>(s.reroutedBytes)},
+          {"stalls", static_cast<double>(s.stalls)},
+          {"no_route_flows", static_cast<double>(s.noRoute.size())},
+          {"nic_failovers", static_cast<double>(failovers)},
           {"wire_lost_packets", static_cast<double>(wireLostPackets)},
           {"wire_lost_bytes", static_cast<double>(wireLostBytes)}};
 }
@@ -361,6 +366,11 @@ void PhantoraNetwork::ScheduleLinkState(int64_t atNs, uint32_t link, bool up) {
       impl->fabric->GetNode(l.a).ports[l.pa]->ClearPause();
       impl->fabric->GetNode(l.b).ports[l.pb]->ClearPause();
     }
+    if (!up) {
+      const uint64_t hit = impl->StallOnLink(link);
+      impl->stallLog.insert(impl->stallLog.end(),
+                            {Simulator::Now().GetNanoSeconds(), static_cast<int64_t>(link), static_cast<int64_t>(hit)});
+    }
   });
 }
 
@@ -403,6 +413,19 @@ void PhantoraNetwork::ScheduleReconverge(int64_t atNs) {
       }
     }
     routes->SetLinksDown(down);
+    impl->routesCut = !down.empty();
+    uint64_t stalledNow = 0;  // the NICs move their queue pairs (failover) or stall those with no route
+    for (const auto& n : impl->fabric->Nodes()) {
+      if (n.nic) {
+        for (const uint64_t id : n.nic->Repin()) {
+          ++stalledNow;
+          if (impl->noRoute.insert(id).second && !impl->blackholed.count(id)) {
+            ++impl->stalls;  // a flow blackholed at the failure was counted then
+          }
+        }
+      }
+    }
+    impl->blackholed.clear();
     uint64_t moved = 0;
     uint64_t bytes = 0;
     for (const auto& [id, path] : before) {
@@ -422,10 +445,36 @@ void PhantoraNetwork::ScheduleReconverge(int64_t atNs) {
     const int64_t atNow = Simulator::Now().GetNanoSeconds();
     impl->rerouteLog.insert(impl->rerouteLog.end(),
                             {atNow, static_cast<int64_t>(moved), static_cast<int64_t>(bytes)});
+    impl->stallLog.insert(impl->stallLog.end(), {atNow, -1, static_cast<int64_t>(stalledNow)});
   });
 }
 
 std::vector<int64_t> PhantoraNetwork::RerouteLog() const { return Need().rerouteLog; }
+
+std::vector<int64_t> PhantoraNetwork::StallLog() const { return Need().stallLog; }
+
+uint64_t PhantoraNetwork::Impl::StallOnLink(uint32_t link) {
+  const auto a = static_cast<int64_t>(2 * link);
+  uint64_t hit = 0;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, f] : flows) {
+    if (f.startNs >= 0 && !f.dataDone && f.size > 0 && f.src != f.dst && !blackholed.count(id)) {
+      ids.push_back(id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  for (const uint64_t id : ids) {
+    const FlowState& f = flows.at(id);
+    const std::vector<int64_t> path = fabric->GetRoutes()->Path(f.src, f.dst, f.key);
+    if (std::any_of(path.begin(), path.end(), [a](int64_t c) { return c == a || c == a + 1; })) {
+      blackholed.insert(id);
+      ++hit;
+    }
+  }
+  stalls += hit;
+  NS_LOG_LOGIC("link " << link << " fails: " << hit << " flows on it stall until re-convergence");
+  return hit;
+}
 
 void PhantoraNetwork::SetThrottle(uint32_t node, int64_t startNs, int64_t endNs, double factor) {
   Impl& s = Need();

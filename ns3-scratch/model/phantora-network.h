@@ -180,11 +180,20 @@ class PhantoraNetwork {
   void ScheduleLinkDegrade(int64_t atNs, uint32_t link, uint64_t bps, uint64_t extraDelayNs, double loss,
                            uint64_t seed);
   /// Routing re-converges at `atNs`: from then on routes avoid exactly the links failed at that instant. A
-  /// started flow whose route changes then moves with the bytes it has not sent once (a flow left with no
-  /// route stays where it is): counted in Stats ("rerouted_flows", "rerouted_bytes") and RerouteLog.
+  /// started flow whose route changes then moves with the bytes it has not sent once, its queue pair to the port
+  /// its NIC now routes by (failover to a live port of the endpoint); a flow left with no route stalls at its NIC
+  /// until a later re-convergence finds one: counted in Stats ("rerouted_flows", "rerouted_bytes",
+  /// "no_route_flows"), RerouteLog and StallLog.
   void ScheduleReconverge(int64_t atNs);
   /// Every re-convergence so far, flat: ns, flows moved, bytes moved, ns, ...
   std::vector<int64_t> RerouteLog() const;
+  /// Flows stalled by the scenario so far, flat triples (ns, link, flows): a link going down, the started flows
+  /// whose route (the route table's) crossed it and no earlier failure since the last re-convergence had hit
+  /// (they blackhole until routing re-converges); link -1, a re-convergence, the flows it left with no route
+  /// (stalled at their NIC until a later one finds a route). Stats: "stalls" (flows stopped, also those that
+  /// start onto a failed link's route or with no route), "no_route_flows" (distinct flows ever left with no
+  /// route), "nic_failovers" (queue pairs moved to another port of their NIC, RdmaNic::Repin).
+  std::vector<int64_t> StallLog() const;
   /// A slow GPU (scenario gpu_slow) on endpoint `node`: compute runs `factor` times slower in [startNs, endNs)
   /// (endNs < 0: to the end). A flow of no bytes from a node to itself with a delay (a replay's compute marker)
   /// has its delay stretched: done at speed 1/factor inside each window, full speed outside; windows multiply.

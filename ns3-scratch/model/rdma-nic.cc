@@ -125,6 +125,12 @@ TypeId RdmaNic::GetTypeId() {
                           .AddAttribute("SleekMinPackets", "Sleek: the threshold's floor, in packets",
                                         UintegerValue(5), MakeUintegerAccessor(&RdmaNic::m_sleekMinPackets),
                                         MakeUintegerChecker<uint32_t>(1))
+                          .AddAttribute("PortFailover",
+                                        "At a re-convergence (a scenario's failure or repair) move each open "
+                                        "queue pair to the port routing picks for it now: a failover to a live "
+                                        "port of this endpoint; false: a queue pair keeps the port it opened on",
+                                        BooleanValue(true), MakeBooleanAccessor(&RdmaNic::m_portFailover),
+                                        MakeBooleanChecker())
                           .AddTraceSource("Nack", "This receiver sent a NACK: (flow, expected seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_nackTrace),
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
@@ -135,7 +141,13 @@ TypeId RdmaNic::GetTypeId() {
                                           "A CNP (an ACK or NACK echoing a CE mark) reached this sender: "
                                           "(flow, node that sent it, acknowledged seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_cnpTrace),
-                                          "ns3::RdmaNic::CnpTracedCallback");
+                                          "ns3::RdmaNic::CnpTracedCallback")
+                          .AddTraceSource("Failover",
+                                          "A re-convergence moved a queue pair: (flow, port it left, port it "
+                                          "took); UINT32_MAX as the port taken: no route, it stalls; as the port "
+                                          "left: it was stalled and resumes",
+                                          MakeTraceSourceAccessor(&RdmaNic::m_failoverTrace),
+                                          "ns3::RdmaNic::FailoverTracedCallback");
   return tid;
 }
 
@@ -181,7 +193,11 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   auto qp = std::make_unique<Qp>();
   qp->spec = spec;
   qp->port = m_routes->Pick(m_id, m_id, spec.dst, spec.key);
-  NS_ASSERT_MSG(qp->port < m_ports.size(), "no route from " << m_id << " to " << spec.dst);
+  if (qp->port >= m_ports.size()) {  // no route now (a scenario's failure): wait stalled for a re-convergence
+    NS_LOG_LOGIC("node " << m_id << " flow " << spec.id << ": no route to " << spec.dst << ", opens stalled");
+    qp->stalled = true;
+    qp->port = 0;
+  }
   const uint64_t now = NowNs();
   qp->lastProgressNs = now;
   const uint64_t rate = m_dev[qp->port]->GetRateBps();
@@ -205,14 +221,84 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
     }
   }
   Qp* raw = qp.get();
-  m_ports[raw->port].active.push_back(raw);
   m_qps[spec.id] = std::move(qp);
   NS_LOG_LOGIC("node " << m_id << " starts flow " << spec.id << " (" << spec.size << " B to " << spec.dst << ")");
   if (spec.maxRateBps != 0) {
     NS_LOG_LOGIC("flow " << spec.id << ": payload rate capped at " << spec.maxRateBps << " bit/s (line " << rate
                          << " bit/s)");
   }
-  m_dev[raw->port]->Kick();
+  if (!raw->stalled) {
+    Enlist(raw, raw->port);
+  }
+}
+
+void RdmaNic::Enlist(Qp* qp, uint32_t port) {
+  qp->port = port;
+  m_ports[port].active.push_back(qp);
+  m_dev[port]->Kick();
+}
+
+void RdmaNic::Unlist(Qp* qp) {
+  Port& p = m_ports[qp->port];
+  auto pos = std::find(p.active.begin(), p.active.end(), qp);
+  if (pos == p.active.end()) {
+    return;  // stalled
+  }
+  const uint32_t idx = static_cast<uint32_t>(pos - p.active.begin());
+  p.active.erase(pos);
+  if (idx < p.rr) {
+    --p.rr;
+  }
+  if (p.rr >= p.active.size()) {
+    p.rr = 0;
+  }
+}
+
+std::vector<uint64_t> RdmaNic::Repin() {
+  for (auto& [id, rx] : m_rx) {
+    rx.ackPort = UINT32_MAX;  // routes changed: ACKs pick their port afresh
+  }
+  std::vector<Qp*> open;
+  open.reserve(m_qps.size());
+  for (const auto& [id, qp] : m_qps) {
+    open.push_back(qp.get());
+  }
+  std::sort(open.begin(), open.end(), [](const Qp* a, const Qp* b) { return a->spec.id < b->spec.id; });
+  std::vector<uint64_t> stalled;
+  for (Qp* qp : open) {
+    const uint32_t port = m_routes->Pick(m_id, m_id, qp->spec.dst, qp->spec.key);
+    const uint32_t from = qp->stalled ? UINT32_MAX : qp->port;
+    if (port >= m_ports.size()) {
+      if (!qp->stalled) {
+        NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << ": no route to " << qp->spec.dst << ", stalls");
+        Unlist(qp);
+        qp->stalled = true;
+        qp->rto.Cancel();
+        m_failoverTrace(qp->spec.id, from, UINT32_MAX);
+      }
+      stalled.push_back(qp->spec.id);
+      continue;
+    }
+    if (!qp->stalled && (port == qp->port || !m_portFailover)) {
+      continue;
+    }
+    NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << ": port " << from << " -> " << port);
+    Unlist(qp);
+    if (!qp->stalled) {
+      ++m_counters.failovers;
+    }
+    qp->stalled = false;
+    qp->lastProgressNs = NowNs();
+    Enlist(qp, port);
+    ArmRto(qp);
+    m_failoverTrace(qp->spec.id, from, port);
+  }
+  return stalled;
+}
+
+bool RdmaNic::Stalled(uint64_t flowId) const {
+  auto it = m_qps.find(flowId);
+  return it != m_qps.end() && it->second->stalled;
 }
 
 RdmaNic::Conn* RdmaNic::OpenConn(Qp* qp, uint64_t nowNs) {
@@ -907,16 +993,7 @@ void RdmaNic::Finish(Qp* qp) {
   m_counters.entropiesRecycled += qp->ev.Recycled();
   qp->rto.Cancel();
   qp->probe.Cancel();
-  Port& p = m_ports[qp->port];
-  auto pos = std::find(p.active.begin(), p.active.end(), qp);
-  const uint32_t idx = static_cast<uint32_t>(pos - p.active.begin());
-  p.active.erase(pos);
-  if (idx < p.rr) {
-    --p.rr;
-  }
-  if (p.rr >= p.active.size()) {
-    p.rr = 0;
-  }
+  Unlist(qp);
   const uint64_t id = qp->spec.id;
   m_doneTx[id] = qp->stats;
   m_qps.erase(id);  // frees qp
@@ -946,6 +1023,9 @@ void RdmaNic::ArmRto(Qp* qp) {
 }
 
 void RdmaNic::CheckRto(Qp* qp) {
+  if (qp->stalled) {
+    return;  // nothing to send on: Repin re-arms it with a route
+  }
   const uint64_t now = NowNs();
   if (qp->sndNxt > qp->sndUna && now - qp->lastProgressNs >= static_cast<uint64_t>(m_rto.GetNanoSeconds())) {
     NS_LOG_LOGIC("node " << m_id << " flow " << qp->spec.id << " times out at " << qp->sndUna);

@@ -91,6 +91,9 @@ class RdmaNic : public Object, public PortOwner {
   typedef void (*FlowSeqTracedCallback)(uint64_t flowId, uint64_t seq);
   /// Signature of the "CnpRx" trace source: the flow, the node that sent the CNP, the acknowledged seq.
   typedef void (*CnpTracedCallback)(uint64_t flowId, uint32_t fromNode, uint64_t seq);
+  /// Signature of the "Failover" trace source: the flow, the port it left and the port it moved to (UINT32_MAX:
+  /// no route left, it stalls; a stalled queue pair that finds a route again leaves UINT32_MAX).
+  typedef void (*FailoverTracedCallback)(uint64_t flowId, uint32_t fromPort, uint32_t toPort);
 
   /// Told the id of a flow (the receiver has every byte / the sender has every byte acknowledged).
   typedef Callback<void, uint64_t> FlowCallback;
@@ -114,6 +117,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t repsFreezes = 0;  ///< LoadBalancing reps: connections frozen by a retransmission timeout
     uint64_t payloadBytesDelivered = 0;
     uint64_t queuePairs = 0;  ///< queue pairs opened: one per connection, plus one per flow without a connection
+    uint64_t failovers = 0;   ///< queue pairs moved to another port at a re-convergence (PortFailover)
   };
 
   /// Own the PhantoraNetDevices of `node` (port i = device i), as fabric node `nodeId`.
@@ -123,8 +127,16 @@ class RdmaNic : public Object, public PortOwner {
   void SetFlowCallbacks(FlowCallback dataComplete, FlowCallback senderDone);
   void SetCcPathQueries(PathQuery baseRttNs, PathQuery bdpBytes);
 
-  /// Open a queue pair and start sending now.
+  /// Open a queue pair and start sending now; with no route to its destination (a scenario's failure) it opens
+  /// stalled and waits for Repin to find one.
   void StartFlow(const QpSpec& spec);
+  /// Routing re-converged (a scenario, docs/scenarios.md): with PortFailover each open queue pair moves to the port
+  /// routing now picks for it (a live port of this endpoint where it has another), one with no route left stalls
+  /// (sends nothing) and a stalled one with a route again resumes; the transport recovers what was lost on the
+  /// dead port (NACK, timeout). ACKs pick their port afresh. Returns the ids of the queue pairs stalled now.
+  std::vector<uint64_t> Repin();
+  /// Whether the open queue pair of this flow is stalled with no route (false if none is open).
+  bool Stalled(uint64_t flowId) const;
   /// Get ready to receive `size` bytes of flow `id`.
   void ExpectFlow(uint64_t id, uint64_t size, uint64_t lossBudget = 0);
   /// The byte ranges (offset, length) of flow `id` the receiver took as lost, merged; forgets them.
@@ -172,6 +184,7 @@ class RdmaNic : public Object, public PortOwner {
     uint32_t port = 0;
     Conn* conn = nullptr;         ///< its queue pair (`own`, or a connection's in m_conns)
     std::unique_ptr<Conn> own;    ///< the queue pair of a flow without a connection
+    bool stalled = false;         ///< no route to its destination: off every port's list until Repin finds one
     uint64_t base = 0;            ///< where this message starts in its queue pair's byte stream
     uint64_t sndNxt = 0;
     uint64_t sndUna = 0;
@@ -256,6 +269,10 @@ class RdmaNic : public Object, public PortOwner {
   /// AckDelay ran out with coalesced packets unacknowledged: acknowledge them now.
   void AckTimeout(uint64_t flowId);
   void Finish(Qp* qp);
+  /// Take qp off its port's round robin (it is on it unless stalled).
+  void Unlist(Qp* qp);
+  /// Put qp on `port`'s round robin and kick the port.
+  void Enlist(Qp* qp, uint32_t port);
   void ArmRto(Qp* qp);
   /// Sleek: no ACK for a probe time with data in flight: the packets sent a base RTT ago or more are lost.
   void SleekProbe(Qp* qp);
@@ -294,6 +311,7 @@ class RdmaNic : public Object, public PortOwner {
   double m_sleekFactor = 1.5;
   uint32_t m_sleekMinPackets = 5;
   uint32_t m_creditQuantum = 4;
+  bool m_portFailover = true;
   Ptr<UniformRandomVariable> m_evRng;
   // Wiring.
   Ptr<RouteTable> m_routes;
@@ -313,6 +331,7 @@ class RdmaNic : public Object, public PortOwner {
   TracedCallback<uint64_t, uint64_t> m_nackTrace;     ///< (flow, seq) NACK sent by this receiver
   TracedCallback<uint64_t, uint64_t> m_timeoutTrace;  ///< (flow, seq) go-back-N timeout at this sender
   TracedCallback<uint64_t, uint32_t, uint64_t> m_cnpTrace;  ///< (flow, from node, ack seq) CNP reached this sender
+  TracedCallback<uint64_t, uint32_t, uint32_t> m_failoverTrace;  ///< (flow, from port, to port) at a Repin
 };
 
 }  // namespace ns3

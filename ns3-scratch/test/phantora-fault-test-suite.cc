@@ -3,6 +3,8 @@
 
 #include "phantora-network.h"
 
+#include "ns3/callback.h"
+#include "ns3/config.h"
 #include "ns3/test.h"
 
 #include <algorithm>
@@ -19,7 +21,7 @@ constexpr uint64_t kDelayNs = 1000;            // and 1 us
 constexpr int64_t kForever = int64_t{1} << 40;
 
 /// Two hosts on two leaves joined by two spines: a - leaf0 - spine0|spine1 - leaf1 - b. A failure is on an uplink
-/// (leaf0 - spine): a NIC keeps the port its queue pair opened on, so the fabric routes around the failure.
+/// (leaf0 - spine): the host has one NIC, so the fabric routes around the failure.
 struct TwoPaths {
   uint32_t a, b;
 };
@@ -161,12 +163,128 @@ class FlapNoTrafficTest : public TestCase {
   }
 };
 
+/// Two hosts, each with two NICs: NIC 0 on plane0, NIC 1 on plane1 (links a-plane0, b-plane0, a-plane1,
+/// b-plane1, in that order, as tests/test_scenario_nic.py builds it).
+TwoPaths BuildPlanes(PhantoraNetwork& net) {
+  TwoPaths t{};
+  t.a = net.AddNode("host");
+  t.b = net.AddNode("host");
+  for (int p = 0; p < 2; ++p) {
+    const uint32_t plane = net.AddNode("switch");
+    net.AddLink(t.a, plane, kBps, kDelayNs);
+    net.AddLink(t.b, plane, kBps, kDelayNs);
+  }
+  net.Finalize();
+  return t;
+}
+
+/// The NIC a 1 MB flow leaves by fails at t1; at the re-convergence d later its queue pair moves to the host's
+/// other NIC (a failover: the "Failover" trace fires once with the two ports, nic_failovers is 1) and the flow
+/// completes there. The failure stalls exactly that flow (StallLog: the link, 1 flow), the re-convergence leaves
+/// none without a route. Its end: it sent into the dead port until t1 + d, then resends from the first byte
+/// lost (what it had sent by t1, less the wire) at the payload rate: t1 + d + (S - R t1) / R plus a round trip
+/// for the NACK and two hops, within 2 us.
+class NicFailoverTest : public TestCase {
+ public:
+  NicFailoverTest() : TestCase("nic down: the queue pair fails over to the host's other NIC at re-convergence") {}
+
+ private:
+  void DoRun() override {
+    PhantoraNetwork net;
+    net.SetParam("nic.RetransmitTimeout", "100us");
+    const TwoPaths t = BuildPlanes(net);
+    const uint64_t size = 1'000'000;
+    const uint64_t key = 5;
+    const int64_t t1 = 20'000;
+    const int64_t d = 10'000;
+    std::vector<std::pair<uint32_t, uint32_t>> moves;
+    Config::ConnectWithoutContextFailSafe(
+        "/NodeList/*/$ns3::RdmaNic/Failover",
+        MakeCallback(+[](std::vector<std::pair<uint32_t, uint32_t>>* out, uint64_t, uint32_t from, uint32_t to) {
+          out->emplace_back(from, to);
+        }).Bind(&moves));
+    net.AddFlow(1, t.a, t.b, size, 0, 3, key, {}, 0);
+    const std::vector<int64_t> before = net.Route(t.a, t.b, key);
+    const uint32_t nic = static_cast<uint32_t>(before.at(0) / 2);  // the link of the NIC it leaves by
+    net.ScheduleLinkState(t1, nic, false);
+    net.ScheduleReconverge(t1 + d);
+    net.RunUntil(t1 + d);
+    const std::vector<int64_t> after = net.Route(t.a, t.b, key);
+    NS_TEST_ASSERT_MSG_NE(after.at(0) / 2, before.at(0) / 2, "the route leaves by the other NIC");
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(kForever), true, "the flow completes");
+    const auto done = net.DrainCompletions();
+    NS_TEST_ASSERT_MSG_EQ(done.size(), 1u, "one completion");
+    const auto st = StatsOf(net);
+    NS_TEST_ASSERT_MSG_EQ(st.at("nic_failovers"), 1.0, "one queue pair failed over");
+    NS_TEST_ASSERT_MSG_EQ(st.at("rerouted_flows"), 1.0, "the flow moved");
+    NS_TEST_ASSERT_MSG_EQ(st.at("no_route_flows"), 0.0, "it had a route");
+    NS_TEST_ASSERT_MSG_EQ(st.at("stalls"), 1.0, "it stalled once, at the failure");
+    NS_TEST_ASSERT_MSG_EQ(moves.size(), 1u, "the Failover trace fired once");
+    NS_TEST_ASSERT_MSG_EQ(moves.at(0).first, nic / 2, "from the failed NIC's port (links 0, 2: ports 0, 1) ...");
+    NS_TEST_ASSERT_MSG_EQ(moves.at(0).second, 1 - nic / 2, "... to the other");
+    const auto log = net.StallLog();
+    NS_TEST_ASSERT_MSG_EQ(log.size(), 6u, "a failure and a re-convergence");
+    NS_TEST_ASSERT_MSG_EQ(log[0], t1, "the failure, at t1");
+    NS_TEST_ASSERT_MSG_EQ(log[1], static_cast<int64_t>(nic), "on the NIC's link");
+    NS_TEST_ASSERT_MSG_EQ(log[2], 1, "stalls the flow");
+    NS_TEST_ASSERT_MSG_EQ(log[3], t1 + d, "the re-convergence");
+    NS_TEST_ASSERT_MSG_EQ(log[4], -1, "(link -1)");
+    NS_TEST_ASSERT_MSG_EQ(log[5], 0, "leaves no flow without a route");
+    const double rate = 100.0 * 1000.0 / 1048.0 / 8.0;  // payload bytes per ns
+    const double rtt = 4.0 * kDelayNs;
+    const double expect = static_cast<double>(t1 + d) + (static_cast<double>(size) - rate * t1) / rate + rtt +
+                          2.0 * kDelayNs;
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs), expect, 2000.0, "ends as the closed form says");
+  }
+};
+
+/// A host's only NIC fails at t1 for D, re-convergence d after each change: at the first re-convergence its flow
+/// has no route and stalls at the NIC (StallLog: 1 flow at t1 + d, no_route_flows 1, no failover); after the
+/// repair's re-convergence it resumes and completes.
+class NicStallTest : public TestCase {
+ public:
+  NicStallTest() : TestCase("nic down on a one-NIC host: the flow stalls with no route, then resumes") {}
+
+ private:
+  void DoRun() override {
+    PhantoraNetwork net;
+    net.SetParam("nic.RetransmitTimeout", "100us");
+    const TwoPaths t = Build(net);
+    const int64_t t1 = 10'000;
+    const int64_t d = 5'000;
+    const int64_t D = 200'000;
+    net.AddFlow(1, t.a, t.b, 1'000'000, 0, 3, 3, {}, 0);
+    net.ScheduleLinkState(t1, 0, false);  // link 0: a - leaf0, a's only NIC
+    net.ScheduleReconverge(t1 + d);
+    net.ScheduleLinkState(t1 + D, 0, true);
+    net.ScheduleReconverge(t1 + D + d);
+    net.RunUntil(t1 + d + 1);
+    const auto mid = StatsOf(net);
+    NS_TEST_ASSERT_MSG_EQ(mid.at("no_route_flows"), 1.0, "no route left: the flow stalls");
+    NS_TEST_ASSERT_MSG_EQ(net.Route(t.a, t.b, 3).empty(), true, "routing has no route");
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(kForever), true, "the flow completes after the repair");
+    const auto done = net.DrainCompletions();
+    NS_TEST_ASSERT_MSG_GT(done.at(0).endNs, t1 + D + d, "after the repair's re-convergence");
+    const auto st = StatsOf(net);
+    NS_TEST_ASSERT_MSG_EQ(st.at("no_route_flows"), 1.0, "counted once");
+    NS_TEST_ASSERT_MSG_EQ(st.at("stalls"), 1.0, "one stall: blackholed at the failure, then no route");
+    NS_TEST_ASSERT_MSG_EQ(st.at("nic_failovers"), 0.0, "nowhere to fail over to");
+    const auto log = net.StallLog();
+    NS_TEST_ASSERT_MSG_EQ(log.size(), 9u, "a failure and two re-convergences");
+    NS_TEST_ASSERT_MSG_EQ(log[2], 1, "the failure stalls the flow");
+    NS_TEST_ASSERT_MSG_EQ(log[5], 1, "the first re-convergence leaves it without a route");
+    NS_TEST_ASSERT_MSG_EQ(log[8], 0, "the second finds it one");
+  }
+};
+
 class PhantoraFaultTestSuite : public TestSuite {
  public:
   PhantoraFaultTestSuite() : TestSuite("phantora-faults", Type::UNIT) {
     AddTestCase(new ReconvergeRoutesTest, TestCase::Duration::QUICK);
     AddTestCase(new FailedLinkFlowTest, TestCase::Duration::QUICK);
     AddTestCase(new FlapNoTrafficTest, TestCase::Duration::QUICK);
+    AddTestCase(new NicFailoverTest, TestCase::Duration::QUICK);
+    AddTestCase(new NicStallTest, TestCase::Duration::QUICK);
   }
 };
 
