@@ -39,9 +39,15 @@ def phantom(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, d
     return (ckpt, *_run(tmp, ckpt, "phantom"))
 
 
-def test_each_rank_writes_its_part_in_torchs_uncoordinated_format(phantom: tuple) -> None:
+def test_each_rank_writes_its_part_and_rank_0_the_global_metadata(phantom: tuple) -> None:
+    """The files of a coordinated save: each rank's data, one `.metadata` (merged from the ranks' own), which
+    describes both ranks' chunks of the sharded weight."""
+    from torch.distributed.checkpoint import FileSystemReader
+
     ckpt, seen, _ = phantom
-    assert sorted(p.name for p in ckpt.iterdir()) == ["__0.metadata", "__0_0.distcp", "__1.metadata", "__1_0.distcp"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    chunks = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata["model.weight"].chunks
+    assert sorted((list(c.offsets), list(c.sizes)) for c in chunks) == [([0, 0], [512, 1024]), ([512, 0], [512, 1024])]
     for r in (0, 1):  # the shards are back on each rank's device, shapes as saved
         assert seen[r]["shards"] == {"weight": [f"cuda:{r}", [512, 1024]], "bias": [f"cuda:{r}", [512]]}
         # the optimizer's step count is a value: saved at 2 steps, loaded, one more step (it was 4 before the load)

@@ -4,10 +4,11 @@ Real DCP makes its ranks agree on a plan by exchanging pickled objects (gather, 
 carry no data in their collectives (they are timed, not carried), and deduplicated ones are not all processes.
 So in phantom mode, for a multi-rank run:
 - `dcp.save` / `save_state_dict` run as `dcp.save(..., use_collectives=False)`, torch's own format for a checkpoint
-  written without rank coordination: each rank plans alone, writes its data files (`__{rank}_N.distcp`; phantom
-  tensors as data-less meta records, simcuda/checkpoint.py) and its own metadata (`__{rank}.metadata`), then
-  joins the others at a barrier (a timed collective);
-- `dcp.load` reads the global `.metadata` (a checkpoint real mode wrote) or else the rank's own; DCP's object
+  written without rank coordination: each rank plans alone and writes its data files (`__{rank}_N.distcp`; phantom
+  tensors as data-less meta records, `_HostRecord`) and its own metadata (`__{rank}.metadata`); after DCP's
+  barrier the coordinator merges those into the global `.metadata` a coordinated save writes (programs look for
+  it: torchtitan finds its checkpoints by it), then a second barrier (a FileSystemWriter only);
+- `dcp.load` reads the global `.metadata` (phantom or real mode wrote it) or else the rank's own; DCP's object
   exchanges run locally (`_LocalDistWrapper`): a load plan depends only on the rank's state dict and the
   metadata (the default load planner's global step changes nothing);
 - `dcp.async_save` is refused in one line (its background save is not modelled).
@@ -17,7 +18,9 @@ its bytes over the ranks holding it: storage.py), and its plan exchange (a few s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from types import ModuleType
@@ -43,15 +46,71 @@ def _refuse(name: str) -> NotSimulatedError:
     )
 
 
+def _merged(parts: list[Any]) -> Any:
+    """One checkpoint metadata of the ranks' own (`parts`): every tensor's chunks once, every item's storage."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    described: dict[str, Any] = {}
+    storage: dict[Any, Any] = {}
+    planner: dict[Any, Any] = {}
+    for md in parts:
+        for key, value in md.state_dict_metadata.items():
+            have = described.get(key)
+            if have is None:
+                fresh = isinstance(value, TensorStorageMetadata)
+                described[key] = dataclasses.replace(value, chunks=list(value.chunks)) if fresh else value
+            elif isinstance(value, TensorStorageMetadata):
+                known = {(tuple(c.offsets), tuple(c.sizes)) for c in have.chunks}
+                have.chunks.extend(c for c in value.chunks if (tuple(c.offsets), tuple(c.sizes)) not in known)
+        for index, info in (md.storage_data or {}).items():
+            storage.setdefault(index, info)
+        if isinstance(md.planner_data, dict):
+            for key, value in md.planner_data.items():
+                planner.setdefault(key, value)
+    return dataclasses.replace(parts[0], state_dict_metadata=described, storage_data=storage, planner_data=planner)
+
+
+def _write_global_metadata(path: str, world: int) -> None:
+    """Merge the ranks' own metadata files in checkpoint folder `path` into the global `.metadata` a coordinated
+    save writes (programs look for it: torchtitan finds its checkpoints so), and remove them."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+    from torch.distributed.checkpoint.storage import WriteResult
+
+    reader = FileSystemReader(path)
+    ranks = [r for r in range(world) if os.path.exists(reader._get_metadata_path(r))]
+    if not ranks:
+        return
+    merged = _merged([reader.read_metadata(rank=r) for r in ranks])
+    results = [
+        WriteResult(index=i, size_in_bytes=info.length, storage_data=info) for i, info in merged.storage_data.items()
+    ]
+    FileSystemWriter(path).finish(metadata=merged, results=[results])  # torch's own writing of `.metadata`
+    for r in ranks:
+        os.remove(reader._get_metadata_path(r))
+
+
 def _without_coordination(original: Callable[..., Any]) -> Callable[..., Any]:
-    """`_save_state_dict` saving each rank's part with its own metadata (use_collectives=False)."""
+    """`_save_state_dict` saving each rank's part with its own metadata (use_collectives=False), which the
+    coordinator then merges into the global metadata, before a barrier."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
-        no_dist = args[4] if len(args) > 4 else kwargs.get("no_dist", False)
-        if _distributed(bool(no_dist)):
-            kwargs["use_collectives"] = False
-        return original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        if not _distributed(bool(given["no_dist"])):
+            return original(*args, **kwargs)
+        given["use_collectives"] = False
+        out = original(**given)  # ends with a barrier: every rank's files are written
+        group, writer = given["process_group"], given["storage_writer"]
+        if isinstance(writer, FileSystemWriter):
+            if dist.get_rank(group) == given["coordinator_rank"]:
+                _write_global_metadata(str(writer.path), dist.get_world_size(group))
+            dist.barrier(group=group)
+        return out
 
     setattr(call, _MARK, True)
     return call

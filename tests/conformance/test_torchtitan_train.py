@@ -155,3 +155,41 @@ def test_llama3_debugmodel_with_context_parallelism_in_phantom_mode(workdir: Pat
     assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
     for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
         assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9) / 2, rel=0.01)
+
+
+@pytest.mark.slow
+def test_dcp_checkpoints_save_and_resume_in_phantom_mode(workdir: Path, tmp_path: Path) -> None:
+    """torchtitan's DCP checkpointing of the config as its docs run it (FSDP 4, sequence 2048, batch 8), phantom
+    mode, `--storage 2` (2 GB/s per host over 4 ranks: 0.5 GB/s, 2 ns a byte): every rank writes its part and its
+    own metadata (torch's uncoordinated format); the saving step stalls at least for the rank's quarter of the
+    fp32 parameters and Adam's two moments, 3 x 4 bytes x the logged parameter count / 4 (plus the pickled
+    data-loader, schedule and train states). A second run to step 6 loads step-4 and goes on from step 5."""
+    args = [*BASE, *TORCH_2_13, "--checkpoint.enable", "--checkpoint.interval", "2"]
+    args += ["--checkpoint.no-last-save-model-only"]
+    shutil.rmtree(workdir / "outputs", ignore_errors=True)
+    first = run_program(
+        workdir, TRAIN, [*args, "--training.steps", "4"], tmp_path / "first", 4, ("--phantom", "--storage", "2")
+    )
+    assert first.returncode == 0, first.output[-3000:]
+    step2 = workdir / "outputs" / "checkpoint" / "step-2"
+    assert sorted(p.name for p in step2.iterdir()) == sorted(
+        f"__{r}{s}" for r in range(4) for s in (".metadata", "_0.distcp")
+    )
+    params = int(
+        re.search(r"size: ([0-9,]+) total parameters", re.sub(r"\x1b\[[0-9;]*m", "", first.log(0)))[1].replace(",", "")
+    )
+    for rank in range(4):
+        lines = [json.loads(x) for x in (first.out / "steps" / f"rank{rank}.jsonl").read_text().splitlines()]
+        nbytes, ns = lines[2]["storage_bytes"], lines[2]["storage_ns"]
+        assert 3 * params <= nbytes <= 3 * params + 2**20 and ns == 2 * nbytes
+        assert [x.get("storage_bytes", 0) for i, x in enumerate(lines) if i != 2] == [0, 0, 0]
+    steps = first.steps()
+    assert steps[2]["time_ns"] >= steps[3]["time_ns"] + ns
+    again = run_program(
+        workdir, TRAIN, [*args, "--training.steps", "6"], tmp_path / "again", 4, ("--phantom", "--storage", "2")
+    )
+    assert again.returncode == 0, again.output[-3000:]
+    assert "Loading the checkpoint from ./outputs/checkpoint/step-4" in again.log(0)
+    assert sorted(titan_steps(again)) == [5, 6]
+    loaded = json.loads((again.out / "steps" / "rank0.jsonl").read_text().splitlines()[0])
+    assert loaded["storage_bytes"] >= 3 * params  # the load reads what the save wrote
