@@ -1,4 +1,4 @@
-"""README's examples that set network options cross hosts: `run`, `replay` and `netsim` lines.
+"""README's and the tutorials' examples that set network options cross hosts: `run`, `replay`, `netsim` lines.
 
 A run whose ranks fit one host moves no byte through a switch, so its `--cc`, `--set` or `--network ns3` would
 do nothing (the run says so: the idle-fabric note). An example that demonstrates network settings must cross
@@ -25,6 +25,7 @@ from tests.test_docs_commands import commands
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = [README, ROOT / "docs" / "tutorial.md", ROOT / "docs" / "tutorial-cc.md"]
 
 
 def hosts_used(topology: str, nproc: int | None) -> int:
@@ -34,40 +35,45 @@ def hosts_used(topology: str, nproc: int | None) -> int:
     return len({topo.nodes[topo.node_of_rank(r)].host for r in range(n)})
 
 
-def _parsed() -> list[tuple[int, str, argparse.Namespace]]:
-    """(line, command, parsed arguments) of README's phantora commands."""
+def _parsed(path: Path) -> list[tuple[int, str, argparse.Namespace]]:
+    """(line, command, parsed arguments) of a doc's phantora commands."""
     parser = build_parser()
-    return [(line, cmd, parser.parse_args(shlex.split(cmd))) for line, cmd in commands(README)]
+    return [(line, cmd, parser.parse_args(shlex.split(cmd))) for line, cmd in commands(path)]
 
 
 def _sets_network(args: argparse.Namespace) -> bool:
     return args.network == "ns3" or args.cc is not None or bool(args.set)
 
 
-def recorded_traces() -> dict[str, argparse.Namespace]:
-    """{trace directory: the `run` arguments that record it} of README's `run --record DIR` lines."""
-    return {args.record: args for _, _, args in _parsed() if args.command == "run" and getattr(args, "record", None)}
+def recorded_traces(path: Path) -> dict[str, argparse.Namespace]:
+    """{trace directory: the `run` arguments that record it} of a doc's `run --record DIR` lines."""
+    runs = [args for _, _, args in _parsed(path) if args.command == "run"]
+    return {args.record: args for args in runs if getattr(args, "record", None)}
 
 
-def replay_ranks(args: argparse.Namespace) -> int:
-    """How many ranks a README `replay` line replays: a workload's highest rank + 1, or a recorded trace's
-    rank count (from the README line that records it), times --scale-dp."""
+def replay_ranks(args: argparse.Namespace, path: Path = README) -> int:
+    """How many ranks a `replay` line of the doc `path` replays: --scale-dp's N, else a workload's highest
+    rank + 1, or a recorded trace's rank count (from the doc's line that records it)."""
+    if args.scale_dp:
+        return int(args.scale_dp)
     source = args.workload
-    traces = recorded_traces()
+    traces = recorded_traces(path)
     if source in traces:
         rec = traces[source]
-        ranks = rec.nproc if rec.nproc is not None else load_topology(rec.topology).num_ranks
-    else:
-        topo = load_topology(args.topology)
-        ranks = load_workload(source, world=topo.num_ranks).max_rank + 1
-    return ranks * (args.scale_dp or 1)
+        return int(rec.nproc if rec.nproc is not None else load_topology(rec.topology).num_ranks)
+    topo = load_topology(args.topology)
+    return int(load_workload(source, world=topo.num_ranks).max_rank + 1)
 
 
-def network_examples(kind: str) -> list[tuple[int, str, argparse.Namespace]]:
-    """README's single-job lines of `kind` (run, replay, netsim) that set network options."""
+Example = tuple[Path, int, str, argparse.Namespace]
+
+
+def network_examples(kind: str) -> list[Example]:
+    """The docs' single-job lines of `kind` (run, replay, netsim) that set network options."""
     return [
-        (line, cmd, args)
-        for line, cmd, args in _parsed()
+        (path, line, cmd, args)
+        for path in DOCS
+        for line, cmd, args in _parsed(path)
         if args.command == kind and _sets_network(args) and not getattr(args, "jobs", None)
     ]
 
@@ -77,12 +83,13 @@ REPLAYS = network_examples("replay")
 NETSIMS = network_examples("netsim")
 
 
-def _ids(examples: list[tuple[int, str, argparse.Namespace]]) -> list[str]:
-    return [f"README:{line}" for line, _, _ in examples]
+def _ids(examples: list[Example]) -> list[str]:
+    return [f"{path.name}:{line}" for path, line, _, _ in examples]
 
 
-def test_the_readme_has_network_examples_of_each_kind() -> None:
+def test_the_docs_have_network_examples_of_each_kind() -> None:
     assert len(RUNS) >= 3 and len(REPLAYS) >= 4 and len(NETSIMS) >= 5
+    assert {p.name for p, _, _, _ in REPLAYS + NETSIMS} == {"README.md", "tutorial.md", "tutorial-cc.md"}
 
 
 def test_one_host_is_detected() -> None:
@@ -100,26 +107,26 @@ def test_an_idle_netsim_is_detected() -> None:
     assert traffic_of(topo, across) == {"network": 1 << 20, "fabric": 1 << 20}
 
 
-@pytest.mark.parametrize(("line", "command", "args"), RUNS, ids=_ids(RUNS))
-def test_a_network_run_example_crosses_hosts(line: int, command: str, args: argparse.Namespace) -> None:
-    assert hosts_used(args.topology, args.nproc) > 1, f"README.md:{line}: `phantora {command}` stays in one host"
+@pytest.mark.parametrize(("path", "line", "command", "args"), RUNS, ids=_ids(RUNS))
+def test_a_network_run_example_crosses_hosts(path: Path, line: int, command: str, args: argparse.Namespace) -> None:
+    assert hosts_used(args.topology, args.nproc) > 1, f"{path.name}:{line}: `phantora {command}` stays in one host"
 
 
-@pytest.mark.parametrize(("line", "command", "args"), REPLAYS, ids=_ids(REPLAYS))
-def test_a_network_replay_example_crosses_hosts(line: int, command: str, args: argparse.Namespace) -> None:
-    ranks = replay_ranks(args)
-    assert hosts_used(args.topology, ranks) > 1, (
-        f"README.md:{line}: `phantora {command}` ({ranks} ranks) stays in one host"
-    )
+@pytest.mark.parametrize(("path", "line", "command", "args"), REPLAYS, ids=_ids(REPLAYS))
+def test_a_network_replay_example_crosses_hosts(path: Path, line: int, command: str, args: argparse.Namespace) -> None:
+    ranks = replay_ranks(args, path)
+    where = f"{path.name}:{line}: `phantora {command}` ({ranks} ranks)"
+    assert hosts_used(args.topology, ranks) > 1, f"{where} stays in one host"
 
 
-@pytest.mark.parametrize(("line", "command", "args"), NETSIMS, ids=_ids(NETSIMS))
-def test_a_network_netsim_example_loads_the_fabric(line: int, command: str, args: argparse.Namespace) -> None:
+@pytest.mark.parametrize(("path", "line", "command", "args"), NETSIMS, ids=_ids(NETSIMS))
+def test_a_network_netsim_example_loads_the_fabric(
+    path: Path, line: int, command: str, args: argparse.Namespace
+) -> None:
     topo = load_topology(args.topology)
     traffic = traffic_of(topo, read_netsim_input(args.flows, topo).flows)
-    assert traffic["fabric"] >= IDLE_SHARE * traffic["network"] > 0, (
-        f"README.md:{line}: `phantora {command}`: {traffic}"
-    )
+    where = f"{path.name}:{line}: `phantora {command}`: {traffic}"
+    assert traffic["fabric"] >= IDLE_SHARE * traffic["network"] > 0, where
 
 
 def test_readme_llm_replays_replay_a_recorded_llm_step() -> None:
@@ -144,4 +151,5 @@ def test_replay_ranks_counts_a_workload_and_a_recorded_trace(tmp_path: Path) -> 
     wl.write_text('name = "four"\n[defaults]\nranks = [0, 1, 2, 3]\n' + ops)
     four = argparse.Namespace(workload=str(wl), topology="testbed16", scale_dp=None)
     assert replay_ranks(four) == 4 and hosts_used("testbed16", replay_ranks(four)) == 1  # one host: would fail
-    assert replay_ranks(argparse.Namespace(workload="runs/trace64", topology="rail128", scale_dp=2)) == 128
+    assert replay_ranks(argparse.Namespace(workload="runs/trace64", topology="rail128", scale_dp=None)) == 64
+    assert replay_ranks(argparse.Namespace(workload="runs/trace64", topology="rail128", scale_dp=128)) == 128
