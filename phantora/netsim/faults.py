@@ -172,7 +172,7 @@ class FaultyFlowSimulator(FlowSimulator):
             self._degrade(a, touched)
         else:
             before = self._fault_stats["rerouted_bytes"]
-            moved = self._reroute(t, touched)
+            moved, stalled = self._reroute(t, touched)
             moved_bytes = int(self._fault_stats["rerouted_bytes"] - before)
         self.applied.append(AppliedEvent(t, a.op, a.label, a.links, stalled, moved, moved_bytes))
 
@@ -200,14 +200,15 @@ class FaultyFlowSimulator(FlowSimulator):
             if any(c in touched for c in rec.path):
                 rec.lat = sum(self._lat[c] for c in rec.path)
 
-    def _reroute(self, t: int, touched: set[int]) -> int:
-        """Routing re-converges on the links down now: every flow whose route changed moves."""
+    def _reroute(self, t: int, touched: set[int]) -> tuple[int, int]:
+        """Routing re-converges on the links down now: every flow whose route changed moves. Returns the flows
+        moved and the flows left with no route."""
         down = frozenset(self._down)
         if down != self._route_down:
             self._route_down = down
             self.topology = self.base_topology.with_links_down(down) if down else self.base_topology
             self._routes.clear()
-        moved = 0
+        moved = left = 0
         for fid in sorted(self._active):
             rec = self._active[fid]
             path, lat = self.route(rec.flow)
@@ -222,6 +223,7 @@ class FaultyFlowSimulator(FlowSimulator):
             path, lat = self.route(rec.flow)
             if any(c in self._dead for c in path):  # no route left (or a link failed since): it waits for one
                 self._no_route.add(fid)
+                left += 1
             elif path != rec.path:
                 del self._stalled[fid]
                 self._fault_stats["rerouted_bytes"] += round(rec.rem)
@@ -229,7 +231,7 @@ class FaultyFlowSimulator(FlowSimulator):
                 self._place(rec, path, lat, t, touched)
                 self._active[fid] = rec
                 moved += 1
-        return moved
+        return moved, left
 
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
         """The flow's route in routing's current view; with no route left there, its route on the whole
@@ -241,6 +243,14 @@ class FaultyFlowSimulator(FlowSimulator):
                 raise
             path = tuple(self.base_topology.route(f.src, f.dst, f.id if f.key is None else f.key))
             return path, sum(self._lat[c] for c in path)
+
+    def _routable(self, f: Flow) -> bool:
+        """Whether routing's current view has a route for the flow."""
+        try:
+            FlowSimulator.route(self, f)
+        except InputError:
+            return False
+        return True
 
     # ----- moving flows between channels -----------------------------------------------------
     def _bring_forward(self, rec: _Active, t: int) -> float:
@@ -298,6 +308,8 @@ class FaultyFlowSimulator(FlowSimulator):
             self._fault_stats["lost_bytes"] += round(lost)
             self._fault_stats["stalls"] += 1
             self._stalled[fid] = rec
+            if self._route_down and not self._routable(rec.flow):  # it started with no route (re-converged)
+                self._no_route.add(fid)
         return len(hit)
 
     def _resume(self, t: int, touched: set[int]) -> int:

@@ -16,6 +16,11 @@
   apart (`background_done`).
 - **Rerouted flows**: at each re-convergence, the started flows whose route changed, with the bytes they had not
   sent once (`rerouted_flows`, `rerouted_bytes`; per re-convergence in `applied_so_far`).
+- **NIC failover and stalls**: at a re-convergence each NIC moves its queue pairs to the port routing now picks
+  (a live port of the same endpoint where it has another: `nic_failovers`) and stalls those with no route
+  (`no_route_flows`, until a later re-convergence finds one). A failure's `stalled` count is the started flows whose
+  route crossed the link (they blackhole until re-convergence), as the flow engine counts them; a re-convergence's,
+  the flows it left with no route (`PhantoraNetwork::StallLog`).
 
 A scenario with failures or loss needs a retransmission timeout: without `rto_ns` in the config it gets
 `SCENARIO_RTO_NS`.
@@ -33,7 +38,7 @@ from phantora.netsim.fault_plan import DEGRADE, DOWN, RESTORE, UP, LinkAction, e
 from phantora.netsim.faults import BACKGROUND_BASE, AppliedEvent, FaultyFlowSimulator
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
-from phantora.netsim.scenario import LinkEvent, NodeEvent, Scenario, check_against, nic_links, node_id
+from phantora.netsim.scenario import LinkEvent, Scenario, check_against
 from phantora.perfmodel.throttle import Throttles
 from phantora.topology.model import Topology
 
@@ -53,17 +58,6 @@ def check_packet_scenario(sc: Scenario, topo: Topology, *, fluid_nvlink: bool = 
     """What packet mode cannot do with a scenario: with nvlink=fluid the NVLink links are the flow engine's, so no
     event may touch a link of an NVSwitch (an InputError naming the file, line and field)."""
     check_against(sc, topo)
-    for ev in sc.network():
-        if isinstance(ev, NodeEvent) and ev.kind == "nic_down":
-            nid = topo.node_of_rank(ev.rank) if ev.rank is not None else node_id(topo, ev.node or 0)
-            if nid is not None and len(nic_links(topo, nid)) > 1:
-                raise InputError(
-                    f"a nic_down on {topo.nodes[nid].name}, which has {len(nic_links(topo, nid))} NICs, needs the "
-                    "flow network: in ns-3 a queue pair keeps the port it opened on (no failover to another NIC yet)",
-                    file=sc.source,
-                    line=ev.line,
-                    field=f"events[{ev.index}]",
-                )
     if not fluid_nvlink:
         return
     for ev in sc.network():
@@ -84,6 +78,19 @@ def scenario_engine(engine: object) -> FaultyFlowSimulator | FaultyNs3Simulator 
         if isinstance(e, (FaultyFlowSimulator, FaultyNs3Simulator)):
             return e
     return None
+
+
+def stall_log(flat: Sequence[int]) -> tuple[dict[tuple[int, int], int], list[int]]:
+    """`PhantoraNetwork::StallLog` (ns, link, flows triples) split: the flows each failure stalled by (ns, link),
+    and the flows each re-convergence (link -1) left with no route, in order."""
+    downs: dict[tuple[int, int], int] = {}
+    no_route: list[int] = []
+    for t, link, flows in zip(flat[0::3], flat[1::3], flat[2::3], strict=True):
+        if link < 0:
+            no_route.append(flows)
+        else:
+            downs[(t, link)] = downs.get((t, link), 0) + flows
+    return downs, no_route
 
 
 class FaultyNs3Simulator(Ns3Simulator):
@@ -174,13 +181,17 @@ class FaultyNs3Simulator(Ns3Simulator):
         now = self.now()
         log = [int(x) for x in self._net.RerouteLog()]
         moves = iter(zip(log[1::3], log[2::3], strict=True))
+        down_stalls, no_route = stall_log([int(x) for x in self._net.StallLog()])
+        left = iter(no_route)
         out = []
         for e in self.applied:
             if e.t_ns > now:
                 continue
             if e.op == "reroute":
                 flows, nbytes = next(moves, (0, 0))
-                e = dataclasses.replace(e, moved=flows, moved_bytes=nbytes)
+                e = dataclasses.replace(e, moved=flows, moved_bytes=nbytes, stalled=next(left, 0))
+            elif e.op == DOWN:
+                e = dataclasses.replace(e, stalled=sum(down_stalls.pop((e.t_ns, link), 0) for link in e.links))
             out.append(e)
         return out
 

@@ -145,7 +145,7 @@ def scenario_results(
         out["applied"] = applied_rows(engine, topo)
         st = engine.stats()
         for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "stalls", "no_route_flows", "lost_packets",
-                    "retx_bytes"):  # fmt: skip
+                    "retx_bytes", "nic_failovers"):  # fmt: skip
             if key in st:
                 out[key] = st[key]
         if isinstance(engine, FaultyNs3Simulator):
@@ -159,17 +159,7 @@ def scenario_results(
 def format_scenario(res: dict[str, Any]) -> str:
     """A few lines for the terminal."""
     lines = [f"scenario {res['name']}: {len(res.get('applied', []))} link actions applied"]
-    if "stalls" in res:  # the flow engine's counters (ns-3 reports rerouted flows too, but packets, not stalls)
-        lines.append(
-            f"  rerouted {res['rerouted_flows']} flows ({res['rerouted_bytes']:,} bytes), "
-            f"lost {res['lost_bytes']:,} bytes, {res['stalls']} stalls"
-        )
-        if res.get("no_route_flows"):
-            lines.append(
-                f"  {res['no_route_flows']} flows stalled with no route left (a NIC down on a one-NIC endpoint, or a "
-                "cut fabric) until a link came back"
-            )
-    elif "lost_bytes" in res:
+    if "lost_packets" in res:  # ns-3: packets lost on the wire and resent by the transport
         lines.append(
             f"  packets lost on failed or lossy links {res.get('lost_packets', 0):,} ({res['lost_bytes']:,} payload "
             f"bytes), retransmitted {res.get('retx_bytes', 0):,} bytes"
@@ -178,6 +168,21 @@ def format_scenario(res: dict[str, Any]) -> str:
                 if "rerouted_bytes" in res
                 else ""
             )
+        )
+        if res.get("stalls") or res.get("nic_failovers"):
+            lines.append(
+                f"  {res.get('stalls', 0)} stalls (on a failed link until re-convergence, or with no route), "
+                f"{res.get('nic_failovers', 0)} queue pairs failed over to another NIC port"
+            )
+    elif "stalls" in res:  # the flow engine's counters
+        lines.append(
+            f"  rerouted {res['rerouted_flows']} flows ({res['rerouted_bytes']:,} bytes), "
+            f"lost {res['lost_bytes']:,} bytes, {res['stalls']} stalls"
+        )
+    if res.get("no_route_flows"):
+        lines.append(
+            f"  {res['no_route_flows']} flows stalled with no route left (a NIC down on a one-NIC endpoint, or a "
+            "cut fabric) until a link came back"
         )
     for key, what in (("fct_slowdown_background", "background"), ("fct_slowdown_ml", "ML job")):
         rows = [r for r in res.get(key, []) if r["flows"]]

@@ -68,7 +68,7 @@ def live_section(
     out = scenario_results(sc, topo, None, spans, (), "steps", starts)
     out["applied"] = list(outcome.get("applied") or planned_rows(sc, topo, out_end(spans)))
     for key in ("rerouted_bytes", "rerouted_flows", "lost_bytes", "lost_packets", "stalls", "no_route_flows",
-                "retx_bytes"):  # fmt: skip
+                "retx_bytes", "nic_failovers"):  # fmt: skip
         if key in engine_stats:
             out[key] = engine_stats[key]
     if "background_flows_done" in engine_stats:
