@@ -16,3 +16,15 @@ def proportional_set_mb(pid: int | str = "self") -> float | None:
     except OSError:
         pass
     return None
+
+
+def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """The host memory the kernel could give processes now without swapping (`MemAvailable`); None if not told."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

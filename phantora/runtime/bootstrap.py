@@ -19,7 +19,16 @@ from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options
-from phantora.runtime import backend, phantom_mode, storage, timepatch, torch_backports, triton_kernels, unsupported
+from phantora.runtime import (
+    backend,
+    hostmem,
+    phantom_mode,
+    storage,
+    timepatch,
+    torch_backports,
+    triton_kernels,
+    unsupported,
+)
 from phantora.runtime import session as _session
 from phantora.runtime.compute import build_model, set_model
 from phantora.runtime.session import RankSession
@@ -76,6 +85,8 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     )
     if opts.phantom:
         phantom_mode.enable()
+    else:  # every tensor's data is in host memory: say so before the OOM killer acts
+        hostmem.watch(rank, world)
     if opts.sim_cuda:
         from phantora.runtime.simcuda import device as simcuda
 
