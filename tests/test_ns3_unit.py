@@ -39,3 +39,17 @@ def test_cpp_fault_suite_passes(ns3_lib) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS phantora-faults" in proc.stdout and "FAIL" not in proc.stdout
     assert proc.stdout.count("  PASS ") == 5
+
+
+def test_cpp_uet_suite_passes(ns3_lib) -> None:
+    """The Ultra Ethernet transport's entropy choice (ns3-scratch/test/phantora-uet-test-suite.cc): the NIC's REPS
+    attributes and REPS freezing step by step (cycling the last good entropies, the thaw's explorations)."""
+    if needs_build(tests=True):
+        build(tests=True)
+    runner = library_path().parent / "phantora-ns3-tests"
+    proc = subprocess.run(
+        [str(runner), "--suite=phantora-uet", "--verbose"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS phantora-uet" in proc.stdout and "FAIL" not in proc.stdout
+    assert proc.stdout.count("  PASS ") == 2

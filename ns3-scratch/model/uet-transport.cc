@@ -1,9 +1,14 @@
 // RudReceiver, RudSender and EntropyPicker: UET reliable unordered delivery and entropy choice (REPS).
 #include "uet-transport.h"
 
+#include "ns3/log.h"
+
 #include <algorithm>
+#include <bit>
 
 namespace ns3 {
+
+NS_LOG_COMPONENT_DEFINE("PhantoraUetTransport");
 
 RudReceiver::Arrival RudReceiver::Arrive(uint64_t seq, uint32_t len) {
   Arrival a;
@@ -20,24 +25,28 @@ RudReceiver::Arrival RudReceiver::Arrive(uint64_t seq, uint32_t len) {
   }
   a.fresh = true;
   m_held[idx] = len;
+  if (idx < kRudBitmapBits) {
+    m_bits |= uint64_t{1} << idx;
+  }
+  uint64_t popped = 0;
   while (!m_held.empty() && m_held.front() != 0) {
     m_cumBytes += m_held.front();
     ++m_cumPsn;
     m_held.pop_front();
-    a.advanced = true;
+    ++popped;
   }
-  return a;
-}
-
-uint64_t RudReceiver::Bitmap() const {
-  uint64_t bits = 0;
-  const uint64_t n = std::min<uint64_t>(m_held.size(), kRudBitmapBits);
-  for (uint64_t i = 1; i < n; ++i) {
-    if (m_held[i] != 0) {
-      bits |= uint64_t{1} << i;
+  if (popped > 0) {
+    a.advanced = true;
+    // The bitmap follows the cumulative point; the entries that moved into its top bits come from m_held.
+    m_bits = popped >= kRudBitmapBits ? 0 : m_bits >> popped;
+    const uint64_t n = std::min<uint64_t>(m_held.size(), kRudBitmapBits);
+    for (uint64_t i = popped >= kRudBitmapBits ? 0 : kRudBitmapBits - popped; i < n; ++i) {
+      if (m_held[i] != 0) {
+        m_bits |= uint64_t{1} << i;
+      }
     }
   }
-  return bits;
+  return a;
 }
 
 void RudSender::OnSend(uint64_t seq, uint32_t len, uint64_t nowNs, bool retx) {
@@ -87,11 +96,23 @@ uint64_t RudSender::OnAck(uint64_t cum, uint64_t bitmap, uint64_t ackedSeq) {
     newly += Ack(g);
     --m_ackedAhead;  // acknowledged, and no longer ahead of the cumulative point
   });
-  for (uint32_t i = 1; bitmap >> i != 0 && i < kRudBitmapBits; ++i) {
-    if ((bitmap >> i) & 1) {
-      if (Seg* g = Find(cum + uint64_t{i} * m_payload)) {
+  bitmap &= ~uint64_t{1};  // bit 0 is the cumulative point itself
+  if (cum == m_base) {       // as usual after Advance: bit i is entry i
+    while (bitmap != 0) {
+      const auto i = static_cast<uint64_t>(std::countr_zero(bitmap));
+      if (i >= m_segs.size()) {
+        break;  // past the record: so are the higher bits
+      }
+      newly += Ack(m_segs[i]);
+      bitmap &= bitmap - 1;
+    }
+  } else {
+    while (bitmap != 0) {
+      const auto i = static_cast<uint64_t>(std::countr_zero(bitmap));
+      if (Seg* g = Find(cum + i * m_payload)) {
         newly += Ack(*g);
       }
+      bitmap &= bitmap - 1;
     }
   }
   if (ackedSeq != UINT64_MAX) {
@@ -168,6 +189,8 @@ bool RepsFreeze::OnTimeout(uint64_t nowNs) {
   m_untilNs = nowNs + m_freezeNs;
   m_cursor = 0;
   ++m_freezes;
+  NS_LOG_INFO("REPS freezes at " << nowNs << " ns until " << m_untilNs << " ns, cycling " << m_good.size()
+                                 << " good entropies");
   return true;
 }
 
@@ -179,6 +202,7 @@ bool RepsFreeze::OnFeedback(uint16_t entropy, bool good, uint64_t nowNs) {
     m_head = 0;
     m_exploreLeft = m_thawExplore;
     thawed = true;
+    NS_LOG_INFO("REPS thaws at " << nowNs << " ns, exploring " << m_thawExplore << " entropies");
   }
   if (good) {
     if (m_good.size() < m_size) {
@@ -186,7 +210,9 @@ bool RepsFreeze::OnFeedback(uint16_t entropy, bool good, uint64_t nowNs) {
     } else {
       m_good[m_head] = entropy;  // the ring overwrites its oldest entry
     }
-    m_head = (m_head + 1) % m_size;
+    if (++m_head == m_size) {
+      m_head = 0;
+    }
   }
   return thawed;
 }

@@ -35,13 +35,14 @@ class RudReceiver {
   /// Bytes held contiguously from 0.
   uint64_t Cumulative() const { return m_cumBytes; }
   /// Bit i set: the packet at Cumulative() + i x payload is held (bit 0 is never set).
-  uint64_t Bitmap() const;
+  uint64_t Bitmap() const { return m_bits; }
 
  private:
   uint32_t m_payload = 1000;
   uint64_t m_cumPsn = 0;
   uint64_t m_cumBytes = 0;
   std::deque<uint32_t> m_held;  ///< entry i: length of the held packet m_cumPsn + i, 0 if missing
+  uint64_t m_bits = 0;          ///< bit i: m_held[i] != 0, for i < kRudBitmapBits (kept as packets arrive)
 };
 
 /**
