@@ -1,12 +1,14 @@
 """NCCL's model across several hosts against closed forms written out by hand from NCCL 2.30's tuning.cc tables
-(baseLat, hwLat, perChMaxTreeLL128Bw, perChMaxNVLSTreeBw, treeCorrectionFactor, nvlsEfficiency): the latency
-sum of a multi-node ring and the size where NCCL's model turns from the tree to NVLS-Tree."""
+(baseLat, hwLat, perChMaxTreeLL128Bw, perChMaxNVLSTreeBw, treeCorrectionFactor, nvlsEfficiency) and its p2p
+channel rules: the latency sum of a multi-node ring, the size where NCCL's model turns from the tree to NVLS-Tree,
+and an all-to-all's channels per peer across hosts."""
 
 from __future__ import annotations
 
 import pytest
 
-from phantora.collectives.nccl import platform_of
+from phantora.collectives import AlgoOptions, Collective
+from phantora.collectives.nccl import choose, platform_of
 from phantora.collectives.nccl.settings import settings_from_env
 from phantora.collectives.nccl.tuning import costs, select
 from phantora.topology import rail_optimized
@@ -50,3 +52,30 @@ def test_eight_hosts_turn_from_tree_ll128_to_nvls_tree_where_nccls_times_meet():
     assert (below.algorithm, below.protocol) == ("tree", "LL128")
     assert (above.algorithm, above.protocol) == ("nvls_tree", "Simple")
     assert cross / MiB == pytest.approx(15.5, abs=0.1)
+
+
+def a100_hosts(n: int):
+    """n DGX A100 hosts, a 200G NIC per GPU on its rail, AMD EPYC CPUs."""
+    topo = rail_optimized(n, 8, spines=8, nic_rate="200Gbps", gpu="a100")
+    topo.meta["cpu"] = "AMD EPYC 7742"
+    return topo
+
+
+@pytest.mark.parametrize(
+    ("topo", "ranks", "size", "channels"),
+    [
+        (a100_hosts(2), 16, 2 * MiB, 1),  # 128 KiB a peer: one part of at most the 128 KiB chunk
+        (a100_hosts(2), 16, 2 * MiB + 16 * 8, 2),  # just over 128 KiB a peer: split in two, up to the most (2)
+        (a100_hosts(2), 16, 1 << 30, 2),  # never more than the most
+        (hosts(10), 80, 1 << 30, 1),  # 80 peers: the most halves from 4 to 1
+    ],
+)
+def test_all_to_all_channels_per_peer_across_hosts(topo, ranks, size, channels):
+    """NCCL's p2p channels across nodes (paths.cc, enqueue.cc): the most per peer is pow2Up(ceil(NIC GB/s / 14)),
+    halved while (peers per 8-peer round) x most exceeds the 16 p2p channels (pow2Up of 16 comm channels); a
+    transfer takes one channel per 128 KiB part (NCCL_P2P_NET_CHUNKSIZE) past the least, doubling up to the most.
+    200G (25 GB/s): ceil(25/14) = 2, 2 rounds x 2 <= 16, so 2; the least is 1 (16 peers x 2 > 16). 400G with 80
+    ranks: ceil(50/14) = 4 -> 10 rounds x 4 > 16 -> 2 -> 20 > 16 -> 1."""
+    choice = choose(Collective("all_to_all", tuple(range(ranks)), size, "bf16"), topo, AlgoOptions())
+    assert choice.algorithm == "p2p" and choice.protocol == "Simple"
+    assert choice.channels == channels
