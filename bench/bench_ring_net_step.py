@@ -62,7 +62,7 @@ def main() -> None:
     protos = args.protocols or ["LL128", "LL128,Simple"]
     base = lines(args.min_size)
     for extra, proto in zip(extras, protos, strict=False):
-        nccl.select = with_extra_step(extra, tuple(proto.split(",")))
+        nccl.select = with_extra_step(extra, tuple(proto.split(",")))  # type: ignore[assignment]
         now = lines(args.min_size)
         nccl.select = tuning.select
         print(f"\n+{extra:g} µs per inter-node ring step, {proto}:")
