@@ -89,3 +89,51 @@ def test_a_step_the_graph_never_starts_is_refused(steps: int, with_steps: bool, 
         replay(sc, graph(steps, with_steps))
     msg = str(err.value)
     assert text in msg and "sc.toml:2" in msg and "events[0].at_step" in msg
+
+
+# ----- ns-3: the same step events inside the packet fabric ----------------------------------------------------
+def replay_ns3(sc: Scenario | None) -> tuple[list[int], dict[int, int]]:
+    """The graph on ns-3 (the default packet config), under `sc` with its timed slow GPUs installed as the CLI
+    does (`install_throttles`)."""
+    from phantora.commands.scenario_option import install_throttles
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.packet_config import PacketConfig
+
+    topo = fabric()
+    sim = make_engine(EngineSpec("ns3", PacketConfig()), topo, scenario=sc)
+    with sim:  # type: ignore[attr-defined]
+        install_throttles(sim, sc, topo, "ns3")
+        res = replay_graph(graph(), topo, sim, AlgoOptions(model="ideal"), scenario=sc)
+    return res.step_times_ns, res.steps_started
+
+
+@pytest.mark.ns3
+@pytest.mark.parametrize("k", [2.0, 3.0])
+def test_a_slow_gpu_from_a_step_stretches_its_compute_by_k_in_ns3(ns3_lib, k: float) -> None:
+    """In ns-3, rank 1 k times slower from its start of step 2 (the window opens inside the fabric as its step 1
+    marker completes): step 2 takes exactly (k - 1) x C longer than the clean ns-3 run, steps 0 and 1 are the
+    clean run's to the ns (the all-reduce is the same packets, 2C later on an idle fabric)."""
+    clean, _ = replay_ns3(None)
+    faulty, _ = replay_ns3(scenario(f'[[events]]\nkind = "gpu_slow"\nrank = 1\nfactor = {k}\nat_step = 2\n'))
+    assert faulty[:2] == clean[:2]
+    assert faulty[2] == clean[2] + round((k - 1) * C)
+
+
+@pytest.mark.ns3
+def test_a_slow_gpu_from_step_zero_and_a_link_event_at_a_step_in_ns3(ns3_lib) -> None:
+    """In ns-3, x2 from step 0 for C ns slows step 0's compute only: C/2 of its work done in the window, the other C/2
+    at full speed after it, so C/2 more, exactly; and a NIC down at step 1
+    fires as step 1 starts (where step 0 ended), leaving step 0 as it was and making step 1 at least D - C longer
+    (the all-reduce waits for the NIC; go-back-N recovery comes on top)."""
+    clean, _ = replay_ns3(None)
+    slow, _ = replay_ns3(
+        scenario(f'[[events]]\nkind = "gpu_slow"\nrank = 0\nfactor = 2.0\nat_step = 0\nduration = "{C}ns"\n')
+    )
+    assert slow[0] == clean[0] + C // 2 and slow[1:] == clean[1:]
+    d = 1_000_000
+    faulty, started = replay_ns3(
+        scenario(f'[[events]]\nkind = "nic_down"\nrank = 0\nat_step = 1\nduration = "{d}ns"\n')
+    )
+    assert started == {1: clean[0]} and faulty[0] == clean[0]
+    assert faulty[1] >= clean[1] + d - C

@@ -85,6 +85,14 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
   doneEnd[id] = now;
   --inFlight;
   ++completed;
+  auto pending = throttleOnDone.find(id);
+  if (pending != throttleOnDone.end()) {  // a slow GPU opens now, before the dependents below start
+    for (const PendingThrottle& p : pending->second) {
+      throttles[p.node].push_back({now, p.durationNs < 0 ? -1 : now + p.durationNs, p.factor});
+      NS_LOG_LOGIC("flow " << id << " done: node " << p.node << " computes x" << p.factor << " from " << now);
+    }
+    throttleOnDone.erase(pending);
+  }
   auto dit = dependents.find(id);
   if (dit != dependents.end()) {
     for (uint64_t j : dit->second) {

@@ -76,6 +76,12 @@ class PhantoraNetwork::Impl {
   };
   std::unordered_map<uint32_t, std::vector<Throttle>> throttles;  // by endpoint node
   std::unordered_set<uint64_t> unthrottled;                       // ExemptFromThrottle
+  struct PendingThrottle {
+    uint32_t node;
+    int64_t durationNs;  // < 0: open
+    double factor;
+  };
+  std::unordered_map<uint64_t, std::vector<PendingThrottle>> throttleOnDone;  // ThrottleFromFlow, by flow id
   std::vector<uint32_t> linkDown;  // per link: scenario failures not yet repaired (ScheduleLinkState)
   uint64_t linkEvents = 0;         // scenario events applied
   uint64_t reconvergences = 0;

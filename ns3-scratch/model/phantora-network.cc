@@ -487,6 +487,20 @@ void PhantoraNetwork::SetThrottle(uint32_t node, int64_t startNs, int64_t endNs,
   s.throttles[node].push_back({startNs, endNs < 0 ? -1 : endNs, factor});
 }
 
+void PhantoraNetwork::ThrottleFromFlow(uint64_t id, uint32_t node, int64_t durationNs, double factor) {
+  Impl& s = Need();
+  if (node >= s.fabric->NumNodes() || !IsEndpoint(s.fabric->GetNode(node).kind)) {
+    throw std::invalid_argument("ThrottleFromFlow: node " + std::to_string(node) + " is not an endpoint");
+  }
+  if (!(factor > 0.0) || durationNs == 0) {
+    throw std::invalid_argument("ThrottleFromFlow: a factor > 0 and a duration != 0");
+  }
+  if (s.doneEnd.count(id)) {
+    throw std::invalid_argument("ThrottleFromFlow: flow " + std::to_string(id) + " has already completed");
+  }
+  s.throttleOnDone[id].push_back({node, durationNs < 0 ? -1 : durationNs, factor});
+}
+
 void PhantoraNetwork::ExemptFromThrottle(uint64_t id) { Need().unthrottled.insert(id); }
 
 int64_t PhantoraNetwork::Now() const { return Simulator::Now().GetNanoSeconds(); }

@@ -198,6 +198,11 @@ class PhantoraNetwork {
   /// (endNs < 0: to the end). A flow of no bytes from a node to itself with a delay (a replay's compute marker)
   /// has its delay stretched: done at speed 1/factor inside each window, full speed outside; windows multiply.
   void SetThrottle(uint32_t node, int64_t startNs, int64_t endNs, double factor);
+  /// A slow GPU that opens when flow `id` (a replay's step marker; added or to be added, not yet complete)
+  /// completes at its receiver: SetThrottle(node, end, end + durationNs, factor) at that ns (durationNs < 0: to the
+  /// end), before its dependents are released, so a compute marker it releases is stretched from its start (a
+  /// scenario's gpu_slow at a step, which opens when the rank starts that step).
+  void ThrottleFromFlow(uint64_t id, uint32_t node, int64_t durationNs, double factor);
   /// Flow `id` (to be added) keeps its delay under a throttle (a marker at an absolute time, not compute).
   void ExemptFromThrottle(uint64_t id);
 

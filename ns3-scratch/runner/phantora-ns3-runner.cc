@@ -145,6 +145,9 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
   } else if (c.verb == "SetThrottle") {
     Need(c, 4);
     net.SetThrottle(static_cast<uint32_t>(U64(c.args[0])), I64(c.args[1]), I64(c.args[2]), std::stod(c.args[3]));
+  } else if (c.verb == "ThrottleFromFlow") {
+    Need(c, 4);
+    net.ThrottleFromFlow(U64(c.args[0]), static_cast<uint32_t>(U64(c.args[1])), I64(c.args[2]), std::stod(c.args[3]));
   } else if (c.verb == "ExemptFromThrottle") {
     Need(c, 1);
     net.ExemptFromThrottle(U64(c.args[0]));

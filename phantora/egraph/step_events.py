@@ -4,8 +4,9 @@ A recorded graph marks the end of each rank's steps (`GraphPlan.step_markers`): 
 ends. A network event at step k fires when the first rank starts step k (the first of the ranks' step k - 1
 markers to complete): the engine runs with those markers watched (`advance_watching` stops at each), so the
 event applies at that ns, before anything later runs. A `gpu_slow` at step k opens when its own rank starts step
-k (`StepThrottles`, flow network). Step 0 starts at the replay's start. A step the graph never reaches is refused
-before anything runs.
+k (`StepThrottles`: on the flow network through its release hook, in ns-3 inside the fabric as the rank's step
+k - 1 marker completes). Step 0 starts at the replay's start. A step the graph never reaches is refused before
+anything runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator
 from phantora.netsim.flow import FlowSimulator
-from phantora.netsim.packet_faults import scenario_engine
+from phantora.netsim.packet_faults import FaultyNs3Simulator, scenario_engine
 from phantora.netsim.scenario import GpuSlow, Scenario
 from phantora.perfmodel.throttle import Throttle, Throttles
 from phantora.topology.model import Topology
@@ -95,10 +96,12 @@ def _add(pending: list[_Boundary], markers: list[int], fire: Callable[[int], Non
 
 
 class StepThrottles:
-    """Slow-GPU windows that open as a rank starts a step, on the flow engine: its `stretch` hook sees each compute
+    """Slow-GPU windows that open as a rank starts a step. On the flow engine its `stretch` hook sees each compute
     marker as it is released; one that depends on the rank's step k - 1 marker opens the window at its release,
     the rank's start of step k, before its own delay is stretched (exact). ns-3 stretches markers inside the
-    fabric, where no such hook exists: refused there."""
+    fabric: the window opens there as the rank's step k - 1 marker completes, before the markers it releases start
+    (`FaultyNs3Simulator.throttle_from_flow`, exact too); windows at a time are installed with the scenario
+    (`install_throttles`)."""
 
     def __init__(
         self, sim: NetworkSimulator, sc: Scenario, topo: Topology, step_markers: Sequence[Sequence[int]]
@@ -108,24 +111,32 @@ class StepThrottles:
         self.topo, self.compute_stretch = topo, compute_stretch
         self.windows = [w for ev in sc.gpu_slow() if ev.at_ns is not None for w in _windows(ev, ev.at_ns)]
         self.opens: dict[int, GpuSlow] = {}  # step marker -> the event its completion opens
+        packet = scenario_engine(sim)
         for ev in sc.gpu_slow():
             if ev.at_step is not None:
                 if not isinstance(sim, FlowSimulator):
-                    raise InputError(
-                        "a slow GPU from a step in a graph replay runs on the flow network (ns-3 stretches compute "
-                        "inside the fabric, which does not see steps start): give `at`",
-                        file=sc.source,
-                        line=ev.line,
-                        field=f"events[{ev.index}].at_step",
-                    )
+                    if not isinstance(packet, FaultyNs3Simulator):
+                        raise InputError(
+                            "a slow GPU from a step in a graph replay needs the flow network or ns-3 under the "
+                            "scenario",
+                            file=sc.source,
+                            line=ev.line,
+                            field=f"events[{ev.index}].at_step",
+                        )
+                    if ev.at_step == 0:
+                        packet.throttle(Throttles(_windows(ev, sim.now())))
+                    else:
+                        packet.throttle_from_flow(
+                            step_markers[ev.rank][ev.at_step - 1], ev.rank, ev.duration_ns, ev.factor
+                        )
+                    continue
                 if ev.at_step == 0:
                     self.windows += _windows(ev, 0)
                 else:
                     self.opens[step_markers[ev.rank][ev.at_step - 1]] = ev
         self.started: dict[int, int] = {}  # rank -> ns a window at a step opened (its rank's step start)
         self._stretch = compute_stretch(Throttles(self.windows), topo)
-        if self.opens or self.windows:
-            assert isinstance(sim, FlowSimulator)
+        if isinstance(sim, FlowSimulator) and (self.opens or self.windows):
             sim.stretch = self.stretch
 
     def stretch(self, f: Flow, release_ns: int) -> int:

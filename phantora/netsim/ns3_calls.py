@@ -5,7 +5,8 @@ One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `Set
 `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
 `SetMaxRate ID BPS`, `SetConnection ID CONN`, `ScheduleLinkState NS LINK UP`,
 `ScheduleLinkDegrade NS LINK BPS EXTRA_NS LOSS SEED`, `ScheduleReconverge NS`,
-`SetThrottle NODE START_NS END_NS FACTOR`, `ExemptFromThrottle ID`, `RunUntil NS`). The runner makes the
+`SetThrottle NODE START_NS END_NS FACTOR`, `ThrottleFromFlow ID NODE DURATION_NS FACTOR`, `ExemptFromThrottle ID`,
+`RunUntil NS`). The runner makes the
 same calls in the same order, then runs until every flow is acknowledged, so a run that submits its
 flows up front (`phantora netsim`) gives byte-identical fct.txt and pfc.txt without Python.
 """
@@ -37,6 +38,7 @@ class RecordedNetwork:
             "ScheduleLinkDegrade",
             "ScheduleReconverge",
             "SetThrottle",
+            "ThrottleFromFlow",
             "ExemptFromThrottle",
             "RunUntil",
         }

@@ -160,6 +160,13 @@ class FaultyNs3Simulator(Ns3Simulator):
                 self._net.SetThrottle(nodes[rank], w.start_ns, end, float(w.factor))
         self._throttled = True
 
+    def throttle_from_flow(self, flow_id: int, rank: int, duration_ns: int | None, factor: float) -> None:
+        """A slow GPU on `rank` that opens when flow `flow_id` (a graph's step marker) completes, before the flows it
+        releases start (`PhantoraNetwork::ThrottleFromFlow`): a gpu_slow at a step in a graph replay."""
+        node = self.base_topology.endpoints[rank]
+        self._net.ThrottleFromFlow(flow_id, node, -1 if duration_ns is None else duration_ns, float(factor))
+        self._throttled = True
+
     def submit(self, flows: Sequence[Flow], at: int, dports: Mapping[int, int] | None = None) -> None:
         if getattr(self, "_throttled", False):
             for f in flows:
