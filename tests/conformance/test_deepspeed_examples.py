@@ -8,6 +8,7 @@ sequence 64, 4 steps); the batch is the configs' 4 per GPU.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -77,3 +78,27 @@ def test_bf16_master_weights_save_six_bytes_a_parameter(baseline: Run, tmp_path:
     runs(full)
     saved = summary(baseline)[2] - summary(full)[2]
     assert saved == pytest.approx(6 * PARAMS / 2, rel=0.01)
+
+
+def train_stage(tmp: Path, stage: int) -> Run:
+    """The example with its baseline config at ZeRO stage `stage` (`configs/zero<stage>.json`: nothing else
+    changed; the example ships ZeRO-3 configs only)."""
+    work = workdir_for(UPSTREAM, FOLDER, tmp)
+    config = json.loads((work / "configs" / "baseline.json").read_text())
+    config["zero_optimization"]["stage"] = stage
+    (work / "configs" / f"zero{stage}.json").write_text(json.dumps(config))
+    return run_program(work, "train.py", ["--deepspeed_config", f"configs/zero{stage}.json", *ARGS], tmp / "out", 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [1, 2])
+def test_zero1_and_zero2_from_the_baseline_config(tmp_path: Path, stage: int) -> None:
+    """ZeRO-1 (optimizer states partitioned) and ZeRO-2 (gradients too) on DeepSpeed's own engine. After training
+    a rank holds every bf16 parameter (2 B each) and half of the fp32 master weights and AdamW moments (12 B / 2),
+    at most plus a bf16 and an fp32 gradient partition: between 8 and 12 B a parameter, as the example reads it.
+    Its peak holds the config's gradient bucket, `reduce_bucket_size` = 5e7 fp32 elements."""
+    run = train_stage(tmp_path, stage)
+    runs(run)
+    _, peak, allocated = summary(run)
+    assert 8 * PARAMS <= allocated <= 12 * PARAMS
+    assert peak >= 4 * 50_000_000
