@@ -39,10 +39,12 @@ def _distributed(no_dist: bool = False) -> bool:
     return not no_dist and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def _refuse(name: str) -> NotSimulatedError:
+def _refuse(
+    name: str, why: str = "DCP's ranks would exchange pickled objects, which phantom ranks do not carry"
+) -> NotSimulatedError:
     return NotSimulatedError(
-        f"torch.distributed.checkpoint.{name} in phantom mode: DCP's ranks would exchange pickled objects, which "
-        "phantom ranks do not carry; use dcp.save / dcp.load (supported in phantom mode), or run without --phantom"
+        f"torch.distributed.checkpoint.{name} in phantom mode: {why}; use dcp.save / dcp.load (supported in phantom "
+        "mode), or run without --phantom"
     )
 
 
@@ -120,7 +122,7 @@ def _refusing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
         if _distributed(bool(kwargs.get("no_dist", False))):
-            raise _refuse(name)
+            raise _refuse(name, "a save in the background is not modelled")
         return original(*args, **kwargs)
 
     setattr(call, _MARK, True)
