@@ -1,6 +1,7 @@
-"""DeepSpeedExamples' `training/bf16_master_weight/train.py`, unchanged, with its own ZeRO-3 configs, under
-`phantora run --topology testbed16 --nproc 2`: a transformer trained on random tokens, DeepSpeed's FusedAdam
-(its CUDA extension `fused_adam`, run by the simulated GPU as torch ops: simcuda/extensions.py).
+"""DeepSpeedExamples' `training/bf16_master_weight/train.py`, unchanged, with its own ZeRO-3 configs (and its
+baseline config at stages 1 and 2), under `phantora run --topology testbed16 --nproc 2`: a transformer trained on
+random tokens, DeepSpeed's FusedAdam (its CUDA extension `fused_adam`, run by the simulated GPU as torch ops:
+simcuda/extensions.py).
 
 The model is the example's with its own flags made small (hidden 128, 2 layers, 4 heads, vocabulary 1000,
 sequence 64, 4 steps); the batch is the configs' 4 per GPU.
