@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -48,6 +49,7 @@ from bridge.workers import spawn_workers
 from phantora.errors import PhantoraError
 from phantora.netsim.base import NetworkSimulator
 from phantora.netsim.factory import make_engine
+from phantora.results.write import write_engine_json, write_packet_traces
 
 log = process_log("coordinator")
 
@@ -264,6 +266,18 @@ class Coordinator:
                 return 4
 
 
+def write_local_traces(out: Path, engine: NetworkSimulator, spec: RunSpec) -> None:
+    """After the outcome, an engine in this process that observes the fabric (ns-3 with a scenario at a step):
+    pfc.csv, queues.csv, drops.csv, cnps.csv, ecn_marks.csv and engine.json, as a network server writes them
+    (links.csv came with the outcome)."""
+    fabric = engine.fabric()
+    if fabric is None:
+        return
+    write_packet_traces(out, spec.topology, fabric)
+    write_engine_json(out, fabric.effective(), spec.engine)
+    log(f"wrote the engine's traces to {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = server_arguments("python -m bridge.coordinator", __doc__)
     p.add_argument("--net-endpoint", default=None, help="the network server; default: engine in this process")
@@ -292,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             engine = make_engine(spec.engine, spec.topology, spawner=spawn_workers)
         coord.attach(engine)
         code = coord.serve()
+        if code == 0 and not args.net_endpoint and spec.trace_dir:
+            write_local_traces(Path(spec.trace_dir), engine, spec)
     except RunFailed as exc:
         coord.fail(exc.code, exc.text)
     except BridgeError as exc:

@@ -463,16 +463,18 @@ class CosimRun:
                 time.sleep(0.01)
 
     def _await_server_traces(self) -> None:
-        """After the outcome: the network server writes the fabric traces (pfc, queues, links, ...) and exits.
+        """After the outcome: the process holding the engine (the network server, or the coordinator when the
+        engine runs there) writes the fabric traces (pfc, queues, drops, ...) and exits.
 
         Its traces can take seconds to write (a lossy run has millions of ECN marks and CNPs), so it is not
-        stopped with the others: the run waits for it to exit by itself, and a server that fails there, or is
+        stopped with the others: the run waits for it to exit by itself, and a process that fails there, or is
         still writing after `TRACE_WAIT_S`, fails the run instead of leaving it without its traces.
         """
         if not self.out_dir:
             return
+        holder = "coordinator" if self.spec.engine_in_coordinator else "server"
         for c in self.children:
-            if c.role != "server":
+            if c.role != holder:
                 continue
             deadline = time.monotonic() + TRACE_WAIT_S
             while c.proc.poll() is None and time.monotonic() < deadline:
