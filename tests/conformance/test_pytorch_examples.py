@@ -153,3 +153,16 @@ def test_ddp_tutorial_series_resumes_from_its_snapshot(ddp_tutorial: Run, tmp_pa
     assert "Epoch 0 |" not in again.log(0)
     assert "Epoch 2 | Training snapshot saved at snapshot.pt" in again.log(0)
     assert again.step_ms() == pytest.approx(ddp_tutorial.step_ms(), rel=0.01)
+
+
+def test_ddp_tutorial_series_multinode_one_gpu_a_host(ddp_tutorial: Run, tmp_path: Path) -> None:
+    """distributed/ddp-tutorial-series/multinode.py (the series' torchrun multi-node version: LOCAL_RANK for the
+    device, RANK for the snapshot writer) on 4 hosts of twoleaf8 with one GPU each: every rank is cuda:0 of its
+    own host and rank 0 saves; 16 steps an epoch as on one host, each longer than on one host (the gradient
+    all-reduce crosses the hosts' 100 Gb/s links instead of NVLink)."""
+    work = workdir_for(UPSTREAM, "distributed/ddp-tutorial-series", tmp_path)
+    run = run_program(work, "multinode.py", ["2", "1"], tmp_path / "out", 4, ("--topology", "twoleaf8"))
+    ok(run, "Epoch 1 | Training snapshot saved at snapshot.pt", steps=32)
+    for rank in range(4):
+        assert f"[GPU{rank}] Epoch 1 | Batchsize: 32 | Steps: 16" in run.log(rank)
+    assert run.step_ms() > ddp_tutorial.step_ms()
