@@ -155,6 +155,7 @@ def test_ddp_tutorial_series_resumes_from_its_snapshot(ddp_tutorial: Run, tmp_pa
     assert again.step_ms() == pytest.approx(ddp_tutorial.step_ms(), rel=0.01)
 
 
+@pytest.mark.slow
 def test_ddp_tutorial_series_multinode_one_gpu_a_host(ddp_tutorial: Run, tmp_path: Path) -> None:
     """distributed/ddp-tutorial-series/multinode.py (the series' torchrun multi-node version: LOCAL_RANK for the
     device, RANK for the snapshot writer) on 4 hosts of twoleaf8 with one GPU each: every rank is cuda:0 of its
