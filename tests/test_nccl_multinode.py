@@ -9,8 +9,9 @@ import pytest
 
 from phantora.collectives import AlgoOptions, Collective
 from phantora.collectives.nccl import choose, platform_of
-from phantora.collectives.nccl.settings import settings_from_env
+from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.collectives.nccl.tuning import costs, select
+from phantora.errors import InputError
 from phantora.topology import rail_optimized
 
 MiB = 1 << 20
@@ -79,3 +80,16 @@ def test_all_to_all_channels_per_peer_across_hosts(topo, ranks, size, channels):
     choice = choose(Collective("all_to_all", tuple(range(ranks)), size, "bf16"), topo, AlgoOptions())
     assert choice.algorithm == "p2p" and choice.protocol == "Simple"
     assert choice.channels == channels
+
+
+def test_nchannels_per_net_peer_sets_the_network_peers_channels_without_the_rounds_halving():
+    """NCCL_NCHANNELS_PER_NET_PEER=4 on 80 H100 ranks: NCCL takes it as the network need (pow2Up 4) and, set by the
+    user, does not halve it for the 10 rounds of 8 peers (paths.cc), so a 1 GiB all-to-all (13.4 MB a peer, past the
+    128 KiB chunk) stripes each peer over 4 channels where the default runs 1; 0 or less is ignored, as NCCL does."""
+    ranks = tuple(range(80))
+    coll = Collective("all_to_all", ranks, 1 << 30, "bf16")
+    four = choose(coll, hosts(10), AlgoOptions(nccl_env=nccl_env({"NCCL_NCHANNELS_PER_NET_PEER": "4"})))
+    ignored = choose(coll, hosts(10), AlgoOptions(nccl_env=nccl_env({"NCCL_NCHANNELS_PER_NET_PEER": "0"})))
+    assert (four.channels, ignored.channels) == (4, 1)
+    with pytest.raises(InputError, match="NCCL_NCHANNELS_PER_NET_PEER"):
+        settings_from_env({"NCCL_NCHANNELS_PER_NET_PEER": "four"})

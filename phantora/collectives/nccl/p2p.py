@@ -31,14 +31,21 @@ P2P_PEERS_PER_ROUND = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
 P2P_CHANNELS_PER_NVLINK = 2
 
 
-def p2p_channel_range(p: Platform, comm_channels: int) -> tuple[int, int]:
+def _pow2_up(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def p2p_channel_range(p: Platform, comm_channels: int, net_peer: int = 0) -> tuple[int, int]:
     """NCCL's nChannelsMin and nChannelsMax of one transfer. The most is the per-peer need, pow2Up (NVLink: 32;
     network: one per 14 GB/s of NIC, then halved while the peers of one batch round, 8 per round, would need more
     than the p2p channels: paths.cc); the least is it halved while all peers at once would (enqueue.cc). The p2p
-    channels are pow2Up(comm channels)."""
-    total = 1 << max(0, comm_channels - 1).bit_length()
+    channels are pow2Up(comm channels). `net_peer` (NCCL_NCHANNELS_PER_NET_PEER) replaces the network's need and,
+    set by the user, is not halved for the rounds, only capped at the p2p channels (paths.cc)."""
+    total = _pow2_up(comm_channels)
     if p.nnodes == 1:
         most = min(P2P_NVLINK_PEER, total)
+    elif net_peer:
+        most = min(_pow2_up(min(net_peer, P2P_NVLINK_PEER) if p.ppn > 1 else net_peer), total)
     else:
         most = 1 << max(0, math.ceil(p.nic_bw / P2P_PER_CHANNEL_NET_BW) - 1).bit_length()
         while most > 1 and most * math.ceil(p.nranks / P2P_PEERS_PER_ROUND) > total:
@@ -67,7 +74,7 @@ def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = 
     intra = p.nnodes == 1
     chunk = st.p2p_nvl_chunk if intra and p.intra == "nvlink" else st.p2p_net_chunk
     min_part, max_part = (chunk // 8, chunk * 32) if intra else (chunk // 2, chunk)
-    least, most = p2p_channel_range(p, comm_channels(p, ring_graph(p), st))
+    least, most = p2p_channel_range(p, comm_channels(p, ring_graph(p), st), st.net_peer_channels)
     nch = transfer_channels(per_peer, least, most, min_part, max_part)
     if protocol == "auto":
         protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"

@@ -36,6 +36,7 @@ ENV_VARS = (
     "NCCL_NVLSTREE_MAX_CHUNKSIZE",
     "NCCL_IB_QPS_PER_CONNECTION",
     "NCCL_IB_SPLIT_DATA_ON_QPS",
+    "NCCL_NCHANNELS_PER_NET_PEER",
 )
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
@@ -63,6 +64,7 @@ class NcclSettings:
     nvls_tree_max_chunk: int = 0  # NCCL_NVLSTREE_MAX_CHUNKSIZE; 0: NCCL's (64 KiB from 4 nodes, else the NVLS chunk)
     qps_per_conn: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs of each network connection
     split_data_on_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: each message over every QP (else one, in turn)
+    net_peer_channels: int = 0  # NCCL_NCHANNELS_PER_NET_PEER: p2p channels per remote peer; 0: NCCL's own sizing
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -126,6 +128,17 @@ def _qps(env: Mapping[str, str]) -> int:
     return qps
 
 
+def _net_peer_channels(env: Mapping[str, str]) -> int:
+    """NCCL_NCHANNELS_PER_NET_PEER; NCCL ignores a value of 0 or less (init.cc: "too low"), so 0 means unset."""
+    text = env.get("NCCL_NCHANNELS_PER_NET_PEER", "")
+    try:
+        return max(0, int(text, 0)) if text else 0
+    except ValueError:
+        raise InputError(
+            f"NCCL_NCHANNELS_PER_NET_PEER={text!r} is not an integer", field="NCCL_NCHANNELS_PER_NET_PEER"
+        ) from None
+
+
 def nccl_env(env: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     """The NCCL_* variables phantora honours, as set in `env` (default: this process's environment)."""
     env = os.environ if env is None else env
@@ -175,5 +188,6 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         nvls_tree_max_chunk=_int(env, "NCCL_NVLSTREE_MAX_CHUNKSIZE", 0, 1),
         qps_per_conn=_qps(env),
         split_data_on_qps=_int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0,
+        net_peer_channels=_net_peer_channels(env),
         raw=raw,
     )
