@@ -13,11 +13,12 @@ from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.collectives.nccl.tuning import costs, select
 from phantora.errors import InputError
 from phantora.topology import rail_optimized
+from phantora.topology.model import Topology
 
 MiB = 1 << 20
 
 
-def hosts(n: int):
+def hosts(n: int) -> Topology:
     """n H100 hosts of 8 GPUs, a 400G NIC per GPU on its rail."""
     return rail_optimized(n, 8, spines=8, nic_rate="400Gbps", gpu="h100")
 
@@ -55,7 +56,7 @@ def test_eight_hosts_turn_from_tree_ll128_to_nvls_tree_where_nccls_times_meet():
     assert cross / MiB == pytest.approx(15.5, abs=0.1)
 
 
-def a100_hosts(n: int):
+def a100_hosts(n: int) -> Topology:
     """n DGX A100 hosts, a 200G NIC per GPU on its rail, AMD EPYC CPUs."""
     topo = rail_optimized(n, 8, spines=8, nic_rate="200Gbps", gpu="a100")
     topo.meta["cpu"] = "AMD EPYC 7742"
