@@ -39,6 +39,25 @@ def _call(exc: BaseException) -> str:
 _META_VALUE = re.compile(r"(\S+\(\)) cannot be called on meta tensors")
 
 
+_CHILD_CUDA = re.compile(r"(module 'torch\._C' has no attribute '_cuda\w*'|Torch not compiled with CUDA enabled)")
+
+
+def _spawned_cuda(exc: BaseException) -> str | None:
+    """The line for a process the program started itself (torch.multiprocessing.spawn, as a GPU script starts one
+    per GPU) that used CUDA: it runs outside phantora, on this CPU build's torch."""
+    from torch.multiprocessing.spawn import ProcessRaisedException
+
+    found = _CHILD_CUDA.search(str(exc)) if isinstance(exc, ProcessRaisedException) else None
+    if found is None:
+        return None
+    call = _call(exc) or "torch.multiprocessing.spawn"
+    return (
+        f"NotSimulatedError: {call} started processes of its own (torch.multiprocessing.spawn), which run outside "
+        f"phantora, and one of them used CUDA (torch: {found.group(1)}): start the program with one process per rank "
+        "as torchrun does, `phantora run --nproc N script.py` (the script reads RANK, WORLD_SIZE and LOCAL_RANK)"
+    )
+
+
 def explain(exc: BaseException) -> str | None:
     """'NotSimulatedError: ...' naming the call and what to do, if `exc` is torch's missing-kernel error;
     'PhantomValueError: ...' if it is torch's refusal to read a value of a meta tensor (a phantom tensor's value
@@ -51,6 +70,9 @@ def explain(exc: BaseException) -> str | None:
             "cannot be called on meta tensors); tensors have no values in phantom mode: run without --phantom "
             "(real mode), or guard the data-dependent code with `phantora.runtime.phantom()`"
         )
+    spawned = _spawned_cuda(exc)
+    if spawned is not None:
+        return spawned
     if not isinstance(exc, NotImplementedError):
         return None
     text = str(exc)
