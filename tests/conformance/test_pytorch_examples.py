@@ -167,3 +167,16 @@ def test_ddp_tutorial_series_multinode_one_gpu_a_host(ddp_tutorial: Run, tmp_pat
     for rank in range(4):
         assert f"[GPU{rank}] Epoch 1 | Batchsize: 32 | Steps: 16" in run.log(rank)
     assert run.step_ms() > ddp_tutorial.step_ms()
+
+
+@pytest.mark.slow
+def test_ddp_tutorial_series_multigpu_spawn_stops_in_one_line(tmp_path: Path) -> None:
+    """distributed/ddp-tutorial-series/multigpu.py starts a process per GPU itself (torch.multiprocessing.spawn);
+    those run outside phantora, so under `phantora run --nproc 1` the run ends on one line naming the program's
+    mp.spawn call and the torchrun-style launch (its sibling multigpu_torchrun.py runs)."""
+    work = workdir_for(UPSTREAM, "distributed/ddp-tutorial-series", tmp_path)
+    run = run_program(work, "multigpu.py", ["2", "1"], tmp_path / "out", 1)
+    assert run.returncode != 0
+    last = run.output.strip().splitlines()[-1]
+    assert "multigpu.py:104" in last and "NotSimulatedError: `mp.spawn(main, args=(world_size" in last
+    assert "started processes of its own" in last and "phantora run --nproc N script.py" in last
