@@ -83,3 +83,21 @@ def test_phantom_mode_loads_a_checkpoint_real_mode_wrote(tmp_path: Path) -> None
         assert seen[r]["step"] == {"0": 3.0, "1": 3.0}
         load = SHARD + EXTRA
         assert (steps[r][1]["storage_bytes"], steps[r][1]["storage_ns"]) == (load, NS_PER_BYTE * load)
+
+
+@pytest.mark.slow
+def test_deduplicated_ranks_each_charged_their_sixteenth(tmp_path: Path) -> None:
+    """16 ranks on testbed16's 2 hosts, 8 live processes (--dedup 8): each live rank writes its 1/16 shard and
+    1/16 of the plain tensor, at 1 GB/s over a host's 8 ranks (8 ns a byte); the load reads its shard and the
+    whole plain tensor. The merged metadata holds the live ranks' parts."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    env = {"PHANTORA_STORAGE_GBPS": "1"}
+    cfg = RunConfig(str(SCRIPT), [str(ckpt), str(tmp_path)], "testbed16", nproc=16, tensors="phantom", dedup=8)
+    cfg.out_dir, cfg.env, cfg.timeout_s = out, env, 300
+    launch(cfg)
+    assert sorted(p.name for p in ckpt.iterdir()) == [".metadata"] + [f"__{r}_0.distcp" for r in range(8)]
+    shard = 64 * 1024 * 4 + 64 * 4
+    save, load = shard + EXTRA // 16, shard + EXTRA
+    for r, lines in rank_steps(out).items():
+        assert (lines[1]["storage_bytes"], lines[1]["storage_ns"]) == (save, 8 * save), r
+        assert (lines[3]["storage_bytes"], lines[3]["storage_ns"]) == (load, 8 * load), r
