@@ -1,7 +1,9 @@
 """UET against htsim (issue 37): the same incast, permutation and ring all-reduce on the same 2-tier fat tree at
 400 Gb/s, run by htsim's `htsim_uec` (NSCC sender CC, REPS, trimming) and by phantora's ns-3 model with
 `--set transport=uet`, FCT median, p99 and max side by side (docs/validation.md), and the incast again under
-receiver credits (htsim's -receiver_cc_only, our --cc rccc). Asserts nothing.
+receiver credits (htsim's -receiver_cc_only, our --cc rccc), and the permutation over a degraded fabric (htsim's
+only failure on 2 tiers, `-failed 1`: every ToR's link to spine 0 at 25% of its speed, both ways; phantora: a
+scenario degrading those 8 links to 100 Gb/s from time 0). Asserts nothing.
 
 The ring all-reduce is htsim's own traffic matrix (`connection_matrices/gen_allreduce.py 32 nodes, 32
 connections, rings of 8, RING_CHUNK bytes, seed 1`): 4 rings of 8 hosts drawn at random over the racks; each host
@@ -64,24 +66,36 @@ def quantiles(fcts: list[float]) -> tuple[float, float, float]:
 CCS = {"nscc": ("-sender_cc_only", []), "rccc": ("-receiver_cc_only", ["cc=rccc"])}
 
 
-def htsim(binary: str, pairs: list[tuple[int, int]], work: Path, cc: str = "nscc") -> list[float]:
+# phantora's side of htsim's -failed 1: every leaf's link to spine 0 at a quarter of 400 Gb/s from the start
+DEGRADED = "".join(
+    f'[[events]]\nkind = "link_degrade"\nat = "0ns"\nlink = ["leaf{i}", "spine0"]\nrate = "100Gbps"\n\n'
+    for i in range(8)
+)
+
+
+def htsim(binary: str, pairs: list[tuple[int, int]], work: Path, cc: str = "nscc", degraded: bool = False
+          ) -> list[float]:  # fmt: skip
     cm = work / "flows.cm"
     lines = ["Nodes 32", f"Connections {len(pairs)}"]
     lines += [f"{a}->{b} id {i + 1} start 0 size {SIZE}" for i, (a, b) in enumerate(pairs)]
     cm.write_text("\n".join(lines) + "\n")
     args = [binary, "-tm", str(cm), "-tiers", "2", "-nodes", "32", "-linkspeed", "400000", CCS[cc][0]]
+    args += ["-failed", "1"] if degraded else []
     out = subprocess.run([*args, "-load_balancing_algo", "reps", "-end", "5000", "-seed", "1"],
                          capture_output=True, text=True, check=True, cwd=work).stdout  # fmt: skip
     return [float(m.group(1)) * 1000 for m in re.finditer(r"finished at ([0-9.]+)", out)]
 
 
-def phantora(pairs: list[tuple[int, int]], work: Path, cc: str = "nscc") -> list[float]:
+def phantora(pairs: list[tuple[int, int]], work: Path, cc: str = "nscc", degraded: bool = False) -> list[float]:
     (work / "ft32.toml").write_text(TOPOLOGY)
     flows = work / "flows.txt"
     flows.write_text(f"{len(pairs)}\n" + "".join(f"{a} {b} 3 100 {SIZE} 0.0\n" for a, b in pairs))
     cmd = [str(ROOT / ".venv/bin/phantora"), "netsim", "--network", "ns3", "--topology", str(work / "ft32.toml"),
            "--flows", str(flows), "-o", str(work / "out")]  # fmt: skip
     cmd += [x for s in SETS + CCS[cc][1] for x in ("--set", s)]
+    if degraded:
+        (work / "degraded.toml").write_text(DEGRADED)
+        cmd += ["--scenario", str(work / "degraded.toml")]
     subprocess.run(cmd, capture_output=True, text=True, check=True)
     with open(work / "out" / "flows.csv") as f:
         return [float(r["fct_ns"]) for r in csv.DictReader(f)]
@@ -153,17 +167,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--htsim", required=True, help="path of the htsim_uec binary")
     p.add_argument("--ring-only", action="store_true", help="only the ring all-reduce")
+    p.add_argument("--degraded-only", action="store_true", help="only the permutation over the degraded fabric")
     args = p.parse_args()
     print(f"{'scenario':<16}{'side':<10}{'median us':>11}{'p99 us':>9}{'max us':>9}")
-    runs = [(name, pairs, "nscc") for name, pairs in SCENARIOS.items()]
-    runs.append(("incast, rccc", SCENARIOS["incast 8-to-1"], "rccc"))
-    for name, pairs, cc in [] if args.ring_only else runs:
+    runs = [(name, pairs, "nscc", False) for name, pairs in SCENARIOS.items()]
+    runs.append(("incast, rccc", SCENARIOS["incast 8-to-1"], "rccc", False))
+    runs.append(("perm., degraded", SCENARIOS["permutation"], "nscc", True))
+    if args.degraded_only:
+        runs = runs[-1:]
+    for name, pairs, cc, degraded in [] if args.ring_only else runs:
         with tempfile.TemporaryDirectory() as tmp:
-            ht = quantiles(htsim(args.htsim, pairs, Path(tmp), cc))
-            ph = quantiles(phantora(pairs, Path(tmp), cc))
+            ht = quantiles(htsim(args.htsim, pairs, Path(tmp), cc, degraded))
+            ph = quantiles(phantora(pairs, Path(tmp), cc, degraded))
         for side, q in (("htsim", ht), ("phantora", ph)):
             print(f"{name:<16}{side:<10}{q[0] / 1e3:>11.1f}{q[1] / 1e3:>9.1f}{q[2] / 1e3:>9.1f}")
         print(f"{'':<16}{'diff':<10}{ph[0] / ht[0] - 1:>+11.1%}{ph[1] / ht[1] - 1:>+9.1%}{ph[2] / ht[2] - 1:>+9.1%}")
+    if args.degraded_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         cm = ring_matrix(args.htsim, Path(tmp))
         ht_fcts, ht_end = htsim_ring(args.htsim, cm, Path(tmp))
