@@ -172,3 +172,16 @@ def test_the_config_records_every_setting_and_rerun_reproduces_the_run(tmp_path:
     script.write_text(script.read_text() + "# edited\n")  # an edited script: refused, named
     again = subprocess.run([sys.executable, "-m", "phantora.cli", "rerun", str(first)], capture_output=True, text=True)
     assert again.returncode == 2 and f"script {script} changed since the run" in again.stderr
+
+
+def test_a_checkpoint_stall_in_the_merged_steps_is_storage_not_exposed_time(tmp_path: Path) -> None:
+    """steps.jsonl says what the summary says: a step of 100 ns with 60 ns of compute and a rank's 30 ns
+    checkpoint write leaves 100 - 60 - 30 = 10 ns exposed."""
+    parts = tmp_path / "steps"
+    parts.mkdir()
+    line = {"end_ns": 100, "compute_ns": 60, "memory_peak_bytes": 0, "reserved_peak_bytes": 0, "comm_bytes": {},
+            "comm_wait_ns": 0}  # fmt: skip
+    (parts / "rank0.jsonl").write_text(json.dumps({**line, "storage_ns": 30, "storage_bytes": 300}) + "\n")
+    (parts / "rank1.jsonl").write_text(json.dumps({**line, "storage_ns": 10, "storage_bytes": 100}) + "\n")
+    [step] = run_dir.merge_steps(tmp_path, [0, 1])
+    assert (step["storage_ns"], step["storage_bytes"], step["exposed_ns"]) == (30, 400, 10)

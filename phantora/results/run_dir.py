@@ -350,8 +350,10 @@ def _merged(ranks: dict[int, list[dict[str, Any]]], want: list[int]) -> list[dic
                 "ranks": len(lines),
             }
         )
-        if any("storage_ns" in x for x in lines):  # checkpoint I/O (runtime/storage.py): the longest rank's
-            rows[-1]["storage_ns"] = max(int(x.get("storage_ns", 0)) for x in lines)
+        if any("storage_ns" in x for x in lines):  # checkpoint I/O (runtime/storage.py): the longest rank's,
+            io = max(int(x.get("storage_ns", 0)) for x in lines)  # not exposed communication (as the summary has it)
+            rows[-1]["storage_ns"] = io
+            rows[-1]["exposed_ns"] = max(0, rows[-1]["exposed_ns"] - io)
             rows[-1]["storage_bytes"] = sum(int(x.get("storage_bytes", 0)) for x in lines)
         prev = end
     return rows
