@@ -3,7 +3,8 @@
 One rank under the roofline model: an element-wise add of two 2^20-element fp32 tensors moves 3 x 4 MiB through
 HBM, so it takes ceil(12 MiB / bandwidth) ns plus the launch overhead; its output is 4 MiB of device memory; a
 view launches nothing; an in-place op returns its input. The same ops with the fast path switched off give the
-same figures.
+same figures. An op repeated ten times takes the fast path each time, is costed by the model once (then from its
+cache) and charged the closed form each time.
 """
 
 from __future__ import annotations
@@ -41,3 +42,12 @@ def test_fast_path_charges_the_roofline_and_matches_the_general_route(tmp_path: 
         if tensors == "real":
             assert route["sum"] == 3.0 * N and route["a_sum"] == 3.0 * N and route["max"][0] == 4 * 3.0
     assert on["max_ns"] == pytest.approx(off["max_ns"], abs=1)
+    # ten repeats of one op (bf16, N/2 elements: 3 x N bytes each): the fast path took each, the model computed
+    # the cost once (the others were cache hits), each was charged the closed form, and each output is right
+    repeat_ns = math.ceil(3 * N / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS
+    assert on["repeat_taken"] == 10 and on["repeat_computed"] == 1
+    for route in (on, off):
+        assert route["repeat_ns"] == pytest.approx(10 * repeat_ns, abs=10)
+        assert route["repeat_out"] == [["cuda:0", "torch.bfloat16", [N // 2]]]
+        if tensors == "real":
+            assert route["repeat_value"] == 2.0

@@ -28,10 +28,12 @@ class VirtualClock:
         """Run an op of `duration_ns` on the compute lane; return its (start, end)."""
         if duration_ns < 0:
             raise ValueError(f"negative op duration {duration_ns}")
+        if type(duration_ns) is not int:
+            duration_ns = int(duration_ns)
         start = self.compute_ns
-        self.compute_ns = start + int(duration_ns)
-        self.compute_busy_ns += int(duration_ns)
-        return start, self.compute_ns
+        self.compute_ns = end = start + duration_ns
+        self.compute_busy_ns += duration_ns
+        return start, end
 
     def issue(self) -> int:
         """The issue time of a collective: the compute lane's current time."""

@@ -51,6 +51,8 @@ def _subclass_kind(types: tuple[type, ...]) -> str:
 _META = torch.device("meta")
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _get_mode = torch._C._get_dispatch_mode
+_get_ident = threading.get_ident
+_SIMCUDA_ONLY = (SimCudaTensor,)
 _COPY = torch.ops.aten.copy_.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
@@ -129,17 +131,17 @@ class ChargeMode(TorchDispatchMode):
     ) -> Any:
         kwargs = kwargs or {}
         s = self.session
-        if threading.get_ident() != self.thread:
+        if _get_ident() != self.thread:
             return func(*args, **kwargs)  # gloo worker threads inherit the mode; their copies are not GPU work
         if _get_mode(_FAKE) is not None:  # shape propagation (DTensor's, the compiler's): no kernel, no memory
             return func(*args, **kwargs)  # FakeTensorMode, an infra mode, runs after this one and makes it fake
+        if types == _SIMCUDA_ONLY and "device" not in kwargs and simcuda.active():  # in one pass (fastpath.py)
+            out = fastpath.device_op(s, func, args, kwargs)
+            if out is not fastpath.SLOW:
+                return out
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
             if SimCudaTensor in types:
-                if len(types) == 1 and "device" not in kwargs:  # unwrap, charge and wrap here, in one pass
-                    out = fastpath.device_op(s, func, args, kwargs)
-                    if out is not fastpath.SLOW:
-                        return out
                 if func.namespace == "_c10d_functional":
                     if func.overloadpacket.__name__ == "_wrap_tensor_autograd":
                         return functional.wrap_async(s, args[0])

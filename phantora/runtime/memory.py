@@ -294,9 +294,11 @@ class MemoryTracker:
 
     def _note_peak(self) -> None:
         """After a growth: raise the step's and the run's peak, snapshotting the categories at a new peak."""
-        reserved = self.allocator.reserved
-        self.reserved_step_peak = max(self.reserved_step_peak, reserved)
-        self.program_reserved_peak = max(self.program_reserved_peak, reserved)
+        reserved = self.allocator.reserved  # comparisons, not max(): every op's new output comes here
+        if reserved > self.reserved_step_peak:
+            self.reserved_step_peak = reserved
+        if reserved > self.program_reserved_peak:
+            self.program_reserved_peak = reserved
         cur = self.current
         if cur > self.step_peak:
             self.step_peak = cur

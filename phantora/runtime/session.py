@@ -248,19 +248,25 @@ class RankSession:
             self._internal -= 1
 
     def charge(self, name: str, cost: OpCost) -> None:
-        """Run one compute op on the compute lane."""
+        """Run one compute op on the compute lane. (Every op of the simulated GPU comes here: few steps.)"""
         self.ops += 1
-        if cost.flops:
-            self.flops_by_dtype[cost.dtype] = self.flops_by_dtype.get(cost.dtype, 0) + cost.flops
-        if cost.ns:
-            kernel = cost.ns - self._launch_ns
+        flops = cost.flops
+        if flops:
+            by_dtype = self.flops_by_dtype
+            by_dtype[cost.dtype] = by_dtype.get(cost.dtype, 0) + flops
+        ns = cost.ns
+        if ns:
+            kernel = ns - self._launch_ns
             if kernel > 0:
-                self.tier_ns[cost.tier] = self.tier_ns.get(cost.tier, 0) + kernel
-            ns = cost.ns if self.scenario is None else self.scenario.stretch(self.clock.compute_ns, cost.ns)
+                tiers = self.tier_ns
+                tiers[cost.tier] = tiers.get(cost.tier, 0) + kernel
+            if self.scenario is not None:
+                ns = self.scenario.stretch(self.clock.compute_ns, ns)
             start, end = self.clock.charge(ns)
             self.trace.op(name, start, end)
-            for listener in self.listeners:
-                listener.on_compute(name, start, end - start)
+            if self.listeners:
+                for listener in self.listeners:
+                    listener.on_compute(name, start, end - start)
             wall = real_perf_counter_ns()
             if wall - self._last_report >= self.report_every_ns:
                 self._last_report = wall

@@ -1,7 +1,8 @@
 """Rank script for tests/test_simcuda_fastpath.py: ops on the simulated GPU with the fast path on and off.
 
 Writes JSON to argv[1]: for each route, the values, the simulated time of each op (CUDA events), the
-device memory it added, whether an in-place op returned its input, and how many ops the fast path took.
+device memory it added, whether an in-place op returned its input, and how many ops the fast path took; and for
+ten repeats of one op, their time, how often the compute model computed a cost, and their outputs.
 """
 
 import json
@@ -9,6 +10,7 @@ import sys
 
 import torch
 
+from phantora.runtime import session
 from phantora.runtime.simcuda import fastpath
 
 N = 1 << 20
@@ -40,6 +42,21 @@ def run() -> dict:
     r, inplace_ns = timed(lambda: a.add_(b))
     v, view_ns = timed(lambda: c.view(2, -1))
     m, max_ns = timed(lambda: torch.max(c.view(4, -1), dim=1))  # two outputs: values and indices
+    # a repeated op: ten bf16 adds of a shape not seen before; the model computes its cost once
+    x = torch.ones(N // 2, device="cuda", dtype=torch.bfloat16)
+    model = session.current().model
+    computed = [0]
+    compute = model.compute
+
+    def counting(*args):
+        computed[0] += 1
+        return compute(*args)
+
+    model.compute = counting
+    taken_before = taken[0]
+    ys, repeat_ns = timed(lambda: [x + x for _ in range(10)])
+    repeat_taken = taken[0] - taken_before
+    model.compute = compute
     return {
         "device": str(c.device),
         "sum": float(c.sum().item()),
@@ -52,6 +69,11 @@ def run() -> dict:
         "max_ns": max_ns,
         "added_bytes": added,
         "view_shape": list(v.shape),
+        "repeat_ns": repeat_ns,
+        "repeat_computed": computed[0],
+        "repeat_taken": repeat_taken,
+        "repeat_out": sorted({(str(y.device), str(y.dtype), tuple(y.shape)) for y in ys}),
+        "repeat_value": float(ys[-1][0].item()),
     }
 
 

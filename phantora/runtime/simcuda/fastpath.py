@@ -7,6 +7,12 @@ the op and sends it through the dispatcher and the mode again, where every case 
 result is the same: the op runs on the data, its outputs are counted as device memory, it is charged to
 the compute lane, and its tensor outputs are wrapped (an in-place op returns its input).
 
+Every op pays this path, so it is written for few Python steps: what depends on the op alone (may it come
+here, its name) is decided once per op (`_plan`); its cost is looked up in the compute model's cache under
+a key made while the arguments are unwrapped (the op, each argument's shape and dtype or scalar, the
+output's shape and dtype, the fp32 matmul precision), so a repeated op never reaches the model; and the
+output's wrapper is made without a Python constructor (`wrap_output`).
+
 `device_op` returns `SLOW` before doing anything when the op is not such a case; the caller then takes
 the general route.
 """
@@ -19,7 +25,7 @@ import torch
 
 from phantora.runtime.compute import _sig
 from phantora.runtime.simcuda import attention, rng
-from phantora.runtime.simcuda.tensor import SimCudaTensor
+from phantora.runtime.simcuda.tensor import SimCudaTensor, wrap_output
 
 SLOW: Any = object()  # `device_op`'s answer for an op it leaves to the general route
 
@@ -31,23 +37,21 @@ aten = torch.ops.aten
 # Ops the general route answers specially: pinning, and in phantom mode copies to the host, .item(), torch.equal.
 _SPECIAL = {aten.is_pinned.default, aten._pin_memory.default}
 _PHANTOM_SPECIAL = {id(aten.copy_.default), id(aten._local_scalar_dense.default), id(aten.equal.default)}
-_FAST: dict[int, bool] = {}  # by id(op): OpOverloads live as long as torch, and hashing one runs Python
-_NAMES: dict[int, str] = {}
+_UNKNOWN: Any = object()
+# by id(op) (OpOverloads live as long as torch, and hashing one runs Python): the op's name if it may take the
+# fast path, None if it may not
+_PLANS: dict[int, str | None] = {}
 
 
-def _fast(func: Any) -> bool:
-    """Can `func` take the fast path at all (decided once per op)? Not collectives, random ops (the device's
-    generator, rng.py), CUDA-only ops run by a Python kernel, or the ops answered specially."""
-    known = _FAST.get(id(func))
-    if known is None:
-        known = _FAST[id(func)] = (
-            func.namespace == "aten"
-            and func not in attention.KERNELS
-            and func not in _SPECIAL
-            and not rng.is_random(func)
-        )
-        _NAMES[id(func)] = str(func.overloadpacket)
-    return known
+def _plan(func: Any) -> str | None:
+    """The op's name if `func` may take the fast path at all, else None (decided once per op). Not collectives,
+    random ops (the device's generator, rng.py), CUDA-only ops run by a Python kernel, or the ops answered
+    specially."""
+    fast = (
+        func.namespace == "aten" and func not in attention.KERNELS and func not in _SPECIAL and not rng.is_random(func)
+    )
+    name = _PLANS[id(func)] = str(func.overloadpacket) if fast else None
+    return name
 
 
 def _has_tensor(seq: Any) -> bool:
@@ -59,13 +63,16 @@ def _has_tensor(seq: Any) -> bool:
 
 def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     """Run `func` on the simulated GPU's data and charge it to `session`, or return `SLOW` untouched."""
-    if not _fast(func) or session._internal:
+    op = id(func)
+    name = _PLANS.get(op, _UNKNOWN)
+    if name is _UNKNOWN:
+        name = _plan(func)
+    if name is None or session._internal:
         return SLOW
     meta = data = False
     last: Any = None  # the last cuda argument: its device is the outputs' (as tensor.run_op)
-    inputs: list[Any] = []  # the wrappers, so an in-place op returns its input
     unwrapped: list[Any] = []
-    key: list[Any] = [id(func)]  # the compute model's cache key (compute.cache_key's parts), made on the way
+    key: list[Any] = [op]  # the compute model's cache key (compute.cache_key's parts), made on the way
     for x in args:
         if isinstance(x, SimCudaTensor):
             e = x.elem
@@ -74,7 +81,6 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
                 meta = True
             else:
                 data = True
-            inputs.append(x)
             unwrapped.append(e)
             key.append((e.shape, e.dtype))
         elif isinstance(x, _TENSOR) or (type(x) in _SEQ and _has_tensor(x)):
@@ -88,12 +94,13 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
                 return SLOW
         key.append(_sig(tuple(kwargs.items())))
     phantom = session.phantom
-    if meta and (data or not phantom):  # phantom data beside real data, or real mode's meta bookkeeping
-        return SLOW
-    if phantom and id(func) in _PHANTOM_SPECIAL:
+    if meta:
+        if data or not phantom:  # phantom data beside real data, or real mode's meta bookkeeping
+            return SLOW
+    if phantom and op in _PHANTOM_SPECIAL:
         return SLOW
     if session.by_storage:
-        session.join_tensors([x.elem for x in inputs])
+        session.join_tensors([x.elem for x in args if isinstance(x, SimCudaTensor)])
     a = tuple(unwrapped)
     out = func._op(*a, **kwargs)  # what OpOverload.__call__ runs
     mem = session.memory
@@ -103,26 +110,18 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
             mem.on_tensor(out, func)
         if phantom or not out.is_meta:
             key.append((out.shape, out.dtype))
-            session.charge(_NAMES[id(func)], _cost(session.model, key, func, a, kwargs, out))
-        for x in inputs:
-            if x.elem is out:
-                return x
-        return SimCudaTensor(out, index)
+            key.append(_matmul_precision())
+            session.charge(name, session.model.cost_for(tuple(key), func, a, kwargs, out))
+        for x in args:
+            if isinstance(x, SimCudaTensor) and x.elem is out:
+                return x  # an in-place op returns its input
+        return wrap_output(out, index)
     if mem.enabled:
         mem.on_outputs(out, func)
     if type(out) is not tuple or _has_meta_or_nested(out, phantom):
-        return _slow_wrap(session, func, a, kwargs, out, inputs, index, phantom)
-    session.charge(_NAMES[id(func)], session.model.cost(func, a, kwargs, out))
-    return tuple(_back(x, inputs, index) for x in out)
-
-
-def _cost(model: Any, key: list[Any], func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
-    """The model's cost of the op, cached under `key` (+ the fp32 matmul precision) where the model allows."""
-    cost_for = getattr(model, "cost_for", None)
-    if cost_for is None:
-        return model.cost(func, args, kwargs, out)
-    key.append(_matmul_precision())
-    return cost_for(tuple(key), func, args, kwargs, out)
+        return _slow_wrap(session, name, func, a, kwargs, out, args, index, phantom)
+    session.charge(name, session.model.cost(func, a, kwargs, out))
+    return tuple(_back(x, args, index) for x in out)
 
 
 def _has_meta_or_nested(out: tuple, phantom: bool) -> bool:
@@ -132,21 +131,22 @@ def _has_meta_or_nested(out: tuple, phantom: bool) -> bool:
     return False
 
 
-def _back(x: Any, inputs: list[Any], index: int) -> Any:
+def _back(x: Any, args: tuple, index: int) -> Any:
+    """An output wrapped, or the cuda argument whose data it is (an in-place op's)."""
     if type(x) not in _PLAIN:
         return x
-    for i in inputs:
-        if i.elem is x:
+    for i in args:
+        if isinstance(i, SimCudaTensor) and i.elem is x:
             return i
-    return SimCudaTensor(x, index)
+    return wrap_output(x, index)
 
 
 def _slow_wrap(
-    session: Any, func: Any, args: tuple, kwargs: dict, out: Any, inputs: list[Any], index: int, phantom: bool
+    session: Any, name: str, func: Any, args: tuple, kwargs: dict, out: Any, inputs: tuple, index: int, phantom: bool
 ) -> Any:
     """Charge and wrap an output that is not a tensor or a flat tuple (a list, None, a scalar)."""
     from torch.utils._pytree import tree_leaves, tree_map
 
     if phantom or not any(isinstance(t, _TENSOR) and t.is_meta for t in tree_leaves(out)):
-        session.charge(_NAMES[id(func)], session.model.cost(func, args, kwargs, out))
+        session.charge(name, session.model.cost(func, args, kwargs, out))
     return tree_map(lambda x: _back(x, inputs, index), out)
