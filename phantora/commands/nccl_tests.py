@@ -2,13 +2,15 @@
 
 TEST is one of all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, broadcast_perf,
 reduce_perf, sendrecv_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G suffixes: powers of 1024), -f
-step factor or -i step increment, -t threads and -g GPUs per thread, -d datatype, -o reduction op (printed only),
--n iterations, -w warm-up iterations, -r root; -c, -z and -a are accepted and have no effect. --np N stands for
-`mpirun -np N` (ranks = np x t x g); by default every GPU of the topology is one process (-g 1), and -g alone is
-one process. Each size is timed as nccl-tests times it: -w warm-up calls, then -n calls back to back on one engine,
-the mean per call, with one host thread launching its -g GPUs' calls one after another (a few µs each, which bound
-small sizes under -g 8); the table on stdout is nccl-tests' own, so it can be diffed with a cluster's output
-(docs/nccl-tests.md). --out DIR also writes the table (nccl-tests.txt) and results.json.
+step factor or -i step increment, -t threads and -g GPUs per thread, -d datatype (or all), -o reduction op
+(printed only; or all), -n iterations, -w warm-up iterations, -m calls per iteration (one NCCL group), -N cycles,
+-r root (-1: every root), -c check (#wrong 0, or N/A with -c 0), -z blocking, -G CUDA graph; -a is accepted and
+has no effect. --np N stands for `mpirun -np N` (ranks = np x t x g); by default every GPU of the topology is one
+process (-g 1), and -g alone is one process. Each size is timed as nccl-tests times it: -w warm-up calls of every
+size first, then -n calls back to back on one engine, the mean per call, with one host thread launching its -g
+GPUs' calls one after another (a few µs each, which bound small sizes under -g 8); the table on stdout is
+nccl-tests' own, so it can be diffed with a cluster's output (docs/nccl-tests.md). --out DIR also writes the table
+(nccl-tests.txt) and results.json.
 """
 
 from __future__ import annotations
@@ -66,13 +68,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "-w", "--warmup_iters", type=int, default=1, help="warm-up iterations per size, not measured (default 1)"
     )
-    g.add_argument("-d", "--datatype", default="float", help=f"datatype: {', '.join(nt.DATATYPES)} (default float)")
     g.add_argument(
-        "-o", "--op", default="sum", help=f"reduction op, printed only: {', '.join(nt.REDOPS)} (default sum)"
+        "-d", "--datatype", default="float", help=f"datatype: {', '.join(nt.DATATYPES)}, or all (default float)"
     )
-    g.add_argument("-r", "--root", type=int, default=0, help="root rank of broadcast and reduce (default 0)")
-    g.add_argument("-c", "--check", type=int, default=1, help="accepted, no effect: no data is moved or checked")
-    g.add_argument("-z", "--blocking", type=int, default=0, help="accepted, no effect: calls run one after another")
+    g.add_argument(
+        "-o", "--op", default="sum", help=f"reduction op, printed only: {', '.join(nt.REDOPS)}, or all (default sum)"
+    )
+    g.add_argument(
+        "-r", "--root", type=int, default=0, help="root rank of broadcast and reduce; -1: every rank (default 0)"
+    )
+    g.add_argument("-m", "--agg_iters", type=int, default=1, help="calls per iteration, in one NCCL group (default 1)")
+    g.add_argument("-N", "--run_cycles", type=int, default=1, help="print the measured sizes this many times")
+    g.add_argument(
+        "-c", "--check", type=int, default=1, help="#wrong is 0 (-c 1 or more: NCCL taken as correct) or N/A (-c 0)"
+    )
+    g.add_argument(
+        "-z", "--blocking", type=int, default=0, help="1, 2, 3: the host waits for each call before the next"
+    )
+    g.add_argument(
+        "-G", "--cudagraph", type=int, default=0, help="graph launches: the calls replay with no host launch between"
+    )
     g.add_argument("-a", "--average", type=int, default=1, help="accepted, no effect: every rank's time is the same")
     add_out_options(p, "the table (nccl-tests.txt), results.json and config.json", short=False)
     p.set_defaults(func=_with_run_dir(run))
@@ -140,16 +155,23 @@ def run(args: argparse.Namespace) -> int:
     spec = nt.find_test(args.test)
     topo = _topology(args.topology, args.gpu)
     ranks = _ranks(args, topo)
-    if args.iters < 1:
-        raise InputError(f"must be >= 1, got {args.iters}", field="-n")
-    if args.warmup_iters < 0:
-        raise InputError(f"must be >= 0, got {args.warmup_iters}", field="-w")
+    for flag, value, low in (
+        ("-n", args.iters, 1),
+        ("-w", args.warmup_iters, 0),
+        ("-m", args.agg_iters, 1),
+        ("-N", args.run_cycles, 1),
+        ("-c", args.check, 0),
+        ("-G", args.cudagraph, 0),
+    ):
+        if value < low:
+            raise InputError(f"must be >= {low}, got {value}", field=flag)
+    if args.blocking not in (0, 1, 2, 3):
+        raise InputError(f"must be 0, 1, 2 or 3, got {args.blocking}", field="-z")
     minbytes, maxbytes = nt.parse_size(args.minbytes, "-b"), nt.parse_size(args.maxbytes, "-e")
     stepbytes = None if args.stepbytes is None else nt.parse_size(args.stepbytes, "-i")
     sizes = nt.size_steps(minbytes, maxbytes, args.stepfactor, stepbytes)
-    dtype, op = nt.datatype(args.datatype), nt.redop(args.op)
-    if spec.rooted and not 0 <= args.root < len(ranks):
-        raise InputError(f"root {args.root} is not one of the {len(ranks)} ranks", field="-r")
+    types = nt.datatypes(args.datatype, nt.compute_capability(topo))
+    blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(ranks))
     engine = engine_spec(args)
     config = engine.packet_used
     record_config(args, "nccl-tests", topo, config, {})
@@ -166,22 +188,28 @@ def run(args: argparse.Namespace) -> int:
 
     emit(*nt.preamble(spec, nthreads=args.nthreads, ngpus=args.ngpus, minbytes=minbytes, maxbytes=maxbytes,
                       step=step, warmup=args.warmup_iters, iters=args.iters, topo=topo, ranks=ranks,
-                      network=args.network, cc=cc))  # fmt: skip
+                      network=args.network, cc=cc, check=args.check, agg=args.agg_iters, graph=args.cudagraph,
+                      blocking=args.blocking))  # fmt: skip
     emit(*nt.table_header())
-    bench = nt.Bench(spec, topo, ranks, dtype, args.root, args.iters, args.warmup_iters, gpus_per_thread=args.ngpus)
-    results: list[nt.SizeResult] = []
+    bench = nt.Bench(spec, topo, ranks, types[0], iters=args.iters, warmup=0, gpus_per_thread=args.ngpus,
+                     agg=args.agg_iters, blocking=args.blocking > 0, graph=args.cudagraph > 0)  # fmt: skip
+    results: list[tuple[nt.Run, nt.SizeResult]] = []
     sim = make_engine(engine, topo, spawner=spawn_workers)
     try:
-        for size in sizes:
-            res = nt.bench_size(bench, sim, size)
-            results.append(res)
-            emit(nt.size_line(res, spec, dtype, op, args.root))
+        for block in blocks:  # nccl-tests' TimeTest: warm every size up, then measure them (-N times)
+            bench.datatype, bench.root = block.datatype, max(block.root, 0)
+            nt.warm_up(bench, sim, nt.warmup_sizes(minbytes, maxbytes), args.warmup_iters)
+            for _cycle in range(args.run_cycles):
+                for size in sizes:
+                    res = nt.bench_size(bench, sim, size)
+                    results.append((block, res))
+                    emit(nt.size_line(res, spec, block.datatype, block.op, block.root, args.check))
         stats = {k: v for k, v in sim.stats().items() if "wall" not in k}
     finally:
         sim.close()
-    emit(*nt.footer(results, spec))
+    emit(*nt.footer([r for _, r in results], spec))
     if args.out is not None:
-        data = _results(args, spec, topo, ranks, dtype, op, cc, stepbytes, results, stats)
+        data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats)
         paths = _write(args.out, lines, data)
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
@@ -192,14 +220,13 @@ def _results(
     spec: nt.BenchSpec,
     topo: Any,
     ranks: tuple[int, ...],
-    dtype: str,
-    op: str,
     cc: str | None,
     stepbytes: int,
-    results: list[nt.SizeResult],
+    results: list[tuple[nt.Run, nt.SizeResult]],
     stats: dict[str, Any],
 ) -> dict[str, Any]:
-    """results.json: the run's parameters and one record per size (times in us and ns, bandwidths in GB/s)."""
+    """results.json: the run's parameters and one record per table line (times in us and ns, bandwidths in GB/s,
+    the line's datatype, op and root, the NCCL model's choice)."""
     from phantora.results import schema as S
 
     return {
@@ -213,15 +240,23 @@ def _results(
         "np": args.np,
         "nthreads": args.nthreads,
         "ngpus": args.ngpus,
-        "datatype": dtype,
-        "redop": op if spec.has_op else None,
+        "datatype": args.datatype if args.datatype == "all" else nt.datatype(args.datatype),
+        "redop": args.op if spec.has_op else None,
         "root": args.root if spec.rooted else None,
         "iters": args.iters,
         "warmup_iters": args.warmup_iters,
+        "agg_iters": args.agg_iters,
+        "run_cycles": args.run_cycles,
+        "check": args.check,
+        "blocking": args.blocking,
+        "cudagraph": args.cudagraph,
         **({"step_factor": args.stepfactor} if (args.stepfactor or 1) > 1 else {"step_bytes": stepbytes}),
         "units": {"time_us": "us", "time_ns": "ns", "algbw": "GB/s (1e9 bytes/s)", "busbw": "GB/s (1e9 bytes/s)"},
         "sizes": [
             {
+                "datatype": b.datatype,
+                "redop": b.op,
+                "root": b.root,
                 "bytes": r.size,
                 "count": r.count,
                 "nbytes": r.nbytes,
@@ -233,9 +268,9 @@ def _results(
                 "busbw_factor": r.factor,
                 "choice": r.choice,
             }
-            for r in results
+            for b, r in results
         ],
-        "avg_busbw": nt.avg_busbw(results),
+        "avg_busbw": nt.avg_busbw([r for _, r in results]),
         "engine": stats,
     }
 

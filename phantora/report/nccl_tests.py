@@ -12,11 +12,14 @@ Conventions follow nccl-tests (github.com/NVIDIA/nccl-tests, src/common.cu and u
 - time is the mean time of one iteration in us; algbw is bytes / time and busbw is algbw times the test's
   factor, both in GB/s (1e9 bytes/s);
 - every size prints an out-of-place and an in-place column group. phantora moves no data, so both come from
-  the same simulation, and the #wrong column is N/A.
+  the same simulation; the #wrong column is 0 with -c 1 or more (NCCL is taken to be correct) and N/A with -c 0;
+- -d all and -o all run every datatype (fp8 on compute capability 9.0 or later only) and every op, -r -1 every root
+  of broadcast and reduce, one table line per size of each, as nccl-tests' RunTest loops do.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -29,7 +32,9 @@ from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
 from phantora.topology.model import Topology
 
-FORMAT_VERSION = "2.19"  # the nccl-tests release whose table layout this prints
+FORMAT_VERSION = "2.19.6"  # the nccl-tests release whose header and table layout this prints
+NCCL_VERSION_CODE = 23000  # NCCL 2.30.0, whose tuning model phantora.collectives.nccl restates (nccl-headers=...)
+FP8_MIN_COMPCAP = 90  # nccl-tests drops f8e4m3 and f8e5m2 from `-d all` below compute capability 9.0
 
 
 @dataclass(frozen=True)
@@ -90,11 +95,17 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:([kKmMgG])(?
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
+def _nearest(name: str, known: Sequence[str]) -> str:
+    """ "; did you mean X?" for the known name nearest `name`, or "" when none is near."""
+    near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f"; did you mean {near[0]}?" if near else ""
+
+
 def find_test(name: str) -> BenchSpec:
     """The test named `name` (all_reduce_perf; the _perf may be left out); InputError naming TEST otherwise."""
     key = name if name.endswith("_perf") else f"{name}_perf"
     if key not in TESTS:
-        raise InputError(f"unknown test {name!r} (known: {', '.join(TESTS)})", field="TEST")
+        raise InputError(f"unknown test {name!r}{_nearest(key, list(TESTS))} (known: {', '.join(TESTS)})", field="TEST")
     return TESTS[key]
 
 
@@ -114,14 +125,50 @@ def datatype(name: str) -> str:
     """The nccl-tests name of a datatype (aliases such as bf16, fp32 accepted); InputError naming -d."""
     key = DATATYPE_ALIASES.get(name.lower(), name.lower())
     if key not in DATATYPES:
-        raise InputError(f"unknown datatype {name!r} (known: {', '.join(DATATYPES)})", field="-d")
+        near = _nearest(key, [*DATATYPES, *DATATYPE_ALIASES])
+        raise InputError(f"unknown datatype {name!r}{near} (known: {', '.join(DATATYPES)}, all)", field="-d")
     return key
 
 
 def redop(name: str) -> str:
+    """A reduction op name as nccl-tests takes it; InputError naming -o otherwise."""
     if name not in REDOPS:
-        raise InputError(f"unknown reduction op {name!r} (known: {', '.join(REDOPS)})", field="-o")
+        raise InputError(f"unknown reduction op {name!r}{_nearest(name, REDOPS)} (known: {', '.join(REDOPS)}, all)",
+                         field="-o")  # fmt: skip
     return name
+
+
+def datatypes(name: str, compcap: int) -> list[str]:
+    """The datatypes `-d name` runs: one, or with `all` every type nccl-tests knows (the fp8 types only on compute
+    capability 9.0 or later, as nccl-tests filters them)."""
+    if name.lower() != "all":
+        return [datatype(name)]
+    return [d for d in DATATYPES if compcap >= FP8_MIN_COMPCAP or not d.startswith("f8")]
+
+
+def redops(name: str) -> list[str]:
+    """The ops `-o name` runs: one, or every op with `all`."""
+    return list(REDOPS) if name == "all" else [redop(name)]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One block of table lines: the datatype, op and root nccl-tests prints on each of its lines."""
+
+    datatype: str
+    op: str
+    root: int
+
+
+def runs(spec: BenchSpec, types: Sequence[str], ops: Sequence[str], root: int, nranks: int) -> list[Run]:
+    """The (datatype, op, root) of each table block, in the order of the test's RunTest loops: types, then ops
+    (tests with a reduction op), then roots (rooted tests; root -1 is every rank). Tests without an op print
+    "none" and run once per type; tests without a root print -1."""
+    if spec.rooted and not -1 <= root < nranks:
+        raise InputError(f"root {root} is not one of the {nranks} ranks (or -1: every root)", field="-r")
+    shown_ops = list(ops) if spec.has_op else ["none"]
+    roots = (list(range(nranks)) if root == -1 else [root]) if spec.rooted else [-1]
+    return [Run(t, o, r) for t in types for o in shown_ops for r in roots]
 
 
 def size_steps(minbytes: int, maxbytes: int, factor: int | None, step: int | None) -> list[int]:
@@ -150,6 +197,19 @@ def size_steps(minbytes: int, maxbytes: int, factor: int | None, step: int | Non
             )
 
 
+def warmup_sizes(minbytes: int, maxbytes: int) -> list[int]:
+    """The sizes nccl-tests warms up before it measures any: min, 2 min, 4 min, ... up to max (whatever -f or -i
+    say); a minimum of 0 warms up 0 alone (nccl-tests would loop on it forever)."""
+    if minbytes == 0:
+        return [0]
+    sizes = []
+    size = minbytes
+    while size <= maxbytes:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
 def counts(spec: BenchSpec, size: int, elt: int, nranks: int) -> tuple[int, int, int]:
     """(printed size in bytes, printed count, the collective's nbytes) of one size, as nccl-tests counts them.
 
@@ -172,13 +232,15 @@ class SizeResult:
     size: int  # printed size (bytes)
     count: int  # printed count (elements)
     nbytes: int  # the collective's nbytes
-    iter_ns: list[int]  # each measured iteration's time
+    iter_ns: list[int]  # each measured iteration's time (of its -m calls)
     factor: float
     choice: dict[str, Any] | None = None
+    agg: int = 1  # calls per iteration (-m)
 
     @property
     def time_ns(self) -> float:
-        return sum(self.iter_ns) / len(self.iter_ns) if self.iter_ns else 0.0
+        """The mean time of one call: the measured iterations' time over iterations x calls each."""
+        return sum(self.iter_ns) / len(self.iter_ns) / self.agg if self.iter_ns else 0.0
 
     @property
     def time_us(self) -> float:
@@ -275,6 +337,9 @@ class Bench:
     next_id: int = 0
     sent: MessageCounters = field(default_factory=dict)  # network connections' message counters, over the run
     gpus_per_thread: int = 1  # -g: one host thread enqueues and launches this many GPUs' calls, one after another
+    agg: int = 1  # -m: calls per iteration, launched as one NCCL group (one host launch per GPU for all of them)
+    blocking: bool = False  # -z 1, 2 or 3: the host waits for each call to end before it launches the next
+    graph: bool = False  # -G: the calls replay from a CUDA graph, so no host launch sits between them
 
 
 # Host time (µs) one thread spends to enqueue and launch one GPU's collective inside an NCCL group (ncclGroupEnd:
@@ -284,10 +349,13 @@ class Bench:
 HOST_LAUNCH_US = 5.0
 
 
-def launch_bound(gpu_ns: Sequence[int], host_ns: int) -> list[int]:
+def launch_bound(gpu_ns: Sequence[int], host_ns: int, blocking: bool = False) -> list[int]:
     """Each measured iteration's share of the timed loop when the host launches iteration i by (i + 1) x host_ns
     and the GPUs run one iteration after another: iteration i starts at max(its launch, the previous one's end).
-    nccl-tests times the loop from the host's first launch to the last end, over the iterations."""
+    nccl-tests times the loop from the host's first launch to the last end, over the iterations. `blocking` (-z):
+    the host launches each iteration only once the previous one has ended, so each costs host_ns + its GPU time."""
+    if blocking:
+        return [host_ns + g for g in gpu_ns]
     out: list[int] = []
     end = 0
     for i, g in enumerate(gpu_ns):
@@ -297,26 +365,47 @@ def launch_bound(gpu_ns: Sequence[int], host_ns: int) -> list[int]:
     return out
 
 
+def _call(bench: Bench, sim: NetworkSimulator, nbytes: int, tag: str) -> tuple[int, dict[str, Any] | None]:
+    """Run one call of `nbytes` on `sim` now: its time in ns and the NCCL model's choice."""
+    dtype = DATATYPES[bench.datatype][0]
+    it = build_iteration(
+        bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.topo, bench.opts, bench.next_id, tag, bench.sent
+    )
+    bench.next_id = it.next_id
+    return run_iteration(sim, it), it.choice
+
+
+def warm_up(bench: Bench, sim: NetworkSimulator, sizes: Sequence[int], calls: int) -> None:
+    """nccl-tests' warm-up: `calls` calls of each size in `sizes` (warmup_sizes), before any size is measured."""
+    elt = DATATYPES[bench.datatype][1]
+    for size in sizes:
+        nbytes = counts(bench.spec, size, elt, len(bench.ranks))[2]
+        for i in range(calls):
+            _call(bench, sim, nbytes, f"nccl/{size}/w{i}")
+
+
 def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
-    """Warm-up then measured iterations of one size, back to back on `sim` (each starts when the previous call
-    has finished on every rank; the engine's state, e.g. congestion control, carries over)."""
-    dtype, elt = DATATYPES[bench.datatype]
+    """Warm-up (bench.warmup calls of this size; the command warms every size up front instead, see warm_up) then
+    measured iterations of one size, back to back on `sim` (each call starts when the previous one has finished on
+    every rank; the engine's state, e.g. congestion control, carries over)."""
+    elt = DATATYPES[bench.datatype][1]
     n = len(bench.ranks)
     printed, count, nbytes = counts(bench.spec, size, elt, n)
-    times: list[int] = []
     choice = None
-    for i in range(bench.warmup + bench.iters):
-        tag = f"nccl/{size}/{'w' if i < bench.warmup else 'i'}{i}"
-        it = build_iteration(
-            bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.topo, bench.opts, bench.next_id, tag, bench.sent
-        )
-        bench.next_id = it.next_id
-        choice = choice or it.choice
-        elapsed = run_iteration(sim, it)
-        if i >= bench.warmup:
-            times.append(elapsed)
-    times = launch_bound(times, round(HOST_LAUNCH_US * 1000 * bench.gpus_per_thread))
-    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice)
+    for i in range(bench.warmup):
+        got = _call(bench, sim, nbytes, f"nccl/{size}/w{i}")[1]
+        choice = choice or got
+    times: list[int] = []
+    for i in range(bench.iters):
+        total = 0
+        for a in range(bench.agg):
+            elapsed, got = _call(bench, sim, nbytes, f"nccl/{size}/i{i}" + (f".{a}" if bench.agg > 1 else ""))
+            total += elapsed
+            choice = choice or got
+        times.append(total)
+    host_ns = 0 if bench.graph else round(HOST_LAUNCH_US * 1000 * bench.gpus_per_thread)
+    times = launch_bound(times, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
+    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg)
 
 
 # ----- the table ----------------------------------------------------------------------------------------
@@ -346,21 +435,28 @@ def preamble(
     ranks: Sequence[int],
     network: str,
     cc: str | None,
+    check: int = 1,
+    agg: int = 1,
+    graph: int = 0,
+    blocking: int = 0,
 ) -> list[str]:
-    """The lines before the table: the run's parameters and the devices (simulated GPUs of the topology)."""
+    """The lines before the table, as nccl-tests prints them (its version line, the test, the run's parameters,
+    the devices: simulated GPUs of the topology), with two phantora comment lines after the version line."""
     where = f"topology {topo.name} ({topo.num_ranks} GPUs), network {network}" + (f", cc {cc}" if cc else "")
+    wrong = "0 (NCCL taken as correct; -c 0: N/A)" if check else "N/A (-c 0)"
     lines = [
-        f"# nccl-tests {FORMAT_VERSION} table format, simulated by phantora: {where}",
-        "# phantora moves no data: in-place repeats the out-of-place simulation, #wrong is N/A",
+        f"# nccl-tests version {FORMAT_VERSION} nccl-headers={NCCL_VERSION_CODE} nccl-library={NCCL_VERSION_CODE}",
+        f"# phantora: a simulation of nccl-tests on {where}",
+        f"# phantora: no data moves: in-place repeats the out-of-place simulation, #wrong is {wrong}",
         f"# Collective test starting: {spec.name}",
         f"# nThread {nthreads} nGpus {ngpus} minBytes {minbytes} maxBytes {maxbytes} step: {step} warmup iters: "
-        f"{warmup} iters: {iters} agg iters: 1 validation: 0 graph: 0 unalign: 0",
-        "#",
-        "# Using devices",
+        f"{warmup} iters: {iters} agg iters: {agg} validation: {check} graph: {graph} unalign: 0",
     ]
+    lines += [BLOCKING[blocking]] if blocking in BLOCKING else []
+    lines += ["#", "# Using devices"]
     pid = os.getpid()
     local: dict[Any, int] = {}
-    device = f"simulated {topo.gpu_model or 'GPU'}"
+    device = device_name(topo)
     for r in ranks:
         node = topo.nodes[topo.node_of_rank(r)]
         host = f"host{node.host}" if node.host is not None else node.name
@@ -368,6 +464,36 @@ def preamble(
         proc = pid + r // (nthreads * ngpus)  # a simulated process (mpirun rank) per -t x -g GPUs
         lines.append(f"#  Rank {r:2d} Group  0 Pid {proc:6d} on {host:>10s} device {dev:2d} [{node.name}] {device}")
     return lines
+
+
+# the line nccl-tests prints after the parameters for each -z mode
+BLOCKING = {
+    1: "# Blocking Enabled: wait and barrier after each inner iteration (-m) ",
+    2: "# Blocking Enabled: wait after each inner iteration (-m), no barrier ",
+    3: "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
+}
+
+
+def device_name(topo: Topology) -> str:
+    """The name CUDA would report for the topology's GPU ("NVIDIA H100 80GB HBM3"), else "simulated <model>"."""
+    from phantora.perfmodel.gpus import get_gpu
+
+    try:
+        return get_gpu(topo.gpu_model or "").cuda_name or f"simulated {topo.gpu_model}"
+    except (InputError, KeyError, ValueError):
+        return f"simulated {topo.gpu_model or 'GPU'}"
+
+
+def compute_capability(topo: Topology) -> int:
+    """The topology GPU's compute capability as major x 10 + minor (90 for an H100); 90 when it is not known, as
+    the NCCL model takes it."""
+    from phantora.perfmodel.gpus import get_gpu
+
+    try:
+        major, minor = get_gpu(topo.gpu_model or "h100").capability
+    except (InputError, KeyError, ValueError):
+        return 90
+    return major * 10 + minor if major else 90
 
 
 def table_header() -> list[str]:
@@ -391,12 +517,14 @@ def table_header() -> list[str]:
     ]
 
 
-def size_line(res: SizeResult, spec: BenchSpec, typename: str, op: str, root: int) -> str:
+def size_line(res: SizeResult, spec: BenchSpec, typename: str, op: str, root: int, check: int = 0) -> str:
     """One size: size, count, type, redop, root, then time, algbw, busbw and #wrong twice (out-of-place,
-    in-place); the NCCL model's choice, when the collectives layer reports one, as a trailing comment."""
+    in-place); the NCCL model's choice, when the collectives layer reports one, as a trailing comment. #wrong is
+    nccl-tests' "%6g" of 0 with `check` (-c) 1 or more, "N/A" with -c 0."""
     shown_op = op if spec.has_op else "none"
     shown_root = root if spec.rooted else -1
-    body = f"  {fit_float(res.time_us, 7)}  {fit_float(res.algbw, 6)}  {fit_float(res.busbw, 6)}    N/A"
+    wrong = f"  {0:6g}" if check else "    N/A"
+    body = f"  {fit_float(res.time_us, 7)}  {fit_float(res.algbw, 6)}  {fit_float(res.busbw, 6)}{wrong}"
     line = f"{res.size:12d}  {res.count:12d}  {typename:>8s}  {shown_op:>6s}  {shown_root:6d}{body}{body}"
     if res.choice:
         line += "  # " + " ".join(f"{k}={v}" for k, v in res.choice.items())
@@ -404,13 +532,16 @@ def size_line(res: SizeResult, spec: BenchSpec, typename: str, op: str, root: in
 
 
 def footer(results: Sequence[SizeResult], spec: BenchSpec) -> list[str]:
-    """The summary: out-of-bounds values (always 0: nothing is checked) and the mean busbw over every line
-    (nccl-tests averages both column groups, which are equal here)."""
+    """The summary as nccl-tests ends its output: out-of-bounds values (always 0: nothing is checked), the mean
+    busbw over every line (nccl-tests averages both column groups, which are equal here), the test's name, a "#"
+    and the empty line nccl-tests prints when NCCL reports no error."""
     return [
         f"# {'Out of bounds values':<20s} : 0 OK",
         f"# {'Avg bus bandwidth':<20s} : {avg_busbw(results):g} ",
         "#",
         f"# Collective test concluded: {spec.name}",
+        "#",
+        "",
     ]
 
 
