@@ -29,7 +29,8 @@ def test_cpp_test_suites_pass(ns3_lib) -> None:
 def test_cpp_fault_suite_passes(ns3_lib) -> None:
     """The scenario code of the fabric (ns3-scratch/test/phantora-fault-test-suite.cc): re-convergence routes, a
     flow on a failed link moved with its unsent bytes, a flap with no traffic changing nothing, a NIC failover to
-    the host's other NIC, a one-NIC host's flow stalled with no route until the repair."""
+    the host's other NIC, a one-NIC host's flow stalled with no route until the repair, a slow GPU opened by a step
+    marker's completion."""
     if needs_build(tests=True):
         build(tests=True)
     runner = library_path().parent / "phantora-ns3-tests"
@@ -38,7 +39,7 @@ def test_cpp_fault_suite_passes(ns3_lib) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS phantora-faults" in proc.stdout and "FAIL" not in proc.stdout
-    assert proc.stdout.count("  PASS ") == 5
+    assert proc.stdout.count("  PASS ") == 6
 
 
 def test_cpp_uet_suite_passes(ns3_lib) -> None:

@@ -277,6 +277,40 @@ class NicStallTest : public TestCase {
   }
 };
 
+/// A slow GPU that opens as a step marker completes (ThrottleFromFlow): a compute marker of W ns released by a step
+/// marker that ends at t0 takes k W from t0 under an open window; under a window of W ns at x2 half its work is
+/// done inside and half after, 1.5 W; a marker on another node keeps W.
+class ThrottleFromFlowTest : public TestCase {
+ public:
+  ThrottleFromFlowTest() : TestCase("a slow GPU opens when a step marker completes, before what it releases") {}
+
+ private:
+  void DoRun() override {
+    constexpr int64_t kT0 = 50'000;
+    constexpr int64_t kW = 100'000;
+    auto end = [](int64_t duration, double factor) {
+      PhantoraNetwork net;
+      const TwoPaths t = Build(net);
+      net.ThrottleFromFlow(1, t.a, duration, factor);
+      net.AddFlow(1, t.a, t.a, 0, 0, 3, 0, {}, kT0);   // the step marker: ends at t0
+      net.AddFlow(2, t.a, t.a, 0, 0, 3, 0, {1}, kW);   // compute released by it
+      net.AddFlow(3, t.b, t.b, 0, 0, 3, 0, {1}, kW);   // compute on another node
+      net.RunUntilIdle(kForever);
+      std::map<uint64_t, int64_t> out;
+      for (const auto& c : net.DrainCompletions()) {
+        out[c.id] = c.endNs;
+      }
+      return out;
+    };
+    const auto open = end(-1, 3.0);
+    NS_TEST_ASSERT_MSG_EQ(open.at(1), kT0, "the marker ends at t0");
+    NS_TEST_ASSERT_MSG_EQ(open.at(2), kT0 + 3 * kW, "its compute takes k W from t0");
+    NS_TEST_ASSERT_MSG_EQ(open.at(3), kT0 + kW, "another node's compute is not slowed");
+    const auto window = end(kW, 2.0);
+    NS_TEST_ASSERT_MSG_EQ(window.at(2), kT0 + kW + kW / 2, "half the work in a window of W at x2, the rest after");
+  }
+};
+
 class PhantoraFaultTestSuite : public TestSuite {
  public:
   PhantoraFaultTestSuite() : TestSuite("phantora-faults", Type::UNIT) {
@@ -285,6 +319,7 @@ class PhantoraFaultTestSuite : public TestSuite {
     AddTestCase(new FlapNoTrafficTest, TestCase::Duration::QUICK);
     AddTestCase(new NicFailoverTest, TestCase::Duration::QUICK);
     AddTestCase(new NicStallTest, TestCase::Duration::QUICK);
+    AddTestCase(new ThrottleFromFlowTest, TestCase::Duration::QUICK);
   }
 };
 
