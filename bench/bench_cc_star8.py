@@ -12,8 +12,10 @@ Simulated figures: deterministic, a few seconds of wall time.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -32,7 +34,17 @@ def line_rate_ns(nbytes: int) -> float:
     return -(-nbytes // PAYLOAD) * (PAYLOAD + HEADER) * 8e9 / RATE
 
 
-def run(cc: str, flows: list[tuple[int, int]]) -> dict[str, object]:
+@dataclass(frozen=True)
+class Star8Run:
+    """One star8 run: sorted FCTs (ns), the bottleneck's max queue and 1 us samples (bytes), engine stats."""
+
+    fct: list[int]
+    qmax: int
+    samples: list[int]
+    stats: dict[str, Any]
+
+
+def run(cc: str, flows: list[tuple[int, int]]) -> Star8Run:
     """FCTs, the bottleneck's max queue and its 1 us samples, pauses and marks of one star8 run."""
     topo = read_hpcc(STAR8)
     with Ns3Simulator(topo, PacketConfig(cc=cc, queue_sample_ns=1000)) as sim:
@@ -43,7 +55,7 @@ def run(cc: str, flows: list[tuple[int, int]]) -> dict[str, object]:
         (usage,) = [u for u in sim.channel_usage() if u.src == SWITCH and u.dst == 0]
         samples = [s.bytes for s in sim.queue_samples() if s.node == SWITCH and s.port == PORT]
         stats = sim.stats()
-    return {"fct": fcts, "qmax": usage.max_queue_bytes, "samples": samples, "stats": stats}
+    return Star8Run(fcts, usage.max_queue_bytes, samples, dict(stats))
 
 
 def main() -> None:
@@ -52,17 +64,15 @@ def main() -> None:
     print(f"two-to-one, 2 x 10 MB into one 100G port (line rate: last FCT {line / 1000:.1f} µs)")
     for cc in ("none", "timely"):
         r = run(cc, two)
-        fct, st = r["fct"], r["stats"]
-        assert isinstance(fct, list) and isinstance(st, dict)
+        fct, st = r.fct, r.stats
         print(
-            f"  {cc:7} queue max {r['qmax'] / 1000:8.1f} KB  FCTs {fct[0] / 1000:.1f} / {fct[-1] / 1000:.1f} µs "
+            f"  {cc:7} queue max {r.qmax / 1000:8.1f} KB  FCTs {fct[0] / 1000:.1f} / {fct[-1] / 1000:.1f} µs "
             f"(last {fct[-1] / line:.3f} x line rate)  pfc pauses {st.get('pfc_pause', 0)}"
         )
     seven = [(i, 5_000_000) for i in range(1, 8)]
     line = line_rate_ns(sum(size for _, size in seven))
     r = run("dctcp", seven)
-    q, fct, st = r["samples"], r["fct"], r["stats"]
-    assert isinstance(q, list) and isinstance(fct, list) and isinstance(st, dict)
+    q, fct, st = r.samples, r.fct, r.stats
     middle = q[len(q) // 4 : 3 * len(q) // 4]
     print(f"incast, 7 x 5 MB into one 100G port, dctcp (line rate: last FCT {line / 1000:.1f} µs)")
     print(
