@@ -205,3 +205,24 @@ def test_a_bad_value_is_one_line_with_the_nearest_valid_one(
     assert main(["nccl-tests", *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"field '{field}'" in err and hint in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "hint"),
+    [
+        (["-C", "1"], "nccl-tests option -C/--report_cputime is not simulated"),
+        (["--output_file=x.json"], "-J/--output_file is not simulated (docs/nccl-tests.md); --out DIR"),
+        (["--maxbtyes", "1M"], "unknown option --maxbtyes; did you mean --maxbytes?"),
+        (["-q", "3"], "unknown option -q"),
+        (["-n", "x"], "argument -n/--iters: invalid int value: 'x'"),
+        (["stray"], "unexpected argument 'stray'"),
+    ],
+)
+def test_an_unknown_or_unsimulated_option_is_one_line(
+    extra: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["nccl-tests", "all_reduce_perf", *extra])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == f"phantora nccl-tests: error: {err.split(': error: ')[1]}"
+    assert err.count("\n") == 1 and hint in err

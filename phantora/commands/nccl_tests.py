@@ -16,12 +16,13 @@ nccl-tests' own, so it can be diffed with a cluster's output (docs/nccl-tests.md
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from phantora.commands.options import add_network_options
+from phantora.commands.options import Parser, add_network_options
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.errors import InputError
 from phantora.netsim.engine_spec import EngineSpec
@@ -30,11 +31,49 @@ from phantora.report import nccl_tests as nt
 DEFAULT_TOPOLOGY = "one DGX-like H100 server of 8 GPUs (the dgx_host generator)"
 
 
+# nccl-tests options phantora does not simulate: short and long names
+NOT_SIMULATED = {
+    "-C": "--report_cputime", "-S": "--report_timestamps", "-J": "--output_file", "-I": "--per_iter_timing",
+    "-K": "--per_iter_skip", "-R": "--local_register", "-x": "--cta_policy", "-D": "--device_implementation",
+    "-V": "--device_cta_count", "-M": "--memory", "-u": "--unalign", "-p": "--parallel_init", "-y": "--stream_null",
+    "-T": "--timeout",
+}  # fmt: skip
+
+
+def unknown_argument(token: str, known: list[str]) -> str:
+    """The one-line message for an argument the parser left over: an nccl-tests option phantora does not simulate,
+    an unknown option (with the nearest known one), or a stray value."""
+    name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+    for short, long in NOT_SIMULATED.items():
+        if name in (short, long):
+            extra = "; --out DIR writes results.json" if short == "-J" else ""
+            return f"nccl-tests option {short}/{long} is not simulated (docs/nccl-tests.md){extra}"
+    if name.startswith("-") and name != "-":
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        return f"unknown option {name}" + (f"; did you mean {near[0]}?" if near else " (phantora nccl-tests --help)")
+    return f"unexpected argument {token!r}: the test is named once, before or after the options"
+
+
+class NcclTestsParser(Parser):
+    """The nccl-tests sub-parser: a bad value, an unknown option or one nccl-tests has but phantora does not
+    simulate is one line, "phantora nccl-tests: error: ...", instead of argparse's usage block."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(unknown_argument(extras[0], list(self._option_string_actions)))
+        return ns, extras
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"phantora nccl-tests: error: {message}\n")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "nccl-tests", help="run an nccl-tests benchmark on a simulated topology, printed as nccl-tests prints it",
         description=__doc__,
     )  # fmt: skip
+    p.__class__ = NcclTestsParser  # add_parser builds the top-level parser's class; errors here are one line
     p.add_argument("test", metavar="TEST", help=f"the benchmark: {', '.join(nt.TESTS)}")
     p.add_argument("--topology", default=None, help=f"topology file or shipped name (default: {DEFAULT_TOPOLOGY})")
     p.add_argument(
