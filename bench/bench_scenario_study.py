@@ -9,6 +9,7 @@ clean run of the same engine. Events are placed at fractions of the clean makesp
 
     .venv/bin/python bench/bench_scenario_study.py             # the table (markdown)
     .venv/bin/python bench/bench_scenario_study.py --only flow # one engine
+    .venv/bin/python bench/bench_scenario_study.py --only hpcc-ecmp --scenario "all four"  # one scenario (and clean)
 """
 
 from __future__ import annotations
@@ -110,10 +111,15 @@ def absorbed(clean: ReplayResult, res: ReplayResult) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=list(ENGINES), action="append", help="engines to run (default: all)")
+    p.add_argument("--scenario", action="append", help="scenarios to run, by name (default: all; the clean run always)")
     args = p.parse_args()
     topo, wl = fabric(), workload()
     base, _, _ = run("flow", topo, wl, None)
     cases = scenarios(base.makespan_ns)
+    unknown = set(args.scenario or ()) - cases.keys()
+    if unknown:
+        p.error(f"unknown scenario {sorted(unknown)[0]!r} (known: {', '.join(cases)})")
+    cases = {k: v for k, v in cases.items() if not args.scenario or k in args.scenario}
     print(f"clean makespan on the flow engine: {base.makespan_ns / 1e6:.3f} ms; events at fractions of it\n")
     cols = ["engine", "scenario", "makespan (ms)", "vs clean", "lost (KB)", "retransmitted (KB)", "absorbed most by"]
     print("| " + " | ".join([*cols, "wall (s)"]) + " |")
