@@ -8,6 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,3 +247,23 @@ def test_every_program_runs_on_ns3_as_on_the_flow_network_in_one_host(
 def _run_text(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert main(argv) == 0
     return capsys.readouterr().out
+
+
+def test_max_bytes_is_reduced_to_the_gpu_memory_as_nccl_tests_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """nccl-tests keeps (memory - min(ceil(memory / 16 GiB) GiB, 4 GiB) - 1 GiB) / 3 (/ 2 with -c 0) as maxBytes,
+    and says so after the devices; its parameter line keeps the sizes asked for. An 80 GB H100: 24877096960."""
+    gib = 1 << 30
+    h100 = parse_topology_gpu("h100")
+    assert nt.max_bytes_limit(h100, 1) == (80_000_000_000 - 4 * gib - gib) // 3 == 24877096960
+    assert nt.max_bytes_limit(h100, 0) == (80_000_000_000 - 5 * gib) // 2
+    argv = ["nccl-tests", "broadcast_perf", "-b", "16G", "-e", "64G", "-f", "4", "-g", "8", "-n", "1", "-w", "0"]
+    text = _run_text(argv, capsys)
+    assert "#\n# Reducing maxBytes to 24877096960 due to memory limitation\n#\n" in text
+    t = parse(text)
+    assert t.params[2:4] == (str(16 * gib), str(64 * gib)) and [r.size for r in t.rows] == [16 * gib]
+
+
+def parse_topology_gpu(gpu: str) -> Any:
+    from phantora.topology import dgx_host
+
+    return dgx_host(8, gpu=gpu)

@@ -208,6 +208,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"must be 0, 1, 2 or 3, got {args.blocking}", field="-z")
     minbytes, maxbytes = nt.parse_size(args.minbytes, "-b"), nt.parse_size(args.maxbytes, "-e")
     stepbytes = None if args.stepbytes is None else nt.parse_size(args.stepbytes, "-i")
+    reduced = []  # nccl-tests' "Reducing maxBytes" note, printed after the devices
+    limit = nt.max_bytes_limit(topo, args.check)
+    if limit is not None and maxbytes > limit:
+        reduced = ["#", f"# Reducing maxBytes to {limit} due to memory limitation"]
+    header_min, header_max = minbytes, maxbytes  # nccl-tests prints them before it reduces them
+    if reduced:
+        maxbytes = limit or maxbytes
+        minbytes = min(minbytes, maxbytes)
     sizes = nt.size_steps(minbytes, maxbytes, args.stepfactor, stepbytes)
     types = nt.datatypes(args.datatype, nt.compute_capability(topo))
     blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(ranks))
@@ -225,11 +233,11 @@ def run(args: argparse.Namespace) -> int:
             print(line, flush=True)
         lines.extend(new)
 
-    emit(*nt.preamble(spec, nthreads=args.nthreads, ngpus=args.ngpus, minbytes=minbytes, maxbytes=maxbytes,
+    emit(*nt.preamble(spec, nthreads=args.nthreads, ngpus=args.ngpus, minbytes=header_min, maxbytes=header_max,
                       step=step, warmup=args.warmup_iters, iters=args.iters, topo=topo, ranks=ranks,
                       network=args.network, cc=cc, check=args.check, agg=args.agg_iters, graph=args.cudagraph,
                       blocking=args.blocking))  # fmt: skip
-    emit(*nt.table_header())
+    emit(*reduced, *nt.table_header())
     bench = nt.Bench(spec, topo, ranks, types[0], iters=args.iters, warmup=0, gpus_per_thread=args.ngpus,
                      agg=args.agg_iters, blocking=args.blocking > 0, graph=args.cudagraph > 0)  # fmt: skip
     results: list[tuple[nt.Run, nt.SizeResult]] = []

@@ -496,6 +496,22 @@ def compute_capability(topo: Topology) -> int:
     return major * 10 + minor if major else 90
 
 
+def max_bytes_limit(topo: Topology, check: int) -> int | None:
+    """The largest size nccl-tests keeps on the topology's GPU: its memory less a reserve of 1 GiB per 16 GiB (at
+    most 4 GiB) and 1 GiB more, over the buffers it allocates (send, receive, and the expected result when
+    checking: 3, else 2). None when the GPU's memory is not known. (nccl-tests reads the memory CUDA reports,
+    a little more than the GPU's data-sheet size phantora knows, so its limit is a few % higher.)"""
+    from phantora.perfmodel.gpus import get_gpu
+
+    try:
+        mem = get_gpu(topo.gpu_model or "").mem_bytes
+    except (InputError, KeyError, ValueError):
+        return None
+    gib = 1 << 30
+    reserve = min(-(-mem // (16 * gib)) * gib, 4 * gib)
+    return (mem - reserve - gib) // (3 if check else 2) if mem else None
+
+
 def table_header() -> list[str]:
     """The three header lines of the table (out-of-place and in-place column groups)."""
     blank = ("", "", "", "", "")
