@@ -21,6 +21,7 @@ import torch
 from bridge.errors import BridgeError
 from bridge.supervisor import alive_pids
 from phantora.launcher import RunConfig, launch
+from phantora.netsim.cli_config import engine_spec_from_flags
 from phantora.topology.generators import leaf_spine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -324,8 +325,7 @@ def test_ddp_example_runs_in_ns3_mode(tmp_path):
             str(EXAMPLES / "gpt_ddp.py"),
             args,
             star(2),
-            network="ns3",
-            cc="dcqcn",
+            engine=engine_spec_from_flags("ns3", cc="dcqcn"),
             nproc=2,
             out_dir=tmp_path,
             timeout_s=600,
