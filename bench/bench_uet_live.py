@@ -132,8 +132,8 @@ def run(job: str, transport: str, scenario: Path | None, fabric: Path, out: Path
 
 
 def mid_step_scenario(healthy: Path, out: Path) -> Path:
-    """The mid-step failure's scenario file in `out`: leaf0-spine0 down MID_OFFSET_NS after step 0 of the healthy
-    run `healthy` ends."""
+    """The mid-step failure's scenario file, beside the run directory `out`: leaf0-spine0 down MID_OFFSET_NS after
+    step 0 of the healthy run `healthy` ends."""
     step0 = json.loads((healthy / "steps.jsonl").read_text().splitlines()[0])
     path = out.with_name(out.name + ".toml")
     path.write_text(MID_STEP.format(at_ns=int(step0["end_ns"]) + MID_OFFSET_NS))
