@@ -267,3 +267,20 @@ def parse_topology_gpu(gpu: str) -> Any:
     from phantora.topology import dgx_host
 
     return dgx_host(8, gpu=gpu)
+
+
+def test_an_empty_call_costs_nothing_as_nccl_discards_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """8 and 64 bytes of all_gather over 8 ranks round to 0 elements a rank: NCCL returns before it launches
+    anything (enqueue.cc taskAppend), so the line is 0 bytes in 0.00 us, even with -g 8's host launches."""
+    argv = ["nccl-tests", "all_gather_perf", "-b", "8", "-e", "64", "-f", "8", "-g", "8", "-n", "2", "-w", "1"]
+    rows = parse(_run_text(argv, capsys)).rows
+    assert [(r.size, r.count, r.groups[0][:3]) for r in rows] == [(0, 0, (0.0, 0.0, 0.0))] * 2
+
+
+def test_fp8_reductions_need_compute_capability_9(capsys: pytest.CaptureFixture[str]) -> None:
+    """NCCL refuses fp8 reductions below sm90; fp8 all-gather is fine there."""
+    base = ["-d", "f8e5m2", "--gpu", "a100", "-b", "1K", "-e", "1K", "-g", "2", "-n", "1", "-w", "0"]
+    assert main(["nccl-tests", "reduce_scatter_perf", *base]) == 2
+    err = capsys.readouterr().err
+    assert "field '-d'" in err and "compute capability 9.0" in err and "8.0" in err
+    assert [r.type for r in parse(_run_text(["nccl-tests", "all_gather_perf", *base], capsys)).rows] == ["f8e5m2"]

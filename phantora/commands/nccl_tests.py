@@ -218,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
         minbytes = min(minbytes, maxbytes)
     sizes = nt.size_steps(minbytes, maxbytes, args.stepfactor, stepbytes)
     types = nt.datatypes(args.datatype, nt.compute_capability(topo))
+    nt.check_fp8(spec, types, nt.compute_capability(topo))
     blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(ranks))
     engine = engine_spec(args)
     config = engine.packet_used

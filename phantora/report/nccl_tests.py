@@ -146,6 +146,20 @@ def datatypes(name: str, compcap: int) -> list[str]:
     return [d for d in DATATYPES if compcap >= FP8_MIN_COMPCAP or not d.startswith("f8")]
 
 
+def check_fp8(spec: BenchSpec, types: Sequence[str], compcap: int) -> None:
+    """NCCL refuses to reduce fp8 below compute capability 9.0 ("FP8 reduction support begins with sm90 capable
+    devices"): an InputError naming -d for a reducing test; fp8 all-gather, broadcast, all-to-all and send/recv
+    are fine."""
+    reduces = spec.kind in ("all_reduce", "reduce_scatter", "reduce")
+    fp8 = [t for t in types if t.startswith("f8")]
+    if reduces and fp8 and compcap < FP8_MIN_COMPCAP:
+        raise InputError(
+            f"{fp8[0]}: NCCL reduces fp8 only on compute capability 9.0 or later, and this GPU is "
+            f"{compcap // 10}.{compcap % 10} ({spec.name} reduces)",
+            field="-d",
+        )
+
+
 def redops(name: str) -> list[str]:
     """The ops `-o name` runs: one, or every op with `all`."""
     return list(REDOPS) if name == "all" else [redop(name)]
@@ -403,7 +417,8 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
             total += elapsed
             choice = choice or got
         times.append(total)
-    host_ns = 0 if bench.graph else round(HOST_LAUNCH_US * 1000 * bench.gpus_per_thread)
+    # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
+    host_ns = 0 if bench.graph or nbytes == 0 else round(HOST_LAUNCH_US * 1000 * bench.gpus_per_thread)
     times = launch_bound(times, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
     return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg)
 
