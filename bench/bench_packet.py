@@ -173,7 +173,7 @@ def main() -> None:
             for q, qs in zip(intervals, runs, strict=True):
                 print(
                     f"  queue_sample_ns {q}: {qs['run_s']:.2f} s wall, {qs['cpu_s']:.2f} s CPU, "
-                    f"{qs['events']:.4g} events, {qs['queue_samples']} sample rows drained in "
+                    f"{qs['events']:,} events, {qs['queue_samples']} sample rows drained in "
                     f"{qs['queue_drain_s']:.3f} s"
                 )
         if not args.no_flow:
