@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -12,18 +13,27 @@ from phantora.netsim.packet import library_path
 pytestmark = pytest.mark.ns3
 
 
-def test_cpp_test_suites_pass(ns3_lib) -> None:
-    if needs_build(tests=True):  # a simulation builds the library and the runner only (make models)
+def _runner() -> Path:
+    """ns-3's test runner over our TestSuites (a simulation builds the library and the runner only: make models)."""
+    if needs_build(tests=True):
         build(tests=True)
-    runner = library_path().parent / "phantora-ns3-tests"
-    listed = subprocess.run([str(runner), "--list"], capture_output=True, text=True, timeout=60, check=True).stdout
-    assert "phantora-model" in listed
+    return library_path().parent / "phantora-ns3-tests"
+
+
+def _passing_cases(suite: str) -> int:
+    """Run one TestSuite; assert it passed whole; the number of its test cases that passed."""
     proc = subprocess.run(
-        [str(runner), "--suite=phantora-model", "--verbose"], capture_output=True, text=True, timeout=120, check=False
+        [str(_runner()), f"--suite={suite}", "--verbose"], capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "PASS phantora-model" in proc.stdout and "FAIL" not in proc.stdout
-    assert proc.stdout.count("  PASS ") >= 5  # every test case ran
+    assert f"PASS {suite}" in proc.stdout and "FAIL" not in proc.stdout
+    return proc.stdout.count("  PASS ")
+
+
+def test_cpp_test_suites_pass(ns3_lib) -> None:
+    listed = subprocess.run([str(_runner()), "--list"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "phantora-model" in listed
+    assert _passing_cases("phantora-model") >= 5  # every test case ran
 
 
 def test_cpp_fault_suite_passes(ns3_lib) -> None:
@@ -31,26 +41,10 @@ def test_cpp_fault_suite_passes(ns3_lib) -> None:
     flow on a failed link moved with its unsent bytes, a flap with no traffic changing nothing, a NIC failover to
     the host's other NIC, a one-NIC host's flow stalled with no route until the repair, a slow GPU opened by a step
     marker's completion."""
-    if needs_build(tests=True):
-        build(tests=True)
-    runner = library_path().parent / "phantora-ns3-tests"
-    proc = subprocess.run(
-        [str(runner), "--suite=phantora-faults", "--verbose"], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "PASS phantora-faults" in proc.stdout and "FAIL" not in proc.stdout
-    assert proc.stdout.count("  PASS ") == 6
+    assert _passing_cases("phantora-faults") == 6
 
 
 def test_cpp_uet_suite_passes(ns3_lib) -> None:
     """The Ultra Ethernet transport's entropy choice (ns3-scratch/test/phantora-uet-test-suite.cc): the NIC's REPS
     attributes and REPS freezing step by step (cycling the last good entropies, the thaw's explorations)."""
-    if needs_build(tests=True):
-        build(tests=True)
-    runner = library_path().parent / "phantora-ns3-tests"
-    proc = subprocess.run(
-        [str(runner), "--suite=phantora-uet", "--verbose"], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "PASS phantora-uet" in proc.stdout and "FAIL" not in proc.stdout
-    assert proc.stdout.count("  PASS ") == 2
+    assert _passing_cases("phantora-uet") == 2
