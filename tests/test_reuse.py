@@ -34,7 +34,8 @@ def incast(first_id: int, size: int, senders: tuple[int, ...] = (0, 1, 2, 4, 5))
 
 def run_episodes(config: PacketConfig, episodes: list[list[tuple[int, int]]]) -> tuple[list[Completion], dict, tuple]:
     """Each episode is a list of (time after its start, incast flow size) batches; the next episode starts
-    GAP_NS after the previous one drained. Returns completions, stats and (PFC events, CE marks, channel bytes)."""
+    GAP_NS after the previous one drained. Returns completions, stats and (PFC events, CE marks, channel bytes,
+    transport counters by flow)."""
     sim = make_engine(EngineSpec("ns3", config), load_topology("twoleaf8"))
     done: list[Completion] = []
     fid, t0 = 0, 0
@@ -54,6 +55,7 @@ def run_episodes(config: PacketConfig, episodes: list[list[tuple[int, int]]]) ->
         Counter((e.node, e.port, e.pause) for e in fabric.pfc_events()),
         len(fabric.ecn_mark_events()),
         sum(u.bytes for u in fabric.channel_usage()),
+        fabric.flow_transport(),
     )
     stats = sim.stats()
     sim.close()
@@ -69,6 +71,7 @@ def test_a_repeated_incast_is_served_and_equals_ns3_with_its_pfc_pauses(ns3_lib)
     assert got == want
     assert got_seen == want_seen
     assert sum(want_seen[0].values()) > 0 and want_seen[1] > 0  # the case has pauses and marks to re-emit
+    assert sorted(got_seen[3]) == list(range(3 * 6))  # every flow's transport counters, the served ones too
     assert on["pfc_pause"] == off["pfc_pause"] > 0 and on["ecn_marks"] == off["ecn_marks"]
     assert on["reuse_served"] == 2 and on["reuse_recorded"] == 1 and on["reuse_mismatches"] == 0
     assert on["reuse_events_avoided"] > off["events"] / 2  # two of three episodes never ran in ns-3

@@ -33,7 +33,7 @@ measures the error otherwise. Opt in with ``--set reuse=on``; `stats()["approxim
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from phantora.errors import InputError
@@ -45,6 +45,7 @@ from phantora.netsim.observe import (
     EcnMark,
     FabricObserver,
     FabricRecords,
+    FlowTransport,
     PacketChannelUsage,
     PfcEvent,
     QueueSample,
@@ -88,6 +89,7 @@ class _Tail:
     channels: dict[int, tuple[int, int, int, int]]
     stats: dict[str, int]
     flows: int
+    transport: dict[int, FlowTransport] = field(default_factory=dict)  # by position
 
 
 @dataclass(eq=False, slots=True)
@@ -318,6 +320,19 @@ class ProfileReuseSimulator:
     def ecn_mark_events(self) -> list[EcnMark]:
         own = self.inner.ecn_mark_events()
         return self._merged(own, lambda rec, t0, ids: [_shift_mark(e, t0, ids) for e in rec.marks])
+
+    def flow_transport(self) -> dict[int, FlowTransport]:
+        """ns-3's counters of the flows it ran, and each served flow's from the episode it was served from."""
+        out = dict(self.inner.flow_transport())
+        served = list(self._served)
+        ep, current = self._ep, self._current_tail()
+        if ep is not None and current is not None:
+            served.append((current, ep.t0, [f.id for f in ep.flows]))
+        for tail, _, ids in served:
+            for p, t in tail.transport.items():
+                fid = _flow_id(ids, p)
+                out[fid] = replace(t, flow_id=fid)
+        return out
 
     def effective(self) -> EffectiveSettings:
         """The fabric's (served episodes were recorded on this same fabric)."""
@@ -554,7 +569,9 @@ class ProfileReuseSimulator:
             if now != was:
                 moved[ch] = (now[0] - was[0], now[1] - was[1], now[2] - was[2], now[3] - was[3])
         self._base_channels = channels
-        return _Tail(records, moved, delta, len(ep.flows))
+        ran = self.inner.flow_transport()
+        transport = {p: ran[f.id] for p, f in enumerate(ep.flows) if f.id in ran}
+        return _Tail(records, moved, delta, len(ep.flows), transport)
 
     def _current_tail(self) -> _Tail | None:
         """The tail of the episode being served, once every flow of it is reported (it counts as served then)."""
