@@ -31,7 +31,25 @@ from bridge.protocol import E_TIMEOUT, HARD_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 TRANSPORTS = ("ipc", "tcp")
 HEARTBEAT_S = 1.0  # a waiting peer hears from the other side at least this often
 PEER_TIMEOUT_S = 30.0  # silence after which a peer is presumed dead (process death is caught sooner)
-STARTUP_TIMEOUT_S = 180.0  # hello -> welcome, which includes the ns-3 import of the network server
+STARTUP_ENV = "PHANTORA_STARTUP_TIMEOUT_S"
+
+
+def startup_timeout_s(env: dict[str, str] | None = None) -> float:
+    """How long a process may take to start (hello -> welcome, which includes an ns-3 import): 180 s, or
+    PHANTORA_STARTUP_TIMEOUT_S (a loaded machine importing ns-3 in several workers at once can need more)."""
+    raw = (os.environ if env is None else env).get(STARTUP_ENV, "")
+    if not raw:
+        return 180.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise BridgeError(f"{STARTUP_ENV}={raw!r}: give a number of seconds above 0")
+    return value
+
+
+STARTUP_TIMEOUT_S = startup_timeout_s()  # read once, at import, by every process of the run
 
 
 def process_log(role: str) -> Callable[[str], None]:

@@ -28,7 +28,7 @@ from bridge.protocol import E_TIMEOUT, encode, records_from_wire
 from bridge.ray_workers import RayPlacement
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec
-from bridge.transport import HEARTBEAT_S, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
+from bridge.transport import HEARTBEAT_S, STARTUP_ENV, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
 from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.packet_config import PacketConfig
@@ -249,7 +249,9 @@ def _endpoint(w: Worker, d: Path) -> str:
         w.check()
         if time.monotonic() > deadline:
             raise BridgeError(
-                f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s", code=E_TIMEOUT
+                f"decomposition worker {w.index} did not start within {STARTUP_TIMEOUT_S:.0f} s (a loaded machine "
+                f"may need more: {STARTUP_ENV}=SECONDS)",
+                code=E_TIMEOUT,
             )
         time.sleep(0.02)
     return path.read_text().strip()
