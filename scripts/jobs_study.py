@@ -67,6 +67,8 @@ def main() -> None:
         rep = launch_jobs(load_jobs(jobs), cfg, alone=True)
         fab = (rep.summary.get("fabric") or {}).get("jobs", {})
         for j in rep.summary["jobs"]:
+            if j.get("alone_error"):  # the job's run alone failed: its row would have no baseline
+                sys.exit(f"jobs_study.py: {name}: job {j['name']} alone failed: {j['alone_error']}")
             f = fab.get(j["name"], {})
             pfc = [str(f[k]) if k in f else "-" for k in ("pauses_suffered", "paused_ns_suffered", "pauses_caused")]
             if pfc[1] != "-":
