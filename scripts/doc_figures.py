@@ -33,6 +33,18 @@ A generated block is markdown the command prints, kept rendered (tables, lists),
 It is checked whole (every line, in order, blank lines at its ends aside), and `--regenerate FILE:LINE` writes
 the command's fresh output into it.
 
+Prose that quotes figures (a paragraph or a list explaining a table) is checked as a figures block:
+
+    <!-- figures-from[slow]: .venv/bin/phantora compare runs/a runs/b -->
+    DCTCP's makespan is 2.7 % shorter, bucket.1 takes 180.14 µs ...
+    <!-- end of figures -->
+
+Every figure with a unit in the lines between the two markers (outside fenced blocks, which their own markers
+check, and outside dated lines) must be a number the command prints: the same digits, thousands separators
+aside, so "7,916 marks" holds against "7916". A derived figure (a ratio, a difference) is checked by a command
+that prints it, such as `phantora compare`; an input the text recalls is checked by a command that prints the
+setting, such as `phantora cc NAME`.
+
 Wall times are not simulated figures: quote them as indications with the date and the machine, outside marked
 lines (or as ` ...` prefixes).
 """
@@ -50,6 +62,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!--\s*output-of(?:\[([^\]]*)\])?:\s*(.+?)\s*-->\s*$")
 GENERATED = re.compile(r"^<!--\s*generated(?:\[([^\]]*)\])?:\s*(.+?)\s*-->\s*$")
 END_GENERATED = "<!-- end of generated block -->"
+PROSE = re.compile(r"^<!--\s*figures-from(?:\[([^\]]*)\])?:\s*(.+?)\s*-->\s*$")
+END_PROSE = "<!-- end of figures -->"
 
 
 @dataclass(frozen=True)
@@ -62,7 +76,8 @@ class Block:
     slow: bool
     quoted: tuple[str, ...]
     needs: str | None = None  # a folder of the shared data the command reads (skipped where absent)
-    end: int = 0  # a generated block: 1-based line of its end marker (0: an output-of block)
+    end: int = 0  # a generated or figures block: 1-based line of its end marker (0: an output-of block)
+    prose: bool = False  # a figures block: its lines' figures must be numbers of the output
 
     @property
     def where(self) -> str:
@@ -122,24 +137,35 @@ def _options(path: Path, line: int, text: str) -> tuple[bool, str | None]:
 
 def generated_blocks(path: Path) -> list[Block]:
     """The generated blocks of one markdown file: the lines between the marker and its end marker."""
+    return _spans(path, GENERATED, END_GENERATED, prose=False)
+
+
+def figures_blocks(path: Path) -> list[Block]:
+    """The figures blocks of one markdown file: the prose between the marker and its end marker."""
+    return _spans(path, PROSE, END_PROSE, prose=True)
+
+
+def _spans(path: Path, marker: re.Pattern[str], end_line: str, prose: bool) -> list[Block]:
+    """Blocks that run from a marker to an end marker (generated or figures blocks)."""
     lines = path.read_text().splitlines()
     out: list[Block] = []
     for i, raw in enumerate(lines):
-        m = GENERATED.match(raw.strip())
+        m = marker.match(raw.strip())
         if not m:
             continue
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == END_GENERATED), None)
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == end_line), None)
         if end is None:
-            raise ValueError(f"{path.name}:{i + 1}: a generated block needs its end line {END_GENERATED!r}")
+            raise ValueError(f"{path.name}:{i + 1}: this block needs its end line {end_line!r}")
         slow, needs = _options(path, i + 1, m.group(1) or "")
         body = tuple(line.rstrip() for line in lines[i + 1 : end])
-        out.append(Block(path, i + 1, m.group(2), slow, body, needs, end=end + 1))
+        out.append(Block(path, i + 1, m.group(2), slow, body, needs, end=end + 1, prose=prose))
     return out
 
 
 def all_blocks() -> list[Block]:
-    """Every marked block of README.md and docs/*.md: output-of blocks, then generated ones."""
-    return [b for p in doc_files() for b in blocks(p)] + [b for p in doc_files() for b in generated_blocks(p)]
+    """Every marked block of README.md and docs/*.md: output-of blocks, generated ones, then figures blocks."""
+    files = doc_files()
+    return [b for find in (blocks, generated_blocks, figures_blocks) for p in files for b in find(p)]
 
 
 FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|KB|MB|GB|KiB|MiB|%|x\b|×)")
@@ -153,7 +179,7 @@ def unchecked(path: Path) -> list[tuple[int, str]]:
     lines = path.read_text().splitlines()
     inside: set[int] = set()
     held: set[str] = set()
-    for b in [*blocks(path), *generated_blocks(path)]:
+    for b in [*blocks(path), *generated_blocks(path), *figures_blocks(path)]:
         inside.update(range(b.line, (b.end or b.line + len(b.quoted) + 3) + 1))
         held.update(re.findall(r"\d[\d,]*(?:\.\d+)?", " ".join(b.quoted)))
     out, fenced = [], False
@@ -180,8 +206,42 @@ def _trimmed(lines: list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
+NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
+
+
+def prose_figures(lines: tuple[str, ...] | list[str]) -> list[tuple[int, str]]:
+    """(line index, number) of every figure with a unit in prose lines, outside fenced blocks, marker comments
+    and dated lines, thousands separators dropped."""
+    out: list[tuple[int, str]] = []
+    fenced = False
+    for k, raw in enumerate(lines):
+        if raw.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced or raw.lstrip().startswith("<!--") or DATED.search(raw):
+            continue
+        for m in FIGURE.finditer(raw):
+            number = NUMBER.match(m.group(0))
+            if number:
+                out.append((k, number.group(0).replace(",", "")))
+    return out
+
+
+def missing_figures(lines: tuple[str, ...] | list[str], output: str) -> list[str]:
+    """The prose's figures that the output does not print as numbers (empty: every figure holds)."""
+    printed = {n.replace(",", "") for n in NUMBER.findall(output)}
+    return [
+        f"line {k + 1}: {n} is not in the output: {lines[k].strip()[:120]}"
+        for k, n in prose_figures(lines)
+        if n not in printed
+    ]
+
+
 def differences(block: Block, output: str) -> list[str]:
-    """What of a block the output does not hold: quoted lines (output-of) or any differing line (generated)."""
+    """What of a block the output does not hold: quoted lines (output-of), any differing line (generated) or a
+    figure the output does not print (figures)."""
+    if block.prose:
+        return missing_figures(block.quoted, output)
     if not block.end:
         return mismatches(block.quoted, output)
     want, got = _trimmed(block.quoted), _trimmed(output.splitlines())
@@ -272,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     found = all_blocks()
     if args.show or args.regenerate:
         pick = [b for b in found if b.where == (args.show or args.regenerate)]
-        if not pick or (args.regenerate and not pick[0].end):
+        if not pick or (args.regenerate and (not pick[0].end or pick[0].prose)):
             ap.error(f"no {'generated' if args.regenerate else 'marked'} block there (see --list)")
         if args.regenerate:
             regenerate(pick[0])

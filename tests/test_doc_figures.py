@@ -96,3 +96,25 @@ def test_the_audit_finds_a_figure_no_block_holds(tmp_path: Path) -> None:
     prose = "It took 12.5 µs.\nIt took 9.1 µs.\nOn 2026-11-29 it took 3.0 s wall, 40 %.\nA 400G NIC.\n"
     md.write_text(block + prose)
     assert doc_figures.unchecked(md) == [(6, "It took 9.1 µs.")]  # 12.5 is held; a dated line is an indication
+
+
+def test_a_figures_block_holds_when_every_figure_is_printed(tmp_path: Path) -> None:
+    md = tmp_path / "x.md"
+    md.write_text(
+        "<!-- figures-from[slow]: echo -->\n"
+        "DCTCP marks 7,916 packets' worth, 7,916 KB, and is 2.7 % shorter.\n"
+        "```\nfenced 99.9 µs is checked by its own marker\n```\n"
+        "On 2026-11-29 it took 3.5 ms wall.\n"
+        "<!-- end of figures -->\n"
+        "Outside: 12.0 µs.\n"
+    )
+    (block,) = doc_figures.figures_blocks(md)
+    assert (block.line, block.end, block.slow, block.prose) == (1, 7, True, True)
+    assert doc_figures.differences(block, "marks 7916\nmakespan -2.7%\n") == []
+    problems = doc_figures.differences(block, "marks 7917\nmakespan -2.7%\n")
+    assert len(problems) == 1 and "7916" in problems[0]  # a changed figure is named, with its line
+    assert doc_figures.differences(block, "marks 7916\nmakespan -2.70%\n")  # the same digits, not the same value
+    assert doc_figures.unchecked(md) == [(8, "Outside: 12.0 µs.")]  # the block's lines count as checked
+    md.write_text("<!-- figures-from: echo -->\nno end\n")
+    with pytest.raises(ValueError, match="end line"):
+        doc_figures.figures_blocks(md)
