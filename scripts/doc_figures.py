@@ -41,9 +41,9 @@ Prose that quotes figures (a paragraph or a list explaining a table) is checked 
 
 Every figure with a unit in the lines between the two markers (outside fenced blocks, which their own markers
 check, and outside dated lines) must be a number the command prints: the same digits, thousands separators
-aside, so "7,916 marks" holds against "7916". A derived figure (a ratio, a difference) is checked by a command
-that prints it, such as `phantora compare`; an input the text recalls is checked by a command that prints the
-setting, such as `phantora cc NAME`.
+aside, so "7,916 marks" holds against "7916". Figures in code spans are settings or inputs, not results, and
+are left alone (`Kmin = 4 KB per Gb/s`). A derived figure (a ratio, a difference) is checked by a command
+that prints it, such as `phantora compare`.
 
 Wall times are not simulated figures: quote them as indications with the date and the machine, outside marked
 lines (or as ` ...` prefixes).
@@ -206,12 +206,13 @@ def _trimmed(lines: list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
+CODE_SPAN = re.compile(r"`[^`]*`")  # a setting or an input the prose recalls, as `--set buffer_bytes=2000000`
 NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
 def prose_figures(lines: tuple[str, ...] | list[str]) -> list[tuple[int, str]]:
-    """(line index, number) of every figure with a unit in prose lines, outside fenced blocks, marker comments
-    and dated lines, thousands separators dropped."""
+    """(line index, number) of every figure with a unit in prose lines, outside fenced blocks, marker comments,
+    dated lines and code spans (settings and inputs), thousands separators dropped."""
     out: list[tuple[int, str]] = []
     fenced = False
     for k, raw in enumerate(lines):
@@ -220,7 +221,7 @@ def prose_figures(lines: tuple[str, ...] | list[str]) -> list[tuple[int, str]]:
             continue
         if fenced or raw.lstrip().startswith("<!--") or DATED.search(raw):
             continue
-        for m in FIGURE.finditer(raw):
+        for m in FIGURE.finditer(CODE_SPAN.sub(" ", raw)):
             number = NUMBER.match(m.group(0))
             if number:
                 out.append((k, number.group(0).replace(",", "")))

@@ -102,7 +102,7 @@ def test_a_figures_block_holds_when_every_figure_is_printed(tmp_path: Path) -> N
     md = tmp_path / "x.md"
     md.write_text(
         "<!-- figures-from[slow]: echo -->\n"
-        "DCTCP marks 7,916 packets' worth, 7,916 KB, and is 2.7 % shorter.\n"
+        "DCTCP marks 7,916 packets (7,916 KB) and is 2.7 % shorter (`Kmin = 4 KB`).\n"
         "```\nfenced 99.9 µs is checked by its own marker\n```\n"
         "On 2026-11-29 it took 3.5 ms wall.\n"
         "<!-- end of figures -->\n"
