@@ -2,13 +2,20 @@
 
     phantora run --topology testbed16 --nproc 4 examples/mixtral_moe.py --model tiny --routing topk
     phantora run --phantom --topology testbed16 --nproc 8 examples/mixtral_moe.py --model mixtral-8x7b --layers 2
+    phantora run --phantom --topology rail256 examples/mixtral_moe.py --model mixtral-8x7b --ep 8 --ep-layout strided
     torchrun --nproc_per_node 4 examples/mixtral_moe.py --model tiny --routing topk   # the same on gloo
 
 Each layer: RMSNorm -> grouped-query attention (as in llama_model) -> residual; RMSNorm -> MoE ->
 residual. The MoE has a linear router over E experts, top-k routing (k = 2) and SwiGLU experts.
-Expert parallelism: the E experts are spread over all ranks (the EP group is the world; E must be
-a multiple of it), and every rank also holds a replica of the attention, norms and router (data
-parallel over the same ranks; their gradients are averaged by one flat all-reduce per step).
+Expert parallelism: the E experts are spread over the ranks of an EP group of --ep ranks (default:
+the world; --ep must divide the world and E must be a multiple of it). The world holds world / ep
+replicas of the experts; the ranks holding the same experts (one per EP group) form an expert
+data-parallel group that sums their gradients with one flat all-reduce per step. --ep-layout block
+puts consecutive ranks in an EP group (within a host when ep <= GPUs per host: the all-to-all stays
+on NVLink); strided takes one rank every world / ep (one GPU of the same local index per host on a
+rail-optimised fabric: the all-to-all crosses the network, as when TP fills a host and EP spans
+hosts). Every rank also holds a replica of the attention, norms and router (data parallel over all
+ranks; their gradients are averaged by one flat all-reduce per step).
 
 Per layer and step, the forward sends each token to the ranks of its experts with
 `dist.all_to_all_single` (uneven splits) and brings the expert outputs back with a second one; the
@@ -114,7 +121,7 @@ class MoE(nn.Module):
     ) -> None:
         super().__init__()
         if cfg.experts % ep_size:
-            raise SystemExit(f"{cfg.experts} experts do not divide over {ep_size} ranks")
+            raise SystemExit(f"{cfg.experts} experts do not divide over {ep_size} EP ranks: pick an --ep dividing both")
         self.cfg, self.routing, self.group = cfg, routing, group
         self.ep_rank, self.ep_size, self.local = ep_rank, ep_size, cfg.experts // ep_size
         self.gate = nn.Linear(cfg.dim, cfg.experts, bias=False)
@@ -226,17 +233,70 @@ def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (out.float() - target.float()).pow(2).mean()
 
 
-def sync_grads(model: nn.Module, world: int) -> None:
-    """Average the replicated parameters' gradients (one flat all-reduce); scale the experts' so the
-    update is that of the mean loss over ranks (their gradients already sum over every rank's tokens)."""
+@dataclass(frozen=True)
+class ExpertGroups:
+    """This rank's place in expert parallelism: its EP group (the ranks that split the experts), its
+    index there, and its expert data-parallel group (the ranks holding the same experts)."""
+
+    ep_ranks: list[int]
+    ep_rank: int
+    edp_ranks: list[int]
+
+
+def expert_groups(rank: int, world: int, ep: int, layout: str) -> ExpertGroups:
+    """The EP and expert data-parallel groups of `rank` (layout "block": consecutive ranks per EP group;
+    "strided": one rank every world // ep)."""
+    if ep < 1 or world % ep:
+        raise SystemExit(f"--ep {ep} does not divide the world of {world} ranks")
+    replicas = world // ep
+    if layout == "block":
+        g, i = divmod(rank, ep)
+        return ExpertGroups([g * ep + j for j in range(ep)], i, [h * ep + i for h in range(replicas)])
+    if layout == "strided":
+        i, g = divmod(rank, replicas)
+        return ExpertGroups([j * replicas + g for j in range(ep)], i, [i * replicas + h for h in range(replicas)])
+    raise SystemExit(f"unknown --ep-layout {layout!r}; choose block or strided")
+
+
+def new_groups(world: int, ep: int, layout: str, rank: int) -> tuple[Any, Any]:
+    """(EP group, expert data-parallel group) of `rank` as process groups; every rank creates every
+    group in the same order, as torch.distributed requires. None for a group of the whole world / one rank."""
+    if ep == world:
+        return None, None
+    ep_group = edp_group = None
+    for kind in ("ep", "edp"):
+        seen: set[tuple[int, ...]] = set()
+        for r in range(world):
+            g = expert_groups(r, world, ep, layout)
+            ranks = tuple(g.ep_ranks if kind == "ep" else g.edp_ranks)
+            if ranks in seen or len(ranks) == 1:
+                continue
+            seen.add(ranks)
+            pg = dist.new_group(list(ranks))
+            if rank in ranks:
+                ep_group, edp_group = (pg, edp_group) if kind == "ep" else (ep_group, pg)
+    return ep_group, edp_group
+
+
+def sync_grads(model: nn.Module, world: int, edp_group: Any = None) -> None:
+    """Average the replicated parameters' gradients (one flat all-reduce); sum the experts' over their
+    expert data-parallel group (one flat all-reduce, if there are replicas) and scale them so the update
+    is that of the mean loss over ranks (each sums over its EP group's tokens)."""
     shared = [p.grad for p in model.parameters() if p.grad is not None and not getattr(p, "expert", False)]
-    flat = torch.cat([g.flatten() for g in shared])
-    dist.all_reduce(flat, op=dist.ReduceOp.AVG)
-    for g, piece in zip(shared, flat.split([g.numel() for g in shared]), strict=True):
+    flat_all_reduce(shared, dist.ReduceOp.AVG, None)
+    experts = [p.grad for p in model.parameters() if p.grad is not None and getattr(p, "expert", False)]
+    if edp_group is not None:
+        flat_all_reduce(experts, dist.ReduceOp.SUM, edp_group)
+    for g in experts:
+        g.div_(world)
+
+
+def flat_all_reduce(grads: list[torch.Tensor], op: Any, group: Any) -> None:
+    """All-reduce `grads` as one flat tensor over `group` and write the result back."""
+    flat = torch.cat([g.flatten() for g in grads])
+    dist.all_reduce(flat, op=op, group=group)
+    for g, piece in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
         g.copy_(piece.view_as(g))
-    for p in model.parameters():
-        if p.grad is not None and getattr(p, "expert", False):
-            p.grad.div_(world)
 
 
 def main() -> None:
@@ -250,6 +310,8 @@ def main() -> None:
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="bf16: the whole model in bf16")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ep", type=int, default=None, help="expert-parallel degree (default: the world)")
+    p.add_argument("--ep-layout", choices=["block", "strided"], default="block", help="ranks of an EP group")
     args = p.parse_args()
     if args.routing == "topk" and phantom():
         raise SystemExit("--routing topk needs tensor values; phantom mode has none: use --routing uniform")
@@ -257,16 +319,20 @@ def main() -> None:
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
+    ep = world if args.ep is None else args.ep
+    place = expert_groups(rank, world, ep, args.ep_layout)
+    ep_group, edp_group = new_groups(world, ep, args.ep_layout, rank)
     torch.manual_seed(args.seed)
-    model = MoEModel(cfg, args.seq, args.routing, rank, world, args.seed).to(dtype)
+    model = MoEModel(cfg, args.seq, args.routing, place.ep_rank, ep, args.seed, ep_group).to(dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     tokens = args.batch * args.seq * world
     flops = flops_per_token(cfg, args.seq) * tokens
     pr.report_workload(tokens_per_step=tokens, flops_per_step=flops, dtype=None if args.dtype == "fp32" else "bf16")
     if rank == 0:
         print(
-            f"model {args.model}: {cfg.layers} layers, {cfg.experts} experts top-{cfg.top_k}, {world} EP ranks "
-            f"({cfg.experts // world} experts each), routing {args.routing}, {args.dtype}, phantom {phantom()}",
+            f"model {args.model}: {cfg.layers} layers, {cfg.experts} experts top-{cfg.top_k}, {ep} EP ranks "
+            f"({cfg.experts // ep} experts each, {world // ep} replicas, {args.ep_layout}), routing {args.routing}, "
+            f"{args.dtype}, phantom {phantom()}",
             flush=True,
         )
     for step in range(args.steps):
@@ -275,7 +341,7 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), target)
         loss.backward()
-        sync_grads(model, world)
+        sync_grads(model, world, edp_group)
         opt.step()
         pr.step()
         if rank == 0:

@@ -229,3 +229,33 @@ def test_gpt_examples_run_on_phantom_tensors(script: str) -> None:
     assert all(not math.isnan(v) for v in losses(real.logs["rank 0"]))
     p, r = ([s["time_ns"] for s in rep.summary["steps"]] for rep in (phantom, real))
     assert p == pytest.approx(r, rel=0.01)
+
+
+def test_moe_expert_groups_cover_the_world() -> None:
+    """Block and strided EP groups: every rank in exactly one EP group of `ep` ranks, at its index there;
+    its expert data-parallel group holds the rank of the same index in every EP group."""
+    world, ep = 16, 4
+    for layout, first in (("block", [0, 1, 2, 3]), ("strided", [0, 4, 8, 12])):
+        places = [mm.expert_groups(r, world, ep, layout) for r in range(world)]
+        assert places[0].ep_ranks == first
+        for r, g in enumerate(places):
+            assert g.ep_ranks[g.ep_rank] == r and len(g.ep_ranks) == ep
+            assert len(g.edp_ranks) == world // ep and r in g.edp_ranks
+            assert {places[q].ep_rank for q in g.edp_ranks} == {g.ep_rank}
+        assert sorted(r for g in {tuple(p.ep_ranks) for p in places} for r in g) == list(range(world))
+    with pytest.raises(SystemExit, match="does not divide"):
+        mm.expert_groups(0, 16, 3, "block")
+
+
+@pytest.mark.parametrize("layout", ["block", "strided"])
+def test_moe_expert_parallel_sub_groups(layout: str) -> None:
+    """4 ranks, EP 2 (2 experts each, 2 replicas): all-to-alls within each EP group, the experts' gradients
+    summed over the 2 replicas; losses equal one process holding all 4 experts."""
+    lr = 1e-2
+    args = ["--model", "tiny", "--seq", str(SEQ), "--batch", str(BATCH), "--steps", str(STEPS), "--ep", "2"]
+    rep = run("mixtral_moe.py", [*args, "--ep-layout", layout, "--dtype", "fp32", "--lr", str(lr)], 4)
+    layers = mm.get_config("tiny").layers
+    for rk in rep.summary["ranks"]:
+        assert rk["comm"]["all_to_all"]["count"] == 4 * layers * STEPS
+        assert rk["comm"]["all_reduce"]["count"] == 2 * STEPS  # replicated parameters, then the experts
+    assert losses(rep.logs["rank 0"]) == pytest.approx(moe_reference("uniform", 4, lr), rel=1e-4)
