@@ -169,13 +169,14 @@ def all_blocks() -> list[Block]:
 
 
 FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|KB|MB|GB|KiB|MiB|%|x\b|×)")
+CODE_SPAN = re.compile(r"`[^`]*`")  # a setting or an input the prose recalls, as `--set buffer_bytes=2000000`
 DATED = re.compile(r"20\d\d-\d\d-\d\d|checked|block (?:above|below)|output-of|generated")
 
 
 def unchecked(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of prose and table lines outside marked blocks that quote a figure with a unit whose number
-    no marked block of the file holds, and name no date and no checking block: candidates for a check, or for
-    a date (an audit aid, a heuristic)."""
+    """(line, text) of prose and table lines outside marked blocks that quote a figure with a unit (outside code
+    spans, which hold settings) whose number no marked block of the file holds, and name no date and no checking
+    block: candidates for a check, or for a date (an audit aid, a heuristic)."""
     lines = path.read_text().splitlines()
     inside: set[int] = set()
     held: set[str] = set()
@@ -189,7 +190,7 @@ def unchecked(path: Path) -> list[tuple[int, str]]:
             continue
         if fenced or no in inside or raw.lstrip().startswith("<!--"):
             continue
-        figures = [re.match(r"\d[\d,]*(?:\.\d+)?", m.group(0)) for m in FIGURE.finditer(raw)]
+        figures = [re.match(r"\d[\d,]*(?:\.\d+)?", m.group(0)) for m in FIGURE.finditer(CODE_SPAN.sub(" ", raw))]
         loose = [f.group(0) for f in figures if f and f.group(0) not in held]
         if loose and not DATED.search(raw):
             out.append((no, raw.strip()))
@@ -206,7 +207,6 @@ def _trimmed(lines: list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
-CODE_SPAN = re.compile(r"`[^`]*`")  # a setting or an input the prose recalls, as `--set buffer_bytes=2000000`
 NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
@@ -299,8 +299,19 @@ def _nearest(quoted: str, candidates: list[str]) -> str | None:
     return best if score >= 4 else None
 
 
+_OUTPUTS: dict[str, str] = {}
+
+
 def run(block: Block, timeout: float | None = None) -> str:
-    """The command's stdout and stderr, run with bash from the repository root (a failure raises)."""
+    """The command's stdout and stderr, run with bash from the repository root (a failure raises). A command
+    that two blocks share (a quoted table and the prose explaining it) runs once per process."""
+    if block.command not in _OUTPUTS:
+        _OUTPUTS[block.command] = _run(block, timeout)
+    return _OUTPUTS[block.command]
+
+
+def _run(block: Block, timeout: float | None) -> str:
+    """Run a block's command once."""
     proc = subprocess.run(
         ["bash", "-c", block.command],
         cwd=ROOT,
