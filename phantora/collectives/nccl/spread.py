@@ -1,0 +1,69 @@
+"""How far published nccl-tests tables of the same machine and settings disagree with each other, size by size.
+
+Two clusters of the same GPUs, host count, NIC rate, hosts' CPU and NCCL settings run the same NCCL model; where
+their published bus bandwidths differ by more than the goal's band, no model of NCCL can meet the goal on both.
+A prediction v is within `tol` of a published p when p (1 - tol) <= v <= p (1 + tol); for every table of a group
+at once the band is [max p x (1 - tol), min p x (1 + tol)], empty when max p / min p > (1 + tol) / (1 - tol)
+(15%: 1.353; 10% from 64 MiB: 1.222).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from phantora.collectives.nccl.published import Table
+
+BIG = 64 << 20  # the goal is 15% below this size, 10% from it
+
+
+def tolerance(size: int) -> float:
+    """The issue's goal at `size` bytes: 15% below 64 MiB, 10% from 64 MiB up."""
+    return 0.10 if size >= BIG else 0.15
+
+
+def machine_key(t: Table) -> tuple[object, ...]:
+    """What makes two tables the same experiment: GPU, GPUs, hosts, collective, NCCL_ALGO and the other NCCL
+    variables phantora honours, NIC rate, GPUs per launching thread (-g) and the hosts' CPU vendor."""
+    cpu = "amd" if "amd" in t.cpu.lower() else "intel"
+    return (t.gpu, t.gpus, t.nodes, t.test, t.nccl_algo, t.forced, t.nic_gbps, t.gpus_per_thread, cpu)
+
+
+def groups(tables: Iterable[Table]) -> list[list[Table]]:
+    """Tables of the same experiment (`machine_key`), two or more to a group, in name order."""
+    by_key: dict[tuple[object, ...], list[Table]] = {}
+    for t in sorted(tables, key=lambda t: t.name):
+        by_key.setdefault(machine_key(t), []).append(t)
+    return [g for g in by_key.values() if len(g) > 1]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The published bus bandwidths (GB/s) of one size across a group's tables, and the goal's band there."""
+
+    size: int
+    published: tuple[float, ...]  # one per table, in the group's order
+
+    @property
+    def ratio(self) -> float:
+        """Largest over smallest published figure."""
+        return max(self.published) / min(self.published)
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The predictions within the goal of every table: (low, high); low > high when there is none."""
+        tol = tolerance(self.size)
+        return max(self.published) * (1 - tol), min(self.published) * (1 + tol)
+
+    @property
+    def reachable(self) -> bool:
+        """Whether one prediction can meet the goal on every table (ratio <= (1 + tol) / (1 - tol))."""
+        low, high = self.band
+        return low <= high
+
+
+def spreads(group: Sequence[Table]) -> list[Spread]:
+    """Every size that all tables of `group` publish (a positive figure), smallest first."""
+    figures = [{size: bw for size, bw in t.rows if bw > 0} for t in group]
+    common = sorted(set.intersection(*(set(f) for f in figures)))
+    return [Spread(size, tuple(f[size] for f in figures)) for size in common]
