@@ -48,3 +48,11 @@ def test_cpp_uet_suite_passes(ns3_lib) -> None:
     """The Ultra Ethernet transport's entropy choice (ns3-scratch/test/phantora-uet-test-suite.cc): the NIC's REPS
     attributes and REPS freezing step by step (cycling the last good entropies, the thaw's explorations)."""
     assert _passing_cases("phantora-uet") == 2
+
+
+def test_cpp_keyed_suite_passes(ns3_lib) -> None:
+    """The keyed scheduler mode (ns3-scratch/test/phantora-keyed-test-suite.cc): the keyed heap's order is the
+    sorted order of the full keys whatever the insertion order; a simulator run's trace (events queued with
+    explicit keys in three orders, and the events they schedule) is the same each time and follows the rule;
+    IsPending answers by what has run."""
+    assert _passing_cases("phantora-keyed") == 2

@@ -138,6 +138,11 @@ void PhantoraNetwork::Finalize() {
       !sched.HasConstructor()) {
     throw std::invalid_argument("attribute 'Scheduler' of the fabric: unknown ns-3 scheduler '" + schedName + "'");
   }
+  if (sched == PhantoraKeyedScheduler::GetTypeId() && s.fabric->GetSimulator() != "ns3::PhantoraSimulatorImpl") {
+    throw std::invalid_argument("attribute 'Scheduler' of the fabric: ns3::PhantoraKeyedScheduler (the keyed mode) "
+                                "needs attribute 'Simulator' ns3::PhantoraSimulatorImpl, not " +
+                                s.fabric->GetSimulator());
+  }
   if (Time::GetResolution() != Time::NS) {
     throw std::runtime_error("the phantora fabric runs at ns resolution; Time::SetResolution was changed");
   }

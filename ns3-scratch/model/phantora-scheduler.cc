@@ -48,6 +48,7 @@ void PhantoraScheduler::SetInner(std::string name) {
   f.SetTypeId(name);
   m_inner = f.Create<Scheduler>();
   m_wheel = dynamic_cast<PhantoraWheelScheduler*>(PeekPointer(m_inner));
+  m_keyed = dynamic_cast<PhantoraKeyedScheduler*>(PeekPointer(m_inner));
   m_innerName = name;
 }
 
@@ -58,6 +59,9 @@ int64_t PhantoraScheduler::PeekNextTs() const {
 }
 
 int64_t PhantoraScheduler::PeekNextLiveTs() {
+  if (m_keyed) {
+    return m_keyed->PeekNextLiveTs();  // put back with their keys
+  }
   // Cancelled events stay queued until reached (the simulator counts them then): lift those at the head, look
   // behind them, and put them back with their keys, so the order of everything is unchanged.
   std::vector<Event> cancelled;

@@ -3,6 +3,7 @@
 #define PHANTORA_SCHEDULER_H
 
 #include "phantora-interrupt.h"
+#include "phantora-keyed-scheduler.h"
 #include "phantora-wheel-scheduler.h"
 
 #include "ns3/scheduler.h"
@@ -27,6 +28,8 @@ class PhantoraScheduler : public Scheduler {
   int64_t PeekNextTs() const;
   /// Time step (ns) of the next event that is not cancelled (reached, a cancelled one does nothing), or -1.
   int64_t PeekNextLiveTs();
+  /// The inner scheduler when it is ns3::PhantoraKeyedScheduler (the keyed mode), else nullptr.
+  PhantoraKeyedScheduler* Keyed() const { return m_keyed; }
 
   // Inline: PhantoraSimulatorImpl calls these directly.
   void Insert(const Event& ev) override { m_wheel ? m_wheel->Insert(ev) : m_inner->Insert(ev); }
@@ -47,6 +50,7 @@ class PhantoraScheduler : public Scheduler {
 
   Ptr<Scheduler> m_inner;
   PhantoraWheelScheduler* m_wheel = nullptr;  ///< m_inner, when it is the wheel
+  PhantoraKeyedScheduler* m_keyed = nullptr;  ///< m_inner, when it is the keyed scheduler
   std::string m_innerName;
 };
 

@@ -5,9 +5,12 @@
 #include "phantora-type-id.h"
 
 #include "ns3/assert.h"
+#include "ns3/fatal-error.h"
 #include "ns3/log.h"
 #include "ns3/object-factory.h"
 #include "ns3/simulator.h"
+
+#include <algorithm>
 
 namespace ns3 {
 
@@ -61,6 +64,7 @@ void PhantoraSimulatorImpl::DoDispose() {
   }
   RecycledEventBase::ReclaimAll();  // the recycled ones among them (their closures hold packets)
   m_phantora = nullptr;
+  m_keyed = nullptr;
   m_events = nullptr;
   SimulatorImpl::DoDispose();
 }
@@ -80,13 +84,61 @@ void PhantoraSimulatorImpl::Destroy() {
 void PhantoraSimulatorImpl::SetScheduler(ObjectFactory schedulerFactory) {
   NS_LOG_FUNCTION(this << schedulerFactory);
   Ptr<Scheduler> scheduler = schedulerFactory.Create<Scheduler>();
+  auto* phantora = dynamic_cast<PhantoraScheduler*>(PeekPointer(scheduler));
+  PhantoraKeyedScheduler* keyed =
+      phantora ? phantora->Keyed() : dynamic_cast<PhantoraKeyedScheduler*>(PeekPointer(scheduler));
   if (m_events) {
     while (!m_events->IsEmpty()) {
-      scheduler->Insert(m_events->RemoveNext());
+      const Scheduler::Event ev = m_events->RemoveNext();
+      if (keyed) {
+        // Caller keys in the order they leave: the order of each time step's events is kept.
+        keyed->InsertKeyed(ev, PhantoraOrderKey{m_currentTs, PhantoraOrderKey::kCaller, m_callerCount++});
+      } else {
+        scheduler->Insert(ev);
+      }
     }
   }
   m_events = scheduler;
-  m_phantora = dynamic_cast<PhantoraScheduler*>(PeekPointer(m_events));
+  m_phantora = phantora;
+  m_keyed = keyed;
+}
+
+PhantoraOrderKey PhantoraSimulatorImpl::TakeKey() {
+  NS_ASSERT_MSG(m_keyed, "PhantoraSimulatorImpl::TakeKey() outside the keyed mode");
+  PhantoraOrderKey key;
+  key.schedTs = m_currentTs;
+  if (!m_inEvent) {
+    key.count = m_callerCount++;  // key.node: kCaller
+  } else if (m_currentContext == Simulator::NO_CONTEXT) {
+    key.node = PhantoraOrderKey::kNoContext;
+    key.count = m_noContextCount++;
+  } else {
+    if (m_currentContext >= m_nodeCount.size()) {
+      m_nodeCount.resize(m_currentContext + 1, 0);
+    }
+    key.node = m_currentContext;
+    key.count = m_nodeCount[m_currentContext]++;
+  }
+  if (key.count == UINT32_MAX) [[unlikely]] {
+    NS_FATAL_ERROR("keyed mode: node " << key.node << " scheduled 2^32 events (its 32-bit order count wraps)");
+  }
+  return key;
+}
+
+EventId PhantoraSimulatorImpl::ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key,
+                                               EventImpl* event) {
+  NS_ASSERT_MSG(m_keyed, "PhantoraSimulatorImpl::ScheduleKeyedAt() outside the keyed mode");
+  NS_ABORT_MSG_IF(ts < m_currentTs, "keyed mode: an event for time " << ts << " queued at time " << m_currentTs
+                                                                     << " (behind the clock)");
+  Scheduler::Event ev;
+  ev.impl = event;
+  ev.key.m_ts = ts;
+  ev.key.m_context = context;
+  ev.key.m_uid = m_uid;
+  ++m_uid;
+  ++m_unscheduledEvents;
+  m_keyed->InsertKeyed(ev, key);
+  return EventId(event, ts, context, ev.key.m_uid);
 }
 
 uint32_t PhantoraSimulatorImpl::GetSystemId() const { return 0; }
@@ -109,13 +161,43 @@ void PhantoraSimulatorImpl::ProcessOneEvent() {
   next.impl->Unref();
 }
 
+void PhantoraSimulatorImpl::ProcessOneKeyed() {
+  const Scheduler::Event next = m_phantora ? m_phantora->PhantoraScheduler::RemoveNext() : m_events->RemoveNext();
+  NS_ASSERT(next.key.m_ts >= m_currentTs);
+  if (next.key.m_ts != m_currentTs) {
+    m_ranNow.clear();
+  }
+  m_ranNow.push_back(next.key.m_uid);
+  --m_unscheduledEvents;
+  ++m_eventCount;
+  m_currentTs = next.key.m_ts;
+  m_currentContext = next.key.m_context;
+  m_currentUid = next.key.m_uid;
+  m_inEvent = true;
+  if (g_orderLog) {
+    g_orderLog->insert(g_orderLog->end(), {next.key.m_ts, next.key.m_uid, next.key.m_context, m_uid});
+    next.impl->Invoke();
+    g_orderLog->push_back(m_uid);
+  } else {
+    next.impl->Invoke();
+  }
+  m_inEvent = false;
+  next.impl->Unref();
+}
+
 bool PhantoraSimulatorImpl::IsFinished() const { return EventsEmpty() || m_stop; }
 
 void PhantoraSimulatorImpl::Run() {
   NS_LOG_FUNCTION(this);
   m_stop = false;
-  while (!EventsEmpty() && !m_stop) {
-    ProcessOneEvent();
+  if (m_keyed) {
+    while (!EventsEmpty() && !m_stop) {
+      ProcessOneKeyed();
+    }
+  } else {
+    while (!EventsEmpty() && !m_stop) {
+      ProcessOneEvent();
+    }
   }
   // Stopped for lack of events: none was lost on the way.
   NS_ASSERT(!EventsEmpty() || m_unscheduledEvents == 0);
@@ -202,6 +284,11 @@ bool PhantoraSimulatorImpl::IsExpired(const EventId& id) const {
       }
     }
     return true;
+  }
+  if (m_keyed && id.GetTs() == m_currentTs) {
+    // Events of this time step do not run in uid order: an event has run if its uid is among those run.
+    return id.PeekEventImpl() == nullptr || id.PeekEventImpl()->IsCancelled() ||
+           std::find(m_ranNow.begin(), m_ranNow.end(), id.GetUid()) != m_ranNow.end();
   }
   return id.PeekEventImpl() == nullptr || id.GetTs() < m_currentTs ||
          (id.GetTs() == m_currentTs && id.GetUid() <= m_currentUid) || id.PeekEventImpl()->IsCancelled();

@@ -2,6 +2,7 @@
 #ifndef PHANTORA_SIMULATOR_IMPL_H
 #define PHANTORA_SIMULATOR_IMPL_H
 
+#include "phantora-keyed-scheduler.h"
 #include "phantora-scheduler.h"
 
 #include "ns3/event-id.h"
@@ -11,6 +12,7 @@
 #include "ns3/simulator-impl.h"
 
 #include <list>
+#include <vector>
 
 namespace ns3 {
 
@@ -22,6 +24,12 @@ namespace ns3 {
  * every call must come from the thread that runs the simulator, as for the fabric's pools), the log checks,
  * and the virtual calls into a PhantoraScheduler (called directly). The fabric's hot paths reach it without
  * going through Simulator:: (PhantoraSimulatorImpl::Current(), see phantora-event.h).
+ *
+ * The keyed mode (issue 38; the fabric's Scheduler ns3::PhantoraKeyedScheduler): events of one time step run in
+ * the order of a PhantoraOrderKey (scheduling time, scheduling node, that node's count) instead of by uid, so
+ * a worker that runs some of the nodes can order its events as one engine does. It is a new reference, not
+ * ns-3's order: it differs where two nodes schedule events for one time step at one time step (node id order
+ * instead of run order). Off (any other scheduler), the default path pays one predictable branch per event.
  *
  * ns-3 picks it with the global value SimulatorImplementationType (PhantoraNetwork binds it from the
  * fabric's attribute "Simulator", default this class; ns3::DefaultSimulatorImpl runs the same).
@@ -59,6 +67,15 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   uint64_t NowStep() const { return m_currentTs; }
   /// GetContext(), not virtual.
   uint32_t Context() const { return m_currentContext; }
+  /// True in the keyed mode.
+  bool Keyed() const { return m_keyed != nullptr; }
+  /// Keyed mode: the order key the next event scheduled now gets, consumed (the scheduling node's count
+  /// moves on), for an event another worker will queue with ScheduleKeyedAt.
+  PhantoraOrderKey TakeKey();
+  /// Keyed mode: queue `event` at time step `ts` (not before now) for node `context` with the order key
+  /// `key` (one TakeKey() gave); takes the event's reference.
+  EventId ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event);
+
   /// ScheduleWithContext(context, TimeStep(delay), event), not virtual; takes the event's reference.
   void ScheduleStepWithContext(uint32_t context, uint64_t delay, EventImpl* event) {
     Enqueue(event, m_currentTs + delay, context);
@@ -67,6 +84,7 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
  private:
   void DoDispose() override;
   void ProcessOneEvent();
+  void ProcessOneKeyed();  ///< ProcessOneEvent in the keyed mode
   bool EventsEmpty() const { return m_phantora ? m_phantora->PhantoraScheduler::IsEmpty() : m_events->IsEmpty(); }
   /// Queue `event` at time step `ts` with the next uid.
   void Enqueue(EventImpl* event, uint64_t ts, uint32_t context) {
@@ -77,7 +95,9 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
     ev.key.m_uid = m_uid;
     ++m_uid;
     ++m_unscheduledEvents;
-    if (m_phantora) {
+    if (m_keyed) [[unlikely]] {
+      m_keyed->InsertKeyed(ev, TakeKey());
+    } else if (m_phantora) {
       m_phantora->PhantoraScheduler::Insert(ev);
     } else {
       m_events->Insert(ev);
@@ -90,6 +110,12 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   bool m_stop = false;
   Ptr<Scheduler> m_events;
   PhantoraScheduler* m_phantora = nullptr;  ///< m_events, when it is a PhantoraScheduler
+  PhantoraKeyedScheduler* m_keyed = nullptr;  ///< the keyed scheduler (m_events or inside m_phantora), or null
+  bool m_inEvent = false;                     ///< keyed mode: an event is running (else the caller schedules)
+  std::vector<uint32_t> m_nodeCount;          ///< keyed mode: events scheduled so far, per node
+  uint32_t m_callerCount = 0;                 ///< keyed mode: events the caller scheduled
+  uint32_t m_noContextCount = 0;              ///< keyed mode: events scheduled by events without a context
+  std::vector<uint32_t> m_ranNow;             ///< keyed mode: uids run at m_currentTs (IsExpired)
   uint32_t m_uid = EventId::UID::VALID;
   uint32_t m_currentUid = EventId::UID::INVALID;
   uint64_t m_currentTs = 0;

@@ -189,3 +189,41 @@ def _caller_order(ts: list[int], parent: list[int], k: list[int], a: int, b: int
     if pa == CALLER:
         return -1 if ts[pb] > k[a] else 1
     return 1 if ts[pa] > k[b] else -1
+
+
+KEYED_NO_CONTEXT = 0xFFFFFFFE  # PhantoraOrderKey::kNoContext
+KEYED_CALLER = 0xFFFFFFFF  # PhantoraOrderKey::kCaller
+
+
+def keyed_mode_keys(log: OrderLog) -> list[tuple[int, int, int]]:
+    """Per event of `log`, the order key the keyed mode (fabric Scheduler ns3::PhantoraKeyedScheduler) gives
+    it, derived from the log alone: (time its parent ran, the parent's context, that context's count of events
+    scheduled before it); events scheduled by a context-less event: node KEYED_NO_CONTEXT; by the caller
+    between runs: (time of the last event run before, or 0, KEYED_CALLER, the caller's count). In the keyed
+    mode, events of one time run in increasing key order."""
+    parent, k = _parents(log)
+    count: dict[int, int] = {}
+    callers = 0
+    keys: list[tuple[int, int, int]] = [(0, 0, 0)] * len(log)
+    for i in sorted(range(len(log)), key=log.uid.__getitem__):  # scheduling order
+        p = parent[i]
+        if p == CALLER:
+            keys[i] = (max(k[i], 0), KEYED_CALLER, callers)
+            callers += 1
+            continue
+        node = KEYED_NO_CONTEXT if log.context[p] == NO_CONTEXT else log.context[p]
+        count[node] = count.get(node, -1) + 1
+        keys[i] = (log.ts[p], node, count[node])
+    return keys
+
+
+def keyed_order_breaks(log: OrderLog) -> tuple[int, int]:
+    """(pairs of consecutive same-time events, those whose keyed-mode keys do not increase): 0 breaks when the
+    log is a keyed-mode run."""
+    keys = keyed_mode_keys(log)
+    ties = breaks = 0
+    for a in range(len(log) - 1):
+        if log.ts[a] == log.ts[a + 1]:
+            ties += 1
+            breaks += not keys[a] < keys[a + 1]
+    return ties, breaks

@@ -1,0 +1,66 @@
+// An event scheduler that orders the events of one time step by a key each node computes alone (issue 38).
+#ifndef PHANTORA_KEYED_SCHEDULER_H
+#define PHANTORA_KEYED_SCHEDULER_H
+
+#include "ns3/scheduler.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace ns3 {
+
+/**
+ * Who scheduled an event, and when: the order of events of one time step in the keyed mode. Events of one
+ * time step run in (schedTs, node, count) order, where `node` is the context of the event that scheduled it
+ * (kNoContext if that event has none, kCaller for events scheduled from outside an event: so at one
+ * scheduling time, after every node's) and `count` that node's count of events scheduled so far (the caller's:
+ * its own order). Every field is known to the scheduling node alone, so a worker
+ * that runs a group of nodes orders its events as one engine does, whatever order it learnt of them in.
+ */
+struct PhantoraOrderKey {
+  static constexpr uint32_t kCaller = 0xffffffff;     ///< `node` of the caller's events (between runs)
+  static constexpr uint32_t kNoContext = 0xfffffffe;  ///< `node` of events scheduled by a context-less event
+  uint64_t schedTs = 0;                            ///< time step at which the event was scheduled
+  uint32_t node = kCaller;                         ///< the scheduling node
+  uint32_t count = 0;                              ///< the scheduling node's count of events scheduled before
+};
+
+/**
+ * A 4-ary min-heap of events by (time, order key). It needs the key with every event:
+ * PhantoraSimulatorImpl computes it and calls InsertKeyed() directly. The Scheduler interface's Insert() has
+ * no key and is refused (another simulator core, e.g. ns3::DefaultSimulatorImpl, cannot run this mode). The
+ * uid still names an event (Remove, EventId) but no longer orders it; keys are unique by construction (one
+ * count per node), and the uid breaks a tie between equal keys only if a caller gave two events one key.
+ */
+class PhantoraKeyedScheduler final : public Scheduler {
+ public:
+  static TypeId GetTypeId();
+
+  /// Queue `ev` with its order key.
+  void InsertKeyed(const Event& ev, const PhantoraOrderKey& key);
+  /// Refused: an event needs its order key (an NS_FATAL_ERROR naming the simulator core to use).
+  void Insert(const Event& ev) override;
+  bool IsEmpty() const override { return m_heap.empty(); }
+  Event PeekNext() const override { return m_heap.front().ev; }
+  Event RemoveNext() override;
+  void Remove(const Event& ev) override;
+  /// The key of the next event (the heap must not be empty).
+  const PhantoraOrderKey& PeekNextKey() const { return m_heap.front().key; }
+  /// Time step of the next event that is not cancelled, or -1 (the events' order is unchanged).
+  int64_t PeekNextLiveTs();
+
+ private:
+  struct Item {
+    Event ev;
+    PhantoraOrderKey key;
+  };
+  static bool Before(const Item& a, const Item& b);
+  void Push(const Item& item);
+  Item Pop();
+
+  std::vector<Item> m_heap;
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_KEYED_SCHEDULER_H

@@ -1,0 +1,217 @@
+// The keyed scheduler mode (issue 38): events of one time step run by (scheduling time, scheduling node, that
+// node's count), whatever order they were queued in.
+#include "phantora-keyed-scheduler.h"
+#include "phantora-simulator-impl.h"
+
+#include "ns3/event-impl.h"
+#include "ns3/global-value.h"
+#include "ns3/object-factory.h"
+#include "ns3/simulator.h"
+#include "ns3/string.h"
+#include "ns3/test.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace ns3;
+
+namespace {
+
+/// (time, schedTs, node, count): the order the keyed mode promises.
+using FullKey = std::tuple<uint64_t, uint64_t, uint32_t, uint32_t>;
+
+/// An event that calls a std::function (tests only).
+class FnEvent : public EventImpl {
+ public:
+  explicit FnEvent(std::function<void()> f) : m_f(std::move(f)) {}
+
+ protected:
+  void Notify() override { m_f(); }
+
+ private:
+  std::function<void()> m_f;
+};
+
+/// The heap alone: the same events queued in two orders (so with different uids) leave in one order, the
+/// sorted order of their full keys.
+class KeyedHeapOrderTest : public TestCase {
+ public:
+  KeyedHeapOrderTest() : TestCase("keyed scheduler: equal times leave in key order, whatever the insertion order") {}
+
+ private:
+  struct Spec {
+    uint64_t ts;
+    PhantoraOrderKey key;
+  };
+
+  static std::vector<FullKey> Drain(const std::vector<Spec>& specs, const std::vector<std::size_t>& order) {
+    PhantoraKeyedScheduler s;
+    uint32_t uid = 0;
+    for (std::size_t i : order) {
+      Scheduler::Event ev;
+      ev.impl = nullptr;
+      ev.key.m_ts = specs[i].ts;
+      ev.key.m_uid = uid++;
+      ev.key.m_context = 0;
+      s.InsertKeyed(ev, specs[i].key);
+    }
+    std::vector<FullKey> out;
+    while (!s.IsEmpty()) {
+      const PhantoraOrderKey k = s.PeekNextKey();
+      const Scheduler::Event ev = s.RemoveNext();
+      out.emplace_back(ev.key.m_ts, k.schedTs, k.node, k.count);
+    }
+    return out;
+  }
+
+  void DoRun() override {
+    std::mt19937_64 rng(38);
+    std::vector<Spec> specs;
+    std::map<uint32_t, uint32_t> counts;
+    for (int i = 0; i < 3000; ++i) {
+      const uint64_t ts = 100 + rng() % 20;  // few distinct times: many ties
+      const uint32_t node = rng() % 8 == 0 ? PhantoraOrderKey::kCaller : static_cast<uint32_t>(rng() % 6);
+      specs.push_back(Spec{ts, PhantoraOrderKey{ts - rng() % 4, node, counts[node]++}});
+    }
+    std::vector<FullKey> want;
+    for (const Spec& s : specs) {
+      want.emplace_back(s.ts, s.key.schedTs, s.key.node, s.key.count);
+    }
+    std::sort(want.begin(), want.end());
+    std::vector<std::size_t> order(specs.size());
+    std::iota(order.begin(), order.end(), 0);
+    NS_TEST_ASSERT_MSG_EQ((Drain(specs, order) == want), true, "in order of creation: sorted by full key");
+    std::shuffle(order.begin(), order.end(), rng);
+    NS_TEST_ASSERT_MSG_EQ((Drain(specs, order) == want), true, "shuffled: the same order");
+    std::reverse(order.begin(), order.end());
+    NS_TEST_ASSERT_MSG_EQ((Drain(specs, order) == want), true, "reversed: the same order");
+  }
+};
+
+/// The simulator in the keyed mode. Twelve events for time 100, queued by the caller with explicit keys (as a
+/// worker queues packets from another worker) in two different orders, run in key order; each runs on its own
+/// node (context) and schedules two events of that node, 0 and 5 ns later, which run by (node, count): the
+/// same trace both times, checked against that rule, and not the run order (ns-3's uid order). IsPending
+/// answers by what has run, not by uid.
+class KeyedSimulatorTest : public TestCase {
+ public:
+  KeyedSimulatorTest() : TestCase("keyed mode: a run's trace does not depend on the order events were queued in") {}
+
+ private:
+  struct Parent {
+    PhantoraOrderKey key;
+    uint32_t context;
+  };
+
+  /// The trace of one run: "P<i>" when parent i runs, "C<i>.<j>" when its child j runs.
+  std::vector<std::string> Run(const std::vector<Parent>& parents, const std::vector<std::size_t>& order) {
+    StringValue was;
+    GlobalValue::GetValueByName("SimulatorImplementationType", was);
+    Simulator::Destroy();
+    GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::PhantoraSimulatorImpl"));
+    ObjectFactory f;
+    f.SetTypeId("ns3::PhantoraScheduler");
+    f.Set("Inner", StringValue("ns3::PhantoraKeyedScheduler"));
+    Simulator::SetScheduler(f);
+    PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+    NS_TEST_EXPECT_MSG_NE(sim, nullptr, "PhantoraSimulatorImpl runs");
+    NS_TEST_EXPECT_MSG_EQ(sim->Keyed(), true, "the keyed mode is on");
+
+    std::vector<std::string> trace;
+    std::vector<EventId> ids(parents.size());
+    std::vector<bool> ran(parents.size(), false);
+    bool pendingRight = true;
+    for (std::size_t i : order) {
+      auto body = [&, i] {
+        trace.push_back("P" + std::to_string(i));
+        ran[i] = true;
+        for (std::size_t k = 0; k < parents.size(); ++k) {
+          pendingRight = pendingRight && (ids[k].IsPending() == !ran[k]);
+        }
+        for (int j = 0; j < 2; ++j) {
+          Simulator::Schedule(NanoSeconds(5 * j), [&trace, i, j] {
+            trace.push_back("C" + std::to_string(i) + "." + std::to_string(j));
+          });
+        }
+      };
+      ids[i] = sim->ScheduleKeyedAt(100, parents[i].context, parents[i].key, new FnEvent(body));
+    }
+    Simulator::Run();
+    NS_TEST_EXPECT_MSG_EQ(pendingRight, true, "IsPending is true exactly for the parents not yet run");
+    Simulator::Destroy();
+    GlobalValue::Bind("SimulatorImplementationType", was);
+    return trace;
+  }
+
+  void DoRun() override {
+    std::vector<Parent> parents;
+    const uint32_t contexts[] = {7, 3, 5, 3, 1, 7, 5, 1, 3, 7, 1, 5};
+    std::map<uint32_t, uint32_t> counts;
+    for (uint32_t i = 0; i < 12; ++i) {
+      const uint32_t node = i % 3 == 0 ? PhantoraOrderKey::kCaller : i % 4;
+      parents.push_back(Parent{PhantoraOrderKey{10 * (i % 3), node, counts[node]++}, contexts[i]});
+    }
+    // The rule: parents by key; then the children of time 100 (scheduled at 100 by node c, counted in the
+    // parents' run order), then those of time 105, both by (node, count).
+    std::vector<std::size_t> byKey(parents.size());
+    std::iota(byKey.begin(), byKey.end(), 0);
+    std::sort(byKey.begin(), byKey.end(), [&](std::size_t a, std::size_t b) {
+      const PhantoraOrderKey& x = parents[a].key;
+      const PhantoraOrderKey& y = parents[b].key;
+      return std::tie(x.schedTs, x.node, x.count) < std::tie(y.schedTs, y.node, y.count);
+    });
+    std::vector<std::string> want;
+    std::vector<std::tuple<uint32_t, uint32_t, std::string>> now;
+    std::vector<std::tuple<uint32_t, uint32_t, std::string>> later;
+    std::map<uint32_t, uint32_t> childCount;
+    for (std::size_t i : byKey) {
+      want.push_back("P" + std::to_string(i));
+      const uint32_t c = parents[i].context;
+      now.emplace_back(c, childCount[c]++, "C" + std::to_string(i) + ".0");
+      later.emplace_back(c, childCount[c]++, "C" + std::to_string(i) + ".1");
+    }
+    std::sort(now.begin(), now.end());
+    std::sort(later.begin(), later.end());
+    std::vector<std::string> runOrder;  // ns-3's order of the children: their parents' run order
+    for (const auto& group : {now, later}) {
+      for (const auto& c : group) {
+        want.push_back(std::get<2>(c));
+      }
+    }
+    for (std::size_t i : byKey) {
+      runOrder.push_back("C" + std::to_string(i) + ".0");
+    }
+    std::vector<std::string> keyedNow;
+    for (const auto& c : now) {
+      keyedNow.push_back(std::get<2>(c));
+    }
+    NS_TEST_ASSERT_MSG_EQ((keyedNow != runOrder), true, "the case tells the keyed order from ns-3's");
+
+    std::vector<std::size_t> forward(parents.size());
+    std::iota(forward.begin(), forward.end(), 0);
+    std::vector<std::size_t> backward(forward.rbegin(), forward.rend());
+    std::vector<std::size_t> shuffled = forward;
+    std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(5));
+    NS_TEST_ASSERT_MSG_EQ((Run(parents, forward) == want), true, "queued forward: the rule's trace");
+    NS_TEST_ASSERT_MSG_EQ((Run(parents, backward) == want), true, "queued backward: the same trace");
+    NS_TEST_ASSERT_MSG_EQ((Run(parents, shuffled) == want), true, "queued shuffled: the same trace");
+  }
+};
+
+class PhantoraKeyedTestSuite : public TestSuite {
+ public:
+  PhantoraKeyedTestSuite() : TestSuite("phantora-keyed", Type::UNIT) {
+    AddTestCase(new KeyedHeapOrderTest, TestCase::Duration::QUICK);
+    AddTestCase(new KeyedSimulatorTest, TestCase::Duration::QUICK);
+  }
+};
+
+PhantoraKeyedTestSuite g_phantoraKeyedTestSuite;
+
+}  // namespace
