@@ -18,6 +18,7 @@ from torch._C._distributed_c10d import (
 )
 
 from phantora.runtime.session import RankSession
+from phantora.runtime.simcuda.devices import NotSimulatedError
 
 aten = torch.ops.aten
 _OPS = {
@@ -53,15 +54,25 @@ def _group(name: Any) -> Any:
     return pg if isinstance(pg, PhantoraProcessGroup) else None
 
 
+def _reduce_op(name: str) -> dist.ReduceOp:
+    op = _OPS.get(str(name).lower())
+    if op is None:
+        raise NotSimulatedError(
+            f"a functional collective with reduce op {name!r} on a phantora process group is not simulated; "
+            f"phantora simulates the ops {', '.join(_OPS)}"
+        )
+    return op
+
+
 def _op(name: str) -> AllreduceOptions:
     o = AllreduceOptions()
-    o.reduceOp = _OPS[name.lower()]
+    o.reduceOp = _reduce_op(name)
     return o
 
 
 def _rs_opts(name: str) -> ReduceScatterOptions:
     o = ReduceScatterOptions()
-    o.reduceOp = _OPS[name.lower()]
+    o.reduceOp = _reduce_op(name)
     return o
 
 
@@ -95,7 +106,11 @@ def run(session: RankSession, func: Any, args: tuple, kwargs: dict) -> Any:
         return func(*args, **kwargs)
     handler = _HANDLERS.get(name)
     if handler is None:
-        raise NotImplementedError(f"phantora: functional collective {func} is not supported")
+        raise NotSimulatedError(
+            f"torch.ops._c10d_functional.{name} on a phantora process group (a functional collective, as DTensor and "
+            f"torch.compile issue) is not simulated; phantora simulates {', '.join(sorted(_HANDLERS))}: use one of "
+            "those, or the torch.distributed call of the same name"
+        )
     with session.internal():
         return handler(session, pg, *args, **kwargs)
 
