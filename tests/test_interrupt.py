@@ -163,3 +163,90 @@ def test_replay_in_a_long_ns3_call_ends_on_signal(tmp_path: Path, ns3_lib, sig: 
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "failed" and status["reason"] == reason, status
     assert not [k for k in kids if Path(f"/proc/{k}").exists()]
+
+
+def _ends_within(proc: subprocess.Popen[bytes], seconds: float) -> tuple[int, float]:
+    """(exit code, seconds from now to the exit); fails the test if the process outlives `seconds`."""
+    t0 = time.monotonic()
+    try:
+        code = proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"still running {seconds} s after SIGTERM")
+    return code, time.monotonic() - t0
+
+
+def test_replay_ends_on_sigterm_while_ns3_loads(tmp_path: Path, ns3_lib) -> None:
+    """SIGTERM while ns-3's bindings load (cling parsing the wheel's headers, 7-9 CPU s): exit 143 within a few
+    seconds, status.json `failed`, "terminated (SIGTERM)" (it took 13-30 s at load 10: one header's parse is one
+    C++ call, and Python runs handlers only between bytecodes)."""
+    wl = tmp_path / "one.json"
+    op = [{"name": "a", "kind": "send_recv", "src": 1, "dst": 0, "bytes": 1}]
+    wl.write_text(json.dumps({"name": "one", "op": op}))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "phantora.cli", "replay", str(wl), "--topology", "star8", "--network", "ns3"]
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out), "--no-progress"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        text = maps.read_text()
+        if "libCling" in text:  # cppyy is up: the headers are being parsed
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and "libphantora-ns3" not in maps.read_text()
+    proc.send_signal(signal.SIGTERM)
+    code, took = _ends_within(proc, 10.0)
+    assert code == 143 and took < 5.0, (code, took)
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "failed" and status["reason"] == "terminated (SIGTERM)", status
+
+
+LONG_HEADER_SCRIPT = """
+import os, signal, subprocess, sys, time
+import cppyy
+
+class Stop(BaseException):
+    pass
+
+def stop(signum, frame):
+    raise Stop
+
+signal.signal(signal.SIGTERM, stop)
+plain, entered = cppyy.include, []
+
+def include(header):
+    if header.endswith("/wifi-module.h"):  # the wheel's longest parse (3 CPU s)
+        entered.append(time.monotonic())
+        subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -TERM {os.getpid()}"])
+    return plain(header)
+
+cppyy.include = include
+from phantora.netsim.packet import load_ns3
+try:
+    load_ns3(build_if_needed=False)
+    print("loaded")
+except Stop:
+    print("stopped", time.monotonic() - entered[0] if entered else -1)
+"""
+
+
+@pytest.mark.slow  # the ns-3 import up to its longest header: 5-20 s
+def test_sigterm_inside_the_longest_ns3_header_parse_is_handled_at_once() -> None:
+    """SIGTERM 0.3 s into the parse of wifi-module.h (3 CPU s in one C++ call): the handler runs within 2 s of
+    the parse's start, not after it (`interruptible`: the parse releases the GIL, in a thread)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LONG_HEADER_SCRIPT],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = [x for x in proc.stdout.splitlines() if x.startswith(("stopped", "loaded"))]
+    assert line and line[0].startswith("stopped"), proc.stdout + proc.stderr
+    took = float(line[0].split()[1])
+    assert 0.3 <= took < 2.0, took

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,24 +104,61 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
     if not lib.exists():
         how = BUILD_SCRIPT or "phantora doctor"
         raise PhantoraError(f"the ns-3 fabric library {lib} is missing: run {how}")
-    ns = _quiet_import_ns()
     import cppyy
 
-    cppyy.add_include_path(str(SCRATCH / "model"))
-    cppyy.include("phantora-network.h")
-    cppyy.load_library(str(lib))
+    # cling parses each header in one C++ call (the wheel's wifi-module.h: 3 CPU s, 17 s of wall at load 10): let
+    # it release the GIL, and run the import in a thread, so this thread keeps running signal handlers (SIGTERM)
+    cppyy.gbl.gInterpreter.Declare.__release_gil__ = True
+    ns = _quiet_import_ns()
+
+    def fabric() -> None:
+        cppyy.add_include_path(str(SCRATCH / "model"))
+        cppyy.include("phantora-network.h")
+        cppyy.load_library(str(lib))
+
+    interruptible(fabric)
     return Ns3Runtime(ns, cppyy, lib, [])
 
 
+def interruptible(fn: Callable[[], Any], tick_s: float = 0.1) -> Any:
+    """fn() run in a daemon thread while the main thread waits in `tick_s` steps, so its signal handlers run (the
+    CLI's `Terminated`, KeyboardInterrupt) even while fn sits in a long C++ call that released the GIL. A handler
+    that raises leaves fn running in its thread, which ends with the process. Off the main thread: fn() inline."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn()
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+
+    t = threading.Thread(target=body, name="phantora-ns3-load", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(tick_s)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 def _quiet_import_ns() -> Any:
-    """`from ns import ns`, hiding the wheel's harmless cling start-up chatter on stderr."""
+    """`from ns import ns` (see `interruptible`), hiding the wheel's harmless cling start-up chatter on stderr;
+    the chatter is shown if the import fails, not when a signal stops the wait."""
+
+    def import_ns() -> Any:
+        from ns import ns
+
+        return ns
+
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 2)
         try:
-            from ns import ns
-        except BaseException:
+            return interruptible(import_ns)
+        except Exception:
             os.dup2(saved, 2)
             tmp.seek(0)
             sys.stderr.write(tmp.read().decode(errors="replace"))
@@ -128,7 +166,6 @@ def _quiet_import_ns() -> Any:
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-    return ns
 
 
 def cpp_message(exc: BaseException) -> str:
