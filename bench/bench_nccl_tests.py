@@ -125,7 +125,9 @@ def compare(table: Table, network: str, min_size: int, max_size: int = 1 << 62) 
 
 
 def describe(table: Table) -> str:
-    return f"{table.gpu}, {table.gpus} GPUs, {table.nodes} node(s), NCCL_ALGO={table.nccl_algo or 'default'}"
+    """The machine and the NCCL variables the table was taken with (NCCL_ALGO, then any other it forces)."""
+    forced = "".join(f", {k}={v}" for k, v in table.forced)
+    return f"{table.gpu}, {table.gpus} GPUs, {table.nodes} node(s), NCCL_ALGO={table.nccl_algo or 'default'}{forced}"
 
 
 def verdict(rows: list[Row]) -> str:
