@@ -248,6 +248,21 @@ class RankClient:
         )
         return h
 
+    def storage_io(
+        self, *, kind: str, nbytes: int, t_issue_ns: int, host_bps: float, shared_bps: float | None, name: str = ""
+    ) -> int:
+        """A checkpoint file read or written from `t_issue_ns` (non-blocking): a transfer on the storage the ranks
+        share, `host_bps` per host and `shared_bps` in all (bridge.storage_io); returns a handle to `wait` on."""
+        if kind not in ("read", "write") or nbytes < 0:
+            raise BridgeError(f"rank {self.rank}: bad storage transfer ({kind!r} of {nbytes} B)")
+        self._enter(t_issue_ns, f"storage {kind}")
+        h = self._handle()
+        shared = None if shared_bps is None else float(shared_bps)
+        self._send(
+            "io", t_issue_ns, h=h, kind=kind, nbytes=int(nbytes), name=name, host_bps=float(host_bps), shared_bps=shared
+        )
+        return h
+
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped
         (to be zeroed); [] for any other. Asked once, after `wait`."""

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.engine_pair import EnginePair
 from bridge.errors import RunFailed
 from bridge.jobs import JobTable
 from bridge.launch_order import HeldRendezvous
@@ -47,6 +48,7 @@ from bridge.protocol import (
     transport_row,
 )
 from bridge.stepping import advance_watching
+from bridge.storage_io import StorageIO
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.plan import CallSpec, CollectivePlanner
@@ -168,13 +170,15 @@ class CoordinatorCore:
             raise RunFailed(
                 E_PROTOCOL, f"{world} ranks do not fit the topology '{topology.name}' ({topology.num_ranks} endpoints)"
             )
-        self.engine = engine
+        self.engine: NetworkSimulator = engine  # with the storage beside it after the first checkpoint file
+        self.net = engine  # the network engine alone
         self.topology = topology
         self.world = world
         live = world if live is None else live
         if not 1 <= live <= world or world % live:
             raise RunFailed(E_PROTOCOL, f"{live} live ranks cannot stand for {world} ranks: it must divide it")
         self.mirrors = Mirrors(world, live)
+        self.io = StorageIO(topology, self.mirrors)  # checkpoint files on the shared storage (bridge.storage_io)
         self.window = window_ns
         self.planner = CollectivePlanner(topology, algo, self.mirrors)  # the collective -> flow step
         self.send = send
@@ -249,6 +253,7 @@ class CoordinatorCore:
         handler = {
             "coll": self._on_coll,
             "p2p": self._on_p2p,
+            "io": self._on_io,
             "clock": self._on_clock,
             "wait": self._on_wait,
             "test": self._on_test,
@@ -368,7 +373,7 @@ class CoordinatorCore:
         self.steps_started[step] = t
         from phantora.netsim.packet_faults import scenario_engine
 
-        engine = scenario_engine(self.engine)
+        engine = scenario_engine(self.net)
         if engine is None:
             raise RunFailed(
                 E_ENGINE,
@@ -376,6 +381,17 @@ class CoordinatorCore:
                 "network server: run it in the coordinator)",
             )
         engine.step_started(step, max(t, self.engine.now()))
+
+    def _on_io(self, rs: RankState, msg: Message) -> None:
+        """A checkpoint file read or written: a transfer on the shared storage from the rank's time (window mode:
+        from the network's, if later), run beside the network (bridge.engine_pair)."""
+        self._stamp(rs, msg.t, "a storage transfer")
+        call = Call(rs.rank, msg["h"], f"storage {msg['kind']}", msg["nbytes"], "uint8", None, msg.t, msg["name"])
+        self._new_handle(rs, call.handle, call)
+        for tid, bound in self.io.start(rs.rank, msg, max(msg.t, self.engine.now())):
+            self.bounds.bounds[tid] = bound
+        if self.engine is self.net and self.io.engine is not None:
+            self.engine = EnginePair(self.net, self.io.engine)
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:
         first = next(iter(rv.calls.values()))
@@ -526,6 +542,14 @@ class CoordinatorCore:
     def _apply(self, done: list[Completion]) -> None:
         """Completions from the engine -> per-rank results."""
         for c in done:
+            if c.flow_id < 0:  # a checkpoint transfer (bridge.storage_io)
+                self.bounds.done(c.flow_id)
+                mine = self.io.done(c)
+                if mine is not None:
+                    rs = self.ranks[mine[0]]
+                    rs.results[mine[1]] = rs.undelivered[mine[1]] = c.end_ns
+                    self._dirty.add(rs.rank)
+                continue
             cid = self.flow_owner.pop(c.flow_id, None)
             self.bounds.done(c.flow_id)
             if cid is None and c.flow_id < self.n_background:
@@ -606,6 +630,8 @@ class CoordinatorCore:
                 cid = rs.owner.get(h)
                 if cid is not None and h not in rs.results:
                     out.update(self.records[cid].pending.get(rs.rank, ()))
+                elif (tid := self.io.of.get((rs.rank, h))) is not None:
+                    out.add(tid)
         return out
 
     def _step(self) -> bool:
@@ -841,6 +867,7 @@ class CoordinatorCore:
             "rank_cpu_s": [rs.cpu_s for rs in self.ranks],
             "traffic_bytes": {"network": self.bounds.network_bytes, "fabric": self.bounds.fabric_bytes},
             **({"jobs": self._jobs_outcome()} if self.jobs is not None else {}),
+            **self.io.outcome(),
             **self._scenario_outcome(),
             **({"background": [completion_to_wire(c) for c in self.background_done]} if self.n_background else {}),
         }
@@ -852,7 +879,7 @@ class CoordinatorCore:
         from bridge.remote import RemoteSimulator
         from phantora.results.scenario import completion_rows, engine_outcome, fct_slowdown_buckets
 
-        eng = self.engine
+        eng = self.net
         out = eng.scenario_outcome() if isinstance(eng, RemoteSimulator) else engine_outcome(eng)
         if not out:
             return {}

@@ -10,6 +10,7 @@ rank -> coordinator
   hello -> welcome | error          role "rank", the run token, rank, world
   coll ~>                           collective request: handle, group, seq, kind, nbytes, dtype, root
   p2p ~>                            send or recv: handle, peer, send, tag, seq, nbytes
+  io ~>                             a checkpoint file read or written: handle, kind, nbytes, the storage's bandwidths
   clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
   wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
   test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)
@@ -94,6 +95,10 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _opt_num(v: Any) -> bool:
+    return v is None or _num(v)
+
+
 def _str(v: Any) -> bool:
     return isinstance(v, str)
 
@@ -145,6 +150,7 @@ SCHEMA: dict[str, dict[str, Check]] = {
         "algo": _opt_map,
     },
     "p2p": {"h": _int, "peer": _int, "send": _bool, "tag": _int, "seq": _int, "nbytes": _int, "name": _str},
+    "io": {"h": _int, "kind": _str, "nbytes": _int, "name": _str, "host_bps": _num, "shared_bps": _opt_num},
     "clock": {"block": _bool},
     "wait": {"handles": _ints, "until": _int},
     "test": {"h": _int},

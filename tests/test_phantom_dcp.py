@@ -2,8 +2,8 @@
 dcp.load run unchanged, and each costs the bytes a real checkpoint holds at the storage model's rate.
 
 The probe (tests/scripts/cuda_dcp_phantom.py): a 1024 x 1024 Linear sharded by FSDP2 over 2 ranks, Adam, a plain
-1000-float tensor; each checkpoint call alone in a step. Run with `--storage 1`: 1 GB/s per host shared by its 2
-ranks, 0.5 GB/s a rank, 2 ns a byte.
+1000-float tensor; each checkpoint call alone in a step. Run with `--storage 1`: the host's 1 GB/s link is shared
+by its 2 ranks, which write (and read) files of the same size from the same time: 0.5 GB/s each, 2 ns a byte.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "cuda_dcp_phantom.py"
 SHARD = 512 * 1024 * 4 + 512 * 4  # a rank's half of the fp32 weight (dim 0) and of the bias, bytes
 EXTRA = 1000 * 4  # the plain tensor: every rank holds it, real DCP writes it once
-NS_PER_BYTE = 2  # 1 GB/s shared by 2 ranks
+NS_PER_BYTE = 2  # 1 GB/s shared by 2 ranks at once
 
 
 def _run(tmp: Path, ckpt: Path, tensors: str, *extra: str) -> tuple[dict[int, dict], dict[int, list[dict]]]:

@@ -1,6 +1,6 @@
 """The checkpoint storage model (phantora/runtime/storage.py), against closed forms: a file of B bytes costs a rank
-B / rate of simulated time, rate = min(host / local ranks, shared / world size). A session without the bridge
-(no-network client) is enough; no process is started."""
+B / min(host, shared) of simulated time when it has the storage alone, as it does in a session without the bridge
+(no-network client); no process is started. Sharing between ranks: tests/test_storage_engine.py."""
 
 from __future__ import annotations
 
@@ -24,27 +24,25 @@ from phantora.runtime.session import RankSession
 from phantora.runtime.storage import StorageModel
 
 
-def test_rate_is_the_host_share_or_the_shared_filesystem_share() -> None:
-    host = StorageModel(2e9, None, local_ranks=4, world=32)
-    assert host.rate_bps() == 0.5e9 and host.duration_ns(10**9) == 2 * 10**9
-    shared = StorageModel(2e9, 10e9, local_ranks=4, world=32)  # 10 GB/s / 32 = 0.3125 GB/s < 0.5 GB/s
-    assert shared.rate_bps() == pytest.approx(0.3125e9) and shared.duration_ns(10**9) == 3_200_000_000
-    roomy = StorageModel(2e9, 100e9, local_ranks=4, world=32)  # 100 / 32 = 3.125 GB/s: the host share binds
-    assert roomy.rate_bps() == 0.5e9
+def test_a_lone_file_has_the_smaller_bandwidth() -> None:
+    assert StorageModel(2e9, None).lone_ns(10**9) == 500_000_000  # 1 GB at 2 GB/s
+    assert StorageModel(2e9, 0.5e9).lone_ns(10**9) == 2 * 10**9  # the shared filesystem's 0.5 GB/s binds
 
 
 def test_from_env() -> None:
     env = {"PHANTORA_STORAGE_GBPS": "8", "PHANTORA_SHARED_FS_GBPS": "16", "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "64"}
-    assert StorageModel.from_env(env) == StorageModel(8e9, 16e9, 8, 64)
+    assert StorageModel.from_env(env) == StorageModel(8e9, 16e9)
     assert StorageModel.from_env({"LOCAL_WORLD_SIZE": "8"}) is None  # no --storage: nothing charged
+    with pytest.raises(ValueError, match="PHANTORA_STORAGE_GBPS='fast'"):
+        StorageModel.from_env({"PHANTORA_STORAGE_GBPS": "fast"})
 
 
 @pytest.fixture
 def charged(tmp_path: Path) -> Iterator[RankSession]:
-    """A session whose checkpoint I/O is charged at 1 GB/s shared by 4 local ranks (0.25 GB/s: 4 ns a byte)."""
+    """A session without the bridge whose checkpoint files have a 0.25 GB/s storage to themselves (4 ns a byte)."""
     s = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="ops", out_dir=tmp_path / "out")
     _session.install(s)
-    storage.install(StorageModel(1e9, None, local_ranks=4, world=4))
+    storage.install(StorageModel(0.25e9, None))
     try:
         yield s
     finally:

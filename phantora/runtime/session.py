@@ -34,6 +34,7 @@ from phantora.units import plural
 
 if TYPE_CHECKING:
     from phantora.runtime.rank_scenario import RankScenario
+    from phantora.runtime.storage import StorageModel
 
 
 class ClientLike(Protocol):
@@ -289,16 +290,30 @@ class RankSession:
     def now(self) -> int:
         return self.clock.now()
 
-    def storage_io(self, name: str, kind: str, nbytes: int, duration_ns: int) -> None:
-        """The host read or wrote a checkpoint file (`kind` "read" or "write") for `duration_ns`: a host stall,
-        so the compute lane waits (nothing is issued meanwhile); not compute time (runtime/storage.py)."""
+    def storage_io(self, name: str, kind: str, nbytes: int, model: StorageModel) -> None:
+        """The host reads or writes a checkpoint file (`kind` "read" or "write"): a host stall, so the compute lane
+        waits (nothing is issued meanwhile); not compute time (runtime/storage.py). Through the bridge, the file
+        is a transfer on the storage all ranks share (bridge.storage_io); without one, it has the storage alone."""
         start = self.clock.compute_ns
-        self.clock.compute_ns = start + max(0, int(duration_ns))
+        issue = getattr(self.client, "storage_io", None)
+        if issue is None:
+            end = start + model.lone_ns(nbytes)
+        else:
+            h = issue(
+                kind=kind,
+                nbytes=int(nbytes),
+                t_issue_ns=start,
+                host_bps=model.host_bps,
+                shared_bps=model.shared_bps,
+                name=name,
+            )
+            end = max(start, self.client.wait(h))
+        self.clock.compute_ns = end
         entry = self.storage.setdefault(kind, [0, 0])
         entry[0] += int(nbytes)
-        entry[1] += max(0, int(duration_ns))
-        self.trace.io(name, start, self.clock.compute_ns, {"bytes": int(nbytes)})
-        self.client.advance_clock(self.clock.compute_ns)
+        entry[1] += end - start
+        self.trace.io(name, start, end, {"bytes": int(nbytes)})
+        self.client.advance_clock(end)
 
     # ----- issuing ---------------------------------------------------------------------------------
     def next_seq(self, group: tuple[int, ...]) -> int:

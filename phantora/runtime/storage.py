@@ -2,19 +2,17 @@
 
 A checkpoint stalls training while the host writes it. With a storage model set (`phantora run --storage GBPS
 [--shared-fs GBPS]`, i.e. PHANTORA_STORAGE_GBPS and PHANTORA_SHARED_FS_GBPS), each checkpoint file a rank writes
-or reads is charged to its clock as a host stall of bytes / rate, on the compute lane (the GPU waits: nothing is
-issued while the host writes), shown as a span on the rank's "storage" lane of trace.json and counted per step in
-steps.jsonl (`storage_ns`, `storage_bytes`) and in the rank's results (`storage`).
+or reads stalls its clock on the compute lane (the GPU waits: nothing is issued while the host writes), shown as
+a span on the rank's "storage" lane of trace.json and counted per step in steps.jsonl (`storage_ns`,
+`storage_bytes`) and in the rank's results (`storage`).
 
-The rate is a static fair share, not a simulation of the I/O:
-- a per-host bandwidth (`--storage`, GB/s: a node's local NVMe or its NIC to the file servers) shared equally by
-  the host's ranks, every one assumed to write at the same time (LOCAL_WORLD_SIZE writers), as a sharded
-  checkpoint (DCP, FSDP, ZeRO) writes: rate = host / local ranks;
-- optionally a shared filesystem's aggregate bandwidth (`--shared-fs`, GB/s) shared equally by every rank of the
-  job: rate = min(host / local ranks, shared / world size).
-A program in which only rank 0 writes (torch.save of a DDP model) is charged the same share, so its write is
-charged up to LOCAL_WORLD_SIZE times too long; contention between jobs, latency per file, page cache and
-asynchronous checkpointing are not modelled.
+The storage is a resource the ranks share in simulated time (bridge.storage_engine, run by the coordinator beside
+the network): each host has a link of `--storage` GB/s (its NVMe, or its path to the file servers) and the job
+optionally a shared filesystem of `--shared-fs` GB/s aggregate; the files in flight share them max-min fairly,
+re-shared as each starts and ends. A lone file of B bytes takes B / min(host, shared): a program in which only
+rank 0 writes (torch.save of a DDP model) gets the whole link, and a sharded checkpoint (DCP, FSDP, ZeRO) that
+every rank writes at once shares it. Without the bridge (a session with no network) a file has the storage
+alone. Latency per file, page cache, other jobs' I/O and asynchronous checkpointing are not modelled.
 
 What is counted: `torch.save` and `torch.load` to or from a file (a path or an open file; not an in-memory
 buffer), `safetensors.torch.save_file` / `load_file` (HF Trainer's and torchtitan's model files), and the data
@@ -38,31 +36,36 @@ GBPS_ENV, SHARED_ENV = "PHANTORA_STORAGE_GBPS", "PHANTORA_SHARED_FS_GBPS"
 
 @dataclass(frozen=True)
 class StorageModel:
-    """Bandwidths in bytes per second (None: not limited by that resource)."""
+    """Bandwidths in bytes per second: a host's link, and the shared filesystem's (None: none)."""
 
     host_bps: float
     shared_bps: float | None
-    local_ranks: int
-    world: int
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> StorageModel | None:
         e = dict(os.environ if env is None else env)
         if not e.get(GBPS_ENV):
             return None
-        shared = float(e[SHARED_ENV]) * 1e9 if e.get(SHARED_ENV) else None
-        local = int(e.get("LOCAL_WORLD_SIZE", "1"))
-        return cls(float(e[GBPS_ENV]) * 1e9, shared, max(1, local), max(1, int(e.get("WORLD_SIZE", "1"))))
+        host = _gbps(e, GBPS_ENV)
+        return cls(host, _gbps(e, SHARED_ENV) if e.get(SHARED_ENV) else None)
 
-    def rate_bps(self) -> float:
-        """One rank's share: min(host / local ranks, shared / world size)."""
-        rate = self.host_bps / self.local_ranks
-        if self.shared_bps is not None:
-            rate = min(rate, self.shared_bps / self.world)
-        return rate
+    def lone_bps(self) -> float:
+        """The rate of a file with the storage to itself: min(host, shared)."""
+        return self.host_bps if self.shared_bps is None else min(self.host_bps, self.shared_bps)
 
-    def duration_ns(self, nbytes: int) -> int:
-        return round(nbytes / self.rate_bps() * 1e9)
+    def lone_ns(self, nbytes: int) -> int:
+        return round(nbytes / self.lone_bps() * 1e9)
+
+
+def _gbps(env: dict[str, str], name: str) -> float:
+    """The bandwidth `env[name]` gives in GB/s, in bytes/s; a clear error for a bad one."""
+    try:
+        value = float(env[name])
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"{name}={env[name]!r}: a storage bandwidth is a positive number of GB/s")
+    return value * 1e9
 
 
 _depth = 0  # > 0 inside a counted call: the calls it makes (DCP's torch.save of each tensor) are not counted
@@ -75,7 +78,7 @@ def _charge(kind: str, name: str, nbytes: int) -> None:
     model = _model
     if s is None or model is None or nbytes <= 0:
         return
-    s.storage_io(f"{kind} {name}", kind, nbytes, model.duration_ns(nbytes))
+    s.storage_io(f"{kind} {name}", kind, nbytes, model)
 
 
 def _file_size(f: Any) -> int | None:
