@@ -43,7 +43,7 @@ class CcNscc : public CongestionControl {
   void Start(uint64_t lineRateBps, uint64_t baseRttNs, uint32_t mtuBytes, uint64_t bdpBytes) override;
   void OnAck(const CcFeedback& fb) override;
   void OnSend(uint32_t bytes, uint64_t nowNs) override { m_inFlight += bytes; }
-  double CwndBytes() const { return m_cwnd; }
+  double CwndBytes() const { return m_w; }
 
  private:
   bool QuickAdapt(bool loss, bool marked, double delayNs, uint64_t nowNs);
@@ -61,6 +61,7 @@ class CcNscc : public CongestionControl {
   uint32_t m_qaGate = 3;
   bool m_quickAdapt = true;
   Time m_fastIncreaseDelay;
+  double m_fastIncreaseNs = 0;  // m_fastIncreaseDelay in ns (Start)
   double m_fiFactor = 5.0;
   double m_etaFactor = 0.15;
   double m_alphaFactor = 4.0;
@@ -80,7 +81,8 @@ class CcNscc : public CongestionControl {
   double m_maxWnd = 0;
 
   // State.
-  TracedValue<double> m_cwnd;  // trace source "Cwnd"
+  double m_w = 0;              // the window in bytes, worked on per ACK
+  TracedValue<double> m_cwnd;  // trace source "Cwnd": m_w after each ACK or NACK (Apply)
   double m_baseRttNs = 0;
   double m_avgDelayNs = 0;
   double m_inc = 0;
@@ -155,8 +157,9 @@ void CcNscc::Start(uint64_t lineRateBps, uint64_t baseRttNs, uint32_t mtuBytes, 
   m_eta = m_etaFactor * m_mtu * a;
   m_fiScale = m_fiScaleFactor * a;
   m_minWnd = m_mtu;
+  m_fastIncreaseNs = static_cast<double>(m_fastIncreaseDelay.GetNanoSeconds());
   m_maxWnd = std::max(m_maxWndBdps * bdp, m_minWnd);
-  m_cwnd = m_maxWnd;
+  m_w = m_maxWnd;
   m_rateBps = lineRateBps;
   NS_LOG_LOGIC("nscc: target " << m_targetNs << " ns, maxwnd " << m_maxWnd << " B, a " << a << ", b " << b);
   Apply();
@@ -181,8 +184,8 @@ bool CcNscc::QuickAdapt(bool loss, bool marked, double delayNs, uint64_t nowNs) 
   } else if (nowNs > m_qaEndNs) {
     if (m_qaEndNs != 0 && (m_triggerQa || loss || delayNs > 4 * m_targetNs) &&
         static_cast<double>(m_achievedBytes) < std::ldexp(m_maxWnd, -static_cast<int>(m_qaGate))) {
-      NS_LOG_LOGIC("nscc quick adapt: cwnd " << m_cwnd.Get() << " -> " << m_achievedBytes);
-      m_cwnd = std::max(static_cast<double>(m_achievedBytes), m_minWnd);
+      NS_LOG_LOGIC("nscc quick adapt: cwnd " << m_w << " -> " << m_achievedBytes);
+      m_w = std::max(static_cast<double>(m_achievedBytes), m_minWnd);
       m_bytesToIgnore = m_inFlight;
       m_bytesIgnored = 0;
       m_triggerQa = false;
@@ -204,7 +207,7 @@ void CcNscc::OnNack(uint32_t bytes, uint64_t nowNs) {
   UpdateAvgDelay(m_networkRttNs, true);  // a trim means a full queue: about a network RTT of delay
   m_triggerQa = true;
   if (!QuickAdapt(true, true, 0, nowNs)) {
-    m_cwnd = m_cwnd - bytes;
+    m_w = m_w - bytes;
   }
   Bound();
   Apply();
@@ -234,10 +237,10 @@ void CcNscc::OnAck(const CcFeedback& fb) {
     return;
   }
   if (!marked) {
-    const bool fast = delay < static_cast<double>(m_fastIncreaseDelay.GetNanoSeconds());
+    const bool fast = delay < m_fastIncreaseNs;
     m_fiCount = fast ? m_fiCount + newly : 0;
-    if (fast && (m_fastIncreasing || static_cast<double>(m_fiCount) > m_cwnd)) {
-      m_cwnd = m_cwnd + static_cast<double>(newly) * m_fiScale;  // fast increase: a window of near-empty queues
+    if (fast && (m_fastIncreasing || static_cast<double>(m_fiCount) > m_w)) {
+      m_w = m_w + static_cast<double>(newly) * m_fiScale;  // fast increase: a window of near-empty queues
       m_fastIncreasing = true;
     } else {
       m_fastIncreasing = false;
@@ -251,16 +254,16 @@ void CcNscc::OnAck(const CcFeedback& fb) {
     m_fastIncreasing = false;
     m_fiCount = 0;
     if (m_avgDelayNs > m_targetNs && static_cast<double>(fb.nowNs - m_lastDecreaseNs) > m_baseRttNs) {
-      m_cwnd = std::max(m_cwnd.Get() * std::max(1 - m_gamma * (m_avgDelayNs - m_targetNs) / m_avgDelayNs, 0.5), m_minWnd);
+      m_w = std::max(m_w * std::max(1 - m_gamma * (m_avgDelayNs - m_targetNs) / m_avgDelayNs, 0.5), m_minWnd);
       m_lastDecreaseNs = fb.nowNs;
     }
   }
   Bound();
   if (static_cast<double>(m_receivedBytes) > 8 * m_mtu ||
       static_cast<double>(fb.nowNs - m_lastAdjustNs) > m_networkRttNs) {
-    m_cwnd = m_cwnd + m_inc / m_cwnd;  // fulfil the accumulated increase
+    m_w = m_w + m_inc / m_w;  // fulfil the accumulated increase
     if (static_cast<double>(fb.nowNs - m_lastAdjustNs) >= m_networkRttNs) {
-      m_cwnd = m_cwnd + m_eta;
+      m_w = m_w + m_eta;
       m_lastAdjustNs = fb.nowNs;
     }
     m_inc = 0;
@@ -270,8 +273,11 @@ void CcNscc::OnAck(const CcFeedback& fb) {
   Apply();
 }
 
-void CcNscc::Bound() { m_cwnd = std::clamp(m_cwnd.Get(), m_minWnd, m_maxWnd); }
+void CcNscc::Bound() { m_w = std::clamp(m_w, m_minWnd, m_maxWnd); }
 
-void CcNscc::Apply() { m_windowBytes = static_cast<uint64_t>(std::ceil(m_cwnd.Get())); }
+void CcNscc::Apply() {
+  m_cwnd = m_w;
+  m_windowBytes = static_cast<uint64_t>(std::ceil(m_w));
+}
 
 }  // namespace ns3

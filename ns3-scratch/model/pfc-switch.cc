@@ -280,15 +280,18 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
     m_dropTrace(inPort, cls, hdr.flowId, hdr.seq);
     return;
   }
-  if (m_trimHeaderPrio && cls != 0 && !(hdr.flags & kFlagTrimmed) && trimmable && !credit &&
-      !m_mmu.Admit(inPort, cls, wire)) {
-    wire = Trim(out, cls, hdr);  // no room for the payload: forward the header (UET trims rather than drops)
+  bool admitted = false;  // the buffer checked and found room for `wire` (Admit is const: no need to ask twice)
+  if (m_trimHeaderPrio && cls != 0 && !(hdr.flags & kFlagTrimmed) && trimmable && !credit) {
+    admitted = m_mmu.Admit(inPort, cls, wire);
+    if (!admitted) {
+      wire = Trim(out, cls, hdr);  // no room for the payload: forward the header (UET trims rather than drops)
+    }
   }
   if (m_trimHeaderPrio && (hdr.flags & kFlagTrimmed)) {
     cls = 0;  // trimmed headers jump the data queues (NDP / UET), outside the shared buffer's accounting
   }
   if (cls != 0) {
-    if (!credit && !m_mmu.Admit(inPort, cls, wire)) {
+    if (!credit && !admitted && !m_mmu.Admit(inPort, cls, wire)) {
       NS_LOG_LOGIC("node " << m_id << " drops flow " << hdr.flowId << " seq " << hdr.seq);
       ++m_counters.drops;
       ++m_ports[inPort].drops;

@@ -17,6 +17,14 @@ RudReceiver::Arrival RudReceiver::Arrive(uint64_t seq, uint32_t len) {
     return a;  // a duplicate below the cumulative point
   }
   const uint64_t idx = psn - m_cumPsn;
+  if (idx == 0 && m_held.empty()) {
+    // In order with nothing held beyond (the common case): the cumulative point moves by this packet alone,
+    // and the bitmap stays empty (m_bits is 0 whenever m_held is).
+    m_cumBytes += len;
+    ++m_cumPsn;
+    a.fresh = a.advanced = true;
+    return a;
+  }
   if (idx >= m_held.size()) {
     m_held.resize(idx + 1, 0);
   }
@@ -241,7 +249,8 @@ void EntropyPicker::Configure(EntropyMode mode, uint32_t entropies, uint32_t buf
   m_entropies = std::clamp<uint32_t>(entropies, 1, 65536);
   m_bufferSize = std::max<uint32_t>(bufferSize, 1);
   m_rng = rng;
-  m_ring.clear();
+  m_ring.assign(m_bufferSize, 0);
+  m_ringHead = m_ringCount = 0;
   m_index = 0;
   m_xor = 0;
 }
@@ -267,11 +276,12 @@ uint16_t EntropyPicker::Next() {
           return ev;
         }
       }
-      if (m_ring.empty()) {
+      if (m_ringCount == 0) {
         return Random();
       } else {
-        const uint16_t ev = m_ring.front();
-        m_ring.pop_front();
+        const uint16_t ev = m_ring[m_ringHead];  // the oldest
+        m_ringHead = m_ringHead + 1 == m_bufferSize ? 0 : m_ringHead + 1;
+        --m_ringCount;
         ++m_recycled;
         return ev;
       }
@@ -293,14 +303,18 @@ void EntropyPicker::Feedback(uint16_t entropy, bool good, uint64_t nowNs) {
     return;
   }
   if (m_freeze != nullptr && m_freeze->OnFeedback(entropy, good, nowNs)) {
-    m_ring.clear();  // thawed: what was recycled before is forgotten
+    m_ringHead = m_ringCount = 0;  // thawed: what was recycled before is forgotten
   }
   if (!good) {
     return;
   }
-  m_ring.push_back(entropy);
-  if (m_ring.size() > m_bufferSize) {
-    m_ring.pop_front();  // the ring overwrites its oldest entry
+  if (m_ringCount < m_bufferSize) {
+    const uint32_t at = m_ringHead + m_ringCount;
+    m_ring[at >= m_bufferSize ? at - m_bufferSize : at] = entropy;
+    ++m_ringCount;
+  } else {
+    m_ring[m_ringHead] = entropy;  // full: the newest overwrites the oldest, which moves on
+    m_ringHead = m_ringHead + 1 == m_bufferSize ? 0 : m_ringHead + 1;
   }
 }
 

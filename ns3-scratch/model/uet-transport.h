@@ -156,7 +156,9 @@ class EntropyPicker {
   uint32_t m_bufferSize = 8;
   Ptr<UniformRandomVariable> m_rng;
   RepsFreeze* m_freeze = nullptr;  ///< REPS: the connection's freezing state (not owned), or none
-  std::deque<uint16_t> m_ring;  ///< REPS: recycled entropies, oldest first
+  std::vector<uint16_t> m_ring;  ///< REPS: recycled entropies, a ring of m_bufferSize from m_ringHead
+  uint32_t m_ringHead = 0;       ///< REPS: the oldest recycled entropy's slot
+  uint32_t m_ringCount = 0;      ///< REPS: recycled entropies held
   uint32_t m_index = 0;         ///< Oblivious: position in this round
   uint32_t m_xor = 0;           ///< Oblivious: this round's mask
   uint64_t m_explored = 0;
