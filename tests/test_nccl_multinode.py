@@ -94,3 +94,23 @@ def test_nchannels_per_net_peer_sets_the_network_peers_channels_without_the_roun
     assert (four.channels, ignored.channels) == (4, 1)
     with pytest.raises(InputError, match="NCCL_NCHANNELS_PER_NET_PEER"):
         settings_from_env({"NCCL_NCHANNELS_PER_NET_PEER": "four"})
+
+
+def test_ten_host_ring_all_gather_turns_from_ll128_to_simple_where_nccls_times_meet():
+    """80 ranks on 10 hosts: the ring graph is 8 channels x 48 GB/s (8 NICs at 50, one channel each; no doubling at
+    48 < 50 with more than 4 channels). Ring/LL128: 14 + 70 x 1.9 + 9 x 4.0 = 183 µs, min(8 x 48 x 0.92, 8 x 36.7)
+    x 80/79 GB/s; Ring/Simple: 8.4 + 70 x 3.4 + 9 x 14 = 372.4 µs, 8 x 48 x 80/79. They meet near 228 MiB, between
+    the published 128 and 256 MiB points of the 10-host cluster, whose time there doubles (840.85 -> 1765.69 µs)
+    where 64 -> 128 MiB added 104 µs: its NCCL changed protocol in the same interval."""
+    p = platform_of(hosts(10), tuple(range(80)))
+    st = settings_from_env({})
+    ll128_lat, ll128_bw = 14.0 + 70 * 1.9 + 9 * 4.0, min(8 * 48 * 0.92, 8 * 36.7) * 80 / 79
+    simple_lat, simple_bw = 8.4 + 70 * 3.4 + 9 * 14.0, 8 * 48 * 80 / 79
+    cross = (simple_lat - ll128_lat) / (1 / (1000 * ll128_bw) - 1 / (1000 * simple_bw))
+    assert cross / MiB == pytest.approx(228.0, abs=1.0)
+    for kind in ("all_gather", "reduce_scatter"):
+        below, above = select(kind, p, st, int(cross * 0.98)), select(kind, p, st, int(cross * 1.02))
+        assert below is not None and above is not None
+        assert (below.algorithm, below.protocol, above.algorithm, above.protocol) == ("ring", "LL128", "ring", "Simple")
+    published = {64: 736.65, 128: 840.85, 256: 1765.69}  # µs, h100_80gpu_10node_..._all_gather_xxrjuncluster01.csv
+    assert published[256] - published[128] > 8 * (published[128] - published[64])
