@@ -392,3 +392,27 @@ def test_without_out_stdout_holds_only_the_table(capsys: pytest.CaptureFixture[s
     lines = captured.out.splitlines()
     assert all(ln.startswith("#") or ln.split()[0].isdigit() for ln in lines[:-1]) and lines[-1] == ""
     assert "nothing saved" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "labels"),
+    [
+        (["-o", "all"], ["sum", "prod", "max", "min", "avg", "mulsum"]),  # nccl-tests' op order
+        (["-d", "float", "-N", "2"], ["block 1", "block 2"]),  # two cycles alike in every field: numbered
+    ],
+)
+def test_compare_keeps_every_block_of_a_multi_block_table(
+    flags: list[str], labels: list[str], dgx4: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`phantora compare` reads one row per size of each block (a block: one -o op, -d type, -r root or -N
+    cycle), not just the last block's: 6 ops x 2 sizes give 12 rows, each the time of its own table line, and
+    the run's time is their sum."""
+    out_dir = tmp_path / "out"
+    argv = ["nccl-tests", "all_reduce_perf", "--topology", dgx4, "-b", "64K", "-e", "256K", "-f", "4", "-n", "1"]
+    _, data = _run([*argv, "-w", "0", *flags, "--out", str(out_dir)], capsys)
+    assert data is not None and len(data["sizes"]) == 2 * len(labels)
+    run = load_run(out_dir)
+    want = {f"{lab} {r['bytes']} B": round(r["time_ns"]) for lab, r in zip(sorted(labels * 2, key=labels.index),
+                                                                           data["sizes"], strict=True)}  # fmt: skip
+    assert run.collectives == want
+    assert run.time_ns == sum(round(r["time_ns"]) for r in data["sizes"])

@@ -288,7 +288,7 @@ def _load_results(run: RunData, root: Path) -> None:
             run.network = _text_or_none(res.get("network"))
             run.engine = res.get("engine") if isinstance(res.get("engine"), dict) else None
             sizes = [s for s in res.get("sizes") or [] if isinstance(s, dict) and "bytes" in s and "time_ns" in s]
-            run.collectives = {f"{s['bytes']} B": round(s["time_ns"]) for s in sizes} or None
+            run.collectives = nccl_tests_rows(sizes) or None
             run.time_ns = sum(run.collectives.values()) if run.collectives else None  # one call of each size
             return
         if _is(schema, S.RUN) or (not schema and ("steps" in res or "step_time_ns" in res)):
@@ -310,6 +310,36 @@ def _load_results(run: RunData, root: Path) -> None:
         run.engine = summary
         run.time_ns = _int_or_none(summary.get("sim_end_ns"))
         run.sim_end_ns = run.time_ns
+
+
+NCCL_BLOCK_FIELDS = ("datatype", "redop", "root")  # what tells an nccl-tests table's blocks apart (-d, -o, -r)
+
+
+def nccl_tests_rows(sizes: list[dict[str, Any]]) -> dict[str, int]:
+    """An nccl-tests results.json's size lines -> one row per size of each block, its mean call time in ns.
+
+    Several blocks (`-d all`, `-o all`, `-r -1`, `-N`) each keep their rows: a block starts where the datatype,
+    redop or root changes or the sizes start over; with one block a row is "<bytes> B", else it is prefixed by
+    the fields that differ between blocks ("float sum 1048576 B"), or by "block k" where none does (-N cycles)."""
+    blocks: list[list[dict[str, Any]]] = []
+    for rec in sizes:
+        last = blocks[-1][-1] if blocks else None
+        if last is None or rec["bytes"] <= last["bytes"] or any(last.get(f) != rec.get(f) for f in NCCL_BLOCK_FIELDS):
+            blocks.append([])
+        blocks[-1].append(rec)
+    differ = [f for f in NCCL_BLOCK_FIELDS if len({str(b[0].get(f)) for b in blocks}) > 1]
+    labels = [" ".join(_block_field(f, b[0].get(f)) for f in differ) for b in blocks]
+    if len(set(labels)) < len(labels):  # blocks alike in every field (-N cycles): numbered
+        labels = [f"block {k} {lab}".strip() for k, lab in enumerate(labels, 1)]
+    rows: dict[str, int] = {}
+    for label, block in zip(labels, blocks, strict=True):
+        for rec in block:
+            rows[f"{label} {rec['bytes']} B".lstrip()] = round(rec["time_ns"])
+    return rows
+
+
+def _block_field(field: str, value: Any) -> str:
+    return f"root={value}" if field == "root" else str(value)
 
 
 def _is(schema: str, known: str) -> bool:
