@@ -66,6 +66,7 @@ class RankClient:
         self._lost: dict[int, list[tuple[int, int]]] = {}  # DLCP: handle -> tensor byte ranges the network lost
         self._handles: set[int] = set()
         self._next_handle = 1
+        self._p2p_comm: list[int] | None = None  # the communicator of the p2p group open now (p2p_group)
         self._error: BridgeError | None = None
         self._closed = False
         self._cpu0 = time.process_time()
@@ -229,6 +230,12 @@ class RankClient:
         )
         return h
 
+    def p2p_group(self, comm: Sequence[int] | None) -> None:
+        """NCCL's group for p2p (PyTorch's coalescing: `batch_isend_irecv`): the sends and recvs issued until the
+        next call run as one grouped launch on the communicator `comm` (its global ranks in group order), whose
+        p2p connections they share; None ends the group (a lone send/recv runs on its pair's own communicator)."""
+        self._p2p_comm = [int(r) for r in comm] if comm else None
+
     def p2p(self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = "") -> int:
         """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle."""
         if nbytes < 0 or peer == self.rank:
@@ -245,6 +252,7 @@ class RankClient:
             seq=int(seq),
             nbytes=int(nbytes),
             name=name,
+            **({"comm": self._p2p_comm} if self._p2p_comm else {}),
         )
         return h
 

@@ -90,6 +90,7 @@ class CollRecord:
     lost: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)  # flow id -> lost ranges
     lossless_why: str | None = None  # DLCP: asked to be loss-tolerant but kept lossless, and why
     choice: dict[str, Any] | None = None  # NCCL's algorithm, protocol and channels for it (collectives.nccl)
+    comm: tuple[int, ...] = ()  # a grouped send/recv: the communicator it ran on (batch_isend_irecv)
 
     def to_dict(self) -> dict[str, Any]:
         key = self.rv.key
@@ -118,6 +119,7 @@ class CollRecord:
             **({"lost_bytes": sum(n for r in self.lost.values() for _, n in r)} if self.lossy is not None else {}),
             **({"kept_lossless": self.lossless_why} if self.lossless_why else {}),
             **({"nccl": self.choice} if self.choice else {}),
+            **({"comm": list(self.comm)} if self.comm else {}),
         }
 
 
@@ -350,9 +352,28 @@ class CoordinatorCore:
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a send/recv")
         kind = "send" if msg["send"] else "recv"
-        call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"])
+        comm = self._p2p_comm(rs, msg)
+        call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"], comm=comm)
         self._new_handle(rs, call.handle, call)
         self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"]), call)
+
+    def _p2p_comm(self, rs: RankState, msg: Message) -> tuple[int, ...]:
+        """The communicator a grouped send/recv names (`comm`, optional): distinct ranks of the run holding the
+        caller and its peer; () when none is named."""
+        comm = msg.get("comm")
+        if comm is None:
+            return ()
+        if not isinstance(comm, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in comm):
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a p2p's comm must be a list of ranks, got {comm!r}")
+        ranks = tuple(comm)
+        bad = [r for r in ranks if not 0 <= r < self.matcher.world]
+        if bad or len(set(ranks)) != len(ranks) or not {rs.rank, msg["peer"]} <= set(ranks):
+            raise RunFailed(
+                E_PROTOCOL,
+                f"rank {rs.rank}: a p2p with peer {msg['peer']} names comm {list(ranks)}, which must hold distinct "
+                f"ranks of the run, both ends among them",
+            )
+        return ranks
 
     def _joined(self, complete: Rendezvous | None, call: Call) -> None:
         """Hold a complete rendezvous for launch in order; fail at once if a pending one needs a rank that finished."""
@@ -474,14 +495,17 @@ class CoordinatorCore:
             )
         t_start = max(t_req, now)
         self.late_collectives += t_start > t_req
+        comm: tuple[int, ...] = ()
         if rv.key[0] == "p2p":
             kind, group, root = "send_recv", (rv.key[1], rv.key[2]), None
             name = next((c.name for c in calls if c.kind == "send" and c.name), first.name)
+            comms = {c.comm for c in calls}  # both ends in one group on the same communicator, else each its own
+            comm = comms.pop() if len(comms) == 1 else ()
         else:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
-        call = CallSpec(kind, group, first.nbytes, first.dtype, root, name, dict(first.algo))
+        call = CallSpec(kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm)
         try:
             plan = self.planner.plan(call, name or f"coll{cid}")
         except (PhantoraError, TypeError) as exc:
@@ -498,6 +522,7 @@ class CoordinatorCore:
             rec.job, rec.key0 = job, key0 or 0
         rec.traffic_class, rec.lossy, rec.lossless_why = plan.traffic_class, plan.lossy, plan.lossless_why
         rec.choice = plan.choice
+        rec.comm = () if self.mirrors.active else comm  # shifted copies run on their own pairs
         self.records.append(rec)
         for f in flows:
             self.flow_owner[f.id] = cid

@@ -31,6 +31,7 @@ class Call:
     t: int
     name: str = ""
     algo: tuple[tuple[str, Any], ...] = ()
+    comm: tuple[int, ...] = ()  # a grouped send/recv's communicator (global ranks); () for a lone one
 
     def describe(self) -> str:
         extra = f", root={self.root}" if self.root is not None else ""

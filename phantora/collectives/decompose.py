@@ -8,11 +8,14 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl import settings as nccl_settings
+from phantora.collectives.nccl.p2p import p2p_channels
+from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
+from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.pxn import pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nvls import nvls_flows, nvls_tree_flows
 from phantora.collectives.options import resolve
-from phantora.collectives.p2p import all_to_all, send_recv
+from phantora.collectives.p2p import ChannelMap, all_to_all, send_recv
 from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -69,9 +72,32 @@ P2P_KINDS = ("all_to_all", "send_recv")
 
 def _communicator(coll: Collective, opts: AlgoOptions) -> int:
     """The connection set a collective's flows use: NCCL's p2p connections for all-to-all and send/recv, else the
-    chosen algorithm's (all-reduce, all-gather and reduce-scatter share the ring's), of this group."""
+    chosen algorithm's (all-reduce, all-gather and reduce-scatter share the ring's), of this group (a grouped
+    send/recv: of the communicator it runs on)."""
     family = "p2p" if coll.kind in P2P_KINDS else str(opts.algorithm)
-    return communicator_id(family, coll.ranks)
+    return communicator_id(family, coll.comm or coll.ranks)
+
+
+def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChannelMap | None:
+    """NCCL's p2p channel ids for a transfer's parts, from its sender's round schedule on the communicator (the
+    call's group, or a grouped send/recv's communicator); None outside the NCCL model (channels 0..n-1)."""
+    if opts.model != "nccl":
+        return None
+    comm = coll.comm or coll.ranks
+    hosts = tuple(_host_key(topo, topo.node_of_rank(r)) for r in comm)
+    total = p2p_channels(platform_of(topo, comm), nccl_settings(opts))
+    pos = [comm.index(r) for r in coll.ranks]
+
+    def channels(src: int, dst: int, parts: int) -> list[int]:
+        return transfer_channel_ids(hosts, pos[src], pos[dst], parts, total)
+
+    return channels
+
+
+def _host_key(topo: Topology, node: int) -> str:
+    """The host an endpoint node is on (an endpoint without a host is a host of its own)."""
+    host = topo.nodes[node].host
+    return f"host:{host}" if host is not None else f"node:{node}"
 
 
 def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int]) -> None:
@@ -120,8 +146,18 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     elif kind == "all_to_all":
         relay = pxn_relay(topo, nodes, blocks, opts)
         pairwise = algo == "pairwise"
+        cmap = _p2p_channel_map(coll, topo, opts)
         all_to_all(
-            b, n, coll.nbytes, ch, pairwise=pairwise, step_delay_ns=opts.step_latency_ns, name="a2a", relay=relay
+            b,
+            n,
+            coll.nbytes,
+            ch,
+            pairwise=pairwise,
+            step_delay_ns=opts.step_latency_ns,
+            name="a2a",
+            relay=relay,
+            channel_map=cmap,
         )
     else:
-        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", pxn_relay(topo, nodes, blocks, opts))
+        relay = pxn_relay(topo, nodes, blocks, opts)
+        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", relay, _p2p_channel_map(coll, topo, opts))

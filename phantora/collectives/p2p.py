@@ -7,6 +7,7 @@ from collections.abc import Callable
 from phantora.collectives.dag import DagBuilder, split
 
 Relay = Callable[[int, int], "int | None"]  # (src, dst) position -> the position a transfer is relayed through
+ChannelMap = Callable[[int, int, int], list[int]]  # (src, dst, parts) -> the channel of each part (NCCL's p2p)
 
 
 def _pair(
@@ -19,19 +20,22 @@ def _pair(
     deps: tuple[int, ...],
     delay: int,
     relay: Relay | None = None,
+    channel_map: ChannelMap | None = None,
 ) -> list[int]:
     """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
     part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
-    relay's chunk pipeline)."""
+    relay's chunk pipeline). `channel_map` gives the parts NCCL's p2p channel ids (else 0..channels-1); the
+    flow names keep the part index."""
     via = relay(src, dst) if relay is not None else None
+    ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
     out = []
     for c, part in enumerate(split(size, channels)):
         name = f"{tag}/ch{c}" if channels > 1 else tag
         if via is None:
-            out.append(b.add(src, dst, part, name, c, deps, delay))
+            out.append(b.add(src, dst, part, name, ids[c], deps, delay))
         else:
-            out.append(b.add(src, via, part, f"{name}/pxn", c, deps, delay))
-            out.append(b.add(via, dst, part, name, c, deps, delay))
+            out.append(b.add(src, via, part, f"{name}/pxn", ids[c], deps, delay))
+            out.append(b.add(via, dst, part, name, ids[c], deps, delay))
     return out
 
 
@@ -45,6 +49,7 @@ def all_to_all(
     step_delay_ns: int,
     name: str,
     relay: Relay | None = None,
+    channel_map: ChannelMap | None = None,
 ) -> None:
     """Each position r sends block j of its `nbytes` send buffer (split in n) to every other position j.
 
@@ -58,7 +63,7 @@ def all_to_all(
         for r in range(n):
             for k in range(1, n):
                 j = (r + k) % n
-                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay)
+                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay, channel_map)
         return
     sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
     for k in range(1, n):
@@ -71,7 +76,13 @@ def all_to_all(
 
 
 def send_recv(
-    b: DagBuilder, nbytes: int, channels: int, step_delay_ns: int, name: str, relay: Relay | None = None
+    b: DagBuilder,
+    nbytes: int,
+    channels: int,
+    step_delay_ns: int,
+    name: str,
+    relay: Relay | None = None,
+    channel_map: ChannelMap | None = None,
 ) -> None:
     """One transfer from position 0 to position 1."""
-    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns, relay)
+    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns, relay, channel_map)

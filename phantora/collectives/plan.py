@@ -38,6 +38,7 @@ class CallSpec:
     root: int | None = None
     name: str = ""
     algo: Mapping[str, Any] = field(default_factory=dict)
+    comm: tuple[int, ...] = ()  # a grouped send/recv's communicator (global ranks in group order); () otherwise
 
 
 @dataclass
@@ -80,7 +81,8 @@ class CollectivePlanner:
         sent = dict(self.sent)  # kept only on success, as the ids
         choice = None
         for copy in copies:
-            coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root)
+            comm = call.comm if not self.mirrors.active else ()  # shifted copies: each pair's own communicator
+            coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root, comm)
             dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag, sent=sent)
             next_id = dag.next_id
             flows.extend(dag.flows)

@@ -49,6 +49,9 @@ class Collective:
     nbytes: int
     dtype: str = "bf16"
     root: int | None = None  # group-local index for broadcast/reduce
+    # send_recv inside a group (batch_isend_irecv): the communicator it runs on, its ranks in group order; ()
+    # for a lone send/recv on its own 2-rank communicator
+    comm: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -63,6 +66,13 @@ class Collective:
             raise InputError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPE_BYTES)})", field="dtype")
         if self.kind == "send_recv" and len(self.ranks) != 2:
             raise InputError("send_recv takes exactly two ranks (src, dst)", field="ranks")
+        if self.comm and (self.kind != "send_recv" or not set(self.ranks) <= set(self.comm)):
+            raise InputError(
+                f"comm {list(self.comm)} is for a send_recv whose two ranks it holds ({self.kind} {list(self.ranks)})",
+                field="comm",
+            )
+        if len(set(self.comm)) != len(self.comm):
+            raise InputError(f"repeated rank in comm {list(self.comm)}", field="comm")
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")
 

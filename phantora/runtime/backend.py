@@ -518,11 +518,22 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self.barrier().wait()
 
     def _start_coalescing(self, device: Any = None) -> None:
+        """Open a group: the sends and recvs until `_end_coalescing` run as one NCCL launch on this group's
+        communicator (ProcessGroupNCCL's coalescing), so they share its p2p connections."""
         self._coalescing = []
+        self._p2p_group(self._ranks)
 
     def _end_coalescing(self, device: Any = None) -> PhantoraWork:
         pending, self._coalescing = self._coalescing or [], None
+        self._p2p_group(None)
         return PhantoraWork(self._s, pending, [])
+
+    def _p2p_group(self, comm: tuple[int, ...] | None) -> None:
+        """Tell the network client a p2p group opened on `comm` (None: closed); a client without groups (no
+        network, graph replay) ignores it."""
+        tell = getattr(self._s.client, "p2p_group", None)
+        if tell is not None:
+            tell(comm)
 
     def shutdown(self) -> None:
         """Nothing to release beyond the inner gloo group, which Python frees."""
@@ -645,11 +656,32 @@ def use_as_default() -> None:
         return orig_new(*args, **kwargs)
 
     init_process_group._phantora = True  # type: ignore[attr-defined]
+    batch = _grouped_batch(c10d.batch_isend_irecv)
     for mod in (c10d, dist):
         mod.init_process_group = init_process_group
         mod.new_group = new_group
+        mod.batch_isend_irecv = batch
     if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1
         dist.set_timeout = _set_timeout
+
+
+def _grouped_batch(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """`batch_isend_irecv` as ProcessGroupNCCL runs it: one NCCL group on the ops' group's communicator. torch
+    only coalesces for a C++ ProcessGroup whose backend says so; a phantora group stands alone, so torch issues
+    the ops one by one, and this tells the network client they form one group (`_p2p_group`)."""
+
+    @functools.wraps(orig)
+    def batch_isend_irecv(p2p_op_list: list[Any]) -> Any:
+        group = (p2p_op_list[0].group if p2p_op_list else None) or dist.distributed_c10d._get_default_group()
+        if not isinstance(group, PhantoraProcessGroup):
+            return orig(p2p_op_list)
+        group._p2p_group(group.global_ranks)
+        try:
+            return orig(p2p_op_list)
+        finally:
+            group._p2p_group(None)
+
+    return batch_isend_irecv
 
 
 def _set_timeout(timeout: Any, group: Any = None) -> None:

@@ -48,7 +48,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     if coll.kind in ("all_to_all", "send_recv"):
         if opts.algorithm not in ("auto", "direct"):
             return None  # pairwise rounds: phantora's own, under the ideal model
-        return p2p_choice(coll, p, st, opts.protocol)
+        comm = platform_of(topo, coll.comm) if coll.comm else None
+        return p2p_choice(coll, p, st, opts.protocol, comm)
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
         if want is None:

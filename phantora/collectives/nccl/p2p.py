@@ -67,14 +67,24 @@ def transfer_channels(nbytes: int, least: int, most: int, min_part: int, max_par
     return n
 
 
-def p2p_choice(coll: Collective, p: Platform, st: NcclSettings, protocol: str = "auto") -> Choice:
-    """The protocol, channels, latency and per-peer throughput of a send/recv or an all-to-all."""
+def p2p_channels(p: Platform, st: NcclSettings) -> int:
+    """The communicator's p2p channels: pow2Up of its channels (NCCL's p2pnChannels)."""
+    return _pow2_up(comm_channels(p, ring_graph(p), st))
+
+
+def p2p_choice(
+    coll: Collective, p: Platform, st: NcclSettings, protocol: str = "auto", comm: Platform | None = None
+) -> Choice:
+    """The protocol, channels, latency and per-peer throughput of a send/recv or an all-to-all. `comm`: the
+    platform of the communicator a grouped send/recv runs on (its channels per peer are the communicator's);
+    None: the call's own ranks."""
     peers = 1 if coll.kind == "send_recv" else p.nranks - 1
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
     chunk = st.p2p_nvl_chunk if intra and p.intra == "nvlink" else st.p2p_net_chunk
     min_part, max_part = (chunk // 8, chunk * 32) if intra else (chunk // 2, chunk)
-    least, most = p2p_channel_range(p, comm_channels(p, ring_graph(p), st), st.net_peer_channels)
+    on = comm or p
+    least, most = p2p_channel_range(on, comm_channels(on, ring_graph(on), st), st.net_peer_channels)
     nch = transfer_channels(per_peer, least, most, min_part, max_part)
     if protocol == "auto":
         protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"
