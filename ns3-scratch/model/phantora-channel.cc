@@ -2,6 +2,7 @@
 #include "phantora-channel.h"
 #include "phantora-type-id.h"
 
+#include "phantora-cut-link.h"
 #include "phantora-event.h"
 #include "phantora-net-device.h"
 
@@ -76,6 +77,11 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<Phantora
   }
   const uint64_t now = FabricNowNs();
   const Time delay = FabricNs(txEndNs - now + m_delayNs + m_extraDelayNs);
+  if (m_cut) [[unlikely]] {
+    m_cut->Send(m_linkId, peer == PeekPointer(m_dev[1]) ? 1 : 0, pkt, txEndNs + m_delayNs + m_extraDelayNs,
+                m_mayFail ? m_epoch : UINT64_MAX);
+    return;
+  }
   if (!m_mayFail) {  // no failure scheduled: no check on arrival (the common case)
     ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
     return;
@@ -87,6 +93,14 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<Phantora
     }
     peer->Receive(p);
   });
+}
+
+void PhantoraChannel::Arrive(uint32_t end, const Ptr<PhantoraPacket>& pkt, uint64_t epoch) {
+  if (epoch != UINT64_MAX && epoch != m_epoch) {
+    Lose(pkt, true);  // the cable failed while the packet was on it
+    return;
+  }
+  m_dev[end]->Receive(pkt);
 }
 
 std::size_t PhantoraChannel::GetNDevices() const { return 2; }

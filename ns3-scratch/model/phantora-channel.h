@@ -13,6 +13,7 @@
 namespace ns3 {
 
 class PhantoraNetDevice;
+class PhantoraCutLink;
 
 /**
  * Two ports and a propagation delay (integer ns). A scenario (docs/scenarios.md) may take the cable down
@@ -41,6 +42,15 @@ class PhantoraChannel : public Channel {
   /// Deliver `pkt` from `from` to the other end: it has fully left `from` at `txEndNs`.
   void Transmit(const PhantoraNetDevice* from, const Ptr<PhantoraPacket>& pkt, uint64_t txEndNs);
   Ptr<PhantoraNetDevice> GetPeer(const PhantoraNetDevice* dev) const;
+  /// Cut this cable (parallel packet simulation): its packets go to `cut` as messages, cable `linkId`, instead
+  /// of arriving here; nullptr (the default) restores the direct path.
+  void SetCut(PhantoraCutLink* cut, uint32_t linkId) {
+    m_cut = cut;
+    m_linkId = linkId;
+  }
+  /// A packet that crossed the cut arrives at end `end` (0 or 1): lost if the cable failed since failure epoch
+  /// `epoch` (UINT64_MAX: no check, no failure was scheduled when it was sent).
+  void Arrive(uint32_t end, const Ptr<PhantoraPacket>& pkt, uint64_t epoch);
   uint64_t GetDelayNs() const { return m_delayNs + m_extraDelayNs; }
 
   std::size_t GetNDevices() const override;
@@ -65,6 +75,8 @@ class PhantoraChannel : public Channel {
   uint64_t m_lostPackets = 0;
   uint64_t m_lostBytes = 0;
   TracedCallback<uint64_t, uint64_t, bool> m_lostTrace;
+  PhantoraCutLink* m_cut = nullptr;  ///< set when the cable is cut
+  uint32_t m_linkId = 0;             ///< the cable's id in the fabric, when cut
 };
 
 }  // namespace ns3

@@ -4,11 +4,13 @@
 
 #include "fabric-installer.h"
 #include "fabric-recorder.h"
+#include "phantora-cut-link.h"
 #include "phantora-fabric.h"
 #include "phantora-network.h"
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -54,6 +56,9 @@ class PhantoraNetwork::Impl {
   FabricInstaller installer;
   bool finalized = false;
   bool simulatorBound = false;  ///< the fabric's "Simulator" is ns-3's simulator (from the first AddNode on)
+  std::vector<uint32_t> cutGroups;      ///< param partition.Groups: a group per node (empty: no cut)
+  bool cutLoopback = false;             ///< param partition.Loopback: every group in this engine
+  std::unique_ptr<PhantoraCutLink> cut;  ///< the cut-link path, from Finalize on
 
   std::unordered_map<uint64_t, FlowState> flows;  // submitted, not done at both ends
   std::unordered_map<uint64_t, std::vector<uint64_t>> dependents;

@@ -28,6 +28,35 @@ bool g_live = false;  // ns-3 has one simulator per process
 
 /// Make the fabric's "Simulator" attribute ns-3's simulator core, before anything schedules an event (a new
 /// node schedules its initialisation): bind SimulatorImplementationType, then check what ns-3 made of it.
+/// partition.Groups (a group per node id, comma-separated) or partition.Loopback (1: every group in this
+/// engine, the one mode built).
+void SetPartitionParam(PhantoraNetwork::Impl& s, const std::string& name, const std::string& value) {
+  if (name == "Groups") {
+    std::vector<uint32_t> groups;
+    std::size_t at = 0;
+    while (at < value.size()) {
+      std::size_t end = value.find(',', at);
+      end = end == std::string::npos ? value.size() : end;
+      const std::string word = value.substr(at, end - at);
+      if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos || word.size() > 9) {
+        throw std::invalid_argument("partition.Groups: '" + word + "' is not a group number");
+      }
+      groups.push_back(static_cast<uint32_t>(std::stoul(word)));
+      at = end + 1;
+    }
+    s.cutGroups = groups;
+  } else if (name == "Loopback") {
+    if (value != "1" && value != "true") {
+      throw std::invalid_argument("partition.Loopback: '" + value +
+                                  "' (only 1 is built: every group runs in this engine, through messages)");
+    }
+    s.cutLoopback = true;
+  } else {
+    throw std::invalid_argument("unknown param 'partition." + name + "' (expected partition.Groups or "
+                                "partition.Loopback)");
+  }
+}
+
 void BindSimulator(PhantoraNetwork::Impl& s) {
   if (s.simulatorBound) {
     return;
@@ -63,6 +92,12 @@ PhantoraNetwork::~PhantoraNetwork() { Close(); }
 void PhantoraNetwork::Close() {
   if (!m_impl) {
     return;
+  }
+  if (m_impl->cut) {
+    if (PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current()) {
+      sim->SetWindow(nullptr, 0);
+    }
+    m_impl->cut.reset();
   }
   m_impl->recorder->Dispose();
   m_impl->fabric->Dispose();
@@ -101,6 +136,8 @@ void PhantoraNetwork::SetParam(const std::string& key, const std::string& value)
       throw std::runtime_error("SetParam('fabric.Simulator') after the first AddNode (ns-3's simulator exists)");
     }
     s.fabric->SetAttribute(name, *AttributeFromText(PhantoraFabric::GetTypeId(), name, value, "the fabric"));
+  } else if (scope == "partition") {
+    SetPartitionParam(s, name, value);
   } else if (scope == "recorder") {
     s.recorder->SetAttribute(name, *AttributeFromText(FabricRecorder::GetTypeId(), name, value, "the recorder"));
   } else {
@@ -156,6 +193,21 @@ void PhantoraNetwork::Finalize() {
   s.installer.Install(s.fabric, MakeCallback(&Impl::DataComplete, impl), MakeCallback(&Impl::SenderDone, impl));
   s.recorder->Connect(s.fabric);
   s.fabric->ComputeGlobalRtt();
+  if (!s.cutGroups.empty()) {
+    PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+    if (!sim || !sim->Keyed()) {
+      throw std::invalid_argument("partition.Groups: a cut needs the keyed mode (attribute 'Scheduler' of the "
+                                  "fabric ns3::PhantoraKeyedScheduler)");
+    }
+    if (!s.cutLoopback) {
+      throw std::invalid_argument("partition.Groups: only partition.Loopback 1 is built (workers exchanging "
+                                  "windows are not)");
+    }
+    s.cut = std::make_unique<PhantoraCutLink>(s.fabric, s.cutGroups);
+    if (s.cut->CutCables() > 0) {
+      sim->SetWindow(s.cut.get(), s.cut->LookaheadNs());
+    }
+  }
   s.finalized = true;
   // Nodes schedule their initialisation at t = 0: run it now, so NextEventTime() reports only our events.
   RunUntil(0);
@@ -507,6 +559,14 @@ void PhantoraNetwork::ThrottleFromFlow(uint64_t id, uint32_t node, int64_t durat
 }
 
 void PhantoraNetwork::ExemptFromThrottle(uint64_t id) { Need().unthrottled.insert(id); }
+
+std::vector<uint64_t> PhantoraNetwork::CutStats() const {
+  const Impl& s = Need();
+  if (!s.cut) {
+    return {0, 0, 0, 0, 0};
+  }
+  return {s.cut->CutCables(), s.cut->LookaheadNs(), s.cut->Messages(), s.cut->MessageBytes(), s.cut->Barriers()};
+}
 
 int64_t PhantoraNetwork::Now() const { return Simulator::Now().GetNanoSeconds(); }
 

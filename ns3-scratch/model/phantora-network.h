@@ -244,6 +244,9 @@ class PhantoraNetwork {
   /// Transport counters of every flow completed at its receiver so far, by id (final once its sender is done).
   std::vector<FlowTransportRecord> FlowTransport() const;
   std::vector<std::pair<std::string, double>> Stats() const;
+  /// The cut-link path (params partition.Groups, partition.Loopback): cables cut, lookahead ns, messages,
+  /// message bytes, window barriers; all 0 when nothing is cut.
+  std::vector<uint64_t> CutStats() const;
 
   int64_t Now() const;
   /// Time of the next pending event, or -1.

@@ -65,6 +65,7 @@ void PhantoraSimulatorImpl::DoDispose() {
   RecycledEventBase::ReclaimAll();  // the recycled ones among them (their closures hold packets)
   m_phantora = nullptr;
   m_keyed = nullptr;
+  m_window = nullptr;
   m_events = nullptr;
   SimulatorImpl::DoDispose();
 }
@@ -101,6 +102,13 @@ void PhantoraSimulatorImpl::SetScheduler(ObjectFactory schedulerFactory) {
   m_events = scheduler;
   m_phantora = phantora;
   m_keyed = keyed;
+}
+
+void PhantoraSimulatorImpl::SetWindow(PhantoraWindowHook* hook, uint64_t lookaheadNs) {
+  NS_ABORT_MSG_IF(hook && (!m_keyed || lookaheadNs == 0), "windows need the keyed mode and a lookahead > 0");
+  m_window = hook;
+  m_lookahead = lookaheadNs;
+  m_windowEnd = 0;
 }
 
 PhantoraOrderKey PhantoraSimulatorImpl::TakeKey() {
@@ -190,7 +198,19 @@ bool PhantoraSimulatorImpl::IsFinished() const { return EventsEmpty() || m_stop;
 void PhantoraSimulatorImpl::Run() {
   NS_LOG_FUNCTION(this);
   m_stop = false;
-  if (m_keyed) {
+  if (m_window) {
+    while (!m_stop) {
+      if (EventsEmpty() || m_keyed->PeekNext().key.m_ts >= m_windowEnd) {
+        m_window->Barrier();  // every event before the window's end has run
+        if (EventsEmpty()) {
+          break;
+        }
+        m_windowEnd = m_keyed->PeekNext().key.m_ts + m_lookahead;
+      }
+      ProcessOneKeyed();
+    }
+    m_window->Barrier();  // a message sent in this window arrives at or after its end: queued before it runs
+  } else if (m_keyed) {
     while (!EventsEmpty() && !m_stop) {
       ProcessOneKeyed();
     }

@@ -16,6 +16,14 @@
 
 namespace ns3 {
 
+/// The keyed mode's window barrier (parallel packet simulation, PhantoraCutLink).
+class PhantoraWindowHook {
+ public:
+  virtual ~PhantoraWindowHook() = default;
+  /// A window ends: queue the messages that cross it (PhantoraSimulatorImpl::ScheduleKeyedAt).
+  virtual void Barrier() = 0;
+};
+
 /**
  * ns-3's DefaultSimulatorImpl, event for event: the same (time, uid) keys, uids handed out in the same
  * order (destroy events take one too), the same event count, stop and cancel semantics, so a run gives the
@@ -76,6 +84,11 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// `key` (one TakeKey() gave); takes the event's reference.
   EventId ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event);
 
+  /// Keyed mode: run in conservative windows of `lookaheadNs` (a window [W, W + lookahead) from the earliest
+  /// pending event W), calling `hook->Barrier()` between windows, when no event is left, and when Run()
+  /// returns. nullptr: no windows.
+  void SetWindow(PhantoraWindowHook* hook, uint64_t lookaheadNs);
+
   /// ScheduleWithContext(context, TimeStep(delay), event), not virtual; takes the event's reference.
   void ScheduleStepWithContext(uint32_t context, uint64_t delay, EventImpl* event) {
     Enqueue(event, m_currentTs + delay, context);
@@ -116,6 +129,9 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   uint32_t m_callerCount = 0;                 ///< keyed mode: events the caller scheduled
   uint32_t m_noContextCount = 0;              ///< keyed mode: events scheduled by events without a context
   std::vector<uint32_t> m_ranNow;             ///< keyed mode: uids run at m_currentTs (IsExpired)
+  PhantoraWindowHook* m_window = nullptr;     ///< keyed mode: the window barrier, or null
+  uint64_t m_lookahead = 0;                   ///< keyed mode: the windows' length
+  uint64_t m_windowEnd = 0;                   ///< keyed mode: the current window runs events before this
   uint32_t m_uid = EventId::UID::VALID;
   uint32_t m_currentUid = EventId::UID::INVALID;
   uint64_t m_currentTs = 0;

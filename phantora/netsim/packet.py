@@ -54,6 +54,7 @@ from phantora.netsim.observe import (
 )
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.netsim.packet_summary import ChannelRow, channel_usage, packet_stats
+from phantora.netsim.partition import partition_params
 from phantora.topology.model import Topology
 
 _MASK64 = (1 << 64) - 1
@@ -241,6 +242,10 @@ class Ns3Simulator:
             net.AddNode(node.kind)
         for link in self.topology.links:
             net.AddLink(link.a, link.b, link.bandwidth_bps, link.latency_ns)
+        if self.config.partition_loopback:
+            fluid = self.config.nvlink == "fluid"
+            for key, value in partition_params(self.topology, self.config.partition_loopback, nvlink_fluid=fluid):
+                net.SetParam(key, value)
         try:
             net.Finalize()
         except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass

@@ -60,8 +60,10 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
 ENGINE_FIELDS = (
     "nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport", "qp",
+    "partition_loopback",
 )  # fmt: skip
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
+KEYED_SCHEDULER = "ns3::PhantoraKeyedScheduler"  # the keyed mode (issue 38): same-ns events by a per-node key
 PRIORITY_POLICIES = ("none", "layer", "tensor-size")
 DLCP_POLICIES = ("off", "grads")
 DLCP_DEFAULT_TRIM_BYTES = 64 * 1024  # trim_bytes when dlcp is on and trim_bytes is not set
@@ -159,6 +161,11 @@ class PacketConfig:
     # actors: "" = local, "local" = a Ray cluster started here, "auto" = the running one, or a Ray address.
     workers: int = 0
     ray: str = ""
+    # Engine (issue 38, parallel packet simulation, first pieces): cut the fabric into this many switch groups
+    # (phantora.netsim.partition) and send every packet over a cut cable as a message, delivered at window
+    # barriers (lookahead: the least cut-cable delay), every group in this one engine. Needs the keyed mode
+    # (scheduler=ns3::PhantoraKeyedScheduler); its results are that mode's, byte for byte. 0 = off.
+    partition_loopback: int = 0
     # Traffic classes: how switches (and, with strict, NICs) share a port among data classes 1..7 (class 1 first)
     sched: str = "rr"  # rr (the HPCC models') | strict | wrr
     sched_weights: str = ""  # wrr weights of classes 1..7, "w1,...,w7" (integers >= 1); "" = all 1
@@ -205,6 +212,7 @@ class PacketConfig:
             "reorder_window_ns",
             "nic_latency",
             "workers",
+            "partition_loopback",
             "reps_freeze_ns",
         )
         for name in positive + non_negative:
@@ -244,6 +252,11 @@ class PacketConfig:
             raise bad("ray", f"expected local, auto or a Ray address, got {self.ray!r}")
         if self.workers or self.ray:
             self._check_decompose(bad)
+        if self.partition_loopback:
+            if self.scheduler != KEYED_SCHEDULER:
+                raise bad("partition_loopback", f"needs the keyed mode: set scheduler={KEYED_SCHEDULER} too")
+            if self.workers:
+                raise bad("partition_loopback", "does not combine with workers (decomposition) yet")
         if self.reuse == "on" and self.nic_latency:
             raise bad("reuse", "reuse=on does not combine with nic_latency > 0 yet: turn one of them off")
         if self.reuse == "on" and self.dlcp != "off":

@@ -1,0 +1,63 @@
+// Packets over the cut links of a partitioned fabric travel as messages (issue 38, parallel packet simulation).
+#ifndef PHANTORA_CUT_LINK_H
+#define PHANTORA_CUT_LINK_H
+
+#include "phantora-fabric.h"
+#include "phantora-simulator-impl.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ns3 {
+
+/**
+ * The cut-link message path. Given a group per node, every cable whose ends are in different groups is cut:
+ * PhantoraChannel::Transmit hands its packets to Send(), which appends a message (the arrival time step, the
+ * cable and the end it arrives at, the order key PhantoraSimulatorImpl would have given the arrival event,
+ * the cable's failure epoch, the link-layer credit fields and the serialised PhantoraHeader) to the outbox
+ * instead of queuing the arrival. Deliver() queues a batch of messages at their times with their keys. In the
+ * keyed mode that is the same event, in the same place of the order, as the direct path's.
+ *
+ * Loopback (the one mode built so far): every group runs in this engine, and the simulator's window
+ * barrier (lookahead = the least cut cable delay) delivers the outbox to this engine. A run then takes the
+ * message path and windows a worker would, with results byte-identical to the keyed mode without a cut.
+ */
+class PhantoraCutLink final : public PhantoraWindowHook {
+ public:
+  /// Cut the fabric's cables between groups (`groups[node]`, one per node); throws naming the field if the
+  /// list does not match the fabric.
+  PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups);
+  ~PhantoraCutLink() override;
+
+  /// Cables cut.
+  uint32_t CutCables() const { return m_cut; }
+  /// The least delay of a cut cable (ns): the windows' lookahead; 0 if none is cut.
+  uint64_t LookaheadNs() const { return m_lookahead; }
+  /// A packet sent on cut cable `link` arrives at its end `toEnd` (0: a, 1: b) at `arriveNs`.
+  /// `epoch`: the cable's failure epoch to check on arrival, UINT64_MAX for no check.
+  void Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPacket>& pkt, uint64_t arriveNs, uint64_t epoch);
+  /// The messages sent since the last call (the outbox, emptied).
+  std::vector<uint8_t> TakeOutbox();
+  /// Queue the arrivals of a batch of messages (TakeOutbox()'s bytes); throws on a malformed batch.
+  void Deliver(const std::vector<uint8_t>& batch);
+  /// Loopback: deliver the outbox here.
+  void Barrier() override;
+
+  uint64_t Messages() const { return m_messages; }
+  uint64_t MessageBytes() const { return m_bytes; }
+  uint64_t Barriers() const { return m_barriers; }
+
+ private:
+  Ptr<PhantoraFabric> m_fabric;
+  std::vector<uint8_t> m_outbox;
+  uint32_t m_cut = 0;
+  uint64_t m_lookahead = 0;
+  uint64_t m_messages = 0;
+  uint64_t m_bytes = 0;
+  uint64_t m_barriers = 0;
+};
+
+}  // namespace ns3
+
+#endif  // PHANTORA_CUT_LINK_H
