@@ -93,9 +93,11 @@ def test_deepseek_v3_debugmodel_with_expert_parallelism(workdir: Path, tmp_path:
 
 @pytest.mark.slow
 def test_dcp_checkpoints_stall_their_steps_by_the_storage_model(workdir: Path, tmp_path: Path) -> None:
-    """torchtitan's DCP checkpoints every 2 steps under `phantora run --storage 2` (2 GB/s per host, 2 ranks: 1 GB/s,
-    1 ns a byte, each): each rank writes its own `.distcp` shard, so the step that saves (after steps 2 and 4, in
-    step lines 2 and 4) stalls for the larger shard's bytes, and steps.jsonl counts both shards' bytes."""
+    """torchtitan's DCP checkpoints every 2 steps under `phantora run --storage 2` (a host link of 2 GB/s, 2 B a ns,
+    which the host's 2 ranks share): each rank writes its own `.distcp` shard, so the step that saves (after steps 2
+    and 4, in step lines 2 and 4) stalls for the larger shard, which takes no less than alone on the link (its
+    bytes / 2) and no more than both shards' bytes / 2 (the old fixed half-link share, its bytes / 1, is more than
+    that); steps.jsonl counts both shards' bytes."""
     args = [*BASE, *TORCH_2_13, "--training.steps", "6", "--training.seq_len", "256"]
     args += ["--training.local_batch_size", "2", "--training.mixed_precision_param", "float32", "--debug.seed", "42"]
     args += ["--checkpoint.enable", "--checkpoint.interval", "2", "--checkpoint.no-last-save-model-only"]
@@ -108,7 +110,10 @@ def test_dcp_checkpoints_stall_their_steps_by_the_storage_model(workdir: Path, t
     assert len(lines) == 6
     io = [(x.get("storage_ns", 0), x.get("storage_bytes", 0)) for x in lines]
     want = {2: shards["step-2"], 4: shards["step-4"]}
-    assert io == [(max(want[i]), sum(want[i])) if i in want else (0, 0) for i in range(6)]
+    assert [b for _, b in io] == [sum(want[i]) if i in want else 0 for i in range(6)]
+    assert [ns for i, (ns, _) in enumerate(io) if i not in want] == [0, 0, 0, 0]
+    for i, shards in want.items():
+        assert max(shards) / 2 <= io[i][0] <= sum(shards) / 2 + 2
     for i in (2, 4):  # the saving step is longer than the next one by at least the stall
         assert lines[i]["time_ns"] >= lines[i + 1]["time_ns"] + io[i][0]
 
@@ -160,11 +165,13 @@ def test_llama3_debugmodel_with_context_parallelism_in_phantom_mode(workdir: Pat
 @pytest.mark.slow
 def test_dcp_checkpoints_save_and_resume_in_phantom_mode(workdir: Path, tmp_path: Path) -> None:
     """torchtitan's DCP checkpointing of the config as its docs run it (FSDP 4, sequence 2048, batch 8), phantom
-    mode, `--storage 2` (2 GB/s per host over 4 ranks: 0.5 GB/s, 2 ns a byte): every rank writes its part, and the
-    folder holds the files of a coordinated save (one `.metadata`, by which torchtitan finds it); the saving step
-    stalls at least for the rank's quarter of the fp32 parameters and Adam's two moments, 3 x 4 bytes x the logged
-    parameter count / 4 (plus the pickled data-loader, schedule and train states). A second run to step 6 loads
-    step-4 (reading at least as much) and goes on from step 5."""
+    mode, `--storage 2` (a host link of 2 GB/s, 2 B a ns, shared by the 4 ranks): every rank writes its part, and
+    the folder holds the files of a coordinated save (one `.metadata`, by which torchtitan finds it); a rank's part
+    is at least its quarter of the fp32 parameters and Adam's two moments, 3 x 4 bytes x the logged parameter count
+    / 4 (plus the pickled data-loader, schedule and train states). The ranks write at once, so max-min sharing of
+    the link ends rank r's part at sum over ranks j of min(b_j, b_r) / 2 ns. A second run to step 6 loads step-4
+    (reading at least as much, in no less than its bytes / 2 nor more than all ranks' bytes / 2) and goes on from
+    step 5."""
     args = [*BASE, *TORCH_2_13, "--checkpoint.enable", "--checkpoint.interval", "2"]
     args += ["--checkpoint.no-last-save-model-only"]
     shutil.rmtree(workdir / "outputs", ignore_errors=True)
@@ -177,11 +184,15 @@ def test_dcp_checkpoints_save_and_resume_in_phantom_mode(workdir: Path, tmp_path
     params = int(
         re.search(r"size: ([0-9,]+) total parameters", re.sub(r"\x1b\[[0-9;]*m", "", first.log(0)))[1].replace(",", "")
     )
+    saved = {}
     for rank in range(4):
         lines = [json.loads(x) for x in (first.out / "steps" / f"rank{rank}.jsonl").read_text().splitlines()]
-        nbytes, ns = lines[2]["storage_bytes"], lines[2]["storage_ns"]
-        assert 3 * params <= nbytes <= 3 * params + 2**20 and ns == 2 * nbytes
+        saved[rank] = lines[2]["storage_bytes"], lines[2]["storage_ns"]
+        assert 3 * params <= saved[rank][0] <= 3 * params + 2**20
         assert [x.get("storage_bytes", 0) for i, x in enumerate(lines) if i != 2] == [0, 0, 0]
+    for rank, (nbytes, ns) in saved.items():
+        assert abs(ns - sum(min(b, nbytes) for b, _ in saved.values()) / 2) <= 2, (rank, saved)
+    ns = max(ns for _, ns in saved.values())
     steps = first.steps()
     assert steps[2]["time_ns"] >= steps[3]["time_ns"] + ns
     again = run_program(
@@ -190,9 +201,11 @@ def test_dcp_checkpoints_save_and_resume_in_phantom_mode(workdir: Path, tmp_path
     assert again.returncode == 0, again.output[-3000:]
     assert "Loading the checkpoint from ./outputs/checkpoint/step-4" in again.log(0)
     assert sorted(titan_steps(again)) == [5, 6]
-    lines = [json.loads(x) for x in (again.out / "steps" / "rank0.jsonl").read_text().splitlines()]
-    loaded = next(x for x in lines if x.get("storage_bytes"))  # the load (each rank reads replicated items whole)
-    assert (
-        3 * params <= loaded["storage_bytes"] <= 3 * params + 2**23
-        and loaded["storage_ns"] == 2 * loaded["storage_bytes"]
-    )
+    loads = []
+    for rank in range(4):
+        lines = [json.loads(x) for x in (again.out / "steps" / f"rank{rank}.jsonl").read_text().splitlines()]
+        loaded = next(x for x in lines if x.get("storage_bytes"))  # the load (each rank reads replicated items whole)
+        loads.append((loaded["storage_bytes"], loaded["storage_ns"]))
+        assert 3 * params <= loaded["storage_bytes"] <= 3 * params + 2**23
+    for nbytes, ns in loads:
+        assert nbytes / 2 <= ns <= sum(b for b, _ in loads) / 2 + 2, loads

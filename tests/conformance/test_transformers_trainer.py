@@ -133,7 +133,9 @@ def test_trainer_checkpoint_costs_its_bytes_over_the_storage_bandwidth(model: tu
     """`--save_steps 2` under `phantora run --storage 2`: Trainer saves checkpoint-2 right after its second
     optimizer step, so in the third step line (a phantora step ends at an optimizer step), and checkpoint-4 after
     the last. Rank 0 writes the model (safetensors), optimizer, scheduler, its RNG state and the arguments; rank 1
-    its RNG state. 2 GB/s shared by the host's 2 ranks is 1 GB/s: 1 ns a byte."""
+    its RNG state. The host's link is 2 GB/s (2 B a ns), shared with rank 1 only while its small file is in flight:
+    rank 0's files take no less than their bytes / 2 (the link alone) and no more than both ranks' bytes / 2 (plus a
+    ns of rounding a file); the old fixed half-link share, rank 0's bytes / 1, is more than that."""
     work = workdir_for(UPSTREAM, FOLDER, tmp_path)
     args = ["--model_name", str(model[0]), *ARGS, "--save_strategy", "steps", "--save_steps", "2"]
     run = run_program(work, "train.py", args, tmp_path / "out", 2, options=("--storage", "2"))
@@ -142,9 +144,13 @@ def test_trainer_checkpoint_costs_its_bytes_over_the_storage_bandwidth(model: tu
     rank0 = sum((ckpt / f).stat().st_size for f in RANK0_FILES)
     rank1 = (ckpt / "rng_state_1.pth").stat().st_size
     lines = [json.loads(line) for line in (run.out / "steps.jsonl").read_text().splitlines()]
-    assert [x.get("storage_ns", 0) for x in lines] == [0, 0, rank0, 0]
+    stall = lines[2].get("storage_ns", 0)
+    files = len(RANK0_FILES)
+    assert rank0 / 2 <= stall <= (rank0 + rank1) / 2 + files
+    assert [x.get("storage_ns", 0) for i, x in enumerate(lines) if i != 2] == [0, 0, 0]
     assert [x.get("storage_bytes", 0) for x in lines] == [0, 0, rank0 + rank1, 0]
-    assert lines[2]["time_ns"] >= lines[3]["time_ns"] + rank0  # the step with the save stalls for it
+    assert lines[2]["time_ns"] >= lines[3]["time_ns"] + stall  # the step with the save stalls for it
     totals = run.results()["storage"]["write"]
-    assert totals == {"bytes": 2 * (rank0 + rank1), "max_rank_ns": 2 * rank0}  # checkpoint-2 and checkpoint-4
+    assert totals["bytes"] == 2 * (rank0 + rank1)  # checkpoint-2 and checkpoint-4
+    assert rank0 <= totals["max_rank_ns"] <= rank0 + rank1 + 2 * files
     assert "checkpoint I/O" in run.output
