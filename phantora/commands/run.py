@@ -76,6 +76,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--phantom", dest="tensors", action="store_const", const="phantom", help="same as --tensors phantom")
     p.add_argument(
+        "--memory-check",
+        action="store_true",
+        help="before a real-mode run, run one step in phantom mode to estimate the host memory the ranks need; say "
+        "in one line whether it fits the memory available, and with --tensors auto run phantom if not",
+    )
+    p.add_argument(
         "--dedup",
         default="auto",
         metavar="auto|off|K",
@@ -170,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.jobs is not None:
         return run_jobs(args, cfg)
+    if args.memory_check:
+        cfg = memory_checked(cfg)
     if args.record:
         from phantora.egraph.live import record_run
 
@@ -197,6 +205,18 @@ def run(args: argparse.Namespace) -> int:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
     return 0
+
+
+def memory_checked(cfg: Any) -> Any:
+    """`--memory-check`: the run's config after the check (phantora.memcheck), its one line printed."""
+    from phantora.launcher import resolve_topology
+    from phantora.memcheck import checked
+
+    world = cfg.nproc if cfg.nproc is not None else resolve_topology(cfg.topology).num_ranks
+    cfg, line = checked(cfg, world)
+    if line is not None:
+        print(line, flush=True)
+    return cfg
 
 
 def engine_spec(args: argparse.Namespace) -> EngineSpec:
