@@ -6,8 +6,8 @@ INT and the congestion controllers. Python builds it from a `Topology` and a `Pa
 hands over flows with their dependencies (released inside C++, so there is no Python callback
 per flow or per packet), runs it in windows and drains the results.
 
-ns-3 is imported lazily (``from ns import ns`` takes seconds) and once per process; ns-3 has one
-global simulator, so only one Ns3Simulator can be open at a time.
+ns-3 is loaded lazily (its core, network and stats modules: about a CPU second) and once per process; ns-3 has
+one global simulator, so only one Ns3Simulator can be open at a time.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ _FOREVER_NS = 1 << 62
 class Ns3Runtime:
     """The loaded ns-3 bindings and fabric library (one per process)."""
 
-    ns: Any  # the `ns` module of the ns3 wheel
+    ns: Any  # cppyy.gbl.ns3 once ns-3's core, network and stats modules are loaded (`_quiet_import_ns`)
     cppyy: Any
     lib: Path
     cc_libs: list[Path]  # the user's CC libraries loaded after it ($PHANTORA_CC_DIR), in load order
@@ -144,21 +144,41 @@ def interruptible(fn: Callable[[], Any], tick_s: float = 0.1) -> Any:
     return box.get("value")
 
 
+NS3_MODULES = ("core", "network", "stats")  # what libphantora-ns3.so links against (ldd), in dependency order
+
+
 def _quiet_import_ns() -> Any:
-    """`from ns import ns` (see `interruptible`), hiding the wheel's harmless cling start-up chatter on stderr;
-    the chatter is shown if the import fails, not when a signal stops the wait."""
+    """ns-3's core, network and stats modules loaded into cppyy (see `interruptible`), hiding cling's harmless
+    start-up chatter on stderr; the chatter is shown if the load fails, not when a signal stops the wait.
 
-    def import_ns() -> Any:
-        from ns import ns
+    Not the wheel's `from ns import ns`, which parses every module's headers (wifi, lte, ...: 11 CPU s, 46 s of
+    wall at load 15) where the fabric needs these three (1.2 CPU s, 4.5 s): nothing here uses the others. Each
+    library is loaded before its headers are parsed, so their static initialisers resolve."""
 
-        return ns
+    def load() -> Any:
+        import cppyy
+        import libcppyy
+
+        prefix = _ns3_prefix()
+        libcppyy.AddSmartPtrType("Ptr")  # as the wheel does: ns3::Ptr<T> is a smart pointer to Python
+        libdir = next((d for d in (prefix / "lib64", prefix / "lib") if d.is_dir()), prefix / "lib64")
+        cppyy.add_library_path(str(libdir))
+        cppyy.add_include_path(str(prefix / "include"))
+        for module in NS3_MODULES:
+            found = sorted(libdir.glob(f"libns3*-{module}.so"))
+            if not found:
+                raise PhantoraError(f"the ns3 wheel has no {module} library in {libdir}: pip install ns3 again")
+            cppyy.load_library(str(found[-1]))
+        for module in NS3_MODULES:
+            cppyy.include(f"ns3/{module}-module.h")
+        return cppyy.gbl.ns3
 
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 2)
         try:
-            return interruptible(import_ns)
+            return interruptible(load)
         except Exception:
             os.dup2(saved, 2)
             tmp.seek(0)
@@ -167,6 +187,16 @@ def _quiet_import_ns() -> Any:
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def _ns3_prefix() -> Path:
+    """The ns3 wheel's install prefix (its include/ and lib64/)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ns3")
+    if spec is None or not spec.submodule_search_locations:
+        raise PhantoraError("the ns3 Python wheel is not installed (pip install ns3)")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def cpp_message(exc: BaseException) -> str:

@@ -1,0 +1,46 @@
+"""`phantora nccl-tests --network ns3` start-up: ns-3 loaded as phantora loads it (core, network and stats) against
+the ns3 wheel's `from ns import ns` (every module's headers), in one run, the same command each way.
+
+    .venv/bin/python bench/bench_nccl_tests_ns3_startup.py
+
+Prints each way's wall and CPU seconds (children included) and whether the two tables are identical (the Pid
+lines of the device list aside).
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+
+COMMAND = ["nccl-tests", "all_reduce_perf", "--topology", "testbed16", "--network", "ns3"]
+COMMAND += ["-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1"]
+WHEEL = "import phantora.netsim.packet as p; p._quiet_import_ns = lambda: __import__('ns').ns; "
+LEAN = ""
+
+
+def run(prelude: str) -> tuple[float, float, list[str]]:
+    """Wall and CPU seconds of one run of COMMAND, and its table (Pid lines dropped)."""
+    code = prelude + f"import sys; from phantora.cli import main; sys.exit(main({COMMAND!r}))"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, [line for line in out.splitlines() if " Pid " not in line]
+
+
+def main() -> None:
+    print("phantora " + " ".join(COMMAND))
+    tables = []
+    for label, prelude in (("ns-3 core+network+stats", LEAN), ("the wheel's from ns import ns", WHEEL)):
+        wall, cpu, table = run(prelude)
+        tables.append(table)
+        print(f"{label}: {wall:.1f} s wall, {cpu:.1f} CPU s")
+    print("tables identical" if tables[0] == tables[1] else "TABLES DIFFER")
+
+
+if __name__ == "__main__":
+    main()
