@@ -157,3 +157,15 @@ def test_batch_isend_irecv_runs_on_the_groups_communicator(tmp_path) -> None:
     grouped = sorted(tuple(c["group"]) for c in sends if c.get("comm") == [0, 1, 2, 3])
     assert grouped == [(0, 1), (1, 2), (2, 3), (3, 0)]
     assert [c.get("comm") for c in sends if c["nbytes"] == 32] == [None]
+
+
+def test_a_grouped_send_inside_one_host_takes_the_multi_host_communicators_chunk() -> None:
+    """NCCL sizes p2p chunks per communicator (init.cc computeBuffSizes: the 128 KiB net chunk once nNodes > 1)
+    and its parts by it (enqueue.cc addP2pToPlan: 64-128 KiB across nodes). 1 MiB between two GPUs of one A100
+    host: alone (one node: 512 KiB NVLink chunk, parts of 64 KiB to 16 MiB) it takes the least, 16 channels of
+    64 KiB; grouped on the 2-host communicator of 16, its parts are at most 128 KiB, doubling from 1 channel up
+    to the most per peer, 2."""
+    topo = a100_hosts(2)
+    alone = choose(Collective("send_recv", (0, 1), MiB, "bf16"), topo, AlgoOptions())
+    grouped = choose(Collective("send_recv", (0, 1), MiB, "bf16", None, tuple(range(16))), topo, AlgoOptions())
+    assert (alone.channels, grouped.channels) == (16, 2)

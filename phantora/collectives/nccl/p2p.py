@@ -81,9 +81,10 @@ def p2p_choice(
     peers = 1 if coll.kind == "send_recv" else p.nranks - 1
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
-    chunk = st.p2p_nvl_chunk if intra and p.intra == "nvlink" else st.p2p_net_chunk
-    min_part, max_part = (chunk // 8, chunk * 32) if intra else (chunk // 2, chunk)
-    on = comm or p
+    on = comm or p  # the communicator sets the chunk, the part sizes and the channels (init.cc, enqueue.cc)
+    one_node = on.nnodes == 1
+    chunk = st.p2p_nvl_chunk if one_node and on.intra == "nvlink" else st.p2p_net_chunk
+    min_part, max_part = (chunk // 8, chunk * 32) if one_node else (chunk // 2, chunk)
     least, most = p2p_channel_range(on, comm_channels(on, ring_graph(on), st), st.net_peer_channels)
     nch = transfer_channels(per_peer, least, most, min_part, max_part)
     if protocol == "auto":
