@@ -205,7 +205,7 @@ class Roofline:
         self._free = OpCost(0, 0, "", 0)
         self._launch = OpCost(0, 0, "", self.launch_ns)
         self._cache: dict[tuple, OpCost] = {}
-        self._keyed: dict[tuple, OpCost] = {}  # cost_for's
+        self.keyed: dict[tuple, OpCost] = {}  # cost_for's cache (the simulated GPU's fast path reads it directly)
 
     def cost(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:
         """FLOPs, bytes and duration of one op (cached per `cache_key`)."""
@@ -224,11 +224,11 @@ class Roofline:
         """`cost`, cached under `key`, which the caller made with the information of `cache_key` (the simulated
         GPU's fast path makes it while it unwraps the arguments)."""
         try:
-            cost = self._keyed.get(key)
+            cost = self.keyed.get(key)
         except TypeError:  # an unhashable argument
             return self.cost(func, args, kwargs, out)
         if cost is None:
-            cost = self._keyed[key] = self.cost(func, args, kwargs, out)
+            cost = self.keyed[key] = self.cost(func, args, kwargs, out)
         return cost
 
     def compute(self, func: Any, args: tuple, kwargs: dict, out: Any) -> OpCost:

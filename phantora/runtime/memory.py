@@ -27,6 +27,7 @@ NCCL), the allocating op raises `torch.OutOfMemoryError`. Configuration, from th
 
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from collections.abc import Iterator
@@ -131,7 +132,7 @@ class MemoryTracker:
     ) -> None:
         self.gpu_name = gpu_name
         self.capacity = capacity
-        self.limit = limit  # None: never raise
+        self.limit = limit  # None: never raise (a property: it keeps `_limit`, the same as a number, in step)
         self.reserve = reserve
         self.enabled = enabled
         self._paused = 0  # inside `paused()`: new storages are not device memory (yet)
@@ -160,6 +161,16 @@ class MemoryTracker:
         self.reserved_step_peak = 0
         self.reserved_step_peaks: list[int] = []
         self.program_reserved_peak = 0  # torch.cuda.max_memory_reserved
+
+    @property
+    def limit(self) -> int | None:
+        """The bytes the device may hold before an op raises the simulated OutOfMemoryError; None: no limit."""
+        return self._limit_or_none
+
+    @limit.setter
+    def limit(self, value: int | None) -> None:
+        self._limit_or_none = value
+        self._limit: float = math.inf if value is None else value
 
     @classmethod
     def from_env(cls, gpu: Any, rank: int = 0, env: dict[str, str] | None = None) -> MemoryTracker:
@@ -191,23 +202,56 @@ class MemoryTracker:
                 self._track(t)
 
     def on_tensor(self, t: torch.Tensor, site: Any) -> None:
-        """`on_outputs` of an op whose output is one plain tensor, in fewer calls (the simulated GPU's fast path)."""
-        self.site = site
+        """`on_outputs` of an op whose output is one plain tensor, in fewer steps (the simulated GPU's fast path):
+        `_add` and `_note_peak` inline."""
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
-            self._track(t)
+            self.on_outputs(t, site)
             return
         if self._paused:
-            self._track(t)
+            self.on_outputs(t, site)
             return
         size = (st.nbytes() + (BLOCK - 1)) & -BLOCK
-        e = self.live.get(st._cdata)
-        if e is None:
-            if size:
-                self._add(st, size, TEMP, check=True)
-        elif e.size != size:
-            self._resize(e, size)
+        key = st._cdata
+        live = self.live
+        e = live.get(key)
+        if e is not None:
+            if e.size != size:
+                self.site = site
+                self._resize(e, size)
+            return
+        if not size:
+            return
+        cur = self.current + size
+        if cur > self._limit:
+            self.site = site
+            self._oom(size)
+        e = _Entry(st, self._free_cb)
+        e.key = key
+        e.size = size
+        e.cat = TEMP
+        e.site = site
+        self._event = e.changed = self._event + 1
+        live[key] = e
+        alloc = self.allocator
+        alloc.malloc(key, size)
+        self.allocations += 1
+        self.by_cat[TEMP] += size
+        self.current = cur
+        reserved = alloc.reserved  # `_note_peak()`, inline
+        if reserved > self.reserved_step_peak:
+            self.reserved_step_peak = reserved
+        if reserved > self.program_reserved_peak:
+            self.program_reserved_peak = reserved
+        if cur > self.step_peak:
+            self.step_peak = cur
+        if cur > self.program_peak:
+            self.program_peak = cur
+        if cur >= self.peak:
+            self.peak = cur
+            self.peak_by_cat = self.by_cat.copy()
+            self._peak_event = self._event
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -294,7 +338,7 @@ class MemoryTracker:
 
     def _note_peak(self) -> None:
         """After a growth: raise the step's and the run's peak, snapshotting the categories at a new peak."""
-        reserved = self.allocator.reserved  # comparisons, not max(): every op's new output comes here
+        reserved = self.allocator.reserved
         if reserved > self.reserved_step_peak:
             self.reserved_step_peak = reserved
         if reserved > self.program_reserved_peak:
@@ -310,11 +354,14 @@ class MemoryTracker:
             self._peak_event = self._event
 
     def _free(self, e: _Entry) -> None:
-        if self.live.get(e.key) is e:
-            del self.live[e.key]
-            self.allocator.free(e.key)
-            self.by_cat[e.cat] -= e.size
-            self.current -= e.size
+        key = e.key
+        live = self.live
+        if live.get(key) is e:
+            del live[key]
+            self.allocator.free(key)
+            size = e.size
+            self.by_cat[e.cat] -= size
+            self.current -= size
 
     # ----- categories --------------------------------------------------------------------------------
     def classify(self, t: Any, cat: int) -> None:

@@ -27,7 +27,7 @@ from phantora.results.run_dir import RunDir
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
-from phantora.runtime.timepatch import real_perf_counter_ns
+from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
 from phantora.runtime.trace import TraceRecorder
 from phantora.runtime.traffic import TrafficMarker, zero_ranges
 from phantora.units import plural
@@ -194,6 +194,7 @@ class RankSession:
         self.max_steps = max_steps  # the script ends after this many steps (StepLimitReached)
         self.clock = VirtualClock(compute_ns=start_ns, comm_ns=start_ns)
         self.trace = TraceRecorder(rank, trace_level)
+        self._trace_ops = self.trace.op if trace_level != "none" else None  # an op's event, unless no trace
         self.out_dir = Path(out_dir) if out_dir else None
         self.pending: dict[int, Pending] = {}
         self.by_storage: dict[int, set[int]] = {}
@@ -256,22 +257,25 @@ class RankSession:
             by_dtype = self.flops_by_dtype
             by_dtype[cost.dtype] = by_dtype.get(cost.dtype, 0) + flops
         ns = cost.ns
-        if ns:
-            kernel = ns - self._launch_ns
-            if kernel > 0:
-                tiers = self.tier_ns
-                tiers[cost.tier] = tiers.get(cost.tier, 0) + kernel
-            if self.scenario is not None:
-                ns = self.scenario.stretch(self.clock.compute_ns, ns)
-            start, end = self.clock.charge(ns)
-            self.trace.op(name, start, end)
-            if self.listeners:
-                for listener in self.listeners:
-                    listener.on_compute(name, start, end - start)
-            wall = real_perf_counter_ns()
-            if wall - self._last_report >= self.report_every_ns:
-                self._last_report = wall
-                self.client.advance_clock(end)
+        if not ns:
+            return
+        kernel = ns - self._launch_ns
+        if kernel > 0:
+            tiers = self.tier_ns
+            tiers[cost.tier] = tiers.get(cost.tier, 0) + kernel
+        clock = self.clock
+        if self.scenario is not None:
+            ns = self.scenario.stretch(clock.compute_ns, ns)
+        start, end = clock.charge(ns)
+        if self._trace_ops is not None:
+            self._trace_ops(name, start, end)
+        if self.listeners:
+            for listener in self.listeners:
+                listener.on_compute(name, start, end - start)
+        wall = REAL_PERF_COUNTER_NS()
+        if wall - self._last_report >= self.report_every_ns:
+            self._last_report = wall
+            self.client.advance_clock(end)
 
     def charge_untimed(self, name: str, cost: OpCost, how: str) -> None:
         """Run a kernel the compute model cannot time, charged `cost` as `how` says; it is listed in results."""

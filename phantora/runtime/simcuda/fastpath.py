@@ -33,6 +33,7 @@ _TENSOR = torch.Tensor
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _SEQ = (list, tuple)
 _matmul_precision = torch._C._get_float32_matmul_precision
+_get_device = torch.Tensor.get_device
 aten = torch.ops.aten
 # Ops the general route answers specially: pinning, and in phantom mode copies to the host, .item(), torch.equal.
 _SPECIAL = {aten.is_pinned.default, aten._pin_memory.default}
@@ -102,16 +103,24 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     if session.by_storage:
         session.join_tensors([x.elem for x in args if isinstance(x, SimCudaTensor)])
     a = tuple(unwrapped)
-    out = func._op(*a, **kwargs)  # what OpOverload.__call__ runs
+    out = func._op(*a, **kwargs) if kwargs else func._op(*a)  # what OpOverload.__call__ runs
     mem = session.memory
-    index = (last.device.index or 0) if last is not None else 0
+    index = _get_device(last) if last is not None else 0  # its index, without making a torch.device
     if type(out) in _PLAIN:
         if mem.enabled:
             mem.on_tensor(out, func)
         if phantom or not out.is_meta:
             key.append((out.shape, out.dtype))
             key.append(_matmul_precision())
-            session.charge(name, session.model.cost_for(tuple(key), func, a, kwargs, out))
+            model = session.model
+            k = tuple(key)
+            try:
+                cost = model.keyed.get(k)  # the model's cache of `cost_for`, read here: one call fewer per op
+            except TypeError:  # an unhashable argument
+                cost = None
+            if cost is None:
+                cost = model.cost_for(k, func, a, kwargs, out)
+            session.charge(name, cost)
         for x in args:
             if isinstance(x, SimCudaTensor) and x.elem is out:
                 return x  # an in-place op returns its input
