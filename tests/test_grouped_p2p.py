@@ -169,3 +169,28 @@ def test_a_grouped_send_inside_one_host_takes_the_multi_host_communicators_chunk
     alone = choose(Collective("send_recv", (0, 1), MiB, "bf16"), topo, AlgoOptions())
     grouped = choose(Collective("send_recv", (0, 1), MiB, "bf16", None, tuple(range(16))), topo, AlgoOptions())
     assert (alone.channels, grouped.channels) == (16, 2)
+
+
+EAGER = """
+    import torch, torch.distributed as dist
+    dist.init_process_group(device_id=torch.device("cuda", 0))
+    r = dist.get_rank()
+    if r == 0:
+        dist.send(torch.ones(8), dst=1)
+    elif r == 1:
+        dist.recv(torch.empty(8), src=0)
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_under_eager_init_a_lone_send_runs_on_the_groups_communicator(tmp_path) -> None:
+    """init_process_group(device_id=...): ProcessGroupNCCL runs a lone send/recv on the group's communicator, not
+    a 2-rank one; the transfer 0 -> 1 is recorded on [0, 1, 2, 3]. Slow: a live 4-rank run (about 10 s)."""
+    from phantora.launcher import RunConfig, launch
+    from tests.test_runtime_e2e import star, write
+
+    script = write(tmp_path, "eager.py", EAGER)
+    rep = launch(RunConfig(str(script), topology=star(4), nproc=4, trace="none", timeout_s=240, tensors="phantom"))
+    sends = [c for c in rep.cosim.collectives if c["kind"] == "send_recv"]
+    assert [(c["group"], c.get("comm")) for c in sends] == [([0, 1], [0, 1, 2, 3])]

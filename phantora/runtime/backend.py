@@ -164,6 +164,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._name = ""
         self._desc = ""
         self._coalescing: list[Pending] | None = None
+        self._p2p_open = False  # a p2p group (batch_isend_irecv, coalescing) is open on this group's communicator
         self._gloo: UnownedGloo | None = None
         if not session.phantom:
             opts = ProcessGroupGloo._Options()
@@ -484,6 +485,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     # ----- point to point, barrier, coalescing --------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
+        lone = self._lone_on_group()
         p = self._s.issue_p2p(
             peer=self._ranks[dst],
             is_send=True,
@@ -492,9 +494,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tensors=tensors,
             start_inner=lambda: [self._data.send(tensors, dst, tag)] if self._gloo is not None else [],
         )
+        if lone:
+            self._p2p_group(None)
         return self._work(p, tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantoraWork:
+        lone = self._lone_on_group()
         p = self._s.issue_p2p(
             peer=self._ranks[src],
             is_send=False,
@@ -503,6 +508,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tensors=tensors,
             start_inner=lambda: [self._data.recv(tensors, src, tag)] if self._gloo is not None else [],
         )
+        if lone:
+            self._p2p_group(None)
         return self._work(p, tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> PhantoraWork:
@@ -528,9 +535,18 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._p2p_group(None)
         return PhantoraWork(self._s, pending, [])
 
+    def _lone_on_group(self) -> bool:
+        """Under eager init (`init_process_group(device_id=...)`) ProcessGroupNCCL runs even a lone send/recv on
+        the group's communicator, not a 2-rank one: open a group of one op on it (True), unless one is open."""
+        if not EAGER_INIT[0] or self._p2p_open:
+            return False
+        self._p2p_group(self._ranks)
+        return True
+
     def _p2p_group(self, comm: tuple[int, ...] | None) -> None:
         """Tell the network client a p2p group opened on `comm` (None: closed); a client without groups (no
         network, graph replay) ignores it."""
+        self._p2p_open = comm is not None
         tell = getattr(self._s.client, "p2p_group", None)
         if tell is not None:
             tell(comm)
@@ -641,6 +657,7 @@ def use_as_default() -> None:
 
     @functools.wraps(orig_init)
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        EAGER_INIT[0] = kwargs.get("device_id") is not None
         s = _session.current()
         if s is not None and s.phantom and not args and "store" not in kwargs and "init_method" not in kwargs:
             # phantom groups exchange nothing: a process-local store, no rendezvous with other processes
@@ -663,6 +680,9 @@ def use_as_default() -> None:
         mod.batch_isend_irecv = batch
     if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1
         dist.set_timeout = _set_timeout
+
+
+EAGER_INIT = [False]  # the default group was initialised eagerly (device_id=): p2p runs on each group's communicator
 
 
 def _grouped_batch(orig: Callable[..., Any]) -> Callable[..., Any]:
