@@ -77,13 +77,13 @@ void PhantoraChannel::Transmit(const PhantoraNetDevice* from, const Ptr<Phantora
   }
   const uint64_t now = FabricNowNs();
   const Time delay = FabricNs(txEndNs - now + m_delayNs + m_extraDelayNs);
-  if (m_cut) [[unlikely]] {
-    m_cut->Send(m_linkId, peer == PeekPointer(m_dev[1]) ? 1 : 0, pkt, txEndNs + m_delayNs + m_extraDelayNs,
-                m_mayFail ? m_epoch : UINT64_MAX);
+  if (!m_slowPath) [[likely]] {  // no failure scheduled, not cut: no check on arrival (the common case)
+    ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
     return;
   }
-  if (!m_mayFail) {  // no failure scheduled: no check on arrival (the common case)
-    ScheduleWithContextPooled(peer->GetNodeId(), delay, [peer, p = pkt] { peer->Receive(p); });
+  if (m_cut) {
+    m_cut->Send(m_linkId, peer == PeekPointer(m_dev[1]) ? 1 : 0, pkt, txEndNs + m_delayNs + m_extraDelayNs,
+                m_mayFail ? m_epoch : UINT64_MAX);
     return;
   }
   ScheduleWithContextPooled(peer->GetNodeId(), delay, [this, peer, p = pkt, epoch = m_epoch] {

@@ -26,7 +26,7 @@ class PhantoraChannel : public Channel {
   static TypeId GetTypeId();
 
   /// A failure of this cable is scheduled: from now on each packet checks on arrival that it did not fail.
-  void ExpectFailure() { m_mayFail = true; }
+  void ExpectFailure() { m_mayFail = m_slowPath = true; }
   /// Fail (false) or repair (true) the cable: packets on the wire when it fails are lost.
   void SetUp(bool up);
   bool IsUp() const { return m_up; }
@@ -47,6 +47,7 @@ class PhantoraChannel : public Channel {
   void SetCut(PhantoraCutLink* cut, uint32_t linkId) {
     m_cut = cut;
     m_linkId = linkId;
+    m_slowPath = m_mayFail || m_cut != nullptr;
   }
   /// A packet that crossed the cut arrives at end `end` (0 or 1): lost if the cable failed since failure epoch
   /// `epoch` (UINT64_MAX: no check, no failure was scheduled when it was sent).
@@ -68,6 +69,7 @@ class PhantoraChannel : public Channel {
   Ptr<PhantoraNetDevice> m_dev[2];
   bool m_up = true;
   bool m_mayFail = false;
+  bool m_slowPath = false;  ///< m_mayFail or cut: Transmit's one test on the common path
   uint64_t m_epoch = 0;  ///< failures so far: a packet sent before the last one is lost on arrival
   uint64_t m_extraDelayNs = 0;
   double m_loss = 0.0;

@@ -100,7 +100,7 @@ void PhantoraSimulatorImpl::SetScheduler(ObjectFactory schedulerFactory) {
     }
   }
   m_events = scheduler;
-  m_phantora = phantora;
+  m_phantora = keyed ? nullptr : phantora;  // the keyed mode goes through m_events (PhantoraScheduler's checks)
   m_keyed = keyed;
 }
 
@@ -170,7 +170,7 @@ void PhantoraSimulatorImpl::ProcessOneEvent() {
 }
 
 void PhantoraSimulatorImpl::ProcessOneKeyed() {
-  const Scheduler::Event next = m_phantora ? m_phantora->PhantoraScheduler::RemoveNext() : m_events->RemoveNext();
+  const Scheduler::Event next = m_events->RemoveNext();
   NS_ASSERT(next.key.m_ts >= m_currentTs);
   if (next.key.m_ts != m_currentTs) {
     m_ranNow.clear();

@@ -108,10 +108,10 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
     ev.key.m_uid = m_uid;
     ++m_uid;
     ++m_unscheduledEvents;
-    if (m_keyed) [[unlikely]] {
-      m_keyed->InsertKeyed(ev, TakeKey());
-    } else if (m_phantora) {
+    if (m_phantora) [[likely]] {  // null in the keyed mode: the default path tests nothing more
       m_phantora->PhantoraScheduler::Insert(ev);
+    } else if (m_keyed) {
+      m_keyed->InsertKeyed(ev, TakeKey());
     } else {
       m_events->Insert(ev);
     }
@@ -122,7 +122,7 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   std::list<EventId> m_destroyEvents;
   bool m_stop = false;
   Ptr<Scheduler> m_events;
-  PhantoraScheduler* m_phantora = nullptr;  ///< m_events, when it is a PhantoraScheduler
+  PhantoraScheduler* m_phantora = nullptr;  ///< m_events, when it is a PhantoraScheduler (null in the keyed mode)
   PhantoraKeyedScheduler* m_keyed = nullptr;  ///< the keyed scheduler (m_events or inside m_phantora), or null
   bool m_inEvent = false;                     ///< keyed mode: an event is running (else the caller schedules)
   std::vector<uint32_t> m_nodeCount;          ///< keyed mode: events scheduled so far, per node
