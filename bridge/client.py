@@ -271,6 +271,20 @@ class RankClient:
         )
         return h
 
+    def post_value(self, *, group: Sequence[int], key: int, data: bytes, reads: bool = True) -> None:
+        """An object collective's bytes for `group` under `key` (bridge.values), posted before its timed
+        collectives; `reads` False: this rank will not read the group's values back (a send). Takes no time."""
+        self._check(self._clock, "post_value")
+        members = [int(r) for r in group]
+        self._sock.send(encode("value", self._clock, group=members, key=int(key), data=data, reads=reads))
+
+    def take_values(self, *, group: Sequence[int], key: int) -> list[bytes | None]:
+        """The bytes each member of `group` posted under `key` (None: none), asked once the timed collectives that
+        followed the posts are done (so every member has posted). Takes no time."""
+        self._check(self._clock, "take_values")
+        self._sock.send(encode("values", self._clock, group=[int(r) for r in group], key=int(key)))
+        return list(self._await("valued")["data"])
+
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped
         (to be zeroed); [] for any other. Asked once, after `wait`."""

@@ -49,6 +49,7 @@ from bridge.protocol import (
 )
 from bridge.stepping import advance_watching
 from bridge.storage_io import StorageIO
+from bridge.values import ValueBoard
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.plan import CallSpec, CollectivePlanner
@@ -181,6 +182,7 @@ class CoordinatorCore:
             raise RunFailed(E_PROTOCOL, f"{live} live ranks cannot stand for {world} ranks: it must divide it")
         self.mirrors = Mirrors(world, live)
         self.io = StorageIO(topology, self.mirrors)  # checkpoint files on the shared storage (bridge.storage_io)
+        self.values = ValueBoard(self.mirrors)  # object collectives' bytes (bridge.values)
         self.window = window_ns
         self.planner = CollectivePlanner(topology, algo, self.mirrors)  # the collective -> flow step
         self.send = send
@@ -256,6 +258,8 @@ class CoordinatorCore:
             "coll": self._on_coll,
             "p2p": self._on_p2p,
             "io": self._on_io,
+            "value": self._on_value,
+            "values": self._on_values,
             "clock": self._on_clock,
             "wait": self._on_wait,
             "test": self._on_test,
@@ -413,6 +417,15 @@ class CoordinatorCore:
             self.bounds.bounds[tid] = bound
         if self.engine is self.net and self.io.engine is not None:
             self.engine = EnginePair(self.net, self.io.engine)
+
+    def _on_value(self, rs: RankState, msg: Message) -> None:
+        """An object collective's bytes, posted before its timed collectives (bridge.values)."""
+        self.values.post(rs.rank, msg["group"], msg["key"], msg["data"], bool(msg.get("reads", True)))
+
+    def _on_values(self, rs: RankState, msg: Message) -> None:
+        """The posted bytes of a group's members, asked once its timed collectives are done: answered at once."""
+        data = self.values.take(rs.rank, msg["group"], msg["key"])
+        self.send(rs.rank, encode("valued", self.engine.now(), data=data))
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:
         first = next(iter(rv.calls.values()))

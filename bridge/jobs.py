@@ -91,3 +91,5 @@ class JobTable:
                 f["root"] = glob(f["root"], "the root")
         elif msg.type == "p2p":
             f["peer"] = glob(f["peer"], "the peer")
+        elif msg.type in ("value", "values"):
+            f["group"] = [glob(r, "a group member") for r in f["group"]]

@@ -11,6 +11,8 @@ rank -> coordinator
   coll ~>                           collective request: handle, group, seq, kind, nbytes, dtype, root
   p2p ~>                            send or recv: handle, peer, send, tag, seq, nbytes
   io ~>                             a checkpoint file read or written: handle, kind, nbytes, the storage's bandwidths
+  value ~>                          an object collective's bytes (torch's pickle, opaque here) under group + key
+  values -> valued                  the bytes posted under group + key, one per member (nil: none posted)
   clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
   wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
   test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)
@@ -120,6 +122,10 @@ def _list(v: Any) -> bool:
     return isinstance(v, list)
 
 
+def _bin(v: Any) -> bool:
+    return isinstance(v, bytes)
+
+
 def _map(v: Any) -> bool:
     return isinstance(v, dict)
 
@@ -151,6 +157,9 @@ SCHEMA: dict[str, dict[str, Check]] = {
     },
     "p2p": {"h": _int, "peer": _int, "send": _bool, "tag": _int, "seq": _int, "nbytes": _int, "name": _str},
     "io": {"h": _int, "kind": _str, "nbytes": _int, "name": _str, "host_bps": _num, "shared_bps": _opt_num},
+    "value": {"group": _ints, "key": _int, "data": _bin},
+    "values": {"group": _ints, "key": _int},
+    "valued": {"data": _list},
     "clock": {"block": _bool},
     "wait": {"handles": _ints, "until": _int},
     "test": {"h": _int},

@@ -19,6 +19,7 @@ class NoNetworkClient:
         self.clock = 0
         self._issued: dict[int, int] = {}
         self.results: dict[str, Any] | None = None
+        self._values: dict[tuple[tuple[int, ...], int], bytes] = {}
 
     def _new(self, t: int) -> int:
         h = len(self._issued) + 1
@@ -40,6 +41,14 @@ class NoNetworkClient:
         algo: dict[str, Any] | None = None,
     ) -> int:
         return self._new(t_issue_ns)
+
+    def post_value(self, *, group: Sequence[int], key: int, data: bytes, reads: bool = True) -> None:
+        """An object collective's bytes (bridge.values): one process holds only its own."""
+        self._values[(tuple(group), key)] = data
+
+    def take_values(self, *, group: Sequence[int], key: int) -> list[bytes | None]:
+        mine = self._values.pop((tuple(group), key), None)
+        return [mine if r == self.rank else None for r in group]
 
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """No network: nothing is ever lost."""

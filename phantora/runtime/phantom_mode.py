@@ -73,8 +73,9 @@ def enable() -> None:
     _ddp_on_meta()
     _tolist_on_meta()
     _masked_softmax_on_meta()
-    from phantora.runtime import phantom_dcp
+    from phantora.runtime import object_values, phantom_dcp
 
+    object_values.enable()  # torch's object collectives carry real values (the value channel)
     phantom_dcp.enable()
 
 
