@@ -4,7 +4,7 @@ One rank under the roofline model: an element-wise add of two 2^20-element fp32 
 HBM, so it takes ceil(12 MiB / bandwidth) ns plus the launch overhead; its output is 4 MiB of device memory; a
 view launches nothing; an in-place op returns its input. The same ops with the fast path switched off give the
 same figures. An op repeated ten times takes the fast path each time, is costed by the model once (then from its
-cache) and charged the closed form each time.
+cache) and charged the closed form each time, and its ten live outputs hold ten times their bytes of device memory.
 """
 
 from __future__ import annotations
@@ -49,5 +49,6 @@ def test_fast_path_charges_the_roofline_and_matches_the_general_route(tmp_path: 
     for route in (on, off):
         assert route["repeat_ns"] == pytest.approx(10 * repeat_ns, abs=10)
         assert route["repeat_out"] == [["cuda:0", "torch.bfloat16", [N // 2]]]
+        assert route["repeat_added_bytes"] == 10 * (N // 2) * 2  # ten bf16 outputs of N/2 elements, 512-B aligned
         if tensors == "real":
             assert route["repeat_value"] == 2.0

@@ -2,7 +2,8 @@
 
 Writes JSON to argv[1]: for each route, the values, the simulated time of each op (CUDA events), the
 device memory it added, whether an in-place op returned its input, and how many ops the fast path took; and for
-ten repeats of one op, their time, how often the compute model computed a cost, and their outputs.
+ten repeats of one op, their time, how often the compute model computed a cost, their outputs and the device memory
+they hold.
 """
 
 import json
@@ -54,7 +55,9 @@ def run() -> dict:
 
     model.compute = counting
     taken_before = taken[0]
+    repeat_before = torch.cuda.memory_allocated()
     ys, repeat_ns = timed(lambda: [x + x for _ in range(10)])
+    repeat_added = torch.cuda.memory_allocated() - repeat_before  # the ten outputs are alive
     repeat_taken = taken[0] - taken_before
     model.compute = compute
     return {
@@ -72,6 +75,7 @@ def run() -> dict:
         "repeat_ns": repeat_ns,
         "repeat_computed": computed[0],
         "repeat_taken": repeat_taken,
+        "repeat_added_bytes": repeat_added,
         "repeat_out": sorted({(str(y.device), str(y.dtype), tuple(y.shape)) for y in ys}),
         "repeat_value": float(ys[-1][0].item()),
     }
