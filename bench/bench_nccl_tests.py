@@ -39,23 +39,43 @@ def _engine(network: str, topo: Topology) -> NetworkSimulator:
     return make_engine(EngineSpec(network=network), topo)
 
 
-def bus_bandwidth(coll: Collective, topo: Topology, opts: AlgoOptions, network: str) -> tuple[float, dict[str, Any]]:
-    """Bus bandwidth (GB/s) of one collective alone on an idle network, and NCCL's choice."""
-    dag = decompose(coll, topo, opts)
+def test_calls(kind: str, ranks: tuple[int, ...], nbytes: int) -> list[Collective]:
+    """The collectives of one nccl-tests call: sendrecv on n > 2 ranks is n sends r -> r+1 in one group on the
+    test's communicator (as sendrecv_perf runs it); any other test is one collective over `ranks`."""
+    n = len(ranks)
+    if kind != "send_recv" or n <= 2:
+        return [Collective(kind, ranks, nbytes, "fp32")]
+    pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)]
+    return [Collective("send_recv", pair, nbytes, "fp32", None, ranks) for pair in pairs]
+
+
+def bus_bandwidth(
+    calls: list[Collective], topo: Topology, opts: AlgoOptions, network: str
+) -> tuple[float, dict[str, Any]]:
+    """Bus bandwidth (GB/s) of one nccl-tests call (its collectives at once) alone on an idle network, and NCCL's
+    choice for the first."""
+    flows: list[Any] = []
+    choice: dict[str, Any] | None = None
+    next_id = 0
+    for c in calls:
+        dag = decompose(c, topo, opts, first_flow_id=next_id)
+        flows.extend(dag.flows)
+        next_id, choice = dag.next_id, choice or dag.choice
     engine = _engine(network, topo)
     try:
-        engine.submit(dag.flows, at=0)
+        engine.submit(flows, at=0)
         t = max(c.end_ns for c in engine.drain())
     finally:
         engine.close()
-    return coll.nbytes / t * coll.busbw_factor(), dag.choice or {}
+    return calls[0].nbytes / t * calls[0].busbw_factor(), choice or {}
 
 
 def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, Any]]:
     """Bus bandwidth (GB/s) of one size of `table` on its machine, as nccl-tests' timed loop of 20 calls sees it
     (one host thread launching its -g GPUs' calls), and NCCL's choice."""
-    coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
-    bus, choice = bus_bandwidth(coll, machine(table), AlgoOptions(nccl_env=nccl_env(table.env)), network)
+    calls = test_calls(table.kind, tuple(range(table.gpus)), size)
+    coll = calls[0]
+    bus, choice = bus_bandwidth(calls, machine(table), AlgoOptions(nccl_env=nccl_env(table.env)), network)
     gpu_ns = round(coll.nbytes / bus * coll.busbw_factor())
     loop = launch_bound([gpu_ns] * 20, round(HOST_LAUNCH_US * 1000 * table.gpus_per_thread))
     return coll.nbytes / statistics.mean(loop) * coll.busbw_factor(), choice
@@ -84,7 +104,7 @@ def curves(network: str) -> None:
             cells = []
             for size in sizes:
                 coll = Collective(kind, tuple(range(topo.num_ranks)), size, "fp32")
-                bus, choice = bus_bandwidth(coll, topo, AlgoOptions(nccl_env=env), network)
+                bus, choice = bus_bandwidth([coll], topo, AlgoOptions(nccl_env=env), network)
                 what = f"{choice.get('algorithm', '')[:4]}/{choice.get('protocol', '')[:3]}"
                 cells.append(f"{bus:7.1f} {what}")
             print(f"{name:<16}" + "".join(f"{c:>17}" for c in cells))

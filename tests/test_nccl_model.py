@@ -419,16 +419,42 @@ def test_replay_and_graph_records_carry_nccls_choice():
 
 def test_a_transfer_over_several_channels_shares_one_peer_share():
     """send/recv between two H100s: NCCL stripes it over 16 channels (queue pairs) up to 16 MiB a part, doubling
-    past that up to 32 (2 per NVLink, pow2, at most the 32 p2p channels); a channel moves half an NVLink (10.3
-    GB/s), and all together at most the GPU's 370.8 GB/s, not that once per channel."""
+    past that up to 32 (2 per NVLink, pow2, at most the 32 p2p channels); a send/recv's channel moves one NVLink
+    (20.6 GB/s), and all together at most the GPU's 370.8 GB/s, not that once per channel."""
     topo = dgx_host(gpu="h100")
     dag = decompose(Collective("send_recv", (0, 1), 64 * MiB, "uint8"), topo, opts())
     assert dag.choice["channels"] == 16 and len(dag.flows) == 16
-    assert sum(f.rate_bps for f in dag.flows) == pytest.approx(16 * 10.3 * 8e9, rel=1e-6)
+    assert sum(f.rate_bps for f in dag.flows) == pytest.approx(16 * 20.6 * 8e9, rel=1e-6)
     big = decompose(Collective("send_recv", (0, 1), 1024 * MiB, "uint8"), topo, opts())
     assert big.choice["channels"] == 32
-    assert sum(f.rate_bps for f in big.flows) == pytest.approx(32 * 10.3 * 8e9, rel=1e-6)
-    assert 32 * 10.3 < H100_NVL  # NCCL's 32 channels do not fill the GPU's NVLink by its own sizing
+    assert sum(f.rate_bps for f in big.flows) == pytest.approx(H100_NVL * 8e9, rel=1e-6)
+    assert 32 * 20.6 > H100_NVL  # 32 channels would move more than the GPU's NVLink
+
+
+# sendrecv_perf on one H100 host, NCCL 2.29.2 (tests/data/nccl_tests/h100_{8gpu,4gpu_...}_sendrecv_xxrjuncluster01.csv):
+# (ranks, size) -> published busbw (GB/s).
+PUBLISHED_SENDRECV = {(8, 32 * MiB): 79.48, (8, 64 * MiB): 81.82, (8, 128 * MiB): 162.54, (4, 64 * MiB): 157.35,
+                      (4, 128 * MiB): 162.84, (8, 16384 * MiB): 367.25}  # fmt: skip
+
+
+@pytest.mark.parametrize(("ranks", "size"), sorted(PUBLISHED_SENDRECV))
+def test_a_grouped_send_on_the_hosts_communicator_moves_one_nvlink_per_channel(ranks: int, size: int):
+    """sendrecv_perf on n ranks of an H100 host: rank r sends to r+1 in one group on the n-rank communicator.
+    NCCL's nChannelsMin per peer is its 32 p2p channels halved while n peers would need more (8 ranks: 4, 4 ranks:
+    8), doubled while a part exceeds 16 MiB (8 ranks at 128 MiB: 8), and one channel moves one NVLink (20.6 GB/s):
+    channels x 20.6, at most the GPU's 370.8, is the published rate within the goal (10% from 64 MiB, 15% below)."""
+    topo = dgx_host(ranks, gpu="h100")
+    comm = tuple(range(ranks))
+    c = choose(Collective("send_recv", (0, 1), size, "fp32", None, comm), topo, opts())
+    least = 32
+    while least * ranks > 32:
+        least //= 2
+    part_channels = max(least, math.ceil(size / (16 * MiB)))  # pow2 sizes: doubling until a part is 16 MiB
+    assert c.channels == min(32, part_channels)
+    rate = min(c.channels * 20.6, H100_NVL)
+    assert c.algbw == pytest.approx(rate, rel=1e-6)
+    goal = 0.10 if size >= 64 * MiB else 0.15
+    assert abs(rate - PUBLISHED_SENDRECV[ranks, size]) / PUBLISHED_SENDRECV[ranks, size] < goal
 
 
 def test_across_nodes_each_remote_send_and_receive_costs_the_proxy_its_net_overhead():

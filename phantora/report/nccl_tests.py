@@ -293,14 +293,17 @@ def build_iteration(
     tag: str,
     sent: MessageCounters | None = None,
 ) -> Iteration:
-    """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once
-    (n send_recv collectives, one per pair, each on its pair's own communicator: NCCL runs them in one group on the
-    test's, not modelled here yet, see docs/collectives.md "Connections"); the others: one collective over
-    `ranks`. `sent`: the run's network connections' message counters (None: this call's alone)."""
+    """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once,
+    in one NCCL group on the test's communicator (n send_recv collectives, one per pair, on `ranks`' p2p channels
+    and connections); the others: one collective over `ranks`. `sent`: the run's network connections' message
+    counters (None: this call's alone)."""
     n = len(ranks)
     if spec.kind == "send_recv":
         pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
-        colls = [(Collective("send_recv", pair, nbytes, dtype), f"{tag}/r{i}") for i, pair in enumerate(pairs)]
+        comm = tuple(ranks)
+        colls = [
+            (Collective("send_recv", pair, nbytes, dtype, None, comm), f"{tag}/r{i}") for i, pair in enumerate(pairs)
+        ]
     else:
         coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None)
         colls = [(coll, tag)]

@@ -8,9 +8,9 @@ NCCL has no cost model for p2p (its tuner covers the five collectives), so this 
   nodes, NCCL's network overhead per operation (1 µs, 2 on AMD hosts, x3 for Simple) for each send and receive
   with a peer on another node: one proxy thread per GPU posts them one after another;
 - throughput inside a node: the GPU's NVLink (or PCIe) bandwidth in NCCL's units, shared by the peers it sends to
-  at once, halved by LL's flags, and at most half an NVLink per channel at work: NCCL sizes a peer's channels at
-  two per NVLink (`p2pnChannelsPerPeer`, then pow2 and at most the p2p channels), and stripes a transfer over more
-  of them as it grows (`addP2pToPlan`); across nodes the network alone decides.
+  at once, halved by LL's flags, and bounded by the channels at work (`addP2pToPlan` stripes a transfer over more
+  of them as it grows): a send/recv's channel moves at most one NVLink (NCCL's per-link rate), an all-to-all's
+  half of one (both measured: tests/data/nccl_tests, docs/collectives.md); across nodes the network alone decides.
 """
 
 from __future__ import annotations
@@ -26,9 +26,13 @@ from phantora.collectives.spec import Collective
 P2P_NVLINK_PEER = 32  # per-peer channel need over an NVSwitch: 2 x 18 links, power of two, at most p2pnChannels
 P2P_PER_CHANNEL_NET_BW = 14.0  # GB/s one p2p channel moves over the network (NCCL_P2P_PER_CHANNEL_NET_BW)
 P2P_PEERS_PER_ROUND = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
-# NCCL sizes a peer's p2p channels at two per NVLink of the path (paths.cc `ncclTopoGetNchannels`: 2 x path bw /
-# link bw): a channel is meant to move half a link, so a transfer striped over few channels is bound by them.
-P2P_CHANNELS_PER_NVLINK = 2
+# NVLinks (at NCCL's per-link rate) one p2p channel moves inside a host. A send/recv's channel (one CTA, its warps
+# split between one send and one receive) moves one: H100 sendrecv_perf on 8 and 4 ranks runs 4 and 8 channels a
+# peer at 79.5 and 149-157 GB/s, 8 at 162.5, i.e. 19.9-20.3 GB/s a channel against 20.6 a link. When a GPU sends
+# to all its peers at once (all-to-all, 28 channels busy on 8 H100s) the same host measures about half a link per
+# channel (302 GB/s busbw on 4 channels a peer at 256 MiB), the rate NCCL's sizing of two channels per NVLink
+# implies (paths.cc `ncclTopoGetNchannels`). Sources: tests/data/nccl_tests/SOURCES.md.
+P2P_LINKS_PER_CHANNEL = {"send_recv": 1.0, "all_to_all": 0.5}
 
 
 def _pow2_up(n: int) -> int:
@@ -97,8 +101,9 @@ def p2p_choice(
         lat += 2 * remote * net_overhead_us(p, st) * (3 if protocol == "Simple" else 1)
     local_peers = min(peers, p.ppn - 1)
     bw = p.gpu_intra_bw
-    if intra and p.intra == "nvlink":  # the channels at work: nch per peer, each half an NVLink (NCCL's sizing)
-        bw = min(bw, nch * max(1, local_peers) * T.NVLINK_BW_PER_LINK[p.arch] / P2P_CHANNELS_PER_NVLINK)
+    if intra and p.intra == "nvlink":  # the channels at work: nch per peer, each one or half an NVLink (measured)
+        per_channel = T.NVLINK_BW_PER_LINK[p.arch] * P2P_LINKS_PER_CHANNEL[coll.kind]
+        bw = min(bw, nch * max(1, local_peers) * per_channel)
     if protocol == "LL":
         bw = min(bw * 0.5, T.LL_MAX_BW[p.arch][0])
     elif protocol == "LL128":
