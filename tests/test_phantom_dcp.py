@@ -108,3 +108,49 @@ def test_deduplicated_ranks_each_charged_their_sixteenth(tmp_path: Path) -> None
         assert all(lines[line]["storage_bytes"] == nbytes for lines in steps.values())
         assert all(nbytes <= ns <= 8 * nbytes + 8 for ns in got), got
         assert 8 * nbytes - 20_000 <= max(got) <= 8 * nbytes + 8, got  # the ranks start within 20 us
+
+
+def _exchanges(trace: Path, rank: int) -> list[tuple[str, int]]:
+    """The trace's collectives of `rank` other than FSDP2's (all-gathers and reduce-scatters of the 4 MiB weight)."""
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    out = []
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("pid") == rank and e.get("ph") == "X" and "#" in name and e["args"].get("bytes", 0) < 1 << 20:
+            out.append((name.split("#")[0], int(e["args"]["bytes"])))
+    return out
+
+
+def test_the_plan_exchanges_are_charged_with_the_pickled_objects(phantom: tuple) -> None:
+    """DCP's object collectives carry their values (runtime/object_values.py) and are charged torch's bytes: a
+    save gathers the local plans to rank 0 and scatters them back (sizes: 8 B a rank), gathers the write results
+    and broadcasts the global metadata, whose bytes are its pickle's length (closed form:
+    len(pickle.dumps(the .metadata read back))); a load gathers and scatters its plans and all-gathers DCP's
+    "read" step's None (2 x len(pickle.dumps(None)) = 8 B)."""
+    import pickle
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    ckpt, _, _ = phantom
+    trace = ckpt.parent / "out-phantom" / "trace.json"
+    for rank in (0, 1):
+        got = _exchanges(trace, rank)
+        saves = [i for i, (kind, _) in enumerate(got) if kind == "barrier"]
+        assert len(saves) == 2  # the model's and the optimizer's save (each ends with DCP's barrier)
+        for end, folder in zip(saves, (ckpt, ckpt.parent / "ckpt-optim"), strict=True):
+            plan = got[end - 5 : end]
+            assert [k for k, _ in plan] == ["all_gather", "gather", "broadcast", "scatter", "scatter"]
+            assert plan[0][1] == 2 * 8 and plan[2][1] == 8 and plan[4][1] == 2 * 8
+            assert plan[1][1] == plan[3][1] > 2 * 100  # each rank's plan, gathered then scattered (padded alike)
+            write = got[end + 1 : end + 5]
+            assert [k for k, _ in write] == ["all_gather", "gather", "broadcast", "broadcast"]
+            assert write[3][1] == len(pickle.dumps(FileSystemReader(str(folder)).read_metadata()))
+        load = got[saves[1] + 5 :]
+        for start in (0, 7):  # the two loads: plan gathered and scattered, then the "read" all-gather
+            assert [k for k, _ in load[start : start + 7]] == ["all_gather", "gather", "broadcast", "scatter"] + [
+                "scatter",
+                "all_gather",
+                "all_gather",
+            ]
+            assert load[start + 6][1] == 2 * len(pickle.dumps(None))

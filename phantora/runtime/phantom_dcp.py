@@ -1,19 +1,22 @@
 """torch.distributed.checkpoint (DCP) in phantom mode: each rank saves and loads its own part, unchanged programs.
 
-Real DCP makes its ranks agree on a plan by exchanging pickled objects (gather, scatter, broadcast). Phantom ranks
-carry no data in their collectives (they are timed, not carried), and deduplicated ones are not all processes.
-So in phantom mode, for a multi-rank run:
+Real DCP makes its ranks agree on a plan by exchanging pickled objects (gather, scatter, broadcast); in phantom mode
+those carry their values through the value channel (`object_values`), timed as any collective of their size.
+Deduplicated ranks are not all processes (a mirror's plan would be its live rank's), so a save does not plan
+across ranks. In phantom mode, for a multi-rank run:
 - `dcp.save` / `save_state_dict` run as `dcp.save(..., use_collectives=False)`, torch's own format for a checkpoint
   written without rank coordination: each rank plans alone and writes its data files (`__{rank}_N.distcp`; phantom
-  tensors as data-less meta records, `_HostRecord`) and its own metadata (`__{rank}.metadata`); after DCP's
-  barrier the coordinator merges those into the global `.metadata` a coordinated save writes (programs look for
-  it: torchtitan finds its checkpoints by it), then a second barrier (a FileSystemWriter only);
-- `dcp.load` reads the global `.metadata` (phantom or real mode wrote it) or else the rank's own; DCP's object
-  exchanges run locally (`_LocalDistWrapper`): a load plan depends only on the rank's state dict and the
-  metadata (the default load planner's global step changes nothing);
+  tensors as data-less meta records, `_HostRecord`) and its own metadata (`__{rank}.metadata`); around that, the
+  exchanges of a coordinated save run with the real objects: each rank's local plan gathered to the coordinator and
+  scattered back (as soon as it is made), then after the writes each rank's write results gathered, the
+  coordinator's merge of the ranks' metadata into the global `.metadata` a coordinated save writes (programs look
+  for it: torchtitan finds its checkpoints by it) and its broadcast (a FileSystemWriter only);
+- `dcp.load` reads the global `.metadata` (phantom or real mode wrote it) or else the rank's own, and runs DCP's own
+  plan exchange (the default load planner's global step changes no plan);
 - `dcp.async_save` is refused in one line (its background save is not modelled).
 What real DCP does that this does not: it writes a replicated item once, on one rank (the storage model charges
-its bytes over the ranks holding it: storage.py), and its plan exchange (a few small collectives) is not charged.
+its bytes over the ranks holding it: storage.py), and it scatters the coordinator's final plans, where this
+scatters the ranks' local plans (the same items; the final ones add storage names).
 """
 
 from __future__ import annotations
@@ -91,9 +94,53 @@ def _write_global_metadata(path: str, world: int) -> None:
         os.remove(reader._get_metadata_path(r))
 
 
+def _on_instance(obj: Any, name: str, method: Callable[..., Any]) -> Callable[[], None]:
+    """Set `obj.name` to `method` for one call of DCP; returns the undo (what the instance had, back)."""
+    had = vars(obj).get(name, _MARK) if hasattr(obj, "__dict__") else _MARK
+    setattr(obj, name, method)
+
+    def undo() -> None:
+        if had is _MARK:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, had)
+
+    return undo
+
+
+def _plan_exchanged(writer: Any, group: Any, coordinator: int) -> Callable[[], None]:
+    """Make `writer.prepare_local_plan` also run a coordinated save's plan exchange with the real local plan
+    (gathered to the coordinator, scattered back); returns the undo."""
+    original = writer.prepare_local_plan
+
+    def prepare_local_plan(plan: Any) -> Any:
+        local = original(plan)
+        world, me = dist.get_world_size(group), dist.get_rank(group)
+        gathered: list[Any] | None = [None] * world if me == coordinator else None
+        dist.gather_object(local, gathered, group=group, group_dst=coordinator)
+        back: list[Any] = [None]
+        dist.scatter_object_list(back, gathered, group=group, group_src=coordinator)
+        return local
+
+    return _on_instance(writer, "prepare_local_plan", prepare_local_plan)
+
+
+def _written(writer: Any) -> tuple[list[Any], Callable[[], None]]:
+    """Record the write results of `writer.write_data` (filled once its future is done); returns them and the undo."""
+    original, results = writer.write_data, []
+
+    def write_data(plan: Any, planner: Any) -> Any:
+        future = original(plan, planner)
+        future.then(lambda f: results.extend(f.value()))
+        return future
+
+    return results, _on_instance(writer, "write_data", write_data)
+
+
 def _without_coordination(original: Callable[..., Any]) -> Callable[..., Any]:
-    """`_save_state_dict` saving each rank's part with its own metadata (use_collectives=False), which the
-    coordinator then merges into the global metadata, before a barrier."""
+    """`_save_state_dict` saving each rank's part with its own metadata (use_collectives=False), with a coordinated
+    save's exchanges of the real plan and write results; the coordinator then merges the ranks' metadata into the
+    global metadata and broadcasts it (see the module doc)."""
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
     signature = inspect.signature(original)
@@ -106,16 +153,34 @@ def _without_coordination(original: Callable[..., Any]) -> Callable[..., Any]:
         if not _distributed(bool(given["no_dist"])):
             return original(*args, **kwargs)
         given["use_collectives"] = False
-        out = original(**given)  # ends with a barrier: every rank's files are written
-        group, writer = given["process_group"], given["storage_writer"]
+        group, writer, coordinator = given["process_group"], given["storage_writer"], given["coordinator_rank"]
+        undo_plan = _plan_exchanged(writer, group, coordinator)
+        results, undo_written = _written(writer)
+        try:
+            out = original(**given)  # ends with a barrier: every rank's files are written
+        finally:
+            undo_plan()
+            undo_written()
+        me = dist.get_rank(group)
+        gathered: list[Any] | None = [None] * dist.get_world_size(group) if me == coordinator else None
+        dist.gather_object(results, gathered, group=group, group_dst=coordinator)
         if isinstance(writer, FileSystemWriter):
-            if dist.get_rank(group) == given["coordinator_rank"]:
+            if me == coordinator:
                 _write_global_metadata(str(writer.path), dist.get_world_size(group))
-            dist.barrier(group=group)
+            merged = [_global_metadata(str(writer.path)) if me == coordinator else None]
+            dist.broadcast_object_list(merged, group=group, group_src=coordinator)
         return out
 
     setattr(call, _MARK, True)
     return call
+
+
+def _global_metadata(path: str) -> Any:
+    """The global `.metadata` in checkpoint folder `path`, or None without one."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    reader = FileSystemReader(path)
+    return reader.read_metadata() if os.path.exists(reader._get_metadata_path()) else None
 
 
 def _refusing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -180,43 +245,12 @@ def _host_records(original: Callable[..., Any]) -> Callable[..., Any]:
     return resolve_data
 
 
-def _local_wrapper(base: type) -> type:
-    """A subclass of DCP's `_DistWrapper` whose plan exchanges run on this rank alone (see the module doc)."""
-
-    class _LocalDistWrapper(base):  # type: ignore[valid-type,misc]
-        def reduce_scatter(self, step: str, map_fun: Callable[[], Any], reduce_fun: Callable[[list[Any]], Any]) -> Any:
-            if not self.use_dist:
-                return super().reduce_scatter(step, map_fun, reduce_fun)
-            return reduce_fun([map_fun()])[0]
-
-        def all_gather(self, step: str, map_fun: Callable[[], Any]) -> list[Any]:
-            if not self.use_dist:
-                return super().all_gather(step, map_fun)  # type: ignore[no-any-return]
-            return [map_fun()]
-
-        def all_reduce(self, step: str, map_fun: Callable[[], Any], reduce_fun: Callable[[list[Any]], Any]) -> Any:
-            if not self.use_dist:
-                return super().all_reduce(step, map_fun, reduce_fun)
-            raise _refuse(f"all_reduce (step {step!r})")
-
-        def broadcast(self, step: str, map_fun: Callable[[], Any]) -> Any:
-            if not self.use_dist:
-                return super().broadcast(step, map_fun)
-            raise _refuse(f"broadcast (step {step!r})")
-
-    _LocalDistWrapper.__name__ = "_LocalDistWrapper"
-    setattr(_LocalDistWrapper, _MARK, True)
-    return _LocalDistWrapper
-
-
 def _patch(package: ModuleType) -> None:
-    from torch.distributed.checkpoint import default_planner, filesystem, state_dict_loader, state_dict_saver
+    from torch.distributed.checkpoint import default_planner, filesystem, state_dict_saver
 
     if getattr(state_dict_saver._save_state_dict, _MARK, False):
         return
     state_dict_saver._save_state_dict = _without_coordination(state_dict_saver._save_state_dict)
-    wrapper = _local_wrapper(state_dict_loader._DistWrapper)
-    state_dict_loader._DistWrapper = wrapper  # type: ignore[misc,assignment]
     planner = default_planner.DefaultSavePlanner
     planner.resolve_data = _host_records(planner.resolve_data)  # type: ignore[method-assign]
     filesystem.FileSystemReader.read_metadata = _own_metadata(filesystem.FileSystemReader.read_metadata)  # type: ignore[method-assign]
