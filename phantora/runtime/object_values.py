@@ -224,6 +224,28 @@ def recv_object_list(
     return members[peer]
 
 
+def send_tensor_value(tensor: torch.Tensor, dst: int, group: Any = None) -> None:
+    """`dist.send(tensor, dst)` (global `dst`) whose values travel too: a small tensor with real data (a vote, a
+    count) posted to the value channel, then sent as any tensor (its time)."""
+    pair = (dist.get_rank(), int(dst))
+    data = msgpack.packb(tensor.detach().cpu().reshape(-1).tolist(), use_bin_type=True)
+    _client().post_value(group=pair, key=_next_key(pair), data=data, reads=False)
+    dist.send(tensor, dst=dst, group=group)
+
+
+def recv_tensor_value(like: torch.Tensor, src: int, group: Any = None) -> torch.Tensor:
+    """The tensor `send_tensor_value` sent from global rank `src`: received as `like` (its time), its values from the
+    value channel, on `like`'s device with `like`'s shape and dtype."""
+    pair = (int(src), dist.get_rank())
+    key = _next_key(pair)
+    dist.recv(like, src=src, group=group)
+    data = _take(pair, key)[0]
+    if data is None:
+        raise NotSimulatedError(f"a tensor value from rank {src}: the sender posted none")
+    host = torch.tensor(msgpack.unpackb(data, raw=False), dtype=like.dtype, device="cpu").reshape(like.shape)
+    return host.to(like.device)
+
+
 _HELPERS: dict[str, Callable[..., Any]] = {
     "all_gather_object": all_gather_object,
     "gather_object": gather_object,

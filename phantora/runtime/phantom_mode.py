@@ -73,9 +73,10 @@ def enable() -> None:
     _ddp_on_meta()
     _tolist_on_meta()
     _masked_softmax_on_meta()
-    from phantora.runtime import object_values, phantom_dcp
+    from phantora.runtime import object_values, phantom_dcp, phantom_pipelining
 
     object_values.enable()  # torch's object collectives carry real values (the value channel)
+    phantom_pipelining.enable()  # and a pipeline schedule's warm-up vote
     phantom_dcp.enable()
 
 
