@@ -76,6 +76,7 @@ class RankClient:
         if welcome["world"] != world:
             raise BridgeError(f"rank {rank}: the coordinator runs {welcome['world']} ranks, this rank was told {world}")
         self.window_ns: int = welcome["window_ns"]
+        self.live: int = int(welcome["info"].get("live") or world)  # rank deduplication: live rank processes
         self._lease = welcome["lease"]
 
     @classmethod

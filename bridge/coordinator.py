@@ -186,6 +186,8 @@ class Coordinator:
             self.reject(ident, E_AUTH, f"unknown role {role!r}")
             return
         lease = window if window else INF_NS
+        if role == "rank":
+            info = {**info, "live": live}  # rank deduplication: the live ranks standing for the world
         self.sock.send_multipart(
             [ident, encode("welcome", 0, role="coordinator", world=world, window_ns=window, lease=lease, info=info)]
         )

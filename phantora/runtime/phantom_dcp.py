@@ -3,7 +3,8 @@
 Real DCP makes its ranks agree on a plan by exchanging pickled objects (gather, scatter, broadcast); in phantom mode
 those carry their values through the value channel (`object_values`), timed as any collective of their size.
 Deduplicated ranks are not all processes (a mirror's plan would be its live rank's), so a save does not plan
-across ranks. In phantom mode, for a multi-rank run:
+across ranks, and a deduplicated run (`deduplicated`) exchanges nothing: its gathers would pair a live rank with
+its own mirror, which the network cannot run. In phantom mode, for a multi-rank run:
 - `dcp.save` / `save_state_dict` run as `dcp.save(..., use_collectives=False)`, torch's own format for a checkpoint
   written without rank coordination: each rank plans alone and writes its data files (`__{rank}_N.distcp`; phantom
   tensors as data-less meta records, `_HostRecord`) and its own metadata (`__{rank}.metadata`); around that, the
@@ -40,6 +41,17 @@ _MARK = "_phantora_phantom_dcp"
 
 def _distributed(no_dist: bool = False) -> bool:
     return not no_dist and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def deduplicated() -> bool:
+    """A run whose ranks are not all processes (rank deduplication): DCP's gathers and scatters would pair a live
+    rank with its own mirror, which the network cannot run, so its ranks plan alone and exchange nothing."""
+    from phantora.runtime import session
+
+    s = session.current()
+    client = getattr(s, "client", None)
+    live, world = getattr(client, "live", None), getattr(client, "world", None)
+    return isinstance(live, int) and isinstance(world, int) and live < world
 
 
 def _refuse(
@@ -154,6 +166,8 @@ def _without_coordination(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(*args, **kwargs)
         given["use_collectives"] = False
         group, writer, coordinator = given["process_group"], given["storage_writer"], given["coordinator_rank"]
+        if deduplicated():
+            return _alone(original, given, group, writer, coordinator)
         undo_plan = _plan_exchanged(writer, group, coordinator)
         results, undo_written = _written(writer)
         try:
@@ -173,6 +187,18 @@ def _without_coordination(original: Callable[..., Any]) -> Callable[..., Any]:
 
     setattr(call, _MARK, True)
     return call
+
+
+def _alone(original: Callable[..., Any], given: dict[str, Any], group: Any, writer: Any, coordinator: int) -> Any:
+    """A deduplicated run's save: each rank's part, no exchanges; the coordinator merges the metadata, a barrier."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    out = original(**given)  # ends with a barrier: every rank's files are written
+    if isinstance(writer, FileSystemWriter):
+        if dist.get_rank(group) == coordinator:
+            _write_global_metadata(str(writer.path), dist.get_world_size(group))
+        dist.barrier(group=group)
+    return out
 
 
 def _global_metadata(path: str) -> Any:
@@ -245,12 +271,42 @@ def _host_records(original: Callable[..., Any]) -> Callable[..., Any]:
     return resolve_data
 
 
+def _local_wrapper(base: type) -> type:
+    """DCP's `_DistWrapper`, whose plan exchanges run on the rank alone in a deduplicated run (`deduplicated`)."""
+
+    class _LocalDistWrapper(base):  # type: ignore[valid-type,misc]
+        def reduce_scatter(self, step: str, map_fun: Callable[[], Any], reduce_fun: Callable[[list[Any]], Any]) -> Any:
+            if not self.use_dist or not deduplicated():
+                return super().reduce_scatter(step, map_fun, reduce_fun)
+            return reduce_fun([map_fun()])[0]
+
+        def all_gather(self, step: str, map_fun: Callable[[], Any]) -> list[Any]:
+            if not self.use_dist or not deduplicated():
+                return super().all_gather(step, map_fun)  # type: ignore[no-any-return]
+            return [map_fun()]
+
+        def all_reduce(self, step: str, map_fun: Callable[[], Any], reduce_fun: Callable[[list[Any]], Any]) -> Any:
+            if not self.use_dist or not deduplicated():
+                return super().all_reduce(step, map_fun, reduce_fun)
+            raise _refuse(f"all_reduce (step {step!r}) with rank deduplication", "mirrored ranks plan with no process")
+
+        def broadcast(self, step: str, map_fun: Callable[[], Any]) -> Any:
+            if not self.use_dist or not deduplicated():
+                return super().broadcast(step, map_fun)
+            raise _refuse(f"broadcast (step {step!r}) with rank deduplication", "mirrored ranks plan with no process")
+
+    _LocalDistWrapper.__name__ = "_LocalDistWrapper"
+    setattr(_LocalDistWrapper, _MARK, True)
+    return _LocalDistWrapper
+
+
 def _patch(package: ModuleType) -> None:
-    from torch.distributed.checkpoint import default_planner, filesystem, state_dict_saver
+    from torch.distributed.checkpoint import default_planner, filesystem, state_dict_loader, state_dict_saver
 
     if getattr(state_dict_saver._save_state_dict, _MARK, False):
         return
     state_dict_saver._save_state_dict = _without_coordination(state_dict_saver._save_state_dict)
+    state_dict_loader._DistWrapper = _local_wrapper(state_dict_loader._DistWrapper)  # type: ignore[misc,assignment]
     planner = default_planner.DefaultSavePlanner
     planner.resolve_data = _host_records(planner.resolve_data)  # type: ignore[method-assign]
     filesystem.FileSystemReader.read_metadata = _own_metadata(filesystem.FileSystemReader.read_metadata)  # type: ignore[method-assign]
