@@ -133,6 +133,28 @@ def test_llama3_debugmodel_with_tensor_parallelism_in_phantom_mode(workdir: Path
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["1F1B", "Interleaved1F1B"])
+def test_llama3_debugmodel_with_pipelines_in_phantom_mode(workdir: Path, tmp_path: Path, schedule: str) -> None:
+    """`--parallelism.pipeline_parallel_degree 2` on 4 GPUs (FSDP 2 x PP 2), the config's sequence and batch, phantom
+    mode: torch's warm-up vote (int32 sends) and its stage metadata (`send_object_list`) carry their values
+    (runtime/phantom_pipelining.py, runtime/object_values.py), and the vote's 4-byte sends are in the trace.
+    torchtitan's tokens/s is 8 x 2048 / (step x 2) (the PP degree)."""
+    args = [*BASE, *TORCH_2_13, "--training.steps", "4", "--parallelism.pipeline_parallel_degree", "2"]
+    args += ["--parallelism.pipeline_parallel_schedule", schedule]
+    run = run_program(workdir, TRAIN, args, tmp_path / "out", 4, ("--phantom",))
+    assert run.returncode == 0, run.output[-3000:]
+    assert f"Using pipeline schedule {schedule}" in run.log(0)
+    logged = titan_steps(run)
+    assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
+    for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
+        assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9) / 2, rel=0.01)
+    events = json.loads((tmp_path / "out" / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    sends = [e["args"]["bytes"] for e in events if e.get("pid") == 0 and str(e.get("name", "")).startswith("send#")]
+    assert sends[0] == 4  # the vote: one int32
+
+
+@pytest.mark.slow
 def test_llama3_debugmodel_with_context_parallelism(workdir: Path, tmp_path: Path) -> None:
     """`--parallelism.context_parallel_degree 2` on 2 GPUs, real mode, sequence 256, batch 2: torch's context
     parallelism (FlexAttention with a block mask, the keys and values all-gathered) runs; the loss falls, and
