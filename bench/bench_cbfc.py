@@ -1,0 +1,92 @@
+"""Credit-based flow control (`--set cbfc=true`): the figures docs/packet-model.md quotes, printed by a command.
+
+One flow through one switch at 100 Gb/s with 1 us links: the bytes per ns its host puts on the uplink from 0.5 to
+1.5 ms, for k packets of credit against the closed form k P / T (T = P/R + F/R + 2d, the credit loop), and for the
+default credit against R. Then an 8-to-1 incast of 2 MB flows with PFC off into a 300 KB buffer, without credits,
+with the default credit and with 4 packets: drops, timeouts, the last completion over the receiver's line-rate
+bound, and the largest buffer use. tests/test_packet_cbfc.py asserts the bounds; this prints the figures.
+
+    .venv/bin/python bench/bench_cbfc.py
+"""
+
+from __future__ import annotations
+
+from phantora.netsim.base import Flow
+from phantora.netsim.cli_config import packet_config_from_flags
+from phantora.netsim.packet import Ns3Simulator
+from phantora.topology.model import Topology
+
+R = 100 * 10**9
+US = 1000
+PACKET = 1000 + 48  # payload + header on the wire
+FRAME = 64  # a credit frame
+LINE = R / 8 / 10**9  # bytes per ns
+LOOP_NS = (PACKET + FRAME) / LINE + 2 * US
+
+
+def star(n: int) -> Topology:
+    """n hosts (0..n-1) on one switch at R, 1 us links."""
+    t = Topology(f"star{n}")
+    for _ in range(n):
+        t.add_node("host")
+    s = t.add_node("switch")
+    for i in range(n):
+        t.add_link(i, s, R, US)
+    return t.validate()
+
+
+def _count(stats: dict[str, object], name: str) -> int:
+    """An integer counter of the engine's stats (a clear error if it is missing or not a number)."""
+    value = stats.get(name)
+    if not isinstance(value, int | float):
+        raise KeyError(f"engine stats: {name!r} is {value!r}, not a count")
+    return int(value)
+
+
+def uplink_rate(sets: list[str], size: int = 20_000_000) -> float:
+    """Bytes per ns host 0 puts on its uplink from 0.5 to 1.5 ms (one flow host 0 -> host 1)."""
+    marks = []
+    with Ns3Simulator(star(2), packet_config_from_flags(sets=sets, queue_sample_ns=0)) as sim:
+        sim.submit([Flow(1, 0, 1, size)], at=0)
+        for t in (500 * US, 1500 * US):
+            sim.advance(t)
+            marks.append({(c.src, c.dst): c.bytes for c in sim.channel_usage()}[(0, 2)])
+        sim.drain()
+    return (marks[1] - marks[0]) / (1000 * US)
+
+
+def incast(sets: list[str], n: int = 8, size: int = 2_000_000) -> tuple[float, dict[str, object]]:
+    """n hosts send `size` each to host 0 (300 KB buffer): last completion over n x size x P / 1000 / R, stats."""
+    config = packet_config_from_flags(sets=[*sets, "buffer_bytes=300000"], queue_sample_ns=0)
+    with Ns3Simulator(star(n + 1), config) as sim:
+        sim.submit([Flow(i, i, 0, size) for i in range(1, n + 1)], at=0)
+        end = max(c.end_ns for c in sim.drain())
+        stats = sim.stats()
+    return end / (n * size * PACKET / 1000 / LINE), stats
+
+
+def main() -> None:
+    """Print the rate rows, then the incast rows."""
+    print(f"credit loop T = P/R + F/R + 2d = {LOOP_NS:,.2f} ns; uplink B/ns from 0.5 to 1.5 ms")
+    for k in (4, 8, 16, 26):
+        bound = min(LINE, k * PACKET / LOOP_NS)
+        rate = uplink_rate(["cbfc=true", f"cbfc_credit_bytes={k * PACKET}", "pfc=false"])
+        print(f"  {k:>2} packets: closed form {bound:.4f}, measured {rate:.4f} ({(rate / bound - 1) * 100:+.2f}%)")
+    rate = uplink_rate(["cbfc=true", "pfc=false"])
+    print(f"  default   : closed form {LINE:.4f}, measured {rate:.4f} ({(rate / LINE - 1) * 100:+.2f}%)")
+    print("8-to-1 incast of 2 MB, PFC off, 300 KB buffer")
+    for name, sets in (
+        ("no credits", ["pfc=false"]),
+        ("default credit", ["cbfc=true", "pfc=false"]),
+        ("4 packets", ["cbfc=true", f"cbfc_credit_bytes={4 * PACKET}", "pfc=false"]),
+    ):
+        ratio, st = incast(sets)
+        print(
+            f"  {name:<14} {_count(st, 'drops')} drops, {_count(st, 'timeouts')} timeouts, "
+            f"{_count(st, 'pfc_pause')} PFC pauses, {ratio:.4f} x the bound, "
+            f"buffer max {_count(st, 'max_switch_buffer_bytes')} B"
+        )
+
+
+if __name__ == "__main__":
+    main()
