@@ -38,19 +38,108 @@ bool PhantoraKeyedScheduler::Before(const Item& a, const Item& b) {
   return a.ev.key.m_uid < b.ev.key.m_uid;
 }
 
-void PhantoraKeyedScheduler::InsertKeyed(const Event& ev, const PhantoraOrderKey& key) { Push(Item{ev, key}); }
+void PhantoraKeyedScheduler::InsertKeyed(const Event& ev, const PhantoraOrderKey& key) { Add(Item{ev, key}); }
+
+void PhantoraKeyedScheduler::Add(const Item& item) {
+  const uint64_t ts = item.ev.key.m_ts;
+  if (ts < m_base || ts - m_base >= kSlots) {
+    Push(item);
+    return;
+  }
+  const uint64_t s = ts & (kSlots - 1);
+  Slot& slot = m_slots[s];
+  auto& v = slot.items;
+  if (slot.head == v.size() || Before(v.back(), item)) {
+    v.push_back(item);  // the usual case: scheduled now, after everything of this slot
+  } else {
+    auto pos = std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(slot.head), v.end(), item, Before);
+    v.insert(pos, item);
+  }
+  m_used[s / 64] |= uint64_t{1} << (s % 64);
+  ++m_inWheel;
+}
+
+uint64_t PhantoraKeyedScheduler::NextSlot() const {
+  if (m_inWheel == 0) {
+    return kSlots;
+  }
+  const uint64_t start = m_base & (kSlots - 1);
+  uint64_t w = start / 64;
+  uint64_t bits = m_used[w] & (~uint64_t{0} << (start % 64));
+  for (uint64_t i = 0; i <= kWords; ++i) {
+    if (bits) {
+      return w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits));
+    }
+    w = (w + 1) % kWords;
+    bits = m_used[w];
+  }
+  NS_FATAL_ERROR("PhantoraKeyedScheduler: events counted but no slot in use");
+  return kSlots;
+}
+
+bool PhantoraKeyedScheduler::WheelFirst(uint64_t s) const {
+  if (s == kSlots) {
+    return false;
+  }
+  return m_heap.empty() || Before(m_slots[s].items[m_slots[s].head], m_heap.front());
+}
+
+const PhantoraKeyedScheduler::Item& PhantoraKeyedScheduler::PeekItem() const {
+  const uint64_t s = NextSlot();
+  return WheelFirst(s) ? m_slots[s].items[m_slots[s].head] : m_heap.front();
+}
+
+PhantoraKeyedScheduler::Item PhantoraKeyedScheduler::Take() {
+  const uint64_t s = NextSlot();
+  if (!WheelFirst(s)) {
+    const Item item = Pop();
+    if (item.ev.key.m_ts > m_base && m_inWheel == 0) {
+      m_base = item.ev.key.m_ts;  // an empty wheel moves on to where the run is
+    }
+    return item;
+  }
+  Slot& slot = m_slots[s];
+  const Item item = slot.items[slot.head++];
+  if (slot.head == slot.items.size()) {
+    slot.items.clear();
+    slot.head = 0;
+    m_used[s / 64] &= ~(uint64_t{1} << (s % 64));
+  }
+  --m_inWheel;
+  m_base = item.ev.key.m_ts;  // everything left is at or after it
+  return item;
+}
 
 void PhantoraKeyedScheduler::Insert(const Event& ev) {
   NS_FATAL_ERROR("ns3::PhantoraKeyedScheduler orders events by a key only ns3::PhantoraSimulatorImpl computes: "
                  "set the fabric's attribute 'Simulator' to ns3::PhantoraSimulatorImpl");
 }
 
-Scheduler::Event PhantoraKeyedScheduler::RemoveNext() { return Pop().ev; }
+Scheduler::Event PhantoraKeyedScheduler::RemoveNext() { return Take().ev; }
 
 void PhantoraKeyedScheduler::Remove(const Event& ev) {
   const uint32_t uid = ev.key.m_uid;
+  const uint64_t ts = ev.key.m_ts;
+  if (ts >= m_base && ts - m_base < kSlots) {
+    const uint64_t s = ts & (kSlots - 1);
+    Slot& slot = m_slots[s];
+    for (std::size_t i = slot.head; i < slot.items.size(); ++i) {
+      if (slot.items[i].ev.key.m_uid == uid) {
+        slot.items.erase(slot.items.begin() + static_cast<std::ptrdiff_t>(i));
+        if (slot.head == slot.items.size()) {
+          slot.items.clear();
+          slot.head = 0;
+          m_used[s / 64] &= ~(uint64_t{1} << (s % 64));
+        }
+        --m_inWheel;
+        return;
+      }
+    }
+  }
   auto it = std::find_if(m_heap.begin(), m_heap.end(), [uid](const Item& i) { return i.ev.key.m_uid == uid; });
-  NS_ASSERT_MSG(it != m_heap.end(), "PhantoraKeyedScheduler::Remove: no event with uid " << uid);
+  if (it == m_heap.end()) {
+    NS_FATAL_ERROR("PhantoraKeyedScheduler::Remove: no event with uid " << uid);
+  }
   std::vector<Item> rest;  // rare (Simulator::Remove): rebuild without it
   rest.swap(m_heap);
   rest.erase(it);
@@ -62,15 +151,16 @@ void PhantoraKeyedScheduler::Remove(const Event& ev) {
 int64_t PhantoraKeyedScheduler::PeekNextLiveTs() {
   std::vector<Item> cancelled;
   int64_t ts = -1;
-  while (!m_heap.empty()) {
-    if (!m_heap.front().ev.impl->IsCancelled()) {
-      ts = static_cast<int64_t>(m_heap.front().ev.key.m_ts);
+  while (!IsEmpty()) {
+    const Item& next = PeekItem();
+    if (!next.ev.impl->IsCancelled()) {
+      ts = static_cast<int64_t>(next.ev.key.m_ts);
       break;
     }
-    cancelled.push_back(Pop());
+    cancelled.push_back(Take());
   }
   for (const Item& i : cancelled) {
-    Push(i);  // with its key: the order is unchanged
+    Add(i);  // with its key: the order is unchanged
   }
   return ts;
 }

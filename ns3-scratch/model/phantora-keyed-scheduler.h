@@ -4,6 +4,7 @@
 
 #include "ns3/scheduler.h"
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -26,7 +27,9 @@ struct PhantoraOrderKey {
 };
 
 /**
- * A 4-ary min-heap of events by (time, order key). It needs the key with every event:
+ * Events by (time, order key): the next 8,192 ns in a wheel of 1 ns slots, each slot in key order (a slot's new
+ * events almost always have the largest key: their scheduling time is now), the rest in a 4-ary heap, as
+ * PhantoraWheelScheduler does by uid. It needs the key with every event:
  * PhantoraSimulatorImpl computes it and calls InsertKeyed() directly. The Scheduler interface's Insert() has
  * no key and is refused (another simulator core, e.g. ns3::DefaultSimulatorImpl, cannot run this mode). The
  * uid still names an event (Remove, EventId) but no longer orders it; keys are unique by construction (one
@@ -40,12 +43,12 @@ class PhantoraKeyedScheduler final : public Scheduler {
   void InsertKeyed(const Event& ev, const PhantoraOrderKey& key);
   /// Refused: an event needs its order key (an NS_FATAL_ERROR naming the simulator core to use).
   void Insert(const Event& ev) override;
-  bool IsEmpty() const override { return m_heap.empty(); }
-  Event PeekNext() const override { return m_heap.front().ev; }
+  bool IsEmpty() const override { return m_inWheel == 0 && m_heap.empty(); }
+  Event PeekNext() const override { return PeekItem().ev; }
   Event RemoveNext() override;
   void Remove(const Event& ev) override;
   /// The key of the next event (the heap must not be empty).
-  const PhantoraOrderKey& PeekNextKey() const { return m_heap.front().key; }
+  const PhantoraOrderKey& PeekNextKey() const { return PeekItem().key; }
   /// Time step of the next event that is not cancelled, or -1 (the events' order is unchanged).
   int64_t PeekNextLiveTs();
 
@@ -54,11 +57,27 @@ class PhantoraKeyedScheduler final : public Scheduler {
     Event ev;
     PhantoraOrderKey key;
   };
-  static bool Before(const Item& a, const Item& b);
-  void Push(const Item& item);
-  Item Pop();
+  struct Slot {
+    std::vector<Item> items;  ///< in key order from `head` on
+    std::size_t head = 0;
+  };
+  static constexpr uint64_t kSlots = 8192;  ///< ns covered by the wheel (a power of 2)
+  static constexpr uint64_t kWords = kSlots / 64;
 
-  std::vector<Item> m_heap;
+  static bool Before(const Item& a, const Item& b);
+  void Add(const Item& item);  ///< into the wheel or the heap
+  Item Take();                 ///< the least item out
+  const Item& PeekItem() const;
+  uint64_t NextSlot() const;  ///< the first slot in use from m_base on (cyclically), kSlots if none
+  bool WheelFirst(uint64_t s) const;
+  void Push(const Item& item);  ///< into the heap
+  Item Pop();                   ///< the heap's least
+
+  std::vector<Slot> m_slots = std::vector<Slot>(kSlots);
+  std::array<uint64_t, kWords> m_used{};
+  uint64_t m_base = 0;  ///< the wheel holds times in [m_base, m_base + kSlots)
+  uint64_t m_inWheel = 0;
+  std::vector<Item> m_heap;  ///< events outside the wheel's window
 };
 
 }  // namespace ns3

@@ -15,6 +15,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -91,6 +92,79 @@ class KeyedHeapOrderTest : public TestCase {
     NS_TEST_ASSERT_MSG_EQ((Drain(specs, order) == want), true, "shuffled: the same order");
     std::reverse(order.begin(), order.end());
     NS_TEST_ASSERT_MSG_EQ((Drain(specs, order) == want), true, "reversed: the same order");
+  }
+};
+
+/// Inserts and removals interleaved as a run does them (now + a delay: mostly within the wheel's 8,192 ns, some
+/// far past it), a few events lifted and put back, some removed by uid: every event leaves as the least of those
+/// still queued by (time, full key), checked against an ordered set of the queued ones.
+class KeyedWheelOrderTest : public TestCase {
+ public:
+  KeyedWheelOrderTest() : TestCase("keyed scheduler: near, far and put-back events leave in (time, key) order") {}
+
+ private:
+  using Entry = std::tuple<uint64_t, uint64_t, uint32_t, uint32_t, uint32_t>;  // ts, schedTs, node, count, uid
+
+  void DoRun() override {
+    PhantoraKeyedScheduler s;
+    std::set<Entry> queued;
+    std::map<uint32_t, uint32_t> counts;
+    std::mt19937_64 rng(7);
+    uint64_t now = 0;
+    uint32_t uid = 0;
+    bool ok = true;
+    auto add = [&](uint64_t ts, const PhantoraOrderKey& k, uint32_t u) {
+      Scheduler::Event ev;
+      ev.impl = nullptr;
+      ev.key.m_ts = ts;
+      ev.key.m_uid = u;
+      ev.key.m_context = 0;
+      s.InsertKeyed(ev, k);
+      queued.emplace(ts, k.schedTs, k.node, k.count, u);
+    };
+    auto take = [&]() {
+      const PhantoraOrderKey k = s.PeekNextKey();
+      const Scheduler::Event ev = s.RemoveNext();
+      const Entry got{ev.key.m_ts, k.schedTs, k.node, k.count, ev.key.m_uid};
+      ok = ok && !queued.empty() && got == *queued.begin();
+      queued.erase(got);
+      return got;
+    };
+    for (int round = 0; round < 30000; ++round) {
+      for (uint64_t i = rng() % 4; i > 0; --i) {
+        const uint64_t r = rng() % 100;
+        const uint64_t delay = r < 80 ? rng() % 50 : r < 95 ? rng() % 9000 : 8000 + rng() % 1'000'000;
+        const uint32_t node = static_cast<uint32_t>(rng() % 5);
+        add(now + delay, PhantoraOrderKey{now, node, counts[node]++}, uid++);
+      }
+      if (!s.IsEmpty() && rng() % 3 != 0) {
+        now = std::get<0>(take());
+      }
+      if (round % 997 == 0 && !s.IsEmpty()) {
+        std::vector<std::pair<Entry, PhantoraOrderKey>> lifted;
+        for (int j = 0; j < 3 && !s.IsEmpty(); ++j) {
+          const Entry e = take();
+          lifted.emplace_back(e, PhantoraOrderKey{std::get<1>(e), std::get<2>(e), std::get<3>(e)});
+        }
+        for (const auto& [e, k] : lifted) {
+          add(std::get<0>(e), k, std::get<4>(e));
+        }
+      }
+      if (round % 1009 == 0 && queued.size() > 2) {
+        const Entry victim = *std::next(queued.begin(), static_cast<std::ptrdiff_t>(rng() % queued.size()));
+        Scheduler::Event ev;
+        ev.impl = nullptr;
+        ev.key.m_ts = std::get<0>(victim);
+        ev.key.m_uid = std::get<4>(victim);
+        s.Remove(ev);
+        queued.erase(victim);
+      }
+    }
+    while (!s.IsEmpty()) {
+      take();
+    }
+    NS_TEST_ASSERT_MSG_EQ(ok, true, "each event left as the least queued by (time, key)");
+    NS_TEST_ASSERT_MSG_EQ(queued.empty(), true, "every event left");
   }
 };
 
@@ -208,6 +282,7 @@ class PhantoraKeyedTestSuite : public TestSuite {
  public:
   PhantoraKeyedTestSuite() : TestSuite("phantora-keyed", Type::UNIT) {
     AddTestCase(new KeyedHeapOrderTest, TestCase::Duration::QUICK);
+    AddTestCase(new KeyedWheelOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedSimulatorTest, TestCase::Duration::QUICK);
   }
 };
