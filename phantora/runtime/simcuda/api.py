@@ -201,7 +201,8 @@ def initial_seed() -> int:
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
     """16 bytes, as a CUDA generator's: the seed, then the offset."""
-    return torch.tensor(list(rng.get_state(index_of(device))), dtype=torch.uint64).view(torch.uint8).clone()
+    state = torch.tensor(list(rng.get_state(index_of(device))), dtype=torch.uint64, device="cpu")
+    return state.view(torch.uint8).clone()  # a host tensor, as torch.cuda.get_rng_state gives (phantom mode too)
 
 
 def set_rng_state(state: torch.Tensor, device: Any = "cuda") -> None:
