@@ -189,6 +189,8 @@ def test_transport_presets_are_one_flag_apart() -> None:
     assert apply_overrides(PacketConfig(), ["transport=roce"]).to_params() == PacketConfig(transport="roce").to_params()
     kept = apply_overrides(PacketConfig(cc="hpcc"), ["transport=roce"])
     assert kept.cc == "hpcc"  # RoCE's CC is the user's
+    assert apply_overrides(PacketConfig(cc="nscc"), ["transport=roce"]).cc == "nscc"  # --cc nscc on RoCE stays
+    assert apply_overrides(PacketConfig(), ["transport=uet", "transport=roce"]).cc == "none"  # the preset's goes
     with pytest.raises(InputError) as e:
         apply_overrides(PacketConfig(), ["transport=ib"])
     assert e.value.field == "transport" and "uet, roce" in str(e.value)

@@ -73,7 +73,8 @@ HPCC_CC_MODES = {0: "none", 1: "dcqcn", 3: "hpcc", 7: "timely", 8: "dctcp"}
 # --set fields still override; `transport` records the preset). uet: Ultra Ethernet reliable unordered delivery
 # (rx=rud: SACK bitmaps, NACKs of trimmed packets), NSCC, REPS entropies, trimming with the trimmed header in the
 # priority class, lossy (no PFC). roce: today's default, go-back-N, PFC, ECMP, no trimming (the CC is left as it
-# is: `--cc dcqcn` and `--cc hpcc` are RoCE's; nscc goes back to none).
+# is: `--cc dcqcn` and `--cc hpcc` are RoCE's; the NSCC a uet preset set goes back to none, an NSCC the user
+# chose with --cc stays).
 TRANSPORT_PRESETS: dict[str, dict[str, object]] = {
     "uet": {"cc": "nscc", "rx": "rud", "lb": "reps", "pfc": False, "trim_priority": True},
     "roce": {"rx": "gbn", "lb": "ecmp", "pfc": True, "trim_priority": False, "trim_bytes": None},
@@ -719,9 +720,10 @@ def apply_overrides(config: PacketConfig, items: Sequence[str], source: str = "-
             if name not in TRANSPORT_PRESETS:
                 known = ", ".join(TRANSPORT_PRESETS)
                 raise InputError(f"unknown transport {name!r} (known: {known})", file=source, field=key)
+            came_from_uet = str(changes.get("transport", config.transport)) == "uet"
             changes.update(TRANSPORT_PRESETS[name])
-            if name == "roce" and str(changes.get("cc", config.cc)) == "nscc":
-                changes["cc"] = "none"
+            if name == "roce" and came_from_uet and str(changes.get("cc", config.cc)) == "nscc":
+                changes["cc"] = "none"  # the uet preset's NSCC, not the user's: RoCE's CC is the user's choice
             changes["transport"] = name
             continue
         if key == "wire":
