@@ -109,15 +109,17 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
 
     # cling parses each header in one C++ call (the wheel's wifi-module.h: 3 CPU s, 17 s of wall at load 10): let
     # it release the GIL, and run the import in a thread, so this thread keeps running signal handlers (SIGTERM)
-    cppyy.gbl.gInterpreter.Declare.__release_gil__ = True
-    ns = _quiet_import_ns()
-
+    # (only while loading: later declarations stay serialised by the GIL, as before)
     def fabric() -> None:
         cppyy.add_include_path(str(SCRATCH / "model"))
         cppyy.include("phantora-network.h")
         cppyy.load_library(str(lib))
 
+    cppyy.gbl.gInterpreter.Declare.__release_gil__ = True
+    ns = _quiet_import_ns()
     interruptible(fabric)
+    # (not reset on a signal: the loading thread's next parse must not hold the GIL while this one exits)
+    cppyy.gbl.gInterpreter.Declare.__release_gil__ = False
     return Ns3Runtime(ns, cppyy, lib, [])
 
 
