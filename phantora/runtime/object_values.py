@@ -15,6 +15,7 @@ Rank deduplication: a mirror rank's value is the live rank's it mirrors (bridge.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -259,10 +260,12 @@ _HELPERS: dict[str, Callable[..., Any]] = {
 def _routed(name: str, ours: Callable[..., Any], theirs: Callable[..., Any]) -> Callable[..., Any]:
     """torch's helper, ours for a group of the phantora backend in a phantom session (gloo groups keep torch's)."""
 
+    signature = inspect.signature(theirs)
+
     @functools.wraps(theirs)
     def call(*args: Any, **kwargs: Any) -> Any:
         s = _session.current()
-        group = kwargs.get("group")
+        group = signature.bind_partial(*args, **kwargs).arguments.get("group")  # given by name or by position
         if s is None or not s.phantom or (group is not None and not _phantora_group(group)):
             return theirs(*args, **kwargs)
         return ours(*args, **kwargs)
