@@ -107,9 +107,9 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
         raise PhantoraError(f"the ns-3 fabric library {lib} is missing: run {how}")
     import cppyy
 
-    # cling parses each header in one C++ call (the wheel's wifi-module.h: 3 CPU s, 17 s of wall at load 10): let
-    # it release the GIL, and run the import in a thread, so this thread keeps running signal handlers (SIGTERM)
-    # (only while loading: later declarations stay serialised by the GIL, as before)
+    # cling parses each header in one C++ call (seconds of wall at load 10-15): let it release the GIL, and load
+    # in a thread, so this thread keeps running signal handlers (SIGTERM) (only while loading: later declarations
+    # stay serialised by the GIL, as before)
     def fabric() -> None:
         cppyy.add_include_path(str(SCRATCH / "model"))
         cppyy.include("phantora-network.h")
