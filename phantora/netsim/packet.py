@@ -112,7 +112,9 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
     # stay serialised by the GIL, as before)
     def fabric() -> None:
         cppyy.add_include_path(str(SCRATCH / "model"))
+        _checkpoint()
         cppyy.include("phantora-network.h")
+        _checkpoint()
         cppyy.load_library(str(lib))
 
     cppyy.gbl.gInterpreter.Declare.__release_gil__ = True
@@ -123,10 +125,24 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
     return Ns3Runtime(ns, cppyy, lib, [])
 
 
+_CANCELLED = threading.Event()  # set when a signal stopped the wait on a load: its thread stops at `_checkpoint`
+
+
+class _LoadCancelled(BaseException):
+    """The loading thread stops between two C++ calls: the main thread is exiting."""
+
+
+def _checkpoint() -> None:
+    """Called by the loading thread between C++ calls: stop there if the main thread was stopped."""
+    if _CANCELLED.is_set():
+        raise _LoadCancelled
+
+
 def interruptible(fn: Callable[[], Any], tick_s: float = 0.1) -> Any:
-    """fn() run in a daemon thread while the main thread waits in `tick_s` steps, so its signal handlers run (the
-    CLI's `Terminated`, KeyboardInterrupt) even while fn sits in a long C++ call that released the GIL. A handler
-    that raises leaves fn running in its thread, which ends with the process. Off the main thread: fn() inline."""
+    """fn() run in a thread while the main thread waits in `tick_s` steps, so its signal handlers run (the CLI's
+    `Terminated`, KeyboardInterrupt) even while fn sits in a long C++ call that released the GIL. A handler that
+    raises sets `_CANCELLED`: fn stops at its next `_checkpoint`, and the interpreter's exit waits for that (not a
+    daemon thread: one still inside cling when the interpreter finalises crashes it). Off the main thread: inline."""
     if threading.current_thread() is not threading.main_thread():
         return fn()
     box: dict[str, Any] = {}
@@ -134,13 +150,19 @@ def interruptible(fn: Callable[[], Any], tick_s: float = 0.1) -> Any:
     def body() -> None:
         try:
             box["value"] = fn()
+        except _LoadCancelled:
+            pass
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = exc
 
-    t = threading.Thread(target=body, name="phantora-ns3-load", daemon=True)
+    t = threading.Thread(target=body, name="phantora-ns3-load")
     t.start()
-    while t.is_alive():
-        t.join(tick_s)
+    try:
+        while t.is_alive():
+            t.join(tick_s)
+    except BaseException:
+        _CANCELLED.set()
+        raise
     if "error" in box:
         raise box["error"]
     return box.get("value")
@@ -170,8 +192,10 @@ def _quiet_import_ns() -> Any:
             found = sorted(libdir.glob(f"libns3*-{module}.so"))
             if not found:
                 raise PhantoraError(f"the ns3 wheel has no {module} library in {libdir}: pip install ns3 again")
+            _checkpoint()
             cppyy.load_library(str(found[-1]))
         for module in NS3_MODULES:
+            _checkpoint()
             cppyy.include(f"ns3/{module}-module.h")
         return cppyy.gbl.ns3
 
