@@ -2,7 +2,8 @@
 
     phantora run --topology testbed16 --nproc 4 examples/mixtral_moe.py --model tiny --routing topk
     phantora run --phantom --topology testbed16 --nproc 8 examples/mixtral_moe.py --model mixtral-8x7b --layers 2
-    phantora run --phantom --topology rail256 examples/mixtral_moe.py --model mixtral-8x7b --ep 8 --ep-layout strided
+    phantora run --phantom --topology rail256 --dedup 32 examples/mixtral_moe.py --model mixtral-8x7b \
+        --ep 8 --ep-layout strided
     torchrun --nproc_per_node 4 examples/mixtral_moe.py --model tiny --routing topk   # the same on gloo
 
 Each layer: RMSNorm -> grouped-query attention (as in llama_model) -> residual; RMSNorm -> MoE ->
@@ -14,8 +15,9 @@ data-parallel group that sums their gradients with one flat all-reduce per step.
 puts consecutive ranks in an EP group (within a host when ep <= GPUs per host: the all-to-all stays
 on NVLink); strided takes one rank every world / ep (one GPU of the same local index per host on a
 rail-optimised fabric: the all-to-all crosses the network, as when TP fills a host and EP spans
-hosts). Every rank also holds a replica of the attention, norms and router (data parallel over all
-ranks; their gradients are averaged by one flat all-reduce per step).
+hosts; rank deduplication then needs world / ep live ranks, --dedup 32 on rail256). Every rank also
+holds a replica of the attention, norms and router (data parallel over all ranks; their gradients are
+averaged by one flat all-reduce per step).
 
 Per layer and step, the forward sends each token to the ranks of its experts with
 `dist.all_to_all_single` (uneven splits) and brings the expert outputs back with a second one; the
