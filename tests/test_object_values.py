@@ -123,3 +123,22 @@ def test_two_phantom_ranks_get_the_exact_objects_and_are_charged_torchs_bytes(tm
     sent = len(pickle.dumps({"stage": 0, "shape": [4, 8]}))
     assert _bytes(out / "trace.json", 0) == [*expected, ("send", 8), ("send", sent)]
     assert _bytes(out / "trace.json", 1) == [*expected, ("recv", 8), ("recv", sent)]
+
+
+def test_only_a_phantora_group_takes_the_value_channel() -> None:
+    from phantora.runtime import backend, object_values
+
+    assert object_values.PHANTORA_BACKEND == backend.BACKEND  # named twice to keep the import graph acyclic
+
+    class Group:
+        def __init__(self, name: str | None) -> None:
+            self.name = name
+
+        def _get_backend(self, device: object) -> object:
+            if self.name is None:
+                raise RuntimeError("no CPU backend")
+            return type("B", (), {"getBackendName": lambda _self: self.name})()
+
+    assert object_values._phantora_group(Group("phantora"))
+    assert not object_values._phantora_group(Group("gloo"))
+    assert not object_values._phantora_group(Group(None))

@@ -274,11 +274,13 @@ def _routed(name: str, ours: Callable[..., Any], theirs: Callable[..., Any]) -> 
     return call
 
 
-def _phantora_group(group: Any) -> bool:
-    from phantora.runtime.backend import PhantoraProcessGroup
+PHANTORA_BACKEND = "phantora"  # runtime.backend.BACKEND (named here: the backend imports the device, which imports us)
 
+
+def _phantora_group(group: Any) -> bool:
     try:
-        return isinstance(group._get_backend(torch.device("cpu")), PhantoraProcessGroup)
+        backend = group._get_backend(torch.device("cpu"))
+        return str(getattr(backend, "getBackendName", lambda: "")()) == PHANTORA_BACKEND
     except Exception:  # noqa: BLE001 - a group without a CPU backend is not ours
         return False
 

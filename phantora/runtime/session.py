@@ -34,7 +34,18 @@ from phantora.units import plural
 
 if TYPE_CHECKING:
     from phantora.runtime.rank_scenario import RankScenario
-    from phantora.runtime.storage import StorageModel
+
+
+class StorageLike(Protocol):
+    """The storage a checkpoint file goes through (`runtime.storage.StorageModel`, which calls the session)."""
+
+    @property
+    def host_bps(self) -> float: ...
+
+    @property
+    def shared_bps(self) -> float | None: ...
+
+    def lone_ns(self, nbytes: int) -> int: ...
 
 
 class ClientLike(Protocol):
@@ -294,7 +305,7 @@ class RankSession:
     def now(self) -> int:
         return self.clock.now()
 
-    def storage_io(self, name: str, kind: str, nbytes: int, model: StorageModel) -> None:
+    def storage_io(self, name: str, kind: str, nbytes: int, model: StorageLike) -> None:
         """The host reads or writes a checkpoint file (`kind` "read" or "write"): a host stall, so the compute lane
         waits (nothing is issued meanwhile); not compute time (runtime/storage.py). Through the bridge, the file
         is a transfer on the storage all ranks share (bridge.storage_io); without one, it has the storage alone."""
