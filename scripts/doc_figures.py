@@ -41,9 +41,9 @@ Prose that quotes figures (a paragraph or a list explaining a table) is checked 
 
 Every figure with a unit in the lines between the two markers (outside fenced blocks, which their own markers
 check, and outside dated lines) must be a number the command prints: the same digits, thousands separators
-aside, so "7,916 marks" holds against "7916". Figures in code spans are settings or inputs, not results, and
-are left alone (`Kmin = 4 KB per Gb/s`). A derived figure (a ratio, a difference) is checked by a command
-that prints it, such as `phantora compare`.
+aside, so "7,916 marks" holds against "7916". Figures in code spans (each on one line) are settings or inputs,
+not results, and are left alone (`Kmin = 4 KB per Gb/s`). A derived figure (a ratio, a difference) is checked by
+a command that prints it, such as `phantora compare`.
 
 Wall times are not simulated figures: quote them as indications with the date and the machine, outside marked
 lines (or as ` ...` prefixes).
