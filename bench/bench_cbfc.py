@@ -11,10 +11,11 @@ bound, and the largest buffer use. tests/test_packet_cbfc.py asserts the bounds;
 
 from __future__ import annotations
 
+from star_fabric import star, stat_count
+
 from phantora.netsim.base import Flow
 from phantora.netsim.cli_config import packet_config_from_flags
 from phantora.netsim.packet import Ns3Simulator
-from phantora.topology.model import Topology
 
 R = 100 * 10**9
 US = 1000
@@ -22,25 +23,6 @@ PACKET = 1000 + 48  # payload + header on the wire
 FRAME = 64  # a credit frame
 LINE = R / 8 / 10**9  # bytes per ns
 LOOP_NS = (PACKET + FRAME) / LINE + 2 * US
-
-
-def star(n: int) -> Topology:
-    """n hosts (0..n-1) on one switch at R, 1 us links."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, R, US)
-    return t.validate()
-
-
-def _count(stats: dict[str, object], name: str) -> int:
-    """An integer counter of the engine's stats (a clear error if it is missing or not a number)."""
-    value = stats.get(name)
-    if not isinstance(value, int | float):
-        raise KeyError(f"engine stats: {name!r} is {value!r}, not a count")
-    return int(value)
 
 
 def uplink_rate(sets: list[str], size: int = 20_000_000) -> float:
@@ -82,9 +64,9 @@ def main() -> None:
     ):
         ratio, st = incast(sets)
         print(
-            f"  {name:<14} {_count(st, 'drops')} drops, {_count(st, 'timeouts')} timeouts, "
-            f"{_count(st, 'pfc_pause')} PFC pauses, {ratio:.4f} x the bound, "
-            f"buffer max {_count(st, 'max_switch_buffer_bytes')} B"
+            f"  {name:<14} {stat_count(st, 'drops')} drops, {stat_count(st, 'timeouts')} timeouts, "
+            f"{stat_count(st, 'pfc_pause')} PFC pauses, {ratio:.4f} x the bound, "
+            f"buffer max {stat_count(st, 'max_switch_buffer_bytes')} B"
         )
 
 

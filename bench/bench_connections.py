@@ -15,24 +15,14 @@ from __future__ import annotations
 
 import argparse
 
+from star_fabric import star
+
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
-from phantora.topology.model import Topology
 
 G = 10**9
 MB = 1_000_000
-
-
-def star(n: int) -> Topology:
-    """n hosts on one switch, 100G links of 1 us."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, 100 * G, 1000)
-    return t.validate()
 
 
 def lone_fct_us(cc: str, qp: str, idle_ns: int) -> float:

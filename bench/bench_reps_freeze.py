@@ -11,6 +11,8 @@ asserts the order of these figures; this prints them.
 
 from __future__ import annotations
 
+from star_fabric import stat_count
+
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.netsim.packet_faults import FaultyNs3Simulator
@@ -21,14 +23,6 @@ SIZE = 10_000_000
 BLACKHOLE = 'reconvergence = "1s"\n[[events]]\nkind = "link_down"\nat = "100us"\nlink = ["leaf0", "spine0"]\n'
 STEP_NS = 5_000
 FREEZE_NS = {"frozen": 10_000_000, "unfrozen": 0}
-
-
-def _count(stats: dict[str, object], name: str) -> int:
-    """An integer counter of the engine's stats (a clear error if it is missing or not a number)."""
-    value = stats.get(name)
-    if not isinstance(value, int | float):
-        raise KeyError(f"engine stats: {name!r} is {value!r}, not a count")
-    return int(value)
 
 
 def run(freeze_ns: int) -> dict[str, int]:
@@ -44,15 +38,15 @@ def run(freeze_ns: int) -> dict[str, int]:
             t += STEP_NS
             done += sim.advance(t)
             st = sim.stats()
-            if first_ns < 0 and _count(st, "timeouts") >= 1:
-                first_ns, lost_at_first = t, _count(st, "wire_lost_packets")
+            if first_ns < 0 and stat_count(st, "timeouts") >= 1:
+                first_ns, lost_at_first = t, stat_count(st, "wire_lost_packets")
         if not done:
             raise RuntimeError(f"freeze {freeze_ns} ns: the message did not end within 50 ms")
         return {
             "first_timeout_by_ns": first_ns,
             "lost_at_first": lost_at_first,
-            "timeouts": _count(st, "timeouts"),
-            "lost": _count(st, "wire_lost_packets"),
+            "timeouts": stat_count(st, "timeouts"),
+            "lost": stat_count(st, "wire_lost_packets"),
             "done_ns": done[0].end_ns,
         }
 

@@ -11,33 +11,15 @@ retransmission timeouts and when the last flow ends, against the line-rate close
 
 from __future__ import annotations
 
+from star_fabric import star, stat_count
+
 from phantora.netsim.base import Flow
 from phantora.netsim.cli_config import packet_config_from_flags
 from phantora.netsim.packet import Ns3Simulator
-from phantora.topology.model import Topology
 
 N, SIZE, GBPS = 8, 2_000_000, 100
 PAYLOAD, HEADER = 1000, 48
 LOSSY = ["transport=uet", "trim_bytes=0", "buffer_bytes=300000"]
-
-
-def star(n: int) -> Topology:
-    """n hosts (0..n-1) on one switch at GBPS, 1 us links."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, GBPS * 10**9, 1000)
-    return t.validate()
-
-
-def _count(stats: dict[str, object], name: str) -> int:
-    """An integer counter of the engine's stats (a clear error if it is missing or not a number)."""
-    value = stats.get(name)
-    if not isinstance(value, int | float):
-        raise KeyError(f"engine stats: {name!r} is {value!r}, not a count")
-    return int(value)
 
 
 def run(sets: list[str]) -> dict[str, int]:
@@ -49,9 +31,9 @@ def run(sets: list[str]) -> dict[str, int]:
         sim.finish()
         st = sim.stats()
     return {
-        "drops": _count(st, "drops"),
-        "retx": _count(st, "retx_packets"),
-        "timeouts": _count(st, "timeouts"),
+        "drops": stat_count(st, "drops"),
+        "retx": stat_count(st, "retx_packets"),
+        "timeouts": stat_count(st, "timeouts"),
         "last_ns": max(c.end_ns for c in done),
     }
 
