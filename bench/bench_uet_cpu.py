@@ -83,6 +83,19 @@ def report(job: str, got: dict[str, list[tuple[int, float]]]) -> None:
     print(f"<!-- {job}: UET / RoCE per repeat: {' '.join(f'{r:.3f}' for r in ratios)} -->", flush=True)
 
 
+def prepare(out: Path, cc: str) -> tuple[Path, dict[str, PacketConfig]]:
+    """The live jobs' fabric file under `out` (created), ns-3 loaded, and the two presets (RoCE with `cc`, UET)."""
+    out.mkdir(parents=True, exist_ok=True)
+    fabric = out / "fabric.toml"
+    fabric.write_text(live.FABRIC)
+    load_ns3()
+    configs = {
+        "roce": apply_overrides(PacketConfig(cc=cc), ["transport=roce"]),
+        "uet": apply_overrides(PacketConfig(), ["transport=uet"]),
+    }
+    return fabric, configs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", nargs="+", default=list(live.JOBS), choices=list(live.JOBS))
@@ -92,14 +105,7 @@ def main() -> None:
     ap.add_argument("--skip-done", action="store_true", help="reuse live runs that have results.json")
     args = ap.parse_args()
     args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
-    fabric = args.out / "fabric.toml"
-    fabric.write_text(live.FABRIC)
-    load_ns3()
-    configs = {
-        "roce": apply_overrides(PacketConfig(cc=args.cc), ["transport=roce"]),
-        "uet": apply_overrides(PacketConfig(), ["transport=uet"]),
-    }
+    fabric, configs = prepare(args.out, args.cc)
     print(f"replayed live-job flows (recorded under roce+dcqcn), roce with cc {args.cc}, {args.repeat} repeats")
     print("| job | preset | events | CPU per event min / median | UET / RoCE per repeat: min / median |")
     print("|---|---|---:|---:|---:|")

@@ -29,8 +29,8 @@ import bench_uet_live as live
 
 from phantora.launcher import resolve_topology
 from phantora.netsim.base import Flow
-from phantora.netsim.packet import Ns3Simulator, load_ns3
-from phantora.netsim.packet_config import PacketConfig, apply_overrides
+from phantora.netsim.packet import Ns3Simulator
+from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,14 +92,7 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found (apt-get install valgrind)")
     args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
-    fabric = args.out / "fabric.toml"
-    fabric.write_text(live.FABRIC)
-    load_ns3()
-    configs = {
-        "roce": apply_overrides(PacketConfig(cc=args.cc), ["transport=roce"]),
-        "uet": apply_overrides(PacketConfig(), ["transport=uet"]),
-    }
+    fabric, configs = cpu.prepare(args.out, args.cc)
     cut = "all flows" if args.until_us is None else f"flows starting before {args.until_us:g} us"
     ll_note = "" if args.ll_kib is None else f", simulated last-level cache {args.ll_kib} KiB"
     print(f"replayed live-job flows (recorded under roce+dcqcn; {cut}), roce with cc {args.cc}, callgrind{ll_note}")
