@@ -19,7 +19,7 @@ import zmq
 from bridge.curve import ClientCurve, HandshakeWatch
 from bridge.errors import BridgeError, ProtocolError
 from bridge.protocol import E_AUTH, E_TIMEOUT, Message, completion_from_wire, decode, encode, flows_to_wire
-from bridge.transport import HEARTBEAT_S, connect_dealer
+from bridge.transport import HEARTBEAT_S, connect_dealer, send_heartbeat
 from phantora.netsim.base import Completion, Flow
 
 
@@ -103,7 +103,7 @@ class RemoteSimulator:
     def keepalive(self) -> None:
         """A heartbeat if nothing was sent for a while, so the server knows we are alive."""
         if time.monotonic() - self._last_send >= HEARTBEAT_S:
-            self.sock.send(encode("heartbeat", self._now))
+            send_heartbeat(self.sock, encode("heartbeat", self._now))
             self._last_send = time.monotonic()
 
     def completions(self, msg: Message) -> list[Completion]:

@@ -47,6 +47,7 @@ from bridge.transport import (
     make_run_dir,
     new_token,
     remove_run_dir,
+    send_heartbeat,
 )
 from phantora.collectives.nccl import with_nccl_env
 from phantora.collectives.spec import AlgoOptions
@@ -307,7 +308,7 @@ class CosimRun:
 
         def tick() -> None:
             if time.monotonic() - last[0] >= HEARTBEAT_S:
-                sock.send(encode("heartbeat", 0))
+                send_heartbeat(sock, encode("heartbeat", 0))
                 last[0] = time.monotonic()
 
         return tick
@@ -398,7 +399,7 @@ class CosimRun:
                     self._check_error_first(sock, c, died)
                 raise BridgeError(died, code="peer-died", rank=c.rank if c.role == "rank" else None)
             if now - last_beat >= HEARTBEAT_S:
-                sock.send(encode("heartbeat", 0))
+                send_heartbeat(sock, encode("heartbeat", 0))
                 last_beat = now
             limit = self.spec.peer_timeout_s if welcomed_at is not None else STARTUP_TIMEOUT_S
             if now - last_heard > limit:

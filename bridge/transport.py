@@ -230,6 +230,18 @@ def connect_dealer(
     return sock
 
 
+def send_heartbeat(sock: zmq.Socket, raw: bytes) -> bool:
+    """Send a heartbeat without ever blocking; False if it was dropped. A DEALER blocks once its peer has left
+    the high-water mark of messages unread (a network server inside one long ns-3 call reads nothing): a
+    heartbeat queued behind a thousand others tells that peer nothing, and a sender blocked on it could not
+    hear from its other peers nor keep its own silence limits."""
+    try:
+        sock.send(raw, zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return True
+
+
 def write_endpoint_file(run_dir: Path, name: str, endpoint: str, key: bytes | None = None) -> None:
     """Publish an endpoint atomically (write + rename) so a waiting launcher never reads half of it; a CURVE
     server's public key goes first, beside it in NAME.key (0600)."""
