@@ -248,6 +248,17 @@ def model_time_us(cost: Cost, kind: str, p: Platform, nbytes: int, channels: int
     return lat + nbytes / (1000.0 * bw)
 
 
+def tree_correction_us(cost: Cost, kind: str, nbytes: int) -> float:
+    """The time (µs) NCCL's tree correction adds to its latency plus bytes over bandwidth. NCCL fitted the factor
+    (tuning.cc `treeCorrectionFactor`, "trees are not perfectly sticking to the model for medium sizes") on
+    measured trees, so it already holds their pipeline fill; `select` counts the fill only beyond it."""
+    log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
+    if cost.algorithm != "tree" or kind != "all_reduce" or not 0 <= log_size < 23:
+        return 0.0
+    factor = T.TREE_CORRECTION[cost.protocol][log_size]
+    return nbytes / (1000.0 * cost.algbw) * (1.0 / factor - 1.0)
+
+
 def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int) -> int:
     """Channels the collective runs on: NVLS CTAs for NVLS, else comm channels reduced for small sizes."""
     if choice_algo in ("nvls", "nvls_tree"):  # nvls.cc: NCCL_NVLS_NCHANNELS, clamped to [minCTAs, maxCTAs]
@@ -283,6 +294,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         kernel = ring_kernel.kernel_busbw(p) * p.nranks / _nsteps(kind, p.nranks)
     algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
+    if cost.algorithm == "tree":  # the correction already charges the mid-size shortfall: count the larger
+        fill = max(0.0, fill - tree_correction_us(cost, kind, nbytes))
     overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch)
     if ring:
         chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch) * ring_kernel.RING_CHUNK_STEPS
