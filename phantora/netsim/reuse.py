@@ -435,7 +435,15 @@ class ProfileReuseSimulator:
             if rel > node.known:
                 node.done.append((rel, p, c.start_ns - t0))
         self._record_known(ep)
+        self._note_quiet(ep)
         return out
+
+    def _note_quiet(self, ep: _Episode) -> None:
+        """Live, every flow done: learn when the fabric fell quiet as soon as ns-3 says it is (at most this ns),
+        not at the next submission: a repeat of the episode whose next batch comes sooner is then served too."""
+        node = ep.node
+        if ep.left == 0 and node.quiet_by >= INF_NS and self.inner.quiet():
+            node.quiet_by = self.inner.now() - ep.t0
 
     def _unseen(self, got: list[Completion]) -> list[Completion]:
         """`got` less the completions a profile already reported (a differing time counts as a mismatch)."""
