@@ -21,6 +21,15 @@ DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork")  # miscon
 # not built by `machine`: PCIe cards on an NVLink bridge; a NIC the source states nowhere (cluster00), or one
 # inferred only from the same cluster's own measured rates (cluster01's multi-host runs, SOURCES.md)
 NOT_MODELLED = ("pcie", "nicunknown", "nic400assumed")
+# Sizes whose published (out-of-place) time includes the connection of an algorithm NCCL first picks there
+# (first_use.py: NCCL 2.22-2.27 connect at first use; nccl-tests before v2.16.8 warms up only its largest and
+# smallest sizes). Each is `first_uses` of its run (tests/test_nccl_first_use.py); not compared.
+SETUP_POINTS: dict[str, dict[int, str]] = {
+    "h100_32gpu_4node_ib400_all_reduce_nccltests309_gjaion_default": {2 << 20: "nvls_tree"},  # NCCL as the 8 hosts'
+    "h100_32gpu_4node_ndr400_all_reduce_nccltests309_vm": {2 << 20: "nvls_tree"},  # NCCL 2.26.2
+    "h100_64gpu_8node_ib400_all_reduce_nccltests309_gjaion_default": {8 << 20: "nvls_tree"},  # not stated: 2.22-2.27
+    "h100_64gpu_8node_ib400_all_reduce_nccltests309_gjaion_minctas24": {8 << 20: "nvls_tree"},
+}
 
 
 @dataclass(frozen=True)
