@@ -2,8 +2,10 @@
 400 Gb/s, run by htsim's `htsim_uec` (NSCC sender CC, REPS, trimming) and by phantora's ns-3 model with
 `--set transport=uet`, FCT median, p99 and max side by side (docs/validation.md), and the incast again under
 receiver credits (htsim's -receiver_cc_only, our --cc rccc), and the permutation over a degraded fabric (htsim's
-only failure on 2 tiers, `-failed 1`: every ToR's link to spine 0 at 25% of its speed, both ways; phantora: a
-scenario degrading those 8 links to 100 Gb/s from time 0). Asserts nothing.
+only failure on 2 tiers, `-failed 1`: every ToR's link to spine 0 at 25% of its speed, both ways, its queue and ECN
+thresholds scaled by 0.25 too; phantora: a scenario degrading those 8 links to 100 Gb/s from time 0, with
+`--set thresholds_follow_rate=true` scaling the slowed ports' trim and ECN thresholds by the same 0.25;
+`--fixed-thresholds` leaves them at the fabric's). Asserts nothing.
 
 The ring all-reduce is htsim's own traffic matrix (`connection_matrices/gen_allreduce.py 32 nodes, 32
 connections, rings of 8, RING_CHUNK bytes, seed 1`): 4 rings of 8 hosts drawn at random over the racks; each host
@@ -92,7 +94,10 @@ def htsim(binary: str, pairs: list[tuple[int, int]], work: Path, cc: str = "nscc
     return [float(m.group(1)) * 1000 for m in re.finditer(r"finished at ([0-9.]+)", out)]
 
 
-def phantora(pairs: list[tuple[int, int]], work: Path, cc: str = "nscc", degraded: bool = False) -> list[float]:
+def phantora(pairs: list[tuple[int, int]], work: Path, cc: str = "nscc", degraded: bool = False,
+             follow_rate: bool = True) -> list[float]:  # fmt: skip
+    """phantora's per-flow FCTs (ns). `degraded`: the leaf-spine0 links at 100 Gb/s, their ports' trim and ECN
+    thresholds scaled with the rate if `follow_rate` (htsim's -failed), else left at the fabric's."""
     (work / "ft32.toml").write_text(TOPOLOGY)
     flows = work / "flows.txt"
     flows.write_text(f"{len(pairs)}\n" + "".join(f"{a} {b} 3 100 {SIZE} 0.0\n" for a, b in pairs))
@@ -102,6 +107,7 @@ def phantora(pairs: list[tuple[int, int]], work: Path, cc: str = "nscc", degrade
     if degraded:
         (work / "degraded.toml").write_text(DEGRADED)
         cmd += ["--scenario", str(work / "degraded.toml")]
+        cmd += ["--set", "thresholds_follow_rate=true"] if follow_rate else []
     subprocess.run(cmd, capture_output=True, text=True, check=True)
     with open(work / "out" / "flows.csv") as f:
         return [float(r["fct_ns"]) for r in csv.DictReader(f)]
@@ -181,6 +187,11 @@ def main() -> None:
         default=None,
         help="htsim's -sack_threshold in bytes (its default 16384; 1: an ACK per packet, as ours)",
     )
+    p.add_argument(
+        "--fixed-thresholds",
+        action="store_true",
+        help="the degraded ports keep the fabric's trim and ECN thresholds (htsim scales them)",
+    )
     args = p.parse_args()
     print(f"{'scenario':<16}{'side':<10}{'median us':>11}{'p99 us':>9}{'max us':>9}")
     runs = [(name, pairs, "nscc", False) for name, pairs in SCENARIOS.items()]
@@ -193,7 +204,7 @@ def main() -> None:
     for name, pairs, cc, degraded in [] if args.ring_only else runs:
         with tempfile.TemporaryDirectory() as tmp:
             ht = quantiles(htsim(args.htsim, pairs, Path(tmp), cc, degraded, args.sack_threshold))
-            ph = quantiles(phantora(pairs, Path(tmp), cc, degraded))
+            ph = quantiles(phantora(pairs, Path(tmp), cc, degraded, not args.fixed_thresholds))
         for side, q in (("htsim", ht), ("phantora", ph)):
             print(f"{name:<16}{side:<10}{q[0] / 1e3:>11.1f}{q[1] / 1e3:>9.1f}{q[2] / 1e3:>9.1f}")
         print(f"{'':<16}{'diff':<10}{ph[0] / ht[0] - 1:>+11.1%}{ph[1] / ht[1] - 1:>+9.1%}{ph[2] / ht[2] - 1:>+9.1%}")

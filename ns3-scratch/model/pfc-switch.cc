@@ -109,6 +109,11 @@ TypeId PfcSwitch::GetTypeId() {
                         "than this many bytes (DLCP); 0 = never",
                         UintegerValue(0), MakeUintegerAccessor(&PfcSwitch::m_trimBytes),
                         MakeUintegerChecker<uint64_t>())
+          .AddAttribute("ThresholdsFollowRate",
+                        "A port whose rate changes (a link_degrade scenario) scales its trim threshold and ECN "
+                        "kmin / kmax by its new rate over its installed one, as htsim's -failed sizes a slowed "
+                        "link's queue; off: they stay as installed (a switch's byte thresholds are configuration)",
+                        BooleanValue(false), MakeBooleanAccessor(&PfcSwitch::m_followRate), MakeBooleanChecker())
           .AddAttribute("TrimHeaderPriority",
                         "Ultra Ethernet trimming: a trimmable packet the buffer cannot take is trimmed instead of "
                         "dropped, and trimmed headers go in the strict-priority class 0 (off: DLCP, trimmed "
@@ -215,6 +220,11 @@ void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes)
     m_ports[i].kmin = ByRate<uint64_t>(kmin, rate, rate / 1'000'000'000ULL * 4000);
     m_ports[i].kmax = ByRate<uint64_t>(kmax, rate, rate / 1'000'000'000ULL * 16000);
     m_ports[i].pmax = ByRate<double>(pmax, rate, 0.2);
+    m_ports[i].trim = m_trimBytes;
+    m_ports[i].rateBps = m_ports[i].rate0 = rate;
+    m_ports[i].kmin0 = m_ports[i].kmin;
+    m_ports[i].kmax0 = m_ports[i].kmax;
+    m_ports[i].trim0 = m_trimBytes;
   }
   m_creditSize.assign(m_dev.size(), 0);
   if (cbfc) {
@@ -267,7 +277,10 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   pkt->linkCredit = 0;
   const bool trimmable = m_trimBytes && !m_nvSwitch && (hdr.flags & kFlagLossTolerant) && !(hdr.flags & kFlagTrimmed) &&
                          hdr.type == PktType::Data && out < m_ports.size();
-  if (trimmable && m_ports[out].bytes[cls] + wire > m_trimBytes) {
+  if (m_followRate && out < m_ports.size()) {
+    FollowRate(out);
+  }
+  if (trimmable && m_ports[out].bytes[cls] + wire > m_ports[out].trim) {
     wire = Trim(out, cls, hdr);
   }
   if (out == std::numeric_limits<uint32_t>::max()) {
@@ -365,6 +378,22 @@ bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   }
   p.txBytes += out.wireBytes;
   return true;
+}
+
+void PfcSwitch::FollowRate(uint32_t port) {
+  Port& p = m_ports[port];
+  const uint64_t rate = m_dev[port]->GetRateBps();
+  if (rate == p.rateBps || p.rate0 == 0) {
+    return;
+  }
+  // bytes x new rate / installed rate, rounded down (htsim's mem_b of queuesize x failed_link_ratio)
+  const auto scale = [&](uint64_t bytes) {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * rate / p.rate0);
+  };
+  p.rateBps = rate;
+  p.kmin = scale(p.kmin0);
+  p.kmax = scale(p.kmax0);
+  p.trim = p.trim0 ? std::max<uint64_t>(scale(p.trim0), 1) : 0;
 }
 
 bool PfcSwitch::EcnMark(const Port& p, uint64_t qlen) {

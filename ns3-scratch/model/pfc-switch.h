@@ -95,6 +95,9 @@ class PfcSwitch : public Object, public PortOwner {
     uint64_t txBytes = 0;     ///< cumulative bytes sent (INT)
     uint64_t kmin = 0, kmax = 0;
     double pmax = 0;
+    uint64_t trim = 0;        ///< trim threshold (bytes of the egress class queue; 0 = never)
+    uint64_t rateBps = 0;     ///< the rate kmin, kmax and trim are set for
+    uint64_t kmin0 = 0, kmax0 = 0, trim0 = 0, rate0 = 0;  ///< as installed (ThresholdsFollowRate scales these)
     uint64_t ecnMarks = 0;    ///< marks made at this egress port
     uint64_t drops = 0;       ///< packets dropped arriving on this ingress port
   };
@@ -103,6 +106,8 @@ class PfcSwitch : public Object, public PortOwner {
   /// Cut a loss-tolerant packet bound for egress `port` to its header; return its wire bytes now.
   uint32_t Trim(uint32_t port, uint32_t cls, PhantoraHeader& hdr);
   bool EcnMark(const Port& p, uint64_t qlen);
+  /// ThresholdsFollowRate: rescale egress `port`'s trim and ECN thresholds if its rate has changed.
+  void FollowRate(uint32_t port);
   uint64_t GetHeaderSize() const;
   void SetHeaderSize(uint64_t bytes);
   uint64_t GetIntHeaderSize() const;
@@ -131,6 +136,7 @@ class PfcSwitch : public Object, public PortOwner {
   std::string m_classWeightsText;
   uint64_t m_trimBytes = 0;
   bool m_trimHeaderPrio = false;
+  bool m_followRate = false;
   ClassSched m_classSched = ClassSched::RoundRobin;
   std::array<uint32_t, kNumPrio> m_classWeights{};
   std::string m_lbMode = "ecmp";

@@ -60,7 +60,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
 ENGINE_FIELDS = (
     "nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport", "qp",
-    "partition_loopback",
+    "partition_loopback", "partition", "partition_worker",
 )  # fmt: skip
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 KEYED_SCHEDULER = "ns3::PhantoraKeyedScheduler"  # the keyed mode (issue 38): same-ns events by a per-node key
@@ -167,6 +167,12 @@ class PacketConfig:
     # barriers (lookahead: the least cut-cable delay), every group in this one engine. Needs the keyed mode
     # (scheduler=ns3::PhantoraKeyedScheduler); its results are that mode's, byte for byte. 0 = off.
     partition_loopback: int = 0
+    # Engine (issue 38): parallel packet simulation across cut cables in this many worker processes, one switch
+    # group each, exchanging the cut-link messages peer to peer in barrier windows (bridge.cut_pool; batch runs
+    # of flows without dependencies so far). Keyed mode; its results are that mode's one engine's. 0 = off.
+    partition: int = 0
+    # Set by the pool in each worker's config: the group this engine runs (-1: not a partition worker).
+    partition_worker: int = -1
     # Traffic classes: how switches (and, with strict, NICs) share a port among data classes 1..7 (class 1 first)
     sched: str = "rr"  # rr (the HPCC models') | strict | wrr
     sched_weights: str = ""  # wrr weights of classes 1..7, "w1,...,w7" (integers >= 1); "" = all 1
@@ -176,6 +182,9 @@ class PacketConfig:
     # Ultra Ethernet trimming: a trimmable packet the buffer cannot take is trimmed, not dropped, and trimmed
     # headers go in the strict-priority class 0 (transport=uet sets it)
     trim_priority: bool = False
+    # A port whose rate a scenario changes (link_degrade) scales its trim and ECN kmin / kmax thresholds by its new
+    # rate over its installed one, as htsim's -failed sizes a slowed link's queue; off: they stay as installed
+    thresholds_follow_rate: bool = False
     # Credit-based flow control (hop by hop, lossless, instead of PFC): a port sends a data class only against link
     # credit for the next switch's buffer, given back (credit frames of pfc_bytes) as packets leave it
     cbfc: bool = False
@@ -214,6 +223,7 @@ class PacketConfig:
             "nic_latency",
             "workers",
             "partition_loopback",
+            "partition",
             "reps_freeze_ns",
         )
         for name in positive + non_negative:
@@ -258,6 +268,8 @@ class PacketConfig:
                 raise bad("partition_loopback", f"needs the keyed mode: set scheduler={KEYED_SCHEDULER} too")
             if self.workers:
                 raise bad("partition_loopback", "does not combine with workers (decomposition) yet")
+        if self.partition or self.partition_worker != -1:
+            self._check_partition(bad)
         if self.reuse == "on" and self.nic_latency:
             raise bad("reuse", "reuse=on does not combine with nic_latency > 0 yet: turn one of them off")
         if self.reuse == "on" and self.dlcp != "off":
@@ -303,6 +315,18 @@ class PacketConfig:
             if not isinstance(value, (str, int, float, bool)):
                 raise bad("cc_attrs", f"attribute {key}: expected a scalar, got {value!r}")
         return self
+
+    def _check_partition(self, bad: Any) -> None:
+        """partition=N (worker processes across cut cables) and the worker's own group."""
+        if self.scheduler != KEYED_SCHEDULER:
+            raise bad("partition", f"needs the keyed mode: set scheduler={KEYED_SCHEDULER} too")
+        if self.workers or self.partition_loopback:
+            raise bad("partition", "does not combine with workers (decomposition) or partition_loopback")
+        if self.queue_sample_ns:
+            raise bad("partition", "partition workers do not sample queues (queue_sample_ns): set it to 0")
+        w = self.partition_worker
+        if isinstance(w, bool) or not isinstance(w, int) or not -1 <= w < max(self.partition, 0):
+            raise bad("partition_worker", f"expected -1 or a group below partition={self.partition}, got {w!r}")
 
     def _check_decompose(self, bad: Any) -> None:
         """What decomposition into parallel workers needs (docs/packet-model.md, "Decomposition")."""
@@ -416,6 +440,7 @@ NS3_ATTRIBUTES: dict[str, tuple[tuple[str, ...], str]] = {
     "sched_weights": (("switch.ClassWeights",), "text"),
     "trim_bytes": (("switch.TrimThreshold",), "int"),
     "trim_priority": (("switch.TrimHeaderPriority",), "bool"),
+    "thresholds_follow_rate": (("switch.ThresholdsFollowRate",), "bool"),
     "cbfc": (("switch.CreditFlowControl",), "bool"),
     "cbfc_credit_bytes": (("switch.CreditSize",), "int"),
     "cbfc_update_bytes": (("switch.CreditUpdate",), "int"),

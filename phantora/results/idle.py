@@ -26,6 +26,7 @@ FABRIC_ONLY_FIELDS = frozenset(
         "pfc", "pfc_bytes", "buffer_bytes", "reserve_bytes", "resume_offset_bytes", "dt_shift", "headroom_factor",
         "headroom_bytes", "ecn", "kmin_map", "kmax_map", "pmax_map", "global_t", "cc_base_rtt_ns", "cc_bdp_bytes",
         "lb", "flowlet_gap_ns", "trim_bytes", "dlcp", "dlcp_bound",
+        "thresholds_follow_rate",
     }
 )  # fmt: skip
 
