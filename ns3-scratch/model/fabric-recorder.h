@@ -29,6 +29,8 @@ class FabricRecorder : public Object {
   /// Start sampling switch queues every QueueSampleInterval (if > 0 and not already sampling);
   /// sampling stops at the first sample at which `busy()` is false.
   void StartSampling(Callback<bool> busy);
+  /// QueueSampleInterval > 0: StartSampling samples.
+  bool SamplesQueues() const { return m_sampleInterval.IsStrictlyPositive(); }
 
   std::vector<PfcRecord> pfcs;
   std::vector<QueueSample> samples;

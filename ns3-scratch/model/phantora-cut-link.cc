@@ -7,6 +7,7 @@
 #include "ns3/buffer.h"
 #include "ns3/log.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -55,11 +56,21 @@ class Reader {
 
 }  // namespace
 
-PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups) : m_fabric(fabric) {
+namespace {
+constexpr uint32_t kForgetLink = UINT32_MAX;  ///< a batch message's cable field for "sender done"
+}  // namespace
+
+PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self)
+    : m_fabric(fabric), m_groups(groups), m_self(self) {
   if (groups.size() != fabric->NumNodes()) {
     throw std::invalid_argument("partition.Groups: " + std::to_string(groups.size()) + " groups for " +
                                 std::to_string(fabric->NumNodes()) + " nodes (one per node id)");
   }
+  const uint32_t n = groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end()) + 1;
+  if (self != kLoopback && self >= n) {
+    throw std::invalid_argument("partition.Worker: group " + std::to_string(self) + " of " + std::to_string(n));
+  }
+  m_outboxes.resize(n);
   const auto& links = fabric->Links();
   for (uint32_t id = 0; id < links.size(); ++id) {
     const auto& l = links[id];
@@ -87,32 +98,60 @@ void PhantoraCutLink::Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPack
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   const PhantoraOrderKey key = sim->TakeKey();  // the key the direct path's arrival event would take
   const uint32_t hdrLen = pkt->hdr.GetSerializedSize();
-  const std::size_t start = m_outbox.size();
-  Put(m_outbox, arriveNs);
-  Put(m_outbox, link);
-  Put(m_outbox, static_cast<uint8_t>(toEnd));
-  Put(m_outbox, key.schedTs);
-  Put(m_outbox, key.node);
-  Put(m_outbox, key.count);
-  Put(m_outbox, epoch);
-  Put(m_outbox, pkt->linkCredit);
-  Put(m_outbox, pkt->linkSent);
-  Put(m_outbox, pkt->linkClass);
-  Put(m_outbox, hdrLen);
+  const auto& l = m_fabric->Links()[link];
+  std::vector<uint8_t>& out = OutboxFor(toEnd == 0 ? l.a : l.b);
+  const std::size_t start = out.size();
+  m_minArrival = std::min(m_minArrival, arriveNs);
+  Put(out, arriveNs);
+  Put(out, link);
+  Put(out, static_cast<uint8_t>(toEnd));
+  Put(out, key.schedTs);
+  Put(out, key.node);
+  Put(out, key.count);
+  Put(out, epoch);
+  Put(out, pkt->linkCredit);
+  Put(out, pkt->linkSent);
+  Put(out, pkt->linkClass);
+  Put(out, hdrLen);
   Buffer buf;
   buf.AddAtStart(hdrLen);
   pkt->hdr.Serialize(buf.Begin());
-  const std::size_t at = m_outbox.size();
-  m_outbox.resize(at + hdrLen);
-  buf.CopyData(m_outbox.data() + at, hdrLen);
+  const std::size_t at = out.size();
+  out.resize(at + hdrLen);
+  buf.CopyData(out.data() + at, hdrLen);
   ++m_messages;
-  m_bytes += m_outbox.size() - start;
+  m_bytes += out.size() - start;
 }
 
-std::vector<uint8_t> PhantoraCutLink::TakeOutbox() {
+std::vector<uint8_t>& PhantoraCutLink::OutboxFor(uint32_t node) {
+  const uint32_t g = m_groups[node];
+  if (g == m_self) [[unlikely]] {
+    throw std::logic_error("cut-link message to node " + std::to_string(node) + " of this worker's own group " +
+                           std::to_string(g));
+  }
+  return m_outboxes[g];
+}
+
+void PhantoraCutLink::SendForget(uint64_t flow, uint32_t node, uint64_t atNs) {
+  std::vector<uint8_t>& out = OutboxFor(node);
+  Put(out, atNs);
+  Put(out, kForgetLink);
+  Put(out, node);
+  Put(out, flow);
+  ++m_messages;
+  m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
+}
+
+std::vector<uint8_t> PhantoraCutLink::TakeOutbox(uint32_t group) {
   std::vector<uint8_t> out;
-  out.swap(m_outbox);
+  out.swap(m_outboxes.at(group));
   return out;
+}
+
+uint64_t PhantoraCutLink::TakeMinArrival() {
+  const uint64_t t = m_minArrival;
+  m_minArrival = UINT64_MAX;
+  return t;
 }
 
 void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
@@ -122,6 +161,16 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
   while (!r.Done()) {
     const auto arriveNs = r.Get<uint64_t>();
     const auto link = r.Get<uint32_t>();
+    if (link == kForgetLink) {
+      const auto node = r.Get<uint32_t>();
+      const auto flow = r.Get<uint64_t>();
+      if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) || !m_forget) {
+        throw std::invalid_argument("cut-link batch: a sender-done message for node " + std::to_string(node) +
+                                    ", not this worker's");
+      }
+      m_forget(flow, node, arriveNs);
+      continue;
+    }
     const auto toEnd = r.Get<uint8_t>();
     PhantoraOrderKey key;
     key.schedTs = r.Get<uint64_t>();
@@ -146,6 +195,10 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
     const auto& l = links[link];
     PhantoraChannel* ch = PeekPointer(l.channel);
     const uint32_t node = toEnd == 0 ? l.a : l.b;
+    if (m_self != kLoopback && m_groups[node] != m_self) {
+      throw std::invalid_argument("cut-link batch: a message for node " + std::to_string(node) + " of group " +
+                                  std::to_string(m_groups[node]) + " delivered to worker " + std::to_string(m_self));
+    }
     if (arriveNs < sim->NowStep()) {
       throw std::runtime_error("cut-link message for node " + std::to_string(node) + " at " +
                                std::to_string(arriveNs) + " ns arrived behind its worker's clock (" +
@@ -158,8 +211,11 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
 
 void PhantoraCutLink::Barrier() {
   ++m_barriers;
-  if (!m_outbox.empty()) {
-    Deliver(TakeOutbox());
+  m_minArrival = UINT64_MAX;
+  for (uint32_t g = 0; g < m_outboxes.size(); ++g) {
+    if (!m_outboxes[g].empty()) {
+      Deliver(TakeOutbox(g));
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include "phantora-simulator-impl.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,15 +20,21 @@ namespace ns3 {
  * instead of queuing the arrival. Deliver() queues a batch of messages at their times with their keys. In the
  * keyed mode that is the same event, in the same place of the order, as the direct path's.
  *
- * Loopback (the one mode built so far): every group runs in this engine, and the simulator's window
- * barrier (lookahead = the least cut cable delay) delivers the outbox to this engine. A run then takes the
- * message path and windows a worker would, with results byte-identical to the keyed mode without a cut.
+ * Loopback: every group runs in this engine, and the simulator's window barrier (lookahead = the least cut
+ * cable delay) delivers the outboxes to this engine. A run then takes the message path and windows a worker
+ * would, with results byte-identical to the keyed mode without a cut.
+ *
+ * Worker (`self` a group): this engine runs that group's nodes only; the outboxes (one per destination group)
+ * are taken between windows by the caller and sent to the other workers, whose batches come in by Deliver().
+ * A batch may also carry a flow's "sender done" (SendForget): its receiver forgets the flow on delivery.
  */
 class PhantoraCutLink final : public PhantoraWindowHook {
  public:
   /// Cut the fabric's cables between groups (`groups[node]`, one per node); throws naming the field if the
   /// list does not match the fabric.
-  PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups);
+  PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self = kLoopback);
+
+  static constexpr uint32_t kLoopback = UINT32_MAX;  ///< `self` when every group runs in this engine
   ~PhantoraCutLink() override;
 
   /// Cables cut.
@@ -37,8 +44,16 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   /// A packet sent on cut cable `link` arrives at its end `toEnd` (0: a, 1: b) at `arriveNs`.
   /// `epoch`: the cable's failure epoch to check on arrival, UINT64_MAX for no check.
   void Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPacket>& pkt, uint64_t arriveNs, uint64_t epoch);
-  /// The messages sent since the last call (the outbox, emptied).
-  std::vector<uint8_t> TakeOutbox();
+  /// Flow `flow`'s sender is done at `atNs`: tell its receiver `node` (in another group) to forget it.
+  void SendForget(uint64_t flow, uint32_t node, uint64_t atNs);
+  /// The messages sent to group `group` since the last call (its outbox, emptied).
+  std::vector<uint8_t> TakeOutbox(uint32_t group);
+  /// The least arrival time of the messages sent since the last call, or UINT64_MAX; reset.
+  uint64_t TakeMinArrival();
+  /// Called on delivery of a forget message: (flow, receiver node, sender's ns).
+  void SetForget(std::function<void(uint64_t, uint32_t, uint64_t)> f) { m_forget = std::move(f); }
+  uint32_t NumGroups() const { return static_cast<uint32_t>(m_outboxes.size()); }
+  uint32_t GroupOf(uint32_t node) const { return m_groups.at(node); }
   /// Queue the arrivals of a batch of messages (TakeOutbox()'s bytes); throws on a malformed batch.
   void Deliver(const std::vector<uint8_t>& batch);
   /// Loopback: deliver the outbox here.
@@ -49,8 +64,14 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   uint64_t Barriers() const { return m_barriers; }
 
  private:
+  std::vector<uint8_t>& OutboxFor(uint32_t node);
+
   Ptr<PhantoraFabric> m_fabric;
-  std::vector<uint8_t> m_outbox;
+  std::vector<uint32_t> m_groups;
+  uint32_t m_self;
+  std::vector<std::vector<uint8_t>> m_outboxes;  ///< by destination group
+  uint64_t m_minArrival = UINT64_MAX;
+  std::function<void(uint64_t, uint32_t, uint64_t)> m_forget;
   uint32_t m_cut = 0;
   uint64_t m_lookahead = 0;
   uint64_t m_messages = 0;

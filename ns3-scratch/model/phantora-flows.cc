@@ -3,6 +3,7 @@
 
 #include "phantora-interrupt.h"
 #include "phantora-scheduler.h"
+#include "phantora-simulator-impl.h"
 
 #include "ns3/log.h"
 #include "ns3/simulator.h"
@@ -69,6 +70,9 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
   FlowState& f = it->second;
   f.dataDone = true;
   const int64_t now = NowNs();
+  if (f.startNs < 0) {  // a worker with the receiver only: the start, as the sender's worker runs it
+    f.startNs = std::max(f.submitNs, f.readyNs) + f.delayNs;
+  }
   completions.push_back(FlowRecord{f.id, f.src, f.dst, f.size, f.startNs, now});
   if (f.lossBudget && f.src != f.dst) {
     for (const auto& [offset, bytes] : fabric->GetNode(f.dst).nic->TakeLost(id)) {
@@ -77,9 +81,11 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
   }
   if (f.size > 0 && f.src != f.dst) {
     FlowTransportStats t = fabric->GetNode(f.dst).nic->RxStats(id);
-    const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id);
-    t.retxPackets = tx.retxPackets;
-    t.retxBytes = tx.retxBytes;
+    if (Owns(f.src)) {  // else the sender's worker has them (SenderDone)
+      const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id);
+      t.retxPackets = tx.retxPackets;
+      t.retxBytes = tx.retxBytes;
+    }
     transport[id] = t;
   }
   doneEnd[id] = now;
@@ -114,6 +120,13 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
   if (stopWhenIdle && inFlight == 0) {
     Simulator::Stop();
   }
+  if (!Owns(f.src)) {  // a worker with the receiver only: nothing more happens to this flow here
+    flows.erase(it);
+  }
+}
+
+void PhantoraNetwork::Impl::ForgetAtReceiver(uint64_t flow, uint32_t node) {
+  fabric->GetNode(node).nic->ForgetFlow(flow);
 }
 
 void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
@@ -126,12 +139,23 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
   fcts.push_back(FctRecord{f.id, f.src, f.dst, f.sport, f.dport, f.size, f.startNs, now - f.startNs,
                            fabric->StandaloneNs(f.src, f.dst, f.key, f.size)});
   if (f.src != f.dst) {
-    fabric->GetNode(f.dst).nic->ForgetFlow(id);
     const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id, true);
-    auto t = transport.find(id);
-    if (t != transport.end()) {
-      t->second.retxPackets = tx.retxPackets;
-      t->second.retxBytes = tx.retxBytes;
+    if (Owns(f.dst)) {
+      fabric->GetNode(f.dst).nic->ForgetFlow(id);
+      auto t = transport.find(id);
+      if (t != transport.end()) {
+        t->second.retxPackets = tx.retxPackets;
+        t->second.retxBytes = tx.retxBytes;
+      }
+    } else {
+      // The receiver is another worker's: it forgets the flow when this message reaches it, at the next
+      // barrier (one engine does it now; see docs/packet-model.md for what that can change). The sender's
+      // counters are this worker's part of the flow's transport record; the driver adds the receiver's.
+      cut->SendForget(id, f.dst, static_cast<uint64_t>(now));
+      FlowTransportStats t{};
+      t.retxPackets = tx.retxPackets;
+      t.retxBytes = tx.retxBytes;
+      transport[id] = t;
     }
   }
   flows.erase(it);
@@ -178,7 +202,15 @@ void PhantoraNetwork::Impl::ScheduleStart(FlowState& f) {
   const bool marker = f.size == 0 && f.src == f.dst && f.delayNs > 0 && !throttles.empty();
   const int64_t delay = marker && !unthrottled.count(f.id) ? Stretch(f.src, ready, f.delayNs) : f.delayNs;
   const int64_t at = ready + delay;
-  Simulator::Schedule(NanoSeconds(std::max<int64_t>(at - NowNs(), 0)), &Impl::StartFlow, this, f.id);
+  const Time in = NanoSeconds(std::max<int64_t>(at - NowNs(), 0));
+  const PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  if (sim && sim->Keyed()) {
+    // The keyed mode: the start is its sender's event whoever scheduled it (the caller's context is the last
+    // event run, which a partition worker cannot know), so what it schedules takes the sender's order counts.
+    Simulator::ScheduleWithContext(f.src, in, &Impl::StartFlow, this, f.id);
+  } else {
+    Simulator::Schedule(in, &Impl::StartFlow, this, f.id);
+  }
 }
 
 void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
@@ -189,7 +221,9 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
     SenderDone(id);
     return;
   }
-  fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
+  if (Owns(f.dst)) {  // else the receiver's worker expects it (AddFlow)
+    fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
+  }
   const Ptr<RdmaNic>& nic = fabric->GetNode(f.src).nic;
   nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps, f.conn});
   if (!linkDown.empty() || routesCut) {  // a scenario: a flow may start with no route, or onto a failed link
@@ -239,6 +273,10 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   if (src != dst && !s.routesCut && !s.fabric->GetRoutes()->Reachable(src, dst)) {  // routes cut: it stalls
     throw std::invalid_argument(where + "no route from " + std::to_string(src) + " to " + std::to_string(dst));
   }
+  if (s.Worker() && !deps.empty()) {
+    throw std::invalid_argument(where + "a partition worker (partition.Worker) takes flows without dependencies "
+                                        "(the driver releases them)");
+  }
   Impl::FlowState f;
   f.id = id;
   f.src = src;
@@ -269,10 +307,17 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
       ++f.pending;
     }
   }
+  if (!s.Owns(src) && !s.Owns(dst)) {  // a partition worker without either end (its sport is counted above)
+    return;
+  }
   auto [it, ok] = s.flows.emplace(id, f);
-  ++s.inFlight;
   ++s.submitted;
-  if (it->second.pending == 0) {
+  if (s.Owns(dst)) {  // in flight: until it completes at its receiver
+    ++s.inFlight;
+  }
+  if (!s.Owns(src)) {  // the receiver only: expect it now (no packet of it can arrive before it starts)
+    s.fabric->GetNode(dst).nic->ExpectFlow(id, f.size, f.lossBudget);
+  } else if (it->second.pending == 0) {
     s.ScheduleStart(it->second);
   }
 }
@@ -284,6 +329,9 @@ void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
     throw std::invalid_argument("flow " + std::to_string(id) + ": SetLossBudget on a flow not waiting to start");
   }
   it->second.lossBudget = std::min(bytes, it->second.size);
+  if (!s.Owns(it->second.src)) {  // a worker with the receiver only: it expects the flow already
+    s.fabric->GetNode(it->second.dst).nic->ExpectFlow(id, it->second.size, it->second.lossBudget);
+  }
 }
 
 void PhantoraNetwork::SetMaxRate(uint64_t id, uint64_t bps) {
@@ -309,6 +357,10 @@ void PhantoraNetwork::SetConnection(uint64_t id, uint64_t conn) {
 template <typename R, typename F>
 R PhantoraNetwork::Interruptible(R cut, F&& body) {
   Impl& s = Need();
+  if (s.Worker() && s.workerStarted) {
+    throw std::runtime_error("a partition worker (partition.Worker) runs in windows driven by its caller "
+                             "(CutRunBefore, CutAdvanceTo), not by the run calls");
+  }
   if (s.interruptedBy) {
     throw std::runtime_error("this network was interrupted by " + SignalName(s.interruptedBy) +
                              " part-way through a run call; close it and start again");

@@ -58,6 +58,14 @@ class PhantoraNetwork::Impl {
   bool simulatorBound = false;  ///< the fabric's "Simulator" is ns-3's simulator (from the first AddNode on)
   std::vector<uint32_t> cutGroups;      ///< param partition.Groups: a group per node (empty: no cut)
   bool cutLoopback = false;             ///< param partition.Loopback: every group in this engine
+  uint32_t cutWorker = UINT32_MAX;      ///< param partition.Worker: the group this engine runs (else all)
+  bool workerStarted = false;           ///< a partition worker past Finalize: run calls are refused
+  /// A partition worker: this engine runs group cutWorker's nodes only.
+  bool Worker() const { return cutWorker != UINT32_MAX; }
+  /// This engine runs node `node`'s events (always, unless a partition worker).
+  bool Owns(uint32_t node) const { return cutWorker == UINT32_MAX || cutGroups[node] == cutWorker; }
+  /// A worker's receiver `node` learns that flow `flow`'s sender is done (another worker's SenderDone).
+  void ForgetAtReceiver(uint64_t flow, uint32_t node);
   std::unique_ptr<PhantoraCutLink> cut;  ///< the cut-link path, from Finalize on
 
   std::unordered_map<uint64_t, FlowState> flows;  // submitted, not done at both ends

@@ -51,9 +51,14 @@ void SetPartitionParam(PhantoraNetwork::Impl& s, const std::string& name, const 
                                   "' (only 1 is built: every group runs in this engine, through messages)");
     }
     s.cutLoopback = true;
+  } else if (name == "Worker") {
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value.size() > 9) {
+      throw std::invalid_argument("partition.Worker: '" + value + "' is not a group number");
+    }
+    s.cutWorker = static_cast<uint32_t>(std::stoul(value));
   } else {
-    throw std::invalid_argument("unknown param 'partition." + name + "' (expected partition.Groups or "
-                                "partition.Loopback)");
+    throw std::invalid_argument("unknown param 'partition." + name + "' (expected partition.Groups, "
+                                "partition.Loopback or partition.Worker)");
   }
 }
 
@@ -199,18 +204,28 @@ void PhantoraNetwork::Finalize() {
       throw std::invalid_argument("partition.Groups: a cut needs the keyed mode (attribute 'Scheduler' of the "
                                   "fabric ns3::PhantoraKeyedScheduler)");
     }
-    if (!s.cutLoopback) {
-      throw std::invalid_argument("partition.Groups: only partition.Loopback 1 is built (workers exchanging "
-                                  "windows are not)");
+    if (s.cutLoopback == s.Worker()) {
+      throw std::invalid_argument("partition.Groups: give either partition.Loopback 1 (every group in this "
+                                  "engine) or partition.Worker G (this engine runs group G)");
     }
-    s.cut = std::make_unique<PhantoraCutLink>(s.fabric, s.cutGroups);
-    if (s.cut->CutCables() > 0) {
+    s.cut = std::make_unique<PhantoraCutLink>(s.fabric, s.cutGroups, s.cutWorker);
+    if (s.cutLoopback && s.cut->CutCables() > 0) {
       sim->SetWindow(s.cut.get(), s.cut->LookaheadNs());
     }
+    if (s.Worker()) {
+      if (s.recorder->SamplesQueues()) {
+        throw std::invalid_argument("partition.Worker: queue sampling (recorder.QueueSampleInterval) reads every "
+                                    "switch at once and is not split by owner: set it to 0");
+      }
+      s.cut->SetForget([impl](uint64_t flow, uint32_t node, uint64_t) { impl->ForgetAtReceiver(flow, node); });
+    }
+  } else if (s.Worker()) {
+    throw std::invalid_argument("partition.Worker: needs partition.Groups");
   }
   s.finalized = true;
   // Nodes schedule their initialisation at t = 0: run it now, so NextEventTime() reports only our events.
   RunUntil(0);
+  s.workerStarted = s.Worker();
 }
 
 std::vector<FlowRecord> PhantoraNetwork::DrainCompletions() {
@@ -391,6 +406,10 @@ Time ScenarioDelay(PhantoraNetwork::Impl& s, const char* what, int64_t atNs, uin
   if (!s.finalized) {
     throw std::runtime_error(std::string(what) + " before Finalize()");
   }
+  if (s.Worker()) {
+    throw std::invalid_argument(std::string(what) + ": scenario events are not split by owner in a partition worker "
+                                                    "(partition.Worker) yet");
+  }
   if (link >= s.fabric->Links().size()) {
     throw std::invalid_argument(std::string(what) + ": unknown link " + std::to_string(link));
   }
@@ -546,6 +565,10 @@ void PhantoraNetwork::SetThrottle(uint32_t node, int64_t startNs, int64_t endNs,
 
 void PhantoraNetwork::ThrottleFromFlow(uint64_t id, uint32_t node, int64_t durationNs, double factor) {
   Impl& s = Need();
+  if (s.Worker()) {
+    throw std::invalid_argument("ThrottleFromFlow: not in a partition worker (partition.Worker): the flow's "
+                                "completion and the throttled node may be in different workers");
+  }
   if (node >= s.fabric->NumNodes() || !IsEndpoint(s.fabric->GetNode(node).kind)) {
     throw std::invalid_argument("ThrottleFromFlow: node " + std::to_string(node) + " is not an endpoint");
   }
@@ -559,6 +582,50 @@ void PhantoraNetwork::ThrottleFromFlow(uint64_t id, uint32_t node, int64_t durat
 }
 
 void PhantoraNetwork::ExemptFromThrottle(uint64_t id) { Need().unthrottled.insert(id); }
+
+PhantoraCutLink& PhantoraNetwork::Worker(const char* what) const {
+  const Impl& s = Need();
+  if (!s.Worker() || !s.cut) {
+    throw std::runtime_error(std::string(what) + ": not a partition worker (params partition.Groups and "
+                                                 "partition.Worker, then Finalize)");
+  }
+  return *s.cut;
+}
+
+void PhantoraNetwork::CutRunBefore(int64_t endNs) {
+  Worker("CutRunBefore");
+  PhantoraSimulatorImpl::Current()->RunBefore(static_cast<uint64_t>(std::max<int64_t>(endNs, 0)));
+}
+
+void PhantoraNetwork::CutAdvanceTo(int64_t ns) {
+  Worker("CutAdvanceTo");
+  if (ns < Now() || (NextEventTime() >= 0 && NextEventTime() < ns)) {
+    throw std::invalid_argument("CutAdvanceTo(" + std::to_string(ns) + "): the worker is at " +
+                                std::to_string(Now()) + " ns with an event at " + std::to_string(NextEventTime()));
+  }
+  PhantoraSimulatorImpl::Current()->AdvanceTo(static_cast<uint64_t>(ns));
+}
+
+std::string PhantoraNetwork::CutTakeOutbox(uint32_t group) {
+  PhantoraCutLink& cut = Worker("CutTakeOutbox");
+  if (group >= cut.NumGroups()) {
+    throw std::invalid_argument("CutTakeOutbox: group " + std::to_string(group) + " of " +
+                                std::to_string(cut.NumGroups()));
+  }
+  const std::vector<uint8_t> out = cut.TakeOutbox(group);
+  return std::string(out.begin(), out.end());
+}
+
+int64_t PhantoraNetwork::CutTakeMinArrival() {
+  const uint64_t t = Worker("CutTakeMinArrival").TakeMinArrival();
+  return t == UINT64_MAX ? -1 : static_cast<int64_t>(t);
+}
+
+void PhantoraNetwork::CutDeliver(const std::string& batch) {
+  Worker("CutDeliver").Deliver(std::vector<uint8_t>(batch.begin(), batch.end()));
+}
+
+uint32_t PhantoraNetwork::CutGroups() const { return Worker("CutGroups").NumGroups(); }
 
 std::vector<uint64_t> PhantoraNetwork::CutStats() const {
   const Impl& s = Need();

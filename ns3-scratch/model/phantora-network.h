@@ -15,6 +15,8 @@
 
 namespace ns3 {
 
+class PhantoraCutLink;
+
 /// A flow whose last byte reached its destination.
 struct FlowRecord {
   uint64_t id;
@@ -248,6 +250,25 @@ class PhantoraNetwork {
   /// message bytes, window barriers; all 0 when nothing is cut.
   std::vector<uint64_t> CutStats() const;
 
+  // A partition worker (params partition.Groups and partition.Worker G; keyed mode): this engine runs group G's
+  // nodes only. Its windows are driven by the caller, which exchanges the cut-link batches with the other workers
+  // (phantora.netsim.cut_windows). Flows: each worker is given every flow (AddFlow, no dependencies: the driver
+  // releases them) and keeps the ends it owns: the sender's start and its FCT record, the receiver's completion.
+
+  /// Run every event before `endNs` (one window); the clock stays at the last event run.
+  void CutRunBefore(int64_t endNs);
+  /// Move the clock to `ns` (no event pending before it), as RunUntil(ns) leaves one engine.
+  void CutAdvanceTo(int64_t ns);
+  /// The batch of messages for group `group` since the last call (empty if none; bytes in a string, which
+  /// cppyy hands to Python as bytes without a copy per element).
+  std::string CutTakeOutbox(uint32_t group);
+  /// The least arrival time of the messages taken since the last call, or -1.
+  int64_t CutTakeMinArrival();
+  /// Queue another worker's batch for this one.
+  void CutDeliver(const std::string& batch);
+  /// Groups of the partition.
+  uint32_t CutGroups() const;
+
   int64_t Now() const;
   /// Time of the next pending event, or -1.
   int64_t NextEventTime() const;
@@ -278,6 +299,8 @@ class PhantoraNetwork {
 
  private:
   Impl& Need() const;
+  /// The cut-link path of a partition worker; throws naming `what` if this engine is not one.
+  PhantoraCutLink& Worker(const char* what) const;
   /// RunUntilWatched's loop over the watch set already in place (`all`: every flow is watched).
   bool RunWatching(int64_t ns, bool all, const char* caller);
   /// Process every event at or before `ns` (RunUntil, inside other run calls).

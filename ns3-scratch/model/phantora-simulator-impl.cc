@@ -111,6 +111,24 @@ void PhantoraSimulatorImpl::SetWindow(PhantoraWindowHook* hook, uint64_t lookahe
   m_windowEnd = 0;
 }
 
+void PhantoraSimulatorImpl::RunBefore(uint64_t endTs) {
+  NS_ABORT_MSG_IF(!m_keyed || m_window, "RunBefore needs the keyed mode without loopback windows");
+  while (!EventsEmpty() && m_keyed->PeekNext().key.m_ts < endTs) {
+    ProcessOneKeyed();
+  }
+  m_stop = false;
+}
+
+void PhantoraSimulatorImpl::AdvanceTo(uint64_t ts) {
+  NS_ABORT_MSG_IF(!m_keyed, "AdvanceTo needs the keyed mode");
+  NS_ABORT_MSG_IF(ts < m_currentTs || (!EventsEmpty() && m_keyed->PeekNext().key.m_ts < ts),
+                  "AdvanceTo(" << ts << "): the clock is at " << m_currentTs << " or an event is pending before");
+  if (ts != m_currentTs) {
+    m_ranNow.clear();
+    m_currentTs = ts;
+  }
+}
+
 PhantoraOrderKey PhantoraSimulatorImpl::TakeKey() {
   NS_ASSERT_MSG(m_keyed, "PhantoraSimulatorImpl::TakeKey() outside the keyed mode");
   PhantoraOrderKey key;

@@ -88,6 +88,12 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// pending event W), calling `hook->Barrier()` between windows, when no event is left, and when Run()
   /// returns. nullptr: no windows.
   void SetWindow(PhantoraWindowHook* hook, uint64_t lookaheadNs);
+  /// Keyed mode, a partition worker's window (its windows are driven from outside): run every event before
+  /// time step `endTs`, ignoring Stop(); the clock stays at the last event run.
+  void RunBefore(uint64_t endTs);
+  /// Keyed mode: move the clock to `ts` without running an event (none may be pending before it), as a
+  /// worker ends RunUntil(ts) that one engine ends with its stop event.
+  void AdvanceTo(uint64_t ts);
 
   /// ScheduleWithContext(context, TimeStep(delay), event), not virtual; takes the event's reference.
   void ScheduleStepWithContext(uint32_t context, uint64_t delay, EventImpl* event) {
