@@ -298,9 +298,13 @@ class Ns3Simulator:
             net.AddNode(node.kind)
         for link in self.topology.links:
             net.AddLink(link.a, link.b, link.bandwidth_bps, link.latency_ns)
+        fluid = self.config.nvlink == "fluid"
         if self.config.partition_loopback:
-            fluid = self.config.nvlink == "fluid"
             for key, value in partition_params(self.topology, self.config.partition_loopback, nvlink_fluid=fluid):
+                net.SetParam(key, value)
+        elif self.config.partition_worker >= 0:
+            n, g = self.config.partition, self.config.partition_worker
+            for key, value in partition_params(self.topology, n, nvlink_fluid=fluid, worker=g):
                 net.SetParam(key, value)
         try:
             net.Finalize()

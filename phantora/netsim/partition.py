@@ -226,10 +226,14 @@ def _conn(adj: dict[int, dict[int, float]], group: dict[int, int], a: int) -> di
     return out
 
 
-def partition_params(topology: Topology, n: int, *, nvlink_fluid: bool = False) -> list[tuple[str, str]]:
-    """PhantoraNetwork params that cut `topology` into `partition_fabric`'s n groups, every group in one engine
-    (partition.Loopback: packets over a cut cable travel as messages between windows). Nodes outside every
-    group (NVSwitches) form group n of their own."""
+def partition_params(
+    topology: Topology, n: int, *, nvlink_fluid: bool = False, worker: int | None = None
+) -> list[tuple[str, str]]:
+    """PhantoraNetwork params that cut `topology` into `partition_fabric`'s n groups: every group in one engine
+    (partition.Loopback: packets over a cut cable travel as messages between windows), or with `worker` this
+    engine a worker that runs that group only (partition.Worker). Nodes outside every group (NVSwitches) form
+    group n of their own."""
     groups = partition_fabric(topology, n, nvlink_fluid=nvlink_fluid).groups
     text = ",".join(str(n if g == NO_GROUP else g) for g in groups)
-    return [("partition.Groups", text), ("partition.Loopback", "1")]
+    mode = ("partition.Loopback", "1") if worker is None else ("partition.Worker", str(worker))
+    return [("partition.Groups", text), mode]

@@ -1,0 +1,144 @@
+"""The peer-to-peer exchange of partition workers (issue 38): `phantora.netsim.cut_windows.Peers` over ZeroMQ.
+
+Every worker binds a ROUTER (ipc in the run's private directory, or loopback tcp) and publishes its endpoint
+there; it connects a DEALER to every other worker's. A peer is let in by its hello, which must show the run's
+token (`bridge.transport.token_ok`); anything else from an identity not let in is dropped and counted. Every
+message is msgpack: the hello ``{"k": "hello", "token", "group"}``, then at each barrier
+``{"k": "win", "seq", "next", "arr", "batch"}`` to every other worker (the batch may be empty). A barrier waits for
+every other worker's message of its sequence number, at most `timeout_s` of silence, then raises naming the
+workers it still waits for (a dead or stuck worker takes the run down, named). Beyond loopback (CurveZMQ, as
+the decomposition rounds) is not built.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+from bridge.errors import BridgeError
+from bridge.protocol import E_TIMEOUT
+from bridge.transport import (
+    HEARTBEAT_S,
+    bind_address,
+    bind_router,
+    connect_dealer,
+    endpoint_file,
+    token_ok,
+    write_endpoint_file,
+)
+from phantora.netsim.cut_windows import PeerReport
+
+PEER_TIMEOUT_S = 60.0  # silence from a peer inside a run after which it is taken for dead
+MAX_BATCH_BYTES = 1 << 30
+
+
+def _name(group: int) -> str:
+    return f"cut{group}"
+
+
+class ZmqPeers:
+    """One worker's links to the other workers of its partition."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        group: int,
+        groups: int,
+        token: str,
+        *,
+        transport: str = "ipc",
+        startup_timeout_s: float = 180.0,
+        timeout_s: float = PEER_TIMEOUT_S,
+    ) -> None:
+        self.group, self.groups, self.timeout_s = group, groups, timeout_s
+        self._token = token
+        self._ctx = zmq.Context()
+        self._router, endpoint = bind_router(self._ctx, bind_address(transport, run_dir, _name(group)), MAX_BATCH_BYTES)
+        write_endpoint_file(run_dir, _name(group), endpoint)
+        self._peers: dict[int, zmq.Socket] = {}
+        self._known: dict[bytes, int] = {}  # ROUTER identity -> group, once its hello showed the token
+        self._early: dict[tuple[int, int], PeerReport] = {}  # (seq, group) arrived before we asked for it
+        self.rejected = 0
+        try:
+            self._connect(run_dir, startup_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self, run_dir: Path, startup_timeout_s: float) -> None:
+        """Connect to every other worker and say hello; wait (at most the startup timeout) until every other
+        worker's hello has come in."""
+        deadline = time.monotonic() + startup_timeout_s
+        hello = msgpack.packb({"k": "hello", "token": self._token, "group": self.group})
+        for g in range(self.groups):
+            if g == self.group:
+                continue
+            path = endpoint_file(run_dir, _name(g))
+            while not path.exists():
+                if time.monotonic() > deadline:
+                    raise BridgeError(f"partition worker {g} did not start within {startup_timeout_s:.0f} s",
+                                      code=E_TIMEOUT)  # fmt: skip
+                time.sleep(0.01)
+            sock = connect_dealer(self._ctx, path.read_text().strip(), MAX_BATCH_BYTES)
+            sock.send(hello)
+            self._peers[g] = sock
+        while len(self._known) < self.groups - 1:
+            self._receive(deadline, "hello")
+
+    def _receive(self, deadline: float, waiting: str) -> None:
+        """Take one message off the ROUTER (or raise on the deadline): a hello lets a peer in, a window report
+        is kept for its barrier."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BridgeError(f"partition worker {self.group}: no word from {waiting}", code=E_TIMEOUT)
+            if self._router.poll(int(min(left, HEARTBEAT_S) * 1000) + 1, zmq.POLLIN):
+                break
+        frames = self._router.recv_multipart()
+        ident, raw = frames[0], frames[-1]
+        try:
+            msg: Any = msgpack.unpackb(raw, raw=False)
+            kind = msg["k"]
+        except Exception:  # noqa: BLE001 - anything malformed is dropped and counted
+            self.rejected += 1
+            return
+        if kind == "hello":
+            g = msg.get("group")
+            if isinstance(g, int) and 0 <= g < self.groups and token_ok(str(msg.get("token", "")), self._token):
+                self._known[ident] = g
+            else:
+                self.rejected += 1
+            return
+        g = self._known.get(ident)
+        if g is None or kind != "win":
+            self.rejected += 1
+            return
+        rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]))
+        self._early[(int(msg["seq"]), g)] = rep
+
+    def exchange(self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes]) -> list[PeerReport]:
+        """`phantora.netsim.cut_windows.Peers.exchange` over the sockets."""
+        for g, sock in self._peers.items():
+            sock.send(msgpack.packb({"k": "win", "seq": seq, "next": next_ns, "arr": min_arrival,
+                                     "batch": batches.get(g, b"")}))  # fmt: skip
+        out: list[PeerReport] = []
+        waiting = [g for g in self._peers]
+        deadline = time.monotonic() + self.timeout_s
+        while waiting:
+            g = waiting[0]
+            rep = self._early.pop((seq, g), None)
+            if rep is not None:
+                out.append(rep)
+                waiting.pop(0)
+                deadline = time.monotonic() + self.timeout_s
+                continue
+            self._receive(deadline, f"partition worker(s) {waiting} at barrier {seq} (dead or stuck)")
+        return out
+
+    def close(self) -> None:
+        self._ctx.destroy(linger=0)

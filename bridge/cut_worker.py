@@ -1,0 +1,91 @@
+"""A partition worker process (issue 38): one switch group's share of a packet-level run, windows peer to peer.
+
+Started by `bridge.cut_pool` as ``python -m bridge.cut_worker --setup FILE`` with the run's token in
+PHANTORA_TOKEN. The setup (msgpack) holds the topology, the engine spec (its PacketConfig with
+``partition_worker`` this worker's group), the flows as columns, the run limit and where to write the result.
+The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it owns), runs the
+windows (`phantora.netsim.cut_windows`) with the other workers (`bridge.cut_peers`), and writes its records
+(msgpack) for the pool to merge. Any failure exits non-zero with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from dataclasses import astuple
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from bridge.columns import completions_to_columns, flows_from_columns
+from bridge.cut_peers import ZmqPeers
+from bridge.runspec import topology_from_dict
+from bridge.transport import STARTUP_TIMEOUT_S
+from phantora.netsim.cut_windows import WindowStats, run_windows
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet import Ns3Simulator
+
+
+def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
+    """What the worker recorded, as plain lists (the pool merges and sorts them)."""
+    return {
+        "done": completions_to_columns(done),
+        "fct": [astuple(r) for r in sim.fct_records()],
+        "pfc": [astuple(r) for r in sim.pfc_events()],
+        "marks": [astuple(r) for r in sim.ecn_mark_events()],
+        "cnps": [astuple(r) for r in sim.cnp_events()],
+        "transport": [astuple(t) for _, t in sorted(sim.flow_transport().items())],
+        "channels": sim._channel_rows(),
+        "stats": {k: v for k, v in sim.stats().items() if isinstance(v, (int, float))},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bridge.cut_worker")
+    ap.add_argument("--setup", required=True)
+    args = ap.parse_args(argv)
+    setup = msgpack.unpackb(Path(args.setup).read_bytes(), raw=False, strict_map_key=False)
+    token = os.environ.get("PHANTORA_TOKEN", "")
+    if not token:
+        print("bridge.cut_worker: PHANTORA_TOKEN is not set", file=sys.stderr)
+        return 2
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    topo = topology_from_dict(setup["topology"])
+    spec = EngineSpec.from_dict(setup["engine"])
+    group, groups = spec.packet.partition_worker, spec.packet.partition
+    sim = make_engine(spec, topo)
+    assert isinstance(sim, Ns3Simulator)
+    peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, startup_timeout_s=STARTUP_TIMEOUT_S)
+    try:
+        setup_cpu = time.process_time() - cpu0
+        sim.submit(flows_from_columns(setup["flows"]), 0)
+        stats = WindowStats()
+        lookahead = int(sim._net.CutStats()[1])
+        until = setup["until"]
+        c0 = time.process_time()
+        run_windows(sim._net, peers, group=group, groups=groups, lookahead_ns=lookahead, until=until, stats=stats)
+        run_cpu = time.process_time() - c0
+        out = records(sim, sim._take())
+        out["windows"] = {
+            "windows": stats.windows, "exchanges": stats.exchanges, "bytes_out": stats.bytes_out,
+            "ns3_cpu_s": stats.run_cpu_s, "exchange_wall_s": stats.exchange_wall_s, "run_cpu_s": run_cpu,
+            "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": peers.rejected,
+            "cut": [int(x) for x in sim._net.CutStats()],
+        }  # fmt: skip
+        tmp = Path(setup["out"] + ".tmp")
+        tmp.write_bytes(msgpack.packb(out))
+        tmp.rename(setup["out"])
+    finally:
+        peers.close()
+        sim.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
