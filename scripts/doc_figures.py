@@ -47,6 +47,11 @@ a command that prints it, such as `phantora compare`.
 
 Wall times are not simulated figures: quote them as indications with the date and the machine, outside marked
 lines (or as ` ...` prefixes).
+
+A table whose figures a test checks elsewhere (a slow run's own assertions) says which columns, in a comment line
+directly above it; `--unchecked` then leaves those columns alone:
+
+    <!-- columns checked: step time (tests/conformance: assert_documented); wall: an indication, 2026-11-29 -->
 """
 
 from __future__ import annotations
@@ -171,6 +176,8 @@ def all_blocks() -> list[Block]:
 FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|KB|MB|GB|KiB|MiB|%|x\b|×)")
 CODE_SPAN = re.compile(r"`[^`]*`")  # a setting or an input the prose recalls, as `--set buffer_bytes=2000000`
 DATED = re.compile(r"20\d\d-\d\d-\d\d|checked|block (?:above|below)|output-of|generated")
+CELL = re.compile(r"(?<!\\)\|")  # a table cell border (not an escaped `\|`)
+COLUMNS_CHECKED = re.compile(r"<!-- columns checked: ((?:[a-z ]+)(?:, [a-z ]+)*)")  # names end at "(" or ";"
 
 
 def unchecked(path: Path) -> list[tuple[int, str]]:
@@ -184,10 +191,25 @@ def unchecked(path: Path) -> list[tuple[int, str]]:
         inside.update(range(b.line, (b.end or b.line + len(b.quoted) + 3) + 1))
         held.update(re.findall(r"\d[\d,]*(?:\.\d+)?", " ".join(b.quoted)))
     out, fenced = [], False
+    checked_columns: set[str] = set()  # of the table below a "columns checked" comment
+    header: list[str] = []
     for no, raw in enumerate(lines, 1):
         if raw.lstrip().startswith("```"):
             fenced = not fenced
             continue
+        if not raw.startswith("|"):
+            header = []
+            if not raw.lstrip().startswith("<!--"):
+                checked_columns = set()
+        elif not header:
+            header = [c.strip() for c in CELL.split(raw)[1:-1]]
+        elif checked_columns:
+            cells = CELL.split(raw)
+            raw = "|".join(
+                c for i, c in enumerate(cells) if i < 1 or i > len(header) or header[i - 1] not in checked_columns
+            )
+        if found := COLUMNS_CHECKED.match(raw.strip()):
+            checked_columns = {c.strip() for c in found.group(1).split(",")}
         if fenced or no in inside or raw.lstrip().startswith("<!--"):
             continue
         figures = [re.match(r"\d[\d,]*(?:\.\d+)?", m.group(0)) for m in FIGURE.finditer(CODE_SPAN.sub(" ", raw))]

@@ -18,6 +18,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
 TIMEOUT_S = 900
+DOC = HERE.parents[1] / "docs" / "runtime.md"  # its conformance tables quote each case's step time
+_CELL = re.compile(r"(?<!\\)\|")  # a table cell border (not an escaped `\|` inside a cell)
 
 
 @dataclass
@@ -48,6 +50,33 @@ class Run:
         """The names of the compute kernels `rank` ran, in order (trace.json)."""
         events = json.loads((self.out / "trace.json").read_text())["traceEvents"]
         return [e["name"] for e in events if e.get("cat") == "compute" and e.get("pid") == rank]
+
+
+def documented_step(program: str, configuration: str) -> str:
+    """The step time docs/runtime.md's conformance tables quote for `program` in the one row whose configuration
+    cell starts with `configuration`: the first "N.NNN ms" of its "step time" cell, as written."""
+    rows, header = [], []
+    for line in DOC.read_text().splitlines():
+        if not line.startswith("|"):
+            header = []
+            continue
+        cells = [c.strip() for c in _CELL.split(line)[1:-1]]
+        if not header:
+            header = cells
+        elif cells[0] == f"`{program}`" and cells[1].startswith(configuration) and "step time" in header:
+            rows.append(cells[header.index("step time")])
+    assert len(rows) == 1, f"{DOC}: {len(rows)} conformance rows for {program} starting {configuration!r}"
+    quoted = re.match(r"(\d+\.\d+) ms", rows[0])
+    assert quoted, f"{DOC}: the step time of {program} ({configuration!r}) is {rows[0]!r}, not N.NNN ms"
+    return quoted.group(1)
+
+
+def assert_documented(ms: float, program: str, configuration: str) -> None:
+    """The simulated step time `ms` is the one docs/runtime.md quotes for the case, to the digits it quotes
+    (simulated time is deterministic, so a quoted figure that differs is stale: re-measure the row)."""
+    quoted = documented_step(program, configuration)
+    measured = f"{ms:.{len(quoted.split('.')[1])}f}"
+    assert measured == quoted, f"docs/runtime.md quotes {quoted} ms for {program} ({configuration}); it ran {measured}"
 
 
 def workdir_for(upstream: str, folder: str, into: Path) -> Path:

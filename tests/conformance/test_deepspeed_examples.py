@@ -15,11 +15,12 @@ import re
 from pathlib import Path
 
 import pytest
-from conformance import PROGRAMS, Run, git_blob_id, provenance_blobs, run_program, workdir_for
+from conformance import PROGRAMS, Run, assert_documented, git_blob_id, provenance_blobs, run_program, workdir_for
 
 pytest.importorskip("deepspeed")
 UPSTREAM = "deepspeed-examples"
 FOLDER = "training/bf16_master_weight"
+PROGRAM_DOC = f"{FOLDER}/train.py"  # its rows in docs/runtime.md
 VOCAB, PARAMS = 1000, 661_736  # the example prints its parameter count
 ARGS = ["--hidden_dim", "128", "--num_layers", "2", "--num_heads", "4", "--vocab_size", str(VOCAB)]
 ARGS += ["--seq_length", "64", "--num_steps", "4", "--warmup_steps", "1", "--log_interval", "1"]
@@ -68,6 +69,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Run:
 def test_zero3_bf16_with_fused_adam(baseline: Run) -> None:
     """configs/baseline.json: ZeRO-3, bf16, fp32 master weights and AdamW states, DeepSpeed's FusedAdam."""
     runs(baseline)
+    assert_documented(baseline.step_ms(), PROGRAM_DOC, "`--deepspeed_config configs/baseline.json`")
 
 
 @pytest.mark.slow
@@ -79,6 +81,7 @@ def test_bf16_master_weights_save_six_bytes_a_parameter(baseline: Run, tmp_path:
     runs(full)
     saved = summary(baseline)[2] - summary(full)[2]
     assert saved == pytest.approx(6 * PARAMS / 2, rel=0.01)
+    assert_documented(full.step_ms(), PROGRAM_DOC, "`--deepspeed_config configs/bf16_full.json`")
 
 
 def train_stage(tmp: Path, stage: int) -> Run:
@@ -103,3 +106,4 @@ def test_zero1_and_zero2_from_the_baseline_config(tmp_path: Path, stage: int) ->
     _, peak, allocated = summary(run)
     assert 8 * PARAMS <= allocated <= 12 * PARAMS
     assert peak >= 4 * 50_000_000
+    assert_documented(run.step_ms(), PROGRAM_DOC, '`configs/baseline.json` with `"stage": 1`')

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conformance import PROGRAMS, Run, git_blob_id, manifest_blobs, run_program
+from conformance import PROGRAMS, Run, assert_documented, git_blob_id, manifest_blobs, run_program
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("pybind11")
@@ -83,7 +83,9 @@ def trains(run: Run) -> None:
 
 def test_tensor_parallel_with_the_distributed_optimizer(workdir: Path, tmp_path: Path) -> None:
     """TP 2 x DP 2, Megatron's distributed optimizer."""
-    trains(pretrain(workdir, tmp_path / "out", ["--tensor-model-parallel-size", "2", "--use-distributed-optimizer"]))
+    run = pretrain(workdir, tmp_path / "out", ["--tensor-model-parallel-size", "2", "--use-distributed-optimizer"])
+    trains(run)
+    assert_documented(run.step_ms(), "pretrain_gpt.py", "2 layers, TP 2 x DP 2")
 
 
 @pytest.mark.slow
@@ -93,7 +95,9 @@ def test_pipeline_parallel(workdir: Path, tmp_path: Path, schedule: str) -> None
     parallel = ["--pipeline-model-parallel-size", "2"]
     if schedule == "interleaved":
         parallel += ["--num-layers-per-virtual-pipeline-stage", "1"]
-    trains(pretrain(workdir, tmp_path / "out", parallel, layers=4))
+    run = pretrain(workdir, tmp_path / "out", parallel, layers=4)
+    trains(run)
+    assert_documented(run.step_ms(), "pretrain_gpt.py", f"4 layers, PP 2 x DP 2, {schedule}")
 
 
 @pytest.mark.slow

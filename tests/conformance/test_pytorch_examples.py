@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conformance import PROGRAMS, Run, git_blob_id, provenance_blobs, run_program, workdir_for
+from conformance import PROGRAMS, Run, assert_documented, git_blob_id, provenance_blobs, run_program, workdir_for
 
 UPSTREAM = "pytorch-examples"
 FLASH = "aten._scaled_dot_product_flash_attention_for_cpu"  # the GPU flash kernel on the simulated data
@@ -52,6 +52,7 @@ def test_fsdp2_example_trains_each_rank_on_its_own_gpu(fsdp2: Run) -> None:
         assert f"Running on rank {rank} on device cuda:{rank}" in fsdp2.log(rank)
     saved = sorted(p.name for p in (fsdp2.workdir / "checkpoints" / "dtensor_api").glob("*/*.pt"))
     assert saved == ["model_state_dict.pt", "optim_state_dict.pt"]
+    assert_documented(fsdp2.step_ms(), "distributed/FSDP2/example.py", "no flags")
 
 
 @pytest.mark.slow
@@ -73,6 +74,7 @@ def test_fsdp2_example_with_mixed_precision_and_explicit_prefetching(fsdp2: Run,
     run = run_program(workdir_for(UPSTREAM, "distributed/FSDP2", tmp_path), "example.py", flags, tmp_path / "out")
     ok(run, None, steps=10)
     assert run.step_ms() < 0.8 * fsdp2.step_ms()
+    assert_documented(run.step_ms(), "distributed/FSDP2/example.py", "`--mixed-precision --explicit-prefetching`")
 
 
 def test_tensor_parallel_example(tmp_path: Path) -> None:
@@ -80,6 +82,7 @@ def test_tensor_parallel_example(tmp_path: Path) -> None:
     work = workdir_for(UPSTREAM, "distributed/tensor_parallelism", tmp_path)
     run = run_program(work, "tensor_parallel_example.py", [], tmp_path / "out")
     ok(run, "Tensor Parallel training completed!", steps=10)
+    assert_documented(run.step_ms(), "distributed/tensor_parallelism/tensor_parallel_example.py", "as shipped")
 
 
 def test_sequence_parallel_example(tmp_path: Path) -> None:
@@ -87,6 +90,7 @@ def test_sequence_parallel_example(tmp_path: Path) -> None:
     work = workdir_for(UPSTREAM, "distributed/tensor_parallelism", tmp_path)
     run = run_program(work, "sequence_parallel_example.py", [], tmp_path / "out")
     ok(run, "Sequence Parallel training completed!", steps=10)
+    assert_documented(run.step_ms(), "distributed/tensor_parallelism/sequence_parallel_example.py", "as shipped")
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +112,9 @@ def test_fsdp_tp_example_in_phantom_mode(fsdp_tp_phantom: Run) -> None:
     """A 2-layer Llama 2, TP 2 x FSDP 2. Its attention is F.scaled_dot_product_attention on head-sharded
     DTensors, run as DTensor's rule for the GPU's flash op says."""
     flash_per_layer_and_step(fsdp_tp_phantom)
+    assert_documented(
+        fsdp_tp_phantom.step_ms(), "distributed/tensor_parallelism/fsdp_tp_example.py", "as shipped, `--phantom`"
+    )
 
 
 @pytest.mark.slow
@@ -117,6 +124,7 @@ def test_fsdp_tp_example_runs_attention_as_the_flash_kernel(fsdp_tp_phantom: Run
     run = run_program(work, "fsdp_tp_example.py", [], tmp_path / "out")
     flash_per_layer_and_step(run)
     assert run.step_ms() == pytest.approx(fsdp_tp_phantom.step_ms(), rel=1e-3)
+    assert_documented(run.step_ms(), "distributed/tensor_parallelism/fsdp_tp_example.py", "as shipped (TP 2")
 
 
 def test_ddp_example(tmp_path: Path) -> None:
@@ -127,6 +135,7 @@ def test_ddp_example(tmp_path: Path) -> None:
         assert f"training completed in rank {rank}!" in run.log(rank)
         assert f"world_size = 4, rank = {rank}" in run.log(rank)
     assert len(run.steps()) == 1 and run.steps()[0]["time_ns"] > 0
+    assert_documented(run.steps()[0]["time_ns"] / 1e6, "distributed/ddp/example.py", "as shipped")
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +150,7 @@ def test_ddp_tutorial_series_multigpu_torchrun(ddp_tutorial: Run) -> None:
     """2048 samples, batch 32 per rank over 4 ranks: 16 steps per epoch, 32 in all; rank 0 saves snapshots."""
     ok(ddp_tutorial, "Epoch 1 | Training snapshot saved at snapshot.pt", steps=32)
     assert (ddp_tutorial.workdir / "snapshot.pt").stat().st_size > 0
+    assert_documented(ddp_tutorial.step_ms(), "distributed/ddp-tutorial-series/multigpu_torchrun.py", "`2 1`")
 
 
 def test_ddp_tutorial_series_resumes_from_its_snapshot(ddp_tutorial: Run, tmp_path: Path) -> None:
@@ -167,6 +177,7 @@ def test_ddp_tutorial_series_multinode_one_gpu_a_host(ddp_tutorial: Run, tmp_pat
     for rank in range(4):
         assert f"[GPU{rank}] Epoch 1 | Batchsize: 32 | Steps: 16" in run.log(rank)
     assert run.step_ms() > ddp_tutorial.step_ms()
+    assert_documented(run.step_ms(), "distributed/ddp-tutorial-series/multinode.py", "`2 1`")
 
 
 @pytest.mark.slow

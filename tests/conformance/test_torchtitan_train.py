@@ -14,10 +14,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conformance import Run, run_program
+from conformance import Run, assert_documented, run_program
 
 torchtitan = pytest.importorskip("torchtitan")
 TRAIN = str(Path(torchtitan.__file__).parent / "train.py")
+TRAIN_DOC = "torchtitan/train.py"  # its rows in docs/runtime.md
 BASE = ["--module", "llama3", "--config", "llama3_debugmodel"]
 TORCH_2_13 = ["--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs"]
 LINE = re.compile(r"step:\s+(\d+)\s+\S*loss:\s+([0-9.]+)\s+\S*grad_norm:\s+([0-9.]+).*?tps:\s+([0-9,]+)")
@@ -47,6 +48,9 @@ def test_llama3_debugmodel_as_its_docs_run_it_in_phantom_mode(workdir: Path, tmp
     assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
     for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
         assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9), rel=0.01)
+    assert_documented(
+        run.step_ms(), TRAIN_DOC, "`llama3_debugmodel` as its docs run it (sequence 2048, local batch 8), FSDP 4"
+    )
 
 
 @pytest.mark.slow
@@ -130,6 +134,9 @@ def test_llama3_debugmodel_with_tensor_parallelism_in_phantom_mode(workdir: Path
     assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
     for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
         assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9) / 2, rel=0.01)
+    assert_documented(
+        run.step_ms(), TRAIN_DOC, "`llama3_debugmodel` as its docs run it, `--parallelism.tensor_parallel_degree 2`"
+    )
 
 
 @pytest.mark.slow
@@ -152,6 +159,12 @@ def test_llama3_debugmodel_with_pipelines_in_phantom_mode(workdir: Path, tmp_pat
     events = events["traceEvents"] if isinstance(events, dict) else events
     sends = [e["args"]["bytes"] for e in events if e.get("pid") == 0 and str(e.get("name", "")).startswith("send#")]
     assert sends[0] == 4  # the vote: one int32
+    row = (
+        "the same, `--parallelism.pipeline_parallel_schedule 1F1B`"
+        if schedule == "1F1B"
+        else "`llama3_debugmodel` as its docs run it (sequence 2048, local batch 8), `--parallelism.pipeline_parallel"
+    )
+    assert_documented(run.step_ms(), TRAIN_DOC, row)
 
 
 @pytest.mark.slow
@@ -168,6 +181,9 @@ def test_llama3_debugmodel_with_context_parallelism(workdir: Path, tmp_path: Pat
     assert sorted(logged) == [1, 2, 3] and float(logged[3][0]) < float(logged[1][0])
     for step, st in zip([2, 3], run.steps()[1:], strict=True):
         assert logged[step][2] == pytest.approx(2 * 256 / (st["time_ns"] / 1e9) / 2, rel=0.01)
+    assert_documented(
+        run.step_ms(), TRAIN_DOC, "`llama3_debugmodel`, `--parallelism.context_parallel_degree 2` on 2 GPUs"
+    )
 
 
 @pytest.mark.slow
@@ -182,6 +198,11 @@ def test_llama3_debugmodel_with_context_parallelism_in_phantom_mode(workdir: Pat
     assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
     for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
         assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9) / 2, rel=0.01)
+    assert_documented(
+        run.step_ms(),
+        TRAIN_DOC,
+        "`llama3_debugmodel` as its docs run it, `--parallelism.context_parallel_degree 2` on 4",
+    )
 
 
 @pytest.mark.slow

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conformance import PROGRAMS, Run, git_blob_id, provenance_blobs, run_program, workdir_for
+from conformance import PROGRAMS, Run, assert_documented, git_blob_id, provenance_blobs, run_program, workdir_for
 from hf_assets import make_tiny_qwen2
 
 pytest.importorskip("transformers")
 UPSTREAM = "transformers"
 FOLDER = "tests/trainer/distributed/scripts"
+PROGRAM_DOC = f"{FOLDER}/train.py"  # its rows in docs/runtime.md
 ARGS = ["--per_device_train_batch_size", "4", "--num_train_epochs", "1", "--logging_steps", "1"]
 ARGS += ["--report_to", "none", "--output_dir", "./trained", "--loss_output_file", "losses.json"]
 FSDP2 = ["--fsdp", "full_shard auto_wrap", "--fsdp_config"]
@@ -90,6 +91,7 @@ def test_trainer_ddp(ddp: tuple[Run, list[float]], model: tuple[Path, int]) -> N
     # docs/runtime.md): the same values in every run. Before the simulated device's torch.tensor heeded
     # `with torch.device("meta")`, the rotary embedding's buffers were left uninitialised and the losses varied
     assert losses == pytest.approx(PLAIN_GLOO_LOSSES, rel=1e-6)
+    assert_documented(run.step_ms(), PROGRAM_DOC, "no parallelism flag")
 
 
 @pytest.mark.slow
@@ -101,6 +103,7 @@ def test_trainer_fsdp2_trains_as_ddp(ddp: tuple[Run, list[float]], model: tuple[
     assert losses == pytest.approx(ddp[1], rel=1e-3)
     assert {"all_gather", "reduce_scatter"} <= set(collectives(run))
     assert "fsdp.all_gather_copy_in" in run.kernels(0)  # FSDP2's copy-in before each all-gather
+    assert_documented(run.step_ms(), PROGRAM_DOC, '`--fsdp "full_shard auto_wrap"')
 
 
 @pytest.mark.slow
@@ -111,6 +114,7 @@ def test_trainer_deepspeed_zero3(ddp: tuple[Run, list[float]], model: tuple[Path
     checks(run, losses, model[1])
     assert losses[0] == pytest.approx(ddp[1][0], rel=1e-3)
     assert {"all_gather", "reduce_scatter"} <= set(collectives(run))
+    assert_documented(run.step_ms(), PROGRAM_DOC, "`--deepspeed ds_config_zero3.json`")
 
 
 @pytest.mark.slow
@@ -123,6 +127,7 @@ def test_trainer_deepspeed_zero2(ddp: tuple[Run, list[float]], model: tuple[Path
     bucket = 500_000_000 * 4
     peak, ddp_peak = (r.results()["memory"]["per_rank_peak_bytes"][0] for r in (run, ddp[0]))
     assert bucket < peak < bucket + ddp_peak
+    assert_documented(run.step_ms(), PROGRAM_DOC, "`--deepspeed ds_config_zero2.json`")
 
 
 RANK0_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state_0.pth", "training_args.bin")
