@@ -35,6 +35,7 @@ from torch.futures import Future
 from phantora.errors import PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
+from phantora.runtime import tensor_values
 from phantora.runtime.session import Pending, RankSession, Transfer
 from phantora.runtime.simcuda import device as simcuda
 from phantora.runtime.simcuda.tensor import SimCudaTensor
@@ -238,9 +239,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         finalize: Callable[[], None] | None = None,
         name: str | None = None,
         transfers: Sequence[Transfer] | None = None,
+        values: Callable[[], tuple[Callable[[], list[Any]], Callable[[], None] | None]] | None = None,
     ) -> PhantoraWork:
-        if self._gloo is None:  # phantom mode: timing only
-            start, finalize = _nothing, None
+        if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
+            start, finalize = values() if values is not None else (_nothing, None)
         p = self._s.issue(
             kind=kind,
             name=name or kind,
@@ -258,6 +260,22 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def _me(self) -> int:
         return self.rank()
 
+    def _values(self, tensors: list[torch.Tensor], plan: Callable[[], Any]) -> Callable[[], Any] | None:
+        """`plan` (tensor_values' start and finish of this collective) if its tensors' values travel, else None."""
+        return plan if self._gloo is None and tensor_values.carried(tensors) else None
+
+    def _p2p_start(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Callable[[], list[Any]]:
+        if self._gloo is not None:
+            return lambda: [self._data.send(tensors, dst, tag)]
+        if tensor_values.carried(tensors):
+            return tensor_values.send(self._ranks[self.rank()], self._ranks[dst], tensors)
+        return _nothing
+
+    def _p2p_finish(self, tensors: list[torch.Tensor], src: int) -> Callable[[], None] | None:
+        if self._gloo is None and tensor_values.carried(tensors):
+            return tensor_values.recv(self._ranks[src], self._ranks[self.rank()], tensors)
+        return None
+
     # ----- all-reduce, broadcast, reduce ---------------------------------------------------------
     def allreduce(self, tensors: Any, opts: Any = None) -> PhantoraWork:
         tensors = _flat(tensors)
@@ -269,7 +287,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return [self._data.allreduce(tensors, o)]
 
         fin = _finisher(tensors, self.size(), how)
-        return self._coll("all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin)
+        values = self._values(tensors, lambda: tensor_values.all_reduce(self._ranks, tensors, _reduce_op(opts)))
+        size = nbytes(tensors)
+        return self._coll("all_reduce", size, tensors[0], tensors, start, tensors, finalize=fin, values=values)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantoraWork:
         op, how = _reduction(_reduce_op(opts))
@@ -294,7 +314,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             o.rootRank = root
             return [self._data.broadcast(tensors, o)]
 
-        return self._coll("broadcast", nbytes(tensors), tensors[0], tensors, start, tensors, root=root)
+        values = self._values(tensors, lambda: tensor_values.broadcast(self._ranks, self.rank(), root, tensors))
+        return self._coll("broadcast", nbytes(tensors), tensors[0], tensors, start, tensors, root=root, values=values)
 
     def reduce(self, tensors: Any, opts: Any = None) -> PhantoraWork:
         tensors = _flat(tensors)
@@ -318,13 +339,15 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data.allgather(output_lists, inputs, AllgatherOptions())]
 
-        return self._coll("all_gather", nbytes(outs), inputs[0], outs + inputs, start, outs)
+        values = self._values(outs + inputs, lambda: tensor_values.all_gather(self._ranks, inputs, outs))
+        return self._coll("all_gather", nbytes(outs), inputs[0], outs + inputs, start, outs, values=values)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
         def start() -> list[Any]:  # NCCL asks only that the sizes agree (accelerate gathers (1, n) into (2n,))
             return [self._data._allgather_base(output.view(-1), input.reshape(-1), AllgatherOptions())]
 
-        return self._coll("all_gather", nbytes([output]), input, [output, input], start, [output])
+        values = self._values([output, input], lambda: tensor_values.all_gather(self._ranks, [input], [output]))
+        return self._coll("all_gather", nbytes([output]), input, [output, input], start, [output], values=values)
 
     _allgather_base = all_gather_single
 
@@ -492,7 +515,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=lambda: [self._data.send(tensors, dst, tag)] if self._gloo is not None else [],
+            start_inner=self._p2p_start(tensors, dst, tag),
         )
         if lone:
             self._p2p_group(None)
@@ -507,6 +530,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             nbytes=nbytes(tensors),
             tensors=tensors,
             start_inner=lambda: [self._data.recv(tensors, src, tag)] if self._gloo is not None else [],
+            finalize=self._p2p_finish(tensors, src),
         )
         if lone:
             self._p2p_group(None)
@@ -602,7 +626,8 @@ def _on_data(method: Callable[..., PhantoraWork]) -> Callable[..., PhantoraWork]
         _find_wrappers(args, wrappers)
         if not wrappers:
             return method(self, *args)
-        work = method(self, *simcuda.unwrap(args))
+        with tensor_values.wrapped_as(wrappers):
+            work = method(self, *simcuda.unwrap(args))
         work._result = [wrappers.get(id(t), t) for t in work._result]
         return work
 

@@ -55,6 +55,8 @@ _get_ident = threading.get_ident
 _SIMCUDA_ONLY = (SimCudaTensor,)
 _COPY = torch.ops.aten.copy_.default
 _TO_COPY = torch.ops.aten._to_copy.default
+# a copy with a `device` keyword: `_to_copy`, or `to` itself where the Python dispatcher is on (inside DTensor's)
+_DEVICE_COPIES = frozenset({_TO_COPY, torch.ops.aten.to.dtype_layout})
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
 _EQUAL = torch.ops.aten.equal.default  # torch.equal: a comparison of values, answered on the host
 _NAMES: dict[int, str] = {}
@@ -159,7 +161,7 @@ class ChargeMode(TorchDispatchMode):
                 if mem.enabled and not s.phantom:  # out of simulated memory before the host allocates it
                     mem.check_fits(_factory_bytes(args, kwargs))
                 inner = simcuda.inner_device()
-                if s.phantom and func is _TO_COPY and _integer_host_data(args[0]):
+                if s.phantom and func in _DEVICE_COPIES and _integer_host_data(args[0]):
                     inner = torch.device("cpu")  # token ids, labels, masks keep their values (simcuda/tensor.py)
                 kwargs = {**kwargs, "device": inner}
                 with simcuda.device_work():

@@ -26,15 +26,10 @@ from torch.distributed import distributed_c10d as c10d
 
 from phantora.runtime import session as _session
 from phantora.runtime.simcuda.devices import NotSimulatedError
+from phantora.runtime.tensor_values import next_key, quiet
 
 _MARK = "_phantora_object_values"
-_keys: dict[tuple[int, ...], int] = {}  # per group (or (src, dst) pair): object collectives issued so far
-
-
-def _next_key(group: tuple[int, ...]) -> int:
-    n = _keys.get(group, 0)
-    _keys[group] = n + 1
-    return n
+_next_key = next_key  # per group (or (src, dst) pair), shared with the tensors that carry values
 
 
 def _client() -> Any:
@@ -226,25 +221,19 @@ def recv_object_list(
 
 
 def send_tensor_value(tensor: torch.Tensor, dst: int, group: Any = None) -> None:
-    """`dist.send(tensor, dst)` (global `dst`) whose values travel too: a small tensor with real data (a vote, a
-    count) posted to the value channel, then sent as any tensor (its time)."""
-    pair = (dist.get_rank(), int(dst))
-    data = msgpack.packb(tensor.detach().cpu().reshape(-1).tolist(), use_bin_type=True)
-    _client().post_value(group=pair, key=_next_key(pair), data=data, reads=False)
+    """`dist.send(tensor, dst)` (global `dst`) of a small integer tensor with values: they travel with it
+    (tensor_values: a send of one is timed as any send)."""
     dist.send(tensor, dst=dst, group=group)
 
 
 def recv_tensor_value(like: torch.Tensor, src: int, group: Any = None) -> torch.Tensor:
-    """The tensor `send_tensor_value` sent from global rank `src`: received as `like` (its time), its values from the
-    value channel, on `like`'s device with `like`'s shape and dtype."""
-    pair = (int(src), dist.get_rank())
-    key = _next_key(pair)
+    """`like` (a small integer tensor on the device, phantom or not), received from global rank `src` with the
+    values `send_tensor_value` sent (tensor_values)."""
     dist.recv(like, src=src, group=group)
-    data = _take(pair, key)[0]
-    if data is None:
-        raise NotSimulatedError(f"a tensor value from rank {src}: the sender posted none")
-    host = torch.tensor(msgpack.unpackb(data, raw=False), dtype=like.dtype, device="cpu").reshape(like.shape)
-    return host.to(like.device)
+    data = like.elem if hasattr(like, "elem") else like
+    if data.is_meta:
+        raise NotSimulatedError(f"a tensor value from rank {src}: the sender's tensor held none (a phantom tensor)")
+    return like
 
 
 _HELPERS: dict[str, Callable[..., Any]] = {
@@ -268,7 +257,8 @@ def _routed(name: str, ours: Callable[..., Any], theirs: Callable[..., Any]) -> 
         group = signature.bind_partial(*args, **kwargs).arguments.get("group")  # given by name or by position
         if s is None or not s.phantom or (group is not None and not _phantora_group(group)):
             return theirs(*args, **kwargs)
-        return ours(*args, **kwargs)
+        with quiet():  # its timed collectives are phantom tensors: the values travel as posted here
+            return ours(*args, **kwargs)
 
     setattr(call, _MARK, True)
     return call

@@ -392,8 +392,9 @@ class RankSession:
         nbytes: int,
         tensors: Iterable[torch.Tensor],
         start_inner: Callable[[], list[Any]],
+        finalize: Callable[[], None] | None = None,
     ) -> Pending:
-        """A user send or recv: matched with its peer by (src, dst, tag, seq)."""
+        """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
@@ -401,7 +402,7 @@ class RankSession:
         label = f"{'send' if is_send else 'recv'}#{seq}"
         h = self._p2p(peer, is_send, tag, seq, nbytes, t, label)
         kind = "send" if is_send else "recv"
-        return self._register(kind, label, nbytes, t, [h], start_inner, tensors, None, (peer,))
+        return self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
 
     def _p2p(self, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t: int, label: str) -> int:
         """One transfer to the bridge; its handle."""

@@ -1,0 +1,226 @@
+"""Small integer tensors carry their values through collectives in phantom mode (the value channel).
+
+In phantom mode device tensors are meta, except integer data copied from the host, which keeps its values
+(dispatch.py) because programs read them: DTensor's RNG tracker broadcasts rank 0's generator state and
+compares it with its own, a pipeline schedule votes, a program sends a count with `dist.send`. On a GPU a
+broadcast or a recv overwrites the receiver's values; here the collective is timed as any other, and the values
+travel beside it through the coordinator (bridge.values, msgpack on the wire):
+
+- which collectives: those whose tensors are integers or booleans of at most `LIMIT` bytes in all, a property
+  of shapes and dtypes, so every member of an SPMD group agrees on it without asking;
+- a sender (a broadcast's root, a send, every member of an all-reduce or all-gather) posts its values as it
+  issues the collective, or nil when its tensors are phantom;
+- once the collective completes, each receiver takes the values and writes them into its tensors; a phantom
+  receiver that owns its storage (a fresh `torch.empty` / `zeros` on the device) becomes a tensor with values,
+  as a GPU buffer holds what it received. If a sender had none, the receiver's tensors are left as they are.
+
+The keys (`next_key`) are shared with the object collectives (object_values): one sequence per group (or
+(src, dst) pair), so that the two never post under the same key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import msgpack
+import torch
+import torch.distributed as dist
+
+from phantora.runtime import session as _session
+from phantora.runtime.simcuda.devices import NotSimulatedError
+from phantora.runtime.simcuda.tensor import SimCudaTensor
+
+LIMIT = 4096  # bytes: counts, votes, RNG states, index lists; never a model's data
+_quiet = 0  # > 0 inside `quiet()`: object_values' own timed collectives carry nothing themselves
+_wrappers: dict[int, torch.Tensor] = {}  # inside `wrapped_as`: the device tensor of each datum, by id
+_keys: dict[tuple[int, ...], int] = {}  # per group (or (src, dst) pair): value-carrying collectives issued so far
+
+Start = Callable[[], list[Any]]
+Finish = Callable[[], None]
+
+
+def next_key(group: tuple[int, ...]) -> int:
+    """The key of this rank's next value-carrying call on `group` (the same sequence on every member)."""
+    n = _keys.get(group, 0)
+    _keys[group] = n + 1
+    return n
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Collectives issued inside carry no values (object_values times its exchanges with phantom tensors)."""
+    global _quiet
+    _quiet += 1
+    try:
+        yield
+    finally:
+        _quiet -= 1
+
+
+@contextlib.contextmanager
+def wrapped_as(wrappers: dict[int, torch.Tensor]) -> Iterator[None]:
+    """The backend runs a collective on its tensors' data; inside, `targets` finds the device tensors again (a
+    phantom receiver gets its values as new data: its wrapper's)."""
+    global _wrappers
+    before, _wrappers = _wrappers, wrappers
+    try:
+        yield
+    finally:
+        _wrappers = before
+
+
+def targets(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors the values are written to: each datum's device tensor, if it has one."""
+    return [_wrappers.get(id(t), t) for t in tensors]
+
+
+def _data(t: torch.Tensor) -> torch.Tensor:
+    return t.elem if isinstance(t, SimCudaTensor) else t
+
+
+def carried(tensors: Sequence[torch.Tensor]) -> bool:
+    """Do these tensors' values travel with their collective (phantom mode, small integer or boolean tensors)?"""
+    s = _session.current()
+    if s is None or not s.phantom or _quiet or not tensors:
+        return False
+    if any(t.is_floating_point() or t.is_complex() for t in tensors):
+        return False
+    return sum(t.numel() * t.element_size() for t in tensors) <= LIMIT
+
+
+def _values(tensors: Sequence[torch.Tensor]) -> bytes:
+    """msgpack of each tensor's values (flat lists), or nil if any is phantom."""
+    datas = [_data(t) for t in tensors]
+    if any(d.is_meta for d in datas):
+        return msgpack.packb(None)
+    return msgpack.packb([d.detach().reshape(-1).tolist() for d in datas], use_bin_type=True)
+
+
+def _decode(data: bytes | None) -> list[list[Any]] | None:
+    return None if data is None else msgpack.unpackb(data, raw=False)
+
+
+def _owns_storage(d: torch.Tensor) -> bool:
+    return d.storage_offset() == 0 and d.is_contiguous() and d.untyped_storage().nbytes() == d.numel() * d.itemsize
+
+
+def write(t: torch.Tensor, values: list[Any]) -> None:
+    """Put `values` (flat) into `t`: into its data, or, for a phantom tensor on the device that owns its storage,
+    as its new data (a host tensor: it now holds values). Others (a phantom view) are left phantom."""
+    d = _data(t)
+    host = torch.tensor(values, dtype=t.dtype, device="cpu").reshape(t.shape)
+    if not d.is_meta:
+        d.copy_(host)
+    elif isinstance(t, SimCudaTensor) and _owns_storage(d):
+        t.elem = host
+
+
+def _client() -> Any:
+    client = _session.require().client
+    if not hasattr(client, "post_value"):
+        raise NotSimulatedError(f"values of a collective in phantom mode need the value channel: {type(client)}")
+    return client
+
+
+def _post(group: tuple[int, ...], key: int, data: bytes, reads: bool) -> Start:
+    def start() -> list[Any]:
+        _client().post_value(group=group, key=key, data=data, reads=reads)
+        return []
+
+    return start
+
+
+def _take(group: tuple[int, ...], key: int) -> list[list[list[Any]] | None]:
+    return [_decode(v) for v in _client().take_values(group=group, key=key)]
+
+
+def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Tensor]) -> tuple[Start, Finish | None]:
+    """The root's values into every member's tensors."""
+    key = next_key(ranks)
+    if me == root:
+        return _post(ranks, key, _values(tensors), reads=False), None
+    into = targets(tensors)
+
+    def finish() -> None:
+        got = _take(ranks, key)[root]
+        if got is not None:
+            for t, v in zip(into, got, strict=True):
+                write(t, v)
+
+    return (lambda: []), finish
+
+
+def send(src: int, dst: int, tensors: list[torch.Tensor]) -> Start:
+    """A send's values, posted for the pair (src, dst) (global ranks)."""
+    pair = (src, dst)
+    return _post(pair, next_key(pair), _values(tensors), reads=False)
+
+
+def recv(src: int, dst: int, tensors: list[torch.Tensor]) -> Finish:
+    """A recv's values, written once it completes."""
+    pair = (src, dst)
+    key = next_key(pair)
+    into = targets(tensors)
+
+    def finish() -> None:
+        got = _take(pair, key)[0]
+        if got is not None:
+            for t, v in zip(into, got, strict=True):
+                write(t, v)
+
+    return finish
+
+
+_REDUCE: list[tuple[Any, Callable[[torch.Tensor], torch.Tensor]]] = [
+    (dist.ReduceOp.SUM, lambda x: x.sum(0)),
+    (dist.ReduceOp.AVG, lambda x: x.sum(0).floor_divide(x.shape[0])),  # gloo's SUM then floor division, as real mode
+    (dist.ReduceOp.PRODUCT, lambda x: x.prod(0)),
+    (dist.ReduceOp.MIN, lambda x: x.amin(0)),
+    (dist.ReduceOp.MAX, lambda x: x.amax(0)),
+]
+
+
+def _reducer(op: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    for known, reduce in _REDUCE:
+        if op == known:
+            return reduce
+    raise NotSimulatedError(f"all_reduce of integer tensors with {op} in phantom mode: SUM, AVG, PRODUCT, MIN, MAX")
+
+
+def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any) -> tuple[Start, Finish]:
+    """Every member's values, reduced by `op` into every member's tensors (if every member had values)."""
+    reduce = _reducer(op)
+    key = next_key(ranks)
+    into = targets(tensors)
+
+    def finish() -> None:
+        got = _take(ranks, key)
+        if any(g is None for g in got):
+            return
+        for i, t in enumerate(into):
+            stacked = torch.stack([torch.tensor(g[i], dtype=t.dtype) for g in got if g is not None])
+            write(t, reduce(stacked).tolist())
+
+    return _post(ranks, key, _values(tensors), reads=True), finish
+
+
+def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> tuple[Start, Finish]:
+    """Every member's input values, concatenated in rank order into `outputs` (one per member, or one flat)."""
+    key = next_key(ranks)
+    into = targets(outputs)
+
+    def finish() -> None:
+        got = _take(ranks, key)
+        if any(g is None for g in got):
+            return
+        flat = [x for g in got if g is not None for part in g for x in part]
+        if len(into) == len(ranks):
+            step = len(flat) // len(ranks)
+            for i, t in enumerate(into):
+                write(t, flat[i * step : (i + 1) * step])
+        else:
+            write(into[0], flat)
+
+    return _post(ranks, key, _values(inputs), reads=True), finish

@@ -1,0 +1,177 @@
+"""Small integer tensors carry their values through collectives in phantom mode (phantora/runtime/tensor_values.py).
+
+On a GPU a broadcast or a recv overwrites the receiver's values, and an all-reduce leaves the reduction on every
+rank. The fast tests run both sides of each collective in this process over one value board (bridge.values), as
+two ranks would; the slow one runs 2 phantom ranks and also compares each collective's time in the trace with the
+same collective of a phantom float tensor of the same bytes (no values): the values add no time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from bridge.values import ValueBoard
+from phantora.collectives.mirrors import Mirrors
+from phantora.runtime import session as _session
+from phantora.runtime import tensor_values as tv
+from phantora.runtime.simcuda.tensor import SimCudaTensor
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "scripts" / "phantom_tensor_values.py"
+
+
+class Rank:
+    """One rank's client of the shared board, with its own key sequence (each rank process has one)."""
+
+    def __init__(self, board: ValueBoard, rank: int) -> None:
+        self.board, self.rank = board, rank
+        self.keys: dict[tuple[int, ...], int] = {}
+
+    def post_value(self, *, group: Any, key: int, data: bytes, reads: bool = True) -> None:
+        self.board.post(self.rank, list(group), key, data, reads)
+
+    def take_values(self, *, group: Any, key: int) -> list[bytes | None]:
+        return self.board.take(self.rank, list(group), key)
+
+
+@pytest.fixture
+def ranks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Rank]]:
+    """Two ranks over one board; `as_rank(monkeypatch, r)` makes rank r the caller."""
+    board = ValueBoard(Mirrors(2, 2))
+    yield [Rank(board, 0), Rank(board, 1)]
+
+
+def as_rank(monkeypatch: pytest.MonkeyPatch, r: Rank) -> None:
+    monkeypatch.setattr(tv, "_client", lambda: r)
+    monkeypatch.setattr(tv, "_keys", r.keys)
+
+
+def test_a_broadcast_writes_the_roots_values_over_the_receivers_own(
+    ranks: list[Rank], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root_state, own_state = torch.arange(16, dtype=torch.uint8), torch.full((16,), 9, dtype=torch.uint8)
+    as_rank(monkeypatch, ranks[0])
+    start, finish = tv.broadcast((0, 1), 0, 0, [root_state])
+    assert start() == [] and finish is None
+    as_rank(monkeypatch, ranks[1])
+    start, finish = tv.broadcast((0, 1), 1, 0, [own_state])
+    start()
+    assert finish is not None
+    finish()
+    assert own_state.tolist() == list(range(16))
+
+
+def test_a_phantom_receiver_on_the_device_gets_the_sent_values_as_its_data(
+    ranks: list[Rank], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`torch.zeros(5, device="cuda")` in phantom mode is meta: after the recv it holds the sender's values."""
+    as_rank(monkeypatch, ranks[0])
+    tv.send(0, 1, [torch.tensor([3, 1, 4, 1, 5])])()
+    as_rank(monkeypatch, ranks[1])
+    buffer = SimCudaTensor(torch.empty(5, dtype=torch.int64, device="meta"), 0)
+    tv.recv(0, 1, tv.targets([buffer]))()
+    assert not buffer.elem.is_meta and buffer.elem.tolist() == [3, 1, 4, 1, 5]
+
+
+def test_a_phantom_sender_leaves_the_receiver_as_it_was(ranks: list[Rank], monkeypatch: pytest.MonkeyPatch) -> None:
+    as_rank(monkeypatch, ranks[0])
+    tv.send(0, 1, [torch.empty(3, dtype=torch.int64, device="meta")])()
+    as_rank(monkeypatch, ranks[1])
+    mine = torch.tensor([7, 8, 9])
+    tv.recv(0, 1, [mine])()
+    assert mine.tolist() == [7, 8, 9]
+
+
+@pytest.mark.parametrize(
+    ("op", "expected"),
+    [
+        (dist.ReduceOp.SUM, [5, 50]),
+        (dist.ReduceOp.MAX, [3, 30]),
+        (dist.ReduceOp.MIN, [2, 20]),
+        (dist.ReduceOp.PRODUCT, [6, 600]),
+        (dist.ReduceOp.AVG, [2, 25]),
+    ],
+)
+def test_an_all_reduce_leaves_the_reduction_on_every_rank(
+    ranks: list[Rank], monkeypatch: pytest.MonkeyPatch, op: Any, expected: list[int]
+) -> None:
+    """Ranks hold [2, 20] and [3, 30]; AVG of integers is the floor of the mean, as real mode's gloo sum / n."""
+    held = [torch.tensor([2, 20]), torch.tensor([3, 30])]
+    finishes = []
+    for r, t in zip(ranks, held, strict=True):
+        as_rank(monkeypatch, r)
+        start, finish = tv.all_reduce((0, 1), [t], op)
+        start()
+        finishes.append((r, finish))
+    for r, finish in finishes:
+        as_rank(monkeypatch, r)
+        finish()
+    assert [t.tolist() for t in held] == [expected, expected]
+
+
+def test_an_all_gather_concatenates_in_rank_order(ranks: list[Rank], monkeypatch: pytest.MonkeyPatch) -> None:
+    outs = [torch.empty(4, dtype=torch.int32), torch.empty(4, dtype=torch.int32)]
+    finishes = []
+    for r, out in zip(ranks, outs, strict=True):
+        as_rank(monkeypatch, r)
+        start, finish = tv.all_gather((0, 1), [torch.tensor([r.rank, 7 * r.rank], dtype=torch.int32)], [out])
+        start()
+        finishes.append((r, finish))
+    for r, finish in finishes:
+        as_rank(monkeypatch, r)
+        finish()
+    assert [o.tolist() for o in outs] == [[0, 0, 1, 7]] * 2
+
+
+def test_only_small_integer_tensors_in_phantom_mode_carry_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_session, "current", lambda: SimpleNamespace(phantom=True))
+    assert tv.carried([torch.zeros(16, dtype=torch.uint8)])
+    assert tv.carried([torch.zeros(tv.LIMIT // 8, dtype=torch.int64)])
+    assert not tv.carried([torch.zeros(tv.LIMIT // 8 + 1, dtype=torch.int64)])  # a model's data is never sent twice
+    assert not tv.carried([torch.zeros(4)])
+    with tv.quiet():  # object collectives time their exchange with phantom tensors and post the values themselves
+        assert not tv.carried([torch.zeros(16, dtype=torch.uint8)])
+    monkeypatch.setattr(_session, "current", lambda: SimpleNamespace(phantom=False))
+    assert not tv.carried([torch.zeros(16, dtype=torch.uint8)])  # real mode: gloo moves the data
+
+
+def _durations(trace: Path, rank: int, kind: str) -> list[int]:
+    events = json.loads(trace.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    return [
+        e["dur"]
+        for e in events
+        if e.get("pid") == rank and e.get("ph") == "X" and str(e.get("name", "")).startswith(f"{kind}#")
+    ]
+
+
+@pytest.mark.slow
+def test_two_phantom_ranks_receive_the_sent_values_in_the_collectives_time(tmp_path: Path) -> None:
+    """tests/scripts/phantom_tensor_values.py on 2 phantom ranks (about 20 s): rank 1 ends with rank 0's RNG
+    state (seed 100, then its offset 0: 16 little-endian bytes), the values rank 0 sent, the all-reduce's maximum,
+    the gathered values in rank order, and DTensor's RNG tracker adopts rank 0's seed (7) on both ranks, as on
+    GPUs. The broadcast and the send of values take the time of the same collective of a phantom float tensor of
+    the same bytes (16 B, 40 B)."""
+    from phantora.launcher import RunConfig, launch
+
+    out = tmp_path / "out"
+    launch(RunConfig(str(SCRIPT), [str(tmp_path)], "testbed16", nproc=2, tensors="phantom", out_dir=out, timeout_s=300))
+    seen = {r: json.loads((tmp_path / f"values{r}.json").read_text()) for r in (0, 1)}
+    state = list((100).to_bytes(8, "little")) + [0] * 8
+    for r in (0, 1):
+        assert seen[r]["broadcast"] == state
+        assert seen[r]["all_reduce_max"] == [2, 20]
+        assert seen[r]["all_gather"] == [0, 0, 1, 7]
+        assert seen[r]["dtensor_tracker"] is True and seen[r]["seed_after_tracker"] == 7
+    assert seen[1]["recv"] == [3, 1, 4, 1, 5]
+    trace = out / "trace.json"
+    broadcasts, sends = _durations(trace, 0, "broadcast"), _durations(trace, 0, "send")
+    assert broadcasts[0] == broadcasts[-1] > 0 and sends[0] == sends[-1] > 0
