@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import platform_of
 from phantora.collectives.nccl.published import tables
-from phantora.collectives.nccl.settings import settings_from_env
+from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.collectives.nccl.tuning import comm_channels, ring_graph, select
+from phantora.netsim.flow import FlowSimulator
 from phantora.topology import dgx_host
 from tests.test_nccl_published import loop_busbw
 
@@ -96,3 +98,25 @@ def test_tree_fill_counted_only_beyond_nccls_tree_correction():
     assert TREE_FILL_US == pytest.approx(189.96, abs=0.01)
     assert h100_tree(256 * MiB).fill_us == pytest.approx(TREE_FILL_US - corrected, rel=1e-6)
     assert h100_tree(GiB).fill_us == pytest.approx(TREE_FILL_US, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("proto", "nbytes", "lat_us", "busbw"),
+    [
+        # LL: NCCL's Ampere one-node ceiling binds: min(87.7, 0.5 x 12 x 20) = 87.7 GB/s busbw
+        ("LL", 1 * MiB, 6.6 + 14 * 0.6, min(87.7, 0.5 * 240)),
+        # LL128: min(0.92 x 240, 12 channels x 20 GB/s per channel) = 220.8
+        ("LL128", 8 * MiB, 14.0 + 14 * 1.9, min(0.92 * 240, 12 * 20.0)),
+    ],
+)
+def test_a100_ll_and_ll128_caps_are_charged_in_the_time(proto, nbytes, lat_us, busbw):
+    """The per-arch LL ceiling and LL128 rating are the rate the flows run at, not only what the choice compares:
+    an 8-A100 all-reduce through the flow engine takes NCCL's latency plus the bytes at the capped busbw x 8/14."""
+    topo = dgx_host(gpu="a100")
+    env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": proto})
+    dag = decompose(Collective("all_reduce", tuple(range(8)), nbytes, "fp32"), topo, AlgoOptions(nccl_env=env))
+    engine = FlowSimulator(topo)
+    engine.submit(dag.flows, at=0)
+    t_us = max(c.end_ns for c in engine.drain()) / 1e3
+    assert (dag.choice["protocol"], dag.choice["channels"]) == (proto, 24)
+    assert t_us == pytest.approx(lat_us + nbytes / (1000 * busbw * 8 / 14), rel=0.01)
