@@ -10,6 +10,8 @@ scheduler its runner accepts).
     .venv/bin/python bench/bench_per_packet.py                                   # ns3-scratch/build
     .venv/bin/python bench/bench_per_packet.py --build /work/wt13p-oldbuild --build ns3-scratch/build
     .venv/bin/python bench/bench_per_packet.py --gpus 16 --bytes 64MiB --no-callgrind
+    # the exact mode's per-event cost (issue 38): NVLink as packets on DGX-like hosts, DCQCN; keep the profile
+    .venv/bin/python bench/bench_per_packet.py --topology testbed16 --cc dcqcn --keep-callgrind /tmp/cg.out
 """
 
 from __future__ import annotations
@@ -28,14 +30,15 @@ from bench_packet import allreduce_flows, fabric
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator, runner_path
 from phantora.netsim.packet_config import PacketConfig
+from phantora.topology.loader import load_topology
+from phantora.topology.model import Topology
 from phantora.units import parse_size_bytes
 
 SCHEDULERS = ("ns3::PhantoraWheelScheduler", "ns3::MapScheduler")
 
 
-def record(script: Path, gpus: int, nbytes: int, cc: str) -> None:
-    """The call script of a `gpus`-GPU ring all-reduce of `nbytes`, every flow submitted at 0 (no deps)."""
-    topo = fabric(gpus, "400Gbps")
+def record(script: Path, topo: Topology, nbytes: int, cc: str) -> None:
+    """The call script of a ring all-reduce of `nbytes` over every GPU of `topo`, each flow submitted at 0, no deps."""
     flows = [Flow(i, f.src, f.dst, f.size, key=i) for i, f in enumerate(allreduce_flows(topo, nbytes, "coarse", 2))]
     with Ns3Simulator(topo, PacketConfig(cc=cc), calls=script) as sim:
         sim.submit(flows, at=0)
@@ -58,13 +61,13 @@ def replay(runner: Path, script: Path, out: Path) -> tuple[dict[str, float], flo
     return summary, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
 
 
-def callgrind(runner: Path, script: Path, out: Path) -> int:
-    """Instructions of one replay (valgrind --tool=callgrind)."""
+def callgrind(runner: Path, script: Path, out: Path, keep: Path | None = None) -> int:
+    """Instructions of one replay (valgrind --tool=callgrind); the profile kept at `keep` if given."""
     proc = subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
-            f"--callgrind-out-file={out / 'callgrind.out'}",
+            f"--callgrind-out-file={keep or out / 'callgrind.out'}",
             str(runner),
             str(script),
             str(out),
@@ -82,7 +85,9 @@ def callgrind(runner: Path, script: Path, out: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", type=Path, action="append", help="build directory with phantora-ns3-runner (repeatable)")
-    ap.add_argument("--gpus", type=int, default=16)
+    ap.add_argument("--gpus", type=int, default=16, help="GPUs of the non-blocking 400G leaf-spine (no --topology)")
+    ap.add_argument("--topology", help="a named topology instead (testbed16: NVLink as packets inside DGX hosts)")
+    ap.add_argument("--keep-callgrind", type=Path, help="write the (last build's) callgrind profile here")
     ap.add_argument("--bytes", default="4MiB", help="all-reduce size")
     ap.add_argument("--cc", default="none")
     ap.add_argument("--repeat", type=int, default=3, help="replays per build for CPU seconds (best kept)")
@@ -95,8 +100,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         script = d / "calls.txt"
-        record(script, args.gpus, parse_size_bytes(args.bytes), args.cc)
-        print(f"{args.gpus} GPUs, ring all-reduce {args.bytes}, cc {args.cc}, 1000-byte payloads, standalone runner")
+        topo = load_topology(args.topology) if args.topology else fabric(args.gpus, "400Gbps")
+        record(script, topo, parse_size_bytes(args.bytes), args.cc)
+        where = args.topology or f"{args.gpus} GPUs"
+        print(f"{where}, ring all-reduce {args.bytes}, cc {args.cc}, 1000-byte payloads, standalone runner")
         head = f"{'events':>10}{'data pkts':>10}{'CPU s':>8}{'M ev/CPU s':>11}{'instr/pkt':>11}"
         print(f"{'build':<40}{'scheduler':<30}{head}")
         for build in builds:
@@ -112,7 +119,7 @@ def main() -> None:
                 raise SystemExit(f"{runner}: runs with none of {', '.join(SCHEDULERS)}")
             cpu = min([cpu] + [replay(runner, s, d / "o")[1] for _ in range(args.repeat - 1)])
             pkts = summary["data_packets"]
-            instr = f"{callgrind(runner, s, d / 'o') / pkts:>11,.0f}" if use_cg else f"{'-':>11}"
+            instr = f"{callgrind(runner, s, d / 'o', args.keep_callgrind) / pkts:>11,.0f}" if use_cg else f"{'-':>11}"
             print(
                 f"{str(build):<40}{sched:<30}{summary['events']:>10}{pkts:>10}{cpu:>8.2f}"
                 f"{summary['events'] / cpu / 1e6:>11.2f}{instr}"
