@@ -25,7 +25,7 @@ from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.runspec import topology_from_dict
 from bridge.transport import STARTUP_TIMEOUT_S
-from phantora.netsim.cut_windows import WindowStats, run_windows
+from phantora.netsim.cut_windows import NEVER, WindowStats, run_windows
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.packet import Ns3Simulator
@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         setup_cpu = time.process_time() - cpu0
         sim.submit(flows_from_columns(setup["flows"]), 0)
         stats = WindowStats()
-        lookahead = int(sim._net.CutStats()[1])
+        cables, lookahead = (int(x) for x in sim._net.CutStats()[:2])
+        if cables == 0:  # one worker, or groups that share no cable: no message ever crosses
+            lookahead = NEVER
         until = setup["until"]
         c0 = time.process_time()
         run_windows(sim._net, peers, group=group, groups=groups, lookahead_ns=lookahead, until=until, stats=stats)

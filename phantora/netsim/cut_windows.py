@@ -86,7 +86,7 @@ def run_windows(
             glob = min(glob, r.next_ns, r.min_arrival)
         if glob == NEVER or (until is not None and glob > until):
             break
-        end = glob + lookahead_ns if until is None else min(glob + lookahead_ns, until + 1)
+        end = min(glob + lookahead_ns, NEVER) if until is None else min(glob + lookahead_ns, until + 1)
         c0 = time.process_time()
         net.CutRunBefore(end)
         stats.run_cpu_s += time.process_time() - c0
