@@ -231,3 +231,13 @@ def test_partition_needs_the_keyed_mode() -> None:
     assert err.value.field == "partition"
     with pytest.raises(InputError, match="queue_sample_ns") as err:
         PacketConfig(partition=2, scheduler=KEYED_SCHEDULER, queue_sample_ns=1000).validate()
+
+
+def test_the_commands_engine_refuses_partition_rather_than_run_one_engine() -> None:
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+
+    cfg = PacketConfig(partition=2, scheduler=KEYED_SCHEDULER)
+    with pytest.raises(InputError, match="do not drive it yet") as err:
+        make_engine(EngineSpec(network="ns3", packet=cfg), TOPO)
+    assert err.value.field == "partition"
