@@ -168,6 +168,24 @@ def test_llama3_debugmodel_with_pipelines_in_phantom_mode(workdir: Path, tmp_pat
 
 
 @pytest.mark.slow
+def test_llama3_debugmodel_with_a_pipeline_alone_in_phantom_mode(workdir: Path, tmp_path: Path) -> None:
+    """`--parallelism.pipeline_parallel_degree 2` alone on 2 GPUs, phantom mode. DTensor's RNG tracker broadcasts
+    rank 0's generator state and compares it with the rank's own; the state's 16 bytes travel with the broadcast
+    (runtime/tensor_values.py). torchtitan seeds each stage differently, so rank 1, and only rank 1, warns that the
+    states differed, as torch does on GPUs. tokens/s is 8 x 2048 / (step x 2)."""
+    args = [*BASE, *TORCH_2_13, "--training.steps", "4", "--parallelism.pipeline_parallel_degree", "2"]
+    run = run_program(workdir, TRAIN, args, tmp_path / "out", 2, ("--phantom",))
+    assert run.returncode == 0, run.output[-3000:]
+    warning = "DTensor is synchronizing RNG states of every rank with the state from rank 0"
+    assert warning not in run.log(0) and warning in run.log(1)
+    logged = titan_steps(run)
+    assert sorted(logged) == [1, 2, 3, 4] and len(run.steps()) == 4
+    for step, st in zip([2, 3, 4], run.steps()[1:], strict=True):
+        assert logged[step][2] == pytest.approx(8 * 2048 / (st["time_ns"] / 1e9) / 2, rel=0.01)
+    assert_documented(run.step_ms(), TRAIN_DOC, "`llama3_debugmodel`, `--parallelism.pipeline_parallel_degree 2` alone")
+
+
+@pytest.mark.slow
 def test_llama3_debugmodel_with_context_parallelism(workdir: Path, tmp_path: Path) -> None:
     """`--parallelism.context_parallel_degree 2` on 2 GPUs, real mode, sequence 256, batch 2: torch's context
     parallelism (FlexAttention with a block mask, the keys and values all-gathered) runs; the loss falls, and

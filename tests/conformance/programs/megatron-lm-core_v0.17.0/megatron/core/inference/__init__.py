@@ -1,0 +1,1 @@
+# Copyright (c) 2024, NVIDIA CORPORATION. All rights reserved.
