@@ -122,7 +122,9 @@ def main() -> None:
         opt.step()
         if logged:  # the last pipeline stage
             total, tokens = torch.stack([x["lm loss"] for x in logged]).sum(0).tolist()
-            print(f"step {step} loss {total / tokens:.5f}", flush=True)
+            # phantom tensors hold no values: a count of 0 tokens (phantora's placeholder) has no loss to print
+            loss = f"{total / tokens:.5f}" if tokens else "n/a (phantom tensors hold no values)"
+            print(f"step {step} loss {loss}", flush=True)
     dist.destroy_process_group()
 
 

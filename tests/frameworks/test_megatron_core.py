@@ -79,3 +79,19 @@ def test_megatron_pipeline_1f1b_trains(tmp_path: Path) -> None:
     steady = report.summary["step_time_ns"]["mean"]
     busy = [r["compute_busy_ns"] / STEPS for r in report.summary["ranks"][:3:2]]
     assert max(busy) < steady < sum(busy)
+
+
+@pytest.mark.slow
+def test_megatron_pipeline_4_stages_phantom(tmp_path: Path) -> None:
+    """--pp 4 with phantom tensors: Megatron's grad norm (`torch.tensor` of per-parameter norms, as it runs
+    without apex) reads each phantom scalar as `.item()` does, and the run ends; the pipeline's bytes as above."""
+    steps, microbatches = 2, 2
+    report = launch(RunConfig(str(SCRIPT), ["--tp", "1", "--pp", "4", "--steps", str(steps)], "testbed16", nproc=4,
+                              out_dir=tmp_path, timeout_s=600, tensors="phantom"))  # fmt: skip
+    assert (
+        re.findall(r"^step \d+ loss (.*)$", report.logs["rank 3"], flags=re.M)
+        == ["n/a (phantom tensors hold no values)"] * steps
+    )
+    act = steps * microbatches * MB * SEQ * HIDDEN * FP32  # one direction's activations (or their gradients)
+    sent = [r["comm"]["send"]["bytes"] for r in report.summary["ranks"]]
+    assert sent == [act, 2 * act, 2 * act, act]  # the end stages send one way, the middle ones both

@@ -181,7 +181,14 @@ def _context_device() -> torch.device | None:
 
 
 def _to_host(x: Any) -> Any:
-    return x.to("cpu") if isinstance(x, SimCudaTensor) else x
+    """A simulated-GPU tensor read on the host (a copy and a sync). A phantom scalar, as `torch.tensor([norms])`
+    reads its elements (Megatron's grad norm without apex), reads as `.item()` does: `scalar_placeholder`."""
+    if not isinstance(x, SimCudaTensor):
+        return x
+    host = x.to("cpu")
+    if host.is_meta and host.dim() == 0:
+        return torch.tensor(phantom_mode.scalar_placeholder(x), dtype=x.dtype)
+    return host
 
 
 def _patch_fsdp_storage() -> None:
