@@ -12,7 +12,8 @@ needs (docs/runtime.md), a generated tokenizer and corpus, and 3 steps.
 
 The local batch is the published runs' (2 on the H100s, 1 on the A100s). torchtitan's memory figure is
 the caching allocator's peak *reserved* memory, on a real GPU and here (phantora's allocator model);
-"alloc GiB" is the peak bytes tensors held. `--alloc-conf` sets PYTORCH_CUDA_ALLOC_CONF for the ranks
+"alloc GiB" is the peak bytes tensors held ("steps GiB": in the steady steps, after step 0); "vs pub" the tokens/s
+against the published figure. `--alloc-conf` sets PYTORCH_CUDA_ALLOC_CONF for the ranks
 (torchtitan's own launcher sets "expandable_segments:True").
 """
 
@@ -63,8 +64,9 @@ def main() -> None:
     ]  # fmt: skip
     published = PUBLISHED[args.gpu.removesuffix("-sxm")]
     print(f"torchtitan llama3_8b, phantom, flow network, {VARIANT[args.gpu]}; published {published} tokens/s/GPU")
-    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "MFU %", "mem GiB", "alloc GiB")
-    print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>6} {:>8} {:>9}".format(*head))
+    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "vs pub", "MFU %", "mem GiB", "alloc GiB")
+    head += ("steps GiB",)
+    print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>7} {:>6} {:>8} {:>9} {:>9}".format(*head))
     env = {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
     for n in args.gpus:
         gpu = VARIANT[args.gpu]
@@ -75,10 +77,12 @@ def main() -> None:
         plain = re.sub(r"\x1b\[[0-9;]*m", "", rep.logs["rank 0"])
         last = LINE.findall(plain)[-1]
         s = rep.summary
+        tps = int(last[2].replace(",", ""))
+        steps_peak = max(s["memory"]["step_peak_bytes"][1:] or [0])  # the steady steps' peak (step 0 aside)
         print(
             f"{n:>5} {TOPOLOGY[n]:>14} {s['live_processes']:>5} {wall:>7.1f} {s.get('peak_rss_mb_total', 0):>8.0f} "
-            f"{int(last[2].replace(',', '')):>10} {float(last[3]):>6.2f} {float(last[1]):>8.2f} "
-            f"{s['memory']['peak_bytes'] / 2**30:>9.2f}"
+            f"{tps:>10} {(tps / published - 1) * 100:>+6.1f}% {float(last[3]):>6.2f} {float(last[1]):>8.2f} "
+            f"{s['memory']['peak_bytes'] / 2**30:>9.2f} {steps_peak / 2**30:>9.2f}"
         )
 
 

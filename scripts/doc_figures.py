@@ -173,7 +173,7 @@ def all_blocks() -> list[Block]:
     return [b for find in (blocks, generated_blocks, figures_blocks) for p in files for b in find(p)]
 
 
-FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|KB|MB|GB|KiB|MiB|%|x\b|×)")
+FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|TB/s|KB|MB|GB|KiB|MiB|GiB|%|x\b|×)")
 CODE_SPAN = re.compile(r"`[^`]*`")  # a setting or an input the prose recalls, as `--set buffer_bytes=2000000`
 DATED = re.compile(r"20\d\d-\d\d-\d\d|checked|block (?:above|below)|output-of|generated")
 CELL = re.compile(r"(?<!\\)\|")  # a table cell border (not an escaped `\|`)
