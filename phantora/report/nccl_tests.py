@@ -296,7 +296,8 @@ def build_iteration(
     """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once,
     in one NCCL group on the test's communicator (n send_recv collectives, one per pair, on `ranks`' p2p channels
     and connections); the others: one collective over `ranks`. `sent`: the run's network connections' message
-    counters (None: this call's alone)."""
+    counters (None: this call's alone). The choice recorded is the one of NCCL's model's longest time: sendrecv's
+    group is one launch with every pair in flight, so its slowest pair (one across nodes) bounds the call."""
     n = len(ranks)
     if spec.kind == "send_recv":
         pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
@@ -316,9 +317,9 @@ def build_iteration(
         flows.extend(dag.flows)
         last.update(i for ids in dag.rank_last.values() for i in ids)
         next_id = dag.next_id
-        if choice is None:
-            got = getattr(dag, "choice", None)
-            choice = dict(got) if got else None
+        got = getattr(dag, "choice", None)
+        if got and (choice is None or got["model_time_us"] > choice["model_time_us"]):
+            choice = dict(got)  # one launch for the group, all pairs at once: the slowest pair bounds it
     return Iteration(flows, last, next_id, choice)
 
 
