@@ -7,11 +7,13 @@ in the keyed mode: one engine in this process, then `partition=N` worker process
 the windows' messaging, per worker), start-up CPU (ns-3 import and the fabric), windows and barrier exchanges,
 message bytes, peak memory, and whether every completion, FCT record and PFC frame equals the one engine's.
 
-Then "on paper" for 8, 16 and 64 cores, one worker a core: T(N) = C / N x imbalance + X x overhead(N), with C the
-one engine's CPU, the imbalance the largest run's busiest worker over its mean, X the barrier exchanges (set by
-the traffic and the lookahead, not by N: every worker takes part in every barrier) and overhead(N) the measured
-per-exchange CPU of a worker (its run CPU less its ns-3 CPU, over its exchanges) at the largest N measured,
-scaled by (N - 1) / (N_measured - 1) for the messages to each other worker. A projection, not a measurement.
+Then "on paper" for P = 8, 16 and 64 cores, one worker a core: T(P) = C / P x imbalance + X x e(P) + M(P) x m,
+with C the one engine's CPU, the imbalance the largest run's busiest worker's ns-3 CPU over the mean, X the
+barrier exchanges (set by the traffic and the lookahead, not by P: every worker takes part in every barrier),
+e(P) the CPU of an empty exchange with P - 1 peers (measured here with 2 and the largest N processes exchanging
+nothing, linear in the peers), M(P) a worker's message bytes (an all-to-all on a leaf-spine cuts 1 - 1/P of
+its traffic, split over P workers) and m the message handling CPU a byte (the largest run's messaging CPU
+outside ns-3's windows less its empty exchanges, over its bytes). A projection, not a measurement.
 
     .venv/bin/python bench/bench_partition.py --workers 1 2
     .venv/bin/python bench/bench_partition.py --leaves 8 --per-leaf 8 --spines 4 --bytes 64KiB --workers 1 2 4
@@ -60,6 +62,45 @@ def one_engine(topo: Topology, cfg: PacketConfig, flows: list[Flow]) -> tuple[di
     return rec, fig
 
 
+EXCHANGE_SCRIPT = """
+import sys, time
+from pathlib import Path
+from bridge.cut_peers import ZmqPeers
+root, g, n, token, k = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+peers = ZmqPeers(root, g, n, token)
+for i in range(50):
+    peers.exchange(i, 0, 0, {})
+c0 = time.process_time()
+for i in range(50, 50 + k):
+    peers.exchange(i, 0, 0, {})
+print((time.process_time() - c0) / k)
+peers.close()
+"""
+
+
+def exchange_cost(n: int, k: int = 2000) -> float:
+    """CPU of one empty barrier exchange (no message) per worker, mean over `n` processes exchanging `k` times."""
+    import subprocess
+    import sys
+
+    from bridge.transport import make_run_dir, new_token, remove_run_dir
+
+    root, token = make_run_dir(), new_token()
+    try:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", EXCHANGE_SCRIPT, str(root), str(g), str(n), token, str(k)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+            for g in range(n)
+        ]
+        costs = [float(p.communicate(timeout=300)[0]) for p in procs]
+    finally:
+        remove_run_dir(root)
+    return sum(costs) / n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--leaves", type=int, default=4)
@@ -94,26 +135,43 @@ def main() -> None:
         per = " / ".join(f"{w['run_cpu_s']:.2f}" for w in ws)
         ns3 = " / ".join(f"{w['ns3_cpu_s']:.2f}" for w in ws)
         setup = " / ".join(f"{w['setup_cpu_s']:.2f}" for w in ws)
-        run_wall = max(w["wall_s"] for w in ws)
+        run_wall = max(w["run_wall_s"] for w in ws)
         mb = sum(w["bytes_out"] for w in ws) / 1e6
         rss = max(w["maxrss_kb"] for w in ws) / 1024
         print(f"| partition={n} | {res.wall_s:.2f} | {run_wall:.2f} | {per} | {ns3} | {setup} | {ws[0]['windows']} | "
               f"{ws[0]['exchanges']} | {mb:.1f} | {rss:.0f} | {'yes' if equal else 'NO'} |")  # fmt: skip
         last = ws
     if len(last) >= 2:
-        n = len(last)
-        cpu = [w["run_cpu_s"] for w in last]
-        imbalance = max(cpu) / (sum(cpu) / n)
-        x = last[0]["exchanges"]
-        per_ex = max((w["run_cpu_s"] - w["ns3_cpu_s"]) / max(w["exchanges"], 1) for w in last)
-        print(f"\n# on paper (one worker a core): C = {one['run_cpu']:.2f} s (one engine), imbalance {imbalance:.2f} "
-              f"(at {n}), X = {x} exchanges, {per_ex * 1e6:.0f} us CPU an exchange at {n} workers")  # fmt: skip
-        print("| cores | ns-3 share s | exchanges s | projected s | speed-up |")
-        print("|---|---|---|---|---|")
-        for p in (8, 16, 64):
-            share = one["run_cpu"] / p * imbalance
-            ex = x * per_ex * (p - 1) / (n - 1)
-            print(f"| {p} | {share:.2f} | {ex:.2f} | {share + ex:.2f} | {one['run_cpu'] / (share + ex):.1f}x |")
+        project(one["run_cpu"], last)
+
+
+def project(c: float, ws: list[dict[str, Any]]) -> None:
+    """The on-paper table (module docstring) from the largest partition measured."""
+    n = len(ws)
+    cpu = [w["ns3_cpu_s"] for w in ws]
+    imbalance = max(cpu) / (sum(cpu) / n)
+    x = ws[0]["exchanges"]
+    bytes_w = sum(w["bytes_out"] for w in ws) / n  # a worker's message bytes (sent ~ received)
+    handling = max(w["run_cpu_s"] - w["ns3_cpu_s"] for w in ws)  # its messaging CPU outside ns-3's windows
+    fixed = {p: exchange_cost(p) for p in sorted({2, n})}  # an empty exchange's CPU, with 1 and n - 1 peers
+    per_peer = (fixed[n] - fixed[2]) / (n - 2) if n > 2 else fixed[2]
+    base = fixed[2] - per_peer
+    per_byte = max(handling - x * fixed[n], 0.0) / bytes_w
+    print(
+        f"\n# on paper (one worker a core), from partition={n}: C = {c:.2f} s (one engine), "
+        f"imbalance {imbalance:.2f}, X = {x} exchanges; an empty exchange {fixed[2] * 1e6:.0f} us CPU with 1 "
+        f"peer, {fixed[n] * 1e6:.0f} us with {n - 1}; message handling {per_byte * 1e9:.1f} ns CPU a byte "
+        f"({bytes_w / 1e6:.1f} MB a worker)"
+    )
+    print("| cores | ns-3 share s | exchanges s | messages s | projected s | speed-up |")
+    print("|---|---|---|---|---|---|")
+    for p in (8, 16, 64):
+        share = c / p * imbalance
+        ex = x * (base + per_peer * (p - 1))
+        # cut bytes of an all-to-all on a leaf-spine: (1 - 1/p) of the whole, split over p workers
+        msg = bytes_w * n / (1 - 1 / n) * (1 - 1 / p) / p * per_byte
+        total = share + ex + msg
+        print(f"| {p} | {share:.2f} | {ex:.2f} | {msg:.2f} | {total:.2f} | {c / total:.1f}x |")
 
 
 if __name__ == "__main__":
