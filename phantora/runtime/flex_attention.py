@@ -6,7 +6,8 @@ the CPU, PyTorch runs an unfused reference that materialises the score matrix (c
 through torch.compile, which refuses a rank's dispatch mode). A rank's dispatch mode
 (dispatch.py) therefore handles the operators whole:
 - the values come from PyTorch's own reference, run with the mode off (so its inner ops are neither
-  charged nor counted as device memory) on the tensors' data;
+  charged nor counted as device memory) on the tensors' data, in query slices on real data (flex_chunks.py: the
+  reference's score matrices are B x H x Lq x Lkv, which the fused kernel never holds);
 - the time is the flash-attention kernel's for the same query, key and value shapes (the compute
   model's attention formula), causal when the block mask keeps at most 3/4 of the blocks. In phantom
   mode the mask has no values, and it is taken as causal, the mask of language-model training;
@@ -22,6 +23,7 @@ import torch.nn.attention.flex_attention
 from torch._C import DispatchKey
 from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
 
+from phantora.runtime import flex_chunks
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.simcuda import device as simcuda
 from phantora.runtime.simcuda.tensor import SimCudaTensor
@@ -44,8 +46,12 @@ def _run(mode: Any, hop: Any, args: tuple, kwargs: dict) -> Any:
     """Run `hop` on the tensors' data with the mode off; wrap the outputs back on the simulated GPU."""
     index = next((t.device.index or 0 for t in tensors_in(args) if isinstance(t, SimCudaTensor)), None)
     reference = hop.py_kernels[DispatchKey.CompositeExplicitAutograd]  # not the operator: no re-dispatch
+    data, options = simcuda.unwrap(args), simcuda.unwrap(kwargs)
     with simcuda.device_work():
-        out = reference(*simcuda.unwrap(args), **simcuda.unwrap(kwargs))
+        if data[0].is_meta:  # phantom mode: shapes only, no score matrix to hold
+            out = reference(*data, **options)
+        else:  # real data: in query slices, without the whole score matrix (flex_chunks.py)
+            out = (flex_chunks.forward if hop is flex_attention else flex_chunks.backward)(reference, data, options)
     mem = mode.session.memory
     if mem.enabled:
         mem.on_outputs(out, hop)
