@@ -1,15 +1,20 @@
 """Will a real-mode run fit in this machine's memory? A one-step phantom probe says so before the ranks start.
 
-In real mode every rank holds its tensors' data in host memory: what the simulated GPU holds (parameters,
-gradients, optimizer state, activations: the device-memory tracker's peak, runtime/memory.py) plus the process
-itself (interpreter, torch, phantora, the program's own objects). A phantom run holds no tensor data, so one step
-of it, run first with the same ranks, measures both: each rank's device-memory peak and its own proportional
-set size. Their sum over the ranks estimates the real run's host memory; `phantora run --memory-check` compares it
-with the memory available now (/proc/meminfo MemAvailable), says so in one line and, with `--tensors auto`, runs in
-phantom mode when the ranks would not fit.
+In real mode every rank holds, in host memory, three parts:
+- its tensors' data: what the simulated GPU holds (parameters, gradients, optimizer state, activations: the
+  device-memory tracker's peak, runtime/memory.py);
+- what the real CPU kernels hold beyond their outputs where a GPU's fused kernel holds nothing: FlexAttention's
+  reference, sliced by queries (runtime/flex_chunks.py), holds about 6.5 score matrices of a slice at its peak;
+- the process itself (interpreter, torch, phantora, the program's own objects).
+A phantom run holds no tensor data, so one step of it, run first with the same ranks, measures all three: each
+rank's device-memory peak, the largest attention slice its shapes ask for, and its own proportional set size.
+Their sum over the ranks estimates the real run's host memory; `phantora run --memory-check` compares it with the
+memory available now (/proc/meminfo MemAvailable), says so in one line and, with `--tensors auto`, runs in phantom
+mode when the ranks would not fit.
 
 Not counted: host memory a program keeps outside its GPU tensors (CPU copies, a data loader's buffers) beyond the
-first step, and the score matrix the CPU attention path builds where a GPU runs a flash kernel.
+first step, and the workspace of CPU kernels other than FlexAttention's (SDPA runs the CPU flash kernel, which
+holds blocks, not the score matrix).
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ class Estimate:
     device_peak: tuple[int, ...]  # bytes: the simulated GPU's peak of each rank (its tensors' data in real mode)
     process: tuple[int, ...]  # bytes: each phantom rank process's proportional set size (no tensor data)
     available: int | None
+    workspace: tuple[int, ...] = ()  # bytes: each rank's real CPU kernels' own peak (FlexAttention's slices)
 
     @property
     def total(self) -> int:
-        return sum(self.device_peak) + sum(self.process)
+        return sum(self.device_peak) + sum(self.workspace) + sum(self.process)
 
     def fits(self) -> bool:
         return self.available is None or self.total <= self.available
@@ -43,10 +49,13 @@ class Estimate:
     def line(self, switched: bool = False) -> str:
         """The one line `phantora run --memory-check` prints."""
         n = len(self.device_peak)
+        parts = [f"{max(self.device_peak, default=0) / GIB:.2f} GiB of tensors"]
+        if any(self.workspace):
+            parts.append(f"{max(self.workspace) / GIB:.2f} GiB of CPU attention workspace")
+        parts.append(f"{max(self.process, default=0) / GIB:.2f} GiB of process")
         need = (
             f"real mode needs about {self.total / GIB:.1f} GiB of host memory for {n} rank{'s' if n != 1 else ''} "
-            f"({max(self.device_peak, default=0) / GIB:.2f} GiB of tensors and "
-            f"{max(self.process, default=0) / GIB:.2f} GiB of process at most per rank, from a one-step phantom probe)"
+            f"({', '.join(parts[:-1])} and {parts[-1]} at most per rank, from a one-step phantom probe)"
         )
         if self.available is None:
             return f"memory check: {need}; this machine does not say how much is free"
@@ -76,14 +85,15 @@ def available_bytes(meminfo: Path = MEMINFO) -> int | None:
 
 def estimate(ranks: dict[int, Any], available: int | None) -> Estimate:
     """The estimate from a phantom probe's rank results (`peak_bytes` of `memory`, `pss_mb`)."""
-    peaks, procs = [], []
+    peaks, procs, work = [], [], []
     for r in sorted(ranks):
         res = ranks[r]
         if not isinstance(res, dict) or "pss_mb" not in res or "memory" not in res:
             raise InputError(f"the memory probe's rank {r} gave no memory results", field="memory_check")
         peaks.append(int(res["memory"].get("peak_bytes", 0)))
         procs.append(int(float(res["pss_mb"]) * 2**20))
-    return Estimate(tuple(peaks), tuple(procs), available)
+        work.append(int(res.get("host_workspace_bytes", 0)))
+    return Estimate(tuple(peaks), tuple(procs), available, tuple(work))
 
 
 def probe(cfg: Any) -> Estimate:

@@ -78,3 +78,27 @@ def test_auto_runs_phantom_when_the_ranks_would_not_fit(monkeypatch: pytest.Monk
     assert memcheck.checked(RunConfig("x.py", tensors="phantom"), 4)[1] is None
     assert memcheck.checked(RunConfig("x.py", nproc=32), 32)[1] is None
     assert probes == ["auto", "real"]
+
+
+def test_the_cpu_attention_workspace_is_counted_per_rank() -> None:
+    """2 ranks of 1 GiB of tensors, 256 MiB of FlexAttention workspace and 512 MiB of process: 3.5 GiB."""
+    probe_ranks = ranks([1, 1], 512)
+    for r in probe_ranks.values():
+        r["host_workspace_bytes"] = 256 * 2**20
+    est = estimate(probe_ranks, 24 * GIB)
+    assert est.total == int(3.5 * GIB)
+    assert "(1.00 GiB of tensors, 0.25 GiB of CPU attention workspace and 0.50 GiB of process at most" in est.line()
+
+
+def test_a_flex_attention_slice_is_at_most_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workspace is 6.5 fp32 score matrices of a slice: the whole matrix when it is under 32 MiB (batch 2, 16
+    heads, sequence 512: 32 MiB exactly), 32 MiB of rows otherwise (batch 8, sequence 2048: 32 rows of 1 MiB)."""
+    import torch
+
+    from phantora.runtime import flex_chunks
+
+    monkeypatch.setattr(flex_chunks, "_largest", 0)
+    flex_chunks.note(torch.empty(2, 16, 512, 16, device="meta"), 512)
+    assert flex_chunks.workspace_bytes() == int(6.5 * 2 * 16 * 512 * 512 * 4)
+    flex_chunks.note(torch.empty(8, 16, 2048, 16, device="meta"), 2048)
+    assert flex_chunks.workspace_bytes() == int(6.5 * 32 * 2**20)

@@ -22,11 +22,29 @@ import torch
 from torch._higher_order_ops.flex_attention import _permute_strides
 
 CHUNK_BYTES = 32 * 2**20  # one fp32 score matrix of a slice: B x H x rows x Lkv x 4 bytes at most
+# score-sized matrices the reference holds at once at its peak (the backward's): 212 MB over 33.5 MB matrices at
+# sequence 512, 879 MB over 134 MB at 1024 (torchtitan llama3_debugmodel, batch 2, 16 heads: glibc's mmapped
+# bytes at the rank's peak, before slicing), so 6.3 and 6.6
+LIVE_MATRICES = 6.5
+_largest = 0  # bytes of the largest score matrix of a slice this rank's FlexAttention calls held (or would hold)
 
 
 def rows_per_chunk(batch: int, heads: int, kv_len: int, budget: int = CHUNK_BYTES) -> int:
     """How many query rows a slice takes so that one fp32 score matrix of it fits in `budget` bytes."""
     return max(1, budget // max(1, batch * heads * kv_len * 4))
+
+
+def note(query: torch.Tensor, kv_len: int) -> None:
+    """Count a FlexAttention call's slice matrix (its shapes alone: phantom mode counts what real mode would hold)."""
+    global _largest
+    batch, heads, q_len = query.shape[0], query.shape[1], query.shape[2]
+    rows = min(q_len, rows_per_chunk(batch, heads, kv_len, CHUNK_BYTES))
+    _largest = max(_largest, batch * heads * rows * kv_len * (8 if query.dtype == torch.float64 else 4))
+
+
+def workspace_bytes() -> int:
+    """Host memory real mode's FlexAttention reference holds at its peak, beyond its outputs."""
+    return int(LIVE_MATRICES * _largest)
 
 
 def _shifted(fn: Callable[..., Any], position: int, offset: int) -> Callable[..., Any]:

@@ -24,6 +24,7 @@ import torch
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.results.run_dir import RunDir
+from phantora.runtime import flex_chunks
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
@@ -595,6 +596,7 @@ class RankSession:
             },
             "workload": dict(self.workload),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "host_workspace_bytes": flex_chunks.workspace_bytes(),  # real-mode CPU kernels' own (memcheck.py)
             "pss_mb": proportional_set_mb(),
             "memory": self.memory.results(),
             **(
