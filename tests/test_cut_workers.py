@@ -241,3 +241,20 @@ def test_the_commands_engine_refuses_partition_rather_than_run_one_engine() -> N
     with pytest.raises(InputError, match="do not drive it yet") as err:
         make_engine(EngineSpec(network="ns3", packet=cfg), TOPO)
     assert err.value.field == "partition"
+
+
+@pytest.mark.ns3
+def test_a_worker_engine_refuses_what_is_not_split_by_owner() -> None:
+    """A worker takes no flow dependencies (the driver releases them) and no run call (its windows are driven
+    by its caller); it runs with no peers only through the window calls."""
+    from phantora.netsim.packet import Ns3Simulator
+
+    cfg = PacketConfig(partition=2, partition_worker=0, scheduler=KEYED_SCHEDULER)
+    eps = TOPO.endpoints
+    with Ns3Simulator(TOPO, cfg) as sim:
+        sim.submit([Flow(1, eps[0], eps[15], 1000)], 0)
+        with pytest.raises(InputError, match="without dependencies"):
+            sim.submit([Flow(2, eps[0], eps[15], 1000, deps=(1,))], 0)
+        with pytest.raises(Exception, match="runs in windows driven by its caller"):
+            sim._net.RunUntil(1000)
+        assert int(sim._net.CutGroups()) == 2 and int(sim._net.CutStats()[0]) > 0
