@@ -117,6 +117,21 @@ def test_an_all_reduce_leaves_the_reduction_on_every_rank(
     assert [t.tolist() for t in held] == [expected, expected]
 
 
+def test_an_all_reduce_wraps_at_the_tensors_width(ranks: list[Rank], monkeypatch: pytest.MonkeyPatch) -> None:
+    """uint8 200 + 100 is 300 mod 256 = 44 on every rank (NCCL and gloo add in the tensor's dtype), not an error."""
+    held = [torch.tensor([200], dtype=torch.uint8), torch.tensor([100], dtype=torch.uint8)]
+    finishes = []
+    for r, t in zip(ranks, held, strict=True):
+        as_rank(monkeypatch, r)
+        start, finish = tv.all_reduce((0, 1), [t], dist.ReduceOp.SUM)
+        start()
+        finishes.append((r, finish))
+    for r, finish in finishes:
+        as_rank(monkeypatch, r)
+        finish()
+    assert [t.tolist() for t in held] == [[44], [44]]
+
+
 def test_an_all_gather_concatenates_in_rank_order(ranks: list[Rank], monkeypatch: pytest.MonkeyPatch) -> None:
     outs = [torch.empty(4, dtype=torch.int32), torch.empty(4, dtype=torch.int32)]
     finishes = []

@@ -201,7 +201,7 @@ def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any) -> 
             return
         for i, t in enumerate(into):
             stacked = torch.stack([torch.tensor(g[i], dtype=t.dtype) for g in got if g is not None])
-            write(t, reduce(stacked).tolist())
+            write(t, reduce(stacked).to(t.dtype).tolist())  # wraps at the dtype's width, as NCCL and gloo do
 
     return _post(ranks, key, _values(tensors), reads=True), finish
 
