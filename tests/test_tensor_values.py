@@ -90,6 +90,38 @@ def test_a_phantom_sender_leaves_the_receiver_as_it_was(ranks: list[Rank], monke
     assert mine.tolist() == [7, 8, 9]
 
 
+def test_a_recv_takes_the_send_of_its_own_tag(ranks: list[Rank], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 sends [1] with tag 1, then [2] with tag 2; rank 1 receives tag 2 first: it gets [2], as the simulator
+    (and NCCL / gloo) match a recv with the send of its tag, then [1]."""
+    as_rank(monkeypatch, ranks[0])
+    tv.send(0, 1, [torch.tensor([1])], tag=1)()
+    tv.send(0, 1, [torch.tensor([2])], tag=2)()
+    as_rank(monkeypatch, ranks[1])
+    second, first = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    tv.recv(0, 1, [second], tag=2)()
+    tv.recv(0, 1, [first], tag=1)()
+    assert (second.tolist(), first.tolist()) == ([2], [1])
+
+
+def test_a_send_and_a_collective_of_the_same_two_ranks_do_not_mix(
+    ranks: list[Rank], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 sends [5] to rank 1, then broadcasts [7] on the group (0, 1) (another communicator); rank 1 joins the
+    broadcast first, then receives: [7] from the broadcast, [5] from the recv."""
+    as_rank(monkeypatch, ranks[0])
+    tv.send(0, 1, [torch.tensor([5])])()
+    start, _ = tv.broadcast((0, 1), 0, 0, [torch.tensor([7])])
+    start()
+    as_rank(monkeypatch, ranks[1])
+    got_bcast, got_recv = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    start, finish = tv.broadcast((0, 1), 1, 0, [got_bcast])
+    start()
+    assert finish is not None
+    finish()
+    tv.recv(0, 1, [got_recv])()
+    assert (got_bcast.tolist(), got_recv.tolist()) == ([7], [5])
+
+
 @pytest.mark.parametrize(
     ("op", "expected"),
     [

@@ -268,12 +268,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if self._gloo is not None:
             return lambda: [self._data.send(tensors, dst, tag)]
         if tensor_values.carried(tensors):
-            return tensor_values.send(self._ranks[self.rank()], self._ranks[dst], tensors)
+            return tensor_values.send(self._ranks[self.rank()], self._ranks[dst], tensors, tag)
         return _nothing
 
-    def _p2p_finish(self, tensors: list[torch.Tensor], src: int) -> Callable[[], None] | None:
+    def _p2p_finish(self, tensors: list[torch.Tensor], src: int, tag: int) -> Callable[[], None] | None:
         if self._gloo is None and tensor_values.carried(tensors):
-            return tensor_values.recv(self._ranks[src], self._ranks[self.rank()], tensors)
+            return tensor_values.recv(self._ranks[src], self._ranks[self.rank()], tensors, tag)
         return None
 
     # ----- all-reduce, broadcast, reduce ---------------------------------------------------------
@@ -530,7 +530,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             nbytes=nbytes(tensors),
             tensors=tensors,
             start_inner=lambda: [self._data.recv(tensors, src, tag)] if self._gloo is not None else [],
-            finalize=self._p2p_finish(tensors, src),
+            finalize=self._p2p_finish(tensors, src, tag),
         )
         if lone:
             self._p2p_group(None)

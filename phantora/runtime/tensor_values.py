@@ -15,7 +15,9 @@ travel beside it through the coordinator (bridge.values, msgpack on the wire):
   as a GPU buffer holds what it received. If a sender had none, the receiver's tensors are left as they are.
 
 The keys (`next_key`) are shared with the object collectives (object_values): one sequence per group (or
-(src, dst) pair), so that the two never post under the same key.
+(src, dst) pair), so that the two never post under the same key. A send and its recv take theirs from a sequence
+of their own per (src, dst, tag), as the simulator matches them, in negative keys (`_p2p_key`): a recv of another
+tag, or a collective of the 2-rank group (src, dst), issued in another order on the two ranks, never takes them.
 """
 
 from __future__ import annotations
@@ -152,16 +154,23 @@ def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Te
     return (lambda: []), finish
 
 
-def send(src: int, dst: int, tensors: list[torch.Tensor]) -> Start:
-    """A send's values, posted for the pair (src, dst) (global ranks)."""
-    pair = (src, dst)
-    return _post(pair, next_key(pair), _values(tensors), reads=False)
+def _p2p_key(src: int, dst: int, tag: int) -> int:
+    """The key of the next send or recv of (src, dst, tag): one sequence per tag, as the simulator matches a
+    send with its recv, and negative, apart from the group sequences (`next_key`) of a 2-rank group (src, dst) and
+    of object_values' sends on the pair."""
+    seq = next_key((src, dst, -1, tag))  # -1: no group of ranks is this tuple
+    return -1 - ((seq << 32) | (tag & 0xFFFFFFFF))
 
 
-def recv(src: int, dst: int, tensors: list[torch.Tensor]) -> Finish:
-    """A recv's values, written once it completes."""
+def send(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0) -> Start:
+    """A send's values, posted for the pair (src, dst) (global ranks) under its tag's next key."""
+    return _post((src, dst), _p2p_key(src, dst, tag), _values(tensors), reads=False)
+
+
+def recv(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0) -> Finish:
+    """A recv's values (the send of the same pair and tag, in order), written once it completes."""
     pair = (src, dst)
-    key = next_key(pair)
+    key = _p2p_key(src, dst, tag)
     into = targets(tensors)
 
     def finish() -> None:
