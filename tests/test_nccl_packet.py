@@ -80,3 +80,21 @@ def test_packet_mode_carries_the_protocols_bytes_and_times_as_the_flow_network(n
     finally:
         ns3.close()
         goodput.close()
+
+
+@pytest.mark.parametrize("test", ["all_gather_perf", "reduce_scatter_perf"])
+def test_pat_pays_nccls_latency_once_not_a_propagation_a_round(test: str) -> None:
+    """PAT on 4 hosts of one GPU, 64 KiB: NCCL's latency baseLat 8.0 + log2(4) x hwLat net 14.0 / 3.5 + 4 ranks x
+    2.8 = 27.2 us already counts its two rounds' network hops, so the call takes NCCL's time (27.2 us + the bytes
+    at its rate) and not one more path's propagation (4 x 1 us links) per round after the first (was +4.1 us)."""
+    from phantora.topology import leaf_spine
+
+    topo = leaf_spine(2, 2, 2, gpus_per_host=1, uplink_rate="400Gbps", gpu="h100")
+    spec = nt.find_test(test)
+    nbytes = nt.counts(spec, 64 * KiB, 4, 4)[2]
+    it = nt.build_iteration(spec, (0, 1, 2, 3), nbytes, "fp32", 0, topo,
+                            AlgoOptions(nccl_env=nccl_env({"NCCL_ALGO": "PAT"})), 0, "p")  # fmt: skip
+    assert it.choice is not None and it.choice["algorithm"] == "PAT"
+    assert it.choice["model_lat_us"] == pytest.approx(8.0 + 2 * 14.0 / 3.5 + 4 * 2.8)
+    t_us = nt.run_iteration(FlowSimulator(topo), it) / 1e3
+    assert t_us == pytest.approx(it.choice["model_time_us"], rel=0.01)

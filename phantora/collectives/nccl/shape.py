@@ -4,8 +4,8 @@ delay, and the kernel's throughput as a per-flow rate cap.
 - Wire bytes: LL sends 16-byte lines of 8 data bytes and 8 flag bytes (x2); LL128 sends 128-byte lines of 120 data
   bytes (x16/15); Simple sends the data.
 - Latency: NCCL's latency for the choice, plus the pipeline fill its model leaves out (`pipeline.py`), less the
-  propagation the network already charges on the path, delays the collective's first flows (those with no
-  dependencies).
+  propagation the network already charges on the path (on each of PAT's rounds, which run one after another),
+  delays the collective's first flows (those with no dependencies).
 - Throughput: every connection (sender, receiver, channel) carries its wire bytes at most at the rate that ends
   them in NCCL's bandwidth time, `nbytes / algbw`; a round-by-round algorithm (PAT) spreads a sender's whole
   share over that time. Inside a node of send/recv, each peer connection is capped at its share of the GPU's
@@ -48,12 +48,24 @@ def propagation_ns(flows: list[Flow], topo: Topology) -> int:
     return worst
 
 
+def _rounds(flows: list[Flow], choice: Choice) -> int:
+    """The network crossings on the collective's critical path that NCCL's latency already counts: one, or a
+    round-by-round algorithm's rounds (PAT: each round waits for the last, each sender sends once a round)."""
+    if choice.algorithm not in SEQUENTIAL:
+        return 1
+    sends: dict[int, int] = defaultdict(int)
+    for f in flows:
+        sends[f.src] += 1
+    return max(sends.values(), default=1)
+
+
 def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> list[Flow]:
     """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire."""
     if not flows:
         return flows
     proto = choice.protocol
-    delay = max(0, round((choice.lat_us + choice.fill_us) * 1000) - propagation_ns(flows, topo))
+    prop = propagation_ns(flows, topo) * _rounds(flows, choice)
+    delay = max(0, round((choice.lat_us + choice.fill_us) * 1000) - prop)
     wire = [wire_bytes(f.size, proto) for f in flows]
     if choice.algorithm == "p2p":
         pair: dict[tuple[int, int], int] = defaultdict(int)  # a peer's transfer, over all of its channels
