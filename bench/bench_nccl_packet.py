@@ -130,6 +130,11 @@ def payload_closed_form(kind: str, algo: str, n: int, hosts: int, nbytes: int) -
     return (n - 1) * nbytes
 
 
+def _delivered(sim: NetworkSimulator) -> int:
+    """ns-3's payload counter: every byte delivered so far."""
+    return int(str(sim.stats()["payload_bytes_delivered"]))
+
+
 def run_case(topo_name: str, topo: Topology, sims: dict[str, NetworkSimulator], ids: dict[str, int], case: Case,
              granularity: str) -> Row:  # fmt: skip
     """One call of `case` on each engine."""
@@ -145,12 +150,12 @@ def run_case(topo_name: str, topo: Topology, sims: dict[str, NetworkSimulator], 
         it = nt.build_iteration(spec, ranks, nbytes, "fp32", 0, topo, opts, ids[name], f"audit/{ids[name]}")
         ids[name] = it.next_id
         its[name] = it
-        before = sim.stats().get("payload_bytes_delivered", 0) if name == "ns3" else 0
+        before = _delivered(sim) if name == "ns3" else 0
         t0 = time.perf_counter()
         times[name] = nt.run_iteration(sim, it) / 1e3
         if name == "ns3":
             wall = time.perf_counter() - t0
-            delivered = sim.stats()["payload_bytes_delivered"] - before
+            delivered = _delivered(sim) - before
     flow_it = its["flow"]
     choice = flow_it.choice or {}
     notes = []

@@ -72,9 +72,9 @@ def test_packet_mode_carries_the_protocols_bytes_and_times_as_the_flow_network(n
                 assert it.choice["protocol" if k == "NCCL_PROTO" else "algorithm"] == v
             wire = sum(f.size for f in it.flows)
             assert payload * factor <= wire <= payload * factor + line * len(it.flows), test
-            before = ns3.stats()["payload_bytes_delivered"]
+            before = int(str(ns3.stats()["payload_bytes_delivered"]))
             t_ns3 = nt.run_iteration(ns3, it)
-            assert ns3.stats()["payload_bytes_delivered"] - before == wire, test
+            assert int(str(ns3.stats()["payload_bytes_delivered"])) - before == wire, test
             t_flow = nt.run_iteration(goodput, it)
             assert t_ns3 == pytest.approx(t_flow, rel=0.02), test
     finally:
