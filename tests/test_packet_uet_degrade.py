@@ -57,3 +57,18 @@ def test_a_slowed_ports_ecn_thresholds_follow_its_rate(ns3_lib) -> None:
     stay as set without."""
     assert slowed_run(True, ecn=True)[2:] == (KMIN // 4, KMAX // 4)
     assert slowed_run(False, ecn=True)[2:] == (KMIN, KMAX)
+
+
+def test_a_slowed_port_with_no_packet_since_reports_its_scaled_thresholds(ns3_lib) -> None:
+    """Host 0's link slowed to 25 Gb/s at 0 while only hosts 1 and 2 exchange a flow: no packet goes to port 0
+    after the change, yet the port's kmin / kmax read back scaled by 25/100, as its rate does (the switch rescales
+    a port as packets arrive or leave it; the read-back did not, and gave the installed 40 / 80 kB)."""
+    body = '[[events]]\nkind = "link_degrade"\nat = "0ns"\nlink = ["switch3", "host0"]\nrate = "25Gbps"\n'
+    config = PacketConfig(
+        pfc=False, ecn=True, thresholds_follow_rate=True, kmin_map={100 * G: KMIN}, kmax_map={100 * G: KMAX}
+    )
+    with FaultyNs3Simulator(star(3, 100 * G), parse_scenario(body, "slow.toml"), config) as sim:
+        sim.submit([Flow(1, 1, 2, 10_000)], at=0)
+        assert len(sim.drain()) == 1
+        port = sim.effective().switches[3].ports[0]
+        assert (port.rate_bps, port.kmin_bytes, port.kmax_bytes) == (25 * G, KMIN // 4, KMAX // 4)

@@ -162,9 +162,21 @@ TypeId PfcSwitch::GetTypeId() {
   return tid;
 }
 
+namespace {
+/// `bytes` x `rate` / `rate0`, rounded down (htsim's mem_b of queuesize x failed_link_ratio).
+uint64_t ScaledBytes(uint64_t bytes, uint64_t rate, uint64_t rate0) {
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * rate / rate0);
+}
+}  // namespace
+
 PfcSwitch::PortSettings PfcSwitch::ResolvedPort(uint32_t port) const {
   const Port& p = m_ports.at(port);
-  return {m_dev.at(port)->GetRateBps(), p.kmin, p.kmax, p.pmax, m_mmu.Headroom(port)};
+  const uint64_t rate = m_dev.at(port)->GetRateBps();
+  if (m_followRate && rate != p.rateBps && p.rate0 != 0) {  // not yet rescaled: no packet since the change
+    return {rate, ScaledBytes(p.kmin0, rate, p.rate0), ScaledBytes(p.kmax0, rate, p.rate0), p.pmax,
+            m_mmu.Headroom(port)};
+  }
+  return {rate, p.kmin, p.kmax, p.pmax, m_mmu.Headroom(port)};
 }
 
 void PfcSwitch::Install(Ptr<Node> node, uint32_t nodeId, Ptr<RouteTable> routes) {
@@ -335,6 +347,9 @@ uint32_t PfcSwitch::Trim(uint32_t port, uint32_t cls, PhantoraHeader& hdr) {
 }
 
 bool PfcSwitch::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
+  if (m_followRate) {  // a queue that drains after a rate change, with nothing arriving, marks by the new rate
+    FollowRate(port);
+  }
   Port& p = m_ports[port];
   int cls = -1;
   if (!p.q[0].empty()) {
@@ -386,14 +401,13 @@ void PfcSwitch::FollowRate(uint32_t port) {
   if (rate == p.rateBps || p.rate0 == 0) {
     return;
   }
-  // bytes x new rate / installed rate, rounded down (htsim's mem_b of queuesize x failed_link_ratio)
-  const auto scale = [&](uint64_t bytes) {
-    return static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * rate / p.rate0);
-  };
+  const auto scale = [&](uint64_t bytes) { return ScaledBytes(bytes, rate, p.rate0); };
   p.rateBps = rate;
   p.kmin = scale(p.kmin0);
   p.kmax = scale(p.kmax0);
   p.trim = p.trim0 ? std::max<uint64_t>(scale(p.trim0), 1) : 0;
+  NS_LOG_LOGIC("node " << m_id << " port " << port << " at " << rate << " bps: kmin " << p.kmin << " kmax " << p.kmax
+                       << " trim " << p.trim);
 }
 
 bool PfcSwitch::EcnMark(const Port& p, uint64_t qlen) {
