@@ -149,6 +149,17 @@ class CachingAllocator:
         self.small_reserved = 0
 
     # ----- the caller's side -------------------------------------------------------------------
+    # A caller that keeps its own keys and sizes (the memory tracker) may count a small block (a multiple of
+    # MIN_BLOCK, at most SMALL_SIZE) without a key: add it to `small_held` (subtract it when freed), and call
+    # `grow_small()` when `small_held` exceeds `small_reserved`. Blocks counted so must be freed so, not by key.
+    def grow_small(self) -> None:
+        """Reserve 2 MiB segments until the small pool's packed bytes (`small_held`) fit."""
+        grow = -(-(self.small_held - self.small_reserved) // SMALL_BUFFER) * SMALL_BUFFER
+        if grow > 0:
+            self.small_reserved += grow
+            self.segments += grow // SMALL_BUFFER
+            self._add_reserved(grow)
+
     def malloc(self, key: int, nbytes: int) -> None:
         """Allocate `nbytes` for `key` (a key already live is freed first: a resize reallocates)."""
         if key in self._live or key in self._small:
@@ -158,10 +169,7 @@ class CachingAllocator:
             self._small[key] = size
             self.small_held += size
             if self.small_held > self.small_reserved:
-                grow = -(-(self.small_held - self.small_reserved) // SMALL_BUFFER) * SMALL_BUFFER
-                self.small_reserved += grow
-                self.segments += grow // SMALL_BUFFER
-                self._add_reserved(grow)
+                self.grow_small()
             return
         pool = 1
         block = self._take_cached(pool, size) or self._reserve(pool, size)

@@ -25,6 +25,7 @@ from torch.utils.flop_counter import flop_registry
 from phantora.errors import InputError
 from phantora.perfmodel.gpus import GpuSpec, get_gpu
 from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS
+from phantora.runtime import precision
 
 aten = torch.ops.aten
 
@@ -183,7 +184,6 @@ def _sig(x: Any) -> Any:
 
 
 _OP_OVERLOAD = torch._ops.OpOverload
-_matmul_precision = torch._C._get_float32_matmul_precision
 
 
 def cache_key(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple:
@@ -191,7 +191,7 @@ def cache_key(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple:
     scalars, and the fp32 matmul precision (TF32). It may hold an unhashable argument. An aten op is
     keyed by its id (it lives as long as torch; hashing an OpOverload runs Python)."""
     op = id(func) if type(func) is _OP_OVERLOAD else func
-    return (op, _sig(args), _sig(tuple(kwargs.items())) if kwargs else (), _sig(out), _matmul_precision())
+    return (op, _sig(args), _sig(tuple(kwargs.items())) if kwargs else (), _sig(out), precision.matmul_precision())
 
 
 class Roofline:

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from phantora.perfmodel.gpus import GpuSpec
-from phantora.runtime.caching_allocator import AllocatorConfig, CachingAllocator
+from phantora.runtime.caching_allocator import SMALL_SIZE, AllocatorConfig, CachingAllocator
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_seen
 from phantora.units import parse_size_bytes
@@ -235,16 +235,18 @@ class MemoryTracker:
         self._event = e.changed = self._event + 1
         live[key] = e
         alloc = self.allocator
-        alloc.malloc(key, size)
+        if size <= SMALL_SIZE:  # `_reserve_block`, inline: the small pool counted without a key
+            held = alloc.small_held = alloc.small_held + size
+            if held > alloc.small_reserved:
+                alloc.grow_small()
+                self._note_reserved()
+        else:
+            alloc.malloc(key, size)
+            self._note_reserved()
         self.allocations += 1
         self.by_cat[TEMP] += size
         self.current = cur
-        reserved = alloc.reserved  # `_note_peak()`, inline
-        if reserved > self.reserved_step_peak:
-            self.reserved_step_peak = reserved
-        if reserved > self.program_reserved_peak:
-            self.program_reserved_peak = reserved
-        if cur > self.step_peak:
+        if cur > self.step_peak:  # `_note_peak()`, inline (the reserved bytes grew above, if at all)
             self.step_peak = cur
         if cur > self.program_peak:
             self.program_peak = cur
@@ -315,7 +317,7 @@ class MemoryTracker:
         self._event += 1
         e.changed = self._event
         self.live[e.key] = e
-        self.allocator.malloc(e.key, size)
+        self._reserve_block(e.key, size)
         self.allocations += 1
         self.by_cat[cat] += size
         self.current = cur
@@ -325,24 +327,46 @@ class MemoryTracker:
         delta = size - e.size
         if delta > 0 and self.limit is not None and self.current + delta > self.limit:
             self._oom(delta)
+        self._release_block(e.key, e.size)  # resize_ reallocates: the old block freed, a new one taken
         e.size = size
-        if size:  # resize_ reallocates: a new block, then the old one freed
-            self.allocator.malloc(e.key, size)
-        else:
-            self.allocator.free(e.key)
+        if size:
+            self._reserve_block(e.key, size)
         self._event += 1
         e.changed = self._event
         self.by_cat[e.cat] += delta
         self.current += delta
         self._note_peak()
 
-    def _note_peak(self) -> None:
-        """After a growth: raise the step's and the run's peak, snapshotting the categories at a new peak."""
+    def _reserve_block(self, key: int, size: int) -> None:
+        """The caching-allocator model takes a block of `size` bytes for storage `key`: a small one without its key
+        (the tracker knows the sizes; caching_allocator.py), a large one by key."""
+        alloc = self.allocator
+        if size <= SMALL_SIZE:
+            alloc.small_held += size
+            if alloc.small_held > alloc.small_reserved:
+                alloc.grow_small()
+        else:
+            alloc.malloc(key, size)
+
+    def _release_block(self, key: int, size: int) -> None:
+        """The block `_reserve_block` took for storage `key` goes back to the allocator's cache."""
+        if size <= SMALL_SIZE:
+            self.allocator.small_held -= size
+        else:
+            self.allocator.free(key)
+
+    def _note_reserved(self) -> None:
+        """After the allocator reserved more: raise the step's and the program's reserved peaks (only a growth of
+        the reserved bytes can raise them)."""
         reserved = self.allocator.reserved
         if reserved > self.reserved_step_peak:
             self.reserved_step_peak = reserved
         if reserved > self.program_reserved_peak:
             self.program_reserved_peak = reserved
+
+    def _note_peak(self) -> None:
+        """After a growth: raise the step's and the run's peak, snapshotting the categories at a new peak."""
+        self._note_reserved()
         cur = self.current
         if cur > self.step_peak:
             self.step_peak = cur
@@ -358,8 +382,11 @@ class MemoryTracker:
         live = self.live
         if live.get(key) is e:
             del live[key]
-            self.allocator.free(key)
             size = e.size
+            if size <= SMALL_SIZE:  # `_release_block`, inline
+                self.allocator.small_held -= size
+            else:
+                self.allocator.free(key)
             self.by_cat[e.cat] -= size
             self.current -= size
 

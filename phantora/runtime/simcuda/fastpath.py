@@ -10,8 +10,9 @@ the compute lane, and its tensor outputs are wrapped (an in-place op returns its
 Every op pays this path, so it is written for few Python steps: what depends on the op alone (may it come
 here, its name) is decided once per op (`_plan`); its cost is looked up in the compute model's cache under
 a key made while the arguments are unwrapped (the op, each argument's shape and dtype or scalar, the
-output's shape and dtype, the fp32 matmul precision), so a repeated op never reaches the model; and the
-output's wrapper is made without a Python constructor (`wrap_output`).
+output's shape and dtype, the fp32 matmul precision as runtime/precision.py caches it), so a repeated op never
+reaches the model; the output's wrapper is made without a Python constructor (`wrap_output`), from the shape and
+dtype the key read, and on the device index its input's wrapper keeps (`SimCudaTensor._sim_index`).
 
 `device_op` returns `SLOW` before doing anything when the op is not such a case; the caller then takes
 the general route.
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from phantora.runtime import precision
 from phantora.runtime.compute import _sig
 from phantora.runtime.simcuda import attention, rng
 from phantora.runtime.simcuda.tensor import SimCudaTensor, wrap_output
@@ -32,8 +34,6 @@ SLOW: Any = object()  # `device_op`'s answer for an op it leaves to the general 
 _TENSOR = torch.Tensor
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _SEQ = (list, tuple)
-_matmul_precision = torch._C._get_float32_matmul_precision
-_get_device = torch.Tensor.get_device
 aten = torch.ops.aten
 # Ops the general route answers specially: pinning, and in phantom mode copies to the host, .item(), torch.equal.
 _SPECIAL = {aten.is_pinned.default, aten._pin_memory.default}
@@ -105,13 +105,15 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     a = tuple(unwrapped)
     out = func._op(*a, **kwargs) if kwargs else func._op(*a)  # what OpOverload.__call__ runs
     mem = session.memory
-    index = _get_device(last) if last is not None else 0  # its index, without making a torch.device
+    index = last._sim_index if last is not None else 0  # its index, kept on the wrapper
     if type(out) in _PLAIN:
         if mem.enabled:
             mem.on_tensor(out, func)
+        shape = out.shape
+        dtype = out.dtype
         if phantom or not out.is_meta:
-            key.append((out.shape, out.dtype))
-            key.append(_matmul_precision())
+            key.append((shape, dtype))
+            key.append(precision.value or precision.matmul_precision())  # the cached value, else torch's
             model = session.model
             k = tuple(key)
             try:
@@ -121,10 +123,12 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
             if cost is None:
                 cost = model.cost_for(k, func, a, kwargs, out)
             session.charge(name, cost)
-        for x in args:
-            if isinstance(x, SimCudaTensor) and x.elem is out:
-                return x  # an in-place op returns its input
-        return wrap_output(out, index)
+        i = 0
+        for e in unwrapped:  # one per argument, in order
+            if e is out:
+                return args[i]  # an in-place op returns its input (a cuda one: only their data is in `unwrapped`)
+            i += 1
+        return wrap_output(out, index, shape, dtype)
     if mem.enabled:
         mem.on_outputs(out, func)
     if type(out) is not tuple or _has_meta_or_nested(out, phantom):
@@ -147,7 +151,7 @@ def _back(x: Any, args: tuple, index: int) -> Any:
     for i in args:
         if isinstance(i, SimCudaTensor) and i.elem is x:
             return i
-    return wrap_output(x, index)
+    return wrap_output(x, index, x.shape, x.dtype)
 
 
 def _slow_wrap(

@@ -30,10 +30,21 @@ _STRIDED = torch.strided
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 
 
+class _DeviceIndex:
+    """`SimCudaTensor._sim_index`'s fallback, a non-data descriptor: a wrapper made by `SimCudaTensor(...)` or
+    `wrap_output` keeps its index in its own `__dict__`, which Python reads first; any other (one that became a
+    SimCudaTensor in place) asks torch, as `get_device` does."""
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        return self if obj is None else obj.get_device()
+
+
 class SimCudaTensor(torch.Tensor):
-    """A tensor on simulated GPU ``cuda:index``; `elem` holds its data (CPU) or shape (meta)."""
+    """A tensor on simulated GPU ``cuda:index``; `elem` holds its data (CPU) or shape (meta); `_sim_index` is its
+    device index (read without `get_device()`, a torch method call the fast path would pay on every op)."""
 
     elem: torch.Tensor
+    _sim_index: int = _DeviceIndex()  # type: ignore[assignment]
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int = 0) -> SimCudaTensor:  # noqa: ANN001 - cls of a staticmethod __new__
@@ -50,6 +61,7 @@ class SimCudaTensor(torch.Tensor):
             requires_grad=elem.requires_grad,
         )
         r.elem = elem
+        r._sim_index = index
         return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
@@ -76,14 +88,16 @@ class SimCudaTensor(torch.Tensor):
         return run_op(func, args, kwargs or {})
 
 
-def wrap_output(elem: torch.Tensor, index: int) -> SimCudaTensor:
+def wrap_output(elem: torch.Tensor, index: int, shape: torch.Size, dtype: torch.dtype) -> SimCudaTensor:
     """`SimCudaTensor(elem, index)` for the output of an op on cuda tensors (fastpath.py), with fewer steps: no
-    first-tensor check (its inputs were cuda tensors), and the wrapper made directly, given only the metadata
-    that differs from the defaults (a storage offset, a layout, requires_grad: then the constructor's way)."""
+    first-tensor check (its inputs were cuda tensors), `elem`'s shape and dtype as the caller read them, and the
+    wrapper made directly, given only the metadata that differs from the defaults (a storage offset, a layout,
+    requires_grad: then the constructor's way)."""
     if elem.requires_grad or elem.storage_offset() or elem.layout is not _STRIDED or index >= len(_CUDA):
         return SimCudaTensor(elem, index)
-    r = _make_wrapper(SimCudaTensor, elem.size(), strides=elem.stride(), dtype=elem.dtype, device=_CUDA[index])
+    r = _make_wrapper(SimCudaTensor, shape, strides=elem.stride(), dtype=dtype, device=_CUDA[index])
     r.elem = elem
+    r._sim_index = index
     return r
 
 
@@ -118,6 +132,7 @@ def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
         if was_param:
             self._is_param = True  # type: ignore[attr-defined]
     self.elem = value.elem  # type: ignore[attr-defined]
+    self._sim_index = value._sim_index  # type: ignore[attr-defined]  # torch gave it the value's device
 
 
 def _module_moves_in_place(tensor: Any) -> bool:
