@@ -5,9 +5,10 @@ there; it connects a DEALER to every other worker's. A peer is let in by its hel
 token (`bridge.transport.token_ok`); anything else from an identity not let in is dropped and counted. Every
 message is msgpack: the hello ``{"k": "hello", "token", "group"}``, then at each barrier
 ``{"k": "win", "seq", "next", "arr", "batch"}`` to every other worker (the batch may be empty). A barrier waits for
-every other worker's message of its sequence number, at most `timeout_s` of silence, then raises naming the
-workers it still waits for (a dead or stuck worker takes the run down, named). Beyond loopback (CurveZMQ, as
-the decomposition rounds) is not built.
+every other worker's message of its sequence number, at most `timeout_s` of silence (the first barrier, which
+follows every worker's set-up and flows, the startup timeout), then raises naming the workers it still waits
+for (a dead or stuck worker takes the run down, named). Beyond loopback (CurveZMQ, as the decomposition rounds)
+is not built.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class ZmqPeers:
         timeout_s: float = PEER_TIMEOUT_S,
     ) -> None:
         self.group, self.groups, self.timeout_s = group, groups, timeout_s
+        self._first_timeout_s = max(timeout_s, startup_timeout_s)  # the first barrier follows each one's set-up
         self._token = token
         self._ctx = zmq.Context()
         self._router, endpoint = bind_router(self._ctx, bind_address(transport, run_dir, _name(group)), MAX_BATCH_BYTES)
@@ -128,14 +130,15 @@ class ZmqPeers:
                                      "batch": batches.get(g, b"")}))  # fmt: skip
         out: list[PeerReport] = []
         waiting = [g for g in self._peers]
-        deadline = time.monotonic() + self.timeout_s
+        limit = self._first_timeout_s if seq == 0 else self.timeout_s
+        deadline = time.monotonic() + limit
         while waiting:
             g = waiting[0]
             rep = self._early.pop((seq, g), None)
             if rep is not None:
                 out.append(rep)
                 waiting.pop(0)
-                deadline = time.monotonic() + self.timeout_s
+                deadline = time.monotonic() + limit
                 continue
             self._receive(deadline, f"partition worker(s) {waiting} at barrier {seq} (dead or stuck)")
         return out
