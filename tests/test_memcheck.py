@@ -102,3 +102,40 @@ def test_a_flex_attention_slice_is_at_most_the_budget(monkeypatch: pytest.Monkey
     assert flex_chunks.workspace_bytes() == int(6.5 * 2 * 16 * 512 * 512 * 4)
     flex_chunks.note(torch.empty(8, 16, 2048, 16, device="meta"), 2048)
     assert flex_chunks.workspace_bytes() == int(6.5 * 32 * 2**20)
+
+
+@pytest.mark.slow
+def test_the_model_is_within_15_percent_under_a_real_runs_peak(tmp_path: Path) -> None:
+    """torchtitan's llama3_debugmodel, FSDP 2, sequence 512, batch 2, 2 steps (about 6 min on the shared machine):
+    each real-mode rank's peak resident set against the model, the same run's phantom rank peak resident set + its
+    simulated-GPU peak + 6.5 fp32 score matrices (2 x 16 x 512 x 512 x 4 B = 32 MiB, one slice). Measured on
+    2026-11-29: 743 MiB modelled, 820 measured (glibc's retained heap is not modelled): the model is under the
+    need, by less than 15 %."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("torchtitan")
+    import torchtitan
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from frameworks.assets import make_torchtitan_assets
+
+    work = make_torchtitan_assets(tmp_path / "titan")
+    train = str(Path(torchtitan.__file__).parent / "train.py")
+    args = ["--module", "llama3", "--config", "llama3_debugmodel", "--parallelism.spmd_backend", "partial_dtensor"]
+    args += ["--training.disable_cuda_graphs", "--training.steps", "2", "--training.local_batch_size", "2"]
+    args += ["--training.seq_len", "512"]
+    runs = {}
+    for mode in ("phantom", "real"):
+        out = tmp_path / mode
+        cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--nproc", "2"]
+        cmd += ["--tensors", mode, "--out", str(out), "--no-progress", train, *args]
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        runs[mode] = json.loads((out / "results.json").read_text())
+    matrix = 2 * 16 * 512 * 512 * 4
+    for phantom, real in zip(runs["phantom"]["ranks"], runs["real"]["ranks"], strict=True):
+        tensors = runs["phantom"]["memory"]["per_rank_peak_bytes"][phantom["rank"]] / 2**20
+        model = phantom["peak_rss_mb"] + tensors + 6.5 * matrix / 2**20
+        assert 0.85 * real["peak_rss_mb"] <= model <= real["peak_rss_mb"], (model, real["peak_rss_mb"])
