@@ -2,7 +2,7 @@
 side, on 2 and 4 hosts, with NCCL's choice forced as users force it (NCCL_ALGO, NCCL_PROTO, channels, buffer and
 p2p chunk sizes).
 
-    .venv/bin/python bench/bench_nccl_packet.py                 # every case (a few minutes on 2 cores)
+    .venv/bin/python bench/bench_nccl_packet.py                 # every case (about 13 min at load 20-28)
     .venv/bin/python bench/bench_nccl_packet.py --topo 2host    # one fabric
     .venv/bin/python bench/bench_nccl_packet.py --granularity chunked   # flows in NCCL's steps
 
