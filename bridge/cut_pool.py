@@ -6,7 +6,8 @@ workers exchange their cut-link messages peer to peer (`bridge.cut_peers`), not 
 process only waits: a worker that exits non-zero ends the run at once, the others killed (ours, by pid), with
 an error naming it and its last words. The records of the workers are merged into one engine's: completions,
 FCT records, PFC frames, CE marks and CNPs sorted; transport counters and channel counters added (each is
-counted by the worker that owns its end, zero elsewhere).
+counted by the worker that owns its end, zero elsewhere); the counters of `stats` added, its peaks and the
+fabric's constants the largest (`PEAK_STATS`), and the switch links' load recomputed from the merged channels.
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ from phantora.netsim.base import Completion, Flow
 from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hpcc_io import FctLine
-from phantora.netsim.observe import CnpEvent, EcnMark, FlowTransport, PfcEvent
+from phantora.netsim.observe import CnpEvent, EcnMark, FlowTransport, PfcEvent, switch_link_load
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
 RUN_TIMEOUT_S = 3600.0
+# stats that are a peak or a property of the whole fabric in each worker: merged by the largest, not added
+PEAK_STATS = frozenset(
+    {"max_switch_buffer_bytes", "reorder_max_bytes", "int_enabled", "cc_base_rtt_ns", "cc_bdp_bytes"}
+)
+LINK_LOAD_STATS = ("switch_link_bytes_max", "switch_link_bytes_min", "switch_links_idle")  # from the channels
 
 
 @dataclasses.dataclass
@@ -47,7 +53,7 @@ class PartitionResult:
     cnps: list[CnpEvent]
     transport: dict[int, FlowTransport]
     channels: list[tuple[int, ...]]
-    stats: dict[str, float]  # summed over the workers
+    stats: dict[str, float]  # counters summed over the workers, PEAK_STATS their largest
     workers: list[dict[str, Any]]  # per worker: windows, exchanges, CPU, wall, memory, cut stats
     wall_s: float
 
@@ -103,7 +109,9 @@ def run_partitioned(
                 proc.kill()
                 proc.wait()
         remove_run_dir(root)
-    return _merge(outs, time.perf_counter() - wall0)
+    res = _merge(outs, time.perf_counter() - wall0, topology)
+    res.stats["flows_submitted"] = len(flows)  # each worker counts the flows it has an end of
+    return res
 
 
 def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
@@ -126,7 +134,7 @@ def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
         time.sleep(0.01)
 
 
-def _merge(outs: list[dict[str, Any]], wall_s: float) -> PartitionResult:
+def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> PartitionResult:
     done = sorted((c for o in outs for c in completions_from_columns(o["done"])), key=lambda c: (c.end_ns, c.flow_id))
     transport: dict[int, list[int]] = {}
     for o in outs:
@@ -142,10 +150,8 @@ def _merge(outs: list[dict[str, Any]], wall_s: float) -> PartitionResult:
                 have = channels[row[0]]  # counters of the sending port: one worker's, zero in the others
                 have[4:8] = [a + b for a, b in zip(have[4:8], row[4:8], strict=True)]
                 have[8] = max(have[8], row[8])
-    stats: dict[str, float] = {}
-    for o in outs:
-        for k, v in o["stats"].items():
-            stats[k] = stats.get(k, 0) + v
+    stats = _merged_stats([o["stats"] for o in outs])
+    stats.update(switch_link_load(topology, {c: row[4] for c, row in channels.items()}))  # row[4]: bytes sent
     return PartitionResult(
         completions=done,
         fct=sorted((FctLine(*r) for o in outs for r in o["fct"]), key=dataclasses.astuple),
@@ -158,3 +164,15 @@ def _merge(outs: list[dict[str, Any]], wall_s: float) -> PartitionResult:
         workers=[o["windows"] for o in outs],
         wall_s=wall_s,
     )
+
+
+def _merged_stats(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The workers' `stats` as one engine's: counters added, `PEAK_STATS` the largest; the switch links' load is
+    left to the caller (each worker counts only the channels it sends on)."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            if k in LINK_LOAD_STATS:
+                continue
+            out[k] = max(out.get(k, v), v) if k in PEAK_STATS else out.get(k, 0) + v
+    return out
