@@ -67,6 +67,13 @@ def test_torch_save_and_load_cost_four_ns_a_byte(charged: RankSession, tmp_path:
     assert charged.now() == before
 
 
+def test_a_save_given_by_keyword_is_charged(charged: RankSession, tmp_path: Path) -> None:
+    """torch.save(obj=..., f=...) writes the file and is charged 4 ns a byte, as a positional save is."""
+    path = tmp_path / "by_name.pt"
+    torch.save(obj={"w": torch.ones(10)}, f=path)
+    assert charged.storage == {"write": [os.path.getsize(path), 4 * os.path.getsize(path)]}
+
+
 def test_checkpoint_time_is_in_the_step_and_the_trace(charged: RankSession, tmp_path: Path) -> None:
     torch.save(torch.ones(256), tmp_path / "a.pt")
     charged.step()

@@ -124,7 +124,8 @@ def _name(f: Any) -> str:
 
 
 def _counted(kind: str, original: Any, file_arg: int) -> Any:
-    """`original` (a save or load function whose argument `file_arg` is the file) charging the file's bytes."""
+    """`original` (a save or load function whose argument `file_arg` is the file, after the saved object for a
+    save) charging the file's bytes."""
 
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -132,6 +133,7 @@ def _counted(kind: str, original: Any, file_arg: int) -> Any:
         if _depth:
             return original(*args, **kwargs)
         f = args[file_arg] if len(args) > file_arg else kwargs.get("f", kwargs.get("filename"))
+        saved = args[0] if args else kwargs.get("obj", kwargs.get("tensors"))  # torch.save / save_file by name
         before = _file_size(f) if kind == "write" and not isinstance(f, (str, bytes, os.PathLike)) else 0
         _depth += 1
         try:
@@ -140,7 +142,7 @@ def _counted(kind: str, original: Any, file_arg: int) -> Any:
             _depth -= 1
         size = _file_size(f)
         if size is not None:
-            _charge(kind, _name(f), size - (before or 0) + _phantom_bytes(args[0] if kind == "write" else out))
+            _charge(kind, _name(f), size - (before or 0) + _phantom_bytes(saved if kind == "write" else out))
         return out
 
     call._phantora_storage = True  # type: ignore[attr-defined]
