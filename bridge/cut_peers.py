@@ -120,8 +120,11 @@ class ZmqPeers:
         if g is None or kind != "win":
             self.rejected += 1
             return
-        rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]))
-        self._early[(int(msg["seq"]), g)] = rep
+        try:
+            rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]))
+            self._early[(int(msg["seq"]), g)] = rep
+        except (KeyError, TypeError, ValueError):  # a malformed report, even from a known peer, is dropped and counted
+            self.rejected += 1
 
     def exchange(self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes]) -> list[PeerReport]:
         """`phantora.netsim.cut_windows.Peers.exchange` over the sockets."""

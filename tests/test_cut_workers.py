@@ -212,6 +212,34 @@ def test_peers_let_in_only_the_runs_token(tmp_path: Path) -> None:
         remove_run_dir(root)
 
 
+def test_a_malformed_window_report_is_counted_not_raised(tmp_path: Path) -> None:
+    """A known peer (the run's token) whose window report lacks its fields: the report is counted as rejected and
+    the barrier still ends in its timeout naming the worker, not in a KeyError from deep inside."""
+    root = make_run_dir()
+    token = new_token()
+    script = (
+        "import sys, time, msgpack; from pathlib import Path; from bridge.cut_peers import ZmqPeers\n"
+        "p = ZmqPeers(Path(sys.argv[1]), 1, 2, sys.argv[2], startup_timeout_s=20)\n"
+        "p._peers[0].send(msgpack.packb({'k': 'win', 'seq': 0})); time.sleep(3); p.close()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root), token])
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / "cut1.endpoint").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        peers = ZmqPeers(root, 0, 2, token, startup_timeout_s=20, timeout_s=1.0)
+        peers._first_timeout_s = 1.0
+        try:
+            with pytest.raises(BridgeError, match=r"partition worker\(s\) \[1\] at barrier 0"):
+                peers.exchange(0, 0, 0, {})
+            assert peers.rejected == 1
+        finally:
+            peers.close()
+    finally:
+        proc.wait(timeout=30)
+        remove_run_dir(root)
+
+
 def test_a_dead_worker_is_named(tmp_path: Path) -> None:
     log = tmp_path / "worker.log"
     log.write_text("Traceback\nValueError: something broke\n")
