@@ -111,6 +111,18 @@ def git_blob_id(path: Path) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+def assert_manifest_tree(upstream: str) -> None:
+    """The vendored tree `programs/<upstream>` holds exactly the files its manifest names (`<upstream>.blobs`), each
+    the upstream file (its git blob id); the dataset helpers a run builds are left aside."""
+    blobs = manifest_blobs(upstream)
+    root = PROGRAMS / upstream
+    present = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    present = {p for p in present if not p.startswith("megatron/core/datasets/helpers_cpp")}  # built by a run
+    assert present == set(blobs) and "LICENSE" in blobs and "pretrain_gpt.py" in blobs
+    for path, blob in blobs.items():
+        assert git_blob_id(root / path) == blob, path
+
+
 def manifest_blobs(name: str) -> dict[str, str]:
     """{path: git blob id} from the manifest `<name>.blobs` beside this file (lines `path blob`, # comments)."""
     lines = (HERE / f"{name}.blobs").read_text().splitlines()

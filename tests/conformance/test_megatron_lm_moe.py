@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conformance import PROGRAMS, assert_documented, git_blob_id, manifest_blobs, run_program
+from conformance import PROGRAMS, assert_documented, assert_manifest_tree, run_program
 from test_megatron_lm import DATA, ENV, MODEL, NO_APEX_NO_TE, RUN, trains
 
 pytest.importorskip("megatron.core")
@@ -33,13 +33,7 @@ MIXTRAL = ["--swiglu", "--disable-bias-linear"]
 
 def test_vendored_files_are_megatron_lms_at_core_v0_17_0() -> None:
     """Every vendored file is the file at core_v0.17.0 that the manifest names, and nothing else is there."""
-    blobs = manifest_blobs(UPSTREAM)
-    root = PROGRAMS / UPSTREAM
-    present = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    present = {p for p in present if not p.startswith("megatron/core/datasets/helpers_cpp")}  # built by a run
-    assert present == set(blobs) and "LICENSE" in blobs and "pretrain_gpt.py" in blobs
-    for path, blob in blobs.items():
-        assert git_blob_id(root / path) == blob, path
+    assert_manifest_tree(UPSTREAM)
 
 
 @pytest.mark.slow
