@@ -110,6 +110,7 @@ def _free_port() -> int:
 
 TRACE_WAIT_S = 600.0  # after the run, the network server writes the fabric traces: wait for it this long at most
 VICTIM_GRACE_S = 2.0  # how long a rank that lost a peer's connection waits to be blamed (see PEER_LOST_EXIT)
+LAST_WORDS_S = 5.0  # how long a coordinator that exited with code 0 has for its outcome to arrive
 
 
 def _module_form(cmd: Sequence[str], python: str) -> bool:
@@ -383,6 +384,8 @@ class CosimRun:
                     if now < victim_until.setdefault(c.pid, now + VICTIM_GRACE_S):
                         continue
                 c.reported = True
+                if c.role == "coordinator" and c.proc.returncode == 0 and (late := self._last_words(sock)) is not None:
+                    return late, welcomed_at or t0, time.monotonic()  # its outcome left just before it exited
                 if c.role == "rank" and c.proc.returncode == 0:
                     sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
                     continue
@@ -408,6 +411,18 @@ class CosimRun:
                 )
             if self.timeout_s is not None and now - t0 > self.timeout_s:
                 raise BridgeError(f"the run did not finish within {self.timeout_s:.0f} s", code="timeout")
+
+    def _last_words(self, sock: zmq.Socket) -> dict[str, Any] | None:
+        """A coordinator exits with code 0 only after sending the outcome; on a loaded machine the process can be
+        seen gone before the message is read. Read what is queued, for up to LAST_WORDS_S: its outcome, or None."""
+        deadline = time.monotonic() + LAST_WORDS_S
+        while (left := deadline - time.monotonic()) > 0 and sock.poll(int(left * 1000) + 1):
+            msg = self._recv(sock)
+            if msg.type == "outcome":
+                return dict(msg["outcome"])
+            if msg.type == "error":
+                raise BridgeError(msg["text"], code=msg["code"])
+        return None
 
     def _job_failed(self, job: int, code: str, text: str) -> None:
         """The coordinator ended one job: stop the processes it has left; the other jobs run on."""
