@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         if engine is not None:
             engine.close()
         time.sleep(0.05)  # let the last messages leave before the socket closes
-        sock.close(linger=3000)  # the outcome must reach the launcher, even from a process starved of CPU
+        sock.close(linger=3000 if code == 0 else 500)  # the outcome must reach the launcher, even when starved
         ctx.term()
     return code
 
