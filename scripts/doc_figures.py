@@ -52,6 +52,12 @@ A table whose figures a test checks elsewhere (a slow run's own assertions) says
 directly above it; `--unchecked` then leaves those columns alone:
 
     <!-- columns checked: step time (tests/conformance: assert_documented); wall: an indication, 2026-11-29 -->
+
+Figures that are not simulated (a data sheet's peak, a published measurement the model is compared with, a
+configuration input) are said to be so, with their source, so that `--unchecked` leaves them alone: a table's
+columns by a comment line directly above it, `<!-- columns not simulated: published (the paper's Table 1) -->`,
+and prose between `<!-- not simulated: SOURCE -->` and `<!-- end of not simulated -->` (no simulated figure
+belongs there: a line that quotes both kinds goes in a figures block, or quotes the published one in a code span).
 """
 
 from __future__ import annotations
@@ -177,15 +183,32 @@ FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|TB/s|K
 CODE_SPAN = re.compile(r"`[^`]*`")  # a setting or an input the prose recalls, as `--set buffer_bytes=2000000`
 DATED = re.compile(r"20\d\d-\d\d-\d\d|checked|block (?:above|below)|output-of|generated")
 CELL = re.compile(r"(?<!\\)\|")  # a table cell border (not an escaped `\|`)
-COLUMNS_CHECKED = re.compile(r"<!-- columns checked: ((?:[a-z ]+)(?:, [a-z ]+)*)")  # names end at "(" or ";"
+COLUMNS_CHECKED = re.compile(r"<!-- columns (?:checked|not simulated): ([^(;>]*)")  # names, to "(" or ";"
+NOT_SIMULATED = re.compile(r"^<!--\s*not simulated:\s*(\S.*?)\s*-->\s*$")  # a data sheet, a paper, an input
+END_NOT_SIMULATED = "<!-- end of not simulated -->"
+
+
+def not_simulated_lines(path: Path) -> set[int]:
+    """1-based lines of the file's `not simulated` spans, their markers included (a span needs its end line)."""
+    lines = path.read_text().splitlines()
+    out: set[int] = set()
+    for i, raw in enumerate(lines):
+        if not NOT_SIMULATED.match(raw.strip()):
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == END_NOT_SIMULATED), None)
+        if end is None:
+            raise ValueError(f"{path.name}:{i + 1}: this span needs its end line {END_NOT_SIMULATED!r}")
+        out.update(range(i + 1, end + 2))
+    return out
 
 
 def unchecked(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of prose and table lines outside marked blocks that quote a figure with a unit (outside code
-    spans, which hold settings) whose number no marked block of the file holds, and name no date and no checking
-    block: candidates for a check, or for a date (an audit aid, a heuristic)."""
+    """(line, text) of prose and table lines outside marked blocks and `not simulated` spans that quote a figure
+    with a unit (outside code spans, which hold settings, and `not simulated` columns) whose number no marked block
+    of the file holds, and name no date and no checking block: candidates for a check, or for a date (an audit aid,
+    a heuristic)."""
     lines = path.read_text().splitlines()
-    inside: set[int] = set()
+    inside = not_simulated_lines(path)
     held: set[str] = set()
     for b in [*blocks(path), *generated_blocks(path), *figures_blocks(path)]:
         inside.update(range(b.line, (b.end or b.line + len(b.quoted) + 3) + 1))
@@ -209,7 +232,7 @@ def unchecked(path: Path) -> list[tuple[int, str]]:
                 c for i, c in enumerate(cells) if i < 1 or i > len(header) or header[i - 1] not in checked_columns
             )
         if found := COLUMNS_CHECKED.match(raw.strip()):
-            checked_columns = {c.strip() for c in found.group(1).split(",")}
+            checked_columns = {c.strip() for c in found.group(1).split(",") if c.strip()}
         if fenced or no in inside or raw.lstrip().startswith("<!--"):
             continue
         figures = [re.match(r"\d[\d,]*(?:\.\d+)?", m.group(0)) for m in FIGURE.finditer(CODE_SPAN.sub(" ", raw))]

@@ -118,3 +118,24 @@ def test_a_figures_block_holds_when_every_figure_is_printed(tmp_path: Path) -> N
     md.write_text("<!-- figures-from: echo -->\nno end\n")
     with pytest.raises(ValueError, match="end line"):
         doc_figures.figures_blocks(md)
+
+
+def test_figures_said_not_simulated_are_left_alone_and_no_others(tmp_path: Path) -> None:
+    md = tmp_path / "x.md"
+    md.write_text(
+        "<!-- columns not simulated: published (the paper) -->\n"
+        "| run | published | simulated |\n"
+        "|---|---:|---:|\n"
+        "| a | 137 % | 135.3 % |\n"
+        "\n"
+        "<!-- not simulated: the data sheet -->\n"
+        "The H100 moves 3.35 TB/s.\n"
+        "<!-- end of not simulated -->\n"
+        "The model gives 2.9 TB/s.\n"
+    )
+    found = doc_figures.unchecked(md)
+    assert [no for no, _ in found] == [4, 9]  # the simulated column and the prose after the span
+    assert "137" not in found[0][1] and "135.3" in found[0][1]
+    md.write_text("<!-- not simulated: a paper -->\nno end 3 µs\n")
+    with pytest.raises(ValueError, match="end line"):
+        doc_figures.unchecked(md)
