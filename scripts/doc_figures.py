@@ -58,6 +58,8 @@ configuration input) are said to be so, with their source, so that `--unchecked`
 columns by a comment line directly above it, `<!-- columns not simulated: published (the paper's Table 1) -->`,
 and prose between `<!-- not simulated: SOURCE -->` and `<!-- end of not simulated -->` (no simulated figure
 belongs there: a line that quotes both kinds goes in a figures block, or quotes the published one in a code span).
+A paragraph of simulated figures from one day's run that no test re-runs (an audit of many minutes) is dated
+whole, as a dated line is: `<!-- dated 2026-11-29: bench_nccl_packet.py, 13 min -->` ... `<!-- end of dated -->`.
 """
 
 from __future__ import annotations
@@ -184,31 +186,38 @@ CODE_SPAN = re.compile(r"`[^`]*`")  # a setting or an input the prose recalls, a
 DATED = re.compile(r"20\d\d-\d\d-\d\d|checked|block (?:above|below)|output-of|generated")
 CELL = re.compile(r"(?<!\\)\|")  # a table cell border (not an escaped `\|`)
 COLUMNS_CHECKED = re.compile(r"<!-- columns (?:checked|not simulated): ([^(;>]*)")  # names, to "(" or ";"
-NOT_SIMULATED = re.compile(r"^<!--\s*not simulated:\s*(\S.*?)\s*-->\s*$")  # a data sheet, a paper, an input
-END_NOT_SIMULATED = "<!-- end of not simulated -->"
+# a data sheet, a paper, an input; or one day's run that no test re-runs
+SPAN = re.compile(r"^<!--\s*(not simulated|dated) ?(20\d\d-\d\d-\d\d)?:\s*(\S.*?)\s*-->\s*$")
 
 
-def not_simulated_lines(path: Path) -> set[int]:
-    """1-based lines of the file's `not simulated` spans, their markers included (a span needs its end line)."""
+def unchecked_spans(path: Path) -> set[int]:
+    """1-based lines of the file's `not simulated` and `dated` spans, their markers included (a span needs its end
+    line; a dated one its date)."""
     lines = path.read_text().splitlines()
     out: set[int] = set()
     for i, raw in enumerate(lines):
-        if not NOT_SIMULATED.match(raw.strip()):
+        if not (m := SPAN.match(raw.strip())):
             continue
-        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == END_NOT_SIMULATED), None)
+        kind = m.group(1)
+        if (kind == "dated") != bool(m.group(2)):
+            raise ValueError(
+                f"{path.name}:{i + 1}: write <!-- dated YYYY-MM-DD: ... --> or <!-- not simulated: ... -->"
+            )
+        end_line = f"<!-- end of {kind} -->"
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == end_line), None)
         if end is None:
-            raise ValueError(f"{path.name}:{i + 1}: this span needs its end line {END_NOT_SIMULATED!r}")
+            raise ValueError(f"{path.name}:{i + 1}: this span needs its end line {end_line!r}")
         out.update(range(i + 1, end + 2))
     return out
 
 
 def unchecked(path: Path) -> list[tuple[int, str]]:
-    """(line, text) of prose and table lines outside marked blocks and `not simulated` spans that quote a figure
-    with a unit (outside code spans, which hold settings, and `not simulated` columns) whose number no marked block
-    of the file holds, and name no date and no checking block: candidates for a check, or for a date (an audit aid,
-    a heuristic)."""
+    """(line, text) of prose and table lines outside marked blocks and `not simulated` or `dated` spans that quote
+    a figure with a unit (outside code spans, which hold settings, and `not simulated` columns) whose number no
+    marked block of the file holds, and name no date and no checking block: candidates for a check, or for a date
+    (an audit aid, a heuristic)."""
     lines = path.read_text().splitlines()
-    inside = not_simulated_lines(path)
+    inside = unchecked_spans(path)
     held: set[str] = set()
     for b in [*blocks(path), *generated_blocks(path), *figures_blocks(path)]:
         inside.update(range(b.line, (b.end or b.line + len(b.quoted) + 3) + 1))

@@ -139,3 +139,15 @@ def test_figures_said_not_simulated_are_left_alone_and_no_others(tmp_path: Path)
     md.write_text("<!-- not simulated: a paper -->\nno end 3 µs\n")
     with pytest.raises(ValueError, match="end line"):
         doc_figures.unchecked(md)
+
+
+def test_a_dated_span_leaves_its_paragraph_alone_and_needs_its_date(tmp_path: Path) -> None:
+    md = tmp_path / "x.md"
+    md.write_text(
+        "<!-- dated 2026-11-29: an audit of 13 min -->\nThe call took 29.71 µs,\nthe other 66.324 µs.\n"
+        "<!-- end of dated -->\nToday it takes 29.12 µs.\n"
+    )
+    assert doc_figures.unchecked(md) == [(5, "Today it takes 29.12 µs.")]
+    md.write_text("<!-- dated: no date -->\n3 µs\n<!-- end of dated -->\n")
+    with pytest.raises(ValueError, match="YYYY-MM-DD"):
+        doc_figures.unchecked(md)
