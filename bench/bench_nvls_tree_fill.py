@@ -6,8 +6,9 @@ For every compared multi-host H100 all-reduce table (tests/data/nccl_tests/, SOU
 128 MiB, it prints the choice of NCCL 2.30's tuner (tuning.py) and of NCCL 2.22-2.27's (first_use.py: the tables
 here were taken with 2.22.3 and 2.26.2, or with a version that the first-use inversions place in 2.22-2.27), then,
 for NVLS-Tree, the chunks each operation (channel x head) runs (`k`), one chunk's time at an operation's share of
-the model's bandwidth (`ct`), the model's fill, and the fill the table implies: its time less NCCL's latency and
-bytes over the model's bandwidth. The implied figure is only NVLS-Tree's where the older tuner picks NVLS-Tree;
+the model's bandwidth (`ct`), the model's fill (the pipelined (stages - 1) chunk times, or with one chunk per
+operation that chunk's own crossing: nvls_tree.py), and the fill the table implies: its time less NCCL's latency
+and bytes over the model's bandwidth. The implied figure is only NVLS-Tree's where the older tuner picks NVLS-Tree;
 a missing connection time (first use, `published.SETUP_POINTS`) is excluded. Diagnostic only: nothing is fitted.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phantora.collectives.nccl import first_use, tuning
-from phantora.collectives.nccl.pipeline import chunk_bytes, fill_us
+from phantora.collectives.nccl.pipeline import chunk_bytes
 from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.published import SETUP_POINTS, Table, machine, tables
 from phantora.collectives.nccl.settings import settings_of
@@ -52,7 +53,7 @@ def rows(table: Table) -> list[str]:
         chunk = min(chunk_bytes("nvls_tree", "Simple", p, forced, size, ops), math.ceil(size / ops))
         k = math.ceil(size / ops / chunk)
         ct = chunk / (nt.algbw * 1000.0 / ops)
-        model = fill_us("nvls_tree", "Simple", p, forced, size, nt.channels, nt.algbw)
+        model = nt.fill_us  # pipelined, or one chunk's own crossing (nvls_tree.py)
         implied = published_time_us(table, size, busbw) - nt.lat_us - size / (1000.0 * nt.algbw)
         out.append(
             f"  {size // MiB:>4} MiB  2.30 {now.algorithm}/{now.protocol:<7} 2.2x {older:<17}"

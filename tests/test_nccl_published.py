@@ -58,6 +58,16 @@ def test_two_h100_hosts_within_10_percent_from_64_mib(name):
             assert busbw(table, size) == pytest.approx(published, rel=0.10), size
 
 
+@pytest.mark.parametrize("name", TWO_HOSTS)
+def test_two_h100_hosts_nvls_tree_below_64_mib_within_15_percent(name):
+    """The same two clusters where NCCL runs NVLS-Tree below 64 MiB (4-32 MiB): within 15%, the one-chunk sizes
+    (4 and 8 MiB) included (nvls_tree.py)."""
+    table = BY_NAME[name]
+    for size, published in table.rows:
+        if 4 * MiB <= size < 64 * MiB:
+            assert busbw(table, size) == pytest.approx(published, rel=0.15), size
+
+
 @pytest.mark.parametrize(
     "name", ["h100_8gpu_1node_all_reduce_azure_ndh100v5_nvls", "h200_8gpu_1node_all_reduce_azure_ndh200v5_nvls"]
 )
