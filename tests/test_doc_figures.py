@@ -151,3 +151,14 @@ def test_a_dated_span_leaves_its_paragraph_alone_and_needs_its_date(tmp_path: Pa
     md.write_text("<!-- dated: no date -->\n3 µs\n<!-- end of dated -->\n")
     with pytest.raises(ValueError, match="YYYY-MM-DD"):
         doc_figures.unchecked(md)
+
+
+def test_every_quoted_figure_is_checked_dated_or_said_not_simulated() -> None:
+    """The audit holds: no README or docs/*.md line quotes a figure with a unit that no block checks, no date
+    marks and no `not simulated` span or column names (scripts/doc_figures.py --unchecked FILE lists them)."""
+    found = [
+        f"{p.relative_to(ROOT)}:{no}: {text[:100]}"
+        for p in doc_figures.doc_files()
+        for no, text in doc_figures.unchecked(p)
+    ]
+    assert not found, "figures to check, date or mark (see doc_figures.py's docstring):\n" + "\n".join(found)
