@@ -1,14 +1,15 @@
 """The peer-to-peer exchange of partition workers (issue 38): `phantora.netsim.cut_windows.Peers` over ZeroMQ.
 
-Every worker binds a ROUTER (ipc in the run's private directory, or loopback tcp) and publishes its endpoint
-there; it connects a DEALER to every other worker's. A peer is let in by its hello, which must show the run's
-token (`bridge.transport.token_ok`); anything else from an identity not let in is dropped and counted. Every
-message is msgpack: the hello ``{"k": "hello", "token", "group"}``, then at each barrier
-``{"k": "win", "seq", "next", "arr", "batch"}`` to every other worker (the batch may be empty). A barrier waits for
-every other worker's message of its sequence number, at most `timeout_s` of silence (the first barrier, which
-follows every worker's set-up and flows, the startup timeout), then raises naming the workers it still waits
-for (a dead or stuck worker takes the run down, named). Beyond loopback (CurveZMQ, as the decomposition rounds)
-is not built.
+Every worker binds a ROUTER (ipc in the run's private directory, or loopback tcp) and publishes its endpoint there;
+it connects a DEALER to every other worker's. A peer is let in by its hello, which must show the run's token
+(`bridge.transport.token_ok`) and another worker's group; anything else from an identity not let in is dropped and
+counted. Peers are known by the group they declare, not by their socket identity (a peer that reconnects gets a new
+identity and says hello again). Every message is msgpack: the hello ``{"k": "hello", "token", "group"}``, then at
+each barrier ``{"k": "win", "seq", "next", "arr", "batch"}`` to every other worker (the batch may be empty). A
+barrier waits for every other worker's message of its sequence number, at most `timeout_s` of silence (the first
+barrier, which follows every worker's set-up and flows, the startup timeout), then raises naming the workers it
+still waits for (a dead or stuck worker takes the run down, named). Beyond loopback (CurveZMQ, as the decomposition
+rounds) is not built.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ class ZmqPeers:
         self._router, endpoint = bind_router(self._ctx, bind_address(transport, run_dir, _name(group)), MAX_BATCH_BYTES)
         write_endpoint_file(run_dir, _name(group), endpoint)
         self._peers: dict[int, zmq.Socket] = {}
-        self._known: dict[bytes, int] = {}  # ROUTER identity -> group, once its hello showed the token
+        # ROUTER identity -> the group its hello declared, once the hello showed the token. A peer that reconnects
+        # comes back with a new identity and a new hello: both identities are its; the start waits for every
+        # other group's hello, not for so many identities.
+        self._known: dict[bytes, int] = {}
         self._early: dict[tuple[int, int], PeerReport] = {}  # (seq, group) arrived before we asked for it
         self.rejected = 0
         try:
@@ -89,8 +93,8 @@ class ZmqPeers:
             sock = connect_dealer(self._ctx, path.read_text().strip(), MAX_BATCH_BYTES)
             sock.send(hello)
             self._peers[g] = sock
-        while len(self._known) < self.groups - 1:
-            self._receive(deadline, "hello")
+        while missing := sorted(set(self._peers) - set(self._known.values())):
+            self._receive(deadline, f"hello (partition worker(s) {missing})")
 
     def _receive(self, deadline: float, waiting: str) -> None:
         """Take one message off the ROUTER (or raise on the deadline): a hello lets a peer in, a window report
@@ -111,7 +115,8 @@ class ZmqPeers:
             return
         if kind == "hello":
             g = msg.get("group")
-            if isinstance(g, int) and 0 <= g < self.groups and token_ok(str(msg.get("token", "")), self._token):
+            ok = isinstance(g, int) and 0 <= g < self.groups and g != self.group
+            if ok and token_ok(str(msg.get("token", "")), self._token):
                 self._known[ident] = g
             else:
                 self.rejected += 1

@@ -1,44 +1,49 @@
 """Parallel packet simulation across cut cables in worker processes (issue 38): start, wait, merge.
 
-`run_partitioned` runs a batch of flows (no dependencies: each flow's start is known) on `config.partition`
-worker processes (`bridge.cut_worker`), local, in a private run directory (0700) with a fresh token; the
-workers exchange their cut-link messages peer to peer (`bridge.cut_peers`), not through this process. This
-process only waits: a worker that exits non-zero ends the run at once, the others killed (ours, by pid), with
-an error naming it and its last words. The records of the workers are merged into one engine's: completions,
-FCT records, PFC frames, CE marks and CNPs sorted; transport counters and channel counters added (each is
-counted by the worker that owns its end, zero elsewhere); the counters of `stats` added, its peaks and the
-fabric's constants the largest (`PEAK_STATS`), and the switch links' load recomputed from the merged channels.
+`run_partitioned` runs a batch of flows (no dependencies: each flow's start is known; `run_partitioned_batches`:
+batches each submitted at its own time, as `phantora netsim` has them) on `config.partition` worker processes
+(`bridge.cut_worker`), local, in a private run directory (0700) with a fresh token; the workers exchange their
+cut-link messages peer to peer (`bridge.cut_peers`), not through this process. This process only waits: a worker
+that exits non-zero ends the run at once, the others killed (ours, by pid), with an error naming it and its last
+words. The records of the workers are merged into one engine's: completions, FCT records, PFC frames, CE marks and
+CNPs in time order (`in_time`); transport counters and channel counters added (each is counted by the worker that
+owns its end, zero elsewhere); the counters of `stats` added, its peaks and the fabric's constants the largest
+(`PEAK_STATS`), its settings (text) the first worker's, and the switch links' load recomputed from the merged
+channels. The end of the run (`now`) is one engine's after `finish()`: the last sender's last ACK, the latest FCT
+record's end.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
 from bridge.columns import completions_from_columns, flows_to_columns
 from bridge.runspec import topology_to_dict
 from bridge.transport import make_run_dir, new_token, remove_run_dir
+from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hpcc_io import FctLine
-from phantora.netsim.observe import CnpEvent, EcnMark, FlowTransport, PfcEvent, switch_link_load
+from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, switch_link_load
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
-RUN_TIMEOUT_S = 3600.0
 # stats that are a peak or a property of the whole fabric in each worker: merged by the largest, not added
 PEAK_STATS = frozenset(
     {"max_switch_buffer_bytes", "reorder_max_bytes", "int_enabled", "cc_base_rtt_ns", "cc_bdp_bytes"}
 )
+T = TypeVar("T")
 LINK_LOAD_STATS = ("switch_link_bytes_max", "switch_link_bytes_min", "switch_links_idle")  # from the channels
 
 
@@ -51,9 +56,13 @@ class PartitionResult:
     pfc: list[PfcEvent]
     marks: list[EcnMark]
     cnps: list[CnpEvent]
+    drops: list[Drop]
     transport: dict[int, FlowTransport]
     channels: list[tuple[int, ...]]
-    stats: dict[str, float]  # counters summed over the workers, PEAK_STATS their largest
+    stats: dict[str, Any]  # counters summed over the workers, PEAK_STATS their largest, settings the first's
+    effective: list[tuple[str, str]]  # the first worker's EffectiveParams() pairs (EffectiveSettings.parse)
+    now: int  # one engine's clock after finish(): the latest FCT record's end (0 without any)
+    ties: int  # records of one ns from two workers, met in the merge (`in_time`; 0: one engine's order exactly)
     workers: list[dict[str, Any]]  # per worker: windows, exchanges, CPU, wall, memory, cut stats
     wall_s: float
 
@@ -86,22 +95,37 @@ def run_partitioned(
 ) -> PartitionResult:
     """Run `flows` (all submitted at 0, no dependencies) on `config.partition` workers until `until` ns (every
     event at or before it) or, with None, until nothing is left anywhere."""
+    return run_partitioned_batches(topology, config, [(0, flows)], until)
+
+
+def run_partitioned_batches(
+    topology: Topology,
+    config: PacketConfig,
+    batches: Sequence[tuple[int, Sequence[Flow]]],
+    until: int | None = None,
+    dports: Mapping[int, int] | None = None,
+) -> PartitionResult:
+    """`run_partitioned` with each batch submitted at its own time (ns, as `Ns3Simulator.submit` takes it, all
+    before the run starts); `dports` labels fct.txt records (flow id -> HPCC destination port)."""
     config = config.validate()
     n = config.partition
     if n < 1:
         raise ValueError("run_partitioned: set partition=N (N >= 1) in the config")
+    refuse_dependencies(f for _, batch in batches for f in batch)
     root = make_run_dir()
     token = new_token()
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     wall0 = time.perf_counter()
     try:
-        cols = flows_to_columns(flows)
+        wire = [[at, flows_to_columns(batch)] for at, batch in batches]
+        ports = sorted((dports or {}).items())
         for g in range(n):
             spec = EngineSpec(network="ns3", packet=config.with_updates(partition_worker=g), side="packet")
-            setup = {"topology": topology_to_dict(topology), "engine": spec.to_dict(), "flows": cols,
-                     "until": until, "run_dir": str(root), "out": str(root / f"w{g}" / "out.msgpack")}  # fmt: skip
+            setup = {"topology": topology_to_dict(topology), "engine": spec.to_dict(), "batches": wire,
+                     "dports": ports, "until": until, "run_dir": str(root),
+                     "out": str(root / f"w{g}" / "out.msgpack")}  # fmt: skip
             procs.append(_start(g, root, setup, token))
-        _wait(procs)
+        _wait(procs, config.partition_timeout_s)
         outs = [msgpack.unpackb((root / f"w{g}" / "out.msgpack").read_bytes(), raw=False) for g in range(n)]
     finally:
         for proc, _ in procs:
@@ -110,13 +134,25 @@ def run_partitioned(
                 proc.wait()
         remove_run_dir(root)
     res = _merge(outs, time.perf_counter() - wall0, topology)
-    res.stats["flows_submitted"] = len(flows)  # each worker counts the flows it has an end of
+    res.stats["flows_submitted"] = sum(len(b) for _, b in batches)  # each worker counts the flows it has an end of
     return res
 
 
-def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
-    """Wait for every worker; the first to fail ends the run, named."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+def refuse_dependencies(flows: Iterable[Flow]) -> None:
+    """Partition workers take flows whose start is known: a flow with dependencies is refused, named (the driver's
+    rounds that would release it are not built)."""
+    for f in flows:
+        if f.deps:
+            raise InputError(
+                f"partition=N runs flows without dependencies so far: flow {f.id} depends on {list(f.deps)[:4]} "
+                "(replay, live runs and workloads need the driver's rounds: not built)",
+                field="partition",
+            )
+
+
+def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -> None:
+    """Wait for every worker, at most `timeout_s`; the first to fail ends the run, named."""
+    deadline = time.monotonic() + timeout_s
     pending = set(range(len(procs)))
     while pending:
         for i in sorted(pending):
@@ -130,7 +166,10 @@ def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
                 )
             pending.discard(i)
         if time.monotonic() > deadline:
-            raise WorkerDiedError(f"partition workers {sorted(pending)} still running after {RUN_TIMEOUT_S:.0f} s")
+            raise WorkerDiedError(
+                f"partition workers {sorted(pending)} still running after {timeout_s:.0f} s "
+                "(PacketConfig.partition_timeout_s)"
+            )
         time.sleep(0.01)
 
 
@@ -152,27 +191,61 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
                 have[8] = max(have[8], row[8])
     stats = _merged_stats([o["stats"] for o in outs])
     stats.update(switch_link_load(topology, {c: row[4] for c, row in channels.items()}))  # row[4]: bytes sent
+    ties = [0]
+    fct = in_time([[FctLine(*r) for r in o["fct"]] for o in outs], lambda r: r.start_ns + r.fct_ns, ties)
+    pfc = in_time([[PfcEvent(*r) for r in o["pfc"]] for o in outs], _time, ties)
+    marks = in_time([[EcnMark(*r) for r in o["marks"]] for o in outs], _time, ties)
+    cnps = in_time([[CnpEvent(*r) for r in o["cnps"]] for o in outs], _time, ties)
+    drops = in_time([[Drop(*r) for r in o.get("drops", ())] for o in outs], _time, ties)
     return PartitionResult(
         completions=done,
-        fct=sorted((FctLine(*r) for o in outs for r in o["fct"]), key=dataclasses.astuple),
-        pfc=sorted((PfcEvent(*r) for o in outs for r in o["pfc"]), key=dataclasses.astuple),
-        marks=sorted((EcnMark(*r) for o in outs for r in o["marks"]), key=dataclasses.astuple),
-        cnps=sorted((CnpEvent(*r) for o in outs for r in o["cnps"]), key=dataclasses.astuple),
+        fct=fct,
+        pfc=pfc,
+        marks=marks,
+        cnps=cnps,
+        drops=drops,
         transport={fid: FlowTransport(fid, *v) for fid, v in sorted(transport.items())},
         channels=[tuple(channels[c]) for c in sorted(channels)],
         stats=stats,
+        effective=[(str(k), str(v)) for k, v in outs[0].get("effective", ())] if outs else [],
+        now=max((r.start_ns + r.fct_ns for r in fct), default=0),
+        ties=ties[0],
         workers=[o["windows"] for o in outs],
         wall_s=wall_s,
     )
 
 
-def _merged_stats(parts: list[dict[str, float]]) -> dict[str, float]:
-    """The workers' `stats` as one engine's: counters added, `PEAK_STATS` the largest; the switch links' load is
-    left to the caller (each worker counts only the channels it sends on)."""
-    out: dict[str, float] = {}
+def _time(record: Any) -> int:
+    return int(record.time_ns)
+
+
+def in_time(per_worker: list[list[T]], time_of: Callable[[T], int], ties: list[int]) -> list[T]:
+    """The workers' records (each list in its worker's event order, which is one engine's order restricted to
+    that worker's nodes) as one list in time order, each worker's own order kept. Records of one ns from two
+    workers go by worker: one engine runs them in its keyed order, which the records do not carry, so each such
+    meeting is counted in `ties[0]` (0: the merged order is one engine's)."""
+    tagged = [[(time_of(r), g, i, r) for i, r in enumerate(rs)] for g, rs in enumerate(per_worker)]
+    out: list[T] = []
+    last: tuple[int, int] | None = None
+    for t, g, _, r in heapq.merge(*tagged):
+        if last is not None and last[0] == t and last[1] != g:
+            ties[0] += 1
+        last = (t, g)
+        out.append(r)
+    return out
+
+
+def _merged_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The workers' `stats` as one engine's: counters added, `PEAK_STATS` the largest, settings (anything not a
+    number) the first worker's; the switch links' load is left to the caller (each worker counts only the
+    channels it sends on)."""
+    out: dict[str, Any] = {}
     for part in parts:
         for k, v in part.items():
             if k in LINK_LOAD_STATS:
                 continue
-            out[k] = max(out.get(k, v), v) if k in PEAK_STATS else out.get(k, 0) + v
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                out.setdefault(k, v)
+            else:
+                out[k] = max(out.get(k, v), v) if k in PEAK_STATS else out.get(k, 0) + v
     return out

@@ -1,10 +1,10 @@
 """A partition worker process (issue 38): one switch group's share of a packet-level run, windows peer to peer.
 
-Started by `bridge.cut_pool` as ``python -m bridge.cut_worker --setup FILE`` with the run's token in
-PHANTORA_TOKEN. The setup (msgpack) holds the topology, the engine spec (its PacketConfig with
-``partition_worker`` this worker's group), the flows as columns, the run limit and where to write the result.
-The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it owns), runs the
-windows (`phantora.netsim.cut_windows`) with the other workers (`bridge.cut_peers`), and writes its records
+Started by `bridge.cut_pool` as ``python -m bridge.cut_worker --setup FILE`` with the run's token in PHANTORA_TOKEN.
+The setup (msgpack) holds the topology, the engine spec (its PacketConfig with ``partition_worker`` this worker's
+group), the batches of flows (submit time, columns), their HPCC destination ports, the run limit and where to write
+the result. The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it owns),
+runs the windows (`phantora.netsim.cut_windows`) with the other workers (`bridge.cut_peers`), and writes its records
 (msgpack) for the pool to merge. Any failure exits non-zero with the reason on stderr.
 """
 
@@ -25,7 +25,7 @@ from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.runspec import topology_from_dict
 from bridge.transport import STARTUP_TIMEOUT_S
-from phantora.netsim.cut_windows import NEVER, WindowStats, run_windows
+from phantora.netsim.cut_windows import WindowStats
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.packet import Ns3Simulator
@@ -39,23 +39,12 @@ def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
         "pfc": [astuple(r) for r in sim.pfc_events()],
         "marks": [astuple(r) for r in sim.ecn_mark_events()],
         "cnps": [astuple(r) for r in sim.cnp_events()],
+        "drops": [astuple(r) for r in sim.drops()],
         "transport": [astuple(t) for _, t in sorted(sim.flow_transport().items())],
-        "channels": sim._channel_rows(),
-        "stats": {k: v for k, v in sim.stats().items() if isinstance(v, (int, float))},
+        "channels": sim.channel_rows(),
+        "stats": sim.stats(),
+        "effective": sim.effective_pairs(),
     }
-
-
-def warm_up(net: Any, group: int, groups: int) -> None:
-    """Call each method of the windows once, doing nothing, so cppyy's first-call cost is not counted in the
-    windows' figures."""
-    net.CutRunBefore(0)
-    for g in range(groups):
-        if g != group:
-            net.CutTakeOutbox(g)
-    net.CutTakeMinArrival()
-    net.CutDeliver(b"")
-    net.CutAdvanceTo(net.Now())
-    net.NextEventTime()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,24 +65,23 @@ def main(argv: list[str] | None = None) -> int:
     peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, startup_timeout_s=STARTUP_TIMEOUT_S)
     try:
         setup_cpu = time.process_time() - cpu0
-        sim.submit(flows_from_columns(setup["flows"]), 0)
+        dports = {int(fid): int(port) for fid, port in setup["dports"]}
+        for at, cols in setup["batches"]:
+            batch = flows_from_columns(cols)
+            sim.submit(batch, int(at), dports={f.id: dports[f.id] for f in batch if f.id in dports})
         stats = WindowStats()
-        cables, lookahead = (int(x) for x in sim._net.CutStats()[:2])
-        if cables == 0:  # one worker, or groups that share no cable: no message ever crosses
-            lookahead = NEVER
-        until = setup["until"]
-        warm_up(sim._net, group, groups)
+        sim.cut_warm_up()
         c0, r0 = time.process_time(), time.perf_counter()
-        run_windows(sim._net, peers, group=group, groups=groups, lookahead_ns=lookahead, until=until, stats=stats)
+        sim.run_cut_windows(peers, setup["until"], stats)
         run_cpu, run_wall = time.process_time() - c0, time.perf_counter() - r0
-        out = records(sim, sim._take())
+        out = records(sim, sim.take_completions())
         out["windows"] = {
             "windows": stats.windows, "exchanges": stats.exchanges, "bytes_out": stats.bytes_out,
             "ns3_cpu_s": stats.run_cpu_s, "exchange_wall_s": stats.exchange_wall_s, "run_cpu_s": run_cpu,
             "run_wall_s": run_wall,
             "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": peers.rejected,
-            "cut": [int(x) for x in sim._net.CutStats()],
+            "cut": sim.cut_stats(),
         }  # fmt: skip
         tmp = Path(setup["out"] + ".tmp")
         tmp.write_bytes(msgpack.packb(out))

@@ -38,3 +38,31 @@ def test_counters_add_peaks_and_fabric_constants_do_not() -> None:
     assert (stats["events"], stats["ecn_marks"]) == (17, 5)
     assert (stats["max_switch_buffer_bytes"], stats["cc_base_rtt_ns"]) == (5000, 8000)  # not 8000 / 16000
     assert (stats["switch_link_bytes_max"], stats["switch_link_bytes_min"], stats["switch_links_idle"]) == (300, 100, 6)
+
+
+def test_records_merge_in_time_each_workers_order_kept_and_ties_counted() -> None:
+    """Each worker's list is in its own event order (one engine's on its nodes), which a sort by fields would
+    break within an ns; records of one ns from two workers are counted, as their order is not known."""
+    from bridge.cut_pool import in_time
+
+    w0 = [(5, "b"), (5, "a"), (9, "c")]  # two records of ns 5 in this worker's event order: b before a
+    w1 = [(3, "x"), (9, "y"), (12, "z")]
+    ties = [0]
+    out = in_time([w0, w1], lambda r: r[0], ties)
+    assert out == [(3, "x"), (5, "b"), (5, "a"), (9, "c"), (9, "y"), (12, "z")]
+    assert ties == [1]  # ns 9 meets across workers; ns 5 is one worker's alone
+    assert in_time([[(1, "p")], []], lambda r: r[0], ties) == [(1, "p")] and ties == [1]
+
+
+def test_settings_are_the_first_workers_and_the_end_is_the_last_ack() -> None:
+    from dataclasses import astuple
+
+    from phantora.netsim.hpcc_io import FctLine
+
+    w0 = _worker({"cc": "dcqcn", "events": 4}, {})
+    w1 = _worker({"cc": "dcqcn", "events": 6}, {})
+    w0["fct"] = [astuple(FctLine(0, 1, 10000, 100, 1000, 2_000, 700, 500, 0))]
+    w1["fct"] = [astuple(FctLine(2, 1, 10000, 100, 1000, 1_000, 900, 500, 1))]
+    res = _merge([w0, w1], 0.0, TOPO)
+    assert res.stats["cc"] == "dcqcn" and res.stats["events"] == 10
+    assert res.now == 2_700 and [r.flow_id for r in res.fct] == [1, 0]  # ends 1,900 then 2,700

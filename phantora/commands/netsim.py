@@ -195,7 +195,7 @@ def _run_ns3(
     With `out`, the run's PhantoraNetwork calls go to out/ns3-calls.txt (phantora-ns3-runner replays them). The
     run itself is the runner's (`phantora.netsim.runner_engine`: no Python bindings to load, the same records),
     unless the config or a `scenario` (the packet engine under it, `netsim.packet_faults`) needs the in-process
-    engine."""
+    engine. With ``partition=N``, N worker processes (`netsim_partition`; no call script)."""
     from phantora.netsim.runner_engine import runner_usable
 
     config = engine.packet
@@ -207,6 +207,10 @@ def _run_ns3(
                 file="--set",
                 field=name,
             )
+    if config.partition:
+        from phantora.commands.netsim_partition import run_partition
+
+        return run_partition(topo, inp, engine, scenario)
     if runner_usable(config) and scenario is None:
         return _run_runner(topo, inp, engine, out, progress)
     from phantora.netsim.packet import Ns3Simulator
@@ -368,6 +372,8 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
     summary = {"schema": S.NETSIM, **res["stats"]}
     if res.get("scenario"):
         summary["scenario"] = res["scenario"]
+    if res.get("partition"):
+        summary["partition"] = res["partition"]
     if res.get("idle_fabric"):
         summary["idle_fabric"] = res["idle_fabric"]
     summary.update(wall_s=round(res["wall_s"], 6), sim_end_ns=res["now"], flows=len(by_id), input_format=inp.fmt)
@@ -411,6 +417,12 @@ def run(args: argparse.Namespace) -> int:
             f"  cnps {stats.get('cnps', 0)}"
             f"  retransmitted packets {stats.get('retx_packets', 0)}  events {stats.get('events', 0)}"
         )
+        if res.get("partition"):
+            part = res["partition"]
+            print(
+                f"  partition: {part['workers']} workers, {part['windows']} windows, "
+                f"{part['message_bytes']:,} message bytes, {part['cross_worker_ties']} cross-worker ties"
+            )
         from phantora.results.idle import idle_fabric_on, traffic_of
 
         idle = idle_fabric_on(topo, traffic_of(topo, inp.flows), args.cc, list(args.set))

@@ -28,10 +28,10 @@ def packet_config_from_flags(
     seed: int | None = None,
     base: PacketConfig | None = None,
 ) -> PacketConfig:
-    """`base` (default: the HPCC defaults, queues sampled every QUEUE_SAMPLE_NS unless decomposed), then an HPCC
-    `--config` file, `--cc`, `--queue-sample-ns`, `--seed` and the `--set FIELD=VALUE` overrides, in that order.
-    Errors name the file or field. A CC other than none, or any CC attribute, is checked against the library's
-    registry (`cc_registry`, which builds the ns-3 models first if needed)."""
+    """`base` (default: the HPCC defaults, queues sampled every QUEUE_SAMPLE_NS unless decomposed or partitioned),
+    then an HPCC `--config` file, `--cc`, `--queue-sample-ns`, `--seed` and the `--set FIELD=VALUE` overrides, in
+    that order. Errors name the file or field. A CC other than none, or any CC attribute, is checked against the
+    library's registry (`cc_registry`, which builds the ns-3 models first if needed)."""
     explicit = queue_sample_ns is not None or any(i.partition("=")[0].strip() == "queue_sample_ns" for i in sets)
     config = base or PacketConfig()
     if config_file:
@@ -45,7 +45,7 @@ def packet_config_from_flags(
         config = apply_overrides(config, [f"seed={seed}"], source="--seed")  # checked as --set seed=S is
     if sets:
         config = apply_overrides(config, sets)
-    if base is None and not explicit and not config.workers:  # decomposed runs do not sample queues
+    if base is None and not explicit and not config.workers and not config.partition:  # nor do partition workers
         config = config.with_updates(queue_sample_ns=QUEUE_SAMPLE_NS)
     if config.cc != "none" or config.cc_attrs:
         cc_registry.check(config.cc, config.cc_attrs, source="--set" if sets else None)

@@ -13,13 +13,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from phantora.errors import InputError, InputWarning
 from phantora.files import read_text
 from phantora.netsim.base import Flow
 from phantora.topology.ecmp import HPCC_FIRST_SPORT, hpcc_ip, hpcc_port_key
 from phantora.topology.model import ENDPOINT_KINDS, Topology
+
+if TYPE_CHECKING:
+    from phantora.netsim.observe import PfcEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +207,11 @@ class PfcLine:
     node_type: int  # 0 endpoint, 1 switch (2: NVSwitch, phantora only)
     if_index: int  # HPCC numbers ports from 1 (0 is the loopback device)
     pause: int  # 1 pause, 0 resume
+
+
+def pfc_txt_lines(events: Iterable[PfcEvent]) -> list[PfcLine]:
+    """PFC frames (`observe.PfcEvent`) as pfc.txt records: HPCC numbers ports from 1."""
+    return [PfcLine(e.time_ns, e.node, e.node_type, e.port + 1, int(e.pause)) for e in events]
 
 
 def write_pfc_txt(records: Sequence[PfcLine], dest: str | Path | TextIO) -> None:

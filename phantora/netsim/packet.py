@@ -27,8 +27,9 @@ from typing import Any
 from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
 from phantora.netsim.base import CausalityError, Completion, Flow, check_flow_batch
+from phantora.netsim.cut_windows import NEVER, Peers, WindowStats, run_windows, warm_up
 from phantora.netsim.effective import EffectiveSettings
-from phantora.netsim.hpcc_io import FctLine, PfcLine
+from phantora.netsim.hpcc_io import FctLine, PfcLine, pfc_txt_lines
 from phantora.netsim.ns3_build import (  # noqa: F401 - re-exported: packet.build, packet.needs_build, ...
     BUILD_SCRIPT,
     SCRATCH,
@@ -503,7 +504,7 @@ class Ns3Simulator:
 
     def pfc_lines(self) -> list[PfcLine]:
         """pfc.txt records (HPCC numbers ports from 1)."""
-        return [PfcLine(e.time_ns, e.node, e.node_type, e.port + 1, int(e.pause)) for e in self.pfc_events()]
+        return pfc_txt_lines(self.pfc_events())
 
     def queue_samples(self) -> list[QueueSample]:
         for r in self._net.DrainQueueSamples():
@@ -564,12 +565,7 @@ class Ns3Simulator:
     def effective(self) -> EffectiveSettings:
         """What the fabric runs by, read back from ns-3 once (`PhantoraNetwork::EffectiveParams`)."""
         if self._effective is None:
-
-            def text(value: Any) -> str:
-                return value.decode() if isinstance(value, bytes) else str(value)
-
-            pairs = [(text(p.first), text(p.second)) for p in self._net.EffectiveParams()]
-            self._effective = EffectiveSettings.parse(self.config, pairs)
+            self._effective = EffectiveSettings.parse(self.config, self.effective_pairs())
         return self._effective
 
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
@@ -589,6 +585,43 @@ class Ns3Simulator:
     def flow_rate_bps(self, flow_id: int) -> int:
         """Current pacing rate of an open flow (0 if not sending)."""
         return int(self._net.FlowRateBps(flow_id))
+
+    # ----- a partition worker's windows (issue 38, bridge.cut_worker) --------------------------------
+    def cut_stats(self) -> list[int]:
+        """`PhantoraNetwork::CutStats()`: cut cables, the lookahead (ns), then the messages' counters."""
+        return [int(x) for x in self._net.CutStats()]
+
+    def run_cut_windows(self, peers: Peers, until: int | None, stats: WindowStats) -> None:
+        """This partition worker's part of one engine's run to `until` (None: until nothing is left anywhere), in
+        barrier windows with the other workers (`phantora.netsim.cut_windows.run_windows`); the lookahead is the
+        least cut-cable latency (no cable cut: one window)."""
+        group, groups = self._cut_group()
+        cables, lookahead = self.cut_stats()[:2]
+        run_windows(self._net, peers, group=group, groups=groups, lookahead_ns=lookahead if cables else NEVER,
+                    until=until, stats=stats)  # fmt: skip
+
+    def cut_warm_up(self) -> None:
+        """Call each window method once, doing nothing, so that cppyy's first-call cost is not in the figures of
+        `run_cut_windows`."""
+        warm_up(self._net, *self._cut_group())
+
+    def _cut_group(self) -> tuple[int, int]:
+        group, groups = self.config.partition_worker, self.config.partition
+        if group < 0:
+            raise PhantoraError("this engine is not a partition worker (partition_worker < 0): no windows to run")
+        return group, groups
+
+    def channel_rows(self) -> list[ChannelRow]:
+        """The fabric's per-channel counters (`packet_summary.ChannelRow`)."""
+        return self._channel_rows()
+
+    def take_completions(self) -> list[Completion]:
+        """The completions since the last call (what `advance` returns), for a caller that runs the windows."""
+        return self._take()
+
+    def effective_pairs(self) -> list[tuple[str, str]]:
+        """`PhantoraNetwork::EffectiveParams()` as (key, text) pairs (`EffectiveSettings.parse` reads them)."""
+        return [(_text(p.first), _text(p.second)) for p in self._net.EffectiveParams()]
 
     # ----- internals ---------------------------------------------------------------------------
     def _channel_rows(self) -> list[ChannelRow]:
@@ -620,6 +653,10 @@ class Ns3Simulator:
 
     def _check_batch(self, flows: Sequence[Flow]) -> None:
         check_packet_batch(flows, self.topology, self._known.__contains__)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_packet_batch(flows: Sequence[Flow], topology: Topology, known: Callable[[int], bool]) -> set[int]:

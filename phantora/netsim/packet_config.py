@@ -60,7 +60,7 @@ WIRE_PRESETS: dict[str, dict[str, int]] = {
 # collectives (traffic class, loss tolerance: phantora.collectives.traffic), rather than set an ns-3 attribute.
 ENGINE_FIELDS = (
     "nvlink", "reuse", "priority", "dlcp", "dlcp_bound", "nic_latency", "workers", "ray", "transport", "qp",
-    "partition_loopback", "partition", "partition_worker",
+    "partition_loopback", "partition", "partition_worker", "partition_timeout_s",
 )  # fmt: skip
 CLASS_SCHEDULERS = ("rr", "strict", "wrr")
 KEYED_SCHEDULER = "ns3::PhantoraKeyedScheduler"  # the keyed mode (issue 38): same-ns events by a per-node key
@@ -173,6 +173,9 @@ class PacketConfig:
     partition: int = 0
     # Set by the pool in each worker's config: the group this engine runs (-1: not a partition worker).
     partition_worker: int = -1
+    # The longest a partitioned run may take, start-up included (s): past it the pool ends the run, naming the
+    # workers still running. A stuck worker is caught sooner, by its peers' 60 s barrier timeout.
+    partition_timeout_s: int = 3600
     # Traffic classes: how switches (and, with strict, NICs) share a port among data classes 1..7 (class 1 first)
     sched: str = "rr"  # rr (the HPCC models') | strict | wrr
     sched_weights: str = ""  # wrr weights of classes 1..7, "w1,...,w7" (integers >= 1); "" = all 1
@@ -210,6 +213,7 @@ class PacketConfig:
             raise bad("cc", f"expected a congestion control's name, got {self.cc!r}")
         positive = (
             "payload_bytes", "pfc_bytes", "ack_interval", "ack_delay_ns", "seed", "flowlet_gap_ns", "credit_quantum",
+            "partition_timeout_s",
         )  # fmt: skip
         non_negative = (
             "header_bytes",

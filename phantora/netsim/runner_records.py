@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from phantora.netsim.base import Completion
-from phantora.netsim.hpcc_io import FctLine, PfcLine
+from phantora.netsim.hpcc_io import FctLine, PfcLine, pfc_txt_lines
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -57,7 +57,7 @@ class RunnerRecords:
 
     def pfc_lines(self) -> list[PfcLine]:
         """pfc.txt records (HPCC numbers ports from 1)."""
-        return [PfcLine(e.time_ns, e.node, e.node_type, e.port + 1, int(e.pause)) for e in self.pfc]
+        return pfc_txt_lines(self.pfc)
 
     def channel_usage(self, elapsed_ns: int) -> list[PacketChannelUsage]:
         return channel_usage(self.channels, elapsed_ns)

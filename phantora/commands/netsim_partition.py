@@ -1,0 +1,72 @@
+"""`phantora netsim --network ns3 --set partition=N`: the flows on N partition worker processes (issue 38).
+
+The batches of the flow file (each at its own start time, no dependencies) run on `bridge.cut_pool`'s workers,
+one switch group each, and their records come back merged as one keyed engine's (`--set
+scheduler=ns3::PhantoraKeyedScheduler`): the same FCTs, PFC frames, CNPs, CE marks, drops, transport and channel
+counters, so the same files. What the workers cannot do yet is refused, naming it: flows with dependencies (a
+workload's DAG), a scenario, queue sampling (`PacketConfig` refuses queue_sample_ns > 0 with partition).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from phantora.errors import InputError
+from phantora.netsim.effective import EffectiveSettings
+from phantora.netsim.hpcc_io import pfc_txt_lines
+from phantora.netsim.packet_summary import channel_usage
+from phantora.topology.model import Topology
+
+if TYPE_CHECKING:
+    from phantora.commands.netsim import NetsimInput
+    from phantora.netsim.engine_spec import EngineSpec
+
+
+def run_partition(topo: Topology, inp: NetsimInput, engine: EngineSpec, scenario: Any = None) -> dict[str, Any]:
+    """`_run_ns3`'s result from `engine.packet.partition` worker processes."""
+    from bridge.cut_pool import refuse_dependencies, run_partitioned_batches
+
+    config = engine.packet
+    if scenario is not None:
+        raise InputError(
+            f"partition={config.partition}: a scenario's faults are not split between partition workers yet; "
+            "run it on one engine (partition=0)",
+            field="--scenario",
+        )
+    try:
+        refuse_dependencies(inp.flows)
+    except InputError as exc:
+        raise InputError(f"{exc.message} ({inp.fmt} input)", file=str(inp.path), field="partition") from None
+    res = run_partitioned_batches(topo, config, inp.batches, None, inp.dports)
+    done = {c.flow_id: c for c in res.completions}
+    return {
+        "done": done,
+        "fct": [r for r in res.fct if r.flow_id in done and r.flow_id not in inp.hidden],
+        "pfc": res.pfc,
+        "pfc_txt": pfc_txt_lines(res.pfc),
+        "queues": [],
+        "drops": res.drops,
+        "cnps": res.cnps,
+        "ecn": res.marks,
+        "transport": res.transport,
+        "links": channel_usage(res.channels, max(1, res.now - inp.first_start)),  # type: ignore[arg-type]
+        "stats": res.stats,
+        "effective": EffectiveSettings.parse(config, res.effective),
+        "wall_s": res.wall_s,
+        "now": res.now,
+        "partition": partition_summary(res.workers, res.ties),
+    }
+
+
+def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any]:
+    """What summary.json says of the workers: how many, their windows, messages, CPU and peak memory, and the
+    records of one ns from two workers (`bridge.cut_pool.in_time`: 0, the files' order is one engine's)."""
+    return {
+        "workers": len(workers),
+        "cross_worker_ties": ties,
+        "windows": max((w["windows"] for w in workers), default=0),
+        "message_bytes": sum(w["bytes_out"] for w in workers),
+        "run_cpu_s": [round(w["run_cpu_s"], 3) for w in workers],
+        "setup_cpu_s": [round(w["setup_cpu_s"], 3) for w in workers],
+        "maxrss_mb": max((w["maxrss_kb"] // 1024 for w in workers), default=0),
+    }

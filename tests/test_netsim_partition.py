@@ -1,0 +1,87 @@
+"""`phantora netsim --network ns3 --set partition=N` (issue 38): a flow file on N worker processes, the files of
+one keyed engine; what the workers cannot do yet is refused in one line naming it.
+
+The default tests check the refusals and the defaults without starting a worker; the slow one runs the 8-to-1
+cross-leaf incast of docs/packet-model.md on 2 workers and on one keyed engine and compares the files byte for
+byte (each worker imports ns-3: about 2 CPU s each).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from phantora.cli import main
+from phantora.errors import InputError
+from phantora.netsim.cli_config import packet_config_from_flags
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import KEYED_SCHEDULER
+from phantora.topology import load_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+INCAST = ROOT / "workloads" / "incast8_cross.flows.txt"
+KEYED = ["--set", f"scheduler={KEYED_SCHEDULER}"]
+NETSIM = ["netsim", "--network", "ns3", "--cc", "dcqcn", "-t", "hpcc/leafspine16", "-q"]
+SAME_FILES = ("flows.csv", "fct.txt", "links.csv", "pfc.csv", "pfc.txt", "queues.csv", "drops.csv", "cnps.csv",
+              "ecn_marks.csv")  # fmt: skip
+
+
+def test_partitioned_netsim_samples_no_queues_by_default() -> None:
+    """As a decomposed run: the workers cannot sample every switch at once, so the 1 us default is not set."""
+    sets = [f"scheduler={KEYED_SCHEDULER}", "partition=2"]
+    assert packet_config_from_flags(sets=sets).queue_sample_ns == 0
+    assert packet_config_from_flags(sets=sets[:1]).queue_sample_ns == 1000
+
+
+def test_queue_sampling_is_refused_naming_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*NETSIM, "-f", str(INCAST), *KEYED, "--set", "partition=2", "--queue-sample-ns", "1000"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "field 'partition'" in err and "queue_sample_ns" in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1
+
+
+def test_flows_with_dependencies_are_refused_naming_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """A workload is one flow DAG: its dependencies need the driver's rounds (not built)."""
+    wl = ROOT / "workloads" / "rail_allreduce.toml"
+    assert main([*NETSIM, "-f", str(wl), *KEYED, "--set", "partition=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(wl) in err and "field 'partition'" in err and "depends on" in err and "Traceback" not in err
+
+
+def test_a_scenario_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sc = tmp_path / "sc.toml"
+    sc.write_text('[[events]]\nkind = "link_degrade"\nat = "1us"\nlink = [0, 16]\nrate = "50Gbps"\n')
+    assert main([*NETSIM, "-f", str(INCAST), *KEYED, "--set", "partition=2", "--scenario", str(sc)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "field '--scenario'" in err and "partition=2" in err and "Traceback" not in err
+
+
+def test_make_engine_still_refuses_partition_for_run_and_replay() -> None:
+    spec = EngineSpec(network="ns3", packet=packet_config_from_flags(sets=[f"scheduler={KEYED_SCHEDULER}",
+                                                                          "partition=2"]))  # fmt: skip
+    with pytest.raises(InputError, match="field 'partition'.*phantora netsim"):
+        make_engine(spec, load_topology("hpcc/leafspine16"))
+
+
+@pytest.mark.slow
+def test_two_workers_write_one_keyed_engines_files(tmp_path: Path) -> None:
+    """The 8-to-1 incast across leaves (7 of 8 flows through one spine, 4,296 CE marks): every file of the run
+    byte for byte, and summary.json's figures but the event count (each worker initialises every node) and the
+    wall time."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main([*NETSIM, "-f", str(INCAST), *KEYED, "--queue-sample-ns", "0", "--out", str(one)]) == 0
+    assert main([*NETSIM, "-f", str(INCAST), *KEYED, "--set", "partition=2", "--out", str(two)]) == 0
+    for name in SAME_FILES:
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    fct = (one / "fct.txt").read_text().splitlines()
+    assert len(fct) == 8 and len((one / "ecn_marks.csv").read_text().splitlines()) > 1000
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (one, two))
+    part = b.pop("partition")
+    assert part["workers"] == 2 and part["windows"] > 1 and part["message_bytes"] > 0
+    for s in (a, b):
+        del s["events"], s["wall_s"]
+    assert a == b
