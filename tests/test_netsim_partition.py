@@ -85,3 +85,10 @@ def test_two_workers_write_one_keyed_engines_files(tmp_path: Path) -> None:
     for s in (a, b):
         del s["events"], s["wall_s"]
     assert a == b
+    ea, eb = (json.loads((d / "engine.json").read_text()) for d in (one, two))
+    assert ea["spec"]["packet"]["partition"] == 0 and eb["spec"]["packet"]["partition"] == 2
+    for e in (ea, eb):  # what the fabric ran by: the same but the partition fields
+        for key in ("partition", "partition_worker", "partition_timeout_s"):
+            e["spec"]["packet"].pop(key, None)
+            e["ns3"]["engine_fields"].pop(key, None)
+    assert ea == eb

@@ -38,6 +38,7 @@ def run_partition(topo: Topology, inp: NetsimInput, engine: EngineSpec, scenario
     except InputError as exc:
         raise InputError(f"{exc.message} ({inp.fmt} input)", file=str(inp.path), field="partition") from None
     res = run_partitioned_batches(topo, config, inp.batches, None, inp.dports)
+    ran = config.with_updates(ecmp_hash=config.ecmp_hash or topo.ecmp_hash)  # as each worker's engine runs it
     done = {c.flow_id: c for c in res.completions}
     return {
         "done": done,
@@ -51,7 +52,7 @@ def run_partition(topo: Topology, inp: NetsimInput, engine: EngineSpec, scenario
         "transport": res.transport,
         "links": channel_usage(res.channels, max(1, res.now - inp.first_start)),  # type: ignore[arg-type]
         "stats": res.stats,
-        "effective": EffectiveSettings.parse(config, res.effective),
+        "effective": EffectiveSettings.parse(ran, res.effective),
         "wall_s": res.wall_s,
         "now": res.now,
         "partition": partition_summary(res.workers, res.ties),
