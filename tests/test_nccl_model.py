@@ -249,13 +249,14 @@ def test_ideal_model_keeps_line_rate():
 
 # ----- p2p --------------------------------------------------------------------------------------
 def test_all_to_all_inside_a_node_shares_the_gpus_nvlink():
-    """Grouped send/recv to 7 peers at once, each capped at 1/7 of 370.8 GB/s."""
+    """Grouped send/recv to 7 peers at once, each capped at 1/7 of what the GPU moves: at 1 GiB 8 channels a
+    peer, 56 parts on the 32 p2p channels, each half an NVLink (10.3 GB/s): 329.6 GB/s, under the 370.8 NVLink."""
     topo = dgx_host(gpu="h100")
     size = GiB
     t, choice = run(Collective("all_to_all", tuple(range(8)), size, "bf16"), topo, opts())
     assert choice["algorithm"] == "p2p" and choice["protocol"] == "Simple"
     lat = 8.4 + 3.4
-    expected = size / (lat * 1e3 + size * 7 / 8 / H100_NVL) * 7 / 8
+    expected = size / (lat * 1e3 + size * 7 / 8 / (32 * 10.3)) * 7 / 8
     assert size / t * 7 / 8 == pytest.approx(expected, rel=0.01)
 
 
@@ -398,7 +399,7 @@ def test_pxn_keeps_a_cross_rail_all_to_all_on_the_rails():
     assert spine_hops(opts()) == 0
     assert spine_hops(opts(NCCL_PXN_DISABLE="1")) > 0
     t, _ = run(coll, topo, opts())
-    lat_us = 8.4 + 14.0
+    lat_us = 8.4 + 14.0 + 2 * 8 * 4 * 1.0  # 4 channels a peer (50 / 14 GB/s, pow2): 4 x 14 > 50, the NIC bounds
     expected = 4 * GiB / (lat_us * 1e3 + 4 * GiB * 8 / 16 / 50) * 15 / 16
     assert 4 * GiB / t * 15 / 16 == pytest.approx(expected, rel=0.01)
 
@@ -458,14 +459,15 @@ def test_a_grouped_send_on_the_hosts_communicator_moves_one_nvlink_per_channel(r
 
 
 def test_across_nodes_each_remote_send_and_receive_costs_the_proxy_its_net_overhead():
-    """Two H100 hosts: an all-to-all's 8 remote peers are 16 network operations (a send and a receive each) the
-    proxy posts in turn, 3 µs each with Simple (NCCL's 1 µs net overhead x 3), on top of one launch (8.4 µs) and
-    one network step (14 µs); a send/recv across nodes has two."""
+    """Two H100 hosts: an all-to-all's 8 remote peers on 4 channels each are 64 proxy ops (a send and a receive
+    per channel part) the proxy posts in turn, NCCL's 1 µs net overhead each, on top of one launch (8.4 µs) and one
+    network step (14 µs); a send/recv across nodes on its 4 channels has 8."""
     topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
     a2a = choose(Collective("all_to_all", tuple(range(16)), 256 * MiB, "bf16"), topo, opts())
-    assert a2a.protocol == "Simple" and a2a.lat_us == pytest.approx(8.4 + 14.0 + 16 * 3.0)
+    assert a2a.protocol == "Simple" and a2a.channels == 4
+    assert a2a.lat_us == pytest.approx(8.4 + 14.0 + 2 * 8 * 4 * 1.0)
     pair = choose(Collective("send_recv", (0, 8), 256 * MiB, "bf16"), topo, opts())
-    assert pair.lat_us == pytest.approx(8.4 + 14.0 + 2 * 3.0)
+    assert pair.channels == 4 and pair.lat_us == pytest.approx(8.4 + 14.0 + 2 * 4 * 1.0)
 
 
 def amd_hosts(nodes: int, gpu: str, nic: str = "400Gbps"):
@@ -499,24 +501,26 @@ def test_nccl_net_overhead_sets_the_proxys_cost_in_ns():
 
 def test_amd_hosts_cap_multi_node_ll_lower_and_post_p2p_slower():
     """On AMD hosts NCCL takes its second LL row across nodes (22.5 GB/s for two nodes, not 39): a ring LL
-    all-reduce over 2 x 8 H100 runs at 22.5 x 16/30 GB/s algbw; an all-to-all's 16 remote operations cost 6 µs
-    each (2 µs x 3 for Simple)."""
+    all-reduce over 2 x 8 H100 runs at 22.5 x 16/30 GB/s algbw; an all-to-all's 64 proxy ops (8 remote peers x
+    4 channels x send and receive) cost 2 µs each."""
     topo, ranks = amd_hosts(2, "h100"), tuple(range(16))
     st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"})
     ll = select("all_reduce", platform_of(topo, ranks), st, 1 * MiB)
     assert ll is not None and ll.algbw == pytest.approx(22.5 * 16 / 30)
     a2a = choose(Collective("all_to_all", ranks, 256 * MiB, "bf16"), topo, opts())
-    assert a2a.protocol == "Simple" and a2a.lat_us == pytest.approx(8.4 + 14.0 + 16 * 6.0)
+    assert a2a.protocol == "Simple" and a2a.lat_us == pytest.approx(8.4 + 14.0 + 2 * 8 * 4 * 2.0)
 
 
 def test_all_to_all_channels_per_peer_double_past_16_mib_a_part():
     """8 H100s: 4 channels per peer (32 p2p channels / 8 peers) while a part is at most 16 MiB, so 28 channels at
-    work move 28 x 10.3 GB/s; at 1 GiB (128 MiB per peer) 8 per peer, and the NVLink bounds."""
+    work move 28 x 10.3 GB/s; at 1 GiB (128 MiB per peer) 8 per peer, 56 parts on NCCL's 32 p2p channels: 32 at
+    work, 32 x 10.3 = 329.6 GB/s, under the NVLink's 370.8."""
     topo = dgx_host(gpu="h100")
     mid = choose(Collective("all_to_all", tuple(range(8)), 256 * MiB, "bf16"), topo, opts())
     assert mid.channels == 4 and mid.algbw == pytest.approx(28 * 10.3 * 8 / 7, rel=1e-6)
     big = choose(Collective("all_to_all", tuple(range(8)), 1024 * MiB, "bf16"), topo, opts())
-    assert big.channels == 8 and big.algbw == pytest.approx(H100_NVL * 8 / 7, rel=1e-6)
+    assert big.channels == 8 and big.algbw == pytest.approx(32 * 10.3 * 8 / 7, rel=1e-6)
+    assert 32 * 10.3 < H100_NVL
 
 
 def test_a_workload_ops_own_fields_apply_over_the_runs_options():

@@ -124,13 +124,21 @@ def test_forced_nvls_on_2_4_6_gpus_runs_at_the_kernels_rate(name):
         assert loop_busbw(table, size) == pytest.approx(published, rel=0.10), size
 
 
-def test_two_dgx_a100_all_to_all_small_sizes_pay_the_amd_proxy_overhead():
-    """ALCF's two DGX A100 (AMD EPYC hosts: NCCL's net overhead 2 µs): all-to-all at 1-8 MiB within 15%."""
-    table = BY_NAME["a100_16gpu_2node_hdr200assumed_alltoall_alcfsophia"]
-    assert "AMD" in table.cpu
-    for size, published in table.rows:
-        if MiB <= size <= 8 * MiB:
-            assert loop_busbw(table, size) == pytest.approx(published, rel=0.15), size
+def test_two_dgx_a100_all_to_all_runs_on_two_channels_a_gpu_across_nodes():
+    """ALCF's two DGX A100 (AMD EPYC hosts: NCCL's net overhead 2 µs, one proxy op per channel part and direction)
+    and Azure's NDmv4 pair: a GPU's 8 remote peers share the remote rounds' 2 channels at 14 x 1.41/1.98 GB/s each
+    (p2p.py): 2-8 MiB within 15%, from 16 MiB within 10% (was +15..24% at the NICs' line rate). 1 MiB is not: it
+    is +18.6% (NCCL quarters the 128 KiB network step below one step a peer, and the model has no cost per step)."""
+    alcf = BY_NAME["a100_16gpu_2node_hdr200assumed_alltoall_alcfsophia"]
+    assert "AMD" in alcf.cpu
+    for size, published in alcf.rows:
+        if size >= 2 * MiB:
+            goal = 0.15 if size <= 8 * MiB else 0.10
+            assert loop_busbw(alcf, size) == pytest.approx(published, rel=goal), size
+    ndmv4 = BY_NAME["a100_16gpu_2node_hdr200_alltoall_mscclppndmv4"]
+    assert [size for size, _ in ndmv4.rows] == [1 << 30, 4 << 30]
+    for size, published in ndmv4.rows:
+        assert loop_busbw(ndmv4, size) == pytest.approx(published, rel=0.10), size
 
 
 A100_LARGE = (

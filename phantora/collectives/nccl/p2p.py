@@ -5,20 +5,30 @@ NCCL has no cost model for p2p (its tuner covers the five collectives), so this 
 - a transfer inside a node uses LL when it is small (at most 16 KiB per channel it runs on), else Simple; across
   nodes Simple (NCCL allocates no LL buffers for network p2p by default);
 - latency: one launch (the ring's base latency of the protocol) and one step over the link kind, plus, across
-  nodes, NCCL's network overhead per operation (1 µs, 2 on AMD hosts, x3 for Simple) for each send and receive
-  with a peer on another node: one proxy thread per GPU posts them one after another;
+  nodes, NCCL's network overhead (`getNetOverhead`: 1 µs, 2 on AMD hosts) for each proxy op of a transfer to or
+  from a peer on another node, one per channel part and direction (`addP2pToPlan`): one proxy thread per GPU
+  posts them one after another (two DGX A100s, AMD: 16 ops, 22.4 + 32 = 54.4 µs; ALCF measures 59-60 µs for
+  64 B-8 KiB, NDmv4 49.75 µs at 1 KiB);
 - throughput inside a node: the GPU's NVLink (or PCIe) bandwidth in NCCL's units, shared by the peers it sends to
   at once, halved by LL's flags, and bounded by the channels at work (`addP2pToPlan` stripes a transfer over more
-  of them as it grows): a send/recv's channel moves at most one NVLink (NCCL's per-link rate), an all-to-all's
-  half of one (both measured: tests/data/nccl_tests, docs/collectives.md); across nodes the network alone decides.
+  of them as it grows; the distinct channels of the rank's rounds, at most its p2p channels): a send/recv's
+  channel moves at most one NVLink (NCCL's per-link rate), an all-to-all's half of one (both measured:
+  tests/data/nccl_tests, docs/collectives.md);
+- throughput across nodes: the NIC, and the channels the remote rounds run on. Rounds of one schedule group (8
+  peers) share one channel base (`ncclP2pChannelBaseForRound`), so the 8 peers of a GPU on another node of 8 all
+  run on the same nChannelsPerPeer channels (2 on an A100 with a 200G NIC), each moving NCCL's per-channel network
+  figure (`net_channel_bw`).
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.p2p_schedule import channel_base, group_size, send_rounds
 from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.tuning import Choice, comm_channels, net_overhead_us, ring_graph
 from phantora.collectives.spec import Collective
@@ -71,6 +81,33 @@ def transfer_channels(nbytes: int, least: int, most: int, min_part: int, max_par
     return n
 
 
+@lru_cache(maxsize=1024)
+def channels_at_work(p: Platform, parts: int, p2p_total: int, remote: bool) -> int:
+    """The distinct p2p channels one rank's transfers of `parts` parts each run on, to its peers on other nodes
+    (`remote`) or on its own, by NCCL's round schedule (round k's parts on base(k) + part, mod the p2p channels;
+    `p2p_schedule.py`), for nodes of `p.ppn` ranks in order."""
+    nodes = tuple(i // p.ppn for i in range(p.nranks))
+    sched = group_size([nodes.count(n) for n in dict.fromkeys(nodes)])
+    used: set[int] = set()
+    for k, dst in enumerate(send_rounds(nodes, 0)):
+        if dst == 0 or (nodes[dst] != nodes[0]) != remote:
+            continue
+        base = channel_base(k, p.nnodes, sched, p2p_total)
+        used.update((base + part) & (p2p_total - 1) for part in range(parts))
+    return len(used)
+
+
+def net_channel_bw(p: Platform, kind: str) -> float:
+    """GB/s one p2p channel moves over the network each way: NCCL's P2P_PER_CHANNEL_NET_BW (14 GB/s, by which
+    NCCL 2.29+ sizes a peer's network channels: paths.cc), taken at the ~2 GHz SM clock of the GPUs it was set for
+    (Hopper, Blackwell; `REFERENCE_CLOCK_GHZ`) and scaled by this GPU's, a channel being one CTA's copy loop (9.97
+    GB/s on an A100 at 1.41 GHz). An all-to-all's channel splits its warps between a send and a receive; a
+    send/recv's moves twice as much, as inside a node (`P2P_LINKS_PER_CHANNEL`)."""
+    clock = p.sm_clock_ghz or REFERENCE_CLOCK_GHZ
+    ratio = P2P_LINKS_PER_CHANNEL[kind] / P2P_LINKS_PER_CHANNEL["all_to_all"]
+    return P2P_PER_CHANNEL_NET_BW * clock / REFERENCE_CLOCK_GHZ * ratio
+
+
 def p2p_channels(p: Platform, st: NcclSettings) -> int:
     """The communicator's p2p channels: pow2Up of its channels (NCCL's p2pnChannels)."""
     return _pow2_up(comm_channels(p, ring_graph(p), st))
@@ -89,21 +126,28 @@ def p2p_choice(
     one_node = on.nnodes == 1
     chunk = st.p2p_nvl_chunk if one_node and on.intra == "nvlink" else st.p2p_net_chunk
     min_part, max_part = (chunk // 8, chunk * 32) if one_node else (chunk // 2, chunk)
-    least, most = p2p_channel_range(on, comm_channels(on, ring_graph(on), st), st.net_peer_channels)
+    total = comm_channels(on, ring_graph(on), st)
+    least, most = p2p_channel_range(on, total, st.net_peer_channels)
     nch = transfer_channels(per_peer, least, most, min_part, max_part)
+
+    def at_work(remote: bool) -> int:  # a send/recv has one peer: its own channels are all at work
+        return channels_at_work(on, nch, _pow2_up(total), remote) if coll.kind == "all_to_all" else nch
+
     if protocol == "auto":
         protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"
     pi = T.PROTOCOLS.index(protocol)
     hw = (p.intra if p.intra == "nvlink" else "pci") if intra else "net"
     lat = T.BASE_LAT["ring"][pi] + T.HW_LAT[hw]["ring"][pi]
-    if not intra:  # the proxy thread posts each network send and receive in turn: NCCL's per-step net overhead
+    if not intra:  # the proxy posts one op per part and direction of each remote transfer in turn (addP2pToPlan)
         remote = 1 if coll.kind == "send_recv" else p.nranks - p.ppn
-        lat += 2 * remote * net_overhead_us(p, st) * (3 if protocol == "Simple" else 1)
+        lat += 2 * remote * nch * net_overhead_us(p, st)
     local_peers = min(peers, p.ppn - 1)
     bw = p.gpu_intra_bw
-    if intra and p.intra == "nvlink":  # the channels at work: nch per peer, each one or half an NVLink (measured)
+    if intra and p.intra == "nvlink":  # the channels at work, each one or half an NVLink (measured)
         per_channel = T.NVLINK_BW_PER_LINK[p.arch] * P2P_LINKS_PER_CHANNEL[coll.kind]
-        bw = min(bw, nch * max(1, local_peers) * per_channel)
+        bw = min(bw, at_work(False) * per_channel)
+    net_bw = 0.0 if intra else at_work(True) * net_channel_bw(p, coll.kind)
+    nic = min(p.nic_bw, net_bw) if p.nic_bw else net_bw
     if protocol == "LL":
         bw = min(bw * 0.5, T.LL_MAX_BW[p.arch][0])
     elif protocol == "LL128":
@@ -111,8 +155,8 @@ def p2p_choice(
     peer_bw = bw / local_peers if local_peers > 0 else 0.0
     if coll.kind == "all_to_all":  # each rank sends (ppn - 1) blocks over NVLink and (n - ppn) over its NIC
         n = p.nranks
-        t_ns = max((p.ppn - 1) / n / bw, (n - p.ppn) / n / p.nic_bw if p.nic_bw else 0.0) * coll.nbytes
+        t_ns = max((p.ppn - 1) / n / bw, (n - p.ppn) / n / nic if nic else 0.0) * coll.nbytes
     else:
-        t_ns = coll.nbytes / (bw if intra else p.nic_bw or bw)
+        t_ns = coll.nbytes / (bw if intra else nic or bw)
     algbw = coll.nbytes / t_ns if t_ns > 0 else bw
-    return Choice("p2p", protocol, nch, lat, algbw, lat + t_ns / 1000.0, peer_bw)
+    return Choice("p2p", protocol, nch, lat, algbw, lat + t_ns / 1000.0, peer_bw, net_bw=net_bw)

@@ -72,6 +72,7 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> lis
         for f in flows:
             pair[f.src, f.dst] += f.size
         caps = [_peer_cap(f, w, pair[f.src, f.dst], choice, topo) for f, w in zip(flows, wire, strict=True)]
+        caps = _net_caps(flows, wire, caps, choice, topo)
     else:
         t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
         key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: (f.src, f.dst, f.key))
@@ -95,6 +96,22 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> lis
             f.conn,
         )  # fmt: skip
         for f, w, cap in zip(flows, wire, caps, strict=True)
+    ]
+
+
+def _net_caps(flows: list[Flow], wire: list[int], caps: list[int], choice: Choice, topo: Topology) -> list[int]:
+    """Across nodes: the flows that cross the network into a GPU share its channels' rate from its remote peers,
+    `choice.net_bw`, in proportion to their wire bytes (its channels run all its remote peers at once)."""
+    if choice.net_bw <= 0:
+        return caps
+    net = [f.src != f.dst and f.size > 0 and topo.shared_nvswitch(f.src, f.dst) is None for f in flows]
+    into: dict[int, int] = defaultdict(int)
+    for f, w, crosses in zip(flows, wire, net, strict=True):
+        if crosses:
+            into[f.dst] += w
+    return [
+        math.ceil(choice.net_bw * 8e9 * w / into[f.dst]) if crosses else cap
+        for f, w, cap, crosses in zip(flows, wire, caps, net, strict=True)
     ]
 
 

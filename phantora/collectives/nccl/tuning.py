@@ -56,6 +56,7 @@ class Choice:
     algbw: float  # GB/s, the model's algorithm bandwidth (bandwidth term only)
     time_us: float
     peer_bw: float = 0.0  # p2p: GB/s of one connection to a peer inside the node (0: not capped)
+    net_bw: float = 0.0  # p2p across nodes: GB/s a GPU's channels move from its remote peers (0: not capped)
     fill_us: float = 0.0  # pipeline fill NCCL's model leaves out (pipeline.py), charged on top of its time
 
     def to_dict(self) -> dict[str, object]:
