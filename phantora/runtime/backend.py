@@ -239,10 +239,11 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         finalize: Callable[[], None] | None = None,
         name: str | None = None,
         transfers: Sequence[Transfer] | None = None,
-        values: Callable[[], tuple[Callable[[], list[Any]], Callable[[], None] | None]] | None = None,
+        values: Callable[[], Callable[[], None] | None] | None = None,
     ) -> PhantoraWork:
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
-            start, finalize = values() if values is not None else (_nothing, None)
+            start = _nothing
+            finalize = values() if values is not None else None  # the values are posted here, before the issue
         p = self._s.issue(
             kind=kind,
             name=name or kind,
@@ -261,14 +262,16 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return self.rank()
 
     def _values(self, tensors: list[torch.Tensor], plan: Callable[[], Any]) -> Callable[[], Any] | None:
-        """`plan` (tensor_values' start and finish of this collective) if its tensors' values travel, else None."""
+        """`plan` (tensor_values' plan of this collective: it posts the values, then gives their finish) if its
+        tensors' values travel, else None. `_coll` runs it before it issues the collective."""
         return plan if self._gloo is None and tensor_values.carried(tensors) else None
 
     def _p2p_start(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Callable[[], list[Any]]:
+        """The inner half of a send; in phantom mode its values (if carried) are posted now, before the issue."""
         if self._gloo is not None:
             return lambda: [self._data.send(tensors, dst, tag)]
         if tensor_values.carried(tensors):
-            return tensor_values.send(self._ranks[self.rank()], self._ranks[dst], tensors, tag)
+            tensor_values.send(self._ranks[self.rank()], self._ranks[dst], tensors, tag)
         return _nothing
 
     def _p2p_finish(self, tensors: list[torch.Tensor], src: int, tag: int) -> Callable[[], None] | None:
@@ -433,16 +436,19 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data.alltoall_base(output, input, outs, ins, AllToAllOptions())]
 
+        n, me = self.size(), self.rank()
+        values = self._values(
+            [output, input], lambda: self._all_to_all_values(tensor_values.even_parts(input, n), [output])
+        )
         if not outs and not ins:
-            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output])
+            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output], values=values)
         row_in = input[0].numel() * input.element_size() if input.dim() and input.shape[0] else 0
         row_out = output[0].numel() * output.element_size() if output.dim() and output.shape[0] else 0
-        n, me = self.size(), self.rank()
         in_rows = ins or [input.shape[0] // n] * n
         out_rows = outs or [output.shape[0] // n] * n
         send, recv = [row_in * k for k in in_rows], [row_out * k for k in out_rows]
         if len(set(send)) == 1 and set(recv) == set(send):  # even splits: an ordinary all-to-all collective
-            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output])
+            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output], values=values)
         transfers = self._pairwise(send, recv, me)
         return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output], transfers=transfers)
 
@@ -454,7 +460,14 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         transfers = self._pairwise([nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs], self.rank())
         tensors = list(outputs) + list(inputs)
-        return self._coll("all_to_all", nbytes(inputs), inputs[0], tensors, start, list(outputs), transfers=transfers)
+        even = len({t.numel() for t in tensors}) == 1  # as every member sees it (uneven: sizes differ by member)
+        values = self._values(tensors, lambda: self._all_to_all_values(list(inputs), list(outputs))) if even else None
+        return self._coll(
+            "all_to_all", nbytes(inputs), inputs[0], tensors, start, list(outputs), transfers=transfers, values=values
+        )
+
+    def _all_to_all_values(self, parts: list[torch.Tensor], outputs: list[torch.Tensor]) -> Callable[[], None]:
+        return tensor_values.all_to_all(self._ranks, self.rank(), parts, outputs)
 
     def _pairwise(self, send_bytes: Sequence[int], recv_bytes: Sequence[int], me: int) -> list[Transfer]:
         out = []

@@ -7,9 +7,12 @@ broadcast or a recv overwrites the receiver's values; here the collective is tim
 travel beside it through the coordinator (bridge.values, msgpack on the wire):
 
 - which collectives: those whose tensors are integers or booleans of at most `LIMIT` bytes in all, a property
-  of shapes and dtypes, so every member of an SPMD group agrees on it without asking;
-- a sender (a broadcast's root, a send, every member of an all-reduce or all-gather) posts its values as it
-  issues the collective, or nil when its tensors are phantom;
+  of shapes and dtypes, so every member of an SPMD group agrees on it without asking (an all-to-all only with
+  even splits: uneven ones give each member other sizes);
+- a sender (a broadcast's root, a send, every member of an all-reduce, all-gather or all-to-all) posts its values,
+  or nil when its tensors are phantom, when its plan is made here: *before* the backend issues the collective.
+  A rank's messages reach the coordinator in the order sent (one socket), so the post is on the board before
+  the collective can complete, and a receiver that asks once it has completed always finds it;
 - once the collective completes, each receiver takes the values and writes them into its tensors; a phantom
   receiver that owns its storage (a fresh `torch.empty` / `zeros` on the device) becomes a tensor with values,
   as a GPU buffer holds what it received. If a sender had none, the receiver's tensors are left as they are.
@@ -39,7 +42,6 @@ _quiet = 0  # > 0 inside `quiet()`: object_values' own timed collectives carry n
 _wrappers: dict[int, torch.Tensor] = {}  # inside `wrapped_as`: the device tensor of each datum, by id
 _keys: dict[tuple[int, ...], int] = {}  # per group (or (src, dst) pair): value-carrying collectives issued so far
 
-Start = Callable[[], list[Any]]
 Finish = Callable[[], None]
 
 
@@ -126,23 +128,21 @@ def _client() -> Any:
     return client
 
 
-def _post(group: tuple[int, ...], key: int, data: bytes, reads: bool) -> Start:
-    def start() -> list[Any]:
-        _client().post_value(group=group, key=key, data=data, reads=reads)
-        return []
-
-    return start
+def _post(group: tuple[int, ...], key: int, data: bytes, reads: bool) -> None:
+    """Post now: the caller issues the collective after (see the module doc)."""
+    _client().post_value(group=group, key=key, data=data, reads=reads)
 
 
 def _take(group: tuple[int, ...], key: int) -> list[list[list[Any]] | None]:
     return [_decode(v) for v in _client().take_values(group=group, key=key)]
 
 
-def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Tensor]) -> tuple[Start, Finish | None]:
-    """The root's values into every member's tensors."""
+def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Tensor]) -> Finish | None:
+    """The root's values into every member's tensors (the root posts them now; the others' finish)."""
     key = next_key(ranks)
     if me == root:
-        return _post(ranks, key, _values(tensors), reads=False), None
+        _post(ranks, key, _values(tensors), reads=False)
+        return None
     into = targets(tensors)
 
     def finish() -> None:
@@ -151,7 +151,7 @@ def broadcast(ranks: tuple[int, ...], me: int, root: int, tensors: list[torch.Te
             for t, v in zip(into, got, strict=True):
                 write(t, v)
 
-    return (lambda: []), finish
+    return finish
 
 
 def _p2p_key(src: int, dst: int, tag: int) -> int:
@@ -162,9 +162,9 @@ def _p2p_key(src: int, dst: int, tag: int) -> int:
     return -1 - ((seq << 32) | (tag & 0xFFFFFFFF))
 
 
-def send(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0) -> Start:
-    """A send's values, posted for the pair (src, dst) (global ranks) under its tag's next key."""
-    return _post((src, dst), _p2p_key(src, dst, tag), _values(tensors), reads=False)
+def send(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0) -> None:
+    """A send's values, posted now for the pair (src, dst) (global ranks) under its tag's next key."""
+    _post((src, dst), _p2p_key(src, dst, tag), _values(tensors), reads=False)
 
 
 def recv(src: int, dst: int, tensors: list[torch.Tensor], tag: int = 0) -> Finish:
@@ -198,11 +198,12 @@ def _reducer(op: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     raise NotSimulatedError(f"all_reduce of integer tensors with {op} in phantom mode: SUM, AVG, PRODUCT, MIN, MAX")
 
 
-def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any) -> tuple[Start, Finish]:
+def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any) -> Finish:
     """Every member's values, reduced by `op` into every member's tensors (if every member had values)."""
     reduce = _reducer(op)
     key = next_key(ranks)
     into = targets(tensors)
+    _post(ranks, key, _values(tensors), reads=True)
 
     def finish() -> None:
         got = _take(ranks, key)
@@ -212,24 +213,49 @@ def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any) -> 
             stacked = torch.stack([torch.tensor(g[i], dtype=t.dtype) for g in got if g is not None])
             write(t, reduce(stacked).to(t.dtype).tolist())  # wraps at the dtype's width, as NCCL and gloo do
 
-    return _post(ranks, key, _values(tensors), reads=True), finish
+    return finish
 
 
-def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> tuple[Start, Finish]:
+def _write_in_rank_order(into: list[torch.Tensor], parts: list[list[Any]]) -> None:
+    """One part from each member, in rank order: into `into` one per member, or concatenated into one flat."""
+    if len(into) == len(parts):
+        for t, part in zip(into, parts, strict=True):
+            write(t, part)
+    else:
+        write(into[0], [x for part in parts for x in part])
+
+
+def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> Finish:
     """Every member's input values, concatenated in rank order into `outputs` (one per member, or one flat)."""
     key = next_key(ranks)
     into = targets(outputs)
+    _post(ranks, key, _values(inputs), reads=True)
 
     def finish() -> None:
         got = _take(ranks, key)
         if any(g is None for g in got):
             return
-        flat = [x for g in got if g is not None for part in g for x in part]
-        if len(into) == len(ranks):
-            step = len(flat) // len(ranks)
-            for i, t in enumerate(into):
-                write(t, flat[i * step : (i + 1) * step])
-        else:
-            write(into[0], flat)
+        _write_in_rank_order(into, [[x for part in g for x in part] for g in got if g is not None])
 
-    return _post(ranks, key, _values(inputs), reads=True), finish
+    return finish
+
+
+def even_parts(t: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """`t` cut into `n` equal parts along dim 0, flat (an all-to-all's chunk for each member, in rank order)."""
+    return list(_data(t).reshape(-1).tensor_split(n))
+
+
+def all_to_all(ranks: tuple[int, ...], me: int, parts: list[torch.Tensor], outputs: list[torch.Tensor]) -> Finish:
+    """Member j's `parts[i]` into member i's outputs, from each member in rank order (`outputs`: one per member,
+    or one flat), as NCCL's all-to-all leaves them; only if every member had values."""
+    key = next_key(ranks)
+    into = targets(outputs)
+    _post(ranks, key, _values(parts), reads=True)
+
+    def finish() -> None:
+        got = _take(ranks, key)
+        if any(g is None for g in got):
+            return
+        _write_in_rank_order(into, [g[me] for g in got if g is not None])
+
+    return finish

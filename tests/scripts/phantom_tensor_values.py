@@ -10,6 +10,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 from torch.distributed.tensor import _random as dtensor_random
@@ -39,6 +40,13 @@ seen["all_reduce_max"] = count.tolist()
 gathered = torch.empty(4, dtype=torch.int32, device="cuda")
 dist.all_gather_into_tensor(gathered, torch.tensor([rank, 7 * rank], dtype=torch.int32, device="cuda"))
 seen["all_gather"] = gathered.tolist()
+# an all-to-all of token counts, as an MoE token dispatcher exchanges them: rank r's row j goes to rank j
+counts = torch.tensor([[100 * rank + 10 * j, 100 * rank + 10 * j + 1] for j in range(2)], device="cuda")
+exchanged = funcol.all_to_all_single(counts, None, None, group=dist.group.WORLD)  # torchtitan's call
+seen["all_to_all_functional"] = funcol.wait_tensor(exchanged).tolist()
+into = torch.empty(2, 2, dtype=torch.int64, device="cuda")  # phantom until it receives
+dist.all_to_all_single(into, counts)
+seen["all_to_all_single"] = into.tolist()
 
 # DTensor's RNG tracker: made on the first random op of a DTensor, it broadcasts rank 0's state and adopts it
 torch.cuda.manual_seed(7 + rank)
