@@ -12,8 +12,9 @@ its own mirror, which the network cannot run. In phantom mode, for a multi-rank 
   scattered back (as soon as it is made), then after the writes each rank's write results gathered, the
   coordinator's merge of the ranks' metadata into the global `.metadata` a coordinated save writes (programs look
   for it: torchtitan finds its checkpoints by it) and its broadcast (a FileSystemWriter only);
-- `dcp.load` reads the global `.metadata` (phantom or real mode wrote it) or else the rank's own, and runs DCP's own
-  plan exchange (the default load planner's global step changes no plan);
+- `dcp.load` reads the global `.metadata` (phantom or real mode wrote it) or else the rank's own (named by its rank
+  in the load's group, as DCP names it), and runs DCP's own plan exchange (the default load planner's global step
+  changes no plan);
 - `dcp.async_save` is refused in one line (its background save is not modelled).
 What real DCP does that this does not: it writes a replicated item once, on one rank (the storage model charges
 its bytes over the ranks holding it: storage.py), and it scatters the coordinator's final plans, where this
@@ -220,17 +221,43 @@ def _refusing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+_load_groups: list[Any] = []  # the process group of each `_load_state_dict` in progress (innermost last)
+
+
+def _loading_on_group(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`_load_state_dict`, noting its process group while it runs (`_rank_in_load`)."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        _load_groups.append(signature.bind(*args, **kwargs).arguments.get("process_group"))
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _load_groups.pop()
+
+    setattr(call, _MARK, True)
+    return call
+
+
+def _rank_in_load() -> int:
+    """This rank's rank in the process group of the load in progress (the default group outside one): DCP names
+    a rank's own metadata `__{rank}.metadata` by its rank in the group that saved, not its global rank."""
+    return dist.get_rank(_load_groups[-1] if _load_groups else None)
+
+
 def _own_metadata(original: Callable[..., Any]) -> Callable[..., Any]:
-    """`FileSystemReader.read_metadata` falling back to the rank's own metadata (a checkpoint phantom mode wrote)
-    before torch would, so that torch does not log the missing global file as a failure."""
+    """`FileSystemReader.read_metadata` falling back to the rank's own metadata (a checkpoint saved without rank
+    coordination) before torch would, so that torch does not log the missing global file as a failure."""
 
     @functools.wraps(original)
     def read_metadata(self: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("rank") is None and _distributed():
+            me = _rank_in_load()
             path = self._get_metadata_path()
-            own = self._get_metadata_path(dist.get_rank())
-            if not os.path.exists(path) and os.path.exists(own):
-                kwargs["rank"] = dist.get_rank()
+            own = self._get_metadata_path(me)
+            if me >= 0 and not os.path.exists(path) and os.path.exists(own):
+                kwargs["rank"] = me
         return original(self, *args, **kwargs)
 
     setattr(read_metadata, _MARK, True)
@@ -307,6 +334,7 @@ def _patch(package: ModuleType) -> None:
         return
     state_dict_saver._save_state_dict = _without_coordination(state_dict_saver._save_state_dict)
     state_dict_loader._DistWrapper = _local_wrapper(state_dict_loader._DistWrapper)  # type: ignore[misc,assignment]
+    state_dict_loader._load_state_dict = _loading_on_group(state_dict_loader._load_state_dict)
     planner = default_planner.DefaultSavePlanner
     planner.resolve_data = _host_records(planner.resolve_data)  # type: ignore[method-assign]
     filesystem.FileSystemReader.read_metadata = _own_metadata(filesystem.FileSystemReader.read_metadata)  # type: ignore[method-assign]
