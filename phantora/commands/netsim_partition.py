@@ -9,7 +9,7 @@ workload's DAG), a scenario, queue sampling (`PacketConfig` refuses queue_sample
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phantora.errors import InputError
 from phantora.netsim.effective import EffectiveSettings
@@ -18,11 +18,29 @@ from phantora.netsim.packet_summary import channel_usage
 from phantora.topology.model import Topology
 
 if TYPE_CHECKING:
-    from phantora.commands.netsim import NetsimInput
+    from pathlib import Path
+
+    from phantora.netsim.base import Flow
     from phantora.netsim.engine_spec import EngineSpec
 
 
-def run_partition(topo: Topology, inp: NetsimInput, engine: EngineSpec, scenario: Any = None) -> dict[str, Any]:
+class FlowInput(Protocol):
+    """What of `phantora.commands.netsim.NetsimInput` a partitioned run reads."""
+
+    fmt: str
+    path: Path | None
+    batches: list[tuple[int, list[Flow]]]
+    dports: dict[int, int]
+    hidden: frozenset[int]
+
+    @property
+    def flows(self) -> list[Flow]: ...
+
+    @property
+    def first_start(self) -> int: ...
+
+
+def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: Any = None) -> dict[str, Any]:
     """`_run_ns3`'s result from `engine.packet.partition` worker processes."""
     from bridge.cut_pool import refuse_dependencies, run_partitioned_batches
 
