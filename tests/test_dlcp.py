@@ -75,11 +75,12 @@ def test_chunked_ring_maps_each_chunk() -> None:
     coll = Collective("all_reduce", (0, 1), 4000, "fp32")
     opts = AlgoOptions(channels=1, granularity="chunked", chunk_bytes=1000, model="ideal")
     dag = decompose(coll, topo, opts, first_flow_id=0)
-    # 2 ranks: slices of 2000, 2 chunks each; step 0 (reduce-scatter): position 0 sends slice 1, chunks 0, 1.
+    # 2 ranks: slices of 2000, 2 chunks each, in 2 passes of 2 steps (ids 0-3: chunk 0, ids 4-7: chunk 1; two
+    # positions a step). Flow 4: pass 1, step 0 (reduce-scatter), position 0 sends slice 1's chunk 1 (3000-3999).
     assert [f.size for f in dag.flows] == [1000] * 8
-    assert ring_lost_ranges(coll, topo, opts, 0, {1: [(0, 1000)]}) == {0: [(3000, 1000)], 1: [(3000, 1000)]}
-    # step 1 (all-gather): flow 4 is position 0 sending its slice 0 chunk 0 to position 1 only.
-    assert ring_lost_ranges(coll, topo, opts, 0, {4: [(0, 10)]}) == {1: [(0, 10)]}
+    assert ring_lost_ranges(coll, topo, opts, 0, {4: [(0, 1000)]}) == {0: [(3000, 1000)], 1: [(3000, 1000)]}
+    # flow 2: pass 0, step 1 (all-gather), position 0 sends its slice 0 chunk 0 to position 1 only.
+    assert ring_lost_ranges(coll, topo, opts, 0, {2: [(0, 10)]}) == {1: [(0, 10)]}
 
 
 def test_lost_bytes_of_a_coarse_ring_reduce_scatter_map_to_the_owner_shard() -> None:
@@ -114,8 +115,8 @@ def test_chunked_reduce_scatter_and_uneven_or_other_cases_stay_lossless() -> Non
     topo = leaf_spine(1, 2, 0, name="star2")
     coll = Collective("reduce_scatter", (0, 1), 4000, "fp32")
     opts = AlgoOptions(channels=1, granularity="chunked", chunk_bytes=1000, model="ideal")
-    # 2 ranks, one step: position 0 sends slice 1 (rank 1's shard) in chunks 0 (flow 0) and 1 (flow 1).
-    assert lost_ranges(coll, topo, opts, 0, {1: [(0, 8)]}) == {1: [(1000, 8)]}
+    # 2 ranks, one step, two passes: position 0 sends slice 1 (rank 1's shard) in chunks 0 (flow 0) and 1 (flow 2).
+    assert lost_ranges(coll, topo, opts, 0, {2: [(0, 8)]}) == {1: [(1000, 8)]}
     uneven = Collective("reduce_scatter", (0, 1), 4002, "fp32")
     assert supports_loss(uneven, topo, AlgoOptions(channels=1, model="ideal"))
     assert not supports_loss(uneven, topo, AlgoOptions(channels=2, model="ideal"))  # 2001 per channel, odd / 2

@@ -416,3 +416,25 @@ def test_compare_keeps_every_block_of_a_multi_block_table(
                                                                            data["sizes"], strict=True)}  # fmt: skip
     assert run.collectives == want
     assert run.time_ns == sum(round(r["time_ns"]) for r in data["sizes"])
+
+
+def test_granularity_chunked_runs_nccls_steps_in_nccls_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--granularity chunked`: the calls' flows are NCCL's steps (a packet run sees their bursts), and the table's
+    times are the coarse flows' (NCCL's closed form), here a 1 MiB LL ring all-reduce on 2 hosts of 2 GPUs."""
+    topo = tmp_path / "rail2x2.toml"
+    topo.write_text('gpu = "h100"\n[generator]\nkind = "rail_optimized"\nhosts = 2\ngpus_per_host = 2\n')
+    monkeypatch.setenv("NCCL_ALGO", "Ring")
+    monkeypatch.setenv("NCCL_PROTO", "LL")
+    argv = ["nccl-tests", "all_reduce_perf", "--topology", str(topo), "-b", "1M", "-e", "1M", "-n", "1", "-w", "0"]
+    got = {}
+    for gran in ("coarse", "chunked"):
+        _, data = _run([*argv, "--granularity", gran, "--out", str(tmp_path / gran)], capsys)
+        assert data is not None and data["granularity"] == gran
+        got[gran] = data["sizes"][0]
+    assert got["chunked"]["choice"] == got["coarse"]["choice"]
+    choice = got["chunked"]["choice"]
+    assert choice["algorithm"] == "Ring" and choice["protocol"] == "LL"
+    assert got["chunked"]["time_us"] == pytest.approx(got["coarse"]["time_us"], rel=1e-3)
+    assert got["chunked"]["time_us"] >= choice["model_time_us"]

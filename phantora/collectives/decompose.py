@@ -23,6 +23,7 @@ from phantora.collectives.tree import tree_flows
 from phantora.topology.model import Topology
 
 BARRIER_SLICE_BYTES = 1  # a barrier is a tree all-reduce of one byte
+CHUNKED_ALGORITHMS = ("ring", "tree", "chain")  # those whose flows `granularity=chunked` cuts into NCCL's steps
 
 
 def decompose(
@@ -62,7 +63,8 @@ def decompose(
     _build(b, coll, topo, opts, nodes)
     dag = b.finish()
     if choice is not None:
-        dag.flows = shape(dag.flows, choice, coll.nbytes, topo)
+        chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
+        dag.flows = shape(dag.flows, choice, coll.nbytes, topo, chunked=chunked)
         dag.choice = choice.to_dict()
     return dag
 
@@ -124,7 +126,8 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         pat_flows(b, kind, n, coll.nbytes)
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c, alternate) for c in range(ch)]
-        ring_collective(b, kind, orders, coll.nbytes, **common)
+        in_turn = opts.model == "nccl"
+        ring_collective(b, kind, orders, coll.nbytes, in_turn=in_turn, **common)
     elif algo == "tree":
         for c, size in enumerate(split(coll.nbytes, ch)):
             parent = tree_parents(blocks, c % 2, c // 2)

@@ -49,6 +49,7 @@ def ring_flows(
     step_delay_ns: int,
     name: str = "ring",
     start_deps: list[tuple[int, ...]] | None = None,
+    in_turn: bool = False,
 ) -> list[list[int]]:
     """Add one channel's ring flows; return, per ring position, the flows it receives at the last step.
 
@@ -56,8 +57,13 @@ def ring_flows(
     `start_deps[i]` are flows that ring position i must have received before its first send.
     Coarse: one flow per ring edge carrying everything the sender sends, delayed by the summed
     step latency. Chunked: each slice is cut into k near-equal chunks (k = ceil(max slice /
-    chunk_bytes)); at every step each position sends every chunk to its successor, and chunk c
-    at step s waits for chunk c of step s - 1 to arrive from the predecessor, plus the step delay.
+    chunk_bytes)) and the ring runs k passes, as NCCL's kernel does: pass c moves chunk c of every
+    slice through all the steps. Chunk c at step s waits for chunk c of step s - 1 to arrive from
+    the predecessor, plus the step delay. `in_turn` (the NCCL model, whose flows are capped at their
+    connection's rate): a rank runs its passes one after another (a pass's first step waits for the
+    sender's last message of the pass before), so a connection never carries two passes at once and
+    moves its bytes at its own rate; without it every pass runs at once, and the links alone set the
+    pace.
     """
     n = len(order)
     first = start_deps or [()] * n
@@ -74,18 +80,24 @@ def ring_flows(
     schedule = ring_schedule(kind, n)
     k = max(1, math.ceil(max(slices) / chunk_bytes))
     chunks = [split(size, k) for size in slices]
-    # recv[i][c]: the flow bringing chunk c to ring position i at the previous step.
-    recv: list[list[int]] = [[] for _ in range(n)]
-    for s, step in enumerate(schedule):
-        new: list[list[int]] = [[0] * k for _ in range(n)]
-        stag = f"{tag}/step{s}"
+    # recv[i][c]: the flow bringing chunk c to ring position i at its last step; sent[i]: position i's last send.
+    recv: list[list[int]] = [[0] * k for _ in range(n)]
+    sent: list[tuple[int, ...]] = [()] * n
+    for c in range(k):  # NCCL's passes: pass c moves chunk c of every slice through all the steps
+        prev = [0] * n  # the flow bringing chunk c to each position at the previous step
+        for s, step in enumerate(schedule):
+            ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
+            now = [0] * n
+            for i in range(n):
+                j = (i + 1) % n
+                deps = (prev[i],) if s else first[i]
+                if in_turn and not s:  # a rank runs its passes one after another
+                    deps = (*deps, *sent[i])
+                now[j] = b.add(order[i], order[j], chunks[step[i]][c], ctag, channel, deps, step_delay_ns)
+                sent[i] = (now[j],)
+            prev = now
         for i in range(n):
-            j = (i + 1) % n
-            for c in range(k):
-                deps = (recv[i][c],) if s else first[i]
-                ctag = f"{stag}/chunk{c}" if k > 1 else stag
-                new[j][c] = b.add(order[i], order[j], chunks[step[i]][c], ctag, channel, deps, step_delay_ns)
-        recv = new
+            recv[i][c] = prev[i]
     return recv
 
 
@@ -98,8 +110,10 @@ def ring_collective(
     chunked: bool,
     chunk_bytes: int,
     step_delay_ns: int,
+    in_turn: bool = False,
 ) -> None:
-    """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries its share of nbytes."""
+    """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries its share of nbytes
+    (`in_turn`: see `ring_flows`)."""
     for c, (order, size) in enumerate(zip(orders, split(nbytes, len(orders)), strict=True)):
         ring_flows(
             b,
@@ -110,4 +124,5 @@ def ring_collective(
             chunked=chunked,
             chunk_bytes=chunk_bytes,
             step_delay_ns=step_delay_ns,
+            in_turn=in_turn,
         )

@@ -132,9 +132,9 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
             continue
         k = max(1, math.ceil(max(slices) / opts.chunk_bytes))
         chunks = [split(size, k) for size in slices]
-        for s, step in enumerate(schedule):
-            for i in range(n):
-                for ch in range(k):
+        for ch in range(k):  # pass ch moves chunk ch of every slice through all the steps (`ring.ring_flows`)
+            for s, step in enumerate(schedule):
+                for i in range(n):
                     j = step[i]
                     yield fid, c, order, i, [(s, j, sum(chunks[j][:ch]), chunks[j][ch])], slices
                     fid += 1

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from phantora.collectives import AlgoOptions
 from phantora.commands.options import Parser, add_network_options
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.errors import InputError
@@ -82,6 +83,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="GPU model (a100, h100, h200, b200, ...): of the default server, or instead of the topology's own",
     )
     add_network_options(p)
+    p.add_argument(
+        "--granularity",
+        choices=("coarse", "chunked"),
+        default="coarse",
+        help="the calls' flows: coarse (default: one per connection and algorithm step) or chunked (NCCL's steps, "
+        "chunks and slices, each a message: the bursts a packet run sees; many more flows)",
+    )
     g = p.add_argument_group("nccl-tests flags")
     g.add_argument(
         "--np",
@@ -240,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
                       blocking=args.blocking))  # fmt: skip
     emit(*reduced, *nt.table_header())
     bench = nt.Bench(spec, topo, ranks, types[0], iters=args.iters, warmup=0, gpus_per_thread=args.ngpus,
-                     agg=args.agg_iters, blocking=args.blocking > 0, graph=args.cudagraph > 0)  # fmt: skip
+                     agg=args.agg_iters, blocking=args.blocking > 0, graph=args.cudagraph > 0,
+                     opts=AlgoOptions(granularity=args.granularity))  # fmt: skip
     results: list[tuple[nt.Run, nt.SizeResult]] = []
     sim = make_engine(engine, topo, spawner=spawn_workers)
     try:
@@ -284,6 +293,7 @@ def _results(
         "collective": spec.kind,
         "topology": topo.summary(),
         "network": args.network,
+        "granularity": args.granularity,
         "cc": cc,
         "ranks": len(ranks),
         "np": args.np,

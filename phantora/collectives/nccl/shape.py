@@ -59,13 +59,53 @@ def _rounds(flows: list[Flow], choice: Choice) -> int:
     return max(sends.values(), default=1)
 
 
-def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> list[Flow]:
-    """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire."""
+def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
+    """The longest chains of dependent flows on an idle network (flows in dependency order, as decomposed): the
+    longest of their propagation plus transfer time at their caps, and the longest of their transfer time alone
+    (ns; a flow without a cap transfers in no time)."""
+    route_ns: dict[tuple[int, int, int], int] = {}
+    both: dict[int, float] = {}
+    xfer: dict[int, float] = {}
+    for f, size, cap in zip(flows, wire, caps, strict=True):
+        key = (f.src, f.dst, f.id if f.key is None else f.key)
+        hop = route_ns.get(key)
+        if hop is None:
+            hop = route_ns[key] = topo.path_latency_ns(topo.route(*key)) if f.src != f.dst else 0
+        own = size * 8e9 / cap if cap else 0.0
+        both[f.id] = max((both.get(d, 0.0) for d in f.deps), default=0.0) + hop + own
+        xfer[f.id] = max((xfer.get(d, 0.0) for d in f.deps), default=0.0) + own
+    return max(both.values(), default=0.0), max(xfer.values(), default=0.0)
+
+
+def _delay_ns(
+    flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool, wire: list[int], caps: list[int]
+) -> int:
+    """The delay of the collective's first flows: NCCL's latency and the fill, less what the network charges.
+
+    Coarse: the fill is a delay, and the path's propagation (once, or once per round of PAT) is netted out.
+    Chunked (flows in NCCL's steps and chunks): the dependencies charge a fill of their own (their longest
+    chain's transfer time beyond one connection's, `nbytes / algbw`) and cross the hops one after another. The
+    model's fill, what coarse adds to NCCL's latency without its tree correction (the correction, a fit of
+    measured trees, and the choice's fill), is charged once: the delay is NCCL's latency without the
+    correction, plus what the model's fill exceeds the chunks' by, less the propagation on the longest chain
+    (on an idle network)."""
+    if not chunked:
+        prop = propagation_ns(flows, topo) * _rounds(flows, choice)
+        return max(0, round((choice.lat_us + choice.fill_us) * 1000) - prop)
+    idle, xfer = critical_chains_ns(flows, topo, wire, caps)
+    t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
+    own_ns = max(0.0, xfer - t_bw_ns)
+    model_ns = (choice.fit_us + choice.fill_us) * 1000
+    base_ns = (choice.lat_us - choice.fit_us) * 1000
+    return max(0, round(base_ns + max(0.0, model_ns - own_ns) - (idle - xfer)))
+
+
+def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool = False) -> list[Flow]:
+    """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire.
+    `chunked`: the flows are NCCL's steps, chunks and slices (ring, tree, chain), see `_delay_ns`."""
     if not flows:
         return flows
     proto = choice.protocol
-    prop = propagation_ns(flows, topo) * _rounds(flows, choice)
-    delay = max(0, round((choice.lat_us + choice.fill_us) * 1000) - prop)
     wire = [wire_bytes(f.size, proto) for f in flows]
     if choice.algorithm == "p2p":
         pair: dict[tuple[int, int], int] = defaultdict(int)  # a peer's transfer, over all of its channels
@@ -80,6 +120,7 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology) -> lis
         for f, w in zip(flows, wire, strict=True):
             total[key(f)] += w
         caps = [math.ceil(total[key(f)] * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0 for f in flows]
+    delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
     return [
         Flow(
             f.id,

@@ -58,6 +58,7 @@ class Choice:
     peer_bw: float = 0.0  # p2p: GB/s of one connection to a peer inside the node (0: not capped)
     net_bw: float = 0.0  # p2p across nodes: GB/s a GPU's channels move from its remote peers (0: not capped)
     fill_us: float = 0.0  # pipeline fill NCCL's model leaves out (pipeline.py), charged on top of its time
+    fit_us: float = 0.0  # the part of lat_us that is NCCL's tree correction (a fit of measured trees: their fill)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -295,8 +296,9 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         kernel = ring_kernel.kernel_busbw(p) * p.nranks / _nsteps(kind, p.nranks)
     algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
+    fit = tree_correction_us(cost, kind, nbytes)
     if cost.algorithm == "tree":  # the correction already charges the mid-size shortfall: count the larger
-        fill = max(0.0, fill - tree_correction_us(cost, kind, nbytes))
+        fill = max(0.0, fill - fit)
     if cost.algorithm == "nvls_tree":  # one chunk per operation: no pipeline, the chunk's own crossing
         fill = nvls_tree.fill_us(p, st, nbytes, ch, algbw, fill)
     overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch)
@@ -307,7 +309,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if overhead:
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
     lat = t - nbytes / (1000.0 * cost.algbw)
-    return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, lat + nbytes / (1000.0 * algbw), fill_us=fill)
+    time = lat + nbytes / (1000.0 * algbw)
+    return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, time, fill_us=fill, fit_us=fit)
 
 
 def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:

@@ -1,0 +1,109 @@
+"""`granularity=chunked` under the NCCL model: flows in NCCL's passes, steps and chunks, whose times are NCCL's.
+
+Expected times come from NCCL's own model (its latency and algorithm bandwidth, the choice's `model_time_us`) and
+from closed forms of the pipeline written out here; chunk sizes from NCCL's enqueue.cc (`calcCollChunking`:
+the protocol's buffer over NCCL_STEPS, 4 steps a ring's Simple chunk), not from the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl import choose
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import rail_optimized
+
+KiB, MiB = 1 << 10, 1 << 20
+TOPO = rail_optimized(2, 2, gpu="h100")  # 2 hosts x 2 H100: 4 ranks, NVLink inside a host, a 400G NIC each
+RANKS = (0, 1, 2, 3)
+
+
+def opts(granularity: str, **env: str) -> AlgoOptions:
+    return AlgoOptions(granularity=granularity, nccl_env=nccl_env(env))
+
+
+def run(coll: Collective, options: AlgoOptions) -> tuple[float, dict, int]:
+    """Time (µs) of one collective on an idle flow network, NCCL's choice, and the flows' count."""
+    dag = decompose(coll, TOPO, options)
+    sim = FlowSimulator(TOPO)
+    sim.submit(dag.flows, at=0)
+    return max(c.end_ns for c in sim.drain()) / 1e3, dag.choice or {}, len(dag.flows)
+
+
+@pytest.mark.parametrize(
+    ("proto", "size"), [("LL", 64 * KiB), ("LL", MiB), ("LL128", 4 * MiB), ("Simple", 4 * MiB), ("Simple", 16 * MiB)]
+)
+def test_chunked_ring_takes_nccls_time(proto: str, size: int) -> None:
+    """A ring all-reduce has no fill: every rank sends from its first step, so its 2(n-1) steps (times the passes)
+    of a chunk each at the connection's rate take bytes / algbw, plus NCCL's latency: NCCL's model time, to 0.1%,
+    and the coarse flows' time. The chunks' own hops are part of that latency, not added to it."""
+    coll = Collective("all_reduce", RANKS, size, "fp32")
+    t, choice, flows = run(coll, opts("chunked", NCCL_ALGO="Ring", NCCL_PROTO=proto))
+    coarse, _, coarse_flows = run(coll, opts("coarse", NCCL_ALGO="Ring", NCCL_PROTO=proto))
+    assert choice["algorithm"] == "Ring" and choice["protocol"] == proto
+    nccl = choice["model_lat_us"] + size / (1000 * choice["model_algbw_gbs"])
+    assert t == pytest.approx(nccl, rel=1e-3)
+    assert t == pytest.approx(coarse, rel=1e-3)
+    assert flows >= 2 * (len(RANKS) - 1) * coarse_flows  # at least a flow per step where coarse has one per edge
+
+
+def ll128_tree_chunk(nbytes: int, channels: int) -> int:
+    """calcCollChunking's LL128 tree chunk on 2 nodes of 2 GPUs: the LL128 step's data (its buffer over NCCL_STEPS,
+    120 of 128 bytes), halved while too few chunks a channel (64 then 16 x (1 + log2 2 + 0.1 x 2) / 2)."""
+    chunk = 120 * 640 * 8 * 8 // 8 // 16 * 15
+    depth = 1 + math.log2(2) + 0.1 * 2
+    while nbytes / (channels * chunk) < depth * 64 / 2 and chunk > 128 * KiB:
+        chunk //= 2
+    while nbytes / (channels * chunk) < depth * 16 / 2 and chunk > 32 * KiB:
+        chunk //= 2
+    return chunk
+
+
+@pytest.mark.parametrize(("proto", "size"), [("LL128", MiB), ("Simple", 16 * MiB)])
+def test_chunked_tree_charges_its_fill_once(proto: str, size: int) -> None:
+    """Tree all-reduce on 2 x 2: the fill is the chunks' own, (2h - 1) chunk times for a tree of height h = 2 (a
+    GPU chained to its host's head, the heads linked), each chunk at its connection's rate (bytes / algbw per edge
+    and direction); the delay is NCCL's latency less its tree correction (a fit of that fill), and the larger of
+    the correction and the fill is charged: never both, never the fill twice. LL128 at 1 MiB: the correction is
+    larger (NCCL's own time); Simple at 16 MiB (512 KiB chunks, one Simple step): the fill is."""
+    coll = Collective("all_reduce", RANKS, size, "fp32")
+    options = opts("chunked", NCCL_ALGO="Tree", NCCL_PROTO=proto)
+    t, _, _ = run(coll, options)
+    nccl = choose(coll, TOPO, options)
+    assert nccl is not None and nccl.algorithm == "tree"
+    t_bw = size / (1000 * nccl.algbw)
+    chunk = ll128_tree_chunk(size, nccl.channels) if proto == "LL128" else 4 * MiB // 8
+    chunks = math.ceil(size / nccl.channels / chunk)
+    fill = (2 * 2 - 1) * t_bw / chunks
+    assert (fill < nccl.fit_us) == (proto == "LL128")
+    want = nccl.lat_us - nccl.fit_us + t_bw + max(nccl.fit_us, fill)
+    assert t == pytest.approx(want, rel=0.01)
+
+
+def test_buffsize_sets_the_simple_step_of_chunked_flows() -> None:
+    """NCCL_BUFFSIZE = 1 MiB: a 128 KiB Simple step (512 KiB by default). A tree's chunk is one step: a 16 MiB tree
+    all-reduce's largest flow is 128 KiB, four times as many flows; a ring's chunk is 4 steps (512 KiB, 2 MiB by
+    default): a 64 MiB ring all-reduce on 4 ranks and 8 channels (2 MiB a rank and channel) runs 4 passes instead
+    of one, in NCCL's time still (the passes run one after another, each at the connection's rate). The coarse
+    flows do not change: one per connection and algorithm step whatever the step size."""
+    tree = Collective("all_reduce", RANKS, 16 * MiB, "fp32")
+    default = decompose(tree, TOPO, opts("chunked", NCCL_ALGO="Tree", NCCL_PROTO="Simple"))
+    small = decompose(tree, TOPO, opts("chunked", NCCL_ALGO="Tree", NCCL_PROTO="Simple", NCCL_BUFFSIZE=str(MiB)))
+    assert max(f.size for f in default.flows) == 512 * KiB
+    assert max(f.size for f in small.flows) == 128 * KiB
+    assert len(small.flows) == 4 * len(default.flows)
+    ring = Collective("all_reduce", RANKS, 64 * MiB, "fp32")
+    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
+    t1, one, n1 = run(ring, opts("chunked", **env))
+    t4, four, n4 = run(ring, opts("chunked", **env, NCCL_BUFFSIZE=str(MiB)))
+    assert one["channels"] == four["channels"] == 8
+    assert n4 == 4 * n1 == 4 * 8 * 2 * 3 * len(RANKS)  # channels x 2(n - 1) steps x n senders, a pass
+    for t, choice in ((t1, one), (t4, four)):
+        assert t == pytest.approx(choice["model_lat_us"] + 64 * MiB / (1000 * choice["model_algbw_gbs"]), rel=1e-3)
+    plain = decompose(ring, TOPO, opts("coarse", **env)).flows
+    buffered = decompose(ring, TOPO, opts("coarse", **env, NCCL_BUFFSIZE=str(MiB))).flows
+    assert [f.size for f in plain] == [f.size for f in buffered]
