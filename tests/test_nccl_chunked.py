@@ -107,3 +107,34 @@ def test_buffsize_sets_the_simple_step_of_chunked_flows() -> None:
     plain = decompose(ring, TOPO, opts("coarse", **env)).flows
     buffered = decompose(ring, TOPO, opts("coarse", **env, NCCL_BUFFSIZE=str(MiB))).flows
     assert [f.size for f in plain] == [f.size for f in buffered]
+
+
+@pytest.mark.ns3
+@pytest.mark.parametrize(("algo", "proto", "size"), [("Ring", "LL", MiB), ("Tree", "LL128", MiB)])
+def test_packet_mode_carries_the_chunks_in_nccls_time(ns3_lib, algo: str, proto: str, size: int) -> None:
+    """Through ns-3 each chunk is a message of its connection: ns-3 delivers every flow's wire bytes (the ring's
+    2(n-1)/n S per rank, LL x2; the tree's S per edge and direction, LL128 128/120 a line) and ends within 2% of
+    NCCL's time on the flow network at the packets' goodput (what headers leave of the links)."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+
+    coll = Collective("all_reduce", RANKS, size, "fp32")
+    dag = decompose(coll, TOPO, opts("chunked", NCCL_ALGO=algo, NCCL_PROTO=proto))
+    n = len(RANKS)
+    if algo == "Ring":
+        assert sum(f.size for f in dag.flows) == 2 * n * 2 * (n - 1) * size // n  # LL: twice the ring's bytes
+    else:
+        per_edge = [math.ceil(f.size / 128) * 120 for f in dag.flows]  # data of each flow's LL128 lines
+        assert sum(per_edge) >= 2 * (n - 1) * size  # every edge up and down carries the channel's share
+    times = {}
+    for name, spec in (("flow", EngineSpec(network="flow", flow_goodput=True)), ("ns3", EngineSpec(network="ns3"))):
+        sim = make_engine(spec, TOPO)
+        try:
+            sim.submit(dag.flows, at=0)
+            done = sim.drain()
+        finally:
+            sim.close()
+        assert len(done) == len(dag.flows)  # one message a chunk and step: the bursts
+        assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
+        times[name] = max(c.end_ns for c in done)
+    assert times["ns3"] == pytest.approx(times["flow"], rel=0.02)
