@@ -91,14 +91,40 @@ class SimCudaTensor(torch.Tensor):
 def wrap_output(elem: torch.Tensor, index: int, shape: torch.Size, dtype: torch.dtype) -> SimCudaTensor:
     """`SimCudaTensor(elem, index)` for the output of an op on cuda tensors (fastpath.py), with fewer steps: no
     first-tensor check (its inputs were cuda tensors), `elem`'s shape and dtype as the caller read them, and the
-    wrapper made directly, given only the metadata that differs from the defaults (a storage offset, a layout,
-    requires_grad: then the constructor's way)."""
-    if elem.requires_grad or elem.storage_offset() or elem.layout is not _STRIDED or index >= len(_CUDA):
+    wrapper made directly, given only the metadata that differs from the defaults: its strides only when they are
+    not the contiguous ones `_make_wrapper_subclass` computes itself (parsing them is a sixth of the wrapper's
+    cost); a storage offset, another layout or requires_grad take the constructor's way."""
+    if elem.requires_grad or elem.layout is not _STRIDED or elem.storage_offset() or index >= _N_CUDA:
         return SimCudaTensor(elem, index)
-    r = _make_wrapper(SimCudaTensor, shape, strides=elem.stride(), dtype=dtype, device=_CUDA[index])
+    strides = elem.stride()
+    contiguous = _CONTIGUOUS.get(shape)
+    if contiguous is None:
+        contiguous = _contiguous_strides(shape)
+    if strides == contiguous:
+        r = _make_wrapper(SimCudaTensor, shape, dtype=dtype, device=_CUDA[index])
+    else:
+        r = _make_wrapper(SimCudaTensor, shape, strides=strides, dtype=dtype, device=_CUDA[index])
     r.elem = elem
     r._sim_index = index
     return r
+
+
+_N_CUDA = len(_CUDA)
+_CONTIGUOUS: dict[torch.Size, tuple[int, ...]] = {}  # shape -> its contiguous strides, for `wrap_output`
+_CONTIGUOUS_MAX = 4096  # shapes kept (a program whose shapes keep changing starts the cache afresh)
+
+
+def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+    """The strides torch gives a contiguous tensor of `shape` (a dimension of size 0 or 1 counts as 1), cached."""
+    strides = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    if len(_CONTIGUOUS) >= _CONTIGUOUS_MAX:
+        _CONTIGUOUS.clear()
+    out = _CONTIGUOUS[shape] = tuple(reversed(strides))
+    return out
 
 
 _BASE_DATA = torch._C.TensorBase.data
