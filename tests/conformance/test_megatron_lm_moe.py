@@ -54,3 +54,19 @@ def test_mixture_of_experts_with_expert_parallelism(tmp_path: Path) -> None:
     kinds = {str(e.get("name", "")).split("#")[0] for e in events if e.get("pid") == 0 and e.get("cat") != "compute"}
     assert "reduce_scatter" in kinds  # the dispatcher's combine (DP alone would all-reduce: no distributed optimizer)
     assert_documented(run.step_ms(), "pretrain_gpt.py", "core_v0.17.0, 2 layers, `--num-experts 4")
+
+
+@pytest.mark.slow
+def test_mixture_of_experts_stops_in_one_line_in_phantom_mode(tmp_path: Path) -> None:
+    """The same run with `--phantom`: the all-gather dispatcher counts the tokens its experts got from the router's
+    routing map, which it computes on the device from phantom scores, and reads their sum (`.item()`) to size the
+    permutation: the run stops there in one line naming it, as phantom mode does for any value it does not have."""
+    workdir = tmp_path / "Megatron-LM"
+    shutil.copytree(PROGRAMS / UPSTREAM, workdir)
+    args = [*MODEL, "--num-layers", "2", *RUN, *DATA, *NO_APEX_NO_TE, *MOE, *MIXTRAL]
+    run = run_program(workdir, "pretrain_gpt.py", args, tmp_path / "out", 4, ("--phantom",), env=ENV)
+    assert run.returncode != 0
+    stop = [line for line in run.output.splitlines() if line.startswith("phantora: rank 0 failed")]
+    assert len(stop) == 1, run.output[-3000:]
+    assert "token_dispatcher.py:301 in dispatch_postprocess): PhantomValueError" in stop[0]
+    assert "tokens_per_expert.sum().item()" in stop[0]

@@ -81,9 +81,11 @@ def test_train_resumes_from_its_own_checkpoint_as_if_never_stopped(workdir: Path
 
 @pytest.mark.slow
 def test_deepseek_v3_debugmodel_with_expert_parallelism(workdir: Path, tmp_path: Path) -> None:
-    """torchtitan's deepseek_v3_debugmodel (MoE) with EP 2 on 2 GPUs, real mode (phantom mode cannot: the token
-    dispatcher reads the token counts per expert to size its all-to-all). The run exits 0 and logs a loss that
-    falls; tokens/s is the tokens per rank over the simulated step."""
+    """torchtitan's deepseek_v3_debugmodel (MoE) with EP 2 on 2 GPUs, real mode. The run exits 0 and logs a loss
+    that falls; tokens/s is the tokens per rank over the simulated step. Phantom mode stops in one line where the
+    token dispatcher reads the token counts per expert to size its all-to-all: the counts are computed on the
+    device from the router's scores, which are phantom, so there are no values to exchange (the all-to-all of
+    counts carries values when they exist: tests/test_tensor_values.py)."""
     args = ["--module", "deepseek_v3", "--config", "deepseek_v3_debugmodel", *TORCH_2_13, "--training.steps", "3"]
     args += ["--training.seq_len", "256", "--training.local_batch_size", "2"]
     args += ["--parallelism.expert_parallel_degree", "2", "--debug.seed", "42"]
@@ -93,6 +95,11 @@ def test_deepseek_v3_debugmodel_with_expert_parallelism(workdir: Path, tmp_path:
     assert sorted(logged) == [1, 2, 3] and float(logged[3][0]) < float(logged[1][0])
     for step, st in zip([2, 3], run.steps()[1:], strict=True):
         assert logged[step][2] == pytest.approx(2 * 256 / (st["time_ns"] / 1e9), rel=0.01)
+    assert_documented(run.step_ms(), TRAIN_DOC, "`--module deepseek_v3 --config deepseek_v3_debugmodel`, EP 2")
+    phantom = run_program(workdir, TRAIN, args, tmp_path / "phantom", 2, ("--phantom",))
+    assert phantom.returncode != 0
+    stop = [line for line in phantom.output.splitlines() if line.startswith("phantora: rank 0 failed")]
+    assert len(stop) == 1 and "token_dispatcher.py:307 in _sync_token_count_exchange): PhantomValueError" in stop[0]
 
 
 @pytest.mark.slow
