@@ -65,23 +65,27 @@ def ll128_tree_chunk(nbytes: int, channels: int) -> int:
 
 @pytest.mark.parametrize(("proto", "size"), [("LL128", MiB), ("Simple", 16 * MiB)])
 def test_chunked_tree_charges_its_fill_once(proto: str, size: int) -> None:
-    """Tree all-reduce on 2 x 2: the fill is the chunks' own, (2h - 1) chunk times for a tree of height h = 2 (a
-    GPU chained to its host's head, the heads linked), each chunk at its connection's rate (bytes / algbw per edge
-    and direction); the delay is NCCL's latency less its tree correction (a fit of that fill), and the larger of
-    the correction and the fill is charged: never both, never the fill twice. LL128 at 1 MiB: the correction is
-    larger (NCCL's own time); Simple at 16 MiB (512 KiB chunks, one Simple step): the fill is."""
+    """Tree all-reduce on 2 x 2: a chunk crosses the network at its connection's rate (bytes / algbw per edge and
+    direction) and a host's NVLink hop at the link's rate, so the chunks' own fill is about one network crossing
+    less than a chunk time each way; the model's fill (NCCL's tree correction, its fit of measured trees, and
+    `pipeline.py`'s stages beyond it) is larger and charged once, as coarse charges it: NCCL's latency plus its
+    fill plus bytes / algbw, never the fill twice. LL128 at 1 MiB (chunks of `ll128_tree_chunk`): the correction
+    is the fill; Simple at 16 MiB (512 KiB chunks, one Simple step): `pipeline.py`'s (2h - 1) chunk times."""
     coll = Collective("all_reduce", RANKS, size, "fp32")
     options = opts("chunked", NCCL_ALGO="Tree", NCCL_PROTO=proto)
-    t, _, _ = run(coll, options)
+    t, _, flows = run(coll, options)
     nccl = choose(coll, TOPO, options)
     assert nccl is not None and nccl.algorithm == "tree"
     t_bw = size / (1000 * nccl.algbw)
     chunk = ll128_tree_chunk(size, nccl.channels) if proto == "LL128" else 4 * MiB // 8
     chunks = math.ceil(size / nccl.channels / chunk)
+    assert flows == nccl.channels * 2 * (len(RANKS) - 1) * chunks  # each edge up and down, a flow a chunk
     fill = (2 * 2 - 1) * t_bw / chunks
-    assert (fill < nccl.fit_us) == (proto == "LL128")
-    want = nccl.lat_us - nccl.fit_us + t_bw + max(nccl.fit_us, fill)
+    model_fill = nccl.fit_us + nccl.fill_us  # what coarse adds to NCCL's latency without its correction
+    assert model_fill == pytest.approx(max(nccl.fit_us, fill / 2), rel=1e-6)  # pipeline.py: the channel's rate
+    want = nccl.lat_us - nccl.fit_us + model_fill + t_bw
     assert t == pytest.approx(want, rel=0.01)
+    assert t < want + model_fill / 2  # not charged twice
 
 
 def test_buffsize_sets_the_simple_step_of_chunked_flows() -> None:

@@ -64,7 +64,8 @@ def decompose(
     dag = b.finish()
     if choice is not None:
         chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
-        dag.flows = shape(dag.flows, choice, coll.nbytes, topo, chunked=chunked)
+        pipelined = opts.algorithm in ("tree", "chain")
+        dag.flows = shape(dag.flows, choice, coll.nbytes, topo, chunked=chunked, pipelined=pipelined)
         dag.choice = choice.to_dict()
     return dag
 

@@ -61,17 +61,20 @@ def _rounds(flows: list[Flow], choice: Choice) -> int:
 
 def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
     """The longest chains of dependent flows on an idle network (flows in dependency order, as decomposed): the
-    longest of their propagation plus transfer time at their caps, and the longest of their transfer time alone
-    (ns; a flow without a cap transfers in no time)."""
-    route_ns: dict[tuple[int, int, int], int] = {}
+    longest of their propagation plus transfer time at their caps (a flow without one: at its path's slowest
+    link), and the longest of their transfer time alone (ns)."""
+    paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     both: dict[int, float] = {}
     xfer: dict[int, float] = {}
     for f, size, cap in zip(flows, wire, caps, strict=True):
         key = (f.src, f.dst, f.id if f.key is None else f.key)
-        hop = route_ns.get(key)
-        if hop is None:
-            hop = route_ns[key] = topo.path_latency_ns(topo.route(*key)) if f.src != f.dst else 0
-        own = size * 8e9 / cap if cap else 0.0
+        path = paths.get(key)
+        if path is None:
+            route = topo.route(*key) if f.src != f.dst else []
+            slowest = min((topo.links[c >> 1].bandwidth_bps for c in route), default=0)
+            path = paths[key] = (topo.path_latency_ns(route) if route else 0, slowest)
+        hop, rate = path[0], cap or path[1]
+        own = size * 8e9 / rate if rate else 0.0
         both[f.id] = max((both.get(d, 0.0) for d in f.deps), default=0.0) + hop + own
         xfer[f.id] = max((xfer.get(d, 0.0) for d in f.deps), default=0.0) + own
     return max(both.values(), default=0.0), max(xfer.values(), default=0.0)
@@ -100,9 +103,12 @@ def _delay_ns(
     return max(0, round(base_ns + max(0.0, model_ns - own_ns) - (idle - xfer)))
 
 
-def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool = False) -> list[Flow]:
+def shape(
+    flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool = False, pipelined: bool = False
+) -> list[Flow]:
     """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire.
-    `chunked`: the flows are NCCL's steps, chunks and slices (ring, tree, chain), see `_delay_ns`."""
+    `chunked`: the flows are NCCL's steps and chunks (ring, tree, chain), see `_delay_ns`; `pipelined`: a chunked
+    tree or chain, whose edges send their chunks one after another (see `_nvlink_uncapped`)."""
     if not flows:
         return flows
     proto = choice.protocol
@@ -120,6 +126,8 @@ def shape(flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunke
         for f, w in zip(flows, wire, strict=True):
             total[key(f)] += w
         caps = [math.ceil(total[key(f)] * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0 for f in flows]
+        if chunked and pipelined:
+            caps = _nvlink_uncapped(flows, caps, topo)
     delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
     return [
         Flow(
@@ -154,6 +162,18 @@ def _net_caps(flows: list[Flow], wire: list[int], caps: list[int], choice: Choic
         math.ceil(choice.net_bw * 8e9 * w / into[f.dst]) if crosses else cap
         for f, w, cap, crosses in zip(flows, wire, caps, net, strict=True)
     ]
+
+
+def _nvlink_uncapped(flows: list[Flow], caps: list[int], topo: Topology) -> list[int]:
+    """A chunked tree's or chain's hops inside a node, when it spans nodes: no cap. NCCL's rate is the network's
+    share per channel, which sets the pace of a pipeline whose every chunk must cross the network; a chunk's hop
+    over NVLink moves at its share of the NVLink (the links bound it), so the pipeline fills at the network hops'
+    pace, not at one network hop's time per stage. (Each edge sends its chunks one after another, so no edge
+    outruns the pipeline; inside one node NCCL's rate is the NVLink's, and every cap stays.)"""
+    inside = [f.src == f.dst or topo.shared_nvswitch(f.src, f.dst) is not None for f in flows]
+    if all(inside):
+        return caps
+    return [0 if local else cap for cap, local in zip(caps, inside, strict=True)]
 
 
 def _peer_cap(f: Flow, wire: int, pair_bytes: int, choice: Choice, topo: Topology) -> int:
