@@ -142,3 +142,23 @@ def test_packet_mode_carries_the_chunks_in_nccls_time(ns3_lib, algo: str, proto:
         assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
         times[name] = max(c.end_ns for c in done)
     assert times["ns3"] == pytest.approx(times["flow"], rel=0.02)
+
+
+def test_one_node_simple_ring_keeps_its_kernels_fill() -> None:
+    """A Simple ring inside one NVLink node has no pipeline fill of its chunks (it runs in lockstep), but NCCL's
+    ring kernel one slice of its first pass (`ring_kernel.py`): the chunked flows charge that as coarse does, so
+    8 H100s take the same time either way, and it is more than NCCL's own model time by that slice."""
+    from phantora.topology import dgx_host
+
+    topo = dgx_host(gpu="h100")
+    coll = Collective("all_reduce", tuple(range(8)), 64 * MiB, "fp32")
+    times = {}
+    for gran in ("coarse", "chunked"):
+        dag = decompose(coll, topo, opts(gran, NCCL_ALGO="Ring", NCCL_PROTO="Simple"))
+        sim = FlowSimulator(topo)
+        sim.submit(dag.flows, at=0)
+        times[gran] = max(c.end_ns for c in sim.drain()) / 1e3
+        choice = dag.choice or {}
+    assert choice["fill_us"] > 1.0
+    assert times["chunked"] == pytest.approx(times["coarse"], rel=1e-3)
+    assert times["chunked"] == pytest.approx(choice["model_time_us"] + choice["fill_us"], rel=1e-2)
