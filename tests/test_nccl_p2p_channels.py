@@ -96,3 +96,19 @@ def test_small_all_to_all_across_two_a100_hosts_costs_the_proxy_ops() -> None:
     assert c.lat_us == pytest.approx(54.4)
     for published in (59.8, 59.0, 49.75):
         assert c.time_us == pytest.approx(published, rel=0.10)
+
+
+def test_each_nic_carries_half_the_buffer_with_pxn() -> None:
+    """Two hosts of 8: every GPU's block for each of the 8 GPUs on the other host crosses the network once, relayed
+    (PXN) to the NIC on the receiver's rail, so each NIC sends 8 blocks of S/16 = S/2, and receives as much."""
+    topo = dgx_a100_pair()
+    size = 256 * MiB
+    dag = decompose(Collective("all_to_all", tuple(range(16)), size, "fp32"), topo, opts())
+    sent: dict[int, int] = {}
+    received: dict[int, int] = {}
+    for f in dag.flows:
+        if f.src != f.dst and topo.shared_nvswitch(f.src, f.dst) is None:
+            sent[f.src] = sent.get(f.src, 0) + f.size
+            received[f.dst] = received.get(f.dst, 0) + f.size
+    assert len(sent) == len(received) == 16
+    assert set(sent.values()) == set(received.values()) == {size // 2}
