@@ -6,6 +6,7 @@
     .venv/bin/python bench/bench_nccl_tests.py --network ns3   # the same through the packet engine (slower)
     .venv/bin/python bench/bench_nccl_tests.py --table nvlsalgo  # only the tables whose name contains this
     .venv/bin/python bench/bench_nccl_tests.py --network ns3 --table 2node --max-size 67108864  # sizes up to 64 MiB
+    .venv/bin/python bench/bench_nccl_tests.py --network ns3 --vs-flow --table 2node  # and ns-3 / flow, size by size
     .venv/bin/python bench/bench_nccl_tests.py --curves        # the model's curves: 4 collectives x 5 machines
 
 Each size runs as nccl-tests runs it (`phantora nccl-tests`' own loop: warm-ups, then timed iterations) on the
@@ -257,6 +258,19 @@ def print_markdown(results: dict[str, tuple[Table, list[Row]]]) -> None:
             print(f"\n{verdict(rows)}")
 
 
+def print_vs_flow(ns3: list[Row], flow: list[Row]) -> None:
+    """ns-3's busbw beside the flow network's, size by size, with both errors against the published table and
+    ns-3 / flow - 1 (two decimals: the engines agree to a few hundredths of a percent where latency or NCCL's rate
+    bounds the call)."""
+    print(f"{'size':>12} {'ns-3':>10} {'flow':>10} {'ns-3 err':>8} {'flow err':>8} {'ns-3/flow':>9}  flow choice")
+    for a, b in zip(ns3, flow, strict=True):
+        same = "" if a.choice == b.choice else "  (choices differ)"
+        print(
+            f"{a.size:>12} {a.simulated:>10.2f} {b.simulated:>10.2f} {a.error:>+8.1%} {b.error:>+8.1%} "
+            f"{a.simulated / b.simulated - 1:>+9.2%}  {b.choice}{same}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--network", default="flow", choices=("flow", "ns3"))
@@ -266,7 +280,12 @@ def main() -> None:
     ap.add_argument("--max-size", type=int, default=1 << 62, help="largest size compared (e.g. for ns-3 runs)")
     ap.add_argument("--curves", action="store_true", help="print the model's curves instead of comparing")
     ap.add_argument("--table", default="", help="only the tables whose name contains this")
+    ap.add_argument(
+        "--vs-flow", action="store_true", help="with --network ns3: each size on the flow network too, and ns-3/flow"
+    )
     args = ap.parse_args()
+    if args.vs_flow and args.network != "ns3":
+        ap.error("--vs-flow compares ns-3 with the flow network: add --network ns3")
     if args.curves:
         curves(args.network)
         return
@@ -285,6 +304,8 @@ def main() -> None:
             for r in rows:
                 mark = "  MISS" if r.missed else ""
                 print(f"{r.size:>12} {r.published:>10.2f} {r.simulated:>10.2f} {r.error:>+7.1%}  {r.choice}{mark}")
+            if args.vs_flow:
+                print_vs_flow(rows, compare(table, "flow", args.min_size, args.max_size))
         print(f"{name}: {len(rows)} sizes, {verdict(rows)}")
     print("\nall tables: " + "\n".join(overall(results, "  ")))
     print("\nsizes that miss the goal (over 15%, or over 10% from 64 MiB):")
