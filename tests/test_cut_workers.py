@@ -255,7 +255,7 @@ def test_a_peer_that_says_hello_twice_counts_once(tmp_path: Path) -> None:
     t.start()
     try:
         with pytest.raises(BridgeError, match=r"no word from hello \(partition worker\(s\) \[2\]\)"):
-            ZmqPeers(root, 0, 3, token, startup_timeout_s=5.0)
+            ZmqPeers(root, 0, 3, token, startup_timeout_s=2.0)
     finally:
         t.join(timeout=30)
         ctx.destroy(linger=0)
