@@ -1,6 +1,6 @@
 """Instructions per op of the simulated GPU's fast path, counted by callgrind: a figure the load does not move.
 
-    .venv/bin/python bench/bench_simcuda_instructions.py [--baseline REV] [--variants]
+    .venv/bin/python bench/bench_simcuda_instructions.py [--baseline REV] [--torch] [--variants]
 
 CPU time on a shared machine moves by ±20 % with the load; the number of instructions an op executes does not.
 This runs `fastpath.device_op` (what the dispatch mode calls for an op on cuda tensors: unwrap, run, count memory,
@@ -10,6 +10,9 @@ switched on around the loop only, for `--ops` and 3 x `--ops` ops; the differenc
 the count per op (the loop's set-up and the switching cancel). The trace is off, as in bench_simcuda_dispatch.py.
 
 - `--baseline REV`: the same for the tree at git revision REV (`git archive`), before this tree.
+- `--torch`: for scale, in the same run, plain torch.add of the two tensors' host data (no mode), and this tree's
+  whole op as a program in a rank calls it: torch.add of the two cuda tensors under the rank's dispatch mode
+  (`ChargeMode`; the mode's own cost, torch's Python dispatch, counted too).
 - `--variants`: this tree with parts switched off: no memory tracking (PHANTORA_MEMORY=off), the tracker's
   bookkeeping off (only the storage object and a weak reference with an empty callback are made), the caching
   allocator model off, no charge.
@@ -60,10 +63,28 @@ if VARIANT == "no tracker bookkeeping":
     s.memory.on_tensor = on_tensor
 a, b = SimCudaTensor(torch.randn(4), 0), SimCudaTensor(torch.randn(4), 0)
 op = fastpath.device_op
-for _ in range(200):
-    op(s, add, (a, b), {})
 def toggle(state):
     subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], stdout=subprocess.DEVNULL, check=True)
+if VARIANT == "plain torch":  # torch.add of the two host tensors, no mode: torch's own cost
+    a, b = a.elem, b.elem
+if VARIANT in ("plain torch", "through the dispatch mode"):
+    from contextlib import nullcontext
+    mode = nullcontext()
+    if VARIANT == "through the dispatch mode":  # torch.add(a, b) as a program calls it in a rank
+        from phantora.runtime.dispatch import ChargeMode
+        from phantora.runtime.simcuda import device
+        device._installed = True  # what simcuda.install sets in a rank (the device guard is not loaded here)
+        mode = ChargeMode(s)
+    with mode:
+        for _ in range(200):
+            torch.add(a, b)
+        toggle("on")
+        for _ in range(OPS):
+            torch.add(a, b)
+        toggle("off")
+    sys.exit(0)
+for _ in range(200):
+    op(s, add, (a, b), {})
 toggle("on")
 for _ in range(OPS):
     op(s, add, (a, b), {})
@@ -96,6 +117,7 @@ def main() -> None:
     p.add_argument("--ops", type=int, default=1000)
     p.add_argument("--baseline", help="a git revision to count too (its tree, exported)")
     p.add_argument("--variants", action="store_true", help="this tree with parts switched off, too")
+    p.add_argument("--torch", action="store_true", help="plain torch.add and the whole op under the mode, too")
     args = p.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("this benchmark needs valgrind (callgrind and callgrind_control) on PATH")
@@ -107,6 +129,9 @@ def main() -> None:
         if args.baseline:
             runs.append((f"before ({args.baseline})", export_revision(args.baseline, tmp / "baseline"), "as shipped"))
         runs.append(("this tree", ROOT, "as shipped"))
+        if args.torch:
+            runs.append(("plain torch.add (host tensors, no mode)", ROOT, "plain torch"))
+            runs.append(("this tree, torch.add under the rank's mode", ROOT, "through the dispatch mode"))
         if args.variants:
             for variant in ("no memory tracking", "no tracker bookkeeping", "no allocator model", "no charge"):
                 runs.append((f"this tree, {variant}", ROOT, variant))
