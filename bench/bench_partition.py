@@ -6,8 +6,8 @@ in the keyed mode: one engine in this process, then `partition=N` worker process
 (N=1: one worker process, no cable cut). Printed side by side from one run: wall, the CPU of the run (ns-3 and
 the windows' messaging, per worker), start-up CPU (ns-3 import and the fabric), windows and barrier exchanges,
 message bytes, peak memory, whether every completion, FCT record and PFC frame equals the one engine's, and
-whether the FCT records and PFC frames come in its order too (else the records of one ns from two workers met in
-the merge, whose order the records do not carry: `bridge.cut_pool.in_time`).
+whether the FCT records and PFC frames come in its order too, with the records of one ns from two workers that the
+merge put in order by their events' keys (`phantora.netsim.record_order`).
 
 Then "on paper" for P = 8, 16 and 64 cores, one worker a core: T(P) = C / P x imbalance + X x e(P) + M(P) x m,
 with C the one engine's CPU, the imbalance the largest run's busiest worker's ns-3 CPU over the mean, X the
@@ -137,7 +137,7 @@ def main() -> None:
             "pfc": res.pfc,
         }
         equal = all(_sorted(got[k]) == _sorted(want[k]) for k in want)
-        order = "same" if all(got[k] == want[k] for k in want) else f"{res.ties} ties"
+        order = ("same" if all(got[k] == want[k] for k in want) else "NOT") + f" ({res.ties} ties by key)"
         ws = res.workers
         per = " / ".join(f"{w['run_cpu_s']:.2f}" for w in ws)
         ns3 = " / ".join(f"{w['ns3_cpu_s']:.2f}" for w in ws)

@@ -5,18 +5,18 @@ batches each submitted at its own time, as `phantora netsim` has them) on `confi
 (`bridge.cut_worker`), local, in a private run directory (0700) with a fresh token; the workers exchange their
 cut-link messages peer to peer (`bridge.cut_peers`), not through this process. This process only waits: a worker
 that exits non-zero ends the run at once, the others killed (ours, by pid), with an error naming it and its last
-words. The records of the workers are merged into one engine's: completions, FCT records, PFC frames, CE marks and
-CNPs in time order (`in_time`); transport counters and channel counters added (each is counted by the worker that
-owns its end, zero elsewhere); the counters of `stats` added, its peaks and the fabric's constants the largest
-(`PEAK_STATS`), its settings (text) the first worker's, and the switch links' load recomputed from the merged
-channels. The end of the run (`now`) is one engine's after `finish()`: the last sender's last ACK, the latest FCT
-record's end.
+words. The records of the workers are merged into one engine's: completions by (end, flow id), as one engine drains
+them; FCT records, PFC frames, CE marks, CNPs and drops in one keyed engine's order, by the order key of the event
+that made each (`phantora.netsim.record_order`); transport counters and channel counters added (each is counted by
+the worker that owns its end, zero elsewhere); the counters of `stats` added, its peaks and the fabric's constants
+the largest (`PEAK_STATS`), its settings (text) the first worker's, and the switch links' load recomputed from the
+merged channels. The end of the run (`now`) is one engine's after `finish()`: the last sender's last ACK, the latest
+FCT record's end.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import os
 import subprocess
 import sys
@@ -37,6 +37,7 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hpcc_io import FctLine
 from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, switch_link_load
 from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.record_order import merge_by_key
 from phantora.topology.model import Topology
 
 # stats that are a peak or a property of the whole fabric in each worker: merged by the largest, not added
@@ -62,7 +63,7 @@ class PartitionResult:
     stats: dict[str, Any]  # counters summed over the workers, PEAK_STATS their largest, settings the first's
     effective: list[tuple[str, str]]  # the first worker's EffectiveParams() pairs (EffectiveSettings.parse)
     now: int  # one engine's clock after finish(): the latest FCT record's end (0 without any)
-    ties: int  # records of one ns from two workers, met in the merge (`in_time`; 0: one engine's order exactly)
+    ties: int  # records of one ns after one from another worker: ordered by their events' keys (`merge_by_key`)
     workers: list[dict[str, Any]]  # per worker: windows, exchanges, CPU, wall, memory, cut stats
     wall_s: float
 
@@ -192,11 +193,11 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
     stats = _merged_stats([o["stats"] for o in outs])
     stats.update(switch_link_load(topology, {c: row[4] for c, row in channels.items()}))  # row[4]: bytes sent
     ties = [0]
-    fct = in_time([[FctLine(*r) for r in o["fct"]] for o in outs], lambda r: r.start_ns + r.fct_ns, ties)
-    pfc = in_time([[PfcEvent(*r) for r in o["pfc"]] for o in outs], _time, ties)
-    marks = in_time([[EcnMark(*r) for r in o["marks"]] for o in outs], _time, ties)
-    cnps = in_time([[CnpEvent(*r) for r in o["cnps"]] for o in outs], _time, ties)
-    drops = in_time([[Drop(*r) for r in o.get("drops", ())] for o in outs], _time, ties)
+    fct = _merged(outs, "fct", FctLine, ties)
+    pfc = _merged(outs, "pfc", PfcEvent, ties)
+    marks = _merged(outs, "marks", EcnMark, ties)
+    cnps = _merged(outs, "cnps", CnpEvent, ties)
+    drops = _merged(outs, "drops", Drop, ties)
     return PartitionResult(
         completions=done,
         fct=fct,
@@ -215,24 +216,11 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
     )
 
 
-def _time(record: Any) -> int:
-    return int(record.time_ns)
-
-
-def in_time(per_worker: list[list[T]], time_of: Callable[[T], int], ties: list[int]) -> list[T]:
-    """The workers' records (each list in its worker's event order, which is one engine's order restricted to
-    that worker's nodes) as one list in time order, each worker's own order kept. Records of one ns from two
-    workers go by worker: one engine runs them in its keyed order, which the records do not carry, so each such
-    meeting is counted in `ties[0]` (0: the merged order is one engine's)."""
-    tagged = [[(time_of(r), g, i, r) for i, r in enumerate(rs)] for g, rs in enumerate(per_worker)]
-    out: list[T] = []
-    last: tuple[int, int] | None = None
-    for t, g, _, r in heapq.merge(*tagged):
-        if last is not None and last[0] == t and last[1] != g:
-            ties[0] += 1
-        last = (t, g)
-        out.append(r)
-    return out
+def _merged(outs: list[dict[str, Any]], name: str, make: Callable[..., T], ties: list[int]) -> list[T]:
+    """The workers' records `name` as one keyed engine's list, by their events' order keys (ties counted)."""
+    records = [[make(*r) for r in o.get(name, ())] for o in outs]
+    keys = [[tuple(k) for k in o.get("keys", {}).get(name, ())] for o in outs]
+    return merge_by_key(name, records, keys, ties)  # type: ignore[arg-type]
 
 
 def _merged_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:

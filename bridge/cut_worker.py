@@ -5,7 +5,8 @@ The setup (msgpack) holds the topology, the engine spec (its PacketConfig with `
 group), the batches of flows (submit time, columns), their HPCC destination ports, the run limit and where to write
 the result. The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it owns),
 runs the windows (`phantora.netsim.cut_windows`) with the other workers (`bridge.cut_peers`), and writes its records
-(msgpack) for the pool to merge. Any failure exits non-zero with the reason on stderr.
+(msgpack), each with the order key of the event that made it, for the pool to merge. Any failure exits non-zero with
+the reason on stderr.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.packet import Ns3Simulator
 
+# the records the pool merges by their events' order keys: this module's name -> DrainRecordKeys' kind
+KEYED_RECORDS = {"fct": "fct", "pfc": "pfc", "marks": "ecn", "cnps": "cnps", "drops": "drops"}
+
 
 def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
-    """What the worker recorded, as plain lists (the pool merges and sorts them)."""
+    """What the worker recorded, as plain lists, with the order key of the event that made each record of
+    `KEYED_RECORDS` (in "keys", by name: the pool merges them by it, `phantora.netsim.record_order`)."""
     return {
         "done": completions_to_columns(done),
         "fct": [astuple(r) for r in sim.fct_records()],
@@ -44,6 +49,7 @@ def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
         "channels": sim.channel_rows(),
         "stats": sim.stats(),
         "effective": sim.effective_pairs(),
+        "keys": {name: sim.record_keys(kind) for name, kind in KEYED_RECORDS.items()},
     }
 
 

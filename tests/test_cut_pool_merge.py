@@ -2,15 +2,20 @@
 
 Each worker runs its own group's nodes: a counter (events, marks) is its own part of the whole, so the parts add
 up; a peak (the fullest switch buffer) or a property of the whole fabric (its base RTT) is the largest, not the
-sum; and the switch links' load comes from the merged channels, where each channel's bytes are its sender's.
+sum; and the switch links' load comes from the merged channels, where each channel's bytes are its sender's. Records
+(FCT, PFC, CE marks, CNPs, drops) merge in one keyed engine's order by the order key of the event that made each.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bridge.columns import completions_to_columns
 from bridge.cut_pool import _merge
+from phantora.errors import PhantoraError
+from phantora.netsim.record_order import merge_by_key
 from phantora.topology.generators import leaf_spine
 
 TOPO = leaf_spine(2, 2, 2, nvswitch=False)  # 2 leaves x 2 spines: 4 cables, 8 switch-to-switch channels
@@ -23,7 +28,7 @@ def _worker(stats: dict[str, float], sent: dict[int, int]) -> dict[str, Any]:
     rows = [[c, *TOPO.channel_ends(c), 100 * 10**9, sent.get(c, 0), 0, 0, 0, 0] for c in FABRIC]
     empty: list[Any] = []
     return {"done": completions_to_columns([]), "fct": empty, "pfc": empty, "marks": empty, "cnps": empty,
-            "transport": empty, "channels": rows, "stats": stats, "windows": {}}  # fmt: skip
+            "transport": empty, "channels": rows, "stats": stats, "windows": {}, "keys": {"fct": []}}  # fmt: skip
 
 
 def test_counters_add_peaks_and_fabric_constants_do_not() -> None:
@@ -40,18 +45,30 @@ def test_counters_add_peaks_and_fabric_constants_do_not() -> None:
     assert (stats["switch_link_bytes_max"], stats["switch_link_bytes_min"], stats["switch_links_idle"]) == (300, 100, 6)
 
 
-def test_records_merge_in_time_each_workers_order_kept_and_ties_counted() -> None:
-    """Each worker's list is in its own event order (one engine's on its nodes), which a sort by fields would
-    break within an ns; records of one ns from two workers are counted, as their order is not known."""
-    from bridge.cut_pool import in_time
-
-    w0 = [(5, "b"), (5, "a"), (9, "c")]  # two records of ns 5 in this worker's event order: b before a
-    w1 = [(3, "x"), (9, "y"), (12, "z")]
+def test_records_merge_in_one_engines_event_order_not_by_worker() -> None:
+    """Ties of one ns across workers go by the key of the event that made each record (scheduling ns, then
+    scheduling node, then its count), as one keyed engine runs them, wherever the worker order would put them;
+    the records of one event (one key) keep their worker's order, which a sort by fields would break."""
+    w0 = [(5, "b"), (5, "a"), (9, "c"), (9, "d")]
+    k0 = [(5, 2, 1, 0), (5, 2, 1, 0), (9, 7, 6, 4), (9, 8, 0, 1)]  # b and a: one event's two records
+    w1 = [(3, "x"), (9, "y"), (9, "z"), (12, "w")]
+    k1 = [(3, 0, 9, 0), (9, 7, 2, 5), (9, 8, 0, 0), (12, 11, 9, 1)]
     ties = [0]
-    out = in_time([w0, w1], lambda r: r[0], ties)
-    assert out == [(3, "x"), (5, "b"), (5, "a"), (9, "c"), (9, "y"), (12, "z")]
-    assert ties == [1]  # ns 9 meets across workers; ns 5 is one worker's alone
-    assert in_time([[(1, "p")], []], lambda r: r[0], ties) == [(1, "p")] and ties == [1]
+    got = merge_by_key("test", [w0, w1], [k0, k1], ties)
+    # ns 9: y's event was scheduled at 7 by node 2, c's at 7 by node 6 (y first: the lower node); z's at 8 by
+    # node 0 with count 0, d's by node 0 with count 1 (z first). Worker order would give c, d, y, z.
+    assert [r[1] for r in got] == ["x", "b", "a", "y", "c", "z", "d", "w"]
+    assert ties == [3]  # y after a (ns 5 vs 9: no), c after y, z after c, d after z
+    assert merge_by_key("test", [w1, w0], [k1, k0]) == got  # the workers' numbering does not matter
+
+
+def test_a_key_in_two_workers_or_a_missing_key_is_refused_naming_it() -> None:
+    with pytest.raises(PhantoraError, match=r"pfc records: partition workers 0 and 1 both ran .* \(4, 1, 3, 0\)"):
+        merge_by_key("pfc", [[1], [2]], [[(4, 1, 3, 0)], [(4, 1, 3, 0)]])
+    with pytest.raises(PhantoraError, match="partition worker 1: 2 fct records but 1 order keys"):
+        merge_by_key("fct", [[1], [2, 3]], [[(4, 1, 3, 0)], [(5, 1, 3, 0)]])
+    with pytest.raises(PhantoraError, match=r"worker 0: cnps record 1 has order key \(4, 1, 2, 0\) after"):
+        merge_by_key("cnps", [[1, 2]], [[(4, 1, 3, 0), (4, 1, 2, 0)]])
 
 
 def test_settings_are_the_first_workers_and_the_end_is_the_last_ack() -> None:
@@ -63,6 +80,8 @@ def test_settings_are_the_first_workers_and_the_end_is_the_last_ack() -> None:
     w1 = _worker({"cc": "dcqcn", "events": 6}, {})
     w0["fct"] = [astuple(FctLine(0, 1, 10000, 100, 1000, 2_000, 700, 500, 0))]
     w1["fct"] = [astuple(FctLine(2, 1, 10000, 100, 1000, 1_000, 900, 500, 1))]
+    w0["keys"]["fct"] = [(2_700, 2_690, 0, 3)]  # each record's event: its ns first
+    w1["keys"]["fct"] = [(1_900, 1_890, 2, 3)]
     res = _merge([w0, w1], 0.0, TOPO)
     assert res.stats["cc"] == "dcqcn" and res.stats["events"] == 10
     assert res.now == 2_700 and [r.flow_id for r in res.fct] == [1, 0]  # ends 1,900 then 2,700

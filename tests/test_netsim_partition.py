@@ -71,7 +71,8 @@ def test_make_engine_still_refuses_partition_for_run_and_replay() -> None:
 def test_two_workers_write_one_keyed_engines_files(tmp_path: Path) -> None:
     """The 8-to-1 incast across leaves (7 of 8 flows through one spine, 4,296 CE marks): every file of the run
     byte for byte, and summary.json's figures but the event count (each worker initialises every node) and the
-    wall time."""
+    wall time. Hundreds of its records (CE marks at two switches in one ns) follow one of the same ns from the
+    other worker: the keys of their events put them in one engine's order."""
     one, two = tmp_path / "one", tmp_path / "two"
     assert main([*NETSIM, "-f", str(INCAST), *KEYED, "--queue-sample-ns", "0", "--out", str(one)]) == 0
     assert main([*NETSIM, "-f", str(INCAST), *KEYED, "--set", "partition=2", "--out", str(two)]) == 0
@@ -82,6 +83,7 @@ def test_two_workers_write_one_keyed_engines_files(tmp_path: Path) -> None:
     a, b = (json.loads((d / "summary.json").read_text()) for d in (one, two))
     part = b.pop("partition")
     assert part["workers"] == 2 and part["windows"] > 1 and part["message_bytes"] > 0
+    assert part["ties_by_key"] > 100
     for s in (a, b):
         del s["events"], s["wall_s"]
     assert a == b

@@ -1,5 +1,6 @@
 // FabricRecorder: trace sinks and queue sampling.
 #include "fabric-recorder.h"
+#include "phantora-simulator-impl.h"
 #include "phantora-type-id.h"
 
 #include "ns3/boolean.h"
@@ -16,6 +17,12 @@ namespace {
 int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
 
 }  // namespace
+
+RecordKey RunningRecordKey() {
+  const PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  const PhantoraOrderKey key = sim->RunningKey();
+  return RecordKey{static_cast<int64_t>(sim->NowStep()), key.schedTs, key.node, key.count};
+}
 
 TypeId FabricRecorder::GetTypeId() {
   static TypeId tid = PhantoraTypeId<FabricRecorder, Object>("ns3::FabricRecorder")
@@ -39,6 +46,7 @@ void FabricRecorder::Connect(Ptr<PhantoraFabric> fabric) {
       info.nic->TraceConnectWithoutContext(
           "CnpRx", Callback<void, uint64_t, uint32_t, uint64_t>([this, n](uint64_t flow, uint32_t from, uint64_t seq) {
             cnps.push_back(CnpRecord{NowNs(), n, from, flow, seq});
+            Keep(cnpKeys);
           }));
     }
     if (info.sw && m_traceDrops) {
@@ -46,11 +54,13 @@ void FabricRecorder::Connect(Ptr<PhantoraFabric> fabric) {
           "Drop", Callback<void, uint32_t, uint32_t, uint64_t, uint64_t>(
                       [this, n](uint32_t port, uint32_t cls, uint64_t flow, uint64_t seq) {
                         drops.push_back(DropRecord{NowNs(), n, port, cls, flow, seq});
+                        Keep(dropKeys);
                       }));
       info.sw->TraceConnectWithoutContext(
           "Trim", Callback<void, uint32_t, uint32_t, uint64_t, uint64_t, uint32_t>(
                       [this, n](uint32_t port, uint32_t cls, uint64_t flow, uint64_t seq, uint32_t payload) {
                         trims.push_back(TrimRecord{NowNs(), n, port, cls, flow, seq, payload});
+                        Keep(trimKeys);
                       }));
     }
     if (info.sw && m_traceEcn) {
@@ -59,6 +69,7 @@ void FabricRecorder::Connect(Ptr<PhantoraFabric> fabric) {
           "EcnMark",
           Callback<void, uint32_t, uint32_t, uint64_t>([this, n, channels](uint32_t port, uint32_t cls, uint64_t flow) {
             ecnMarks.push_back(EcnRecord{NowNs(), n, port, cls, (*channels)[port], flow});
+            Keep(ecnKeys);
           }));
     }
     const uint32_t type = IsEndpoint(info.kind) ? 0 : (info.kind == NodeKind::Switch ? 1 : 2);
@@ -68,6 +79,7 @@ void FabricRecorder::Connect(Ptr<PhantoraFabric> fabric) {
           "PfcRx",
           Callback<void, uint32_t, uint32_t, bool>([this, n, type, peer](uint32_t port, uint32_t cls, bool pause) {
             pfcs.push_back(PfcRecord{NowNs(), n, type, port, cls, pause ? 1u : 0u, peer});
+            Keep(pfcKeys);
           }));
     }
   }

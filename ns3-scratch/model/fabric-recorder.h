@@ -14,6 +14,9 @@
 
 namespace ns3 {
 
+/// The order key of the event running now (keyed mode with PhantoraSimulatorImpl::KeepRunningKey).
+RecordKey RunningRecordKey();
+
 /**
  * Connects to the "PfcRx" trace of every port, "Drop" and "EcnMark" of every switch and "CnpRx" of
  * every NIC, and samples switch queues while flows run. A trace that is not wanted is not
@@ -38,6 +41,16 @@ class FabricRecorder : public Object {
   std::vector<TrimRecord> trims;
   std::vector<CnpRecord> cnps;
   std::vector<EcnRecord> ecnMarks;
+  /// The order key of the event that made each record above (RecordKey), kept only with `keepKeys` (a partition
+  /// worker: PhantoraNetwork::DrainRecordKeys). Queue samples have none (a worker does not sample).
+  bool keepKeys = false;
+  std::vector<RecordKey> pfcKeys, dropKeys, trimKeys, cnpKeys, ecnKeys;
+  /// Keep the running event's key in `keys` if keepKeys.
+  void Keep(std::vector<RecordKey>& keys) const {
+    if (keepKeys) {
+      keys.push_back(RunningRecordKey());
+    }
+  }
 
  protected:
   void DoDispose() override;

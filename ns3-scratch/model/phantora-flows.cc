@@ -138,6 +138,7 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
   const int64_t now = NowNs();
   fcts.push_back(FctRecord{f.id, f.src, f.dst, f.sport, f.dport, f.size, f.startNs, now - f.startNs,
                            fabric->StandaloneNs(f.src, f.dst, f.key, f.size)});
+  recorder->Keep(fctKeys);
   if (f.src != f.dst) {
     const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id, true);
     if (Owns(f.dst)) {
@@ -210,6 +211,13 @@ void PhantoraNetwork::Impl::ScheduleStart(FlowState& f) {
     Simulator::ScheduleWithContext(f.src, in, &Impl::StartFlow, this, f.id);
   } else {
     Simulator::Schedule(in, &Impl::StartFlow, this, f.id);
+  }
+}
+
+void PhantoraNetwork::Impl::SkipStartKey() {
+  PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  if (Worker() && sim && sim->Keyed()) {
+    sim->TakeKey();
   }
 }
 
@@ -308,6 +316,7 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
     }
   }
   if (!s.Owns(src) && !s.Owns(dst)) {  // a partition worker without either end (its sport is counted above)
+    s.SkipStartKey();
     return;
   }
   auto [it, ok] = s.flows.emplace(id, f);
@@ -317,6 +326,7 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   }
   if (!s.Owns(src)) {  // the receiver only: expect it now (no packet of it can arrive before it starts)
     s.fabric->GetNode(dst).nic->ExpectFlow(id, f.size, f.lossBudget);
+    s.SkipStartKey();
   } else if (it->second.pending == 0) {
     s.ScheduleStart(it->second);
   }

@@ -48,6 +48,11 @@ class PhantoraNetwork::Impl {
   /// The sender has every byte acknowledged: the FCT record.
   void SenderDone(uint64_t id);
   void ScheduleStart(FlowState& f);
+  /// A partition worker adds a flow whose sender another worker runs: take the caller's order count that one
+  /// engine's ScheduleStart takes for it (flows reach a worker without dependencies: every one is started at
+  /// AddFlow), so that every worker's caller keys are one engine's and records made by a start event (a flow of
+  /// no bytes or to itself: its FCT record) merge in one engine's order.
+  void SkipStartKey();
   void StartFlow(uint64_t id);
   bool Busy() const { return !flows.empty(); }
 
@@ -113,6 +118,7 @@ class PhantoraNetwork::Impl {
 
   std::vector<FlowRecord> completions;
   std::vector<FctRecord> fcts;
+  std::vector<RecordKey> fctKeys;  // a partition worker: each FCT record's event key (FabricRecorder::Keep)
   std::vector<LossRecord> losses;
   std::map<uint64_t, FlowTransportStats> transport;  // completed at the receiver (sender's part final once done)
 };

@@ -213,6 +213,8 @@ void PhantoraNetwork::Finalize() {
       sim->SetWindow(s.cut.get(), s.cut->LookaheadNs());
     }
     if (s.Worker()) {
+      sim->KeepRunningKey();  // every record carries its event's order key, for the merge of the workers'
+      s.recorder->keepKeys = true;
       if (s.recorder->SamplesQueues()) {
         throw std::invalid_argument("partition.Worker: queue sampling (recorder.QueueSampleInterval) reads every "
                                     "switch at once and is not split by owner: set it to 0");
@@ -266,6 +268,28 @@ std::vector<CnpRecord> PhantoraNetwork::DrainCnps() {
 
 std::vector<EcnRecord> PhantoraNetwork::DrainEcnMarks() {
   return TakeAll(Need().recorder->ecnMarks);
+}
+
+std::vector<int64_t> PhantoraNetwork::DrainRecordKeys(const std::string& kind) {
+  Impl& s = Need();
+  FabricRecorder& r = *s.recorder;
+  std::vector<RecordKey>* keys = kind == "fct"     ? &s.fctKeys
+                                 : kind == "pfc"   ? &r.pfcKeys
+                                 : kind == "drops" ? &r.dropKeys
+                                 : kind == "trims" ? &r.trimKeys
+                                 : kind == "cnps"  ? &r.cnpKeys
+                                 : kind == "ecn"   ? &r.ecnKeys
+                                                   : nullptr;
+  if (!keys) {
+    throw std::invalid_argument("DrainRecordKeys: unknown record kind '" + kind +
+                                "' (fct, pfc, drops, trims, cnps, ecn)");
+  }
+  std::vector<int64_t> out;
+  out.reserve(4 * keys->size());
+  for (const RecordKey& k : TakeAll(*keys)) {
+    out.insert(out.end(), {k.ns, static_cast<int64_t>(k.schedTs), k.node, k.count});
+  }
+  return out;
 }
 
 std::vector<ChannelRecord> PhantoraNetwork::ChannelStats() const {

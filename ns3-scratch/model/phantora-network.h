@@ -107,6 +107,16 @@ struct EcnRecord {
   uint64_t flowId;
 };
 
+/// The order key of the event that made a record (a partition worker's records, PhantoraOrderKey): one engine
+/// runs the events of one ns in (schedTs, node, count) order, so records of one ns from several workers merge
+/// in that order (bridge.cut_pool); the records of one event keep the order they were made in.
+struct RecordKey {
+  int64_t ns;        ///< the event's time
+  uint64_t schedTs;  ///< when it was scheduled
+  uint32_t node;     ///< by which node (PhantoraOrderKey::kCaller, kNoContext)
+  uint32_t count;    ///< that node's count of events scheduled before it
+};
+
 /// Traffic of one directed channel (2*link = a->b, 2*link+1 = b->a).
 struct ChannelRecord {
   uint32_t channel;
@@ -242,6 +252,10 @@ class PhantoraNetwork {
   std::vector<CnpRecord> DrainCnps();
   /// CE-mark events since the last drain (empty with param trace_ecn = 0).
   std::vector<EcnRecord> DrainEcnMarks();
+  /// A partition worker: the order key of the event that made each record of `kind` ("fct", "pfc", "drops",
+  /// "trims", "cnps", "ecn") since the last call, in the records' order, flat (ns, schedTs, node, count, ...);
+  /// empty in any other engine (it keeps none).
+  std::vector<int64_t> DrainRecordKeys(const std::string& kind);
   std::vector<ChannelRecord> ChannelStats() const;
   /// Transport counters of every flow completed at its receiver so far, by id (final once its sender is done).
   std::vector<FlowTransportRecord> FlowTransport() const;

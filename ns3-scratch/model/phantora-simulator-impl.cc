@@ -188,6 +188,9 @@ void PhantoraSimulatorImpl::ProcessOneEvent() {
 }
 
 void PhantoraSimulatorImpl::ProcessOneKeyed() {
+  if (m_keepKey) {
+    m_runningKey = m_keyed->PeekNextKey();  // the event RemoveNext() gives
+  }
   const Scheduler::Event next = m_events->RemoveNext();
   NS_ASSERT(next.key.m_ts >= m_currentTs);
   if (next.key.m_ts != m_currentTs) {

@@ -83,6 +83,15 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// Keyed mode: queue `event` at time step `ts` (not before now) for node `context` with the order key
   /// `key` (one TakeKey() gave); takes the event's reference.
   EventId ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event);
+  /// Keyed mode: keep the order key of each event as it runs (RunningKey); off by default (a partition worker's
+  /// records carry it).
+  void KeepRunningKey() { m_keepKey = true; }
+  /// Keyed mode with KeepRunningKey: the order key of the event running now, the order one engine runs the
+  /// events of its time step in. Outside an event: (now, kCaller, the caller's next count), after every event
+  /// the caller scheduled so far.
+  PhantoraOrderKey RunningKey() const {
+    return m_inEvent ? m_runningKey : PhantoraOrderKey{m_currentTs, PhantoraOrderKey::kCaller, m_callerCount};
+  }
 
   /// Keyed mode: run in conservative windows of `lookaheadNs` (a window [W, W + lookahead) from the earliest
   /// pending event W), calling `hook->Barrier()` between windows, when no event is left, and when Run()
@@ -131,6 +140,8 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   PhantoraScheduler* m_phantora = nullptr;  ///< m_events, when it is a PhantoraScheduler (null in the keyed mode)
   PhantoraKeyedScheduler* m_keyed = nullptr;  ///< the keyed scheduler (m_events or inside m_phantora), or null
   bool m_inEvent = false;                     ///< keyed mode: an event is running (else the caller schedules)
+  bool m_keepKey = false;                     ///< keyed mode: keep m_runningKey (KeepRunningKey)
+  PhantoraOrderKey m_runningKey;              ///< keyed mode with m_keepKey: the running event's key
   std::vector<uint32_t> m_nodeCount;          ///< keyed mode: events scheduled so far, per node
   uint32_t m_callerCount = 0;                 ///< keyed mode: events the caller scheduled
   uint32_t m_noContextCount = 0;              ///< keyed mode: events scheduled by events without a context

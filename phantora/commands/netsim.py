@@ -421,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
             part = res["partition"]
             print(
                 f"  partition: {part['workers']} workers, {part['windows']} windows, "
-                f"{part['message_bytes']:,} message bytes, {part['cross_worker_ties']} cross-worker ties"
+                f"{part['message_bytes']:,} message bytes, {part['ties_by_key']} cross-worker ties ordered by key"
             )
         from phantora.results.idle import idle_fabric_on, traffic_of
 

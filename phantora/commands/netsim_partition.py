@@ -79,10 +79,11 @@ def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: 
 
 def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any]:
     """What summary.json says of the workers: how many, their windows, messages, CPU and peak memory, and the
-    records of one ns from two workers (`bridge.cut_pool.in_time`: 0, the files' order is one engine's)."""
+    records of one ns from two workers, put in one engine's order by their events' keys
+    (`phantora.netsim.record_order`)."""
     return {
         "workers": len(workers),
-        "cross_worker_ties": ties,
+        "ties_by_key": ties,
         "windows": max((w["windows"] for w in workers), default=0),
         "message_bytes": sum(w["bytes_out"] for w in workers),
         "run_cpu_s": [round(w["run_cpu_s"], 3) for w in workers],

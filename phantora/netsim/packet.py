@@ -56,6 +56,7 @@ from phantora.netsim.observe import (
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.netsim.packet_summary import ChannelRow, channel_usage, packet_stats
 from phantora.netsim.partition import partition_params
+from phantora.netsim.record_order import RecordKey
 from phantora.topology.model import Topology
 
 _MASK64 = (1 << 64) - 1
@@ -610,6 +611,13 @@ class Ns3Simulator:
         if group < 0:
             raise PhantoraError("this engine is not a partition worker (partition_worker < 0): no windows to run")
         return group, groups
+
+    def record_keys(self, kind: str) -> list[RecordKey]:
+        """A partition worker's order key of the event that made each record of `kind` ("fct", "pfc", "drops",
+        "trims", "cnps", "ecn") since the last call, in the records' order (`PhantoraNetwork::DrainRecordKeys`);
+        empty in any other engine."""
+        flat = [int(x) for x in self._net.DrainRecordKeys(kind)]
+        return [(flat[i], flat[i + 1], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)]
 
     def channel_rows(self) -> list[ChannelRow]:
         """The fabric's per-channel counters (`packet_summary.ChannelRow`)."""
