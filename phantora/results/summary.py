@@ -140,6 +140,9 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     mem = _memory(ranks)
     if mem is not None:
         out["memory"] = mem
+    routings = sorted({str(r["moe_routing"]) for r in ranks.values() if r.get("moe_routing")})
+    if routings:  # phantom mode's routing of an MoE's top-k of phantom scores (runtime/simcuda/kept_values.py)
+        out["moe_routing"] = ", ".join(routings)
     untimed = _untimed(ranks)
     if untimed:
         out["untimed_kernels"] = untimed
@@ -241,6 +244,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         k = summary["untimed_kernels"]
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
         lines.append(f"{len(k)} kinds of kernel not timed by the compute model ({names}): results.json untimed_kernels")
+    if summary.get("moe_routing"):
+        lines.append(f"phantom mode: MoE routing assumed {summary['moe_routing']} (results.json moe_routing)")
     idle = (summary.get("network") or {}).get("idle_fabric")
     if idle:
         lines.append(f"note: {idle['text']}")

@@ -25,7 +25,7 @@ from phantora.runtime import flex_attention, functional, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
 from phantora.runtime.simcuda import device as simcuda
-from phantora.runtime.simcuda import fastpath, pinned
+from phantora.runtime.simcuda import fastpath, kept_values, pinned
 from phantora.runtime.simcuda.tensor import SimCudaTensor, run_op
 
 _PLAIN = (
@@ -163,6 +163,9 @@ class ChargeMode(TorchDispatchMode):
                 inner = simcuda.inner_device()
                 if s.phantom and func in _DEVICE_COPIES and _integer_host_data(args[0]):
                     inner = torch.device("cpu")  # token ids, labels, masks keep their values (simcuda/tensor.py)
+                elif s.phantom and (dtype := kept_values.on_host(func, args, kwargs)) is not None:
+                    inner = torch.device("cpu")  # an integer or boolean factory: its values (kept_values.py)
+                    kwargs = {**kwargs, "dtype": dtype}
                 kwargs = {**kwargs, "device": inner}
                 with simcuda.device_work():
                     if simcuda.rng.is_random(func) and kwargs.get("generator") is None:

@@ -28,6 +28,7 @@ from phantora.runtime import flex_chunks
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
+from phantora.runtime.simcuda import kept_values
 from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
 from phantora.runtime.trace import TraceRecorder
 from phantora.runtime.traffic import TrafficMarker, zero_ranges
@@ -621,6 +622,7 @@ class RankSession:
                 else {}
             ),
             **({"scenario": self.scenario_results()} if self.scenario is not None else {}),
+            **({"moe_routing": routing} if (routing := kept_values.routing()) is not None else {}),
         }
 
     def scenario_results(self) -> dict[str, Any]:

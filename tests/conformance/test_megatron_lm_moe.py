@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conformance import PROGRAMS, assert_documented, assert_manifest_tree, run_program
-from test_megatron_lm import DATA, ENV, MODEL, NO_APEX_NO_TE, RUN, trains
+from test_megatron_lm import DATA, ENV, MODEL, NO_APEX_NO_TE, RUN, iterations, trains
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("pybind11")
@@ -57,16 +57,23 @@ def test_mixture_of_experts_with_expert_parallelism(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_mixture_of_experts_stops_in_one_line_in_phantom_mode(tmp_path: Path) -> None:
-    """The same run with `--phantom`: the all-gather dispatcher counts the tokens its experts got from the router's
-    routing map, which it computes on the device from phantom scores, and reads their sum (`.item()`) to size the
-    permutation: the run stops there in one line naming it, as phantom mode does for any value it does not have."""
+def test_mixture_of_experts_in_phantom_mode(tmp_path: Path) -> None:
+    """The same run with `--phantom`. The router's top-k over phantom scores takes the balanced routing
+    (runtime/simcuda/kept_values.py), named once on screen and in results.json, so the all-gather dispatcher's
+    routing map and each expert's count have values (T k / E: 256 of the 2 ranks' 2 x 128 x 2 tokens' 2 choices
+    for each of 4 experts) and it sizes its permutation with them. One flag is added: Megatron's NaN check of each
+    loss (`validate_result`, `if torch.isnan(loss)`) reads a phantom value, so it is turned off, as Megatron turns it
+    off itself for its own data-less `--fake-process-group`. Megatron's timer is phantora's step."""
     workdir = tmp_path / "Megatron-LM"
     shutil.copytree(PROGRAMS / UPSTREAM, workdir)
     args = [*MODEL, "--num-layers", "2", *RUN, *DATA, *NO_APEX_NO_TE, *MOE, *MIXTRAL]
+    args += ["--no-check-for-nan-in-loss-and-grad"]
     run = run_program(workdir, "pretrain_gpt.py", args, tmp_path / "out", 4, ("--phantom",), env=ENV)
-    assert run.returncode != 0
-    stop = [line for line in run.output.splitlines() if line.startswith("phantora: rank 0 failed")]
-    assert len(stop) == 1, run.output[-3000:]
-    assert "token_dispatcher.py:301 in dispatch_postprocess): PhantomValueError" in stop[0]
-    assert "tokens_per_expert.sum().item()" in stop[0]
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.output.count("phantom mode: MoE routing assumed balanced") == 1
+    assert run.results()["moe_routing"] == "balanced"
+    its = iterations(run)
+    assert [i for i, _, _ in its] == [1, 2, 3] and len(run.steps()) == 3
+    for (_, ms, _), step in zip(its[1:], run.steps()[1:], strict=True):
+        assert ms == pytest.approx(step["time_ns"] / 1e6, abs=0.05 + 1e-9)
+    assert_documented(run.step_ms(), "pretrain_gpt.py", "core_v0.17.0 in phantom mode")

@@ -26,7 +26,7 @@ import torch
 
 from phantora.runtime import precision
 from phantora.runtime.compute import _sig
-from phantora.runtime.simcuda import attention, rng
+from phantora.runtime.simcuda import attention, kept_values, rng
 from phantora.runtime.simcuda.tensor import SimCudaTensor, wrap_output
 
 SLOW: Any = object()  # `device_op`'s answer for an op it leaves to the general route
@@ -35,9 +35,12 @@ _TENSOR = torch.Tensor
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _SEQ = (list, tuple)
 aten = torch.ops.aten
-# Ops the general route answers specially: pinning, and in phantom mode copies to the host, .item(), torch.equal.
+# Ops the general route answers specially: pinning, and in phantom mode copies to the host, .item(), torch.equal,
+# and the ops whose outputs keep values (kept_values.py; a cast only to integers or booleans).
 _SPECIAL = {aten.is_pinned.default, aten._pin_memory.default}
 _PHANTOM_SPECIAL = {id(aten.copy_.default), id(aten._local_scalar_dense.default), id(aten.equal.default)}
+_PHANTOM_SPECIAL |= {id(op) for op in kept_values.OPS}
+_TO_COPY = id(kept_values.TO_COPY)
 _UNKNOWN: Any = object()
 # by id(op) (OpOverloads live as long as torch, and hashing one runs Python): the op's name if it may take the
 # fast path, None if it may not
@@ -98,7 +101,7 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     if meta:
         if data or not phantom:  # phantom data beside real data, or real mode's meta bookkeeping
             return SLOW
-    if phantom and op in _PHANTOM_SPECIAL:
+    if phantom and op in _PHANTOM_SPECIAL and (op != _TO_COPY or kept_values.casts_to_index(kwargs)):
         return SLOW
     if session.by_storage:
         session.join_tensors([x.elem for x in args if isinstance(x, SimCudaTensor)])

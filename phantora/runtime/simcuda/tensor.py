@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
-from phantora.runtime.simcuda import attention, devices, guard, lazy, rng
+from phantora.runtime.simcuda import attention, devices, guard, kept_values, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -358,6 +358,8 @@ def run_op(
                 has_meta = True
             else:
                 has_data = True
+        elif type(x) is torch.Tensor and x.is_meta:  # phantom data beside the wrappers (a mask function's index)
+            has_meta = True
     if func is _IS_PINNED:
         return False
     if func is _PIN:
@@ -373,7 +375,16 @@ def run_op(
     else:
         a = tuple(_open(x, to_meta) for x in args)
         k = {name: _open(v, to_meta) for name, v in kwargs.items()}
-    kernel = attention.KERNELS.get(func, func)  # a CUDA-only op: its kernel on the data
+    phantom = _inner_device.type == "meta"
+    kept = phantom and func in kept_values.OPS  # outputs that keep values in phantom mode (kept_values.py)
+    run_func = func
+    if kept and to_meta and func is kept_values.MASKED_SELECT and not nested:
+        gather = kept_values.masked_select_as_gather(local(args[0]), local(args[1]))
+        if gather is not None:
+            run_func, a, k = gather
+    if to_meta and phantom:  # phantom data written into a tensor with values: it becomes phantom
+        a = _phantom_writes(func, args, kwargs, a, nested, by_elem)
+    kernel = attention.KERNELS.get(run_func, run_func)  # a CUDA-only op: its kernel on the data
     global _device_depth
     _device_depth += 1
     try:
@@ -383,9 +394,11 @@ def run_op(
         elif inner is None:
             out = kernel(*a, **k)
         else:
-            out = inner(func, a, k)
+            out = inner(run_func, a, k)
     finally:
         _device_depth -= 1
+    if kept:
+        out = kept_values.after(func, args, kwargs, out)
     if moved_off:  # .cpu(), .to("cpu"): a host tensor
         return out
     dest = index if to_index is None else to_index
@@ -397,7 +410,27 @@ def run_op(
         return same if same is not None else SimCudaTensor(x, dest)
 
     if type(out) in _PLAIN:
-        return back(out)
+        wrapped = back(out)
+        if kept and out.is_meta:
+            kept_values.mark_fill(func, args, kwargs, wrapped)
+        return wrapped
     if type(out) is tuple and not any(type(x) in _NESTED for x in out):
         return tuple(back(x) for x in out)
     return tree_map(back, out)
+
+
+def _phantom_writes(
+    func: Any, args: tuple, kwargs: dict[str, Any], a: tuple, nested: bool, by_elem: dict[int, SimCudaTensor]
+) -> tuple:
+    """Phantom mode, an op mixing phantom data in: each argument it writes into that held values gets the meta
+    data the op runs on as its own (phantom from now on: never a stale value), and is the op's output again.
+    Other tensors viewing the same values are not reached: they keep them."""
+    positions, names = kept_values.written(func)
+    targets = [(i, args[i]) for i in positions if i < len(args)] + [(None, kwargs.get(n)) for n in names]
+    for i, x in targets:
+        if not isinstance(x, SimCudaTensor) or x.elem.is_meta:
+            continue
+        meta = a[i] if i is not None and not nested and isinstance(a[i], torch.Tensor) else x.elem.to("meta")
+        x.elem = meta
+        by_elem[id(meta)] = x
+    return a

@@ -1,0 +1,112 @@
+"""Phantom mode's MoE routing and the ops that keep values (phantora/runtime/simcuda/kept_values.py).
+
+With balanced routing each of E experts gets T k / E of T tokens' k choices (closed form), each token's k choices
+are distinct, and an EP all-to-all's split sizes follow: with P ranks of E / P experts each, a rank sends T k / P
+tokens to every rank. The fast tests check the helpers on plain tensors; the slow one runs a phantom rank through
+the op sequences of torchtitan's and Megatron-Core's routers (tests/scripts/phantom_routing.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from phantora.launcher import RunConfig, launch
+from phantora.runtime.simcuda import kept_values as kv
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "phantom_routing.py"
+
+
+@pytest.mark.parametrize(("tokens", "experts", "k"), [(512, 8, 3), (48, 8, 2), (256, 4, 2), (7, 64, 6)])
+def test_balanced_routing_gives_every_expert_its_share(tokens: int, experts: int, k: int) -> None:
+    ids = kv.balanced((tokens, experts), k)
+    assert ids.shape == (tokens, k) and ids.dtype == torch.int64
+    assert all(len(set(row)) == k for row in ids.tolist())  # k distinct experts a token
+    counts = torch.bincount(ids.reshape(-1), minlength=experts).tolist()
+    share = tokens * k / experts
+    assert all(abs(c - share) < 1 for c in counts) and sum(counts) == tokens * k
+    if tokens * k % experts == 0:
+        assert counts == [tokens * k // experts] * experts
+
+
+def test_balanced_routing_along_another_dim_and_the_all_to_all_splits() -> None:
+    batch, seq, experts, k, ranks = 2, 256, 8, 3, 2
+    ids = kv.balanced((batch, experts, seq), k, dim=1)  # experts along dim 1
+    assert ids.shape == (batch, k, seq)
+    counts = torch.bincount(ids.movedim(1, -1).reshape(-1), minlength=experts)
+    splits = counts.view(ranks, -1).sum(dim=1).tolist()  # what torchtitan's dispatcher sends each EP rank
+    assert splits == [batch * seq * k // ranks] * ranks
+
+
+def test_fills_factories_and_casts_keep_values_only_for_small_index_tensors() -> None:
+    scores = torch.empty(6, 4, device="meta")
+    out = torch.empty(6, 4, dtype=torch.int32, device="meta")
+    ones = kv.after(kv.aten.ones_like.default, (scores,), {"dtype": torch.int32}, out)
+    assert not ones.is_meta and ones.tolist() == [[1] * 4] * 6
+    full = kv.after(kv.aten.new_full.default, (scores, [3], 9), {}, torch.empty(3, dtype=torch.int64, device="meta"))
+    assert full.tolist() == [9, 9, 9]
+    floats = torch.empty(6, 4, device="meta")
+    assert kv.after(kv.aten.zeros_like.default, (scores,), {}, floats) is floats  # a float fill stays phantom
+    big = torch.empty(kv.NUMEL + 1, dtype=torch.int64, device="meta")
+    assert kv.after(kv.aten.zeros_like.default, (big,), {}, big) is big
+    assert kv.on_host(kv.aten.arange.start_step, (2, 9, 3), {"device": "cuda"}) == torch.int64
+    assert kv.on_host(kv.aten.full.default, ([2], 7), {}) == torch.int64  # dtype inferred from the fill
+    assert kv.on_host(kv.aten.zeros.default, ([2],), {}) is None  # the default dtype: floating point
+    assert kv.casts_to_index({"dtype": torch.bool}) and not kv.casts_to_index({"dtype": torch.bfloat16})
+
+
+def test_a_float_fill_cast_to_integers_has_values_until_it_is_written_to() -> None:
+    logits = torch.empty(5, 4, device="meta")
+    logits._phantora_fill = (0.0, logits._version)  # what `mark_fill` leaves on a zeros_like's wrapper
+    cast = kv.after(kv.TO_COPY, (logits,), {"dtype": torch.int32}, torch.empty(5, 4, dtype=torch.int32, device="meta"))
+    assert not cast.is_meta and cast.tolist() == [[0] * 4] * 5
+    logits.add_(1)  # written to: its fill is no longer known
+    again = kv.after(kv.TO_COPY, (logits,), {"dtype": torch.int32}, torch.empty(5, 4, dtype=torch.int32, device="meta"))
+    assert again.is_meta
+
+
+def test_masked_select_of_phantom_data_is_a_gather_of_the_masks_count() -> None:
+    mask = torch.tensor([[True, False, True], [False, False, True]])
+    func, args, _ = kv.masked_select_as_gather(torch.empty(2, 3, device="meta"), mask)
+    assert func is kv.aten.index_select.default and args[2].shape == (3,) and args[0].is_meta
+    assert kv.masked_select_as_gather(torch.empty(2, 3, device="meta"), mask.to("meta")) is None
+
+
+def test_the_arguments_an_op_writes_into() -> None:
+    assert kv.written(torch.ops.aten.add_.Tensor) == ((0,), ("self",))
+    assert kv.written(torch.ops.aten.add.Tensor) == ((), ())
+
+
+@pytest.mark.slow
+def test_a_phantom_rank_runs_both_routers_on_balanced_routing(tmp_path: Path) -> None:
+    """tests/scripts/phantom_routing.py on one phantom rank (about 20 s): T = 48 tokens, E = 8, k = 2."""
+    out = tmp_path / "seen.json"
+    launch(RunConfig(str(SCRIPT), [str(out)], "testbed16", nproc=1, tensors="phantom", trace="none", timeout_s=300))
+    seen = json.loads(out.read_text())
+    tokens, experts, k = 48, 8, 2
+    share = tokens * k // experts
+    assert seen["scores_phantom"]
+    titan = seen["titan"]
+    assert titan["counts"] == [share] * experts and titan["top_scores_phantom"]
+    assert titan["starts"] == [share * e for e in range(experts)] and titan["seg_len"] == tokens * k
+    assert titan["split_cpu"] == [tokens * k // 2] * 2
+    # argsort (stable) of the flat choices: expert 0 is chosen by tokens 0, 4, 8, ... at position 0 of k
+    assert titan["order_first"] == [0, experts, 2 * experts, 3 * experts]
+    mega = seen["megatron"]
+    assert mega["tokens_per_expert"] == [share, share] and mega["num_out_tokens"] == 2 * share
+    assert mega["local_probs_shape"] == [2 * share] and mega["local_probs_phantom"]
+    assert seen["written_fill_cast_phantom"]
+    assert seen["factories"] == {
+        "zeros": [0, 0, 0],
+        "full": [7, 7],
+        "arange": [2, 5, 8],
+        "ones_like": [1] * experts,
+        "new_full": [5, 5],
+        "float_zeros_phantom": True,
+    }
+    assert seen["stale"] == "PhantomValueError"  # phantom counts added in place: no stale zeros
+    results = json.loads((tmp_path / "out" / "results.json").read_text()) if (tmp_path / "out").exists() else None
+    assert results is None or results.get("moe_routing") == "balanced"
