@@ -109,9 +109,13 @@ def graph_dag(path: str, topo: Topology) -> list[Flow]:
     return plan_graph(graph, topo, algo_from_meta(graph)).flows
 
 
-def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str, floor: bool = False) -> dict[str, Any]:
+def run(
+    topo: Topology, flows: list[Flow], sets: list[str], cc: str, floor: bool = False, sync: bool = False
+) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), time.process_time()
     sim = make_engine(EngineSpec("ns3", apply_overrides(PacketConfig(cc=cc), sets)), topo, spawner=spawn_workers)
+    if sync:  # synchronous rounds, as before issue 38's: the fluid NVLink side waits while the workers run
+        sim.packet.meanwhile = None  # type: ignore[attr-defined]
     if floor:  # issue 38, opt-in: the workers run past fluid NVLink events that release nothing on their side
         sim.packet.floor = sim.submit_floor  # type: ignore[attr-defined]
     try:
@@ -135,6 +139,8 @@ def run(topo: Topology, flows: list[Flow], sets: list[str], cc: str, floor: bool
         "rounds": int(dec.get("rounds", 0)),
         "round_wall": float(dec.get("round_wall_s", 0.0)),
         "critical_cpu": float(dec.get("critical_cpu_s", 0.0)),  # per round its busiest worker's CPU, summed
+        "meanwhile": float(dec.get("meanwhile_cpu_s", 0.0)),  # the driver's CPU while its workers ran
+        "overlap": float(dec.get("overlap_cpu_s", 0.0)),  # per round max(busiest worker, the driver meanwhile)
         "critical_wall": float(dec.get("critical_wall_s", 0.0)),  # per round its slowest worker's wall, summed
         "between": float(dec.get("between_wall_s", 0.0)),  # the driver alone, between rounds
         "events": int(stats.get("events", 0) or 0),  # type: ignore[call-overload]
@@ -165,6 +171,10 @@ def main() -> None:
         help="worker counts to run also with the fluid side's submit floor (opt-in, issue 38: the workers then "
         "run past fluid NVLink events that release nothing on their side)",
     )  # fmt: skip
+    ap.add_argument(
+        "--sync", type=int, nargs="*", default=[],
+        help="worker counts to run also with synchronous rounds (the driver waits while its workers run)",
+    )  # fmt: skip
     args = ap.parse_args()
     topo = load_topology(args.topology)
     make = {"rails": rails_dag, "a2a": a2a_dag}.get(args.pattern, fsdp_dag)
@@ -177,6 +187,8 @@ def main() -> None:
             rows.append((f"workers={n}", run(topo, flows, [*base, f"workers={n}"], args.cc)))
         except InputError as e:  # traffic across pieces
             print(f"workers={n}: refused: {e}")
+    for n in args.sync:
+        rows.append((f"w={n} sync", run(topo, flows, [*base, f"workers={n}"], args.cc, sync=True)))
     for n in args.floor:
         rows.append((f"w={n} floor", run(topo, flows, [*base, f"workers={n}"], args.cc, floor=True)))
     for n in args.ray:
@@ -188,15 +200,17 @@ def main() -> None:
         finally:
             del os.environ[CURVE_ALWAYS]
     want = rows[0][1]["key"]
-    # crit CPU: the driver's CPU (serial: rounds are synchronous) + per round its busiest worker's CPU, summed: the
-    # wall on free cores, one per process, bar messaging latency; x: one engine's CPU over it
+    # crit CPU: the wall on free cores, one per process, bar messaging latency: the driver's CPU outside rounds (its
+    # CPU less what it ran while its workers ran, `meanwhile`) + per round max(its busiest worker's CPU, the driver's
+    # CPU meanwhile), summed (asynchronous rounds: the fluid NVLink side runs while the workers do); x: one engine's
+    # CPU over it
     head = f"{'variant':<13} {'setup s':>8} {'wall s':>8} {'coord CPU':>9} {'worker CPU s':<28} {'crit CPU':>8} "
     print(head + f"{'x':>5} {'rounds':>7} {'round ms':>9} {'events':>11} {'ev/CPU s':>10} {'end ns':>12} equal")
     for name, r in rows:
         total_cpu = r["cpu"] + sum(r["worker_cpu"])
         wcpu = " ".join(f"{c:.1f}" for c in r["worker_cpu"]) or "-"
         per_round = 1e3 * r["round_wall"] / r["rounds"] if r["rounds"] else 0.0
-        crit = r["cpu"] + r["critical_cpu"] if r["worker_cpu"] else r["cpu"]
+        crit = r["cpu"] - r["meanwhile"] + r["overlap"] if r["worker_cpu"] else r["cpu"]
         print(
             f"{name:<13} {r['setup_s']:>8.1f} {r['wall']:>8.1f} {r['cpu']:>9.2f} {wcpu:<28} {crit:>8.2f} "
             f"{rows[0][1]['cpu'] / max(crit, 1e-9):>5.2f} {r['rounds']:>7} "
@@ -214,7 +228,8 @@ def main() -> None:
                 f"  {name:<12} wall {r['wall']:.1f} = rounds {r['round_wall']:.1f} "
                 f"(slowest worker {r['critical_wall']:.1f}, busiest worker's CPU {r['critical_cpu']:.1f}) "
                 f"+ between {r['between']:.1f} + other "
-                f"{r['wall'] - r['round_wall'] - r['between']:.1f}"
+                f"{r['wall'] - r['round_wall'] - r['between']:.1f}; driver CPU while its workers ran "
+                f"{r['meanwhile']:.2f} s"
             )
     # On paper with n workers, each on a core of its own: the busiest worker's CPU per round (measured with one
     # worker per group of pieces), the driver's serial time and each round's fixed cost (the free-core rounds).
@@ -230,7 +245,7 @@ def main() -> None:
         if n < measured or (n > measured and measured < pieces):
             print(f"  {n:>3} workers: not projected (run --workers {n})")
             continue
-        crit = finest["critical_cpu"] + finest["between"] + per_round * finest["rounds"]
+        crit = finest["overlap"] + finest["between"] + per_round * finest["rounds"]
         note = "" if n == measured else f" (as workers={measured}: {pieces} pieces, the other workers idle)"
         print(f"  {n:>3} workers: {crit:.1f} s vs one engine {serial:.1f} s: {serial / crit:.2f}x{note}")
 

@@ -165,13 +165,17 @@ class ServerPool:
         return Worker(i, pieces, proc.pid, proc, log)
 
     def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
-        """Send each posted worker its round, then yield the replies as they come; keep the others' heartbeats
-        going and check the ones we wait for about once a second."""
+        """Send each posted worker its round now, and return an iterator of the replies as they come (the caller
+        may work while the workers run: asynchronous rounds); it keeps the others' heartbeats going and checks the
+        ones we wait for about once a second."""
         for i, (t, out, until) in posts.items():
             flows = flows_to_columns([f for f, _ in out.flows], [local for _, local in out.flows])
             raw = encode("post", t, flows=flows, at=out.at, gated=out.gated, gates=out.gates, until=until)
             self.workers[i].link().send(raw)
-        pending = set(posts)
+        return self._replies(set(posts))
+
+    def _replies(self, pending: set[int]) -> Iterator[tuple[int, RoundReply]]:
+        """The replies of the workers in `pending`, as they come."""
         last_check = time.monotonic()
         while pending:
             ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))

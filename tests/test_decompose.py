@@ -19,7 +19,7 @@ import zmq
 
 from bridge.workers import spawn_workers
 from phantora.errors import InputError
-from phantora.netsim.base import Flow
+from phantora.netsim.base import INF_NS, Flow
 from phantora.netsim.decompose import DecomposedSimulator, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -277,14 +277,19 @@ def ring_chains(topo: Topology, laps: int = 4, size: int = 256 << 10) -> list[Fl
     return flows
 
 
-def one_engine_and_two_workers(topo: Topology, flows: list[Flow]) -> tuple[list[Any], list[Any], int]:
-    """(flow id, start, end) of every completion, from one engine and from workers=2, and workers=2's rounds."""
+def one_engine_and_two_workers(
+    topo: Topology, flows: list[Flow], *, asynchronous: bool = True
+) -> tuple[list[Any], list[Any], int]:
+    """(flow id, start, end) of every completion, from one engine and from workers=2, and workers=2's rounds;
+    `asynchronous=False`: the fluid NVLink side does not run while the workers do (no `run_ahead`)."""
     one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
     one.submit(flows, 0)
     want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
     one.close()
     sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     try:
+        if not asynchronous:
+            sim.packet.meanwhile = None  # type: ignore[attr-defined]
         sim.submit(flows, 0)
         got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
         rounds = sim.packet.rounds  # type: ignore[attr-defined]
@@ -432,23 +437,68 @@ def nvlink_chain_beside_rings(topo: Topology, links: int = 20) -> list[Flow]:
     return flows
 
 
-def test_fluid_bounds_let_workers_run_past_fluid_events_and_stay_exact() -> None:
-    """Issue 38: the fluid NVLink side says how early it can next hand the packet side a flow (`submit_floor`:
-    its flows' completion bounds, line rate down the chain), so the workers run past fluid events that release
-    nothing there. Without it every fluid event of the chain is a round; with it a handful, the same completions."""
+def test_fluid_side_running_while_the_workers_run_cuts_rounds_and_stays_exact() -> None:
+    """Issue 38, asynchronous rounds: while the workers run a round, the fluid NVLink side runs alone up to the
+    earliest packet completion it reacts to (`run_ahead`), so its chain's events no longer end rounds. With
+    synchronous rounds (and no floor) every fluid event of the chain is a round; with them a handful, and every
+    completion equals one engine's. (The floor with asynchronous rounds: the next test.)"""
     topo = tiny()
     flows = nvlink_chain_beside_rings(topo)
-    want, got, rounds = one_engine_and_two_workers(topo, flows)  # the default: no floor (opt-in for now)
+    want, got, rounds = one_engine_and_two_workers(topo, flows, asynchronous=False)
     assert got == want
-    assert rounds >= 15  # the bound without it: stop at every fluid event
+    assert rounds >= 15  # synchronous: stop at every fluid event
+    _, got, rounds = one_engine_and_two_workers(topo, flows)
+    assert got == want
+    assert rounds <= 4
+
+
+def watched_run(sim: Any, topo: Topology, flows: list[Flow]) -> list[Any]:
+    """Drive `sim` as the runtime does: `advance_watching` on a fluid flow and two packet flows, and at each
+    watched completion submit new flows at that ns (NVLink and rail flows, one of them after a fluid flow, which
+    is watched in turn). Returns what came back, call by call: (now, [(flow id, start, end)])."""
+    nv = len(ring_chains(topo))  # the chain's first NVLink flow
+    extra = {
+        nv + 9: [Flow(100, gpu(topo, 0, 0), gpu(topo, 0, 1), 1 << 20, key=100),
+                 Flow(101, gpu(topo, 0, 1), gpu(topo, 1, 1), 64 << 10, key=101)],
+        5: [Flow(102, gpu(topo, 1, 0), gpu(topo, 1, 1), 2 << 20, key=102),
+            Flow(103, gpu(topo, 1, 1), gpu(topo, 2, 1), 64 << 10, (102,), key=103)],
+        17: [Flow(104, gpu(topo, 2, 1), gpu(topo, 0, 1), 128 << 10, key=104)],
+        102: [Flow(105, gpu(topo, 2, 0), gpu(topo, 1, 0), 64 << 10, key=105)],
+    }  # fmt: skip
+    sim.submit(flows, 0)
+    watch, trace = {nv + 9, 5, 17}, []
+    while watch:
+        got = sim.advance_watching(INF_NS, watch)
+        now = sim.now()
+        trace.append((now, sorted((c.flow_id, c.start_ns, c.end_ns) for c in got)))
+        for fid in sorted({c.flow_id for c in got} & watch):
+            watch.discard(fid)
+            sim.submit(extra[fid], now)
+            watch.update(f.id for f in extra[fid] if f.id == 102)
+    trace.append((None, sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())))
+    return trace
+
+
+def test_asynchronous_rounds_return_at_watched_completions_as_one_engine() -> None:
+    """The runtime's way of driving the engine, with asynchronous rounds: the fluid side runs ahead while the
+    workers run, but stops at a completion the caller watches (it submits there) and never past a packet
+    completion it reacts to; every call returns at the same ns with the same completions as one engine's."""
+    topo = tiny()
+    flows = nvlink_chain_beside_rings(topo)
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+    try:
+        want = watched_run(one, topo, flows)
+    finally:
+        one.close()
     sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     try:
-        sim.packet.floor = sim.submit_floor  # type: ignore[attr-defined]
-        sim.submit(flows, 0)
-        assert sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain()) == want
-        assert sim.packet.rounds <= 4  # type: ignore[attr-defined]
+        got = watched_run(sim, topo, flows)
+        assert sim.ahead_steps > 0  # type: ignore[attr-defined]  # the fluid side did run ahead
     finally:
         sim.close()
+    returned = {fid for _, done in want[:-1] for fid, _, _ in done}
+    assert {len(ring_chains(topo)) + 9, 5, 17, 102, 105} <= returned | {fid for fid, _, _ in want[-1][1]}
+    assert got == want
 
 
 @pytest.mark.timeout(120)

@@ -12,7 +12,8 @@ packet at P + L, and nothing is posted before the completion (or submission) tha
 the earliest time anything can still happen (the minimum of the workers' next event times, the flows not
 yet handed over and the caller's `until`), every flow not yet known starts at E + L or later, so all
 workers may run, in parallel, every event up to E + L - 1 (a "round": send every worker its request,
-then gather). The flows' earliest ends are refined as they run: each reply carries the workers' completion
+then gather; in between the caller does its own work, `meanwhile`: the fluid NVLink side runs ahead to the
+earliest packet completion it reacts to, asynchronous rounds). The flows' earliest ends are refined as they run: each reply carries the workers' completion
 bounds (unsent bytes at line rate + least propagation), so a round ends near the next completion that matters.
 Completions wait here and are handed out one ns at a time, as `advance_to_completion`
 promises, so nvlink=fluid (`phantora.netsim.hybrid`) sits on top unchanged. The result equals one engine
@@ -162,12 +163,18 @@ class DecomposedSimulator(RunsByCompletion):
         # (at least the `until` of the advance in progress; the fluid NVLink side's `submit_floor`)
         self.floor: Callable[[], int] | None = None
         self.prechecked = False  # set by a caller that runs `check_flow_batch` on every batch it submits (hybrid)
+        # set by the caller: its own work while the workers run a round (asynchronous rounds), given the earliest
+        # ns a completion it `reacts` to can come and `earliest_end` (the fluid NVLink side's `run_ahead`)
+        self.meanwhile: Callable[[int, Callable[[int], int]], None] | None = None
+        self._react_ns = INF_NS  # the earliest ns a completion the caller reacts to can come (`_horizon`)
         self.rounds = 0
         self.round_wall_s = 0.0
         self.bound_wall_s = 0.0
         self.critical_cpu_s = 0.0  # per round, the CPU of its busiest worker, summed: the wall on free cores
         self.critical_wall_s = 0.0  # per round, the wall its slowest worker took to serve it, summed
         self.gather_wall_s = 0.0  # inside rounds: reading replies, bounds and releases here
+        self.meanwhile_cpu_s = 0.0  # the caller's CPU while the workers ran (`meanwhile`), summed over rounds
+        self.overlap_cpu_s = 0.0  # per round, max(its busiest worker's CPU, the caller's meanwhile CPU), summed
         self.between_wall_s = 0.0  # between rounds: the caller (fluid NVLink side, submits) and the bound
         self._round_end: float | None = None
         self._round_cpu = [0.0] * n  # per worker, the CPU its rounds took
@@ -197,8 +204,14 @@ class DecomposedSimulator(RunsByCompletion):
                 continue  # (None: no flow in flight, but ACKs and timers may still run: records count them)
             self._out[i] = Outbox()
             posts[i] = (self._wtime, out, max(horizon, self._wnow[i]))
+        replies = self._pool.round(posts)  # sent: the workers run while the caller does its own work
+        mine = 0.0
+        if self.meanwhile is not None and posts:
+            c0 = time.process_time()
+            self.meanwhile(self._react_ns, self.earliest_end)
+            mine = time.process_time() - c0
         busiest = slowest = gather = 0.0
-        for i, reply in self._pool.round(posts):
+        for i, reply in replies:
             g0 = time.perf_counter()
             self._gathered(reply.completions)
             self._bounds(reply.bounds)
@@ -212,6 +225,8 @@ class DecomposedSimulator(RunsByCompletion):
         self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
         self.critical_cpu_s += busiest
+        self.meanwhile_cpu_s += mine
+        self.overlap_cpu_s += max(busiest, mine)
         self.critical_wall_s += slowest
         self.gather_wall_s += gather
         self._round_end = time.perf_counter()
@@ -336,6 +351,11 @@ class DecomposedSimulator(RunsByCompletion):
                 self._gates_held += 1
         self._arrived(released)
 
+    def earliest_end(self, fid: int) -> int:
+        """The earliest ns flow `fid` can complete (its bound; its end once gathered)."""
+        end = self._ends.get(fid)
+        return end if end is not None else self._lb[fid]
+
     def advance_to_completion(self, until: int) -> list[Completion]:
         """Run to `until` but return right after the first ns at which any flow completes (now() is that ns).
         With no limit it also returns once nothing can happen any more."""
@@ -371,25 +391,32 @@ class DecomposedSimulator(RunsByCompletion):
         before it but after a completion it reacts to), or the earliest end of a flow a gate or a
         marker here waits on, or one the caller acts on (`reacts`; every flow when unset), or a marker ahead
         in the buffer. A flow's earliest end is max(its bound lb, its worker's next event, now + 1); lb starts
-        static (at submit) and rises with the workers' completion bounds (`_bounds`) and its deps' (`_raise`)."""
+        static (at submit) and rises with the workers' completion bounds (`_bounds`) and its deps' (`_raise`).
+        The least of those ends over the flows the caller reacts to is kept for `meanwhile` (`_react_ns`)."""
         t0 = time.perf_counter()
         react, ext, lbs = self.reacts, self._ext, self._lb
         e = until if self.floor is None else max(until, self.floor())
+        r = INF_NS  # the earliest end of a flow the caller reacts to
         for w, ids in enumerate(self._unfinished):
             if not ids:
                 continue
             if react is None:
-                m = min(lbs[f] for f in ids)
+                m = mr = min(lbs[f] for f in ids)
             else:
-                m = min((lbs[f] for f in ids if f in ext or react(f)), default=INF_NS)
-            if m >= e:
+                mr = min((lbs[f] for f in ids if react(f)), default=INF_NS)
+                m = min(mr, min((lbs[f] for f in ids if f in ext), default=INF_NS))
+            if m >= INF_NS:
                 continue
             nxt = self._next[w]
             floor = self._wtime + 1 if not self._out[w].empty() or nxt is None else max(self._wtime + 1, nxt)
             e = min(e, max(m, floor))
+            r = min(r, max(mr, floor))
         for t, fid, _ in self._buffer:
-            if t > self._wtime and (react is None or react(fid)):
-                e = min(e, t)
+            if react is None or react(fid):
+                r = min(r, t)
+                if t > self._wtime:
+                    e = min(e, t)
+        self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0
         return e + self.latency - 1 if e < INF_NS else INF_NS
 
@@ -441,6 +468,8 @@ class DecomposedSimulator(RunsByCompletion):
             "critical_cpu_s": round(self.critical_cpu_s, 6),
             "critical_wall_s": round(self.critical_wall_s, 6),  # per round, the slowest worker's serving wall
             "gather_wall_s": round(self.gather_wall_s, 6),  # inside rounds: replies, bounds, releases here
+            "meanwhile_cpu_s": round(self.meanwhile_cpu_s, 6),  # the caller's own work while the workers ran
+            "overlap_cpu_s": round(self.overlap_cpu_s, 6),  # per round max(busiest worker, meanwhile), summed
             "between_wall_s": round(self.between_wall_s, 6),  # between rounds: the caller and the bound
             "round_cpu_s": [round(c, 6) for c in self._round_cpu],
         }

@@ -64,6 +64,7 @@ def make_engine(
         decomposed = DecomposedSimulator(topo, config, spawner)
         engine = fluid_nvlink(topo, config, packet=decomposed)  # decomposition needs nvlink=fluid (validated)
         decomposed.reacts = engine.reacts_to  # type: ignore[attr-defined]
+        decomposed.meanwhile = engine.run_ahead  # type: ignore[attr-defined]  # asynchronous rounds (issue 38)
         # (decomposed.floor = engine.submit_floor: opt-in, issue 38; unexplained slowdown on a 64 MiB run)
         decomposed.prechecked = True  # the hybrid checks each batch whole at its submit: ids, ends, deps, cycles
         return engine

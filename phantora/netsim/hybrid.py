@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from phantora.errors import PhantoraError
@@ -89,6 +90,11 @@ class FluidNvlinkSimulator:
         self._bottleneck: dict[tuple[int, ...], int] = {}  # fluid path -> its least channel bandwidth (bps)
         self._releasers: list[tuple[int, int]] = []  # heap (bound, id) of fluid flows held flows wait on (lazy)
         self._until = INF_NS  # the limit of the advance in progress: the caller submits nothing before it
+        # Fluid completions run ahead while a decomposed packet side ran a round (`run_ahead`), their releases
+        # done, not handed out yet (in time order); and the ns of a watched one among them (nothing runs past it).
+        self._ahead: deque[Completion] = deque()
+        self._stop: int | None = None
+        self.ahead_steps = 0  # fluid event times run ahead
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
@@ -182,9 +188,10 @@ class FluidNvlinkSimulator:
         or after a completion it watches), and the earliest completion of a fluid flow that releases held flows
         or that the caller watches (its bound, and the fluid side's next event). A decomposed packet side runs
         its workers up to it (+ its lookahead) in one round rather than stopping at every fluid event."""
+        until = self._until if self._stop is None else min(self._until, self._stop)  # the caller may submit then
         tf = self.fluid.next_event_time()
         if tf is None:
-            return self._until
+            return until
         flb, watch, heap, waiters = self._flb, self._watch, self._releasers, self._waiters
         m = INF_NS
         while heap:
@@ -198,7 +205,33 @@ class FluidNvlinkSimulator:
                 break
         if watch:
             m = min(m, min((flb[f] for f in watch if f in flb), default=INF_NS))
-        return min(self._until, max(m, tf))
+        return min(until, max(m, tf))
+
+    def run_ahead(self, react_ns: int, earliest_end: Callable[[int], int]) -> None:
+        """Asynchronous rounds: while a decomposed packet side's workers run a round, run the fluid side alone
+        through its events before `react_ns` (the earliest ns a packet completion this engine reacts to can come:
+        the packet completions before it release nothing here and are watched by no caller) and up to the limit
+        of the advance in progress, releasing what its completions free as `_step` would, and keep them to hand
+        out in order with the packet side's. Packet flows it releases go into the next round (they are posted at
+        or after the round's horizon start: the fluid events run here are at or after the packet side's limit);
+        one the engine reacts to lowers the limit to its `earliest_end`. It stops at a completion the caller
+        watches: the caller may submit at that ns."""
+        if self._stop is not None:
+            return
+        limit = min(self._until, react_ns - 1)
+        fluid = self.fluid
+        while (t := fluid.next_event_time()) is not None and t <= limit:
+            self.ahead_steps += 1
+            got = fluid.advance(t)
+            if not got:
+                continue
+            self._ahead.extend(got)
+            for f in self._release(got, t):
+                if self.reacts_to(f.id):
+                    limit = min(limit, earliest_end(f.id) - 1)
+            if self._watch and any(c.flow_id in self._watch for c in got):
+                self._stop = t
+                return
 
     def _fluid_bounds(self, flows: Sequence[Flow], at: int) -> None:
         """Each flow handed to the fluid engine at `at` (deps on the other side all arrived): the earliest ns it
@@ -242,13 +275,15 @@ class FluidNvlinkSimulator:
 
     def next_event_time(self) -> int | None:
         times = [t for t in (self.packet.next_event_time(), self.fluid.next_event_time()) if t is not None]
+        if self._ahead:
+            times.append(self._ahead[0].end_ns)
         return min(times) if times else None
 
     def now(self) -> int:
         return self.packet.now()
 
     def in_flight(self) -> int:
-        return self.packet.in_flight() + self.fluid.in_flight() + len(self._held)
+        return self.packet.in_flight() + self.fluid.in_flight() + len(self._held) + len(self._ahead)
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
@@ -352,7 +387,7 @@ class FluidNvlinkSimulator:
         return f.with_deps(deps)
 
     def _idle(self) -> bool:
-        return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0
+        return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0 and not self._ahead
 
     def _check_stuck(self) -> None:
         if self._held:
@@ -360,25 +395,36 @@ class FluidNvlinkSimulator:
 
     def _step(self, until: int) -> list[Completion]:
         """Both engines to the next completion (either side), the fluid side's next event or `until`,
-        whichever is first; release what the completions free. Both engines end at the same ns."""
+        whichever is first; release what the completions free. Both engines end at the same ns. Fluid completions
+        run ahead (`run_ahead`, released then) are handed out once the packet side has reached them."""
         self._steps += 1
         self._until = until
         tf = self.fluid.next_event_time()
         bound = until if tf is None else min(until, tf)
+        if self._stop is not None:
+            bound = min(bound, self._stop)
         if self.packet.in_flight():
             got = self.packet.advance_to_completion(bound)
-        elif bound < INF_NS:
-            got = self.packet.advance(bound)
         else:
-            got = []
-        got += self.fluid.advance(self.packet.now())
+            if self._ahead:
+                bound = min(bound, self._ahead[0].end_ns)
+            got = self.packet.advance(bound) if bound < INF_NS else []
+        now = self.packet.now()
+        ahead = self._ahead
+        early = []
+        while ahead and ahead[0].end_ns <= now:
+            early.append(ahead.popleft())
+        if self._stop is not None and self._stop <= now:
+            self._stop = None
+        if self.fluid.now() <= now:
+            got += self.fluid.advance(now)
         if got:
-            self._release(got)
-        return got
+            self._release(got, now)
+        return got + early
 
-    def _release(self, completions: list[Completion]) -> None:
-        """Record arrivals; hand every held flow whose last outstanding dep arrived to its engine, now."""
-        now = self.now()
+    def _release(self, completions: list[Completion], now: int) -> list[Flow]:
+        """Record arrivals (at `now`); hand every held flow whose last outstanding dep arrived to its engine, at
+        `now`. Returns the flows handed to the packet side."""
         ready: dict[tuple[int, int], list[Flow]] = {}
         flb = self._flb
         for c in completions:
@@ -397,11 +443,15 @@ class FluidNvlinkSimulator:
                 del self._held[j]
                 self._side[j] = side
                 ready.setdefault((max(at, now), side), []).append(self._same_side(f, side))
+        packet: list[Flow] = []
         for (at, side), batch in sorted(ready.items()):
             self._engine(side).submit(batch, at)
             if side == FLUID:
                 self._fluid_flows += len(batch)
                 self._fluid_bounds(batch, at)
+            else:
+                packet.extend(batch)
+        return packet
 
 
 def _order(c: Completion) -> tuple[int, int]:
