@@ -13,8 +13,9 @@ the earliest time anything can still happen (the minimum of the workers' next ev
 yet handed over and the caller's `until`), every flow not yet known starts at E + L or later, so all
 workers may run, in parallel, every event up to E + L - 1 (a "round": send every worker its request,
 then gather; in between the caller does its own work, `meanwhile`: the fluid NVLink side runs ahead to the
-earliest packet completion it reacts to, asynchronous rounds). The flows' earliest ends are refined as they run: each reply carries the workers' completion
-bounds (unsent bytes at line rate + least propagation), so a round ends near the next completion that matters.
+earliest packet completion it reacts to, asynchronous rounds). The flows' earliest ends are refined as they
+run: each reply carries the workers' completion bounds (unsent bytes at line rate + least propagation), so a
+round ends near the next completion that matters.
 Completions wait here and are handed out one ns at a time, as `advance_to_completion`
 promises, so nvlink=fluid (`phantora.netsim.hybrid`) sits on top unchanged. The result equals one engine
 with the same nic_latency to the ns (docs/packet-model.md, "Decomposition").
