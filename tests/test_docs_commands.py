@@ -2,7 +2,8 @@
 
 Commands are taken from fenced code blocks: lines that run `phantora` (or `.venv/bin/phantora`, or
 `../../.venv/bin/phantora`), with `\\` continuations joined and comments dropped; `...` placeholders,
-usage synopses with `[--optional]` parts and quoted messages (`phantora run: error: ...`) are skipped.
+usage synopses with `[--optional]` parts and quoted messages (`phantora run: error: ...`) are skipped, and so
+are the blocks that quote a command's output (`<!-- output-of: ... -->` above them: scripts/doc_figures.py).
 Parsing checks the sub-command, the options
 and their choices, not that files exist.
 """
@@ -25,13 +26,15 @@ INVOKE = re.compile(r"(?:^|&&|;|\s)(?:\S*/)?phantora\s+(\S.*)$")
 def commands(path: Path) -> list[tuple[int, str]]:
     """(line, command after `phantora`) of each phantora command in the file's code blocks."""
     out: list[tuple[int, str]] = []
-    fenced = False
-    joined, start = "", 0
+    fenced = quoted = False
+    joined, start, previous = "", 0, ""
     for no, raw in enumerate(path.read_text().splitlines(), 1):
         if raw.lstrip().startswith("```"):
             fenced = not fenced
+            quoted = fenced and previous.lstrip().startswith("<!-- output-of")  # a command's output, quoted
             continue
-        if not fenced:
+        previous = raw
+        if not fenced or quoted:
             continue
         line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
         if joined:
@@ -63,3 +66,13 @@ def test_documented_command_parses(path: Path, line: int, command: str) -> None:
         parser.parse_args(shlex.split(command))
     except SystemExit as exc:
         pytest.fail(f"{path.name}:{line}: `phantora {command}` does not parse (exit {exc.code})")
+
+
+def test_a_quoted_output_is_not_taken_for_a_command(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "```\n.venv/bin/phantora topo rail128\n```\n"
+        "<!-- output-of: .venv/bin/python bench/x.py -->\n```\nincast   phantora   668.8   697.0\n```\n"
+        "```\nphantora netsim flows.csv\n```\n"
+    )
+    assert commands(doc) == [(2, "topo rail128"), (9, "netsim flows.csv")]
