@@ -110,3 +110,15 @@ def test_a_phantom_rank_runs_both_routers_on_balanced_routing(tmp_path: Path) ->
     assert seen["stale"] == "PhantomValueError"  # phantom counts added in place: no stale zeros
     results = json.loads((tmp_path / "out" / "results.json").read_text()) if (tmp_path / "out").exists() else None
     assert results is None or results.get("moe_routing") == "balanced"
+
+
+def test_the_routing_is_recorded_and_named_once_in_the_summary() -> None:
+    from phantora.perfmodel.gpus import get_gpu
+    from phantora.results.summary import format_summary, summarize
+
+    ranks = {r: {"rank": r, "step_ends_ns": [1000, 2000], "end_ns": 2000} for r in range(2)}
+    assert "moe_routing" not in summarize(ranks, get_gpu("h100"))  # no top-k of phantom scores: nothing assumed
+    ranks[0]["moe_routing"] = ranks[1]["moe_routing"] = kv.ROUTING
+    summary = summarize(ranks, get_gpu("h100"))
+    assert summary["moe_routing"] == "balanced"
+    assert format_summary(summary).count("phantom mode: MoE routing assumed balanced") == 1
