@@ -104,8 +104,11 @@ class DagBuilder:
         channel: int,
         deps: tuple[int, ...] = (),
         delay_ns: int = 0,
+        origin: int | None = None,
     ) -> int:
-        """Add a flow from group position `src` to position `dst`; return its id."""
+        """Add a flow from group position `src` to position `dst`; return its id. `origin`: the position whose part
+        `src` relays (NCCL's PXN): the relay holds a connection of its own per sender, as NCCL's proxy does, so
+        relayed parts of different senders are not messages of one queue pair."""
         if len(self.flows) >= MAX_FLOWS:
             raise InputError(
                 f"this collective needs more than {MAX_FLOWS:,} flows ({len(self.ranks)} ranks); use the coarse "
@@ -117,14 +120,15 @@ class DagBuilder:
             key = ecmp_key(s, d, channel)
             return self._append(Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key))
         qps = self.qps if self._network(s, d) else 1
+        conn = channel if origin is None else channel | ((origin + 1) << 16)  # the connection's own id space
         if qps == 1:
-            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, 0))
+            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, 0, conn))
         if not self.split_qps:  # net_ib: message k of a connection goes on its queue pair k mod qps
-            n = self.sent.get((self.comm, s, d, channel), 0)
-            self.sent[self.comm, s, d, channel] = n + 1
-            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, n % qps))
+            n = self.sent.get((self.comm, s, d, conn), 0)
+            self.sent[self.comm, s, d, conn] = n + 1
+            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, n % qps, conn))
         parts = [
-            self._append(self._message(s, d, n, deps, delay_ns, f"{tag}/qp{q}", channel, q))
+            self._append(self._message(s, d, n, deps, delay_ns, f"{tag}/qp{q}", channel, q, conn))
             for q, n in enumerate(qp_parts(size, qps) or [0])
         ]
         if len(parts) == 1:
@@ -138,13 +142,23 @@ class DagBuilder:
         return s != d and (hs is None or hd is None or hs != hd)
 
     def _message(
-        self, s: int, d: int, size: int, deps: tuple[int, ...], delay_ns: int, tag: str, channel: int, qp: int
+        self,
+        s: int,
+        d: int,
+        size: int,
+        deps: tuple[int, ...],
+        delay_ns: int,
+        tag: str,
+        channel: int,
+        qp: int,
+        conn_key: int,
     ) -> Flow:
-        """A flow on queue pair `qp` of the connection (s, d, channel); each queue pair its own ECMP key."""
+        """A flow on queue pair `qp` of the connection (s, d, conn_key: the channel, or a relay's channel and
+        sender); each queue pair its own ECMP key, from the channel."""
         key = ecmp_key(s, d, channel) | (qp << 56)
-        conn = self._conns.get((s, d, channel, qp), 0)
+        conn = self._conns.get((s, d, conn_key, qp), 0)
         if not conn:
-            conn = self._conns[s, d, channel, qp] = connection_id(self.comm, s, d, channel, qp)
+            conn = self._conns[s, d, conn_key, qp] = connection_id(self.comm, s, d, conn_key, qp)
         return Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn)
 
     def _next(self) -> int:

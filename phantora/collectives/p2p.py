@@ -35,7 +35,7 @@ def _pair(
             out.append(b.add(src, dst, part, name, ids[c], deps, delay))
         else:
             out.append(b.add(src, via, part, f"{name}/pxn", ids[c], deps, delay))
-            out.append(b.add(via, dst, part, name, ids[c], deps, delay))
+            out.append(b.add(via, dst, part, name, ids[c], deps, delay, origin=src))
     return out
 
 
