@@ -66,20 +66,22 @@ def fsdp_dag(topo: Topology, nbytes: int) -> list[Flow]:
     return out
 
 
-def rails_dag(topo: Topology, nbytes: int) -> list[Flow]:
+def rails_dag(topo: Topology, nbytes: int, kind: str = "all_reduce") -> list[Flow]:
     """Per piece (a rail of a rail-optimised fabric): two ring all-reduces of `nbytes` over its GPUs, the second
-    after the first, one flow per ring edge and step: few, large flows, where ns-3's work dominates."""
+    after the first, one flow per ring edge and step: few, large flows, where ns-3's work dominates. `kind`
+    "all_to_all": two direct all-to-alls of `nbytes` per GPU instead (MoE with expert parallelism over one GPU
+    per host, strided as `--ep-layout strided`: every flow stays on its rail)."""
     pieces = fabric_pieces(topo)
     groups: dict[int, list[int]] = {}
     for r in range(topo.num_ranks):
         groups.setdefault(pieces[topo.node_of_rank(r)], []).append(r)
-    algo = AlgoOptions("ring", "coarse", model="ideal")
+    algo = AlgoOptions("ring" if kind == "all_reduce" else "direct", "coarse", model="ideal")
     out: list[Flow] = []
     for ranks in groups.values():
         prev: list[int] = []
         for _ in range(2):
             base = max((f.id for f in out), default=-1) + 1
-            ar = decompose(Collective("all_reduce", tuple(ranks), nbytes), topo, algo).flows
+            ar = decompose(Collective(kind, tuple(ranks), nbytes), topo, algo).flows
             for f in ar:
                 deps = tuple(d + base for d in f.deps) or tuple(prev)
                 out.append(replace(f, id=f.id + base, deps=deps))
@@ -155,10 +157,11 @@ def main() -> None:
     ap.add_argument("--graph", help="execution-graph directory (phantora run --record DIR); default: FSDP-like DAG")
     ap.add_argument("--bytes", default="4MiB", help="collective size of the default DAG")
     ap.add_argument(
-        "--pattern", choices=["hier", "rails", "a2a"], default="hier",
+        "--pattern", choices=["hier", "rails", "a2a", "a2a-rail"], default="hier",
         help="hier: hierarchical all-reduces over all GPUs (NVLink + rail rings, many chunked flows); "
         "rails: a ring all-reduce per rail, one flow per ring edge and step; "
-        "a2a: two MoE-style all-to-alls over all GPUs (cross-rail: refused by pieces)",
+        "a2a: two MoE-style all-to-alls over all GPUs (cross-rail: refused by pieces); "
+        "a2a-rail: two MoE all-to-alls per rail (expert parallelism over one GPU per host, strided)",
     )  # fmt: skip
     ap.add_argument("--cc", default="dcqcn")
     ap.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us", help="comma-separated --set fields")
@@ -177,7 +180,11 @@ def main() -> None:
     )  # fmt: skip
     args = ap.parse_args()
     topo = load_topology(args.topology)
-    make = {"rails": rails_dag, "a2a": a2a_dag}.get(args.pattern, fsdp_dag)
+    make = {
+        "rails": rails_dag,
+        "a2a": a2a_dag,
+        "a2a-rail": lambda t, n: rails_dag(t, n, "all_to_all"),
+    }.get(args.pattern, fsdp_dag)
     flows = graph_dag(args.graph, topo) if args.graph else make(topo, parse_size_bytes(args.bytes))
     base = [s for s in args.set.split(",") if s]
     print(f"{len(flows)} flows on {topo.name}, --set {','.join(base)}, cc {args.cc}")

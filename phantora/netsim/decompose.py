@@ -265,14 +265,23 @@ class DecomposedSimulator(RunsByCompletion):
 
     def _arrived(self, done: list[Completion]) -> None:
         """Record ends; open the gates and complete the markers they release (markers may release more)."""
+        lbs, step, waiting = self._lb, self._step, self._dependents
         while done:
             for c in done:
                 self._ends[c.flow_id] = c.end_ns
-                self._lb.pop(c.flow_id, None)
-                self._step.pop(c.flow_id, None)
-                for j in self._dependents.pop(c.flow_id, ()):
-                    if j in self._step:  # (not done yet)
-                        self._raise(j, c.end_ns + self._step[j])
+                lbs.pop(c.flow_id, None)
+                step.pop(c.flow_id, None)
+                for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
+                    s = step.get(j)
+                    if s is None:  # (done already)
+                        continue
+                    t = c.end_ns + s
+                    if t <= lbs.get(j, INF_NS):
+                        continue
+                    if j in waiting:
+                        self._raise(j, t)
+                    else:
+                        lbs[j] = t
                 w = self._owner[c.flow_id]
                 if w != DRIVER:
                     self._unfinished[w].discard(c.flow_id)
@@ -318,19 +327,29 @@ class DecomposedSimulator(RunsByCompletion):
         if self._wtime >= INF_NS:
             self._wtime = self._now
         released: list[Completion] = []
+        ends, lbs, waiting = self._ends, self._lb, self._dependents
         for f in topological_order(flows, {f.id: f for f in flows}):
-            w = self._owner[f.id]
+            fid = f.id
+            w = owner[fid]
             a, lb = at, at
             local: list[int] = []
             cross: list[int] = []
-            for d in dict.fromkeys(f.deps):
-                end = self._ends.get(d)
+            for d in dict.fromkeys(f.deps):  # (per dependency edge: kept lean)
+                end = ends.get(d)
                 if end is not None:
-                    a, lb = max(a, end), max(lb, end)
+                    if end > a:  # (lb >= a: so end <= a leaves both)
+                        a = end
+                        lb = max(lb, end)
                     continue
-                lb = max(lb, self._lb[d])
-                self._dependents.setdefault(d, []).append(f.id)
-                (local if w != DRIVER and self._owner[d] == w else cross).append(d)
+                x = lbs[d]
+                if x > lb:
+                    lb = x
+                ws = waiting.get(d)
+                if ws is None:
+                    waiting[d] = [fid]
+                else:
+                    ws.append(fid)
+                (local if w != DRIVER and owner[d] == w else cross).append(d)
             self._step[f.id] = f.delay_ns + xfer[f.id]
             self._lb[f.id] = lb + self._step[f.id]
             self._ext.update(d for d in cross if self._owner[d] != DRIVER)
