@@ -189,7 +189,7 @@ def test_an_all_to_all_leaves_each_members_part_of_every_member_in_rank_order(mo
     ranks = [Rank(board, r) for r in range(3)]
     held = [torch.tensor([[10 * i + j, -(10 * i + j)] for j in range(3)]) for i in range(3)]
     outs = [[torch.empty(3, 2, dtype=torch.int64)] for _ in range(3)]
-    _all_to_all(ranks, monkeypatch, [tv.even_parts(t, 3) for t in held], outs)
+    _all_to_all(ranks, monkeypatch, [tv.split_rows(t, [1, 1, 1]) for t in held], outs)
     for j in range(3):
         assert outs[j][0].tolist() == [[10 * i + j, -(10 * i + j)] for i in range(3)]
 
@@ -202,11 +202,40 @@ def test_a_list_all_to_all_fills_one_output_per_member(ranks: list[Rank], monkey
     assert [[o.tolist() for o in out] for out in outs] == [[[0, 0, 7], [1, 0, 7]], [[0, 1, 7], [1, 1, 7]]]
 
 
+def test_an_uneven_all_to_all_fills_each_members_rows_and_keeps_the_keys_in_step(
+    ranks: list[Rank], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Splits rank 0 sees as even ([1, 1] out, [1, 1] in) and rank 1 as uneven ([1, 2] out, [1, 2] in): both post
+    and take, so rank 0 gets [a0, b0] and rank 1 [a1, b1, b2], and the next collective of the group pairs up."""
+    a, b = torch.tensor([10, 11]), torch.tensor([20, 21, 22])
+    parts = [tv.split_rows(a, [1, 1]), tv.split_rows(b, [1, 2])]
+    outs = [[torch.zeros(2, dtype=torch.int64)], [torch.zeros(3, dtype=torch.int64)]]
+    _all_to_all(ranks, monkeypatch, parts, outs)
+    assert [o[0].tolist() for o in outs] == [[10, 20], [11, 21, 22]]
+
+
+def test_an_all_to_all_over_the_limit_posts_no_values_but_takes_its_key(
+    ranks: list[Rank], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member whose part is over the limit posts none (the outputs stay as they were), yet the group's keys stay
+    in step: the next all-to-all carries values again."""
+    big = torch.arange(2 * (tv.LIMIT // 8 + 1))
+    parts = [tv.split_rows(big, [big.numel() // 2] * 2), tv.split_rows(torch.arange(2), [1, 1])]
+    outs = [[torch.full((big.numel() // 2 + 1,), 9)], [torch.full((big.numel() // 2 + 1,), 9)]]
+    _all_to_all(ranks, monkeypatch, parts, outs)
+    assert all(set(o[0].tolist()) == {9} for o in outs)
+    parts = [tv.split_rows(torch.tensor([1, 2]), [1, 1]), tv.split_rows(torch.tensor([3, 4]), [1, 1])]
+    outs = [[torch.zeros(2, dtype=torch.int64)], [torch.zeros(2, dtype=torch.int64)]]
+    _all_to_all(ranks, monkeypatch, parts, outs)
+    assert [o[0].tolist() for o in outs] == [[1, 3], [2, 4]]
+
+
 def test_an_all_to_all_with_a_phantom_member_leaves_the_outputs_as_they_were(
     ranks: list[Rank], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Counts made on the device from phantom data (a router's choices) are phantom: nothing is invented."""
-    parts = [tv.even_parts(torch.tensor([1, 2]), 2), tv.even_parts(torch.empty(2, dtype=torch.int64, device="meta"), 2)]
+    phantom = torch.empty(2, dtype=torch.int64, device="meta")
+    parts = [tv.split_rows(torch.tensor([1, 2]), [1, 1]), tv.split_rows(phantom, [1, 1])]
     outs = [[torch.full((2,), 9)], [torch.full((2,), 9)]]
     _all_to_all(ranks, monkeypatch, parts, outs)
     assert [o[0].tolist() for o in outs] == [[9, 9], [9, 9]]
@@ -318,9 +347,12 @@ def test_each_value_is_posted_before_its_collective_is_issued(monkeypatch: pytes
     pg.all_to_all_single(torch.empty(2, dtype=torch.int64), ints, [], []).wait()
     pg.all_to_all_single(torch.empty(2, dtype=torch.int64), ints, [1, 1], [1, 1]).wait()
     pg.alltoall([torch.empty(1, dtype=torch.int64)] * 2, [ints[:1], ints[1:]]).wait()
+    # splits this rank sees as uneven (its peer may see its own as even): it posts all the same, as every member does
+    pg.all_to_all_single(torch.empty(3, dtype=torch.int64), torch.tensor([1, 2, 3]), [1, 2], [1, 2]).wait()
     pg.send([ints], 1).wait()
     collectives = ["all_reduce", "broadcast", "all_gather", "all_to_all", "all_to_all"]
     expected = [x for k in collectives for x in ("post", f"issue {k}")]
     expected += ["post", "issue send", "issue recv"]  # the list all-to-all: the one peer's transfers
+    expected += ["post", "issue send", "issue recv"]  # the uneven all_to_all_single: the same
     expected += ["post", "issue send"]
     assert client.said == expected

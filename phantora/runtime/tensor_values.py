@@ -84,14 +84,21 @@ def _data(t: torch.Tensor) -> torch.Tensor:
     return t.elem if isinstance(t, SimCudaTensor) else t
 
 
-def carried(tensors: Sequence[torch.Tensor]) -> bool:
-    """Do these tensors' values travel with their collective (phantom mode, small integer or boolean tensors)?"""
+def integral(tensors: Sequence[torch.Tensor]) -> bool:
+    """Phantom mode, and integer or boolean tensors: a collective whose members all decide alike by dtype alone."""
     s = _session.current()
     if s is None or not s.phantom or _quiet or not tensors:
         return False
-    if any(t.is_floating_point() or t.is_complex() for t in tensors):
-        return False
+    return not any(t.is_floating_point() or t.is_complex() for t in tensors)
+
+
+def _small(tensors: Sequence[torch.Tensor]) -> bool:
     return sum(t.numel() * t.element_size() for t in tensors) <= LIMIT
+
+
+def carried(tensors: Sequence[torch.Tensor]) -> bool:
+    """Do these tensors' values travel with their collective (phantom mode, small integer or boolean tensors)?"""
+    return integral(tensors) and _small(tensors)
 
 
 def _values(tensors: Sequence[torch.Tensor]) -> bytes:
@@ -245,12 +252,20 @@ def even_parts(t: torch.Tensor, n: int) -> list[torch.Tensor]:
     return list(_data(t).reshape(-1).tensor_split(n))
 
 
+def split_rows(t: torch.Tensor, rows: Sequence[int]) -> list[torch.Tensor]:
+    """`t` cut along dim 0 into parts of `rows` rows each, flat (an all-to-all's split sizes, in rank order)."""
+    d = _data(t)
+    return [p.reshape(-1) for p in d.split(list(rows))] if d.dim() else [d.reshape(-1)]
+
+
 def all_to_all(ranks: tuple[int, ...], me: int, parts: list[torch.Tensor], outputs: list[torch.Tensor]) -> Finish:
     """Member j's `parts[i]` into member i's outputs, from each member in rank order (`outputs`: one per member,
-    or one flat), as NCCL's all-to-all leaves them; only if every member had values."""
+    or one flat), as NCCL's all-to-all leaves them; only if every member had values. Parts may differ in size
+    (uneven splits), so members cannot agree on "small" alone: every member of an integral all-to-all posts (its
+    values if small, else none) and takes, which keeps the group's keys in step."""
     key = next_key(ranks)
     into = targets(outputs)
-    _post(ranks, key, _values(parts), reads=True)
+    _post(ranks, key, _values(parts) if _small(parts + outputs) else msgpack.packb(None), reads=True)
 
     def finish() -> None:
         got = _take(ranks, key)
