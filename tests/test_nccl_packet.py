@@ -28,14 +28,15 @@ def call(test: str, nbytes: int, env: dict[str, str], first_id: int = 0) -> nt.I
 def test_grouped_sendrecv_is_one_launch_bound_by_its_slowest_pair() -> None:
     """sendrecv_perf's 16 pairs are one NCCL group: one kernel launch, every pair in flight. 8 B each: the call
     takes one launch and one step of its slowest pair, the one across hosts (baseLat ring/Simple 8.4 us + hwLat
-    net 14.0 + the proxy posting a send and a receive at 1 us each, x3 for Simple = 28.4 us), not 16 launches;
+    net 14.0 + the proxy posting a send and a receive at 1 us each, one op per channel part and direction since
+    c574049 = 24.4 us), not 16 launches;
     a pair inside a host alone (LL at 8 B) would take 6.6 + 0.6 (an NVLink step) = 7.2 us. The recorded choice
     is the bound's."""
     topo = load_topology("testbed16")
     it = call("sendrecv_perf", 8, {})
-    assert it.choice is not None and it.choice["model_lat_us"] == pytest.approx(28.4)
+    assert it.choice is not None and it.choice["model_lat_us"] == pytest.approx(8.4 + 14.0 + 2 * 1.0)
     t_us = nt.run_iteration(FlowSimulator(topo), it) / 1e3
-    assert t_us == pytest.approx(28.4 + 8 / 50e3, rel=1e-3)
+    assert t_us == pytest.approx(8.4 + 14.0 + 2 * 1.0 + 8 / 50e3, rel=1e-3)
     intra = nt.build_iteration(nt.find_test("sendrecv_perf"), (0, 1), 8, "fp32", 0, topo, AlgoOptions(), 0, "u")
     assert nt.run_iteration(FlowSimulator(topo), intra) / 1e3 == pytest.approx(6.6 + 0.6, rel=1e-3)
 
