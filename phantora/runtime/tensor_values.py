@@ -247,11 +247,6 @@ def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list
     return finish
 
 
-def even_parts(t: torch.Tensor, n: int) -> list[torch.Tensor]:
-    """`t` cut into `n` equal parts along dim 0, flat (an all-to-all's chunk for each member, in rank order)."""
-    return list(_data(t).reshape(-1).tensor_split(n))
-
-
 def split_rows(t: torch.Tensor, rows: Sequence[int]) -> list[torch.Tensor]:
     """`t` cut along dim 0 into parts of `rows` rows each, flat (an all-to-all's split sizes, in rank order)."""
     d = _data(t)
