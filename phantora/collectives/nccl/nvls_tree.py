@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from phantora.collectives.layout import dbt_parents
+from phantora.collectives.layout import children_of, dbt_parents
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.pipeline import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
@@ -46,14 +46,11 @@ def path_shares(nnodes: int) -> int:
     worst = 0
     for which in (0, 1):
         parent = dbt_parents(nnodes, which)
-        kids = [0] * nnodes
-        for q in parent:
-            if q is not None:
-                kids[q] += 1
+        kids = children_of(parent)
         for u in range(nnodes):
             units, v = 0, u
             while (q := parent[v]) is not None:
-                units += kids[q]
+                units += len(kids[q])
                 v = q
             worst = max(worst, 2 * units)
     return worst
