@@ -7,8 +7,8 @@ broadcast or a recv overwrites the receiver's values; here the collective is tim
 travel beside it through the coordinator (bridge.values, msgpack on the wire):
 
 - which collectives: those whose tensors are integers or booleans of at most `LIMIT` bytes in all, a property
-  of shapes and dtypes, so every member of an SPMD group agrees on it without asking (an all-to-all only with
-  even splits: uneven ones give each member other sizes);
+  of shapes and dtypes, so every member of an SPMD group agrees on it without asking (an all-to-all's members
+  may hold parts of other sizes, so every member of an integer one posts and takes: `all_to_all`);
 - a sender (a broadcast's root, a send, every member of an all-reduce, all-gather or all-to-all) posts its values,
   or nil when its tensors are phantom, when its plan is made here: *before* the backend issues the collective.
   A rank's messages reach the coordinator in the order sent (one socket), so the post is on the board before

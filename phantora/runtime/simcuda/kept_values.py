@@ -3,7 +3,7 @@
 In phantom mode device tensors are meta (shapes only), except integer data that holds values: copied from the
 host (token ids), or received through the value channel (tensor_values.py). An op whose inputs all hold values
 runs on them; one that mixes phantom data in runs on meta (tensor.run_op), and if it writes into a tensor with
-values that tensor becomes phantom (`phantom_writes`): never a stale value. Programs also compute index data on the
+values that tensor becomes phantom (`_phantom_writes`): never a stale value. Programs also compute index data on the
 device from phantom data and read it: an MoE router takes the top-k of its phantom scores, counts each expert's
 tokens and sizes its all-to-all (torchtitan) or its permutation (Megatron-Core) with them. So, explicitly:
 
