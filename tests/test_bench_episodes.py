@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_modules import load
 
 from phantora.errors import InputError
 
 
 def _load() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_episodes.py"
-    spec = importlib.util.spec_from_file_location("bench_episodes", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load("bench/bench_episodes.py")
 
 
 def test_periods_merge_overlaps_and_share_counts_first_of_each_shape() -> None:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_modules import load
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("calibrate_bands", ROOT / "scripts" / "calibrate_bands.py")
-assert _spec and _spec.loader
-calibrate_bands = importlib.util.module_from_spec(_spec)
-sys.modules["calibrate_bands"] = calibrate_bands
-_spec.loader.exec_module(calibrate_bands)
+calibrate_bands = load("scripts/calibrate_bands.py")
 
 
 def test_bands_count_median_p90_and_share_within_ten_percent(tmp_path: Path) -> None:

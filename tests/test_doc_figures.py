@@ -6,18 +6,13 @@ with `-m slow`. The matcher itself is tested on small strings first.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_modules import load
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("doc_figures", ROOT / "scripts" / "doc_figures.py")
-assert _spec and _spec.loader
-doc_figures = importlib.util.module_from_spec(_spec)
-sys.modules["doc_figures"] = doc_figures
-_spec.loader.exec_module(doc_figures)
+doc_figures = load("scripts/doc_figures.py")
 
 OUTPUT = "header\nrow a  1.00\nrow b  2.00   \nmakespan: 3.00 µs simulated, 1.2 s wall\n"
 
