@@ -37,15 +37,15 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hpcc_io import FctLine
 from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, switch_link_load
 from phantora.netsim.packet_config import PacketConfig
-from phantora.netsim.record_order import merge_by_key
+from phantora.netsim.record_order import RecordKey, merge_by_key
 from phantora.topology.model import Topology
 
 # stats that are a peak or a property of the whole fabric in each worker: merged by the largest, not added
 PEAK_STATS = frozenset(
     {"max_switch_buffer_bytes", "reorder_max_bytes", "int_enabled", "cc_base_rtt_ns", "cc_bdp_bytes"}
 )
-T = TypeVar("T")
 LINK_LOAD_STATS = ("switch_link_bytes_max", "switch_link_bytes_min", "switch_links_idle")  # from the channels
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -219,8 +219,8 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
 def _merged(outs: list[dict[str, Any]], name: str, make: Callable[..., T], ties: list[int]) -> list[T]:
     """The workers' records `name` as one keyed engine's list, by their events' order keys (ties counted)."""
     records = [[make(*r) for r in o.get(name, ())] for o in outs]
-    keys = [[tuple(k) for k in o.get("keys", {}).get(name, ())] for o in outs]
-    return merge_by_key(name, records, keys, ties)  # type: ignore[arg-type]
+    keys: list[list[RecordKey]] = [[(k[0], k[1], k[2], k[3]) for k in o.get("keys", {}).get(name, ())] for o in outs]
+    return merge_by_key(name, records, keys, ties)
 
 
 def _merged_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
