@@ -153,7 +153,7 @@ def _net_caps(flows: list[Flow], wire: list[int], caps: list[int], choice: Choic
     `choice.net_bw`, in proportion to their wire bytes (its channels run all its remote peers at once)."""
     if choice.net_bw <= 0:
         return caps
-    net = [f.src != f.dst and f.size > 0 and topo.shared_nvswitch(f.src, f.dst) is None for f in flows]
+    net = [f.size > 0 and not _inside_node(f, topo) for f in flows]
     into: dict[int, int] = defaultdict(int)
     for f, w, crosses in zip(flows, wire, net, strict=True):
         if crosses:
@@ -170,10 +170,15 @@ def _nvlink_uncapped(flows: list[Flow], caps: list[int], topo: Topology) -> list
     over NVLink moves at its share of the NVLink (the links bound it), so the pipeline fills at the network hops'
     pace, not at one network hop's time per stage. (Each edge sends its chunks one after another, so no edge
     outruns the pipeline; inside one node NCCL's rate is the NVLink's, and every cap stays.)"""
-    inside = [f.src == f.dst or topo.shared_nvswitch(f.src, f.dst) is not None for f in flows]
+    inside = [_inside_node(f, topo) for f in flows]
     if all(inside):
         return caps
     return [0 if local else cap for cap, local in zip(caps, inside, strict=True)]
+
+
+def _inside_node(f: Flow, topo: Topology) -> bool:
+    """Whether `f` stays on its GPU or crosses an NVSwitch its endpoints share (never the network)."""
+    return f.src == f.dst or topo.shared_nvswitch(f.src, f.dst) is not None
 
 
 def _peer_cap(f: Flow, wire: int, pair_bytes: int, choice: Choice, topo: Topology) -> int:
