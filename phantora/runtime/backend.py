@@ -439,15 +439,14 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         n, me = self.size(), self.rank()
         in_rows = ins or [input.shape[0] // n] * n
         out_rows = outs or [output.shape[0] // n] * n
-        values = self._all_to_all_values([output, input], tensor_values.split_rows(input, in_rows), [output])
-        if not outs and not ins:
-            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output], values=values)
-        row_in = input[0].numel() * input.element_size() if input.dim() and input.shape[0] else 0
-        row_out = output[0].numel() * output.element_size() if output.dim() and output.shape[0] else 0
-        send, recv = [row_in * k for k in in_rows], [row_out * k for k in out_rows]
-        if len(set(send)) == 1 and set(recv) == set(send):  # even splits: an ordinary all-to-all collective
-            return self._coll("all_to_all", nbytes([input]), input, [output, input], start, [output], values=values)
-        transfers = self._pairwise(send, recv, me)
+        values = self._all_to_all_values([output, input], lambda: tensor_values.split_rows(input, in_rows), [output])
+        transfers = None  # even splits (or none given): an ordinary all-to-all collective
+        if outs or ins:
+            row_in = input[0].numel() * input.element_size() if input.dim() and input.shape[0] else 0
+            row_out = output[0].numel() * output.element_size() if output.dim() and output.shape[0] else 0
+            send, recv = [row_in * k for k in in_rows], [row_out * k for k in out_rows]
+            if len(set(send)) != 1 or set(recv) != set(send):
+                transfers = self._pairwise(send, recv, me)
         return self._coll(
             "all_to_all", nbytes([input]), input, [output, input], start, [output], transfers=transfers, values=values
         )
@@ -460,19 +459,20 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         transfers = self._pairwise([nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs], self.rank())
         tensors = list(outputs) + list(inputs)
-        values = self._all_to_all_values(tensors, list(inputs), list(outputs))
+        values = self._all_to_all_values(tensors, lambda: list(inputs), list(outputs))
         return self._coll(
             "all_to_all", nbytes(inputs), inputs[0], tensors, start, list(outputs), transfers=transfers, values=values
         )
 
     def _all_to_all_values(
-        self, tensors: list[torch.Tensor], parts: list[torch.Tensor], outputs: list[torch.Tensor]
+        self, tensors: list[torch.Tensor], parts: Callable[[], list[torch.Tensor]], outputs: list[torch.Tensor]
     ) -> Callable[[], Any] | None:
         """The value plan of an all-to-all, decided by dtype alone: its members' parts may differ in size (uneven
-        splits), so each member decides as every other does, and a member over the limit posts none."""
+        splits), so each member decides as every other does, and a member over the limit posts none. `parts` (this
+        member's part for each, in rank order) is cut only when the plan runs."""
         if self._gloo is not None or not tensor_values.integral(tensors):
             return None
-        return lambda: tensor_values.all_to_all(self._ranks, self.rank(), parts, outputs)
+        return lambda: tensor_values.all_to_all(self._ranks, self.rank(), parts(), outputs)
 
     def _pairwise(self, send_bytes: Sequence[int], recv_bytes: Sequence[int], me: int) -> list[Transfer]:
         out = []
