@@ -15,7 +15,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import choose
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
-from phantora.topology import rail_optimized
+from phantora.topology import Topology, rail_optimized
 
 KiB, MiB = 1 << 10, 1 << 20
 TOPO = rail_optimized(2, 2, gpu="h100")  # 2 hosts x 2 H100: 4 ranks, NVLink inside a host, a 400G NIC each
@@ -26,10 +26,10 @@ def opts(granularity: str, **env: str) -> AlgoOptions:
     return AlgoOptions(granularity=granularity, nccl_env=nccl_env(env))
 
 
-def run(coll: Collective, options: AlgoOptions) -> tuple[float, dict, int]:
+def run(coll: Collective, options: AlgoOptions, topo: Topology = TOPO) -> tuple[float, dict, int]:
     """Time (µs) of one collective on an idle flow network, NCCL's choice, and the flows' count."""
-    dag = decompose(coll, TOPO, options)
-    sim = FlowSimulator(TOPO)
+    dag = decompose(coll, topo, options)
+    sim = FlowSimulator(topo)
     sim.submit(dag.flows, at=0)
     return max(c.end_ns for c in sim.drain()) / 1e3, dag.choice or {}, len(dag.flows)
 
@@ -154,11 +154,7 @@ def test_one_node_simple_ring_keeps_its_kernels_fill() -> None:
     coll = Collective("all_reduce", tuple(range(8)), 64 * MiB, "fp32")
     times = {}
     for gran in ("coarse", "chunked"):
-        dag = decompose(coll, topo, opts(gran, NCCL_ALGO="Ring", NCCL_PROTO="Simple"))
-        sim = FlowSimulator(topo)
-        sim.submit(dag.flows, at=0)
-        times[gran] = max(c.end_ns for c in sim.drain()) / 1e3
-        choice = dag.choice or {}
+        times[gran], choice, _ = run(coll, opts(gran, NCCL_ALGO="Ring", NCCL_PROTO="Simple"), topo)
     assert choice["fill_us"] > 1.0
     assert times["chunked"] == pytest.approx(times["coarse"], rel=1e-3)
     assert times["chunked"] == pytest.approx(choice["model_time_us"] + choice["fill_us"], rel=1e-2)
