@@ -56,10 +56,11 @@ def path_shares(nnodes: int) -> int:
     return worst
 
 
-def single_chunk_us(p: Platform, st: NcclSettings, nbytes: int, channels: int) -> float:
-    """Time (µs) of one chunk per operation crossing NVLS reduce, the tree of nodes and NVLS multicast alone."""
+def single_chunk_us(p: Platform, nbytes: int, channels: int) -> float:
+    """Time (µs) of one chunk per operation (each operation's share of `nbytes`) crossing NVLS reduce, the tree of
+    nodes and NVLS multicast alone."""
     ops = max(1, channels * p.ppn)
-    chunk = min(chunk_bytes("nvls_tree", "Simple", p, st, nbytes, ops), math.ceil(nbytes / ops))
+    chunk = math.ceil(nbytes / ops)
     nvls = p.gpu_intra_bw * T.NVLS_EFFICIENCY[p.arch] * 1000.0  # bytes per µs of one GPU's NVLink, NVLS
     nic = p.nic_bw * min(1.0, p.nics_per_node / max(1, p.ppn)) * 1000.0  # bytes per µs of a head GPU's NIC
     intra = 2 * ops * chunk / nvls if nvls > 0 else 0.0
@@ -73,5 +74,5 @@ def fill_us(p: Platform, st: NcclSettings, nbytes: int, channels: int, algbw: fl
     `pipelined`)."""
     if nbytes <= 0 or algbw <= 0 or loops(p, st, nbytes, channels) > 1:
         return pipelined
-    crossing = single_chunk_us(p, st, nbytes, channels) - nbytes / (1000.0 * algbw)
+    crossing = single_chunk_us(p, nbytes, channels) - nbytes / (1000.0 * algbw)
     return min(pipelined, max(0.0, crossing))
