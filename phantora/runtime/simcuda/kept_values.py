@@ -165,6 +165,9 @@ def on_host(func: Any, args: tuple, kwargs: dict) -> torch.dtype | None:
     then makes it on the host, with that dtype: `torch.full(n, 7)` infers it), else None."""
     if func not in FACTORIES:
         return None
+    dtype = kwargs.get("dtype")
+    if dtype is not None and not _index_dtype(dtype):  # a floating-point factory: no need to probe
+        return None
     with torch.utils._python_dispatch._disable_current_modes():
         plain = tuple(getattr(x, "elem", x) for x in args)
         probe = func(*plain, **{**kwargs, "device": _META})
