@@ -55,6 +55,9 @@ def test_fills_factories_and_casts_keep_values_only_for_small_index_tensors() ->
     assert kv.on_host(kv.aten.arange.start_step, (2, 9, 3), {"device": "cuda"}) == torch.int64
     assert kv.on_host(kv.aten.full.default, ([2], 7), {}) == torch.int64  # dtype inferred from the fill
     assert kv.on_host(kv.aten.zeros.default, ([2],), {}) is None  # the default dtype: floating point
+    assert kv.on_host(kv.aten.zeros.default, ([2],), {"dtype": torch.bfloat16}) is None  # an explicit float dtype
+    assert kv.on_host(kv.aten.zeros.default, ([2],), {"dtype": torch.int32}) == torch.int32
+    assert kv.on_host(kv.aten.zeros.default, ([kv.NUMEL + 1],), {"dtype": torch.int32}) is None  # too big
     assert kv.casts_to_index({"dtype": torch.bool}) and not kv.casts_to_index({"dtype": torch.bfloat16})
 
 
