@@ -11,6 +11,7 @@ second, named; workers exit with this process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -130,12 +131,18 @@ class ServerPool:
                     token,
                     startup_timeout_s=STARTUP_TIMEOUT_S,
                     call_timeout_s=CALL_TIMEOUT_S,
-                    on_wait=w.check,
+                    on_wait=functools.partial(self._waiting, w),
                     curve=self._client_curve(w),
                 )
             except BridgeError as exc:
                 raise BridgeError(f"decomposition worker {w.index} (pid {w.pid}): {exc}", code=exc.code) from None
             self._poller.register(w.remote.sock, zmq.POLLIN)
+
+    def _waiting(self, w: Worker) -> None:
+        """While we wait for worker `w` (its start, its hello): check it, and heartbeat the ones already connected,
+        which wait for their first round (a loaded machine can take many seconds to start the next worker)."""
+        w.check()
+        self.keepalive()
 
     def _client_curve(self, w: Worker) -> ClientCurve | None:
         """Our CURVE keys and the worker's public key, when the workers are CURVE servers."""

@@ -522,3 +522,37 @@ def test_fluid_flows_outlasting_the_packet_side_end_with_the_floor() -> None:
         assert sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain()) == want
     finally:
         sim.close()
+
+
+@pytest.mark.slow  # it waits out several silence limits on purpose (about 10 s)
+def test_workers_hear_from_the_driver_through_a_long_fluid_stretch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: while the driver runs the fluid NVLink side alone (ahead of a round, or between rounds), or starts
+    the next worker, a worker that has answered waits; it exits after its silence limit. With a 2.5 s limit (the
+    heartbeat period is 1 s) and fluid steps slowed to 0.25 s each (stretches of several seconds), the driver's
+    throttled heartbeats keep both workers there, and every completion still equals one engine's."""
+    import bridge.workers
+
+    monkeypatch.setattr(bridge.workers, "WORKER_PEER_TIMEOUT_S", 2.5)
+    topo = tiny()
+    flows = nvlink_chain_beside_rings(topo, links=10)
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+    one.submit(flows, 0)
+    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
+    one.close()
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+    fluid = sim.fluid  # type: ignore[attr-defined]
+    advance = fluid.advance
+
+    def slow_advance(until: int) -> list[Any]:
+        time.sleep(0.25)
+        return advance(until)
+
+    fluid.advance = slow_advance
+    try:
+        sim.submit(flows, 0)
+        t0 = time.monotonic()
+        got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+        assert time.monotonic() - t0 > 5.0  # the workers did face more than twice their limit of our work
+        assert got == want
+    finally:
+        sim.close()

@@ -57,6 +57,7 @@ from phantora.topology.model import Topology
 DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
+KEEPALIVE_S = 0.5  # the driver's heartbeats to its workers go out at most this often (their limit is minutes)
 
 
 class WorkerDiedError(PhantoraError):
@@ -178,6 +179,7 @@ class DecomposedSimulator(RunsByCompletion):
         self.overlap_cpu_s = 0.0  # per round, max(its busiest worker's CPU, the caller's meanwhile CPU), summed
         self.between_wall_s = 0.0  # between rounds: the caller (fluid NVLink side, submits) and the bound
         self._round_end: float | None = None
+        self._beat = time.monotonic()  # when the workers last heard from us (`keepalive`)
         self._round_cpu = [0.0] * n  # per worker, the CPU its rounds took
         self._records: dict[str, list[Any]] | None = None
         self._records_at = -1
@@ -310,6 +312,7 @@ class DecomposedSimulator(RunsByCompletion):
         """Add flows eligible from `at` (>= now()); a fabric flow must stay inside one piece."""
         if at < self._now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
+        self.keepalive()
         if self.prechecked:
             check_packet_fields(flows)
         else:
@@ -381,6 +384,7 @@ class DecomposedSimulator(RunsByCompletion):
         With no limit it also returns once nothing can happen any more."""
         if until < self._now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
+        self.keepalive()  # (the caller may step a long fluid stretch between rounds, one call per step)
         while True:
             if self._buffer and self._buffer[0][0] <= min(self._wtime, until):
                 end = self._buffer[0][0]
@@ -512,7 +516,13 @@ class DecomposedSimulator(RunsByCompletion):
                 pass
 
     def keepalive(self) -> None:
-        self._pool.keepalive()
+        """Heartbeat every worker if we have been silent `KEEPALIVE_S` (cheap otherwise: the caller may call it
+        at every step of a long stretch of its own work, e.g. the fluid NVLink side's `run_ahead`), so no worker
+        waiting for its next round passes its silence limit (`WORKER_PEER_TIMEOUT_S`)."""
+        t = time.monotonic()
+        if t - self._beat >= KEEPALIVE_S:
+            self._beat = t
+            self._pool.keepalive()
 
     def channels(self) -> DecomposedSimulator:
         return self

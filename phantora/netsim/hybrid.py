@@ -222,6 +222,7 @@ class FluidNvlinkSimulator:
         fluid = self.fluid
         while (t := fluid.next_event_time()) is not None and t <= limit:
             self.ahead_steps += 1
+            self.packet.keepalive()  # (throttled: the workers hear from us during a long fluid stretch)
             got = fluid.advance(t)
             if not got:
                 continue
