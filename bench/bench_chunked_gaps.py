@@ -1,0 +1,67 @@
+"""Where `phantora nccl-tests --granularity chunked` still differs from coarse flows (NCCL's time): the cases
+docs/nccl-tests.md lists as left. A tree forced inside one node keeps NCCL's rate on its NVLink hops, so its chunks
+fill at half `pipeline.py`'s rate; a broadcast's chunked chain pays its own fill, which NCCL's model has not.
+
+Each case runs `phantora nccl-tests` twice on the flow network, coarse then chunked, and prints the out-of-place
+time of each and the chunked run's excess. Simulated figures, deterministic; a few seconds a run.
+
+    .venv/bin/python bench/bench_chunked_gaps.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PHANTORA = str(ROOT / ".venv" / "bin" / "phantora")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of nccl-tests: what it shows, the test, its size, the NCCL_* variables and the topology."""
+
+    what: str
+    test: str
+    size: str
+    env: tuple[tuple[str, str], ...] = ()
+    topology: str | None = None  # None: nccl-tests' default, one 8-GPU H100 server
+
+
+TREE = ("NCCL_ALGO", "Tree")
+CASES = (
+    Case("tree forced inside one node, LL128", "all_reduce_perf", "4M", (TREE, ("NCCL_PROTO", "LL128"))),
+    Case(
+        "tree forced inside one node, Simple",
+        "all_reduce_perf",
+        "64M",
+        (TREE, ("NCCL_PROTO", "Simple")),
+    ),
+    Case("broadcast chain, 2 hosts x 8 (testbed16)", "broadcast_perf", "16M", (), "testbed16"),
+    Case("broadcast chain, one host of 8", "broadcast_perf", "16M"),
+)
+
+
+def time_us(case: Case, granularity: str) -> float:
+    """The out-of-place time (µs) `phantora nccl-tests` prints for the case's one size."""
+    cmd = [PHANTORA, "nccl-tests", case.test, "-b", case.size, "-e", case.size, "--granularity", granularity]
+    cmd += ["--topology", case.topology] if case.topology else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")} | dict(case.env)
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if line.strip() and not line.startswith("#"))
+    return float(row.split()[5])
+
+
+def main() -> int:
+    print(f"{'case':<42} {'size':>5} {'coarse us':>10} {'chunked us':>11} {'chunked/coarse':>15}")
+    for case in CASES:
+        coarse, chunked = time_us(case, "coarse"), time_us(case, "chunked")
+        print(f"{case.what:<42} {case.size:>5} {coarse:10.2f} {chunked:11.2f} {chunked / coarse - 1:+15.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
