@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from phantora.collectives import AlgoOptions
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.collectives.nccl.shape import WIRE_FACTOR
+from phantora.collectives.spec import GRANULARITIES
 from phantora.netsim.base import NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -217,7 +218,7 @@ def print_row(row: Row, tolerance: float) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--topo", nargs="*", default=["2host", "4host", "4x1"], choices=["2host", "4host", "4x1"])
-    p.add_argument("--granularity", choices=["coarse", "chunked"], default="coarse")
+    p.add_argument("--granularity", choices=GRANULARITIES, default="coarse")
     p.add_argument("--tolerance", type=float, default=0.02, help="ns-3 against the flow network (default 2%%)")
     p.add_argument("--only", default=None, help="run the cases whose test contains this string")
     args = p.parse_args()

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phantora.collectives.nccl import first_use, tuning
-from phantora.collectives.nccl.pipeline import chunk_bytes
+from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.published import SETUP_POINTS, Table, machine, tables
 from phantora.collectives.nccl.settings import settings_of

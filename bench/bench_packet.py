@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from phantora.collectives.decompose import decompose
-from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.spec import GRANULARITIES, AlgoOptions, Collective
 from phantora.netsim.base import Flow
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.packet import Ns3Simulator, load_ns3, runner_path
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--rate", default="400Gbps")
     ap.add_argument("--cc", default="none")
     ap.add_argument("--payload", type=int, default=1000)
-    ap.add_argument("--granularity", default="coarse", choices=("coarse", "chunked"))
+    ap.add_argument("--granularity", default="coarse", choices=GRANULARITIES)
     ap.add_argument("--channels", type=int, default=2)
     ap.add_argument("--no-flow", action="store_true", help="skip the flow-engine comparison")
     ap.add_argument("--no-runner", action="store_true", help="skip the runner comparison")

@@ -9,6 +9,7 @@ earlier. An all-reduce is the reduce-scatter followed by the all-gather: 2(n - 1
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from phantora.collectives.dag import DagBuilder, split
 
@@ -77,28 +78,43 @@ def ring_flows(
             fid = b.add(order[i], order[(i + 1) % n], size, tag, channel, first[i], step_delay_ns * steps)
             got[(i + 1) % n][0] = fid
         return got
-    schedule = ring_schedule(kind, n)
-    k = max(1, math.ceil(max(slices) / chunk_bytes))
-    chunks = [split(size, k) for size in slices]
+    chunks = ring_chunks(slices, chunk_bytes)
+    k = len(chunks[0])
+    last_step = len(ring_schedule(kind, n)) - 1
     # recv[i][c]: the flow bringing chunk c to ring position i at its last step; sent[i]: position i's last send.
     recv: list[list[int]] = [[0] * k for _ in range(n)]
     sent: list[tuple[int, ...]] = [()] * n
-    for c in range(k):  # NCCL's passes: pass c moves chunk c of every slice through all the steps
-        prev = [0] * n  # the flow bringing chunk c to each position at the previous step
-        for s, step in enumerate(schedule):
-            ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
-            now = [0] * n
+    prev = [0] * n  # the flow bringing the pass's chunk to each position at the previous step
+    for c, s, sends in ring_passes(kind, chunks):
+        ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
+        now = [0] * n
+        for i, (_j, _offset, size) in enumerate(sends):
+            j = (i + 1) % n
+            deps = (prev[i],) if s else first[i]
+            if in_turn and not s:  # a rank runs its passes one after another
+                deps = (*deps, *sent[i])
+            now[j] = b.add(order[i], order[j], size, ctag, channel, deps, step_delay_ns)
+            sent[i] = (now[j],)
+        prev = now
+        if s == last_step:
             for i in range(n):
-                j = (i + 1) % n
-                deps = (prev[i],) if s else first[i]
-                if in_turn and not s:  # a rank runs its passes one after another
-                    deps = (*deps, *sent[i])
-                now[j] = b.add(order[i], order[j], chunks[step[i]][c], ctag, channel, deps, step_delay_ns)
-                sent[i] = (now[j],)
-            prev = now
-        for i in range(n):
-            recv[i][c] = prev[i]
+                recv[i][c] = prev[i]
     return recv
+
+
+def ring_chunks(slices: list[int], chunk_bytes: int) -> list[list[int]]:
+    """Each slice cut into k near-equal chunks, k = ceil(max slice / chunk_bytes): NCCL's passes."""
+    k = max(1, math.ceil(max(slices) / chunk_bytes))
+    return [split(size, k) for size in slices]
+
+
+def ring_passes(kind: str, chunks: list[list[int]]) -> Iterator[tuple[int, int, list[tuple[int, int, int]]]]:
+    """A chunked ring's messages in NCCL's order (the order `ring_flows` adds them): pass c moves chunk c of every
+    slice through all the steps. Per (pass, step): what each ring position sends, (slice, offset in it, bytes)."""
+    schedule = ring_schedule(kind, len(chunks))
+    for c in range(len(chunks[0])):
+        for s, step in enumerate(schedule):
+            yield c, s, [(j, sum(chunks[j][:c]), chunks[j][c]) for j in step]
 
 
 def ring_collective(

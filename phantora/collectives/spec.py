@@ -20,6 +20,7 @@ KINDS = (
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 MODELS = ("nccl", "ideal")
+GRANULARITIES = ("coarse", "chunked")  # one flow per connection and algorithm step, or NCCL's steps and chunks
 DTYPE_BYTES = {short: dtype_bytes(normalize_dtype(short)) for short in COLLECTIVE_DTYPES}
 
 # busbw factor of nccl-tests, as a function of the group size n.
@@ -115,9 +116,9 @@ class AlgoOptions:
             raise InputError(
                 f"unknown algorithm {self.algorithm!r} (known: {', '.join(ALGORITHMS)})", field="algorithm"
             )
-        if self.granularity not in ("coarse", "chunked"):
+        if self.granularity not in GRANULARITIES:
             raise InputError(
-                f"granularity must be 'coarse' or 'chunked', got {self.granularity!r}", field="granularity"
+                f"granularity must be one of {', '.join(GRANULARITIES)}, got {self.granularity!r}", field="granularity"
             )
         if self.channels < 0:
             raise InputError(f"channels must be >= 0, got {self.channels}", field="channels")

@@ -18,13 +18,12 @@ shard of ring position j: a range lost at any step is zeroed there (`reduce_scat
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 
 from phantora.collectives.dag import split
 from phantora.collectives.layout import host_blocks, rail_aligned, ring_order
 from phantora.collectives.options import default_options
-from phantora.collectives.ring import ring_schedule
+from phantora.collectives.ring import ring_chunks, ring_passes, ring_schedule
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.topology.model import Topology
 
@@ -130,14 +129,10 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
                 yield fid, c, order, i, pieces, slices
                 fid += 1
             continue
-        k = max(1, math.ceil(max(slices) / opts.chunk_bytes))
-        chunks = [split(size, k) for size in slices]
-        for ch in range(k):  # pass ch moves chunk ch of every slice through all the steps (`ring.ring_flows`)
-            for s, step in enumerate(schedule):
-                for i in range(n):
-                    j = step[i]
-                    yield fid, c, order, i, [(s, j, sum(chunks[j][:ch]), chunks[j][ch])], slices
-                    fid += 1
+        for _pass, s, sends in ring_passes(coll.kind, ring_chunks(slices, opts.chunk_bytes)):
+            for i, (j, within, size) in enumerate(sends):
+                yield fid, c, order, i, [(s, j, within, size)], slices
+                fid += 1
 
 
 def _overlaps(ranges: Sequence[Range], pieces: Sequence[Piece]) -> Iterator[tuple[int, int, int, int]]:

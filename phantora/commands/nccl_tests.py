@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.collectives import AlgoOptions
+from phantora.collectives.spec import GRANULARITIES
 from phantora.commands.options import Parser, add_network_options
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.errors import InputError
@@ -85,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_network_options(p)
     p.add_argument(
         "--granularity",
-        choices=("coarse", "chunked"),
+        choices=GRANULARITIES,
         default="coarse",
         help="the calls' flows: coarse (default: one per connection and algorithm step) or chunked (NCCL's steps, "
         "chunks and slices, each a message: the bursts a packet run sees; many more flows)",

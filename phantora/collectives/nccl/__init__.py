@@ -11,8 +11,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.p2p import p2p_choice
-from phantora.collectives.nccl.pipeline import chunk_bytes
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.ring_kernel import RING_CHUNK_STEPS
 from phantora.collectives.nccl.settings import NcclSettings, nccl_env, settings_from_env, settings_of

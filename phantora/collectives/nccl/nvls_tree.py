@@ -25,7 +25,7 @@ import math
 
 from phantora.collectives.layout import children_of, dbt_parents
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.pipeline import chunk_bytes
+from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 

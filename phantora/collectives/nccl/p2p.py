@@ -26,7 +26,8 @@ import math
 from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.p2p_schedule import channel_base, group_size, send_rounds
+from phantora.collectives.nccl.chunking import comm_p2p_chunk
+from phantora.collectives.nccl.p2p_schedule import send_rounds, transfer_channel_ids
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
 from phantora.collectives.nccl.settings import NcclSettings
@@ -84,16 +85,13 @@ def transfer_channels(nbytes: int, least: int, most: int, min_part: int, max_par
 @lru_cache(maxsize=1024)
 def channels_at_work(p: Platform, parts: int, p2p_total: int, remote: bool) -> int:
     """The distinct p2p channels one rank's transfers of `parts` parts each run on, to its peers on other nodes
-    (`remote`) or on its own, by NCCL's round schedule (round k's parts on base(k) + part, mod the p2p channels;
-    `p2p_schedule.py`), for nodes of `p.ppn` ranks in order."""
+    (`remote`) or on its own, by NCCL's round schedule (`p2p_schedule.transfer_channel_ids`), for nodes of
+    `p.ppn` ranks in order."""
     nodes = tuple(i // p.ppn for i in range(p.nranks))
-    sched = group_size([nodes.count(n) for n in dict.fromkeys(nodes)])
     used: set[int] = set()
-    for k, dst in enumerate(send_rounds(nodes, 0)):
-        if dst == 0 or (nodes[dst] != nodes[0]) != remote:
-            continue
-        base = channel_base(k, p.nnodes, sched, p2p_total)
-        used.update((base + part) & (p2p_total - 1) for part in range(parts))
+    for dst in send_rounds(nodes, 0):
+        if dst != 0 and (nodes[dst] != nodes[0]) == remote:
+            used.update(transfer_channel_ids(nodes, 0, dst, parts, p2p_total))
     return len(used)
 
 
@@ -124,7 +122,7 @@ def p2p_choice(
     intra = p.nnodes == 1
     on = comm or p  # the communicator sets the chunk, the part sizes and the channels (init.cc, enqueue.cc)
     one_node = on.nnodes == 1
-    chunk = st.p2p_nvl_chunk if one_node and on.intra == "nvlink" else st.p2p_net_chunk
+    chunk = comm_p2p_chunk(on, st)
     min_part, max_part = (chunk // 8, chunk * 32) if one_node else (chunk // 2, chunk)
     total = comm_channels(on, ring_graph(on), st)
     least, most = p2p_channel_range(on, total, st.net_peer_channels)

@@ -6,57 +6,24 @@ switch's load-reduce, then its multicast store), NVLS-Tree three on two nodes (N
 NVLS multicast) plus, on more nodes, the extra network hops of its deeper tree (each a chunk over a NIC's share per
 channel), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then down).
 
-Chunk sizes follow NCCL's `calcCollChunking` (src/enqueue.cc), which shrinks the chunk for mid-size messages so
-that every concurrent operation keeps several chunks in flight; a chunk's time is its bytes over one operation's
-share of the model's bandwidth.
+Chunk sizes follow NCCL's `calcCollChunking` (`chunking.py`); a chunk's time is its bytes over one operation's
+share of the model's bandwidth. NVLS-Tree with a single chunk per operation forms no pipeline (`nvls_tree.py`).
 """
 
 from __future__ import annotations
 
 import math
 
-from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl import nvls_tree
+from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
-KiB = 1024
 # Fixed cost of one NVLS chunk per operation (µs): the multimem load-reduce / store loop synchronises its warps and
 # the peers' flags once per chunk. NCCL's bandwidth is its rate at the largest chunk; below 1 GiB the chunk ladder
 # halves the chunk and this cost shows. Fitted on the marginal bandwidth either side of the 64 KiB -> 128 KiB step
 # of the Azure ND H100 v5 table (257 vs 274 GB/s algbw), and it predicts the H200 table's steps (docs/validation.md).
 NVLS_CHUNK_COST_US = 4.2
-
-
-def _shrink(nbytes: int, ops: int, chunk: int, rules: tuple[tuple[int, int], ...]) -> int:
-    """NCCL's rule ladder: for each (factor, size), if nbytes < factor x ops x chunk and chunk > size: chunk = size."""
-    for factor, size in rules:
-        if nbytes < factor * ops * chunk and chunk > size:
-            chunk = size
-    return chunk
-
-
-def chunk_bytes(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int) -> int:
-    """The chunk NCCL moves per step for this algorithm and protocol (`calcCollChunking`)."""
-    buff = st.buffsize if proto == "Simple" and st.buffsize else T.DEFAULT_BUFFSIZE[proto]
-    chunk = buff // T.NCCL_STEPS
-    if proto == "LL":
-        chunk //= 2
-    elif proto == "LL128":
-        chunk = chunk // 16 * 15
-    if algo == "nvls":
-        chunk = min(chunk, st.nvls_chunk)
-        return _shrink(nbytes, ops, chunk, ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB)))
-    if algo == "nvls_tree":
-        tree_max = st.nvls_tree_max_chunk or (64 * KiB if p.nnodes >= 4 else st.nvls_chunk)  # nvls.cc
-        chunk = min(st.nvls_chunk, tree_max)
-        return _shrink(nbytes, ops, chunk, ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)))
-    if algo == "tree" and proto == "LL128":
-        steps = 1 + math.log2(p.nnodes) + 0.1 * p.ppn
-        while nbytes / (ops * chunk) < steps * 64 / p.ppn and chunk > 128 * KiB:
-            chunk //= 2
-        while nbytes / (ops * chunk) < steps * 16 / p.ppn and chunk > 32 * KiB:
-            chunk //= 2
-    return chunk
 
 
 def chunk_overhead_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int) -> float:
@@ -85,7 +52,8 @@ def stages(algo: str, p: Platform) -> int:
 
 
 def fill_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int, algbw: float) -> float:
-    """Extra time (µs) of the pipeline fill: (stages - 1) chunk times of one concurrent operation."""
+    """Extra time (µs) of the pipeline fill: (stages - 1) chunk times of one concurrent operation; NVLS-Tree with
+    one chunk per operation (nLoops = 1): that chunk's own crossing, never more (`nvls_tree.fill_us`)."""
     depth = stages(algo, p)
     if depth <= 1 or algbw <= 0 or nbytes <= 0:
         return 0.0
@@ -98,6 +66,8 @@ def fill_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, c
     fill = (depth - 1) * chunk / per_op
     if algo == "nvls_tree" and p.nnodes > 2 and p.nic_bw > 0:  # deeper trees: more network hops to cross
         fill += tree_hops_beyond_two_nodes(p) * chunk / (p.nic_bw * 1000.0 / channels)
+    if algo == "nvls_tree":
+        fill = nvls_tree.fill_us(p, st, nbytes, channels, algbw, fill)
     return fill
 
 

@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from phantora.collectives.nccl import nvls_tree, ring_kernel
+from phantora.collectives.nccl import ring_kernel
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
-from phantora.collectives.nccl.pipeline import chunk_bytes, chunk_overhead_us, fill_us
+from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
@@ -299,8 +300,6 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     fit = tree_correction_us(cost, kind, nbytes)
     if cost.algorithm == "tree":  # the correction already charges the mid-size shortfall: count the larger
         fill = max(0.0, fill - fit)
-    if cost.algorithm == "nvls_tree":  # one chunk per operation: no pipeline, the chunk's own crossing
-        fill = nvls_tree.fill_us(p, st, nbytes, ch, algbw, fill)
     overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch)
     if ring:
         chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch) * ring_kernel.RING_CHUNK_STEPS

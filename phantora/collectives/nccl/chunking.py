@@ -1,0 +1,84 @@
+"""The chunk NCCL moves per step, for each algorithm and protocol (src/enqueue.cc `calcCollChunking`, and
+`addP2pToPlan` for send/recv and all-to-all).
+
+A collective's chunk starts at the protocol's step (its buffer over NCCL_STEPS; LL's data is half its lines,
+LL128's 15/16) and shrinks for mid-size messages so that every concurrent operation keeps several chunks in flight
+(the NVLS, NVLS-Tree, LL128 tree and PAT ladders). A p2p transfer's step is the communicator's p2p chunk
+(NCCL_P2P_NET_CHUNKSIZE once it spans nodes, else NCCL_P2P_NVL_CHUNKSIZE; at most the Simple buffer over
+NCCL_STEPS: init.cc), halved or quartered for small transfers to a peer on another node.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+
+KiB = 1024
+
+
+def _shrink(nbytes: int, ops: int, chunk: int, rules: tuple[tuple[int, int], ...]) -> int:
+    """NCCL's rule ladder: for each (factor, size), if nbytes < factor x ops x chunk and chunk > size: chunk = size."""
+    for factor, size in rules:
+        if nbytes < factor * ops * chunk and chunk > size:
+            chunk = size
+    return chunk
+
+
+def step_bytes(proto: str, st: NcclSettings) -> int:
+    """One step of the protocol's buffer: the buffer (NCCL_BUFFSIZE for Simple) over NCCL_STEPS."""
+    buff = st.buffsize if proto == "Simple" and st.buffsize else T.DEFAULT_BUFFSIZE[proto]
+    return buff // T.NCCL_STEPS
+
+
+def chunk_bytes(
+    algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int, kind: str = "all_reduce"
+) -> int:
+    """The chunk NCCL moves per step for this algorithm and protocol (`calcCollChunking`); `kind` matters to PAT
+    alone (all-gather halves down to 32 chunks a channel, reduce-scatter to 16)."""
+    chunk = step_bytes(proto, st)
+    if proto == "LL":
+        chunk //= 2
+    elif proto == "LL128":
+        chunk = chunk // 16 * 15
+    if algo == "nvls":
+        chunk = min(chunk, st.nvls_chunk)
+        return _shrink(nbytes, ops, chunk, ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB)))
+    if algo == "nvls_tree":
+        tree_max = st.nvls_tree_max_chunk or (64 * KiB if p.nnodes >= 4 else st.nvls_chunk)  # nvls.cc
+        chunk = min(st.nvls_chunk, tree_max)
+        return _shrink(nbytes, ops, chunk, ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)))
+    if algo == "tree" and proto == "LL128":
+        steps = 1 + math.log2(p.nnodes) + 0.1 * p.ppn
+        while nbytes / (ops * chunk) < steps * 64 / p.ppn and chunk > 128 * KiB:
+            chunk //= 2
+        while nbytes / (ops * chunk) < steps * 16 / p.ppn and chunk > 32 * KiB:
+            chunk //= 2
+    if algo == "pat":
+        per_channel = 32 if kind == "all_gather" else 16
+        while chunk * ops * per_channel > nbytes and chunk > 64 * KiB:
+            chunk //= 2
+    return chunk
+
+
+def comm_p2p_chunk(comm: Platform, st: NcclSettings) -> int:
+    """The communicator's p2p step (init.cc): the net chunk once it spans nodes, the NVLink chunk inside an NVLink
+    node (else the net chunk's default, NCCL's PCI chunk), never more than the Simple buffer over NCCL_STEPS."""
+    chunk = st.p2p_nvl_chunk if comm.nnodes == 1 and comm.intra == "nvlink" else st.p2p_net_chunk
+    return min(chunk, step_bytes("Simple", st))
+
+
+def p2p_chunk_bytes(proto: str, comm: Platform, st: NcclSettings, nbytes: int, network: bool) -> int:
+    """The data bytes per step of one p2p transfer of `nbytes` to one peer (`addP2pToPlan`): Simple's step is the
+    communicator's p2p chunk, LL's its buffer step (half of it data); to a peer over the `network`, a Simple
+    transfer smaller than a step takes a quarter of it, one smaller than 8 steps half."""
+    step = comm_p2p_chunk(comm, st) if proto == "Simple" else step_bytes(proto, st)
+    chunk = step
+    if network:
+        if proto == "Simple" and nbytes < step:
+            chunk //= 4
+        elif nbytes < 8 * step:
+            chunk //= 2
+    return max(1, chunk // 2 if proto == "LL" else chunk)
