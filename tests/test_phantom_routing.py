@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from phantora.launcher import RunConfig, launch
+from phantora.results.summary import format_summary
 from phantora.runtime.simcuda import kept_values as kv
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "phantom_routing.py"
@@ -125,3 +126,66 @@ def test_the_routing_is_recorded_and_named_once_in_the_summary() -> None:
     summary = summarize(ranks, get_gpu("h100"))
     assert summary["moe_routing"] == "balanced"
     assert format_summary(summary).count("phantom mode: MoE routing assumed balanced") == 1
+
+
+def _topk_from(path: str, function: str, scores: torch.Tensor, k: int, dim: int = -1) -> torch.Tensor:
+    """The indices phantom mode gives a top-k of phantom `scores` called from `function` of a module at `path` (the
+    call site decides whether it is an MoE router's)."""
+    source = f"def {function}(after, op, scores, k, dim, out):\n    return after(op, (scores, k, dim), {{}}, out)[1]\n"
+    space: dict = {}
+    exec(compile(source, path, "exec"), space)
+    return space[function](kv.after, kv.TOPK, scores, k, dim, torch.topk(scores, k, dim))
+
+
+@pytest.fixture
+def fresh_sites(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kv, "_sites", {"balanced": {}, "phantom": {}})
+    monkeypatch.setattr(kv, "_routed", False)
+
+
+MOE_UTILS = "/x/megatron/core/transformer/moe/moe_utils.py"
+
+
+@pytest.mark.usefixtures("fresh_sites")
+def test_only_a_routers_top_k_takes_the_balanced_rule() -> None:
+    """torchtitan's router (`models/common/moe.py`, along the experts) and Megatron's (`moe_utils.py`) take it;
+    a sampler's top-k over a vocabulary and Megatron's capacity top-k over tokens (dim 0, in moe_utils.py) keep
+    phantom indices, so reading them stops in one line instead of answering with an invented routing."""
+    scores = torch.empty(48, 8, device="meta")
+    titan = _topk_from("/x/torchtitan/models/common/moe.py", "forward", scores, 2)
+    assert not titan.is_meta and torch.equal(titan, kv.balanced((48, 8), 2))
+    mega = _topk_from(MOE_UTILS, "topk_routing_with_score_function", scores, 2, dim=1)
+    assert torch.equal(mega, kv.balanced((48, 8), 2))
+    assert _topk_from("/x/generate/sample.py", "sample_top_k", torch.empty(4, 1000, device="meta"), 50).is_meta
+    assert _topk_from(MOE_UTILS, "apply_router_token_dropping", scores, 12, dim=0).is_meta
+    found = kv.sites()
+    assert found is not None and kv.routing() == "balanced"
+    assert [s.split(" ")[0].rsplit(":", 1)[0] for s in found["balanced"]] == [
+        "models/common/moe.py",
+        "transformer/moe/moe_utils.py",
+    ]
+    assert sorted(s.split(" (")[1] for s in found["phantom"]) == ["apply_router_token_dropping)", "sample_top_k)"]
+    assert "grouped" not in found
+
+
+@pytest.mark.usefixtures("fresh_sites")
+def test_a_sampler_alone_assumes_no_routing() -> None:
+    assert _topk_from("/x/generate/sample.py", "sample_top_k", torch.empty(4, 1000, device="meta"), 50).is_meta
+    assert kv.routing() is None and kv.sites() == {"phantom": ["x/generate/sample.py:2 (sample_top_k)"]}
+
+
+@pytest.mark.usefixtures("fresh_sites")
+def test_group_limited_routing_is_named_as_not_modelled() -> None:
+    """Megatron's `group_limited_topk` (8 groups of 8 experts, top-2 groups, top-4 experts): its group top-k is
+    balanced over the groups ((r 2 + j) mod 8), its final top-k over all 64 experts ((r 4 + j) mod 64), each expert
+    getting T k / E = 64 x 4 / 64 = 4; the site is named as group-limited routing not modelled, and said so once."""
+    tokens, groups, experts = 64, 8, 64
+    chosen = _topk_from(MOE_UTILS, "group_limited_topk", torch.empty(tokens, groups, device="meta"), 2)
+    assert torch.equal(chosen[:, 0] % groups, (2 * torch.arange(tokens)) % groups)
+    final = _topk_from(MOE_UTILS, "group_limited_topk", torch.empty(tokens, experts, device="meta"), 4)
+    assert torch.bincount(final.reshape(-1), minlength=experts).tolist() == [4] * experts
+    found = kv.sites()
+    assert found is not None and found["grouped"] == found["balanced"]
+    run = {"world_size": 2, "gpu": "H100", "end_ns": 1, "steps": []}
+    lines = format_summary({**run, "moe_routing": "balanced", "moe_routing_sites": found})
+    assert lines.count("group-limited routing") == 1 and "group_limited_topk" in lines

@@ -169,6 +169,36 @@ def test_an_all_gather_concatenates_in_rank_order(ranks: list[Rank], monkeypatch
     assert [o.tolist() for o in outs] == [[0, 0, 1, 7]] * 2
 
 
+def test_an_all_gather_carries_a_routing_map_over_the_old_4_kib_limit(
+    ranks: list[Rank], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Megatron's all-gather dispatcher gathers each rank's boolean routing map (tokens x experts) over the EP group
+    and sizes its permutation from it: 4096 tokens x 64 experts, 256 KiB a rank (a 4 KiB limit stopped at 4 KiB in
+    all). Each rank's map has token r's two choices at experts (2 r + rank) mod 64 and (2 r + 1 + rank) mod 64; the
+    output is rank 0's then rank 1's, and each expert's count is the closed form 2 x 4096 x 2 / 64 = 256."""
+    tokens, experts = 4096, 64
+    rows = torch.arange(tokens)
+    maps = []
+    for rank in (0, 1):
+        m = torch.zeros(tokens, experts, dtype=torch.bool)
+        m[rows, (2 * rows + rank) % experts] = True
+        m[rows, (2 * rows + 1 + rank) % experts] = True
+        maps.append(m)
+    monkeypatch.setattr(_session, "current", lambda: SimpleNamespace(phantom=True))
+    outs = [torch.zeros(2 * tokens, experts, dtype=torch.bool) for _ in (0, 1)]
+    assert tv.carried([outs[0], maps[0]]) and 3 * tokens * experts > 4096
+    finishes = []
+    for r, out in zip(ranks, outs, strict=True):
+        as_rank(monkeypatch, r)
+        finishes.append((r, tv.all_gather((0, 1), [maps[r.rank]], [out])))
+    for r, finish in finishes:
+        as_rank(monkeypatch, r)
+        finish()
+    for out in outs:
+        assert torch.equal(out, torch.cat(maps))
+        assert out.sum(dim=0).tolist() == [2 * tokens * 2 // experts] * experts
+
+
 def _all_to_all(
     ranks: list[Rank], monkeypatch: pytest.MonkeyPatch, parts: list[list[torch.Tensor]], outs: list
 ) -> None:

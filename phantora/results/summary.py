@@ -143,6 +143,12 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
     routings = sorted({str(r["moe_routing"]) for r in ranks.values() if r.get("moe_routing")})
     if routings:  # phantom mode's routing of an MoE's top-k of phantom scores (runtime/simcuda/kept_values.py)
         out["moe_routing"] = ", ".join(routings)
+    sites: dict[str, set[str]] = {}
+    for r in ranks.values():
+        for kind, found in (r.get("moe_routing_sites") or {}).items():
+            sites.setdefault(kind, set()).update(found)
+    if sites:  # every top-k site of phantom scores: the routers' (balanced), the others' (phantom), grouped ones
+        out["moe_routing_sites"] = {kind: sorted(found) for kind, found in sorted(sites.items())}
     untimed = _untimed(ranks)
     if untimed:
         out["untimed_kernels"] = untimed
@@ -197,6 +203,27 @@ def _untimed(ranks: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["count"]))
 
 
+def _routing_lines(summary: dict[str, Any]) -> list[str]:
+    """Phantom mode's routing, once: the routers' top-k sites that took it, the top-k sites left phantom, and the
+    group-limited routers it does not model (runtime/simcuda/kept_values.py)."""
+    sites = summary.get("moe_routing_sites") or {}
+    lines = []
+    if summary.get("moe_routing"):
+        at = ", ".join(sites.get("balanced", []))
+        where = f" at the router top-k of {at}" if at else ""
+        lines.append(f"phantom mode: MoE routing assumed {summary['moe_routing']}{where} (results.json moe_routing)")
+    if sites.get("grouped"):
+        lines.append(
+            f"phantom mode: group-limited routing ({', '.join(sites['grouped'])}) not modelled: the final top-k is "
+            "balanced over all experts, not within each token's chosen groups"
+        )
+    if sites.get("phantom"):
+        lines.append(
+            f"phantom mode: top-k of phantom scores left phantom (not an MoE router's): {', '.join(sites['phantom'])}"
+        )
+    return lines
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A short human-readable report."""
     live = summary.get("live_processes", summary["world_size"])
@@ -244,8 +271,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         k = summary["untimed_kernels"]
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
         lines.append(f"{len(k)} kinds of kernel not timed by the compute model ({names}): results.json untimed_kernels")
-    if summary.get("moe_routing"):
-        lines.append(f"phantom mode: MoE routing assumed {summary['moe_routing']} (results.json moe_routing)")
+    lines += _routing_lines(summary)
     idle = (summary.get("network") or {}).get("idle_fabric")
     if idle:
         lines.append(f"note: {idle['text']}")

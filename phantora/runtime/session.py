@@ -623,6 +623,7 @@ class RankSession:
             ),
             **({"scenario": self.scenario_results()} if self.scenario is not None else {}),
             **({"moe_routing": routing} if (routing := kept_values.routing()) is not None else {}),
+            **({"moe_routing_sites": sites} if (sites := kept_values.sites()) is not None else {}),
         }
 
     def scenario_results(self) -> dict[str, Any]:

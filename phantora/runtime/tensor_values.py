@@ -37,7 +37,7 @@ from phantora.runtime import session as _session
 from phantora.runtime.simcuda.devices import NotSimulatedError
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
-LIMIT = 4096  # bytes: counts, votes, RNG states, index lists; never a model's data
+LIMIT = 1 << 22  # bytes in all: counts, votes, RNG states, routing maps (kept_values.NUMEL booleans); see the doc
 _quiet = 0  # > 0 inside `quiet()`: object_values' own timed collectives carry nothing themselves
 _wrappers: dict[int, torch.Tensor] = {}  # inside `wrapped_as`: the device tensor of each datum, by id
 _keys: dict[tuple[int, ...], int] = {}  # per group (or (src, dst) pair): value-carrying collectives issued so far
@@ -101,27 +101,42 @@ def carried(tensors: Sequence[torch.Tensor]) -> bool:
     return integral(tensors) and _small(tensors)
 
 
+def _raw(d: torch.Tensor) -> bytes:
+    """A host tensor's values as its bytes, flat, in the machine's byte order (every rank runs on this host)."""
+    return d.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
 def _values(tensors: Sequence[torch.Tensor]) -> bytes:
-    """msgpack of each tensor's values (flat lists), or nil if any is phantom."""
+    """msgpack of each tensor's values (its raw bytes: a list of numbers costs 10-50x more to pack and unpack at
+    a routing map's size), or nil if any is phantom."""
     datas = [_data(t) for t in tensors]
     if any(d.is_meta for d in datas):
         return msgpack.packb(None)
-    return msgpack.packb([d.detach().reshape(-1).tolist() for d in datas], use_bin_type=True)
+    return msgpack.packb([_raw(d) for d in datas], use_bin_type=True)
 
 
-def _decode(data: bytes | None) -> list[list[Any]] | None:
+def _decode(data: bytes | None) -> list[bytes] | None:
     return None if data is None else msgpack.unpackb(data, raw=False)
+
+
+def _host(raw: bytes, dtype: torch.dtype) -> torch.Tensor:
+    """Flat values of `dtype` from their bytes."""
+    if not raw:
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
 
 
 def _owns_storage(d: torch.Tensor) -> bool:
     return d.storage_offset() == 0 and d.is_contiguous() and d.untyped_storage().nbytes() == d.numel() * d.itemsize
 
 
-def write(t: torch.Tensor, values: list[Any]) -> None:
-    """Put `values` (flat) into `t`: into its data, or, for a phantom tensor on the device that owns its storage,
-    as its new data (a host tensor: it now holds values). Others (a phantom view) are left phantom."""
+def write(t: torch.Tensor, values: bytes | torch.Tensor) -> None:
+    """Put `values` (flat: raw bytes of `t`'s dtype, or a host tensor) into `t`: into its data, or, for a phantom
+    tensor on the device that owns its storage, as its new data (a host tensor: it now holds values). Others (a
+    phantom view) are left phantom."""
     d = _data(t)
-    host = torch.tensor(values, dtype=t.dtype, device="cpu").reshape(t.shape)
+    flat = _host(values, t.dtype) if isinstance(values, bytes) else values.to(t.dtype)
+    host = flat.reshape(t.shape)
     if not d.is_meta:
         d.copy_(host)
     elif isinstance(t, SimCudaTensor) and _owns_storage(d):
@@ -140,7 +155,7 @@ def _post(group: tuple[int, ...], key: int, data: bytes, reads: bool) -> None:
     _client().post_value(group=group, key=key, data=data, reads=reads)
 
 
-def _take(group: tuple[int, ...], key: int) -> list[list[list[Any]] | None]:
+def _take(group: tuple[int, ...], key: int) -> list[list[bytes] | None]:
     return [_decode(v) for v in _client().take_values(group=group, key=key)]
 
 
@@ -217,19 +232,19 @@ def all_reduce(ranks: tuple[int, ...], tensors: list[torch.Tensor], op: Any) -> 
         if any(g is None for g in got):
             return
         for i, t in enumerate(into):
-            stacked = torch.stack([torch.tensor(g[i], dtype=t.dtype) for g in got if g is not None])
-            write(t, reduce(stacked).to(t.dtype).tolist())  # wraps at the dtype's width, as NCCL and gloo do
+            stacked = torch.stack([_host(g[i], t.dtype) for g in got if g is not None])
+            write(t, reduce(stacked).to(t.dtype))  # wraps at the dtype's width, as NCCL and gloo do
 
     return finish
 
 
-def _write_in_rank_order(into: list[torch.Tensor], parts: list[list[Any]]) -> None:
+def _write_in_rank_order(into: list[torch.Tensor], parts: list[bytes]) -> None:
     """One part from each member, in rank order: into `into` one per member, or concatenated into one flat."""
     if len(into) == len(parts):
         for t, part in zip(into, parts, strict=True):
             write(t, part)
     else:
-        write(into[0], [x for part in parts for x in part])
+        write(into[0], b"".join(parts))
 
 
 def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> Finish:
@@ -242,7 +257,7 @@ def all_gather(ranks: tuple[int, ...], inputs: list[torch.Tensor], outputs: list
         got = _take(ranks, key)
         if any(g is None for g in got):
             return
-        _write_in_rank_order(into, [[x for part in g for x in part] for g in got if g is not None])
+        _write_in_rank_order(into, [b"".join(g) for g in got if g is not None])
 
     return finish
 

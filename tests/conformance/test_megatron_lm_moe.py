@@ -77,3 +77,25 @@ def test_mixture_of_experts_in_phantom_mode(tmp_path: Path) -> None:
     for (_, ms, _), step in zip(its[1:], run.steps()[1:], strict=True):
         assert ms == pytest.approx(step["time_ns"] / 1e6, abs=0.05 + 1e-9)
     assert_documented(run.step_ms(), "pretrain_gpt.py", "core_v0.17.0 in phantom mode")
+
+
+@pytest.mark.slow
+def test_a_routing_map_over_4_kib_in_phantom_mode(tmp_path: Path) -> None:
+    """16 experts, EP 2, in phantom mode: each rank's routing map is 2 x 128 tokens x 16 experts = 4,096 booleans and
+    the gathered one 8,192 B, over the value channel's old 4 KiB limit, where the run stopped in one line
+    (`tokens_per_expert.sum().item()`, token_dispatcher.py:301). Now it carries the map and trains; the trace holds
+    the map's all-gather, 8,192 B, once per MoE layer and step (2 x 3)."""
+    workdir = tmp_path / "Megatron-LM"
+    shutil.copytree(PROGRAMS / UPSTREAM, workdir)
+    moe = ["--num-experts", "16", *MOE[2:]]
+    args = [*MODEL, "--num-layers", "2", *RUN, *DATA, *NO_APEX_NO_TE, *moe, *MIXTRAL]
+    args += ["--no-check-for-nan-in-loss-and-grad"]
+    run = run_program(workdir, "pretrain_gpt.py", args, tmp_path / "out", 4, ("--phantom",), env=ENV)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.results()["moe_routing"] == "balanced"
+    assert [i for i, _, _ in iterations(run)] == [1, 2, 3]
+    events = json.loads((tmp_path / "out" / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    gathers = [e for e in events if e.get("pid") == 0 and str(e.get("name", "")).startswith("all_gather")]
+    tokens, experts, ep = 2 * 128, 16, 2
+    assert sum(1 for e in gathers if e["args"].get("bytes") == ep * tokens * experts) == 2 * 3

@@ -7,10 +7,16 @@ values that tensor becomes phantom (`_phantom_writes`): never a stale value. Pro
 device from phantom data and read it: an MoE router takes the top-k of its phantom scores, counts each expert's
 tokens and sizes its all-to-all (torchtitan) or its permutation (Megatron-Core) with them. So, explicitly:
 
-- the routing is assumed balanced: `topk` of phantom scores gives its indices WITH values, row r's j-th choice
-  being expert (r k + j) mod E, the round robin of torchtitan's `--debug.moe_force_load_balance` (Megatron's
-  `--moe-router-force-load-balancing` draws a random balanced one): every expert gets T k / E of T tokens. Its
-  values (the scores) stay phantom. results.json's `moe_routing` records it (`routing`);
+- the routing is assumed balanced: a router's `topk` of phantom scores gives its indices WITH values, row r's j-th
+  choice being expert (r k + j) mod E, the round robin of torchtitan's `--debug.moe_force_load_balance`
+  (Megatron's `--moe-router-force-load-balancing` draws a random balanced one): every expert gets T k / E of T
+  tokens. Its values (the scores) stay phantom. A router's top-k is one along the last dimension (the experts)
+  called from an MoE module (`router_site`); any other top-k of phantom data (a sampler's over a vocabulary,
+  Megatron's capacity top-k over tokens) keeps phantom indices, so reading them stops in one line. results.json's
+  `moe_routing` records the routing (`routing`) and `moe_routing_sites` every top-k site of phantom scores: which
+  took the balanced rule and which stayed phantom (`sites`). Group-limited routing (a router function named for
+  groups: Megatron's `group_limited_topk`, torchtitan's `_get_node_limited_routing_scores`) is not modelled: its
+  group top-k is balanced over the groups, the final top-k over all experts, not within the chosen groups;
 - integer and boolean factories (zeros, ones, full, arange, ..., and the `_like` / `new_` forms) have values;
 - a floating-point fill (`torch.zeros_like(logits)`) stays phantom but remembers its fill until it is written to
   (its version counter), so that its cast to integers (`.int()`, Megatron's routing map) has values;
@@ -22,7 +28,11 @@ Only tensors of at most `NUMEL` elements get values (index data, not a model's a
 from __future__ import annotations
 
 import math
+import os
+import re
+import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
@@ -34,11 +44,52 @@ _META = torch.device("meta")
 aten = torch.ops.aten
 
 _routed = False  # has a top-k of phantom scores been given the balanced routing on this rank?
+_sites: dict[str, dict[str, str]] = {"balanced": {}, "phantom": {}}  # kind -> site -> its function's qualname
+# a caller is an MoE router if its module's path (last 3 parts) or its function's qualname says so
+_ROUTER = re.compile(r"moe|rout(er|ing)|expert", re.IGNORECASE)
+_GROUPED = re.compile(r"group|limited", re.IGNORECASE)  # a router function that limits a token's expert groups
+_SKIP = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules[__name__.split(".")[0]]) if m.__file__ is not None
+)
 
 
 def routing() -> str | None:
     """The routing this rank assumed (results.json's `moe_routing`), or None if no top-k needed one."""
     return ROUTING if _routed else None
+
+
+def sites() -> dict[str, list[str]] | None:
+    """Each top-k site of phantom scores on this rank (`file:line (function)`, results.json's `moe_routing_sites`):
+    "balanced" (a router's: the balanced rule), "phantom" (not a router's: indices left phantom), and "grouped"
+    (routers' sites whose function limits a token's groups, which the balanced rule does not model); None if
+    there was none."""
+    if not any(_sites.values()):
+        return None
+    out = {kind: sorted(found) for kind, found in _sites.items() if found}
+    grouped = sorted(s for s, name in _sites["balanced"].items() if _GROUPED.search(name))
+    return {**out, "grouped": grouped} if grouped else out
+
+
+def _caller() -> tuple[str, str]:
+    """The site (`file:line`, its last 3 path parts) and qualname of the nearest caller outside torch and
+    phantora: the program's (or framework's) line that called top-k."""
+    f: FrameType | None = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_SKIP):
+        f = f.f_back
+    if f is None:
+        return "?", ""
+    parts = f.f_code.co_filename.replace(os.sep, "/").split("/")[-3:]
+    return f"{'/'.join(parts)}:{f.f_lineno}", f.f_code.co_qualname
+
+
+def router_site(scores: torch.Tensor, dim: int) -> str | None:
+    """The site of this top-k if it is an MoE router's (along the last dimension, the experts, called from a
+    module or function named for MoE, routing or experts), else None; every site is recorded (`sites`)."""
+    site, name = _caller()
+    last = dim % max(scores.dim(), 1) == max(scores.dim(), 1) - 1
+    router = last and _ROUTER.search(f"{site.rsplit(':', 1)[0]} {name}") is not None
+    _sites["balanced" if router else "phantom"][f"{site} ({name})"] = name
+    return site if router else None
 
 
 def balanced(shape: torch.Size | tuple[int, ...], k: int, dim: int = -1) -> torch.Tensor:
@@ -61,13 +112,15 @@ def keeps(t: torch.Tensor) -> bool:
 
 
 def _topk(args: tuple, kwargs: dict, out: Any) -> Any:
-    """`topk` of phantom scores: the balanced indices (the scores stay phantom)."""
+    """A router's `topk` of phantom scores: the balanced indices (the scores stay phantom); others' stay phantom."""
     global _routed
     values, indices = out
     if not indices.is_meta or indices.numel() > NUMEL:
         return out
     k = args[1] if len(args) > 1 else kwargs["k"]
     dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+    if router_site(args[0], dim) is None:
+        return out
     _routed = True
     return values, balanced(args[0].shape, k, dim).to(indices.dtype)
 
