@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MSS, MiB = 4086, 1 << 20
@@ -95,9 +97,10 @@ def htsim(binary: str, pairs: list[tuple[int, int]], work: Path, cc: str = "nscc
 
 
 def phantora(pairs: list[tuple[int, int]], work: Path, cc: str = "nscc", degraded: bool = False,
-             follow_rate: bool = True) -> list[float]:  # fmt: skip
-    """phantora's per-flow FCTs (ns). `degraded`: the leaf-spine0 links at 100 Gb/s, their ports' trim and ECN
-    thresholds scaled with the rate if `follow_rate` (htsim's -failed), else left at the fabric's."""
+             follow_rate: bool = True) -> tuple[list[float], dict[str, Any]]:  # fmt: skip
+    """phantora's per-flow FCTs (ns) and its run's summary.json (the transport's counters). `degraded`: the
+    leaf-spine0 links at 100 Gb/s, their ports' trim and ECN thresholds scaled with the rate if `follow_rate`
+    (htsim's -failed), else left at the fabric's."""
     (work / "ft32.toml").write_text(TOPOLOGY)
     flows = work / "flows.txt"
     flows.write_text(f"{len(pairs)}\n" + "".join(f"{a} {b} 3 100 {SIZE} 0.0\n" for a, b in pairs))
@@ -110,7 +113,16 @@ def phantora(pairs: list[tuple[int, int]], work: Path, cc: str = "nscc", degrade
         cmd += ["--set", "thresholds_follow_rate=true"] if follow_rate else []
     subprocess.run(cmd, capture_output=True, text=True, check=True)
     with open(work / "out" / "flows.csv") as f:
-        return [float(r["fct_ns"]) for r in csv.DictReader(f)]
+        fcts = [float(r["fct_ns"]) for r in csv.DictReader(f)]
+    return fcts, json.loads((work / "out" / "summary.json").read_text())
+
+
+def counters(summary: dict[str, Any]) -> str:
+    """phantora's transport counters of one run: trims, packets resent, data packets sent on a recycled entropy."""
+    return (
+        f"{summary['trims']:,} trims, {summary['retx_packets']:,} resent, {summary['entropies_recycled']:,} of "
+        f"{summary['data_packets']:,} data packets on a recycled entropy"
+    )
 
 
 RING_CHUNK = 128 * MSS  # 512 KiB, whole packets
@@ -204,10 +216,12 @@ def main() -> None:
     for name, pairs, cc, degraded in [] if args.ring_only else runs:
         with tempfile.TemporaryDirectory() as tmp:
             ht = quantiles(htsim(args.htsim, pairs, Path(tmp), cc, degraded, args.sack_threshold))
-            ph = quantiles(phantora(pairs, Path(tmp), cc, degraded, not args.fixed_thresholds))
+            ph_fcts, summary = phantora(pairs, Path(tmp), cc, degraded, not args.fixed_thresholds)
+            ph = quantiles(ph_fcts)
         for side, q in (("htsim", ht), ("phantora", ph)):
             print(f"{name:<16}{side:<10}{q[0] / 1e3:>11.1f}{q[1] / 1e3:>9.1f}{q[2] / 1e3:>9.1f}")
         print(f"{'':<16}{'diff':<10}{ph[0] / ht[0] - 1:>+11.1%}{ph[1] / ht[1] - 1:>+9.1%}{ph[2] / ht[2] - 1:>+9.1%}")
+        print(f"{'':<16}phantora: {counters(summary)}")
     if args.degraded_only or args.perm_only:
         return
     with tempfile.TemporaryDirectory() as tmp:
