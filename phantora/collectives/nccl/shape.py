@@ -128,6 +128,7 @@ def shape(
         caps = [math.ceil(total[key(f)] * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0 for f in flows]
         if chunked and pipelined:
             caps = _nvlink_uncapped(flows, caps, topo)
+        caps = _channel_caps(flows, caps, choice, topo)
     delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
     return [
         Flow(
@@ -162,6 +163,29 @@ def _net_caps(flows: list[Flow], wire: list[int], caps: list[int], choice: Choic
         math.ceil(choice.net_bw * 8e9 * w / into[f.dst]) if crosses else cap
         for f, w, cap, crosses in zip(flows, wire, caps, net, strict=True)
     ]
+
+
+CHANNEL_BITS = (1 << 56) - 1  # a flow key's nodes and channel, less its queue pair (dag.DagBuilder._message)
+
+
+def _channel_caps(flows: list[Flow], caps: list[int], choice: Choice, topo: Topology) -> list[int]:
+    """Across nodes: a channel's connection to a peer moves at most `choice.chan_net_bw` (net_channel.py), shared
+    evenly by its queue pairs (NCCL_IB_QPS_PER_CONNECTION); a flow keeps its own cap where that is lower."""
+    if choice.chan_net_bw <= 0:
+        return caps
+    keys = [None if f.size == 0 or _inside_node(f, topo) else f.id if f.key is None else f.key for f in flows]
+    qps: dict[tuple[int, int, int], set[int]] = defaultdict(set)
+    for f, key in zip(flows, keys, strict=True):
+        if key is not None:
+            qps[f.src, f.dst, key & CHANNEL_BITS].add(key >> 56)
+    out = []
+    for f, cap, key in zip(flows, caps, keys, strict=True):
+        if key is None:
+            out.append(cap)
+            continue
+        limit = math.ceil(choice.chan_net_bw * 8e9 / len(qps[f.src, f.dst, key & CHANNEL_BITS]))
+        out.append(min(cap, limit) if cap else limit)
+    return out
 
 
 def _nvlink_uncapped(flows: list[Flow], caps: list[int], topo: Topology) -> list[int]:

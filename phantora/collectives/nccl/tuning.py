@@ -16,6 +16,7 @@ from functools import lru_cache
 from phantora.collectives.nccl import ring_kernel
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes
+from phantora.collectives.nccl.net_channel import coll_net_channel_bw
 from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
 from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
 from phantora.collectives.nccl.platform import Platform
@@ -60,6 +61,7 @@ class Choice:
     net_bw: float = 0.0  # p2p across nodes: GB/s a GPU's channels move from its remote peers (0: not capped)
     fill_us: float = 0.0  # pipeline fill NCCL's model leaves out (pipeline.py), charged on top of its time
     fit_us: float = 0.0  # the part of lat_us that is NCCL's tree correction (a fit of measured trees: their fill)
+    chan_net_bw: float = 0.0  # GB/s one network connection of a ring, tree or NVLS-Tree moves (0: no limit)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -309,7 +311,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
     lat = t - nbytes / (1000.0 * cost.algbw)
     time = lat + nbytes / (1000.0 * algbw)
-    return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, time, fill_us=fill, fit_us=fit)
+    chan = coll_net_channel_bw(cost.algorithm, p, ch)
+    return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, time, fill_us=fill, fit_us=fit, chan_net_bw=chan)
 
 
 def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:

@@ -1,0 +1,38 @@
+"""A collective channel's network connection: how fast one channel (one CTA and its proxy connection, over its
+queue pairs) moves a ring, tree or NVLS-Tree hop to another host.
+
+NCCL rates a multi-host ring by its search channels (8 on a host of 8 GPUs and 8 NICs: 48 GB/s each at 400G)
+and runs two compute channels a search channel (connect.cc `connectRings`), four when a host has fewer than 8
+GPUs: "Use 4 compute channels per search channel to reach peak BW on <8 PPN" (v2.30.7-1 src/graph/connect.cc).
+So one compute channel does not move half a NIC, and two leave a 400G NIC short of its line rate. The published
+runs say by how much (tests/data/nccl_tests/SOURCES.md): in nccl-tests #309 NVIDIA puts 8 x 400G at 400 GB/s and
+says `NCCL_MIN_CTAS=24` (three channels a NIC) "may get you above 380". gj-aion's cluster there levels off at
+320-325 GB/s busbw with its default 16 ring channels on 4 and 8 hosts (20.0-20.3 GB/s a channel) and at 391-393
+with 24 (NIC-bound), and the issue's 4-host VM cluster at 365 with 16 (22.9 a channel). `COLL_NET_CHANNEL_BW`
+is the middle of the two clusters' figures, (20.16 + 22.87) / 2: a measured rate, not a constant of NCCL's, as
+`p2p.P2P_PER_CHANNEL_NET_BW` is this model's rate of a p2p channel. What bounds a channel (its CTA's loop, its
+proxy's steps or one connection's queue pairs) the tables do not separate: every run with 24 channels also had 2
+queue pairs a connection. Like the p2p figure it is taken at the H100's SM clock and scaled by the GPU's; on an
+A100 with a 200G NIC (12.5 GB/s a channel) it does not bind.
+"""
+
+from __future__ import annotations
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
+
+COLL_NET_CHANNEL_BW = 21.5  # GB/s one collective channel moves to or from another host, at REFERENCE_CLOCK_GHZ
+NET_CHANNEL_ALGOS = ("ring", "tree", "nvls_tree")
+
+
+def coll_net_channel_bw(algo: str, p: Platform, channels: int) -> float:
+    """GB/s each way that one network connection of `algo`'s decomposed flows may move (0: no limit):
+    `COLL_NET_CHANNEL_BW` scaled by the GPU's SM clock, times the channels a decomposed channel stands for: one
+    for a ring or tree; NVLS-Tree's flows have a channel per head GPU and tree (`nvls.nvls_tree_flows`: 2 x heads)
+    for the `channels` CTAs NCCL runs."""
+    if p.nnodes < 2 or algo not in NET_CHANNEL_ALGOS or channels < 1:
+        return 0.0
+    clock = p.sm_clock_ghz or REFERENCE_CLOCK_GHZ
+    per = channels / (2.0 * min(p.ppn, T.NVLS_MAX_ARITY)) if algo == "nvls_tree" else 1.0
+    return COLL_NET_CHANNEL_BW * clock / REFERENCE_CLOCK_GHZ * per

@@ -1,0 +1,71 @@
+"""A collective channel's network connection (phantora/collectives/nccl/net_channel.py): every ring connection
+between hosts moves at most COLL_NET_CHANNEL_BW (21.5 GB/s on H100), shared by its queue pairs, so a multi-host
+ring of 16 channels levels off at 16 x 21.5 = 344 GB/s busbw, and 24 channels (three a 400G NIC) reach the NICs."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl import platform_of
+from phantora.collectives.nccl.net_channel import COLL_NET_CHANNEL_BW, coll_net_channel_bw
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import dgx_host, rail_optimized
+from phantora.topology.model import Topology
+
+GiB = 1 << 30
+
+
+def h100_hosts(n: int) -> Topology:
+    """n H100 hosts of 8 GPUs, a 400G NIC per GPU on its rail."""
+    return rail_optimized(n, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+
+
+def ring(topo: Topology, nbytes: int, env: dict[str, str]) -> tuple[list, float]:
+    """The flows of an all-reduce over every GPU of `topo` under `env` (NCCL_ALGO=Ring added), and its busbw."""
+    coll = Collective("all_reduce", tuple(range(topo.num_ranks)), nbytes, "fp32")
+    dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env({"NCCL_ALGO": "Ring", **env})))
+    sim = FlowSimulator(topo)
+    sim.submit(dag.flows, at=0)
+    return dag.flows, nbytes / max(c.end_ns for c in sim.drain()) * coll.busbw_factor()
+
+
+def crossing(topo: Topology, flows: list) -> list:
+    return [f for f in flows if f.size and topo.shared_nvswitch(f.src, f.dst) is None]
+
+
+def test_the_rate_is_the_figure_at_the_h100_clock_scaled_by_the_sm_clock_and_none_inside_a_host():
+    """H100 SXM (1.98 GHz): 21.5 GB/s; an A100 (1.41 GHz): 21.5 x 1.41 / 1.98 = 15.31; one host: no limit.
+    NVLS-Tree's flows stand for 2 channels per head GPU of 8: 24 CTAs give each 1.5 channels' worth."""
+    h100 = platform_of(h100_hosts(2), tuple(range(16)))
+    a100 = platform_of(rail_optimized(2, 8, spines=8, nic_rate="200Gbps", gpu="a100"), tuple(range(16)))
+    assert coll_net_channel_bw("ring", h100, 16) == pytest.approx(21.5)
+    assert coll_net_channel_bw("ring", a100, 16) == pytest.approx(21.5 * 1.41 / 1.98, rel=1e-3)
+    assert coll_net_channel_bw("nvls_tree", h100, 24) == pytest.approx(21.5 * 24 / 16)
+    assert coll_net_channel_bw("ring", platform_of(dgx_host(8, gpu="h100"), tuple(range(8))), 24) == 0.0
+    assert COLL_NET_CHANNEL_BW == 21.5
+
+
+def test_each_network_connection_is_capped_and_queue_pairs_share_it():
+    """4 hosts, ring all-reduce of 1 GiB: each of the 16 channels' network hops (4 hosts x 16 = 64 flows, one a
+    channel and host) is capped at 21.5 GB/s = 172 Gb/s; with 2 queue pairs a connection each carries half."""
+    topo = h100_hosts(4)
+    one, _ = ring(topo, GiB, {})
+    net = crossing(topo, one)
+    assert len(net) == 64
+    assert all(f.rate_bps == round(21.5 * 8e9) for f in net)
+    two, _ = ring(topo, GiB, {"NCCL_IB_QPS_PER_CONNECTION": "2"})
+    assert {f.rate_bps for f in crossing(topo, two)} == {round(21.5 * 8e9 / 2)}
+
+
+def test_sixteen_channels_level_off_at_sixteen_channel_rates_and_twenty_four_reach_the_nics():
+    """8 GiB on 4 hosts: a ring all-reduce moves 2 (n-1)/n of the buffer over each channel's network hop, so 16
+    channels at 21.5 GB/s give busbw <= 16 x 21.5 = 344 GB/s (the ring's latency and passes take a little more);
+    with NCCL_MIN_CTAS=24 three channels share each NIC (64.5 GB/s > 50), so the NIC's share of NCCL's rating
+    bounds it instead: more than 344, at most 8 NICs x 50 = 400."""
+    topo = h100_hosts(4)
+    _, sixteen = ring(topo, 8 * GiB, {})
+    assert 0.97 * 344 < sixteen <= 344
+    _, twenty_four = ring(topo, 8 * GiB, {"NCCL_MIN_CTAS": "24"})
+    assert 344 < twenty_four <= 400
