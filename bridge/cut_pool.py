@@ -6,8 +6,8 @@ batches each submitted at its own time, as `phantora netsim` has them) on `confi
 cut-link messages peer to peer (`bridge.cut_peers`), not through this process. This process only waits: a worker
 that exits non-zero ends the run at once, the others killed (ours, by pid), with an error naming it and its last
 words. The records of the workers are merged into one engine's: completions by (end, flow id), as one engine drains
-them; FCT records, PFC frames, CE marks, CNPs and drops in one keyed engine's order, by the order key of the event
-that made each (`phantora.netsim.record_order`); transport counters and channel counters added (each is counted by
+them; FCT records, PFC frames, CE marks, CNPs, drops and trims in one keyed engine's order, by the order key of the
+event that made each (`phantora.netsim.record_order`); transport counters and channel counters added (each is counted by
 the worker that owns its end, zero elsewhere); the counters of `stats` added, its peaks and the fabric's constants
 the largest (`PEAK_STATS`), its settings (text) the first worker's, and the switch links' load recomputed from the
 merged channels. The end of the run (`now`) is one engine's after `finish()`: the last sender's last ACK, the latest
@@ -35,7 +35,7 @@ from phantora.netsim.base import Completion, Flow
 from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hpcc_io import FctLine
-from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, switch_link_load
+from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, Trim, switch_link_load
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.record_order import RecordKey, merge_by_key
 from phantora.topology.model import Topology
@@ -58,6 +58,7 @@ class PartitionResult:
     marks: list[EcnMark]
     cnps: list[CnpEvent]
     drops: list[Drop]
+    trims: list[Trim]
     transport: dict[int, FlowTransport]
     channels: list[tuple[int, ...]]
     stats: dict[str, Any]  # counters summed over the workers, PEAK_STATS their largest, settings the first's
@@ -198,6 +199,7 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
     marks = _merged(outs, "marks", EcnMark, ties)
     cnps = _merged(outs, "cnps", CnpEvent, ties)
     drops = _merged(outs, "drops", Drop, ties)
+    trims = _merged(outs, "trims", Trim, ties)
     return PartitionResult(
         completions=done,
         fct=fct,
@@ -205,6 +207,7 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
         marks=marks,
         cnps=cnps,
         drops=drops,
+        trims=trims,
         transport={fid: FlowTransport(fid, *v) for fid, v in sorted(transport.items())},
         channels=[tuple(channels[c]) for c in sorted(channels)],
         stats=stats,

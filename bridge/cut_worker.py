@@ -32,7 +32,7 @@ from phantora.netsim.factory import make_engine
 from phantora.netsim.packet import Ns3Simulator
 
 # the records the pool merges by their events' order keys: this module's name -> DrainRecordKeys' kind
-KEYED_RECORDS = {"fct": "fct", "pfc": "pfc", "marks": "ecn", "cnps": "cnps", "drops": "drops"}
+KEYED_RECORDS = {"fct": "fct", "pfc": "pfc", "marks": "ecn", "cnps": "cnps", "drops": "drops", "trims": "trims"}
 
 
 def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
@@ -45,6 +45,7 @@ def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
         "marks": [astuple(r) for r in sim.ecn_mark_events()],
         "cnps": [astuple(r) for r in sim.cnp_events()],
         "drops": [astuple(r) for r in sim.drops()],
+        "trims": [astuple(r) for r in sim.trims()],  # (DLCP: loss-tolerant packets cut to their header)
         "transport": [astuple(t) for _, t in sorted(sim.flow_transport().items())],
         "channels": sim.channel_rows(),
         "stats": sim.stats(),

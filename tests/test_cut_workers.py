@@ -67,6 +67,7 @@ def one_engine(cfg: PacketConfig, flows: list[Flow] | None = None) -> dict[str, 
             "cnps": sim.cnp_events(),
             "transport": dict(sorted(sim.flow_transport().items())),
             "channels": sim._channel_rows(),
+            "trims": sim.trims(),
         }
 
 
@@ -90,6 +91,7 @@ def test_workers_give_one_engines_results(cc: str, ecmp: str | None) -> None:
             "cnps": res.cnps,
             "transport": res.transport,
             "channels": res.channels,
+            "trims": res.trims,
         }
         for name, value in want.items():  # records in one engine's order too, ties of one ns across workers
             assert got[name] == value, (cc, n, name)
@@ -117,6 +119,33 @@ def test_records_of_start_events_merge_in_submit_order() -> None:
     res = run_partitioned(TOPO, cfg.with_updates(partition=2), flows, until=UNTIL_NS)
     assert res.fct == want and res.ties > 0
     assert by_worker(res.fct, 2, lambda r: r.src) != want
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+def test_empty_flows_across_groups_and_trimmed_packets_are_one_engines() -> None:
+    """Issue 38. An empty flow (no bytes) between two groups completes at its start, in its sender's worker: its
+    receiver's worker used to keep it in flight for ever, the sender's worker's count of flows in flight wrapped
+    below zero, and the sender gave it a transport record one engine has not. Loss-tolerant flows trimmed at a
+    switch (DLCP, `trim_bytes`): the workers' trims merge as one engine's (they were left out, and each worker's
+    trims and their order keys were never taken, growing with the run)."""
+    cfg = config("dcqcn", None).with_updates(trim_bytes=20_000)
+    groups = partition_fabric(TOPO, 2, nvlink_fluid=False).groups
+    eps = TOPO.endpoints
+    a = eps[0]
+    b = next(e for e in eps if groups[e] != groups[a])
+    flows = traffic()
+    n = len(flows)
+    flows += [Flow(n, a, b, 0), Flow(n + 1, b, a, 0, delay_ns=3000)]
+    flows += [Flow(n + 2 + j, s, eps[1], 400_000, loss_budget=200_000) for j, s in enumerate(eps[12:16])]
+    want = one_engine(cfg, flows)
+    assert len(want["completions"]) == len(flows) and want["trims"]  # every flow ends; packets were trimmed
+    assert {fid for fid, _, _ in want["completions"]} >= {n, n + 1} and n not in want["transport"]
+    res = run_partitioned(TOPO, cfg.with_updates(partition=2), flows, until=UNTIL_NS)
+    got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in res.completions)
+    assert got == want["completions"]
+    assert (res.fct, res.transport, res.trims) == (want["fct"], want["transport"], want["trims"])
+    assert res.stats["flows_in_flight"] == 0
 
 
 def by_worker(records: list[Any], n: int, node: Callable[[Any], int] = lambda r: r.node) -> list[Any]:

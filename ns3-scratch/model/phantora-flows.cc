@@ -139,7 +139,7 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
   fcts.push_back(FctRecord{f.id, f.src, f.dst, f.sport, f.dport, f.size, f.startNs, now - f.startNs,
                            fabric->StandaloneNs(f.src, f.dst, f.key, f.size)});
   recorder->Keep(fctKeys);
-  if (f.src != f.dst) {
+  if (f.src != f.dst && f.size > 0) {  // (an empty flow never reached its receiver and has no transport record)
     const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id, true);
     if (Owns(f.dst)) {
       fabric->GetNode(f.dst).nic->ForgetFlow(id);
@@ -315,13 +315,14 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
       ++f.pending;
     }
   }
-  if (!s.Owns(src) && !s.Owns(dst)) {  // a partition worker without either end (its sport is counted above)
+  // An empty flow completes at its start, in its sender's worker: a worker with its receiver only keeps nothing.
+  if (!s.Owns(src) && (!s.Owns(dst) || sizeBytes == 0)) {  // (a worker without either end: its sport is counted)
     s.SkipStartKey();
     return;
   }
   auto [it, ok] = s.flows.emplace(id, f);
   ++s.submitted;
-  if (s.Owns(dst)) {  // in flight: until it completes at its receiver
+  if (s.Owns(sizeBytes == 0 ? src : dst)) {  // in flight: until it completes (at its receiver, if it has bytes)
     ++s.inFlight;
   }
   if (!s.Owns(src)) {  // the receiver only: expect it now (no packet of it can arrive before it starts)
