@@ -158,3 +158,81 @@ def test_one_node_simple_ring_keeps_its_kernels_fill() -> None:
     assert choice["fill_us"] > 1.0
     assert times["chunked"] == pytest.approx(times["coarse"], rel=1e-3)
     assert times["chunked"] == pytest.approx(choice["model_time_us"] + choice["fill_us"], rel=1e-2)
+
+
+def coarse_and_chunked(coll: Collective, topo: Topology, **env: str) -> tuple[float, float, list, list, dict]:
+    """Times (µs) of `coll` coarse and chunked on an idle flow network, both DAGs' flows, and NCCL's choice."""
+    out = []
+    for gran in ("coarse", "chunked"):
+        dag = decompose(coll, topo, opts(gran, **env))
+        sim = FlowSimulator(topo)
+        sim.submit(dag.flows, at=0)
+        out.append((max(c.end_ns for c in sim.drain()) / 1e3, dag.flows, dag.choice or {}))
+    return out[0][0], out[1][0], out[0][1], out[1][1], out[1][2]
+
+
+def test_chunked_nvls_runs_nccls_loops_in_coarse_time() -> None:
+    """NVLS all-reduce of 64 MiB on 8 H100s, 16 channels x 8 heads: calcCollChunking's ladder takes the 128 KiB
+    NVLS chunk to 64 KiB (64 MiB < 64 x 128 ops x 128 KiB, not < 8 x 128 x 64 KiB), so nLoops = 64 MiB / (128 x
+    64 KiB) = 8: each GPU's (m + 1)/m S of NVLink bytes is 8 loops one after another, in the coarse flow's time."""
+    from phantora.topology import dgx_host
+
+    topo = dgx_host(gpu="h100")
+    coll = Collective("all_reduce", tuple(range(8)), 64 * MiB, "fp32")
+    coarse, chunked, flows0, flows1, choice = coarse_and_chunked(coll, topo, NCCL_ALGO="NVLS")
+    assert (choice["algorithm"], choice["channels"]) == ("NVLS", 16)
+    assert len(flows1) == 8 * len(flows0) == 8 * 8
+    assert sum(f.size for f in flows1) == sum(f.size for f in flows0) == 8 * 64 * MiB * 9 // 8
+    assert max(f.size for f in flows1) == 64 * MiB * 9 // 8 // 8
+    assert chunked == pytest.approx(coarse, rel=1e-3)
+
+
+def test_chunked_pat_sends_its_rounds_in_nccls_chunks() -> None:
+    """PAT reduce-scatter of 16 MiB over 4 nodes of one H100 (4 channels): the chunk is the 512 KiB Simple step,
+    halved while chunk x 4 x 16 > 16 MiB (256 KiB); the rounds send 2 then 1 blocks of 4 MiB: 32 + 16 chunks a
+    rank, in the coarse rounds' time (each sender's steps at its rate, the next round after the last)."""
+    from phantora.topology import leaf_spine
+
+    topo = leaf_spine(2, 2, 2, gpus_per_host=1, uplink_rate="400Gbps", gpu="h100")
+    coll = Collective("reduce_scatter", tuple(range(4)), 16 * MiB, "fp32")
+    coarse, chunked, flows0, flows1, choice = coarse_and_chunked(coll, topo, NCCL_ALGO="PAT")
+    assert (choice["algorithm"], choice["channels"]) == ("PAT", 4)
+    assert len(flows1) == 4 * (32 + 16) and {f.size for f in flows1} == {256 * KiB}
+    assert sum(f.size for f in flows1) == sum(f.size for f in flows0) == 4 * 3 * 4 * MiB
+    assert chunked == pytest.approx(coarse, rel=5e-3)
+
+
+@pytest.mark.parametrize(("size", "env", "net_chunk"), [(MiB, {"NCCL_P2P_NET_CHUNKSIZE": "16384"}, 8 * KiB),
+                                                       (16 * MiB, {}, 128 * KiB)])  # fmt: skip
+def test_chunked_all_to_all_moves_each_part_in_p2p_steps(size: int, env: dict, net_chunk: int) -> None:
+    """All-to-all on 2 x 8 H100s (rail-optimised): each transfer's parts go in NCCL's p2p steps (addP2pToPlan):
+    the communicator's net chunk (it spans nodes), halved to a peer on the other host when the transfer is under 8
+    steps (64 KiB < 8 x 16 KiB), not when it is not (1 MiB = 8 x 128 KiB); to a peer on its own host the whole
+    chunk. Every byte as coarse, in coarse's time (a connection's steps share its rate)."""
+    topo = rail_optimized(2, 8, gpu="h100")
+    coll = Collective("all_to_all", tuple(range(16)), size, "fp32")
+    coarse, chunked, flows0, flows1, choice = coarse_and_chunked(coll, topo, **env)
+    part = size // 16 // choice["channels"]
+    step = int(env.get("NCCL_P2P_NET_CHUNKSIZE", 128 * KiB))
+    assert max(f.size for f in flows1) == min(part, step)
+    remote = [f for f in flows1 if topo.shared_nvswitch(f.src, f.dst) is None and f.size]
+    assert {f.size for f in remote} == {min(part, net_chunk)}
+    assert sum(f.size for f in flows1) == sum(f.size for f in flows0)
+    assert chunked == pytest.approx(coarse, rel=5e-3)
+
+
+def test_chunked_sendrecv_and_nvls_tree_keep_coarse_time() -> None:
+    """Send/recv of 16 MiB between two H100s of one host (16 channels of 1 MiB, the 512 KiB NVLink p2p chunk: 2
+    steps each) and an NVLS-Tree all-reduce of 256 MiB on 2 x 8 H100s (nLoops per operation): NCCL's steps, in
+    the coarse flows' time."""
+    from phantora.topology import dgx_host
+
+    coll = Collective("send_recv", (0, 1), 16 * MiB, "fp32")
+    coarse, chunked, flows0, flows1, choice = coarse_and_chunked(coll, dgx_host(gpu="h100"))
+    assert choice["channels"] == 16 and len(flows1) == 2 * 16 and {f.size for f in flows1} == {512 * KiB}
+    assert chunked == pytest.approx(coarse, rel=1e-3)
+    coll = Collective("all_reduce", tuple(range(16)), 256 * MiB, "fp32")
+    coarse, chunked, flows0, flows1, choice = coarse_and_chunked(coll, rail_optimized(2, 8, gpu="h100"))
+    assert choice["algorithm"] == "NVLSTree" and len(flows1) > len(flows0)
+    assert sum(f.size for f in flows1) == sum(f.size for f in flows0)
+    assert chunked == pytest.approx(coarse, rel=5e-3)

@@ -79,6 +79,11 @@ def split(total: int, parts: int) -> list[int]:
     return [q + 1 if i < r else q for i in range(parts)]
 
 
+def chunks_of(total: int, chunk: int) -> list[int]:
+    """`total` cut into ceil(total / chunk) near-equal chunks (one, of 0 bytes, when total is 0)."""
+    return split(total, max(1, -(-total // max(1, chunk))))
+
+
 @dataclass
 class DagBuilder:
     """Allocates flow ids, maps group positions to endpoint nodes, and collects flows."""
@@ -135,6 +140,31 @@ class DagBuilder:
             return parts[0]
         # the message is done when every part is: a zero-byte flow at the receiver joins them
         return self._append(Flow(self._next(), d, d, 0, tuple(parts), 0, self.prefix + tag + "/join"))
+
+    def add_chunks(
+        self,
+        src: int,
+        dst: int,
+        sizes: list[int],
+        tag: str,
+        channel: int,
+        deps: tuple[int, ...] = (),
+        delay_ns: int = 0,
+        origin: int | None = None,
+        window: int = 1,
+    ) -> list[int]:
+        """A connection's messages in order (NCCL's steps of one channel): message c is posted once message
+        c - `window` has arrived (its buffer slot is free again: NCCL_STEPS slots), the first `window` once `deps`
+        have and `delay_ns` has passed; return their ids. The messages in flight share the connection's rate cap
+        (`Flow.conn`: the engines send a queue pair's messages one after another). One size: a plain `add`."""
+        if len(sizes) <= 1:
+            return [self.add(src, dst, sum(sizes), tag, channel, deps, delay_ns, origin)]
+        out: list[int] = []
+        for c, size in enumerate(sizes):
+            slot = c >= window
+            after = (out[c - window],) if slot else deps
+            out.append(self.add(src, dst, size, f"{tag}/chunk{c}", channel, after, 0 if slot else delay_ns, origin))
+        return out
 
     def _network(self, s: int, d: int) -> bool:
         """Whether s -> d crosses hosts (NCCL's net transport, whose connections have IB queue pairs)."""

@@ -8,14 +8,15 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl import settings as nccl_settings
+from phantora.collectives.nccl.chunking import p2p_chunk_bytes
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.pxn import pxn_relay
 from phantora.collectives.nccl.shape import shape
-from phantora.collectives.nvls import nvls_flows, nvls_tree_flows
+from phantora.collectives.nvls import nvls_flows, nvls_loops, nvls_tree_flows
 from phantora.collectives.options import resolve
-from phantora.collectives.p2p import ChannelMap, all_to_all, send_recv
+from phantora.collectives.p2p import ChannelMap, ChunkOf, all_to_all, send_recv
 from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -23,7 +24,8 @@ from phantora.collectives.tree import tree_flows
 from phantora.topology.model import Topology
 
 BARRIER_SLICE_BYTES = 1  # a barrier is a tree all-reduce of one byte
-CHUNKED_ALGORITHMS = ("ring", "tree", "chain")  # those whose flows `granularity=chunked` cuts into NCCL's steps
+# those whose flows `granularity=chunked` cuts into NCCL's steps (direct: NCCL's p2p, send/recv and all-to-all)
+CHUNKED_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree", "pat", "direct")
 
 
 def decompose(
@@ -97,6 +99,21 @@ def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cha
     return channels
 
 
+def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf | None:
+    """NCCL's step of each p2p transfer (`chunking.p2p_chunk_bytes`: the communicator's p2p chunk, smaller for a
+    small transfer to a peer on another host); None outside the NCCL model (one flow a part)."""
+    if opts.model != "nccl":
+        return None
+    comm = coll.comm or coll.ranks
+    on, st = platform_of(topo, comm), nccl_settings(opts)
+    hosts = [_host_key(topo, topo.node_of_rank(r)) for r in coll.ranks]
+
+    def chunk(src: int, dst: int, nbytes: int) -> int:
+        return p2p_chunk_bytes(opts.protocol, on, st, nbytes, network=hosts[src] != hosts[dst])
+
+    return chunk
+
+
 def _host_key(topo: Topology, node: int) -> str:
     """The host an endpoint node is on (an endpoint without a host is a host of its own)."""
     host = topo.nodes[node].host
@@ -119,12 +136,15 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     if kind == "barrier":
         common["chunked"] = True
         tree_flows(b, tree_parents(blocks, 0, 0), BARRIER_SLICE_BYTES, 0, up=True, down=True, name="tree", **common)
-    elif algo == "nvls":
-        nvls_flows(b, kind, blocks, coll.nbytes)
-    elif algo == "nvls_tree":
-        nvls_tree_flows(b, blocks, coll.nbytes, ch)
+    elif algo in ("nvls", "nvls_tree"):
+        heads = max(len(block) for block in blocks)
+        loops = nvls_loops(coll.nbytes, ch, heads, opts.chunk_bytes) if chunked else 1
+        if algo == "nvls":
+            nvls_flows(b, kind, blocks, coll.nbytes, loops=loops)
+        else:
+            nvls_tree_flows(b, blocks, coll.nbytes, ch, loops)
     elif algo == "pat":
-        pat_flows(b, kind, n, coll.nbytes)
+        pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0)
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c, alternate) for c in range(ch)]
         in_turn = opts.model == "nccl"
@@ -161,7 +181,10 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
             name="a2a",
             relay=relay,
             channel_map=cmap,
+            chunk=_p2p_chunk(coll, topo, opts) if chunked else None,
         )
     else:
         relay = pxn_relay(topo, nodes, blocks, opts)
-        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", relay, _p2p_channel_map(coll, topo, opts))
+        cmap = _p2p_channel_map(coll, topo, opts)
+        chunk = _p2p_chunk(coll, topo, opts) if chunked else None
+        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", relay, cmap, chunk)

@@ -31,20 +31,29 @@ def nvls_link_bytes(kind: str, nbytes: int, m: int) -> int:
     return -(-nbytes * (m - 1) // m)
 
 
-def nvls_flows(b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int, name: str = "nvls") -> None:
-    """NVLS inside each host block (all-reduce, all-gather or reduce-scatter): GPU i to GPU i+1 of its node."""
+def nvls_flows(
+    b: DagBuilder, kind: str, blocks: list[list[int]], nbytes: int, name: str = "nvls", loops: int = 1
+) -> None:
+    """NVLS inside each host block (all-reduce, all-gather or reduce-scatter): GPU i to GPU i+1 of its node.
+    `loops` (the chunked granularity): NCCL's nLoops, each moving every operation's chunk, one after another."""
     for h, block in enumerate(blocks):
         m = len(block)
         if m < 2:
             continue
         size = nvls_link_bytes(kind, nbytes, m)
         for i, pos in enumerate(block):
-            b.add(pos, block[(i + 1) % m], size, f"{name}/h{h}", 0)
+            b.add_chunks(pos, block[(i + 1) % m], split(size, loops), f"{name}/h{h}", 0)
 
 
-def nvls_tree_flows(b: DagBuilder, blocks: list[list[int]], nbytes: int, channels: int) -> None:
-    """NVLS-Tree all-reduce: NVLS in every node, and per local index a double binary tree across the nodes."""
-    nvls_flows(b, "all_reduce", blocks, nbytes, name="nvls_tree/intra")
+def nvls_loops(nbytes: int, channels: int, heads: int, chunk: int) -> int:
+    """NCCL's nLoops of NVLS and NVLS-Tree (`calcCollChunking`): a loop moves a chunk per channel and head."""
+    return max(1, -(-nbytes // max(1, channels * heads * chunk)))
+
+
+def nvls_tree_flows(b: DagBuilder, blocks: list[list[int]], nbytes: int, channels: int, loops: int = 1) -> None:
+    """NVLS-Tree all-reduce: NVLS in every node, and per local index a double binary tree across the nodes.
+    `loops` (chunked): NCCL's nLoops; each loop a chunk on every NVLS flow and tree edge, in turn."""
+    nvls_flows(b, "all_reduce", blocks, nbytes, name="nvls_tree/intra", loops=loops)
     m = min(len(blk) for blk in blocks)
     hosts = len(blocks)
     n = sum(len(blk) for blk in blocks)
@@ -55,5 +64,6 @@ def nvls_tree_flows(b: DagBuilder, blocks: list[list[int]], nbytes: int, channel
             for h, pu in enumerate(units):
                 parent[blocks[h][i]] = None if pu is None else blocks[pu][i]
             channel = (2 * i + t) % max(1, channels)
-            tree_flows(b, parent, half, channel, up=True, down=True, chunked=False, chunk_bytes=half or 1,
-                       step_delay_ns=0, name=f"nvls_tree/inter{i}/t{t}")  # fmt: skip
+            tree_flows(b, parent, half, channel, up=True, down=True, chunked=loops > 1,
+                       chunk_bytes=max(1, -(-half // loops)), step_delay_ns=0,
+                       name=f"nvls_tree/inter{i}/t{t}")  # fmt: skip

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from phantora.collectives.dag import DagBuilder, split
+from phantora.collectives.dag import DagBuilder, chunks_of, split
+from phantora.collectives.nccl.tables import NCCL_STEPS
 
 Relay = Callable[[int, int], "int | None"]  # (src, dst) position -> the position a transfer is relayed through
 ChannelMap = Callable[[int, int, int], list[int]]  # (src, dst, parts) -> the channel of each part (NCCL's p2p)
+ChunkOf = Callable[[int, int, int], int]  # (src, dst, transfer bytes) -> the bytes of each of its steps (NCCL's)
 
 
 def _pair(
@@ -21,21 +23,26 @@ def _pair(
     delay: int,
     relay: Relay | None = None,
     channel_map: ChannelMap | None = None,
+    chunk: ChunkOf | None = None,
 ) -> list[int]:
     """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
     part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
     relay's chunk pipeline). `channel_map` gives the parts NCCL's p2p channel ids (else 0..channels-1); the
-    flow names keep the part index."""
+    flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, up to
+    NCCL_STEPS in flight (`DagBuilder.add_chunks`), on each hop of a relay side by side as coarse runs them (the
+    relay's first step's NVLink crossing is not charged)."""
     via = relay(src, dst) if relay is not None else None
     ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
+    step = chunk(src, dst, size) if chunk is not None else 0
     out = []
     for c, part in enumerate(split(size, channels)):
         name = f"{tag}/ch{c}" if channels > 1 else tag
+        sizes = chunks_of(part, step) if step else [part]
         if via is None:
-            out.append(b.add(src, dst, part, name, ids[c], deps, delay))
+            out += b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=NCCL_STEPS)[-NCCL_STEPS:]
         else:
-            out.append(b.add(src, via, part, f"{name}/pxn", ids[c], deps, delay))
-            out.append(b.add(via, dst, part, name, ids[c], deps, delay, origin=src))
+            out += b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=NCCL_STEPS)[-NCCL_STEPS:]
+            out += b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, NCCL_STEPS)[-NCCL_STEPS:]
     return out
 
 
@@ -50,6 +57,7 @@ def all_to_all(
     name: str,
     relay: Relay | None = None,
     channel_map: ChannelMap | None = None,
+    chunk: ChunkOf | None = None,
 ) -> None:
     """Each position r sends block j of its `nbytes` send buffer (split in n) to every other position j.
 
@@ -63,7 +71,7 @@ def all_to_all(
         for r in range(n):
             for k in range(1, n):
                 j = (r + k) % n
-                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay, channel_map)
+                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay, channel_map, chunk)
         return
     sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
     for k in range(1, n):
@@ -83,6 +91,7 @@ def send_recv(
     name: str,
     relay: Relay | None = None,
     channel_map: ChannelMap | None = None,
+    chunk: ChunkOf | None = None,
 ) -> None:
     """One transfer from position 0 to position 1."""
-    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns, relay, channel_map)
+    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns, relay, channel_map, chunk)

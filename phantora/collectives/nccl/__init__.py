@@ -73,13 +73,14 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
 def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choice) -> int:
     """The payload bytes NCCL moves per step of this choice (the chunked granularity's chunk): a ring's Simple
     chunk is ALLREDUCE_CHUNKSTEPS steps of the buffer (2 MiB), LL's half a 64 KiB step, LL128's 15/16 of one;
-    NVLS, NVLS-Tree and tree chunks as `calcCollChunking` sizes them; p2p the P2P chunk."""
+    NVLS, NVLS-Tree, tree and PAT chunks as `calcCollChunking` sizes them; p2p the P2P chunk (each transfer's own
+    step: `chunking.p2p_chunk_bytes`)."""
     st = settings(opts)
     p = platform_of(topo, coll.ranks)
     if choice.algorithm == "p2p":
         return st.p2p_nvl_chunk if p.nnodes == 1 and p.intra == "nvlink" else st.p2p_net_chunk
     heads = p.ppn if choice.algorithm in ("nvls", "nvls_tree") else 1
-    chunk = chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads)
+    chunk = chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads, coll.kind)
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):
         chunk *= RING_CHUNK_STEPS
     return chunk

@@ -107,7 +107,7 @@ def shape(
     flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool = False, pipelined: bool = False
 ) -> list[Flow]:
     """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire.
-    `chunked`: the flows are NCCL's steps and chunks (ring, tree, chain), see `_delay_ns`; `pipelined`: a chunked
+    `chunked`: the flows are NCCL's steps and chunks (every algorithm), see `_delay_ns`; `pipelined`: a chunked
     tree or chain, whose edges send their chunks one after another (see `_nvlink_uncapped`)."""
     if not flows:
         return flows
@@ -117,8 +117,9 @@ def shape(
         pair: dict[tuple[int, int], int] = defaultdict(int)  # a peer's transfer, over all of its channels
         for f in flows:
             pair[f.src, f.dst] += f.size
-        caps = [_peer_cap(f, w, pair[f.src, f.dst], choice, topo) for f, w in zip(flows, wire, strict=True)]
-        caps = _net_caps(flows, wire, caps, choice, topo)
+        share = connection_wire(flows, wire) if chunked else wire  # what each flow's connection carries in all
+        caps = [_peer_cap(f, w, pair[f.src, f.dst], choice, topo) for f, w in zip(flows, share, strict=True)]
+        caps = _net_caps(flows, wire, caps, choice, topo, share)
     else:
         t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
         key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: (f.src, f.dst, f.key))
@@ -149,11 +150,30 @@ def shape(
     ]
 
 
-def _net_caps(flows: list[Flow], wire: list[int], caps: list[int], choice: Choice, topo: Topology) -> list[int]:
+def connection_wire(flows: list[Flow], wire: list[int]) -> list[int]:
+    """Each flow's connection's wire bytes over all its messages (chunked p2p: a transfer's part is its channel's
+    steps, which share the connection's rate, `Flow.conn`; a queue pair of a connection is a connection of its
+    own, side by side with the others); a flow without a connection: its own bytes."""
+    total: dict[int, int] = defaultdict(int)
+    for f, w in zip(flows, wire, strict=True):
+        total[f.conn] += w
+    return [total[f.conn] if f.conn else w for f, w in zip(flows, wire, strict=True)]
+
+
+def _net_caps(
+    flows: list[Flow],
+    wire: list[int],
+    caps: list[int],
+    choice: Choice,
+    topo: Topology,
+    share: list[int] | None = None,
+) -> list[int]:
     """Across nodes: the flows that cross the network into a GPU share its channels' rate from its remote peers,
-    `choice.net_bw`, in proportion to their wire bytes (its channels run all its remote peers at once)."""
+    `choice.net_bw`, in proportion to their wire bytes (its channels run all its remote peers at once); `share`:
+    each flow's part of the rate in bytes (its connection's, when the flows are its steps in turn)."""
     if choice.net_bw <= 0:
         return caps
+    share = share or wire
     net = [f.size > 0 and not _inside_node(f, topo) for f in flows]
     into: dict[int, int] = defaultdict(int)
     for f, w, crosses in zip(flows, wire, net, strict=True):
@@ -161,7 +181,7 @@ def _net_caps(flows: list[Flow], wire: list[int], caps: list[int], choice: Choic
             into[f.dst] += w
     return [
         math.ceil(choice.net_bw * 8e9 * w / into[f.dst]) if crosses else cap
-        for f, w, cap, crosses in zip(flows, wire, caps, net, strict=True)
+        for f, w, cap, crosses in zip(flows, share, caps, net, strict=True)
     ]
 
 
