@@ -3,9 +3,10 @@ delay, and the kernel's throughput as a per-flow rate cap.
 
 - Wire bytes: LL sends 16-byte lines of 8 data bytes and 8 flag bytes (x2); LL128 sends 128-byte lines of 120 data
   bytes (x16/15); Simple sends the data.
-- Latency: NCCL's latency for the choice, plus the pipeline fill its model leaves out (`pipeline.py`), less the
-  propagation the network already charges on the path (on each of PAT's rounds, which run one after another),
-  delays the collective's first flows (those with no dependencies).
+- Latency: NCCL's latency for the choice, plus the pipeline fill its model leaves out (`pipeline.py`) and a ring's
+  network hops its count leaves out (`ring_chain.py`), less the propagation the network already charges on the
+  path (on each of PAT's rounds, which run one after another), delays the collective's first flows (those with no
+  dependencies).
 - Throughput: every connection (sender, receiver, channel) carries its wire bytes at most at the rate that ends
   them in NCCL's bandwidth time, `nbytes / algbw`; a round-by-round algorithm (PAT) spreads a sender's whole
   share over that time. Inside a node of send/recv, each peer connection is capped at its share of the GPU's
@@ -83,7 +84,8 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
 def _delay_ns(
     flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool, wire: list[int], caps: list[int]
 ) -> int:
-    """The delay of the collective's first flows: NCCL's latency and the fill, less what the network charges.
+    """The delay of the collective's first flows: NCCL's latency (with a ring's uncounted network hops, `chain_us`)
+    and the fill, less what the network charges.
 
     Coarse: the fill is a delay, and the path's propagation (once, or once per round of PAT) is netted out.
     Chunked (flows in NCCL's steps and chunks): the dependencies charge a fill of their own (their longest
@@ -94,12 +96,12 @@ def _delay_ns(
     (on an idle network)."""
     if not chunked:
         prop = propagation_ns(flows, topo) * _rounds(flows, choice)
-        return max(0, round((choice.lat_us + choice.fill_us) * 1000) - prop)
+        return max(0, round((choice.lat_us + choice.chain_us + choice.fill_us) * 1000) - prop)
     idle, xfer = critical_chains_ns(flows, topo, wire, caps)
     t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
     own_ns = max(0.0, xfer - t_bw_ns)
     model_ns = (choice.fit_us + choice.fill_us) * 1000
-    base_ns = (choice.lat_us - choice.fit_us) * 1000
+    base_ns = (choice.lat_us + choice.chain_us - choice.fit_us) * 1000
     return max(0, round(base_ns + max(0.0, model_ns - own_ns) - (idle - xfer)))
 
 

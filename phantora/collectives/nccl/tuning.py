@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from phantora.collectives.nccl import ring_kernel
+from phantora.collectives.nccl import ring_chain, ring_kernel
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
@@ -62,6 +62,7 @@ class Choice:
     fill_us: float = 0.0  # pipeline fill NCCL's model leaves out (pipeline.py), charged on top of its time
     fit_us: float = 0.0  # the part of lat_us that is NCCL's tree correction (a fit of measured trees: their fill)
     chan_net_bw: float = 0.0  # GB/s one network connection of a ring, tree or NVLS-Tree moves (0: no limit)
+    chain_us: float = 0.0  # a ring's network hops NCCL's latency leaves out (ring_chain.py), charged on top of it
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -73,6 +74,7 @@ class Choice:
             "model_time_us": round(self.time_us, 3),
             **({"peer_bw_gbs": round(self.peer_bw, 3)} if self.peer_bw else {}),
             **({"fill_us": round(self.fill_us, 3)} if self.fill_us else {}),
+            **({"chain_us": round(self.chain_us, 3)} if self.chain_us else {}),
         }
 
 
@@ -216,6 +218,17 @@ def net_overhead_us(p: Platform, st: NcclSettings) -> float:
     return st.net_overhead_ns / 1000.0 if st.net_overhead_ns >= 0 else T.NET_OVERHEAD_US.get(p.cpu, 1.0)
 
 
+def _ring_hop_us(pi: int, p: Platform, overhead: float) -> tuple[float, float]:
+    """NCCL's latency (µs) of one ring step inside a node and of one across the network (protocol index `pi`):
+    across nodes a step inside a node costs at least the net overhead (x3 for Simple)."""
+    hw_intra = "nvlink" if p.intra == "nvlink" else "pci"
+    intra = T.HW_LAT[hw_intra]["ring"][pi]
+    inter = T.HW_LAT["net"]["tree" if p.ppn == 1 else "ring"][pi]
+    if p.nnodes > 1:
+        intra = max(intra, overhead * (3 if pi == 2 else 1))
+    return intra, inter
+
+
 def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int, overhead: float) -> float:
     """NCCL's latency (µs) of algorithm `a` with protocol index `pi`."""
     hw_intra = "nvlink" if p.intra == "nvlink" else "pci"
@@ -228,9 +241,8 @@ def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int, overhead: flo
     if a == "ring":
         if kind in ("broadcast", "reduce"):
             return lat + T.HW_LAT[hw][a][pi]  # same channels: one step
-        if nn > 1:
-            intra = max(intra, overhead * (3 if pi == 2 else 1))
-        inter_steps = 0 if nn == 1 else 2 * (nn - 1) if kind == "all_reduce" else nn - 1
+        intra, inter = _ring_hop_us(pi, p, overhead)
+        inter_steps = ring_chain.nccl_inter_steps(kind, nn)
         return lat + (nsteps - inter_steps) * intra + inter_steps * inter
     if a == "tree":
         return lat + 2 * ((p.nranks // nn - 1) * intra + log_nodes * inter) if kind == "all_reduce" else lat
@@ -312,7 +324,14 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     lat = t - nbytes / (1000.0 * cost.algbw)
     time = lat + nbytes / (1000.0 * algbw)
     chan = coll_net_channel_bw(cost.algorithm, p, ch)
-    return Choice(cost.algorithm, cost.protocol, ch, lat, algbw, time, fill_us=fill, fit_us=fit, chan_net_bw=chan)
+    chain = 0.0
+    if cost.algorithm == "ring":  # counted only beyond NCCL's plateau factor, its fit of measured rings' latency
+        intra, inter = _ring_hop_us(T.PROTOCOLS.index(cost.protocol), p, net_overhead_us(p, st))
+        chain = ring_chain.extra_us(kind, _nsteps(kind, p.nranks), p.nnodes, p.ppn, intra, inter)
+        chain = max(0.0, chain - (lat - cost.lat_us))
+    return Choice(
+        cost.algorithm, cost.protocol, ch, lat, algbw, time, fill_us=fill, fit_us=fit, chan_net_bw=chan, chain_us=chain
+    )
 
 
 def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
