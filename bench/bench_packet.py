@@ -8,11 +8,15 @@ latency), so the engine figures stay comparable across versions; bench_nccl_test
 2. Packet vs flow engine wall time on the same flow DAG.
 3. Standalone runner (C++ only) vs the Python-driven engine on the same dependency-free input
    (HPCC files), to measure the cost of driving ns-3 from Python.
+4. With several GPU counts, packet mode against GPU count: one table of simulated ms, events, wall, CPU, events
+   per CPU second and peak RSS (equal bytes in all: 16 x 256 MiB = 128 x 32 MiB = 1024 x 4 MiB of all-reduce).
 
     .venv/bin/python bench/bench_packet.py                      # defaults
     .venv/bin/python bench/bench_packet.py --gpus 16 --bytes 64MiB --cc dcqcn
     .venv/bin/python bench/bench_packet.py --gpus 16 --bytes 32MiB --no-flow --no-runner \\
         --queue-sample-ns 0,0,1000,10000,0,1000,10000   # the cost of queue sampling
+    .venv/bin/python bench/bench_packet.py --gpus 16,128,1024 --bytes 256MiB,32MiB,4MiB --cc dcqcn \\
+        --no-flow --no-runner   # against GPU count (issue 38)
 """
 
 from __future__ import annotations
@@ -155,12 +159,14 @@ def main() -> None:
     load_ns3()
     print(f"ns-3 import + library load: {time.perf_counter() - t0:.1f} s")
     print(f"rate {parse_rate_bps(args.rate) / 1e9:g} Gb/s, payload {args.payload} B, cc {args.cc}, {args.granularity}")
+    scale: list[tuple[int, int, dict[str, float], float]] = []  # (GPUs, flows, the packet run, peak RSS GB)
     for n, nbytes in zip(gpus, sizes, strict=True):
         topo = fabric(n, args.rate)
         flows = allreduce_flows(topo, nbytes, args.granularity, args.channels)
         intervals = [int(x) for x in args.queue_sample_ns.split(",")]
         runs = [run_packet(topo, flows, cfg.with_updates(queue_sample_ns=q)) for q in intervals]
         pk = runs[0]
+        scale.append((n, len(flows), pk, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20))
         print(
             f"\n{n} GPUs, all-reduce {nbytes / 2**20:g} MiB, {len(flows)} flows, {len(topo.nodes)} nodes:\n"
             f"  packet: {pk['sim_ms']:.3f} sim ms, {pk['events']:.4g} events, {pk['data_packets']:.4g} data packets, "
@@ -181,6 +187,13 @@ def main() -> None:
             print(
                 f"  flow:   {fl['sim_ms']:.3f} sim ms, sim time ratio {pk['sim_ms'] / fl['sim_ms']:.4f}; "
                 f"{fl['run_s']:.3f} s wall, packet/flow wall ratio {pk['run_s'] / fl['run_s']:.0f}x"
+            )
+    if len(scale) > 1:  # packet mode against GPU count (issue 38): simulated columns first, then the machine's
+        print("\nagainst GPU count: GPUs, flows, sim ms, M events | wall s, CPU s, M events per CPU s, peak RSS GB")
+        for n, nflows, pk, rss in scale:  # (peak RSS: this process's so far, so the largest run's at most)
+            print(
+                f"  {n:>5} {nflows:>7} {pk['sim_ms']:>9.3f} {pk['events'] / 1e6:>9.2f} | {pk['run_s']:>8.1f} "
+                f"{pk['cpu_s']:>8.1f} {pk['events_per_cpu_s'] / 1e6:>6.2f} {rss:>6.2f}"
             )
     if not args.no_runner:
         topo = fabric(gpus[0], args.rate)
