@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
@@ -53,4 +53,13 @@ class BuildPyWithData(build_py):
         return [*outputs, *(str(Path(self.build_lib) / "phantora" / "_data" / rel) for rel in shipped_files())]
 
 
-setup(cmdclass={"build_py": BuildPyWithData})
+# The simulated GPU's per-op fast path in C (phantora/runtime/simcuda/_fastop.c); optional: without a C compiler the
+# install goes on and phantora runs the Python it transcribes (simcuda/compiled.py warns once).
+FASTOP = Extension(
+    "phantora.runtime.simcuda._fastop",
+    ["phantora/runtime/simcuda/_fastop.c"],
+    extra_compile_args=["-O2"],
+    optional=True,
+)
+
+setup(cmdclass={"build_py": BuildPyWithData}, ext_modules=[FASTOP])

@@ -43,6 +43,15 @@ if [ -z "$done_already" ]; then
   touch "$core_stamp"
   [ "$MODE" = dev ] && touch "$dev_stamp"
 fi
+# the simulated GPU's compiled per-op fast path (setup.py's optional extension; `pip install -e` builds it too): built
+# in place when missing or older than its source; without a C compiler phantora runs the Python one (it warns)
+fastop_src=phantora/runtime/simcuda/_fastop.c
+fastop_so=$(ls phantora/runtime/simcuda/_fastop.*.so 2>/dev/null | head -1 || true)
+if [ -f "$fastop_src" ] && { [ -z "$fastop_so" ] || [ "$fastop_src" -nt "$fastop_so" ]; }; then
+  echo "[setup] building the compiled per-op fast path (phantora/runtime/simcuda/_fastop.c)"
+  .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 \
+    || echo "[setup] warning: the compiled fast path did not build (a C compiler and Python's headers are needed); ops run through the Python one" >&2
+fi
 if [ -x scripts/build_ns3.sh ]; then
   # the main job needs the library and the runner; the tests (--dev) also the C++ TestSuites
   if [ "$MODE" = dev ]; then scripts/build_ns3.sh; else scripts/build_ns3.sh models; fi

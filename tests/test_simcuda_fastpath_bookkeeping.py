@@ -1,4 +1,5 @@
-"""The fast path's bookkeeping (simcuda/fastpath.py), in one process, against closed forms.
+"""The fast path's bookkeeping (simcuda/fastpath.py), in one process, against closed forms; each test runs the compiled
+fast path (simcuda/_fastop.c) and the Python one.
 
 - Device memory: ten 4-element fp32 adds hold ten 512-byte blocks (the allocator's rounding), which the small
   pool packs into one 2 MiB segment; freeing them returns the live bytes to where they were and keeps the peak;
@@ -13,7 +14,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -24,12 +26,22 @@ from phantora.runtime import precision
 from phantora.runtime.compute import Roofline
 from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import fastpath
+from phantora.runtime.simcuda import compiled, fastpath
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 MiB = 1 << 20
 add = torch.ops.aten.add.Tensor
 mm = torch.ops.aten.mm.default
+
+
+@pytest.fixture(params=["compiled", "python"])
+def device_op(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    if request.param == "python":
+        return fastpath.python_device_op
+    fast = compiled.load()
+    if fast is None:
+        pytest.skip("the compiled fast path is not built (scripts/setup.sh)")
+    return fast.device_op
 
 
 @pytest.fixture
@@ -48,12 +60,14 @@ def _cuda(t: torch.Tensor, index: int = 0) -> SimCudaTensor:
     return SimCudaTensor(t, index)
 
 
-def test_repeated_ops_hold_the_allocators_closed_form_and_the_exact_peak(session: RankSession) -> None:
+def test_repeated_ops_hold_the_allocators_closed_form_and_the_exact_peak(
+    session: RankSession, device_op: Callable[..., Any]
+) -> None:
     mem, alloc = session.memory, session.memory.allocator
     a, b = _cuda(torch.ones(4)), _cuda(torch.full((4,), 2.0))
     base = mem.current
     assert alloc.reserved == 0  # the inputs were made outside the tracker
-    outs = [fastpath.device_op(session, add, (a, b), {}) for _ in range(10)]
+    outs = [device_op(session, add, (a, b), {}) for _ in range(10)]
     for out in outs:
         assert type(out) is SimCudaTensor and out.device == torch.device("cuda", 0)
         assert out.dtype == torch.float32 and out.shape == (4,) and out.elem.tolist() == [3.0] * 4
@@ -64,37 +78,41 @@ def test_repeated_ops_hold_the_allocators_closed_form_and_the_exact_peak(session
     assert mem.current == base and mem.peak == base + 10 * 512  # freed; the peak stays
     assert alloc.cached_free == 2 * MiB  # the small segment stays reserved
     n = 3 * MiB // 4
-    big = fastpath.device_op(session, add, (_cuda(torch.ones(n)), _cuda(torch.ones(n))), {})
+    big = device_op(session, add, (_cuda(torch.ones(n)), _cuda(torch.ones(n))), {})
     assert mem.current == base + 3 * MiB and mem.peak == base + 3 * MiB
     assert alloc.reserved == 22 * MiB and mem.reserved_step_peak == 22 * MiB and alloc.peak_reserved == 22 * MiB
     del big
     assert mem.current == base and alloc.reserved == 22 * MiB and alloc.cached_free == 22 * MiB
-    again = fastpath.device_op(session, add, (a, b), {})  # a cached small block: nothing more reserved
+    again = device_op(session, add, (a, b), {})  # a cached small block: nothing more reserved
     assert mem.current == base + 512 and alloc.reserved == 22 * MiB
     del again
     assert mem.current == base and mem.allocations == 12
 
 
-def test_outputs_are_on_the_inputs_device_read_from_their_wrapper(session: RankSession) -> None:
+def test_outputs_are_on_the_inputs_device_read_from_their_wrapper(
+    session: RankSession, device_op: Callable[..., Any]
+) -> None:
     a, b = _cuda(torch.ones(4), 3), _cuda(torch.ones(4), 3)
-    out = fastpath.device_op(session, add, (a, b), {})
+    out = device_op(session, add, (a, b), {})
     assert out.device == torch.device("cuda", 3) and out._sim_index == 3
     del out.__dict__["_sim_index"]  # a wrapper without the kept index asks torch
     assert out._sim_index == 3
-    again = fastpath.device_op(session, add, (out, b), {})
+    again = device_op(session, add, (out, b), {})
     assert again.device == torch.device("cuda", 3)
-    assert fastpath.device_op(session, torch.ops.aten.add_.Tensor, (a, b), {}) is a  # in place: its input
+    assert device_op(session, torch.ops.aten.add_.Tensor, (a, b), {}) is a  # in place: its input
 
 
-def _mm_ns(session: RankSession, n: int) -> int:
+def _mm_ns(session: RankSession, n: int, device_op: Callable[..., Any]) -> int:
     x = _cuda(torch.ones(n, n))
     start = session.clock.compute_ns
-    fastpath.device_op(session, mm, (x, x), {})
+    device_op(session, mm, (x, x), {})
     return session.clock.compute_ns - start
 
 
 @pytest.mark.usefixtures("restore_precision")
-def test_the_matmul_precision_in_the_cost_key_follows_each_setter(session: RankSession) -> None:
+def test_the_matmul_precision_in_the_cost_key_follows_each_setter(
+    session: RankSession, device_op: Callable[..., Any]
+) -> None:
     gpu, n = get_gpu("h100"), 512
     memory_s = 3 * n * n * 4 / gpu.mem_bw
 
@@ -105,13 +123,13 @@ def test_the_matmul_precision_in_the_cost_key_follows_each_setter(session: RankS
     assert fp32 != tf32
     torch.set_float32_matmul_precision("highest")
     assert precision.value is None  # a setter drops the cached value
-    assert _mm_ns(session, n) == fp32
+    assert _mm_ns(session, n, device_op) == fp32
     assert precision.value == "highest"
     torch.set_float32_matmul_precision("high")
-    assert _mm_ns(session, n) == tf32
+    assert _mm_ns(session, n, device_op) == tf32
     torch.set_float32_matmul_precision("highest")
-    assert _mm_ns(session, n) == fp32
+    assert _mm_ns(session, n, device_op) == fp32
     torch.backends.cuda.matmul.allow_tf32 = True  # the other API
-    assert _mm_ns(session, n) == tf32
+    assert _mm_ns(session, n, device_op) == tf32
     torch.backends.cuda.matmul.allow_tf32 = False
-    assert _mm_ns(session, n) == fp32
+    assert _mm_ns(session, n, device_op) == fp32

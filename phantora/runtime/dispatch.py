@@ -24,8 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from phantora.runtime import flex_attention, functional, phantom_mode
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.session import RankSession
+from phantora.runtime.simcuda import compiled, fastpath, kept_values, pinned
 from phantora.runtime.simcuda import device as simcuda
-from phantora.runtime.simcuda import fastpath, kept_values, pinned
 from phantora.runtime.simcuda.tensor import SimCudaTensor, run_op
 
 _PLAIN = (
@@ -113,6 +113,10 @@ class ChargeMode(TorchDispatchMode):
         self.session = session
         _without_dynamo_guard()
         self.thread: int | None = threading.get_ident()  # None: detached, every op runs as plain torch
+        if type(self) is ChargeMode:  # the same checks and fast path, compiled (torch finds the instance's first)
+            fast = compiled.mode_dispatch(self, ChargeMode.__dict__["__torch_dispatch__"])
+            if fast is not None:
+                self.__torch_dispatch__ = fast  # type: ignore[method-assign]
 
     def detach(self) -> None:
         """Stop charging: in a process the rank forked (a DataLoader worker), ops are host work."""
@@ -141,6 +145,11 @@ class ChargeMode(TorchDispatchMode):
             out = fastpath.device_op(s, func, args, kwargs)
             if out is not fastpath.SLOW:
                 return out
+        return self._general(func, types, args, kwargs)
+
+    def _general(self, func: Any, types: tuple[type, ...], args: tuple, kwargs: dict) -> Any:
+        """Every op the fast path does not take (the compiled entry, simcuda/_fastop.c, comes here directly)."""
+        s = self.session
         mem = s.memory  # simulated device memory: every op's outputs, real or meta (memory.py)
         if simcuda.active():
             if SimCudaTensor in types:

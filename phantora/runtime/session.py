@@ -297,11 +297,16 @@ class RankSession:
                 listener.on_compute(name, start, end - start)
         self._report_in -= 1
         if not self._report_in:  # the real clock is read every REPORT_CHECK_OPS ops, not on every op
-            self._report_in = REPORT_CHECK_OPS if self.report_every_ns else 1
-            wall = REAL_PERF_COUNTER_NS()
-            if wall - self._last_report >= self.report_every_ns:
-                self._last_report = wall
-                self.client.advance_clock(end)
+            self._report_check(end)
+
+    def _report_check(self, end: int) -> None:
+        """Every REPORT_CHECK_OPS compute ops (`charge`, and its compiled copy in simcuda/_fastop.c): report the
+        clock (`end`, the last op's end) to the bridge if `report_every_ns` of real time passed since the last."""
+        self._report_in = REPORT_CHECK_OPS if self.report_every_ns else 1
+        wall = REAL_PERF_COUNTER_NS()
+        if wall - self._last_report >= self.report_every_ns:
+            self._last_report = wall
+            self.client.advance_clock(end)
 
     def charge_untimed(self, name: str, cost: OpCost, how: str) -> None:
         """Run a kernel the compute model cannot time, charged `cost` as `how` says; it is listed in results."""

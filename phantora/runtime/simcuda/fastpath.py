@@ -26,7 +26,7 @@ import torch
 
 from phantora.runtime import precision
 from phantora.runtime.compute import _sig
-from phantora.runtime.simcuda import attention, kept_values, rng
+from phantora.runtime.simcuda import attention, compiled, kept_values, rng
 from phantora.runtime.simcuda.tensor import SimCudaTensor, wrap_output
 
 SLOW: Any = object()  # `device_op`'s answer for an op it leaves to the general route
@@ -132,8 +132,15 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
                 return args[i]  # an in-place op returns its input (a cuda one: only their data is in `unwrapped`)
             i += 1
         return wrap_output(out, index, shape, dtype)
-    if mem.enabled:
-        mem.on_outputs(out, func)
+    return _tail(session, name, func, a, kwargs, out, args, index, phantom)
+
+
+def _tail(
+    session: Any, name: str, func: Any, a: tuple, kwargs: dict, out: Any, args: tuple, index: int, phantom: bool
+) -> Any:
+    """The end of `device_op` for an output that is not one plain tensor: count, charge and wrap it."""
+    if session.memory.enabled:
+        session.memory.on_outputs(out, func)
     if type(out) is not tuple or _has_meta_or_nested(out, phantom):
         return _slow_wrap(session, name, func, a, kwargs, out, args, index, phantom)
     session.charge(name, session.model.cost(func, a, kwargs, out))
@@ -166,3 +173,9 @@ def _slow_wrap(
     if phantom or not any(isinstance(t, _TENSOR) and t.is_meta for t in tree_leaves(out)):
         session.charge(name, session.model.cost(func, args, kwargs, out))
     return tree_map(lambda x: _back(x, inputs, index), out)
+
+
+python_device_op = device_op  # the Python transcription, kept for the tests and the benchmark
+_fast = compiled.load()
+if _fast is not None:
+    device_op = _fast.device_op  # the same function, compiled (simcuda/_fastop.c)

@@ -1,0 +1,881 @@
+/* The simulated GPU's per-op fast path in C: the rank's dispatch mode entry, fastpath.device_op's common case,
+ * MemoryTracker.on_tensor, RankSession.charge and tensor.wrap_output, as one compiled pass.
+ *
+ * It is a transcription of those Python functions (simcuda/fastpath.py, memory.py, session.py, simcuda/tensor.py)
+ * and keeps their results exactly; every case they treat specially is handed back to them: the op before it runs
+ * (fastpath's SLOW, then the mode's general route), or, after it ran, the part that is not the common case (an
+ * output that is not one plain tensor, a paused or replaced tracker, a session with a scenario, trace or listeners,
+ * a wrapper with a storage offset or requires_grad ...). Attributes of the session, the tracker, its allocator and
+ * the clock are read and written in their instance dictionaries (none of the names used is a descriptor of their
+ * classes), so each costs a dictionary lookup instead of an attribute lookup. Built by setup.py (an optional
+ * extension); without it phantora runs the Python functions (fastpath.py says so once).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* ---- configuration: the Python objects this transcribes against (set once by fastpath.py) ---- */
+static PyObject *g_simcuda;       /* SimCudaTensor */
+static PyObject *g_tensor;        /* torch.Tensor */
+static PyObject *g_param;         /* torch.nn.Parameter */
+static PyObject *g_slow;          /* fastpath.SLOW */
+static PyObject *g_plans;         /* fastpath._PLANS: id(op) -> name or None */
+static PyObject *g_plan;          /* fastpath._plan(func) */
+static PyObject *g_phantom_special; /* set of ids */
+static PyObject *g_to_copy_id;    /* id(aten._to_copy.default) */
+static PyObject *g_casts_to_index; /* kept_values.casts_to_index(kwargs) */
+static PyObject *g_sig;           /* compute._sig */
+static PyObject *g_precision;     /* the dict of runtime/precision.py */
+static PyObject *g_matmul_precision; /* precision.matmul_precision() */
+static PyObject *g_tail;          /* fastpath._tail: an output that is not one plain tensor */
+static PyObject *g_wrap_output;   /* tensor.wrap_output (the cases not made here) */
+static PyObject *g_make_wrapper;  /* torch.Tensor._make_wrapper_subclass */
+static PyObject *g_cuda;          /* tuple of torch.device("cuda", i) */
+static PyObject *g_contiguous;    /* tensor._CONTIGUOUS: shape -> contiguous strides */
+static PyObject *g_contiguous_fn; /* tensor._contiguous_strides(shape) */
+static PyObject *g_strided;       /* torch.strided */
+static PyObject *g_entry;         /* memory._Entry (a weakref.ref subclass with slots) */
+static Py_ssize_t g_off_cat, g_off_changed, g_off_key, g_off_site, g_off_size; /* its slots' offsets */
+static PyObject *g_tracker_type;  /* memory.MemoryTracker */
+static PyObject *g_session_type;  /* session.RankSession */
+static PyObject *g_device;        /* the dict of simcuda/device.py (its `_installed`) */
+static PyObject *g_fastpath;      /* the dict of simcuda/fastpath.py (its `device_op`: replaced, the mode's Python runs) */
+static PyObject *g_get_mode;      /* torch._C._get_dispatch_mode */
+static PyObject *g_fake_key;      /* torch._C._TorchDispatchModeKey.FAKE */
+static long long g_small_size;    /* caching_allocator.SMALL_SIZE */
+static PyObject *g_temp;          /* memory.TEMP */
+static int g_ready = 0;
+
+static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_internal, *s_phantom, *s_by_storage,
+    *s_join_tensors, *s_op, *s_memory, *s_enabled, *s_model, *s_keyed, *s_cost_for, *s_charge, *s_on_tensor,
+    *s_on_outputs, *s_untyped_storage, *s_paused, *s_nbytes, *s_cdata, *s_live, *s_size_attr, *s_site, *s_resize,
+    *s_limit, *s_oom, *s_free_cb, *s_event, *s_allocator, *s_small_held, *s_small_reserved, *s_grow_small,
+    *s_note_reserved, *s_malloc, *s_allocations, *s_by_cat, *s_current, *s_step_peak, *s_program_peak, *s_peak,
+    *s_peak_by_cat, *s_peak_event, *s_value, *s_scenario, *s_trace_ops, *s_listeners, *s_ops, *s_flops,
+    *s_flops_by_dtype, *s_ns, *s_launch_ns, *s_tier_ns, *s_tier, *s_clock, *s_compute_ns, *s_compute_busy_ns,
+    *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
+    *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_kw_dd, *s_kw_sdd;
+
+static int intern_all(void) {
+#define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
+  I(s_elem, "elem") I(s_is_meta, "is_meta") I(s_shape, "shape") I(s_dtype, "dtype") I(s_sim_index, "_sim_index")
+  I(s_internal, "_internal") I(s_phantom, "phantom") I(s_by_storage, "by_storage") I(s_join_tensors, "join_tensors")
+  I(s_op, "_op") I(s_memory, "memory") I(s_enabled, "enabled") I(s_model, "model") I(s_keyed, "keyed")
+  I(s_cost_for, "cost_for") I(s_charge, "charge") I(s_on_tensor, "on_tensor") I(s_on_outputs, "on_outputs")
+  I(s_untyped_storage, "untyped_storage") I(s_paused, "_paused") I(s_nbytes, "nbytes") I(s_cdata, "_cdata")
+  I(s_live, "live") I(s_size_attr, "size") I(s_site, "site") I(s_resize, "_resize") I(s_limit, "_limit")
+  I(s_oom, "_oom") I(s_free_cb, "_free_cb") I(s_event, "_event") I(s_allocator, "allocator")
+  I(s_small_held, "small_held") I(s_small_reserved, "small_reserved") I(s_grow_small, "grow_small")
+  I(s_note_reserved, "_note_reserved") I(s_malloc, "malloc") I(s_allocations, "allocations") I(s_by_cat, "by_cat")
+  I(s_current, "current") I(s_step_peak, "step_peak") I(s_program_peak, "program_peak") I(s_peak, "peak")
+  I(s_peak_by_cat, "peak_by_cat") I(s_peak_event, "_peak_event") I(s_value, "value") I(s_scenario, "scenario")
+  I(s_trace_ops, "_trace_ops") I(s_listeners, "listeners") I(s_ops, "ops") I(s_flops, "flops")
+  I(s_flops_by_dtype, "flops_by_dtype") I(s_ns, "ns") I(s_launch_ns, "_launch_ns") I(s_tier_ns, "tier_ns")
+  I(s_tier, "tier") I(s_clock, "clock") I(s_compute_ns, "compute_ns") I(s_compute_busy_ns, "compute_busy_ns")
+  I(s_report_in, "_report_in") I(s_report_check, "_report_check") I(s_requires_grad, "requires_grad")
+  I(s_layout, "layout") I(s_storage_offset, "storage_offset") I(s_stride, "stride") I(s_device, "device")
+  I(s_strides, "strides") I(s_thread, "thread") I(s_session, "session") I(s_installed, "_installed")
+  I(s_general, "_general") I(s_get, "get") I(s_device_op, "device_op") I(s_free, "free") I(s_free_c, "_free_c")
+#undef I
+  if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
+  if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
+  return 0;
+}
+
+/* ---- helpers ---- */
+
+/* The instance dictionary of `obj` (new reference), or NULL with an error. */
+static PyObject *dict_of(PyObject *obj) { return PyObject_GenericGetDict(obj, NULL); }
+
+/* obj.name, read from its instance dictionary `d` first (new reference). */
+static PyObject *dget(PyObject *d, PyObject *obj, PyObject *name) {
+  PyObject *v = PyDict_GetItemWithError(d, name);
+  if (v) return Py_NewRef(v);
+  if (PyErr_Occurred()) return NULL;
+  return PyObject_GetAttr(obj, name);
+}
+
+/* Its truth value, or -1 with an error. */
+static int dtruth(PyObject *d, PyObject *obj, PyObject *name) {
+  PyObject *v = dget(d, obj, name);
+  if (!v) return -1;
+  int r = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  return r;
+}
+
+/* d[name] = d[name] + delta (both Python ints; `obj`'s attribute if the dict lacks it); the new value (new ref). */
+static PyObject *dadd(PyObject *d, PyObject *obj, PyObject *name, PyObject *delta) {
+  PyObject *v = dget(d, obj, name);
+  if (!v) return NULL;
+  PyObject *sum = PyNumber_Add(v, delta);
+  Py_DECREF(v);
+  if (!sum) return NULL;
+  if (PyDict_SetItem(d, name, sum) < 0) {
+    Py_DECREF(sum);
+    return NULL;
+  }
+  return sum;
+}
+
+static int is_plain(PyObject *x) { return Py_IS_TYPE(x, (PyTypeObject *)g_tensor) || Py_IS_TYPE(x, (PyTypeObject *)g_param); }
+static int is_seq(PyObject *x) { return PyList_CheckExact(x) || PyTuple_CheckExact(x); }
+
+/* fastpath._has_tensor */
+static int has_tensor(PyObject *seq) {
+  PyObject *fast = PySequence_Fast(seq, "");
+  if (!fast) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  PyObject **items = PySequence_Fast_ITEMS(fast);
+  int found = 0;
+  for (Py_ssize_t i = 0; i < n && !found; i++) {
+    int t = PyObject_IsInstance(items[i], g_tensor);
+    if (t < 0) {
+      Py_DECREF(fast);
+      return -1;
+    }
+    found = t || is_seq(items[i]);
+  }
+  Py_DECREF(fast);
+  return found;
+}
+
+/* A slot of an _Entry: set (steals nothing), get (borrowed). */
+static void slot_set(PyObject *e, Py_ssize_t off, PyObject *v) {
+  PyObject **p = (PyObject **)((char *)e + off);
+  Py_XSETREF(*p, Py_NewRef(v));
+}
+static PyObject *slot_get(PyObject *e, Py_ssize_t off) { return *(PyObject **)((char *)e + off); }
+
+/* ---- MemoryTracker._free: the weak reference's callback when a storage counted here dies ---- */
+static PyObject *tracker_free(PyObject *mem, PyObject *e) {
+  PyObject *md = dict_of(mem);
+  if (!md) return NULL;
+  Py_INCREF(e);  /* the weak reference's caller holds none: `live` may hold the last one, and it is deleted below */
+  PyObject *live = NULL, *alloc = NULL, *ad = NULL, *bycat = NULL, *r = NULL, *key = slot_get(e, g_off_key),
+           *size = slot_get(e, g_off_size), *cat = slot_get(e, g_off_cat);
+  if (!key || !size || !cat) {
+    PyErr_SetString(PyExc_AttributeError, "_Entry without its key, size or category");
+    goto done;
+  }
+  if (!(live = dget(md, mem, s_live))) goto done;
+  PyObject *now = PyDict_GetItemWithError(live, key);
+  if (now != e) {
+    if (!PyErr_Occurred()) r = Py_NewRef(Py_None);
+    goto done;
+  }
+  if (PyDict_DelItem(live, key) < 0 || !(alloc = dget(md, mem, s_allocator))) goto done;
+  long long n = PyLong_AsLongLong(size);
+  if (n == -1 && PyErr_Occurred()) goto done;
+  if (n <= g_small_size) {  /* `_release_block`, inline */
+    if (!(ad = dict_of(alloc))) goto done;
+    PyObject *held = dget(ad, alloc, s_small_held);
+    PyObject *left = held ? PyNumber_Subtract(held, size) : NULL;
+    Py_XDECREF(held);
+    int bad = !left || PyDict_SetItem(ad, s_small_held, left) < 0;
+    Py_XDECREF(left);
+    if (bad) goto done;
+  } else {
+    PyObject *t = PyObject_CallMethodOneArg(alloc, s_free, key);
+    if (!t) goto done;
+    Py_DECREF(t);
+  }
+  if (!(bycat = dget(md, mem, s_by_cat))) goto done;
+  PyObject *c = PyObject_GetItem(bycat, cat);
+  PyObject *c2 = c ? PyNumber_Subtract(c, size) : NULL;
+  Py_XDECREF(c);
+  int bad = !c2 || PyObject_SetItem(bycat, cat, c2) < 0;
+  Py_XDECREF(c2);
+  if (bad) goto done;
+  PyObject *cur = dget(md, mem, s_current);
+  PyObject *cur2 = cur ? PyNumber_Subtract(cur, size) : NULL;
+  Py_XDECREF(cur);
+  bad = !cur2 || PyDict_SetItem(md, s_current, cur2) < 0;
+  Py_XDECREF(cur2);
+  if (!bad) r = Py_NewRef(Py_None);
+done:
+  Py_DECREF(md); Py_XDECREF(live); Py_XDECREF(alloc); Py_XDECREF(ad); Py_XDECREF(bycat);
+  Py_DECREF(e);
+  return r;
+}
+
+static PyMethodDef free_def = {"_free", (PyCFunction)tracker_free, METH_O, "MemoryTracker._free in C"};
+
+/* The tracker's free callback in C, made once per tracker and kept in its dictionary. */
+static PyObject *free_callback(PyObject *md, PyObject *mem) {
+  PyObject *cb = PyDict_GetItemWithError(md, s_free_c);
+  if (cb) return Py_NewRef(cb);
+  if (PyErr_Occurred() || !(cb = PyCFunction_NewEx(&free_def, mem, NULL))) return NULL;
+  if (PyDict_SetItem(md, s_free_c, cb) < 0) Py_CLEAR(cb);
+  return cb;
+}
+
+/* ---- MemoryTracker.on_tensor ---- */
+static int on_tensor(PyObject *mem, PyObject *t, PyObject *site) {
+  PyObject *md = dict_of(mem);
+  if (!md) return -1;
+  int ret = -1;
+  PyObject *st = NULL, *nb = NULL, *key = NULL, *live = NULL, *sizeo = NULL, *cur = NULL, *limit = NULL, *cb = NULL,
+           *e = NULL, *ev = NULL, *alloc = NULL, *ad = NULL, *tmp = NULL, *bycat = NULL;
+  if (!Py_IS_TYPE(mem, (PyTypeObject *)g_tracker_type) || PyDict_GetItemWithError(md, s_on_tensor)) {
+    if (PyErr_Occurred()) goto done;
+    tmp = PyObject_CallMethodObjArgs(mem, s_on_tensor, t, site, NULL);  /* a replaced or subclassed tracker */
+    ret = tmp ? 0 : -1;
+    goto done;
+  }
+  st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+  int paused = st ? dtruth(md, mem, s_paused) : 0;
+  if (paused < 0) goto done;
+  if (!st || paused) {
+    if (!st) {
+      if (!PyErr_ExceptionMatches(PyExc_RuntimeError) && !PyErr_ExceptionMatches(PyExc_NotImplementedError) &&
+          !PyErr_ExceptionMatches(PyExc_TypeError))
+        goto done;
+      PyErr_Clear();
+    }
+    tmp = PyObject_CallMethodObjArgs(mem, s_on_outputs, t, site, NULL);
+    ret = tmp ? 0 : -1;
+    goto done;
+  }
+  if (!(nb = PyObject_CallMethodNoArgs(st, s_nbytes))) goto done;
+  long long nbytes = PyLong_AsLongLong(nb);
+  if (nbytes == -1 && PyErr_Occurred()) goto done;
+  long long size = (nbytes + 511) & ~511LL;
+  if (!(sizeo = PyLong_FromLongLong(size))) goto done;
+  if (!(key = PyObject_GetAttr(st, s_cdata))) goto done;
+  if (!(live = dget(md, mem, s_live))) goto done;
+  PyObject *old = PyDict_GetItemWithError(live, key);
+  if (old) {
+    PyObject *osize = slot_get(old, g_off_size);
+    int same = osize ? PyObject_RichCompareBool(osize, sizeo, Py_EQ) : 0;
+    if (same < 0) goto done;
+    if (!same) {
+      Py_INCREF(old);
+      if (PyDict_SetItem(md, s_site, site) < 0 ||
+          !(tmp = PyObject_CallMethodObjArgs(mem, s_resize, old, sizeo, NULL))) {
+        Py_DECREF(old);
+        goto done;
+      }
+      Py_DECREF(old);
+    }
+    ret = 0;
+    goto done;
+  }
+  if (PyErr_Occurred()) goto done;
+  if (!size) {
+    ret = 0;
+    goto done;
+  }
+  {
+    PyObject *curo = dget(md, mem, s_current);
+    if (!curo) goto done;
+    cur = PyNumber_Add(curo, sizeo);
+    Py_DECREF(curo);
+  }
+  if (!cur || !(limit = dget(md, mem, s_limit))) goto done;
+  int over = PyObject_RichCompareBool(cur, limit, Py_GT);
+  if (over < 0) goto done;
+  if (over) {
+    if (PyDict_SetItem(md, s_site, site) < 0) goto done;
+    if (!(tmp = PyObject_CallMethodObjArgs(mem, s_oom, sizeo, NULL))) goto done;  /* it raises the OOM */
+    Py_CLEAR(tmp);
+  }
+  if (!(cb = free_callback(md, mem))) goto done;
+  if (!(e = PyObject_CallFunctionObjArgs(g_entry, st, cb, NULL))) goto done;
+  slot_set(e, g_off_key, key);
+  slot_set(e, g_off_size, sizeo);
+  slot_set(e, g_off_cat, g_temp);
+  slot_set(e, g_off_site, site);
+  {
+    PyObject *one = PyLong_FromLong(1);
+    ev = one ? dadd(md, mem, s_event, one) : NULL;
+    Py_XDECREF(one);
+  }
+  if (!ev) goto done;
+  slot_set(e, g_off_changed, ev);
+  if (PyDict_SetItem(live, key, e) < 0) goto done;
+  if (!(alloc = dget(md, mem, s_allocator))) goto done;
+  if (size <= g_small_size) {  /* `_reserve_block`, inline: the small pool counted without a key */
+    if (!(ad = dict_of(alloc))) goto done;
+    PyObject *held = dadd(ad, alloc, s_small_held, sizeo);
+    if (!held) goto done;
+    PyObject *reserved = dget(ad, alloc, s_small_reserved);
+    int grow = reserved ? PyObject_RichCompareBool(held, reserved, Py_GT) : -1;
+    Py_DECREF(held);
+    Py_XDECREF(reserved);
+    if (grow < 0) goto done;
+    if (grow) {
+      if (!(tmp = PyObject_CallMethodNoArgs(alloc, s_grow_small))) goto done;
+      Py_CLEAR(tmp);
+      if (!(tmp = PyObject_CallMethodNoArgs(mem, s_note_reserved))) goto done;
+      Py_CLEAR(tmp);
+    }
+  } else {
+    if (!(tmp = PyObject_CallMethodObjArgs(alloc, s_malloc, key, sizeo, NULL))) goto done;
+    Py_CLEAR(tmp);
+    if (!(tmp = PyObject_CallMethodNoArgs(mem, s_note_reserved))) goto done;
+    Py_CLEAR(tmp);
+  }
+  {
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *n = one ? dadd(md, mem, s_allocations, one) : NULL;
+    Py_XDECREF(one);
+    if (!n) goto done;
+    Py_DECREF(n);
+  }
+  if (!(bycat = dget(md, mem, s_by_cat))) goto done;
+  {
+    PyObject *c = PyObject_GetItem(bycat, g_temp);
+    PyObject *c2 = c ? PyNumber_Add(c, sizeo) : NULL;
+    Py_XDECREF(c);
+    int bad = !c2 || PyObject_SetItem(bycat, g_temp, c2) < 0;
+    Py_XDECREF(c2);
+    if (bad) goto done;
+  }
+  if (PyDict_SetItem(md, s_current, cur) < 0) goto done;
+  /* `_note_peak()`, inline (the reserved bytes grew above, if at all) */
+  PyObject *names[2] = {s_step_peak, s_program_peak};
+  for (int i = 0; i < 2; i++) {
+    PyObject *p = dget(md, mem, names[i]);
+    int gt = p ? PyObject_RichCompareBool(cur, p, Py_GT) : -1;
+    Py_XDECREF(p);
+    if (gt < 0 || (gt && PyDict_SetItem(md, names[i], cur) < 0)) goto done;
+  }
+  {
+    PyObject *p = dget(md, mem, s_peak);
+    int ge = p ? PyObject_RichCompareBool(cur, p, Py_GE) : -1;
+    Py_XDECREF(p);
+    if (ge < 0) goto done;
+    if (ge) {
+      PyObject *copy = PySequence_List(bycat);
+      if (!copy) goto done;
+      int bad = PyDict_SetItem(md, s_peak, cur) < 0 || PyDict_SetItem(md, s_peak_by_cat, copy) < 0;
+      Py_DECREF(copy);
+      if (bad) goto done;
+      PyObject *evn = dget(md, mem, s_event);
+      bad = !evn || PyDict_SetItem(md, s_peak_event, evn) < 0;
+      Py_XDECREF(evn);
+      if (bad) goto done;
+    }
+  }
+  ret = 0;
+done:
+  Py_XDECREF(md); Py_XDECREF(st); Py_XDECREF(nb); Py_XDECREF(key); Py_XDECREF(live); Py_XDECREF(sizeo);
+  Py_XDECREF(cur); Py_XDECREF(limit); Py_XDECREF(cb); Py_XDECREF(e); Py_XDECREF(ev); Py_XDECREF(alloc);
+  Py_XDECREF(ad); Py_XDECREF(tmp); Py_XDECREF(bycat);
+  return ret;
+}
+
+/* ---- RankSession.charge ---- */
+
+/* d[k] = d.get(k, 0) + v for a plain dict d */
+static int bump(PyObject *d, PyObject *k, PyObject *v) {
+  PyObject *old = PyDict_GetItemWithError(d, k);
+  if (!old && PyErr_Occurred()) return -1;
+  PyObject *sum = old ? PyNumber_Add(old, v) : Py_NewRef(v);
+  if (!sum) return -1;
+  int r = PyDict_SetItem(d, k, sum);
+  Py_DECREF(sum);
+  return r;
+}
+
+static int charge(PyObject *session, PyObject *sd, PyObject *name, PyObject *cost) {
+  PyObject *scenario = NULL, *trace = NULL, *listeners = NULL, *tmp = NULL, *flops = NULL, *ns = NULL,
+           *clock = NULL, *cd = NULL, *end = NULL, *ri = NULL;
+  int ret = -1, simple = 0;
+  if (Py_IS_TYPE(session, (PyTypeObject *)g_session_type) && !PyDict_GetItemWithError(sd, s_charge) &&
+      !PyErr_Occurred()) {
+    if (!(scenario = dget(sd, session, s_scenario)) || !(trace = dget(sd, session, s_trace_ops)) ||
+        !(listeners = dget(sd, session, s_listeners)))
+      goto done;
+    int any = PyObject_IsTrue(listeners);
+    if (any < 0) goto done;
+    simple = scenario == Py_None && trace == Py_None && !any;
+  }
+  if (PyErr_Occurred()) goto done;
+  if (!simple) {  /* a scenario, a trace, listeners, or a replaced charge: the Python method */
+    tmp = PyObject_CallMethodObjArgs(session, s_charge, name, cost, NULL);
+    ret = tmp ? 0 : -1;
+    goto done;
+  }
+  {
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *n = one ? dadd(sd, session, s_ops, one) : NULL;
+    Py_XDECREF(one);
+    if (!n) goto done;
+    Py_DECREF(n);
+  }
+  if (!(flops = PyObject_GetAttr(cost, s_flops))) goto done;
+  int f = PyObject_IsTrue(flops);
+  if (f < 0) goto done;
+  if (f) {
+    PyObject *by = dget(sd, session, s_flops_by_dtype);
+    PyObject *dt = by ? PyObject_GetAttr(cost, s_dtype) : NULL;
+    int bad = !dt || bump(by, dt, flops) < 0;
+    Py_XDECREF(by);
+    Py_XDECREF(dt);
+    if (bad) goto done;
+  }
+  if (!(ns = PyObject_GetAttr(cost, s_ns))) goto done;
+  int nz = PyObject_IsTrue(ns);
+  if (nz <= 0) {
+    ret = nz;
+    goto done;
+  }
+  {
+    PyObject *launch = dget(sd, session, s_launch_ns);
+    PyObject *kernel = launch ? PyNumber_Subtract(ns, launch) : NULL;
+    Py_XDECREF(launch);
+    if (!kernel) goto done;
+    PyObject *zero = PyLong_FromLong(0);
+    int pos = zero ? PyObject_RichCompareBool(kernel, zero, Py_GT) : -1;
+    Py_XDECREF(zero);
+    int bad = pos < 0;
+    if (pos > 0) {
+      PyObject *tiers = dget(sd, session, s_tier_ns);
+      PyObject *tier = tiers ? PyObject_GetAttr(cost, s_tier) : NULL;
+      bad = !tier || bump(tiers, tier, kernel) < 0;
+      Py_XDECREF(tiers);
+      Py_XDECREF(tier);
+    }
+    Py_DECREF(kernel);
+    if (bad) goto done;
+  }
+  if (!(clock = dget(sd, session, s_clock))) goto done;
+  int inline_ok = 0;  /* an int > 0 */
+  if (PyLong_CheckExact(ns)) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(ns, &overflow);
+    if (v == -1 && PyErr_Occurred()) goto done;
+    inline_ok = overflow > 0 || (!overflow && v > 0);
+  }
+  if (inline_ok) {  /* `clock.charge(ns)`, inline */
+    if (!(cd = dict_of(clock))) goto done;
+    if (!(end = dadd(cd, clock, s_compute_ns, ns))) goto done;
+    if (!(tmp = dadd(cd, clock, s_compute_busy_ns, ns))) goto done;
+    Py_CLEAR(tmp);
+  } else {
+    PyObject *se = PyObject_CallMethodObjArgs(clock, s_charge, ns, NULL);
+    if (!se) goto done;
+    end = PySequence_GetItem(se, 1);
+    Py_DECREF(se);
+    if (!end) goto done;
+  }
+  {
+    PyObject *minus = PyLong_FromLong(-1);
+    ri = minus ? dadd(sd, session, s_report_in, minus) : NULL;
+    Py_XDECREF(minus);
+    if (!ri) goto done;
+    int left = PyObject_IsTrue(ri);
+    if (left < 0) goto done;
+    if (!left && !(tmp = PyObject_CallMethodObjArgs(session, s_report_check, end, NULL))) goto done;
+  }
+  ret = 0;
+done:
+  Py_XDECREF(scenario); Py_XDECREF(trace); Py_XDECREF(listeners); Py_XDECREF(tmp); Py_XDECREF(flops);
+  Py_XDECREF(ns); Py_XDECREF(clock); Py_XDECREF(cd); Py_XDECREF(end); Py_XDECREF(ri);
+  return ret;
+}
+
+/* ---- tensor.wrap_output ---- */
+static PyObject *wrap_output(PyObject *elem, PyObject *index, PyObject *shape, PyObject *dtype) {
+  Py_ssize_t i = PyLong_CheckExact(index) ? PyLong_AsSsize_t(index) : -1;
+  if (i == -1 && PyErr_Occurred()) PyErr_Clear();
+  PyObject *rg = NULL, *layout = NULL, *off = NULL, *strides = NULL, *r = NULL;
+  int special = i < 0 || i >= PyTuple_GET_SIZE(g_cuda);
+  if (!special) {
+    if (!(rg = PyObject_GetAttr(elem, s_requires_grad))) goto done;
+    special = rg == Py_True;
+  }
+  if (!special) {
+    if (!(layout = PyObject_GetAttr(elem, s_layout))) goto done;
+    special = layout != g_strided;
+  }
+  if (!special) {
+    if (!(off = PyObject_CallMethodNoArgs(elem, s_storage_offset))) goto done;
+    int t = PyObject_IsTrue(off);
+    if (t < 0) goto done;
+    special = t;
+  }
+  if (special) {
+    r = PyObject_CallFunctionObjArgs(g_wrap_output, elem, index, shape, dtype, NULL);
+    goto done;
+  }
+  if (!(strides = PyObject_CallMethodNoArgs(elem, s_stride))) goto done;
+  PyObject *contiguous = PyDict_GetItemWithError(g_contiguous, shape);
+  if (contiguous) Py_INCREF(contiguous);
+  else if (PyErr_Occurred() || !(contiguous = PyObject_CallOneArg(g_contiguous_fn, shape))) goto done;
+  int same = PyObject_RichCompareBool(strides, contiguous, Py_EQ);
+  Py_DECREF(contiguous);
+  if (same < 0) goto done;
+  PyObject *dev = PyTuple_GET_ITEM(g_cuda, i);
+  if (same) {
+    PyObject *argv[] = {g_simcuda, shape, dtype, dev};
+    r = PyObject_Vectorcall(g_make_wrapper, argv, 2, s_kw_dd);
+  } else {
+    PyObject *argv[] = {g_simcuda, shape, strides, dtype, dev};
+    r = PyObject_Vectorcall(g_make_wrapper, argv, 2, s_kw_sdd);
+  }
+  if (r && (PyObject_SetAttr(r, s_elem, elem) < 0 || PyObject_SetAttr(r, s_sim_index, index) < 0)) Py_CLEAR(r);
+done:
+  Py_XDECREF(rg); Py_XDECREF(layout); Py_XDECREF(off); Py_XDECREF(strides);
+  return r;
+}
+
+/* ---- fastpath.device_op ---- */
+
+/* compute._sig for a non-tensor argument: ints, bools and None as they are, floats by whether they are 0 */
+static PyObject *sig(PyObject *x) {
+  if (x == Py_None || PyLong_CheckExact(x) || PyBool_Check(x)) return Py_NewRef(x);
+  if (PyFloat_CheckExact(x)) return Py_NewRef(PyFloat_AS_DOUBLE(x) == 0.0 ? Py_True : Py_False);
+  return PyObject_CallOneArg(g_sig, x);
+}
+
+static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, PyObject *kwargs) {
+  if (!PyTuple_Check(args) || (kwargs && !PyDict_Check(kwargs))) return Py_NewRef(g_slow);
+  PyObject *op = NULL, *name = NULL, *sd = NULL, *unwrapped = NULL, *key = NULL, *last = NULL, *a = NULL,
+           *out = NULL, *result = NULL, *mem = NULL, *index = NULL, *opfn = NULL, *shape = NULL, *dtype = NULL,
+           *model = NULL, *keyed = NULL, *cost = NULL, *kw = NULL;
+  Py_ssize_t nkw = kwargs ? PyDict_GET_SIZE(kwargs) : 0;
+  if (!(op = PyLong_FromVoidPtr(func))) goto done;
+  name = PyDict_GetItemWithError(g_plans, op);
+  if (name) Py_INCREF(name);
+  else if (PyErr_Occurred() || !(name = PyObject_CallOneArg(g_plan, func))) goto done;
+  if (name == Py_None) goto slow;
+  if (!(sd = dict_of(session))) goto done;
+  int internal = dtruth(sd, session, s_internal);
+  if (internal < 0) goto done;
+  if (internal) goto slow;
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  int meta = 0, data = 0;
+  if (!(unwrapped = PyTuple_New(n))) goto done;
+  if (!(key = PyTuple_New(1 + n + (nkw ? 1 : 0) + 2))) goto done;
+  PyTuple_SET_ITEM(key, 0, Py_NewRef(op));
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *x = PyTuple_GET_ITEM(args, i);
+    if (PyObject_TypeCheck(x, (PyTypeObject *)g_simcuda)) {
+      PyObject *e = PyObject_GetAttr(x, s_elem);
+      if (!e) goto done;
+      PyTuple_SET_ITEM(unwrapped, i, e);
+      last = x;
+      PyObject *m = PyObject_GetAttr(e, s_is_meta);
+      if (!m) goto done;
+      if (m == Py_True) meta = 1;
+      else data = 1;
+      Py_DECREF(m);
+      PyObject *sh = PyObject_GetAttr(e, s_shape);
+      PyObject *dt = sh ? PyObject_GetAttr(e, s_dtype) : NULL;
+      PyObject *part = dt ? PyTuple_Pack(2, sh, dt) : NULL;
+      Py_XDECREF(sh);
+      Py_XDECREF(dt);
+      if (!part) goto done;
+      PyTuple_SET_ITEM(key, i + 1, part);
+    } else {
+      int t = PyObject_IsInstance(x, g_tensor);
+      if (t < 0) goto done;
+      if (!t && is_seq(x)) t = has_tensor(x);
+      if (t < 0) goto done;
+      if (t) goto slow;  /* a host tensor beside cuda ones (a 0-dim scalar), or tensors in a list */
+      PyTuple_SET_ITEM(unwrapped, i, Py_NewRef(x));
+      PyObject *part = sig(x);
+      if (!part) goto done;
+      PyTuple_SET_ITEM(key, i + 1, part);
+    }
+  }
+  if (nkw) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(kwargs, &pos, &k, &v)) {
+      int t = PyObject_IsInstance(v, g_tensor);
+      if (t < 0) goto done;
+      if (!t && is_seq(v)) t = has_tensor(v);
+      if (t < 0) goto done;
+      if (t) goto slow;
+    }
+    PyObject *items = PyDict_Items(kwargs);
+    PyObject *tup = items ? PyList_AsTuple(items) : NULL;
+    Py_XDECREF(items);
+    PyObject *part = tup ? PyObject_CallOneArg(g_sig, tup) : NULL;
+    Py_XDECREF(tup);
+    if (!part) goto done;
+    PyTuple_SET_ITEM(key, n + 1, part);
+  }
+  int phantom = dtruth(sd, session, s_phantom);
+  if (phantom < 0) goto done;
+  if (meta && (data || !phantom)) goto slow;  /* phantom data beside real data, or real mode's meta bookkeeping */
+  if (phantom) {
+    int special = PySet_Contains(g_phantom_special, op);
+    if (special < 0) goto done;
+    if (special) {
+      int to_copy = PyObject_RichCompareBool(op, g_to_copy_id, Py_EQ);
+      if (to_copy < 0) goto done;
+      if (!to_copy) goto slow;
+      if (!(kw = kwargs ? Py_NewRef(kwargs) : PyDict_New())) goto done;
+      PyObject *c = PyObject_CallOneArg(g_casts_to_index, kw);
+      if (!c) goto done;
+      int casts = PyObject_IsTrue(c);
+      Py_DECREF(c);
+      if (casts < 0) goto done;
+      if (casts) goto slow;
+    }
+  }
+  {
+    int joined = dtruth(sd, session, s_by_storage);
+    if (joined < 0) goto done;
+    if (joined) {
+      PyObject *elems = PyList_New(0);
+      if (!elems) goto done;
+      for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyObject_TypeCheck(PyTuple_GET_ITEM(args, i), (PyTypeObject *)g_simcuda) &&
+            PyList_Append(elems, PyTuple_GET_ITEM(unwrapped, i)) < 0) {
+          Py_DECREF(elems);
+          goto done;
+        }
+      }
+      PyObject *r = PyObject_CallMethodObjArgs(session, s_join_tensors, elems, NULL);
+      Py_DECREF(elems);
+      if (!r) goto done;
+      Py_DECREF(r);
+    }
+  }
+  if (!(opfn = PyObject_GetAttr(func, s_op))) goto done;
+  a = unwrapped;  /* borrowed alias: the unwrapped arguments, run */
+  if (!(out = PyObject_Call(opfn, a, nkw ? kwargs : NULL))) goto done;  /* what OpOverload.__call__ runs */
+  if (!(mem = dget(sd, session, s_memory))) goto done;
+  if (last) {
+    if (!(index = PyObject_GetAttr(last, s_sim_index))) goto done;
+  } else if (!(index = PyLong_FromLong(0))) goto done;
+  if (!kw && !(kw = kwargs ? Py_NewRef(kwargs) : PyDict_New())) goto done;
+  if (!is_plain(out)) {
+    result = PyObject_CallFunctionObjArgs(g_tail, session, name, func, a, kw, out, args, index,
+                                          phantom ? Py_True : Py_False, NULL);
+    goto done;
+  }
+  {
+    PyObject *md = dict_of(mem);
+    int enabled = md ? dtruth(md, mem, s_enabled) : -1;
+    Py_XDECREF(md);
+    if (enabled < 0 || (enabled && on_tensor(mem, out, func) < 0)) goto done;
+  }
+  if (!(shape = PyObject_GetAttr(out, s_shape)) || !(dtype = PyObject_GetAttr(out, s_dtype))) goto done;
+  int charged = phantom;
+  if (!charged) {
+    PyObject *m = PyObject_GetAttr(out, s_is_meta);
+    if (!m) goto done;
+    charged = m != Py_True;
+    Py_DECREF(m);
+  }
+  if (charged) {
+    Py_ssize_t at = n + 1 + (nkw ? 1 : 0);
+    PyObject *part = PyTuple_Pack(2, shape, dtype);
+    if (!part) goto done;
+    PyTuple_SET_ITEM(key, at, part);
+    PyObject *prec = PyDict_GetItemWithError(g_precision, s_value);  /* the cached value, else torch's */
+    if (prec && PyObject_IsTrue(prec) == 1) Py_INCREF(prec);
+    else if (PyErr_Occurred() || !(prec = PyObject_CallNoArgs(g_matmul_precision))) goto done;
+    PyTuple_SET_ITEM(key, at + 1, prec);
+    if (!(model = dget(sd, session, s_model)) || !(keyed = PyObject_GetAttr(model, s_keyed))) goto done;
+    if (PyDict_CheckExact(keyed)) {  /* the model's cache of `cost_for`, read here */
+      cost = PyDict_GetItemWithError(keyed, key);
+      if (cost) Py_INCREF(cost);
+      else if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) goto done;  /* an unhashable argument */
+        PyErr_Clear();
+      }
+    }
+    if (!cost && !(cost = PyObject_CallMethodObjArgs(model, s_cost_for, key, func, a, kw, out, NULL))) goto done;
+    if (charge(session, sd, name, cost) < 0) goto done;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (PyTuple_GET_ITEM(unwrapped, i) == out) {  /* an in-place op returns its input */
+      result = Py_NewRef(PyTuple_GET_ITEM(args, i));
+      goto done;
+    }
+  }
+  result = wrap_output(out, index, shape, dtype);
+  goto done;
+slow:
+  result = Py_NewRef(g_slow);
+done:
+  Py_XDECREF(op); Py_XDECREF(name); Py_XDECREF(sd); Py_XDECREF(unwrapped); Py_XDECREF(key); Py_XDECREF(out);
+  Py_XDECREF(mem); Py_XDECREF(index); Py_XDECREF(opfn); Py_XDECREF(shape); Py_XDECREF(dtype);
+  Py_XDECREF(model); Py_XDECREF(keyed); Py_XDECREF(cost); Py_XDECREF(kw);
+  return result;
+}
+
+static PyObject *py_device_op(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+  if (!g_ready) {
+    PyErr_SetString(PyExc_RuntimeError, "phantora's _fastop is not configured");
+    return NULL;
+  }
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "device_op(session, func, args, kwargs)");
+    return NULL;
+  }
+  PyObject *kwargs = argv[3] == Py_None ? NULL : argv[3];
+  return device_op(argv[0], argv[1], argv[2], kwargs);
+}
+
+static PyObject *py_device_op(PyObject *self, PyObject *const *argv, Py_ssize_t nargs);
+
+/* ---- the dispatch mode's entry: ChargeMode.__torch_dispatch__, bound to its mode ---- */
+typedef struct {
+  PyObject_HEAD
+  PyObject *python;  /* the class's __torch_dispatch__ (a plain function of the mode) */
+} Fallback;
+
+static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames);
+
+static PyMethodDef dispatch_def = {"__torch_dispatch__", (PyCFunction)(void (*)(void))mode_dispatch,
+                                   METH_FASTCALL | METH_KEYWORDS, "ChargeMode.__torch_dispatch__ in C"};
+
+static PyObject *g_python_dispatch; /* ChargeMode's Python __torch_dispatch__ (function of mode, func, types, args, kwargs) */
+
+static PyObject *call_python(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  PyObject *stack[16];
+  if (nargs + nkw + 1 > 16) {
+    PyErr_SetString(PyExc_TypeError, "__torch_dispatch__: too many arguments");
+    return NULL;
+  }
+  stack[0] = mode;
+  for (Py_ssize_t i = 0; i < nargs + nkw; i++) stack[i + 1] = argv[i];
+  return PyObject_Vectorcall(g_python_dispatch, stack, nargs + 1, kwnames);
+}
+
+static PyObject *mode_dispatch(PyObject *mode, PyObject *const *argv, Py_ssize_t nargs, PyObject *kwnames) {
+  if (kwnames || nargs < 2 || nargs > 4) return call_python(mode, argv, nargs, kwnames);
+  PyObject *func = argv[0], *types = argv[1];
+  PyObject *args = nargs > 2 ? argv[2] : NULL;
+  PyObject *kwargs = nargs > 3 && argv[3] != Py_None ? argv[3] : NULL;
+  if (!args || !PyTuple_CheckExact(args) || (kwargs && !PyDict_CheckExact(kwargs)))
+    return call_python(mode, argv, nargs, kwnames);
+  if (!PyTuple_CheckExact(types) || PyTuple_GET_SIZE(types) != 1 || PyTuple_GET_ITEM(types, 0) != g_simcuda)
+    return call_python(mode, argv, nargs, kwnames);
+  if (kwargs) {
+    int dev = PyDict_Contains(kwargs, s_device);
+    if (dev < 0) return NULL;
+    if (dev) return call_python(mode, argv, nargs, kwnames);
+  }
+  PyObject *dop = PyDict_GetItemWithError(g_fastpath, s_device_op);  /* a test or a benchmark replaced it */
+  if (!dop || !PyCFunction_Check(dop) || PyCFunction_GET_FUNCTION(dop) != (PyCFunction)(void (*)(void))py_device_op) {
+    if (PyErr_Occurred()) return NULL;
+    return call_python(mode, argv, nargs, kwnames);
+  }
+  PyObject *md = dict_of(mode);
+  if (!md) return NULL;
+  PyObject *thread = PyDict_GetItemWithError(md, s_thread);  /* gloo worker threads inherit the mode */
+  if (!thread || !PyLong_CheckExact(thread) || PyLong_AsUnsignedLong(thread) != PyThread_get_thread_ident()) {
+    Py_DECREF(md);
+    PyErr_Clear();
+    return call_python(mode, argv, nargs, kwnames);
+  }
+  PyObject *installed = PyDict_GetItemWithError(g_device, s_installed);
+  PyObject *fake = installed == Py_True ? PyObject_CallOneArg(g_get_mode, g_fake_key) : NULL;
+  if (!fake) {
+    Py_DECREF(md);
+    if (PyErr_Occurred()) return NULL;
+    return call_python(mode, argv, nargs, kwnames);
+  }
+  int shapes_only = fake != Py_None;  /* shape propagation (DTensor's, the compiler's) */
+  Py_DECREF(fake);
+  PyObject *session = shapes_only ? NULL : PyDict_GetItemWithError(md, s_session);
+  if (!session) {
+    Py_DECREF(md);
+    if (PyErr_Occurred()) return NULL;
+    return call_python(mode, argv, nargs, kwnames);
+  }
+  Py_INCREF(session);
+  Py_DECREF(md);
+  PyObject *out = device_op(session, func, args, kwargs);
+  Py_DECREF(session);
+  if (out != g_slow) return out;
+  Py_DECREF(out);
+  PyObject *kw = kwargs ? Py_NewRef(kwargs) : PyDict_New();
+  if (!kw) return NULL;
+  PyObject *r = PyObject_CallMethodObjArgs(mode, s_general, func, types, args, kw, NULL);  /* the general route */
+  Py_DECREF(kw);
+  return r;
+}
+
+static PyObject *py_bind(PyObject *self, PyObject *const *argv, Py_ssize_t nargs) {
+  if (!g_ready || nargs != 2) {
+    PyErr_SetString(PyExc_RuntimeError, "bind(mode, python_dispatch), after configure");
+    return NULL;
+  }
+  Py_XSETREF(g_python_dispatch, Py_NewRef(argv[1]));
+  return PyCFunction_NewEx(&dispatch_def, argv[0], NULL);
+}
+
+static int take(PyObject *kw, const char *name, PyObject **slot) {
+  PyObject *v = PyDict_GetItemString(kw, name);
+  if (!v) {
+    PyErr_Format(PyExc_KeyError, "_fastop.configure: missing %s", name);
+    return -1;
+  }
+  Py_INCREF(v);
+  Py_XSETREF(*slot, v);
+  return 0;
+}
+
+static int offset_of(PyObject *type, const char *slot, Py_ssize_t *off) {
+  PyObject *d = PyObject_GetAttrString(type, slot);
+  if (!d) return -1;
+  int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+  if (ok) *off = ((PyMemberDescrObject *)d)->d_member->offset;
+  Py_DECREF(d);
+  if (!ok) PyErr_Format(PyExc_TypeError, "_fastop.configure: %s is not a slot", slot);
+  return ok ? 0 : -1;
+}
+
+static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
+  if (!kw) {
+    PyErr_SetString(PyExc_TypeError, "configure(**objects)");
+    return NULL;
+  }
+  PyObject *small = NULL;
+  if (take(kw, "simcuda", &g_simcuda) || take(kw, "tensor", &g_tensor) || take(kw, "param", &g_param) ||
+      take(kw, "slow", &g_slow) || take(kw, "plans", &g_plans) || take(kw, "plan", &g_plan) ||
+      take(kw, "phantom_special", &g_phantom_special) || take(kw, "to_copy_id", &g_to_copy_id) ||
+      take(kw, "casts_to_index", &g_casts_to_index) || take(kw, "sig", &g_sig) ||
+      take(kw, "precision", &g_precision) || take(kw, "matmul_precision", &g_matmul_precision) ||
+      take(kw, "tail", &g_tail) || take(kw, "wrap_output", &g_wrap_output) ||
+      take(kw, "make_wrapper", &g_make_wrapper) || take(kw, "cuda", &g_cuda) ||
+      take(kw, "contiguous", &g_contiguous) || take(kw, "contiguous_fn", &g_contiguous_fn) ||
+      take(kw, "strided", &g_strided) || take(kw, "entry", &g_entry) || take(kw, "tracker", &g_tracker_type) ||
+      take(kw, "session", &g_session_type) || take(kw, "device", &g_device) || take(kw, "get_mode", &g_get_mode) ||
+      take(kw, "fake_key", &g_fake_key) || take(kw, "temp", &g_temp) || take(kw, "fastpath", &g_fastpath) ||
+      take(kw, "small_size", &small))
+    return NULL;
+  g_small_size = PyLong_AsLongLong(small);
+  Py_DECREF(small);
+  if (PyErr_Occurred()) return NULL;
+  if (!PyDict_Check(g_plans) || !PyAnySet_Check(g_phantom_special) || !PyDict_Check(g_precision) ||
+      !PyTuple_Check(g_cuda) || !PyDict_Check(g_contiguous) || !PyDict_Check(g_device) || !PyDict_Check(g_fastpath) || !PyType_Check(g_simcuda) ||
+      !PyType_Check(g_tensor) || !PyType_Check(g_param) || !PyLong_Check(g_temp)) {
+    PyErr_SetString(PyExc_TypeError, "_fastop.configure: an object of the wrong type");
+    return NULL;
+  }
+  if (offset_of(g_entry, "cat", &g_off_cat) || offset_of(g_entry, "changed", &g_off_changed) ||
+      offset_of(g_entry, "key", &g_off_key) || offset_of(g_entry, "site", &g_off_site) ||
+      offset_of(g_entry, "size", &g_off_size))
+    return NULL;
+  g_ready = 1;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
+     "Give the module the Python objects it transcribes against (fastpath.py, once)."},
+    {"device_op", (PyCFunction)(void (*)(void))py_device_op, METH_FASTCALL,
+     "fastpath.device_op(session, func, args, kwargs), in C."},
+    {"bind", (PyCFunction)(void (*)(void))py_bind, METH_FASTCALL, "ChargeMode.__torch_dispatch__ in C, bound to `mode`."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastop", "The simulated GPU's per-op fast path in C.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__fastop(void) {
+  if (intern_all() < 0) return NULL;
+  return PyModule_Create(&module);
+}

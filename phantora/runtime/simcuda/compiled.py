@@ -1,0 +1,82 @@
+"""The compiled per-op fast path (`_fastop.c`), configured against the Python it transcribes, or None.
+
+setup.py builds `_fastop` (an optional extension: scripts/setup.sh builds it in place). Without it, the Python
+functions run (fastpath.device_op, ChargeMode.__torch_dispatch__), the results the same, slower; one warning line
+says so, once per process.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import Any
+
+_module: ModuleType | None = None
+_tried = False
+
+
+def load() -> ModuleType | None:
+    """`_fastop`, configured, or None (with one warning line) if it was not built or does not load."""
+    global _module, _tried
+    if _tried:
+        return _module
+    _tried = True
+    try:
+        from phantora.runtime.simcuda import _fastop  # type: ignore[attr-defined]
+    except ImportError as e:
+        print(
+            f"phantora: warning: the compiled per-op fast path is missing ({e}); ops run through the Python one "
+            "(slower): run scripts/setup.sh to build it",
+            file=sys.stderr,
+        )
+        return None
+    _fastop.configure(**_objects())
+    _module = _fastop
+    return _module
+
+
+def _objects() -> dict[str, Any]:
+    """What `_fastop.configure` takes: the objects and functions the C code reads, calls or hands work back to."""
+    import torch
+
+    from phantora.runtime import compute, memory, precision, session
+    from phantora.runtime.caching_allocator import SMALL_SIZE
+    from phantora.runtime.simcuda import device, fastpath, kept_values, tensor
+
+    return {
+        "simcuda": tensor.SimCudaTensor,
+        "tensor": torch.Tensor,
+        "param": torch.nn.Parameter,
+        "slow": fastpath.SLOW,
+        "plans": fastpath._PLANS,
+        "plan": fastpath._plan,
+        "phantom_special": fastpath._PHANTOM_SPECIAL,
+        "to_copy_id": fastpath._TO_COPY,
+        "casts_to_index": kept_values.casts_to_index,
+        "sig": compute._sig,
+        "precision": vars(precision),
+        "matmul_precision": precision.matmul_precision,
+        "tail": fastpath._tail,
+        "wrap_output": tensor.wrap_output,
+        "make_wrapper": torch.Tensor._make_wrapper_subclass,
+        "cuda": tensor._CUDA,
+        "contiguous": tensor._CONTIGUOUS,
+        "contiguous_fn": tensor._contiguous_strides,
+        "strided": torch.strided,
+        "entry": memory._Entry,
+        "tracker": memory.MemoryTracker,
+        "session": session.RankSession,
+        "device": vars(device),
+        "fastpath": vars(fastpath),
+        "get_mode": torch._C._get_dispatch_mode,
+        "fake_key": torch._C._TorchDispatchModeKey.FAKE,
+        "temp": memory.TEMP,
+        "small_size": SMALL_SIZE,
+    }
+
+
+def mode_dispatch(mode: Any, python: Any) -> Any:
+    """`mode.__torch_dispatch__` in C (bound to `mode`: torch checks `__self__`), handing every op it does not take
+    to `python(mode, func, types, args, kwargs)` and, after its checks, to `mode._general`; None without `_fastop`."""
+    fast = load()
+    return None if fast is None else fast.bind(mode, python)
