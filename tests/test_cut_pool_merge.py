@@ -85,3 +85,21 @@ def test_settings_are_the_first_workers_and_the_end_is_the_last_ack() -> None:
     res = _merge([w0, w1], 0.0, TOPO)
     assert res.stats["cc"] == "dcqcn" and res.stats["events"] == 10
     assert res.now == 2_700 and [r.flow_id for r in res.fct] == [1, 0]  # ends 1,900 then 2,700
+
+
+def test_trims_merge_by_their_events_keys() -> None:
+    """Issue 38: each worker's trims (DLCP) come with their events' keys and merge as one keyed engine's, like the
+    other records (they were left in the workers before): two trims of one ns go by key, against worker order."""
+    from dataclasses import astuple
+
+    from phantora.netsim.observe import Trim
+
+    w0 = _worker({"events": 1}, {})
+    w1 = _worker({"events": 1}, {})
+    w0["trims"] = [astuple(Trim(5_000, 20, 1, 3, 7, 4096, 4096)), astuple(Trim(6_000, 20, 1, 3, 7, 8192, 4096))]
+    w1["trims"] = [astuple(Trim(5_000, 21, 2, 3, 9, 0, 4096))]
+    w0["keys"]["trims"] = [(5_000, 4_990, 20, 1), (6_000, 5_990, 20, 2)]
+    w1["keys"]["trims"] = [(5_000, 4_990, 11, 0)]  # scheduled by node 11: before node 20's event of that ns
+    res = _merge([w0, w1], 0.0, TOPO)
+    assert [(t.time_ns, t.flow_id) for t in res.trims] == [(5_000, 9), (5_000, 7), (6_000, 7)]
+    assert res.ties == 1
