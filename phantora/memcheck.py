@@ -6,6 +6,9 @@ In real mode every rank holds, in host memory, three parts:
 - what the real CPU kernels hold beyond their outputs where a GPU's fused kernel holds nothing: FlexAttention's
   reference, sliced by queries (runtime/flex_chunks.py), holds about 6.5 score matrices of a slice at its peak;
 - the process itself (interpreter, torch, phantora, the program's own objects).
+Freed tensor data is not a fourth part: a real-mode rank has glibc map each block of 128 KiB or more on its own and
+return it when freed (procmem.return_freed_memory). Before, glibc kept freed blocks of up to 32 MiB in its heap,
+which this estimate did not count: it was 7-11 % low (docs/runtime.md, "Host memory").
 A phantom run holds no tensor data, so one step of it, run first with the same ranks, measures all three: each
 rank's device-memory peak, the largest attention slice its shapes ask for, and its own proportional set size.
 Their sum over the ranks estimates the real run's host memory; `phantora run --memory-check` compares it with the

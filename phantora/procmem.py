@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+MMAP_THRESHOLD = 128 * 1024  # bytes: glibc's own starting threshold, kept fixed
+
 
 def proportional_set_mb(pid: int | str = "self") -> float | None:
     """A process's proportional set size now (Linux; None elsewhere or if it is gone), in MB.
@@ -28,3 +33,17 @@ def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def return_freed_memory() -> bool:
+    """Have glibc give every block of `MMAP_THRESHOLD` bytes or more (a tensor's data) its own mapping, unmapped
+    when freed: a real-mode rank then holds what its tensors hold. By default glibc raises that threshold to the
+    size of each such block freed (up to 32 MiB) and then serves those sizes from its heap, which keeps freed memory
+    (torchtitan's debug model at sequence 512: 799-820 MiB a rank at its peak against 745 with the threshold fixed,
+    docs/runtime.md). Fixing it (mallopt M_MMAP_THRESHOLD) turns that raise off. False where there is no glibc."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))

@@ -18,6 +18,7 @@ import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load befo
 from bridge.client import PEER_LOST_EXIT
 from phantora.errors import PhantoraError
 from phantora.perfmodel.gpus import get_gpu
+from phantora.procmem import return_freed_memory
 from phantora.rank_options import Options
 from phantora.runtime import (
     backend,
@@ -85,7 +86,8 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     )
     if opts.phantom:
         phantom_mode.enable()
-    else:  # every tensor's data is in host memory: say so before the OOM killer acts
+    else:  # every tensor's data is in host memory: hold no freed data, and say so before the OOM killer acts
+        return_freed_memory()
         hostmem.watch(rank, world)
     if opts.sim_cuda:
         from phantora.runtime.simcuda import device as simcuda
