@@ -1,6 +1,7 @@
-"""A collective channel's network connection (phantora/collectives/nccl/net_channel.py): every ring connection
-between hosts moves at most COLL_NET_CHANNEL_BW (21.5 GB/s on H100), shared by its queue pairs, so a multi-host
-ring of 16 channels levels off at 16 x 21.5 = 344 GB/s busbw, and 24 channels (three a 400G NIC) reach the NICs."""
+"""A collective channel's network traffic (phantora/collectives/nccl/net_channel.py): a GPU's channels move at most
+COLL_NET_CHANNEL_BW (21.5 GB/s on H100) each across hosts, each way, shared by its queue pairs and its flows at
+once, so a multi-host ring of 16 channels levels off at 16 x 21.5 = 344 GB/s busbw, 24 channels (three a 400G
+NIC) reach the NICs, and an NVLS-Tree head GPU on 16 CTAs moves at most 2 x 21.5 = 43 GB/s each way."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ def h100_hosts(n: int) -> Topology:
     return rail_optimized(n, 8, spines=8, nic_rate="400Gbps", gpu="h100")
 
 
-def ring(topo: Topology, nbytes: int, env: dict[str, str]) -> tuple[list, float]:
-    """The flows of an all-reduce over every GPU of `topo` under `env` (NCCL_ALGO=Ring added), and its busbw."""
+def ring(topo: Topology, nbytes: int, env: dict[str, str], algo: str = "Ring") -> tuple[list, float]:
+    """The flows of an all-reduce over every GPU of `topo` under `env` and NCCL_ALGO=`algo`, and its busbw."""
     coll = Collective("all_reduce", tuple(range(topo.num_ranks)), nbytes, "fp32")
-    dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env({"NCCL_ALGO": "Ring", **env})))
+    dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env({"NCCL_ALGO": algo, **env})))
     sim = FlowSimulator(topo)
     sim.submit(dag.flows, at=0)
     return dag.flows, nbytes / max(c.end_ns for c in sim.drain()) * coll.busbw_factor()
@@ -69,3 +70,37 @@ def test_sixteen_channels_level_off_at_sixteen_channel_rates_and_twenty_four_rea
     assert 0.97 * 344 < sixteen <= 344
     _, twenty_four = ring(topo, 8 * GiB, {"NCCL_MIN_CTAS": "24"})
     assert 344 < twenty_four <= 400
+
+
+def per_gpu_caps(flows: list, end: str) -> dict[int, tuple[float, int, int]]:
+    """Each GPU's network flows out of it (`end` "src") or into it ("dst"): (sum of caps, flows, bytes)."""
+    out: dict[int, tuple[float, int, int]] = {}
+    for f in flows:
+        g = getattr(f, end)
+        cap, n, b = out.get(g, (0.0, 0, 0))
+        out[g] = (cap + f.rate_bps, n + 1, b + f.size)
+    return out
+
+
+def test_an_nvls_tree_head_moves_its_two_channels_worth_each_way_shared_by_its_tree_hops():
+    """8 hosts, NVLS-Tree all-reduce of 2 GiB on 16 CTAs: a head GPU runs 2 of them (one a tree), so its network
+    flows at once (to and from its tree parents and children) share 2 x 21.5 = 43 GB/s = 344 Gb/s each way by
+    bytes (each flow the lower of its sender's and its receiver's share): the caps out of any GPU, and into any,
+    add up to at most 344 Gb/s (plus rounding), the busiest reach it, and the call takes at least the busiest
+    GPU's bytes over 43 GB/s. With 24 CTAs (3 a head: 64.5 GB/s) NCCL's own rate binds first and the busiest
+    head's caps pass 344 Gb/s."""
+    topo = h100_hosts(8)
+    size = 2 * GiB
+    flows, bus = ring(topo, size, {}, algo="NVLSTree")
+    net = crossing(topo, flows)
+    limit = 2 * 21.5 * 8e9
+    for end in ("src", "dst"):
+        caps = per_gpu_caps(net, end)
+        assert len(caps) == 64  # every GPU heads its local index's trees
+        assert all(cap <= limit + n for cap, n, _ in caps.values())
+        assert max(cap for cap, _, _ in caps.values()) >= limit
+    busiest = max(b for _, _, b in per_gpu_caps(net, "src").values())
+    assert size / (busiest / 43.0) * 2 * 63 / 64 >= bus  # algbw <= size / (busiest / 43 GB/s), as busbw
+    wide, _ = ring(topo, size, {"NCCL_MIN_CTAS": "24"}, algo="NVLSTree")
+    top = max(cap for cap, _, _ in per_gpu_caps(crossing(topo, wide), "src").values())
+    assert limit < top <= 1.5 * limit

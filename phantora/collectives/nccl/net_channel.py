@@ -1,5 +1,5 @@
-"""A collective channel's network connection: how fast one channel (one CTA and its proxy connection, over its
-queue pairs) moves a ring, tree or NVLS-Tree hop to another host.
+"""A collective channel's network traffic: how fast one channel (one CTA and its proxy connections, over their
+queue pairs) moves its ring, tree or NVLS-Tree hops to and from other hosts.
 
 NCCL rates a multi-host ring by its search channels (8 on a host of 8 GPUs and 8 NICs: 48 GB/s each at 400G)
 and runs two compute channels a search channel (connect.cc `connectRings`), four when a host has fewer than 8
@@ -12,8 +12,10 @@ with 24 (NIC-bound), and the issue's 4-host VM cluster at 365 with 16 (22.9 a ch
 is the middle of the two clusters' figures, (20.16 + 22.87) / 2: a measured rate, not a constant of NCCL's, as
 `p2p.P2P_PER_CHANNEL_NET_BW` is this model's rate of a p2p channel. What bounds a channel (its CTA's loop, its
 proxy's steps or one connection's queue pairs) the tables do not separate: every run with 24 channels also had 2
-queue pairs a connection. Like the p2p figure it is taken at the H100's SM clock and scaled by the GPU's; on an
-A100 with a 200G NIC (12.5 GB/s a channel) it does not bind.
+queue pairs a connection. A GPU's channels move their figure's total each way, shared by its network flows at
+once (shape._channel_caps): a ring channel's one hop, or an NVLS-Tree head's tree parent and children, which on
+gj-aion's 8 hosts at 2 GiB meet the same 40.5 GB/s a NIC as its ring. Like the p2p figure it is taken at the
+H100's SM clock and scaled by the GPU's; on an A100 with a 200G NIC (12.5 GB/s a channel) it does not bind.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ NET_CHANNEL_ALGOS = ("ring", "tree", "nvls_tree")
 
 
 def coll_net_channel_bw(algo: str, p: Platform, channels: int) -> float:
-    """GB/s each way that one network connection of `algo`'s decomposed flows may move (0: no limit):
+    """GB/s each way that one channel of `algo`'s decomposed flows may move across hosts (0: no limit):
     `COLL_NET_CHANNEL_BW` scaled by the GPU's SM clock, times the channels a decomposed channel stands for: one
     for a ring or tree; NVLS-Tree's flows have a channel per head GPU and tree (`nvls.nvls_tree_flows`: 2 x heads)
     for the `channels` CTAs NCCL runs."""

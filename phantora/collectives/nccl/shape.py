@@ -131,7 +131,7 @@ def shape(
         caps = [math.ceil(total[key(f)] * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0 for f in flows]
         if chunked and pipelined:
             caps = _nvlink_uncapped(flows, caps, topo)
-        caps = _channel_caps(flows, caps, choice, topo)
+        caps = _channel_caps(flows, wire, caps, choice, topo, chunked)
     delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
     return [
         Flow(
@@ -188,24 +188,43 @@ def _net_caps(
 
 
 CHANNEL_BITS = (1 << 56) - 1  # a flow key's nodes and channel, less its queue pair (dag.DagBuilder._message)
+CHANNEL_SHIFT = 48  # a flow key's channel bits (dag.ecmp_key)
 
 
-def _channel_caps(flows: list[Flow], caps: list[int], choice: Choice, topo: Topology) -> list[int]:
-    """Across nodes: a channel's connection to a peer moves at most `choice.chan_net_bw` (net_channel.py), shared
-    evenly by its queue pairs (NCCL_IB_QPS_PER_CONNECTION); a flow keeps its own cap where that is lower."""
+def _channel_caps(
+    flows: list[Flow], wire: list[int], caps: list[int], choice: Choice, topo: Topology, chunked: bool
+) -> list[int]:
+    """Across nodes: each channel moves at most `choice.chan_net_bw` (net_channel.py) out of its GPU and as much
+    in. Coarse flows of a GPU run at once (its channels' hops, a tree's parent and children, a connection's queue
+    pairs): they share its channels' total by wire bytes, each way. Chunked flows of a connection run one after
+    another: each takes one channel's, shared by the connection's queue pairs (NCCL_IB_QPS_PER_CONNECTION). A
+    flow keeps its own cap where that is lower."""
     if choice.chan_net_bw <= 0:
         return caps
     keys = [None if f.size == 0 or _inside_node(f, topo) else f.id if f.key is None else f.key for f in flows]
     qps: dict[tuple[int, int, int], set[int]] = defaultdict(set)
-    for f, key in zip(flows, keys, strict=True):
+    out_ch: dict[int, set[int]] = defaultdict(set)
+    in_ch: dict[int, set[int]] = defaultdict(set)
+    out_bytes: dict[int, int] = defaultdict(int)
+    in_bytes: dict[int, int] = defaultdict(int)
+    for f, w, key in zip(flows, wire, keys, strict=True):
         if key is not None:
             qps[f.src, f.dst, key & CHANNEL_BITS].add(key >> 56)
+            out_ch[f.src].add(key >> CHANNEL_SHIFT & 0xFF)
+            in_ch[f.dst].add(key >> CHANNEL_SHIFT & 0xFF)
+            out_bytes[f.src] += w
+            in_bytes[f.dst] += w
+    rate = choice.chan_net_bw * 8e9
     out = []
-    for f, cap, key in zip(flows, caps, keys, strict=True):
+    for f, w, cap, key in zip(flows, wire, caps, keys, strict=True):
         if key is None:
             out.append(cap)
             continue
-        limit = math.ceil(choice.chan_net_bw * 8e9 / len(qps[f.src, f.dst, key & CHANNEL_BITS]))
+        if chunked:
+            limit = math.ceil(rate / len(qps[f.src, f.dst, key & CHANNEL_BITS]))
+        else:
+            share = min(len(out_ch[f.src]) / out_bytes[f.src], len(in_ch[f.dst]) / in_bytes[f.dst])
+            limit = math.ceil(rate * w * share)
         out.append(min(cap, limit) if cap else limit)
     return out
 
