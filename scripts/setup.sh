@@ -30,6 +30,14 @@ else
   check="import phantora, bridge, torch, numpy, zmq, msgpack"
   done_already=$( (fresh "$core_stamp" || fresh "$dev_stamp") && echo 1 || true)
 fi
+# A .venv linked from another working tree (a private clone sharing a checkout's venv) is that tree's: installing
+# here would point its editable phantora at this clone for everyone who uses it. Leave it alone; PYTHONPATH=$ROOT
+# runs this tree's code with it.
+venv_home=$(dirname "$(readlink -f .venv)")
+if [ -L .venv ] && [ "$venv_home" != "$(pwd -P)" ] && [ -z "$done_already" ]; then
+  echo "[setup] .venv links to $(readlink -f .venv): phantora not reinstalled into it (PYTHONPATH=$ROOT runs this tree's code)" >&2
+  done_already=1
+fi
 if [ -z "$done_already" ]; then
   if [ "$MODE" = dev ]; then
     echo "[setup] installing phantora with its dev and frameworks extras into .venv (pytest, ruff, mypy, ray," \
