@@ -33,7 +33,7 @@ from bridge.transport import (
     token_ok,
     write_endpoint_file,
 )
-from phantora.netsim.cut_windows import PeerReport
+from phantora.netsim.cut_windows import NEVER, PeerReport
 
 PEER_TIMEOUT_S = 60.0  # silence from a peer inside a run after which it is taken for dead
 MAX_BATCH_BYTES = 1 << 30
@@ -126,16 +126,27 @@ class ZmqPeers:
             self.rejected += 1
             return
         try:
-            rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]))
+            rel = msg.get("rel", (NEVER, NEVER))
+            key = tuple(int(x) for x in msg.get("key", ()))
+            rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]), int(rel[0]), int(rel[1]), key)
             self._early[(int(msg["seq"]), g)] = rep
         except (KeyError, TypeError, ValueError):  # a malformed report, even from a known peer, is dropped and counted
             self.rejected += 1
 
-    def exchange(self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes]) -> list[PeerReport]:
+    def exchange(
+        self,
+        seq: int,
+        next_ns: int,
+        min_arrival: int,
+        batches: Mapping[int, bytes],
+        releases: tuple[int, int] = (NEVER, NEVER),
+        key: tuple[int, ...] = (),
+    ) -> list[PeerReport]:
         """`phantora.netsim.cut_windows.Peers.exchange` over the sockets."""
         for g, sock in self._peers.items():
             sock.send(msgpack.packb({"k": "win", "seq": seq, "next": next_ns, "arr": min_arrival,
-                                     "batch": batches.get(g, b"")}))  # fmt: skip
+                                     "batch": batches.get(g, b""), "rel": list(releases),
+                                     "key": list(key)}))  # fmt: skip
         out: list[PeerReport] = []
         waiting = [g for g in self._peers]
         limit = self._first_timeout_s if seq == 0 else self.timeout_s

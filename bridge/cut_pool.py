@@ -1,7 +1,8 @@
 """Parallel packet simulation across cut cables in worker processes (issue 38): start, wait, merge.
 
-`run_partitioned` runs a batch of flows (no dependencies: each flow's start is known; `run_partitioned_batches`:
-batches each submitted at its own time, as `phantora netsim` has them) on `config.partition` worker processes
+`run_partitioned` runs a batch of flows (`run_partitioned_batches`: batches each submitted at its own time, as
+`phantora netsim` has them; dependencies name earlier flows, and a dependency completed in one worker releases its
+dependent in another by a cut-link message) on `config.partition` worker processes
 (`bridge.cut_worker`), local, in a private run directory (0700) with a fresh token; the workers exchange their
 cut-link messages peer to peer (`bridge.cut_peers`), not through this process. This process only waits: a worker
 that exits non-zero ends the run at once, the others killed (ours, by pid), with an error naming it and its last
@@ -10,8 +11,9 @@ them; FCT records, PFC frames, CE marks, CNPs, drops and trims in one keyed engi
 event that made each (`phantora.netsim.record_order`); transport counters and channel counters added (each is counted by
 the worker that owns its end, zero elsewhere); the counters of `stats` added, its peaks and the fabric's constants
 the largest (`PEAK_STATS`), its settings (text) the first worker's, and the switch links' load recomputed from the
-merged channels. The end of the run (`now`) is one engine's after `finish()`: the last sender's last ACK, the latest
-FCT record's end.
+merged channels. A completion's start is its FCT record's (the sender's worker starts the flow; its receiver's worker
+knows the start of a flow without dependencies only). The end of the run (`now`) is one engine's after `finish()`:
+the last sender's last ACK, the latest FCT record's end.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,7 +32,6 @@ import msgpack
 from bridge.columns import completions_from_columns, flows_to_columns
 from bridge.runspec import topology_to_dict
 from bridge.transport import make_run_dir, new_token, remove_run_dir
-from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
@@ -95,8 +96,8 @@ def _last_words(log: Path) -> str:
 def run_partitioned(
     topology: Topology, config: PacketConfig, flows: Sequence[Flow], until: int | None = None
 ) -> PartitionResult:
-    """Run `flows` (all submitted at 0, no dependencies) on `config.partition` workers until `until` ns (every
-    event at or before it) or, with None, until nothing is left anywhere."""
+    """Run `flows` (all submitted at 0) on `config.partition` workers until `until` ns (every event at or before
+    it) or, with None, until nothing is left anywhere."""
     return run_partitioned_batches(topology, config, [(0, flows)], until)
 
 
@@ -113,7 +114,6 @@ def run_partitioned_batches(
     n = config.partition
     if n < 1:
         raise ValueError("run_partitioned: set partition=N (N >= 1) in the config")
-    refuse_dependencies(f for _, batch in batches for f in batch)
     root = make_run_dir()
     token = new_token()
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
@@ -140,18 +140,6 @@ def run_partitioned_batches(
     return res
 
 
-def refuse_dependencies(flows: Iterable[Flow]) -> None:
-    """Partition workers take flows whose start is known: a flow with dependencies is refused, named (the driver's
-    rounds that would release it are not built)."""
-    for f in flows:
-        if f.deps:
-            raise InputError(
-                f"partition=N runs flows without dependencies so far: flow {f.id} depends on {list(f.deps)[:4]} "
-                "(replay, live runs and workloads need the driver's rounds: not built)",
-                field="partition",
-            )
-
-
 def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -> None:
     """Wait for every worker, at most `timeout_s`; the first to fail ends the run, named."""
     deadline = time.monotonic() + timeout_s
@@ -176,7 +164,14 @@ def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -
 
 
 def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> PartitionResult:
-    done = sorted((c for o in outs for c in completions_from_columns(o["done"])), key=lambda c: (c.end_ns, c.flow_id))
+    ties = [0]
+    fct = _merged(outs, "fct", FctLine, ties)
+    starts = {r.flow_id: r.start_ns for r in fct}  # the sender's: a receiver's worker does not see a release
+    done = sorted(
+        (dataclasses.replace(c, start_ns=starts.get(c.flow_id, c.start_ns))
+         for o in outs for c in completions_from_columns(o["done"])),
+        key=lambda c: (c.end_ns, c.flow_id),
+    )  # fmt: skip
     transport: dict[int, list[int]] = {}
     for o in outs:
         for fid, *vals in o["transport"]:
@@ -193,8 +188,6 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
                 have[8] = max(have[8], row[8])
     stats = _merged_stats([o["stats"] for o in outs])
     stats.update(switch_link_load(topology, {c: row[4] for c, row in channels.items()}))  # row[4]: bytes sent
-    ties = [0]
-    fct = _merged(outs, "fct", FctLine, ties)
     pfc = _merged(outs, "pfc", PfcEvent, ties)
     marks = _merged(outs, "marks", EcnMark, ties)
     cnps = _merged(outs, "cnps", CnpEvent, ties)

@@ -194,6 +194,9 @@ class FakeNet:
     def CutAdvanceTo(self, ns: int) -> None:  # noqa: N802
         self.now = ns
 
+    def CutReleaseBounds(self, floor_ns: int) -> list[int]:  # noqa: N802
+        return [-1, -1]  # no flow with a dependency in another worker
+
 
 class ScriptedPeer:
     """The other worker, played back from its own FakeNet run in lockstep (its reports, computed alike)."""
@@ -203,7 +206,9 @@ class ScriptedPeer:
         self.pending: bytes = b""
         self.arr = NEVER
 
-    def exchange(self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes]) -> list[PeerReport]:
+    def exchange(
+        self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes], *_: Any, **__: Any
+    ) -> list[PeerReport]:
         theirs = self.net.NextEventTime()
         report = PeerReport(1, NEVER if theirs < 0 else theirs, self.arr, self.pending)
         if batches.get(1):
@@ -387,16 +392,18 @@ def test_the_commands_engine_refuses_partition_rather_than_run_one_engine() -> N
 
 @pytest.mark.ns3
 def test_a_worker_engine_refuses_what_is_not_split_by_owner() -> None:
-    """A worker takes no flow dependencies (the driver releases them) and no run call (its windows are driven
-    by its caller); it runs with no peers only through the window calls."""
+    """A worker takes a flow's dependencies only if added before it (each worker must know where every dependency
+    completes) and no run call (its windows are driven by its caller); it runs with no peers only through the
+    window calls."""
     from phantora.netsim.packet import Ns3Simulator
 
     cfg = PacketConfig(partition=2, partition_worker=0, scheduler=KEYED_SCHEDULER)
     eps = TOPO.endpoints
     with Ns3Simulator(TOPO, cfg) as sim:
         sim.submit([Flow(1, eps[0], eps[15], 1000)], 0)
-        with pytest.raises(InputError, match="without dependencies"):
-            sim.submit([Flow(2, eps[0], eps[15], 1000, deps=(1,))], 0)
+        sim.submit([Flow(2, eps[0], eps[15], 1000, deps=(1,))], 0)
+        with pytest.raises(InputError, match="flow 3: depends on flow 4, not added before it"):
+            sim.submit([Flow(3, eps[0], eps[15], 1000, deps=(4,)), Flow(4, eps[1], eps[14], 1000)], 0)
         with pytest.raises(Exception, match="runs in windows driven by its caller"):
             sim._net.RunUntil(1000)
         assert int(sim._net.CutGroups()) == 2 and int(sim._net.CutStats()[0]) > 0

@@ -1,5 +1,5 @@
-"""`phantora netsim --network ns3 --set partition=N` (issue 38): a flow file on N worker processes, the files of
-one keyed engine; what the workers cannot do yet is refused in one line naming it.
+"""`phantora netsim --network ns3 --set partition=N` (issue 38): a flow file or a workload on N worker processes,
+the files of one keyed engine; what the workers cannot do yet is refused in one line naming it.
 
 The default tests check the refusals and the defaults without starting a worker; the slow one runs the 8-to-1
 cross-leaf incast of docs/packet-model.md on 2 workers and on one keyed engine and compares the files byte for
@@ -42,14 +42,6 @@ def test_queue_sampling_is_refused_naming_the_field(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err.strip()
     assert "field 'partition'" in err and "queue_sample_ns" in err and "Traceback" not in err
     assert len(err.splitlines()) == 1
-
-
-def test_flows_with_dependencies_are_refused_naming_the_file(capsys: pytest.CaptureFixture[str]) -> None:
-    """A workload is one flow DAG: its dependencies need the driver's rounds (not built)."""
-    wl = ROOT / "workloads" / "rail_allreduce.toml"
-    assert main([*NETSIM, "-f", str(wl), *KEYED, "--set", "partition=2"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert str(wl) in err and "field 'partition'" in err and "depends on" in err and "Traceback" not in err
 
 
 def test_a_scenario_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

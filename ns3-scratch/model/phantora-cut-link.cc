@@ -57,7 +57,15 @@ class Reader {
 }  // namespace
 
 namespace {
-constexpr uint32_t kForgetLink = UINT32_MAX;  ///< a batch message's cable field for "sender done"
+constexpr uint32_t kForgetLink = UINT32_MAX;       ///< a batch message's cable field for "sender done"
+constexpr uint32_t kReleaseLink = UINT32_MAX - 1;  ///< ... for "a dependency of this flow completed"
+constexpr uint32_t kDoneLink = UINT32_MAX - 2;     ///< ... for "complete at its receiver"
+
+void PutKey(std::vector<uint8_t>& out, const PhantoraOrderKey& k) {
+  Put(out, k.schedTs);
+  Put(out, k.node);
+  Put(out, k.count);
+}
 }  // namespace
 
 PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self)
@@ -142,6 +150,33 @@ void PhantoraCutLink::SendForget(uint64_t flow, uint32_t node, uint64_t atNs) {
   m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
 }
 
+void PhantoraCutLink::SendRelease(uint64_t flow, uint32_t node, uint64_t atNs, const PhantoraOrderKey& event,
+                                  uint32_t seq, const PhantoraOrderKey& key, uint64_t landNs) {
+  std::vector<uint8_t>& out = OutboxFor(node);
+  const std::size_t start = out.size();
+  m_minArrival = std::min(m_minArrival, landNs);
+  Put(out, atNs);
+  Put(out, kReleaseLink);
+  Put(out, node);
+  Put(out, flow);
+  PutKey(out, event);
+  Put(out, seq);
+  PutKey(out, key);
+  ++m_messages;
+  ++m_releases;
+  m_bytes += out.size() - start;
+}
+
+void PhantoraCutLink::SendDone(uint64_t flow, uint32_t node, uint64_t atNs) {
+  std::vector<uint8_t>& out = OutboxFor(node);
+  Put(out, atNs);
+  Put(out, kDoneLink);
+  Put(out, node);
+  Put(out, flow);
+  ++m_messages;
+  m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
+}
+
 std::vector<uint8_t> PhantoraCutLink::TakeOutbox(uint32_t group) {
   std::vector<uint8_t> out;
   out.swap(m_outboxes.at(group));
@@ -169,6 +204,32 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
                                     ", not this worker's");
       }
       m_forget(flow, node, arriveNs);
+      continue;
+    }
+    if (link == kReleaseLink || link == kDoneLink) {
+      const auto node = r.Get<uint32_t>();
+      const auto flow = r.Get<uint64_t>();
+      const bool release = link == kReleaseLink;
+      if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) ||
+          !(release ? static_cast<bool>(m_release) : static_cast<bool>(m_done))) {
+        throw std::invalid_argument(std::string("cut-link batch: a ") + (release ? "release" : "done") +
+                                    " message for node " + std::to_string(node) + ", not this worker's");
+      }
+      if (!release) {
+        m_done(flow, arriveNs);
+        continue;
+      }
+      PhantoraOrderKey keys[2];
+      uint32_t seq = 0;
+      for (PhantoraOrderKey& k : keys) {
+        k.schedTs = r.Get<uint64_t>();
+        k.node = r.Get<uint32_t>();
+        k.count = r.Get<uint32_t>();
+        if (&k == keys) {
+          seq = r.Get<uint32_t>();
+        }
+      }
+      m_release(flow, arriveNs, keys[0], seq, keys[1]);
       continue;
     }
     const auto toEnd = r.Get<uint8_t>();

@@ -26,7 +26,9 @@ namespace ns3 {
  *
  * Worker (`self` a group): this engine runs that group's nodes only; the outboxes (one per destination group)
  * are taken between windows by the caller and sent to the other workers, whose batches come in by Deliver().
- * A batch may also carry a flow's "sender done" (SendForget): its receiver forgets the flow on delivery.
+ * A batch may also carry a flow's "sender done" (SendForget): its receiver forgets the flow on delivery; a
+ * dependency's completion for a flow whose sender another worker runs (SendRelease, with the order keys one
+ * engine's ScheduleStart would take); and a flow's completion at its receiver for its sender (SendDone).
  */
 class PhantoraCutLink final : public PhantoraWindowHook {
  public:
@@ -52,6 +54,22 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   uint64_t TakeMinArrival();
   /// Called on delivery of a forget message: (flow, receiver node, sender's ns).
   void SetForget(std::function<void(uint64_t, uint32_t, uint64_t)> f) { m_forget = std::move(f); }
+
+  /// A dependency of flow `flow` (its sender `node`, in another group) completed at `atNs`, in the event whose
+  /// order key is `event` (RunningKey), the `seq`-th its worker ran in that ns; `key` is the order key that event took for the flow's start (TakeKey, as one engine's
+  /// ScheduleStart). `landNs`: the least ns the start can be at (the message's arrival, for the windows).
+  void SendRelease(uint64_t flow, uint32_t node, uint64_t atNs, const PhantoraOrderKey& event, uint32_t seq,
+                   const PhantoraOrderKey& key, uint64_t landNs);
+  /// Flow `flow` (its sender `node`, in another group) is complete at its receiver: its sender's worker stops
+  /// counting it in its release bounds.
+  void SendDone(uint64_t flow, uint32_t node, uint64_t atNs);
+  /// Called on delivery of a release message: (flow, completion ns, completion event's key (RunningKey), the
+  /// events its worker ran in that ns up to it, start key).
+  using ReleaseFn =
+      std::function<void(uint64_t, uint64_t, const PhantoraOrderKey&, uint32_t, const PhantoraOrderKey&)>;
+  void SetRelease(ReleaseFn f) { m_release = std::move(f); }
+  /// Called on delivery of a done message: (flow, its completion ns).
+  void SetDone(std::function<void(uint64_t, uint64_t)> f) { m_done = std::move(f); }
   uint32_t NumGroups() const { return static_cast<uint32_t>(m_outboxes.size()); }
   uint32_t GroupOf(uint32_t node) const { return m_groups.at(node); }
   /// Queue the arrivals of a batch of messages (TakeOutbox()'s bytes); throws on a malformed batch.
@@ -59,6 +77,8 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   /// Loopback: deliver the outbox here.
   void Barrier() override;
 
+  /// Release messages sent so far.
+  uint64_t Releases() const { return m_releases; }
   uint64_t Messages() const { return m_messages; }
   uint64_t MessageBytes() const { return m_bytes; }
   uint64_t Barriers() const { return m_barriers; }
@@ -72,9 +92,12 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   std::vector<std::vector<uint8_t>> m_outboxes;  ///< by destination group
   uint64_t m_minArrival = UINT64_MAX;
   std::function<void(uint64_t, uint32_t, uint64_t)> m_forget;
+  ReleaseFn m_release;
+  std::function<void(uint64_t, uint64_t)> m_done;
   uint32_t m_cut = 0;
   uint64_t m_lookahead = 0;
   uint64_t m_messages = 0;
+  uint64_t m_releases = 0;
   uint64_t m_bytes = 0;
   uint64_t m_barriers = 0;
 };

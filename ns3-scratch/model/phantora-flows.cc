@@ -100,7 +100,12 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
     throttleOnDone.erase(pending);
   }
   auto dit = dependents.find(id);
-  if (dit != dependents.end()) {
+  if (dit != dependents.end() && Worker()) {
+    for (uint64_t j : dit->second) {
+      ReleaseFrom(id, j);
+    }
+    dependents.erase(dit);
+  } else if (dit != dependents.end()) {
     for (uint64_t j : dit->second) {
       FlowState& g = flows.at(j);
       g.readyNs = std::max(g.readyNs, now);
@@ -121,8 +126,182 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
     Simulator::Stop();
   }
   if (!Owns(f.src)) {  // a worker with the receiver only: nothing more happens to this flow here
+    const auto info = depInfo.find(id);
+    if (info != depInfo.end() && info->second.hasCross) {  // its sender's worker stops bounding its completion
+      cut->SendDone(id, f.src, static_cast<uint64_t>(now));
+    }
     flows.erase(it);
   }
+}
+
+void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, const std::vector<uint64_t>& deps) {
+  const std::string where = "flow " + std::to_string(f.id) + ": ";
+  std::vector<uint64_t> distinct;
+  for (uint64_t d : deps) {
+    if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) {
+      distinct.push_back(d);
+    }
+  }
+  if (!distinct.empty() && cutRan) {
+    throw std::invalid_argument(where + "a partition worker (partition.Worker) takes flows with dependencies "
+                                        "before its first window only");
+  }
+  const uint32_t group = cutGroups[f.src];
+  for (uint64_t d : distinct) {
+    const auto it = depInfo.find(d);
+    if (it == depInfo.end()) {
+      throw std::invalid_argument(where + "depends on flow " + std::to_string(d) +
+                                  ", not added before it (a partition worker needs its dependencies first)");
+    }
+    f.cross = f.cross || cutGroups[it->second.completer] != group;
+  }
+  for (uint64_t d : distinct) {
+    DepInfo& di = depInfo.at(d);
+    if (Owns(di.completer)) {
+      dependents[d].push_back(f.id);
+    }
+    if (cutGroups[di.completer] != group) {
+      di.hasCross = true;
+      if (Owns(di.src)) {
+        crossBy[d].push_back(CrossDependent{f.submitNs, f.delayNs});
+      }
+    }
+  }
+  if (Owns(f.src)) {
+    f.pending = static_cast<uint32_t>(distinct.size());
+    f.deps = distinct;
+  }
+  depInfo[f.id] = DepInfo{f.src, completer, f.cross, false, f.submitNs, f.delayNs};
+}
+
+void PhantoraNetwork::Impl::ReleaseFrom(uint64_t dep, uint64_t id) {
+  const DepInfo& j = depInfo.at(id);
+  const int64_t now = NowNs();
+  if (!Owns(j.src)) {  // another worker starts it: the keys one engine's ScheduleStart would take, as a message
+    PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+    const PhantoraOrderKey event = sim->RunningKey();
+    const PhantoraOrderKey key = sim->TakeKey();
+    const int64_t land = std::max(now, j.submitNs) + (throttles.empty() ? j.delayNs : 0);
+    cut->SendRelease(id, j.src, static_cast<uint64_t>(now), event, sim->RanAtNow(), key,
+                     static_cast<uint64_t>(land));
+    return;
+  }
+  if (j.cross) {
+    PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+    const PhantoraOrderKey event = sim->RunningKey();
+    Release(id, now, event, sim->RanAtNow(), sim->TakeKey(), false);
+    return;
+  }
+  FlowState& g = flows.at(id);  // every dependency completes here: as one engine
+  g.readyNs = std::max(g.readyNs, now);
+  if (--g.pending == 0) {
+    ScheduleStart(g);
+  }
+}
+
+namespace {
+/// (ns, event key, events run in that ns in its worker) of a release: the last in one engine's order starts the
+/// flow. Two workers never run events of one key; one worker's releases of one key (an event and those that ran
+/// right after it, before its key) go by its count.
+bool ReleaseBefore(int64_t ns, const PhantoraOrderKey& event, uint32_t seq, int64_t ns2,
+                   const PhantoraOrderKey& event2, uint32_t seq2) {
+  if (ns != ns2) {
+    return ns < ns2;
+  }
+  if (KeyBefore(event, event2) || KeyBefore(event2, event)) {
+    return KeyBefore(event, event2);
+  }
+  return seq < seq2;
+}
+}  // namespace
+
+void PhantoraNetwork::Impl::Release(uint64_t id, int64_t ns, const PhantoraOrderKey& event, uint32_t seq,
+                                    const PhantoraOrderKey& key, bool remote) {
+  auto it = flows.find(id);
+  if (it == flows.end() || it->second.pending == 0) {
+    throw std::runtime_error("flow " + std::to_string(id) + ": a release for a flow this partition worker does not "
+                             "wait to start");
+  }
+  FlowState& g = it->second;
+  g.readyNs = std::max(g.readyNs, ns);
+  if (!g.hasLast || ReleaseBefore(g.lastNs, g.lastEvent, g.lastSeq, ns, event, seq)) {
+    g.hasLast = true;
+    g.lastNs = ns;
+    g.lastEvent = event;
+    g.lastSeq = seq;
+    g.lastKey = key;
+  }
+  if (--g.pending > 0) {
+    return;
+  }
+  PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  const int64_t at = StartTime(g);
+  const bool lockstep = sim->Lockstep(static_cast<uint64_t>(at));  // one worker at a time: in order by construction
+  if (remote && !lockstep && at == g.lastNs && g.lastEvent.schedTs == static_cast<uint64_t>(at)) {
+    throw std::runtime_error("flow " + std::to_string(id) + ": released at " + std::to_string(at) +
+                             " ns with no delay by an event scheduled in that very ns in another partition worker "
+                             "(a chain of one ns across workers: not split exactly yet; run it on one engine)");
+  }
+  if (remote && (at < NowNs() || (!lockstep && sim->RanPast(static_cast<uint64_t>(at), g.lastKey)))) {
+    throw std::runtime_error("flow " + std::to_string(id) + ": its last dependency's release (completed at " +
+                             std::to_string(ns) + " ns in another partition worker) starts it at " +
+                             std::to_string(at) + " ns, behind its worker's clock (" + std::to_string(NowNs()) +
+                             " ns): a window ran too far");
+  }
+  g.startAt = at;
+  sim->ScheduleKeyedAt(static_cast<uint64_t>(at), g.src, g.lastKey, MakeEvent(&Impl::StartFlow, this, id));
+}
+
+int64_t PhantoraNetwork::Impl::CompletionLb(FlowState& f, int64_t now, int64_t floor) {
+  // Not yet complete at a receiver this engine runs: after now. At another worker's receiver it may have completed
+  // since `floor` already, unless bytes are still to send.
+  int64_t ns = Owns(f.dst) ? now + 1 : floor;
+  uint64_t sent = 0;
+  uint64_t bps = 0;
+  if (f.size > 0 && f.src != f.dst && fabric->GetNode(f.src).nic->SendProgress(f.id, sent, bps) && bps > 0) {
+    if (f.minPropNs < 0) {
+      f.minPropNs = static_cast<int64_t>(fabric->MinPropagationNs(f.src, f.dst));
+    }
+    // The last byte is not sent yet: it leaves the NIC once every unsent byte has (from Now() - 1 at the
+    // earliest: a packet may start up to 999 ps back to back with the previous one), then propagates.
+    const uint64_t unsent = f.size - std::min(sent, f.size);
+    if (unsent > 0) {
+      const auto txNs = static_cast<int64_t>(static_cast<unsigned __int128>(unsent) * 8'000'000'000ULL / bps);
+      ns = std::max(ns, now - 2 + txNs + f.minPropNs);
+    }
+  }
+  return ns;
+}
+
+int64_t PhantoraNetwork::Impl::FlowLb(uint64_t id, int64_t floor, std::unordered_map<uint64_t, int64_t>& memo) {
+  const auto done = doneEnd.find(id);
+  if (done != doneEnd.end()) {
+    return done->second;
+  }
+  const auto it = flows.find(id);
+  if (it == flows.end() || !Owns(it->second.src)) {
+    return floor;  // another worker starts it (or it is done there): nothing better known here
+  }
+  const auto m = memo.find(id);
+  if (m != memo.end()) {
+    return m->second;
+  }
+  FlowState& f = it->second;
+  const int64_t network = f.size > 0 && f.src != f.dst ? 1 : 0;
+  int64_t lb;
+  if (f.startNs >= 0) {
+    lb = CompletionLb(f, NowNs(), floor);
+  } else if (f.startAt >= 0) {
+    lb = f.startAt + network;
+  } else {
+    lb = std::max({f.submitNs, f.readyNs, floor});
+    for (uint64_t d : f.deps) {
+      lb = std::max(lb, FlowLb(d, floor, memo));
+    }
+    lb += (throttles.empty() ? f.delayNs : 0) + network;
+  }
+  memo[id] = lb;
+  return lb;
 }
 
 void PhantoraNetwork::Impl::ForgetAtReceiver(uint64_t flow, uint32_t node) {
@@ -198,11 +377,16 @@ int64_t PhantoraNetwork::Impl::Stretch(uint32_t node, int64_t readyNs, int64_t w
   }
 }
 
-void PhantoraNetwork::Impl::ScheduleStart(FlowState& f) {
+int64_t PhantoraNetwork::Impl::StartTime(const FlowState& f) const {
   const int64_t ready = std::max(f.submitNs, f.readyNs);
   const bool marker = f.size == 0 && f.src == f.dst && f.delayNs > 0 && !throttles.empty();
   const int64_t delay = marker && !unthrottled.count(f.id) ? Stretch(f.src, ready, f.delayNs) : f.delayNs;
-  const int64_t at = ready + delay;
+  return ready + delay;
+}
+
+void PhantoraNetwork::Impl::ScheduleStart(FlowState& f) {
+  const int64_t at = StartTime(f);
+  f.startAt = at;
   const Time in = NanoSeconds(std::max<int64_t>(at - NowNs(), 0));
   const PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   if (sim && sim->Keyed()) {
@@ -281,10 +465,6 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   if (src != dst && !s.routesCut && !s.fabric->GetRoutes()->Reachable(src, dst)) {  // routes cut: it stalls
     throw std::invalid_argument(where + "no route from " + std::to_string(src) + " to " + std::to_string(dst));
   }
-  if (s.Worker() && !deps.empty()) {
-    throw std::invalid_argument(where + "a partition worker (partition.Worker) takes flows without dependencies "
-                                        "(the driver releases them)");
-  }
   Impl::FlowState f;
   f.id = id;
   f.src = src;
@@ -302,8 +482,18 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
     f.dport = dport;
     f.sport = 10000 + s.nextSport[{src, dst}]++;
   }
+  const uint32_t completer = sizeBytes == 0 || src == dst ? src : dst;  // the node whose event completes it
+  if (s.Worker()) {
+    s.AddWorkerDeps(f, completer, deps);
+    if (!s.Owns(src) && !s.Owns(completer)) {  // a worker without either end (its sport is counted above)
+      if (deps.empty()) {
+        s.SkipStartKey();
+      }
+      return;
+    }
+  }
   std::unordered_set<uint64_t> seen;
-  for (uint64_t d : deps) {
+  for (uint64_t d : s.Worker() ? std::vector<uint64_t>{} : deps) {
     if (!seen.insert(d).second) {
       continue;
     }
@@ -315,19 +505,16 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
       ++f.pending;
     }
   }
-  // An empty flow completes at its start, in its sender's worker: a worker with its receiver only keeps nothing.
-  if (!s.Owns(src) && (!s.Owns(dst) || sizeBytes == 0)) {  // (a worker without either end: its sport is counted)
-    s.SkipStartKey();
-    return;
-  }
   auto [it, ok] = s.flows.emplace(id, f);
   ++s.submitted;
-  if (s.Owns(sizeBytes == 0 ? src : dst)) {  // in flight: until it completes (at its receiver, if it has bytes)
+  if (s.Owns(completer)) {  // in flight: until it completes (at its receiver)
     ++s.inFlight;
   }
   if (!s.Owns(src)) {  // the receiver only: expect it now (no packet of it can arrive before it starts)
     s.fabric->GetNode(dst).nic->ExpectFlow(id, f.size, f.lossBudget);
-    s.SkipStartKey();
+    if (deps.empty()) {
+      s.SkipStartKey();
+    }
   } else if (it->second.pending == 0) {
     s.ScheduleStart(it->second);
   }
@@ -336,6 +523,9 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
 void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
   Impl& s = Need();
   auto it = s.flows.find(id);
+  if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
+    return;  // a partition worker with neither end of it
+  }
   if (it == s.flows.end() || it->second.startNs >= 0) {
     throw std::invalid_argument("flow " + std::to_string(id) + ": SetLossBudget on a flow not waiting to start");
   }
@@ -348,6 +538,9 @@ void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
 void PhantoraNetwork::SetMaxRate(uint64_t id, uint64_t bps) {
   Impl& s = Need();
   auto it = s.flows.find(id);
+  if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
+    return;  // a partition worker with neither end of it
+  }
   if (it == s.flows.end() || it->second.startNs >= 0) {
     throw std::invalid_argument("flow " + std::to_string(id) + ": SetMaxRate on a flow not waiting to start");
   }
@@ -358,6 +551,9 @@ void PhantoraNetwork::SetMaxRate(uint64_t id, uint64_t bps) {
 void PhantoraNetwork::SetConnection(uint64_t id, uint64_t conn) {
   Impl& s = Need();
   auto it = s.flows.find(id);
+  if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
+    return;  // a partition worker with neither end of it
+  }
   if (it == s.flows.end() || it->second.startNs >= 0) {
     throw std::invalid_argument("flow " + std::to_string(id) + ": SetConnection on a flow not waiting to start");
   }

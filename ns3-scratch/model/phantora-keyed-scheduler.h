@@ -21,10 +21,21 @@ namespace ns3 {
 struct PhantoraOrderKey {
   static constexpr uint32_t kCaller = 0xffffffff;     ///< `node` of the caller's events (between runs)
   static constexpr uint32_t kNoContext = 0xfffffffe;  ///< `node` of events scheduled by a context-less event
+  /// `node` of a partition worker's running key in a lockstep round (its `count` the round): the workers run
+  /// the events of one time step one worker at a time, in one engine's order, and the rounds give that order.
+  static constexpr uint32_t kLockstep = 0xfffffffd;
   uint64_t schedTs = 0;                            ///< time step at which the event was scheduled
   uint32_t node = kCaller;                         ///< the scheduling node
   uint32_t count = 0;                              ///< the scheduling node's count of events scheduled before
 };
+
+/// True if `a` orders before `b` among events of one time step (schedTs, then node, then count).
+inline bool KeyBefore(const PhantoraOrderKey& a, const PhantoraOrderKey& b) {
+  if (a.schedTs != b.schedTs) {
+    return a.schedTs < b.schedTs;
+  }
+  return a.node != b.node ? a.node < b.node : a.count < b.count;
+}
 
 /**
  * Events by (time, order key): the next 8,192 ns in a wheel of 1 ns slots, each slot in key order (a slot's new

@@ -39,6 +39,31 @@ class PhantoraNetwork::Impl {
     uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (SetMaxRate; 0 = none)
     uint64_t conn = 0;        ///< connection (SetConnection; 0 = a queue pair of its own)
     int64_t minPropNs = -1;  ///< least propagation to dst (CompletionBounds), once asked
+    int64_t startAt = -1;    ///< the ns its start is queued for, once queued
+    // A partition worker's flow with a dependency completed in another group (cross): its start takes the order
+    // key of its last dependency's completion in one engine's order, (ns, that event's key, the key it took).
+    bool cross = false;
+    bool hasLast = false;
+    int64_t lastNs = 0;
+    PhantoraOrderKey lastEvent;
+    uint32_t lastSeq = 0;
+    PhantoraOrderKey lastKey;
+    std::vector<uint64_t> deps;  ///< a partition worker's starter: its dependencies (release bounds)
+  };
+
+  /// What every partition worker knows of every flow (for the dependencies between workers).
+  struct DepInfo {
+    uint32_t src;        ///< its sender: that node's worker starts it
+    uint32_t completer;  ///< the node whose event completes it: its receiver, its sender if of no bytes or to itself
+    bool cross;          ///< a dependency of it completes in another group than its sender's
+    bool hasCross;       ///< a flow of another group's sender depends on it
+    int64_t submitNs;
+    int64_t delayNs;
+  };
+  /// Flows a cross flow `j` depends on, by id: (j's submit ns, j's delay), for the release bounds.
+  struct CrossDependent {
+    int64_t submitNs;
+    int64_t delayNs;
   };
 
   Impl();
@@ -54,6 +79,25 @@ class PhantoraNetwork::Impl {
   /// no bytes or to itself: its FCT record) merge in one engine's order.
   void SkipStartKey();
   void StartFlow(uint64_t id);
+  /// The ns flow `f`'s start is due at (its dependencies' completion and its delay, stretched by throttles).
+  int64_t StartTime(const FlowState& f) const;
+  /// A partition worker at flow `id`'s AddFlow: record what it needs of the dependencies `deps` (every worker
+  /// gets every flow); throws naming the flow for a dependency not added yet, or added after the windows began.
+  void AddWorkerDeps(FlowState& f, uint32_t completer, const std::vector<uint64_t>& deps);
+  /// A partition worker: dependency `dep` of flow `id` completed now, in this worker (DataComplete).
+  void ReleaseFrom(uint64_t dep, uint64_t id);
+  /// A partition worker starting cross flow `id`: one of its dependencies completed at `ns` in the event with
+  /// key `event` (RunningKey; the `seq`-th its worker ran in that ns), which took `key` for the start; the last
+  /// in one engine's order queues the start with its key. `remote`: from another worker (checked against the
+  /// clock; one whose completion event was itself scheduled in that ns and that lands in it is refused).
+  void Release(uint64_t id, int64_t ns, const PhantoraOrderKey& event, uint32_t seq, const PhantoraOrderKey& key,
+               bool remote);
+  /// The least ns a started flow of this engine completes at its receiver (CompletionBounds); `floor`: the least
+  /// ns a completion at another worker's receiver not yet known here can have.
+  int64_t CompletionLb(FlowState& f, int64_t now, int64_t floor);
+  /// A lower bound on the ns flow `id` completes at, if not yet (a flow this worker does not start: `floor`, the
+  /// least ns a completion not yet known here can have).
+  int64_t FlowLb(uint64_t id, int64_t floor, std::unordered_map<uint64_t, int64_t>& memo);
   bool Busy() const { return !flows.empty(); }
 
   Ptr<PhantoraFabric> fabric;
@@ -72,6 +116,9 @@ class PhantoraNetwork::Impl {
   /// A worker's receiver `node` learns that flow `flow`'s sender is done (another worker's SenderDone).
   void ForgetAtReceiver(uint64_t flow, uint32_t node);
   std::unique_ptr<PhantoraCutLink> cut;  ///< the cut-link path, from Finalize on
+  std::unordered_map<uint64_t, DepInfo> depInfo;  ///< a partition worker: every flow added
+  std::unordered_map<uint64_t, std::vector<CrossDependent>> crossBy;  ///< a worker's started flows with cross dependents
+  bool cutRan = false;  ///< a partition worker ran a window (flows with dependencies come before)
 
   std::unordered_map<uint64_t, FlowState> flows;  // submitted, not done at both ends
   std::unordered_map<uint64_t, std::vector<uint64_t>> dependents;

@@ -220,6 +220,11 @@ void PhantoraNetwork::Finalize() {
                                     "switch at once and is not split by owner: set it to 0");
       }
       s.cut->SetForget([impl](uint64_t flow, uint32_t node, uint64_t) { impl->ForgetAtReceiver(flow, node); });
+      s.cut->SetRelease([impl](uint64_t flow, uint64_t ns, const PhantoraOrderKey& event, uint32_t seq,
+                               const PhantoraOrderKey& key) {
+        impl->Release(flow, static_cast<int64_t>(ns), event, seq, key, true);
+      });
+      s.cut->SetDone([impl](uint64_t flow, uint64_t ns) { impl->doneEnd[flow] = static_cast<int64_t>(ns); });
     }
   } else if (s.Worker()) {
     throw std::invalid_argument("partition.Worker: needs partition.Groups");
@@ -618,7 +623,70 @@ PhantoraCutLink& PhantoraNetwork::Worker(const char* what) const {
 
 void PhantoraNetwork::CutRunBefore(int64_t endNs) {
   Worker("CutRunBefore");
+  Need().cutRan = true;
   PhantoraSimulatorImpl::Current()->RunBefore(static_cast<uint64_t>(std::max<int64_t>(endNs, 0)));
+}
+
+void PhantoraNetwork::CutRunThrough(int64_t ns) {
+  Worker("CutRunThrough");
+  Need().cutRan = true;
+  PhantoraSimulatorImpl::Current()->RunBefore(static_cast<uint64_t>(std::max<int64_t>(ns, 0)), true);
+}
+
+void PhantoraNetwork::CutLockstep(int64_t ns, uint32_t round) {
+  Worker("CutLockstep");
+  PhantoraSimulatorImpl::Current()->SetLockstep(static_cast<uint64_t>(ns), round);
+}
+
+uint64_t PhantoraNetwork::CutRunLeast(int64_t ns, const std::vector<int64_t>& limit) {
+  PhantoraCutLink& cut = Worker("CutRunLeast");
+  Need().cutRan = true;
+  PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  PhantoraOrderKey lim;
+  if (limit.size() == 3) {
+    lim = PhantoraOrderKey{static_cast<uint64_t>(limit[0]), static_cast<uint32_t>(limit[1]),
+                           static_cast<uint32_t>(limit[2])};
+  } else if (!limit.empty()) {
+    throw std::invalid_argument("CutRunLeast: the limit is a key (schedTs, node, count) or empty");
+  }
+  const uint64_t releases = cut.Releases();
+  uint64_t ran = 0;
+  while (cut.Releases() == releases && sim->RunOneAt(static_cast<uint64_t>(ns), limit.empty() ? nullptr : &lim)) {
+    ++ran;
+  }
+  return ran;
+}
+
+std::vector<int64_t> PhantoraNetwork::CutNextKey() const {
+  Worker("CutNextKey");
+  uint64_t ts = 0;
+  PhantoraOrderKey key;
+  if (!PhantoraSimulatorImpl::Current()->PeekNextKeyed(ts, key)) {
+    return {};
+  }
+  return {static_cast<int64_t>(ts), static_cast<int64_t>(key.schedTs), key.node, key.count};
+}
+
+std::vector<int64_t> PhantoraNetwork::CutReleaseBounds(int64_t floorNs) {
+  Worker("CutReleaseBounds");
+  Impl& s = Need();
+  const int64_t now = floorNs;
+  int64_t later = -1;
+  int64_t same = -1;
+  std::unordered_map<uint64_t, int64_t> memo;
+  for (const auto& [id, js] : s.crossBy) {
+    const auto it = s.flows.find(id);
+    if (it == s.flows.end() || it->second.dataDone || s.doneEnd.count(id)) {
+      continue;
+    }
+    const int64_t done = s.FlowLb(id, now, memo);
+    for (const Impl::CrossDependent& j : js) {
+      const int64_t land = std::max(j.submitNs, done) + (s.throttles.empty() ? j.delayNs : 0);
+      int64_t& slot = land > done ? later : same;
+      slot = slot < 0 ? land : std::min(slot, land);
+    }
+  }
+  return {later, same};
 }
 
 void PhantoraNetwork::CutAdvanceTo(int64_t ns) {
@@ -699,22 +767,7 @@ std::vector<FlowBound> PhantoraNetwork::CompletionBounds() {
     if (f.startNs < 0 || f.dataDone) {
       continue;
     }
-    int64_t ns = now + 1;
-    uint64_t sent = 0;
-    uint64_t bps = 0;
-    if (f.size > 0 && f.src != f.dst && s.fabric->GetNode(f.src).nic->SendProgress(id, sent, bps) && bps > 0) {
-      if (f.minPropNs < 0) {
-        f.minPropNs = static_cast<int64_t>(s.fabric->MinPropagationNs(f.src, f.dst));
-      }
-      // The last byte is not sent yet: it leaves the NIC once every unsent byte has (from Now() - 1 at the
-      // earliest: a packet may start up to 999 ps back to back with the previous one), then propagates.
-      const uint64_t unsent = f.size - std::min(sent, f.size);
-      if (unsent > 0) {
-        const auto txNs = static_cast<int64_t>(static_cast<unsigned __int128>(unsent) * 8'000'000'000ULL / bps);
-        ns = std::max(ns, now - 2 + txNs + f.minPropNs);
-      }
-    }
-    out.push_back(FlowBound{id, ns});
+    out.push_back(FlowBound{id, s.CompletionLb(f, now, now + 1)});
   }
   return out;
 }

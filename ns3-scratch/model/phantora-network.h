@@ -266,11 +266,29 @@ class PhantoraNetwork {
 
   // A partition worker (params partition.Groups and partition.Worker G; keyed mode): this engine runs group G's
   // nodes only. Its windows are driven by the caller, which exchanges the cut-link batches with the other workers
-  // (phantora.netsim.cut_windows). Flows: each worker is given every flow (AddFlow, no dependencies: the driver
-  // releases them) and keeps the ends it owns: the sender's start and its FCT record, the receiver's completion.
+  // (phantora.netsim.cut_windows). Flows: each worker is given every flow (AddFlow, dependencies before their
+  // dependents, before the first window) and keeps the ends it owns: the sender's start and its FCT record, the
+  // receiver's completion; a dependency completed in another worker releases its dependent by a message.
 
   /// Run every event before `endNs` (one window); the clock stays at the last event run.
   void CutRunBefore(int64_t endNs);
+  /// Run every event before `ns` and the events of `ns` scheduled before `ns` (those that order before any event
+  /// scheduled at `ns`, such as the start of a flow released at `ns` by another worker).
+  void CutRunThrough(int64_t ns);
+  /// The least ns at which a flow another worker starts can be released by a flow this worker starts (its
+  /// dependency), as two bounds: [0] over releases that land after their dependency's completion ns (a delay or a
+  /// later submit time), [1] over those that may land in that very ns; -1 for none. The windows end before them.
+  /// `floorNs`: no dependency completes in another worker before it (the last window's start: a release not yet
+  /// delivered was made in that window).
+  std::vector<int64_t> CutReleaseBounds(int64_t floorNs);
+  /// The events of `ns` run in lockstep rounds from now on (each worker's records then carry the round, which
+  /// orders them); `round` is the round that runs next (the same in every worker).
+  void CutLockstep(int64_t ns, uint32_t round);
+  /// A lockstep round: run the events of `ns` while they order before `limit` (the least key at `ns` of every
+  /// other worker, (schedTs, node, count); empty: none), stopping after one that sends a release; the count run.
+  uint64_t CutRunLeast(int64_t ns, const std::vector<int64_t>& limit);
+  /// The next event's (ns, schedTs, node, count); empty if none.
+  std::vector<int64_t> CutNextKey() const;
   /// Move the clock to `ns` (no event pending before it), as RunUntil(ns) leaves one engine.
   void CutAdvanceTo(int64_t ns);
   /// The batch of messages for group `group` since the last call (empty if none; bytes in a string, which

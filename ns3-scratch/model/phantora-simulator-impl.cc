@@ -111,9 +111,13 @@ void PhantoraSimulatorImpl::SetWindow(PhantoraWindowHook* hook, uint64_t lookahe
   m_windowEnd = 0;
 }
 
-void PhantoraSimulatorImpl::RunBefore(uint64_t endTs) {
+void PhantoraSimulatorImpl::RunBefore(uint64_t endTs, bool scheduledBefore) {
   NS_ABORT_MSG_IF(!m_keyed || m_window, "RunBefore needs the keyed mode without loopback windows");
-  while (!EventsEmpty() && m_keyed->PeekNext().key.m_ts < endTs) {
+  while (!EventsEmpty()) {
+    const uint64_t ts = m_keyed->PeekNext().key.m_ts;
+    if (ts > endTs || (ts == endTs && !(scheduledBefore && m_keyed->PeekNextKey().schedTs < endTs))) {
+      break;
+    }
     ProcessOneKeyed();
   }
   m_stop = false;
@@ -189,7 +193,15 @@ void PhantoraSimulatorImpl::ProcessOneEvent() {
 
 void PhantoraSimulatorImpl::ProcessOneKeyed() {
   if (m_keepKey) {
-    m_runningKey = m_keyed->PeekNextKey();  // the event RemoveNext() gives
+    // The event RemoveNext() gives; within a time step, the largest key run so far (an event scheduled for this
+    // very step can order before its parent and runs right after it: it takes its parent's place).
+    const PhantoraOrderKey& k = m_keyed->PeekNextKey();
+    const uint64_t ts = m_keyed->PeekNext().key.m_ts;
+    if (ts == m_lockTs) {
+      m_runningKey = PhantoraOrderKey{ts, PhantoraOrderKey::kLockstep, m_lockRound};
+    } else if (ts != m_currentTs || m_ranNow.empty() || KeyBefore(m_runningKey, k)) {
+      m_runningKey = k;
+    }
   }
   const Scheduler::Event next = m_events->RemoveNext();
   NS_ASSERT(next.key.m_ts >= m_currentTs);

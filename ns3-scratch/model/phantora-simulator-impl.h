@@ -87,8 +87,9 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// records carry it).
   void KeepRunningKey() { m_keepKey = true; }
   /// Keyed mode with KeepRunningKey: the order key of the event running now, the order one engine runs the
-  /// events of its time step in. Outside an event: (now, kCaller, the caller's next count), after every event
-  /// the caller scheduled so far.
+  /// events of its time step in (an event that ran before its parent's key, scheduled for the same step, takes
+  /// the largest key run in the step so far: it ran right after it). Outside an event: (now, kCaller, the
+  /// caller's next count), after every event the caller scheduled so far.
   PhantoraOrderKey RunningKey() const {
     return m_inEvent ? m_runningKey : PhantoraOrderKey{m_currentTs, PhantoraOrderKey::kCaller, m_callerCount};
   }
@@ -98,8 +99,41 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// returns. nullptr: no windows.
   void SetWindow(PhantoraWindowHook* hook, uint64_t lookaheadNs);
   /// Keyed mode, a partition worker's window (its windows are driven from outside): run every event before
-  /// time step `endTs`, ignoring Stop(); the clock stays at the last event run.
-  void RunBefore(uint64_t endTs);
+  /// time step `endTs` (with `scheduledBefore`, also the events of `endTs` scheduled before it: every event that
+  /// orders before one scheduled at `endTs`), ignoring Stop(); the clock stays at the last event run.
+  void RunBefore(uint64_t endTs, bool scheduledBefore = false);
+  /// Keyed mode with KeepRunningKey: the events of time step `ts` run in lockstep rounds (partition workers, one
+  /// at a time); the running key of an event of `ts` is then (ts, kLockstep, `round`).
+  void SetLockstep(uint64_t ts, uint32_t round) {
+    m_lockTs = ts;
+    m_lockRound = round;
+  }
+  /// The events of time step `ts` run in lockstep rounds.
+  bool Lockstep(uint64_t ts) const { return m_lockTs == ts; }
+  /// Run the next event if it is at time step `ts` and, with `limit`, orders before it; false if none is.
+  bool RunOneAt(uint64_t ts, const PhantoraOrderKey* limit) {
+    if (EventsEmpty() || m_keyed->PeekNext().key.m_ts != ts || (limit && !KeyBefore(m_keyed->PeekNextKey(), *limit))) {
+      return false;
+    }
+    ProcessOneKeyed();
+    return true;
+  }
+  /// The next event's time step and key; false if none.
+  bool PeekNextKeyed(uint64_t& ts, PhantoraOrderKey& key) const {
+    if (EventsEmpty()) {
+      return false;
+    }
+    ts = m_keyed->PeekNext().key.m_ts;
+    key = m_keyed->PeekNextKey();
+    return true;
+  }
+  /// Events run at the current time step so far (the running one included).
+  uint32_t RanAtNow() const { return static_cast<uint32_t>(m_ranNow.size()); }
+  /// Keyed mode with KeepRunningKey: an event that orders after (`ts`, `key`) has run already, so an event
+  /// queued now at `ts` with `key` would run out of one engine's order.
+  bool RanPast(uint64_t ts, const PhantoraOrderKey& key) const {
+    return m_currentTs > ts || (m_currentTs == ts && !m_ranNow.empty() && KeyBefore(key, m_runningKey));
+  }
   /// Keyed mode: move the clock to `ts` without running an event (none may be pending before it), as a
   /// worker ends RunUntil(ts) that one engine ends with its stop event.
   void AdvanceTo(uint64_t ts);
@@ -142,6 +176,8 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   bool m_inEvent = false;                     ///< keyed mode: an event is running (else the caller schedules)
   bool m_keepKey = false;                     ///< keyed mode: keep m_runningKey (KeepRunningKey)
   PhantoraOrderKey m_runningKey;              ///< keyed mode with m_keepKey: the running event's key
+  uint64_t m_lockTs = UINT64_MAX;             ///< keyed mode: the time step run in lockstep rounds (SetLockstep)
+  uint32_t m_lockRound = 0;                   ///< ... and the round running
   std::vector<uint32_t> m_nodeCount;          ///< keyed mode: events scheduled so far, per node
   uint32_t m_callerCount = 0;                 ///< keyed mode: events the caller scheduled
   uint32_t m_noContextCount = 0;              ///< keyed mode: events scheduled by events without a context

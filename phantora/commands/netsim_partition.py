@@ -3,8 +3,9 @@
 The batches of the flow file (each at its own start time, no dependencies) run on `bridge.cut_pool`'s workers,
 one switch group each, and their records come back merged as one keyed engine's (`--set
 scheduler=ns3::PhantoraKeyedScheduler`): the same FCTs, PFC frames, CNPs, CE marks, drops, transport and channel
-counters, so the same files. What the workers cannot do yet is refused, naming it: flows with dependencies (a
-workload's DAG), a scenario, queue sampling (`PacketConfig` refuses queue_sample_ns > 0 with partition).
+counters, so the same files. A workload's flow DAG runs too: a dependency completed in one worker releases its
+dependent in another (`phantora.netsim.cut_windows`). What the workers cannot do yet is refused, naming it: a
+scenario, queue sampling (`PacketConfig` refuses queue_sample_ns > 0 with partition).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class FlowInput(Protocol):
 
 def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: Any = None) -> dict[str, Any]:
     """`_run_ns3`'s result from `engine.packet.partition` worker processes."""
-    from bridge.cut_pool import refuse_dependencies, run_partitioned_batches
+    from bridge.cut_pool import run_partitioned_batches
 
     config = engine.packet
     if scenario is not None:
@@ -51,10 +52,6 @@ def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: 
             "run it on one engine (partition=0)",
             field="--scenario",
         )
-    try:
-        refuse_dependencies(inp.flows)
-    except InputError as exc:
-        raise InputError(f"{exc.message} ({inp.fmt} input)", file=str(inp.path), field="partition") from None
     res = run_partitioned_batches(topo, config, inp.batches, None, inp.dports)
     ran = config.with_updates(ecmp_hash=config.ecmp_hash or topo.ecmp_hash)  # as each worker's engine runs it
     done = {c.flow_id: c for c in res.completions}

@@ -12,6 +12,14 @@ the messages it sent. Every worker then knows the same global next time G (the l
 starts at G, so stretches where nothing happens anywhere cost one window, not one per L (the least-next-time
 rule). A run to time T ends when G > T; with no limit, when nothing is left anywhere (G = NEVER).
 
+Flows with dependencies: a dependency that completes in one worker releases a flow another worker starts by a
+message (PhantoraNetwork, keyed as one engine's start), and the start may fall in the very ns of the completion,
+under the lookahead. So each worker also reports the least ns a release it can cause may land at
+(`CutReleaseBounds`: after its completion's ns, or in it), and the window ends before the least of them: before
+ns A when a release lands after its completion, or through the events of ns A scheduled before A (`CutRunThrough`:
+a release made at A orders after them) when it may land at A; then the rest of that ns (see `window_end`). A
+release that still lands behind its worker's clock is an error there, never a silent difference.
+
 The exchange itself (ZeroMQ, msgpack, the run's token, receive timeouts) is `bridge.cut_peers`; this module is
 the loop, independent of the transport.
 """
@@ -34,14 +42,26 @@ class PeerReport:
     next_ns: int  # its next event before this barrier's deliveries, NEVER if none
     min_arrival: int  # the least arrival time of every message it sent in the window, NEVER if none
     batch: bytes  # its messages for this worker (PhantoraNetwork::CutDeliver's bytes)
+    release_later: int = NEVER  # least ns a release it causes lands at, after its dependency's completion ns
+    release_same: int = NEVER  # ... in its dependency's completion ns
+    next_key: tuple[int, ...] = ()  # a lockstep round's: its next event's (ns, schedTs, node, count), () if none
 
 
 class Peers(Protocol):
     """The other workers of the partition."""
 
-    def exchange(self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes]) -> list[PeerReport]:
-        """Send each other worker its batch with our next time and least arrival; return every other worker's
-        report for barrier `seq` (raises naming the worker that does not answer in time)."""
+    def exchange(
+        self,
+        seq: int,
+        next_ns: int,
+        min_arrival: int,
+        batches: Mapping[int, bytes],
+        releases: tuple[int, int] = (NEVER, NEVER),
+        key: tuple[int, ...] = (),
+    ) -> list[PeerReport]:
+        """Send each other worker its batch with our next time, least arrival, release bounds (later, same) and, in
+        a lockstep round, our next event's key; return every other worker's report for barrier `seq` (raises
+        naming the worker that does not answer in time)."""
         ...
 
 
@@ -54,6 +74,7 @@ class WindowStats:
     bytes_out: int = 0  # message bytes sent to other workers
     run_cpu_s: float = 0.0  # CPU in ns-3 (CutRunBefore)
     exchange_wall_s: float = 0.0  # wall time in the exchanges (waiting for the slowest worker included)
+    lockstep_rounds: int = 0  # rounds of one ns run one worker at a time (zero-delay releases across workers)
 
 
 def _next(net: Any) -> int:
@@ -61,9 +82,56 @@ def _next(net: Any) -> int:
     return NEVER if t < 0 else t
 
 
+def _releases(net: Any, floor_ns: int) -> tuple[int, int]:
+    later, same = (int(x) for x in net.CutReleaseBounds(floor_ns))
+    return (NEVER if later < 0 else later, NEVER if same < 0 else same)
+
+
+BEFORE, THROUGH, LOCKSTEP = "before", "through", "lockstep"
+
+
+def window_end(glob: int, lookahead_ns: int, later: int, same: int, through: int) -> tuple[int, str]:
+    """How the window from `glob` ends: (ns, BEFORE) runs every event before ns; (ns, THROUGH) also the events of
+    ns scheduled before it (`CutRunThrough`); (glob, LOCKSTEP) runs the rest of ns glob in lockstep rounds, one
+    worker at a time (`CutRunLeast`). `later` / `same`: the least ns a release lands at after / in its
+    dependency's completion ns (bounds below `glob` count as `glob`: nothing runs before it); `through`: the ns
+    whose events scheduled before it ran in the last window (then a release may still come from an event
+    scheduled in that ns, in a zero-delay chain: the rest of it runs in lockstep)."""
+    code = 2 * (glob + lookahead_ns)  # 2 x ns: before ns; 2 x ns + 1: through ns
+    if later != NEVER:
+        code = min(code, 2 * later if later > glob else 2 * glob + 1)
+    if same != NEVER:
+        code = min(code, 2 * max(same, glob) + 1)
+    if code == 2 * glob + 1 and through == glob:
+        return glob, LOCKSTEP
+    return code // 2, THROUGH if code % 2 else BEFORE
+
+
+def _lockstep_round(net: Any, peers: Peers, group: int, glob: int, stats: WindowStats) -> None:
+    """One lockstep round of ns `glob`: every worker says the key of its next event (after this barrier's
+    deliveries); the one with the least at `glob` runs its events of `glob` while they order before every other
+    worker's, stopping after one that releases a flow elsewhere (`CutRunLeast`): one engine's order, one worker
+    at a time. Its records carry the round (every worker counts the same exchanges)."""
+    mine = tuple(int(x) for x in net.CutNextKey())
+    t0 = time.perf_counter()
+    reports = peers.exchange(stats.exchanges, NEVER, NEVER, {}, key=mine)
+    stats.exchange_wall_s += time.perf_counter() - t0
+    stats.exchanges += 1
+    net.CutLockstep(glob, stats.exchanges)
+    keys = {r.group: r.next_key for r in reports}
+    keys[group] = mine
+    at = {g: tuple(k[1:]) for g, k in keys.items() if k and k[0] == glob}
+    if at and min(at, key=lambda g: at[g]) == group:
+        others = [k for g, k in at.items() if g != group]
+        net.CutRunLeast(glob, list(min(others)) if others else [])
+    stats.lockstep_rounds += 1
+
+
 def warm_up(net: Any, group: int, groups: int) -> None:
     """Call each window method of `net` once, doing nothing (cppyy's first-call cost, kept out of the figures)."""
     net.CutRunBefore(0)
+    net.CutReleaseBounds(0)
+    net.CutNextKey()
     for g in range(groups):
         if g != group:
             net.CutTakeOutbox(g)
@@ -85,10 +153,12 @@ def run_windows(
         raise ValueError(f"partition worker {group}: lookahead must be > 0 ns, got {lookahead_ns}")
     batches: dict[int, bytes] = {}
     min_arrival = NEVER
+    start = through = lock = -1  # the last window's start; the ns it ran through (CutRunThrough); in lockstep
     while True:
         mine = _next(net)
+        later, same = _releases(net, max(start, 0))
         t0 = time.perf_counter()
-        reports = peers.exchange(stats.exchanges, mine, min_arrival, batches)
+        reports = peers.exchange(stats.exchanges, mine, min_arrival, batches, (later, same))
         stats.exchange_wall_s += time.perf_counter() - t0
         stats.exchanges += 1
         glob = min(mine, min_arrival)
@@ -96,11 +166,25 @@ def run_windows(
             if r.batch:
                 net.CutDeliver(r.batch)
             glob = min(glob, r.next_ns, r.min_arrival)
+            later, same = min(later, r.release_later), min(same, r.release_same)
         if glob == NEVER or (until is not None and glob > until):
             break
-        end = min(glob + lookahead_ns, NEVER) if until is None else min(glob + lookahead_ns, until + 1)
+        end, how = window_end(glob, lookahead_ns, later, same, through)
+        if lock == glob:
+            how = LOCKSTEP  # a ns begun in lockstep ends in it (its records carry rounds)
+        if until is not None and end > until:
+            end, how = until + 1, BEFORE
+        end = min(end, NEVER)
+        start = glob
+        through = end if how == THROUGH else glob if how == LOCKSTEP else -1
         c0 = time.process_time()
-        net.CutRunBefore(end)
+        if how == LOCKSTEP:
+            lock = glob
+            _lockstep_round(net, peers, group, glob, stats)
+        elif how == THROUGH:
+            net.CutRunThrough(end)
+        else:
+            net.CutRunBefore(end)
         stats.run_cpu_s += time.process_time() - c0
         stats.windows += 1
         batches = {}

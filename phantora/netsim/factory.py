@@ -109,8 +109,8 @@ def refuse_partition(config: Any) -> None:
     """partition=N is not an engine of the commands yet: say so rather than run one engine instead."""
     if config.partition and config.partition_worker < 0:
         raise InputError(
-            f"partition={config.partition} (worker processes across cut cables) runs flows without dependencies "
-            "so far: phantora netsim with a flow file (bridge.cut_pool.run_partitioned); phantora run, replay and "
+            f"partition={config.partition} (worker processes across cut cables) runs batch runs so far: phantora "
+            "netsim with a flow file or a workload (bridge.cut_pool.run_partitioned); phantora run, replay and "
             "nccl-tests do not drive it yet",
             field="partition",
         )

@@ -169,7 +169,8 @@ class PacketConfig:
     partition_loopback: int = 0
     # Engine (issue 38): parallel packet simulation across cut cables in this many worker processes, one switch
     # group each, exchanging the cut-link messages peer to peer in barrier windows (bridge.cut_pool; batch runs
-    # of flows without dependencies so far). Keyed mode; its results are that mode's one engine's. 0 = off.
+    # of flows, with dependencies, so far: phantora netsim). Keyed mode; its results are that mode's one engine's.
+    # 0 = off.
     partition: int = 0
     # Set by the pool in each worker's config: the group this engine runs (-1: not a partition worker).
     partition_worker: int = -1
