@@ -222,7 +222,7 @@ def main() -> None:
     p.add_argument("--topo", nargs="*", default=["2host", "4host", "4x1"], choices=["2host", "4host", "4x1"])
     p.add_argument("--granularity", choices=GRANULARITIES, default="coarse")
     p.add_argument("--tolerance", type=float, default=0.02, help="ns-3 against the flow network (default 2%%)")
-    p.add_argument("--only", default=None, help="run the cases whose test contains this string")
+    p.add_argument("--only", nargs="+", default=None, help="run the cases whose test contains one of these strings")
     args = p.parse_args()
     print("| fabric | test | size | NCCL_* | algo/proto/ch | flows | wire B | closed form B | ns-3 B | flow us | "
           "goodput us | ns-3 us | ns-3/goodput | closed form us | flow/closed | ns-3 wall s | check |")  # fmt: skip
@@ -240,7 +240,7 @@ def main() -> None:
         ids = dict.fromkeys(sims, 0)
         try:
             for case in cases(name):
-                if args.only and args.only not in case.test:
+                if args.only and not any(word in case.test for word in args.only):
                     continue
                 row = run_case(name, topo, sims, ids, case, args.granularity)
                 print_row(row, args.tolerance)

@@ -191,21 +191,6 @@ def test_chunked_nvls_runs_nccls_loops_in_coarse_time() -> None:
     assert chunked == pytest.approx(coarse, rel=1e-3)
 
 
-def test_chunked_pat_sends_its_rounds_in_nccls_chunks() -> None:
-    """PAT reduce-scatter of 16 MiB over 4 nodes of one H100 (4 channels): the chunk is the 512 KiB Simple step,
-    halved while chunk x 4 x 16 > 16 MiB (256 KiB); the rounds send 2 then 1 blocks of 4 MiB: 32 + 16 chunks a
-    rank, in the coarse rounds' time (each sender's steps at its rate, the next round after the last)."""
-    from phantora.topology import leaf_spine
-
-    topo = leaf_spine(2, 2, 2, gpus_per_host=1, uplink_rate="400Gbps", gpu="h100")
-    coll = Collective("reduce_scatter", tuple(range(4)), 16 * MiB, "fp32")
-    coarse, chunked, flows0, flows1, choice = coarse_and_chunked(coll, topo, NCCL_ALGO="PAT")
-    assert (choice["algorithm"], choice["channels"]) == ("PAT", 4)
-    assert len(flows1) == 4 * (32 + 16) and {f.size for f in flows1} == {256 * KiB}
-    assert sum(f.size for f in flows1) == sum(f.size for f in flows0) == 4 * 3 * 4 * MiB
-    assert chunked == pytest.approx(coarse, rel=5e-3)
-
-
 @pytest.mark.parametrize(("size", "env", "net_chunk"), [(MiB, {"NCCL_P2P_NET_CHUNKSIZE": "16384"}, 8 * KiB),
                                                        (16 * MiB, {}, 128 * KiB)])  # fmt: skip
 def test_chunked_all_to_all_moves_each_part_in_p2p_steps(size: int, env: dict, net_chunk: int) -> None:
@@ -240,3 +225,32 @@ def test_chunked_sendrecv_and_nvls_tree_keep_coarse_time() -> None:
     assert choice["algorithm"] == "NVLSTree" and len(flows1) > len(flows0)
     assert sum(f.size for f in flows1) == sum(f.size for f in flows0)
     assert chunked == pytest.approx(coarse, rel=5e-3)
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "group", "size"), [("all_to_all", RANKS, MiB), ("send_recv", (0, 2), 4 * MiB)])
+def test_packet_mode_carries_p2p_steps(ns3_lib, kind: str, group: tuple[int, ...], size: int) -> None:
+    """Chunked p2p steps (all-to-all and send/recv across the 2 x 2 hosts): ns-3 delivers every flow, one message
+    a step, with every byte coarse carries, within 2% of the flow network at the packets' goodput."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+
+    topo = TOPO
+    coll = Collective(kind, group, size, "fp32")
+    dag = decompose(coll, topo, opts("chunked"))
+    coarse = decompose(coll, topo, opts("coarse"))
+    assert len(dag.flows) > len(coarse.flows)
+    assert sum(f.size for f in dag.flows) == sum(f.size for f in coarse.flows)
+    times = {}
+    for name, spec in (("flow", EngineSpec(network="flow", flow_goodput=True)), ("ns3", EngineSpec(network="ns3"))):
+        sim = make_engine(spec, topo)
+        try:
+            sim.submit(dag.flows, at=0)
+            done = sim.drain()
+        finally:
+            sim.close()
+        assert len(done) == len(dag.flows)
+        assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
+        times[name] = max(c.end_ns for c in done)
+    assert times["ns3"] == pytest.approx(times["flow"], rel=0.02)

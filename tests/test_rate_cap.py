@@ -280,17 +280,3 @@ def test_reuse_tells_a_capped_episode_from_an_uncapped_one(ns3_lib) -> None:
     sim.close()
     assert took[1] > 5 * took[0] and took[2] == took[1]
     assert stats["reuse_served"] == 1 and stats["reuse_recorded"] == 2
-
-
-def test_messages_of_one_connection_share_its_cap() -> None:
-    """Capped flows with the same `Flow.conn` are messages of one queue pair, which the packet engine sends one
-    after another at the cap: in flight together they share it (two of S bytes end at 2 S / cap), while flows
-    of two connections each run at their own cap (S / cap), and a flow without a connection keeps its own."""
-    size, cap = 1_000_000, 10 * G
-    shared = run(star(2), [Flow(1, 0, 1, size, rate_bps=cap, conn=7), Flow(2, 0, 1, size, rate_bps=cap, conn=7)])
-    assert shared[1][1] == shared[2][1] == tx_ns(2 * size, cap) + 2 * LAT
-    apart = run(star(2), [Flow(1, 0, 1, size, rate_bps=cap, conn=7), Flow(2, 0, 1, size, rate_bps=cap, conn=9)])
-    alone = run(star(2), [Flow(1, 0, 1, size, rate_bps=cap), Flow(2, 0, 1, size, rate_bps=cap)])
-    assert apart == alone == {1: (0, tx_ns(size, cap) + 2 * LAT), 2: (0, tx_ns(size, cap) + 2 * LAT)}
-    later = run(star(2), [Flow(1, 0, 1, size, rate_bps=cap, conn=7), Flow(2, 0, 1, size, (1,), rate_bps=cap, conn=7)])
-    assert later[2][1] == later[1][1] + tx_ns(size, cap) + 2 * LAT  # one after another: the cap each, alone

@@ -151,19 +151,17 @@ class DagBuilder:
         deps: tuple[int, ...] = (),
         delay_ns: int = 0,
         origin: int | None = None,
-        window: int = 1,
     ) -> list[int]:
-        """A connection's messages in order (NCCL's steps of one channel): message c is posted once message
-        c - `window` has arrived (its buffer slot is free again: NCCL_STEPS slots), the first `window` once `deps`
-        have and `delay_ns` has passed; return their ids. The messages in flight share the connection's rate cap
-        (`Flow.conn`: the engines send a queue pair's messages one after another). One size: a plain `add`."""
+        """A connection's messages one after another (NCCL's steps of one channel, each once the one before has
+        arrived, so the connection carries one at a time at its rate cap; the flow network keeps no message order
+        within a connection, so messages in flight side by side would each move at the cap): the first waits for
+        `deps` and `delay_ns`; return their ids. One size: a plain `add`."""
         if len(sizes) <= 1:
             return [self.add(src, dst, sum(sizes), tag, channel, deps, delay_ns, origin)]
         out: list[int] = []
         for c, size in enumerate(sizes):
-            slot = c >= window
-            after = (out[c - window],) if slot else deps
-            out.append(self.add(src, dst, size, f"{tag}/chunk{c}", channel, after, 0 if slot else delay_ns, origin))
+            after = (out[-1],) if out else deps
+            out.append(self.add(src, dst, size, f"{tag}/chunk{c}", channel, after, 0 if out else delay_ns, origin))
         return out
 
     def _network(self, s: int, d: int) -> bool:

@@ -24,8 +24,9 @@ from phantora.collectives.tree import tree_flows
 from phantora.topology.model import Topology
 
 BARRIER_SLICE_BYTES = 1  # a barrier is a tree all-reduce of one byte
-# those whose flows `granularity=chunked` cuts into NCCL's steps (direct: NCCL's p2p, send/recv and all-to-all)
-CHUNKED_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree", "pat", "direct")
+# those whose flows `granularity=chunked` cuts into NCCL's steps (direct: NCCL's p2p, send/recv and all-to-all).
+# Not PAT: its rounds' many steps one after another would each wait a path's propagation in the flow network.
+CHUNKED_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree", "direct")
 
 
 def decompose(
@@ -144,7 +145,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         else:
             nvls_tree_flows(b, blocks, coll.nbytes, ch, loops)
     elif algo == "pat":
-        pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0)
+        pat_flows(b, kind, n, coll.nbytes)
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c, alternate) for c in range(ch)]
         in_turn = opts.model == "nccl"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from phantora.collectives.dag import DagBuilder, chunks_of, split
-from phantora.collectives.nccl.tables import NCCL_STEPS
 
 Relay = Callable[[int, int], "int | None"]  # (src, dst) position -> the position a transfer is relayed through
 ChannelMap = Callable[[int, int, int], list[int]]  # (src, dst, parts) -> the channel of each part (NCCL's p2p)
@@ -28,9 +27,9 @@ def _pair(
     """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
     part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
     relay's chunk pipeline). `channel_map` gives the parts NCCL's p2p channel ids (else 0..channels-1); the
-    flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, up to
-    NCCL_STEPS in flight (`DagBuilder.add_chunks`), on each hop of a relay side by side as coarse runs them (the
-    relay's first step's NVLink crossing is not charged)."""
+    flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, one after
+    another (`DagBuilder.add_chunks`), on each hop of a relay side by side as coarse runs them (the relay's first
+    step's NVLink crossing is not charged)."""
     via = relay(src, dst) if relay is not None else None
     ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
     step = chunk(src, dst, size) if chunk is not None else 0
@@ -39,10 +38,10 @@ def _pair(
         name = f"{tag}/ch{c}" if channels > 1 else tag
         sizes = chunks_of(part, step) if step else [part]
         if via is None:
-            out += b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=NCCL_STEPS)[-NCCL_STEPS:]
+            out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay)[-1])
         else:
-            out += b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=NCCL_STEPS)[-NCCL_STEPS:]
-            out += b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, NCCL_STEPS)[-NCCL_STEPS:]
+            out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay)[-1])
+            out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src)[-1])
     return out
 
 

@@ -8,18 +8,15 @@ Each rank sends (n - 1)/n S in all, as in a ring; a round waits for the sender's
 
 from __future__ import annotations
 
-from phantora.collectives.dag import DagBuilder, chunks_of, split
-from phantora.collectives.nccl.tables import NCCL_STEPS
+from phantora.collectives.dag import DagBuilder, split
 
 
-def pat_flows(b: DagBuilder, kind: str, n: int, nbytes: int, name: str = "pat", chunk: int = 0) -> None:
-    """The rounds of a PAT all-gather (kind "all_gather") or reduce-scatter over n positions. `chunk` (the chunked
-    granularity): each round's send is NCCL's steps of at most that many bytes, up to NCCL_STEPS in flight; the
-    next round waits for all of them."""
+def pat_flows(b: DagBuilder, kind: str, n: int, nbytes: int, name: str = "pat") -> None:
+    """The rounds of a PAT all-gather (kind "all_gather") or reduce-scatter over n positions."""
     block = split(nbytes, n)[0]
     sign = 1 if kind == "all_gather" else -1
-    last_send: list[tuple[int, ...]] = [()] * n
-    last_recv: list[tuple[int, ...]] = [()] * n
+    last_send: list[int | None] = [None] * n
+    last_recv: list[int | None] = [None] * n
     rounds = []
     dist = 1
     while dist < n:
@@ -30,12 +27,9 @@ def pat_flows(b: DagBuilder, kind: str, n: int, nbytes: int, name: str = "pat", 
     for k, (dist, count) in enumerate(rounds):
         sends = []
         for r in range(n):
-            deps = last_send[r] + last_recv[r]
+            deps = tuple(x for x in (last_send[r], last_recv[r]) if x is not None)
             dst = (r + sign * dist) % n
-            size = block * count
-            steps = chunks_of(size, chunk) if chunk else [size]
-            ids = b.add_chunks(r, dst, steps, f"{name}/round{k}", 0, deps, window=NCCL_STEPS)
-            sends.append((dst, tuple(ids[-NCCL_STEPS:])))
-        for r, (dst, tail) in enumerate(sends):
-            last_send[r] = tail
-            last_recv[dst] = tail
+            sends.append((dst, b.add(r, dst, block * count, f"{name}/round{k}", 0, deps)))
+        for r, (dst, fid) in enumerate(sends):
+            last_send[r] = fid
+            last_recv[dst] = fid

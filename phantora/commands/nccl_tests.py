@@ -88,8 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--granularity",
         choices=GRANULARITIES,
         default="coarse",
-        help="the calls' flows: coarse (default: one per connection and algorithm step) or chunked (NCCL's steps, "
-        "chunks and slices, each a message: the bursts a packet run sees; many more flows)",
+        help="the calls' flows: coarse (default: one per connection and algorithm step) or chunked (NCCL's passes, "
+        "steps and chunks, each a message: the bursts a packet run sees; many more flows)",
     )
     g = p.add_argument_group("nccl-tests flags")
     g.add_argument(

@@ -121,7 +121,6 @@ class FlowSimulator:
         self._pools: dict[tuple[int, ...], int] = {}  # adaptive: a layer of 2+ channels -> its pooled channel id
         self._pools_of: dict[int, list[int]] = {}  # adaptive: channel -> the pooled channels holding it
         self._free_caps: list[int] = []  # heap: pseudo-channels of rate caps, free for reuse (lowest id first)
-        self._conn_caps: dict[int, list[int]] = {}  # connection -> [its cap's pseudo-channel, flows on it]
         self._cap_channels = 0  # pseudo-channels of rate caps ever made
         if ecmp_hash is not None:
             try:
@@ -355,35 +354,6 @@ class FlowSimulator:
                 self._cap_arr = np.asarray(self._cap, dtype=np.float64)
         return hit
 
-    def _take_cap(self, f: Flow) -> int:
-        """The pseudo-channel of a capped flow starting now: its own, or, for a message of a connection
-        (`Flow.conn`) with others in flight, theirs: a connection's messages share its rate, as the packet
-        engine's queue pair sends them one after another at it (the largest cap among them)."""
-        if not f.conn:
-            return self._alloc_cap(f.rate_bps)
-        held = self._conn_caps.get(f.conn)
-        if held is None:
-            ch = self._alloc_cap(f.rate_bps)
-            self._conn_caps[f.conn] = [ch, 1]
-            return ch
-        ch = held[0]
-        held[1] += 1
-        value = f.rate_bps / 8e9
-        if value > self._cap[ch]:
-            self._cap[ch] = value
-            self._cap_arr[ch] = value
-        return ch
-
-    def _release_cap(self, f: Flow, ch: int) -> None:
-        """A capped flow's last byte left: free its pseudo-channel once no message of its connection holds it."""
-        held = self._conn_caps.get(f.conn) if f.conn else None
-        if held is not None:
-            held[1] -= 1
-            if held[1]:
-                return
-            del self._conn_caps[f.conn]
-        heapq.heappush(self._free_caps, ch)
-
     def _alloc_cap(self, rate_bps: int) -> int:
         """A private pseudo-channel of `rate_bps` payload bits/s (so bytes/ns as `_cap`, which is payload
         capacity): the lowest freed one, else a new id after every channel and pool made so far."""
@@ -426,7 +396,7 @@ class FlowSimulator:
                     continue
                 del self._active[fid]
                 if rec.cap_ch >= 0:
-                    self._release_cap(rec.flow, rec.cap_ch)
+                    heapq.heappush(self._free_caps, rec.cap_ch)
                 if rec.multi is None:
                     for c in rec.path:
                         self._bytes[c] += rec.flow.size
@@ -451,7 +421,7 @@ class FlowSimulator:
                     continue
                 cap_ch = -1
                 if f.rate_bps:
-                    cap_ch = self._take_cap(f)
+                    cap_ch = self._alloc_cap(f.rate_bps)
                     self._stats["capped_flows"] += 1
                 if self._multi:
                     multi = self.multi_route(f)
