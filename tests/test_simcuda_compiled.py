@@ -1,4 +1,5 @@
-"""The compiled per-op entry (simcuda/_fastop.c) as a rank's dispatch mode uses it, in one process, against closed forms.
+"""The compiled per-op entry (simcuda/_fastop.c) as a rank's dispatch mode uses it, in one process, against closed
+forms.
 
 Under the roofline model an element-wise add of two 2^20-element fp32 tensors moves 3 x 4 MiB through HBM: it takes
 ceil(12 MiB / bandwidth) ns plus the launch overhead, and its output holds 4 MiB of device memory until it dies; an
