@@ -104,3 +104,15 @@ def test_an_nvls_tree_head_moves_its_two_channels_worth_each_way_shared_by_its_t
     wide, _ = ring(topo, size, {"NCCL_MIN_CTAS": "24"}, algo="NVLSTree")
     top = max(cap for cap, _, _ in per_gpu_caps(crossing(topo, wide), "src").values())
     assert limit < top <= 1.5 * limit
+
+
+def test_a100_hosts_of_200g_keep_nccls_rate_below_the_channel_limit():
+    """2 DGX A100 hosts of 200G NICs, ring all-reduce of 1 GiB: NCCL's ring graph is 8 channels x 24 GB/s, algbw
+    192 x 16 / 30 = 102.4 GB/s, run on 16 channels, each network hop carrying 30/16 of S/16 in S / 102.4: 12 GB/s,
+    under the A100's channel limit of 21.5 x 1.41 / 1.98 = 15.31 GB/s, so every network flow keeps NCCL's rate
+    (the end-to-end A100 rows are not moved)."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="200Gbps", gpu="a100")
+    flows, _ = ring(topo, GiB, {})
+    net = crossing(topo, flows)
+    assert net
+    assert all(f.rate_bps == pytest.approx(12.0 * 8e9, rel=1e-3) for f in net)
