@@ -258,7 +258,7 @@ def main() -> None:
     # worker per group of pieces), the driver's serial time and each round's fixed cost (the free-core rounds).
     free = [r for n, r in rows[1:] if r["rounds"] and len(r["worker_cpu"]) <= (os.cpu_count() or 1)]
     per_round = min((r["round_wall"] - r["critical_wall"]) / r["rounds"] for r in free) if free else 0.0
-    serial = rows[0][1]["wall"]
+    serial = rows[0][1]["cpu"]  # (CPU, as the critical path: the wall moves with the load)
     print(
         f"\non paper (critical CPU of workers={len(finest['worker_cpu'])}, driver alone {finest['between']:.1f} s, "
         f"{1e3 * per_round:.2f} ms per round beyond its slowest worker x {finest['rounds']} rounds):"
@@ -270,7 +270,7 @@ def main() -> None:
             continue
         crit = finest["overlap"] + finest["between"] + per_round * finest["rounds"]
         note = "" if n == measured else f" (as workers={measured}: {pieces} pieces, the other workers idle)"
-        print(f"  {n:>3} workers: {crit:.1f} s vs one engine {serial:.1f} s: {serial / crit:.2f}x{note}")
+        print(f"  {n:>3} workers: {crit:.1f} s vs one engine {serial:.1f} CPU s: {serial / crit:.2f}x{note}")
 
 
 if __name__ == "__main__":
