@@ -12,7 +12,8 @@ the count per op (the loop's set-up and the switching cancel). The trace is off,
 - `--baseline REV`: the same for the tree at git revision REV (`git archive`), before this tree.
 - `--torch`: for scale, in the same run, plain torch.add of the two tensors' host data (no mode), and this tree's
   whole op as a program in a rank calls it: torch.add of the two cuda tensors under the rank's dispatch mode
-  (`ChargeMode`; the mode's own cost, torch's Python dispatch, counted too).
+  (`ChargeMode`; the mode's own cost, torch's Python dispatch, counted too); with `--baseline`, the whole op of
+  the tree before too.
 - `--variants`: this tree with parts switched off: no memory tracking (PHANTORA_MEMORY=off), the tracker's
   bookkeeping off (only the storage object and a weak reference with an empty callback are made), the caching
   allocator model off, no charge.
@@ -127,7 +128,11 @@ def main() -> None:
         script.write_text(textwrap.dedent(SCRIPT))
         runs: list[tuple[str, Path, str]] = []
         if args.baseline:
-            runs.append((f"before ({args.baseline})", export_revision(args.baseline, tmp / "baseline"), "as shipped"))
+            before = export_revision(args.baseline, tmp / "baseline")
+            runs.append((f"before ({args.baseline})", before, "as shipped"))
+            if args.torch:
+                whole = f"before ({args.baseline}), torch.add under the mode"
+                runs.append((whole, before, "through the dispatch mode"))
         runs.append(("this tree", ROOT, "as shipped"))
         if args.torch:
             runs.append(("plain torch.add (host tensors, no mode)", ROOT, "plain torch"))
