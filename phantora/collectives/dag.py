@@ -99,6 +99,7 @@ class DagBuilder:
     sent: MessageCounters = field(default_factory=dict)  # messages so far per connection (the run's, if given)
     flows: list[Flow] = field(default_factory=list)
     _conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (s, d, channel, qp) -> conn
+    whole: dict[int, int] = field(default_factory=dict)  # a queue pair's conn -> its connection's (its qp 0's)
 
     def add(
         self,
@@ -187,6 +188,7 @@ class DagBuilder:
         conn = self._conns.get((s, d, conn_key, qp), 0)
         if not conn:
             conn = self._conns[s, d, conn_key, qp] = connection_id(self.comm, s, d, conn_key, qp)
+            self.whole[conn] = connection_id(self.comm, s, d, conn_key) if qp else conn
         return Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn)
 
     def _next(self) -> int:

@@ -68,7 +68,8 @@ def decompose(
     if choice is not None:
         chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
         pipelined = opts.algorithm in ("tree", "chain")
-        dag.flows = shape(dag.flows, choice, coll.nbytes, topo, chunked=chunked, pipelined=pipelined)
+        whole = None if b.split_qps else b.whole  # messages on the queue pairs in turn: one connection's rate
+        dag.flows = shape(dag.flows, choice, coll.nbytes, topo, chunked=chunked, pipelined=pipelined, whole=whole)
         dag.choice = choice.to_dict()
     return dag
 

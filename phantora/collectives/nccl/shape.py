@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 
 from phantora.collectives.nccl.tuning import Choice
 from phantora.netsim.base import Flow
@@ -106,11 +107,20 @@ def _delay_ns(
 
 
 def shape(
-    flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool = False, pipelined: bool = False
+    flows: list[Flow],
+    choice: Choice,
+    nbytes: int,
+    topo: Topology,
+    chunked: bool = False,
+    pipelined: bool = False,
+    whole: Mapping[int, int] | None = None,
 ) -> list[Flow]:
     """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire.
     `chunked`: the flows are NCCL's steps and chunks (every algorithm), see `_delay_ns`; `pipelined`: a chunked
-    tree or chain, whose edges send their chunks one after another (see `_nvlink_uncapped`)."""
+    tree or chain, whose edges send their chunks one after another (see `_nvlink_uncapped`). `whole`: each queue
+    pair's `Flow.conn` -> its connection's, when a connection's messages take its queue pairs in turn
+    (NCCL_IB_QPS_PER_CONNECTION > 1 without NCCL_IB_SPLIT_DATA_ON_QPS): a message then has the whole connection's
+    rate; None: each queue pair carries its own part of every message, side by side (`DagBuilder.whole`)."""
     if not flows:
         return flows
     proto = choice.protocol
@@ -119,19 +129,20 @@ def shape(
         pair: dict[tuple[int, int], int] = defaultdict(int)  # a peer's transfer, over all of its channels
         for f in flows:
             pair[f.src, f.dst] += f.size
-        share = connection_wire(flows, wire) if chunked else wire  # what each flow's connection carries in all
+        share = connection_wire(flows, wire, whole) if chunked else wire  # what each flow's connection carries
         caps = [_peer_cap(f, w, pair[f.src, f.dst], choice, topo) for f, w in zip(flows, share, strict=True)]
         caps = _net_caps(flows, wire, caps, choice, topo, share)
     else:
         t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
-        key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: (f.src, f.dst, f.key))
+        conn = (lambda f: f.key) if whole is None else (lambda f: whole.get(f.conn, f.key))
+        key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: (f.src, f.dst, conn(f)))
         total: dict[object, int] = defaultdict(int)
         for f, w in zip(flows, wire, strict=True):
             total[key(f)] += w
         caps = [math.ceil(total[key(f)] * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0 for f in flows]
         if chunked and pipelined:
             caps = _nvlink_uncapped(flows, caps, topo)
-        caps = _channel_caps(flows, wire, caps, choice, topo, chunked)
+        caps = _channel_caps(flows, wire, caps, choice, topo, chunked, whole is not None)
     delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
     return [
         Flow(
@@ -152,14 +163,16 @@ def shape(
     ]
 
 
-def connection_wire(flows: list[Flow], wire: list[int]) -> list[int]:
+def connection_wire(flows: list[Flow], wire: list[int], whole: Mapping[int, int] | None = None) -> list[int]:
     """Each flow's connection's wire bytes over all its messages (chunked p2p: a transfer's part is its channel's
-    steps, which share the connection's rate, `Flow.conn`; a queue pair of a connection is a connection of its
-    own, side by side with the others); a flow without a connection: its own bytes."""
+    steps, one after another on the connection, `Flow.conn`; a queue pair of a connection is a connection of its
+    own, side by side with the others, unless `whole` maps it to its connection: see `shape`); a flow without a
+    connection: its own bytes."""
+    conns = [whole.get(f.conn, f.conn) if whole is not None else f.conn for f in flows]
     total: dict[int, int] = defaultdict(int)
-    for f, w in zip(flows, wire, strict=True):
-        total[f.conn] += w
-    return [total[f.conn] if f.conn else w for f, w in zip(flows, wire, strict=True)]
+    for c, w in zip(conns, wire, strict=True):
+        total[c] += w
+    return [total[c] if c else w for c, w in zip(conns, wire, strict=True)]
 
 
 def _net_caps(
@@ -192,13 +205,14 @@ CHANNEL_SHIFT = 48  # a flow key's channel bits (dag.ecmp_key)
 
 
 def _channel_caps(
-    flows: list[Flow], wire: list[int], caps: list[int], choice: Choice, topo: Topology, chunked: bool
+    flows: list[Flow], wire: list[int], caps: list[int], choice: Choice, topo: Topology, chunked: bool, in_turn: bool
 ) -> list[int]:
     """Across nodes: each channel moves at most `choice.chan_net_bw` (net_channel.py) out of its GPU and as much
     in. Coarse flows of a GPU run at once (its channels' hops, a tree's parent and children, a connection's queue
     pairs): they share its channels' total by wire bytes, each way. Chunked flows of a connection run one after
-    another: each takes one channel's, shared by the connection's queue pairs (NCCL_IB_QPS_PER_CONNECTION). A
-    flow keeps its own cap where that is lower."""
+    another: each takes one channel's, shared by the connection's queue pairs (NCCL_IB_QPS_PER_CONNECTION) when
+    each carries a part of every message, whole when they take the messages in turn (`in_turn`). A flow keeps its
+    own cap where that is lower."""
     if choice.chan_net_bw <= 0:
         return caps
     keys = [None if f.size == 0 or _inside_node(f, topo) else f.id if f.key is None else f.key for f in flows]
@@ -221,7 +235,7 @@ def _channel_caps(
             out.append(cap)
             continue
         if chunked:
-            limit = math.ceil(rate / len(qps[f.src, f.dst, key & CHANNEL_BITS]))
+            limit = math.ceil(rate if in_turn else rate / len(qps[f.src, f.dst, key & CHANNEL_BITS]))
         else:
             share = min(len(out_ch[f.src]) / out_bytes[f.src], len(in_ch[f.dst]) / in_bytes[f.dst])
             limit = math.ceil(rate * w * share)
