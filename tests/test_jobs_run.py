@@ -379,6 +379,25 @@ def test_packet_mode_pfc_pauses_are_counted_per_job_from_pfc_csv(ns3_lib: Any, t
         assert mine["pauses_suffered"] == sum(spans.get(g, 0) for g in job["gpus"]) > 0
         assert mine["pauses_caused"] == total
         assert 0 < mine["paused_ns_suffered"] <= rep.summary["makespan_ns"] * len(job["gpus"])
+    # a job's own directory keeps no pfc.csv: `compare` reads the fabric's, so its paused time (all ports) is the
+    # sum of the spans counted here (a pause still open at the end closes at the run's end)
+    from phantora.report.compare import summarise
+    from phantora.results.read import add_fabric_ports, load_run
+
+    job_run = load_run(out / "jobs" / "a")
+    add_fabric_ports(job_run, out)
+    opened: dict[tuple[str, str, str], int] = {}
+    paused_ns = 0
+    for r in sorted(rows, key=lambda r: int(r["time_ns"])):
+        key, t = (r["node"], r["port"], r["prio"]), int(r["time_ns"])
+        if r["pause"] == "1":
+            opened.setdefault(key, t)
+        elif key in opened:
+            paused_ns += t - opened.pop(key)
+    end = max(job_run.end_ns or 0, max(int(r["time_ns"]) for r in rows))
+    paused_ns += sum(end - t for t in opened.values())
+    got = summarise(job_run)
+    assert got["pfc_pauses"] == len(frames) and got["pfc_paused_ns"] == paused_ns > 0
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from phantora.errors import InputError
 from phantora.report.fabric import hottest_port, pause_intervals
 from phantora.report.spread import spread
 from phantora.results import schema as S
-from phantora.results.read import Flows, RunData, load_run, read_results
+from phantora.results.read import Flows, RunData, add_fabric_ports, load_run, read_results
 from phantora.results.run_dir import RunDir
 from phantora.units import plural
 
@@ -595,6 +595,8 @@ def compare_jobs(path: Path) -> list[tuple[str, list[RunData], Comparison]]:
             load_run(alone_root.job(name).root, f"{name} alone"),
             load_run(RunDir(root).job(name).root, f"{name} shared"),
         ]
+        for run, fabric in zip(runs, (alone_root.root, root), strict=True):
+            add_fabric_ports(run, fabric)
         cmp = compare_runs(runs)
         figures = [((jobs_run(alone_root.root) or {}).get("fabric") or {}).get("jobs", {}).get(name, {}),
                    (shared_doc.get("fabric") or {}).get("jobs", {}).get(name, {})]  # fmt: skip

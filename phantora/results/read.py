@@ -189,6 +189,17 @@ def load_run(path: str | Path, label: str | None = None) -> RunData:
     return run
 
 
+def add_fabric_ports(run: RunData, fabric: str | Path) -> None:
+    """Fill a job's run with its fabric's PFC frames and queue samples (pfc.csv, queues.csv of the directory
+    that ran the fabric), where the job's own directory has none: a job of `phantora run --jobs` keeps only its
+    flows, links and trace, so its fabric-wide figures come from the run that holds the fabric."""
+    root = Path(fabric)
+    if run.pfc is None:
+        run.pfc = _load_ports(run, root / S.PFC_CSV, ("time_ns", "node", "port", "prio", "pause"), "from_node")
+    if run.queues is None:
+        run.queues = _load_ports(run, root / S.QUEUES_CSV, ("time_ns", "node", "port", "prio", "bytes"), "peer")
+
+
 def load_group(root: Path, label: str | None = None) -> RunData:
     """A seed group (`--seeds N`): seeds.json names one run directory per seed. The group's RunData has them
     as `members`; its own figures are the first seed's, its flows those of every seed (for CDFs)."""
