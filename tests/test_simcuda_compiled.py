@@ -10,7 +10,9 @@ the one the mode calls.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,3 +70,23 @@ def test_a_replaced_fast_path_is_the_one_the_mode_calls(mode: ChargeMode, monkey
     with mode:
         out = torch.mul(a, 3.0)
     assert calls == [torch.ops.aten.mul.Tensor] and out.elem.tolist() == [3.0] * 4
+
+
+def test_a_build_older_than_its_source_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`_fastop.c` changed after the build (edited, or checked out by a pull: the .so is not in git): the old
+    compiled code would run in place of the new, so the Python path runs, with one warning line."""
+    if compiled.load() is None:
+        pytest.skip("the compiled fast path is not built (scripts/setup.sh)")
+    built = Path(compiled.load().__file__)  # type: ignore[union-attr]
+    newer = tmp_path / "_fastop.c"
+    newer.write_text("/* edited */\n")
+    os.utime(newer, (built.stat().st_mtime + 10, built.stat().st_mtime + 10))
+    assert compiled.stale(newer, built) and not compiled.stale(built, newer)
+    assert not compiled.stale(tmp_path / "absent.c", built)  # no source beside it (a wheel): the build is used
+    monkeypatch.setattr(compiled, "SOURCE", newer)
+    monkeypatch.setattr(compiled, "_tried", False)
+    monkeypatch.setattr(compiled, "_module", None)
+    assert compiled.load() is None
+    assert "older than _fastop.c" in capsys.readouterr().err

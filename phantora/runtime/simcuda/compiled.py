@@ -1,22 +1,26 @@
 """The compiled per-op fast path (`_fastop.c`), configured against the Python it transcribes, or None.
 
-setup.py builds `_fastop` (an optional extension: scripts/setup.sh builds it in place). Without it, the Python
-functions run (fastpath.device_op, ChargeMode.__torch_dispatch__), the results the same, slower; one warning line
-says so, once per process.
+setup.py builds `_fastop` (an optional extension: scripts/setup.sh builds it in place). Without it, or with a build
+older than `_fastop.c` beside it (the source edited or checked out since: the build would run the old code), the
+Python functions run (fastpath.device_op, ChargeMode.__torch_dispatch__), the results the same, slower; one warning
+line says so, once per process.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 _module: ModuleType | None = None
 _tried = False
+SOURCE = Path(__file__).with_name("_fastop.c")
 
 
 def load() -> ModuleType | None:
-    """`_fastop`, configured, or None (with one warning line) if it was not built or does not load."""
+    """`_fastop`, configured, or None (with one warning line) if it was not built, is older than its source or
+    does not load."""
     global _module, _tried
     if _tried:
         return _module
@@ -30,9 +34,21 @@ def load() -> ModuleType | None:
             file=sys.stderr,
         )
         return None
+    if stale(SOURCE, Path(_fastop.__file__ or "")):
+        print(
+            f"phantora: warning: the compiled per-op fast path ({Path(_fastop.__file__ or '').name}) is older than "
+            f"{SOURCE.name}; ops run through the Python one (slower): run scripts/setup.sh to rebuild it",
+            file=sys.stderr,
+        )
+        return None
     _fastop.configure(**_objects())
     _module = _fastop
     return _module
+
+
+def stale(source: Path, built: Path) -> bool:
+    """Whether `source` (present: a checkout, not a wheel without it) changed after `built` was made."""
+    return source.is_file() and built.is_file() and source.stat().st_mtime > built.stat().st_mtime
 
 
 def _objects() -> dict[str, Any]:
