@@ -228,7 +228,6 @@ def test_chunked_sendrecv_and_nvls_tree_keep_coarse_time() -> None:
 
 
 @pytest.mark.ns3
-@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "group", "size"), [("all_to_all", RANKS, MiB), ("send_recv", (0, 2), 4 * MiB)])
 def test_packet_mode_carries_p2p_steps(ns3_lib, kind: str, group: tuple[int, ...], size: int) -> None:
     """Chunked p2p steps (all-to-all and send/recv across the 2 x 2 hosts): ns-3 delivers every flow, one message
