@@ -189,3 +189,21 @@ def test_group_limited_routing_is_named_as_not_modelled() -> None:
     run = {"world_size": 2, "gpu": "H100", "end_ns": 1, "steps": []}
     lines = format_summary({**run, "moe_routing": "balanced", "moe_routing_sites": found})
     assert lines.count("group-limited routing") == 1 and "group_limited_topk" in lines
+
+
+@pytest.mark.usefixtures("fresh_sites")
+def test_a_gate_class_is_a_router_and_an_aggregate_is_not() -> None:
+    """DeepSeek-V3's reference model routes in `Gate.forward` of a plain `model.py`: balanced, as every router's
+    (48 tokens x top-2 over 8 experts: 12 each); a top-k in `aggregate` or in a `Gated` MLP's forward stays phantom."""
+    scores = torch.empty(48, 8, device="meta")
+    space: dict = {}
+    source = (
+        "class Gate:\n    @staticmethod\n    def forward(after, op, scores, k, dim, out):\n"
+        "        return after(op, (scores, k, dim), {}, out)[1]\n"
+        "def aggregate(after, op, scores, k, dim, out):\n    return after(op, (scores, k, dim), {}, out)[1]\n"
+    )
+    exec(compile(source, "/x/inference/model.py", "exec"), space)
+    picked = space["Gate"].forward(kv.after, kv.TOPK, scores, 2, -1, torch.topk(scores, 2))
+    assert torch.bincount(picked.reshape(-1), minlength=8).tolist() == [12] * 8
+    assert space["aggregate"](kv.after, kv.TOPK, scores, 2, -1, torch.topk(scores, 2)).is_meta
+    assert _topk_from("/x/inference/model.py", "gated_forward", scores, 2).is_meta

@@ -47,6 +47,8 @@ _routed = False  # has a top-k of phantom scores been given the balanced routing
 _sites: dict[str, dict[str, str]] = {"balanced": {}, "phantom": {}}  # kind -> site -> its function's qualname
 # a caller is an MoE router if its module's path (last 3 parts) or its function's qualname says so
 _ROUTER = re.compile(r"moe|rout(er|ing)|expert", re.IGNORECASE)
+# ... or names a gate as a word (DeepSeek-V3's reference `Gate`, `MoEGate`, `TopKGate`), not "aggregate" or "Gated"
+_GATE = re.compile(r"Gate(?![a-z])|(?<![A-Za-z])gate(?![a-z])")
 _GROUPED = re.compile(r"group|limited", re.IGNORECASE)  # a router function that limits a token's expert groups
 _SKIP = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules[__name__.split(".")[0]]) if m.__file__ is not None
@@ -84,10 +86,11 @@ def _caller() -> tuple[str, str]:
 
 def router_site(scores: torch.Tensor, dim: int) -> str | None:
     """The site of this top-k if it is an MoE router's (along the last dimension, the experts, called from a
-    module or function named for MoE, routing or experts), else None; every site is recorded (`sites`)."""
+    module or function named for MoE, routing, experts or a gate), else None; every site is recorded (`sites`)."""
     site, name = _caller()
     last = dim % max(scores.dim(), 1) == max(scores.dim(), 1) - 1
-    router = last and _ROUTER.search(f"{site.rsplit(':', 1)[0]} {name}") is not None
+    said = f"{site.rsplit(':', 1)[0]} {name}"
+    router = last and (_ROUTER.search(said) is not None or _GATE.search(said) is not None)
     _sites["balanced" if router else "phantom"][f"{site} ({name})"] = name
     return site if router else None
 
