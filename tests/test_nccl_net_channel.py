@@ -41,11 +41,24 @@ def test_the_rate_is_the_figure_at_the_h100_clock_scaled_by_the_sm_clock_and_non
     NVLS-Tree's flows stand for 2 channels per head GPU of 8: 24 CTAs give each 1.5 channels' worth."""
     h100 = platform_of(h100_hosts(2), tuple(range(16)))
     a100 = platform_of(rail_optimized(2, 8, spines=8, nic_rate="200Gbps", gpu="a100"), tuple(range(16)))
-    assert coll_net_channel_bw("ring", h100, 16) == pytest.approx(21.5)
-    assert coll_net_channel_bw("ring", a100, 16) == pytest.approx(21.5 * 1.41 / 1.98, rel=1e-3)
-    assert coll_net_channel_bw("nvls_tree", h100, 24) == pytest.approx(21.5 * 24 / 16)
-    assert coll_net_channel_bw("ring", platform_of(dgx_host(8, gpu="h100"), tuple(range(8))), 24) == 0.0
+    assert coll_net_channel_bw("ring", "Simple", h100, 16) == pytest.approx(21.5)
+    assert coll_net_channel_bw("ring", "Simple", a100, 16) == pytest.approx(21.5 * 1.41 / 1.98, rel=1e-3)
+    assert coll_net_channel_bw("nvls_tree", "Simple", h100, 24) == pytest.approx(21.5 * 24 / 16)
+    assert coll_net_channel_bw("ring", "Simple", platform_of(dgx_host(8, gpu="h100"), tuple(range(8))), 24) == 0.0
     assert COLL_NET_CHANNEL_BW == 21.5
+    assert coll_net_channel_bw("ring", "LL", h100, 16) == coll_net_channel_bw("tree", "LL128", h100, 16) == 0.0
+
+
+def test_ll_keeps_nccls_own_rate_across_hosts():
+    """The figure is measured on Simple runs; LL's network hops keep NCCL's own per-channel rate (its LL ceiling),
+    not 21.5 GB/s of wire bytes: a 64 KiB LL ring all-reduce on 2 hosts caps no flow at 172 Gb/s, a Simple one
+    caps every network flow there."""
+    topo = h100_hosts(2)
+    ll, _ = ring(topo, 64 * 1024, {"NCCL_PROTO": "LL"})
+    simple, _ = ring(topo, 64 * 1024, {"NCCL_PROTO": "Simple"})
+    cap = round(21.5 * 8e9)
+    assert all(f.rate_bps != cap for f in crossing(topo, ll))
+    assert {f.rate_bps for f in crossing(topo, simple)} == {cap}
 
 
 def test_each_network_connection_is_capped_and_queue_pairs_share_it():

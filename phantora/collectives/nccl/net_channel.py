@@ -16,6 +16,9 @@ queue pairs a connection. A GPU's channels move their figure's total each way, s
 once (shape._channel_caps): a ring channel's one hop, or an NVLS-Tree head's tree parent and children, which on
 gj-aion's 8 hosts at 2 GiB meet the same 40.5 GB/s a NIC as its ring. Like the p2p figure it is taken at the
 H100's SM clock and scaled by the GPU's; on an A100 with a 200G NIC (12.5 GB/s a channel) it does not bind.
+Every figure above is a Simple run's; LL and LL128 have NCCL's own per-channel rates (their tuning ceilings and
+wire factors), so the limit applies to Simple only: applied to LL's wire bytes it made a 64 KiB LL all-gather on one
+channel 11.9% and a broadcast 29.2% slower than NCCL's own time, with no published table to say so.
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ COLL_NET_CHANNEL_BW = 21.5  # GB/s one collective channel moves to or from anoth
 NET_CHANNEL_ALGOS = ("ring", "tree", "nvls_tree")
 
 
-def coll_net_channel_bw(algo: str, p: Platform, channels: int) -> float:
-    """GB/s each way that one channel of `algo`'s decomposed flows may move across hosts (0: no limit):
+def coll_net_channel_bw(algo: str, protocol: str, p: Platform, channels: int) -> float:
+    """GB/s each way that one channel of `algo`'s decomposed flows may move across hosts (0: no limit; always for
+    LL and LL128):
     `COLL_NET_CHANNEL_BW` scaled by the GPU's SM clock, times the channels a decomposed channel stands for: one
     for a ring or tree; NVLS-Tree's flows have a channel per head GPU and tree (`nvls.nvls_tree_flows`: 2 x heads)
     for the `channels` CTAs NCCL runs."""
-    if p.nnodes < 2 or algo not in NET_CHANNEL_ALGOS or channels < 1:
+    if p.nnodes < 2 or algo not in NET_CHANNEL_ALGOS or protocol != "Simple" or channels < 1:
         return 0.0
     clock = p.sm_clock_ghz or REFERENCE_CLOCK_GHZ
     per = channels / (2.0 * min(p.ppn, T.NVLS_MAX_ARITY)) if algo == "nvls_tree" else 1.0

@@ -323,7 +323,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
     lat = t - nbytes / (1000.0 * cost.algbw)
     time = lat + nbytes / (1000.0 * algbw)
-    chan = coll_net_channel_bw(cost.algorithm, p, ch)
+    chan = coll_net_channel_bw(cost.algorithm, cost.protocol, p, ch)
     chain = 0.0
     if cost.algorithm == "ring":  # counted only beyond NCCL's plateau factor, its fit of measured rings' latency
         intra, inter = _ring_hop_us(T.PROTOCOLS.index(cost.protocol), p, net_overhead_us(p, st))
