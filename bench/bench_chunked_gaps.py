@@ -1,6 +1,7 @@
-"""Where `phantora nccl-tests --granularity chunked` still differs from coarse flows (NCCL's time): the cases
-docs/nccl-tests.md lists as left. A tree forced inside one node keeps NCCL's rate on its NVLink hops, so its chunks
-fill at half `pipeline.py`'s rate; a broadcast's chunked chain pays its own fill, which NCCL's model has not.
+"""Where `phantora nccl-tests --granularity chunked` differs or differed from coarse flows (NCCL's time): the cases
+docs/nccl-tests.md lists. A tree forced inside one node under LL128 forwards its chunks in sweeps of lines (close to
+coarse); under Simple its chunks cross each NVLink hop whole at half the channel's rate, where `pipeline.py`'s fill
+moves them at its whole rate; a broadcast's chunked chain pays its own fill, which NCCL's model has not.
 
 Each case runs `phantora nccl-tests` twice on the flow network, coarse then chunked, and prints the out-of-place
 time of each and the chunked run's excess. Simulated figures, deterministic; a few seconds a run.

@@ -271,3 +271,29 @@ def test_chunked_steps_on_two_queue_pairs_keep_the_connections_rate(kind: str, s
     assert two[0] == pytest.approx(one[0], rel=1e-3)  # coarse
     assert two[1] == pytest.approx(one[1], rel=5e-3)  # chunked
     assert {f.key >> 56 for f in two[3] if f.key is not None} == {0, 1}  # both queue pairs carry steps
+
+
+@pytest.mark.parametrize(
+    ("proto", "size"),
+    [("LL128", 4 * MiB), pytest.param("LL128", 64 * MiB, marks=pytest.mark.slow), ("LL", MiB)],  # 64 MiB: ~10 s
+)
+def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> None:
+    """A tree all-reduce inside one node of 8 H100s (a chain of 7 NVLink hops up, 7 down) under LL / LL128:
+    runTreeSplit gives the reduce half 448 of the kernel's 640 threads (70% in whole warps) and the broadcast half
+    192; each line carries its flag, so a hop forwards a chunk sweep by sweep: 8 data bytes a thread (LL) or
+    8 words x 120/128 a lane (LL128). The flows are the sweeps, and the fill of 13 sweeps is shorter than the
+    model's, which is charged once: NCCL's time, latency + fill + bytes / algbw (coarse's)."""
+    from phantora.topology import dgx_host
+
+    topo = dgx_host(gpu="h100")
+    coll = Collective("all_reduce", tuple(range(8)), size, "fp32")
+    options = opts("chunked", NCCL_ALGO="Tree", NCCL_PROTO=proto)
+    t, _, flows = run(coll, options, topo)
+    nccl = choose(coll, topo, options)
+    assert nccl is not None and nccl.algorithm == "tree"
+    per_thread = 8 if proto == "LL" else 8 * 8 * 120 // 128
+    up, down = 448 * per_thread, 192 * per_thread
+    shares = [size // nccl.channels + (c < size % nccl.channels) for c in range(nccl.channels)]
+    assert flows == sum(7 * (math.ceil(s / up) + math.ceil(s / down)) for s in shares)
+    want = nccl.lat_us + nccl.chain_us + nccl.fill_us + size / (1000 * nccl.algbw)
+    assert t == pytest.approx(want, rel=0.03)

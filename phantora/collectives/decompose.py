@@ -8,7 +8,7 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl import settings as nccl_settings
-from phantora.collectives.nccl.chunking import p2p_chunk_bytes
+from phantora.collectives.nccl.chunking import p2p_chunk_bytes, tree_line_sweeps
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.platform import platform_of
@@ -116,6 +116,16 @@ def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf |
     return chunk
 
 
+def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[int, int] | None:
+    """A tree all-reduce inside one NVLink node under NCCL's LL or LL128: the bytes its reduce and broadcast halves
+    forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces its chunks cross each hop in; None
+    elsewhere (Simple posts whole steps; a network hop's proxy sends whole steps)."""
+    if opts.model != "nccl":
+        return None
+    p = platform_of(topo, coll.comm or coll.ranks)
+    return tree_line_sweeps(opts.protocol) if p.nnodes == 1 and p.intra == "nvlink" else None
+
+
 def _host_key(topo: Topology, node: int) -> str:
     """The host an endpoint node is on (an endpoint without a host is a host of its own)."""
     host = topo.nodes[node].host
@@ -152,6 +162,10 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         in_turn = opts.model == "nccl"
         ring_collective(b, kind, orders, coll.nbytes, in_turn=in_turn, **common)
     elif algo == "tree":
+        sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
+        if sweeps:
+            common["chunk_bytes"] = min(opts.chunk_bytes, sweeps[0])
+            common["down_chunk_bytes"] = min(opts.chunk_bytes, sweeps[1])
         for c, size in enumerate(split(coll.nbytes, ch)):
             parent = tree_parents(blocks, c % 2, c // 2)
             tree_flows(b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", **common)

@@ -6,6 +6,8 @@ carries the whole `size` bytes in each phase it takes part in.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 
 from phantora.collectives.dag import DagBuilder, split
@@ -34,6 +36,7 @@ def tree_flows(
     chunk_bytes: int,
     step_delay_ns: int,
     name: str,
+    down_chunk_bytes: int | None = None,
 ) -> None:
     """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`).
 
@@ -44,7 +47,9 @@ def tree_flows(
     parent (at the root: from all its children, when there is an up phase). On each edge chunk c
     also waits for chunk c - 1 to arrive: a flow model shares a link fairly between the flows on
     it, so without this one-at-a-time rule all chunks would cross each hop together and the
-    pipeline would become store-and-forward.
+    pipeline would become store-and-forward. `down_chunk_bytes`: the broadcast's pieces when they differ from the
+    reduce's (a tree's two halves forwarding LL lines in sweeps of their own size); the root sends a broadcast
+    piece once the reduce's pieces up to its last byte have arrived.
     """
     order = topo_order(parent)
     kids = children_of(parent)
@@ -63,9 +68,13 @@ def tree_flows(
         return
     k = max(1, math.ceil(size / chunk_bytes))
     sizes = split(size, k)
+    kd = max(1, math.ceil(size / (down_chunk_bytes or chunk_bytes)))
+    down_sizes = split(size, kd)
+    ends = list(itertools.accumulate(sizes))
+    last_up = [bisect.bisect_left(ends, end) for end in itertools.accumulate(down_sizes)]  # up piece of each end
 
     def tag(phase: str, c: int) -> str:
-        return f"{name}/ch{channel}/{phase}/chunk{c}" if k > 1 else f"{name}/ch{channel}/{phase}"
+        return f"{name}/ch{channel}/{phase}/chunk{c}" if max(k, kd) > 1 else f"{name}/ch{channel}/{phase}"
 
     up_in: list[list[int]] = [[0] * k for _ in parent]  # up_in[v][c]: chunk c arriving at parent[v] from v
     if up:
@@ -77,13 +86,13 @@ def tree_flows(
                 deps = tuple(up_in[w][c] for w in kids[v]) + ((up_in[v][c - 1],) if c else ())
                 up_in[v][c] = b.add(v, p, sizes[c], tag("up", c), channel, deps, step_delay_ns)
     if down:
-        down_in: list[list[int]] = [[0] * k for _ in parent]  # down_in[w][c]: chunk c arriving at w from parent
+        down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from parent
         for v in order:
             for w in kids[v]:
-                for c in range(k):
+                for c in range(kd):
                     if parent[v] is not None:
                         have: tuple[int, ...] = (down_in[v][c],)
                     else:
-                        have = tuple(up_in[x][c] for x in kids[v]) if up else ()
+                        have = tuple(up_in[x][last_up[c]] for x in kids[v]) if up else ()
                     deps = have + ((down_in[w][c - 1],) if c else ())
-                    down_in[w][c] = b.add(v, w, sizes[c], tag("down", c), channel, deps, step_delay_ns)
+                    down_in[w][c] = b.add(v, w, down_sizes[c], tag("down", c), channel, deps, step_delay_ns)

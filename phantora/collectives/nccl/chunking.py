@@ -82,3 +82,20 @@ def p2p_chunk_bytes(proto: str, comm: Platform, st: NcclSettings, nbytes: int, n
         elif nbytes < 8 * step:
             chunk //= 2
     return max(1, chunk // 2 if proto == "LL" else chunk)
+
+
+TREE_THREADS = 640  # enqueue.cc: the tree kernel always runs NCCL_MAX_NTHREADS
+WARP = 32
+LL128_WORDS_PER_LANE = 8  # NCCL_LL128_SHMEM_ELEMS_PER_THREAD: 8-byte words a lane moves per sweep
+
+
+def tree_line_sweeps(proto: str) -> tuple[int, int] | None:
+    """Payload bytes a tree's reduce half and broadcast half forward per sweep of their lines under LL or LL128
+    (None under Simple, whose step is posted whole). `runTreeSplit` (all_reduce.h) gives the reduce half 70% of
+    the threads in whole warps and the broadcast half the rest; each line carries its own flag (prims_ll.h,
+    prims_ll128.h), so the next GPU's warps take the lines as they land and a chunk crosses an NVLink hop sweep by
+    sweep. A sweep: one 16-byte line (8 data bytes) a thread under LL; 8 words a lane, 120 data bytes of each
+    128-byte line, under LL128."""
+    up = TREE_THREADS * 7 // (10 * WARP) * WARP
+    per_thread = {"LL": 8, "LL128": LL128_WORDS_PER_LANE * 8 * 120 // 128}.get(proto)
+    return None if per_thread is None else (up * per_thread, (TREE_THREADS - up) * per_thread)
