@@ -13,7 +13,8 @@ network at the packets' goodput (links carry payload at 1000/(1000+48) of line r
 `flow_goodput`) and through ns-3, against NCCL's own time plus the pipeline fill and a ring's uncounted network
 hops (`model_time_us + fill_us + chain_us`), and the ns-3 wall time of the call. ns-3 is checked against the flow
 network at goodput (--tolerance). The closed-form time is the larger of that and its latency, fill and chain plus
-the busiest link's wire bytes over its rate (each flow on its ECMP route): the network's bound where it is slower
+the busiest link's wire bytes over its rate (each flow on its ECMP route), or the slowest flow at its own rate cap
+(a channel's limit across hosts): the network's bound where it is slower
 than NCCL's model.
 """
 
@@ -29,8 +30,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from phantora.collectives import AlgoOptions
+from phantora.collectives.nccl.net_channel import NET_CHANNEL_ALGOS
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.collectives.nccl.shape import WIRE_FACTOR
+from phantora.collectives.nccl.tables import NCCL_ALGO_NAMES
 from phantora.collectives.spec import GRANULARITIES
 from phantora.netsim.base import NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
@@ -171,7 +174,9 @@ def run_case(topo_name: str, topo: Topology, sims: dict[str, NetworkSimulator], 
     extra = float(choice.get("fill_us", 0.0)) + float(choice.get("chain_us", 0.0))
     lat = float(choice.get("model_lat_us", 0.0)) + extra
     nccl = float(choice.get("model_time_us", 0.0)) + extra
-    model = max(nccl, lat + link_bound_us(topo, flow_it.flows))
+    # a Simple ring, tree or NVLS-Tree: each network flow at most a channel's limit across hosts (net_channel.py)
+    capped = algo in {NCCL_ALGO_NAMES[a] for a in NET_CHANNEL_ALGOS} and proto == "Simple"
+    model = max(nccl, lat + link_bound_us(topo, flow_it.flows), lat + rate_bound_us(flow_it.flows) if capped else 0)
     return Row(topo_name, case, choice, len(flow_it.flows), wire, round(payload * WIRE_FACTOR[proto]),
                len(flow_it.flows) * LINE[proto], delivered, times["flow"], times["goodput"], times["ns3"], model, wall,
                notes)  # fmt: skip
@@ -187,6 +192,12 @@ def link_bound_us(topo: Topology, flows: list[Any]) -> float:
         for ch in topo.route(f.src, f.dst, f.id if f.key is None else f.key):
             load[ch] = load.get(ch, 0) + f.size
     return max((b * 8e6 / topo.links[ch >> 1].bandwidth_bps for ch, b in load.items()), default=0.0)
+
+
+def rate_bound_us(flows: list[Any]) -> float:
+    """The slowest flow alone at its own rate cap (us): a Simple ring, tree or NVLS-Tree flow capped below its links
+    by a channel's limit across hosts (net_channel.py) takes at least its bytes over that cap."""
+    return max((f.size * 8e6 / f.rate_bps for f in flows if f.size and getattr(f, "rate_bps", None)), default=0.0)
 
 
 def check(row: Row, tolerance: float) -> list[str]:
