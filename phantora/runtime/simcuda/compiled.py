@@ -8,6 +8,7 @@ line says so, once per process.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -18,12 +19,16 @@ _tried = False
 SOURCE = Path(__file__).with_name("_fastop.c")
 
 
-def load() -> ModuleType | None:
-    """`_fastop`, configured, or None (with one warning line) if it was not built, is older than its source or
-    does not load."""
+def load(fastpath: ModuleType | None = None) -> ModuleType | None:
+    """`_fastop`, configured against `fastpath` (the module whose Python it transcribes, which calls this as it
+    loads), or None (with one warning line) if it was not built, is older than its source or does not load.
+    Called without it, the answer fastpath's import gave."""
     global _module, _tried
+    if fastpath is None and not _tried:
+        fastpath = importlib.import_module(f"{__package__}.fastpath")  # a first import loads this with itself
     if _tried:
         return _module
+    assert fastpath is not None
     _tried = True
     try:
         from phantora.runtime.simcuda import _fastop  # type: ignore[attr-defined]
@@ -41,7 +46,7 @@ def load() -> ModuleType | None:
             file=sys.stderr,
         )
         return None
-    _fastop.configure(**_objects())
+    _fastop.configure(**_objects(fastpath))
     _module = _fastop
     return _module
 
@@ -51,13 +56,13 @@ def stale(source: Path, built: Path) -> bool:
     return source.is_file() and built.is_file() and source.stat().st_mtime > built.stat().st_mtime
 
 
-def _objects() -> dict[str, Any]:
+def _objects(fastpath: ModuleType) -> dict[str, Any]:
     """What `_fastop.configure` takes: the objects and functions the C code reads, calls or hands work back to."""
     import torch
 
     from phantora.runtime import compute, memory, precision, session
     from phantora.runtime.caching_allocator import SMALL_SIZE
-    from phantora.runtime.simcuda import device, fastpath, kept_values, tensor
+    from phantora.runtime.simcuda import device, kept_values, tensor
 
     return {
         "simcuda": tensor.SimCudaTensor,

@@ -20,6 +20,7 @@ the general route.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -176,6 +177,6 @@ def _slow_wrap(
 
 
 python_device_op = device_op  # the Python transcription, kept for the tests and the benchmark
-_fast = compiled.load()
+_fast = compiled.load(sys.modules[__name__])
 if _fast is not None:
     device_op = _fast.device_op  # the same function, compiled (simcuda/_fastop.c)
