@@ -1,7 +1,8 @@
 """Where `phantora nccl-tests --granularity chunked` differs or differed from coarse flows (NCCL's time): the cases
 docs/nccl-tests.md lists. A tree forced inside one node under LL128 forwards its chunks in sweeps of lines (close to
 coarse); under Simple its chunks cross each NVLink hop whole at half the channel's rate, where `pipeline.py`'s fill
-moves them at its whole rate; a broadcast's chunked chain pays its own fill, which NCCL's model has not.
+moves them at its whole rate; a broadcast's chunked chain pays its own fill, which NCCL's model has not. A
+send/recv across hosts and PAT's rounds keep NCCL_STEPS steps in flight on a connection (close to coarse).
 
 Each case runs `phantora nccl-tests` twice on the flow network, coarse then chunked, and prints the out-of-place
 time of each and the chunked run's excess. Simulated figures, deterministic; a few seconds a run.
@@ -43,6 +44,9 @@ CASES = (
     ),
     Case("broadcast chain, 2 hosts x 8 (testbed16)", "broadcast_perf", "16M", (), "testbed16"),
     Case("broadcast chain, one host of 8", "broadcast_perf", "16M"),
+    Case("send/recv, 2 hosts x 8 (testbed16)", "sendrecv_perf", "16M", (), "testbed16"),
+    Case("PAT all-gather, 8 hosts x 1 (star8)", "all_gather_perf", "16M", (("NCCL_ALGO", "PAT"),), "star8"),
+    Case("PAT reduce-scatter, 8 hosts x 1 (star8)", "reduce_scatter_perf", "16M", (("NCCL_ALGO", "PAT"),), "star8"),
 )
 
 

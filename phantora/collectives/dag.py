@@ -111,10 +111,14 @@ class DagBuilder:
         deps: tuple[int, ...] = (),
         delay_ns: int = 0,
         origin: int | None = None,
+        ordered: bool = False,
+        queue: int = 0,
     ) -> int:
         """Add a flow from group position `src` to position `dst`; return its id. `origin`: the position whose part
         `src` relays (NCCL's PXN): the relay holds a connection of its own per sender, as NCCL's proxy does, so
-        relayed parts of different senders are not messages of one queue pair."""
+        relayed parts of different senders are not messages of one queue pair. `ordered`: on the wire after the
+        connection's ordered messages released before it (`Flow.queue`: `queue`, else the connection's; needs
+        `comm`)."""
         if len(self.flows) >= MAX_FLOWS:
             raise InputError(
                 f"this collective needs more than {MAX_FLOWS:,} flows ({len(self.ranks)} ranks); use the coarse "
@@ -128,13 +132,14 @@ class DagBuilder:
         qps = self.qps if self._network(s, d) else 1
         conn = channel if origin is None else channel | ((origin + 1) << 16)  # the connection's own id space
         if qps == 1:
-            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, 0, conn))
+            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, 0, conn, ordered, queue))
         if not self.split_qps:  # net_ib: message k of a connection goes on its queue pair k mod qps
             n = self.sent.get((self.comm, s, d, conn), 0)
             self.sent[self.comm, s, d, conn] = n + 1
-            return self._append(self._message(s, d, size, deps, delay_ns, tag, channel, n % qps, conn))
+            msg = self._message(s, d, size, deps, delay_ns, tag, channel, n % qps, conn, ordered, queue)
+            return self._append(msg)
         parts = [
-            self._append(self._message(s, d, n, deps, delay_ns, f"{tag}/qp{q}", channel, q, conn))
+            self._append(self._message(s, d, n, deps, delay_ns, f"{tag}/qp{q}", channel, q, conn, ordered, queue))
             for q, n in enumerate(qp_parts(size, qps) or [0])
         ]
         if len(parts) == 1:
@@ -152,18 +157,43 @@ class DagBuilder:
         deps: tuple[int, ...] = (),
         delay_ns: int = 0,
         origin: int | None = None,
+        window: int = 1,
+        ready: list[tuple[int, ...]] | None = None,
+        queue: int = 0,
     ) -> list[int]:
-        """A connection's messages one after another (NCCL's steps of one channel, each once the one before has
-        arrived, so the connection carries one at a time at its rate cap; the flow network keeps no message order
-        within a connection, so messages in flight side by side would each move at the cap): the first waits for
-        `deps` and `delay_ns`; return their ids. One size: a plain `add`."""
-        if len(sizes) <= 1:
+        """A connection's messages (NCCL's steps of one channel); return their ids. One size: a plain `add`.
+
+        `window` 1: each step once the one before has arrived, so the connection carries one at a time at its rate
+        cap. `window` w > 1 (NCCL_STEPS, the connection's buffer slots): a step may go once step s - w has arrived
+        (its slot is free) and its input is ready, and goes on the wire after the steps before it (`Flow.queue`:
+        the connection sends its steps in order, on its queue pairs in turn), so up to w steps are in flight and
+        none waits for the one before to arrive. The input: `deps` and `delay_ns` for every step (the
+        transfer's), or `ready[s]` for step s (a step that forwards data received before it). `queue`: the
+        steps' queue in place of the connection's (`sender_queue`). Without a communicator (no connections to
+        order): window 1."""
+        if len(sizes) <= 1 and ready is None:
             return [self.add(src, dst, sum(sizes), tag, channel, deps, delay_ns, origin)]
+        window = window if self.comm else 1
         out: list[int] = []
         for c, size in enumerate(sizes):
-            after = (out[-1],) if out else deps
-            out.append(self.add(src, dst, size, f"{tag}/chunk{c}", channel, after, 0 if out else delay_ns, origin))
+            name = f"{tag}/chunk{c}" if len(sizes) > 1 else tag
+            if window <= 1:
+                own = ready[c] if ready is not None else (() if out else deps)
+                after = (out[-1], *own) if out else own
+                wait = 0 if out and ready is None else delay_ns
+                out.append(self.add(src, dst, size, name, channel, after, wait, origin))
+                continue
+            slot = (out[c - window],) if c >= window else ()
+            own = ready[c] if ready is not None else (() if c >= window else deps)
+            wait = 0 if c >= window and ready is None else delay_ns
+            out.append(self.add(src, dst, size, name, channel, (*own, *slot), wait, origin, True, queue))
         return out
+
+    def sender_queue(self, src: int, channel: int = 0) -> int:
+        """The queue of everything position `src`'s kernel sends on `channel`, to any peer, one step at a time
+        (`Flow.queue`): a connection id no real connection has (from the endpoint to itself)."""
+        node = self.nodes[src]
+        return connection_id(self.comm, node, node, channel)
 
     def _network(self, s: int, d: int) -> bool:
         """Whether s -> d crosses hosts (NCCL's net transport, whose connections have IB queue pairs)."""
@@ -181,6 +211,8 @@ class DagBuilder:
         channel: int,
         qp: int,
         conn_key: int,
+        ordered: bool = False,
+        queue: int = 0,
     ) -> Flow:
         """A flow on queue pair `qp` of the connection (s, d, conn_key: the channel, or a relay's channel and
         sender); each queue pair its own ECMP key, from the channel."""
@@ -189,7 +221,10 @@ class DagBuilder:
         if not conn:
             conn = self._conns[s, d, conn_key, qp] = connection_id(self.comm, s, d, conn_key, qp)
             self.whole[conn] = connection_id(self.comm, s, d, conn_key) if qp else conn
-        return Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn)
+        # a connection's messages in turn on its queue pairs, or each split over all of them (each pair its part)
+        if ordered and not queue:
+            queue = conn if self.split_qps else self.whole[conn]
+        return Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn, queue=queue)
 
     def _next(self) -> int:
         return self.first_id + len(self.flows)

@@ -8,6 +8,7 @@ from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, commu
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl import settings as nccl_settings
+from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import p2p_chunk_bytes, tree_line_sweeps
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
@@ -24,9 +25,9 @@ from phantora.collectives.tree import tree_flows
 from phantora.topology.model import Topology
 
 BARRIER_SLICE_BYTES = 1  # a barrier is a tree all-reduce of one byte
-# those whose flows `granularity=chunked` cuts into NCCL's steps (direct: NCCL's p2p, send/recv and all-to-all).
-# Not PAT: its rounds' many steps one after another would each wait a path's propagation in the flow network.
-CHUNKED_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree", "direct")
+# those whose flows `granularity=chunked` cuts into NCCL's steps (direct: NCCL's p2p, send/recv and all-to-all;
+# p2p's and PAT's steps NCCL_STEPS in flight on a connection, `DagBuilder.add_chunks`).
+CHUNKED_ALGORITHMS = ("ring", "tree", "chain", "nvls", "nvls_tree", "direct", "pat")
 
 
 def decompose(
@@ -116,6 +117,13 @@ def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf |
     return chunk
 
 
+def _steps_in_flight(opts: AlgoOptions) -> int:
+    """Steps a connection keeps in flight under NCCL's model: NCCL_STEPS, its buffer's slots (a sender's step s
+    goes once the receiver has freed step s - NCCL_STEPS's slot: prims_simple.h `waitPeer`, NCCL v2.30.7-1);
+    outside it, one step at a time."""
+    return T.NCCL_STEPS if opts.model == "nccl" else 1
+
+
 def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[int, int] | None:
     """A tree all-reduce inside one NVLink node under NCCL's LL or LL128: the bytes its reduce and broadcast halves
     forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces its chunks cross each hop in; None
@@ -156,7 +164,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         else:
             nvls_tree_flows(b, blocks, coll.nbytes, ch, loops)
     elif algo == "pat":
-        pat_flows(b, kind, n, coll.nbytes)
+        pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0, window=_steps_in_flight(opts))
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c, alternate) for c in range(ch)]
         in_turn = opts.model == "nccl"
@@ -198,9 +206,10 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
             relay=relay,
             channel_map=cmap,
             chunk=_p2p_chunk(coll, topo, opts) if chunked else None,
+            window=_steps_in_flight(opts),
         )
     else:
         relay = pxn_relay(topo, nodes, blocks, opts)
         cmap = _p2p_channel_map(coll, topo, opts)
         chunk = _p2p_chunk(coll, topo, opts) if chunked else None
-        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", relay, cmap, chunk)
+        send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", relay, cmap, chunk, _steps_in_flight(opts))

@@ -23,13 +23,14 @@ def _pair(
     relay: Relay | None = None,
     channel_map: ChannelMap | None = None,
     chunk: ChunkOf | None = None,
+    window: int = 1,
 ) -> list[int]:
     """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
     part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
     relay's chunk pipeline). `channel_map` gives the parts NCCL's p2p channel ids (else 0..channels-1); the
-    flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, one after
-    another (`DagBuilder.add_chunks`), on each hop of a relay side by side as coarse runs them (the relay's first
-    step's NVLink crossing is not charged)."""
+    flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, up to
+    `window` of them in flight on its connection (`DagBuilder.add_chunks`), on each hop of a relay side by side as
+    coarse runs them (the relay's first step's NVLink crossing is not charged)."""
     via = relay(src, dst) if relay is not None else None
     ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
     step = chunk(src, dst, size) if chunk is not None else 0
@@ -38,10 +39,10 @@ def _pair(
         name = f"{tag}/ch{c}" if channels > 1 else tag
         sizes = chunks_of(part, step) if step else [part]
         if via is None:
-            out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay)[-1])
+            out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=window)[-1])
         else:
-            out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay)[-1])
-            out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src)[-1])
+            out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=window)[-1])
+            out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=window)[-1])
     return out
 
 
@@ -57,6 +58,7 @@ def all_to_all(
     relay: Relay | None = None,
     channel_map: ChannelMap | None = None,
     chunk: ChunkOf | None = None,
+    window: int = 1,
 ) -> None:
     """Each position r sends block j of its `nbytes` send buffer (split in n) to every other position j.
 
@@ -70,7 +72,9 @@ def all_to_all(
         for r in range(n):
             for k in range(1, n):
                 j = (r + k) % n
-                _pair(b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay, channel_map, chunk)
+                _pair(
+                    b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay, channel_map, chunk, window
+                )
         return
     sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
     for k in range(1, n):
@@ -91,6 +95,7 @@ def send_recv(
     relay: Relay | None = None,
     channel_map: ChannelMap | None = None,
     chunk: ChunkOf | None = None,
+    window: int = 1,
 ) -> None:
-    """One transfer from position 0 to position 1."""
-    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns, relay, channel_map, chunk)
+    """One transfer from position 0 to position 1 (`window`: its steps in flight, see `_pair`)."""
+    _pair(b, 0, 1, nbytes, channels, name, (), step_delay_ns, relay, channel_map, chunk, window)

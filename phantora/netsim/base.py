@@ -45,6 +45,7 @@ class Flow:
     loss_budget: int = 0  # DLCP: payload bytes the network may drop for good (0 = lossless; packet engine only)
     rate_bps: int = 0  # per-flow rate cap, payload bits/s (an NCCL channel's throughput limit); 0 = no cap
     conn: int = 0  # connection: flows with the same id are messages on one queue pair (packet engine); 0 = its own
+    queue: int = 0  # flows of one queue (0 = none) go on the wire one at a time, in release order (flow engine)
 
     def with_deps(self, deps: tuple[int, ...], delay_ns: int | None = None) -> Flow:
         """This flow with other deps (and delay): `dataclasses.replace`, without its per-call field walk."""
@@ -62,6 +63,7 @@ class Flow:
             self.loss_budget,
             self.rate_bps,
             self.conn,
+            self.queue,
         )
 
 
@@ -291,6 +293,8 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
             raise InputError(f"flow {f.id}: rate_bps must be >= 0 (0 = no cap), got {f.rate_bps}", field="rate_bps")
         if not 0 <= f.conn < 1 << 64:
             raise InputError(f"flow {f.id}: conn must be a 64-bit id >= 0 (0 = none), got {f.conn}", field="conn")
+        if not 0 <= f.queue < 1 << 64:
+            raise InputError(f"flow {f.id}: queue must be a 64-bit id >= 0 (0 = none), got {f.queue}", field="queue")
     if ordered:  # (the usual batch: deps before their dependents) nothing unknown, and no cycle
         return ids
     indeg = dict.fromkeys(ids, 0)

@@ -13,6 +13,9 @@ Model (see docs/flow-engine.md):
 - Transmission ends at the first integer ns at or after the exact end of the last byte; the flow
   completes (``end_ns``) one path propagation latency later, and releases its dependents then.
 - A flow with ``size == 0`` or ``src == dst`` completes as soon as it starts.
+- Flows of one queue (``Flow.queue``: a connection's messages, sent in order) transmit one at a time in release
+  order: a flow released while another of its queue is transmitting waits for that one's transmission end (not
+  its arrival), so messages in flight on one connection follow each other on the wire.
 - Rates change only at events. An event re-solves only the connected components (flows linked by
   shared channels) of the channels it touched, and only flows whose rate changed are rescheduled.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import gc
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -146,6 +150,8 @@ class FlowSimulator:
         self._done = IdSet()
         self._active: dict[int, _Active] = {}
         self._arriving: dict[int, int] = {}  # flow id -> start_ns, in propagation
+        self._sending: dict[int, int] = {}  # queue -> its flow transmitting now
+        self._queued: dict[int, deque[int]] = {}  # queue -> its flows released, waiting their turn
         self._ch_flows: dict[int, set[int]] = {}  # busy channel -> active flow ids
         self._busy_since: dict[int, int] = {}
         self._busy_ns = [0] * nch
@@ -163,6 +169,7 @@ class FlowSimulator:
             "giant_resolves": 0,
             "rate_changes": 0,
             "capped_flows": 0,
+            "queued_messages": 0,
         }
 
     # ----- NetworkSimulator ----------------------------------------------------------------
@@ -412,6 +419,8 @@ class FlowSimulator:
                 touched.update(rec.path)
                 self._arriving[fid] = rec.start
                 heapq.heappush(heap, (t + rec.lat, _ARRIVE, fid, 0))
+                if rec.flow.queue:
+                    self._next_message(rec.flow.queue, t, touched)
             elif kind == _ARRIVE:
                 self._complete(fid, self._arriving.pop(fid), t)
             else:
@@ -419,27 +428,50 @@ class FlowSimulator:
                 if f.size == 0 or f.src == f.dst:
                     self._complete(fid, t, t)
                     continue
-                cap_ch = -1
-                if f.rate_bps:
-                    cap_ch = self._alloc_cap(f.rate_bps)
-                    self._stats["capped_flows"] += 1
-                if self._multi:
-                    multi = self.multi_route(f)
-                    path, lat = multi.channels, multi.latency_ns
-                    self._active[fid] = _Active(f, path, lat, t, multi, cap_ch)
-                else:
-                    path, lat = self.route(f)
-                    self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
-                for c in path:
-                    on_channel = self._ch_flows.get(c)
-                    if on_channel is None:
-                        self._ch_flows[c] = {fid}
-                        self._busy_since[c] = t
-                    else:
-                        on_channel.add(fid)
-                touched.update(path)
+                if f.queue:
+                    if f.queue in self._sending:  # its queue is busy: after the flows released before it
+                        self._queued.setdefault(f.queue, deque()).append(fid)
+                        self._stats["queued_messages"] += 1
+                        continue
+                    self._sending[f.queue] = fid
+                self._begin(f, t, touched)
         if touched:
             self._resolve(touched, t)
+
+    def _next_message(self, queue: int, t: int, touched: set[int]) -> None:
+        """A transmission of `queue` ended at t: its next flow released starts now, if any."""
+        waiting = self._queued.get(queue)
+        if not waiting:
+            del self._sending[queue]
+            return
+        fid = waiting.popleft()
+        if not waiting:
+            del self._queued[queue]
+        self._sending[queue] = fid
+        self._begin(self._flows[fid], t, touched)
+
+    def _begin(self, f: Flow, t: int, touched: set[int]) -> None:
+        """Flow f starts transmitting at t on its route (and its rate cap's pseudo-channel)."""
+        fid = f.id
+        cap_ch = -1
+        if f.rate_bps:
+            cap_ch = self._alloc_cap(f.rate_bps)
+            self._stats["capped_flows"] += 1
+        if self._multi:
+            multi = self.multi_route(f)
+            path, lat = multi.channels, multi.latency_ns
+            self._active[fid] = _Active(f, path, lat, t, multi, cap_ch)
+        else:
+            path, lat = self.route(f)
+            self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
+        for c in path:
+            on_channel = self._ch_flows.get(c)
+            if on_channel is None:
+                self._ch_flows[c] = {fid}
+                self._busy_since[c] = t
+            else:
+                on_channel.add(fid)
+        touched.update(path)
 
     def _complete(self, fid: int, start: int, t: int) -> None:
         f = self._flows.pop(fid)

@@ -64,10 +64,12 @@ def _rounds(flows: list[Flow], choice: Choice) -> int:
 def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
     """The longest chains of dependent flows on an idle network (flows in dependency order, as decomposed): the
     longest of their propagation plus transfer time at their caps (a flow without one: at its path's slowest
-    link), and the longest of their transfer time alone (ns)."""
+    link), and the longest of their transfer time alone (ns). A flow of a queue (`Flow.queue`) starts no earlier
+    than the end of its queue's transmission before it (a queue's flows in release order, as decomposed)."""
     paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
     both: dict[int, float] = {}
     xfer: dict[int, float] = {}
+    sent: dict[int, tuple[float, float]] = {}  # queue -> its last flow's transmission end (both, xfer)
     for f, size, cap in zip(flows, wire, caps, strict=True):
         key = (f.src, f.dst, f.id if f.key is None else f.key)
         path = paths.get(key)
@@ -77,8 +79,14 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
             path = paths[key] = (topo.path_latency_ns(route) if route else 0, slowest)
         hop, rate = path[0], cap or path[1]
         own = size * 8e9 / rate if rate else 0.0
-        both[f.id] = max((both.get(d, 0.0) for d in f.deps), default=0.0) + hop + own
-        xfer[f.id] = max((xfer.get(d, 0.0) for d in f.deps), default=0.0) + own
+        start_both = max((both.get(d, 0.0) for d in f.deps), default=0.0)
+        start_xfer = max((xfer.get(d, 0.0) for d in f.deps), default=0.0)
+        if f.queue:
+            prev = sent.get(f.queue, (0.0, 0.0))
+            start_both, start_xfer = max(start_both, prev[0]), max(start_xfer, prev[1])
+            sent[f.queue] = (start_both + own, start_xfer + own)
+        both[f.id] = start_both + hop + own
+        xfer[f.id] = start_xfer + own
     return max(both.values(), default=0.0), max(xfer.values(), default=0.0)
 
 
@@ -158,6 +166,7 @@ def shape(
             f.loss_budget,
             cap,
             f.conn,
+            f.queue,
         )  # fmt: skip
         for f, w, cap in zip(flows, wire, caps, strict=True)
     ]
