@@ -9,7 +9,8 @@ pays that algorithm's connection in its first timed (out-of-place) iteration, sp
 
 Which sizes those are follows from the tuner of the NCCL that ran. NCCL 2.22-2.27 rate NVLS-Tree as
 nChannels x min(bwIntra, bwInter, or bwInter / 2 beyond two nodes) x 5/6 with latency 25 + 2 log2(nodes) x 14 µs
-(tuning.cc of v2.22.3-v2.27.7; 2.28 retuned it, which is what `tuning.py` restates). Everything else is the same as
+(tuning.cc of v2.22.3-v2.27.7; 2.28 retuned it; `tuning.nvls_tree_cost_2_2x`, used by `tuning.select` when
+PHANTORA_NCCL_VERSION names one of them). Everything else is the same as
 2.30's model. The order is visible in a published INFO log of NCCL 2.22.3 under nccl-tests v2.13.9 (AWS p5,
 tests/data/nccl_tests/SOURCES.md): "Connected NVLS tree" (the 16 GiB warm-up), then the tree's channels and
 "Connected all trees" (the 8 B warm-up), then the rows; no ring is ever connected there.
@@ -17,43 +18,23 @@ tests/data/nccl_tests/SOURCES.md): "Connected NVLS tree" (the 16 GiB warm-up), t
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
+from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl import tuning
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
+from phantora.collectives.nccl.tuning import nvls_tree_cost_2_2x
 
-NVLS_TREE_INTRA_LAT_US = 25.0  # hwLat[NVLINK][NVLS_TREE][SIMPLE], 2.22-2.27
-NVLS_TREE_NET_LAT_US = 14.0  # hwLat[NET][NVLS_TREE][SIMPLE], 2.22-2.27 (20.9 from 2.28)
-NVLS_TREE_RATIO = 5.0 / 6.0  # bus to algorithm bandwidth of NVLS and NVLS-Tree, 2.22-2.27
-
-
-def nvls_tree_cost_2_2x(p: Platform) -> tuning.Cost | None:
-    """NVLS-Tree all-reduce as NCCL 2.22-2.27 rate it on `p` (None where NVLS-Tree does not run)."""
-    g = tuning.nvls_graph(p)
-    if p.nnodes < 2 or g.nchannels < 2:
-        return None
-    bw = min(g.bw_intra, g.bw_inter if p.nnodes <= 2 else g.bw_inter / 2) * g.nchannels * NVLS_TREE_RATIO
-    lat = NVLS_TREE_INTRA_LAT_US + 2 * int(math.log2(p.nnodes)) * NVLS_TREE_NET_LAT_US
-    return tuning.Cost("nvls_tree", "Simple", lat, bw)
+__all__ = ["choice_2_2x", "first_uses", "nvls_tree_cost_2_2x"]
 
 
 def choice_2_2x(p: Platform, st: NcclSettings, nbytes: int) -> str:
     """ "algorithm/protocol" that NCCL 2.22-2.27's tuner picks for an all-reduce of `nbytes` on several nodes."""
-    comm = tuning.comm_channels(p, tuning.ring_graph(p), st)
-    best: tuple[float, str] | None = None
-    for cost in tuning.costs("all_reduce", p, st):
-        if cost.algorithm == "nvls_tree":
-            older = nvls_tree_cost_2_2x(p)
-            if older is None:
-                continue
-            cost = older
-        t = tuning.model_time_us(cost, "all_reduce", p, nbytes, comm)
-        if best is None or t < best[0]:
-            best = (t, f"{cost.algorithm}/{cost.protocol}")
-    if best is None:
+    choice = tuning.select("all_reduce", p, replace(st, nccl_version=T.OLD_NVLS_TREE_TUNER[1]), nbytes)
+    if choice is None:
         raise ValueError(f"no all-reduce algorithm enabled on {p.nnodes} node(s)")
-    return best[1]
+    return f"{choice.algorithm}/{choice.protocol}"
 
 
 def first_uses(p: Platform, st: NcclSettings, sizes: list[int]) -> dict[int, str]:

@@ -13,8 +13,11 @@ is the middle of the two clusters' figures, (20.16 + 22.87) / 2: a measured rate
 `p2p.P2P_PER_CHANNEL_NET_BW` is this model's rate of a p2p channel. What bounds a channel (its CTA's loop, its
 proxy's steps or one connection's queue pairs) the tables do not separate: every run with 24 channels also had 2
 queue pairs a connection. A GPU's channels move their figure's total each way, shared by its network flows at
-once (shape._channel_caps): a ring channel's one hop, or an NVLS-Tree head's tree parent and children, which on
-gj-aion's 8 hosts at 2 GiB meet the same 40.5 GB/s a NIC as its ring. Like the p2p figure it is taken at the
+once (shape._channel_caps): a ring channel's one hop, or an NVLS-Tree head's tree parent and children. An
+NVLS-Tree head GPU moves two channels' worth (its two trees, 43 GB/s each way on H100) whatever its CTAs: all of
+them cross its one NIC (search.cc `getNvlsNetDev`, v2.26.5-1) through its one proxy thread (proxy.cc), and #309's
+8-host run on 24 CTAs (`NCCL_MIN_CTAS=24`) is slower at every NVLS-Tree size (16-512 MiB; NCCL 2.26's tuner runs
+the ring from 1 GiB there, tuning.rated) than the same cluster's run on 16. Like the p2p figure it is taken at the
 H100's SM clock and scaled by the GPU's; on an A100 with a 200G NIC (12.5 GB/s a channel) it does not bind.
 Every figure above is a Simple run's; LL and LL128 have NCCL's own per-channel rates (their tuning ceilings and
 wire factors), so the limit applies to Simple only: applied to LL's wire bytes it made a 64 KiB LL all-gather on one
@@ -36,9 +39,10 @@ def coll_net_channel_bw(algo: str, protocol: str, p: Platform, channels: int) ->
     LL and LL128):
     `COLL_NET_CHANNEL_BW` scaled by the GPU's SM clock, times the channels a decomposed channel stands for: one
     for a ring or tree; NVLS-Tree's flows have a channel per head GPU and tree (`nvls.nvls_tree_flows`: 2 x heads)
-    for the `channels` CTAs NCCL runs."""
+    for NCCL's default NVLS CTAs, not the `channels` it runs (a head's CTAs share its NIC and proxy: above)."""
     if p.nnodes < 2 or algo not in NET_CHANNEL_ALGOS or protocol != "Simple" or channels < 1:
         return 0.0
     clock = p.sm_clock_ghz or REFERENCE_CLOCK_GHZ
-    per = channels / (2.0 * min(p.ppn, T.NVLS_MAX_ARITY)) if algo == "nvls_tree" else 1.0
+    default_ctas = T.NVLS_CHANNELS.get(p.arch, 16)
+    per = default_ctas / (2.0 * min(p.ppn, T.NVLS_MAX_ARITY)) if algo == "nvls_tree" else 1.0
     return COLL_NET_CHANNEL_BW * clock / REFERENCE_CLOCK_GHZ * per

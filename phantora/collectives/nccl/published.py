@@ -32,6 +32,12 @@ SETUP_POINTS: dict[str, dict[int, str]] = {
 }
 
 
+# Tables whose NCCL is not stated, and the version taken for their tuner (PHANTORA_NCCL_VERSION): gj-aion's #309
+# runs have the first-use points that only NCCL 2.22-2.27's tuner makes (first_use.py; SETUP_POINTS above), and
+# the issue's two other clusters state 2.26.2.
+NCCL_INFERRED = {"nccltests309_gjaion": "2.26"}
+
+
 @dataclass(frozen=True)
 class Table:
     """One published nccl-tests table."""
@@ -81,11 +87,21 @@ def read_table(path: Path) -> Table:
         forced = None  # no NVLS on A100: that NCCL (2.18) ran its default choice (SOURCES.md)
     nic = re.search(r"nic=[^;]*?(\d+)\s*G", head)
     env = tuple((k, v) for k, v in re.findall(r"(NCCL_\w+)=(\w+)", head) if k in ENV_VARS and k != "NCCL_ALGO")
+    env += _nccl_version(path.name, head)
     g = re.search(r"(?:^|\s)-g (\d+)", head)
     per_thread = int(g.group(1)) if g else 1
     cpu = re.search(r"cpu=([^;]*)", head)
     nic_gbps, host_cpu = int(nic.group(1)) if nic else 400, cpu.group(1).strip() if cpu else ""
     return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), nic_gbps, env, per_thread, host_cpu)
+
+
+def _nccl_version(name: str, head: str) -> tuple[tuple[str, str], ...]:
+    """("PHANTORA_NCCL_VERSION", "MAJOR.MINOR") from the first line's nccl=... or NCCL_INFERRED; () if neither
+    says. Only the minor version counts (tuning.rated), so runs of one NCCL minor share their settings."""
+    stated = re.search(r"nccl=(\d+\.\d+)", head)
+    inferred = next((v for k, v in NCCL_INFERRED.items() if k in name), None)
+    version = stated.group(1) if stated else inferred
+    return (("PHANTORA_NCCL_VERSION", version),) if version else ()
 
 
 def tables(include_degraded: bool = False) -> list[Table]:

@@ -8,6 +8,7 @@ case-insensitive. The other variables are integers; sizes take NCCL's plain byte
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -37,6 +38,7 @@ ENV_VARS = (
     "NCCL_IB_QPS_PER_CONNECTION",
     "NCCL_IB_SPLIT_DATA_ON_QPS",
     "NCCL_NCHANNELS_PER_NET_PEER",
+    "PHANTORA_NCCL_VERSION",
 )
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
@@ -65,6 +67,7 @@ class NcclSettings:
     qps_per_conn: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs of each network connection
     split_data_on_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: each message over every QP (else one, in turn)
     net_peer_channels: int = 0  # NCCL_NCHANNELS_PER_NET_PEER: p2p channels per remote peer; 0: NCCL's own sizing
+    nccl_version: tuple[int, int] = T.MODEL_NCCL_VERSION  # PHANTORA_NCCL_VERSION: the NCCL whose tuner picks
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -128,6 +131,19 @@ def _qps(env: Mapping[str, str]) -> int:
     return qps
 
 
+def _version(env: Mapping[str, str]) -> tuple[int, int]:
+    """PHANTORA_NCCL_VERSION (`2.26`, `2.26.2` or `2.26.2-1`): the (major, minor) of the NCCL that ran; unset: the
+    NCCL whose model phantora restates (tables.MODEL_NCCL_VERSION)."""
+    var = "PHANTORA_NCCL_VERSION"
+    text = env.get(var, "").strip().lstrip("v")
+    if not text:
+        return T.MODEL_NCCL_VERSION
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?(?:-\d+)?", text)
+    if m is None:
+        raise InputError(f"{var}={text!r} is not an NCCL version such as 2.26.2", field=var)
+    return int(m.group(1)), int(m.group(2))
+
+
 def _net_peer_channels(env: Mapping[str, str]) -> int:
     """NCCL_NCHANNELS_PER_NET_PEER; NCCL ignores a value of 0 or less (init.cc: "too low"), so 0 means unset."""
     text = env.get("NCCL_NCHANNELS_PER_NET_PEER", "")
@@ -189,5 +205,6 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         qps_per_conn=_qps(env),
         split_data_on_qps=_int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0,
         net_peer_channels=_net_peer_channels(env),
+        nccl_version=_version(env),
         raw=raw,
     )

@@ -289,6 +289,33 @@ def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nb
     return nc
 
 
+NVLS_TREE_INTRA_LAT_US_2_2X = 25.0  # hwLat[NVLINK][NVLS_TREE][SIMPLE], 2.22-2.27
+NVLS_TREE_NET_LAT_US_2_2X = 14.0  # hwLat[NET][NVLS_TREE][SIMPLE], 2.22-2.27 (20.9 from 2.28)
+NVLS_TREE_RATIO_2_2X = 5.0 / 6.0  # bus to algorithm bandwidth of NVLS and NVLS-Tree, 2.22-2.27
+
+
+def nvls_tree_cost_2_2x(p: Platform) -> Cost | None:
+    """NVLS-Tree all-reduce as NCCL 2.22-2.27 rate it (tuning.cc of v2.22.3-v2.27.7: nChannels x min(bwIntra,
+    bwInter, or bwInter / 2 beyond two nodes) x 5/6, latency 25 + 2 log2(nodes) x 14 µs); None where it does not
+    run."""
+    g = nvls_graph(p)
+    if p.nnodes < 2 or g.nchannels < 2:
+        return None
+    bw = min(g.bw_intra, g.bw_inter if p.nnodes <= 2 else g.bw_inter / 2) * g.nchannels * NVLS_TREE_RATIO_2_2X
+    lat = NVLS_TREE_INTRA_LAT_US_2_2X + 2 * int(math.log2(p.nnodes)) * NVLS_TREE_NET_LAT_US_2_2X
+    return Cost("nvls_tree", "Simple", lat, bw)
+
+
+def rated(cost: Cost, p: Platform, st: NcclSettings) -> Cost | None:
+    """`cost` as the tuner of the NCCL that runs (`st.nccl_version`) rates it, for the choice only: NCCL 2.22-2.27
+    rate NVLS-Tree by their own constants (2.28 retuned it); everything else is 2.30's. The time of the chosen
+    algorithm stays the model's (the kernels are the same)."""
+    lo, hi = T.OLD_NVLS_TREE_TUNER
+    if cost.algorithm == "nvls_tree" and lo <= st.nccl_version <= hi:
+        return nvls_tree_cost_2_2x(p)
+    return cost
+
+
 @lru_cache(maxsize=4096)  # a training step repeats the same calls: one search per distinct call
 def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | None:
     """NCCL's choice for a collective of `nbytes` (nccl-tests' size): the (algorithm, protocol) of least model
@@ -298,13 +325,17 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     best: tuple[float, Cost, int] | None = None
     comm = comm_channels(p, ring_graph(p), st)
     for cost in costs(kind, p, st):
+        as_rated = rated(cost, p, st)
+        if as_rated is None:
+            continue
         ch = run_channels(cost.algorithm, cost.protocol, p, st, nbytes)
-        t = model_time_us(cost, kind, p, nbytes, comm)
+        t = model_time_us(as_rated, kind, p, nbytes, comm)
         if best is None or t < best[0]:
             best = (t, cost, ch)
     if best is None:
         return None
-    t, cost, ch = best
+    _, cost, ch = best
+    t = model_time_us(cost, kind, p, nbytes, comm)
     ring = ring_kernel.applies(kind, cost.algorithm, cost.protocol, p)
     kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
     if ring:
