@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,13 +99,33 @@ class _AllowList:
         return ok
 
 
+class LateAllowList(_AllowList):
+    """An allow-list whose keys are known only after the server binds (peers that publish their keys with their
+    endpoints, `bridge.cut_peers`): a handshake that comes before `set` waits for it, at most `wait_s`."""
+
+    def __init__(self, log: Callable[[str], None] | None, wait_s: float) -> None:
+        super().__init__(frozenset(), log)
+        self.wait_s = wait_s
+        self._known = threading.Event()
+
+    def set(self, clients: frozenset[bytes]) -> None:
+        self.clients = clients
+        self._known.set()
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        self._known.wait(self.wait_s)
+        return super().callback(domain, key)
+
+
 def start_authenticator(
-    ctx: zmq.Context, clients: frozenset[bytes], log: Callable[[str], None] | None = None
+    ctx: zmq.Context, clients: frozenset[bytes] | _AllowList, log: Callable[[str], None] | None = None
 ) -> ThreadAuthenticator:
-    """A ZAP handler on `ctx` letting in `clients` only; stop it (`.stop()`) before the context terminates."""
+    """A ZAP handler on `ctx` letting in `clients` only (or what a given allow-list, e.g. a `LateAllowList`,
+    lets in); stop it (`.stop()`) before the context terminates."""
     auth = ThreadAuthenticator(ctx)
     auth.start()
-    auth.configure_curve_callback(ZAP_DOMAIN, _AllowList(clients, log))
+    allow = clients if isinstance(clients, _AllowList) else _AllowList(clients, log)
+    auth.configure_curve_callback(ZAP_DOMAIN, allow)
     return auth
 
 

@@ -8,8 +8,13 @@ identity and says hello again). Every message is msgpack: the hello ``{"k": "hel
 each barrier ``{"k": "win", "seq", "next", "arr", "batch"}`` to every other worker (the batch may be empty). A
 barrier waits for every other worker's message of its sequence number, at most `timeout_s` of silence (the first
 barrier, which follows every worker's set-up and flows, the startup timeout), then raises naming the workers it
-still waits for (a dead or stuck worker takes the run down, named). Beyond loopback (CurveZMQ, as the decomposition
-rounds) is not built.
+still waits for (a dead or stuck worker takes the run down, named).
+
+With ``curve`` (tcp; required beyond loopback, as Ray places workers on other machines, `bridge.cut_ray`) every
+worker makes its own CURVE key pair (the secret never leaves it), binds its ROUTER as a CURVE server and publishes
+its public key beside its endpoint (`bridge.transport.write_endpoint_file`); it connects to each other worker as a
+CURVE client with that worker's published key, and lets in only the other workers' keys (a `LateAllowList`: a
+handshake that comes before every key is read waits for them). The token is still checked in the hello.
 """
 
 from __future__ import annotations
@@ -22,14 +27,18 @@ from typing import Any
 import msgpack
 import zmq
 
+from bridge.curve import ClientCurve, KeyPair, LateAllowList, ServerCurve, start_authenticator
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT
 from bridge.transport import (
     HEARTBEAT_S,
+    LOOPBACK,
     bind_address,
     bind_router,
     connect_dealer,
     endpoint_file,
+    process_log,
+    read_server_key,
     token_ok,
     write_endpoint_file,
 )
@@ -39,7 +48,8 @@ PEER_TIMEOUT_S = 60.0  # silence from a peer inside a run after which it is take
 MAX_BATCH_BYTES = 1 << 30
 
 
-def _name(group: int) -> str:
+def peer_name(group: int) -> str:
+    """The name of a worker's endpoint (and key) file: ``cutG``."""
     return f"cut{group}"
 
 
@@ -54,15 +64,32 @@ class ZmqPeers:
         token: str,
         *,
         transport: str = "ipc",
+        host: str = LOOPBACK,
+        curve: bool = False,
         startup_timeout_s: float = 180.0,
         timeout_s: float = PEER_TIMEOUT_S,
     ) -> None:
         self.group, self.groups, self.timeout_s = group, groups, timeout_s
+        self.curve = curve
         self._first_timeout_s = max(timeout_s, startup_timeout_s)  # the first barrier follows each one's set-up
         self._token = token
         self._ctx = zmq.Context()
-        self._router, endpoint = bind_router(self._ctx, bind_address(transport, run_dir, _name(group)), MAX_BATCH_BYTES)
-        write_endpoint_file(run_dir, _name(group), endpoint)
+        self._auth: Any = None
+        self._keys: KeyPair | None = None
+        self._allow: LateAllowList | None = None
+        server: ServerCurve | None = None
+        if curve:
+            self._keys = KeyPair.new()
+            self._allow = LateAllowList(process_log(f"cut{group} zap"), startup_timeout_s)
+            self._auth = start_authenticator(self._ctx, self._allow)
+            server = ServerCurve(self._keys, frozenset())  # who is let in: `self._allow`, once the keys are read
+        address = bind_address(transport, run_dir, peer_name(group), host)
+        try:
+            self._router, endpoint = bind_router(self._ctx, address, MAX_BATCH_BYTES, server)
+        except BaseException:
+            self.close()
+            raise
+        write_endpoint_file(run_dir, peer_name(group), endpoint, self._keys.public if self._keys else None)
         self._peers: dict[int, zmq.Socket] = {}
         # ROUTER identity -> the group its hello declared, once the hello showed the token. A peer that reconnects
         # comes back with a new identity and a new hello: both identities are its; the start waits for every
@@ -81,16 +108,25 @@ class ZmqPeers:
         worker's hello has come in."""
         deadline = time.monotonic() + startup_timeout_s
         hello = msgpack.packb({"k": "hello", "token": self._token, "group": self.group})
+        found: dict[int, tuple[str, bytes | None]] = {}
         for g in range(self.groups):
             if g == self.group:
                 continue
-            path = endpoint_file(run_dir, _name(g))
+            path = endpoint_file(run_dir, peer_name(g))
             while not path.exists():
                 if time.monotonic() > deadline:
                     raise BridgeError(f"partition worker {g} did not start within {startup_timeout_s:.0f} s",
                                       code=E_TIMEOUT)  # fmt: skip
                 time.sleep(0.01)
-            sock = connect_dealer(self._ctx, path.read_text().strip(), MAX_BATCH_BYTES)
+            key = read_server_key(run_dir, peer_name(g))  # written before the endpoint
+            if self._keys is not None and key is None:
+                raise BridgeError(f"partition worker {g} published no CurveZMQ key (this worker runs CurveZMQ)")
+            found[g] = (path.read_text().strip(), key)
+        if self._allow is not None:
+            self._allow.set(frozenset(key for _, key in found.values() if key is not None))
+        for g, (endpoint, key) in found.items():
+            client = ClientCurve(self._keys, key) if self._keys is not None and key is not None else None
+            sock = connect_dealer(self._ctx, endpoint, MAX_BATCH_BYTES, client)
             sock.send(hello)
             self._peers[g] = sock
         while missing := sorted(set(self._peers) - set(self._known.values())):
@@ -163,4 +199,7 @@ class ZmqPeers:
         return out
 
     def close(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         self._ctx.destroy(linger=0)

@@ -1,19 +1,19 @@
 """Parallel packet simulation across cut cables in worker processes (issue 38): start, wait, merge.
 
-`run_partitioned` runs a batch of flows (`run_partitioned_batches`: batches each submitted at its own time, as
-`phantora netsim` has them; dependencies name earlier flows, and a dependency completed in one worker releases its
-dependent in another by a cut-link message) on `config.partition` worker processes
-(`bridge.cut_worker`), local, in a private run directory (0700) with a fresh token; the workers exchange their
-cut-link messages peer to peer (`bridge.cut_peers`), not through this process. This process only waits: a worker
-that exits non-zero ends the run at once, the others killed (ours, by pid), with an error naming it and its last
-words. The records of the workers are merged into one engine's: completions by (end, flow id), as one engine drains
-them; FCT records, PFC frames, CE marks, CNPs, drops and trims in one keyed engine's order, by the order key of the
-event that made each (`phantora.netsim.record_order`); transport counters and channel counters added (each is counted by
-the worker that owns its end, zero elsewhere); the counters of `stats` added, its peaks and the fabric's constants
-the largest (`PEAK_STATS`), its settings (text) the first worker's, and the switch links' load recomputed from the
-merged channels. A completion's start is its FCT record's (the sender's worker starts the flow; its receiver's worker
-knows the start of a flow without dependencies only). The end of the run (`now`) is one engine's after `finish()`:
-the last sender's last ACK, the latest FCT record's end.
+`run_partitioned` runs a batch of flows (`run_partitioned_batches`: batches each submitted at its own time, as `phantora
+netsim` has them; dependencies name earlier flows, and a dependency completed in one worker releases its dependent in
+another by a cut-link message) on `config.partition` worker processes (`bridge.cut_worker`) with a fresh token: local,
+in a private run directory (0700), or with `config.ray` started by Ray actors (`bridge.cut_ray`, tcp, CurveZMQ beyond
+loopback); the workers exchange their cut-link messages peer to peer (`bridge.cut_peers`), not through this process.
+This process only waits: a worker that exits non-zero ends the run at once, the others killed (ours, by pid, or their
+actors stopped), with an error naming it and its last words. The records of the workers are merged into one engine's:
+completions by (end, flow id), as one engine drains them; FCT records, PFC frames, CE marks, CNPs, drops and trims in
+one keyed engine's order, by the order key of the event that made each (`phantora.netsim.record_order`); transport
+counters and channel counters added (each is counted by the worker that owns its end, zero elsewhere); the counters of
+`stats` added, its peaks and the fabric's constants the largest (`PEAK_STATS`), its settings (text) the first worker's,
+and the switch links' load recomputed from the merged channels. A completion's start is its FCT record's (the sender's
+worker starts the flow; its receiver's worker knows the start of a flow without dependencies only). The end of the run
+(`now`) is one engine's after `finish()`: the last sender's last ACK, the latest FCT record's end.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any, TypeVar
 import msgpack
 
 from bridge.columns import completions_from_columns, flows_to_columns
+from bridge.cut_watch import wait_workers
 from bridge.runspec import topology_to_dict
 from bridge.transport import make_run_dir, new_token, remove_run_dir
 from phantora.netsim.base import Completion, Flow
-from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hpcc_io import FctLine
 from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, Trim, switch_link_load
@@ -88,11 +88,6 @@ def _start(i: int, root: Path, setup: dict[str, Any], token: str) -> tuple[subpr
     return proc, log
 
 
-def _last_words(log: Path) -> str:
-    lines = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
-    return ("; its last words: " + " | ".join(lines)) if lines else ""
-
-
 def run_partitioned(
     topology: Topology, config: PacketConfig, flows: Sequence[Flow], until: int | None = None
 ) -> PartitionResult:
@@ -114,53 +109,63 @@ def run_partitioned_batches(
     n = config.partition
     if n < 1:
         raise ValueError("run_partitioned: set partition=N (N >= 1) in the config")
-    root = make_run_dir()
     token = new_token()
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     wall0 = time.perf_counter()
+    wire = [[at, flows_to_columns(batch)] for at, batch in batches]
+    ports = sorted((dports or {}).items())
+    setups = []
+    for g in range(n):
+        spec = EngineSpec(network="ns3", packet=config.with_updates(partition_worker=g), side="packet")
+        setups.append({"topology": topology_to_dict(topology), "engine": spec.to_dict(), "batches": wire,
+                       "dports": ports, "until": until})  # fmt: skip
+    if config.ray:
+        from bridge.cut_ray import run_on_ray
+
+        outs = run_on_ray(config.ray, setups, token, config.partition_timeout_s)
+    else:
+        outs = _run_local(setups, token, config.partition_timeout_s)
+    res = _merge(outs, time.perf_counter() - wall0, topology)
+    res.stats["flows_submitted"] = sum(len(b) for _, b in batches)  # each worker counts the flows it has an end of
+    return res
+
+
+@dataclasses.dataclass
+class _Local:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def describe(self) -> str:
+        return f"pid {self.proc.pid}"
+
+    def last_words(self) -> str:
+        lines = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
+        return " | ".join(lines)
+
+
+def _run_local(setups: list[dict[str, Any]], token: str, timeout_s: float) -> list[dict[str, Any]]:
+    """Run the workers as local processes in a private run directory (ipc sockets); their outputs."""
+    root = make_run_dir()
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
-        wire = [[at, flows_to_columns(batch)] for at, batch in batches]
-        ports = sorted((dports or {}).items())
-        for g in range(n):
-            spec = EngineSpec(network="ns3", packet=config.with_updates(partition_worker=g), side="packet")
-            setup = {"topology": topology_to_dict(topology), "engine": spec.to_dict(), "batches": wire,
-                     "dports": ports, "until": until, "run_dir": str(root),
-                     "out": str(root / f"w{g}" / "out.msgpack")}  # fmt: skip
-            procs.append(_start(g, root, setup, token))
-        _wait(procs, config.partition_timeout_s)
-        outs = [msgpack.unpackb((root / f"w{g}" / "out.msgpack").read_bytes(), raw=False) for g in range(n)]
+        for g, setup in enumerate(setups):
+            procs.append(_start(g, root, {**setup, "run_dir": str(root), "out": str(root / f"w{g}" / "out.msgpack")},
+                                token))  # fmt: skip
+        _wait(procs, timeout_s)
+        return [msgpack.unpackb((root / f"w{g}" / "out.msgpack").read_bytes(), raw=False) for g in range(len(setups))]
     finally:
         for proc, _ in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
         remove_run_dir(root)
-    res = _merge(outs, time.perf_counter() - wall0, topology)
-    res.stats["flows_submitted"] = sum(len(b) for _, b in batches)  # each worker counts the flows it has an end of
-    return res
 
 
 def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -> None:
-    """Wait for every worker, at most `timeout_s`; the first to fail ends the run, named."""
-    deadline = time.monotonic() + timeout_s
-    pending = set(range(len(procs)))
-    while pending:
-        for i in sorted(pending):
-            proc, log = procs[i]
-            code = proc.poll()
-            if code is None:
-                continue
-            if code != 0:
-                raise WorkerDiedError(
-                    f"partition worker {i} (pid {proc.pid}) exited with code {code}{_last_words(log)}"
-                )
-            pending.discard(i)
-        if time.monotonic() > deadline:
-            raise WorkerDiedError(
-                f"partition workers {sorted(pending)} still running after {timeout_s:.0f} s "
-                "(PacketConfig.partition_timeout_s)"
-            )
-        time.sleep(0.01)
+    """Wait for every local worker, at most `timeout_s`; the first to fail ends the run, named."""
+    wait_workers([_Local(proc, log) for proc, log in procs], timeout_s)
 
 
 def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> PartitionResult:

@@ -1,12 +1,13 @@
 """A partition worker process (issue 38): one switch group's share of a packet-level run, windows peer to peer.
 
-Started by `bridge.cut_pool` as ``python -m bridge.cut_worker --setup FILE`` with the run's token in PHANTORA_TOKEN.
-The setup (msgpack) holds the topology, the engine spec (its PacketConfig with ``partition_worker`` this worker's
-group), the batches of flows (submit time, columns), their HPCC destination ports, the run limit and where to write
-the result. The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it owns),
-runs the windows (`phantora.netsim.cut_windows`) with the other workers (`bridge.cut_peers`), and writes its records
-(msgpack), each with the order key of the event that made it, for the pool to merge. Any failure exits non-zero with
-the reason on stderr.
+Started by `bridge.cut_pool` as ``python -m bridge.cut_worker --setup FILE`` with the run's token in PHANTORA_TOKEN. The
+setup (msgpack) holds the topology, the engine spec (its PacketConfig with ``partition_worker`` this worker's group),
+the batches of flows (submit time, columns), their HPCC destination ports, the run limit, where to write the result, and
+how to reach the other workers (the directory of their endpoint files; ipc, or tcp on a host, with CurveZMQ or not:
+`bridge.cut_peers`). The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it
+owns), runs the windows (`phantora.netsim.cut_windows`) with the other workers (`bridge.cut_peers`), and writes its
+records (msgpack), each with the order key of the event that made it, for the pool to merge. Any failure exits non-zero
+with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import msgpack
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.runspec import topology_from_dict
-from bridge.transport import STARTUP_TIMEOUT_S
+from bridge.transport import LOOPBACK, STARTUP_TIMEOUT_S
 from phantora.netsim.cut_windows import WindowStats
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     group, groups = spec.packet.partition_worker, spec.packet.partition
     sim = make_engine(spec, topo)
     assert isinstance(sim, Ns3Simulator)
-    peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, startup_timeout_s=STARTUP_TIMEOUT_S)
+    peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, transport=setup.get("transport", "ipc"),
+                     host=setup.get("host", LOOPBACK), curve=bool(setup.get("curve")),
+                     startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
     try:
         setup_cpu = time.process_time() - cpu0
         dports = {int(fid): int(port) for fid, port in setup["dports"]}
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             "run_wall_s": run_wall,
             "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": peers.rejected,
+            "curve": peers.curve,
             "cut": sim.cut_stats(),
         }  # fmt: skip
         tmp = Path(setup["out"] + ".tmp")

@@ -94,9 +94,10 @@ class WorkerHost:
 
 
 class RayPlacement:
-    """Connects to (or starts) Ray once per decomposed engine, starts worker actors, stops them."""
+    """Connects to (or starts) Ray once per decomposed engine (or partitioned run), starts worker actors (of
+    `host`: `WorkerHost`, or `bridge.cut_ray.CutWorkerHost` for partition workers), stops them."""
 
-    def __init__(self, address: str, workers: int) -> None:
+    def __init__(self, address: str, workers: int, host: type = WorkerHost) -> None:
         ray = _ray()
         self.local = address == "local"
         self.started_here = not ray.is_initialized()
@@ -117,20 +118,24 @@ class RayPlacement:
                 )
             except Exception as exc:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ...
                 raise PhantoraError(f"cannot connect to Ray at {address!r}: {exc}") from None
-        self.actor_class = ray.remote(num_cpus=1, max_restarts=0)(WorkerHost)
+        self.actor_class = ray.remote(num_cpus=1, max_restarts=0)(host)
 
     def start(self, spec: bytes, token: str, client_key: bytes | None) -> Any:
         """A worker actor (its server process starting, a CURVE server letting in `client_key` only if given);
         `endpoint` waits for it."""
         return self.actor_class.remote(spec, token, self.local, os.getcwd(), client_key)
 
-    def endpoint(self, actor: Any) -> tuple[int, str, bytes | None]:
-        """(pid, endpoint, the server's CURVE public key) of a started worker."""
+    def start_host(self, *args: Any) -> Any:
+        """An actor of this placement's host class, made with `args`."""
+        return self.actor_class.remote(*args)
+
+    def endpoint(self, actor: Any, timeout_s: float = START_TIMEOUT_S) -> tuple[int, str, bytes | None]:
+        """(pid, endpoint, the server's CURVE public key) of a started worker (whose actor waits `timeout_s`)."""
         ray = _ray()
         try:
-            pid, endpoint, key = ray.get(actor.endpoint.remote(), timeout=START_TIMEOUT_S + 30)
+            pid, endpoint, key = ray.get(actor.endpoint.remote(), timeout=timeout_s + 30)
         except Exception as exc:  # noqa: BLE001 - RayTaskError wraps the actor's PhantoraError
-            raise PhantoraError(f"a Ray decomposition worker did not start: {exc}") from None
+            raise PhantoraError(f"a Ray worker did not start: {exc}") from None
         if not self.local and endpoint.startswith("tcp://127."):
             raise PhantoraError(f"a Ray worker published a loopback endpoint ({endpoint}) for a remote driver")
         if self.curve and key is None:

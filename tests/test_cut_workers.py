@@ -385,7 +385,7 @@ def test_the_commands_engine_refuses_partition_rather_than_run_one_engine() -> N
     from phantora.netsim.factory import make_engine
 
     cfg = PacketConfig(partition=2, scheduler=KEYED_SCHEDULER)
-    with pytest.raises(InputError, match="do not drive it yet") as err:
+    with pytest.raises(InputError, match="this caller does not drive them; use one engine") as err:
         make_engine(EngineSpec(network="ns3", packet=cfg), TOPO)
     assert err.value.field == "partition"
 

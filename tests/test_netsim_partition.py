@@ -52,7 +52,9 @@ def test_a_scenario_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "field '--scenario'" in err and "partition=2" in err and "Traceback" not in err
 
 
-def test_make_engine_still_refuses_partition_for_run_and_replay() -> None:
+def test_make_engine_refuses_partition_without_the_bridges_runner() -> None:
+    """Without `partitioner` (a caller that does not start the workers) partition=N is refused, not run on one
+    engine; replay passes it (tests/test_cut_ray.py)."""
     spec = EngineSpec(network="ns3", packet=packet_config_from_flags(sets=[f"scheduler={KEYED_SCHEDULER}",
                                                                           "partition=2"]))  # fmt: skip
     with pytest.raises(InputError, match="field 'partition'.*phantora netsim"):

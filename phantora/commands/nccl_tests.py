@@ -198,7 +198,7 @@ def _ranks(args: argparse.Namespace, topo: Any) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from bridge.workers import spawn_workers
-    from phantora.netsim.factory import make_engine
+    from phantora.netsim.factory import PARTITION_REFUSALS, make_engine, refuse_partition
 
     spec = nt.find_test(args.test)
     topo = _topology(args.topology, args.gpu)
@@ -231,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
     blocks = nt.runs(spec, types, nt.redops(args.op), args.root, len(ranks))
     engine = engine_spec(args)
     config = engine.packet_used
+    if config is not None:
+        refuse_partition(config, PARTITION_REFUSALS["nccl-tests"])
     record_config(args, "nccl-tests", topo, config, {})
     grow = args.stepfactor is not None and args.stepfactor > 1
     stepbytes = 1024**2 if stepbytes is None else stepbytes  # nccl-tests' default increment

@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phantora.errors import InputError
-from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.hpcc_io import pfc_txt_lines
 from phantora.netsim.packet_summary import channel_usage
+from phantora.netsim.partitioned import effective_settings, partition_summary
 from phantora.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -53,7 +53,6 @@ def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: 
             field="--scenario",
         )
     res = run_partitioned_batches(topo, config, inp.batches, None, inp.dports)
-    ran = config.with_updates(ecmp_hash=config.ecmp_hash or topo.ecmp_hash)  # as each worker's engine runs it
     done = {c.flow_id: c for c in res.completions}
     return {
         "done": done,
@@ -67,23 +66,8 @@ def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: 
         "transport": res.transport,
         "links": channel_usage(res.channels, max(1, res.now - inp.first_start)),  # type: ignore[arg-type]
         "stats": res.stats,
-        "effective": EffectiveSettings.parse(ran, res.effective),
+        "effective": effective_settings(topo, config, res.effective),
         "wall_s": res.wall_s,
         "now": res.now,
         "partition": partition_summary(res.workers, res.ties),
-    }
-
-
-def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any]:
-    """What summary.json says of the workers: how many, their windows, messages, CPU and peak memory, and the
-    records of one ns from two workers, put in one engine's order by their events' keys
-    (`phantora.netsim.record_order`)."""
-    return {
-        "workers": len(workers),
-        "ties_by_key": ties,
-        "windows": max((w["windows"] for w in workers), default=0),
-        "message_bytes": sum(w["bytes_out"] for w in workers),
-        "run_cpu_s": [round(w["run_cpu_s"], 3) for w in workers],
-        "setup_cpu_s": [round(w["setup_cpu_s"], 3) for w in workers],
-        "maxrss_mb": max((w["maxrss_kb"] // 1024 for w in workers), default=0),
     }

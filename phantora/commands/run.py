@@ -133,6 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from phantora.errors import InputError
     from phantora.launcher import RunConfig, launch
+    from phantora.netsim.factory import PARTITION_REFUSALS, refuse_partition
     from phantora.results.summary import format_summary
 
     if args.jobs is not None and (args.script or args.script_args):
@@ -144,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.record:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
     engine = engine_spec(args)
+    if engine.packet_used is not None:
+        refuse_partition(engine.packet_used, PARTITION_REFUSALS["run" if args.jobs is None else "jobs"])
     check_run_scenario(args)
     env = storage_env(args.storage, args.shared_fs)
     cfg = RunConfig(

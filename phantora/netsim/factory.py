@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +24,14 @@ def make_engine(
     calls: Path | None = None,
     spawner: Spawner | None = None,
     scenario: Scenario | None = None,
+    partitioner: Callable[..., Any] | None = None,
 ) -> NetworkSimulator:
     """The engine `spec` describes, on `topo`: the flow engine (under its scenario, if any: `netsim.faults`),
     or ns-3 (with fluid NVLink, NIC latency, profile reuse or decomposition as its config asks).
 
     ``calls`` records an ns-3 run's call script for phantora-ns3-runner. Decomposition (``workers=N``) starts
-    worker processes, so it needs the bridge's ``spawner`` (`bridge.workers.spawn_workers`). ``scenario``: the
+    worker processes, so it needs the bridge's ``spawner`` (`bridge.workers.spawn_workers`); so does partition
+    (``partition=N``), the bridge's ``partitioner`` (`bridge.cut_pool.run_partitioned_batches`). ``scenario``: the
     spec's scenario already read (else it is read from its file)."""
     if scenario is None and spec.scenario is not None:
         from phantora.netsim.scenario import read_scenario
@@ -44,6 +47,14 @@ def make_engine(
         from phantora.netsim.flow import FlowSimulator
 
         return FlowSimulator(topo, **spec.flow_options())
+    if spec.packet.partition and spec.packet.partition_worker < 0 and partitioner is not None:
+        if scenario is not None:
+            raise InputError(
+                f"partition={spec.packet.partition}: a scenario's faults are not split between partition workers "
+                "yet; run it on one engine (partition=0)",
+                field="--scenario",
+            )
+        return partitioned(topo, spec.packet, partitioner)
     if scenario is not None:
         return packet_under_scenario(spec, topo, scenario, calls)
     from phantora.netsim.packet import Ns3Simulator
@@ -105,15 +116,43 @@ def make_runner(spec: EngineSpec, topo: Topology, script: Path) -> RunnerNetwork
     return RunnerNetwork(topo, spec.packet, script)
 
 
-def refuse_partition(config: Any) -> None:
-    """partition=N is not an engine of the commands yet: say so rather than run one engine instead."""
+# Why a command that submits flows as it goes cannot use partition workers (they run one DAG, submitted whole, to
+# its end): `refuse_partition`'s `why`, by command.
+PARTITION_REFUSALS = {
+    "run": "the live bridge submits each collective's flows as the ranks reach it and steps the network between "
+    "them; record the run (--record DIR) and replay it with partition=N",
+    "nccl-tests": "each call starts on the network the previous one left at its last completion (its congestion "
+    "state carries over), and the workers cannot be stopped there yet",
+    "jobs": "jobs submit their flows as they go",
+}
+
+
+def refuse_partition(config: Any, why: str = "") -> None:
+    """partition=N without the bridge's runner (`make_engine`'s ``partitioner``), or for a caller whose flows are
+    not one DAG known before the run (`why`): say so in one line rather than run one engine instead."""
     if config.partition and config.partition_worker < 0:
+        reason = why or "this caller does not drive them"
         raise InputError(
-            f"partition={config.partition} (worker processes across cut cables) runs batch runs so far: phantora "
-            "netsim with a flow file or a workload (bridge.cut_pool.run_partitioned); phantora run, replay and "
-            "nccl-tests do not drive it yet",
+            f"partition={config.partition}: partition workers run one DAG of flows, submitted whole, to its end "
+            f"(phantora netsim and replay); {reason}; use one engine (partition=0)",
             field="partition",
         )
+
+
+def partitioned(topo: Topology, config: Any, runner: Callable[..., Any]) -> NetworkSimulator:
+    """partition=N as a command's engine (`phantora.netsim.partitioned`): what each worker's plain ns-3 engine
+    cannot run beside it is refused, naming the field."""
+    from phantora.netsim.partitioned import PartitionedSimulator
+
+    for name, on in (("nvlink", config.nvlink == "fluid"), ("nic_latency", config.nic_latency),
+                     ("reuse", config.reuse == "on")):  # fmt: skip
+        if on:
+            raise InputError(
+                f"partition={config.partition}: each worker runs the plain packet engine; {name} is not combined "
+                "with it yet (one engine runs it: partition=0)",
+                field=name,
+            )
+    return PartitionedSimulator(topo, config, runner)  # type: ignore[return-value]
 
 
 def packet_side(ns3: Any, config: Any) -> Any:

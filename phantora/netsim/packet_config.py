@@ -169,8 +169,8 @@ class PacketConfig:
     partition_loopback: int = 0
     # Engine (issue 38): parallel packet simulation across cut cables in this many worker processes, one switch
     # group each, exchanging the cut-link messages peer to peer in barrier windows (bridge.cut_pool; batch runs
-    # of flows, with dependencies, so far: phantora netsim). Keyed mode; its results are that mode's one engine's.
-    # 0 = off.
+    # of flows, with dependencies: phantora netsim and replay), local processes or, with `ray`, Ray actors (beyond
+    # loopback over CurveZMQ, bridge.cut_ray). Keyed mode; its results are that mode's one engine's. 0 = off.
     partition: int = 0
     # Set by the pool in each worker's config: the group this engine runs (-1: not a partition worker).
     partition_worker: int = -1
@@ -266,7 +266,7 @@ class PacketConfig:
             raise bad("qp", f"expected {' or '.join(QP_MODES)}, got {self.qp!r}")
         if not isinstance(self.ray, str):
             raise bad("ray", f"expected local, auto or a Ray address, got {self.ray!r}")
-        if self.workers or self.ray:
+        if self.workers or (self.ray and not self.partition):
             self._check_decompose(bad)
         if self.partition_loopback:
             if self.scheduler != KEYED_SCHEDULER:
@@ -336,7 +336,7 @@ class PacketConfig:
     def _check_decompose(self, bad: Any) -> None:
         """What decomposition into parallel workers needs (docs/packet-model.md, "Decomposition")."""
         if self.ray and not self.workers:
-            raise bad("ray", "ray places decomposition workers: set workers=N (N >= 1) too")
+            raise bad("ray", "ray places decomposition or partition workers: set workers=N or partition=N (N >= 1) too")
         if self.nvlink != "fluid":
             raise bad(
                 "workers", "decomposition needs nvlink=fluid (packet NVLink joins every rail through the NVSwitch)"

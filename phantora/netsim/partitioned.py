@@ -1,0 +1,166 @@
+"""`partition=N` as an engine of the commands (issue 38): one DAG of flows, run to its end on N partition workers.
+
+The workers (`bridge.cut_pool`, started through the `runner` the command passes, as decomposition gets its
+spawner) run every flow submitted before the first run call, to the end, and their records come back merged as one
+keyed engine's. That is what `phantora replay` does: it submits the whole DAG of a workload or an execution graph,
+then drains it. The completions are handed out in (end, flow id) order, to the time each call asks for; what a
+batch run cannot give is refused, naming why: flows submitted once the run has started (a live run, nccl-tests'
+call after call), a run limit (`drain(limit_ns)`), queue samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from phantora.errors import InputError
+from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.effective import EffectiveSettings
+from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, QueueSample, Trim
+from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.packet_summary import channel_usage
+from phantora.topology.model import Topology
+
+# (topology, config, batches, until, dports) -> bridge.cut_pool.PartitionResult
+Runner = Callable[..., Any]
+
+
+class PartitionedSimulator:
+    """A `NetworkSimulator` over partition workers, for a DAG submitted whole before it runs."""
+
+    def __init__(self, topology: Topology, config: PacketConfig, runner: Runner) -> None:
+        self.topology, self.config, self._runner = topology, config, runner
+        self._batches: list[tuple[int, list[Flow]]] = []
+        self._res: Any = None  # the merged PartitionResult, once run
+        self._left: list[Completion] = []  # completions not handed out yet, (end, id) order
+        self._now = 0
+        self._effective: EffectiveSettings | None = None
+
+    # ----- NetworkSimulator -----------------------------------------------------------------
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        if self._res is not None:
+            raise InputError(
+                f"partition={self.config.partition}: the workers run one DAG of flows submitted before the run, to "
+                "its end; flows submitted once it has started (a live run, nccl-tests' call after call) are not "
+                "driven yet: use one engine (partition=0)",
+                field="partition",
+            )
+        if flows:
+            self._batches.append((at, list(flows)))
+        self._now = max(self._now, at)
+
+    def _run(self) -> None:
+        if self._res is None:
+            self._res = self._runner(self.topology, self.config, self._batches, None, None)
+            self._left = list(self._res.completions)
+
+    def _take(self, until: int) -> list[Completion]:
+        self._run()
+        n = 0
+        while n < len(self._left) and self._left[n].end_ns <= until:
+            n += 1
+        got, self._left = self._left[:n], self._left[n:]
+        if got:
+            self._now = max(self._now, got[-1].end_ns)
+        if until < INF_NS:
+            self._now = max(self._now, until)
+        return got
+
+    def advance(self, until: int) -> list[Completion]:
+        return self._take(until)
+
+    def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
+        """Up to the first end time at which a watched flow completes (all completions of that ns), else `until`."""
+        self._run()
+        hit = next((c.end_ns for c in self._left if c.end_ns <= until and c.flow_id in watch), None)
+        return self._take(until if hit is None else hit)
+
+    def drain(self, limit_ns: int | None = None) -> list[Completion]:
+        if limit_ns is not None:
+            raise InputError(
+                f"partition={self.config.partition}: the workers run the DAG to its end, not to a limit "
+                f"({limit_ns} ns)",
+                field="partition",
+            )
+        return self._take(INF_NS)
+
+    def next_event_time(self) -> int | None:
+        if self._res is None:
+            return min((at for at, _ in self._batches), default=None)
+        return self._left[0].end_ns if self._left else None
+
+    def now(self) -> int:
+        return self._now
+
+    def in_flight(self) -> int:
+        if self._res is None:
+            return sum(len(b) for _, b in self._batches)
+        return len(self._left)
+
+    def stats(self) -> dict[str, object]:
+        if self._res is None:
+            return {"partition": {"workers": self.config.partition}}
+        return {**self._res.stats, "partition": partition_summary(self._res.workers, self._res.ties)}
+
+    def close(self) -> None:
+        self._left = []
+
+    def keepalive(self) -> None:
+        return None
+
+    def channels(self) -> PartitionedSimulator | None:
+        return self if self._res is not None else None
+
+    def fabric(self) -> PartitionedSimulator | None:
+        return self if self._res is not None else None
+
+    # ----- FabricObserver: the merged records --------------------------------------------------
+    def channel_usage(self, elapsed_ns: int | None = None) -> list[Any]:
+        return channel_usage(self._res.channels, max(1, self._now if elapsed_ns is None else elapsed_ns))
+
+    def pfc_events(self) -> Sequence[PfcEvent]:
+        return list(self._res.pfc)
+
+    def queue_samples(self) -> Sequence[QueueSample]:
+        return []  # PacketConfig refuses queue_sample_ns > 0 with partition
+
+    def drops(self) -> Sequence[Drop]:
+        return list(self._res.drops)
+
+    def trims(self) -> Sequence[Trim]:
+        return list(self._res.trims)
+
+    def cnp_events(self) -> Sequence[CnpEvent]:
+        return list(self._res.cnps)
+
+    def ecn_mark_events(self) -> Sequence[EcnMark]:
+        return list(self._res.marks)
+
+    def flow_transport(self) -> Mapping[int, FlowTransport]:
+        return dict(self._res.transport)
+
+    def effective(self) -> EffectiveSettings:
+        if self._effective is None:
+            self._effective = effective_settings(self.topology, self.config, self._res.effective)
+        return self._effective
+
+
+def effective_settings(topology: Topology, config: PacketConfig, pairs: Sequence[tuple[str, str]]) -> EffectiveSettings:
+    """The first worker's EffectiveParams() pairs read as one engine's (the config as each worker ran it)."""
+    ran = config.with_updates(ecmp_hash=config.ecmp_hash or topology.ecmp_hash)
+    return EffectiveSettings.parse(ran, pairs)
+
+
+def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any]:
+    """What summary.json (netsim) and the engine's stats say of the workers: how many, their windows, messages, CPU
+    and peak memory, and the records of one ns from two workers, put in one engine's order by their events' keys
+    (`phantora.netsim.record_order`)."""
+    return {
+        "workers": len(workers),
+        "ties_by_key": ties,
+        "windows": max((w["windows"] for w in workers), default=0),
+        "message_bytes": sum(w["bytes_out"] for w in workers),
+        "run_cpu_s": [round(w["run_cpu_s"], 3) for w in workers],
+        "setup_cpu_s": [round(w["setup_cpu_s"], 3) for w in workers],
+        "maxrss_mb": max((w["maxrss_kb"] // 1024 for w in workers), default=0),
+    }
