@@ -112,6 +112,9 @@ class LateAllowList(_AllowList):
         self.clients = clients
         self._known.set()
 
+    def known(self) -> bool:
+        return self._known.is_set()
+
     def callback(self, domain: str, key: bytes) -> bool:
         self._known.wait(self.wait_s)
         return super().callback(domain, key)

@@ -199,6 +199,8 @@ class ZmqPeers:
         return out
 
     def close(self) -> None:
+        if self._allow is not None and not self._allow.known():
+            self._allow.set(frozenset())  # a handshake waiting for the keys is refused now, not at its timeout
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
