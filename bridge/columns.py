@@ -36,14 +36,19 @@ def flows_to_columns(flows: Sequence[Flow], deps: Sequence[Sequence[int]] | None
         "budget": [f.loss_budget for f in flows],
         "rate": [f.rate_bps for f in flows],
         "conn": [f.conn for f in flows],
+        "queue": [f.queue for f in flows],
         "ndeps": [len(d) for d in dl],
         "deps": [x for d in dl for x in d],
     }
 
 
 def flows_from_columns(cols: Any) -> list[Flow]:
-    """Columns -> flows; ProtocolError if a column is missing, of the wrong type or length."""
-    _checked(cols, FLOW_INT_COLUMNS, ("tag", "key"), skip="deps")
+    """Columns -> flows; ProtocolError if a column is missing, of the wrong type or length. The `queue` column
+    may be left out (no flow in a queue)."""
+    n = _checked(cols, FLOW_INT_COLUMNS, ("tag", "key"), skip="deps")
+    queues = cols.get("queue", [0] * n)
+    if not isinstance(queues, list) or len(queues) != n or not _ints(queues):
+        raise ProtocolError("flow columns: bad column 'queue'", code=E_MALFORMED)
     tags, keys, ndeps = cols["tag"], cols["key"], cols["ndeps"]
     if not all(isinstance(t, str) for t in tags) or not all(k is None or type(k) is int for k in keys):
         raise ProtocolError("flow columns: 'tag' must hold strings, 'key' ints or nil", code=E_MALFORMED)
@@ -53,8 +58,8 @@ def flows_from_columns(cols: Any) -> list[Flow]:
     ends = list(accumulate(ndeps))
     starts = [e - k for e, k in zip(ends, ndeps, strict=True)]
     return [
-        Flow(i, s, d, z, tuple(flat[a:b]), dl, t, p, k, bu, r, c)
-        for i, s, d, z, a, b, dl, t, p, k, bu, r, c in zip(
+        Flow(i, s, d, z, tuple(flat[a:b]), dl, t, p, k, bu, r, c, q)
+        for i, s, d, z, a, b, dl, t, p, k, bu, r, c, q in zip(
             cols["id"],
             cols["src"],
             cols["dst"],
@@ -68,6 +73,7 @@ def flows_from_columns(cols: Any) -> list[Flow]:
             cols["budget"],
             cols["rate"],
             cols["conn"],
+            queues,
             strict=True,
         )  # fmt: skip
     ]

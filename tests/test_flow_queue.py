@@ -66,3 +66,37 @@ def test_a_bad_queue_id_names_its_field() -> None:
     topo, n = _line()
     with pytest.raises(InputError, match="queue"):
         FlowSimulator(topo).submit([Flow(1, n["h0"], n["h1"], SIZE, queue=-1)], at=0)
+
+
+def test_the_queue_travels_on_the_bridge() -> None:
+    """A flow's queue survives the bridge's row and column forms (the 13th field; a column that may be absent)."""
+    from bridge.columns import flows_from_columns, flows_to_columns
+    from bridge.protocol import flow_from_wire, flow_to_wire
+
+    flows = [Flow(1, 0, 1, SIZE, queue=11), Flow(2, 0, 1, SIZE, deps=(1,), conn=4)]
+    assert [flow_from_wire(flow_to_wire(f)) for f in flows] == flows
+    assert len(flow_to_wire(flows[0])) == 13 and len(flow_to_wire(flows[1])) == 12
+    assert flows_from_columns(flows_to_columns(flows)) == flows
+    cols = flows_to_columns(flows[1:])
+    del cols["queue"]
+    assert flows_from_columns(cols) == flows[1:]
+
+
+@pytest.mark.ns3
+def test_packet_engine_sends_a_queue_one_flow_at_a_time(ns3_lib) -> None:
+    """ns-3 (SetQueue): two 1 MB flows of one queue from h0 to two receivers go one after the other, as in the
+    flow engine (the second's end near two serialisations, the first's near one), not side by side."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+
+    topo, n = build([("h0", "s0", 100 * G), ("s0", "h1", 100 * G), ("s0", "h2", 100 * G)])
+    flows = [Flow(0, n["h0"], n["h1"], SIZE, queue=5), Flow(1, n["h0"], n["h2"], SIZE, queue=5)]
+    sim = make_engine(EngineSpec(network="ns3"), topo)
+    try:
+        sim.submit(flows, at=0)
+        done = {c.flow_id: c.end_ns for c in sim.drain()}
+    finally:
+        sim.close()
+    t = tx_ns(SIZE, 100 * G)
+    assert done[0] == pytest.approx(t, rel=0.1)
+    assert done[1] == pytest.approx(2 * t, rel=0.1)

@@ -86,3 +86,38 @@ def test_chunked_pat_runs_its_rounds_in_steps_in_nccls_time(kind: str, size: int
         assert all(not set(f.deps) & {g.id for g in first} for f in second[:own])
         for j, f in enumerate(second[own:]):
             assert first[j].id in f.deps
+
+
+@pytest.mark.ns3
+@pytest.mark.parametrize(
+    ("kind", "topology", "ranks", "env"),
+    [
+        ("all_gather", "star8", tuple(range(8)), {"NCCL_ALGO": "PAT"}),
+        ("reduce_scatter", "star8", tuple(range(8)), {"NCCL_ALGO": "PAT"}),
+        ("send_recv", "testbed16", (0, 8), {}),
+    ],
+)
+def test_packet_mode_keeps_the_steps_in_flight(ns3_lib, kind: str, topology: str, ranks: tuple, env: dict) -> None:
+    """16 MiB chunked through ns-3 (its NIC sends a connection's messages in order, and a queue's, SetQueue, one
+    at a time): every flow's bytes, within 1% of the flow network at the packets' goodput. Without the queue in
+    ns-3 a PAT rank's rounds went side by side there, each at the rank's rate (64 MiB all-gather on star8: 5851
+    against 7499 us)."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.topology import load_topology
+
+    topo = load_topology(topology)
+    coll = Collective(kind, ranks, 16 * MiB, "fp32")
+    dag = decompose(coll, topo, AlgoOptions(granularity="chunked", nccl_env=nccl_env(env)))
+    assert any(f.queue for f in dag.flows)
+    times = {}
+    for name, spec in (("flow", EngineSpec(network="flow", flow_goodput=True)), ("ns3", EngineSpec(network="ns3"))):
+        sim = make_engine(spec, topo)
+        try:
+            sim.submit(dag.flows, at=0)
+            done = sim.drain()
+        finally:
+            sim.close()
+        assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
+        times[name] = max(c.end_ns for c in done)
+    assert times["ns3"] == pytest.approx(times["flow"], rel=0.01)

@@ -417,7 +417,7 @@ void PhantoraNetwork::Impl::StartFlow(uint64_t id) {
     fabric->GetNode(f.dst).nic->ExpectFlow(id, f.size, f.lossBudget);
   }
   const Ptr<RdmaNic>& nic = fabric->GetNode(f.src).nic;
-  nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps, f.conn});
+  nic->StartFlow(QpSpec{id, f.dst, f.size, f.prio, f.key, f.lossBudget, f.maxRateBps, f.conn, f.queue});
   if (!linkDown.empty() || routesCut) {  // a scenario: a flow may start with no route, or onto a failed link
     if (nic->Stalled(id)) {
       stalls += noRoute.insert(id).second ? 1 : 0;
@@ -559,6 +559,19 @@ void PhantoraNetwork::SetConnection(uint64_t id, uint64_t conn) {
   }
   NS_LOG_FUNCTION(this << id << conn);
   it->second.conn = conn;
+}
+
+void PhantoraNetwork::SetQueue(uint64_t id, uint64_t queue) {
+  Impl& s = Need();
+  auto it = s.flows.find(id);
+  if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
+    return;  // a partition worker with neither end of it
+  }
+  if (it == s.flows.end() || it->second.startNs >= 0) {
+    throw std::invalid_argument("flow " + std::to_string(id) + ": SetQueue on a flow not waiting to start");
+  }
+  NS_LOG_FUNCTION(this << id << queue);
+  it->second.queue = queue;
 }
 
 template <typename R, typename F>

@@ -38,6 +38,7 @@ class PhantoraNetwork::Impl {
     uint64_t lossBudget = 0;
     uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (SetMaxRate; 0 = none)
     uint64_t conn = 0;        ///< connection (SetConnection; 0 = a queue pair of its own)
+    uint64_t queue = 0;       ///< its sender's queue (SetQueue; 0 = none)
     int64_t minPropNs = -1;  ///< least propagation to dst (CompletionBounds), once asked
     int64_t startAt = -1;    ///< the ns its start is queued for, once queued
     // A partition worker's flow with a dependency completed in another group (cross): its start takes the order

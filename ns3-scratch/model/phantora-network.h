@@ -179,6 +179,12 @@ class PhantoraNetwork {
   /// flow is unknown or started; its start throws if the connection goes to another destination.
   void SetConnection(uint64_t id, uint64_t conn);
 
+  /// Put flow `id` (added, not yet started) on queue `queue` of its source NIC: the flows of one queue go on the
+  /// wire one at a time, in the order they start, each once the one before has sent its last byte (an NCCL
+  /// kernel's steps to several peers in turn). 0 = none. Throws std::invalid_argument if the flow is unknown or
+  /// started.
+  void SetQueue(uint64_t id, uint64_t queue);
+
   // Scenario events (docs/scenarios.md), each at an absolute time >= Now(), after Finalize. Same-time events run
   // in the order they were scheduled. Throw std::invalid_argument for an unknown link or a time in the past.
 

@@ -338,11 +338,25 @@ RdmaNic::Conn* RdmaNic::OpenConn(Qp* qp, uint64_t nowNs) {
   qp->base = conn->streamBytes;
   conn->streamBytes += spec.size;
   conn->open.push_back(qp);
+  if (spec.queue != 0) {
+    m_queues[spec.queue].push_back(qp);
+  }
   return conn;
 }
 
-bool RdmaNic::InTurn(const Qp* qp) {
+bool RdmaNic::InTurn(const Qp* qp) const {
   for (const Qp* q : qp->conn->open) {
+    if (q == qp) {
+      break;
+    }
+    if (q->sndNxt < q->spec.size) {
+      return false;
+    }
+  }
+  if (qp->spec.queue == 0) {
+    return true;
+  }
+  for (const Qp* q : m_queues.at(qp->spec.queue)) {
     if (q == qp) {
       return true;
     }
@@ -529,6 +543,16 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   if (!resend) {
     qp->sndNxt += hdr.payload;
     qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
+    if (qp->spec.queue != 0 && qp->sndNxt >= qp->spec.size) {  // its queue's next flow may go: wake its port
+      for (const Qp* q : m_queues.at(qp->spec.queue)) {
+        if (q->sndNxt < q->spec.size) {
+          if (q->port != qp->port && !q->stalled) {
+            m_dev[q->port]->Kick();
+          }
+          break;
+        }
+      }
+    }
   }
   if (m_rxMode == RxMode::Sack) {
     qp->sack.OnSend(hdr.seq, hdr.payload, nowNs, resend);
@@ -984,6 +1008,13 @@ void RdmaNic::CreditTurn(uint32_t port) {
 void RdmaNic::Finish(Qp* qp) {
   Conn* conn = qp->conn;
   conn->open.erase(std::find(conn->open.begin(), conn->open.end(), qp));
+  if (qp->spec.queue != 0) {
+    auto q = m_queues.find(qp->spec.queue);
+    q->second.erase(std::find(q->second.begin(), q->second.end(), qp));
+    if (q->second.empty()) {
+      m_queues.erase(q);
+    }
+  }
   if (qp->own) {
     conn->cc->Stop();  // a flow's own queue pair closes with it
   } else if (conn->open.empty()) {

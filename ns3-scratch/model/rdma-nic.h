@@ -38,6 +38,7 @@ struct QpSpec {
   uint64_t lossBudget = 0;  ///< DLCP: payload bytes the receiver may accept as lost (0 = lossless)
   uint64_t maxRateBps = 0;  ///< rate cap, payload bits/s (e.g. an NCCL channel's throughput limit; 0 = none)
   uint64_t conn = 0;  ///< connection: flows with the same non-zero id are messages on one queue pair; 0 = its own
+  uint64_t queue = 0;  ///< flows with the same non-zero id go on the wire one at a time, in the order they start
 };
 
 /**
@@ -244,8 +245,9 @@ class RdmaNic : public Object, public PortOwner {
 
   /// The queue pair of a new flow: its own, or its connection's (opened on first use, resumed if idle).
   Conn* OpenConn(Qp* qp, uint64_t nowNs);
-  /// A message may send new data once every earlier message of its queue pair has been sent once.
-  static bool InTurn(const Qp* qp);
+  /// A message may send new data once every earlier message of its queue pair, and of its queue (QpSpec::queue),
+  /// has been sent once.
+  bool InTurn(const Qp* qp) const;
   /// Bytes in flight on qp's queue pair, over all its messages (what its CC window caps).
   uint64_t InFlight(const Qp* qp) const;
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
@@ -325,6 +327,7 @@ class RdmaNic : public Object, public PortOwner {
   std::vector<Port> m_ports;
   std::unordered_map<uint64_t, std::unique_ptr<Qp>> m_qps;
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> m_conns;  ///< connections by QpSpec::conn
+  std::unordered_map<uint64_t, std::vector<Qp*>> m_queues;  ///< QpSpec::queue -> its flows not finished, in order
   std::unordered_map<uint64_t, Rx> m_rx;
   std::unordered_map<uint64_t, FlowTransportStats> m_doneTx;  ///< finished queue pairs' retransmissions
 

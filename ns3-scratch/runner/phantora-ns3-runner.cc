@@ -132,6 +132,9 @@ bool Apply(ns3::PhantoraNetwork& net, const Call& c) {
   } else if (c.verb == "SetConnection") {
     Need(c, 2);
     net.SetConnection(U64(c.args[0]), U64(c.args[1]));
+  } else if (c.verb == "SetQueue") {
+    Need(c, 2);
+    net.SetQueue(U64(c.args[0]), U64(c.args[1]));
   } else if (c.verb == "ScheduleLinkState") {
     Need(c, 3);
     net.ScheduleLinkState(I64(c.args[0]), static_cast<uint32_t>(U64(c.args[1])), U64(c.args[2]) != 0);

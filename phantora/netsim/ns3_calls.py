@@ -3,7 +3,7 @@
 One call per line (`LoadLibrary PATH` of a user's CC library first, if any; `SetParam PATH TEXT`,
 `AddNode KIND`, `AddLink A B BPS DELAY_NS`, `Finalize`,
 `AddFlow ID SRC DST SIZE START PRIO KEY DELAY_NS DPORT [DEP ...]`, `SetLossBudget ID BYTES`,
-`SetMaxRate ID BPS`, `SetConnection ID CONN`, `ScheduleLinkState NS LINK UP`,
+`SetMaxRate ID BPS`, `SetConnection ID CONN`, `SetQueue ID QUEUE`, `ScheduleLinkState NS LINK UP`,
 `ScheduleLinkDegrade NS LINK BPS EXTRA_NS LOSS SEED`, `ScheduleReconverge NS`,
 `SetThrottle NODE START_NS END_NS FACTOR`, `ThrottleFromFlow ID NODE DURATION_NS FACTOR`, `ExemptFromThrottle ID`,
 `RunUntil NS`). The runner makes the
@@ -34,6 +34,7 @@ class RecordedNetwork:
             "SetLossBudget",
             "SetMaxRate",
             "SetConnection",
+            "SetQueue",
             "ScheduleLinkState",
             "ScheduleLinkDegrade",
             "ScheduleReconverge",

@@ -340,6 +340,8 @@ class Ns3Simulator:
                     net.SetMaxRate(f.id, f.rate_bps)
                 if f.conn and per_connection:
                     net.SetConnection(f.id, f.conn)
+                if f.queue:
+                    net.SetQueue(f.id, f.queue)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None
             self._known.add(f.id)

@@ -87,6 +87,8 @@ class RunnerNetwork:
                 self._net.SetMaxRate(f.id, f.rate_bps)
             if f.conn and self.config.qp == "connection":
                 self._net.SetConnection(f.id, f.conn)
+            if f.queue:
+                self._net.SetQueue(f.id, f.queue)
             self._known.add(f.id)
             if f.tag:
                 self._tags[f.id] = f.tag
