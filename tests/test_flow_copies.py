@@ -11,7 +11,19 @@ from phantora.netsim.hybrid import topological_order
 
 def test_with_deps_equals_dataclasses_replace_on_every_field() -> None:
     f = Flow(
-        7, 3, 9, 4096, (1, 2, 2), delay_ns=55, tag="c1/ring", priority=5, key=123, loss_budget=17, rate_bps=9, conn=11
+        7,
+        3,
+        9,
+        4096,
+        (1, 2, 2),
+        delay_ns=55,
+        tag="c1/ring",
+        priority=5,
+        key=123,
+        loss_budget=17,
+        rate_bps=9,
+        conn=11,
+        queue=13,
     )
     assert [x.name for x in dataclasses.fields(Flow)] == [
         "id",
@@ -26,11 +38,13 @@ def test_with_deps_equals_dataclasses_replace_on_every_field() -> None:
         "loss_budget",
         "rate_bps",
         "conn",
+        "queue",
     ]  # fmt: skip  (a new field must be added to Flow.with_deps)
     assert f.with_deps((2,)) == dataclasses.replace(f, deps=(2,))
     assert f.with_deps((), 0) == dataclasses.replace(f, deps=(), delay_ns=0)
     assert f.with_deps((1,), 9).delay_ns == 9 and f.with_deps((1,), 9).loss_budget == 17
     assert f.with_deps((1,), 9).rate_bps == 9 and f.with_deps((1,), 9).conn == 11
+    assert f.with_deps((1,), 9).queue == 13
 
 
 def test_ints_accepts_int_lists_only() -> None:
