@@ -21,6 +21,10 @@ measured with free cores.
     .venv/bin/python bench/bench_decompose.py --graph /tmp/g128 --topology rail128 --workers 1 2 8
     .venv/bin/python bench/bench_decompose.py --topology rail128 --bytes 4MiB --workers --ray 2 --ray-curve 2
 
+``--phases`` prints only how long the DAG's NVLink flows and fabric flows are in flight at the same simulated time
+(flow engine, a few CPU seconds): an exact schedule can overlap the fluid NVLink side's work with the workers'
+only there.
+
 ``--ray-curve N`` runs ray=local with PHANTORA_BRIDGE_CURVE=1: the workers' sockets are CurveZMQ, as they are
 on other machines, so the rows "ray N" and "ray N curve" give the cost of the encryption (round ms).
 """
@@ -42,6 +46,7 @@ from phantora.errors import InputError
 from phantora.netsim.base import Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
+from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.netsim.pieces import fabric_pieces
 from phantora.topology.loader import load_topology
@@ -109,6 +114,34 @@ def graph_dag(path: str, topo: Topology) -> list[Flow]:
 
     graph = load(path)
     return plan_graph(graph, topo, algo_from_meta(graph)).flows
+
+
+def busy(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of [start, end) intervals, sorted and merged."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def phases(topo: Topology, flows: list[Flow]) -> str:
+    """How long NVLink flows and fabric flows are in flight at the same simulated time, in the flow engine (max-min,
+    fast): an exact scheme can overlap the fluid NVLink side's work with the packet workers' only there."""
+    sim = FlowSimulator(topo)
+    sim.submit(flows, 0)
+    done = [c for c in sim.drain() if c.size and c.src != c.dst]
+    inside = [topo.shared_nvswitch(c.src, c.dst) is not None for c in done]
+    nv = busy([(c.start_ns, c.end_ns) for c, i in zip(done, inside, strict=True) if i])
+    fab = busy([(c.start_ns, c.end_ns) for c, i in zip(done, inside, strict=True) if not i])
+    both = sum(max(0, min(a1, b1) - max(a0, b0)) for a0, a1 in nv for b0, b1 in fab if a0 < b1 and b0 < a1)
+    span = max(c.end_ns for c in done)
+    return (
+        f"phases (flow engine): span {span} ns, NVLink busy {sum(e - s for s, e in nv)} ns, fabric busy "
+        f"{sum(e - s for s, e in fab)} ns, both at once {both} ns"
+    )
 
 
 def run(
@@ -180,6 +213,10 @@ def main() -> None:
         "--sync", type=int, nargs="*", default=[],
         help="worker counts to run also with synchronous rounds (the driver waits while its workers run)",
     )  # fmt: skip
+    ap.add_argument(
+        "--phases", action="store_true",
+        help="print only how long NVLink and fabric flows are in flight together (flow engine, seconds) and exit",
+    )  # fmt: skip
     args = ap.parse_args()
     topo = load_topology(args.topology)
     make = {
@@ -188,6 +225,9 @@ def main() -> None:
         "a2a-rail": lambda t, n: rails_dag(t, n, "all_to_all"),
     }.get(args.pattern, fsdp_dag)
     flows = graph_dag(args.graph, topo) if args.graph else make(topo, parse_size_bytes(args.bytes))
+    if args.phases:
+        print(phases(topo, flows))
+        return
     base = [s for s in args.set.split(",") if s]
     print(f"{len(flows)} flows on {topo.name}, --set {','.join(base)}, cc {args.cc}")
     rows = [("one engine", run(topo, flows, base, args.cc))]

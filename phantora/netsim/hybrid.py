@@ -119,22 +119,30 @@ class FluidNvlinkSimulator:
                 self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
         out: tuple[list[Flow], list[Flow]] = ([], [])
-        for f in topological_order(flows, batch):
-            side = self.side_of(f)
+        ends, held, sides, waiters, flb = self._end, self._held, self._side, self._waiters, self._flb
+        nvswitch = self.topology.shared_nvswitch
+        for f in topological_order(flows, batch):  # (per flow and dependency edge: kept lean, no calls)
+            side = FLUID if f.size == 0 or f.src == f.dst or nvswitch(f.src, f.dst) is not None else PACKET
             pending = 0
-            for d in dict.fromkeys(f.deps):
-                if d in self._end:
+            ended = False
+            for d in dict.fromkeys(f.deps) if len(f.deps) > 1 else f.deps:
+                if d in ends:
+                    ended = True
                     continue
-                if d in self._held or self._side.get(d, side) != side:
-                    self._waiters.setdefault(d, []).append(f.id)
+                if d in held or sides.get(d, side) != side:
+                    ws = waiters.get(d)
+                    if ws is None:
+                        waiters[d] = [f.id]
+                    else:
+                        ws.append(f.id)
                     pending += 1
-                    if d in self._flb:
-                        heapq.heappush(self._releasers, (self._flb[d], d))
+                    if d in flb:
+                        heapq.heappush(self._releasers, (flb[d], d))
             if pending:
-                self._held[f.id] = (f, at, side, pending)
-            else:
-                self._side[f.id] = side
-                out[side].append(self._same_side(f, side))
+                held[f.id] = (f, at, side, pending)
+            else:  # its deps not done are all known on its side (checked, ordered): it keeps them all
+                sides[f.id] = side
+                out[side].append(self._same_side(f, side) if ended else f)
         for side in (PACKET, FLUID):
             if out[side]:
                 self._engine(side).submit(out[side], at)
@@ -382,7 +390,8 @@ class FluidNvlinkSimulator:
 
     def _same_side(self, f: Flow, side: int) -> Flow:
         """`f` with only the deps its engine knows (its own side's); the others have all arrived."""
-        deps = tuple(d for d in f.deps if self._side.get(d) == side)
+        sides = self._side
+        deps = tuple([d for d in f.deps if sides.get(d) == side])
         if deps == f.deps:
             return f
         return f.with_deps(deps)
@@ -463,10 +472,14 @@ def topological_order(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flo
     """The batch with every flow after its in-batch deps (submission order otherwise kept)."""
     placed: set[int] = set()
     for f in flows:  # already in order (the usual case): the same list, without the search below
-        if any(d in batch and d not in placed for d in f.deps):
-            placed.clear()
-            break
-        placed.add(f.id)
+        for d in f.deps:
+            if d not in placed and d in batch:
+                break
+        else:
+            placed.add(f.id)
+            continue
+        placed.clear()
+        break
     else:
         return list(flows)
     out: list[Flow] = []
