@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,10 @@ def export_revision(rev: str, dest: Path) -> Path:
     dest.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    if (dest / "phantora" / "runtime" / "simcuda" / "_fastop.c").is_file():  # its compiled per-op path, as setup.sh
+        build = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+        if subprocess.run(build, cwd=dest, capture_output=True).returncode != 0:
+            print(f"warning: the compiled per-op path of {rev} did not build: it runs the Python one", file=sys.stderr)
     return dest
 
 

@@ -13,6 +13,18 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
+
+/* A tensor's metadata as simcuda/tensorinfo.cc reads it from the C++ tensor (its struct, field for field); the
+ * function's address is given by compiled.py, or none: then every field is read through torch's Python bindings. */
+typedef struct {
+  int64_t nbytes;  /* untyped_storage().nbytes() */
+  void *storage;   /* untyped_storage()._cdata */
+  int64_t storage_offset;
+  int is_meta, requires_grad, strided, contiguous; /* strided: layout is torch.strided; contiguous: stride() is */
+} tensor_info_t;
+typedef int (*tensor_info_fn)(PyObject *, tensor_info_t *);
+static tensor_info_fn g_info = NULL;
 
 /* ---- configuration: the Python objects this transcribes against (set once by fastpath.py) ---- */
 static PyObject *g_simcuda;       /* SimCudaTensor */
@@ -121,6 +133,10 @@ static PyObject *dadd(PyObject *d, PyObject *obj, PyObject *name, PyObject *delt
 static int is_plain(PyObject *x) { return Py_IS_TYPE(x, (PyTypeObject *)g_tensor) || Py_IS_TYPE(x, (PyTypeObject *)g_param); }
 static int is_seq(PyObject *x) { return PyList_CheckExact(x) || PyTuple_CheckExact(x); }
 
+/* Whether `t`'s metadata was read into `ti` by tensorinfo.cc: a plain tensor (no subclass's __torch_function__ could
+ * answer its attributes differently) whose metadata it answers for. */
+static int info(PyObject *t, tensor_info_t *ti) { return g_info && is_plain(t) && g_info(t, ti) == 0; }
+
 /* fastpath._has_tensor */
 static int has_tensor(PyObject *seq) {
   PyObject *fast = PySequence_Fast(seq, "");
@@ -211,7 +227,7 @@ static PyObject *free_callback(PyObject *md, PyObject *mem) {
 }
 
 /* ---- MemoryTracker.on_tensor ---- */
-static int on_tensor(PyObject *mem, PyObject *t, PyObject *site) {
+static int on_tensor(PyObject *mem, PyObject *t, PyObject *site, const tensor_info_t *ti) {
   PyObject *md = dict_of(mem);
   if (!md) return -1;
   int ret = -1;
@@ -223,7 +239,8 @@ static int on_tensor(PyObject *mem, PyObject *t, PyObject *site) {
     ret = tmp ? 0 : -1;
     goto done;
   }
-  st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
+  /* with `ti`, the storage's Python object is made only for a new entry's weak reference */
+  st = ti ? Py_NewRef(Py_None) : PyObject_CallMethodNoArgs(t, s_untyped_storage);
   int paused = st ? dtruth(md, mem, s_paused) : 0;
   if (paused < 0) goto done;
   if (!st || paused) {
@@ -237,12 +254,15 @@ static int on_tensor(PyObject *mem, PyObject *t, PyObject *site) {
     ret = tmp ? 0 : -1;
     goto done;
   }
-  if (!(nb = PyObject_CallMethodNoArgs(st, s_nbytes))) goto done;
-  long long nbytes = PyLong_AsLongLong(nb);
-  if (nbytes == -1 && PyErr_Occurred()) goto done;
+  long long nbytes = ti ? ti->nbytes : -1;
+  if (!ti) {
+    if (!(nb = PyObject_CallMethodNoArgs(st, s_nbytes))) goto done;
+    nbytes = PyLong_AsLongLong(nb);
+    if (nbytes == -1 && PyErr_Occurred()) goto done;
+  }
   long long size = (nbytes + 511) & ~511LL;
   if (!(sizeo = PyLong_FromLongLong(size))) goto done;
-  if (!(key = PyObject_GetAttr(st, s_cdata))) goto done;
+  if (!(key = ti ? PyLong_FromVoidPtr(ti->storage) : PyObject_GetAttr(st, s_cdata))) goto done;
   if (!(live = dget(md, mem, s_live))) goto done;
   PyObject *old = PyDict_GetItemWithError(live, key);
   if (old) {
@@ -281,6 +301,10 @@ static int on_tensor(PyObject *mem, PyObject *t, PyObject *site) {
     Py_CLEAR(tmp);
   }
   if (!(cb = free_callback(md, mem))) goto done;
+  if (ti) {
+    Py_SETREF(st, PyObject_CallMethodNoArgs(t, s_untyped_storage));
+    if (!st) goto done;
+  }
   if (!(e = PyObject_CallFunctionObjArgs(g_entry, st, cb, NULL))) goto done;
   slot_set(e, g_off_key, key);
   slot_set(e, g_off_size, sizeo);
@@ -478,11 +502,20 @@ done:
 }
 
 /* ---- tensor.wrap_output ---- */
-static PyObject *wrap_output(PyObject *elem, PyObject *index, PyObject *shape, PyObject *dtype) {
+static PyObject *wrap_output(PyObject *elem, PyObject *index, PyObject *shape, PyObject *dtype,
+                             const tensor_info_t *ti) {
   Py_ssize_t i = PyLong_CheckExact(index) ? PyLong_AsSsize_t(index) : -1;
   if (i == -1 && PyErr_Occurred()) PyErr_Clear();
   PyObject *rg = NULL, *layout = NULL, *off = NULL, *strides = NULL, *r = NULL;
   int special = i < 0 || i >= PyTuple_GET_SIZE(g_cuda);
+  if (ti && !special) {  /* read by tensorinfo.cc */
+    special = ti->requires_grad || !ti->strided || ti->storage_offset != 0;
+    if (!special && ti->contiguous) {
+      PyObject *argv[] = {g_simcuda, shape, dtype, PyTuple_GET_ITEM(g_cuda, i)};
+      r = PyObject_Vectorcall(g_make_wrapper, argv, 2, s_kw_dd);
+      goto made;
+    }
+  }
   if (!special) {
     if (!(rg = PyObject_GetAttr(elem, s_requires_grad))) goto done;
     special = rg == Py_True;
@@ -516,6 +549,7 @@ static PyObject *wrap_output(PyObject *elem, PyObject *index, PyObject *shape, P
     PyObject *argv[] = {g_simcuda, shape, strides, dtype, dev};
     r = PyObject_Vectorcall(g_make_wrapper, argv, 2, s_kw_sdd);
   }
+made:
   if (r && (PyObject_SetAttr(r, s_elem, elem) < 0 || PyObject_SetAttr(r, s_sim_index, index) < 0)) Py_CLEAR(r);
 done:
   Py_XDECREF(rg); Py_XDECREF(layout); Py_XDECREF(off); Py_XDECREF(strides);
@@ -558,11 +592,17 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
       if (!e) goto done;
       PyTuple_SET_ITEM(unwrapped, i, e);
       last = x;
-      PyObject *m = PyObject_GetAttr(e, s_is_meta);
-      if (!m) goto done;
-      if (m == Py_True) meta = 1;
-      else data = 1;
-      Py_DECREF(m);
+      tensor_info_t ei;
+      if (info(e, &ei)) {
+        if (ei.is_meta) meta = 1;
+        else data = 1;
+      } else {
+        PyObject *m = PyObject_GetAttr(e, s_is_meta);
+        if (!m) goto done;
+        if (m == Py_True) meta = 1;
+        else data = 1;
+        Py_DECREF(m);
+      }
       PyObject *sh = PyObject_GetAttr(e, s_shape);
       PyObject *dt = sh ? PyObject_GetAttr(e, s_dtype) : NULL;
       PyObject *part = dt ? PyTuple_Pack(2, sh, dt) : NULL;
@@ -651,15 +691,18 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
                                           phantom ? Py_True : Py_False, NULL);
     goto done;
   }
+  tensor_info_t oi;
+  const tensor_info_t *known = info(out, &oi) ? &oi : NULL;
   {
     PyObject *md = dict_of(mem);
     int enabled = md ? dtruth(md, mem, s_enabled) : -1;
     Py_XDECREF(md);
-    if (enabled < 0 || (enabled && on_tensor(mem, out, func) < 0)) goto done;
+    if (enabled < 0 || (enabled && on_tensor(mem, out, func, known) < 0)) goto done;
   }
   if (!(shape = PyObject_GetAttr(out, s_shape)) || !(dtype = PyObject_GetAttr(out, s_dtype))) goto done;
   int charged = phantom;
-  if (!charged) {
+  if (!charged && known) charged = !known->is_meta;
+  else if (!charged) {
     PyObject *m = PyObject_GetAttr(out, s_is_meta);
     if (!m) goto done;
     charged = m != Py_True;
@@ -692,7 +735,7 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
       goto done;
     }
   }
-  result = wrap_output(out, index, shape, dtype);
+  result = wrap_output(out, index, shape, dtype, known);
   goto done;
 slow:
   result = Py_NewRef(g_slow);
@@ -864,12 +907,21 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
   Py_RETURN_NONE;
 }
 
+static PyObject *py_set_tensor_info(PyObject *self, PyObject *addr) {
+  void *p = PyLong_AsVoidPtr(addr);
+  if (!p && PyErr_Occurred()) return NULL;
+  g_info = (tensor_info_fn)p;
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
      "Give the module the Python objects it transcribes against (fastpath.py, once)."},
     {"device_op", (PyCFunction)(void (*)(void))py_device_op, METH_FASTCALL,
      "fastpath.device_op(session, func, args, kwargs), in C."},
     {"bind", (PyCFunction)(void (*)(void))py_bind, METH_FASTCALL, "ChargeMode.__torch_dispatch__ in C, bound to `mode`."},
+    {"set_tensor_info", py_set_tensor_info, METH_O,
+     "The address of tensorinfo.cc's phantora_tensor_info, or 0: read tensors' metadata through Python."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastop", "The simulated GPU's per-op fast path in C.", -1,

@@ -4,10 +4,16 @@ setup.py builds `_fastop` (an optional extension: scripts/setup.sh builds it in 
 older than `_fastop.c` beside it (the source edited or checked out since: the build would run the old code), the
 Python functions run (fastpath.device_op, ChargeMode.__torch_dispatch__), the results the same, slower; one warning
 line says so, once per process.
+
+The compiled path reads its tensors' metadata (is_meta, requires_grad, layout, storage offset, strides, the storage's
+size and identity) from the C++ tensors through `tensorinfo.cc`, built against the installed torch once and cached
+(simcuda/native.py, as the device guard); where that does not build or load, it reads them through torch's Python
+bindings, the results the same, slower, with one warning line.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import sys
 from pathlib import Path
@@ -17,6 +23,8 @@ from typing import Any
 _module: ModuleType | None = None
 _tried = False
 SOURCE = Path(__file__).with_name("_fastop.c")
+INFO_SOURCE = Path(__file__).with_name("tensorinfo.cc")
+_info_lib: ctypes.CDLL | None = None  # kept loaded: the compiled path holds a pointer into it
 
 
 def load(fastpath: ModuleType | None = None) -> ModuleType | None:
@@ -47,8 +55,30 @@ def load(fastpath: ModuleType | None = None) -> ModuleType | None:
         )
         return None
     _fastop.configure(**_objects(fastpath))
+    _fastop.set_tensor_info(tensor_info_address())
     _module = _fastop
     return _module
+
+
+def tensor_info_address() -> int:
+    """The address of `tensorinfo.cc`'s `phantora_tensor_info` (built once and cached, then loaded), or 0 with one
+    warning line if it cannot be built or loaded."""
+    global _info_lib
+    from phantora.runtime.simcuda import native
+
+    if _info_lib is None:
+        try:
+            path = native.library(INFO_SOURCE, "simcuda-tensorinfo", "its tensor reader", python=True)
+            _info_lib = ctypes.CDLL(str(path))
+        except (native.NativeBuildError, OSError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(
+                f"phantora: warning: the compiled per-op path's tensor reader ({INFO_SOURCE.name}) is unavailable "
+                f"({first}); it reads tensors through torch's Python bindings (slower)",
+                file=sys.stderr,
+            )
+            return 0
+    return ctypes.cast(_info_lib.phantora_tensor_info, ctypes.c_void_p).value or 0
 
 
 def stale(source: Path, built: Path) -> bool:

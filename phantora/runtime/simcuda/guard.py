@@ -1,9 +1,7 @@
 """Build (once, cached) and load the simulated CUDA device guard and hooks (`guard.cc`).
 
-The shared library is compiled with the system C++ compiler against the installed torch's headers
-and libraries, into a per-user cache keyed by the source, the torch version and the compiler:
-``$PHANTORA_CACHE`` or ``$XDG_CACHE_HOME/phantora`` (default ``~/.cache/phantora``). A file lock
-makes concurrent first uses (many ranks) build it once.
+The shared library is compiled by simcuda/native.py against the installed torch, into the per-user cache
+(``$PHANTORA_CACHE`` or ``$XDG_CACHE_HOME/phantora``, default ``~/.cache/phantora``), once.
 
 It must be loaded before torch is imported: torch looks its CUDA hooks up once, at import. So this
 module does not import torch, and `preload()` runs first in the rank bootstrap and the fork server.
@@ -12,25 +10,20 @@ module does not import torch, and `preload()` runs first in the rank bootstrap a
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import hashlib
-import importlib.metadata
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from phantora import resources
 from phantora.errors import PhantoraError
+from phantora.runtime.simcuda import native
+from phantora.runtime.simcuda.native import NativeBuildError
 
 SOURCE = Path(__file__).with_name("guard.cc")
 _LIB: ctypes.CDLL | None = None
 
 
-class GuardBuildError(PhantoraError):
-    """The simulated CUDA device guard could not be compiled."""
+GuardBuildError = NativeBuildError  # the device guard could not be compiled
 
 
 def cache_dir() -> Path:
@@ -38,58 +31,9 @@ def cache_dir() -> Path:
     return resources.cache_dir()
 
 
-def _compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-    if not cxx:
-        raise GuardBuildError(
-            "the simulated CUDA device needs a C++ compiler (g++) to build its device guard once; "
-            "install one (apt-get install g++), or run with --no-sim-cuda"
-        )
-    return cxx
-
-
-def _torch_dir_and_version() -> tuple[Path, str]:
-    """Where torch is installed and its version, without importing it."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        raise GuardBuildError("torch is not installed")
-    return Path(list(spec.submodule_search_locations)[0]), importlib.metadata.version("torch")
-
-
 def library_path() -> Path:
     """The cached library for this source, torch version and compiler (built if missing)."""
-    torch_dir, version = _torch_dir_and_version()
-    cxx = _compiler()
-    key = hashlib.sha256(SOURCE.read_bytes() + version.encode() + cxx.encode()).hexdigest()[:16]
-    out = cache_dir() / f"simcuda-guard-{key}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / ".simcuda.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if out.exists():
-            return out
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [
-            cxx,
-            "-O1",
-            "-std=c++17",
-            "-shared",
-            "-fPIC",
-            f"-I{torch_dir / 'include'}",
-            str(SOURCE),
-            f"-L{torch_dir / 'lib'}",
-            "-lc10",
-            "-ltorch_cpu",
-            f"-Wl,-rpath,{torch_dir / 'lib'}",
-            "-o",
-            str(tmp),
-        ]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise GuardBuildError(f"building the simulated CUDA device guard failed ({' '.join(cmd)}):\n{run.stderr}")
-        tmp.rename(out)
-    return out
+    return native.library(SOURCE, "simcuda-guard", "its device guard")
 
 
 def preload() -> None:

@@ -1,0 +1,75 @@
+"""Build (once, cached) a C++ source of the simulated CUDA device against the installed torch.
+
+The shared library is compiled with the system C++ compiler against torch's headers and libraries (and, for a
+source that reads Python objects, Python's headers), into the per-user cache (phantora.resources.cache_dir), under a
+name keyed by the source, the torch version and the compiler. A file lock makes concurrent first uses (many ranks)
+build it once. This module does not import torch: the device guard is built and loaded before torch is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+from phantora import resources
+from phantora.errors import PhantoraError
+
+
+class NativeBuildError(PhantoraError):
+    """A C++ source of the simulated CUDA device could not be compiled."""
+
+
+def compiler(what: str) -> str:
+    """The C++ compiler ($CXX, else g++, c++ or clang++); `what` names the library in the error without one."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if not cxx:
+        raise NativeBuildError(
+            f"the simulated CUDA device needs a C++ compiler (g++) to build {what} once; "
+            "install one (apt-get install g++), or run with --no-sim-cuda"
+        )
+    return cxx
+
+
+def torch_dir_and_version() -> tuple[Path, str]:
+    """Where torch is installed and its version, without importing it."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise NativeBuildError("torch is not installed")
+    return Path(list(spec.submodule_search_locations)[0]), importlib.metadata.version("torch")
+
+
+def library(source: Path, stem: str, what: str, *, python: bool = False) -> Path:
+    """The cached library `stem-<key>.so` built from `source` (built now if missing); `python`: with Python's
+    headers and the C++ standard torch's Python headers need. `what` names it in messages."""
+    torch_dir, version = torch_dir_and_version()
+    cxx = compiler(what)
+    salt = b"python" if python else b""  # the device guard's key is as before this option existed
+    key = hashlib.sha256(source.read_bytes() + version.encode() + cxx.encode() + salt).hexdigest()[:16]
+    out = resources.cache_dir() / f"{stem}-{key}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / ".simcuda.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if out.exists():
+            return out
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [cxx, "-O2" if python else "-O1", "-std=c++20" if python else "-std=c++17", "-shared", "-fPIC"]
+        cmd += [f"-I{torch_dir / 'include'}"]
+        if python:
+            cmd += [f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
+            cmd += [f"-I{sysconfig.get_paths()['include']}", "-w"]
+        cmd += [str(source), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}"]
+        cmd += ["-o", str(tmp)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise NativeBuildError(f"building {what} failed ({' '.join(cmd)}):\n{run.stderr}")
+        tmp.rename(out)
+    return out
