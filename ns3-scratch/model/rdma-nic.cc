@@ -221,7 +221,7 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
     }
   }
   Qp* raw = qp.get();
-  m_qps[spec.id] = std::move(qp);
+  m_qps.Put(spec.id, std::move(qp));
   NS_LOG_LOGIC("node " << m_id << " starts flow " << spec.id << " (" << spec.size << " B to " << spec.dst << ")");
   if (spec.maxRateBps != 0) {
     NS_LOG_LOGIC("flow " << spec.id << ": payload rate capped at " << spec.maxRateBps << " bit/s (line " << rate
@@ -255,14 +255,10 @@ void RdmaNic::Unlist(Qp* qp) {
 }
 
 std::vector<uint64_t> RdmaNic::Repin() {
-  for (auto& [id, rx] : m_rx) {
-    rx.ackPort = UINT32_MAX;  // routes changed: ACKs pick their port afresh
-  }
+  m_rx.ForEach([](uint64_t, Rx& rx) { rx.ackPort = UINT32_MAX; });  // routes changed: ACKs pick their port afresh
   std::vector<Qp*> open;
   open.reserve(m_qps.size());
-  for (const auto& [id, qp] : m_qps) {
-    open.push_back(qp.get());
-  }
+  m_qps.ForEach([&open](uint64_t, Qp& qp) { open.push_back(&qp); });
   std::sort(open.begin(), open.end(), [](const Qp* a, const Qp* b) { return a->spec.id < b->spec.id; });
   std::vector<uint64_t> stalled;
   for (Qp* qp : open) {
@@ -297,8 +293,8 @@ std::vector<uint64_t> RdmaNic::Repin() {
 }
 
 bool RdmaNic::Stalled(uint64_t flowId) const {
-  auto it = m_qps.find(flowId);
-  return it != m_qps.end() && it->second->stalled;
+  const Qp* qp = m_qps.Find(flowId);
+  return qp != nullptr && qp->stalled;
 }
 
 RdmaNic::Conn* RdmaNic::OpenConn(Qp* qp, uint64_t nowNs) {
@@ -376,7 +372,7 @@ uint64_t RdmaNic::InFlight(const Qp* qp) const {
 }
 
 void RdmaNic::ExpectFlow(uint64_t id, uint64_t size, uint64_t lossBudget) {
-  Rx& rx = m_rx[id];
+  Rx& rx = m_rx.Get(id);
   rx = Rx{};
   rx.size = size;
   rx.budget = lossBudget;
@@ -384,49 +380,47 @@ void RdmaNic::ExpectFlow(uint64_t id, uint64_t size, uint64_t lossBudget) {
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> RdmaNic::TakeLost(uint64_t id) {
-  auto it = m_rx.find(id);
-  if (it == m_rx.end()) {
+  Rx* rx = m_rx.Find(id);
+  if (rx == nullptr) {
     return {};
   }
   std::vector<std::pair<uint64_t, uint64_t>> out;
-  out.swap(it->second.holes);
+  out.swap(rx->holes);
   return out;
 }
 
 void RdmaNic::ForgetFlow(uint64_t id) {
-  auto it = m_rx.find(id);
-  if (it != m_rx.end()) {
-    it->second.ackTimer.Cancel();
-    if (it->second.creditPort != UINT32_MAX) {
-      m_ports[it->second.creditPort].credit.Forget(id);
+  if (Rx* rx = m_rx.Find(id)) {
+    rx->ackTimer.Cancel();
+    if (rx->creditPort != UINT32_MAX) {
+      m_ports[rx->creditPort].credit.Forget(id);
     }
-    m_rx.erase(it);
+    m_rx.Erase(id);
   }
 }
 
 void RdmaNic::AckTimeout(uint64_t flowId) {
-  auto it = m_rx.find(flowId);
-  if (it == m_rx.end() || it->second.sinceAck == 0) {
+  Rx* rx = m_rx.Find(flowId);
+  if (rx == nullptr || rx->sinceAck == 0) {
     return;
   }
-  it->second.sinceAck = 0;
-  SendAck(it->second.unacked, PktType::Ack, it->second);
+  rx->sinceAck = 0;
+  SendAck(rx->unacked, PktType::Ack, *rx);
 }
 
 Ptr<CongestionControl> RdmaNic::GetCc(uint64_t flowId) const {
-  auto it = m_qps.find(flowId);
-  return it == m_qps.end() ? nullptr : it->second->conn->cc;
+  const Qp* qp = m_qps.Find(flowId);
+  return qp == nullptr ? nullptr : qp->conn->cc;
 }
 
 FlowTransportStats RdmaNic::RxStats(uint64_t flowId) const {
-  auto it = m_rx.find(flowId);
-  return it == m_rx.end() ? FlowTransportStats{} : it->second.stats;
+  const Rx* rx = m_rx.Find(flowId);
+  return rx == nullptr ? FlowTransportStats{} : rx->stats;
 }
 
 FlowTransportStats RdmaNic::TxStats(uint64_t flowId, bool take) {
-  auto it = m_qps.find(flowId);
-  if (it != m_qps.end()) {
-    return it->second->stats;
+  if (const Qp* qp = m_qps.Find(flowId)) {
+    return qp->stats;
   }
   auto done = m_doneTx.find(flowId);
   if (done == m_doneTx.end()) {
@@ -440,13 +434,18 @@ FlowTransportStats RdmaNic::TxStats(uint64_t flowId, bool take) {
 }
 
 bool RdmaNic::SendProgress(uint64_t flowId, uint64_t& sentOnce, uint64_t& lineBps) const {
-  auto it = m_qps.find(flowId);
-  if (it == m_qps.end()) {
+  const Qp* qp = m_qps.Find(flowId);
+  if (qp == nullptr) {
     return false;
   }
-  sentOnce = it->second->maxSent;
-  lineBps = m_dev[it->second->port]->GetRateBps();
+  sentOnce = qp->maxSent;
+  lineBps = m_dev[qp->port]->GetRateBps();
   return true;
+}
+
+int64_t RdmaNic::LastByteSentNs(uint64_t flowId) const {
+  const Qp* qp = m_qps.Find(flowId);
+  return qp == nullptr ? -1 : qp->lastByteNs;
 }
 
 bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
@@ -462,10 +461,10 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
   uint64_t earliest = std::numeric_limits<uint64_t>::max();
   Qp* pick = nullptr;
   uint32_t pickIdx = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t idx = (p.rr + i) % n;
+  const bool rud = m_rxMode == RxMode::Rud;
+  const uint32_t start = p.rr < n || n == 0 ? p.rr : p.rr % n;
+  for (uint32_t i = 0, idx = start; i < n; ++i, idx = idx + 1 == n ? 0 : idx + 1) {  // round the list, no division
     Qp* qp = p.active[idx];
-    const bool rud = m_rxMode == RxMode::Rud;
     // sack: retransmissions ignore the window; rud: the window caps what is neither acknowledged nor lost
     const bool lost = (m_rxMode == RxMode::Sack && qp->sack.HasLost()) || (rud && qp->rud.HasLost());
     if (paused[qp->spec.prio % kNumPrio] || (!lost && (qp->sndNxt >= qp->spec.size || !InTurn(qp)))) {
@@ -543,6 +542,9 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   if (!resend) {
     qp->sndNxt += hdr.payload;
     qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
+    if (qp->lastByteNs < 0 && qp->maxSent >= qp->spec.size) {
+      qp->lastByteNs = static_cast<int64_t>(nowNs);
+    }
     if (qp->spec.queue != 0 && qp->sndNxt >= qp->spec.size) {  // its queue's next flow may go: wake its port
       for (const Qp* q : m_queues.at(qp->spec.queue)) {
         if (q->sndNxt < q->spec.size) {
@@ -607,11 +609,11 @@ void RdmaNic::Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) {
 }
 
 void RdmaNic::ReceiveData(uint32_t port, const PhantoraHeader& hdr) {
-  auto it = m_rx.find(hdr.flowId);
-  if (it == m_rx.end()) {
+  Rx* found = m_rx.Find(hdr.flowId);
+  if (found == nullptr) {
     return;  // a late duplicate of a finished flow
   }
-  Rx& rx = it->second;
+  Rx& rx = *found;
   if ((hdr.flags & kFlagCredit) && !rx.done) {
     CreditAsk(rx, hdr, port);
   }
@@ -801,11 +803,10 @@ void RdmaNic::SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, ui
 }
 
 void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
-  auto it = m_qps.find(hdr.flowId);
-  if (it == m_qps.end()) {
+  Qp* qp = m_qps.Find(hdr.flowId);
+  if (qp == nullptr) {
     return;  // the flow already finished
   }
-  Qp* qp = it->second.get();
   if (qp->creditOn) {
     qp->credit.StopSpeculating();  // the receiver has answered
   }
@@ -926,11 +927,10 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
 }
 
 void RdmaNic::ReceiveCredit(const PhantoraHeader& hdr) {
-  auto it = m_qps.find(hdr.flowId);
-  if (it == m_qps.end() || !it->second->creditOn) {
+  Qp* qp = m_qps.Find(hdr.flowId);
+  if (qp == nullptr || !qp->creditOn) {
     return;  // the flow already finished
   }
-  Qp* qp = it->second.get();
   qp->credit.OnGrant(hdr.credit);
   m_dev[qp->port]->Kick();
 }
@@ -971,9 +971,9 @@ void RdmaNic::CreditTurn(uint32_t port) {
   uint64_t bytes = 0;
   Rx* rx = nullptr;
   while (p.credit.Next(uint64_t{m_creditQuantum} * m_payloadBytes, flowId, cumulative, bytes)) {
-    auto it = m_rx.find(flowId);
-    if (it != m_rx.end() && !it->second.done) {
-      rx = &it->second;
+    Rx* found = m_rx.Find(flowId);
+    if (found != nullptr && !found->done) {
+      rx = found;
       break;
     }
     p.credit.Forget(flowId);  // every byte arrived: no more credit
@@ -1027,7 +1027,7 @@ void RdmaNic::Finish(Qp* qp) {
   Unlist(qp);
   const uint64_t id = qp->spec.id;
   m_doneTx[id] = qp->stats;
-  m_qps.erase(id);  // frees qp
+  m_qps.Erase(id);  // frees qp
   m_senderDone(id);
 }
 
@@ -1107,22 +1107,22 @@ bool RdmaNic::GetIntEnabled() const { return m_wire.intOn; }
 void RdmaNic::SetIntEnabled(bool on) { m_wire.intOn = on; }
 
 void RdmaNic::DoDispose() {
-  for (auto& [id, qp] : m_qps) {
-    qp->rto.Cancel();
-    qp->probe.Cancel();
-    if (qp->own) {
-      qp->own->cc->Stop();
+  m_qps.ForEach([](uint64_t, Qp& qp) {
+    qp.rto.Cancel();
+    qp.probe.Cancel();
+    if (qp.own) {
+      qp.own->cc->Stop();
     }
-  }
+  });
   for (auto& [id, conn] : m_conns) {
     conn->cc->Stop();
   }
   for (Port& p : m_ports) {
     p.creditEv.Cancel();
   }
-  m_qps.clear();
+  m_qps.Clear();
   m_conns.clear();
-  m_rx.clear();
+  m_rx.Clear();
   m_doneTx.clear();
   m_dev.clear();
   m_ports.clear();

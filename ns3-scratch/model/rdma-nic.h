@@ -4,6 +4,7 @@
 
 #include "class-scheduler.h"
 #include "congestion-control.h"
+#include "flat-id-map.h"
 #include "phantora-net-device.h"
 #include "phantora-routing.h"
 #include "sack-transport.h"
@@ -162,6 +163,9 @@ class RdmaNic : public Object, public PortOwner {
   /// An open queue pair's progress: the bytes it has sent at least once (its highest byte sent) and its port's
   /// line rate; false if the flow has no open queue pair here.
   bool SendProgress(uint64_t flowId, uint64_t& sentOnce, uint64_t& lineBps) const;
+  /// The ns an open queue pair first sent its flow's last byte (the packet that carries it left no earlier), or
+  /// -1 if not yet or if the flow has no open queue pair here.
+  int64_t LastByteSentNs(uint64_t flowId) const;
 
  protected:
   void DoDispose() override;
@@ -190,6 +194,7 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t sndNxt = 0;
     uint64_t sndUna = 0;
     uint64_t maxSent = 0;       ///< highest byte sent so far (to count retransmissions)
+    int64_t lastByteNs = -1;    ///< the ns the last byte was first sent (completion bounds), -1 before
     uint64_t lastProgressNs = 0;
     uint64_t lastRewindSeq = UINT64_MAX;
     uint64_t lastRewindNs = 0;
@@ -325,10 +330,10 @@ class RdmaNic : public Object, public PortOwner {
   Counters m_counters;
   std::vector<Ptr<PhantoraNetDevice>> m_dev;
   std::vector<Port> m_ports;
-  std::unordered_map<uint64_t, std::unique_ptr<Qp>> m_qps;
+  FlatIdMap<Qp> m_qps;  ///< the flows being sent, by id (looked up per ACK)
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> m_conns;  ///< connections by QpSpec::conn
   std::unordered_map<uint64_t, std::vector<Qp*>> m_queues;  ///< QpSpec::queue -> its flows not finished, in order
-  std::unordered_map<uint64_t, Rx> m_rx;
+  FlatIdMap<Rx> m_rx;  ///< the flows being received, by id (looked up per data packet)
   std::unordered_map<uint64_t, FlowTransportStats> m_doneTx;  ///< finished queue pairs' retransmissions
 
   TracedCallback<uint64_t, uint64_t> m_nackTrace;     ///< (flow, seq) NACK sent by this receiver

@@ -4,6 +4,7 @@
 #include "cc-dcqcn.h"
 #include "congestion-control.h"
 #include "fabric-installer.h"
+#include "flat-id-map.h"
 #include "phantora-fabric.h"
 #include "phantora-network.h"
 #include "phantora-packet.h"
@@ -566,6 +567,53 @@ class WheelOrderTest : public TestCase {
   }
 };
 
+/// FlatIdMap against std::map under random puts, gets and erases (ids in a small range, so runs of probes wrap
+/// round the table and erasing shifts them back): the same ids found with the same values, objects never moved.
+class FlatIdMapTest : public TestCase {
+ public:
+  FlatIdMapTest() : TestCase("FlatIdMap: the same contents as std::map, objects stay put") {}
+
+ private:
+  void DoRun() override {
+    FlatIdMap<uint64_t> m;
+    std::map<uint64_t, uint64_t> want;
+    std::map<uint64_t, const uint64_t*> where;
+    uint64_t lcg = 777;
+    auto next = [&lcg] { return (lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
+    for (int i = 0; i < 200000; ++i) {
+      const uint64_t id = next() % 3000 * 1024;  // multiples of 1024: a weak hash would pile them up
+      const uint64_t op = next() % 3;
+      if (op == 0) {
+        uint64_t& v = m.Get(id);
+        if (want.count(id) == 0) {
+          NS_TEST_ASSERT_MSG_EQ(v, 0u, "a new object is value-initialised");
+          where[id] = &v;
+        }
+        NS_TEST_ASSERT_MSG_EQ((where[id] == &v), true, "an object never moves");
+        v = id + 1 + static_cast<uint64_t>(i);
+        want[id] = v;
+      } else if (op == 1) {
+        const bool had = want.erase(id) == 1;
+        NS_TEST_ASSERT_MSG_EQ(m.Erase(id), had, "erased iff present");
+        where.erase(id);
+      } else {
+        const uint64_t* v = m.Find(id);
+        auto it = want.find(id);
+        NS_TEST_ASSERT_MSG_EQ((v != nullptr), (it != want.end()), "found iff present");
+        if (v != nullptr) {
+          NS_TEST_ASSERT_MSG_EQ(*v, it->second, "the value put");
+        }
+      }
+      NS_TEST_ASSERT_MSG_EQ(m.size(), want.size(), "size");
+    }
+    std::map<uint64_t, uint64_t> seen;
+    m.ForEach([&seen](uint64_t id, uint64_t& v) { seen[id] = v; });
+    NS_TEST_ASSERT_MSG_EQ((seen == want), true, "ForEach visits every entry once");
+    m.Clear();
+    NS_TEST_ASSERT_MSG_EQ((m.Find(want.empty() ? 0 : want.begin()->first) == nullptr), true, "empty after Clear");
+  }
+};
+
 /// The Tx trace's ns-3 Packet: the serialised header in front of the payload (none for ACKs and trimmed data).
 class PacketViewTest : public TestCase {
  public:
@@ -685,6 +733,7 @@ class PhantoraModelTestSuite : public TestSuite {
     AddTestCase(new WireFormatTest, TestCase::Duration::QUICK);
     AddTestCase(new CreditTest, TestCase::Duration::QUICK);
     AddTestCase(new WheelOrderTest, TestCase::Duration::QUICK);
+    AddTestCase(new FlatIdMapTest, TestCase::Duration::QUICK);
     AddTestCase(new PacketViewTest, TestCase::Duration::QUICK);
     AddTestCase(new AttributeCheckTest, TestCase::Duration::QUICK);
     AddTestCase(new CcRegistryTest, TestCase::Duration::QUICK);
