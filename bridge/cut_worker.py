@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         out = records(sim, sim.take_completions())
         out["windows"] = {
             "windows": stats.windows, "exchanges": stats.exchanges, "bytes_out": stats.bytes_out,
-            "lockstep_rounds": stats.lockstep_rounds,
+            "lockstep_rounds": stats.lockstep_rounds, "ended_by": stats.ended_by, "widths": stats.widths,
             "ns3_cpu_s": stats.run_cpu_s, "exchange_wall_s": stats.exchange_wall_s, "run_cpu_s": run_cpu,
             "run_wall_s": run_wall,
             "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,

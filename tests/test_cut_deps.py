@@ -16,7 +16,7 @@ import pytest
 
 from phantora.cli import main
 from phantora.netsim.base import Flow
-from phantora.netsim.cut_windows import BEFORE, LOCKSTEP, NEVER, THROUGH, window_end
+from phantora.netsim.cut_windows import BEFORE, LOCKSTEP, NEVER, THROUGH, WindowStats, why_end, width_bucket, window_end
 from tests.test_cut_workers import TOPO, UNTIL_NS, config, one_engine, traffic
 
 NETSIM = ["netsim", "--network", "ns3", "--cc", "dcqcn", "-t", "hpcc/leafspine16", "-q"]
@@ -52,6 +52,30 @@ def test_the_rest_of_a_ns_run_through_goes_in_lockstep() -> None:
     assert window_end(5_000, 1_000, NEVER, 5_001, 5_000) == (5_001, THROUGH)  # no release in 5,000: as usual
 
 
+def test_a_window_is_counted_by_what_ended_it() -> None:
+    """The profile of the windows: the lookahead, a release after its completion's ns, one in it, lockstep."""
+    cases = [
+        ((5_000, 1_000, NEVER, NEVER, -1), "lookahead"),
+        ((5_000, 1_000, 5_400, NEVER, -1), "release after"),
+        ((5_000, 1_000, NEVER, 5_400, -1), "release in"),
+        ((5_000, 1_000, 5_200, 5_400, -1), "release after"),
+        ((5_000, 1_000, NEVER, 5_000, 5_000), "lockstep"),
+    ]
+    for (glob, la, later, same, through), why in cases:
+        end, how = window_end(glob, la, later, same, through)
+        assert why_end(glob, la, later, same, end, how) == why, (glob, later, same)
+
+
+def test_window_widths_go_by_decades() -> None:
+    assert [width_bucket(w) for w in (0, 1, 2, 9, 10, 99, 1_000, 9_999)] == [
+        "0", "1", "2-9", "2-9", "10-99", "10-99", "1000-9999", "1000-9999"
+    ]  # fmt: skip
+    stats = WindowStats()
+    for why, width in (("release in", 1), ("release in", 1), ("lookahead", 1_000)):
+        stats.count(why, width)
+    assert stats.ended_by == {"release in": 2, "lookahead": 1} and stats.widths == {"1": 2, "1000-9999": 1}
+
+
 def dag() -> list[Flow]:
     """`traffic()` (ids 0-23), then: each NIC i's flow released by flow i's completion at another leaf (ids
     100-115; every other one with a 700 ns delay); a barrier marker of no bytes on NIC 2 after all of them (200,
@@ -80,6 +104,7 @@ def records(res: Any) -> dict[str, Any]:
         "cnps": res.cnps,
         "transport": res.transport,
         "channels": res.channels,
+        "trims": res.trims,
     }
 
 

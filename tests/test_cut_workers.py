@@ -162,6 +162,7 @@ class FakeNet:
         self.events = sorted(events)
         self.sends = dict(sends)  # event time -> arrival of a message it sends to the other worker
         self.ran: list[int] = []  # window ends
+        self.shared: list[int] = []  # the window starts CutShareBounds was called with
         self.now = 0
         self._out: list[int] = []
 
@@ -196,6 +197,9 @@ class FakeNet:
 
     def CutReleaseBounds(self, floor_ns: int) -> list[int]:  # noqa: N802
         return [-1, -1]  # no flow with a dependency in another worker
+
+    def CutShareBounds(self, floor_ns: int) -> None:  # noqa: N802
+        self.shared.append(floor_ns)
 
 
 class ScriptedPeer:
@@ -234,6 +238,8 @@ def test_windows_skip_idle_stretches_and_end_when_nothing_is_left() -> None:
     assert mine.ran == [100, 250, 5100]
     assert mine.now == 5000 and not mine.events and not theirs.events
     assert stats.windows == 3 and stats.exchanges == 4
+    assert mine.shared == [0, 150, 5000]  # after each window, with its start: the completion bounds shared
+    assert stats.ended_by == {"lookahead": 3} and stats.widths == {"100-999": 3}  # three windows of 100 ns
 
 
 def test_windows_stop_at_the_limit_and_move_the_clock() -> None:

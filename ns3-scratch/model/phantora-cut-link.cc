@@ -60,6 +60,7 @@ namespace {
 constexpr uint32_t kForgetLink = UINT32_MAX;       ///< a batch message's cable field for "sender done"
 constexpr uint32_t kReleaseLink = UINT32_MAX - 1;  ///< ... for "a dependency of this flow completed"
 constexpr uint32_t kDoneLink = UINT32_MAX - 2;     ///< ... for "complete at its receiver"
+constexpr uint32_t kBoundLink = UINT32_MAX - 3;    ///< ... for "completes at this ns or later"
 
 void PutKey(std::vector<uint8_t>& out, const PhantoraOrderKey& k) {
   Put(out, k.schedTs);
@@ -177,6 +178,16 @@ void PhantoraCutLink::SendDone(uint64_t flow, uint32_t node, uint64_t atNs) {
   m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
 }
 
+void PhantoraCutLink::SendBound(uint64_t flow, uint32_t node, uint64_t lbNs) {
+  std::vector<uint8_t>& out = OutboxFor(node);
+  Put(out, lbNs);
+  Put(out, kBoundLink);
+  Put(out, node);
+  Put(out, flow);
+  ++m_messages;
+  m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
+}
+
 std::vector<uint8_t> PhantoraCutLink::TakeOutbox(uint32_t group) {
   std::vector<uint8_t> out;
   out.swap(m_outboxes.at(group));
@@ -204,6 +215,16 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
                                     ", not this worker's");
       }
       m_forget(flow, node, arriveNs);
+      continue;
+    }
+    if (link == kBoundLink) {
+      const auto node = r.Get<uint32_t>();
+      const auto flow = r.Get<uint64_t>();
+      if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) || !m_bound) {
+        throw std::invalid_argument("cut-link batch: a bound message for node " + std::to_string(node) +
+                                    ", not this worker's");
+      }
+      m_bound(flow, arriveNs);
       continue;
     }
     if (link == kReleaseLink || link == kDoneLink) {

@@ -28,7 +28,9 @@ namespace ns3 {
  * are taken between windows by the caller and sent to the other workers, whose batches come in by Deliver().
  * A batch may also carry a flow's "sender done" (SendForget): its receiver forgets the flow on delivery; a
  * dependency's completion for a flow whose sender another worker runs (SendRelease, with the order keys one
- * engine's ScheduleStart would take); and a flow's completion at its receiver for its sender (SendDone).
+ * engine's ScheduleStart would take); a flow's completion at its receiver for its sender (SendDone); and a lower
+ * bound on a flow's completion from its sender's worker for its receiver's (SendBound: the windows' release
+ * bounds there).
  */
 class PhantoraCutLink final : public PhantoraWindowHook {
  public:
@@ -70,6 +72,11 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   void SetRelease(ReleaseFn f) { m_release = std::move(f); }
   /// Called on delivery of a done message: (flow, its completion ns).
   void SetDone(std::function<void(uint64_t, uint64_t)> f) { m_done = std::move(f); }
+  /// Flow `flow` (its receiver `node`, in another group) completes at `lbNs` or later, as its sender's worker
+  /// knows (not an event: its arrival does not count in TakeMinArrival).
+  void SendBound(uint64_t flow, uint32_t node, uint64_t lbNs);
+  /// Called on delivery of a bound message: (flow, the bound).
+  void SetBound(std::function<void(uint64_t, uint64_t)> f) { m_bound = std::move(f); }
   uint32_t NumGroups() const { return static_cast<uint32_t>(m_outboxes.size()); }
   uint32_t GroupOf(uint32_t node) const { return m_groups.at(node); }
   /// Queue the arrivals of a batch of messages (TakeOutbox()'s bytes); throws on a malformed batch.
@@ -94,6 +101,7 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   std::function<void(uint64_t, uint32_t, uint64_t)> m_forget;
   ReleaseFn m_release;
   std::function<void(uint64_t, uint64_t)> m_done;
+  std::function<void(uint64_t, uint64_t)> m_bound;
   uint32_t m_cut = 0;
   uint64_t m_lookahead = 0;
   uint64_t m_messages = 0;

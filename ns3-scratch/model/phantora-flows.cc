@@ -126,6 +126,7 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
     Simulator::Stop();
   }
   if (!Owns(f.src)) {  // a worker with the receiver only: nothing more happens to this flow here
+    sharedLb.erase(id);
     const auto info = depInfo.find(id);
     if (info != depInfo.end() && info->second.hasCross) {  // its sender's worker stops bounding its completion
       cut->SendDone(id, f.src, static_cast<uint64_t>(now));
@@ -159,6 +160,10 @@ void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, cons
     DepInfo& di = depInfo.at(d);
     if (Owns(di.completer)) {
       dependents[d].push_back(f.id);
+    }
+    if (Owns(di.src) && !Owns(di.completer) && !di.shared) {  // its completer's worker bounds its dependents
+      di.shared = true;
+      shareBounds.push_back(d);
     }
     if (cutGroups[di.completer] != group) {
       di.hasCross = true;
@@ -268,6 +273,13 @@ int64_t PhantoraNetwork::Impl::CompletionLb(FlowState& f, int64_t now, int64_t f
     if (unsent > 0) {
       const auto txNs = static_cast<int64_t>(static_cast<unsigned __int128>(unsent) * 8'000'000'000ULL / bps);
       ns = std::max(ns, now - 2 + txNs + f.minPropNs);
+    } else {
+      // Every byte sent: the receiver completes on a packet with the last byte, which left no earlier than that
+      // byte's first send (a resend of it is later) and arrives at least the least propagation after it.
+      const int64_t last = fabric->GetNode(f.src).nic->LastByteSentNs(f.id);
+      if (last >= 0) {
+        ns = std::max(ns, last - 1 + f.minPropNs);
+      }
     }
   }
   return ns;
@@ -280,7 +292,9 @@ int64_t PhantoraNetwork::Impl::FlowLb(uint64_t id, int64_t floor, std::unordered
   }
   const auto it = flows.find(id);
   if (it == flows.end() || !Owns(it->second.src)) {
-    return floor;  // another worker starts it (or it is done there): nothing better known here
+    // Another worker starts it: what its sender's worker shared of it (ShareBounds), if it completes here.
+    const auto shared = sharedLb.find(id);
+    return shared == sharedLb.end() ? floor : std::max(floor, shared->second);
   }
   const auto m = memo.find(id);
   if (m != memo.end()) {
@@ -302,6 +316,24 @@ int64_t PhantoraNetwork::Impl::FlowLb(uint64_t id, int64_t floor, std::unordered
   }
   memo[id] = lb;
   return lb;
+}
+
+void PhantoraNetwork::Impl::ShareBounds(int64_t floor) {
+  std::unordered_map<uint64_t, int64_t> memo;
+  std::size_t keep = 0;
+  for (const uint64_t id : shareBounds) {
+    const auto it = flows.find(id);
+    if (it == flows.end() || doneEnd.count(id)) {
+      continue;  // done at its receiver, or at both ends
+    }
+    shareBounds[keep++] = id;
+    const int64_t lb = FlowLb(id, floor, memo);
+    if (lb > floor && lb > it->second.sentLb) {
+      it->second.sentLb = lb;
+      cut->SendBound(id, depInfo.at(id).completer, static_cast<uint64_t>(lb));
+    }
+  }
+  shareBounds.resize(keep);
 }
 
 void PhantoraNetwork::Impl::ForgetAtReceiver(uint64_t flow, uint32_t node) {

@@ -50,6 +50,7 @@ class PhantoraNetwork::Impl {
     uint32_t lastSeq = 0;
     PhantoraOrderKey lastKey;
     std::vector<uint64_t> deps;  ///< a partition worker's starter: its dependencies (release bounds)
+    int64_t sentLb = -1;  ///< the completion bound last shared with its completer's worker (ShareBounds)
   };
 
   /// What every partition worker knows of every flow (for the dependencies between workers).
@@ -60,6 +61,7 @@ class PhantoraNetwork::Impl {
     bool hasCross;       ///< a flow of another group's sender depends on it
     int64_t submitNs;
     int64_t delayNs;
+    bool shared = false;  ///< in shareBounds (its sender's worker shares its completion bound)
   };
   /// Flows a cross flow `j` depends on, by id: (j's submit ns, j's delay), for the release bounds.
   struct CrossDependent {
@@ -120,6 +122,13 @@ class PhantoraNetwork::Impl {
   std::unordered_map<uint64_t, DepInfo> depInfo;  ///< a partition worker: every flow added
   std::unordered_map<uint64_t, std::vector<CrossDependent>> crossBy;  ///< a worker's started flows with cross dependents
   bool cutRan = false;  ///< a partition worker ran a window (flows with dependencies come before)
+  /// A worker's flows with dependents that it starts and another worker completes: their completion bounds go to
+  /// that worker (ShareBounds), where FlowLb would know only the last window's start of them.
+  std::vector<uint64_t> shareBounds;
+  std::unordered_map<uint64_t, int64_t> sharedLb;  ///< flows completed here, started elsewhere: the shared bounds
+  /// Send each flow of shareBounds whose completion bound rose above `floor` and what was sent before to its
+  /// completer's worker; forget the flows done here.
+  void ShareBounds(int64_t floor);
 
   std::unordered_map<uint64_t, FlowState> flows;  // submitted, not done at both ends
   std::unordered_map<uint64_t, std::vector<uint64_t>> dependents;

@@ -225,6 +225,12 @@ void PhantoraNetwork::Finalize() {
         impl->Release(flow, static_cast<int64_t>(ns), event, seq, key, true);
       });
       s.cut->SetDone([impl](uint64_t flow, uint64_t ns) { impl->doneEnd[flow] = static_cast<int64_t>(ns); });
+      s.cut->SetBound([impl](uint64_t flow, uint64_t ns) {
+        if (!impl->doneEnd.count(flow)) {
+          int64_t& lb = impl->sharedLb[flow];
+          lb = std::max(lb, static_cast<int64_t>(ns));
+        }
+      });
     }
   } else if (s.Worker()) {
     throw std::invalid_argument("partition.Worker: needs partition.Groups");
@@ -687,6 +693,13 @@ std::vector<int64_t> PhantoraNetwork::CutReleaseBounds(int64_t floorNs) {
     }
   }
   return {later, same};
+}
+
+void PhantoraNetwork::CutShareBounds(int64_t floorNs) {
+  Worker("CutShareBounds");
+  if (floorNs >= 0) {
+    Need().ShareBounds(floorNs);
+  }
 }
 
 void PhantoraNetwork::CutAdvanceTo(int64_t ns) {

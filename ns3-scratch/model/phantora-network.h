@@ -287,6 +287,11 @@ class PhantoraNetwork {
   /// `floorNs`: no dependency completes in another worker before it (the last window's start: a release not yet
   /// delivered was made in that window).
   std::vector<int64_t> CutReleaseBounds(int64_t floorNs);
+  /// After a window from `floorNs`: put in the outboxes, for each flow with dependents this worker starts and
+  /// another completes, its completion bound (as CutReleaseBounds takes it) when it rose since last sent; the
+  /// completer's worker bounds the flow's dependents by it (where it knew only the last window's start).
+  /// `floorNs` < 0: nothing (a warm-up call).
+  void CutShareBounds(int64_t floorNs);
   /// The events of `ns` run in lockstep rounds from now on (each worker's records then carry the round, which
   /// orders them); `round` is the round that runs next (the same in every worker).
   void CutLockstep(int64_t ns, uint32_t round);

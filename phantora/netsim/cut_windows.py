@@ -18,7 +18,10 @@ under the lookahead. So each worker also reports the least ns a release it can c
 (`CutReleaseBounds`: after its completion's ns, or in it), and the window ends before the least of them: before
 ns A when a release lands after its completion, or through the events of ns A scheduled before A (`CutRunThrough`:
 a release made at A orders after them) when it may land at A; then the rest of that ns (see `window_end`). A
-release that still lands behind its worker's clock is an error there, never a silent difference.
+release that still lands behind its worker's clock is an error there, never a silent difference. A flow whose
+sender this worker runs and whose receiver another worker does is bounded better here (its bytes not yet sent,
+the first send of its last byte): after each window its bound goes to the receiver's worker with the messages
+(`CutShareBounds`), which bounds the flow's dependents by it from the next barrier on.
 
 The exchange itself (ZeroMQ, msgpack, the run's token, receive timeouts) is `bridge.cut_peers`; this module is
 the loop, independent of the transport.
@@ -75,6 +78,22 @@ class WindowStats:
     run_cpu_s: float = 0.0  # CPU in ns-3 (CutRunBefore)
     exchange_wall_s: float = 0.0  # wall time in the exchanges (waiting for the slowest worker included)
     lockstep_rounds: int = 0  # rounds of one ns run one worker at a time (zero-delay releases across workers)
+    ended_by: dict[str, int] = dataclasses.field(default_factory=dict)  # windows by what ended them (`why_end`)
+    widths: dict[str, int] = dataclasses.field(default_factory=dict)  # windows by width in ns (`width_bucket`)
+
+    def count(self, why: str, width: int) -> None:
+        """Count one window: what ended it and its width."""
+        self.ended_by[why] = self.ended_by.get(why, 0) + 1
+        bucket = width_bucket(width)
+        self.widths[bucket] = self.widths.get(bucket, 0) + 1
+
+
+def width_bucket(width: int) -> str:
+    """A window's width in ns as a decade: "1", "2-9", "10-99", ... (a lockstep round counts 0)."""
+    if width <= 1:
+        return str(max(width, 0))
+    lo = 10 ** (len(str(width)) - 1)
+    return f"{max(lo, 2)}-{10 * lo - 1}"
 
 
 def _next(net: Any) -> int:
@@ -88,6 +107,23 @@ def _releases(net: Any, floor_ns: int) -> tuple[int, int]:
 
 
 BEFORE, THROUGH, LOCKSTEP = "before", "through", "lockstep"
+
+
+# what ended a window (WindowStats.ended_by)
+LOOKAHEAD, RELEASE_LATER, RELEASE_SAME = "lookahead", "release after", "release in"
+LOCKSTEP_NS, UNTIL = "lockstep", "until"
+
+
+def why_end(glob: int, lookahead_ns: int, later: int, same: int, end: int, how: str) -> str:
+    """What set the end of the window from `glob` that `window_end` gave: the lookahead, a release landing after
+    its dependency's completion ns (`later`), one that may land in it (`same`), a lockstep round."""
+    if how == LOCKSTEP:
+        return LOCKSTEP_NS
+    if how == THROUGH:
+        return RELEASE_SAME if same != NEVER and max(same, glob) == end else RELEASE_LATER
+    if end == glob + lookahead_ns:
+        return LOOKAHEAD
+    return RELEASE_LATER
 
 
 def window_end(glob: int, lookahead_ns: int, later: int, same: int, through: int) -> tuple[int, str]:
@@ -131,6 +167,7 @@ def warm_up(net: Any, group: int, groups: int) -> None:
     """Call each window method of `net` once, doing nothing (cppyy's first-call cost, kept out of the figures)."""
     net.CutRunBefore(0)
     net.CutReleaseBounds(0)
+    net.CutShareBounds(-1)
     net.CutNextKey()
     for g in range(groups):
         if g != group:
@@ -170,10 +207,11 @@ def run_windows(
         if glob == NEVER or (until is not None and glob > until):
             break
         end, how = window_end(glob, lookahead_ns, later, same, through)
+        why = why_end(glob, lookahead_ns, later, same, end, how)
         if lock == glob:
-            how = LOCKSTEP  # a ns begun in lockstep ends in it (its records carry rounds)
+            how, why = LOCKSTEP, LOCKSTEP_NS  # a ns begun in lockstep ends in it (its records carry rounds)
         if until is not None and end > until:
-            end, how = until + 1, BEFORE
+            end, how, why = until + 1, BEFORE, UNTIL
         end = min(end, NEVER)
         start = glob
         through = end if how == THROUGH else glob if how == LOCKSTEP else -1
@@ -187,6 +225,8 @@ def run_windows(
             net.CutRunBefore(end)
         stats.run_cpu_s += time.process_time() - c0
         stats.windows += 1
+        stats.count(why, 0 if how == LOCKSTEP else end - glob + (how == THROUGH))
+        net.CutShareBounds(glob)  # completion bounds of flows another worker completes, in the outboxes
         batches = {}
         for g in range(groups):
             if g != group:

@@ -152,15 +152,19 @@ def effective_settings(topology: Topology, config: PacketConfig, pairs: Sequence
 
 
 def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any]:
-    """What summary.json (netsim) and the engine's stats say of the workers: how many, their windows, messages, CPU
-    and peak memory, and the records of one ns from two workers, put in one engine's order by their events' keys
-    (`phantora.netsim.record_order`)."""
+    """What summary.json (netsim) and the engine's stats say of the workers: how many, their windows (what ended
+    them, their widths), messages, CPU, wall and peak memory, and the records of one ns from two workers, put in
+    one engine's order by their events' keys (`phantora.netsim.record_order`)."""
     return {
         "workers": len(workers),
         "ties_by_key": ties,
         "windows": max((w["windows"] for w in workers), default=0),
         "message_bytes": sum(w["bytes_out"] for w in workers),
         "run_cpu_s": [round(w["run_cpu_s"], 3) for w in workers],
+        "run_wall_s": [round(w["run_wall_s"], 3) for w in workers],
+        "worker_wall_s": [round(w["wall_s"], 3) for w in workers],
+        "windows_ended_by": workers[0]["ended_by"] if workers else {},  # every worker runs the same windows
+        "window_widths_ns": workers[0]["widths"] if workers else {},
         "setup_cpu_s": [round(w["setup_cpu_s"], 3) for w in workers],
         "maxrss_mb": max((w["maxrss_kb"] // 1024 for w in workers), default=0),
     }
