@@ -2,8 +2,9 @@
 
 The shared library is compiled with the system C++ compiler against torch's headers and libraries (and, for a
 source that reads Python objects, Python's headers), into the per-user cache (phantora.resources.cache_dir), under a
-name keyed by the source, the torch version and the compiler. A file lock makes concurrent first uses (many ranks)
-build it once. This module does not import torch: the device guard is built and loaded before torch is.
+name keyed by the source, the torch version and the compiler (and, with Python's headers, the interpreter's ABI).
+A file lock makes concurrent first uses (many ranks) build it once. This module does not import torch: the device
+guard is built and loaded before torch is.
 """
 
 from __future__ import annotations
@@ -45,14 +46,19 @@ def torch_dir_and_version() -> tuple[Path, str]:
     return Path(list(spec.submodule_search_locations)[0]), importlib.metadata.version("torch")
 
 
+def build_key(source: bytes, torch_version: str, cxx: str, python: bool) -> str:
+    """The cached library's key: the source, torch's version and the compiler; with Python's headers also the
+    interpreter's ABI (SOABI: one torch version serves several Pythons, whose object layouts differ)."""
+    salt = b"python" + str(sysconfig.get_config_var("SOABI")).encode() if python else b""  # guard: key unchanged
+    return hashlib.sha256(source + torch_version.encode() + cxx.encode() + salt).hexdigest()[:16]
+
+
 def library(source: Path, stem: str, what: str, *, python: bool = False) -> Path:
     """The cached library `stem-<key>.so` built from `source` (built now if missing); `python`: with Python's
     headers and the C++ standard torch's Python headers need. `what` names it in messages."""
     torch_dir, version = torch_dir_and_version()
     cxx = compiler(what)
-    salt = b"python" if python else b""  # the device guard's key is as before this option existed
-    key = hashlib.sha256(source.read_bytes() + version.encode() + cxx.encode() + salt).hexdigest()[:16]
-    out = resources.cache_dir() / f"{stem}-{key}.so"
+    out = resources.cache_dir() / f"{stem}-{build_key(source.read_bytes(), version, cxx, python)}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
