@@ -93,8 +93,8 @@ def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps:
 def _delay_ns(
     flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool, wire: list[int], caps: list[int]
 ) -> int:
-    """The delay of the collective's first flows: NCCL's latency (with a ring's uncounted network hops, `chain_us`)
-    and the fill, less what the network charges.
+    """The delay of the collective's first flows: NCCL's latency (with a ring's uncounted network hops, `chain_us`,
+    and the proxies' turns on every network step, `proxy_us`) and the fill, less what the network charges.
 
     Coarse: the fill is a delay, and the path's propagation (once, or once per round of PAT) is netted out.
     Chunked (flows in NCCL's steps and chunks): the dependencies charge a fill of their own (their longest
@@ -105,12 +105,12 @@ def _delay_ns(
     (on an idle network)."""
     if not chunked:
         prop = propagation_ns(flows, topo) * _rounds(flows, choice)
-        return max(0, round((choice.lat_us + choice.chain_us + choice.fill_us) * 1000) - prop)
+        return max(0, round((choice.lat_us + choice.chain_us + choice.proxy_us + choice.fill_us) * 1000) - prop)
     idle, xfer = critical_chains_ns(flows, topo, wire, caps)
     t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
     own_ns = max(0.0, xfer - t_bw_ns)
     model_ns = (choice.fit_us + choice.fill_us) * 1000
-    base_ns = (choice.lat_us + choice.chain_us - choice.fit_us) * 1000
+    base_ns = (choice.lat_us + choice.chain_us + choice.proxy_us - choice.fit_us) * 1000
     return max(0, round(base_ns + max(0.0, model_ns - own_ns) - (idle - xfer)))
 
 

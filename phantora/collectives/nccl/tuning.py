@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from phantora.collectives.nccl import ring_chain, ring_kernel
+from phantora.collectives.nccl import proxy, ring_chain, ring_kernel
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
@@ -63,6 +63,7 @@ class Choice:
     fit_us: float = 0.0  # the part of lat_us that is NCCL's tree correction (a fit of measured trees: their fill)
     chan_net_bw: float = 0.0  # GB/s one network connection of a ring, tree or NVLS-Tree moves (0: no limit)
     chain_us: float = 0.0  # a ring's network hops NCCL's latency leaves out (ring_chain.py), charged on top of it
+    proxy_us: float = 0.0  # the busiest proxy's turns on every network step (proxy.py), charged on top of it
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -75,6 +76,7 @@ class Choice:
             **({"peer_bw_gbs": round(self.peer_bw, 3)} if self.peer_bw else {}),
             **({"fill_us": round(self.fill_us, 3)} if self.fill_us else {}),
             **({"chain_us": round(self.chain_us, 3)} if self.chain_us else {}),
+            **({"proxy_us": round(self.proxy_us, 3)} if self.proxy_us else {}),
         }
 
 
@@ -360,8 +362,19 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         intra, inter = _ring_hop_us(T.PROTOCOLS.index(cost.protocol), p, net_overhead_us(p, st))
         chain = ring_chain.extra_us(kind, _nsteps(kind, p.nranks), p.nnodes, p.ppn, intra, inter)
         chain = max(0.0, chain - (lat - cost.lat_us))
+    serve = proxy.service_us(kind, cost.algorithm, cost.protocol, p, st, nbytes, ch, ring_graph(p).nchannels)
     return Choice(
-        cost.algorithm, cost.protocol, ch, lat, algbw, time, fill_us=fill, fit_us=fit, chan_net_bw=chan, chain_us=chain
+        cost.algorithm,
+        cost.protocol,
+        ch,
+        lat,
+        algbw,
+        time,
+        fill_us=fill,
+        fit_us=fit,
+        chan_net_bw=chan,
+        chain_us=chain,
+        proxy_us=serve,
     )
 
 

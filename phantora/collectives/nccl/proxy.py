@@ -1,0 +1,130 @@
+"""The proxy's service of a GPU's network connections, which NCCL's latency counts once per hop but not per step.
+
+Every network step of a ring or tree passes through the proxy thread of the GPU that owns the connection: one
+progress thread per GPU (src/proxy.cc `ncclProxyProgress`) walks its list of active operations, one per channel
+and connection (collective connections are not shared, so `ProxyAppend` groups no subs: each has its own args),
+calling each one's progress function once per pass (`progressOps`); net.cc's `sendProxyProgress` and
+`recvProxyProgress` (v2.22.3-1 to v2.30.7-1) advance a connection by one action per call: post a receive buffer
+(`irecv`, whose credit the sender's `isend` waits for), hand the GPU's step to the network (`isend`), test a
+completion. So a GPU's proxy spends a fixed time on every step of every network connection it owns, one after
+another, and a collective of many channels and small steps (LL and LL128 across hosts) waits for it.
+
+Closed form: the busiest GPU's network connection-steps times `PROXY_STEP_US`.
+- *Connections per GPU*: a channel's connections land on the GPU of the NIC it uses (the search spreads
+  channels over the node's NICs, one GPU each on rail-optimised hosts), so a node's connections are shared by
+  min(ppn, NICs) proxies. A ring (NCCL puts a node's GPUs together on it, connect.cc) has one network send and
+  one network receive per channel and node. A tree channel has, at each node, one connection each way (up and
+  down) per network edge of its tree: NCCL's double binary tree (graph/trees.cc `ncclGetDtree`: `ncclGetBtree`,
+  then the same tree mirrored for an even node count, shifted for an odd one); `connectTrees` puts tree 0 on the
+  search's channels and tree 1 on their copies, and further copies (NCCL_MIN_CTAS) repeat the first channels.
+  The busiest node bounds: on 4 and 8 nodes an inner node of one tree (parent and two children: 6 connections
+  a channel) that is a leaf of the other (2).
+- *Steps per connection*: `ncclProxyOp.nsteps` (enqueue.cc `calcCollChunking`): the pattern's steps per loop
+  (ring all-reduce 2 (n - 1), all-gather and reduce-scatter n - 1, tree 1) times the loops (the bytes over
+  channels x chunks per loop x chunk), counted in the proxy's slices (chunkSteps / sliceSteps per step).
+
+Charged on LL and LL128 only, on top of NCCL's time (the tuner's choice keeps NCCL's model). NCCL's model
+charges the proxy once per step as `max(hop, netOverhead)` (`getNetOverhead`: 1 µs on Intel hosts, 2 on AMD), as
+if one connection were served; its Simple ring across nodes takes three times that a step and its plateau factor
+(x 1.4 latency, a fit of measured inter-node rings), and a Simple step is a slice of up to 512 KiB whose transfer
+hides the proxy's turn. Charged on Simple too, the large Simple rings across hosts lost 2-3% (docs/validation.md).
+
+`PROXY_STEP_US` is a measured figure, not NCCL's: the two published LL128 rings across hosts at 1 MiB, where bytes
+over bandwidth are a few µs, take 0.39 (gj-aion, 180 connection-steps a GPU) and 0.42 µs (ALCF, NCCL 2.22, 60) more
+per connection-step than the model without it; over every compared table 0.30-0.40 leave the fewest sizes out of
+the goal (58, from 65 without it; 0.2: 62, 0.45: 60), and 0.3, whose new misses are the smallest, is kept.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+
+PROXY_STEP_US = 0.3  # µs of the proxy's turn on one network step of one connection (fitted, see above)
+PROXY_PROTOCOLS = ("LL", "LL128")
+RING_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+RING_CHUNK_STEPS = {"LL": 1, "LL128": 1, "Simple": 4}  # chunkSteps of ring collectives (Simple: NCCL_STEPS / 2)
+RING_SLICE_STEPS = {"LL": 1, "LL128": 1, "Simple": 2}  # sliceSteps (Simple: NCCL_STEPS / 4): the proxy's unit
+
+
+def btree_parents(n: int) -> list[int]:
+    """Each node's parent in NCCL's binary tree of `n` nodes (`ncclGetBtree`; -1 for the root, node 0)."""
+    parents = []
+    for rank in range(n):
+        if rank == 0:
+            parents.append(-1)
+            continue
+        bit = 1
+        while bit < n and not bit & rank:
+            bit <<= 1
+        up = (rank ^ bit) | (bit << 1)
+        parents.append(up if up < n else rank ^ bit)
+    return parents
+
+
+def dtree_edges(n: int) -> tuple[list[int], list[int]]:
+    """Network edges (parent and children) of each node in NCCL's two trees (`ncclGetDtree`)."""
+    parents = btree_parents(n)
+    edges0 = [0] * n
+    for rank, up in enumerate(parents):
+        if up >= 0:
+            edges0[rank] += 1
+            edges0[up] += 1
+    if n % 2:  # shift: node r plays node r - 1 of the first tree
+        edges1 = [edges0[(r - 1) % n] for r in range(n)]
+    else:  # mirror: node r plays node n - 1 - r
+        edges1 = [edges0[n - 1 - r] for r in range(n)]
+    return edges0, edges1
+
+
+def tree_channels(p: Platform, search: int, channels: int) -> tuple[int, int]:
+    """Channels on tree 0 and tree 1: channel c of the `search` channels' doubled set is on tree 1 when
+    c mod 2 x search >= search (`connectTrees`; copies beyond repeat the first channels, connect.cc)."""
+    search = max(1, search)
+    tree1 = sum(1 for c in range(channels) if c % (2 * search) >= search)
+    return channels - tree1, tree1
+
+
+def connections_per_gpu(algo: str, p: Platform, search: int, channels: int) -> float:
+    """Network connections the busiest GPU's proxy serves."""
+    gpus = max(1, min(p.ppn, p.nics_per_node or p.ppn))
+    if algo == "ring":
+        return 2 * channels / gpus
+    if algo == "tree":
+        c0, c1 = tree_channels(p, search, channels)
+        e0, e1 = dtree_edges(p.nnodes)
+        return max(2 * (c0 * a + c1 * b) for a, b in zip(e0, e1, strict=True)) / gpus
+    return 0.0
+
+
+def steps_per_connection(kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ch: int) -> int:
+    """The proxy's steps (slices) on one connection: steps per loop x loops x chunkSteps / sliceSteps."""
+    if nbytes <= 0 or ch < 1:
+        return 0
+    if algo == "tree":
+        chunk = chunk_bytes("tree", proto, p, st, nbytes, ch)
+        return math.ceil(nbytes / (ch * chunk))
+    chunk_steps = RING_CHUNK_STEPS[proto]
+    step = step_bytes(proto, st)
+    chunk = step // 2 if proto == "LL" else step // 16 * 15 if proto == "LL128" else step
+    chunk *= chunk_steps
+    n = p.nranks
+    per_loop = 2 * (n - 1) if kind == "all_reduce" else n - 1 if kind in ("all_gather", "reduce_scatter") else 1
+    chunks_per_loop = n if kind in ("all_reduce", "all_gather", "reduce_scatter") else 1
+    loops = math.ceil(nbytes / (ch * chunks_per_loop * chunk))
+    return per_loop * loops * chunk_steps // RING_SLICE_STEPS[proto]
+
+
+def service_us(
+    kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ch: int, search: int
+) -> float:
+    """The busiest proxy's time (µs) on the collective's network steps (0 inside one node)."""
+    if p.nnodes < 2 or proto not in PROXY_PROTOCOLS:
+        return 0.0
+    if not ((algo == "ring" and kind in RING_KINDS) or (algo == "tree" and kind == "all_reduce")):
+        return 0.0
+    conns = connections_per_gpu(algo, p, search, ch)
+    return conns * steps_per_connection(kind, algo, proto, p, st, nbytes, ch) * PROXY_STEP_US

@@ -1,0 +1,109 @@
+"""The proxy's turns on every network step (proxy.py): NCCL's double binary tree written out by hand from
+graph/trees.cc, the connections and steps a GPU's proxy serves from NCCL's constants (NCCL_STEPS, the LL128
+buffer, calcCollChunking's tree ladder), and the time the flow engine adds for them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl import platform_of, proxy, tuning
+from phantora.collectives.nccl.settings import nccl_env, settings_from_env
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.topology import rail_optimized
+
+MiB = 1 << 20
+LL128_STEP_DATA = 120 * 640 * 8 * 8 // 8 // 16 * 15  # NCCL_LL128 buffer / NCCL_STEPS, 120 of 128 bytes a line
+
+
+def _hosts(nodes: int) -> tuple[object, tuple[int, ...]]:
+    topo = rail_optimized(nodes, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    return topo, tuple(range(8 * nodes))
+
+
+def test_binary_trees_are_nccls() -> None:
+    """ncclGetBtree on 4 and 8 nodes: 0 <- 2 <- {1, 3}; 0 <- 4 <- {2 <- {1, 3}, 6 <- {5, 7}}. ncclGetDtree mirrors
+    it for an even count, so node 1 of 4 is tree 1's inner node; an odd count shifts it by one."""
+    assert proxy.btree_parents(4) == [-1, 2, 0, 2]
+    assert proxy.btree_parents(8) == [-1, 2, 4, 2, 0, 6, 4, 6]
+    e0, e1 = proxy.dtree_edges(4)
+    assert e0 == [1, 1, 3, 1] and e1 == [1, 3, 1, 1]
+    e0, e1 = proxy.dtree_edges(3)  # 0 <- 2 <- 1; shifted: 1 <- 0 <- 2
+    assert e0 == [1, 1, 2] and e1 == [2, 1, 1]
+    assert proxy.dtree_edges(2) == ([1, 1], [1, 1])
+
+
+def test_connections_a_gpu_serves() -> None:
+    """16 channels on 8 NICs: a ring has a send and a receive per channel and node, 32 over 8 GPUs = 4; 24
+    channels (NCCL_MIN_CTAS=24) 6. A tree: channels 0-7 on tree 0, 8-15 on tree 1; on 8 nodes an inner node of one
+    tree (3 edges) is a leaf of the other (1): 2 x (8 x 3 + 8 x 1) / 8 = 8; 24 channels repeat 0-7 on tree 0:
+    2 x (16 x 3 + 8 x 1) / 8 = 14. Two nodes: every node has one edge in each tree, 2 x 16 / 8 = 4."""
+    p8 = platform_of(*_hosts(8))
+    p2 = platform_of(*_hosts(2))
+    assert proxy.connections_per_gpu("ring", p2, 8, 16) == 4
+    assert proxy.connections_per_gpu("ring", p2, 8, 24) == 6
+    assert proxy.tree_channels(p8, 8, 24) == (16, 8)
+    assert proxy.connections_per_gpu("tree", p8, 8, 16) == 8
+    assert proxy.connections_per_gpu("tree", p8, 8, 24) == 14
+    assert proxy.connections_per_gpu("tree", p2, 8, 16) == 4
+
+
+def test_steps_per_connection_follow_ncclproxyop_nsteps() -> None:
+    """A ring LL128 all-reduce of 1 MiB on 16 ranks and 24 channels fits one loop (24 x 16 x 576,000 bytes):
+    2 x 15 = 30 steps. A tree LL128 of 1 MiB on 8 nodes and 16 channels: the ladder halves 576,000 to 18,000
+    bytes (1 MiB / (16 x 72,000) < (1 + 3 + 0.8) x 16 / 8, twice), ceil(1 MiB / (16 x 18,000)) = 4 steps."""
+    st = settings_from_env({})
+    p2 = platform_of(*_hosts(2))
+    p8 = platform_of(*_hosts(8))
+    assert LL128_STEP_DATA == 576_000
+    assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, st, MiB, 24) == 30
+    assert proxy.steps_per_connection("all_gather", "ring", "LL128", p2, st, MiB, 16) == 15
+    assert proxy.steps_per_connection("all_reduce", "tree", "LL128", p8, st, MiB, 16) == math.ceil(MiB / (16 * 18_000))
+    many = 16 * 16 * LL128_STEP_DATA * 3  # three loops of the ring
+    assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, st, many, 16) == 3 * 30
+
+
+def test_the_choice_carries_the_busiest_proxys_turns() -> None:
+    """gj-aion's forced ring (NCCL_ALGO=Ring, NCCL_MIN_CTAS=24) at 1 MiB: 6 connections x 30 steps x 0.3 µs
+    = 54 µs; the default tree on 8 hosts at 1 MiB: 8 x 4 x 0.3 = 9.6 µs. Simple and one host: nothing."""
+    st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_MIN_CTAS": "24"})
+    ring = tuning.select("all_reduce", platform_of(*_hosts(2)), st, MiB)
+    assert ring is not None and (ring.algorithm, ring.protocol, ring.channels) == ("ring", "LL128", 24)
+    assert ring.proxy_us == pytest.approx(6 * 30 * proxy.PROXY_STEP_US)
+    tree = tuning.select("all_reduce", platform_of(*_hosts(8)), settings_from_env({}), MiB)
+    assert tree is not None and (tree.algorithm, tree.protocol, tree.channels) == ("tree", "LL128", 16)
+    assert tree.proxy_us == pytest.approx(8 * 4 * proxy.PROXY_STEP_US)
+    simple = tuning.select("all_reduce", platform_of(*_hosts(2)), settings_from_env({"NCCL_PROTO": "Simple"}), MiB)
+    one = tuning.select("all_reduce", platform_of(rail_optimized(1, 8, gpu="h100"), tuple(range(8))), st, MiB)
+    assert simple is not None and simple.proxy_us == 0.0
+    assert one is not None and one.proxy_us == 0.0
+
+
+def _end_us(env: dict[str, str], nodes: int, nbytes: int) -> float:
+    topo, ranks = _hosts(nodes)
+    dag = decompose(Collective("all_reduce", ranks, nbytes, "fp32"), topo, AlgoOptions(nccl_env=nccl_env(env)))
+    engine = make_engine(EngineSpec(network="flow"), topo)
+    try:
+        engine.submit(dag.flows, at=0)
+        return max(c.end_ns for c in engine.drain()) / 1000.0
+    finally:
+        engine.close()
+
+
+def test_the_flow_engine_charges_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collective ends `proxy_us` later than with the proxy's turns left out (its flows start that much
+    later), on the ring and on the tree."""
+    for env, nodes in (({"NCCL_ALGO": "Ring", "NCCL_MIN_CTAS": "24"}, 2), ({}, 8)):
+        tuning.select.cache_clear()
+        with_proxy = _end_us(env, nodes, MiB)
+        choice = tuning.select("all_reduce", platform_of(*_hosts(nodes)), settings_from_env(env), MiB)
+        assert choice is not None and choice.proxy_us > 5.0
+        monkeypatch.setattr(proxy, "PROXY_STEP_US", 0.0)
+        tuning.select.cache_clear()
+        without = _end_us(env, nodes, MiB)
+        monkeypatch.setattr(proxy, "PROXY_STEP_US", 0.3)
+        tuning.select.cache_clear()
+        assert with_proxy - without == pytest.approx(choice.proxy_us, abs=0.002)
