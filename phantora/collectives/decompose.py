@@ -190,7 +190,8 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
                     links[v] = a
             else:
                 links = [None if v == root else root for v in range(n)]
-            tree_flows(b, links, size, c, up=up, down=down, name=algo, **common)
+            window = _steps_in_flight(opts)  # a chain's steps in flight on each hop (broadcast.h, reduce.h)
+            tree_flows(b, links, size, c, up=up, down=down, name=algo, window=window, **common)
     elif kind == "all_to_all":
         relay = pxn_relay(topo, nodes, blocks, opts)
         pairwise = algo == "pairwise"

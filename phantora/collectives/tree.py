@@ -37,6 +37,7 @@ def tree_flows(
     step_delay_ns: int,
     name: str,
     down_chunk_bytes: int | None = None,
+    window: int = 1,
 ) -> None:
     """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`).
 
@@ -49,7 +50,10 @@ def tree_flows(
     it, so without this one-at-a-time rule all chunks would cross each hop together and the
     pipeline would become store-and-forward. `down_chunk_bytes`: the broadcast's pieces when they differ from the
     reduce's (a tree's two halves forwarding LL lines in sweeps of their own size); the root sends a broadcast
-    piece once the reduce's pieces up to its last byte have arrived.
+    piece once the reduce's pieces up to its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's
+    buffer slots; needs the builder's communicator): on each edge chunk c waits for chunk c - w to arrive (its
+    slot is free) instead of chunk c - 1, and the edge's chunks go on the wire one at a time in order
+    (`Flow.queue`), so up to w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1).
     """
     order = topo_order(parent)
     kids = children_of(parent)
@@ -73,6 +77,13 @@ def tree_flows(
     ends = list(itertools.accumulate(sizes))
     last_up = [bisect.bisect_left(ends, end) for end in itertools.accumulate(down_sizes)]  # up piece of each end
 
+    window = window if b.comm else 1
+    ordered = window > 1
+
+    def slot(edge: list[int], c: int) -> tuple[int, ...]:
+        """The chunk whose arrival frees chunk c's slot on an edge (`edge[c]`: chunk c's flow on it)."""
+        return (edge[c - window],) if c >= window else ()
+
     def tag(phase: str, c: int) -> str:
         return f"{name}/ch{channel}/{phase}/chunk{c}" if max(k, kd) > 1 else f"{name}/ch{channel}/{phase}"
 
@@ -83,8 +94,8 @@ def tree_flows(
             if p is None:
                 continue
             for c in range(k):
-                deps = tuple(up_in[w][c] for w in kids[v]) + ((up_in[v][c - 1],) if c else ())
-                up_in[v][c] = b.add(v, p, sizes[c], tag("up", c), channel, deps, step_delay_ns)
+                deps = tuple(up_in[w][c] for w in kids[v]) + slot(up_in[v], c)
+                up_in[v][c] = b.add(v, p, sizes[c], tag("up", c), channel, deps, step_delay_ns, ordered=ordered)
     if down:
         down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from parent
         for v in order:
@@ -94,5 +105,6 @@ def tree_flows(
                         have: tuple[int, ...] = (down_in[v][c],)
                     else:
                         have = tuple(up_in[x][last_up[c]] for x in kids[v]) if up else ()
-                    deps = have + ((down_in[w][c - 1],) if c else ())
-                    down_in[w][c] = b.add(v, w, down_sizes[c], tag("down", c), channel, deps, step_delay_ns)
+                    deps = have + slot(down_in[w], c)
+                    flow = b.add(v, w, down_sizes[c], tag("down", c), channel, deps, step_delay_ns, ordered=ordered)
+                    down_in[w][c] = flow

@@ -1,0 +1,69 @@
+"""A ring broadcast's or reduce's chain (`--granularity chunked`) keeps NCCL_STEPS steps in flight on each hop: step
+c goes once step c - 8 of the same hop has arrived (its slot is free: prims_simple.h `waitPeer`, NCCL v2.30.7-1)
+and its input step has arrived from the previous rank (broadcast.h `directRecvCopyDirectSend`), on the wire after
+the steps before it. Times against closed forms on idle 400G rails: one hop takes NCCL's time (lat + S / algbw, as
+coarse); each further hop adds one step's store-and-forward at the connection's rate (the chain's fill). Step sizes
+from enqueue.cc `calcCollChunking`, written out here."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import Topology, rail_optimized
+
+MiB = 1 << 20
+NCCL_STEPS = 8  # src/include/device.h
+# Simple ring broadcast / reduce: BROADCAST_CHUNKSTEPS = REDUCE_CHUNKSTEPS = 1, so a chunk is one step of the 4 MiB
+# Simple buffer (NCCL_BUFFSIZE's default) over NCCL_STEPS (collectives.h, enqueue.cc calcCollChunking)
+STEP = 4 * MiB // NCCL_STEPS
+
+
+def run(coll: Collective, topo: Topology, granularity: str) -> tuple[float, list, dict]:
+    """Time (µs) on an idle flow network, the flows and NCCL's choice."""
+    dag = decompose(coll, topo, AlgoOptions(granularity=granularity, nccl_env=nccl_env({})))
+    sim = FlowSimulator(topo)
+    sim.submit(dag.flows, at=0)
+    return max(c.end_ns for c in sim.drain()) / 1e3, dag.flows, dag.choice or {}
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+@pytest.mark.parametrize("size", [16 * MiB, 64 * MiB])
+def test_one_hop_chain_keeps_eight_steps_in_flight(kind: str, size: int) -> None:
+    """Two H100s on two hosts: each channel's part crosses one network hop in 512 KiB steps; step c waits for step
+    c - 8 of its hop only, so chunked takes NCCL's time (lat + S / algbw) as coarse does, to 0.01%. One step at a
+    time (each waiting for the one before to arrive) paid a path's propagation per step: 1462.11 us against
+    1420.50 at 64 MiB."""
+    topo = rail_optimized(2, 1, gpu="h100")
+    coll = Collective(kind, (0, 1), size, "fp32", root=0)
+    t, flows, choice = run(coll, topo, "chunked")
+    coarse, _, _ = run(coll, topo, "coarse")
+    assert choice["algorithm"] == "Ring" and choice["protocol"] == "Simple"
+    assert {f.size for f in flows} == {STEP}
+    hops: dict[int, list] = {}
+    for f in flows:
+        hops.setdefault(f.conn, []).append(f)
+    assert len(hops) == choice["channels"]
+    for steps in hops.values():
+        assert len({f.queue for f in steps}) == 1 and steps[0].queue  # the hop's steps on the wire in order
+        for c, f in enumerate(steps):
+            assert f.deps == ((steps[c - NCCL_STEPS].id,) if c >= NCCL_STEPS else ())
+    assert t == pytest.approx(choice["model_time_us"], rel=1e-4)
+    assert t == pytest.approx(coarse, rel=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+@pytest.mark.parametrize("size", [16 * MiB, 64 * MiB])
+def test_longer_chain_adds_one_step_per_extra_hop(kind: str, size: int) -> None:
+    """Four H100s on four hosts: a chain of 3 network hops. A step is forwarded once it has arrived whole (Simple),
+    so the last rank's first step lands 2 step times after it would over one hop: chunked = coarse + (hops - 1) x
+    STEP / the connection's rate, to 0.01%, whatever the size (the fill does not grow with the steps)."""
+    topo = rail_optimized(4, 1, gpu="h100")
+    coll = Collective(kind, (0, 1, 2, 3), size, "fp32", root=0)
+    t, flows, _ = run(coll, topo, "chunked")
+    coarse, _, _ = run(coll, topo, "coarse")
+    (rate,) = {f.rate_bps for f in flows}
+    fill_us = (4 - 2) * STEP * 8 / rate * 1e6
+    assert t == pytest.approx(coarse + fill_us, rel=1e-4)
