@@ -1,8 +1,9 @@
 """Where `phantora nccl-tests --granularity chunked` differs or differed from coarse flows (NCCL's time): the cases
 docs/nccl-tests.md lists. A tree forced inside one node under LL128 forwards its chunks in sweeps of lines (close to
 coarse); under Simple its chunks cross each NVLink hop whole at half the channel's rate, where `pipeline.py`'s fill
-moves them at its whole rate; a broadcast's chunked chain pays its own fill, which NCCL's model has not. A
-send/recv across hosts and PAT's rounds keep NCCL_STEPS steps in flight on a connection (close to coarse).
+moves them at its whole rate; a broadcast's chunked chain pays its own fill (a 512 KiB step forwarded whole at each
+of n - 1 hops, as NCCL's kernel does), which NCCL's model has not. A send/recv across hosts, PAT's rounds and a
+chain's hops keep NCCL_STEPS steps in flight on a connection (p2p and PAT close to coarse).
 
 Each case runs `phantora nccl-tests` twice on the flow network, coarse then chunked, and prints the out-of-place
 time of each and the chunked run's excess. Simulated figures, deterministic; a few seconds a run.
