@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from phantora.collectives.nccl import proxy, ring_chain, ring_kernel
+from phantora.collectives.nccl import old_tuners, proxy, ring_chain, ring_kernel
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
@@ -148,7 +148,7 @@ def costs(kind: str, p: Platform, st: NcclSettings) -> list[Cost]:
     graphs = {"ring": ring, "tree": ring, "pat": ring, "nvls": nvls_graph(p), "nvls_tree": nvls_graph(p)}
     ix = p.index2
     arch, n, nn, ppn = p.arch, p.nranks, p.nnodes, p.ppn / 1.0
-    ll_max = T.LL_MAX_BW[arch][ix] if nn == 1 else T.LL_MAX_BW_MULTINODE[p.cpu][ix]
+    ll_max = _ll_max(p)
     nsteps = _nsteps(kind, n)
     out = []
     for a in T.ALGORITHMS:
@@ -291,30 +291,50 @@ def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nb
     return nc
 
 
-NVLS_TREE_INTRA_LAT_US_2_2X = 25.0  # hwLat[NVLINK][NVLS_TREE][SIMPLE], 2.22-2.27
-NVLS_TREE_NET_LAT_US_2_2X = 14.0  # hwLat[NET][NVLS_TREE][SIMPLE], 2.22-2.27 (20.9 from 2.28)
-NVLS_TREE_RATIO_2_2X = 5.0 / 6.0  # bus to algorithm bandwidth of NVLS and NVLS-Tree, 2.22-2.27
-
-
 def nvls_tree_cost_2_2x(p: Platform) -> Cost | None:
-    """NVLS-Tree all-reduce as NCCL 2.22-2.27 rate it (tuning.cc of v2.22.3-v2.27.7: nChannels x min(bwIntra,
-    bwInter, or bwInter / 2 beyond two nodes) x 5/6, latency 25 + 2 log2(nodes) x 14 µs); None where it does not
-    run."""
+    """NVLS-Tree all-reduce as NCCL 2.22-2.27 rate it (old_tuners.nvls_tree_rating); None where it does not run."""
     g = nvls_graph(p)
-    if p.nnodes < 2 or g.nchannels < 2:
+    rating = old_tuners.nvls_tree_rating(T.OLD_NVLS_TREE_TUNER[1], p, g.nchannels, g.bw_intra, g.bw_inter)
+    return None if rating is None else Cost("nvls_tree", "Simple", rating[0], rating[1])
+
+
+def _ll_max(p: Platform) -> float:
+    """llMaxBw: LL's total ceiling, by GPU on one node and by CPU vendor on several."""
+    return T.LL_MAX_BW[p.arch][p.index2] if p.nnodes == 1 else T.LL_MAX_BW_MULTINODE[p.cpu][p.index2]
+
+
+def rated(cost: Cost, kind: str, p: Platform, st: NcclSettings) -> Cost | None:
+    """`cost` as the tuner of the NCCL that runs (`st.nccl_version`) rates it, for the choice only: where an older
+    tuning.cc differs (old_tuners.py: ring LL and LL128 factors, tree Simple latency, NVLS, NVLS-Tree and PAT
+    ratings, and which of them exist), its figure; else 2.30's. None: that NCCL does not run it. The chosen
+    algorithm's time stays the model's."""
+    v, a, proto = st.nccl_version, cost.algorithm, cost.protocol
+    if not old_tuners.available(v, a):
         return None
-    bw = min(g.bw_intra, g.bw_inter if p.nnodes <= 2 else g.bw_inter / 2) * g.nchannels * NVLS_TREE_RATIO_2_2X
-    lat = NVLS_TREE_INTRA_LAT_US_2_2X + 2 * int(math.log2(p.nnodes)) * NVLS_TREE_NET_LAT_US_2_2X
-    return Cost("nvls_tree", "Simple", lat, bw)
-
-
-def rated(cost: Cost, p: Platform, st: NcclSettings) -> Cost | None:
-    """`cost` as the tuner of the NCCL that runs (`st.nccl_version`) rates it, for the choice only: NCCL 2.22-2.27
-    rate NVLS-Tree by their own constants (2.28 retuned it); everything else is 2.30's. The time of the chosen
-    algorithm stays the model's (the kernels are the same)."""
-    lo, hi = T.OLD_NVLS_TREE_TUNER
-    if cost.algorithm == "nvls_tree" and lo <= st.nccl_version <= hi:
-        return nvls_tree_cost_2_2x(p)
+    if a == "pat":
+        f = old_tuners.pat_factor(v)
+        return cost if f is None else Cost(a, proto, cost.lat_us, cost.algbw * f)
+    if a == "ring" and proto in ("LL", "LL128"):
+        ring, nsteps = ring_graph(p), _nsteps(kind, p.nranks)
+        raw = ring.nchannels * (ring.bw_intra if p.nnodes <= 2 else ring.bw_inter)
+        ratio = p.nranks / nsteps  # the ring's bus to algorithm bandwidth, every kind
+        if proto == "LL":
+            bus = old_tuners.ring_ll_bus(v, kind, p, raw, _ll_max(p))
+        else:
+            f = old_tuners.ring_ll128_factor(v, p)
+            bus = None if f is None else min(raw * f, ring.nchannels * T.PER_CH_MAX_RING_LL128_BW[p.arch])
+        return cost if bus is None else Cost(a, proto, cost.lat_us, bus * ratio)
+    if a == "tree" and proto == "Simple":
+        lat = old_tuners.tree_simple_lat_us(v, kind, p)
+        return cost if lat is None else Cost(a, proto, lat, cost.algbw)
+    if a in ("nvls", "nvls_tree"):
+        g = nvls_graph(p)
+        if a == "nvls_tree":
+            rating = old_tuners.nvls_tree_rating(v, p, g.nchannels, g.bw_intra, g.bw_inter)
+            return cost if rating is None else Cost(a, proto, rating[0], rating[1])
+        if p.nnodes == 1:
+            bw = old_tuners.nvls_algbw(v, kind, p, g.nchannels, g.bw_intra, g.bw_inter)
+            return cost if bw is None else Cost(a, proto, cost.lat_us, bw)
     return cost
 
 
@@ -327,7 +347,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     best: tuple[float, Cost, int] | None = None
     comm = comm_channels(p, ring_graph(p), st)
     for cost in costs(kind, p, st):
-        as_rated = rated(cost, p, st)
+        as_rated = rated(cost, kind, p, st)
         if as_rated is None:
             continue
         ch = run_channels(cost.algorithm, cost.protocol, p, st, nbytes)
