@@ -4,10 +4,10 @@ Every worker binds a ROUTER (ipc in the run's private directory, or loopback tcp
 it connects a DEALER to every other worker's. A peer is let in by its hello, which must show the run's token
 (`bridge.transport.token_ok`) and another worker's group; anything else from an identity not let in is dropped and
 counted. Peers are known by the group they declare, not by their socket identity (a peer that reconnects gets a new
-identity and says hello again). Every message is msgpack: the hello ``{"k": "hello", "token", "group"}``, then at
-each barrier ``{"k": "win", "seq", "next", "arr", "batch"}`` to every other worker (the batch may be empty). A
-barrier waits for every other worker's message of its sequence number, at most `timeout_s` of silence (the first
-barrier, which follows every worker's set-up and flows, the startup timeout), then raises naming the workers it
+identity and says hello again). Every message is msgpack: the hello ``{"k": "hello", "token", "group"}``, then at each
+barrier ``{"k": "win", "seq", "next", "arr", "batch", "rel", "key", "samp"}`` to every other worker (the batch may be
+empty). A barrier waits for every other worker's message of its sequence number, at most `timeout_s` of silence (the
+first barrier, which follows every worker's set-up and flows, the startup timeout), then raises naming the workers it
 still waits for (a dead or stuck worker takes the run down, named).
 
 With ``curve`` (tcp; required beyond loopback, as Ray places workers on other machines, `bridge.cut_ray`) every
@@ -164,7 +164,9 @@ class ZmqPeers:
         try:
             rel = msg.get("rel", (NEVER, NEVER))
             key = tuple(int(x) for x in msg.get("key", ()))
-            rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]), int(rel[0]), int(rel[1]), key)
+            samp = msg.get("samp", (NEVER, True))
+            rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]), int(rel[0]), int(rel[1]), key,
+                             int(samp[0]), bool(samp[1]))  # fmt: skip
             self._early[(int(msg["seq"]), g)] = rep
         except (KeyError, TypeError, ValueError):  # a malformed report, even from a known peer, is dropped and counted
             self.rejected += 1
@@ -177,12 +179,13 @@ class ZmqPeers:
         batches: Mapping[int, bytes],
         releases: tuple[int, int] = (NEVER, NEVER),
         key: tuple[int, ...] = (),
+        sampling: tuple[int, bool] = (NEVER, True),
     ) -> list[PeerReport]:
         """`phantora.netsim.cut_windows.Peers.exchange` over the sockets."""
         for g, sock in self._peers.items():
             sock.send(msgpack.packb({"k": "win", "seq": seq, "next": next_ns, "arr": min_arrival,
                                      "batch": batches.get(g, b""), "rel": list(releases),
-                                     "key": list(key)}))  # fmt: skip
+                                     "key": list(key), "samp": [sampling[0], sampling[1]]}))  # fmt: skip
         out: list[PeerReport] = []
         waiting = [g for g in self._peers]
         limit = self._first_timeout_s if seq == 0 else self.timeout_s

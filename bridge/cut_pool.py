@@ -9,7 +9,9 @@ This process only waits: a worker that exits non-zero ends the run at once, the 
 actors stopped), with an error naming it and its last words. The records of the workers are merged into one engine's:
 completions by (end, flow id), as one engine drains them; FCT records, PFC frames, CE marks, CNPs, drops and trims in
 one keyed engine's order, by the order key of the event that made each (`phantora.netsim.record_order`); transport
-counters and channel counters added (each is counted by the worker that owns its end, zero elsewhere); the counters of
+counters and channel counters added (each is counted by the worker that owns its end, zero elsewhere); queue samples
+(each worker's of the switches it runs) by (ns, node, port, class) through one engine's last instant
+(`merge_queue_samples`); the counters of
 `stats` added, its peaks and the fabric's constants the largest (`PEAK_STATS`), its settings (text) the first worker's,
 and the switch links' load recomputed from the merged channels. A completion's start is its FCT record's (the sender's
 worker starts the flow; its receiver's worker knows the start of a flow without dependencies only). The end of the run
@@ -36,9 +38,18 @@ from bridge.transport import make_run_dir, new_token, remove_run_dir
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hpcc_io import FctLine
-from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, Trim, switch_link_load
+from phantora.netsim.observe import (
+    CnpEvent,
+    Drop,
+    EcnMark,
+    FlowTransport,
+    PfcEvent,
+    QueueSample,
+    Trim,
+    switch_link_load,
+)
 from phantora.netsim.packet_config import PacketConfig
-from phantora.netsim.record_order import RecordKey, merge_by_key
+from phantora.netsim.record_order import RecordKey, merge_by_key, merge_queue_samples
 from phantora.topology.model import Topology
 
 # stats that are a peak or a property of the whole fabric in each worker: merged by the largest, not added
@@ -60,6 +71,7 @@ class PartitionResult:
     cnps: list[CnpEvent]
     drops: list[Drop]
     trims: list[Trim]
+    queues: list[QueueSample]  # one engine's queue samples (queue_sample_ns > 0), else empty
     transport: dict[int, FlowTransport]
     channels: list[tuple[int, ...]]
     stats: dict[str, Any]  # counters summed over the workers, PEAK_STATS their largest, settings the first's
@@ -124,7 +136,7 @@ def run_partitioned_batches(
         outs = run_on_ray(config.ray, setups, token, config.partition_timeout_s)
     else:
         outs = _run_local(setups, token, config.partition_timeout_s)
-    res = _merge(outs, time.perf_counter() - wall0, topology)
+    res = _merge(outs, time.perf_counter() - wall0, topology, config.queue_sample_ns)
     res.stats["flows_submitted"] = sum(len(b) for _, b in batches)  # each worker counts the flows it has an end of
     return res
 
@@ -168,7 +180,7 @@ def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -
     wait_workers([_Local(proc, log) for proc, log in procs], timeout_s)
 
 
-def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> PartitionResult:
+def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology, sample_ns: int = 0) -> PartitionResult:
     ties = [0]
     fct = _merged(outs, "fct", FctLine, ties)
     starts = {r.flow_id: r.start_ns for r in fct}  # the sender's: a receiver's worker does not see a release
@@ -198,6 +210,14 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
     cnps = _merged(outs, "cnps", CnpEvent, ties)
     drops = _merged(outs, "drops", Drop, ties)
     trims = _merged(outs, "trims", Trim, ties)
+    now = max((r.start_ns + r.fct_ns for r in fct), default=0)
+    began = [int(o.get("sample_from", -1)) for o in outs]  # each worker's sampling start (-1: none, -2: off)
+    queues = merge_queue_samples(
+        [[QueueSample(*r) for r in o.get("queues", ())] for o in outs],
+        min((t for t in began if t >= 0), default=-1),
+        sample_ns,
+        now,
+    )
     return PartitionResult(
         completions=done,
         fct=fct,
@@ -206,11 +226,12 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> Par
         cnps=cnps,
         drops=drops,
         trims=trims,
+        queues=queues,
         transport={fid: FlowTransport(fid, *v) for fid, v in sorted(transport.items())},
         channels=[tuple(channels[c]) for c in sorted(channels)],
         stats=stats,
         effective=[(str(k), str(v)) for k, v in outs[0].get("effective", ())] if outs else [],
-        now=max((r.start_ns + r.fct_ns for r in fct), default=0),
+        now=now,
         ties=ties[0],
         workers=[o["windows"] for o in outs],
         wall_s=wall_s,

@@ -52,6 +52,8 @@ def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
         "stats": sim.stats(),
         "effective": sim.effective_pairs(),
         "keys": {name: sim.record_keys(kind) for name, kind in KEYED_RECORDS.items()},
+        "queues": [astuple(r) for r in sim.queue_samples()],  # the switches it runs, in (ns, node, port, class) order
+        "sample_from": sim.cut_sampling_from(),
     }
 
 

@@ -382,8 +382,8 @@ def test_partition_needs_the_keyed_mode() -> None:
     with pytest.raises(InputError, match="scheduler=ns3::PhantoraKeyedScheduler") as err:
         PacketConfig(partition=2).validate()
     assert err.value.field == "partition"
-    with pytest.raises(InputError, match="queue_sample_ns") as err:
-        PacketConfig(partition=2, scheduler=KEYED_SCHEDULER, queue_sample_ns=1000).validate()
+    # queues are sampled by owner since 2026-11-29 (tests/test_partition_queue_samples.py)
+    assert PacketConfig(partition=2, scheduler=KEYED_SCHEDULER, queue_sample_ns=1000).validate().queue_sample_ns == 1000
 
 
 def test_the_commands_engine_refuses_partition_rather_than_run_one_engine() -> None:

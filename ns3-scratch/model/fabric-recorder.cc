@@ -5,6 +5,7 @@
 
 #include "ns3/boolean.h"
 #include "ns3/log.h"
+#include "ns3/make-event.h"
 #include "ns3/simulator.h"
 
 namespace ns3 {
@@ -15,6 +16,10 @@ NS_OBJECT_ENSURE_REGISTERED(FabricRecorder);
 namespace {
 
 int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
+
+/// The least key count of a queue sample (keyed mode): above any count the caller reaches in practice, so a
+/// sample orders after the caller's events of its ns too.
+constexpr uint32_t kSampleCount = 0xffff0000u;
 
 }  // namespace
 
@@ -91,7 +96,31 @@ void FabricRecorder::StartSampling(Callback<bool> busy) {
   }
   m_busy = busy;
   m_sampling = true;
-  Simulator::Schedule(NanoSeconds(0), &FabricRecorder::Sample, this);
+  m_from = NowNs();
+  ScheduleSample(static_cast<uint64_t>(m_from));
+}
+
+void FabricRecorder::JoinSampling(int64_t fromNs, Callback<bool> busy) {
+  if (m_from >= 0 || !m_sampleInterval.IsStrictlyPositive()) {
+    return;
+  }
+  const int64_t every = m_sampleInterval.GetNanoSeconds();
+  const int64_t now = NowNs();
+  const int64_t k = now < fromNs ? 0 : (now - fromNs) / every + 1;  // the first instant after now
+  m_busy = busy;
+  m_sampling = true;
+  m_from = fromNs;
+  ScheduleSample(static_cast<uint64_t>(fromNs + k * every));
+}
+
+void FabricRecorder::ScheduleSample(uint64_t ts) {
+  PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  if (sim && sim->Keyed()) {
+    const PhantoraOrderKey key{ts, PhantoraOrderKey::kCaller, kSampleCount + m_slot};
+    sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, key, MakeEvent(&FabricRecorder::Sample, this));
+    return;
+  }
+  Simulator::Schedule(NanoSeconds(static_cast<int64_t>(ts) - NowNs()), &FabricRecorder::Sample, this);
 }
 
 void FabricRecorder::Sample() {
@@ -100,6 +129,10 @@ void FabricRecorder::Sample() {
   for (uint32_t n = 0; n < m_fabric->NumNodes(); ++n) {
     const Ptr<PfcSwitch>& sw = m_fabric->GetNode(n).sw;
     if (!sw) {
+      continue;
+    }
+    if (!m_owned.empty() && !m_owned[n]) {  // another partition worker's switch: its slots stay zero here
+      k += static_cast<std::size_t>(sw->NumPorts()) * kNumPrio;
       continue;
     }
     for (uint32_t p = 0; p < sw->NumPorts(); ++p) {
@@ -119,7 +152,7 @@ void FabricRecorder::Sample() {
     m_sampling = false;
     return;
   }
-  Simulator::Schedule(m_sampleInterval, &FabricRecorder::Sample, this);
+  ScheduleSample(static_cast<uint64_t>(now + m_sampleInterval.GetNanoSeconds()));
 }
 
 void FabricRecorder::DoDispose() {

@@ -34,6 +34,18 @@ class FabricRecorder : public Object {
   void StartSampling(Callback<bool> busy);
   /// QueueSampleInterval > 0: StartSampling samples.
   bool SamplesQueues() const { return m_sampleInterval.IsStrictlyPositive(); }
+  /// A partition worker's sampler (issue 38): sample only the switches `owned` marks (by node), and order this
+  /// worker's samples of one ns after every other event and after workers `slot` - 1 .. 0 (lockstep rounds).
+  void SampleOwned(std::vector<uint8_t> owned, uint32_t slot) {
+    m_owned = std::move(owned);
+    m_slot = slot;
+  }
+  /// A partition worker that learnt at a barrier that sampling began at `fromNs` in another worker: sample from
+  /// the first instant fromNs + k x QueueSampleInterval after now (its queues were empty until then). No-op if
+  /// this recorder started (or stopped) sampling already, or does not sample.
+  void JoinSampling(int64_t fromNs, Callback<bool> busy);
+  /// The ns sampling began at here (the first flow start, or JoinSampling's), -1 if it has not.
+  int64_t SamplingFrom() const { return m_from; }
 
   std::vector<PfcRecord> pfcs;
   std::vector<QueueSample> samples;
@@ -57,8 +69,15 @@ class FabricRecorder : public Object {
 
  private:
   void Sample();
+  /// Queue the next sample at ns `ts`: in the keyed mode with the order key (ts, kCaller, kSampleCount + slot),
+  /// after every other event of its ns (it reads each queue as that ns leaves it, in one engine and in every
+  /// partition worker alike); otherwise as ns-3 schedules it (`delay` from now, the running event's context).
+  void ScheduleSample(uint64_t ts);
 
   Ptr<PhantoraFabric> m_fabric;
+  std::vector<uint8_t> m_owned;  ///< a partition worker: the nodes it samples (empty: every switch)
+  uint32_t m_slot = 0;           ///< a partition worker's group (its samples' key count after kSampleCount)
+  int64_t m_from = -1;           ///< SamplingFrom()
   Callback<bool> m_busy;
   bool m_sampling = false;
   std::vector<uint64_t> m_lastSample;

@@ -101,7 +101,9 @@ class PhantoraNetwork::Impl {
   /// A lower bound on the ns flow `id` completes at, if not yet (a flow this worker does not start: `floor`, the
   /// least ns a completion not yet known here can have).
   int64_t FlowLb(uint64_t id, int64_t floor, std::unordered_map<uint64_t, int64_t>& memo);
-  bool Busy() const { return !flows.empty(); }
+  /// Flows not done (a partition worker: here or, as the last barrier said, in another worker).
+  bool Busy() const { return !flows.empty() || othersBusy; }
+  bool othersBusy = false;  ///< a partition worker: another worker had flows at the last barrier (CutSampling)
 
   Ptr<PhantoraFabric> fabric;
   Ptr<FabricRecorder> recorder;

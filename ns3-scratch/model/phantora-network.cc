@@ -215,10 +215,11 @@ void PhantoraNetwork::Finalize() {
     if (s.Worker()) {
       sim->KeepRunningKey();  // every record carries its event's order key, for the merge of the workers'
       s.recorder->keepKeys = true;
-      if (s.recorder->SamplesQueues()) {
-        throw std::invalid_argument("partition.Worker: queue sampling (recorder.QueueSampleInterval) reads every "
-                                    "switch at once and is not split by owner: set it to 0");
+      std::vector<uint8_t> owned(s.fabric->NumNodes());
+      for (uint32_t n = 0; n < owned.size(); ++n) {
+        owned[n] = s.Owns(n) ? 1 : 0;
       }
+      s.recorder->SampleOwned(std::move(owned), s.cutWorker);  // each worker samples the switches it runs
       s.cut->SetForget([impl](uint64_t flow, uint32_t node, uint64_t) { impl->ForgetAtReceiver(flow, node); });
       s.cut->SetRelease([impl](uint64_t flow, uint64_t ns, const PhantoraOrderKey& event, uint32_t seq,
                                const PhantoraOrderKey& key) {
@@ -731,6 +732,26 @@ void PhantoraNetwork::CutDeliver(const std::string& batch) {
 }
 
 uint32_t PhantoraNetwork::CutGroups() const { return Worker("CutGroups").NumGroups(); }
+
+int64_t PhantoraNetwork::CutSamplingFrom() const {
+  Worker("CutSamplingFrom");
+  const FabricRecorder& r = *Need().recorder;
+  return r.SamplesQueues() ? r.SamplingFrom() : -2;
+}
+
+bool PhantoraNetwork::CutBusy() const {
+  Worker("CutBusy");
+  return !Need().flows.empty();
+}
+
+void PhantoraNetwork::CutSampling(int64_t fromNs, bool othersBusy) {
+  Worker("CutSampling");
+  Impl& s = Need();
+  s.othersBusy = othersBusy;
+  if (fromNs >= 0) {
+    s.recorder->JoinSampling(fromNs, MakeCallback(&Impl::Busy, &s));
+  }
+}
 
 std::vector<uint64_t> PhantoraNetwork::CutStats() const {
   const Impl& s = Need();

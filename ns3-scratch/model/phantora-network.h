@@ -311,6 +311,16 @@ class PhantoraNetwork {
   void CutDeliver(const std::string& batch);
   /// Groups of the partition.
   uint32_t CutGroups() const;
+  /// Queue sampling by owner (recorder.QueueSampleInterval > 0): each worker samples the switches it runs, at one
+  /// engine's instants (the first flow start anywhere, then every interval, until no worker has flows), each sample
+  /// the last event of its ns. The ns this worker's sampling began at (its first flow start, or CutSampling's),
+  /// -1 if not yet, -2 if it does not sample.
+  int64_t CutSamplingFrom() const;
+  /// This worker still has flows (added before the run, so once false, false for ever).
+  bool CutBusy() const;
+  /// After a barrier: sampling began at `fromNs` (>= 0; -1: not yet) in some worker, which this one joins at the
+  /// first instant after its clock; `othersBusy`: another worker still had flows (this one's sampler goes on).
+  void CutSampling(int64_t fromNs, bool othersBusy);
 
   int64_t Now() const;
   /// Time of the next pending event, or -1.

@@ -4,8 +4,9 @@ The batches of the flow file (each at its own start time, no dependencies) run o
 one switch group each, and their records come back merged as one keyed engine's (`--set
 scheduler=ns3::PhantoraKeyedScheduler`): the same FCTs, PFC frames, CNPs, CE marks, drops, transport and channel
 counters, so the same files. A workload's flow DAG runs too: a dependency completed in one worker releases its
-dependent in another (`phantora.netsim.cut_windows`). What the workers cannot do yet is refused, naming it: a
-scenario, queue sampling (`PacketConfig` refuses queue_sample_ns > 0 with partition).
+dependent in another (`phantora.netsim.cut_windows`); queues sampled with `--queue-sample-ns N` (off by default
+with partition) by owner, merged as one engine's queues.csv. What the workers cannot do yet is refused, naming it: a
+scenario.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: 
         "fct": [r for r in res.fct if r.flow_id in done and r.flow_id not in inp.hidden],
         "pfc": res.pfc,
         "pfc_txt": pfc_txt_lines(res.pfc),
-        "queues": [],
+        "queues": res.queues,
         "drops": res.drops,
         "cnps": res.cnps,
         "ecn": res.marks,

@@ -23,6 +23,13 @@ sender this worker runs and whose receiver another worker does is bounded better
 the first send of its last byte): after each window its bound goes to the receiver's worker with the messages
 (`CutShareBounds`), which bounds the flow's dependents by it from the next barrier on.
 
+Queue sampling by owner (`sampling`): each worker samples the switches it runs at one engine's instants, from the
+first flow start anywhere, every interval, until no worker has flows (each sample the last event of its ns). Each
+report carries the worker's sampling start and whether it still has flows: until a start is known anywhere, a
+window runs one ns only (every start in it is at that ns, so each worker's own start is the global one, and a
+worker that started none has empty queues until the barrier tells it); then every worker joins the grid
+(`CutSampling`) and samples on while any worker has flows (the pool cuts the samples after one engine's last).
+
 The exchange itself (ZeroMQ, msgpack, the run's token, receive timeouts) is `bridge.cut_peers`; this module is
 the loop, independent of the transport.
 """
@@ -48,6 +55,8 @@ class PeerReport:
     release_later: int = NEVER  # least ns a release it causes lands at, after its dependency's completion ns
     release_same: int = NEVER  # ... in its dependency's completion ns
     next_key: tuple[int, ...] = ()  # a lockstep round's: its next event's (ns, schedTs, node, count), () if none
+    sample_from: int = NEVER  # queue sampling: the ns its sampling began at, NEVER if not (or off)
+    busy: bool = True  # queue sampling: it still had flows
 
 
 class Peers(Protocol):
@@ -61,10 +70,11 @@ class Peers(Protocol):
         batches: Mapping[int, bytes],
         releases: tuple[int, int] = (NEVER, NEVER),
         key: tuple[int, ...] = (),
+        sampling: tuple[int, bool] = (NEVER, True),
     ) -> list[PeerReport]:
-        """Send each other worker its batch with our next time, least arrival, release bounds (later, same) and, in
-        a lockstep round, our next event's key; return every other worker's report for barrier `seq` (raises
-        naming the worker that does not answer in time)."""
+        """Send each other worker its batch with our next time, least arrival, release bounds (later, same), our
+        queue sampling (start, still busy) and, in a lockstep round, our next event's key; return every other
+        worker's report for barrier `seq` (raises naming the worker that does not answer in time)."""
         ...
 
 
@@ -112,6 +122,7 @@ BEFORE, THROUGH, LOCKSTEP = "before", "through", "lockstep"
 # what ended a window (WindowStats.ended_by)
 LOOKAHEAD, RELEASE_LATER, RELEASE_SAME = "lookahead", "release after", "release in"
 LOCKSTEP_NS, UNTIL = "lockstep", "until"
+SAMPLING_START = "sampling start"  # one ns while no worker's queue sampling has begun (`run_windows`' cap)
 
 
 def why_end(glob: int, lookahead_ns: int, later: int, same: int, end: int, how: str) -> str:
@@ -126,14 +137,15 @@ def why_end(glob: int, lookahead_ns: int, later: int, same: int, end: int, how: 
     return RELEASE_LATER
 
 
-def window_end(glob: int, lookahead_ns: int, later: int, same: int, through: int) -> tuple[int, str]:
+def window_end(glob: int, lookahead_ns: int, later: int, same: int, through: int, cap: int = NEVER) -> tuple[int, str]:
     """How the window from `glob` ends: (ns, BEFORE) runs every event before ns; (ns, THROUGH) also the events of
     ns scheduled before it (`CutRunThrough`); (glob, LOCKSTEP) runs the rest of ns glob in lockstep rounds, one
     worker at a time (`CutRunLeast`). `later` / `same`: the least ns a release lands at after / in its
     dependency's completion ns (bounds below `glob` count as `glob`: nothing runs before it); `through`: the ns
     whose events scheduled before it ran in the last window (then a release may still come from an event
-    scheduled in that ns, in a zero-delay chain: the rest of it runs in lockstep)."""
-    code = 2 * (glob + lookahead_ns)  # 2 x ns: before ns; 2 x ns + 1: through ns
+    scheduled in that ns, in a zero-delay chain: the rest of it runs in lockstep); `cap`: end before it at the
+    latest."""
+    code = min(2 * (glob + lookahead_ns), 2 * cap)  # 2 x ns: before ns; 2 x ns + 1: through ns
     if later != NEVER:
         code = min(code, 2 * later if later > glob else 2 * glob + 1)
     if same != NEVER:
@@ -176,26 +188,45 @@ def warm_up(net: Any, group: int, groups: int) -> None:
     net.CutDeliver(b"")
     net.CutAdvanceTo(net.Now())
     net.NextEventTime()
+    net.CutSamplingFrom()
+    net.CutBusy()
+    net.CutSampling(-1, True)  # (the first barrier says whether the others are busy)
+
+
+def _sampling(net: Any) -> tuple[int, bool]:
+    t = int(net.CutSamplingFrom())
+    return (NEVER if t < 0 else t, bool(net.CutBusy()))
 
 
 def run_windows(
-    net: Any, peers: Peers, *, group: int, groups: int, lookahead_ns: int, until: int | None, stats: WindowStats
+    net: Any,
+    peers: Peers,
+    *,
+    group: int,
+    groups: int,
+    lookahead_ns: int,
+    until: int | None,
+    stats: WindowStats,
+    sampling: bool = False,
 ) -> None:
     """This worker's part of one engine's RunUntil(until) (every event at or before `until`, then the clock at
     `until`); `until` None: run until no worker has an event left and no message is in flight.
 
-    `net`: the worker's PhantoraNetwork. Every worker of the partition must make the same calls.
+    `net`: the worker's PhantoraNetwork. Every worker of the partition must make the same calls. `sampling`: the
+    workers sample queues (recorder.QueueSampleInterval > 0).
     """
     if lookahead_ns <= 0:
         raise ValueError(f"partition worker {group}: lookahead must be > 0 ns, got {lookahead_ns}")
     batches: dict[int, bytes] = {}
     min_arrival = NEVER
     start = through = lock = -1  # the last window's start; the ns it ran through (CutRunThrough); in lockstep
+    sampled = NEVER  # queue sampling: the ns it began at in some worker, once known
     while True:
         mine = _next(net)
         later, same = _releases(net, max(start, 0))
+        samp = _sampling(net) if sampling else (NEVER, True)
         t0 = time.perf_counter()
-        reports = peers.exchange(stats.exchanges, mine, min_arrival, batches, (later, same))
+        reports = peers.exchange(stats.exchanges, mine, min_arrival, batches, (later, same), sampling=samp)
         stats.exchange_wall_s += time.perf_counter() - t0
         stats.exchanges += 1
         glob = min(mine, min_arrival)
@@ -204,10 +235,16 @@ def run_windows(
                 net.CutDeliver(r.batch)
             glob = min(glob, r.next_ns, r.min_arrival)
             later, same = min(later, r.release_later), min(same, r.release_same)
+        if sampling:
+            sampled = min([sampled, samp[0], *(r.sample_from for r in reports)])
+            net.CutSampling(-1 if sampled == NEVER else sampled, any(r.busy for r in reports))
         if glob == NEVER or (until is not None and glob > until):
             break
-        end, how = window_end(glob, lookahead_ns, later, same, through)
+        cap = glob + 1 if sampling and sampled == NEVER else NEVER  # no start known: one ns (see the docstring)
+        end, how = window_end(glob, lookahead_ns, later, same, through, cap)
         why = why_end(glob, lookahead_ns, later, same, end, how)
+        if how == BEFORE and end == cap and why != LOOKAHEAD:
+            why = SAMPLING_START
         if lock == glob:
             how, why = LOCKSTEP, LOCKSTEP_NS  # a ns begun in lockstep ends in it (its records carry rounds)
         if until is not None and end > until:

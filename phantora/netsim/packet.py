@@ -601,7 +601,12 @@ class Ns3Simulator:
         group, groups = self._cut_group()
         cables, lookahead = self.cut_stats()[:2]
         run_windows(self._net, peers, group=group, groups=groups, lookahead_ns=lookahead if cables else NEVER,
-                    until=until, stats=stats)  # fmt: skip
+                    until=until, stats=stats, sampling=self.config.queue_sample_ns > 0)  # fmt: skip
+
+    def cut_sampling_from(self) -> int:
+        """A partition worker's queue sampling: the ns it began at (the first flow start in any worker), -1 if it
+        has not, -2 if the worker does not sample."""
+        return int(self._net.CutSamplingFrom())
 
     def cut_warm_up(self) -> None:
         """Call each window method once, doing nothing, so that cppyy's first-call cost is not in the figures of

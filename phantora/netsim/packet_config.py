@@ -327,8 +327,6 @@ class PacketConfig:
             raise bad("partition", f"needs the keyed mode: set scheduler={KEYED_SCHEDULER} too")
         if self.workers or self.partition_loopback:
             raise bad("partition", "does not combine with workers (decomposition) or partition_loopback")
-        if self.queue_sample_ns:
-            raise bad("partition", "partition workers do not sample queues (queue_sample_ns): set it to 0")
         w = self.partition_worker
         if isinstance(w, bool) or not isinstance(w, int) or not -1 <= w < max(self.partition, 0):
             raise bad("partition_worker", f"expected -1 or a group below partition={self.partition}, got {w!r}")

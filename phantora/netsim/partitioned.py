@@ -5,7 +5,8 @@ spawner) run every flow submitted before the first run call, to the end, and the
 keyed engine's. That is what `phantora replay` does: it submits the whole DAG of a workload or an execution graph,
 then drains it. The completions are handed out in (end, flow id) order, to the time each call asks for; what a
 batch run cannot give is refused, naming why: flows submitted once the run has started (a live run, nccl-tests'
-call after call), a run limit (`drain(limit_ns)`), queue samples.
+call after call), a run limit (`drain(limit_ns)`). Queue samples (queue_sample_ns > 0) are sampled by owner, each worker
+the switches it runs at one engine's instants, and merged as one engine's (`bridge.cut_pool`).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class PartitionedSimulator:
         return list(self._res.pfc)
 
     def queue_samples(self) -> Sequence[QueueSample]:
-        return []  # PacketConfig refuses queue_sample_ns > 0 with partition
+        return list(self._res.queues)
 
     def drops(self) -> Sequence[Drop]:
         return list(self._res.drops)

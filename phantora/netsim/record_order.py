@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from phantora.errors import PhantoraError
+from phantora.netsim.observe import QueueSample
 
 T = TypeVar("T")
 RecordKey = tuple[int, int, int, int]  # (event ns, scheduling ns, scheduling node, that node's count)
@@ -50,4 +51,38 @@ def merge_by_key(
             ties[0] += 1
         last = (k, g)
         out.append(records[g][i])
+    return out
+
+
+def merge_queue_samples(
+    samples: Sequence[Sequence[QueueSample]], start_ns: int, every_ns: int, end_ns: int
+) -> list[QueueSample]:
+    """Partition workers' queue samples (each of the switches it runs, in (ns, node, port, class) order) as one
+    engine's list, which has that order: merged by it, through one engine's last sampling instant, the first
+    `start_ns` + k x `every_ns` at or after `end_ns` (the last flow's end: there one engine's sampler finds nothing
+    in flight and stops; the workers sample on until a barrier tells them). Refused, naming it: a worker's samples
+    out of order, or one queue sampled by two workers at one instant."""
+    if not any(samples):
+        return []
+    if start_ns < 0 or every_ns <= 0:
+        raise PhantoraError(f"queue samples: sampling from {start_ns} ns every {every_ns} ns is not a sampling grid")
+    last = start_ns + max(0, -(-(end_ns - start_ns) // every_ns)) * every_ns
+
+    def order(s: QueueSample) -> tuple[int, int, int, int]:
+        return (s.time_ns, s.node, s.port, s.prio)
+
+    for g, rows in enumerate(samples):
+        bad = next((i for i in range(1, len(rows)) if order(rows[i]) <= order(rows[i - 1])), None)
+        if bad is not None:
+            raise PhantoraError(
+                f"partition worker {g}: queue sample {bad} {order(rows[bad])} after {order(rows[bad - 1])} "
+                "(a worker samples in (ns, node, port, class) order, each queue once an instant)"
+            )
+    out: list[QueueSample] = []
+    for s in heapq.merge(*samples, key=order):
+        if s.time_ns > last:
+            break
+        if out and order(out[-1]) == order(s):
+            raise PhantoraError(f"queue samples: two partition workers sampled queue {order(s)[1:]} at {s.time_ns} ns")
+        out.append(s)
     return out
