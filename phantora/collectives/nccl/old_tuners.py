@@ -13,7 +13,8 @@ Each rule is a line of src/graph/tuning.cc `ncclTopoTuneModel` that changed betw
   v2.19.3-1 to v2.26.6-1; v2.27.3-1 takes all-gather / reduce-scatter at min(bwIntra (ppn - 1) / ppn,
   0.9 bwInter); v2.28.3-1 brought nvlsEfficiency (2.30's model).
 - NVLS-Tree: nChannels x min(bwIntra, bwInter or bwInter / 2 beyond two nodes) x 5/6, latency 25 + 2 log2(nodes)
-  x 14 µs, v2.22.3-1 to v2.27.7-1 (b017751).
+  x 14 µs, v2.21.5-1 to v2.27.7-1 (b017751), and 23 + 2 log2(nodes) x 14 µs in v2.19.3-1 and v2.20.5-1 (their
+  hwLat[NVLINK][NVLS_TREE][SIMPLE]); v2.18 rated it otherwise (a ratio of .70 nNodes / (2 (nNodes - 1))): 2.30's.
 - PAT: none before v2.23.4-1 (no NCCL_ALGO_PAT); its bus bandwidth x 0.85 there, x 0.75 from v2.24.3-1. NVLS: none
   before v2.17.1-1, NVLS-Tree none before v2.18.1-1.
 """
@@ -31,10 +32,11 @@ TREE_SIMPLE_28_FROM_UNTIL: tuple[Version, Version] = ((2, 19), (2, 22))
 TREE_SIMPLE_HW_LAT_US = 28.0  # hwLat[*][TREE][SIMPLE], 2.19-2.22 (baseLat 0)
 NVLS_MIN_FROM_UNTIL: tuple[Version, Version] = ((2, 19), (2, 27))  # NVLS rated min(bwIntra, bwInter) x 5/6
 NVLS_AGRS_PPN_FROM: Version = (2, 27)  # all-gather / reduce-scatter: min(bwIntra (ppn-1)/ppn, 0.9 bwInter)
-NVLS_TREE_FROM_UNTIL: tuple[Version, Version] = ((2, 22), (2, 27))
-NVLS_TREE_INTRA_LAT_US = 25.0  # hwLat[NVLINK][NVLS_TREE][SIMPLE], 2.22-2.27
-NVLS_TREE_NET_LAT_US = 14.0  # hwLat[NET][NVLS_TREE][SIMPLE], 2.22-2.27 (20.9 from 2.28)
-NVLS_LAT_US = 25.0  # hwLat[NVLINK][NVLS][SIMPLE], 2.22-2.30 (23 in 2.20-2.21: their own pick is the same)
+NVLS_TREE_FROM_UNTIL: tuple[Version, Version] = ((2, 19), (2, 27))
+NVLS_TREE_INTRA_LAT_US = 25.0  # hwLat[NVLINK][NVLS_TREE][SIMPLE], 2.21-2.27
+NVLS_TREE_INTRA_LAT_US_2_19 = 23.0  # the same in 2.19-2.20
+NVLS_TREE_NET_LAT_US = 14.0  # hwLat[NET][NVLS_TREE][SIMPLE], 2.19-2.27 (20.9 from 2.28)
+NVLS_LAT_US = 25.0  # hwLat[NVLINK][NVLS][SIMPLE], 2.21-2.30 (23 in 2.19-2.20: their own pick is the same)
 NVLS_RATIO = 5.0 / 6.0  # bus to algorithm bandwidth of NVLS and NVLS-Tree, 2.19-2.27
 FIRST: dict[str, Version] = {"pat": (2, 23), "nvls": (2, 17), "nvls_tree": (2, 18)}  # the first NCCL with each
 PAT_FACTOR_2_23 = 0.85  # busBw *= .85 in 2.23; .75 (2.30's model) from 2.24
@@ -89,9 +91,10 @@ def nvls_algbw(v: Version, kind: str, p: Platform, nch: int, bw_intra: float, bw
 
 
 def nvls_tree_rating(v: Version, p: Platform, nch: int, bw_intra: float, bw_inter: float) -> tuple[float, float] | None:
-    """(latency µs, algorithm bandwidth GB/s) of NVLS-Tree in NCCL 2.22-2.27; None: 2.30's."""
+    """(latency µs, algorithm bandwidth GB/s) of NVLS-Tree in NCCL 2.19-2.27; None: 2.30's."""
     if not _within(v, NVLS_TREE_FROM_UNTIL) or p.nnodes < 2 or nch < 2:
         return None
     bw = min(bw_intra, bw_inter if p.nnodes <= 2 else bw_inter / 2) * nch * NVLS_RATIO
-    lat = NVLS_TREE_INTRA_LAT_US + 2 * int(math.log2(p.nnodes)) * NVLS_TREE_NET_LAT_US
+    intra = NVLS_TREE_INTRA_LAT_US_2_19 if v <= (2, 20) else NVLS_TREE_INTRA_LAT_US
+    lat = intra + 2 * int(math.log2(p.nnodes)) * NVLS_TREE_NET_LAT_US
     return lat, bw

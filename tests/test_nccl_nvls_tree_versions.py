@@ -1,0 +1,30 @@
+"""Which NCCL versions rate NVLS-Tree by the 2.22-2.27 rule (old_tuners.nvls_tree_rating), read off tuning.cc: the
+bandwidth nChannels x min(bwIntra, bwInter / 2 beyond two nodes) x 5/6 and the latency hwLat[NVLINK][NVLS_TREE] +
+2 log2(nodes) x hwLat[NET][NVLS_TREE] hold from v2.19.3-1 to v2.27.7-1, with hwLat[NVLINK][NVLS_TREE][SIMPLE] 25 µs
+from v2.21.5-1 and 23 in v2.19.3-1 / v2.20.5-1 (hwLat[NET] 14 throughout); v2.18.5-1 has another ratio and v2.28
+retuned it (2.30's model). On 4 H100 hosts (8 channels, bwIntra 40, bwInter 48 GB/s): 8 x 24 x 5/6 = 160 GB/s,
+latency 25 (or 23) + 2 x 2 x 14 µs."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives.nccl import old_tuners, tuning
+from phantora.collectives.nccl.platform import platform_of
+from phantora.collectives.nccl.published import machine, tables
+
+VM4 = "h100_32gpu_4node_ndr400_all_reduce_nccltests309_vm"
+
+
+@pytest.mark.parametrize(
+    ("version", "rating"),
+    [((2, 18), None), ((2, 19), (79.0, 160.0)), ((2, 20), (79.0, 160.0)), ((2, 21), (81.0, 160.0)),
+     ((2, 26), (81.0, 160.0)), ((2, 27), (81.0, 160.0)), ((2, 28), None)],
+)  # fmt: skip
+def test_nvls_tree_rating_by_version(version: tuple[int, int], rating: tuple[float, float] | None) -> None:
+    table = next(t for t in tables() if t.name == VM4)
+    p = platform_of(machine(table), tuple(range(table.gpus)))
+    g = tuning.nvls_graph(p)
+    assert (g.nchannels, g.bw_intra, g.bw_inter) == (8, 40.0, 48.0)
+    got = old_tuners.nvls_tree_rating(version, p, g.nchannels, g.bw_intra, g.bw_inter)
+    assert got == (None if rating is None else pytest.approx(rating))
