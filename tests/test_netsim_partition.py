@@ -106,3 +106,24 @@ def test_two_workers_sample_queues_as_one_keyed_engine(tmp_path: Path) -> None:
         assert (one / name).read_bytes() == (two / name).read_bytes(), name
     rows = (one / "queues.csv").read_text().splitlines()[1:]
     assert len(rows) > 100 and len({r.split(",")[1] for r in rows}) > 1  # queues at more than one switch
+
+
+@pytest.mark.slow
+def test_a_worker_joins_sampling_started_in_another(tmp_path: Path) -> None:
+    """Flows start 100-700 ns apart, the first in group 0 (hosts 0-7), group 1's own first 200 ns later (under the
+    1,000 ns lookahead): the first window runs one ns, group 1 learns the start at its barrier and joins the grid;
+    at 2 and 4 workers queues.csv (queues at leaves and the spine of both groups) is one keyed engine's."""
+    flows = tmp_path / "join.flows.txt"
+    lines = ["0 12 3 100 1000000 2.0", "1 12 3 100 1000000 2.0000001", "8 13 3 100 500000 2.0000002",
+             "4 12 3 100 1000000 2.0000003", "5 12 3 100 1000000 2.0000005", "9 12 3 100 500000 2.0000007"]  # fmt: skip
+    flows.write_text(f"{len(lines)}\n" + "\n".join(lines) + "\n")
+    sample = ["--queue-sample-ns", "1000"]
+    one = tmp_path / "one"
+    assert main([*NETSIM, "-f", str(flows), *KEYED, *sample, "--out", str(one)]) == 0
+    nodes = {r.split(",")[1] for r in (one / "queues.csv").read_text().splitlines()[1:]}
+    assert {"leaf16", "leaf19", "spine21"} <= nodes
+    for n in (2, 4):
+        out = tmp_path / f"p{n}"
+        assert main([*NETSIM, "-f", str(flows), *KEYED, *sample, "--set", f"partition={n}", "--out", str(out)]) == 0
+        for name in SAME_FILES:
+            assert (one / name).read_bytes() == (out / name).read_bytes(), (n, name)
