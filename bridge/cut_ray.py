@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +47,7 @@ class CutWorkerHost:
     """The body of the Ray actor: one partition worker process on this node."""
 
     def __init__(self, group: int, setup: dict[str, Any], token: str, loopback: bool, curve: bool, cwd: str) -> None:
-        from bridge.ray_workers import _ray
+        from bridge.ray_workers import _ray, spawn_logged
 
         self.group = group
         self.dir = Path(tempfile.mkdtemp(prefix="phantora-cut-"))
@@ -63,15 +62,7 @@ class CutWorkerHost:
         env = {**os.environ, "PHANTORA_TOKEN": token}
         if not loopback:
             env[NETWORK_OPT_IN] = "1"  # the driver opted in (RayPlacement checks it); the workers run CurveZMQ
-        with self.log.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bridge.cut_worker", "--setup", str(path)],
-                env=env,
-                cwd=cwd if os.path.isdir(cwd) else None,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
+        self.proc = spawn_logged([sys.executable, "-m", "bridge.cut_worker", "--setup", str(path)], env, cwd, self.log)
 
     def endpoint(self) -> tuple[int, str, bytes | None]:
         """(pid, endpoint, CURVE public key or None) once the worker has bound; PhantoraError with its log if it

@@ -36,6 +36,19 @@ def _ray() -> Any:
     return ray
 
 
+def spawn_logged(argv: list[str], env: dict[str, str], cwd: str, log: Path) -> subprocess.Popen[bytes]:
+    """Start a Ray actor's worker process: no stdin or stdout, its stderr to `log`, in `cwd` if this node has it."""
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd if os.path.isdir(cwd) else None,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
 class WorkerHost:
     """The body of the Ray actor: one network server process on this node, its endpoint and CURVE key."""
 
@@ -54,15 +67,7 @@ class WorkerHost:
         if not loopback:
             env[NETWORK_OPT_IN] = "1"  # the driver opted in; its client key makes the server a CURVE server
         argv = [sys.executable, "-m", "bridge.netserver", "--setup", str(setup), "--transport", "tcp", "--bind", host]
-        with self.log.open("wb") as err:
-            self.proc = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=cwd if os.path.isdir(cwd) else None,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
+        self.proc = spawn_logged(argv, env, cwd, self.log)
 
     def endpoint(self) -> tuple[int, str, bytes | None]:
         """(pid, endpoint, CURVE public key or None) once the server has published them; PhantoraError with its
