@@ -204,8 +204,9 @@ def test_wire_accepts_old_rows_and_refuses_bad_caps() -> None:
     with pytest.raises(ProtocolError):
         flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, "fast"])
     assert flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6]).conn == 6  # the 12th field: the connection
+    assert flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7]).queue == 7  # the 13th: the sender's queue
     with pytest.raises(ProtocolError):
-        flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7])
+        flow_from_wire([7, 1, 2, 10, [], 0, "", 3, None, 0, 5, 6, 7, 8])
 
 
 # ----- the packet engine (ns-3) ------------------------------------------------------------------------------
