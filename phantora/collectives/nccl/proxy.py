@@ -29,10 +29,11 @@ if one connection were served; its Simple ring across nodes takes three times th
 (x 1.4 latency, a fit of measured inter-node rings), and a Simple step is a slice of up to 512 KiB whose transfer
 hides the proxy's turn. Charged on Simple too, the large Simple rings across hosts lost 2-3% (docs/validation.md).
 
-`PROXY_STEP_US` is a measured figure, not NCCL's: the two published LL128 rings across hosts at 1 MiB, where bytes
-over bandwidth are a few µs, take 0.39 (gj-aion, 180 connection-steps a GPU) and 0.42 µs (ALCF, NCCL 2.22, 60) more
-per connection-step than the model without it; over every compared table 0.30-0.40 leave the fewest sizes out of
-the goal (58, from 65 without it; 0.2: 62, 0.45: 60), and 0.3, whose new misses are the smallest, is kept.
+`PROXY_STEP_US` is fitted on the compared tables (in-sample), not NCCL's: the two published LL128 rings across
+hosts at 1 MiB, where bytes over bandwidth are a few µs, take 0.39 (gj-aion, 180 connection-steps a GPU) and 0.42 µs
+(ALCF, NCCL 2.22, 60) more per connection-step than the model without it; over every compared table 0.30-0.40 leave
+the fewest sizes out of the goal (58, from 65 without it; 0.2: 62, 0.45: 60), and 0.3, whose new misses are the
+smallest, is kept.
 """
 
 from __future__ import annotations
