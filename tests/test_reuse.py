@@ -96,6 +96,40 @@ def test_a_later_batch_at_another_time_materialises_too(ns3_lib) -> None:
     assert on["reuse_materialised"] == 1 and on["reuse_served"] == 0
 
 
+def run_queued(reuse: bool, field: str, layouts: list[tuple[int, int]]) -> tuple[list[Completion], dict]:
+    """One episode per layout: two flows from endpoint 0 whose `field` (queue or conn) ids are the layout's (to 3
+    and 5 with queues; to 3 with connections, a queue pair has one destination); the next episode starts GAP_NS
+    after the previous one drained."""
+    sim = make_engine(EngineSpec("ns3", exact_config(reuse)), load_topology("twoleaf8"))
+    done: list[Completion] = []
+    fid = 0
+    second = 5 if field == "queue" else 3
+    for a, b in layouts:
+        flows = [Flow(fid, 0, 3, 200_000, key=1, **{field: a}), Flow(fid + 1, 0, second, 200_000, key=2, **{field: b})]
+        fid += 2
+        sim.submit(flows, sim.now())
+        done.extend(sim.drain())
+        done.extend(sim.advance(sim.now() + GAP_NS))
+    stats = sim.stats()
+    sim.close()
+    return sorted(done, key=lambda c: (c.flow_id, c.end_ns)), stats
+
+
+@pytest.mark.parametrize("field", ["queue", "conn"])
+def test_queue_structure_is_part_of_the_episode_and_absolute_ids_are_not(ns3_lib, field: str) -> None:
+    """Two flows on one queue (queue pair) go one after the other, on two they share the NIC: episodes equal but
+    for that structure are each run in ns-3; a repeat of the first with other ids (9, 9) is served from it."""
+    layouts = [(7, 7), (7, 8), (9, 9)]
+    want, _ = run_queued(False, field, layouts)
+    got, on = run_queued(True, field, layouts)
+    assert got == want
+    t0s = (want[0].start_ns, want[2].start_ns, want[4].start_ns)
+    shapes = [[(c.start_ns - t0, c.end_ns - t0) for c in want[i : i + 2]] for i, t0 in zip((0, 2, 4), t0s, strict=True)]
+    assert shapes[0] != shapes[1]  # the structure changes the timing: serving one from the other would be wrong
+    assert shapes[0] == shapes[2]
+    assert on["reuse_recorded"] == 2 and on["reuse_served"] == 1 and on["reuse_mismatches"] == 0
+
+
 def run_gapped(reuse: bool, gaps: list[int], step_ns: int = 1_000) -> tuple[list[Completion], dict]:
     """Identical incasts, the next one `gaps[i]` ns after the previous one drained, the clock moved in `step_ns`
     steps in between (as the fluid NVLink side moves the packet side between collectives)."""

@@ -5,7 +5,8 @@ step. An *episode* runs from a quiet fabric (ns-3 has no flow in flight and no e
 PFC frame, timer or queue sample) to the next quiet fabric. Its signature is the sequence of batches
 submitted during it, each keyed by the time it came (relative to the episode's start, when it was
 submitted and when it becomes eligible) and its canonical form: per flow its ends, size, delay, traffic
-class, rate cap, ECMP path (channels, not the flow id or key) and its dependencies as positions in the episode.
+class, rate cap, ECMP path (channels, not the flow id or key), its dependencies as positions in the episode,
+and its queue (`Flow.queue`) and queue pair (`Flow.conn`) as the order in which the episode first used them.
 
 Recorded episodes form a trie: a node is "these batches so far"; it holds the completions ns-3 reported
 after its last batch (relative times, flows by position) up to the time the record is known to, and
@@ -114,6 +115,8 @@ class _Episode:
     batches: list[tuple[int, int, list[Flow]]] = field(default_factory=list)  # (submitted at, eligible at, flows)
     k: int = 0  # completions of node.done reported so far (serving)
     left: int = 0  # flows not reported complete yet
+    queues: dict[int, int] = field(default_factory=dict)  # Flow.queue id -> its ordinal in the episode (from 1)
+    conns: dict[int, int] = field(default_factory=dict)  # Flow.conn id -> its ordinal in the episode (from 1)
 
 
 class ProfileReuseSimulator:
@@ -504,26 +507,30 @@ class ProfileReuseSimulator:
             ep.pos[f.id] = len(ep.flows)
             ep.flows.append(f)
         ep.batches.append((now, at, list(flows)))
+        _ordinals([f.queue for f in flows], ep.queues, learn=True)
+        _ordinals([f.conn for f in flows], ep.conns, learn=True)
         ep.left += len(flows)
         ep.node = node
         ep.k = 0
 
     def _key(self, ep: _Episode | None, flows: Sequence[Flow], now: int, at: int) -> Key:
         """The batch's trie key: times relative to the episode's start (this batch's, for a new one), and per
-        flow (src, dst, size, delay, class, rate cap, path, deps as positions; deps outside the episode have
-        completed)."""
+        flow (src, dst, size, delay, class, rate cap, path, deps as positions, queue and connection as ordinals
+        of first use in the episode; deps outside the episode have completed)."""
         t0 = now if ep is None else ep.t0
         base = 0 if ep is None else len(ep.flows)
         here = {f.id: base + i for i, f in enumerate(flows)}
         before = {} if ep is None else ep.pos
+        queues = _ordinals([f.queue for f in flows], {} if ep is None else ep.queues)
+        conns = _ordinals([f.conn for f in flows], {} if ep is None else ep.conns)
         canon = []
-        for f in flows:
+        for f, q, c in zip(flows, queues, conns, strict=True):
             deps = []
             for d in f.deps:
                 p = here.get(d, before.get(d))
                 if p is not None:
                     deps.append(p)
-            canon.append((f.src, f.dst, f.size, f.delay_ns, f.priority, f.rate_bps, self._path(f), tuple(deps)))
+            canon.append((f.src, f.dst, f.size, f.delay_ns, f.priority, f.rate_bps, self._path(f), tuple(deps), q, c))
         return (now - t0, at - t0, tuple(canon))
 
     def _path(self, f: Flow) -> tuple[int, ...]:
@@ -601,6 +608,22 @@ class ProfileReuseSimulator:
             out.extend(e for e in pick(tail.records, t0, ids) if e.time_ns <= now)
         out.sort(key=lambda e: e.time_ns)
         return out
+
+
+def _ordinals(ids: Sequence[int], seen: dict[int, int], learn: bool = False) -> list[int]:
+    """Each id as the ordinal of its first use in the episode (ids are per call; 0 = none stays 0), given the
+    ordinals `seen` so far; `learn` adds the new ones to `seen`."""
+    known = seen if learn else dict(seen)
+    out = []
+    for i in ids:
+        if i == 0:
+            out.append(0)
+            continue
+        n = known.get(i)
+        if n is None:
+            n = known[i] = len(known) + 1
+        out.append(n)
+    return out
 
 
 def _add_channels(acc: dict[int, list[int]], extra: dict[int, tuple[int, int, int, int]]) -> None:
