@@ -18,21 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
-from bridge.curve import ClientCurve, HandshakeWatch, KeyPair
 from bridge.cut_peers import ZmqPeers
 from bridge.cut_pool import run_partitioned
 from bridge.cut_watch import wait_workers
 from bridge.transport import (
     CURVE_ALWAYS,
     STARTUP_ENV,
-    connect_dealer,
-    endpoint_file,
-    make_run_dir,
     new_token,
     read_server_key,
-    remove_run_dir,
 )
 from phantora.cli import main
 from phantora.errors import InputError
@@ -42,6 +36,7 @@ from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig
 from phantora.netsim.partitioned import PartitionedSimulator
 from phantora.topology.generators import leaf_spine
+from tests.curve_outsider import dial_as_outsider, published_endpoint, run_dir_and_context
 
 KEYED = ["--set", f"scheduler={KEYED_SCHEDULER}"]
 TOPO = leaf_spine(2, 2, 2, nvswitch=False, nic_rate="100Gbps")
@@ -52,52 +47,46 @@ def test_curve_peers_exchange_windows_and_refuse_an_outsider() -> None:
     """Two workers on loopback tcp with CurveZMQ: each publishes its key beside its endpoint and gets the other's
     window report; a third party that has the endpoint, the server key and even the token, but not a run key, is
     refused in the handshake (its hello never reaches the worker: nothing is counted as rejected)."""
-    root = make_run_dir()
     token = new_token()
     got: dict[int, list[PeerReport]] = {}
     peers: dict[int, ZmqPeers] = {}
     go = threading.Event()
+    with run_dir_and_context() as (root, ctx):
 
-    def worker(g: int) -> None:
-        p = ZmqPeers(root, g, 2, token, transport="tcp", curve=True, startup_timeout_s=20, timeout_s=20)
-        peers[g] = p
-        go.wait(20)
-        got[g] = p.exchange(0, 100 + g, 200 + g, {1 - g: f"to {1 - g}".encode()})
+        def worker(g: int) -> None:
+            p = ZmqPeers(root, g, 2, token, transport="tcp", curve=True, startup_timeout_s=20, timeout_s=20)
+            peers[g] = p
+            go.wait(20)
+            got[g] = p.exchange(0, 100 + g, 200 + g, {1 - g: f"to {1 - g}".encode()})
 
-    threads = [threading.Thread(target=worker, args=(g,)) for g in (0, 1)]
-    for t in threads:
-        t.start()
-    ctx = zmq.Context()
-    try:
-        deadline = time.monotonic() + 20
-        while len(peers) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        endpoint = endpoint_file(root, "cut0").read_text().strip()
-        assert endpoint.startswith("tcp://127.0.0.1:")
-        server_key = read_server_key(root, "cut0")
-        assert server_key is not None and server_key != read_server_key(root, "cut1")
-        outsider = connect_dealer(ctx, endpoint, curve=ClientCurve(KeyPair.new(), server_key), connect=False)
-        watch = HandshakeWatch(outsider, endpoint, curve=True)
-        outsider.connect(endpoint)
-        outsider.send(b'{"k": "hello"}')
-        why = None
-        while why is None and time.monotonic() < deadline:
-            why = watch.failure()
-            time.sleep(0.01)
-        watch.close()
-        assert why is not None and "refused our CURVE key" in why
-        go.set()
+        threads = [threading.Thread(target=worker, args=(g,)) for g in (0, 1)]
         for t in threads:
-            t.join(timeout=30)
-        assert [(r.group, r.next_ns, r.min_arrival, r.batch) for r in got[0]] == [(1, 101, 201, b"to 0")]
-        assert [(r.group, r.next_ns, r.min_arrival, r.batch) for r in got[1]] == [(0, 100, 200, b"to 1")]
-        assert peers[0].rejected == 0 and peers[1].rejected == 0
-    finally:
-        go.set()
-        ctx.destroy(linger=0)
-        for p in peers.values():
-            p.close()
-        remove_run_dir(root)
+            t.start()
+        try:
+            deadline = time.monotonic() + 20
+            while len(peers) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            endpoint, server_key = published_endpoint(root, "cut0")
+            assert endpoint.startswith("tcp://127.0.0.1:")
+            assert server_key != read_server_key(root, "cut1")
+            outsider, watch = dial_as_outsider(ctx, endpoint, server_key)
+            outsider.send(b'{"k": "hello"}')
+            why = None
+            while why is None and time.monotonic() < deadline:
+                why = watch.failure()
+                time.sleep(0.01)
+            watch.close()
+            assert why is not None and "refused our CURVE key" in why
+            go.set()
+            for t in threads:
+                t.join(timeout=30)
+            assert [(r.group, r.next_ns, r.min_arrival, r.batch) for r in got[0]] == [(1, 101, 201, b"to 0")]
+            assert [(r.group, r.next_ns, r.min_arrival, r.batch) for r in got[1]] == [(0, 100, 200, b"to 1")]
+            assert peers[0].rejected == 0 and peers[1].rejected == 0
+        finally:
+            go.set()
+            for p in peers.values():
+                p.close()
 
 
 class FakeActor:
