@@ -23,6 +23,13 @@ Extra output lines between two quoted lines are allowed: a quote may leave rows 
     .venv/bin/python scripts/doc_figures.py --show docs/tutorial.md:42   # a block's fresh output, to paste
     .venv/bin/python scripts/doc_figures.py --regenerate docs/validation.md:212   # rewrite a generated block
     .venv/bin/python scripts/doc_figures.py --unchecked docs/packet-model.md   # prose figures to look at
+    .venv/bin/python scripts/doc_figures.py --save runs/figs docs/status.md docs/tutorial.md:94   # run, keep
+
+`--save DIR [IDS...]` runs each named block (`FILE:LINE`), or every [slow] block of a named doc (`FILE`; no
+IDS: of every doc), once, and keeps what it printed in `DIR/<id>.out` and how it compares in `DIR/<id>.json`
+(id, ok, problems, err, seconds; `<id>` is the `FILE:LINE` with `/` and `:` as `_`), printing OK, STALE (the
+quote differs), ERR (the command failed) or SKIP (its shared data is absent) per block: a stale block is then
+re-quoted from the saved output without running its command again.
 
 A generated block is markdown the command prints, kept rendered (tables, lists), between two comment lines:
 
@@ -65,9 +72,11 @@ whole, as a dated line is: `<!-- dated 2026-11-29: bench_nccl_packet.py, 13 min 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,8 +103,9 @@ class Block:
 
     @property
     def where(self) -> str:
-        """`file:line` relative to the repository root."""
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        """`file:line` relative to the repository root (a file elsewhere: as given)."""
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
     def missing(self) -> str | None:
         """The shared-data folder the block needs and this machine lacks, if any."""
@@ -175,10 +185,55 @@ def _spans(path: Path, marker: re.Pattern[str], end_line: str, prose: bool) -> l
     return out
 
 
-def all_blocks() -> list[Block]:
-    """Every marked block of README.md and docs/*.md: output-of blocks, generated ones, then figures blocks."""
-    files = doc_files()
+def all_blocks(files: list[Path] | None = None) -> list[Block]:
+    """Every marked block of README.md and docs/*.md (or of `files`): output-of blocks, generated ones, then
+    figures blocks."""
+    files = doc_files() if files is None else files
     return [b for find in (blocks, generated_blocks, figures_blocks) for p in files for b in find(p)]
+
+
+def named_blocks(ids: list[str]) -> list[Block]:
+    """The blocks `ids` names, in order: `FILE:LINE` one block, `FILE` every [slow] block of it (none: of every
+    doc). Files are relative to the repository root or the working directory."""
+    if not ids:
+        return [b for b in all_blocks() if b.slow]
+    out: list[Block] = []
+    for name in ids:
+        file, _, line = name.rpartition(":") if name.rpartition(":")[2].isdigit() else (name, "", "")
+        path = next((p for p in (ROOT / file, Path(file).resolve()) if p.is_file()), None)
+        if path is None:
+            raise ValueError(f"{name}: no such doc file {file!r}")
+        found = all_blocks([path])
+        pick = [b for b in found if b.line == int(line)] if line else [b for b in found if b.slow]
+        if line and not pick:
+            raise ValueError(f"{name}: no marked block starts at line {line} of {file} (see --list)")
+        out.extend(b for b in pick if b not in out)
+    return out
+
+
+def save(block: Block, folder: Path) -> str:
+    """Run a block's command (once per process), write its output to `folder/<id>.out` and the comparison to
+    `folder/<id>.json`; return OK, STALE, ERR or SKIP."""
+    stem = re.sub(r"[/:\\]", "_", block.where).lstrip("_")
+    report: dict[str, object] = {"id": block.where, "ok": False, "problems": [], "err": None, "seconds": 0.0}
+    absent = block.missing()
+    if absent:
+        report["err"] = f"skipped: {absent} absent"
+        verdict = "SKIP"
+    else:
+        t0 = time.monotonic()
+        try:
+            output = run(block)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            report["err"], verdict = str(exc), "ERR"
+        else:
+            (folder / f"{stem}.out").write_text(output)
+            problems = differences(block, output)
+            report["problems"], report["ok"] = problems, not problems
+            verdict = "STALE" if problems else "OK"
+        report["seconds"] = round(time.monotonic() - t0, 3)
+    (folder / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    return verdict
 
 
 FIGURE = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:µs|us|ms|ns|GB/s|Gb/s|Gbps|TB/s|KB|MB|GB|KiB|MiB|GiB|%|x\b|×)")
@@ -388,7 +443,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", metavar="FILE:LINE", help="run one block's command and print its output")
     ap.add_argument("--regenerate", metavar="FILE:LINE", help="write a generated block's fresh output into it")
     ap.add_argument("--unchecked", metavar="FILE", help="lines quoting a figure with no date and no checking block")
+    ap.add_argument("--save", metavar="DIR", help="run the named blocks once, keep DIR/<id>.out and <id>.json")
+    ap.add_argument("ids", nargs="*", metavar="ID", help="with --save: FILE:LINE blocks, FILE's [slow] blocks")
     args = ap.parse_args(argv)
+    if args.ids and not args.save:
+        ap.error("block ids go with --save DIR")
+    if args.save:
+        try:
+            picked = named_blocks(args.ids)
+        except ValueError as exc:
+            ap.error(str(exc))
+        folder = Path(args.save)
+        folder.mkdir(parents=True, exist_ok=True)
+        verdicts = []
+        for b in picked:
+            verdicts.append(save(b, folder))
+            print(f"{verdicts[-1]:5}  {b.where}  {b.command}", flush=True)
+        print(f"{verdicts.count('OK')} OK, {verdicts.count('STALE')} STALE, {verdicts.count('ERR')} ERR, "
+              f"{verdicts.count('SKIP')} SKIP; saved in {folder}")  # fmt: skip
+        return 0 if all(v in ("OK", "SKIP") for v in verdicts) else 1
     if args.unchecked:
         found_lines = unchecked(ROOT / args.unchecked)
         for no, text in found_lines:

@@ -6,6 +6,7 @@ with `-m slow`. The matcher itself is tested on small strings first.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,26 @@ def test_quoted_output_is_what_the_command_prints(block) -> None:
         pytest.skip(f"{block.missing()} absent (shared data the command reads)")
     problems = doc_figures.differences(block, doc_figures.run(block))
     assert not problems, f"{block.where}: `{block.command}` now prints otherwise:\n" + "\n".join(problems)
+
+
+def test_save_keeps_each_blocks_output_and_its_differences(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`--save DIR ID`: the block's output in DIR/<id>.out, the comparison in DIR/<id>.json, OK or STALE printed;
+    a doc named whole saves its [slow] blocks only."""
+    monkeypatch.setattr(doc_figures, "ROOT", tmp_path)
+    md, out = tmp_path / "x.md", tmp_path / "saved"
+    md.write_text("a\n<!-- output-of: echo 'took 1.50 us' -->\n```\ntook 1.50 us\n```\n")
+    assert doc_figures.main(["--save", str(out), "x.md:2"]) == 0
+    assert (out / "x.md_2.out").read_text() == "took 1.50 us\n"
+    report = json.loads((out / "x.md_2.json").read_text())
+    assert report["id"] == "x.md:2" and report["ok"] is True and report["problems"] == [] and report["err"] is None
+    assert report["seconds"] >= 0 and capsys.readouterr().out.startswith("OK ")
+    md.write_text(md.read_text().replace("1.50 us\n```", "1.60 us\n```"))
+    assert doc_figures.main(["--save", str(out), "x.md:2"]) == 1
+    report = json.loads((out / "x.md_2.json").read_text())
+    assert report["ok"] is False and "took 1.60 us" in report["problems"][0]
+    assert capsys.readouterr().out.startswith("STALE ")
+    assert doc_figures.main(["--save", str(out / "whole"), "x.md"]) == 0  # no [slow] block in x.md
+    assert not list((out / "whole").iterdir())
 
 
 def test_the_audit_finds_a_figure_no_block_holds(tmp_path: Path) -> None:
