@@ -14,10 +14,13 @@ are repeated over seeds 1..N and the mean and spread are shown.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.hpcc_io import FctLine, read_fct_txt, read_hpcc_flows
 from phantora.netsim.packet import Ns3Simulator, load_ns3

@@ -12,7 +12,12 @@ scheduler runs --repeat times and keeps its fastest run (the machine is shared),
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from bench_lb import fabric_parser, run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import load_ns3

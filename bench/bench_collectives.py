@@ -14,7 +14,11 @@ cluster a good ring reaches busbw close to (NICs per host x NIC rate) for large 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.collectives import AlgoOptions, Collective, collective_metrics, decompose, default_options
 from phantora.netsim.flow import FlowSimulator

@@ -14,8 +14,12 @@ timer; the ACK-clocked CCs keep their window until ACKs move it).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from star_fabric import star
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator

@@ -34,9 +34,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from bridge.transport import CURVE_ALWAYS
 from bridge.workers import spawn_workers

@@ -15,7 +15,10 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 import phantora.egraph.replay as egraph_replay
 import phantora.results.write as results_write

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.errors import InputError
 from phantora.topology.loader import load_topology

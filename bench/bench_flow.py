@@ -16,8 +16,12 @@ chunk flows with step dependencies), and wall time against GPU count.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.base import Flow

@@ -19,11 +19,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from bench_packet import allreduce_flows, fabric
 from bench_per_packet import callgrind, record, replay, with_scheduler
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator, runner_path

@@ -14,7 +14,11 @@ shared), interleaved so that a slow spell hits every mode alike.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator, load_ns3

@@ -30,8 +30,12 @@ from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from bridge.workers import spawn_workers  # workers=N decomposes
 from phantora.egraph.format import load

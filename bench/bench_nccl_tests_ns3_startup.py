@@ -13,7 +13,9 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]  # the run's cwd: `python -c` then imports this tree's phantora
 COMMAND = ["nccl-tests", "all_reduce_perf", "--topology", "testbed16", "--network", "ns3"]
 COMMAND += ["-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1"]
 WHEEL = "import phantora.netsim.packet as p; p._quiet_import_ns = lambda: __import__('ns').ns; "
@@ -25,7 +27,7 @@ def run(prelude: str) -> tuple[float, float, list[str]]:
     code = prelude + f"import sys; from phantora.cli import main; sys.exit(main({COMMAND!r}))"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -25,9 +25,12 @@ import argparse
 import json
 import resource
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import GRANULARITIES, AlgoOptions, Collective

@@ -22,10 +22,13 @@ import re
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from bench_packet import allreduce_flows, fabric
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator, runner_path

@@ -11,7 +11,12 @@ asserts the order of these figures; this prints them.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from star_fabric import stat_count
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.packet_config import PacketConfig, apply_overrides

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 import phantora.collectives.nccl as nccl
 from phantora.collectives.nccl import tuning
 from phantora.collectives.nccl.platform import Platform

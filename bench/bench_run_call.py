@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 
 def measure(calls: int) -> float:
     """CPU seconds per RunUntil call of this process's library."""

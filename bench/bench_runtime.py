@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this tree's phantora, not the venv's install
 
 RANK_SCRIPT = """
 import json, sys, torch, torch.distributed as dist
@@ -211,7 +212,9 @@ def with_bridge(ops: int, colls: int) -> dict[str, float]:
         port = str(_free_port())
         procs = []
         for r in range(2):
+            path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # this tree's
             env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            env["PYTHONPATH"] = path
             cmd = [sys.executable, str(script), str(ops), str(colls)]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         outs = [p.communicate(timeout=600)[0].decode() for p in procs]

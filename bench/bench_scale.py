@@ -29,6 +29,8 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 from phantora.procmem import proportional_set_mb
 
 ROOT = Path(__file__).resolve().parents[1]

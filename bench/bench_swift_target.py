@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from pathlib import Path
 from statistics import mean
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.cli_config import packet_config_from_flags

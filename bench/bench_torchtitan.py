@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT / "tests" / "frameworks"))
 
 from assets import make_torchtitan_assets  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 from phantora.launcher import RunConfig, launch  # noqa: E402
 
 TOPOLOGY = {8: "testbed16", 64: "rail128", 128: "rail128", 1024: "leafspine1024"}

@@ -14,9 +14,13 @@ interleaved so that a slow spell hits both alike.
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 from bench_lb import all_to_all, fabric_parser
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator, load_ns3

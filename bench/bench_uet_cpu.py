@@ -19,11 +19,14 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import bench_uet_live as live
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.launcher import resolve_topology
 from phantora.netsim.base import Flow

@@ -20,6 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
+
 ROOT = Path(__file__).resolve().parent
 PRESETS = ("roce", "uet")
 

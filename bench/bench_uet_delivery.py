@@ -13,6 +13,10 @@ the last trim. Prints figures, asserts nothing (the closed-form checks are in te
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.cli_config import packet_config_from_flags

@@ -22,10 +22,13 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import bench_uet_cpu as cpu
 import bench_uet_live as live
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.launcher import resolve_topology
 from phantora.netsim.base import Flow

@@ -11,7 +11,12 @@ retransmission timeouts and when the last flow ends, against the line-rate close
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from star_fabric import star, stat_count
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.base import Flow
 from phantora.netsim.cli_config import packet_config_from_flags

@@ -6,9 +6,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from itertools import groupby
+from pathlib import Path
 from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from phantora.netsim.hpcc_io import read_fct_txt, read_hpcc_flows
 from phantora.netsim.packet import Ns3Simulator

@@ -35,6 +35,8 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.netsim.base import Flow

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import ns3  # the wheel: headers and libraries
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 from phantora.topology.ecmp import hpcc_neighbour_rank
 
 HERE = Path(__file__).resolve().parent

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
 from phantora.topology.model import Topology
 
 STAR_BPS = 100 * 10**9  # every link of the star

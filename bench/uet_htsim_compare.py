@@ -43,6 +43,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
+
 ROOT = Path(__file__).resolve().parents[1]
 MSS, MiB = 4086, 1 << 20
 SIZE = 4 * MiB // MSS * MSS  # whole packets on both sides
