@@ -23,7 +23,7 @@ from phantora.collectives import FlowDag, collective_metrics, decompose
 from phantora.collectives.dag import MessageCounters
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
-from phantora.netsim.base import Completion, Flow, NetworkSimulator, drain_observed
+from phantora.netsim.base import Completion, Flow, NetworkSimulator, RunsWholeDag, drain_observed
 from phantora.perfmodel.throttle import Throttles
 from phantora.progress import Progress
 from phantora.topology.model import Topology
@@ -138,11 +138,17 @@ def run_engine(
 ) -> list[Completion]:
     """Submit a DAG at the engine's current time and run it to the end. `progress` ("off", "bar", "lines";
     `phantora.progress`) shows flows done, the simulated time, events/s and an ETA; the engine runs the
-    same events either way (`drain_observed`)."""
+    same events either way (`drain_observed`). An engine that runs the DAG whole (`RunsWholeDag`) reports
+    nothing until it is done: the display says so, shows no ETA, and then every flow done."""
     sim.submit(flows, at=sim.now())
     if progress == "off":
         return sim.drain()
     with Progress(progress, desc, len(flows), "flow") as bar:
+        if isinstance(sim, RunsWholeDag):
+            bar.write(f"[phantora] {desc}: {len(flows)} flows run whole by {sim.run_by()}: no ETA until they report")
+            got = sim.drain()
+            bar.update(done=len(got), sim_ns=sim.now(), events=engine_events(sim))
+            return got
 
         def tick(got: list[Completion]) -> None:
             bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim))

@@ -28,6 +28,7 @@ from bridge.transport import (
     new_token,
     read_server_key,
 )
+from phantora import progress
 from phantora.cli import main
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow
@@ -35,6 +36,7 @@ from phantora.netsim.cut_windows import PeerReport
 from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig
 from phantora.netsim.partitioned import PartitionedSimulator
+from phantora.replay import run_engine
 from phantora.topology.generators import leaf_spine
 from tests.curve_outsider import dial_as_outsider, published_endpoint, run_dir_and_context
 
@@ -168,6 +170,31 @@ def test_the_partitioned_engine_runs_the_dag_once_and_hands_out_completions_in_t
         sim.drain(1000)
     assert [c.flow_id for c in sim.drain()] == [4] and sim.now() == 300 and sim.in_flight() == 0
     assert len(calls) == 1
+
+
+def test_partitioned_progress_shows_no_eta_before_the_workers_report(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workers run the DAG whole in the first call: the progress lines say so and give no ETA (one taken from
+    the first completions handed out after the run would be the whole run's wall time over a few flows), then
+    every flow done."""
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # a line at every update
+    done = [Completion(i, 0, 100 * i, 10, 0, 1) for i in range(1, 5)]
+    calls: list[float] = []
+
+    def runner(*args: Any) -> FakeResult:
+        calls.append(time.monotonic())
+        return FakeResult(done)
+
+    sim = PartitionedSimulator(TOPO, PacketConfig(scheduler=KEYED_SCHEDULER, partition=2), runner)
+    eps = TOPO.endpoints
+    flows = [Flow(i, eps[0], eps[1], 10) for i in range(1, 5)]
+    got = run_engine(sim, flows, progress="lines", desc="replay")
+    assert [c.flow_id for c in got] == [1, 2, 3, 4] and len(calls) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert "4 flows run whole by 2 partition workers" in err[0]
+    assert err[-1].startswith("[phantora] replay: 4/4 flows (100%)")
+    assert not any("ETA" in line.split(": no ETA")[-1] for line in err)
 
 
 @pytest.mark.parametrize("setting", ["nvlink=fluid", "nic_latency=1us", "reuse=on"])

@@ -241,6 +241,16 @@ def watch_sample(ids: Sequence[int], samples: int = 200) -> set[int]:
     return set(list(ids)[::-1][::stride])
 
 
+@runtime_checkable
+class RunsWholeDag(Protocol):
+    """An engine that runs every flow submitted so far to the end in its first run call, reporting nothing until
+    it returns (the partition workers): a progress display can show no rate or ETA before that."""
+
+    def run_by(self) -> str:
+        """Who runs the DAG, for the display: "4 partition workers"."""
+        ...
+
+
 def drain_observed(
     sim: NetworkSimulator, ids: Sequence[int], tick: Callable[[list[Completion]], None], samples: int = 200
 ) -> list[Completion]:

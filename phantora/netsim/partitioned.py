@@ -93,6 +93,10 @@ class PartitionedSimulator:
     def now(self) -> int:
         return self._now
 
+    def run_by(self) -> str:
+        """`RunsWholeDag`: the workers run the DAG whole in the first run call."""
+        return f"{self.config.partition} partition workers"
+
     def in_flight(self) -> int:
         if self._res is None:
             return sum(len(b) for _, b in self._batches)
