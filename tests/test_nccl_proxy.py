@@ -66,16 +66,36 @@ def test_steps_per_connection_follow_ncclproxyop_nsteps() -> None:
     assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, st, many, 16) == 3 * 30
 
 
-def test_the_choice_carries_the_busiest_proxys_turns() -> None:
-    """gj-aion's forced ring (NCCL_ALGO=Ring, NCCL_MIN_CTAS=24) at 1 MiB: 6 connections x 30 steps x 0.3 µs
-    = 54 µs; the default tree on 8 hosts at 1 MiB: 8 x 4 x 0.3 = 9.6 µs. Simple and one host: nothing."""
+def test_the_bound_charges_what_the_turns_exceed_the_transfer_by() -> None:
+    """The proxy is a server in a pipeline of NCCL_STEPS = 8 steps in flight: 100 µs of turns over a 40 µs
+    transfer leave 60 µs; over a 250 µs transfer, none."""
+    assert proxy.excess_us(100.0, 40.0) == pytest.approx(60.0)
+    assert proxy.excess_us(100.0, 250.0) == 0.0
+    assert proxy.excess_us(0.0, 0.0) == 0.0
+
+
+def test_the_choice_carries_the_turns_the_transfer_does_not_hide() -> None:
+    """gj-aion's forced ring (NCCL_ALGO=Ring, NCCL_MIN_CTAS=24) at 1 MiB: 6 connections x 30 steps x 0.6 µs =
+    108 µs of turns, less the 1 MiB's transfer at the model's bandwidth; at 32 MiB (still LL128, one loop of
+    24 x 16 x 576,000 bytes: again 30 steps) the same 108 µs hide under the transfer (a host's 8 NICs, 400 GB/s,
+    carry a ring's bus bandwidth, 2 x 15 / 16 of the bytes: at most 213 GB/s of algorithm bandwidth, over
+    150 µs), so nothing. The default tree
+    on 8 hosts at 1 MiB: 8 x 4 x 0.6 = 19.2 µs less its transfer. Simple and one host: nothing."""
+    step = proxy.PROXY_STEP_US
+    assert step == 0.6
     st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_MIN_CTAS": "24"})
     ring = tuning.select("all_reduce", platform_of(*_hosts(2)), st, MiB)
     assert ring is not None and (ring.algorithm, ring.protocol, ring.channels) == ("ring", "LL128", 24)
-    assert ring.proxy_us == pytest.approx(6 * 30 * proxy.PROXY_STEP_US)
+    transfer = MiB / (1000 * ring.algbw)
+    assert 6 * 30 * step > transfer
+    assert ring.proxy_us == pytest.approx(6 * 30 * step - transfer)
+    big = tuning.select("all_reduce", platform_of(*_hosts(2)), st, 32 * MiB)
+    assert big is not None and (big.algorithm, big.protocol) == ("ring", "LL128")
+    assert big.algbw <= 400 * 16 / 30 and 32 * MiB / (1000 * 400 * 16 / 30) > 150 > 6 * 30 * step
+    assert big.proxy_us == 0.0
     tree = tuning.select("all_reduce", platform_of(*_hosts(8)), settings_from_env({}), MiB)
     assert tree is not None and (tree.algorithm, tree.protocol, tree.channels) == ("tree", "LL128", 16)
-    assert tree.proxy_us == pytest.approx(8 * 4 * proxy.PROXY_STEP_US)
+    assert tree.proxy_us == pytest.approx(max(0.0, 8 * 4 * step - MiB / (1000 * tree.algbw)))
     simple = tuning.select("all_reduce", platform_of(*_hosts(2)), settings_from_env({"NCCL_PROTO": "Simple"}), MiB)
     one = tuning.select("all_reduce", platform_of(rail_optimized(1, 8, gpu="h100"), tuple(range(8))), st, MiB)
     assert simple is not None and simple.proxy_us == 0.0
@@ -95,15 +115,16 @@ def _end_us(env: dict[str, str], nodes: int, nbytes: int) -> float:
 
 def test_the_flow_engine_charges_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The collective ends `proxy_us` later than with the proxy's turns left out (its flows start that much
-    later), on the ring and on the tree."""
+    later), on the ring and on the tree, where the turns exceed the transfer at 1 MiB."""
     for env, nodes in (({"NCCL_ALGO": "Ring", "NCCL_MIN_CTAS": "24"}, 2), ({}, 8)):
         tuning.select.cache_clear()
         with_proxy = _end_us(env, nodes, MiB)
         choice = tuning.select("all_reduce", platform_of(*_hosts(nodes)), settings_from_env(env), MiB)
         assert choice is not None and choice.proxy_us > 5.0
+        step = proxy.PROXY_STEP_US
         monkeypatch.setattr(proxy, "PROXY_STEP_US", 0.0)
         tuning.select.cache_clear()
         without = _end_us(env, nodes, MiB)
-        monkeypatch.setattr(proxy, "PROXY_STEP_US", 0.3)
+        monkeypatch.setattr(proxy, "PROXY_STEP_US", step)
         tuning.select.cache_clear()
         assert with_proxy - without == pytest.approx(choice.proxy_us, abs=0.002)

@@ -63,7 +63,7 @@ class Choice:
     fit_us: float = 0.0  # the part of lat_us that is NCCL's tree correction (a fit of measured trees: their fill)
     chan_net_bw: float = 0.0  # GB/s one network connection of a ring, tree or NVLS-Tree moves (0: no limit)
     chain_us: float = 0.0  # a ring's network hops NCCL's latency leaves out (ring_chain.py), charged on top of it
-    proxy_us: float = 0.0  # the busiest proxy's turns on every network step (proxy.py), charged on top of it
+    proxy_us: float = 0.0  # what the busiest proxy's turns exceed the transfer by (proxy.py), charged on top
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -382,7 +382,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         intra, inter = _ring_hop_us(T.PROTOCOLS.index(cost.protocol), p, net_overhead_us(p, st))
         chain = ring_chain.extra_us(kind, _nsteps(kind, p.nranks), p.nnodes, p.ppn, intra, inter)
         chain = max(0.0, chain - (lat - cost.lat_us))
-    serve = proxy.service_us(kind, cost.algorithm, cost.protocol, p, st, nbytes, ch, ring_graph(p).nchannels)
+    turns = proxy.service_us(kind, cost.algorithm, cost.protocol, p, st, nbytes, ch, ring_graph(p).nchannels)
+    serve = proxy.excess_us(turns, nbytes / (1000.0 * algbw)) if turns else 0.0
     return Choice(
         cost.algorithm,
         cost.protocol,
