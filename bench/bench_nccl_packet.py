@@ -10,12 +10,12 @@ For each call it prints NCCL's choice (the same dict in both engines), the bytes
 closed form (the algorithm's payload times the protocol's wire factor: LL 2, LL128 128/120, Simple 1), the bytes
 ns-3 delivered (its payload counter, before and after the call), the call's time on the flow network, on the flow
 network at the packets' goodput (links carry payload at 1000/(1000+48) of line rate, as ns-3's packets do:
-`flow_goodput`) and through ns-3, against NCCL's own time plus the pipeline fill and a ring's uncounted network
-hops (`model_time_us + fill_us + chain_us`), and the ns-3 wall time of the call. ns-3 is checked against the flow
-network at goodput (--tolerance). The closed-form time is the larger of that and its latency, fill and chain plus
-the busiest link's wire bytes over its rate (each flow on its ECMP route), or the slowest flow at its own rate cap
-(a channel's limit across hosts): the network's bound where it is slower
-than NCCL's model.
+`flow_goodput`) and through ns-3, against NCCL's own time plus the pipeline fill, a ring's uncounted network
+hops and what the proxies' turns exceed the transfer by (`model_time_us + fill_us + chain_us + proxy_us`), and the
+ns-3 wall time of the call. ns-3 is checked against the flow network at goodput (--tolerance). The closed-form time
+is the larger of that and its latency, fill, chain and proxy plus the busiest link's wire bytes over its rate (each
+flow on its ECMP route), or the slowest flow at its own rate cap (a channel's limit across hosts): the network's
+bound where it is slower than NCCL's model.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def run_case(topo_name: str, topo: Topology, sims: dict[str, NetworkSimulator], 
     hosts = len({topo.nodes[topo.node_of_rank(r)].host for r in ranks})
     payload = payload_closed_form(spec.kind, algo, len(ranks), hosts, nbytes)
     wire = sum(f.size for f in flow_it.flows)
-    extra = float(choice.get("fill_us", 0.0)) + float(choice.get("chain_us", 0.0))
+    extra = sum(float(choice.get(k, 0.0)) for k in ("fill_us", "chain_us", "proxy_us"))  # charged as the delay
     lat = float(choice.get("model_lat_us", 0.0)) + extra
     nccl = float(choice.get("model_time_us", 0.0)) + extra
     # a Simple ring, tree or NVLS-Tree: each network flow at most a channel's limit across hosts (net_channel.py)
