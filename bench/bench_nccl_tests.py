@@ -31,7 +31,8 @@ from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.base import NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
-from phantora.report.nccl_tests import HOST_LAUNCH_US, launch_bound
+from phantora.report.host_launch import host_ns_per_call
+from phantora.report.nccl_tests import launch_bound
 from phantora.topology.model import Topology
 
 
@@ -73,12 +74,13 @@ def bus_bandwidth(
 
 def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, Any]]:
     """Bus bandwidth (GB/s) of one size of `table` on its machine, as nccl-tests' timed loop of 20 calls sees it
-    (one host thread launching its -g GPUs' calls), and NCCL's choice."""
+    (one host thread launching its -g GPUs' calls, a per-call and a per-channel cost each: host_launch.py), and
+    NCCL's choice."""
     calls = test_calls(table.kind, tuple(range(table.gpus)), size)
     coll = calls[0]
     bus, choice = bus_bandwidth(calls, machine(table), AlgoOptions(nccl_env=nccl_env(table.env)), network)
     gpu_ns = round(coll.nbytes / bus * coll.busbw_factor())
-    loop = launch_bound([gpu_ns] * 20, round(HOST_LAUNCH_US * 1000 * table.gpus_per_thread))
+    loop = launch_bound([gpu_ns] * 20, host_ns_per_call(table.kind, choice, table.gpus, table.gpus_per_thread))
     return coll.nbytes / statistics.mean(loop) * coll.busbw_factor(), choice
 
 

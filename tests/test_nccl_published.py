@@ -9,7 +9,8 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl.published import Table, machine, tables
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
-from phantora.report.nccl_tests import HOST_LAUNCH_US, launch_bound
+from phantora.report.host_launch import host_ns_per_call
+from phantora.report.nccl_tests import launch_bound
 
 MiB = 1 << 20
 BY_NAME = {t.name: t for t in tables()}
@@ -30,7 +31,9 @@ def loop_busbw(table: Table, size: int) -> float:
     n = table.gpus
     factor = 2 * (n - 1) / n if table.kind == "all_reduce" else (n - 1) / n
     gpu_ns = size / busbw(table, size) * factor
-    loop = launch_bound([round(gpu_ns)] * 20, round(HOST_LAUNCH_US * 1000 * table.gpus_per_thread))
+    coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
+    choice = decompose(coll, machine(table), AlgoOptions(nccl_env=nccl_env(table.env))).choice
+    loop = launch_bound([round(gpu_ns)] * 20, host_ns_per_call(table.kind, choice, table.gpus, table.gpus_per_thread))
     return size / (sum(loop) / len(loop)) * factor
 
 

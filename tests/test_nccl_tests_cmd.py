@@ -12,6 +12,7 @@ from phantora.cli import build_parser, main
 from phantora.collectives.spec import DTYPE_BYTES
 from phantora.errors import InputError
 from phantora.report import nccl_tests as nt
+from phantora.report.host_launch import host_launch_us, host_ns_per_call
 from phantora.results import schema as S
 from phantora.results.read import load_run
 from phantora.topology import dgx_host
@@ -283,16 +284,18 @@ def _time_us(lines: list[str]) -> float:
 def test_one_thread_driving_eight_gpus_is_bound_by_its_launches_at_small_sizes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`-g 8` (one process): 8 launches of HOST_LAUNCH_US each per call bound a 1 MiB all-gather from below; one
-    process per GPU (the default, as under mpirun) is not bound so, and 1 GiB is GPU-bound in both."""
+    """`-g 8` (one process): 8 launches per call (host_launch_us of its 24 channels each) bound a 1 MiB all-gather
+    from below; one process per GPU (the default, as under mpirun) is not bound so, and 1 GiB is GPU-bound in
+    both."""
     small = ["nccl-tests", "all_gather_perf", "-b", "1M", "-e", "1M", "-n", "20", "-w", "1"]
     one_proc = _time_us(_run([*small, "-g", "8"], capsys)[0])
     per_gpu = _time_us(_run(small, capsys)[0])
-    assert one_proc == pytest.approx(8 * nt.HOST_LAUNCH_US + per_gpu / 20, rel=0.02)
-    assert per_gpu < 8 * nt.HOST_LAUNCH_US / 2
+    h = host_launch_us(24)
+    assert one_proc == pytest.approx(8 * h + per_gpu / 20, rel=0.02)
+    assert per_gpu < 8 * h / 2
     big = ["nccl-tests", "all_gather_perf", "-b", "1G", "-e", "1G", "-n", "20", "-w", "1"]
     gpu_bound = _time_us(_run(big, capsys)[0])
-    assert _time_us(_run([*big, "-g", "8"], capsys)[0]) == pytest.approx(gpu_bound + 7 * nt.HOST_LAUNCH_US / 20)
+    assert _time_us(_run([*big, "-g", "8"], capsys)[0]) == pytest.approx(gpu_bound + 7 * h / 20)
 
 
 def test_processes_threads_and_gpus_multiply_to_the_ranks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -315,7 +318,7 @@ def test_iterations_run_back_to_back_on_one_engine(dgx4: str) -> None:
         res = nt.bench_size(bench, sim, 1 << 20)
         gpu = res.iter_ns[-1]
         assert len(res.iter_ns) == 3 and res.iter_ns[1] == gpu  # the flow network is deterministic
-        assert res.iter_ns[0] == gpu + nt.HOST_LAUNCH_US * 1000  # the first waits for its launch (-g 1)
+        assert res.iter_ns[0] == gpu + host_ns_per_call("all_reduce", res.choice, 4, 1)  # waits for its launch
         assert sim.now() == 5 * gpu  # 2 warm-ups + 3 iterations, each starting as the last ended
         second = nt.bench_size(bench, sim, 1 << 20)  # ids continue: the engine accepts the next size
         assert second.iter_ns == res.iter_ns

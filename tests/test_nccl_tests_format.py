@@ -15,6 +15,7 @@ import pytest
 from phantora.cli import main
 from phantora.errors import InputError
 from phantora.report import nccl_tests as nt
+from phantora.report.host_launch import host_launch_us
 from phantora.results import schema as S
 
 PUBLISHED = Path(__file__).parent / "data" / "nccl_tests" / "h100_16gpu_2node_gcp_a3mega_all_reduce_a3megafork.txt"
@@ -164,11 +165,12 @@ def _time(argv: list[str], capsys: pytest.CaptureFixture[str]) -> float:
 def test_blocking_graphs_and_groups_change_the_host_launch_as_nccl_tests_does(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """-g 8 puts 8 host launches (HOST_LAUNCH_US each, h = 40 us) before each call. -G replays a graph: the GPU time
-    g alone. -z 1: the host waits for each call, so each costs h + g. -m 4: one launch for 4 calls, the GPUs run
-    them back to back: over 20 iterations (h + 4g + 19 max(h, 4g)) / 20 / 4 a call."""
+    """-g 8 puts 8 host launches (host_launch_us of the call's 24 channels each: h = 40.2 us) before each call.
+    -G replays a graph: the GPU time g alone. -z 1: the host waits for each call, so each costs h + g. -m 4: one
+    launch for 4 calls, the GPUs run them back to back: over 20 iterations (h + 4g + 19 max(h, 4g)) / 20 / 4 a
+    call."""
     base = ["nccl-tests", "all_gather_perf", "-b", "1M", "-e", "1M", "-g", "8", "-n", "20", "-w", "1"]
-    h = 8 * nt.HOST_LAUNCH_US
+    h = 8 * host_launch_us(24)
     g = _time([*base, "-G", "1"], capsys)
     assert _time([*base, "-z", "1"], capsys) == pytest.approx(h + g, abs=0.02)
     grouped = (h + 4 * g + 19 * max(h, 4 * g)) / 20 / 4

@@ -30,6 +30,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.dag import MessageCounters
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
+from phantora.report.host_launch import host_ns_per_call
 from phantora.topology.model import Topology
 
 FORMAT_VERSION = "2.19.6"  # the nccl-tests release whose header and table layout this prints
@@ -361,13 +362,6 @@ class Bench:
     graph: bool = False  # -G: the calls replay from a CUDA graph, so no host launch sits between them
 
 
-# Host time (µs) one thread spends to enqueue and launch one GPU's collective inside an NCCL group (ncclGroupEnd:
-# plan, enqueue, cudaLaunchKernelEx). With -g N one thread pays it N times per iteration, so small sizes are
-# bound by the host: the published `-g 8` tables are flat at 41-45 µs from 1 to 4 MiB on H100 (8 x ~5.2 µs) and at
-# ~28 µs with `-g 4`, where one GPU per process (mpirun) is not (docs/validation.md).
-HOST_LAUNCH_US = 5.0
-
-
 def launch_bound(gpu_ns: Sequence[int], host_ns: int, blocking: bool = False) -> list[int]:
     """Each measured iteration's share of the timed loop when the host launches iteration i by (i + 1) x host_ns
     and the GPUs run one iteration after another: iteration i starts at max(its launch, the previous one's end).
@@ -423,7 +417,7 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
             choice = choice or got
         times.append(total)
     # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
-    host_ns = 0 if bench.graph or nbytes == 0 else round(HOST_LAUNCH_US * 1000 * bench.gpus_per_thread)
+    host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(bench.spec.kind, choice, n, bench.gpus_per_thread)
     times = launch_bound(times, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
     return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg)
 
