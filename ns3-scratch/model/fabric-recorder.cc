@@ -17,10 +17,6 @@ namespace {
 
 int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
 
-/// The least key count of a queue sample (keyed mode): above any count the caller reaches in practice, so a
-/// sample orders after the caller's events of its ns too.
-constexpr uint32_t kSampleCount = 0xffff0000u;
-
 }  // namespace
 
 RecordKey RunningRecordKey() {
@@ -116,8 +112,7 @@ void FabricRecorder::JoinSampling(int64_t fromNs, Callback<bool> busy) {
 void FabricRecorder::ScheduleSample(uint64_t ts) {
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   if (sim && sim->Keyed()) {
-    const PhantoraOrderKey key{ts, PhantoraOrderKey::kCaller, kSampleCount + m_slot};
-    sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, key, MakeEvent(&FabricRecorder::Sample, this));
+    sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, SampleKey(ts, m_slot), MakeEvent(&FabricRecorder::Sample, this));
     return;
   }
   Simulator::Schedule(NanoSeconds(static_cast<int64_t>(ts) - NowNs()), &FabricRecorder::Sample, this);

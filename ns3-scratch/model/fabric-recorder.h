@@ -3,8 +3,10 @@
 #define PHANTORA_FABRIC_RECORDER_H
 
 #include "phantora-fabric.h"
+#include "phantora-keyed-scheduler.h"
 #include "phantora-network.h"
 
+#include "ns3/abort.h"
 #include "ns3/callback.h"
 #include "ns3/nstime.h"
 #include "ns3/object.h"
@@ -37,6 +39,9 @@ class FabricRecorder : public Object {
   /// A partition worker's sampler (issue 38): sample only the switches `owned` marks (by node), and order this
   /// worker's samples of one ns after every other event and after workers `slot` - 1 .. 0 (lockstep rounds).
   void SampleOwned(std::vector<uint8_t> owned, uint32_t slot) {
+    NS_ABORT_MSG_IF(slot >= PhantoraOrderKey::kSampleSlots,
+                    "queue sampling: worker group " << slot << " has no sample key (at most "
+                                                    << PhantoraOrderKey::kSampleSlots << " groups)");
     m_owned = std::move(owned);
     m_slot = slot;
   }
@@ -69,14 +74,14 @@ class FabricRecorder : public Object {
 
  private:
   void Sample();
-  /// Queue the next sample at ns `ts`: in the keyed mode with the order key (ts, kCaller, kSampleCount + slot),
+  /// Queue the next sample at ns `ts`: in the keyed mode with the order key SampleKey(ts, slot),
   /// after every other event of its ns (it reads each queue as that ns leaves it, in one engine and in every
   /// partition worker alike); otherwise as ns-3 schedules it (`delay` from now, the running event's context).
   void ScheduleSample(uint64_t ts);
 
   Ptr<PhantoraFabric> m_fabric;
   std::vector<uint8_t> m_owned;  ///< a partition worker: the nodes it samples (empty: every switch)
-  uint32_t m_slot = 0;           ///< a partition worker's group (its samples' key count after kSampleCount)
+  uint32_t m_slot = 0;           ///< a partition worker's group (its samples' key: SampleKey)
   int64_t m_from = -1;           ///< SamplingFrom()
   Callback<bool> m_busy;
   bool m_sampling = false;

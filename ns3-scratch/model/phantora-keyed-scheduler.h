@@ -24,10 +24,21 @@ struct PhantoraOrderKey {
   /// `node` of a partition worker's running key in a lockstep round (its `count` the round): the workers run
   /// the events of one time step one worker at a time, in one engine's order, and the rounds give that order.
   static constexpr uint32_t kLockstep = 0xfffffffd;
+  /// The caller's counts are split in two ranges so that no caller event can take a queue sample's key: its own
+  /// events count from 0 up to kSampleCount (exclusive; PhantoraSimulatorImpl refuses the next), and a queue
+  /// sample of ns ts has (ts, kCaller, kSampleCount + slot), slot < kSampleSlots (a partition worker's group):
+  /// after every other event of its ns, one engine's and every worker's alike, the workers' in group order.
+  static constexpr uint32_t kSampleCount = 0xffff0000u;
+  static constexpr uint32_t kSampleSlots = 0xffffffffu - kSampleCount;  ///< UINT32_MAX itself stays unused
   uint64_t schedTs = 0;                            ///< time step at which the event was scheduled
   uint32_t node = kCaller;                         ///< the scheduling node
   uint32_t count = 0;                              ///< the scheduling node's count of events scheduled before
 };
+
+/// The key of a queue sample at ns `ts` taken by sampler `slot` (< kSampleSlots; 0 for one engine).
+inline PhantoraOrderKey SampleKey(uint64_t ts, uint32_t slot) {
+  return PhantoraOrderKey{ts, PhantoraOrderKey::kCaller, PhantoraOrderKey::kSampleCount + slot};
+}
 
 /// True if `a` orders before `b` among events of one time step (schedTs, then node, then count).
 inline bool KeyBefore(const PhantoraOrderKey& a, const PhantoraOrderKey& b) {

@@ -93,7 +93,7 @@ void PhantoraSimulatorImpl::SetScheduler(ObjectFactory schedulerFactory) {
       const Scheduler::Event ev = m_events->RemoveNext();
       if (keyed) {
         // Caller keys in the order they leave: the order of each time step's events is kept.
-        keyed->InsertKeyed(ev, PhantoraOrderKey{m_currentTs, PhantoraOrderKey::kCaller, m_callerCount++});
+        keyed->InsertKeyed(ev, PhantoraOrderKey{m_currentTs, PhantoraOrderKey::kCaller, NextCallerCount()});
       } else {
         scheduler->Insert(ev);
       }
@@ -133,12 +133,21 @@ void PhantoraSimulatorImpl::AdvanceTo(uint64_t ts) {
   }
 }
 
+uint32_t PhantoraSimulatorImpl::NextCallerCount() {
+  if (m_callerCount == PhantoraOrderKey::kSampleCount) [[unlikely]] {
+    NS_FATAL_ERROR("keyed mode: the caller scheduled " << PhantoraOrderKey::kSampleCount
+                                                       << " events (the counts above are the queue samples' keys)");
+  }
+  return m_callerCount++;
+}
+
 PhantoraOrderKey PhantoraSimulatorImpl::TakeKey() {
   NS_ASSERT_MSG(m_keyed, "PhantoraSimulatorImpl::TakeKey() outside the keyed mode");
   PhantoraOrderKey key;
   key.schedTs = m_currentTs;
   if (!m_inEvent) {
-    key.count = m_callerCount++;  // key.node: kCaller
+    key.count = NextCallerCount();  // key.node: kCaller
+    return key;
   } else if (m_currentContext == Simulator::NO_CONTEXT) {
     key.node = PhantoraOrderKey::kNoContext;
     key.count = m_noContextCount++;

@@ -172,6 +172,9 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   bool m_stop = false;
   Ptr<Scheduler> m_events;
   PhantoraScheduler* m_phantora = nullptr;  ///< m_events, when it is a PhantoraScheduler (null in the keyed mode)
+  /// Keyed mode: the caller's next order count (fatal once it would reach the queue samples' counts).
+  uint32_t NextCallerCount();
+
   PhantoraKeyedScheduler* m_keyed = nullptr;  ///< the keyed scheduler (m_events or inside m_phantora), or null
   bool m_inEvent = false;                     ///< keyed mode: an event is running (else the caller schedules)
   bool m_keepKey = false;                     ///< keyed mode: keep m_runningKey (KeepRunningKey)

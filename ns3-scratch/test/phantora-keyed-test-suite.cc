@@ -278,12 +278,63 @@ class KeyedSimulatorTest : public TestCase {
   }
 };
 
+/// A queue sample's key (SampleKey) against every other key of its ns: after the caller's last allowed count
+/// and after any node's largest count, the samplers in slot order, the last slot's count below UINT32_MAX (no
+/// wrap). In a run, a sample queued first for ns 100 runs after the caller's events of ns 100 queued after it,
+/// and the caller's count ranges never meet the samples' (the caller's events run in the order scheduled).
+class KeyedSampleKeyTest : public TestCase {
+ public:
+  KeyedSampleKeyTest() : TestCase("keyed mode: a queue sample's key orders after every other key of its ns") {}
+
+ private:
+  void DoRun() override {
+    using K = PhantoraOrderKey;
+    const uint64_t ts = 100;
+    const K first = SampleKey(ts, 0);
+    const K last = SampleKey(ts, K::kSampleSlots - 1);
+    NS_TEST_ASSERT_MSG_EQ(last.count, UINT32_MAX - 1, "the last slot's count is the largest below UINT32_MAX");
+    const std::vector<K> others = {
+        K{ts, K::kCaller, 0}, K{ts, K::kCaller, K::kSampleCount - 1}, K{ts, 0, UINT32_MAX - 1},
+        K{ts, 7, UINT32_MAX - 1}, K{ts, K::kNoContext, UINT32_MAX - 1}, K{ts, K::kLockstep, UINT32_MAX - 1},
+        K{ts - 1, K::kCaller, UINT32_MAX - 1}};
+    for (const K& k : others) {
+      NS_TEST_ASSERT_MSG_EQ(KeyBefore(k, first), true, "another key of the ns orders before the first sample");
+      NS_TEST_ASSERT_MSG_EQ(KeyBefore(first, k), false, "and never after it");
+    }
+    for (uint32_t slot : {0u, 1u, 2u, 1000u, K::kSampleSlots - 2}) {
+      NS_TEST_ASSERT_MSG_EQ(KeyBefore(SampleKey(ts, slot), SampleKey(ts, slot + 1)), true, "samplers in slot order");
+    }
+
+    StringValue was;
+    GlobalValue::GetValueByName("SimulatorImplementationType", was);
+    Simulator::Destroy();
+    GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::PhantoraSimulatorImpl"));
+    ObjectFactory f;
+    f.SetTypeId("ns3::PhantoraScheduler");
+    f.Set("Inner", StringValue("ns3::PhantoraKeyedScheduler"));
+    Simulator::SetScheduler(f);
+    PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+    std::vector<std::string> trace;
+    sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, SampleKey(ts, 1), new FnEvent([&] { trace.push_back("S1"); }));
+    sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, SampleKey(ts, 0), new FnEvent([&] { trace.push_back("S0"); }));
+    for (int i = 0; i < 3; ++i) {
+      Simulator::Schedule(NanoSeconds(ts), [&trace, i] { trace.push_back("C" + std::to_string(i)); });
+    }
+    Simulator::Run();
+    Simulator::Destroy();
+    GlobalValue::Bind("SimulatorImplementationType", was);
+    const std::vector<std::string> want = {"C0", "C1", "C2", "S0", "S1"};
+    NS_TEST_ASSERT_MSG_EQ((trace == want), true, "the caller's events of the ns, then the samples by slot");
+  }
+};
+
 class PhantoraKeyedTestSuite : public TestSuite {
  public:
   PhantoraKeyedTestSuite() : TestSuite("phantora-keyed", Type::UNIT) {
     AddTestCase(new KeyedHeapOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedWheelOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedSimulatorTest, TestCase::Duration::QUICK);
+    AddTestCase(new KeyedSampleKeyTest, TestCase::Duration::QUICK);
   }
 };
 
