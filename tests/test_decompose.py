@@ -562,3 +562,61 @@ def test_workers_hear_from_the_driver_through_a_long_fluid_stretch(monkeypatch: 
         assert got == want
     finally:
         sim.close()
+
+
+def wide_dag(topo: Topology) -> tuple[list[Flow], list[Flow]]:
+    """Two batches: 24 flows, 20 on both rails and 4 on NVLink (some short, some long), then flows that each wait
+    on all 20 rail flows (a fresh, equal deps tuple each: an all-to-all's dependents), on both rails; an NVLink
+    flow and a marker that wait on all 24; and one that waits on those too."""
+    first = []
+    for i in range(24):
+        r, h = i % 2, (i // 2) % 3
+        src, dst = (gpu(topo, h, r), gpu(topo, (h + 1) % 3, r)) if i % 6 != 5 else (gpu(topo, h, 0), gpu(topo, h, 1))
+        first.append(Flow(i, src, dst, 4096 if i < 8 else (512 << 10) + 4096 * i, key=i))
+    rail = [f.id for f in first if f.id % 6 != 5]
+    ends = [(gpu(topo, 0, 0), gpu(topo, 1, 0)), (gpu(topo, 2, 1), gpu(topo, 0, 1)), (gpu(topo, 1, 1), gpu(topo, 2, 1))]
+    second = [
+        Flow(100 + k, s, d, 256 << 10, tuple(rail), delay_ns=50 * k, key=100 + k) for k, (s, d) in enumerate(ends)
+    ]
+    second.append(Flow(103, gpu(topo, 1, 0), gpu(topo, 1, 1), 256 << 10, tuple(range(24)), key=103))  # NVLink
+    second.append(Flow(104, gpu(topo, 2, 0), gpu(topo, 2, 0), 0, tuple(range(24))))  # a marker
+    second.append(Flow(105, gpu(topo, 0, 1), gpu(topo, 1, 1), 128 << 10, (*rail, 100, 101, 103, 104), key=105))
+    return first, second
+
+
+def run_in_two_batches(sim: Any, first: list[Flow], second: list[Flow], mid: int) -> tuple[list[Any], int]:
+    """Submit `first` at 0, run to `mid`, submit `second` there, drain: every (id, start, end), and how many of
+    `first` were done at `mid`."""
+    sim.submit(first, 0)
+    done = sim.advance(mid)
+    sim.submit(second, mid)
+    done += sim.drain()
+    return sorted((c.flow_id, c.start_ns, c.end_ns) for c in done), sum(c.flow_id < 24 for c in done if c.end_ns <= mid)
+
+
+def test_wide_deps_read_once_per_batch_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flows sharing a wide deps list have it read once per batch (`SHARED_DEPS_MIN`), some deps done, some not,
+    on either worker and side: the same completions as read per dependency edge, and as one engine; each starts
+    no earlier than its last dep's end."""
+    topo = tiny()
+    first, second = wide_dag(topo)
+    mid = 20_000
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+    want, ended = run_in_two_batches(one, first, second, mid)
+    one.close()
+    assert 0 < ended < 24  # some deps are done when the wide flows come, some not
+    with monkeypatch.context() as m:
+        m.setattr("phantora.netsim.hybrid.SHARED_DEPS_MIN", 1 << 30)
+        m.setattr("phantora.netsim.decompose.SHARED_DEPS_MIN", 1 << 30)
+        per_edge = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+        assert run_in_two_batches(per_edge, first, second, mid)[0] == want
+        per_edge.close()
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+    try:
+        assert run_in_two_batches(sim, first, second, mid)[0] == want
+    finally:
+        sim.close()
+    end = {fid: e for fid, _, e in want}
+    for f in second:
+        start = next(s for fid, s, _ in want if fid == f.id)
+        assert start >= max(end[d] for d in f.deps) + f.delay_ns

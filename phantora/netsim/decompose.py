@@ -60,6 +60,21 @@ CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 KEEPALIVE_S = 0.5  # the driver's heartbeats to its workers go out at most this often (their limit is minutes)
 
 
+SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_shared_deps`)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SharedDeps:
+    """A deps list as `submit` reads it for one worker: the latest end of its ended deps (-1: none), the highest
+    bound of all (ends included), its unfinished deps on that worker and elsewhere, and their waiting lists."""
+
+    ended: int
+    lb: int
+    local: list[int]
+    cross: list[int]
+    waiting: list[list[int]]
+
+
 class WorkerDiedError(PhantoraError):
     """A decomposition worker exited (or stopped answering) mid-run."""
 
@@ -269,10 +284,15 @@ class DecomposedSimulator(RunsByCompletion):
         """Record ends; open the gates and complete the markers they release (markers may release more)."""
         lbs, step, waiting = self._lb, self._step, self._dependents
         while done:
-            for c in done:
+            for c in done:  # (first all ends, so that no flow done here has its bound raised below)
                 self._ends[c.flow_id] = c.end_ns
                 lbs.pop(c.flow_id, None)
                 step.pop(c.flow_id, None)
+                w = self._owner[c.flow_id]
+                if w != DRIVER:
+                    self._unfinished[w].discard(c.flow_id)
+                    self._ext.discard(c.flow_id)
+            for c in done:
                 for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
                     s = step.get(j)
                     if s is None:  # (done already)
@@ -284,10 +304,6 @@ class DecomposedSimulator(RunsByCompletion):
                         self._raise(j, t)
                     else:
                         lbs[j] = t
-                w = self._owner[c.flow_id]
-                if w != DRIVER:
-                    self._unfinished[w].discard(c.flow_id)
-                    self._ext.discard(c.flow_id)
             markers = []
             for g, p in self._rel.complete(done):
                 if g.id < 0:  # a gate: the flow's deps on other workers and markers are done at p
@@ -331,31 +347,42 @@ class DecomposedSimulator(RunsByCompletion):
             self._wtime = self._now
         released: list[Completion] = []
         ends, lbs, waiting = self._ends, self._lb, self._dependents
+        shared: dict[tuple[tuple[int, ...], int], _SharedDeps] = {}  # wide deps lists repeated in this batch
         for f in topological_order(flows, {f.id: f for f in flows}):
             fid = f.id
             w = owner[fid]
-            a, lb = at, at
-            local: list[int] = []
-            cross: list[int] = []
-            for d in dict.fromkeys(f.deps):  # (per dependency edge: kept lean)
-                end = ends.get(d)
-                if end is not None:
-                    if end > a:  # (lb >= a: so end <= a leaves both)
-                        a = end
-                        lb = max(lb, end)
-                    continue
-                x = lbs[d]
-                if x > lb:
-                    lb = x
-                ws = waiting.get(d)
-                if ws is None:
-                    waiting[d] = [fid]
-                else:
-                    ws.append(fid)
-                (local if w != DRIVER and owner[d] == w else cross).append(d)
+            local: list[int]
+            cross: list[int]
+            if len(f.deps) >= SHARED_DEPS_MIN:
+                memo = shared.get((f.deps, w))
+                if memo is None:
+                    memo = shared[(f.deps, w)] = self._shared_deps(f.deps, w)
+                a, lb = max(at, memo.ended), max(at, memo.lb)
+                for dependents in memo.waiting:
+                    dependents.append(fid)
+                local, cross = memo.local, memo.cross
+            else:
+                a, lb = at, at
+                local, cross = [], []
+                for d in dict.fromkeys(f.deps):  # (per dependency edge: kept lean)
+                    end = ends.get(d)
+                    if end is not None:
+                        if end > a:  # (lb >= a: so end <= a leaves both)
+                            a = end
+                            lb = max(lb, end)
+                        continue
+                    x = lbs[d]
+                    if x > lb:
+                        lb = x
+                    ws = waiting.get(d)
+                    if ws is None:
+                        waiting[d] = [fid]
+                    else:
+                        ws.append(fid)
+                    (local if w != DRIVER and owner[d] == w else cross).append(d)
+                self._ext.update(d for d in cross if self._owner[d] != DRIVER)
             self._step[f.id] = f.delay_ns + xfer[f.id]
             self._lb[f.id] = lb + self._step[f.id]
-            self._ext.update(d for d in cross if self._owner[d] != DRIVER)
             if w == DRIVER:
                 bare = f if len(cross) == len(f.deps) else f.with_deps(tuple(cross))
                 for m, p in self._rel.add([bare], a):
@@ -373,6 +400,26 @@ class DecomposedSimulator(RunsByCompletion):
                 self._rel.add([Flow(gate_key(f.id), f.src, f.dst, 0, tuple(cross))], a)
                 self._gates_held += 1
         self._arrived(released)
+
+    def _shared_deps(self, deps: tuple[int, ...], w: int) -> _SharedDeps:
+        """What `submit` reads from a deps list, read once for the flows of a batch that share it (an all-to-all's
+        dependents each wait on every flow of the one before): nothing changes the ends, bounds and waiting lists
+        it reads while the batch is placed (its flows come after their deps; completions are handled after)."""
+        ends, lbs, waiting, owner = self._ends, self._lb, self._dependents, self._owner
+        ended = lb = -1
+        local: list[int] = []
+        cross: list[int] = []
+        lists: list[list[int]] = []
+        for d in dict.fromkeys(deps):
+            end = ends.get(d)
+            if end is not None:
+                ended = max(ended, end)
+                continue
+            lb = max(lb, lbs[d])
+            lists.append(waiting.setdefault(d, []))
+            (local if w != DRIVER and owner[d] == w else cross).append(d)
+        self._ext.update(d for d in cross if owner[d] != DRIVER)
+        return _SharedDeps(ended, max(ended, lb), local, cross, lists)
 
     def earliest_end(self, fid: int) -> int:
         """The earliest ns flow `fid` can complete (its bound; its end once gathered)."""

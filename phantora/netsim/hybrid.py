@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from phantora.topology.model import Topology
 
 PACKET, FLUID = 0, 1
+SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_kept_deps`)
 
 
 class CompletionStepper(NetworkSimulator, Protocol):
@@ -121,8 +122,17 @@ class FluidNvlinkSimulator:
         out: tuple[list[Flow], list[Flow]] = ([], [])
         ends, held, sides, waiters, flb = self._end, self._held, self._side, self._waiters, self._flb
         nvswitch = self.topology.shared_nvswitch
+        same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
         for f in topological_order(flows, batch):  # (per flow and dependency edge: kept lean, no calls)
             side = FLUID if f.size == 0 or f.src == f.dst or nvswitch(f.src, f.dst) is not None else PACKET
+            if len(f.deps) >= SHARED_DEPS_MIN:
+                kept = same.get((f.deps, side), ())
+                if kept == ():
+                    kept = same[(f.deps, side)] = self._kept_deps(f.deps, side)
+                if kept is not None:  # every dep not done is known on its side: it goes straight to its engine
+                    sides[f.id] = side
+                    out[side].append(f if kept == f.deps else f.with_deps(kept))
+                    continue
             pending = 0
             ended = False
             for d in dict.fromkeys(f.deps) if len(f.deps) > 1 else f.deps:
@@ -149,6 +159,16 @@ class FluidNvlinkSimulator:
                 if side == FLUID:
                     self._fluid_flows += len(out[side])
                     self._fluid_bounds(out[side], at)
+
+    def _kept_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...] | None:
+        """For `submit`, read once per batch: the deps a flow of `side` waiting on `deps` keeps when none is held
+        or on the other side (`deps` itself when none is done, else those not done), or None (it is held)."""
+        ends, held, sides = self._end, self._held, self._side
+        if any(d in held or sides.get(d, side) != side for d in deps if d not in ends):
+            return None
+        if not any(d in ends for d in deps):
+            return deps
+        return tuple([d for d in deps if sides.get(d) == side])
 
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until` on both sides; now() becomes `until`."""
