@@ -10,7 +10,7 @@ NCCL_STEPS: init.cc), halved or quartered for small transfers to a peer on anoth
 
 from __future__ import annotations
 
-import math
+import struct
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.platform import Platform
@@ -24,6 +24,25 @@ def _shrink(nbytes: int, ops: int, chunk: int, rules: tuple[tuple[int, int], ...
     for factor, size in rules:
         if nbytes < factor * ops * chunk and chunk > size:
             chunk = size
+    return chunk
+
+
+def _f32(x: float) -> float:
+    """`x` rounded to a C float (IEEE single precision), as NCCL's float arithmetic stores it."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def _tree_ll128(p: Platform, nbytes: int, ops: int, chunk: int) -> int:
+    """calcCollChunking's LL128 tree ladder in NCCL's arithmetic: bytes over (channels x chunk) in integers (a
+    size_t over an int), against float thresholds from nstepsLL128 = 1 + log2i(nodes) + 0.1 x ppn, where ppn is
+    the ranks over the nodes as a float and log2i rounds down."""
+    ppn = _f32(p.nranks / p.nnodes)
+    nsteps = _f32(1 + (p.nnodes.bit_length() - 1) + 0.1 * ppn)
+    big, small = _f32(_f32(nsteps * 64) / ppn), _f32(_f32(nsteps * 16) / ppn)
+    while nbytes // (ops * chunk) < big and chunk > 128 * KiB:
+        chunk //= 2
+    while nbytes // (ops * chunk) < small and chunk > 32 * KiB:
+        chunk //= 2
     return chunk
 
 
@@ -51,11 +70,7 @@ def chunk_bytes(
         chunk = min(st.nvls_chunk, tree_max)
         return _shrink(nbytes, ops, chunk, ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)))
     if algo == "tree" and proto == "LL128":
-        steps = 1 + math.log2(p.nnodes) + 0.1 * p.ppn
-        while nbytes / (ops * chunk) < steps * 64 / p.ppn and chunk > 128 * KiB:
-            chunk //= 2
-        while nbytes / (ops * chunk) < steps * 16 / p.ppn and chunk > 32 * KiB:
-            chunk //= 2
+        return _tree_ll128(p, nbytes, ops, chunk)
     if algo == "pat":
         per_channel = 32 if kind == "all_gather" else 16
         while chunk * ops * per_channel > nbytes and chunk > 64 * KiB:
