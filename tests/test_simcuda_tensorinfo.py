@@ -101,18 +101,55 @@ def test_the_reader_leaves_a_sparse_tensor_to_python(read: object) -> None:
     assert read(sparse) is None  # type: ignore[operator]
 
 
+WRAPPED = {
+    "fp32 2x3": torch.ones(2, 3),
+    "bf16 meta 4x5": torch.empty(4, 5, device="meta", dtype=torch.bfloat16),
+    "a scalar": torch.tensor(3.0),
+    "zero elements": torch.empty(0, 5),
+    "size-1 dims": torch.ones(3, 1, 4, dtype=torch.int64),
+}
+
+
+@pytest.mark.parametrize("name", list(WRAPPED))
+@pytest.mark.parametrize("index", [0, 5])
+def test_the_compiled_wrapper_is_the_one_make_wrapper_subclass_makes(name: str, index: int) -> None:
+    if compiled.load() is None or not compiled.wrapper_address():
+        pytest.skip("the compiled per-op path or its tensor reader is not built")
+    fn = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.py_object, ctypes.c_int64)(
+        compiled.wrapper_address()
+    )
+    elem = WRAPPED[name]
+    ours = fn(SimCudaTensor, elem, index)
+    torchs = torch.Tensor._make_wrapper_subclass(
+        SimCudaTensor, elem.shape, dtype=elem.dtype, device=torch.device("cuda", index)
+    )
+    assert type(ours) is SimCudaTensor
+    assert torch._C._dispatch_keys(ours) == torch._C._dispatch_keys(torchs)  # the Python keys: it dispatches to us
+    for read in ("shape", "dtype", "device", "layout", "requires_grad", "is_leaf"):
+        assert getattr(ours, read) == getattr(torchs, read), read
+    assert (ours.stride(), ours.storage_offset()) == (torchs.stride(), torchs.storage_offset())
+    ours_st, torchs_st = torch.Tensor.untyped_storage(ours), torch.Tensor.untyped_storage(torchs)
+    assert (ours_st.nbytes(), ours_st.device) == (torchs_st.nbytes(), torchs_st.device)
+    assert ours_st.nbytes() == elem.numel() * elem.element_size()  # the closed form of a contiguous tensor's bytes
+
+
 N = 1 << 20
 
 
-@pytest.mark.parametrize("reader", [True, False], ids=["reader", "python bindings"])
+@pytest.mark.parametrize(
+    ("reader", "wrapper"),
+    [(True, True), (True, False), (False, False)],
+    ids=["reader", "reader, no wrapper", "python bindings"],
+)
 def test_the_compiled_path_gives_the_closed_forms_with_or_without_the_reader(
-    reader: bool, monkeypatch: pytest.MonkeyPatch
+    reader: bool, wrapper: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = compiled.load()
     if fast is None:
         pytest.skip("the compiled fast path is not built (scripts/setup.sh)")
     monkeypatch.setattr(device, "_installed", True)  # what simcuda.install sets in a rank (no device guard here)
     fast.set_tensor_info(compiled.tensor_info_address() if reader else 0)
+    fast.set_wrapper(compiled.wrapper_address() if wrapper else 0)
     try:
         s = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none")
         add_ns = math.ceil(3 * 4 * N / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS
@@ -130,8 +167,11 @@ def test_the_compiled_path_gives_the_closed_forms_with_or_without_the_reader(
             del w
             assert s.memory.current - base == 4 * N + 512  # the 48 bytes under `t`, in a 512-byte block
         assert c.elem[0].item() == 3.0 and v.elem[0].item() == 3.0
+        assert type(c) is SimCudaTensor and c.device == torch.device("cuda", 0) and c._sim_index == 0
+        assert torch._C._dispatch_keys(c).has(torch._C.DispatchKey.Python)
     finally:
         fast.set_tensor_info(compiled.tensor_info_address())
+        fast.set_wrapper(compiled.wrapper_address())
 
 
 def test_a_reader_that_does_not_build_leaves_one_warning_line(

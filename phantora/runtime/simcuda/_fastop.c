@@ -25,6 +25,10 @@ typedef struct {
 } tensor_info_t;
 typedef int (*tensor_info_fn)(PyObject *, tensor_info_t *);
 static tensor_info_fn g_info = NULL;
+/* tensorinfo.cc's phantora_wrap_contiguous(cls, elem, index): `_make_wrapper_subclass(cls, elem's shape, dtype=elem's
+ * dtype, device=cuda:index)` for a contiguous elem, without parsing those arguments; none: that call, from here */
+typedef PyObject *(*wrap_fn)(PyObject *, PyObject *, int64_t);
+static wrap_fn g_wrap = NULL;
 
 /* ---- configuration: the Python objects this transcribes against (set once by fastpath.py) ---- */
 static PyObject *g_simcuda;       /* SimCudaTensor */
@@ -511,8 +515,12 @@ static PyObject *wrap_output(PyObject *elem, PyObject *index, PyObject *shape, P
   if (ti && !special) {  /* read by tensorinfo.cc */
     special = ti->requires_grad || !ti->strided || ti->storage_offset != 0;
     if (!special && ti->contiguous) {
-      PyObject *argv[] = {g_simcuda, shape, dtype, PyTuple_GET_ITEM(g_cuda, i)};
-      r = PyObject_Vectorcall(g_make_wrapper, argv, 2, s_kw_dd);
+      if (g_wrap) {
+        r = g_wrap(g_simcuda, elem, (int64_t)i);
+      } else {
+        PyObject *argv[] = {g_simcuda, shape, dtype, PyTuple_GET_ITEM(g_cuda, i)};
+        r = PyObject_Vectorcall(g_make_wrapper, argv, 2, s_kw_dd);
+      }
       goto made;
     }
   }
@@ -914,6 +922,13 @@ static PyObject *py_set_tensor_info(PyObject *self, PyObject *addr) {
   Py_RETURN_NONE;
 }
 
+static PyObject *py_set_wrapper(PyObject *self, PyObject *addr) {
+  void *p = PyLong_AsVoidPtr(addr);
+  if (!p && PyErr_Occurred()) return NULL;
+  g_wrap = (wrap_fn)p;
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
      "Give the module the Python objects it transcribes against (fastpath.py, once)."},
@@ -922,6 +937,8 @@ static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))py_bind, METH_FASTCALL, "ChargeMode.__torch_dispatch__ in C, bound to `mode`."},
     {"set_tensor_info", py_set_tensor_info, METH_O,
      "The address of tensorinfo.cc's phantora_tensor_info, or 0: read tensors' metadata through Python."},
+    {"set_wrapper", py_set_wrapper, METH_O,
+     "The address of tensorinfo.cc's phantora_wrap_contiguous, or 0: make wrappers by _make_wrapper_subclass."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastop", "The simulated GPU's per-op fast path in C.", -1,

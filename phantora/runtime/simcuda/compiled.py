@@ -7,8 +7,9 @@ line says so, once per process.
 
 The compiled path reads its tensors' metadata (is_meta, requires_grad, layout, storage offset, strides, the storage's
 size and identity) from the C++ tensors through `tensorinfo.cc`, built against the installed torch once and cached
-(simcuda/native.py, as the device guard); where that does not build or load, it reads them through torch's Python
-bindings, the results the same, slower, with one warning line.
+(simcuda/native.py, as the device guard), and makes a contiguous output's wrapper there too; where that does not
+build or load, it reads them through torch's Python bindings and calls `_make_wrapper_subclass`, the results the same,
+slower, with one warning line.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def load(fastpath: ModuleType | None = None) -> ModuleType | None:
         return None
     _fastop.configure(**_objects(fastpath))
     _fastop.set_tensor_info(tensor_info_address())
+    _fastop.set_wrapper(wrapper_address())
     _module = _fastop
     return _module
 
@@ -79,6 +81,15 @@ def tensor_info_address() -> int:
             )
             return 0
     return ctypes.cast(_info_lib.phantora_tensor_info, ctypes.c_void_p).value or 0
+
+
+def wrapper_address() -> int:
+    """The address of `tensorinfo.cc`'s `phantora_wrap_contiguous` (an output's wrapper made without parsing
+    `_make_wrapper_subclass`'s arguments), or 0 where the library is unavailable (`tensor_info_address` warned)."""
+    if not tensor_info_address():
+        return 0
+    assert _info_lib is not None
+    return ctypes.cast(_info_lib.phantora_wrap_contiguous, ctypes.c_void_p).value or 0
 
 
 def stale(source: Path, built: Path) -> bool:

@@ -50,6 +50,7 @@ def build_key(source: bytes, torch_version: str, cxx: str, python: bool) -> str:
     """The cached library's key: the source, torch's version and the compiler; with Python's headers also the
     interpreter's ABI (SOABI: one torch version serves several Pythons, whose object layouts differ)."""
     salt = b"python" + str(sysconfig.get_config_var("SOABI")).encode() if python else b""  # guard: key unchanged
+    salt += b"+torch_python" if python else b""  # linked against torch's Python bindings too
     return hashlib.sha256(source + torch_version.encode() + cxx.encode() + salt).hexdigest()[:16]
 
 
@@ -73,6 +74,8 @@ def library(source: Path, stem: str, what: str, *, python: bool = False) -> Path
             cmd += [f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
             cmd += [f"-I{sysconfig.get_paths()['include']}", "-w"]
         cmd += [str(source), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}"]
+        if python:  # torch's Python bindings' own functions (THPVariable_Wrap), loaded by `import torch` already
+            cmd += ["-ltorch_python"]
         cmd += ["-o", str(tmp)]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0:

@@ -7,10 +7,20 @@
 // as 1, as tensor._contiguous_strides), and `untyped_storage()`'s `nbytes()` and `_cdata` (its StorageImpl). A tensor
 // whose sizes, strides, offset or storage size are symbolic, or that has no storage, is not answered (-1): the caller
 // reads it through Python as before. Built and cached like the device guard (simcuda/native.py).
+//
+// It also makes the wrapper of an op's output (`phantora_wrap_contiguous`) as `torch.Tensor._make_wrapper_subclass(cls,
+// shape, dtype=..., device=cuda:i)` makes it, without parsing those arguments: a TensorImpl with the size-only
+// storage torch gives a wrapper subclass (no data, the meta allocator, the storage size of a contiguous tensor of that
+// shape and dtype), the dispatch key of a dense cuda tensor, the sizes with contiguous strides and no gradient, then
+// the Python object of type `cls` made by torch's own `THPVariable_Wrap(tensor, type)`, then the Python dispatch keys
+// that torch adds for a class with __torch_dispatch__ (THPVariable_NewWithVar's `set_python_dispatch(true)`).
+#include <ATen/EmptyTensor.h>
 #include <Python.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
+#include <exception>
 
 extern "C" {
 
@@ -54,6 +64,46 @@ int phantora_tensor_info(PyObject *obj, phantora_tensor_info *out) {
     return 0;
   } catch (...) {
     return -1;
+  }
+}
+
+// The wrapper of type `cls` (a tensor subclass with __torch_dispatch__; the caller passes SimCudaTensor) for `elem`,
+// on cuda:`index`: its sizes and dtype, contiguous strides, no storage offset, no gradient (the caller checks `elem`
+// is such a tensor: tensorinfo's `contiguous`, `strided`, no offset, no requires_grad). A new reference, or NULL with
+// an error set.
+PyObject *phantora_wrap_contiguous(PyObject *cls, PyObject *elem, int64_t index) {
+  try {
+    const at::Tensor &e = THPVariable_Unpack(elem);
+    c10::TensorImpl *src = e.unsafeGetTensorImpl();
+    if (src->has_symbolic_sizes_strides()) {
+      PyErr_SetString(PyExc_RuntimeError, "phantora_wrap_contiguous: symbolic sizes");
+      return nullptr;
+    }
+    c10::IntArrayRef sizes = src->sizes();
+    const caffe2::TypeMeta dtype = src->dtype();
+    const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+    at::Tensor tensor;
+    {
+      at::AutoDispatchBelowADInplaceOrView guard{};  // as torch's make_tensor_for_subclass_helper
+      size_t nbytes = at::detail::computeStorageNbytesContiguous(sizes, dtype.itemsize(), 0);
+      c10::Storage storage{c10::Storage::use_byte_size_t{}, static_cast<int64_t>(nbytes),
+                           at::DataPtr{nullptr, device}, c10::GetAllocator(c10::kMeta), /*resizable=*/true};
+      const auto keys = c10::DispatchKeySet(c10::TensorOptions().dtype(dtype).device(device).computeDispatchKey());
+      tensor = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, dtype);
+      tensor.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+    }
+    PyObject *obj = THPVariable_Wrap(tensor, reinterpret_cast<PyTypeObject *>(cls));
+    if (obj) tensor.unsafeGetTensorImpl()->set_python_dispatch(true);  // what torch does for a __torch_dispatch__ class
+    return obj;
+  } catch (python_error &err) {
+    err.restore();
+    return nullptr;
+  } catch (const std::exception &err) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, err.what());
+    return nullptr;
+  } catch (...) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "phantora_wrap_contiguous failed");
+    return nullptr;
   }
 }
 
