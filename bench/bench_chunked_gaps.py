@@ -1,9 +1,10 @@
 """Where `phantora nccl-tests --granularity chunked` differs or differed from coarse flows (NCCL's time): the cases
 docs/nccl-tests.md lists. A tree forced inside one node under LL128 forwards its chunks in sweeps of lines (close to
-coarse); under Simple its chunks cross each NVLink hop whole at half the channel's rate, where `pipeline.py`'s fill
-moves them at its whole rate; a broadcast's chunked chain pays its own fill (a 512 KiB step forwarded whole at each
-of n - 1 hops, as NCCL's kernel does), which NCCL's model has not. A send/recv across hosts, PAT's rounds and a
-chain's hops keep NCCL_STEPS steps in flight on a connection (p2p and PAT close to coarse).
+coarse); under Simple its chunks cross each NVLink hop whole, its two halves sharing their channel's rate (as
+`pipeline.py`'s fill moves them); a broadcast's chunked chain pays its own fill (a 512 KiB step forwarded whole at
+each of n - 1 hops, as NCCL's kernel does), which NCCL's model has not. A send/recv across hosts, PAT's rounds and a
+chain's hops keep NCCL_STEPS steps in flight on a connection (p2p and PAT close to coarse). A ring's steps of one
+hop may be in flight side by side, each at its connection's rate, so across hosts chunked can beat coarse.
 
 Each case runs `phantora nccl-tests` twice on the flow network, coarse then chunked, and prints the out-of-place
 time of each and the chunked run's excess. Simulated figures, deterministic; a few seconds a run.
@@ -48,6 +49,13 @@ CASES = (
     Case("send/recv, 2 hosts x 8 (testbed16)", "sendrecv_perf", "16M", (), "testbed16"),
     Case("PAT all-gather, 8 hosts x 1 (star8)", "all_gather_perf", "16M", (("NCCL_ALGO", "PAT"),), "star8"),
     Case("PAT reduce-scatter, 8 hosts x 1 (star8)", "reduce_scatter_perf", "16M", (("NCCL_ALGO", "PAT"),), "star8"),
+    Case(
+        "ring, 2 hosts x 8 (testbed16), Simple",
+        "all_reduce_perf",
+        "256M",
+        (("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "Simple")),
+        "testbed16",
+    ),
 )
 
 

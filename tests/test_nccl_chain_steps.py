@@ -1,9 +1,10 @@
 """A ring broadcast's or reduce's chain (`--granularity chunked`) keeps NCCL_STEPS steps in flight on each hop: step
 c goes once step c - 8 of the same hop has arrived (its slot is free: prims_simple.h `waitPeer`, NCCL v2.30.7-1)
 and its input step has arrived from the previous rank (broadcast.h `directRecvCopyDirectSend`), on the wire after
-the steps before it. Times against closed forms on idle 400G rails: one hop takes NCCL's time (lat + S / algbw, as
-coarse); each further hop adds one step's store-and-forward at the connection's rate (the chain's fill). Step sizes
-from enqueue.cc `calcCollChunking`, written out here."""
+the steps before it. Times against closed forms on idle 400G rails: one hop takes NCCL's time (a launch and one
+network step, then the bytes at the ring graph's rate, as coarse); each further hop adds one step's
+store-and-forward at the connection's rate (the chain's fill). Step sizes from enqueue.cc `calcCollChunking`, and
+NCCL's latencies and rates, written out here."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ NCCL_STEPS = 8  # src/include/device.h
 # Simple ring broadcast / reduce: BROADCAST_CHUNKSTEPS = REDUCE_CHUNKSTEPS = 1, so a chunk is one step of the 4 MiB
 # Simple buffer (NCCL_BUFFSIZE's default) over NCCL_STEPS (collectives.h, enqueue.cc calcCollChunking)
 STEP = 4 * MiB // NCCL_STEPS
+# NCCL v2.30.7-1 src/graph/tuning.cc: a ring broadcast's or reduce's latency is baseLat[RING][SIMPLE] and one step,
+# hwLat[NET][RING][SIMPLE] (µs); its bandwidth the ring graph's (nsteps = nRanks: algbw = busBw)
+LATENCY_US = 8.4 + 14.0
+GRAPH_GBS = 48.0  # NCCL's ring graph over a 400G NIC (search.cc: the fastest inter-node speed 50 GB/s carries)
+CHANNELS = 4  # the graph's channels, duplicated (ncclTopoDupChannels): 12 GB/s a channel and connection
 
 
 def run(coll: Collective, topo: Topology, granularity: str) -> tuple[float, list, dict]:
@@ -33,9 +39,9 @@ def run(coll: Collective, topo: Topology, granularity: str) -> tuple[float, list
 @pytest.mark.parametrize("size", [16 * MiB, 64 * MiB])
 def test_one_hop_chain_keeps_eight_steps_in_flight(kind: str, size: int) -> None:
     """Two H100s on two hosts: each channel's part crosses one network hop in 512 KiB steps; step c waits for step
-    c - 8 of its hop only, so chunked takes NCCL's time (lat + S / algbw) as coarse does, to 0.01%. One step at a
-    time (each waiting for the one before to arrive) paid a path's propagation per step: 1462.11 us against
-    1420.50 at 64 MiB."""
+    c - 8 of its hop only, so chunked takes NCCL's time (22.4 us and the bytes at 48 GB/s) as coarse does, to
+    0.01%. One step at a time (each waiting for the one before to arrive) paid a path's propagation per step:
+    1462.11 us against 1420.50 at 64 MiB."""
     topo = rail_optimized(2, 1, gpu="h100")
     coll = Collective(kind, (0, 1), size, "fp32", root=0)
     t, flows, choice = run(coll, topo, "chunked")
@@ -45,12 +51,12 @@ def test_one_hop_chain_keeps_eight_steps_in_flight(kind: str, size: int) -> None
     hops: dict[int, list] = {}
     for f in flows:
         hops.setdefault(f.conn, []).append(f)
-    assert len(hops) == choice["channels"]
+    assert len(hops) == choice["channels"] == CHANNELS
     for steps in hops.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue  # the hop's steps on the wire in order
         for c, f in enumerate(steps):
             assert f.deps == ((steps[c - NCCL_STEPS].id,) if c >= NCCL_STEPS else ())
-    assert t == pytest.approx(choice["model_time_us"], rel=1e-4)
+    assert t == pytest.approx(LATENCY_US + size / (1000 * GRAPH_GBS), rel=1e-4)
     assert t == pytest.approx(coarse, rel=1e-4)
 
 
@@ -58,12 +64,13 @@ def test_one_hop_chain_keeps_eight_steps_in_flight(kind: str, size: int) -> None
 @pytest.mark.parametrize("size", [16 * MiB, 64 * MiB])
 def test_longer_chain_adds_one_step_per_extra_hop(kind: str, size: int) -> None:
     """Four H100s on four hosts: a chain of 3 network hops. A step is forwarded once it has arrived whole (Simple),
-    so the last rank's first step lands 2 step times after it would over one hop: chunked = coarse + (hops - 1) x
-    STEP / the connection's rate, to 0.01%, whatever the size (the fill does not grow with the steps)."""
+    so the last rank's first step lands 2 step times after it would over one hop: chunked = NCCL's time (as over
+    one hop) + (hops - 1) x STEP at the connection's 12 GB/s (48 over 4 channels), to 0.01%, whatever the size (the
+    fill does not grow with the steps)."""
     topo = rail_optimized(4, 1, gpu="h100")
     coll = Collective(kind, (0, 1, 2, 3), size, "fp32", root=0)
-    t, flows, _ = run(coll, topo, "chunked")
-    coarse, _, _ = run(coll, topo, "coarse")
-    (rate,) = {f.rate_bps for f in flows}
-    fill_us = (4 - 2) * STEP * 8 / rate * 1e6
-    assert t == pytest.approx(coarse + fill_us, rel=1e-4)
+    t, flows, choice = run(coll, topo, "chunked")
+    assert choice["channels"] == CHANNELS
+    assert {f.rate_bps for f in flows} == {GRAPH_GBS / CHANNELS * 8e9}
+    fill_us = (4 - 2) * STEP / (1000 * GRAPH_GBS / CHANNELS)
+    assert t == pytest.approx(LATENCY_US + size / (1000 * GRAPH_GBS) + fill_us, rel=1e-4)

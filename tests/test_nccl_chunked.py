@@ -16,6 +16,7 @@ from phantora.collectives.nccl import choose
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import Topology, rail_optimized
+from tests.engine_pair import flow_and_ns3_end_ns
 
 KiB, MiB = 1 << 10, 1 << 20
 TOPO = rail_optimized(2, 2, gpu="h100")  # 2 hosts x 2 H100: 4 ranks, NVLink inside a host, a 400G NIC each
@@ -59,12 +60,13 @@ def test_chunked_ring_takes_nccls_time(proto: str, size: int) -> None:
 
 def ll128_tree_chunk(nbytes: int, channels: int) -> int:
     """calcCollChunking's LL128 tree chunk on 2 nodes of 2 GPUs: the LL128 step's data (its buffer over NCCL_STEPS,
-    120 of 128 bytes), halved while too few chunks a channel (64 then 16 x (1 + log2 2 + 0.1 x 2) / 2)."""
+    120 of 128 bytes), halved while too few whole chunks a channel (an integer quotient, against 64 then 16 x
+    (1 + log2i 2 + 0.1 x 2) / 2)."""
     chunk = 120 * 640 * 8 * 8 // 8 // 16 * 15
-    depth = 1 + math.log2(2) + 0.1 * 2
-    while nbytes / (channels * chunk) < depth * 64 / 2 and chunk > 128 * KiB:
+    depth = 1 + 1 + 0.1 * 2
+    while nbytes // (channels * chunk) < depth * 64 / 2 and chunk > 128 * KiB:
         chunk //= 2
-    while nbytes / (channels * chunk) < depth * 16 / 2 and chunk > 32 * KiB:
+    while nbytes // (channels * chunk) < depth * 16 / 2 and chunk > 32 * KiB:
         chunk //= 2
     return chunk
 
@@ -126,9 +128,6 @@ def test_packet_mode_carries_the_chunks_in_nccls_time(ns3_lib, algo: str, proto:
     """Through ns-3 each chunk is a message of its connection: ns-3 delivers every flow's wire bytes (the ring's
     2(n-1)/n S per rank, LL x2; the tree's S per edge and direction, LL128 128/120 a line) and ends within 2% of
     NCCL's time on the flow network at the packets' goodput (what headers leave of the links)."""
-    from phantora.netsim.engine_spec import EngineSpec
-    from phantora.netsim.factory import make_engine
-
     coll = Collective("all_reduce", RANKS, size, "fp32")
     dag = decompose(coll, TOPO, opts("chunked", NCCL_ALGO=algo, NCCL_PROTO=proto))
     n = len(RANKS)
@@ -137,17 +136,7 @@ def test_packet_mode_carries_the_chunks_in_nccls_time(ns3_lib, algo: str, proto:
     else:
         per_edge = [math.ceil(f.size / 128) * 120 for f in dag.flows]  # data of each flow's LL128 lines
         assert sum(per_edge) >= 2 * (n - 1) * size  # every edge up and down carries the channel's share
-    times = {}
-    for name, spec in (("flow", EngineSpec(network="flow", flow_goodput=True)), ("ns3", EngineSpec(network="ns3"))):
-        sim = make_engine(spec, TOPO)
-        try:
-            sim.submit(dag.flows, at=0)
-            done = sim.drain()
-        finally:
-            sim.close()
-        assert len(done) == len(dag.flows)  # one message a chunk and step: the bursts
-        assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
-        times[name] = max(c.end_ns for c in done)
+    times = flow_and_ns3_end_ns(TOPO, dag.flows)  # one message a chunk and step: the bursts
     assert times["ns3"] == pytest.approx(times["flow"], rel=0.02)
 
 
@@ -235,26 +224,13 @@ def test_chunked_sendrecv_and_nvls_tree_keep_coarse_time() -> None:
 def test_packet_mode_carries_p2p_steps(ns3_lib, kind: str, group: tuple[int, ...], size: int) -> None:
     """Chunked p2p steps (all-to-all and send/recv across the 2 x 2 hosts): ns-3 delivers every flow, one message
     a step, with every byte coarse carries, within 2% of the flow network at the packets' goodput."""
-    from phantora.netsim.engine_spec import EngineSpec
-    from phantora.netsim.factory import make_engine
-
     topo = TOPO
     coll = Collective(kind, group, size, "fp32")
     dag = decompose(coll, topo, opts("chunked"))
     coarse = decompose(coll, topo, opts("coarse"))
     assert len(dag.flows) > len(coarse.flows)
     assert sum(f.size for f in dag.flows) == sum(f.size for f in coarse.flows)
-    times = {}
-    for name, spec in (("flow", EngineSpec(network="flow", flow_goodput=True)), ("ns3", EngineSpec(network="ns3"))):
-        sim = make_engine(spec, topo)
-        try:
-            sim.submit(dag.flows, at=0)
-            done = sim.drain()
-        finally:
-            sim.close()
-        assert len(done) == len(dag.flows)
-        assert sum(c.size for c in done) == sum(f.size for f in dag.flows)
-        times[name] = max(c.end_ns for c in done)
+    times = flow_and_ns3_end_ns(topo, dag.flows)
     assert times["ns3"] == pytest.approx(times["flow"], rel=0.02)
 
 
@@ -300,3 +276,42 @@ def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> Non
     assert flows == sum(7 * (math.ceil(s / up) + math.ceil(s / down)) for s in shares)
     want = nccl.lat_us + nccl.chain_us + nccl.fill_us + size / (1000 * nccl.algbw)
     assert t == pytest.approx(want, rel=0.03)
+
+
+# One node of 8 H100s, NCCL v2.30.7-1 src/graph/tuning.cc: the tree's 24 channels of 15 GB/s (360 GB/s of NVLink,
+# NCCL's units), busBw x 0.92 for a tree all-reduce and its 0.5 ratio of algorithm to bus bandwidth; its latency
+# baseLat[TREE][SIMPLE] + 2 x 7 x hwLat[NVLINK][TREE][SIMPLE] (µs)
+TREE_CHANNELS, TREE_ALGBW_GBS, TREE_LAT_US = 24, 24 * 15.0 * 0.92 * 0.5, 8.4 + 2 * 7 * 4.0
+
+
+@pytest.mark.parametrize("size", [16 * MiB, 64 * MiB])
+def test_one_node_simple_tree_halves_share_their_channel(size: int) -> None:
+    """A Simple tree all-reduce inside one node of 8 H100s (a chain: 7 NVLink hops up, 7 down). runTreeSplit
+    (all_reduce.h) runs a channel's reduce half and broadcast half side by side in the channel's one thread
+    block: a GPU's sends up and down go one message at a time on one queue at the channel's whole rate, twice
+    a connection's (each half has half of it once both run; a half alone, as in the fill, all of it). A chunk
+    is one Simple step (512 KiB), posted whole, so the fill is 13 chunk times at the channel's rate beyond the
+    first: NCCL's latency + 13 x 512 KiB / (2 x algbw / 24) + S / algbw, the coarse flows' time, to 0.1%. When
+    each half had only its connection's rate, 64 MiB took 1347.95 us against coarse's 963.79 (+39.9%)."""
+    from phantora.topology import dgx_host
+
+    topo = dgx_host(gpu="h100")
+    coll = Collective("all_reduce", tuple(range(8)), size, "fp32")
+    env = {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"}
+    coarse, chunked, _, flows, choice = coarse_and_chunked(coll, topo, **env)
+    assert choice["channels"] == TREE_CHANNELS
+    assert choice["model_algbw_gbs"] == pytest.approx(TREE_ALGBW_GBS)
+    channel_rate = 2 * TREE_ALGBW_GBS / TREE_CHANNELS  # GB/s: both halves' connections
+    queues: dict[int, list] = {}
+    for f in flows:
+        queues.setdefault(f.queue, []).append(f)
+    assert all(len({f.src for f in q}) == 1 for q in queues.values())  # a queue: one GPU's sends on a channel
+    peers = sorted(len({f.dst for f in q}) for q in queues.values())
+    assert peers == [1] * 2 * TREE_CHANNELS + [2] * 6 * TREE_CHANNELS  # the chain's ends send one way, the rest both
+    middle = {f.rate_bps for q in queues.values() if len({f.dst for f in q}) == 2 for f in q}
+    assert max(middle) == pytest.approx(min(middle), rel=1e-5)
+    assert min(middle) == pytest.approx(channel_rate * 8e9, rel=1e-5)
+    fill = 13 * 4 * MiB // 8 / (1000 * channel_rate)
+    want = TREE_LAT_US + fill + size / (1000 * TREE_ALGBW_GBS)
+    assert chunked == pytest.approx(want, rel=1e-3)
+    assert chunked == pytest.approx(coarse, rel=1e-3)

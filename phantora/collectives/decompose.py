@@ -134,6 +134,16 @@ def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[i
     return tree_line_sweeps(opts.protocol) if p.nnodes == 1 and p.intra == "nvlink" else None
 
 
+def _tree_halves_share_the_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
+    """A tree all-reduce inside one NVLink node under NCCL's Simple: `runTreeSplit` (all_reduce.h, v2.30.7-1) runs
+    a channel's reduce half and broadcast half side by side in the channel's one thread block, so they share its
+    rate (NCCL's per-channel bandwidth): a half sending alone, as in the pipeline's fill, has all of it."""
+    if opts.model != "nccl" or opts.protocol != "Simple":
+        return False
+    p = platform_of(topo, coll.comm or coll.ranks)
+    return p.nnodes == 1 and p.intra == "nvlink"
+
+
 def _host_key(topo: Topology, node: int) -> str:
     """The host an endpoint node is on (an endpoint without a host is a host of its own)."""
     host = topo.nodes[node].host
@@ -174,6 +184,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         if sweeps:
             common["chunk_bytes"] = min(opts.chunk_bytes, sweeps[0])
             common["down_chunk_bytes"] = min(opts.chunk_bytes, sweeps[1])
+        common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)
         for c, size in enumerate(split(coll.nbytes, ch)):
             parent = tree_parents(blocks, c % 2, c // 2)
             tree_flows(b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", **common)

@@ -38,6 +38,7 @@ def tree_flows(
     name: str,
     down_chunk_bytes: int | None = None,
     window: int = 1,
+    shared_sender: bool = False,
 ) -> None:
     """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`).
 
@@ -53,7 +54,10 @@ def tree_flows(
     piece once the reduce's pieces up to its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's
     buffer slots; needs the builder's communicator): on each edge chunk c waits for chunk c - w to arrive (its
     slot is free) instead of chunk c - 1, and the edge's chunks go on the wire one at a time in order
-    (`Flow.queue`), so up to w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1).
+    (`Flow.queue`), so up to w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1). `shared_sender` (needs
+    the builder's communicator): everything a node sends on the channel, up and down, goes on the wire one message
+    at a time in the order it is ready (`DagBuilder.sender_queue`): the two halves of one channel's kernel share
+    its rate, so a half sending alone (the pipeline's fill) has all of it (the caps: `nccl/shape.py`).
     """
     order = topo_order(parent)
     kids = children_of(parent)
@@ -78,7 +82,12 @@ def tree_flows(
     last_up = [bisect.bisect_left(ends, end) for end in itertools.accumulate(down_sizes)]  # up piece of each end
 
     window = window if b.comm else 1
-    ordered = window > 1
+    shared = shared_sender and bool(b.comm)
+    ordered = window > 1 or shared
+
+    def queue(v: int) -> int:
+        """The queue of node v's sends: its connection's (0) or, shared, its channel's kernel's."""
+        return b.sender_queue(v, channel) if shared else 0
 
     def slot(edge: list[int], c: int) -> tuple[int, ...]:
         """The chunk whose arrival frees chunk c's slot on an edge (`edge[c]`: chunk c's flow on it)."""
@@ -95,7 +104,10 @@ def tree_flows(
                 continue
             for c in range(k):
                 deps = tuple(up_in[w][c] for w in kids[v]) + slot(up_in[v], c)
-                up_in[v][c] = b.add(v, p, sizes[c], tag("up", c), channel, deps, step_delay_ns, ordered=ordered)
+                flow = b.add(
+                    v, p, sizes[c], tag("up", c), channel, deps, step_delay_ns, ordered=ordered, queue=queue(v)
+                )
+                up_in[v][c] = flow
     if down:
         down_in: list[list[int]] = [[0] * kd for _ in parent]  # down_in[w][c]: chunk c arriving at w from parent
         for v in order:
@@ -106,5 +118,15 @@ def tree_flows(
                     else:
                         have = tuple(up_in[x][last_up[c]] for x in kids[v]) if up else ()
                     deps = have + slot(down_in[w], c)
-                    flow = b.add(v, w, down_sizes[c], tag("down", c), channel, deps, step_delay_ns, ordered=ordered)
+                    flow = b.add(
+                        v,
+                        w,
+                        down_sizes[c],
+                        tag("down", c),
+                        channel,
+                        deps,
+                        step_delay_ns,
+                        ordered=ordered,
+                        queue=queue(v),
+                    )
                     down_in[w][c] = flow

@@ -8,9 +8,10 @@ delay, and the kernel's throughput as a per-flow rate cap.
   path (on each of PAT's rounds, which run one after another), delays the collective's first flows (those with no
   dependencies).
 - Throughput: every connection (sender, receiver, channel) carries its wire bytes at most at the rate that ends
-  them in NCCL's bandwidth time, `nbytes / algbw`; a round-by-round algorithm (PAT) spreads a sender's whole
-  share over that time. Inside a node of send/recv, each peer connection is capped at its share of the GPU's
-  NVLink. The network can only make a flow slower than its cap.
+  them in NCCL's bandwidth time, `nbytes / algbw`, and so does every queue of messages sent one at a time (a
+  connection's steps in order; a one-node Simple tree's channel kernel, both halves); a round-by-round algorithm
+  (PAT) spreads a sender's whole share over that time. Inside a node of send/recv, each peer connection is capped
+  at its share of the GPU's NVLink. The network can only make a flow slower than its cap.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 
+from phantora.collectives.nccl.idle_chain import critical_chains_ns
 from phantora.collectives.nccl.tuning import Choice
 from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
@@ -59,35 +61,6 @@ def _rounds(flows: list[Flow], choice: Choice) -> int:
     for f in flows:
         sends[f.src] += 1
     return max(sends.values(), default=1)
-
-
-def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
-    """The longest chains of dependent flows on an idle network (flows in dependency order, as decomposed): the
-    longest of their propagation plus transfer time at their caps (a flow without one: at its path's slowest
-    link), and the longest of their transfer time alone (ns). A flow of a queue (`Flow.queue`) starts no earlier
-    than the end of its queue's transmission before it (a queue's flows in release order, as decomposed)."""
-    paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
-    both: dict[int, float] = {}
-    xfer: dict[int, float] = {}
-    sent: dict[int, tuple[float, float]] = {}  # queue -> its last flow's transmission end (both, xfer)
-    for f, size, cap in zip(flows, wire, caps, strict=True):
-        key = (f.src, f.dst, f.id if f.key is None else f.key)
-        path = paths.get(key)
-        if path is None:
-            route = topo.route(*key) if f.src != f.dst else []
-            slowest = min((topo.links[c >> 1].bandwidth_bps for c in route), default=0)
-            path = paths[key] = (topo.path_latency_ns(route) if route else 0, slowest)
-        hop, rate = path[0], cap or path[1]
-        own = size * 8e9 / rate if rate else 0.0
-        start_both = max((both.get(d, 0.0) for d in f.deps), default=0.0)
-        start_xfer = max((xfer.get(d, 0.0) for d in f.deps), default=0.0)
-        if f.queue:
-            prev = sent.get(f.queue, (0.0, 0.0))
-            start_both, start_xfer = max(start_both, prev[0]), max(start_xfer, prev[1])
-            sent[f.queue] = (start_both + own, start_xfer + own)
-        both[f.id] = start_both + hop + own
-        xfer[f.id] = start_xfer + own
-    return max(both.values(), default=0.0), max(xfer.values(), default=0.0)
 
 
 def _delay_ns(
@@ -143,7 +116,7 @@ def shape(
     else:
         t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
         conn = (lambda f: f.key) if whole is None else (lambda f: whole.get(f.conn, f.key))
-        key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: (f.src, f.dst, conn(f)))
+        key = (lambda f: f.src) if choice.algorithm in SEQUENTIAL else (lambda f: f.queue or (f.src, f.dst, conn(f)))
         total: dict[object, int] = defaultdict(int)
         for f, w in zip(flows, wire, strict=True):
             total[key(f)] += w

@@ -1,0 +1,61 @@
+"""The longest chain of dependent flows of one collective on an idle network: how long its flows' dependencies and
+queues alone make it take, without any other flow's sharing of a link (the chunked flows' own pipeline fill).
+
+A flow starts once its dependencies have ended; a flow of a queue (`Flow.queue`: a connection's steps, a kernel's
+sends) also waits for the end of the transmission of the queue's flow before it. A queue sends in release order,
+as the flow engine and ns-3 do: the flows are taken in the order they become ready (ties in decomposition order),
+not in the order they were decomposed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+from phantora.netsim.base import Flow
+from phantora.topology.model import Topology
+
+
+def critical_chains_ns(flows: list[Flow], topo: Topology, wire: list[int], caps: list[int]) -> tuple[float, float]:
+    """The longest chains of dependent flows on an idle network: the longest of their propagation plus transfer
+    time at their caps (a flow without one: at its path's slowest link), and the longest of their transfer time
+    alone (ns). Queues take their flows in release order on the first reckoning (the second keeps that order)."""
+    paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (propagation ns, slowest link bps)
+    hop: list[float] = []
+    own: list[float] = []
+    for f, size, cap in zip(flows, wire, caps, strict=True):
+        key = (f.src, f.dst, f.id if f.key is None else f.key)
+        path = paths.get(key)
+        if path is None:
+            route = topo.route(*key) if f.src != f.dst else []
+            slowest = min((topo.links[c >> 1].bandwidth_bps for c in route), default=0)
+            path = paths[key] = (topo.path_latency_ns(route) if route else 0, slowest)
+        rate = cap or path[1]
+        hop.append(path[0])
+        own.append(size * 8e9 / rate if rate else 0.0)
+    index = {f.id: i for i, f in enumerate(flows)}
+    deps = [[index[d] for d in f.deps if d in index] for f in flows]
+    after: list[list[int]] = [[] for _ in flows]
+    missing = [len(d) for d in deps]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            after[d].append(i)
+    both, xfer = [0.0] * len(flows), [0.0] * len(flows)
+    sent: dict[int, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))  # queue -> its last transmission's end
+    ready = [(0.0, i) for i, n in enumerate(missing) if n == 0]
+    heapq.heapify(ready)
+    while ready:
+        release, i = heapq.heappop(ready)
+        start_both, start_xfer = release, max((xfer[d] for d in deps[i]), default=0.0)
+        queue = flows[i].queue
+        if queue:
+            prev = sent[queue]
+            start_both, start_xfer = max(start_both, prev[0]), max(start_xfer, prev[1])
+            sent[queue] = (start_both + own[i], start_xfer + own[i])
+        both[i] = start_both + hop[i] + own[i]
+        xfer[i] = start_xfer + own[i]
+        for j in after[i]:
+            missing[j] -= 1
+            if missing[j] == 0:
+                heapq.heappush(ready, (max(both[d] for d in deps[j]), j))
+    return max(both, default=0.0), max(xfer, default=0.0)
