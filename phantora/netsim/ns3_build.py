@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from phantora import resources
+from phantora.cached_build import build_once, output_tail
 from phantora.errors import InputError, PhantoraError
 
 CC_DIR_ENV = "PHANTORA_CC_DIR"
@@ -120,7 +121,7 @@ def build(jobs: int = 2, tests: bool = False) -> Path:
         env = {"PHANTORA_PYTHON": sys.executable, **os.environ}  # the script finds the ns3 wheel with this Python
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            tail = output_tail(proc)
             raise PhantoraError(f"building the ns-3 fabric failed ({BUILD_SCRIPT}):\n{tail}")
         return library_path()
     return _build_cached(jobs)
@@ -140,7 +141,7 @@ def _build_cached(jobs: int) -> Path:
         cmd = ["make", "-C", str(SCRATCH), f"-j{jobs}", f"NS3_DIR={ns3_dir}", f"NS3_VER={ns3_ver}", f"BUILD={out}"]
         proc = subprocess.run([*cmd, *(str(out / t) for t in _TARGETS)], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            tail = output_tail(proc)
             raise PhantoraError(f"building the ns-3 fabric into {out} failed ({' '.join(cmd)}):\n{tail}")
         (out / _BUILT).write_text(f"sources {SCRATCH}\nns3 {ns3_dir} {ns3_ver}\n")
     return library_path()
@@ -186,17 +187,13 @@ def cc_library(jobs: int = 2) -> Path | None:
     if needs_build():
         build(jobs)
     ns3_dir, ns3_ver = ns3_wheel()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if out.exists():
-            return out
-        tmp = out.with_name(f".{out.name}.{os.getpid()}")
+
+    def command(tmp: Path) -> list[str]:
         cmd = ["make", "-C", str(SCRATCH), "plugin", f"NS3_DIR={ns3_dir}", f"NS3_VER={ns3_ver}"]
-        cmd += [f"BUILD={library_path().parent}", f"CC_DIR={folder}", f"PLUGIN={tmp}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise PhantoraError(f"building the congestion controls of {CC_DIR_ENV}={folder} failed:\n{tail}")
-        tmp.replace(out)
-    return out
+        return [*cmd, f"BUILD={library_path().parent}", f"CC_DIR={folder}", f"PLUGIN={tmp}"]
+
+    def failed(cmd: list[str], proc: subprocess.CompletedProcess[str]) -> PhantoraError:
+        tail = output_tail(proc)
+        return PhantoraError(f"building the congestion controls of {CC_DIR_ENV}={folder} failed:\n{tail}")
+
+    return build_once(out, ".lock", command, failed)

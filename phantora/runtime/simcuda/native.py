@@ -3,13 +3,12 @@
 The shared library is compiled with the system C++ compiler against torch's headers and libraries (and, for a
 source that reads Python objects, Python's headers), into the per-user cache (phantora.resources.cache_dir), under a
 name keyed by the source, the torch version and the compiler (and, with Python's headers, the interpreter's ABI).
-A file lock makes concurrent first uses (many ranks) build it once. This module does not import torch: the device
-guard is built and loaded before torch is.
+A file lock makes concurrent first uses (many ranks) build it once (phantora.cached_build). This module does not
+import torch: the device guard is built and loaded before torch is.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -20,6 +19,7 @@ import sysconfig
 from pathlib import Path
 
 from phantora import resources
+from phantora.cached_build import build_once
 from phantora.errors import PhantoraError
 
 
@@ -60,14 +60,8 @@ def library(source: Path, stem: str, what: str, *, python: bool = False) -> Path
     torch_dir, version = torch_dir_and_version()
     cxx = compiler(what)
     out = resources.cache_dir() / f"{stem}-{build_key(source.read_bytes(), version, cxx, python)}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / ".simcuda.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if out.exists():
-            return out
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+
+    def command(tmp: Path) -> list[str]:
         cmd = [cxx, "-O2" if python else "-O1", "-std=c++20" if python else "-std=c++17", "-shared", "-fPIC"]
         cmd += [f"-I{torch_dir / 'include'}"]
         if python:
@@ -76,9 +70,9 @@ def library(source: Path, stem: str, what: str, *, python: bool = False) -> Path
         cmd += [str(source), f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}"]
         if python:  # torch's Python bindings' own functions (THPVariable_Wrap), loaded by `import torch` already
             cmd += ["-ltorch_python"]
-        cmd += ["-o", str(tmp)]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise NativeBuildError(f"building {what} failed ({' '.join(cmd)}):\n{run.stderr}")
-        tmp.rename(out)
-    return out
+        return [*cmd, "-o", str(tmp)]
+
+    def failed(cmd: list[str], run: subprocess.CompletedProcess[str]) -> NativeBuildError:
+        return NativeBuildError(f"building {what} failed ({' '.join(cmd)}):\n{run.stderr}")
+
+    return build_once(out, ".simcuda.lock", command, failed)
