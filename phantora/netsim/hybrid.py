@@ -51,6 +51,14 @@ PACKET, FLUID = 0, 1
 SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_kept_deps`)
 
 
+def flow_side(f: Flow, nvswitch: Callable[[int, int], object]) -> int:
+    """FLUID for a marker (no bytes, or to itself) or a flow through one NVSwitch (`nvswitch(src, dst)`: the
+    topology's `shared_nvswitch`, not None); PACKET otherwise."""
+    if f.size == 0 or f.src == f.dst or nvswitch(f.src, f.dst) is not None:
+        return FLUID
+    return PACKET
+
+
 class CompletionStepper(NetworkSimulator, Protocol):
     """An engine that can run to its next completion: `Ns3Simulator` (and `FlowSimulator`, for tests)."""
 
@@ -99,10 +107,8 @@ class FluidNvlinkSimulator:
 
     # ----- which side ------------------------------------------------------------------------
     def side_of(self, f: Flow) -> int:
-        """FLUID for a marker (no bytes, or to itself) or a flow through one NVSwitch; PACKET otherwise."""
-        if f.size == 0 or f.src == f.dst or self.topology.shared_nvswitch(f.src, f.dst) is not None:
-            return FLUID
-        return PACKET
+        """The engine `f` goes to on this topology (`flow_side`)."""
+        return flow_side(f, self.topology.shared_nvswitch)
 
     def _engine(self, side: int) -> CompletionStepper | FlowSimulator:
         return self.fluid if side == FLUID else self.packet
@@ -123,8 +129,8 @@ class FluidNvlinkSimulator:
         ends, held, sides, waiters, flb = self._end, self._held, self._side, self._waiters, self._flb
         nvswitch = self.topology.shared_nvswitch
         same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
-        for f in topological_order(flows, batch):  # (per flow and dependency edge: kept lean, no calls)
-            side = FLUID if f.size == 0 or f.src == f.dst or nvswitch(f.src, f.dst) is not None else PACKET
+        for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
+            side = flow_side(f, nvswitch)
             if len(f.deps) >= SHARED_DEPS_MIN:
                 kept = same.get((f.deps, side), ())
                 if kept == ():
