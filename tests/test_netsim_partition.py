@@ -127,3 +127,23 @@ def test_a_worker_joins_sampling_started_in_another(tmp_path: Path) -> None:
         assert main([*NETSIM, "-f", str(flows), *KEYED, *sample, "--set", f"partition={n}", "--out", str(out)]) == 0
         for name in SAME_FILES:
             assert (one / name).read_bytes() == (out / name).read_bytes(), (n, name)
+
+
+def test_the_records_are_copies_of_the_merged_results_fields() -> None:
+    """Each FabricObserver record accessor hands out a copy of its own field of the workers' merged result."""
+    from types import SimpleNamespace
+
+    from phantora.netsim.partitioned import PartitionedSimulator
+
+    fields = ("pfc", "queues", "drops", "trims", "cnps", "marks")
+    res = SimpleNamespace(completions=[], **{f: [f, i] for i, f in enumerate(fields)})
+    topo = load_topology("hpcc/leafspine16")
+    sim = PartitionedSimulator(
+        topo, packet_config_from_flags(sets=[f"scheduler={KEYED_SCHEDULER}", "partition=2"]), lambda *a: res
+    )
+    assert sim.fabric() is None and sim.channels() is None  # not run yet
+    assert sim.drain() == [] and sim.fabric() is sim and sim.channels() is sim
+    got = [sim.pfc_events(), sim.queue_samples(), sim.drops(), sim.trims(), sim.cnp_events(), sim.ecn_mark_events()]
+    assert got == [[f, i] for i, f in enumerate(fields)]
+    got[0].append("x")
+    assert sim.pfc_events() == ["pfc", 0]

@@ -12,7 +12,7 @@ the switches it runs at one engine's instants, and merged as one engine's (`brid
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow
@@ -24,6 +24,17 @@ from phantora.topology.model import Topology
 
 # (topology, config, batches, until, dports) -> bridge.cut_pool.PartitionResult
 Runner = Callable[..., Any]
+R = TypeVar("R")
+
+
+class _Records(Generic[R]):
+    """A `FabricObserver` record accessor of `PartitionedSimulator`: a copy of the merged result's `field`."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __get__(self, sim: PartitionedSimulator, owner: type | None = None) -> Callable[[], list[R]]:
+        return lambda: list(getattr(sim._res, self.field))
 
 
 class PartitionedSimulator:
@@ -116,30 +127,18 @@ class PartitionedSimulator:
     def channels(self) -> PartitionedSimulator | None:
         return self if self._res is not None else None
 
-    def fabric(self) -> PartitionedSimulator | None:
-        return self if self._res is not None else None
+    fabric = channels
 
     # ----- FabricObserver: the merged records --------------------------------------------------
     def channel_usage(self, elapsed_ns: int | None = None) -> list[Any]:
         return channel_usage(self._res.channels, max(1, self._now if elapsed_ns is None else elapsed_ns))
 
-    def pfc_events(self) -> Sequence[PfcEvent]:
-        return list(self._res.pfc)
-
-    def queue_samples(self) -> Sequence[QueueSample]:
-        return list(self._res.queues)
-
-    def drops(self) -> Sequence[Drop]:
-        return list(self._res.drops)
-
-    def trims(self) -> Sequence[Trim]:
-        return list(self._res.trims)
-
-    def cnp_events(self) -> Sequence[CnpEvent]:
-        return list(self._res.cnps)
-
-    def ecn_mark_events(self) -> Sequence[EcnMark]:
-        return list(self._res.marks)
+    pfc_events = _Records[PfcEvent]("pfc")
+    queue_samples = _Records[QueueSample]("queues")
+    drops = _Records[Drop]("drops")
+    trims = _Records[Trim]("trims")
+    cnp_events = _Records[CnpEvent]("cnps")
+    ecn_mark_events = _Records[EcnMark]("marks")
 
     def flow_transport(self) -> Mapping[int, FlowTransport]:
         return dict(self._res.transport)
