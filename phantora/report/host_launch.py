@@ -4,8 +4,10 @@ ncclGroupEnd plans, enqueues and launches each GPU's kernel in turn on that thre
 (the plan, the streams' ordering, cudaLaunchKernelEx) and part is per channel the call runs on: NCCL's enqueue
 builds one work batch and one proxy op for every channel of the task (enqueue.cc, `scheduleCollTasksToPlan`:
 `for (int c=devWork->channelLo; c <= (int)devWork->channelHi; c++)` ... `addWorkBatchToPlan`, tag v2.26.2-1),
-and `finishPlan` copies one `ncclDevWorkBatch` per channel into the kernel's arguments. A p2p call builds them per
-peer and channel (`scheduleP2pTasksToPlan`).
+and `finishPlan` copies one `ncclDevWorkBatch` per channel into the kernel's arguments. A p2p call adds one work and
+two proxy ops per peer and channel part (`addP2pToPlan`), but `addWorkBatchToPlan` puts up to 8 peers' works of other
+rounds on one channel into one batch (NCCL_MAX_DEV_WORK_P2P_PER_BATCH): it is charged per peer and part, one unit
+of the per-channel cost each, as the collective's fit cannot tell a batch from its work and proxy op.
 
 Both costs come from one published run: Together's `-g 8` ring all-gather on 8 H100s (NCCL 2.26.2,
 all_gather_ring.out in tests/data/nccl_tests/SOURCES.md), whose out-of-place times are flat where its GPUs are
@@ -20,13 +22,14 @@ from __future__ import annotations
 from typing import Any
 
 HOST_LAUNCH_US = 4.26  # per GPU's call, besides its channels
-HOST_CHANNEL_US = 0.032  # per work batch (a channel of a collective; a peer's channel of a p2p call)
+HOST_CHANNEL_US = 0.032  # per work batch (a channel of a collective; a peer's channel part of a p2p call)
 DEFAULT_BATCHES = 24  # when the call's channels are not known: NCCL's count on one 8-GPU host from about 1 MiB
 
 
 def work_batches(kind: str, channels: int | None, nranks: int) -> int:
-    """The work batches NCCL's host builds for one GPU's call: one per channel of a collective; for p2p, one per
-    channel of each peer (all-to-all: nranks - 1 peers; send/recv: one). None: DEFAULT_BATCHES."""
+    """The units of per-channel host work of one GPU's call: one per channel of a collective (its work batch); for
+    p2p one per channel part of each peer (its work and proxy ops; NCCL fuses up to 8 peers' works into one batch:
+    all-to-all: nranks - 1 peers; send/recv: one). None: DEFAULT_BATCHES."""
     if channels is None:
         return DEFAULT_BATCHES
     if kind == "all_to_all":
