@@ -185,3 +185,29 @@ def test_a_reader_that_does_not_build_leaves_one_warning_line(
     assert compiled.tensor_info_address() == 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "tensorinfo.cc" in err and "Python bindings" in err
+
+
+def test_a_library_that_does_not_build_warns_once_and_leaves_both_to_python(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    def fail(source: Path, stem: str, what: str, *, python: bool = False) -> Path:
+        calls.append(stem)
+        raise native.NativeBuildError(f"building {what} failed (g++ ...):\nerror: one")
+
+    class Fast:
+        info = wrap = -1
+
+        def set_tensor_info(self, address: int) -> None:
+            self.info = address
+
+        def set_wrapper(self, address: int) -> None:
+            self.wrap = address
+
+    monkeypatch.setattr(native, "library", fail)
+    monkeypatch.setattr(compiled, "_info_lib", None)
+    fast = Fast()
+    compiled.set_native(fast)
+    assert (fast.info, fast.wrap) == (0, 0) and len(calls) == 1
+    assert capsys.readouterr().err.count("\n") == 1

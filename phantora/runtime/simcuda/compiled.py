@@ -56,10 +56,17 @@ def load(fastpath: ModuleType | None = None) -> ModuleType | None:
         )
         return None
     _fastop.configure(**_objects(fastpath))
-    _fastop.set_tensor_info(tensor_info_address())
-    _fastop.set_wrapper(wrapper_address())
+    set_native(_fastop)
     _module = _fastop
     return _module
+
+
+def set_native(fast: Any) -> None:
+    """Give `fast` (`_fastop`) tensorinfo.cc's reader and wrapper maker, or 0 for both where the library is unavailable
+    (one warning line, from `tensor_info_address`)."""
+    info = tensor_info_address()
+    fast.set_tensor_info(info)
+    fast.set_wrapper(wrapper_address() if info else 0)
 
 
 def tensor_info_address() -> int:
