@@ -22,7 +22,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ import msgpack
 
 from bridge.cut_peers import peer_name
 from bridge.cut_watch import wait_workers
+from bridge.ray_workers import LoggedWorker
 from bridge.transport import (
     LOOPBACK,
     NETWORK_OPT_IN,
@@ -43,7 +43,7 @@ from phantora.errors import PhantoraError
 POLL_S = 0.25  # how often the driver asks every actor whether its worker is still running
 
 
-class CutWorkerHost:
+class CutWorkerHost(LoggedWorker):
     """The body of the Ray actor: one partition worker process on this node."""
 
     def __init__(self, group: int, setup: dict[str, Any], token: str, loopback: bool, curve: bool, cwd: str) -> None:
@@ -68,13 +68,9 @@ class CutWorkerHost:
         """(pid, endpoint, CURVE public key or None) once the worker has bound; PhantoraError with its log if it
         exits first."""
         path = endpoint_file(self.dir, peer_name(self.group))
-        deadline = time.monotonic() + startup_timeout_s()  # PHANTORA_STARTUP_TIMEOUT_S, as every bridge process
-        while not path.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise PhantoraError(f"partition worker {self.group} did not start (exit {self.proc.poll()}): "
-                                    f"{self.tail()}")  # fmt: skip
-            time.sleep(0.02)
-        return self.proc.pid, path.read_text().strip(), read_server_key(self.dir, peer_name(self.group))
+        # PHANTORA_STARTUP_TIMEOUT_S, as every bridge process
+        endpoint = self.wait_endpoint(path, startup_timeout_s(), f"partition worker {self.group}")
+        return self.proc.pid, endpoint, read_server_key(self.dir, peer_name(self.group))
 
     def peers(self, found: dict[int, tuple[str, bytes | None]]) -> str:
         """Publish the other workers' endpoints (and keys) where this one waits for them; returns this node's
@@ -83,13 +79,6 @@ class CutWorkerHost:
             if g != self.group:
                 write_endpoint_file(self.dir, peer_name(g), endpoint, key)
         return self.host
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def tail(self) -> str:
-        lines = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
-        return " | ".join(lines)
 
     def result(self) -> bytes:
         """The worker's records (msgpack), once it has exited 0."""

@@ -49,7 +49,32 @@ def spawn_logged(argv: list[str], env: dict[str, str], cwd: str, log: Path) -> s
         )
 
 
-class WorkerHost:
+class LoggedWorker:
+    """What both Ray actors' bodies share (`WorkerHost`, `bridge.cut_ray.CutWorkerHost`): their worker process
+    `proc`, its stderr in `log`, and the endpoint file it publishes once started."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def wait_endpoint(self, path: Path, timeout_s: float, what: str) -> str:
+        """The endpoint in `path` once the worker has written it; PhantoraError naming `what`, with its log's last
+        lines, if it exits or `timeout_s` passes first."""
+        deadline = time.monotonic() + timeout_s
+        while not path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise PhantoraError(f"{what} did not start (exit {self.proc.poll()}): {self.tail()}")
+            time.sleep(0.02)
+        return path.read_text().strip()
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def tail(self) -> str:
+        lines = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
+        return " | ".join(lines)
+
+
+class WorkerHost(LoggedWorker):
     """The body of the Ray actor: one network server process on this node, its endpoint and CURVE key."""
 
     def __init__(self, spec: bytes, token: str, loopback: bool, cwd: str, client_key: bytes | None = None) -> None:
@@ -72,20 +97,8 @@ class WorkerHost:
     def endpoint(self) -> tuple[int, str, bytes | None]:
         """(pid, endpoint, CURVE public key or None) once the server has published them; PhantoraError with its
         log if it exits first."""
-        path = self.dir / "net.endpoint"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not path.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise PhantoraError(f"the worker did not start (exit {self.proc.poll()}): {self.tail()}")
-            time.sleep(0.02)
-        return self.proc.pid, path.read_text().strip(), read_server_key(self.dir, "net")
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def tail(self) -> str:
-        lines = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
-        return " | ".join(lines)
+        endpoint = self.wait_endpoint(self.dir / "net.endpoint", START_TIMEOUT_S, "the worker")
+        return self.proc.pid, endpoint, read_server_key(self.dir, "net")
 
     def stop(self) -> int | None:
         """Wait a little for the server (told to exit over the bridge), end it if still there; clean up."""
