@@ -16,7 +16,7 @@ import pytest
 from test_runtime_e2e import GPT_ARGS, losses, run_gloo, star
 
 from bridge.errors import BridgeError
-from phantora.launcher import RunConfig, launch
+from phantora.launcher import RunConfig, RunReport, launch
 from phantora.perfmodel.gpus import get_gpu
 from phantora.runtime.memory import capacity_of
 
@@ -73,12 +73,21 @@ def test_cuda_events_time_a_matmul_as_the_gpu_model_does(tmp_path: Path) -> None
     assert seen["oom"].startswith("OutOfMemoryError")
 
 
-def test_unmodified_cuda_ddp_script_trains_as_on_gloo(tmp_path: Path) -> None:
+CUDA_DDP_ARGS = [*GPT_ARGS, "--steps", "3"]
+
+
+@pytest.fixture(scope="module")
+def cuda_ddp_real(tmp_path_factory: pytest.TempPathFactory) -> RunReport:
+    """examples/cuda_ddp.py run once in real mode on 2 ranks: the two tests below read the same run."""
+    out = tmp_path_factory.mktemp("cuda-ddp") / "out"
+    return launch(RunConfig(str(CUDA_DDP), CUDA_DDP_ARGS, star(2), nproc=2, out_dir=out, timeout_s=300))
+
+
+def test_unmodified_cuda_ddp_script_trains_as_on_gloo(cuda_ddp_real: RunReport) -> None:
     """examples/cuda_ddp.py (CUDA + NCCL, no phantora API) under phantora: the losses of the same script on
     gloo; steps marked by its optimizer; its own CUDA-event step times are phantora's simulated ones."""
-    args = [*GPT_ARGS, "--steps", "3"]
-    want = losses(run_gloo(CUDA_DDP, [*args, "--device", "cpu"], 2)[0])
-    rep = launch(RunConfig(str(CUDA_DDP), args, star(2), nproc=2, out_dir=tmp_path / "out", timeout_s=300))
+    want = losses(run_gloo(CUDA_DDP, [*CUDA_DDP_ARGS, "--device", "cpu"], 2)[0])
+    rep = cuda_ddp_real
     log = rep.logs["rank 0"]
     assert losses(log) == want and len(want) == 3
     steps = rep.summary["steps"]
@@ -89,11 +98,11 @@ def test_unmodified_cuda_ddp_script_trains_as_on_gloo(tmp_path: Path) -> None:
         assert ms == pytest.approx(st["time_ns"] / 1e6, rel=0.05)
 
 
-def test_phantom_cuda_program_times_equal_real(tmp_path: Path) -> None:
+def test_phantom_cuda_program_times_equal_real(cuda_ddp_real: RunReport) -> None:
     """The steady step; DDP rebuilds its buckets from the first steps' gradient order only in real mode."""
-    args = [*GPT_ARGS, "--steps", "3"]
-    real = launch(RunConfig(str(CUDA_DDP), args, star(2), nproc=2, timeout_s=300)).summary["steps"]
-    ph = launch(RunConfig(str(CUDA_DDP), args, star(2), nproc=2, tensors="phantom", timeout_s=300)).summary["steps"]
+    real = cuda_ddp_real.summary["steps"]
+    cfg = RunConfig(str(CUDA_DDP), CUDA_DDP_ARGS, star(2), nproc=2, tensors="phantom", timeout_s=300)
+    ph = launch(cfg).summary["steps"]
     assert ph[-1]["time_ns"] == real[-1]["time_ns"] > 0
 
 
