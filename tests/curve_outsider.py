@@ -33,6 +33,7 @@ def published_endpoint(root: Path, name: str, timeout_s: float = 20.0) -> tuple[
     deadline = time.monotonic() + timeout_s
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert path.exists(), f"{name} published no endpoint ({path}) within {timeout_s} s"
     endpoint, server_key = path.read_text().strip(), read_server_key(root, name)
     assert server_key is not None, f"{name} published no CurveZMQ key"
     return endpoint, server_key
