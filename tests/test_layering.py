@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "phantora.resources",
             "phantora.progress",
             "phantora.lazy_exports",
+            "phantora.cached_build",
         ),
     ),
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),
