@@ -109,9 +109,16 @@ def test_flops_per_token_equals_the_counted_matmul_and_attention_flops():
     check_model_flops(m, mm.flops_per_token(cfg, SEQ), cfg.layers, cfg.dim)
 
 
-def test_llama_fsdp_and_tp_fsdp_train_alike_and_report_throughput():
+@pytest.fixture(scope="module")
+def llama_fsdp_fp32():
+    """FSDP2 on 2 ranks in fp32 without activation checkpointing (--ac none, the default), run once: the
+    TP comparison and the op-level checkpointing test read the same run."""
+    return run("llama_train.py", llama_args("--parallel", "fsdp", "--dtype", "fp32"), 2)
+
+
+def test_llama_fsdp_and_tp_fsdp_train_alike_and_report_throughput(llama_fsdp_fp32):
     """FSDP2 on 2 ranks and TP2 x FSDP2 on 4 ranks (same 2 data-parallel batches) give the same losses."""
-    fsdp = run("llama_train.py", llama_args("--parallel", "fsdp", "--dtype", "fp32"), 2)
+    fsdp = llama_fsdp_fp32
     tp = run("llama_train.py", llama_args("--parallel", "tp-fsdp", "--tp", "2", "--dtype", "fp32"), 4)
     lf, lt = losses(fsdp.logs["rank 0"]), losses(tp.logs["rank 0"])
     assert len(lf) == STEPS and lt == pytest.approx(lf, rel=1e-4)
@@ -167,11 +174,11 @@ def test_activation_checkpointing_recomputes_the_forward():
     assert time_ns["full"] > time_ns["selective"] > time_ns["none"]
 
 
-def test_op_level_checkpointing_trains_the_same_and_recomputes_only_cheap_ops():
+def test_op_level_checkpointing_trains_the_same_and_recomputes_only_cheap_ops(llama_fsdp_fp32):
     """--ac op (torchtitan's op-level selective AC): the same losses as no AC; it recomputes less than
     full AC (matmuls but every second one, and attention, are kept) and saves fewer activations than none."""
-    runs = {}
-    for ac in ("none", "op", "full"):
+    runs = {"none": llama_fsdp_fp32}  # --ac none is llama_train.py's default
+    for ac in ("op", "full"):
         runs[ac] = run("llama_train.py", llama_args("--parallel", "fsdp", "--dtype", "fp32", "--ac", ac), 2)
     assert losses(runs["op"].logs["rank 0"]) == losses(runs["none"].logs["rank 0"])
     compute = {ac: r.summary["steps"][1]["compute_ns"] for ac, r in runs.items()}
