@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace ns3 {
 
@@ -141,51 +142,39 @@ std::vector<uint8_t>& PhantoraCutLink::OutboxFor(uint32_t node) {
   return m_outboxes[g];
 }
 
-void PhantoraCutLink::SendForget(uint64_t flow, uint32_t node, uint64_t atNs) {
+std::vector<uint8_t>& PhantoraCutLink::SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns) {
   std::vector<uint8_t>& out = OutboxFor(node);
-  Put(out, atNs);
-  Put(out, kForgetLink);
+  Put(out, ns);
+  Put(out, kind);
   Put(out, node);
   Put(out, flow);
   ++m_messages;
   m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
+  return out;
+}
+
+void PhantoraCutLink::SendForget(uint64_t flow, uint32_t node, uint64_t atNs) {
+  SendNote(kForgetLink, flow, node, atNs);
 }
 
 void PhantoraCutLink::SendRelease(uint64_t flow, uint32_t node, uint64_t atNs, const PhantoraOrderKey& event,
                                   uint32_t seq, const PhantoraOrderKey& key, uint64_t landNs) {
-  std::vector<uint8_t>& out = OutboxFor(node);
-  const std::size_t start = out.size();
   m_minArrival = std::min(m_minArrival, landNs);
-  Put(out, atNs);
-  Put(out, kReleaseLink);
-  Put(out, node);
-  Put(out, flow);
+  std::vector<uint8_t>& out = SendNote(kReleaseLink, flow, node, atNs);
+  const std::size_t start = out.size();
   PutKey(out, event);
   Put(out, seq);
   PutKey(out, key);
-  ++m_messages;
   ++m_releases;
   m_bytes += out.size() - start;
 }
 
 void PhantoraCutLink::SendDone(uint64_t flow, uint32_t node, uint64_t atNs) {
-  std::vector<uint8_t>& out = OutboxFor(node);
-  Put(out, atNs);
-  Put(out, kDoneLink);
-  Put(out, node);
-  Put(out, flow);
-  ++m_messages;
-  m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
+  SendNote(kDoneLink, flow, node, atNs);
 }
 
 void PhantoraCutLink::SendBound(uint64_t flow, uint32_t node, uint64_t lbNs) {
-  std::vector<uint8_t>& out = OutboxFor(node);
-  Put(out, lbNs);
-  Put(out, kBoundLink);
-  Put(out, node);
-  Put(out, flow);
-  ++m_messages;
-  m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
+  SendNote(kBoundLink, flow, node, lbNs);
 }
 
 std::vector<uint8_t> PhantoraCutLink::TakeOutbox(uint32_t group) {
@@ -204,42 +193,35 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   const auto& links = m_fabric->Links();
   Reader r(batch);
+  // A note on a flow (forget, bound, done, release): its (node, flow), for a node of this worker whose handler
+  // (`handled`) is set, else the batch is malformed.
+  auto note = [&r, this](const char* what, bool handled) {
+    const auto node = r.Get<uint32_t>();
+    const auto flow = r.Get<uint64_t>();
+    if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) || !handled) {
+      throw std::invalid_argument(std::string("cut-link batch: a ") + what + " message for node " +
+                                  std::to_string(node) + ", not this worker's");
+    }
+    return std::pair<uint32_t, uint64_t>(node, flow);
+  };
   while (!r.Done()) {
     const auto arriveNs = r.Get<uint64_t>();
     const auto link = r.Get<uint32_t>();
     if (link == kForgetLink) {
-      const auto node = r.Get<uint32_t>();
-      const auto flow = r.Get<uint64_t>();
-      if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) || !m_forget) {
-        throw std::invalid_argument("cut-link batch: a sender-done message for node " + std::to_string(node) +
-                                    ", not this worker's");
-      }
+      const auto [node, flow] = note("sender-done", static_cast<bool>(m_forget));
       m_forget(flow, node, arriveNs);
       continue;
     }
     if (link == kBoundLink) {
-      const auto node = r.Get<uint32_t>();
-      const auto flow = r.Get<uint64_t>();
-      if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) || !m_bound) {
-        throw std::invalid_argument("cut-link batch: a bound message for node " + std::to_string(node) +
-                                    ", not this worker's");
-      }
-      m_bound(flow, arriveNs);
+      m_bound(note("bound", static_cast<bool>(m_bound)).second, arriveNs);
       continue;
     }
-    if (link == kReleaseLink || link == kDoneLink) {
-      const auto node = r.Get<uint32_t>();
-      const auto flow = r.Get<uint64_t>();
-      const bool release = link == kReleaseLink;
-      if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) ||
-          !(release ? static_cast<bool>(m_release) : static_cast<bool>(m_done))) {
-        throw std::invalid_argument(std::string("cut-link batch: a ") + (release ? "release" : "done") +
-                                    " message for node " + std::to_string(node) + ", not this worker's");
-      }
-      if (!release) {
-        m_done(flow, arriveNs);
-        continue;
-      }
+    if (link == kDoneLink) {
+      m_done(note("done", static_cast<bool>(m_done)).second, arriveNs);
+      continue;
+    }
+    if (link == kReleaseLink) {
+      const uint64_t flow = note("release", static_cast<bool>(m_release)).second;
       PhantoraOrderKey keys[2];
       uint32_t seq = 0;
       for (PhantoraOrderKey& k : keys) {

@@ -92,6 +92,8 @@ class PhantoraCutLink final : public PhantoraWindowHook {
 
  private:
   std::vector<uint8_t>& OutboxFor(uint32_t node);
+  /// A note of `kind` on flow `flow` to `node` at `ns` (the head of every message but a packet's); its outbox.
+  std::vector<uint8_t>& SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns);
 
   Ptr<PhantoraFabric> m_fabric;
   std::vector<uint32_t> m_groups;
