@@ -552,58 +552,52 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
   }
 }
 
-void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
-  Impl& s = Need();
+namespace {
+/// The flow `id`, waiting to start, that a setter `verb` changes; nullptr on a partition worker with neither end
+/// of it (nothing to set there); throws if it is unknown or started.
+PhantoraNetwork::Impl::FlowState* Waiting(PhantoraNetwork::Impl& s, uint64_t id, const char* verb) {
   auto it = s.flows.find(id);
   if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
-    return;  // a partition worker with neither end of it
+    return nullptr;  // a partition worker with neither end of it
   }
   if (it == s.flows.end() || it->second.startNs >= 0) {
-    throw std::invalid_argument("flow " + std::to_string(id) + ": SetLossBudget on a flow not waiting to start");
+    throw std::invalid_argument("flow " + std::to_string(id) + ": " + verb + " on a flow not waiting to start");
   }
-  it->second.lossBudget = std::min(bytes, it->second.size);
-  if (!s.Owns(it->second.src)) {  // a worker with the receiver only: it expects the flow already
-    s.fabric->GetNode(it->second.dst).nic->ExpectFlow(id, it->second.size, it->second.lossBudget);
+  return &it->second;
+}
+}  // namespace
+
+void PhantoraNetwork::SetLossBudget(uint64_t id, uint64_t bytes) {
+  Impl& s = Need();
+  Impl::FlowState* f = Waiting(s, id, "SetLossBudget");
+  if (f == nullptr) {
+    return;
+  }
+  f->lossBudget = std::min(bytes, f->size);
+  if (!s.Owns(f->src)) {  // a worker with the receiver only: it expects the flow already
+    s.fabric->GetNode(f->dst).nic->ExpectFlow(id, f->size, f->lossBudget);
   }
 }
 
 void PhantoraNetwork::SetMaxRate(uint64_t id, uint64_t bps) {
-  Impl& s = Need();
-  auto it = s.flows.find(id);
-  if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
-    return;  // a partition worker with neither end of it
+  if (Impl::FlowState* f = Waiting(Need(), id, "SetMaxRate")) {
+    NS_LOG_FUNCTION(this << id << bps);
+    f->maxRateBps = bps;
   }
-  if (it == s.flows.end() || it->second.startNs >= 0) {
-    throw std::invalid_argument("flow " + std::to_string(id) + ": SetMaxRate on a flow not waiting to start");
-  }
-  NS_LOG_FUNCTION(this << id << bps);
-  it->second.maxRateBps = bps;
 }
 
 void PhantoraNetwork::SetConnection(uint64_t id, uint64_t conn) {
-  Impl& s = Need();
-  auto it = s.flows.find(id);
-  if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
-    return;  // a partition worker with neither end of it
+  if (Impl::FlowState* f = Waiting(Need(), id, "SetConnection")) {
+    NS_LOG_FUNCTION(this << id << conn);
+    f->conn = conn;
   }
-  if (it == s.flows.end() || it->second.startNs >= 0) {
-    throw std::invalid_argument("flow " + std::to_string(id) + ": SetConnection on a flow not waiting to start");
-  }
-  NS_LOG_FUNCTION(this << id << conn);
-  it->second.conn = conn;
 }
 
 void PhantoraNetwork::SetQueue(uint64_t id, uint64_t queue) {
-  Impl& s = Need();
-  auto it = s.flows.find(id);
-  if (it == s.flows.end() && s.Worker() && s.depInfo.count(id)) {
-    return;  // a partition worker with neither end of it
+  if (Impl::FlowState* f = Waiting(Need(), id, "SetQueue")) {
+    NS_LOG_FUNCTION(this << id << queue);
+    f->queue = queue;
   }
-  if (it == s.flows.end() || it->second.startNs >= 0) {
-    throw std::invalid_argument("flow " + std::to_string(id) + ": SetQueue on a flow not waiting to start");
-  }
-  NS_LOG_FUNCTION(this << id << queue);
-  it->second.queue = queue;
 }
 
 template <typename R, typename F>
