@@ -7,21 +7,15 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives.nccl.first_use import choice_2_2x, first_uses, nvls_tree_cost_2_2x
-from phantora.collectives.nccl.platform import Platform, platform_of
-from phantora.collectives.nccl.published import SETUP_POINTS, machine, tables
+from phantora.collectives.nccl.published import SETUP_POINTS
 from phantora.collectives.nccl.settings import settings_from_env
+from tests.nccl_tables import BY_NAME, table_platform
 
 MiB = 1 << 20
-BY_NAME = {t.name: t for t in tables()}
 VM4 = "h100_32gpu_4node_ndr400_all_reduce_nccltests309_vm"
 GJ8 = "h100_64gpu_8node_ib400_all_reduce_nccltests309_gjaion_default"
 GJ8_CTAS = "h100_64gpu_8node_ib400_all_reduce_nccltests309_gjaion_minctas24"
 EFA2 = "h100_16gpu_2node_efa_all_reduce_awsp5keitaw"
-
-
-def _platform(name: str) -> Platform:
-    table = BY_NAME[name]
-    return platform_of(machine(table), tuple(range(table.gpus)))
 
 
 def _sweep(lo: int, hi: int) -> list[int]:
@@ -44,7 +38,7 @@ def _nvls_tree_us(nodes: int, nbytes: int) -> float:
 
 @pytest.mark.parametrize("nodes", [4, 8])
 def test_nvls_tree_as_nccl_2_2x_rates_it(nodes):
-    p = _platform(VM4 if nodes == 4 else GJ8)
+    p = table_platform(VM4 if nodes == 4 else GJ8)
     cost = nvls_tree_cost_2_2x(p)
     assert cost is not None
     assert cost.algbw == pytest.approx(160.0)
@@ -60,7 +54,7 @@ def test_nccl_2_2x_turns_from_tree_ll128_to_nvls_tree_where_the_closed_forms_cro
     161.43 at 8 MiB."""
     assert _tree_ll128_us(nodes, below, correction[0]) < _nvls_tree_us(nodes, below)
     assert _tree_ll128_us(nodes, at, correction[1]) > _nvls_tree_us(nodes, at)
-    p, st = _platform(name), settings_from_env({})
+    p, st = table_platform(name), settings_from_env({})
     assert choice_2_2x(p, st, below) == "tree/LL128"
     assert choice_2_2x(p, st, at) == "nvls_tree/Simple"
 
@@ -76,7 +70,7 @@ def test_nccl_2_2x_turns_from_tree_ll128_to_nvls_tree_where_the_closed_forms_cro
 )
 def test_first_uses_of_each_sweep(name, lo, hi, expected):
     table = BY_NAME[name]
-    assert first_uses(_platform(name), settings_from_env(table.env), _sweep(lo, hi)) == expected
+    assert first_uses(table_platform(name), settings_from_env(table.env), _sweep(lo, hi)) == expected
 
 
 @pytest.mark.parametrize("name", [VM4, GJ8, GJ8_CTAS])
@@ -97,4 +91,4 @@ def test_every_setup_point_is_a_first_use_of_its_run():
     for name, points in SETUP_POINTS.items():
         table = BY_NAME[name]
         sizes = _sweep(8 if name == VM4 else MiB, (16 if name == VM4 else 8) << 30)
-        assert first_uses(_platform(name), settings_from_env(table.env), sizes) == points, name
+        assert first_uses(table_platform(name), settings_from_env(table.env), sizes) == points, name

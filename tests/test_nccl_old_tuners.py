@@ -15,19 +15,12 @@ from dataclasses import replace
 import pytest
 
 from phantora.collectives.nccl import old_tuners, tuning
-from phantora.collectives.nccl.platform import Platform, platform_of
-from phantora.collectives.nccl.published import machine, tables
 from phantora.collectives.nccl.settings import settings_from_env
+from tests.nccl_tables import table_platform
 
-BY_NAME = {t.name: t for t in tables()}
 A100 = "a100_8gpu_1node_all_reduce_azure_nda100v4"
 H100 = "h100_8gpu_1node_all_reduce_azure_ndh100v5_nvls"
 H100_2HOSTS = "h100_16gpu_2node_ndr400_all_reduce_nccltests309_baremetal"
-
-
-def _platform(name: str) -> Platform:
-    table = BY_NAME[name]
-    return platform_of(machine(table), tuple(range(table.gpus)))
 
 
 def _crossing(lat_a: float, bw_a: float, lat_b: float, bw_b: float) -> float:
@@ -37,7 +30,7 @@ def _crossing(lat_a: float, bw_a: float, lat_b: float, bw_b: float) -> float:
 
 def _pick(name: str, version: tuple[int, int], nbytes: int) -> tuple[str, str]:
     st = replace(settings_from_env({}), nccl_version=version)
-    choice = tuning.select("all_reduce", _platform(name), st, nbytes)
+    choice = tuning.select("all_reduce", table_platform(name), st, nbytes)
     assert choice is not None
     return choice.algorithm, choice.protocol
 
@@ -72,7 +65,7 @@ def test_nvls_rated_by_the_5_6_ratio_until_2_27_moves_its_first_size():
 
 def test_the_chosen_algorithm_s_time_is_the_model_s_whichever_version_picked_it():
     st = settings_from_env({})
-    p = _platform(A100)
+    p = table_platform(A100)
     a = tuning.select("all_reduce", p, replace(st, nccl_version=(2, 18)), 3 << 20)
     b = tuning.select("all_reduce", p, replace(st, nccl_version=(2, 30)), 3 << 20)
     assert a == b and a is not None and a.protocol == "LL128"
@@ -82,7 +75,7 @@ def test_the_chosen_algorithm_s_time_is_the_model_s_whichever_version_picked_it(
 def test_tree_simple_latency_of_2_19_to_2_22(version, lat):
     """Two 8-GPU hosts: tree Simple's latency is 2 x (7 x 28 + log2(2) x 28) = 448 µs in 2.19-2.22 (no base); from
     2.23 the model's own latency (None)."""
-    p = _platform(H100_2HOSTS)
+    p = table_platform(H100_2HOSTS)
     assert old_tuners.tree_simple_lat_us(version, "all_reduce", p) == lat
     st = replace(settings_from_env({}), nccl_version=version)
     tree = next(c for c in tuning.costs("all_reduce", p, st) if (c.algorithm, c.protocol) == ("tree", "Simple"))
@@ -93,16 +86,16 @@ def test_tree_simple_latency_of_2_19_to_2_22(version, lat):
 
 
 def test_ring_ll128_at_one_gpu_per_node_is_0_7_until_2_22():
-    p = replace(_platform(H100_2HOSTS), ppn=1)
+    p = replace(table_platform(H100_2HOSTS), ppn=1)
     assert old_tuners.ring_ll128_factor((2, 22), p) == 0.7
     assert old_tuners.ring_ll128_factor((2, 23), p) is None
-    assert old_tuners.ring_ll128_factor((2, 22), _platform(H100_2HOSTS)) is None
+    assert old_tuners.ring_ll128_factor((2, 22), table_platform(H100_2HOSTS)) is None
 
 
 def test_nvls_all_gather_rating_by_version():
     """One H100 host, 8 channels x 40 GB/s: 2.19-2.26 rate NVLS all-gather at 8 x 40 = 320 GB/s, 2.27 at
     8 x min(40 x 7/8, 0.9 x 40) = 280, 2.28+ as the model (None)."""
-    p = _platform(H100)
+    p = table_platform(H100)
     assert old_tuners.nvls_algbw((2, 26), "all_gather", p, 8, 40.0, 40.0) == pytest.approx(320.0)
     assert old_tuners.nvls_algbw((2, 27), "all_gather", p, 8, 40.0, 40.0) == pytest.approx(280.0)
     assert old_tuners.nvls_algbw((2, 28), "all_gather", p, 8, 40.0, 40.0) is None
@@ -111,7 +104,7 @@ def test_nvls_all_gather_rating_by_version():
 
 def test_algorithms_exist_from_their_first_nccl():
     """PAT from 2.23 (x 0.85 there, x 0.75 from 2.24: 2.30's), NVLS from 2.17, NVLS-Tree from 2.18."""
-    p, st = _platform(H100), settings_from_env({})
+    p, st = table_platform(H100), settings_from_env({})
     pat = tuning.Cost("pat", "Simple", 10.0, 75.0)
     assert tuning.rated(pat, "all_gather", p, replace(st, nccl_version=(2, 22))) is None
     rated = tuning.rated(pat, "all_gather", p, replace(st, nccl_version=(2, 23)))

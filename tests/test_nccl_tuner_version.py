@@ -15,22 +15,15 @@ from dataclasses import replace
 import pytest
 
 from phantora.collectives.nccl import tuning
-from phantora.collectives.nccl.platform import Platform, platform_of
-from phantora.collectives.nccl.published import machine, tables
 from phantora.collectives.nccl.settings import settings_from_env
 from phantora.errors import InputError
+from tests.nccl_tables import BY_NAME, table_platform
 
 MiB = 1 << 20
-BY_NAME = {t.name: t for t in tables()}
 GJ4 = "h100_32gpu_4node_ib400_all_reduce_nccltests309_gjaion_default"
 VM4 = "h100_32gpu_4node_ndr400_all_reduce_nccltests309_vm"
 GJ8 = "h100_64gpu_8node_ib400_all_reduce_nccltests309_gjaion_default"
 GJ8_CTAS = "h100_64gpu_8node_ib400_all_reduce_nccltests309_gjaion_minctas24"
-
-
-def _platform(name: str) -> Platform:
-    table = BY_NAME[name]
-    return platform_of(machine(table), tuple(range(table.gpus)))
 
 
 def _ring_us(hosts: int, nbytes: int) -> float:
@@ -66,7 +59,7 @@ def test_nccl_2_26_turns_from_nvls_tree_to_the_ring_where_the_closed_forms_cross
     195.05 against 109 + S / 160 (near 632 MB). NCCL 2.30 (the model's default) keeps NVLS-Tree at both sizes."""
     assert _nvls_tree_2_2x_us(hosts, below) < _ring_us(hosts, below)
     assert _nvls_tree_2_2x_us(hosts, at) > _ring_us(hosts, at)
-    p, st = _platform(name), settings_from_env(BY_NAME[name].env)
+    p, st = table_platform(name), settings_from_env(BY_NAME[name].env)
     assert st.nccl_version == (2, 26)
     new = replace(st, nccl_version=(2, 30))
     for size, algo in ((below, "nvls_tree"), (at, "ring")):
