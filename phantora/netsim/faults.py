@@ -285,13 +285,7 @@ class FaultyFlowSimulator(FlowSimulator):
         debit = rec.flow.size - round(rec.rem)  # the transmit end adds the whole size: count only what is left
         for c in path:
             self._bytes[c] -= debit
-            members = self._ch_flows.get(c)
-            if members is None:
-                self._ch_flows[c] = {fid}
-                self._busy_since[c] = t
-            else:
-                members.add(fid)
-        touched.update(path)
+        self._occupy(fid, path, t, touched)
 
     def _stall_dead(self, t: int, touched: set[int]) -> int:
         """Stop every active flow that crosses a dead channel; the bytes on the dead wire are lost."""

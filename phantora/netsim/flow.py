@@ -464,6 +464,10 @@ class FlowSimulator:
         else:
             path, lat = self.route(f)
             self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
+        self._occupy(fid, path, t, touched)
+
+    def _occupy(self, fid: int, path: tuple[int, ...], t: int, touched: set[int]) -> None:
+        """Flow `fid` is on every channel of `path` from `t` (a channel it finds idle is busy from `t`)."""
         for c in path:
             on_channel = self._ch_flows.get(c)
             if on_channel is None:
