@@ -39,6 +39,25 @@ class FnEvent : public EventImpl {
   std::function<void()> m_f;
 };
 
+/// Switch ns-3 to PhantoraSimulatorImpl in the keyed mode (PhantoraScheduler over PhantoraKeyedScheduler) and
+/// return it; `was` keeps the implementation that LeaveKeyedSimulator restores.
+PhantoraSimulatorImpl* EnterKeyedSimulator(StringValue& was) {
+  GlobalValue::GetValueByName("SimulatorImplementationType", was);
+  Simulator::Destroy();
+  GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::PhantoraSimulatorImpl"));
+  ObjectFactory f;
+  f.SetTypeId("ns3::PhantoraScheduler");
+  f.Set("Inner", StringValue("ns3::PhantoraKeyedScheduler"));
+  Simulator::SetScheduler(f);
+  return PhantoraSimulatorImpl::Current();
+}
+
+/// Destroy the keyed simulator and bind the implementation EnterKeyedSimulator found.
+void LeaveKeyedSimulator(const StringValue& was) {
+  Simulator::Destroy();
+  GlobalValue::Bind("SimulatorImplementationType", was);
+}
+
 /// The heap alone: the same events queued in two orders (so with different uids) leave in one order, the
 /// sorted order of their full keys.
 class KeyedHeapOrderTest : public TestCase {
@@ -186,14 +205,7 @@ class KeyedSimulatorTest : public TestCase {
   /// The trace of one run: "P<i>" when parent i runs, "C<i>.<j>" when its child j runs.
   std::vector<std::string> Run(const std::vector<Parent>& parents, const std::vector<std::size_t>& order) {
     StringValue was;
-    GlobalValue::GetValueByName("SimulatorImplementationType", was);
-    Simulator::Destroy();
-    GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::PhantoraSimulatorImpl"));
-    ObjectFactory f;
-    f.SetTypeId("ns3::PhantoraScheduler");
-    f.Set("Inner", StringValue("ns3::PhantoraKeyedScheduler"));
-    Simulator::SetScheduler(f);
-    PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+    PhantoraSimulatorImpl* sim = EnterKeyedSimulator(was);
     NS_TEST_EXPECT_MSG_NE(sim, nullptr, "PhantoraSimulatorImpl runs");
     NS_TEST_EXPECT_MSG_EQ(sim->Keyed(), true, "the keyed mode is on");
 
@@ -218,8 +230,7 @@ class KeyedSimulatorTest : public TestCase {
     }
     Simulator::Run();
     NS_TEST_EXPECT_MSG_EQ(pendingRight, true, "IsPending is true exactly for the parents not yet run");
-    Simulator::Destroy();
-    GlobalValue::Bind("SimulatorImplementationType", was);
+    LeaveKeyedSimulator(was);
     return trace;
   }
 
@@ -305,24 +316,19 @@ class KeyedSampleKeyTest : public TestCase {
       NS_TEST_ASSERT_MSG_EQ(KeyBefore(SampleKey(ts, slot), SampleKey(ts, slot + 1)), true, "samplers in slot order");
     }
 
+    // The caller's events below are scheduled at ns ts itself (AdvanceTo), so their keys share the samples' schedTs
+    // and node (kCaller) and only the counts order them.
     StringValue was;
-    GlobalValue::GetValueByName("SimulatorImplementationType", was);
-    Simulator::Destroy();
-    GlobalValue::Bind("SimulatorImplementationType", StringValue("ns3::PhantoraSimulatorImpl"));
-    ObjectFactory f;
-    f.SetTypeId("ns3::PhantoraScheduler");
-    f.Set("Inner", StringValue("ns3::PhantoraKeyedScheduler"));
-    Simulator::SetScheduler(f);
-    PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+    PhantoraSimulatorImpl* sim = EnterKeyedSimulator(was);
     std::vector<std::string> trace;
     sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, SampleKey(ts, 1), new FnEvent([&] { trace.push_back("S1"); }));
     sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, SampleKey(ts, 0), new FnEvent([&] { trace.push_back("S0"); }));
+    sim->AdvanceTo(ts);
     for (int i = 0; i < 3; ++i) {
-      Simulator::Schedule(NanoSeconds(ts), [&trace, i] { trace.push_back("C" + std::to_string(i)); });
+      Simulator::Schedule(NanoSeconds(0), [&trace, i] { trace.push_back("C" + std::to_string(i)); });
     }
     Simulator::Run();
-    Simulator::Destroy();
-    GlobalValue::Bind("SimulatorImplementationType", was);
+    LeaveKeyedSimulator(was);
     const std::vector<std::string> want = {"C0", "C1", "C2", "S0", "S1"};
     NS_TEST_ASSERT_MSG_EQ((trace == want), true, "the caller's events of the ns, then the samples by slot");
   }
