@@ -60,8 +60,8 @@ if [ -f "$fastop_src" ] && { [ -z "$fastop_so" ] || [ "$fastop_src" -nt "$fastop
   .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 \
     || echo "[setup] warning: the compiled fast path did not build (a C compiler and Python's headers are needed); ops run through the Python one" >&2
 fi
-# its tensor reader (simcuda/tensorinfo.cc), built against torch once into the user cache, here rather than at a first
-# run (without it the compiled path reads tensors through torch's Python bindings; it warns)
+# its tensor reader and op caller (simcuda/tensorinfo.cc, opcall.cc), built against torch once into the user cache,
+# here rather than at a first run (without them the compiled path uses torch's Python bindings; it warns)
 .venv/bin/python -c "from phantora.runtime.simcuda import compiled; compiled.load()" >/dev/null || true
 if [ -x scripts/build_ns3.sh ]; then
   # the main job needs the library and the runner; the tests (--dev) also the C++ TestSuites

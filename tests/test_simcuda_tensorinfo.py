@@ -137,12 +137,12 @@ N = 1 << 20
 
 
 @pytest.mark.parametrize(
-    ("reader", "wrapper"),
-    [(True, True), (True, False), (False, False)],
-    ids=["reader", "reader, no wrapper", "python bindings"],
+    ("reader", "wrapper", "caller"),
+    [(True, True, True), (True, True, False), (True, False, False), (False, False, False)],
+    ids=["reader, op caller", "reader", "reader, no wrapper", "python bindings"],
 )
 def test_the_compiled_path_gives_the_closed_forms_with_or_without_the_reader(
-    reader: bool, wrapper: bool, monkeypatch: pytest.MonkeyPatch
+    reader: bool, wrapper: bool, caller: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = compiled.load()
     if fast is None:
@@ -150,6 +150,8 @@ def test_the_compiled_path_gives_the_closed_forms_with_or_without_the_reader(
     monkeypatch.setattr(device, "_installed", True)  # what simcuda.install sets in a rank (no device guard here)
     fast.set_tensor_info(compiled.tensor_info_address() if reader else 0)
     fast.set_wrapper(compiled.wrapper_address() if wrapper else 0)
+    fast.set_op_call(compiled.op_call_address() if caller else 0)
+    mul_calls = compiled.op_calls(torch.ops.aten.mul.Tensor)
     try:
         s = RankSession(0, 1, NoNetworkClient(), Roofline(get_gpu("h100")), trace_level="none")
         add_ns = math.ceil(3 * 4 * N / get_gpu("h100").mem_bw * 1e9) + DEFAULT_LAUNCH_NS
@@ -169,9 +171,11 @@ def test_the_compiled_path_gives_the_closed_forms_with_or_without_the_reader(
         assert c.elem[0].item() == 3.0 and v.elem[0].item() == 3.0
         assert type(c) is SimCudaTensor and c.device == torch.device("cuda", 0) and c._sim_index == 0
         assert torch._C._dispatch_keys(c).has(torch._C.DispatchKey.Python)
+        assert compiled.op_calls(torch.ops.aten.mul.Tensor) - mul_calls == (1 if caller else 0)  # the number: a tensor
     finally:
         fast.set_tensor_info(compiled.tensor_info_address())
         fast.set_wrapper(compiled.wrapper_address())
+        fast.set_op_call(compiled.op_call_address())
 
 
 def test_a_reader_that_does_not_build_leaves_one_warning_line(
@@ -197,7 +201,7 @@ def test_a_library_that_does_not_build_warns_once_and_leaves_both_to_python(
         raise native.NativeBuildError(f"building {what} failed (g++ ...):\nerror: one")
 
     class Fast:
-        info = wrap = -1
+        info = wrap = call = -1
 
         def set_tensor_info(self, address: int) -> None:
             self.info = address
@@ -205,9 +209,13 @@ def test_a_library_that_does_not_build_warns_once_and_leaves_both_to_python(
         def set_wrapper(self, address: int) -> None:
             self.wrap = address
 
+        def set_op_call(self, address: int) -> None:
+            self.call = address
+
     monkeypatch.setattr(native, "library", fail)
     monkeypatch.setattr(compiled, "_info_lib", None)
+    monkeypatch.setattr(compiled, "_call_lib", None)
     fast = Fast()
     compiled.set_native(fast)
-    assert (fast.info, fast.wrap) == (0, 0) and len(calls) == 1
+    assert (fast.info, fast.wrap, fast.call) == (0, 0, 0) and len(calls) == 1
     assert capsys.readouterr().err.count("\n") == 1

@@ -29,6 +29,11 @@ static tensor_info_fn g_info = NULL;
  * dtype, device=cuda:index)` for a contiguous elem, without parsing those arguments; none: that call, from here */
 typedef PyObject *(*wrap_fn)(PyObject *, PyObject *, int64_t);
 static wrap_fn g_wrap = NULL;
+/* opcall.cc's phantora_call_op(func, args, kwargs, &out): runs `func._op(*args, **kwargs)` through the dispatcher from
+ * C++ (1: `out` its result, or NULL with torch's error), or leaves it to `_op` (0). Its address is given by
+ * compiled.py, or none: then `_op` is called. */
+typedef int (*call_op_fn)(PyObject *, PyObject *, PyObject *, PyObject **);
+static call_op_fn g_call_op = NULL;
 
 /* ---- configuration: the Python objects this transcribes against (set once by fastpath.py) ---- */
 static PyObject *g_simcuda;       /* SimCudaTensor */
@@ -686,9 +691,13 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
       Py_DECREF(r);
     }
   }
-  if (!(opfn = PyObject_GetAttr(func, s_op))) goto done;
   a = unwrapped;  /* borrowed alias: the unwrapped arguments, run */
-  if (!(out = PyObject_Call(opfn, a, nkw ? kwargs : NULL))) goto done;  /* what OpOverload.__call__ runs */
+  if (g_call_op && g_call_op(func, a, nkw ? kwargs : NULL, &out)) {
+    if (!out) goto done;
+  } else {
+    if (!(opfn = PyObject_GetAttr(func, s_op))) goto done;
+    if (!(out = PyObject_Call(opfn, a, nkw ? kwargs : NULL))) goto done; /* what OpOverload.__call__ runs */
+  }
   if (!(mem = dget(sd, session, s_memory))) goto done;
   if (last) {
     if (!(index = PyObject_GetAttr(last, s_sim_index))) goto done;
@@ -929,6 +938,13 @@ static PyObject *py_set_wrapper(PyObject *self, PyObject *addr) {
   Py_RETURN_NONE;
 }
 
+static PyObject *py_set_op_call(PyObject *self, PyObject *addr) {
+  void *p = PyLong_AsVoidPtr(addr);
+  if (!p && PyErr_Occurred()) return NULL;
+  g_call_op = (call_op_fn)p;
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
      "Give the module the Python objects it transcribes against (fastpath.py, once)."},
@@ -939,6 +955,8 @@ static PyMethodDef methods[] = {
      "The address of tensorinfo.cc's phantora_tensor_info, or 0: read tensors' metadata through Python."},
     {"set_wrapper", py_set_wrapper, METH_O,
      "The address of tensorinfo.cc's phantora_wrap_contiguous, or 0: make wrappers by _make_wrapper_subclass."},
+    {"set_op_call", py_set_op_call, METH_O,
+     "The address of opcall.cc's phantora_call_op, or 0: run each op by its OpOverload's `_op`."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastop", "The simulated GPU's per-op fast path in C.", -1,

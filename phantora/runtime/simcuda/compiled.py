@@ -9,7 +9,9 @@ The compiled path reads its tensors' metadata (is_meta, requires_grad, layout, s
 size and identity) from the C++ tensors through `tensorinfo.cc`, built against the installed torch once and cached
 (simcuda/native.py, as the device guard), and makes a contiguous output's wrapper there too; where that does not
 build or load, it reads them through torch's Python bindings and calls `_make_wrapper_subclass`, the results the same,
-slower, with one warning line.
+slower, with one warning line. It runs each op through the dispatcher from C++ (`opcall.cc`, built and cached the same
+way: the operator's handle found once per OpOverload) where torch's Python binding of the operator would do nothing
+else; otherwise, or without that library (one warning line), it calls the OpOverload's `_op`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ _tried = False
 SOURCE = Path(__file__).with_name("_fastop.c")
 INFO_SOURCE = Path(__file__).with_name("tensorinfo.cc")
 _info_lib: ctypes.CDLL | None = None  # kept loaded: the compiled path holds a pointer into it
+CALL_SOURCE = Path(__file__).with_name("opcall.cc")
+_call_lib: ctypes.PyDLL | None = None  # likewise
 
 
 def load(fastpath: ModuleType | None = None) -> ModuleType | None:
@@ -63,10 +67,12 @@ def load(fastpath: ModuleType | None = None) -> ModuleType | None:
 
 def set_native(fast: Any) -> None:
     """Give `fast` (`_fastop`) tensorinfo.cc's reader and wrapper maker, or 0 for both where the library is unavailable
-    (one warning line, from `tensor_info_address`)."""
+    (one warning line, from `tensor_info_address`), and opcall.cc's op caller (not tried without the first: it needs
+    the same compiler and headers), or 0 (one warning line, from `op_call_address`)."""
     info = tensor_info_address()
     fast.set_tensor_info(info)
     fast.set_wrapper(wrapper_address() if info else 0)
+    fast.set_op_call(op_call_address() if info else 0)
 
 
 def tensor_info_address() -> int:
@@ -97,6 +103,36 @@ def wrapper_address() -> int:
         return 0
     assert _info_lib is not None
     return ctypes.cast(_info_lib.phantora_wrap_contiguous, ctypes.c_void_p).value or 0
+
+
+def op_call_address() -> int:
+    """The address of `opcall.cc`'s `phantora_call_op` (an op run through the dispatcher from C++, not through its
+    Python binding; built once and cached, then loaded), or 0 with one warning line if it cannot be built or loaded."""
+    global _call_lib
+    from phantora.runtime.simcuda import native
+
+    if _call_lib is None:
+        try:
+            path = native.library(CALL_SOURCE, "simcuda-opcall", "its op caller", python=True)
+            _call_lib = ctypes.PyDLL(str(path))
+        except (native.NativeBuildError, OSError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(
+                f"phantora: warning: the compiled per-op path's op caller ({CALL_SOURCE.name}) is unavailable "
+                f"({first}); it runs ops through torch's Python binding (slower)",
+                file=sys.stderr,
+            )
+            return 0
+    return ctypes.cast(_call_lib.phantora_call_op, ctypes.c_void_p).value or 0
+
+
+def op_calls(func: Any) -> int:
+    """How many calls of `func` (an OpOverload) `opcall.cc` ran (0 without the library): which ops take it."""
+    if _call_lib is None:
+        return 0
+    fn = _call_lib.phantora_op_calls
+    fn.argtypes, fn.restype = [ctypes.py_object], ctypes.c_long
+    return int(fn(func))
 
 
 def stale(source: Path, built: Path) -> bool:

@@ -1,0 +1,138 @@
+// Runs an aten op for the compiled per-op path (_fastop.c) as `OpOverload._op(*args, **kwargs)` runs it, without
+// torch's Python binding of the operator in between.
+//
+// That binding (torch/csrc/jit/python/init.cpp's `_get_operation_overload`, then pybind_utils'
+// `_get_operation_for_overload_or_packet` and `invokeOperatorFromPython`) does, per call: collect the arguments that
+// override `__torch_function__` and hand the call to them or to an active torch function mode; otherwise build the
+// operator's argument stack from the Python arguments against its schema (numbers accepted for tensors where the op
+// allows it: `ToIValueAllowNumbersAsTensors`), release the GIL, run the operator (a dispatcher operator's boxed call)
+// and convert the stack back to Python (one value, a tuple, or None). Here the operator's handle is looked up in the
+// dispatcher once per OpOverload and kept; the stack is built and converted by the same torch functions and errors
+// are raised as torch's bindings raise them. A call this does not take (nothing raised, the caller calls `_op`):
+// an op the dispatcher does not hold (a JIT-only operator), an active torch function mode, or an argument that could
+// override `__torch_function__` (anything but a plain torch.Tensor, None, a bool, int, float, complex, str, dtype,
+// device, layout, memory format, or a list or tuple of numbers).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <Python.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Layout.h>
+#include <torch/csrc/MemoryFormat.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/python_arg_parser.h>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace {
+
+struct Op {
+  std::optional<c10::OperatorHandle> handle;  // none: not a dispatcher operator, every call goes to `_op`
+  bool numbers_as_tensors = false;            // as `opAllowsNumbersAsTensors` of the op's symbol
+  long calls = 0;                             // calls taken here
+};
+
+std::unordered_map<PyObject *, Op> ops;  // by OpOverload (kept alive: a reference is held, so the key is not reused)
+
+bool plain_scalar(PyObject *x) {
+  return x == Py_None || PyBool_Check(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) ||
+         PyComplex_CheckExact(x) || PyUnicode_CheckExact(x);
+}
+
+// Whether `x` cannot override __torch_function__ (an exact type that does not define it).
+bool plain(PyObject *x) {
+  if (plain_scalar(x) || Py_TYPE(x) == reinterpret_cast<PyTypeObject *>(THPVariableClass)) return true;
+  PyTypeObject *t = Py_TYPE(x);
+  if (t == &THPDtypeType || t == &THPDeviceType || t == &THPLayoutType || t == &THPMemoryFormatType) return true;
+  if (PyTuple_CheckExact(x) || PyList_CheckExact(x)) {
+    PyObject *seq = x;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (!plain_scalar(items[i])) return false;
+    return true;
+  }
+  return false;
+}
+
+// The entry of `func` (an OpOverload), found in the dispatcher on its first call. NULL with an error set.
+Op *lookup(PyObject *func) {
+  auto it = ops.find(func);
+  if (it != ops.end()) return &it->second;
+  Op op;
+  PyObject *schema = PyObject_GetAttrString(func, "_schema");
+  PyObject *name = schema ? PyObject_GetAttrString(schema, "name") : nullptr;
+  PyObject *overload = name ? PyObject_GetAttrString(schema, "overload_name") : nullptr;
+  const char *n = name ? PyUnicode_AsUTF8(name) : nullptr;
+  const char *o = n && overload ? PyUnicode_AsUTF8(overload) : nullptr;
+  if (o) {
+    op.handle = c10::Dispatcher::singleton().findSchema({n, o});
+    const c10::Symbol symbol = c10::Symbol::fromQualString(n);
+    op.numbers_as_tensors = symbol.is_prims() || symbol.is_nvprims() ||
+                            (symbol.is_aten() && torch::should_allow_numbers_as_tensors(symbol.toUnqualString()));
+  }
+  Py_XDECREF(schema);
+  Py_XDECREF(name);
+  Py_XDECREF(overload);
+  if (!o) return nullptr;
+  Py_INCREF(func);
+  return &ops.emplace(func, std::move(op)).first->second;
+}
+
+struct ReleaseGil {  // as pybind11::gil_scoped_release, which invokeOperatorFromPython holds around the op
+  PyThreadState *state = PyEval_SaveThread();
+  ~ReleaseGil() { PyEval_RestoreThread(state); }
+};
+
+}  // namespace
+
+extern "C" {
+
+// `func(*args, **kwargs)` as `func._op` runs it: 1 with `*out` its result (a new reference) or NULL with the error
+// torch raises; 0 if not taken here (nothing raised). `args` a tuple, `kwargs` a dict or NULL.
+int phantora_call_op(PyObject *func, PyObject *args, PyObject *kwargs, PyObject **out) {
+  *out = nullptr;
+  if (at::impl::torch_function_mode_enabled()) return 0;
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (!plain(PyTuple_GET_ITEM(args, i))) return 0;
+  if (kwargs) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(kwargs, &pos, &k, &v))
+      if (!plain(v)) return 0;
+  }
+  Op *op = nullptr;
+  try {
+    op = lookup(func);
+  } catch (...) {  // a name the dispatcher's symbols refuse: left to `_op`
+  }
+  if (!op) PyErr_Clear();
+  if (!op || !op->handle) return 0;
+  op->calls++;
+  try {
+    torch::jit::ToIValueAllowNumbersAsTensors numbers(op->numbers_as_tensors);
+    const py::kwargs kw = kwargs ? py::reinterpret_borrow<py::kwargs>(kwargs) : py::kwargs();
+    torch::jit::Stack stack = torch::jit::createStackForSchema(
+        op->handle->schema(), torch::jit::tuple_slice(py::reinterpret_borrow<py::tuple>(args)), kw, std::nullopt);
+    {
+      ReleaseGil released;
+      op->handle->callBoxed(stack);
+    }
+    *out = torch::jit::createPyObjectForStack(std::move(stack)).release().ptr();
+  } catch (...) {  // as torch's Python bindings translate it
+    torch::translate_exception_to_python(std::current_exception());
+  }
+  return 1;
+}
+
+// How many calls of `func` this took (0 for an op it never saw or does not take).
+long phantora_op_calls(PyObject *func) {
+  auto it = ops.find(func);
+  return it == ops.end() ? 0 : it->second.calls;
+}
+
+}  // extern "C"
