@@ -38,6 +38,9 @@ def call() -> Call:
 A = torch.arange(6, dtype=torch.float32).reshape(2, 3)
 CALLS: dict[str, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {
     "add": (torch.ops.aten.add.Tensor, (A, A), {}),
+    "tensors and a default": (torch.ops.aten.gelu.default, (A,), {}),
+    "three tensors": (torch.ops.aten.where.self, (A > 2, A, -A), {}),
+    "a sparse tensor": (torch.ops.aten.add.Tensor, (A.to_sparse(), A.to_sparse()), {}),
     "add, alpha by keyword": (torch.ops.aten.add.Tensor, (A, A), {"alpha": 3}),
     "a number as a tensor": (torch.ops.aten.mul.Tensor, (A, 2.5), {}),
     "two outputs": (torch.ops.aten.max.dim, (A, 1), {}),
@@ -60,7 +63,8 @@ def test_a_call_gives_what_the_binding_gives(call: Call, case: str) -> None:
     for g, w in zip(gots, wants, strict=True):
         assert type(g) is type(w)
         if isinstance(w, torch.Tensor):
-            assert g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w)
+            assert g.dtype == w.dtype and g.shape == w.shape and g.layout == w.layout
+            assert torch.equal(g.to_dense(), w.to_dense())
         else:
             assert g == w
 

@@ -7,8 +7,9 @@
 // operator's argument stack from the Python arguments against its schema (numbers accepted for tensors where the op
 // allows it: `ToIValueAllowNumbersAsTensors`), release the GIL, run the operator (a dispatcher operator's boxed call)
 // and convert the stack back to Python (one value, a tuple, or None). Here the operator's handle is looked up in the
-// dispatcher once per OpOverload and kept; the stack is built and converted by the same torch functions and errors
-// are raised as torch's bindings raise them. A call this does not take (nothing raised, the caller calls `_op`):
+// dispatcher once per OpOverload and kept; the stack is built and converted by the same torch functions (built here
+// when it holds only plain tensors and defaults: what those functions build) and errors are raised as torch's
+// bindings raise them. A call this does not take (nothing raised, the caller calls `_op`):
 // an op the dispatcher does not hold (a JIT-only operator), an active torch function mode, or an argument that could
 // override `__torch_function__` (anything but a plain torch.Tensor, None, a bool, int, float, complex, str, dtype,
 // device, layout, memory format, or a list or tuple of numbers).
@@ -82,6 +83,32 @@ Op *lookup(PyObject *func) {
   return &ops.emplace(func, std::move(op)).first->second;
 }
 
+// The stack createStackForSchema builds when every argument is positional and a plain tensor where the schema takes a
+// Tensor, the rest left to their defaults: torch's conversion of such a tensor is the tensor itself (a sparse one
+// may be warned about there: left to it). False: build it with createStackForSchema.
+bool tensor_stack(const c10::FunctionSchema &schema, PyObject *args, torch::jit::Stack &stack) {
+  const std::vector<c10::Argument> &params = schema.arguments();
+  const size_t n = static_cast<size_t>(PyTuple_GET_SIZE(args));
+  if (n > params.size()) return false;
+  for (size_t i = 0; i < params.size(); i++) {
+    const c10::Argument &param = params[i];
+    if (i >= n) {
+      if (!param.default_value()) return false;
+      continue;
+    }
+    PyObject *x = PyTuple_GET_ITEM(args, i);
+    if (param.kwarg_only() || Py_TYPE(x) != reinterpret_cast<PyTypeObject *>(THPVariableClass) ||
+        param.real_type()->kind() != c10::TypeKind::TensorType)
+      return false;
+    const at::Tensor &t = THPVariable_Unpack(x);
+    if (t.layout() != c10::kStrided) return false;
+  }
+  stack.reserve(params.size());
+  for (size_t i = 0; i < n; i++) stack.emplace_back(THPVariable_Unpack(PyTuple_GET_ITEM(args, i)));
+  for (size_t i = n; i < params.size(); i++) stack.push_back(*params[i].default_value());
+  return true;
+}
+
 struct ReleaseGil {  // as pybind11::gil_scoped_release, which invokeOperatorFromPython holds around the op
   PyThreadState *state = PyEval_SaveThread();
   ~ReleaseGil() { PyEval_RestoreThread(state); }
@@ -115,9 +142,12 @@ int phantora_call_op(PyObject *func, PyObject *args, PyObject *kwargs, PyObject 
   op->calls++;
   try {
     torch::jit::ToIValueAllowNumbersAsTensors numbers(op->numbers_as_tensors);
-    const py::kwargs kw = kwargs ? py::reinterpret_borrow<py::kwargs>(kwargs) : py::kwargs();
-    torch::jit::Stack stack = torch::jit::createStackForSchema(
-        op->handle->schema(), torch::jit::tuple_slice(py::reinterpret_borrow<py::tuple>(args)), kw, std::nullopt);
+    torch::jit::Stack stack;
+    if (kwargs || !tensor_stack(op->handle->schema(), args, stack)) {
+      const py::kwargs kw = kwargs ? py::reinterpret_borrow<py::kwargs>(kwargs) : py::kwargs();
+      stack = torch::jit::createStackForSchema(
+          op->handle->schema(), torch::jit::tuple_slice(py::reinterpret_borrow<py::tuple>(args)), kw, std::nullopt);
+    }
     {
       ReleaseGil released;
       op->handle->callBoxed(stack);
