@@ -79,20 +79,16 @@ def tensor_info_address() -> int:
     """The address of `tensorinfo.cc`'s `phantora_tensor_info` (built once and cached, then loaded), or 0 with one
     warning line if it cannot be built or loaded."""
     global _info_lib
-    from phantora.runtime.simcuda import native
-
     if _info_lib is None:
-        try:
-            path = native.library(INFO_SOURCE, "simcuda-tensorinfo", "its tensor reader", python=True)
-            _info_lib = ctypes.CDLL(str(path))
-        except (native.NativeBuildError, OSError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(
-                f"phantora: warning: the compiled per-op path's tensor reader ({INFO_SOURCE.name}) is unavailable "
-                f"({first}); it reads tensors through torch's Python bindings (slower)",
-                file=sys.stderr,
-            )
-            return 0
+        _info_lib = _load(
+            INFO_SOURCE,
+            "simcuda-tensorinfo",
+            "tensor reader",
+            ctypes.CDLL,
+            "reads tensors through torch's Python bindings",
+        )
+    if _info_lib is None:
+        return 0
     return ctypes.cast(_info_lib.phantora_tensor_info, ctypes.c_void_p).value or 0
 
 
@@ -109,21 +105,30 @@ def op_call_address() -> int:
     """The address of `opcall.cc`'s `phantora_call_op` (an op run through the dispatcher from C++, not through its
     Python binding; built once and cached, then loaded), or 0 with one warning line if it cannot be built or loaded."""
     global _call_lib
+    if _call_lib is None:
+        _call_lib = _load(
+            CALL_SOURCE, "simcuda-opcall", "op caller", ctypes.PyDLL, "runs ops through torch's Python binding"
+        )
+    if _call_lib is None:
+        return 0
+    return ctypes.cast(_call_lib.phantora_call_op, ctypes.c_void_p).value or 0
+
+
+def _load(source: Path, stem: str, role: str, loader: type[ctypes.CDLL], fallback: str) -> Any:
+    """One of the per-op path's native libraries, built once into the cache and loaded by `loader`, or None with
+    one warning line naming it and what runs instead (`fallback`)."""
     from phantora.runtime.simcuda import native
 
-    if _call_lib is None:
-        try:
-            path = native.library(CALL_SOURCE, "simcuda-opcall", "its op caller", python=True)
-            _call_lib = ctypes.PyDLL(str(path))
-        except (native.NativeBuildError, OSError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(
-                f"phantora: warning: the compiled per-op path's op caller ({CALL_SOURCE.name}) is unavailable "
-                f"({first}); it runs ops through torch's Python binding (slower)",
-                file=sys.stderr,
-            )
-            return 0
-    return ctypes.cast(_call_lib.phantora_call_op, ctypes.c_void_p).value or 0
+    try:
+        return loader(str(native.library(source, stem, f"its {role}", python=True)))
+    except (native.NativeBuildError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(
+            f"phantora: warning: the compiled per-op path's {role} ({source.name}) is unavailable ({first}); "
+            f"it {fallback} (slower)",
+            file=sys.stderr,
+        )
+        return None
 
 
 def op_calls(func: Any) -> int:
