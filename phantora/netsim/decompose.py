@@ -37,7 +37,7 @@ from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
-from phantora.netsim.hybrid import topological_order
+from phantora.netsim.hybrid import SHARED_DEPS_MIN, topological_order  # the wide-deps threshold: one for both
 from phantora.netsim.nic_latency import Releases, gate_key, uses_nic
 from phantora.netsim.observe import (
     CnpEvent,
@@ -58,9 +58,6 @@ DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 KEEPALIVE_S = 0.5  # the driver's heartbeats to its workers go out at most this often (their limit is minutes)
-
-
-SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_shared_deps`)
 
 
 @dataclasses.dataclass(frozen=True)
