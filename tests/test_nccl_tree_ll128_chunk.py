@@ -38,9 +38,34 @@ def test_log2i_rounds_the_node_count_down() -> None:
     assert got == LL128_CHUNK
 
 
-def test_small_calls_halve_down_to_each_rung() -> None:
-    """One node of 8 at 1 MiB: 1 MiB // (24 x 576,000) = 0 < 14.4, so the first rung halves to 144,000 and then to
-    72,000 (no longer > 128 KiB); 1 MiB // (24 x 72,000) = 0 < 3.6, so the second halves to 36,000 and 18,000 (no
-    longer > 32 KiB)."""
-    got = chunk_bytes("tree", "LL128", h100s(1, 8), settings_from_env({}), 1 << 20, CHANNELS)
-    assert got == 18_000
+def at(version: str, nbytes: int, nodes: int = 1) -> int:
+    """The tree LL128 chunk NCCL `version` moves for an `nbytes` all-reduce on `nodes` hosts of 8 H100s."""
+    st = settings_from_env({"PHANTORA_NCCL_VERSION": version})
+    return chunk_bytes("tree", "LL128", h100s(nodes, 8), st, nbytes, CHANNELS)
+
+
+def test_small_calls_halve_down_to_each_rung_before_grains() -> None:
+    """NCCL 2.21, one node of 8 at 1 MiB: 1 MiB // (24 x 576,000) = 0 < 14.4, so the first rung halves to 288,000,
+    144,000 and then 72,000 (no longer > 128 KiB); 1 MiB // (24 x 72,000) = 0 < 3.6, so the second halves to 36,000
+    and 18,000 (no longer > 32 KiB). 2.21 has no grain rounding: 18,000 stays."""
+    assert at("2.21", 1 << 20) == 18_000
+
+
+def test_from_2_22_the_chunk_is_cut_to_whole_ll128_grains() -> None:
+    """NCCL 2.22 on (v2.22.3-1 enqueue.cc `chunkSize / grainSize * grainSize`): the same ladder ends at 18,000, then
+    rounds down to whole grains of ncclProtoGrainSize(LL128) = 32 lanes x 8 words / 16 words a line x 15 data words
+    x 8 B = 1,920 B: 18,000 // 1,920 = 9 grains, 17,280 B. At 2.30 (the model's default) the same."""
+    grain = 32 * 8 // 16 * 15 * 8
+    assert at("2.22", 1 << 20) == 18_000 // grain * grain == 17_280
+    assert chunk_bytes("tree", "LL128", h100s(1, 8), settings_from_env({}), 1 << 20, CHANNELS) == 17_280
+
+
+def test_grain_rounding_spares_chunks_that_are_whole_grains() -> None:
+    """576,000 = 300 grains and 288,000 = 150 grains: a large call keeps the full step at 2.21 and 2.26 alike; 144,000
+    (75) too, while 72,000 (37.5 grains) becomes 37 x 1,920 = 71,040 from 2.22. On one node of 8, 72,000 is the
+    chunk where bytes // (24 x 144,000) < 14.4 but bytes // (24 x 72,000) >= 3.6: 24 x 72,000 x 4 bytes."""
+    big = 1 << 34
+    assert at("2.21", big) == at("2.26", big) == LL128_CHUNK
+    nbytes = 4 * CHANNELS * 72_000
+    assert at("2.21", nbytes) == 72_000
+    assert at("2.26", nbytes) == 71_040

@@ -3,7 +3,8 @@
 
 A collective's chunk starts at the protocol's step (its buffer over NCCL_STEPS; LL's data is half its lines,
 LL128's 15/16) and shrinks for mid-size messages so that every concurrent operation keeps several chunks in flight
-(the NVLS, NVLS-Tree, LL128 tree and PAT ladders). A p2p transfer's step is the communicator's p2p chunk
+(the NVLS, NVLS-Tree, LL128 tree and PAT ladders); from NCCL 2.22 it is then cut down to whole grains of its
+protocol (`chunkSize / grainSize * grainSize`). A p2p transfer's step is the communicator's p2p chunk
 (NCCL_P2P_NET_CHUNKSIZE once it spans nodes, else NCCL_P2P_NVL_CHUNKSIZE; at most the Simple buffer over
 NCCL_STEPS: init.cc), halved or quartered for small transfers to a peer on another node.
 """
@@ -17,6 +18,10 @@ from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
 KiB = 1024
+GRAINS_FROM = (2, 22)  # v2.22.3-1 brought ncclProtoGrainSize (device.h) and the grain rounding in calcCollChunking
+# ncclProtoGrainSize: LL 16 B (one line); LL128 one warp's lines, 32 lanes x 8 words / 16 words a line x 15 data words
+# x 8 bytes = 1,920 B; Simple 512 B
+GRAIN_BYTES = {"LL": 16, "LL128": 32 * 8 // 16 * 15 * 8, "Simple": 512}
 
 
 def _shrink(nbytes: int, ops: int, chunk: int, rules: tuple[tuple[int, int], ...]) -> int:
@@ -46,6 +51,14 @@ def _tree_ll128(p: Platform, nbytes: int, ops: int, chunk: int) -> int:
     return chunk
 
 
+def whole_grains(proto: str, version: tuple[int, int], chunk: int) -> int:
+    """`chunk` rounded down to whole grains of `proto` as NCCL `version` does from 2.22 on; unchanged before it."""
+    if version < GRAINS_FROM:
+        return chunk
+    grain = GRAIN_BYTES[proto]
+    return chunk // grain * grain
+
+
 def step_bytes(proto: str, st: NcclSettings) -> int:
     """One step of the protocol's buffer: the buffer (NCCL_BUFFSIZE for Simple) over NCCL_STEPS."""
     buff = st.buffsize if proto == "Simple" and st.buffsize else T.DEFAULT_BUFFSIZE[proto]
@@ -56,7 +69,13 @@ def chunk_bytes(
     algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int, kind: str = "all_reduce"
 ) -> int:
     """The chunk NCCL moves per step for this algorithm and protocol (`calcCollChunking`); `kind` matters to PAT
-    alone (all-gather halves down to 32 chunks a channel, reduce-scatter to 16)."""
+    alone (all-gather halves down to 32 chunks a channel, reduce-scatter to 16). From NCCL 2.22 the result is cut
+    down to whole grains of the protocol (`whole_grains`)."""
+    return whole_grains(proto, st.nccl_version, _ladder(algo, proto, p, st, nbytes, ops, kind))
+
+
+def _ladder(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int, kind: str) -> int:
+    """calcCollChunking before the grain rounding: the protocol's step and each algorithm's ladder."""
     chunk = step_bytes(proto, st)
     if proto == "LL":
         chunk //= 2
