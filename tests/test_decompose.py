@@ -298,6 +298,7 @@ def one_engine_and_two_workers(
     return want, got, rounds
 
 
+@pytest.mark.slow  # workers=2: 2 processes loading ns-3 (about 3.5 CPU s)
 def test_chains_inside_a_piece_need_no_rounds_and_stay_exact() -> None:
     """Dependency-aware windows: the old bound ran one round per L of simulated time while anything was in
     flight; a chain whose deps all stay in one worker now runs in one or two rounds, with the same result."""
@@ -414,6 +415,7 @@ def shared_rails(topo: Topology, size: int = 2 << 20) -> list[Flow]:
     return flows
 
 
+@pytest.mark.slow  # workers=2: 2 processes loading ns-3 (about 3.5 CPU s)
 def test_dynamic_bounds_cut_rounds_on_shared_links_and_stay_exact() -> None:
     """Two flows sharing a link run at half rate, so each passes its static bound (full rate) halfway through;
     with the static bound only every round then spans L (over 250 rounds here). The workers' completion bounds
@@ -443,6 +445,7 @@ def nvlink_chain_beside_rings(topo: Topology, links: int = 20) -> list[Flow]:
     return flows
 
 
+@pytest.mark.slow  # workers=2 twice: 4 processes loading ns-3 (about 7 CPU s)
 def test_fluid_side_running_while_the_workers_run_cuts_rounds_and_stays_exact() -> None:
     """Issue 38, asynchronous rounds: while the workers run a round, the fluid NVLink side runs alone up to the
     earliest packet completion it reacts to (`run_ahead`), so its chain's events no longer end rounds. With
@@ -485,6 +488,7 @@ def watched_run(sim: Any, topo: Topology, flows: list[Flow]) -> list[Any]:
     return trace
 
 
+@pytest.mark.slow  # workers=2: 2 processes loading ns-3 (about 3.5 CPU s)
 def test_asynchronous_rounds_return_at_watched_completions_as_one_engine() -> None:
     """The runtime's way of driving the engine, with asynchronous rounds: the fluid side runs ahead while the
     workers run, but stops at a completion the caller watches (it submits there) and never past a packet
@@ -507,6 +511,7 @@ def test_asynchronous_rounds_return_at_watched_completions_as_one_engine() -> No
     assert got == want
 
 
+@pytest.mark.slow  # workers=2 twice: 4 processes loading ns-3 (about 7 CPU s)
 @pytest.mark.timeout(120)
 def test_fluid_flows_outlasting_the_packet_side_end_with_the_floor() -> None:
     """Issue 38 (the 64 MiB hang): once the packet side is idle and the fluid side's flows release nothing there,
@@ -594,29 +599,51 @@ def run_in_two_batches(sim: Any, first: list[Flow], second: list[Flow], mid: int
     return sorted((c.flow_id, c.start_ns, c.end_ns) for c in done), sum(c.flow_id < 24 for c in done if c.end_ns <= mid)
 
 
+WIDE_MID = 20_000  # the second batch's ns: some of the first batch's flows are done, some not
+
+
+def wide_dag_one_engine(topo: Topology, first: list[Flow], second: list[Flow]) -> list[Any]:
+    """`run_in_two_batches` on one engine; checks the comparison is not vacuous (some deps done at the second
+    batch, some not)."""
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+    want, ended = run_in_two_batches(one, first, second, WIDE_MID)
+    one.close()
+    assert 0 < ended < 24
+    return want
+
+
 def test_wide_deps_read_once_per_batch_stay_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flows sharing a wide deps list have it read once per batch (`SHARED_DEPS_MIN`), some deps done, some not,
-    on either worker and side: the same completions as read per dependency edge, and as one engine; each starts
-    no earlier than its last dep's end."""
+    on either side (fluid NVLink, packet): the same completions as read per dependency edge; each starts no earlier
+    than its last dep's end. (On two workers, as one engine: the slow test below.)"""
     topo = tiny()
     first, second = wide_dag(topo)
-    mid = 20_000
-    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
-    want, ended = run_in_two_batches(one, first, second, mid)
-    one.close()
-    assert 0 < ended < 24  # some deps are done when the wide flows come, some not
+    want = wide_dag_one_engine(topo, first, second)
     with monkeypatch.context() as m:
         m.setattr("phantora.netsim.hybrid.SHARED_DEPS_MIN", 1 << 30)
-        m.setattr("phantora.netsim.decompose.SHARED_DEPS_MIN", 1 << 30)
         per_edge = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
-        assert run_in_two_batches(per_edge, first, second, mid)[0] == want
+        assert run_in_two_batches(per_edge, first, second, WIDE_MID)[0] == want
         per_edge.close()
-    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
-    try:
-        assert run_in_two_batches(sim, first, second, mid)[0] == want
-    finally:
-        sim.close()
     end = {fid: e for fid, _, e in want}
     for f in second:
         start = next(s for fid, s, _ in want if fid == f.id)
         assert start >= max(end[d] for d in f.deps) + f.delay_ns
+
+
+@pytest.mark.slow  # workers=2 twice: 4 processes loading ns-3 (about 7 CPU s)
+def test_wide_deps_read_once_per_batch_on_two_workers_as_one_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decomposed engine's driver reads a wide deps list once per batch too (`SHARED_DEPS_MIN`), on either
+    worker and the driver's side: the same completions as one engine's, and as its own read per dependency edge."""
+    topo = tiny()
+    first, second = wide_dag(topo)
+    want = wide_dag_one_engine(topo, first, second)
+    for per_edge in (False, True):
+        with monkeypatch.context() as m:
+            if per_edge:
+                m.setattr("phantora.netsim.hybrid.SHARED_DEPS_MIN", 1 << 30)
+                m.setattr("phantora.netsim.decompose.SHARED_DEPS_MIN", 1 << 30)
+            sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+            try:
+                assert run_in_two_batches(sim, first, second, WIDE_MID)[0] == want
+            finally:
+                sim.close()
