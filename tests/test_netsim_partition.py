@@ -147,3 +147,9 @@ def test_the_records_are_copies_of_the_merged_results_fields() -> None:
     assert got == [[f, i] for i, f in enumerate(fields)]
     got[0].append("x")
     assert sim.pfc_events() == ["pfc", 0]
+    # read through the class, each is the plain accessor (callable with the simulator), documented either way
+    names = ("pfc_events", "queue_samples", "drops", "trims", "cnp_events", "ecn_mark_events")
+    assert [getattr(PartitionedSimulator, n)(sim) for n in names] == [[f, i] for i, f in enumerate(fields)]
+    for name in names:
+        doc = getattr(PartitionedSimulator, name).__doc__
+        assert doc and doc == getattr(sim, name).__doc__ and doc != type(getattr(sim, name)).__doc__

@@ -174,7 +174,7 @@ class FluidNvlinkSimulator:
             return None
         if not any(d in ends for d in deps):
             return deps
-        return tuple([d for d in deps if sides.get(d) == side])
+        return self._side_deps(deps, side)
 
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until` on both sides; now() becomes `until`."""
@@ -414,13 +414,15 @@ class FluidNvlinkSimulator:
     def _known(self, fid: int) -> bool:
         return fid in self._side or fid in self._held
 
+    def _side_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...]:
+        """The deps among `deps` that `side`'s engine knows (those submitted to it), in their order."""
+        sides = self._side
+        return tuple([d for d in deps if sides.get(d) == side])
+
     def _same_side(self, f: Flow, side: int) -> Flow:
         """`f` with only the deps its engine knows (its own side's); the others have all arrived."""
-        sides = self._side
-        deps = tuple([d for d in f.deps if sides.get(d) == side])
-        if deps == f.deps:
-            return f
-        return f.with_deps(deps)
+        deps = self._side_deps(f.deps, side)
+        return f if deps == f.deps else f.with_deps(deps)
 
     def _idle(self) -> bool:
         return self.packet.in_flight() == 0 and self.fluid.in_flight() == 0 and not self._ahead

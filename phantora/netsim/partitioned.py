@@ -12,7 +12,8 @@ the switches it runs at one engine's instants, and merged as one engine's (`brid
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from types import MethodType
+from typing import Any, Generic, TypeVar, overload
 
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow
@@ -28,13 +29,28 @@ R = TypeVar("R")
 
 
 class _Records(Generic[R]):
-    """A `FabricObserver` record accessor of `PartitionedSimulator`: a copy of the merged result's `field`."""
+    """A `FabricObserver` record accessor of `PartitionedSimulator`: a copy of the merged result's `field`. It is
+    a method: read through an instance it is bound (`sim.drops()`), through the class it is the plain accessor
+    (`PartitionedSimulator.drops(sim)`), and `doc` is its docstring either way."""
 
-    def __init__(self, field: str) -> None:
+    def __init__(self, field: str, doc: str) -> None:
         self.field = field
+        self.__doc__ = doc
 
-    def __get__(self, sim: PartitionedSimulator, owner: type | None = None) -> Callable[[], list[R]]:
-        return lambda: list(getattr(sim._res, self.field))
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.__name__, self.__qualname__ = name, f"{owner.__qualname__}.{name}"
+
+    def __call__(self, sim: PartitionedSimulator) -> list[R]:
+        return list(getattr(sim._res, self.field))
+
+    @overload
+    def __get__(self, sim: None, owner: type | None = None) -> _Records[R]: ...
+
+    @overload
+    def __get__(self, sim: PartitionedSimulator, owner: type | None = None) -> Callable[[], list[R]]: ...
+
+    def __get__(self, sim: PartitionedSimulator | None, owner: type | None = None) -> Any:
+        return self if sim is None else MethodType(self, sim)
 
 
 class PartitionedSimulator:
@@ -133,12 +149,18 @@ class PartitionedSimulator:
     def channel_usage(self, elapsed_ns: int | None = None) -> list[Any]:
         return channel_usage(self._res.channels, max(1, self._now if elapsed_ns is None else elapsed_ns))
 
-    pfc_events = _Records[PfcEvent]("pfc")
-    queue_samples = _Records[QueueSample]("queues")
-    drops = _Records[Drop]("drops")
-    trims = _Records[Trim]("trims")
-    cnp_events = _Records[CnpEvent]("cnps")
-    ecn_mark_events = _Records[EcnMark]("marks")
+    pfc_events = _Records[PfcEvent]("pfc", "Every PFC pause and resume frame, in time order (pfc.csv).")
+    queue_samples = _Records[QueueSample](
+        "queues", "Every switch's queue samples at one engine's instants (queues.csv)."
+    )
+    drops = _Records[Drop]("drops", "Every packet dropped (drops.csv; empty with `trace_drops` off).")
+    trims = _Records[Trim](
+        "trims", "Every loss-tolerant packet trimmed to its header (DLCP; empty with `trace_drops` off)."
+    )
+    cnp_events = _Records[CnpEvent]("cnps", "Every CNP, in time order (cnps.csv; empty with `trace_cnp` off).")
+    ecn_mark_events = _Records[EcnMark](
+        "marks", "Every CE mark, in time order (ecn_marks.csv; empty with `trace_ecn` off)."
+    )
 
     def flow_transport(self) -> Mapping[int, FlowTransport]:
         return dict(self._res.transport)
