@@ -156,13 +156,16 @@ def partitioned(topo: Topology, config: Any, runner: Callable[..., Any]) -> Netw
 
 
 def packet_side(ns3: Any, config: Any) -> Any:
-    """The packet side over one ns-3 engine: with ``nic_latency`` > 0 a `NicLatencySimulator`, with ``reuse=on``
-    a `ProfileReuseSimulator` (they do not combine), else the engine itself."""
+    """The packet side over one ns-3 engine: with ``reuse=on`` a `ProfileReuseSimulator` over it, and with
+    ``nic_latency`` > 0 a `NicLatencySimulator` on top (over reuse, if on: reuse then sees the flows as ns-3 gets
+    them, without deps, at their first packet's ns; a decomposition worker is this, so each keeps its own
+    episodes), else the engine itself."""
+    engine = with_reuse(ns3, config)
     if config.nic_latency:
         from phantora.netsim.nic_latency import NicLatencySimulator
 
-        return NicLatencySimulator(ns3, config.nic_latency)
-    return with_reuse(ns3, config)
+        return NicLatencySimulator(engine, config.nic_latency)
+    return engine
 
 
 def fluid_nvlink(topo: Topology, config: Any, calls: Any = None, packet: Any = None) -> NetworkSimulator:

@@ -11,6 +11,8 @@ where its start falls among other events at T (ns-3 orders same-ns events by ins
 it, and is what makes decomposition into parallel ns-3 workers exact (phantora.netsim.decompose,
 docs/packet-model.md "Decomposition"). With L > 0 every flow posted at P is known by P < T, so the
 insertion point is always reachable. L = 0 is the plain `Ns3Simulator` (the factory does not wrap it).
+With ``reuse=on`` the engine below is a `ProfileReuseSimulator` over ns-3: its episodes are the batches handed
+over here (flows without deps, at their first packet's ns), so in a decomposition each worker keeps its own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from phantora.netsim.flow import CausalityError
 
 if TYPE_CHECKING:
     from phantora.netsim.packet import Ns3Simulator
+    from phantora.netsim.reuse import ProfileReuseSimulator
     from phantora.topology.model import Topology
 
 
@@ -113,9 +116,10 @@ class Releases:
 
 
 class NicLatencySimulator(RunsByCompletion):
-    """`NetworkSimulator` (a `CompletionStepper`, so nvlink=fluid sits on it) over one `Ns3Simulator`."""
+    """`NetworkSimulator` (a `CompletionStepper`, so nvlink=fluid sits on it) over one `Ns3Simulator` (or profile
+    reuse over it)."""
 
-    def __init__(self, inner: Ns3Simulator, latency_ns: int) -> None:
+    def __init__(self, inner: Ns3Simulator | ProfileReuseSimulator, latency_ns: int) -> None:
         if latency_ns <= 0:
             raise PhantoraError(f"NicLatencySimulator needs a latency > 0 ns, got {latency_ns}")
         self.inner = inner

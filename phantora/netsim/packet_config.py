@@ -275,8 +275,6 @@ class PacketConfig:
                 raise bad("partition_loopback", "does not combine with workers (decomposition) yet")
         if self.partition or self.partition_worker != -1:
             self._check_partition(bad)
-        if self.reuse == "on" and self.nic_latency:
-            raise bad("reuse", "reuse=on does not combine with nic_latency > 0 yet: turn one of them off")
         if self.reuse == "on" and self.dlcp != "off":
             raise bad("reuse", "reuse=on cannot serve loss-tolerant (dlcp) episodes: turn one of them off")
         if self.transport and self.transport not in TRANSPORT_PRESETS:

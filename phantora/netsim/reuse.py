@@ -50,6 +50,7 @@ from phantora.netsim.observe import (
     PacketChannelUsage,
     PfcEvent,
     QueueSample,
+    Trim,
 )
 from phantora.netsim.packet import check_packet_batch
 
@@ -79,6 +80,8 @@ class QuietStepper(NetworkSimulator, FabricObserver, Protocol):
     def new_records(self) -> FabricRecords: ...
 
     def channel_usage(self, elapsed_ns: int | None = None) -> Sequence[PacketChannelUsage]: ...
+
+    def completion_bounds(self) -> dict[int, int]: ...
 
 
 @dataclass(slots=True)
@@ -125,6 +128,7 @@ class ProfileReuseSimulator:
     def __init__(self, inner: QuietStepper) -> None:
         self.inner = inner
         self.topology: Topology = inner.topology
+        self.config = getattr(inner, "config", None)  # the engine's (a `NicLatencySimulator` above reads it)
         self._root: dict[Key, _Node] = {}
         self._ep: _Episode | None = None
         self._vnow = inner.now()
@@ -231,6 +235,11 @@ class ProfileReuseSimulator:
     def now(self) -> int:
         return self._vnow if self._serving() else self.inner.now()
 
+    def completion_bounds(self) -> dict[int, int]:
+        """ns-3's bounds of the flows it runs (what a decomposition worker reports). A served episode's flows have
+        none: ns-3 lies quiet meanwhile, and the static bounds the driver set when it posted them still hold."""
+        return self.inner.completion_bounds()
+
     def in_flight(self) -> int:
         return self._ep.left if self._serving() and self._ep is not None else self.inner.in_flight()
 
@@ -311,6 +320,10 @@ class ProfileReuseSimulator:
     def queue_samples(self) -> list[QueueSample]:
         own = self.inner.queue_samples()
         return self._merged(own, lambda rec, t0, ids: [_shift_queue(e, t0) for e in rec.queues])
+
+    def trims(self) -> Sequence[Trim]:
+        """ns-3's: only loss-tolerant (DLCP) packets are trimmed, and reuse refuses those flows."""
+        return self.inner.trims()
 
     def drops(self) -> list[Drop]:
         own = self.inner.drops()
