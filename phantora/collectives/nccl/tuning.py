@@ -16,6 +16,7 @@ from functools import lru_cache
 from phantora.collectives.nccl import old_tuners, proxy, ring_chain, ring_kernel
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes
+from phantora.collectives.nccl.cta_ceiling import raised_bus_bw
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
 from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
 from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
@@ -362,6 +363,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
     if ring:
         kernel = ring_kernel.kernel_busbw(p) * p.nranks / _nsteps(kind, p.nranks)
+    kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
     algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
     fit = tree_correction_us(cost, kind, nbytes)
@@ -407,3 +409,16 @@ def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
         return min(1.0, min(st.nvls_channels or default, st.max_channels) / default)
     default = comm_channels(p, ring_graph(p), NcclSettings())
     return min(1.0, st.max_channels / default)
+
+
+def more_ctas_algbw(cost: Cost, kind: str, p: Platform, channels: int) -> float:
+    """The algorithm bandwidth (GB/s) of a per-channel-capped pair (`cta_ceiling.py`) running `channels` CTAs, more
+    than NCCL's default: its ceilings scale with them. 0 when it runs NCCL's default or fewer, or has no ceiling."""
+    default = comm_channels(p, ring_graph(p), NcclSettings())
+    ring = ring_graph(p)
+    if channels <= default or (cost.algorithm == "tree" and kind != "all_reduce"):
+        return 0.0
+    graph_bus = ring.nchannels * (ring.bw_intra if p.nnodes <= 2 else ring.bw_inter)
+    bus = raised_bus_bw(cost.algorithm, cost.protocol, p, graph_bus, ring.nchannels, channels / default)
+    ratio = p.nranks / _nsteps(kind, p.nranks) if cost.algorithm == "ring" else 0.5
+    return max(cost.algbw, bus * ratio) if bus > 0 else 0.0
