@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
-from phantora.collectives.nccl.published import Table, machine, tables
+from phantora.collectives.nccl.published import Table, machine, not_compared, tables
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.report.host_launch import host_ns_per_call
@@ -43,6 +43,15 @@ def test_the_data_and_its_sources_are_there():
     for t in tables(include_degraded=True):
         assert t.path.name in sources, t.path.name
         assert t.rows and all(size > 0 and bw >= 0 for size, bw in t.rows)
+
+
+def test_the_efa_table_is_kept_but_not_compared():
+    """AWS p5 over EFA is outside the validation's 400G InfiniBand/RoCE (docs/validation.md, "AWS p5 over EFA"):
+    its data stays, listed with the reason, and no comparison counts it."""
+    name = "h100_16gpu_2node_efa_all_reduce_awsp5keitaw"
+    assert name in {t.name for t in tables(include_degraded=True)}
+    assert name not in {t.name for t in tables()}
+    assert "EFA" in dict(not_compared())[name]
 
 
 TWO_HOSTS = (

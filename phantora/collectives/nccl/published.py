@@ -17,7 +17,8 @@ from phantora.collectives.nccl.settings import ENV_VARS
 from phantora.topology.model import Topology
 
 TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
-DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork")  # misconfigured or not RDMA (see SOURCES.md)
+# misconfigured, or a fabric outside the validation's 400G InfiniBand/RoCE (TCPXO, EFA; see SOURCES.md)
+DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork", "_efa_")
 # not built by `machine`: PCIe cards on an NVLink bridge; a NIC the source states nowhere (cluster00), or one
 # inferred only from the same cluster's own measured rates (cluster01's multi-host runs, SOURCES.md)
 NOT_MODELLED = ("pcie", "nicunknown", "nic400assumed")
@@ -118,6 +119,8 @@ def not_compared() -> list[tuple[str, str]]:
         "nccltests290_default": "degraded: its reporter calls it so (about 155 GB/s busbw)",
         "nccltests290_ring": "degraded: about 90 GB/s busbw, far below what NVIDIA says 8 x 400G give",
         "a3megafork": "not RDMA (GCP A3 Mega: GPUDirect-TCPXO over Ethernet)",
+        "_efa_": "not InfiniBand/RoCE (AWS EFA: SRD through the aws-ofi-nccl plugin, 4 x 100G per GPU; its 20 us "
+        "8-byte latency and the plugin's costs are in no NCCL code; docs/validation.md)",
         "pcie": "PCIe cards on an NVLink bridge: not a machine `machine` builds",
         "nicunknown": "the cluster's NIC is stated nowhere",
         "nic400assumed": "the cluster's NIC is stated nowhere; 400G was inferred from its own sendrecv and "
