@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import csv
+import statistics
+from pathlib import Path
+
 import pytest
 
 from phantora.cli import main
@@ -54,3 +58,45 @@ def test_a_host_bound_call_costs_its_launches_and_one_gpu_time_over_the_loop(
     loop, _ = _time_us(base, capsys)
     assert channels == (1 if test == "all_gather_perf" else 16)
     assert loop == pytest.approx(8 * hl.host_launch_us(channels) + gpu / 20, abs=0.02)
+
+
+SMALL = Path(__file__).parent / "data" / "nccl_small" / "together_h100_g8_below_1mib.csv"
+CONFIGS = {"ring": {"NCCL_ALGO": "RING", "NCCL_NVLS_ENABLE": "0"}, "nvls": {"NCCL_NVLS_ENABLE": "1"}}
+
+
+def _published_small() -> dict[tuple[str, str], dict[int, float]]:
+    """Together's -g 8 rows from 8 B to 512 KiB that the constants were not fitted on, per (test, config): the faster
+    of the out-of-place and in-place times (two timings of the same call; the slower one carries the run's jitter,
+    up to 51% above the other)."""
+    lines = [ln for ln in SMALL.read_text().splitlines() if not ln.startswith("#")]
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for r in csv.DictReader(lines):
+        key = (r["test"], r["config"])
+        out.setdefault(key, {})[int(r["size_bytes"])] = min(float(r["time_us_out"]), float(r["time_us_in"]))
+    return out
+
+
+def test_the_floor_holds_out_of_sample_on_the_same_nodes_other_collectives(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of sample: 62 published -g 8 rows below 1 MiB (all-reduce, reduce-scatter on ring and NCCL's own choice,
+    all-gather's 16-512 KiB, and its NCCL-choice run; tests/data/nccl_small, NCCL 2.26.2) against the model's
+    loop. The launches are a floor under the host's jitter, so the model may sit below a row but not above it:
+    each row within -12% / +2% of the model, the median |error| at most 2% and at least 80% of rows within 5%
+    (2026-11-29: median 1.3%, worst -11.3% at 512 KiB all-reduce, at most +1.7%, 51 of 62 within 5%)."""
+    errors: list[float] = []
+    for (test, config), published in sorted(_published_small().items()):
+        monkeypatch.delenv("NCCL_ALGO", raising=False)
+        for k, v in {**CONFIGS[config], "PHANTORA_NCCL_VERSION": "2.26"}.items():
+            monkeypatch.setenv(k, v)
+        lo, hi = min(published), max(published)
+        argv = ["nccl-tests", f"{test}_perf", "-b", str(lo), "-e", str(hi), "-f", "2", "-g", "8", "-w", "5", "-n", "20"]
+        assert main(argv) == 0
+        rows = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln and not ln.startswith("#")]
+        simulated = {int(r[0]): float(r[5]) for r in rows}
+        assert set(published) <= set(simulated), (test, config)
+        errors += [(simulated[s] - t) / t for s, t in published.items()]
+    assert len(errors) == 62
+    assert all(-0.12 <= e <= 0.02 for e in errors), sorted(errors)
+    assert statistics.median(abs(e) for e in errors) <= 0.02
+    assert sum(abs(e) <= 0.05 for e in errors) >= 0.8 * len(errors)

@@ -14,7 +14,8 @@ all_gather_ring.out in tests/data/nccl_tests/SOURCES.md), whose out-of-place tim
 idle most of the loop: 34.86 µs (mean) at 128 B-8 KiB, where NCCL runs one channel, and 41.50 µs at 1-4 MiB, on
 24. Less the loop's tail (one GPU time over the 20 iterations: about 0.54 and 1.30 µs), that is 4.29 and 5.03 µs
 per GPU's call: 32 ns per channel and 4.26 µs per call. The per-call part is the host's CPU and differs by host
-(docs/validation.md, "Host launches").
+(docs/validation.md, "Host launches"). Out of sample, the same node's other rows below 1 MiB (tests/data/nccl_small:
+all-reduce, reduce-scatter, NCCL's own choice) check the floor (tests/test_host_launch.py).
 """
 
 from __future__ import annotations
