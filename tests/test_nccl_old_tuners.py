@@ -66,7 +66,9 @@ def test_nvls_rated_by_the_5_6_ratio_until_2_27_moves_its_first_size():
 def test_the_chosen_algorithm_s_time_is_the_model_s_whichever_version_picked_it():
     st = settings_from_env({})
     p = table_platform(A100)
-    a = tuning.select("all_reduce", p, replace(st, nccl_version=(2, 18)), 3 << 20)
+    # 2.20: 2.18's tuner constants (ring LL at busBw / 4), but the kernel's chunks are already even; before 2.20
+    # the kernel's LL128 round-up also slows the time (test_nccl_ring_round_up.py)
+    a = tuning.select("all_reduce", p, replace(st, nccl_version=(2, 20)), 3 << 20)
     b = tuning.select("all_reduce", p, replace(st, nccl_version=(2, 30)), 3 << 20)
     assert a == b and a is not None and a.protocol == "LL128"
 

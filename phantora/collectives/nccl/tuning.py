@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from phantora.collectives.nccl import old_tuners, proxy, ring_chain, ring_kernel
+from phantora.collectives.nccl import old_tuners, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.cta_ceiling import raised_bus_bw
@@ -365,6 +365,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         kernel = ring_kernel.kernel_busbw(p) * p.nranks / _nsteps(kind, p.nranks)
     kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
     algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
+    if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
+        algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
     fit = tree_correction_us(cost, kind, nbytes)
     if cost.algorithm == "tree":  # the correction already charges the mid-size shortfall: count the larger
