@@ -12,7 +12,7 @@ from phantora.collectives.nccl import platform_of
 from phantora.collectives.nccl.cta_ceiling import raised_bus_bw
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import settings_from_env as nccl_env
-from phantora.collectives.nccl.tuning import Cost, comm_channels, more_ctas_algbw, ring_graph, select
+from phantora.collectives.nccl.tuning import Cost, comm_channels, costs, more_ctas_algbw, ring_graph, select
 from phantora.topology import rail_optimized
 
 MiB = 1 << 20
@@ -68,3 +68,13 @@ def test_default_or_fewer_ctas_and_uncapped_pairs_are_left_alone():
     assert more_ctas_algbw(cost, "all_reduce", p, 16) == 0.0
     assert more_ctas_algbw(cost, "all_reduce", p, 8) == 0.0
     assert more_ctas_algbw(Cost("ring", "Simple", 1.0, 204.8), "all_reduce", p, 24) == 0.0
+
+
+def test_at_nccls_default_the_formula_is_nccls_own_rating():
+    """Scale 1 restates tuning.costs: ring LL128 on 2 hosts 293.6 x 16 / 30, tree LL128 on 8 hosts 232 x 0.5."""
+    for hosts, algo, ratio in ((2, "ring", 16 / 30), (8, "tree", 0.5)):
+        p = h100(hosts)
+        g = ring_graph(p)
+        rated = {(c.algorithm, c.protocol): c.algbw for c in costs("all_reduce", p, nccl_env({}))}
+        raised = raised_bus_bw(algo, "LL128", p, g.nchannels * (g.bw_intra if hosts <= 2 else g.bw_inter), 8, 1.0)
+        assert rated[(algo, "LL128")] == pytest.approx(raised * ratio)
