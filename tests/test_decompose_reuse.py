@@ -93,6 +93,7 @@ def test_reuse_over_nic_latency_on_one_engine_is_exact_and_serves_whole_periods(
     assert "reuse=on" in on["approximations"]  # type: ignore[operator]
 
 
+@pytest.mark.slow  # workers=2: two processes loading ns-3, about 6 CPU s (23 s wall at load 10)
 def test_reuse_with_two_workers_equals_one_engine_without_reuse_to_the_ns() -> None:
     """Each worker keeps its own episodes: rail 0's worker serves every repeat of its rail, whatever rail 1 does,
     and every start and end stays one engine's without reuse."""
