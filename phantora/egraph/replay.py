@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,8 +144,11 @@ class _RankRun:
 
 
 class _Planner:
-    def __init__(self, graph: ExecGraph, topo: Topology, algo: AlgoOptions, max_flows: int) -> None:
+    def __init__(
+        self, graph: ExecGraph, topo: Topology, algo: AlgoOptions, max_flows: int, tick: Callable[[], None] | None
+    ) -> None:
         self.graph, self.topo, self.algo, self.max_flows = graph, topo, algo, max_flows
+        self.tick = tick
         self.flows: list[Flow] = []
         self.markers = 0
         self.instances: dict[tuple[Any, ...], Instance] = {}
@@ -173,7 +177,11 @@ class _Planner:
             slots = [g.groups[i] for i in e.groups]
             runs.append(_RankRun(r, g.programs[e.program], slots, topo.node_of_rank(r), pinned[e.program]))
         ready = deque(range(g.world))
+        beat = time.monotonic()
         while ready:
+            if self.tick is not None and time.monotonic() - beat >= 1.0:
+                beat = time.monotonic()
+                self.tick()
             run = runs[ready.popleft()]
             self.advance(run)
             if run.blocked is not None:
@@ -315,10 +323,15 @@ class _Planner:
 
 
 def plan_graph(
-    graph: ExecGraph, topo: Topology, algo: AlgoOptions | None = None, max_flows: int = MAX_FLOWS
+    graph: ExecGraph,
+    topo: Topology,
+    algo: AlgoOptions | None = None,
+    max_flows: int = MAX_FLOWS,
+    tick: Callable[[], None] | None = None,
 ) -> GraphPlan:
-    """The flow DAG of a graph on a topology."""
-    return _Planner(graph, topo, algo or AlgoOptions(), max_flows).plan()
+    """The flow DAG of a graph on a topology. `tick` is called about once a second while planning (the engine's
+    `keepalive`: decomposition workers started before a long plan must hear from their driver)."""
+    return _Planner(graph, topo, algo or AlgoOptions(), max_flows, tick).plan()
 
 
 def algo_from_meta(graph: ExecGraph) -> AlgoOptions:
@@ -344,7 +357,7 @@ def replay_graph(
     """Replay `graph` on `sim` (a fresh engine for `topo`) and time every step. A `scenario` with events at a step
     boundary has them applied as the steps start (`phantora.egraph.step_events`)."""
     t0 = time.perf_counter()
-    plan = plan_graph(graph, topo, algo if algo is not None else algo_from_meta(graph))
+    plan = plan_graph(graph, topo, algo if algo is not None else algo_from_meta(graph), tick=sim.keepalive)
     t1 = time.perf_counter()
     started: dict[int, int] = {}
     if scenario is not None and has_step_events(scenario):
