@@ -33,6 +33,7 @@ import msgpack
 
 from bridge.columns import completions_from_columns, flows_to_columns
 from bridge.cut_watch import wait_workers
+from bridge.ray_workers import last_words
 from bridge.runspec import topology_to_dict
 from bridge.transport import make_run_dir, new_token, remove_run_dir
 from phantora.netsim.base import Completion, Flow
@@ -153,8 +154,7 @@ class _Local:
         return f"pid {self.proc.pid}"
 
     def last_words(self) -> str:
-        lines = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
-        return " | ".join(lines)
+        return last_words(self.log)
 
 
 def _run_local(setups: list[dict[str, Any]], token: str, timeout_s: float) -> list[dict[str, Any]]:

@@ -49,6 +49,12 @@ def spawn_logged(argv: list[str], env: dict[str, str], cwd: str, log: Path) -> s
         )
 
 
+def last_words(log: Path, lines: int = 3) -> str:
+    """A worker's last `lines` lines of `log`, joined by " | " for a one-line error ("" if none or no log)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
 class LoggedWorker:
     """What both Ray actors' bodies share (`WorkerHost`, `bridge.cut_ray.CutWorkerHost`): their worker process
     `proc`, its stderr in `log`, and the endpoint file it publishes once started."""
@@ -70,8 +76,7 @@ class LoggedWorker:
         return self.proc.poll()
 
     def tail(self) -> str:
-        lines = self.log.read_text(errors="replace").strip().splitlines()[-3:] if self.log.exists() else []
-        return " | ".join(lines)
+        return last_words(self.log)
 
 
 class WorkerHost(LoggedWorker):

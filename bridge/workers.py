@@ -26,7 +26,7 @@ from bridge.columns import completions_from_columns, flows_to_columns
 from bridge.curve import ClientCurve, KeyPair
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT, encode, records_from_wire
-from bridge.ray_workers import RayPlacement
+from bridge.ray_workers import RayPlacement, last_words
 from bridge.remote import RemoteSimulator
 from bridge.runspec import RunSpec
 from bridge.transport import HEARTBEAT_S, STARTUP_ENV, STARTUP_TIMEOUT_S, make_run_dir, new_token, remove_run_dir
@@ -65,13 +65,12 @@ class Worker:
         """WorkerDiedError naming the worker if it has exited."""
         code = self.exit_code()
         if code is not None:
-            tail = ""
+            words = ""
             if self.log is not None and self.log.exists():
-                lines = self.log.read_text(errors="replace").strip().splitlines()[-3:]
-                tail = ("; its last words: " + " | ".join(lines)) if lines else ""
+                words = last_words(self.log)
             elif self.placement is not None:
                 words = self.placement.tail(self.host)
-                tail = f"; its last words: {words}" if words else ""
+            tail = f"; its last words: {words}" if words else ""
             raise WorkerDiedError(
                 f"decomposition worker {self.index} (pid {self.pid}, pieces {self.pieces}) exited with code {code} "
                 f"mid-run{tail}"

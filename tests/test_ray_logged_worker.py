@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.ray_workers import LoggedWorker, spawn_logged
+from bridge.ray_workers import LoggedWorker, last_words, spawn_logged
 from phantora.errors import PhantoraError
 
 
@@ -44,3 +44,11 @@ def test_a_worker_past_the_timeout_is_named(tmp_path: Path) -> None:
     finally:
         w.proc.kill()
         w.proc.wait()
+
+
+def test_the_last_words_of_no_log_or_a_blank_one_are_empty(tmp_path: Path) -> None:
+    assert last_words(tmp_path / "none.log") == ""
+    (tmp_path / "blank.log").write_text("\n  \n")
+    assert last_words(tmp_path / "blank.log") == ""
+    (tmp_path / "two.log").write_text("a\nb\n")
+    assert last_words(tmp_path / "two.log") == "a | b"

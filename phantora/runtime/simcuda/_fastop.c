@@ -924,26 +924,18 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
   Py_RETURN_NONE;
 }
 
-static PyObject *py_set_tensor_info(PyObject *self, PyObject *addr) {
-  void *p = PyLong_AsVoidPtr(addr);
-  if (!p && PyErr_Occurred()) return NULL;
-  g_info = (tensor_info_fn)p;
-  Py_RETURN_NONE;
-}
+/* py_set_NAME(address): a native function's address (or 0, to go without it) into `slot`, as its `type`. */
+#define ADDRESS_SETTER(name, slot, type)                            \
+  static PyObject *py_set_##name(PyObject *self, PyObject *addr) { \
+    void *p = PyLong_AsVoidPtr(addr);                               \
+    if (!p && PyErr_Occurred()) return NULL;                        \
+    slot = (type)p;                                                 \
+    Py_RETURN_NONE;                                                 \
+  }
 
-static PyObject *py_set_wrapper(PyObject *self, PyObject *addr) {
-  void *p = PyLong_AsVoidPtr(addr);
-  if (!p && PyErr_Occurred()) return NULL;
-  g_wrap = (wrap_fn)p;
-  Py_RETURN_NONE;
-}
-
-static PyObject *py_set_op_call(PyObject *self, PyObject *addr) {
-  void *p = PyLong_AsVoidPtr(addr);
-  if (!p && PyErr_Occurred()) return NULL;
-  g_call_op = (call_op_fn)p;
-  Py_RETURN_NONE;
-}
+ADDRESS_SETTER(tensor_info, g_info, tensor_info_fn)
+ADDRESS_SETTER(wrapper, g_wrap, wrap_fn)
+ADDRESS_SETTER(op_call, g_call_op, call_op_fn)
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))py_configure, METH_VARARGS | METH_KEYWORDS,
