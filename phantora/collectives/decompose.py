@@ -178,7 +178,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c, alternate) for c in range(ch)]
         in_turn = opts.model == "nccl"
-        ring_collective(b, kind, orders, coll.nbytes, in_turn=in_turn, **common)
+        ring_collective(b, kind, orders, coll.nbytes, in_turn=in_turn, window=_steps_in_flight(opts), **common)
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         if sweeps:

@@ -51,6 +51,7 @@ def ring_flows(
     name: str = "ring",
     start_deps: list[tuple[int, ...]] | None = None,
     in_turn: bool = False,
+    window: int = 1,
 ) -> list[list[int]]:
     """Add one channel's ring flows; return, per ring position, the flows it receives at the last step.
 
@@ -62,9 +63,12 @@ def ring_flows(
     slice through all the steps. Chunk c at step s waits for chunk c of step s - 1 to arrive from
     the predecessor, plus the step delay. `in_turn` (the NCCL model, whose flows are capped at their
     connection's rate): a rank runs its passes one after another (a pass's first step waits for the
-    sender's last message of the pass before), so a connection never carries two passes at once and
-    moves its bytes at its own rate; without it every pass runs at once, and the links alone set the
-    pace.
+    sender's last message of the pass before), and, given the builder's communicator, a rank's messages to
+    its successor go on the wire one at a time in order (`Flow.queue`), each once its input has arrived and
+    the message `window` before it has (its buffer slot is free: NCCL_STEPS, prims_simple.h `waitPeer`; the
+    proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL v2.30.7-1). So a
+    connection moves its bytes at its own rate, as ns-3's NIC sends a connection's messages; without
+    `in_turn` every pass runs at once, and the links alone set the pace.
     """
     n = len(order)
     first = start_deps or [()] * n
@@ -81,9 +85,10 @@ def ring_flows(
     chunks = ring_chunks(slices, chunk_bytes)
     k = len(chunks[0])
     last_step = len(ring_schedule(kind, n)) - 1
-    # recv[i][c]: the flow bringing chunk c to ring position i at its last step; sent[i]: position i's last send.
+    ordered = in_turn and bool(b.comm)  # a connection's messages in order on the wire (needs its connections)
+    # recv[i][c]: the flow bringing chunk c to ring position i at its last step; sent[i]: position i's sends so far.
     recv: list[list[int]] = [[0] * k for _ in range(n)]
-    sent: list[tuple[int, ...]] = [()] * n
+    sent: list[list[int]] = [[] for _ in range(n)]
     prev = [0] * n  # the flow bringing the pass's chunk to each position at the previous step
     for c, s, sends in ring_passes(kind, chunks):
         ctag = f"{tag}/step{s}/chunk{c}" if k > 1 else f"{tag}/step{s}"
@@ -91,10 +96,13 @@ def ring_flows(
         for i, (_j, _offset, size) in enumerate(sends):
             j = (i + 1) % n
             deps = (prev[i],) if s else first[i]
-            if in_turn and not s:  # a rank runs its passes one after another
-                deps = (*deps, *sent[i])
-            now[j] = b.add(order[i], order[j], size, ctag, channel, deps, step_delay_ns)
-            sent[i] = (now[j],)
+            mine = sent[i]
+            if in_turn and not s and mine:  # a rank runs its passes one after another
+                deps = (*deps, mine[-1])
+            elif ordered and len(mine) >= window:  # its slot is free once the message `window` back has arrived
+                deps = (*deps, mine[-window])
+            now[j] = b.add(order[i], order[j], size, ctag, channel, deps, step_delay_ns, ordered=ordered)
+            mine.append(now[j])
         prev = now
         if s == last_step:
             for i in range(n):
@@ -127,9 +135,10 @@ def ring_collective(
     chunk_bytes: int,
     step_delay_ns: int,
     in_turn: bool = False,
+    window: int = 1,
 ) -> None:
     """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries its share of nbytes
-    (`in_turn`: see `ring_flows`)."""
+    (`in_turn`, `window`: see `ring_flows`)."""
     for c, (order, size) in enumerate(zip(orders, split(nbytes, len(orders)), strict=True)):
         ring_flows(
             b,
@@ -141,4 +150,5 @@ def ring_collective(
             chunk_bytes=chunk_bytes,
             step_delay_ns=step_delay_ns,
             in_turn=in_turn,
+            window=window,
         )
