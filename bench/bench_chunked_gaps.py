@@ -3,8 +3,9 @@ docs/nccl-tests.md lists. A tree forced inside one node under LL128 forwards its
 coarse); under Simple its chunks cross each NVLink hop whole, its two halves sharing their channel's rate (as
 `pipeline.py`'s fill moves them); a broadcast's chunked chain pays its own fill (a 512 KiB step forwarded whole at
 each of n - 1 hops, as NCCL's kernel does), which NCCL's model has not. A send/recv across hosts, PAT's rounds and a
-chain's hops keep NCCL_STEPS steps in flight on a connection (p2p and PAT close to coarse). A ring's steps of one
-hop may be in flight side by side, each at its connection's rate, so across hosts chunked can beat coarse.
+chain's hops keep NCCL_STEPS steps in flight on a connection (p2p and PAT close to coarse), and so does a ring's
+hop, its steps on the wire one at a time (close to coarse; before, side by side, they took unequal shares of a
+spine link).
 
 Each case runs `phantora nccl-tests` twice on the flow network, coarse then chunked, and prints the out-of-place
 time of each and the chunked run's excess. Simulated figures, deterministic; a few seconds a run.
