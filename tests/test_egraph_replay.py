@@ -280,6 +280,41 @@ def test_two_streams_with_a_cross_stream_dependency() -> None:
     assert res.rank_end_ns == [2_500]
 
 
+class _Ticked(FlowSimulator):
+    """A flow engine that counts its keepalives (a decomposition engine's workers must hear from it while it plans)."""
+
+    ticks = 0
+
+    def keepalive(self) -> None:
+        self.ticks += 1
+
+
+def test_planning_ticks_the_engine_once_a_second_and_not_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """replay_graph plans with the engine's keepalive as its tick: on a clock that moves 1 s between reads every
+    rank's turn in the planner ticks (4 ranks, at least 4 turns); on a clock that stands still it never does."""
+    import phantora.egraph.replay as replay_mod
+
+    def graph() -> Any:
+        bs = []
+        for r in range(4):
+            b = ProgramBuilder(r)
+            b.compute("k", 1_000)
+            b.wait([b.collective("all_reduce", range(4), 1 * MiB)])
+            b.step()
+            bs.append(b)
+        return build_graph(bs)
+
+    clock = iter(range(10**6))
+    monkeypatch.setattr(replay_mod.time, "monotonic", lambda: float(next(clock)))
+    moving = _Ticked(star(4))
+    replay_graph(graph(), star(4), moving)
+    assert moving.ticks >= 4
+    monkeypatch.setattr(replay_mod.time, "monotonic", lambda: 0.0)
+    still = _Ticked(star(4))
+    replay_graph(graph(), star(4), still)
+    assert still.ticks == 0
+
+
 def test_mismatched_graph_names_the_ranks() -> None:
     bs = [ProgramBuilder(r) for r in range(2)]
     h0 = bs[0].collective("all_reduce", [0, 1], 1024)
