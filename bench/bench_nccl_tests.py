@@ -73,14 +73,14 @@ def bus_bandwidth(
 
 
 def simulate(table: Table, size: int, network: str = "flow") -> tuple[float, dict[str, Any]]:
-    """Bus bandwidth (GB/s) of one size of `table` on its machine, as nccl-tests' timed loop of 20 calls sees it
-    (one host thread launching its -g GPUs' calls, a per-call and a per-channel cost each: host_launch.py), and
-    NCCL's choice."""
+    """Bus bandwidth (GB/s) of one size of `table` on its machine, as nccl-tests' timed loop of `table.iters` calls
+    (its -n) sees it (one host thread launching its -g GPUs' calls, a per-call and a per-channel cost each:
+    host_launch.py), and NCCL's choice."""
     calls = test_calls(table.kind, tuple(range(table.gpus)), size)
     coll = calls[0]
     bus, choice = bus_bandwidth(calls, machine(table), AlgoOptions(nccl_env=nccl_env(table.env)), network)
     gpu_ns = round(coll.nbytes / bus * coll.busbw_factor())
-    loop = launch_bound([gpu_ns] * 20, host_ns_per_call(table.kind, choice, table.gpus, table.gpus_per_thread))
+    loop = launch_bound([gpu_ns] * table.iters, host_ns_per_call(table.kind, choice, table.gpus, table.gpus_per_thread))
     return coll.nbytes / statistics.mean(loop) * coll.busbw_factor(), choice
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
-from phantora.collectives.nccl.published import Table, machine, not_compared, tables
+from phantora.collectives.nccl.published import ITERS, Table, iterations, machine, not_compared, tables
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.report.host_launch import host_ns_per_call
@@ -27,13 +27,16 @@ def busbw(table: Table, size: int) -> float:
 
 
 def loop_busbw(table: Table, size: int) -> float:
-    """busbw as nccl-tests' timed loop of 20 calls sees it: one host thread launching its -g GPUs' calls."""
+    """busbw as nccl-tests' timed loop of the table's -n calls sees it: one host thread launching its -g GPUs'
+    calls."""
     n = table.gpus
     factor = 2 * (n - 1) / n if table.kind == "all_reduce" else (n - 1) / n
     gpu_ns = size / busbw(table, size) * factor
     coll = Collective(table.kind, tuple(range(table.gpus)), size, "fp32")
     choice = decompose(coll, machine(table), AlgoOptions(nccl_env=nccl_env(table.env))).choice
-    loop = launch_bound([round(gpu_ns)] * 20, host_ns_per_call(table.kind, choice, table.gpus, table.gpus_per_thread))
+    loop = launch_bound(
+        [round(gpu_ns)] * table.iters, host_ns_per_call(table.kind, choice, table.gpus, table.gpus_per_thread)
+    )
     return size / (sum(loop) / len(loop)) * factor
 
 
@@ -192,3 +195,24 @@ def test_one_host_ring_with_its_fill_and_passes_within_10_percent_from_64_mib(na
     for size, published in table.rows:
         if size >= 64 * MiB:
             assert loop_busbw(table, size) == pytest.approx(published, rel=0.10), size
+
+
+def test_the_timed_iterations_are_read_from_nccl_tests_flags_not_mpiruns() -> None:
+    """nccl-tests' -n / --iters (and "iters N") is the timed loop's length; mpirun's -n / -np before the binary is a
+    process count; none stated, or two different counts, is nccl-tests' default of 20 (src/common.cu)."""
+    assert ITERS == 20
+    assert (
+        iterations("mpirun -n 8 ./build/all_reduce_perf -b 10G -e 10G -g 1 (one rank per GPU, warmup 5, iters 20)")
+        == 20
+    )
+    assert iterations("mpirun -n 16 ./build/all_reduce_perf -b 8 -e 8G") == ITERS
+    assert iterations("mpirun -np 16 -N 8 all_reduce_perf -b 8 -e 16G -f 2 -g 1 -c 1 -n 100; NCCL_BUFFSIZE=1") == 100
+    assert iterations("mpirun -map-by ppr:8:node, nccl-tests -g 1 -c 1 -w 10 -n 10") == 10
+    assert iterations("srun 1 GPU per rank, -b 32M -e 64G (reduced by memory) -f 2 -w 5 -n 20, --datatype double") == 20
+    assert iterations("alltoall_perf --iters 7 --warmup_iters 5 -f 2") == 7
+    assert iterations("float sum, iters 2; source=x") == 2
+    assert iterations("./all_reduce_perf -b 1G -e 8G -f 2 -g 2") == ITERS
+    assert iterations("all_reduce_perf -n 40; iters 30") == ITERS  # two counts: not read
+    by_name = {t.name: t.iters for t in tables(include_degraded=True)}
+    assert by_name["a100_8gpu_1node_all_reduce_ocinccl2265"] == 20  # mpirun -n 8 ... iters 20
+    assert by_name["h200_8gpu_1node_all_reduce_azure_ndh200v5_nvls"] == 40  # all_reduce_perf ... -n 40

@@ -38,6 +38,17 @@ SETUP_POINTS: dict[str, dict[int, str]] = {
 # the issue's two other clusters state 2.26.2.
 NCCL_INFERRED = {"nccltests309_gjaion": "2.26"}
 
+ITERS = 20  # nccl-tests' default timed iterations (src/common.cu: `int iters = 20;`, set by -n / --iters)
+# Where a first line says the timed iterations: nccl-tests' --iters N; its -n N after its -w N (srun's and mpirun's
+# -w take a node list, not a count), or in the same clause as the *_perf binary or "nccl-tests" after it (a -n
+# before the binary is mpirun's process count); or the words "iters N" (nccl-tests' header prints "iters: N").
+_ITERS = (
+    r"--iters[ =](\d+)",
+    r"-w\s*\d+\s+-n\s*(\d+)",
+    r"(?:_perf|nccl-tests)\b[^;()]*?\s-n\s*(\d+)",
+    r"(?<![-\w])iters:?\s+(\d+)",
+)
+
 
 @dataclass(frozen=True)
 class Table:
@@ -54,6 +65,7 @@ class Table:
     forced: tuple[tuple[str, str], ...] = ()  # other NCCL_* variables of the table that phantora honours
     gpus_per_thread: int = 1  # nccl-tests' -g (one process driving its GPUs), 1 under mpirun / srun
     cpu: str = ""  # the hosts' CPU, from the first line's cpu=... (NCCL's net overhead follows its vendor)
+    iters: int = ITERS  # nccl-tests' timed iterations (-n), where the first line says them (`iterations`)
 
     @property
     def env(self) -> dict[str, str]:
@@ -93,7 +105,16 @@ def read_table(path: Path) -> Table:
     per_thread = int(g.group(1)) if g else 1
     cpu = re.search(r"cpu=([^;]*)", head)
     nic_gbps, host_cpu = int(nic.group(1)) if nic else 400, cpu.group(1).strip() if cpu else ""
-    return Table(path, gpu, gpus, nodes, test, forced, tuple(rows), nic_gbps, env, per_thread, host_cpu)
+    return Table(
+        path, gpu, gpus, nodes, test, forced, tuple(rows), nic_gbps, env, per_thread, host_cpu, iterations(head)
+    )
+
+
+def iterations(head: str) -> int:
+    """The timed iterations a table's first line states (`_ITERS`), or nccl-tests' default if it states none or
+    two different counts."""
+    found = {int(m) for pattern in _ITERS for m in re.findall(pattern, head)}
+    return found.pop() if len(found) == 1 else ITERS
 
 
 def _nccl_version(name: str, head: str) -> tuple[tuple[str, str], ...]:
