@@ -149,6 +149,9 @@ def summarize(ranks: dict[int, dict[str, Any]], gpu: GpuSpec) -> dict[str, Any]:
             sites.setdefault(kind, set()).update(found)
     if sites:  # every top-k site of phantom scores: the routers' (balanced), the others' (phantom), grouped ones
         out["moe_routing_sites"] = {kind: sorted(found) for kind, found in sorted(sites.items())}
+    simulated = sorted({p for r in ranks.values() for p in r.get("simulated_packages") or []})
+    if simulated:  # stand-ins a rank imported where the package was not installed (runtime/simcuda/simapex.py)
+        out["simulated_packages"] = simulated
     untimed = _untimed(ranks)
     if untimed:
         out["untimed_kernels"] = untimed
@@ -271,6 +274,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         k = summary["untimed_kernels"]
         names = ", ".join(list(k)[:3]) + (", ..." if len(k) > 3 else "")
         lines.append(f"{len(k)} kinds of kernel not timed by the compute model ({names}): results.json untimed_kernels")
+    if summary.get("simulated_packages"):
+        lines.append(
+            f"simulated packages: {', '.join(summary['simulated_packages'])} (not installed here; results.json "
+            "simulated_packages): apex's fused LayerNorm / RMSNorm run as torch norm kernels"
+        )
     lines += _routing_lines(summary)
     idle = (summary.get("network") or {}).get("idle_fabric")
     if idle:

@@ -28,7 +28,7 @@ from phantora.runtime import flex_chunks
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
-from phantora.runtime.simcuda import kept_values
+from phantora.runtime.simcuda import kept_values, simapex
 from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
 from phantora.runtime.trace import TraceRecorder
 from phantora.runtime.traffic import TrafficMarker, zero_ranges
@@ -629,6 +629,7 @@ class RankSession:
             **({"scenario": self.scenario_results()} if self.scenario is not None else {}),
             **({"moe_routing": routing} if (routing := kept_values.routing()) is not None else {}),
             **({"moe_routing_sites": sites} if (sites := kept_values.sites()) is not None else {}),
+            **({"simulated_packages": pk} if (pk := simapex.simulated_packages()) is not None else {}),
         }
 
     def scenario_results(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ Megatron's scripts set it. Megatron logs its iterations on the last rank.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -104,3 +105,39 @@ def test_moe_needs_transformer_engine_at_this_tag(workdir: Path, tmp_path: Path)
     assert run.returncode != 0
     last = run.log(0).strip().splitlines()[-1]
     assert "moe_utils.py:1192" in last and "NameError: name 'te_general_gemm' is not defined" in last
+
+
+def collectives(out: Path, rank: int = 0) -> list[tuple[str, int]]:
+    """(kind, bytes) of each collective `rank` issued, in order (trace.json)."""
+    events = json.loads((out / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    return [
+        (str(e["name"]).split("#")[0], int(e["args"]["bytes"]))
+        for e in events
+        if e.get("pid") == rank and e.get("cat") != "compute" and e.get("ph") == "X" and "bytes" in e.get("args", {})
+    ]
+
+
+@pytest.mark.slow
+def test_sequence_parallel_with_the_simulated_apex(workdir: Path, tmp_path: Path) -> None:
+    """TP 2 x DP 2 with `--sequence-parallel`. The local spec's norm is apex's FusedLayerNorm (torch's refuses
+    sequence parallelism), here phantora's simulated apex (runtime/simcuda/simapex.py), said once.
+
+    The traffic is Megatron's sequence-parallel design (Korthikanti et al. 2022, Megatron-core
+    tensor_parallel/layers.py and mappings.py): between TP regions the activations are sharded along the sequence, so
+    each column-parallel linear all-gathers its [s, b, h] input in forward and again in backward (for its weight
+    gradient) and reduce-scatters its input gradient, and each row-parallel linear reduce-scatters its output in
+    forward and all-gathers its output gradient in backward. A layer has two of each (QKV and fc1; the attention
+    projection and fc2): 6 all-gathers and 4 reduce-scatters. The output layer is a column-parallel linear (2 and 1);
+    the learned position embedding makes the embedding all-reduce, then split (its backward: 1 all-gather). Each
+    moves the whole activation, s x b x h x 4 B (fp32), and there are 8 / (2 x 2) = 2 micro-batches a step."""
+    parallel = ["--tensor-model-parallel-size", "2", "--sequence-parallel"]
+    run = pretrain(workdir, tmp_path / "out", parallel)
+    trains(run)
+    assert run.output.count("simulated packages: apex") == 1 and run.results()["simulated_packages"] == ["apex"]
+    layers, micro, activation = 2, 8 // (2 * 2), 128 * 2 * 128 * 4
+    comm = collectives(tmp_path / "out")
+    for kind, per_micro in (("all_gather", 6 * layers + 2 + 1), ("reduce_scatter", 4 * layers + 1)):
+        sizes = [n for k, n in comm if k == kind and n >= activation]
+        assert sizes == [activation] * (3 * micro * per_micro), kind
+    assert_documented(run.step_ms(), "pretrain_gpt.py", "2 layers, `--sequence-parallel`, TP 2 x DP 2")

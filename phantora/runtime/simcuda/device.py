@@ -22,7 +22,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from phantora.runtime import phantom_mode
-from phantora.runtime.simcuda import api, checkpoint, guard, pinned, rng, toolkit  # noqa: F401 - rng: dispatch.py draws with it
+from phantora.runtime.simcuda import api, checkpoint, guard, pinned, rng, simapex, toolkit  # noqa: F401 - rng: dispatch.py draws with it
 from phantora.runtime.simcuda.tensor import (
     SimCudaTensor,
     cuda_index,
@@ -69,6 +69,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     guard.load(device_count)  # loaded before torch by preload.py; this sets the device count
     api.install(gpu, device_count)
     toolkit.install(api.CUDA_VERSION)  # CUDA_HOME, nvcc --version: the simulated machine's toolkit
+    simapex.install()  # `import apex` finds a simulated apex where none is installed
     set_inner_device(torch.device("meta") if phantom else torch.device("cpu"))
     # The autograd engine would run the backward of cuda tensors on its own device threads; the rank's
     # dispatch mode charges only the rank's own thread, so backward runs on the calling thread.

@@ -27,7 +27,7 @@ import torch
 
 from phantora.runtime import precision
 from phantora.runtime.compute import _sig
-from phantora.runtime.simcuda import attention, compiled, kept_values, rng
+from phantora.runtime.simcuda import compiled, cuda_only, kept_values, rng
 from phantora.runtime.simcuda.tensor import SimCudaTensor, wrap_output
 
 SLOW: Any = object()  # `device_op`'s answer for an op it leaves to the general route
@@ -53,7 +53,7 @@ def _plan(func: Any) -> str | None:
     random ops (the device's generator, rng.py), CUDA-only ops run by a Python kernel, or the ops answered
     specially."""
     fast = (
-        func.namespace == "aten" and func not in attention.KERNELS and func not in _SPECIAL and not rng.is_random(func)
+        func.namespace == "aten" and func not in cuda_only.KERNELS and func not in _SPECIAL and not rng.is_random(func)
     )
     name = _PLANS[id(func)] = str(func.overloadpacket) if fast else None
     return name

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
 
-from phantora.runtime.simcuda import attention, devices, guard, kept_values, lazy, rng
+from phantora.runtime.simcuda import cuda_only, devices, guard, kept_values, lazy, rng
 from phantora.runtime.simcuda.devices import NotSimulatedError
 
 _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
@@ -329,7 +329,7 @@ def direct(func: Any) -> bool:
     keep their wrappers, nor the CUDA-only ops whose kernels are Python functions that dispatch again."""
     known = _DIRECT.get(func)
     if known is None:
-        known = _DIRECT[func] = func.namespace not in ("c10d", "_c10d_functional") and func not in attention.KERNELS
+        known = _DIRECT[func] = func.namespace not in ("c10d", "_c10d_functional") and func not in cuda_only.KERNELS
     return known
 
 
@@ -384,7 +384,7 @@ def run_op(
             run_func, a, k = gather
     if to_meta and phantom:  # phantom data written into a tensor with values: it becomes phantom
         a = _phantom_writes(func, args, kwargs, a, nested, by_elem)
-    kernel = attention.KERNELS.get(run_func, run_func)  # a CUDA-only op: its kernel on the data
+    kernel = cuda_only.KERNELS.get(run_func, run_func)  # a CUDA-only op: its kernel on the data
     global _device_depth
     _device_depth += 1
     try:

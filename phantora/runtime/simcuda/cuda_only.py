@@ -1,0 +1,73 @@
+"""The CUDA-only ops a simulated-GPU tensor runs, and the kernels that compute them on its data.
+
+torch has some ops for CUDA (and meta) only. On a simulated-GPU tensor, tensor.py runs each as the function here on
+the tensor's data (CPU in real mode, meta in phantom mode), and the compute model charges the CUDA op once, as the
+one kernel a GPU launches:
+
+- flash attention and its backward (attention.py);
+- ``aten._fused_rms_norm_backward``, the backward of torch's fused RMSNorm (and of the simulated apex's,
+  apex_norm.py), computed here from its closed form by several torch ops that run uncharged; the op is charged
+  once, as the one kernel (`one_kernel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from phantora.runtime import session
+from phantora.runtime.simcuda import attention
+
+RMS_NORM_BACKWARD = torch.ops.aten._fused_rms_norm_backward.default
+
+
+def rms_norm_backward(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    normalized_shape: Sequence[int],
+    rstd: torch.Tensor,
+    weight: torch.Tensor | None,
+    output_mask: Sequence[bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Gradients of y = x * rstd * w, rstd = (mean(x^2) + eps)^(-1/2) over the trailing `normalized_shape` dims:
+    dx = rstd * (g w - x rstd^2 mean(g w x)), dw = sum over the leading dims of g x rstd (in fp32 for half inputs)."""
+    dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
+    lead = input.shape[: input.dim() - len(normalized_shape)]
+    acc = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    x, g = input.to(acc), grad.to(acc)
+    r = rstd.to(acc).reshape(*lead, *([1] * len(normalized_shape)))
+    gw = g * weight.to(acc) if weight is not None else g
+    dx = dw = None
+    if output_mask[0]:
+        dx = (r * (gw - x * r * r * (gw * x).mean(dims, keepdim=True))).to(input.dtype)
+    if output_mask[1] and weight is not None:
+        dw = (g * x * r).sum(tuple(range(len(lead)))).to(weight.dtype)
+    return dx, dw
+
+
+def one_kernel(func: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
+    """`compute` (several torch ops on the data) charged as the single kernel `func`: its ops run as the session's
+    own (uncharged), then `func` is charged by the compute model and its outputs counted in device memory."""
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        s = session.current()
+        if s is None:
+            return compute(*args, **kwargs)
+        with s.internal():
+            out = compute(*args, **kwargs)
+        if s.memory.enabled:
+            s.memory.on_outputs(out, func)
+        s.charge(str(func.overloadpacket), s.model.cost(func, args, kwargs, out))
+        return out
+
+    return kernel
+
+
+KERNELS: dict[Any, Callable[..., Any]] = {
+    **attention.KERNELS,
+    RMS_NORM_BACKWARD: one_kernel(RMS_NORM_BACKWARD, rms_norm_backward),
+}
+"""The CUDA-only ops and how they run on the data of a simulated-GPU tensor (on meta data too, so that real
+and phantom mode charge the same op)."""
