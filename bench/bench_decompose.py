@@ -51,6 +51,7 @@ from phantora.netsim.base import Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.hybrid import FLUID, flow_side
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.netsim.pieces import fabric_pieces
 from phantora.topology.loader import load_topology
@@ -136,16 +137,39 @@ def phases(topo: Topology, flows: list[Flow]) -> str:
     fast): an exact scheme can overlap the fluid NVLink side's work with the packet workers' only there."""
     sim = FlowSimulator(topo)
     sim.submit(flows, 0)
-    done = [c for c in sim.drain() if c.size and c.src != c.dst]
-    inside = [topo.shared_nvswitch(c.src, c.dst) is not None for c in done]
+    every = sim.drain()
+    side = {f.id: flow_side(f, topo.shared_nvswitch) == FLUID for f in flows}
+    to_fluid, to_fabric = handoffs(flows, {c.flow_id: c.end_ns for c in every}, side)
+    done = [c for c in every if c.size and c.src != c.dst]
+    inside = [side[c.flow_id] for c in done]
     nv = busy([(c.start_ns, c.end_ns) for c, i in zip(done, inside, strict=True) if i])
     fab = busy([(c.start_ns, c.end_ns) for c, i in zip(done, inside, strict=True) if not i])
     both = sum(max(0, min(a1, b1) - max(a0, b0)) for a0, a1 in nv for b0, b1 in fab if a0 < b1 and b0 < a1)
     span = max(c.end_ns for c in done)
     return (
         f"phases (flow engine): span {span} ns, NVLink busy {sum(e - s for s, e in nv)} ns, fabric busy "
-        f"{sum(e - s for s, e in fab)} ns, both at once {both} ns"
+        f"{sum(e - s for s, e in fab)} ns, both at once {both} ns\n"
+        f"hand-offs (flow engine): fabric -> NVLink at {to_fluid} distinct ns (no lookahead), NVLink -> fabric at "
+        f"{to_fabric}; NVLink busy in {len(nv)} stretches, fabric in {len(fab)}"
     )
+
+
+def handoffs(flows: list[Flow], ends: dict[int, int], inside: dict[int, bool]) -> tuple[int, int]:
+    """How many distinct ns a finished fabric flow releases an NVLink flow (or marker) at, and the reverse.
+
+    A flow is released when its last deps end (`ends`: flow id -> end ns; `inside`: flow id -> NVLink side); a
+    hand-off if one of the deps ending then is on the other side. Fabric -> NVLink has no lookahead (a fluid flow
+    starts the ns its dep ends), so with the fluid side split over workers each such ns is a hand-off between
+    workers; NVLink -> fabric has the NIC latency."""
+    to_fluid: set[int] = set()
+    to_fabric: set[int] = set()
+    for f in flows:
+        if not f.deps:
+            continue
+        last = max(ends[d] for d in f.deps)
+        if any(ends[d] == last and inside[d] != inside[f.id] for d in f.deps):
+            (to_fluid if inside[f.id] else to_fabric).add(last)
+    return len(to_fluid), len(to_fabric)
 
 
 def run(
@@ -167,6 +191,7 @@ def run(
     finally:
         sim.close()
     key = hashlib.sha256(repr(sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)).encode()).hexdigest()[:12]
+    side = {f.id: flow_side(f, topo.shared_nvswitch) == FLUID for f in flows}
     dec: dict[str, Any] = stats.get("decompose") or {}  # type: ignore[assignment]
     workers: list[dict[str, Any]] = stats.get("workers") or []  # type: ignore[assignment]
     return {
@@ -187,6 +212,7 @@ def run(
         "events": int(stats.get("events", 0) or 0),  # type: ignore[call-overload]
         "end": max(c.end_ns for c in done),
         "key": key,
+        "handoffs": handoffs(flows, {c.flow_id: c.end_ns for c in done}, side),
     }
 
 
@@ -270,6 +296,9 @@ def main() -> None:
             f"{per_round:>9.3f} {r['events']:>11} {r['events'] / max(total_cpu, 1e-9):>10.0f} {r['end']:>12} "
             f"{'yes' if r['key'] == want else 'NO'}"
         )
+    to_fluid, to_fabric = rows[0][1]["handoffs"]
+    print(f"one engine's hand-offs: fabric -> NVLink at {to_fluid} distinct ns (no lookahead), ", end="")
+    print(f"NVLink -> fabric at {to_fabric}")
     finest = max((r for n, r in rows[1:] if n.startswith("workers")), key=lambda r: len(r["worker_cpu"]), default=None)
     if finest is None or not finest["rounds"]:
         return
