@@ -201,7 +201,7 @@ def test_a_library_that_does_not_build_warns_once_and_leaves_both_to_python(
         raise native.NativeBuildError(f"building {what} failed (g++ ...):\nerror: one")
 
     class Fast:
-        info = wrap = call = -1
+        info = wrap = call = hook = -1
 
         def set_tensor_info(self, address: int) -> None:
             self.info = address
@@ -212,10 +212,13 @@ def test_a_library_that_does_not_build_warns_once_and_leaves_both_to_python(
         def set_op_call(self, address: int) -> None:
             self.call = address
 
+        def set_storage_hook(self, address: int) -> None:
+            self.hook = address
+
     monkeypatch.setattr(native, "library", fail)
     monkeypatch.setattr(compiled, "_info_lib", None)
     monkeypatch.setattr(compiled, "_call_lib", None)
     fast = Fast()
     compiled.set_native(fast)
-    assert (fast.info, fast.wrap, fast.call) == (0, 0, 0) and len(calls) == 1
+    assert (fast.info, fast.wrap, fast.call, fast.hook) == (0, 0, 0, 0) and len(calls) == 1
     assert capsys.readouterr().err.count("\n") == 1

@@ -59,6 +59,7 @@ _TO_COPY = torch.ops.aten._to_copy.default
 _DEVICE_COPIES = frozenset({_TO_COPY, torch.ops.aten.to.dtype_layout})
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
 _EQUAL = torch.ops.aten.equal.default  # torch.equal: a comparison of values, answered on the host
+_LAZY_CLONE = torch.ops.aten._lazy_clone.default  # copy-on-write: a hooked storage is unhooked first
 _NAMES: dict[int, str] = {}
 
 
@@ -229,6 +230,8 @@ class ChargeMode(TorchDispatchMode):
             raise phantom_mode.no_values(f"torch.equal compared tensors of shapes {[list(t.shape) for t in leaves]}")
         if s.by_storage:
             s.join_tensors(leaves)
+        if func is _LAZY_CLONE:
+            compiled.unhook(leaves)  # it makes a storage copy-on-write only from a plain DataPtr
         out = func(*args, **kwargs)
         if mem.enabled:
             mem.on_outputs(out, func)

@@ -4,7 +4,10 @@
 tensors and meta tensors alike). Each new storage is counted once, keyed by its StorageImpl
 (`untyped_storage()._cdata`), at its `nbytes()` rounded up to the CUDA caching allocator's 512-byte
 block; a weak reference on the storage object (which PyTorch keeps alive exactly as long as the
-StorageImpl) frees it when the last tensor or view sharing it dies. Categories:
+StorageImpl) frees it when the last tensor or view sharing it dies. The simulated GPU's compiled per-op path
+counts its outputs' storages without that object: a C++ hook on the StorageImpl's data
+(simcuda/tensorinfo.cc) calls the same free when it dies, and hands the entry back (`_lost`) to a weak
+reference if its data is replaced while it lives (a resize, share_memory_). Categories:
 
 - parameters: `nn.Module` parameter registration (a global hook), and the optimizer's param groups;
 - gradients: `param.grad` after gradient accumulation (a post-accumulate-grad hook on every
@@ -98,6 +101,18 @@ class _Entry(weakref.ref):
     size: int
 
 
+class _HookedEntry:
+    """A live storage that a C++ hook on its StorageImpl watches (simcuda/tensorinfo.cc; made by simcuda/_fastop.c):
+    an _Entry's fields without the weak reference."""
+
+    __slots__ = ("cat", "changed", "key", "site", "size")
+    cat: int
+    changed: int
+    key: int
+    site: Any
+    size: int
+
+
 def _storage(t: torch.Tensor) -> Any:
     """The storage object of a tensor (the local shard of a DTensor), or None if it has none."""
     local = getattr(t, "_local_tensor", None)
@@ -139,7 +154,7 @@ class MemoryTracker:
         self._deferred: dict[int, Any] = {}  # storages created while paused -> weak references
         self._deferred_cat: dict[int, int] = {}  # their category, if a hook classified one meanwhile
         self.rank = rank
-        self.live: dict[int, _Entry] = {}
+        self.live: dict[int, _Entry | _HookedEntry] = {}
         self.by_cat = [0, 0, 0, 0, 0]
         self.current = 0
         self.peak = 0
@@ -152,6 +167,7 @@ class MemoryTracker:
         self._event = 0  # counts additions, resizes and moves; `_peak_event` is its value at the peak
         self._peak_event = 0
         self._free_cb = self._free
+        self._lost_cb = self._lost
         self._saved_hooks: Any = None
         self._in_step: Any = None  # weak reference to the optimizer whose step() is running
         self._depth = 0
@@ -323,7 +339,7 @@ class MemoryTracker:
         self.current = cur
         self._note_peak()
 
-    def _resize(self, e: _Entry, size: int) -> None:
+    def _resize(self, e: _Entry | _HookedEntry, size: int) -> None:
         delta = size - e.size
         if delta > 0 and self.limit is not None and self.current + delta > self.limit:
             self._oom(delta)
@@ -377,7 +393,7 @@ class MemoryTracker:
             self.peak_by_cat = self.by_cat.copy()
             self._peak_event = self._event
 
-    def _free(self, e: _Entry) -> None:
+    def _free(self, e: _Entry | _HookedEntry) -> None:
         key = e.key
         live = self.live
         if live.get(key) is e:
@@ -389,6 +405,16 @@ class MemoryTracker:
                 self.allocator.free(key)
             self.by_cat[e.cat] -= size
             self.current -= size
+
+    def _lost(self, e: _HookedEntry, st: Any) -> None:
+        """The C++ hook on a live counted storage `st` went with its old data (replaced by a resize or share_memory_):
+        its entry goes on as a weak reference on `st`, as `_add` makes one (the size is checked by the next op that
+        outputs it, as for any resize)."""
+        if self.live.get(e.key) is not e:
+            return
+        n = _Entry(st, self._free_cb)
+        n.key, n.size, n.cat, n.site, n.changed = e.key, e.size, e.cat, e.site, e.changed
+        self.live[e.key] = n
 
     # ----- categories --------------------------------------------------------------------------------
     def classify(self, t: Any, cat: int) -> None:

@@ -34,6 +34,11 @@ static wrap_fn g_wrap = NULL;
  * compiled.py, or none: then `_op` is called. */
 typedef int (*call_op_fn)(PyObject *, PyObject *, PyObject *, PyObject **);
 static call_op_fn g_call_op = NULL;
+/* tensorinfo.cc's phantora_hook_storage(tensor, entry, on_free, on_lost): the tracker told of the storage's death by a
+ * C++ hook on it (0), or not hooked (-1: then a weak reference on its Python object, as MemoryTracker._add). Its
+ * address is given by compiled.py, or none: every new entry is a weak reference. */
+typedef int (*hook_fn)(PyObject *, PyObject *, PyObject *, PyObject *);
+static hook_fn g_hook = NULL;
 
 /* ---- configuration: the Python objects this transcribes against (set once by fastpath.py) ---- */
 static PyObject *g_simcuda;       /* SimCudaTensor */
@@ -56,7 +61,10 @@ static PyObject *g_contiguous;    /* tensor._CONTIGUOUS: shape -> contiguous str
 static PyObject *g_contiguous_fn; /* tensor._contiguous_strides(shape) */
 static PyObject *g_strided;       /* torch.strided */
 static PyObject *g_entry;         /* memory._Entry (a weakref.ref subclass with slots) */
-static Py_ssize_t g_off_cat, g_off_changed, g_off_key, g_off_site, g_off_size; /* its slots' offsets */
+static PyObject *g_hooked;        /* memory._HookedEntry: an entry whose storage is hooked in C++ (slots, no weakref) */
+/* the slots' offsets in an _Entry [0] and a _HookedEntry [1] */
+static Py_ssize_t g_off_cat[2], g_off_changed[2], g_off_key[2], g_off_site[2], g_off_size[2];
+#define KIND(e) (Py_IS_TYPE((e), (PyTypeObject *)g_hooked) ? 1 : 0)
 static PyObject *g_tracker_type;  /* memory.MemoryTracker */
 static PyObject *g_session_type;  /* session.RankSession */
 static PyObject *g_device;        /* the dict of simcuda/device.py (its `_installed`) */
@@ -75,7 +83,7 @@ static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_intern
     *s_peak_by_cat, *s_peak_event, *s_value, *s_scenario, *s_trace_ops, *s_listeners, *s_ops, *s_flops,
     *s_flops_by_dtype, *s_ns, *s_launch_ns, *s_tier_ns, *s_tier, *s_clock, *s_compute_ns, *s_compute_busy_ns,
     *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
-    *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_kw_dd, *s_kw_sdd;
+    *s_strides, *s_thread, *s_session, *s_installed, *s_general, *s_get, *s_device_op, *s_free, *s_free_c, *s_lost_cb, *s_kw_dd, *s_kw_sdd;
 
 static int intern_all(void) {
 #define I(var, text) if (!(var = PyUnicode_InternFromString(text))) return -1;
@@ -97,6 +105,7 @@ static int intern_all(void) {
   I(s_layout, "layout") I(s_storage_offset, "storage_offset") I(s_stride, "stride") I(s_device, "device")
   I(s_strides, "strides") I(s_thread, "thread") I(s_session, "session") I(s_installed, "_installed")
   I(s_general, "_general") I(s_get, "get") I(s_device_op, "device_op") I(s_free, "free") I(s_free_c, "_free_c")
+  I(s_lost_cb, "_lost_cb")
 #undef I
   if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
   if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
@@ -177,8 +186,8 @@ static PyObject *tracker_free(PyObject *mem, PyObject *e) {
   PyObject *md = dict_of(mem);
   if (!md) return NULL;
   Py_INCREF(e);  /* the weak reference's caller holds none: `live` may hold the last one, and it is deleted below */
-  PyObject *live = NULL, *alloc = NULL, *ad = NULL, *bycat = NULL, *r = NULL, *key = slot_get(e, g_off_key),
-           *size = slot_get(e, g_off_size), *cat = slot_get(e, g_off_cat);
+  PyObject *live = NULL, *alloc = NULL, *ad = NULL, *bycat = NULL, *r = NULL, *key = slot_get(e, g_off_key[KIND(e)]),
+           *size = slot_get(e, g_off_size[KIND(e)]), *cat = slot_get(e, g_off_cat[KIND(e)]);
   if (!key || !size || !cat) {
     PyErr_SetString(PyExc_AttributeError, "_Entry without its key, size or category");
     goto done;
@@ -275,7 +284,7 @@ static int on_tensor(PyObject *mem, PyObject *t, PyObject *site, const tensor_in
   if (!(live = dget(md, mem, s_live))) goto done;
   PyObject *old = PyDict_GetItemWithError(live, key);
   if (old) {
-    PyObject *osize = slot_get(old, g_off_size);
+    PyObject *osize = slot_get(old, g_off_size[KIND(old)]);
     int same = osize ? PyObject_RichCompareBool(osize, sizeo, Py_EQ) : 0;
     if (same < 0) goto done;
     if (!same) {
@@ -310,22 +319,34 @@ static int on_tensor(PyObject *mem, PyObject *t, PyObject *site, const tensor_in
     Py_CLEAR(tmp);
   }
   if (!(cb = free_callback(md, mem))) goto done;
-  if (ti) {
-    Py_SETREF(st, PyObject_CallMethodNoArgs(t, s_untyped_storage));
-    if (!st) goto done;
+  if (ti && g_hook) {  /* the storage hooked in C++: no Python object of it, no weak reference on it */
+    PyObject *lost = dget(md, mem, s_lost_cb);
+    if (!lost || !(e = ((PyTypeObject *)g_hooked)->tp_alloc((PyTypeObject *)g_hooked, 0))) {  /* slots only */
+      Py_XDECREF(lost);
+      goto done;
+    }
+    int hooked = g_hook(t, e, cb, lost) == 0;
+    Py_DECREF(lost);
+    if (!hooked) Py_CLEAR(e);
   }
-  if (!(e = PyObject_CallFunctionObjArgs(g_entry, st, cb, NULL))) goto done;
-  slot_set(e, g_off_key, key);
-  slot_set(e, g_off_size, sizeo);
-  slot_set(e, g_off_cat, g_temp);
-  slot_set(e, g_off_site, site);
+  if (!e) {
+    if (ti) {
+      Py_SETREF(st, PyObject_CallMethodNoArgs(t, s_untyped_storage));
+      if (!st) goto done;
+    }
+    if (!(e = PyObject_CallFunctionObjArgs(g_entry, st, cb, NULL))) goto done;
+  }
+  slot_set(e, g_off_key[KIND(e)], key);
+  slot_set(e, g_off_size[KIND(e)], sizeo);
+  slot_set(e, g_off_cat[KIND(e)], g_temp);
+  slot_set(e, g_off_site[KIND(e)], site);
   {
     PyObject *one = PyLong_FromLong(1);
     ev = one ? dadd(md, mem, s_event, one) : NULL;
     Py_XDECREF(one);
   }
   if (!ev) goto done;
-  slot_set(e, g_off_changed, ev);
+  slot_set(e, g_off_changed[KIND(e)], ev);
   if (PyDict_SetItem(live, key, e) < 0) goto done;
   if (!(alloc = dget(md, mem, s_allocator))) goto done;
   if (size <= g_small_size) {  /* `_reserve_block`, inline: the small pool counted without a key */
@@ -902,7 +923,8 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
       take(kw, "tail", &g_tail) || take(kw, "wrap_output", &g_wrap_output) ||
       take(kw, "make_wrapper", &g_make_wrapper) || take(kw, "cuda", &g_cuda) ||
       take(kw, "contiguous", &g_contiguous) || take(kw, "contiguous_fn", &g_contiguous_fn) ||
-      take(kw, "strided", &g_strided) || take(kw, "entry", &g_entry) || take(kw, "tracker", &g_tracker_type) ||
+      take(kw, "strided", &g_strided) || take(kw, "entry", &g_entry) || take(kw, "hooked", &g_hooked) ||
+      take(kw, "tracker", &g_tracker_type) ||
       take(kw, "session", &g_session_type) || take(kw, "device", &g_device) || take(kw, "get_mode", &g_get_mode) ||
       take(kw, "fake_key", &g_fake_key) || take(kw, "temp", &g_temp) || take(kw, "fastpath", &g_fastpath) ||
       take(kw, "small_size", &small))
@@ -916,10 +938,16 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_TypeError, "_fastop.configure: an object of the wrong type");
     return NULL;
   }
-  if (offset_of(g_entry, "cat", &g_off_cat) || offset_of(g_entry, "changed", &g_off_changed) ||
-      offset_of(g_entry, "key", &g_off_key) || offset_of(g_entry, "site", &g_off_site) ||
-      offset_of(g_entry, "size", &g_off_size))
+  if (!PyType_Check(g_hooked)) {
+    PyErr_SetString(PyExc_TypeError, "_fastop.configure: hooked is not a class");
     return NULL;
+  }
+  PyObject *kinds[2] = {g_entry, g_hooked};
+  for (int k = 0; k < 2; k++)
+    if (offset_of(kinds[k], "cat", &g_off_cat[k]) || offset_of(kinds[k], "changed", &g_off_changed[k]) ||
+        offset_of(kinds[k], "key", &g_off_key[k]) || offset_of(kinds[k], "site", &g_off_site[k]) ||
+        offset_of(kinds[k], "size", &g_off_size[k]))
+      return NULL;
   g_ready = 1;
   Py_RETURN_NONE;
 }
@@ -935,6 +963,7 @@ static PyObject *py_configure(PyObject *self, PyObject *args, PyObject *kw) {
 
 ADDRESS_SETTER(tensor_info, g_info, tensor_info_fn)
 ADDRESS_SETTER(wrapper, g_wrap, wrap_fn)
+ADDRESS_SETTER(storage_hook, g_hook, hook_fn)
 ADDRESS_SETTER(op_call, g_call_op, call_op_fn)
 
 static PyMethodDef methods[] = {
@@ -947,6 +976,8 @@ static PyMethodDef methods[] = {
      "The address of tensorinfo.cc's phantora_tensor_info, or 0: read tensors' metadata through Python."},
     {"set_wrapper", py_set_wrapper, METH_O,
      "The address of tensorinfo.cc's phantora_wrap_contiguous, or 0: make wrappers by _make_wrapper_subclass."},
+    {"set_storage_hook", py_set_storage_hook, METH_O,
+     "The address of tensorinfo.cc's phantora_hook_storage, or 0: a weak reference on every new storage's object."},
     {"set_op_call", py_set_op_call, METH_O,
      "The address of opcall.cc's phantora_call_op, or 0: run each op by its OpOverload's `_op`."},
     {NULL, NULL, 0, NULL}};

@@ -9,7 +9,9 @@ The compiled path reads its tensors' metadata (is_meta, requires_grad, layout, s
 size and identity) from the C++ tensors through `tensorinfo.cc`, built against the installed torch once and cached
 (simcuda/native.py, as the device guard), and makes a contiguous output's wrapper there too; where that does not
 build or load, it reads them through torch's Python bindings and calls `_make_wrapper_subclass`, the results the same,
-slower, with one warning line. It runs each op through the dispatcher from C++ (`opcall.cc`, built and cached the same
+slower, with one warning line; it is told by a C++ hook there when a storage it counted dies (no Python object of the
+storage and no weak reference on it per new output: memory.MemoryTracker's entries say which way each is counted).
+It runs each op through the dispatcher from C++ (`opcall.cc`, built and cached the same
 way: the operator's handle found once per OpOverload) where torch's Python binding of the operator would do nothing
 else; otherwise, or without that library (one warning line), it calls the OpOverload's `_op`.
 """
@@ -66,12 +68,13 @@ def load(fastpath: ModuleType | None = None) -> ModuleType | None:
 
 
 def set_native(fast: Any) -> None:
-    """Give `fast` (`_fastop`) tensorinfo.cc's reader and wrapper maker, or 0 for both where the library is unavailable
-    (one warning line, from `tensor_info_address`), and opcall.cc's op caller (not tried without the first: it needs
-    the same compiler and headers), or 0 (one warning line, from `op_call_address`)."""
+    """Give `fast` (`_fastop`) tensorinfo.cc's reader, wrapper maker and storage hook, or 0 for all where the library
+    is unavailable (one warning line, from `tensor_info_address`), and opcall.cc's op caller (not tried without the
+    first: it needs the same compiler and headers), or 0 (one warning line, from `op_call_address`)."""
     info = tensor_info_address()
     fast.set_tensor_info(info)
     fast.set_wrapper(wrapper_address() if info else 0)
+    fast.set_storage_hook(storage_hook_address() if info else 0)
     fast.set_op_call(op_call_address() if info else 0)
 
 
@@ -99,6 +102,26 @@ def wrapper_address() -> int:
         return 0
     assert _info_lib is not None
     return ctypes.cast(_info_lib.phantora_wrap_contiguous, ctypes.c_void_p).value or 0
+
+
+def storage_hook_address() -> int:
+    """The address of `tensorinfo.cc`'s `phantora_hook_storage` (the tracker told of a counted storage's death in
+    C++), or 0 where the library is unavailable (`tensor_info_address` warned)."""
+    if not tensor_info_address():
+        return 0
+    assert _info_lib is not None
+    return ctypes.cast(_info_lib.phantora_hook_storage, ctypes.c_void_p).value or 0
+
+
+def unhook(tensors: list[Any]) -> None:
+    """Give the storages of `tensors` (plain tensors) their own DataPtr back if `tensorinfo.cc` hooked them (they are
+    counted by weak references from then on): before an op that reads the DataPtr's deleter (`torch._lazy_clone`)."""
+    if _info_lib is None:
+        return
+    address = ctypes.cast(_info_lib.phantora_unhook_storage, ctypes.c_void_p).value or 0
+    fn = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object)(address)  # the GIL held: the hook's callbacks run Python
+    for t in tensors:
+        fn(t)
 
 
 def op_call_address() -> int:
@@ -174,6 +197,7 @@ def _objects(fastpath: ModuleType) -> dict[str, Any]:
         "contiguous_fn": tensor._contiguous_strides,
         "strided": torch.strided,
         "entry": memory._Entry,
+        "hooked": memory._HookedEntry,
         "tracker": memory.MemoryTracker,
         "session": session.RankSession,
         "device": vars(device),

@@ -14,9 +14,21 @@
 // shape and dtype), the dispatch key of a dense cuda tensor, the sizes with contiguous strides and no gradient, then
 // the Python object of type `cls` made by torch's own `THPVariable_Wrap(tensor, type)`, then the Python dispatch keys
 // that torch adds for a class with __torch_dispatch__ (THPVariable_NewWithVar's `set_python_dispatch(true)`).
+//
+// And it tells the memory tracker when a storage it counted dies (`phantora_hook_storage`), without the storage's
+// Python object and a weak reference on it: the storage's DataPtr is replaced by one with the same data and device
+// whose context holds the original DataPtr and a weak reference to the StorageImpl. A DataPtr is destroyed when its
+// storage dies (StorageImpl::release_resources, or its destructor) or when the storage's data is replaced
+// (set_data_ptr_noswap: a CPU resize_, share_memory_, ...). The deleter tells them apart by the StorageImpl's strong
+// count (0: it died): a death calls the tracker's free callback with the entry; a replacement is no free (a resize is
+// counted as one when an op's output shows it), so the entry is handed to the tracker's `lost` callback with the
+// storage's Python object, which counts it from then on by a weak reference on that object as before. A storage whose
+// DataPtr is copy-on-write (its deleter is read by torch) or guarded (data access throws) is not hooked (-1).
 #include <ATen/EmptyTensor.h>
 #include <Python.h>
+#include <c10/core/impl/COW.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstdint>
@@ -104,6 +116,103 @@ PyObject *phantora_wrap_contiguous(PyObject *cls, PyObject *elem, int64_t index)
   } catch (...) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "phantora_wrap_contiguous failed");
     return nullptr;
+  }
+}
+
+}  // extern "C"
+
+namespace {
+
+// The context of a hooked storage's DataPtr.
+struct StorageHook {
+  at::DataPtr inner;                                   // the storage's own DataPtr (its data's deleter)
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // alive: the DataPtr was replaced, not the storage freed
+  PyObject *entry;                                     // the tracker's entry (new references, all three)
+  PyObject *on_free;                                   // on_free(entry): the storage died
+  PyObject *on_lost;                                   // on_lost(entry, storage): its data was replaced
+};
+
+void call_or_report(PyObject *fn, PyObject *a, PyObject *b) {
+  PyObject *r = b ? PyObject_CallFunctionObjArgs(fn, a, b, nullptr) : PyObject_CallOneArg(fn, a);
+  if (r) Py_DECREF(r);
+  else PyErr_WriteUnraisable(fn);  // as a weak reference's callback that raises
+}
+
+void storage_hook_deleter(void *ctx) {
+  auto *hook = static_cast<StorageHook *>(ctx);
+  if (Py_IsInitialized() && !_Py_IsFinalizing()) {
+    // most storages die on the Python thread, holding the GIL; elsewhere (the autograd engine, an op run with the GIL
+    // released) it is taken here
+    PyThreadState *mine = PyGILState_GetThisThreadState();
+    const bool held = mine != nullptr && mine == _PyThreadState_UncheckedGet();
+    PyGILState_STATE gil = held ? PyGILState_UNLOCKED : PyGILState_Ensure();
+    PyObject *saved_type, *saved_value, *saved_tb;  // an error being raised (an op that failed) stays raised
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    if (hook->storage.expired()) {
+      call_or_report(hook->on_free, hook->entry, nullptr);
+    } else {
+      c10::intrusive_ptr<c10::StorageImpl> alive = hook->storage.lock();
+      PyObject *st = alive ? THPStorage_Wrap(c10::Storage(std::move(alive))) : nullptr;
+      if (st) {
+        call_or_report(hook->on_lost, hook->entry, st);
+        Py_DECREF(st);
+      } else if (PyErr_Occurred()) {
+        PyErr_WriteUnraisable(hook->on_lost);
+      } else {  // it died meanwhile (another thread)
+        call_or_report(hook->on_free, hook->entry, nullptr);
+      }
+    }
+    Py_DECREF(hook->entry);
+    Py_DECREF(hook->on_free);
+    Py_DECREF(hook->on_lost);
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+    if (!held) PyGILState_Release(gil);
+  }  // at interpreter exit the references are left: Python's objects are gone or going
+  delete hook;  // the original DataPtr frees the data now
+}
+
+}  // namespace
+
+extern "C" {
+
+// Hook the storage of `tensor` (a plain torch.Tensor, the caller checks) for the tracker's `entry`: 0, or -1 if it is
+// not hooked (no storage, copy-on-write or guarded data; nothing raised). Holds the GIL (the caller's).
+int phantora_hook_storage(PyObject *tensor, PyObject *entry, PyObject *on_free, PyObject *on_lost) {
+  try {
+    const at::Tensor &t = THPVariable_Unpack(tensor);
+    if (!t.defined() || !t.unsafeGetTensorImpl()->has_storage()) return -1;
+    const c10::Storage &st = t.unsafeGetTensorImpl()->storage();
+    c10::StorageImpl *si = st.unsafeGetStorageImpl();
+    if (!si) return -1;
+    const at::DataPtr &old = si->data_ptr();  // throws (caught: -1) for a guarded storage
+    if (c10::impl::cow::is_cow_data_ptr(old) || old.get_deleter() == &storage_hook_deleter) return -1;
+    auto *hook = new StorageHook{std::move(si->_mutable_data_ptr_no_checks()), st.getWeakStorageImpl(),
+                                 Py_NewRef(entry), Py_NewRef(on_free), Py_NewRef(on_lost)};
+    // the moved-from DataPtr is empty: replacing it runs no deleter
+    si->set_data_ptr_noswap(at::DataPtr(hook->inner.get(), hook, &storage_hook_deleter, hook->inner.device()));
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Undo `phantora_hook_storage` on the storage of `tensor` (a plain torch.Tensor): its own DataPtr back, the entry
+// handed to the tracker's `lost` callback (a weak reference from then on). For an op that reads the DataPtr's deleter
+// (torch._lazy_clone makes the storage copy-on-write only from a plain one). 0, or 1 if it was not hooked, or -1 if it
+// has no storage (nothing raised). Holds the GIL.
+int phantora_unhook_storage(PyObject *tensor) {
+  try {
+    const at::Tensor &t = THPVariable_Unpack(tensor);
+    if (!t.defined() || !t.unsafeGetTensorImpl()->has_storage()) return -1;
+    c10::StorageImpl *si = t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+    if (!si) return -1;
+    at::DataPtr &now = si->_mutable_data_ptr_no_checks();
+    if (now.get_deleter() != &storage_hook_deleter) return 1;
+    at::DataPtr inner = std::move(static_cast<StorageHook *>(now.get_context())->inner);
+    si->set_data_ptr_noswap(std::move(inner));  // the hook's deleter runs: the storage lives, so `lost`
+    return 0;
+  } catch (...) {
+    return -1;
   }
 }
 
