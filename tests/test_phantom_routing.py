@@ -16,9 +16,11 @@ import torch
 
 from phantora.launcher import RunConfig, launch
 from phantora.results.summary import format_summary
+from phantora.runtime.simcuda import grouped_routing
 from phantora.runtime.simcuda import kept_values as kv
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "phantom_routing.py"
+GROUP_SCRIPT = SCRIPT.with_name("phantom_group_routing.py")
 
 
 @pytest.mark.parametrize(("tokens", "experts", "k"), [(512, 8, 3), (48, 8, 2), (256, 4, 2), (7, 64, 6)])
@@ -139,8 +141,9 @@ def _topk_from(path: str, function: str, scores: torch.Tensor, k: int, dim: int 
 
 @pytest.fixture
 def fresh_sites(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kv, "_sites", {"balanced": {}, "phantom": {}})
+    monkeypatch.setattr(kv, "_sites", {"balanced": {}, "phantom": {}, "limited": {}})
     monkeypatch.setattr(kv, "_routed", False)
+    monkeypatch.setattr(grouped_routing, "_chosen", None)
 
 
 MOE_UTILS = "/x/megatron/core/transformer/moe/moe_utils.py"
@@ -174,21 +177,101 @@ def test_a_sampler_alone_assumes_no_routing() -> None:
     assert kv.routing() is None and kv.sites() == {"phantom": ["x/generate/sample.py:2 (sample_top_k)"]}
 
 
+def _group_limited(path: str, group_fn: str, final_fn: str, rows: tuple[int, ...], e: int, g: int, kg: int, k: int):
+    """The op sequence both libraries run in phantom mode: a top-2 inside each group and the group top-k (in the
+    group function), then the final top-k of the masked scores (in `final_fn`); the final top-k's indices."""
+    _topk_from(path, group_fn, torch.empty(*rows, g, e // g, device="meta"), 2)
+    _topk_from(path, group_fn, torch.empty(*rows, g, device="meta"), kg)
+    return _topk_from(path, final_fn, torch.empty(*rows, e, device="meta"), k)
+
+
+def _assert_group_limited(ids: torch.Tensor, e: int, g: int, kg: int, k: int) -> None:
+    """The closed forms: a token's k distinct experts lie in min(k, kg) groups, the ones its group top-k chose
+    (balanced: token r's groups (r kg + j) mod G), and each expert gets T k / E of the T tokens' choices."""
+    flat = ids.reshape(-1, k)
+    tokens = flat.shape[0]
+    chosen = kv.balanced((tokens, g), kg)
+    for r, row in enumerate(flat.tolist()):
+        assert len(set(row)) == k
+        assert {x // (e // g) for x in row} == set(chosen[r].tolist()[: min(k, kg)])
+    assert torch.bincount(flat.reshape(-1), minlength=e).tolist() == [tokens * k // e] * e
+
+
 @pytest.mark.usefixtures("fresh_sites")
-def test_group_limited_routing_is_named_as_not_modelled() -> None:
-    """Megatron's `group_limited_topk` (8 groups of 8 experts, top-2 groups, top-4 experts): its group top-k is
-    balanced over the groups ((r 2 + j) mod 8), its final top-k over all 64 experts ((r 4 + j) mod 64), each expert
-    getting T k / E = 64 x 4 / 64 = 4; the site is named as group-limited routing not modelled, and said so once."""
-    tokens, groups, experts = 64, 8, 64
-    chosen = _topk_from(MOE_UTILS, "group_limited_topk", torch.empty(tokens, groups, device="meta"), 2)
-    assert torch.equal(chosen[:, 0] % groups, (2 * torch.arange(tokens)) % groups)
-    final = _topk_from(MOE_UTILS, "group_limited_topk", torch.empty(tokens, experts, device="meta"), 4)
-    assert torch.bincount(final.reshape(-1), minlength=experts).tolist() == [4] * experts
+@pytest.mark.parametrize(("tokens", "e", "g", "kg", "k"), [(64, 64, 8, 2, 4), (128, 256, 8, 4, 8), (48, 16, 4, 3, 3)])
+def test_megatron_group_limited_topk_picks_within_its_groups(tokens: int, e: int, g: int, kg: int, k: int) -> None:
+    """Megatron's `group_limited_topk` (its three top-k in one function); (128, 256, 8, 4, 8) is DeepSeek-V3's
+    routing (256 experts on 8 nodes, a token's 8 experts on at most 4 nodes). The run names the final top-k's site."""
+    ids = _group_limited(MOE_UTILS, "group_limited_topk", "group_limited_topk", (tokens,), e, g, kg, k)
+    _assert_group_limited(ids, e, g, kg, k)
     found = kv.sites()
-    assert found is not None and found["grouped"] == found["balanced"]
+    assert found is not None and found["limited"] == ["transformer/moe/moe_utils.py:2 (group_limited_topk)"]
     run = {"world_size": 2, "gpu": "H100", "end_ns": 1, "steps": []}
     lines = format_summary({**run, "moe_routing": "balanced", "moe_routing_sites": found})
-    assert lines.count("group-limited routing") == 1 and "group_limited_topk" in lines
+    assert lines.count("group-limited routing") == 1 and "within its chosen groups" in lines
+    assert "not modelled" not in lines
+
+
+@pytest.mark.usefixtures("fresh_sites")
+def test_torchtitan_node_limited_routing_picks_within_the_chosen_groups() -> None:
+    """torchtitan: the group top-k in `_get_node_limited_routing_scores`, the final top-k in the router's `forward`
+    (batch 2 x 32 tokens, 64 experts in 8 groups, top-4 over top-2 groups)."""
+    titan = "/x/torchtitan/models/common/moe.py"
+    ids = _group_limited(titan, "_get_node_limited_routing_scores", "forward", (2, 32), 64, 8, 2, 4)
+    assert ids.shape == (2, 32, 4)
+    _assert_group_limited(ids, 64, 8, 2, 4)
+    found = kv.sites()
+    assert found is not None and found["limited"] == ["models/common/moe.py:2 (forward)"]
+    # a later top-k over the same tokens without a group top-k before it is balanced over all experts again
+    again = _topk_from(titan, "forward", torch.empty(2, 32, 64, device="meta"), 4)
+    assert torch.equal(again, kv.balanced((2, 32, 64), 4))
+
+
+@pytest.mark.usefixtures("fresh_sites")
+def test_a_group_top_k_without_its_final_top_k_is_named_as_not_modelled() -> None:
+    """A group top-k (over 8 groups) followed by no top-k over the same 64 tokens' experts: said in one line."""
+    _topk_from(MOE_UTILS, "group_limited_topk", torch.empty(64, 8, device="meta"), 2)
+    other = _topk_from(MOE_UTILS, "group_limited_topk", torch.empty(32, 64, device="meta"), 4)  # other tokens
+    assert torch.equal(other, kv.balanced((32, 64), 4))
+    found = kv.sites()
+    assert found is not None and "limited" not in found and found["grouped"]
+    run = {"world_size": 2, "gpu": "H100", "end_ns": 1, "steps": []}
+    lines = format_summary({**run, "moe_routing": "balanced", "moe_routing_sites": found})
+    assert lines.count("group-limited routing") == 1 and "not modelled" in lines
+
+
+@pytest.mark.parametrize(("ranks", "reached"), [(8, 2), (64, 4)])
+def test_the_ep_traffic_of_group_limited_routing(ranks: int, reached: int) -> None:
+    """T = 64 tokens on one EP rank, 64 experts in G = 8 groups, top-4 over top-2 groups, hidden 128 in bf16.
+    With one EP rank a group (P = G, device-limited routing), a token reaches kg = 2 ranks; with one expert a rank
+    (P = E), k = 4. From the routing map: Megatron's all-to-all sends a token once per chosen expert, T k / P to
+    each rank (x hidden x 2 B); sent once per rank reached (DeepEP's dedup), T x reached / P."""
+    tokens, e, g, kg, k, hidden = 64, 64, 8, 2, 4, 128
+    ids = grouped_routing.within_groups(kv.balanced((tokens, g), kg), e // g, k)
+    routing_map = torch.zeros(tokens, e, dtype=torch.bool).scatter_(1, ids, True)
+    per_rank = routing_map.view(tokens, ranks, e // ranks)
+    assert per_rank.any(dim=-1).sum(dim=1).tolist() == [reached] * tokens
+    sent = per_rank.sum(dim=(0, 2)) * hidden * 2
+    assert sent.tolist() == [tokens * k // ranks * hidden * 2] * ranks
+    assert per_rank.any(dim=-1).sum(dim=0).tolist() == [tokens * reached // ranks] * ranks
+
+
+@pytest.mark.slow
+def test_the_real_group_limited_routers_pick_within_the_chosen_groups(tmp_path: Path) -> None:
+    """tests/scripts/phantom_group_routing.py on one phantom rank (about 25 s): megatron-core's `group_limited_topk`
+    and torchtitan's `TokenChoiceTopKRouter` (node-limited) as installed, T = 64 tokens, 64 experts in 8 groups,
+    top-4 over top-2 groups; the run names the final top-k sites once."""
+    out = tmp_path / "seen.json"
+    report = launch(
+        RunConfig(str(GROUP_SCRIPT), [str(out)], "testbed16", nproc=1, tensors="phantom", trace="none", timeout_s=300)
+    )
+    seen = json.loads(out.read_text())
+    assert seen["scores_phantom"]
+    for router in ("megatron", "titan"):
+        _assert_group_limited(torch.tensor(seen[router]), 64, 8, 2, 4)
+    found = report.summary["moe_routing_sites"]
+    assert [s.split(" (")[1] for s in found["limited"]] == ["TokenChoiceTopKRouter.forward)", "group_limited_topk)"]
+    assert format_summary(report.summary).count("within its chosen groups") == 1
 
 
 @pytest.mark.usefixtures("fresh_sites")

@@ -207,18 +207,24 @@ def _untimed(ranks: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _routing_lines(summary: dict[str, Any]) -> list[str]:
-    """Phantom mode's routing, once: the routers' top-k sites that took it, the top-k sites left phantom, and the
-    group-limited routers it does not model (runtime/simcuda/kept_values.py)."""
+    """Phantom mode's routing, once: the routers' top-k sites that took it, the top-k sites left phantom, and
+    group-limited routing, modelled or not (runtime/simcuda/kept_values.py, grouped_routing.py)."""
     sites = summary.get("moe_routing_sites") or {}
     lines = []
     if summary.get("moe_routing"):
         at = ", ".join(sites.get("balanced", []))
         where = f" at the router top-k of {at}" if at else ""
         lines.append(f"phantom mode: MoE routing assumed {summary['moe_routing']}{where} (results.json moe_routing)")
-    if sites.get("grouped"):
+    if sites.get("limited"):
         lines.append(
-            f"phantom mode: group-limited routing ({', '.join(sites['grouped'])}) not modelled: the final top-k is "
-            "balanced over all experts, not within each token's chosen groups"
+            f"phantom mode: group-limited routing ({', '.join(sites['grouped'])}): the final top-k "
+            f"({', '.join(sites['limited'])}) picks each token's k experts within its chosen groups, balanced over "
+            "each group's experts"
+        )
+    elif sites.get("grouped"):
+        lines.append(
+            f"phantom mode: group-limited routing ({', '.join(sites['grouped'])}) not modelled: no final top-k "
+            "followed its group top-k over the same tokens, so routing is balanced over all experts"
         )
     if sites.get("phantom"):
         lines.append(

@@ -15,8 +15,9 @@ tokens and sizes its all-to-all (torchtitan) or its permutation (Megatron-Core) 
   Megatron's capacity top-k over tokens) keeps phantom indices, so reading them stops in one line. results.json's
   `moe_routing` records the routing (`routing`) and `moe_routing_sites` every top-k site of phantom scores: which
   took the balanced rule and which stayed phantom (`sites`). Group-limited routing (a router function named for
-  groups: Megatron's `group_limited_topk`, torchtitan's `_get_node_limited_routing_scores`) is not modelled: its
-  group top-k is balanced over the groups, the final top-k over all experts, not within the chosen groups;
+  groups: Megatron's `group_limited_topk`, torchtitan's `_get_node_limited_routing_scores`): its group top-k is
+  balanced over the groups, and the final top-k picks each token's k experts within its chosen groups, balanced
+  over each group's experts (grouped_routing.py);
 - integer and boolean factories (zeros, ones, full, arange, ..., and the `_like` / `new_` forms) have values;
 - a floating-point fill (`torch.zeros_like(logits)`) stays phantom but remembers its fill until it is written to
   (its version counter), so that its cast to integers (`.int()`, Megatron's routing map) has values;
@@ -37,6 +38,8 @@ from typing import Any
 
 import torch
 
+from phantora.runtime.simcuda import grouped_routing
+
 NUMEL = 1 << 22  # elements: a batch's routing indices (tokens x top-k), never a model's data
 ROUTING = "balanced"
 _CPU = torch.device("cpu")
@@ -44,7 +47,8 @@ _META = torch.device("meta")
 aten = torch.ops.aten
 
 _routed = False  # has a top-k of phantom scores been given the balanced routing on this rank?
-_sites: dict[str, dict[str, str]] = {"balanced": {}, "phantom": {}}  # kind -> site -> its function's qualname
+# kind -> site -> its function's qualname; "limited": final top-k sites of group-limited routing (grouped_routing.py)
+_sites: dict[str, dict[str, str]] = {"balanced": {}, "phantom": {}, "limited": {}}
 # a caller is an MoE router if its module's path (last 3 parts) or its function's qualname says so
 _ROUTER = re.compile(r"moe|rout(er|ing)|expert", re.IGNORECASE)
 # ... or names a gate as a word (DeepSeek-V3's reference `Gate`, `MoEGate`, `TopKGate`), not "aggregate" or "Gated"
@@ -62,9 +66,9 @@ def routing() -> str | None:
 
 def sites() -> dict[str, list[str]] | None:
     """Each top-k site of phantom scores on this rank (`file:line (function)`, results.json's `moe_routing_sites`):
-    "balanced" (a router's: the balanced rule), "phantom" (not a router's: indices left phantom), and "grouped"
-    (routers' sites whose function limits a token's groups, which the balanced rule does not model); None if
-    there was none."""
+    "balanced" (a router's: the balanced rule), "phantom" (not a router's: indices left phantom), "grouped"
+    (routers' sites whose function limits a token's groups) and "limited" (final top-k sites that chose within
+    each token's groups, grouped_routing.py); None if there was none."""
     if not any(_sites.values()):
         return None
     out = {kind: sorted(found) for kind, found in _sites.items() if found}
@@ -85,14 +89,16 @@ def _caller() -> tuple[str, str]:
 
 
 def router_site(scores: torch.Tensor, dim: int) -> str | None:
-    """The site of this top-k if it is an MoE router's (along the last dimension, the experts, called from a
-    module or function named for MoE, routing, experts or a gate), else None; every site is recorded (`sites`)."""
+    """The site of this top-k (`file:line (function)`) if it is an MoE router's (along the last dimension, the
+    experts, called from a module or function named for MoE, routing, experts or a gate), else None; every site is
+    recorded (`sites`)."""
     site, name = _caller()
     last = dim % max(scores.dim(), 1) == max(scores.dim(), 1) - 1
     said = f"{site.rsplit(':', 1)[0]} {name}"
     router = last and (_ROUTER.search(said) is not None or _GATE.search(said) is not None)
-    _sites["balanced" if router else "phantom"][f"{site} ({name})"] = name
-    return site if router else None
+    key = f"{site} ({name})"
+    _sites["balanced" if router else "phantom"][key] = name
+    return key if router else None
 
 
 def balanced(shape: torch.Size | tuple[int, ...], k: int, dim: int = -1) -> torch.Tensor:
@@ -122,10 +128,19 @@ def _topk(args: tuple, kwargs: dict, out: Any) -> Any:
         return out
     k = args[1] if len(args) > 1 else kwargs["k"]
     dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
-    if router_site(args[0], dim) is None:
+    site = router_site(args[0], dim)
+    if site is None:
         return out
     _routed = True
-    return values, balanced(args[0].shape, k, dim).to(indices.dtype)
+    shape = args[0].shape
+    ids = grouped_routing.take(shape, k)  # the final top-k of group-limited routing: within the chosen groups
+    if ids is not None:
+        _sites["limited"][site] = _sites["balanced"][site]
+    else:
+        ids = balanced(shape, k, dim)
+        if _GROUPED.search(_sites["balanced"][site]):  # a group top-k (or a top-k inside a group): its choice
+            grouped_routing.remember(shape, ids)
+    return values, ids.to(indices.dtype)
 
 
 _FILLS: dict[Any, Callable[[tuple, dict], Any]] = {
