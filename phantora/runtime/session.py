@@ -28,7 +28,7 @@ from phantora.runtime import flex_chunks
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
-from phantora.runtime.simcuda import kept_values, simapex
+from phantora.runtime.simcuda import cuda_only, kept_values, simapex
 from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
 from phantora.runtime.trace import TraceRecorder
 from phantora.runtime.traffic import TrafficMarker, zero_ranges
@@ -658,6 +658,9 @@ _current: RankSession | None = None
 def current() -> RankSession | None:
     """The session of this process, or None outside a phantora run."""
     return _current
+
+
+cuda_only.use_session(current)  # its one-kernel ops charge this process's session
 
 
 def install(session: RankSession | None) -> None:

@@ -17,10 +17,24 @@ from typing import Any
 
 import torch
 
-from phantora.runtime import session
 from phantora.runtime.simcuda import attention
 
 RMS_NORM_BACKWARD = torch.ops.aten._fused_rms_norm_backward.default
+
+
+def _no_session() -> Any:
+    """No session: outside a phantora run, or before session.py is imported."""
+    return None
+
+
+_current: Callable[[], Any] = _no_session  # the rank's session, once session.py says where it is (`use_session`)
+
+
+def use_session(current: Callable[[], Any]) -> None:
+    """Where `one_kernel` finds the rank's session: session.py hands over its `current` when it is imported (this
+    module sits below it: session -> memory -> simcuda.tensor -> cuda_only, so it may not import session)."""
+    global _current
+    _current = current
 
 
 def rms_norm_backward(
@@ -52,7 +66,7 @@ def one_kernel(func: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
     own (uncharged), then `func` is charged by the compute model and its outputs counted in device memory."""
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        s = session.current()
+        s = _current()
         if s is None:
             return compute(*args, **kwargs)
         with s.internal():
