@@ -1,8 +1,9 @@
 """The compiled per-op path's op caller (simcuda/opcall.cc) against the OpOverload's own `_op`.
 
-Each call must give what `func._op(*args, **kwargs)` gives (the same values, types, dtypes, tuple for several
-returns) and raise what it raises (the same exception type and message); a call it must not take (a torch function
-mode active, an argument that could override __torch_function__) is left to `_op` with nothing raised.
+Each call must give what `func._op(*args, **kwargs)` gives (the same values, types, dtypes, strides, views, tuple for
+several returns, autograd history) and raise what it raises (the same exception type and message), whether it is
+called typed (a schema of one of opcall.cc's typed forms, plain tensors only) or boxed; a call it must not take (a
+torch function mode active, an argument that could override __torch_function__) is left to `_op` with nothing raised.
 """
 
 from __future__ import annotations
@@ -48,7 +49,15 @@ CALLS: dict[str, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {
     "a dtype": (torch.ops.aten._to_copy.default, (A,), {"dtype": torch.float16}),
     "a list of outputs": (torch.ops.aten.split.Tensor, (A, 1, 1), {}),
     "a scalar output": (torch.ops.aten._local_scalar_dense.default, (A[0, 1],), {}),
+    "typed: mul": (torch.ops.aten.mul.Tensor, (A, A), {}),
+    "typed: sub, int tensors": (torch.ops.aten.sub.Tensor, (A.long(), A.long() * 3), {}),
+    "typed: mm": (torch.ops.aten.mm.default, (A, A.t()), {}),
+    "typed: unary": (torch.ops.aten.neg.default, (A,), {}),
+    "typed: a view": (torch.ops.aten.t.default, (A,), {}),
+    "typed: broadcast, promoted": (torch.ops.aten.add.Tensor, (A, torch.ones(3, dtype=torch.float64)), {}),
 }
+# The calls above that opcall.cc makes typed (the schema's form and plain tensors only), the others boxed.
+TYPED = {"add"} | {case for case in CALLS if case.startswith("typed: ")}
 
 
 @pytest.mark.parametrize("case", list(CALLS))
@@ -65,12 +74,38 @@ def test_a_call_gives_what_the_binding_gives(call: Call, case: str) -> None:
         if isinstance(w, torch.Tensor):
             assert g.dtype == w.dtype and g.shape == w.shape and g.layout == w.layout
             assert torch.equal(g.to_dense(), w.to_dense())
+            if w.layout == torch.strided:
+                assert g.stride() == w.stride() and g._is_view() == w._is_view()
         else:
             assert g == w
 
 
+@pytest.mark.parametrize("case", list(CALLS))
+def test_a_call_is_typed_only_in_a_typed_form(call: Call, case: str) -> None:
+    func, args, kwargs = CALLS[case]
+    before = compiled.op_calls(func), compiled.typed_calls(func)
+    call(func, *args, **kwargs)
+    assert compiled.op_calls(func) - before[0] == 1
+    assert compiled.typed_calls(func) - before[1] == (1 if case in TYPED else 0)
+
+
+def test_a_typed_call_records_autograd_as_the_binding_does(call: Call) -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 2, requires_grad=True)
+    typed = compiled.typed_calls(torch.ops.aten.mm.default)
+    _, got = call(torch.ops.aten.mm.default, x, w)
+    want = torch.ops.aten.mm.default._op(x, w)
+    assert compiled.typed_calls(torch.ops.aten.mm.default) - typed == 1
+    assert got.requires_grad and type(got.grad_fn) is type(want.grad_fn)
+    (gx,) = torch.autograd.grad(got.sum(), (x,))
+    (wx,) = torch.autograd.grad(want.sum(), (x,))
+    assert torch.equal(gx, wx) and torch.equal(gx, torch.ones(3, 2) @ w.detach().t())
+
+
 ERRORS: dict[str, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {
     "shapes": (torch.ops.aten.add.Tensor, (A, torch.ones(4)), {}),
+    "shapes, typed mm": (torch.ops.aten.mm.default, (A, A), {}),
+    "dtypes, typed mm": (torch.ops.aten.mm.default, (A, A.t().long()), {}),
     "a missing argument": (torch.ops.aten.add.Tensor, (A,), {}),
     "an unknown keyword": (torch.ops.aten.add.Tensor, (A, A), {"bogus": 1}),
     "an index (IndexError)": (torch.ops.aten.select.int, (A, 0, 5), {}),

@@ -12,7 +12,8 @@ build or load, it reads them through torch's Python bindings and calls `_make_wr
 slower, with one warning line; it is told by a C++ hook there when a storage it counted dies (no Python object of the
 storage and no weak reference on it per new output: memory.MemoryTracker's entries say which way each is counted).
 It runs each op through the dispatcher from C++ (`opcall.cc`, built and cached the same
-way: the operator's handle found once per OpOverload) where torch's Python binding of the operator would do nothing
+way: the operator's handle found once per OpOverload; a call of plain tensors in one of three common schema forms is
+made typed, without the boxed call's argument stack) where torch's Python binding of the operator would do nothing
 else; otherwise, or without that library (one warning line), it calls the OpOverload's `_op`.
 """
 
@@ -159,6 +160,15 @@ def op_calls(func: Any) -> int:
     if _call_lib is None:
         return 0
     fn = _call_lib.phantora_op_calls
+    fn.argtypes, fn.restype = [ctypes.py_object], ctypes.c_long
+    return int(fn(func))
+
+
+def typed_calls(func: Any) -> int:
+    """How many of `op_calls(func)` `opcall.cc` called typed (its schema one of the typed forms: not boxed)."""
+    if _call_lib is None:
+        return 0
+    fn = _call_lib.phantora_typed_calls
     fn.argtypes, fn.restype = [ctypes.py_object], ctypes.c_long
     return int(fn(func))
 

@@ -13,6 +13,13 @@
 // an op the dispatcher does not hold (a JIT-only operator), an active torch function mode, or an argument that could
 // override `__torch_function__` (anything but a plain torch.Tensor, None, a bool, int, float, complex, str, dtype,
 // device, layout, memory format, or a list or tuple of numbers).
+//
+// An op whose schema is one of three common forms, `(Tensor) -> Tensor`, `(Tensor, Tensor) -> Tensor` and
+// `(Tensor, Tensor, *, Scalar alpha=<default>) -> Tensor` (nothing written in place: add, sub, mul, div, mm, bmm, the
+// unary pointwise ops, t ...), called with its plain strided tensors only, is called typed (`TypedOperatorHandle::call`,
+// what `at::_ops::X::call` does) rather than boxed: the dispatcher picks the same kernels from the same dispatch keys,
+// without putting the arguments on a stack and taking them off it for each unboxed kernel; the result is converted by
+// `createPyObjectForStack` as the boxed call's is.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <Python.h>
 #include <torch/csrc/Device.h>
@@ -30,10 +37,20 @@
 
 namespace {
 
+using Unary = at::Tensor(const at::Tensor &);
+using Binary = at::Tensor(const at::Tensor &, const at::Tensor &);
+using BinaryAlpha = at::Tensor(const at::Tensor &, const at::Tensor &, const c10::Scalar &);
+
 struct Op {
   std::optional<c10::OperatorHandle> handle;  // none: not a dispatcher operator, every call goes to `_op`
   bool numbers_as_tensors = false;            // as `opAllowsNumbersAsTensors` of the op's symbol
   long calls = 0;                             // calls taken here
+  // the typed handle of the op's form, if it has one of the three (at most one is set)
+  std::optional<c10::TypedOperatorHandle<Unary>> unary;
+  std::optional<c10::TypedOperatorHandle<Binary>> binary;
+  std::optional<c10::TypedOperatorHandle<BinaryAlpha>> binary_alpha;
+  c10::Scalar alpha;  // binary_alpha's default
+  long typed_calls = 0;
 };
 
 std::unordered_map<PyObject *, Op> ops;  // by OpOverload (kept alive: a reference is held, so the key is not reused)
@@ -59,6 +76,38 @@ bool plain(PyObject *x) {
   return false;
 }
 
+// A tensor argument of a typed form: a Tensor (not optional, not a list), positional, not written in place.
+bool tensor_param(const c10::Argument &a) {
+  return a.real_type()->kind() == c10::TypeKind::TensorType && !a.kwarg_only() &&
+         !(a.alias_info() && a.alias_info()->isWrite());
+}
+
+// The typed handle of `op`'s form, if its schema has one of the three; none otherwise (or if the dispatcher's own
+// check of the C++ signature refuses it).
+void find_form(Op &op) {
+  const c10::FunctionSchema &s = op.handle->schema();
+  if (s.is_mutable() || s.is_vararg() || s.is_varret() || s.returns().size() != 1) return;
+  const c10::Argument &r = s.returns()[0];
+  if (r.real_type()->kind() != c10::TypeKind::TensorType || (r.alias_info() && r.alias_info()->isWrite())) return;
+  const std::vector<c10::Argument> &a = s.arguments();
+  try {
+    if (a.size() == 1 && tensor_param(a[0])) {
+      op.unary = op.handle->typed<Unary>();
+    } else if (a.size() == 2 && tensor_param(a[0]) && tensor_param(a[1])) {
+      op.binary = op.handle->typed<Binary>();
+    } else if (a.size() == 3 && tensor_param(a[0]) && tensor_param(a[1]) &&
+               a[2].real_type()->kind() == c10::TypeKind::NumberType && a[2].kwarg_only() && a[2].default_value() &&
+               a[2].default_value()->isScalar()) {
+      op.alpha = a[2].default_value()->toScalar();
+      op.binary_alpha = op.handle->typed<BinaryAlpha>();
+    }
+  } catch (...) {  // another C++ signature than the schema's codegen gives: boxed
+    op.unary.reset();
+    op.binary.reset();
+    op.binary_alpha.reset();
+  }
+}
+
 // The entry of `func` (an OpOverload), found in the dispatcher on its first call. NULL with an error set.
 Op *lookup(PyObject *func) {
   auto it = ops.find(func);
@@ -71,6 +120,7 @@ Op *lookup(PyObject *func) {
   const char *o = n && overload ? PyUnicode_AsUTF8(overload) : nullptr;
   if (o) {
     op.handle = c10::Dispatcher::singleton().findSchema({n, o});
+    if (op.handle) find_form(op);
     const c10::Symbol symbol = c10::Symbol::fromQualString(n);
     op.numbers_as_tensors = symbol.is_prims() || symbol.is_nvprims() ||
                             (symbol.is_aten() && torch::should_allow_numbers_as_tensors(symbol.toUnqualString()));
@@ -109,6 +159,19 @@ bool tensor_stack(const c10::FunctionSchema &schema, PyObject *args, torch::jit:
   return true;
 }
 
+// The call's tensors if it is one of `op`'s typed form's (its plain strided tensors, positional, nothing else).
+bool typed_args(const Op &op, PyObject *args, const at::Tensor *(&t)[2]) {
+  const Py_ssize_t want = op.unary ? 1 : (op.binary || op.binary_alpha) ? 2 : 0;
+  if (!want || PyTuple_GET_SIZE(args) != want) return false;
+  for (Py_ssize_t i = 0; i < want; i++) {
+    PyObject *x = PyTuple_GET_ITEM(args, i);
+    if (Py_TYPE(x) != reinterpret_cast<PyTypeObject *>(THPVariableClass)) return false;
+    t[i] = &THPVariable_Unpack(x);
+    if (t[i]->layout() != c10::kStrided) return false;
+  }
+  return true;
+}
+
 struct ReleaseGil {  // as pybind11::gil_scoped_release, which invokeOperatorFromPython holds around the op
   PyThreadState *state = PyEval_SaveThread();
   ~ReleaseGil() { PyEval_RestoreThread(state); }
@@ -141,9 +204,25 @@ int phantora_call_op(PyObject *func, PyObject *args, PyObject *kwargs, PyObject 
   if (!op || !op->handle) return 0;
   op->calls++;
   try {
+    const bool keywords = kwargs && PyDict_GET_SIZE(kwargs) > 0;  // an empty dict: none
+    const at::Tensor *t[2] = {nullptr, nullptr};
+    if (!keywords && typed_args(*op, args, t)) {
+      op->typed_calls++;
+      at::Tensor result;
+      {
+        ReleaseGil released;
+        if (op->unary) result = op->unary->call(*t[0]);
+        else if (op->binary) result = op->binary->call(*t[0], *t[1]);
+        else result = op->binary_alpha->call(*t[0], *t[1], op->alpha);
+      }
+      torch::jit::Stack stack;
+      stack.emplace_back(std::move(result));
+      *out = torch::jit::createPyObjectForStack(std::move(stack)).release().ptr();
+      return 1;
+    }
     torch::jit::ToIValueAllowNumbersAsTensors numbers(op->numbers_as_tensors);
     torch::jit::Stack stack;
-    if (kwargs || !tensor_stack(op->handle->schema(), args, stack)) {
+    if (keywords || !tensor_stack(op->handle->schema(), args, stack)) {
       const py::kwargs kw = kwargs ? py::reinterpret_borrow<py::kwargs>(kwargs) : py::kwargs();
       stack = torch::jit::createStackForSchema(
           op->handle->schema(), torch::jit::tuple_slice(py::reinterpret_borrow<py::tuple>(args)), kw, std::nullopt);
@@ -163,6 +242,12 @@ int phantora_call_op(PyObject *func, PyObject *args, PyObject *kwargs, PyObject 
 long phantora_op_calls(PyObject *func) {
   auto it = ops.find(func);
   return it == ops.end() ? 0 : it->second.calls;
+}
+
+// How many of those were typed calls.
+long phantora_typed_calls(PyObject *func) {
+  auto it = ops.find(func);
+  return it == ops.end() ? 0 : it->second.typed_calls;
 }
 
 }  // extern "C"
