@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives.nccl import platform_of
-from phantora.collectives.nccl.cta_ceiling import raised_bus_bw
+from phantora.collectives.nccl.cta_ceiling import capped_bus_bw, raised_bus_bw
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import settings_from_env as nccl_env
 from phantora.collectives.nccl.tuning import Cost, comm_channels, costs, more_ctas_algbw, ring_graph, select
@@ -46,6 +46,16 @@ def test_tree_ll128_on_eight_hosts_applies_both_ceilings():
     assert raised_bus_bw("tree", "LL128", p, 384.0, 8, 1.0) == pytest.approx(8 * 29.0)
     assert raised_bus_bw("tree", "LL128", p, 384.0, 8, 1.5) == pytest.approx(384 * 0.92 * 120 / 128)
     assert raised_bus_bw("tree", "Simple", p, 384.0, 8, 1.0) == pytest.approx(8 * 36.0)
+
+
+def test_the_shared_ceilings_cap_tree_ll_and_leave_uncapped_pairs():
+    """capped_bus_bw (tuning.costs' ceilings at scale 1): tree LL on 8 hosts gets the tree ceiling min(384 x 0.92,
+    8 x 36.0) = 288 before costs' own ÷ 3.8; ring Simple is not capped at any scale, nor a pair raised for it."""
+    p = h100(8)
+    assert capped_bus_bw("tree", "LL", p, 384.0, 8) == pytest.approx(8 * 36.0)
+    assert capped_bus_bw("tree", "LL", p, 300.0, 8) == pytest.approx(300 * 0.92)
+    assert capped_bus_bw("ring", "Simple", p, 384.0, 8, 2.0) == 384.0
+    assert raised_bus_bw("tree", "LL", p, 384.0, 8, 2.0) == 0.0
 
 
 def test_24_ctas_run_ring_ll128_at_the_graphs_rate_and_16_at_nccls():

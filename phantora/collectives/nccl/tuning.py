@@ -16,7 +16,7 @@ from functools import lru_cache
 from phantora.collectives.nccl import old_tuners, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes
-from phantora.collectives.nccl.cta_ceiling import raised_bus_bw
+from phantora.collectives.nccl.cta_ceiling import capped_bus_bw, raised_bus_bw
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
 from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
 from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
@@ -173,15 +173,10 @@ def costs(kind: str, p: Platform, st: NcclSettings) -> list[Cost]:
             bus = g.nchannels * bw
             if a == "ring" and proto == "LL":
                 bus = min(ll_max, bus * 0.5)
-            if a == "ring" and proto == "LL128":
-                bus = min(bus * 0.92, g.nchannels * T.PER_CH_MAX_RING_LL128_BW[arch])
-            if a == "tree" and kind == "all_reduce":
-                bus = min(bus * 0.92, g.nchannels * T.PER_CH_MAX_TREE_BW[arch][ix])
+            if (a == "ring" and proto == "LL128") or (a == "tree" and kind == "all_reduce"):
+                bus = capped_bus_bw(a, proto, p, bus, g.nchannels)  # the per-channel ceilings, NCCL's own CTAs
             if a == "tree" and proto == "LL":
                 bus = min(bus / 3.8, ll_max)
-            if a == "tree" and proto == "LL128":
-                factor = 7.0 / 9.0 if nn == 1 else 120.0 / 128.0
-                bus = min(bus * factor, g.nchannels * T.PER_CH_MAX_TREE_LL128_BW[arch][ix])
             if a == "pat":
                 bus *= 0.75
             if not (a != "ring" and kind in ("all_gather", "reduce_scatter")):
