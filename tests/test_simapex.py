@@ -97,6 +97,24 @@ def test_modules_initialise_as_apex() -> None:
     assert apex_norm.MixedFusedLayerNorm(8)(torch.randn(2, 8, dtype=torch.bfloat16)).dtype == torch.float32
 
 
+def test_modules_without_affine_have_no_parameters_and_mixed_rms_casts() -> None:
+    """elementwise_affine=False: no parameters, the plain closed forms; MixedFusedRMSNorm returns the weight's dtype,
+    the RMS of a bf16 input taken in fp32: x / sqrt(mean(x^2) + eps)."""
+    x = torch.randn(3, 8, dtype=torch.float64)
+    ln, rms = apex_norm.FusedLayerNorm(8, elementwise_affine=False), apex_norm.FusedRMSNorm(8, 1e-6, False)
+    assert list(ln.parameters()) == [] and list(rms.parameters()) == [] and not hasattr(rms, "bias")
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    torch.testing.assert_close(ln(x), (x - mean) / torch.sqrt(var + 1e-5), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rms(x), x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), rtol=1e-12, atol=1e-12)
+    xb = torch.randn(2, 8, dtype=torch.bfloat16)
+    mixed = apex_norm.MixedFusedRMSNorm(8, 1e-6)
+    xf = xb.float()
+    want = xf / torch.sqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+    got = mixed(xb)
+    assert got.dtype == torch.float32 and [n for n, _ in mixed.named_parameters()] == ["weight"]
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "cuda_apex_norms.py"
 
 

@@ -190,8 +190,12 @@ def _shape(normalized_shape: int | Shape) -> torch.Size:
     return torch.Size([int(n) for n in normalized_shape])  # type: ignore[union-attr]
 
 
-class FusedLayerNorm(torch.nn.Module):
-    """apex.normalization.FusedLayerNorm: weight ones and bias zeros if `elementwise_affine`."""
+class _FusedNorm(torch.nn.Module):
+    """What apex's FusedLayerNorm and FusedRMSNorm share: the shape, eps, flags, a weight of ones (and, with `_bias`,
+    a bias of zeros) if `elementwise_affine`; `_mixed`: the input is cast to the weight's dtype (apex's Mixed*)."""
+
+    _bias = False
+    _mixed = False
 
     def __init__(
         self,
@@ -203,75 +207,74 @@ class FusedLayerNorm(torch.nn.Module):
         super().__init__()
         self.normalized_shape = _shape(normalized_shape)
         self.eps, self.elementwise_affine, self.memory_efficient = eps, elementwise_affine, memory_efficient
-        self.weight: Parameter | None = Parameter(torch.empty(self.normalized_shape)) if elementwise_affine else None
-        self.bias: Parameter | None = Parameter(torch.empty(self.normalized_shape)) if elementwise_affine else None
+        self.weight: Parameter | None = self._param()
+        if self._bias:
+            self.bias: Parameter | None = self._param()
         self.reset_parameters()
 
+    def _param(self) -> Parameter | None:
+        return Parameter(torch.empty(self.normalized_shape)) if self.elementwise_affine else None
+
     def reset_parameters(self) -> None:
-        if self.weight is not None and self.bias is not None:
+        if self.weight is not None:
             init.ones_(self.weight)
+        if self._bias and self.bias is not None:
             init.zeros_(self.bias)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self._mixed:
+            assert self.weight is not None
+            input = input.to(self.weight.dtype)
+        return self._norm(input)
+
+    def _norm(self, input: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class FusedLayerNorm(_FusedNorm):
+    """apex.normalization.FusedLayerNorm: weight ones and bias zeros if `elementwise_affine`."""
+
+    _bias = True
+
+    def _norm(self, input: torch.Tensor) -> torch.Tensor:
         if self.weight is None or self.bias is None:
             return fused_layer_norm(input, self.normalized_shape, self.eps, self.memory_efficient)
         return fused_layer_norm_affine(
             input, self.weight, self.bias, self.normalized_shape, self.eps, self.memory_efficient
         )
 
-    def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
-
-class FusedRMSNorm(torch.nn.Module):
+class FusedRMSNorm(_FusedNorm):
     """apex.normalization.FusedRMSNorm: weight ones if `elementwise_affine`."""
 
-    def __init__(
-        self,
-        normalized_shape: int | Shape,
-        eps: float = 1e-5,
-        elementwise_affine: bool = True,
-        memory_efficient: bool = False,
-    ) -> None:
-        super().__init__()
-        self.normalized_shape = _shape(normalized_shape)
-        self.eps, self.elementwise_affine, self.memory_efficient = eps, elementwise_affine, memory_efficient
-        self.weight: Parameter | None = Parameter(torch.empty(self.normalized_shape)) if elementwise_affine else None
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.weight is not None:
-            init.ones_(self.weight)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
+    def _norm(self, input: torch.Tensor) -> torch.Tensor:
         if self.weight is None:
             return fused_rms_norm(input, self.normalized_shape, self.eps, self.memory_efficient)
         return fused_rms_norm_affine(input, self.weight, self.normalized_shape, self.eps, self.memory_efficient)
 
-    def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+def _mixed_init(
+    self: _FusedNorm, normalized_shape: int | Shape, eps: float = 1e-5, *, memory_efficient: bool = False
+) -> None:
+    """apex's Mixed* constructors: always affine."""
+    _FusedNorm.__init__(self, normalized_shape, eps, elementwise_affine=True, memory_efficient=memory_efficient)
 
 
 class MixedFusedLayerNorm(FusedLayerNorm):
     """apex's LayerNorm whose output has the parameters' dtype (a half input normalised in fp32 weights' precision)."""
 
-    def __init__(self, normalized_shape: int | Shape, eps: float = 1e-5, *, memory_efficient: bool = False) -> None:
-        super().__init__(normalized_shape, eps, elementwise_affine=True, memory_efficient=memory_efficient)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        assert self.weight is not None
-        return super().forward(input.to(self.weight.dtype))
+    _mixed = True
+    __init__ = _mixed_init
 
 
 class MixedFusedRMSNorm(FusedRMSNorm):
     """apex's RMSNorm whose output has the weight's dtype."""
 
-    def __init__(self, normalized_shape: int | Shape, eps: float = 1e-5, *, memory_efficient: bool = False) -> None:
-        super().__init__(normalized_shape, eps, elementwise_affine=True, memory_efficient=memory_efficient)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        assert self.weight is not None
-        return super().forward(input.to(self.weight.dtype))
+    _mixed = True
+    __init__ = _mixed_init
 
 
 EXPORTS = [

@@ -26,7 +26,6 @@ from phantora.runtime.simcuda import apex_norm
 
 _MODULES = {"apex": True, "apex.normalization": True, "apex.normalization.fused_layer_norm": False}  # is a package
 _NORMALIZATION = ["FusedLayerNorm", "FusedRMSNorm", "MixedFusedLayerNorm", "MixedFusedRMSNorm"]
-NOTE = "apex is simulated: apex.normalization's fused LayerNorm / RMSNorm as torch norm kernels (simcuda/simapex.py)"
 _imported = False
 
 
