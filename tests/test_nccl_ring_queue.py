@@ -1,9 +1,11 @@
-"""A chunked ring's messages on their connection's queue (`--granularity chunked`, NCCL's model): a rank's steps to its
-successor go on the wire one at a time, in order, each once its input has arrived and the step NCCL_STEPS before it
-has (its buffer slot is free: prims_simple.h `waitPeer`; the proxy posts a network connection's steps in order,
-net.cc `sendProxyProgress`; NCCL v2.30.7-1). ns-3's NIC sends a connection's messages that way too, so both engines
-share a link between connections, not between messages. Closed forms written out here: NCCL_STEPS from device.h,
-the busiest link's bytes over its line rate (each flow on its ECMP route)."""
+"""A chunked ring's messages on their connection's queue (`--granularity chunked`, NCCL's model): a rank's chunks to its
+successor go on the wire one at a time, in order, each once its input has arrived and its buffer slots are free: the
+chunk NCCL_STEPS / CHUNKSTEPS before it has arrived (a Simple ring chunk takes ALLREDUCE_CHUNKSTEPS = 4 of the 8
+slots, its empty slices too, so 2 chunks are in flight; an LL / LL128 chunk takes 1, so 8: prims_simple.h
+`waitPeer`, enqueue.cc `calcCollChunking`'s chunkSteps, collectives.h; the proxy posts a network connection's
+steps in order, net.cc `sendProxyProgress`; NCCL v2.30.7-1). ns-3's NIC sends a connection's messages that way too,
+so both engines share a link between connections, not between messages. Closed forms written out here: NCCL_STEPS
+from device.h, the busiest link's bytes over its line rate (each flow on its ECMP route)."""
 
 from __future__ import annotations
 
@@ -13,13 +15,17 @@ from collections import defaultdict
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.dag import DagBuilder
 from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.ring import ring_flows
 from phantora.netsim.flow import FlowSimulator
-from phantora.topology import load_topology
+from phantora.topology import Topology, load_topology, rail_optimized
 from tests.engine_pair import flow_and_ns3_end_ns
 
 MiB = 1 << 20
 NCCL_STEPS = 8  # src/include/device.h
+ALLREDUCE_CHUNKSTEPS = NCCL_STEPS // 2  # src/include/collectives.h: a Simple ring chunk's buffer slots
+SIMPLE_WINDOW = NCCL_STEPS // ALLREDUCE_CHUNKSTEPS  # Simple ring chunks in flight on a connection
 TOPO = load_topology("testbed16")  # 2 hosts x 8 H100, a 400G NIC a GPU, two leaves and four 800G spines
 RING_SIMPLE = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"})
 
@@ -42,10 +48,11 @@ def busiest_link_us(flows: list) -> float:
 
 def test_ring_steps_go_in_turn_on_their_connection() -> None:
     """256 MiB: 16 channels of a 1 MiB slice a rank, one pass of 2(16 - 1) = 30 steps a connection. Each step is on
-    its connection's queue and waits for the step NCCL_STEPS before it; on the flow network no connection's steps
-    overlap on the wire, so the spine links that ECMP gives six connections share their rate six ways by
-    connection, and the call takes NCCL's latency plus the busiest link's bytes at its line rate, to 0.1%. (When
-    a connection's steps ran side by side each took a share of the link, and the ring ran 2.7% longer.)"""
+    its connection's queue and waits for the chunk NCCL_STEPS / ALLREDUCE_CHUNKSTEPS = 2 before it; on the flow
+    network no connection's steps overlap on the wire, so the spine links that ECMP gives six connections share
+    their rate six ways by connection, and the call takes NCCL's latency plus the busiest link's bytes at its line
+    rate, to 0.1%. (When a connection's steps ran side by side each took a share of the link, and the ring ran 2.7%
+    longer.)"""
     flows, choice = ring(256 * MiB)
     conns: dict[int, list] = defaultdict(list)
     for f in flows:
@@ -53,8 +60,8 @@ def test_ring_steps_go_in_turn_on_their_connection() -> None:
     assert len(conns) == 16 * 16 and all(len(steps) == 2 * 15 for steps in conns.values())
     for steps in conns.values():
         assert len({f.queue for f in steps}) == 1 and steps[0].queue
-        for s, f in enumerate(steps[NCCL_STEPS:], NCCL_STEPS):
-            assert steps[s - NCCL_STEPS].id in f.deps
+        for s, f in enumerate(steps[SIMPLE_WINDOW:], SIMPLE_WINDOW):
+            assert steps[s - SIMPLE_WINDOW].id in f.deps
     sim = FlowSimulator(TOPO)
     sim.submit(flows, at=0)
     done = {c.flow_id: c for c in sim.drain()}
@@ -81,3 +88,55 @@ def test_ns3_pays_the_spine_queue_the_fluid_share_has_not() -> None:
     assert room["ns3"] == pytest.approx(room["flow"], rel=1e-3)
     model = flow_and_ns3_end_ns(TOPO, flows)
     assert model["ns3"] > 1.01 * model["flow"]
+
+
+def own_offsets(flows: list) -> set[int]:
+    """How many messages back, on its own connection, each message waits for (its slot, or its pass's start)."""
+    conns: dict[int, list] = defaultdict(list)
+    for f in flows:
+        conns[f.conn].append(f)
+    out: set[int] = set()
+    for steps in conns.values():
+        where = {f.id: s for s, f in enumerate(steps)}
+        out |= {s - where[d] for s, f in enumerate(steps) for d in f.deps if d in where}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("proto", "window", "size"),
+    [("Simple", SIMPLE_WINDOW, 128 * MiB), ("LL", NCCL_STEPS, 4 * MiB), ("LL128", NCCL_STEPS, 64 * MiB)],
+)
+def test_a_ring_chunk_takes_its_protocols_slots(proto: str, window: int, size: int) -> None:
+    """2 hosts x 2 H100 (8 channels), an all-reduce of several passes: a Simple chunk (2 MiB) waits for the one 2
+    back (4 slots a chunk), an LL / LL128 chunk for the one 8 back (a slot a chunk); 1 back only at a pass's start
+    (a rank runs its passes in turn)."""
+    env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": proto})
+    coll = Collective("all_reduce", (0, 1, 2, 3), size, "fp32")
+    dag = decompose(coll, rail_optimized(2, 2, gpu="h100"), AlgoOptions(granularity="chunked", nccl_env=env))
+    assert own_offsets(dag.flows) == {1, window}
+
+
+def latency_ring() -> Topology:
+    """4 GPUs in a ring of direct 8 Gbit/s links (a byte a ns), 1 us each but the first, 10 us."""
+    topo = Topology(name="ring4")
+    gpus = [topo.add_node("gpu", host=i) for i in range(4)]
+    for i in range(4):
+        topo.add_link(gpus[i], gpus[(i + 1) % 4], 8 * 10**9, 10_000 if i == 0 else 1_000)
+    return topo
+
+
+@pytest.mark.parametrize(("window", "end_us"), [(SIMPLE_WINDOW, 22.0), (NCCL_STEPS, 15.0)])
+def test_the_window_binds_where_a_slot_comes_back_late(window: int, end_us: float) -> None:
+    """An all-gather's 3 steps of a 1000-byte chunk (1 us on the wire) round `latency_ring`, no step delay. Rank 0's
+    chunks cross the 10 us link: with 2 in flight its third waits for its first to arrive, 1 + 10, then goes,
+    1 + 10 more: 22 us. With 8 in flight it goes once rank 3's second chunk is in (2 + 2 = 4 us) and arrives at
+    4 + 1 + 10 = 15, as rank 2's last (rank 1's second arrives 11 + 1 + 1 = 13, rank 2's third 13 + 2 = 15)."""
+    topo = latency_ring()
+    b = DagBuilder(nodes=topo.endpoints, ranks=(0, 1, 2, 3), first_id=1, prefix="", comm=7)
+    order, slices = [0, 1, 2, 3], [1000] * 4
+    ring_flows(
+        b, "all_gather", order, slices, 0, chunked=True, chunk_bytes=1000, step_delay_ns=0, in_turn=True, window=window
+    )
+    sim = FlowSimulator(topo)
+    sim.submit(b.flows, at=0)
+    assert max(c.end_ns for c in sim.drain()) / 1e3 == pytest.approx(end_us)

@@ -13,6 +13,7 @@ from phantora.collectives.nccl.chunking import p2p_chunk_bytes, tree_line_sweeps
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.platform import platform_of
+from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nvls import nvls_flows, nvls_loops, nvls_tree_flows
@@ -117,11 +118,18 @@ def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf |
     return chunk
 
 
-def _steps_in_flight(opts: AlgoOptions) -> int:
-    """Steps a connection keeps in flight under NCCL's model: NCCL_STEPS, its buffer's slots (a sender's step s
-    goes once the receiver has freed step s - NCCL_STEPS's slot: prims_simple.h `waitPeer`, NCCL v2.30.7-1);
-    outside it, one step at a time."""
-    return T.NCCL_STEPS if opts.model == "nccl" else 1
+def _steps_in_flight(opts: AlgoOptions, chunk_steps: int = 1) -> int:
+    """Messages a connection keeps in flight under NCCL's model: its buffer's NCCL_STEPS slots over the slots one
+    message takes (`chunk_steps`; a sender's slice waits until the receiver has freed the slot NCCL_STEPS back:
+    prims_simple.h `waitPeer`, NCCL v2.30.7-1); outside it, one at a time."""
+    return max(1, T.NCCL_STEPS // chunk_steps) if opts.model == "nccl" else 1
+
+
+def _ring_chunk_steps(opts: AlgoOptions) -> int:
+    """Buffer slots one chunk of an all-reduce / all-gather / reduce-scatter ring takes: Simple's
+    ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS (NCCL_STEPS / 2; its empty slices still advance the step,
+    prims_simple.h), 1 for LL and LL128 (calcCollChunking's chunkSteps, enqueue.cc; collectives.h, v2.30.7-1)."""
+    return RING_CHUNK_STEPS.get(opts.protocol, 1)
 
 
 def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[int, int] | None:
@@ -178,7 +186,8 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         orders = [ring_order(blocks, c, alternate) for c in range(ch)]
         in_turn = opts.model == "nccl"
-        ring_collective(b, kind, orders, coll.nbytes, in_turn=in_turn, window=_steps_in_flight(opts), **common)
+        window = _steps_in_flight(opts, _ring_chunk_steps(opts))
+        ring_collective(b, kind, orders, coll.nbytes, in_turn=in_turn, window=window, **common)
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         if sweeps:

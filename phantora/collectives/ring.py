@@ -65,7 +65,8 @@ def ring_flows(
     connection's rate): a rank runs its passes one after another (a pass's first step waits for the
     sender's last message of the pass before), and, given the builder's communicator, a rank's messages to
     its successor go on the wire one at a time in order (`Flow.queue`), each once its input has arrived and
-    the message `window` before it has (its buffer slot is free: NCCL_STEPS, prims_simple.h `waitPeer`; the
+    the message `window` before it has (its buffer slots are free: NCCL_STEPS slots over the CHUNKSTEPS slots a
+    Simple chunk takes, so 2; LL / LL128 chunks take 1, so 8; prims_simple.h `waitPeer`; the
     proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL v2.30.7-1). So a
     connection moves its bytes at its own rate, as ns-3's NIC sends a connection's messages; without
     `in_turn` every pass runs at once, and the links alone set the pace.
