@@ -10,6 +10,7 @@ import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import platform_of, proxy, tuning
+from phantora.collectives.nccl.chunking import step_bytes
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
@@ -64,6 +65,19 @@ def test_steps_per_connection_follow_ncclproxyop_nsteps() -> None:
     assert proxy.steps_per_connection("all_reduce", "tree", "LL128", p8, st, MiB, 16) == math.ceil(MiB / (16 * 18_000))
     many = 16 * 16 * LL128_STEP_DATA * 3  # three loops of the ring
     assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, st, many, 16) == 3 * 30
+
+
+def test_broadcast_steps_are_one_step_chunks() -> None:
+    """Broadcast's ring chunk is one buffer step (BROADCAST_CHUNKSTEPS = SLICESTEPS = 1, collectives.h v2.30.7-1),
+    not an all-reduce's 4-step chunk of 2-step slices: 16 MiB over 2 channels of 512 KiB Simple steps (4 MiB
+    buffer / NCCL_STEPS 8) is 16 steps a connection; an all-gather of the same bytes on 16 ranks fits one loop of
+    16 x 2 MiB chunks per channel: 15 x 4 / 2 = 30 slices."""
+    st = settings_from_env({})
+    p2 = platform_of(*_hosts(2))
+    step = step_bytes("Simple", st)
+    assert step == 512 * 1024
+    assert proxy.steps_per_connection("broadcast", "ring", "Simple", p2, st, 16 * MiB, 2) == 16 * MiB // (2 * step)
+    assert proxy.steps_per_connection("all_gather", "ring", "Simple", p2, st, 16 * MiB, 2) == 30
 
 
 def test_the_bound_charges_what_the_turns_exceed_the_transfer_by() -> None:

@@ -54,6 +54,16 @@ PROXY_PROTOCOLS = ("LL", "LL128")
 RING_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 RING_CHUNK_STEPS = {"LL": 1, "LL128": 1, "Simple": 4}  # chunkSteps of ring collectives (Simple: NCCL_STEPS / 2)
 RING_SLICE_STEPS = {"LL": 1, "LL128": 1, "Simple": 2}  # sliceSteps (Simple: NCCL_STEPS / 4): the proxy's unit
+STEPPED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")  # the kinds those steps are for
+
+
+def ring_steps(kind: str, proto: str) -> tuple[int, int]:
+    """(chunkSteps, sliceSteps) of a ring collective: ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS and SLICESTEPS
+    under Simple; broadcast and reduce take BROADCAST/REDUCE_CHUNKSTEPS = SLICESTEPS = 1 (collectives.h,
+    v2.30.7-1); LL and LL128 one step a chunk."""
+    if kind not in STEPPED_KINDS:
+        return 1, 1
+    return RING_CHUNK_STEPS[proto], RING_SLICE_STEPS[proto]
 
 
 def btree_parents(n: int) -> list[int]:
@@ -113,7 +123,7 @@ def steps_per_connection(kind: str, algo: str, proto: str, p: Platform, st: Nccl
     if algo == "tree":
         chunk = chunk_bytes("tree", proto, p, st, nbytes, ch)
         return math.ceil(nbytes / (ch * chunk))
-    chunk_steps = RING_CHUNK_STEPS[proto]
+    chunk_steps, slice_steps = ring_steps(kind, proto)
     step = step_bytes(proto, st)
     chunk = step // 2 if proto == "LL" else step // 16 * 15 if proto == "LL128" else step
     chunk *= chunk_steps
@@ -121,7 +131,7 @@ def steps_per_connection(kind: str, algo: str, proto: str, p: Platform, st: Nccl
     per_loop = 2 * (n - 1) if kind == "all_reduce" else n - 1 if kind in ("all_gather", "reduce_scatter") else 1
     chunks_per_loop = n if kind in ("all_reduce", "all_gather", "reduce_scatter") else 1
     loops = math.ceil(nbytes / (ch * chunks_per_loop * chunk))
-    return per_loop * loops * chunk_steps // RING_SLICE_STEPS[proto]
+    return per_loop * loops * chunk_steps // slice_steps
 
 
 def service_us(
