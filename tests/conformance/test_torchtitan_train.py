@@ -77,6 +77,8 @@ def test_train_resumes_from_its_own_checkpoint_as_if_never_stopped(workdir: Path
     assert again.steps()[-1]["time_ns"] == pytest.approx(first.steps()[-1]["time_ns"], rel=0.01)  # both save step 6
     assert [after[s][:2] for s in (5, 6)] == [before[s][:2] for s in (5, 6)]
     assert before[4][0] != before[5][0]  # the loss moves from step to step: equal losses are not a constant
+    assert_documented(first.step_ms(), TRAIN_DOC, "FSDP 2, sequence 256, batch 2, fp32")
+    assert_documented(again.steps()[-1]["time_ns"] / 1e6, TRAIN_DOC, "the same again, step-6 removed")
 
 
 DEEPSEEK_EP2 = ["--module", "deepseek_v3", "--config", "deepseek_v3_debugmodel", *TORCH_2_13, "--training.steps", "3"]
@@ -143,6 +145,7 @@ def test_dcp_checkpoints_stall_their_steps_by_the_storage_model(workdir: Path, t
         assert max(shards) / 2 <= io[i][0] <= sum(shards) / 2 + 2
     for i in (2, 4):  # the saving step is longer than the next one by at least the stall
         assert lines[i]["time_ns"] >= lines[i + 1]["time_ns"] + io[i][0]
+    assert_documented(run.step_ms(), TRAIN_DOC, "the same under `phantora run --storage 2`")
 
 
 @pytest.mark.slow
