@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 
+from phantora.collectives.nccl import ring_kernel
 from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -52,7 +53,7 @@ from phantora.collectives.nccl.settings import NcclSettings
 PROXY_STEP_US = 0.6  # µs of the proxy's turn on one network step of one connection (fitted, see above)
 PROXY_PROTOCOLS = ("LL", "LL128")
 RING_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-RING_CHUNK_STEPS = {"LL": 1, "LL128": 1, "Simple": 4}  # chunkSteps of ring collectives (Simple: NCCL_STEPS / 2)
+RING_CHUNK_STEPS = {"LL": 1, "LL128": 1, "Simple": ring_kernel.RING_CHUNK_STEPS}  # chunkSteps of ring collectives
 RING_SLICE_STEPS = {"LL": 1, "LL128": 1, "Simple": 2}  # sliceSteps (Simple: NCCL_STEPS / 4): the proxy's unit
 STEPPED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")  # the kinds those steps are for
 
