@@ -155,22 +155,23 @@ def _load(source: Path, stem: str, role: str, loader: type[ctypes.CDLL], fallbac
         return None
 
 
-def op_calls(func: Any) -> int:
-    """How many calls of `func` (an OpOverload) `opcall.cc` ran (0 without the library): which ops take it."""
+def _call_count(symbol: str, func: Any) -> int:
+    """One of `opcall.cc`'s per-OpOverload counters for `func` (0 without the library)."""
     if _call_lib is None:
         return 0
-    fn = _call_lib.phantora_op_calls
+    fn = getattr(_call_lib, symbol)
     fn.argtypes, fn.restype = [ctypes.py_object], ctypes.c_long
     return int(fn(func))
+
+
+def op_calls(func: Any) -> int:
+    """How many calls of `func` (an OpOverload) `opcall.cc` ran (0 without the library): which ops take it."""
+    return _call_count("phantora_op_calls", func)
 
 
 def typed_calls(func: Any) -> int:
     """How many of `op_calls(func)` `opcall.cc` called typed (its schema one of the typed forms: not boxed)."""
-    if _call_lib is None:
-        return 0
-    fn = _call_lib.phantora_typed_calls
-    fn.argtypes, fn.restype = [ctypes.py_object], ctypes.c_long
-    return int(fn(func))
+    return _call_count("phantora_typed_calls", func)
 
 
 def stale(source: Path, built: Path) -> bool:
