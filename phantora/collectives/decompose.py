@@ -16,9 +16,10 @@ from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import pxn_relay
 from phantora.collectives.nccl.shape import shape
+from phantora.collectives.nccl.shared_steps import shared_depths
 from phantora.collectives.nvls import nvls_flows, nvls_loops, nvls_tree_flows
 from phantora.collectives.options import resolve
-from phantora.collectives.p2p import ChannelMap, ChunkOf, all_to_all, send_recv
+from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, all_to_all, send_recv
 from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -116,6 +117,21 @@ def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf |
         return p2p_chunk_bytes(opts.protocol, on, st, nbytes, network=hosts[src] != hosts[dst])
 
     return chunk
+
+
+def _net_p2p_depth(coll: Collective, topo: Topology, opts: AlgoOptions, parts: int, cmap: ChannelMap | None) -> Depth:
+    """Steps in flight on each part of a direct all-to-all: NCCL_STEPS inside a host; across hosts the shared
+    buffer's slots of the part's channel, split among the sender's and the receiver's transfers on it
+    (`shared_steps`)."""
+    window = _steps_in_flight(opts)
+    if opts.model != "nccl":
+        return lambda src, dst, channel: window
+    hosts = [_host_key(topo, topo.node_of_rank(r)) for r in coll.ranks]
+    n = len(hosts)
+    ids = cmap or (lambda src, dst, k: list(range(k)))
+    remote = [(r, j, ids(r, j, parts)) for r in range(n) for j in range(n) if hosts[r] != hosts[j]]
+    depths = shared_depths(remote)
+    return lambda src, dst, channel: depths.get((src, dst, channel), window)
 
 
 def _steps_in_flight(opts: AlgoOptions, chunk_steps: int = 1) -> int:
@@ -228,6 +244,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
             channel_map=cmap,
             chunk=_p2p_chunk(coll, topo, opts) if chunked else None,
             window=_steps_in_flight(opts),
+            depth=_net_p2p_depth(coll, topo, opts, ch, cmap) if chunked and not pairwise else None,
         )
     else:
         relay = pxn_relay(topo, nodes, blocks, opts)

@@ -9,6 +9,7 @@ from phantora.collectives.dag import DagBuilder, chunks_of, split
 Relay = Callable[[int, int], "int | None"]  # (src, dst) position -> the position a transfer is relayed through
 ChannelMap = Callable[[int, int, int], list[int]]  # (src, dst, parts) -> the channel of each part (NCCL's p2p)
 ChunkOf = Callable[[int, int, int], int]  # (src, dst, transfer bytes) -> the bytes of each of its steps (NCCL's)
+Depth = Callable[[int, int, int], int]  # (src, dst, channel id) -> steps in flight on that part's connection
 
 
 def _pair(
@@ -24,13 +25,15 @@ def _pair(
     channel_map: ChannelMap | None = None,
     chunk: ChunkOf | None = None,
     window: int = 1,
+    depth: Depth | None = None,
 ) -> list[int]:
     """One transfer as `channels` parallel flows (one ECMP key each). With a relay position (NCCL's PXN), each
     part crosses NVLink to the relay and leaves through the relay's NIC, both at once (the steady state of the
     relay's chunk pipeline). `channel_map` gives the parts NCCL's p2p channel ids (else 0..channels-1); the
     flow names keep the part index. `chunk` (the chunked granularity): each part is its channel's steps, up to
-    `window` of them in flight on its connection (`DagBuilder.add_chunks`), on each hop of a relay side by side as
-    coarse runs them (the relay's first step's NVLink crossing is not charged)."""
+    `window` of them in flight on its connection (`DagBuilder.add_chunks`; `depth`, where given, sets a part's
+    own), on each hop of a relay side by side as coarse runs them (the relay's first step's NVLink crossing is not
+    charged)."""
     via = relay(src, dst) if relay is not None else None
     ids = channel_map(src, dst, channels) if channel_map is not None else list(range(channels))
     step = chunk(src, dst, size) if chunk is not None else 0
@@ -38,11 +41,12 @@ def _pair(
     for c, part in enumerate(split(size, channels)):
         name = f"{tag}/ch{c}" if channels > 1 else tag
         sizes = chunks_of(part, step) if step else [part]
+        w = depth(src, dst, ids[c]) if depth is not None else window
         if via is None:
-            out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=window)[-1])
-        else:
-            out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=window)[-1])
-            out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=window)[-1])
+            out.append(b.add_chunks(src, dst, sizes, name, ids[c], deps, delay, window=w)[-1])
+        else:  # both hops use the relay's buffer slots of this connection
+            out.append(b.add_chunks(src, via, sizes, f"{name}/pxn", ids[c], deps, delay, window=w)[-1])
+            out.append(b.add_chunks(via, dst, sizes, name, ids[c], deps, delay, src, window=w)[-1])
     return out
 
 
@@ -59,6 +63,7 @@ def all_to_all(
     channel_map: ChannelMap | None = None,
     chunk: ChunkOf | None = None,
     window: int = 1,
+    depth: Depth | None = None,
 ) -> None:
     """Each position r sends block j of its `nbytes` send buffer (split in n) to every other position j.
 
@@ -72,9 +77,8 @@ def all_to_all(
         for r in range(n):
             for k in range(1, n):
                 j = (r + k) % n
-                _pair(
-                    b, r, j, blocks[j], channels, f"{name}/direct", (), step_delay_ns, relay, channel_map, chunk, window
-                )
+                tag = f"{name}/direct"
+                _pair(b, r, j, blocks[j], channels, tag, (), step_delay_ns, relay, channel_map, chunk, window, depth)
         return
     sent: list[list[int]] = [[] for _ in range(n)]  # sent[r]: r's flows of the previous round
     for k in range(1, n):
