@@ -58,8 +58,24 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     assert seen["alloc_delta"] == 1 << 20  # memory_allocated counts the simulated device's bytes
     assert seen["reserved"] == [64 << 20, 64 << 20, 0]  # a 64 MiB segment; cached when freed; empty_cache
     assert seen["all_reduce"] == 2.0  # "cuda:nccl,cpu:gloo": the all-reduce of ones over 2 ranks moved real data
+    # a CUDA build's default backend for cuda is NCCL (torch's Backend.default_device_backend_map); the FSDP2 and
+    # DDP examples pass it to init_process_group
+    assert seen["default_backend"] == ["nccl", "nccl"]
     assert seen["side_stream"] and seen["default_back"]
     assert seen["graph"].startswith("NotSimulatedError: torch.cuda.CUDAGraph")
+    # sdpa_kernel(FLASH) in bf16 and (EFFICIENT) in fp16 run on the device, with backward, to the math path's values
+    # within each dtype's rounding; the deprecated sdp_kernel context sets torch's flags and restores them
+    flash, efficient = seen["sdpa"]["FLASH_ATTENTION"], seen["sdpa"]["EFFICIENT_ATTENTION"]
+    assert flash[:3] == ["cuda:1", "torch.bfloat16", True] and flash[3] < 0.05
+    assert efficient[:3] == ["cuda:1", "torch.float16", True] and efficient[3] < 0.01
+    assert seen["sdp_kernel"] == [True, False, "cuda:1", True]
+    # autocast(device_type="cuda") runs a Linear in fp16; GradScaler("cuda") keeps torch's init_scale 2**16 after a
+    # finite step (it grows only after growth_interval = 2000 such steps)
+    assert seen["amp"] == ["torch.float16", True, True, 65536.0]
+    # a stream keeps the priority asked within (0, -3); accelerator.set_device_index; nvtx calls are accepted
+    assert seen["streams"] == [0, -1, -3, 1]
+    for call in ("make_graphed_callables", "record_memory_history"):  # refused in one line naming the call
+        assert seen[call].startswith("NotSimulatedError: torch.cuda.") and "\n" not in seen[call]
     assert seen["oom"].startswith("OutOfMemoryError: CUDA out of memory (simulated")
 
 

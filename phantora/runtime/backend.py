@@ -717,12 +717,27 @@ def use_as_default() -> None:
 
     init_process_group._phantora = True  # type: ignore[attr-defined]
     batch = _grouped_batch(c10d.batch_isend_irecv)
+    default_for = _nccl_for_cuda(c10d.get_default_backend_for_device)
     for mod in (c10d, dist):
         mod.init_process_group = init_process_group
         mod.new_group = new_group
         mod.batch_isend_irecv = batch
+        mod.get_default_backend_for_device = default_for
     if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1
         dist.set_timeout = _set_timeout
+
+
+def _nccl_for_cuda(orig: Callable[..., str]) -> Callable[..., str]:
+    """`get_default_backend_for_device` as a CUDA build answers it: "nccl" for a cuda device (programs pass it to
+    `init_process_group`, which gives them the phantora backend for it); other devices as torch's map says."""
+
+    @functools.wraps(orig)
+    def get_default_backend_for_device(device: str | torch.device) -> str:
+        backend = orig(device)
+        kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+        return "nccl" if kind == "cuda" and backend == BACKEND else backend
+
+    return get_default_backend_for_device
 
 
 EAGER_INIT = [False]  # the default group was initialised eagerly (device_id=): p2p runs on each group's communicator

@@ -27,6 +27,7 @@ out["capability"] = list(torch.cuda.get_device_capability())
 out["bf16"] = torch.cuda.is_bf16_supported()
 out["version"] = torch.version.cuda
 dist.init_process_group("cuda:nccl,cpu:gloo")
+out["default_backend"] = [dist.get_default_backend_for_device(d) for d in ("cuda", torch.device("cuda", local))]
 x = torch.ones(1024, 1024, device="cuda")  # 4 MiB
 out["device"] = str(x.device)
 out["is_cuda"] = x.is_cuda
@@ -90,6 +91,52 @@ side = torch.cuda.Stream()
 with torch.cuda.stream(side):
     out["side_stream"] = torch.cuda.current_stream() == side
 out["default_back"] = torch.cuda.current_stream() == torch.cuda.default_stream()
+# sdpa_kernel / sdp_kernel contexts on plain cuda tensors: the backend each allows runs, with the math path's values
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+qkv = torch.randn(3, 2, 4, 64, 32, device="cuda")
+ref = torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True)
+out["sdpa"] = {}
+for backend, dtype in ((SDPBackend.FLASH_ATTENTION, torch.bfloat16), (SDPBackend.EFFICIENT_ATTENTION, torch.float16)):
+    q = qkv.to(dtype).requires_grad_()
+    with sdpa_kernel(backend):
+        o = torch.nn.functional.scaled_dot_product_attention(*q, is_causal=True)
+    o.sum().backward()
+    diff = None if os.environ.get("PHANTORA_PHANTOM") == "1" else float((o.float() - ref).abs().max())
+    out["sdpa"][backend.name] = [str(o.device), str(o.dtype), q.grad is not None, diff]
+with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable_mem_efficient=False):
+    flags = [torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()]
+    flags.append(str(torch.nn.functional.scaled_dot_product_attention(*qkv.bfloat16()).device))
+out["sdp_kernel"] = [*flags, torch.backends.cuda.math_sdp_enabled()]  # restored on exit
+# GradScaler and autocast with device_type="cuda"
+lin = torch.nn.Linear(64, 64).cuda()
+scaler = torch.amp.GradScaler("cuda")
+with torch.autocast(device_type="cuda", dtype=torch.float16):
+    y = lin(torch.randn(8, 64, device="cuda"))
+    amp = [str(y.dtype), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda") == torch.float16]
+scaler.scale(y.float().pow(2).mean()).backward()
+scaler.step(torch.optim.SGD(lin.parameters(), lr=0.1))
+scaler.update()
+out["amp"] = [*amp, None if os.environ.get("PHANTORA_PHANTOM") == "1" else scaler.get_scale()]
+# stream priorities, torch.accelerator's setters, nvtx
+streams = [torch.cuda.Stream(priority=p) for p in (0, -1, -3)]
+acc.set_device_index(local)
+acc.synchronize()
+torch.cuda.nvtx.range_push("step")
+torch.cuda.nvtx.mark("here")
+torch.cuda.nvtx.range_pop()
+with torch.cuda.nvtx.range("block"):
+    pass
+out["streams"] = [s.priority for s in streams] + [acc.current_device_index()]
+for call in ("make_graphed_callables", "record_memory_history"):
+    try:
+        if call == "make_graphed_callables":
+            torch.cuda.make_graphed_callables(lin, (torch.randn(2, 64, device="cuda"),))
+        else:
+            torch.cuda.memory._record_memory_history(max_entries=100)
+        out[call] = "no error"
+    except Exception as exc:  # noqa: BLE001 - the probe reports what was raised
+        out[call] = f"{type(exc).__name__}: {exc}"
 for call in ("graph", "oom"):
     try:
         if call == "graph":
