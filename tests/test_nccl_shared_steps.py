@@ -27,12 +27,20 @@ def test_a_subs_depth_is_the_shared_slots_over_the_subs(subs: int, depth: int) -
 
 
 def test_the_busier_side_of_a_connection_sets_its_depth() -> None:
-    """Sender 0 has 4 transfers on channel 1 (depth 4), receiver 9 has 8 there (depth 2): 0 -> 9 runs 2 ahead; 0 -> 10
-    (its receiver has only 0's) runs 4; channel 0 holds one transfer (8)."""
-    transfers = [(0, 9, [1]), (0, 10, [1]), (0, 11, [1]), (0, 12, [1]), (0, 13, [0])]
-    transfers += [(s, 9, [1]) for s in range(1, 8)]
+    """Sender 0's proxy has 4 transfers on channel 1 (depth 4), receiver 9 has 8 there (depth 2): 0 -> 9 runs 2
+    ahead; 0 -> 10 (its receiver has only 0's) runs 4; channel 0 holds one transfer (8)."""
+    transfers = [(0, 9, 0, [1]), (0, 10, 0, [1]), (0, 11, 0, [1]), (0, 12, 0, [1]), (0, 13, 0, [0])]
+    transfers += [(s, 9, s, [1]) for s in range(1, 8)]
     d = shared_depths(transfers)
     assert d[0, 9, 1] == 2 and d[0, 10, 1] == 4 and d[0, 13, 0] == 8
+
+
+def test_a_relays_proxy_counts_each_senders_transfers_apart() -> None:
+    """PXN: 0's 4 transfers on channel 1 go through 4 relays (1-4), each relay's proxy holds one operation per
+    sender (net.cc `localPeers[tpLocalRank]`): one sub each, so 8 ahead where one proxy would run them 4."""
+    transfers = [(0, 9 + k, 1 + k, [1]) for k in range(4)]
+    assert set(shared_depths(transfers).values()) == {8}
+    assert set(shared_depths([(0, 9 + k, 0, [1]) for k in range(4)]).values()) == {4}
 
 
 def steps_ahead(topo: Topology, size: int, gpus: int) -> tuple[dict[bool, set[int]], float, float]:

@@ -19,7 +19,7 @@ from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nccl.shared_steps import shared_depths
 from phantora.collectives.nvls import nvls_flows, nvls_loops, nvls_tree_flows
 from phantora.collectives.options import resolve
-from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, all_to_all, send_recv
+from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, Relay, all_to_all, send_recv
 from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
@@ -119,17 +119,24 @@ def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf |
     return chunk
 
 
-def _net_p2p_depth(coll: Collective, topo: Topology, opts: AlgoOptions, parts: int, cmap: ChannelMap | None) -> Depth:
+def _net_p2p_depth(
+    coll: Collective, topo: Topology, opts: AlgoOptions, parts: int, cmap: ChannelMap | None, relay: Relay | None
+) -> Depth:
     """Steps in flight on each part of a direct all-to-all: NCCL_STEPS inside a host; across hosts the shared
-    buffer's slots of the part's channel, split among the sender's and the receiver's transfers on it
-    (`shared_steps`)."""
+    buffer's slots of the part's channel, split among the sending proxy's (the sender's, or its PXN relay's) and
+    the receiver's transfers on it (`shared_steps`)."""
     window = _steps_in_flight(opts)
     if opts.model != "nccl":
         return lambda src, dst, channel: window
     hosts = [_host_key(topo, topo.node_of_rank(r)) for r in coll.ranks]
     n = len(hosts)
     ids = cmap or (lambda src, dst, k: list(range(k)))
-    remote = [(r, j, ids(r, j, parts)) for r in range(n) for j in range(n) if hosts[r] != hosts[j]]
+
+    def proxy(src: int, dst: int) -> int:  # the GPU whose proxy sends src's transfer to dst
+        via = relay(src, dst) if relay is not None else None
+        return src if via is None else via
+
+    remote = [(r, j, proxy(r, j), ids(r, j, parts)) for r in range(n) for j in range(n) if hosts[r] != hosts[j]]
     depths = shared_depths(remote)
     return lambda src, dst, channel: depths.get((src, dst, channel), window)
 
@@ -244,7 +251,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
             channel_map=cmap,
             chunk=_p2p_chunk(coll, topo, opts) if chunked else None,
             window=_steps_in_flight(opts),
-            depth=_net_p2p_depth(coll, topo, opts, ch, cmap) if chunked and not pairwise else None,
+            depth=_net_p2p_depth(coll, topo, opts, ch, cmap, relay) if chunked and not pairwise else None,
         )
     else:
         relay = pxn_relay(topo, nodes, blocks, opts)
