@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 
+from phantora.collectives.nccl import channel_split
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -68,9 +69,16 @@ def step_bytes(proto: str, st: NcclSettings) -> int:
 def chunk_bytes(
     algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int, kind: str = "all_reduce"
 ) -> int:
-    """The chunk NCCL moves per step for this algorithm and protocol (`calcCollChunking`); `kind` matters to PAT
-    alone (all-gather halves down to 32 chunks a channel, reduce-scatter to 16). From NCCL 2.22 the result is cut
-    down to whole grains of the protocol (`whole_grains`)."""
+    """The chunk NCCL moves per step for this algorithm and protocol (`calcCollChunking`), `ops` its concurrent
+    operations (channels, x the NVLS heads for NVLS and NVLS-Tree); `kind` matters to PAT (all-gather halves down
+    to 32 chunks a channel, reduce-scatter to 16) and, from NCCL 2.22, to the channel split. Before 2.22 the
+    ladder sees the collective's bytes over all its operations; from 2.22 each channel's own part over its heads
+    (`channel_split`: the busiest channel's, whose chunks set the pace), and the result is cut down to whole grains
+    of the protocol (`whole_grains`)."""
+    heads = p.ppn if algo in ("nvls", "nvls_tree") else 1
+    part = channel_split.busiest(st.nccl_version, kind, proto, p.nranks, nbytes, max(1, ops // heads))
+    if part is not None:
+        nbytes, ops = part[0], heads
     return whole_grains(proto, st.nccl_version, _ladder(algo, proto, p, st, nbytes, ops, kind))
 
 

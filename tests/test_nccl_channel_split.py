@@ -1,0 +1,104 @@
+"""NCCL 2.22+'s split of one collective over its channels and the chunk each channel's part gets (enqueue.cc
+`scheduleCollTasksToPlan` and `calcCollChunking` at v2.22.3-1, v2.26.2-1 and v2.30.7-1). Every expected value is
+worked out by hand in the docstring from the source's arithmetic: traffic = bytes x 2 for all-reduce, x nranks for
+all-gather; budget = traffic // channels; cells of 16 B (2.22) or of MinTrafficPerChannel traffic (16 KiB from
+2.23, 32 KiB from 2.29); the lo part floor (2.22) or ceil (2.23+) of budget / traffic per cell, each mid part ceil,
+the hi part the rest."""
+
+from __future__ import annotations
+
+from phantora.collectives.nccl.channel_split import busiest, split
+from phantora.collectives.nccl.chunking import chunk_bytes
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import settings_from_env
+
+MiB = 1 << 20
+
+
+def h100s(nodes: int, per_node: int = 8) -> Platform:
+    """`nodes` hosts of `per_node` H100s on NVSwitch and 400G NICs, as NCCL's tuner sees them."""
+    return Platform("hopper", 90, nodes * per_node, nodes, per_node, "nvlink", True, 360.0, 50.0 if nodes > 1 else 0.0,
+                    per_node if nodes > 1 else 0)  # fmt: skip
+
+
+def chunk(version: str, algo: str, proto: str, p: Platform, nbytes: int, ops: int) -> int:
+    return chunk_bytes(algo, proto, p, settings_from_env({"PHANTORA_NCCL_VERSION": version}), nbytes, ops)
+
+
+def test_before_2_22_there_is_no_split() -> None:
+    """NCCL 2.21 strides every channel through the whole buffer (computeCollChunkInfo on the total bytes)."""
+    assert split((2, 21), "all_reduce", "LL128", 8, 4 * MiB, 24) is None
+    assert busiest((2, 21), "all_reduce", "LL128", 8, 4 * MiB, 24) is None
+
+
+def test_ring_ll128_4mib_24_channels_at_2_22_26_30() -> None:
+    """4 MiB all-reduce, 24 channels: traffic 8,388,608, budget 349,525.
+    2.22: 16 B cells (32 B of traffic): 262,144 cells, mid = ceil(349,525 / 32) = 10,923, lo = floor = 10,922,
+    22 mids (251,222 // 10,923), hi = 251,222 - 22 x 10,923 = 10,916: 24 parts, the busiest 174,768 B.
+    2.26: 8 KiB cells (16 KiB of traffic): 512 cells, lo = mid = ceil(349,525 / 16,384) = 22, 22 mids, hi = 6:
+    the busiest 180,224 B, the last 49,152 B. 2.30: budget rounded up to 16 B (349,536), 16 KiB cells (32 KiB of
+    traffic): 256 cells, lo = mid = 11, 22 mids, hi = 3: the same 180,224 B and 49,152 B."""
+    old = split((2, 22), "all_reduce", "LL128", 8, 4 * MiB, 24)
+    assert old == (10_922 * 16, *[10_923 * 16] * 22, 10_916 * 16)
+    new = split((2, 26), "all_reduce", "LL128", 8, 4 * MiB, 24)
+    assert new == (180_224, *[180_224] * 22, 49_152)
+    assert split((2, 30), "all_reduce", "LL128", 8, 4 * MiB, 24) == new
+    assert sum(new) == 4 * MiB
+    assert busiest((2, 26), "all_reduce", "LL128", 8, 4 * MiB, 24) == (180_224, 24)
+
+
+def test_tree_ll128_1mib_one_host_uses_22_of_24_channels_from_2_23() -> None:
+    """1 MiB all-reduce on one host of 8, 24 channels: budget 2,097,152 // 24 = 87,381.
+    2.22: 65,536 cells of 16 B, mid ceil(87,381 / 32) = 2,731, lo 2,730, 22 mids, hi 2,724: 24 channels, the
+    busiest 43,696 B. 2.26: 128 cells of 8 KiB, lo = mid = ceil(87,381 / 16,384) = 6, 20 mids (122 // 6), hi 2:
+    22 channels, the busiest 49,152 B. The chunk is the same at both: the ladder (nstepsLL128 = 1.8, rungs 14.4 and
+    3.6 chunks) halves 576,000 to 72,000 and then, at 0 and 1 chunk of 43,696 or 49,152 B, to 18,000, cut to 9
+    grains of 1,920 B: 17,280."""
+    old = split((2, 22), "all_reduce", "LL128", 8, MiB, 24)
+    assert old is not None and len(old) == 24 and max(old) == 43_696
+    new = split((2, 26), "all_reduce", "LL128", 8, MiB, 24)
+    assert new == (49_152, *[49_152] * 20, 16_384)
+    assert chunk("2.22", "tree", "LL128", h100s(1), MiB, 24) == chunk("2.26", "tree", "LL128", h100s(1), MiB, 24)
+    assert chunk("2.26", "tree", "LL128", h100s(1), MiB, 24) == 17_280
+
+
+def test_tree_ll128_chunk_follows_the_busiest_part_not_the_mean() -> None:
+    """3,407,872 B (416 cells of 8 KiB), one host of 8, 24 channels. 2.21: 3,407,872 // (24 x 72,000) = 1 < 3.6
+    and // (24 x 36,000) = 3 < 3.6, so 18,000. 2.26: budget 6,815,744 // 24 = 283,989, lo = mid = 18 cells
+    (147,456 B), 22 mids, hi 2; 147,456 // 72,000 = 2 < 3.6 halves to 36,000, and 147,456 // 36,000 = 4 stops:
+    18 grains, 34,560. (The mean share, 141,994 B, would halve once more.)"""
+    assert chunk("2.21", "tree", "LL128", h100s(1), 3_407_872, 24) == 18_000
+    assert chunk("2.26", "tree", "LL128", h100s(1), 3_407_872, 24) == 34_560
+
+
+def test_nvls_tree_simple_8_hosts_24_ctas() -> None:
+    """NVLS-Tree on 8 hosts of 8 (chunk min(128 KiB, 64 KiB from 4 nodes) = 65,536), 24 CTAs, 8 heads.
+    128 MiB at 2.26: 16,384 cells of 8 KiB, budget 268,435,456 // 24 = 11,184,810, lo = mid = 683 cells, 22 mids,
+    hi 675: the busiest 5,595,136 B, above 4 x 8 x 65,536, so 65,536 (as 2.21 from the total). 12,451,840 B:
+    2.21 from the total: below 1 x 192 x 65,536 = 12,582,912, so 32,768; 2.26: 1,520 cells, budget 1,037,653,
+    lo = mid = 64 cells = 524,288 B, not below 1 x 8 x 65,536 = 524,288: 65,536 (the hi part, 48 cells, would get
+    32,768)."""
+    parts = split((2, 26), "all_reduce", "Simple", 64, 128 * MiB, 24)
+    assert parts == (683 * 8192, *[683 * 8192] * 22, 675 * 8192)
+    assert chunk("2.21", "nvls_tree", "Simple", h100s(8), 128 * MiB, 24 * 8) == 65_536
+    assert chunk("2.26", "nvls_tree", "Simple", h100s(8), 128 * MiB, 24 * 8) == 65_536
+    assert chunk("2.21", "nvls_tree", "Simple", h100s(8), 12_451_840, 24 * 8) == 32_768
+    assert chunk("2.26", "nvls_tree", "Simple", h100s(8), 12_451_840, 24 * 8) == 65_536
+
+
+def test_all_gather_cells_carry_nranks_traffic_per_byte() -> None:
+    """All-gather of 8 MiB on 8 ranks (count 1 MiB), 2.26: traffic 8 x 1 MiB, 16 KiB of it per cell = 2 KiB of
+    count; budget 349,525, lo = mid = 22 cells, 22 mids, hi 6. 2.26 LL counts 4 x the traffic: 512 B cells, budget
+    4 x 8,388,608 // 24 = 1,398,101, lo = mid = ceil(1,398,101 / 16,384) = 86 cells, 22 mids (1,962 // 86), hi 70:
+    24 channels."""
+    assert split((2, 26), "all_gather", "Simple", 8, MiB, 24) == (45_056, *[45_056] * 22, 12_288)
+    assert busiest((2, 26), "all_gather", "Simple", 8, 8 * MiB, 24) == (8 * 45_056, 24)  # nranks x the count part
+    ll = split((2, 26), "all_gather", "LL", 8, MiB, 24)
+    assert ll == (86 * 512, *[86 * 512] * 22, 70 * 512)
+
+
+def test_small_collective_on_one_channel_and_excess_off_the_last_part() -> None:
+    """100 B LL all-reduce at 2.26 on 24 channels: 2 x 4 traffic a byte, cells of 16 KiB / 8 = 2 KiB, traffic
+    max(16 KiB, 800) and the budget max(16 KiB, 16,384 // 24): lo = min(1 cell, ceil(16,384 / 16,384)) = 1, so one
+    channel of 100 B (2,048 - 1,948 of excess off lo)."""
+    assert split((2, 26), "all_reduce", "LL", 8, 100, 24) == (100,)
