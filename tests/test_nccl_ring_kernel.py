@@ -94,13 +94,30 @@ def test_two_gpu_256_mib_against_the_published_run():
 
 def test_the_pass_cost_is_sm_cycles_so_an_a100_pays_it_at_1_41_ghz():
     """9 µs at the H100 SXM's 1.98 GHz is 17,820 SM cycles; an A100 (1.41 GHz) pays 17,820 / 1,410 = 12.64 µs a
-    pass. 8 A100s, 8 GiB all-reduce: 22 passes of it plus 8 GiB at NCCL's A100 NVLink (12 x 20 GB/s) as algbw
-    240 x 8 / 14."""
+    pass. 8 A100s, 8 GiB all-gather: ceil(8 GiB / (24 x 8 x 2 MiB)) = 22 passes of it plus 8 GiB at NCCL's A100
+    NVLink (12 x 20 GB/s) as algbw 240 x 8 / 7."""
     h100 = platform_of(dgx_host(gpu="h100"), tuple(range(8)))
     a100 = platform_of(dgx_host(gpu="a100"), tuple(range(8)))
     assert R.pass_cost_us(h100) == pytest.approx(9.0)
     assert R.pass_cost_us(a100) == pytest.approx(17_820 / 1_410)
+    c = select("all_gather", a100, settings_from_env({"NCCL_ALGO": "Ring"}), 8 * GiB)
+    assert c is not None and (c.protocol, c.channels) == ("Simple", 24)
+    expected_us = 22 * 17_820 / 1_410 + 8 * GiB / (240.0 * 8 / 7 * 1e3)
+    assert c.time_us - c.lat_us == pytest.approx(expected_us, rel=1e-9)
+
+
+def test_an_a100_reducing_ring_runs_at_nvidias_230_not_its_240_of_nvlink():
+    """A100 (tables.RING_REDUCE_BUSBW_MAX): the reducing rings (all-reduce, reduce-scatter) at NVIDIA's ~230 GB/s
+    busbw (nccl-tests#149), the copying all-gather at the NVLink's 12 x 20 = 240; H100 has no such ceiling (its
+    18 x 20.6 = 370.8 for all three). 8 A100s, 8 GiB all-reduce: 22 passes of 12.64 µs plus 8 GiB at algbw
+    230 x 8 / 14, and one 1 MiB slice of fill at 230 / 24 GB/s."""
+    a100 = platform_of(dgx_host(gpu="a100"), tuple(range(8)))
+    h100 = platform_of(dgx_host(gpu="h100"), tuple(range(8)))
+    assert [R.kernel_busbw(a100, k) for k in R.PASSED_KINDS] == [230.0, 240.0, 230.0]
+    assert [R.kernel_busbw(h100, k) for k in R.PASSED_KINDS] == pytest.approx([H100_NVL] * 3)
     c = select("all_reduce", a100, settings_from_env({"NCCL_ALGO": "Ring"}), 8 * GiB)
     assert c is not None and (c.protocol, c.channels) == ("Simple", 24)
-    expected_us = 22 * 17_820 / 1_410 + 8 * GiB / (240.0 * 8 / 14 * 1e3)
-    assert c.time_us - c.lat_us == pytest.approx(expected_us, rel=1e-9)
+    assert c.time_us - c.lat_us == pytest.approx(22 * 17_820 / 1_410 + 8 * GiB / (230.0 * 8 / 14 * 1e3), rel=1e-9)
+    assert c.fill_us == pytest.approx(MiB / (230.0 * 1e3 / 24))
+    bus = 8 * GiB / ((c.time_us + c.fill_us) * 1e3) * 14 / 8
+    assert 225 < bus < 230  # under NVIDIA's "~230" and NCCL 2.9-2.17's sm80 cap of 235

@@ -12,7 +12,10 @@ What NCCL's model (latency plus bytes over its rated bandwidth) leaves out, and 
 
 - *Rate*: the bytes move at the GPU's NVLink bandwidth in NCCL's own units (18 x 20.6 = 370.8 GB/s on H100,
   12 x 20 = 240 on A100), not at the search's quantised per-channel speed times its channels (24 x 15 = 360 on
-  H100). NCCL's rating still makes the choice, as for NVLS (`nvls_kernel.py`).
+  H100). NCCL's rating still makes the choice, as for NVLS (`nvls_kernel.py`). A reducing ring (all-reduce,
+  reduce-scatter) runs no faster than its GPU generation's reducing-kernel ceiling, where one is published
+  (`tables.RING_REDUCE_BUSBW_MAX`: about 230 GB/s on an A100, below its 240 of NVLink; none on H100, whose ring
+  all-reduce outruns its all-gather).
 - *Fill*: one slice of the first pass at one channel's share of that rate (`SLICES_PER_CHUNK`). Measured, not
   derived: an ideal ring in lockstep, every rank sending from its first step, has none; which part of the kernel
   makes it is not known.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import math
 
+from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.platform import Platform
 
 REFERENCE_CLOCK_GHZ = 1.98  # H100 SXM boost clock, the GPU of the tables the pass cost was fitted on
@@ -39,6 +43,7 @@ RING_PASS_COST_CYCLES = 9.0 * 1000 * REFERENCE_CLOCK_GHZ  # one pass of one chan
 RING_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2
 SLICES_PER_CHUNK = 2  # ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS
 PASSED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+REDUCING_KINDS = ("all_reduce", "reduce_scatter")  # the ring kernels that reduce what they receive
 
 
 def applies(kind: str, algo: str, proto: str, p: Platform) -> bool:
@@ -46,9 +51,11 @@ def applies(kind: str, algo: str, proto: str, p: Platform) -> bool:
     return algo == "ring" and proto == "Simple" and kind in PASSED_KINDS and p.nnodes == 1 and p.intra == "nvlink"
 
 
-def kernel_busbw(p: Platform) -> float:
-    """Bus bandwidth (GB/s) of the ring kernel: the GPU's NVLink in NCCL's units."""
-    return p.gpu_intra_bw
+def kernel_busbw(p: Platform, kind: str) -> float:
+    """Bus bandwidth (GB/s) of the ring kernel: the GPU's NVLink in NCCL's units, and for a reducing `kind` at most
+    the generation's reducing-kernel ceiling (`tables.RING_REDUCE_BUSBW_MAX`; none: the NVLink)."""
+    ceiling = T.RING_REDUCE_BUSBW_MAX.get(p.arch) if kind in REDUCING_KINDS else None
+    return min(p.gpu_intra_bw, ceiling) if ceiling else p.gpu_intra_bw
 
 
 def passes(p: Platform, nbytes: int, channels: int, chunk: int) -> int:
@@ -64,9 +71,9 @@ def first_chunk(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
     return min(float(chunk), nbytes / (max(1, channels) * p.nranks))
 
 
-def fill_us(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
+def fill_us(p: Platform, kind: str, nbytes: int, channels: int, chunk: int) -> float:
     """One slice of the first pass at one channel's share of the kernel's rate (µs)."""
-    per_channel = kernel_busbw(p) * 1000.0 / max(1, channels)  # bytes per µs
+    per_channel = kernel_busbw(p, kind) * 1000.0 / max(1, channels)  # bytes per µs
     return first_chunk(p, nbytes, channels, chunk) / SLICES_PER_CHUNK / per_channel
 
 

@@ -357,7 +357,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     ring = ring_kernel.applies(kind, cost.algorithm, cost.protocol, p)
     kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
     if ring:
-        kernel = ring_kernel.kernel_busbw(p) * p.nranks / _nsteps(kind, p.nranks)
+        kernel = ring_kernel.kernel_busbw(p, kind) * p.nranks / _nsteps(kind, p.nranks)
     kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
     algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
@@ -369,7 +369,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch)
     if ring:
         chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch) * ring_kernel.RING_CHUNK_STEPS
-        fill += ring_kernel.fill_us(p, nbytes, ch, chunk)
+        fill += ring_kernel.fill_us(p, kind, nbytes, ch, chunk)
         overhead += ring_kernel.pass_overhead_us(p, nbytes, ch, chunk)
     if overhead:
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
