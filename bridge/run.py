@@ -111,6 +111,7 @@ def _free_port() -> int:
 TRACE_WAIT_S = 600.0  # after the run, the network server writes the fabric traces: wait for it this long at most
 VICTIM_GRACE_S = 2.0  # how long a rank that lost a peer's connection waits to be blamed (see PEER_LOST_EXIT)
 LAST_WORDS_S = 5.0  # how long a coordinator that exited with code 0 has for its outcome to arrive
+SPAWNER_LOG = "spawner"  # logs/spawner.log: the output of a program that starts its ranks itself
 
 
 def _module_form(cmd: Sequence[str], python: str) -> bool:
@@ -140,6 +141,7 @@ class CosimRun:
         engine: EngineSpec | None = None,
         *,
         rank_cmd: RankCmd | None = None,
+        spawner_cmd: Sequence[str] | None = None,
         jobs: Sequence[JobProcs] = (),
         all_or_nothing: bool = True,
         background: Sequence[Flow] = (),
@@ -168,7 +170,11 @@ class CosimRun:
         fresh interpreter. `jobs`: several jobs instead of `rank_cmd` (bridge.jobs): job j's ranks are the
         global ranks after job j-1's, each job has its own world and rendezvous, and unless `all_or_nothing`
         one job's failure ends only that job (`CosimResult.jobs` says which failed and why). `background`:
-        recorded jobs' flow DAG (ids 0..n-1), run by the same engine from time 0 (`CosimResult.background`)."""
+        recorded jobs' flow DAG (ids 0..n-1), run by the same engine from time 0 (`CosimResult.background`).
+        `spawner_cmd` instead of `rank_cmd`: the program starts its ranks itself (torch.multiprocessing.spawn): the
+        run starts this one launching process, no rank, with the ranks' common environment, LOCAL_WORLD_SIZE = the
+        world (its host's GPUs) and PHANTORA_LOG_DIR; the processes it starts are the ranks (phantora.runtime.spawned)
+        and write their own logs there. Its exit ends nothing by itself; a non-zero exit stops the run."""
         engine = engine or EngineSpec()
         if transport not in TRANSPORTS:
             raise InputError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})", field="transport")
@@ -176,8 +182,8 @@ class CosimRun:
             if rank_cmd is not None or live_ranks is not None:
                 raise InputError("several jobs take their own commands and run every rank live", field="jobs")
             world_size = world_size or sum(j.ranks for j in jobs)
-        elif rank_cmd is None:
-            raise InputError("a run needs rank_cmd (or jobs)", field="rank_cmd")
+        elif (rank_cmd is None) == (spawner_cmd is None):
+            raise InputError("a run needs rank_cmd or spawner_cmd (or jobs)", field="rank_cmd")
         world = topology.num_ranks if world_size is None else world_size
         if not 1 <= world <= topology.num_ranks:
             raise InputError(
@@ -215,6 +221,9 @@ class CosimRun:
             background=flows_to_wire(background),
         )
         self.rank_cmd = rank_cmd
+        self.spawner_cmd = None if spawner_cmd is None else [str(c) for c in spawner_cmd]
+        if self.spawner_cmd is not None and live != world:
+            raise InputError("the ranks a program starts itself are all live (no deduplication)", field="live_ranks")
         self.env = dict(env or {})
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.transport = transport
@@ -289,6 +298,8 @@ class CosimRun:
     def _rank_cmds(self) -> list[list[str]]:
         if self.job_table is not None:
             return [[str(c) for c in self.jobs[self.job_table.job_of(r)].cmd] for r in range(self.spec.world)]
+        if self.spawner_cmd is not None:
+            return [self.spawner_cmd]
         cmd = self.rank_cmd
         assert cmd is not None
         return [[str(c) for c in (cmd(r) if callable(cmd) else cmd)] for r in range(self.spec.live_ranks)]
@@ -320,6 +331,12 @@ class CosimRun:
         common = self._common_env(endpoint, token, _free_port())
         if self.job_table is not None:
             self._start_job_ranks(cmds, common, logs, tick)
+            return
+        if self.spawner_cmd is not None:
+            env = {**common, "LOCAL_WORLD_SIZE": str(self.spec.world), "PHANTORA_LOG_DIR": str(logs.logs)}
+            child = self._start_rank(-1, self.spawner_cmd, env, logs.log(SPAWNER_LOG), cmds[0][0], tick)
+            child.role, child.rank = "spawner", None
+            self.children.append(child)
             return
         local = _local_ranks(self.spec.topology, self.spec.world)
         for r, cmd in enumerate(cmds):
@@ -389,6 +406,8 @@ class CosimRun:
                 if c.role == "rank" and c.proc.returncode == 0:
                     sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
                     continue
+                if c.role == "spawner" and c.proc.returncode == 0:
+                    continue  # its ranks have ended (it joins them); their outcome is on its way
                 when = "mid-run" if joined else "during start-up (before every rank had joined)"
                 if isolate and c.role == "rank":  # only its job ends: the coordinator answers with a jobfail
                     assert self.job_table is not None and c.rank is not None
@@ -478,6 +497,20 @@ class CosimRun:
             while c.proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)
 
+    def _await_spawner(self) -> None:
+        """After the outcome: the program's launching process runs on after its ranks end (what follows its
+        `mp.spawn(...)`); wait for it, at most TRACE_WAIT_S, and fail the run if it fails."""
+        for c in self.children:
+            if c.role != "spawner":
+                continue
+            deadline = time.monotonic() + TRACE_WAIT_S
+            while c.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            c.reported = True
+            if c.proc.returncode != 0:
+                what = c.exit_text() if c.proc.returncode is not None else f"did not exit {TRACE_WAIT_S:.0f} s after"
+                raise BridgeError(f"{c.label} {what} after its ranks ended.\n{c.log_tail()}", code="peer-died")
+
     def _await_server_traces(self) -> None:
         """After the outcome: the process holding the engine (the network server, or the coordinator when the
         engine runs there) writes the fabric traces (pfc, queues, drops, ...) and exits.
@@ -535,6 +568,7 @@ class CosimRun:
                     self._finish_children(2.0)  # ranks print the coordinator's diagnostic and exit by themselves
                 raise
             self._finish_children(5.0)
+            self._await_spawner()
             self._await_server_traces()
             result = self._result(outcome, t0, t_ready, t_end)
         finally:
@@ -556,10 +590,10 @@ class CosimRun:
         self.logs: dict[str, str] = {}
         for c in self.children:
             key = (f"rank {c.rank}" if c.job is None else f"job {c.job} rank {c.local}") if c.role == "rank" else c.role
-            try:
-                self.logs[key] = c.log_path.read_text(errors="replace")[-65536:]
-            except OSError:
-                self.logs[key] = ""
+            self.logs[key] = _read_log(c.log_path)
+            if c.role == "spawner":  # the ranks it started wrote their own logs beside its
+                for r in range(self.spec.world):
+                    self.logs[f"rank {r}"] = _read_log(c.log_path.with_name(f"rank{r}.log"))
 
     def _result(self, outcome: dict[str, Any], t0: float, t_ready: float, t_end: float) -> CosimResult:
         return CosimResult(
@@ -634,6 +668,14 @@ class CosimRun:
             )
         if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
             write_links_csv(out.file(schema.LINKS_CSV), self.spec.topology, result.links)
+
+
+def _read_log(path: Path) -> str:
+    """The last 64 KiB of a process's log ("" if it wrote none)."""
+    try:
+        return path.read_text(errors="replace")[-65536:]
+    except OSError:
+        return ""
 
 
 def _usage(row: dict[str, Any]) -> ChannelUsage | PacketChannelUsage:

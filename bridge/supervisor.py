@@ -37,7 +37,7 @@ def die_with_parent(parent: int) -> None:
 class Child:
     """One process of the run."""
 
-    role: str  # "coordinator", "server", "forkserver" or "rank"
+    role: str  # "coordinator", "server", "forkserver", "rank" or "spawner" (a program that starts its ranks)
     rank: int | None
     proc: subprocess.Popen[bytes]  # or a bridge.forkclient.ForkedProc (a rank forked by the fork server)
     log_path: Path
@@ -55,7 +55,11 @@ class Child:
         name = (
             (f"rank {self.rank}" if self.job is None else f"rank {self.local} of job {self.job}")
             if self.role == "rank"
-            else {"server": "the network server", "forkserver": "the fork server"}.get(self.role, f"the {self.role}")
+            else {
+                "server": "the network server",
+                "forkserver": "the fork server",
+                "spawner": "the launching process",
+            }.get(self.role, f"the {self.role}")
         )
         return f"{name} (pid {self.pid})"
 

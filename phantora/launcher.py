@@ -57,6 +57,7 @@ class RunConfig:
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
     wrapper: str | None = None  # a script each rank runs instead, with the training script and its args as argv
+    spawn: bool = False  # the script starts its ranks itself (mp.spawn): run it once, on one host of `nproc` GPUs
     sim_cuda: bool = True  # the simulated CUDA device: CUDA + NCCL scripts run unchanged (runtime/simcuda)
     fork_server: bool = True  # fork ranks from one interpreter that has imported RANK_PRELOAD (bridge/forkserver.py)
     command: list[str] | None = None  # the command line that asked for the run (recorded in config.json)
@@ -122,7 +123,9 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
     per GPU of a host (the topology's first host; 8 if its hosts have one GPU or none), which keeps
     tensor-parallel groups inside a host live; it is off when the job is no larger than that.
     """
-    world = topo.num_ranks if cfg.nproc is None else cfg.nproc
+    world = (host_gpus(topo) if cfg.spawn else topo.num_ranks) if cfg.nproc is None else cfg.nproc
+    if cfg.spawn:
+        check_spawn(cfg, topo, world)
     if cfg.tensors not in ("auto", "real", "phantom"):
         raise InputError(f"must be auto, real or phantom, got {cfg.tensors!r}", field="tensors")
     phantom = cfg.tensors == "phantom" or (cfg.tensors == "auto" and world > PHANTOM_ABOVE)
@@ -145,6 +148,30 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
     if not 1 <= live <= world or world % live:
         raise InputError(f"{live} live processes must divide the {world} ranks", field="dedup")
     return phantom, world, live
+
+
+def host_gpus(topo: Topology) -> int:
+    """The GPUs of the host of rank 0 (every rank if the topology names no hosts)."""
+    host = topo.nodes[topo.node_of_rank(0)].host
+    if host is None:
+        return topo.num_ranks
+    return sum(1 for r in range(topo.num_ranks) if topo.nodes[topo.node_of_rank(r)].host == host)
+
+
+def check_spawn(cfg: RunConfig, topo: Topology, world: int) -> None:
+    """`--spawn` runs the program once, on one host whose GPUs are its ranks: refuse what that cannot be."""
+    per_host = host_gpus(topo)
+    if not 1 <= world <= per_host:
+        raise InputError(
+            f"--spawn runs the program on one host, and {topo.name}'s hosts have {per_host} GPUs: "
+            f"--nproc must be 1 to {per_host}, got {world} (a program that starts ranks on several hosts is not "
+            "simulated; one process per rank, torchrun style, runs without --spawn)",
+            field="nproc",
+        )
+    if cfg.dedup not in ("auto", "off", None, 0, world, str(world)):
+        raise InputError("--spawn runs every rank the program starts live: no --dedup", field="dedup")
+    if cfg.wrapper:
+        raise InputError("--spawn runs the program itself, not a wrapper", field="wrapper")
 
 
 def compute_model_options(cfg: RunConfig) -> tuple[str, tuple[str, ...], str | None]:
@@ -256,13 +283,15 @@ def launch(cfg: RunConfig) -> RunReport:
     opts.scenario = str(Path(engine.scenario).resolve()) if engine.scenario else None  # slow GPUs, step reports
     env = {**opts.to_env(), **cfg.env}
     wrap = [str(Path(cfg.wrapper).resolve())] if cfg.wrapper else []
-    cmd = [cfg.python, "-m", "phantora.runtime.bootstrap", *wrap, str(script.resolve()), *cfg.args]
+    entry = "phantora.runtime.spawned" if cfg.spawn else "phantora.runtime.bootstrap"
+    cmd = [cfg.python, "-m", entry, *wrap, str(script.resolve()), *cfg.args]
     watcher = rd.step_watcher(live, cfg.on_step) if cfg.on_step is not None else None
     try:
         cosim = CosimRun(
             topo,
             engine,
-            rank_cmd=cmd,
+            rank_cmd=None if cfg.spawn else cmd,
+            spawner_cmd=cmd if cfg.spawn else None,
             world_size=world,
             live_ranks=live,
             env=env,

@@ -1,6 +1,7 @@
 """A program that starts its own processes per GPU (torch.multiprocessing.spawn, as pytorch/examples'
-ddp-tutorial-series/multigpu.py does) runs them outside phantora: when one uses CUDA, the run ends on phantora's one
-line naming the call and the launch that works (one process per rank, as torchrun), not on the child's traceback."""
+ddp-tutorial-series/multigpu.py does) runs them outside phantora without --spawn: when one uses CUDA, the run ends
+on phantora's one line naming the call and the launch that works (`phantora run --spawn`), not on the child's
+traceback."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_a_spawned_process_using_cuda_is_named_in_one_line() -> None:
     line = explain(info.value)
     assert line is not None and "\n" not in line
     assert line.startswith("NotSimulatedError: `mp.spawn(_child, nprocs=1)` started processes of its own")
-    assert "phantora run --nproc N script.py" in line and "RANK, WORLD_SIZE and LOCAL_RANK" in line
+    assert "phantora run --spawn --nproc N script.py" in line and "each process it starts is a rank" in line
 
 
 def test_other_failures_of_a_spawned_process_are_left_as_they_are() -> None:

@@ -39,7 +39,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--window", default=None, help="co-simulation window, e.g. 10us (default 0 = exact, in both modes)")
     add_out_options(p, "results.json, steps.jsonl, status.json, trace.json and logs/")
-    p.add_argument("--nproc", type=int, default=None, help="number of ranks (default: the topology's rank count)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="number of ranks (default: the topology's rank count; with --spawn, the GPUs of its host: one host's)",
+    )
+    p.add_argument(
+        "--spawn",
+        action="store_true",
+        help="the script starts its ranks itself (torch.multiprocessing.spawn / start_processes, one per GPU it "
+        "sees): phantora runs it once, on a host of --nproc GPUs, and each process it starts is a rank",
+    )
     p.add_argument("--trace", choices=("ops", "coarse", "none"), default="ops", help="compute detail in trace.json")
     p.add_argument("--launch-overhead", default="1us", help="per-kernel launch overhead (default 1us)")
     p.add_argument(
@@ -142,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("a training script is needed (or --jobs FILE)", field="script")
     if args.alone and args.jobs is None:
         raise InputError("--alone goes with --jobs", field="alone")
+    if args.spawn and (args.jobs is not None or args.record):
+        raise InputError("--spawn runs one program that starts its own ranks: not with --jobs or --record")
     if args.jobs is not None and args.record:
         raise InputError("--record records one job; record each job with its own phantora run", field="record")
     engine = engine_spec(args)
@@ -158,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         overwrite=args.overwrite,
         nproc=args.nproc,
+        spawn=args.spawn,
         trace=args.trace,
         time_patch=not args.no_time_patch,
         launch_ns=parse_time_ns(args.launch_overhead),

@@ -167,7 +167,9 @@ def _peer_lost(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "gloo" in text and any(s in text for s in _PEER_LOST)
 
 
-def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
+def fail(who: str, exc: BaseException, script: str | None = None) -> None:
+    """Print the failure of `who` ("rank 3", "the launching process") in one line, after the traceback of the user's
+    code (none for phantora's own errors), and end the process."""
     explained = unsupported.explain(exc)  # torch's missing-kernel error, said in one line
     if not isinstance(exc, PhantoraError) or os.environ.get("PHANTORA_TRACEBACK") == "1":
         tb = exc.__traceback__
@@ -183,13 +185,13 @@ def _fail(rank: str, exc: BaseException, script: str | None = None) -> None:
             traceback.print_tb(tb, file=sys.stderr)
     where = _user_frame(exc)
     at = f" (at {where})" if where else ""
-    print(f"phantora: rank {rank} failed{at}: {explained or f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
+    print(f"phantora: {who} failed{at}: {explained or f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
     os._exit(PEER_LOST_EXIT if _peer_lost(exc) else 1)  # others may be blocked in gloo; the supervisor stops them
 
 
-def _exit(rank: str, exc: SystemExit) -> None:
+def exit_with(who: str, exc: SystemExit) -> None:
     """The script exited on purpose (sys.exit, argparse's error): no traceback, its own message (argparse has
     printed it; `sys.exit("text")` is printed here as Python would) and its own exit code."""
     code = exc.code if isinstance(exc.code, int) else 1
@@ -197,7 +199,7 @@ def _exit(rank: str, exc: SystemExit) -> None:
         print(exc.code, file=sys.stderr)
     where = _user_frame(exc)
     at = f" (at {where})" if where else ""
-    print(f"phantora: rank {rank} exited with code {code}{at}", file=sys.stderr)
+    print(f"phantora: {who} exited with code {code}{at}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
     os._exit(code)
@@ -209,11 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m phantora.runtime.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
         return 2
     script = os.path.abspath(argv[0])
-    rank = os.environ.get("RANK", "?")
+    rank = f"rank {os.environ.get('RANK', '?')}"
     try:
         s, mode = start_session()
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure and exit
-        _fail(rank, exc)
+        fail(rank, exc)
         return 1
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(script))
@@ -221,13 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            _exit(rank, exc)
+            exit_with(rank, exc)
     except BaseException as exc:  # noqa: BLE001
-        _fail(rank, exc, script)
+        fail(rank, exc, script)
     try:
         end_session(s, mode)
     except BaseException as exc:  # noqa: BLE001
-        _fail(rank, exc)
+        fail(rank, exc)
     return 0
 
 

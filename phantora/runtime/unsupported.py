@@ -28,8 +28,17 @@ _NOT_USER = tuple(  # torch's, phantora's and the bridge's own frames
 
 def _call(exc: BaseException) -> str:
     """The source line of the innermost frame of the program (not torch, not phantora), quoted, or ''."""
+    return _quoted(traceback.extract_tb(exc.__traceback__))
+
+
+def program_call() -> str:
+    """The source line of the program that is calling now (its innermost frame on the stack), quoted, or ''."""
+    return _quoted(traceback.extract_stack())
+
+
+def _quoted(frames: traceback.StackSummary) -> str:
     line = ""
-    for frame in traceback.extract_tb(exc.__traceback__):
+    for frame in frames:
         if frame.filename.startswith("<") or frame.filename.startswith(_NOT_USER):
             continue
         line = (frame.line or "").strip()
@@ -44,7 +53,7 @@ _CHILD_CUDA = re.compile(r"(module 'torch\._C' has no attribute '_cuda\w*'|Torch
 
 def _spawned_cuda(exc: BaseException) -> str | None:
     """The line for a process the program started itself (torch.multiprocessing.spawn, as a GPU script starts one
-    per GPU) that used CUDA: it runs outside phantora, on this CPU build's torch."""
+    per GPU) that used CUDA in a run without --spawn: it runs outside phantora, on this CPU build's torch."""
     from torch.multiprocessing.spawn import ProcessRaisedException
 
     found = _CHILD_CUDA.search(str(exc)) if isinstance(exc, ProcessRaisedException) else None
@@ -53,8 +62,8 @@ def _spawned_cuda(exc: BaseException) -> str | None:
     call = _call(exc) or "torch.multiprocessing.spawn"
     return (
         f"NotSimulatedError: {call} started processes of its own (torch.multiprocessing.spawn), which run outside "
-        f"phantora, and one of them used CUDA (torch: {found.group(1)}): start the program with one process per rank "
-        "as torchrun does, `phantora run --nproc N script.py` (the script reads RANK, WORLD_SIZE and LOCAL_RANK)"
+        f"phantora, and one of them used CUDA (torch: {found.group(1)}): run the program with `phantora run --spawn "
+        "--nproc N script.py` (phantora runs it once, on a host of N GPUs, and each process it starts is a rank)"
     )
 
 

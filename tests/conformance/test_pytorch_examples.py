@@ -181,13 +181,30 @@ def test_ddp_tutorial_series_multinode_one_gpu_a_host(ddp_tutorial: Run, tmp_pat
 
 
 @pytest.mark.slow
-def test_ddp_tutorial_series_multigpu_spawn_stops_in_one_line(tmp_path: Path) -> None:
-    """distributed/ddp-tutorial-series/multigpu.py starts a process per GPU itself (torch.multiprocessing.spawn);
-    those run outside phantora, so under `phantora run --nproc 1` the run ends on one line naming the program's
-    mp.spawn call and the torchrun-style launch (its sibling multigpu_torchrun.py runs)."""
+def test_ddp_tutorial_series_multigpu_spawn(ddp_tutorial: Run, tmp_path: Path) -> None:
+    """distributed/ddp-tutorial-series/multigpu.py starts a process per GPU itself (torch.multiprocessing.spawn, as
+    many as torch.cuda.device_count()). Under `phantora run --spawn --nproc 4` it runs once, on a host of 4 GPUs, and
+    its 4 processes are the ranks: 2048 samples, batch 32 a rank, 16 steps an epoch, 32 in all; rank 0 alone writes
+    checkpoint.pt after each epoch. Its model, data and batch are multigpu_torchrun.py's: so is its step time."""
+    work = workdir_for(UPSTREAM, "distributed/ddp-tutorial-series", tmp_path)
+    run = run_program(work, "multigpu.py", ["2", "1"], tmp_path / "out", 4, ("--spawn",))
+    ok(run, "Epoch 1 | Training checkpoint saved at checkpoint.pt", steps=32)
+    assert run.results()["run"]["world_size"] == 4
+    for rank in range(4):
+        assert f"[GPU{rank}] Epoch 1 | Batchsize: 32 | Steps: 16" in run.log(rank)
+        assert ("Training checkpoint saved" in run.log(rank)) == (rank == 0)
+    assert (work / "checkpoint.pt").stat().st_size > 0
+    assert run.step_ms() == pytest.approx(ddp_tutorial.step_ms(), rel=0.01)
+    assert_documented(run.step_ms(), "distributed/ddp-tutorial-series/multigpu.py", "`2 1`, `--spawn")
+
+
+@pytest.mark.slow
+def test_ddp_tutorial_series_multigpu_without_spawn_stops_in_one_line(tmp_path: Path) -> None:
+    """Without --spawn, phantora starts the program as one rank and the processes it starts run outside phantora:
+    the first CUDA call in one ends the run on one line naming the program's mp.spawn call and `--spawn`."""
     work = workdir_for(UPSTREAM, "distributed/ddp-tutorial-series", tmp_path)
     run = run_program(work, "multigpu.py", ["2", "1"], tmp_path / "out", 1)
     assert run.returncode != 0
     last = run.output.strip().splitlines()[-1]
     assert "multigpu.py:104" in last and "NotSimulatedError: `mp.spawn(main, args=(world_size" in last
-    assert "started processes of its own" in last and "phantora run --nproc N script.py" in last
+    assert "started processes of its own" in last and "phantora run --spawn --nproc N script.py" in last

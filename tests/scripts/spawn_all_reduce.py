@@ -1,0 +1,40 @@
+"""A program that starts its own ranks, as pytorch/examples' ddp-tutorial-series/multigpu.py does: the parent asks
+torch.cuda how many GPUs its host has and `mp.spawn`s one process per GPU; each process sets its device, joins the
+NCCL group on its own fixed localhost port and all-reduces a cuda tensor of N fp32 values (argv[1]) holding rank + 1.
+
+argv[2], optional: "fail=R" (rank R raises before the all-reduce, so the others wait in it), "nprocs=K" (spawn K
+processes whatever the GPU count), "no-spawn" (the parent never starts ranks).
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def main(rank: int, world: int, n: int, fail: int) -> None:
+    print(f"rank {rank} pid {os.getpid()}", flush=True)
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "12355"  # fixed, as the tutorial's: phantora serves it on the run's own port
+    torch.cuda.set_device(rank)
+    dist.init_process_group(backend="nccl", rank=rank, world_size=world)
+    if rank == fail:
+        raise ValueError(f"rank {rank} gives up")
+    x = torch.full((n,), float(rank + 1), device="cuda")
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    print(f"rank {rank} on cuda:{torch.cuda.current_device()} of {torch.cuda.device_count()}: sum {x[0].item():g}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mode = sys.argv[2] if len(sys.argv) > 2 else ""
+    world = torch.cuda.device_count()
+    print(f"parent pid {os.getpid()} sees {world} GPUs, available {torch.cuda.is_available()}", flush=True)
+    if mode != "no-spawn":
+        nprocs = int(mode.split("=")[1]) if mode.startswith("nprocs=") else world
+        fail = int(mode.split("=")[1]) if mode.startswith("fail=") else -1
+        mp.spawn(main, args=(world, int(sys.argv[1]), fail), nprocs=nprocs)
+        print("parent: every rank finished")

@@ -1,0 +1,123 @@
+"""Programs that start their own ranks (torch.multiprocessing.spawn, as pytorch/examples' multigpu.py does) under
+`phantora run --spawn`: the program runs once, as the launching process of one host, and each process it starts is a
+rank (phantora/runtime/spawned.py). The live runs start a fresh interpreter per rank (tens of seconds on the shared
+machine): slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge.supervisor import alive_pids
+from phantora.errors import InputError
+from phantora.launcher import RunConfig, plan_processes, resolve_topology
+from phantora.runtime import spawned
+
+PROGRAM = Path(__file__).resolve().parent / "scripts" / "spawn_all_reduce.py"
+NVLINK_BPS = 3600e9  # testbed16: a GPU's link to its host's NVSwitch
+NVLINK_HOP_NS = 25
+
+
+def test_spawn_runs_on_one_host_whose_gpus_are_the_ranks() -> None:
+    """Without --nproc the program sees one host's GPUs (testbed16: 8 a host); a world beyond a host is refused."""
+    topo = resolve_topology("testbed16")
+    assert plan_processes(RunConfig("x.py", spawn=True), topo) == (False, 8, 8)
+    assert plan_processes(RunConfig("x.py", spawn=True, nproc=3), topo) == (False, 3, 3)
+    with pytest.raises(InputError, match="hosts have 8 GPUs: --nproc must be 1 to 8, got 16"):
+        plan_processes(RunConfig("x.py", spawn=True, nproc=16), topo)
+    with pytest.raises(InputError, match="no --dedup"):
+        plan_processes(RunConfig("x.py", spawn=True, nproc=8, tensors="phantom", dedup=2), topo)
+
+
+def test_a_rank_process_becomes_its_rank_before_the_program_is_imported() -> None:
+    """The `-c` program of a spawned process: a rank's first makes it that rank (in the order torch starts them);
+    any other process the launching process spawns loads the simulated device only."""
+    prog = "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)"
+    cmdline = spawned._preloading_command_line(lambda **kw: [sys.executable, "-c", prog, "--multiprocessing-fork"])
+    spawned._pending[:] = [(0, 2), (1, 2)]
+    try:
+        first, second, other = cmdline(), cmdline(), cmdline()
+    finally:
+        spawned._pending.clear()
+    assert first[2] == f"import phantora.runtime.spawned as _rank; _rank.become_rank(0, 2); {prog}"
+    assert second[2].startswith("import phantora.runtime.spawned as _rank; _rank.become_rank(1, 2); ")
+    assert other[2] == spawned.PRELOAD + prog and other[3] == "--multiprocessing-fork"
+
+
+def test_a_start_the_run_cannot_follow_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(spawned.SpawnError, match=r"`f` starts 2 ranks on a host of 4 GPUs \(--nproc 4\): run it with"):
+        spawned._check_start("`f`", 2, "spawn")
+    with pytest.raises(spawned.SpawnError, match="start_method='forkserver'"):
+        spawned._check_start("`f`", 4, "forkserver")
+    spawned._check_start("`f`", 4, "fork")
+
+
+def phantora_run(out: Path, *args: str, options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--spawn", "--nproc", "4"]
+    cmd += [*options, "--out", str(out), "--no-progress", str(PROGRAM), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=out.parent)
+
+
+def rank_log(out: Path, rank: int) -> str:
+    return (out / "logs" / f"rank{rank}.log").read_text()
+
+
+@pytest.mark.slow
+def test_spawned_ranks_all_reduce_in_the_ring_closed_form(tmp_path: Path) -> None:
+    """4 spawned ranks all-reduce 16 MiB of fp32 on one host: each is cuda:rank of the 4 GPUs the parent saw, the
+    sum is 1+2+3+4, and under the ideal collective model (line rate) the all-reduce takes the ring's
+    2(n-1)/n x S / B over NVLink, plus at most a hop pair's latency a step."""
+    out = tmp_path / "out"
+    proc = phantora_run(out, str(4 * 2**20), options=("--collective-model", "ideal"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "sees 4 GPUs, available True" in (out / "logs" / "spawner.log").read_text()
+    assert "parent: every rank finished" in (out / "logs" / "spawner.log").read_text()
+    for r in range(4):
+        assert f"rank {r} on cuda:{r} of 4: sum 10" in rank_log(out, r)
+    results = json.loads((out / "results.json").read_text())
+    assert results["run"]["world_size"] == 4 and results["run"]["live_processes"] == 4
+    (ar,) = json.loads((out / "cosim.json").read_text())["collectives"]
+    n, size = 4, 4 * 2**20 * 4
+    assert ar["kind"] == "all_reduce" and ar["nbytes"] == size and sorted(ar["group"]) == [0, 1, 2, 3]
+    ring_ns = 2 * (n - 1) / n * size * 8 / NVLINK_BPS * 1e9
+    took = ar["end_ns"] - ar["t_start"]
+    assert ring_ns <= took <= ring_ns + 2 * (n - 1) * 2 * NVLINK_HOP_NS, (took, ring_ns)
+
+
+@pytest.mark.slow
+def test_a_spawned_rank_that_fails_ends_the_run_naming_it(tmp_path: Path) -> None:
+    """Rank 2 raises while the others wait in the all-reduce: the run exits non-zero within seconds, its last line
+    names rank 2 and its error, and no process of the run is left."""
+    out = tmp_path / "out"
+    proc = phantora_run(out, "1024", "fail=2")
+    ended = time.time()
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    call = "`mp.spawn(main, args=(world, int(sys.argv[1]), fail), nprocs=nprocs)`"
+    assert f"SpawnError: rank 2, started by {call}" in last
+    assert last.endswith("rank 2 failed (at " + str(PROGRAM) + ":24 in main): ValueError: rank 2 gives up")
+    assert ended - os.path.getmtime(out / "logs" / "rank2.log") < 15  # the run ended within seconds of the failure
+    logs = "".join(p.read_text() for p in (out / "logs").glob("*.log"))
+    pids = [int(line.split(" pid ")[1].split()[0]) for line in logs.splitlines() if " pid " in line]
+    assert len(pids) == 5 and alive_pids(pids) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("no-spawn", "phantora: the program started no ranks: with --spawn, phantora runs the script once"),
+        ("nprocs=2", "starts 2 ranks on a host of 4 GPUs (--nproc 4): run it with --nproc 2"),
+    ],
+)
+def test_a_wrong_launch_fails_in_one_line(tmp_path: Path, mode: str, says: str) -> None:
+    proc = phantora_run(tmp_path / "out", "1024", mode)
+    assert proc.returncode != 0
+    assert says in proc.stderr.strip().splitlines()[-1]
