@@ -108,6 +108,7 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
     flags = [torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()]
     flags.append(str(torch.nn.functional.scaled_dot_product_attention(*qkv.bfloat16()).device))
 out["sdp_kernel"] = [*flags, torch.backends.cuda.math_sdp_enabled()]  # restored on exit
+out["flash_available"] = torch.backends.cuda.is_flash_attention_available()
 # GradScaler and autocast with device_type="cuda"
 lin = torch.nn.Linear(64, 64).cuda()
 scaler = torch.amp.GradScaler("cuda")

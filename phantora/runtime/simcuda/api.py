@@ -385,6 +385,7 @@ def install(gpu: Any, count: int) -> None:
     sys.modules["torch.cuda.nvtx"] = nvtx
     torch.version.cuda = CUDA_VERSION  # type: ignore[misc]
     torch.backends.cuda.is_built = lambda: True  # type: ignore[assignment]
+    torch.backends.cuda.is_flash_attention_available = lambda: True  # type: ignore[assignment]  # CUDA wheels have it
     torch.backends.cudnn.is_available = lambda: True  # type: ignore[assignment]
     torch.backends.cudnn.version = lambda: CUDNN_VERSION  # type: ignore[assignment]
     _install_accelerator()
