@@ -224,6 +224,17 @@ def test_ctas_and_legacy_ring_variables_bound_the_channels_as_nccl_combines_them
     assert choose(coll, topo, opts(**ring, NCCL_MAX_NRINGS="4")).channels == 4
 
 
+def test_nccl_min_nchannels_raises_a_rings_channels_and_overrides_min_nrings():
+    """init.cc (v2.30.7-1) ncclMinNchannels: NCCL_MIN_NCHANNELS, else the legacy NCCL_MIN_NRINGS; connect.cc copies
+    the first channels up to that minimum. The 16-channel H100 ring over 400G NICs opens 24, and with both set the
+    newer variable wins, even when it is the smaller."""
+    topo = rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100")
+    coll = Collective("all_reduce", tuple(range(16)), GiB, "bf16")
+    ring = {"NCCL_ALGO": "Ring"}
+    assert choose(coll, topo, opts(**ring, NCCL_MIN_NCHANNELS="24")).channels == 24
+    assert choose(coll, topo, opts(**ring, NCCL_MIN_NRINGS="20", NCCL_MIN_NCHANNELS="18")).channels == 18
+
+
 def test_nccl_min_ctas_raises_the_nvls_ctas_and_nchannels_does_not():
     """nvls.cc clamps the NVLS CTAs (16 on Hopper) to [NCCL_MIN_CTAS, NCCL_MAX_CTAS]; NCCL_MIN_NCHANNELS bounds the
     ring's channels only. #309's tuned 8-host run (NCCL_MIN_CTAS=24) runs NVLS-Tree on 24 CTAs."""
