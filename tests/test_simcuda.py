@@ -54,6 +54,7 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     assert seen["dot_cuda"] == ["cuda:1", "cuda:1"]  # `.cuda()` and `.to("cuda")` go to the current device
     assert seen["pinned"] == [True, True] and seen["graph_is_class"]
     assert seen["tolist"] == [0, 1, 2] and seen["scalars"] == [2.0, 1.0]
+    assert seen["nonblocking_to_host"] == [0.0, 1.0, 2.0, 3.0]
     assert seen["replayed"]  # torch.cuda.default_generators: set_state replays the same draws
     assert seen["alloc_delta"] == 1 << 20  # memory_allocated counts the simulated device's bytes
     assert seen["reserved"] == [64 << 20, 64 << 20, 0]  # a 64 MiB segment; cached when freed; empty_cache

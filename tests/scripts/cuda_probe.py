@@ -74,6 +74,10 @@ if os.environ.get("PHANTORA_PHANTOM") != "1":  # values: real mode only
     first = torch.rand(3, device="cuda").tolist()
     gen.set_state(state)
     out["replayed"] = torch.rand(3, device="cuda").tolist() == first and gen.initial_seed() == 7
+    host = torch.empty(4, pin_memory=True)  # a non-blocking copy into pinned memory holds the values once synced
+    host.copy_(torch.arange(4.0, device="cuda"), non_blocking=True)
+    torch.cuda.current_stream().synchronize()
+    out["nonblocking_to_host"] = host.tolist()
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 256  # phantom mode times a large one without computing it
 a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 torch.cuda.synchronize()
