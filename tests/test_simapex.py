@@ -121,8 +121,8 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "cuda_apex_norms.py"
 @pytest.mark.slow
 def test_apex_norms_on_the_simulated_gpu(tmp_path: Path) -> None:
     """A rank's `import apex` gets the simulated apex (said in results.json); its norms give the closed forms'
-    values and gradients, and each norm kernel is charged once: LayerNorm forward and backward, RMSNorm backward
-    (torch's CUDA-only op, cuda_only.py; its forward is torch's decomposition on this CPU build)."""
+    values and gradients, and each norm kernel is charged once: LayerNorm forward and backward, RMSNorm forward and
+    backward (torch's fused ops, as a CUDA build runs them: cuda_only.py)."""
     from phantora.launcher import RunConfig, launch
 
     out, run = tmp_path / "seen.json", tmp_path / "run"
@@ -134,6 +134,7 @@ def test_apex_norms_on_the_simulated_gpu(tmp_path: Path) -> None:
     events = json.loads((run / "trace.json").read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     names = [e["name"] for e in events if e.get("ph") == "X"]
-    for kernel in ("aten.native_layer_norm", "aten.native_layer_norm_backward", "aten._fused_rms_norm_backward"):
+    kernels = ("aten.native_layer_norm", "aten.native_layer_norm_backward")
+    for kernel in (*kernels, "aten._fused_rms_norm", "aten._fused_rms_norm_backward"):
         assert names.count(kernel) == 1, kernel
     assert json.loads((run / "results.json").read_text())["simulated_packages"] == ["apex"]

@@ -5,9 +5,14 @@ the tensor's data (CPU in real mode, meta in phantom mode), and the compute mode
 one kernel a GPU launches:
 
 - flash attention and its backward (attention.py);
-- ``aten._fused_rms_norm_backward``, the backward of torch's fused RMSNorm (and of the simulated apex's,
-  apex_norm.py), computed here from its closed form by several torch ops that run uncharged; the op is charged
-  once, as the one kernel (`one_kernel`).
+- ``aten._fused_rms_norm`` and its backward ``aten._fused_rms_norm_backward``: torch's RMSNorm (``torch.nn.RMSNorm``,
+  ``F.rms_norm``) and the simulated apex's (apex_norm.py). A CUDA build runs each as one kernel: ``rms_norm`` calls
+  ``_fused_rms_norm`` (torch's layer_norm.cpp; a complex or channels-last input, or a weight whose dtype differs from
+  the input's, takes the composite instead), whose autograd saves rstd for ``_fused_rms_norm_backward``. On this CPU
+  build ``_fused_rms_norm`` has no CUDA kernel, so autograd would decompose it into its five composite ops;
+  `register_fused_rms_norm` gives it one, so a simulated-GPU tensor takes the CUDA path: autograd records the fused
+  backward and the forward reaches the device as the one op. Each is computed here from its closed form by several
+  torch ops that run uncharged, and charged once, as the one kernel (`one_kernel`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import torch
 
 from phantora.runtime.simcuda import attention
 
+RMS_NORM = torch.ops.aten._fused_rms_norm.default
 RMS_NORM_BACKWARD = torch.ops.aten._fused_rms_norm_backward.default
+_LIBRARY: list[torch.library.Library] = []  # the CUDA kernel of `_fused_rms_norm`, once registered
 
 
 def _no_session() -> Any:
@@ -37,6 +44,39 @@ def use_session(current: Callable[[], Any]) -> None:
     _current = current
 
 
+def _accumulation(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels compute in: fp32 for half inputs, the input's own otherwise."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def rms_norm(
+    input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None, eps: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """y = x * rstd * w and rstd = (mean(x^2) + eps)^(-1/2) over the trailing `normalized_shape` dims, computed in
+    fp32 for half inputs; y in the input's dtype, rstd in the accumulation dtype with the normalised dims kept as 1
+    (the shapes of torch's meta kernel). eps None: the accumulation dtype's machine epsilon, as torch's."""
+    dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
+    acc = _accumulation(input.dtype)
+    x = input.to(acc)
+    eps = torch.finfo(acc).eps if eps is None else eps
+    rstd = torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    y = x * rstd
+    if weight is not None:
+        y = y * weight
+    return y.to(input.dtype).contiguous(), rstd.contiguous()
+
+
+def register_fused_rms_norm() -> None:
+    """Give ``aten._fused_rms_norm`` a CUDA kernel (`rms_norm`), as a CUDA build has: autograd on a simulated-GPU
+    tensor then records the op with its fused backward instead of decomposing it. A simulated-GPU tensor never
+    reaches this kernel (its Python key comes first and runs `KERNELS`); CPU tensors keep torch's composite."""
+    if _LIBRARY:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_fused_rms_norm", rms_norm, "CUDA")
+    _LIBRARY.append(lib)
+
+
 def rms_norm_backward(
     grad: torch.Tensor,
     input: torch.Tensor,
@@ -49,7 +89,7 @@ def rms_norm_backward(
     dx = rstd * (g w - x rstd^2 mean(g w x)), dw = sum over the leading dims of g x rstd (in fp32 for half inputs)."""
     dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
     lead = input.shape[: input.dim() - len(normalized_shape)]
-    acc = torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+    acc = _accumulation(input.dtype)
     x, g = input.to(acc), grad.to(acc)
     r = rstd.to(acc).reshape(*lead, *([1] * len(normalized_shape)))
     gw = g * weight.to(acc) if weight is not None else g
@@ -81,6 +121,7 @@ def one_kernel(func: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
 
 KERNELS: dict[Any, Callable[..., Any]] = {
     **attention.KERNELS,
+    RMS_NORM: one_kernel(RMS_NORM, rms_norm),
     RMS_NORM_BACKWARD: one_kernel(RMS_NORM_BACKWARD, rms_norm_backward),
 }
 """The CUDA-only ops and how they run on the data of a simulated-GPU tensor (on meta data too, so that real

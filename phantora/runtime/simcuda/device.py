@@ -22,7 +22,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from phantora.runtime import phantom_mode
-from phantora.runtime.simcuda import api, checkpoint, guard, pinned, rng, simapex, toolkit  # noqa: F401 - rng: dispatch.py draws with it
+from phantora.runtime.simcuda import api, checkpoint, cuda_only, guard, pinned, rng, simapex, toolkit  # noqa: F401 - rng: dispatch.py draws with it
 from phantora.runtime.simcuda.tensor import (
     SimCudaTensor,
     cuda_index,
@@ -82,6 +82,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     patch_set_data()
     checkpoint.install()  # torch.load onto the simulated GPU
     phantom_mode.use_fused_attention()  # a GPU runs SDPA as one flash kernel, in real and phantom mode alike
+    cuda_only.register_fused_rms_norm()  # and RMSNorm as one fused kernel each way
     _installed = True
 
 
