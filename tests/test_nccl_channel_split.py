@@ -10,6 +10,7 @@ from __future__ import annotations
 from phantora.collectives.nccl.channel_split import busiest, split
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.proxy import steps_per_connection
 from phantora.collectives.nccl.settings import settings_from_env
 
 MiB = 1 << 20
@@ -102,3 +103,14 @@ def test_small_collective_on_one_channel_and_excess_off_the_last_part() -> None:
     max(16 KiB, 800) and the budget max(16 KiB, 16,384 // 24): lo = min(1 cell, ceil(16,384 / 16,384)) = 1, so one
     channel of 100 B (2,048 - 1,948 of excess off lo)."""
     assert split((2, 26), "all_reduce", "LL", 8, 100, 24) == (100,)
+
+
+def test_proxy_steps_come_from_the_busiest_part() -> None:
+    """A 401,408 B tree LL128 all-reduce on 2 hosts of 8, 24 channels. 2.26: 49 cells of 8 KiB, budget
+    802,816 // 24 = 33,450 (above 16 KiB), lo = mid = ceil(33,450 / 16,384) = 3 cells, 15 mids, hi 1: 17 channels,
+    the busiest 24,576 B. The ladder (nstepsLL128 = 1 + 1 + 0.8 = 2.8, rungs 22.4 and 5.6 chunks) halves 576,000 to
+    72,000, then at 0 chunks to 36,000 and 18,000: 9 grains, 17,280 B. The proxy's steps on a busiest channel's
+    connection: ceil(24,576 / 17,280) = 2 (an even share, 16,725 B, would take 1)."""
+    st = settings_from_env({"PHANTORA_NCCL_VERSION": "2.26"})
+    assert chunk("2.26", "tree", "LL128", h100s(2), 401_408, 24) == 17_280
+    assert steps_per_connection("all_reduce", "tree", "LL128", h100s(2), st, 401_408, 24) == 2

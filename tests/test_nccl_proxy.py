@@ -63,8 +63,13 @@ def test_steps_per_connection_follow_ncclproxyop_nsteps() -> None:
     assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, st, MiB, 24) == 30
     assert proxy.steps_per_connection("all_gather", "ring", "LL128", p2, st, MiB, 16) == 15
     assert proxy.steps_per_connection("all_reduce", "tree", "LL128", p8, st, MiB, 16) == math.ceil(MiB / (16 * 18_000))
-    many = 16 * 16 * LL128_STEP_DATA * 3  # three loops of the ring
-    assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, st, many, 16) == 3 * 30
+    many = 16 * 16 * LL128_STEP_DATA * 3  # three loops of the ring on every channel, strided as NCCL 2.21 runs it
+    old = settings_from_env({"PHANTORA_NCCL_VERSION": "2.21"})
+    assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, old, many, 16) == 3 * 30
+    # NCCL 2.30 splits it in cells of 16 KiB (32 KiB of traffic): budget 884,736,000 / 16 = 55,296,000, so
+    # ceil(55,296,000 / 32,768) = 1,688 cells on 15 channels and 1,680 on the last; 1,688 x 16,384 = 27,656,192 B
+    # is 8,192 B over three loops (16 x 576,000 x 3 = 27,648,000): the busiest channels run a fourth
+    assert proxy.steps_per_connection("all_reduce", "ring", "LL128", p2, st, many, 16) == 4 * 30
 
 
 def test_broadcast_steps_are_one_step_chunks() -> None:

@@ -27,7 +27,8 @@ they exceed the transfer by (bytes over the model's bandwidth) is charged: `max(
   a channel) that is a leaf of the other (2).
 - *Steps per connection*: `ncclProxyOp.nsteps` (enqueue.cc `calcCollChunking`): the pattern's steps per loop
   (ring all-reduce 2 (n - 1), all-gather and reduce-scatter n - 1, tree 1) times the loops (the bytes over
-  channels x chunks per loop x chunk), counted in the proxy's slices (chunkSteps / sliceSteps per step).
+  channels x chunks per loop x chunk; from NCCL 2.22 the busiest channel's own part over chunks per loop x its
+  chunk, `channel_split`), counted in the proxy's slices (chunkSteps / sliceSteps per step).
 
 Charged on LL and LL128 only, on top of NCCL's time (the tuner's choice keeps NCCL's model). NCCL's model
 charges the proxy once per step as `max(hop, netOverhead)` (`getNetOverhead`: 1 µs on Intel hosts, 2 on AMD), as
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import math
 
-from phantora.collectives.nccl import ring_kernel
+from phantora.collectives.nccl import channel_split, ring_kernel
 from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -121,6 +122,9 @@ def steps_per_connection(kind: str, algo: str, proto: str, p: Platform, st: Nccl
     """The proxy's steps (slices) on one connection: steps per loop x loops x chunkSteps / sliceSteps."""
     if nbytes <= 0 or ch < 1:
         return 0
+    part = channel_split.busiest(st.nccl_version, kind, proto, p.nranks, nbytes, ch)
+    if part is not None:  # from 2.22 each channel's steps come from its own part: the busiest's
+        nbytes, ch = part[0], 1
     if algo == "tree":
         chunk = chunk_bytes("tree", proto, p, st, nbytes, ch)
         return math.ceil(nbytes / (ch * chunk))
