@@ -407,7 +407,13 @@ class CosimRun:
                     sock.send(encode("exited", 0, who="rank", rank=c.rank, code=0))
                     continue
                 if c.role == "spawner" and c.proc.returncode == 0:
-                    continue  # its ranks have ended (it joins them); their outcome is on its way
+                    if joined:
+                        continue  # its ranks have ended (it joins them); their outcome is on its way
+                    raise BridgeError(
+                        f"{c.label} ended before its {self.spec.world} ranks had joined: a process the program started "
+                        "never called init_process_group, or it started fewer than --nproc",
+                        code="peer-died",
+                    )
                 when = "mid-run" if joined else "during start-up (before every rank had joined)"
                 if isolate and c.role == "rank":  # only its job ends: the coordinator answers with a jobfail
                     assert self.job_table is not None and c.rank is not None
@@ -416,7 +422,7 @@ class CosimRun:
                         self._deaths.setdefault(job, f"{c.label} {c.exit_text()} {when}.\n{c.log_tail()}")
                         sock.send(encode("exited", 0, who="rank", rank=c.rank, code=c.proc.returncode or 0))
                     continue
-                died = f"{c.label} {c.exit_text()} {when}; the run was stopped.\n{c.log_tail()}"
+                died = f"{c.label} {c.exit_text()} {when}; the run was stopped.\n{c.log_tail()}{_rank_verdict(c)}"
                 if welcomed_at is not None:  # the coordinator serves: it may know the real cause
                     self._check_error_first(sock, c, died)
                 raise BridgeError(died, code="peer-died", rank=c.rank if c.role == "rank" else None)
@@ -668,6 +674,20 @@ class CosimRun:
             )
         if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
             write_links_csv(out.file(schema.LINKS_CSV), self.spec.topology, result.links)
+
+
+def _rank_verdict(c: Child) -> str:
+    """For the program's launching process: the first of its ranks' one-line failures (logs/rank<R>.log, in the order
+    they were written), if its own log does not end on one already."""
+    tail = c.log_tail().splitlines()
+    if c.role != "spawner" or (tail and tail[-1].startswith("phantora: ")):
+        return ""
+    said = []
+    for log in c.log_path.parent.glob("rank*.log"):
+        lines = [ln for ln in _read_log(log).splitlines() if ln.startswith("phantora: rank ")]
+        if lines:
+            said.append((log.stat().st_mtime, lines[-1]))
+    return f"\n{min(said)[1]}" if said else ""
 
 
 def _read_log(path: Path) -> str:

@@ -36,8 +36,8 @@ def test_spawn_runs_on_one_host_whose_gpus_are_the_ranks() -> None:
 
 
 def test_a_rank_process_becomes_its_rank_before_the_program_is_imported() -> None:
-    """The `-c` program of a spawned process: a rank's first makes it that rank (in the order torch starts them);
-    any other process the launching process spawns loads the simulated device only."""
+    """The `-c` program of a spawned process: mp.spawn's become their ranks (in the order torch starts them) before
+    the program's main module is imported; any other process waits to become one at its init_process_group."""
     prog = "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)"
     cmdline = spawned._preloading_command_line(lambda **kw: [sys.executable, "-c", prog, "--multiprocessing-fork"])
     spawned._pending[:] = [(0, 2), (1, 2)]
@@ -45,9 +45,11 @@ def test_a_rank_process_becomes_its_rank_before_the_program_is_imported() -> Non
         first, second, other = cmdline(), cmdline(), cmdline()
     finally:
         spawned._pending.clear()
-    assert first[2] == f"import phantora.runtime.spawned as _rank; _rank.become_rank(0, 2); {prog}"
-    assert second[2].startswith("import phantora.runtime.spawned as _rank; _rank.become_rank(1, 2); ")
-    assert other[2] == spawned.PRELOAD + prog and other[3] == "--multiprocessing-fork"
+        spawned._started.clear()
+    head = "import phantora.runtime.spawned_rank as _rank;"
+    assert first[2] == f"{head} _rank.become_rank(0, 2); {prog}"
+    assert second[2] == f"{head} _rank.become_rank(1, 2); {prog}"
+    assert other[2] == f"{head} _rank.await_rank(); {prog}" and other[3] == "--multiprocessing-fork"
 
 
 def test_a_start_the_run_cannot_follow_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,12 +72,14 @@ def rank_log(out: Path, rank: int) -> str:
 
 
 @pytest.mark.slow
-def test_spawned_ranks_all_reduce_in_the_ring_closed_form(tmp_path: Path) -> None:
-    """4 spawned ranks all-reduce 16 MiB of fp32 on one host: each is cuda:rank of the 4 GPUs the parent saw, the
-    sum is 1+2+3+4, and under the ideal collective model (line rate) the all-reduce takes the ring's
-    2(n-1)/n x S / B over NVLink, plus at most a hop pair's latency a step."""
+@pytest.mark.parametrize("extra", [(), ("process",)])
+def test_spawned_ranks_all_reduce_in_the_ring_closed_form(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """4 spawned ranks (mp.spawn, or plain spawn-method Processes that name their rank to init_process_group)
+    all-reduce 16 MiB of fp32 on one host: each is cuda:rank of the 4 GPUs the parent saw, the sum is 1+2+3+4, and
+    under the ideal collective model (line rate) the all-reduce takes the ring's 2(n-1)/n x S / B over NVLink, plus
+    at most a hop pair's latency a step."""
     out = tmp_path / "out"
-    proc = phantora_run(out, str(4 * 2**20), options=("--collective-model", "ideal"))
+    proc = phantora_run(out, str(4 * 2**20), *extra, options=("--collective-model", "ideal"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "sees 4 GPUs, available True" in (out / "logs" / "spawner.log").read_text()
     assert "parent: every rank finished" in (out / "logs" / "spawner.log").read_text()
@@ -92,17 +96,21 @@ def test_spawned_ranks_all_reduce_in_the_ring_closed_form(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_a_spawned_rank_that_fails_ends_the_run_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", [(), ("process",)])
+def test_a_spawned_rank_that_fails_ends_the_run_naming_it(tmp_path: Path, extra: tuple[str, ...]) -> None:
     """Rank 2 raises while the others wait in the all-reduce: the run exits non-zero within seconds, its last line
-    names rank 2 and its error, and no process of the run is left."""
+    names rank 2 and its error, and no process of the run is left. With mp.spawn, torch's join stops the others and
+    the line names the call; with plain Processes, which nothing joins that way, the failing rank stops the
+    launching process's group."""
     out = tmp_path / "out"
-    proc = phantora_run(out, "1024", "fail=2")
+    proc = phantora_run(out, "1024", "fail=2", *extra)
     ended = time.time()
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    call = "`mp.spawn(main, args=(world, int(sys.argv[1]), fail), nprocs=nprocs)`"
-    assert f"SpawnError: rank 2, started by {call}" in last
-    assert last.endswith("rank 2 failed (at " + str(PROGRAM) + ":24 in main): ValueError: rank 2 gives up")
+    assert last.endswith("rank 2 failed (at " + str(PROGRAM) + ":26 in main): ValueError: rank 2 gives up")
+    if not extra:
+        call = '`mp.spawn(main, args=args, nprocs=int(words.get("nprocs", world)))`'
+        assert f"SpawnError: rank 2, started by {call}" in last
     assert ended - os.path.getmtime(out / "logs" / "rank2.log") < 15  # the run ended within seconds of the failure
     logs = "".join(p.read_text() for p in (out / "logs").glob("*.log"))
     pids = [int(line.split(" pid ")[1].split()[0]) for line in logs.splitlines() if " pid " in line]

@@ -12,6 +12,7 @@ import os
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load before torch
@@ -158,6 +159,10 @@ def _user_frame(exc: BaseException) -> str:
     return where or framework
 
 
+def _nothing() -> None:
+    pass
+
+
 _PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
 
 
@@ -167,9 +172,9 @@ def _peer_lost(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "gloo" in text and any(s in text for s in _PEER_LOST)
 
 
-def fail(who: str, exc: BaseException, script: str | None = None) -> None:
+def fail(who: str, exc: BaseException, script: str | None = None, before_exit: Callable[[], None] = _nothing) -> None:
     """Print the failure of `who` ("rank 3", "the launching process") in one line, after the traceback of the user's
-    code (none for phantora's own errors), and end the process."""
+    code (none for phantora's own errors), call `before_exit`, and end the process."""
     explained = unsupported.explain(exc)  # torch's missing-kernel error, said in one line
     if not isinstance(exc, PhantoraError) or os.environ.get("PHANTORA_TRACEBACK") == "1":
         tb = exc.__traceback__
@@ -188,10 +193,11 @@ def fail(who: str, exc: BaseException, script: str | None = None) -> None:
     print(f"phantora: {who} failed{at}: {explained or f'{type(exc).__name__}: {exc}'}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
+    before_exit()
     os._exit(PEER_LOST_EXIT if _peer_lost(exc) else 1)  # others may be blocked in gloo; the supervisor stops them
 
 
-def exit_with(who: str, exc: SystemExit) -> None:
+def exit_with(who: str, exc: SystemExit, before_exit: Callable[[], None] = _nothing) -> None:
     """The script exited on purpose (sys.exit, argparse's error): no traceback, its own message (argparse has
     printed it; `sys.exit("text")` is printed here as Python would) and its own exit code."""
     code = exc.code if isinstance(exc.code, int) else 1
@@ -202,6 +208,7 @@ def exit_with(who: str, exc: SystemExit) -> None:
     print(f"phantora: {who} exited with code {code}{at}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
+    before_exit()
     os._exit(code)
 
 

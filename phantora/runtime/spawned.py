@@ -1,18 +1,18 @@
 """Programs that start their own ranks: `phantora run --spawn SCRIPT` (torch.multiprocessing.spawn / start_processes).
 
 `python -m phantora.runtime.spawned SCRIPT [ARGS...]` (the launcher runs it) is the program's own process, the
-launching process of a single host. It is no rank: its `torch.cuda` answers as that host (LOCAL_WORLD_SIZE
-simulated GPUs), and it runs the script as `__main__`. When the script calls `torch.multiprocessing.spawn(fn,
-args, nprocs)` or `start_processes(...)`, torch starts the processes as it does on a GPU host, and each one, process
-index i, becomes rank i of the run before `fn(i, *args)` runs: RANK, LOCAL_RANK = i, its own session (clock, bridge
-connection, simulated cuda:i), its output in logs/rank<i>.log, its steps and trace in the run directory.
+launching process of a single host. It is no rank: its `torch.cuda` answers as that host (WORLD_SIZE = `--nproc`
+simulated GPUs), and it runs the script as `__main__`. The processes it starts become the run's ranks
+(phantora/runtime/spawned_rank.py):
 
-- A child of the spawn start method is a fresh interpreter: its command line imports the simulated CUDA device's
-  C++ part before the program's main module imports torch (`_preloading_command_line`).
-- The rendezvous the program names on its own host (`MASTER_ADDR=localhost`, a fixed `MASTER_PORT`) is served on
-  the run's private port, so two runs on one machine never meet (`_private_loopback`).
-- A rank that fails ends its own process with phantora's one line in its log; torch's join in the launching
-  process stops the others, and the launching process ends the run with that line, naming the rank.
+- `torch.multiprocessing.spawn(fn, args, nprocs)` / `start_processes(...)`: process i is rank i before its
+  program's main module is imported; `nprocs` must be `--nproc`. If one fails, torch's join stops the others, and
+  the launching process ends the run on one line naming the rank, the program's call and the rank's own error.
+- Any other process of the spawn start method (`multiprocessing.get_context("spawn").Process`) becomes a rank at
+  its `init_process_group(rank=R, world_size=W)`.
+
+A spawn child's command line (`multiprocessing.spawn.get_command_line`) starts with phantora's set-up; torch starts
+mp.spawn's processes one after the other, so the k-th command line built during the call is process k's.
 """
 
 from __future__ import annotations
@@ -26,27 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load before torch
-from phantora.errors import PhantoraError
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options
-from phantora.runtime import bootstrap
+from phantora.runtime import bootstrap, spawned_rank
+from phantora.runtime.spawned_rank import SpawnError, world
 from phantora.runtime.unsupported import program_call
 
-PRELOAD = "import phantora.runtime.simcuda.preload; "  # prefixed to a spawned child's `python -c` program
-LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")  # the rendezvous addresses of the program's own host
+RANK_MODULE = "import phantora.runtime.spawned_rank as _rank;"  # first in a spawned child's `python -c` program
 UNSUPPORTED_METHODS = ("forkserver",)  # its server imports the main module (and torch) before any preload
 
 
-class SpawnError(PhantoraError):
-    """The program starts its ranks in a way this run cannot follow; the message says what to do."""
-
-
-_spawned: list[int] = []  # the ranks started (once per run)
-
-
-def world() -> int:
-    """The run's world size: the GPUs of the launching process's host (`--nproc`)."""
-    return int(os.environ["WORLD_SIZE"])
+_spawned: list[int] = []  # the ranks started by mp.spawn / start_processes (once per run)
+_started: list[int] = []  # every process started with the spawn method (each may become a rank)
 
 
 _pending: list[tuple[int, int]] = []  # (index, nprocs) of the ranks whose processes start next, in order
@@ -63,10 +54,11 @@ def _preloading_command_line(orig: Callable[..., list[str]]) -> Callable[..., li
         cmd = list(orig(**kwds))
         if "-c" in cmd:
             at = cmd.index("-c") + 1
-            first = PRELOAD
+            first = f"{RANK_MODULE} _rank.await_rank(); "
+            _started.append(len(_started))
             if _pending:
                 index, nprocs = _pending.pop(0)
-                first = f"import phantora.runtime.spawned as _rank; _rank.become_rank({index}, {nprocs}); "
+                first = f"{RANK_MODULE} _rank.become_rank({index}, {nprocs}); "
             cmd[at] = first + cmd[at]
         return cmd
 
@@ -129,7 +121,7 @@ def _start_processes(orig: Callable[..., Any]) -> Callable[..., Any]:
         _spawned.extend(range(nprocs))
         if start_method == "spawn":
             _pending[:] = [(i, nprocs) for i in range(nprocs)]
-        rank_fn = functools.partial(run_rank, fn, nprocs)
+        rank_fn = functools.partial(spawned_rank.run_rank, fn, nprocs)
         try:
             context = orig(rank_fn, args, nprocs, join=False, daemon=daemon, start_method=start_method)
         finally:
@@ -173,78 +165,10 @@ def install_parent() -> None:
         torch.multiprocessing.start_processes = wrapped  # type: ignore[attr-defined,unused-ignore]
 
 
-def _private_loopback() -> None:
-    """init_process_group's env:// rendezvous on the program's own host (MASTER_ADDR localhost, the program's fixed
-    MASTER_PORT) meets on the run's private port (PHANTORA_HOST_PORT), as each simulated host has its own ports."""
-    import torch.distributed as dist
-
-    c10d = dist.distributed_c10d
-    orig = c10d.init_process_group
-
-    @functools.wraps(orig)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        port = os.environ.get("PHANTORA_HOST_PORT")
-        if port and os.environ.get("MASTER_ADDR", "localhost") in LOOPBACK:
-            os.environ["MASTER_PORT"] = port
-        return orig(*args, **kwargs)
-
-    for mod in (c10d, dist):
-        mod.init_process_group = init_process_group  # type: ignore[attr-defined,unused-ignore]
-
-
-def _own_log(rank: int) -> None:
-    """This rank's output (fds 1 and 2) to logs/rank<rank>.log, fresh, as the launcher gives its own ranks."""
-    log_dir = os.environ.get("PHANTORA_LOG_DIR")
-    if not log_dir:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(Path(log_dir) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
-_session: list[Any] = []  # this process's rank session and dispatch mode, once it became a rank
-
-
-def become_rank(index: int, nprocs: int) -> None:
-    """Make this process rank `index` of `nprocs`: its environment, its log, its session (clock, bridge, simulated
-    cuda devices, the phantora backend). A spawned process does it first thing; a forked one as it starts `fn`."""
-    rank = str(index)
-    os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
-    _own_log(index)
-    try:
-        _session[:] = bootstrap.start_session()
-        _private_loopback()
-    except BaseException as exc:  # noqa: BLE001 - report any start-up failure and exit
-        bootstrap.fail(f"rank {rank}", exc)
-
-
-def run_rank(fn: Callable[..., Any], nprocs: int, index: int, *args: Any) -> None:
-    """In a process the program started: as rank `index` of `nprocs`, run `fn(index, *args)`, then report."""
-    rank = str(index)
-    if not _session:
-        become_rank(index, nprocs)
-    s, mode = _session
-    script = getattr(sys.modules.get("__mp_main__"), "__file__", None)
-    try:
-        fn(index, *args)
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            bootstrap.exit_with(f"rank {rank}", exc)
-    except BaseException as exc:  # noqa: BLE001
-        bootstrap.fail(f"rank {rank}", exc, script)
-    try:
-        bootstrap.end_session(s, mode)
-    except BaseException as exc:  # noqa: BLE001
-        bootstrap.fail(f"rank {rank}", exc)
-
-
 NO_RANKS = (
     "the program started no ranks: with --spawn, phantora runs the script once and its ranks are the processes it "
-    "starts with torch.multiprocessing.spawn or start_processes; a script that reads RANK and WORLD_SIZE (torchrun "
-    "style) runs without --spawn"
+    "starts (torch.multiprocessing.spawn or start_processes, or processes of the spawn method that call "
+    "init_process_group); a script that reads RANK and WORLD_SIZE (torchrun style) runs without --spawn"
 )
 
 
@@ -269,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap.exit_with(who, exc)
     except BaseException as exc:  # noqa: BLE001
         bootstrap.fail(who, exc, script)
-    if not _spawned:
+    if not _spawned and not _started:
         print(f"phantora: {NO_RANKS}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -2,10 +2,12 @@
 torch.cuda how many GPUs its host has and `mp.spawn`s one process per GPU; each process sets its device, joins the
 NCCL group on its own fixed localhost port and all-reduces a cuda tensor of N fp32 values (argv[1]) holding rank + 1.
 
-argv[2], optional: "fail=R" (rank R raises before the all-reduce, so the others wait in it), "nprocs=K" (spawn K
-processes whatever the GPU count), "no-spawn" (the parent never starts ranks).
+Words after N: "fail=R" (rank R raises before the all-reduce, so the others wait in it), "nprocs=K" (spawn K
+processes whatever the GPU count), "no-spawn" (the parent never starts ranks), "process" (one
+`multiprocessing.get_context("spawn").Process` per rank instead of mp.spawn, joined by the parent).
 """
 
+import multiprocessing
 import os
 import sys
 
@@ -30,11 +32,17 @@ def main(rank: int, world: int, n: int, fail: int) -> None:
 
 
 if __name__ == "__main__":
-    mode = sys.argv[2] if len(sys.argv) > 2 else ""
+    words = dict(w.partition("=")[::2] for w in sys.argv[2:])
     world = torch.cuda.device_count()
     print(f"parent pid {os.getpid()} sees {world} GPUs, available {torch.cuda.is_available()}", flush=True)
-    if mode != "no-spawn":
-        nprocs = int(mode.split("=")[1]) if mode.startswith("nprocs=") else world
-        fail = int(mode.split("=")[1]) if mode.startswith("fail=") else -1
-        mp.spawn(main, args=(world, int(sys.argv[1]), fail), nprocs=nprocs)
+    args = (world, int(sys.argv[1]), int(words.get("fail", -1)))
+    if "process" in words:
+        procs = [multiprocessing.get_context("spawn").Process(target=main, args=(r, *args)) for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        print("parent: every rank finished")
+    elif "no-spawn" not in words:
+        mp.spawn(main, args=args, nprocs=int(words.get("nprocs", world)))
         print("parent: every rank finished")
