@@ -8,8 +8,9 @@ by default an FSDP-like all-gather then reduce-scatter over every GPU of the top
 inter-host traffic on one rail). Each variant runs the same DAG with nvlink=fluid, wire=roce4k,
 nic_latency=1us (and --cc) to the end and prints: wall, CPU of this process, CPU of each worker (CPU
 seconds: this machine is shared), rounds and their wall time, ns-3 events, events per CPU second, and
-whether every completion equals the one-engine run's; then where each decomposed run's wall went (rounds: the
-slowest worker and the rest; between rounds: the driver alone). Then "on paper" for more workers, each on a
+whether every completion equals the one-engine run's, with its key (sha256 of the sorted (id, start, end),
+12 hex digits); then where each decomposed run's wall went (rounds: the slowest worker and the rest; between
+rounds: the driver alone). Then "on paper" for more workers, each on a
 core of its own: the largest worker count's critical CPU (per round its busiest worker, summed; valid even
 when its workers share fewer cores), plus the driver's time between rounds, plus each round's fixed cost as
 measured with free cores.
@@ -284,7 +285,7 @@ def main() -> None:
     # CPU meanwhile), summed (asynchronous rounds: the fluid NVLink side runs while the workers do); x: one engine's
     # CPU over it
     head = f"{'variant':<13} {'setup s':>8} {'wall s':>8} {'coord CPU':>9} {'worker CPU s':<28} {'crit CPU':>8} "
-    print(head + f"{'x':>5} {'rounds':>7} {'round ms':>9} {'events':>11} {'ev/CPU s':>10} {'end ns':>12} equal")
+    print(head + f"{'x':>5} {'rounds':>7} {'round ms':>9} {'events':>11} {'ev/CPU s':>10} {'end ns':>12} equal key")
     for name, r in rows:
         total_cpu = r["cpu"] + sum(r["worker_cpu"])
         wcpu = " ".join(f"{c:.1f}" for c in r["worker_cpu"]) or "-"
@@ -294,7 +295,7 @@ def main() -> None:
             f"{name:<13} {r['setup_s']:>8.1f} {r['wall']:>8.1f} {r['cpu']:>9.2f} {wcpu:<28} {crit:>8.2f} "
             f"{rows[0][1]['cpu'] / max(crit, 1e-9):>5.2f} {r['rounds']:>7} "
             f"{per_round:>9.3f} {r['events']:>11} {r['events'] / max(total_cpu, 1e-9):>10.0f} {r['end']:>12} "
-            f"{'yes' if r['key'] == want else 'NO'}"
+            f"{'yes' if r['key'] == want else 'NO'}   {r['key']}"
         )
     to_fluid, to_fabric = rows[0][1]["handoffs"]
     print(f"one engine's hand-offs: fabric -> NVLink at {to_fluid} distinct ns (no lookahead), ", end="")

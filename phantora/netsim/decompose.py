@@ -144,6 +144,8 @@ Spawner = Callable[[Topology, PacketConfig, list[list[int]]], WorkerPool]  # (to
 class DecomposedSimulator(RunsByCompletion):
     """A `CompletionStepper` (and `FabricObserver`) over N workers, each running some pieces; `spawn` starts them."""
 
+    posts_at_dep_ends = True  # as `NicLatencySimulator` (its workers' engine): a flow's deps are resolved as there
+
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         if config.workers < 1 or config.nic_latency < 1:
             raise PhantoraError("decomposition needs workers >= 1 and nic_latency > 0")

@@ -87,6 +87,11 @@ class FluidNvlinkSimulator:
         # flow id -> (flow, submit time, its side, deps outstanding)
         self._held: dict[int, tuple[Flow, int, int, int]] = {}
         self._waiters: dict[int, list[int]] = {}  # flow id -> held flows waiting on it
+        # Held packet flow id -> held packet flows waiting on it, handed to the packet side with it (`_unhold`) when
+        # that side posts a flow exactly as if it were handed over at its deps' ends (`posts_at_dep_ends`): a ring's
+        # later steps then wait there, not here, and their completions are no hand-offs.
+        self._chained: dict[int, list[int]] = {}
+        self.chains = bool(getattr(packet, "posts_at_dep_ends", False))  # off: every such flow is held here
         self._fluid_flows = 0
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
@@ -128,6 +133,7 @@ class FluidNvlinkSimulator:
         out: tuple[list[Flow], list[Flow]] = ([], [])
         ends, held, sides, waiters, flb = self._end, self._held, self._side, self._waiters, self._flb
         nvswitch = self.topology.shared_nvswitch
+        chain, chained = self.chains, self._chained
         same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
             side = flow_side(f, nvswitch)
@@ -145,7 +151,14 @@ class FluidNvlinkSimulator:
                 if d in ends:
                     ended = True
                     continue
-                if d in held or sides.get(d, side) != side:
+                if chain and side == PACKET and d in held and held[d][2] == PACKET:
+                    ws = chained.get(d)
+                    if ws is None:
+                        chained[d] = [f.id]
+                    else:
+                        ws.append(f.id)
+                    pending += 1
+                elif d in held or sides.get(d, side) != side:
                     ws = waiters.get(d)
                     if ws is None:
                         waiters[d] = [f.id]
@@ -474,13 +487,7 @@ class FluidNvlinkSimulator:
                     if j in flb:
                         self._fraise(j, c.end_ns + self._fstep[j])
             for j in self._waiters.pop(c.flow_id, ()):
-                f, at, side, pending = self._held[j]
-                if pending > 1:
-                    self._held[j] = (f, at, side, pending - 1)
-                    continue
-                del self._held[j]
-                self._side[j] = side
-                ready.setdefault((max(at, now), side), []).append(self._same_side(f, side))
+                self._unhold(j, now, ready)
         packet: list[Flow] = []
         for (at, side), batch in sorted(ready.items()):
             self._engine(side).submit(batch, at)
@@ -490,6 +497,23 @@ class FluidNvlinkSimulator:
             else:
                 packet.extend(batch)
         return packet
+
+    def _unhold(self, fid: int, now: int, ready: dict[tuple[int, int], list[Flow]]) -> None:
+        """One outstanding dep of held flow `fid` arrived (at `now`): if it was the last, the flow joins `ready`
+        (keyed by its submit ns and side), and so do the held packet flows chained on it whose last it was."""
+        held, chained = self._held, self._chained
+        todo = [(fid, now)]
+        while todo:
+            j, t = todo.pop()
+            f, at, side, pending = held[j]
+            if pending > 1:
+                held[j] = (f, at, side, pending - 1)
+                continue
+            del held[j]
+            self._side[j] = side
+            at = max(at, t)
+            ready.setdefault((at, side), []).append(self._same_side(f, side))
+            todo.extend((k, at) for k in reversed(chained.pop(j, ())))
 
 
 def _order(c: Completion) -> tuple[int, int]:

@@ -119,6 +119,10 @@ class NicLatencySimulator(RunsByCompletion):
     """`NetworkSimulator` (a `CompletionStepper`, so nvlink=fluid sits on it) over one `Ns3Simulator` (or profile
     reuse over it)."""
 
+    # A flow handed over before its deps end is posted at their end and its start falls among the events of its
+    # first packet's ns by (T, id) alike: when it was handed over changes nothing (the fluid NVLink side chains on it).
+    posts_at_dep_ends = True
+
     def __init__(self, inner: Ns3Simulator | ProfileReuseSimulator, latency_ns: int) -> None:
         if latency_ns <= 0:
             raise PhantoraError(f"NicLatencySimulator needs a latency > 0 ns, got {latency_ns}")
