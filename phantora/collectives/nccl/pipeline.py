@@ -26,16 +26,18 @@ from phantora.collectives.nccl.settings import NcclSettings
 NVLS_CHUNK_COST_US = 4.2
 
 
-def chunk_overhead_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int) -> float:
-    """Extra time (µs) of the chunks a mid-size NVLS collective adds over NCCL's largest chunk: each operation
+def chunk_overhead_us(
+    algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int, kind: str
+) -> float:
+    """Extra time (µs) of the chunks a mid-size NVLS `kind` collective adds over NCCL's largest chunk: each operation
     (channel x head) runs ceil(bytes / chunk) chunks, each with a fixed cost, and NCCL's bandwidth already pays that
     cost at the largest chunk."""
     if algo != "nvls" or nbytes <= 0:
         return 0.0
     ops = max(1, channels * p.ppn)
     per_op = nbytes / ops
-    chunk = chunk_bytes(algo, proto, p, st, nbytes, ops)
-    largest = chunk_bytes(algo, proto, p, st, 1 << 62, ops)
+    chunk = chunk_bytes(algo, proto, p, st, nbytes, ops, kind)
+    largest = chunk_bytes(algo, proto, p, st, 1 << 62, ops, kind)
     extra = math.ceil(per_op / chunk) - math.ceil(per_op / largest)
     return max(0, extra) * NVLS_CHUNK_COST_US
 
@@ -51,15 +53,18 @@ def stages(algo: str, p: Platform) -> int:
     return 1
 
 
-def fill_us(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int, algbw: float) -> float:
-    """Extra time (µs) of the pipeline fill: (stages - 1) chunk times of one concurrent operation; NVLS-Tree with
-    one chunk per operation (nLoops = 1): that chunk's own crossing, never more (`nvls_tree.fill_us`)."""
+def fill_us(
+    algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int, algbw: float, kind: str
+) -> float:
+    """Extra time (µs) of the pipeline fill of a `kind` collective: (stages - 1) chunk times of one concurrent
+    operation; NVLS-Tree with one chunk per operation (nLoops = 1): that chunk's own crossing, never more
+    (`nvls_tree.fill_us`)."""
     depth = stages(algo, p)
     if depth <= 1 or algbw <= 0 or nbytes <= 0:
         return 0.0
     heads = p.ppn if algo in ("nvls", "nvls_tree") else 1
     ops = max(1, channels * heads)
-    chunk = min(chunk_bytes(algo, proto, p, st, nbytes, ops), math.ceil(nbytes / ops))
+    chunk = min(chunk_bytes(algo, proto, p, st, nbytes, ops, kind), math.ceil(nbytes / ops))
     per_op = algbw * 1000.0 / ops  # bytes per µs of one operation
     if algo == "tree":
         per_op *= 2  # the tree's model bandwidth is half its per-edge rate (NCCL's 0.5 ratio)

@@ -362,13 +362,13 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
         algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
-    fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw)
+    fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw, kind)
     fit = tree_correction_us(cost, kind, nbytes)
     if cost.algorithm == "tree":  # the correction already charges the mid-size shortfall: count the larger
         fill = max(0.0, fill - fit)
-    overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch)
+    overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, kind)
     if ring:
-        chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch) * ring_kernel.RING_CHUNK_STEPS
+        chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch, kind) * ring_kernel.RING_CHUNK_STEPS
         fill += ring_kernel.fill_us(p, kind, nbytes, ch, chunk)
         overhead += ring_kernel.pass_overhead_us(p, nbytes, ch, chunk)
     if overhead:
