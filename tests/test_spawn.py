@@ -107,7 +107,8 @@ def test_a_spawned_rank_that_fails_ends_the_run_naming_it(tmp_path: Path, extra:
     ended = time.time()
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.endswith("rank 2 failed (at " + str(PROGRAM) + ":26 in main): ValueError: rank 2 gives up")
+    line = PROGRAM.read_text().splitlines().index('        raise ValueError(f"rank {rank} gives up")') + 1
+    assert last.endswith(f"rank 2 failed (at {PROGRAM}:{line} in main): ValueError: rank 2 gives up")
     if not extra:
         call = '`mp.spawn(main, args=args, nprocs=int(words.get("nprocs", world)))`'
         assert f"SpawnError: rank 2, started by {call}" in last
@@ -129,3 +130,29 @@ def test_a_wrong_launch_fails_in_one_line(tmp_path: Path, mode: str, says: str) 
     proc = phantora_run(tmp_path / "out", "1024", mode)
     assert proc.returncode != 0
     assert says in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [(), ("process",)])
+def test_killing_the_launcher_leaves_no_process_of_the_program(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    """SIGKILL to `phantora run --spawn` while the program's 4 ranks hold: within seconds neither the launching
+    process nor any rank is left (the fork server's death signal, then the ranks' own)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--spawn", "--nproc", "4"]
+    cmd += ["--out", str(out), "--no-progress", str(PROGRAM), "1024", "hold=300", *extra]
+    launcher = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        logs = "".join(p.read_text() for p in (out / "logs").glob("*.log")) if (out / "logs").is_dir() else ""
+        if logs.count(": sum 10") == 4:
+            pids = [int(line.split(" pid ")[1].split()[0]) for line in logs.splitlines() if " pid " in line]
+            break
+        time.sleep(0.5)
+    assert len(pids) == 5 and alive_pids(pids) == pids
+    launcher.kill()
+    launcher.wait()
+    gone_by = time.monotonic() + 10
+    while alive_pids(pids) and time.monotonic() < gone_by:
+        time.sleep(0.2)
+    assert alive_pids(pids) == []

@@ -100,9 +100,18 @@ def become_rank(index: int, nprocs: int) -> None:
         bootstrap.fail(f"rank {rank}", exc)
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this rank when the launching process dies: torch's own death signal for mp.spawn's processes is SIGINT,
+    which a process started with SIGINT ignored (a background job's) never sees."""
+    import torch.multiprocessing
+
+    torch.multiprocessing._prctl_pr_set_pdeathsig(signal.SIGKILL)  # type: ignore[attr-defined]
+
+
 def run_rank(fn: Callable[..., Any], nprocs: int, index: int, *args: Any) -> None:
     """In a process the program started: as rank `index` of `nprocs`, run `fn(index, *args)`, then report."""
     rank = str(index)
+    _die_with_parent()  # after torch's _wrap set its own
     if not _is_rank():
         become_rank(index, nprocs)
     s, mode = _session
@@ -144,6 +153,7 @@ def await_rank() -> None:
     import torch
     import torch.distributed as dist
 
+    _die_with_parent()
     opts = Options.from_env()
     if opts.sim_cuda:
         from phantora.runtime.simcuda import device as simcuda
