@@ -648,6 +648,7 @@ class CosimRun:
             "schema": schema.COSIM,
             "network": result.network,
             "window_ns": result.window_ns,
+            "granularity": self.spec.algo.get("granularity", "coarse"),  # the collectives' flows (AlgoOptions)
             "rounds": result.rounds,
             "wall_s": result.wall_s,
             "sim_wall_s": result.sim_wall_s,

@@ -48,6 +48,7 @@ class RunConfig:
     launch_ns: int = DEFAULT_LAUNCH_NS
     compute_model: str = COMPUTE_MODELS[0]  # "calibrated" or "roofline"
     collective_model: str = "nccl"  # "nccl" (NCCL's choice, protocol, latency, throughput) or "ideal" (line rate)
+    granularity: str = "coarse"  # the collectives' flows: "coarse" or "chunked" (NCCL's steps; AlgoOptions)
     perf_tables: list[str | Path] = field(default_factory=list)  # measured tables, priority over the model
     curves: str | Path | None = None  # `phantora calibrate --out` file; None: the shipped curves
     public_fit: bool = True  # False: no public per-GPU fit (the L40S-shaped curves time every class)
@@ -105,6 +106,19 @@ def config_options(cfg: RunConfig, skip: tuple[str, ...]) -> dict[str, Any]:
     out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
     out["engine"] = cfg.engine.to_dict()
     return out
+
+
+def run_algo(cfg: RunConfig) -> AlgoOptions:
+    """The collective options of a run's ranks (what the bridge decomposes with, and a recording replays with):
+    its collective model and granularity; InputError on a bad value."""
+    return AlgoOptions(model=cfg.collective_model, granularity=cfg.granularity)
+
+
+def jobs_algo(cfg: RunConfig) -> AlgoOptions | None:
+    """Several jobs (`phantora run --jobs`): `run_algo` for every job if the run sets a collective option off its
+    default, else None (each job's defaults; a recorded graph's, those it was recorded with)."""
+    given = (cfg.collective_model, cfg.granularity) != (RunConfig.collective_model, RunConfig.granularity)
+    return run_algo(cfg) if given else None
 
 
 def run_cc(engine: EngineSpec) -> str | None:
@@ -257,6 +271,7 @@ def launch(cfg: RunConfig) -> RunReport:
     if not script.is_file():
         raise InputError("training script not found", file=str(cfg.script))
     check_trace_level(cfg.trace)
+    algo = run_algo(cfg)  # checked before anything is written
     topo = resolve_topology(cfg.topology)
     gpu_name = cfg.gpu or topo.gpu_model or "h100"
     gpu = get_gpu(gpu_name)
@@ -295,7 +310,7 @@ def launch(cfg: RunConfig) -> RunReport:
             world_size=world,
             live_ranks=live,
             env=env,
-            algo=AlgoOptions(model=cfg.collective_model),
+            algo=algo,
             out_dir=out if keep else None,
             timeout_s=cfg.timeout_s,
             # flows.csv for `phantora compare` when results are written; a larger job's per-flow
@@ -331,6 +346,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "launch_ns": cfg.launch_ns,
                 "compute_model": cfg.compute_model,
                 "collective_model": cfg.collective_model,
+                "granularity": cfg.granularity,
                 "perf_tables": [str(p) for p in cfg.perf_tables],
                 "curves": str(cfg.curves) if cfg.curves else None,
                 "tensors": "phantom" if phantom else "real",

@@ -8,6 +8,7 @@ So the recorded step times are the co-simulation's own answer, never computed by
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -47,11 +48,16 @@ def ring_ar_ns(nbytes: int, n: int, hops: int = 2) -> float:
 
 
 def cosim(
-    topo: Topology, scripts: list[list[Op]], record: Path | None = None, engine: NetworkSimulator | None = None
+    topo: Topology,
+    scripts: list[list[Op]],
+    record: Path | None = None,
+    engine: NetworkSimulator | None = None,
+    algo: AlgoOptions | None = None,
 ) -> list[list[int]]:
     """Run scripted ranks through the bridge coordinator (exact mode); return each rank's step end times.
 
-    With `record`, each rank's `GraphRecorder` writes its part there and the parts are merged.
+    With `record`, each rank's `GraphRecorder` writes its part there and the parts are merged (with `algo`, the
+    collective options the coordinator ran, as meta.algo, as a live run's recording keeps them).
     """
     world = len(scripts)
     inbox: dict[int, list[Any]] = {r: [] for r in range(world)}
@@ -60,7 +66,7 @@ def cosim(
         topo,
         world,
         window_ns=0,
-        algo=AlgoOptions(),
+        algo=algo or AlgoOptions(),
         send=lambda r, raw: inbox[r].append(decode(raw)),
     )
     clock = [0] * world
@@ -137,7 +143,8 @@ def cosim(
                 run(r)
         assert woke or all(rs.state == DONE for rs in core.ranks), "scripted ranks made no progress"
     if record is not None:
-        finalize_recording(record, meta={"topology": topo.name, "network": "flow"})
+        kept = {"algo": dataclasses.asdict(algo)} if algo is not None else {}
+        finalize_recording(record, meta={"topology": topo.name, "network": "flow", **kept})
     return step_ends
 
 

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.collectives import AlgoOptions
-from phantora.collectives.spec import GRANULARITIES
-from phantora.commands.options import Parser, add_network_options
+from phantora.commands.options import Parser, add_granularity_option, add_network_options
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.errors import InputError
 from phantora.netsim.engine_spec import EngineSpec
@@ -84,13 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="GPU model (a100, h100, h200, b200, ...): of the default server, or instead of the topology's own",
     )
     add_network_options(p)
-    p.add_argument(
-        "--granularity",
-        choices=GRANULARITIES,
-        default="coarse",
-        help="the calls' flows: coarse (default: one per connection and algorithm step) or chunked (NCCL's passes, "
-        "steps and chunks, each a message: the bursts a packet run sees; many more flows)",
-    )
+    add_granularity_option(p)
     g = p.add_argument_group("nccl-tests flags")
     g.add_argument(
         "--np",

@@ -5,6 +5,7 @@
   `add_network_options`; `sweep` takes comma-separated lists of each.
 - `--progress/--no-progress` and `--quiet`: `add_progress_options`, read back by `progress_mode`.
 - `--no-plots` and `--plot-style default|paper`: `add_plot_options` (compare, sweep).
+- `--granularity coarse|chunked`: the collectives' flows (run, replay, nccl-tests): `add_granularity_option`.
 - `Parser`: the argparse parser of `phantora` and its commands, which names an unknown option and the known
   one nearest to it ("unknown option --topolgy; did you mean --topology?").
 """
@@ -131,6 +132,20 @@ def add_progress_options(p: argparse.ArgumentParser, quiet_also: str = "") -> No
         help="progress: a live bar (default on a terminal; otherwise a plain line every few seconds)",
     )
     p.add_argument("--quiet", "-q", action="store_true", help=f"print no progress{quiet_also}")
+
+
+def add_granularity_option(p: argparse.ArgumentParser, default: str | None = "coarse") -> None:
+    """`--granularity`: the flows a collective makes (`AlgoOptions.granularity`). `default` None: not given
+    (replay: the input's own options decide, else coarse)."""
+    from phantora.collectives.spec import GRANULARITIES  # phantora.collectives loads the decomposition
+
+    p.add_argument(
+        "--granularity",
+        choices=GRANULARITIES,
+        default=default,
+        help="the collectives' flows: coarse (default: one per connection and algorithm step) or chunked (NCCL's "
+        "passes, steps and chunks, each a message: the bursts a packet run sees; many more flows)",
+    )
 
 
 PLOT_STYLES = ("default", "paper")  # phantora.report.plots.PLOT_STYLES (not imported here: matplotlib is slow)

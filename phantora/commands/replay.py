@@ -18,8 +18,8 @@ from typing import Any
 
 from bridge.cut_pool import run_partitioned_batches
 from bridge.workers import spawn_workers
-from phantora.collectives.spec import ALGORITHMS, GRANULARITIES, MODELS, PROTOCOLS, AlgoOptions
-from phantora.commands.options import add_network_options, add_progress_options, progress_mode
+from phantora.collectives.spec import ALGORITHMS, MODELS, PROTOCOLS, AlgoOptions
+from phantora.commands.options import add_granularity_option, add_network_options, add_progress_options, progress_mode
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.commands.scenario_option import add_scenario_option, install_throttles, load_scenario, report_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="nccl (default: NCCL's algorithm, protocol, latency and throughput; NCCL_* variables honoured) or "
         "ideal (line rate, no latency)",
     )
-    p.add_argument("--granularity", choices=GRANULARITIES, default=None, help="coarse (default) or chunked")
+    add_granularity_option(p, default=None)
     p.add_argument("--channels", type=int, default=None, help="rings per collective (0 = NCCL-like default)")
     p.add_argument("--chunk", default=None, help="chunk size of the chunked granularity (default 2MiB)")
     p.add_argument("--scale-dp", type=int, default=None, metavar="N", help="graphs: re-target DDP/FSDP to N ranks")

@@ -230,10 +230,11 @@ def _rerun_jobs(args: argparse.Namespace, options: dict[str, Any], cfg: Any) -> 
     """The same jobs (as the run resolved them: paths, GPUs) again; reproduced if every job's times match."""
     from phantora.jobs.run import format_jobs, launch_jobs
     from phantora.jobs.spec import JobSpec, JobsSpec
+    from phantora.launcher import jobs_algo
 
     jobs = [JobSpec(**j) for j in options["jobs"]]
     spec = JobsSpec(jobs, bool(options.get("all_or_nothing")), options.get("jobs_file"))
-    report = launch_jobs(spec, cfg, alone=bool(options.get("alone")), live_ok=True)
+    report = launch_jobs(spec, cfg, alone=bool(options.get("alone")), live_ok=True, algo=jobs_algo(cfg))
     print(format_jobs(report.summary))
     print(f"wrote {report.out_dir}")
     bad = 0

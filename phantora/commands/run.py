@@ -11,7 +11,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from phantora.commands.options import add_network_options, add_progress_options, progress_mode
+from phantora.commands.options import (
+    add_granularity_option,
+    add_network_options,
+    add_progress_options,
+    progress_mode,
+)
 from phantora.commands.outdir import add_out_options
 from phantora.commands.scenario_option import add_scenario_option, check_run_scenario
 from phantora.commands.seeds import add_seed_options, with_seeds
@@ -59,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="nccl",
         help="collectives as NCCL runs them (default; NCCL_* variables honoured) or ideal (line rate, no latency)",
     )
+    add_granularity_option(p)
     p.add_argument(
         "--compute-model",
         choices=("calibrated", "roofline"),
@@ -177,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         launch_ns=parse_time_ns(args.launch_overhead),
         compute_model=args.compute_model,
         collective_model=args.collective_model,
+        granularity=args.granularity,
         perf_tables=list(args.perf_table),
         curves=args.curves,
         public_fit=not args.no_public_fit,
@@ -270,7 +277,11 @@ def run_jobs(args: argparse.Namespace, cfg: Any) -> int:
     spec = load_jobs(args.jobs)
     show = None if progress_mode(args) == "off" else step_printer(every_step=bool(args.progress) or sys.stdout.isatty())
     on_step = None if show is None else (lambda job, line: show({**line, "job": job}))
-    report = launch_jobs(spec, dataclasses.replace(cfg, on_step=None), alone=args.alone, on_step=on_step)
+    from phantora.launcher import jobs_algo
+
+    report = launch_jobs(
+        spec, dataclasses.replace(cfg, on_step=None), alone=args.alone, on_step=on_step, algo=jobs_algo(cfg)
+    )
     print(format_jobs(report.summary))
     if report.out_dir is not None:
         print(f"wrote {report.out_dir}/results.json, links_by_job.csv, trace.json and jobs/<name>/ per job")

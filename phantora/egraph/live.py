@@ -66,14 +66,13 @@ def attach(session: Any, directory: str | Path) -> GraphRecorder:
 def record_run(cfg: Any, directory: str | Path) -> tuple[Any, ExecGraph]:
     """Launch `cfg` (a phantora.launcher.RunConfig) with every live rank recorded; return (report, graph)."""
     from phantora.collectives.nccl import with_nccl_env
-    from phantora.collectives.spec import AlgoOptions
-    from phantora.launcher import launch, plan_processes, resolve_topology
+    from phantora.launcher import launch, plan_processes, resolve_topology, run_algo
 
     _, world, live = plan_processes(cfg, resolve_topology(cfg.topology))
     d = Path(directory).resolve()
     d.mkdir(parents=True, exist_ok=True)
     report = launch(dataclasses.replace(cfg, wrapper=str(SCRIPT), env={**cfg.env, ENV_DIR: str(d)}))
     run = dict(report.summary.get("run", {}))
-    algo = with_nccl_env(AlgoOptions(), cfg.env)  # the NCCL_* variables the run's collectives ran with
+    algo = with_nccl_env(run_algo(cfg), cfg.env)  # the run's options, with the NCCL_* variables its ranks saw
     meta = {"source": "phantora run", "run": run, "algo": dataclasses.asdict(algo)}
     return report, finalize_recording(d, meta=meta, live=live)
