@@ -44,20 +44,35 @@ def test_dropout_and_masked_softmax_take_the_fused_cuda_kernels(tmp_path: Path, 
     assert dur["aten.masked_fill"] + dur["aten._softmax"] > 1.5 * dur["aten._masked_softmax"]
 
 
-@pytest.mark.parametrize("tensors", ["real", "phantom"])
-def test_attention_on_dtensors_runs_the_flash_kernel_per_shard(tmp_path: Path, tensors: str) -> None:
-    """A GPU runs `F.scaled_dot_product_attention` on head-sharded DTensors as DTensor's rule for the flash op
-    says: one flash kernel per rank on its heads (forward and backward), the values of unsharded attention."""
+@pytest.mark.parametrize(
+    ("tensors", "dtype", "kernel"),
+    [
+        ("real", "float32", "aten._scaled_dot_product_efficient_attention"),
+        ("phantom", "float32", "aten._scaled_dot_product_efficient_attention"),
+        pytest.param("real", "bfloat16", "aten._scaled_dot_product_flash_attention_for_cpu", marks=pytest.mark.slow),
+    ],
+)
+def test_attention_on_dtensors_runs_the_fused_kernel_per_shard(
+    tmp_path: Path, tensors: str, dtype: str, kernel: str
+) -> None:
+    """A GPU runs `F.scaled_dot_product_attention` on head-sharded DTensors as DTensor's rule for the chosen fused op
+    says: one kernel per rank on its heads (forward and backward), the values of unsharded attention. The kernel is
+    torch's CUDA choice (sdp_choice.py): fp32 cannot run flash (fp16/bf16 only), so memory-efficient attention;
+    bf16 on the sm80+ GPU of testbed16 runs flash."""
     seen_file = tmp_path / "seen.json"
     run = tmp_path / "run"
     script = ROOT / "tests" / "scripts" / "cuda_dtensor_attention.py"
-    launch(RunConfig(str(script), [str(seen_file), tensors], "testbed16", nproc=2, tensors=tensors, out_dir=run))
+    argv = [str(seen_file), tensors, dtype]
+    launch(RunConfig(str(script), argv, "testbed16", nproc=2, tensors=tensors, out_dir=run))
     seen = json.loads(seen_file.read_text())
     assert seen["placement"] == "S(1)" and seen["shape"] == [2, 4, 32, 16]
     if tensors == "real":
-        assert seen["out_diff"] < 1e-5 and seen["grad_diff"] < 1e-5
+        tol = 1e-5 if dtype == "float32" else 2e-2  # bf16: 8 mantissa bits
+        assert seen["out_diff"] < tol and seen["grad_diff"] < tol and seen["math_diff"] < tol
     names = [e["name"] for e in compute_events(run) if e["pid"] == 0]  # rank 0's kernels
-    # the sharded call and the whole one, each a forward and a backward flash kernel; no unfused math path
-    assert names.count("aten._scaled_dot_product_flash_attention_for_cpu") == 2
-    assert names.count("aten._scaled_dot_product_flash_attention_for_cpu_backward") == 2
-    assert "aten._softmax" not in names
+    # the sharded call and the whole one, each a forward and a backward fused kernel; no unfused math path
+    assert names.count(kernel) == 2
+    assert names.count(f"{kernel}_backward") == 2
+    fused = {"aten._scaled_dot_product_efficient_attention", "aten._scaled_dot_product_flash_attention_for_cpu"}
+    other = fused - {kernel}
+    assert not other & set(names) and "aten._softmax" not in names

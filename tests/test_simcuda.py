@@ -70,6 +70,8 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     assert flash[:3] == ["cuda:1", "torch.bfloat16", True] and flash[3] < 0.05
     assert efficient[:3] == ["cuda:1", "torch.float16", True] and efficient[3] < 0.01
     assert seen["sdp_kernel"] == [True, False, "cuda:1", True]
+    assert seen["flash_fp32"] == "No available kernel. Aborting execution."  # torch's own error
+    assert max(seen["sdpa_masked_math"]) < 1e-5  # a boolean mask (efficient) and sdpa_kernel(MATH): the same values
     assert seen["flash_available"]  # torch's CUDA wheels are built with flash attention (USE_FLASH_ATTENTION)
     # autocast(device_type="cuda") runs a Linear in fp16; GradScaler("cuda") keeps torch's init_scale 2**16 after a
     # finite step (it grows only after growth_interval = 2000 such steps)

@@ -24,6 +24,7 @@ from phantora.perfmodel.curves import (
 )
 from phantora.perfmodel.features import OpFeatures, compute_features
 from phantora.perfmodel.gpus import GpuSpec, get_gpu
+from phantora.perfmodel.ops import is_efficient_attention
 from phantora.perfmodel.table import MeasuredRow
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ def row_features(rows: list[MeasuredRow]) -> list[OpFeatures]:
 
 def peak_of(f: OpFeatures, gpu: GpuSpec, tf32: bool = False) -> float:
     """The matmul peak used for a compute-bound class (0 for memory-bound classes)."""
+    if f.op_class in ("attention_fwd", "attention_bwd") and f.dtype == "float32" and is_efficient_attention(f.op):
+        return gpu.fast_f32_peak()
     if f.op_class in ("gemm", "attention_fwd", "attention_bwd"):
         return gpu.matmul_peak(f.dtype, tf32=tf32)
     return 0.0

@@ -74,6 +74,12 @@ class GpuSpec:
         them; also int8). Any other name gets the fp32 rate."""
         return self._peaks.get(dtype, self.fp32_flops)
 
+    def fast_f32_peak(self) -> float:
+        """FLOP/s of an fp32 product done as three TF32 tensor-core products (CUTLASS's OpMultiplyAddFastF32),
+        as the memory-efficient attention kernel does its fp32 GEMMs on sm80+ (mem_eff_attention
+        gemm_kernel_utils.h `DefaultGemmType<ArchTag, float>`); older GPUs run them on the CUDA cores."""
+        return self.tensor_flops["tf32"] / 3 if self.capability >= (8, 0) else self.fp32_flops
+
     def matmul_peak(self, dtype: str, *, tf32: bool = False) -> float:
         """Peak FLOP/s of a matrix product whose inputs are `dtype` (canonical name)."""
         if dtype == "float32":

@@ -180,6 +180,11 @@ SAME_KERNEL_AS = {
 }
 
 
+def is_efficient_attention(op: str) -> bool:
+    """Is `op` the memory-efficient attention kernel (forward or backward)?"""
+    return base_name(op).startswith(("_scaled_dot_product_efficient_attention", "_efficient_attention"))
+
+
 def is_inplace(base: str) -> bool:
     """In-place aten ops end in a single underscore ('add_', '_foreach_mul_'), not '__and__'."""
     return base.endswith("_") and not base.endswith("__")

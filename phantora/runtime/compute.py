@@ -48,6 +48,12 @@ _FLOP_ALIASES: dict[Any, Any] = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward: aten._scaled_dot_product_flash_attention_backward,
 }
 
+# Kernels whose fp32 products run as three TF32 tensor-core products (GpuSpec.fast_f32_peak).
+_FAST_F32 = {
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+}
+
 # Ops that launch no kernel on a GPU: allocation and metadata only.
 _NO_KERNEL = {
     "empty",
@@ -241,7 +247,8 @@ class Roofline:
         flops = op_flops(func, args, kwargs, out) if formula is not None else 0
         nbytes = op_bytes(func, args, kwargs, out)
         dtype = _first_dtype(args) if flops else ""
-        seconds = max(flops / self.gpu.peak(dtype) if flops else 0.0, nbytes / self.gpu.mem_bw)
+        peak = self.gpu.fast_f32_peak() if dtype == "fp32" and func in _FAST_F32 else self.gpu.peak(dtype)
+        seconds = max(flops / peak if flops else 0.0, nbytes / self.gpu.mem_bw)
         return OpCost(flops, nbytes, dtype, math.ceil(seconds * 1e9) + self.launch_ns)
 
     def op_time_ns(self, func: Any, args: tuple, kwargs: dict, out: Any) -> int:

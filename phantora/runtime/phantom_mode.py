@@ -90,22 +90,26 @@ def _allow_fsdp_meta_params() -> None:
 
 
 def use_fused_attention() -> None:
-    """Make `F.scaled_dot_product_attention` on meta tensors and on the simulated GPU run the fused (flash)
-    kernel, as a GPU would (idempotent).
+    """Make `F.scaled_dot_product_attention` run the kernel a GPU would (idempotent).
 
-    On meta tensors torch picks the unfused math path: two batched matmuls and a softmax that
-    materialise the seq x seq score matrix, costing far more time and memory than the flash
-    kernel a GPU runs. The fused CPU flash op has meta kernels and the same FLOPs as the GPU's.
-    DTensors on the simulated GPU (tensor parallelism) call the GPU's flash op, for which DTensor has a
-    sharding rule; simcuda/attention.py runs it on each shard's data.
+    On the simulated GPU (plain tensors and DTensors whose shards are on it) the backend is torch's CUDA choice
+    for the simulated GPU's arch (simcuda/sdp_choice.py: flags, `sdpa_kernel` contexts, dtype, head dim, mask,
+    causal lengths, GQA): flash runs the GPU's flash op (DTensor has its sharding rule) or the CPU flash op on plain
+    data, efficient runs ``_scaled_dot_product_efficient_attention`` (DTensor has its rule too), cudnn runs as
+    flash (cuDNN's fused attention timed as the flash kernel), math runs torch's composite, each op charged.
+    On other meta tensors (phantom CPU programs) torch would pick the unfused math path, materialising the
+    seq x seq scores; the fused CPU flash op has meta kernels and the same FLOPs, so it runs instead.
     """
     import torch.nn.functional as F
 
     orig = F.scaled_dot_product_attention
     if getattr(orig, "_phantora", False):
         return
+    from phantora.runtime.simcuda import sdp_choice
+
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     gpu_flash = torch.ops.aten._scaled_dot_product_flash_attention
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention
 
     def sdpa(
         query: torch.Tensor,
@@ -117,12 +121,20 @@ def use_fused_attention() -> None:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
-        same_heads = query.dim() == key.dim() == 4 and query.shape[-3] == key.shape[-3]
-        if _dtensor_on_device(query) and attn_mask is None and same_heads:
-            # DTensor's sharding rule is the GPU's flash op (simcuda/attention.py runs it on the data)
-            return gpu_flash(query, key, value, dropout_p, is_causal, scale=scale)[0]
-        fused = query.is_meta or _on_simulated_gpu(query)  # a simulated-GPU tensor: real or phantom data
-        if not (fused and attn_mask is None and query.dim() == 4 and key.dim() == 4):
+        dtensor = _dtensor_on_device(query)
+        if dtensor or _on_simulated_gpu(query):
+            params = sdp_choice.SdpParams(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+            backend = sdp_choice.choose(params, _capability())
+            if backend == sdp_choice.EFFICIENT:
+                key, value = _repeat_kv_heads(query, key, value, enable_gqa)
+                grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+                bias = _additive_bias(attn_mask, query.dtype)
+                return efficient(query, key, value, bias, grad, dropout_p, is_causal, scale=scale)[0]
+            if backend == sdp_choice.MATH or (dtensor and query.shape[-3] != key.shape[-3]):
+                return orig(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+            if dtensor:  # DTensor's sharding rule is the GPU's flash op (simcuda/attention.py runs it on the data)
+                return gpu_flash(query, key, value, dropout_p, is_causal, scale=scale)[0]
+        elif not (query.is_meta and attn_mask is None and query.dim() == 4 and key.dim() == 4):
             return orig(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
         groups = query.shape[-3] // key.shape[-3]
         if groups > 1 and enable_gqa:  # the flash kernel reads shared KV heads in place: no copy on a GPU
@@ -132,6 +144,31 @@ def use_fused_attention() -> None:
 
     sdpa._phantora = True  # type: ignore[attr-defined]
     F.scaled_dot_product_attention = sdpa
+
+
+def _capability() -> tuple[int, int]:
+    """The simulated GPU's compute capability."""
+    from phantora.runtime.simcuda import api
+
+    major, minor = api._gpu().capability
+    return int(major), int(minor)
+
+
+def _repeat_kv_heads(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key and value with the query's heads (torch's `pre_process_group_query_attention_input`: a copy each)."""
+    groups = query.shape[-3] // key.shape[-3]
+    if not enable_gqa or groups == 1:
+        return key, value
+    return key.repeat_interleave(groups, -3), value.repeat_interleave(groups, -3)
+
+
+def _additive_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A boolean mask as the additive bias the fused kernels take (torch's `convert_boolean_attn_mask`)."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.zeros_like(mask, dtype=dtype).masked_fill(mask.logical_not(), float("-inf"))
 
 
 def _dtensor_on_device(t: torch.Tensor) -> bool:

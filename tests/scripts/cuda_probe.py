@@ -4,6 +4,7 @@ as JSON (argv[1])."""
 import json
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -112,6 +113,18 @@ with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable
     flags = [torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()]
     flags.append(str(torch.nn.functional.scaled_dot_product_attention(*qkv.bfloat16()).device))
 out["sdp_kernel"] = [*flags, torch.backends.cuda.math_sdp_enabled()]  # restored on exit
+causal = torch.ones(64, 64, dtype=torch.bool, device="cuda").tril()  # a boolean mask: the efficient kernel's bias
+masked = torch.nn.functional.scaled_dot_product_attention(*qkv, attn_mask=causal)
+with sdpa_kernel(SDPBackend.MATH):
+    math = torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True)
+if os.environ.get("PHANTORA_PHANTOM") != "1":
+    out["sdpa_masked_math"] = [float((masked - ref).abs().max()), float((math - ref).abs().max())]
+try:  # flash takes fp16/bf16 only: an fp32 call with only flash allowed has no kernel, as on a GPU
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), warnings.catch_warnings(record=True):
+        torch.nn.functional.scaled_dot_product_attention(*qkv)
+    out["flash_fp32"] = "ran"
+except RuntimeError as exc:
+    out["flash_fp32"] = str(exc)
 out["flash_available"] = torch.backends.cuda.is_flash_attention_available()
 # GradScaler and autocast with device_type="cuda"
 lin = torch.nn.Linear(64, 64).cuda()

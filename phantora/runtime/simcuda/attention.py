@@ -1,10 +1,13 @@
-"""The GPU's flash-attention kernels on the simulated device's data.
+"""The GPU's flash and memory-efficient attention kernels on the simulated device's data.
 
 On a GPU, `F.scaled_dot_product_attention` runs ``aten._scaled_dot_product_flash_attention`` (and its
 backward), and DTensor has a sharding rule for exactly those ops: a tensor-parallel attention on
 DTensors runs as one flash kernel per rank on its heads. torch has that op for CUDA (and meta) only.
 On a simulated-GPU tensor, tensor.py runs it as the CPU flash kernel on the data: the same values and
 the same FLOPs (the compute model times the CPU op as the CUDA one), with the CUDA op's outputs.
+The memory-efficient kernel (``_scaled_dot_product_efficient_attention``, which takes an additive bias) is
+computed by the same CPU flash kernel, with the bias as its mask; cuda_only.py charges it as the efficient op.
+Dropout is not applied to the data (the CPU flash kernel has none); the timed op keeps its dropout_p.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ FLASH = aten._scaled_dot_product_flash_attention.default
 FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_backward.default
 _CPU_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
 _CPU_FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+EFFICIENT = aten._scaled_dot_product_efficient_attention.default
+EFFICIENT_BACKWARD = aten._scaled_dot_product_efficient_attention_backward.default
+LSE_ALIGN = 32  # the efficient kernel's logsumexp rows, padded to a multiple of its 32-query tile
 
 
 def flash_forward(
@@ -60,6 +66,67 @@ def flash_backward(
     """``_scaled_dot_product_flash_attention_backward``'s gradients, computed by the CPU flash kernel."""
     grads = _CPU_FLASH_BACKWARD(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, scale=scale)
     return grads[0], grads[1], grads[2]
+
+
+def efficient_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: torch.Tensor | None,
+    compute_log_sumexp: bool,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_scaled_dot_product_efficient_attention``'s outputs: (out, logsumexp padded to 32 rows or empty, seed,
+    offset)."""
+    mask = _bias_for_cpu(attn_bias, query)
+    out, lse = _CPU_FLASH(query, key, value, 0.0, is_causal, attn_mask=mask, scale=scale)
+    b, h, sq = query.size(0), query.size(1), query.size(2)
+    rows = -(-sq // LSE_ALIGN) * LSE_ALIGN if compute_log_sumexp else 0
+    logsumexp = torch.zeros(b, h, rows, dtype=torch.float32, device=query.device)
+    if rows:
+        logsumexp[..., :sq] = lse
+    seed = torch.empty((), dtype=torch.int64, device=query.device)
+    offset = torch.empty((), dtype=torch.int64, device=query.device)
+    return out, logsumexp, seed, offset
+
+
+def efficient_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_bias: torch.Tensor | None,
+    out: torch.Tensor,
+    logsumexp: torch.Tensor,
+    philox_seed: Any,
+    philox_offset: Any,
+    dropout_p: float,
+    grad_input_mask: Any,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``_scaled_dot_product_efficient_attention_backward``'s gradients of query, key, value (the bias gets none:
+    torch's selection takes no bias that requires grad for a fused kernel it can train)."""
+    sq = query.size(2)
+    lse = logsumexp[..., :sq].transpose(1, 2).contiguous().transpose(1, 2)  # the CPU kernel's (b, s, h) layout
+    mask = _bias_for_cpu(attn_bias, query)
+    grads = _CPU_FLASH_BACKWARD(grad_out, query, key, value, out, lse, 0.0, is_causal, attn_mask=mask, scale=scale)
+    return grads[0], grads[1], grads[2], None
+
+
+def _bias_for_cpu(bias: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor | None:
+    """The additive bias as the CPU flash kernel takes a mask: 2-D or 4-D, in the query's dtype."""
+    if bias is None:
+        return None
+    while bias.dim() > 4:
+        bias = bias.squeeze(0)
+    if bias.dim() not in (2, 4):
+        bias = bias.reshape(*([1] * (4 - bias.dim())), *bias.shape)
+    return bias.to(query.dtype)
 
 
 KERNELS: dict[Any, Callable[..., Any]] = {FLASH: flash_forward, FLASH_BACKWARD: flash_backward}

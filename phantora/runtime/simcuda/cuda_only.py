@@ -4,7 +4,7 @@ torch has some ops for CUDA (and meta) only. On a simulated-GPU tensor, tensor.p
 the tensor's data (CPU in real mode, meta in phantom mode), and the compute model charges the CUDA op once, as the
 one kernel a GPU launches:
 
-- flash attention and its backward (attention.py);
+- flash and memory-efficient attention and their backwards (attention.py; the efficient ones through `one_kernel`);
 - ``aten._fused_rms_norm`` and its backward ``aten._fused_rms_norm_backward``: torch's RMSNorm (``torch.nn.RMSNorm``,
   ``F.rms_norm``) and the simulated apex's (apex_norm.py). A CUDA build runs each as one kernel: ``rms_norm`` calls
   ``_fused_rms_norm`` (torch's layer_norm.cpp; a complex or channels-last input, or a weight whose dtype differs from
@@ -121,6 +121,8 @@ def one_kernel(func: Any, compute: Callable[..., Any]) -> Callable[..., Any]:
 
 KERNELS: dict[Any, Callable[..., Any]] = {
     **attention.KERNELS,
+    attention.EFFICIENT: one_kernel(attention.EFFICIENT, attention.efficient_forward),
+    attention.EFFICIENT_BACKWARD: one_kernel(attention.EFFICIENT_BACKWARD, attention.efficient_backward),
     RMS_NORM: one_kernel(RMS_NORM, rms_norm),
     RMS_NORM_BACKWARD: one_kernel(RMS_NORM_BACKWARD, rms_norm_backward),
 }
