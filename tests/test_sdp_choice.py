@@ -60,7 +60,10 @@ def params(
         (params(torch.bfloat16, d=36, mask=True), SM80, MATH),  # 16-bit efficient needs head dim % 8
         (params(torch.bfloat16, hk=2), SM90, MATH),  # different heads without enable_gqa: no fused kernel
         (params(torch.bfloat16, hk=2, gqa=True), SM90, FLASH),
-        (params(torch.float32, hk=2, gqa=True), SM90, EFFICIENT),
+        # efficient has no GQA (torch's sdpa docs: "works only for Flash_attention and math kernel"): fp32 GQA is math
+        (params(torch.float32, hk=2, gqa=True), SM90, MATH),
+        (params(torch.float32, gqa=True), SM90, EFFICIENT),  # enable_gqa with equal heads: no grouping to refuse
+        (params(torch.bfloat16, hk=2, gqa=True, mask=True), SM90, MATH),  # masked GQA: neither flash nor efficient
         (params(torch.bfloat16, hk=3, gqa=True), SM90, MATH),  # 3 kv heads do not divide 8
         (params(torch.bfloat16, d=200, grad=True), SM86, EFFICIENT),  # sm86 flash backward: head dim <= 192
         (params(torch.bfloat16, d=200, grad=True), SM90, FLASH),

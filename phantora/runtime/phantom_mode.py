@@ -126,7 +126,6 @@ def use_fused_attention() -> None:
             params = sdp_choice.SdpParams(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
             backend = sdp_choice.choose(params, _capability())
             if backend == sdp_choice.EFFICIENT:
-                key, value = _repeat_kv_heads(query, key, value, enable_gqa)
                 grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
                 bias = _additive_bias(attn_mask, query.dtype)
                 return efficient(query, key, value, bias, grad, dropout_p, is_causal, scale=scale)[0]
@@ -152,16 +151,6 @@ def _capability() -> tuple[int, int]:
 
     major, minor = api._gpu().capability
     return int(major), int(minor)
-
-
-def _repeat_kv_heads(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key and value with the query's heads (torch's `pre_process_group_query_attention_input`: a copy each)."""
-    groups = query.shape[-3] // key.shape[-3]
-    if not enable_gqa or groups == 1:
-        return key, value
-    return key.repeat_interleave(groups, -3), value.repeat_interleave(groups, -3)
 
 
 def _additive_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:

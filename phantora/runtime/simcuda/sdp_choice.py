@@ -8,7 +8,9 @@ no such choice for a CUDA tensor, so the simulated GPU makes it with the constra
 ``sdp_utils_cpp.h``, dense inputs):
 
 - all fused kernels: 4-D query, key and value; no zero sequence length; last-dim stride 1; equal batch sizes;
-  equal head counts, or with ``enable_gqa`` key/value heads equal and dividing the query's;
+  equal head counts, or (flash and cudnn only: efficient is built without grouped-query support,
+  `check_batch_size_and_num_heads_dense<false>`, and torch's sdpa docs say GQA runs on flash and math) with
+  ``enable_gqa`` key/value heads equal and dividing the query's;
 - flash: no attn_mask; equal head dims <= 256; sm80..sm121; fp16/bf16; ``is_causal`` only with equal query and
   key lengths; on sm86/89/120/121 with grad, head dim <= 192 (or > 224 without dropout);
 - efficient (memory-efficient, CUTLASS): sm50..sm121; fp16/fp32 (and bf16 on sm80+); q and k head dims equal,
@@ -94,7 +96,7 @@ def _reasons(backend: str, p: SdpParams, capability: tuple[int, int]) -> list[st
         return ["nested tensors are not modelled"]
     if not p.query.dim() == p.key.dim() == p.value.dim() == 4:
         return ["All fused kernels requires query, key and value to be 4 dimensional"]
-    out = _dense(p, ignore_singleton=backend != EFFICIENT)
+    out = _dense(p, ignore_singleton=backend != EFFICIENT, gqa=backend != EFFICIENT)
     if backend == FLASH:
         out += _flash(p, capability)
     elif backend == EFFICIENT:
@@ -104,7 +106,7 @@ def _reasons(backend: str, p: SdpParams, capability: tuple[int, int]) -> list[st
     return out
 
 
-def _dense(p: SdpParams, *, ignore_singleton: bool) -> list[str]:
+def _dense(p: SdpParams, *, ignore_singleton: bool, gqa: bool) -> list[str]:
     q, k, v = p.query, p.key, p.value
     out = []
     if q.size(-2) == 0 or k.size(-2) == 0:
@@ -115,7 +117,7 @@ def _dense(p: SdpParams, *, ignore_singleton: bool) -> list[str]:
     if not q.size(0) == k.size(0) == v.size(0):
         out.append("For dense inputs, both fused kernels require query, key and value to have the same batch_size.")
     hq, hk, hv = q.size(-3), k.size(-3), v.size(-3)
-    if p.enable_gqa:
+    if p.enable_gqa and gqa:
         if hk != hv or hq % hk:
             out.append("grouped query attention needs key/value heads equal and dividing the query's")
     elif not hq == hk == hv:
