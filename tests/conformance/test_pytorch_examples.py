@@ -15,7 +15,8 @@ import pytest
 from conformance import PROGRAMS, Run, assert_documented, git_blob_id, provenance_blobs, run_program, workdir_for
 
 UPSTREAM = "pytorch-examples"
-FLASH = "aten._scaled_dot_product_flash_attention_for_cpu"  # the GPU flash kernel on the simulated data
+# fp32 attention: the memory-efficient kernel, torch's CUDA choice (flash takes fp16/bf16 only; sdp_choice.py)
+EFFICIENT = "aten._scaled_dot_product_efficient_attention"
 
 
 def ok(run: Run, last_line: str | None, steps: int) -> None:
@@ -101,28 +102,28 @@ def fsdp_tp_phantom(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run_program(work, "fsdp_tp_example.py", [], tmp / "out", options=("--phantom",))
 
 
-def flash_per_layer_and_step(run: Run) -> None:
-    """Attention is one flash kernel per layer (2) and step (10), forward and backward."""
+def efficient_per_layer_and_step(run: Run) -> None:
+    """Attention (fp32) is one memory-efficient kernel per layer (2) and step (10), forward and backward."""
     ok(run, "2D training successfully completed!", steps=10)
     kernels = run.kernels(0)
-    assert kernels.count(FLASH) == 2 * 10 and kernels.count(f"{FLASH}_backward") == 2 * 10
+    assert kernels.count(EFFICIENT) == 2 * 10 and kernels.count(f"{EFFICIENT}_backward") == 2 * 10
 
 
 def test_fsdp_tp_example_in_phantom_mode(fsdp_tp_phantom: Run) -> None:
     """A 2-layer Llama 2, TP 2 x FSDP 2. Its attention is F.scaled_dot_product_attention on head-sharded
-    DTensors, run as DTensor's rule for the GPU's flash op says."""
-    flash_per_layer_and_step(fsdp_tp_phantom)
+    DTensors, run as DTensor's rule for the fused op torch chooses says (fp32: memory-efficient attention)."""
+    efficient_per_layer_and_step(fsdp_tp_phantom)
     assert_documented(
         fsdp_tp_phantom.step_ms(), "distributed/tensor_parallelism/fsdp_tp_example.py", "as shipped, `--phantom`"
     )
 
 
 @pytest.mark.slow
-def test_fsdp_tp_example_runs_attention_as_the_flash_kernel(fsdp_tp_phantom: Run, tmp_path: Path) -> None:
+def test_fsdp_tp_example_runs_attention_as_the_efficient_kernel(fsdp_tp_phantom: Run, tmp_path: Path) -> None:
     """The same in real mode (the values computed): the same kernels, and the steady step time of phantom mode."""
     work = workdir_for(UPSTREAM, "distributed/tensor_parallelism", tmp_path)
     run = run_program(work, "fsdp_tp_example.py", [], tmp_path / "out")
-    flash_per_layer_and_step(run)
+    efficient_per_layer_and_step(run)
     assert run.step_ms() == pytest.approx(fsdp_tp_phantom.step_ms(), rel=1e-3)
     assert_documented(run.step_ms(), "distributed/tensor_parallelism/fsdp_tp_example.py", "as shipped (TP 2")
 
