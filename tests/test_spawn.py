@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -156,3 +157,28 @@ def test_killing_the_launcher_leaves_no_process_of_the_program(tmp_path: Path, e
     while alive_pids(pids) and time.monotonic() < gone_by:
         time.sleep(0.2)
     assert alive_pids(pids) == []
+
+
+@pytest.mark.slow
+def test_a_plain_process_rank_killed_outright_ends_the_run_in_one_line(tmp_path: Path) -> None:
+    """SIGKILL (as the OOM killer sends) to one of 4 plain-Process ranks while they hold: the launching process sees
+    it (nothing else joins such ranks as torch's join does) and the run ends within seconds, naming the process."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--spawn", "--nproc", "4"]
+    cmd += ["--out", str(out), "--no-progress", str(PROGRAM), "1024", "hold=300", "process"]
+    launcher = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        logs = "".join(p.read_text() for p in (out / "logs").glob("*.log")) if (out / "logs").is_dir() else ""
+        if logs.count(": sum 10") == 4:
+            break
+        time.sleep(0.5)
+    spawner = (out / "logs" / "spawner.log").read_text()
+    victim = int(next(ln for ln in spawner.splitlines() if ln.startswith("rank 1 pid ")).split()[-1])
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0 and time.monotonic() - killed_at < 15
+    last = err.strip().splitlines()[-1]
+    said = f"phantora: process {victim} (SpawnProcess-2) that the program started was killed by SIGKILL"
+    assert last.startswith(said)

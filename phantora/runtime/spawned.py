@@ -55,10 +55,12 @@ def _preloading_command_line(orig: Callable[..., list[str]]) -> Callable[..., li
         if "-c" in cmd:
             at = cmd.index("-c") + 1
             first = f"{RANK_MODULE} _rank.await_rank(); "
-            _started.append(len(_started))
             if _pending:
                 index, nprocs = _pending.pop(0)
                 first = f"{RANK_MODULE} _rank.become_rank({index}, {nprocs}); "
+            elif not _started:
+                _watch_own_processes()
+            _started.append(len(_started))
             cmd[at] = first + cmd[at]
         return cmd
 
@@ -126,6 +128,7 @@ def _start_processes(orig: Callable[..., Any]) -> Callable[..., Any]:
             context = orig(rank_fn, args, nprocs, join=False, daemon=daemon, start_method=start_method)
         finally:
             _pending.clear()
+        _torch_ranks.update(p.pid for p in context.processes)
         if not join:
             return context
         try:
@@ -137,6 +140,48 @@ def _start_processes(orig: Callable[..., Any]) -> Callable[..., Any]:
 
     start_processes._phantora = True  # type: ignore[attr-defined]
     return start_processes
+
+
+_torch_ranks: set[int] = set()  # the pids of mp.spawn's processes, which torch's join watches
+
+
+def _watch_own_processes() -> None:
+    """The processes the program starts itself (not mp.spawn's) may be ranks that nothing joins as torch's join does:
+    one killed by a signal (the OOM killer's SIGKILL, say) ends the run at once, in one line, instead of leaving the
+    others to the bridge's peer timeout. Exits are peeked at (WNOWAIT), never reaped: the program's own join reaps."""
+    import multiprocessing.process
+    import signal
+    import threading
+    import time
+
+    def killed(p: Any) -> str | None:
+        popen = getattr(p, "_popen", None)
+        if popen is None or popen.returncode is not None or p.pid in _torch_ranks:
+            return None
+        try:
+            info = os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return None
+        if info is None or info.si_code not in (os.CLD_KILLED, os.CLD_DUMPED):
+            return None
+        return signal.Signals(info.si_status).name
+
+    def watch() -> None:
+        while True:
+            for p in list(multiprocessing.process._children):  # type: ignore[attr-defined]
+                name = killed(p)
+                if name is not None:
+                    print(
+                        f"phantora: process {p.pid} ({p.name}) that the program started was killed by {name}; "
+                        "the run was stopped",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    spawned_rank._stop_the_run()
+                    os._exit(1)
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, name="phantora-process-watch", daemon=True).start()
 
 
 def install_parent() -> None:

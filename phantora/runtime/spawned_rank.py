@@ -24,6 +24,7 @@ import inspect
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,8 @@ def await_rank() -> None:
 
 def _stop_the_run() -> None:
     """Stop every process of the launching process's group (it and its ranks), this one last."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if threading.current_thread() is threading.main_thread():  # a watching thread's process dies with the rest
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         os.killpg(os.getpgrp(), signal.SIGTERM)
     except OSError:
