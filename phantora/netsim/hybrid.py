@@ -477,7 +477,7 @@ class FluidNvlinkSimulator:
         """Record arrivals (at `now`); hand every held flow whose last outstanding dep arrived to its engine, at
         `now`. Returns the flows handed to the packet side."""
         ready: dict[tuple[int, int], list[Flow]] = {}
-        flb = self._flb
+        flb, held, sides, chained = self._flb, self._held, self._side, self._chained
         for c in completions:
             self._end[c.flow_id] = c.end_ns
             if c.flow_id in flb:
@@ -486,8 +486,17 @@ class FluidNvlinkSimulator:
                 for j in self._fdependents.pop(c.flow_id, ()):
                     if j in flb:
                         self._fraise(j, c.end_ns + self._fstep[j])
-            for j in self._waiters.pop(c.flow_id, ()):
-                self._unhold(j, now, ready)
+            for j in self._waiters.pop(c.flow_id, ()):  # (per flow: inline, `_unchain` only where a chain waits)
+                f, at, side, pending = held[j]
+                if pending > 1:
+                    held[j] = (f, at, side, pending - 1)
+                    continue
+                del held[j]
+                sides[j] = side
+                at = max(at, now)
+                ready.setdefault((at, side), []).append(self._same_side(f, side))
+                if j in chained:
+                    self._unchain(j, at, ready)
         packet: list[Flow] = []
         for (at, side), batch in sorted(ready.items()):
             self._engine(side).submit(batch, at)
@@ -498,22 +507,22 @@ class FluidNvlinkSimulator:
                 packet.extend(batch)
         return packet
 
-    def _unhold(self, fid: int, now: int, ready: dict[tuple[int, int], list[Flow]]) -> None:
-        """One outstanding dep of held flow `fid` arrived (at `now`): if it was the last, the flow joins `ready`
-        (keyed by its submit ns and side), and so do the held packet flows chained on it whose last it was."""
+    def _unchain(self, fid: int, at: int, ready: dict[tuple[int, int], list[Flow]]) -> None:
+        """Held packet flow `fid` went to the packet side, submitted at `at`: the held packet flows chained on it
+        whose last outstanding dep it was join `ready` (keyed by their submit ns and side), and so on down."""
         held, chained = self._held, self._chained
-        todo = [(fid, now)]
+        todo = [(k, at) for k in reversed(chained.pop(fid))]
         while todo:
             j, t = todo.pop()
-            f, at, side, pending = held[j]
+            f, a, side, pending = held[j]
             if pending > 1:
-                held[j] = (f, at, side, pending - 1)
+                held[j] = (f, a, side, pending - 1)
                 continue
             del held[j]
             self._side[j] = side
-            at = max(at, t)
-            ready.setdefault((at, side), []).append(self._same_side(f, side))
-            todo.extend((k, at) for k in reversed(chained.pop(j, ())))
+            a = max(a, t)
+            ready.setdefault((a, side), []).append(self._same_side(f, side))
+            todo.extend((k, a) for k in reversed(chained.pop(j, ())))
 
 
 def _order(c: Completion) -> tuple[int, int]:
