@@ -109,13 +109,42 @@ def efficient_backward(
     *,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``_scaled_dot_product_efficient_attention_backward``'s gradients of query, key, value (the bias gets none:
-    torch's selection takes no bias that requires grad for a fused kernel it can train)."""
+    """``_scaled_dot_product_efficient_attention_backward``'s gradients of query, key, value and, when
+    ``grad_input_mask[3]`` asks (a bias that requires grad, which torch's choice lets the efficient kernel train),
+    of the bias."""
     sq = query.size(2)
     lse = logsumexp[..., :sq].transpose(1, 2).contiguous().transpose(1, 2)  # the CPU kernel's (b, s, h) layout
     mask = _bias_for_cpu(attn_bias, query)
     grads = _CPU_FLASH_BACKWARD(grad_out, query, key, value, out, lse, 0.0, is_causal, attn_mask=mask, scale=scale)
-    return grads[0], grads[1], grads[2], None
+    wants_bias = attn_bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3]
+    grad_bias = _bias_grad(grad_out, query, key, value, attn_bias, out, is_causal, scale) if wants_bias else None
+    return grads[0], grads[1], grads[2], grad_bias
+
+
+def _bias_grad(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor,
+    out: torch.Tensor,
+    is_causal: bool,
+    scale: float | None,
+) -> torch.Tensor:
+    """d loss / d bias = dS = P * (dO V^T - rowsum(dO * O)), summed to the bias's (broadcast) shape; P the softmax
+    of the scaled scores plus the bias (and the top-left causal mask). The seq x seq scores are materialised here,
+    on the data only (uncharged), and only for a bias that trains."""
+    acc = torch.float32
+    s = scale if scale is not None else query.size(-1) ** -0.5
+    scores = (query.to(acc) @ key.to(acc).transpose(-2, -1)) * s + bias.to(acc)
+    if is_causal:
+        sq, sk = query.size(-2), key.size(-2)
+        hidden = torch.ones(sq, sk, dtype=torch.bool, device=query.device).triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    p = scores.softmax(-1)
+    dp = grad_out.to(acc) @ value.to(acc).transpose(-2, -1)
+    ds = p * (dp - (grad_out.to(acc) * out.to(acc)).sum(-1, keepdim=True))
+    return ds.sum_to_size(bias.shape).to(bias.dtype)
 
 
 def _bias_for_cpu(bias: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor | None:
