@@ -116,8 +116,9 @@ def efficient_backward(
     lse = logsumexp[..., :sq].transpose(1, 2).contiguous().transpose(1, 2)  # the CPU kernel's (b, s, h) layout
     mask = _bias_for_cpu(attn_bias, query)
     grads = _CPU_FLASH_BACKWARD(grad_out, query, key, value, out, lse, 0.0, is_causal, attn_mask=mask, scale=scale)
-    wants_bias = attn_bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3]
-    grad_bias = _bias_grad(grad_out, query, key, value, attn_bias, out, is_causal, scale) if wants_bias else None
+    grad_bias = None
+    if attn_bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3]:
+        grad_bias = _bias_grad(grad_out, query, key, value, attn_bias, out, is_causal, scale)
     return grads[0], grads[1], grads[2], grad_bias
 
 
