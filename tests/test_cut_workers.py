@@ -32,16 +32,17 @@ from phantora.netsim.decompose import WorkerDiedError
 from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig, apply_overrides
 from phantora.netsim.partition import partition_fabric
 from phantora.topology.generators import leaf_spine
+from phantora.topology.model import Topology
 
 TOPO = leaf_spine(4, 4, 2, nvswitch=False)
 RATES = sorted({link.bandwidth_bps for link in TOPO.links})
 UNTIL_NS = 20_000_000  # far past the last event of this traffic
 
 
-def traffic() -> list[Flow]:
+def traffic(topo: Topology = TOPO) -> list[Flow]:
     """Every NIC sends 200 KB to the one 5 ahead (across leaves and groups), and 8 NICs of two other leaves
     send 400 KB each to one NIC (an incast over the spines; 300 KB switch buffers: PFC pauses and CE marks)."""
-    eps = TOPO.endpoints
+    eps = topo.endpoints
     flows = [Flow(i, s, eps[(i + 5) % len(eps)], 200_000) for i, s in enumerate(eps)]
     flows += [Flow(len(eps) + j, s, eps[1], 400_000) for j, s in enumerate(eps[4:12])]
     return flows
@@ -53,10 +54,10 @@ def config(cc: str, ecmp: str | None) -> PacketConfig:
     return apply_overrides(dataclasses.replace(base, kmax_map=dict.fromkeys(RATES, 80_000)), over)
 
 
-def one_engine(cfg: PacketConfig, flows: list[Flow] | None = None) -> dict[str, Any]:
+def one_engine(cfg: PacketConfig, flows: list[Flow] | None = None, topo: Topology = TOPO) -> dict[str, Any]:
     from phantora.netsim.packet import Ns3Simulator
 
-    with Ns3Simulator(TOPO, cfg) as sim:
+    with Ns3Simulator(topo, cfg) as sim:
         sim.submit(traffic() if flows is None else flows, 0)
         done = sim.advance(UNTIL_NS)
         return {
@@ -101,6 +102,30 @@ def test_workers_give_one_engines_results(cc: str, ecmp: str | None) -> None:
             assert w["cut"][1] == 1000  # lookahead: the leaf-spine cables' 1 us
             assert w["cut"][2] > 1000 and w["windows"] > 10  # packets crossed, over many windows
             assert w["rejected"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+def test_fluid_nvlink_workers_keep_the_fabric_lookahead_and_one_engines_results() -> None:
+    """Under nvlink=fluid no packet crosses an NVSwitch, so each joins its host's group (`partition.adopted`): no
+    NVLink cable is cut, the windows' lookahead is the fabric's 1 us (it was NVLink's 25 ns), and the fabric
+    flows' records are still one keyed engine's."""
+    topo = leaf_spine(4, 4, 2, gpus_per_host=4)  # one host of 4 GPUs and its NVSwitch a leaf
+    rates = sorted({link.bandwidth_bps for link in topo.links})
+    base = PacketConfig(cc="dcqcn", kmin_map=dict.fromkeys(rates, 20_000), kmax_map=dict.fromkeys(rates, 80_000))
+    cfg = apply_overrides(base, [f"scheduler={KEYED_SCHEDULER}", "buffer_bytes=300000", "nvlink=fluid"])
+    flows = traffic(topo)  # every flow crosses hosts: the fluid side would carry the others
+    assert all(topo.shared_nvswitch(f.src, f.dst) is None for f in flows)
+    want = one_engine(cfg, flows, topo)
+    assert len(want["completions"]) == len(flows) and want["pfc"]
+    res = run_partitioned(topo, cfg.with_updates(partition=2), flows, until=UNTIL_NS)
+    got = {"completions": sorted((c.flow_id, c.start_ns, c.end_ns) for c in res.completions), "fct": res.fct,
+           "pfc": res.pfc, "marks": res.marks, "cnps": res.cnps, "transport": res.transport,
+           "channels": res.channels, "trims": res.trims}  # fmt: skip
+    for name, value in want.items():
+        assert got[name] == value, name
+    for w in res.workers:
+        assert w["cut"][1] == 1000 and w["cut"][0] == 4  # 4 of the 8 leaf-spine cables cut, no NVLink one
 
 
 @pytest.mark.slow

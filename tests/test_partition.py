@@ -6,7 +6,7 @@ import pytest
 
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
-from phantora.netsim.partition import INF_NS, NO_GROUP, partition_fabric
+from phantora.netsim.partition import INF_NS, NO_GROUP, adopted, partition_fabric, partition_params
 from phantora.topology.generators import fat_tree, leaf_spine
 from phantora.topology.loader import load_topology
 
@@ -34,6 +34,49 @@ def test_nics_stay_with_their_leaf_and_nvswitches_are_outside_the_fabric() -> No
             assert p.groups[link.a] == p.groups[link.b] != NO_GROUP
     assert all(p.groups[v] == NO_GROUP for v, node in enumerate(topo.nodes) if node.kind == "nvswitch")
     assert all(topo.nodes[topo.links[i].a].kind == "switch" for i in p.cut_links)
+
+
+def _worker_groups(topo_name: str, n: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """A worker's partition.Groups under nvlink=fluid, and the (a, b) of every NVLink cable."""
+    topo = load_topology(topo_name)
+    params = dict(partition_params(topo, n, nvlink_fluid=True, worker=0))
+    groups = [int(x) for x in params["partition.Groups"].split(",")]
+    kinds = [node.kind for node in topo.nodes]
+    return groups, [(lk.a, lk.b) for lk in topo.links if "nvswitch" in (kinds[lk.a], kinds[lk.b])]
+
+
+def test_fluid_nvlink_cuts_no_nvlink_cable_where_hosts_sit_in_one_group() -> None:
+    """leafspine1024 (4 hosts a leaf) into 4 groups: each NVSwitch runs with its 8 GPUs, so none of the 1024 NVLink
+    cables is cut (their 25 ns would be every window's bound, not the fabric's 1 us) and no group n is left."""
+    groups, nvlink = _worker_groups("leafspine1024", 4)
+    assert len(nvlink) == 1024
+    assert all(groups[a] == groups[b] for a, b in nvlink)
+    assert set(groups) == {0, 1, 2, 3}
+
+
+def test_fluid_nvlink_on_a_rail_fabric_keeps_the_nvswitch_in_a_group_of_its_own() -> None:
+    """rail128 into 2: GPUs 0-3 of a host on one side, 4-7 on the other, so each NVSwitch is group n = 2."""
+    groups, nvlink = _worker_groups("rail128", 2)
+    switches = {v for v, node in enumerate(load_topology("rail128").nodes) if node.kind == "nvswitch"}
+    assert {b for _, b in nvlink} | {a for a, _ in nvlink} >= switches
+    assert len(switches) == 16 and all(groups[v] == 2 for v in switches)
+
+
+def test_adopted_needs_every_neighbour_in_one_group() -> None:
+    """A node outside every group joins its neighbours' one group; with two groups, or an outside neighbour, it
+    stays out."""
+    topo = leaf_spine(2, 2, 1, gpus_per_host=1, nvswitch=False)  # nodes: 4 NICs, 2 leaves, 1 spine
+    links = [(lk.a, lk.b) for lk in topo.links]
+    leaf_of = {a: b for a, b in links if topo.nodes[a].kind == "gpu"} | {
+        b: a for a, b in links if topo.nodes[b].kind == "gpu"
+    }
+    nic = next(iter(leaf_of))
+    groups = [0 if topo.nodes[v].kind != "switch" or v == leaf_of[nic] else 1 for v in range(len(topo.nodes))]
+    groups[nic] = NO_GROUP
+    assert adopted(topo, groups)[nic] == groups[leaf_of[nic]]
+    spine = next(v for v, node in enumerate(topo.nodes) if node.name.startswith("spine"))
+    split = [g if v != spine else NO_GROUP for v, g in enumerate(groups)]
+    assert adopted(topo, split)[spine] == NO_GROUP  # its leaves are in groups 0 and 1
 
 
 def test_packet_nvlink_keeps_a_leaf_spine_host_whole() -> None:

@@ -24,7 +24,7 @@ How the groups are chosen (deterministic; `partition_fabric`):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
@@ -231,9 +231,28 @@ def partition_params(
 ) -> list[tuple[str, str]]:
     """PhantoraNetwork params that cut `topology` into `partition_fabric`'s n groups: every group in one engine
     (partition.Loopback: packets over a cut cable travel as messages between windows), or with `worker` this
-    engine a worker that runs that group only (partition.Worker). Nodes outside every group (NVSwitches) form
-    group n of their own."""
-    groups = partition_fabric(topology, n, nvlink_fluid=nvlink_fluid).groups
+    engine a worker that runs that group only (partition.Worker). Nodes outside every group (NVSwitches under
+    nvlink=fluid) join their neighbours' group when they all have the same (`adopted`), else form group n of
+    their own, whose cables are cut."""
+    groups = adopted(topology, partition_fabric(topology, n, nvlink_fluid=nvlink_fluid).groups)
     text = ",".join(str(n if g == NO_GROUP else g) for g in groups)
     mode = ("partition.Loopback", "1") if worker is None else ("partition.Worker", str(worker))
     return [("partition.Groups", text), mode]
+
+
+def adopted(topology: Topology, groups: Sequence[int]) -> list[int]:
+    """`groups` with each node outside every group (NO_GROUP: an NVSwitch under nvlink=fluid) in the group of its
+    neighbours when they are all in that one (a host whose GPUs, and so NICs, hang off switches of one group).
+    Such a node carries no packet (the fluid side carries NVLink), so its group only says which worker keeps it;
+    left in a group of its own, each of its cables is cut and their latency (25 ns for NVLink) would bound every
+    window, not the fabric's cut cables. A node whose neighbours span groups (a rail fabric's host) stays out."""
+    near: dict[int, set[int]] = {}
+    for lk in topology.links:
+        for a, b in ((lk.a, lk.b), (lk.b, lk.a)):
+            if groups[a] == NO_GROUP:
+                near.setdefault(a, set()).add(groups[b])
+    out = list(groups)
+    for v, gs in near.items():
+        if len(gs) == 1 and NO_GROUP not in gs:
+            out[v] = next(iter(gs))
+    return out
