@@ -1,13 +1,14 @@
 """Parallel packet simulation across cut cables (issue 38): one keyed engine vs partition workers. Prints figures.
 
-The traffic is an MoE all-to-all: every endpoint of a leaf-spine sends `--bytes` to every other at once (no
-dependencies: the partition workers take batches of flows without them so far). Each variant runs it to the end
-in the keyed mode: one engine in this process, then `partition=N` worker processes for each N of `--workers`
-(N=1: one worker process, no cable cut). Printed side by side from one run: wall, the CPU of the run (ns-3 and
-the windows' messaging, per worker), start-up CPU (ns-3 import and the fabric), windows and barrier exchanges,
-message bytes, peak memory, whether every completion, FCT record and PFC frame equals the one engine's, and
-whether the FCT records and PFC frames come in its order too, with the records of one ns from two workers that the
-merge put in order by their events' keys (`phantora.netsim.record_order`).
+The traffic is an MoE all-to-all: every endpoint of a leaf-spine sends `--bytes` to every other at once, without
+dependencies. Each variant runs it to the end in the keyed mode: one engine in this process, then `partition=N`
+worker processes for each N of `--workers` (N=1: one worker process, no cable cut). Printed side by side from one
+run: wall, the CPU of the run (ns-3 and the windows' messaging, per worker), start-up CPU (ns-3 import and the
+fabric), windows and barrier exchanges, message bytes, peak memory, whether every completion, FCT record, PFC
+frame and channel counter row (each link's bytes, packets, pause, marks and peak queue: not empty in a prefix no
+flow has finished) equals the one engine's, and whether the completions, FCT records and PFC frames come in its
+order too, with the records of one ns from two workers that the merge put in order by their events' keys
+(`phantora.netsim.record_order`).
 
 Then "on paper" for P = 8, 16 and 64 cores, one worker a core: T(P) = C / P x imbalance + X x e(P) + M(P) x m,
 with C the one engine's CPU, the imbalance the largest run's busiest worker's ns-3 CPU over the mean, X the
@@ -19,6 +20,13 @@ outside ns-3's windows less its empty exchanges, over its bytes). A projection, 
 
     .venv/bin/python bench/bench_partition.py --workers 1 2
     .venv/bin/python bench/bench_partition.py --leaves 8 --per-leaf 8 --spines 4 --bytes 64KiB --workers 1 2 4
+
+With `--batches FILE` (`bench/capture_packet_side.py`: what one keyed engine's ns-3 was given of a recorded graph's
+prefix under nvlink=fluid) the traffic is those batches instead, each submitted at its own ns with its
+dependencies, on the capture's topology and settings, run to the capture's limit; "live" then also says whether
+every completion equals the one the captured run's ns-3 returned.
+
+    .venv/bin/python bench/bench_partition.py --batches /tmp/cap.msgpack --workers 1 2 4 8
 """
 
 from __future__ import annotations
@@ -32,15 +40,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
-from bridge.cut_pool import run_partitioned
+import msgpack
+
+from bridge.columns import completions_from_columns, flows_from_columns
+from bridge.cut_pool import run_partitioned_batches
 from phantora.netsim.base import Flow
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig, apply_overrides
 from phantora.topology.generators import leaf_spine
+from phantora.topology.loader import load_topology
 from phantora.topology.model import Topology
 from phantora.units import parse_size_bytes
 
 UNTIL_NS = 10_000_000_000  # 10 s: far past the end of any traffic here
+Batches = list[tuple[int, list[Flow]]]
+RECORDS = ("completions", "fct", "pfc")  # compared in order too (channels: as a set)
 
 
 def all_to_all(topo: Topology, size: int) -> list[Flow]:
@@ -49,19 +63,31 @@ def all_to_all(topo: Topology, size: int) -> list[Flow]:
     return [Flow(i * len(eps) + j, s, d, size) for i, s in enumerate(eps) for j, d in enumerate(eps) if s != d]
 
 
-def one_engine(topo: Topology, cfg: PacketConfig, flows: list[Flow]) -> tuple[dict[str, Any], dict[str, float]]:
+def captured(path: str) -> tuple[Topology, PacketConfig, Batches, int, list[tuple[int, int, int]]]:
+    """A `bench/capture_packet_side.py` file: its topology, settings, batches, limit and live completions."""
+    cap = msgpack.unpackb(Path(path).read_bytes(), raw=False, strict_map_key=False)
+    batches = [(int(at), flows_from_columns(cols)) for at, cols in cap["batches"]]
+    live = sorted((c.flow_id, c.start_ns, c.end_ns) for c in completions_from_columns(cap["done"]))
+    return load_topology(cap["topology"]), apply_overrides(PacketConfig(), cap["sets"]), batches, cap["until"], live
+
+
+def one_engine(
+    topo: Topology, cfg: PacketConfig, batches: Batches, until: int = UNTIL_NS
+) -> tuple[dict[str, Any], dict[str, float]]:
     w0, c0 = time.perf_counter(), time.process_time()
     with Ns3Simulator(topo, cfg) as sim:
         setup = time.process_time() - c0
-        sim.submit(flows, 0)
+        for at, flows in batches:
+            sim.submit(flows, at)
         r0, rc0 = time.perf_counter(), time.process_time()
-        done = sim.advance(UNTIL_NS)
+        done = sim.advance(until)
         run_cpu, run_wall = time.process_time() - rc0, time.perf_counter() - r0
         events = float(str(sim.stats().get("events", 0)))
         rec = {
             "completions": sorted((c.flow_id, c.start_ns, c.end_ns) for c in done),
             "fct": sim.fct_records(),  # in the engine's order (time, then its keyed event order)
             "pfc": sim.pfc_events(),
+            "channels": sim.channel_rows(),  # every link's bytes, packets, pause, marks, peak queue
         }
     fig = {"wall": time.perf_counter() - w0, "run_wall": run_wall, "run_cpu": run_cpu, "setup_cpu": setup}
     fig["events"] = events
@@ -119,13 +145,22 @@ def main() -> None:
     ap.add_argument("--bytes", default="64KiB", help="bytes each endpoint sends each other endpoint")
     ap.add_argument("--cc", default="dcqcn")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--batches", help="a bench/capture_packet_side.py file to run instead of the all-to-all")
     args = ap.parse_args()
-    topo = leaf_spine(args.leaves, args.per_leaf, args.spines, nvswitch=False)
-    flows = all_to_all(topo, parse_size_bytes(args.bytes))
-    cfg = apply_overrides(PacketConfig(cc=args.cc), [f"scheduler={KEYED_SCHEDULER}"])
-    print(f"# all-to-all on leaf_spine({args.leaves}, {args.per_leaf}, {args.spines}): {len(flows)} flows of "
-          f"{args.bytes}, cc {args.cc}, keyed mode")  # fmt: skip
-    want, one = one_engine(topo, cfg, flows)
+    live: list[tuple[int, int, int]] | None = None
+    if args.batches:
+        topo, cfg, batches, until, live = captured(args.batches)
+        print(f"# {args.batches}: {sum(len(b) for _, b in batches):,} flows in {len(batches):,} batches on "
+              f"{topo.name}, to {until:,} ns, cc {cfg.cc}, nvlink {cfg.nvlink}, keyed mode")  # fmt: skip
+    else:
+        topo, until = leaf_spine(args.leaves, args.per_leaf, args.spines, nvswitch=False), UNTIL_NS
+        batches = [(0, all_to_all(topo, parse_size_bytes(args.bytes)))]
+        cfg = apply_overrides(PacketConfig(cc=args.cc), [f"scheduler={KEYED_SCHEDULER}"])
+        print(f"# all-to-all on leaf_spine({args.leaves}, {args.per_leaf}, {args.spines}): {len(batches[0][1])} "
+              f"flows of {args.bytes}, cc {args.cc}, keyed mode")  # fmt: skip
+    want, one = one_engine(topo, cfg, batches, until)
+    if live is not None:
+        print(f"# one engine's completions equal the captured run's (live): {want['completions'] == live}")
     print(f"# one engine: {one['events']:,.0f} events, {one['events'] / one['run_cpu'] / 1e6:.2f} M events / CPU s")
     head = "| variant | wall s | run wall s | run CPU s (per worker) | ns-3 CPU s | start-up CPU s | windows | "
     print(head + "exchanges | message MB | peak RSS MB | equal | order |")
@@ -134,14 +169,15 @@ def main() -> None:
           f"{one['setup_cpu']:.2f} | - | - | - | - | - | - |")  # fmt: skip
     last: list[dict[str, Any]] = []
     for n in args.workers:
-        res = run_partitioned(topo, cfg.with_updates(partition=n), flows, until=UNTIL_NS)
+        res = run_partitioned_batches(topo, cfg.with_updates(partition=n), batches, until)
         got: dict[str, list[Any]] = {
             "completions": sorted((c.flow_id, c.start_ns, c.end_ns) for c in res.completions),
             "fct": res.fct,
             "pfc": res.pfc,
+            "channels": [tuple(row) for row in res.channels],
         }
         equal = all(_sorted(got[k]) == _sorted(want[k]) for k in want)
-        order = ("same" if all(got[k] == want[k] for k in want) else "NOT") + f" ({res.ties} ties by key)"
+        order = ("same" if all(got[k] == want[k] for k in RECORDS) else "NOT") + f" ({res.ties} ties by key)"
         ws = res.workers
         per = " / ".join(f"{w['run_cpu_s']:.2f}" for w in ws)
         ns3 = " / ".join(f"{w['ns3_cpu_s']:.2f}" for w in ws)
@@ -151,6 +187,7 @@ def main() -> None:
         rss = max(w["maxrss_kb"] for w in ws) / 1024
         print(f"| partition={n} | {res.wall_s:.2f} | {run_wall:.2f} | {per} | {ns3} | {setup} | {ws[0]['windows']} | "
               f"{ws[0]['exchanges']} | {mb:.1f} | {rss:.0f} | {'yes' if equal else 'NO'} | {order} |")  # fmt: skip
+        print(f"#   partition={n} windows ended by {ws[0]['ended_by']}, widths in ns {ws[0]['widths']}")
         last = ws
     if len(last) >= 2:
         project(one["run_cpu"], last)
