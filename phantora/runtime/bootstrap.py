@@ -212,6 +212,20 @@ def exit_with(who: str, exc: SystemExit, before_exit: Callable[[], None] = _noth
     os._exit(code)
 
 
+def run_script(who: str, script: str, argv: list[str]) -> None:
+    """Run `script` as `__main__`, with `argv` as its sys.argv and its folder first on sys.path; if it fails or exits
+    non-zero, end the process with `who`'s one line (`fail`, `exit_with`)."""
+    sys.argv = argv
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            exit_with(who, exc)
+    except BaseException as exc:  # noqa: BLE001
+        fail(who, exc, script)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -224,15 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure and exit
         fail(rank, exc)
         return 1
-    sys.argv = argv
-    sys.path.insert(0, os.path.dirname(script))
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            exit_with(rank, exc)
-    except BaseException as exc:  # noqa: BLE001
-        fail(rank, exc, script)
+    run_script(rank, script, argv)
     try:
         end_session(s, mode)
     except BaseException as exc:  # noqa: BLE001

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import runpy
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -229,15 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001
         bootstrap.fail(who, exc)
         return 1
-    sys.argv = argv
-    sys.path.insert(0, os.path.dirname(script))
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            bootstrap.exit_with(who, exc)
-    except BaseException as exc:  # noqa: BLE001
-        bootstrap.fail(who, exc, script)
+    bootstrap.run_script(who, script, argv)
     if not _spawned and not _started:
         print(f"phantora: {NO_RANKS}", file=sys.stderr, flush=True)
         return 1
