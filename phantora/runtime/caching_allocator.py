@@ -69,7 +69,8 @@ class AllocatorConfig:
 class _Segment:
     """Device memory reserved in one piece (or, expandable, grown at its end)."""
 
-    __slots__ = ("expandable", "last", "pool", "size")
+    __slots__ = ("addr", "expandable", "last", "pool", "size")
+    addr: int  # its device address: unset until memory_history.py (torch.cuda.memory._snapshot) gives it one
 
     def __init__(self, pool: int, size: int, expandable: bool = False) -> None:
         self.pool = pool  # 0 small, 1 large

@@ -177,6 +177,7 @@ class MemoryTracker:
         self.reserved_step_peak = 0
         self.reserved_step_peaks: list[int] = []
         self.program_reserved_peak = 0  # torch.cuda.max_memory_reserved
+        self._history: Any = None  # memory_history.MemoryHistory while torch.cuda.memory._record_memory_history is on
 
     @property
     def limit(self) -> int | None:
@@ -397,6 +398,8 @@ class MemoryTracker:
         key = e.key
         live = self.live
         if live.get(key) is e:
+            if self._history is not None:
+                self._history.note_free(key, e.size)
             del live[key]
             size = e.size
             if size <= SMALL_SIZE:  # `_release_block`, inline
@@ -529,6 +532,8 @@ class MemoryTracker:
         }
 
     def _oom(self, size: int) -> None:
+        if self._history is not None:
+            self._history.note_oom(size, max(0, (self.limit or 0) - self.current))
         opt = self._in_step() if self._in_step is not None else None
         if opt is not None:  # inside optimizer.step(): its new state is optimizer state, not temporaries
             self._in_step = None

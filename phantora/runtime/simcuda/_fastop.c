@@ -79,7 +79,7 @@ static PyObject *s_elem, *s_is_meta, *s_shape, *s_dtype, *s_sim_index, *s_intern
     *s_join_tensors, *s_op, *s_memory, *s_enabled, *s_model, *s_keyed, *s_cost_for, *s_charge, *s_on_tensor,
     *s_on_outputs, *s_untyped_storage, *s_paused, *s_nbytes, *s_cdata, *s_live, *s_size_attr, *s_site, *s_resize,
     *s_limit, *s_oom, *s_free_cb, *s_event, *s_allocator, *s_small_held, *s_small_reserved, *s_grow_small,
-    *s_note_reserved, *s_malloc, *s_allocations, *s_by_cat, *s_current, *s_step_peak, *s_program_peak, *s_peak,
+    *s_note_reserved, *s_history, *s_free_py, *s_malloc, *s_allocations, *s_by_cat, *s_current, *s_step_peak, *s_program_peak, *s_peak,
     *s_peak_by_cat, *s_peak_event, *s_value, *s_scenario, *s_trace_ops, *s_listeners, *s_ops, *s_flops,
     *s_flops_by_dtype, *s_ns, *s_launch_ns, *s_tier_ns, *s_tier, *s_clock, *s_compute_ns, *s_compute_busy_ns,
     *s_report_in, *s_report_check, *s_requires_grad, *s_layout, *s_storage_offset, *s_stride, *s_device,
@@ -105,7 +105,7 @@ static int intern_all(void) {
   I(s_layout, "layout") I(s_storage_offset, "storage_offset") I(s_stride, "stride") I(s_device, "device")
   I(s_strides, "strides") I(s_thread, "thread") I(s_session, "session") I(s_installed, "_installed")
   I(s_general, "_general") I(s_get, "get") I(s_device_op, "device_op") I(s_free, "free") I(s_free_c, "_free_c")
-  I(s_lost_cb, "_lost_cb")
+  I(s_lost_cb, "_lost_cb") I(s_history, "_history") I(s_free_py, "_free")
 #undef I
   if (!(s_kw_dd = PyTuple_Pack(2, s_dtype, s_device))) return -1;
   if (!(s_kw_sdd = PyTuple_Pack(3, s_strides, s_dtype, s_device))) return -1;
@@ -192,6 +192,12 @@ static PyObject *tracker_free(PyObject *mem, PyObject *e) {
     PyErr_SetString(PyExc_AttributeError, "_Entry without its key, size or category");
     goto done;
   }
+  PyObject *hist = PyDict_GetItemWithError(md, s_history);  /* recording the allocator's history: the Python one */
+  if (hist && hist != Py_None) {
+    r = PyObject_CallMethodOneArg(mem, s_free_py, e);
+    goto done;
+  }
+  if (PyErr_Occurred()) goto done;
   if (!(live = dget(md, mem, s_live))) goto done;
   PyObject *now = PyDict_GetItemWithError(live, key);
   if (now != e) {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -183,6 +184,60 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 
 def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
+
+
+# ----- the allocator's history (runtime/memory_history.py): what pytorch.org/memory_viz reads ------------
+def _now_us() -> float:
+    from phantora.runtime import session
+
+    s = session.current()
+    return 0.0 if s is None else s.now() / 1e3
+
+
+def _record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> None:
+    """torch.cuda.memory._record_memory_history: record the allocator model's actions for `_snapshot()`."""
+    from phantora.runtime import memory_history
+
+    if isinstance(enabled, bool):  # the legacy form: (enabled, record_context, trace_alloc_max_entries, ...)
+        old = ("record_context", "trace_alloc_max_entries", "trace_alloc_record_context", "device")
+        legacy = {**dict(zip(old, args, strict=False)), **kwargs}
+        entries = int(legacy.get("trace_alloc_max_entries", 1))
+        kwargs = {"context": "all" if legacy.get("record_context", True) else None, "max_entries": entries}
+        enabled, args = ("all" if entries > 1 else "state") if enabled else None, ()
+    names = ("context", "stacks", "max_entries", "device", "clear_history", "compile_context")
+    opts = {**dict(zip(names, args, strict=False)), **kwargs}
+    m = _tracker()
+    if m is None or not m.enabled:
+        raise NotSimulatedError(
+            "torch.cuda.memory._record_memory_history needs phantora's memory tracking, which is off "
+            "(PHANTORA_MEMORY=off): unset PHANTORA_MEMORY"
+        )
+    memory_history.record(
+        m,
+        _now_us,
+        enabled,
+        context=opts.get("context", "all"),
+        stacks=opts.get("stacks", "all"),
+        max_entries=opts.get("max_entries", sys.maxsize),
+        clear_history=bool(opts.get("clear_history", False)),
+        skip_actions=opts.get("skip_actions"),
+    )
+
+
+def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
+    """torch.cuda.memory._snapshot: the allocator model's segments and recorded trace, in torch's format."""
+    from phantora.runtime import memory_history
+
+    m = _tracker()
+    n = device_count()
+    if m is None or not m.enabled:
+        return {"segments": [], "device_traces": [[] for _ in range(n)]}
+    return memory_history.snapshot(m, _now_us, current_device(), n)
+
+
+def memory_snapshot(mempool_id: Any = None, include_traces: bool = True) -> list[dict[str, Any]]:
+    """torch.cuda.memory_snapshot: the segments of `_snapshot()`."""
+    return list(_snapshot()["segments"])
 
 
 # ----- random numbers (rng.py: a counter-based generator per device, as CUDA's Philox) --------------
@@ -375,11 +430,10 @@ def install(gpu: Any, count: int) -> None:
     for name, (call, hint) in _REFUSED.items():
         refuse = _not_simulated_class if isinstance(getattr(cuda, name, None), type) else _not_simulated
         setattr(cuda, name, refuse(call, hint))
-    cuda.memory._record_memory_history = _not_simulated(  # type: ignore[attr-defined]
-        "torch.cuda.memory._record_memory_history",
-        "phantora reports simulated memory in results.json (memory) instead; remove the call",
-    )
-    cuda.memory._dump_snapshot = cuda.memory._record_memory_history  # type: ignore[attr-defined]
+    # torch's own _dump_snapshot pickles what this `_snapshot` returns (it looks `_snapshot` up in its module)
+    cuda.memory._record_memory_history = _record_memory_history  # type: ignore[attr-defined]
+    cuda.memory._snapshot = _snapshot  # type: ignore[attr-defined]
+    cuda.memory_snapshot = cuda.memory.memory_snapshot = memory_snapshot  # type: ignore[attr-defined]
     nvtx = _nvtx()
     cuda.nvtx = nvtx  # type: ignore[attr-defined]
     sys.modules["torch.cuda.nvtx"] = nvtx
