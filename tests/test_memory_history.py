@@ -154,3 +154,8 @@ def test_a_rank_records_snapshots_and_dumps_as_on_a_gpu(tmp_path: Path, tensors:
     assert seen["reserved"] == sum(seg["total"] for seg in seen["segments"]) == 22 * MIB
     assert "total_reserved: 22.0MiB" in seen["segsum"]
     assert seen["after_stop"] == [0] and seen["after_stop_segments"] == 2
+    # Megatron's legacy call and OOM observer: the observer sees (device, bytes asked, allocated, free), the trace
+    # holds the `oom` entry with its frame (the legacy call's trace_alloc_record_context: alloc frames)
+    assert seen["observed"] == [[0, seen["total"], seen["allocated"], seen["observed"][0][3]]]
+    assert [(a, size) for a, size, _ in seen["oom"]] == [("oom", seen["total"])]
+    assert seen["oom"][0][2][0]["filename"] == seen["script"]

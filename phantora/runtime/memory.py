@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from phantora.perfmodel.gpus import GpuSpec
+from phantora.runtime import memory_history
 from phantora.runtime.caching_allocator import SMALL_SIZE, AllocatorConfig, CachingAllocator
 from phantora.runtime.compute import tensors_in
 from phantora.runtime.simcuda.tensor import SimCudaTensor, cuda_seen
@@ -532,8 +533,14 @@ class MemoryTracker:
         }
 
     def _oom(self, size: int) -> None:
+        free = max(0, (self.limit or 0) - self.current)
         if self._history is not None:
-            self._history.note_oom(size, max(0, (self.limit or 0) - self.current))
+            self._history.note_oom(size, free)
+        if memory_history.OOM_OBSERVERS:  # torch._C._cuda_attach_out_of_memory_observer's, as on a GPU
+            from phantora.runtime.simcuda.devices import current_device
+
+            for observer in list(memory_history.OOM_OBSERVERS):
+                observer(current_device(), size, self.current, free)
         opt = self._in_step() if self._in_step is not None else None
         if opt is not None:  # inside optimizer.step(): its new state is optimizer state, not temporaries
             self._in_step = None

@@ -36,6 +36,8 @@ ENABLED = ("state", "all")
 CONTEXTS = (None, "state", "alloc", "all")
 STACKS = ("python", "all")
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "snapshot")
+# torch._C._cuda_attach_out_of_memory_observer's observers: (device, bytes asked, bytes allocated, bytes free)
+OOM_OBSERVERS: list[Callable[[int, int, int, int], Any]] = []
 _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # phantora/
 # torch's frames between a program's call and phantora's dispatch mode (innermost, above the program's own frame)
 _DISPATCH_FILES = tuple(

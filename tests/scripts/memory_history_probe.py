@@ -26,8 +26,21 @@ html = _memory_viz.trace_plot(dumped)
 reserved = torch.cuda.memory_reserved()
 torch.cuda.memory._record_memory_history(enabled=None)
 after_stop = torch.cuda.memory._snapshot()
+# Megatron's form (model_provider.py, --record-memory-history): the legacy call and an OOM observer that dumps
+torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=100000, trace_alloc_record_context=True)
+observed = []
+torch._C._cuda_attach_out_of_memory_observer(lambda *seen: observed.append(list(seen)))
+try:
+    torch.empty(torch.cuda.get_device_properties(dev).total_memory, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError:
+    pass
+oom = [[e["action"], e["size"], e["frames"][:1]] for e in torch.cuda.memory._snapshot()["device_traces"][dev]]
 json.dump(
     {
+        "observed": observed,
+        "oom": oom,
+        "total": torch.cuda.get_device_properties(dev).total_memory,
+        "allocated": torch.cuda.memory_allocated(),
         "segments": [
             {
                 "type": s["segment_type"],

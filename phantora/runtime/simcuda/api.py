@@ -201,9 +201,11 @@ def _record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> N
     if isinstance(enabled, bool):  # the legacy form: (enabled, record_context, trace_alloc_max_entries, ...)
         old = ("record_context", "trace_alloc_max_entries", "trace_alloc_record_context", "device")
         legacy = {**dict(zip(old, args, strict=False)), **kwargs}
-        entries = int(legacy.get("trace_alloc_max_entries", 1))
-        kwargs = {"context": "all" if legacy.get("record_context", True) else None, "max_entries": entries}
-        enabled, args = ("all" if entries > 1 else "state") if enabled else None, ()
+        context: str | None = "alloc" if legacy.get("trace_alloc_record_context") else "state"
+        if not legacy.get("record_context", True):
+            context = None
+        kwargs = {"context": context, "max_entries": int(legacy.get("trace_alloc_max_entries", 1))}
+        enabled, args = "all" if enabled else None, ()
     names = ("context", "stacks", "max_entries", "device", "clear_history", "compile_context")
     opts = {**dict(zip(names, args, strict=False)), **kwargs}
     m = _tracker()
@@ -233,6 +235,14 @@ def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[
     if m is None or not m.enabled:
         return {"segments": [], "device_traces": [[] for _ in range(n)]}
     return memory_history.snapshot(m, _now_us, current_device(), n)
+
+
+def _attach_out_of_memory_observer(observer: Callable[[int, int, int, int], Any]) -> None:
+    """torch._C._cuda_attach_out_of_memory_observer (Megatron's --record-memory-history dumps a snapshot in one):
+    called as (device, bytes asked, bytes allocated, bytes free) when the simulated device runs out."""
+    from phantora.runtime import memory_history
+
+    memory_history.OOM_OBSERVERS.append(observer)
 
 
 def memory_snapshot(mempool_id: Any = None, include_traces: bool = True) -> list[dict[str, Any]]:
@@ -434,6 +444,7 @@ def install(gpu: Any, count: int) -> None:
     cuda.memory._record_memory_history = _record_memory_history  # type: ignore[attr-defined]
     cuda.memory._snapshot = _snapshot  # type: ignore[attr-defined]
     cuda.memory_snapshot = cuda.memory.memory_snapshot = memory_snapshot  # type: ignore[attr-defined]
+    torch._C._cuda_attach_out_of_memory_observer = _attach_out_of_memory_observer  # type: ignore[attr-defined]
     nvtx = _nvtx()
     cuda.nvtx = nvtx  # type: ignore[attr-defined]
     sys.modules["torch.cuda.nvtx"] = nvtx
