@@ -1,7 +1,7 @@
 """Network topologies: the `Topology` model, generators, file readers/writers and `load_topology`."""
 
 from phantora.topology.ecmp import ECMP_HASHES, hpcc_hash, splitmix_hash
-from phantora.topology.generators import GENERATORS, dgx_host, fat_tree, leaf_spine, rail_optimized
+from phantora.topology.generators import GENERATORS, dgx_host, fat_tree, leaf_spine, pcie_host, rail_optimized
 from phantora.topology.loader import find_topology, load_topology, shipped_dir, shipped_names
 from phantora.topology.model import Link, Node, Topology
 from phantora.topology.readers import read_hpcc, read_simai, write_hpcc, write_simai
@@ -20,6 +20,7 @@ __all__ = [
     "find_topology",
     "leaf_spine",
     "load_topology",
+    "pcie_host",
     "rail_optimized",
     "read_hpcc",
     "read_simai",

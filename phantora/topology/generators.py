@@ -1,4 +1,4 @@
-"""Topology generators: k-ary fat-tree, 2-tier leaf-spine, rail-optimised, DGX-like NVSwitch hosts.
+"""Topology generators: k-ary fat-tree, 2-tier leaf-spine, rail-optimised, DGX-like NVSwitch hosts, PCIe hosts.
 
 Every generator numbers nodes the SimAI way (GPUs first, host-major; then NVSwitches; then leaves;
 then spines; then cores), so rank i is GPU i and node ``gpu{i}``. Rates accept ``'400Gbps'`` or
@@ -9,6 +9,9 @@ CPU vendor (intel, amd or arm; NCCL's net overhead and multi-node LL ceiling fol
 DGX-like hosts (``gpus_per_host > 1``): the host's GPUs join one NVSwitch node (kind
 ``nvswitch``) at NVLink rate (from the ``gpu`` model: H100 = 3600 Gbps per direction) and each GPU
 has its own NIC link to a leaf, as in SimAI.
+
+PCIe hosts (``pcie_host``): the host's GPUs join one PCIe switch (kind ``switch``) at the GPU's PCIe rate (the
+``gpu`` model's host bandwidth: Gen4 x16 = 256 Gbps, Gen5 x16 = 512 Gbps per direction), no NVLink, no fabric.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from phantora.topology._util import Rate, Time, count, cpu_name, gpu_name, nvlin
 from phantora.topology.model import Topology
 
 DEFAULT_NVLINK_LATENCY = "25ns"
+DEFAULT_PCIE_GPU = "a100-pcie"  # pcie_host's GPU when none is named
 
 
 def _hosts(
@@ -263,9 +267,36 @@ def dgx_host(
     return topo.validate()
 
 
+def pcie_host(
+    gpus_per_host: int = 8,
+    *,
+    pcie_latency: Time = DEFAULT_NVLINK_LATENCY,
+    gpu: str | None = None,
+    cpu: str | None = None,
+    name: str | None = None,
+) -> Topology:
+    """One server of PCIe cards under one PCIe switch (NCCL's PIX path between any two): G GPUs, each on its own
+    x16 link at the GPU model's PCIe rate, no NVLink and no fabric. NCCL's per-hop PCIe latency is its tuner's
+    (phantora.collectives.nccl.tables.HW_LAT); `pcie_latency` is only the links' propagation."""
+    from phantora.perfmodel.gpus import get_gpu
+
+    gpus_per_host = count(gpus_per_host, "gpus_per_host", 2)
+    params = {"gpus_per_host": gpus_per_host, "pcie_latency": pcie_latency}
+    topo = _new("pcie_host", name or f"pcie{gpus_per_host}", gpu or DEFAULT_PCIE_GPU, params, cpu)
+    bps = int(get_gpu(topo.gpu_model or DEFAULT_PCIE_GPU).host_bw) * 8
+    lat = time_ns(pcie_latency, "pcie_latency")
+    gpus = _hosts(topo, 1, gpus_per_host, False, None, pcie_latency)[0]
+    sw = topo.add_node("switch", "pcisw0", host=0)
+    for g in gpus:
+        topo.add_link(g, sw, bps, lat)
+    topo.meta["pcie_bps"] = bps
+    return topo.validate()
+
+
 GENERATORS: dict[str, Callable[..., Topology]] = {
     "fat_tree": fat_tree,
     "leaf_spine": leaf_spine,
     "rail_optimized": rail_optimized,
     "dgx_host": dgx_host,
+    "pcie_host": pcie_host,
 }
