@@ -111,6 +111,29 @@ def test_empty_cache_frees_segments_max_entries_keeps_the_last_and_none_stops() 
     del z
 
 
+def test_expandable_segments_map_pages_at_the_end_of_one_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """expandable_segments:True: the large pool's one segment grows in 20 MiB pages (torch's segment_map); a 30 MiB
+    request after a 3 MiB one finds 17 MiB free at the end and maps one more page: 40 MiB, blocks 3 + 30 + 7."""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    s = new_session()
+    with ChargeMode(s):
+        memory_history.record(s.memory, lambda: 0.0)
+        kept = [torch.empty(3 * MIB, dtype=torch.uint8), torch.empty(30 * MIB, dtype=torch.uint8)]
+        sn = snap(s)
+        del kept
+        s.memory.allocator.empty_cache()
+        after = snap(s)
+    trace = sn["device_traces"][0]
+    mapped = [("segment_map", 20 * MIB), ("alloc", 3 * MIB), ("segment_map", 20 * MIB), ("alloc", 30 * MIB)]
+    assert actions(sn) == mapped
+    base = trace[0]["addr"]
+    assert [e["addr"] - base for e in trace] == [0, 0, 20 * MIB, 3 * MIB]
+    (seg,) = sn["segments"]
+    assert seg["is_expandable"] and seg["total_size"] == 40 * MIB and seg["address"] == base
+    assert [bl["size"] for bl in seg["blocks"]] == [3 * MIB, 30 * MIB, 7 * MIB]
+    assert actions(after)[-1] == ("segment_unmap", 40 * MIB) and after["segments"] == []
+
+
 def test_bad_arguments_are_refused_in_one_line() -> None:
     s = new_session()
     with pytest.raises(ValueError, match="context must be"):
@@ -145,7 +168,7 @@ def test_a_rank_records_snapshots_and_dumps_as_on_a_gpu(tmp_path: Path, tensors:
     assert seen["same_dump"] and seen["html"] and seen["devices"] == 1
     trace = [(a, size) for a, _, size, _ in seen["trace"]]
     assert trace == [
-        ("segment_alloc", 2 * MIB), ("alloc", 1024), ("segment_alloc", 20 * MIB), ("alloc", 3 * MIB),
+        ("segment_alloc", 2 * MIB), ("alloc", 1024), ("alloc", 3 * MIB),  # in the segment `before` made
         ("alloc", 512), ("alloc", 512), ("free_requested", 512), ("free_completed", 512),
         ("free_requested", 1024), ("free_completed", 1024),
         ("free_requested", 1200 * 1024), ("free_completed", 1200 * 1024),

@@ -32,10 +32,14 @@ from phantora.runtime.caching_allocator import SMALL_BUFFER, SMALL_SIZE, Caching
 
 BASE_ADDRESS = 0x7F0000000000  # where the rank's virtual device addresses start (as a CUDA VA range)
 ALIGN = SMALL_BUFFER
+EXPANDABLE_RANGE = 1 << 40  # virtual addresses kept for an expandable segment (1 TiB: more than any GPU holds)
 ENABLED = ("state", "all")
 CONTEXTS = (None, "state", "alloc", "all")
 STACKS = ("python", "all")
-ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "snapshot")
+ACTIONS = (
+    *("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map", "segment_unmap"),
+    *("oom", "snapshot"),
+)
 # torch._C._cuda_attach_out_of_memory_observer's observers: (device, bytes asked, bytes allocated, bytes free)
 OOM_OBSERVERS: list[Callable[[int, int, int, int], Any]] = []
 _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # phantora/
@@ -109,8 +113,8 @@ class SmallPlacement:
 def segment_address(seg: _Segment, space: AddressSpace) -> int:
     """The segment's address, given on first sight."""
     addr: int | None = getattr(seg, "addr", None)
-    if addr is None:
-        addr = seg.addr = space.take(seg.size)
+    if addr is None:  # an expandable segment grows at its end: it gets a range for the whole device's worth
+        addr = seg.addr = space.take(EXPANDABLE_RANGE if seg.expandable else seg.size)
     return addr
 
 
@@ -176,6 +180,8 @@ class MemoryHistory:
     def start(self) -> None:
         """Place the live small blocks, then put the recording methods in the instance dictionaries."""
         tr, alloc = self.tracker, self.tracker.allocator
+        for seg in large_segments(alloc):
+            segment_address(seg, self.space)
         for key, e in tr.live.items():
             if 0 < e.size <= SMALL_SIZE and self.small.address(key) is None:
                 self.small.place(key, e.size)
@@ -222,11 +228,17 @@ class MemoryHistory:
             if opened:
                 self._event("segment_alloc", addr, SMALL_BUFFER)
         else:
-            segments = tr.allocator.segments
+            alloc = tr.allocator
+            grown = alloc._expandable[1]
+            before = 0 if grown is None else grown.size
             type(tr)._reserve_block(tr, key, size)
-            block = tr.allocator._live[key]
-            if getattr(block.segment, "addr", None) is None or tr.allocator.segments != segments:
-                seg = block.segment
+            block = alloc._live[key]
+            seg = block.segment
+            if seg.expandable:  # pages mapped at its end (torch's segment_map)
+                more = seg.size - (before if seg is grown else 0)
+                if more > 0:
+                    self._event("segment_map", segment_address(seg, self.space) + seg.size - more, more)
+            elif getattr(seg, "addr", None) is None:  # every segment from before recording has its address
                 self._event("segment_alloc", segment_address(seg, self.space), seg.size)
             addr = block_address(block, self.space)
         self.frames[key] = frames
@@ -260,7 +272,8 @@ class MemoryHistory:
         for free in alloc._free:
             for b in free.blocks():
                 if b.prev is None and b.next is None:
-                    self._event("segment_free", segment_address(b.segment, self.space), b.segment.size)
+                    action = "segment_unmap" if b.segment.expandable else "segment_free"
+                    self._event(action, segment_address(b.segment, self.space), b.segment.size)
         CachingAllocator._release_free_segments(alloc)
         for addr in self.small.release_empty():
             self._event("segment_free", addr, SMALL_BUFFER)
