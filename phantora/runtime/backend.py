@@ -162,6 +162,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._s = session
         self._ranks = tuple(int(r) for r in ranks)
+        self._store = store
+        self._timeout = timeout
+        self._splits = 0
+        self.torch_backend = ""  # what torch on a CUDA build answers for this group (backend_name.py); "" = default's
         self._name = ""
         self._desc = ""
         self._coalescing: list[Pending] | None = None
@@ -188,7 +192,49 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         GPU with `init_process_group(device_id=...)`, as DeepSpeed does."""
         return self
 
-    supports_splitting = False  # new_group() makes new phantora groups instead of splitting this one
+    supports_splitting = True  # as ProcessGroupNCCL: torch splits it (split_group, DeviceMesh) under eager init
+    options = None  # torch deep-copies the parent's options into a split; a phantora group takes none
+
+    def split_group(
+        self,
+        ranks: Sequence[int],
+        timeout: datetime.timedelta | None = None,
+        opts: Any = None,
+        group_name: str = "",
+        group_desc: str = "",
+        device_types: Any = None,
+    ) -> PhantoraProcessGroup | None:
+        """ncclCommSplit as torch's `split_group` asks it: a new phantora group of this group's ranks `ranks`
+        (group ranks), the same collectives over their global ranks; None on a rank outside `ranks`."""
+        members = sorted(int(r) for r in ranks)
+        if self.rank() not in members:
+            return None
+        self._splits += 1
+        store = PrefixStore(f"phantora-split/{group_name}/", self._store)
+        global_ranks = [self._ranks[r] for r in members]
+        g = PhantoraProcessGroup(
+            store, members.index(self.rank()), len(members), timeout or self._timeout, global_ranks, self._s
+        )
+        g.torch_backend = self.torch_backend
+        g._set_group_name(dist.distributed_c10d.GroupName(group_name))
+        g._set_group_desc(group_desc or f"{self.group_desc}:split:{self._splits}")
+        return g
+
+    def comm_split_count(self) -> int:
+        """How many groups were split from this one (torch names a split's description by it)."""
+        return self._splits
+
+    def get_group_store(self) -> dist.Store:
+        return self._store
+
+    def eager_connect_single_device(self, device: Any) -> None:
+        """NCCL makes the communicator at init under eager init; a phantora group is ready when made."""
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """A rank outside a new group takes part in NCCL's split with no colour; phantora has nothing to do."""
+
+    def _set_sequence_number_for_group(self) -> None:
+        """torch numbers a split group's collectives through its backend; phantora tracks its own."""
 
     def name(self) -> str:
         return BACKEND
@@ -690,6 +736,8 @@ def _map_backend(backend: Any) -> Any:
 
 def use_as_default() -> None:
     """Make `phantora` the default backend: init_process_group() and "nccl" requests get it; "gloo" stays gloo."""
+    from phantora.runtime import backend_name  # it imports this module
+
     register()
     dist.Backend.default_device_backend_map["cpu"] = BACKEND
     dist.Backend.default_device_backend_map["cuda"] = BACKEND
@@ -705,24 +753,35 @@ def use_as_default() -> None:
         if s is not None and s.phantom and not args and "store" not in kwargs and "init_method" not in kwargs:
             # phantom groups exchange nothing: a process-local store, no rendezvous with other processes
             kwargs.update(store=dist.HashStore(), rank=s.rank, world_size=s.world_size)
-        return orig_init(_map_backend(backend), *args, **kwargs)
+        out = orig_init(_map_backend(backend), *args, **kwargs)
+        pg = c10d._get_default_group()
+        if isinstance(pg, PhantoraProcessGroup):
+            pg.torch_backend = backend_name.cuda_name(backend, kwargs.get("device_id"))
+        return out
 
     @functools.wraps(orig_new)
     def new_group(*args: Any, **kwargs: Any) -> Any:
+        asked = kwargs.get("backend", args[2] if len(args) > 2 else None)
         if "backend" in kwargs:
             kwargs["backend"] = _map_backend(kwargs["backend"])
         elif len(args) > 2:
             args = (*args[:2], _map_backend(args[2]), *args[3:])
-        return orig_new(*args, **kwargs)
+        pg = orig_new(*args, **kwargs)
+        if asked and isinstance(pg, PhantoraProcessGroup):  # no backend: the default group's name (name_of)
+            pg.torch_backend = backend_name.cuda_name(asked)
+        return pg
 
     init_process_group._phantora = True  # type: ignore[attr-defined]
     batch = _grouped_batch(c10d.batch_isend_irecv)
     default_for = _nccl_for_cuda(c10d.get_default_backend_for_device)
+    get_backend = backend_name.get_backend_as_cuda(c10d.get_backend)
+    c10d._new_process_group_helper = backend_name.bind_device(c10d._new_process_group_helper)
     for mod in (c10d, dist):
         mod.init_process_group = init_process_group
         mod.new_group = new_group
         mod.batch_isend_irecv = batch
         mod.get_default_backend_for_device = default_for
+        mod.get_backend = get_backend
     if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1
         dist.set_timeout = _set_timeout
 
