@@ -736,7 +736,7 @@ def _map_backend(backend: Any) -> Any:
 
 def use_as_default() -> None:
     """Make `phantora` the default backend: init_process_group() and "nccl" requests get it; "gloo" stays gloo."""
-    from phantora.runtime import backend_name  # it imports this module
+    from phantora.runtime import backend_name
 
     register()
     dist.Backend.default_device_backend_map["cpu"] = BACKEND
@@ -774,8 +774,8 @@ def use_as_default() -> None:
     init_process_group._phantora = True  # type: ignore[attr-defined]
     batch = _grouped_batch(c10d.batch_isend_irecv)
     default_for = _nccl_for_cuda(c10d.get_default_backend_for_device)
-    get_backend = backend_name.get_backend_as_cuda(c10d.get_backend)
-    c10d._new_process_group_helper = backend_name.bind_device(c10d._new_process_group_helper)
+    get_backend = backend_name.get_backend_as_cuda(c10d.get_backend, PhantoraProcessGroup, BACKEND)
+    c10d._new_process_group_helper = backend_name.bind_device(c10d._new_process_group_helper, PhantoraProcessGroup)
     for mod in (c10d, dist):
         mod.init_process_group = init_process_group
         mod.new_group = new_group
