@@ -10,7 +10,13 @@ through torch.compile, which refuses a rank's dispatch mode). A rank's dispatch 
   reference's score matrices are B x H x Lq x Lkv, which the fused kernel never holds);
 - the time is the flash-attention kernel's for the same query, key and value shapes (the compute
   model's attention formula), causal when the block mask keeps at most 3/4 of the blocks. In phantom
-  mode the mask has no values, and it is taken as causal, the mask of language-model training;
+  mode the mask has no values, and it is taken as causal, the mask of language-model training.
+  FlexAttention's kernel is inductor's own Triton template (flash-style: tiles, online softmax), not one of
+  sdpa's backends (simcuda/sdp_choice.py), so it keeps this charge whatever sdpa would pick: in bf16/fp16 it
+  is what sdpa's flash kernel costs; in fp32 its dots take torch's fp32 matmul precision
+  (inductor's `get_float32_precision`: IEEE fp32 on CUDA cores at "highest", else TF32), which is how the
+  compute model times an fp32 flash call, where sdpa's fp32 pick, the efficient kernel, always runs 3 TF32
+  products (compute._FAST_F32);
 - the outputs count as device memory, and are cuda tensors again when the inputs were.
 """
 

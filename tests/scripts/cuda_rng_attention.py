@@ -45,22 +45,28 @@ y = checkpoint(lambda t: F.dropout(t, 0.5, training=True), x, use_reentrant=Fals
 y.sum().backward()
 out["checkpoint_mask_replayed"] = torch.equal(x.grad.cpu(), (y.detach().cpu() != 0).float() * 2)
 
-# FlexAttention with a causal block mask: SDPA's values and gradients, and the flash kernel's time.
+# FlexAttention with a causal block mask: SDPA's values and gradients (fp32), then both timed in bf16 and fp32.
 B, H, S, D = 2, 4, 256, 32
 mask = create_block_mask(lambda b, h, q, kv: q >= kv, B, H, S, S, device="cuda")
 q, k, v = (torch.randn(B, H, S, D, device="cuda", requires_grad=True) for _ in range(3))
 ref_in = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-ev[0].record()
 o = flex_attention(q, k, v, block_mask=mask)
-ev[1].record()
 ref = F.scaled_dot_product_attention(*ref_in, is_causal=True)
-ev[2].record()
 out["flex_device"] = str(o.device)
 out["flex_max_diff"] = float((o - ref).abs().max())
 o.sum().backward()
 ref.sum().backward()
 out["flex_grad_max_diff"] = max(float((t.grad - r.grad).abs().max()) for t, r in zip((q, k, v), ref_in, strict=True))
+half = [t.detach().to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+half_ref = [t.detach().clone().requires_grad_() for t in half]
+ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+ev[0].record()
+o16 = flex_attention(*half, block_mask=mask)
+ev[1].record()
+ref16 = F.scaled_dot_product_attention(*half_ref, is_causal=True)
+ev[2].record()
+o16.float().sum().backward()
+ref16.float().sum().backward()
 out["flex_ms"] = ev[0].elapsed_time(ev[1])
 out["sdpa_ms"] = ev[1].elapsed_time(ev[2])
 
