@@ -7,8 +7,15 @@
 
 For each size: wall time, live processes, the ranks' summed peak RSS, and torchtitan's own steady-step
 log line (tokens/s/GPU, MFU, memory) beside its published figures (8x H100 Llama 3.1 8B: 5,762
-tokens/s/GPU; 64x A100 Llama 3 8B: 2,904). The run uses torchtitan's config with the flags torch 2.13
-needs (docs/runtime.md), a generated tokenizer and corpus, and 3 steps.
+tokens/s/GPU, torchtitan docs/performance.md Table 1 "FSDP", eager; 64x A100 Llama 3 8B: 2,904). The run uses
+torchtitan's config with the flags torch 2.13 needs (docs/runtime.md), a generated tokenizer and corpus, and 3 steps.
+
+Each size runs twice (`--torch`): as the published run's torch ran it on its GPUs (PHANTORA_TORCH_VERSION, below)
+and as the installed torch runs it. They differ where the releases' CUDA kernels do: from torch 2.9 RMSNorm is one
+fused kernel each way, before it the composite's ops (phantora/runtime/simcuda/torch_release.py). The published
+runs predate 2.9: Table 1 is the torchtitan paper's (arXiv 2410.06511, October 2024), taken as torch 2.5 (released
+2024-10-17); the A100 table is torchtitan's first (spring 2024), taken as torch 2.3. Only whether each is before 2.9
+matters to the model.
 
 The local batch is the published runs' (2 on the H100s, 1 on the A100s). torchtitan's memory figure is
 the caching allocator's peak *reserved* memory, on a real GPU and here (phantora's allocator model);
@@ -38,6 +45,7 @@ from phantora.launcher import RunConfig, launch  # noqa: E402
 
 TOPOLOGY = {8: "testbed16", 64: "rail128", 128: "rail128", 1024: "leafspine1024"}
 PUBLISHED = {"h100": 5762, "a100": 2904}  # tokens/s/GPU, torchtitan's docs (8x H100, 64x A100)
+PUBLISHED_TORCH = {"h100": "2.5", "a100": "2.3"}  # the torch those runs took (the docstring says why)
 BATCH = {"h100": 2, "a100": 1}  # the local batch of those published runs (docs/validation.md)
 # The GPU of those published runs: torchtitan's H100s are the Grand Teton hosts' 500 W parts with 96 GB HBM2e
 # (docs/gpus.md); `--gpu h100-sxm` runs the 700 W SXM part instead.
@@ -51,7 +59,12 @@ def main() -> None:
     parser.add_argument("--gpu", default="h100", choices=sorted(VARIANT))
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--alloc-conf", default="", help="PYTORCH_CUDA_ALLOC_CONF for the ranks")
+    parser.add_argument(
+        "--torch", nargs="+", default=["published", "installed"], choices=["published", "installed"],
+        help="the torch each run stands for: the published run's, or the installed one",
+    )  # fmt: skip
     args = parser.parse_args()
+    import torch
     import torchtitan
 
     train = str(Path(torchtitan.__file__).parent / "train.py")
@@ -65,12 +78,15 @@ def main() -> None:
         "--training.local_batch_size", str(BATCH[args.gpu.removesuffix("-sxm")]),
     ]  # fmt: skip
     published = PUBLISHED[args.gpu.removesuffix("-sxm")]
+    stacks = {"published": PUBLISHED_TORCH[args.gpu.removesuffix("-sxm")], "installed": torch.__version__}
     print(f"torchtitan llama3_8b, phantom, flow network, {VARIANT[args.gpu]}; published {published} tokens/s/GPU")
-    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "vs pub", "MFU %", "mem GiB", "alloc GiB")
-    head += ("steps GiB",)
-    print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>7} {:>6} {:>8} {:>9} {:>9}".format(*head))
-    env = {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
-    for n in args.gpus:
+    head = ("GPUs", "topology", "torch", "live", "wall s", "RSS MiB", "tok/s/GPU", "vs pub", "MFU %", "mem GiB")
+    head += ("alloc GiB", "steps GiB")
+    print("{:>5} {:>14} {:>11} {:>5} {:>7} {:>8} {:>10} {:>7} {:>6} {:>8} {:>9} {:>9}".format(*head))
+    for n, stack in ((n, stack) for n in args.gpus for stack in args.torch):
+        version = stacks[stack]
+        env = {"PHANTORA_TORCH_VERSION": version}
+        env |= {"PYTORCH_CUDA_ALLOC_CONF": args.alloc_conf} if args.alloc_conf else {}
         gpu = VARIANT[args.gpu]
         cfg = RunConfig(train, flags, TOPOLOGY[n], nproc=n, gpu=gpu, tensors="phantom", timeout_s=3600, env=env)
         t0 = time.perf_counter()
@@ -82,7 +98,8 @@ def main() -> None:
         tps = int(last[2].replace(",", ""))
         steps_peak = max(s["memory"]["step_peak_bytes"][1:] or [0])  # the steady steps' peak (step 0 aside)
         print(
-            f"{n:>5} {TOPOLOGY[n]:>14} {s['live_processes']:>5} {wall:>7.1f} {s.get('peak_rss_mb_total', 0):>8.0f} "
+            f"{n:>5} {TOPOLOGY[n]:>14} {version.split('+')[0]:>11} {s['live_processes']:>5} {wall:>7.1f} "
+            f"{s.get('peak_rss_mb_total', 0):>8.0f} "
             f"{tps:>10} {(tps / published - 1) * 100:>+6.1f}% {float(last[3]):>6.2f} {float(last[1]):>8.2f} "
             f"{s['memory']['peak_bytes'] / 2**30:>9.2f} {steps_peak / 2**30:>9.2f}"
         )

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from phantora.errors import InputError
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import DEFAULT_LAUNCH_NS
 from phantora.runtime import session as session_module
@@ -24,7 +25,7 @@ from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
 from phantora.runtime.nonet import NoNetworkClient
 from phantora.runtime.session import RankSession
-from phantora.runtime.simcuda import cuda_only, device
+from phantora.runtime.simcuda import cuda_only, device, torch_release
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 
 ROWS, D = 64, 1024
@@ -40,7 +41,7 @@ def charged(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[RankSession, list
     """A rank's session under the roofline, as a rank has it (no device guard: no autograd on cuda tensors here),
     and the (name, ns) of every op it charges."""
     monkeypatch.setattr(device, "_installed", True)
-    cuda_only.register_fused_rms_norm()
+    cuda_only.register_fused_rms_norm(torch_release.FUSED_RMS_NORM)
     s = RankSession(0, 1, NoNetworkClient(), Roofline(H100, launch_ns=DEFAULT_LAUNCH_NS), trace_level="none")
     seen: list[tuple[str, int]] = []
     charge = s.charge
@@ -109,7 +110,7 @@ def test_the_fused_op_saves_rstd_and_its_backward_is_one_kernel(
 
 def test_a_cpu_tensor_keeps_torchs_composite() -> None:
     """The CUDA kernel is for (simulated) CUDA tensors only: on CPU, autograd still differentiates the composite."""
-    cuda_only.register_fused_rms_norm()
+    cuda_only.register_fused_rms_norm(torch_release.FUSED_RMS_NORM)
     x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(8, dtype=torch.float64, requires_grad=True)
     y = torch.nn.functional.rms_norm(x, [8], w, 1e-6)
@@ -151,3 +152,55 @@ def test_a_ranks_rms_norm_forward_and_backward_are_two_kernels(tmp_path: Path, t
                 assert case[key] < 1e-5, (name, key)
     if tensors == "real":
         assert seen["torch"]["rstd_error"] < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("text", "want"), [("2.5", (2, 5)), ("2.5.1", (2, 5)), ("v2.8.0", (2, 8)), ("2.6.0.dev20241015+cu124", (2, 6))]
+)
+def test_the_modelled_torch_is_phantora_torch_version(text: str, want: tuple[int, int]) -> None:
+    assert torch_release.modelled({torch_release.VAR: text}) == want
+    assert torch_release.modelled({}) == tuple(int(p) for p in torch.__version__.split(".")[:2])
+
+
+def test_a_bad_torch_version_names_the_variable() -> None:
+    with pytest.raises(InputError, match="PHANTORA_TORCH_VERSION='two' is not a torch version") as err:
+        torch_release.modelled({torch_release.VAR: "two"})
+    assert err.value.field == torch_release.VAR
+
+
+# torch's composite rms_norm (layer_norm.cpp, rms_norm_symint), one aten op each: x^2, its mean over the normalised
+# dims, + eps, rsqrt, x * rstd, * weight; a half input is first upcast to fp32 and the result cast back (_to_copy).
+COMPOSITE = ["aten.pow", "aten.mean", "aten.add_", "aten.rsqrt", "aten.mul", "aten.mul"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("version", [(2, 5), (2, 8), (2, 9), (2, 13)])
+def test_rms_norm_is_fused_from_torch_2_9_and_the_composite_before(
+    charged: tuple[RankSession, list[tuple[str, int]]],
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: torch.dtype,
+    version: tuple[int, int],
+) -> None:
+    """torch's CUDA kernel for `_fused_rms_norm` first shipped in 2.9: modelling 2.9 on, RMSNorm is 1 kernel; before
+    it, the composite's 6 ops (fp32) or 8 (bf16: the upcast and the cast back), with the same values."""
+    s, seen = charged
+    monkeypatch.setenv(torch_release.VAR, f"{version[0]}.{version[1]}.0")
+    try:
+        fused = cuda_only.register_fused_rms_norm()
+        torch.manual_seed(2)
+        host_x, host_w = torch.randn(ROWS, D).to(dtype), (1 + torch.rand(D)).to(dtype)
+        x, w = SimCudaTensor(host_x, 0), SimCudaTensor(host_w, 0)
+        with ChargeMode(s):
+            y = torch.nn.functional.rms_norm(x, [D], w, 1e-6)
+    finally:
+        cuda_only.register_fused_rms_norm(torch_release.installed())
+    names = [n for n, _ in seen]
+    assert fused is (version >= (2, 9))
+    if fused:
+        assert names == ["aten._fused_rms_norm"]
+    else:
+        half = dtype == torch.bfloat16
+        assert sorted(names) == sorted(COMPOSITE + ["aten._to_copy"] * (2 if half else 0))
+        assert len(names) == (8 if half else 6)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(y.elem.double(), _closed_form(host_x, host_w, 1e-6)[0], rtol=tol, atol=tol)

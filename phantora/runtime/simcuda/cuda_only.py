@@ -9,10 +9,11 @@ one kernel a GPU launches:
   ``F.rms_norm``) and the simulated apex's (apex_norm.py). A CUDA build runs each as one kernel: ``rms_norm`` calls
   ``_fused_rms_norm`` (torch's layer_norm.cpp; a complex or channels-last input, or a weight whose dtype differs from
   the input's, takes the composite instead), whose autograd saves rstd for ``_fused_rms_norm_backward``. On this CPU
-  build ``_fused_rms_norm`` has no CUDA kernel, so autograd would decompose it into its five composite ops;
+  build ``_fused_rms_norm`` has no CUDA kernel, so autograd would decompose it into its composite ops;
   `register_fused_rms_norm` gives it one, so a simulated-GPU tensor takes the CUDA path: autograd records the fused
   backward and the forward reaches the device as the one op. Each is computed here from its closed form by several
-  torch ops that run uncharged, and charged once, as the one kernel (`one_kernel`).
+  torch ops that run uncharged, and charged once, as the one kernel (`one_kernel`). That CUDA kernel is torch 2.9's:
+  modelling an older torch (PHANTORA_TORCH_VERSION, torch_release.py), RMSNorm is charged as the composite it ran.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from phantora.runtime.simcuda import attention
+from phantora.runtime.simcuda import attention, torch_release
 
 RMS_NORM = torch.ops.aten._fused_rms_norm.default
 RMS_NORM_BACKWARD = torch.ops.aten._fused_rms_norm_backward.default
@@ -66,15 +67,21 @@ def rms_norm(
     return y.to(input.dtype).contiguous(), rstd.contiguous()
 
 
-def register_fused_rms_norm() -> None:
-    """Give ``aten._fused_rms_norm`` a CUDA kernel (`rms_norm`), as a CUDA build has: autograd on a simulated-GPU
-    tensor then records the op with its fused backward instead of decomposing it. A simulated-GPU tensor never
-    reaches this kernel (its Python key comes first and runs `KERNELS`); CPU tensors keep torch's composite."""
-    if _LIBRARY:
-        return
-    lib = torch.library.Library("aten", "IMPL")
-    lib.impl("_fused_rms_norm", rms_norm, "CUDA")
-    _LIBRARY.append(lib)
+def register_fused_rms_norm(version: tuple[int, int] | None = None) -> bool:
+    """Give ``aten._fused_rms_norm`` a CUDA kernel (`rms_norm`) if torch `version` (default: the modelled one,
+    PHANTORA_TORCH_VERSION, torch_release.py) has one, as its CUDA build does: autograd on a simulated-GPU tensor then
+    records the op with its fused backward instead of decomposing it. An older torch's takes none (any given before
+    is withdrawn), so its RMSNorm runs as the composite's ops. A simulated-GPU tensor never reaches this kernel (its
+    Python key comes first and runs `KERNELS`); CPU tensors keep torch's composite. Returns whether it is given."""
+    if not torch_release.fuses_rms_norm(torch_release.modelled() if version is None else version):
+        while _LIBRARY:
+            _LIBRARY.pop()._destroy()
+        return False
+    if not _LIBRARY:
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("_fused_rms_norm", rms_norm, "CUDA")
+        _LIBRARY.append(lib)
+    return True
 
 
 def rms_norm_backward(

@@ -82,7 +82,7 @@ def install(gpu: Any, device_count: int, phantom: bool) -> None:
     patch_set_data()
     checkpoint.install()  # torch.load onto the simulated GPU
     phantom_mode.use_fused_attention()  # a GPU runs SDPA as one flash kernel, in real and phantom mode alike
-    cuda_only.register_fused_rms_norm()  # and RMSNorm as one fused kernel each way
+    cuda_only.register_fused_rms_norm()  # and RMSNorm as one fused kernel each way, from torch 2.9
     _installed = True
 
 
