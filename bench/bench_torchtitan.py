@@ -80,9 +80,9 @@ def main() -> None:
     published = PUBLISHED[args.gpu.removesuffix("-sxm")]
     stacks = {"published": PUBLISHED_TORCH[args.gpu.removesuffix("-sxm")], "installed": torch.__version__}
     print(f"torchtitan llama3_8b, phantom, flow network, {VARIANT[args.gpu]}; published {published} tokens/s/GPU")
-    head = ("GPUs", "topology", "torch", "live", "wall s", "RSS MiB", "tok/s/GPU", "vs pub", "MFU %", "mem GiB")
-    head += ("alloc GiB", "steps GiB")
-    print("{:>5} {:>14} {:>11} {:>5} {:>7} {:>8} {:>10} {:>7} {:>6} {:>8} {:>9} {:>9}".format(*head))
+    head = ("GPUs", "topology", "live", "wall s", "RSS MiB", "tok/s/GPU", "vs pub", "MFU %", "mem GiB", "alloc GiB")
+    head += ("steps GiB", "torch")
+    print("{:>5} {:>14} {:>5} {:>7} {:>8} {:>10} {:>7} {:>6} {:>8} {:>9} {:>9} {:>7}".format(*head))
     for n, stack in ((n, stack) for n in args.gpus for stack in args.torch):
         version = stacks[stack]
         env = {"PHANTORA_TORCH_VERSION": version}
@@ -98,10 +98,9 @@ def main() -> None:
         tps = int(last[2].replace(",", ""))
         steps_peak = max(s["memory"]["step_peak_bytes"][1:] or [0])  # the steady steps' peak (step 0 aside)
         print(
-            f"{n:>5} {TOPOLOGY[n]:>14} {version.split('+')[0]:>11} {s['live_processes']:>5} {wall:>7.1f} "
-            f"{s.get('peak_rss_mb_total', 0):>8.0f} "
+            f"{n:>5} {TOPOLOGY[n]:>14} {s['live_processes']:>5} {wall:>7.1f} {s.get('peak_rss_mb_total', 0):>8.0f} "
             f"{tps:>10} {(tps / published - 1) * 100:>+6.1f}% {float(last[3]):>6.2f} {float(last[1]):>8.2f} "
-            f"{s['memory']['peak_bytes'] / 2**30:>9.2f} {steps_peak / 2**30:>9.2f}"
+            f"{s['memory']['peak_bytes'] / 2**30:>9.2f} {steps_peak / 2**30:>9.2f} {version.split('+')[0]:>7}"
         )
 
 
