@@ -16,6 +16,7 @@ import pytest
 from test_runtime_e2e import GPT_ARGS, losses, run_gloo, star
 
 from bridge.errors import BridgeError
+from phantora.collectives.nccl.tables import MODEL_NCCL_VERSION
 from phantora.launcher import RunConfig, RunReport, launch
 from phantora.perfmodel.gpus import get_gpu
 from phantora.runtime.memory import capacity_of
@@ -73,6 +74,8 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     assert seen["flash_fp32"] == "No available kernel. Aborting execution."  # torch's own error
     assert max(seen["sdpa_masked_math"]) < 1e-5  # a boolean mask (efficient) and sdpa_kernel(MATH): the same values
     assert seen["flash_available"]  # torch's CUDA wheels are built with flash attention (USE_FLASH_ATTENTION)
+    # torch.cuda.nccl.version() (c10d logging and DCP call it once get_backend() says "nccl"): the modelled NCCL
+    assert seen["nccl_version"] == [*MODEL_NCCL_VERSION, 0]
     # autocast(device_type="cuda") runs a Linear in fp16; GradScaler("cuda") keeps torch's init_scale 2**16 after a
     # finite step (it grows only after growth_interval = 2000 such steps)
     assert seen["amp"] == ["torch.float16", True, True, 65536.0]

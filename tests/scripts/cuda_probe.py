@@ -126,6 +126,7 @@ try:  # flash takes fp16/bf16 only: an fp32 call with only flash allowed has no 
 except RuntimeError as exc:
     out["flash_fp32"] = str(exc)
 out["flash_available"] = torch.backends.cuda.is_flash_attention_available()
+out["nccl_version"] = list(torch.cuda.nccl.version())
 # GradScaler and autocast with device_type="cuda"
 lin = torch.nn.Linear(64, 64).cuda()
 scaler = torch.amp.GradScaler("cuda")

@@ -131,7 +131,7 @@ def _qps(env: Mapping[str, str]) -> int:
     return qps
 
 
-def _version(env: Mapping[str, str]) -> tuple[int, int]:
+def nccl_version_of(env: Mapping[str, str]) -> tuple[int, int]:
     """PHANTORA_NCCL_VERSION (`2.26`, `2.26.2` or `2.26.2-1`): the (major, minor) of the NCCL that ran; unset: the
     NCCL whose model phantora restates (tables.MODEL_NCCL_VERSION)."""
     var = "PHANTORA_NCCL_VERSION"
@@ -205,6 +205,6 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         qps_per_conn=_qps(env),
         split_data_on_qps=_int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0,
         net_peer_channels=_net_peer_channels(env),
-        nccl_version=_version(env),
+        nccl_version=nccl_version_of(env),
         raw=raw,
     )

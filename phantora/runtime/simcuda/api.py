@@ -371,6 +371,19 @@ def _nvtx() -> types.ModuleType:
     return mod
 
 
+def nccl_version() -> tuple[int, int, int]:
+    """`torch.cuda.nccl.version()` as a CUDA build answers it: the NCCL whose model the run follows
+    (PHANTORA_NCCL_VERSION, else the one phantora restates), patch 0 where that names none."""
+    import os
+    import re
+
+    from phantora.collectives.nccl.settings import nccl_version_of
+
+    major, minor = nccl_version_of(os.environ)
+    m = re.fullmatch(r"v?\d+\.\d+\.(\d+)(?:-\d+)?", os.environ.get("PHANTORA_NCCL_VERSION", "").strip())
+    return major, minor, int(m.group(1)) if m else 0
+
+
 def install(gpu: Any, count: int) -> None:
     """Make `torch.cuda` (and friends) answer as `count` simulated GPUs of type `gpu` (a perfmodel GpuSpec)."""
     import sys
@@ -451,6 +464,7 @@ def install(gpu: Any, count: int) -> None:
     torch.version.cuda = CUDA_VERSION  # type: ignore[misc]
     torch.backends.cuda.is_built = lambda: True  # type: ignore[assignment]
     torch.backends.cuda.is_flash_attention_available = lambda: True  # type: ignore[assignment]  # CUDA wheels have it
+    torch.cuda.nccl.version = nccl_version  # type: ignore[assignment]  # torch._C has no NCCL on this build
     torch.backends.cudnn.is_available = lambda: True  # type: ignore[assignment]
     torch.backends.cudnn.version = lambda: CUDNN_VERSION  # type: ignore[assignment]
     _install_accelerator()
