@@ -185,3 +185,14 @@ def test_a_checkpoint_stall_in_the_merged_steps_is_storage_not_exposed_time(tmp_
     (parts / "rank1.jsonl").write_text(json.dumps({**line, "storage_ns": 10, "storage_bytes": 100}) + "\n")
     [step] = run_dir.merge_steps(tmp_path, [0, 1])
     assert (step["storage_ns"], step["storage_bytes"], step["exposed_ns"]) == (30, 400, 10)
+
+
+def test_versions_record_the_torch_the_simulated_gpu_stands_for(monkeypatch) -> None:
+    """PHANTORA_TORCH_VERSION moves step times (torch_release.py), so config.json's versions record it; unset, the
+    installed torch."""
+    from phantora.results.provenance import versions
+
+    monkeypatch.delenv("PHANTORA_TORCH_VERSION", raising=False)
+    assert versions()["torch_modelled"] == versions()["torch"]
+    monkeypatch.setenv("PHANTORA_TORCH_VERSION", "2.5")
+    assert versions()["torch_modelled"] == "2.5"

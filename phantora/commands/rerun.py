@@ -117,7 +117,11 @@ def _version_note(then: dict[str, Any] | None) -> None:
     from phantora.results.provenance import versions
 
     now = versions()
-    changed = [f"{k} {then.get(k)} -> {now[k]}" for k in ("phantora", "ns3", "torch") if then and then.get(k) != now[k]]
+    changed = [
+        f"{k} {then.get(k)} -> {now[k]}"
+        for k in ("phantora", "ns3", "torch", "torch_modelled")
+        if then and k in then and then.get(k) != now[k]
+    ]
     if changed:
         print(f"note: the versions differ from the run's ({', '.join(changed)}): results may differ")
 

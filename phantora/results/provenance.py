@@ -52,6 +52,8 @@ def versions() -> dict[str, str | None]:
     return {
         "phantora": version("phantora"),
         "torch": version("torch"),
+        # the torch release the simulated GPU's kernels stand for (PHANTORA_TORCH_VERSION; simcuda/torch_release.py)
+        "torch_modelled": os.environ.get("PHANTORA_TORCH_VERSION", "").strip() or version("torch"),
         "ns3": version("ns3"),
         "python": platform.python_version(),
     }
