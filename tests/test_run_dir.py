@@ -72,13 +72,16 @@ def test_steps_merge_as_the_slowest_rank_ends_them(tmp_path: Path) -> None:
 
 def test_a_run_killed_mid_way_keeps_its_finished_steps_and_says_what_happened(tmp_path: Path) -> None:
     seen: list[dict] = []  # progress: told of each step as every live rank finishes it
-    cfg = RunConfig(str(SCRIPT), ["--steps", "5"], "testbed16", nproc=2, out_dir=tmp_path / "full", on_step=seen.append)
+    env = {"PHANTORA_TORCH_VERSION": "2.5"}  # given to the ranks only: config.json records it as they had it
+    cfg = RunConfig(str(SCRIPT), ["--steps", "5"], "testbed16", nproc=2, out_dir=tmp_path / "full",
+                    on_step=seen.append, env=env)  # fmt: skip
     full = launch(cfg)
     assert run_dir.read_status(tmp_path / "full")["state"] == "complete"
+    assert json.loads((tmp_path / "full" / "config.json").read_text())["versions"]["torch_modelled"] == "2.5"
     assert [s["end_ns"] for s in seen] == [s["end_ns"] for s in full.summary["steps"]]
     died = tmp_path / "died"
     with pytest.raises(PhantoraError, match="rank 1"):
-        launch(RunConfig(str(SCRIPT), ["--steps", "5", "--die-at", "3"], "testbed16", nproc=2, out_dir=died))
+        launch(RunConfig(str(SCRIPT), ["--steps", "5", "--die-at", "3"], "testbed16", nproc=2, out_dir=died, env=env))
     status = run_dir.read_status(died)
     assert status is not None and status["state"] == "failed" and status["rank"] == 1
     assert status["steps_finished"] == 3 and "SIGKILL" in status["reason"]
@@ -187,12 +190,25 @@ def test_a_checkpoint_stall_in_the_merged_steps_is_storage_not_exposed_time(tmp_
     assert (step["storage_ns"], step["storage_bytes"], step["exposed_ns"]) == (30, 400, 10)
 
 
-def test_versions_record_the_torch_the_simulated_gpu_stands_for(monkeypatch) -> None:
-    """PHANTORA_TORCH_VERSION moves step times (torch_release.py), so config.json's versions record it; unset, the
-    installed torch."""
+def test_versions_record_the_torch_the_simulated_gpu_stands_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PHANTORA_TORCH_VERSION moves step times (torch_release.py), so config.json's versions record it as the ranks
+    get it (this process's environment under RunConfig.env); unset, the installed torch. A rerun, whose ranks get
+    the run's recorded env again, notes only a real difference."""
+    from phantora.commands.rerun import _version_note
     from phantora.results.provenance import versions
 
-    monkeypatch.delenv("PHANTORA_TORCH_VERSION", raising=False)
-    assert versions()["torch_modelled"] == versions()["torch"]
-    monkeypatch.setenv("PHANTORA_TORCH_VERSION", "2.5")
+    var = "PHANTORA_TORCH_VERSION"
+    monkeypatch.delenv(var, raising=False)
+    installed = versions()["torch"]
+    assert installed and versions()["torch_modelled"] == installed
+    assert versions({var: "2.5"})["torch_modelled"] == "2.5"
+    monkeypatch.setenv(var, "2.5")
     assert versions()["torch_modelled"] == "2.5"
+    then = versions()
+    monkeypatch.delenv(var)
+    _version_note(then, {"env": {var: "2.5"}})
+    assert capsys.readouterr().out == ""
+    _version_note(then, {"env": {}})
+    assert f"torch_modelled 2.5 -> {installed}" in capsys.readouterr().out

@@ -113,10 +113,12 @@ def recorded_engine(options: dict[str, Any]) -> Any:
     return engine_spec_from_flags(network, window_ns=old.get("window_ns"), scenario=old.get("scenario"), **flags)
 
 
-def _version_note(then: dict[str, Any] | None) -> None:
+def _version_note(then: dict[str, Any] | None, options: dict[str, Any]) -> None:
+    """Say which recorded versions differ now; the modelled torch is the one the rerun's ranks get (this shell's
+    environment under the run's recorded `env`)."""
     from phantora.results.provenance import versions
 
-    now = versions()
+    now = versions({**os.environ, **(options.get("env") or {})})
     changed = [
         f"{k} {then.get(k)} -> {now[k]}"
         for k in ("phantora", "ns3", "torch", "torch_modelled")
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if "inputs" not in doc:
         print("note: this run recorded no input digests (an older phantora): its input files are not checked")
     check_all(doc.get("inputs") or {}, where)  # the options name them as the run did, from the same directory
-    _version_note(doc.get("versions"))
+    _version_note(doc.get("versions"), doc.get("options") or {})
     options: dict[str, Any] = dict(doc["options"])
     for name in SIDE_OUTPUTS.get(kind, ()):
         if options.get(name):

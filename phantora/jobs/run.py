@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -197,7 +198,7 @@ def launch_jobs(
         }
         files = {"--jobs": spec.source, **{f"job {j.name}": j.source for j in spec.jobs}}
         provenance.write_config(out, options=options, topo=topo, packet=packet, command=base.command,
-                                inputs=files, rerun_of=base.rerun_of)  # fmt: skip
+                                inputs=files, rerun_of=base.rerun_of, env={**os.environ, **base.env})  # fmt: skip
         t0 = time.monotonic()
         try:
             report = _run(ctx, gpu, engine, model_opts, on_step)

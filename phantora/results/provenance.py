@@ -40,8 +40,10 @@ def topology_digest(topo: Topology) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def versions() -> dict[str, str | None]:
-    """Versions of what computed the results."""
+def versions(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """Versions of what computed the results; `env`: the ranks' environment (default this process's), which
+    names the modelled torch."""
+    env = os.environ if env is None else env
 
     def version(dist: str) -> str | None:
         try:
@@ -53,7 +55,7 @@ def versions() -> dict[str, str | None]:
         "phantora": version("phantora"),
         "torch": version("torch"),
         # the torch release the simulated GPU's kernels stand for (PHANTORA_TORCH_VERSION; simcuda/torch_release.py)
-        "torch_modelled": os.environ.get("PHANTORA_TORCH_VERSION", "").strip() or version("torch"),
+        "torch_modelled": env.get("PHANTORA_TORCH_VERSION", "").strip() or version("torch"),
         "ns3": version("ns3"),
         "python": platform.python_version(),
     }
@@ -93,9 +95,11 @@ def write_config(
     kind: str = "run",
     inputs: Mapping[str, str | Path | None] | None = None,
     rerun_of: dict[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Path:
     """Write out/config.json; `kind` is the command that wrote the run: run, replay or netsim; `inputs` the files
-    it reads, by name (recorded by content); `rerun_of` what `rerun_origin` says of the run it repeats."""
+    it reads, by name (recorded by content); `rerun_of` what `rerun_origin` says of the run it repeats; `env` the
+    ranks' environment (`versions`), default this process's."""
     doc: dict[str, Any] = {
         "schema": CONFIG,
         "kind": kind,
@@ -111,7 +115,7 @@ def write_config(
         },
         "inputs": I.records(inputs or {}),
         "packet": packet_settings(packet, topo) if packet is not None else None,
-        "versions": versions(),
+        "versions": versions(env),
     }
     if rerun_of is not None:
         doc["rerun_of"] = rerun_of
