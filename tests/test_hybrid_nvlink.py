@@ -61,6 +61,27 @@ def test_split_in_two_flow_engines_is_exactly_one_flow_engine() -> None:
     assert two.in_flight() == 0 and two.now() == max(e for _, _, e in want)
 
 
+def test_each_packet_side_declares_whether_it_posts_a_flow_at_its_deps_ends() -> None:
+    """The hybrid reads the packet side's declaration (`CompletionStepper.posts_at_dep_ends`), not a probe: the
+    NIC-latency and decomposed engines post a flow at its deps' last end, ns-3 alone, reuse and the flow engine
+    start it where it is handed over, so the hybrid holds such flows for them."""
+    from phantora.netsim.decompose import DecomposedSimulator
+    from phantora.netsim.nic_latency import NicLatencySimulator
+    from phantora.netsim.packet import Ns3Simulator
+    from phantora.netsim.reuse import ProfileReuseSimulator
+
+    engines = (Ns3Simulator, ProfileReuseSimulator, FlowSimulator, NicLatencySimulator, DecomposedSimulator)
+    assert [e.posts_at_dep_ends for e in engines] == [False, False, False, True, True]
+    topo = load_topology("testbed16")
+
+    class Chaining(FlowSimulator):
+        posts_at_dep_ends = True
+
+    for packet, chains in ((FlowSimulator(topo), False), (Chaining(topo), True)):
+        two = FluidNvlinkSimulator(packet, FlowSimulator(topo), payload_bytes=1000, header_bytes=48)
+        assert two.chains is chains
+
+
 def test_advance_and_watching_step_as_one_engine() -> None:
     """advance(t) in slices and advance_watching stop where a single engine stops."""
     topo = load_topology("testbed16")

@@ -101,6 +101,8 @@ def _ceil_ns(x: float) -> int:
 class FlowSimulator:
     """Flow-level `NetworkSimulator`: max-min fair rates over the topology's directed channels."""
 
+    posts_at_dep_ends = False  # as a packet side under the hybrid (tests): flows waiting on flows are held there
+
     def __init__(
         self,
         topology: Topology,

@@ -60,9 +60,14 @@ def flow_side(f: Flow, nvswitch: Callable[[int, int], object]) -> int:
 
 
 class CompletionStepper(NetworkSimulator, Protocol):
-    """An engine that can run to its next completion: `Ns3Simulator` (and `FlowSimulator`, for tests)."""
+    """An engine that can run to its next completion: `Ns3Simulator` (and `FlowSimulator`, for tests), and what it
+    declares about the flows it is handed."""
 
     topology: Topology
+    # True: a flow handed over before its deps end is posted exactly as if handed over at their last end (its
+    # start falls among that ns's events alike), so the hybrid hands a packet flow waiting on packet flows to this
+    # side with them (`NicLatencySimulator`, `DecomposedSimulator`). False: every such flow is held in the hybrid.
+    posts_at_dep_ends: bool
 
     def advance_to_completion(self, until: int) -> list[Completion]:
         """`advance(until)`, but return right after the first ns at which any flow completes."""
@@ -91,7 +96,7 @@ class FluidNvlinkSimulator:
         # that side posts a flow exactly as if it were handed over at its deps' ends (`posts_at_dep_ends`): a ring's
         # later steps then wait there, not here, and their completions are no hand-offs.
         self._chained: dict[int, list[int]] = {}
-        self.chains = bool(getattr(packet, "posts_at_dep_ends", False))  # off: every such flow is held here
+        self.chains = packet.posts_at_dep_ends  # off: every such flow is held here
         self._fluid_flows = 0
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on

@@ -250,6 +250,8 @@ def finalize_field(message: str) -> str:
 class Ns3Simulator:
     """Packet-level `NetworkSimulator` over the ns-3 phantora fabric."""
 
+    posts_at_dep_ends = False  # a flow starts where it is handed over: the hybrid holds one until its deps end
+
     def __init__(self, topology: Topology, config: PacketConfig | None = None, calls: Path | None = None) -> None:
         """`calls`: also write the run's PhantoraNetwork calls there (a script for phantora-ns3-runner)."""
         self.topology = topology

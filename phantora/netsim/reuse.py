@@ -125,6 +125,8 @@ class _Episode:
 class ProfileReuseSimulator:
     """`NetworkSimulator` (and `FabricObserver`) over an ns-3 engine, serving repeated episodes from profiles."""
 
+    posts_at_dep_ends = False  # as the ns-3 engine below it: a flow is handed over once its deps ended
+
     def __init__(self, inner: QuietStepper) -> None:
         self.inner = inner
         self.topology: Topology = inner.topology
