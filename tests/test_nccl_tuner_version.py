@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from phantora.collectives.nccl import tuning
-from phantora.collectives.nccl.settings import settings_from_env
+from phantora.collectives.nccl.settings import nccl_release_of, settings_from_env
 from phantora.errors import InputError
 from tests.nccl_tables import BY_NAME, table_platform
 
@@ -42,6 +42,10 @@ def test_the_version_is_parsed_as_nccl_prints_it():
     assert settings_from_env({"PHANTORA_NCCL_VERSION": "v2.22.3-1"}).nccl_version == (2, 22)
     with pytest.raises(InputError, match="PHANTORA_NCCL_VERSION"):
         settings_from_env({"PHANTORA_NCCL_VERSION": "latest"})
+    # the whole release, as torch.cuda.nccl.version() gives it: (major, minor, patch), patch 0 where none is named
+    assert nccl_release_of({"PHANTORA_NCCL_VERSION": "v2.22.3-1"}) == (2, 22, 3)
+    assert nccl_release_of({"PHANTORA_NCCL_VERSION": "2.26"}) == (2, 26, 0)
+    assert nccl_release_of({}) == (2, 30, 0)
 
 
 def test_tables_carry_their_nccl():

@@ -131,17 +131,23 @@ def _qps(env: Mapping[str, str]) -> int:
     return qps
 
 
-def nccl_version_of(env: Mapping[str, str]) -> tuple[int, int]:
-    """PHANTORA_NCCL_VERSION (`2.26`, `2.26.2` or `2.26.2-1`): the (major, minor) of the NCCL that ran; unset: the
-    NCCL whose model phantora restates (tables.MODEL_NCCL_VERSION)."""
+def nccl_release_of(env: Mapping[str, str]) -> tuple[int, int, int]:
+    """PHANTORA_NCCL_VERSION (`2.26`, `2.26.2` or `2.26.2-1`): the (major, minor, patch) of the NCCL that ran, patch
+    0 where it names none; unset: the NCCL whose model phantora restates (tables.MODEL_NCCL_VERSION, patch 0)."""
     var = "PHANTORA_NCCL_VERSION"
     text = env.get(var, "").strip().lstrip("v")
     if not text:
-        return T.MODEL_NCCL_VERSION
-    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?(?:-\d+)?", text)
+        return (*T.MODEL_NCCL_VERSION, 0)
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-\d+)?", text)
     if m is None:
         raise InputError(f"{var}={text!r} is not an NCCL version such as 2.26.2", field=var)
-    return int(m.group(1)), int(m.group(2))
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def nccl_version_of(env: Mapping[str, str]) -> tuple[int, int]:
+    """The (major, minor) of `nccl_release_of`: what the model's choices depend on."""
+    major, minor, _ = nccl_release_of(env)
+    return major, minor
 
 
 def _net_peer_channels(env: Mapping[str, str]) -> int:

@@ -375,13 +375,10 @@ def nccl_version() -> tuple[int, int, int]:
     """`torch.cuda.nccl.version()` as a CUDA build answers it: the NCCL whose model the run follows
     (PHANTORA_NCCL_VERSION, else the one phantora restates), patch 0 where that names none."""
     import os
-    import re
 
-    from phantora.collectives.nccl.settings import nccl_version_of
+    from phantora.collectives.nccl.settings import nccl_release_of
 
-    major, minor = nccl_version_of(os.environ)
-    m = re.fullmatch(r"v?\d+\.\d+\.(\d+)(?:-\d+)?", os.environ.get("PHANTORA_NCCL_VERSION", "").strip())
-    return major, minor, int(m.group(1)) if m else 0
+    return nccl_release_of(os.environ)
 
 
 def install(gpu: Any, count: int) -> None:
