@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.distributed as dist
 
 from phantora.launcher import RunConfig, launch
-from phantora.runtime.backend_name import cuda_name
+from phantora.runtime.backend_name import cuda_config, cuda_name
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "backend_identity.py"
 SIZE = 4 << 20  # the script's all-reduce: 1 Mi fp32
@@ -46,11 +47,32 @@ def test_torch_records_the_name_a_cuda_build_would() -> None:
     assert cuda_name(None, 2) == cuda_name(None, "cuda:2") == "nccl"
 
 
+@pytest.mark.parametrize("asked", ["nccl", "NCCL", "cuda:nccl", "cpu:gloo,cuda:nccl", "cuda:nccl,cpu:gloo"])
+def test_the_config_is_torchs_backendconfig_of_the_request(asked: str) -> None:
+    """`get_backend_config` prints torch's `BackendConfig` of the request (nccl: NCCL's devices, cuda; a
+    device:backend string its own pairs), which this CPU build can make itself for these requests."""
+    assert cuda_config(cuda_name(asked)) == str(dist.distributed_c10d.BackendConfig(dist.Backend(asked)))
+
+
+def test_a_bare_requests_config_is_the_cuda_accelerators_default() -> None:
+    """A bare request ("undefined"): BackendConfig takes the accelerator's device, cuda on a CUDA host, and its
+    default backend (`default_device_backend_map["cuda"]`, nccl)."""
+    assert cuda_config("undefined") == f"cuda:{dist.Backend.default_device_backend_map['cuda']}" == "cuda:nccl"
+
+
 def test_nccl_with_a_device_id_answers_nccl_and_binds_the_device(eager: list[dict[str, Any]]) -> None:
     """`init_process_group("nccl", device_id=cuda:LOCAL_RANK)`: get_backend() is "nccl" and the default group's
     bound_device_id is the rank's GPU, so torch's eager-init branches (`_is_safe_to_split`) are taken."""
     for r, s in enumerate(eager):
         assert (s["backend"], s["bound"], s["safe_to_split"]) == ("nccl", f"cuda:{r}", True)
+
+
+def test_the_groups_config_and_own_names_are_nccls(eager: list[dict[str, Any]]) -> None:
+    """As ProcessGroupNCCL's: `get_backend_config()` "cuda:nccl" (torch's BackendConfig of "nccl"), and the group's
+    `_get_backend_name()` and its cuda backend's `name()` "nccl", for the default group and a DeviceMesh split."""
+    for s in eager:
+        assert (s["config"], s["names"]) == ("cuda:nccl", ["nccl", "nccl"])
+        assert (s["tp_config"], s["tp_names"]) == ("cuda:nccl", ["nccl", "nccl"])
 
 
 def test_device_mesh_splits_the_default_group_into_nccl_groups(eager: list[dict[str, Any]]) -> None:
@@ -89,9 +111,13 @@ def test_a_split_groups_all_reduce_sums_its_ranks_in_nccls_time(eager: list[dict
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "name"), [("pair", "cpu:gloo,cuda:nccl"), ("bare", "undefined")])
-def test_other_requests_answer_their_own_names_unbound(tmp_path: Path, mode: str, name: str) -> None:
-    """A "cpu:gloo,cuda:nccl" request answers that string; a bare init_process_group() "undefined" (torch's lazy
-    init); neither binds a device."""
+@pytest.mark.parametrize(
+    ("mode", "name", "config"),
+    [("pair", "cpu:gloo,cuda:nccl", "cpu:gloo,cuda:nccl"), ("bare", "undefined", "cuda:nccl")],
+)
+def test_other_requests_answer_their_own_names_unbound(tmp_path: Path, mode: str, name: str, config: str) -> None:
+    """A "cpu:gloo,cuda:nccl" request answers that string, and that config; a bare init_process_group() "undefined"
+    (torch's lazy init) and the CUDA accelerator's "cuda:nccl"; neither binds a device; the group calls itself
+    "nccl" (its default backend type on a CUDA host either way)."""
     for s in run(tmp_path, mode):
-        assert (s["backend"], s["bound"]) == (name, "None")
+        assert (s["backend"], s["bound"], s["config"], s["names"]) == (name, "None", config, ["nccl", "nccl"])

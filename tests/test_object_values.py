@@ -128,17 +128,16 @@ def test_two_phantom_ranks_get_the_exact_objects_and_are_charged_torchs_bytes(tm
 def test_only_a_phantora_group_takes_the_value_channel() -> None:
     from phantora.runtime import backend, object_values
 
-    assert object_values.PHANTORA_BACKEND == backend.BACKEND  # named twice to keep the import graph acyclic
-
     class Group:
-        def __init__(self, name: str | None) -> None:
-            self.name = name
+        def __init__(self, cls: type | None) -> None:
+            self.cls = cls
 
         def _get_backend(self, device: object) -> object:
-            if self.name is None:
+            if self.cls is None:
                 raise RuntimeError("no CPU backend")
-            return type("B", (), {"getBackendName": lambda _self: self.name})()
+            return self.cls  # its class attributes are what is read
 
-    assert object_values._phantora_group(Group("phantora"))
-    assert not object_values._phantora_group(Group("gloo"))
+    nccl_named = type("Nccl", (), {"getBackendName": lambda _self: "nccl"})  # a real CUDA group's name
+    assert object_values._phantora_group(Group(backend.PhantoraProcessGroup))
+    assert not object_values._phantora_group(Group(nccl_named))
     assert not object_values._phantora_group(Group(None))

@@ -42,6 +42,7 @@ from phantora.runtime.simcuda.tensor import SimCudaTensor
 from phantora.runtime.unowned_gloo import UnownedGloo
 
 BACKEND = "phantora"
+CUDA_NAME = "nccl"  # what a phantora group calls itself: the backend of the CUDA requests it serves
 ReduceOp = dist.ReduceOp
 
 _DTYPES: dict[torch.dtype, str] = {}  # the short names of the dtypes seen so far
@@ -184,8 +185,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return self._gloo
 
     # ----- identity -----------------------------------------------------------------------------
+    phantora_group = True  # how phantora tells its groups from others (object_values): the names say "nccl"
+
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name
-        return BACKEND
+        """The name `_get_backend_name()` gives a CUDA request's group, "nccl" (its default backend type is NCCL for
+        "nccl", "cpu:gloo,cuda:nccl" and a bare request on a CUDA host); torch's own map still says phantora."""
+        return CUDA_NAME
 
     def _get_backend(self, device: Any) -> PhantoraProcessGroup:
         """The backend for `device`: this group serves every device. torch asks when a program binds its
@@ -237,7 +242,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         """torch numbers a split group's collectives through its backend; phantora tracks its own."""
 
     def name(self) -> str:
-        return BACKEND
+        """ProcessGroupNCCL's name, as `group._get_backend(cuda).name()` answers (DeviceMesh compares it)."""
+        return CUDA_NAME
 
     def setGroupName(self, name: str) -> None:  # noqa: N802
         self._name = name
@@ -720,7 +726,7 @@ def register() -> None:
         dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cpu", "cuda"])
 
 
-_REPLACED = (None, "", "undefined", "nccl", "cpu:gloo,cuda:nccl", "cuda:nccl,cpu:gloo")
+_REPLACED = (None, "", "undefined", "nccl", "cuda:nccl", "cpu:gloo,cuda:nccl", "cuda:nccl,cpu:gloo")
 
 
 def _map_backend(backend: Any) -> Any:
@@ -774,7 +780,8 @@ def use_as_default() -> None:
     init_process_group._phantora = True  # type: ignore[attr-defined]
     batch = _grouped_batch(c10d.batch_isend_irecv)
     default_for = _nccl_for_cuda(c10d.get_default_backend_for_device)
-    get_backend = backend_name.get_backend_as_cuda(c10d.get_backend, PhantoraProcessGroup, BACKEND)
+    get_backend = backend_name.get_backend_as_cuda(c10d.get_backend, PhantoraProcessGroup)
+    get_config = backend_name.get_backend_config_as_cuda(c10d.get_backend_config, PhantoraProcessGroup)
     c10d._new_process_group_helper = backend_name.bind_device(c10d._new_process_group_helper, PhantoraProcessGroup)
     for mod in (c10d, dist):
         mod.init_process_group = init_process_group
@@ -782,6 +789,7 @@ def use_as_default() -> None:
         mod.batch_isend_irecv = batch
         mod.get_default_backend_for_device = default_for
         mod.get_backend = get_backend
+        mod.get_backend_config = get_config
     if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1
         dist.set_timeout = _set_timeout
 

@@ -4,8 +4,10 @@ torch records the backend string a group was asked for (`_world.pg_map`) and ans
 `get_backend`: "nccl" for `init_process_group("nccl")`, "cpu:gloo,cuda:nccl" for that request, "undefined"
 for a bare `init_process_group()`. Under phantora those requests make phantora groups, so torch's map says
 "phantora", and programs that branch on `get_backend() == "nccl"` take a CPU path. torch's map keeps
-"phantora" (new groups and splits copy it, and it must keep making phantora groups); only `get_backend`,
-the public answer, gives the name the request would have had on a GPU.
+"phantora" (new groups and splits copy it, and it must keep making phantora groups); the public answers give
+what the request would have had on a GPU: `get_backend` its name, `get_backend_config` the device map torch's
+`BackendConfig` makes of it ("cuda:nccl" for "nccl" and for a bare request on a CUDA host), and the group's
+own `name()` / `_get_backend_name()` "nccl" (a CUDA request's default backend type; backend.py).
 
 `init_process_group(device_id=...)` binds the device on the C++ group torch builds, which the phantora group
 (a Python ProcessGroup) replaces; `bind_device` binds it on the group that stays, as torch would have.
@@ -47,19 +49,39 @@ def name_of(group: Any, ours: type[Any]) -> str:
     return "nccl"
 
 
-def get_backend_as_cuda(orig: Callable[..., Any], ours: type[Any], backend: str) -> Callable[..., Any]:
-    """`get_backend` answering a group of class `ours` (registered as `backend`) by its CUDA name (`name_of`); any
-    other group as torch does."""
+def cuda_config(name: str) -> str:
+    """The device map torch's `BackendConfig` makes of the request `name` on a CUDA host, as
+    `get_backend_config` prints it: "cuda:nccl" for "nccl" (NCCL's devices) and for "undefined" (the
+    accelerator's default backend); a "device:backend,..." request its own pairs, lower case, in order."""
+    text = name.lower()
+    if text == str(dist.Backend.UNDEFINED):
+        return "cuda:nccl"
+    if ":" in text:
+        return ",".join(":".join(part.strip() for part in pair.split(":")) for pair in text.split(","))
+    return ",".join(f"{device}:{text}" for device in dist.Backend.backend_capability.get(text, ["cpu", "cuda"]))
+
+
+def _answer_as_cuda(orig: Callable[..., Any], ours: type[Any], answer: Callable[[str], Any]) -> Callable[..., Any]:
+    """`orig(group)` (which checks the group as torch does), but a group of class `ours` answered by
+    `answer(its CUDA name)` (`name_of`)."""
 
     @functools.wraps(orig)
-    def get_backend(group: Any = None) -> Any:
-        answer = orig(group)
+    def wrapped(group: Any = None) -> Any:
+        theirs = orig(group)
         pg = group or dist.distributed_c10d._get_default_group()
-        if answer != backend or not isinstance(pg, ours):
-            return answer
-        return dist.Backend(name_of(pg, ours))
+        return answer(name_of(pg, ours)) if isinstance(pg, ours) else theirs
 
-    return get_backend
+    return wrapped
+
+
+def get_backend_as_cuda(orig: Callable[..., Any], ours: type[Any]) -> Callable[..., Any]:
+    """`get_backend`: a group of class `ours` by its CUDA name; any other group as torch does."""
+    return _answer_as_cuda(orig, ours, dist.Backend)
+
+
+def get_backend_config_as_cuda(orig: Callable[..., Any], ours: type[Any]) -> Callable[..., Any]:
+    """`get_backend_config`: a group of class `ours` by its CUDA name's device map (`cuda_config`)."""
+    return _answer_as_cuda(orig, ours, cuda_config)
 
 
 def bind_device(orig: Callable[..., Any], ours: type[Any]) -> Callable[..., Any]:

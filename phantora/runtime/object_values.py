@@ -264,13 +264,12 @@ def _routed(name: str, ours: Callable[..., Any], theirs: Callable[..., Any]) -> 
     return call
 
 
-PHANTORA_BACKEND = "phantora"  # runtime.backend.BACKEND (named here: the backend imports the device, which imports us)
-
-
 def _phantora_group(group: Any) -> bool:
+    """A phantora group (its `phantora_group` mark: it names itself "nccl", as a CUDA group does, and this module
+    cannot import its class: the backend imports the device, which imports us)."""
     try:
         backend = group._get_backend(torch.device("cpu"))
-        return str(getattr(backend, "getBackendName", lambda: "")()) == PHANTORA_BACKEND
+        return getattr(backend, "phantora_group", False) is True
     except Exception:  # noqa: BLE001 - a group without a CPU backend is not ours
         return False
 
