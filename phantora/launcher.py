@@ -26,6 +26,7 @@ from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results.run_dir import RunDir, nccl_args
 from phantora.results.summary import summarize, write_results
+from phantora.spawn_count import declared_nprocs
 from phantora.topology.model import Topology
 
 
@@ -139,7 +140,10 @@ def plan_processes(cfg: RunConfig, topo: Topology) -> tuple[bool, int, int]:
     """
     world = (host_gpus(topo) if cfg.spawn else topo.num_ranks) if cfg.nproc is None else cfg.nproc
     if cfg.spawn:
-        check_spawn(cfg, topo, world)
+        asked = declared_nprocs(cfg.script) if cfg.nproc is None else None  # the program's own mp.spawn count
+        world = world if asked is None else asked[0]
+        source = f"the program's mp.spawn(nprocs={asked[0]}) at {asked[1]}" if asked else "--nproc"
+        check_spawn(cfg, topo, world, source)
     if cfg.tensors not in ("auto", "real", "phantom"):
         raise InputError(f"must be auto, real or phantom, got {cfg.tensors!r}", field="tensors")
     phantom = cfg.tensors == "phantom" or (cfg.tensors == "auto" and world > PHANTOM_ABOVE)
@@ -172,13 +176,14 @@ def host_gpus(topo: Topology) -> int:
     return sum(1 for r in range(topo.num_ranks) if topo.nodes[topo.node_of_rank(r)].host == host)
 
 
-def check_spawn(cfg: RunConfig, topo: Topology, world: int) -> None:
-    """`--spawn` runs the program once, on one host whose GPUs are its ranks: refuse what that cannot be."""
+def check_spawn(cfg: RunConfig, topo: Topology, world: int, source: str = "--nproc") -> None:
+    """`--spawn` runs the program once, on one host whose GPUs are its ranks: refuse what that cannot be. `source`:
+    where the count `world` came from (--nproc, or the program's own mp.spawn call)."""
     per_host = host_gpus(topo)
     if not 1 <= world <= per_host:
         raise InputError(
             f"--spawn runs the program on one host, and {topo.name}'s hosts have {per_host} GPUs: "
-            f"--nproc must be 1 to {per_host}, got {world} (a program that starts ranks on several hosts is not "
+            f"{source} must be 1 to {per_host}, got {world} (a program that starts ranks on several hosts is not "
             "simulated; one process per rank, torchrun style, runs without --spawn)",
             field="nproc",
         )

@@ -50,7 +50,65 @@ def test_a_rank_process_becomes_its_rank_before_the_program_is_imported() -> Non
     head = "import phantora.runtime.spawned_rank as _rank;"
     assert first[2] == f"{head} _rank.become_rank(0, 2); {prog}"
     assert second[2] == f"{head} _rank.become_rank(1, 2); {prog}"
-    assert other[2] == f"{head} _rank.await_rank(); {prog}" and other[3] == "--multiprocessing-fork"
+    assert other[2] == f"{head} _rank.await_rank({os.getpid()}); {prog}" and other[3] == "--multiprocessing-fork"
+
+
+@pytest.mark.parametrize(
+    ("source", "world"),
+    [
+        ("import torch.multiprocessing as mp\nWORLD = 2\nmp.spawn(main, args=(WORLD,), nprocs=WORLD)", 2),
+        ("from torch.multiprocessing import spawn as go\ngo(main, (), 3)", 3),
+        ("import torch\ntorch.multiprocessing.spawn(main)", 1),  # torch's default nprocs
+        ("import torch.multiprocessing as mp\nmp.start_processes(main, nprocs=5, start_method='fork')", 5),
+        ("import torch, torch.multiprocessing as mp\nmp.spawn(main, nprocs=torch.cuda.device_count())", 8),
+        ("import torch.multiprocessing as mp\nn = 2\nn += 1\nmp.spawn(main, nprocs=n)", 8),  # not one binding
+        ("import torch.multiprocessing as mp\nmp.spawn(main, nprocs=2)\nmp.spawn(main, nprocs=4)", 8),
+        ("import pexpect\npexpect.spawn('ls')", 8),  # not torch's spawn
+    ],
+)
+def test_without_nproc_the_world_is_the_programs_own_spawn_count(tmp_path: Path, source: str, world: int) -> None:
+    """The count the program's mp.spawn / start_processes names in its source (a literal, or a name bound once to
+    one; torch's default 1) is the run's world; a count read only by running it (device_count(), two counts, a
+    rebound name) leaves one host's GPUs, 8 on testbed16. --nproc, when given, is the world."""
+    script = tmp_path / "prog.py"
+    script.write_text(source + "\n")
+    topo = resolve_topology("testbed16")
+    assert plan_processes(RunConfig(str(script), spawn=True), topo) == (False, world, world)
+    assert plan_processes(RunConfig(str(script), spawn=True, nproc=6), topo) == (False, 6, 6)
+
+
+def test_a_spawn_count_beyond_the_host_names_the_call(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text("import torch.multiprocessing as mp\n\nmp.spawn(main, nprocs=16)\n")
+    with pytest.raises(InputError, match=r"the program's mp.spawn\(nprocs=16\) at prog.py:3 must be 1 to 8, got 16"):
+        plan_processes(RunConfig(str(script), spawn=True), resolve_topology("testbed16"))
+
+
+DIES_WITH = """
+import os, sys, time
+from phantora.runtime import death_signal
+launcher = os.getpid()
+if os.fork():
+    if sys.argv[1] == "dead":
+        os._exit(0)  # the launching process dies before its rank sets its death signal
+    time.sleep(1.5)  # alive while its rank sets it
+    os._exit(0)
+if sys.argv[1] == "dead":
+    while os.getppid() == launcher:
+        time.sleep(0.01)
+death_signal.die_with_parent(launcher)
+print("rank carries on", flush=True)
+"""
+
+
+@pytest.mark.parametrize("launcher", ["dead", "alive"])
+def test_a_rank_whose_launcher_died_before_its_death_signal_dies(launcher: str) -> None:
+    """prctl(PR_SET_PDEATHSIG) sends nothing for a parent already dead (prctl(2)): a rank whose launching process
+    died first is reparented, sees it by getppid() and dies by SIGKILL at once; under a live launcher it carries on.
+    (The rank shares the test's stdout pipe, so the run returns when it ended.)"""
+    proc = subprocess.run([sys.executable, "-c", DIES_WITH, launcher], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout == ("" if launcher == "dead" else "rank carries on\n")
 
 
 def test_a_start_the_run_cannot_follow_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

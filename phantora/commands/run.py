@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--nproc",
         type=int,
         default=None,
-        help="number of ranks (default: the topology's rank count; with --spawn, the GPUs of its host: one host's)",
+        help="number of ranks (default: the topology's rank count; with --spawn, the nprocs the script's "
+        "mp.spawn names in its source, else the GPUs of one host)",
     )
     p.add_argument(
         "--spawn",

@@ -6,7 +6,8 @@ simulated GPUs), and it runs the script as `__main__`. The processes it starts b
 (phantora/runtime/spawned_rank.py):
 
 - `torch.multiprocessing.spawn(fn, args, nprocs)` / `start_processes(...)`: process i is rank i before its
-  program's main module is imported; `nprocs` must be `--nproc`. If one fails, torch's join stops the others, and
+  program's main module is imported; `nprocs` must be the run's world: `--nproc`, else the count the program's
+  source names (phantora/spawn_count.py), else one host's GPUs. If one fails, torch's join stops the others, and
   the launching process ends the run on one line naming the rank, the program's call and the rank's own error.
 - Any other process of the spawn start method (`multiprocessing.get_context("spawn").Process`) becomes a rank at
   its `init_process_group(rank=R, world_size=W)`.
@@ -53,7 +54,7 @@ def _preloading_command_line(orig: Callable[..., list[str]]) -> Callable[..., li
         cmd = list(orig(**kwds))
         if "-c" in cmd:
             at = cmd.index("-c") + 1
-            first = f"{RANK_MODULE} _rank.await_rank(); "
+            first = f"{RANK_MODULE} _rank.await_rank({os.getpid()}); "
             if _pending:
                 index, nprocs = _pending.pop(0)
                 first = f"{RANK_MODULE} _rank.become_rank({index}, {nprocs}); "
@@ -122,7 +123,7 @@ def _start_processes(orig: Callable[..., Any]) -> Callable[..., Any]:
         _spawned.extend(range(nprocs))
         if start_method == "spawn":
             _pending[:] = [(i, nprocs) for i in range(nprocs)]
-        rank_fn = functools.partial(spawned_rank.run_rank, fn, nprocs)
+        rank_fn = functools.partial(spawned_rank.run_rank, fn, nprocs, os.getpid())
         try:
             context = orig(rank_fn, args, nprocs, join=False, daemon=daemon, start_method=start_method)
         finally:

@@ -7,7 +7,7 @@ CUDA device's C++ part loads, then
   its log, its session (clock, bridge connection, simulated cuda:i, the phantora backend), so the main module's
   `from torch.distributed import init_process_group` binds phantora's; `run_rank` then runs `fn(i, *args)` (a fork
   start method's process becomes the rank there);
-- `await_rank()` for any other process started with the spawn method (`multiprocessing.get_context("spawn")
+- `await_rank(parent)` for any other process started with the spawn method (`multiprocessing.get_context("spawn")
   .Process(target=...)`): its torch.cuda answers as the host; it becomes a rank when it calls
   `init_process_group(rank=R, world_size=W)` (or RANK / WORLD_SIZE), and its session ends as its target returns.
 
@@ -33,7 +33,7 @@ import phantora.runtime.simcuda.preload  # noqa: F401 - first: it must load befo
 from phantora.errors import PhantoraError
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import Options
-from phantora.runtime import bootstrap
+from phantora.runtime import bootstrap, death_signal
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")  # the rendezvous addresses of the program's own host
 
@@ -101,18 +101,18 @@ def become_rank(index: int, nprocs: int) -> None:
         bootstrap.fail(f"rank {rank}", exc)
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this rank when the launching process dies: torch's own death signal for mp.spawn's processes is SIGINT,
-    which a process started with SIGINT ignored (a background job's) never sees."""
-    import torch.multiprocessing
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this rank when its launching process `parent` (a pid) dies, or now if it already has (death_signal):
+    torch's own death signal for mp.spawn's processes is SIGINT, which a process started with SIGINT ignored (a
+    background job's) never sees."""
+    death_signal.die_with_parent(parent, signal.SIGKILL)
 
-    torch.multiprocessing._prctl_pr_set_pdeathsig(signal.SIGKILL)  # type: ignore[attr-defined]
 
-
-def run_rank(fn: Callable[..., Any], nprocs: int, index: int, *args: Any) -> None:
-    """In a process the program started: as rank `index` of `nprocs`, run `fn(index, *args)`, then report."""
+def run_rank(fn: Callable[..., Any], nprocs: int, parent: int, index: int, *args: Any) -> None:
+    """In a process the launching process `parent` (its pid) started: as rank `index` of `nprocs`, run
+    `fn(index, *args)`, then report."""
     rank = str(index)
-    _die_with_parent()  # after torch's _wrap set its own
+    _die_with_parent(parent)  # after torch's _wrap set its own
     if not _is_rank():
         become_rank(index, nprocs)
     s, mode = _session
@@ -146,15 +146,16 @@ def _rank_and_world(orig: Callable[..., Any], args: tuple[Any, ...], kwargs: dic
     return rank, size
 
 
-def await_rank() -> None:
-    """In a process started with the spawn method outside mp.spawn: the host's torch.cuda now, a rank at its
-    init_process_group, its session ended (or its failure said, and the run stopped) as its target ends."""
+def await_rank(parent: int) -> None:
+    """In a process started with the spawn method outside mp.spawn by the process `parent` (its pid): the host's
+    torch.cuda now, a rank at its init_process_group, its session ended (or its failure said, and the run stopped) as
+    its target ends."""
     import multiprocessing.process
 
     import torch
     import torch.distributed as dist
 
-    _die_with_parent()
+    _die_with_parent(parent)
     opts = Options.from_env()
     if opts.sim_cuda:
         from phantora.runtime.simcuda import device as simcuda
