@@ -8,6 +8,7 @@ the hi part the rest."""
 from __future__ import annotations
 
 from phantora.collectives.nccl.channel_split import busiest, split
+from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.proxy import steps_per_connection
@@ -22,8 +23,8 @@ def h100s(nodes: int, per_node: int = 8) -> Platform:
                     per_node if nodes > 1 else 0)  # fmt: skip
 
 
-def chunk(version: str, algo: str, proto: str, p: Platform, nbytes: int, ops: int) -> int:
-    return chunk_bytes(algo, proto, p, settings_from_env({"PHANTORA_NCCL_VERSION": version}), nbytes, ops)
+def chunk(version: str, algo: str, proto: str, p: Platform, nbytes: int, ops: int, **env: str) -> int:
+    return chunk_bytes(algo, proto, p, settings_from_env({"PHANTORA_NCCL_VERSION": version, **env}), nbytes, ops)
 
 
 def test_before_2_22_there_is_no_split() -> None:
@@ -73,7 +74,8 @@ def test_tree_ll128_chunk_follows_the_busiest_part_not_the_mean() -> None:
 
 
 def test_nvls_tree_simple_8_hosts_24_ctas() -> None:
-    """NVLS-Tree on 8 hosts of 8 (chunk min(128 KiB, 64 KiB from 4 nodes) = 65,536), 24 CTAs, 8 heads.
+    """NVLS-Tree on 8 hosts of 8 (chunk min(128 KiB, 64 KiB from 4 nodes) = 65,536), 24 CTAs (NCCL_MIN_CTAS=24,
+    #309's tuned run: the communicator's NVLS channels too), 8 heads.
     128 MiB at 2.26: 16,384 cells of 8 KiB, budget 268,435,456 // 24 = 11,184,810, lo = mid = 683 cells, 22 mids,
     hi 675: the busiest 5,595,136 B, above 4 x 8 x 65,536, so 65,536 (as 2.21 from the total). 12,451,840 B:
     2.21 from the total: below 1 x 192 x 65,536 = 12,582,912, so 32,768; 2.26: 1,520 cells, budget 1,037,653,
@@ -81,10 +83,11 @@ def test_nvls_tree_simple_8_hosts_24_ctas() -> None:
     32,768)."""
     parts = split((2, 26), "all_reduce", "Simple", 64, 128 * MiB, 24)
     assert parts == (683 * 8192, *[683 * 8192] * 22, 675 * 8192)
-    assert chunk("2.21", "nvls_tree", "Simple", h100s(8), 128 * MiB, 24 * 8) == 65_536
-    assert chunk("2.26", "nvls_tree", "Simple", h100s(8), 128 * MiB, 24 * 8) == 65_536
-    assert chunk("2.21", "nvls_tree", "Simple", h100s(8), 12_451_840, 24 * 8) == 32_768
-    assert chunk("2.26", "nvls_tree", "Simple", h100s(8), 12_451_840, 24 * 8) == 65_536
+    ctas = {"NCCL_MIN_CTAS": "24"}
+    assert chunk("2.21", "nvls_tree", "Simple", h100s(8), 128 * MiB, 24 * 8, **ctas) == 65_536
+    assert chunk("2.26", "nvls_tree", "Simple", h100s(8), 128 * MiB, 24 * 8, **ctas) == 65_536
+    assert chunk("2.21", "nvls_tree", "Simple", h100s(8), 12_451_840, 24 * 8, **ctas) == 32_768
+    assert chunk("2.26", "nvls_tree", "Simple", h100s(8), 12_451_840, 24 * 8, **ctas) == 65_536
 
 
 def test_all_gather_cells_carry_nranks_traffic_per_byte() -> None:
@@ -106,11 +109,60 @@ def test_small_collective_on_one_channel_and_excess_off_the_last_part() -> None:
 
 
 def test_proxy_steps_come_from_the_busiest_part() -> None:
-    """A 401,408 B tree LL128 all-reduce on 2 hosts of 8, 24 channels. 2.26: 49 cells of 8 KiB, budget
+    """A 401,408 B tree LL128 all-reduce on 2 hosts of 8, 24 channels (NCCL_MIN_NCHANNELS=24: the communicator
+    has 16 by default, too few for 24). 2.26: 49 cells of 8 KiB, budget
     802,816 // 24 = 33,450 (above 16 KiB), lo = mid = ceil(33,450 / 16,384) = 3 cells, 15 mids, hi 1: 17 channels,
     the busiest 24,576 B. The ladder (nstepsLL128 = 1 + 1 + 0.8 = 2.8, rungs 22.4 and 5.6 chunks) halves 576,000 to
     72,000, then at 0 chunks to 36,000 and 18,000: 9 grains, 17,280 B. The proxy's steps on a busiest channel's
     connection: ceil(24,576 / 17,280) = 2 (an even share, 16,725 B, would take 1)."""
-    st = settings_from_env({"PHANTORA_NCCL_VERSION": "2.26"})
-    assert chunk("2.26", "tree", "LL128", h100s(2), 401_408, 24) == 17_280
+    st = settings_from_env({"PHANTORA_NCCL_VERSION": "2.26", "NCCL_MIN_NCHANNELS": "24"})
+    assert chunk("2.26", "tree", "LL128", h100s(2), 401_408, 24, NCCL_MIN_NCHANNELS="24") == 17_280
     assert steps_per_connection("all_reduce", "tree", "LL128", h100s(2), st, 401_408, 24) == 2
+
+
+def test_a_split_past_the_algorithms_channels_goes_on_the_communicators_next_one() -> None:
+    """scheduleCollTasksToPlan (v2.30.7-1) budgets by the channels the algorithm runs (16 here) but overflows
+    only past the communicator's (nMaxChannels[kind]). 524,292 B all-reduce at 2.30: cells of 16 KiB (32 KiB of
+    traffic), 33 of them (540,672 B, 16,380 of excess); budget (1,048,584 // 16 = 65,536) rounded up to 16 B:
+    65,536, so lo = mid = 2 cells, 15 mids (31 // 2), hi 1 cell: 17 parts. On 24 channels the 17th goes on the
+    next channel: 16 parts of 32,768 B and one of 16,384 - 16,380 = 4 B. On a communicator of 16 it overflows:
+    14 mids of (33 - 2) // 15 = 2 cells, hi 2 + 31 % 15 = 3 cells less the excess, 32,772 B."""
+    on_24 = split((2, 30), "all_reduce", "Simple", 8, 524_292, 16, 24)
+    assert on_24 == (*[32_768] * 16, 4)
+    on_16 = split((2, 30), "all_reduce", "Simple", 8, 524_292, 16, 16)
+    assert on_16 == (*[32_768] * 15, 32_772)
+    assert sum(on_24) == sum(on_16) == 524_292
+
+
+def test_a_communicator_of_one_channel_takes_the_whole_count() -> None:
+    """v2.22.3-1, 1,000 B all-reduce, an algorithm on one channel: 63 cells of 16 B (1,008 B, 8 of excess);
+    budget max(512, 2,000 // 1) = 2,000, lo = floor(2,000 / 32) = 62 cells, mid ceil = 63, hi 1 cell: on a
+    communicator of 24 channels 992 B on channel 0 and 8 B on channel 1; on one of 1 channel (NCCL_MAX_NCHANNELS=1)
+    'on last channel everything goes to lo': the whole 1,000 B."""
+    assert split((2, 22), "all_reduce", "LL", 8, 1000, 1, 24) == (992, 8)
+    assert split((2, 22), "all_reduce", "LL", 8, 1000, 1, 1) == (1000,)
+
+
+def test_the_communicators_channels_follow_nccls_variables() -> None:
+    """nMaxChannels[kind]: comm->nChannels for ring and tree (8 A100s: 2 x 12 search channels = 24; NCCL_MAX_
+    NCHANNELS=4 -> 4; NCCL_MIN_NCHANNELS=32 -> 32), comm->nvlsChannels for NVLS and NVLS-Tree (16 on Hopper;
+    NCCL_MIN_CTAS=24 -> 24; NCCL_MIN_NCHANNELS does not touch it)."""
+    a100 = Platform("ampere", 80, 8, 1, 8, "nvlink", True, 240.0, 0.0, 0)
+    assert plan_channels("ring", a100, settings_from_env({})) == 24
+    assert plan_channels("ring", a100, settings_from_env({"NCCL_MAX_NCHANNELS": "4"})) == 4
+    assert plan_channels("tree", a100, settings_from_env({"NCCL_MIN_NCHANNELS": "32"})) == 32
+    assert plan_channels("nvls", h100s(1), settings_from_env({})) == 16
+    assert plan_channels("nvls_tree", h100s(2), settings_from_env({"NCCL_MIN_CTAS": "24"})) == 24
+    assert plan_channels("nvls", h100s(1), settings_from_env({"NCCL_MIN_NCHANNELS": "32"})) == 16
+
+
+def test_proxy_steps_deal_the_parts_onto_the_communicators_channels() -> None:
+    """A 524,276 B tree LL all-reduce at 2.22 on 2 hosts of 8 (16 channels by default), the tree on 16: cells of
+    16 B, 32,768 of them (12 B of excess), budget 1,048,552 // 16 = 65,534, lo floor(65,534 / 32) = 2,047 cells,
+    mids ceil = 2,048: 15 mids and a hi of 1 cell, 17 parts. With NCCL_MIN_NCHANNELS=32 the 17th (4 B) goes on
+    channel 16 and the busiest part is 32,768 B: one LL step of 32,768 B (the 512 KiB LL buffer's 8 steps, half
+    data); on the default 16 channels the rest overflows onto the last, 2,049 cells less 12 B = 32,772 B: 2 steps."""
+    default = settings_from_env({"PHANTORA_NCCL_VERSION": "2.22"})
+    wider = settings_from_env({"PHANTORA_NCCL_VERSION": "2.22", "NCCL_MIN_NCHANNELS": "32"})
+    assert steps_per_connection("all_reduce", "tree", "LL", h100s(2), default, 524_276, 16) == 2
+    assert steps_per_connection("all_reduce", "tree", "LL", h100s(2), wider, 524_276, 16) == 1

@@ -106,14 +106,15 @@ def test_the_pass_cost_is_sm_cycles_so_an_a100_pays_it_at_1_41_ghz():
     assert c.time_us - c.lat_us == pytest.approx(expected_us, rel=1e-9)
 
 
-def test_an_a100_reducing_ring_runs_at_nvidias_230_not_its_240_of_nvlink():
-    """A100 (tables.RING_REDUCE_BUSBW_MAX): the reducing rings (all-reduce, reduce-scatter) at NVIDIA's ~230 GB/s
-    busbw (nccl-tests#149), the copying all-gather at the NVLink's 12 x 20 = 240; H100 has no such ceiling (its
-    18 x 20.6 = 370.8 for all three). 8 A100s, 8 GiB all-reduce: 22 passes of 12.64 µs plus 8 GiB at algbw
-    230 x 8 / 14, and one 1 MiB slice of fill at 230 / 24 GB/s."""
+def test_an_a100_ring_all_reduce_runs_at_nvidias_230_not_its_240_of_nvlink():
+    """A100 (tables.RING_REDUCE_BUSBW_MAX): the ring all-reduce at NVIDIA's ~230 GB/s busbw (nccl-tests#149, an
+    all-reduce figure), all-gather and reduce-scatter (no published A100 table shows a ceiling there) at the
+    NVLink's 12 x 20 = 240; H100 has no such ceiling (its 18 x 20.6 = 370.8 for all three). 8 A100s, 8 GiB
+    all-reduce: 22 passes of 12.64 µs plus 8 GiB at algbw 230 x 8 / 14, and one 1 MiB slice of fill at
+    230 / 24 GB/s."""
     a100 = platform_of(dgx_host(gpu="a100"), tuple(range(8)))
     h100 = platform_of(dgx_host(gpu="h100"), tuple(range(8)))
-    assert [R.kernel_busbw(a100, k) for k in R.PASSED_KINDS] == [230.0, 240.0, 230.0]
+    assert [R.kernel_busbw(a100, k) for k in R.PASSED_KINDS] == [230.0, 240.0, 240.0]
     assert [R.kernel_busbw(h100, k) for k in R.PASSED_KINDS] == pytest.approx([H100_NVL] * 3)
     c = select("all_reduce", a100, settings_from_env({"NCCL_ALGO": "Ring"}), 8 * GiB)
     assert c is not None and (c.protocol, c.channels) == ("Simple", 24)
@@ -121,3 +122,20 @@ def test_an_a100_reducing_ring_runs_at_nvidias_230_not_its_240_of_nvlink():
     assert c.fill_us == pytest.approx(MiB / (230.0 * 1e3 / 24))
     bus = 8 * GiB / ((c.time_us + c.fill_us) * 1e3) * 14 / 8
     assert 225 < bus < 230  # under NVIDIA's "~230" and NCCL 2.9-2.17's sm80 cap of 235
+
+
+@pytest.mark.parametrize(("channels", "busbw"), [(4, 40.0), (12, 120.0), (23, 230.0)])
+def test_the_a100_ceiling_binds_the_channels_sum_not_each_channel(channels, busbw):
+    """NCCL_MAX_NCHANNELS on 8 A100s (NCCL opens 24 channels of 12 x 20 / 24 = 10 GB/s of NVLink each): the
+    ring's bus bandwidth is min(channels x 10, 230), the GPU's ceiling on their sum (NCCL 2.9-2.17's tuner capped
+    sm80 the same way: min(nChannels x bw, 235)). 4 channels: 40, not 4/24 of 230 = 38.3; 23: 230 (not 220.4).
+    8 GiB all-reduce: the bytes at algbw busbw x 8 / 14 plus each channel's passes, ceil(8 GiB / (channels x 8 x
+    2 MiB)) x 12.64 µs, and one 1 MiB slice at busbw / channels of fill."""
+    a100 = platform_of(dgx_host(gpu="a100"), tuple(range(8)))
+    assert R.kernel_busbw(a100, "all_reduce", channels / 24) == pytest.approx(busbw)
+    st = settings_from_env({"NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": str(channels)})
+    c = select("all_reduce", a100, st, 8 * GiB)
+    assert c is not None and (c.protocol, c.channels) == ("Simple", channels)
+    passes = math.ceil(8 * GiB / (channels * 8 * 2 * MiB))
+    assert c.time_us - c.lat_us == pytest.approx(passes * 17_820 / 1_410 + 8 * GiB / (busbw * 8 / 14 * 1e3))
+    assert c.fill_us == pytest.approx(MiB / (busbw * 1e3 / channels))

@@ -15,6 +15,7 @@ import struct
 
 from phantora.collectives.nccl import channel_split
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
@@ -73,10 +74,12 @@ def chunk_bytes(
     operations (channels, x the NVLS heads for NVLS and NVLS-Tree); `kind` matters to PAT (all-gather halves down
     to 32 chunks a channel, reduce-scatter to 16) and, from NCCL 2.22, to the channel split. Before 2.22 the
     ladder sees the collective's bytes over all its operations; from 2.22 each channel's own part over its heads
-    (`channel_split`: the busiest channel's, whose chunks set the pace), and the result is cut down to whole grains
-    of the protocol (`whole_grains`)."""
+    (`channel_split`: the busiest channel's, whose chunks set the pace; dealt by the algorithm's channels onto the
+    communicator's, `channels.plan_channels`), and the result is cut down to whole grains of the protocol
+    (`whole_grains`)."""
     heads = p.ppn if algo in ("nvls", "nvls_tree") else 1
-    part = channel_split.busiest(st.nccl_version, kind, proto, p.nranks, nbytes, max(1, ops // heads))
+    comm = plan_channels(algo, p, st)
+    part = channel_split.busiest(st.nccl_version, kind, proto, p.nranks, nbytes, max(1, ops // heads), comm)
     if part is not None:
         nbytes, ops = part[0], heads
     return whole_grains(proto, st.nccl_version, _ladder(algo, proto, p, st, nbytes, ops, kind))

@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 
 from phantora.collectives.nccl import channel_split, ring_kernel
+from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -122,7 +123,8 @@ def steps_per_connection(kind: str, algo: str, proto: str, p: Platform, st: Nccl
     """The proxy's steps (slices) on one connection: steps per loop x loops x chunkSteps / sliceSteps."""
     if nbytes <= 0 or ch < 1:
         return 0
-    part = channel_split.busiest(st.nccl_version, kind, proto, p.nranks, nbytes, ch)
+    comm = plan_channels(algo, p, st)  # the algorithm's `ch` dealt onto the communicator's channels
+    part = channel_split.busiest(st.nccl_version, kind, proto, p.nranks, nbytes, ch, comm)
     if part is not None:  # from 2.22 each channel's steps come from its own part: the busiest's
         nbytes, ch = part[0], 1
     if algo == "tree":

@@ -12,10 +12,14 @@ What NCCL's model (latency plus bytes over its rated bandwidth) leaves out, and 
 
 - *Rate*: the bytes move at the GPU's NVLink bandwidth in NCCL's own units (18 x 20.6 = 370.8 GB/s on H100,
   12 x 20 = 240 on A100), not at the search's quantised per-channel speed times its channels (24 x 15 = 360 on
-  H100). NCCL's rating still makes the choice, as for NVLS (`nvls_kernel.py`). A reducing ring (all-reduce,
-  reduce-scatter) runs no faster than its GPU generation's reducing-kernel ceiling, where one is published
+  H100). NCCL's rating still makes the choice, as for NVLS (`nvls_kernel.py`). Each channel moves its share of
+  that NVLink rate (fewer channels than NCCL's own: their share, `tuning.channel_limit`), and an all-reduce moves
+  no more in all than its GPU generation's all-reduce ceiling, where one is published
   (`tables.RING_REDUCE_BUSBW_MAX`: about 230 GB/s on an A100, below its 240 of NVLink; none on H100, whose ring
-  all-reduce outruns its all-gather).
+  all-reduce outruns its all-gather). The ceiling is the whole GPU's, so it binds the channels' sum:
+  min(channels x their share, ceiling), as NCCL 2.9-2.17's tuner capped sm80 (tuning.cc `busBw = std::min(busBw,
+  235.0f)` after `nChannels * bw`). Only all-reduce: its sources (nccl-tests#149, the NDmv4 and #175 tables) are
+  all-reduce figures, and no published A100 reduce-scatter table was found to show it there.
 - *Fill*: one slice of the first pass at one channel's share of that rate (`SLICES_PER_CHUNK`). Measured, not
   derived: an ideal ring in lockstep, every rank sending from its first step, has none; which part of the kernel
   makes it is not known.
@@ -44,6 +48,7 @@ RING_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEP
 SLICES_PER_CHUNK = 2  # ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS
 PASSED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 REDUCING_KINDS = ("all_reduce", "reduce_scatter")  # the ring kernels that reduce what they receive
+CEILING_KINDS = ("all_reduce",)  # the kinds `tables.RING_REDUCE_BUSBW_MAX` was measured on
 
 
 def applies(kind: str, algo: str, proto: str, p: Platform) -> bool:
@@ -51,11 +56,13 @@ def applies(kind: str, algo: str, proto: str, p: Platform) -> bool:
     return algo == "ring" and proto == "Simple" and kind in PASSED_KINDS and p.nnodes == 1 and p.intra == "nvlink"
 
 
-def kernel_busbw(p: Platform, kind: str) -> float:
-    """Bus bandwidth (GB/s) of the ring kernel: the GPU's NVLink in NCCL's units, and for a reducing `kind` at most
-    the generation's reducing-kernel ceiling (`tables.RING_REDUCE_BUSBW_MAX`; none: the NVLink)."""
-    ceiling = T.RING_REDUCE_BUSBW_MAX.get(p.arch) if kind in REDUCING_KINDS else None
-    return min(p.gpu_intra_bw, ceiling) if ceiling else p.gpu_intra_bw
+def kernel_busbw(p: Platform, kind: str, share: float = 1.0) -> float:
+    """Bus bandwidth (GB/s) of the ring kernel on `share` of NCCL's own channels: that share of the GPU's NVLink in
+    NCCL's units, and for an all-reduce no more in all than the generation's ceiling
+    (`tables.RING_REDUCE_BUSBW_MAX`; none: the NVLink's share)."""
+    rate = p.gpu_intra_bw * share
+    ceiling = T.RING_REDUCE_BUSBW_MAX.get(p.arch) if kind in CEILING_KINDS else None
+    return min(rate, ceiling) if ceiling else rate
 
 
 def passes(p: Platform, nbytes: int, channels: int, chunk: int) -> int:
@@ -71,9 +78,9 @@ def first_chunk(p: Platform, nbytes: int, channels: int, chunk: int) -> float:
     return min(float(chunk), nbytes / (max(1, channels) * p.nranks))
 
 
-def fill_us(p: Platform, kind: str, nbytes: int, channels: int, chunk: int) -> float:
-    """One slice of the first pass at one channel's share of the kernel's rate (µs)."""
-    per_channel = kernel_busbw(p, kind) * 1000.0 / max(1, channels)  # bytes per µs
+def fill_us(p: Platform, kind: str, nbytes: int, channels: int, chunk: int, share: float = 1.0) -> float:
+    """One slice of the first pass at one channel's share of the kernel's rate on `share` of NCCL's channels (µs)."""
+    per_channel = kernel_busbw(p, kind, share) * 1000.0 / max(1, channels)  # bytes per µs
     return first_chunk(p, nbytes, channels, chunk) / SLICES_PER_CHUNK / per_channel
 
 

@@ -167,11 +167,12 @@ TREE_CORRECTION = {
 # Link bandwidths NCCL assumes (GB/s): NVLink per link by architecture, PCIe Gen3 x16.
 NVLINK_BW_PER_LINK = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
 NVLINK_RAW_PER_LINK = {"volta": 25.0, "ampere": 25.0, "hopper": 25.0, "blackwell": 50.0}  # data sheet, per direction
-# The bus bandwidth (GB/s) a reducing ring kernel (all-reduce, reduce-scatter) reaches at most inside one NVLink
-# node, where it is below the NVLink: A100 "about 230" (NVIDIA/nccl-tests#149, sjeaugey: 12 NVLinks give 240 of
-# SM payload, "some other bottlenecks on the GPUs" hold the all-reduce to ~230; NCCL 2.9-2.17's tuner caps sm80
-# at 235). Not the link: on the same A100 host and NCCL the copying all-gather / all-to-all reach 254 (mscclpp's
-# NDmv4 page). None on H100 (its ring all-reduce, 368, outruns its all-gather, 358: Together's tables).
+# The bus bandwidth (GB/s) a ring all-reduce kernel reaches at most inside one NVLink node, where it is below the
+# NVLink: the whole GPU's, so its channels' sum (no reduce-scatter table shows it). A100 "about 230"
+# (NVIDIA/nccl-tests#149, sjeaugey: 12 NVLinks give 240 of SM payload, "some other bottlenecks on the GPUs" hold
+# the all-reduce to ~230; NCCL 2.9-2.17's tuner caps sm80 at 235). Not the link: on the same A100 host and NCCL
+# the copying all-gather / all-to-all reach 254 (mscclpp's NDmv4 page). None on H100 (its ring all-reduce, 368,
+# outruns its all-gather, 358: Together's tables).
 RING_REDUCE_BUSBW_MAX = {"ampere": 230.0}
 PCI_BW = 12.0
 # The topology search's candidate per-channel bandwidths, fastest first: inside a node, across nodes.

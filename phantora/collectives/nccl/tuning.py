@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from phantora.collectives.nccl import old_tuners, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.channels import Graph, comm_channels, nvls_channels, ring_graph
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.cta_ceiling import capped_bus_bw, raised_bus_bw
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
@@ -24,15 +25,6 @@ from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
 NSTEPS_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-
-
-@dataclass(frozen=True)
-class Graph:
-    """A channel graph: how many channels, and the bandwidth of each inside a node and across nodes (GB/s)."""
-
-    nchannels: int
-    bw_intra: float
-    bw_inter: float
 
 
 @dataclass(frozen=True)
@@ -82,31 +74,6 @@ class Choice:
 
 
 @lru_cache(maxsize=256)
-def ring_graph(p: Platform) -> Graph:
-    """The ring (and tree) graph: the per-channel bandwidth that carries the most in total, then duplicated."""
-    speeds = T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]
-    best = (0, 0.0)
-    for s in speeds:
-        if p.nnodes == 1:
-            n = math.floor(p.gpu_intra_bw / s + 1e-9) if s <= p.gpu_intra_bw else 0
-        else:
-            n = p.nics_per_node * math.floor(p.nic_bw / s + 1e-9) if s <= p.nic_bw else 0
-            if p.ppn > 1:  # a channel crosses the node on NVLink: every GPU but the last forwards it once
-                n = min(n, math.floor(p.gpu_intra_bw / (s * (p.ppn - 1) / p.ppn) + 1e-9))
-        n = min(n, T.RING_GRAPH_MAX_CHANNELS)
-        if n * s > best[0] * best[1] + 1e-9:
-            best = (n, s)
-    n, s = best
-    if n == 0:
-        n, s = 1, speeds[-1]
-    if s >= 25.0 and not (p.compcap > 80 and s < 50.0 and n > 4):  # ncclTopoDupChannels
-        dup = min(2 * n, T.RING_GRAPH_MAX_CHANNELS)
-        s /= math.ceil(dup / n)
-        n = dup
-    return Graph(n, s, s)
-
-
-@lru_cache(maxsize=256)
 def nvls_graph(p: Platform) -> Graph:
     """The NVLS graph: one channel per GPU of the node (at most 32), the fastest candidate that fits, a channel's
     head GPU carrying it twice (so n + 1 shares of each GPU's NVLink); across nodes, the fastest that fits a NIC."""
@@ -120,15 +87,6 @@ def nvls_graph(p: Platform) -> Graph:
         nic = [x for x in T.SPEEDS_INTER[p.arch] if x <= min(p.nic_bw, 2 * s) + 1e-9]
         inter = nic[0] if nic else T.SPEEDS_INTER[p.arch][-1]
     return Graph(n, s, inter)
-
-
-def comm_channels(p: Platform, ring: Graph, st: NcclSettings) -> int:
-    """comm->nChannels: the ring graph's channels doubled (connectRings), then NCCL_MAX/MIN_NCHANNELS."""
-    n = min(T.MAX_CHANNELS, 2 * ring.nchannels)
-    if p.compcap >= 90 and p.nnodes > 1 and ring.bw_intra > 45.0 and n < 16:
-        n *= 2
-    n = min(n, st.max_channels)
-    return max(n, st.min_channels, 1)
 
 
 def _nsteps(kind: str, n: int) -> int:
@@ -276,9 +234,8 @@ def tree_correction_us(cost: Cost, kind: str, nbytes: int) -> float:
 
 def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int) -> int:
     """Channels the collective runs on: NVLS CTAs for NVLS, else comm channels reduced for small sizes."""
-    if choice_algo in ("nvls", "nvls_tree"):  # nvls.cc: NCCL_NVLS_NCHANNELS, clamped to [minCTAs, maxCTAs]
-        default = st.nvls_channels or T.NVLS_CHANNELS.get(p.arch, 16)
-        return max(1, st.min_ctas, min(default, st.max_channels))
+    if choice_algo in ("nvls", "nvls_tree"):
+        return nvls_channels(p, st)
     nc = comm_channels(p, ring_graph(p), st)
     nt = T.MAX_THREADS[proto]
     threshold = T.THREAD_THRESHOLD[proto] * (p.nranks if choice_algo == "ring" and proto == "LL" else 1)
@@ -356,10 +313,11 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     t = model_time_us(cost, kind, p, nbytes, comm)
     ring = ring_kernel.applies(kind, cost.algorithm, cost.protocol, p)
     kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
-    if ring:
-        kernel = ring_kernel.kernel_busbw(p, kind) * p.nranks / _nsteps(kind, p.nranks)
+    limit = channel_limit(cost.algorithm, p, st)
+    if ring:  # its channels' share of the NVLink, no more in all than the GPU's ceiling (ring_kernel.kernel_busbw)
+        kernel = ring_kernel.kernel_busbw(p, kind, limit) * p.nranks / _nsteps(kind, p.nranks)
     kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
-    algbw = (kernel or cost.algbw) * channel_limit(cost.algorithm, p, st)
+    algbw = kernel if ring else (kernel or cost.algbw) * limit
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
         algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw, kind)
@@ -369,7 +327,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, kind)
     if ring:
         chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch, kind) * ring_kernel.RING_CHUNK_STEPS
-        fill += ring_kernel.fill_us(p, kind, nbytes, ch, chunk)
+        fill += ring_kernel.fill_us(p, kind, nbytes, ch, chunk, limit)
         overhead += ring_kernel.pass_overhead_us(p, nbytes, ch, chunk)
     if overhead:
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
@@ -400,7 +358,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
 
 def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
     """The share of NCCL's bandwidth left when the user caps the channels (CTAs) below NCCL's own count: each
-    channel is a CTA with its own copy throughput, which NCCL's model (search channels) does not scale down."""
+    channel is a CTA with its own copy throughput, which NCCL's model (search channels) does not scale down. A
+    whole-GPU ceiling binds the channels' sum, not each channel (`ring_kernel.kernel_busbw`)."""
     if algo in ("nvls", "nvls_tree"):
         default = T.NVLS_CHANNELS.get(p.arch, 16)
         return min(1.0, min(st.nvls_channels or default, st.max_channels) / default)

@@ -1,0 +1,80 @@
+"""A communicator's channels: the ring graph NCCL's search finds, `comm->nChannels`, `comm->nvlsChannels`, and the
+channels NCCL 2.22+ deals a collective over (enqueue.cc `scheduleCollTasksToPlan`, v2.22.3-1 to v2.30.7-1).
+
+`scheduleCollTasksToPlan` keeps two counts apart. A collective's budget per channel is its traffic over the
+channels its algorithm runs (the task's `nMaxChannels`, which `topoGetAlgoInfo` lowers for small sizes; the plan's
+`nChannels[kind]`, at most the communicator's), but the parts go on the COMMUNICATOR's channels of its kind,
+`nMaxChannels[kind]`: `comm->nChannels` for ring, tree and PAT, `comm->nvlsChannels` for NVLS and NVLS-Tree
+(v2.29.2-1 on: min(nChannels, nvlsChannels) for NVLS with CollNet, across nodes, which the model does not run).
+A split that needs more parts than the algorithm's channels uses the communicator's next ones; only past the
+communicator's last does the rest pile onto that last one, and a communicator of one channel puts the whole
+count on it. NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS (and the CTA bounds) set `comm->nChannels` (connect.cc);
+the NVLS CTAs are clamped to [minCTAs, maxCTAs] (nvls.cc).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")  # the tasks enqueue.cc counts as isNvls
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A channel graph: how many channels, and the bandwidth of each inside a node and across nodes (GB/s)."""
+
+    nchannels: int
+    bw_intra: float
+    bw_inter: float
+
+
+@lru_cache(maxsize=256)
+def ring_graph(p: Platform) -> Graph:
+    """The ring (and tree) graph: the per-channel bandwidth that carries the most in total, then duplicated."""
+    speeds = T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]
+    best = (0, 0.0)
+    for s in speeds:
+        if p.nnodes == 1:
+            n = math.floor(p.gpu_intra_bw / s + 1e-9) if s <= p.gpu_intra_bw else 0
+        else:
+            n = p.nics_per_node * math.floor(p.nic_bw / s + 1e-9) if s <= p.nic_bw else 0
+            if p.ppn > 1:  # a channel crosses the node on NVLink: every GPU but the last forwards it once
+                n = min(n, math.floor(p.gpu_intra_bw / (s * (p.ppn - 1) / p.ppn) + 1e-9))
+        n = min(n, T.RING_GRAPH_MAX_CHANNELS)
+        if n * s > best[0] * best[1] + 1e-9:
+            best = (n, s)
+    n, s = best
+    if n == 0:
+        n, s = 1, speeds[-1]
+    if s >= 25.0 and not (p.compcap > 80 and s < 50.0 and n > 4):  # ncclTopoDupChannels
+        dup = min(2 * n, T.RING_GRAPH_MAX_CHANNELS)
+        s /= math.ceil(dup / n)
+        n = dup
+    return Graph(n, s, s)
+
+
+def comm_channels(p: Platform, ring: Graph, st: NcclSettings) -> int:
+    """comm->nChannels: the ring graph's channels doubled (connectRings), then NCCL_MAX/MIN_NCHANNELS."""
+    n = min(T.MAX_CHANNELS, 2 * ring.nchannels)
+    if p.compcap >= 90 and p.nnodes > 1 and ring.bw_intra > 45.0 and n < 16:
+        n *= 2
+    n = min(n, st.max_channels)
+    return max(n, st.min_channels, 1)
+
+
+def nvls_channels(p: Platform, st: NcclSettings) -> int:
+    """comm->nvlsChannels (nvls.cc): NCCL_NVLS_NCHANNELS or the architecture's default, clamped to the CTA bounds."""
+    default = st.nvls_channels or T.NVLS_CHANNELS.get(p.arch, 16)
+    return max(1, st.min_ctas, min(default, st.max_channels))
+
+
+def plan_channels(algo: str, p: Platform, st: NcclSettings) -> int:
+    """nMaxChannels[kind] of `scheduleCollTasksToPlan`: the communicator's channels a collective of `algo` can be
+    dealt over (its NVLS channels for NVLS and NVLS-Tree, else comm->nChannels)."""
+    return nvls_channels(p, st) if algo in NVLS_ALGORITHMS else comm_channels(p, ring_graph(p), st)
