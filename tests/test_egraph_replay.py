@@ -53,11 +53,13 @@ def cosim(
     record: Path | None = None,
     engine: NetworkSimulator | None = None,
     algo: AlgoOptions | None = None,
+    cores: list[CoordinatorCore] | None = None,
 ) -> list[list[int]]:
     """Run scripted ranks through the bridge coordinator (exact mode); return each rank's step end times.
 
     With `record`, each rank's `GraphRecorder` writes its part there and the parts are merged (with `algo`, the
-    collective options the coordinator ran, as meta.algo, as a live run's recording keeps them).
+    collective options the coordinator ran, as meta.algo, as a live run's recording keeps them). `cores`: the
+    coordinator is appended to it (its collective records, as cosim.json's).
     """
     world = len(scripts)
     inbox: dict[int, list[Any]] = {r: [] for r in range(world)}
@@ -69,6 +71,8 @@ def cosim(
         algo=algo or AlgoOptions(),
         send=lambda r, raw: inbox[r].append(decode(raw)),
     )
+    if cores is not None:
+        cores.append(core)
     clock = [0] * world
     pc = [0] * world
     handle: list[dict[int, int]] = [{} for _ in range(world)]  # op index -> bridge handle
