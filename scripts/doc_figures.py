@@ -12,7 +12,8 @@ output:
 `output-of[slow]:` marks a command that takes more than a few seconds (the test then needs `-m slow`).
 `output-of[needs=reference-runs]:` (or `[slow, needs=reference-runs]`) names a folder of the shared data
 (`phantora.paths.shared_dir()`, `$PHANTORA_SHARED`) that the command reads: where it is absent, as on a fresh
-clone, the block is skipped, not failed. The
+clone, the block is skipped, not failed. `[timeout=900]` gives a fast block's command more than the suite's
+300 s per test (a few CPU seconds in several processes, which a loaded shared machine stretches). The
 command runs with bash from the repository root. Every line of the quoted block must be a line of the command's
 output (stdout and stderr), in order, after trailing spaces are dropped; a line `...` skips any number of output
 lines, and a quoted line ending in ` ...` only has to start the output line (for wall times and long comments).
@@ -98,6 +99,7 @@ class Block:
     slow: bool
     quoted: tuple[str, ...]
     needs: str | None = None  # a folder of the shared data the command reads (skipped where absent)
+    timeout_s: float | None = None  # its test's time limit, where the suite's default is not enough
     end: int = 0  # a generated or figures block: 1-based line of its end marker (0: an output-of block)
     prose: bool = False  # a figures block: its lines' figures must be numbers of the output
 
@@ -140,22 +142,29 @@ def blocks(path: Path) -> list[Block]:
             body.append(lines[j].rstrip())
         else:
             raise ValueError(f"{path.name}:{i + 1}: unterminated fenced block")
-        slow, needs = _options(path, i + 1, m.group(1) or "")
-        out.append(Block(path, i + 1, m.group(2), slow, tuple(body), needs))
+        slow, needs, timeout_s = _options(path, i + 1, m.group(1) or "")
+        out.append(Block(path, i + 1, m.group(2), slow, tuple(body), needs, timeout_s))
     return out
 
 
-def _options(path: Path, line: int, text: str) -> tuple[bool, str | None]:
-    """The bracketed options of a marker: `slow` and `needs=FOLDER`, comma-separated."""
-    slow, needs = False, None
+def _options(path: Path, line: int, text: str) -> tuple[bool, str | None, float | None]:
+    """The bracketed options of a marker: `slow`, `needs=FOLDER` and `timeout=SECONDS`, comma-separated."""
+    slow, needs, timeout_s = False, None, None
     for opt in (o.strip() for o in text.split(",") if o.strip()):
         if opt == "slow":
             slow = True
         elif opt.startswith("needs="):
             needs = opt.removeprefix("needs=").strip()
+        elif opt.startswith("timeout="):
+            value = opt.removeprefix("timeout=").strip()
+            if not value.isdigit() or int(value) <= 0:
+                raise ValueError(f"{path.name}:{line}: timeout={value!r}: a whole number of seconds > 0")
+            timeout_s = float(value)
         else:
-            raise ValueError(f"{path.name}:{line}: unknown output-of option {opt!r} (slow, needs=FOLDER)")
-    return slow, needs
+            raise ValueError(
+                f"{path.name}:{line}: unknown output-of option {opt!r} (slow, needs=FOLDER, timeout=SECONDS)"
+            )
+    return slow, needs, timeout_s
 
 
 def generated_blocks(path: Path) -> list[Block]:
@@ -179,9 +188,9 @@ def _spans(path: Path, marker: re.Pattern[str], end_line: str, prose: bool) -> l
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == end_line), None)
         if end is None:
             raise ValueError(f"{path.name}:{i + 1}: this block needs its end line {end_line!r}")
-        slow, needs = _options(path, i + 1, m.group(1) or "")
+        slow, needs, timeout_s = _options(path, i + 1, m.group(1) or "")
         body = tuple(line.rstrip() for line in lines[i + 1 : end])
-        out.append(Block(path, i + 1, m.group(2), slow, body, needs, end=end + 1, prose=prose))
+        out.append(Block(path, i + 1, m.group(2), slow, body, needs, timeout_s, end=end + 1, prose=prose))
     return out
 
 

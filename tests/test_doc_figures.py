@@ -39,6 +39,13 @@ def test_markers_are_parsed(tmp_path: Path) -> None:
     md.write_text("<!-- output-of[slow, needs=reference-runs]: echo hi -->\n```\nhi\n```\n")
     (block,) = doc_figures.blocks(md)
     assert (block.slow, block.needs) == (True, "reference-runs")
+    md.write_text("<!-- output-of[timeout=900]: echo hi -->\n```\nhi\n```\n")
+    (block,) = doc_figures.blocks(md)
+    assert (block.slow, block.timeout_s) == (False, 900.0)
+    assert [m.kwargs for m in marks(block)] == [{}] and marks(block)[0].args == (900.0,)
+    md.write_text("<!-- output-of[timeout=soon]: echo hi -->\n```\n```\n")
+    with pytest.raises(ValueError, match="x.md:1: timeout='soon'"):
+        doc_figures.blocks(md)
     md.write_text("<!-- output-of[fast]: echo hi -->\n```\n```\n")
     with pytest.raises(ValueError, match="unknown output-of option"):
         doc_figures.blocks(md)
@@ -75,10 +82,14 @@ def test_the_docs_have_checked_figures() -> None:
     assert any(b.path.name == "tutorial.md" for b in BLOCKS)
 
 
-@pytest.mark.parametrize(
-    "block",
-    [pytest.param(b, marks=SLOW if b.slow else [], id=b.where) for b in BLOCKS],
-)
+def marks(block: doc_figures.Block) -> list[pytest.MarkDecorator]:
+    """A slow block's marks; a fast one's own time limit, if it names one (`[timeout=SECONDS]`)."""
+    if block.slow:
+        return SLOW
+    return [pytest.mark.timeout(block.timeout_s)] if block.timeout_s else []
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, marks=marks(b), id=b.where) for b in BLOCKS])
 def test_quoted_output_is_what_the_command_prints(block) -> None:
     if block.missing():
         pytest.skip(f"{block.missing()} absent (shared data the command reads)")
