@@ -32,7 +32,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),
-    ("workloads", ("phantora.workload", "phantora.replay", "phantora.jobs.spec", "phantora.rank_options")),
+    (
+        "workloads",
+        ("phantora.workload", "phantora.replay", "phantora.jobs.spec", "phantora.rank_options", "phantora.spawn_count"),
+    ),
     ("results", ("phantora.results", "phantora.jobs.results", "phantora.jobs.scenario")),
     ("bridge", ("bridge",)),
     ("runtime", ("phantora.runtime",)),
