@@ -24,6 +24,10 @@ from phantora.runtime.memory import capacity_of
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "scripts" / "cuda_probe.py"
 CUDA_DDP = ROOT / "examples" / "cuda_ddp.py"
+# What CUDA reports for each GPU (nvidia-smi / torch.cuda.get_device_name on the real parts; compute capability
+# from NVIDIA's CUDA GPUs table)
+CUDA_NAME = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}
+CAPABILITY = {"h100": (9, 0), "a100": (8, 0)}
 
 
 def probe(tmp_path: Path, *, gpu: str = "h100", tensors: str = "real", size: int = 256) -> dict:
@@ -33,6 +37,23 @@ def probe(tmp_path: Path, *, gpu: str = "h100", tensors: str = "real", size: int
 
 
 @pytest.mark.parametrize("gpu", ["h100", "a100"])
+def test_the_device_answers_the_gpus_name_capability_and_size(monkeypatch: pytest.MonkeyPatch, gpu: str) -> None:
+    """The GPU-specific answers of the probe below, in this process (the a100 probe run is slow): the simulated
+    device of `gpu` is named, versioned and sized as the real part."""
+    from phantora.runtime.simcuda import api, devices
+
+    spec = get_gpu(gpu)
+    monkeypatch.setitem(devices.state, "gpu", spec)
+    assert api.get_device_name() == CUDA_NAME[gpu]
+    assert api.get_device_capability() == CAPABILITY[gpu]
+    props = api.get_device_properties(0)
+    assert (props.name, (props.major, props.minor)) == (CUDA_NAME[gpu], CAPABILITY[gpu])
+    assert (props.multi_processor_count, props.total_memory) == (spec.sms, capacity_of(spec))
+    assert api.get_arch_list() == ["sm_{}{}".format(*CAPABILITY[gpu])] and api.is_bf16_supported()
+
+
+# the a100 run checks the same GPU-specific answers through a live run (the fast test above); slow
+@pytest.mark.parametrize("gpu", ["h100", pytest.param("a100", marks=pytest.mark.slow)])
 def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> None:
     seen = probe(tmp_path, gpu=gpu)
     spec = get_gpu(gpu)
@@ -40,8 +61,8 @@ def test_torch_cuda_answers_as_the_simulated_gpu(tmp_path: Path, gpu: str) -> No
     # lazy initialisation: not at start nor by device_count; set_device initialises and runs the queued call
     assert seen["initialized_at_start"] == [False, False] and not seen["initialized_after_count"]
     assert seen["initialized"] == [True, True, [False]]
-    assert seen["name"] == {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}[gpu]
-    assert seen["capability"] == {"h100": [9, 0], "a100": [8, 0]}[gpu]
+    assert seen["name"] == CUDA_NAME[gpu]
+    assert seen["capability"] == list(CAPABILITY[gpu])
     assert seen["sms"] == spec.sms and seen["total_memory"] == capacity_of(spec)
     assert seen["bf16"] and seen["version"]
     assert seen["device"] == "cuda:1" and seen["is_cuda"]
