@@ -198,7 +198,16 @@ def test_nic_latency_adds_exactly_l_to_an_isolated_flow() -> None:
     assert fct[1700] == fct[0] + 1700
 
 
-def test_two_workers_equal_one_engine_to_the_ns() -> None:
+@pytest.fixture(scope="module")
+def two_workers() -> Any:
+    """One workers=2 engine on the tiny fabric, shared by the two tests below (starting two workers that load ns-3
+    costs more than either test's own work): the equality test runs it from 0 ns, the killed-worker test after it."""
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), tiny(), spawner=spawn_workers)
+    yield sim
+    sim.close()
+
+
+def test_two_workers_equal_one_engine_to_the_ns(two_workers: Any) -> None:
     topo = tiny()
     flows = rail_dag(topo, stages=2)
     one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
@@ -211,48 +220,50 @@ def test_two_workers_equal_one_engine_to_the_ns() -> None:
     assert len(want) == len(flows)
     assert want_out["marks"] and want_out["cnps"]  # the incasts do congest: the comparison is not vacuous
 
-    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
-    try:
-        packet = sim.packet  # type: ignore[attr-defined]
-        assert isinstance(packet, DecomposedSimulator) and len(packet.workers) == 2
-        bad = Flow(10_000, gpu(topo, 0, 0), gpu(topo, 1, 1), 1000)
-        with pytest.raises(InputError, match="flow 10000"):
-            sim.submit([bad], 0)
-        sim.submit(flows, 0)
-        t0 = time.perf_counter()
-        got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
-        drain_wall = time.perf_counter() - t0
-        assert got == want
-        dec = sim.stats()["decompose"]
-        # where the wall went: each round covers its slowest worker's serving; rounds and the time between them
-        # fit in the drain
-        assert 0 < dec["critical_wall_s"] <= dec["round_wall_s"]  # type: ignore[index]
-        assert 0 <= dec["gather_wall_s"] <= dec["round_wall_s"]  # type: ignore[index]
-        assert 0 <= dec["between_wall_s"]  # type: ignore[index]
-        assert dec["round_wall_s"] + dec["between_wall_s"] <= drain_wall  # type: ignore[index]
-        got_out = outputs(sim)
-        del got_out["usage"], want_out["usage"]
-        assert got_out == want_out  # event records up to now(), the same
-        sim.advance(sim.now() + QUIET_NS)
-        assert outputs(sim)["usage"] == want_usage
-        stats = sim.stats()
-        assert stats["decompose"]["workers"] == 2 and stats["decompose"]["rounds"] > 0  # type: ignore[index]
-        assert len(stats["workers"]) == 2  # type: ignore[arg-type]
-        assert "decompose" not in stats["approximations"]  # type: ignore[operator]
-        assert stats["events"] == sum(w["events"] for w in stats["workers"])  # type: ignore[attr-defined, union-attr]
-    finally:
-        sim.close()
-    assert all(w.proc is not None and w.proc.poll() is not None for w in packet.workers)  # no orphans
+    sim = two_workers
+    assert sim.now() == 0, "the shared workers=2 engine must come fresh to this test (the first to use it)"
+    packet = sim.packet
+    assert isinstance(packet, DecomposedSimulator) and len(packet.workers) == 2
+    # the engine stays open for the killed-worker test, which checks that closing it leaves no orphans
+    bad = Flow(10_000, gpu(topo, 0, 0), gpu(topo, 1, 1), 1000)
+    with pytest.raises(InputError, match="flow 10000"):
+        sim.submit([bad], 0)
+    sim.submit(flows, 0)
+    t0 = time.perf_counter()
+    got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+    drain_wall = time.perf_counter() - t0
+    assert got == want
+    dec = sim.stats()["decompose"]
+    # where the wall went: each round covers its slowest worker's serving; rounds and the time between them
+    # fit in the drain
+    assert 0 < dec["critical_wall_s"] <= dec["round_wall_s"]  # type: ignore[index]
+    assert 0 <= dec["gather_wall_s"] <= dec["round_wall_s"]  # type: ignore[index]
+    assert 0 <= dec["between_wall_s"]  # type: ignore[index]
+    assert dec["round_wall_s"] + dec["between_wall_s"] <= drain_wall  # type: ignore[index]
+    got_out = outputs(sim)
+    del got_out["usage"], want_out["usage"]
+    assert got_out == want_out  # event records up to now(), the same
+    sim.advance(sim.now() + QUIET_NS)
+    assert outputs(sim)["usage"] == want_usage
+    stats = sim.stats()
+    assert stats["decompose"]["workers"] == 2 and stats["decompose"]["rounds"] > 0  # type: ignore[index]
+    assert len(stats["workers"]) == 2  # type: ignore[arg-type]
+    assert "decompose" not in stats["approximations"]  # type: ignore[operator]
+    assert stats["events"] == sum(w["events"] for w in stats["workers"])  # type: ignore[attr-defined, union-attr]
 
 
-def test_a_killed_worker_ends_the_run_within_seconds_naming_it() -> None:
+def test_a_killed_worker_ends_the_run_within_seconds_naming_it(two_workers: Any) -> None:
+    """On the shared engine, at whatever time the equality test left it (or fresh, run alone): a long DAG under
+    way, then a worker killed."""
     topo = tiny()
-    flows = rail_dag(topo, stages=40)
-    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
-    packet = sim.packet  # type: ignore[attr-defined]
+    sim = two_workers
+    base, now = 1_000_000, sim.now()  # ids and times past anything the engine was given
+    flows = [Flow(f.id + base, f.src, f.dst, f.size, tuple(d + base for d in f.deps), f.delay_ns, key=f.key)
+             for f in rail_dag(topo, stages=40)]  # fmt: skip
+    packet = sim.packet
     try:
-        sim.submit(flows, 0)
-        sim.advance(20_000)
+        sim.submit(flows, now)
+        sim.advance(now + 20_000)
         victim = packet.workers[1]
         os.kill(victim.pid, signal.SIGKILL)
         t0 = time.monotonic()
