@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from phantora.collectives import AlgoOptions, Collective, decompose
-from phantora.collectives.nccl import platform_of
+from phantora.collectives.nccl import platform_of, proto_rate
 from phantora.collectives.nccl.published import tables
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.collectives.nccl.tuning import comm_channels, ring_graph, select
@@ -101,7 +101,7 @@ def test_tree_fill_counted_only_beyond_nccls_tree_correction():
 
 
 @pytest.mark.parametrize(
-    ("proto", "nbytes", "lat_us", "busbw"),
+    ("proto", "nbytes", "lat_us", "rating"),
     [
         # LL: NCCL's Ampere one-node ceiling binds: min(87.7, 0.5 x 12 x 20) = 87.7 GB/s busbw
         ("LL", 1 * MiB, 6.6 + 14 * 0.6, min(87.7, 0.5 * 240)),
@@ -109,9 +109,12 @@ def test_tree_fill_counted_only_beyond_nccls_tree_correction():
         ("LL128", 8 * MiB, 14.0 + 14 * 1.9, min(0.92 * 240, 12 * 20.0)),
     ],
 )
-def test_a100_ll_and_ll128_caps_are_charged_in_the_time(proto, nbytes, lat_us, busbw):
-    """The per-arch LL ceiling and LL128 rating are the rate the flows run at, not only what the choice compares:
-    an 8-A100 all-reduce through the flow engine takes NCCL's latency plus the bytes at the capped busbw x 8/14."""
+def test_a100_ll_and_ll128_caps_are_charged_in_the_time(proto, nbytes, lat_us, rating):
+    """The per-arch LL ceiling and LL128 rating bound the rate the flows run at, not only what the choice compares:
+    an 8-A100 all-reduce through the flow engine takes NCCL's latency plus the bytes at the capped busbw x 8/14,
+    or at the A100 kernel's lower achieved rate where one is recorded (proto_rate.py)."""
+    achieved = proto_rate.achieved_busbw("ampere", proto)
+    busbw = min(rating, achieved) if achieved else rating
     topo = dgx_host(gpu="a100")
     env = nccl_env({"NCCL_ALGO": "Ring", "NCCL_PROTO": proto})
     dag = decompose(Collective("all_reduce", tuple(range(8)), nbytes, "fp32"), topo, AlgoOptions(nccl_env=env))

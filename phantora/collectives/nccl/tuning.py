@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from phantora.collectives.nccl import old_tuners, proxy, ring_chain, ring_kernel, ring_round_up
+from phantora.collectives.nccl import old_tuners, proto_rate, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import Graph, comm_channels, nvls_channels, ring_graph
 from phantora.collectives.nccl.chunking import chunk_bytes
@@ -317,6 +317,16 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if ring:  # its channels' share of the NVLink, no more in all than the GPU's ceiling (ring_kernel.kernel_busbw)
         kernel = ring_kernel.kernel_busbw(p, kind, limit) * p.nranks / _nsteps(kind, p.nranks)
     kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
+    default = comm_channels(p, ring_graph(p), NcclSettings())  # the protocol kernels' achieved rates (proto_rate)
+    kernel = proto_rate.capped_algbw(
+        kernel or cost.algbw,
+        kind,
+        cost.algorithm,
+        cost.protocol,
+        p,
+        alg_per_bus(cost.algorithm, kind, p.nranks),
+        ch / default,
+    )
     algbw = kernel if ring else (kernel or cost.algbw) * limit
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
         algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
@@ -376,5 +386,9 @@ def more_ctas_algbw(cost: Cost, kind: str, p: Platform, channels: int) -> float:
         return 0.0
     graph_bus = ring.nchannels * (ring.bw_intra if p.nnodes <= 2 else ring.bw_inter)
     bus = raised_bus_bw(cost.algorithm, cost.protocol, p, graph_bus, ring.nchannels, channels / default)
-    ratio = p.nranks / _nsteps(kind, p.nranks) if cost.algorithm == "ring" else 0.5
-    return max(cost.algbw, bus * ratio) if bus > 0 else 0.0
+    return max(cost.algbw, bus * alg_per_bus(cost.algorithm, kind, p.nranks)) if bus > 0 else 0.0
+
+
+def alg_per_bus(algo: str, kind: str, nranks: int) -> float:
+    """Algorithm over bus bandwidth of a ring (nranks / its steps) or a tree all-reduce (1/2), as `costs` has it."""
+    return nranks / _nsteps(kind, nranks) if algo == "ring" else 0.5

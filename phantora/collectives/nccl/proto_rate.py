@@ -1,0 +1,46 @@
+"""What an A100's LL and LL128 all-reduce kernels achieve, below NCCL's ratings: an empirical rate, fitted.
+
+NCCL's tuner rates each protocol per GPU generation (tuning.cc `llMaxBws`, `perChMaxRingLL128Bws`, LL128's 0.92);
+those ratings choose the algorithm and protocol, and are NVIDIA's estimates of what each kernel reaches, not times
+NCCL measures. On an A100 (sm80, NVLink3) every published one-host all-reduce curve runs LL128 at about 133-148
+GB/s busbw where NCCL rates it min(0.92 x 240, 12 x 20) = 220.8, and no H100 curve falls below its rating
+(docs/validation.md, "A100 ring all-reduce, one host", (f), (g)). No source gives the cause, so the rate is
+fitted, not derived: `ACHIEVED_BUSBW` holds one bus bandwidth per (architecture, protocol), fitted on one table
+only (Azure ND A100 v4, NCCL 2.18.5; `bench/bench_proto_rate.py`) and checked on the others, held out. It bounds
+the time of an all-reduce's ring or tree that runs the protocol, never the choice (`tuning.select` still picks by
+NCCL's ratings). Other collectives keep NCCL's rating (ALCF's two-host A100 all-gather grows faster than 148
+between its LL128 sizes; no A100 reduce-scatter table was found), and so do generations without an entry (H100,
+H200, B200), whose tables meet it.
+
+The rate was measured at NCCL's default channels (24 CTAs on an 8-GPU A100); it scales with the CTAs that run
+beyond that default, as NCCL's per-channel ceilings do (`cta_ceiling.py`), and with fewer channels it falls with
+every other rate (`tuning.channel_limit`).
+"""
+
+from __future__ import annotations
+
+from phantora.collectives.nccl.platform import Platform
+
+# Bus bandwidth (GB/s) an (architecture, protocol) kernel reaches at most, fitted on the Azure ND A100 v4 table
+# (tests/data/nccl_tests/a100_8gpu_1node_all_reduce_azure_nda100v4.csv; bench/bench_proto_rate.py --fit).
+ACHIEVED_BUSBW: dict[tuple[str, str], float] = {("ampere", "LL128"): 148.0, ("ampere", "LL"): 68.0}
+CAPPED_ALGORITHMS = ("ring", "tree")  # the algorithms that run LL and LL128
+MEASURED_KINDS = ("all_reduce",)  # the collectives the rates were measured on (a copy, all-gather, runs faster)
+
+
+def achieved_busbw(arch: str, proto: str) -> float | None:
+    """The empirical bus bandwidth (GB/s) of `proto`'s kernel on `arch`; None where NCCL's rating holds."""
+    return ACHIEVED_BUSBW.get((arch, proto))
+
+
+def capped_algbw(
+    algbw: float, kind: str, algo: str, proto: str, p: Platform, alg_per_bus: float, cta_scale: float
+) -> float:
+    """`algbw` (GB/s) of an all-reduce no faster than the protocol kernel's achieved rate on `p`'s GPU: its bus
+    bandwidth times `alg_per_bus` (the algorithm's algorithm-to-bus ratio) times `cta_scale` (CTAs run over NCCL's
+    default, at least 1). Unchanged for other kinds and algorithms and where no rate is recorded."""
+    measured = kind in MEASURED_KINDS and algo in CAPPED_ALGORITHMS
+    bus = achieved_busbw(p.arch, proto) if measured else None
+    if bus is None or algbw <= 0:
+        return algbw
+    return min(algbw, bus * alg_per_bus * max(1.0, cta_scale))
