@@ -105,7 +105,7 @@ def cases(name: str) -> list[Case]:
         out.append(Case("all_reduce_perf", 4 * MiB, (("NCCL_ALGO", algo),)))
     out += [
         Case("all_gather_perf", 1 * MiB, (("NCCL_PROTO", "LL"),)),
-        Case("all_reduce_perf", 16 * MiB, (("NCCL_MAX_NCHANNELS", "4"),)),
+        Case("all_reduce_perf", 16 * MiB, (("NCCL_MAX_CTAS", "4"),)),  # bounds NVLS's CTAs too (MAX_NCHANNELS does not)
         Case("all_reduce_perf", 64 * KiB, (("NCCL_MIN_NCHANNELS", "32"),)),
         Case("all_reduce_perf", 16 * MiB, (("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "Simple"))),
         Case(

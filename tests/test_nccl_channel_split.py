@@ -7,12 +7,15 @@ the hi part the rest."""
 
 from __future__ import annotations
 
+from phantora.collectives import AlgoOptions, Collective
+from phantora.collectives.nccl import choose
 from phantora.collectives.nccl.channel_split import busiest, split
 from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.proxy import steps_per_connection
-from phantora.collectives.nccl.settings import settings_from_env
+from phantora.collectives.nccl.settings import nccl_env, settings_from_env
+from phantora.topology import load_topology
 
 MiB = 1 << 20
 
@@ -154,6 +157,21 @@ def test_the_communicators_channels_follow_nccls_variables() -> None:
     assert plan_channels("nvls", h100s(1), settings_from_env({})) == 16
     assert plan_channels("nvls_tree", h100s(2), settings_from_env({"NCCL_MIN_CTAS": "24"})) == 24
     assert plan_channels("nvls", h100s(1), settings_from_env({"NCCL_MIN_NCHANNELS": "32"})) == 16
+
+
+def test_nvls_ctas_follow_the_cta_bounds_not_nccl_max_nchannels() -> None:
+    """nvls.cc (v2.18.5-1 to v2.30.7-1) clamps comm->nvlsChannels to [minCTAs, maxCTAs] only; NCCL_MAX_NCHANNELS
+    bounds comm->nChannels (connect.cc), whose minimum is applied after the maximum (copyChannels) and so wins.
+    16 MiB all-reduce on testbed16 (2 x 8 H100): NVLS-Tree on its 16 CTAs under NCCL_MAX_NCHANNELS=4, on 4 under
+    NCCL_MAX_CTAS=4; a ring under NCCL_MAX_NCHANNELS=4 with NCCL_MIN_NCHANNELS=8 opens 8."""
+    assert plan_channels("nvls_tree", h100s(2), settings_from_env({"NCCL_MAX_NCHANNELS": "4"})) == 16
+    assert plan_channels("nvls_tree", h100s(2), settings_from_env({"NCCL_MAX_CTAS": "4"})) == 4
+    both = settings_from_env({"NCCL_MAX_NCHANNELS": "4", "NCCL_MIN_NCHANNELS": "8"})
+    assert plan_channels("ring", h100s(2), both) == 8
+    topo, coll = load_topology("testbed16"), Collective("all_reduce", tuple(range(16)), 16 * MiB, "fp32")
+    for env, channels in (({"NCCL_MAX_NCHANNELS": "4"}, 16), ({"NCCL_MAX_CTAS": "4"}, 4)):
+        choice = choose(coll, topo, AlgoOptions(nccl_env=nccl_env(env)))
+        assert (choice.algorithm, choice.channels) == ("nvls_tree", channels)
 
 
 def test_proxy_steps_deal_the_parts_onto_the_communicators_channels() -> None:

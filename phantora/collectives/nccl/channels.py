@@ -69,9 +69,10 @@ def comm_channels(p: Platform, ring: Graph, st: NcclSettings) -> int:
 
 
 def nvls_channels(p: Platform, st: NcclSettings) -> int:
-    """comm->nvlsChannels (nvls.cc): NCCL_NVLS_NCHANNELS or the architecture's default, clamped to the CTA bounds."""
+    """comm->nvlsChannels (nvls.cc, v2.18.5-1 to v2.30.7-1): NCCL_NVLS_NCHANNELS or the architecture's default,
+    clamped to [NCCL_MIN_CTAS, NCCL_MAX_CTAS]; NCCL_MIN/MAX_NCHANNELS bound comm->nChannels only (connect.cc)."""
     default = st.nvls_channels or T.NVLS_CHANNELS.get(p.arch, 16)
-    return max(1, st.min_ctas, min(default, st.max_channels))
+    return max(1, st.min_ctas, min(default, st.max_ctas))
 
 
 def plan_channels(algo: str, p: Platform, st: NcclSettings) -> int:

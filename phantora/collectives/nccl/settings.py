@@ -54,6 +54,7 @@ class NcclSettings:
     min_channels: int = 0
     min_ctas: int = 0  # NCCL_MIN_CTAS alone: it also raises the NVLS CTAs (nvls.cc clamps them to [min, max] CTAs)
     max_channels: int = T.MAX_CHANNELS
+    max_ctas: int = T.MAX_CHANNELS  # NCCL_MAX_CTAS alone: the NVLS CTAs' maximum (NCCL_MAX_NCHANNELS is not)
     buffsize: int = 0  # Simple buffer; 0: 4 MiB
     nvls: bool = True  # NCCL_NVLS_ENABLE=0 turns NVLink SHARP off
     nvls_channels: int = 0  # 0: NCCL's default for the architecture
@@ -185,19 +186,22 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         algos = tuple((f, frozenset(back[n] for n in s if n in back)) for f, s in named)
     protos = parse_list(env["NCCL_PROTO"], T.PROTOCOLS, "NCCL_PROTO") if env.get("NCCL_PROTO") else ()
     # connect.cc: MIN/MAX_NCHANNELS (legacy MIN/MAX_NRINGS) and the communicator's minCTAs/maxCTAs (NCCL_MIN_CTAS /
-    # NCCL_MAX_CTAS, init.cc) both bound the channels: the larger minimum and the smaller maximum win
+    # NCCL_MAX_CTAS, init.cc, which lowers minCTAs to maxCTAs) both bound comm->nChannels: the larger minimum and
+    # the smaller maximum win, and the minimum is applied last (copyChannels), so it wins over the maximum
+    max_ctas = min(_int(env, "NCCL_MAX_CTAS", T.MAX_CHANNELS, 1), T.MAX_CHANNELS)
+    min_ctas = min(_int(env, "NCCL_MIN_CTAS", 0), max_ctas)
     legacy_max = _int(env, "NCCL_MAX_NRINGS", T.MAX_CHANNELS, 1)
-    max_ch = min(_int(env, "NCCL_MAX_NCHANNELS", legacy_max, 1), _int(env, "NCCL_MAX_CTAS", T.MAX_CHANNELS, 1))
-    max_ch = min(max_ch, T.MAX_CHANNELS)
+    max_ch = min(_int(env, "NCCL_MAX_NCHANNELS", legacy_max, 1), max_ctas)
     legacy_min = _int(env, "NCCL_MIN_NRINGS", 0)
-    min_ch = max(_int(env, "NCCL_MIN_NCHANNELS", legacy_min), _int(env, "NCCL_MIN_CTAS", 0))
+    min_ch = max(_int(env, "NCCL_MIN_NCHANNELS", legacy_min), min_ctas)
     return NcclSettings(
         algos=algos,
         protos=protos,
         protos_forced=bool(protos),
-        min_channels=min(min_ch, max_ch, T.MAX_CHANNELS),
-        min_ctas=min(_int(env, "NCCL_MIN_CTAS", 0), max_ch),
+        min_channels=min(min_ch, T.MAX_CHANNELS),
+        min_ctas=min_ctas,
         max_channels=max_ch,
+        max_ctas=max_ctas,
         buffsize=_int(env, "NCCL_BUFFSIZE", 0, 1),
         nvls=_int(env, "NCCL_NVLS_ENABLE", 2) != 0,
         nvls_channels=_int(env, "NCCL_NVLS_NCHANNELS", 0),

@@ -371,10 +371,9 @@ def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
     channel is a CTA with its own copy throughput, which NCCL's model (search channels) does not scale down. A
     whole-GPU ceiling binds the channels' sum, not each channel (`ring_kernel.kernel_busbw`)."""
     if algo in ("nvls", "nvls_tree"):
-        default = T.NVLS_CHANNELS.get(p.arch, 16)
-        return min(1.0, min(st.nvls_channels or default, st.max_channels) / default)
+        return min(1.0, nvls_channels(p, st) / T.NVLS_CHANNELS.get(p.arch, 16))
     default = comm_channels(p, ring_graph(p), NcclSettings())
-    return min(1.0, st.max_channels / default)
+    return min(1.0, comm_channels(p, ring_graph(p), st) / default)
 
 
 def more_ctas_algbw(cost: Cost, kind: str, p: Platform, channels: int) -> float:
