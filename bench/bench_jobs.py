@@ -50,7 +50,7 @@ def one_run(k: int, split: bool, wl: Path) -> dict[str, Any]:
     topo = leaf_spine(8, 8, 2, nic_rate="100Gbps", uplink_rate="100Gbps", latency="1us", name="ls64")
     cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(wl)]
     world = k * RANKS_PER_JOB
-    common: dict[str, Any] = {"network": "flow", "keep_flows": False, "rank_preload": ("phantora.egraph.replay_rank",)}
+    common: dict[str, Any] = {"keep_flows": False, "rank_preload": ("phantora.egraph.replay_rank",)}
     if split:
         jobs = [JobProcs(f"j{i}", RANKS_PER_JOB, cmd) for i in range(k)]
         res = CosimRun(topo, jobs=jobs, all_or_nothing=False, **common).run()

@@ -4,8 +4,8 @@ Time contract (all times are the rank's virtual clock, integer ns, never decreas
 - every call stamped t promises that the rank will issue nothing stamped earlier than t;
 - `wait` is a blocking CPU wait: when it returns t_done, the rank's clock is at least t_done;
 - `advance_clock(t)` says the clock reached t. In window mode it blocks at each window end until
-  the network has caught up (the window barrier); in exact mode it only reports the clock when
-  the coordinator asked for it (a lease), so it is nearly free;
+  the network has caught up (the window barrier); in exact mode it sends nothing (the network
+  moves only while every rank is blocked), so it is free;
 - `test(h, t)` answers as of time t: exactly in exact mode; in window mode from what the last
   barrier delivered (a completion inside the current window may show up one window late).
 
@@ -59,8 +59,7 @@ class RankClient:
         self._ctx = zmq.Context()
         self._sock = connect_dealer(self._ctx, endpoint)
         self._clock = 0  # the latest time this rank reached
-        self._sent = 0  # the latest stamp sent
-        self._lease = INF_NS
+        self._lease = INF_NS  # window mode: the end of the current window (the barrier)
         self._known_until = 0
         self._results: dict[int, int] = {}
         self._lost: dict[int, list[tuple[int, int]]] = {}  # DLCP: handle -> tensor byte ranges the network lost
@@ -120,8 +119,6 @@ class RankClient:
         """Apply what any message from the coordinator tells us."""
         if msg.type == "error":
             self._raise(msg)
-        elif msg.type == "lease":
-            self._lease = msg["lease"]
         elif msg.type == "result":
             for h, t in msg["done"]:
                 self._results[h] = t
@@ -131,7 +128,7 @@ class RankClient:
             self._lease = msg["lease"]
 
     def _await(self, want: str, timeout_s: float | None = None) -> Message:
-        """Block until a `want` message arrives, taking leases, heartbeats and errors on the way."""
+        """Block until a `want` message arrives, taking heartbeats and errors on the way."""
         while True:
             frames = recv_within(self._sock, timeout_s or self.peer_timeout_s, "the coordinator")
             try:
@@ -143,7 +140,7 @@ class RankClient:
                 return msg
 
     def _poll(self) -> None:
-        """Take pending pushes (leases, errors) without blocking."""
+        """Take pending pushes (errors) without blocking."""
         while self._sock.poll(0, zmq.POLLIN):
             try:
                 self._take(decode(self._sock.recv()))
@@ -166,9 +163,6 @@ class RankClient:
     def _send(self, type_: str, t: int, **fields: Any) -> None:
         self._sock.send(encode(type_, t, **fields))
         self._clock = max(self._clock, t)
-        self._sent = max(self._sent, t)
-        if self.exact and t >= self._lease:
-            self._lease = INF_NS
 
     def _barrier(self, t: int) -> None:
         """Window mode: report t and wait until the network has reached t's window."""
@@ -341,12 +335,10 @@ class RankClient:
         return msg["t_done"]
 
     def advance_clock(self, t_ns: int) -> None:
-        """The rank's virtual clock reached t_ns (cheap inside the current window or lease)."""
+        """The rank's virtual clock reached t_ns (free in exact mode and inside the current window)."""
         if t_ns <= self._clock:
             return
         self._enter(t_ns, "advance_clock")
-        if self.exact and t_ns >= self._lease and t_ns > self._sent:
-            self._send("clock", t_ns, block=False)
         self._clock = t_ns
 
     def step_boundary(self, step: int, t_ns: int) -> None:

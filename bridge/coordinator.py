@@ -246,8 +246,7 @@ class Coordinator:
         while True:
             if unanswered or self.sock.poll(int(HEARTBEAT_S * 1000)):
                 self.drain_queued()
-            for rank, lease in core.progress():
-                self.send_rank(rank, encode("lease", core.engine.now(), lease=lease))
+            core.progress()
             if core.all_finished():
                 outcome = core.finalize()
                 outcome["rejected"] = self.rejections.count

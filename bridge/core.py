@@ -7,8 +7,11 @@ Ranks are in one of five states:
 - ``barrier``: window mode, blocked until the network reached its window (``advance_clock``);
 - ``done``: finished.
 
-How far the network may go (the horizon H) is the smallest promise of the ranks in run, test and
-barrier, and the earliest already-known completion a waiting rank will wake on.
+How far the network may go (the horizon H) is the smallest promise of the ranks in test and barrier, and
+the earliest already-known completion a waiting rank will wake on.
+In both modes the engine advances, and held rendezvous are launched, only while every live rank is blocked:
+what the coordinator then knows is a function of the inputs alone (not of which rank's message came first),
+so the advances (`rounds`) and every reply are the same from run to run.
 - Exact mode (window 0): the engine runs to H but stops at the first completion a waiting rank
   waits on, so a woken rank can still inject at its wake time. No flow is ever submitted earlier
   than the engine's time: this is asserted, and results equal an in-process run.
@@ -139,7 +142,6 @@ class RankState:
     lost: dict[int, list[list[int]]] = field(default_factory=dict)  # DLCP: handle -> tensor byte ranges to zero
     owner: dict[int, int] = field(default_factory=dict)  # handle -> collective record id (once matched)
     issued: dict[int, Call] = field(default_factory=dict)  # handle -> call
-    sent_lease: int = INF_NS
     t_finish: int = 0
     output: Any = None
     cpu_s: float = 0.0  # CPU time the rank process spent, as it reported at finish
@@ -196,11 +198,9 @@ class CoordinatorCore:
         self._dirty: set[int] = set()  # blocked ranks to re-check although the network did not move
         self._release_now = -1  # network time of the last full release pass
         self.live = live  # ranks not done
-        # lazy heap of (bound, rank) over run/test/barrier ranks: `_bound`, the latest time the engine may run to
-        self._promises: list[tuple[int, int]] = [(-1 if window_ns == 0 else 0, r) for r in range(live)]
+        # lazy heap of (promise, rank) over the ranks in test or barrier (`horizon`)
+        self._promises: list[tuple[int, int]] = []
         self.held = HeldRendezvous()  # complete rendezvous not launched yet (`_launch_ready`)
-        self._goal = INF_NS  # exact mode: the last goal pushed as a lease
-        self._fresh: set[int] = set()  # ranks released since the last lease pass
         self.matcher = Matcher(world, self.mirrors)
         self.on_round: Callable[[], None] | None = None  # called between engine advances (heartbeats)
         self.records: list[CollRecord] = []
@@ -247,8 +247,6 @@ class CoordinatorCore:
                 f"({rs.promise} ns); a rank's clock never goes back",
             )
         self._promise(rs, t)
-        if t >= rs.sent_lease:
-            rs.sent_lease = INF_NS  # the client forgets its lease once it reports past it
 
     def on_message(self, rank: int, msg: Message) -> None:
         """Dispatch one request of an authenticated rank."""
@@ -476,14 +474,15 @@ class CoordinatorCore:
         """Launch the held rendezvous that nothing can still precede, by (start, key): the same order and the
         same engine state at each launch whatever order the ranks' messages arrived in.
 
-        Exact mode: a rendezvous starting at s goes once every running rank is past s (it may still issue at its
-        own time), every blocked rank wakes no earlier than s, and the engine has run every event before s (a
-        wake-up it causes comes first). Window mode: once every live rank is blocked (nothing can arrive
-        before the coordinator answers); the engine does not move between, so each starts when it would have."""
+        Only once every live rank is blocked (nothing can arrive before the coordinator answers; `settled`).
+        Window mode: then all of them; the engine does not move between, so each starts when it would have.
+        Exact mode: a rendezvous starting at s goes once every blocked rank wakes no earlier than s and the
+        engine has run every event before s (a wake-up it causes comes first)."""
+        if not self.settled():
+            return
         if self.window:
-            if len(self.blocked) == self.live:
-                while self.held:
-                    self._launch(self.held.pop())
+            while self.held:
+                self._launch(self.held.pop())
             return
         while self.held:
             s = self.held.head_start()
@@ -610,24 +609,19 @@ class CoordinatorCore:
                     self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
 
     # ----- the network clock ---------------------------------------------------------------------
-    def _bound(self, rs: RankState) -> int:
-        """How far the engine may run for a rank in run, test or barrier: its promise; in exact mode one ns less
-        for a running rank, which may still issue at its promise (those flows start before that ns is run)."""
-        return rs.promise - 1 if self.window == 0 and rs.state == RUN else rs.promise
-
     def _push(self, rs: RankState) -> None:
-        heapq.heappush(self._promises, (self._bound(rs), rs.rank))
+        heapq.heappush(self._promises, (rs.promise, rs.rank))
 
     def _promise(self, rs: RankState, t: int) -> None:
-        """Raise a rank's promise, keeping the heap of promises (stale entries are skipped lazily)."""
+        """Raise a rank's promise, keeping the heap of test and barrier promises (stale entries skipped lazily)."""
         if t == rs.promise:
             return
         rs.promise = t
-        if rs.state in (RUN, TEST, BARRIER):
+        if rs.state in (TEST, BARRIER):
             heap = self._promises
             self._push(rs)
             if len(heap) > 4 * len(self.ranks) + 64:  # drop the stale entries now and then
-                heap[:] = [(self._bound(x), x.rank) for x in self.ranks if x.state in (RUN, TEST, BARRIER)]
+                heap[:] = [(x.promise, x.rank) for x in self.ranks if x.state in (TEST, BARRIER)]
                 heapq.heapify(heap)
 
     def _block(self, rs: RankState, state: str) -> None:
@@ -647,12 +641,13 @@ class CoordinatorCore:
         return min([rs.results[h] for h in rs.handles if h in rs.results], default=rs.deadline)
 
     def horizon(self) -> int:
-        """The latest time the network may reach now (INF_NS: unbounded)."""
+        """The latest time the network may reach once every live rank is blocked (INF_NS: unbounded): the least
+        time a rank in test or barrier waits for, and the earliest a waiting rank can wake at."""
         heap = self._promises
         while heap:
             p, r = heap[0]
             rs = self.ranks[r]
-            if rs.state in (RUN, TEST, BARRIER) and self._bound(rs) == p:
+            if rs.state in (TEST, BARRIER) and rs.promise == p:
                 break
             heapq.heappop(heap)
         h = heap[0][0] if heap else INF_NS
@@ -672,17 +667,27 @@ class CoordinatorCore:
                     out.add(tid)
         return out
 
+    def settled(self) -> bool:
+        """Every live rank is blocked (and at least one is): no message can come before the coordinator answers,
+        so what it knows now does not depend on the order the ranks' messages arrived in."""
+        return bool(self.blocked) and len(self.blocked) == self.live
+
     def _step(self) -> bool:
-        """One engine advance if the rules allow one; True if it ran."""
-        if not self.blocked:
-            return False  # nobody needs the network yet: it catches up later, with the same result
+        """One engine advance if the rules allow one; True if it ran.
+
+        Only once every live rank is blocked (`settled`): an advance while a rank runs would go as far as that
+        rank's last report, which depends on how far it got in wall-clock time, so the number of advances (and
+        the replies' `now`) would too. Nobody needs the network before: it catches up then, with the same result.
+        """
+        if not self.settled():
+            return False
         eng = self.engine
         now, nxt, hz = eng.now(), eng.next_event_time(), self.horizon()
         due = nxt is not None and nxt <= now
         watch = self.watched() if self.waiting else set()
         earliest = self.bounds.earliest(watch, INF_NS)
         if self.window == 0:
-            if hz < now - 1:  # a running rank's bound is its promise - 1: one ns behind is a rank woken now
+            if hz < now:  # a rank released at the network's time runs, so none blocked is behind it
                 raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")
             held = self.held.head_start()
             if held is not None:  # the held rendezvous' flows start before the engine runs that ns
@@ -693,8 +698,6 @@ class CoordinatorCore:
                 return False
             done = advance_watching(eng, hz, watch, earliest)
         else:
-            if len(self.blocked) < self.live:
-                return False  # window mode moves only once every live rank is blocked (`_launch_ready`)
             target = self._floor(hz)
             if watch and nxt is not None:  # stop in the window of the first possible wake-up
                 target = min(target, max(self._floor(nxt) + self.window, self._floor(earliest)))
@@ -706,6 +709,7 @@ class CoordinatorCore:
         return True
 
     def _lease(self) -> int:
+        """Window mode: the end of the window a released rank runs in (its barrier); exact mode: none."""
         return self.engine.now() + self.window if self.window else INF_NS
 
     def _reply(self, rs: RankState, h: int | None, t_done: int | None) -> None:
@@ -714,12 +718,9 @@ class CoordinatorCore:
         lost = [[h, rs.lost.pop(h)] for h, _ in done if h in rs.lost]
         rs.undelivered.clear()
         lease = self._lease()
-        rs.sent_lease = lease
         rs.state, rs.handles, rs.deadline = RUN, [], INF_NS
         del self.blocked[rs.rank]
         self.waiting.pop(rs.rank, None)
-        self._fresh.add(rs.rank)
-        self._push(rs)
         extra = {"lost": lost} if lost else {}
         self.send(rs.rank, encode("result", now, h=h, t_done=t_done, done=done, now=now, lease=lease, **extra))
 
@@ -758,10 +759,10 @@ class CoordinatorCore:
                 released = True
         return released
 
-    def progress(self) -> list[tuple[int, int]]:
+    def progress(self) -> None:
         """Advance the network as far as the rules allow and answer blocked ranks.
 
-        Returns the (rank, lease) pushes to send (exact mode). Raises RunFailed on a deadlock.
+        Raises RunFailed on a deadlock.
         """
         self._launch_ready()
         self._release()
@@ -771,37 +772,6 @@ class CoordinatorCore:
             if self.on_round is not None:
                 self.on_round()
         self._check_deadlock()
-        return self._leases()
-
-    def _leases(self) -> list[tuple[int, int]]:
-        """Exact mode: tell running ranks at or behind the network's next goal to report when they pass it (the
-        engine runs a ns only once no running rank can still issue at it)."""
-        if self.window:
-            return []
-        goal = INF_NS
-        nxt = self.engine.next_event_time()
-        waiting = list(self.waiting.values())
-        if waiting and nxt is not None and self.watched():
-            goal = nxt
-        for rs in waiting:
-            goal = min(goal, self._wake_bound(rs))
-        for rs in self.blocked.values():
-            if rs.state == TEST:
-                goal = min(goal, rs.target)
-        held = self.held.head_start()
-        if held is not None and self.blocked:
-            goal = min(goal, held)
-        candidates = self.ranks if goal != self._goal else [self.ranks[r] for r in self._fresh]
-        self._goal = goal
-        self._fresh.clear()
-        out = []
-        if goal < INF_NS:
-            lease = goal + 1
-            for rs in candidates:
-                if rs.state == RUN and rs.promise <= goal and rs.sent_lease != lease:
-                    rs.sent_lease = lease
-                    out.append((rs.rank, lease))
-        return out
 
     # ----- deadlock and the end ----------------------------------------------------------------
     def _describe_wait(self, rs: RankState) -> str:

@@ -18,7 +18,6 @@ rank -> coordinator
   test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)
   finish -> ack                     rank done, with its results map
 coordinator -> rank
-  lease ~>                          report your clock when it reaches ``lease`` (exact mode)
   error ~>                          the run failed; ``text`` is the diagnostic
   heartbeat ~>                      liveness while a rank waits
 coordinator -> network server
@@ -166,7 +165,6 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "result": {"h": _opt_int, "t_done": _opt_int, "done": _list, "now": _int, "lease": _int},
     "finish": {"results": _any, "cpu_s": _num},
     "ack": {},
-    "lease": {"lease": _int},
     "error": {"code": _str, "text": _str},
     "heartbeat": {},
     "shutdown": {"reason": _str},

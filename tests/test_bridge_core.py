@@ -104,28 +104,23 @@ def test_allreduce_starts_at_latest_issue_and_ends_at_closed_form(model: str) ->
     assert rec.t_start == rec.t_requested == 20_000 and rec.end_ns == want
 
 
-def test_exact_mode_never_passes_a_running_rank() -> None:
-    """Rank 0 waits; rank 1 is still computing at 1 us: the network must stay at or before 1 us (ideal model:
-    the completion at the ring's closed form)."""
+def test_exact_mode_moves_only_once_every_rank_is_blocked() -> None:
+    """Rank 0 waits; rank 1 is still computing (its clock far ahead): nothing is launched and the network stays
+    put until rank 1 blocks too; then one advance, which stops at the completion both wait on (ideal model: the
+    ring's closed form), not at rank 1's far clock."""
     h = Harness(world=2, algo=IDEAL)
     a = h.coll(0, 0, group=(0, 1))
     b = h.coll(1, 0, group=(0, 1))
     h.wait(0, 0, a)
-    h.msg(1, "clock", 1_000, block=False)
-    pushes = h.core.progress()
-    assert h.core.engine.now() <= 1_000
-    assert h.core.ranks[0].state == WAIT
-    # The coordinator asks rank 1 to report when it passes the network's next event.
-    assert pushes and pushes[0][0] == 1 and pushes[0][1] > 1_000
     h.msg(1, "clock", 10**9, block=False)
     h.core.progress()
-    want = ring_allreduce_ns(S, 2)
-    assert h.result(0)["t_done"] == want
-    # The engine stopped at the completion rank 0 waited on, not at rank 1's far clock.
-    assert h.core.engine.now() == want
+    assert h.core.engine.now() == 0 and h.core.rounds == 0 and not h.core.records
+    assert h.core.ranks[0].state == WAIT and not h.sent[1]
     h.wait(1, 10**9, b)
     h.core.progress()
-    assert h.result(1)["t_done"] == want
+    want = ring_allreduce_ns(S, 2)
+    assert h.result(0)["t_done"] == h.result(1)["t_done"] == want
+    assert h.core.engine.now() == want and h.core.rounds == 1
 
 
 def test_wait_with_deadline_returns_none_before_completion() -> None:

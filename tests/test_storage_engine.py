@@ -113,11 +113,12 @@ class Ranks:
 
 
 def test_a_lone_writer_gets_the_whole_host_link() -> None:
-    """Rank 0 alone writes 1 GB at 2 GB/s (its host-mate only computes): 0.5 s, not the 1 s of a fixed half."""
+    """Rank 0 alone writes 1 GB at 2 GB/s (its host-mate only computes, to 10 s): 0.5 s, not the 1 s of a fixed
+    half."""
     r = Ranks()
     r.write(0, 1000, GB)
     for other in (1, 2, 3):
-        r.msg(other, "clock", 10 * SECOND, block=False)
+        r.msg(other, "finish", 10 * SECOND, results={}, cpu_s=0.0)
     r.core.progress()
     assert r.done(0) == 1000 + SECOND // 2
 
