@@ -158,14 +158,22 @@ def test_without_the_simulated_device_cuda_is_unavailable(tmp_path: Path) -> Non
     assert "cuda available: False" in rep.logs["rank 0"]
 
 
+CUDA_FSDP = ROOT / "tests" / "scripts" / "cuda_fsdp.py"
+
+
 def test_unmodified_fsdp2_on_a_cuda_mesh_trains_as_on_gloo() -> None:
     """Meta-device init, to_empty("cuda"), DTensor shards on a cuda DeviceMesh, NCCL: the losses of gloo."""
-    script = ROOT / "tests" / "scripts" / "cuda_fsdp.py"
-    want = losses(run_gloo(script, ["cpu"], 2)[0])
-    real = launch(RunConfig(str(script), [], "testbed16", nproc=2, timeout_s=300))
+    want = losses(run_gloo(CUDA_FSDP, ["cpu"], 2)[0])
+    real = launch(RunConfig(str(CUDA_FSDP), [], "testbed16", nproc=2, timeout_s=300))
     assert losses(real.logs["rank 0"]) == want and len(want) == 3
     assert "on cuda" in real.logs["rank 0"]
-    ph = launch(RunConfig(str(script), [], "testbed16", nproc=2, tensors="phantom", timeout_s=300))
+
+
+@pytest.mark.slow  # two 2-rank runs; fast: phantom equals real on the DDP program (above), FSDP2 trains (above)
+def test_unmodified_fsdp2_in_phantom_mode_times_its_steps_as_in_real_mode() -> None:
+    """FSDP2's DTensor shards without their data: the step times of real mode."""
+    real = launch(RunConfig(str(CUDA_FSDP), [], "testbed16", nproc=2, timeout_s=300))
+    ph = launch(RunConfig(str(CUDA_FSDP), [], "testbed16", nproc=2, tensors="phantom", timeout_s=300))
     # steps after the first (which also holds the initialisation, whose host copies differ in phantom mode)
     assert [s["time_ns"] for s in ph.summary["steps"][1:]] == [s["time_ns"] for s in real.summary["steps"][1:]]
 
