@@ -55,11 +55,17 @@ def test_fluid_nvlink_cuts_no_nvlink_cable_where_hosts_sit_in_one_group() -> Non
 
 
 def test_fluid_nvlink_on_a_rail_fabric_keeps_the_nvswitch_in_a_group_of_its_own() -> None:
-    """rail128 into 2: GPUs 0-3 of a host on one side, 4-7 on the other, so each NVSwitch is group n = 2."""
+    """rail128 into 2: GPUs 0-3 of a host on one side, 4-7 on the other, so each NVSwitch is group n = 2, named
+    idle (partition.Idle: it carries no packet, so its 25 ns cables bound no window); leafspine1024 has none."""
     groups, nvlink = _worker_groups("rail128", 2)
-    switches = {v for v, node in enumerate(load_topology("rail128").nodes) if node.kind == "nvswitch"}
+    topo = load_topology("rail128")
+    switches = {v for v, node in enumerate(topo.nodes) if node.kind == "nvswitch"}
     assert {b for _, b in nvlink} | {a for a, _ in nvlink} >= switches
     assert len(switches) == 16 and all(groups[v] == 2 for v in switches)
+    params = dict(partition_params(topo, 2, nvlink_fluid=True, worker=1))
+    assert {int(v) for v in params["partition.Idle"].split(",")} == switches
+    assert "partition.Idle" not in dict(partition_params(topo, 2, worker=1))  # packet NVLink: no idle node
+    assert "partition.Idle" not in dict(partition_params(load_topology("leafspine1024"), 4, nvlink_fluid=True))
 
 
 def test_adopted_needs_every_neighbour_in_one_group() -> None:

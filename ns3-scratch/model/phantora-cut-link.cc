@@ -70,7 +70,8 @@ void PutKey(std::vector<uint8_t>& out, const PhantoraOrderKey& k) {
 }
 }  // namespace
 
-PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self)
+PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self,
+                                 const std::vector<uint32_t>& idle)
     : m_fabric(fabric), m_groups(groups), m_self(self) {
   if (groups.size() != fabric->NumNodes()) {
     throw std::invalid_argument("partition.Groups: " + std::to_string(groups.size()) + " groups for " +
@@ -81,11 +82,24 @@ PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<u
     throw std::invalid_argument("partition.Worker: group " + std::to_string(self) + " of " + std::to_string(n));
   }
   m_outboxes.resize(n);
+  std::vector<bool> idleNode(groups.size(), false);
+  for (uint32_t v : idle) {
+    if (v >= groups.size()) {
+      throw std::invalid_argument("partition.Idle: node " + std::to_string(v) + " of " +
+                                  std::to_string(groups.size()));
+    }
+    idleNode[v] = true;
+  }
   const auto& links = fabric->Links();
+  m_idleLink.assign(links.size(), false);
   for (uint32_t id = 0; id < links.size(); ++id) {
     const auto& l = links[id];
     if (groups[l.a] != groups[l.b]) {
       l.channel->SetCut(this, id);
+      if (idleNode[l.a] || idleNode[l.b]) {
+        m_idleLink[id] = true;  // no packet crosses it: its delay is no lookahead
+        continue;
+      }
       m_lookahead = m_cut == 0 ? l.delayNs : std::min(m_lookahead, l.delayNs);
       ++m_cut;
     }
@@ -105,6 +119,10 @@ PhantoraCutLink::~PhantoraCutLink() {
 
 void PhantoraCutLink::Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPacket>& pkt, uint64_t arriveNs,
                            uint64_t epoch) {
+  if (m_idleLink[link]) [[unlikely]] {
+    throw std::logic_error("cut-link: a packet on cable " + std::to_string(link) +
+                           ", whose end carries no packet (partition.Idle: NVLink is fluid)");
+  }
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   const PhantoraOrderKey key = sim->TakeKey();  // the key the direct path's arrival event would take
   const uint32_t hdrLen = pkt->hdr.GetSerializedSize();

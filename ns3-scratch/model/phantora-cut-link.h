@@ -35,8 +35,11 @@ namespace ns3 {
 class PhantoraCutLink final : public PhantoraWindowHook {
  public:
   /// Cut the fabric's cables between groups (`groups[node]`, one per node); throws naming the field if the
-  /// list does not match the fabric.
-  PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self = kLoopback);
+  /// list does not match the fabric. A cable of an `idle` node (one that carries no packet: an NVSwitch under
+  /// fluid NVLink whose GPUs span groups) is cut but not counted: its delay does not bound the windows, and a
+  /// packet sent on it is an error.
+  PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self = kLoopback,
+                  const std::vector<uint32_t>& idle = {});
 
   static constexpr uint32_t kLoopback = UINT32_MAX;  ///< `self` when every group runs in this engine
   ~PhantoraCutLink() override;
@@ -105,6 +108,7 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   std::function<void(uint64_t, uint64_t)> m_done;
   std::function<void(uint64_t, uint64_t)> m_bound;
   uint32_t m_cut = 0;
+  std::vector<bool> m_idleLink;  ///< per cable: cut, with an idle end (partition.Idle): no packet may cross it
   uint64_t m_lookahead = 0;
   uint64_t m_messages = 0;
   uint64_t m_releases = 0;

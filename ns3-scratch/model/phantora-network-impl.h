@@ -113,6 +113,7 @@ class PhantoraNetwork::Impl {
   std::vector<uint32_t> cutGroups;      ///< param partition.Groups: a group per node (empty: no cut)
   bool cutLoopback = false;             ///< param partition.Loopback: every group in this engine
   uint32_t cutWorker = UINT32_MAX;      ///< param partition.Worker: the group this engine runs (else all)
+  std::vector<uint32_t> cutIdle;        ///< param partition.Idle: nodes that carry no packet (fluid NVSwitches)
   bool workerStarted = false;           ///< a partition worker past Finalize: run calls are refused
   /// A partition worker: this engine runs group cutWorker's nodes only.
   bool Worker() const { return cutWorker != UINT32_MAX; }
@@ -123,7 +124,7 @@ class PhantoraNetwork::Impl {
   std::unique_ptr<PhantoraCutLink> cut;  ///< the cut-link path, from Finalize on
   std::unordered_map<uint64_t, DepInfo> depInfo;  ///< a partition worker: every flow added
   std::unordered_map<uint64_t, std::vector<CrossDependent>> crossBy;  ///< a worker's started flows with cross dependents
-  bool cutRan = false;  ///< a partition worker ran a window (flows with dependencies come before)
+  bool cutRan = false;  ///< a partition worker ran a window (a flow added after it: only pending dependencies)
   /// A worker's flows with dependents that it starts and another worker completes: their completion bounds go to
   /// that worker (ShareBounds), where FlowLb would know only the last window's start of them.
   std::vector<uint64_t> shareBounds;

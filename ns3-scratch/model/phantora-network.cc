@@ -56,9 +56,23 @@ void SetPartitionParam(PhantoraNetwork::Impl& s, const std::string& name, const 
       throw std::invalid_argument("partition.Worker: '" + value + "' is not a group number");
     }
     s.cutWorker = static_cast<uint32_t>(std::stoul(value));
+  } else if (name == "Idle") {  // nodes that carry no packet (comma-separated ids): their cut cables bound nothing
+    std::vector<uint32_t> idle;
+    std::size_t at = 0;
+    while (at < value.size()) {
+      std::size_t end = value.find(',', at);
+      end = end == std::string::npos ? value.size() : end;
+      const std::string word = value.substr(at, end - at);
+      if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos || word.size() > 9) {
+        throw std::invalid_argument("partition.Idle: '" + word + "' is not a node id");
+      }
+      idle.push_back(static_cast<uint32_t>(std::stoul(word)));
+      at = end + 1;
+    }
+    s.cutIdle = idle;
   } else {
     throw std::invalid_argument("unknown param 'partition." + name + "' (expected partition.Groups, "
-                                "partition.Loopback or partition.Worker)");
+                                "partition.Loopback, partition.Worker or partition.Idle)");
   }
 }
 
@@ -208,7 +222,7 @@ void PhantoraNetwork::Finalize() {
       throw std::invalid_argument("partition.Groups: give either partition.Loopback 1 (every group in this "
                                   "engine) or partition.Worker G (this engine runs group G)");
     }
-    s.cut = std::make_unique<PhantoraCutLink>(s.fabric, s.cutGroups, s.cutWorker);
+    s.cut = std::make_unique<PhantoraCutLink>(s.fabric, s.cutGroups, s.cutWorker, s.cutIdle);
     if (s.cutLoopback && s.cut->CutCables() > 0) {
       sim->SetWindow(s.cut.get(), s.cut->LookaheadNs());
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.cut_pool import run_partitioned_batches
+from bridge.cut_stepped_pool import spawn_stepped
 from bridge.workers import spawn_workers
 from phantora.collectives.spec import ALGORITHMS, MODELS, PROTOCOLS, AlgoOptions
 from phantora.commands.options import add_granularity_option, add_network_options, add_progress_options, progress_mode
@@ -192,7 +193,9 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
     base = _algo(args, AlgoOptions())
     sc = load_scenario(args, topo)
-    sim = make_engine(engine, topo, spawner=spawn_workers, scenario=sc, partitioner=run_partitioned_batches)
+    sim = make_engine(
+        engine, topo, spawner=spawn_workers, scenario=sc, partitioner=run_partitioned_batches, stepper=spawn_stepped
+    )
     install_throttles(sim, sc, topo, args.network)
     try:
         res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
@@ -274,7 +277,9 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
     sc = load_scenario(args, topo, steps=True)  # events at a step boundary: as the graph's steps start
-    sim = make_engine(engine, topo, spawner=spawn_workers, scenario=sc, partitioner=run_partitioned_batches)
+    sim = make_engine(
+        engine, topo, spawner=spawn_workers, scenario=sc, partitioner=run_partitioned_batches, stepper=spawn_stepped
+    )
     install_throttles(sim, sc, topo, args.network)
     network_files: list[Path] = []
     try:

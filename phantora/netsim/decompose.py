@@ -147,17 +147,15 @@ class DecomposedSimulator(RunsByCompletion):
     posts_at_dep_ends = True  # as `NicLatencySimulator` (its workers' engine): a flow's deps are resolved as there
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
-        if config.workers < 1 or config.nic_latency < 1:
-            raise PhantoraError("decomposition needs workers >= 1 and nic_latency > 0")
+        self._check_config(config)
         topology.use_ecmp(config.ecmp_hash or topology.ecmp_hash)  # as Ns3Simulator does: the workers' routes
         self.topology = topology
         self.config = config.with_updates(ecmp_hash=topology.ecmp_hash)
         self.latency = config.nic_latency
-        self.pieces = fabric_pieces(topology)
-        self._routes = PieceRoutes(topology, self.pieces)
-        count = max(self.pieces) + 1
-        n = min(config.workers, max(count, 1))
-        self._piece_worker = [p % n for p in range(count)]
+        # every worker may run up to E + ahead - 1 (`_horizon`): the NIC latency, or with none (a subclass whose
+        # workers start a flow at its post ns, after every event of that ns ran, as one engine does) E itself
+        self._ahead = max(self.latency, 1)
+        self._routes, self._piece_worker, n = self._layout()
         self._now = 0
         self._wtime = 0  # every completion at or before this ns is gathered (the workers ran that far)
         self._buffer: list[tuple[int, int, Completion]] = []  # gathered completions not handed out: (end, id, c)
@@ -200,6 +198,18 @@ class DecomposedSimulator(RunsByCompletion):
         self._closed = False
         assignment = [[p for p, w in enumerate(self._piece_worker) if w == i] for i in range(n)]
         self._pool = spawn(self.topology, self.config, assignment)  # it cleans up after itself if it fails
+
+    def _check_config(self, config: PacketConfig) -> None:
+        if config.workers < 1 or config.nic_latency < 1:
+            raise PhantoraError("decomposition needs workers >= 1 and nic_latency > 0")
+
+    def _layout(self) -> tuple[Any, list[int], int]:
+        """(what summarises a fabric flow's route as (piece, propagation ns, bottleneck bps): `of(flow)`, the
+        worker of each piece, the number of workers): the fabric's pieces, round-robin on the workers."""
+        self.pieces = fabric_pieces(self.topology)
+        count = max(self.pieces) + 1
+        n = min(self.config.workers, max(count, 1))
+        return PieceRoutes(self.topology, self.pieces), [p % n for p in range(count)], n
 
     @property
     def workers(self) -> Sequence[Any]:
@@ -319,7 +329,7 @@ class DecomposedSimulator(RunsByCompletion):
     def _check_post(self, fid: int, p: int) -> None:
         """A flow released at p sends from p + L: its worker must not have run past p + L - 1."""
         w = self._owner[fid]
-        if p + self.latency - 1 < self._wnow[w]:
+        if p + self._ahead - 1 < self._wnow[w]:
             raise CausalityError(f"internal: flow {fid} posted at {p} ns, but worker {w} is at {self._wnow[w]} ns")
 
     # ----- NetworkSimulator --------------------------------------------------------------------
@@ -488,7 +498,7 @@ class DecomposedSimulator(RunsByCompletion):
                     e = min(e, t)
         self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0
-        return e + self.latency - 1 if e < INF_NS else INF_NS
+        return e + self._ahead - 1 if e < INF_NS else INF_NS
 
     def _earliest(self) -> int | None:
         """The earliest ns anything can still happen: workers' next events, flows not handed over, buffered ends."""

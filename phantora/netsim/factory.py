@@ -25,14 +25,16 @@ def make_engine(
     spawner: Spawner | None = None,
     scenario: Scenario | None = None,
     partitioner: Callable[..., Any] | None = None,
+    stepper: Spawner | None = None,
 ) -> NetworkSimulator:
     """The engine `spec` describes, on `topo`: the flow engine (under its scenario, if any: `netsim.faults`),
     or ns-3 (with fluid NVLink, NIC latency, profile reuse or decomposition as its config asks).
 
     ``calls`` records an ns-3 run's call script for phantora-ns3-runner. Decomposition (``workers=N``) starts
     worker processes, so it needs the bridge's ``spawner`` (`bridge.workers.spawn_workers`); so does partition
-    (``partition=N``), the bridge's ``partitioner`` (`bridge.cut_pool.run_partitioned_batches`). ``scenario``: the
-    spec's scenario already read (else it is read from its file)."""
+    (``partition=N``), the bridge's ``partitioner`` (`bridge.cut_pool.run_partitioned_batches`), and with
+    nvlink=fluid its ``stepper`` (`bridge.cut_stepped_pool.spawn_stepped`). ``scenario``: the spec's scenario
+    already read (else it is read from its file)."""
     if scenario is None and spec.scenario is not None:
         from phantora.netsim.scenario import read_scenario
 
@@ -54,7 +56,7 @@ def make_engine(
                 "yet; run it on one engine (partition=0)",
                 field="--scenario",
             )
-        return partitioned(topo, spec.packet, partitioner)
+        return partitioned(topo, spec.packet, partitioner, stepper)
     if scenario is not None:
         return packet_under_scenario(spec, topo, scenario, calls)
     from phantora.netsim.packet import Ns3Simulator
@@ -139,13 +141,30 @@ def refuse_partition(config: Any, why: str = "") -> None:
         )
 
 
-def partitioned(topo: Topology, config: Any, runner: Callable[..., Any]) -> NetworkSimulator:
+def partitioned(
+    topo: Topology, config: Any, runner: Callable[..., Any], stepper: Spawner | None = None
+) -> NetworkSimulator:
     """partition=N as a command's engine (`phantora.netsim.partitioned`): what each worker's plain ns-3 engine
-    cannot run beside it is refused, naming the field."""
+    cannot run beside it is refused, naming the field. With nvlink=fluid the fluid NVLink side runs here and steps
+    the workers in rounds (`phantora.netsim.partition_stepped`, started by the bridge's `stepper`)."""
     from phantora.netsim.partitioned import PartitionedSimulator
 
-    for name, on in (("nvlink", config.nvlink == "fluid"), ("nic_latency", config.nic_latency),
-                     ("reuse", config.reuse == "on")):  # fmt: skip
+    if config.nvlink == "fluid":
+        if stepper is None:
+            raise InputError(
+                f"partition={config.partition} with nvlink=fluid steps its workers from this process: pass the "
+                "bridge's stepper (bridge.cut_stepped_pool.spawn_stepped; phantora replay does)",
+                field="nvlink",
+            )
+        from phantora.netsim.partition_stepped import SteppedPartition
+
+        stepped = SteppedPartition(topo, config, stepper)
+        engine = fluid_nvlink(topo, config, packet=stepped)
+        stepped.reacts = engine.reacts_to  # type: ignore[attr-defined]
+        stepped.floor = engine.submit_floor  # type: ignore[attr-defined]  # rounds past fluid events
+        stepped.prechecked = True  # the hybrid checks each batch whole at its submit
+        return engine
+    for name, on in (("nic_latency", config.nic_latency), ("reuse", config.reuse == "on")):  # fmt: skip
         if on:
             raise InputError(
                 f"partition={config.partition}: each worker runs the plain packet engine; {name} is not combined "

@@ -233,11 +233,12 @@ def partition_params(
     (partition.Loopback: packets over a cut cable travel as messages between windows), or with `worker` this
     engine a worker that runs that group only (partition.Worker). Nodes outside every group (NVSwitches under
     nvlink=fluid) join their neighbours' group when they all have the same (`adopted`), else form group n of
-    their own, whose cables are cut."""
+    their own, whose cables are cut; they carry no packet (partition.Idle: their cables' delay is no lookahead)."""
     groups = adopted(topology, partition_fabric(topology, n, nvlink_fluid=nvlink_fluid).groups)
     text = ",".join(str(n if g == NO_GROUP else g) for g in groups)
     mode = ("partition.Loopback", "1") if worker is None else ("partition.Worker", str(worker))
-    return [("partition.Groups", text), mode]
+    idle = [str(v) for v, g in enumerate(groups) if g == NO_GROUP]
+    return [("partition.Groups", text), mode, *([("partition.Idle", ",".join(idle))] if idle else [])]
 
 
 def adopted(topology: Topology, groups: Sequence[int]) -> list[int]:

@@ -1,0 +1,240 @@
+"""Stepped partition workers (issue 38): the `WorkerPool` of `phantora.netsim.partition_stepped.SteppedPartition`.
+
+`spawn_stepped` starts `config.partition` local worker processes (`bridge.cut_stepper`) in a private run directory
+(0700) with a fresh token; they exchange their cut-cable windows peer to peer (`bridge.cut_peers`, ipc), and this
+process talks to each through its stdin and stdout (msgpack). To the driver they are one worker: a round goes to
+every one of them and their replies come back merged (completions in (end, flow id) order, each from the worker of
+its receiver; bounds of every worker, the driver keeps the highest; the busiest worker's CPU). A completion's start
+is the one engine's: its post ns, or the end of the last dependency it waited for in ns-3 (the receiver's worker
+does not see a release made elsewhere), plus its delay. Records merge as one keyed engine's (`bridge.cut_pool`).
+A worker that exits ends the run, named with its last words; the workers exit with this process (stdin closes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import msgpack
+
+from bridge.columns import completions_from_columns, flows_to_columns
+from bridge.cut_pool import PartitionResult, _merge
+from bridge.ray_workers import last_words
+from bridge.runspec import topology_to_dict
+from bridge.transport import make_run_dir, new_token, remove_run_dir
+from phantora.errors import PhantoraError
+from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.packet_config import PacketConfig
+from phantora.topology.model import Topology
+
+POLL_S = 0.25  # how often a wait checks that every worker is still there
+
+
+@dataclasses.dataclass
+class Handle:
+    """The one logical worker the driver sees (`DecomposedSimulator.workers`)."""
+
+    index: int
+    pid: int
+    pieces: list[int]
+
+
+@dataclasses.dataclass
+class _Proc:
+    group: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+    unpacker: Any = dataclasses.field(default_factory=lambda: msgpack.Unpacker(raw=False, strict_map_key=False,
+                                                                               max_buffer_size=1 << 31))  # fmt: skip
+
+    def died(self) -> WorkerDiedError:
+        code = self.proc.poll()
+        words = last_words(self.log)
+        how = f"exited with code {code}" if code is not None else "closed its output"
+        tail = f"; its last words: {words}" if words else ""
+        return WorkerDiedError(f"partition worker {self.group} (pid {self.proc.pid}) {how} mid-run{tail}")
+
+
+class SteppedPool:
+    """`config.partition` stepped partition workers, seen by the driver as one worker."""
+
+    def __init__(self, topology: Topology, config: PacketConfig) -> None:
+        self.topology = topology
+        self._root = make_run_dir()
+        self._procs: list[_Proc] = []
+        self._closed = False
+        self._post: dict[int, tuple[int, tuple[int, ...], int]] = {}  # flow -> (post ns, ns-3 deps, delay)
+        self._ends: dict[int, int] = {}  # completed flow -> end ns (for the starts of flows with deps)
+        self._merged: tuple[int, PartitionResult] | None = None
+        self._rounds = 0
+        self._wall0 = time.perf_counter()
+        self.round_cpu = [0.0] * config.partition
+        try:
+            self._start(topology, config)
+        except BaseException:
+            self.close()
+            raise
+        self.workers = [Handle(0, self._procs[0].proc.pid, [0])]
+
+    @property
+    def curve(self) -> bool:
+        return False
+
+    def _start(self, topology: Topology, config: PacketConfig) -> None:
+        token = new_token()
+        topo = topology_to_dict(topology)
+        for g in range(config.partition):
+            spec = EngineSpec(network="ns3", packet=config.with_updates(partition_worker=g), side="packet")
+            d = self._root / f"w{g}"
+            d.mkdir(mode=0o700)
+            path = d / "setup.msgpack"
+            path.write_bytes(msgpack.packb({"topology": topo, "engine": spec.to_dict(), "run_dir": str(self._root)}))
+            path.chmod(0o600)
+            log = d / "worker.log"
+            with log.open("wb") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "bridge.cut_stepper", "--setup", str(path)],
+                    env={**os.environ, "PHANTORA_TOKEN": token},
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                )
+            self._procs.append(_Proc(g, proc, log))
+
+    # ----- talking to the workers ---------------------------------------------------------------
+    def _send(self, msg: dict[str, Any]) -> None:
+        raw = msgpack.packb(msg)
+        for p in self._procs:
+            stdin: IO[bytes] | None = p.proc.stdin
+            assert stdin is not None
+            try:
+                stdin.write(raw)
+                stdin.flush()
+            except (BrokenPipeError, OSError):
+                raise p.died() from None
+
+    def _gather(self) -> list[dict[str, Any]]:
+        """One reply from every worker, in group order; a worker that exits first ends the run, named."""
+        got: dict[int, dict[str, Any]] = {}
+        sel = selectors.DefaultSelector()
+        for p in self._procs:
+            assert p.proc.stdout is not None
+            sel.register(p.proc.stdout.fileno(), selectors.EVENT_READ, p)
+        try:
+            while len(got) < len(self._procs):
+                for key, _ in sel.select(POLL_S):
+                    p = key.data
+                    chunk = os.read(key.fd, 1 << 22)
+                    if not chunk:
+                        raise p.died()
+                    p.unpacker.feed(chunk)
+                    for msg in p.unpacker:
+                        got[p.group] = msg
+                        sel.unregister(key.fd)
+                        break
+                for p in self._procs:
+                    if p.group not in got and p.proc.poll() is not None:
+                        raise p.died()
+        finally:
+            sel.close()
+        return [got[p.group] for p in self._procs]
+
+    # ----- WorkerPool ---------------------------------------------------------------------------------
+    def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
+        if not posts:
+            return iter(())
+        ((_, out, until),) = posts.values()
+        if out.gated or out.gates:
+            raise PhantoraError("internal: stepped partition workers take no gates (markers run on the fluid side)")
+        groups: list[list[Any]] = []
+        flows: list[Flow] = []
+        for (f, deps), at in zip(out.flows, out.at, strict=True):
+            if groups and groups[-1][0] == at:
+                groups[-1][1].append((f, deps))
+            else:
+                groups.append([at, [(f, deps)]])
+            if deps:
+                self._post[f.id] = (at, tuple(deps), f.delay_ns)
+            flows.append(f)
+        wire = [[at, flows_to_columns([f for f, _ in fs], [d for _, d in fs])] for at, fs in groups]
+        self._send({"k": "round", "groups": wire, "until": None if until >= INF_NS else until})
+        self._rounds += 1
+        return iter([(0, self._reply())])
+
+    def _reply(self) -> RoundReply:
+        replies = self._gather()
+        done = sorted((c for r in replies for c in completions_from_columns(r["done"])),
+                      key=lambda c: (c.end_ns, c.flow_id))  # fmt: skip
+        done = [self._started(c) for c in done]
+        bounds = [x for r in replies for x in r["bounds"]]
+        for g, r in enumerate(replies):
+            self.round_cpu[g] += r["cpu"]
+        nexts = [r["next"] for r in replies if r["next"] is not None]
+        return RoundReply(
+            done, bounds, max(r["cpu"] for r in replies), max(r["wall"] for r in replies),
+            max(r["now"] for r in replies), min(nexts) if nexts else None, sum(r["in_flight"] for r in replies),
+        )  # fmt: skip
+
+    def _started(self, c: Completion) -> Completion:
+        """`c` with one engine's start: a flow that waited on deps in ns-3 starts at its last one's end + delay."""
+        self._ends[c.flow_id] = c.end_ns
+        post = self._post.pop(c.flow_id, None)
+        if post is None:
+            return c
+        at, deps, delay = post
+        start = max(at, *(self._ends[d] for d in deps)) + delay
+        return c if start == c.start_ns else dataclasses.replace(c, start_ns=start)
+
+    def merged(self, now: int) -> PartitionResult:
+        """The workers' records so far, merged as one keyed engine's (`bridge.cut_pool`)."""
+        if self._merged is None or self._merged[0] != self._rounds:
+            self._send({"k": "records"})
+            outs = self._gather()
+            self._merged = (self._rounds, _merge(outs, time.perf_counter() - self._wall0, self.topology))
+        return self._merged[1]
+
+    def stats(self, index: int) -> dict[str, object]:
+        return dict(self.merged(0).stats)
+
+    def records(self, index: int, now: int, elapsed: int) -> dict[str, list[Any]]:
+        raise PhantoraError("internal: SteppedPartition reads the merged records (`merged`)")
+
+    def keepalive(self) -> None:
+        return None
+
+    def close(self) -> None:
+        """Tell every worker to exit, wait a little, then end the ones still there (ours, by pid)."""
+        if self._closed:
+            return
+        self._closed = True
+        for p in self._procs:
+            try:
+                assert p.proc.stdin is not None
+                p.proc.stdin.write(msgpack.packb({"k": "exit"}))
+                p.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for p in self._procs:
+            try:
+                p.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
+                p.proc.wait()
+            if p.proc.stdout is not None:
+                p.proc.stdout.close()
+        remove_run_dir(self._root)
+
+
+def spawn_stepped(topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> SteppedPool:
+    """Start `config.partition` stepped partition workers (the assignment is one logical worker: ignored)."""
+    return SteppedPool(topology, config)

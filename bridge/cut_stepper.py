@@ -1,0 +1,139 @@
+"""A stepped partition worker process (issue 38): one switch group's share of a run a driver steps in rounds.
+
+Started by `bridge.cut_stepped_pool` as ``python -m bridge.cut_stepper --setup FILE`` with the run's token in
+PHANTORA_TOKEN; the setup (msgpack) is `bridge.cut_worker`'s without flows. Requests come on stdin and replies go
+to stdout, one msgpack map each:
+
+- ``{"k": "round", "groups": [[at, flow columns], ...], "until": ns | None}``: for each group, run the windows to
+  its ns if the clock is behind it, then add its flows there (every worker gets every flow and keeps the ends it
+  owns); then run the windows to ``until`` (every event at or before it; None: until nothing is left anywhere).
+  The reply: the completions (columns), the completion bounds that rose ([id, ns, ...]), CPU and wall seconds,
+  the clock, the next event (None: no flow in flight) and the flows in flight.
+- ``{"k": "records"}``: the records so far, as `bridge.cut_worker.records` gives them (each with its event's order
+  key, accumulated over the run), and the windows' counters.
+- ``{"k": "exit"}``.
+
+Every worker makes the same window calls, so their barriers line up. Any failure exits non-zero with the reason
+on stderr (the pool names the worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from bridge.columns import completions_to_columns, flows_from_columns
+from bridge.cut_peers import ZmqPeers
+from bridge.cut_worker import KEYED_RECORDS, records
+from bridge.runspec import topology_from_dict
+from bridge.transport import LOOPBACK, STARTUP_TIMEOUT_S
+from phantora.netsim.cut_windows import WindowStats
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet import Ns3Simulator
+
+MAX_REQUEST_BYTES = 1 << 31
+
+
+class Stepper:
+    """One worker's engine, its peers and what it has reported."""
+
+    def __init__(self, sim: Ns3Simulator, peers: ZmqPeers) -> None:
+        self.sim, self.peers = sim, peers
+        self.stats = WindowStats()
+        self.keys: dict[str, list[Any]] = {name: [] for name in KEYED_RECORDS}
+        self.bounds: dict[int, int] = {}
+        self.run_cpu = self.run_wall = 0.0
+
+    def _run_to(self, until: int | None) -> None:
+        self.sim.run_cut_windows(self.peers, until, self.stats)
+
+    def round(self, msg: dict[str, Any]) -> dict[str, Any]:
+        sim = self.sim
+        c0, w0 = time.process_time(), time.perf_counter()
+        for at, cols in msg["groups"]:
+            if at > sim.now():
+                self._run_to(int(at))
+            sim.submit(flows_from_columns(cols), int(at))
+        self._run_to(msg["until"])
+        done = sim.take_completions()
+        now = sim.completion_bounds()
+        last = self.bounds
+        raised = [x for fid, ns in now.items() if ns > last.get(fid, -1) for x in (fid, ns)]
+        self.bounds = now
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        self.run_cpu += cpu
+        self.run_wall += wall
+        return {"done": completions_to_columns(done), "bounds": raised, "cpu": cpu, "wall": wall, "now": sim.now(),
+                "next": sim.next_event_time(), "in_flight": sim.in_flight()}  # fmt: skip
+
+    def records(self, setup_cpu: float, wall0: float) -> dict[str, Any]:
+        out = records(self.sim, [])
+        for name in KEYED_RECORDS:
+            self.keys[name].extend(out["keys"][name])
+        out["keys"] = self.keys
+        s = self.stats
+        out["windows"] = {
+            "windows": s.windows, "exchanges": s.exchanges, "bytes_out": s.bytes_out,
+            "lockstep_rounds": s.lockstep_rounds, "ended_by": s.ended_by, "widths": s.widths,
+            "ns3_cpu_s": s.run_cpu_s, "exchange_wall_s": s.exchange_wall_s, "run_cpu_s": self.run_cpu,
+            "run_wall_s": self.run_wall, "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": self.peers.rejected,
+            "curve": self.peers.curve, "cut": self.sim.cut_stats(),
+        }  # fmt: skip
+        return out
+
+
+def _requests(fd: int) -> Iterator[dict[str, Any]]:
+    """The requests on `fd` as they come (a read returns what the pipe holds: no wait for a full buffer), until
+    it closes."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=MAX_REQUEST_BYTES)
+    while chunk := os.read(fd, 1 << 22):
+        unpacker.feed(chunk)
+        yield from unpacker
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bridge.cut_stepper")
+    ap.add_argument("--setup", required=True)
+    args = ap.parse_args(argv)
+    setup = msgpack.unpackb(Path(args.setup).read_bytes(), raw=False, strict_map_key=False)
+    token = os.environ.get("PHANTORA_TOKEN", "")
+    if not token:
+        print("bridge.cut_stepper: PHANTORA_TOKEN is not set", file=sys.stderr)
+        return 2
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    topo = topology_from_dict(setup["topology"])
+    spec = EngineSpec.from_dict(setup["engine"])
+    group, groups = spec.packet.partition_worker, spec.packet.partition
+    sim = make_engine(spec, topo)
+    assert isinstance(sim, Ns3Simulator)
+    peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, transport="ipc", host=LOOPBACK, curve=False,
+                     startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
+    out = sys.stdout.buffer
+    try:
+        sim.cut_warm_up()
+        step = Stepper(sim, peers)
+        setup_cpu = time.process_time() - cpu0
+        for msg in _requests(sys.stdin.fileno()):
+            if msg["k"] == "exit":
+                break
+            reply = step.round(msg) if msg["k"] == "round" else step.records(setup_cpu, wall0)
+            out.write(msgpack.packb(reply))
+            out.flush()
+    finally:
+        peers.close()
+        sim.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""`partition=N` beside the fluid NVLink side (issue 38, item 3): partition workers stepped in rounds by a driver.
+
+The whole-DAG path (`phantora.netsim.partitioned`) hands the workers one DAG and waits for its end. Under
+``nvlink=fluid`` the fluid NVLink side stays here, in the driver, and hands the packet side flows as NVLink flows
+end, so the workers must stop where it may hand one over. This engine is the decomposition driver
+(`phantora.netsim.decompose.DecomposedSimulator`: completion bounds, rounds to a horizon, completions handed out
+one ns at a time, the fluid side's `reacts_to` and `run_ahead`) over one logical worker: the N partition workers
+together (the pool, `bridge.cut_stepper`). Every round goes to every worker; each adds every posted flow (keeping
+the ends it owns, so every worker takes one engine's caller counts), and they run their cut-cable windows together
+(`phantora.netsim.cut_windows`) to the round's horizon, then reply with their completions and bounds.
+
+With no NIC latency a flow the fluid side releases at ns E starts at E, after every event of E ran, as one engine
+runs it (`Ns3Simulator.advance_to_completion` stops after the whole ns, then the hybrid submits): so a round runs
+every event up to and including the horizon E, not E - 1. Dependencies between fabric flows stay in ns-3 (the
+workers release them across cut cables, keyed as one engine's starts). Each fabric flow's completion bound is its
+post ns + delay + the least propagation of its candidate routes + its bytes at the largest of their bottlenecks.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+from phantora.errors import InputError
+from phantora.netsim.base import INF_NS, Flow
+from phantora.netsim.decompose import DecomposedSimulator
+from phantora.netsim.effective import EffectiveSettings
+from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.packet_summary import channel_usage
+from phantora.topology.model import Topology
+
+INF_BPS = 1 << 62
+
+
+class PairBounds:
+    """A fabric flow's route summarised for its completion bound, per endpoint pair: (0, the least propagation ns
+    over its equal-cost routes, the largest bottleneck bps among them), whatever route its ECMP key picks."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self._pair: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._memo: dict[int, dict[int, tuple[int, int]]] = {}  # dst -> node -> (least ns, largest bps)
+
+    def of(self, f: Flow) -> tuple[int, int, int]:
+        got = self._pair.get((f.src, f.dst))
+        if got is None:
+            lat, bw = self._walk(f.src, f.dst)
+            got = self._pair[(f.src, f.dst)] = (0, lat, bw)
+        return got
+
+    def _walk(self, src: int, dst: int) -> tuple[int, int]:
+        topo = self.topo
+        memo = self._memo.setdefault(dst, {dst: (0, INF_BPS)})
+        stack = [src]
+        while stack:
+            node = stack[-1]
+            if node in memo:
+                stack.pop()
+                continue
+            hops = topo.next_hops(node, dst)
+            if not hops:
+                raise InputError(f"no route from {topo.nodes[src].name} to {topo.nodes[dst].name}", field="flows")
+            todo = [v for v, _ in hops if v not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            lat = min(topo.channel_latency(ch) + memo[v][0] for v, ch in hops)
+            bw = max(min(topo.channel_bandwidth(ch), memo[v][1]) for v, ch in hops)
+            memo[node] = (lat, bw)
+        return memo[src]
+
+
+class SteppedPartition(DecomposedSimulator):
+    """The packet side on `config.partition` workers, stepped in rounds (a `CompletionStepper` for the hybrid)."""
+
+    posts_at_dep_ends = False  # as one Ns3Simulator: the hybrid holds a flow whose deps it holds (caller-keyed)
+
+    def _check_config(self, config: PacketConfig) -> None:
+        if config.partition < 1:
+            raise InputError("stepped partition workers need partition >= 1", field="partition")
+        for name, on in (("nic_latency", config.nic_latency), ("reuse", config.reuse == "on"),
+                         ("workers", config.workers), ("queue_sample_ns", config.queue_sample_ns > 0),
+                         ("ray", bool(config.ray))):  # fmt: skip
+            if on:
+                raise InputError(
+                    f"partition={config.partition} with nvlink=fluid: {name} is not combined with it yet (the "
+                    "workers run the plain keyed packet engine; one engine runs it: partition=0)",
+                    field=name,
+                )
+
+    def _layout(self) -> tuple[Any, list[int], int]:
+        self.pieces = [0]
+        self._pending: list[tuple[int, int, list[Flow]]] = []  # heap of (post ns, order, flows with all deps)
+        self._posts = 0
+        return PairBounds(self.topology), [0], 1
+
+    # ----- posts at one engine's instants -------------------------------------------------------------
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        """The decomposition driver's bookkeeping (bounds, owners), then the flows wait here until the workers
+        are at `at`: one engine adds them with its clock at `at` (the caller's order key), every event up to
+        `at` run, and with every dependency not completed by then (`_round`)."""
+        out = self._out[0]
+        n0 = len(out.flows)
+        super().submit(flows, at)
+        if out.gated or out.gates or len(out.flows) - n0 != len(flows):
+            raise InputError("partition workers with nvlink=fluid: a marker reached the packet side", field="flows")
+        batch = [f for f, _ in out.flows[n0:]]
+        del out.flows[n0:], out.at[n0:]
+        if batch:
+            heapq.heappush(self._pending, (at, self._posts, batch))
+            self._posts += 1
+
+    def _round(self, horizon: int) -> None:
+        """Post the flows due by `horizon`, each batch once every worker ran to its ns (a round to it first,
+        if they are behind: it also gathers every completion up to it), with the deps still pending then."""
+        while self._pending and self._pending[0][0] <= horizon:
+            at = self._pending[0][0]
+            if at > self._wtime:
+                super()._round(at)
+            _, _, batch = heapq.heappop(self._pending)
+            ends, out = self._ends, self._out[0]
+            for f in batch:
+                out.flows.append((f, [d for d in f.deps if ends.get(d, INF_NS) > at]))
+                out.at.append(at)
+        super()._round(horizon)
+
+    def _earliest(self) -> int | None:
+        got = super()._earliest()
+        if self._pending:
+            return self._pending[0][0] if got is None else min(got, self._pending[0][0])
+        return got
+
+    def in_flight(self) -> int:
+        return super().in_flight() + sum(len(b) for _, _, b in self._pending)
+
+    # ----- records: the workers' merged as one keyed engine's (bridge.cut_pool) --------------------------------
+    def _merged(self) -> Any:
+        return self._pool.merged(self._now)  # type: ignore[attr-defined]
+
+    def _gather(self, elapsed: int | None = None) -> dict[str, list[Any]]:
+        res = self._merged()
+        at = self._now if elapsed is None else elapsed
+        return {
+            "usage": channel_usage(res.channels, max(1, at)),
+            "pfc": list(res.pfc),
+            "queues": list(res.queues),
+            "drops": list(res.drops),
+            "trims": list(res.trims),
+            "cnps": list(res.cnps),
+            "marks": list(res.marks),
+            "transport": list(res.transport.values()),
+            "effective": list(res.effective),
+        }
+
+    def effective(self) -> EffectiveSettings:
+        return EffectiveSettings.parse(self.config, self._merged().effective)
+
+    def stats(self) -> dict[str, object]:
+        """The workers' counters merged as one engine's, and `partition`: the workers' windows and the rounds."""
+        from phantora.netsim.partitioned import partition_summary
+
+        res = self._merged()
+        out: dict[str, object] = dict(res.stats)
+        out["partition"] = {
+            **partition_summary(res.workers, res.ties),
+            "stepped": True,
+            "lookahead_ns": res.workers[0]["cut"][1] if res.workers else 0,  # the least cut cable's delay
+            "rounds": self.rounds,
+            "critical_cpu_s": round(self.critical_cpu_s, 6),  # per round the busiest worker's CPU, summed
+            "round_wall_s": round(self.round_wall_s, 6),
+            "meanwhile_cpu_s": round(self.meanwhile_cpu_s, 6),  # the fluid side's work while the workers ran
+            "between_wall_s": round(self.between_wall_s, 6),
+        }
+        out["approximations"] = self.config.approximations()
+        return out
+
+    def run_by(self) -> str:
+        return f"{self.config.partition} partition workers, stepped"
