@@ -81,6 +81,36 @@ def test_masked_select_of_phantom_data_is_a_gather_of_the_masks_count() -> None:
     assert kv.masked_select_as_gather(torch.empty(2, 3, device="meta"), mask.to("meta")) is None
 
 
+def test_an_op_on_index_data_growing_past_numel_runs_phantom() -> None:
+    """Broadcasting two index vectors of n into an n x n mask: phantom past NUMEL elements (n = 8192: 67 M booleans,
+    a whole attention mask), values below (n = 64); an op not growing its input keeps its values whatever the size
+    (a host copy of token ids); one whose shape depends on the values (nonzero) cannot run on meta and keeps them."""
+    ge = torch.ops.aten.ge.Tensor
+
+    def vectors(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.empty(n, 1, dtype=torch.int64, device="meta"), torch.empty(1, n, dtype=torch.int64, device="meta")
+
+    assert 8192 * 8192 > kv.NUMEL >= 64 * 64
+    assert kv.too_large(ge, vectors(8192), {})
+    assert not kv.too_large(ge, vectors(64), {})
+    ids = torch.empty(kv.NUMEL + 1, dtype=torch.int64, device="meta")
+    assert not kv.too_large(torch.ops.aten.add.Tensor, (ids, ids), {})
+    assert not kv.too_large(torch.ops.aten.nonzero.default, (torch.empty(5000, 5000, device="meta"),), {})
+
+
+@pytest.mark.slow
+def test_a_phantom_rank_keeps_no_values_for_a_whole_attention_mask(tmp_path: Path) -> None:
+    """On the simulated GPU in phantom mode: the 64 x 64 comparison of `arange` slices counts 64 x 65 / 2 = 2,080
+    (values), the 8192 x 8192 one is phantom (its count cannot be read: PhantomValueError), so the rank never holds
+    the 67 M booleans (nor the int64 sum's 512 MiB) a GPU would hold in its own memory."""
+    out = tmp_path / "seen.json"
+    script = SCRIPT.with_name("phantom_index_growth.py")
+    launch(RunConfig(str(script), [str(out)], "testbed16", nproc=1, tensors="phantom", trace="none", timeout_s=300))
+    seen = json.loads(out.read_text())
+    assert (seen["small"], seen["big"], seen["shape"]) == (64 * 65 // 2, "phantom", [8192, 8192])
+    assert seen["maxrss_mib"] < 8192 * 8192 * 8 / 2**20  # below the int64 sum's input alone (512 MiB)
+
+
 def test_the_arguments_an_op_writes_into() -> None:
     assert kv.written(torch.ops.aten.add_.Tensor) == ((0,), ("self",))
     assert kv.written(torch.ops.aten.add.Tensor) == ((), ())

@@ -683,6 +683,7 @@ static PyObject *device_op(PyObject *session, PyObject *func, PyObject *args, Py
   int phantom = dtruth(sd, session, s_phantom);
   if (phantom < 0) goto done;
   if (meta && (data || !phantom)) goto slow;  /* phantom data beside real data, or real mode's meta bookkeeping */
+  if (!meta && data && phantom) goto slow;  /* values in phantom mode: run_op keeps them only for index-sized outputs */
   if (phantom) {
     int special = PySet_Contains(g_phantom_special, op);
     if (special < 0) goto done;

@@ -103,6 +103,8 @@ def device_op(session: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     if meta:
         if data or not phantom:  # phantom data beside real data, or real mode's meta bookkeeping
             return SLOW
+    elif data and phantom:  # values in phantom mode: run_op keeps them only for index-sized outputs
+        return SLOW
     if phantom and op in _PHANTOM_SPECIAL and (op != _TO_COPY or kept_values.casts_to_index(kwargs)):
         return SLOW
     if session.by_storage:

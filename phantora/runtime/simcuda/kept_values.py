@@ -23,7 +23,9 @@ tokens and sizes its all-to-all (torchtitan) or its permutation (Megatron-Core) 
   (its version counter), so that its cast to integers (`.int()`, Megatron's routing map) has values;
 - `masked_select` of phantom data by a mask with values is phantom, of the mask's count of elements.
 
-Only tensors of at most `NUMEL` elements get values (index data, not a model's activations).
+Only tensors of at most `NUMEL` elements get values (index data, not a model's activations): a factory's larger
+output is phantom, and so is an op's on tensors with values whose output would be larger (`too_large`, tensor.run_op;
+the per-op fast paths leave such ops to it in phantom mode).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from types import FrameType
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from phantora.runtime.simcuda import grouped_routing
 
@@ -118,6 +121,23 @@ def _index_dtype(dtype: torch.dtype) -> bool:
 def keeps(t: torch.Tensor) -> bool:
     """Would this (meta) output hold values: integers or booleans of at most `NUMEL` elements?"""
     return _index_dtype(t.dtype) and t.numel() <= NUMEL
+
+
+def too_large(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Would `func` on tensors that hold values output more than `NUMEL` elements, and more than its largest input?
+    Such an output is no index data: a mask over a whole attention matrix broadcast from two index vectors
+    (FlexAttention's `create_block_mask`), which a GPU holds in its memory and the host would have to. It runs
+    phantom then (on meta, as `args` / `kwargs` are here). Data that came with values (a host copy) keeps them
+    through ops that do not grow it; an op whose output shape depends on its values (`nonzero`) cannot run on meta:
+    it keeps them."""
+    inputs = [t.numel() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    with torch.utils._python_dispatch._disable_current_modes():
+        try:
+            out = func(*args, **kwargs)
+        except (NotImplementedError, RuntimeError):
+            return False
+    limit = max(NUMEL, *inputs)
+    return any(type(t) is torch.Tensor and t.numel() > limit for t in tree_flatten(out)[0])
 
 
 def _topk(args: tuple, kwargs: dict, out: Any) -> Any:

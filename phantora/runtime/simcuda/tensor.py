@@ -315,6 +315,11 @@ def _device_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
 _NESTED = (list, tuple, dict)
 
 
+def _as_meta(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """Flat arguments with each simulated CUDA tensor's data on meta (a probe of the op's output shapes)."""
+    return tuple(_open(x, True) for x in args), {name: _open(v, True) for name, v in kwargs.items()}
+
+
 def _open(x: Any, to_meta: bool) -> Any:
     if isinstance(x, SimCudaTensor):
         return x.elem.to("meta") if to_meta else x.elem
@@ -370,6 +375,8 @@ def run_op(
     # program reads from them (a count of valid tokens) exists; an op that mixes them with phantom tensors
     # runs on meta.
     to_meta = has_meta and has_data
+    if has_data and not has_meta and _inner_device.type == "meta":  # phantom mode, every tensor with values:
+        to_meta = kept_values.too_large(func, *(unwrap_to_meta((args, kwargs)) if nested else _as_meta(args, kwargs)))
     if nested:
         a, k = (unwrap_to_meta if to_meta else unwrap)((args, kwargs))
     else:
