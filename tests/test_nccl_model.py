@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import pytest
 
@@ -575,6 +576,57 @@ def test_a_recorded_graph_replays_with_its_recorded_nccl_variables(monkeypatch):
     assert algo_from_meta(graph).nccl_env is None
 
 
+def test_the_coordinator_records_nccls_choice_and_the_ideal_model_none():
+    """What results.json's `nccl` is made of (the live run: the slow test below), through the bridge's coordinator
+    driven by scripted ranks: a 4 MiB all-reduce on 2 H100s of testbed16 under NCCL_PROTO=Simple records NCCL's
+    Simple ring and takes its time written out (tests/test_backend_identity.py); `summarize_choices` counts it with
+    the run's variables; under the ideal model there is no choice and the step is shorter."""
+    from test_backend_identity import ring_all_reduce_ns
+    from test_egraph_replay import cosim
+
+    from phantora.collectives.nccl import summarize_choices
+
+    topo, env = load_topology("testbed16"), nccl_env({"NCCL_PROTO": "Simple"})
+    script = [("x", "all_reduce", (0, 1), 4 * MiB, "fp32", None), ("s",)]
+    got = {}
+    for model in ("nccl", "ideal"):
+        cores: list = []
+        ends = cosim(topo, [list(script), list(script)], algo=AlgoOptions(model=model, nccl_env=env), cores=cores)
+        got[model] = ends[0][0], summarize_choices([rec.to_dict() for rec in cores[0].records], env)
+    assert got["nccl"][1] == {"choices": {"all_reduce": {"Ring/Simple": 1}}, "env": {"NCCL_PROTO": "Simple"}}
+    assert got["nccl"][0] == pytest.approx(ring_all_reduce_ns(2, 4 * MiB), abs=1)
+    assert got["ideal"][1]["choices"] == {}
+    assert got["ideal"][0] < got["nccl"][0]
+
+
+def test_launch_hands_the_collective_model_and_the_runs_nccl_variables_to_the_bridge(monkeypatch):
+    """`RunConfig.collective_model` and the NCCL_* variables of the run's own env are what the bridge decomposes
+    with (its spec's AlgoOptions), as the coordinator above takes them."""
+    import bridge.run
+    from phantora.launcher import RunConfig, launch
+
+    for var in [v for v in os.environ if v.startswith("NCCL_")]:
+        monkeypatch.delenv(var)
+    seen: list[dict] = []
+
+    class StopError(Exception):
+        pass
+
+    class Spy(bridge.run.CosimRun):
+        def run(self):
+            seen.append(self.spec.algo)
+            raise StopError
+
+    monkeypatch.setattr(bridge.run, "CosimRun", Spy)
+    for model in ("nccl", "ideal"):
+        with pytest.raises(StopError):
+            launch(RunConfig("examples/cuda_ddp.py", [], "testbed16", nproc=2, trace="none", collective_model=model,
+                             env={"NCCL_PROTO": "Simple"}))  # fmt: skip
+    assert [a["model"] for a in seen] == ["nccl", "ideal"]
+    assert [tuple(map(tuple, a["nccl_env"])) for a in seen] == [(("NCCL_PROTO", "Simple"),)] * 2
+
+
+@pytest.mark.slow  # two live runs of 2 ranks (25-50 s at load); fast: the two tests above
 def test_a_live_run_records_nccls_choices_and_can_run_ideal(tmp_path):
     """`phantora run` (2 ranks of a CUDA + NCCL DDP script): results.json counts the choices per kind, the NCCL_*
     variables of the run's own env, and `collective_model="ideal"` has no choice at all and a shorter step."""
