@@ -105,3 +105,22 @@ def test_more_ctas_than_nccls_default_raise_the_rate_with_them():
     choice = select("all_reduce", p, settings_from_env({"NCCL_MIN_NCHANNELS": "32"}), 16 * MiB)
     assert choice is not None and (choice.protocol, choice.channels) == ("LL128", 32)
     assert choice.algbw == pytest.approx(rate * 32 / 24 * RING_8)
+
+
+@pytest.mark.parametrize("channels", [4, 24])
+def test_the_achieved_rate_is_per_cta_and_binds_over_the_ctas_that_run(channels):
+    """8 A100s, 8 MiB, NCCL_MAX_NCHANNELS=4 or 24 (NCCL's default: 24): LL128 ring on that many CTAs. Each CTA
+    reaches NCCL's rating over 24 (min(0.92 x 12 x 20, 12 x 20) = 220.8 / 24) and the achieved rate over 24 (148 /
+    24): busbw = min(ch x 220.8 / 24, ch x 148 / 24) = 24.67 GB/s on 4 CTAs, 148 on 24. A whole-GPU ceiling
+    (min(4 x 220.8 / 24, 148) = 36.8 on 4) is not what the kernel is: a CTA's LL128 throughput is its own."""
+    rate = proto_rate.achieved_busbw("ampere", "LL128")
+    assert rate is not None
+    rating = min(0.92 * 12 * 20, 12 * 20)
+    p = platform_of(dgx_host(gpu="a100"), tuple(range(8)))
+    choice = select("all_reduce", p, settings_from_env({"NCCL_MAX_NCHANNELS": str(channels)}), 8 * MiB)
+    assert choice is not None and (choice.algorithm, choice.protocol, choice.channels) == ("ring", "LL128", channels)
+    busbw = min(channels * rating / 24, channels * rate / 24)
+    assert choice.algbw == pytest.approx(busbw * RING_8)
+    assert choice.time_us == pytest.approx(LL128_RING_LAT_US + 8 * MiB / (1000 * busbw * RING_8), rel=1e-3)
+    if channels < 24:
+        assert choice.algbw < min(channels * rating / 24, rate) * RING_8 * 0.9  # not a GPU-wide ceiling

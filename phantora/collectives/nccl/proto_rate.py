@@ -12,9 +12,15 @@ NCCL's ratings). Other collectives keep NCCL's rating (ALCF's two-host A100 all-
 between its LL128 sizes; no A100 reduce-scatter table was found), and so do generations without an entry (H100,
 H200, B200), whose tables meet it.
 
-The rate was measured at NCCL's default channels (24 CTAs on an 8-GPU A100); it scales with the CTAs that run
-beyond that default, as NCCL's per-channel ceilings do (`cta_ceiling.py`), and with fewer channels it falls with
-every other rate (`tuning.channel_limit`).
+The rate is a per-CTA rate summed over the CTAs that ran: Azure's table ran NCCL's default channels, 24 CTAs on
+an 8-GPU A100, so each CTA reaches 148 / 24 GB/s under LL128. An LL or LL128 channel is one CTA whose warps store
+flagged lines into the peer's buffer while the peer's warps poll the flags (prims_ll.h, prims_ll128.h): its bytes
+in flight are bounded by its own threads and its connection's NCCL_STEPS slots, so its throughput is bounded per
+CTA, and the GPU's grows with the CTAs until the NVLink binds, which NCCL's rating (per channel for LL128,
+`perChMaxRingLL128Bws`) already caps. It is not a whole-GPU ceiling such as the Simple all-reduce's ~230 GB/s
+(`ring_kernel.kernel_busbw`, which 4 CTAs leave unbound): with `share` = CTAs run / NCCL's default the kernel
+reaches min(share x NCCL's rating, share x the achieved rate), fewer CTAs under NCCL_MAX_NCHANNELS
+(`tuning.channel_limit`) and more under NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS (`tuning.cta_share`).
 """
 
 from __future__ import annotations
@@ -34,13 +40,14 @@ def achieved_busbw(arch: str, proto: str) -> float | None:
 
 
 def capped_algbw(
-    algbw: float, kind: str, algo: str, proto: str, p: Platform, alg_per_bus: float, cta_scale: float
+    algbw: float, kind: str, algo: str, proto: str, p: Platform, alg_per_bus: float, share: float
 ) -> float:
-    """`algbw` (GB/s) of an all-reduce no faster than the protocol kernel's achieved rate on `p`'s GPU: its bus
-    bandwidth times `alg_per_bus` (the algorithm's algorithm-to-bus ratio) times `cta_scale` (CTAs run over NCCL's
-    default, at least 1). Unchanged for other kinds and algorithms and where no rate is recorded."""
+    """`algbw` (GB/s: NCCL's rating already scaled to the CTAs that run) of an all-reduce no faster than the
+    protocol kernel's achieved rate on `p`'s GPU over the same CTAs: its bus bandwidth times `share` (CTAs run over
+    NCCL's default) times `alg_per_bus` (the algorithm's algorithm-to-bus ratio). Unchanged for other kinds and
+    algorithms and where no rate is recorded."""
     measured = kind in MEASURED_KINDS and algo in CAPPED_ALGORITHMS
     bus = achieved_busbw(p.arch, proto) if measured else None
     if bus is None or algbw <= 0:
         return algbw
-    return min(algbw, bus * alg_per_bus * max(1.0, cta_scale))
+    return min(algbw, bus * share * alg_per_bus)

@@ -317,17 +317,9 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if ring:  # its channels' share of the NVLink, no more in all than the GPU's ceiling (ring_kernel.kernel_busbw)
         kernel = ring_kernel.kernel_busbw(p, kind, limit) * p.nranks / _nsteps(kind, p.nranks)
     kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
-    default = comm_channels(p, ring_graph(p), NcclSettings())  # the protocol kernels' achieved rates (proto_rate)
-    kernel = proto_rate.capped_algbw(
-        kernel or cost.algbw,
-        kind,
-        cost.algorithm,
-        cost.protocol,
-        p,
-        alg_per_bus(cost.algorithm, kind, p.nranks),
-        ch / default,
-    )
     algbw = kernel if ring else (kernel or cost.algbw) * limit
+    apb = alg_per_bus(cost.algorithm, kind, p.nranks)  # then the protocol kernel's per-CTA rate over the same CTAs
+    algbw = proto_rate.capped_algbw(algbw, kind, cost.algorithm, cost.protocol, p, apb, cta_share(p, st, ch))
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
         algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw, kind)
@@ -374,6 +366,14 @@ def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
         return min(1.0, nvls_channels(p, st) / T.NVLS_CHANNELS.get(p.arch, 16))
     default = comm_channels(p, ring_graph(p), NcclSettings())
     return min(1.0, comm_channels(p, ring_graph(p), st) / default)
+
+
+def cta_share(p: Platform, st: NcclSettings, channels: int) -> float:
+    """The CTAs a collective runs over NCCL's default count: fewer under NCCL_MAX_NCHANNELS (`channel_limit`),
+    more when NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS open more and the size runs them all (`channels`); the rule that
+    runs fewer channels for small sizes (`run_channels`) scales none of NCCL's rates, and so not this share."""
+    default = comm_channels(p, ring_graph(p), NcclSettings())
+    return channel_limit("ring", p, st) * max(1.0, channels / default)
 
 
 def more_ctas_algbw(cost: Cost, kind: str, p: Platform, channels: int) -> float:
