@@ -407,11 +407,16 @@ class CoordinatorCore:
 
     def _on_io(self, rs: RankState, msg: Message) -> None:
         """A checkpoint file read or written: a transfer on the shared storage from the rank's time (window mode:
-        from the network's, if later), run beside the network (bridge.engine_pair)."""
+        from the network's, if later), run beside the network (bridge.engine_pair); started with the held
+        collectives (`_launch_ready`), by (time, rank, handle)."""
         self._stamp(rs, msg.t, "a storage transfer")
         call = Call(rs.rank, msg["h"], f"storage {msg['kind']}", msg["nbytes"], "uint8", None, msg.t, msg["name"])
         self._new_handle(rs, call.handle, call)
-        for tid, bound in self.io.start(rs.rank, msg, max(msg.t, self.engine.now())):
+        self.io.hold(rs.rank, msg, max(msg.t, self.engine.now()))  # the network does not move until it starts
+
+    def _start_io(self) -> None:
+        """Start the held storage transfers (in their own order: `StorageIO.start_held`)."""
+        for tid, bound in self.io.start_held():
             self.bounds.bounds[tid] = bound
         if self.engine is self.net and self.io.engine is not None:
             self.engine = EnginePair(self.net, self.io.engine)
@@ -474,12 +479,14 @@ class CoordinatorCore:
         """Launch the held rendezvous that nothing can still precede, by (start, key): the same order and the
         same engine state at each launch whatever order the ranks' messages arrived in.
 
-        Only once every live rank is blocked (nothing can arrive before the coordinator answers; `settled`).
-        Window mode: then all of them; the engine does not move between, so each starts when it would have.
+        Only once every live rank is blocked (nothing can arrive before the coordinator answers; `settled`),
+        after the held storage transfers. Window mode: then all of them; the engine does not move between, so
+        each starts when it would have.
         Exact mode: a rendezvous starting at s goes once every blocked rank wakes no earlier than s and the
         engine has run every event before s (a wake-up it causes comes first)."""
         if not self.settled():
             return
+        self._start_io()
         if self.window:
             while self.held:
                 self._launch(self.held.pop())
@@ -846,6 +853,7 @@ class CoordinatorCore:
             assert self.jobs is not None
             self.fail_job(self.jobs.job_of(rv.members[0]), E_DEADLOCK, text)
         try:
+            self._start_io()
             while self.held:  # in order, each once the engine has run every event before its start
                 s = self.held.head_start()
                 assert s is not None

@@ -5,7 +5,9 @@ bandwidths: `phantora run --storage GBPS [--shared-fs GBPS]`) and waits on the h
 `bridge.storage_engine` from the rank's time, sharing its host's link and the shared filesystem max-min with
 every other transfer in flight. Under rank deduplication a live rank stands for its mirrors, each of which
 writes its own file on its own host at the same time: a transfer is started for each, and the live rank's
-handle completes with its own.
+handle completes with its own. A request is checked when it arrives but held (`hold`) until the coordinator
+starts what it holds (`start_held`, once every rank is blocked), by (time, rank, handle): the transfers' ids
+and records do not depend on the order the ranks' requests arrived in.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class StorageIO:
         self.owner: dict[int, tuple[int, int]] = {}  # transfer id -> (rank, handle) waiting on it
         self.of: dict[tuple[int, int], int] = {}  # (rank, handle) -> transfer id, until it is done
         self.records: list[dict[str, Any]] = []  # transfer -id-1 -> what it was and when it ran
+        self.held: list[tuple[int, int, int, Message]] = []  # (start, rank, handle, request) not started yet
 
     def _host(self, rank: int) -> int:
         node = self.topology.node_of_rank(rank)
@@ -52,14 +55,25 @@ class StorageIO:
             )
         return self.engine
 
-    def start(self, rank: int, msg: Message, at: int) -> list[tuple[int, int]]:
-        """Start rank's transfer `msg` (and its mirrors') at `at`; return each (id, earliest completion)."""
+    def hold(self, rank: int, msg: Message, at: int) -> None:
+        """Check rank's transfer `msg` and keep it, to start at `at` with `start_held`."""
         kind, nbytes = msg["kind"], msg["nbytes"]
         if kind not in ("read", "write") or nbytes < 0:
             raise RunFailed(
                 E_PROTOCOL,
                 f"rank {rank}: a storage transfer is a read or a write of >= 0 bytes, got {kind!r} of {nbytes} B",
             )
+        self._engine(rank, msg)
+        self.held.append((at, rank, msg["h"], msg))
+
+    def start_held(self) -> list[tuple[int, int]]:
+        """Start the held transfers by (start, rank, handle); return each (id, earliest completion)."""
+        held, self.held = sorted(self.held, key=lambda x: x[:3]), []
+        return [out for at, rank, _, msg in held for out in self._start(rank, msg, at)]
+
+    def _start(self, rank: int, msg: Message, at: int) -> list[tuple[int, int]]:
+        """Start rank's transfer `msg` (and its mirrors') at `at`; return each (id, earliest completion)."""
+        kind, nbytes = msg["kind"], msg["nbytes"]
         engine = self._engine(rank, msg)
         out = []
         for j in range(self.mirrors.shifts):

@@ -123,6 +123,23 @@ def test_a_lone_writer_gets_the_whole_host_link() -> None:
     assert r.done(0) == 1000 + SECOND // 2
 
 
+@pytest.mark.parametrize("order", [(0, 2), (2, 0)])
+def test_transfers_start_in_time_and_rank_order_whatever_order_they_arrive_in(order: tuple[int, int]) -> None:
+    """Ranks 0 and 2 (one per host) each write 1 GB at 0 through a shared filesystem of F = 1 GB/s: both end at
+    2 GB / F = 2 s, and the records list rank 0's transfer first (id -1) in either arrival order."""
+    r = Ranks()
+    for rank in order:
+        r.msg(rank, "io", 0, h=1, kind="write", nbytes=GB, name=f"ckpt{rank}", host_bps=2 * GB, shared_bps=1 * GB)
+    for rank in order:
+        r.msg(rank, "wait", 0, handles=[1], until=1 << 62)
+    for other in (1, 3):
+        r.msg(other, "finish", 0, results={}, cpu_s=0.0)
+    r.core.progress()
+    assert [r.done(rank) for rank in (0, 2)] == [2 * SECOND] * 2
+    out = r.core.finalize()["storage_io"]
+    assert [(x["rank"], x["name"], x["end_ns"]) for x in out] == [(0, "ckpt0", 2 * SECOND), (2, "ckpt2", 2 * SECOND)]
+
+
 def test_four_writers_on_two_hosts_through_the_coordinator() -> None:
     """Every rank writes 1 GB; hosts of 2 ranks at W = 2 GB/s, F = 1 GB/s: total / F = 4 s binds."""
     r = Ranks()
