@@ -161,6 +161,7 @@ def partitioned(
         stepped = SteppedPartition(topo, config, stepper)
         engine = fluid_nvlink(topo, config, packet=stepped)
         stepped.reacts = engine.reacts_to  # type: ignore[attr-defined]
+        stepped.reaction = engine.reaction_ns  # type: ignore[attr-defined]
         stepped.floor = engine.submit_floor  # type: ignore[attr-defined]  # rounds past fluid events
         stepped.prechecked = True  # the hybrid checks each batch whole at its submit
         return engine

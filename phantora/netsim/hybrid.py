@@ -234,6 +234,23 @@ class FluidNvlinkSimulator:
         end) only, which lets a decomposed packet side run ahead (phantora.netsim.decompose)."""
         return fid in self._waiters or fid in self._watch
 
+    def reaction_ns(self, fid: int) -> int:
+        """The least ns between packet flow `fid`'s completion and a flow this engine (or its caller) may hand the
+        packet side because of it: 0 if the caller watches it or a packet flow or a marker waits on it, else the
+        least delay + transfer bound (`_fluid_step`) of the fluid flows waiting on it (each is released at the
+        completion at the earliest, and only its own completion releases anything); INF_NS if nothing waits on
+        it. A stepped packet side may run that far past a completion's bound (`phantora.netsim.partition_stepped`)."""
+        if fid in self._watch:
+            return 0
+        least = INF_NS
+        held = self._held
+        for j in self._waiters.get(fid, ()):
+            f, _, side, _ = held[j]
+            if side == PACKET or f.size == 0 or f.src == f.dst:
+                return 0
+            least = min(least, self._fluid_step(f))
+        return least
+
     def submit_floor(self) -> int:
         """A lower bound on the ns of the next flow this engine (or its caller) hands the packet side, other than
         through a packet completion it `reacts_to`: the limit of the advance in progress (the caller submits at it,
@@ -290,9 +307,7 @@ class FluidNvlinkSimulator:
         """Each flow handed to the fluid engine at `at` (deps on the other side all arrived): the earliest ns it
         can complete, max(at, its fluid deps' bounds) + delay + size at its path's full line rate + the path's
         propagation (the fluid rate never exceeds a channel's bandwidth; payload efficiency only slows it)."""
-        fluid = self.fluid
         flb, fstep, deps_of, ends = self._flb, self._fstep, self._fdependents, self._end
-        exact = fluid.stretch is None and not fluid._multi  # else: no transfer or delay term (still a bound)
         for f in flows:
             lb = at
             for d in f.deps:
@@ -301,19 +316,26 @@ class FluidNvlinkSimulator:
                     deps_of.setdefault(d, []).append(f.id)
                 else:
                     lb = max(lb, ends.get(d, at))
-            step = 0
-            if exact:
-                step = f.delay_ns
-                if f.size and f.src != f.dst:
-                    path, lat = fluid.route(f)
-                    bw = self._bottleneck.get(path)
-                    if bw is None:
-                        bw = self._bottleneck[path] = min(self.topology.channel_bandwidth(c) for c in path)
-                    step += max(0, f.size * 8_000_000_000 // bw - 2) + lat
+            step = self._fluid_step(f)
             fstep[f.id] = step
             flb[f.id] = lb + step
             if f.id in self._waiters:
                 heapq.heappush(self._releasers, (lb + step, f.id))
+
+    def _fluid_step(self, f: Flow) -> int:
+        """The least ns fluid flow `f` takes from its release to its completion: its delay + its size at its path's
+        full line rate + the path's propagation (0 when the fluid engine stretches or multiplexes flows)."""
+        fluid = self.fluid
+        if fluid.stretch is not None or fluid._multi:
+            return 0
+        step = f.delay_ns
+        if f.size and f.src != f.dst:
+            path, lat = fluid.route(f)
+            bw = self._bottleneck.get(path)
+            if bw is None:
+                bw = self._bottleneck[path] = min(self.topology.channel_bandwidth(c) for c in path)
+            step += max(0, f.size * 8_000_000_000 // bw - 2) + lat
+        return step
 
     def _fraise(self, fid: int, ns: int) -> None:
         """flb(fid) >= ns, carried down its fluid dependents (each ends no earlier than a dep's bound + its step)."""

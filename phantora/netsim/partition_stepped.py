@@ -19,7 +19,8 @@ post ns + delay + the least propagation of its candidate routes + its bytes at t
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from phantora.errors import InputError
@@ -92,6 +93,9 @@ class SteppedPartition(DecomposedSimulator):
 
     def _layout(self) -> tuple[Any, list[int], int]:
         self.pieces = [0]
+        # set by the caller: the least ns between a flow's completion and a flow it may hand over because of it
+        # (INF_NS: none; the fluid NVLink side's `reaction_ns`)
+        self.reaction: Callable[[int], int] | None = None
         self._pending: list[tuple[int, int, list[Flow]]] = []  # heap of (post ns, order, flows with all deps)
         self._posts = 0
         return PairBounds(self.topology), [0], 1
@@ -125,6 +129,29 @@ class SteppedPartition(DecomposedSimulator):
                 out.flows.append((f, [d for d in f.deps if ends.get(d, INF_NS) > at]))
                 out.at.append(at)
         super()._round(horizon)
+
+    def _horizon(self, until: int) -> int:
+        """How far every worker may run, inclusive: the decomposition driver's E (`until`, the caller's floor)
+        but each flow the caller reacts to counts at its earliest end plus the caller's least reaction time to it
+        (`reaction`: a fluid NVLink flow released at a completion takes its transfer time before it can release
+        anything), so a flow's tail past its bound does not step the workers one ns a round."""
+        reaction = self.reaction
+        if reaction is None:
+            return super()._horizon(until)
+        t0 = time.perf_counter()
+        e = until if self.floor is None else max(until, self.floor())
+        lbs, nxt = self._lb, self._next[0]
+        floor = self._wtime + 1 if not self._out[0].empty() or nxt is None else max(self._wtime + 1, nxt)
+        for f in self._unfinished[0]:
+            d = reaction(f)
+            if d < INF_NS:
+                e = min(e, max(lbs[f], floor) + d)
+        for t, fid, _ in self._buffer:
+            d = reaction(fid)
+            if d < INF_NS and t > self._wtime:
+                e = min(e, t + d)
+        self.bound_wall_s += time.perf_counter() - t0
+        return e
 
     def _earliest(self) -> int | None:
         got = super()._earliest()
