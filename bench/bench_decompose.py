@@ -49,6 +49,7 @@ from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.netsim.base import Flow
+from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.flow import FlowSimulator
@@ -174,10 +175,20 @@ def handoffs(flows: list[Flow], ends: dict[int, int], inside: dict[int, bool]) -
 
 
 def run(
-    topo: Topology, flows: list[Flow], sets: list[str], cc: str, floor: bool = False, sync: bool = False
+    topo: Topology,
+    flows: list[Flow],
+    sets: list[str],
+    cc: str,
+    floor: bool = False,
+    sync: bool = False,
+    hybrid: bool = False,
 ) -> dict[str, Any]:
     t0, c0 = time.perf_counter(), time.process_time()
-    sim = make_engine(EngineSpec("ns3", apply_overrides(PacketConfig(cc=cc), sets)), topo, spawner=spawn_workers)
+    config = apply_overrides(PacketConfig(cc=cc), sets)
+    if hybrid:  # issue 38, route (a): each worker runs the fluid NVLink hybrid of its hosts and pieces
+        sim: Any = HybridDecomposedSimulator(topo, config, spawn_workers)
+    else:
+        sim = make_engine(EngineSpec("ns3", config), topo, spawner=spawn_workers)
     if sync:  # synchronous rounds, as before issue 38's: the fluid NVLink side waits while the workers run
         sim.packet.meanwhile = None  # type: ignore[attr-defined]
     if floor:  # issue 38, opt-in: the workers run past fluid NVLink events that release nothing on their side
@@ -241,6 +252,11 @@ def main() -> None:
         "run past fluid NVLink events that release nothing on their side)",
     )  # fmt: skip
     ap.add_argument(
+        "--hybrid", type=int, nargs="*", default=[],
+        help="worker counts to run also with the fluid NVLink hybrid in each worker (issue 38, route (a): "
+        "HybridDecomposedSimulator; the driver routes only the hand-offs between workers)",
+    )  # fmt: skip
+    ap.add_argument(
         "--sync", type=int, nargs="*", default=[],
         help="worker counts to run also with synchronous rounds (the driver waits while its workers run)",
     )  # fmt: skip
@@ -269,6 +285,8 @@ def main() -> None:
             print(f"workers={n}: refused: {e}")
     for n in args.sync:
         rows.append((f"w={n} sync", run(topo, flows, [*base, f"workers={n}"], args.cc, sync=True)))
+    for n in args.hybrid:
+        rows.append((f"hybrid={n}", run(topo, flows, [*base, f"workers={n}"], args.cc, hybrid=True)))
     for n in args.floor:
         rows.append((f"w={n} floor", run(topo, flows, [*base, f"workers={n}"], args.cc, floor=True)))
     for n in args.ray:

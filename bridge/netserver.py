@@ -50,6 +50,7 @@ from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
+from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.results.scenario import engine_outcome
 from phantora.results.write import write_fabric_traces
@@ -99,7 +100,7 @@ class NetServer:
             fields["done"] = [completion_to_wire(c) for c in done]
         return encode(type_, eng.now(), **fields, **extra)
 
-    def _raised_bounds(self, eng: NicLatencySimulator) -> list[int]:
+    def _raised_bounds(self, eng: NicLatencySimulator | HybridWorker) -> list[int]:
         """The started flows' completion bounds that rose since the last report, flat: [id, ns, id, ns, ...]."""
         now = eng.completion_bounds()
         last = self.bounds
@@ -151,7 +152,7 @@ class NetServer:
             rows = [] if fabric is None else [transport_row(t) for t in fabric.flow_transport().values()]
             return encode("transport", eng.now(), rows=rows)
         if msg.type == "post":
-            if not isinstance(eng, NicLatencySimulator):
+            if not isinstance(eng, (NicLatencySimulator, HybridWorker)):
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
             cpu0, wall0 = time.process_time(), time.perf_counter()
             gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]

@@ -84,7 +84,9 @@ class Worker:
 class ServerPool:
     """Network server workers (a `phantora.netsim.decompose.WorkerPool`), one per list of pieces."""
 
-    def __init__(self, topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> None:
+    def __init__(
+        self, topology: Topology, config: PacketConfig, assignment: list[list[int]], side: str = "packet"
+    ) -> None:
         self.workers: list[Worker] = []
         self._placement: RayPlacement | None = None
         self._curve: KeyPair | None = None  # ours, when the workers are CurveZMQ servers
@@ -92,7 +94,7 @@ class ServerPool:
         self._root = make_run_dir()
         self._closed = False
         try:
-            self._start(topology, config, assignment)
+            self._start(topology, config, assignment, side)
         except BaseException:
             self.close()
             raise
@@ -101,12 +103,12 @@ class ServerPool:
     def curve(self) -> bool:
         return self._curve is not None
 
-    def _start(self, topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> None:
+    def _start(self, topology: Topology, config: PacketConfig, assignment: list[list[int]], side: str) -> None:
         token = new_token()
         spec = RunSpec(
             topology=topology,
             world=topology.num_ranks,
-            engine=EngineSpec(network="ns3", packet=config, side="packet"),
+            engine=EngineSpec(network="ns3", packet=config, side=side),
             peer_timeout_s=WORKER_PEER_TIMEOUT_S,
         ).to_bytes()
         if config.ray:
@@ -244,9 +246,12 @@ class ServerPool:
         remove_run_dir(self._root)
 
 
-def spawn_workers(topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> ServerPool:
-    """Start one network server worker per list of pieces (locally, or through Ray with ``config.ray``)."""
-    return ServerPool(topology, config, assignment)
+def spawn_workers(
+    topology: Topology, config: PacketConfig, assignment: list[list[int]], side: str = "packet"
+) -> ServerPool:
+    """Start one network server worker per list of pieces (locally, or through Ray with ``config.ray``), each
+    hosting the packet side, or with `side` "hybrid" the fluid NVLink hybrid over it (`netsim.hybrid_worker`)."""
+    return ServerPool(topology, config, assignment, side)
 
 
 def _endpoint(w: Worker, d: Path) -> str:

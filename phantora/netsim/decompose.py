@@ -138,13 +138,15 @@ class WorkerPool(Protocol):
         ...
 
 
-Spawner = Callable[[Topology, PacketConfig, list[list[int]]], WorkerPool]  # (topology, config, pieces per worker)
+# (topology, config, pieces per worker[, the workers' engine: EngineSpec.side, "packet" unless said])
+Spawner = Callable[..., WorkerPool]
 
 
 class DecomposedSimulator(RunsByCompletion):
     """A `CompletionStepper` (and `FabricObserver`) over N workers, each running some pieces; `spawn` starts them."""
 
     posts_at_dep_ends = True  # as `NicLatencySimulator` (its workers' engine): a flow's deps are resolved as there
+    worker_side = "packet"  # what each worker hosts (`EngineSpec.side`)
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         self._check_config(config)
@@ -166,6 +168,10 @@ class DecomposedSimulator(RunsByCompletion):
         self._dependents: dict[int, list[int]] = {}  # unfinished flow -> the flows waiting on it
         self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
         self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
+        # those of `_ext` a flow with no lookahead waits on (a worker's fluid NVLink flow, or a marker here)
+        self._ext0: set[int] = set()
+        self._zero: set[int] | None = None  # flows with no lookahead (started at their post ns), when there are any
+        self._deps_of: dict[int, tuple[int, ...]] | None = None  # flow -> its deps, for a subclass that pulls bounds
         self._rel = Releases()  # gates (pseudo flows, id gate_key(flow)) and markers, waiting on their deps
         self._out: list[Outbox] = [Outbox() for _ in range(n)]
         self._wnow = [0] * n  # each worker's now()
@@ -173,6 +179,8 @@ class DecomposedSimulator(RunsByCompletion):
         self._in_flight = [0] * n
         self._gates_held = 0
         self.reacts: Callable[[int], bool] | None = None  # set by the caller: does it act on this completion?
+        # a subclass's placement of a flow: (its worker, or DRIVER; delay-free least time from post to end)
+        self._place: Callable[[Flow], tuple[int, int]] | None = None
         # set by the caller: the earliest ns it may submit a flow other than after a completion it `reacts` to
         # (at least the `until` of the advance in progress; the fluid NVLink side's `submit_floor`)
         self.floor: Callable[[], int] | None = None
@@ -197,7 +205,8 @@ class DecomposedSimulator(RunsByCompletion):
         self._records_at = -1
         self._closed = False
         assignment = [[p for p, w in enumerate(self._piece_worker) if w == i] for i in range(n)]
-        self._pool = spawn(self.topology, self.config, assignment)  # it cleans up after itself if it fails
+        sides = () if self.worker_side == "packet" else (self.worker_side,)
+        self._pool = spawn(self.topology, self.config, assignment, *sides)  # it cleans up after itself if it fails
 
     def _check_config(self, config: PacketConfig) -> None:
         if config.workers < 1 or config.nic_latency < 1:
@@ -301,6 +310,7 @@ class DecomposedSimulator(RunsByCompletion):
                 if w != DRIVER:
                     self._unfinished[w].discard(c.flow_id)
                     self._ext.discard(c.flow_id)
+                    self._ext0.discard(c.flow_id)
             for c in done:
                 for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
                     s = step.get(j)
@@ -327,9 +337,11 @@ class DecomposedSimulator(RunsByCompletion):
             done = markers
 
     def _check_post(self, fid: int, p: int) -> None:
-        """A flow released at p sends from p + L: its worker must not have run past p + L - 1."""
+        """A flow released at p sends from p + L: its worker must not have run past p + L - 1 (p, for a flow with
+        no lookahead)."""
         w = self._owner[fid]
-        if p + self._ahead - 1 < self._wnow[w]:
+        ahead = 1 if self._zero is not None and fid in self._zero else self._ahead
+        if p + ahead - 1 < self._wnow[w]:
             raise CausalityError(f"internal: flow {fid} posted at {p} ns, but worker {w} is at {self._wnow[w]} ns")
 
     # ----- NetworkSimulator --------------------------------------------------------------------
@@ -344,8 +356,11 @@ class DecomposedSimulator(RunsByCompletion):
             check_packet_batch(flows, self.topology, self._owner.__contains__)
         xfer = {}
         owner, of, piece_worker, latency = self._owner, self._routes.of, self._piece_worker, self.latency
+        place, zero, deps_of = self._place, self._zero, self._deps_of
         for f in flows:
-            if uses_nic(f):
+            if place is not None:
+                owner[f.id], xfer[f.id] = place(f)
+            elif uses_nic(f):
                 piece, propagation, bottleneck = of(f)
                 owner[f.id] = piece_worker[piece]
                 xfer[f.id] = latency + propagation + f.size * 8_000_000_000 // bottleneck
@@ -390,6 +405,10 @@ class DecomposedSimulator(RunsByCompletion):
                         ws.append(fid)
                     (local if w != DRIVER and owner[d] == w else cross).append(d)
                 self._ext.update(d for d in cross if self._owner[d] != DRIVER)
+            if zero is not None and cross and (w == DRIVER or fid in zero):
+                self._ext0.update(d for d in cross if owner[d] != DRIVER)
+            if deps_of is not None:
+                deps_of[fid] = f.deps
             self._step[f.id] = f.delay_ns + xfer[f.id]
             self._lb[f.id] = lb + self._step[f.id]
             if w == DRIVER:

@@ -22,7 +22,9 @@ DEFAULT_NETWORK = "flow"
 # The co-simulation window W: the network may run ahead of the ranks by up to W (an error of up to W per
 # dependent collective). 0 = exact, the default in both modes (docs/bridge.md, "Defaults").
 DEFAULT_WINDOW_NS = 0
-SIDES = ("", "packet")  # "" = the whole engine; "packet" = the packet side only (a decomposition worker's)
+# "" = the whole engine; "packet" = the packet side only (a decomposition worker's); "hybrid": the fluid NVLink hybrid
+# over it, driven by rounds (a decomposition worker that also runs its hosts' NVLink: `netsim.hybrid_worker`)
+SIDES = ("", "packet", "hybrid")
 FLOW_FIELDS = ("ecmp_hash", "lb")  # the PacketConfig fields the flow network honours too (docs/flow-engine.md)
 
 
@@ -47,9 +49,9 @@ class EngineSpec:
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise InputError(f"window must be an integer >= 0 ns (0 = exact), got {w!r}", field="window_ns")
         if self.side not in SIDES:
-            raise InputError(f"expected '' or 'packet', got {self.side!r}", field="side")
+            raise InputError(f"expected '', 'packet' or 'hybrid', got {self.side!r}", field="side")
         if self.side and self.network != "ns3":
-            raise InputError("side=packet is a packet engine's part", field="side")
+            raise InputError(f"side={self.side} is a packet engine's part", field="side")
 
     @property
     def packet_used(self) -> PacketConfig | None:

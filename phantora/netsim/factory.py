@@ -65,6 +65,8 @@ def make_engine(
     refuse_partition(config)
     if spec.side == "packet":
         return packet_side(Ns3Simulator(topo, config, calls=calls), config)
+    if spec.side == "hybrid":
+        return hybrid_worker(topo, config)
     if config.workers:
         if spawner is None:
             raise InputError(
@@ -188,9 +190,12 @@ def packet_side(ns3: Any, config: Any) -> Any:
     return engine
 
 
-def fluid_nvlink(topo: Topology, config: Any, calls: Any = None, packet: Any = None) -> NetworkSimulator:
+def fluid_nvlink(
+    topo: Topology, config: Any, calls: Any = None, packet: Any = None, hybrid: Any = None
+) -> NetworkSimulator:
     """ns-3 for the fabric, the flow engine for NVLink (phantora.netsim.hybrid), both on `topo`. `packet`: a
-    packet side built elsewhere (a decomposed one), else one ns-3 engine."""
+    packet side built elsewhere (a decomposed one), else one ns-3 engine; `hybrid`: the hybrid's class, if not
+    `FluidNvlinkSimulator`."""
     from phantora.netsim.flow import FlowSimulator
     from phantora.netsim.hybrid import FluidNvlinkSimulator
     from phantora.netsim.packet import Ns3Simulator
@@ -198,7 +203,16 @@ def fluid_nvlink(topo: Topology, config: Any, calls: Any = None, packet: Any = N
     if packet is None:
         packet = packet_side(Ns3Simulator(topo, config, calls=calls), config)
     fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=packet.topology.ecmp_hash)
-    return FluidNvlinkSimulator(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)
+    cls = FluidNvlinkSimulator if hybrid is None else hybrid
+    return cls(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)  # type: ignore[no-any-return]
+
+
+def hybrid_worker(topo: Topology, config: Any) -> NetworkSimulator:
+    """A decomposition worker running the whole fluid NVLink hybrid for its flows (`phantora.netsim.hybrid_worker`):
+    `fluid_nvlink`'s engine, driven by the driver's rounds."""
+    from phantora.netsim.hybrid_worker import HybridWorker
+
+    return fluid_nvlink(topo, config, hybrid=HybridWorker)
 
 
 def with_reuse(engine: Any, config: Any) -> Any:

@@ -129,26 +129,32 @@ class FluidNvlinkSimulator:
         now = self.now()
         if at < now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
+        self._place(flows, at, None)
+
+    def _place(self, flows: Sequence[Flow], at: int, at_of: Mapping[int, int] | None) -> None:
+        """`submit`'s work: each flow eligible from `at`, or from its own ns in `at_of` (flow id -> ns)."""
         check_flow_batch(flows, self.topology, self._known)
         for f in flows:  # routable (whether a pair has a route does not depend on the flow's ECMP key)
             if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
                 self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
                 self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
-        out: tuple[list[Flow], list[Flow]] = ([], [])
+        out: tuple[dict[int, list[Flow]], dict[int, list[Flow]]] = ({}, {})  # per side: submit ns -> its flows
         ends, held, sides, waiters, flb = self._end, self._held, self._side, self._waiters, self._flb
         nvswitch = self.topology.shared_nvswitch
         chain, chained = self.chains, self._chained
         same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
             side = flow_side(f, nvswitch)
+            if at_of is not None:
+                at = at_of[f.id]
             if len(f.deps) >= SHARED_DEPS_MIN:
                 kept = same.get((f.deps, side), ())
                 if kept == ():
                     kept = same[(f.deps, side)] = self._kept_deps(f.deps, side)
                 if kept is not None:  # every dep not done is known on its side: it goes straight to its engine
                     sides[f.id] = side
-                    out[side].append(f if kept == f.deps else f.with_deps(kept))
+                    _add(out[side], at, f if kept == f.deps else f.with_deps(kept))
                     continue
             pending = 0
             ended = False
@@ -176,13 +182,18 @@ class FluidNvlinkSimulator:
                 held[f.id] = (f, at, side, pending)
             else:  # its deps not done are all known on its side (checked, ordered): it keeps them all
                 sides[f.id] = side
-                out[side].append(self._same_side(f, side) if ended else f)
-        for side in (PACKET, FLUID):
-            if out[side]:
-                self._engine(side).submit(out[side], at)
-                if side == FLUID:
-                    self._fluid_flows += len(out[side])
-                    self._fluid_bounds(out[side], at)
+                _add(out[side], at, self._same_side(f, side) if ended else f)
+        if out[PACKET]:
+            self._hand_packet(out[PACKET])
+        for t, group in sorted(out[FLUID].items()):
+            self.fluid.submit(group, t)
+            self._fluid_flows += len(group)
+            self._fluid_bounds(group, t)
+
+    def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
+        """Flows for the packet side, by submit ns (one group unless `_place` got an `at_of`)."""
+        for t, group in sorted(groups.items()):
+            self.packet.submit(group, t)
 
     def _kept_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...] | None:
         """For `submit`, read once per batch: the deps a flow of `side` waiting on `deps` keeps when none is held
@@ -550,6 +561,15 @@ class FluidNvlinkSimulator:
             a = max(a, t)
             ready.setdefault((a, side), []).append(self._same_side(f, side))
             todo.extend((k, a) for k in reversed(chained.pop(j, ())))
+
+
+def _add(groups: dict[int, list[Flow]], at: int, f: Flow) -> None:
+    """`f` into the group of flows submitted at `at`."""
+    group = groups.get(at)
+    if group is None:
+        groups[at] = [f]
+    else:
+        group.append(f)
 
 
 def _order(c: Completion) -> tuple[int, int]:

@@ -1,0 +1,91 @@
+"""`HybridWorker`: a decomposition worker that runs the whole fluid-NVLink hybrid for its flows (issue 38, route (a)).
+
+A plain decomposition worker runs only ns-3 for its rail pieces, and the fluid NVLink side runs in the driver
+(`phantora.netsim.hybrid` over `phantora.netsim.decompose`). This one is the same hybrid as one engine
+(`FluidNvlinkSimulator` over `NicLatencySimulator` over ns-3), fed only its own flows: its pieces' fabric flows and
+the NVLink flows of the hosts it owns (`phantora.netsim.decompose_hybrid`). A flow arrives with its deps on this
+worker's flows (either side); its deps elsewhere are a *gate* the driver opens at the ns they were all done. A gated
+flow waits here, behind a pseudo flow held for its gate (`gate_key`), so what waits on it (a ring's later steps)
+waits as in one engine. Opening a gate at p releases the flow as a completion at p would: a packet flow is posted
+at p (its first packet at p + L, the NIC latency: the driver let this worker run to p + L - 1 at most), a fluid flow
+enters the fluid engine at p (the driver let this worker run to p at most: a fluid flow has no lookahead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.hybrid import FLUID, FluidNvlinkSimulator
+from phantora.netsim.nic_latency import NicLatencySimulator, gate_key
+
+
+class _Poster:
+    """The packet side as `_release` submits to it: posted at the release ns, which may trail its now() by up to
+    L - 1 (a gate opened for a round the worker ran ahead in; `NicLatencySimulator.post` checks it)."""
+
+    def __init__(self, packet: NicLatencySimulator) -> None:
+        self.packet = packet
+
+    def submit(self, flows: Sequence[Flow], at: int) -> None:
+        self.packet.post(flows, [at] * len(flows))
+
+
+class HybridWorker(FluidNvlinkSimulator):
+    """The fluid-NVLink hybrid over the NIC-latency packet side, driven by a decomposition driver's rounds."""
+
+    def __init__(
+        self, packet: NicLatencySimulator, fluid: FlowSimulator, *, payload_bytes: int, header_bytes: int
+    ) -> None:
+        super().__init__(packet, fluid, payload_bytes=payload_bytes, header_bytes=header_bytes)
+        self._nic = packet
+        self._poster = _Poster(packet)
+
+    def _engine(self, side: int) -> FlowSimulator | _Poster:  # type: ignore[override]
+        return self.fluid if side == FLUID else self._poster
+
+    def _hand_packet(self, groups: dict[int, list[Flow]]) -> None:
+        """One post for all (a flow may wait on one of a later submit ns)."""
+        flows = [f for group in groups.values() for f in group]
+        self._nic.post(flows, [t for t, group in groups.items() for _ in group])
+
+    def post(
+        self,
+        flows: Sequence[Flow],
+        at: Sequence[int],
+        gated: Collection[int] = (),
+        gates: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """A round's input from the driver: `flows`, each eligible from its `at` ns, with deps on this worker's
+        flows only; a flow in `gated` also waits for its gate; `gates` (flow id, ns) open gates, in any order."""
+        if flows:
+            gate_set = set(gated)
+            for fid in gate_set:
+                f = Flow(gate_key(fid), 0, 0, 0)
+                self._held[f.id] = (f, 0, FLUID, 1)  # released by `_open` only
+            batch = [f.with_deps((*f.deps, gate_key(f.id))) if f.id in gate_set else f for f in flows]
+            self._place(batch, 0, {f.id: a for f, a in zip(flows, at, strict=True)})
+        by_ns: dict[int, list[Completion]] = {}
+        for fid, p in gates:
+            g = gate_key(fid)
+            del self._held[g]
+            by_ns.setdefault(p, []).append(Completion(g, p, p, 0, 0, 0))
+        for p, opened in sorted(by_ns.items()):
+            self._release(opened, p)
+
+    def advance_to_completion(self, until: int) -> list[Completion]:
+        """Run towards `until` (INF_NS: until nothing can happen), returning right after the first ns at which any
+        flow completes (every event of that ns run, releases done)."""
+        while True:
+            if until >= INF_NS and self._idle():
+                return []
+            got = self._step(until)
+            if got:
+                return got
+            if until < INF_NS and self.packet.now() >= until and self.fluid.now() >= until:
+                return []
+
+    def completion_bounds(self) -> dict[int, int]:
+        """The packet side's (`NicLatencySimulator.completion_bounds`); the driver bounds fluid flows itself."""
+        return self._nic.completion_bounds()
