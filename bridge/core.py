@@ -207,6 +207,7 @@ class CoordinatorCore:
         self.flow_owner: dict[int, int] = {}
         self.bounds = EarliestEnds(topology)  # in-flight flows' earliest possible completions, their bytes
         self.steps_started: dict[int, int] = {}  # step -> ns its first rank started it (scenario `at_step`)
+        self._steps_held: dict[int, int] = {}  # step -> the earliest start reported so far, not applied yet
         self.completions: list[Completion] = []
         self.rounds = 0
         self.late_collectives = 0
@@ -389,21 +390,37 @@ class CoordinatorCore:
                 self._missing(m, rv)
 
     def _step_started(self, step: int, t: int) -> None:
-        """The first rank to start `step` did so at t: the engine's scenario applies its events at that step (at
-        t, or at the network's time if the network is already past it)."""
-        if step in self.steps_started:
-            return
-        self.steps_started[step] = t
+        """A rank started `step` at t: the engine's scenario applies its events at that step at the earliest such
+        t (or at the network's time if the network is already past it: window mode), held until no rank can still
+        report an earlier one (`_launch_ready`), so the first report to arrive does not decide it."""
         from phantora.netsim.packet_faults import scenario_engine
 
-        engine = scenario_engine(self.net)
-        if engine is None:
+        if scenario_engine(self.net) is None:
             raise RunFailed(
                 E_ENGINE,
                 "the scenario has events at a step boundary, but the network engine applies no scenario here (a "
                 "network server: run it in the coordinator)",
             )
+        if step not in self.steps_started:  # applied: no rank could still start it earlier
+            self._steps_held[step] = min(t, self._steps_held.get(step, t))
+
+    def _held_step(self) -> tuple[int, int] | None:
+        """The held step start to apply first: (ns, step); None: none held."""
+        return min(((t, k) for k, t in self._steps_held.items()), default=None)
+
+    def _apply_step(self, t: int, step: int) -> None:
+        from phantora.netsim.packet_faults import scenario_engine
+
+        engine = scenario_engine(self.net)
+        assert engine is not None
+        del self._steps_held[step]
+        self.steps_started[step] = t
         engine.step_started(step, max(t, self.engine.now()))
+
+    def _may_start(self, s: int) -> bool:
+        """Exact mode: no blocked rank can wake before s and the engine has run every event before s."""
+        nxt = self.engine.next_event_time()
+        return self.horizon() >= s and (nxt is None or nxt >= s)
 
     def _on_io(self, rs: RankState, msg: Message) -> None:
         """A checkpoint file read or written: a transfer on the shared storage from the rank's time (window mode:
@@ -480,24 +497,19 @@ class CoordinatorCore:
         same engine state at each launch whatever order the ranks' messages arrived in.
 
         Only once every live rank is blocked (nothing can arrive before the coordinator answers; `settled`),
-        after the held storage transfers. Window mode: then all of them; the engine does not move between, so
-        each starts when it would have.
-        Exact mode: a rendezvous starting at s goes once every blocked rank wakes no earlier than s and the
-        engine has run every event before s (a wake-up it causes comes first)."""
+        after the held storage transfers and the scenario's step starts. Window mode: then all of them; the
+        engine does not move between, so each starts when it would have.
+        Exact mode: a rendezvous (a step) starting at s goes once every blocked rank wakes no earlier than s and
+        the engine has run every event before s (a wake-up it causes comes first): `_may_start`."""
         if not self.settled():
             return
         self._start_io()
-        if self.window:
-            while self.held:
-                self._launch(self.held.pop())
-            return
+        while (step := self._held_step()) is not None and (self.window or self._may_start(step[0])):
+            self._apply_step(*step)
         while self.held:
             s = self.held.head_start()
             assert s is not None
-            if self.horizon() < s:
-                return
-            nxt = self.engine.next_event_time()
-            if nxt is not None and nxt < s:
+            if not self.window and not self._may_start(s):
                 return
             self._launch(self.held.pop())
 
@@ -696,9 +708,10 @@ class CoordinatorCore:
         if self.window == 0:
             if hz < now:  # a rank released at the network's time runs, so none blocked is behind it
                 raise RunFailed(E_INTERNAL, f"exact mode broken: horizon {hz} ns is behind the network ({now} ns)")
-            held = self.held.head_start()
-            if held is not None:  # the held rendezvous' flows start before the engine runs that ns
-                hz = min(hz, held - 1)
+            step = self._held_step()
+            for held in (self.held.head_start(), step[0] if step else None):
+                if held is not None:  # a held rendezvous' flows (a step's events) start before the engine runs that ns
+                    hz = min(hz, held - 1)
             if hz < now or hz == INF_NS and (not watch or nxt is None):
                 return False
             if hz == now and not due:
@@ -854,13 +867,16 @@ class CoordinatorCore:
             self.fail_job(self.jobs.job_of(rv.members[0]), E_DEADLOCK, text)
         try:
             self._start_io()
-            while self.held:  # in order, each once the engine has run every event before its start
-                s = self.held.head_start()
-                assert s is not None
+            while self.held or self._steps_held:  # in order, each once the engine has run every event before it
+                step = self._held_step()
+                s = min(x for x in (self.held.head_start(), step[0] if step else None) if x is not None)
                 nxt = self.engine.next_event_time()
                 if not self.window and nxt is not None and nxt < s:
                     self._apply(self.engine.advance(s - 1))
-                self._launch(self.held.pop())
+                if step is not None and step[0] == s:
+                    self._apply_step(*step)
+                else:
+                    self._launch(self.held.pop())
             self._apply(self.engine.drain())
         except PhantoraError as exc:
             raise RunFailed(E_ENGINE, f"the network did not drain: {exc}") from None

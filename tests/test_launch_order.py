@@ -232,3 +232,44 @@ def test_packet_mode_figures_do_not_depend_on_message_order(ns3_lib: Any) -> Non
     assert all(f == figures[0] for f in figures[1:]) and all(g == logs[0] for g in logs[1:])
     took = {job: [r[4] - r[3] for r in figures[0] if r[1] == job] for job in (0, 1)}
     assert took[0] != took[1]  # the jobs do differ in packet mode: the order decides which is which
+
+
+def step_run(order: tuple[int, int], window: int) -> tuple[CoordinatorCore, list[tuple[int, str, int]]]:
+    """Ranks 0 and 1 all-reduce at 0 and start step 1 at 3 us and 2 us, their reports arriving in `order`; a
+    scenario takes a spine link down at step 1; ranks 2 and 3 finish at once. The core and every reply."""
+    from phantora.netsim.faults import FaultyFlowSimulator
+    from phantora.netsim.scenario import parse_scenario
+
+    topo = leaf_spine(2, 2, 2, nic_rate="100Gbps", latency="1us", nvswitch=False)
+    sc = parse_scenario('reconvergence = "0ns"\n[[events]]\nkind = "link_down"\nat_step = 1\n'
+                        'link = ["leaf0", "spine0"]\nduration = "50us"\n', "test.toml")  # fmt: skip
+    sent: list[tuple[int, str, int]] = []
+    core = CoordinatorCore(FaultyFlowSimulator(topo, sc), topo, 4, window_ns=window, algo=AlgoOptions(model="ideal"),
+                           send=lambda r, raw: sent.append((r, decode(raw).type, decode(raw).t)))  # fmt: skip
+
+    def msg(rank: int, type_: str, t: int, **fields: Any) -> None:
+        core.on_message(rank, decode(encode(type_, t, **fields)))
+
+    for r in (0, 1):
+        msg(r, "coll", 0, h=1, group=[0, 1], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None,
+            name="ar", algo=None)  # fmt: skip
+    for r in order:
+        msg(r, "clock", 3_000 - 1_000 * r, block=False, step=1)
+    for r in order:
+        msg(r, "wait", 3_000 - 1_000 * r, handles=[1], until=INF_NS)
+    for r in (2, 3):
+        msg(r, "finish", 0, results={}, cpu_s=0.0)
+    core.progress()
+    return core, sent
+
+
+@pytest.mark.parametrize("window", [0, 5_000], ids=["exact", "5us"])
+def test_a_step_event_applies_at_the_earliest_start_whatever_report_arrives_first(window: int) -> None:
+    """The step's event applies at 2 us, the earlier of the two starts, in both arrival orders, and the run (records,
+    replies, rounds) is the same in both."""
+    runs = []
+    for order in ((0, 1), (1, 0)):
+        core, sent = step_run(order, window)
+        assert core.steps_started == {1: 2_000}
+        runs.append((outcome(core), sorted(sent), core.rounds))
+    assert runs[0] == runs[1]
