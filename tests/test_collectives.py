@@ -80,7 +80,9 @@ GRANS = ("coarse", "chunked")
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_ring_bytes_per_rank(n: int, channels: int, gran: str, model: str, protocol: str, wire: int) -> None:
     """The ring's bytes per rank: the ideal decomposition's closed form; under the NCCL model the same payload,
-    sent as NCCL's protocol puts it on the wire (Simple: the data; LL: 16-byte lines of 8 data bytes, x2)."""
+    sent as NCCL's protocol puts it on the wire (Simple: the data; LL: 16-byte lines of 8 data bytes, x2, each
+    flow in whole lines: NCCL 2.30's channel parts are whole 16-byte cells but a chunked slice's near-equal
+    chunks need not be, so up to 14 wire bytes more a flow)."""
     topo = star(n)
     size = n * channels * 3 * 256 * 1024  # divisible: every slice is whole (and whole LL lines)
     opts = AlgoOptions(
@@ -92,8 +94,10 @@ def test_ring_bytes_per_rank(n: int, channels: int, gran: str, model: str, proto
         dag = decompose(Collective(kind, tuple(range(n)), size), topo, opts)
         assert (dag.choice or {}).get("protocol") == (protocol if model == "nccl" else None)
         sent, recv = sent_by_rank(topo, dag), recv_by_rank(topo, dag)
+        flows = Counter(topo.endpoints.index(f.src) for f in dag.flows)
         for r in range(n):
-            assert sent[r] == recv[r] == wire * nbytes, (kind, r)
+            assert sent[r] == recv[r], (kind, r)
+            assert 0 <= sent[r] - wire * nbytes <= (14 * flows[r] if protocol == "LL" else 0), (kind, r)
 
 
 @pytest.mark.parametrize("gran", GRANS)

@@ -263,7 +263,10 @@ def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> Non
     8 words x 120/128 a lane (LL128). The flows are the sweeps, and the fill of 13 sweeps is shorter than the
     model's, which is charged once: NCCL's time, latency + fill + bytes / algbw (coarse's), within 5%: the model's
     fill is (stages - 1) chunks, and from NCCL 2.22 the 4 MiB LL128 chunk is 18 whole 1,920 B grains (34,560 B, not
-    36,000), which shortens it (35.5 -> 33.7 µs) while the sweeps, smaller than either chunk, stay: 4.4% apart."""
+    36,000), which shortens it (35.5 -> 33.7 µs) while the sweeps, smaller than either chunk, stay: 4.4% apart.
+    The channels' parts are NCCL 2.30's (channel_split): 4 MiB LL128 (2 B of traffic a byte, 16 KiB cells) and
+    1 MiB LL (8 B a byte, 4 KiB cells) both have 256 cells and a budget of 8 MiB / 24 rounded up to 16 B =
+    349,536 B of traffic = 11 cells (32 KiB of traffic each): 23 channels of 11 cells, one of 3."""
     from phantora.topology import dgx_host
 
     topo = dgx_host(gpu="h100")
@@ -274,7 +277,9 @@ def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> Non
     assert nccl is not None and nccl.algorithm == "tree"
     per_thread = 8 if proto == "LL" else 8 * 8 * 120 // 128
     up, down = 448 * per_thread, 192 * per_thread
-    shares = [size // nccl.channels + (c < size % nccl.channels) for c in range(nccl.channels)]
+    assert nccl.channels == 24
+    cell = size // 256
+    shares = [11 * cell] * 23 + [3 * cell]
     assert flows == sum(7 * (math.ceil(s / up) + math.ceil(s / down)) for s in shares)
     want = nccl.lat_us + nccl.chain_us + nccl.fill_us + size / (1000 * nccl.algbw)
     assert t == pytest.approx(want, rel=0.05)
@@ -286,15 +291,19 @@ def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> Non
 TREE_CHANNELS, TREE_ALGBW_GBS, TREE_LAT_US = 24, 24 * 15.0 * 0.92 * 0.5, 8.4 + 2 * 7 * 4.0
 
 
-@pytest.mark.parametrize("size", [16 * MiB, 64 * MiB])
-def test_one_node_simple_tree_halves_share_their_channel(size: int) -> None:
+@pytest.mark.parametrize(("size", "cells"), [(16 * MiB, (43, 35)), (64 * MiB, (171, 163))])
+def test_one_node_simple_tree_halves_share_their_channel(size: int, cells: tuple[int, int]) -> None:
     """A Simple tree all-reduce inside one node of 8 H100s (a chain: 7 NVLink hops up, 7 down). runTreeSplit
     (all_reduce.h) runs a channel's reduce half and broadcast half side by side in the channel's one thread
     block: a GPU's sends up and down go one message at a time on one queue at the channel's whole rate, twice
     a connection's (each half has half of it once both run; a half alone, as in the fill, all of it). A chunk
     is one Simple step (512 KiB), posted whole, so the fill is 13 chunk times at the channel's rate beyond the
     first: NCCL's latency + 13 x 512 KiB / (2 x algbw / 24) + S / algbw, the coarse flows' time, to 0.1%. When
-    each half had only its connection's rate, 64 MiB took 1347.95 us against coarse's 963.79 (+39.9%)."""
+    each half had only its connection's rate, 64 MiB took 1347.95 us against coarse's 963.79 (+39.9%).
+    NCCL 2.30 deals the channels unequal parts (channel_split: 16 KiB cells, S x 2 / 24 of traffic rounded up to
+    16 B, in whole 32 KiB-traffic cells): 16 MiB: 23 channels of 43 cells and one of 35; 64 MiB: 171 and 163.
+    Every channel is a CTA of the same kernel: all move at the rate that ends the busiest part in NCCL's time,
+    2 x algbw x busiest / S (the smaller part ends sooner), and the time stays NCCL's."""
     from phantora.topology import dgx_host
 
     topo = dgx_host(gpu="h100")
@@ -303,7 +312,7 @@ def test_one_node_simple_tree_halves_share_their_channel(size: int) -> None:
     coarse, chunked, _, flows, choice = coarse_and_chunked(coll, topo, **env)
     assert choice["channels"] == TREE_CHANNELS
     assert choice["model_algbw_gbs"] == pytest.approx(TREE_ALGBW_GBS)
-    channel_rate = 2 * TREE_ALGBW_GBS / TREE_CHANNELS  # GB/s: both halves' connections
+    channel_rate = 2 * TREE_ALGBW_GBS / TREE_CHANNELS  # GB/s: both halves' connections, an even share
     queues: dict[int, list] = {}
     for f in flows:
         queues.setdefault(f.queue, []).append(f)
@@ -312,7 +321,8 @@ def test_one_node_simple_tree_halves_share_their_channel(size: int) -> None:
     assert peers == [1] * 2 * TREE_CHANNELS + [2] * 6 * TREE_CHANNELS  # the chain's ends send one way, the rest both
     middle = {f.rate_bps for q in queues.values() if len({f.dst for f in q}) == 2 for f in q}
     assert max(middle) == pytest.approx(min(middle), rel=1e-5)
-    assert min(middle) == pytest.approx(channel_rate * 8e9, rel=1e-5)
+    assert min(middle) == pytest.approx(2 * TREE_ALGBW_GBS * cells[0] * 16 * KiB / size * 8e9, rel=1e-5)
+    assert cells[0] * 16 * KiB / size > 1 / TREE_CHANNELS > cells[1] * 16 * KiB / size  # above an even share
     fill = 13 * 4 * MiB // 8 / (1000 * channel_rate)
     want = TREE_LAT_US + fill + size / (1000 * TREE_ALGBW_GBS)
     assert chunked == pytest.approx(want, rel=1e-3)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id, split
+from phantora.collectives.channel_shares import channel_shares
+from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl import settings as nccl_settings
@@ -207,17 +208,18 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     elif algo == "pat":
         pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0, window=_steps_in_flight(opts))
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
-        orders = [ring_order(blocks, c, alternate) for c in range(ch)]
+        shares = channel_shares(coll, topo, opts)
+        orders = [ring_order(blocks, c, alternate) for c in range(len(shares))]
         in_turn = opts.model == "nccl"
         window = _steps_in_flight(opts, _ring_chunk_steps(opts))
-        ring_collective(b, kind, orders, coll.nbytes, in_turn=in_turn, window=window, **common)
+        ring_collective(b, kind, orders, shares, in_turn=in_turn, window=window, **common)
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         if sweeps:
             common["chunk_bytes"] = min(opts.chunk_bytes, sweeps[0])
             common["down_chunk_bytes"] = min(opts.chunk_bytes, sweeps[1])
         common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)
-        for c, size in enumerate(split(coll.nbytes, ch)):
+        for c, size in enumerate(channel_shares(coll, topo, opts)):
             parent = tree_parents(blocks, c % 2, c // 2)
             tree_flows(b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", **common)
     elif algo == "hierarchical":
@@ -225,7 +227,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     elif kind in ("broadcast", "reduce"):
         root = coll.root or 0
         up, down = kind == "reduce", kind == "broadcast"
-        for c, size in enumerate(split(coll.nbytes, ch)):
+        for c, size in enumerate(channel_shares(coll, topo, opts)):
             if algo == "chain":
                 order = chain_order(blocks, c, root, alternate)
                 links: list[int | None] = [None] * n

@@ -130,7 +130,7 @@ def ring_collective(
     b: DagBuilder,
     kind: str,
     orders: list[list[int]],
-    nbytes: int,
+    shares: list[int],
     *,
     chunked: bool,
     chunk_bytes: int,
@@ -138,9 +138,9 @@ def ring_collective(
     in_turn: bool = False,
     window: int = 1,
 ) -> None:
-    """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries its share of nbytes
-    (`in_turn`, `window`: see `ring_flows`)."""
-    for c, (order, size) in enumerate(zip(orders, split(nbytes, len(orders)), strict=True)):
+    """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries `shares[c]` bytes
+    (`channel_shares.channel_shares`; `in_turn`, `window`: see `ring_flows`)."""
+    for c, (order, size) in enumerate(zip(orders, shares, strict=True)):
         ring_flows(
             b,
             kind,

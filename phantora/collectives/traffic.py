@@ -10,16 +10,18 @@ Classes: 1 is served first under strict scheduling, 7 last; 3 is the default of 
 
 Lost bytes of a ring all-reduce (coarse or chunked, one flow per ring edge or per step and chunk): a flow's bytes
 are the slices it sends, in step order (`ring.ring_schedule`); slice j of channel c is the contiguous tensor range
-after the earlier channels' shares and the earlier slices (`dag.split`). A range lost in the reduce-scatter phase
-loses the reduced value, so every rank zeroes it; a range lost in the all-gather phase is zeroed at the rank that
-received it and at every rank it forwards that slice to. A ring reduce-scatter's slice j is (part of) the output
-shard of ring position j: a range lost at any step is zeroed there (`reduce_scatter_lost_ranges`).
+after the earlier channels' shares (`channel_shares`: NCCL 2.22+'s parts) and the earlier slices (`dag.split`). A
+range lost in the reduce-scatter phase loses the reduced value, so every rank zeroes it; a range lost in the
+all-gather phase is zeroed at the rank that received it and at every rank it forwards that slice to. A ring
+reduce-scatter's slice j is (part of) the output shard of ring position j: a range lost at any step is zeroed
+there (`reduce_scatter_lost_ranges`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+from phantora.collectives.channel_shares import channel_shares
 from phantora.collectives.dag import split
 from phantora.collectives.layout import host_blocks, rail_aligned, ring_order
 from phantora.collectives.options import default_options
@@ -73,7 +75,7 @@ def lossless_reason(coll: Collective, topo: Topology, opts: AlgoOptions) -> str 
         return f"the {resolved.algorithm} algorithm is not mapped to tensor bytes (ring only)"
     if coll.kind == "reduce_scatter":
         n = coll.size
-        if any(share % n for share in split(coll.nbytes, resolved.channels)):
+        if any(share % n for share in channel_shares(coll, topo, resolved)):
             return f"{coll.nbytes} bytes do not split evenly over {resolved.channels} channels x {n} ranks"
     return None
 
@@ -120,7 +122,7 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
     n = coll.size
     schedule = ring_schedule(coll.kind, n)
     fid = first_id
-    for c, share in enumerate(split(coll.nbytes, opts.channels)):
+    for c, share in enumerate(channel_shares(coll, topo, opts)):
         order = ring_order(blocks, c, alternate)
         slices = split(share, n)
         if opts.granularity != "chunked":  # one flow per ring edge, the slices it sends in step order

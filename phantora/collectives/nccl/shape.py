@@ -8,7 +8,8 @@ delay, and the kernel's throughput as a per-flow rate cap.
   path (on each of PAT's rounds, which run one after another), delays the collective's first flows (those with no
   dependencies).
 - Throughput: every connection (sender, receiver, channel) carries its wire bytes at most at the rate that ends
-  them in NCCL's bandwidth time, `nbytes / algbw`, and so does every queue of messages sent one at a time (a
+  them in NCCL's bandwidth time, `nbytes / algbw` (a ring's or tree's channels of NCCL 2.22+'s unequal parts all
+  at the busiest channel's rate: `busiest_channel_scale`), and so does every queue of messages sent one at a time (a
   connection's steps in order; a one-node Simple tree's channel kernel, both halves); a round-by-round algorithm
   (PAT) spreads a sender's whole share over that time. Inside a node of send/recv, each peer connection is capped
   at its share of the GPU's NVLink. The network can only make a flow slower than its cap.
@@ -120,7 +121,11 @@ def shape(
         total: dict[object, int] = defaultdict(int)
         for f, w in zip(flows, wire, strict=True):
             total[key(f)] += w
-        caps = [math.ceil(total[key(f)] * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0 for f in flows]
+        scale = busiest_channel_scale(flows, wire) if choice.algorithm in SPLIT_ALGORITHMS else None
+        caps = [
+            math.ceil(total[key(f)] * (scale[i] if scale else 1.0) * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0
+            for i, f in enumerate(flows)
+        ]
         if chunked and pipelined:
             caps = _nvlink_uncapped(flows, caps, topo)
         caps = _channel_caps(flows, wire, caps, choice, topo, chunked, whole is not None)
@@ -143,6 +148,23 @@ def shape(
         )  # fmt: skip
         for f, w, cap in zip(flows, wire, caps, strict=True)
     ]
+
+
+SPLIT_ALGORITHMS = ("ring", "tree")  # NCCL's algorithms whose channels carry channel_shares' parts
+
+
+def busiest_channel_scale(flows: list[Flow], wire: list[int]) -> list[float]:
+    """Per flow, the busiest channel's wire bytes over its own channel's (1 where the channels are even). NCCL 2.22+
+    deals the channels unequal parts (`channel_shares.py`) and each channel is one CTA of the same kernel, so every
+    channel moves at the busiest one's rate: the busiest ends in NCCL's time, the others sooner (a channel capped
+    at its own bytes over that time would crawl through its pipeline's fill)."""
+    per: dict[int, int] = defaultdict(int)
+    channel = [None if f.key is None else f.key >> CHANNEL_SHIFT & 0xFF for f in flows]
+    for c, w in zip(channel, wire, strict=True):
+        if c is not None:
+            per[c] += w
+    top = max(per.values(), default=0)
+    return [top / per[c] if c is not None and per[c] > 0 else 1.0 for c in channel]
 
 
 def connection_wire(flows: list[Flow], wire: list[int], whole: Mapping[int, int] | None = None) -> list[int]:

@@ -1,0 +1,43 @@
+"""The bytes each channel of a ring, tree or chain collective carries, in nccl-tests' units (`Collective.nbytes`).
+
+NCCL 2.22+ deals a collective's count onto its channels in unequal parts of whole cells
+(`nccl.channel_split.split`: enqueue.cc `scheduleCollTasksToPlan`, v2.22.3-1 to v2.30.7-1): the parts can be fewer
+than the algorithm's channels (a small collective fills a few cells) or more (up to the communicator's), and the
+count's excess over whole cells comes off the last. The flows carry those parts, as NCCL's chunks and proxy steps
+are sized from them (`chunking.chunk_bytes`, `proxy.steps_per_connection`). A part is of the count; all-gather's
+and reduce-scatter's nccl-tests size is nranks counts, so their channel carries the part times nranks. Before
+2.22, outside the NCCL model, and for phantora's own algorithms, the bytes split evenly over the channels.
+"""
+
+from __future__ import annotations
+
+from phantora.collectives.dag import split
+from phantora.collectives.nccl import TO_NCCL, channel_split, platform_of
+from phantora.collectives.nccl import settings as nccl_settings
+from phantora.collectives.nccl.channels import plan_channels
+from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.topology.model import Topology
+
+SPLIT_ALGORITHMS = ("ring", "tree", "chain")  # phantora's names of NCCL's ring, tree and (broadcast, reduce) ring
+SPLIT_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[int]:
+    """Each channel's bytes of `coll` under resolved `opts` (channel 0 first), summing to `coll.nbytes`: NCCL's
+    parts where its version splits (`opts.channels` the algorithm's channels, dealt onto the communicator's), else
+    `coll.nbytes` split evenly over `opts.channels`."""
+    channels = max(1, opts.channels)
+    even = split(coll.nbytes, channels)
+    if opts.model != "nccl" or opts.algorithm not in SPLIT_ALGORITHMS or coll.kind not in SPLIT_KINDS:
+        return even
+    st = nccl_settings(opts)
+    n = coll.size
+    comm = plan_channels(TO_NCCL[opts.algorithm], platform_of(topo, coll.ranks), st)
+    count = channel_split.count_bytes(coll.kind, n, coll.nbytes)
+    parts = channel_split.split(st.nccl_version, coll.kind, opts.protocol, n, count, channels, max(comm, channels))
+    if parts is None:
+        return even
+    per = channel_split.global_per_count_byte(coll.kind, n)
+    shares = [part * per for part in parts]
+    shares[-1] += coll.nbytes - sum(shares)  # an all-gather / reduce-scatter size that is not nranks whole counts
+    return shares
