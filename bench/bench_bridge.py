@@ -173,8 +173,11 @@ def bench_overhead(tmp: Path, repeat: int) -> list[dict[str, Any]]:
         refs = [_timed_replay(wl, topo, FlowSimulator(topo)) for _ in range(repeat)]
         wall, cpu = min(r[1] for r in refs), min(r[2] for r in refs)
         for in_coord in (True, False):
-            kw = {"network": "flow", "window_ns": 0, "engine_in_coordinator": in_coord}
-            runs = [CosimRun(topo, rank_cmd=[*REPLAY, str(path)], **kw).run() for _ in range(repeat)]
+            engine = EngineSpec("flow", window_ns=0)
+            runs = [
+                CosimRun(topo, engine, rank_cmd=[*REPLAY, str(path)], engine_in_coordinator=in_coord).run()
+                for _ in range(repeat)
+            ]
             f = _figures(runs, wall, cpu)
             where = "coordinator" if in_coord else "server"
             rows.append({"engine": "flow", "workload": name, "W": 0, "engine_in": where, **f})
