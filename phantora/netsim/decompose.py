@@ -172,6 +172,10 @@ class DecomposedSimulator(RunsByCompletion):
         self._ext0: set[int] = set()
         self._zero: set[int] | None = None  # flows with no lookahead (started at their post ns), when there are any
         self._deps_of: dict[int, tuple[int, ...]] | None = None  # flow -> its deps, for a subclass that pulls bounds
+        # flow of `_ext` -> the (worker, no lookahead) of the gated flows waiting on it (worker DRIVER: a marker), and
+        # each worker's horizon of the round to come, for a subclass that gives each worker its own
+        self._targets: dict[int, set[tuple[int, bool]]] | None = None
+        self._hz: list[int] | None = None
         self._rel = Releases()  # gates (pseudo flows, id gate_key(flow)) and markers, waiting on their deps
         self._out: list[Outbox] = [Outbox() for _ in range(n)]
         self._wnow = [0] * n  # each worker's now()
@@ -236,10 +240,11 @@ class DecomposedSimulator(RunsByCompletion):
         for i in range(len(self._out)):
             out = self._out[i]
             nxt = self._next[i]
-            if out.empty() and nxt is not None and nxt > horizon:
+            h = horizon if self._hz is None else self._hz[i]  # (each at least `horizon`)
+            if out.empty() and nxt is not None and nxt > h:
                 continue  # (None: no flow in flight, but ACKs and timers may still run: records count them)
             self._out[i] = Outbox()
-            posts[i] = (self._wtime, out, max(horizon, self._wnow[i]))
+            posts[i] = (self._wtime, out, max(h, self._wnow[i]))
         replies = self._pool.round(posts)  # sent: the workers run while the caller does its own work
         mine = 0.0
         if self.meanwhile is not None and posts:
@@ -356,7 +361,7 @@ class DecomposedSimulator(RunsByCompletion):
             check_packet_batch(flows, self.topology, self._owner.__contains__)
         xfer = {}
         owner, of, piece_worker, latency = self._owner, self._routes.of, self._piece_worker, self.latency
-        place, zero, deps_of = self._place, self._zero, self._deps_of
+        place, zero, deps_of, targets = self._place, self._zero, self._deps_of, self._targets
         for f in flows:
             if place is not None:
                 owner[f.id], xfer[f.id] = place(f)
@@ -405,8 +410,14 @@ class DecomposedSimulator(RunsByCompletion):
                         ws.append(fid)
                     (local if w != DRIVER and owner[d] == w else cross).append(d)
                 self._ext.update(d for d in cross if self._owner[d] != DRIVER)
-            if zero is not None and cross and (w == DRIVER or fid in zero):
-                self._ext0.update(d for d in cross if owner[d] != DRIVER)
+            if zero is not None and cross:
+                z = w == DRIVER or fid in zero
+                if z:
+                    self._ext0.update(d for d in cross if owner[d] != DRIVER)
+                if targets is not None:
+                    for d in cross:
+                        if owner[d] != DRIVER:
+                            targets.setdefault(d, set()).add((w, z))
             if deps_of is not None:
                 deps_of[fid] = f.deps
             self._step[f.id] = f.delay_ns + xfer[f.id]

@@ -45,6 +45,7 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             self._out_lat[a] = min(self._out_lat.get(a, INF_NS), topology.channel_latency(c))
         self._zero = set()
         self._deps_of = {}
+        self._targets = {}
         self._watch: Collection[int] = ()
         self.reacts = self._watch.__contains__
         self._place = self._placed
@@ -115,16 +116,20 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         return memo[fid]
 
     def _horizon(self, until: int) -> int:
-        """How far every worker may run: min(E0, E1 + L - 1). E1: the earliest end of an unfinished flow a gate
-        of a fabric flow waits on; E0: `until` (the caller may submit an NVLink flow there), the earliest end of a
-        flow a gate of an NVLink flow or a marker waits on, or of one the caller watches, and a watched marker
-        ahead in the buffer. A flow's earliest end is its bound pulled from its deps' (`_pulled`); the flows are
-        read in the order of their bounds as last pulled, and no further once that passes what they can lower."""
+        """How far each worker may run (`_hz`; the least of them is returned: every completion up to it is gathered
+        after the round). A worker's limit: `until` (the caller may submit an NVLink flow there), the earliest end of
+        a flow the caller watches, and for each gate into it (a marker's: into every worker) the earliest end of a
+        flow it waits on, + L - 1 for a fabric flow's gate. A flow's earliest end is its bound pulled from its deps'
+        (`_pulled`); the gating flows are read in the order of their bounds as last pulled, and no further once
+        that passes every worker's limit. So the worker that runs a flow another worker's NVLink flow waits on runs
+        on past it (what waits on it is elsewhere) and the next round starts from its real end."""
         t0 = time.perf_counter()
-        lbs, ext0, wtime, latency = self._lb, self._ext0, self._wtime, self.latency
+        lbs, wtime, latency, targets = self._lb, self._wtime, self.latency, self._targets
+        assert targets is not None
+        n = len(self._out)
         floors = [
-            wtime + 1 if not out.empty() or nxt is None else max(wtime + 1, nxt)
-            for out, nxt in zip(self._out, self._next, strict=True)
+            max(wtime, now) + 1 if not out.empty() or nxt is None else max(wtime + 1, now + 1, nxt)
+            for out, nxt, now in zip(self._out, self._next, self._wnow, strict=True)
         ]
         memo: dict[int, int] = {}
         wide: dict[tuple[int, ...], int] = {}
@@ -135,20 +140,21 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         for t, fid, _ in self._buffer:
             if fid in self._watch:
                 r = min(r, t)
-        e0, e1 = min(until, r), INF_NS
-        h = e0
+        hz = [min(until, r)] * n
+        top = hz[0]
         for lb, f in sorted((lbs[f], f) for f in self._ext):  # (a bound as last pulled is below its pulled one)
-            if lb >= h:
-                break  # neither this flow nor a later one can lower the horizon
-            zero = f in ext0
-            if not zero and lb + latency - 1 >= h:
-                continue
-            t = self._pulled(f, floors, memo, wide)
-            if zero:
-                e0 = min(e0, t)
-            else:
-                e1 = min(e1, t)
-            h = min(e0, e1 + latency - 1 if e1 < INF_NS else INF_NS)
+            if lb >= top:
+                break  # neither this flow nor a later one can lower a worker's limit
+            t = -1
+            for w, zero in targets[f]:
+                ahead = 0 if zero else latency - 1
+                for v in range(n) if w == DRIVER else (w,):
+                    if lb + ahead < hz[v]:
+                        if t < 0:
+                            t = self._pulled(f, floors, memo, wide)
+                        hz[v] = min(hz[v], t + ahead)
+            top = max(hz)
+        self._hz = hz
         self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0
-        return h
+        return min(hz)
