@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from phantora.topology.model import Topology
 
 PACKET, FLUID = 0, 1
+REACTION_DEPTH = 8  # held flows `reaction_ns` looks through below a completion (markers of no delay)
 SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_kept_deps`)
 
 
@@ -247,19 +248,30 @@ class FluidNvlinkSimulator:
 
     def reaction_ns(self, fid: int) -> int:
         """The least ns between packet flow `fid`'s completion and a flow this engine (or its caller) may hand the
-        packet side because of it: 0 if the caller watches it or a packet flow or a marker waits on it, else the
-        least delay + transfer bound (`_fluid_step`) of the fluid flows waiting on it (each is released at the
-        completion at the earliest, and only its own completion releases anything); INF_NS if nothing waits on
-        it. A stepped packet side may run that far past a completion's bound (`phantora.netsim.partition_stepped`)."""
+        packet side because of it: 0 if the caller watches it or a packet flow waits on it, else the least delay
+        + transfer bound (`_fluid_step`) of the fluid flows and markers waiting on it (each is released at the
+        completion at the earliest, and only its own completion releases anything; `_reaction`); INF_NS if
+        nothing waits on it. A stepped packet side may run that far past a completion's bound
+        (`phantora.netsim.partition_stepped`)."""
+        return self._reaction(fid, REACTION_DEPTH)
+
+    def _reaction(self, fid: int, depth: int) -> int:
+        """`reaction_ns` down the held flows: a fluid flow waiting on `fid` (an NVLink flow, or a marker: a
+        compute step's delay) releases nothing before its own step (`_fluid_step`); one whose step is 0 counts
+        its own waiters' reactions, `depth` levels down (then 0)."""
         if fid in self._watch:
             return 0
         least = INF_NS
         held = self._held
         for j in self._waiters.get(fid, ()):
             f, _, side, _ = held[j]
-            if side == PACKET or f.size == 0 or f.src == f.dst:
+            if side == PACKET:
                 return 0
-            least = min(least, self._fluid_step(f))
+            step = self._fluid_step(f)
+            if step == 0:
+                if depth == 0 or (step := self._reaction(j, depth - 1)) == 0:
+                    return 0
+            least = min(least, step)
         return least
 
     def submit_floor(self) -> int:
