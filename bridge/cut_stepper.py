@@ -19,25 +19,19 @@ on stderr (the pool names the worker).
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import msgpack
 
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
-from bridge.cut_worker import KEYED_RECORDS, records
-from bridge.runspec import topology_from_dict
-from bridge.transport import LOOPBACK, STARTUP_TIMEOUT_S
+from bridge.cut_worker import KEYED_RECORDS, records, start_worker
 from phantora.netsim.cut_windows import WindowStats
-from phantora.netsim.engine_spec import EngineSpec
-from phantora.netsim.factory import make_engine
 from phantora.netsim.packet import Ns3Simulator
 
 MAX_REQUEST_BYTES = 1 << 31
@@ -102,22 +96,10 @@ def _requests(fd: int) -> Iterator[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bridge.cut_stepper")
-    ap.add_argument("--setup", required=True)
-    args = ap.parse_args(argv)
-    setup = msgpack.unpackb(Path(args.setup).read_bytes(), raw=False, strict_map_key=False)
-    token = os.environ.get("PHANTORA_TOKEN", "")
-    if not token:
-        print("bridge.cut_stepper: PHANTORA_TOKEN is not set", file=sys.stderr)
+    started = start_worker("bridge.cut_stepper", argv)
+    if started is None:
         return 2
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    topo = topology_from_dict(setup["topology"])
-    spec = EngineSpec.from_dict(setup["engine"])
-    group, groups = spec.packet.partition_worker, spec.packet.partition
-    sim = make_engine(spec, topo)
-    assert isinstance(sim, Ns3Simulator)
-    peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, transport="ipc", host=LOOPBACK, curve=False,
-                     startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
+    sim, peers, wall0, cpu0 = started.sim, started.peers, started.wall0, started.cpu0
     out = sys.stdout.buffer
     try:
         sim.cut_warm_up()

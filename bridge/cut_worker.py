@@ -17,7 +17,7 @@ import os
 import resource
 import sys
 import time
-from dataclasses import astuple
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +57,29 @@ def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bridge.cut_worker")
+@dataclass
+class WorkerStart:
+    """A started partition worker: its setup, its engine, its peers, and the wall and CPU clocks at its start."""
+
+    setup: dict[str, Any]
+    sim: Ns3Simulator
+    peers: ZmqPeers
+    wall0: float
+    cpu0: float
+
+
+def start_worker(prog: str, argv: list[str] | None) -> WorkerStart | None:
+    """Read ``--setup FILE`` from `argv`, check the run's token (PHANTORA_TOKEN), build the worker's engine for its
+    group and connect it to the other workers (ipc on loopback unless the setup says otherwise). None, after one
+    line on stderr naming `prog`, when the token is missing."""
+    ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("--setup", required=True)
     args = ap.parse_args(argv)
     setup = msgpack.unpackb(Path(args.setup).read_bytes(), raw=False, strict_map_key=False)
     token = os.environ.get("PHANTORA_TOKEN", "")
     if not token:
-        print("bridge.cut_worker: PHANTORA_TOKEN is not set", file=sys.stderr)
-        return 2
+        print(f"{prog}: PHANTORA_TOKEN is not set", file=sys.stderr)
+        return None
     wall0, cpu0 = time.perf_counter(), time.process_time()
     topo = topology_from_dict(setup["topology"])
     spec = EngineSpec.from_dict(setup["engine"])
@@ -75,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, transport=setup.get("transport", "ipc"),
                      host=setup.get("host", LOOPBACK), curve=bool(setup.get("curve")),
                      startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
+    return WorkerStart(setup, sim, peers, wall0, cpu0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = start_worker("bridge.cut_worker", argv)
+    if started is None:
+        return 2
+    setup, sim, peers, wall0, cpu0 = started.setup, started.sim, started.peers, started.wall0, started.cpu0
     try:
         setup_cpu = time.process_time() - cpu0
         dports = {int(fid): int(port) for fid, port in setup["dports"]}
