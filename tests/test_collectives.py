@@ -102,16 +102,20 @@ def test_ring_bytes_per_rank(n: int, channels: int, gran: str, model: str, proto
 
 @pytest.mark.parametrize("gran", GRANS)
 def test_ring_bytes_uneven_sizes(gran: str) -> None:
-    """Sizes that do not divide: the total is exact, each rank within one byte per step and channel."""
+    """Sizes that do not divide: the total is exact, each rank within one byte per step and channel (near-equal
+    slices); a chunked ring under the NCCL model cuts its last loop in 16-byte aligned chunks, the last of them
+    short (all_reduce.h), so a rank is within (n - 1) x 16 B of the even share per phase and channel."""
     n, ch = 5, 3
     topo = star(n)
     size = 10_000_019
-    opts = AlgoOptions(algorithm="ring", granularity=gran, channels=ch, chunk_bytes=300_000)
-    dag = decompose(Collective("all_reduce", tuple(range(n)), size), topo, opts)
-    sent = sent_by_rank(topo, dag)
-    assert sum(sent.values()) == 2 * (n - 1) * size
-    for r in range(n):
-        assert abs(sent[r] - 2 * (n - 1) / n * size) <= 2 * (n - 1) * ch
+    for model in ("ideal", "nccl"):
+        opts = AlgoOptions(algorithm="ring", granularity=gran, channels=ch, chunk_bytes=300_000, model=model)
+        dag = decompose(Collective("all_reduce", tuple(range(n)), size), topo, opts)
+        sent = sent_by_rank(topo, dag)
+        assert sum(sent.values()) == 2 * (n - 1) * size
+        slack = 2 * (n - 1) * 16 * ch if (model, gran) == ("nccl", "chunked") else 2 * (n - 1) * ch
+        for r in range(n):
+            assert abs(sent[r] - 2 * (n - 1) / n * size) <= slack
 
 
 @pytest.mark.parametrize("gran", GRANS)

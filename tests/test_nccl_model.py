@@ -364,23 +364,25 @@ def test_rings_have_no_stage_fill_only_the_one_node_kernels_slice():
 def test_chunked_granularity_uses_nccls_step_for_the_protocol():
     """Chunked: LL moves 32 KiB of data per step (half of a 64 KiB LL step); a ring's Simple chunk is 4 steps of
     512 KiB. On 8 A100s (NCCL 2.30, 24 channels) the busiest channel's part (channel_split: traffic over 24,
-    rounded up to 16 B, in whole cells of 32 KiB of traffic) is cut into 8 slices, each into near-equal chunks:
-    8 MiB LL (4 x 2 B of traffic a byte, 4,096 B cells): 2,796,208 B of budget = 86 cells = 352,256 B, slices of
-    44,032 B, 2 chunks of 22,016 B; 1 GiB Simple (2 B a byte, 16 KiB cells): 89,478,496 B = 2,731 cells =
-    44,744,704 B, slices of 5,593,088 B, 3 chunks of at most 1,864,363 B."""
+    rounded up to 16 B, in whole cells of 32 KiB of traffic) runs NCCL's loops of 8 chunks (all_reduce.h): whole
+    chunks while a loop of 8 is left, then the rest in 8 chunks of alignUp(rest / 8, 16 B). 8 MiB LL (4 x 2 B of
+    traffic a byte, 4,096 B cells): 2,796,208 B of budget = 86 cells = 352,256 B: one loop of 8 x 32,768 B, then
+    90,112 B in chunks of 11,264 B; 1 GiB Simple (2 B a byte, 16 KiB cells): 89,478,496 B = 2,731 cells =
+    44,744,704 B: two loops of 8 x 2 MiB, then 11,190,272 B in chunks of 1,398,784 B."""
     topo = dgx_host(gpu="a100")
     chunked = AlgoOptions(granularity="chunked", nccl_env=nccl_env({"NCCL_ALGO": "Ring"}))
     ll = decompose(Collective("all_reduce", tuple(range(8)), 8 * MiB, "bf16"), topo,
                    dataclasses.replace(chunked, protocol="LL"))  # fmt: skip
     assert ll.choice["channels"] == 24
-    slice_bytes = 86 * 4096 // 8
-    chunks = math.ceil(slice_bytes / (32 * 1024))  # a slice is cut into near-equal chunks of at most 32 KiB
-    assert chunks == 2
-    assert max(f.size for f in ll.flows) == wire_bytes(math.ceil(slice_bytes / chunks), "LL")
+    part = 86 * 4096
+    assert part - 8 * 32 * 1024 == 8 * 11_264
+    assert sorted({f.size for f in ll.flows})[-2:] == [wire_bytes(11_264, "LL"), wire_bytes(32 * 1024, "LL")]
     big = decompose(Collective("all_reduce", tuple(range(8)), GiB, "bf16"), topo, chunked)
     assert (big.choice["protocol"], big.choice["channels"]) == ("Simple", 24)
-    big_slice = 2731 * 16384 // 8
-    assert max(f.size for f in big.flows) == math.ceil(big_slice / math.ceil(big_slice / (2 * MiB)))
+    big_part = 2731 * 16384
+    assert big_part - 2 * 8 * 2 * MiB == 8 * 1_398_784
+    assert max(f.size for f in big.flows) == 2 * MiB
+    assert 1_398_784 in {f.size for f in big.flows}
 
 
 # ----- packet mode (ns-3) -----------------------------------------------------------------------

@@ -12,9 +12,10 @@ and reduce-scatter's nccl-tests size is nranks counts, so their channel carries 
 from __future__ import annotations
 
 from phantora.collectives.dag import split
-from phantora.collectives.nccl import TO_NCCL, channel_split, platform_of
+from phantora.collectives.nccl import TO_NCCL, channel_split, platform_of, ring_loops
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl.channels import plan_channels
+from phantora.collectives.ring import Cut
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.topology.model import Topology
 
@@ -41,3 +42,17 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
     shares = [part * per for part in parts]
     shares[-1] += coll.nbytes - sum(shares)  # an all-gather / reduce-scatter size that is not nranks whole counts
     return shares
+
+
+def ring_cut(coll: Collective, opts: AlgoOptions) -> Cut | None:
+    """How a chunked ring's slices are cut into its passes' chunks under resolved `opts`: NCCL's own loops where its
+    version lays them out as `nccl.ring_loops` does (2.22+: whole grains, the last loop's chunks 16-byte aligned
+    and the last of them short); None (near-equal chunks) before it and outside the NCCL model."""
+    if opts.model != "nccl" or not ring_loops.applies(nccl_settings(opts).nccl_version):
+        return None
+    kind = coll.kind
+
+    def cut(slices: list[int], chunk: int) -> list[list[int]]:
+        return ring_loops.ring_chunks(kind, slices, chunk)
+
+    return cut

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phantora.collectives.channel_shares import channel_shares
+from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
@@ -212,7 +212,8 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         orders = [ring_order(blocks, c, alternate) for c in range(len(shares))]
         in_turn = opts.model == "nccl"
         window = _steps_in_flight(opts, _ring_chunk_steps(opts))
-        ring_collective(b, kind, orders, shares, in_turn=in_turn, window=window, **common)
+        cut = ring_cut(coll, opts) if chunked else None
+        ring_collective(b, kind, orders, shares, in_turn=in_turn, window=window, cut=cut, **common)
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         if sweeps:

@@ -9,10 +9,11 @@ earlier. An all-reduce is the reduce-scatter followed by the all-gather: 2(n - 1
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from phantora.collectives.dag import DagBuilder, split
 
+Cut = Callable[[list[int], int], list[list[int]]]  # (a channel's slices, chunk bytes) -> chunks[slice][pass]
 PHASES = {"reduce_scatter": ("rs",), "all_gather": ("ag",), "all_reduce": ("rs", "ag")}
 
 
@@ -52,6 +53,7 @@ def ring_flows(
     start_deps: list[tuple[int, ...]] | None = None,
     in_turn: bool = False,
     window: int = 1,
+    cut: Cut | None = None,
 ) -> list[list[int]]:
     """Add one channel's ring flows; return, per ring position, the flows it receives at the last step.
 
@@ -69,7 +71,8 @@ def ring_flows(
     Simple chunk takes, so 2; LL / LL128 chunks take 1, so 8; prims_simple.h `waitPeer`; the
     proxy posts a network connection's steps in order, net.cc `sendProxyProgress`; NCCL v2.30.7-1). So a
     connection moves its bytes at its own rate, as ns-3's NIC sends a connection's messages; without
-    `in_turn` every pass runs at once, and the links alone set the pace.
+    `in_turn` every pass runs at once, and the links alone set the pace. `cut` (chunked): how the slices are cut
+    into the passes' chunks instead (under the NCCL model, `nccl.ring_loops.ring_chunks`: NCCL's own loops).
     """
     n = len(order)
     first = start_deps or [()] * n
@@ -83,7 +86,7 @@ def ring_flows(
             fid = b.add(order[i], order[(i + 1) % n], size, tag, channel, first[i], step_delay_ns * steps)
             got[(i + 1) % n][0] = fid
         return got
-    chunks = ring_chunks(slices, chunk_bytes)
+    chunks = (cut or ring_chunks)(slices, chunk_bytes)
     k = len(chunks[0])
     last_step = len(ring_schedule(kind, n)) - 1
     ordered = in_turn and bool(b.comm)  # a connection's messages in order on the wire (needs its connections)
@@ -137,9 +140,10 @@ def ring_collective(
     step_delay_ns: int,
     in_turn: bool = False,
     window: int = 1,
+    cut: Cut | None = None,
 ) -> None:
     """A ring collective over len(orders) channels; channel c uses ring `orders[c]` and carries `shares[c]` bytes
-    (`channel_shares.channel_shares`; `in_turn`, `window`: see `ring_flows`)."""
+    (`channel_shares.channel_shares`; `in_turn`, `window`, `cut`: see `ring_flows`)."""
     for c, (order, size) in enumerate(zip(orders, shares, strict=True)):
         ring_flows(
             b,
@@ -152,4 +156,5 @@ def ring_collective(
             step_delay_ns=step_delay_ns,
             in_turn=in_turn,
             window=window,
+            cut=cut,
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
-from phantora.collectives.channel_shares import channel_shares
+from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import split
 from phantora.collectives.layout import host_blocks, rail_aligned, ring_order
 from phantora.collectives.options import default_options
@@ -131,7 +131,9 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
                 yield fid, c, order, i, pieces, slices
                 fid += 1
             continue
-        for _pass, s, sends in ring_passes(coll.kind, ring_chunks(slices, opts.chunk_bytes)):
+        chunks = (ring_cut(coll, opts) or ring_chunks)(slices, opts.chunk_bytes)
+        slices = [sum(pieces) for pieces in chunks]  # NCCL's loops may fill the slices unevenly (`ring_cut`)
+        for _pass, s, sends in ring_passes(coll.kind, chunks):
             for i, (j, within, size) in enumerate(sends):
                 yield fid, c, order, i, [(s, j, within, size)], slices
                 fid += 1
