@@ -50,13 +50,20 @@ def _pow2_up(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def p2p_channel_range(p: Platform, comm_channels: int, net_peer: int = 0) -> tuple[int, int]:
-    """NCCL's nChannelsMin and nChannelsMax of one transfer. The most is the per-peer need, pow2Up (NVLink: 32;
-    network: one per 14 GB/s of NIC, then halved while the peers of one batch round, 8 per round, would need more
-    than the p2p channels: paths.cc); the least is it halved while all peers at once would (enqueue.cc). The p2p
-    channels are pow2Up(comm channels). `net_peer` (NCCL_NCHANNELS_PER_NET_PEER) replaces the network's need and,
-    set by the user, is not halved for the rounds, only capped at the p2p channels (paths.cc)."""
-    total = _pow2_up(comm_channels)
+def p2p_total(comm_channels: int, st: NcclSettings) -> int:
+    """The communicator's p2p channels (paths.cc `ncclTopoComputeP2pChannels`, v2.18.5-1 to v2.30.7-1): its
+    channels capped at NCCL_MAX_P2P_NCHANNELS, then raised to NCCL_MIN_P2P_NCHANNELS (the least wins), pow2Up,
+    at most MAXCHANNELS (the channels a kernel's arguments hold: `ncclDevMaxChannelsForArgsBytes`)."""
+    wanted = max(min(comm_channels, st.max_p2p_channels), st.min_p2p_channels)
+    return min(_pow2_up(wanted), T.MAX_CHANNELS)
+
+
+def p2p_channel_range(p: Platform, total: int, net_peer: int = 0) -> tuple[int, int]:
+    """NCCL's nChannelsMin and nChannelsMax of one transfer on `total` p2p channels (`p2p_total`). The most is the
+    per-peer need, pow2Up (NVLink: 32; network: one per 14 GB/s of NIC, then halved while the peers of one batch
+    round, 8 per round, would need more than the p2p channels: paths.cc), at most the p2p channels; the least is
+    it halved while all peers at once would (enqueue.cc). `net_peer` (NCCL_NCHANNELS_PER_NET_PEER) replaces the
+    network's need and, set by the user, is not halved for the rounds, only capped at the p2p channels."""
     if p.nnodes == 1:
         most = min(P2P_NVLINK_PEER, total)
     elif net_peer:
@@ -107,8 +114,8 @@ def net_channel_bw(p: Platform, kind: str) -> float:
 
 
 def p2p_channels(p: Platform, st: NcclSettings) -> int:
-    """The communicator's p2p channels: pow2Up of its channels (NCCL's p2pnChannels)."""
-    return _pow2_up(comm_channels(p, ring_graph(p), st))
+    """The communicator's p2p channels (NCCL's p2pnChannels, `p2p_total`)."""
+    return p2p_total(comm_channels(p, ring_graph(p), st), st)
 
 
 def p2p_choice(
@@ -124,12 +131,12 @@ def p2p_choice(
     one_node = on.nnodes == 1
     chunk = comm_p2p_chunk(on, st)
     min_part, max_part = (chunk // 8, chunk * 32) if one_node else (chunk // 2, chunk)
-    total = comm_channels(on, ring_graph(on), st)
+    total = p2p_channels(on, st)
     least, most = p2p_channel_range(on, total, st.net_peer_channels)
     nch = transfer_channels(per_peer, least, most, min_part, max_part)
 
     def at_work(remote: bool) -> int:  # a send/recv has one peer: its own channels are all at work
-        return channels_at_work(on, nch, _pow2_up(total), remote) if coll.kind == "all_to_all" else nch
+        return channels_at_work(on, nch, total, remote) if coll.kind == "all_to_all" else nch
 
     if protocol == "auto":
         protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"

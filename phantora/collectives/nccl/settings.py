@@ -29,6 +29,8 @@ ENV_VARS = (
     "NCCL_NVLS_ENABLE",
     "NCCL_P2P_NET_CHUNKSIZE",
     "NCCL_P2P_NVL_CHUNKSIZE",
+    "NCCL_MIN_P2P_NCHANNELS",
+    "NCCL_MAX_P2P_NCHANNELS",
     "NCCL_NVLS_NCHANNELS",
     "NCCL_PAT_ENABLE",
     "NCCL_PXN_DISABLE",
@@ -68,6 +70,8 @@ class NcclSettings:
     qps_per_conn: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs of each network connection
     split_data_on_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: each message over every QP (else one, in turn)
     net_peer_channels: int = 0  # NCCL_NCHANNELS_PER_NET_PEER: p2p channels per remote peer; 0: NCCL's own sizing
+    min_p2p_channels: int = 1  # NCCL_MIN_P2P_NCHANNELS: the least p2p channels (paths.cc), before pow2Up
+    max_p2p_channels: int = T.MAX_CHANNELS  # NCCL_MAX_P2P_NCHANNELS: the most, before the least and pow2Up
     nccl_version: tuple[int, int] = T.MODEL_NCCL_VERSION  # PHANTORA_NCCL_VERSION: the NCCL whose tuner picks
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
@@ -215,6 +219,8 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         qps_per_conn=_qps(env),
         split_data_on_qps=_int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0,
         net_peer_channels=_net_peer_channels(env),
+        min_p2p_channels=_int(env, "NCCL_MIN_P2P_NCHANNELS", 1),
+        max_p2p_channels=_int(env, "NCCL_MAX_P2P_NCHANNELS", T.MAX_CHANNELS),
         nccl_version=nccl_version_of(env),
         raw=raw,
     )
