@@ -40,11 +40,17 @@ def min_chunk_bytes(proto: str, threads: int) -> int:
     return threads * DATA_WORD if proto == "LL" else threads * LL128_GRAIN // 2
 
 
-def run_threads(kind: str, proto: str, p: Platform, nbytes: int, channels: int) -> int:
-    """Threads a channel runs (enqueue.cc): the protocol's most, halved on one channel while the bytes are fewer
-    than threads x its threshold (the ring LL's x nranks)."""
+def thread_threshold(algo: str, proto: str, p: Platform) -> int:
+    """Bytes a thread must have before NCCL opens another channel or runs more threads (tuning.cc
+    `threadThresholds`): the protocol's, x nranks for the ring's LL."""
+    return T.THREAD_THRESHOLD[proto] * (p.nranks if algo == "ring" and proto == "LL" else 1)
+
+
+def run_threads(kind: str, proto: str, p: Platform, nbytes: int, channels: int, algo: str = "ring") -> int:
+    """Threads a channel runs (enqueue.cc `topoGetAlgoInfo`): the protocol's most, halved on one channel while the
+    bytes are fewer than threads x its threshold (`thread_threshold`)."""
     threads = T.MAX_THREADS[proto]
-    threshold = T.THREAD_THRESHOLD[proto] * (p.nranks if proto == "LL" else 1)
+    threshold = thread_threshold(algo, proto, p)
     while channels <= 1 and nbytes < threads * threshold and threads % 128 == 0:
         threads //= 2
     return threads

@@ -238,7 +238,7 @@ def run_channels(choice_algo: str, proto: str, p: Platform, st: NcclSettings, nb
         return nvls_channels(p, st)
     nc = comm_channels(p, ring_graph(p), st)
     nt = T.MAX_THREADS[proto]
-    threshold = T.THREAD_THRESHOLD[proto] * (p.nranks if choice_algo == "ring" and proto == "LL" else 1)
+    threshold = ring_round_up.thread_threshold(choice_algo, proto, p)
     while nbytes < nc * nt * threshold and nc >= 2:
         nc -= 1
     return nc
@@ -319,7 +319,9 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     kernel = kernel or more_ctas_algbw(cost, kind, p, ch)
     algbw = kernel if ring else (kernel or cost.algbw) * limit
     apb = alg_per_bus(cost.algorithm, kind, p.nranks)  # then the protocol kernel's per-CTA rate over the same CTAs
-    algbw = proto_rate.capped_algbw(algbw, kind, cost.algorithm, cost.protocol, p, apb, cta_share(p, st, ch))
+    threads = ring_round_up.run_threads(kind, cost.protocol, p, nbytes, ch, cost.algorithm)
+    share = cta_share(p, cost.protocol, ch, threads)
+    algbw = proto_rate.capped_algbw(algbw, kind, cost.algorithm, cost.protocol, p, apb, share)
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
         algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw, kind)
@@ -368,12 +370,14 @@ def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
     return min(1.0, comm_channels(p, ring_graph(p), st) / default)
 
 
-def cta_share(p: Platform, st: NcclSettings, channels: int) -> float:
-    """The CTAs a collective runs over NCCL's default count: fewer under NCCL_MAX_NCHANNELS (`channel_limit`),
-    more when NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS open more and the size runs them all (`channels`); the rule that
-    runs fewer channels for small sizes (`run_channels`) scales none of NCCL's rates, and so not this share."""
+def cta_share(p: Platform, proto: str, channels: int, threads: int) -> float:
+    """The CTAs a collective runs, weighted by their threads, over NCCL's default count of full CTAs: fewer under
+    NCCL_MAX_NCHANNELS, more when NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS open more and the size runs them all, and
+    fewer for small sizes, where NCCL runs fewer channels and, on one, fewer threads (`run_channels`,
+    `ring_round_up.run_threads`: enqueue.cc `topoGetAlgoInfo`). A protocol kernel's per-CTA rate
+    (`proto_rate.py`) scales with it; NCCL's own rating does not (its model keeps the search's channels)."""
     default = comm_channels(p, ring_graph(p), NcclSettings())
-    return channel_limit("ring", p, st) * max(1.0, channels / default)
+    return channels / default * threads / T.MAX_THREADS[proto]
 
 
 def more_ctas_algbw(cost: Cost, kind: str, p: Platform, channels: int) -> float:
