@@ -78,6 +78,7 @@ class SteppedPool:
         self._rounds = 0
         self._wall0 = time.perf_counter()
         self.round_cpu = [0.0] * config.partition
+        self.quiet = True  # every worker quiet after the last round (profile reuse's episode end: `SteppedPartition`)
         try:
             self._start(topology, config)
         except BaseException:
@@ -93,7 +94,9 @@ class SteppedPool:
         token = new_token()
         topo = topology_to_dict(topology)
         for g in range(config.partition):
-            spec = EngineSpec(network="ns3", packet=config.with_updates(partition_worker=g), side="packet")
+            # (reuse=on stays in the driver, over all of them: each worker runs the plain keyed engine)
+            worker = config.with_updates(partition_worker=g, reuse="off")
+            spec = EngineSpec(network="ns3", packet=worker, side="packet")
             d = self._root / f"w{g}"
             d.mkdir(mode=0o700)
             path = d / "setup.msgpack"
@@ -179,6 +182,7 @@ class SteppedPool:
         for g, r in enumerate(replies):
             self.round_cpu[g] += r["cpu"]
         nexts = [r["next"] for r in replies if r["next"] is not None]
+        self.quiet = all(r["quiet"] for r in replies)
         return RoundReply(
             done, bounds, max(r["cpu"] for r in replies), max(r["wall"] for r in replies),
             max(r["now"] for r in replies), min(nexts) if nexts else None, sum(r["in_flight"] for r in replies),

@@ -8,7 +8,8 @@ to stdout, one msgpack map each:
   its ns if the clock is behind it, then add its flows there (every worker gets every flow and keeps the ends it
   owns); then run the windows to ``until`` (every event at or before it; None: until nothing is left anywhere).
   The reply: the completions (columns), the completion bounds that rose ([id, ns, ...]), CPU and wall seconds,
-  the clock, the next event (None: no flow in flight) and the flows in flight.
+  the clock, the next event (None: no flow in flight), the flows in flight and whether it is quiet (`quiet`:
+  nothing in flight and no live event left; profile reuse ends an episode when every worker is).
 - ``{"k": "records"}``: the records so far, as `bridge.cut_worker.records` gives them (each with its event's order
   key, accumulated over the run), and the windows' counters.
 - ``{"k": "exit"}``.
@@ -67,7 +68,7 @@ class Stepper:
         self.run_cpu += cpu
         self.run_wall += wall
         return {"done": completions_to_columns(done), "bounds": raised, "cpu": cpu, "wall": wall, "now": sim.now(),
-                "next": sim.next_event_time(), "in_flight": sim.in_flight()}  # fmt: skip
+                "next": sim.next_event_time(), "in_flight": sim.in_flight(), "quiet": sim.quiet()}  # fmt: skip
 
     def records(self, setup_cpu: float, wall0: float) -> dict[str, Any]:
         out = records(self.sim, [])

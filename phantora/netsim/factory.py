@@ -148,7 +148,9 @@ def partitioned(
 ) -> NetworkSimulator:
     """partition=N as a command's engine (`phantora.netsim.partitioned`): what each worker's plain ns-3 engine
     cannot run beside it is refused, naming the field. With nvlink=fluid the fluid NVLink side runs here and steps
-    the workers in rounds (`phantora.netsim.partition_stepped`, started by the bridge's `stepper`)."""
+    the workers in rounds (`phantora.netsim.partition_stepped`, started by the bridge's `stepper`); with reuse=on
+    a `ProfileReuseSimulator` over the stepped workers (its episodes the whole network's quiet periods), between
+    them and the fluid side."""
     from phantora.netsim.partitioned import PartitionedSimulator
 
     if config.nvlink == "fluid":
@@ -161,7 +163,7 @@ def partitioned(
         from phantora.netsim.partition_stepped import SteppedPartition
 
         stepped = SteppedPartition(topo, config, stepper)
-        engine = fluid_nvlink(topo, config, packet=stepped)
+        engine = fluid_nvlink(topo, config, packet=with_reuse(stepped, config))
         stepped.reacts = engine.reacts_to  # type: ignore[attr-defined]
         stepped.reaction = engine.reaction_ns  # type: ignore[attr-defined]
         stepped.floor = engine.submit_floor  # type: ignore[attr-defined]  # rounds past fluid events
@@ -171,7 +173,7 @@ def partitioned(
         if on:
             raise InputError(
                 f"partition={config.partition}: each worker runs the plain packet engine; {name} is not combined "
-                "with it yet (one engine runs it: partition=0)",
+                "with it yet (one engine runs it: partition=0; reuse=on runs with nvlink=fluid)",
                 field=name,
             )
     return PartitionedSimulator(topo, config, runner)  # type: ignore[return-value]

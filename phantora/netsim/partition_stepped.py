@@ -14,6 +14,12 @@ runs it (`Ns3Simulator.advance_to_completion` stops after the whole ns, then the
 every event up to and including the horizon E, not E - 1. Dependencies between fabric flows stay in ns-3 (the
 workers release them across cut cables, keyed as one engine's starts). Each fabric flow's completion bound is its
 post ns + delay + the least propagation of its candidate routes + its bytes at the largest of their bottlenecks.
+
+With ``reuse=on`` a `ProfileReuseSimulator` sits between the fluid side and this engine (`factory.partitioned`):
+the driver sees every submission, so it keys and serves episodes as on one engine, and the workers, each the plain
+keyed engine, run only what reuse leaves live. An episode ends when the whole network is quiet (`quiet`: every
+worker, after its last round, with none past now); reuse's own runs (opening, materialising) go to its time and no
+further (`catch_up`); its records come from the merged ones (`new_records`).
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from phantora.errors import InputError
-from phantora.netsim.base import INF_NS, Flow
+from phantora.netsim.base import INF_NS, Completion, Flow
 from phantora.netsim.decompose import DecomposedSimulator
 from phantora.netsim.effective import EffectiveSettings
+from phantora.netsim.observe import FabricRecords
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.packet_summary import channel_usage
 from phantora.topology.model import Topology
@@ -81,9 +88,8 @@ class SteppedPartition(DecomposedSimulator):
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
             raise InputError("stepped partition workers need partition >= 1", field="partition")
-        for name, on in (("nic_latency", config.nic_latency), ("reuse", config.reuse == "on"),
-                         ("workers", config.workers), ("queue_sample_ns", config.queue_sample_ns > 0),
-                         ("ray", bool(config.ray))):  # fmt: skip
+        for name, on in (("nic_latency", config.nic_latency), ("workers", config.workers),
+                         ("queue_sample_ns", config.queue_sample_ns > 0), ("ray", bool(config.ray))):  # fmt: skip
             if on:
                 raise InputError(
                     f"partition={config.partition} with nvlink=fluid: {name} is not combined with it yet (the "
@@ -98,6 +104,7 @@ class SteppedPartition(DecomposedSimulator):
         self.reaction: Callable[[int], int] | None = None
         self._pending: list[tuple[int, int, list[Flow]]] = []  # heap of (post ns, order, flows with all deps)
         self._posts = 0
+        self._seen = (0, 0, 0, 0, 0)  # merged records handed out by `new_records` (pfc, queues, drops, cnps, marks)
         return PairBounds(self.topology), [0], 1
 
     # ----- posts at one engine's instants -------------------------------------------------------------
@@ -161,6 +168,38 @@ class SteppedPartition(DecomposedSimulator):
 
     def in_flight(self) -> int:
         return super().in_flight() + sum(len(b) for _, _, b in self._pending)
+
+    # ----- what profile reuse reads (`phantora.netsim.reuse.QuietStepper`): the whole network's quiet ------------
+    def quiet(self) -> bool:
+        """Nothing in flight here or in any worker, every worker quiet after its last round (no ACK, PFC frame or
+        live timer left; the cut cables' messages were delivered at its last barrier), and no worker past now():
+        a worker that ran ahead may have run events after now, so quiet at now is not known and not claimed (an
+        episode then ends at a later call, never earlier than on one engine)."""
+        return self.in_flight() == 0 and self._pool.quiet and max(self._wnow) <= self._now  # type: ignore[attr-defined]
+
+    def new_records(self) -> FabricRecords:
+        """The merged records (PFC, queue samples, drops, CNPs, CE marks) since the last call, in one keyed
+        engine's order: reuse asks at an episode's end, with every worker quiet at now(), so later records come
+        after these in the merged lists."""
+        res = self._merged()
+        lists = (res.pfc, res.queues, res.drops, res.cnps, res.marks)
+        seen, self._seen = self._seen, (len(res.pfc), len(res.queues), len(res.drops), len(res.cnps), len(res.marks))
+        return FabricRecords(*(list(rows[n:]) for rows, n in zip(lists, seen, strict=True)))
+
+    def catch_up(self, until: int) -> list[Completion]:
+        """`advance(until)` for profile reuse's own runs (opening an episode, materialising one), made while the fluid
+        side is mid-release: its floor and reactions are stale then, so the workers run to `until` and no further
+        (a flow submitted at `until` right after must find them there)."""
+        floor, reaction = self.floor, self.reaction
+        self.floor = self.reaction = None
+        try:
+            return self.advance(until)
+        finally:
+            self.floor, self.reaction = floor, reaction
+
+    def completion_bounds(self) -> dict[int, int]:
+        """None to report: the driver holds its flows' bounds itself (a decomposition worker's engine reports them)."""
+        return {}
 
     # ----- records: the workers' merged as one keyed engine's (bridge.cut_pool) --------------------------------
     def _merged(self) -> Any:

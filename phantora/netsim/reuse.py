@@ -29,6 +29,9 @@ random number; a served episode does not advance the stream), and each switch po
 pointer over data classes (it matters only with several classes in flight). With ECN off, or a step
 marking (kmin = kmax), and one data class, reuse gives ns-3's completions to the ns. docs/packet-model.md
 measures the error otherwise. Opt in with ``--set reuse=on``; `stats()["approximations"]` lists it.
+
+The engine below may also be stepped partition workers (`phantora.netsim.partition_stepped.SteppedPartition`,
+``partition=N``): then quiet is the whole network's, and reuse's own runs go through its `catch_up`.
 """
 
 from __future__ import annotations
@@ -84,6 +87,14 @@ class QuietStepper(NetworkSimulator, FabricObserver, Protocol):
     def completion_bounds(self) -> dict[int, int]: ...
 
 
+def catch_up(inner: QuietStepper) -> Callable[[int], list[Completion]]:
+    """How reuse runs the engine below to a time on its own (opening or materialising an episode, in the middle of
+    its caller's submit): the engine's `catch_up` if it has one (stepped partition workers, which otherwise run
+    ahead to their caller's floor), else `advance`."""
+    own = getattr(inner, "catch_up", None)
+    return inner.advance if own is None else own  # type: ignore[no-any-return]
+
+
 @dataclass(slots=True)
 class _Tail:
     """What a recorded episode left beside its completions: fabric records (times relative to its start, flows
@@ -129,6 +140,7 @@ class ProfileReuseSimulator:
 
     def __init__(self, inner: QuietStepper) -> None:
         self.inner = inner
+        self._catch_up = catch_up(inner)
         self.topology: Topology = inner.topology
         self.config = getattr(inner, "config", None)  # the engine's (a `NicLatencySimulator` above reads it)
         self._root: dict[Key, _Node] = {}
@@ -385,7 +397,7 @@ class ProfileReuseSimulator:
             self._add(ep, flows, now, at, node)
             return
         if self.inner.now() < now:
-            self._late.extend(self.inner.advance(now))  # ns-3 is idle: nothing happens
+            self._late.extend(self._catch_up(now))  # ns-3 is idle: nothing happens
         node = self._root[key] = _Node(len(flows))
         self._ep = ep = _Episode(now, node, serving=False)
         self._add(ep, flows, now, at, node)
@@ -421,14 +433,15 @@ class ProfileReuseSimulator:
         inner = self.inner
         self._n["materialised"] += 1
         got: list[Completion] = []
+        run = self._catch_up
         if inner.now() < ep.t0:
-            got.extend(inner.advance(ep.t0))
+            got.extend(run(ep.t0))
         for sub, at, flows in ep.batches:
             if sub > inner.now():
-                got.extend(inner.advance(sub))
+                got.extend(run(sub))
             inner.submit(self._inner_flows(ep, flows), at)
         if self._vnow > inner.now():
-            got.extend(inner.advance(self._vnow))
+            got.extend(run(self._vnow))
         ep.serving = False
         late = self._unseen(got)  # done in ns-3 by now, not in the profile (those the profile had earlier count later)
         self._n["mismatches"] += len(late)
