@@ -67,3 +67,47 @@ def spreads(group: Sequence[Table]) -> list[Spread]:
     figures = [{size: bw for size, bw in t.rows if bw > 0} for t in group]
     common = sorted(set.intersection(*(set(f) for f in figures)))
     return [Spread(size, tuple(f[size] for f in figures)) for size in common]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A table's times over a span of sizes as t = a + S x f / B (f: bus over algorithm bandwidth, e.g.
+    2 (n - 1) / n for an all-reduce): the fixed cost a (µs) and the marginal bus bandwidth B (GB/s), least squares
+    over the span's `points` sizes from `lo` to `hi` bytes. B is infinite where time does not grow with size."""
+
+    lo: int
+    hi: int
+    points: int
+    intercept_us: float
+    busbw: float
+
+
+def time_us(size: int, busbw: float, factor: float) -> float:
+    """nccl-tests' time (µs) of `size` bytes at `busbw` GB/s: size x factor / busbw."""
+    return size * factor / (busbw * 1000.0)
+
+
+def fit(rows: Sequence[tuple[int, float]], factor: float) -> Fit:
+    """The least-squares `Fit` of (size, busbw GB/s) rows whose bus over algorithm bandwidth is `factor`."""
+    pts = [(size * factor, time_us(size, bw, factor)) for size, bw in rows if bw > 0]
+    if len({x for x, _ in pts}) < 2:
+        raise ValueError(f"spread.fit: {len(pts)} usable row(s); two sizes with a positive busbw are needed")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)  # µs per bus byte
+    busbw = 1.0 / (1000.0 * slope) if slope > 0 else float("inf")
+    sizes = [size for size, bw in rows if bw > 0]
+    return Fit(min(sizes), max(sizes), len(pts), my - slope * mx, busbw)
+
+
+def runs(labels: Sequence[str], shortest: int = 3) -> list[tuple[int, int]]:
+    """Index ranges [start, end) of consecutive equal labels at least `shortest` long (the sizes one algorithm
+    runs, in size order)."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(labels) + 1):
+        if i == len(labels) or labels[i] != labels[start]:
+            if i - start >= shortest:
+                out.append((start, i))
+            start = i
+    return out
