@@ -69,3 +69,21 @@ def test_four_hosts_forced_at_one_chunk_cross_six_nic_shares():
     algbw = 8 * 45.5 * 32 / 62
     crossing = 2 * 4 * MiB / (NVLS_LINK * 1000) + 6 * 8 * per_op / (NIC * 1000)
     assert c.fill_us == pytest.approx(crossing - 4 * MiB / (algbw * 1000), rel=1e-6)
+
+
+def test_twenty_four_ctas_on_eight_hosts_keep_the_64_kib_chunk_and_lengthen_the_fill_by_half():
+    """NCCL_MIN_CTAS=24 (nvls.cc: 24 NVLS channels, 192 operations): from 4 nodes the chunk is 64 KiB whatever the
+    CTAs (enqueue.cc, NVLSTREE_MAX_CHUNKSIZE), so 64 MiB runs ceil(64 MiB / (192 x 64 KiB)) = 6 loops (16 CTAs: 8).
+    The fill is (3 - 1) chunk times at NCCL's rate per operation, 8 x min(59.5, 48, 45.5) x 64/126, plus the deeper
+    tree's 4 extra hops, each a 64 KiB chunk over the NIC's share per channel: both grow with the channels, so 24
+    CTAs fill 1.5 times as long as 16; nothing else in the choice changes."""
+    p = platform_of(rail_optimized(8, 8, spines=8, nic_rate="400Gbps", gpu="h100"), tuple(range(64)))
+    assert [loops(p, NcclSettings(), 64 * MiB, ch) for ch in (16, 24)] == [8, 6]
+    algbw = 8 * 45.5 * 64 / 126
+    c16, c24 = _choice(64 * MiB, hosts=8), _choice(64 * MiB, hosts=8, NCCL_MIN_CTAS="24")
+    for c, ch in ((c16, 16), (c24, 24)):
+        assert (c.algorithm, c.channels) == ("nvls_tree", ch)
+        chunk_time = 64 * 1024 * ch * 8 / (algbw * 1000)
+        assert c.fill_us == pytest.approx(2 * chunk_time + 4 * 64 * 1024 / (NIC * 1000 / ch), rel=1e-6)
+    assert c24.fill_us == pytest.approx(1.5 * c16.fill_us, rel=1e-9)
+    assert (c24.lat_us, c24.algbw) == (c16.lat_us, c16.algbw)
