@@ -88,3 +88,12 @@ def test_flow_and_packet_engines_carry_the_same_steps(ns3_lib) -> None:
     assert sends(dag.flows, 0, 0) == [64 * KiB] * 6 + [last[j] for j in order]
     times = flow_and_ns3_end_ns(HOSTS4, dag.flows)
     assert times["ns3"] == pytest.approx(times["flow"], rel=0.05)
+
+
+def test_a_simple_chunk_is_cut_to_grains_whole_not_step_by_step() -> None:
+    """calcCollChunking (2.22+) rounds the 4-step chunk down to whole 512 B grains, not each step: NCCL_BUFFSIZE =
+    8 x 65,736 B, a step of 65,736 B (200 B past 128 grains), a chunk of 262,944 B -> 513 grains = 262,656 B (four
+    whole-grain steps would be 262,144). A loop of 4 such chunks on 4 ranks and one channel: every step 262,656 B."""
+    env = {"NCCL_PROTO": "Simple", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "1", "NCCL_BUFFSIZE": str(8 * 65_736)}
+    dag = decompose(Collective("all_reduce", (0, 1, 2, 3), 4 * 262_656, "fp32"), HOSTS4, chunked(**env))
+    assert {f.size for f in dag.flows} == {262_656}

@@ -11,7 +11,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from phantora.collectives.nccl.chunking import chunk_bytes
+from phantora.collectives.nccl.chunking import chunk_bytes, ring_simple_chunk
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.ring_kernel import RING_CHUNK_STEPS
@@ -79,11 +79,10 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
     p = platform_of(topo, coll.ranks)
     if choice.algorithm == "p2p":
         return st.p2p_nvl_chunk if p.nnodes == 1 and p.intra == "nvlink" else st.p2p_net_chunk
-    heads = p.ppn if choice.algorithm in ("nvls", "nvls_tree") else 1
-    chunk = chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads, coll.kind)
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):
-        chunk *= RING_CHUNK_STEPS
-    return chunk
+        return ring_simple_chunk(st, RING_CHUNK_STEPS)
+    heads = p.ppn if choice.algorithm in ("nvls", "nvls_tree") else 1
+    return chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads, coll.kind)
 
 
 def _only(st: NcclSettings, kind: str, algo: str | None = None, proto: str | None = None) -> NcclSettings:

@@ -67,6 +67,12 @@ def step_bytes(proto: str, st: NcclSettings) -> int:
     return buff // T.NCCL_STEPS
 
 
+def ring_simple_chunk(st: NcclSettings, steps: int) -> int:
+    """A Simple ring's chunk: `steps` steps of its buffer (ALLREDUCE / ALLGATHER / REDUCESCATTER_CHUNKSTEPS), cut to
+    whole grains from NCCL 2.22: calcCollChunking rounds the chunk, not its step (the ring has no ladder)."""
+    return whole_grains("Simple", st.nccl_version, step_bytes("Simple", st) * steps)
+
+
 def chunk_bytes(
     algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int, kind: str = "all_reduce"
 ) -> int:

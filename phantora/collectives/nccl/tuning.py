@@ -16,7 +16,7 @@ from functools import lru_cache
 from phantora.collectives.nccl import old_tuners, proto_rate, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import Graph, comm_channels, nvls_channels, ring_graph
-from phantora.collectives.nccl.chunking import chunk_bytes
+from phantora.collectives.nccl.chunking import ring_simple_chunk
 from phantora.collectives.nccl.cta_ceiling import capped_bus_bw, raised_bus_bw
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
 from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
@@ -330,7 +330,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         fill = max(0.0, fill - fit)
     overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, kind)
     if ring:
-        chunk = chunk_bytes("ring", "Simple", p, st, nbytes, ch, kind) * ring_kernel.RING_CHUNK_STEPS
+        chunk = ring_simple_chunk(st, ring_kernel.RING_CHUNK_STEPS)
         fill += ring_kernel.fill_us(p, kind, nbytes, ch, chunk, limit)
         overhead += ring_kernel.pass_overhead_us(p, nbytes, ch, chunk)
     if overhead:
