@@ -33,7 +33,7 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
         return even
     st = nccl_settings(opts)
     n = coll.size
-    comm = plan_channels(TO_NCCL[opts.algorithm], platform_of(topo, coll.ranks), st)
+    comm = plan_channels(TO_NCCL[opts.algorithm], platform_of(topo, coll.ranks, st), st)
     count = channel_split.count_bytes(coll.kind, n, coll.nbytes)
     parts = channel_split.split(st.nccl_version, coll.kind, opts.protocol, n, count, channels, max(comm, channels))
     if parts is None:

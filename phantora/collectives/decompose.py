@@ -96,7 +96,8 @@ def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cha
         return None
     comm = coll.comm or coll.ranks
     hosts = tuple(_host_key(topo, topo.node_of_rank(r)) for r in comm)
-    total = p2p_channels(platform_of(topo, comm), nccl_settings(opts))
+    st = nccl_settings(opts)
+    total = p2p_channels(platform_of(topo, comm, st), st)
     pos = [comm.index(r) for r in coll.ranks]
 
     def channels(src: int, dst: int, parts: int) -> list[int]:
@@ -111,7 +112,8 @@ def _p2p_chunk(coll: Collective, topo: Topology, opts: AlgoOptions) -> ChunkOf |
     if opts.model != "nccl":
         return None
     comm = coll.comm or coll.ranks
-    on, st = platform_of(topo, comm), nccl_settings(opts)
+    st = nccl_settings(opts)
+    on = platform_of(topo, comm, st)
     hosts = [_host_key(topo, topo.node_of_rank(r)) for r in coll.ranks]
 
     def chunk(src: int, dst: int, nbytes: int) -> int:

@@ -270,26 +270,67 @@ def dgx_host(
 def pcie_host(
     gpus_per_host: int = 8,
     *,
+    sockets: int = 1,
+    pcie_switch: bool = True,
+    cpu_model: str | None = None,
+    cpu_link_rate: Rate | None = None,
     pcie_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
     cpu: str | None = None,
     name: str | None = None,
 ) -> Topology:
-    """One server of PCIe cards under one PCIe switch (NCCL's PIX path between any two): G GPUs, each on its own
-    x16 link at the GPU model's PCIe rate, no NVLink and no fabric. NCCL's per-hop PCIe latency is its tuner's
-    (phantora.collectives.nccl.tables.HW_LAT); `pcie_latency` is only the links' propagation."""
+    """One server of PCIe cards, no NVLink and no fabric: G GPUs, each on its own x16 link at the GPU model's PCIe
+    rate, split evenly over `sockets` CPUs. With `pcie_switch` each socket's GPUs share one PCIe switch (NCCL's PIX
+    path between them), else they sit on the CPU's root ports (PHB). A CPU is a switch node (``cpu<s>``) whenever
+    the GPUs reach one another through it: its switch's uplink is x16 at the same rate, and the CPUs are joined by
+    a link of `cpu_link_rate`, by default the figure NCCL gives the `cpu_model`'s inter-CPU link (topo.h: ``skl``
+    and ``icx`` 10 GB/s, ``spr`` 22, ``emr`` 40, ``zen`` 16; phantora.collectives.nccl.pci_paths). NCCL's per-hop
+    PCIe latency is its tuner's (phantora.collectives.nccl.tables.HW_LAT); `pcie_latency` is only the links'."""
+    from phantora.collectives.nccl.pci_paths import cpu_model_name, inter_cpu_bw
     from phantora.perfmodel.gpus import get_gpu
 
     gpus_per_host = count(gpus_per_host, "gpus_per_host", 2)
-    params = {"gpus_per_host": gpus_per_host, "pcie_latency": pcie_latency}
+    sockets = count(sockets, "sockets", 1)
+    if gpus_per_host % sockets:
+        raise InputError(f"{gpus_per_host} GPUs do not split evenly over {sockets} sockets", field="sockets")
+    if not isinstance(pcie_switch, bool):
+        raise InputError(f"expected true or false, got {pcie_switch!r}", field="pcie_switch")
+    model = cpu_model_name(cpu_model, cpu_name(cpu))
+    params = {
+        "gpus_per_host": gpus_per_host,
+        "sockets": sockets,
+        "pcie_switch": pcie_switch,
+        "cpu_model": cpu_model,
+        "cpu_link_rate": cpu_link_rate,
+        "pcie_latency": pcie_latency,
+    }
     topo = _new("pcie_host", name or f"pcie{gpus_per_host}", gpu or DEFAULT_PCIE_GPU, params, cpu)
     bps = int(get_gpu(topo.gpu_model or DEFAULT_PCIE_GPU).host_bw) * 8
     lat = time_ns(pcie_latency, "pcie_latency")
     gpus = _hosts(topo, 1, gpus_per_host, False, None, pcie_latency)[0]
-    sw = topo.add_node("switch", "pcisw0", host=0)
-    for g in gpus:
-        topo.add_link(g, sw, bps, lat)
+    per = gpus_per_host // sockets
+    socket_of = [g // per for g in range(gpus_per_host)]
+    through_cpu = sockets > 1 or not pcie_switch
+    cpus = [topo.add_node("switch", f"cpu{s}", host=0) for s in range(sockets)] if through_cpu else []
+    for s in range(sockets):
+        mine = [g for g in gpus if socket_of[g] == s]
+        if pcie_switch:
+            sw = topo.add_node("switch", f"pcisw{s}", host=0)
+            for g in mine:
+                topo.add_link(g, sw, bps, lat)
+            if cpus:
+                topo.add_link(sw, cpus[s], bps, lat)
+        else:
+            for g in mine:
+                topo.add_link(g, cpus[s], bps, lat)
+    if sockets > 1:
+        link = rate_bps(cpu_link_rate, "cpu_link_rate") if cpu_link_rate is not None else int(inter_cpu_bw(model) * 8e9)
+        for a in range(sockets):
+            for b in range(a + 1, sockets):
+                topo.add_link(cpus[a], cpus[b], link, lat)
+        topo.meta["cpu_link_bps"] = link
     topo.meta["pcie_bps"] = bps
+    topo.meta["pcie"] = {"sockets": socket_of, "switch": pcie_switch, "cpu_model": model}
     return topo.validate()
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from phantora.collectives.nccl import pci_paths
 from phantora.collectives.nccl.chunking import chunk_bytes, ring_simple_chunk
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
@@ -44,11 +45,12 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     if opts.model != "nccl" or coll.size < 2 or coll.kind == "barrier":
         return None
     st = settings(opts)
-    p = platform_of(topo, coll.ranks)
+    p = platform_of(topo, coll.ranks, st)
+    check_transports(p, st)
     if coll.kind in ("all_to_all", "send_recv"):
         if opts.algorithm not in ("auto", "direct"):
             return None  # pairwise rounds: phantora's own, under the ideal model
-        comm = platform_of(topo, coll.comm) if coll.comm else None
+        comm = platform_of(topo, coll.comm, st) if coll.comm else None
         return p2p_choice(coll, p, st, opts.protocol, comm)
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
@@ -67,7 +69,23 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             f"({what or asked}); NCCL fails here too",
             field="algorithm",
         )
+    if p.pci is not None and choice.algorithm in ("ring", "tree"):
+        pci = p.pci
+        choice = dataclasses.replace(choice, transport=pci_paths.ring_transports(pci), path=pci_paths.ring_path(pci))
     return choice
+
+
+def check_transports(p: Platform, st: NcclSettings) -> None:
+    """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: no
+    P2P between NVLink GPUs (NCCL would route them through host memory), or neither P2P nor SHM on a PCIe host."""
+    if p.intra == "nvlink" and p.ppn > 1 and st.p2p_level == pci_paths.LOC:
+        raise InputError(
+            "NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC) on NVLink GPUs: NCCL would move their traffic through host "
+            "memory (SHM), which is modelled on PCIe hosts only",
+            field="NCCL_P2P_LEVEL",
+        )
+    if p.pci is not None:
+        pci_paths.ring_transports(p.pci)  # raises where a pair has neither P2P nor SHM
 
 
 def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choice) -> int:
@@ -76,7 +94,7 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
     NVLS, NVLS-Tree, tree and PAT chunks as `calcCollChunking` sizes them; p2p the P2P chunk (each transfer's own
     step: `chunking.p2p_chunk_bytes`)."""
     st = settings(opts)
-    p = platform_of(topo, coll.ranks)
+    p = platform_of(topo, coll.ranks, st)
     if choice.algorithm == "p2p":
         return st.p2p_nvl_chunk if p.nnodes == 1 and p.intra == "nvlink" else st.p2p_net_chunk
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from phantora.collectives.nccl import pci_paths
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -38,6 +39,8 @@ class Graph:
 def ring_graph(p: Platform) -> Graph:
     """The ring (and tree) graph: the per-channel bandwidth that carries the most in total, then duplicated."""
     speeds = T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]
+    if p.pci is not None:  # a described PCIe host: the search over its links (sockets, CPU link, SHM diversions)
+        return _duplicated(*pci_paths.ring_search(p.pci, speeds, T.RING_GRAPH_MAX_CHANNELS), p)
     best = (0, 0.0)
     for s in speeds:
         if p.nnodes == 1:
@@ -52,7 +55,13 @@ def ring_graph(p: Platform) -> Graph:
     n, s = best
     if n == 0:
         n, s = 1, speeds[-1]
-    if s >= 25.0 and not (p.compcap > 80 and s < 50.0 and n > 4):  # ncclTopoDupChannels
+    return _duplicated(n, s, p)
+
+
+def _duplicated(n: int, s: float, p: Platform) -> Graph:
+    """`ncclTopoDupChannels`: channels of 25 GB/s or more are doubled at half the speed (not on sm > 80 below 50
+    GB/s with more than 4 channels)."""
+    if s >= 25.0 and not (p.compcap > 80 and s < 50.0 and n > 4):
         dup = min(2 * n, T.RING_GRAPH_MAX_CHANNELS)
         s /= math.ceil(dup / n)
         n = dup

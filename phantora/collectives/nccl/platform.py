@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.pci_paths import CPU_MODELS, UNSET, PciHost, inter_cpu_bw
+from phantora.collectives.nccl.settings import NcclSettings
 from phantora.errors import InputError
 from phantora.topology.model import Topology
 
@@ -33,6 +35,7 @@ class Platform:
     nics_per_node: int
     cpu: str = "intel"  # the hosts' CPU vendor (topology meta "cpu"): NCCL's net overhead and LL ceiling follow it
     sm_clock_ghz: float = 0.0  # the GPU's SM (boost) clock; 0: unknown (the kernels' cycle costs then take H100's)
+    pci: PciHost | None = None  # one PCIe host's sockets, switches and P2P settings (pci_paths.py), if described
 
     @property
     def index2(self) -> int:
@@ -44,8 +47,8 @@ def arch_of(compcap: int) -> str:
     return "blackwell" if compcap >= 100 else "hopper" if compcap >= 90 else "ampere" if compcap >= 80 else "volta"
 
 
-def platform_of(topo: Topology, ranks: tuple[int, ...]) -> Platform:
-    """The platform of a group of global ranks on `topo`."""
+def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None = None) -> Platform:
+    """The platform of a group of global ranks on `topo`, under the NCCL variables of `st` (default: none set)."""
     from phantora.perfmodel.gpus import get_gpu
 
     try:
@@ -79,6 +82,25 @@ def platform_of(topo: Topology, ranks: tuple[int, ...]) -> Platform:
         nics_per_node=ppn if nic_bps else 0,
         cpu=cpu_vendor(topo),
         sm_clock_ghz=gpu.clock_hz / 1e9,
+        pci=_pci_host(topo, nodes, intra_bw, st) if intra == "pci" and len(blocks) == 1 else None,
+    )
+
+
+def _pci_host(topo: Topology, nodes: list[int], link_bw: float, st: NcclSettings | None) -> PciHost | None:
+    """The group's PCIe host as the `pcie_host` generator describes it (topology meta "pcie"), or None."""
+    desc = topo.meta.get("pcie")
+    if not isinstance(desc, dict):
+        return None
+    sockets, model = list(desc["sockets"]), str(desc["cpu_model"])
+    return PciHost(
+        sockets=tuple(int(sockets[n]) for n in nodes),
+        switched=bool(desc["switch"]),
+        cpu=CPU_MODELS[model][0],
+        inter_cpu_bw=inter_cpu_bw(model),
+        link_bw=link_bw,
+        host_gpus=len(sockets),
+        p2p_level=st.p2p_level if st is not None else UNSET,
+        shm=st.shm if st is not None else True,
     )
 
 

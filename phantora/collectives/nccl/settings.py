@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.pci_paths import UNSET, p2p_level_of
 from phantora.errors import InputError
 
 ENV_VARS = (
@@ -40,6 +41,9 @@ ENV_VARS = (
     "NCCL_IB_QPS_PER_CONNECTION",
     "NCCL_IB_SPLIT_DATA_ON_QPS",
     "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_P2P_DISABLE",
+    "NCCL_P2P_LEVEL",
+    "NCCL_SHM_DISABLE",
     "PHANTORA_NCCL_VERSION",
 )
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
@@ -73,6 +77,8 @@ class NcclSettings:
     min_p2p_channels: int = 1  # NCCL_MIN_P2P_NCHANNELS: the least p2p channels (paths.cc), before pow2Up
     max_p2p_channels: int = T.MAX_CHANNELS  # NCCL_MAX_P2P_NCHANNELS: the most, before the least and pow2Up
     nccl_version: tuple[int, int] = T.MODEL_NCCL_VERSION  # PHANTORA_NCCL_VERSION: the NCCL whose tuner picks
+    p2p_level: int = UNSET  # NCCL_P2P_DISABLE=1 (PATH_LOC) or NCCL_P2P_LEVEL: the farthest path P2P may take
+    shm: bool = True  # NCCL_SHM_DISABLE=1 turns the SHM transport (GPU pairs without P2P) off
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -126,6 +132,14 @@ def _int(env: Mapping[str, str], var: str, default: int, low: int = 0) -> int:
     if value < low:
         raise InputError(f"{var}={text!r} must be at least {low}", field=var)
     return value
+
+
+def _flag(env: Mapping[str, str], var: str) -> int:
+    """A 0/1 variable (0 when unset)."""
+    text = env.get(var, "").strip()
+    if text not in ("", "0", "1"):
+        raise InputError(f"{var}={text!r}: expected 0 or 1", field=var)
+    return int(text or 0)
 
 
 def _qps(env: Mapping[str, str]) -> int:
@@ -222,5 +236,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         min_p2p_channels=_int(env, "NCCL_MIN_P2P_NCHANNELS", 1),
         max_p2p_channels=_int(env, "NCCL_MAX_P2P_NCHANNELS", T.MAX_CHANNELS),
         nccl_version=nccl_version_of(env),
+        p2p_level=p2p_level_of(env.get("NCCL_P2P_DISABLE"), env.get("NCCL_P2P_LEVEL")),
+        shm=_flag(env, "NCCL_SHM_DISABLE") == 0,
         raw=raw,
     )

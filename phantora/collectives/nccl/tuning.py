@@ -57,6 +57,8 @@ class Choice:
     chan_net_bw: float = 0.0  # GB/s one network connection of a ring, tree or NVLS-Tree moves (0: no limit)
     chain_us: float = 0.0  # a ring's network hops NCCL's latency leaves out (ring_chain.py), charged on top of it
     proxy_us: float = 0.0  # what the busiest proxy's turns exceed the transfer by (proxy.py), charged on top
+    transport: tuple[tuple[str, int], ...] = ()  # PCIe host: how many ring hops run P2P and SHM (pci_paths.py)
+    path: str = ""  # PCIe host: the ring's farthest path type (PIX, PHB, SYS)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -70,6 +72,7 @@ class Choice:
             **({"fill_us": round(self.fill_us, 3)} if self.fill_us else {}),
             **({"chain_us": round(self.chain_us, 3)} if self.chain_us else {}),
             **({"proxy_us": round(self.proxy_us, 3)} if self.proxy_us else {}),
+            **({"transport": dict(self.transport), "path": self.path} if self.transport else {}),
         }
 
 
