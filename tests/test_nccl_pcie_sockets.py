@@ -3,8 +3,9 @@ P2P. Closed forms of NCCL's own source (NVIDIA/nccl v2.30.7-1):
 
 - topo.h / topo.cc `ncclTopoGetInterCpuBw`: the inter-CPU link is BDW_QPI_BW 6, SKL_QPI_BW 10 (Intel model >= 0x55:
   Skylake, Cascade Lake, Ice Lake), SRP_QPI_BW 22 (>= 0x8F), ERP_QPI_BW 40 (>= 0xCF), AMD_BW 16 GB/s.
-- paths.cc `ncclTopoCheckP2p`: P2P up to PATH_PXB (PATH_SYS on AMD hosts of at most two GPUs), or NCCL_P2P_LEVEL;
-  NCCL_P2P_DISABLE=1 is PATH_LOC. A pair without P2P is diverted through the receiver's CPU and runs SHM.
+- paths.cc `ncclTopoCheckP2p`: P2P up to PATH_PXB (PATH_SYS on AMD hosts where the communicator has at most two GPUs),
+  or NCCL_P2P_LEVEL; NCCL_P2P_DISABLE=1 is PATH_LOC. A pair without P2P is diverted through the receiver's CPU and
+  runs SHM.
 - search.cc `followPath`: every channel takes its speed off each link of each hop's path, 6/5 of it on the PCIe
   links of a PATH_PHB hop through an Intel CPU; `ncclTopoCompute` keeps the most channels x speed, stops when the
   GPU's link is full, steps the speed down while the next is above .49 of the best, else falls back to 0.1 GB/s.
@@ -150,6 +151,30 @@ def test_bad_values_are_one_line_errors(env: dict[str, str], field: str) -> None
     with pytest.raises(InputError) as err:
         settings_from_env(env)
     assert err.value.field == field and "\n" not in str(err.value)
+
+
+def test_amds_sys_p2p_counts_the_communicators_gpus() -> None:
+    """topo.cc builds NCCL's system from the communicator's GPUs only: on an 8-GPU AMD host a communicator of two
+    GPUs on different sockets runs P2P (SYS allowed), the whole host's ring runs SHM across the sockets."""
+    st = settings_from_env({})
+    topo = pcie_host(N, sockets=2, cpu="amd")
+    pair = platform_of(topo, (3, 4), st).pci
+    whole = platform_of(topo, tuple(range(N)), st).pci
+    assert pair is not None and whole is not None
+    assert (transport(pair, 0, 1), transport(whole, 3, 4)) == ("P2P", "SHM")
+
+
+def test_p2p_collectives_record_their_pairs_transports() -> None:
+    """An all-to-all on two Intel sockets: 4 x 3 ordered pairs inside each socket run P2P, 2 x 4 x 4 across run
+    SHM; a send/recv of the 8-GPU communicator from socket 0 to socket 1 runs SHM."""
+    topo = pcie_host(N, sockets=2)
+    a2a = choose(Collective("all_to_all", tuple(range(N)), 64 << 20, "fp32"), topo, _opts())
+    assert a2a is not None and a2a.to_dict()["transport"] == {"P2P": 2 * 4 * 3, "SHM": 2 * 4 * 4}
+    send = Collective("send_recv", (3, 4), 1 << 20, "fp32", None, tuple(range(N)))
+    got = choose(send, topo, _opts())
+    assert got is not None and (got.to_dict()["transport"], got.path) == ({"SHM": 1}, "SYS")
+    amd = choose(send, pcie_host(N, sockets=2, cpu="amd"), _opts())
+    assert amd is not None and amd.to_dict()["transport"] == {"SHM": 1}  # the communicator has 8 GPUs: PXB
 
 
 def test_what_is_not_modelled_is_refused_clearly() -> None:

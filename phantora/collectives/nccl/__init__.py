@@ -51,7 +51,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         if opts.algorithm not in ("auto", "direct"):
             return None  # pairwise rounds: phantora's own, under the ideal model
         comm = platform_of(topo, coll.comm, st) if coll.comm else None
-        return p2p_choice(coll, p, st, opts.protocol, comm)
+        on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
+        return _with_transports(p2p_choice(coll, p, st, opts.protocol, comm), on, coll.kind)
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
         if want is None:
@@ -69,10 +70,27 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             f"({what or asked}); NCCL fails here too",
             field="algorithm",
         )
-    if p.pci is not None and choice.algorithm in ("ring", "tree"):
-        pci = p.pci
-        choice = dataclasses.replace(choice, transport=pci_paths.ring_transports(pci), path=pci_paths.ring_path(pci))
-    return choice
+    return _with_transports(choice, p, coll.kind)
+
+
+def _with_comm_gpus(p: Platform, gpus: int) -> Platform:
+    """`p` (a send/recv's two ranks) with its communicator's GPU count, which NCCL's AMD P2P rule reads."""
+    assert p.pci is not None
+    return dataclasses.replace(p, pci=dataclasses.replace(p.pci, comm_gpus=gpus))
+
+
+def _with_transports(choice: Choice, p: Platform, kind: str) -> Choice:
+    """`choice` recording, on a described PCIe host, how many of its connections run P2P and SHM and their
+    farthest path: the ring's hops (ring, tree), the (src, dst) of a send/recv, every pair of an all-to-all."""
+    if p.pci is None or choice.algorithm not in ("ring", "tree", "p2p"):
+        return choice
+    pci = p.pci
+    pairs = pci_paths.ring_hops(pci) if choice.algorithm != "p2p" else [(0, 1)]
+    if kind == "all_to_all":
+        pairs = pci_paths.all_pairs(pci)
+    return dataclasses.replace(
+        choice, transport=pci_paths.transports(pci, pairs), path=pci_paths.farthest_path(pci, pairs)
+    )
 
 
 def check_transports(p: Platform, st: NcclSettings) -> None:

@@ -5,10 +5,10 @@ picks for each pair, and the ring channels its topology search finds over them.
   LINK_SYS of `ncclTopoGetInterCpuBw` (Intel by model: BDW_QPI_BW 6, SKL_QPI_BW 10 from model 0x55, SRP_QPI_BW 22
   from 0x8F, ERP_QPI_BW 40 from 0xCF; AMD_BW 16; ARM_BW 6).
 - paths.cc: GPUs under one PCIe switch are PATH_PIX apart, GPUs on the same CPU's root ports PATH_PHB, GPUs under
-  different CPUs PATH_SYS. `ncclTopoCheckP2p` uses P2P up to PATH_PXB (PATH_SYS on AMD hosts of at most two GPUs),
-  or up to the user's NCCL_P2P_LEVEL (NCCL_P2P_DISABLE=1: PATH_LOC, no P2P at all). A pair without P2P is diverted
-  through the receiver's CPU (`addInterStep`: its path climbs to the CPU, PATH_PHB inside a socket) and runs the SHM
-  transport (shm.cc), unless NCCL_SHM_DISABLE=1, which leaves only the network transport.
+  different CPUs PATH_SYS. `ncclTopoCheckP2p` uses P2P up to PATH_PXB (PATH_SYS on AMD hosts where the communicator
+  has at most two GPUs), or up to the user's NCCL_P2P_LEVEL (NCCL_P2P_DISABLE=1: PATH_LOC, no P2P at all). A pair
+  without P2P is diverted through the receiver's CPU (`addInterStep`: its path climbs to the CPU, PATH_PHB inside a
+  socket) and runs the SHM transport (shm.cc), unless NCCL_SHM_DISABLE=1, which leaves only the network transport.
 - search.cc `followPath`: each channel takes its speed off every link of each hop's path; a PATH_PHB hop through an
   Intel CPU takes 6/5 of it off its PCIe links (`INTEL_P2P_OVERHEAD`). `ncclTopoCompute` starts at the fastest speed
   not above the best GPU-to-GPU path, keeps the graph of most channels x speed, stops once that fills the GPU's link,
@@ -79,7 +79,7 @@ class PciHost:
     cpu: str  # vendor: intel | amd | arm
     inter_cpu_bw: float  # GB/s of the link between two CPUs, NCCL's figure
     link_bw: float  # GB/s NCCL gives a GPU's PCIe link (and a switch's uplink)
-    host_gpus: int  # GPUs in the host (NCCL's DEV count)
+    comm_gpus: int  # the communicator's GPUs on the host (NCCL's DEV count: topo.cc fuses only theirs)
     p2p_level: int = UNSET  # NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, a path type
     shm: bool = True  # not NCCL_SHM_DISABLE=1
 
@@ -111,10 +111,11 @@ def path_type(h: PciHost, i: int, j: int) -> int:
 
 
 def p2p_level(h: PciHost) -> int:
-    """`ncclTopoCheckP2p`'s level: the user's, else PXB, or SYS on an AMD host of at most two GPUs."""
+    """`ncclTopoCheckP2p`'s level: the user's, else PXB, or SYS on an AMD host where the communicator has at most
+    two GPUs (topo.cc fuses only the communicator's GPUs into the system it counts)."""
     if h.p2p_level != UNSET:
         return h.p2p_level
-    return SYS if h.cpu == "amd" and h.host_gpus <= 2 else PXB
+    return SYS if h.cpu == "amd" and h.comm_gpus <= 2 else PXB
 
 
 def transport(h: PciHost, i: int, j: int) -> str:
@@ -201,15 +202,31 @@ def ring_search(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tup
     return best if best[0] else (1, FALLBACK_BW)
 
 
-def ring_transports(h: PciHost) -> tuple[tuple[str, int], ...]:
-    """How many of the ring's hops run each transport."""
+def all_pairs(h: PciHost) -> list[tuple[int, int]]:
+    """Every ordered pair of positions (an all-to-all's transfers)."""
+    n = len(h.sockets)
+    return [(i, j) for i in range(n) for j in range(n) if i != j]
+
+
+def transports(h: PciHost, pairs: list[tuple[int, int]]) -> tuple[tuple[str, int], ...]:
+    """How many of the (sender, receiver) pairs run each transport."""
     counts: dict[str, int] = {}
-    for i, j in ring_hops(h):
+    for i, j in pairs:
         t = transport(h, i, j)
         counts[t] = counts.get(t, 0) + 1
     return tuple(sorted(counts.items()))
 
 
+def farthest_path(h: PciHost, pairs: list[tuple[int, int]]) -> str:
+    """The worst path type of the pairs' paths (for a ring: the graph's typeIntra)."""
+    return PATH_NAMES[max(hop_links(h, i, j)[1] for i, j in pairs)]
+
+
+def ring_transports(h: PciHost) -> tuple[tuple[str, int], ...]:
+    """How many of the ring's hops run each transport."""
+    return transports(h, ring_hops(h))
+
+
 def ring_path(h: PciHost) -> str:
-    """The worst path type of the ring's hops (the graph's typeIntra)."""
-    return PATH_NAMES[max(hop_links(h, i, j)[1] for i, j in ring_hops(h))]
+    """The ring's farthest path type."""
+    return farthest_path(h, ring_hops(h))

@@ -98,7 +98,7 @@ def _pci_host(topo: Topology, nodes: list[int], link_bw: float, st: NcclSettings
         cpu=CPU_MODELS[model][0],
         inter_cpu_bw=inter_cpu_bw(model),
         link_bw=link_bw,
-        host_gpus=len(sockets),
+        comm_gpus=len(nodes),
         p2p_level=st.p2p_level if st is not None else UNSET,
         shm=st.shm if st is not None else True,
     )
