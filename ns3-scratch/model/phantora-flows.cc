@@ -6,6 +6,7 @@
 #include "phantora-simulator-impl.h"
 
 #include "ns3/log.h"
+#include "ns3/make-event.h"
 #include "ns3/simulator.h"
 
 #include <algorithm>
@@ -52,6 +53,20 @@ bool RunFlagged(int64_t limitNs, bool& flag, Done done, const char* caller) {
   flag = false;
   Simulator::Cancel(stop);
   return done();
+}
+
+/// Stop after every event of time step `ns` (now). In the keyed mode with the key after every other of the step
+/// (StepEndKey): a queue sample of `ns` orders after any stop the caller can queue with its own key, so a loop of
+/// such stops would run one stop each time and never the sample (issue 38: a keyed run with the default 1 us
+/// sampling that met a sampling instant spun here, queueing stops until it ran out of memory).
+void StopAtStepEnd(int64_t ns) {
+  PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  if (sim == nullptr || !sim->Keyed()) {
+    Simulator::Stop(NanoSeconds(0));
+    return;
+  }
+  const auto ts = static_cast<uint64_t>(ns);
+  sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, StepEndKey(ts), MakeEvent(static_cast<void (*)()>(&Simulator::Stop)));
 }
 
 std::string SignalName(int sig) {
@@ -645,10 +660,16 @@ void PhantoraNetwork::RunTo(int64_t ns) {
   }
   Simulator::Stop(NanoSeconds(ns - now));
   RunSimulator();
-  // Events stamped exactly `ns` but scheduled after the stop event: run them too.
+  // Events stamped exactly `ns` but scheduled after the stop event: run them too. Each round runs at least one
+  // event besides its stop, or the loop would queue stops for ever: then it fails naming the run call.
   while (NextEventTime() == ns) {
-    Simulator::Stop(NanoSeconds(0));
+    const uint64_t before = Simulator::GetEventCount();
+    StopAtStepEnd(ns);
     RunSimulator();
+    if (Simulator::GetEventCount() == before + 1 && NextEventTime() == ns) {
+      throw std::logic_error("RunUntil(" + std::to_string(ns) +
+                             "): an event of that ns orders after every stop, so the run call cannot finish it");
+    }
   }
 }
 

@@ -40,6 +40,13 @@ inline PhantoraOrderKey SampleKey(uint64_t ts, uint32_t slot) {
   return PhantoraOrderKey{ts, PhantoraOrderKey::kCaller, PhantoraOrderKey::kSampleCount + slot};
 }
 
+/// The key after every other of time step `ts`, its queue samples' included (the count UINT32_MAX, which no node
+/// and no sampler takes): a run call's stop that ends the step (PhantoraNetwork::RunTo). A stop with the caller's
+/// next key orders before the samples of its step, so a run call to a sampling instant would never get past it.
+inline PhantoraOrderKey StepEndKey(uint64_t ts) {
+  return PhantoraOrderKey{ts, PhantoraOrderKey::kCaller, UINT32_MAX};
+}
+
 /// True if `a` orders before `b` among events of one time step (schedTs, then node, then count).
 inline bool KeyBefore(const PhantoraOrderKey& a, const PhantoraOrderKey& b) {
   if (a.schedTs != b.schedTs) {
