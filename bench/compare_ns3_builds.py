@@ -90,7 +90,7 @@ def outputs(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
             "completions": sorted(done, key=lambda c: (c.end_ns, c.flow_id)),
             "fct": sim.fct_records(),
             "pfc": sim.pfc_events(),
-            "queues": sim.queue_samples(),
+            "queues": list(sim.queue_samples()),
             "drops": sim.drops(),
             "trims": sim.trims(),
             "cnps": sim.cnp_events(),

@@ -56,6 +56,7 @@ from phantora.netsim.observe import (
 from phantora.netsim.packet_config import PacketConfig, field_of_param
 from phantora.netsim.packet_summary import ChannelRow, channel_usage, packet_stats
 from phantora.netsim.partition import partition_params
+from phantora.netsim.queue_spool import QueueSpool
 from phantora.netsim.record_order import RecordKey
 from phantora.topology.model import Topology
 
@@ -282,7 +283,7 @@ class Ns3Simulator:
         self._tags: dict[int, str] = {}
         self._fct: list[FctLine] = []
         self._pfc: list[PfcEvent] = []
-        self._queues: list[QueueSample] = []
+        self._queues = QueueSpool()  # on disk as drained: after every run call while sampling (queue_spool)
         self._drops: list[Drop] = []
         self._trims: list[Trim] = []
         self._cnps: list[CnpEvent] = []
@@ -394,6 +395,8 @@ class Ns3Simulator:
         """A run call's result, unless SIGTERM or SIGINT cut the call short: then Python's own handler of the
         signal runs now (the CLI's `Terminated`, KeyboardInterrupt); one that does not raise gets
         `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT), so a cut call never passes for done."""
+        if self.config.queue_sample_ns > 0:
+            self._spool_samples()
         sig = int(self._net.InterruptedBy()) if self._interruptible else 0
         if not sig:
             return result
@@ -511,10 +514,16 @@ class Ns3Simulator:
         """pfc.txt records (HPCC numbers ports from 1)."""
         return pfc_txt_lines(self.pfc_events())
 
-    def queue_samples(self) -> list[QueueSample]:
-        for r in self._net.DrainQueueSamples():
-            self._queues.append(QueueSample(int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.bytes)))
-        return list(self._queues)
+    def queue_samples(self) -> Sequence[QueueSample]:
+        """Every queue sample so far, in time order: a sequence read back from disk (`QueueSpool`), not a list."""
+        self._spool_samples()
+        return self._queues
+
+    def _spool_samples(self) -> None:
+        """Move ns-3's queue samples so far to the spool (its vector then holds one run call's at most)."""
+        rows = self._net.DrainQueueSamples()
+        if rows.size():
+            self._queues.extend((int(r.timeNs), int(r.node), int(r.port), int(r.prio), int(r.bytes)) for r in rows)
 
     def drops(self) -> list[Drop]:
         for r in self._net.DrainDrops():

@@ -8,11 +8,10 @@ Columns come from `phantora.results.schema`.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +50,22 @@ def write_json(path: Path, data: Mapping[str, Any], *, indent: int = 2, sort_key
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
-    """One CSV file with a header row."""
-    buf = io.StringIO(newline="")
-    w = csv.writer(buf)
-    w.writerow(header)
-    w.writerows(rows)
-    return write_atomic(path, buf.getvalue())
+    """One CSV file with a header row, streamed row by row into the temporary file (`write_atomic`'s name and
+    rename): a file of millions of rows (queues.csv) never sits in memory whole, nor do its rows if `rows` is a
+    generator."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w") as f:  # as write_atomic's write_text: the same bytes
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    return path
 
 
 # ----- flows ------------------------------------------------------------------------------------------
@@ -162,13 +171,15 @@ def write_queues_csv(path: Path, topo: Topology, samples: Iterable[QueueSample])
     """Sampled bytes in each switch egress queue (node, port towards `peer`, priority)."""
     names = node_names(topo)
     peers: dict[tuple[int, int], str] = {}
-    rows = []
-    for q in samples:
-        peer = peers.get((q.node, q.port))
-        if peer is None:
-            peer = peers[(q.node, q.port)] = _peer(topo, q.node, q.port)
-        rows.append([q.time_ns, names[q.node], q.node, q.port, peer, q.prio, q.bytes])
-    return write_csv(path, S.QUEUE_COLUMNS, rows)
+
+    def rows() -> Iterator[list[Any]]:  # one at a time: the samples may be many millions (docs/packet-model.md)
+        for q in samples:
+            peer = peers.get((q.node, q.port))
+            if peer is None:
+                peer = peers[(q.node, q.port)] = _peer(topo, q.node, q.port)
+            yield [q.time_ns, names[q.node], q.node, q.port, peer, q.prio, q.bytes]
+
+    return write_csv(path, S.QUEUE_COLUMNS, rows())
 
 
 def write_drops_csv(path: Path, topo: Topology, drops: Iterable[Drop]) -> Path:
