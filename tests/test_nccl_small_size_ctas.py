@@ -54,3 +54,17 @@ def test_ring_ll128_rate_at_half_the_channels() -> None:
     assert (half.channels, full.channels) == (12, 24)
     assert half.algbw == pytest.approx(bus / 2 * RING)
     assert full.algbw == pytest.approx(bus * RING)
+
+
+@pytest.mark.parametrize(("size", "proto"), [(1 * KiB, "LL"), (2 * KiB, "LL"), (1 * KiB, "LL128")])
+def test_a_tree_on_one_channel_keeps_all_its_threads(size: int, proto: str) -> None:
+    """From NCCL 2.22 a tree runs all its threads whatever the size (enqueue.cc `topoGetAlgoInfo`: "Tree now uses
+    all threads always"; the halving on one channel is the ring's): an A100 tree all-reduce of 1-2 KiB runs one
+    channel, 1/24 of the protocol kernel's rate over NCCL's 24 full CTAs, at the tree's algbw / busbw of 1/2, not
+    a quarter (LL: 1 KiB < 256 x 8 B would halve 512 threads twice) or a half (LL128: 1 KiB < 640 x 8 B)."""
+    env = {"NCCL_ALGO": "Tree", "NCCL_PROTO": proto}
+    choice = choose(Collective("all_reduce", tuple(range(8)), size, "fp32"), A100, AlgoOptions(nccl_env=nccl_env(env)))
+    bus = achieved_busbw("ampere", proto)
+    assert choice is not None and bus is not None
+    assert (choice.algorithm, choice.channels) == ("tree", 1)
+    assert choice.algbw == pytest.approx(bus / 24 * 0.5)

@@ -20,7 +20,7 @@ CTA, and the GPU's grows with the CTAs until the NVLink binds, which NCCL's rati
 `perChMaxRingLL128Bws`) already caps. It is not a whole-GPU ceiling such as the Simple all-reduce's ~230 GB/s
 (`ring_kernel.kernel_busbw`, which 4 CTAs leave unbound): with `share` = CTAs run / NCCL's default the kernel
 reaches min(share x NCCL's rating, share x the achieved rate), fewer CTAs under NCCL_MAX_NCHANNELS
-(`tuning.channel_limit`) and at small sizes (NCCL runs fewer channels there, and on one fewer threads: a CTA
+(`tuning.channel_limit`) and at small sizes (NCCL runs fewer channels there, and a ring on one fewer threads: a CTA
 weighs its threads over the protocol's most), more under NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS (`tuning.cta_share`).
 """
 

@@ -47,9 +47,12 @@ def thread_threshold(algo: str, proto: str, p: Platform) -> int:
 
 
 def run_threads(kind: str, proto: str, p: Platform, nbytes: int, channels: int, algo: str = "ring") -> int:
-    """Threads a channel runs (enqueue.cc `topoGetAlgoInfo`): the protocol's most, halved on one channel while the
-    bytes are fewer than threads x its threshold (`thread_threshold`)."""
+    """Threads a channel runs (enqueue.cc `topoGetAlgoInfo`, v2.22.3-1 to v2.30.7-1): a ring's protocol's most,
+    halved on one channel while the bytes are fewer than threads x its threshold (`thread_threshold`); any other
+    algorithm its most ("Tree now uses all threads always", PAT too; NVLS never halves)."""
     threads = T.MAX_THREADS[proto]
+    if algo != "ring":
+        return threads
     threshold = thread_threshold(algo, proto, p)
     while channels <= 1 and nbytes < threads * threshold and threads % 128 == 0:
         threads //= 2

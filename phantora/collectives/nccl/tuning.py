@@ -376,7 +376,7 @@ def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
 def cta_share(p: Platform, proto: str, channels: int, threads: int) -> float:
     """The CTAs a collective runs, weighted by their threads, over NCCL's default count of full CTAs: fewer under
     NCCL_MAX_NCHANNELS, more when NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS open more and the size runs them all, and
-    fewer for small sizes, where NCCL runs fewer channels and, on one, fewer threads (`run_channels`,
+    fewer for small sizes, where NCCL runs fewer channels and, a ring on one, fewer threads (`run_channels`,
     `ring_round_up.run_threads`: enqueue.cc `topoGetAlgoInfo`). A protocol kernel's per-CTA rate
     (`proto_rate.py`) scales with it; NCCL's own rating does not (its model keeps the search's channels)."""
     default = comm_channels(p, ring_graph(p), NcclSettings())
