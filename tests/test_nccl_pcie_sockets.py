@@ -189,6 +189,24 @@ def test_what_is_not_modelled_is_refused_clearly() -> None:
     assert choose(coll, pcie_host(N), _opts(NCCL_SHM_DISABLE="1")) is not None  # one switch: all P2P
 
 
+@pytest.mark.parametrize(
+    ("env", "var"),
+    [
+        ({"NCCL_P2P_DISABLE": "1"}, "NCCL_P2P_DISABLE"),
+        ({"NCCL_P2P_LEVEL": "LOC"}, "NCCL_P2P_LEVEL"),
+        ({"NCCL_P2P_LEVEL": "0"}, "NCCL_P2P_LEVEL"),
+        ({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}, "NCCL_P2P_DISABLE"),
+    ],
+)
+def test_p2p_off_on_nvlink_names_the_variable_set(env: dict[str, str], var: str) -> None:
+    """The refusal names the variable that turned P2P off (NCCL_P2P_DISABLE wins over NCCL_P2P_LEVEL, as in
+    `ncclGetLevel`), in one line."""
+    coll = Collective("all_reduce", tuple(range(N)), 1 << 20, "fp32")
+    with pytest.raises(InputError) as err:
+        choose(coll, dgx_host(N, gpu="h100"), _opts(**env))
+    assert err.value.field == var and str(err.value).count(f"{var}=") == 1 and "\n" not in str(err.value)
+
+
 def test_the_variables_are_recorded_with_the_others() -> None:
     env = {"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "PHB", "NCCL_SHM_DISABLE": "0", "OTHER": "x"}
     assert dict(nccl_env(env)) == {k: v for k, v in env.items() if k.startswith("NCCL_")}

@@ -97,10 +97,12 @@ def check_transports(p: Platform, st: NcclSettings) -> None:
     """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: no
     P2P between NVLink GPUs (NCCL would route them through host memory), or neither P2P nor SHM on a PCIe host."""
     if p.intra == "nvlink" and p.ppn > 1 and st.p2p_level == pci_paths.LOC:
+        env = dict(st.raw)
+        var = "NCCL_P2P_DISABLE" if env.get("NCCL_P2P_DISABLE", "").strip() == "1" else "NCCL_P2P_LEVEL"
         raise InputError(
-            "NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC) on NVLink GPUs: NCCL would move their traffic through host "
-            "memory (SHM), which is modelled on PCIe hosts only",
-            field="NCCL_P2P_LEVEL",
+            f"{var}={env.get(var, '').strip()} on NVLink GPUs: NCCL would move their traffic through host memory "
+            "(SHM), which is modelled on PCIe hosts only",
+            field=var,
         )
     if p.pci is not None:
         pci_paths.ring_transports(p.pci)  # raises where a pair has neither P2P nor SHM
