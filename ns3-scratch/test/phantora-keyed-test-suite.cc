@@ -315,6 +315,13 @@ class KeyedSampleKeyTest : public TestCase {
     for (uint32_t slot : {0u, 1u, 2u, 1000u, K::kSampleSlots - 2}) {
       NS_TEST_ASSERT_MSG_EQ(KeyBefore(SampleKey(ts, slot), SampleKey(ts, slot + 1)), true, "samplers in slot order");
     }
+    // StepEndKey, a run call's last stop of the ns (PhantoraNetwork::RunTo), after every key of the ns, the last
+    // sampler's included, and before every key scheduled later.
+    for (const K& k : others) {
+      NS_TEST_ASSERT_MSG_EQ(KeyBefore(k, StepEndKey(ts)), true, "another key of the ns orders before its end");
+    }
+    NS_TEST_ASSERT_MSG_EQ(KeyBefore(last, StepEndKey(ts)), true, "the last sampler before the step's end");
+    NS_TEST_ASSERT_MSG_EQ(KeyBefore(StepEndKey(ts), K{ts + 1, 0, 0}), true, "the step's end before a later key");
 
     // The caller's events below are scheduled at ns ts itself (AdvanceTo), so their keys share the samples' schedTs
     // and node (kCaller) and only the counts order them.
