@@ -252,11 +252,28 @@ def test_chunked_steps_on_two_queue_pairs_keep_the_connections_rate(kind: str, s
     assert {f.key >> 56 for f in two[3] if f.key is not None} == {0, 1}  # both queue pairs carry steps
 
 
+LL128_STEP = 120 * 640 * 8 * 8 // 8 // 128 * 120  # an LL128 step's data bytes (buffer / NCCL_STEPS x 120 / 128)
+LL128_GRAIN = 32 * 8 // 16 * 15 * 8  # ncclProtoGrainSize(LL128): 1,920 data bytes, a warp's 8 words a lane
+LL_STEP = 8 * 512 * 8 * 16 // 8 // 2  # an LL step's data bytes (half of its 16-byte lines)
+
+
+def sweeps_of(part: int, chunk: int, sweep: int) -> int:
+    """Sweeps a tree half makes of one channel's `part`: one primitive call a chunk (the last what is left), each
+    call's warps sweeping it afresh (prims_ll.h / prims_ll128.h `GenericOp`)."""
+    return sum(math.ceil(min(chunk, part - at) / sweep) for at in range(0, part, chunk))
+
+
 @pytest.mark.parametrize(
-    ("proto", "size"),
-    [("LL128", 4 * MiB), pytest.param("LL128", 64 * MiB, marks=pytest.mark.slow), ("LL", MiB)],  # 64 MiB: ~10 s
+    ("proto", "size", "cell", "cells", "chunks"),
+    [
+        ("LL128", 4 * MiB, 16 * KiB, (11, 3), (18 * LL128_GRAIN, 9 * LL128_GRAIN)),
+        pytest.param("LL128", 64 * MiB, 16 * KiB, (171, 163), (LL128_STEP // 4,) * 2, marks=pytest.mark.slow),  # ~10 s
+        ("LL", MiB, 4 * KiB, (11, 3), (LL_STEP,) * 2),
+    ],
 )
-def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> None:
+def test_one_node_tree_forwards_ll_lines_in_sweeps(
+    proto: str, size: int, cell: int, cells: tuple[int, int], chunks: tuple[int, int]
+) -> None:
     """A tree all-reduce inside one node of 8 H100s (a chain of 7 NVLink hops up, 7 down) under LL / LL128:
     runTreeSplit gives the reduce half 448 of the kernel's 640 threads (70% in whole warps) and the broadcast half
     192; each line carries its flag, so a hop forwards a chunk sweep by sweep: 8 data bytes a thread (LL) or
@@ -264,9 +281,17 @@ def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> Non
     model's, which is charged once: NCCL's time, latency + fill + bytes / algbw (coarse's), within 5%: the model's
     fill is (stages - 1) chunks, and from NCCL 2.22 the 4 MiB LL128 chunk is 18 whole 1,920 B grains (34,560 B, not
     36,000), which shortens it (35.5 -> 33.7 µs) while the sweeps, smaller than either chunk, stay: 4.4% apart.
-    The channels' parts are NCCL 2.30's (channel_split): 4 MiB LL128 (2 B of traffic a byte, 16 KiB cells) and
-    1 MiB LL (8 B a byte, 4 KiB cells) both have 256 cells and a budget of 8 MiB / 24 rounded up to 16 B =
-    349,536 B of traffic = 11 cells (32 KiB of traffic each): 23 channels of 11 cells, one of 3."""
+    The channels' parts are NCCL 2.30's (enqueue.cc scheduleCollTasksToPlan): the traffic (2 B a byte, x 4 under
+    LL) over 24 channels rounded up to 16 B, in whole cells of 32 KiB of traffic (16 KiB of the count; LL 4 KiB):
+    4 MiB LL128 and 1 MiB LL have 256 cells and a budget of 349,536 B = 11 cells (23 channels of 11, one of 3);
+    64 MiB LL128 4,096 cells and 5,592,416 B = 171 cells (23 of 171, one of 163). Each part's chunk is its own
+    (calcCollChunking with one channel and the part's bytes): LL's is a step's data, 32 KiB; LL128's ladder
+    (nstepsLL128 = 1.8 on one node of 8: halve while part // chunk < 14.4 and chunk > 128 KiB, then while < 3.6 and
+    > 32 KiB) takes 576,000 to 72,000 and 36,000 for a part of 180,224 B (5 chunks of 36,000) and on to 18,000 for
+    one of 49,152 B, cut to whole grains: 34,560 and 17,280; a 64 MiB part (2,801,664 or 2,670,592 B) stops at
+    144,000 (19 or 18 chunks of it), 75 grains. The last chunk of a part is what is left (64 MiB: 65,664 and
+    78,592 B), and each chunk is swept afresh, so its last sweep is short: 64 MiB sends 7 x (23 x (117 + 253) +
+    (111 + 241)) = 62,034 sweeps, where sweeping each whole part would make 58,513."""
     from phantora.topology import dgx_host
 
     topo = dgx_host(gpu="h100")
@@ -278,9 +303,9 @@ def test_one_node_tree_forwards_ll_lines_in_sweeps(proto: str, size: int) -> Non
     per_thread = 8 if proto == "LL" else 8 * 8 * 120 // 128
     up, down = 448 * per_thread, 192 * per_thread
     assert nccl.channels == 24
-    cell = size // 256
-    shares = [11 * cell] * 23 + [3 * cell]
-    assert flows == sum(7 * (math.ceil(s / up) + math.ceil(s / down)) for s in shares)
+    parts = [(cells[0] * cell, chunks[0])] * 23 + [(cells[1] * cell, chunks[1])]
+    assert sum(part for part, _ in parts) == size
+    assert flows == sum(7 * (sweeps_of(part, chunk, up) + sweeps_of(part, chunk, down)) for part, chunk in parts)
     want = nccl.lat_us + nccl.chain_us + nccl.fill_us + size / (1000 * nccl.algbw)
     assert t == pytest.approx(want, rel=0.05)
 

@@ -8,9 +8,10 @@ from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
+from phantora.collectives.nccl import channel_split
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.chunking import p2p_chunk_bytes, tree_line_sweeps
+from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.platform import platform_of
@@ -160,12 +161,24 @@ def _ring_chunk_steps(opts: AlgoOptions) -> int:
 
 def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[int, int] | None:
     """A tree all-reduce inside one NVLink node under NCCL's LL or LL128: the bytes its reduce and broadcast halves
-    forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces its chunks cross each hop in; None
-    elsewhere (Simple posts whole steps; a network hop's proxy sends whole steps)."""
+    forward per sweep of lines (`chunking.tree_line_sweeps`), the pieces each chunk crosses a hop in; None
+    elsewhere (Simple posts whole steps; a network hop's proxy sends whole steps). The root receives, reduces and
+    sends with all its threads, but each of its warps forwards its own lines as they land (no barrier between the
+    sweeps of a call, prims_ll128.h `GenericOp`), so its sends are cut like the broadcast half's."""
     if opts.model != "nccl":
         return None
     p = platform_of(topo, coll.comm or coll.ranks)
     return tree_line_sweeps(opts.protocol) if p.nnodes == 1 and p.intra == "nvlink" else None
+
+
+def _tree_part_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, part: int) -> int:
+    """The chunk of a tree channel's `part` bytes: from NCCL 2.22 `calcCollChunking` sizes each part's chunk from
+    the part alone (enqueue.cc `scheduleCollTasksToPlan`, v2.22.3-1 to v2.30.7-1); before it, the call's one chunk
+    (`opts.chunk_bytes`, from all its bytes over all channels)."""
+    st = nccl_settings(opts)
+    if st.nccl_version < channel_split.SPLIT_FROM:
+        return opts.chunk_bytes
+    return chunk_bytes("tree", opts.protocol, platform_of(topo, coll.comm or coll.ranks, st), st, part, 1)
 
 
 def _tree_halves_share_the_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
@@ -218,13 +231,12 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         ring_collective(b, kind, orders, shares, in_turn=in_turn, window=window, cut=cut, **common)
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
-        if sweeps:
-            common["chunk_bytes"] = min(opts.chunk_bytes, sweeps[0])
-            common["down_chunk_bytes"] = min(opts.chunk_bytes, sweeps[1])
         common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
             parent = tree_parents(blocks, c % 2, c // 2)
-            tree_flows(b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", **common)
+            if sweeps:
+                common["chunk_bytes"] = _tree_part_chunk(coll, topo, opts, size)
+            tree_flows(b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", sweeps=sweeps, **common)
     elif algo == "hierarchical":
         hierarchical_all_reduce(b, blocks, coll.nbytes, ch, **common)
     elif kind in ("broadcast", "reduce"):

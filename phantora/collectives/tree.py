@@ -24,6 +24,19 @@ def tree_height(parent: list[int | None]) -> int:
     return max(depth)
 
 
+def sweep_pieces(size: int, chunk: int, sweep: int) -> list[int]:
+    """`size` bytes as NCCL's LL / LL128 tree kernel forwards them: chunks of `chunk` bytes (the last one what is
+    left), each cut into sweeps of `sweep` bytes (the chunk's last sweep what is left of it). runTreeSplit
+    (all_reduce.h) makes one primitive call per chunk, and each call's warps start their sweeps afresh
+    (prims_ll.h, prims_ll128.h `GenericOp`, NCCL v2.30.7-1). One piece of 0 bytes when `size` is 0."""
+    chunk, sweep = max(1, chunk), max(1, sweep)
+    pieces: list[int] = []
+    for start in range(0, size, chunk):
+        left = min(chunk, size - start)
+        pieces += [sweep] * (left // sweep) + ([left % sweep] if left % sweep else [])
+    return pieces or [0]
+
+
 def tree_flows(
     b: DagBuilder,
     parent: list[int | None],
@@ -36,7 +49,7 @@ def tree_flows(
     chunk_bytes: int,
     step_delay_ns: int,
     name: str,
-    down_chunk_bytes: int | None = None,
+    sweeps: tuple[int, int] | None = None,
     window: int = 1,
     shared_sender: bool = False,
 ) -> None:
@@ -49,15 +62,17 @@ def tree_flows(
     parent (at the root: from all its children, when there is an up phase). On each edge chunk c
     also waits for chunk c - 1 to arrive: a flow model shares a link fairly between the flows on
     it, so without this one-at-a-time rule all chunks would cross each hop together and the
-    pipeline would become store-and-forward. `down_chunk_bytes`: the broadcast's pieces when they differ from the
-    reduce's (a tree's two halves forwarding LL lines in sweeps of their own size); the root sends a broadcast
-    piece once the reduce's pieces up to its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's
-    buffer slots; needs the builder's communicator): on each edge chunk c waits for chunk c - w to arrive (its
-    slot is free) instead of chunk c - 1, and the edge's chunks go on the wire one at a time in order
-    (`Flow.queue`), so up to w are in flight (prims_simple.h `waitPeer`, NCCL v2.30.7-1). `shared_sender` (needs
-    the builder's communicator): everything a node sends on the channel, up and down, goes on the wire one message
-    at a time in the order it is ready (`DagBuilder.sender_queue`): the two halves of one channel's kernel share
-    its rate, so a half sending alone (the pipeline's fill) has all of it (the caps: `nccl/shape.py`).
+    pipeline would become store-and-forward. `sweeps`: (reduce, broadcast) bytes per sweep of a tree whose two
+    halves forward LL lines in sweeps of their own size: each chunk of `chunk_bytes` crosses a hop sweep by sweep
+    (`sweep_pieces`) in place of near-equal chunks; the root sends a broadcast piece once the reduce's pieces up to
+    its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's buffer slots; needs the builder's
+    communicator): on each edge chunk c waits for chunk c - w to arrive (its slot is free) instead of chunk c - 1,
+    and the edge's chunks go on the wire one at a time in order (`Flow.queue`), so up to w are in flight
+    (prims_simple.h `waitPeer`, NCCL v2.30.7-1).
+    `shared_sender` (needs the builder's communicator): everything a node sends on the channel, up and down, goes
+    on the wire one message at a time in the order it is ready (`DagBuilder.sender_queue`): the two halves of one
+    channel's kernel share its rate, so a half sending alone (the pipeline's fill) has all of it (the caps:
+    `nccl/shape.py`).
     """
     order = topo_order(parent)
     kids = children_of(parent)
@@ -74,10 +89,11 @@ def tree_flows(
                 for w in kids[v]:
                     b.add(v, w, size, f"{name}/ch{channel}/down", channel, (), delay)
         return
-    k = max(1, math.ceil(size / chunk_bytes))
-    sizes = split(size, k)
-    kd = max(1, math.ceil(size / (down_chunk_bytes or chunk_bytes)))
-    down_sizes = split(size, kd)
+    if sweeps:
+        sizes, down_sizes = (sweep_pieces(size, chunk_bytes, s) for s in sweeps)
+    else:
+        sizes = down_sizes = split(size, max(1, math.ceil(size / chunk_bytes)))
+    k, kd = len(sizes), len(down_sizes)
     ends = list(itertools.accumulate(sizes))
     last_up = [bisect.bisect_left(ends, end) for end in itertools.accumulate(down_sizes)]  # up piece of each end
 
