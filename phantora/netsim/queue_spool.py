@@ -22,7 +22,8 @@ from phantora.netsim.observe import QueueSample
 
 RECORD = struct.Struct("<qIIIQ")  # time_ns, node, port, prio, bytes
 READ_RECORDS = 16_384  # records read back at a time (459 kB)
-# Keep this much of the spool's disk free: a spool write that would leave less stops the run (QueueSpoolFullError).
+# Keep this much of the spool's disk free, or a tenth of the disk if that is less (a small tmpfs): a spool write that
+# would leave less stops the run (QueueSpoolFullError).
 DISK_RESERVE_BYTES = 1 << 30
 
 
@@ -33,8 +34,10 @@ class QueueSpoolFullError(PhantoraError):
 class QueueSpool(Sequence[QueueSample]):
     """Queue samples in drain order, packed on an unnamed temporary file (in `directory`, default the temp dir)."""
 
-    def __init__(self, directory: str | None = None, reserve_bytes: int = DISK_RESERVE_BYTES) -> None:
+    def __init__(self, directory: str | None = None, reserve_bytes: int | None = None) -> None:
         self._dir = directory or tempfile.gettempdir()
+        if reserve_bytes is None:
+            reserve_bytes = min(DISK_RESERVE_BYTES, shutil.disk_usage(self._dir).total // 10)
         self._reserve = reserve_bytes
         self._file: IO[bytes] | None = None
         self._count = 0
@@ -51,7 +54,7 @@ class QueueSpool(Sequence[QueueSample]):
         if free - len(data) < self._reserve:
             raise QueueSpoolFullError(
                 f"queue samples: {self._count:,} rows so far ({self._count * RECORD.size / 1e9:.2f} GB in "
-                f"{self._dir}), {len(data):,} bytes more would leave less than {self._reserve / 1e9:.1f} GB free "
+                f"{self._dir}), {len(data):,} bytes more would leave less than {self._reserve / 1e9:.2f} GB free "
                 "there; sample less often (--queue-sample-ns N, or --set queue_sample_ns=N, N above the run's; "
                 "0 turns sampling off)"
             )
