@@ -10,6 +10,7 @@ import csv
 import inspect
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,20 @@ def test_writes_are_atomic_and_leave_no_temporary_file(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == {"schema": S.RUN, "step_time_ns": 9}
     write_csv(tmp_path / "run" / "t.csv", ("a", "b"), [(1, 2)])
     assert sorted(p.name for p in path.parent.iterdir()) == ["results.json", "t.csv"]
+
+
+def test_a_write_that_fails_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path: Path) -> None:
+    """A CSV whose rows fail part-way (a generator that raises: queues.csv streams its rows) leaves the file before
+    it whole and no temporary file beside it."""
+    path = write_csv(tmp_path / "t.csv", ("a",), [(1,)])
+
+    def rows() -> Iterator[tuple[int]]:
+        yield (2,)
+        raise RuntimeError("cut")
+
+    with pytest.raises(RuntimeError, match="cut"):
+        write_csv(path, ("a",), rows())
+    assert path.read_bytes() == b"a\r\n1\r\n" and [p.name for p in tmp_path.iterdir()] == ["t.csv"]
 
 
 def test_the_reader_dispatches_on_the_schema_id(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.netsim.effective import EffectiveSettings
@@ -34,13 +35,26 @@ from phantora.results import schema as S
 from phantora.topology.model import Topology
 
 
+@contextmanager
+def _atomic(path: Path) -> Iterator[IO[str]]:
+    """A text file written under a temporary name in `path`'s directory and renamed onto `path` when the block
+    ends (deleted if it fails), so no reader sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w") as f:
+            yield f
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
 def write_atomic(path: Path, text: str) -> Path:
     """Write `text` to `path` through a temporary file in the same directory and an atomic rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with _atomic(path) as f:
+        f.write(text)
     return path
 
 
@@ -54,17 +68,10 @@ def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) 
     rename): a file of millions of rows (queues.csv) never sits in memory whole, nor do its rows if `rows` is a
     generator."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w") as f:  # as write_atomic's write_text: the same bytes
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(rows)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+    with _atomic(path) as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
     return path
 
 
