@@ -22,6 +22,7 @@ from phantora.netsim.observe import QueueSample
 
 RECORD = struct.Struct("<qIIIQ")  # time_ns, node, port, prio, bytes
 READ_RECORDS = 16_384  # records read back at a time (459 kB)
+WRITE_BYTES = 16_384 * RECORD.size  # packed records written at a time (459 kB)
 # Keep this much of the spool's disk free, or a tenth of the disk if that is less (a small tmpfs): a spool write that
 # would leave less stops the run (QueueSpoolFullError).
 DISK_RESERVE_BYTES = 1 << 30
@@ -46,10 +47,17 @@ class QueueSpool(Sequence[QueueSample]):
         return self._count
 
     def extend(self, samples: Iterable[tuple[int, int, int, int, int]]) -> None:
-        """Append (time_ns, node, port, prio, bytes) rows."""
-        data = b"".join(RECORD.pack(*s) for s in samples)
-        if not data:
-            return
+        """Append (time_ns, node, port, prio, bytes) rows, WRITE_BYTES at a time (an iterator is not held)."""
+        buf = bytearray()
+        for s in samples:
+            buf += RECORD.pack(*s)
+            if len(buf) >= WRITE_BYTES:
+                self._write(buf)
+                buf.clear()
+        if buf:
+            self._write(buf)
+
+    def _write(self, data: bytearray) -> None:
         free = shutil.disk_usage(self._dir).free
         if free - len(data) < self._reserve:
             raise QueueSpoolFullError(

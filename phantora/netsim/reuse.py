@@ -36,7 +36,8 @@ The engine below may also be stepped partition workers (`phantora.netsim.partiti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import heapq
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -56,6 +57,7 @@ from phantora.netsim.observe import (
     Trim,
 )
 from phantora.netsim.packet import check_packet_batch
+from phantora.netsim.queue_spool import QueueSpool
 
 if TYPE_CHECKING:
     from phantora.netsim.effective import EffectiveSettings
@@ -331,9 +333,18 @@ class ProfileReuseSimulator:
         own = self.inner.pfc_events()
         return self._merged(own, lambda rec, t0, ids: [_shift_pfc(e, t0) for e in rec.pfc])
 
-    def queue_samples(self) -> list[QueueSample]:
-        own = self.inner.queue_samples()
-        return self._merged(own, lambda rec, t0, ids: [_shift_queue(e, t0) for e in rec.queues])
+    def queue_samples(self) -> Sequence[QueueSample]:
+        """ns-3's samples with every served episode's up to now, in time order, merged onto disk as they are read
+        (`QueueSpool`: a run's samples may be millions). Each part is in time order, so a stable merge gives the
+        order `_merged` sorts the others into (ns-3's first at equal times, then the episodes in serving order)."""
+        now = self.now()
+        parts = [_shifted_queues(tail.records.queues, t0, now) for tail, t0, _ in self._served_tails()]
+        out = QueueSpool()
+        out.extend(
+            (q.time_ns, q.node, q.port, q.prio, q.bytes)
+            for q in heapq.merge(self.inner.queue_samples(), *parts, key=_time_ns)
+        )
+        return out
 
     def trims(self) -> Sequence[Trim]:
         """ns-3's: only loss-tolerant (DLCP) packets are trimmed, and reuse refuses those flows."""
@@ -627,15 +638,19 @@ class ProfileReuseSimulator:
         """ns-3's own records with every served episode's (and the current one's, if served to its end, up to
         now), in time order."""
         out = list(own)
+        now = self.now()
+        for tail, t0, ids in self._served_tails():
+            out.extend(e for e in pick(tail.records, t0, ids) if e.time_ns <= now)
+        out.sort(key=_time_ns)
+        return out
+
+    def _served_tails(self) -> list[tuple[_Tail, int, list[int]]]:
+        """(tail, start, ids by position) of every served episode, and of the current one if served to its end."""
         served = list(self._served)
         ep, current = self._ep, self._current_tail()
         if ep is not None and current is not None:
             served.append((current, ep.t0, [f.id for f in ep.flows]))
-        now = self.now()
-        for tail, t0, ids in served:
-            out.extend(e for e in pick(tail.records, t0, ids) if e.time_ns <= now)
-        out.sort(key=lambda e: e.time_ns)
-        return out
+        return served
 
 
 def _ordinals(ids: Sequence[int], seen: dict[int, int], learn: bool = False) -> list[int]:
@@ -671,6 +686,17 @@ def _shift_pfc(e: PfcEvent, dt: int) -> PfcEvent:
 
 def _shift_queue(e: QueueSample, dt: int) -> QueueSample:
     return QueueSample(e.time_ns + dt, e.node, e.port, e.prio, e.bytes)
+
+
+def _shifted_queues(samples: Iterable[QueueSample], dt: int, until: int) -> Iterator[QueueSample]:
+    """An episode's samples moved by `dt`, those at or before `until` (one at a time)."""
+    for e in samples:
+        if e.time_ns + dt <= until:
+            yield _shift_queue(e, dt)
+
+
+def _time_ns(e: PfcEvent | QueueSample | Drop | CnpEvent | EcnMark) -> int:
+    return e.time_ns
 
 
 def _shift_drop(e: Drop, dt: int, ids: list[int]) -> Drop:
