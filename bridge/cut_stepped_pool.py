@@ -79,6 +79,10 @@ class SteppedPool:
         self._wall0 = time.perf_counter()
         self.round_cpu = [0.0] * config.partition
         self.quiet = True  # every worker quiet after the last round (profile reuse's episode end: `SteppedPartition`)
+        # set by the driver before each round: the flows it reacts to, flat [id, reaction ns, ...] (None: none are
+        # said, the round runs to its horizon); after it, the ns a reacting completion stopped the workers at
+        self.reacting: list[int] | None = None
+        self.stopped: int | None = None
         try:
             self._start(topology, config)
         except BaseException:
@@ -153,6 +157,7 @@ class SteppedPool:
 
     # ----- WorkerPool ---------------------------------------------------------------------------------
     def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
+        self.stopped = None
         if not posts:
             return iter(())
         ((_, out, until),) = posts.values()
@@ -169,7 +174,10 @@ class SteppedPool:
                 self._post[f.id] = (at, tuple(deps), f.delay_ns)
             flows.append(f)
         wire = [[at, flows_to_columns([f for f, _ in fs], [d for _, d in fs])] for at, fs in groups]
-        self._send({"k": "round", "groups": wire, "until": None if until >= INF_NS else until})
+        msg: dict[str, Any] = {"k": "round", "groups": wire, "until": None if until >= INF_NS else until}
+        if self.reacting is not None:
+            msg["react"] = self.reacting
+        self._send(msg)
         self._rounds += 1
         return iter([(0, self._reply())])
 
@@ -183,6 +191,10 @@ class SteppedPool:
             self.round_cpu[g] += r["cpu"]
         nexts = [r["next"] for r in replies if r["next"] is not None]
         self.quiet = all(r["quiet"] for r in replies)
+        stops = {r.get("stop") for r in replies}
+        if len(stops) != 1:
+            raise PhantoraError(f"internal: the partition workers stopped at different ns: {sorted(map(str, stops))}")
+        (self.stopped,) = stops
         return RoundReply(
             done, bounds, max(r["cpu"] for r in replies), max(r["wall"] for r in replies),
             max(r["now"] for r in replies), min(nexts) if nexts else None, sum(r["in_flight"] for r in replies),

@@ -4,11 +4,13 @@ Started by `bridge.cut_stepped_pool` as ``python -m bridge.cut_stepper --setup F
 PHANTORA_TOKEN; the setup (msgpack) is `bridge.cut_worker`'s without flows. Requests come on stdin and replies go
 to stdout, one msgpack map each:
 
-- ``{"k": "round", "groups": [[at, flow columns], ...], "until": ns | None}``: for each group, run the windows to
-  its ns if the clock is behind it, then add its flows there (every worker gets every flow and keeps the ends it
-  owns); then run the windows to ``until`` (every event at or before it; None: until nothing is left anywhere).
-  The reply: the completions (columns), the completion bounds that rose ([id, ns, ...]), CPU and wall seconds,
-  the clock, the next event (None: no flow in flight), the flows in flight and whether it is quiet (`quiet`:
+- ``{"k": "round", "groups": [[at, flow columns], ...], "until": ns | None, "react": [id, ns, ...]}``: for each
+  group, run the windows to its ns if the clock is behind it, then add its flows there (every worker gets every
+  flow and keeps the ends it owns); then run the windows to ``until`` (every event at or before it; None: until
+  nothing is left anywhere), or only to the first completion of a flow of ``react`` plus its reaction ns (the
+  driver may hand over a flow then). The reply: the completions (columns), the completion bounds that rose ([id,
+  ns, ...]), CPU and wall seconds, the clock, the ns a reacting completion stopped the run at (None: it ran to
+  ``until``), the next event (None: no flow in flight), the flows in flight and whether it is quiet (`quiet`:
   nothing in flight and no live event left; profile reuse ends an episode when every worker is).
 - ``{"k": "records"}``: the records so far, as `bridge.cut_worker.records` gives them (each with its event's order
   key, accumulated over the run), and the windows' counters.
@@ -48,8 +50,8 @@ class Stepper:
         self.bounds: dict[int, int] = {}
         self.run_cpu = self.run_wall = 0.0
 
-    def _run_to(self, until: int | None) -> None:
-        self.sim.run_cut_windows(self.peers, until, self.stats)
+    def _run_to(self, until: int | None, reacting: list[int] | None = None) -> int | None:
+        return self.sim.run_cut_windows(self.peers, until, self.stats, reacting)
 
     def round(self, msg: dict[str, Any]) -> dict[str, Any]:
         sim = self.sim
@@ -58,7 +60,8 @@ class Stepper:
             if at > sim.now():
                 self._run_to(int(at))
             sim.submit(flows_from_columns(cols), int(at))
-        self._run_to(msg["until"])
+        react = msg.get("react")
+        stop = self._run_to(msg["until"], None if react is None else [int(x) for x in react])
         done = sim.take_completions()
         now = sim.completion_bounds()
         last = self.bounds
@@ -68,7 +71,8 @@ class Stepper:
         self.run_cpu += cpu
         self.run_wall += wall
         return {"done": completions_to_columns(done), "bounds": raised, "cpu": cpu, "wall": wall, "now": sim.now(),
-                "next": sim.next_event_time(), "in_flight": sim.in_flight(), "quiet": sim.quiet()}  # fmt: skip
+                "stop": stop, "next": sim.next_event_time(), "in_flight": sim.in_flight(),
+                "quiet": sim.quiet()}  # fmt: skip
 
     def records(self, setup_cpu: float, wall0: float) -> dict[str, Any]:
         out = records(self.sim, [])

@@ -157,6 +157,8 @@ class _FakePool:
     def __init__(self, *_: Any) -> None:
         self.workers = [type("H", (), {"index": 0, "pid": 0, "pieces": [0]})()]
         self.quiet = True
+        self.reacting: list[int] | None = None  # (the driver's reacting flows: this pool runs every round whole)
+        self.stopped: int | None = None
         self.pending: dict[int, Flow] = {}
         self.ends: dict[int, int] = {}
         self.records = type("R", (), {"pfc": [], "queues": [], "drops": [], "cnps": [], "marks": []})()

@@ -330,11 +330,26 @@ void PfcSwitch::Receive(uint32_t inPort, const Ptr<PhantoraPacket>& pkt) {
   }
   Port& p = m_ports[out];
   const bool data = hdr.type == PktType::Data;
+  if (data && (hdr.flags & kFlagLastByte) && m_lastByteHook) [[unlikely]] {
+    LastByteQueued(out, cls, wire, hdr);
+  }
   p.q[cls].push_back(TxItem{pkt, wire, inPort, static_cast<uint8_t>(cls), data, credit, creditCls});
   p.bytes[cls] += wire;
   p.total += wire;
   p.maxTotal = std::max(p.maxTotal, p.total);
   m_dev[out]->Kick();
+}
+
+void PfcSwitch::LastByteQueued(uint32_t port, uint32_t cls, uint32_t wire, const PhantoraHeader& hdr) {
+  const Port& p = m_ports[port];
+  const PhantoraNetDevice& dev = *m_dev[port];
+  // Its own bytes and those ahead leave back to back at the line rate at best, from 999 ps before now on (a
+  // packet may start that far back, PhantoraNetDevice::Send); the arrival is a whole ns at or after the end, plus
+  // the cable's delay. 2 ns spare for the rounding.
+  const uint64_t ahead = p.bytes[cls] + (cls != 0 ? p.bytes[0] : 0) + wire;
+  const auto txNs = static_cast<int64_t>(static_cast<unsigned __int128>(ahead) * 8'000'000'000ULL / dev.GetRateBps());
+  const int64_t arrive = static_cast<int64_t>(FabricNowNs()) - 2 + txNs + static_cast<int64_t>(dev.GetDelayNs());
+  m_lastByteHook(hdr.flowId, hdr.src, hdr.dst, dev.GetPeer()->GetNodeId(), arrive);
 }
 
 uint32_t PfcSwitch::Trim(uint32_t port, uint32_t cls, PhantoraHeader& hdr) {

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -81,6 +82,14 @@ class PfcSwitch : public Object, public PortOwner {
   PortSettings ResolvedPort(uint32_t port) const;
   const LoadBalancer& Lb() const { return m_lb; }
   const Counters& GetCounters() const { return m_counters; }
+  /// No packet is lost here (PFC on, no trimming, credit flow control off; not an NVSwitch): a packet it queues
+  /// leaves after every byte queued ahead of it.
+  bool Lossless() const { return m_pfc && !m_nvSwitch && m_trimBytes == 0 && !m_trimHeaderPrio && !m_cbfc; }
+  /// (flow, its sender, its receiver, the next node, the least ns the packet reaches it) for each data packet
+  /// with its flow's last byte (kFlagLastByte) this switch queues: it leaves after the bytes queued ahead of it in
+  /// its class and in the strict-priority class 0, at the port's line rate, then crosses the cable.
+  using LastByteHook = std::function<void(uint64_t, uint32_t, uint32_t, uint32_t, int64_t)>;
+  void SetLastByteHook(LastByteHook hook) { m_lastByteHook = std::move(hook); }
 
  protected:
   void DoDispose() override;
@@ -155,6 +164,9 @@ class PfcSwitch : public Object, public PortOwner {
   SwitchMmu m_mmu;
   Ptr<UniformRandomVariable> m_rng;
   LoadBalancer m_lb;
+  LastByteHook m_lastByteHook;
+  /// SetLastByteHook's report for a packet about to be queued at egress `port`, class `cls`.
+  void LastByteQueued(uint32_t port, uint32_t cls, uint32_t wire, const PhantoraHeader& hdr);
 
   TracedCallback<uint32_t, uint32_t, bool> m_pfcTxTrace;              ///< (port, class, pause) sent upstream
   TracedCallback<uint32_t, uint32_t, uint64_t, uint64_t> m_dropTrace; ///< (ingress port, class, flow, seq)

@@ -104,6 +104,12 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
     transport[id] = t;
   }
   doneEnd[id] = now;
+  if (!reacting.empty()) {
+    const auto r = reacting.find(id);
+    if (r != reacting.end() && (reactStop < 0 || now + r->second < reactStop)) {
+      reactStop = now + r->second;
+    }
+  }
   --inFlight;
   ++completed;
   auto pending = throttleOnDone.find(id);
@@ -301,6 +307,11 @@ int64_t PhantoraNetwork::Impl::CompletionLb(FlowState& f, int64_t now, int64_t f
       if (last >= 0) {
         ns = std::max(ns, last - 1 + f.minPropNs);
       }
+      // Better, once a switch queued that packet: it leaves there after the bytes ahead of it (LastByteQueued).
+      const auto tail = tailLb.find(f.id);
+      if (tail != tailLb.end()) {
+        ns = std::max(ns, tail->second);
+      }
     }
   }
   return ns;
@@ -337,6 +348,17 @@ int64_t PhantoraNetwork::Impl::FlowLb(uint64_t id, int64_t floor, std::unordered
   }
   memo[id] = lb;
   return lb;
+}
+
+void PhantoraNetwork::Impl::LastByteQueued(uint64_t flow, uint32_t src, uint32_t dst, uint32_t next,
+                                           int64_t arriveNs) {
+  const int64_t ns = arriveNs + (next == dst ? 0 : static_cast<int64_t>(fabric->MinPropagationNs(next, dst)));
+  if (!Owns(src)) {
+    cut->SendBound(flow, src, static_cast<uint64_t>(std::max<int64_t>(ns, 0)));
+  } else if (flows.count(flow)) {
+    int64_t& lb = tailLb[flow];
+    lb = std::max(lb, ns);
+  }
 }
 
 void PhantoraNetwork::Impl::ShareBounds(int64_t floor) {
@@ -391,6 +413,7 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
       transport[id] = t;
     }
   }
+  tailLb.erase(id);
   flows.erase(it);
   if (stopWhenQuiet && flows.empty()) {
     Simulator::Stop();

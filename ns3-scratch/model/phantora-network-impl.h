@@ -129,6 +129,17 @@ class PhantoraNetwork::Impl {
   /// that worker (ShareBounds), where FlowLb would know only the last window's start of them.
   std::vector<uint64_t> shareBounds;
   std::unordered_map<uint64_t, int64_t> sharedLb;  ///< flows completed here, started elsewhere: the shared bounds
+  /// A worker's flows it starts whose last byte a switch queued (here, or in another worker, which sent it): the
+  /// least ns that packet reaches the receiver (LastByteQueued), once every byte is sent (CompletionLb).
+  std::unordered_map<uint64_t, int64_t> tailLb;
+  /// A switch of this worker queued flow `flow`'s last byte (PfcSwitch::SetLastByteHook): it reaches node `next`
+  /// at `arriveNs` at the earliest, then the least propagation to `dst`. Kept in tailLb by the sender's worker (a
+  /// bound message if that is another).
+  void LastByteQueued(uint64_t flow, uint32_t src, uint32_t dst, uint32_t next, int64_t arriveNs);
+  /// Stepped partition workers: the flows the driver reacts to, by id: their reaction ns (CutReacting); the least
+  /// completion ns + reaction of those completed here since (-1: none).
+  std::unordered_map<uint64_t, int64_t> reacting;
+  int64_t reactStop = -1;
   /// Send each flow of shareBounds whose completion bound rose above `floor` and what was sent before to its
   /// completer's worker; forget the flows done here.
   void ShareBounds(int64_t floor);

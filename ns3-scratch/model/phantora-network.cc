@@ -26,25 +26,29 @@ namespace {
 
 bool g_live = false;  // ns-3 has one simulator per process
 
-/// Make the fabric's "Simulator" attribute ns-3's simulator core, before anything schedules an event (a new
-/// node schedules its initialisation): bind SimulatorImplementationType, then check what ns-3 made of it.
+/// A partition param's comma-separated list of ids (each 1-9 decimal digits); throws naming the param and the
+/// word that is not `what`.
+std::vector<uint32_t> ParseIdList(const std::string& name, const std::string& value, const char* what) {
+  std::vector<uint32_t> ids;
+  std::size_t at = 0;
+  while (at < value.size()) {
+    std::size_t end = value.find(',', at);
+    end = end == std::string::npos ? value.size() : end;
+    const std::string word = value.substr(at, end - at);
+    if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos || word.size() > 9) {
+      throw std::invalid_argument("partition." + name + ": '" + word + "' is not " + what);
+    }
+    ids.push_back(static_cast<uint32_t>(std::stoul(word)));
+    at = end + 1;
+  }
+  return ids;
+}
+
 /// partition.Groups (a group per node id, comma-separated) or partition.Loopback (1: every group in this
 /// engine, the one mode built).
 void SetPartitionParam(PhantoraNetwork::Impl& s, const std::string& name, const std::string& value) {
   if (name == "Groups") {
-    std::vector<uint32_t> groups;
-    std::size_t at = 0;
-    while (at < value.size()) {
-      std::size_t end = value.find(',', at);
-      end = end == std::string::npos ? value.size() : end;
-      const std::string word = value.substr(at, end - at);
-      if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos || word.size() > 9) {
-        throw std::invalid_argument("partition.Groups: '" + word + "' is not a group number");
-      }
-      groups.push_back(static_cast<uint32_t>(std::stoul(word)));
-      at = end + 1;
-    }
-    s.cutGroups = groups;
+    s.cutGroups = ParseIdList(name, value, "a group number");
   } else if (name == "Loopback") {
     if (value != "1" && value != "true") {
       throw std::invalid_argument("partition.Loopback: '" + value +
@@ -57,25 +61,15 @@ void SetPartitionParam(PhantoraNetwork::Impl& s, const std::string& name, const 
     }
     s.cutWorker = static_cast<uint32_t>(std::stoul(value));
   } else if (name == "Idle") {  // nodes that carry no packet (comma-separated ids): their cut cables bound nothing
-    std::vector<uint32_t> idle;
-    std::size_t at = 0;
-    while (at < value.size()) {
-      std::size_t end = value.find(',', at);
-      end = end == std::string::npos ? value.size() : end;
-      const std::string word = value.substr(at, end - at);
-      if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos || word.size() > 9) {
-        throw std::invalid_argument("partition.Idle: '" + word + "' is not a node id");
-      }
-      idle.push_back(static_cast<uint32_t>(std::stoul(word)));
-      at = end + 1;
-    }
-    s.cutIdle = idle;
+    s.cutIdle = ParseIdList(name, value, "a node id");
   } else {
     throw std::invalid_argument("unknown param 'partition." + name + "' (expected partition.Groups, "
                                 "partition.Loopback, partition.Worker or partition.Idle)");
   }
 }
 
+/// Make the fabric's "Simulator" attribute ns-3's simulator core, before anything schedules an event (a new
+/// node schedules its initialisation): bind SimulatorImplementationType, then check what ns-3 made of it.
 void BindSimulator(PhantoraNetwork::Impl& s) {
   if (s.simulatorBound) {
     return;
@@ -241,11 +235,35 @@ void PhantoraNetwork::Finalize() {
       });
       s.cut->SetDone([impl](uint64_t flow, uint64_t ns) { impl->doneEnd[flow] = static_cast<int64_t>(ns); });
       s.cut->SetBound([impl](uint64_t flow, uint64_t ns) {
-        if (!impl->doneEnd.count(flow)) {
+        const auto info = impl->depInfo.find(flow);
+        if (info != impl->depInfo.end() && impl->Owns(info->second.src)) {  // its last byte's, from a switch there
+          if (impl->flows.count(flow)) {
+            int64_t& lb = impl->tailLb[flow];
+            lb = std::max(lb, static_cast<int64_t>(ns));
+          }
+        } else if (!impl->doneEnd.count(flow)) {
           int64_t& lb = impl->sharedLb[flow];
           lb = std::max(lb, static_cast<int64_t>(ns));
         }
       });
+      // Completion bounds from where a flow's last byte waits, when no packet can be lost: every packet switch
+      // reports it (the NICs mark it), and the sender's worker keeps the bound (Impl::LastByteQueued).
+      bool lossless = true;
+      for (uint32_t n = 0; n < s.fabric->NumNodes(); ++n) {
+        const Ptr<PfcSwitch>& sw = s.fabric->GetNode(n).sw;
+        lossless = lossless && (!sw || s.fabric->GetNode(n).kind != NodeKind::Switch || sw->Lossless());
+      }
+      for (uint32_t n = 0; lossless && n < s.fabric->NumNodes(); ++n) {
+        const auto& node = s.fabric->GetNode(n);
+        if (node.nic) {
+          node.nic->MarkLastByte(true);
+        }
+        if (node.sw && node.kind == NodeKind::Switch && s.Owns(n)) {
+          node.sw->SetLastByteHook([impl](uint64_t flow, uint32_t src, uint32_t dst, uint32_t next, int64_t at) {
+            impl->LastByteQueued(flow, src, dst, next, at);
+          });
+        }
+      }
     }
   } else if (s.Worker()) {
     throw std::invalid_argument("partition.Worker: needs partition.Groups");
@@ -715,6 +733,41 @@ void PhantoraNetwork::CutShareBounds(int64_t floorNs) {
   if (floorNs >= 0) {
     Need().ShareBounds(floorNs);
   }
+}
+
+void PhantoraNetwork::CutReacting(const std::vector<int64_t>& flat) {
+  Worker("CutReacting");
+  if (flat.size() % 2 != 0) {
+    throw std::invalid_argument("CutReacting: a flat list of (flow id, reaction ns) pairs, got " +
+                                std::to_string(flat.size()) + " numbers");
+  }
+  Impl& s = Need();
+  s.reacting.clear();
+  s.reactStop = -1;
+  for (std::size_t i = 0; i < flat.size(); i += 2) {
+    if (flat[i] < 0 || flat[i + 1] < 0) {
+      throw std::invalid_argument("CutReacting: flow " + std::to_string(flat[i]) + " with reaction " +
+                                  std::to_string(flat[i + 1]) + " ns (both must be >= 0)");
+    }
+    s.reacting[static_cast<uint64_t>(flat[i])] = flat[i + 1];
+  }
+}
+
+std::vector<int64_t> PhantoraNetwork::CutReactBounds(int64_t floorNs) {
+  Worker("CutReactBounds");
+  Impl& s = Need();
+  int64_t least = -1;
+  std::unordered_map<uint64_t, int64_t> memo;
+  for (const auto& [id, reaction] : s.reacting) {
+    const auto it = s.flows.find(id);
+    // Its sender's worker bounds it (the receiver's reports its completion); a flow not added yet cannot complete.
+    if (it == s.flows.end() || !s.Owns(it->second.src) || it->second.dataDone || s.doneEnd.count(id)) {
+      continue;
+    }
+    const int64_t ns = std::max(s.FlowLb(id, floorNs, memo), floorNs) + reaction;
+    least = least < 0 ? ns : std::min(least, ns);
+  }
+  return {least, s.reactStop};
 }
 
 void PhantoraNetwork::CutAdvanceTo(int64_t ns) {

@@ -292,6 +292,15 @@ class PhantoraNetwork {
   /// completer's worker bounds the flow's dependents by it (where it knew only the last window's start).
   /// `floorNs` < 0: nothing (a warm-up call).
   void CutShareBounds(int64_t floorNs);
+  /// Stepped partition workers (phantora.netsim.partition_stepped): the flows whose completion the driver reacts
+  /// to, flat [id, ns, ...]: a completion at T lets it hand over a flow at T + ns at the earliest (its reaction).
+  /// Replaces the last set, and forgets the last stop (CutReactBounds).
+  void CutReacting(const std::vector<int64_t>& flat);
+  /// [0]: the last ns every worker may run through before a flow of CutReacting that this worker starts and that
+  /// is not complete may be reacted to: the least of its completion bound (FlowLb from `floorNs`, the last
+  /// window's start) + its reaction; [1]: the least completion ns + reaction of those completed in this worker
+  /// since CutReacting (the driver may hand over a flow then: every worker stops there); -1 for none.
+  std::vector<int64_t> CutReactBounds(int64_t floorNs);
   /// The events of `ns` run in lockstep rounds from now on (each worker's records then carry the round, which
   /// orders them); `round` is the round that runs next (the same in every worker).
   void CutLockstep(int64_t ns, uint32_t round);

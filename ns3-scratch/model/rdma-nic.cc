@@ -519,6 +519,9 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   hdr.payload = resend ? lostLen : static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, qp->spec.size - qp->sndNxt));
   hdr.ecmpKey = qp->spec.key;
   hdr.tsNs = nowNs;
+  if (m_markLastByte && hdr.seq + hdr.payload >= qp->spec.size) {
+    hdr.flags |= kFlagLastByte;
+  }
   if (qp->spec.lossBudget && !qp->budgetGone && m_rxMode == RxMode::GoBackN && qp->sndNxt >= qp->maxSent) {
     // First transmissions only: a retransmission must arrive. DLCP holes are a go-back-N receiver's.
     hdr.flags |= kFlagLossTolerant;

@@ -166,6 +166,8 @@ class RdmaNic : public Object, public PortOwner {
   /// The ns an open queue pair first sent its flow's last byte (the packet that carries it left no earlier), or
   /// -1 if not yet or if the flow has no open queue pair here.
   int64_t LastByteSentNs(uint64_t flowId) const;
+  /// Mark every data packet that carries its flow's last byte (kFlagLastByte), for the switches' completion bounds.
+  void MarkLastByte(bool on) { m_markLastByte = on; }
 
  protected:
   void DoDispose() override;
@@ -300,6 +302,7 @@ class RdmaNic : public Object, public PortOwner {
   uint32_t m_ackInterval = 1;
   Time m_ackDelay;
   bool m_ackHighPrio = true;
+  bool m_markLastByte = false;  ///< MarkLastByte
   std::string m_classSchedText = "rr";
   bool m_strict = false;
   Time m_nackInterval;

@@ -57,6 +57,8 @@ class PeerReport:
     next_key: tuple[int, ...] = ()  # a lockstep round's: its next event's (ns, schedTs, node, count), () if none
     sample_from: int = NEVER  # queue sampling: the ns its sampling began at, NEVER if not (or off)
     busy: bool = True  # queue sampling: it still had flows
+    react_bound: int = NEVER  # stepped workers: the last ns to run through before a reacting flow it starts may end
+    react_stop: int = NEVER  # ... the least end + reaction of a reacting flow completed in it (`reacting`)
 
 
 class Peers(Protocol):
@@ -71,10 +73,12 @@ class Peers(Protocol):
         releases: tuple[int, int] = (NEVER, NEVER),
         key: tuple[int, ...] = (),
         sampling: tuple[int, bool] = (NEVER, True),
+        react: tuple[int, int] = (NEVER, NEVER),
     ) -> list[PeerReport]:
         """Send each other worker its batch with our next time, least arrival, release bounds (later, same), our
-        queue sampling (start, still busy) and, in a lockstep round, our next event's key; return every other
-        worker's report for barrier `seq` (raises naming the worker that does not answer in time)."""
+        queue sampling (start, still busy), our reacting flows' bound and stop (stepped workers) and, in a lockstep
+        round, our next event's key; return every other worker's report for barrier `seq` (raises naming the worker
+        that does not answer in time)."""
         ...
 
 
@@ -122,6 +126,7 @@ BEFORE, THROUGH, LOCKSTEP = "before", "through", "lockstep"
 # what ended a window (WindowStats.ended_by)
 LOOKAHEAD, RELEASE_LATER, RELEASE_SAME = "lookahead", "release after", "release in"
 LOCKSTEP_NS, UNTIL = "lockstep", "until"
+REACT = "reacting flow"  # stepped workers: the driver may hand over a flow once a flow it reacts to ends
 SAMPLING_START = "sampling start"  # one ns while no worker's queue sampling has begun (`run_windows`' cap)
 
 
@@ -180,6 +185,8 @@ def warm_up(net: Any, group: int, groups: int) -> None:
     net.CutRunBefore(0)
     net.CutReleaseBounds(0)
     net.CutShareBounds(-1)
+    net.CutReacting([])
+    net.CutReactBounds(0)
     net.CutNextKey()
     for g in range(groups):
         if g != group:
@@ -191,6 +198,11 @@ def warm_up(net: Any, group: int, groups: int) -> None:
     net.CutSamplingFrom()
     net.CutBusy()
     net.CutSampling(-1, True)  # (the first barrier says whether the others are busy)
+
+
+def _react(net: Any, floor_ns: int) -> tuple[int, int]:
+    bound, stop = (int(x) for x in net.CutReactBounds(floor_ns))
+    return (NEVER if bound < 0 else bound, NEVER if stop < 0 else stop)
 
 
 def _sampling(net: Any) -> tuple[int, bool]:
@@ -208,12 +220,17 @@ def run_windows(
     until: int | None,
     stats: WindowStats,
     sampling: bool = False,
-) -> None:
+    reacting: bool = False,
+) -> int | None:
     """This worker's part of one engine's RunUntil(until) (every event at or before `until`, then the clock at
     `until`); `until` None: run until no worker has an event left and no message is in flight.
 
     `net`: the worker's PhantoraNetwork. Every worker of the partition must make the same calls. `sampling`: the
-    workers sample queues (recorder.QueueSampleInterval > 0).
+    workers sample queues (recorder.QueueSampleInterval > 0). `reacting` (stepped workers, whose driver set
+    `CutReacting`): each window also ends by the least reacting flow's bound + reaction over every worker (the
+    sender's worker bounds it), so no worker runs past a flow the driver may hand over because of one, and once
+    one completes (its receiver's worker says so at the next barrier) the run stops at its end + reaction instead
+    of `until`: that ns is returned (None: it ran to `until`).
     """
     if lookahead_ns <= 0:
         raise ValueError(f"partition worker {group}: lookahead must be > 0 ns, got {lookahead_ns}")
@@ -221,12 +238,15 @@ def run_windows(
     min_arrival = NEVER
     start = through = lock = -1  # the last window's start; the ns it ran through (CutRunThrough); in lockstep
     sampled = NEVER  # queue sampling: the ns it began at in some worker, once known
+    stopped = None  # reacting: the ns a reacting flow's completion stops the run at
     while True:
         mine = _next(net)
         later, same = _releases(net, max(start, 0))
         samp = _sampling(net) if sampling else (NEVER, True)
+        bound, stop = _react(net, max(start, 0)) if reacting else (NEVER, NEVER)
         t0 = time.perf_counter()
-        reports = peers.exchange(stats.exchanges, mine, min_arrival, batches, (later, same), sampling=samp)
+        more = {"react": (bound, stop)} if reacting else {}
+        reports = peers.exchange(stats.exchanges, mine, min_arrival, batches, (later, same), sampling=samp, **more)
         stats.exchange_wall_s += time.perf_counter() - t0
         stats.exchanges += 1
         glob = min(mine, min_arrival)
@@ -235,16 +255,23 @@ def run_windows(
                 net.CutDeliver(r.batch)
             glob = min(glob, r.next_ns, r.min_arrival)
             later, same = min(later, r.release_later), min(same, r.release_same)
+            bound, stop = min(bound, r.react_bound), min(stop, r.react_stop)
+        if stop != NEVER and (until is None or stop < until):
+            until = stopped = stop
         if sampling:
             sampled = min([sampled, samp[0], *(r.sample_from for r in reports)])
             net.CutSampling(-1 if sampled == NEVER else sampled, any(r.busy for r in reports))
         if glob == NEVER or (until is not None and glob > until):
             break
         cap = glob + 1 if sampling and sampled == NEVER else NEVER  # no start known: one ns (see the docstring)
-        end, how = window_end(glob, lookahead_ns, later, same, through, cap)
+        # a reacting flow not complete ends no earlier than glob: run through its bound (at least glob) + reaction
+        react_cap = NEVER if bound == NEVER else max(bound, glob) + 1
+        end, how = window_end(glob, lookahead_ns, later, same, through, min(cap, react_cap))
         why = why_end(glob, lookahead_ns, later, same, end, how)
         if how == BEFORE and end == cap and why != LOOKAHEAD:
             why = SAMPLING_START
+        elif how == BEFORE and end == react_cap and why != LOOKAHEAD:
+            why = REACT
         if lock == glob:
             how, why = LOCKSTEP, LOCKSTEP_NS  # a ns begun in lockstep ends in it (its records carry rounds)
         if until is not None and end > until:
@@ -274,3 +301,4 @@ def run_windows(
         min_arrival = NEVER if arrival < 0 else arrival
     if until is not None:
         net.CutAdvanceTo(until)
+    return stopped

@@ -605,14 +605,20 @@ class Ns3Simulator:
         """`PhantoraNetwork::CutStats()`: cut cables, the lookahead (ns), then the messages' counters."""
         return [int(x) for x in self._net.CutStats()]
 
-    def run_cut_windows(self, peers: Peers, until: int | None, stats: WindowStats) -> None:
+    def run_cut_windows(
+        self, peers: Peers, until: int | None, stats: WindowStats, reacting: Sequence[int] | None = None
+    ) -> int | None:
         """This partition worker's part of one engine's run to `until` (None: until nothing is left anywhere), in
         barrier windows with the other workers (`phantora.netsim.cut_windows.run_windows`); the lookahead is the
-        least cut-cable latency (no cable cut: one window)."""
+        least cut-cable latency (no cable cut: one window). `reacting` (stepped workers), flat [flow id, reaction
+        ns, ...]: the run stops at the first such flow's end + its reaction, which is returned (None: not)."""
         group, groups = self._cut_group()
         cables, lookahead = self.cut_stats()[:2]
-        run_windows(self._net, peers, group=group, groups=groups, lookahead_ns=lookahead if cables else NEVER,
-                    until=until, stats=stats, sampling=self.config.queue_sample_ns > 0)  # fmt: skip
+        if reacting is not None:
+            self._net.CutReacting(list(reacting))
+        return run_windows(self._net, peers, group=group, groups=groups, lookahead_ns=lookahead if cables else NEVER,
+                           until=until, stats=stats, sampling=self.config.queue_sample_ns > 0,
+                           reacting=reacting is not None)  # fmt: skip
 
     def cut_sampling_from(self) -> int:
         """A partition worker's queue sampling: the ns it began at (the first flow start in any worker), -1 if it

@@ -103,6 +103,7 @@ class SteppedPartition(DecomposedSimulator):
         # (INF_NS: none; the fluid NVLink side's `reaction_ns`)
         self.reaction: Callable[[int], int] | None = None
         self._pending: list[tuple[int, int, list[Flow]]] = []  # heap of (post ns, order, flows with all deps)
+        self._pending_ids: set[int] = set()  # their ids (the workers do not know them yet)
         self._posts = 0
         self._seen = (0, 0, 0, 0, 0)  # merged records handed out by `new_records` (pfc, queues, drops, cnps, marks)
         return PairBounds(self.topology), [0], 1
@@ -121,38 +122,62 @@ class SteppedPartition(DecomposedSimulator):
         del out.flows[n0:], out.at[n0:]
         if batch:
             heapq.heappush(self._pending, (at, self._posts, batch))
+            self._pending_ids.update(f.id for f in batch)
             self._posts += 1
 
     def _round(self, horizon: int) -> None:
         """Post the flows due by `horizon`, each batch once every worker ran to its ns (a round to it first,
-        if they are behind: it also gathers every completion up to it), with the deps still pending then."""
+        if they are behind: it also gathers every completion up to it), with the deps still pending then. A
+        round stopped early by a completion the caller reacts to (`_round_to`) returns: that completion goes out
+        first, and the caller may post before the next batch."""
         while self._pending and self._pending[0][0] <= horizon:
             at = self._pending[0][0]
             if at > self._wtime:
-                super()._round(at)
+                self._round_to(at)
+                if self._wtime < at:
+                    return
             _, _, batch = heapq.heappop(self._pending)
+            self._pending_ids.difference_update(f.id for f in batch)
             ends, out = self._ends, self._out[0]
             for f in batch:
                 out.flows.append((f, [d for d in f.deps if ends.get(d, INF_NS) > at]))
                 out.at.append(at)
+        self._round_to(horizon)
+
+    def _round_to(self, horizon: int) -> None:
+        """One round to `horizon`, stopped by the workers at the first completion the caller reacts to plus its
+        reaction (`reaction`; the workers bound every window by those flows' bounds, `cut_windows.run_windows`):
+        then every completion up to that ns is gathered and the workers are there."""
+        pool: Any = self._pool  # (a `bridge.cut_stepped_pool.SteppedPool`)
+        pool.reacting = self._reacting()
         super()._round(horizon)
+        if pool.stopped is not None:
+            self._wtime = min(self._wtime, pool.stopped)
+
+    def _reacting(self) -> list[int] | None:
+        """The unfinished flows the workers know that the caller reacts to, flat [id, least reaction ns, ...]
+        (None: the caller said no `reaction`; each round then runs to its horizon, which counts them)."""
+        reaction = self.reaction
+        if reaction is None:
+            return None
+        t0 = time.perf_counter()
+        flat: list[int] = []
+        pending = self._pending_ids
+        for f in sorted(self._unfinished[0]):
+            if f not in pending and (d := reaction(f)) < INF_NS:
+                flat += (f, d)
+        self.bound_wall_s += time.perf_counter() - t0
+        return flat
 
     def _horizon(self, until: int) -> int:
-        """How far every worker may run, inclusive: the decomposition driver's E (`until`, the caller's floor)
-        but each flow the caller reacts to counts at its earliest end plus the caller's least reaction time to it
-        (`reaction`: a fluid NVLink flow released at a completion takes its transfer time before it can release
-        anything), so a flow's tail past its bound does not step the workers one ns a round."""
+        """How far every worker may run, inclusive: the decomposition driver's E (`until`, the caller's floor),
+        with the flows the caller reacts to left to the workers (`_round_to`: they stop at the first one's completion
+        plus the caller's least reaction time to it), so a flow's tail past its bound costs no round."""
         reaction = self.reaction
         if reaction is None:
             return super()._horizon(until)
         t0 = time.perf_counter()
         e = until if self.floor is None else max(until, self.floor())
-        lbs, nxt = self._lb, self._next[0]
-        floor = self._wtime + 1 if not self._out[0].empty() or nxt is None else max(self._wtime + 1, nxt)
-        for f in self._unfinished[0]:
-            d = reaction(f)
-            if d < INF_NS:
-                e = min(e, max(lbs[f], floor) + d)
         for t, fid, _ in self._buffer:
             d = reaction(fid)
             if d < INF_NS and t > self._wtime:

@@ -187,6 +187,7 @@ def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any
         "windows": max((w["windows"] for w in workers), default=0),
         "message_bytes": sum(w["bytes_out"] for w in workers),
         "run_cpu_s": [round(w["run_cpu_s"], 3) for w in workers],
+        "ns3_cpu_s": [round(w["ns3_cpu_s"], 3) for w in workers],  # of it, inside ns-3's window runs
         "run_wall_s": [round(w["run_wall_s"], 3) for w in workers],
         "worker_wall_s": [round(w["wall_s"], 3) for w in workers],
         "windows_ended_by": workers[0]["ended_by"] if workers else {},  # every worker runs the same windows
