@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import tracemalloc
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -62,6 +63,30 @@ def test_a_spool_that_would_fill_its_disk_stops_in_one_line_naming_the_option(tm
     with pytest.raises(QueueSpoolFullError, match=r"--queue-sample-ns") as err:
         spool.extend(iter(rows(10)))
     assert "\n" not in str(err.value) and len(spool) == 0
+
+
+@pytest.mark.parametrize(
+    ("total", "free", "fits"),
+    [
+        (2_000_000_000, 200_000_281, True),  # a 2 GB disk keeps a tenth, 200 MB: 280 bytes fit above it
+        (2_000_000_000, 200_000_279, False),
+        (100_000_000_000, (1 << 30) + 281, True),  # a large disk keeps 1 GiB
+        (100_000_000_000, (1 << 30) + 279, False),
+    ],
+)
+def test_the_default_reserve_is_a_gib_or_a_tenth_of_a_smaller_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total: int, free: int, fits: bool
+) -> None:
+    """Ten samples (280 bytes) are written only if they leave min(1 GiB, a tenth of the disk) free."""
+    disk = SimpleNamespace(total=total, used=total - free, free=free)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: disk)
+    spool = QueueSpool(str(tmp_path))
+    if fits:
+        spool.extend(iter(rows(10)))
+        assert len(spool) == 10
+    else:
+        with pytest.raises(QueueSpoolFullError):
+            spool.extend(iter(rows(10)))
 
 
 def test_csv_rows_stream_to_the_file(tmp_path: Path) -> None:
