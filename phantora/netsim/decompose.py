@@ -55,6 +55,9 @@ from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces
 from phantora.topology.model import Topology
 
 DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
+# Pseudo flows the gates of one wide deps list wait on together (one join for them all, not each gate on every dep):
+# ids from here on, beyond any flow id (< 2^64) and gate key (< 0).
+JOIN_BASE = 1 << 64
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 KEEPALIVE_S = 0.5  # the driver's heartbeats to its workers go out at most this often (their limit is minutes)
@@ -146,6 +149,9 @@ class DecomposedSimulator(RunsByCompletion):
     """A `CompletionStepper` (and `FabricObserver`) over N workers, each running some pieces; `spawn` starts them."""
 
     posts_at_dep_ends = True  # as `NicLatencySimulator` (its workers' engine): a flow's deps are resolved as there
+    # A flow of a wide deps list has its bound raised by each of its deps' completions (False: by none; a subclass
+    # that pulls bounds up from the unfinished deps when it reads them, whose latest bound is past the ended ones)
+    raises_wide = True
     worker_side = "packet"  # what each worker hosts (`EngineSpec.side`)
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
@@ -182,6 +188,8 @@ class DecomposedSimulator(RunsByCompletion):
         self._next: list[int | None] = [None] * n
         self._in_flight = [0] * n
         self._gates_held = 0
+        self._joins_held = 0
+        self._next_join = JOIN_BASE
         self.reacts: Callable[[int], bool] | None = None  # set by the caller: does it act on this completion?
         # a subclass's placement of a flow: (its worker, or DRIVER; delay-free least time from post to end)
         self._place: Callable[[Flow], tuple[int, int]] | None = None
@@ -329,8 +337,16 @@ class DecomposedSimulator(RunsByCompletion):
                     else:
                         lbs[j] = t
             markers = []
-            for g, p in self._rel.complete(done):
-                if g.id < 0:  # a gate: the flow's deps on other workers and markers are done at p
+            rel = self._rel
+            released = rel.complete([c for c in done if rel.waits_on(c.flow_id)])
+            k = 0
+            while k < len(released):
+                g, p = released[k]
+                k += 1
+                if g.id >= JOIN_BASE:  # the deps of a wide list are done at p: its gates open
+                    self._joins_held -= 1
+                    released += rel.complete([Completion(g.id, p, p, 0, g.src, g.dst)])
+                elif g.id < 0:  # a gate: the flow's deps on other workers and markers are done at p
                     fid = -1 - g.id
                     self._gates_held -= 1
                     self._check_post(fid, p)
@@ -377,11 +393,14 @@ class DecomposedSimulator(RunsByCompletion):
         released: list[Completion] = []
         ends, lbs, waiting = self._ends, self._lb, self._dependents
         shared: dict[tuple[tuple[int, ...], int], _SharedDeps] = {}  # wide deps lists repeated in this batch
+        joins: dict[int, int] = {}  # id of a wide list's `_SharedDeps` -> the join its gates wait on
+        targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
         for f in topological_order(flows, {f.id: f for f in flows}):
             fid = f.id
             w = owner[fid]
             local: list[int]
             cross: list[int]
+            memo: _SharedDeps | None = None
             if len(f.deps) >= SHARED_DEPS_MIN:
                 memo = shared.get((f.deps, w))
                 if memo is None:
@@ -414,7 +433,9 @@ class DecomposedSimulator(RunsByCompletion):
                 z = w == DRIVER or fid in zero
                 if z:
                     self._ext0.update(d for d in cross if owner[d] != DRIVER)
-                if targets is not None:
+                if targets is not None and (memo is None or (id(memo), z) not in targeted):
+                    if memo is not None:  # (the same for every flow of the batch sharing the list)
+                        targeted.add((id(memo), z))
                     for d in cross:
                         if owner[d] != DRIVER:
                             targets.setdefault(d, set()).add((w, z))
@@ -436,7 +457,16 @@ class DecomposedSimulator(RunsByCompletion):
             out.at.append(a)
             if cross:
                 out.gated.append(f.id)
-                self._rel.add([Flow(gate_key(f.id), f.src, f.dst, 0, tuple(cross))], a)
+                gate_deps = tuple(cross)
+                if memo is not None:  # the gates sharing a wide list wait on one join of it
+                    j = joins.get(id(memo))
+                    if j is None:
+                        j = joins[id(memo)] = self._next_join
+                        self._next_join += 1
+                        self._joins_held += 1
+                        self._rel.add([Flow(j, f.src, f.dst, 0, gate_deps)], a)
+                    gate_deps = (j,)
+                self._rel.add([Flow(gate_key(f.id), f.src, f.dst, 0, gate_deps)], a)
                 self._gates_held += 1
         self._arrived(released)
 
@@ -455,7 +485,8 @@ class DecomposedSimulator(RunsByCompletion):
                 ended = max(ended, end)
                 continue
             lb = max(lb, lbs[d])
-            lists.append(waiting.setdefault(d, []))
+            if self.raises_wide:
+                lists.append(waiting.setdefault(d, []))
             (local if w != DRIVER and owner[d] == w else cross).append(d)
         self._ext.update(d for d in cross if owner[d] != DRIVER)
         return _SharedDeps(ended, max(ended, lb), local, cross, lists)
@@ -546,7 +577,7 @@ class DecomposedSimulator(RunsByCompletion):
         return self._now
 
     def in_flight(self) -> int:
-        markers = self._rel.held() - self._gates_held
+        markers = self._rel.held() - self._gates_held - self._joins_held
         return markers + sum(self._in_flight) + sum(len(o.flows) for o in self._out) + len(self._buffer)
 
     def stats(self) -> dict[str, object]:

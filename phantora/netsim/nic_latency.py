@@ -65,6 +65,10 @@ class Releases:
     def held(self) -> int:
         return len(self._held)
 
+    def waits_on(self, fid: int) -> bool:
+        """Is a held flow waiting on flow `fid`?"""
+        return fid in self._waiters
+
     def note(self, ids: Iterable[int]) -> None:
         """Flows posted elsewhere (already without deps): known from now on."""
         self._ids.update(ids)
