@@ -105,12 +105,13 @@ def test_a_flex_attention_slice_is_at_most_the_budget(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.slow
-def test_the_model_is_within_15_percent_under_a_real_runs_peak(tmp_path: Path) -> None:
-    """torchtitan's llama3_debugmodel, FSDP 2, sequence 512, batch 2, 2 steps (about 6 min on the shared machine):
+def test_the_model_is_within_3_percent_of_a_real_runs_peak(tmp_path: Path) -> None:
+    """torchtitan's llama3_debugmodel, FSDP 2, sequence 512, batch 2, 2 steps (about 2 min on the shared machine):
     each real-mode rank's peak resident set against the model, the same run's phantom rank peak resident set + its
-    simulated-GPU peak + 6.5 fp32 score matrices (2 x 16 x 512 x 512 x 4 B = 32 MiB, one slice). Measured on
-    2026-11-29: 743 MiB modelled, 820 measured (glibc's retained heap is not modelled): the model is under the
-    need, by less than 15 %."""
+    simulated-GPU peak + 6.5 fp32 score matrices (2 x 16 x 512 x 512 x 4 B = 32 MiB, one slice). Since real-mode
+    ranks fix glibc's mmap threshold (92f995a, freed tensor data returned) the model is within 3 % of the need, as
+    runtime.md's "Host memory" says (before it, 743 MiB modelled against 820 measured). Measured 2026-11-30 at
+    e6a3558: 757.6 / 754.4 MiB modelled against 744.3 / 743.8 (+1.8 / +1.4 %)."""
     import json
     import subprocess
     import sys
@@ -138,4 +139,4 @@ def test_the_model_is_within_15_percent_under_a_real_runs_peak(tmp_path: Path) -
     for phantom, real in zip(runs["phantom"]["ranks"], runs["real"]["ranks"], strict=True):
         tensors = runs["phantom"]["memory"]["per_rank_peak_bytes"][phantom["rank"]] / 2**20
         model = phantom["peak_rss_mb"] + tensors + 6.5 * matrix / 2**20
-        assert 0.85 * real["peak_rss_mb"] <= model <= real["peak_rss_mb"], (model, real["peak_rss_mb"])
+        assert 0.97 * real["peak_rss_mb"] <= model <= 1.03 * real["peak_rss_mb"], (model, real["peak_rss_mb"])
