@@ -147,8 +147,14 @@ uint64_t PhantoraFabric::PathRateBps(uint32_t src, uint32_t dst, uint64_t key) {
 }
 
 uint64_t PhantoraFabric::MinPropagationNs(uint32_t src, uint32_t dst) {
-  // Shortest-hop routes form a DAG towards dst: the least delay from each node, memoised along the way.
-  std::unordered_map<uint32_t, uint64_t> memo{{dst, 0}};
+  // Shortest-hop routes form a DAG towards dst: the least delay from each node, memoised per destination (the
+  // switches ask once per flow and hop: CompletionBounds' tail bounds) until the routes change.
+  if (m_minPropGeneration != m_routes->Generation()) {
+    m_minProp.clear();
+    m_minPropGeneration = m_routes->Generation();
+  }
+  std::unordered_map<uint32_t, uint64_t>& memo = m_minProp[dst];
+  memo.emplace(dst, 0);
   std::function<uint64_t(uint32_t)> least = [&](uint32_t node) -> uint64_t {
     auto it = memo.find(node);
     if (it != memo.end()) {

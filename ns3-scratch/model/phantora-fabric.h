@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace ns3 {
@@ -97,6 +98,9 @@ class PhantoraFabric : public Object {
   std::vector<NodeInfo> m_nodes;
   std::vector<LinkInfo> m_links;
   Ptr<RouteTable> m_routes = Create<RouteTable>();
+  /// MinPropagationNs's least delays, per destination then node (kept while the routes' Generation stays).
+  std::unordered_map<uint32_t, std::unordered_map<uint32_t, uint64_t>> m_minProp;
+  uint64_t m_minPropGeneration = 0;
   uint64_t m_maxRttNs = 0;
   uint64_t m_maxBdpBytes = 0;
   // Attributes.

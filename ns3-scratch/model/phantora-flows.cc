@@ -361,6 +361,31 @@ void PhantoraNetwork::Impl::LastByteQueued(uint64_t flow, uint32_t src, uint32_t
   }
 }
 
+void PhantoraNetwork::Impl::EnableTailBounds() {
+  if (tailBounds) {
+    return;
+  }
+  tailBounds = true;
+  // Completion bounds from where a flow's last byte waits, when no packet can be lost: every packet switch this
+  // engine runs reports it (the NICs mark it), and the sender's engine keeps the bound (LastByteQueued).
+  bool lossless = true;
+  for (uint32_t n = 0; n < fabric->NumNodes(); ++n) {
+    const Ptr<PfcSwitch>& sw = fabric->GetNode(n).sw;
+    lossless = lossless && (!sw || fabric->GetNode(n).kind != NodeKind::Switch || sw->Lossless());
+  }
+  for (uint32_t n = 0; lossless && n < fabric->NumNodes(); ++n) {
+    const auto& node = fabric->GetNode(n);
+    if (node.nic) {
+      node.nic->MarkLastByte(true);
+    }
+    if (node.sw && node.kind == NodeKind::Switch && Owns(n)) {
+      node.sw->SetLastByteHook([this](uint64_t flow, uint32_t src, uint32_t dst, uint32_t next, int64_t at) {
+        LastByteQueued(flow, src, dst, next, at);
+      });
+    }
+  }
+}
+
 void PhantoraNetwork::Impl::ShareBounds(int64_t floor) {
   std::unordered_map<uint64_t, int64_t> memo;
   std::size_t keep = 0;

@@ -22,7 +22,8 @@ constexpr uint8_t kFlagTrimmed = 16;      ///< data: trimmed, the payload is gon
 constexpr uint8_t kFlagSack = 32;    ///< ACK: carries a SACK block [sackLo, sackHi) (selective receiver)
 constexpr uint8_t kFlagDsack = 64;   ///< ACK: the data packet was a duplicate (selective receiver; RFC 2883)
 /// Data: carries its flow's last byte (the bit of kFlagDsack, which only ACKs carry). Set by a NIC told to mark
-/// (RdmaNic::MarkLastByte: a partition worker's), read by switches that report where it is (PfcSwitch::SetLastByteHook).
+/// (RdmaNic::MarkLastByte: in a partition worker, or an engine asked for CompletionBounds), read by switches that
+/// report where it is (PfcSwitch::SetLastByteHook).
 constexpr uint8_t kFlagLastByte = 64;
 constexpr uint8_t kFlagCredit = 128;  ///< data: carries a credit request in `credit` (receiver credits, RCCC)
 

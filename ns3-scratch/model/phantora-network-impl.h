@@ -136,6 +136,11 @@ class PhantoraNetwork::Impl {
   /// at `arriveNs` at the earliest, then the least propagation to `dst`. Kept in tailLb by the sender's worker (a
   /// bound message if that is another).
   void LastByteQueued(uint64_t flow, uint32_t src, uint32_t dst, uint32_t next, int64_t arriveNs);
+  /// Keep tailLb from now on, on a lossless fabric: a partition worker from Finalize, any other engine from its
+  /// first CompletionBounds (a decomposition worker's driver bounds completions; a flow whose last byte was queued
+  /// before is bounded by its first send only).
+  void EnableTailBounds();
+  bool tailBounds = false;  ///< EnableTailBounds ran
   /// Stepped partition workers: the flows the driver reacts to, by id: their reaction ns (CutReacting); the least
   /// completion ns + reaction of those completed here since (-1: none).
   std::unordered_map<uint64_t, int64_t> reacting;

@@ -246,24 +246,7 @@ void PhantoraNetwork::Finalize() {
           lb = std::max(lb, static_cast<int64_t>(ns));
         }
       });
-      // Completion bounds from where a flow's last byte waits, when no packet can be lost: every packet switch
-      // reports it (the NICs mark it), and the sender's worker keeps the bound (Impl::LastByteQueued).
-      bool lossless = true;
-      for (uint32_t n = 0; n < s.fabric->NumNodes(); ++n) {
-        const Ptr<PfcSwitch>& sw = s.fabric->GetNode(n).sw;
-        lossless = lossless && (!sw || s.fabric->GetNode(n).kind != NodeKind::Switch || sw->Lossless());
-      }
-      for (uint32_t n = 0; lossless && n < s.fabric->NumNodes(); ++n) {
-        const auto& node = s.fabric->GetNode(n);
-        if (node.nic) {
-          node.nic->MarkLastByte(true);
-        }
-        if (node.sw && node.kind == NodeKind::Switch && s.Owns(n)) {
-          node.sw->SetLastByteHook([impl](uint64_t flow, uint32_t src, uint32_t dst, uint32_t next, int64_t at) {
-            impl->LastByteQueued(flow, src, dst, next, at);
-          });
-        }
-      }
+      s.EnableTailBounds();
     }
   } else if (s.Worker()) {
     throw std::invalid_argument("partition.Worker: needs partition.Groups");
@@ -862,6 +845,7 @@ uint64_t PhantoraNetwork::BaseRttNs(uint32_t src, uint32_t dst, uint64_t ecmpKey
 std::vector<FlowBound> PhantoraNetwork::CompletionBounds() {
   Impl& s = Need();
   const int64_t now = Now();
+  s.EnableTailBounds();
   std::vector<FlowBound> out;
   out.reserve(s.inFlight);
   for (auto& [id, f] : s.flows) {

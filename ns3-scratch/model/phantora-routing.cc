@@ -32,6 +32,7 @@ uint32_t Murmur3Words(const uint32_t* words, uint32_t n, uint32_t seed) {
 }
 
 void RouteTable::ClearTables() {
+  ++m_generation;
   m_dist.clear();
   m_hpccOrder.clear();
   m_cand.clear();

@@ -78,6 +78,9 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   uint32_t Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key);
   /// The key of the reverse direction (ACKs, CNPs): Hpcc swaps sport and dport; Phantora keeps it.
   uint64_t ReverseKey(uint64_t key) const;
+  /// Counts the table clears (a node, a link, a failure or the ECMP policy changed): what is derived from the
+  /// routes is stale once it moves.
+  uint64_t Generation() const { return m_generation; }
   /// Channel ids along the path of a flow (empty if src == dst or unreachable).
   std::vector<int64_t> Path(uint32_t src, uint32_t dst, uint64_t key);
 
@@ -93,6 +96,7 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   std::vector<std::vector<Adj>> m_adj;
   std::vector<uint8_t> m_down;  ///< per link: routing avoids it (empty: none)
   EcmpHashKind m_hash = EcmpHashKind::Phantora;
+  uint64_t m_generation = 0;  ///< Generation
   std::vector<std::vector<uint32_t>> m_dist;                   ///< per dst, filled lazily
   std::vector<std::vector<uint32_t>> m_hpccOrder;              ///< per dst, filled lazily (Hpcc only)
   std::vector<std::vector<std::vector<uint32_t>>> m_cand;      ///< switches: [node][dst], filled lazily
