@@ -139,6 +139,32 @@ def test_two_sockets_keep_pci_latencies_and_the_ring_runs_at_the_cpu_link(cpu: s
         assert moved[ch] == pytest.approx(2 * (N - 1) / N * size, rel=1e-6)
 
 
+def test_the_fallback_rates_the_choice_and_the_links_move_the_data() -> None:
+    """P2P off under one Intel switch: no ring fits (24 / 9.6 = 2.5 GB/s is below ampere's slowest speed, 3), so
+    NCCL's search falls back to one channel of 0.1 GB/s (search.cc). NCCL's tuner rates the ring with it (its
+    model time for 64 MiB: 88.2 µs + size / 0.1 x 8/14 GB/s) and still picks Ring / Simple on 2 channels, but the
+    kernel copies at what the links allow: each of the 8 SHM hops climbs the switch's uplink and comes down it at
+    6/5 (INTEL_P2P_OVERHEAD), so the uplink carries 8 x 1.2 GB/s per GB/s of ring, a bus bandwidth of 24 / 9.6."""
+    p, topo = _p({"NCCL_P2P_DISABLE": "1"})
+    size = 64 << 20
+    lat_us = 8.4 + 2 * (N - 1) * 5.7  # tuning.cc: ring Simple base + PCI hops
+    alg_per_bus = N / (2 * (N - 1))
+    nccl = {(c.algorithm, c.protocol): c for c in tuning.costs("all_reduce", p, NcclSettings())}
+    assert nccl[("ring", "Simple")].algbw == pytest.approx(0.1 * alg_per_bus)
+    nccl_us = tuning.model_time_us(nccl[("ring", "Simple")], "all_reduce", p, size, 2)
+    assert nccl_us == pytest.approx(lat_us + size / (1000 * 0.1 * alg_per_bus))  # NCCL's own estimate: 1.17 s
+    coll = Collective("all_reduce", tuple(range(N)), size, "fp32")
+    dag = decompose(coll, topo, _opts(NCCL_P2P_DISABLE="1"))
+    choice = dag.choice or {}
+    assert (choice["algorithm"], choice["protocol"], choice["channels"]) == ("Ring", "Simple", 2)
+    assert choice["transport"] == {"SHM": N}
+    sim = FlowSimulator(topo)
+    sim.submit(dag.flows, at=0)
+    t_ns = max(c.end_ns for c in sim.drain())
+    uplink_bus = GEN4 / (N * INTEL)  # 2.5 GB/s
+    assert t_ns / 1000 == pytest.approx(lat_us + size / (1000 * uplink_bus * alg_per_bus), rel=0.005)
+
+
 @pytest.mark.parametrize(
     ("env", "field"),
     [

@@ -38,7 +38,7 @@ class Graph:
 @lru_cache(maxsize=256)
 def ring_graph(p: Platform) -> Graph:
     """The ring (and tree) graph: the per-channel bandwidth that carries the most in total, then duplicated."""
-    speeds = T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]
+    speeds = _speeds(p)
     if p.pci is not None:  # a described PCIe host: the search over its links (sockets, CPU link, SHM diversions)
         return _duplicated(*pci_paths.ring_search(p.pci, speeds, T.RING_GRAPH_MAX_CHANNELS), p)
     best = (0, 0.0)
@@ -56,6 +56,21 @@ def ring_graph(p: Platform) -> Graph:
     if n == 0:
         n, s = 1, speeds[-1]
     return _duplicated(n, s, p)
+
+
+@lru_cache(maxsize=256)
+def link_graph(p: Platform) -> Graph:
+    """The ring graph at the rate its kernel moves data: `ring_graph`'s, except on a PCIe host where NCCL's search
+    found no ring. There NCCL's one channel of 0.1 GB/s is what its tuner rates (`ring_graph`: the choice and
+    NCCL's model time), while the copy runs at what the host's links allow that ring (`pci_paths.link_ring`)."""
+    if p.pci is None:
+        return ring_graph(p)
+    return _duplicated(*pci_paths.link_ring(p.pci, _speeds(p), T.RING_GRAPH_MAX_CHANNELS), p)
+
+
+def _speeds(p: Platform) -> tuple[float, ...]:
+    """The per-channel speeds NCCL's search tries (search.cc sm-specific lists), inside a node or across nodes."""
+    return T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]
 
 
 def _duplicated(n: int, s: float, p: Platform) -> Graph:

@@ -180,9 +180,24 @@ def max_path_bw(h: PciHost) -> float:
     return max(min(_bw(h, link) for link in hop_links(h, i, j)[0]) for i in range(n) for j in range(n) if i != j)
 
 
-@lru_cache(maxsize=256)
 def ring_search(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tuple[int, float]:
-    """`ncclTopoCompute` for the ring: (channels, GB/s each) before NCCL's channel duplication."""
+    """`ncclTopoCompute` for the ring: (channels, GB/s each) before NCCL's channel duplication; NCCL's one channel
+    of `FALLBACK_BW` where no ring fits at any speed (what NCCL's tuner rates, not what its kernel moves)."""
+    found = _search(h, speeds, max_channels)
+    return found if found[0] else (1, FALLBACK_BW)
+
+
+def link_ring(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tuple[int, float]:
+    """The ring's channels and the GB/s each moves: `ring_search`'s, except NCCL's fallback, whose one channel
+    moves what the host's links allow that ring (`ring_capacity`, Intel's 6/5 on PHB hops as NCCL charges it):
+    the 0.1 GB/s feeds NCCL's tuning only (its choice and model time), the kernel copies at the hardware's rate."""
+    found = _search(h, speeds, max_channels)
+    return found if found[0] else (1, ring_capacity(h)[0])
+
+
+@lru_cache(maxsize=256)
+def _search(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tuple[int, float]:
+    """The ring search proper: the best (channels, GB/s each), (0, 0.0) if no ring fits at any speed."""
     cap = ring_capacity(h)[0]
     top = max_path_bw(h)
     k = 0
@@ -199,7 +214,7 @@ def ring_search(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tup
         if k >= len(speeds) - 1 or (best[0] and speeds[k + 1] / best[1] <= SEARCH_STEP_DOWN):
             break
         k += 1
-    return best if best[0] else (1, FALLBACK_BW)
+    return best
 
 
 def all_pairs(h: PciHost) -> list[tuple[int, int]]:

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from phantora.collectives.nccl import old_tuners, proto_rate, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.channels import Graph, comm_channels, nvls_channels, ring_graph
+from phantora.collectives.nccl.channels import Graph, comm_channels, link_graph, nvls_channels, ring_graph
 from phantora.collectives.nccl.chunking import ring_simple_chunk
 from phantora.collectives.nccl.cta_ceiling import capped_bus_bw, raised_bus_bw
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
@@ -104,9 +104,10 @@ def _applies(kind: str, algo: str) -> bool:
     return algo != "pat"  # all_reduce
 
 
-def costs(kind: str, p: Platform, st: NcclSettings) -> list[Cost]:
-    """NCCL's (latency, bandwidth) of every enabled (algorithm, protocol) for `kind` on `p`."""
-    ring = ring_graph(p)
+def costs(kind: str, p: Platform, st: NcclSettings, ring: Graph | None = None) -> list[Cost]:
+    """NCCL's (latency, bandwidth) of every enabled (algorithm, protocol) for `kind` on `p`, on NCCL's ring graph
+    or on `ring` (`achieved` passes the graph at the rate its kernel moves data)."""
+    ring = ring or ring_graph(p)
     graphs = {"ring": ring, "tree": ring, "pat": ring, "nvls": nvls_graph(p), "nvls_tree": nvls_graph(p)}
     ix = p.index2
     arch, n, nn, ppn = p.arch, p.nranks, p.nnodes, p.ppn / 1.0
@@ -313,6 +314,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if best is None:
         return None
     _, cost, ch = best
+    cost = achieved(cost, kind, p, st)  # NCCL's rating chose it; its kernel moves data at the links' rate
     t = model_time_us(cost, kind, p, nbytes, comm)
     ring = ring_kernel.applies(kind, cost.algorithm, cost.protocol, p)
     kernel = nvls_kernel_algbw(kind, p) if cost.algorithm == "nvls" else 0.0
@@ -361,6 +363,17 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         chain_us=chain,
         proxy_us=serve,
     )
+
+
+def achieved(cost: Cost, kind: str, p: Platform, st: NcclSettings) -> Cost:
+    """`cost` at the rate its kernel moves data: the same, except where NCCL's ring search fell back to its
+    0.1 GB/s channel (a PCIe host: `channels.link_graph`). That figure is NCCL's tuning only, what `costs`,
+    `rated` and `model_time_us` rate the choice with; the copy runs at what the host's links allow the ring."""
+    graph = link_graph(p)
+    if graph == ring_graph(p):
+        return cost
+    same = (c for c in costs(kind, p, st, graph) if (c.algorithm, c.protocol) == (cost.algorithm, cost.protocol))
+    return next(same, cost)
 
 
 def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
