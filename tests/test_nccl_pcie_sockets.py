@@ -24,7 +24,7 @@ from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.settings import NcclSettings, nccl_env, settings_from_env
 from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
-from phantora.topology import dgx_host, pcie_host
+from phantora.topology import pcie_host, rail_optimized
 from tests.engine_pair import flow_and_ns3_end_ns
 
 N = 8
@@ -208,8 +208,9 @@ def test_what_is_not_modelled_is_refused_clearly() -> None:
     coll = Collective("all_reduce", tuple(range(N)), 1 << 20, "fp32")
     with pytest.raises(InputError, match="network transport"):
         choose(coll, pcie_host(N, sockets=2), _opts(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1"))
+    across = Collective("all_reduce", tuple(range(2 * N)), 1 << 20, "fp32")  # one host's: test_nccl_p2p_off_nvlink
     with pytest.raises(InputError, match="NVLink"):
-        choose(coll, dgx_host(N, gpu="h100"), _opts(NCCL_P2P_DISABLE="1"))
+        choose(across, rail_optimized(2, N, 2), _opts(NCCL_P2P_DISABLE="1"))
     # P2P still on inside each switch: SHM off changes nothing there, and the SYS hops need it
     with pytest.raises(InputError, match="NCCL_SHM_DISABLE=1"):
         choose(coll, pcie_host(N, sockets=2), _opts(NCCL_SHM_DISABLE="1"))
@@ -226,11 +227,11 @@ def test_what_is_not_modelled_is_refused_clearly() -> None:
     ],
 )
 def test_p2p_off_on_nvlink_names_the_variable_set(env: dict[str, str], var: str) -> None:
-    """The refusal names the variable that turned P2P off (NCCL_P2P_DISABLE wins over NCCL_P2P_LEVEL, as in
-    `ncclGetLevel`), in one line."""
-    coll = Collective("all_reduce", tuple(range(N)), 1 << 20, "fp32")
+    """The refusal (NVLink GPUs of a communicator across hosts) names the variable that turned P2P off
+    (NCCL_P2P_DISABLE wins over NCCL_P2P_LEVEL, as in `ncclGetLevel`), in one line."""
+    coll = Collective("all_reduce", tuple(range(2 * N)), 1 << 20, "fp32")
     with pytest.raises(InputError) as err:
-        choose(coll, dgx_host(N, gpu="h100"), _opts(**env))
+        choose(coll, rail_optimized(2, N, 2), _opts(**env))
     assert err.value.field == var and str(err.value).count(f"{var}=") == 1 and "\n" not in str(err.value)
 
 

@@ -167,7 +167,7 @@ def _tree_sweeps(coll: Collective, topo: Topology, opts: AlgoOptions) -> tuple[i
     sweeps of a call, prims_ll128.h `GenericOp`), so its sends are cut like the broadcast half's."""
     if opts.model != "nccl":
         return None
-    p = platform_of(topo, coll.comm or coll.ranks)
+    p = platform_of(topo, coll.comm or coll.ranks, nccl_settings(opts))  # P2P off: NCCL's PCIe view
     return tree_line_sweeps(opts.protocol) if p.nnodes == 1 and p.intra == "nvlink" else None
 
 
@@ -187,7 +187,7 @@ def _tree_halves_share_the_channel(coll: Collective, topo: Topology, opts: AlgoO
     rate (NCCL's per-channel bandwidth): a half sending alone, as in the pipeline's fill, has all of it."""
     if opts.model != "nccl" or opts.protocol != "Simple":
         return False
-    p = platform_of(topo, coll.comm or coll.ranks)
+    p = platform_of(topo, coll.comm or coll.ranks, nccl_settings(opts))  # P2P off: NCCL's PCIe view
     return p.nnodes == 1 and p.intra == "nvlink"
 
 

@@ -95,13 +95,14 @@ def _with_transports(choice: Choice, p: Platform, kind: str) -> Choice:
 
 def check_transports(p: Platform, st: NcclSettings) -> None:
     """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: no
-    P2P between NVLink GPUs (NCCL would route them through host memory), or neither P2P nor SHM on a PCIe host."""
+    P2P between NVLink GPUs of a communicator spanning hosts (one host's are `nvlink_pci.py`'s PCIe ring), or
+    neither P2P nor SHM on a PCIe host."""
     if p.intra == "nvlink" and p.ppn > 1 and st.p2p_level == pci_paths.LOC:
         env = dict(st.raw)
         var = "NCCL_P2P_DISABLE" if env.get("NCCL_P2P_DISABLE", "").strip() == "1" else "NCCL_P2P_LEVEL"
         raise InputError(
-            f"{var}={env.get(var, '').strip()} on NVLink GPUs: NCCL would move their traffic through host memory "
-            "(SHM), which is modelled on PCIe hosts only",
+            f"{var}={env.get(var, '').strip()} on NVLink GPUs of a communicator across hosts: NCCL would move their "
+            "traffic inside each host through host memory (SHM), which is modelled for one host's GPUs only",
             field=var,
         )
     if p.pci is not None:

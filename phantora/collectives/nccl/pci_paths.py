@@ -82,6 +82,12 @@ class PciHost:
     comm_gpus: int  # the communicator's GPUs on the host (NCCL's DEV count: topo.cc fuses only theirs)
     p2p_level: int = UNSET  # NCCL_P2P_DISABLE / NCCL_P2P_LEVEL, a path type
     shm: bool = True  # not NCCL_SHM_DISABLE=1
+    switch_of: tuple[int, ...] = ()  # each rank's PCIe switch when `switched` and a socket has several; () one each
+
+
+def switch(h: PciHost, i: int) -> int:
+    """The PCIe switch of position i's GPU: its own entry in `switch_of`, else its socket's one switch."""
+    return h.switch_of[i] if h.switch_of else h.sockets[i]
 
 
 def p2p_level_of(disable: str | None, level: str | None) -> int:
@@ -107,7 +113,7 @@ def path_type(h: PciHost, i: int, j: int) -> int:
     """The PCIe path type between the GPUs of positions i and j, before any diversion."""
     if h.sockets[i] != h.sockets[j]:
         return SYS
-    return PIX if h.switched else PHB
+    return PIX if h.switched and switch(h, i) == switch(h, j) else PHB
 
 
 def p2p_level(h: PciHost) -> int:
@@ -137,14 +143,14 @@ Link = tuple[tuple[str, int], tuple[str, int]]
 def hop_links(h: PciHost, i: int, j: int) -> tuple[list[Link], int]:
     """The directed links of the path from position i to position j as NCCL routes it, and its type: a pair
     without P2P goes up to the receiver's CPU and down (addInterStep)."""
-    si, sj = h.sockets[i], h.sockets[j]
+    si, sj, wi, wj = h.sockets[i], h.sockets[j], ("sw", switch(h, i)), ("sw", switch(h, j))
     gi, gj, ci, cj = ("gpu", i), ("gpu", j), ("cpu", si), ("cpu", sj)
-    up = [(gi, ("sw", si)), (("sw", si), ci)] if h.switched else [(gi, ci)]
-    down = [(cj, ("sw", sj)), (("sw", sj), gj)] if h.switched else [(cj, gj)]
+    up = [(gi, wi), (wi, ci)] if h.switched else [(gi, ci)]
+    down = [(cj, wj), (wj, gj)] if h.switched else [(cj, gj)]
     if si != sj:
         return [*up, (ci, cj), *down], SYS
-    if h.switched and transport(h, i, j) == "P2P":
-        return [(gi, ("sw", si)), (("sw", si), gj)], PIX
+    if path_type(h, i, j) == PIX and transport(h, i, j) == "P2P":
+        return [(gi, wi), (wi, gj)], PIX
     return [*up, *down], PHB
 
 

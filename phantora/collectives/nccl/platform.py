@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.nvlink_pci import host_pci, p2p_off
 from phantora.collectives.nccl.pci_paths import CPU_MODELS, UNSET, PciHost, inter_cpu_bw
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.errors import InputError
@@ -63,11 +64,13 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
     ppn = max(len(b) for b in blocks)
     nvswitch = any(topo.shared_nvswitch(nodes[b[0]], nodes[b[1]]) is not None for b in blocks if len(b) > 1)
     nvlink_bps = _nvlink_bps(topo, nodes[0])
-    if nvlink_bps:
+    pcie_bw = max(T.PCI_BW, gpu.host_bw / 1e9 * T.PCI_BW / 16.0)  # PCIe Gen3 x16 = 12 GB/s
+    off = bool(nvlink_bps) and len(blocks) == 1 and ppn > 1 and p2p_off(st)  # NCCL's PCIe ring (nvlink_pci.py)
+    if nvlink_bps and not off:
         links = nvlink_bps / 8e9 / T.NVLINK_RAW_PER_LINK[arch]
         intra, intra_bw = "nvlink", links * T.NVLINK_BW_PER_LINK[arch]
     else:
-        intra, intra_bw = "pci", max(T.PCI_BW, gpu.host_bw / 1e9 * T.PCI_BW / 16.0)  # PCIe Gen3 x16 = 12 GB/s
+        intra, intra_bw = "pci", pcie_bw
     nic_bps = _nic_bps(topo, nodes[0]) if len(blocks) > 1 else 0
     return Platform(
         arch=arch,
@@ -76,18 +79,24 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
         nnodes=len(blocks),
         ppn=ppn,
         intra=intra,
-        nvswitch=nvswitch,
+        nvswitch=nvswitch and not off,
         gpu_intra_bw=intra_bw,
         nic_bw=nic_bps / 8e9,
         nics_per_node=ppn if nic_bps else 0,
         cpu=cpu_vendor(topo),
         sm_clock_ghz=gpu.clock_hz / 1e9,
-        pci=_pci_host(topo, nodes, intra_bw, st) if intra == "pci" and len(blocks) == 1 else None,
+        pci=_pci_host(topo, nodes, intra_bw, st, off) if intra == "pci" and len(blocks) == 1 else None,
     )
 
 
-def _pci_host(topo: Topology, nodes: list[int], link_bw: float, st: NcclSettings | None) -> PciHost | None:
-    """The group's PCIe host as the `pcie_host` generator describes it (topology meta "pcie"), or None."""
+def _pci_host(
+    topo: Topology, nodes: list[int], link_bw: float, st: NcclSettings | None, nvlink_off: bool
+) -> PciHost | None:
+    """The group's PCIe host as the `pcie_host` generator describes it (topology meta "pcie"), an NVLink host's
+    with P2P off as `nvlink_pci.host_pci` lays it out, or None."""
+    if nvlink_off:
+        assert st is not None
+        return host_pci(topo, nodes, cpu_vendor(topo), link_bw, st)
     desc = topo.meta.get("pcie")
     if not isinstance(desc, dict):
         return None
