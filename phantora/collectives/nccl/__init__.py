@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from phantora.collectives.nccl import pci_paths
 from phantora.collectives.nccl.chunking import chunk_bytes, ring_simple_chunk
+from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.ring_kernel import RING_CHUNK_STEPS
@@ -97,7 +98,7 @@ def check_transports(p: Platform, st: NcclSettings) -> None:
     """A clear error where NCCL_P2P_DISABLE / NCCL_P2P_LEVEL / NCCL_SHM_DISABLE ask for what is not modelled: no
     P2P between NVLink GPUs of a communicator spanning hosts (one host's are `nvlink_pci.py`'s PCIe ring), or
     neither P2P nor SHM on a PCIe host."""
-    if p.intra == "nvlink" and p.ppn > 1 and st.p2p_level == pci_paths.LOC:
+    if p.intra == "nvlink" and p.ppn > 1 and p2p_off(st):
         env = dict(st.raw)
         var = "NCCL_P2P_DISABLE" if env.get("NCCL_P2P_DISABLE", "").strip() == "1" else "NCCL_P2P_LEVEL"
         raise InputError(
