@@ -103,3 +103,16 @@ def test_trims_merge_by_their_events_keys() -> None:
     res = _merge([w0, w1], 0.0, TOPO)
     assert [(t.time_ns, t.flow_id) for t in res.trims] == [(5_000, 9), (5_000, 7), (6_000, 7)]
     assert res.ties == 1
+
+
+def test_partition_summary_reports_each_workers_peak_memory() -> None:
+    """summary.json / results.json keep each worker's peak RSS (KiB from getrusage, in MiB), not only the largest."""
+    from phantora.netsim.partitioned import partition_summary
+
+    def worker(maxrss_kb: int, cpu: float) -> dict[str, Any]:
+        return {"windows": 3, "bytes_out": 10, "run_cpu_s": cpu, "ns3_cpu_s": cpu / 2, "run_wall_s": cpu,
+                "wall_s": cpu, "ended_by": {}, "widths": {}, "setup_cpu_s": 1.0, "maxrss_kb": maxrss_kb}  # fmt: skip
+
+    out = partition_summary([worker(614_400, 4.0), worker(819_200 + 1023, 2.0)], ties=0)
+    assert out["maxrss_mb_each"] == [600, 800]  # 614,400 KiB = 600 MiB; a part MiB rounds down
+    assert out["maxrss_mb"] == 800 and out["run_cpu_s"] == [4.0, 2.0] and out["ns3_cpu_s"] == [2.0, 1.0]

@@ -194,4 +194,5 @@ def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any
         "window_widths_ns": workers[0]["widths"] if workers else {},
         "setup_cpu_s": [round(w["setup_cpu_s"], 3) for w in workers],
         "maxrss_mb": max((w["maxrss_kb"] // 1024 for w in workers), default=0),
+        "maxrss_mb_each": [w["maxrss_kb"] // 1024 for w in workers],  # each worker's peak RSS
     }
