@@ -124,6 +124,7 @@ class CollRecord:
             **({"kept_lossless": self.lossless_why} if self.lossless_why else {}),
             **({"nccl": self.choice} if self.choice else {}),
             **({"comm": list(self.comm)} if self.comm else {}),
+            **({"names": sorted([r, c.name] for r, c in self.rv.calls.items())} if key[0] == "p2p" else {}),
         }
 
 
@@ -553,7 +554,7 @@ class CoordinatorCore:
             rec.job, rec.key0 = job, key0 or 0
         rec.traffic_class, rec.lossy, rec.lossless_why = plan.traffic_class, plan.lossy, plan.lossless_why
         rec.choice = plan.choice
-        rec.comm = () if self.mirrors.active else comm  # shifted copies run on their own pairs
+        rec.comm = comm  # the canonical copy's; its shifts run on theirs (CollectivePlanner.plan)
         self.records.append(rec)
         for f in flows:
             self.flow_owner[f.id] = cid

@@ -88,6 +88,16 @@ class Mirrors:
             cached = self._copies[group] = tuple(out)
         return cached
 
+    def copy_comm(self, group: tuple[int, ...], copy: tuple[int, ...], comm: tuple[int, ...]) -> tuple[int, ...]:
+        """The communicator the shift of `group` onto `copy` runs on, for a call of `group` on `comm` (a grouped
+        send/recv's): the mirrors issue on the shift of the live rank's process group, which is `comm` itself
+        (in its order) when the shift maps it onto itself, as the world group, else `comm` shifted."""
+        for j in range(self.shifts):
+            if self.shift_group(group, j) == copy:
+                moved = self.shift_group(comm, j)
+                return comm if set(moved) == set(comm) else moved
+        raise ValueError(f"{_short(copy)} is no shift of {_short(group)}")
+
     def canonical_root(self, group: tuple[int, ...], root: int | None) -> int | None:
         """A root rank of `group`, carried to the group's canonical shift."""
         return None if root is None else self.shift(root, self.canonical(group)[1])

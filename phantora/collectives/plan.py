@@ -81,7 +81,9 @@ class CollectivePlanner:
         sent = dict(self.sent)  # kept only on success, as the ids
         choice = None
         for copy in copies:
-            comm = call.comm if not self.mirrors.active else ()  # shifted copies: each pair's own communicator
+            comm = call.comm  # a grouped send/recv's; a shifted copy's is its mirrors' communicator
+            if comm and self.mirrors.active:
+                comm = self.mirrors.copy_comm(call.group, copy, comm)
             coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root, comm)
             dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag, sent=sent)
             next_id = dag.next_id
