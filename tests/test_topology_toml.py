@@ -113,6 +113,14 @@ NODES = '[[nodes]]\nname = "a"\nkind = "host"\n[[nodes]]\nname = "s"\nkind = "sw
         ('gpu = "h100"\n[generator]\nkind = "dgx_host"\n' + NODES, "generator", None),
         ('gpu = "h100"\ncpu = "epyc"\n[generator]\nkind = "dgx_host"\n', "cpu", 2),
         ('[generator]\nkind = "dgx_host"\ncpu = "amd"\n', "generator.cpu", None),
+        ('[generator]\nkind = "dgx_host"\ncpu_model = "epyc"\n', "generator.cpu_model", None),
+        (
+            'cpu = "amd"\n[generator]\nkind = "rail_optimized"\nhosts = 2\ncpu_model = "spr"\n',
+            "generator.cpu_model",
+            None,
+        ),
+        ('cpu_model = "zen"\n[generator]\nkind = "dgx_host"\n', "cpu_model", 1),
+        ('cpu_model = "rome"\n' + NODES, "cpu_model", 1),
     ],
 )
 def test_toml_errors_name_the_field(tmp_path: Path, text: str, field: str, line: int | None) -> None:
@@ -131,6 +139,17 @@ def test_toml_cpu_reaches_the_topology_in_both_forms(tmp_path: Path) -> None:
     explicit = NODES + '[[links]]\na = "a"\nb = "s"\nrate = 1\nlatency = 0\n'
     assert load_topology(write(tmp_path, 'cpu = "intel"\n' + explicit)).meta["cpu"] == "intel"
     assert "cpu" not in load_topology(write(tmp_path, explicit)).meta
+
+
+def test_toml_cpu_model_in_both_forms(tmp_path: Path) -> None:
+    """`cpu_model` (NCCL's CPU class: its inter-CPU link with P2P off) is a generator key of the DGX generators and a
+    top-level key of explicit lists; it names the vendor when `cpu` does not."""
+    gen = load_topology(write(tmp_path, '[generator]\nkind = "dgx_host"\ncpu_model = "EMR"\n'))
+    assert (gen.meta["cpu_model"], gen.meta["cpu"]) == ("emr", "intel")
+    explicit = NODES + '[[links]]\na = "a"\nb = "s"\nrate = 1\nlatency = 0\n'
+    listed = load_topology(write(tmp_path, 'cpu_model = "zen"\n' + explicit))
+    assert (listed.meta["cpu_model"], listed.meta["cpu"]) == ("zen", "amd")
+    assert "cpu_model" not in load_topology(write(tmp_path, '[generator]\nkind = "dgx_host"\n')).meta
 
 
 def test_toml_syntax_error_names_line(tmp_path: Path) -> None:

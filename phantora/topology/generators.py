@@ -8,7 +8,10 @@ CPU vendor (intel, amd or arm; NCCL's net overhead and multi-node LL ceiling fol
 
 DGX-like hosts (``gpus_per_host > 1``): the host's GPUs join one NVSwitch node (kind
 ``nvswitch``) at NVLink rate (from the ``gpu`` model: H100 = 3600 Gbps per direction) and each GPU
-has its own NIC link to a leaf, as in SimAI.
+has its own NIC link to a leaf, as in SimAI. ``cpu_model`` (bdw, skl, icx, spr, gnr, emr, zen, arm: the classes of
+NCCL's topology detection) names the hosts' CPU, which NCCL's PCIe view of a host with P2P off reads (its
+inter-CPU link: phantora.collectives.nccl.nvlink_pci); unset, the DGX's of the GPU (A100 zen, H100 / H200 spr,
+B200 emr: phantora.collectives.nccl.dgx_cpus). It also sets the vendor ``cpu`` when that is not given.
 
 PCIe hosts (``pcie_host``): the host's GPUs join one PCIe switch (kind ``switch``) at the GPU's PCIe rate (the
 ``gpu`` model's host bandwidth: Gen4 x16 = 256 Gbps, Gen5 x16 = 512 Gbps per direction), no NVLink, no fabric.
@@ -53,10 +56,25 @@ def _hosts(
     return per_host
 
 
-def _new(kind: str, name: str | None, gpu: str | None, params: Mapping[str, object], cpu: str | None) -> Topology:
+def _new(
+    kind: str,
+    name: str | None,
+    gpu: str | None,
+    params: Mapping[str, object],
+    cpu: str | None,
+    cpu_model: str | None = None,
+) -> Topology:
+    """An empty topology with the generator's meta: its parameters, the hosts' CPU vendor (`cpu`, else the vendor of
+    `cpu_model`) and the CPU model NCCL's topology detection would find (`cpu_model`, validated)."""
+    from phantora.collectives.nccl.pci_paths import CPU_MODELS, cpu_model_name
+
     topo = Topology(name=name or kind, gpu_model=gpu_name(gpu))
     vendor = cpu_name(cpu)
     topo.meta["generator"] = {"kind": kind, **{k: v for k, v in params.items() if v is not None}}
+    if cpu_model is not None:
+        model = cpu_model_name(cpu_model, vendor)
+        topo.meta["cpu_model"] = model  # NCCL's PCIe view of the host (nvlink_pci.py), its inter-CPU link
+        vendor = vendor or CPU_MODELS[model][0]
     if vendor is not None:
         topo.meta["cpu"] = vendor  # read by the NCCL model (phantora.collectives.nccl.platform.cpu_vendor)
     return topo
@@ -91,6 +109,7 @@ def fat_tree(
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
     cpu: str | None = None,
+    cpu_model: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """k-ary fat-tree: k pods of k/2 edge + k/2 aggregation switches, (k/2)^2 cores, k^3/4 GPUs.
@@ -109,7 +128,7 @@ def fat_tree(
         )
     bps, lat = rate_bps(link_rate, "link_rate"), time_ns(latency, "latency")
     params = {"k": k, "link_rate": link_rate, "latency": latency, "gpus_per_host": gpus_per_host}
-    topo = _new("fat_tree", name or f"fattree-k{k}", gpu, params, cpu)
+    topo = _new("fat_tree", name or f"fattree-k{k}", gpu, params, cpu, cpu_model)
     hosts = _hosts(topo, k**3 // 4 // gpus_per_host, gpus_per_host, nvswitch, nvlink_rate, nvlink_latency)
     gpus = [g for h in hosts for g in h]
     edge = [[topo.add_node("switch", f"edge{p}.{i}", tier=1) for i in range(half)] for p in range(k)]
@@ -143,6 +162,7 @@ def leaf_spine(
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
     cpu: str | None = None,
+    cpu_model: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """2-tier leaf-spine: every leaf links once to every spine.
@@ -172,7 +192,7 @@ def leaf_spine(
         "latency": latency,
         "gpus_per_host": gpus_per_host,
     }
-    topo = _new("leaf_spine", name or f"leafspine-{leaves}x{per_leaf}", gpu, params, cpu)
+    topo = _new("leaf_spine", name or f"leafspine-{leaves}x{per_leaf}", gpu, params, cpu, cpu_model)
     hosts = _hosts(topo, leaves * per_leaf // gpus_per_host, gpus_per_host, nvswitch, nvlink_rate, nvlink_latency)
     gpus = [g for h in hosts for g in h]
     leaf = [topo.add_node("switch", f"leaf{i}", tier=1) for i in range(leaves)]
@@ -203,6 +223,7 @@ def rail_optimized(
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
     cpu: str | None = None,
+    cpu_model: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """Rail-optimised fabric: GPU i of every host links to rail leaf i; every leaf links to every spine.
@@ -230,7 +251,7 @@ def rail_optimized(
         "oversubscription": oversubscription,
         "latency": latency,
     }
-    topo = _new("rail_optimized", name or f"rail-{hosts}x{gpus_per_host}", gpu, params, cpu)
+    topo = _new("rail_optimized", name or f"rail-{hosts}x{gpus_per_host}", gpu, params, cpu, cpu_model)
     per_host = _hosts(topo, hosts, gpus_per_host, nvswitch, nvlink_rate, nvlink_latency)
     rails = [
         [topo.add_node("switch", f"rail{r}" if groups == 1 else f"rail{r}.{g}", tier=1) for r in range(gpus_per_host)]
@@ -257,12 +278,13 @@ def dgx_host(
     nvlink_latency: Time = DEFAULT_NVLINK_LATENCY,
     gpu: str | None = None,
     cpu: str | None = None,
+    cpu_model: str | None = None,
     name: str | None = None,
 ) -> Topology:
     """One DGX-like server: G GPUs on an NVSwitch, no fabric (for tensor-parallel runs on one host)."""
     gpus_per_host = count(gpus_per_host, "gpus_per_host", 2)
     params = {"gpus_per_host": gpus_per_host, "nvlink_rate": nvlink_rate, "nvlink_latency": nvlink_latency}
-    topo = _new("dgx_host", name or f"dgx{gpus_per_host}", gpu, params, cpu)
+    topo = _new("dgx_host", name or f"dgx{gpus_per_host}", gpu, params, cpu, cpu_model)
     _hosts(topo, 1, gpus_per_host, True, nvlink_rate, nvlink_latency)
     return topo.validate()
 

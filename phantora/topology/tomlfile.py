@@ -5,6 +5,7 @@ name = "testbed16"          # optional (default: file stem)
 description = "..."         # optional
 gpu = "h100"                # optional GPU model
 cpu = "amd"                 # optional hosts' CPU vendor: intel (default) | amd | arm (NCCL's net overhead follows it)
+cpu_model = "zen"           # nodes/links files only (a generator takes it in [generator]): NCCL's CPU class
 
 [generator]                 # either this table ...
 kind = "leaf_spine"         # fat_tree | leaf_spine | rail_optimized | dgx_host
@@ -33,13 +34,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from phantora.collectives.nccl.pci_paths import CPU_MODELS, cpu_model_name
 from phantora.errors import InputError
 from phantora.files import parse_toml, read_text
 from phantora.topology._util import count, cpu_name, gpu_name, rate_bps, relocate, time_ns
 from phantora.topology.generators import GENERATORS
 from phantora.topology.model import NODE_KINDS, Topology
 
-TOP_KEYS = ("name", "description", "gpu", "cpu", "generator", "nodes", "links", "link_defaults")
+TOP_KEYS = ("name", "description", "gpu", "cpu", "cpu_model", "generator", "nodes", "links", "link_defaults")
 NODE_KEYS = ("name", "kind", "host", "tier")
 LINK_KEYS = ("a", "b", "rate", "latency")
 _RESERVED = ("name", "gpu", "cpu")  # generator arguments that come from the top level
@@ -143,6 +145,16 @@ def _explicit(data: dict[str, Any], text: str, file: str) -> Topology:
     return topo
 
 
+def _cpu_model(data: dict[str, Any], cpu: str | None) -> str | None:
+    """A nodes/links file's top-level `cpu_model` (NCCL's CPU class of its hosts), checked; a generator takes its
+    own (`[generator] cpu_model`)."""
+    if "cpu_model" not in data:
+        return None
+    if "generator" in data:
+        raise InputError("give cpu_model in the [generator] table", field="cpu_model")
+    return cpu_model_name(data["cpu_model"], cpu)
+
+
 def read_toml(path: str | Path) -> Topology:
     """Read a phantora TOML topology file."""
     file = str(path)
@@ -155,6 +167,7 @@ def read_toml(path: str | Path) -> Topology:
     try:
         gpu_name(data.get("gpu"))
         cpu = cpu_name(data.get("cpu"))
+        model = _cpu_model(data, cpu)
     except InputError as exc:
         raise relocate(exc, file=file, line=_key_line(text, exc.field)) from None
     if "generator" in data:
@@ -171,6 +184,9 @@ def read_toml(path: str | Path) -> Topology:
         topo.name = Path(file).stem
     if "description" in data:
         topo.meta["description"] = data["description"]
+    if model is not None:
+        topo.meta["cpu_model"] = model
+        cpu = cpu or CPU_MODELS[model][0]
     if cpu is not None:
         topo.meta["cpu"] = cpu
     topo.meta["source"] = file

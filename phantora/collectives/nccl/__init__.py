@@ -53,7 +53,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             return None  # pairwise rounds: phantora's own, under the ideal model
         comm = platform_of(topo, coll.comm, st) if coll.comm else None
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
-        return _with_transports(p2p_choice(coll, p, st, opts.protocol, comm), on, coll.kind)
+        nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
+        return _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes), on, coll.kind)
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
         if want is None:

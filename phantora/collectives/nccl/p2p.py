@@ -9,11 +9,14 @@ NCCL has no cost model for p2p (its tuner covers the five collectives), so this 
   from a peer on another node, one per channel part and direction (`addP2pToPlan`): one proxy thread per GPU
   posts them one after another (two DGX A100s, AMD: 16 ops, 22.4 + 32 = 54.4 µs; ALCF measures 59-60 µs for
   64 B-8 KiB, NDmv4 49.75 µs at 1 KiB);
-- throughput inside a node: the GPU's NVLink (or PCIe) bandwidth in NCCL's units, shared by the peers it sends to
+- throughput inside a node: the GPU's NVLink bandwidth in NCCL's units, shared by the peers it sends to
   at once, halved by LL's flags, and bounded by the channels at work (`addP2pToPlan` stripes a transfer over more
   of them as it grows; the distinct channels of the rank's rounds, at most its p2p channels): a send/recv's
   channel moves at most one NVLink (NCCL's per-link rate), an all-to-all's half of one (both measured:
   tests/data/nccl_tests, docs/collectives.md);
+- throughput on one PCIe host (a `pcie_host`, or an NVLink host with P2P off): each pair's max-min share of the
+  host's PCIe and CPU links, all of a call's transfers in flight at once (`pci_p2p.py`), times the protocol's
+  share as above; a PCIe peer gets 2 channels (paths.cc);
 - throughput across nodes: the NIC, and the channels the remote rounds run on. Rounds of one schedule group (8
   peers) share one channel base (`ncclP2pChannelBaseForRound`), so the 8 peers of a GPU on another node of 8 all
   run on the same nChannelsPerPeer channels (2 on an A100 with a 200G NIC), each moving NCCL's per-channel network
@@ -28,6 +31,8 @@ from functools import lru_cache
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk
 from phantora.collectives.nccl.p2p_schedule import send_rounds, transfer_channel_ids
+from phantora.collectives.nccl.pci_p2p import PCI_PEER_CHANNELS, pair_rates
+from phantora.collectives.nccl.pci_paths import all_pairs
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
 from phantora.collectives.nccl.settings import NcclSettings
@@ -60,12 +65,12 @@ def p2p_total(comm_channels: int, st: NcclSettings) -> int:
 
 def p2p_channel_range(p: Platform, total: int, net_peer: int = 0) -> tuple[int, int]:
     """NCCL's nChannelsMin and nChannelsMax of one transfer on `total` p2p channels (`p2p_total`). The most is the
-    per-peer need, pow2Up (NVLink: 32; network: one per 14 GB/s of NIC, then halved while the peers of one batch
-    round, 8 per round, would need more than the p2p channels: paths.cc), at most the p2p channels; the least is
+    per-peer need, pow2Up (NVLink: 32; PCIe: 2; network: one per 14 GB/s of NIC, then halved while the peers of one
+    batch round, 8 per round, would need more than the p2p channels: paths.cc), at most the p2p channels; the least is
     it halved while all peers at once would (enqueue.cc). `net_peer` (NCCL_NCHANNELS_PER_NET_PEER) replaces the
     network's need and, set by the user, is not halved for the rounds, only capped at the p2p channels."""
-    if p.nnodes == 1:
-        most = min(P2P_NVLINK_PEER, total)
+    if p.nnodes == 1:  # paths.cc ncclTopoGetNchannels: 2 x the NVLinks to an NVLink peer, 2 to a PCIe one
+        most = min(P2P_NVLINK_PEER if p.intra == "nvlink" else PCI_PEER_CHANNELS, total)
     elif net_peer:
         most = min(_pow2_up(min(net_peer, P2P_NVLINK_PEER) if p.ppn > 1 else net_peer), total)
     else:
@@ -119,11 +124,17 @@ def p2p_channels(p: Platform, st: NcclSettings) -> int:
 
 
 def p2p_choice(
-    coll: Collective, p: Platform, st: NcclSettings, protocol: str = "auto", comm: Platform | None = None
+    coll: Collective,
+    p: Platform,
+    st: NcclSettings,
+    protocol: str = "auto",
+    comm: Platform | None = None,
+    nodes: tuple[int, ...] = (),
 ) -> Choice:
     """The protocol, channels, latency and per-peer throughput of a send/recv or an all-to-all. `comm`: the
     platform of the communicator a grouped send/recv runs on (its channels per peer are the communicator's);
-    None: the call's own ranks."""
+    None: the call's own ranks. `nodes`: the topology node of each rank, which keys the pairs' rates on a PCIe
+    host (`Choice.pair_bw`)."""
     peers = 1 if coll.kind == "send_recv" else p.nranks - 1
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
@@ -153,11 +164,20 @@ def p2p_choice(
         bw = min(bw, at_work(False) * per_channel)
     net_bw = 0.0 if intra else at_work(True) * net_channel_bw(p, coll.kind)
     nic = min(p.nic_bw, net_bw) if p.nic_bw else net_bw
+    raw = bw
     if protocol == "LL":
         bw = min(bw * 0.5, T.LL_MAX_BW[p.arch][0])
     elif protocol == "LL128":
         bw *= 0.92
     peer_bw = bw / local_peers if local_peers > 0 else 0.0
+    if intra and p.pci is not None:  # a PCIe host's pairs: their links' max-min shares (pci_p2p.py)
+        pairs = [(0, 1)] if coll.kind == "send_recv" else all_pairs(p.pci)
+        rates = {pair: r * bw / raw for pair, r in pair_rates(p.pci, pairs).items()}  # the protocol's share
+        slowest = min(rates.values())
+        t_ns = max(per_peer / r for r in rates.values())
+        algbw = coll.nbytes / t_ns if t_ns > 0 else slowest
+        keyed = tuple((nodes[i], nodes[j], r) for (i, j), r in rates.items()) if nodes else ()
+        return Choice("p2p", protocol, nch, lat, algbw, lat + t_ns / 1000.0, slowest, pair_bw=keyed)
     if coll.kind == "all_to_all":  # each rank sends (ppn - 1) blocks over NVLink and (n - ppn) over its NIC
         n = p.nranks
         t_ns = max((p.ppn - 1) / n / bw, (n - p.ppn) / n / nic if nic else 0.0) * coll.nbytes

@@ -154,7 +154,8 @@ def hop_links(h: PciHost, i: int, j: int) -> tuple[list[Link], int]:
     return [*up, *down], PHB
 
 
-def _bw(h: PciHost, link: Link) -> float:
+def link_bw(h: PciHost, link: Link) -> float:
+    """GB/s of a directed link: NCCL's inter-CPU figure between two CPUs, else the PCIe link's."""
     return h.inter_cpu_bw if link[0][0] == link[1][0] == "cpu" else h.link_bw
 
 
@@ -177,13 +178,13 @@ def ring_loads(h: PciHost) -> dict[Link, float]:
 
 def ring_capacity(h: PciHost) -> tuple[float, Link]:
     """The most GB/s the ring's channels can carry in all, and the link that bounds it."""
-    return min(((_bw(h, link) / load, link) for link, load in ring_loads(h).items()), key=lambda x: x[0])
+    return min(((link_bw(h, link) / load, link) for link, load in ring_loads(h).items()), key=lambda x: x[0])
 
 
 def max_path_bw(h: PciHost) -> float:
     """`getMaxBw`: the best GPU-to-GPU path's bandwidth (its narrowest link)."""
     n = len(h.sockets)
-    return max(min(_bw(h, link) for link in hop_links(h, i, j)[0]) for i in range(n) for j in range(n) if i != j)
+    return max(min(link_bw(h, link) for link in hop_links(h, i, j)[0]) for i in range(n) for j in range(n) if i != j)
 
 
 def ring_search(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tuple[int, float]:

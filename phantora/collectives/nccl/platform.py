@@ -85,18 +85,18 @@ def platform_of(topo: Topology, ranks: tuple[int, ...], st: NcclSettings | None 
         nics_per_node=ppn if nic_bps else 0,
         cpu=cpu_vendor(topo),
         sm_clock_ghz=gpu.clock_hz / 1e9,
-        pci=_pci_host(topo, nodes, intra_bw, st, off) if intra == "pci" and len(blocks) == 1 else None,
+        pci=_pci_host(topo, nodes, gpu.name, intra_bw, st, off) if intra == "pci" and len(blocks) == 1 else None,
     )
 
 
 def _pci_host(
-    topo: Topology, nodes: list[int], link_bw: float, st: NcclSettings | None, nvlink_off: bool
+    topo: Topology, nodes: list[int], gpu: str, link_bw: float, st: NcclSettings | None, nvlink_off: bool
 ) -> PciHost | None:
     """The group's PCIe host as the `pcie_host` generator describes it (topology meta "pcie"), an NVLink host's
     with P2P off as `nvlink_pci.host_pci` lays it out, or None."""
     if nvlink_off:
         assert st is not None
-        return host_pci(topo, nodes, cpu_vendor(topo), link_bw, st)
+        return host_pci(topo, nodes, gpu, link_bw, st)
     desc = topo.meta.get("pcie")
     if not isinstance(desc, dict):
         return None

@@ -59,6 +59,7 @@ class Choice:
     proxy_us: float = 0.0  # what the busiest proxy's turns exceed the transfer by (proxy.py), charged on top
     transport: tuple[tuple[str, int], ...] = ()  # PCIe host: how many ring hops run P2P and SHM (pci_paths.py)
     path: str = ""  # PCIe host: the ring's farthest path type (PIX, PHB, SYS)
+    pair_bw: tuple[tuple[int, int, float], ...] = ()  # p2p on a PCIe host: (src node, dst node, GB/s) of each pair
 
     def to_dict(self) -> dict[str, object]:
         return {

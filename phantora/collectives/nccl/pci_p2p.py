@@ -1,0 +1,62 @@
+"""What p2p transfers (send/recv, all-to-all) between the GPUs of one PCIe host move: each pair's rate over the
+host's PCIe and CPU links (`pci_paths.PciHost`), as NCCL's transports carry the bytes (NVIDIA/nccl v2.30.7-1).
+
+- paths.cc `ncclTopoGetNchannels`: a local peer over any path but NVLink (PATH_NVL / PATH_NVB) gets 2 p2p channels,
+  so a transfer between PCIe peers (every pair once P2P is off) runs on at most `PCI_PEER_CHANNELS`.
+- shm.cc: a pair without P2P runs SHM, its buffer on the receiver's side (NCCL_SHM_LOCALITY default 2): the sender's
+  kernel stores each step into the receiver's host memory and the receiver's kernel loads it from there. Each byte
+  climbs the sender's x16 link and switch uplink, crosses the inter-CPU link when the CPUs differ, and comes down
+  the receiver's: the path `addInterStep` gives the pair (`pci_paths.hop_links`).
+- p2p.cc: a pair with P2P copies GPU to GPU over its PCIe path (PIX under one switch, through the CPU's root complex
+  PHB, where search.cc charges 6/5 on Intel for P2P through the root complex: `INTEL_P2P_OVERHEAD`, kept here).
+- enqueue.cc: an all-to-all is one group of a send and a receive per peer, every peer's in flight at once (8 peers
+  a batch fit every host modelled), so its transfers share those links.
+
+NCCL has no rate model for p2p: its transfers move at what the links allow. Here each pair takes its max-min fair
+share of every directed link on its path (the GPU's x16, the switch uplink, NCCL's inter-CPU figure), the pairs
+in flight together filling the links at one rate until a link is full (progressive filling).
+"""
+
+from __future__ import annotations
+
+from phantora.collectives.nccl.pci_paths import (
+    INTEL_P2P_OVERHEAD,
+    PHB,
+    Link,
+    PciHost,
+    hop_links,
+    link_bw,
+    transport,
+)
+
+PCI_PEER_CHANNELS = 2  # paths.cc ncclTopoGetNchannels: "PCIe connection"
+
+
+def _loads(h: PciHost, i: int, j: int) -> dict[Link, float]:
+    """GB/s each link of pair (i, j)'s path carries per GB/s of the transfer: 6/5 on the PCIe links of a P2P copy
+    through an Intel CPU's root complex (PATH_PHB), else 1."""
+    links, kind = hop_links(h, i, j)
+    over = INTEL_P2P_OVERHEAD if kind == PHB and h.cpu == "intel" and transport(h, i, j) == "P2P" else 1.0
+    return {link: (1.0 if link[0][0] == link[1][0] == "cpu" else over) for link in links}
+
+
+def pair_rates(h: PciHost, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+    """The GB/s each of the (sender, receiver) position pairs moves while all of them are in flight: max-min fair
+    shares of the directed links of their paths."""
+    loads = {pair: _loads(h, *pair) for pair in pairs}
+    rate: dict[tuple[int, int], float] = {}
+    used: dict[Link, float] = {}
+    while len(rate) < len(pairs):
+        best, tight = float("inf"), None
+        for link in sorted({link for pair in pairs if pair not in rate for link in loads[pair]}):
+            weight = sum(loads[p][link] for p in pairs if p not in rate and link in loads[p])
+            share = (link_bw(h, link) - used.get(link, 0.0)) / weight
+            if share < best - 1e-12:
+                best, tight = share, link
+        assert tight is not None
+        for pair in pairs:
+            if pair not in rate and tight in loads[pair]:
+                rate[pair] = best
+                for link, w in loads[pair].items():
+                    used[link] = used.get(link, 0.0) + w * best
+    return rate
