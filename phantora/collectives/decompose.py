@@ -8,12 +8,13 @@ from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
-from phantora.collectives.nccl import channel_split
+from phantora.collectives.nccl import channel_split, part_loops
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
 from phantora.collectives.nccl.p2p import p2p_channels
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
+from phantora.collectives.nccl.part_loops import part_chunks
 from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
 from phantora.collectives.nccl.pxn import pxn_relay
@@ -74,7 +75,17 @@ def decompose(
         chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
         pipelined = opts.algorithm in ("tree", "chain")
         whole = None if b.split_qps else b.whole  # messages on the queue pairs in turn: one connection's rate
-        dag.flows = shape(dag.flows, choice, coll.nbytes, topo, chunked=chunked, pipelined=pipelined, whole=whole)
+        kernels = chunked and opts.algorithm == "tree" and _tree_halves_share_the_channel(coll, topo, opts)
+        dag.flows = shape(
+            dag.flows,
+            choice,
+            coll.nbytes,
+            topo,
+            chunked=chunked,
+            pipelined=pipelined,
+            whole=whole,
+            channel_queues=kernels,
+        )
         dag.choice = choice.to_dict()
     return dag
 
@@ -181,6 +192,12 @@ def _tree_part_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, part: 
     return chunk_bytes("tree", opts.protocol, platform_of(topo, coll.comm or coll.ranks, st), st, part, 1)
 
 
+def _nccl_part_loops(opts: AlgoOptions) -> bool:
+    """Whether a chunked tree's or chain's channel parts go in NCCL's own chunks (`nccl.part_loops`: whole chunks,
+    the last what is left; the NCCL model from 2.22), not near-equal ones."""
+    return opts.model == "nccl" and part_loops.applies(nccl_settings(opts).nccl_version)
+
+
 def _tree_halves_share_the_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
     """A tree all-reduce inside one NVLink node under NCCL's Simple: `runTreeSplit` (all_reduce.h, v2.30.7-1) runs
     a channel's reduce half and broadcast half side by side in the channel's one thread block, so they share its
@@ -232,11 +249,15 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)
+        nccl_parts = chunked and _nccl_part_loops(opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
             parent = tree_parents(blocks, c % 2, c // 2)
-            if sweeps:
+            if sweeps or nccl_parts:
                 common["chunk_bytes"] = _tree_part_chunk(coll, topo, opts, size)
-            tree_flows(b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", sweeps=sweeps, **common)
+            pieces = part_chunks(size, common["chunk_bytes"]) if nccl_parts else None
+            tree_flows(
+                b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", sweeps=sweeps, pieces=pieces, **common
+            )
     elif algo == "hierarchical":
         hierarchical_all_reduce(b, blocks, coll.nbytes, ch, **common)
     elif kind in ("broadcast", "reduce"):
@@ -251,7 +272,8 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
             else:
                 links = [None if v == root else root for v in range(n)]
             window = _steps_in_flight(opts)  # a chain's steps in flight on each hop (broadcast.h, reduce.h)
-            tree_flows(b, links, size, c, up=up, down=down, name=algo, window=window, **common)
+            pieces = part_chunks(size, opts.chunk_bytes) if chunked and _nccl_part_loops(opts) else None
+            tree_flows(b, links, size, c, up=up, down=down, name=algo, window=window, pieces=pieces, **common)
     elif kind == "all_to_all":
         relay = pxn_relay(topo, nodes, blocks, opts)
         pairwise = algo == "pairwise"

@@ -12,6 +12,7 @@ import math
 
 from phantora.collectives.dag import DagBuilder, split
 from phantora.collectives.layout import children_of, topo_order
+from phantora.collectives.nccl.part_loops import part_chunks
 
 
 def tree_height(parent: list[int | None]) -> int:
@@ -29,10 +30,9 @@ def sweep_pieces(size: int, chunk: int, sweep: int) -> list[int]:
     left), each cut into sweeps of `sweep` bytes (the chunk's last sweep what is left of it). runTreeSplit
     (all_reduce.h) makes one primitive call per chunk, and each call's warps start their sweeps afresh
     (prims_ll.h, prims_ll128.h `GenericOp`, NCCL v2.30.7-1). One piece of 0 bytes when `size` is 0."""
-    chunk, sweep = max(1, chunk), max(1, sweep)
+    sweep = max(1, sweep)
     pieces: list[int] = []
-    for start in range(0, size, chunk):
-        left = min(chunk, size - start)
+    for left in part_chunks(size, max(1, chunk)):
         pieces += [sweep] * (left // sweep) + ([left % sweep] if left % sweep else [])
     return pieces or [0]
 
@@ -52,6 +52,7 @@ def tree_flows(
     sweeps: tuple[int, int] | None = None,
     window: int = 1,
     shared_sender: bool = False,
+    pieces: list[int] | None = None,
 ) -> None:
     """Add the flows of a reduce up the tree (`up`) and/or a broadcast down it (`down`).
 
@@ -68,7 +69,9 @@ def tree_flows(
     its last byte have arrived. `window` w > 1 (NCCL_STEPS, a connection's buffer slots; needs the builder's
     communicator): on each edge chunk c waits for chunk c - w to arrive (its slot is free) instead of chunk c - 1,
     and the edge's chunks go on the wire one at a time in order (`Flow.queue`), so up to w are in flight
-    (prims_simple.h `waitPeer`, NCCL v2.30.7-1).
+    (prims_simple.h `waitPeer`, NCCL v2.30.7-1). `pieces` (chunked, without `sweeps`): the chunks' bytes in place
+    of near-equal chunks (under the NCCL model from 2.22, `nccl.part_loops.part_chunks`: whole chunks, the last
+    what is left); they must sum to `size`.
     `shared_sender` (needs the builder's communicator): everything a node sends on the channel, up and down, goes
     on the wire one message at a time in the order it is ready (`DagBuilder.sender_queue`): the two halves of one
     channel's kernel share its rate, so a half sending alone (the pipeline's fill) has all of it (the caps:
@@ -91,6 +94,10 @@ def tree_flows(
         return
     if sweeps:
         sizes, down_sizes = (sweep_pieces(size, chunk_bytes, s) for s in sweeps)
+    elif pieces:
+        if sum(pieces) != size:
+            raise ValueError(f"tree_flows: pieces {pieces} do not sum to the channel's {size} B")
+        sizes = down_sizes = list(pieces)
     else:
         sizes = down_sizes = split(size, max(1, math.ceil(size / chunk_bytes)))
     k, kd = len(sizes), len(down_sizes)

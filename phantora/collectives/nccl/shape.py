@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from phantora.collectives.nccl.idle_chain import critical_chains_ns
 from phantora.collectives.nccl.tuning import Choice
@@ -96,13 +96,16 @@ def shape(
     chunked: bool = False,
     pipelined: bool = False,
     whole: Mapping[int, int] | None = None,
+    channel_queues: bool = False,
 ) -> list[Flow]:
     """`flows` (one collective's, as decomposed for `choice.algorithm`) as NCCL's choice puts them on the wire.
     `chunked`: the flows are NCCL's steps and chunks (every algorithm), see `_delay_ns`; `pipelined`: a chunked
     tree or chain, whose edges send their chunks one after another (see `_nvlink_uncapped`). `whole`: each queue
     pair's `Flow.conn` -> its connection's, when a connection's messages take its queue pairs in turn
     (NCCL_IB_QPS_PER_CONNECTION > 1 without NCCL_IB_SPLIT_DATA_ON_QPS): a message then has the whole connection's
-    rate; None: each queue pair carries its own part of every message, side by side (`DagBuilder.whole`)."""
+    rate; None: each queue pair carries its own part of every message, side by side (`DagBuilder.whole`).
+    `channel_queues`: each sender queue (`Flow.queue`) is its GPU's whole kernel on a channel (a one-node Simple
+    tree, `DagBuilder.sender_queue`), so it moves at the channel's rate whatever it carries (`channel_totals`)."""
     if not flows:
         return flows
     proto = choice.protocol
@@ -125,6 +128,8 @@ def shape(
         total: dict[object, int] = defaultdict(int)
         for f, w in zip(flows, wire, strict=True):
             total[key(f)] += w
+        if channel_queues:
+            total = channel_totals(flows, total, key)
         scale = busiest_channel_scale(flows, wire) if choice.algorithm in SPLIT_ALGORITHMS else None
         caps = [
             math.ceil(total[key(f)] * (scale[i] if scale else 1.0) * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0
@@ -157,13 +162,36 @@ def shape(
 SPLIT_ALGORITHMS = ("ring", "tree")  # NCCL's algorithms whose channels carry channel_shares' parts
 
 
+def _channel(f: Flow) -> int | None:
+    """The channel of a flow's key (None: a flow without one)."""
+    return None if f.key is None else f.key >> CHANNEL_SHIFT & 0xFF
+
+
+def channel_totals(flows: list[Flow], total: Mapping[object, int], key: Callable[[Flow], object]) -> dict[object, int]:
+    """`total` (wire bytes per rate key) with every sender queue's raised to its channel's busiest queue's: the
+    queue is the GPU's kernel on the channel, whose rate is the channel's whether it sends both of a tree's halves
+    or one. runTreeSplit (all_reduce.h, v2.30.7-1) runs a channel's root with all its threads and a middle GPU's two
+    halves side by side, so the root (the broadcast half only) and the leaf (the reduce half only) send at the rate
+    a middle GPU's queue has for both: at a queue's own bytes over NCCL's time they would take two chunk times a
+    chunk and stretch the pipeline's fill by two of its first (whole) chunk."""
+    top: dict[int | None, int] = defaultdict(int)
+    for f in flows:
+        if f.queue:
+            top[_channel(f)] = max(top[_channel(f)], total[key(f)])
+    out = dict(total)
+    for f in flows:
+        if f.queue:
+            out[key(f)] = top[_channel(f)]
+    return out
+
+
 def busiest_channel_scale(flows: list[Flow], wire: list[int]) -> list[float]:
     """Per flow, the busiest channel's wire bytes over its own channel's (1 where the channels are even). NCCL 2.22+
     deals the channels unequal parts (`channel_shares.py`) and each channel is one CTA of the same kernel, so every
     channel moves at the busiest one's rate: the busiest ends in NCCL's time, the others sooner (a channel capped
     at its own bytes over that time would crawl through its pipeline's fill)."""
     per: dict[int, int] = defaultdict(int)
-    channel = [None if f.key is None else f.key >> CHANNEL_SHIFT & 0xFF for f in flows]
+    channel = [_channel(f) for f in flows]
     for c, w in zip(channel, wire, strict=True):
         if c is not None:
             per[c] += w
