@@ -256,6 +256,9 @@ def run(args: argparse.Namespace) -> int:
                 for size in sizes:
                     res = nt.bench_size(bench, sim, size)
                     results.append((block, res))
+                    note = nt.fallback_note(res.choice)
+                    if note is not None and note not in lines:  # NCCL logs it once, as its search runs
+                        emit(note)
                     emit(nt.size_line(res, spec, block.datatype, block.op, block.root, args.check))
         # the engine's counters go to results.json only (ns-3's take seconds to gather): none without --out
         stats = {k: v for k, v in sim.stats().items() if "wall" not in k} if args.out is not None else {}

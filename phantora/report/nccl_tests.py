@@ -561,6 +561,18 @@ def size_line(res: SizeResult, spec: BenchSpec, typename: str, op: str, root: in
     return line
 
 
+def fallback_note(choice: dict[str, Any] | None) -> str | None:
+    """The one comment line for a choice NCCL rated on its ring search's fallback (search.cc logs "Could not find
+    a path for pattern 4, falling back to simple order" under NCCL_DEBUG=INFO): why the choice looks odd. None
+    for any other choice."""
+    if not choice or not choice.get("search_fallback"):
+        return None
+    return (
+        "# NCCL INFO Could not find a path for pattern 4, falling back to simple order: NCCL rates the ring at "
+        "0.1 GB/s (its choice, nccl_model_time_us); the flows move at the links' rate (model_time_us)"
+    )
+
+
 def footer(results: Sequence[SizeResult], spec: BenchSpec) -> list[str]:
     """The summary as nccl-tests ends its output: out-of-bounds values (always 0: nothing is checked), the mean
     busbw over every line (nccl-tests averages both column groups, which are equal here), the test's name, a "#"

@@ -68,6 +68,12 @@ def link_graph(p: Platform) -> Graph:
     return _duplicated(*pci_paths.link_ring(p.pci, _speeds(p), T.RING_GRAPH_MAX_CHANNELS), p)
 
 
+def search_fallback(p: Platform) -> bool:
+    """Whether NCCL's ring search on `p` fell back to its one channel of 0.1 GB/s (a PCIe host where no ring fits
+    at any speed): `ring_graph` is then NCCL's tuning figure, `link_graph` the rate the kernel moves."""
+    return p.pci is not None and pci_paths.search_fails(p.pci, _speeds(p), T.RING_GRAPH_MAX_CHANNELS)
+
+
 def _speeds(p: Platform) -> tuple[float, ...]:
     """The per-channel speeds NCCL's search tries (search.cc sm-specific lists), inside a node or across nodes."""
     return T.SPEEDS_INTRA[p.arch] if p.nnodes == 1 else T.SPEEDS_INTER[p.arch]

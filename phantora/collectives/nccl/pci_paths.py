@@ -202,6 +202,12 @@ def link_ring(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tuple
     return found if found[0] else (1, ring_capacity(h)[0])
 
 
+def search_fails(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> bool:
+    """Whether NCCL's ring search finds no ring at any speed, so that it falls back to one channel of
+    `FALLBACK_BW` (and logs "Could not find a path for pattern 4, falling back to simple order")."""
+    return not _search(h, speeds, max_channels)[0]
+
+
 @lru_cache(maxsize=256)
 def _search(h: PciHost, speeds: tuple[float, ...], max_channels: int) -> tuple[int, float]:
     """The ring search proper: the best (channels, GB/s each), (0, 0.0) if no ring fits at any speed."""

@@ -15,7 +15,14 @@ from functools import lru_cache
 
 from phantora.collectives.nccl import old_tuners, proto_rate, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.channels import Graph, comm_channels, link_graph, nvls_channels, ring_graph
+from phantora.collectives.nccl.channels import (
+    Graph,
+    comm_channels,
+    link_graph,
+    nvls_channels,
+    ring_graph,
+    search_fallback,
+)
 from phantora.collectives.nccl.chunking import ring_simple_chunk
 from phantora.collectives.nccl.cta_ceiling import capped_bus_bw, raised_bus_bw
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
@@ -25,6 +32,7 @@ from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
 NSTEPS_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+GRAPH_ALGORITHMS = ("ring", "tree", "pat")  # rated on the ring graph (`costs`), so on its fallback too
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,8 @@ class Choice:
     transport: tuple[tuple[str, int], ...] = ()  # PCIe host: how many ring hops run P2P and SHM (pci_paths.py)
     path: str = ""  # PCIe host: the ring's farthest path type (PIX, PHB, SYS)
     pair_bw: tuple[tuple[int, int, float], ...] = ()  # p2p on a PCIe host: (src node, dst node, GB/s) of each pair
+    search_fallback: bool = False  # rated on NCCL's 0.1 GB/s fallback ring (no ring fits the PCIe host's links)
+    nccl_time_us: float = 0.0  # with search_fallback: NCCL's own estimate, the time its tuner chose by
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -74,6 +84,11 @@ class Choice:
             **({"chain_us": round(self.chain_us, 3)} if self.chain_us else {}),
             **({"proxy_us": round(self.proxy_us, 3)} if self.proxy_us else {}),
             **({"transport": dict(self.transport), "path": self.path} if self.transport else {}),
+            **(
+                {"search_fallback": True, "nccl_model_time_us": round(self.nccl_time_us, 3)}
+                if self.search_fallback
+                else {}
+            ),
         }
 
 
@@ -314,7 +329,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
             best = (t, cost, ch)
     if best is None:
         return None
-    _, cost, ch = best
+    nccl_t, cost, ch = best
+    fallback = cost.algorithm in GRAPH_ALGORITHMS and search_fallback(p)
     cost = achieved(cost, kind, p, st)  # NCCL's rating chose it; its kernel moves data at the links' rate
     t = model_time_us(cost, kind, p, nbytes, comm)
     ring = ring_kernel.applies(kind, cost.algorithm, cost.protocol, p)
@@ -363,6 +379,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         chan_net_bw=chan,
         chain_us=chain,
         proxy_us=serve,
+        search_fallback=fallback,
+        nccl_time_us=nccl_t if fallback else 0.0,
     )
 
 
@@ -370,10 +388,10 @@ def achieved(cost: Cost, kind: str, p: Platform, st: NcclSettings) -> Cost:
     """`cost` at the rate its kernel moves data: the same, except where NCCL's ring search fell back to its
     0.1 GB/s channel (a PCIe host: `channels.link_graph`). That figure is NCCL's tuning only, what `costs`,
     `rated` and `model_time_us` rate the choice with; the copy runs at what the host's links allow the ring."""
-    graph = link_graph(p)
-    if graph == ring_graph(p):
+    if cost.algorithm not in GRAPH_ALGORITHMS or not search_fallback(p):
         return cost
-    same = (c for c in costs(kind, p, st, graph) if (c.algorithm, c.protocol) == (cost.algorithm, cost.protocol))
+    want = (cost.algorithm, cost.protocol)
+    same = (c for c in costs(kind, p, st, link_graph(p)) if (c.algorithm, c.protocol) == want)
     return next(same, cost)
 
 
