@@ -9,6 +9,9 @@
     .venv/bin/python bench/bench_nccl_tests.py --network ns3 --vs-flow --table 2node  # and ns-3 / flow, size by size
     .venv/bin/python bench/bench_nccl_tests.py --curves        # the model's curves: 4 collectives x 5 machines
 
+Held-out tables (`held_out=yes` in a CSV's first line: B200, GB200 NVL72, added after the model was built and never
+used to fit it) run with the rest and are summed up apart, after the line over the fitted tables.
+
 Each size runs as nccl-tests runs it (`phantora nccl-tests`' own loop: warm-ups, then timed iterations) on the
 machine of the table (one DGX/HGX host, or rail-optimised hosts with a 400G NIC per GPU), with NCCL_ALGO set as the
 table says. Errors are (simulated - published) / published bus bandwidth.
@@ -133,6 +136,7 @@ class Row:
 
 
 BIG = 64 << 20  # from here the goal is 10%
+Results = dict[str, tuple[Table, list[Row]]]
 SETUP_NOTE = (
     "Points not compared: their out-of-place time includes the connection of an algorithm NCCL 2.22-2.27 first "
     "pick there, which nccl-tests before v2.16.8 did not warm up (phantora/collectives/nccl/first_use.py)"
@@ -152,9 +156,18 @@ def compare(table: Table, network: str, min_size: int, max_size: int = 1 << 62) 
 
 
 def describe(table: Table) -> str:
-    """The machine and the NCCL variables the table was taken with (NCCL_ALGO, then any other it forces)."""
+    """The machine and the NCCL variables the table was taken with (NCCL_ALGO, then any other it forces); held-out
+    tables say so."""
     forced = "".join(f", {k}={v}" for k, v in table.forced)
-    return f"{table.gpu}, {table.gpus} GPUs, {table.nodes} node(s), NCCL_ALGO={table.nccl_algo or 'default'}{forced}"
+    held = ", held out" if table.held_out else ""
+    algo = table.nccl_algo or "default"
+    return f"{table.gpu}, {table.gpus} GPUs, {table.nodes} node(s), NCCL_ALGO={algo}{forced}{held}"
+
+
+def split(results: dict[str, tuple[Table, list[Row]]]) -> tuple[Results, Results]:
+    """The fitted tables' results, then the held-out ones'."""
+    fitted = {k: v for k, v in results.items() if not v[0].held_out}
+    return fitted, {k: v for k, v in results.items() if v[0].held_out}
 
 
 def verdict(rows: list[Row]) -> str:
@@ -229,8 +242,10 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def print_markdown(results: dict[str, tuple[Table, list[Row]]]) -> None:
-    """docs/validation.md's generated part: the result, the per-table summary, the misses, then every table."""
+def print_markdown(everything: dict[str, tuple[Table, list[Row]]]) -> None:
+    """docs/validation.md's generated part: the result, the per-table summary, the misses, then every table (the
+    held-out tables' result, summary and misses apart, after the fitted ones')."""
+    results, held = split(everything)
     lines = overall(results, "- ")
     print(f"**Result**: {lines[0]}. Per collective:")
     print("\n".join(lines[1:]))
@@ -251,7 +266,13 @@ def print_markdown(results: dict[str, tuple[Table, list[Row]]]) -> None:
     print("\n".join(f"- {name}: {why}" for name, why in not_compared()))
     print(f"\n{SETUP_NOTE}:\n")
     print("\n".join(setup_points("- ")))
-    for name, (table, rows) in results.items():
+    if held:
+        lines = overall(held, "- ")
+        print(f"\n**Held-out tables** (never used to fit the model): {lines[0]}. Per collective:")
+        print("\n".join(lines[1:]))
+        print("\nHeld-out sizes that miss the goal, with NCCL's choice:\n")
+        print("\n".join(misses(held, "- ")))
+    for name, (table, rows) in everything.items():
         print(f"\n#### {name} ({describe(table)})\n")
         print("| size | published busbw | simulated | error | NCCL's choice |\n|---:|---:|---:|---:|---|")
         for r in rows:
@@ -291,12 +312,13 @@ def main() -> None:
     if args.curves:
         curves(args.network)
         return
-    chosen = [t for t in tables() if args.table in t.name]
-    results = {t.name: (t, compare(t, args.network, args.min_size, args.max_size)) for t in chosen}
+    chosen = [t for t in tables(include_held_out=True) if args.table in t.name]
+    everything = {t.name: (t, compare(t, args.network, args.min_size, args.max_size)) for t in chosen}
     if args.markdown:
-        print_markdown(results)
+        print_markdown(everything)
         return
-    for name, (table, rows) in results.items():
+    results, held = split(everything)
+    for name, (table, rows) in everything.items():
         if not rows:
             print(f"{name}: no size from {_size(args.min_size)}")
             continue
@@ -308,10 +330,15 @@ def main() -> None:
                 print(f"{r.size:>12} {r.published:>10.2f} {r.simulated:>10.2f} {r.error:>+7.1%}  {r.choice}{mark}")
             if args.vs_flow:
                 print_vs_flow(rows, compare(table, "flow", args.min_size, args.max_size))
-        print(f"{name}: {len(rows)} sizes, {verdict(rows)}")
-    print("\nall tables: " + "\n".join(overall(results, "  ")))
+        print(f"{name}{' (held out)' if table.held_out else ''}: {len(rows)} sizes, {verdict(rows)}")
+    if results:
+        print("\nall tables: " + "\n".join(overall(results, "  ")))
     print("\nsizes that miss the goal (over 15%, or over 10% from 64 MiB):")
     print("\n".join(misses(results, "  ")))
+    if held:
+        print("\nheld-out tables (never used to fit the model): " + "\n".join(overall(held, "  ")))
+        print("\nheld-out sizes that miss the goal:")
+        print("\n".join(misses(held, "  ")))
     print("\ntables kept in tests/data/nccl_tests but not compared:")
     print("\n".join(f"  {name}: {why}" for name, why in not_compared()))
     print(f"\n{SETUP_NOTE.lower()}:")

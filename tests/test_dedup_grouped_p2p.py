@@ -6,7 +6,8 @@
 `ncclP2pSchedule`, channel.h `ncclP2pChannelBaseForRound`, v2.30.7-1): rank 7 sends to rank 8 in round 9 (its own
 node's 8 rounds first, then node 1 from local rank 7: 15, 8, ...) and rank 15 to rank 0 in round 9 as well; round 9
 is in the second batch of 8 rounds, whose base is 1 bit-reversed over log2(16) bits = 8 on 16 p2p channels, so
-each transfer's 4 parts run on channels 8-11. Before, the copies ran on their pairs' own 2-rank communicators
+each transfer's 4 parts run on channels 8-11 (both hops of its PXN relay through GPU 0 of the sender's host, since
+7 -> 8 and 15 -> 0 cross rails). Before, the copies ran on their pairs' own 2-rank communicators
 (channels 0-3): other channels, so other ECMP paths and queue pairs than nccl-tests' and than the same run without
 deduplication (64 MiB on rail-optimised 2 x 8 H100s: 4056.93 against 5399.11 us).
 """
@@ -35,12 +36,15 @@ def _plan(live: int, group: tuple[int, int], comm: tuple[int, ...]) -> list:
 
 
 def test_a_mirrored_pair_runs_on_the_world_communicators_channels() -> None:
+    """Both sends cross rails, so each is relayed (PXN, nccl/pxn.py `comm_relay`) through the world communicator's
+    GPU 0 of its own host: 7 -> 0 -> 8 and 15 -> 8 -> 0, both hops on channels 8-11."""
     world = tuple(range(16))
     flows = _plan(8, (7, 8), world)
-    assert _channels(flows, 7, 8) == [8, 9, 10, 11]
-    assert _channels(flows, 15, 0) == [8, 9, 10, 11]
+    assert _channels(flows, 7, 0) == _channels(flows, 0, 8) == [8, 9, 10, 11]
+    assert _channels(flows, 15, 8) == _channels(flows, 8, 0) == [8, 9, 10, 11]
     undeduplicated = _plan(16, (15, 0), world)
-    assert [(f.key, f.conn) for f in flows if f.src == 15] == [(f.key, f.conn) for f in undeduplicated]
+    mirrored = [(f.src, f.dst, f.key, f.conn) for f in flows if (f.src, f.dst) in ((15, 8), (8, 0))]
+    assert sorted(mirrored) == sorted((f.src, f.dst, f.key, f.conn) for f in undeduplicated)
 
 
 def test_a_mirrored_pair_on_a_host_group_runs_on_the_shifted_group() -> None:

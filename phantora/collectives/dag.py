@@ -100,6 +100,7 @@ class DagBuilder:
     flows: list[Flow] = field(default_factory=list)
     _conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (s, d, channel, qp) -> conn
     whole: dict[int, int] = field(default_factory=dict)  # a queue pair's conn -> its connection's (its qp 0's)
+    helpers: int = 0  # trailing positions of ranks outside the group that only relay (`add_helper`)
 
     def add(
         self,
@@ -226,6 +227,15 @@ class DagBuilder:
             queue = conn if self.split_qps else self.whole[conn]
         return Flow(self._next(), s, d, size, deps, delay_ns, self.prefix + tag, key=key, conn=conn, queue=queue)
 
+    def add_helper(self, node: int, rank: int, host: object) -> int:
+        """A position for a rank of the communicator outside the group that relays its flows (NCCL's PXN proxy of
+        a grouped send/recv); return it. Its flows do not make that rank wait: it has no entry in `rank_last`."""
+        self.nodes.append(node)
+        self.ranks = (*self.ranks, rank)
+        self.host_of[node] = host
+        self.helpers += 1
+        return len(self.nodes) - 1
+
     def _next(self) -> int:
         return self.first_id + len(self.flows)
 
@@ -252,9 +262,10 @@ class DagBuilder:
                 for pos in ends:
                     if by_node[g.src] == pos or by_node[g.dst] == pos:
                         covered.add((pos, d))
-        last: dict[int, list[int]] = {r: [] for r in self.ranks}
+        members = len(self.nodes) - self.helpers
+        last: dict[int, list[int]] = {r: [] for r in self.ranks[:members]}
         for f in self.flows:
             for pos in dict.fromkeys((by_node[f.src], by_node[f.dst])):
-                if (pos, f.id) not in covered:
+                if (pos, f.id) not in covered and pos < members:
                     last[self.ranks[pos]].append(f.id)
         return FlowDag(self.flows, last, base + len(self.flows))

@@ -17,7 +17,7 @@ from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.part_loops import part_chunks
 from phantora.collectives.nccl.platform import platform_of
 from phantora.collectives.nccl.proxy import RING_CHUNK_STEPS
-from phantora.collectives.nccl.pxn import pxn_relay
+from phantora.collectives.nccl.pxn import comm_relay, pxn_relay
 from phantora.collectives.nccl.shape import shape
 from phantora.collectives.nccl.shared_steps import shared_depths
 from phantora.collectives.nvls import nvls_flows, nvls_loops, nvls_tree_flows
@@ -293,7 +293,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
             depth=_net_p2p_depth(coll, topo, opts, ch, cmap, relay) if chunked and not pairwise else None,
         )
     else:
-        relay = pxn_relay(topo, nodes, blocks, opts)
+        relay = pxn_relay(topo, nodes, blocks, opts) or comm_relay(b, topo, coll, opts)
         cmap = _p2p_channel_map(coll, topo, opts)
         chunk = _p2p_chunk(coll, topo, opts) if chunked else None
         send_recv(b, coll.nbytes, ch, opts.step_latency_ns, "p2p", relay, cmap, chunk, _steps_in_flight(opts))

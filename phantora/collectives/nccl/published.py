@@ -4,6 +4,9 @@ each one ran on, for checking the NCCL model against them (bench/bench_nccl_test
 Each CSV's first line (`# system=...; gpus=N; nodes=M; ...`) says the machine; the file name says the GPU and the
 test (`<gpu>_<n>gpu_<m>node_..._<test>_<source>.csv`). A table taken with `NCCL_ALGO=...` is simulated with the
 same restriction. Tables whose source calls the system degraded or misconfigured are listed but not compared.
+Tables whose first line says `held_out=yes` are held out: added after the model was built and never used to fit it
+(B200, GB200 NVL72), `tables()` leaves them out unless asked, so that the fitting benches never see them, and
+bench/bench_nccl_tests.py reports them apart.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class Table:
     gpus_per_thread: int = 1  # nccl-tests' -g (one process driving its GPUs), 1 under mpirun / srun
     cpu: str = ""  # the hosts' CPU, from the first line's cpu=... (NCCL's net overhead follows its vendor)
     iters: int = ITERS  # nccl-tests' timed iterations (-n), where the first line says them (`iterations`)
+    held_out: bool = False  # never used to fit the model (`held_out=yes` in the first line)
 
     @property
     def env(self) -> dict[str, str]:
@@ -105,8 +109,9 @@ def read_table(path: Path) -> Table:
     per_thread = int(g.group(1)) if g else 1
     cpu = re.search(r"cpu=([^;]*)", head)
     nic_gbps, host_cpu = int(nic.group(1)) if nic else 400, cpu.group(1).strip() if cpu else ""
+    held = re.search(r"held_out=yes\b", head) is not None
     return Table(
-        path, gpu, gpus, nodes, test, forced, tuple(rows), nic_gbps, env, per_thread, host_cpu, iterations(head)
+        path, gpu, gpus, nodes, test, forced, tuple(rows), nic_gbps, env, per_thread, host_cpu, iterations(head), held
     )
 
 
@@ -126,11 +131,11 @@ def _nccl_version(name: str, head: str) -> tuple[tuple[str, str], ...]:
     return (("PHANTORA_NCCL_VERSION", version),) if version else ()
 
 
-def tables(include_degraded: bool = False) -> list[Table]:
-    """Every published table of a machine `machine` builds, sorted by name (without the degraded ones unless
-    asked)."""
+def tables(include_degraded: bool = False, include_held_out: bool = False) -> list[Table]:
+    """Every published table of a machine `machine` builds, sorted by name (without the degraded ones, nor the
+    held-out ones, unless asked)."""
     out = [read_table(p) for p in sorted(data_dir().glob("*.csv"))]
-    out = [t for t in out if not any(d in t.name for d in NOT_MODELLED)]
+    out = [t for t in out if not any(d in t.name for d in NOT_MODELLED) and (include_held_out or not t.held_out)]
     return [t for t in out if include_degraded or not any(d in t.name for d in DEGRADED)]
 
 
