@@ -117,7 +117,9 @@ def shape(
         share = connection_wire(flows, wire, whole) if chunked else wire  # what each flow's connection carries
         rates = {(a, b): r for a, b, r in choice.pair_bw}
         caps = [
-            _peer_cap(f, w, pair[f.src, f.dst], rates.get((f.src, f.dst), choice.peer_bw), topo)
+            _peer_cap(
+                f, w, pair[f.src, f.dst], rates.get((f.src, f.dst), choice.peer_bw), topo, (f.src, f.dst) in rates
+            )
             for f, w in zip(flows, share, strict=True)
         ]
         caps = _net_caps(flows, wire, caps, choice, topo, share)
@@ -296,10 +298,10 @@ def _inside_node(f: Flow, topo: Topology) -> bool:
     return f.src == f.dst or topo.shared_nvswitch(f.src, f.dst) is not None
 
 
-def _peer_cap(f: Flow, wire: int, pair_bytes: int, peer_bw: float, topo: Topology) -> int:
+def _peer_cap(f: Flow, wire: int, pair_bytes: int, peer_bw: float, topo: Topology, pcie: bool = False) -> int:
     """One channel of a p2p transfer inside a node: its part of the peer's `peer_bw` GB/s (its share of the GPU's
-    NVLink, or of a PCIe host's links: `Choice.pair_bw`; the channels of one transfer share it in proportion to
-    their bytes), in wire bits/s; across nodes: no cap."""
-    if peer_bw <= 0 or topo.shared_nvswitch(f.src, f.dst) is None or f.size == 0:
+    NVLink, or of a PCIe host's links: `Choice.pair_bw`, `pcie`, whether or not an NVSwitch joins the pair; the
+    channels of one transfer share it in proportion to their bytes), in wire bits/s; across nodes: no cap."""
+    if peer_bw <= 0 or f.size == 0 or not (pcie or topo.shared_nvswitch(f.src, f.dst) is not None):
         return 0
     return math.ceil(peer_bw * 8e9 * wire / pair_bytes)
