@@ -1,5 +1,6 @@
 """The bytes each channel's flows carry (phantora/collectives/channel_shares.py): NCCL 2.22+'s unequal parts of
-whole cells (enqueue.cc `scheduleCollTasksToPlan`), worked by hand below, and an even split before 2.22."""
+whole cells (enqueue.cc `scheduleCollTasksToPlan`), worked by hand below, 2.20-2.21's aligned parts, and an even
+split before 2.20."""
 
 from __future__ import annotations
 
@@ -40,9 +41,18 @@ def test_a_count_four_bytes_past_whole_cells_is_dealt_as_nccl_2_30_deals_it():
     assert sum(got.values()) == RING_EDGES * size  # every byte, once per ring step
 
 
-def test_before_2_22_every_channel_strides_the_buffer_evenly():
-    """The same count on NCCL 2.21: 8,388,612 / 24 = 349,525.5, the first 12 channels one byte more."""
+def test_nccl_2_21_splits_on_the_host_in_aligned_parts():
+    """The same count on NCCL 2.21 (enqueue.cc `computeColl`, v2.21.5-1): countPerChannels = alignUp(divUp(count,
+    24), NCCL_SIMPLE_ALIGNMENT = 32 x 8 x 16 = 4,096 B) = alignUp(349,526, 4,096) = 352,256 B, the channels used
+    divUp(8,388,612, 352,256) = 24, the last the rest: 8,388,612 - 23 x 352,256 = 286,724 B."""
     got, _ = _channel_bytes(8 * MiB + 4, PHANTORA_NCCL_VERSION="2.21")
+    assert got == {c: RING_EDGES * (352_256 if c < 23 else 286_724) for c in range(24)}
+
+
+def test_before_2_20_every_channel_strides_the_buffer_evenly():
+    """NCCL 2.19: every channel strides the whole buffer (no parts): 8,388,612 / 24 = 349,525.5, the first 12
+    channels one byte more."""
+    got, _ = _channel_bytes(8 * MiB + 4, PHANTORA_NCCL_VERSION="2.19")
     assert got == {c: RING_EDGES * (349_526 if c < 12 else 349_525) for c in range(24)}
 
 

@@ -122,14 +122,17 @@ def test_chunked_reduce_scatter_and_uneven_or_other_cases_stay_lossless() -> Non
     assert supports_loss(uneven, topo, AlgoOptions(channels=1, model="ideal"))
     assert not supports_loss(uneven, topo, AlgoOptions(channels=2, model="ideal"))  # 2001 per channel, odd / 2
     assert "evenly" in (lossless_reason(uneven, topo, AlgoOptions(channels=2, model="ideal")) or "")
-    # NCCL model, its ring: the same rule on its channel shares. NCCL 2.21 strides 2 channels evenly (2001 each);
-    # 2.22+ deals the count (2,001 B) in cells of at least 512 B of traffic: 2.30's 16 KiB cell holds it on one
-    # channel, which then splits evenly over the 2 ranks.
+    # NCCL model, its ring: the same rule on its channel shares. NCCL 2.19 strides 2 channels evenly (2001 each);
+    # 2.20-2.21 put the count (2,001 B) on one channel (a part is aligned up to 4,096 B under Simple), and 2.22+
+    # deals it in cells of at least 512 B of traffic: 2.30's 16 KiB cell holds it on one channel; one channel's
+    # share then splits evenly over the 2 ranks.
     old = AlgoOptions(
-        channels=2, algorithm="ring", protocol="Simple", nccl_env=nccl_env({"PHANTORA_NCCL_VERSION": "2.21"})
+        channels=2, algorithm="ring", protocol="Simple", nccl_env=nccl_env({"PHANTORA_NCCL_VERSION": "2.19"})
     )
     assert supports_loss(uneven, topo, dataclasses.replace(old, channels=1))
     assert "evenly" in (lossless_reason(uneven, topo, old) or "")
+    host = dataclasses.replace(old, nccl_env=nccl_env({"PHANTORA_NCCL_VERSION": "2.21"}))
+    assert supports_loss(uneven, topo, host)
     assert supports_loss(uneven, topo, AlgoOptions(channels=2, algorithm="ring", protocol="Simple"))
     assert supports_loss(uneven, topo, AlgoOptions(channels=1, protocol="LL"))  # NCCL's LL lines are mapped too
     tree = Collective("all_reduce", (0, 1), 4000, "fp32")

@@ -224,3 +224,35 @@ def test_one_host_simple_tree_ends_at_the_channels_rate() -> None:
     want = TREE_LAT_US + fill + size / (1000 * TREE_ALGBW_GBS)
     assert ends["chunked"] == pytest.approx(want, rel=1e-3)
     assert ends["chunked"] == pytest.approx(ends["coarse"], rel=1e-3)
+
+
+# NCCL 2.21 (v2.21.5-1 enqueue.cc `computeColl`, `computeCollAlignCount`, `computeCollLastChunkInfo`): the host
+# splits the count into parts of alignUp(divUp(count, channels), alignCount), 4,096 B under Simple, and the ring
+# all-reduce's last loop takes alignUp(divUp(rest, nranks), alignCount); the chunk is the call's (2 MiB for a Simple
+# ring, one 512 KiB step for a tree), not cut to grains.
+def test_nccl_2_21_ring_last_loop_aligned_to_4096_bytes() -> None:
+    """2^20 + 17 B Simple ring all-reduce on 8 H100s, 24 channels: parts alignUp(43,692, 4,096) = 45,056 B, 24 of
+    them, the last 1,048,593 - 23 x 45,056 = 12,305 B. One short loop each: 45,056 B -> chunk alignUp(5,632, 4,096) =
+    8,192: five of 8,192, one of 4,096 and two empty; 12,305 B -> 4,096: three of 4,096, one of 17 and four empty
+    (2.22 would cut 16-byte aligned chunks). Rank 0 sends chunk (0 - s - 1) mod 8 at step s < 7, (0 - s) mod 8 after."""
+    flows, choice = run(
+        "all_reduce", HOST8, 8, MiB + 17, NCCL_ALGO="Ring", NCCL_PROTO="Simple", PHANTORA_NCCL_VERSION="2.21"
+    )
+    assert choice["channels"] == 24
+    order = [(0 - s - 1) % 8 for s in range(7)] + [(0 - s) % 8 for s in range(7)]
+    for c, chunk in ((0, [8_192] * 5 + [4_096, 0, 0]), (23, [4_096] * 3 + [17, 0, 0, 0, 0])):
+        sent = [f.size for f in flows if f.src == 0 and f.tag.startswith(f"ring/ch{c}/")]
+        assert sent == [chunk[j] for j in order], c
+    assert sum(f.size for f in flows) == 14 * (MiB + 17)
+
+
+def test_nccl_2_21_tree_parts_and_chunks() -> None:
+    """2^24 + 17 B Simple tree all-reduce on one host of 8 H100s under 2.21, 24 channels: parts alignUp(699,052,
+    4,096) = 700,416 B, the last 16,777,233 - 23 x 700,416 = 667,665 B; 512 KiB chunks, the last what is left."""
+    flows, choice = run(
+        "all_reduce", HOST8, 8, 16 * MiB + 17, NCCL_ALGO="Tree", NCCL_PROTO="Simple", PHANTORA_NCCL_VERSION="2.21"
+    )
+    assert choice["channels"] == 24
+    for c, want in ((0, [524_288, 176_128]), (22, [524_288, 176_128]), (23, [524_288, 143_377])):
+        edges = steps(flows, c, "up")
+        assert len(edges) == 7 and all(got == want for got in edges.values()), c

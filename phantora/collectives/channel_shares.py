@@ -4,17 +4,19 @@ NCCL 2.22+ deals a collective's count onto its channels in unequal parts of whol
 (`nccl.channel_split.split`: enqueue.cc `scheduleCollTasksToPlan`, v2.22.3-1 to v2.30.7-1): the parts can be fewer
 than the algorithm's channels (a small collective fills a few cells) or more (up to the communicator's), and the
 count's excess over whole cells comes off the last. The flows carry those parts, as NCCL's chunks and proxy steps
-are sized from them (`chunking.chunk_bytes`, `proxy.steps_per_connection`). A part is of the count; all-gather's
-and reduce-scatter's nccl-tests size is nranks counts, so their channel carries the part times nranks. Before
-2.22, outside the NCCL model, and for phantora's own algorithms, the bytes split evenly over the channels.
+are sized from them (`chunking.chunk_bytes`, `proxy.steps_per_connection`). NCCL 2.20 and 2.21 split on the host
+into parts aligned to the protocol's alignment, the last one short (`nccl.host_split`). A part is of the count;
+all-gather's and reduce-scatter's nccl-tests size is nranks counts, so their channel carries the part times nranks.
+Before 2.20, outside the NCCL model, and for phantora's own algorithms, the bytes split evenly over the channels.
 """
 
 from __future__ import annotations
 
 from phantora.collectives.dag import split
-from phantora.collectives.nccl import TO_NCCL, channel_split, platform_of, ring_loops
+from phantora.collectives.nccl import TO_NCCL, channel_split, host_split, platform_of, ring_loops
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl.channels import plan_channels
+from phantora.collectives.nccl.ring_round_up import run_threads
 from phantora.collectives.ring import Cut
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.topology.model import Topology
@@ -25,8 +27,8 @@ SPLIT_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduc
 
 def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[int]:
     """Each channel's bytes of `coll` under resolved `opts` (channel 0 first), summing to `coll.nbytes`: NCCL's
-    parts where its version splits (`opts.channels` the algorithm's channels, dealt onto the communicator's), else
-    `coll.nbytes` split evenly over `opts.channels`."""
+    parts where its version splits (`opts.channels` the algorithm's channels, dealt onto the communicator's from
+    2.22; 2.20-2.21 the host's aligned parts), else `coll.nbytes` split evenly over `opts.channels`."""
     channels = max(1, opts.channels)
     even = split(coll.nbytes, channels)
     if opts.model != "nccl" or opts.algorithm not in SPLIT_ALGORITHMS or coll.kind not in SPLIT_KINDS:
@@ -36,6 +38,8 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
     comm = plan_channels(TO_NCCL[opts.algorithm], platform_of(topo, coll.ranks, st), st)
     count = channel_split.count_bytes(coll.kind, n, coll.nbytes)
     parts = channel_split.split(st.nccl_version, coll.kind, opts.protocol, n, count, channels, max(comm, channels))
+    if parts is None and host_split.applies(st.nccl_version):
+        parts = host_split.split(count, channels, host_align(coll, topo, opts))
     if parts is None:
         return even
     per = channel_split.global_per_count_byte(coll.kind, n)
@@ -44,15 +48,27 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
     return shares
 
 
-def ring_cut(coll: Collective, opts: AlgoOptions) -> Cut | None:
+def host_align(coll: Collective, topo: Topology, opts: AlgoOptions) -> int:
+    """NCCL 2.20-2.21's alignment of the channels' parts and of a ring all-reduce's last loop (bytes) for resolved
+    `opts`: the protocol's, per warp or thread of a channel's threads (`ring_round_up.run_threads`)."""
+    st = nccl_settings(opts)
+    p = platform_of(topo, coll.ranks, st)
+    threads = run_threads(coll.kind, opts.protocol, p, coll.nbytes, max(1, opts.channels), TO_NCCL[opts.algorithm])
+    return host_split.align_bytes(opts.protocol, threads)
+
+
+def ring_cut(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cut | None:
     """How a chunked ring's slices are cut into its passes' chunks under resolved `opts`: NCCL's own loops where its
     version lays them out as `nccl.ring_loops` does (2.22+: whole grains, the last loop's chunks 16-byte aligned
-    and the last of them short); None (near-equal chunks) before it and outside the NCCL model."""
-    if opts.model != "nccl" or not ring_loops.applies(nccl_settings(opts).nccl_version):
+    and the last of them short; 2.20-2.21: the call's chunk, the last loop aligned to `host_align`); None
+    (near-equal chunks) before 2.20 and outside the NCCL model."""
+    version = nccl_settings(opts).nccl_version
+    if opts.model != "nccl" or not ring_loops.applies(version):
         return None
     kind = coll.kind
+    align = host_align(coll, topo, opts) if host_split.applies(version) else ring_loops.LAST_LOOP_ALIGN
 
     def cut(slices: list[int], chunk: int) -> list[list[int]]:
-        return ring_loops.ring_chunks(kind, slices, chunk)
+        return ring_loops.ring_chunks(kind, slices, chunk, align)
 
     return cut

@@ -194,7 +194,7 @@ def _tree_part_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, part: 
 
 def _nccl_part_loops(opts: AlgoOptions) -> bool:
     """Whether a chunked tree's or chain's channel parts go in NCCL's own chunks (`nccl.part_loops`: whole chunks,
-    the last what is left; the NCCL model from 2.22), not near-equal ones."""
+    the last what is left; the NCCL model from 2.20), not near-equal ones."""
     return opts.model == "nccl" and part_loops.applies(nccl_settings(opts).nccl_version)
 
 
@@ -244,7 +244,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         orders = [ring_order(blocks, c, alternate) for c in range(len(shares))]
         in_turn = opts.model == "nccl"
         window = _steps_in_flight(opts, _ring_chunk_steps(opts))
-        cut = ring_cut(coll, opts) if chunked else None
+        cut = ring_cut(coll, topo, opts) if chunked else None
         ring_collective(b, kind, orders, shares, in_turn=in_turn, window=window, cut=cut, **common)
     elif algo == "tree":
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None

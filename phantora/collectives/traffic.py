@@ -131,7 +131,7 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
                 yield fid, c, order, i, pieces, slices
                 fid += 1
             continue
-        chunks = (ring_cut(coll, opts) or ring_chunks)(slices, opts.chunk_bytes)
+        chunks = (ring_cut(coll, topo, opts) or ring_chunks)(slices, opts.chunk_bytes)
         slices = [sum(pieces) for pieces in chunks]  # NCCL's loops may fill the slices unevenly (`ring_cut`)
         for _pass, s, sends in ring_passes(coll.kind, chunks):
             for i, (j, within, size) in enumerate(sends):

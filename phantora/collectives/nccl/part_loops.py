@@ -10,17 +10,19 @@ chunkCount)`, each primitive call `nelem = min(chunkCount, channelCount - elemOf
 the last, which is what is left; there is no 16-byte realignment (the ring all-reduce's last loop has one:
 `ring_loops.py`) and no empty chunk. A part of 0 bytes runs no call (one empty step stands for it here).
 
-Before 2.22 every channel strides the whole buffer with one chunk for the call: not this module's layout.
+NCCL 2.20 and 2.21 run the same loops (all_reduce.h, broadcast.h, reduce.h at v2.20.3-1 and v2.21.5-1:
+`args->workCount`, `args->chunkCount`) over the host's parts (`host_split.py`) with the call's one chunk, sized
+from all its bytes. Before 2.20 every channel strides the whole buffer: not this module's layout.
 """
 
 from __future__ import annotations
 
-from phantora.collectives.nccl.channel_split import SPLIT_FROM
+from phantora.collectives.nccl.host_split import HOST_SPLIT_FROM
 
 
 def applies(version: tuple[int, int]) -> bool:
-    """Whether NCCL `version` walks a tree's or chain's channel part as this module does (2.22 on)."""
-    return version >= SPLIT_FROM
+    """Whether NCCL `version` walks a tree's or chain's channel part as this module does (2.20 on)."""
+    return version >= HOST_SPLIT_FROM
 
 
 def part_chunks(part: int, chunk: int) -> list[int]:

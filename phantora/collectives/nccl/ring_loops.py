@@ -11,30 +11,34 @@ grainSize`; `chunking.whole_grains`). The ring kernels then cut the part as foll
 - all-gather and reduce-scatter (all_gather.h, reduce_scatter.h): each rank's block of the part in `chunk`-byte
   pieces, the last one short (`min(chunkCount, partCount - elemOffset)`): no realignment.
 
-Before 2.22 the layout differs (2.20-2.21: the host's lastChunkCount; earlier: `ring_round_up.py`): not modelled
-here. Sizes are bytes: the alignment and grains are whole bytes whatever the element size.
+NCCL 2.20 and 2.21 run the same loops over the host's parts (`host_split.py`) with the call's chunk (not whole
+grains) and the host's lastChunkCount, alignUp(divUp(rest, nranks), alignCount), whose alignment is the protocol's
+(`host_split.align_bytes`: 4,096 B under Simple) instead of 16 B. Earlier kernels stride the whole buffer
+(`ring_round_up.py`): not modelled here. Sizes are bytes: the alignment and grains are whole bytes whatever the
+element size.
 """
 
 from __future__ import annotations
 
-from phantora.collectives.nccl.channel_split import SPLIT_FROM
+from phantora.collectives.nccl.host_split import HOST_SPLIT_FROM
 
 LAST_LOOP_ALIGN = 16  # bytes: alignUp(divUp(remCount, nranks), 16 / sizeof(T)) elements
 
 
 def applies(version: tuple[int, int]) -> bool:
-    """Whether NCCL `version` lays a ring's chunks out as this module does (2.22 on)."""
-    return version >= SPLIT_FROM
+    """Whether NCCL `version` lays a ring's chunks out as this module does (2.20 on)."""
+    return version >= HOST_SPLIT_FROM
 
 
-def all_reduce_chunks(part: int, nranks: int, chunk: int) -> list[list[int]]:
-    """`out[j][l]`: the bytes of chunk j in loop l of a ring all-reduce over a channel part of `part` bytes."""
+def all_reduce_chunks(part: int, nranks: int, chunk: int, align: int = LAST_LOOP_ALIGN) -> list[list[int]]:
+    """`out[j][l]`: the bytes of chunk j in loop l of a ring all-reduce over a channel part of `part` bytes (the
+    last loop's chunk aligned up to `align` bytes)."""
     if nranks < 1 or chunk < 1 or part < 0:
         raise ValueError(f"ring_loops: bad ring ({part} B, {nranks} ranks, {chunk} B chunk)")
     full, rest = divmod(part, nranks * chunk)
     out = [[chunk] * full for _ in range(nranks)]
     if rest or not full:
-        last = -(-rest // (LAST_LOOP_ALIGN * nranks)) * LAST_LOOP_ALIGN
+        last = -(-rest // (align * nranks)) * align  # alignUp(divUp(rest, nranks), align)
         for j in range(nranks):
             out[j].append(max(0, min(last, rest - j * last)))
     return out
@@ -49,8 +53,9 @@ def block_chunks(blocks: list[int], chunk: int) -> list[list[int]]:
     return [[max(0, min(chunk, size - i * chunk)) for i in range(loops)] for size in blocks]
 
 
-def ring_chunks(kind: str, slices: list[int], chunk: int) -> list[list[int]]:
-    """NCCL 2.22+'s chunks of one channel's ring `kind` whose near-equal `slices` (one a rank) hold the part."""
+def ring_chunks(kind: str, slices: list[int], chunk: int, align: int = LAST_LOOP_ALIGN) -> list[list[int]]:
+    """NCCL 2.20+'s chunks of one channel's ring `kind` whose near-equal `slices` (one a rank) hold the part
+    (`align`: the all-reduce's last loop's alignment)."""
     if kind == "all_reduce":
-        return all_reduce_chunks(sum(slices), len(slices), chunk)
+        return all_reduce_chunks(sum(slices), len(slices), chunk, align)
     return block_chunks(slices, chunk)
