@@ -195,12 +195,14 @@ class RankClient:
         t_issue_ns: int,
         name: str = "",
         algo: dict[str, Any] | None = None,
+        stream: int | None = None,
     ) -> int:
         """Issue a collective (non-blocking); returns a handle.
 
         `group`: global ranks in group order; `seq`: per-group sequence number (the same on every
         member); `root`: the *global* rank of a broadcast/reduce root; `name`: a label for records;
-        `algo`: AlgoOptions fields overriding the run's (every member must pass the same).
+        `algo`: AlgoOptions fields overriding the run's (every member must pass the same); `stream`: this
+        rank's stream for it (its process group's NCCL stream), on which its collectives run in turn.
         """
         if kind not in KINDS or kind == "send_recv":
             raise BridgeError(f"rank {self.rank}: unknown collective kind {kind!r}")
@@ -222,6 +224,7 @@ class RankClient:
             root=root,
             name=name,
             algo=dict(algo) if algo else None,
+            **({"stream": int(stream)} if stream is not None else {}),
         )
         return h
 

@@ -52,6 +52,7 @@ from bridge.protocol import (
 )
 from bridge.stepping import advance_watching
 from bridge.storage_io import StorageIO
+from bridge.stream_order import StreamOrder
 from bridge.values import ValueBoard
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
@@ -202,6 +203,7 @@ class CoordinatorCore:
         # lazy heap of (promise, rank) over the ranks in test or barrier (`horizon`)
         self._promises: list[tuple[int, int]] = []
         self.held = HeldRendezvous()  # complete rendezvous not launched yet (`_launch_ready`)
+        self.streams = StreamOrder()  # each rank's collectives on one NCCL stream, in turn (parked until then)
         self.matcher = Matcher(world, self.mirrors)
         self.on_round: Callable[[], None] | None = None  # called between engine advances (heartbeats)
         self.records: list[CollRecord] = []
@@ -335,6 +337,7 @@ class CoordinatorCore:
         for key in [k for k, rv in self.matcher.pending.items() if set(rv.members) & mine]:
             del self.matcher.pending[key]
         self.held.drop(mine)
+        self.streams.drop(mine)
         if self.on_job_failed is not None:
             self.on_job_failed(job, code, text)
 
@@ -351,6 +354,10 @@ class CoordinatorCore:
             root = self.mirrors.canonical_root(group, root)
         call = Call(rs.rank, msg["h"], msg["kind"], msg["nbytes"], msg["dtype"], root, msg.t, msg["name"], algo)
         self._new_handle(rs, call.handle, call)
+        stream = msg.get("stream")
+        if stream is not None and (not isinstance(stream, int) or isinstance(stream, bool)):
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a collective's stream must be an integer, got {stream!r}")
+        self.streams.issued(rs.rank, stream, call.handle)
         self._joined(self.matcher.collective(call, group, msg["seq"]), call)
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
@@ -382,13 +389,20 @@ class CoordinatorCore:
     def _joined(self, complete: Rendezvous | None, call: Call) -> None:
         """Hold a complete rendezvous for launch in order; fail at once if a pending one needs a rank that finished."""
         if complete is not None:
-            self.held.push(complete)
+            self._hold(complete)
             self._launch_ready()
             return
         rv = next(p for p in self.matcher.pending.values() if p.calls.get(call.rank) is call)
         for m in rv.missing:
             if self.ranks[m].state == DONE:
                 self._missing(m, rv)
+
+    def _hold(self, rv: Rendezvous) -> None:
+        """Hold a matched rendezvous for launch once each member's previous call on its stream has ended there
+        (parked until then: `StreamOrder`), from the latest of those ends and the issue times."""
+        ready = self.streams.ready(rv, lambda rank, h: self.ranks[rank].results.get(h))
+        if ready is not None:
+            self.held.push(ready)
 
     def _step_started(self, step: int, t: int) -> None:
         """A rank started `step` at t: the engine's scenario applies its events at that step at the earliest such
@@ -581,6 +595,8 @@ class CoordinatorCore:
         handle = rec.rv.calls[rank].handle
         rs.results[handle] = t
         rs.undelivered[handle] = t
+        for rv in self.streams.woken(rank, handle):
+            self._hold(rv)
         if rec.lossy is not None and rec.lost:
             zero = self.planner.lost_ranges(rec.lossy, rec.first_flow, rec.lost).get(rank)
             if zero:
@@ -678,6 +694,11 @@ class CoordinatorCore:
     def watched(self) -> set[int]:
         """Flows whose completion can wake a waiting rank."""
         out: set[int] = set()
+        for rank, h in self.streams.waited_on():  # a parked rendezvous starts when these end: stop there
+            rs = self.ranks[rank]
+            cid = rs.owner.get(h)
+            if cid is not None and h not in rs.results:
+                out.update(self.records[cid].pending.get(rank, ()))
         for rs in self.waiting.values():
             for h in rs.handles:
                 cid = rs.owner.get(h)
@@ -704,7 +725,7 @@ class CoordinatorCore:
         eng = self.engine
         now, nxt, hz = eng.now(), eng.next_event_time(), self.horizon()
         due = nxt is not None and nxt <= now
-        watch = self.watched() if self.waiting else set()
+        watch = self.watched() if self.waiting or self.streams.parked else set()
         earliest = self.bounds.earliest(watch, INF_NS)
         if self.window == 0:
             if hz < now:  # a rank released at the network's time runs, so none blocked is behind it
@@ -868,7 +889,13 @@ class CoordinatorCore:
             self.fail_job(self.jobs.job_of(rv.members[0]), E_DEADLOCK, text)
         try:
             self._start_io()
-            while self.held or self._steps_held:  # in order, each once the engine has run every event before it
+            while self.held or self._steps_held or self.streams.parked:  # in order, each once the engine ran all before
+                if not self.held and not self._steps_held:  # only parked ones: run to the next end that may free one
+                    nxt = self.engine.next_event_time()
+                    if nxt is None:
+                        raise RunFailed(E_DEADLOCK, "every rank finished, but collectives wait for ones that never end")
+                    self._apply(self.engine.advance(nxt))
+                    continue
                 step = self._held_step()
                 s = min(x for x in (self.held.head_start(), step[0] if step else None) if x is not None)
                 nxt = self.engine.next_event_time()

@@ -38,7 +38,7 @@ class FixedLatencyClient:
         self.clock = 0
 
     def collective(self, *, group: Sequence[int], seq: int, kind: str, nbytes: int, dtype: str, root: Any,
-                   t_issue_ns: int, name: str = "") -> int:  # fmt: skip
+                   t_issue_ns: int, name: str = "", stream: int | None = None) -> int:  # fmt: skip
         assert t_issue_ns >= self.clock
         self.calls.append((kind, nbytes, t_issue_ns))
         self.done[len(self.done) + 1] = t_issue_ns + COMM_NS

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -171,6 +172,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._desc = ""
         self._coalescing: list[Pending] | None = None
         self._p2p_open = False  # a p2p group (batch_isend_irecv, coalescing) is open on this group's communicator
+        self._stream = next(_STREAM_IDS)  # its NCCL stream: its collectives run one after another (stream_order)
         self._gloo: UnownedGloo | None = None
         if not session.phantom:
             opts = ProcessGroupGloo._Options()
@@ -307,6 +309,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             start_inner=start,
             transfers=transfers,
             finalize=finalize,
+            stream=self._stream,
         )
         return self._work(p, result)
 
@@ -651,6 +654,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def abort(self) -> None:
         """Collectives are simulated; an abort has nothing to cancel."""
 
+
+_STREAM_IDS = itertools.count(1)  # this process's process groups, each one NCCL stream
 
 _COLLECTIVES = (
     "allreduce",

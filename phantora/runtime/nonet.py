@@ -39,6 +39,7 @@ class NoNetworkClient:
         t_issue_ns: int,
         name: str = "",
         algo: dict[str, Any] | None = None,
+        stream: int | None = None,
     ) -> int:
         return self._new(t_issue_ns)
 

@@ -69,6 +69,7 @@ class ClientLike(Protocol):
         t_issue_ns: int,
         name: str = "",
         algo: dict[str, Any] | None = None,
+        stream: int | None = None,
     ) -> int: ...
 
     def lost(self, handle: int) -> list[tuple[int, int]]: ...
@@ -370,17 +371,22 @@ class RankSession:
         start_inner: Callable[[], list[Any]],
         transfers: Sequence[Transfer] | None = None,
         finalize: Callable[[], None] | None = None,
+        stream: int | None = None,
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
         With `transfers`, the collective is sent as point-to-point transfers (scatter, gather,
-        uneven all-to-all), tagged per group so they never meet user sends.
+        uneven all-to-all), tagged per group so they never meet user sends. `stream`: the process group's NCCL
+        stream, on which the coordinator runs the rank's collectives one after another (bridge/stream_order.py).
         """
         t = self.clock.issue()
         seq = self.next_seq(group)
         label = f"{name}#{seq}"
         if transfers is None:
             extras = self.traffic.extras(kind, dtype, nbytes)
+            optional: dict[str, Any] = {"algo": extras} if extras else {}
+            if stream is not None:
+                optional["stream"] = stream
             h = self.client.collective(
                 group=group,
                 seq=seq,
@@ -390,7 +396,7 @@ class RankSession:
                 root=root,
                 t_issue_ns=t,
                 name=label,
-                **({"algo": extras} if extras else {}),
+                **optional,
             )
             if "loss_tolerance" in extras:
                 self._lossy.add(h)
