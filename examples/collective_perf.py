@@ -8,7 +8,7 @@ back, a second event, and the mean call time (nccl-tests' out-of-place loop, wit
 `mpirun -np N ... -g 1`). The size is nccl-tests' size column: all_gather_into_tensor, reduce_scatter_tensor and
 all_to_all_single give each rank (size / elsize / ranks) elements, rounded down to a multiple of 16 bytes;
 send/recv sends `size` bytes to rank + 1 and receives as many from rank - 1 in one `batch_isend_irecv` group (or
-`--p2p pair`: isend + irecv under `torch.distributed` coalescing, the same group). Rank 0 prints one line per size:
+`--p2p pair`: a lone isend and irecv, each its own NCCL call). Rank 0 prints one line per size:
 size, count, type, time (us), algbw and busbw (GB/s), with nccl-tests' bus-bandwidth factors.
 """
 
@@ -77,15 +77,12 @@ def make_call(op: str, size: int, dtype: torch.dtype, p2p: str) -> tuple[Callabl
 
     def sendrecv() -> None:
         if p2p == "batch":
-            ops = [dist.P2POp(dist.isend, buf, nxt), dist.P2POp(dist.irecv, recv, prv)]
-            works = dist.batch_isend_irecv(ops)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, buf, nxt), dist.P2POp(dist.irecv, recv, prv)])
         else:
-            with dist._coalescing_manager(async_ops=True) as cm:
-                dist.isend(buf, nxt)
-                dist.irecv(recv, prv)
-            works = [cm]
+            works = [dist.isend(buf, nxt), dist.irecv(recv, prv)]
         for w in works:
-            w.wait()
+            if w is not None:
+                w.wait()
 
     return sendrecv, count, count * el
 
@@ -121,7 +118,7 @@ def main() -> None:
     p.add_argument("-d", "--datatype", default="float", choices=sorted(DTYPES))
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup_iters", type=int, default=5)
-    p.add_argument("--p2p", default="batch", choices=("batch", "pair"), help="batch_isend_irecv or isend + irecv")
+    p.add_argument("--p2p", default="batch", choices=("batch", "pair"), help="batch_isend_irecv, or lone isend + irecv")
     args = p.parse_args()
     if args.stepfactor < 2:
         raise SystemExit("collective_perf.py: -f must be 2 or more")
