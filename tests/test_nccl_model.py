@@ -298,12 +298,12 @@ def test_nvls_mid_size_pays_a_fixed_cost_per_extra_chunk():
     """16 MiB on 128 NVLS operations is 128 KiB per operation: four 32 KiB chunks where NCCL's bandwidth is that of
     one 128 KiB chunk, so three extra chunk costs lower the throughput; from 1 GiB the chunk is 128 KiB again and
     the bandwidth is the kernel's own."""
-    from phantora.collectives.nccl.pipeline import NVLS_CHUNK_COST_US
+    from phantora.collectives.nccl.pipeline import NVLS_HEAD_CHUNK_COST_US
 
     topo = dgx_host(gpu="h100")
     model = H100_NVL * 0.85 * 8 / 9
     mid = choose(Collective("all_reduce", tuple(range(8)), 16 * MiB, "bf16"), topo, opts())
-    t_bw = 16 * MiB / (model * 1000) + 3 * NVLS_CHUNK_COST_US
+    t_bw = 16 * MiB / (model * 1000) + 3 * 8 * NVLS_HEAD_CHUNK_COST_US
     assert mid.algbw == pytest.approx(16 * MiB / (t_bw * 1000), rel=1e-9)
     big = choose(Collective("all_reduce", tuple(range(8)), 2048 * MiB, "bf16"), topo, opts())
     assert big.algbw == pytest.approx(model, rel=1e-9)

@@ -231,7 +231,7 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         common["chunked"] = True
         tree_flows(b, tree_parents(blocks, 0, 0), BARRIER_SLICE_BYTES, 0, up=True, down=True, name="tree", **common)
     elif algo in ("nvls", "nvls_tree"):
-        heads = max(len(block) for block in blocks)
+        heads = min(T.NVLS_MAX_ARITY, max(len(block) for block in blocks))  # channels.nvls_heads
         loops = nvls_loops(coll.nbytes, ch, heads, opts.chunk_bytes) if chunked else 1
         if algo == "nvls":
             nvls_flows(b, kind, blocks, coll.nbytes, loops=loops)

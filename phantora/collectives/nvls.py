@@ -20,14 +20,17 @@ from __future__ import annotations
 
 from phantora.collectives.dag import DagBuilder, split
 from phantora.collectives.layout import dbt_parents
+from phantora.collectives.nccl import tables as T
 from phantora.collectives.tree import tree_flows
 
 
 def nvls_link_bytes(kind: str, nbytes: int, m: int) -> int:
     """Bytes each GPU's NVLink carries each way in NVLS inside a node of m GPUs (the bounding direction for
-    all-gather and reduce-scatter)."""
+    all-gather and reduce-scatter). All-reduce: a head GPU's, S (h+1)/h with h = min(m, NCCL_MAX_NVLS_ARITY) heads
+    (NCCL's NVLS graph has at most 32: `nccl.channels.nvls_heads`); the other m - h GPUs carry S, overstated here."""
     if kind == "all_reduce":
-        return -(-nbytes * (m + 1) // m)
+        h = min(m, T.NVLS_MAX_ARITY)
+        return -(-nbytes * (h + 1) // h)
     return -(-nbytes * (m - 1) // m)
 
 

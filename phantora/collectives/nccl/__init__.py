@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 
 from phantora.collectives.nccl import pci_paths
+from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
@@ -122,7 +123,7 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
         return st.p2p_nvl_chunk if p.nnodes == 1 and p.intra == "nvlink" else st.p2p_net_chunk
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):
         return ring_simple_chunk(st, RING_CHUNK_STEPS)
-    heads = p.ppn if choice.algorithm in ("nvls", "nvls_tree") else 1
+    heads = nvls_heads(p) if choice.algorithm in ("nvls", "nvls_tree") else 1
     return chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads, coll.kind)
 
 

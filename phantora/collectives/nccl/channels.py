@@ -98,10 +98,50 @@ def comm_channels(p: Platform, ring: Graph, st: NcclSettings) -> int:
     return max(n, st.min_channels, 1)
 
 
+def nvls_heads(p: Platform) -> int:
+    """`channels[c].nvls.nHeads`: the NVLS graph's channels, one head GPU each, at most NCCL_MAX_NVLS_ARITY (32)
+    however many GPUs share the NVLink domain (search.cc caps the NVLS pattern's maxChannels at
+    min(NCCL_MAX_NVLS_ARITY, GPUs), connect.cc makes each a head; v2.17.1-1 to v2.30.7-1). A GB200 NVL72 rack
+    runs its NVLS on 32 heads: each reduces and multicasts 1/32 of the buffer, the other 40 GPUs only feed it."""
+    return min(T.NVLS_MAX_ARITY, p.ppn)
+
+
+def default_nvls_channels(p: Platform, version: tuple[int, int]) -> int:
+    """NCCL's own NVLS CTA count before the user's bounds (nvls.cc `ncclNvlsInit`, `ncclNvlsTuning`): 16 on
+    Hopper; on Blackwell 32 up to 2.26, then (v2.27.3-1 on) 24 inside one node or one MNNVL domain and 32 across
+    nodes, and from v2.30.3-1 the SM100 NVLS-Tree tuning's count across nodes (`sm100_nvls_tree`)."""
+    if p.arch != "blackwell":
+        return T.NVLS_CHANNELS.get(p.arch, 16)
+    if version < T.NVLS_SM100_NVL_FROM or p.nnodes > 1:
+        tuned = sm100_nvls_tree(p, version)
+        return tuned[0] if tuned else T.NVLS_CHANNELS_SM100
+    return T.NVLS_CHANNELS["blackwell"]
+
+
+def sm100_nvls_tree(p: Platform, version: tuple[int, int]) -> tuple[int, int, int] | None:
+    """`ncclNvlsTreeSm100Tuning` (nvls.cc, v2.30.3-1 on): (NVLS CTAs, NVLS chunk, NVLS-Tree's largest chunk) for
+    Blackwell across nodes, from the node count, GPUs per node and the NIC's GB/s; None before 2.30, on one node, or
+    where its rules leave NCCL's defaults (NICs under 48 GB/s). A GPU's NIC is taken behind a PCIe switch (PXB or
+    closer: the rail-optimised hosts phantora builds)."""
+    if version < T.NVLS_SM100_TREE_TUNING_FROM or p.arch != "blackwell" or p.nnodes < 2:
+        return None
+    nic, ppn, kib = p.nic_bw, p.ppn, 1024
+    if p.nnodes == 2 and nic >= 48.0:
+        if ppn <= 4:
+            return 32, 256 * kib, 256 * kib
+        return 32, 128 * kib, 64 * kib if ppn >= 16 or (ppn <= 8 and nic < 96.0) else 128 * kib
+    if nic >= 96.0:
+        return (24, 256 * kib, 256 * kib) if ppn <= 8 else (32, 128 * kib, 128 * kib if ppn < 32 else 64 * kib)
+    if nic >= 48.0:
+        return 24, 128 * kib, 64 * kib
+    return None
+
+
 def nvls_channels(p: Platform, st: NcclSettings) -> int:
-    """comm->nvlsChannels (nvls.cc, v2.18.5-1 to v2.30.7-1): NCCL_NVLS_NCHANNELS or the architecture's default,
-    clamped to [NCCL_MIN_CTAS, NCCL_MAX_CTAS]; NCCL_MIN/MAX_NCHANNELS bound comm->nChannels only (connect.cc)."""
-    default = st.nvls_channels or T.NVLS_CHANNELS.get(p.arch, 16)
+    """comm->nvlsChannels (nvls.cc, v2.18.5-1 to v2.30.7-1): NCCL_NVLS_NCHANNELS or NCCL's default for the GPU,
+    the NCCL version and the node count (`default_nvls_channels`), clamped to [NCCL_MIN_CTAS, NCCL_MAX_CTAS];
+    NCCL_MIN/MAX_NCHANNELS bound comm->nChannels only (connect.cc)."""
+    default = st.nvls_channels or default_nvls_channels(p, st.nccl_version)
     return max(1, st.min_ctas, min(default, st.max_ctas))
 
 

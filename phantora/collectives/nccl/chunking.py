@@ -15,7 +15,7 @@ import struct
 
 from phantora.collectives.nccl import channel_split
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.channels import plan_channels
+from phantora.collectives.nccl.channels import nvls_heads, plan_channels, sm100_nvls_tree
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
@@ -83,12 +83,32 @@ def chunk_bytes(
     (`channel_split`: the busiest channel's, whose chunks set the pace; dealt by the algorithm's channels onto the
     communicator's, `channels.plan_channels`), and the result is cut down to whole grains of the protocol
     (`whole_grains`)."""
-    heads = p.ppn if algo in ("nvls", "nvls_tree") else 1
+    heads = nvls_heads(p) if algo in ("nvls", "nvls_tree") else 1
     comm = plan_channels(algo, p, st)
     part = channel_split.busiest(st.nccl_version, kind, proto, p.nranks, nbytes, max(1, ops // heads), comm)
     if part is not None:
         nbytes, ops = part[0], heads
     return whole_grains(proto, st.nccl_version, _ladder(algo, proto, p, st, nbytes, ops, kind))
+
+
+def nvls_chunk_of(p: Platform, st: NcclSettings) -> int:
+    """comm->nvlsChunkSize (nvls.cc): NCCL_NVLS_CHUNKSIZE if set, else 128 KiB, or the SM100 NVLS-Tree tuning's
+    chunk for Blackwell across nodes from v2.30.3-1 (`channels.sm100_nvls_tree`)."""
+    if st.nvls_chunk:
+        return st.nvls_chunk
+    tuned = sm100_nvls_tree(p, st.nccl_version)
+    return tuned[1] if tuned else T.NVLS_CHUNK
+
+
+def nvls_tree_max_of(p: Platform, st: NcclSettings) -> int:
+    """NVLS-Tree's largest chunk (nvls.cc): NCCL_NVLSTREE_MAX_CHUNKSIZE if set, else the SM100 tuning's (Blackwell
+    across nodes, v2.30.3-1 on), else 64 KiB from 4 nodes and the NVLS chunk below."""
+    if st.nvls_tree_max_chunk:
+        return st.nvls_tree_max_chunk
+    tuned = sm100_nvls_tree(p, st.nccl_version)
+    if tuned:
+        return tuned[2]
+    return 64 * KiB if p.nnodes >= 4 else nvls_chunk_of(p, st)
 
 
 def _ladder(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ops: int, kind: str) -> int:
@@ -99,11 +119,10 @@ def _ladder(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, o
     elif proto == "LL128":
         chunk = chunk // 16 * 15
     if algo == "nvls":
-        chunk = min(chunk, st.nvls_chunk)
+        chunk = min(chunk, nvls_chunk_of(p, st))
         return _shrink(nbytes, ops, chunk, ((64, 64 * KiB), (8, 32 * KiB), (2, 16 * KiB)))
     if algo == "nvls_tree":
-        tree_max = st.nvls_tree_max_chunk or (64 * KiB if p.nnodes >= 4 else st.nvls_chunk)  # nvls.cc
-        chunk = min(st.nvls_chunk, tree_max)
+        chunk = min(nvls_chunk_of(p, st), nvls_tree_max_of(p, st))
         return _shrink(nbytes, ops, chunk, ((32, 256 * KiB), (16, 128 * KiB), (4, 64 * KiB), (1, 32 * KiB)))
     if algo == "tree" and proto == "LL128":
         return _tree_ll128(p, nbytes, ops, chunk)

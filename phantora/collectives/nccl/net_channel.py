@@ -27,6 +27,7 @@ channel 11.9% and a broadcast 29.2% slower than NCCL's own time, with no publish
 from __future__ import annotations
 
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.channels import default_nvls_channels, nvls_heads
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
 
@@ -34,15 +35,18 @@ COLL_NET_CHANNEL_BW = 21.5  # GB/s one collective channel moves to or from anoth
 NET_CHANNEL_ALGOS = ("ring", "tree", "nvls_tree")
 
 
-def coll_net_channel_bw(algo: str, protocol: str, p: Platform, channels: int) -> float:
+def coll_net_channel_bw(
+    algo: str, protocol: str, p: Platform, channels: int, version: tuple[int, int] = T.MODEL_NCCL_VERSION
+) -> float:
     """GB/s each way that one channel of `algo`'s decomposed flows may move across hosts (0: no limit; always for
     LL and LL128):
     `COLL_NET_CHANNEL_BW` scaled by the GPU's SM clock, times the channels a decomposed channel stands for: one
     for a ring or tree; NVLS-Tree's flows have a channel per head GPU and tree (`nvls.nvls_tree_flows`: 2 x heads)
-    for NCCL's default NVLS CTAs, not the `channels` it runs (a head's CTAs share its NIC and proxy: above)."""
+    for NCCL's default NVLS CTAs (those of NCCL `version`: `channels.default_nvls_channels`), not the `channels`
+    it runs (a head's CTAs share its NIC and proxy: above)."""
     if p.nnodes < 2 or algo not in NET_CHANNEL_ALGOS or protocol != "Simple" or channels < 1:
         return 0.0
     clock = p.sm_clock_ghz or REFERENCE_CLOCK_GHZ
-    default_ctas = T.NVLS_CHANNELS.get(p.arch, 16)
-    per = default_ctas / (2.0 * min(p.ppn, T.NVLS_MAX_ARITY)) if algo == "nvls_tree" else 1.0
+    default_ctas = default_nvls_channels(p, version)
+    per = default_ctas / (2.0 * nvls_heads(p)) if algo == "nvls_tree" else 1.0
     return COLL_NET_CHANNEL_BW * clock / REFERENCE_CLOCK_GHZ * per

@@ -25,6 +25,7 @@ import math
 
 from phantora.collectives.layout import children_of, dbt_parents
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -32,7 +33,7 @@ from phantora.collectives.nccl.settings import NcclSettings
 
 def loops(p: Platform, st: NcclSettings, nbytes: int, channels: int) -> int:
     """NCCL's nLoops: the chunks each (channel, head) operation moves, one after another."""
-    ops = max(1, channels * p.ppn)
+    ops = max(1, channels * nvls_heads(p))
     chunk = chunk_bytes("nvls_tree", "Simple", p, st, nbytes, ops)
     return max(1, math.ceil(nbytes / (ops * chunk)))
 
@@ -59,7 +60,7 @@ def path_shares(nnodes: int) -> int:
 def single_chunk_us(p: Platform, nbytes: int, channels: int) -> float:
     """Time (µs) of one chunk per operation (each operation's share of `nbytes`) crossing NVLS reduce, the tree of
     nodes and NVLS multicast alone."""
-    ops = max(1, channels * p.ppn)
+    ops = max(1, channels * nvls_heads(p))
     chunk = math.ceil(nbytes / ops)
     nvls = p.gpu_intra_bw * T.NVLS_EFFICIENCY[p.arch] * 1000.0  # bytes per µs of one GPU's NVLink, NVLS
     nic = p.nic_bw * min(1.0, p.nics_per_node / max(1, p.ppn)) * 1000.0  # bytes per µs of a head GPU's NIC

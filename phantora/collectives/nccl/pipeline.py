@@ -15,31 +15,36 @@ from __future__ import annotations
 import math
 
 from phantora.collectives.nccl import nvls_tree
+from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
-# Fixed cost of one NVLS chunk per operation (µs): the multimem load-reduce / store loop synchronises its warps and
-# the peers' flags once per chunk. NCCL's bandwidth is its rate at the largest chunk; below 1 GiB the chunk ladder
-# halves the chunk and this cost shows. Fitted on the marginal bandwidth either side of the 64 KiB -> 128 KiB step
-# of the Azure ND H100 v5 table (257 vs 274 GB/s algbw), and it predicts the H200 table's steps (docs/validation.md).
-NVLS_CHUNK_COST_US = 4.2
+# Fixed cost (µs) of one NVLS chunk for one head: each loop, a CTA's scatter warps post a chunk to every head's
+# connection and its gather warps wait on every head's (src/device/all_reduce.h, NCCL_ALGO_NVLS, v2.17.1-1 to
+# v2.30.7-1), a flag wait and post per head and chunk. A loop of a CTA therefore costs heads x this, and the cost
+# per byte, this over (channels x chunk), does not depend on the heads. Fitted as 4.2 µs per chunk-operation on the
+# 8-head Azure ND H100 v5 table (the marginal bandwidth either side of its 64 KiB -> 128 KiB step, 257 vs 274 GB/s
+# algbw): 4.2 / 8. The held-out B200 host's step from 64 to 512 KiB chunks (4 -> 8 GiB, NCCL_NVLS_CHUNKSIZE=524288)
+# gives 0.51 µs on 24 CTAs (docs/validation.md, "Held-out tables").
+NVLS_HEAD_CHUNK_COST_US = 4.2 / 8
 
 
 def chunk_overhead_us(
     algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int, kind: str
 ) -> float:
-    """Extra time (µs) of the chunks a mid-size NVLS `kind` collective adds over NCCL's largest chunk: each operation
-    (channel x head) runs ceil(bytes / chunk) chunks, each with a fixed cost, and NCCL's bandwidth already pays that
-    cost at the largest chunk."""
+    """Extra time (µs) of the chunks a mid-size NVLS `kind` collective adds over NCCL's largest chunk: each CTA
+    runs ceil(bytes / (channels x heads x chunk)) loops, each a chunk per head at `NVLS_HEAD_CHUNK_COST_US`, and
+    NCCL's bandwidth already pays that cost at the largest chunk."""
     if algo != "nvls" or nbytes <= 0:
         return 0.0
-    ops = max(1, channels * p.ppn)
+    heads = nvls_heads(p)
+    ops = max(1, channels * heads)
     per_op = nbytes / ops
     chunk = chunk_bytes(algo, proto, p, st, nbytes, ops, kind)
     largest = chunk_bytes(algo, proto, p, st, 1 << 62, ops, kind)
     extra = math.ceil(per_op / chunk) - math.ceil(per_op / largest)
-    return max(0, extra) * NVLS_CHUNK_COST_US
+    return max(0, extra) * heads * NVLS_HEAD_CHUNK_COST_US
 
 
 def stages(algo: str, p: Platform) -> int:
@@ -62,7 +67,7 @@ def fill_us(
     depth = stages(algo, p)
     if depth <= 1 or algbw <= 0 or nbytes <= 0:
         return 0.0
-    heads = p.ppn if algo in ("nvls", "nvls_tree") else 1
+    heads = nvls_heads(p) if algo in ("nvls", "nvls_tree") else 1
     ops = max(1, channels * heads)
     chunk = min(chunk_bytes(algo, proto, p, st, nbytes, ops, kind), math.ceil(nbytes / ops))
     per_op = algbw * 1000.0 / ops  # bytes per µs of one operation

@@ -38,8 +38,11 @@ SETUP_POINTS: dict[str, dict[int, str]] = {
 
 # Tables whose NCCL is not stated, and the version taken for their tuner (PHANTORA_NCCL_VERSION): gj-aion's #309
 # runs have the first-use points that only NCCL 2.22-2.27's tuner makes (first_use.py; SETUP_POINTS above), and
-# the issue's two other clusters state 2.26.2.
-NCCL_INFERRED = {"nccltests309_gjaion": "2.26"}
+# the issue's two other clusters state 2.26.2. The A4 (8 x B200) runs of gpu-tpu-pedia were published on 2025-10-27,
+# so their NCCL is at most 2.28 (v2.28.7-1: 2025-10-17), not the model's 2.30 and its SM100 NVLS-Tree tuning
+# (v2.30.3-1, 2026-04); 2.27 and 2.28 size Blackwell's NVLS alike (24 CTAs in one node, 32 across), and the one
+# host's 4 -> 8 GiB step gives 24 CTAs' chunk cost, not 32's (docs/validation.md, "Held-out tables").
+NCCL_INFERRED = {"nccltests309_gjaion": "2.26", "gkea4deepep": "2.28"}
 
 ITERS = 20  # nccl-tests' default timed iterations (src/common.cu: `int iters = 20;`, set by -n / --iters)
 # Where a first line says the timed iterations: nccl-tests' --iters N; its -n N after its -w N (srun's and mpirun's

@@ -69,7 +69,7 @@ class NcclSettings:
     p2p_net_chunk: int = T.P2P_CHUNK["net"]
     p2p_nvl_chunk: int = T.P2P_CHUNK["nvlink"]
     net_overhead_ns: int = -1  # NCCL_NET_OVERHEAD (ns); -1: NCCL's default for the hosts' CPU
-    nvls_chunk: int = T.NVLS_CHUNK  # NCCL_NVLS_CHUNKSIZE: NVLS's largest chunk
+    nvls_chunk: int = 0  # NCCL_NVLS_CHUNKSIZE: NVLS's largest chunk; 0: NCCL's (chunking.nvls_chunk_of)
     nvls_tree_max_chunk: int = 0  # NCCL_NVLSTREE_MAX_CHUNKSIZE; 0: NCCL's (64 KiB from 4 nodes, else the NVLS chunk)
     qps_per_conn: int = 1  # NCCL_IB_QPS_PER_CONNECTION: queue pairs of each network connection
     split_data_on_qps: bool = False  # NCCL_IB_SPLIT_DATA_ON_QPS: each message over every QP (else one, in turn)
@@ -228,7 +228,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         p2p_net_chunk=_int(env, "NCCL_P2P_NET_CHUNKSIZE", T.P2P_CHUNK["net"], 1),
         p2p_nvl_chunk=_int(env, "NCCL_P2P_NVL_CHUNKSIZE", T.P2P_CHUNK["nvlink"], 1),
         net_overhead_ns=_int(env, "NCCL_NET_OVERHEAD", -1),
-        nvls_chunk=_int(env, "NCCL_NVLS_CHUNKSIZE", T.NVLS_CHUNK, 1),
+        nvls_chunk=_int(env, "NCCL_NVLS_CHUNKSIZE", 0, 1),
         nvls_tree_max_chunk=_int(env, "NCCL_NVLSTREE_MAX_CHUNKSIZE", 0, 1),
         qps_per_conn=_qps(env),
         split_data_on_qps=_int(env, "NCCL_IB_SPLIT_DATA_ON_QPS", 0) != 0,

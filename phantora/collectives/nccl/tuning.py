@@ -18,6 +18,7 @@ from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import (
     Graph,
     comm_channels,
+    default_nvls_channels,
     link_graph,
     nvls_channels,
     ring_graph,
@@ -359,7 +360,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
     lat = t - nbytes / (1000.0 * cost.algbw)
     time = lat + nbytes / (1000.0 * algbw)
-    chan = coll_net_channel_bw(cost.algorithm, cost.protocol, p, ch)
+    chan = coll_net_channel_bw(cost.algorithm, cost.protocol, p, ch, st.nccl_version)
     chain = 0.0
     if cost.algorithm == "ring":  # counted only beyond NCCL's plateau factor, its fit of measured rings' latency
         intra, inter = _ring_hop_us(T.PROTOCOLS.index(cost.protocol), p, net_overhead_us(p, st))
@@ -400,7 +401,7 @@ def channel_limit(algo: str, p: Platform, st: NcclSettings) -> float:
     channel is a CTA with its own copy throughput, which NCCL's model (search channels) does not scale down. A
     whole-GPU ceiling binds the channels' sum, not each channel (`ring_kernel.kernel_busbw`)."""
     if algo in ("nvls", "nvls_tree"):
-        return min(1.0, nvls_channels(p, st) / T.NVLS_CHANNELS.get(p.arch, 16))
+        return min(1.0, nvls_channels(p, st) / default_nvls_channels(p, st.nccl_version))
     default = comm_channels(p, ring_graph(p), NcclSettings())
     return min(1.0, comm_channels(p, ring_graph(p), st) / default)
 
