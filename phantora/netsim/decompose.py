@@ -58,6 +58,9 @@ DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
 # Pseudo flows the gates of one wide deps list wait on together (one join for them all, not each gate on every dep):
 # ids from here on, beyond any flow id (< 2^64) and gate key (< 0).
 JOIN_BASE = 1 << 64
+# A batch of this many flows or more is handed to the workers before the driver keeps its books on it (`_placing`:
+# the workers place their flows meanwhile); a smaller one goes out with the next round (a round trip saved).
+HAND_OVER_MIN = 4096
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 KEEPALIVE_S = 0.5  # the driver's heartbeats to its workers go out at most this often (their limit is minutes)
@@ -68,6 +71,7 @@ class _SharedDeps:
     """A deps list as `submit` reads it for one worker: the latest end of its ended deps (-1: none), the highest
     bound of all (ends included), its unfinished deps on that worker and elsewhere, and their waiting lists."""
 
+    deps: tuple[int, ...]  # the list itself (one object for the batch's flows that share it on this worker)
     ended: int
     lb: int
     local: list[int]
@@ -153,6 +157,7 @@ class DecomposedSimulator(RunsByCompletion):
     # that pulls bounds up from the unfinished deps when it reads them, whose latest bound is past the ended ones)
     raises_wide = True
     worker_side = "packet"  # what each worker hosts (`EngineSpec.side`)
+    hands_over = True  # a large batch goes to the workers in a round of its own (`_placing`; not for other rounds)
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         self._check_config(config)
@@ -211,6 +216,7 @@ class DecomposedSimulator(RunsByCompletion):
         self.overlap_cpu_s = 0.0  # per round, max(its busiest worker's CPU, the caller's meanwhile CPU), summed
         self.between_wall_s = 0.0  # between rounds: the caller (fluid NVLink side, submits) and the bound
         self._round_end: float | None = None
+        self._rounding = False  # a round's replies are awaited (its `meanwhile` runs)
         self._beat = time.monotonic()  # when the workers last heard from us (`keepalive`)
         self._round_cpu = [0.0] * n  # per worker, the CPU its rounds took
         self._records: dict[str, list[Any]] | None = None
@@ -241,6 +247,11 @@ class DecomposedSimulator(RunsByCompletion):
     def _round(self, horizon: int) -> None:
         """Hand every worker its new flows and gates and run all of them, in parallel, to `horizon` (INF_NS:
         until idle); gather the completions. A worker whose next event is past `horizon` is skipped."""
+        self._rounded(horizon, None)
+
+    def _rounded(self, horizon: int, own: Callable[[], None] | None) -> None:
+        """`_round`; with `own` (`_placing`), only the workers with new flows, each to its now(), while this driver
+        runs `own`."""
         t0 = time.perf_counter()
         if self._round_end is not None:
             self.between_wall_s += t0 - self._round_end
@@ -248,14 +259,19 @@ class DecomposedSimulator(RunsByCompletion):
         for i in range(len(self._out)):
             out = self._out[i]
             nxt = self._next[i]
-            h = horizon if self._hz is None else self._hz[i]  # (each at least `horizon`)
-            if out.empty() and nxt is not None and nxt > h:
+            h = horizon if self._hz is None or own is not None else self._hz[i]  # (each at least `horizon`)
+            if (own is not None and not out.flows) or (out.empty() and nxt is not None and nxt > h):
                 continue  # (None: no flow in flight, but ACKs and timers may still run: records count them)
             self._out[i] = Outbox()
             posts[i] = (self._wtime, out, max(h, self._wnow[i]))
         replies = self._pool.round(posts)  # sent: the workers run while the caller does its own work
+        self._rounding = True
         mine = 0.0
-        if self.meanwhile is not None and posts:
+        if own is not None:
+            c0 = time.process_time()
+            own()
+            mine = time.process_time() - c0
+        elif self.meanwhile is not None and posts:
             c0 = time.process_time()
             self.meanwhile(self._react_ns, self.earliest_end)
             mine = time.process_time() - c0
@@ -271,7 +287,9 @@ class DecomposedSimulator(RunsByCompletion):
             self._wnow[i] = reply.now
             self._next[i] = reply.next_event
             self._in_flight[i] = reply.in_flight
-        self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
+        self._rounding = False
+        if own is None:
+            self._wtime = horizon if horizon < INF_NS else max(self._wtime, *self._wnow)
         self.rounds += 1
         self.critical_cpu_s += busiest
         self.meanwhile_cpu_s += mine
@@ -281,13 +299,22 @@ class DecomposedSimulator(RunsByCompletion):
         self._round_end = time.perf_counter()
         self.round_wall_s += self._round_end - t0
 
+    def _placing(self, own: Callable[[], None]) -> None:
+        """A round that only hands the workers their new flows (each runs to its now(), where it already is: no
+        event of a new flow comes before it, `_check_post`), while this driver runs `own`: the books of a large
+        batch (`submit`) are kept while the workers place their flows, not before."""
+        self._rounded(-1, own)
+
     def _gathered(self, done: list[Completion]) -> None:
         """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out."""
+        lbs = self._lb
         for c in done:
-            lb = self._lb.get(c.flow_id, 0)
+            lb = lbs.get(c.flow_id, 0)
             if c.end_ns < lb:
                 raise PhantoraError(f"internal: flow {c.flow_id} ended at {c.end_ns} ns, before its bound {lb} ns")
-            heapq.heappush(self._buffer, (c.end_ns, c.flow_id, c))
+        if done:  # (one heapify for a reply, not a push per completion)
+            self._buffer += [(c.end_ns, c.flow_id, c) for c in done]
+            heapq.heapify(self._buffer)
         self._arrived(done)
 
     def _bounds(self, flat: list[int]) -> None:
@@ -377,7 +404,7 @@ class DecomposedSimulator(RunsByCompletion):
             check_packet_batch(flows, self.topology, self._owner.__contains__)
         xfer = {}
         owner, of, piece_worker, latency = self._owner, self._routes.of, self._piece_worker, self.latency
-        place, zero, deps_of, targets = self._place, self._zero, self._deps_of, self._targets
+        place = self._place
         for f in flows:
             if place is not None:
                 owner[f.id], xfer[f.id] = place(f)
@@ -390,12 +417,58 @@ class DecomposedSimulator(RunsByCompletion):
                 xfer[f.id] = 0
         if self._wtime >= INF_NS:
             self._wtime = self._now
+        order = topological_order(flows, {f.id: f for f in flows})
+        if not self.hands_over or len(order) < HAND_OVER_MIN or self._rounding:  # (`meanwhile` may submit)
+            self._book(order, at, xfer, handed=False)
+            return
+        # A large batch: hand the workers their flows first, in a round that runs none of them further than it is
+        # (`_placing`), and keep the books while they place them (the driver's bounds, gates and joins).
+        self._hand_over(order, at)
+        self._placing(lambda: self._book(order, at, xfer, handed=True))
+
+    def _hand_over(self, order: Sequence[Flow], at: int) -> None:
+        """Each flow of a batch (in topological order) into its worker's outbox: its deps on that worker not done,
+        its posting ns (`at` or its done deps' latest end), gated if it waits on a flow elsewhere or a marker."""
+        owner, ends, outs = self._owner, self._ends, self._out
+        wide: dict[tuple[tuple[int, ...], int], tuple[int, list[int], bool]] = {}
+        for f in order:
+            w = owner[f.id]
+            if w == DRIVER:
+                continue
+            deps = f.deps
+            many = len(deps) >= SHARED_DEPS_MIN
+            got = wide.get((deps, w)) if many else None
+            if got is None:
+                a, local, gated = at, [], False
+                for d in dict.fromkeys(deps) if len(deps) > 1 else deps:
+                    end = ends.get(d)
+                    if end is not None:
+                        if end > a:
+                            a = end
+                    elif owner[d] == w:
+                        local.append(d)
+                    else:
+                        gated = True
+                got = (a, local, gated)
+                if many:
+                    wide[(deps, w)] = got
+            a, local, gated = got
+            out = outs[w]
+            out.flows.append((f, local))
+            out.at.append(a)
+            if gated:
+                out.gated.append(f.id)
+
+    def _book(self, order: Sequence[Flow], at: int, xfer: dict[int, int], *, handed: bool) -> None:
+        """The driver's books for a batch in topological order: bounds, dependents, gates and joins; markers
+        completed; into the outboxes too unless `_hand_over` put the flows there (`handed`)."""
         released: list[Completion] = []
+        owner, zero, deps_of, targets = self._owner, self._zero, self._deps_of, self._targets
         ends, lbs, waiting = self._ends, self._lb, self._dependents
         shared: dict[tuple[tuple[int, ...], int], _SharedDeps] = {}  # wide deps lists repeated in this batch
         joins: dict[int, int] = {}  # id of a wide list's `_SharedDeps` -> the join its gates wait on
         targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
-        for f in topological_order(flows, {f.id: f for f in flows}):
+        for f in order:
             fid = f.id
             w = owner[fid]
             local: list[int]
@@ -428,7 +501,8 @@ class DecomposedSimulator(RunsByCompletion):
                     else:
                         ws.append(fid)
                     (local if w != DRIVER and owner[d] == w else cross).append(d)
-                self._ext.update(d for d in cross if self._owner[d] != DRIVER)
+                if cross:
+                    self._ext.update(d for d in cross if owner[d] != DRIVER)
             if zero is not None and cross:
                 z = w == DRIVER or fid in zero
                 if z:
@@ -440,7 +514,7 @@ class DecomposedSimulator(RunsByCompletion):
                         if owner[d] != DRIVER:
                             targets.setdefault(d, set()).add((w, z))
             if deps_of is not None:
-                deps_of[fid] = f.deps
+                deps_of[fid] = f.deps if memo is None else memo.deps
             self._step[f.id] = f.delay_ns + xfer[f.id]
             self._lb[f.id] = lb + self._step[f.id]
             if w == DRIVER:
@@ -452,11 +526,13 @@ class DecomposedSimulator(RunsByCompletion):
                 continue
             self._check_post(f.id, a)
             self._unfinished[w].add(f.id)
-            out = self._out[w]
-            out.flows.append((f, local))
-            out.at.append(a)
+            if not handed:
+                out = self._out[w]
+                out.flows.append((f, local))
+                out.at.append(a)
+                if cross:
+                    out.gated.append(f.id)
             if cross:
-                out.gated.append(f.id)
                 gate_deps = tuple(cross)
                 if memo is not None:  # the gates sharing a wide list wait on one join of it
                     j = joins.get(id(memo))
@@ -489,7 +565,7 @@ class DecomposedSimulator(RunsByCompletion):
                 lists.append(waiting.setdefault(d, []))
             (local if w != DRIVER and owner[d] == w else cross).append(d)
         self._ext.update(d for d in cross if owner[d] != DRIVER)
-        return _SharedDeps(ended, max(ended, lb), local, cross, lists)
+        return _SharedDeps(deps, ended, max(ended, lb), local, cross, lists)
 
     def earliest_end(self, fid: int) -> int:
         """The earliest ns flow `fid` can complete (its bound; its end once gathered)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
+from typing import Any
 
 from phantora.netsim.base import INF_NS, Completion, Flow, watch_by_completions
 from phantora.netsim.decompose import DRIVER, DecomposedSimulator, Spawner
@@ -80,41 +81,69 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         if ns > self._lb.get(fid, INF_NS):
             self._lb[fid] = ns
 
-    def _pulled(self, fid: int, floors: list[int], memo: dict[int, int], wide: dict[tuple[int, ...], int]) -> int:
-        """lb(fid), raised from its unfinished deps' (pulled in turn, once per round: `memo`; the latest of a wide
-        deps list, shared by many flows, once per round: `wide`) + its step, and to its worker's floor (no flow of
-        a worker ends before its next event, nor at or before the gathered time)."""
+    def _pulled(
+        self, fid: int, floors: list[int], memo: dict[int, int], part: set[int], wide: dict[int, int], need: int
+    ) -> int:
+        """A lower bound of flow `fid`'s end: its bound, raised to its worker's floor (no flow of a worker ends
+        before its next event, nor at or before the gathered time) and from each unfinished dep's (pulled in turn)
+        + its step; all of that, exactly, whenever it is below `need`. A dep that lifts it to `need` ends its walk
+        (the other deps cannot lower it), so a flow that cannot bind the horizon is shown so down one chain, not
+        through all its ancestors. Once per round (`memo`: the flows whose value stopped at a need are in `part`,
+        walked on if a later need is higher); a wide deps list's latest, shared by many flows, once per round
+        (`wide`, by the list's identity, one per batch and worker). Every value is written back into the bounds: a
+        lower bound, whether the walk stopped early or not."""
         lbs, deps_of, step, owner = self._lb, self._deps_of, self._step, self._owner
         assert deps_of is not None
-        stack = [fid]
+        got = memo.get(fid)
+        if got is not None and (got >= need or fid not in part):
+            return got
+        stack: list[list[Any]] = [[fid, need, None, 0, 0]]  # [flow, need, its deps (None: not yet read), next, lb]
+        ret = -1  # the value of the frame just closed, for its parent
         while stack:
-            x = stack[-1]
-            if x in memo:
-                stack.pop()
-                continue
-            deps = deps_of.get(x, ())
-            many = len(deps) >= SHARED_DEPS_MIN
-            latest = wide.get(deps, -1) if many else -1
-            if latest < 0:
-                todo = [d for d in deps if d in lbs and d not in memo]
-                if todo:
-                    stack.extend(todo)
+            fr = stack[-1]
+            x, t, deps, i, v = fr
+            s = step[x]
+            if deps is None:  # opened: its own bound and floor, a wide list's latest at once
+                v = lbs[x]
+                w = owner[x]
+                if w != DRIVER and floors[w] > v:
+                    v = floors[w]
+                deps = deps_of.get(x, ())
+                if len(deps) >= SHARED_DEPS_MIN:
+                    latest = wide.get(id(deps))
+                    if latest is None:
+                        pulls = (self._pulled(d, floors, memo, part, wide, INF_NS) for d in deps if d in lbs)
+                        latest = wide[id(deps)] = max(pulls, default=-1)
+                    if latest >= 0 and latest + s > v:
+                        v = latest + s
+                    deps = ()
+                fr[2] = deps
+            elif ret >= 0 and ret + s > v:  # a dep's walk came back
+                v = ret + s
+            ret = -1
+            n = len(deps)
+            while i < n and v < t:
+                d = deps[i]
+                i += 1
+                if d not in lbs:
+                    continue  # (done: its end is in this flow's bound)
+                m = memo.get(d)
+                if m is not None and (m + s >= t or d not in part):
+                    if m + s > v:
+                        v = m + s
                     continue
-                for d in deps:
-                    t = memo.get(d)
-                    if t is not None and t > latest:
-                        latest = t
-                if many:
-                    wide[deps] = latest
-            stack.pop()
-            v = lbs[x]
-            w = owner[x]
-            if w != DRIVER and floors[w] > v:
-                v = floors[w]
-            if latest >= 0 and latest + step[x] > v:
-                v = latest + step[x]
-            lbs[x] = memo[x] = v
-        return memo[fid]
+                fr[3], fr[4] = i, v
+                stack.append([d, t - s, None, 0, 0])
+                break
+            else:
+                lbs[x] = memo[x] = v
+                if i < n:
+                    part.add(x)
+                else:
+                    part.discard(x)
+                stack.pop()
+                ret = v
+        return ret
 
     def _horizon(self, until: int) -> int:
         """How far each worker may run (`_hz`; the least of them is returned: every completion up to it is gathered
@@ -133,27 +162,34 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             for out, nxt, now in zip(self._out, self._next, self._wnow, strict=True)
         ]
         memo: dict[int, int] = {}
-        wide: dict[tuple[int, ...], int] = {}
+        part: set[int] = set()
+        wide: dict[int, int] = {}
         r = INF_NS
         for f in self._watch:
             if f in lbs:
-                r = min(r, self._pulled(f, floors, memo, wide))
+                r = min(r, self._pulled(f, floors, memo, part, wide, r))
         for t, fid, _ in self._buffer:
             if fid in self._watch:
                 r = min(r, t)
         hz = [min(until, r)] * n
         top = hz[0]
-        for lb, f in sorted((lbs[f], f) for f in self._ext):  # (a bound as last pulled is below its pulled one)
+        # (a bound as last pulled is below its pulled one; one at or past every worker's limit cannot lower one)
+        for lb, f in sorted([(x, f) for f in self._ext if (x := lbs[f]) < top]):
             if lb >= top:
                 break  # neither this flow nor a later one can lower a worker's limit
-            t = -1
+            need = -1  # the most this flow's end can lower a worker's limit from, less the gate's lookahead
             for w, zero in targets[f]:
                 ahead = 0 if zero else latency - 1
                 for v in range(n) if w == DRIVER else (w,):
                     if lb + ahead < hz[v]:
-                        if t < 0:
-                            t = self._pulled(f, floors, memo, wide)
-                        hz[v] = min(hz[v], t + ahead)
+                        need = max(need, hz[v] - ahead)
+            if need < 0:
+                continue
+            t = self._pulled(f, floors, memo, part, wide, need)  # (exact if it lowers any)
+            for w, zero in targets[f]:
+                ahead = 0 if zero else latency - 1
+                for v in range(n) if w == DRIVER else (w,):
+                    hz[v] = min(hz[v], t + ahead)
             top = max(hz)
         self._hz = hz
         self._react_ns = r

@@ -84,6 +84,7 @@ class SteppedPartition(DecomposedSimulator):
     """The packet side on `config.partition` workers, stepped in rounds (a `CompletionStepper` for the hybrid)."""
 
     posts_at_dep_ends = False  # as one Ns3Simulator: the hybrid holds a flow whose deps it holds (caller-keyed)
+    hands_over = False  # its flows wait here until the workers are at their ns (`_round`), never posted early
 
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
