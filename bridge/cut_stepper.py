@@ -33,6 +33,7 @@ import msgpack
 
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
+from bridge.cut_unix import UnixPeers
 from bridge.cut_worker import KEYED_RECORDS, records, start_worker
 from phantora.netsim.cut_windows import WindowStats
 from phantora.netsim.packet import Ns3Simulator
@@ -43,7 +44,7 @@ MAX_REQUEST_BYTES = 1 << 31
 class Stepper:
     """One worker's engine, its peers and what it has reported."""
 
-    def __init__(self, sim: Ns3Simulator, peers: ZmqPeers) -> None:
+    def __init__(self, sim: Ns3Simulator, peers: ZmqPeers | UnixPeers) -> None:
         self.sim, self.peers = sim, peers
         self.stats = WindowStats()
         self.keys: dict[str, list[Any]] = {name: [] for name in KEYED_RECORDS}

@@ -3,9 +3,10 @@
 Started by `bridge.cut_pool` as ``python -m bridge.cut_worker --setup FILE`` with the run's token in PHANTORA_TOKEN. The
 setup (msgpack) holds the topology, the engine spec (its PacketConfig with ``partition_worker`` this worker's group),
 the batches of flows (submit time, columns), their HPCC destination ports, the run limit, where to write the result, and
-how to reach the other workers (the directory of their endpoint files; ipc, or tcp on a host, with CurveZMQ or not:
-`bridge.cut_peers`). The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it
-owns), runs the windows (`phantora.netsim.cut_windows`) with the other workers (`bridge.cut_peers`), and writes its
+how to reach the other workers (the directory of their endpoint files; on one machine without CurveZMQ plain Unix
+stream sockets, `bridge.cut_unix`; else ZeroMQ, ipc or tcp on a host, with CurveZMQ or not: `bridge.cut_peers`).
+The worker builds its engine with `make_engine`, adds every flow (the engine keeps the ends it owns), runs the
+windows (`phantora.netsim.cut_windows`) with the other workers, and writes its
 records (msgpack), each with the order key of the event that made it, for the pool to merge. Any failure exits non-zero
 with the reason on stderr.
 """
@@ -25,6 +26,7 @@ import msgpack
 
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
+from bridge.cut_unix import UnixPeers, is_local
 from bridge.runspec import topology_from_dict
 from bridge.transport import LOOPBACK, STARTUP_TIMEOUT_S
 from phantora.netsim.cut_windows import WindowStats
@@ -63,7 +65,7 @@ class WorkerStart:
 
     setup: dict[str, Any]
     sim: Ns3Simulator
-    peers: ZmqPeers
+    peers: ZmqPeers | UnixPeers
     wall0: float
     cpu0: float
 
@@ -86,9 +88,13 @@ def start_worker(prog: str, argv: list[str] | None) -> WorkerStart | None:
     group, groups = spec.packet.partition_worker, spec.packet.partition
     sim = make_engine(spec, topo)
     assert isinstance(sim, Ns3Simulator)
-    peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, transport=setup.get("transport", "ipc"),
-                     host=setup.get("host", LOOPBACK), curve=bool(setup.get("curve")),
-                     startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
+    peers: ZmqPeers | UnixPeers
+    if is_local(setup):  # one machine, no CurveZMQ: plain Unix stream sockets (`bridge.cut_unix`)
+        peers = UnixPeers(Path(setup["run_dir"]), group, groups, token, startup_timeout_s=STARTUP_TIMEOUT_S)
+    else:
+        peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, transport=setup.get("transport", "ipc"),
+                         host=setup.get("host", LOOPBACK), curve=bool(setup.get("curve")),
+                         startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
     return WorkerStart(setup, sim, peers, wall0, cpu0)
 
 

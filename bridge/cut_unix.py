@@ -1,0 +1,254 @@
+"""Partition workers' barrier exchange over plain Unix stream sockets (issue 38): `cut_windows.Peers` on one machine.
+
+ZeroMQ (`bridge.cut_peers`) hands every message to its I/O thread and back: about 20-50 us of CPU a barrier
+between two workers on this machine, where a window of the 1 us lookahead runs a few us of ns-3. On one machine
+(the ``ipc`` transport without CurveZMQ) the workers use this instead: one stream socket per pair of workers in the
+run's private directory (0700: only its owner reaches it), each report one `bridge.cut_frame` frame (a fixed
+binary header and the raw batch: no msgpack), sent with one ``send`` and read with ``recv_into``.
+
+Worker G binds ``cutG.sock`` and publishes it (``cutG.endpoint``, as `ZmqPeers`); it connects to every lower
+group and accepts every higher one. Each side sends a hello first (``PHCU``, its group, the run's token) and checks
+the other's: a connection with a wrong token, a group out of range or already connected is closed and counted in
+``rejected``. A barrier sends every peer its frame without blocking and reads theirs until each peer's frame of
+this sequence number is in (frames of the next barrier may already follow it: a peer moves on once it has
+everyone's); at most `timeout_s` of silence (the first barrier: the start-up timeout), then it raises naming the
+workers it waits for. A peer that closes its end is named as dead.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from bridge.cut_frame import LENGTH, FrameError, decode, encode
+from bridge.cut_peers import PEER_TIMEOUT_S, peer_name
+from bridge.errors import BridgeError
+from bridge.protocol import E_TIMEOUT
+from bridge.transport import endpoint_file, token_ok, write_endpoint_file
+from phantora.netsim.cut_windows import NEVER, PeerReport
+
+HELLO = struct.Struct("<4sIH")
+MAGIC = b"PHCU"
+READ_CHUNK = 1 << 20
+
+
+class UnixPeers:
+    """One worker's stream sockets to the other workers of its partition, on one machine."""
+
+    curve = False
+
+    def __init__(
+        self,
+        run_dir: Path,
+        group: int,
+        groups: int,
+        token: str,
+        *,
+        startup_timeout_s: float = 180.0,
+        timeout_s: float = PEER_TIMEOUT_S,
+    ) -> None:
+        self.group, self.groups, self.timeout_s = group, groups, timeout_s
+        self._first_timeout_s = max(timeout_s, startup_timeout_s)
+        self._token = token.encode()
+        self.rejected = 0
+        self._socks: dict[int, socket.socket] = {}
+        self._bufs: dict[int, bytearray] = {}
+        self._poll = select.poll()
+        self._by_fd: dict[int, int] = {}
+        self._chunk = bytearray(READ_CHUNK)
+        self._view = memoryview(self._chunk)
+        path = run_dir / f"{peer_name(group)}.sock"
+        self._listen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._listen.bind(str(path))
+            self._listen.listen(max(groups, 1))
+            write_endpoint_file(run_dir, peer_name(group), f"unix://{path}")
+            self._connect(run_dir, time.monotonic() + startup_timeout_s, startup_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    # ----- start-up -----------------------------------------------------------------------------
+    def _hello(self) -> bytes:
+        return HELLO.pack(MAGIC, self.group, len(self._token)) + self._token
+
+    def _read_hello(self, sock: socket.socket, deadline: float) -> int | None:
+        """The group a peer's hello declares, or None (a wrong hello: counted)."""
+        head = self._read_exact(sock, HELLO.size, deadline)
+        magic, g, n = HELLO.unpack(head) if head is not None else (b"", -1, 0)
+        given = self._read_exact(sock, n, deadline) if head is not None and n <= 1024 else None
+        if given is None or magic != MAGIC or not token_ok(given.decode(errors="replace"), self._token.decode()):
+            self.rejected += 1
+            return None
+        if not (0 <= g < self.groups) or g == self.group or g in self._socks:
+            self.rejected += 1
+            return None
+        return int(g)
+
+    @staticmethod
+    def _read_exact(sock: socket.socket, n: int, deadline: float) -> bytes | None:
+        out = b""
+        while len(out) < n:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            try:
+                chunk = sock.recv(n - len(out))
+            except (TimeoutError, OSError):
+                return None
+            if not chunk:
+                return None
+            out += chunk
+        return out
+
+    def _connect(self, run_dir: Path, deadline: float, startup_timeout_s: float) -> None:
+        """Connect to every lower group, accept every higher one, hellos both ways (at most the start-up
+        timeout)."""
+        for g in range(self.group):
+            ep = endpoint_file(run_dir, peer_name(g))
+            while not ep.exists():
+                if time.monotonic() > deadline:
+                    raise BridgeError(f"partition worker {g} did not start within {startup_timeout_s:.0f} s",
+                                      code=E_TIMEOUT)  # fmt: skip
+                time.sleep(0.01)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(ep.read_text().strip().removeprefix("unix://"))
+            sock.sendall(self._hello())
+            if self._read_hello(sock, deadline) != g:
+                sock.close()
+                raise BridgeError(f"partition worker {self.group}: worker {g}'s socket did not answer as worker {g}")
+            self._add(g, sock)
+        while missing := [g for g in range(self.group + 1, self.groups) if g not in self._socks]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BridgeError(f"partition worker {self.group}: no word from partition worker(s) {missing}",
+                                  code=E_TIMEOUT)  # fmt: skip
+            self._listen.settimeout(left)
+            try:
+                sock, _ = self._listen.accept()
+            except TimeoutError:
+                continue
+            peer = self._read_hello(sock, deadline)
+            if peer is None or peer < self.group:
+                sock.close()
+                continue
+            sock.sendall(self._hello())
+            self._add(peer, sock)
+
+    def _add(self, g: int, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self._socks[g] = sock
+        self._bufs[g] = bytearray()
+        self._by_fd[sock.fileno()] = g
+        self._poll.register(sock.fileno(), select.POLLIN)
+
+    # ----- barriers -----------------------------------------------------------------------------
+    def _frame(self, g: int) -> tuple[int, PeerReport] | None:
+        """The first whole frame buffered from worker `g`, taken off its buffer; None if not whole yet."""
+        buf = self._bufs[g]
+        if len(buf) < LENGTH.size:
+            return None
+        (n,) = LENGTH.unpack_from(buf)
+        if len(buf) < LENGTH.size + n:
+            return None
+        try:
+            got = decode(g, memoryview(buf)[LENGTH.size : LENGTH.size + n])
+        except FrameError as e:
+            raise BridgeError(f"partition worker {self.group}: {e}") from None
+        del buf[: LENGTH.size + n]
+        return got
+
+    def exchange(
+        self,
+        seq: int,
+        next_ns: int,
+        min_arrival: int,
+        batches: Mapping[int, bytes],
+        releases: tuple[int, int] = (NEVER, NEVER),
+        key: tuple[int, ...] = (),
+        sampling: tuple[int, bool] = (NEVER, True),
+        react: tuple[int, int] = (NEVER, NEVER),
+    ) -> list[PeerReport]:
+        """`phantora.netsim.cut_windows.Peers.exchange` over the stream sockets."""
+        out: dict[int, PeerReport] = {}
+        unsent: dict[int, memoryview] = {}
+        for g, sock in self._socks.items():
+            data = encode(seq, next_ns, min_arrival, batches.get(g, b""), releases, key, sampling, react)
+            n = self._send(g, sock, data)
+            if n < len(data):
+                unsent[g] = memoryview(data)[n:]
+                self._poll.modify(sock, select.POLLIN | select.POLLOUT)
+        for g in self._socks:
+            self._take(g, seq, out)
+        limit = self._first_timeout_s if seq == 0 else self.timeout_s
+        deadline = time.monotonic() + limit
+        while unsent or len(out) < len(self._socks):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waiting = sorted(set(self._socks) - set(out))
+                raise BridgeError(f"partition worker {self.group}: no word from partition worker(s) {waiting} at "
+                                  f"barrier {seq} (dead or stuck)", code=E_TIMEOUT)  # fmt: skip
+            for fd, ev in self._poll.poll(int(left * 1000) + 1):
+                g = self._by_fd[fd]
+                sock = self._socks[g]
+                if ev & select.POLLOUT and g in unsent:
+                    unsent[g] = unsent[g][self._send(g, sock, unsent[g]) :]
+                    if not len(unsent[g]):
+                        del unsent[g]
+                        self._poll.modify(sock, select.POLLIN)
+                if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    if not self._read(g, sock):  # it closed its end: dead, unless it said all it had to
+                        self._poll.unregister(fd)
+                        self._take(g, seq, out)
+                        if g not in out:
+                            raise BridgeError(f"partition worker {self.group}: partition worker {g} closed its "
+                                              "connection (dead)")  # fmt: skip
+                    self._take(g, seq, out)
+                deadline = time.monotonic() + limit  # progress
+        return [out[g] for g in sorted(out)]
+
+    def _send(self, g: int, sock: socket.socket, data: bytes | memoryview) -> int:
+        """Bytes of `data` the socket took now (0 when full)."""
+        try:
+            return sock.send(data)
+        except BlockingIOError:
+            return 0
+        except OSError as e:
+            raise BridgeError(f"partition worker {self.group}: partition worker {g} is gone ({e})") from None
+
+    def _read(self, g: int, sock: socket.socket) -> bool:
+        """Read what worker `g` sent into its buffer; False once it closed its end."""
+        try:
+            n = sock.recv_into(self._chunk)  # into one buffer kept for it: a fresh 1 MiB each time costs 30 us
+        except BlockingIOError:
+            return True
+        except OSError as e:
+            raise BridgeError(f"partition worker {self.group}: partition worker {g} is gone ({e})") from None
+        self._bufs[g] += self._view[:n]
+        return n > 0
+
+    def _take(self, g: int, seq: int, out: dict[int, PeerReport]) -> None:
+        if g in out:
+            return
+        got = self._frame(g)
+        if got is None:
+            return
+        if got[0] != seq:
+            raise BridgeError(f"partition worker {self.group}: worker {g} sent barrier {got[0]} at barrier {seq}")
+        out[g] = got[1]
+
+    def close(self) -> None:
+        for sock in [*self._socks.values(), self._listen]:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._socks.clear()
+
+
+def is_local(setup: Mapping[str, object]) -> bool:
+    """The setup's workers run on one machine without CurveZMQ (ipc): they use `UnixPeers`."""
+    return setup.get("transport", "ipc") == "ipc" and not setup.get("curve") and os.name == "posix"
