@@ -344,11 +344,13 @@ void PfcSwitch::LastByteQueued(uint32_t port, uint32_t cls, uint32_t wire, const
   const Port& p = m_ports[port];
   const PhantoraNetDevice& dev = *m_dev[port];
   // Its own bytes and those ahead leave back to back at the line rate at best, from 999 ps before now on (a
-  // packet may start that far back, PhantoraNetDevice::Send); the arrival is a whole ns at or after the end, plus
-  // the cable's delay. 2 ns spare for the rounding.
+  // packet may start that far back, PhantoraNetDevice::Send), or from the end of the packet the port is sending
+  // now (no byte queued starts before it); the arrival is a whole ns at or after the end, plus the cable's delay.
+  // 2 ns spare for the rounding.
   const uint64_t ahead = p.bytes[cls] + (cls != 0 ? p.bytes[0] : 0) + wire;
   const auto txNs = static_cast<int64_t>(static_cast<unsigned __int128>(ahead) * 8'000'000'000ULL / dev.GetRateBps());
-  const int64_t arrive = static_cast<int64_t>(FabricNowNs()) - 2 + txNs + static_cast<int64_t>(dev.GetDelayNs());
+  const uint64_t from = std::max<uint64_t>(FabricNowNs(), dev.TxEndPs() / 1000);
+  const int64_t arrive = static_cast<int64_t>(from) - 2 + txNs + static_cast<int64_t>(dev.GetDelayNs());
   m_lastByteHook(hdr.flowId, hdr.src, hdr.dst, dev.GetPeer()->GetNodeId(), arrive);
 }
 

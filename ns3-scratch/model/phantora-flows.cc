@@ -194,8 +194,14 @@ void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, cons
     }
     if (cutGroups[di.completer] != group) {
       di.hasCross = true;
-      if (Owns(di.src)) {
-        crossBy[d].push_back(CrossDependent{f.submitNs, f.delayNs});
+      if (Owns(di.src)) {  // CutReleaseBounds reads only the distinct (submit, delay) pairs: keep each once
+        std::vector<CrossDependent>& js = crossBy[d];
+        const CrossDependent j{f.submitNs, f.delayNs};
+        if (std::none_of(js.begin(), js.end(), [&j](const CrossDependent& k) {
+              return k.submitNs == j.submitNs && k.delayNs == j.delayNs;
+            })) {
+          js.push_back(j);
+        }
       }
     }
   }

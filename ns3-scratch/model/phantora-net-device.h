@@ -118,6 +118,9 @@ class PhantoraNetDevice : public NetDevice {
   bool SendFrom(Ptr<Packet> packet, const Address& source, const Address& dest, uint16_t protocolNumber) override;
   Ptr<Node> GetNode() const override;
   void SetNode(Ptr<Node> node) override;
+  /// The exact end (ps) of the packet this device is serialising now, 0 when the line is free: nothing it queues
+  /// starts before it (PfcSwitch::LastByteQueued's bound).
+  uint64_t TxEndPs() const { return m_busy ? m_lastEndPs : 0; }
   /// GetNode()->GetId() without the Ptr and the call (the context of the events this device receives).
   uint32_t GetNodeId() const { return m_nodeId; }
   bool NeedsArp() const override;

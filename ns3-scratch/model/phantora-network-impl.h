@@ -63,7 +63,8 @@ class PhantoraNetwork::Impl {
     int64_t delayNs;
     bool shared = false;  ///< in shareBounds (its sender's worker shares its completion bound)
   };
-  /// Flows a cross flow `j` depends on, by id: (j's submit ns, j's delay), for the release bounds.
+  /// Flows a cross flow `j` depends on, by id: (j's submit ns, j's delay), for the release bounds; each distinct
+  /// pair once (an all-to-all after an all-to-all gives a flow hundreds of dependents with one pair).
   struct CrossDependent {
     int64_t submitNs;
     int64_t delayNs;
