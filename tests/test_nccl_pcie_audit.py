@@ -63,10 +63,7 @@ def test_every_program_stays_within_the_links_and_grows_with_the_size(
         rows = _rows(tmp_path, topo, prog)
         bound = _bound(sockets, switch, model, p2p_off, prog)
         over = [r["busbw"] for r in rows if r["busbw"] > bound * (1 + 1e-6)]
-        if prog == "sendrecv" and switch and p2p_off:  # not modelled: docs/collectives.md "PCIe hosts"
-            assert over, "sendrecv_perf's SHM pairs now share the uplink: drop this exception"
-        else:
-            assert not over, (prog, bound, over)
+        assert not over, (prog, bound, over)
         for a, b in zip(rows, rows[1:], strict=False):
             if a["choice"]["protocol"] == b["choice"]["protocol"]:
                 assert b["busbw"] >= a["busbw"], (prog, a["bytes"], b["bytes"])

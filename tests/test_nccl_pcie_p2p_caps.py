@@ -16,7 +16,9 @@ import pytest
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.settings import nccl_env
+from phantora.errors import InputError
 from phantora.netsim.flow import FlowSimulator
+from phantora.report import nccl_tests as nt
 from phantora.topology import pcie_host
 
 N = 8
@@ -25,9 +27,13 @@ SIMPLE = T.PROTOCOLS.index("Simple")
 LAT_US = T.BASE_LAT["ring"][SIMPLE] + T.HW_LAT["pci"]["ring"][SIMPLE]  # one launch, one PCIe step
 
 
+def _opts(env: dict[str, str]) -> AlgoOptions:
+    return AlgoOptions(nccl_env=nccl_env(env))
+
+
 def _end_us(coll: Collective, env: dict[str, str]) -> float:
     topo = pcie_host(N)
-    dag = decompose(coll, topo, AlgoOptions(nccl_env=nccl_env(env)))
+    dag = decompose(coll, topo, _opts(env))
     sim = FlowSimulator(topo)
     sim.submit(dag.flows, at=0)
     return max(c.end_ns for c in sim.drain()) / 1000
@@ -50,3 +56,31 @@ def test_a_lone_send_recv_moves_at_nccls_x16_not_the_raw_link() -> None:
     size = 256 << 20
     t_us = _end_us(Collective("send_recv", (0, 1), size, "fp32"), {})
     assert t_us == pytest.approx(LAT_US + size / (1000 * GEN4), rel=0.002)
+
+
+@pytest.mark.parametrize(
+    ("env", "sockets", "pair_gbs"),
+    [
+        ({}, 1, GEN4),  # P2P under one switch: each GPU's x16 sends one pair and receives one
+        ({"NCCL_P2P_DISABLE": "1"}, 1, GEN4 / N),  # SHM: all 8 pairs climb the one uplink
+        ({"NCCL_P2P_DISABLE": "1"}, 2, GEN4 / (N // 2)),  # 4 pairs up each socket's uplink (the CPU link: 1 pair)
+    ],
+)
+def test_sendrecv_perfs_pairs_share_the_hosts_links_as_one_group(
+    env: dict[str, str], sockets: int, pair_gbs: float
+) -> None:
+    """nccl-tests' sendrecv: every rank sends to the next in one NCCL group, all 8 pairs in flight at once
+    (`Collective.inflight`), so they share the links they cross; each pair then moves 1 GiB at its share."""
+    topo = pcie_host(N, sockets=sockets)
+    ranks = tuple(range(N))
+    size = 1 << 30
+    it = nt.build_iteration(nt.find_test("sendrecv_perf"), ranks, size, "fp32", 0, topo, _opts(env), 0, "sr")
+    assert it.choice is not None and it.choice["peer_bw_gbs"] == pytest.approx(pair_gbs, abs=1e-3)
+    sim = FlowSimulator(topo)
+    assert nt.run_iteration(sim, it) / 1000 == pytest.approx(LAT_US + size / (1000 * pair_gbs), rel=0.002)
+
+
+def test_a_group_that_leaves_out_the_transfer_is_one_line_naming_inflight() -> None:
+    with pytest.raises(InputError) as err:
+        Collective("send_recv", (0, 1), 1 << 20, "fp32", None, (0, 1, 2), ((1, 2),))
+    assert err.value.field == "inflight" and "\n" not in str(err.value)

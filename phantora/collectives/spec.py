@@ -53,6 +53,9 @@ class Collective:
     # send_recv inside a group (batch_isend_irecv): the communicator it runs on, its ranks in group order; ()
     # for a lone send/recv on its own 2-rank communicator
     comm: tuple[int, ...] = ()
+    # a grouped send/recv: the (src, dst) of every transfer of its NCCL group, its own among them, all in flight at
+    # once (nccl-tests' sendrecv_perf); () when the group is not known
+    inflight: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,6 +77,17 @@ class Collective:
             )
         if len(set(self.comm)) != len(self.comm):
             raise InputError(f"repeated rank in comm {list(self.comm)}", field="comm")
+        if self.inflight and (
+            not self.comm
+            or tuple(self.ranks) not in self.inflight
+            or len(set(self.inflight)) != len(self.inflight)
+            or not {r for pair in self.inflight for r in pair} <= set(self.comm)
+        ):
+            raise InputError(
+                f"inflight {[list(p) for p in self.inflight]} must be distinct (src, dst) pairs of comm, this "
+                f"send_recv's {list(self.ranks)} among them",
+                field="inflight",
+            )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")
 

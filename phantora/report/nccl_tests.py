@@ -303,8 +303,10 @@ def build_iteration(
     if spec.kind == "send_recv":
         pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
         comm = tuple(ranks)
+        group = tuple(pairs)  # one NCCL group: every pair in flight at once
         colls = [
-            (Collective("send_recv", pair, nbytes, dtype, None, comm), f"{tag}/r{i}") for i, pair in enumerate(pairs)
+            (Collective("send_recv", pair, nbytes, dtype, None, comm, group), f"{tag}/r{i}")
+            for i, pair in enumerate(pairs)
         ]
     else:
         coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None)

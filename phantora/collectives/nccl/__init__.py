@@ -55,7 +55,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         comm = platform_of(topo, coll.comm, st) if coll.comm else None
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
-        return _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes), on, coll.kind)
+        group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
+        return _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group), on, coll.kind)
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
         if want is None:
@@ -74,6 +75,16 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             field="algorithm",
         )
     return _with_transports(choice, p, coll.kind)
+
+
+def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:
+    """A grouped send/recv's transfers in flight (`Collective.inflight`) as positions in its communicator, its own
+    first; () when its group is not known."""
+    if not coll.inflight:
+        return ()
+    at = {r: i for i, r in enumerate(coll.comm)}
+    own = (coll.ranks[0], coll.ranks[1])
+    return tuple((at[a], at[b]) for a, b in (own, *(q for q in coll.inflight if q != own)))
 
 
 def _with_comm_gpus(p: Platform, gpus: int) -> Platform:

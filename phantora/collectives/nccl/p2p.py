@@ -130,11 +130,13 @@ def p2p_choice(
     protocol: str = "auto",
     comm: Platform | None = None,
     nodes: tuple[int, ...] = (),
+    inflight: tuple[tuple[int, int], ...] = (),
 ) -> Choice:
     """The protocol, channels, latency and per-peer throughput of a send/recv or an all-to-all. `comm`: the
     platform of the communicator a grouped send/recv runs on (its channels per peer are the communicator's);
     None: the call's own ranks. `nodes`: the topology node of each rank, which keys the pairs' rates on a PCIe
-    host (`Choice.pair_bw`)."""
+    host (`Choice.pair_bw`). `inflight`: a grouped send/recv's transfers as positions in `comm`'s PCIe host, its
+    own first, which share that host's links with it (one NCCL group, all in flight); (): it alone."""
     peers = 1 if coll.kind == "send_recv" else p.nranks - 1
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
@@ -173,6 +175,8 @@ def p2p_choice(
     if intra and p.pci is not None:  # a PCIe host's pairs: their links' max-min shares (pci_p2p.py)
         pairs = [(0, 1)] if coll.kind == "send_recv" else all_pairs(p.pci)
         rates = {pair: r * bw / raw for pair, r in pair_rates(p.pci, pairs).items()}  # the protocol's share
+        if inflight and comm is not None and comm.pci is not None:  # its group's pairs share the host's links
+            rates = {(0, 1): pair_rates(comm.pci, list(inflight))[inflight[0]] * bw / raw}
         slowest = min(rates.values())
         t_ns = max(per_peer / r for r in rates.values())
         algbw = coll.nbytes / t_ns if t_ns > 0 else slowest
