@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from phantora.netsim.base import Flow
+from phantora.netsim.base import INF_NS, Flow
 from phantora.netsim.decompose import DecomposedSimulator
+from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
 from phantora.netsim.packet_config import PacketConfig
 from tests.test_decompose import SETTINGS, gpu, tiny
 from tests.test_decompose_joins import END_NS, _Pool
@@ -75,3 +76,45 @@ def test_a_large_batch_is_handed_over_first_with_the_same_closed_form_ends(
     assert {k: done[100 + k].end_ns for k in range(3)} == {k: last + 7 * k + END_NS for k in range(3)}
     assert done[200].end_ns == chain + END_NS
     assert sim._rel.held() == 0 and sim.in_flight() == 0
+
+
+def test_a_pull_below_its_need_is_the_whole_pull_and_never_above_it() -> None:
+    """`HybridDecomposedSimulator._pulled` with a `need`: its value equals the whole pull (need unbounded) whenever
+    either is below the need, is never above the whole pull (a lower bound), and reaches the need otherwise. The
+    whole pull of a chain on one worker whose floor is past every static bound is that floor + the steps after its
+    first flow (the floor applies to each flow; each flow ends no earlier than its dep's + its own step)."""
+    topo = tiny()
+    # rail 0: two chains of 6 flows, one from flow 0, one from flow 10, and a flow behind both chains' ends
+    flows = [Flow(i, gpu(topo, i % 3, 0), gpu(topo, (i + 1) % 3, 0), 4096 << (i % 3), (i - 1,) if i % 10 else ())
+             for i in (*range(6), *range(10, 16))]  # fmt: skip
+    flows.append(Flow(20, gpu(topo, 0, 0), gpu(topo, 1, 0), 4096, (15, 5), delay_ns=300))  # (the shorter first)
+    pool: Any = _Pool
+    sim = HybridDecomposedSimulator(topo, PacketConfig(**SETTINGS, workers=2), pool)  # type: ignore[arg-type]
+    sim.submit(flows, 0)
+    w = sim._owner[0]
+    assert all(sim._owner[f.id] == w for f in flows)
+    floor = 1 + max(sim._lb[f.id] for f in flows)  # past every static bound: the chains start from it
+    floors = [floor, floor]
+    step = {f.id: sim._step[f.id] for f in flows}
+    static = dict(sim._lb)
+
+    def pull(fid: int, need: int) -> int:
+        sim._lb.clear()
+        sim._lb.update(static)  # (pulls write their values back into the bounds)
+        return sim._pulled(fid, floors, {}, set(), {}, need)
+
+    chain = floor + sum(step[i] for i in range(1, 6))
+    other = floor + sum(step[i] for i in range(11, 16))
+    whole = max(chain, other) + step[20]
+    assert other < chain  # (so a need the shorter chain already reaches stops the walk below the whole pull)
+    assert pull(5, INF_NS) == chain and pull(15, INF_NS) == other and pull(20, INF_NS) == whole
+    stopped = 0
+    for need in sorted({0, floor, chain, other, whole, whole + 1, other + step[20], (floor + whole) // 2}):
+        got = pull(20, need)
+        assert got <= whole
+        if min(got, whole) < need:
+            assert got == whole
+        else:
+            assert got >= need
+        stopped += got < whole
+    assert stopped  # (some walk ended at the shorter chain: the test is not vacuous)
