@@ -234,8 +234,20 @@ class RankClient:
         p2p connections they share; None ends the group (a lone send/recv runs on its pair's own communicator)."""
         self._p2p_comm = [int(r) for r in comm] if comm else None
 
-    def p2p(self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = "") -> int:
-        """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle."""
+    def p2p(
+        self,
+        *,
+        peer: int,
+        is_send: bool,
+        tag: int,
+        seq: int,
+        nbytes: int,
+        t_issue_ns: int,
+        name: str = "",
+        algo: dict[str, Any] | None = None,
+    ) -> int:
+        """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle. `algo`: as a
+        collective's (both ends pass the same)."""
         if nbytes < 0 or peer == self.rank:
             raise BridgeError(f"rank {self.rank}: bad transfer (peer={peer}, nbytes={nbytes})")
         self._enter(t_issue_ns, "send" if is_send else "recv")
@@ -251,6 +263,7 @@ class RankClient:
             nbytes=int(nbytes),
             name=name,
             **({"comm": self._p2p_comm} if self._p2p_comm else {}),
+            **({"algo": dict(algo)} if algo else {}),
         )
         return h
 

@@ -126,6 +126,7 @@ class CollRecord:
             **({"nccl": self.choice} if self.choice else {}),
             **({"comm": list(self.comm)} if self.comm else {}),
             **({"names": sorted([r, c.name] for r, c in self.rv.calls.items())} if key[0] == "p2p" else {}),
+            **({"nccl_env": dict(env)} if (env := dict(first.algo).get("nccl_env")) is not None else {}),
         }
 
 
@@ -348,7 +349,7 @@ class CoordinatorCore:
 
     def _on_coll(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a collective")
-        algo = tuple(sorted((msg["algo"] or {}).items()))
+        algo = self._algo(rs, msg.get("algo"))
         group, root = tuple(msg["group"]), msg["root"]
         if self.mirrors.active:
             root = self.mirrors.canonical_root(group, root)
@@ -364,9 +365,31 @@ class CoordinatorCore:
         self._stamp(rs, msg.t, "a send/recv")
         kind = "send" if msg["send"] else "recv"
         comm = self._p2p_comm(rs, msg)
-        call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"], comm=comm)
+        algo = self._algo(rs, msg.get("algo"))
+        call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"], algo, comm)
         self._new_handle(rs, call.handle, call)
         self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"]), call)
+
+    def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
+        """A call's AlgoOptions overrides, hashable: `nccl_env` (the NCCL_* variables the program set before its
+        group's communicator was created, runtime/program_env.py) as pairs, left out where they are the run's."""
+        if raw is None:
+            return ()
+        if not isinstance(raw, dict):
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a call's algo must be a map, got {raw!r}")
+        out = dict(raw)
+        env = out.get("nccl_env")
+        if env is not None:
+            if not isinstance(env, list) or not all(
+                isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) for kv in env
+            ):
+                raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: nccl_env must be [name, value] pairs, got {env!r}")
+            pairs = tuple((k, v) for k, v in env)
+            if pairs == self.planner.algo.nccl_env:
+                del out["nccl_env"]
+            else:
+                out["nccl_env"] = pairs
+        return tuple(sorted(out.items()))
 
     def _p2p_comm(self, rs: RankState, msg: Message) -> tuple[int, ...]:
         """The communicator a grouped send/recv names (`comm`, optional): distinct ranks of the run holding the

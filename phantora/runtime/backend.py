@@ -37,6 +37,7 @@ from phantora.errors import PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
 from phantora.runtime import tensor_values
+from phantora.runtime.program_env import program_nccl_env
 from phantora.runtime.session import Pending, RankSession, Transfer
 from phantora.runtime.simcuda import device as simcuda
 from phantora.runtime.simcuda.tensor import SimCudaTensor
@@ -173,6 +174,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._coalescing: list[Pending] | None = None
         self._p2p_open = False  # a p2p group (batch_isend_irecv, coalescing) is open on this group's communicator
         self._stream = next(_STREAM_IDS)  # its NCCL stream: its collectives run one after another (stream_order)
+        self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
         self._gloo: UnownedGloo | None = None
         if not session.phantom:
             opts = ProcessGroupGloo._Options()
@@ -310,6 +312,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             transfers=transfers,
             finalize=finalize,
             stream=self._stream,
+            nccl_env=self._nccl_env,
         )
         return self._work(p, result)
 
@@ -589,6 +592,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             nbytes=nbytes(tensors),
             tensors=tensors,
             start_inner=self._p2p_start(tensors, dst, tag),
+            nccl_env=self._nccl_env,
         )
         if lone:
             self._p2p_group(None)
@@ -604,6 +608,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tensors=tensors,
             start_inner=lambda: [self._data.recv(tensors, src, tag)] if self._gloo is not None else [],
             finalize=self._p2p_finish(tensors, src, tag),
+            nccl_env=self._nccl_env,
         )
         if lone:
             self._p2p_group(None)

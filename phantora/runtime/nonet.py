@@ -55,7 +55,18 @@ class NoNetworkClient:
         """No network: nothing is ever lost."""
         return []
 
-    def p2p(self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = "") -> int:
+    def p2p(
+        self,
+        *,
+        peer: int,
+        is_send: bool,
+        tag: int,
+        seq: int,
+        nbytes: int,
+        t_issue_ns: int,
+        name: str = "",
+        algo: dict[str, Any] | None = None,
+    ) -> int:
         return self._new(t_issue_ns)
 
     def wait(self, handle: int) -> int:

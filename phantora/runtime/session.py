@@ -24,10 +24,11 @@ import torch
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.results.run_dir import RunDir
-from phantora.runtime import flex_chunks
+from phantora.runtime import flex_chunks, program_env
 from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
+from phantora.runtime.program_env import NcclEnv
 from phantora.runtime.simcuda import cuda_only, kept_values, simapex
 from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
 from phantora.runtime.trace import TraceRecorder
@@ -75,7 +76,16 @@ class ClientLike(Protocol):
     def lost(self, handle: int) -> list[tuple[int, int]]: ...
 
     def p2p(
-        self, *, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t_issue_ns: int, name: str = ""
+        self,
+        *,
+        peer: int,
+        is_send: bool,
+        tag: int,
+        seq: int,
+        nbytes: int,
+        t_issue_ns: int,
+        name: str = "",
+        algo: dict[str, Any] | None = None,
     ) -> int: ...
 
     def wait(self, handle: int) -> int: ...
@@ -203,6 +213,7 @@ class RankSession:
     ) -> None:
         self.rank = rank
         self.scenario = scenario  # slow-GPU windows and step reports of a scenario (runtime/rank_scenario.py)
+        self.nccl_env_at_start = program_env.at_start()  # the run's NCCL_* variables, before the program runs
         self.world_size = world_size
         self.client = client
         self.model = model
@@ -372,18 +383,23 @@ class RankSession:
         transfers: Sequence[Transfer] | None = None,
         finalize: Callable[[], None] | None = None,
         stream: int | None = None,
+        nccl_env: NcclEnv | None = None,
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
         With `transfers`, the collective is sent as point-to-point transfers (scatter, gather,
         uneven all-to-all), tagged per group so they never meet user sends. `stream`: the process group's NCCL
         stream, on which the coordinator runs the rank's collectives one after another (bridge/stream_order.py).
+        `nccl_env`: the NCCL_* variables its communicator was created with, when the program changed them
+        (`program_nccl_env`); the coordinator's model then takes them instead of the run's.
         """
         t = self.clock.issue()
         seq = self.next_seq(group)
         label = f"{name}#{seq}"
         if transfers is None:
             extras = self.traffic.extras(kind, dtype, nbytes)
+            if nccl_env is not None:
+                extras = {**extras, "nccl_env": [list(kv) for kv in nccl_env]}
             optional: dict[str, Any] = {"algo": extras} if extras else {}
             if stream is not None:
                 optional["stream"] = stream
@@ -406,7 +422,9 @@ class RankSession:
         else:
             code = {"scatter": 1, "gather": 2, "all_to_all": 3}[kind]
             tag = group_tag(group, code)
-            handles = [self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, label) for x in transfers if x.nbytes > 0]
+            handles = [
+                self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, label, nccl_env) for x in transfers if x.nbytes > 0
+            ]
         return self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
 
     def issue_p2p(
@@ -419,20 +437,27 @@ class RankSession:
         tensors: Iterable[torch.Tensor],
         start_inner: Callable[[], list[Any]],
         finalize: Callable[[], None] | None = None,
+        nccl_env: NcclEnv | None = None,
     ) -> Pending:
-        """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done."""
+        """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done.
+        `nccl_env`: as `issue`'s."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
         label = f"{'send' if is_send else 'recv'}#{seq}"
-        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label)
+        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env)
         kind = "send" if is_send else "recv"
         return self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
 
-    def _p2p(self, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t: int, label: str) -> int:
+    def _p2p(
+        self, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t: int, label: str, env: NcclEnv | None = None
+    ) -> int:
         """One transfer to the bridge; its handle."""
-        h = self.client.p2p(peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label)
+        more: dict[str, Any] = {"algo": {"nccl_env": [list(kv) for kv in env]}} if env is not None else {}
+        h = self.client.p2p(
+            peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label, **more
+        )
         if self.listeners:
             self._tell(Issued(h, "send" if is_send else "recv", seq, nbytes, t, peer=peer, tag=tag))
         return h

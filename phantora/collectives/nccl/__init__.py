@@ -169,13 +169,21 @@ def summarize_choices(
     records: list[dict[str, object]], env: tuple[tuple[str, str], ...] | None = None
 ) -> dict[str, object]:
     """results.json's `nccl`: how many collectives of each kind ran with each (algorithm, protocol), from the
-    trace's records (`cosim.json` `collectives[i].nccl`), and the NCCL_* variables honoured."""
+    trace's records (`cosim.json` `collectives[i].nccl`), and the NCCL_* variables honoured: the run's (`env`) and,
+    if the program set its own before creating a process group, those (`program_env`, each set once)."""
     counts: dict[str, dict[str, int]] = {}
+    program: list[dict[str, object]] = []
     for rec in records:
+        own = rec.get("nccl_env")
+        if isinstance(own, dict) and own not in program:
+            program.append(own)
         choice = rec.get("nccl")
         if not isinstance(choice, dict):
             continue
         key = f"{choice['algorithm']}/{choice['protocol']}"
         per_kind = counts.setdefault(str(rec.get("kind")), {})
         per_kind[key] = per_kind.get(key, 0) + 1
-    return {"choices": counts, "env": dict(nccl_env() if env is None else env)}
+    out: dict[str, object] = {"choices": counts, "env": dict(nccl_env() if env is None else env)}
+    if program:
+        out["program_env"] = program
+    return out
