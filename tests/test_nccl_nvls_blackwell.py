@@ -112,3 +112,25 @@ def test_a_two_host_b200_nvls_tree_runs_32_ctas():
     coll = Collective("all_reduce", tuple(range(16)), 256 * MiB, "bf16")
     choice = choose(coll, topo, AlgoOptions(nccl_env=nccl_env({"PHANTORA_NCCL_VERSION": "2.28"})))
     assert choice.algorithm == "nvls_tree" and choice.channels == 32
+
+
+def test_nccl_2_29_corrects_nvls_tree_on_blackwell_x86_hosts():
+    """tuning.cc (v2.29.2-1 on): NVLS-Tree all-reduce on Blackwell with x86 hosts takes treeCorrectionFactor[Simple]
+    up to log2(bytes / 64) = 23: at 64 MiB (log 20) x 0.8, so NCCL's time grows by bytes / algbw x (1 / 0.8 - 1);
+    none from 1 GiB (log 24), none on Hopper, none in 2.28's rating."""
+    from phantora.collectives.nccl import tuning
+
+    p = b200_hosts(2)
+    nvls_tree = tuning.Cost("nvls_tree", "Simple", 50.0, 400.0)
+    size = 64 * MiB
+    plain = 50.0 + size / (1000.0 * 400.0)
+    assert tuning.model_time_us(nvls_tree, "all_reduce", p, size, 16, (2, 28)) == pytest.approx(plain)
+    assert tuning.model_time_us(nvls_tree, "all_reduce", p, size, 16, (2, 29)) == pytest.approx(
+        50.0 + size / (1000.0 * 400.0 * 0.8)
+    )
+    assert tuning.tree_correction_us(nvls_tree, "all_reduce", size, p) == pytest.approx(
+        size / (1000.0 * 400.0) * (1 / 0.8 - 1)
+    )
+    assert tuning.tree_correction_us(nvls_tree, "all_reduce", 1 << 30, p) == 0.0
+    h100 = platform_of(rail_optimized(2, 8, spines=8, nic_rate="400Gbps", gpu="h100"), tuple(range(16)))
+    assert tuning.tree_correction_us(nvls_tree, "all_reduce", size, h100) == 0.0

@@ -230,11 +230,16 @@ def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int, overhead: flo
     return lat + log_nodes * inter / 3.5 + p.nranks * 2.8  # pat
 
 
-def model_time_us(cost: Cost, kind: str, p: Platform, nbytes: int, channels: int) -> float:
-    """`ncclTopoGetAlgoTime`: latency (with the ring plateau) plus bytes over bandwidth (tree-corrected)."""
+def model_time_us(
+    cost: Cost, kind: str, p: Platform, nbytes: int, channels: int, version: tuple[int, int] = T.MODEL_NCCL_VERSION
+) -> float:
+    """`ncclTopoGetAlgoTime`: latency (with the ring plateau) plus bytes over bandwidth (tree-corrected; NVLS-Tree
+    on Blackwell too where NCCL `version` corrects it, `nvls_tree_corrected`)."""
     bw, lat = cost.algbw, cost.lat_us
     log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
     if cost.algorithm == "tree" and kind == "all_reduce" and 0 <= log_size < 23:
+        bw *= T.TREE_CORRECTION[cost.protocol][log_size]
+    if nvls_tree_corrected(cost, kind, p, version) and 0 <= log_size < 24:
         bw *= T.TREE_CORRECTION[cost.protocol][log_size]
     plateau = nbytes // max(1, channels * p.nranks) >= 64
     if cost.algorithm == "ring" and cost.protocol == "Simple" and p.nnodes > 1 and kind == "all_reduce" and plateau:
@@ -242,12 +247,27 @@ def model_time_us(cost: Cost, kind: str, p: Platform, nbytes: int, channels: int
     return lat + nbytes / (1000.0 * bw)
 
 
-def tree_correction_us(cost: Cost, kind: str, nbytes: int) -> float:
+def nvls_tree_corrected(cost: Cost, kind: str, p: Platform, version: tuple[int, int]) -> bool:
+    """Whether NCCL `version` applies the tree correction to an NVLS-Tree all-reduce: from v2.29.2-1 on Blackwell
+    with x86 hosts (tuning.cc `ncclTopoGetAlgoTime`: minCompCap >= 100, cpuArch X86, log2(bytes / 64) < 24)."""
+    return (
+        cost.algorithm == "nvls_tree"
+        and kind == "all_reduce"
+        and p.compcap >= 100
+        and p.cpu in T.X86_CPUS
+        and version >= T.NVLS_TREE_CORRECTION_FROM
+    )
+
+
+def tree_correction_us(cost: Cost, kind: str, nbytes: int, p: Platform | None = None) -> float:
     """The time (µs) NCCL's tree correction adds to its latency plus bytes over bandwidth. NCCL fitted the factor
     (tuning.cc `treeCorrectionFactor`, "trees are not perfectly sticking to the model for medium sizes") on
-    measured trees, so it already holds their pipeline fill; `select` counts the fill only beyond it."""
+    measured trees, so it already holds their pipeline fill; `select` counts the fill only beyond it. From 2.29
+    NCCL fits NVLS-Tree on Blackwell with the same factor up to 512 MiB (`nvls_tree_corrected`): a fit of the
+    measured kernel on that hardware, so its time holds it whatever NCCL made the choice (`p`: the platform)."""
     log_size = int(math.log2(nbytes >> 6)) if nbytes >= 64 else -1
-    if cost.algorithm != "tree" or kind != "all_reduce" or not 0 <= log_size < 23:
+    nvls_tree = p is not None and nvls_tree_corrected(cost, kind, p, T.MODEL_NCCL_VERSION) and 0 <= log_size < 24
+    if not nvls_tree and (cost.algorithm != "tree" or kind != "all_reduce" or not 0 <= log_size < 23):
         return 0.0
     factor = T.TREE_CORRECTION[cost.protocol][log_size]
     return nbytes / (1000.0 * cost.algbw) * (1.0 / factor - 1.0)
@@ -325,7 +345,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         if as_rated is None:
             continue
         ch = run_channels(cost.algorithm, cost.protocol, p, st, nbytes)
-        t = model_time_us(as_rated, kind, p, nbytes, comm)
+        t = model_time_us(as_rated, kind, p, nbytes, comm, st.nccl_version)
         if best is None or t < best[0]:
             best = (t, cost, ch)
     if best is None:
@@ -348,8 +368,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
         algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
     fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw, kind)
-    fit = tree_correction_us(cost, kind, nbytes)
-    if cost.algorithm == "tree":  # the correction already charges the mid-size shortfall: count the larger
+    fit = tree_correction_us(cost, kind, nbytes, p)
+    if cost.algorithm in ("tree", "nvls_tree"):  # the correction already charges the mid-size shortfall: the larger
         fill = max(0.0, fill - fit)
     overhead = chunk_overhead_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, kind)
     if ring:
