@@ -138,7 +138,9 @@ def test_sizes_follow_nccl_tests_convention(rig):
     pg.broadcast([x]).wait()
     pg.barrier().wait()
     kinds = [(k, b) for k, b, _ in client.calls]
-    assert kinds == [("all_gather", 64), ("reduce_scatter", 64), ("broadcast", 64), ("barrier", 0)]
+    # a barrier goes to the network as ProcessGroupNCCL runs it: an all-reduce of one float (4 B)
+    assert kinds == [("all_gather", 64), ("reduce_scatter", 64), ("broadcast", 64), ("all_reduce", 4)]
+    assert s.comm["barrier"].count == 1 and s.comm["barrier"].nbytes == 0  # counted as the program's barrier
 
 
 def test_virtual_time_is_deterministic():

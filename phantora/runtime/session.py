@@ -38,6 +38,8 @@ from phantora.units import plural
 if TYPE_CHECKING:
     from phantora.runtime.rank_scenario import RankScenario
 
+BARRIER_BYTES = 4  # the float ProcessGroupNCCL::barrier all-reduces (at::zeros({1}), kFloat)
+
 # A compute op reads the real clock (for the clock report) once in this many ops: at about 10 us an op, well
 # inside the report's 200 us period, and a clock read fewer on the other ops.
 REPORT_CHECK_OPS = 8
@@ -397,7 +399,11 @@ class RankSession:
         seq = self.next_seq(group)
         label = f"{name}#{seq}"
         if transfers is None:
-            extras = self.traffic.extras(kind, dtype, nbytes)
+            # what the network sees: ProcessGroupNCCL::barrier all-reduces one float on the group's stream
+            wire, wire_bytes, wire_dtype = (
+                ("all_reduce", BARRIER_BYTES, "fp32") if kind == "barrier" else (kind, nbytes, dtype)
+            )
+            extras = self.traffic.extras(wire, wire_dtype, wire_bytes)
             if nccl_env is not None:
                 extras = {**extras, "nccl_env": [list(kv) for kv in nccl_env]}
             optional: dict[str, Any] = {"algo": extras} if extras else {}
@@ -406,9 +412,9 @@ class RankSession:
             h = self.client.collective(
                 group=group,
                 seq=seq,
-                kind=kind,
-                nbytes=nbytes,
-                dtype=dtype,
+                kind=wire,
+                nbytes=wire_bytes,
+                dtype=wire_dtype,
                 root=root,
                 t_issue_ns=t,
                 name=label,
@@ -418,7 +424,7 @@ class RankSession:
                 self._lossy.add(h)
             handles = [h]
             if self.listeners:
-                self._tell(Issued(h, kind, seq, nbytes, t, group=group, dtype=dtype, root=root))
+                self._tell(Issued(h, wire, seq, wire_bytes, t, group=group, dtype=wire_dtype, root=root))
         else:
             code = {"scatter": 1, "gather": 2, "all_to_all": 3}[kind]
             tag = group_tag(group, code)
