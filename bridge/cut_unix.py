@@ -204,8 +204,7 @@ class UnixPeers:
                         self._poll.unregister(fd)
                         self._take(g, seq, out)
                         if g not in out:
-                            raise BridgeError(f"partition worker {self.group}: partition worker {g} closed its "
-                                              "connection (dead)")  # fmt: skip
+                            raise self._closed(g)
                     self._take(g, seq, out)
                 deadline = time.monotonic() + limit  # progress
         return [out[g] for g in sorted(out)]
@@ -216,6 +215,8 @@ class UnixPeers:
             return sock.send(data)
         except BlockingIOError:
             return 0
+        except (BrokenPipeError, ConnectionResetError):  # it closed its end before this send: dead, as on a read
+            raise self._closed(g) from None
         except OSError as e:
             raise BridgeError(f"partition worker {self.group}: partition worker {g} is gone ({e})") from None
 
@@ -225,10 +226,16 @@ class UnixPeers:
             n = sock.recv_into(self._chunk)  # into one buffer kept for it: a fresh 1 MiB each time costs 30 us
         except BlockingIOError:
             return True
+        except ConnectionResetError:  # it closed its end with our bytes unread: as a plain close
+            return False
         except OSError as e:
             raise BridgeError(f"partition worker {self.group}: partition worker {g} is gone ({e})") from None
         self._bufs[g] += self._view[:n]
         return n > 0
+
+    def _closed(self, g: int) -> BridgeError:
+        """Worker `g` closed its connection: one message whether a send or a read finds it out first."""
+        return BridgeError(f"partition worker {self.group}: partition worker {g} closed its connection (dead)")
 
     def _take(self, g: int, seq: int, out: dict[int, PeerReport]) -> None:
         if g in out:

@@ -150,6 +150,25 @@ def test_a_peer_that_closes_is_named_dead(run_dir: Path) -> None:
     assert _workers(run_dir, 2, body) == ["named", "left"]
 
 
+def test_a_peer_closed_before_the_send_is_named_dead_too(run_dir: Path) -> None:
+    """The send finds the close first (EPIPE on a Unix stream socket whose other end is closed): the same message
+    as a read that finds it, not one that depends on which comes first."""
+    closed = threading.Event()
+
+    def body(peers: UnixPeers, g: int) -> Any:
+        peers.exchange(0, 0, NEVER, {})
+        if g == 1:
+            peers.close()
+            closed.set()
+            return "left"
+        assert closed.wait(20)
+        with pytest.raises(BridgeError, match=r"partition worker 1 closed its connection \(dead\)"):
+            peers.exchange(1, 0, NEVER, {1: b"x" * 4096})
+        return "named"
+
+    assert _workers(run_dir, 2, body) == ["named", "left"]
+
+
 def test_a_silent_peer_times_out_named(run_dir: Path) -> None:
     gate = threading.Event()
 
