@@ -923,6 +923,9 @@ class CoordinatorCore:
                 s = min(x for x in (self.held.head_start(), step[0] if step else None) if x is not None)
                 nxt = self.engine.next_event_time()
                 if not self.window and nxt is not None and nxt < s:
+                    if self.streams.parked:  # an end before s may free a parked one, which starts then: stop there
+                        self._apply(self.engine.advance(nxt))
+                        continue
                     self._apply(self.engine.advance(s - 1))
                 if step is not None and step[0] == s:
                     self._apply_step(*step)

@@ -50,3 +50,21 @@ def test_no_stream_keeps_the_old_overlap() -> None:
     order.issued(0, None, 1)
     order.issued(0, None, 2)
     assert not list(order.waited_on()) and not order.parked
+
+
+def test_a_parked_call_freed_while_the_run_drains_starts_at_its_predecessors_end() -> None:
+    """Ranks that finish with calls in flight: the coordinator drains them (finalize). B waits on stream 7 for A
+    (0 -> T); C, on stream 8, is issued at 3T. Catching up to C must stop at A's end, where B starts (T -> 2T),
+    not run on to C and then start B in the past (an "exact mode broken" failure before)."""
+    t = ring_allreduce_ns(S, 4)
+    h = Harness(algo=IDEAL)
+    calls = [(7, 0, 0), (7, 1, 0), (8, 2, 3 * t)]  # (stream, seq, issue ns): A, B, C
+    for r in range(4):
+        for stream, seq, at in calls:
+            h.handles[r] += 1
+            h.msg(r, "coll", at, h=h.handles[r], group=[0, 1, 2, 3], seq=seq, kind="all_reduce", nbytes=S,
+                  dtype="bf16", root=None, name="", algo=None, stream=stream)  # fmt: skip
+        h.msg(r, "finish", 3 * t, results={}, cpu_s=0.0)
+    h.core.finalize()
+    spans = sorted((rec.t_start, rec.end_ns) for rec in h.core.records)
+    assert spans == [(0, t), (t, 2 * t), (3 * t, 4 * t)]
