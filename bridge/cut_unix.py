@@ -115,8 +115,13 @@ class UnixPeers:
                                       code=E_TIMEOUT)  # fmt: skip
                 time.sleep(0.01)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(ep.read_text().strip().removeprefix("unix://"))
-            sock.sendall(self._hello())
+            try:
+                sock.connect(ep.read_text().strip().removeprefix("unix://"))
+                sock.sendall(self._hello())
+            except OSError as e:  # its socket is there but nobody listens (it died after publishing it)
+                sock.close()
+                raise BridgeError(f"partition worker {self.group}: partition worker {g} does not answer on its "
+                                  f"socket (dead: {e})") from None  # fmt: skip
             if self._read_hello(sock, deadline) != g:
                 sock.close()
                 raise BridgeError(f"partition worker {self.group}: worker {g}'s socket did not answer as worker {g}")

@@ -183,3 +183,17 @@ def test_a_silent_peer_times_out_named(run_dir: Path) -> None:
         return "named"
 
     assert _workers(run_dir, 2, body, timeout_s=0.3) == ["named", "stuck"]
+
+
+def test_a_worker_dead_after_publishing_its_socket_is_named(run_dir: Path) -> None:
+    """Worker 0 bound and published its socket, then died: its file stays but nobody listens (ECONNREFUSED).
+    Worker 1 names it at once, in the module's error, not a bare OSError."""
+    path = run_dir / "cut0.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()
+    endpoint_file(run_dir, "cut0").write_text(f"unix://{path}")
+    t0 = time.monotonic()
+    with pytest.raises(BridgeError, match=r"partition worker 1: partition worker 0 does not answer on its socket"):
+        UnixPeers(run_dir, 1, 2, new_token(), startup_timeout_s=20)
+    assert time.monotonic() - t0 < 5
