@@ -144,6 +144,12 @@ class Matcher:
                     f"transfer mismatch on {describe_key(rv.key)}: {first.describe()}; {call.describe()} "
                     "(send and recv sizes differ)",
                 )
+            if call.algo != first.algo:  # each end's NCCL_* (nccl_env): the one taken would be the first to arrive
+                raise RunFailed(
+                    E_MISMATCH,
+                    f"transfer mismatch on {describe_key(rv.key)}: {first.describe()}; {call.describe()} "
+                    "(send and recv algorithm options differ)",
+                )
             return
         if call.signature() != first.signature():
             fields = ("kind", "size", "dtype", "root", "algorithm options")

@@ -108,3 +108,20 @@ def test_a_script_setting_nccl_variables_runs_as_nccl_tests_under_them(
             assert res.choice["channels"] == 1
         launch_ns = 4260 + 32 * res.choice["channels"]
         assert float(times[name]) == pytest.approx((res.time_ns - launch_ns / 4) / 1e3, abs=0.002), name
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_a_send_and_recv_with_different_variables_is_a_mismatch(order: tuple[int, int]) -> None:
+    """Only the sender's group set NCCL_NCHANNELS_PER_NET_PEER=8 (2 channels for this pair instead of 1): the pair
+    ran on whichever end reached the coordinator first, so its time hung on message order (5,395,110 ns sender
+    first, 5,393,110 receiver first). Both ends must agree, as a collective's members must: a mismatch either way."""
+    from bridge.errors import RunFailed
+    from bridge.protocol import E_MISMATCH
+
+    h = Harness()
+    env = {"algo": {"nccl_env": [["NCCL_NCHANNELS_PER_NET_PEER", "8"]]}}
+    with pytest.raises(RunFailed, match=r"send and recv algorithm options differ") as err:
+        for r in order:
+            h.msg(r, "p2p", 0, h=1, peer=1 - r, send=r == 0, tag=0, seq=0, nbytes=64 * MiB, name="",
+                  **(env if r == 0 else {}))  # fmt: skip
+    assert err.value.code == E_MISMATCH
