@@ -118,3 +118,27 @@ def test_a_pull_below_its_need_is_the_whole_pull_and_never_above_it() -> None:
             assert got >= need
         stopped += got < whole
     assert stopped  # (some walk ended at the shorter chain: the test is not vacuous)
+
+
+def test_a_pull_through_hundreds_of_wide_joins_needs_no_recursion() -> None:
+    """A DAG of 700 layers of 16 flows, each flow waiting on all 16 of the layer before (a wide list each: a
+    collective after a collective, 700 deep, all unfinished at the first submit). A wide list's latest is pulled on
+    the walk's own stack, so the pull is its closed form, not a RecursionError past ~450 layers (9cfb24e pulled each
+    list's deps by calling itself). Every flow on one worker with the same step, the floor past every static bound:
+    the last flow's pull is that floor + 699 steps."""
+    topo = tiny()
+    layers, width = 700, 16
+    flows: list[Flow] = []
+    prev: tuple[int, ...] = ()
+    for k in range(layers):
+        ids = tuple(range(k * width, (k + 1) * width))
+        flows += [Flow(i, gpu(topo, i % 3, 0), gpu(topo, (i + 1) % 3, 0), 4096, prev) for i in ids]
+        prev = ids
+    pool: Any = _Pool
+    sim = HybridDecomposedSimulator(topo, PacketConfig(**SETTINGS, workers=2), pool)  # type: ignore[arg-type]
+    sim.submit(flows, 0)
+    steps = {sim._step[f.id] for f in flows}
+    assert len(steps) == 1 and len({sim._owner[f.id] for f in flows}) == 1
+    floor = 1 + max(sim._lb[f.id] for f in flows)
+    last = flows[-1].id
+    assert sim._pulled(last, [floor, floor], {}, set(), {}, INF_NS) == floor + (layers - 1) * steps.pop()

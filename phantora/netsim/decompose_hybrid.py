@@ -101,6 +101,29 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         ret = -1  # the value of the frame just closed, for its parent
         while stack:
             fr = stack[-1]
+            if len(fr) == 3:  # a wide deps list's latest: each dep's whole pull in turn, on this stack (no recursion)
+                deps, i, best = fr
+                if ret > best:
+                    best = ret
+                ret = -1
+                n = len(deps)
+                while i < n:
+                    d = deps[i]
+                    i += 1
+                    if d not in lbs:
+                        continue
+                    m = memo.get(d)
+                    if m is not None and d not in part:
+                        if m > best:
+                            best = m
+                        continue
+                    fr[1], fr[2] = i, best
+                    stack.append([d, INF_NS, None, 0, 0])
+                    break
+                else:
+                    wide[id(deps)] = best
+                    stack.pop()  # its flow opens again and finds it
+                continue
             x, t, deps, i, v = fr
             s = step[x]
             if deps is None:  # opened: its own bound and floor, a wide list's latest at once
@@ -112,8 +135,9 @@ class HybridDecomposedSimulator(DecomposedSimulator):
                 if len(deps) >= SHARED_DEPS_MIN:
                     latest = wide.get(id(deps))
                     if latest is None:
-                        pulls = (self._pulled(d, floors, memo, part, wide, INF_NS) for d in deps if d in lbs)
-                        latest = wide[id(deps)] = max(pulls, default=-1)
+                        stack.append([deps, 0, -1])
+                        ret = -1
+                        continue
                     if latest >= 0 and latest + s > v:
                         v = latest + s
                     deps = ()
