@@ -196,13 +196,15 @@ class RankClient:
         name: str = "",
         algo: dict[str, Any] | None = None,
         stream: int | None = None,
+        launch: int | None = None,
     ) -> int:
         """Issue a collective (non-blocking); returns a handle.
 
         `group`: global ranks in group order; `seq`: per-group sequence number (the same on every
         member); `root`: the *global* rank of a broadcast/reduce root; `name`: a label for records;
         `algo`: AlgoOptions fields overriding the run's (every member must pass the same); `stream`: this
-        rank's stream for it (its process group's NCCL stream), on which its collectives run in turn.
+        rank's stream for it (its process group's NCCL stream), on which its collectives run in turn; `launch`:
+        the NCCL group launch it belongs to (a coalescing block), whose calls run together (bridge/stream_order.py).
         """
         if kind not in KINDS or kind == "send_recv":
             raise BridgeError(f"rank {self.rank}: unknown collective kind {kind!r}")
@@ -225,6 +227,7 @@ class RankClient:
             name=name,
             algo=dict(algo) if algo else None,
             **({"stream": int(stream)} if stream is not None else {}),
+            **({"launch": int(launch)} if launch is not None else {}),
         )
         return h
 

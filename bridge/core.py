@@ -355,10 +355,11 @@ class CoordinatorCore:
             root = self.mirrors.canonical_root(group, root)
         call = Call(rs.rank, msg["h"], msg["kind"], msg["nbytes"], msg["dtype"], root, msg.t, msg["name"], algo)
         self._new_handle(rs, call.handle, call)
-        stream = msg.get("stream")
-        if stream is not None and (not isinstance(stream, int) or isinstance(stream, bool)):
-            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a collective's stream must be an integer, got {stream!r}")
-        self.streams.issued(rs.rank, stream, call.handle)
+        stream, launch = msg.get("stream"), msg.get("launch")
+        for what, v in (("stream", stream), ("launch", launch)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a collective's {what} must be an integer, got {v!r}")
+        self.streams.issued(rs.rank, stream, call.handle, launch)
         self._joined(self.matcher.collective(call, group, msg["seq"]), call)
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:

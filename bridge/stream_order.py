@@ -6,6 +6,14 @@ program issued without waiting (`async_op=True`, DDP's buckets, FSDP's prefetche
 the stream of each collective (`stream` in its `coll` message: its process group); the coordinator holds a
 matched collective until every member's previous call on that stream is done on that member, and starts it at
 the latest of those ends and the members' issue times. Calls on different streams (other groups) still overlap.
+
+That order is NCCL's own, whichever CUDA stream the call is launched on: ProcessGroupNCCL (torch >= 2.8) launches
+an `async_op=False` call on the caller's current stream and an `async_op=True` one on the group's internal stream,
+but NCCL makes every launch on a communicator wait for the previous one (enqueue.cc, v2.30.7-1:
+ncclLaunchPrepare's launch stream waits on comm->sharedRes->deviceStream, which ncclLaunchFinish advances to the
+kernel's end), so the group's calls run in turn either way. The calls of one NCCL group launch (`launch`: a
+`_coalescing_manager` block) are one kernel: they start together after the calls before the launch, share the
+network, and the next call waits for all of them.
 """
 
 from __future__ import annotations
@@ -18,26 +26,41 @@ from bridge.matching import Call, Rendezvous
 Dep = tuple[int, int]  # (rank, handle) of the call a call waits for
 
 
+@dataclasses.dataclass
+class _Launch:
+    """A rank's last launch on a stream: its calls (one, or a group launch's), and the calls they wait for."""
+
+    launch: int | None  # the group launch's id, None for a lone call
+    before: tuple[int, ...]  # handles of the launch before it on the stream
+    handles: list[int]
+
+
 class StreamOrder:
-    """Each rank's last call per stream, and the matched rendezvous parked until their predecessors end."""
+    """Each rank's last launch per stream, and the matched rendezvous parked until their predecessors end."""
 
     def __init__(self) -> None:
-        self._tail: dict[tuple[int, int], int] = {}  # (rank, stream) -> handle of its last call on it
-        self._prev: dict[tuple[int, int], int] = {}  # (rank, handle) -> handle of the call before it on its stream
+        self._tail: dict[tuple[int, int], _Launch] = {}  # (rank, stream) -> its last launch on it
+        self._prev: dict[tuple[int, int], tuple[int, ...]] = {}  # (rank, handle) -> the calls it waits for
         self.parked: dict[tuple[object, ...], Rendezvous] = {}
         self._waiters: dict[Dep, list[tuple[object, ...]]] = {}
 
-    def issued(self, rank: int, stream: int | None, handle: int) -> None:
-        """Rank `rank` issued `handle` on `stream` (None: no stream, no order)."""
+    def issued(self, rank: int, stream: int | None, handle: int, launch: int | None = None) -> None:
+        """Rank `rank` issued `handle` on `stream` (None: no stream, no order), in group launch `launch` (None: a
+        launch of its own; calls with the launch id of the stream's last launch join it)."""
         if stream is None:
             return
-        before = self._tail.get((rank, stream))
-        if before is not None:
+        tail = self._tail.get((rank, stream))
+        if tail is not None and launch is not None and tail.launch == launch:
+            before = tail.before
+            tail.handles.append(handle)
+        else:
+            before = tuple(tail.handles) if tail is not None else ()
+            self._tail[(rank, stream)] = _Launch(launch, before, [handle])
+        if before:
             self._prev[(rank, handle)] = before
-        self._tail[(rank, stream)] = handle
 
     def _deps(self, rv: Rendezvous) -> list[Dep]:
-        return [(c.rank, p) for c in rv.calls.values() if (p := self._prev.get((c.rank, c.handle))) is not None]
+        return [(c.rank, p) for c in rv.calls.values() for p in self._prev.get((c.rank, c.handle), ())]
 
     def ready(self, rv: Rendezvous, done: Callable[[int, int], int | None]) -> Rendezvous | None:
         """`rv` with each call's time raised to its predecessor's end, if every predecessor is done (`done(rank,
@@ -49,7 +72,7 @@ class StreamOrder:
             if t is None:
                 waiting.append((rank, handle))
             else:
-                ends[rank] = t
+                ends[rank] = max(t, ends.get(rank, t))
         if waiting:
             self.parked[rv.key] = rv
             for dep in waiting:

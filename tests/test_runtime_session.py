@@ -34,13 +34,16 @@ class FixedLatencyClient:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, int]] = []  # (kind, nbytes, t_issue)
+        self.launches: list[tuple[int | None, int | None]] = []  # (stream, launch) of each collective
         self.done: dict[int, int] = {}
         self.clock = 0
 
     def collective(self, *, group: Sequence[int], seq: int, kind: str, nbytes: int, dtype: str, root: Any,
-                   t_issue_ns: int, name: str = "", stream: int | None = None) -> int:  # fmt: skip
+                   t_issue_ns: int, name: str = "", stream: int | None = None,
+                   launch: int | None = None) -> int:  # fmt: skip
         assert t_issue_ns >= self.clock
         self.calls.append((kind, nbytes, t_issue_ns))
+        self.launches.append((stream, launch))
         self.done[len(self.done) + 1] = t_issue_ns + COMM_NS
         return len(self.done)
 
@@ -89,6 +92,21 @@ def test_async_collective_overlaps_compute(rig):
     assert not work.is_completed()
     work.wait()
     assert s.now() == t0 + COMM_NS  # max(compute, comm)
+
+
+def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_stream(rig):
+    """ProcessGroupNCCL's coalescing (`_start_coalescing` .. `_end_coalescing`) is one NCCL group launch: the calls
+    inside carry one launch id, the call after it none; all name the group's stream."""
+    s, pg, client, a = rig
+    x, y = torch.ones(8), torch.ones(8)
+    pg._start_coalescing()
+    pg.broadcast([x])
+    pg.broadcast([y])
+    pg._end_coalescing().wait()
+    pg.broadcast([x]).wait()
+    (s1, l1), (s2, l2), (s3, l3) = client.launches
+    assert s1 == s2 == s3 is not None
+    assert l1 == l2 is not None and l3 is None
 
 
 def test_compute_longer_than_comm_hides_it(rig):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bridge.stream_order import StreamOrder
 from phantora.collectives.spec import AlgoOptions
-from tests.test_bridge_core import Harness, ring_allreduce_ns
+from tests.test_bridge_core import LAT, Harness, ring_allreduce_ns
 
 S = 8 * 2**20
 IDEAL = AlgoOptions(model="ideal")
@@ -68,3 +68,30 @@ def test_a_parked_call_freed_while_the_run_drains_starts_at_its_predecessors_end
     h.core.finalize()
     spans = sorted((rec.t_start, rec.end_ns) for rec in h.core.records)
     assert spans == [(0, t), (t, 2 * t), (3 * t, 4 * t)]
+
+
+def test_one_group_launch_starts_its_calls_together_and_the_next_call_after_all() -> None:
+    """A `_coalescing_manager` block is one NCCL group launch: A and B (launch 1 on stream 7) start at once and
+    share the links, the ring's latency paid once, so both end at 2T - 2 LAT (one launch fewer than A then B, 2T);
+    C, the next call on stream 7, starts when the last of them ends and ends T later."""
+    t = ring_allreduce_ns(S, 4)
+    h = Harness(algo=IDEAL)
+    for r in range(4):
+        for seq, launch in enumerate((1, 1, None)):
+            h.handles[r] += 1
+            more = {} if launch is None else {"launch": launch}
+            h.msg(r, "coll", 0, h=h.handles[r], group=[0, 1, 2, 3], seq=seq, kind="all_reduce", nbytes=S,
+                  dtype="bf16", root=None, name="", algo=None, stream=7, **more)  # fmt: skip
+        h.wait(r, 0, h.handles[r])
+    h.core.progress()
+    spans = [(rec.t_start, rec.end_ns) for rec in h.core.records]
+    block = 2 * t - 2 * LAT
+    assert spans == [(0, block), (0, block), (block, block + t)]
+
+
+def test_a_launch_id_joins_only_the_streams_last_launch() -> None:
+    """Launch 1 twice on stream 7 with a lone call between: the second is a launch of its own after that call."""
+    order = StreamOrder()
+    for handle, launch in ((1, 1), (2, 1), (3, None), (4, 1), (5, 1)):
+        order.issued(0, 7, handle, launch)
+    assert order._prev == {(0, 3): (1, 2), (0, 4): (3,), (0, 5): (3,)}

@@ -174,6 +174,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._coalescing: list[Pending] | None = None
         self._p2p_open = False  # a p2p group (batch_isend_irecv, coalescing) is open on this group's communicator
         self._stream = next(_STREAM_IDS)  # its NCCL stream: its collectives run one after another (stream_order)
+        self._launch: int | None = None  # the open coalescing block's NCCL group launch: its calls start together
         self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
         self._gloo: UnownedGloo | None = None
         if not session.phantom:
@@ -312,6 +313,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             transfers=transfers,
             finalize=finalize,
             stream=self._stream,
+            launch=self._launch,
             nccl_env=self._nccl_env,
         )
         return self._work(p, result)
@@ -627,13 +629,16 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self.barrier().wait()
 
     def _start_coalescing(self, device: Any = None) -> None:
-        """Open a group: the sends and recvs until `_end_coalescing` run as one NCCL launch on this group's
-        communicator (ProcessGroupNCCL's coalescing), so they share its p2p connections."""
+        """Open a group: the sends, recvs and collectives until `_end_coalescing` run as one NCCL launch on this
+        group's communicator (ProcessGroupNCCL's coalescing): the sends and recvs share its p2p connections, the
+        collectives start together on the group's stream (`launch`, bridge/stream_order.py)."""
         self._coalescing = []
+        self._launch = next(_LAUNCH_IDS)
         self._p2p_group(self._ranks)
 
     def _end_coalescing(self, device: Any = None) -> PhantoraWork:
         pending, self._coalescing = self._coalescing or [], None
+        self._launch = None
         self._p2p_group(None)
         return PhantoraWork(self._s, pending, [])
 
@@ -661,6 +666,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
 
 _STREAM_IDS = itertools.count(1)  # this process's process groups, each one NCCL stream
+_LAUNCH_IDS = itertools.count(1)  # this process's coalescing blocks, each one NCCL group launch
 
 _COLLECTIVES = (
     "allreduce",

@@ -40,6 +40,7 @@ class NoNetworkClient:
         name: str = "",
         algo: dict[str, Any] | None = None,
         stream: int | None = None,
+        launch: int | None = None,
     ) -> int:
         return self._new(t_issue_ns)
 

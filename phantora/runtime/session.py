@@ -73,6 +73,7 @@ class ClientLike(Protocol):
         name: str = "",
         algo: dict[str, Any] | None = None,
         stream: int | None = None,
+        launch: int | None = None,
     ) -> int: ...
 
     def lost(self, handle: int) -> list[tuple[int, int]]: ...
@@ -385,13 +386,15 @@ class RankSession:
         transfers: Sequence[Transfer] | None = None,
         finalize: Callable[[], None] | None = None,
         stream: int | None = None,
+        launch: int | None = None,
         nccl_env: NcclEnv | None = None,
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
         With `transfers`, the collective is sent as point-to-point transfers (scatter, gather,
         uneven all-to-all), tagged per group so they never meet user sends. `stream`: the process group's NCCL
-        stream, on which the coordinator runs the rank's collectives one after another (bridge/stream_order.py).
+        stream, on which the coordinator runs the rank's collectives one after another (bridge/stream_order.py);
+        `launch`: the NCCL group launch (coalescing block) it is part of, whose calls start together.
         `nccl_env`: the NCCL_* variables its communicator was created with, when the program changed them
         (`program_nccl_env`); the coordinator's model then takes them instead of the run's.
         """
@@ -409,6 +412,8 @@ class RankSession:
             optional: dict[str, Any] = {"algo": extras} if extras else {}
             if stream is not None:
                 optional["stream"] = stream
+            if launch is not None:
+                optional["launch"] = launch
             h = self.client.collective(
                 group=group,
                 seq=seq,
