@@ -1,24 +1,28 @@
-"""The per-window report between partition workers as a fixed binary frame (issue 38), not msgpack.
+"""The per-window report between partition workers as one length-prefixed msgpack array (issue 38).
 
-A frame is a little-endian header of fixed size, the report's key (a lockstep round's next event, 0-4 ints) and
-its batch of cut-cable messages as raw bytes (`PhantoraNetwork::CutDeliver`'s)::
+A frame is its body's length (little-endian u64), then the body: a msgpack array of the report's fields, every
+time an ns (NEVER, `phantora.netsim.cut_windows.NEVER`, for none), the key a list of 0-8 ints (a lockstep round's
+next event) and the batch of cut-cable messages a bin (`PhantoraNetwork::CutDeliver`'s raw bytes)::
 
-    u64 length of the rest | i64 seq, next, arr, release later, release same, sample from, react bound, react stop |
-    u8 busy | u8 ints in the key | i64 key[...] | batch bytes
+    [seq, next, arr, release later, release same, sample from, react bound, react stop, busy, key, batch]
 
-Every time is an ns, NEVER (`phantora.netsim.cut_windows.NEVER`) for none. `decode` checks the sizes and names the
-peer on a malformed frame.
+A positional array, not a map: the fields are fixed and a barrier's cost is counted in microseconds. `decode`
+checks the shape and types and names the peer on a malformed frame; `MAX_FRAME` bounds what a reader buffers.
 """
 
 from __future__ import annotations
 
 import struct
+from typing import Any
+
+import msgpack
 
 from phantora.netsim.cut_windows import NEVER, PeerReport
 
 LENGTH = struct.Struct("<Q")
-HEAD = struct.Struct("<8qBB")
 MAX_KEY = 8
+MAX_FRAME = (1 << 30) + 4096  # a batch of cut-cable messages (the ZeroMQ path's MAX_BATCH_BYTES) and its fields
+FIELDS = 11
 
 
 class FrameError(ValueError):
@@ -38,20 +42,44 @@ def encode(
     """One report as a frame, its length first."""
     if len(key) > MAX_KEY:
         raise FrameError(f"a window report's key has {len(key)} ints (at most {MAX_KEY})")
-    head = HEAD.pack(seq, next_ns, min_arrival, releases[0], releases[1], sampling[0], react[0], react[1],
-                     1 if sampling[1] else 0, len(key))  # fmt: skip
-    body = head + struct.pack(f"<{len(key)}q", *key)
-    return LENGTH.pack(len(body) + len(batch)) + body + batch
+    body = msgpack.packb(
+        [
+            seq,
+            next_ns,
+            min_arrival,
+            releases[0],
+            releases[1],
+            sampling[0],
+            react[0],
+            react[1],
+            sampling[1],
+            list(key),
+            bytes(batch),
+        ],  # fmt: skip
+        use_bin_type=True,
+    )
+    return LENGTH.pack(len(body)) + body
+
+
+def _ints(group: int, what: str, values: Any) -> None:
+    if not all(type(v) is int for v in values):
+        raise FrameError(f"partition worker {group}: a window report whose {what} is not all ints")
 
 
 def decode(group: int, body: bytes | bytearray | memoryview) -> tuple[int, PeerReport]:
     """(seq, report) of one frame's body (what follows its length) from worker `group`."""
-    if len(body) < HEAD.size:
-        raise FrameError(f"partition worker {group}: a window report of {len(body)} bytes (header {HEAD.size})")
-    seq, nxt, arr, later, same, samp, bound, stop, busy, nkey = HEAD.unpack_from(body)
-    end = HEAD.size + 8 * nkey
-    if nkey > MAX_KEY or len(body) < end:
-        raise FrameError(f"partition worker {group}: a window report with a key of {nkey} ints in {len(body)} bytes")
-    key = struct.unpack_from(f"<{nkey}q", body, HEAD.size)
-    rep = PeerReport(group, nxt, arr, bytes(body[end:]), later, same, key, samp, bool(busy), bound, stop)
-    return seq, rep
+    try:
+        f = msgpack.unpackb(body, raw=False, use_list=True)
+    except (ValueError, msgpack.UnpackException) as e:
+        msg = f"partition worker {group}: a window report of {len(body)} bytes does not parse ({e})"
+        raise FrameError(msg) from None
+    if not isinstance(f, list) or len(f) != FIELDS:
+        raise FrameError(f"partition worker {group}: a window report that is not an array of {FIELDS} fields")
+    seq, nxt, arr, later, same, samp, bound, stop, busy, key, batch = f
+    _ints(group, "times", (seq, nxt, arr, later, same, samp, bound, stop))
+    if not isinstance(key, list) or len(key) > MAX_KEY:
+        raise FrameError(f"partition worker {group}: a window report's key is not a list of at most {MAX_KEY} ints")
+    _ints(group, "key", key)
+    if type(busy) is not bool or not isinstance(batch, bytes):
+        raise FrameError(f"partition worker {group}: a window report whose sampling flag or batch has the wrong type")
+    return seq, PeerReport(group, nxt, arr, batch, later, same, tuple(key), samp, busy, bound, stop)

@@ -3,16 +3,16 @@
 ZeroMQ (`bridge.cut_peers`) hands every message to its I/O thread and back: about 20-50 us of CPU a barrier
 between two workers on this machine, where a window of the 1 us lookahead runs a few us of ns-3. On one machine
 (the ``ipc`` transport without CurveZMQ) the workers use this instead: one stream socket per pair of workers in the
-run's private directory (0700: only its owner reaches it), each report one `bridge.cut_frame` frame (a fixed
-binary header and the raw batch: no msgpack), sent with one ``send`` and read with ``recv_into``.
+run's private directory (0700: only its owner reaches it), each report one `bridge.cut_frame` frame (a length,
+then one msgpack array carrying the raw batch as a bin), sent with one ``send`` and read with ``recv_into``.
 
-Worker G binds ``cutG.sock`` and publishes it (``cutG.endpoint``, as `ZmqPeers`); it connects to every lower
-group and accepts every higher one. Each side sends a hello first (``PHCU``, its group, the run's token) and checks
-the other's: a connection with a wrong token, a group out of range or already connected is closed and counted in
-``rejected``. A barrier sends every peer its frame without blocking and reads theirs until each peer's frame of
-this sequence number is in (frames of the next barrier may already follow it: a peer moves on once it has
-everyone's); at most `timeout_s` of silence (the first barrier: the start-up timeout), then it raises naming the
-workers it waits for. A peer that closes its end is named as dead.
+Worker G binds ``cutG.sock`` and publishes it (``cutG.endpoint``, as `ZmqPeers`); it connects to every lower group
+and accepts every higher one. Each side sends a hello first (a length-prefixed msgpack map: its group, the run's
+token) and checks the other's: a connection with a wrong token, a group out of range or already connected is closed
+and counted in ``rejected``. A barrier sends every peer its frame without blocking and reads theirs until each
+peer's frame of this sequence number is in (frames of the next barrier may already follow it: a peer moves on once
+it has everyone's); at most `timeout_s` of silence (the first barrier: the start-up timeout), then it raises naming
+the workers it waits for. A peer that closes its end is named as dead.
 """
 
 from __future__ import annotations
@@ -20,20 +20,22 @@ from __future__ import annotations
 import os
 import select
 import socket
-import struct
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from bridge.cut_frame import LENGTH, FrameError, decode, encode
+import msgpack
+
+from bridge.cut_frame import LENGTH, MAX_FRAME, FrameError, decode, encode
 from bridge.cut_peers import PEER_TIMEOUT_S, peer_name
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT
 from bridge.transport import endpoint_file, token_ok, write_endpoint_file
 from phantora.netsim.cut_windows import NEVER, PeerReport
 
-HELLO = struct.Struct("<4sIH")
-MAGIC = b"PHCU"
+HELLO = "phantora-cut-hello"  # a hello's kind: {"k": HELLO, "group": G, "token": the run's}
+MAX_HELLO = 1024
 READ_CHUNK = 1 << 20
 
 
@@ -75,17 +77,24 @@ class UnixPeers:
 
     # ----- start-up -----------------------------------------------------------------------------
     def _hello(self) -> bytes:
-        return HELLO.pack(MAGIC, self.group, len(self._token)) + self._token
+        body = msgpack.packb({"k": HELLO, "group": self.group, "token": self._token.decode()})
+        return LENGTH.pack(len(body)) + body
 
     def _read_hello(self, sock: socket.socket, deadline: float) -> int | None:
         """The group a peer's hello declares, or None (a wrong hello: counted)."""
-        head = self._read_exact(sock, HELLO.size, deadline)
-        magic, g, n = HELLO.unpack(head) if head is not None else (b"", -1, 0)
-        given = self._read_exact(sock, n, deadline) if head is not None and n <= 1024 else None
-        if given is None or magic != MAGIC or not token_ok(given.decode(errors="replace"), self._token.decode()):
+        head = self._read_exact(sock, LENGTH.size, deadline)
+        (n,) = LENGTH.unpack(head) if head is not None else (0,)
+        raw = self._read_exact(sock, n, deadline) if head is not None and n <= MAX_HELLO else None
+        try:
+            msg: Any = msgpack.unpackb(raw, raw=False) if raw is not None else None
+        except (ValueError, msgpack.UnpackException):
+            msg = None
+        ok = isinstance(msg, dict) and msg.get("k") == HELLO and isinstance(msg.get("token"), str)
+        if not ok or not token_ok(msg["token"], self._token.decode()):
             self.rejected += 1
             return None
-        if not (0 <= g < self.groups) or g == self.group or g in self._socks:
+        g = msg.get("group")
+        if type(g) is not int or not (0 <= g < self.groups) or g == self.group or g in self._socks:
             self.rejected += 1
             return None
         return int(g)
@@ -157,6 +166,9 @@ class UnixPeers:
         if len(buf) < LENGTH.size:
             return None
         (n,) = LENGTH.unpack_from(buf)
+        if n > MAX_FRAME:
+            raise BridgeError(f"partition worker {self.group}: worker {g} announced a window report of {n:,} bytes "
+                              f"(at most {MAX_FRAME:,})")  # fmt: skip
         if len(buf) < LENGTH.size + n:
             return None
         try:

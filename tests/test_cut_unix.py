@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from bridge.cut_frame import LENGTH, FrameError, decode, encode
-from bridge.cut_unix import HELLO, MAGIC, UnixPeers
+from bridge.cut_unix import HELLO, UnixPeers
 from bridge.errors import BridgeError
 from bridge.transport import endpoint_file, make_run_dir, new_token, remove_run_dir
 from phantora.netsim.cut_windows import NEVER, PeerReport
@@ -45,8 +46,14 @@ def test_frame_malformed_names_the_worker() -> None:
     body = encode(0, 10, 20, b"", key=(1, 2, 3))[LENGTH.size :]
     with pytest.raises(FrameError, match="partition worker 4"):
         decode(4, body[:10])  # shorter than the header
-    with pytest.raises(FrameError, match="key of 3 ints"):
-        decode(4, body[: len(body) - 8])  # the key cut short
+    with pytest.raises(FrameError, match="partition worker 4: .* does not parse"):
+        decode(4, body[: len(body) - 3])  # cut short inside the array
+    with pytest.raises(FrameError, match="key is not a list of at most 8 ints"):
+        decode(4, msgpack.packb([0, 10, 20, NEVER, NEVER, NEVER, NEVER, NEVER, True, list(range(9)), b""]))
+    with pytest.raises(FrameError, match="not an array of 11 fields"):
+        decode(4, msgpack.packb({"seq": 0}))
+    with pytest.raises(FrameError, match="times is not all ints"):
+        decode(4, msgpack.packb([0, "10", 20, NEVER, NEVER, NEVER, NEVER, NEVER, True, [], b""]))
 
 
 def _workers(run_dir: Path, n: int, body: Any, **kw: Any) -> list[Any]:
@@ -125,8 +132,8 @@ def test_wrong_token_is_refused_and_counted(run_dir: Path) -> None:
         time.sleep(0.01)
     outsider = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # the right path and group, a wrong token
     outsider.connect(ep.read_text().strip().removeprefix("unix://"))
-    wrong = b"not the token"
-    outsider.sendall(HELLO.pack(MAGIC, 1, len(wrong)) + wrong)
+    wrong = msgpack.packb({"k": HELLO, "group": 1, "token": "not the token"})
+    outsider.sendall(LENGTH.pack(len(wrong)) + wrong)
     assert outsider.recv(64) == b""  # closed without a hello back
     outsider.close()
     peer = UnixPeers(run_dir, 1, 2, token, startup_timeout_s=20)

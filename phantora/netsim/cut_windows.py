@@ -30,9 +30,9 @@ window runs one ns only (every start in it is at that ns, so each worker's own s
 worker that started none has empty queues until the barrier tells it); then every worker joins the grid
 (`CutSampling`) and samples on while any worker has flows (the pool cuts the samples after one engine's last).
 
-The exchange itself is `bridge.cut_unix` on one machine (Unix stream sockets, `bridge.cut_frame`'s binary frames)
-and `bridge.cut_peers` over tcp or CurveZMQ (ZeroMQ, msgpack), with the run's token and receive timeouts; this
-module is the loop, independent of the transport.
+The exchange itself is `bridge.cut_unix` on one machine (Unix stream sockets, `bridge.cut_frame`'s
+length-prefixed msgpack frames) and `bridge.cut_peers` over tcp or CurveZMQ (ZeroMQ, msgpack), with the run's token
+and receive timeouts; this module is the loop, independent of the transport.
 """
 
 from __future__ import annotations
