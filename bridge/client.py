@@ -197,6 +197,7 @@ class RankClient:
         algo: dict[str, Any] | None = None,
         stream: int | None = None,
         launch: int | None = None,
+        after: Sequence[int] = (),
     ) -> int:
         """Issue a collective (non-blocking); returns a handle.
 
@@ -204,7 +205,8 @@ class RankClient:
         member); `root`: the *global* rank of a broadcast/reduce root; `name`: a label for records;
         `algo`: AlgoOptions fields overriding the run's (every member must pass the same); `stream`: this
         rank's stream for it (its process group's NCCL stream), on which its collectives run in turn; `launch`:
-        the NCCL group launch it belongs to (a coalescing block), whose calls run together (bridge/stream_order.py).
+        the NCCL group launch it belongs to (a coalescing block), whose calls run together (bridge/stream_order.py);
+        `after`: handles of this rank's collectives it starts after (those its CUDA stream waits for: stream_deps).
         """
         if kind not in KINDS or kind == "send_recv":
             raise BridgeError(f"rank {self.rank}: unknown collective kind {kind!r}")
@@ -228,6 +230,7 @@ class RankClient:
             algo=dict(algo) if algo else None,
             **({"stream": int(stream)} if stream is not None else {}),
             **({"launch": int(launch)} if launch is not None else {}),
+            **({"after": [int(x) for x in after]} if after else {}),
         )
         return h
 

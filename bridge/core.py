@@ -359,7 +359,12 @@ class CoordinatorCore:
         for what, v in (("stream", stream), ("launch", launch)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a collective's {what} must be an integer, got {v!r}")
-        self.streams.issued(rs.rank, stream, call.handle, launch)
+        after = msg.get("after") or []
+        if not isinstance(after, list) or not all(isinstance(x, int) and _is_coll(rs.issued.get(x)) for x in after):
+            raise RunFailed(
+                E_PROTOCOL, f"rank {rs.rank}: a collective's after must list its collectives, got {after!r}"
+            )
+        self.streams.issued(rs.rank, stream, call.handle, launch, after)
         self._joined(self.matcher.collective(call, group, msg["seq"]), call)
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
@@ -1003,3 +1008,8 @@ def _scalar(v: object) -> bool:
 def _plain(v: object) -> bool:
     """A stat results.json keeps: a scalar or a list of scalars (e.g. the approximations used)."""
     return _scalar(v) or isinstance(v, list) and all(map(_scalar, v))
+
+
+def _is_coll(call: Call | None) -> bool:
+    """A collective this rank issued (what a collective can be ordered after), not a send or recv."""
+    return call is not None and call.kind not in ("send", "recv")

@@ -44,18 +44,22 @@ class StreamOrder:
         self.parked: dict[tuple[object, ...], Rendezvous] = {}
         self._waiters: dict[Dep, list[tuple[object, ...]]] = {}
 
-    def issued(self, rank: int, stream: int | None, handle: int, launch: int | None = None) -> None:
+    def issued(
+        self, rank: int, stream: int | None, handle: int, launch: int | None = None, after: Iterable[int] = ()
+    ) -> None:
         """Rank `rank` issued `handle` on `stream` (None: no stream, no order), in group launch `launch` (None: a
-        launch of its own; calls with the launch id of the stream's last launch join it)."""
-        if stream is None:
-            return
-        tail = self._tail.get((rank, stream))
-        if tail is not None and launch is not None and tail.launch == launch:
-            before = tail.before
-            tail.handles.append(handle)
-        else:
-            before = tuple(tail.handles) if tail is not None else ()
-            self._tail[(rank, stream)] = _Launch(launch, before, [handle])
+        launch of its own; calls with the launch id of the stream's last launch join it), after the rank's calls
+        `after` too (those its CUDA stream waits for: phantora/runtime/stream_deps.py)."""
+        before: tuple[int, ...] = ()
+        if stream is not None:
+            tail = self._tail.get((rank, stream))
+            if tail is not None and launch is not None and tail.launch == launch:
+                before = tail.before
+                tail.handles.append(handle)
+            else:
+                before = tuple(tail.handles) if tail is not None else ()
+                self._tail[(rank, stream)] = _Launch(launch, before, [handle])
+        before += tuple(h for h in after if h not in before)
         if before:
             self._prev[(rank, handle)] = before
 

@@ -18,10 +18,12 @@ import torch
 import torch.distributed as dist
 
 from phantora.perfmodel.gpus import get_gpu
+from phantora.runtime import session as session_module
 from phantora.runtime.backend import PhantoraProcessGroup
 from phantora.runtime.compute import Roofline
 from phantora.runtime.dispatch import ChargeMode
 from phantora.runtime.session import RankSession
+from phantora.runtime.simcuda import streams as sim_streams
 
 COMM_NS = 100_000
 LAUNCH_NS = 1_000
@@ -35,15 +37,17 @@ class FixedLatencyClient:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, int]] = []  # (kind, nbytes, t_issue)
         self.launches: list[tuple[int | None, int | None]] = []  # (stream, launch) of each collective
+        self.after: list[list[int]] = []  # the handles each collective starts after
         self.done: dict[int, int] = {}
         self.clock = 0
 
     def collective(self, *, group: Sequence[int], seq: int, kind: str, nbytes: int, dtype: str, root: Any,
                    t_issue_ns: int, name: str = "", stream: int | None = None,
-                   launch: int | None = None) -> int:  # fmt: skip
+                   launch: int | None = None, after: Sequence[int] = ()) -> int:  # fmt: skip
         assert t_issue_ns >= self.clock
         self.calls.append((kind, nbytes, t_issue_ns))
         self.launches.append((stream, launch))
+        self.after.append(list(after))
         self.done[len(self.done) + 1] = t_issue_ns + COMM_NS
         return len(self.done)
 
@@ -107,6 +111,47 @@ def test_a_coalescing_blocks_collectives_name_one_group_launch_on_the_groups_str
     (s1, l1), (s2, l2), (s3, l3) = client.launches
     assert s1 == s2 == s3 is not None
     assert l1 == l2 is not None and l3 is None
+
+
+def _sync_all_reduce(pg: PhantoraProcessGroup, g: torch.Tensor) -> None:
+    """dist.all_reduce(g, async_op=False) as torch's c10d runs it: asyncOp False, then work.wait() at once."""
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    pg.allreduce([g], opts).wait()
+
+
+def test_a_sync_collective_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(rig, request):
+    """ProcessGroupNCCL (torch >= 2.8) runs an async_op=False call on the current stream (FSDP2's all-gather
+    stream): c10d's wait does not stall the default stream, whose compute runs on (10 matmuls, MM_NS each); the
+    side stream's next collective starts after it (`after`); the default stream's wait_event on the side stream
+    joins it: the compute lane ends at max(10 MM_NS, COMM_NS) from the issue, as on a GPU."""
+    s, pg, client, a = rig
+    session_module.install(s)  # the session the simulated streams and events find, as in a rank
+    request.addfinalizer(lambda: session_module.install(None))
+    side = sim_streams.Stream()
+    g, h = torch.ones(N), torch.ones(N)
+    t0 = s.now()
+    with sim_streams.stream(side):
+        _sync_all_reduce(pg, g)
+        done = side.record_event()
+    assert s.now() == t0  # before: t0 + COMM_NS
+    for _ in range(10):
+        a @ a
+    assert s.now() == t0 + 10 * MM_NS
+    with sim_streams.stream(side):
+        _sync_all_reduce(pg, h)
+    first = client.after[0]
+    assert first == [] and client.after[1] == [1]  # handle 1: the first all-reduce
+    sim_streams.current_stream().wait_event(done)
+    assert s.now() == t0 + COMM_NS
+
+
+def test_a_sync_collective_on_the_default_stream_still_joins_the_compute_lane(rig):
+    s, pg, client, a = rig
+    g = torch.ones(N)
+    t0 = s.now()
+    _sync_all_reduce(pg, g)
+    assert s.now() == t0 + COMM_NS and client.after == [[]]
 
 
 def test_compute_longer_than_comm_hides_it(rig):

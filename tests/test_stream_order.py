@@ -8,6 +8,9 @@ on one stream the second starts when the first ends (2T), on two streams they sh
 
 from __future__ import annotations
 
+import pytest
+
+from bridge.errors import RunFailed
 from bridge.stream_order import StreamOrder
 from phantora.collectives.spec import AlgoOptions
 from tests.test_bridge_core import LAT, Harness, ring_allreduce_ns
@@ -95,3 +98,34 @@ def test_a_launch_id_joins_only_the_streams_last_launch() -> None:
     for handle, launch in ((1, 1), (2, 1), (3, None), (4, 1), (5, 1)):
         order.issued(0, 7, handle, launch)
     assert order._prev == {(0, 3): (1, 2), (0, 4): (3,), (0, 5): (3,)}
+
+
+def _two_groups(after_first: bool) -> list[tuple[int, int]]:
+    """A on one group's stream (7), B on another's (8), both issued at 0; B after A when `after_first` (both
+    sync on one CUDA stream: the rank names A in B's `after`)."""
+    h = Harness(algo=IDEAL)
+    for r in range(4):
+        first = h.handles[r] + 1
+        for seq, stream in enumerate((7, 8)):
+            h.handles[r] += 1
+            more = {"after": [first]} if after_first and stream == 8 else {}
+            h.msg(r, "coll", 0, h=h.handles[r], group=[0, 1, 2, 3], seq=seq, kind="all_reduce", nbytes=S,
+                  dtype="bf16", root=None, name="", algo=None, stream=stream, **more)  # fmt: skip
+        h.wait(r, 0, h.handles[r])
+    h.core.progress()
+    return [(rec.t_start, rec.end_ns) for rec in h.core.records]
+
+
+def test_two_sync_calls_on_one_cuda_stream_run_in_turn_across_groups() -> None:
+    """Sync collectives of two groups launched on one CUDA stream (FSDP2's HSDP all-reduce after its
+    reduce-scatter): the second starts when the first ends, (0, T) then (T, 2T); without `after` they overlap."""
+    t = ring_allreduce_ns(S, 4)
+    assert _two_groups(True) == [(0, t), (t, 2 * t)]
+    assert all(end < 2 * t for _, end in _two_groups(False))
+
+
+def test_after_must_name_the_ranks_own_collectives() -> None:
+    h = Harness(algo=IDEAL)
+    with pytest.raises(RunFailed, match="after"):
+        h.msg(0, "coll", 0, h=1, group=[0, 1, 2, 3], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None,
+              name="", algo=None, stream=7, after=[5])  # fmt: skip

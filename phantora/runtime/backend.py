@@ -40,6 +40,7 @@ from phantora.runtime import tensor_values
 from phantora.runtime.program_env import program_nccl_env
 from phantora.runtime.session import Pending, RankSession, Transfer
 from phantora.runtime.simcuda import device as simcuda
+from phantora.runtime.simcuda import streams as sim_streams
 from phantora.runtime.simcuda.tensor import SimCudaTensor
 from phantora.runtime.unowned_gloo import UnownedGloo
 
@@ -112,21 +113,30 @@ def _nothing() -> list[Any]:
 
 
 class PhantoraWork(dist.Work):
-    """An in-flight collective: `wait()` joins the simulated completion into the compute lane."""
+    """An in-flight collective. `wait()` makes the caller's current CUDA stream wait for it, as ProcessGroupNCCL's
+    does: on the default stream the compute lane joins its completion; on a side stream (a sync collective's own,
+    which torch's c10d waits on at once) only that stream's later collectives follow it (stream_deps), and a
+    kernel that reads its data joins it then. A barrier's wait, and `synchronize()`, block the host: a join."""
 
-    def __init__(self, session: RankSession, pending: Sequence[Pending], result: list[torch.Tensor]) -> None:
+    def __init__(
+        self, session: RankSession, pending: Sequence[Pending], result: list[torch.Tensor], host: bool = False
+    ) -> None:
         super().__init__()
         self._session = session
         self._pending = list(pending)
         self._result = result
+        self._host = host
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        for p in self._pending:
-            self._session.join(p)
+        if self._host:
+            self.synchronize()
+        else:
+            self._session.stream_wait(sim_streams.current_stream().stream_id, self._pending)
         return True
 
     def synchronize(self) -> None:
-        self.wait()
+        for p in self._pending:
+            self._session.join(p)
 
     def block_current_stream(self) -> None:
         self.wait()
@@ -175,6 +185,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._p2p_open = False  # a p2p group (batch_isend_irecv, coalescing) is open on this group's communicator
         self._stream = next(_STREAM_IDS)  # its NCCL stream: its collectives run one after another (stream_order)
         self._launch: int | None = None  # the open coalescing block's NCCL group launch: its calls start together
+        self._sync = False  # the call being issued is async_op=False: it runs on the caller's current CUDA stream
         self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
         self._gloo: UnownedGloo | None = None
         if not session.phantom:
@@ -314,6 +325,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             finalize=finalize,
             stream=self._stream,
             launch=self._launch,
+            cuda_stream=sim_streams.current_stream().stream_id,
+            sync=self._sync,
             nccl_env=self._nccl_env,
         )
         return self._work(p, result)
@@ -623,7 +636,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data.barrier(BarrierOptions())]
 
-        return self._coll("barrier", 0, torch.empty(0, dtype=torch.uint8), [], start, [])
+        work = self._coll("barrier", 0, torch.empty(0, dtype=torch.uint8), [], start, [])
+        work._host = True  # ProcessGroupNCCL's barrier work synchronises the host with the stream
+        return work
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         self.barrier().wait()
@@ -720,8 +735,24 @@ def _on_data(method: Callable[..., PhantoraWork]) -> Callable[..., PhantoraWork]
     return run
 
 
+def _op_mode(method: Callable[..., PhantoraWork]) -> Callable[..., PhantoraWork]:
+    """The call's `asyncOp` (its options; C++'s default, True, without them) for `_coll`: async_op=False runs on
+    the caller's current stream (ProcessGroupNCCL, torch >= 2.8)."""
+
+    @functools.wraps(method)
+    def run(self: PhantoraProcessGroup, *args: Any, **kwargs: Any) -> PhantoraWork:
+        opts = next((a for a in (*args, *kwargs.values()) if hasattr(a, "asyncOp")), None)
+        self._sync = opts is not None and not opts.asyncOp
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._sync = False
+
+    return run
+
+
 for _name in _COLLECTIVES:
-    setattr(PhantoraProcessGroup, _name, _on_data(getattr(PhantoraProcessGroup, _name)))
+    setattr(PhantoraProcessGroup, _name, _op_mode(_on_data(getattr(PhantoraProcessGroup, _name))))
 PhantoraProcessGroup._allgather_base = PhantoraProcessGroup.all_gather_single
 PhantoraProcessGroup.allgather_into_tensor_coalesced = PhantoraProcessGroup.all_gather_single_coalesced
 PhantoraProcessGroup._reduce_scatter_base = PhantoraProcessGroup.reduce_scatter_single

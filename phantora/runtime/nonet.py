@@ -41,6 +41,7 @@ class NoNetworkClient:
         algo: dict[str, Any] | None = None,
         stream: int | None = None,
         launch: int | None = None,
+        after: Sequence[int] = (),
     ) -> int:
         return self._new(t_issue_ns)
 

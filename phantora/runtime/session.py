@@ -30,6 +30,7 @@ from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
 from phantora.runtime.program_env import NcclEnv
 from phantora.runtime.simcuda import cuda_only, kept_values, simapex
+from phantora.runtime.stream_deps import COMPUTE_STREAM, StreamDeps
 from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
 from phantora.runtime.trace import TraceRecorder
 from phantora.runtime.traffic import TrafficMarker, zero_ranges
@@ -74,6 +75,7 @@ class ClientLike(Protocol):
         algo: dict[str, Any] | None = None,
         stream: int | None = None,
         launch: int | None = None,
+        after: Sequence[int] = (),
     ) -> int: ...
 
     def lost(self, handle: int) -> list[tuple[int, int]]: ...
@@ -127,6 +129,7 @@ class Pending:
     group: tuple[int, ...] = ()
     t_done: int | None = None
     tensors: list[torch.Tensor] = field(default_factory=list)  # kept alive so their memory is not reused
+    ordered: bool = False  # one collective the coordinator can order others after (not sends, recvs, transfers)
 
 
 @dataclass
@@ -229,6 +232,7 @@ class RankSession:
         self._trace_ops = self.trace.op if trace_level != "none" else None  # an op's event, unless no trace
         self.out_dir = Path(out_dir) if out_dir else None
         self.pending: dict[int, Pending] = {}
+        self.streams = StreamDeps()  # what each simulated CUDA stream's next collective follows
         self.by_storage: dict[int, set[int]] = {}
         self._ids = itertools.count(1)
         self._seq: dict[tuple[int, ...], int] = {}
@@ -387,6 +391,8 @@ class RankSession:
         finalize: Callable[[], None] | None = None,
         stream: int | None = None,
         launch: int | None = None,
+        cuda_stream: int = COMPUTE_STREAM,
+        sync: bool = False,
         nccl_env: NcclEnv | None = None,
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
@@ -395,6 +401,8 @@ class RankSession:
         uneven all-to-all), tagged per group so they never meet user sends. `stream`: the process group's NCCL
         stream, on which the coordinator runs the rank's collectives one after another (bridge/stream_order.py);
         `launch`: the NCCL group launch (coalescing block) it is part of, whose calls start together.
+        `cuda_stream`: the caller's current CUDA stream, whose pending collectives it starts after (`after`);
+        `sync` (async_op=False): it runs on that stream, so the stream's later collectives follow it (stream_deps).
         `nccl_env`: the NCCL_* variables its communicator was created with, when the program changed them
         (`program_nccl_env`); the coordinator's model then takes them instead of the run's.
         """
@@ -414,6 +422,9 @@ class RankSession:
                 optional["stream"] = stream
             if launch is not None:
                 optional["launch"] = launch
+            after = self.streams.after(cuda_stream)
+            if after:
+                optional["after"] = after
             h = self.client.collective(
                 group=group,
                 seq=seq,
@@ -436,7 +447,12 @@ class RankSession:
             handles = [
                 self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, label, nccl_env) for x in transfers if x.nbytes > 0
             ]
-        return self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
+        p = self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
+        if transfers is None:
+            p.ordered = True
+            if sync:
+                self.streams.launched(cuda_stream, p)
+        return p
 
     def issue_p2p(
         self,
@@ -543,6 +559,16 @@ class RankSession:
         for listener in self.listeners:
             listener.on_wait(p.handles, t_done)
         return t_done
+
+    def stream_wait(self, stream: int, pending: Iterable[Pending]) -> None:
+        """CUDA stream `stream` waits for `pending` (Work.wait, wait_stream, wait_event): the compute stream joins
+        them; another stream's later collectives follow them (sends, recvs and transfers are joined: the
+        coordinator orders only collectives)."""
+        for p in list(pending):
+            if stream == COMPUTE_STREAM or not p.ordered:
+                self.join(p)
+            else:
+                self.streams.follow(stream, [p])
 
     def poll(self, p: Pending) -> bool:
         """Has `p` completed by the compute lane's current time? (Work.is_completed; no stall.)"""

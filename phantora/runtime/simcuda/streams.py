@@ -1,8 +1,10 @@
 """CUDA streams and events of the simulated GPU, on the rank's virtual clock.
 
 Every kernel of a rank runs on its one compute lane, whatever stream it was issued on, and
-collectives on the communication lanes (clock.py): so `Stream` objects order nothing by
-themselves, and `wait_stream`/`wait_event` cost nothing. An `Event` records the compute lane's
+collectives on the communication lanes (clock.py): so `Stream` objects order no kernels. They order
+collectives (stream_deps.py): a sync collective launched on a side stream is followed by that stream's
+later collectives, and `wait_stream`/`wait_event` pass that on: to another side stream's collectives,
+or, on the default stream, as a join of the compute lane. An `Event` records the compute lane's
 simulated time, so ``start.elapsed_time(end)`` (a framework's own step timer) gives simulated
 milliseconds. ``synchronize`` on a stream, an event or the device joins every lane and every
 collective in flight, as a host that waits for the GPU does.
@@ -53,10 +55,12 @@ class Stream:
         return 0, -3
 
     def wait_event(self, event: Event) -> None:
-        pass
+        event.wait(self)
 
     def wait_stream(self, stream: Stream) -> None:
-        pass
+        s = _session()
+        if s is not None:
+            s.stream_wait(self.stream_id, s.streams.tail(stream.stream_id))
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -154,13 +158,17 @@ class Event:
             raise PhantoraError("interprocess CUDA events are not simulated (torch.cuda.Event(interprocess=True))")
         self.enable_timing = enable_timing
         self.t_ns: int | None = None
+        self._after: list[Any] = []  # the collectives in flight that the recording stream's next work followed
 
     def record(self, stream: Stream | None = None) -> None:
         s = _session()
         self.t_ns = s.now() if s is not None else 0
+        self._after = s.streams.tail((stream or current_stream()).stream_id) if s is not None else []
 
     def wait(self, stream: Stream | None = None) -> None:
-        pass
+        s = _session()
+        if s is not None and self._after:
+            s.stream_wait((stream or current_stream()).stream_id, self._after)
 
     def query(self) -> bool:
         return True
