@@ -27,6 +27,14 @@ dependencies, on the capture's topology and settings, run to the capture's limit
 every completion equals the one the captured run's ns-3 returned.
 
     .venv/bin/python bench/bench_partition.py --batches /tmp/cap.msgpack --workers 1 2 4 8
+
+With `--results DIR` nothing is run: the on-paper table comes from a finished `phantora replay --set partition=N`
+run's results.json (its workers' ns-3 and run CPU, windows and message bytes; C is then the workers' ns-3 CPU
+summed, the work one engine would run), with `--serial-s S` (the driver's CPU that no worker overlaps: its whole
+CPU less `meanwhile_cpu_s`) added to every row, and the model's figure at N beside the run's own critical path
+(S + `critical_cpu_s`: per round the busiest worker's CPU, summed).
+
+    .venv/bin/python bench/bench_partition.py --results D --serial-s 120
 """
 
 from __future__ import annotations
@@ -146,7 +154,12 @@ def main() -> None:
     ap.add_argument("--cc", default="dcqcn")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--batches", help="a bench/capture_packet_side.py file to run instead of the all-to-all")
+    ap.add_argument("--results", help="a finished `phantora replay --set partition=N` output folder: project only")
+    ap.add_argument("--serial-s", type=float, default=0.0, help="with --results: the driver's serial CPU s")
     args = ap.parse_args()
+    if args.results:
+        from_results(args.results, args.serial_s)
+        return
     live: list[tuple[int, int, int]] | None = None
     if args.batches:
         topo, cfg, batches, until, live = captured(args.batches)
@@ -193,8 +206,32 @@ def main() -> None:
         project(one["run_cpu"], last)
 
 
-def project(c: float, ws: list[dict[str, Any]]) -> None:
-    """The on-paper table (module docstring) from the largest partition measured."""
+def from_results(folder: str, serial: float) -> None:
+    """The on-paper table from a partition run's results.json (module docstring, `--results`)."""
+    import json
+
+    part = json.loads((Path(folder) / "results.json").read_text())["engine_stats"]["partition"]
+    n = int(part["workers"])
+    ws = [
+        {"ns3_cpu_s": ns3, "run_cpu_s": run, "exchanges": part["windows"], "bytes_out": part["message_bytes"] / n}
+        for ns3, run in zip(part["ns3_cpu_s"], part["run_cpu_s"], strict=True)
+    ]
+    c = sum(w["ns3_cpu_s"] for w in ws)
+    run = " / ".join(f"{w:.1f}" for w in part["run_cpu_s"])
+    ns3 = " / ".join(f"{w:.1f}" for w in part["ns3_cpu_s"])
+    crit = part["critical_cpu_s"]
+    print(f"# {folder}: partition={n}, {part['rounds']:,} rounds, {part['windows']:,} windows, run CPU s a worker "
+          f"{run} (ns-3 {ns3}); critical path measured {serial + crit:.1f} s = serial {serial:.1f} + busiest per "
+          f"round {crit:.1f} ({crit / max(part['run_cpu_s']):.2f}x "
+          f"the busiest worker's whole run: the rounds' own imbalance, which the model leaves out)")  # fmt: skip
+    project(c, ws, serial, also=(n,), c_is="the workers' ns-3 CPU summed")
+
+
+def project(
+    c: float, ws: list[dict[str, Any]], serial: float = 0.0, also: tuple[int, ...] = (), c_is: str = "one engine"
+) -> None:
+    """The on-paper table (module docstring) from the largest partition measured; `serial` CPU s added to every
+    row (and to C in the speed-up), `also` more core counts (the measured one, to set the model beside it)."""
     n = len(ws)
     cpu = [w["ns3_cpu_s"] for w in ws]
     imbalance = max(cpu) / (sum(cpu) / n)
@@ -206,20 +243,21 @@ def project(c: float, ws: list[dict[str, Any]]) -> None:
     base = fixed[2] - per_peer
     per_byte = max(handling - x * fixed[n], 0.0) / bytes_w
     print(
-        f"\n# on paper (one worker a core), from partition={n}: C = {c:.2f} s (one engine), "
+        f"\n# on paper (one worker a core), from partition={n}: C = {c:.2f} s ({c_is}), "
         f"imbalance {imbalance:.2f}, X = {x} exchanges; an empty exchange {fixed[2] * 1e6:.0f} us CPU with 1 "
         f"peer, {fixed[n] * 1e6:.0f} us with {n - 1}; message handling {per_byte * 1e9:.1f} ns CPU a byte "
         f"({bytes_w / 1e6:.1f} MB a worker)"
     )
-    print("| cores | ns-3 share s | exchanges s | messages s | projected s | speed-up |")
-    print("|---|---|---|---|---|---|")
-    for p in (8, 16, 64):
+    print("| cores | serial s | ns-3 share s | exchanges s | messages s | projected s | speed-up |")
+    print("|---|---|---|---|---|---|---|")
+    for p in sorted({*also, 8, 16, 64}):
         share = c / p * imbalance
         ex = x * (base + per_peer * (p - 1))
         # cut bytes of an all-to-all on a leaf-spine: (1 - 1/p) of the whole, split over p workers
         msg = bytes_w * n / (1 - 1 / n) * (1 - 1 / p) / p * per_byte
-        total = share + ex + msg
-        print(f"| {p} | {share:.2f} | {ex:.2f} | {msg:.2f} | {total:.2f} | {c / total:.1f}x |")
+        total = serial + share + ex + msg
+        row = f"| {p} | {serial:.2f} | {share:.2f} | {ex:.2f} | {msg:.2f} | {total:.2f}"
+        print(f"{row} | {(c + serial) / total:.1f}x |")
 
 
 if __name__ == "__main__":
