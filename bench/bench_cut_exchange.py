@@ -4,8 +4,8 @@ N processes (`--workers`, default 2) each open the peers of a partition worker i
 `--rounds` times with every peer a batch of each `--payload` size (0: the report of a window with no cut-cable
 message), after 50 warm-up exchanges: `bridge.cut_peers.ZmqPeers` (ZeroMQ over ipc, msgpack; what workers on one
 machine used until 2026-11-30, and still use over tcp / CurveZMQ) and `bridge.cut_unix.UnixPeers` (Unix stream
-sockets, `bridge.cut_frame`'s length-prefixed msgpack frames), alternating `--repeat` times so the machine's load falls on both
-alike. Per transport and size: the median over the repeats of the mean CPU of one exchange per worker
+sockets, `bridge.cut_frame`'s length-prefixed msgpack frames), alternating `--repeat` times so the machine's load
+falls on both alike. Per transport and size: the median over the repeats of the mean CPU of one exchange per worker
 (`time.process_time`: ZeroMQ's I/O thread is in it) and of its wall (on a loaded machine mostly waiting for a core).
 No ns-3: the exchange alone.
 
