@@ -232,7 +232,7 @@ class RankSession:
         self._trace_ops = self.trace.op if trace_level != "none" else None  # an op's event, unless no trace
         self.out_dir = Path(out_dir) if out_dir else None
         self.pending: dict[int, Pending] = {}
-        self.streams = StreamDeps()  # what each simulated CUDA stream's next collective follows
+        self.streams: StreamDeps[Pending] = StreamDeps()  # what each simulated CUDA stream's next collective follows
         self.by_storage: dict[int, set[int]] = {}
         self._ids = itertools.count(1)
         self._seq: dict[tuple[int, ...], int] = {}

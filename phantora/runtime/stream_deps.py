@@ -16,15 +16,22 @@ collective only once they have ended (bridge/stream_order.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from phantora.runtime.session import Pending
+from typing import Generic, Protocol, TypeVar
 
 COMPUTE_STREAM = 0  # the default stream: the compute lane itself
 
 
-class StreamDeps:
+class InFlight(Protocol):
+    """What StreamDeps reads of a collective in flight (the session's `Pending`)."""
+
+    handles: list[int]
+    t_done: int | None
+
+
+Pending = TypeVar("Pending", bound=InFlight)
+
+
+class StreamDeps(Generic[Pending]):
     """Per simulated CUDA stream id, the collectives in flight that its next work must follow."""
 
     def __init__(self) -> None:
