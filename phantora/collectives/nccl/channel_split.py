@@ -52,7 +52,8 @@ def _min_traffic(version: tuple[int, int]) -> int:
     return 32 * 1024 if version >= BUDGET_ROUNDED_FROM else 16 * 1024
 
 
-def _up(a: int, b: int) -> int:
+def div_up(a: int, b: int) -> int:
+    """NCCL's DIVUP: a / b rounded up."""
     return -(-a // b)
 
 
@@ -77,16 +78,16 @@ def split(
         cell = 16
         budget = max(least, traffic // nch)
     else:
-        cell = _up(_up(least, per_byte), 16) * 16
+        cell = div_up(div_up(least, per_byte), 16) * 16
         traffic = max(least, traffic)
-        budget = _up(traffic // nch, 16) * 16 if version >= BUDGET_ROUNDED_FROM else max(least, traffic // nch)
-    cells = _up(count, cell)
+        budget = div_up(traffic // nch, 16) * 16 if version >= BUDGET_ROUNDED_FROM else max(least, traffic // nch)
+    cells = div_up(count, cell)
     per_cell = cell * per_byte
-    per_channel = min(cells, _up(budget, per_cell))
+    per_channel = min(cells, div_up(budget, per_cell))
     if nmax == 1:
         lo = cells
     else:
-        lo = min(cells, budget // per_cell if version < CELL_TRAFFIC_FROM else _up(budget, per_cell))
+        lo = min(cells, budget // per_cell if version < CELL_TRAFFIC_FROM else div_up(budget, per_cell))
     n_mid = (cells - lo) // per_channel
     hi = (cells - lo) % per_channel
     if nmax < (1 if lo else 0) + n_mid + (1 if hi else 0):  # overflow: the rest on the last channel

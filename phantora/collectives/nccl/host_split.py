@@ -12,7 +12,7 @@ chunk is the call's, sized from all its bytes (no grain rounding before 2.22). F
 
 from __future__ import annotations
 
-from phantora.collectives.nccl.channel_split import SPLIT_FROM
+from phantora.collectives.nccl.channel_split import SPLIT_FROM, div_up
 
 HOST_SPLIT_FROM = (2, 20)  # v2.20.3-1: workOffset / workCount per channel, lastChunkCount from the host
 SIMPLE_ALIGN = 32 * 8 * 16  # NCCL_SIMPLE_ALIGNMENT (enqueue.h): WARP_SIZE x 8 x 16 bytes
@@ -35,16 +35,12 @@ def align_bytes(proto: str, threads: int) -> int:
     return LL_ALIGN_PER_THREAD * max(1, threads)
 
 
-def _up(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def split(count: int, channels: int, align: int) -> tuple[int, ...]:
     """Each channel's part (bytes of the count, channel 0 first) of `count` bytes over at most `channels`."""
     if channels < 1 or align < 1 or count < 0:
         raise ValueError(f"host_split: bad split ({count} B, {channels} channels, {align} B alignment)")
     if count == 0:
         return (0,)
-    per = _up(_up(count, channels), align) * align
-    used = _up(count, per)
+    per = div_up(div_up(count, channels), align) * align
+    used = div_up(count, per)
     return (per,) * (used - 1) + (count - (used - 1) * per,)

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk
-from phantora.collectives.nccl.p2p_schedule import send_rounds, transfer_channel_ids
+from phantora.collectives.nccl.p2p_schedule import pow2_up, send_rounds, transfer_channel_ids
 from phantora.collectives.nccl.pci_p2p import PCI_PEER_CHANNELS, pair_rates
 from phantora.collectives.nccl.pci_paths import all_pairs
 from phantora.collectives.nccl.platform import Platform
@@ -51,16 +51,12 @@ P2P_PEERS_PER_ROUND = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
 P2P_LINKS_PER_CHANNEL = {"send_recv": 1.0, "all_to_all": 0.5}
 
 
-def _pow2_up(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 def p2p_total(comm_channels: int, st: NcclSettings) -> int:
     """The communicator's p2p channels (paths.cc `ncclTopoComputeP2pChannels`, v2.18.5-1 to v2.30.7-1): its
     channels capped at NCCL_MAX_P2P_NCHANNELS, then raised to NCCL_MIN_P2P_NCHANNELS (the least wins), pow2Up,
     at most MAXCHANNELS (the channels a kernel's arguments hold: `ncclDevMaxChannelsForArgsBytes`)."""
     wanted = max(min(comm_channels, st.max_p2p_channels), st.min_p2p_channels)
-    return min(_pow2_up(wanted), T.MAX_CHANNELS)
+    return min(pow2_up(wanted), T.MAX_CHANNELS)
 
 
 def p2p_channel_range(p: Platform, total: int, net_peer: int = 0) -> tuple[int, int]:
@@ -72,7 +68,7 @@ def p2p_channel_range(p: Platform, total: int, net_peer: int = 0) -> tuple[int, 
     if p.nnodes == 1:  # paths.cc ncclTopoGetNchannels: 2 x the NVLinks to an NVLink peer, 2 to a PCIe one
         most = min(P2P_NVLINK_PEER if p.intra == "nvlink" else PCI_PEER_CHANNELS, total)
     elif net_peer:
-        most = min(_pow2_up(min(net_peer, P2P_NVLINK_PEER) if p.ppn > 1 else net_peer), total)
+        most = min(pow2_up(min(net_peer, P2P_NVLINK_PEER) if p.ppn > 1 else net_peer), total)
     else:
         most = 1 << max(0, math.ceil(p.nic_bw / P2P_PER_CHANNEL_NET_BW) - 1).bit_length()
         while most > 1 and most * math.ceil(p.nranks / P2P_PEERS_PER_ROUND) > total:

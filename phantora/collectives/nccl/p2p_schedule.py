@@ -18,7 +18,8 @@ from functools import lru_cache
 P2P_PER_BATCH = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH, the default NCCL_P2P_SCHEDULE_GROUP_SIZE
 
 
-def _pow2_up(n: int) -> int:
+def pow2_up(n: int) -> int:
+    """NCCL's pow2Up: the least power of two >= n (1 for n <= 1)."""
     return 1 << max(0, n - 1).bit_length()
 
 
@@ -40,7 +41,7 @@ def group_size(local_ranks: Sequence[int]) -> int:
 
 def group_deltas(n_groups: int) -> list[int]:
     """The group deltas in NCCL's quadratic order: (x*x + x)/2 mod pow2Up(n), those >= n skipped."""
-    p2 = _pow2_up(n_groups)
+    p2 = pow2_up(n_groups)
     out, delta = [], 0
     for x in range(1, p2 + 1):
         if delta < n_groups:
