@@ -251,9 +251,13 @@ class RankClient:
         t_issue_ns: int,
         name: str = "",
         algo: dict[str, Any] | None = None,
+        stream: int | None = None,
+        launch: int | None = None,
+        after: Sequence[int] = (),
     ) -> int:
         """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle. `algo`: as a
-        collective's (both ends pass the same)."""
+        collective's (both ends pass the same); `stream`, `launch`, `after`: as a collective's (the stream its NCCL
+        communicator runs it on, its group launch, this rank's calls it starts after)."""
         if nbytes < 0 or peer == self.rank:
             raise BridgeError(f"rank {self.rank}: bad transfer (peer={peer}, nbytes={nbytes})")
         self._enter(t_issue_ns, "send" if is_send else "recv")
@@ -270,6 +274,9 @@ class RankClient:
             name=name,
             **({"comm": self._p2p_comm} if self._p2p_comm else {}),
             **({"algo": dict(algo)} if algo else {}),
+            **({"stream": int(stream)} if stream is not None else {}),
+            **({"launch": int(launch)} if launch is not None else {}),
+            **({"after": [int(x) for x in after]} if after else {}),
         )
         return h
 

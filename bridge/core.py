@@ -355,17 +355,21 @@ class CoordinatorCore:
             root = self.mirrors.canonical_root(group, root)
         call = Call(rs.rank, msg["h"], msg["kind"], msg["nbytes"], msg["dtype"], root, msg.t, msg["name"], algo)
         self._new_handle(rs, call.handle, call)
-        stream, launch = msg.get("stream"), msg.get("launch")
-        for what, v in (("stream", stream), ("launch", launch)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-                raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a collective's {what} must be an integer, got {v!r}")
-        after = msg.get("after") or []
-        if not isinstance(after, list) or not all(isinstance(x, int) and _is_coll(rs.issued.get(x)) for x in after):
-            raise RunFailed(
-                E_PROTOCOL, f"rank {rs.rank}: a collective's after must list its collectives, got {after!r}"
-            )
-        self.streams.issued(rs.rank, stream, call.handle, launch, after)
+        self._ordered(rs, msg, call, "a collective")
         self._joined(self.matcher.collective(call, group, msg["seq"]), call)
+
+    def _ordered(self, rs: RankState, msg: Message, call: Call, what: str) -> None:
+        """Put `call` in its rank's stream order: its `stream`, `launch` and `after` (all optional)."""
+        stream, launch = msg.get("stream"), msg.get("launch")
+        for name, v in (("stream", stream), ("launch", launch)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s {name} must be an integer, got {v!r}")
+        after = msg.get("after") or []
+        if not isinstance(after, list) or not all(
+            isinstance(x, int) and x != call.handle and x in rs.issued for x in after
+        ):
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s after must list its earlier calls, got {after!r}")
+        self.streams.issued(rs.rank, stream, call.handle, launch, after)
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a send/recv")
@@ -374,6 +378,7 @@ class CoordinatorCore:
         algo = self._algo(rs, msg.get("algo"))
         call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"], algo, comm)
         self._new_handle(rs, call.handle, call)
+        self._ordered(rs, msg, call, "a send/recv")
         self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"]), call)
 
     def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
@@ -856,7 +861,8 @@ class CoordinatorCore:
                 continue
             rv = next((p for p in self.matcher.pending.values() if p.calls.get(rs.rank) is call), None)
             if rv is None:
-                parts.append(call.describe())
+                held = any(p.calls.get(rs.rank) is call for p in self.streams.parked.values())
+                parts.append(call.describe() + (", matched, held behind an earlier call on its stream" if held else ""))
                 continue
             who = []
             for m in rv.missing:
@@ -1008,8 +1014,3 @@ def _scalar(v: object) -> bool:
 def _plain(v: object) -> bool:
     """A stat results.json keeps: a scalar or a list of scalars (e.g. the approximations used)."""
     return _scalar(v) or isinstance(v, list) and all(map(_scalar, v))
-
-
-def _is_coll(call: Call | None) -> bool:
-    """A collective this rank issued (what a collective can be ordered after), not a send or recv."""
-    return call is not None and call.kind not in ("send", "recv")

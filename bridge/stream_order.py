@@ -1,4 +1,4 @@
-"""Stream order: a rank's collectives on one communicator run one after another, as on NCCL's stream.
+"""Stream order: a rank's collectives and transfers on one communicator run one after another, as on NCCL's stream.
 
 ProcessGroupNCCL launches every collective of a process group on that group's one NCCL stream, so on a rank
 a collective's kernel starts only once the previous one on the same group has ended there, however many the
@@ -12,8 +12,11 @@ an `async_op=False` call on the caller's current stream and an `async_op=True` o
 but NCCL makes every launch on a communicator wait for the previous one (enqueue.cc, v2.30.7-1:
 ncclLaunchPrepare's launch stream waits on comm->sharedRes->deviceStream, which ncclLaunchFinish advances to the
 kernel's end), so the group's calls run in turn either way. The calls of one NCCL group launch (`launch`: a
-`_coalescing_manager` block) are one kernel: they start together after the calls before the launch, share the
-network, and the next call waits for all of them.
+`_coalescing_manager` block, a `batch_isend_irecv`, the sends and receives of one scatter, gather or uneven
+all-to-all) are one kernel: they start together after the calls before the launch, share the network, and the next
+call waits for all of them. Sends and receives are ordered the same way, on the stream the rank names for them
+(ProcessGroupNCCL's `pointToPoint`: a lone one on its peer pair's own communicator and stream, or the group's under
+eager init; a batched one on the group's), after the calls their CUDA stream waits for (`after`).
 """
 
 from __future__ import annotations
@@ -35,21 +38,19 @@ class _Launch:
     handles: list[int]
 
 
-class StreamOrder:
-    """Each rank's last launch per stream, and the matched rendezvous parked until their predecessors end."""
+class StreamTails:
+    """Each rank's last launch per stream: what a call issued on a stream starts after."""
 
     def __init__(self) -> None:
         self._tail: dict[tuple[int, int], _Launch] = {}  # (rank, stream) -> its last launch on it
-        self._prev: dict[tuple[int, int], tuple[int, ...]] = {}  # (rank, handle) -> the calls it waits for
-        self.parked: dict[tuple[object, ...], Rendezvous] = {}
-        self._waiters: dict[Dep, list[tuple[object, ...]]] = {}
 
     def issued(
         self, rank: int, stream: int | None, handle: int, launch: int | None = None, after: Iterable[int] = ()
-    ) -> None:
+    ) -> tuple[int, ...]:
         """Rank `rank` issued `handle` on `stream` (None: no stream, no order), in group launch `launch` (None: a
         launch of its own; calls with the launch id of the stream's last launch join it), after the rank's calls
-        `after` too (those its CUDA stream waits for: phantora/runtime/stream_deps.py)."""
+        `after` too (those its CUDA stream waits for: phantora/runtime/stream_deps.py). Return the rank's calls it
+        starts after (the coordinator holds it until they end; an execution-graph recording stores them)."""
         before: tuple[int, ...] = ()
         if stream is not None:
             tail = self._tail.get((rank, stream))
@@ -59,7 +60,23 @@ class StreamOrder:
             else:
                 before = tuple(tail.handles) if tail is not None else ()
                 self._tail[(rank, stream)] = _Launch(launch, before, [handle])
-        before += tuple(h for h in after if h not in before)
+        return before + tuple(h for h in after if h not in before)
+
+
+class StreamOrder:
+    """Each rank's last launch per stream, and the matched rendezvous parked until their predecessors end."""
+
+    def __init__(self) -> None:
+        self.tails = StreamTails()
+        self._prev: dict[tuple[int, int], tuple[int, ...]] = {}  # (rank, handle) -> the calls it waits for
+        self.parked: dict[tuple[object, ...], Rendezvous] = {}
+        self._waiters: dict[Dep, list[tuple[object, ...]]] = {}
+
+    def issued(
+        self, rank: int, stream: int | None, handle: int, launch: int | None = None, after: Iterable[int] = ()
+    ) -> None:
+        """As `StreamTails.issued`; the call waits for those calls when it is matched (`ready`)."""
+        before = self.tails.issued(rank, stream, handle, launch, after)
         if before:
             self._prev[(rank, handle)] = before
 

@@ -295,3 +295,105 @@ def test_a_job_that_starts_later_and_stops_after_its_steps() -> None:
     assert stop.value.code == 0
     assert s.step_ends == [5_000_000 + MM_NS, 5_000_000 + 2 * MM_NS]
     assert s.results()["start_ns"] == 5_000_000
+
+
+class P2PClient(FixedLatencyClient):
+    """The fixed-latency double, with sends and receives: each completes COMM_NS after its issue too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p2ps: list[dict[str, Any]] = []  # what each send/recv named: peer, send, stream, launch, after, handle
+
+    def p2p(self, *, peer: int, is_send: bool, t_issue_ns: int, stream: int | None = None,
+            launch: int | None = None, after: Sequence[int] = (), **_: Any) -> int:  # fmt: skip
+        self.done[len(self.done) + 1] = t_issue_ns + COMM_NS
+        h = len(self.done)
+        self.p2ps.append({"peer": peer, "send": is_send, "stream": stream, "launch": launch, "after": list(after),
+                          "h": h})  # fmt: skip
+        return h
+
+
+@pytest.fixture()
+def pair(request):
+    """Rank 0 of a 2-rank group in phantom mode (no data moves, so no peer process is needed)."""
+    client = P2PClient()
+    s = RankSession(0, 2, client, Roofline(get_gpu("h100"), LAUNCH_NS), trace_level="none", phantom=True)
+    pg = PhantoraProcessGroup(dist.HashStore(), 0, 2, datetime.timedelta(seconds=30), [0, 1], s)
+    session_module.install(s)  # the session the simulated streams and events find, as in a rank
+    request.addfinalizer(lambda: session_module.install(None))
+    with ChargeMode(s):
+        yield s, pg, client, torch.randn(N, N)
+
+
+def test_a_sync_send_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(pair):
+    """dist.send (isend, then Work.wait on the current stream) from a side stream, as a pipeline stage's send
+    stream does: ProcessGroupNCCL runs it on the peer pair's own stream after the side stream's work, and the wait
+    makes the side stream, not the default one, wait for it. The compute lane runs on (10 matmuls); the side
+    stream's next collective starts after the send (`after`); the default stream's wait_event on the side stream
+    ends at the send's end, t0 + COMM_NS (before: the send joined the compute lane at once)."""
+    s, pg, client, a = pair
+    side = sim_streams.Stream()
+    x, g = torch.ones(N), torch.ones(N)
+    t0 = s.now()
+    with sim_streams.stream(side):
+        pg.send([x], 1).wait()
+        done = side.record_event()
+    assert s.now() == t0
+    (send,) = client.p2ps
+    assert send["stream"] not in (None, pg._stream) and send["launch"] is None and send["after"] == []
+    for _ in range(10):
+        a @ a
+    assert s.now() == t0 + 10 * MM_NS
+    with sim_streams.stream(side):
+        _sync_all_reduce(pg, g)
+    assert client.after == [[send["h"]]]
+    sim_streams.current_stream().wait_event(done)
+    assert s.now() == t0 + COMM_NS
+
+
+def test_lone_sends_run_on_their_pairs_stream_after_the_current_streams_work(pair):
+    """A lone send and recv with one peer share the pair's stream (one 2-rank communicator); each starts after
+    what its current stream waits for: a send after a sync all-reduce on the same side stream names it."""
+    s, pg, client, a = pair
+    side = sim_streams.Stream()
+    with sim_streams.stream(side):
+        _sync_all_reduce(pg, torch.ones(N))
+        pg.send([torch.ones(N)], 1)
+    pg.recv([torch.ones(N)], 1)
+    send, recv = client.p2ps
+    assert send["stream"] == recv["stream"] != pg._stream
+    assert send["after"] == [1] and recv["after"] == []  # handle 1: the all-reduce; the default stream waits on none
+
+
+def test_a_batch_of_sends_and_recvs_is_one_launch_on_the_groups_stream(pair):
+    """batch_isend_irecv: ProcessGroupNCCL runs the batch on the group's communicator and stream, one NCCL group
+    launch; a lone send after it goes back to the pair's stream."""
+    from types import SimpleNamespace
+
+    from phantora.runtime.backend import _grouped_batch
+
+    s, pg, client, a = pair
+    x, y = torch.ones(N), torch.ones(N)
+    batch = _grouped_batch(lambda ops: [pg.send([x], 1), pg.recv([y], 1)])
+    batch([SimpleNamespace(group=pg)])
+    pg.send([x], 1)
+    first, second, lone = client.p2ps
+    assert first["stream"] == second["stream"] == pg._stream
+    assert first["launch"] == second["launch"] is not None and lone["launch"] is None
+    assert lone["stream"] != pg._stream
+
+
+def test_an_uneven_all_to_all_is_one_launch_of_transfers_on_the_groups_stream(pair):
+    """ProcessGroupNCCL runs an uneven all-to-all as ncclSend/ncclRecv between one group start and end: its
+    transfers carry one launch on the group's stream; a sync one on a side stream holds that stream's next call."""
+    s, pg, client, a = pair
+    side = sim_streams.Stream()
+    out, inp = torch.empty(3, 4), torch.ones(5, 4)
+    opts = dist.AllToAllOptions()
+    opts.asyncOp = False
+    with sim_streams.stream(side):
+        pg.alltoall_base(out, inp, [1, 2], [2, 3], opts).wait()
+        _sync_all_reduce(pg, torch.ones(N))
+    send, recv = client.p2ps
+    assert send["stream"] == recv["stream"] == pg._stream and send["launch"] == recv["launch"] is not None
+    assert client.after == [[send["h"], recv["h"]]]

@@ -8,12 +8,14 @@ on one stream the second starts when the first ends (2T), on two streams they sh
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bridge.errors import RunFailed
 from bridge.stream_order import StreamOrder
 from phantora.collectives.spec import AlgoOptions
-from tests.test_bridge_core import LAT, Harness, ring_allreduce_ns
+from tests.test_bridge_core import LAT, Harness, ring_allreduce_ns, transfer_ns
 
 S = 8 * 2**20
 IDEAL = AlgoOptions(model="ideal")
@@ -129,3 +131,83 @@ def test_after_must_name_the_ranks_own_collectives() -> None:
     with pytest.raises(RunFailed, match="after"):
         h.msg(0, "coll", 0, h=1, group=[0, 1, 2, 3], seq=0, kind="all_reduce", nbytes=S, dtype="bf16", root=None,
               name="", algo=None, stream=7, after=[5])  # fmt: skip
+
+
+def _p2p(h: Harness, rank: int, peer: int, send: bool, tag: int, **order: Any) -> int:
+    """One side of a transfer of S bytes, issued at 0 (`order`: its stream, launch, after)."""
+    h.handles[rank] += 1
+    h.msg(rank, "p2p", 0, h=h.handles[rank], peer=peer, send=send, tag=tag, seq=0, nbytes=S, name="", **order)
+    return h.handles[rank]
+
+
+def _spans(h: Harness) -> list[tuple[int, int]]:
+    h.core.progress()
+    return sorted((rec.t_start, rec.end_ns) for rec in h.core.records)
+
+
+@pytest.mark.parametrize("stream", [5, None])
+def test_sends_on_one_pair_stream_run_in_turn(stream: int | None) -> None:
+    """Two isends 0 -> 1 on the pair's communicator stream (ProcessGroupNCCL's lone p2p): the second starts when
+    the first ends, (0, T) then (T, 2T) with T = transfer_ns(S); on no stream (before) they shared the link, both
+    ending at 2T - 2 LAT."""
+    t = transfer_ns(S)
+    h = Harness(world=2, algo=IDEAL)
+    order = {} if stream is None else {"stream": stream}
+    for tag in (0, 1):
+        _p2p(h, 0, 1, True, tag, **order)
+        _p2p(h, 1, 0, False, tag, **order)
+    for r in (0, 1):
+        h.wait(r, 0, 2)
+    if stream is None:
+        assert _spans(h) == [(0, 2 * t - 2 * LAT)] * 2
+    else:
+        assert _spans(h) == [(0, t), (t, 2 * t)]
+
+
+def test_a_send_after_a_sync_collective_on_its_cuda_stream_starts_at_its_end() -> None:
+    """A sync all-reduce on a side stream (it runs there), then a send from that stream: the send's pair stream
+    waits for the side stream (syncStream), so the send starts at the all-reduce's end T_AR and ends T_S later."""
+    ar, t = ring_allreduce_ns(S, 2), transfer_ns(S)
+    h = Harness(world=2, algo=IDEAL)
+    first = {r: h.coll(r, 0, group=(0, 1)) for r in (0, 1)}
+    _p2p(h, 0, 1, True, 0, stream=9, after=[first[0]])
+    _p2p(h, 1, 0, False, 0, stream=9, after=[first[1]])
+    for r in (0, 1):
+        h.wait(r, 0, 2)
+    assert _spans(h) == [(0, ar), (ar, ar + t)]
+
+
+def test_a_batched_ring_is_one_group_launch() -> None:
+    """batch_isend_irecv of a ring (each rank sends S to r + 1 and receives from r - 1, launch 1 on the group's
+    stream 7): one NCCL launch, so every transfer starts at 0 and, each NIC sending one and receiving one, ends at
+    T = transfer_ns(S); the group's next call, an all-reduce, starts when the last ends: (T, T + T_AR). The same
+    ring as lone calls on that one stream in this order would deadlock, as on NCCL."""
+    t = transfer_ns(S)
+    h = Harness(world=4, algo=IDEAL)
+    for r in range(4):
+        _p2p(h, r, (r + 1) % 4, True, 0, stream=7, launch=1)
+        _p2p(h, r, (r - 1) % 4, False, 0, stream=7, launch=1)
+    for r in range(4):
+        h.handles[r] += 1
+        h.msg(r, "coll", 0, h=h.handles[r], group=[0, 1, 2, 3], seq=0, kind="all_reduce", nbytes=S, dtype="bf16",
+              root=None, name="", algo=None, stream=7)  # fmt: skip
+        h.wait(r, 0, h.handles[r])
+    assert _spans(h) == [(0, t)] * 4 + [(t, t + ring_allreduce_ns(S, 4))]
+
+
+def test_a_sends_after_must_name_the_ranks_earlier_calls() -> None:
+    h = Harness(world=2, algo=IDEAL)
+    with pytest.raises(RunFailed, match="after"):
+        _p2p(h, 0, 1, True, 0, stream=5, after=[3])
+
+
+def test_two_ranks_sending_first_on_their_pair_stream_deadlock_with_the_held_call_named() -> None:
+    """Both ranks isend, then irecv, on their pair's stream: each receive waits for its rank's send, which waits for
+    the other's receive. NCCL hangs so past its buffers; the coordinator reports it at once, naming the held call."""
+    h = Harness(world=2, algo=IDEAL)
+    for r in (0, 1):
+        _p2p(h, r, 1 - r, True, r, stream=5)
+        _p2p(h, r, 1 - r, False, 1 - r, stream=5)
+        h.wait(r, 0, 2)
+    with pytest.raises(RunFailed, match="deadlock(.|\n)*held behind an earlier call on its stream"):
+        h.core.progress()

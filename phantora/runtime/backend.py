@@ -184,6 +184,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._coalescing: list[Pending] | None = None
         self._p2p_open = False  # a p2p group (batch_isend_irecv, coalescing) is open on this group's communicator
         self._stream = next(_STREAM_IDS)  # its NCCL stream: its collectives run one after another (stream_order)
+        self._pair_streams: dict[int, int] = {}  # peer -> the stream of a lone send/recv's 2-rank communicator
         self._launch: int | None = None  # the open coalescing block's NCCL group launch: its calls start together
         self._sync = False  # the call being issued is async_op=False: it runs on the caller's current CUDA stream
         self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
@@ -600,6 +601,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     # ----- point to point, barrier, coalescing --------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
         lone = self._lone_on_group()
+        stream, launch = self._p2p_stream(dst)
         p = self._s.issue_p2p(
             peer=self._ranks[dst],
             is_send=True,
@@ -608,6 +610,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tensors=tensors,
             start_inner=self._p2p_start(tensors, dst, tag),
             nccl_env=self._nccl_env,
+            stream=stream,
+            launch=launch,
+            cuda_stream=sim_streams.current_stream().stream_id,
         )
         if lone:
             self._p2p_group(None)
@@ -615,6 +620,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantoraWork:
         lone = self._lone_on_group()
+        stream, launch = self._p2p_stream(src)
         p = self._s.issue_p2p(
             peer=self._ranks[src],
             is_send=False,
@@ -624,10 +630,25 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             start_inner=lambda: [self._data.recv(tensors, src, tag)] if self._gloo is not None else [],
             finalize=self._p2p_finish(tensors, src, tag),
             nccl_env=self._nccl_env,
+            stream=stream,
+            launch=launch,
+            cuda_stream=sim_streams.current_stream().stream_id,
         )
         if lone:
             self._p2p_group(None)
         return self._work(p, tensors)
+
+    def _p2p_stream(self, peer: int) -> tuple[int, int | None]:
+        """The NCCL stream and group launch of a send/recv with group rank `peer`, as ProcessGroupNCCL's
+        pointToPoint picks them: in a p2p group (batch_isend_irecv, a coalescing block, a lone op under eager init)
+        the group's communicator and stream, with the block's launch; otherwise the stream of the peer pair's own
+        2-rank communicator, on which this group's sends and receives between the two run in turn."""
+        if self._p2p_open:
+            return self._stream, self._launch
+        stream = self._pair_streams.get(peer)
+        if stream is None:
+            stream = self._pair_streams[peer] = next(_STREAM_IDS)
+        return stream, None
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> PhantoraWork:
         raise PhantoraError("recv from any source is not supported by the phantora backend: name the source rank")
@@ -858,9 +879,10 @@ EAGER_INIT = [False]  # the default group was initialised eagerly (device_id=): 
 
 
 def _grouped_batch(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """`batch_isend_irecv` as ProcessGroupNCCL runs it: one NCCL group on the ops' group's communicator. torch
-    only coalesces for a C++ ProcessGroup whose backend says so; a phantora group stands alone, so torch issues
-    the ops one by one, and this tells the network client they form one group (`_p2p_group`)."""
+    """`batch_isend_irecv` as ProcessGroupNCCL runs it: one NCCL group on the ops' group's communicator and stream,
+    one launch. torch only coalesces for a C++ ProcessGroup whose backend says so; a phantora group stands alone, so
+    torch issues the ops one by one, and this tells the network client they form one group (`_p2p_group`) and
+    gives them one launch id (bridge/stream_order.py: they start together, the next call waits for all)."""
 
     @functools.wraps(orig)
     def batch_isend_irecv(p2p_op_list: list[Any]) -> Any:
@@ -868,9 +890,11 @@ def _grouped_batch(orig: Callable[..., Any]) -> Callable[..., Any]:
         if not isinstance(group, PhantoraProcessGroup):
             return orig(p2p_op_list)
         group._p2p_group(group.global_ranks)
+        launch, group._launch = group._launch, next(_LAUNCH_IDS)  # the batch: one NCCL group launch
         try:
             return orig(p2p_op_list)
         finally:
+            group._launch = launch
             group._p2p_group(None)
 
     return batch_isend_irecv

@@ -68,6 +68,9 @@ class NoNetworkClient:
         t_issue_ns: int,
         name: str = "",
         algo: dict[str, Any] | None = None,
+        stream: int | None = None,
+        launch: int | None = None,
+        after: Sequence[int] = (),
     ) -> int:
         return self._new(t_issue_ns)
 

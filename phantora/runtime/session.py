@@ -15,7 +15,7 @@ import json
 import resource
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -91,6 +91,9 @@ class ClientLike(Protocol):
         t_issue_ns: int,
         name: str = "",
         algo: dict[str, Any] | None = None,
+        stream: int | None = None,
+        launch: int | None = None,
+        after: Sequence[int] = (),
     ) -> int: ...
 
     def wait(self, handle: int) -> int: ...
@@ -129,7 +132,6 @@ class Pending:
     group: tuple[int, ...] = ()
     t_done: int | None = None
     tensors: list[torch.Tensor] = field(default_factory=list)  # kept alive so their memory is not reused
-    ordered: bool = False  # one collective the coordinator can order others after (not sends, recvs, transfers)
 
 
 @dataclass
@@ -170,6 +172,9 @@ class Issued:
     root: int | None = None  # global rank
     peer: int | None = None
     tag: int = 0
+    stream: int | None = None  # the NCCL stream it runs on (bridge/stream_order.py), None: no stream order
+    launch: int | None = None  # the NCCL group launch it is part of
+    after: tuple[int, ...] = ()  # handles of the rank's calls its CUDA stream waited for (stream_deps)
 
 
 class SessionListener(Protocol):
@@ -237,6 +242,7 @@ class RankSession:
         self._ids = itertools.count(1)
         self._seq: dict[tuple[int, ...], int] = {}
         self._p2p_seq: dict[tuple[int, int, bool], int] = {}
+        self._launches = itertools.count(1)  # the group launches of transfers' collectives (negative ids: own space)
         self._internal = 0
         self.ops = 0
         self.flops_by_dtype: dict[str, int] = {}
@@ -398,8 +404,9 @@ class RankSession:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
         With `transfers`, the collective is sent as point-to-point transfers (scatter, gather,
-        uneven all-to-all), tagged per group so they never meet user sends. `stream`: the process group's NCCL
-        stream, on which the coordinator runs the rank's collectives one after another (bridge/stream_order.py);
+        uneven all-to-all), tagged per group so they never meet user sends, in one NCCL group launch on `stream` (as
+        ProcessGroupNCCL runs them: ncclSend/ncclRecv between a group start and end). `stream`: the process group's
+        NCCL stream, on which the coordinator runs the rank's collectives one after another (bridge/stream_order.py);
         `launch`: the NCCL group launch (coalescing block) it is part of, whose calls start together.
         `cuda_stream`: the caller's current CUDA stream, whose pending collectives it starts after (`after`);
         `sync` (async_op=False): it runs on that stream, so the stream's later collectives follow it (stream_deps).
@@ -409,6 +416,7 @@ class RankSession:
         t = self.clock.issue()
         seq = self.next_seq(group)
         label = f"{name}#{seq}"
+        after = self.streams.after(cuda_stream)
         if transfers is None:
             # what the network sees: ProcessGroupNCCL::barrier all-reduces one float on the group's stream
             wire, wire_bytes, wire_dtype = (
@@ -422,7 +430,6 @@ class RankSession:
                 optional["stream"] = stream
             if launch is not None:
                 optional["launch"] = launch
-            after = self.streams.after(cuda_stream)
             if after:
                 optional["after"] = after
             h = self.client.collective(
@@ -440,18 +447,20 @@ class RankSession:
                 self._lossy.add(h)
             handles = [h]
             if self.listeners:
-                self._tell(Issued(h, wire, seq, wire_bytes, t, group=group, dtype=wire_dtype, root=root))
+                call = Issued(h, wire, seq, wire_bytes, t, group, wire_dtype, root)
+                self._tell(replace(call, stream=stream, launch=launch, after=tuple(after)))
         else:
             code = {"scatter": 1, "gather": 2, "all_to_all": 3}[kind]
             tag = group_tag(group, code)
+            one = launch if launch is not None else -next(self._launches)  # its transfers: one group launch
             handles = [
-                self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, label, nccl_env) for x in transfers if x.nbytes > 0
+                self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, label, nccl_env, stream, one, after)
+                for x in transfers
+                if x.nbytes > 0
             ]
         p = self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
-        if transfers is None:
-            p.ordered = True
-            if sync:
-                self.streams.launched(cuda_stream, p)
+        if sync:
+            self.streams.launched(cuda_stream, p)
         return p
 
     def issue_p2p(
@@ -465,28 +474,54 @@ class RankSession:
         start_inner: Callable[[], list[Any]],
         finalize: Callable[[], None] | None = None,
         nccl_env: NcclEnv | None = None,
+        stream: int | None = None,
+        launch: int | None = None,
+        cuda_stream: int = COMPUTE_STREAM,
     ) -> Pending:
         """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done.
-        `nccl_env`: as `issue`'s."""
+        `nccl_env`: as `issue`'s. `stream`: the NCCL stream it runs on (ProcessGroupNCCL's pointToPoint: its peer
+        pair's, or its group's when batched or under eager init), after what the caller's current CUDA stream
+        `cuda_stream` waits for (syncStream); `launch`: its batch's NCCL group launch. Its Work's wait() makes the
+        current stream wait for it, as a collective's does (`stream_wait`)."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
         label = f"{'send' if is_send else 'recv'}#{seq}"
-        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env)
+        after = self.streams.after(cuda_stream)
+        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after)
         kind = "send" if is_send else "recv"
         return self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
 
     def _p2p(
-        self, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, t: int, label: str, env: NcclEnv | None = None
+        self,
+        peer: int,
+        is_send: bool,
+        tag: int,
+        seq: int,
+        nbytes: int,
+        t: int,
+        label: str,
+        env: NcclEnv | None = None,
+        stream: int | None = None,
+        launch: int | None = None,
+        after: Sequence[int] = (),
     ) -> int:
-        """One transfer to the bridge; its handle."""
+        """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`); its handle."""
         more: dict[str, Any] = {"algo": {"nccl_env": [list(kv) for kv in env]}} if env is not None else {}
+        if stream is not None:
+            more["stream"] = stream
+        if launch is not None:
+            more["launch"] = launch
+        if after:
+            more["after"] = list(after)
         h = self.client.p2p(
             peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label, **more
         )
         if self.listeners:
-            self._tell(Issued(h, "send" if is_send else "recv", seq, nbytes, t, peer=peer, tag=tag))
+            kind = "send" if is_send else "recv"
+            call = Issued(h, kind, seq, nbytes, t, peer=peer, tag=tag, stream=stream, launch=launch, after=tuple(after))
+            self._tell(call)
         return h
 
     def _tell(self, call: Issued) -> None:
@@ -562,10 +597,9 @@ class RankSession:
 
     def stream_wait(self, stream: int, pending: Iterable[Pending]) -> None:
         """CUDA stream `stream` waits for `pending` (Work.wait, wait_stream, wait_event): the compute stream joins
-        them; another stream's later collectives follow them (sends, recvs and transfers are joined: the
-        coordinator orders only collectives)."""
+        them; another stream's later collectives, sends and receives follow them."""
         for p in list(pending):
-            if stream == COMPUTE_STREAM or not p.ordered:
+            if stream == COMPUTE_STREAM:
                 self.join(p)
             else:
                 self.streams.follow(stream, [p])
