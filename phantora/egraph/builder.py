@@ -56,8 +56,10 @@ class ProgramBuilder:
         seq: int | None = None,
         stream: int = 0,
         deps: Sequence[int] = (),
+        after: Sequence[int] = (),
     ) -> int:
-        """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group."""
+        """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group;
+        `after`: earlier Coll/P2P nodes whose part on this rank must end before it starts (its NCCL stream order)."""
         if kind not in KIND_CODES:
             raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
         if dtype not in DTYPE_CODES:
@@ -66,7 +68,7 @@ class ProgramBuilder:
         if self.rank not in group:
             raise InputError(f"rank {self.rank} issues a collective on {list(group)}, not its group", field="group")
         s = self._next_seq(("c", group), seq)
-        return self._add(Coll(stream, self.slot(group), kind, int(nbytes), dtype, root, s, tuple(deps)))
+        return self._add(Coll(stream, self.slot(group), kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after)))
 
     def p2p(
         self,
@@ -77,11 +79,13 @@ class ProgramBuilder:
         seq: int | None = None,
         stream: int = 0,
         deps: Sequence[int] = (),
+        after: Sequence[int] = (),
     ) -> int:
-        """One side of a transfer to (send) or from (recv) `peer`."""
+        """One side of a transfer to (send) or from (recv) `peer`; `after` as a collective's."""
         pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
         s = self._next_seq(("p", *pair, tag), seq)
-        return self._add(P2P(stream, self.slot(pair), bool(is_send), int(tag), int(nbytes), s, tuple(deps)))
+        node = P2P(stream, self.slot(pair), bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after))
+        return self._add(node)
 
     def wait(self, refs: Sequence[int], stream: int = 0, deps: Sequence[int] = ()) -> int:
         return self._add(Wait(stream, tuple(refs), tuple(deps)))

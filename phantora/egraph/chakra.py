@@ -161,6 +161,7 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
             attrs += [_attr("phantora_type", string_val="compute"), _attr("duration_ns", uint64_val=n.dur_ns)]
         elif isinstance(n, Coll):
             g = bound[n.slot]
+            deps += list(n.after)  # a comm node issues once its comm deps completed: the stream order
             node.name, node.type = f"{n.kind}#{n.seq}", COMM_COLL_NODE
             attrs += [
                 _attr("phantora_type", string_val="collective"),
@@ -174,6 +175,7 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 attrs.append(_attr("root", int64_val=n.root))
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
+            deps += list(n.after)
             node.name = f"{'send' if n.is_send else 'recv'}#{n.seq}"
             node.type = COMM_SEND_NODE if n.is_send else COMM_RECV_NODE
             attrs += [
@@ -251,20 +253,20 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
         a = {x.name: getattr(x, x.WhichOneof("value")) for x in node.attr if x.WhichOneof("value")}
         kind, stream = a.get("phantora_type"), int(a.get("stream", 0))
         deps = [d for d in node.data_deps if d != tail.get(stream)]
+        comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
         if kind == "compute":
             b.compute(node.name, int(a["duration_ns"]), stream, deps)
         elif kind == "collective":
             coll = node.name.split("#")[0]
-            b.collective(
-                coll, groups[int(a["pg_name"])], a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, deps
-            )
+            group, rest = groups[int(a["pg_name"])], [d for d in deps if d not in comm]
+            b.collective(coll, group, a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, rest, after=comm)
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE
             peer = a["comm_dst"] if send else a["comm_src"]
-            b.p2p(peer, send, a["comm_size"], a["comm_tag"], a["seq"], stream, deps)
+            rest = [d for d in deps if d not in comm]
+            b.p2p(peer, send, a["comm_size"], a["comm_tag"], a["seq"], stream, rest, after=comm)
         elif kind == "wait":
-            refs = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
-            b.wait(refs, stream, [d for d in deps if d not in refs])
+            b.wait(comm, stream, [d for d in deps if d not in comm])
         elif kind == "step":
             b.step(int(a["step"]), stream, deps)
         else:

@@ -15,8 +15,9 @@ Node semantics (all times integer ns; see docs/egraph.md):
   and every node in its explicit ``deps`` (indices of earlier nodes) has ended;
 - ``Compute`` ends ``dur_ns`` after it is ready;
 - ``Coll`` / ``P2P`` is *issued* when ready and ends (for stream order) at once; the collective
-  itself starts when every member has issued it, and each rank's part completes when its last
-  flows arrive;
+  itself starts when every member has issued it and, on each member, that member's parts of the nodes in its
+  ``after`` (earlier Coll/P2P nodes: the calls before it on its NCCL stream, and those its CUDA stream waited
+  for, as a live run orders them) have completed; each rank's part completes when its last flows arrive;
 - ``Wait`` ends when it is ready and every referenced collective has completed for this rank;
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
@@ -40,11 +41,20 @@ PROGRAM_DIR = "programs"
 
 # Stable on-disk codes: append only, never reorder (the format version guards a change).
 T_COMPUTE, T_COLL, T_P2P, T_WAIT, T_STEP = 0, 1, 2, 3, 4
+T_COLL_AFTER, T_P2P_AFTER = 5, 6  # a Coll / P2P with a non-empty `after`: its fields, then the list
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
 # Fixed fields after the type code; an optional last element is the list of explicit deps.
-_ARITY = {T_COMPUTE: 3, T_COLL: 7, T_P2P: 6, T_WAIT: 2, T_STEP: 2}
-_TYPE_NAMES = {T_COMPUTE: "compute", T_COLL: "collective", T_P2P: "p2p", T_WAIT: "wait", T_STEP: "step"}
+_ARITY = {T_COMPUTE: 3, T_COLL: 7, T_P2P: 6, T_WAIT: 2, T_STEP: 2, T_COLL_AFTER: 8, T_P2P_AFTER: 7}
+_TYPE_NAMES = {
+    T_COMPUTE: "compute",
+    T_COLL: "collective",
+    T_P2P: "p2p",
+    T_WAIT: "wait",
+    T_STEP: "step",
+    T_COLL_AFTER: "collective",
+    T_P2P_AFTER: "p2p",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,7 @@ class Coll:
     root: int | None  # group-local index (broadcast, reduce)
     seq: int
     deps: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()  # earlier Coll/P2P nodes whose part on this rank must end before it starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +93,7 @@ class P2P:
     nbytes: int
     seq: int
     deps: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()  # as Coll's
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +138,14 @@ class Program:
                 root = -1 if n.root is None else n.root
                 kind, dtype = KIND_CODES.index(n.kind), DTYPE_CODES.index(n.dtype)
                 row = [T_COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
+                if n.after:
+                    row[0] = T_COLL_AFTER
+                    row.append(list(n.after))
             elif isinstance(n, P2P):
                 row = [T_P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
+                if n.after:
+                    row[0] = T_P2P_AFTER
+                    row.append(list(n.after))
             elif isinstance(n, Wait):
                 row = [T_WAIT, n.stream, list(n.refs)]
             else:
@@ -171,8 +189,12 @@ class Program:
                         raise InputError(f"wait reference {r} is not an earlier collective", file=source, field=where)
             if isinstance(n, Compute) and n.dur_ns < 0:
                 raise InputError(f"negative duration {n.dur_ns}", file=source, field=where)
-            if isinstance(n, (Coll, P2P)) and (n.nbytes < 0 or n.seq < 0 or n.slot < 0):
-                raise InputError("negative size, seq or slot", file=source, field=where)
+            if isinstance(n, (Coll, P2P)):
+                if n.nbytes < 0 or n.seq < 0 or n.slot < 0:
+                    raise InputError("negative size, seq or slot", file=source, field=where)
+                for r in n.after:
+                    if not (0 <= r < i and isinstance(self.nodes[r], (Coll, P2P))):
+                        raise InputError(f"after {r} is not an earlier collective", file=source, field=where)
 
     def digest(self) -> str:
         return hashlib.sha256(self.encode()).hexdigest()
@@ -191,16 +213,21 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             raise InputError("deps must be a list of node indices", file=source, field=where)
         deps = tuple(row[-1])
     f = row[1 : arity + 1]
-    if code in (T_COMPUTE, T_COLL, T_P2P, T_STEP) and not all(isinstance(x, int) for x in f):
+    after: tuple[int, ...] = ()
+    if code in (T_COLL_AFTER, T_P2P_AFTER):
+        if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
+            raise InputError("after must be a non-empty list of node indices", file=source, field=where)
+        f, after = f[:-1], tuple(f[-1])
+    if code != T_WAIT and not all(isinstance(x, int) for x in f):
         raise InputError(f"a {_TYPE_NAMES[code]} node has non-integer fields", file=source, field=where)
     try:
         if code == T_COMPUTE:
             return Compute(f[0], names[f[1]], f[2], deps)
-        if code == T_COLL:
+        if code in (T_COLL, T_COLL_AFTER):
             root = None if f[5] < 0 else f[5]
-            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps)
-        if code == T_P2P:
-            return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps)
+            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after)
+        if code in (T_P2P, T_P2P_AFTER):
+            return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)
         if code == T_WAIT:
             if not isinstance(f[1], list) or not all(isinstance(r, int) for r in f[1]):
                 raise InputError("wait refs must be a list of node indices", file=source, field=where)

@@ -2,7 +2,8 @@
 
 `attach(session, directory)` connects a recorder to the session's listener seam
 (`phantora.runtime.session.SessionListener`): compute ops, issues (with the very handles the bridge
-sees), waits, steps and the finish, after which the rank's part is written.
+sees, and the calls each starts after, by the coordinator's own stream order: bridge.stream_order.StreamTails),
+waits, steps and the finish, after which the rank's part is written.
 
 `record_run(cfg, directory)` runs `cfg.script` with `phantora.egraph.record_script` as the ranks'
 wrapper, which attaches the recorder in each rank before starting the user's script, then merges the
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bridge.stream_order import StreamTails
 from phantora.egraph.format import ExecGraph
 from phantora.egraph.recorder import GraphRecorder, finalize_recording
 
@@ -33,17 +35,28 @@ class _RecorderListener:
 
     def __init__(self, rec: GraphRecorder, directory: str | Path) -> None:
         self.rec, self.directory = rec, directory
+        self.tails = StreamTails()  # the calls each call starts after, as the coordinator orders them
 
     def on_compute(self, name: str, start_ns: int, duration_ns: int) -> None:
         self.rec.compute(name, start_ns, duration_ns)
 
     def on_issue(self, call: Issued) -> None:
+        before = self.tails.issued(self.rec.rank, call.stream, call.handle, call.launch, call.after)
         if call.peer is None:
             self.rec.collective(
-                call.handle, call.group, call.seq, call.kind, call.nbytes, call.dtype, call.root, call.t_issue_ns
+                call.handle,
+                call.group,
+                call.seq,
+                call.kind,
+                call.nbytes,
+                call.dtype,
+                call.root,
+                call.t_issue_ns,
+                before=before,
             )
         else:
-            self.rec.p2p(call.handle, call.peer, call.kind == "send", call.tag, call.seq, call.nbytes, call.t_issue_ns)
+            send = call.kind == "send"
+            self.rec.p2p(call.handle, call.peer, send, call.tag, call.seq, call.nbytes, call.t_issue_ns, before=before)
 
     def on_wait(self, handles: Sequence[int], t_done_ns: int) -> None:
         for h in handles:

@@ -3,9 +3,10 @@
 One recorder per rank process. The runtime calls it with what the rank already knows:
 
 - ``compute(name, start_ns, dur_ns, stream=0)``: an op ran on a stream;
-- ``collective(handle, group, seq, kind, nbytes, dtype, root, issue_ns, stream=0)``: a collective was
-  issued (``root`` a global rank, as the bridge client takes it; ``group`` global ranks in group order);
-- ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0)``: one side of a transfer;
+- ``collective(handle, group, seq, kind, nbytes, dtype, root, issue_ns, stream=0, before=())``: a collective was
+  issued (``root`` a global rank, as the bridge client takes it; ``group`` global ranks in group order;
+  ``before`` the handles of the rank's calls it starts after, as the coordinator orders them);
+- ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0, before=())``: one side of a transfer;
 - ``wait(handle, t_ns, stream=0)``: the stream joined the handle's completion at t_ns;
 - ``step(index, t_ns, stream=0)``: end of a training step (joins every handle not yet waited);
 - ``finish(directory, t_ns=None)``: write ``DIR/parts/rank<R>.msgpack``.
@@ -77,8 +78,10 @@ class GraphRecorder:
         root: int | None,
         issue_ns: int,
         stream: int = 0,
+        before: tuple[int, ...] = (),
     ) -> None:
-        """A collective issued at `issue_ns`; `root` is a global rank (or None)."""
+        """A collective issued at `issue_ns`; `root` is a global rank (or None); it starts after the rank's calls
+        `before` (handles)."""
         group = tuple(int(r) for r in group)
         self._catch_up(stream, int(issue_ns))
         local = None
@@ -86,15 +89,31 @@ class GraphRecorder:
             if root not in group:
                 raise PhantoraError(f"rank {self.rank}: root {root} is not in the group {list(group)}")
             local = group.index(root)
-        idx = self.b.collective(kind, group, nbytes, dtype, local, seq, stream)
+        idx = self.b.collective(kind, group, nbytes, dtype, local, seq, stream, after=self._nodes(before))
         self._issued(handle, idx)
 
     def p2p(
-        self, handle: int, peer: int, is_send: bool, tag: int, seq: int, nbytes: int, issue_ns: int, stream: int = 0
+        self,
+        handle: int,
+        peer: int,
+        is_send: bool,
+        tag: int,
+        seq: int,
+        nbytes: int,
+        issue_ns: int,
+        stream: int = 0,
+        before: tuple[int, ...] = (),
     ) -> None:
-        """One side of a transfer issued at `issue_ns`."""
+        """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles)."""
         self._catch_up(stream, int(issue_ns))
-        self._issued(handle, self.b.p2p(peer, is_send, nbytes, tag, seq, stream))
+        self._issued(handle, self.b.p2p(peer, is_send, nbytes, tag, seq, stream, after=self._nodes(before)))
+
+    def _nodes(self, handles: tuple[int, ...]) -> list[int]:
+        """The nodes of earlier calls, by handle."""
+        missing = [h for h in handles if h not in self.handles]
+        if missing:
+            raise PhantoraError(f"rank {self.rank}: a call starts after handle {missing[0]}, which was never issued")
+        return [self.handles[h] for h in handles]
 
     def _issued(self, handle: int, idx: int) -> None:
         if handle in self.handles:

@@ -5,8 +5,9 @@ The graph becomes one static flow DAG, like `phantora.replay` does for workloads
 - a run of back-to-back compute nodes on a stream is one marker whose delay is their summed
   duration, depending on whatever ended the stream before;
 - a Coll/P2P node is an *issue* marker; once every member has issued, a *start* marker depends on
-  all issue markers (the collective starts at the latest issue, as NCCL does) and gates the flows of
-  `phantora.collectives.decompose`;
+  all issue markers (the collective starts at the latest issue, as NCCL does) and on each member's last flows of
+  the nodes in its `after` (the calls before it on its NCCL stream, as the live run ordered them), and gates the
+  flows of `phantora.collectives.decompose`; a collective whose `after` has not started yet waits for it;
 - a Wait marker depends on the stream and on the waiting rank's last flows of each collective.
 
 Ranks are expanded side by side, each until it waits on a collective that some member has not
@@ -51,6 +52,7 @@ class Instance:
     flows: range = range(0)
     rank_last: dict[int, list[int]] = field(default_factory=dict)
     choice: dict[str, Any] | None = None  # NCCL's algorithm, protocol and channels for it (collectives.nccl)
+    after: dict[int, list[Instance]] = field(default_factory=dict)  # member -> the instances it starts after there
 
     @property
     def launched(self) -> bool:
@@ -156,6 +158,7 @@ class _Planner:
         self.sent: MessageCounters = {}  # network connections' message counters, over the whole replay
         self.waiters: dict[tuple[Any, ...], list[int]] = {}
         self._launched: list[Instance] = []
+        self.held: dict[tuple[Any, ...], list[Instance]] = {}  # instance key -> those held until it starts
 
     def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         fid = len(self.flows)
@@ -271,13 +274,29 @@ class _Planner:
         if run.rank in inst.issue:
             raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
         inst.issue[run.rank] = m
+        if n.after:
+            inst.after[run.rank] = [run.inst[a] for a in n.after]
         if len(inst.issue) == len(group):
-            self.launch(inst)
+            self.try_launch(inst)
         return inst
+
+    def try_launch(self, inst: Instance) -> None:
+        """Launch `inst` once every instance it starts after has started (held until then), and then those held
+        for it."""
+        todo = [inst]
+        while todo:
+            x = todo.pop()
+            waiting = next((q for qs in x.after.values() for q in qs if not q.launched), None)
+            if waiting is not None:
+                self.held.setdefault(waiting.key, []).append(x)
+                continue
+            self.launch(x)
+            todo.extend(reversed(self.held.pop(x.key, [])))
 
     def launch(self, inst: Instance) -> None:
         anchor = self.topo.node_of_rank(inst.group[0])
         gate = tuple(inst.issue[r] for r in inst.group)
+        gate += tuple(f for r, qs in sorted(inst.after.items()) for q in qs for f in q.rank_last[r])
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
         coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root)
@@ -312,6 +331,15 @@ class _Planner:
             more = f" (and {len(stuck) - 8} more ranks)" if len(stuck) > 8 else ""
             raise InputError("the graph deadlocks: " + "; ".join(lines) + more, field="programs")
         orphans = [i for i in self.instances.values() if not i.launched]
+        held = [i for i in orphans if len(i.issue) == len(i.group)]
+        if held:
+            i = held[0]
+            first = next(q for qs in i.after.values() for q in qs if not q.launched)
+            raise InputError(
+                f"{len(held)} collective(s) issued by every member never start, e.g. {i.label()}, which starts after "
+                f"{first.label()} on a member's stream, which never started",
+                field="programs",
+            )
         if orphans:
             i = orphans[0]
             missing = [r for r in i.group if r not in i.issue]
