@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.hierarchical import hierarchical_all_reduce
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
-from phantora.collectives.nccl import channel_split, part_loops
+from phantora.collectives.nccl import channel_split, part_loops, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import chunk_bytes, p2p_chunk_bytes, tree_line_sweeps
@@ -208,6 +209,17 @@ def _tree_halves_share_the_channel(coll: Collective, topo: Topology, opts: AlgoO
     return p.nnodes == 1 and p.intra == "nvlink"
 
 
+def _tree_of_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> Callable[[int], tuple[int, int]]:
+    """Channel -> (tree of the double binary tree, the rotation of each host's chain). NCCL model: NCCL's mapping,
+    tree 1 on the upper half of the search's duplicated channels and a channel's copy on its chain
+    (`nccl/tree_channels.py`); phantora's own: tree c mod 2, the chain rotated by c // 2."""
+    if opts.model != "nccl":
+        return lambda c: (c % 2, c // 2)
+    st = nccl_settings(opts)
+    p = platform_of(topo, coll.ranks, st)
+    return lambda c: tree_channels.tree_of(p, st, c)
+
+
 def _host_key(topo: Topology, node: int) -> str:
     """The host an endpoint node is on (an endpoint without a host is a host of its own)."""
     host = topo.nodes[node].host
@@ -250,13 +262,15 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         sweeps = _tree_sweeps(coll, topo, opts) if chunked else None
         common["shared_sender"] = chunked and _tree_halves_share_the_channel(coll, topo, opts)
         nccl_parts = chunked and _nccl_part_loops(opts)
+        trees = _tree_of_channel(coll, topo, opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
-            parent = tree_parents(blocks, c % 2, c // 2)
+            which, head = trees(c)
+            parent = tree_parents(blocks, which, head)
             if sweeps or nccl_parts:
                 common["chunk_bytes"] = _tree_part_chunk(coll, topo, opts, size)
             pieces = part_chunks(size, common["chunk_bytes"]) if nccl_parts else None
             tree_flows(
-                b, parent, size, c, up=True, down=True, name=f"tree{c % 2}", sweeps=sweeps, pieces=pieces, **common
+                b, parent, size, c, up=True, down=True, name=f"tree{which}", sweeps=sweeps, pieces=pieces, **common
             )
     elif algo == "hierarchical":
         hierarchical_all_reduce(b, blocks, coll.nbytes, ch, **common)
