@@ -38,6 +38,7 @@ from bridge.errors import RunFailed
 from bridge.jobs import JobTable
 from bridge.launch_order import HeldRendezvous
 from bridge.matching import Call, Matcher, Rendezvous, describe_key
+from bridge.p2p_batch import P2pBatches
 from bridge.protocol import (
     E_DEADLOCK,
     E_ENGINE,
@@ -204,6 +205,7 @@ class CoordinatorCore:
         # lazy heap of (promise, rank) over the ranks in test or barrier (`horizon`)
         self._promises: list[tuple[int, int]] = []
         self.held = HeldRendezvous()  # complete rendezvous not launched yet (`_launch_ready`)
+        self.p2p_batches = P2pBatches()  # the grouped send/recvs launched together (rated together)
         self.streams = StreamOrder()  # each rank's collectives on one NCCL stream, in turn (parked until then)
         self.matcher = Matcher(world, self.mirrors)
         self.on_round: Callable[[], None] | None = None  # called between engine advances (heartbeats)
@@ -576,16 +578,18 @@ class CoordinatorCore:
         t_start = max(t_req, now)
         self.late_collectives += t_start > t_req
         comm: tuple[int, ...] = ()
+        inflight: tuple[tuple[int, int], ...] = ()
         if rv.key[0] == "p2p":
             kind, group, root = "send_recv", (rv.key[1], rv.key[2]), None
             name = next((c.name for c in calls if c.kind == "send" and c.name), first.name)
             comms = {c.comm for c in calls}  # both ends in one group on the same communicator, else each its own
             comm = comms.pop() if len(comms) == 1 else ()
+            inflight = self.p2p_batches.inflight(rv, t_req, self.held)  # its launch's pairs on comm
         else:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
-        call = CallSpec(kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm)
+        call = CallSpec(kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm, inflight)
         try:
             plan = self.planner.plan(call, name or f"coll{cid}")
         except (PhantoraError, TypeError) as exc:

@@ -32,6 +32,10 @@ class HeldRendezvous:
         """The start time of the first rendezvous in launch order (None: nothing held)."""
         return self._heap[0][0] if self._heap else None
 
+    def at(self, start: int) -> list[Rendezvous]:
+        """The held rendezvous that start at `start`."""
+        return [e[2] for e in self._heap if e[0] == start]
+
     def pop(self) -> Rendezvous:
         return heapq.heappop(self._heap)[2]
 

@@ -39,6 +39,9 @@ class CallSpec:
     name: str = ""
     algo: Mapping[str, Any] = field(default_factory=dict)
     comm: tuple[int, ...] = ()  # a grouped send/recv's communicator (global ranks in group order); () otherwise
+    # a grouped send/recv: the (src, dst) of every transfer of its launch on `comm`, its own among them, all in flight
+    # at once (bridge/p2p_batch.py; live ranks' pairs under deduplication); () when it is alone
+    inflight: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -84,7 +87,9 @@ class CollectivePlanner:
             comm = call.comm  # a grouped send/recv's; a shifted copy's is its mirrors' communicator
             if comm and self.mirrors.active:
                 comm = self.mirrors.copy_comm(call.group, copy, comm)
-            coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root, comm)
+            coll = Collective(
+                call.kind, copy, call.nbytes, call.dtype, call.root, comm, self._inflight(call, copy, comm)
+            )
             dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag, sent=sent)
             next_id = dag.next_id
             flows.extend(dag.flows)
@@ -104,6 +109,19 @@ class CollectivePlanner:
             everything = {f.id for f in flows}
             last = {r: set(everything) for r in last}
         return Plan(flows, last, len(copies), None if cls is None else int(cls), lossy, lossless_why, choice)
+
+    def _inflight(self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        """The transfers in flight with the shift `copy` of a grouped send/recv: its launch's pairs (and, under
+        deduplication, every shift of them) on `comm`; () when it has none, or `copy` is not among them."""
+        if not call.inflight or not comm:
+            return ()
+        pairs = set(call.inflight)
+        if self.mirrors.active:
+            m = self.mirrors
+            pairs = {(m.shift(a, j), m.shift(b, j)) for a, b in pairs for j in range(m.shifts)}
+        members = set(comm)
+        mine = tuple(sorted((a, b) for a, b in pairs if a in members and b in members))
+        return mine if tuple(copy) in mine else ()
 
     def _loss_policy(
         self, call: CallSpec, algo: AlgoOptions, tolerance: float
