@@ -127,15 +127,45 @@ def _pinned(prog: Program) -> set[int]:
     return {d for n in prog.nodes for d in n.deps}
 
 
+def _folds(prog: Program, pinned: set[int]) -> dict[int, tuple[int, tuple[tuple[int, int], ...]]]:
+    """A program's runs of two or more back-to-back Compute nodes that make no marker (no explicit deps, not
+    pinned), by first index: (the index after the run, each stream's summed duration in first-use order). Such a
+    node only adds its duration to its stream's pending delay, so a run adds the sums: computed once a program,
+    not once a rank (every rank of a program walks the same nodes)."""
+    out: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {}
+    nodes, i, n = prog.nodes, 0, len(prog.nodes)
+    while i < n:
+        j = i
+        while j < n and isinstance(x := nodes[j], Compute) and not x.deps and j not in pinned:
+            j += 1
+        if j - i >= 2:
+            sums: dict[int, int] = {}
+            for k in range(i, j):
+                c = nodes[k]
+                sums[c.stream] = sums.get(c.stream, 0) + c.dur_ns  # type: ignore[union-attr]
+            out[i] = (j, tuple(sums.items()))
+        i = max(j, i + 1)
+    return out
+
+
 class _RankRun:
     """The expansion state of one rank."""
 
-    def __init__(self, rank: int, prog: Program, slots: list[tuple[int, ...]], ep: int, pinned: set[int]) -> None:
+    def __init__(
+        self,
+        rank: int,
+        prog: Program,
+        slots: list[tuple[int, ...]],
+        ep: int,
+        pinned: set[int],
+        folds: dict[int, tuple[int, tuple[tuple[int, int], ...]]] | None = None,
+    ) -> None:
         self.rank = rank
         self.prog = prog
         self.slots = slots
         self.ep = ep
         self.pinned = pinned
+        self.folds = folds or {}  # `_folds` of its program
         self.pc = 0
         self.streams: dict[int, tuple[tuple[int, ...], int]] = {}  # stream -> (deps, delay): free at max(deps)+delay
         self.ends: dict[int, int] = {}  # node -> marker that ends it
@@ -175,10 +205,13 @@ class _Planner:
                 field="topology",
             )
         pinned = [_pinned(p) for p in g.programs]
+        folds = [_folds(p, pins) for p, pins in zip(g.programs, pinned, strict=True)]
         runs = []
         for r, e in enumerate(g.ranks):
             slots = [g.groups[i] for i in e.groups]
-            runs.append(_RankRun(r, g.programs[e.program], slots, topo.node_of_rank(r), pinned[e.program]))
+            runs.append(
+                _RankRun(r, g.programs[e.program], slots, topo.node_of_rank(r), pinned[e.program], folds[e.program])
+            )
         ready = deque(range(g.world))
         beat = time.monotonic()
         while ready:
@@ -208,9 +241,16 @@ class _Planner:
         return deps, delay
 
     def advance(self, run: _RankRun) -> None:
-        nodes = run.prog.nodes
+        nodes, folds, streams = run.prog.nodes, run.folds, run.streams
         while run.pc < len(nodes):
             i, n = run.pc, nodes[run.pc]
+            fold = folds.get(i)
+            if fold is not None:  # back-to-back compute making no marker: each stream's delay grows by its sum
+                for stream, dur in fold[1]:
+                    deps, delay = streams.get(stream, ((), 0))
+                    streams[stream] = (deps, delay + dur)
+                run.pc = fold[0]
+                continue
             if isinstance(n, Compute):
                 deps, delay = self.ready(run, n)
                 run.streams[n.stream] = (deps, delay + n.dur_ns)
