@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from phantora.collectives.nccl import pci_paths
 from phantora.collectives.nccl.channels import nvls_heads
-from phantora.collectives.nccl.chunking import chunk_bytes, ring_simple_chunk
+from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
@@ -131,7 +131,7 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
     st = settings(opts)
     p = platform_of(topo, coll.ranks, st)
     if choice.algorithm == "p2p":
-        return st.p2p_nvl_chunk if p.nnodes == 1 and p.intra == "nvlink" else st.p2p_net_chunk
+        return comm_p2p_chunk(p, st)
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):
         return ring_simple_chunk(st, RING_CHUNK_STEPS)
     heads = nvls_heads(p) if choice.algorithm in ("nvls", "nvls_tree") else 1

@@ -134,10 +134,21 @@ def _ladder(algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, o
 
 
 def comm_p2p_chunk(comm: Platform, st: NcclSettings) -> int:
-    """The communicator's p2p step (init.cc): the net chunk once it spans nodes, the NVLink chunk inside an NVLink
-    node (else the net chunk's default, NCCL's PCI chunk), never more than the Simple buffer over NCCL_STEPS."""
-    chunk = st.p2p_nvl_chunk if comm.nnodes == 1 and comm.intra == "nvlink" else st.p2p_net_chunk
+    """The communicator's p2p step (init.cc `computeBuffSizes`): the net chunk once it spans nodes, the NVLink chunk
+    inside an NVLink node (else the net chunk's default, NCCL's PCI chunk), never more than the Simple buffer over
+    NCCL_STEPS. From NCCL 2.29 the net chunk (NCCL_P2P_NET_CHUNKSIZE, set or not) is doubled on arm hosts of
+    Blackwell GPUs (cpuArch ARM, minCompCap >= 100: "GBx platforms only have 4 GPUs per host, which reduces the
+    aggregation factor", v2.29.2-1 to v2.30.7-1)."""
+    if comm.nnodes == 1 and comm.intra == "nvlink":
+        chunk = st.p2p_nvl_chunk
+    else:
+        chunk = st.p2p_net_chunk * (2 if comm.nnodes > 1 and gbx_net_chunk(comm, st.nccl_version) else 1)
     return min(chunk, step_bytes("Simple", st))
+
+
+def gbx_net_chunk(comm: Platform, version: tuple[int, int]) -> bool:
+    """Whether NCCL `version` doubles the net p2p chunk on `comm`'s hosts: arm CPUs, Blackwell GPUs, 2.29 on."""
+    return comm.cpu == "arm" and comm.compcap >= 100 and version >= T.P2P_NET_CHUNK_ARM_FROM
 
 
 def p2p_chunk_bytes(proto: str, comm: Platform, st: NcclSettings, nbytes: int, network: bool) -> int:

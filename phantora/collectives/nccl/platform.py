@@ -7,12 +7,13 @@ that is what NCCL's search and cost model assume a GPU can push through it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.nvlink_pci import host_pci, p2p_off
-from phantora.collectives.nccl.pci_paths import CPU_MODELS, UNSET, PciHost, inter_cpu_bw
+from phantora.collectives.nccl.pci_paths import CPU_MODELS, UNSET, PciHost, cpu_model_name, inter_cpu_bw
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.errors import InputError
 from phantora.topology.model import Topology
@@ -34,7 +35,7 @@ class Platform:
     gpu_intra_bw: float  # GB/s one GPU can push to its peers inside the node, in NCCL's units
     nic_bw: float  # GB/s of one NIC (line rate / 8); 0 when the group stays in one node
     nics_per_node: int
-    cpu: str = "intel"  # the hosts' CPU vendor (topology meta "cpu"): NCCL's net overhead and LL ceiling follow it
+    cpu: str = "intel"  # intel | amd | arm: the hosts' CPU as NCCL classes it (`cpu_vendor`); see tables.X86_CPUS
     sm_clock_ghz: float = 0.0  # the GPU's SM (boost) clock; 0: unknown (the kernels' cycle costs then take H100's)
     pci: PciHost | None = None  # one PCIe host's sockets, switches and P2P settings (pci_paths.py), if described
 
@@ -114,9 +115,32 @@ def _pci_host(
 
 
 def cpu_vendor(topo: Topology) -> str:
-    """The hosts' CPU vendor as NCCL's topology detection names it: "amd" when the topology's meta says an AMD
-    CPU, else "intel" (NCCL's figures for any other x86 host are Intel's)."""
-    return "amd" if "amd" in str(topo.meta.get("cpu", "")).lower() else "intel"
+    """The hosts' CPU as NCCL's topology detection classes it (topo.cc `kvDictCpuArch`, `kvDictCpuVendor`): "arm"
+    (arch arm64: NVIDIA Grace, as on GB200), "amd" (x86 AuthenticAMD) or "intel" (x86 GenuineIntel; NCCL gives any
+    other x86 vendor Intel's figures). Read from the topology's meta "cpu" (a vendor, or a table's free text such as
+    "2x AMD EPYC 7742" or "arm (NVIDIA Grace)"), else from its "cpu_model" (`pci_paths.CPU_MODELS`); neither: Intel.
+    A "cpu" that names none of them, a "cpu_model" not in CPU_MODELS, or the two disagreeing is a one-line error."""
+    raw, model = topo.meta.get("cpu"), topo.meta.get("cpu_model")
+    vendor = None if raw is None or str(raw).strip() == "" else _vendor_named(str(raw))
+    if model is not None:
+        return CPU_MODELS[cpu_model_name(model, vendor)][0]
+    return vendor or "intel"
+
+
+_CPU_WORDS = (  # (vendor, pattern): the first that matches names the vendor
+    ("amd", re.compile(r"\bamd\b|authenticamd|\bepyc\b")),
+    ("arm", re.compile(r"\barm\b|\barm64\b|\baarch64\b|\bgrace\b|\bneoverse\b")),
+    ("intel", re.compile(r"\bintel\b|genuineintel|\bxeon\b|\bx86(_64)?\b")),
+)
+
+
+def _vendor_named(text: str) -> str:
+    """The vendor a topology's "cpu" text names, or an error naming the field."""
+    low = text.lower()
+    for vendor, pattern in _CPU_WORDS:
+        if pattern.search(low):
+            return vendor
+    raise InputError(f"expected a CPU of intel, amd or arm (e.g. 'AMD EPYC 7742', 'arm'), got {text!r}", field="cpu")
 
 
 def _nvlink_bps(topo: Topology, node: int) -> int:

@@ -58,7 +58,7 @@ LL_MAX_BW = {
     "blackwell": (282.0, 90.0, 70.0),
 }
 # Several nodes: by the hosts' CPU vendor (NCCL's index1: AMD or mixed hosts take row 1, every other host row 0).
-LL_MAX_BW_MULTINODE = {"intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)}
+LL_MAX_BW_MULTINODE = {"intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0), "arm": (39.0, 39.0, 20.4)}
 PER_CH_MAX_RING_LL128_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
 PER_CH_MAX_TREE_LL128_BW = {
     "volta": (20.0, 20.0, 20.0),
@@ -79,8 +79,8 @@ PER_CH_MAX_NVLS_TREE_BW = {
     "blackwell": (0.0, 96.0, 80.0),
 }
 NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
-# Proxy post overhead per inter-node step (µs, x3 for Simple): `getNetOverhead`, 2 on x86 AMD hosts, else 1.
-NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+# Proxy post overhead per inter-node step (µs, x3 for Simple): `getNetOverhead`, 2 on x86 AMD hosts, else 1 (arm too).
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
 RING_PLATEAU = 1.4  # multi-node ring Simple all-reduce latency factor on SM80+ (1.9 before)
 # Tree all-reduce bandwidth correction by log2(bytes / 64), 64 B .. 256 MiB, per protocol.
 TREE_CORRECTION = {
@@ -208,4 +208,5 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}  # bytes per thread befor
 DEFAULT_BUFFSIZE = {"LL": 8 * 512 * 8 * 16, "LL128": 120 * 640 * 8 * 8, "Simple": 1 << 22}
 NVLS_CHUNK = 128 * 1024  # NCCL_NVLS_CHUNKSIZE's default
 P2P_CHUNK = {"net": 1 << 17, "pci": 1 << 17, "nvlink": 1 << 19}  # NCCL_P2P_{NET,PCI,NVL}_CHUNKSIZE
+P2P_NET_CHUNK_ARM_FROM = (2, 29)  # v2.29.2-1 init.cc: the net p2p chunk x 2 on arm hosts of Blackwell GPUs (GBx)
 P2P_LL_THRESHOLD = 16384  # send/recv of at most this many bytes per peer use LL
