@@ -207,7 +207,7 @@ class SteppedPool:
         if post is None:
             return c
         at, deps, delay = post
-        start = max(at, *(self._ends[d] for d in deps)) + delay
+        start = max(at, max(map(self._ends.__getitem__, deps))) + delay  # (deps: not empty)
         return c if start == c.start_ns else dataclasses.replace(c, start_ns=start)
 
     def merged(self, now: int) -> PartitionResult:

@@ -22,6 +22,7 @@ and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says i
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -101,6 +102,10 @@ class FluidNvlinkSimulator:
         self._fluid_flows = 0
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
+        # `_reaction`'s values by (flow id, depth), and a fluid waiter's by (id, -1 - depth): valid while no flow is
+        # placed and the watch is the same object
+        self._reacted: dict[tuple[int, int], int] = {}
+        self._reacted_watch: Collection[int] = ()
         self._routable: set[tuple[int, int]] = set()  # endpoint pairs known to have a route
         # Completion bounds of the fluid side's unfinished flows (`submit_floor`): flow id -> the earliest ns it
         # can complete; its delay + least transfer time; the fluid flows waiting on it inside the fluid engine.
@@ -135,6 +140,7 @@ class FluidNvlinkSimulator:
     def _place(self, flows: Sequence[Flow], at: int, at_of: Mapping[int, int] | None) -> None:
         """`submit`'s work: each flow eligible from `at`, or from its own ns in `at_of` (flow id -> ns)."""
         check_flow_batch(flows, self.topology, self._known)
+        self._reacted.clear()  # (waiters are added below)
         for f in flows:  # routable (whether a pair has a route does not depend on the flow's ECMP key)
             if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
                 self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
@@ -145,6 +151,7 @@ class FluidNvlinkSimulator:
         nvswitch = self.topology.shared_nvswitch
         chain, chained = self.chains, self._chained
         same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
+        split: dict[tuple[tuple[int, ...], int], _Split] = {}  # wide deps lists a flow is held on, read once
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
             side = flow_side(f, nvswitch)
             if at_of is not None:
@@ -157,6 +164,15 @@ class FluidNvlinkSimulator:
                     sides[f.id] = side
                     _add(out[side], at, f if kept == f.deps else f.with_deps(kept))
                     continue
+                parts = split.get((f.deps, side))
+                if parts is None:
+                    parts = split[(f.deps, side)] = self._split_deps(f.deps, side)
+                for joined in parts.lists:
+                    joined.append(f.id)
+                for d in parts.releasers:
+                    heapq.heappush(self._releasers, (flb[d], d))
+                held[f.id] = (f, at, side, len(parts.lists))
+                continue
             pending = 0
             ended = False
             for d in dict.fromkeys(f.deps) if len(f.deps) > 1 else f.deps:
@@ -206,6 +222,24 @@ class FluidNvlinkSimulator:
             return deps
         return self._side_deps(deps, side)
 
+    def _split_deps(self, deps: tuple[int, ...], side: int) -> _Split:
+        """For `_place`, read once per batch: the deps of a wide list a flow of `side` is held on (`_Split`). Their
+        state does not change while a batch is placed (its flows come after their deps; completions come after)."""
+        ends, held, sides, flb = self._end, self._held, self._side, self._flb
+        chain = self.chains and side == PACKET
+        lists: list[list[int]] = []
+        releasers: list[int] = []
+        for d in dict.fromkeys(deps):
+            if d in ends:
+                continue
+            if chain and d in held and held[d][2] == PACKET:
+                lists.append(self._chained.setdefault(d, []))
+            elif d in held or sides.get(d, side) != side:
+                lists.append(self._waiters.setdefault(d, []))
+                if d in flb:
+                    releasers.append(d)
+        return _Split(lists, releasers)
+
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until` on both sides; now() becomes `until`."""
         done: list[Completion] = []
@@ -248,30 +282,44 @@ class FluidNvlinkSimulator:
 
     def reaction_ns(self, fid: int) -> int:
         """The least ns between packet flow `fid`'s completion and a flow this engine (or its caller) may hand the
-        packet side because of it: 0 if the caller watches it or a packet flow waits on it, else the least delay
-        + transfer bound (`_fluid_step`) of the fluid flows and markers waiting on it (each is released at the
-        completion at the earliest, and only its own completion releases anything; `_reaction`); INF_NS if
-        nothing waits on it. A stepped packet side may run that far past a completion's bound
-        (`phantora.netsim.partition_stepped`)."""
+        packet side because of it: 0 if the caller watches it or a packet flow waits on it; for a fluid flow or
+        marker waiting on it, its least delay + transfer time (`_fluid_step`: it is released at the completion at
+        the earliest) + the same reaction to its own completion, since only that can hand anything over (INF_NS
+        when nothing waits on it either: it hands nothing over); INF_NS if nothing waits on `fid`. A stepped packet
+        side may run that far past a completion's bound (`phantora.netsim.partition_stepped`). Kept per flow until
+        the next placement or watch (`_reaction`), so a driver may ask for every unfinished flow in each round."""
+        if self._watch is not self._reacted_watch:
+            self._reacted.clear()
+            self._reacted_watch = self._watch
         return self._reaction(fid, REACTION_DEPTH)
 
     def _reaction(self, fid: int, depth: int) -> int:
-        """`reaction_ns` down the held flows: a fluid flow waiting on `fid` (an NVLink flow, or a marker: a
-        compute step's delay) releases nothing before its own step (`_fluid_step`); one whose step is 0 counts
-        its own waiters' reactions, `depth` levels down (then 0)."""
-        if fid in self._watch:
-            return 0
-        least = INF_NS
+        """`reaction_ns` down the held flows, `depth` levels (below that a fluid waiter counts its step alone).
+        The waiters of a held or unfinished flow change only when flows are placed (`_place` clears the values):
+        a completion pops its own list only, and a flow waiting on an unfinished one stays held until it ends."""
+        memo = self._reacted
+        got = memo.get((fid, depth))
+        if got is not None:
+            return got
+        least = 0 if fid in self._watch else INF_NS
         held = self._held
-        for j in self._waiters.get(fid, ()):
-            f, _, side, _ = held[j]
-            if side == PACKET:
-                return 0
-            step = self._fluid_step(f)
-            if step == 0:
-                if depth == 0 or (step := self._reaction(j, depth - 1)) == 0:
-                    return 0
-            least = min(least, step)
+        for j in self._waiters.get(fid, ()) if least else ():
+            v = memo.get((j, -1 - depth))  # (a fluid waiter's own step + its reaction, kept apart from reactions)
+            if v is None:
+                f, _, side, _ = held[j]
+                if side == PACKET:
+                    v = 0
+                elif depth > 0:  # (a fluid waiter nothing waits on, unwatched, hands nothing over: INF_NS)
+                    after = self._reaction(j, depth - 1)
+                    v = INF_NS if after >= INF_NS else self._fluid_step(f) + after
+                else:
+                    v = self._fluid_step(f)
+                memo[(j, -1 - depth)] = v
+            if v < least:
+                least = v
+                if v == 0:
+                    break
+        memo[(fid, depth)] = least
         return least
 
     def submit_floor(self) -> int:
@@ -482,9 +530,18 @@ class FluidNvlinkSimulator:
         sides = self._side
         return tuple([d for d in deps if sides.get(d) == side])
 
-    def _same_side(self, f: Flow, side: int) -> Flow:
-        """`f` with only the deps its engine knows (its own side's); the others have all arrived."""
-        deps = self._side_deps(f.deps, side)
+    def _same_side(
+        self, f: Flow, side: int, kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]] | None = None
+    ) -> Flow:
+        """`f` with only the deps its engine knows (its own side's); the others have all arrived. `kept`: a wide
+        deps list's filtered deps by (list, side), shared by the flows released together (every dep of a flow
+        handed over is known on its side for good, so the filter of one list does not change)."""
+        if kept is not None and len(f.deps) >= SHARED_DEPS_MIN:
+            deps = kept.get((f.deps, side))
+            if deps is None:
+                deps = kept[(f.deps, side)] = self._side_deps(f.deps, side)
+        else:
+            deps = self._side_deps(f.deps, side)
         return f if deps == f.deps else f.with_deps(deps)
 
     def _idle(self) -> bool:
@@ -528,6 +585,7 @@ class FluidNvlinkSimulator:
         `now`. Returns the flows handed to the packet side."""
         ready: dict[tuple[int, int], list[Flow]] = {}
         flb, held, sides, chained = self._flb, self._held, self._side, self._chained
+        kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}  # wide deps lists, filtered once a call
         for c in completions:
             self._end[c.flow_id] = c.end_ns
             if c.flow_id in flb:
@@ -544,9 +602,9 @@ class FluidNvlinkSimulator:
                 del held[j]
                 sides[j] = side
                 at = max(at, now)
-                ready.setdefault((at, side), []).append(self._same_side(f, side))
+                ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
                 if j in chained:
-                    self._unchain(j, at, ready)
+                    self._unchain(j, at, ready, kept)
         packet: list[Flow] = []
         for (at, side), batch in sorted(ready.items()):
             self._engine(side).submit(batch, at)
@@ -557,7 +615,13 @@ class FluidNvlinkSimulator:
                 packet.extend(batch)
         return packet
 
-    def _unchain(self, fid: int, at: int, ready: dict[tuple[int, int], list[Flow]]) -> None:
+    def _unchain(
+        self,
+        fid: int,
+        at: int,
+        ready: dict[tuple[int, int], list[Flow]],
+        kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]],
+    ) -> None:
         """Held packet flow `fid` went to the packet side, submitted at `at`: the held packet flows chained on it
         whose last outstanding dep it was join `ready` (keyed by their submit ns and side), and so on down."""
         held, chained = self._held, self._chained
@@ -571,8 +635,18 @@ class FluidNvlinkSimulator:
             del held[j]
             self._side[j] = side
             a = max(a, t)
-            ready.setdefault((a, side), []).append(self._same_side(f, side))
+            ready.setdefault((a, side), []).append(self._same_side(f, side, kept))
             todo.extend((k, a) for k in reversed(chained.pop(j, ())))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Split:
+    """A wide deps list as `_place` holds a flow on it: the lists it joins (of the held packet deps it chains on,
+    `_chained`, and of the deps it waits on here, held or on the other side, `_waiters`), and the deps whose fluid
+    completion bound `submit_floor` watches."""
+
+    lists: list[list[int]]
+    releasers: list[int]
 
 
 def _add(groups: dict[int, list[Flow]], at: int, f: Flow) -> None:

@@ -33,6 +33,7 @@ from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow
 from phantora.netsim.decompose import DecomposedSimulator
 from phantora.netsim.effective import EffectiveSettings
+from phantora.netsim.hybrid import SHARED_DEPS_MIN
 from phantora.netsim.observe import FabricRecords
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.packet_summary import channel_usage
@@ -85,6 +86,9 @@ class SteppedPartition(DecomposedSimulator):
 
     posts_at_dep_ends = False  # as one Ns3Simulator: the hybrid holds a flow whose deps it holds (caller-keyed)
     hands_over = False  # its flows wait here until the workers are at their ns (`_round`), never posted early
+    # A wide deps list's flows keep the bound they had at submit: the rounds stop at the fluid side's reactions
+    # (`_horizon`), not at this driver's bounds, so raising each of them at every dep's new bound bought nothing
+    raises_wide = False
 
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
@@ -140,8 +144,15 @@ class SteppedPartition(DecomposedSimulator):
             _, _, batch = heapq.heappop(self._pending)
             self._pending_ids.difference_update(f.id for f in batch)
             ends, out = self._ends, self._out[0]
+            wide: dict[tuple[int, ...], list[int]] = {}  # a wide deps list's pending deps, read once a batch
             for f in batch:
-                out.flows.append((f, [d for d in f.deps if ends.get(d, INF_NS) > at]))
+                if len(f.deps) >= SHARED_DEPS_MIN:
+                    left = wide.get(f.deps)
+                    if left is None:
+                        left = wide[f.deps] = [d for d in f.deps if ends.get(d, INF_NS) > at]
+                else:
+                    left = [d for d in f.deps if ends.get(d, INF_NS) > at]
+                out.flows.append((f, left))
                 out.at.append(at)
         self._round_to(horizon)
 
@@ -154,6 +165,17 @@ class SteppedPartition(DecomposedSimulator):
         super()._round(horizon)
         if pool.stopped is not None:
             self._wtime = min(self._wtime, pool.stopped)
+
+    def _bounds(self, flat: list[int]) -> None:
+        """The workers' completion bounds that rose: with the fluid side's reactions set, each flow's own (the
+        horizon reads no other); without (`catch_up`), carried down its dependents too, as decomposition does."""
+        if self.reaction is None:
+            super()._bounds(flat)
+            return
+        lbs = self._lb
+        for fid, ns in zip(flat[0::2], flat[1::2], strict=True):
+            if ns > lbs.get(fid, INF_NS):
+                lbs[fid] = ns
 
     def _reacting(self) -> list[int] | None:
         """The unfinished flows the workers know that the caller reacts to, flat [id, least reaction ns, ...]
