@@ -397,3 +397,29 @@ def test_an_uneven_all_to_all_is_one_launch_of_transfers_on_the_groups_stream(pa
     send, recv = client.p2ps
     assert send["stream"] == recv["stream"] == pg._stream and send["launch"] == recv["launch"] is not None
     assert client.after == [[send["h"], recv["h"]]]
+
+
+def test_a_wrapper_tensor_has_no_storage_key(rig):
+    """A wrapper subclass (no data of its own: its storage is invalid, its data_ptr raises) has no storage to join
+    by: `wait_tensor` on one while collectives are in flight joined nothing, and no longer raises (torchtitan's
+    deepseek_v3 EP run stopped at token_dispatcher.py:289 on this at 42a9207)."""
+    from phantora.runtime.session import storage_key
+
+    class Wrapper(torch.Tensor):
+        @staticmethod
+        def __new__(cls, elem: torch.Tensor) -> Wrapper:
+            return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype)
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise NotImplementedError
+
+    s, pg, client, a = rig
+    w = Wrapper(torch.ones(3))
+    with pytest.raises(RuntimeError, match="invalid python storage"):
+        w.untyped_storage().data_ptr()
+    assert storage_key(w) is None
+    pg.allreduce([torch.ones(N)])  # in flight: by_storage is not empty
+    t0 = s.now()
+    s.join_tensors([w])
+    assert s.by_storage and s.now() == t0

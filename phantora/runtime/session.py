@@ -145,11 +145,11 @@ def storage_key(t: torch.Tensor) -> int | None:
     """A key for the memory a tensor lives in (shared by its views), or None if it has none."""
     try:
         st = t.untyped_storage()
-    except (RuntimeError, NotImplementedError):
+        if not st.nbytes():
+            return None
+        return st.data_ptr() or st._cdata  # meta storages (phantom mode) have no address: use the StorageImpl
+    except (RuntimeError, NotImplementedError):  # no storage, or an invalid one (a functional wrapper's)
         return None
-    if not st.nbytes():
-        return None
-    return st.data_ptr() or st._cdata  # meta storages (phantom mode) have no address: use the StorageImpl
 
 
 def group_tag(group: Sequence[int], code: int) -> int:
