@@ -101,7 +101,7 @@ def test_a_pull_below_its_need_is_the_whole_pull_and_never_above_it() -> None:
     def pull(fid: int, need: int) -> int:
         sim._lb.clear()
         sim._lb.update(static)  # (pulls write their values back into the bounds)
-        return sim._pulled(fid, floors, {}, set(), {}, need)
+        return sim._pulled(fid, floors, {}, {}, need)
 
     chain = floor + sum(step[i] for i in range(1, 6))
     other = floor + sum(step[i] for i in range(11, 16))
@@ -141,4 +141,4 @@ def test_a_pull_through_hundreds_of_wide_joins_needs_no_recursion() -> None:
     assert len(steps) == 1 and len({sim._owner[f.id] for f in flows}) == 1
     floor = 1 + max(sim._lb[f.id] for f in flows)
     last = flows[-1].id
-    assert sim._pulled(last, [floor, floor], {}, set(), {}, INF_NS) == floor + (layers - 1) * steps.pop()
+    assert sim._pulled(last, [floor, floor], {}, {}, INF_NS) == floor + (layers - 1) * steps.pop()

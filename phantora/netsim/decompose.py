@@ -156,6 +156,9 @@ class DecomposedSimulator(RunsByCompletion):
     # A flow of a wide deps list has its bound raised by each of its deps' completions (False: by none; a subclass
     # that pulls bounds up from the unfinished deps when it reads them, whose latest bound is past the ended ones)
     raises_wide = True
+    # A completion raises the bounds of the flows waiting on it, kept in waiting lists (False: neither; a subclass
+    # whose bounds read the ends of the deps they are pulled from, `HybridDecomposedSimulator`)
+    raises_dependents = True
     worker_side = "packet"  # what each worker hosts (`EngineSpec.side`)
     hands_over = True  # a large batch goes to the workers in a round of its own (`_placing`; not for other rounds)
 
@@ -351,7 +354,7 @@ class DecomposedSimulator(RunsByCompletion):
                     self._unfinished[w].discard(c.flow_id)
                     self._ext.discard(c.flow_id)
                     self._ext0.discard(c.flow_id)
-            for c in done:
+            for c in done if self.raises_dependents else ():
                 for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
                     s = step.get(j)
                     if s is None:  # (done already)
@@ -468,6 +471,7 @@ class DecomposedSimulator(RunsByCompletion):
         shared: dict[tuple[tuple[int, ...], int], _SharedDeps] = {}  # wide deps lists repeated in this batch
         joins: dict[int, int] = {}  # id of a wide list's `_SharedDeps` -> the join its gates wait on
         targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
+        kin = self.raises_dependents
         for f in order:
             fid = f.id
             w = owner[fid]
@@ -495,11 +499,12 @@ class DecomposedSimulator(RunsByCompletion):
                     x = lbs[d]
                     if x > lb:
                         lb = x
-                    ws = waiting.get(d)
-                    if ws is None:
-                        waiting[d] = [fid]
-                    else:
-                        ws.append(fid)
+                    if kin:
+                        ws = waiting.get(d)
+                        if ws is None:
+                            waiting[d] = [fid]
+                        else:
+                            ws.append(fid)
                     (local if w != DRIVER and owner[d] == w else cross).append(d)
                 if cross:
                     self._ext.update(d for d in cross if owner[d] != DRIVER)

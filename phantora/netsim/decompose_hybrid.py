@@ -18,12 +18,11 @@ never exceeds a channel's capacity) - 2 ns (rounding) + the least latency of a c
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Sequence
 
 from phantora.netsim.base import INF_NS, Completion, Flow, watch_by_completions
+from phantora.netsim.chain_bounds import Chain
 from phantora.netsim.decompose import DRIVER, DecomposedSimulator, Spawner
-from phantora.netsim.hybrid import SHARED_DEPS_MIN
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
@@ -32,7 +31,8 @@ class HybridDecomposedSimulator(DecomposedSimulator):
     """A `NetworkSimulator` (and `FabricObserver`) over N workers, each the fluid NVLink hybrid of its flows."""
 
     worker_side = "hybrid"
-    raises_wide = False  # `_pulled` reads the wide lists' unfinished deps (whose bounds pass the ended ones' ends)
+    raises_wide = False  # `_pulled` reads the ends and bounds of the deps of a chain's head, wide lists' too
+    raises_dependents = False  # ... and of the flow before a chain's first unfinished one (`Chain.value`)
 
     def __init__(self, topology: Topology, config: PacketConfig, spawn: Spawner) -> None:
         super().__init__(topology, config, spawn)
@@ -47,6 +47,7 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             self._out_lat[a] = min(self._out_lat.get(a, INF_NS), topology.channel_latency(c))
         self._zero = set()
         self._deps_of = {}
+        self._chain_of: dict[int, tuple[Chain, int]] = {}  # flow -> (its chain, its position there)
         self._targets = {}
         self._watch: Collection[int] = ()
         self.reacts = self._watch.__contains__
@@ -74,100 +75,105 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             self._watch = ()
             self.reacts = self._watch.__contains__
 
-    def _raise(self, fid: int, ns: int) -> None:
-        """lb(fid) >= ns, not carried down its dependents here: the driver holds the whole DAG, and a rise carried
-        down every chain behind it costs the chain's length per completion. `_pulled` carries rises up to the
-        flows a round's horizon reads, when it reads them (a bound not carried is still a lower bound)."""
-        if ns > self._lb.get(fid, INF_NS):
-            self._lb[fid] = ns
-
-    def _pulled(
-        self, fid: int, floors: list[int], memo: dict[int, int], part: set[int], wide: dict[int, int], need: int
-    ) -> int:
-        """A lower bound of flow `fid`'s end: its bound, raised to its worker's floor (no flow of a worker ends
-        before its next event, nor at or before the gathered time) and from each unfinished dep's (pulled in turn)
-        + its step; all of that, exactly, whenever it is below `need`. A dep that lifts it to `need` ends its walk
-        (the other deps cannot lower it), so a flow that cannot bind the horizon is shown so down one chain, not
-        through all its ancestors. Once per round (`memo`: the flows whose value stopped at a need are in `part`,
-        walked on if a later need is higher); a wide deps list's latest, shared by many flows, once per round
-        (`wide`, by the list's identity, one per batch and worker). Every value is written back into the bounds: a
-        lower bound, whether the walk stopped early or not."""
-        lbs, deps_of, step, owner = self._lb, self._deps_of, self._step, self._owner
+    def _book(self, order: Sequence[Flow], at: int, xfer: dict[int, int], *, handed: bool) -> None:
+        """The driver's books (`DecomposedSimulator._book`), then each flow of the batch into a chain (`Chain`):
+        appended to its one dep's chain when that dep is unfinished and its chain's last flow, else the head of a
+        chain of its own."""
+        super()._book(order, at, xfer, handed=handed)
+        lbs, step, owner, deps_of, chain_of = self._lb, self._step, self._owner, self._deps_of, self._chain_of
         assert deps_of is not None
+        for f in order:
+            fid = f.id
+            lb = lbs.get(fid)
+            if lb is None:
+                continue  # (a marker done at once)
+            s = step[fid]
+            w = owner[fid]
+            if len(f.deps) == 1:
+                got = chain_of.get(f.deps[0])
+                if got is not None and f.deps[0] in lbs and got[1] == len(got[0].nodes) - 1:
+                    ch, pos = got[0], got[1] + 1
+                    ch.add(fid, s, w)
+                    chain_of[fid] = (ch, pos)
+                    if lb - ch.sums[pos] > ch.static:
+                        ch.raised.append(pos)
+                    continue
+            chain_of[fid] = (Chain(fid, s, lb - s, w, deps_of.get(fid, ())), 0)
+
+    def _raise(self, fid: int, ns: int) -> None:
+        """lb(fid) >= ns, kept as a rise of its chain (`Chain.raised`), not carried down its dependents: the driver
+        holds the whole DAG, and a rise carried down every chain behind it costs the chain's length per completion.
+        `_pulled` reads the rises of the chains up to the flows a round's horizon reads, when it reads them."""
+        lbs = self._lb
+        if ns > lbs.get(fid, INF_NS):
+            lbs[fid] = ns
+            got = self._chain_of.get(fid)
+            if got is not None:
+                raised = got[0].raised
+                if got[1] not in raised:  # (a few positions: the frontier's and the gating flows' written back)
+                    raised.append(got[1])
+
+    def _bounds(self, flat: list[int]) -> None:
+        """A worker's completion bounds of its started flows ([id, ns, ...], those that rose), as rises."""
+        for fid, ns in zip(flat[0::2], flat[1::2], strict=True):
+            self._raise(fid, ns)
+
+    def _pulled(self, fid: int, floors: list[int], memo: dict[int, int], wide: dict[int, int], need: int) -> int:
+        """A lower bound of flow `fid`'s end: the most, over each unfinished flow x of its chain up to it, of x's
+        bound raised to x's worker's floor (no flow of a worker ends before its next event, nor at or before the
+        gathered time) + the steps after x (`Chain.value`), and, while its chain's head is unfinished, its
+        unfinished deps' (pulled in turn) + every step of the chain up to it. All of that, exactly, whenever it is
+        below `need`; at least `need` otherwise (the head's deps are not read when the chain alone reaches it).
+        Exact values are kept for the round (`memo`), a deps list's latest by the list's identity (`wide`: one tuple
+        shared by a batch's flows that wait on the same list); the head's deps are pulled on an explicit stack (a
+        DAG of hundreds of collectives, each after the last, needs no recursion)."""
         got = memo.get(fid)
-        if got is not None and (got >= need or fid not in part):
+        if got is not None:
             return got
-        stack: list[list[Any]] = [[fid, need, None, 0, 0]]  # [flow, need, its deps (None: not yet read), next, lb]
-        ret = -1  # the value of the frame just closed, for its parent
+        lbs, ends, chain_of = self._lb, self._ends, self._chain_of
+        ch, pos = chain_of[fid]
+        v = ch.value(pos, lbs, ends, floors)
+        if ch.k0 or not ch.deps:
+            memo[fid] = v
+            return v
+        if v >= need:
+            return v
+        stack = [fid]
         while stack:
-            fr = stack[-1]
-            if len(fr) == 3:  # a wide deps list's latest: each dep's whole pull in turn, on this stack (no recursion)
-                deps, i, best = fr
-                if ret > best:
-                    best = ret
-                ret = -1
-                n = len(deps)
-                while i < n:
-                    d = deps[i]
-                    i += 1
+            x = stack[-1]
+            ch, pos = chain_of[x]
+            deps = ch.deps
+            key = id(deps)
+            t = wide.get(key)
+            if t is None:
+                t = -1
+                waits = False
+                for d in deps:
                     if d not in lbs:
+                        e = ends.get(d, -1)  # (done)
+                        if e > t:
+                            t = e
                         continue
                     m = memo.get(d)
-                    if m is not None and d not in part:
-                        if m > best:
-                            best = m
-                        continue
-                    fr[1], fr[2] = i, best
-                    stack.append([d, INF_NS, None, 0, 0])
-                    break
-                else:
-                    wide[id(deps)] = best
-                    stack.pop()  # its flow opens again and finds it
-                continue
-            x, t, deps, i, v = fr
-            s = step[x]
-            if deps is None:  # opened: its own bound and floor, a wide list's latest at once
-                v = lbs[x]
-                w = owner[x]
-                if w != DRIVER and floors[w] > v:
-                    v = floors[w]
-                deps = deps_of.get(x, ())
-                if len(deps) >= SHARED_DEPS_MIN:
-                    latest = wide.get(id(deps))
-                    if latest is None:
-                        stack.append([deps, 0, -1])
-                        ret = -1
-                        continue
-                    if latest >= 0 and latest + s > v:
-                        v = latest + s
-                    deps = ()
-                fr[2] = deps
-            elif ret >= 0 and ret + s > v:  # a dep's walk came back
-                v = ret + s
-            ret = -1
-            n = len(deps)
-            while i < n and v < t:
-                d = deps[i]
-                i += 1
-                if d not in lbs:
-                    continue  # (done: its end is in this flow's bound)
-                m = memo.get(d)
-                if m is not None and (m + s >= t or d not in part):
-                    if m + s > v:
-                        v = m + s
+                    if m is None:
+                        dch, dpos = chain_of[d]
+                        if dch.k0 or not dch.deps:
+                            m = memo[d] = dch.value(dpos, lbs, ends, floors)
+                        else:
+                            stack.append(d)
+                            waits = True
+                            continue
+                    if m > t:
+                        t = m
+                if waits:
                     continue
-                fr[3], fr[4] = i, v
-                stack.append([d, t - s, None, 0, 0])
-                break
-            else:
-                lbs[x] = memo[x] = v
-                if i < n:
-                    part.add(x)
-                else:
-                    part.discard(x)
-                stack.pop()
-                ret = v
-        return ret
+                wide[key] = t
+            v = ch.value(pos, lbs, ends, floors)
+            if t >= 0 and t + ch.sums[pos] > v:
+                v = t + ch.sums[pos]
+            memo[x] = v
+            stack.pop()
+        return memo[fid]
 
     def _horizon(self, until: int) -> int:
         """How far each worker may run (`_hz`; the least of them is returned: every completion up to it is gathered
@@ -186,12 +192,11 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             for out, nxt, now in zip(self._out, self._next, self._wnow, strict=True)
         ]
         memo: dict[int, int] = {}
-        part: set[int] = set()
         wide: dict[int, int] = {}
         r = INF_NS
         for f in self._watch:
             if f in lbs:
-                r = min(r, self._pulled(f, floors, memo, part, wide, r))
+                r = min(r, self._pulled(f, floors, memo, wide, r))
         for t, fid, _ in self._buffer:
             if fid in self._watch:
                 r = min(r, t)
@@ -209,7 +214,9 @@ class HybridDecomposedSimulator(DecomposedSimulator):
                         need = max(need, hz[v] - ahead)
             if need < 0:
                 continue
-            t = self._pulled(f, floors, memo, part, wide, need)  # (exact if it lowers any)
+            t = self._pulled(f, floors, memo, wide, need)  # (exact if it lowers any)
+            if t > lbs[f]:
+                self._raise(f, t)  # (a lower bound: the next round's order and first skip read it)
             for w, zero in targets[f]:
                 ahead = 0 if zero else latency - 1
                 for v in range(n) if w == DRIVER else (w,):
