@@ -8,7 +8,9 @@ channel c tree 0 and its copy c + s tree 1, so tree 1 is the upper half of the 2
 channel. Later copies (`copyChannels(start, end)`: channel k copies k - start) repeat what they copy: the H100
 doubling across nodes, and NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS after NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS cut the
 channels (in the order `channels.comm_channels` applies them). A collective of k channels runs channels 0..k-1,
-so a tree all-reduce on at most s channels runs tree 0 alone.
+so a tree all-reduce on at most s channels runs tree 0 alone. Not restated: the search's own duplication
+(`ncclTopoDupChannels`: search channel g + s/2 a copy of g, the same chain), so a duplicated search channel's chain
+is rotated by its own index here, not its original's.
 """
 
 from __future__ import annotations
