@@ -188,12 +188,13 @@ class UnixPeers:
         key: tuple[int, ...] = (),
         sampling: tuple[int, bool] = (NEVER, True),
         react: tuple[int, int] = (NEVER, NEVER),
+        output: int = 0,
     ) -> list[PeerReport]:
         """`phantora.netsim.cut_windows.Peers.exchange` over the stream sockets."""
         out: dict[int, PeerReport] = {}
         unsent: dict[int, memoryview] = {}
         for g, sock in self._socks.items():
-            data = encode(seq, next_ns, min_arrival, batches.get(g, b""), releases, key, sampling, react)
+            data = encode(seq, next_ns, min_arrival, batches.get(g, b""), releases, key, sampling, react, output)
             n = self._send(g, sock, data)
             if n < len(data):
                 unsent[g] = memoryview(data)[n:]

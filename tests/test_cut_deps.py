@@ -27,6 +27,17 @@ def test_a_window_without_releases_is_the_lookahead() -> None:
     assert window_end(5_000, 1_000, NEVER, NEVER, -1) == (6_000, BEFORE)
 
 
+def test_the_workers_earliest_output_widens_the_window_past_the_lookahead() -> None:
+    """No message sent from now on arrives before 7,500 (`reach`): the window runs to it; a reach inside the
+    lookahead changes nothing (the lookahead bounds every send from 5,000 on); NEVER: nothing will cross, run on."""
+    assert window_end(5_000, 1_000, NEVER, NEVER, -1, reach=7_500) == (7_500, BEFORE)
+    assert why_end(5_000, 1_000, NEVER, NEVER, 7_500, BEFORE, 7_500) == "earliest output"
+    assert window_end(5_000, 1_000, NEVER, NEVER, -1, reach=5_500) == (6_000, BEFORE)
+    assert window_end(5_000, 1_000, NEVER, NEVER, -1, reach=NEVER) == (NEVER, BEFORE)
+    assert window_end(5_000, 1_000, 6_500, 7_000, -1, reach=7_500) == (6_500, BEFORE)  # a release lands first
+    assert window_end(5_000, 1_000, NEVER, NEVER, -1, cap=5_001, reach=7_500) == (5_001, BEFORE)
+
+
 def test_a_release_after_its_completion_ns_ends_the_window_before_it_lands() -> None:
     """Released at 5,400 at the earliest, landing after that ns (a delay): every event before 5,400 may run."""
     assert window_end(5_000, 1_000, 5_400, NEVER, -1) == (5_400, BEFORE)

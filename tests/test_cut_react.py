@@ -67,6 +67,9 @@ class ReactNet:
     def CutTakeMinArrival(self) -> int:  # noqa: N802
         return -1
 
+    def CutOutputBound(self) -> int:  # noqa: N802
+        return 0  # no bound better than the lookahead
+
     def CutDeliver(self, batch: bytes) -> None:  # noqa: N802
         pass
 
@@ -85,7 +88,7 @@ class BoardPeers:
     def exchange(self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes],
                  releases: tuple[int, int] = (NEVER, NEVER), key: tuple[int, ...] = (),
                  sampling: tuple[int, bool] = (NEVER, True),
-                 react: tuple[int, int] = (NEVER, NEVER)) -> list[PeerReport]:  # fmt: skip
+                 react: tuple[int, int] = (NEVER, NEVER), output: int = 0) -> list[PeerReport]:  # fmt: skip
         self.board[(seq, self.group)] = PeerReport(self.group, next_ns, min_arrival, b"", *releases, key, *sampling,
                                                    *react)  # fmt: skip
         self.barrier.wait(timeout=10)

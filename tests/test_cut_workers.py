@@ -183,13 +183,22 @@ def by_worker(records: list[Any], n: int, node: Callable[[Any], int] = lambda r:
 class FakeNet:
     """A worker's engine reduced to a list of event times, and the windows it was asked to run."""
 
-    def __init__(self, events: list[int], sends: Mapping[int, int]) -> None:
+    def __init__(self, events: list[int], sends: Mapping[int, int], reach: int = 0) -> None:
         self.events = sorted(events)
         self.sends = dict(sends)  # event time -> arrival of a message it sends to the other worker
         self.ran: list[int] = []  # window ends
         self.shared: list[int] = []  # the window starts CutShareBounds was called with
         self.now = 0
         self._out: list[int] = []
+        self.reach = reach  # ns from any event (or message arrival) to an arrival across the cut; 0: not told
+        self._reach_sent = -1  # the least arrival + reach of the messages sent since CutOutputBound
+
+    def CutOutputBound(self) -> int:  # noqa: N802
+        if not self.reach:
+            return 0  # no bound better than the lookahead
+        mine = [t + self.reach for t in self.events[:1]] + ([self._reach_sent] if self._reach_sent >= 0 else [])
+        self._reach_sent = -1
+        return min(mine, default=-1)
 
     def NextEventTime(self) -> int:  # noqa: N802 - PhantoraNetwork's name
         return self.events[0] if self.events else -1
@@ -201,6 +210,8 @@ class FakeNet:
             self.now = t
             if t in self.sends:
                 self._out.append(self.sends[t])
+                r = self.sends[t] + self.reach
+                self._reach_sent = r if self._reach_sent < 0 else min(self._reach_sent, r)
 
     def CutTakeOutbox(self, group: int) -> bytes:  # noqa: N802
         return b"".join(x.to_bytes(8, "little") for x in self._out)
@@ -236,15 +247,18 @@ class ScriptedPeer:
         self.arr = NEVER
 
     def exchange(
-        self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes], *_: Any, **__: Any
+        self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes], *_: Any, **kw: Any
     ) -> list[PeerReport]:
         theirs = self.net.NextEventTime()
-        report = PeerReport(1, NEVER if theirs < 0 else theirs, self.arr, self.pending)
+        out = self.net.CutOutputBound()
+        report = PeerReport(
+            1, NEVER if theirs < 0 else theirs, self.arr, self.pending, output=out if out >= 0 else NEVER
+        )
         if batches.get(1):
             self.net.CutDeliver(batches[1])
         glob = min(next_ns, min_arrival, report.next_ns, report.min_arrival)
         if glob != NEVER:
-            self.net.CutRunBefore(glob + self.lookahead)
+            self.net.CutRunBefore(max(glob + self.lookahead, min(kw.get("output", 0), report.output)))
             self.pending = self.net.CutTakeOutbox(0)
             a = self.net.CutTakeMinArrival()
             self.arr = NEVER if a < 0 else a
@@ -265,6 +279,21 @@ def test_windows_skip_idle_stretches_and_end_when_nothing_is_left() -> None:
     assert stats.windows == 3 and stats.exchanges == 4
     assert mine.shared == [0, 150, 5000]  # after each window, with its start: the completion bounds shared
     assert stats.ended_by == {"lookahead": 3} and stats.widths == {"100-999": 3}  # three windows of 100 ns
+
+
+def test_windows_run_to_the_workers_earliest_output() -> None:
+    """As above, but every event (and every message's arrival) is 300 ns from any arrival across the cut (a NIC
+    behind its switch): each window runs to the least event + 300 over both workers, past the lookahead of 100.
+    From 0 to 300 (their send at 50 arrives here at 350), from 350 to 650 (that message's arrival + 300: the
+    least, our event at 5,000 gives 5,300), from 5,000 to 5,300; the same three windows as the lookahead's, each
+    three times as wide, and every message still arrives at or after the window it is delivered at."""
+    mine = FakeNet([0, 5000], {}, reach=300)
+    theirs = FakeNet([50], {50: 350}, reach=300)
+    stats = WindowStats()
+    run_windows(mine, ScriptedPeer(theirs, 100), group=0, groups=2, lookahead_ns=100, until=None, stats=stats)
+    assert mine.ran == [300, 650, 5300] and theirs.ran == [300, 650, 5300]
+    assert mine.now == 5000 and not mine.events and not theirs.events
+    assert stats.ended_by == {"earliest output": 3} and stats.widths == {"100-999": 3}
 
 
 def test_windows_stop_at_the_limit_and_move_the_clock() -> None:

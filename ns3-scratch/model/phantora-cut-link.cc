@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <queue>
 #include <stdexcept>
 #include <utility>
 
@@ -107,6 +109,61 @@ PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<u
   if (m_cut > 0 && m_lookahead == 0) {
     throw std::invalid_argument("partition.Groups: a cut cable has no delay (the windows need a lookahead > 0)");
   }
+  ComputeReach(m_idleLink);
+}
+
+void PhantoraCutLink::ComputeReach(const std::vector<bool>& idleLink) {
+  // Dijkstra over each group's own cables, from every end of a cut cable that carries packets (at its delay),
+  // with one extra vertex per group joined at 0 ns to the group's endpoints (a completion's release).
+  const uint32_t n = static_cast<uint32_t>(m_groups.size());
+  const uint32_t hubs = static_cast<uint32_t>(m_outboxes.size());
+  std::vector<std::vector<std::pair<uint32_t, uint64_t>>> adj(n + hubs);
+  std::vector<uint64_t> d(n + hubs, UINT64_MAX);
+  const auto& links = m_fabric->Links();
+  for (uint32_t id = 0; id < links.size(); ++id) {
+    const auto& l = links[id];
+    if (m_groups[l.a] == m_groups[l.b]) {
+      adj[l.a].emplace_back(l.b, l.delayNs);
+      adj[l.b].emplace_back(l.a, l.delayNs);
+    } else if (!idleLink[id]) {
+      d[l.a] = std::min(d[l.a], l.delayNs);
+      d[l.b] = std::min(d[l.b], l.delayNs);
+    }
+  }
+  for (uint32_t v = 0; v < n; ++v) {
+    if (IsEndpoint(m_fabric->GetNode(v).kind)) {
+      adj[v].emplace_back(n + m_groups[v], 0);
+      adj[n + m_groups[v]].emplace_back(v, 0);
+    }
+  }
+  using Entry = std::pair<uint64_t, uint32_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> todo;
+  for (uint32_t v = 0; v < n; ++v) {
+    if (d[v] != UINT64_MAX) {
+      todo.emplace(d[v], v);
+    }
+  }
+  while (!todo.empty()) {
+    const auto [dv, v] = todo.top();
+    todo.pop();
+    if (dv != d[v]) {
+      continue;
+    }
+    for (const auto& [w, len] : adj[v]) {
+      if (dv + len < d[w]) {
+        d[w] = dv + len;
+        todo.emplace(d[w], w);
+      }
+    }
+  }
+  d.resize(n);
+  m_reach = std::move(d);
+  m_ownReach = m_reach;
+  for (uint32_t v = 0; v < n; ++v) {
+    if (m_self != kLoopback && m_groups[v] != m_self) {
+      m_ownReach[v] = std::min(m_ownReach[v], m_lookahead);
+    }
+  }
 }
 
 PhantoraCutLink::~PhantoraCutLink() {
@@ -130,6 +187,8 @@ void PhantoraCutLink::Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPack
   std::vector<uint8_t>& out = OutboxFor(toEnd == 0 ? l.a : l.b);
   const std::size_t start = out.size();
   m_minArrival = std::min(m_minArrival, arriveNs);
+  const uint64_t reach = m_reach[toEnd == 0 ? l.a : l.b];
+  m_minReach = std::min(m_minReach, reach > UINT64_MAX - arriveNs ? UINT64_MAX : arriveNs + reach);
   Put(out, arriveNs);
   Put(out, link);
   Put(out, static_cast<uint8_t>(toEnd));
@@ -178,6 +237,8 @@ void PhantoraCutLink::SendForget(uint64_t flow, uint32_t node, uint64_t atNs) {
 void PhantoraCutLink::SendRelease(uint64_t flow, uint32_t node, uint64_t atNs, const PhantoraOrderKey& event,
                                   uint32_t seq, const PhantoraOrderKey& key, uint64_t landNs) {
   m_minArrival = std::min(m_minArrival, landNs);
+  const uint64_t reach = m_reach.at(node);
+  m_minReach = std::min(m_minReach, reach > UINT64_MAX - landNs ? UINT64_MAX : landNs + reach);
   std::vector<uint8_t>& out = SendNote(kReleaseLink, flow, node, atNs);
   const std::size_t start = out.size();
   PutKey(out, event);
@@ -204,6 +265,12 @@ std::vector<uint8_t> PhantoraCutLink::TakeOutbox(uint32_t group) {
 uint64_t PhantoraCutLink::TakeMinArrival() {
   const uint64_t t = m_minArrival;
   m_minArrival = UINT64_MAX;
+  return t;
+}
+
+uint64_t PhantoraCutLink::TakeMinReach() {
+  const uint64_t t = m_minReach;
+  m_minReach = UINT64_MAX;
   return t;
 }
 
@@ -294,6 +361,7 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
 void PhantoraCutLink::Barrier() {
   ++m_barriers;
   m_minArrival = UINT64_MAX;
+  m_minReach = UINT64_MAX;
   for (uint32_t g = 0; g < m_outboxes.size(); ++g) {
     if (!m_outboxes[g].empty()) {
       Deliver(TakeOutbox(g));

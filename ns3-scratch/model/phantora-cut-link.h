@@ -57,6 +57,17 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   std::vector<uint8_t> TakeOutbox(uint32_t group);
   /// The least arrival time of the messages sent since the last call, or UINT64_MAX; reset.
   uint64_t TakeMinArrival();
+  /// Per node, the least ns from an event at it to a packet's arrival across a cut cable caused by it, inside
+  /// the node's own group (UINT64_MAX: none can be): a packet reaches the next node no earlier than the cable's
+  /// delay after it is sent, and an endpoint's completion may start a flow at any endpoint of its group in the
+  /// same ns (a dependent's release), so the endpoints of a group share their least. The windows' earliest
+  /// output (PhantoraNetwork::CutOutputBound).
+  const std::vector<uint64_t>& Reach() const { return m_reach; }
+  /// Reach() for this worker's own events: a node of another group counts the lookahead (nothing less).
+  const std::vector<uint64_t>& OwnReach() const { return m_ownReach; }
+  /// The least over the messages sent since the last call of their arrival plus Reach() at the node they
+  /// arrive at (a release: its landing plus its sender's), or UINT64_MAX; reset.
+  uint64_t TakeMinReach();
   /// Called on delivery of a forget message: (flow, receiver node, sender's ns).
   void SetForget(std::function<void(uint64_t, uint32_t, uint64_t)> f) { m_forget = std::move(f); }
 
@@ -103,6 +114,10 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   uint32_t m_self;
   std::vector<std::vector<uint8_t>> m_outboxes;  ///< by destination group
   uint64_t m_minArrival = UINT64_MAX;
+  uint64_t m_minReach = UINT64_MAX;
+  std::vector<uint64_t> m_reach;     ///< Reach(), per node
+  std::vector<uint64_t> m_ownReach;  ///< OwnReach(), per node
+  void ComputeReach(const std::vector<bool>& idleLink);
   std::function<void(uint64_t, uint32_t, uint64_t)> m_forget;
   ReleaseFn m_release;
   std::function<void(uint64_t, uint64_t)> m_done;

@@ -165,6 +165,69 @@ int64_t PhantoraKeyedScheduler::PeekNextLiveTs() {
   return ts;
 }
 
+namespace {
+uint64_t SatAdd(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+}  // namespace
+
+uint64_t PhantoraKeyedScheduler::LeastReach(const std::vector<uint64_t>& dist, uint64_t other,
+                                            uint64_t least) const {
+  uint64_t best = UINT64_MAX;
+  auto reach = [&dist, other](const Item& i) {
+    const uint32_t c = i.ev.key.m_context;
+    return SatAdd(i.ev.key.m_ts, c < dist.size() ? dist[c] : other);
+  };
+  // The wheel holds one time step per slot, [m_base, m_base + kSlots): walk the slots in use in time order.
+  const uint64_t start = m_base & (kSlots - 1);
+  uint64_t off = 0;  // time steps from m_base not yet looked at start here
+  while (m_inWheel > 0 && off < kSlots && SatAdd(m_base + off, least) < best) {
+    uint64_t s = (start + off) & (kSlots - 1);
+    uint64_t bits = m_used[s / 64] & (~uint64_t{0} << (s % 64));
+    while (bits == 0) {
+      off += 64 - s % 64;  // on to the next word of slots
+      if (off >= kSlots) {
+        break;
+      }
+      s = (start + off) & (kSlots - 1);
+      bits = m_used[s / 64];
+    }
+    if (off >= kSlots) {
+      break;
+    }
+    const uint64_t hit = s / 64 * 64 + static_cast<uint64_t>(__builtin_ctzll(bits));
+    off += hit - s;
+    if (off >= kSlots || SatAdd(m_base + off, least) >= best) {
+      break;  // past the wheel's end, or no event from here on can do better
+    }
+    const Slot& slot = m_slots[hit];
+    for (std::size_t k = slot.head; k < slot.items.size(); ++k) {
+      if (!slot.items[k].ev.impl->IsCancelled()) {
+        best = std::min(best, reach(slot.items[k]));
+      }
+    }
+    ++off;
+  }
+  // The heap: a child is never earlier than its parent, so a subtree whose root cannot do better is skipped.
+  std::vector<std::size_t> todo;
+  if (!m_heap.empty()) {
+    todo.push_back(0);
+  }
+  while (!todo.empty()) {
+    const std::size_t at = todo.back();
+    todo.pop_back();
+    const Item& i = m_heap[at];
+    if (SatAdd(i.ev.key.m_ts, least) >= best) {
+      continue;
+    }
+    if (!i.ev.impl->IsCancelled()) {
+      best = std::min(best, reach(i));
+    }
+    for (std::size_t c = at * kArity + 1; c < std::min(at * kArity + 1 + kArity, m_heap.size()); ++c) {
+      todo.push_back(c);
+    }
+  }
+  return best;
+}
+
 void PhantoraKeyedScheduler::Push(const Item& item) {
   std::size_t hole = m_heap.size();
   m_heap.emplace_back();

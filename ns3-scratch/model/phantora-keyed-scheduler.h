@@ -80,6 +80,10 @@ class PhantoraKeyedScheduler final : public Scheduler {
   const PhantoraOrderKey& PeekNextKey() const { return PeekItem().key; }
   /// Time step of the next event that is not cancelled, or -1 (the events' order is unchanged).
   int64_t PeekNextLiveTs();
+  /// The least `ts + dist[context]` over the events not cancelled (`other` for a context past `dist`, such as
+  /// Simulator::NO_CONTEXT), saturating; UINT64_MAX if none. `least` (> 0): no distance is below it, so the scan
+  /// stops at the first time step that cannot do better (the wheel in time order, the heap's subtrees pruned).
+  uint64_t LeastReach(const std::vector<uint64_t>& dist, uint64_t other, uint64_t least) const;
 
  private:
   struct Item {

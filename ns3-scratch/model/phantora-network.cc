@@ -777,6 +777,18 @@ int64_t PhantoraNetwork::CutTakeMinArrival() {
   return t == UINT64_MAX ? -1 : static_cast<int64_t>(t);
 }
 
+int64_t PhantoraNetwork::CutOutputBound() {
+  PhantoraCutLink& cut = Worker("CutOutputBound");
+  const PhantoraScheduler* sched = PhantoraScheduler::Current();
+  const PhantoraKeyedScheduler* keyed = sched ? sched->Keyed() : nullptr;
+  if (!keyed) {
+    throw std::runtime_error("CutOutputBound: the keyed mode's scheduler is not running");
+  }
+  const uint64_t la = cut.LookaheadNs();
+  const uint64_t t = std::min(keyed->LeastReach(cut.OwnReach(), la, std::max<uint64_t>(la, 1)), cut.TakeMinReach());
+  return t >= static_cast<uint64_t>(INT64_MAX) ? -1 : static_cast<int64_t>(t);
+}
+
 void PhantoraNetwork::CutDeliver(const std::string& batch) {
   Worker("CutDeliver").Deliver(std::vector<uint8_t>(batch.begin(), batch.end()));
 }

@@ -316,6 +316,13 @@ class PhantoraNetwork {
   std::string CutTakeOutbox(uint32_t group);
   /// The least arrival time of the messages taken since the last call, or -1.
   int64_t CutTakeMinArrival();
+  /// A lower bound on the arrival at another worker of any cut-cable packet or release this worker sends from now
+  /// on, before it is given new messages: the least over its pending events of their ns plus the least delay from
+  /// their node to an arrival across a cut (PhantoraCutLink::Reach), and over the messages it sent since the last
+  /// call of their arrival plus the same from the node they arrive at (what they can make the receiver send); -1
+  /// for none. Every message sent in a window ends no earlier than the least of these over all workers, so the
+  /// window may run to there (the earliest output time; at least the next event + the lookahead).
+  int64_t CutOutputBound();
   /// Queue another worker's batch for this one.
   void CutDeliver(const std::string& batch);
   /// Groups of the partition.

@@ -12,6 +12,15 @@ the messages it sent. Every worker then knows the same global next time G (the l
 starts at G, so stretches where nothing happens anywhere cost one window, not one per L (the least-next-time
 rule). A run to time T ends when G > T; with no limit, when nothing is left anywhere (G = NEVER).
 
+Wider windows: the lookahead bounds when a message sent at or after G can arrive, but a worker often knows more.
+Each also reports its earliest output (`CutOutputBound`): the least ns anything it may send from now on arrives
+at, from its pending events (each event's ns plus the least delay from its node to an arrival across a cut: its
+own group's cables, then the cut cable) and from the messages it sent in the window (their arrival plus the same
+from the node they arrive at, for what they can make the receiver send). Messages sent in the next window are
+caused by those events and messages only (whatever else arrives comes at the next barrier), so the window may run
+to the least of these over every worker when that is past G + L (a null-message / earliest-output-time bound, as
+ns-3's distributed simulator and Unison use).
+
 Flows with dependencies: a dependency that completes in one worker releases a flow another worker starts by a
 message (PhantoraNetwork, keyed as one engine's start), and the start may fall in the very ns of the completion,
 under the lookahead. So each worker also reports the least ns a release it can cause may land at
@@ -60,6 +69,7 @@ class PeerReport:
     busy: bool = True  # queue sampling: it still had flows
     react_bound: int = NEVER  # stepped workers: the last ns to run through before a reacting flow it starts may end
     react_stop: int = NEVER  # ... the least end + reaction of a reacting flow completed in it (`reacting`)
+    output: int = 0  # the least arrival of anything it may send from now on (`CutOutputBound`), 0 if not told
 
 
 class Peers(Protocol):
@@ -75,11 +85,12 @@ class Peers(Protocol):
         key: tuple[int, ...] = (),
         sampling: tuple[int, bool] = (NEVER, True),
         react: tuple[int, int] = (NEVER, NEVER),
+        output: int = 0,
     ) -> list[PeerReport]:
         """Send each other worker its batch with our next time, least arrival, release bounds (later, same), our
-        queue sampling (start, still busy), our reacting flows' bound and stop (stepped workers) and, in a lockstep
-        round, our next event's key; return every other worker's report for barrier `seq` (raises naming the worker
-        that does not answer in time)."""
+        queue sampling (start, still busy), our reacting flows' bound and stop (stepped workers), our earliest
+        output (0: none told) and, in a lockstep round, our next event's key; return every other worker's report
+        for barrier `seq` (raises naming the worker that does not answer in time)."""
         ...
 
 
@@ -127,31 +138,38 @@ BEFORE, THROUGH, LOCKSTEP = "before", "through", "lockstep"
 # what ended a window (WindowStats.ended_by)
 LOOKAHEAD, RELEASE_LATER, RELEASE_SAME = "lookahead", "release after", "release in"
 LOCKSTEP_NS, UNTIL = "lockstep", "until"
+OUTPUT = "earliest output"  # every worker's next send across a cut arrives later than the lookahead from the start
 REACT = "reacting flow"  # stepped workers: the driver may hand over a flow once a flow it reacts to ends
 SAMPLING_START = "sampling start"  # one ns while no worker's queue sampling has begun (`run_windows`' cap)
 
 
-def why_end(glob: int, lookahead_ns: int, later: int, same: int, end: int, how: str) -> str:
-    """What set the end of the window from `glob` that `window_end` gave: the lookahead, a release landing after
-    its dependency's completion ns (`later`), one that may land in it (`same`), a lockstep round."""
+def why_end(glob: int, lookahead_ns: int, later: int, same: int, end: int, how: str, reach: int = 0) -> str:
+    """What set the end of the window from `glob` that `window_end` gave: the lookahead, the workers' earliest
+    output past it (`reach`), a release landing after its dependency's completion ns (`later`), one that may land
+    in it (`same`), a lockstep round."""
     if how == LOCKSTEP:
         return LOCKSTEP_NS
     if how == THROUGH:
         return RELEASE_SAME if same != NEVER and max(same, glob) == end else RELEASE_LATER
     if end == glob + lookahead_ns:
         return LOOKAHEAD
+    if end == reach:
+        return OUTPUT
     return RELEASE_LATER
 
 
-def window_end(glob: int, lookahead_ns: int, later: int, same: int, through: int, cap: int = NEVER) -> tuple[int, str]:
+def window_end(
+    glob: int, lookahead_ns: int, later: int, same: int, through: int, cap: int = NEVER, reach: int = 0
+) -> tuple[int, str]:
     """How the window from `glob` ends: (ns, BEFORE) runs every event before ns; (ns, THROUGH) also the events of
     ns scheduled before it (`CutRunThrough`); (glob, LOCKSTEP) runs the rest of ns glob in lockstep rounds, one
     worker at a time (`CutRunLeast`). `later` / `same`: the least ns a release lands at after / in its
     dependency's completion ns (bounds below `glob` count as `glob`: nothing runs before it); `through`: the ns
     whose events scheduled before it ran in the last window (then a release may still come from an event
     scheduled in that ns, in a zero-delay chain: the rest of it runs in lockstep); `cap`: end before it at the
-    latest."""
-    code = min(2 * (glob + lookahead_ns), 2 * cap)  # 2 x ns: before ns; 2 x ns + 1: through ns
+    latest; `reach`: no message sent from now on arrives before it (the least earliest output over the workers,
+    `CutOutputBound`; NEVER: none will be sent), so the window may run past the lookahead to it."""
+    code = min(2 * max(glob + lookahead_ns, reach), 2 * cap)  # 2 x ns: before ns; 2 x ns + 1: through ns
     if later != NEVER:
         code = min(code, 2 * later if later > glob else 2 * glob + 1)
     if same != NEVER:
@@ -193,6 +211,7 @@ def warm_up(net: Any, group: int, groups: int) -> None:
         if g != group:
             net.CutTakeOutbox(g)
     net.CutTakeMinArrival()
+    net.CutOutputBound()
     net.CutDeliver(b"")
     net.CutAdvanceTo(net.Now())
     net.NextEventTime()
@@ -204,6 +223,11 @@ def warm_up(net: Any, group: int, groups: int) -> None:
 def _react(net: Any, floor_ns: int) -> tuple[int, int]:
     bound, stop = (int(x) for x in net.CutReactBounds(floor_ns))
     return (NEVER if bound < 0 else bound, NEVER if stop < 0 else stop)
+
+
+def _output(net: Any) -> int:
+    t = int(net.CutOutputBound())
+    return NEVER if t < 0 else t
 
 
 def _sampling(net: Any) -> tuple[int, bool]:
@@ -245,9 +269,12 @@ def run_windows(
         later, same = _releases(net, max(start, 0))
         samp = _sampling(net) if sampling else (NEVER, True)
         bound, stop = _react(net, max(start, 0)) if reacting else (NEVER, NEVER)
+        reach = _output(net)
         t0 = time.perf_counter()
-        more = {"react": (bound, stop)} if reacting else {}
-        reports = peers.exchange(stats.exchanges, mine, min_arrival, batches, (later, same), sampling=samp, **more)
+        more: dict[str, Any] = {"react": (bound, stop)} if reacting else {}
+        reports = peers.exchange(
+            stats.exchanges, mine, min_arrival, batches, (later, same), sampling=samp, output=reach, **more
+        )
         stats.exchange_wall_s += time.perf_counter() - t0
         stats.exchanges += 1
         glob = min(mine, min_arrival)
@@ -257,6 +284,7 @@ def run_windows(
             glob = min(glob, r.next_ns, r.min_arrival)
             later, same = min(later, r.release_later), min(same, r.release_same)
             bound, stop = min(bound, r.react_bound), min(stop, r.react_stop)
+            reach = min(reach, r.output)
         if stop != NEVER and (until is None or stop < until):
             until = stopped = stop
         if sampling:
@@ -267,8 +295,8 @@ def run_windows(
         cap = glob + 1 if sampling and sampled == NEVER else NEVER  # no start known: one ns (see the docstring)
         # a reacting flow not complete ends no earlier than glob: run through its bound (at least glob) + reaction
         react_cap = NEVER if bound == NEVER else max(bound, glob) + 1
-        end, how = window_end(glob, lookahead_ns, later, same, through, min(cap, react_cap))
-        why = why_end(glob, lookahead_ns, later, same, end, how)
+        end, how = window_end(glob, lookahead_ns, later, same, through, min(cap, react_cap), reach)
+        why = why_end(glob, lookahead_ns, later, same, end, how, reach)
         if how == BEFORE and end == cap and why != LOOKAHEAD:
             why = SAMPLING_START
         elif how == BEFORE and end == react_cap and why != LOOKAHEAD:
