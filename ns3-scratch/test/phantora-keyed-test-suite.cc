@@ -187,6 +187,65 @@ class KeyedWheelOrderTest : public TestCase {
   }
 };
 
+/// LeastReach (a partition worker's earliest output): over random near, far and cancelled events of random nodes
+/// (and no node), queued and taken so that the wheel wraps, the scan gives the brute-force least of ts + dist[node]
+/// over the events not cancelled, at every check.
+class KeyedLeastReachTest : public TestCase {
+ public:
+  KeyedLeastReachTest() : TestCase("keyed scheduler: LeastReach is the least ts + dist over live events") {}
+
+ private:
+  void DoRun() override {
+    PhantoraKeyedScheduler s;
+    std::map<uint32_t, std::pair<uint64_t, Ptr<EventImpl>>> live;  // uid -> (ts, event)
+    std::vector<uint32_t> ctx;                                      // by uid
+    const std::vector<uint64_t> dist = {1000, 1000, 1500, 2000, 2000, 3000, 1000, 1200};
+    const uint64_t other = 1000;
+    std::mt19937_64 rng(11);
+    uint64_t now = 0;
+    uint32_t uid = 0;
+    uint32_t count = 0;
+    int bad = 0;
+    int checks = 0;
+    for (int round = 0; round < 20000; ++round) {
+      for (uint64_t i = rng() % 3; i > 0; --i) {
+        const uint64_t r = rng() % 100;
+        const uint64_t delay = r < 70 ? rng() % 3000 : r < 95 ? rng() % 9000 : 8000 + rng() % 100'000;
+        const uint32_t node = rng() % 10 == 0 ? Simulator::NO_CONTEXT : static_cast<uint32_t>(rng() % dist.size());
+        Ptr<EventImpl> impl = Create<FnEvent>([] {});
+        Scheduler::Event ev;
+        ev.impl = PeekPointer(impl);
+        ev.key.m_ts = now + delay;
+        ev.key.m_uid = uid;
+        ev.key.m_context = node;
+        s.InsertKeyed(ev, PhantoraOrderKey{now, 0, count++});
+        live[uid] = {now + delay, impl};
+        ctx.push_back(node);
+        if (rng() % 8 == 0) {
+          impl->Cancel();  // stays queued, counts for nothing
+        }
+        ++uid;
+      }
+      if (!s.IsEmpty() && rng() % 3 != 0) {
+        const Scheduler::Event ev = s.RemoveNext();
+        now = ev.key.m_ts;
+        live.erase(ev.key.m_uid);
+      }
+      if (round % 7 == 0) {
+        uint64_t want = UINT64_MAX;
+        for (const auto& [u, e] : live) {
+          if (!e.second->IsCancelled()) {
+            want = std::min(want, e.first + (ctx[u] < dist.size() ? dist[ctx[u]] : other));
+          }
+        }
+        bad += s.LeastReach(dist, other, 1000) != want;
+        ++checks;
+      }
+    }
+    NS_TEST_ASSERT_MSG_EQ(bad, 0, "LeastReach differs from the brute force in " << bad << " of " << checks);
+  }
+};
+
 /// The simulator in the keyed mode. Twelve events for time 100, queued by the caller with explicit keys (as a
 /// worker queues packets from another worker) in two different orders, run in key order; each runs on its own
 /// node (context) and schedules two events of that node, 0 and 5 ns later, which run by (node, count): the
@@ -346,6 +405,7 @@ class PhantoraKeyedTestSuite : public TestSuite {
   PhantoraKeyedTestSuite() : TestSuite("phantora-keyed", Type::UNIT) {
     AddTestCase(new KeyedHeapOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedWheelOrderTest, TestCase::Duration::QUICK);
+    AddTestCase(new KeyedLeastReachTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedSimulatorTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedSampleKeyTest, TestCase::Duration::QUICK);
   }
