@@ -41,6 +41,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import numpy as np
+
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator
 from phantora.netsim.flow import CausalityError
@@ -58,6 +60,7 @@ from phantora.netsim.observe import (
 )
 from phantora.netsim.packet import check_packet_batch
 from phantora.netsim.queue_spool import QueueSpool
+from phantora.netsim.record_columns import RecordColumns
 
 if TYPE_CHECKING:
     from phantora.netsim.effective import EffectiveSettings
@@ -69,7 +72,7 @@ ADDITIVE_STATS = (
     "cnps", "ecn_marks", "drops", "pfc_pause", "pfc_resume", "payload_bytes_delivered",
 )  # fmt: skip
 
-R = TypeVar("R", PfcEvent, QueueSample, Drop, CnpEvent, EcnMark)
+R = TypeVar("R", PfcEvent, Drop, CnpEvent, EcnMark)
 Key = tuple[int, int, tuple[tuple[object, ...], ...]]  # (submitted at, eligible at, canonical batch)
 
 
@@ -329,9 +332,8 @@ class ProfileReuseSimulator:
             )  # fmt: skip
         return out
 
-    def pfc_events(self) -> list[PfcEvent]:
-        own = self.inner.pfc_events()
-        return self._merged(own, lambda rec, t0, ids: [_shift_pfc(e, t0) for e in rec.pfc])
+    def pfc_events(self) -> Sequence[PfcEvent]:
+        return self._merged(PfcEvent, self.inner.pfc_events(), "pfc", named=False)
 
     def queue_samples(self) -> Sequence[QueueSample]:
         """ns-3's samples with every served episode's up to now, in time order, merged onto disk as they are read
@@ -350,17 +352,14 @@ class ProfileReuseSimulator:
         """ns-3's: only loss-tolerant (DLCP) packets are trimmed, and reuse refuses those flows."""
         return self.inner.trims()
 
-    def drops(self) -> list[Drop]:
-        own = self.inner.drops()
-        return self._merged(own, lambda rec, t0, ids: [_shift_drop(e, t0, ids) for e in rec.drops])
+    def drops(self) -> Sequence[Drop]:
+        return self._merged(Drop, self.inner.drops(), "drops")
 
-    def cnp_events(self) -> list[CnpEvent]:
-        own = self.inner.cnp_events()
-        return self._merged(own, lambda rec, t0, ids: [_shift_cnp(e, t0, ids) for e in rec.cnps])
+    def cnp_events(self) -> Sequence[CnpEvent]:
+        return self._merged(CnpEvent, self.inner.cnp_events(), "cnps")
 
-    def ecn_mark_events(self) -> list[EcnMark]:
-        own = self.inner.ecn_mark_events()
-        return self._merged(own, lambda rec, t0, ids: [_shift_mark(e, t0, ids) for e in rec.marks])
+    def ecn_mark_events(self) -> Sequence[EcnMark]:
+        return self._merged(EcnMark, self.inner.ecn_mark_events(), "marks")
 
     def flow_transport(self) -> dict[int, FlowTransport]:
         """ns-3's counters of the flows it ran, and each served flow's from the episode it was served from."""
@@ -606,11 +605,11 @@ class ProfileReuseSimulator:
         t0, pos = ep.t0, ep.pos
         rec = self.inner.new_records()
         records = FabricRecords(
-            [_shift_pfc(e, -t0) for e in rec.pfc],
+            RecordColumns.of(PfcEvent, rec.pfc).moved(-t0),
             [_shift_queue(e, -t0) for e in rec.queues],
-            [Drop(e.time_ns - t0, e.node, e.port, e.prio, pos.get(e.flow_id, -1), e.seq) for e in rec.drops],
-            [CnpEvent(e.time_ns - t0, e.node, pos.get(e.flow_id, -1), e.from_node, e.seq) for e in rec.cnps],
-            [EcnMark(e.time_ns - t0, e.node, e.port, e.prio, e.channel, pos.get(e.flow_id, -1)) for e in rec.marks],
+            _positions(RecordColumns.of(Drop, rec.drops).moved(-t0), pos),
+            _positions(RecordColumns.of(CnpEvent, rec.cnps).moved(-t0), pos),
+            _positions(RecordColumns.of(EcnMark, rec.marks).moved(-t0), pos),
         )
         stats = self._counters()
         delta = {k: v - self._base_stats.get(k, 0) for k, v in stats.items()}
@@ -634,15 +633,16 @@ class ProfileReuseSimulator:
             return None
         return ep.node.tail
 
-    def _merged(self, own: Sequence[R], pick: Callable[[FabricRecords, int, list[int]], list[R]]) -> list[R]:
-        """ns-3's own records with every served episode's (and the current one's, if served to its end, up to
-        now), in time order."""
-        out = list(own)
+    def _merged(self, kind: type[R], own: Sequence[R], name: str, named: bool = True) -> RecordColumns[R]:
+        """ns-3's own records with every served episode's `name` records (and the current one's, if served to its
+        end), up to now, in time order (ns-3's first at equal times, then the episodes in serving order); as
+        columns: shifted, renamed (`named`: their flows by position) and merged without an object each."""
         now = self.now()
+        parts = [RecordColumns.of(kind, own)]
         for tail, t0, ids in self._served_tails():
-            out.extend(e for e in pick(tail.records, t0, ids) if e.time_ns <= now)
-        out.sort(key=_time_ns)
-        return out
+            part: RecordColumns[R] = getattr(tail.records, name)
+            parts.append(part.moved(t0, ids if named else None).until(now))
+        return RecordColumns.by_time(kind, parts)
 
     def _served_tails(self) -> list[tuple[_Tail, int, list[int]]]:
         """(tail, start, ids by position) of every served episode, and of the current one if served to its end."""
@@ -651,6 +651,13 @@ class ProfileReuseSimulator:
         if ep is not None and current is not None:
             served.append((current, ep.t0, [f.id for f in ep.flows]))
         return served
+
+
+def _positions(records: RecordColumns[R], pos: dict[int, int]) -> RecordColumns[R]:
+    """`records` with each flow id as its position in the episode (`pos`; -1: not one of its flows)."""
+    cols = dict(records.columns)
+    cols["flow_id"] = np.array([pos.get(f, -1) for f in cols["flow_id"].tolist()], dtype=np.int64)
+    return RecordColumns(records.kind, cols)
 
 
 def _ordinals(ids: Sequence[int], seen: dict[int, int], learn: bool = False) -> list[int]:
@@ -680,10 +687,6 @@ def _flow_id(ids: list[int], p: int) -> int:
     return ids[p] if 0 <= p < len(ids) else -1
 
 
-def _shift_pfc(e: PfcEvent, dt: int) -> PfcEvent:
-    return PfcEvent(e.time_ns + dt, e.node, e.node_type, e.port, e.prio, e.pause, e.from_node)
-
-
 def _shift_queue(e: QueueSample, dt: int) -> QueueSample:
     return QueueSample(e.time_ns + dt, e.node, e.port, e.prio, e.bytes)
 
@@ -697,15 +700,3 @@ def _shifted_queues(samples: Iterable[QueueSample], dt: int, until: int) -> Iter
 
 def _time_ns(e: PfcEvent | QueueSample | Drop | CnpEvent | EcnMark) -> int:
     return e.time_ns
-
-
-def _shift_drop(e: Drop, dt: int, ids: list[int]) -> Drop:
-    return Drop(e.time_ns + dt, e.node, e.port, e.prio, _flow_id(ids, e.flow_id), e.seq)
-
-
-def _shift_cnp(e: CnpEvent, dt: int, ids: list[int]) -> CnpEvent:
-    return CnpEvent(e.time_ns + dt, e.node, _flow_id(ids, e.flow_id), e.from_node, e.seq)
-
-
-def _shift_mark(e: EcnMark, dt: int, ids: list[int]) -> EcnMark:
-    return EcnMark(e.time_ns + dt, e.node, e.port, e.prio, e.channel, _flow_id(ids, e.flow_id))

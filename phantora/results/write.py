@@ -30,7 +30,8 @@ from phantora.netsim.observe import (
     PfcEvent,
     QueueSample,
 )
-from phantora.netsim.standalone import standalone_fct_ns
+from phantora.netsim.record_columns import RecordColumns, flow_counts
+from phantora.netsim.standalone import StandaloneFct
 from phantora.results import schema as S
 from phantora.topology.model import Topology
 
@@ -99,24 +100,64 @@ def write_flows_csv(
     retransmission and reordering ones; None leaves them empty (not measured).
     """
     names = node_names(topo)
+    fluid = StandaloneFct(topo)  # each (src, dst, key)'s route once
     rows = []
+    tags: set[str] = set()
     for c in sorted(completions, key=lambda c: c.flow_id):
         if c.size <= 0 or c.src == c.dst:
             continue
         f = flows.get(c.flow_id) if flows is not None else None
         key = f.key if f is not None and f.key is not None else c.flow_id
         fct = fct_ns[c.flow_id] if fct_ns is not None else c.end_ns - c.start_ns
-        if standalone_ns is not None:
-            alone = standalone_ns[c.flow_id]
-        else:
-            alone = standalone_fct_ns(topo, c.src, c.dst, c.size, key)
+        alone = standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key)
+        tags.add(c.tag)
         rows.append(
             [c.flow_id, c.tag, names[c.src], names[c.dst], c.src, c.dst, c.size, f.priority if f else ""]
             + [c.start_ns, c.end_ns, fct, alone, f"{fct / alone:.4f}" if alone else ""]
             + [_count(cnps, c.flow_id), _count(ecn_marks, c.flow_id)]
             + _transport(transport, c.flow_id)
         )
-    return write_csv(path, S.FLOWS_COLUMNS, rows)
+    if _needs_quoting(tags) or _needs_quoting(names):
+        return write_csv(path, S.FLOWS_COLUMNS, rows)
+    return write_plain_rows(path, S.FLOWS_COLUMNS, rows)
+
+
+CSV_SPECIAL = frozenset(',"\r\n')  # a field holding one of these is quoted by csv.writer (QUOTE_MINIMAL)
+ROWS_AT_ONCE = 1 << 20  # rows formatted into one string before it is written (`write_columns`)
+
+
+def _needs_quoting(texts: Iterable[str]) -> bool:
+    """Would csv.writer quote one of these strings (QUOTE_MINIMAL: a comma, a quote, a line break)?"""
+    return any(CSV_SPECIAL.intersection(x) for x in texts)
+
+
+def write_plain_rows(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> Path:
+    """`write_csv` of rows of ints and strings none of which needs quoting, byte for byte as it writes them (str()
+    of each field, commas, CRLF), formatted by one `%s` template a row, a block of rows at a time."""
+    path = Path(path)
+    template = ",".join(["%s"] * len(header)) + "\r\n"
+    with _atomic(path) as f:
+        csv.writer(f).writerow(header)
+        for at in range(0, len(rows), ROWS_AT_ONCE):
+            f.write("".join(map(template.__mod__, map(tuple, rows[at : at + ROWS_AT_ONCE]))))
+    return path
+
+
+def write_columns(path: Path, header: Sequence[str], columns: Sequence[Sequence[Any]]) -> Path:
+    """A CSV file of equal-length columns (ints and strings), byte for byte as `write_csv` writes their rows:
+    when no string needs quoting, each row is formatted by one `%` template (no csv.writer call or row list a row),
+    a block of rows at a time."""
+    if any(_needs_quoting(set(c)) for c in columns if c and isinstance(c[0], str)):
+        return write_csv(path, header, zip(*columns, strict=True))
+    template = ",".join("%s" if c and isinstance(c[0], str) else "%d" for c in columns) + "\r\n"
+    path = Path(path)
+    n = len(columns[0]) if columns else 0
+    with _atomic(path) as f:
+        csv.writer(f).writerow(header)
+        for at in range(0, n, ROWS_AT_ONCE):
+            block = [c[at : at + ROWS_AT_ONCE] for c in columns]
+            f.write("".join(map(template.__mod__, zip(*block, strict=True))))
+    return path
 
 
 def _transport(transport: Mapping[int, FlowTransport] | None, flow_id: int) -> list[int | str]:
@@ -164,9 +205,17 @@ def _peer(topo: Topology, node: int, port: int) -> str:
     return topo.nodes[adj[port][0]].name if 0 <= port < len(adj) else ""
 
 
+def _named(names: list[str], ids: list[int]) -> list[str]:
+    return [names[i] for i in ids]
+
+
 def write_pfc_csv(path: Path, topo: Topology, events: Iterable[PfcEvent]) -> Path:
     """PFC PAUSE (pause=1) / RESUME (pause=0) frames, as seen by the port they act on."""
     names = node_names(topo)
+    if isinstance(events, RecordColumns):
+        t, node, ntype, port, prio, pause, src = events.rows()
+        cols: list[Sequence[Any]] = [t, _named(names, node), node, ntype, port, prio, pause, _named(names, src), src]
+        return write_columns(path, S.PFC_COLUMNS, cols)
     rows = (
         [e.time_ns, names[e.node], e.node, e.node_type, e.port, e.prio, int(e.pause), names[e.from_node], e.from_node]
         for e in events
@@ -192,6 +241,9 @@ def write_queues_csv(path: Path, topo: Topology, samples: Iterable[QueueSample])
 def write_drops_csv(path: Path, topo: Topology, drops: Iterable[Drop]) -> Path:
     """Packets dropped at switch ingress (buffers full with PFC off)."""
     names = node_names(topo)
+    if isinstance(drops, RecordColumns):
+        t, node, port, prio, fid, seq = drops.rows()
+        return write_columns(path, S.DROP_COLUMNS, [t, _named(names, node), node, port, prio, fid, seq])
     rows = ([d.time_ns, names[d.node], d.node, d.port, d.prio, d.flow_id, d.seq] for d in drops)
     return write_csv(path, S.DROP_COLUMNS, rows)
 
@@ -199,6 +251,9 @@ def write_drops_csv(path: Path, topo: Topology, drops: Iterable[Drop]) -> Path:
 def write_cnps_csv(path: Path, topo: Topology, events: Iterable[CnpEvent]) -> Path:
     """CNPs (ACKs / NACKs echoing a CE mark) as received by the sending NIC `node`, from the receiver `from_node`."""
     names = node_names(topo)
+    if isinstance(events, RecordColumns):
+        t, node, fid, src, seq = events.rows()
+        return write_columns(path, S.CNP_COLUMNS, [t, _named(names, node), node, fid, _named(names, src), src, seq])
     rows = ([e.time_ns, names[e.node], e.node, e.flow_id, names[e.from_node], e.from_node, e.seq] for e in events)
     return write_csv(path, S.CNP_COLUMNS, rows)
 
@@ -206,32 +261,51 @@ def write_cnps_csv(path: Path, topo: Topology, events: Iterable[CnpEvent]) -> Pa
 def write_ecn_csv(path: Path, topo: Topology, marks: Iterable[EcnMark]) -> Path:
     """CE marks made at switch egress ports (`channel` matches links.csv)."""
     names = node_names(topo)
+    if isinstance(marks, RecordColumns):
+        t, node, port, prio, ch, fid = marks.rows()
+        return write_columns(path, S.ECN_COLUMNS, [t, _named(names, node), node, port, prio, ch, fid])
     rows = ([m.time_ns, names[m.node], m.node, m.port, m.prio, m.channel, m.flow_id] for m in marks)
     return write_csv(path, S.ECN_COLUMNS, rows)
 
 
 def per_flow_counts(events: Iterable[Any]) -> Counter[int]:
     """flow id -> number of events (CNPs or marks) of that flow."""
+    if isinstance(events, RecordColumns):
+        return Counter(flow_counts(events))
     return Counter(e.flow_id for e in events)
 
 
-def write_packet_traces(out: Path, topo: Topology, observer: FabricObserver) -> list[Path]:
-    """pfc.csv, queues.csv, drops.csv, cnps.csv and ecn_marks.csv of an engine that observes the fabric."""
+def write_packet_traces(
+    out: Path,
+    topo: Topology,
+    observer: FabricObserver,
+    cnps: Sequence[CnpEvent] | None = None,
+    marks: Sequence[EcnMark] | None = None,
+) -> list[Path]:
+    """pfc.csv, queues.csv, drops.csv, cnps.csv and ecn_marks.csv of an engine that observes the fabric (`cnps`
+    and `marks`: its CNPs and CE marks, if the caller has read them already)."""
     return [
         write_pfc_csv(out / S.PFC_CSV, topo, observer.pfc_events()),
         write_queues_csv(out / S.QUEUES_CSV, topo, observer.queue_samples()),
         write_drops_csv(out / S.DROPS_CSV, topo, observer.drops()),
-        write_cnps_csv(out / S.CNPS_CSV, topo, observer.cnp_events()),
-        write_ecn_csv(out / S.ECN_CSV, topo, observer.ecn_mark_events()),
+        write_cnps_csv(out / S.CNPS_CSV, topo, observer.cnp_events() if cnps is None else cnps),
+        write_ecn_csv(out / S.ECN_CSV, topo, observer.ecn_mark_events() if marks is None else marks),
     ]
 
 
 def write_fabric_traces(
-    out: Path, observer: FabricObserver, topo: Topology, until_ns: int, spec: EngineSpec | None = None
+    out: Path,
+    observer: FabricObserver,
+    topo: Topology,
+    until_ns: int,
+    spec: EngineSpec | None = None,
+    cnps: Sequence[CnpEvent] | None = None,
+    marks: Sequence[EcnMark] | None = None,
 ) -> list[Path]:
     """The packet traces and links.csv from the engine's own per-link counters over [0, until_ns], and engine.json
-    (what the engine ran by; `spec`: the run's EngineSpec, recorded with it)."""
-    paths = write_packet_traces(out, topo, observer)
+    (what the engine ran by; `spec`: the run's EngineSpec, recorded with it; `cnps`, `marks`: as
+    `write_packet_traces`)."""
+    paths = write_packet_traces(out, topo, observer, cnps, marks)
     paths.append(write_links_csv(out / S.LINKS_CSV, topo, observer.channel_usage(max(1, until_ns))))
     return [*paths, write_engine_json(out, observer.effective(), spec)]
 
@@ -272,9 +346,14 @@ def write_network_files(
         if channels is None:
             return [path]
         return [path, write_links_csv(out / S.LINKS_CSV, topo, channels.channel_usage(max(1, elapsed_ns)))]
-    cnps = per_flow_counts(fabric.cnp_events())
-    marks = per_flow_counts(fabric.ecn_mark_events())
+    cnp_events, mark_events = fabric.cnp_events(), fabric.ecn_mark_events()  # read once: counted, then written
     path = write_flows_csv(
-        out / S.FLOWS_CSV, topo, completions, flows=flows, cnps=cnps, ecn_marks=marks, transport=fabric.flow_transport()
+        out / S.FLOWS_CSV,
+        topo,
+        completions,
+        flows=flows,
+        cnps=per_flow_counts(cnp_events),
+        ecn_marks=per_flow_counts(mark_events),
+        transport=fabric.flow_transport(),
     )
-    return [path, *write_fabric_traces(out, fabric, topo, elapsed_ns, spec)]
+    return [path, *write_fabric_traces(out, fabric, topo, elapsed_ns, spec, cnp_events, mark_events)]
