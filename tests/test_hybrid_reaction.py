@@ -78,3 +78,26 @@ def test_wide_deps_lists_across_sides_run_as_one_engine() -> None:
         got: list[Completion] = sim.drain()
         assert sorted((c.flow_id, c.start_ns, c.end_ns) for c in got) == want
         assert sim.in_flight() == 0
+
+
+def test_a_watch_changed_in_place_between_calls_is_seen() -> None:
+    """A caller may grow its watch set in place between `advance_watching` calls (`step_events`, `drain_watching`
+    shrink theirs): the reaction to the fabric flow counts the NVLink flow once it is watched (its step, 8,048 ns),
+    where it counted none before, though the set is the same object."""
+    topo = load_topology("testbed16")
+    seen: list[int] = []
+
+    class Probe(FlowSimulator):
+        def advance_to_completion(self, until: int) -> list[Completion]:
+            seen.append(sim.reaction_ns(1))
+            return super().advance_to_completion(until)
+
+    sim = FluidNvlinkSimulator(Probe(topo), FlowSimulator(topo), payload_bytes=1000, header_bytes=48)
+    sim.submit([Flow(1, 0, 8, 1 << 20), Flow(2, 8, 9, 3_600_000, deps=(1,)), Flow(3, 1, 9, 1 << 20)], 0)
+    watch = {3}
+    sim.advance_watching(1_000, watch)
+    assert seen and set(seen) == {INF_NS}
+    watch.add(2)
+    seen.clear()
+    sim.advance_watching(2_000, watch)
+    assert seen and set(seen) == {NVLINK_STEP}

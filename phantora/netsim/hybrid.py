@@ -103,9 +103,8 @@ class FluidNvlinkSimulator:
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
         # `_reaction`'s values by (flow id, depth), and a fluid waiter's by (id, -1 - depth): valid while no flow is
-        # placed and the watch is the same object
+        # placed and the watch stays (`_place` and `advance_watching` clear them)
         self._reacted: dict[tuple[int, int], int] = {}
-        self._reacted_watch: Collection[int] = ()
         self._routable: set[tuple[int, int]] = set()  # endpoint pairs known to have a route
         # Completion bounds of the fluid side's unfinished flows (`submit_floor`): flow id -> the earliest ns it
         # can complete; its delay + least transfer time; the fluid flows waiting on it inside the fluid engine.
@@ -255,10 +254,12 @@ class FluidNvlinkSimulator:
         if not watch:
             return self.advance(until) if until < INF_NS else []
         self._watch = watch
+        self._reacted.clear()  # (reactions count the watch: a caller may change its set between calls)
         try:
             return self._advance_watching(until, watch)
         finally:
             self._watch = ()
+            self._reacted.clear()
 
     def _advance_watching(self, until: int, watch: Collection[int]) -> list[Completion]:
         done: list[Completion] = []
@@ -288,9 +289,6 @@ class FluidNvlinkSimulator:
         when nothing waits on it either: it hands nothing over); INF_NS if nothing waits on `fid`. A stepped packet
         side may run that far past a completion's bound (`phantora.netsim.partition_stepped`). Kept per flow until
         the next placement or watch (`_reaction`), so a driver may ask for every unfinished flow in each round."""
-        if self._watch is not self._reacted_watch:
-            self._reacted.clear()
-            self._reacted_watch = self._watch
         return self._reaction(fid, REACTION_DEPTH)
 
     def _reaction(self, fid: int, depth: int) -> int:
