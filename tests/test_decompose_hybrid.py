@@ -67,8 +67,10 @@ def test_hybrid_workers_equal_one_engine_to_the_ns() -> None:
         got_bytes = sorted((u.channel, u.bytes, u.packets) for u in sim.fabric().channel_usage())  # type: ignore[union-attr]
     finally:
         sim.close()
+    # every channel's bytes and packets: the fabric's from the workers' ns-3, NVLink's from their fluid sides
     fabric = {c for c, _, _ in want_bytes if topo.channel_bandwidth(c) == 100_000_000_000}
-    assert [r for r in got_bytes if r[0] in fabric] == [r for r in want_bytes if r[0] in fabric]
+    assert fabric and len(fabric) < len(want_bytes)  # (both kinds carried traffic: not vacuous)
+    assert got_bytes == want_bytes
 
 
 @pytest.mark.slow  # two worker processes loading ns-3 (about 4 CPU s)
