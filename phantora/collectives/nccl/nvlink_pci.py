@@ -16,6 +16,7 @@ and all-to-all take their pairs' rates from the same host (`pci_p2p.py`).
 
 from __future__ import annotations
 
+from phantora.collectives.nccl.cpu_vendor import vendor_named
 from phantora.collectives.nccl.dgx_cpus import dgx_cpu_model
 from phantora.collectives.nccl.pci_paths import CPU_MODELS, NVL, UNSET, PciHost, inter_cpu_bw
 from phantora.collectives.nccl.settings import NcclSettings
@@ -52,9 +53,6 @@ def host_pci(topo: Topology, nodes: list[int], gpu: str, link_bw: float, st: Ncc
 
 
 def named_vendor(topo: Topology) -> str | None:
-    """The hosts' CPU vendor the topology names (meta "cpu": intel, amd or arm), None if it names none."""
-    raw = topo.meta.get("cpu")
-    if raw is None:
-        return None
-    text = str(raw).lower()
-    return "amd" if "amd" in text else "arm" if text == "arm" else "intel"
+    """The hosts' CPU vendor the topology's meta "cpu" names (`cpu_vendor.vendor_named`: intel, amd or arm), None if
+    it has none."""
+    return vendor_named(topo.meta.get("cpu"))

@@ -7,11 +7,11 @@ that is what NCCL's search and cost model assume a GPU can push through it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.cpu_vendor import vendor_named
 from phantora.collectives.nccl.nvlink_pci import host_pci, p2p_off
 from phantora.collectives.nccl.pci_paths import CPU_MODELS, UNSET, PciHost, cpu_model_name, inter_cpu_bw
 from phantora.collectives.nccl.settings import NcclSettings
@@ -121,26 +121,10 @@ def cpu_vendor(topo: Topology) -> str:
     "2x AMD EPYC 7742" or "arm (NVIDIA Grace)"), else from its "cpu_model" (`pci_paths.CPU_MODELS`); neither: Intel.
     A "cpu" that names none of them, a "cpu_model" not in CPU_MODELS, or the two disagreeing is a one-line error."""
     raw, model = topo.meta.get("cpu"), topo.meta.get("cpu_model")
-    vendor = None if raw is None or str(raw).strip() == "" else _vendor_named(str(raw))
+    vendor = vendor_named(raw)
     if model is not None:
         return CPU_MODELS[cpu_model_name(model, vendor)][0]
     return vendor or "intel"
-
-
-_CPU_WORDS = (  # (vendor, pattern): the first that matches names the vendor
-    ("amd", re.compile(r"\bamd\b|authenticamd|\bepyc\b")),
-    ("arm", re.compile(r"\barm\b|\barm64\b|\baarch64\b|\bgrace\b|\bneoverse\b")),
-    ("intel", re.compile(r"\bintel\b|genuineintel|\bxeon\b|\bx86(_64)?\b")),
-)
-
-
-def _vendor_named(text: str) -> str:
-    """The vendor a topology's "cpu" text names, or an error naming the field."""
-    low = text.lower()
-    for vendor, pattern in _CPU_WORDS:
-        if pattern.search(low):
-            return vendor
-    raise InputError(f"expected a CPU of intel, amd or arm (e.g. 'AMD EPYC 7742', 'arm'), got {text!r}", field="cpu")
 
 
 def _nvlink_bps(topo: Topology, node: int) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from phantora.collectives.nccl.cpu_vendor import vendor_named
 from phantora.collectives.nccl.published import Table
 
 BIG = 64 << 20  # the goal is 15% below this size, 10% from it
@@ -25,7 +26,7 @@ def tolerance(size: int) -> float:
 def machine_key(t: Table) -> tuple[object, ...]:
     """What makes two tables the same experiment: GPU, GPUs, hosts, collective, NCCL_ALGO and the other NCCL
     variables phantora honours, NIC rate, GPUs per launching thread (-g) and the hosts' CPU vendor."""
-    cpu = "amd" if "amd" in t.cpu.lower() else "intel"
+    cpu = vendor_named(t.cpu, file=str(t.path)) or "intel"
     return (t.gpu, t.gpus, t.nodes, t.test, t.nccl_algo, t.forced, t.nic_gbps, t.gpus_per_thread, cpu)
 
 
