@@ -182,8 +182,6 @@ class DecomposedSimulator(RunsByCompletion):
         self._dependents: dict[int, list[int]] = {}  # unfinished flow -> the flows waiting on it
         self._unfinished: list[set[int]] = [set() for _ in range(n)]  # per worker
         self._ext: set[int] = set()  # unfinished fabric flows a gate or a marker here waits on
-        # those of `_ext` a flow with no lookahead waits on (a worker's fluid NVLink flow, or a marker here)
-        self._ext0: set[int] = set()
         self._zero: set[int] | None = None  # flows with no lookahead (started at their post ns), when there are any
         self._deps_of: dict[int, tuple[int, ...]] | None = None  # flow -> its deps, for a subclass that pulls bounds
         # flow of `_ext` -> the (worker, no lookahead) of the gated flows waiting on it (worker DRIVER: a marker), and
@@ -353,7 +351,6 @@ class DecomposedSimulator(RunsByCompletion):
                 if w != DRIVER:
                     self._unfinished[w].discard(c.flow_id)
                     self._ext.discard(c.flow_id)
-                    self._ext0.discard(c.flow_id)
             for c in done if self.raises_dependents else ():
                 for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
                     s = step.get(j)
@@ -510,8 +507,6 @@ class DecomposedSimulator(RunsByCompletion):
                     self._ext.update(d for d in cross if owner[d] != DRIVER)
             if zero is not None and cross:
                 z = w == DRIVER or fid in zero
-                if z:
-                    self._ext0.update(d for d in cross if owner[d] != DRIVER)
                 if targets is not None and (memo is None or (id(memo), z) not in targeted):
                     if memo is not None:  # (the same for every flow of the batch sharing the list)
                         targeted.add((id(memo), z))
