@@ -126,3 +126,18 @@ def test_truncated_et_file_is_reported(tmp_path: Path) -> None:
     paths[1].write_bytes(paths[1].read_bytes()[:-5])
     with pytest.raises(InputError, match=rf"{paths[1]}: truncated message"):
         read_chakra(tmp_path)
+
+
+def test_a_dep_on_a_later_node_is_reported(tmp_path: Path) -> None:
+    """A data dep past the node (here past the file's end) is a one-line error naming the file and the node."""
+    from phantora.egraph.chakra import _messages, _varint
+
+    paths = export_chakra(sample_graph(), tmp_path)
+    data = paths[0].read_bytes()
+    raw = messages(data)
+    node = _messages()["Node"].FromString(raw[2])
+    node.data_deps.append(99)
+    raw[2] = node.SerializeToString()
+    paths[0].write_bytes(b"".join(_varint(len(m)) + m for m in raw))
+    with pytest.raises(InputError, match=rf"^{paths[0]}: node 1 depends on node 99, which is not an earlier node$"):
+        read_chakra(tmp_path)

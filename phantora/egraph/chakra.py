@@ -250,6 +250,9 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
     for i, node in enumerate(nodes):
         if node.id != i:
             raise InputError(f"node ids must be 0..n-1 in order, got {node.id} at {i}", file=src)
+        late = next((d for d in node.data_deps if d >= i), None)
+        if late is not None:
+            raise InputError(f"node {i} depends on node {late}, which is not an earlier node", file=src)
         a = {x.name: getattr(x, x.WhichOneof("value")) for x in node.attr if x.WhichOneof("value")}
         kind, stream = a.get("phantora_type"), int(a.get("stream", 0))
         deps = [d for d in node.data_deps if d != tail.get(stream)]
