@@ -38,7 +38,7 @@ from bridge.errors import RunFailed
 from bridge.jobs import JobTable
 from bridge.launch_order import HeldRendezvous
 from bridge.matching import Call, Matcher, Rendezvous, describe_key
-from bridge.p2p_batch import P2pBatches
+from bridge.p2p_batch import P2pBatches, grouped_comm
 from bridge.protocol import (
     E_DEADLOCK,
     E_ENGINE,
@@ -582,8 +582,7 @@ class CoordinatorCore:
         if rv.key[0] == "p2p":
             kind, group, root = "send_recv", (rv.key[1], rv.key[2]), None
             name = next((c.name for c in calls if c.kind == "send" and c.name), first.name)
-            comms = {c.comm for c in calls}  # both ends in one group on the same communicator, else each its own
-            comm = comms.pop() if len(comms) == 1 else ()
+            comm = grouped_comm(rv)  # both ends in one group on the same communicator, else each its own
             inflight = self.p2p_batches.inflight(rv, t_req, self.held)  # its launch's pairs on comm
         else:
             kind, group, name = first.kind, rv.key[1], first.name
