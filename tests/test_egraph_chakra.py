@@ -141,3 +141,22 @@ def test_a_dep_on_a_later_node_is_reported(tmp_path: Path) -> None:
     paths[0].write_bytes(b"".join(_varint(len(m)) + m for m in raw))
     with pytest.raises(InputError, match=rf"^{paths[0]}: node 1 depends on node 99, which is not an earlier node$"):
         read_chakra(tmp_path)
+
+
+def test_an_explicit_dep_on_a_collective_stays_a_dep_and_after_stays_after(tmp_path: Path) -> None:
+    """A collective with an explicit dep on the one before (its issue) and a transfer after it (its completion):
+    both are data deps in Chakra; read back, each is what it was, node for node."""
+    bs = []
+    for r in range(2):
+        b = ProgramBuilder(r)
+        a = b.collective("all_reduce", range(2), 2**20)
+        b.collective("all_reduce", range(2), 2**20, deps=[a])
+        b.p2p(r ^ 1, r == 0, 2**20, after=[a])
+        b.step()
+        bs.append(b)
+    g = build_graph(bs)
+    export_chakra(g, tmp_path)
+    back = read_chakra(tmp_path)
+    assert back.programs[0].nodes[1].deps == (0,) and back.programs[0].nodes[1].after == ()
+    assert back.programs[0].nodes[2].deps == () and back.programs[0].nodes[2].after == (0,)
+    assert [p.nodes for p in back.programs] == [p.nodes for p in g.programs]

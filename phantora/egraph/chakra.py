@@ -48,6 +48,9 @@ _ATTR_FIELDS = {  # AttributeProto oneof "value": name -> (field number, protobu
 }
 
 _classes: dict[str, Any] | None = None
+# A comm node's `after` nodes (space-separated ids), which are also among its data deps: read back as `after`, so an
+# explicit dep on a comm node (on its issue) stays a dep
+AFTER_ATTR = "phantora_after"
 
 
 def _messages() -> dict[str, Any]:
@@ -107,6 +110,11 @@ def _messages() -> dict[str, Any]:
     return _classes
 
 
+def _after_attr(after: tuple[int, ...]) -> list[Any]:
+    """The attribute that tells a comm node's `after` from its other data deps (none when it has none)."""
+    return [_attr(AFTER_ATTR, string_val=" ".join(map(str, after)))] if after else []
+
+
 def _varint(n: int) -> bytes:
     out = bytearray()
     while True:
@@ -162,6 +170,7 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
         elif isinstance(n, Coll):
             g = bound[n.slot]
             deps += list(n.after)  # a comm node issues once its comm deps completed: the stream order
+            attrs += _after_attr(n.after)
             node.name, node.type = f"{n.kind}#{n.seq}", COMM_COLL_NODE
             attrs += [
                 _attr("phantora_type", string_val="collective"),
@@ -176,6 +185,7 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
             deps += list(n.after)
+            attrs += _after_attr(n.after)
             node.name = f"{'send' if n.is_send else 'recv'}#{n.seq}"
             node.type = COMM_SEND_NODE if n.is_send else COMM_RECV_NODE
             attrs += [
@@ -256,19 +266,23 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
         a = {x.name: getattr(x, x.WhichOneof("value")) for x in node.attr if x.WhichOneof("value")}
         kind, stream = a.get("phantora_type"), int(a.get("stream", 0))
         deps = [d for d in node.data_deps if d != tail.get(stream)]
-        comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
+        try:
+            after = [int(x) for x in str(a.get(AFTER_ATTR, "")).split()]  # (a comm node's; in its data deps too)
+        except ValueError:
+            raise InputError(f"node {i}: {AFTER_ATTR} is not a list of node ids", file=src) from None
+        rest = [d for d in deps if d not in after]
         if kind == "compute":
             b.compute(node.name, int(a["duration_ns"]), stream, deps)
         elif kind == "collective":
             coll = node.name.split("#")[0]
-            group, rest = groups[int(a["pg_name"])], [d for d in deps if d not in comm]
-            b.collective(coll, group, a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, rest, after=comm)
+            group = groups[int(a["pg_name"])]
+            b.collective(coll, group, a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, rest, after=after)
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE
             peer = a["comm_dst"] if send else a["comm_src"]
-            rest = [d for d in deps if d not in comm]
-            b.p2p(peer, send, a["comm_size"], a["comm_tag"], a["seq"], stream, rest, after=comm)
+            b.p2p(peer, send, a["comm_size"], a["comm_tag"], a["seq"], stream, rest, after=after)
         elif kind == "wait":
+            comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
             b.wait(comm, stream, [d for d in deps if d not in comm])
         elif kind == "step":
             b.step(int(a["step"]), stream, deps)
