@@ -28,6 +28,7 @@ from phantora.runtime.simcuda import streams as sim_streams
 COMM_NS = 100_000
 LAUNCH_NS = 1_000
 N = 256
+PAST_BUFFER = (1 << 20) // 4 + 1  # fp32 elements: one more than a connection buffers (1 MiB: eager_send_bytes)
 MM_NS = math.ceil(2 * N**3 / 67e12 * 1e9) + LAUNCH_NS  # fp32 on H100, compute-bound
 
 
@@ -333,7 +334,7 @@ def test_a_sync_send_on_a_side_stream_holds_up_that_stream_not_the_compute_lane(
     ends at the send's end, t0 + COMM_NS (before: the send joined the compute lane at once)."""
     s, pg, client, a = pair
     side = sim_streams.Stream()
-    x, g = torch.ones(N), torch.ones(N)
+    x, g = torch.ones(PAST_BUFFER), torch.ones(N)
     t0 = s.now()
     with sim_streams.stream(side):
         pg.send([x], 1).wait()
@@ -358,11 +359,15 @@ def test_lone_sends_run_on_their_pairs_stream_after_the_current_streams_work(pai
     side = sim_streams.Stream()
     with sim_streams.stream(side):
         _sync_all_reduce(pg, torch.ones(N))
+        pg.send([torch.ones(PAST_BUFFER)], 1)
         pg.send([torch.ones(N)], 1)
     pg.recv([torch.ones(N)], 1)
-    send, recv = client.p2ps
+    send, small, recv = client.p2ps
     assert send["stream"] == recv["stream"] != pg._stream
     assert send["after"] == [1] and recv["after"] == []  # handle 1: the all-reduce; the default stream waits on none
+    # a send its connection buffers ends before its receive starts (NCCL's sender waits only for a free slot): on
+    # no stream, so two ranks that both send first do not deadlock (tests/test_eager_send.py)
+    assert small["stream"] is None and small["after"] == [1]
 
 
 def test_a_batch_of_sends_and_recvs_is_one_launch_on_the_groups_stream(pair):

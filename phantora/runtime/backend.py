@@ -33,6 +33,8 @@ from torch._C._distributed_c10d import (
 )
 from torch.futures import Future
 
+from phantora.collectives.nccl.chunking import eager_send_bytes
+from phantora.collectives.nccl.settings import settings_of
 from phantora.errors import PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
@@ -602,6 +604,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(dst)
+        if (lone or not self._p2p_open) and nbytes(tensors) <= self._eager_bytes():
+            stream, launch = None, None  # it ends in the peer's buffer: later calls on its stream need not wait
         p = self._s.issue_p2p(
             peer=self._ranks[dst],
             is_send=True,
@@ -637,6 +641,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if lone:
             self._p2p_group(None)
         return self._work(p, tensors)
+
+    def _eager_bytes(self) -> int:
+        """The largest lone send NCCL finishes without its receiver (chunking.eager_send_bytes), under the NCCL_*
+        variables this group runs with. Ordering a smaller one on its stream would make two ranks that both send
+        first, then receive, deadlock here where NCCL does not."""
+        return eager_send_bytes(settings_of(self._nccl_env or self._s.nccl_env_at_start))
 
     def _p2p_stream(self, peer: int) -> tuple[int, int | None]:
         """The NCCL stream and group launch of a send/recv with group rank `peer`, as ProcessGroupNCCL's
