@@ -9,18 +9,21 @@ and every served episode's, shifted, renamed, in time order), each flow's counts
 and cnps.csv. It runs on any tree (the records as objects before `phantora.netsim.record_columns`, as columns
 after), so two trees side by side give the ratio; CPU seconds, and the files' sha-256 to show they are equal.
 
-    PYTHONPATH=TREE .venv/bin/python bench/bench_results_write.py --marks 57000 --flows 2048 --served 94
+    PHANTORA_TREE=TREE .venv/bin/python bench/bench_results_write.py --marks 57000 --flows 2048 --served 94
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, os.environ.get("PHANTORA_TREE") or str(Path(__file__).resolve().parents[1]))  # the tree measured
 
 import phantora.results.write as W
 from phantora.netsim.observe import CnpEvent, EcnMark, FabricRecords, PfcEvent

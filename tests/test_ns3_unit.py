@@ -55,5 +55,6 @@ def test_cpp_keyed_suite_passes(ns3_lib) -> None:
     the sorted order of the full keys whatever the insertion order, with near, far, put-back and removed events;
     a simulator run's trace (events queued with explicit keys in three orders, and the events they schedule) is
     the same each time and follows the rule; IsPending answers by what has run; a queue sample's key orders after
-    every other key of its ns (the caller's counts stop below the samples'), the samplers by slot."""
-    assert _passing_cases("phantora-keyed") == 4
+    every other key of its ns (the caller's counts stop below the samples'), the samplers by slot; LeastReach (a
+    partition worker's earliest output, df2d55c) equals a brute-force minimum over the pending events."""
+    assert _passing_cases("phantora-keyed") == 5

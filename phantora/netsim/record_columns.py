@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
-from typing import Any, Generic, TypeVar, overload
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from phantora.netsim.observe import CnpEvent, Drop, EcnMark, PfcEvent
+
+if TYPE_CHECKING:  # numpy loads where arrays are made: the netsim CLI starts without it (test_netsim_runner.py)
+    import numpy as np
 
 R = TypeVar("R", PfcEvent, Drop, CnpEvent, EcnMark)
 
@@ -33,6 +34,8 @@ class RecordColumns(Sequence[R], Generic[R]):
     @classmethod
     def of(cls, kind: type[R], records: Sequence[R]) -> RecordColumns[R]:
         """`records` as columns (themselves if they already are)."""
+        import numpy as np
+
         if isinstance(records, RecordColumns):
             return records
         names = tuple(f.name for f in fields(kind))
@@ -41,6 +44,8 @@ class RecordColumns(Sequence[R], Generic[R]):
 
     def moved(self, dt: int, ids: Sequence[int] | None = None) -> RecordColumns[R]:
         """The records `dt` ns later; with `ids`, a `flow_id` p renamed ids[p] (-1 outside them)."""
+        import numpy as np
+
         cols = dict(self.columns)
         cols["time_ns"] = cols["time_ns"] + dt
         if ids is not None and "flow_id" in cols:
@@ -61,6 +66,8 @@ class RecordColumns(Sequence[R], Generic[R]):
     def by_time(cls, kind: type[R], parts: Sequence[RecordColumns[R]]) -> RecordColumns[R]:
         """The parts one after another, then sorted by time, stably (as `list.sort(key=time)` keeps equal
         times in the parts' order)."""
+        import numpy as np
+
         names = tuple(f.name for f in fields(kind))
         if not parts:
             return cls(kind, {n: np.zeros(0, dtype=np.int64) for n in names})
@@ -118,6 +125,8 @@ class RecordColumns(Sequence[R], Generic[R]):
 
 def flow_counts(records: Sequence[Any]) -> dict[int, int]:
     """flow id -> how many of `records` (CNPs, CE marks) name it."""
+    import numpy as np
+
     if isinstance(records, RecordColumns):
         ids, counts = np.unique(records.columns["flow_id"], return_counts=True)
         return dict(zip(ids.tolist(), counts.tolist(), strict=True))
