@@ -183,6 +183,7 @@ void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, cons
     }
     f.cross = f.cross || cutGroups[it->second.completer] != group;
   }
+  std::vector<uint64_t> join;  // those this worker starts whose completion releases f from another group
   for (uint64_t d : distinct) {
     DepInfo& di = depInfo.at(d);
     if (Owns(di.completer)) {
@@ -194,15 +195,23 @@ void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, cons
     }
     if (cutGroups[di.completer] != group) {
       di.hasCross = true;
-      if (Owns(di.src)) {  // CutReleaseBounds reads only the distinct (submit, delay) pairs: keep each once
-        std::vector<CrossDependent>& js = crossBy[d];
-        const CrossDependent j{f.submitNs, f.delayNs};
-        if (std::none_of(js.begin(), js.end(), [&j](const CrossDependent& k) {
-              return k.submitNs == j.submitNs && k.delayNs == j.delayNs;
-            })) {
-          js.push_back(j);
-        }
+      if (Owns(di.src)) {
+        join.push_back(d);
       }
+    }
+  }
+  if (!join.empty()) {  // CutReleaseBounds reads each join's distinct (submit, delay) pairs: keep each once
+    std::sort(join.begin(), join.end());
+    const auto [at, added] = crossJoinOf.emplace(join, crossJoins.size());
+    if (added) {
+      crossJoins.push_back(CrossJoin{std::move(join), {}});
+    }
+    std::vector<CrossDependent>& js = crossJoins[at->second].waiting;
+    const CrossDependent j{f.submitNs, f.delayNs};
+    if (std::none_of(js.begin(), js.end(), [&j](const CrossDependent& k) {
+          return k.submitNs == j.submitNs && k.delayNs == j.delayNs;
+        })) {
+      js.push_back(j);
     }
   }
   if (Owns(f.src)) {

@@ -63,11 +63,18 @@ class PhantoraNetwork::Impl {
     int64_t delayNs;
     bool shared = false;  ///< in shareBounds (its sender's worker shares its completion bound)
   };
-  /// Flows a cross flow `j` depends on, by id: (j's submit ns, j's delay), for the release bounds; each distinct
-  /// pair once (an all-to-all after an all-to-all gives a flow hundreds of dependents with one pair).
+  /// A cross flow waiting on flows this worker starts: (its submit ns, its delay), for the release bounds.
   struct CrossDependent {
     int64_t submitNs;
     int64_t delayNs;
+  };
+  /// The flows this worker starts that complete in another group than the sender of a cross flow waiting on them
+  /// all (a join): that flow is released no earlier than the last of them completes, so its release is bounded by
+  /// the greatest of their completion bounds. Flows with one such set share it, each distinct pair once (an
+  /// all-to-all after an all-to-all gives hundreds of flows one join).
+  struct CrossJoin {
+    std::vector<uint64_t> deps;           ///< not yet done here (CutReleaseBounds drops those done)
+    std::vector<CrossDependent> waiting;  ///< distinct (submit, delay) of the flows waiting on them
   };
 
   Impl();
@@ -124,7 +131,8 @@ class PhantoraNetwork::Impl {
   void ForgetAtReceiver(uint64_t flow, uint32_t node);
   std::unique_ptr<PhantoraCutLink> cut;  ///< the cut-link path, from Finalize on
   std::unordered_map<uint64_t, DepInfo> depInfo;  ///< a partition worker: every flow added
-  std::unordered_map<uint64_t, std::vector<CrossDependent>> crossBy;  ///< a worker's started flows with cross dependents
+  std::vector<CrossJoin> crossJoins;  ///< a worker's started flows with cross dependents, by the joins they form
+  std::map<std::vector<uint64_t>, std::size_t> crossJoinOf;  ///< a join's index by its sorted dependencies
   bool cutRan = false;  ///< a partition worker ran a window (a flow added after it: only pending dependencies)
   /// A worker's flows with dependents that it starts and another worker completes: their completion bounds go to
   /// that worker (ShareBounds), where FlowLb would know only the last window's start of them.

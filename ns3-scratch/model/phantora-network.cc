@@ -696,13 +696,24 @@ std::vector<int64_t> PhantoraNetwork::CutReleaseBounds(int64_t floorNs) {
   int64_t later = -1;
   int64_t same = -1;
   std::unordered_map<uint64_t, int64_t> memo;
-  for (const auto& [id, js] : s.crossBy) {
-    const auto it = s.flows.find(id);
-    if (it == s.flows.end() || it->second.dataDone || s.doneEnd.count(id)) {
+  for (Impl::CrossJoin& join : s.crossJoins) {
+    // A flow waiting on the join is released once its last dependency completes: no earlier than the greatest
+    // of their completion bounds. Those done made their release already: they bound nothing more.
+    int64_t done = -1;
+    std::size_t keep = 0;
+    for (const uint64_t id : join.deps) {
+      const auto it = s.flows.find(id);
+      if (it == s.flows.end() || it->second.dataDone || s.doneEnd.count(id)) {
+        continue;
+      }
+      join.deps[keep++] = id;
+      done = std::max(done, s.FlowLb(id, now, memo));
+    }
+    join.deps.resize(keep);
+    if (keep == 0) {
       continue;
     }
-    const int64_t done = s.FlowLb(id, now, memo);
-    for (const Impl::CrossDependent& j : js) {
+    for (const Impl::CrossDependent& j : join.waiting) {
       const int64_t land = std::max(j.submitNs, done) + (s.throttles.empty() ? j.delayNs : 0);
       int64_t& slot = land > done ? later : same;
       slot = slot < 0 ? land : std::min(slot, land);

@@ -281,9 +281,11 @@ class PhantoraNetwork {
   /// Run every event before `ns` and the events of `ns` scheduled before `ns` (those that order before any event
   /// scheduled at `ns`, such as the start of a flow released at `ns` by another worker).
   void CutRunThrough(int64_t ns);
-  /// The least ns at which a flow another worker starts can be released by a flow this worker starts (its
-  /// dependency), as two bounds: [0] over releases that land after their dependency's completion ns (a delay or a
-  /// later submit time), [1] over those that may land in that very ns; -1 for none. The windows end before them.
+  /// The least ns at which a flow another worker starts can be released by flows this worker starts (its
+  /// dependencies), as two bounds: [0] over releases that land after their last dependency's completion ns (a
+  /// delay or a later submit time), [1] over those that may land in that very ns; -1 for none. A flow waiting on
+  /// several is released once the last completes: at the greatest of their completion bounds at the earliest.
+  /// The windows end before them.
   /// `floorNs`: no dependency completes in another worker before it (the last window's start: a release not yet
   /// delivered was made in that window).
   std::vector<int64_t> CutReleaseBounds(int64_t floorNs);
