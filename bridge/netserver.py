@@ -13,6 +13,7 @@ when told to, when the coordinator has been silent for the peer timeout, or when
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -48,6 +49,7 @@ from bridge.transport import (
 from bridge.workers import spawn_workers
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
+from phantora.netsim.decompose import FREEZE_MIN
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hybrid_worker import HybridWorker
@@ -156,7 +158,10 @@ class NetServer:
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
             cpu0, wall0 = time.process_time(), time.perf_counter()
             gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]
-            eng.post(flows_from_columns(msg["flows"]), msg["at"], set(msg["gated"]), gates)
+            flows = flows_from_columns(msg["flows"])
+            eng.post(flows, msg["at"], set(msg["gated"]), gates)
+            if len(flows) >= FREEZE_MIN:  # a DAG's worth, kept for the run: out of the collector's full passes
+                gc.freeze()
             ran: list[Completion] = []
             while got := eng.advance_to_completion(msg["until"]):  # INF_NS: until nothing can happen any more
                 ran += got

@@ -52,18 +52,39 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         self._watch: Collection[int] = ()
         self.reacts = self._watch.__contains__
         self._place = self._placed
+        self._pairs: dict[tuple[int, int], tuple[int, bool, int, int]] = {}  # `_pair_place`, per endpoint pair
 
     def _placed(self, f: Flow) -> tuple[int, int]:
         """(its worker, or DRIVER for a marker; the least time from its post to its end, delay left out)."""
         if f.size == 0 or f.src == f.dst:
             return DRIVER, 0
-        nv = self.topology.shared_nvswitch(f.src, f.dst)
-        if nv is None:
+        got = self._pairs.get((f.src, f.dst))
+        if got is None:
+            got = self._pair_place(f)
+        w, nvlink, fixed, bps = got
+        if bps < 0:  # (a fabric pair whose routes differ: each flow routed)
             piece, propagation, bottleneck = self._routes.of(f)
             return self._piece_worker[piece], self.latency + propagation + f.size * 8_000_000_000 // bottleneck
-        self._zero.add(f.id)  # type: ignore[union-attr]
-        least = max(0, f.size * 8_000_000_000 // self._out_bw[f.src] - 2)
-        return self._nv_worker[nv], least + self._out_lat[f.src]
+        if nvlink:
+            self._zero.add(f.id)  # type: ignore[union-attr]
+            return w, max(0, f.size * 8_000_000_000 // bps - 2) + fixed
+        return w, fixed + f.size * 8_000_000_000 // bps
+
+    def _pair_place(self, f: Flow) -> tuple[int, bool, int, int]:
+        """What `_placed` reads of a flow's endpoint pair, once per pair: (its worker, on NVLink, the fixed part of
+        its least time, the rate its size crosses at; -1: routed per flow), kept when it holds for every flow of
+        the pair (an NVLink pair, or a fabric pair `PieceRoutes` summarises; else not kept)."""
+        pair = (f.src, f.dst)
+        nv = self.topology.shared_nvswitch(f.src, f.dst)
+        if nv is not None:
+            got = self._pairs[pair] = (self._nv_worker[nv], True, self._out_lat[f.src], self._out_bw[f.src])
+            return got
+        piece, propagation, bottleneck = self._routes.of(f)  # (InputError naming a flow that leaves its piece)
+        got = (self._piece_worker[piece], False, self.latency + propagation, bottleneck)
+        if self._routes.summary(f.src, f.dst) is not None:
+            self._pairs[pair] = got
+            return got
+        return (-1, False, 0, -1)
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
         """Towards `until`; return after the first ns at which a flow in `watch` completes (rounds stop there)."""
@@ -203,9 +224,13 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         hz = [min(until, r)] * n
         top = hz[0]
         # (a bound as last pulled is below its pulled one; one at or past every worker's limit cannot lower one)
+        owner = self._owner
         for lb, f in sorted([(x, f) for f in self._ext if (x := lbs[f]) < top]):
             if lb >= top:
                 break  # neither this flow nor a later one can lower a worker's limit
+            y = floors[owner[f]]  # (its worker's floor is below its pull too: `Chain.value` counts it at the first
+            if y > lb:  # unfinished flow of that worker on the chain, at or before this one)
+                lb = y
             need = -1  # the most this flow's end can lower a worker's limit from, less the gate's lookahead
             for w, zero in targets[f]:
                 ahead = 0 if zero else latency - 1

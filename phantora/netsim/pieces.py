@@ -95,6 +95,10 @@ class PieceRoutes:
         piece, path = route_in_piece(self.topo, self.pieces, f)
         return piece, self.topo.path_latency_ns(path), self.topo.path_bottleneck_bps(path)
 
+    def summary(self, src: int, dst: int) -> Summary | None:
+        """The pair's summary when every flow of it has one (`of` computed it), else None (routed per flow)."""
+        return self._pair.get((src, dst))
+
     def _summarise(self, src: int, dst: int) -> Summary | None:
         """The pair's summary if every candidate route agrees on it and stays in src's piece, else None."""
         topo, pieces = self.topo, self.pieces

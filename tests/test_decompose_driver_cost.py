@@ -1,0 +1,72 @@
+"""The decomposition driver's per-flow and per-completion costs, cut without changing a value (issue 38, item 2).
+
+Completions decoded from a worker's columns are built slot by slot (`bridge.columns._completion`); route (a)'s
+driver places a flow from its endpoint pair's summary, computed once per pair (`HybridDecomposedSimulator._placed`);
+a large submit freezes the process's objects out of the collector's full passes until `close`. No ns-3: the fake
+pool of tests/test_decompose_joins.py.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from bridge.columns import _completion, completions_from_columns, completions_to_columns
+from phantora.netsim.base import Completion, Flow
+from phantora.netsim.decompose import DecomposedSimulator
+from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
+from phantora.netsim.packet_config import PacketConfig
+from phantora.netsim.pieces import route_in_piece
+from tests.test_decompose import L_NS, SETTINGS, gpu, tiny
+from tests.test_decompose_joins import END_NS, _Pool
+
+
+def test_a_decoded_completion_equals_and_hashes_as_one_built_by_its_class() -> None:
+    c = _completion(7, 100, 1_100, 4096, 3, 5, "x")
+    want = Completion(7, 100, 1_100, 4096, 3, 5, "x")
+    assert c == want and hash(c) == hash(want) and c.lost == () and type(c) is Completion
+    with pytest.raises(AttributeError):  # still frozen
+        c.end_ns = 0  # type: ignore[misc]
+    done = [want, Completion(8, 0, 9, 10, 1, 2, "", ((0, 4),))]
+    assert completions_from_columns(completions_to_columns(done)) == done
+
+
+def test_route_a_places_each_flow_as_its_own_route_gives() -> None:
+    """Worker and least time of fabric and NVLink flows, two sizes on each pair (the pair's summary keeps no size):
+    fabric, L + the route's propagation + size at its bottleneck; NVLink, size at the fastest channel leaving the
+    source - 2 ns + the least latency of one."""
+    topo = tiny()
+    pool: Any = _Pool
+    sim = HybridDecomposedSimulator(topo, PacketConfig(**SETTINGS, workers=2), pool)
+    out = {c: topo.channel_ends(c) for c in range(topo.num_channels)}
+    for size in (4096, 1_000_003, 4096):
+        for k, (a, b) in enumerate([(gpu(topo, 0, 0), gpu(topo, 1, 0)), (gpu(topo, 2, 1), gpu(topo, 0, 1))]):
+            f = Flow(10 * size + k, a, b, size)
+            piece, path = route_in_piece(topo, sim.pieces, f)
+            least = L_NS + topo.path_latency_ns(path) + size * 8_000_000_000 // topo.path_bottleneck_bps(path)
+            assert sim._placed(f) == (sim._piece_worker[piece], least)
+        a, b = gpu(topo, 1, 0), gpu(topo, 1, 1)  # one host's two GPUs: NVLink
+        bw = max(topo.channel_bandwidth(c) for c, (x, _) in out.items() if x == a)
+        lat = min(topo.channel_latency(c) for c, (x, _) in out.items() if x == a)
+        f = Flow(10 * size + 5, a, b, size)
+        nv = topo.shared_nvswitch(a, b)
+        assert sim._placed(f) == (sim._nv_worker[nv], max(0, size * 8_000_000_000 // bw - 2) + lat)
+        assert f.id in sim._zero  # no lookahead
+    sim.close()
+
+
+@pytest.mark.parametrize("least", [1, 10**9])
+def test_a_large_submit_freezes_until_close(monkeypatch: pytest.MonkeyPatch, least: int) -> None:
+    monkeypatch.setattr("phantora.netsim.decompose.HAND_OVER_MIN", least)
+    gc.unfreeze()
+    topo = tiny()
+    pool: Any = _Pool
+    sim = DecomposedSimulator(topo, PacketConfig(**SETTINGS, workers=2), pool)
+    flows = [Flow(i, gpu(topo, i % 3, 0), gpu(topo, (i + 1) % 3, 0), 4096, delay_ns=100 * i) for i in range(5)]
+    sim.submit(flows, 0)
+    assert (gc.get_freeze_count() > 0) == (least == 1)  # a batch of at least HAND_OVER_MIN flows only
+    assert {c.flow_id: c.end_ns for c in sim.drain()} == {i: 100 * i + END_NS for i in range(5)}
+    sim.close()
+    assert gc.get_freeze_count() == 0
