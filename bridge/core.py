@@ -381,6 +381,7 @@ class CoordinatorCore:
         call = Call(rs.rank, msg["h"], kind, msg["nbytes"], "uint8", None, msg.t, msg["name"], algo, comm)
         self._new_handle(rs, call.handle, call)
         self._ordered(rs, msg, call, "a send/recv")
+        self.p2p_batches.issued(call, msg.get("launch"))
         self._joined(self.matcher.transfer(call, msg["peer"], msg["tag"], msg["seq"], msg["send"]), call)
 
     def _algo(self, rs: RankState, raw: Any) -> tuple[tuple[str, Any], ...]:
@@ -579,16 +580,19 @@ class CoordinatorCore:
         self.late_collectives += t_start > t_req
         comm: tuple[int, ...] = ()
         inflight: tuple[tuple[int, int], ...] = ()
+        inflight_at: tuple[tuple[int, int, int, int], ...] = ()
         if rv.key[0] == "p2p":
             kind, group, root = "send_recv", (rv.key[1], rv.key[2]), None
             name = next((c.name for c in calls if c.kind == "send" and c.name), first.name)
             comm = grouped_comm(rv)  # both ends in one group on the same communicator, else each its own
-            inflight = self.p2p_batches.inflight(rv, t_req, self.held)  # its launch's pairs on comm
+            inflight, inflight_at = self.p2p_batches.inflight(rv, t_req, self.held)  # its NCCL group's pairs
         else:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None
         cid = len(self.records)
-        call = CallSpec(kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm, inflight)
+        call = CallSpec(
+            kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm, inflight, inflight_at
+        )
         try:
             plan = self.planner.plan(call, name or f"coll{cid}")
         except (PhantoraError, TypeError) as exc:

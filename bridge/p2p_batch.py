@@ -1,19 +1,27 @@
-"""The transfers of one NCCL group launch: a communicator's grouped send/recvs that start together.
+"""The transfers of one NCCL group: a communicator's grouped send/recvs joined by the ranks' group launches.
 
 nccl-tests' sendrecv_perf issues every rank's send and receive in one group (ncclGroupStart/End), all in flight at
 once, and phantora rates such a group's pairs together where they share a PCIe host's links (`Collective.inflight`,
-nccl/pci_p2p.py). A torch program's `batch_isend_irecv` (or isend/irecv in a coalescing block) is the same launch,
-but the coordinator matches and launches its pairs one by one: here it gathers the pairs on one communicator that
-start at the same time, those launched already and those still held, so that every pair is rated with all of them.
-Pairs of one group that start at different times (a rank that issued its batch later) are rated without each other.
+nccl/pci_p2p.py). A torch program's `batch_isend_irecv` (or isend/irecv in a coalescing block) is the same: at
+ncclGroupEnd each rank launches one kernel for all its sends and receives of the group (enqueue.cc), and a pair's
+transfer runs once both peers' kernels run (sendrecv.h: the sender waits for the receiver's buffer). So a group is
+the pairs joined through the ranks' launches (rank r's launch holds its send to r + 1 and its receive from r - 1:
+the ring's pairs are one group), whatever time each starts at. The coordinator matches and launches the pairs one
+by one; here each learns the pairs of its group known then, launched or still held, with their starts and sizes
+(`CallSpec.inflight_at`), so that it is rated in the group's schedule (`pci_p2p.group_ends`). A pair of the group
+that a rank has not issued yet, or that waits for an earlier call on its stream, is not known to those before it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from bridge.launch_order import HeldRendezvous
-from bridge.matching import Rendezvous
+from bridge.matching import Call, Rendezvous
 
 Pair = tuple[int, int]
+At = tuple[int, int, int, int]  # (src, dst, start offset ns, bytes)
+LaunchKey = tuple[int, int, int]  # (rank, launch id, 0) or, for a call without one, (rank, -1, issue time)
 
 
 def grouped_comm(rv: Rendezvous) -> tuple[int, ...]:
@@ -22,23 +30,116 @@ def grouped_comm(rv: Rendezvous) -> tuple[int, ...]:
     return comms.pop() if len(comms) == 1 else ()
 
 
+@dataclass
+class _Group:
+    """The launches joined by their pairs, and the pairs of them launched so far (src, dst, start, bytes)."""
+
+    keys: set[LaunchKey] = field(default_factory=set)
+    launched: dict[Pair, tuple[int, int]] = field(default_factory=dict)
+
+
 class P2pBatches:
-    """The grouped pairs launched at the current start time, per communicator."""
+    """The ranks' group launches of grouped send/recvs, joined into NCCL groups by the pairs between them."""
 
     def __init__(self) -> None:
-        self._t: int | None = None
-        self._launched: dict[tuple[int, ...], set[Pair]] = {}
+        self._key: dict[tuple[int, int], LaunchKey] = {}  # (rank, handle) -> its launch
+        self._parent: dict[LaunchKey, LaunchKey] = {}
+        self._groups: dict[LaunchKey, _Group] = {}  # root -> its group
+        self._issued: dict[LaunchKey, int] = {}  # calls a launch holds
+        self._done: dict[LaunchKey, int] = {}  # of them launched
+        self._open: dict[int, LaunchKey] = {}  # each rank's latest launch (later calls may still join it)
+        self._handles: dict[LaunchKey, list[tuple[int, int]]] = {}  # a launch's (rank, handle)s
 
-    def inflight(self, rv: Rendezvous, t: int, held: HeldRendezvous) -> tuple[Pair, ...]:
-        """The (src, dst) pairs in flight with the send/recv `rv` starting at `t` on its communicator, its own
-        among them (sorted); () for a lone send/recv or one alone in its launch."""
+    def issued(self, call: Call, launch: int | None) -> None:
+        """Rank `call.rank` issued a send/recv in its group launch `launch` (None: the calls it issues at the same
+        time on the same communicator are its launch). Only grouped ones (`Call.comm`) count."""
+        if not call.comm:
+            return
+        key = (call.rank, launch, 0) if launch is not None else (call.rank, -1, call.t)
+        self._key[(call.rank, call.handle)] = key
+        self._handles.setdefault(key, []).append((call.rank, call.handle))
+        if key not in self._parent:
+            self._parent[key] = key
+            self._groups[key] = _Group({key})
+        self._issued[key] = self._issued.get(key, 0) + 1
+        before = self._open.get(call.rank)
+        self._open[call.rank] = key
+        if before is not None and before != key:
+            self._prune(before)
+
+    def inflight(self, rv: Rendezvous, t: int, held: HeldRendezvous) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+        """The (src, dst) pairs of the send/recv `rv`'s group (its own among them, sorted) starting at `t`, and the
+        (src, dst, start - t, bytes) of those that start at another time or move other bytes; ((), ()) for a lone
+        send/recv or one alone in its group. Records `rv` as launched."""
         comm = grouped_comm(rv)
-        if not comm:
-            return ()
-        if t != self._t:
-            self._t, self._launched = t, {}
-        mine = self._launched.setdefault(comm, set())
-        mine.add((rv.key[1], rv.key[2]))
-        others = {(o.key[1], o.key[2]) for o in held.at(t) if o.key[0] == "p2p" and grouped_comm(o) == comm}
-        together = mine | others
-        return tuple(sorted(together)) if len(together) > 1 else ()
+        keys = [self._key.get((c.rank, c.handle)) for c in rv.calls.values()]
+        if not comm or None in keys:
+            return (), ()
+        root = self._union(*[k for k in keys if k is not None])
+        nbytes = next(iter(rv.calls.values())).nbytes
+        pending: dict[Pair, tuple[int, int]] = {}
+        waiting = [o for o in held.entries() if o.key[0] == "p2p" and grouped_comm(o) == comm]
+        joined = True
+        while joined:  # a held pair may join the group through another held pair: until none joins
+            joined = False
+            for o in waiting:
+                ok = [k for c in o.calls.values() if (k := self._key.get((c.rank, c.handle))) is not None]
+                pair = (o.key[1], o.key[2])
+                if pair in pending or len(ok) < 2 or all(self._find(k) != root for k in ok):
+                    continue
+                root = self._union(*ok, root)
+                pending[pair] = (max(c.t for c in o.calls.values()), next(iter(o.calls.values())).nbytes)
+                joined = True
+        group = self._groups[root]
+        mine: Pair = (rv.key[1], rv.key[2])
+        group.launched[mine] = (t, nbytes)
+        for k in keys:
+            assert k is not None
+            self._done[k] = self._done.get(k, 0) + 1
+        together = {**pending, **group.launched}
+        out = self._answer(mine, t, nbytes, together)
+        for k in keys:
+            assert k is not None
+            self._prune(k)
+        return out
+
+    @staticmethod
+    def _answer(
+        mine: Pair, t: int, nbytes: int, together: dict[Pair, tuple[int, int]]
+    ) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+        if len(together) < 2:
+            return (), ()
+        at = tuple((a, b, s - t, n) for (a, b), (s, n) in sorted(together.items()) if (s, n) != (t, nbytes))
+        return tuple(sorted(together)), at
+
+    def _find(self, k: LaunchKey) -> LaunchKey:
+        while self._parent[k] != k:
+            self._parent[k] = self._parent[self._parent[k]]
+            k = self._parent[k]
+        return k
+
+    def _union(self, *keys: LaunchKey) -> LaunchKey:
+        roots = sorted({self._find(k) for k in keys})
+        root = roots[0]
+        for r in roots[1:]:
+            self._parent[r] = root
+            g = self._groups.pop(r)
+            self._groups[root].keys |= g.keys
+            self._groups[root].launched.update(g.launched)
+        return root
+
+    def _prune(self, key: LaunchKey) -> None:
+        """Forget `key`'s group once each of its launches is closed (its rank moved on to another launch) and
+        every call of them launched: nothing can join it any more."""
+        if key not in self._parent:
+            return
+        root = self._find(key)
+        group = self._groups[root]
+        if any(self._open.get(k[0]) == k or self._done.get(k, 0) < self._issued[k] for k in group.keys):
+            return
+        for k in group.keys:
+            del self._parent[k], self._issued[k]
+            self._done.pop(k, None)
+            for rh in self._handles.pop(k, ()):
+                del self._key[rh]
+        del self._groups[root]

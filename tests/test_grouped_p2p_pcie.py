@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bridge.core import DONE, CoordinatorCore
+from bridge.core import DONE, RUN, CoordinatorCore
 from bridge.protocol import INF_NS, Message, decode, encode
 from phantora.collectives import AlgoOptions
 from phantora.collectives.nccl.settings import nccl_env
@@ -26,10 +26,19 @@ P2P_OFF = AlgoOptions(nccl_env=nccl_env({"NCCL_P2P_DISABLE": "1"}))
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def ring_times(topo: Any, algo: AlgoOptions, nbytes: int, grouped: bool = True) -> dict[int, int]:
-    """Each rank's time (ns) for a send to r + 1 and a receive from r - 1 issued together at T0 through the
-    coordinator, as `batch_isend_irecv` issues them (on the world's communicator when `grouped`)."""
+def ring_times(
+    topo: Any,
+    algo: AlgoOptions,
+    nbytes: int,
+    grouped: bool = True,
+    issue: dict[int, int] | None = None,
+    order: list[int] | None = None,
+) -> dict[int, int]:
+    """Each rank's time (ns) for a send to r + 1 and a receive from r - 1 issued together at T0 (or T0 + `issue`[r])
+    through the coordinator, as `batch_isend_irecv` issues them (on the world's communicator when `grouped`), the
+    ranks' messages arriving in `order` (default: rank order)."""
     n = topo.num_ranks
+    issue = issue or {}
     sent: dict[int, list[Message]] = {r: [] for r in range(n)}
     core = CoordinatorCore(
         FlowSimulator(topo), topo, n, window_ns=0, algo=algo, send=lambda r, raw: sent[r].append(decode(raw))
@@ -39,15 +48,16 @@ def ring_times(topo: Any, algo: AlgoOptions, nbytes: int, grouped: bool = True) 
         core.on_message(rank, decode(encode(type_, t, **fields)))
 
     comm = {"comm": list(range(n))} if grouped else {}
-    for r in range(n):
-        msg(r, "p2p", h=1, peer=(r + 1) % n, send=True, tag=0, seq=0, nbytes=nbytes, name="", **comm)
-        msg(r, "p2p", h=2, peer=(r - 1) % n, send=False, tag=0, seq=0, nbytes=nbytes, name="", **comm)
+    for r in order or range(n):
+        t = T0 + issue.get(r, 0)
+        msg(r, "p2p", t, h=1, peer=(r + 1) % n, send=True, tag=0, seq=0, nbytes=nbytes, name="", **comm)
+        msg(r, "p2p", t, h=2, peer=(r - 1) % n, send=False, tag=0, seq=0, nbytes=nbytes, name="", **comm)
     done: dict[int, dict[int, int]] = {r: {} for r in range(n)}  # rank -> handle -> its end, as the ranks learn them
     seen = dict.fromkeys(range(n), 0)
-    for _ in range(8):  # a rank waits for whichever of its two is not in yet, and finishes once both are
-        for r in range(n):
-            if seen[r] == len(sent[r]) and core.ranks[r].state != DONE:
-                now = max(done[r].values(), default=T0)
+    for _ in range(12):  # a rank waits for whichever of its two is not in yet, and finishes once both are
+        for r in order or range(n):
+            if seen[r] == len(sent[r]) and core.ranks[r].state == RUN:
+                now = max(done[r].values(), default=T0 + issue.get(r, 0))
                 missing = [h for h in (1, 2) if h not in done[r]]
                 if missing:
                     msg(r, "wait", now, handles=missing, until=INF_NS)
@@ -135,3 +145,130 @@ def test_collective_perf_sendrecv_on_a_pcie_host_takes_nccl_tests_gpu_time(tmp_p
         launch_ns = 4260 + 32 * res.choice["channels"]
         assert us == pytest.approx((res.time_ns - launch_ns / iters) / 1e3, abs=0.006), size
         assert res.nbytes / (res.time_ns / 1e9) < 3.01e9 or size < 64 * MiB  # the uplink's share, 24 / 8
+
+
+def staggered_ends_ns(nbytes: int, d: int) -> dict[int, float]:
+    """Closed form: the ring of 4 on one switch with P2P off, rank r issuing at r x d. Pair r -> r + 1 runs from
+    (r + 1) x d (both kernels run), 3 -> 0 from 3d; k pairs in flight share the 24 GB/s uplink, 24 / k each."""
+    assert d == 1_000_000 and nbytes == 64 * MiB  # the phases below: p01 alone, then with p12, then all four
+    left01 = nbytes - 24 * d - 12 * d  # bytes per ns: 24 alone, 12 in two
+    left12 = nbytes - 12 * d
+    e01 = 3 * d + left01 / 6  # four pairs at 6
+    left12 -= left01  # moved at 6 while p01 ran
+    e12 = e01 + left12 / 8  # three at 8
+    left23 = nbytes - left01 - 8 * (e12 - e01)
+    e23 = e12 + left23 / 12  # two at 12
+    return {0: e23, 1: e12, 2: e23, 3: e23}  # rank r ends with its send r -> r + 1 and its receive r - 1 -> r
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [3, 1, 0, 2]])
+def test_a_group_whose_ranks_launch_apart_is_rated_in_its_schedule(order: list[int]) -> None:
+    """Rank r of a 4-rank ring issues its batch at r ms (P2P off, one switch): each pair starts when both its
+    ranks' kernels run and shares the uplink with the pairs in flight then (`staggered_ends_ns`), whatever order the
+    ranks' messages arrive in; each rank's time is that end plus NCCL's latency (sendrecv_perf's time less its
+    transfer at 24 / 4 GB/s). Before, pairs of one group that started apart were rated without each other (p01 and
+    p12 alone at 24 GB/s)."""
+    topo = pcie_host(4)
+    nbytes, d = 64 * MiB, 1_000_000
+    lat = sendrecv_perf_ns(topo, P2P_OFF, nbytes) - nbytes / 6
+    assert 0 < lat < 100_000
+    got = ring_times(topo, P2P_OFF, nbytes, issue={r: r * d for r in range(4)}, order=order)
+    want = staggered_ends_ns(nbytes, d)
+    for r in range(4):
+        assert got[r] == pytest.approx(want[r] + lat, abs=4), r
+
+
+def test_pairs_launched_out_of_start_order_keep_their_group() -> None:
+    """P2pBatches as window mode can call it: rank 1's launch receives from 0 (issued at 0) and sends to 2 (issued
+    at 300), so 1 -> 2 starts at 300 and 0 -> 1 at 100; 1 -> 2 is launched first (alone: nothing else known), then
+    0 -> 1, which still sees it, starting 200 ns after it. Before, a launch at another start time than the last
+    forgot the pairs launched before it."""
+    from bridge.launch_order import HeldRendezvous
+    from bridge.matching import Call, Rendezvous
+    from bridge.p2p_batch import P2pBatches
+
+    comm = (0, 1, 2)
+    batches = P2pBatches()
+    calls = {}
+    for rank, h, kind, t, launch in [(0, 1, "send", 0, 5), (1, 1, "recv", 100, 7), (1, 2, "send", 100, 7),
+                                     (2, 1, "recv", 300, 9)]:  # fmt: skip
+        calls[(rank, h)] = Call(rank, h, kind, MiB, "uint8", None, t, "", (), comm)
+        batches.issued(calls[(rank, h)], launch)
+    late = Rendezvous(("p2p", 1, 2, 0, 0), (1, 2), {1: calls[(1, 2)], 2: calls[(2, 1)]})
+    early = Rendezvous(("p2p", 0, 1, 0, 0), (0, 1), {0: calls[(0, 1)], 1: calls[(1, 1)]})
+    assert batches.inflight(late, 300, HeldRendezvous()) == ((), ())
+    assert batches.inflight(early, 100, HeldRendezvous()) == (((0, 1), (1, 2)), ((1, 2, 200, MiB),))
+
+
+STAGGERED = """
+    import torch, torch.distributed as dist
+    dist.init_process_group()
+    r, n = dist.get_rank(), dist.get_world_size()
+    a = torch.ones(2048, 2048, device="cuda")
+    for _ in range(r):  # rank r launches its batch r matmuls later
+        a = a @ a
+    buf = torch.ones(16 * 1024 * 1024, device="cuda")  # 64 MiB
+    out = torch.empty_like(buf)
+    ops = [dist.P2POp(dist.isend, buf, (r + 1) % n), dist.P2POp(dist.irecv, out, (r - 1) % n)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+"""
+
+
+def uplink_ends_ns(starts: dict[Any, float], nbytes: int, uplink: float = 24.0) -> dict[Any, float]:
+    """Closed form for SHM pairs under one switch: the k pairs in flight share the uplink, uplink / k bytes a ns
+    each; each pair starts at its own time and moves `nbytes`."""
+    left = dict.fromkeys(starts, float(nbytes))
+    ends: dict[Any, float] = {}
+    now = min(starts.values())
+    while len(ends) < len(starts):
+        on = [p for p in starts if p not in ends and starts[p] <= now]
+        nxt = min((s for p, s in starts.items() if p not in ends and s > now), default=float("inf"))
+        if not on:
+            now = nxt
+            continue
+        rate = uplink / len(on)
+        step = min(min(left[p] for p in on) / rate, nxt - now)
+        now += step
+        for p in on:
+            left[p] -= rate * step
+            if left[p] < 1e-3:
+                ends[p] = now
+    return ends
+
+
+@pytest.mark.slow
+def test_a_torch_ring_whose_ranks_launch_apart_shares_the_uplink_in_time(tmp_path: Path) -> None:
+    """A real torch.distributed program on 4 PCIe GPUs under one switch, P2P off: rank r runs r matmuls, then its
+    batch_isend_irecv ring of 64 MiB, so the pairs start apart (each when both its ranks' kernels run). Each pair
+    ends when the closed form `uplink_ends_ns` says from the recorded starts, plus NCCL's latency (sendrecv_perf's
+    time less its transfer at 24 / 4 GB/s). Before, the pairs that started apart were rated without each other.
+    Slow: a live 4-rank run (about 15 s)."""
+    from phantora.launcher import RunConfig, launch
+    from tests.test_runtime_e2e import write
+
+    topo = pcie_host(4)
+    nbytes = 64 * MiB
+    script = write(tmp_path, "staggered.py", STAGGERED)
+    cfg = RunConfig(str(script), topology=topo, nproc=4, trace="none", timeout_s=300, tensors="phantom",
+                    env={"NCCL_P2P_DISABLE": "1"})  # fmt: skip
+    rep = launch(cfg)
+    pairs = {tuple(c["group"]): c for c in rep.cosim.collectives if c["kind"] == "send_recv"}
+    assert sorted(pairs) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    starts = {p: float(c["t_start"]) for p, c in pairs.items()}
+    assert len(set(starts.values())) >= 3  # they do start apart
+    lat = sendrecv_perf_ns(topo, P2P_OFF, nbytes) - nbytes / 6
+    want = uplink_ends_ns(starts, nbytes)
+    for p, c in pairs.items():
+        assert c["end_ns"] == pytest.approx(want[p] + lat, abs=4), p
+
+
+def test_inflight_at_must_name_pairs_of_the_group() -> None:
+    """A start for a pair that is not in `inflight` is a one-line error naming the field."""
+    from phantora.collectives import Collective
+    from phantora.errors import InputError
+
+    with pytest.raises(InputError, match="inflight_at"):
+        Collective("send_recv", (0, 1), MiB, "uint8", None, (0, 1, 2), ((0, 1), (1, 2)), ((2, 0, 5, MiB),))

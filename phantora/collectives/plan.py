@@ -42,6 +42,8 @@ class CallSpec:
     # a grouped send/recv: the (src, dst) of every transfer of its launch on `comm`, its own among them, all in flight
     # at once (bridge/p2p_batch.py; live ranks' pairs under deduplication); () when it is alone
     inflight: tuple[tuple[int, int], ...] = ()
+    # (src, dst, start offset ns, bytes) of the `inflight` pairs that start at another time or move other bytes
+    inflight_at: tuple[tuple[int, int, int, int], ...] = ()
 
 
 @dataclass
@@ -87,9 +89,8 @@ class CollectivePlanner:
             comm = call.comm  # a grouped send/recv's; a shifted copy's is its mirrors' communicator
             if comm and self.mirrors.active:
                 comm = self.mirrors.copy_comm(call.group, copy, comm)
-            coll = Collective(
-                call.kind, copy, call.nbytes, call.dtype, call.root, comm, self._inflight(call, copy, comm)
-            )
+            inflight, inflight_at = self._inflight(call, copy, comm)
+            coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root, comm, inflight, inflight_at)
             dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag, sent=sent)
             next_id = dag.next_id
             flows.extend(dag.flows)
@@ -110,18 +111,24 @@ class CollectivePlanner:
             last = {r: set(everything) for r in last}
         return Plan(flows, last, len(copies), None if cls is None else int(cls), lossy, lossless_why, choice)
 
-    def _inflight(self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    def _inflight(
+        self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]
+    ) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int, int], ...]]:
         """The transfers in flight with the shift `copy` of a grouped send/recv: its launch's pairs (and, under
-        deduplication, every shift of them) on `comm`; () when it has none, or `copy` is not among them."""
+        deduplication, every shift of them) on `comm`, and the starts and sizes of those that differ from its own
+        (`CallSpec.inflight_at`, each shift as its pair); ((), ()) when it has none, or `copy` is not among them."""
         if not call.inflight or not comm:
-            return ()
-        pairs = set(call.inflight)
+            return (), ()
+        at = {(a, b): (dt, n) for a, b, dt, n in call.inflight_at}
+        pairs = {(a, b): at.get((a, b)) for a, b in call.inflight}
         if self.mirrors.active:
             m = self.mirrors
-            pairs = {(m.shift(a, j), m.shift(b, j)) for a, b in pairs for j in range(m.shifts)}
+            pairs = {(m.shift(a, j), m.shift(b, j)): x for (a, b), x in pairs.items() for j in range(m.shifts)}
         members = set(comm)
-        mine = tuple(sorted((a, b) for a, b in pairs if a in members and b in members))
-        return mine if tuple(copy) in mine else ()
+        mine = tuple(sorted(p for p in pairs if p[0] in members and p[1] in members))
+        if tuple(copy) not in mine:
+            return (), ()
+        return mine, tuple((a, b, *x) for (a, b), x in sorted(pairs.items()) if x is not None and (a, b) in mine)
 
     def _loss_policy(
         self, call: CallSpec, algo: AlgoOptions, tolerance: float

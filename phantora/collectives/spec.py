@@ -56,6 +56,10 @@ class Collective:
     # a grouped send/recv: the (src, dst) of every transfer of its NCCL group, its own among them, all in flight at
     # once (nccl-tests' sendrecv_perf); () when the group is not known
     inflight: tuple[tuple[int, int], ...] = ()
+    # (src, dst, start offset ns, bytes) of the pairs in `inflight` that start at another time than this one (a
+    # rank whose group launch ran later: NCCL runs a pair once both peers' kernels run) or move other bytes; the
+    # pairs not named start with it and move its nbytes
+    inflight_at: tuple[tuple[int, int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -87,6 +91,15 @@ class Collective:
                 f"inflight {[list(p) for p in self.inflight]} must be distinct (src, dst) pairs of comm, this "
                 f"send_recv's {list(self.ranks)} among them",
                 field="inflight",
+            )
+        if self.inflight_at and (
+            any((a, b) not in self.inflight or n < 0 for a, b, _, n in self.inflight_at)
+            or len({(a, b) for a, b, _, _ in self.inflight_at}) != len(self.inflight_at)
+        ):
+            raise InputError(
+                f"inflight_at {[list(p) for p in self.inflight_at]} must name distinct pairs of inflight, with bytes "
+                ">= 0",
+                field="inflight_at",
             )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")

@@ -56,7 +56,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
         group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
-        return _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group), on, coll.kind)
+        at = _inflight_at(coll) if group else {}
+        return _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at), on, coll.kind)
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
         if want is None:
@@ -85,6 +86,12 @@ def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:
     at = {r: i for i, r in enumerate(coll.comm)}
     own = (coll.ranks[0], coll.ranks[1])
     return tuple((at[a], at[b]) for a, b in (own, *(q for q in coll.inflight if q != own)))
+
+
+def _inflight_at(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
+    """`Collective.inflight_at` as (start offset ns, bytes) by positions in the communicator."""
+    at = {r: i for i, r in enumerate(coll.comm)}
+    return {(at[a], at[b]): (dt, n) for a, b, dt, n in coll.inflight_at}
 
 
 def _with_comm_gpus(p: Platform, gpus: int) -> Platform:

@@ -31,8 +31,8 @@ from functools import lru_cache
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk
 from phantora.collectives.nccl.p2p_schedule import pow2_up, send_rounds, transfer_channel_ids
-from phantora.collectives.nccl.pci_p2p import PCI_PEER_CHANNELS, pair_rates
-from phantora.collectives.nccl.pci_paths import all_pairs
+from phantora.collectives.nccl.pci_p2p import PCI_PEER_CHANNELS, group_ends, pair_rates
+from phantora.collectives.nccl.pci_paths import PciHost, all_pairs
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
 from phantora.collectives.nccl.settings import NcclSettings
@@ -127,12 +127,15 @@ def p2p_choice(
     comm: Platform | None = None,
     nodes: tuple[int, ...] = (),
     inflight: tuple[tuple[int, int], ...] = (),
+    inflight_at: dict[tuple[int, int], tuple[int, int]] | None = None,
 ) -> Choice:
     """The protocol, channels, latency and per-peer throughput of a send/recv or an all-to-all. `comm`: the
     platform of the communicator a grouped send/recv runs on (its channels per peer are the communicator's);
     None: the call's own ranks. `nodes`: the topology node of each rank, which keys the pairs' rates on a PCIe
     host (`Choice.pair_bw`). `inflight`: a grouped send/recv's transfers as positions in `comm`'s PCIe host, its
-    own first, which share that host's links with it (one NCCL group, all in flight); (): it alone."""
+    own first, which share that host's links with it (one NCCL group); (): it alone. `inflight_at`: the (start
+    offset ns, bytes) of those pairs that start at another time than it or move other bytes (`group_ends`); the
+    others start with it and move its bytes, all in flight at once as in nccl-tests' sendrecv_perf."""
     peers = 1 if coll.kind == "send_recv" else p.nranks - 1
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
@@ -172,7 +175,7 @@ def p2p_choice(
         pairs = [(0, 1)] if coll.kind == "send_recv" else all_pairs(p.pci)
         rates = {pair: r * bw / raw for pair, r in pair_rates(p.pci, pairs).items()}  # the protocol's share
         if inflight and comm is not None and comm.pci is not None:  # its group's pairs share the host's links
-            rates = {(0, 1): pair_rates(comm.pci, list(inflight))[inflight[0]] * bw / raw}
+            rates = {(0, 1): _group_rate(comm.pci, inflight, inflight_at or {}, per_peer) * bw / raw}
         slowest = min(rates.values())
         t_ns = max(per_peer / r for r in rates.values())
         algbw = coll.nbytes / t_ns if t_ns > 0 else slowest
@@ -185,3 +188,18 @@ def p2p_choice(
         t_ns = coll.nbytes / (bw if intra else nic or bw)
     algbw = coll.nbytes / t_ns if t_ns > 0 else bw
     return Choice("p2p", protocol, nch, lat, algbw, lat + t_ns / 1000.0, peer_bw, net_bw=net_bw)
+
+
+def _group_rate(
+    h: PciHost, inflight: tuple[tuple[int, int], ...], at: dict[tuple[int, int], tuple[int, int]], nbytes: int
+) -> float:
+    """The GB/s the first pair of `inflight` moves on average in its group: its share while all are in flight, or
+    its bytes over its time in the group's schedule when the pairs start apart or differ in size (`group_ends`)."""
+    own = inflight[0]
+    if not at:
+        return pair_rates(h, list(inflight))[own]
+    starts = {p: float(at.get(p, (0, nbytes))[0]) for p in inflight}
+    sizes = {p: float(at.get(p, (0, nbytes))[1]) for p in inflight}
+    starts[own], sizes[own] = 0.0, float(nbytes)
+    end = group_ends(h, starts, sizes)[own]
+    return nbytes / end if end > 0 else pair_rates(h, list(inflight))[own]

@@ -60,3 +60,30 @@ def pair_rates(h: PciHost, pairs: list[tuple[int, int]]) -> dict[tuple[int, int]
                 for link, w in loads[pair].items():
                     used[link] = used.get(link, 0.0) + w * best
     return rate
+
+
+def group_ends(
+    h: PciHost, starts: dict[tuple[int, int], float], sizes: dict[tuple[int, int], float]
+) -> dict[tuple[int, int], float]:
+    """When each pair of one NCCL group ends (ns) whose transfers start at `starts` (ns; a pair runs once both
+    peers' kernels run) with `sizes` bytes: the pairs in flight at each moment share the links (`pair_rates`), their
+    shares set again at every start and end (GB/s = bytes per ns)."""
+    left = dict(sizes)
+    ends: dict[tuple[int, int], float] = {p: starts[p] for p, b in sizes.items() if b <= 0}
+    now = min(starts.values(), default=0.0)
+    while len(ends) < len(sizes):
+        running = sorted(p for p in sizes if p not in ends and starts[p] <= now)
+        later = [starts[p] for p in sizes if p not in ends and starts[p] > now]
+        if not running:
+            now = min(later)
+            continue
+        rate = pair_rates(h, running)
+        step = min(left[p] / rate[p] for p in running)
+        if later and min(later) - now < step:
+            step = min(later) - now
+        now += step
+        for p in running:
+            left[p] -= rate[p] * step
+            if left[p] <= 1e-6 * sizes[p]:
+                ends[p] = now
+    return ends
