@@ -15,12 +15,13 @@ from phantora.collectives.nccl.settings import nccl_env, settings_from_env
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.topology import rail_optimized
+from phantora.topology.model import Topology
 
 MiB = 1 << 20
 LL128_STEP_DATA = 120 * 640 * 8 * 8 // 8 // 16 * 15  # NCCL_LL128 buffer / NCCL_STEPS, 120 of 128 bytes a line
 
 
-def _hosts(nodes: int) -> tuple[object, tuple[int, ...]]:
+def _hosts(nodes: int) -> tuple[Topology, tuple[int, ...]]:
     topo = rail_optimized(nodes, 8, spines=8, nic_rate="400Gbps", gpu="h100")
     return topo, tuple(range(8 * nodes))
 
@@ -41,15 +42,19 @@ def test_connections_a_gpu_serves() -> None:
     """16 channels on 8 NICs: a ring has a send and a receive per channel and node, 32 over 8 GPUs = 4; 24
     channels (NCCL_MIN_CTAS=24) 6. A tree: channels 0-7 on tree 0, 8-15 on tree 1; on 8 nodes an inner node of one
     tree (3 edges) is a leaf of the other (1): 2 x (8 x 3 + 8 x 1) / 8 = 8; 24 channels repeat 0-7 on tree 0:
-    2 x (16 x 3 + 8 x 1) / 8 = 14. Two nodes: every node has one edge in each tree, 2 x 16 / 8 = 4."""
+    2 x (16 x 3 + 8 x 1) / 8 = 14. Two nodes: every node has one edge in each tree, 2 x 16 / 8 = 4.
+    NCCL_MAX_NCHANNELS=12 NCCL_MIN_NCHANNELS=16 (connect.cc: cut to 0-11, then 12-15 copy 0-3): tree 1 has only
+    8-11, so 12 channels on tree 0 and 4 on tree 1, 2 x (12 x 3 + 4 x 1) / 8 = 10 (tree c mod 16 >= 8 gave 8)."""
     p8 = platform_of(*_hosts(8))
     p2 = platform_of(*_hosts(2))
-    assert proxy.connections_per_gpu("ring", p2, 8, 16) == 4
-    assert proxy.connections_per_gpu("ring", p2, 8, 24) == 6
-    assert proxy.tree_channels(p8, 8, 24) == (16, 8)
-    assert proxy.connections_per_gpu("tree", p8, 8, 16) == 8
-    assert proxy.connections_per_gpu("tree", p8, 8, 24) == 14
-    assert proxy.connections_per_gpu("tree", p2, 8, 16) == 4
+    st, st24 = settings_from_env({}), settings_from_env({"NCCL_MIN_CTAS": "24"})
+    assert proxy.connections_per_gpu("ring", p2, st, 16) == 4
+    assert proxy.connections_per_gpu("ring", p2, st24, 24) == 6
+    assert proxy.connections_per_gpu("tree", p8, st, 16) == 8
+    assert proxy.connections_per_gpu("tree", p8, st24, 24) == 14
+    assert proxy.connections_per_gpu("tree", p2, st, 16) == 4
+    cut = settings_from_env({"NCCL_MAX_NCHANNELS": "12", "NCCL_MIN_NCHANNELS": "16"})
+    assert proxy.connections_per_gpu("tree", p8, cut, 16) == 10
 
 
 def test_steps_per_connection_follow_ncclproxyop_nsteps() -> None:

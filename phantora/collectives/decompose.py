@@ -209,6 +209,16 @@ def _tree_halves_share_the_channel(coll: Collective, topo: Topology, opts: AlgoO
     return p.nnodes == 1 and p.intra == "nvlink"
 
 
+def channel_chain(coll: Collective, topo: Topology, opts: AlgoOptions) -> Callable[[int], int]:
+    """Channel -> the rotation of each host's chain its ring runs (`layout.ring_order`). NCCL model: the found
+    search channel it is a copy of (`nccl/tree_channels.chain_of`); phantora's own: the channel itself."""
+    if opts.model != "nccl":
+        return lambda c: c
+    st = nccl_settings(opts)
+    p = platform_of(topo, coll.ranks, st)
+    return lambda c: tree_channels.chain_of(p, st, c)
+
+
 def _tree_of_channel(coll: Collective, topo: Topology, opts: AlgoOptions) -> Callable[[int], tuple[int, int]]:
     """Channel -> (tree of the double binary tree, the rotation of each host's chain). NCCL model: NCCL's mapping,
     tree 1 on the upper half of the search's duplicated channels and a channel's copy on its chain
@@ -253,7 +263,8 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
         pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0, window=_steps_in_flight(opts))
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":
         shares = channel_shares(coll, topo, opts)
-        orders = [ring_order(blocks, c, alternate) for c in range(len(shares))]
+        chain = channel_chain(coll, topo, opts)
+        orders = [ring_order(blocks, chain(c), alternate) for c in range(len(shares))]
         in_turn = opts.model == "nccl"
         window = _steps_in_flight(opts, _ring_chunk_steps(opts))
         cut = ring_cut(coll, topo, opts) if chunked else None
@@ -277,9 +288,10 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
     elif kind in ("broadcast", "reduce"):
         root = coll.root or 0
         up, down = kind == "reduce", kind == "broadcast"
+        chain = channel_chain(coll, topo, opts)
         for c, size in enumerate(channel_shares(coll, topo, opts)):
             if algo == "chain":
-                order = chain_order(blocks, c, root, alternate)
+                order = chain_order(blocks, chain(c), root, alternate)
                 links: list[int | None] = [None] * n
                 for a, v in zip(order, order[1:], strict=False):
                     links[v] = a

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import split
+from phantora.collectives.decompose import channel_chain
 from phantora.collectives.layout import host_blocks, rail_aligned, ring_order
 from phantora.collectives.options import default_options
 from phantora.collectives.ring import ring_chunks, ring_passes, ring_schedule
@@ -122,8 +123,9 @@ def _ring_flows(coll: Collective, topo: Topology, opts: AlgoOptions, first_id: i
     n = coll.size
     schedule = ring_schedule(coll.kind, n)
     fid = first_id
+    chain = channel_chain(coll, topo, opts)
     for c, share in enumerate(channel_shares(coll, topo, opts)):
-        order = ring_order(blocks, c, alternate)
+        order = ring_order(blocks, chain(c), alternate)
         slices = split(share, n)
         if opts.granularity != "chunked":  # one flow per ring edge, the slices it sends in step order
             for i in range(n):

@@ -38,9 +38,21 @@ class Graph:
 @lru_cache(maxsize=256)
 def ring_graph(p: Platform) -> Graph:
     """The ring (and tree) graph: the per-channel bandwidth that carries the most in total, then duplicated."""
+    return _duplicated(*_found(p), p)
+
+
+def found_channels(p: Platform) -> int:
+    """The ring graph's channels as the search found them, before `ncclTopoDupChannels` (whose copies, channel
+    g + found of channel g, run g's chain: `tree_channels.chain_of`)."""
+    return _found(p)[0]
+
+
+@lru_cache(maxsize=256)
+def _found(p: Platform) -> tuple[int, float]:
+    """(channels, GB/s each) of the search's first pass: the per-channel speed that carries the most in total."""
     speeds = _speeds(p)
     if p.pci is not None:  # a described PCIe host: the search over its links (sockets, CPU link, SHM diversions)
-        return _duplicated(*pci_paths.ring_search(p.pci, speeds, T.RING_GRAPH_MAX_CHANNELS), p)
+        return pci_paths.ring_search(p.pci, speeds, T.RING_GRAPH_MAX_CHANNELS)
     best = (0, 0.0)
     for s in speeds:
         if p.nnodes == 1:
@@ -55,7 +67,7 @@ def ring_graph(p: Platform) -> Graph:
     n, s = best
     if n == 0:
         n, s = 1, speeds[-1]
-    return _duplicated(n, s, p)
+    return n, s
 
 
 @lru_cache(maxsize=256)
@@ -80,8 +92,9 @@ def _speeds(p: Platform) -> tuple[float, ...]:
 
 
 def _duplicated(n: int, s: float, p: Platform) -> Graph:
-    """`ncclTopoDupChannels`: channels of 25 GB/s or more are doubled at half the speed (not on sm > 80 below 50
-    GB/s with more than 4 channels)."""
+    """`ncclTopoDupChannels` (v2.18.3-1 to v2.30.7-1): channels of 25 GB/s or more are doubled at half the speed
+    (not on sm > 80 below 50 GB/s with more than 4 channels), channel n + g a copy of channel g. v2.18.1-1 doubled
+    on sm <= 80 from 25 GB/s and on sm90 from 50 GB/s only (never on sm100): not modelled apart."""
     if s >= 25.0 and not (p.compcap > 80 and s < 50.0 and n > 4):
         dup = min(2 * n, T.RING_GRAPH_MAX_CHANNELS)
         s /= math.ceil(dup / n)

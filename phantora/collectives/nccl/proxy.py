@@ -22,7 +22,8 @@ they exceed the transfer by (bytes over the model's bandwidth) is charged: `max(
   one network receive per channel and node. A tree channel has, at each node, one connection each way (up and
   down) per network edge of its tree: NCCL's double binary tree (graph/trees.cc `ncclGetDtree`: `ncclGetBtree`,
   then the same tree mirrored for an even node count, shifted for an odd one); `connectTrees` puts tree 0 on the
-  search's channels and tree 1 on their copies, and further copies (NCCL_MIN_CTAS) repeat the first channels.
+  search's channels and tree 1 on their copies, and further copies (NCCL_MIN_CTAS) repeat the channels they copy
+  (`tree_channels.tree_counts`, the mapping the flows use).
   The busiest node bounds: on 4 and 8 nodes an inner node of one tree (parent and two children: 6 connections
   a channel) that is a leaf of the other (2).
 - *Steps per connection*: `ncclProxyOp.nsteps` (enqueue.cc `calcCollChunking`): the pattern's steps per loop
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import math
 
-from phantora.collectives.nccl import channel_split, ring_kernel
+from phantora.collectives.nccl import channel_split, ring_kernel, tree_channels
 from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes
 from phantora.collectives.nccl.platform import Platform
@@ -99,21 +100,14 @@ def dtree_edges(n: int) -> tuple[list[int], list[int]]:
     return edges0, edges1
 
 
-def tree_channels(p: Platform, search: int, channels: int) -> tuple[int, int]:
-    """Channels on tree 0 and tree 1: channel c of the `search` channels' doubled set is on tree 1 when
-    c mod 2 x search >= search (`connectTrees`; copies beyond repeat the first channels, connect.cc)."""
-    search = max(1, search)
-    tree1 = sum(1 for c in range(channels) if c % (2 * search) >= search)
-    return channels - tree1, tree1
-
-
-def connections_per_gpu(algo: str, p: Platform, search: int, channels: int) -> float:
-    """Network connections the busiest GPU's proxy serves."""
+def connections_per_gpu(algo: str, p: Platform, st: NcclSettings, channels: int) -> float:
+    """Network connections the busiest GPU's proxy serves, on the collective's first `channels` channels (their
+    trees from `tree_channels.tree_counts`)."""
     gpus = max(1, min(p.ppn, p.nics_per_node or p.ppn))
     if algo == "ring":
         return 2 * channels / gpus
     if algo == "tree":
-        c0, c1 = tree_channels(p, search, channels)
+        c0, c1 = tree_channels.tree_counts(p, st, channels)
         e0, e1 = dtree_edges(p.nnodes)
         return max(2 * (c0 * a + c1 * b) for a, b in zip(e0, e1, strict=True)) / gpus
     return 0.0
@@ -141,15 +135,13 @@ def steps_per_connection(kind: str, algo: str, proto: str, p: Platform, st: Nccl
     return per_loop * loops * chunk_steps // slice_steps
 
 
-def service_us(
-    kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ch: int, search: int
-) -> float:
+def service_us(kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ch: int) -> float:
     """The busiest proxy's time (µs) on the collective's network steps (0 inside one node)."""
     if p.nnodes < 2 or proto not in PROXY_PROTOCOLS:
         return 0.0
     if not ((algo == "ring" and kind in RING_KINDS) or (algo == "tree" and kind == "all_reduce")):
         return 0.0
-    conns = connections_per_gpu(algo, p, search, ch)
+    conns = connections_per_gpu(algo, p, st, ch)
     return conns * steps_per_connection(kind, algo, proto, p, st, nbytes, ch) * PROXY_STEP_US
 
 

@@ -8,15 +8,23 @@ channel c tree 0 and its copy c + s tree 1, so tree 1 is the upper half of the 2
 channel. Later copies (`copyChannels(start, end)`: channel k copies k - start) repeat what they copy: the H100
 doubling across nodes, and NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS after NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS cut the
 channels (in the order `channels.comm_channels` applies them). A collective of k channels runs channels 0..k-1,
-so a tree all-reduce on at most s channels runs tree 0 alone. Not restated: the search's own duplication
-(`ncclTopoDupChannels`: search channel g + s/2 a copy of g, the same chain), so a duplicated search channel's chain
-is rotated by its own index here, not its original's.
+so a tree all-reduce on at most s channels runs tree 0 alone. Rings are duplicated and copied the same way
+(connect.cc duplicates ringPrev / ringNext with the trees, and `copyChannels` copies both).
+
+Before all that, the search's own duplication (search.cc `ncclTopoDupChannels`, v2.18.3-1 to v2.30.7-1) made
+search channel g + f a copy of channel g of the f it found (`channels.found_channels`), so each channel's chain
+inside a node, and the NIC it crosses the node by, is that of one of the f found channels (`chain_of`). Rail
+hosts of one NIC per GPU find f a multiple of the GPUs per node (f = NICs x channels per NIC), and phantora's
+chain of found channel g is the host's GPUs rotated by g (`layout.ring_order`, `layout.tree_parents`): so on the
+default counts (2s, the H100 doubling, NCCL_MIN_CTAS from there) chain_of(c) = c mod GPUs, as before; it differs
+where NCCL_MAX_NCHANNELS cuts the channels at a count that is not a multiple of the GPUs per node and a minimum
+copies them again (NCCL_MAX_NCHANNELS=12 NCCL_MIN_NCHANNELS=24 on 8 GPUs: channel 12 runs chain 0, not 4).
 """
 
 from __future__ import annotations
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.channels import ring_graph
+from phantora.collectives.nccl.channels import found_channels, ring_graph
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 
@@ -41,13 +49,24 @@ def search_channels(p: Platform) -> int:
     return max(1, ring_graph(p).nchannels)
 
 
-def tree_of(p: Platform, st: NcclSettings, channel: int) -> tuple[int, int]:
-    """(tree 0 or 1, the search channel whose chain it runs) of the communicator's `channel` (channels past the
-    communicator's count wrap around it)."""
+def chain_of(p: Platform, st: NcclSettings, channel: int) -> int:
+    """The found search channel (before `ncclTopoDupChannels`) whose chain the communicator's `channel` runs, as a
+    ring and as a tree (channels past the communicator's count wrap around it)."""
     ids = origins(p, st)
-    s = search_channels(p)
-    o = ids[channel % len(ids)]
-    return int(o >= s), o % s
+    g = ids[channel % len(ids)] % search_channels(p)
+    f = found_channels(p)
+    return g - f if g >= f else g
+
+
+def tree_of(p: Platform, st: NcclSettings, channel: int) -> tuple[int, int]:
+    """(tree 0 or 1, the found search channel whose chain it runs) of the communicator's `channel`."""
+    ids = origins(p, st)
+    return int(ids[channel % len(ids)] >= search_channels(p)), chain_of(p, st, channel)
+
+
+def tree_counts(p: Platform, st: NcclSettings, channels: int) -> tuple[int, int]:
+    """How many of channels 0..`channels`-1 run tree 0 and tree 1."""
+    return tree_bytes(p, st, [1] * channels)
 
 
 def tree_bytes(p: Platform, st: NcclSettings, shares: list[int]) -> tuple[int, int]:

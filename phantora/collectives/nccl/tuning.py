@@ -386,7 +386,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         intra, inter = _ring_hop_us(T.PROTOCOLS.index(cost.protocol), p, net_overhead_us(p, st))
         chain = ring_chain.extra_us(kind, _nsteps(kind, p.nranks), p.nnodes, p.ppn, intra, inter)
         chain = max(0.0, chain - (lat - cost.lat_us)) if chain else 0.0  # none: not lat's rounding error
-    turns = proxy.service_us(kind, cost.algorithm, cost.protocol, p, st, nbytes, ch, ring_graph(p).nchannels)
+    turns = proxy.service_us(kind, cost.algorithm, cost.protocol, p, st, nbytes, ch)
     serve = proxy.excess_us(turns, nbytes / (1000.0 * algbw)) if turns else 0.0
     return Choice(
         cost.algorithm,
