@@ -539,13 +539,12 @@ class FlowSimulator:
                 self._skip_bfs = _GIANT_SKIP if self._skip_bfs == 0 else self._skip_bfs - 1
         st = self._stats
         for comp in comps:
-            recs = [self._active[i] for i in comp]
-            rates = self._solve(recs)
             st["resolves"] += 1
             st["resolved_flows"] += len(comp)
             st["numpy_resolves"] += len(comp) >= NUMPY_THRESHOLD
             if len(comp) > st["max_component"]:
                 st["max_component"] = len(comp)
+        for recs, rates in self._solved(comps):
             for rec, rate in zip(recs, rates, strict=True):
                 if rate == rec.rate:
                     continue
@@ -559,6 +558,20 @@ class FlowSimulator:
                 heapq.heappush(self._heap, (t + _ceil_ns(rec.rem / rate), _TX_END, rec.flow.id, rec.ver))
         if self.verify:
             self._verify()
+
+    def _solved(self, comps: list[list[int]]) -> Iterator[tuple[list[_Active], list[float]]]:
+        """Each component's records and max-min rates. Over single ECMP paths, many small components (the fluid
+        NVLink side: one a host) are solved as one problem by the vectorised solver once they sum to
+        `NUMPY_THRESHOLD` flows: the same rates bit for bit (`phantora.netsim.maxmin`: a component's rates do not
+        depend on the others solved beside it), one call instead of one a component."""
+        active = self._active
+        if not self._multi and len(comps) > 1 and sum(map(len, comps)) >= NUMPY_THRESHOLD:
+            recs = [active[i] for comp in comps for i in comp]
+            yield recs, maxmin_rates([r.solve_path for r in recs], self._cap, self._cap_arr)
+            return
+        for comp in comps:
+            recs = [active[i] for i in comp]
+            yield recs, self._solve(recs)
 
     def _solve(self, recs: list[_Active]) -> list[float]:
         """Max-min rates of one component: over ECMP paths, spray's fixed splits, or adaptive's pooled layers; a

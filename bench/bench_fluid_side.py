@@ -1,0 +1,87 @@
+"""CPU of the fluid NVLink side (`nvlink=fluid`) on a recorded step, without ns-3: the recording's flow DAG run
+through `FluidNvlinkSimulator` with the flow engine as its packet side, so the fluid engine sees exactly the NVLink
+flows and markers, releases and hand-offs a packet run gives it (the fabric's times differ). Prints the fluid
+engine's CPU (its `advance`, its max-min re-solves, its submits), the hybrid's whole run and a key over every
+completion, so two trees can be run side by side:
+
+    PYTHONPATH=TREE .venv/bin/python bench/bench_fluid_side.py G128 --topology rail128
+
+(G128: the recording of docs/packet-model.md's 128-GPU step.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.environ.get("PHANTORA_TREE") or str(Path(__file__).resolve().parents[1]))
+
+from phantora.egraph.format import load
+from phantora.egraph.replay import algo_from_meta, plan_graph
+from phantora.netsim.factory import nvlink_efficiency
+from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.hybrid import FluidNvlinkSimulator
+from phantora.netsim.packet_config import WIRE_PRESETS, PacketConfig
+from phantora.topology.loader import load_topology
+
+
+def timed(spent: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, adding its CPU seconds to spent[name]."""
+
+    def wrap(*args: Any, **kwargs: Any) -> Any:
+        t = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[name] += time.process_time() - t
+
+    return wrap
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("graph", help="a recording (phantora run --record G)")
+    ap.add_argument("--topology", required=True)
+    args = ap.parse_args()
+    graph = load(args.graph)
+    topo = load_topology(args.topology)
+    t0 = time.process_time()
+    plan = plan_graph(graph, topo, algo_from_meta(graph))
+    t_plan = time.process_time() - t0
+    config = PacketConfig(cc="dcqcn", **WIRE_PRESETS["roce4k"])  # type: ignore[arg-type]  # wire=roce4k
+    fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config))
+    sim = FluidNvlinkSimulator(
+        FlowSimulator(topo), fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes
+    )
+    spent = {"advance": 0.0, "resolve": 0.0, "submit": 0.0, "packet": 0.0}
+    packet = sim.packet
+    for name in ("advance", "advance_to_completion", "submit"):
+        setattr(packet, name, timed(spent, "packet", getattr(packet, name)))
+    fluid.advance = timed(spent, "advance", fluid.advance)  # type: ignore[method-assign]
+    fluid._resolve = timed(spent, "resolve", fluid._resolve)  # type: ignore[method-assign]
+    fluid.submit = timed(spent, "submit", fluid.submit)  # type: ignore[method-assign]
+    t1 = time.process_time()
+    sim.submit(plan.flows, at=0)
+    got = sim.drain()
+    t_run = time.process_time() - t1
+    key = hashlib.sha256()
+    for c in sorted(got, key=lambda c: c.flow_id):
+        key.update(f"{c.flow_id},{c.start_ns},{c.end_ns};".encode())
+    st = fluid.stats()
+    print(
+        f"{len(plan.flows):,} flows ({st['flows_completed']:,} fluid), plan {t_plan:.2f} CPU s; hybrid run "
+        f"{t_run:.2f} CPU s, of it the packet side's stand-in {spent['packet']:.2f}, the rest (the fluid side and "
+        f"the hybrid's releases) {t_run - spent['packet']:.2f}; fluid engine: advance {spent['advance']:.2f} "
+        f"(max-min re-solves {spent['resolve']:.2f}, {st['resolves']:,} components in {st['events']:,} event "
+        f"times), submit {spent['submit']:.2f} CPU s; end {sim.now():,} ns; key {key.hexdigest()[:12]}"
+    )
+
+
+if __name__ == "__main__":
+    main()
