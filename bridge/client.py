@@ -309,6 +309,16 @@ class RankClient:
         self._sock.send(encode("values", self._clock, group=[int(r) for r in group], key=int(key)))
         return list(self._await("valued")["data"])
 
+    def handoff(self, *, peer: int, nbytes: int, algo: dict[str, Any] | None = None) -> int | None:
+        """The ns a lone send of `nbytes` to `peer` within its connection's buffer takes from its start to its
+        hand-off (its sender's kernel ends; collectives/handoff.py); None where the model does not time it.
+        Takes no time."""
+        self._check(self._clock, "handoff")
+        more = {"algo": dict(algo)} if algo else {}
+        self._sock.send(encode("handoff", self._clock, peer=int(peer), nbytes=int(nbytes), **more))
+        ns = self._await("handed")["ns"]
+        return None if ns is None else int(ns)
+
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped
         (to be zeroed); [] for any other. Asked once, after `wait`."""

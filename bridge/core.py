@@ -55,6 +55,7 @@ from bridge.stepping import advance_watching
 from bridge.storage_io import StorageIO
 from bridge.stream_order import StreamOrder
 from bridge.values import ValueBoard
+from phantora.collectives.handoff import handoff_ns
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.plan import CallSpec, CollectivePlanner
@@ -265,6 +266,7 @@ class CoordinatorCore:
             "io": self._on_io,
             "value": self._on_value,
             "values": self._on_values,
+            "handoff": self._on_handoff,
             "clock": self._on_clock,
             "wait": self._on_wait,
             "test": self._on_test,
@@ -498,6 +500,13 @@ class CoordinatorCore:
         """The posted bytes of a group's members, asked once its timed collectives are done: answered at once."""
         data = self.values.take(rs.rank, msg["group"], msg["key"])
         self.send(rs.rank, encode("valued", self.engine.now(), data=data))
+
+    def _on_handoff(self, rs: RankState, msg: Message) -> None:
+        """How long a lone send within its connection's buffer takes to hand off (collectives/handoff.py):
+        answered at once, as it needs nothing of its peer."""
+        over = dict(self._algo(rs, msg.get("algo")))
+        ns = handoff_ns(self.planner.topology, self.planner.algo, over, rs.rank, msg["peer"], msg["nbytes"])
+        self.send(rs.rank, encode("handed", self.engine.now(), ns=ns))
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:
         first = next(iter(rv.calls.values()))

@@ -89,7 +89,7 @@ class JobTable:
             f["group"] = [glob(r, "a group member") for r in f["group"]]
             if f["root"] is not None:
                 f["root"] = glob(f["root"], "the root")
-        elif msg.type == "p2p":
+        elif msg.type in ("p2p", "handoff"):
             f["peer"] = glob(f["peer"], "the peer")
         elif msg.type in ("value", "values"):
             f["group"] = [glob(r, "a group member") for r in f["group"]]

@@ -13,6 +13,7 @@ rank -> coordinator
   io ~>                             a checkpoint file read or written: handle, kind, nbytes, the storage's bandwidths
   value ~>                          an object collective's bytes (torch's pickle, opaque here) under group + key
   values -> valued                  the bytes posted under group + key, one per member (nil: none posted)
+  handoff -> handed                 ns from a lone send's start to its hand-off to ``peer`` (nil: not timed)
   clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
   wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
   test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)
@@ -159,6 +160,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "value": {"group": _ints, "key": _int, "data": _bin},
     "values": {"group": _ints, "key": _int},
     "valued": {"data": _list},
+    "handoff": {"peer": _int, "nbytes": _int},
+    "handed": {"ns": _opt_int},
     "clock": {"block": _bool},
     "wait": {"handles": _ints, "until": _int},
     "test": {"h": _int},

@@ -66,3 +66,63 @@ def test_two_ranks_sending_past_the_buffer_first_deadlock_as_on_nccl(tmp_path: P
     with pytest.raises(BridgeError) as info:
         _run(tmp_path, 1024 * KIB)  # 4 MiB: past the buffer, NCCL's sender waits for the receiver too
     assert str(info.value).startswith("deadlock"), str(info.value)
+
+
+SEND_THEN_RECV = """
+    import sys, torch, torch.distributed as dist
+    n = int(sys.argv[1])
+    dist.init_process_group()
+    r = dist.get_rank()
+    peer = 1 - r
+    box = torch.zeros(n, device="cuda")
+    x = torch.full((n,), float(r + 1), device="cuda")
+    e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    e0.record()
+    dist.send(x, peer)  # both ranks send first, synchronously: isend + wait on the default stream
+    e1.record()
+    x.fill_(-1.0)  # the send's bytes sit in its connection: overwriting the tensor now changes nothing sent
+    dist.recv(box, peer)
+    e2.record()
+    assert float(box[0]) == peer + 1 and float(box[-1]) == peer + 1, box[:4]
+    print("TIMES", e0.t_ns, e1.t_ns, e2.t_ns, flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def _run_sync(tmp_path: Path, floats: int):
+    script = tmp_path / "send_then_recv.py"
+    script.write_text(textwrap.dedent(SEND_THEN_RECV))
+    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    cfg = RunConfig(str(script), [str(floats)], topology=topo, nproc=2, trace="none", timeout_s=240)
+    cfg.out_dir = str(tmp_path / "run")  # a kept run records its flows
+    return launch(cfg)
+
+
+def _times(log: str) -> tuple[int, int, int]:
+    line = next(x for x in log.splitlines() if x.startswith("TIMES"))
+    t0, t1, t2 = (int(v) for v in line.split()[1:])
+    return t0, t1, t2
+
+
+def test_synchronous_sends_first_run_and_end_at_their_hand_off(tmp_path: Path):
+    """`dist.send` then `dist.recv` on both ranks, 256 KiB: each send's wait returns at its hand-off, NCCL's lone
+    transfer time across the 100 Gbps NICs: Simple's ring base latency 8.4 us + the network's 14.0 us + two
+    proxy ops of 1 us (one channel, Intel host), then 262,144 B at 12.5 GB/s; each receive ends with its flow,
+    which runs once both ends are in (the receive is issued at the hand-off), so later than the hand-off."""
+    nbytes = 64 * KIB * 4
+    rep = _run_sync(tmp_path, 64 * KIB)
+    handoff = round((8.4 + 14.0 + 2 * 1.0) * 1000 + nbytes * 8 / 100e9 * 1e9)
+    assert handoff == 45_372
+    flows = {(c.src, c.dst): c for c in rep.cosim.completions}
+    for me in (0, 1):
+        t0, t1, t2 = _times(rep.logs[f"rank {me}"])
+        assert t1 - t0 == handoff, (t0, t1)
+        mine = flows[(1 - me, me)]  # the peer's send to me
+        assert t1 < mine.start_ns and t2 == mine.end_ns, (mine, t1, t2)  # it ran after the receive was issued
+
+
+def test_synchronous_sends_past_the_buffer_first_deadlock_naming_the_send(tmp_path: Path):
+    with pytest.raises(BridgeError) as info:
+        _run_sync(tmp_path, 1024 * KIB)  # 4 MiB: NCCL's send kernel waits for the receiver, which waits too
+    text = str(info.value)
+    assert text.startswith("deadlock") and "send#0" in text, text

@@ -109,6 +109,12 @@ def _finisher(tensors: Sequence[torch.Tensor], n: int, how: Any) -> Callable[[],
     return run
 
 
+def _handed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The bytes an eager send hands to its connection: copies, as NCCL's kernel copies them into its slots, so
+    the program may overwrite its tensors once the send's wait returns, before the receiver takes them."""
+    return [t.detach().clone() for t in tensors]
+
+
 def _nothing() -> list[Any]:
     """The inner half of a collective in phantom mode: no data moves."""
     return []
@@ -604,7 +610,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(dst)
-        if (lone or not self._p2p_open) and nbytes(tensors) <= self._eager_bytes():
+        eager = (lone or not self._p2p_open) and nbytes(tensors) <= self._eager_bytes()
+        if eager:
             stream, launch = None, None  # it ends in the peer's buffer: later calls on its stream need not wait
         p = self._s.issue_p2p(
             peer=self._ranks[dst],
@@ -612,11 +619,12 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=self._p2p_start(tensors, dst, tag),
+            start_inner=self._p2p_start(_handed(tensors) if eager and self._gloo is not None else tensors, dst, tag),
             nccl_env=self._nccl_env,
             stream=stream,
             launch=launch,
             cuda_stream=sim_streams.current_stream().stream_id,
+            eager=eager,
         )
         if lone:
             self._p2p_group(None)

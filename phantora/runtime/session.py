@@ -132,6 +132,7 @@ class Pending:
     group: tuple[int, ...] = ()
     t_done: int | None = None
     tensors: list[torch.Tensor] = field(default_factory=list)  # kept alive so their memory is not reused
+    t_handoff: int | None = None  # a send within its connection's buffer: when its kernel ends (its streams see)
 
 
 @dataclass
@@ -477,12 +478,15 @@ class RankSession:
         stream: int | None = None,
         launch: int | None = None,
         cuda_stream: int = COMPUTE_STREAM,
+        eager: bool = False,
     ) -> Pending:
         """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done.
         `nccl_env`: as `issue`'s. `stream`: the NCCL stream it runs on (ProcessGroupNCCL's pointToPoint: its peer
         pair's, or its group's when batched or under eager init), after what the caller's current CUDA stream
         `cuda_stream` waits for (syncStream); `launch`: its batch's NCCL group launch. Its Work's wait() makes the
-        current stream wait for it, as a collective's does (`stream_wait`)."""
+        current stream wait for it, as a collective's does (`stream_wait`). `eager`: a send that fits its
+        connection's buffer, on no NCCL stream: its kernel ends at its hand-off (`_handoff`), which is what its
+        waits see."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
@@ -491,7 +495,20 @@ class RankSession:
         after = self.streams.after(cuda_stream)
         h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after)
         kind = "send" if is_send else "recv"
-        return self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
+        p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
+        if eager and is_send and not after:
+            p.t_handoff = self._handoff(peer, nbytes, t, nccl_env)
+        return p
+
+    def _handoff(self, peer: int, nbytes: int, t: int, env: NcclEnv | None) -> int | None:
+        """When a send of `nbytes` to `peer` started at `t` on no stream hands its last byte to its connection
+        (bridge `handoff`, collectives/handoff.py); None where the client or the model does not time it (its
+        waits then see its flow's end, as before)."""
+        ask = getattr(self.client, "handoff", None)
+        if ask is None:
+            return None
+        ns = ask(peer=peer, nbytes=nbytes, algo={"nccl_env": [list(kv) for kv in env]} if env is not None else None)
+        return None if ns is None else t + int(ns)
 
     def _p2p(
         self,
@@ -588,8 +605,10 @@ class RankSession:
         return t_done
 
     def join(self, p: Pending) -> int:
-        """The compute lane waits for `p` (Work.wait, a data dependency); return its completion."""
-        t_done = self.complete(p)
+        """The compute lane waits for `p` (Work.wait, a data dependency); return its completion. A send handed off
+        within its connection's buffer (`t_handoff`) ends there for the lane, without waiting for its receiver:
+        its flow's end is learned later (`sync`, the end of the run)."""
+        t_done = self.complete(p) if p.t_handoff is None else p.t_handoff
         self.clock.join(t_done)
         for listener in self.listeners:
             listener.on_wait(p.handles, t_done)
@@ -629,6 +648,7 @@ class RankSession:
         for i in sorted(self.pending):
             p = self.pending.get(i)
             if p is not None:
+                self.complete(p)
                 self.join(p)
         return self.clock.sync()
 
