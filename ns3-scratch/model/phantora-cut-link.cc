@@ -4,7 +4,6 @@
 #include "phantora-channel.h"
 #include "phantora-event.h"
 
-#include "ns3/buffer.h"
 #include "ns3/log.h"
 
 #include <algorithm>
@@ -30,32 +29,115 @@ void Put(std::vector<uint8_t>& out, T v) {
 /// Reads a batch field by field; throws when it runs out.
 class Reader {
  public:
-  explicit Reader(const std::vector<uint8_t>& b) : m_b(b) {}
-  bool Done() const { return m_at == m_b.size(); }
+  Reader(const uint8_t* data, std::size_t size) : m_b(data), m_size(size) {}
+  bool Done() const { return m_at == m_size; }
+  std::size_t At() const { return m_at; }
   template <typename T>
   T Get() {
     T v;
     Need(sizeof(T));
-    std::memcpy(&v, m_b.data() + m_at, sizeof(T));
+    std::memcpy(&v, m_b + m_at, sizeof(T));
     m_at += sizeof(T);
     return v;
   }
-  const uint8_t* Bytes(std::size_t n) {
-    Need(n);
-    const uint8_t* p = m_b.data() + m_at;
-    m_at += n;
-    return p;
-  }
-
- private:
   void Need(std::size_t n) const {
-    if (m_b.size() - m_at < n) {
+    if (m_size - m_at < n) {
       throw std::invalid_argument("cut-link batch: truncated message at byte " + std::to_string(m_at));
     }
   }
-  const std::vector<uint8_t>& m_b;
+
+ private:
+  const uint8_t* m_b;
+  std::size_t m_size;
   std::size_t m_at = 0;
 };
+
+/// Appends fields to a region of known size, reserved at once (no per-field resize).
+class Writer {
+ public:
+  Writer(std::vector<uint8_t>& out, std::size_t n) : m_at(out.size()) {
+    out.resize(m_at + n);
+    m_p = out.data() + m_at;
+  }
+  template <typename T>
+  void Put(T v) {
+    std::memcpy(m_p, &v, sizeof(T));
+    m_p += sizeof(T);
+  }
+
+ private:
+  std::size_t m_at;
+  uint8_t* m_p;
+};
+
+// A cut packet's header travels as its fields in native byte order, the same fields PhantoraHeader::Serialize
+// writes (the optional ones under the same conditions), copied straight from and into the struct: no Buffer.
+uint32_t HeaderBytes(const PhantoraHeader& h) { return h.GetSerializedSize(); }
+
+void PutHeader(Writer& w, const PhantoraHeader& h) {
+  w.Put(static_cast<uint8_t>(h.type));
+  w.Put(h.prio);
+  w.Put(h.flags);
+  w.Put(h.nHops);
+  w.Put(h.src);
+  w.Put(h.dst);
+  w.Put(h.flowId);
+  w.Put(h.seq);
+  w.Put(h.payload);
+  w.Put(h.ecmpKey);
+  w.Put(h.tsNs);
+  w.Put(h.entropy);
+  if (h.flags & kFlagSack) {
+    w.Put(h.sackLo);
+    w.Put(h.sackHi);
+    w.Put(h.sackBitmap);
+  }
+  if (h.HasCredit()) {
+    w.Put(h.credit);
+  }
+  for (uint32_t i = 0; i < h.nHops; ++i) {
+    w.Put(h.hops[i].timeNs);
+    w.Put(h.hops[i].txBytes);
+    w.Put(h.hops[i].qlenBytes);
+    w.Put(h.hops[i].lineRateBps);
+  }
+}
+
+/// Reads PutHeader's fields into `h`; throws when they do not take `len` bytes.
+void GetHeader(Reader& r, uint32_t len, PhantoraHeader& h) {
+  r.Need(len);
+  const std::size_t from = r.At();
+  h.type = static_cast<PktType>(r.Get<uint8_t>());
+  h.prio = r.Get<uint8_t>();
+  h.flags = r.Get<uint8_t>();
+  h.nHops = std::min<uint8_t>(r.Get<uint8_t>(), kMaxIntHops);
+  h.src = r.Get<uint32_t>();
+  h.dst = r.Get<uint32_t>();
+  h.flowId = r.Get<uint64_t>();
+  h.seq = r.Get<uint64_t>();
+  h.payload = r.Get<uint32_t>();
+  h.ecmpKey = r.Get<uint64_t>();
+  h.tsNs = r.Get<uint64_t>();
+  h.entropy = r.Get<uint16_t>();
+  if (h.flags & kFlagSack) {
+    h.sackLo = r.Get<uint64_t>();
+    h.sackHi = r.Get<uint64_t>();
+    h.sackBitmap = r.Get<uint64_t>();
+  }
+  if (h.HasCredit()) {
+    h.credit = r.Get<uint64_t>();
+  }
+  for (uint32_t i = 0; i < h.nHops; ++i) {
+    h.hops[i].timeNs = r.Get<uint64_t>();
+    h.hops[i].txBytes = r.Get<uint64_t>();
+    h.hops[i].qlenBytes = r.Get<uint32_t>();
+    h.hops[i].lineRateBps = r.Get<uint64_t>();
+  }
+  if (r.At() - from != len) {
+    throw std::invalid_argument("cut-link batch: a packet header of " + std::to_string(r.At() - from) +
+                                " bytes where its message says " + std::to_string(len));
+  }
+}
 
 }  // namespace
 
@@ -182,30 +264,29 @@ void PhantoraCutLink::Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPack
   }
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   const PhantoraOrderKey key = sim->TakeKey();  // the key the direct path's arrival event would take
-  const uint32_t hdrLen = pkt->hdr.GetSerializedSize();
+  const uint32_t hdrLen = HeaderBytes(pkt->hdr);
   const auto& l = m_fabric->Links()[link];
   std::vector<uint8_t>& out = OutboxFor(toEnd == 0 ? l.a : l.b);
   const std::size_t start = out.size();
   m_minArrival = std::min(m_minArrival, arriveNs);
   const uint64_t reach = m_reach[toEnd == 0 ? l.a : l.b];
   m_minReach = std::min(m_minReach, reach > UINT64_MAX - arriveNs ? UINT64_MAX : arriveNs + reach);
-  Put(out, arriveNs);
-  Put(out, link);
-  Put(out, static_cast<uint8_t>(toEnd));
-  Put(out, key.schedTs);
-  Put(out, key.node);
-  Put(out, key.count);
-  Put(out, epoch);
-  Put(out, pkt->linkCredit);
-  Put(out, pkt->linkSent);
-  Put(out, pkt->linkClass);
-  Put(out, hdrLen);
-  Buffer buf;
-  buf.AddAtStart(hdrLen);
-  pkt->hdr.Serialize(buf.Begin());
-  const std::size_t at = out.size();
-  out.resize(at + hdrLen);
-  buf.CopyData(out.data() + at, hdrLen);
+  const std::size_t head = sizeof(arriveNs) + sizeof(link) + sizeof(uint8_t) + sizeof(key.schedTs) +
+                           sizeof(key.node) + sizeof(key.count) + sizeof(epoch) + sizeof(pkt->linkCredit) +
+                           sizeof(pkt->linkSent) + sizeof(pkt->linkClass) + sizeof(hdrLen);
+  Writer w(out, head + hdrLen);
+  w.Put(arriveNs);
+  w.Put(link);
+  w.Put(static_cast<uint8_t>(toEnd));
+  w.Put(key.schedTs);
+  w.Put(key.node);
+  w.Put(key.count);
+  w.Put(epoch);
+  w.Put(pkt->linkCredit);
+  w.Put(pkt->linkSent);
+  w.Put(pkt->linkClass);
+  w.Put(hdrLen);
+  PutHeader(w, pkt->hdr);
   ++m_messages;
   m_bytes += out.size() - start;
 }
@@ -274,10 +355,12 @@ uint64_t PhantoraCutLink::TakeMinReach() {
   return t;
 }
 
-void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
+void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) { Deliver(batch.data(), batch.size()); }
+
+void PhantoraCutLink::Deliver(const uint8_t* data, std::size_t size) {
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   const auto& links = m_fabric->Links();
-  Reader r(batch);
+  Reader r(data, size);
   // A note on a flow (forget, bound, done, release): its (node, flow), for a node of this worker whose handler
   // (`handled`) is set, else the batch is malformed.
   auto note = [&r, this](const char* what, bool handled) {
@@ -331,16 +414,12 @@ void PhantoraCutLink::Deliver(const std::vector<uint8_t>& batch) {
     pkt->linkSent = r.Get<uint64_t>();
     pkt->linkClass = r.Get<uint8_t>();
     const auto hdrLen = r.Get<uint32_t>();
-    const uint8_t* bytes = r.Bytes(hdrLen);
+    GetHeader(r, hdrLen, pkt->hdr);
     if (link >= links.size() || toEnd > 1) {
       throw std::invalid_argument("cut-link batch: message for cable " + std::to_string(link) + " end " +
                                   std::to_string(toEnd) + " (the fabric has " + std::to_string(links.size()) +
                                   " cables)");
     }
-    Buffer buf;
-    buf.AddAtStart(hdrLen);
-    buf.Begin().Write(bytes, hdrLen);
-    pkt->hdr.Deserialize(buf.Begin());
     const auto& l = links[link];
     PhantoraChannel* ch = PeekPointer(l.channel);
     const uint32_t node = toEnd == 0 ? l.a : l.b;

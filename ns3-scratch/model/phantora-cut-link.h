@@ -5,6 +5,7 @@
 #include "phantora-fabric.h"
 #include "phantora-simulator-impl.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -16,7 +17,8 @@ namespace ns3 {
  * The cut-link message path. Given a group per node, every cable whose ends are in different groups is cut:
  * PhantoraChannel::Transmit hands its packets to Send(), which appends a message (the arrival time step, the
  * cable and the end it arrives at, the order key PhantoraSimulatorImpl would have given the arrival event,
- * the cable's failure epoch, the link-layer credit fields and the serialised PhantoraHeader) to the outbox
+ * the cable's failure epoch, the link-layer credit fields and the PhantoraHeader's fields, copied from the struct in
+ * native byte order, no ns-3 Buffer) to the outbox
  * instead of queuing the arrival. Deliver() queues a batch of messages at their times with their keys. In the
  * keyed mode that is the same event, in the same place of the order, as the direct path's.
  *
@@ -95,6 +97,8 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   uint32_t GroupOf(uint32_t node) const { return m_groups.at(node); }
   /// Queue the arrivals of a batch of messages (TakeOutbox()'s bytes); throws on a malformed batch.
   void Deliver(const std::vector<uint8_t>& batch);
+  /// Deliver() of `size` bytes at `data`.
+  void Deliver(const uint8_t* data, std::size_t size);
   /// Loopback: deliver the outbox here.
   void Barrier() override;
 

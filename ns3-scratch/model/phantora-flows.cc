@@ -158,10 +158,19 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
 
 void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, const std::vector<uint64_t>& deps) {
   const std::string where = "flow " + std::to_string(f.id) + ": ";
-  std::vector<uint64_t> distinct;
-  for (uint64_t d : deps) {
-    if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) {
-      distinct.push_back(d);
+  // Each dependency once, in first-seen order: a sorted copy says whether any repeats (a wide deps list, as an
+  // all-to-all's, usually has none); a linear search per id was quadratic in the list's length.
+  std::vector<uint64_t> distinct(deps);
+  std::sort(distinct.begin(), distinct.end());
+  if (std::adjacent_find(distinct.begin(), distinct.end()) == distinct.end()) {
+    distinct = deps;
+  } else {
+    distinct.clear();
+    std::unordered_set<uint64_t> seen;
+    for (uint64_t d : deps) {
+      if (seen.insert(d).second) {
+        distinct.push_back(d);
+      }
     }
   }
   // After the first window a stepped driver (phantora.netsim.partition_stepped) adds flows at the workers' common

@@ -16,6 +16,7 @@
 #include "ns3/string.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace ns3 {
@@ -780,7 +781,7 @@ std::string PhantoraNetwork::CutTakeOutbox(uint32_t group) {
                                 std::to_string(cut.NumGroups()));
   }
   const std::vector<uint8_t> out = cut.TakeOutbox(group);
-  return std::string(out.begin(), out.end());
+  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
 int64_t PhantoraNetwork::CutTakeMinArrival() {
@@ -801,7 +802,7 @@ int64_t PhantoraNetwork::CutOutputBound() {
 }
 
 void PhantoraNetwork::CutDeliver(const std::string& batch) {
-  Worker("CutDeliver").Deliver(std::vector<uint8_t>(batch.begin(), batch.end()));
+  Worker("CutDeliver").Deliver(reinterpret_cast<const uint8_t*>(batch.data()), batch.size());
 }
 
 uint32_t PhantoraNetwork::CutGroups() const { return Worker("CutGroups").NumGroups(); }
@@ -824,6 +825,15 @@ void PhantoraNetwork::CutSampling(int64_t fromNs, bool othersBusy) {
   if (fromNs >= 0) {
     s.recorder->JoinSampling(fromNs, MakeCallback(&Impl::Busy, &s));
   }
+}
+
+std::vector<uint64_t> PhantoraNetwork::UnpackIds(const std::string& packed) {
+  if (packed.size() % sizeof(uint64_t) != 0) {
+    throw std::invalid_argument("UnpackIds: " + std::to_string(packed.size()) + " bytes, not 8-byte ids");
+  }
+  std::vector<uint64_t> ids(packed.size() / sizeof(uint64_t));
+  std::memcpy(ids.data(), packed.data(), packed.size());
+  return ids;
 }
 
 std::vector<uint64_t> PhantoraNetwork::CutStats() const {

@@ -164,6 +164,9 @@ class PhantoraNetwork {
   /// A flow that starts at max(startNs, last dep completion) + delayNs.
   void AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t sizeBytes, int64_t startNs, uint32_t priority,
                uint64_t ecmpKey, const std::vector<uint64_t>& deps, int64_t delayNs, uint32_t dport = 100);
+  /// The 8-byte ids packed in `packed` (native byte order) as a vector: a long deps list crosses from Python in one
+  /// call instead of one push_back an id. Throws std::invalid_argument if its size is not a multiple of 8.
+  static std::vector<uint64_t> UnpackIds(const std::string& packed);
 
   /// DLCP: flow `id` (added, not yet started) may lose up to `bytes` of payload to trimming; 0 = lossless.
   void SetLossBudget(uint64_t id, uint64_t bytes);

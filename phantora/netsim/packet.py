@@ -18,6 +18,7 @@ import signal
 import sys
 import tempfile
 import threading
+from array import array
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,9 +331,8 @@ class Ns3Simulator:
         net, vec = self._net, self._vec
         per_connection = self.config.qp == "connection"
         for f in flows:
-            deps = vec()
-            for d in f.deps:
-                deps.push_back(d)
+            # a long deps list crosses in one call (packed 8-byte ids), not one push_back an id
+            deps = net.UnpackIds(array("Q", f.deps).tobytes()) if f.deps else vec()
             key = (f.id if f.key is None else f.key) & _MASK64
             try:
                 dport = dports.get(f.id, 100) if dports else 100
