@@ -59,7 +59,7 @@ def flows_from_columns(cols: Any) -> list[Flow]:
     ends = list(accumulate(ndeps))
     starts = [e - k for e, k in zip(ends, ndeps, strict=True)]
     return [
-        Flow(i, s, d, z, tuple(flat[a:b]), dl, t, p, k, bu, r, c, q)
+        _flow(i, s, d, z, tuple(flat[a:b]), dl, t, p, k, bu, r, c, q)
         for i, s, d, z, a, b, dl, t, p, k, bu, r, c, q in zip(
             cols["id"],
             cols["src"],
@@ -118,7 +118,40 @@ def completions_from_columns(cols: Any) -> list[Completion]:
 _FIELDS = ("flow_id", "start_ns", "end_ns", "size", "src", "dst", "tag", "lost")
 if tuple(f.name for f in dataclasses.fields(Completion)) != _FIELDS:  # (`_completion` sets each of them)
     raise ImportError(f"bridge.columns: Completion's fields are no longer {_FIELDS}: update _completion")
+_FLOW_FIELDS = (
+    *("id", "src", "dst", "size", "deps", "delay_ns", "tag", "priority", "key", "loss_budget", "rate_bps", "conn"),
+    "queue",
+)
+if tuple(f.name for f in dataclasses.fields(Flow)) != _FLOW_FIELDS:  # (`_flow` sets each of them)
+    raise ImportError(f"bridge.columns: Flow's fields are no longer {_FLOW_FIELDS}: update _flow")
 _NEW = object.__new__
+_FLOW_SET = tuple(getattr(Flow, name).__set__ for name in _FLOW_FIELDS)
+
+
+def _flow(
+    i: int, s: int, d: int, z: int, deps: tuple[int, ...], dl: int, t: str, p: int, k: int | None, bu: int, r: int,
+    c: int, q: int,
+) -> Flow:  # fmt: skip
+    """`Flow(i, s, d, z, deps, dl, t, p, k, bu, r, c, q)`, slot by slot as `_completion`: a worker decodes every
+    flow of its part of the DAG (issue 38, item 2)."""
+    f = _NEW(Flow)
+    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12 = _FLOW_SET
+    a0(f, i)
+    a1(f, s)
+    a2(f, d)
+    a3(f, z)
+    a4(f, deps)
+    a5(f, dl)
+    a6(f, t)
+    a7(f, p)
+    a8(f, k)
+    a9(f, bu)
+    a10(f, r)
+    a11(f, c)
+    a12(f, q)
+    return f
+
+
 _SET = tuple(getattr(Completion, name).__set__ for name in ("flow_id", "start_ns", "end_ns", "size", "src", "dst"))
 _SET_TAG, _SET_LOST = getattr(Completion, "tag").__set__, getattr(Completion, "lost").__set__  # noqa: B009 (slots)
 

@@ -1,6 +1,6 @@
 """The decomposition driver's per-flow and per-completion costs, cut without changing a value (issue 38, item 2).
 
-Completions decoded from a worker's columns are built slot by slot (`bridge.columns._completion`); route (a)'s
+Completions and flows decoded from columns are built slot by slot (`bridge.columns._completion`, `_flow`); route (a)'s
 driver places a flow from its endpoint pair's summary, computed once per pair (`HybridDecomposedSimulator._placed`);
 a large submit freezes the process's objects out of the collector's full passes until `close`. No ns-3: the fake
 pool of tests/test_decompose_joins.py.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bridge.columns import _completion, completions_from_columns, completions_to_columns
+from bridge.columns import _completion, _flow, completions_from_columns, completions_to_columns
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.decompose import DecomposedSimulator
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
@@ -31,6 +31,14 @@ def test_a_decoded_completion_equals_and_hashes_as_one_built_by_its_class() -> N
         c.end_ns = 0  # type: ignore[misc]
     done = [want, Completion(8, 0, 9, 10, 1, 2, "", ((0, 4),))]
     assert completions_from_columns(completions_to_columns(done)) == done
+
+
+def test_a_decoded_flow_equals_and_hashes_as_one_built_by_its_class() -> None:
+    values = (9, 2, 3, 4096, (5, 6), 7, "t", 5, None, 100, 10**9, 11, 12)
+    f, want = _flow(*values), Flow(*values)
+    assert f == want and hash(f) == hash(want) and type(f) is Flow and f.with_deps((1,)).deps == (1,)
+    with pytest.raises(AttributeError):  # still frozen
+        f.size = 0  # type: ignore[misc]
 
 
 def test_route_a_places_each_flow_as_its_own_route_gives() -> None:
