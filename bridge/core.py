@@ -442,6 +442,7 @@ class CoordinatorCore:
         ready = self.streams.ready(rv, lambda rank, h: self.ranks[rank].results.get(h))
         if ready is not None:
             self.held.push(ready)
+            self.p2p_batches.held(ready)  # its NCCL group knows it from now on
 
     def _step_started(self, step: int, t: int) -> None:
         """A rank started `step` at t: the engine's scenario applies its events at that step at the earliest such
@@ -594,7 +595,7 @@ class CoordinatorCore:
             kind, group, root = "send_recv", (rv.key[1], rv.key[2]), None
             name = next((c.name for c in calls if c.kind == "send" and c.name), first.name)
             comm = grouped_comm(rv)  # both ends in one group on the same communicator, else each its own
-            inflight, inflight_at = self.p2p_batches.inflight(rv, t_req, self.held)  # its NCCL group's pairs
+            inflight, inflight_at = self.p2p_batches.inflight(rv, t_req)  # its NCCL group's pairs
         else:
             kind, group, name = first.kind, rv.key[1], first.name
             root = group.index(first.root) if first.root is not None else None

@@ -36,10 +36,6 @@ class HeldRendezvous:
         """The held rendezvous that start at `start`."""
         return [e[2] for e in self._heap if e[0] == start]
 
-    def entries(self) -> list[Rendezvous]:
-        """Every held rendezvous, in no particular order."""
-        return [e[2] for e in self._heap]
-
     def pop(self) -> Rendezvous:
         return heapq.heappop(self._heap)[2]
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bridge.launch_order import HeldRendezvous
 from bridge.matching import Call, Rendezvous
 
 Pair = tuple[int, int]
@@ -32,10 +31,11 @@ def grouped_comm(rv: Rendezvous) -> tuple[int, ...]:
 
 @dataclass
 class _Group:
-    """The launches joined by their pairs, and the pairs of them launched so far (src, dst, start, bytes)."""
+    """The launches joined by their pairs, and their pairs held or launched so far: (start, bytes) by (src, dst)."""
 
     keys: set[LaunchKey] = field(default_factory=set)
-    launched: dict[Pair, tuple[int, int]] = field(default_factory=dict)
+    pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)
+    answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
 
 
 class P2pBatches:
@@ -67,50 +67,44 @@ class P2pBatches:
         if before is not None and before != key:
             self._prune(before)
 
-    def inflight(self, rv: Rendezvous, t: int, held: HeldRendezvous) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
-        """The (src, dst) pairs of the send/recv `rv`'s group (its own among them, sorted) starting at `t`, and the
-        (src, dst, start - t, bytes) of those that start at another time or move other bytes; ((), ()) for a lone
-        send/recv or one alone in its group. Records `rv` as launched."""
-        comm = grouped_comm(rv)
-        keys = [self._key.get((c.rank, c.handle)) for c in rv.calls.values()]
-        if not comm or None in keys:
+    def held(self, rv: Rendezvous) -> None:
+        """The send/recv `rv` is matched and held for launch at its start: its group knows it from now on."""
+        self._join(rv)
+
+    def inflight(self, rv: Rendezvous, t: int) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+        """The (src, dst) pairs of the send/recv `rv`'s group known now, held or launched (its own among them,
+        sorted), and the (src, dst, start - t, bytes) of those that start at another time than `t` or move other
+        bytes; ((), ()) for a lone send/recv or one alone in its group. Records `rv` as launched at `t`."""
+        root = self._join(rv, t)
+        if root is None:
             return (), ()
-        root = self._union(*[k for k in keys if k is not None])
-        nbytes = next(iter(rv.calls.values())).nbytes
-        pending: dict[Pair, tuple[int, int]] = {}
-        waiting = [o for o in held.entries() if o.key[0] == "p2p" and grouped_comm(o) == comm]
-        joined = True
-        while joined:  # a held pair may join the group through another held pair: until none joins
-            joined = False
-            for o in waiting:
-                ok = [k for c in o.calls.values() if (k := self._key.get((c.rank, c.handle))) is not None]
-                pair = (o.key[1], o.key[2])
-                if pair in pending or len(ok) < 2 or all(self._find(k) != root for k in ok):
-                    continue
-                root = self._union(*ok, root)
-                pending[pair] = (max(c.t for c in o.calls.values()), next(iter(o.calls.values())).nbytes)
-                joined = True
         group = self._groups[root]
-        mine: Pair = (rv.key[1], rv.key[2])
-        group.launched[mine] = (t, nbytes)
+        nbytes = next(iter(rv.calls.values())).nbytes
+        out = group.answers.get((t, nbytes))
+        if out is None:
+            out = group.answers[(t, nbytes)] = _answer(t, nbytes, group.pairs)
+        keys = [self._key[(c.rank, c.handle)] for c in rv.calls.values()]
         for k in keys:
-            assert k is not None
             self._done[k] = self._done.get(k, 0) + 1
-        together = {**pending, **group.launched}
-        out = self._answer(mine, t, nbytes, together)
         for k in keys:
-            assert k is not None
             self._prune(k)
         return out
 
-    @staticmethod
-    def _answer(
-        mine: Pair, t: int, nbytes: int, together: dict[Pair, tuple[int, int]]
-    ) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
-        if len(together) < 2:
-            return (), ()
-        at = tuple((a, b, s - t, n) for (a, b), (s, n) in sorted(together.items()) if (s, n) != (t, nbytes))
-        return tuple(sorted(together)), at
+    def _join(self, rv: Rendezvous, t: int | None = None) -> LaunchKey | None:
+        """Put `rv`'s pair in the group of its ranks' launches (joining them), starting at `t` (default: its calls'
+        latest time); the group's root, or None for a send/recv outside any group."""
+        keys = [self._key.get((c.rank, c.handle)) for c in rv.calls.values()]
+        if rv.key[0] != "p2p" or not grouped_comm(rv) or len(keys) != 2 or None in keys:
+            return None
+        root = self._union(*[k for k in keys if k is not None])
+        group = self._groups[root]
+        start = max(c.t for c in rv.calls.values()) if t is None else t
+        entry = (start, next(iter(rv.calls.values())).nbytes)
+        pair = (rv.key[1], rv.key[2])
+        if group.pairs.get(pair) != entry:
+            group.pairs[pair] = entry
+            group.answers.clear()
+        return root
 
     def _find(self, k: LaunchKey) -> LaunchKey:
         while self._parent[k] != k:
@@ -125,7 +119,8 @@ class P2pBatches:
             self._parent[r] = root
             g = self._groups.pop(r)
             self._groups[root].keys |= g.keys
-            self._groups[root].launched.update(g.launched)
+            self._groups[root].pairs.update(g.pairs)
+            self._groups[root].answers.clear()
         return root
 
     def _prune(self, key: LaunchKey) -> None:
@@ -143,3 +138,11 @@ class P2pBatches:
             for rh in self._handles.pop(k, ()):
                 del self._key[rh]
         del self._groups[root]
+
+
+def _answer(t: int, nbytes: int, pairs: dict[Pair, tuple[int, int]]) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+    """`P2pBatches.inflight`'s answer for a pair starting at `t` with `nbytes` in a group of `pairs`."""
+    if len(pairs) < 2:
+        return (), ()
+    at = tuple((a, b, s - t, n) for (a, b), (s, n) in sorted(pairs.items()) if (s, n) != (t, nbytes))
+    return tuple(sorted(pairs)), at

@@ -183,7 +183,6 @@ def test_pairs_launched_out_of_start_order_keep_their_group() -> None:
     at 300), so 1 -> 2 starts at 300 and 0 -> 1 at 100; 1 -> 2 is launched first (alone: nothing else known), then
     0 -> 1, which still sees it, starting 200 ns after it. Before, a launch at another start time than the last
     forgot the pairs launched before it."""
-    from bridge.launch_order import HeldRendezvous
     from bridge.matching import Call, Rendezvous
     from bridge.p2p_batch import P2pBatches
 
@@ -196,8 +195,8 @@ def test_pairs_launched_out_of_start_order_keep_their_group() -> None:
         batches.issued(calls[(rank, h)], launch)
     late = Rendezvous(("p2p", 1, 2, 0, 0), (1, 2), {1: calls[(1, 2)], 2: calls[(2, 1)]})
     early = Rendezvous(("p2p", 0, 1, 0, 0), (0, 1), {0: calls[(0, 1)], 1: calls[(1, 1)]})
-    assert batches.inflight(late, 300, HeldRendezvous()) == ((), ())
-    assert batches.inflight(early, 100, HeldRendezvous()) == (((0, 1), (1, 2)), ((1, 2, 200, MiB),))
+    assert batches.inflight(late, 300) == ((), ())
+    assert batches.inflight(early, 100) == (((0, 1), (1, 2)), ((1, 2, 200, MiB),))
 
 
 STAGGERED = """
