@@ -325,6 +325,7 @@ def _results(
                 "busbw": r.busbw,
                 "busbw_factor": r.factor,
                 "choice": r.choice,
+                **({"inplace_time_us": r.in_place().time_us} if r.inplace_ns is not None else {}),
             }
             for b, r in results
         ],

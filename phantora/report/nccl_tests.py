@@ -30,6 +30,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.dag import MessageCounters
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
+from phantora.perfmodel.gpus import get_gpu
 from phantora.report.host_launch import host_ns_per_call
 from phantora.topology.model import Topology
 
@@ -251,6 +252,13 @@ class SizeResult:
     factor: float
     choice: dict[str, Any] | None = None
     agg: int = 1  # calls per iteration (-m)
+    inplace_ns: list[int] | None = None  # the in-place iterations' times where they differ (one rank), else None
+
+    def in_place(self) -> SizeResult:
+        """The in-place column group's figures: this result, or its in-place times where they differ."""
+        if self.inplace_ns is None:
+            return self
+        return SizeResult(self.size, self.count, self.nbytes, self.inplace_ns, self.factor, self.choice, self.agg)
 
     @property
     def time_ns(self) -> float:
@@ -420,8 +428,22 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         times.append(total)
     # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
     host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(bench.spec.kind, choice, n, bench.gpus_per_thread)
+    inplace = None
+    if n == 1 and nbytes > 0:
+        # One rank: NCCL copies the buffer on the GPU (enqueue.cc, ncclLaunchOneRank's cudaMemcpyAsync; a p2p
+        # call to itself copies too) and an in-place collective does nothing; no network flow times either.
+        copy = one_rank_copy_ns(bench.topo, nbytes) * bench.agg
+        inplace = [copy if bench.spec.kind in ("send_recv", "all_to_all") else 0] * len(times)
+        times = [copy] * len(times)
+        inplace = launch_bound(inplace, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
     times = launch_bound(times, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
-    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg)
+    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg, inplace)
+
+
+def one_rank_copy_ns(topo: Topology, nbytes: int) -> int:
+    """A device-to-device copy of nbytes on the topology's GPU: read and write at its memory's peak rate."""
+    gpu = get_gpu(topo.gpu_model or "h100")
+    return round(2 * nbytes / gpu.mem_bw * 1e9)
 
 
 # ----- the table ----------------------------------------------------------------------------------------
@@ -556,8 +578,11 @@ def size_line(res: SizeResult, spec: BenchSpec, typename: str, op: str, root: in
     shown_op = op if spec.has_op else "none"
     shown_root = root if spec.rooted else -1
     wrong = f"  {0:6g}" if check else "    N/A"
-    body = f"  {fit_float(res.time_us, 7)}  {fit_float(res.algbw, 6)}  {fit_float(res.busbw, 6)}{wrong}"
-    line = f"{res.size:12d}  {res.count:12d}  {typename:>8s}  {shown_op:>6s}  {shown_root:6d}{body}{body}"
+    body, ip = (
+        f"  {fit_float(r.time_us, 7)}  {fit_float(r.algbw, 6)}  {fit_float(r.busbw, 6)}{wrong}"
+        for r in (res, res.in_place())
+    )
+    line = f"{res.size:12d}  {res.count:12d}  {typename:>8s}  {shown_op:>6s}  {shown_root:6d}{body}{ip}"
     if res.choice:
         line += "  # " + " ".join(f"{k}={v}" for k, v in res.choice.items())
     return line
