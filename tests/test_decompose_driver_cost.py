@@ -15,7 +15,7 @@ import pytest
 
 from bridge.columns import _completion, _flow, completions_from_columns, completions_to_columns
 from phantora.netsim.base import Completion, Flow
-from phantora.netsim.decompose import DecomposedSimulator
+from phantora.netsim.decompose import DecomposedSimulator, WorkerDiedError
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.pieces import route_in_piece
@@ -76,5 +76,28 @@ def test_a_large_submit_freezes_until_close(monkeypatch: pytest.MonkeyPatch, lea
     sim.submit(flows, 0)
     assert (gc.get_freeze_count() > 0) == (least == 1)  # a batch of at least HAND_OVER_MIN flows only
     assert {c.flow_id: c.end_ns for c in sim.drain()} == {i: 100 * i + END_NS for i in range(5)}
+    sim.close()
+    assert gc.get_freeze_count() == 0
+
+
+class _DyingPool(_Pool):
+    """The fake pool whose worker 0 dies in the first round (the hand-over of a large submit)."""
+
+    def round(self, posts: dict[int, Any]) -> Any:
+        raise WorkerDiedError("worker 0 (pid 0) exited with 9")
+
+
+def test_a_submit_that_fails_leaves_nothing_frozen_without_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The freeze is process-wide: a submit that raises after freezing undoes it itself, so a caller that drops the
+    engine without closing it (the freeze would keep a cycle holding it from the collector) leaves none behind."""
+    monkeypatch.setattr("phantora.netsim.decompose.HAND_OVER_MIN", 1)
+    gc.unfreeze()
+    topo = tiny()
+    pool: Any = _DyingPool
+    sim = DecomposedSimulator(topo, PacketConfig(**SETTINGS, workers=2), pool)
+    flows = [Flow(i, gpu(topo, i % 3, 0), gpu(topo, (i + 1) % 3, 0), 4096) for i in range(5)]
+    with pytest.raises(WorkerDiedError, match="worker 0"):
+        sim.submit(flows, 0)
+    assert gc.get_freeze_count() == 0
     sim.close()
     assert gc.get_freeze_count() == 0

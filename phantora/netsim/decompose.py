@@ -432,8 +432,12 @@ class DecomposedSimulator(RunsByCompletion):
         # (`_placing`), and keep the books while they place them (the driver's bounds, gates and joins).
         gc.freeze()  # (the caller's DAG: `FREEZE_MIN`)
         self._frozen = True
-        self._hand_over(order, at)
-        self._placing(lambda: self._book(order, at, xfer, handed=True))
+        try:
+            self._hand_over(order, at)
+            self._placing(lambda: self._book(order, at, xfer, handed=True))
+        except BaseException:  # (a failed submit leaves nothing frozen, closed or not: the freeze is process-wide)
+            self._thaw()
+            raise
         gc.freeze()  # (the books)
 
     def _hand_over(self, order: Sequence[Flow], at: int) -> None:
@@ -730,10 +734,15 @@ class DecomposedSimulator(RunsByCompletion):
         if self._closed:
             return
         self._closed = True
-        if self._frozen:  # (what a large submit froze goes back to the collector: cycles among it are collected)
-            gc.unfreeze()
+        self._thaw()
         if getattr(self, "_pool", None) is not None:
             self._pool.close()
+
+    def _thaw(self) -> None:
+        """What a large submit froze goes back to the collector (cycles among it are collected again)."""
+        if getattr(self, "_frozen", False):  # (False until __init__ sets it)
+            self._frozen = False
+            gc.unfreeze()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
