@@ -3,10 +3,14 @@ problem: the rates, so the completions, are each component's own (closed forms),
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
+
 import phantora.netsim.flow as flow_mod
 from phantora.netsim.base import Flow
 from phantora.netsim.flow import FlowSimulator
-from phantora.netsim.maxmin import NUMPY_THRESHOLD
+from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_numpy, maxmin_python
 from phantora.topology.loader import load_topology
 
 SIZE = 900_000  # bytes: 2,000 ns alone on a 3.6 Tb/s NVLink port (450 bytes/ns)
@@ -40,3 +44,24 @@ def test_hosts_solved_together_keep_their_own_rates(monkeypatch):
     assert got == expect
     assert calls[0] == len(flows)  # the first re-solve: every host's components in one call
     assert sim.stats()["resolves"] > 128  # counted per component, as before
+
+
+def test_group_levels_give_each_group_its_own_rates():
+    """`maxmin_numpy` with a group id a flow fills each group to its own level every round: lone flows get their
+    channel's capacity (closed form), and random groups with ties get, bit for bit, the rates each gets alone."""
+    lone = maxmin_numpy([[c] for c in range(600)], np.arange(100.0, 700.0), np.arange(600))
+    assert lone.tolist() == [float(c) for c in range(100, 700)]
+    rng = random.Random(7)
+    paths: list[list[int]] = []
+    groups: list[int] = []
+    cap: list[float] = []
+    alone: list[float] = []
+    for g in range(300):
+        base, nch = len(cap), rng.randint(1, 5)
+        cap += [float(rng.choice((100, 200, 300, 450))) for _ in range(nch)]  # repeated values: ties
+        mine = [[base + rng.randrange(nch) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(1, 6))]
+        paths += mine
+        groups += [g] * len(mine)
+        alone += maxmin_python(mine, cap)
+    got = maxmin_numpy(paths, np.asarray(cap), np.asarray(groups))
+    assert got.tolist() == alone

@@ -567,7 +567,8 @@ class FlowSimulator:
         active = self._active
         if not self._multi and len(comps) > 1 and sum(map(len, comps)) >= NUMPY_THRESHOLD:
             recs = [active[i] for comp in comps for i in comp]
-            yield recs, maxmin_rates([r.solve_path for r in recs], self._cap, self._cap_arr)
+            groups = np.repeat(np.arange(len(comps)), [len(comp) for comp in comps])
+            yield recs, maxmin_rates([r.solve_path for r in recs], self._cap, self._cap_arr, groups=groups)
             return
         for comp in comps:
             recs = [active[i] for i in comp]

@@ -116,8 +116,13 @@ def _ragged(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - offs + np.repeat(starts, lens)
 
 
-def maxmin_numpy(paths: Sequence[Sequence[int]], cap: np.ndarray) -> np.ndarray:
-    """Vectorised `maxmin_python` (cap: an array indexed by channel id); O(channels + touched entries) a round."""
+def maxmin_numpy(paths: Sequence[Sequence[int]], cap: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """Vectorised `maxmin_python` (cap: an array indexed by channel id); O(channels + touched entries) a round.
+
+    `groups` (a group id a flow) says the problem is several independent ones (no channel is shared across
+    groups: the flow engine's connected components): each round then raises every group's own level to its own
+    least share, so the rounds are the most any group needs, not the sum of all groups' distinct levels, and each
+    group's floating-point operations are those it gets solved alone (the same rates bit for bit)."""
     n = len(paths)
     flens = np.fromiter(map(len, paths), dtype=np.int64, count=n)
     flat = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(flens.sum()))
@@ -138,24 +143,55 @@ def maxmin_numpy(paths: Sequence[Sequence[int]], cap: np.ndarray) -> np.ndarray:
     frozen = np.zeros(n, dtype=bool)
     stamp = np.zeros(n, dtype=np.int64)
     share = np.empty(nch, dtype=np.float64)
+    levels = _GroupLevels(groups, ch_flows[cstart]) if groups is not None else None
     left = n
     while left:
         share.fill(np.inf)
         np.divide(rem, cnt, out=share, where=cnt > 0)
-        level = share.min()
-        bott = np.flatnonzero(share == level)
+        if levels is None:
+            level = share.min()
+            bott = np.flatnonzero(share == level)
+        else:
+            chlevel = levels.of_channels(share)
+            bott = np.flatnonzero((share == chlevel) & (cnt > 0))
         cand = ch_flows[_ragged(cstart[bott], clens[bott])]
         cand = cand[~frozen[cand]]
         pos = np.arange(len(cand))
         stamp[cand] = pos
         newly = cand[stamp[cand] == pos]  # each flow once (a flow may cross several bottlenecks)
         frozen[newly] = True
-        rate[newly] = level
         hit = np.bincount(lch[_ragged(fstart[newly], flens[newly])], minlength=nch)
         cnt -= hit
-        np.maximum(rem - hit * level, 0.0, out=rem)
+        if levels is None:
+            rate[newly] = level
+            np.maximum(rem - hit * level, 0.0, out=rem)
+        else:
+            rate[newly] = levels.of_flows(newly)
+            touched = np.flatnonzero(hit)  # (a group done has an infinite level: leave its channels alone)
+            rem[touched] = np.maximum(rem[touched] - hit[touched] * chlevel[touched], 0.0)
         left -= len(newly)
     return rate
+
+
+class _GroupLevels:
+    """Each group's fill level in a round of `maxmin_numpy`: the least share over its channels."""
+
+    def __init__(self, groups: np.ndarray, first_flow: np.ndarray) -> None:
+        ids, self._flow_group = np.unique(np.asarray(groups, dtype=np.int64), return_inverse=True)
+        self._ch_group = self._flow_group[first_flow]  # a channel's flows are all of one group
+        self._order = np.argsort(self._ch_group, kind="stable")
+        counts = np.bincount(self._ch_group, minlength=len(ids))
+        self._starts = np.cumsum(counts) - counts
+        self._level = np.empty(len(ids), dtype=np.float64)
+
+    def of_channels(self, share: np.ndarray) -> np.ndarray:
+        """This round's level of each channel's group (infinite for a group with no unfrozen flow)."""
+        self._level = np.minimum.reduceat(share[self._order], self._starts)
+        return self._level[self._ch_group]
+
+    def of_flows(self, flows: np.ndarray) -> np.ndarray:
+        """This round's level of these flows' groups."""
+        return self._level[self._flow_group[flows]]
 
 
 def maxmin_rates(
@@ -163,14 +199,15 @@ def maxmin_rates(
     cap: Sequence[float],
     cap_array: np.ndarray | None = None,
     weights: Sequence[Sequence[float]] | None = None,
+    groups: np.ndarray | None = None,
 ) -> list[float]:
     """Max-min fair rates, choosing the solver by problem size (the answers are identical); `weights` as
-    `maxmin_python` (weighted problems are solved there)."""
+    `maxmin_python` (weighted problems are solved there), `groups` as `maxmin_numpy`."""
     if len(paths) == 1:  # the same value progressive filling gives
         if weights is None:
             return [min(float(cap[c]) for c in paths[0])]
         return [min(float(cap[c]) / w for c, w in zip(paths[0], weights[0], strict=True))]
     if weights is None and len(paths) >= NUMPY_THRESHOLD:
         arr = cap_array if cap_array is not None else np.asarray(cap, dtype=np.float64)
-        return maxmin_numpy(paths, arr).tolist()
+        return maxmin_numpy(paths, arr, groups).tolist()
     return maxmin_python(paths, cap, weights)
