@@ -115,8 +115,13 @@ def topo_bounds(topo: str | None, gpu: str | None) -> Bounds:
     return Bounds(nv, pc, nic, nic * gph, gph, hosts)
 
 
-def busbw_bound(test: str, n: int, b: Bounds, algo: str) -> float:
-    """The largest busbw (GB/s) the links allow for n ranks (host-major from rank 0)."""
+GOODPUT_SLACK = 1048 / 1000  # ns-3's default packet: 48 B of headers per 1000 B of payload
+WIRE = {"LL": 2.0, "LL128": 128 / 120}  # wire bytes per data byte: LL's 8-byte lines are half flags
+
+
+def busbw_bound(test: str, n: int, b: Bounds, algo: str, proto: str = "Simple") -> float:
+    """The largest busbw (GB/s) the links allow for n ranks (host-major from rank 0) under the protocol's wire
+    factor."""
     per_gpu = b.gpu_nvlink + b.gpu_pcie + b.gpu_nic
     f = FACTOR[test](n) if n > 1 else 1.0
     bound = per_gpu
@@ -136,7 +141,7 @@ def busbw_bound(test: str, n: int, b: Bounds, algo: str) -> float:
         else:
             alg = e
         bound = min(bound, alg * f)
-    return bound / 1e9
+    return bound / 1e9 / WIRE.get(proto, 1.0)
 
 
 def parse_table(stdout: str) -> list[dict[str, Any]]:
@@ -167,6 +172,24 @@ def parse_table(stdout: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def choice_switch_drops(rows: list[dict[str, Any]]) -> list[str]:
+    """Sizes whose time is below the previous size's where NCCL's choice changed between them: not a violation
+    (NCCL picks by its own model), but where the simulated times disagree with the model that chose."""
+    out: list[str] = []
+    prev: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        if "bad" in r:
+            continue
+        k = (r["type"], r["redop"], r["root"])
+        p = prev.get(k)
+        if p and r["size"] > p["size"] and r["time"] + 0.011 < p["time"]:
+            a = f"{p['choice'].get('algorithm')}/{p['choice'].get('protocol')}"
+            b = f"{r['choice'].get('algorithm')}/{r['choice'].get('protocol')}"
+            out.append(f"{p['size']}B {p['time']} us ({a}) > {r['size']}B {r['time']} us ({b})")
+        prev[k] = r
+    return out
 
 
 def check_case(case: Case, rc: int, out: str, err: str, outdir: Path, bounds: Bounds | None) -> list[str]:
@@ -220,7 +243,8 @@ def check_case(case: Case, rc: int, out: str, err: str, outdir: Path, bounds: Bo
             if alg > hbm / 2 * 1.0005 + 0.01:  # one rank: NCCL copies the buffer (read + write)
                 v.append(f"{tag}: one rank's algbw {alg} above its memory's copy rate {hbm / 2:.1f} GB/s")
         if bounds is not None and r["size"] > 0 and ranks > 1:
-            cap = busbw_bound(case.test, ranks, bounds, r["choice"].get("algorithm", ""))
+            ch = r["choice"]
+            cap = busbw_bound(case.test, ranks, bounds, ch.get("algorithm", ""), ch.get("protocol", "Simple"))
             if bus > cap * 1.0005 + 0.01:
                 v.append(f"{tag}: busbw {bus} above the links' {cap:.2f} GB/s ({r['choice'].get('algorithm')})")
         if i < len(sizes):
@@ -415,10 +439,17 @@ def main() -> int:
                 continue
             for rf, rs in zip(f, s, strict=False):
                 d = (rs["time"] - rf["time"]) / rf["time"] if rf["time"] else 0.0
-                flag = "  <-- over 2%" if abs(d) > 0.02 else ""
+                # ns-3's packets carry 1000 B of payload in 1048 (docs/nccl-tests.md, "Packet mode"): up to
+                # 4.8% slower where the NIC binds, then docs/validation.md's 2% against the flow network at goodput
+                flag = "  <-- outside -2..+6.9%" if not -0.02 <= d <= GOODPUT_SLACK * 1.02 - 1 else ""
                 print(f"ns3 vs flow {test} {rf['size']}B: {rf['time']} / {rs['time']} us ({d:+.2%}){flag}")
                 if flag:
                     failures.setdefault(f"ns3cmp:{test}", []).append(f"{rf['size']}B {d:+.2%}")
+    notes = {name: d for name, rows in tables.items() if (d := choice_switch_drops(rows))}
+    if notes:
+        print(f"\nnote: time falls with size across a change of NCCL's choice in {len(notes)} runs, e.g.")
+        for name, d in list(notes.items())[:5]:
+            print(f"  {name}: {d[0]}")
     if opts.log:
         Path(opts.log).write_text(json.dumps({"failures": failures, "tables": tables}, indent=1))
     print(f"\n{len(todo)} runs in {time.time() - t0:.0f} s; {len(failures)} with violations")
