@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from bridge.errors import BridgeError
@@ -126,3 +127,72 @@ def test_synchronous_sends_past_the_buffer_first_deadlock_naming_the_send(tmp_pa
         _run_sync(tmp_path, 1024 * KIB)  # 4 MiB: NCCL's send kernel waits for the receiver, which waits too
     text = str(info.value)
     assert text.startswith("deadlock") and "send#0" in text, text
+
+
+def _send_first_graph(handoff: bool):
+    """Both ranks: 1 us of compute, send 256 KiB to the other, wait (at the hand-off, or for the flow), receive."""
+    from phantora.egraph.builder import ProgramBuilder
+    from phantora.egraph.format import Program, assemble
+
+    parts = []
+    for me in (0, 1):
+        b = ProgramBuilder(me)
+        b.compute("work", 1000)
+        s = b.p2p(1 - me, True, 256 * KIB)
+        b.wait([s], handoff=handoff)
+        b.wait([b.p2p(1 - me, False, 256 * KIB)])
+        prog, groups = b.build()
+        parts.append((Program.decode(prog.encode()), groups))  # through the on-disk rows (type 7)
+    return assemble(parts)
+
+
+def test_a_replayed_hand_off_wait_ends_at_the_hand_off_and_the_receive_at_its_flow():
+    """The replay's closed form, as the live test's: the send's wait ends 45,372 ns after its issue (1 us), the
+    receive's at its flow's end; waiting for the send's flow instead deadlocks, as the live run did before d44cc74."""
+    from phantora.egraph import replay_graph
+    from phantora.errors import InputError
+    from phantora.netsim.flow import FlowSimulator
+
+    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    res = replay_graph(_send_first_graph(True), topo, FlowSimulator(topo))
+    end = {c.tag: c for c in res.completions}
+    flows = {(c.src, c.dst): c for c in res.completions if c.size}
+    for me in (0, 1):
+        assert end[f"r{me}/wait2"].end_ns == 1000 + 45_372
+        mine = flows[(1 - me, me)]
+        assert mine.start_ns >= 1000 + 45_372 and end[f"r{me}/wait4"].end_ns == mine.end_ns == res.rank_end_ns[me]
+    with pytest.raises(InputError, match="deadlocks"):
+        replay_graph(_send_first_graph(False), topo, FlowSimulator(topo))
+
+
+def test_a_hand_off_wait_on_a_receive_is_refused_naming_the_node():
+    from phantora.egraph.format import T_WAIT_HANDOFF, Program
+    from phantora.errors import InputError
+
+    rows = [[2, 0, 0, 0, 0, 1024, 0], [T_WAIT_HANDOFF, 0, [0]]]  # a recv, then a hand-off wait on it
+    data = msgpack.packb({"v": 1, "names": [], "nodes": rows})
+    with pytest.raises(InputError, match=r"nodes\[1\].*not a send|not a send.*nodes\[1\]"):
+        Program.decode(data, "p0.msgpack")
+
+
+def test_a_recorded_send_first_program_replays_as_it_ran(tmp_path: Path):
+    """`phantora run --record` of SEND_THEN_RECV (256 KiB), then replay on the same network: no deadlock, each
+    send's wait ends at its hand-off (issue + 45,372 ns, the live CUDA event), the receive's at its live event,
+    each rank at the live run's end."""
+    from phantora.egraph import replay_graph
+    from phantora.egraph.live import record_run
+    from phantora.netsim.flow import FlowSimulator
+
+    script = tmp_path / "send_then_recv.py"
+    script.write_text(textwrap.dedent(SEND_THEN_RECV))
+    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    rep, graph = record_run(RunConfig(str(script), [str(64 * KIB)], topo, nproc=2, timeout_s=240), tmp_path / "g")
+    assert graph.recorded is not None and graph.recorded["idle_ns"] == [0, 0]
+    res = replay_graph(graph, topo, FlowSimulator(topo))
+    end = {c.tag: c.end_ns for c in res.completions}
+    for me in (0, 1):
+        t0, t1, t2 = _times(rep.logs[f"rank {me}"])
+        handed = [t for tag, t in end.items() if tag.startswith(f"r{me}/handoff")]
+        assert t1 - t0 == 45_372 and handed == [t1], (t0, t1, end)
+        waits = {t for tag, t in end.items() if tag.startswith(f"r{me}/wait")}
+        assert t2 in waits and res.rank_end_ns[me] == graph.recorded["end_ns"][me], (t2, waits, res.rank_end_ns)

@@ -87,8 +87,8 @@ class ProgramBuilder:
         node = P2P(stream, self.slot(pair), bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after))
         return self._add(node)
 
-    def wait(self, refs: Sequence[int], stream: int = 0, deps: Sequence[int] = ()) -> int:
-        return self._add(Wait(stream, tuple(refs), tuple(deps)))
+    def wait(self, refs: Sequence[int], stream: int = 0, deps: Sequence[int] = (), handoff: bool = False) -> int:
+        return self._add(Wait(stream, tuple(refs), tuple(deps), handoff))
 
     def step(self, index: int | None = None, stream: int = 0, deps: Sequence[int] = ()) -> int:
         if index is None:

@@ -18,7 +18,9 @@ Node semantics (all times integer ns; see docs/egraph.md):
   itself starts when every member has issued it and, on each member, that member's parts of the nodes in its
   ``after`` (earlier Coll/P2P nodes: the calls before it on its NCCL stream, and those its CUDA stream waited
   for, as a live run orders them) have completed; each rank's part completes when its last flows arrive;
-- ``Wait`` ends when it is ready and every referenced collective has completed for this rank;
+- ``Wait`` ends when it is ready and every referenced collective has completed for this rank; a hand-off wait
+  (``handoff``) names lone sends within their connection's buffer and ends at their hand-off instead
+  (`phantora.collectives.handoff`: the send's issue plus NCCL's time for the lone transfer), not their flows' end;
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -42,10 +44,11 @@ PROGRAM_DIR = "programs"
 # Stable on-disk codes: append only, never reorder (the format version guards a change).
 T_COMPUTE, T_COLL, T_P2P, T_WAIT, T_STEP = 0, 1, 2, 3, 4
 T_COLL_AFTER, T_P2P_AFTER = 5, 6  # a Coll / P2P with a non-empty `after`: its fields, then the list
+T_WAIT_HANDOFF = 7  # a Wait on lone sends that ends at their hand-off (Wait.handoff)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
 # Fixed fields after the type code; an optional last element is the list of explicit deps.
-_ARITY = {T_COMPUTE: 3, T_COLL: 7, T_P2P: 6, T_WAIT: 2, T_STEP: 2, T_COLL_AFTER: 8, T_P2P_AFTER: 7}
+_ARITY = {T_COMPUTE: 3, T_COLL: 7, T_P2P: 6, T_WAIT: 2, T_STEP: 2, T_COLL_AFTER: 8, T_P2P_AFTER: 7, T_WAIT_HANDOFF: 2}
 _TYPE_NAMES = {
     T_COMPUTE: "compute",
     T_COLL: "collective",
@@ -54,6 +57,7 @@ _TYPE_NAMES = {
     T_STEP: "step",
     T_COLL_AFTER: "collective",
     T_P2P_AFTER: "p2p",
+    T_WAIT_HANDOFF: "wait",
 }
 
 
@@ -98,11 +102,13 @@ class P2P:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """The stream waits until this rank's part of every referenced Coll/P2P node has completed."""
+    """The stream waits until this rank's part of every referenced Coll/P2P node has completed; with `handoff`,
+    until each referenced send (lone, within its connection's buffer) is handed off to its connection."""
 
     stream: int
     refs: tuple[int, ...]
     deps: tuple[int, ...] = ()
+    handoff: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +153,7 @@ class Program:
                     row[0] = T_P2P_AFTER
                     row.append(list(n.after))
             elif isinstance(n, Wait):
-                row = [T_WAIT, n.stream, list(n.refs)]
+                row = [T_WAIT_HANDOFF if n.handoff else T_WAIT, n.stream, list(n.refs)]
             else:
                 row = [T_STEP, n.stream, n.index]
             if n.deps:
@@ -187,6 +193,9 @@ class Program:
                 for r in n.refs:
                     if not (0 <= r < i and isinstance(self.nodes[r], (Coll, P2P))):
                         raise InputError(f"wait reference {r} is not an earlier collective", file=source, field=where)
+                    ref = self.nodes[r]
+                    if n.handoff and not (isinstance(ref, P2P) and ref.is_send):
+                        raise InputError(f"hand-off wait reference {r} is not a send", file=source, field=where)
             if isinstance(n, Compute) and n.dur_ns < 0:
                 raise InputError(f"negative duration {n.dur_ns}", file=source, field=where)
             if isinstance(n, (Coll, P2P)):
@@ -218,7 +227,7 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
         if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a non-empty list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
-    if code != T_WAIT and not all(isinstance(x, int) for x in f):
+    if code not in (T_WAIT, T_WAIT_HANDOFF) and not all(isinstance(x, int) for x in f):
         raise InputError(f"a {_TYPE_NAMES[code]} node has non-integer fields", file=source, field=where)
     try:
         if code == T_COMPUTE:
@@ -228,10 +237,10 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after)
         if code in (T_P2P, T_P2P_AFTER):
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)
-        if code == T_WAIT:
+        if code in (T_WAIT, T_WAIT_HANDOFF):
             if not isinstance(f[1], list) or not all(isinstance(r, int) for r in f[1]):
                 raise InputError("wait refs must be a list of node indices", file=source, field=where)
-            return Wait(f[0], tuple(f[1]), deps)
+            return Wait(f[0], tuple(f[1]), deps, code == T_WAIT_HANDOFF)
         return Step(f[0], f[1], deps)
     except IndexError:
         raise InputError("a name, kind or dtype code is out of range", file=source, field=where) from None

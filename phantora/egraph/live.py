@@ -62,6 +62,10 @@ class _RecorderListener:
         for h in handles:
             self.rec.wait(h, t_done_ns)
 
+    def on_handoff(self, handles: Sequence[int], t_handoff_ns: int) -> None:
+        for h in handles:
+            self.rec.handoff(h, t_handoff_ns)
+
     def on_step(self, index: int, end_ns: int) -> None:
         self.rec.step(index, end_ns)
 

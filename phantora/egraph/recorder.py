@@ -8,6 +8,7 @@ One recorder per rank process. The runtime calls it with what the rank already k
   ``before`` the handles of the rank's calls it starts after, as the coordinator orders them);
 - ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0, before=())``: one side of a transfer;
 - ``wait(handle, t_ns, stream=0)``: the stream joined the handle's completion at t_ns;
+- ``handoff(handle, t_ns, stream=0)``: the stream joined a lone send's hand-off at t_ns (its flow ends later);
 - ``step(index, t_ns, stream=0)``: end of a training step (joins every handle not yet waited);
 - ``finish(directory, t_ns=None)``: write ``DIR/parts/rank<R>.msgpack``.
 
@@ -47,6 +48,8 @@ class GraphRecorder:
         self.handles: dict[int, int] = {}  # handle -> node index
         self.unwaited: dict[int, None] = {}  # handles issued and not yet waited (insertion order)
         self.waited: set[tuple[int, int]] = set()  # (stream, handle)
+        self.handed: set[tuple[int, int]] = set()  # (stream, handle) of sends joined at their hand-off
+        self.unknown: set[int] = set()  # streams whose clock a wait moved to a time the recorder was not told
         self.step_ends: list[int] = []
         self.idle_ns = 0
         self.end_ns = 0
@@ -54,6 +57,9 @@ class GraphRecorder:
 
     # ----- helpers ------------------------------------------------------------------------------------------------
     def _catch_up(self, stream: int, t: int) -> None:
+        if stream in self.unknown:  # it waited for a send's flow, whose end it was not told: t is that end or later
+            self.unknown.discard(stream)
+            self.lane[stream] = max(self.lane.get(stream, 0), t)
         lane = self.lane.get(stream, 0)
         if t > lane:
             self.b.compute(IDLE, t - lane, stream)
@@ -130,6 +136,20 @@ class GraphRecorder:
         self.waited.add((stream, handle))
         self.unwaited.pop(handle, None)
         self.b.wait([self.handles[handle]], stream)
+        if (stream, handle) in self.handed:  # t_ns is its hand-off; its flow's end comes with the next time told
+            self.unknown.add(stream)
+        else:
+            self.lane[stream] = max(self.lane.get(stream, 0), int(t_ns))
+
+    def handoff(self, handle: int, t_ns: int, stream: int = 0) -> None:
+        """`stream` joined the hand-off of the lone send `handle` at `t_ns` (its flow ends later: a `wait` on it, or
+        the step's synchronise, joins that). Repeats are no-ops."""
+        if handle not in self.handles:
+            raise PhantoraError(f"rank {self.rank}: hand-off of handle {handle}, which was never issued")
+        if (stream, handle) in self.handed or (stream, handle) in self.waited:
+            return
+        self.handed.add((stream, handle))
+        self.b.wait([self.handles[handle]], stream, handoff=True)
         self.lane[stream] = max(self.lane.get(stream, 0), int(t_ns))
 
     def _wait_all(self, t_ns: int, stream: int) -> None:

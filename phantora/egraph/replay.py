@@ -8,7 +8,8 @@ The graph becomes one static flow DAG, like `phantora.replay` does for workloads
   all issue markers (the collective starts at the latest issue, as NCCL does) and on each member's last flows of
   the nodes in its `after` (the calls before it on its NCCL stream, as the live run ordered them), and gates the
   flows of `phantora.collectives.decompose`; a collective whose `after` has not started yet waits for it;
-- a Wait marker depends on the stream and on the waiting rank's last flows of each collective.
+- a Wait marker depends on the stream and on the waiting rank's last flows of each collective; a hand-off Wait,
+  on a marker per send that ends its issue's hand-off time later (`phantora.collectives.handoff`), not on its flows.
 
 Ranks are expanded side by side, each until it waits on a collective that some member has not
 issued yet, so flow ids are allocated in dependency order. If every rank is stuck, the graph is
@@ -26,6 +27,7 @@ from typing import Any
 
 from phantora.collectives import decompose
 from phantora.collectives.dag import MessageCounters
+from phantora.collectives.handoff import handoff_ns
 from phantora.collectives.nccl import nccl_env
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
@@ -189,6 +191,7 @@ class _Planner:
         self.waiters: dict[tuple[Any, ...], list[int]] = {}
         self._launched: list[Instance] = []
         self.held: dict[tuple[Any, ...], list[Instance]] = {}  # instance key -> those held until it starts
+        self.handoffs: dict[tuple[int, int, int], int | None] = {}  # (src, dst, bytes) -> a lone send's hand-off ns
 
     def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         fid = len(self.flows)
@@ -264,6 +267,13 @@ class _Planner:
                 run.streams[n.stream] = ((m,), 0)
                 run.ends[i] = m
                 run.inst[i] = self.issue(run, i, n, m)
+            elif isinstance(n, Wait) and n.handoff and (handed := self.handed(run, n)) is not None:
+                deps, delay = self.ready(run, n)
+                if delay:
+                    deps = (self.marker(run.ep, deps, delay, f"r{run.rank}/run"),)
+                m = self.marker(run.ep, deps + handed, 0, f"r{run.rank}/wait{i}")
+                run.streams[n.stream] = ((m,), 0)
+                run.ends[i] = m
             elif isinstance(n, Wait):
                 waiting = next((run.inst[r] for r in n.refs if not run.inst[r].launched), None)
                 if waiting is not None:
@@ -283,6 +293,21 @@ class _Planner:
                 run.ends[i] = m
                 run.steps.append(m)
             run.pc += 1
+
+    def handed(self, run: _RankRun, n: Wait) -> tuple[int, ...] | None:
+        """Markers at the hand-off of each send a hand-off wait names: its issue plus NCCL's time for the lone
+        transfer; None where the model does not time one (the wait then joins the flows' end, as a plain wait)."""
+        out = []
+        for r in n.refs:
+            inst = run.inst[r]
+            key = (inst.group[0], inst.group[1], inst.nbytes)
+            if key not in self.handoffs:
+                self.handoffs[key] = handoff_ns(self.topo, self.algo, {}, *key)
+            ns = self.handoffs[key]
+            if ns is None:
+                return None
+            out.append(self.marker(run.ep, (run.ends[r],), ns, f"r{run.rank}/handoff{r}"))
+        return tuple(out)
 
     def finish(self, run: _RankRun) -> None:
         deps: list[int] = []

@@ -182,7 +182,9 @@ class SessionListener(Protocol):
     """Told, in order, of what moves a rank's time, as an ns-3 trace source tells its sinks.
 
     `RankSession.add_listener` connects one (the execution-graph recorder of phantora.egraph.live does).
-    Waits come with the bridge handles joined.
+    Waits come with the bridge handles joined. A lone send joined at its hand-off (`Pending.t_handoff`) comes to the
+    listener's `on_handoff(handles, t_handoff_ns)` where it has one (else to `on_wait`); its later join at a
+    synchronise, to `on_wait`.
     """
 
     def on_compute(self, name: str, start_ns: int, duration_ns: int) -> None: ...
@@ -610,8 +612,13 @@ class RankSession:
         its flow's end is learned later (`sync`, the end of the run)."""
         t_done = self.complete(p) if p.t_handoff is None else p.t_handoff
         self.clock.join(t_done)
+        handed = p.t_handoff is not None and p.t_done is None  # joined at its hand-off, its flow still running
         for listener in self.listeners:
-            listener.on_wait(p.handles, t_done)
+            on_handoff = getattr(listener, "on_handoff", None) if handed else None
+            if on_handoff is not None:
+                on_handoff(p.handles, t_done)
+            else:
+                listener.on_wait(p.handles, t_done)
         return t_done
 
     def stream_wait(self, stream: int, pending: Iterable[Pending]) -> None:
