@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -452,6 +453,7 @@ def main() -> int:
             print(f"  {name}: {d[0]}")
     if opts.log:
         Path(opts.log).write_text(json.dumps({"failures": failures, "tables": tables}, indent=1))
+    shutil.rmtree(scratch, ignore_errors=True)  # every run's --out directory
     print(f"\n{len(todo)} runs in {time.time() - t0:.0f} s; {len(failures)} with violations")
     for name, v in failures.items():
         print(f"  {name}: {v[0]}" + (f" (+{len(v) - 1})" if len(v) > 1 else ""))
