@@ -196,3 +196,17 @@ def test_a_recorded_send_first_program_replays_as_it_ran(tmp_path: Path):
         assert t1 - t0 == 45_372 and handed == [t1], (t0, t1, end)
         waits = {t for tag, t in end.items() if tag.startswith(f"r{me}/wait")}
         assert t2 in waits and res.rank_end_ns[me] == graph.recorded["end_ns"][me], (t2, waits, res.rank_end_ns)
+
+
+def test_a_hand_off_wait_survives_a_chakra_round_trip(tmp_path: Path):
+    """Exported to Chakra and read back, the send's wait still ends at the hand-off (1,000 + 45,372 ns), so the
+    read-back graph replays instead of deadlocking (a plain wait there would)."""
+    from phantora.egraph import replay_graph
+    from phantora.egraph.chakra import export_chakra, read_chakra
+    from phantora.netsim.flow import FlowSimulator
+
+    export_chakra(_send_first_graph(True), tmp_path)
+    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    res = replay_graph(read_chakra(tmp_path), topo, FlowSimulator(topo))
+    end = {c.tag: c for c in res.completions}
+    assert [end[f"r{me}/wait2"].end_ns for me in (0, 1)] == [1000 + 45_372] * 2

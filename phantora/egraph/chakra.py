@@ -51,6 +51,9 @@ _classes: dict[str, Any] | None = None
 # A comm node's `after` nodes (space-separated ids), which are also among its data deps: read back as `after`, so an
 # explicit dep on a comm node (on its issue) stays a dep
 AFTER_ATTR = "phantora_after"
+# A Wait that ended at its lone sends' hand-off (egraph node type 7): read back as such, or its replay waits for the
+# sends' flows and a both-send-first program deadlocks.
+HANDOFF_ATTR = "phantora_handoff"
 
 
 def _messages() -> dict[str, Any]:
@@ -200,6 +203,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
             node.name, node.type = "wait", COMP_NODE
             deps += list(n.refs)
             attrs.append(_attr("phantora_type", string_val="wait"))
+            if n.handoff:  # it ends at its sends' hand-off, not their flows' end (Wait.handoff)
+                attrs.append(_attr(HANDOFF_ATTR, bool_val=True))
         else:
             node.name, node.type = f"step#{n.index}", COMP_NODE
             attrs += [_attr("phantora_type", string_val="step"), _attr("step", int64_val=n.index)]
@@ -283,7 +288,7 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
             b.p2p(peer, send, a["comm_size"], a["comm_tag"], a["seq"], stream, rest, after=after)
         elif kind == "wait":
             comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
-            b.wait(comm, stream, [d for d in deps if d not in comm])
+            b.wait(comm, stream, [d for d in deps if d not in comm], handoff=bool(a.get(HANDOFF_ATTR, False)))
         elif kind == "step":
             b.step(int(a["step"]), stream, deps)
         else:
