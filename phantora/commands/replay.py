@@ -194,7 +194,13 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
     base = _algo(args, AlgoOptions())
     sc = load_scenario(args, topo)
     sim = make_engine(
-        engine, topo, spawner=spawn_workers, scenario=sc, partitioner=run_partitioned_batches, stepper=spawn_stepped
+        engine,
+        topo,
+        spawner=spawn_workers,
+        scenario=sc,
+        partitioner=run_partitioned_batches,
+        stepper=spawn_stepped,
+        whole_dag=True,  # it submits the whole DAG and drains it (factory.WHOLE_DAG_DRIVER)
     )
     install_throttles(sim, sc, topo, args.network)
     try:
@@ -278,7 +284,13 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
     algo = _algo(args, algo_from_meta(graph))
     sc = load_scenario(args, topo, steps=True)  # events at a step boundary: as the graph's steps start
     sim = make_engine(
-        engine, topo, spawner=spawn_workers, scenario=sc, partitioner=run_partitioned_batches, stepper=spawn_stepped
+        engine,
+        topo,
+        spawner=spawn_workers,
+        scenario=sc,
+        partitioner=run_partitioned_batches,
+        stepper=spawn_stepped,
+        whole_dag=True,  # it submits the whole DAG and drains it (factory.WHOLE_DAG_DRIVER)
     )
     install_throttles(sim, sc, topo, args.network)
     network_files: list[Path] = []

@@ -17,6 +17,19 @@ if TYPE_CHECKING:
     from phantora.netsim.scenario import Scenario
 
 
+# Which driver `--set workers=N` builds, per mode (docs/packet-model.md, "Which driver workers=N builds"). Every mode
+# builds the plain `DecomposedSimulator` under the driver's `FluidNvlinkSimulator` (the fluid NVLink side in the
+# driver). Route (a)'s `HybridDecomposedSimulator` (each worker the fluid hybrid of its hosts and pieces) gives the
+# same files byte for byte on a replay (tests/test_decompose_replay_driver.py) but is slower on the users' path:
+# `phantora replay` of 2 hierarchical 64 MiB all-reduces on rail128, --granularity chunked (90,112 flows), took
+# 142.3 s of run_engine wall against 18.5 s plain (1,336 rounds against 338; the driver's time between rounds 129.6 s:
+# the workload's markers gate every worker with no lookahead). Only a caller that submits its whole DAG once and
+# drains it (`phantora replay`: whole_dag=True) may use it, and only when WHOLE_DAG_DRIVER says so. `run`, `jobs` and
+# `nccl-tests` submit as they go and keep the plain driver: there the hybrid re-pulls its horizon at every watched
+# completion (a 3-size nccl-tests all_reduce on rail128 was stopped unfinished at 250 CPU s against 9 s plain).
+WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
+
+
 def make_engine(
     spec: EngineSpec,
     topo: Topology,
@@ -26,6 +39,7 @@ def make_engine(
     scenario: Scenario | None = None,
     partitioner: Callable[..., Any] | None = None,
     stepper: Spawner | None = None,
+    whole_dag: bool = False,
 ) -> NetworkSimulator:
     """The engine `spec` describes, on `topo`: the flow engine (under its scenario, if any: `netsim.faults`),
     or ns-3 (with fluid NVLink, NIC latency, profile reuse or decomposition as its config asks).
@@ -34,7 +48,8 @@ def make_engine(
     worker processes, so it needs the bridge's ``spawner`` (`bridge.workers.spawn_workers`); so does partition
     (``partition=N``), the bridge's ``partitioner`` (`bridge.cut_pool.run_partitioned_batches`), and with
     nvlink=fluid its ``stepper`` (`bridge.cut_stepped_pool.spawn_stepped`). ``scenario``: the spec's scenario
-    already read (else it is read from its file)."""
+    already read (else it is read from its file). ``whole_dag``: the caller submits its whole DAG once and drains
+    it, so ``workers=N`` may build route (a)'s driver (`HybridDecomposedSimulator`; `WHOLE_DAG_DRIVER`)."""
     if scenario is None and spec.scenario is not None:
         from phantora.netsim.scenario import read_scenario
 
@@ -74,6 +89,10 @@ def make_engine(
                 "(bridge.workers.spawn_workers; phantora run, replay, nccl-tests and jobs do)",
                 field="workers",
             )
+        if whole_dag and WHOLE_DAG_DRIVER == "hybrid":
+            from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
+
+            return HybridDecomposedSimulator(topo, config, spawner)
         from phantora.netsim.decompose import DecomposedSimulator
 
         decomposed = DecomposedSimulator(topo, config, spawner)
