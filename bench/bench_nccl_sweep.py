@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phantora.perfmodel.gpus import get_gpu
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from phantora.perfmodel.gpus import get_gpu  # noqa: E402
+
 PHANTORA = [str(ROOT / ".venv/bin/phantora"), "nccl-tests"]
 TESTS = [
     "all_reduce_perf",
