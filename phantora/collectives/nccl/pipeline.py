@@ -4,7 +4,13 @@ bandwidth. NCCL's latency term counts the per-hop software latency once; the chu
 stages is not in it. The ring has no fill (every rank sends from its first step); NVLS has two stages (the
 switch's load-reduce, then its multicast store), NVLS-Tree three on two nodes (NVLS reduce, the tree across nodes,
 NVLS multicast) plus, on more nodes, the extra network hops of its deeper tree (each a chunk over a NIC's share per
-channel), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then down).
+channel), the tree 2 x (GPUs per node - 1 + tree height) (up the chain and tree, then down) under Simple and
+LL128. Under LL a tree's GPU forwards each 16-byte line as soon as its flag arrives (prims_ll.h reads, reduces and
+stores one line at a time), so a chunk crosses the NVLink chain at wire latency, which NCCL's latency already
+counts; only a network hop stores and forwards a whole step (the proxy sends it once every line of it is written):
+2 x tree height stages, one chunk time on two nodes. (LL128 forwards its 128-byte lines the same way, but the
+tree correction, `tuning.tree_correction_us`, is fitted with the chain's fill in place: moving it there moves the
+compared >= 1 MiB rows, 33 -> 32 tables at goal; left as is.)
 
 Chunk sizes follow NCCL's `calcCollChunking` (`chunking.py`); a chunk's time is its bytes over one operation's
 share of the model's bandwidth. NVLS-Tree with a single chunk per operation forms no pipeline (`nvls_tree.py`).
@@ -47,14 +53,17 @@ def chunk_overhead_us(
     return max(0, extra) * heads * NVLS_HEAD_CHUNK_COST_US
 
 
-def stages(algo: str, p: Platform) -> int:
-    """Pipeline stages a chunk crosses one after another."""
+def stages(algo: str, p: Platform, proto: str = "Simple") -> int:
+    """Pipeline stages a chunk crosses one after another (the tree's LL lines: its network hops only)."""
     if algo == "nvls":
         return 2
     if algo == "nvls_tree":
         return 3
     if algo == "tree":
-        return 2 * (p.ppn - 1 + math.ceil(math.log2(p.nnodes)))
+        height = math.ceil(math.log2(p.nnodes)) if p.nnodes > 1 else 0
+        if proto == "LL":
+            return 2 * height
+        return 2 * (p.ppn - 1 + height)
     return 1
 
 
@@ -64,7 +73,7 @@ def fill_us(
     """Extra time (µs) of the pipeline fill of a `kind` collective: (stages - 1) chunk times of one concurrent
     operation; NVLS-Tree with one chunk per operation (nLoops = 1): that chunk's own crossing, never more
     (`nvls_tree.fill_us`)."""
-    depth = stages(algo, p)
+    depth = stages(algo, p, proto)
     if depth <= 1 or algbw <= 0 or nbytes <= 0:
         return 0.0
     heads = nvls_heads(p) if algo in ("nvls", "nvls_tree") else 1
