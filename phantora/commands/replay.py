@@ -182,6 +182,20 @@ def _run_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _whole_dag_engine(engine: EngineSpec, topo: Any, sc: Any) -> Any:
+    """The engine of a replay, which submits its whole DAG and drains it (factory.WHOLE_DAG_DRIVER), with the
+    bridge's worker spawners."""
+    return make_engine(
+        engine,
+        topo,
+        spawner=spawn_workers,
+        scenario=sc,
+        partitioner=run_partitioned_batches,
+        stepper=spawn_stepped,
+        whole_dag=True,
+    )
+
+
 def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> int:
     from phantora.replay import replay_inprocess
     from phantora.report.replay_report import format_table, write_replay_outputs
@@ -193,15 +207,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
     base = _algo(args, AlgoOptions())
     sc = load_scenario(args, topo)
-    sim = make_engine(
-        engine,
-        topo,
-        spawner=spawn_workers,
-        scenario=sc,
-        partitioner=run_partitioned_batches,
-        stepper=spawn_stepped,
-        whole_dag=True,  # it submits the whole DAG and drains it (factory.WHOLE_DAG_DRIVER)
-    )
+    sim = _whole_dag_engine(engine, topo, sc)
     install_throttles(sim, sc, topo, args.network)
     try:
         res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
@@ -283,15 +289,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
     sc = load_scenario(args, topo, steps=True)  # events at a step boundary: as the graph's steps start
-    sim = make_engine(
-        engine,
-        topo,
-        spawner=spawn_workers,
-        scenario=sc,
-        partitioner=run_partitioned_batches,
-        stepper=spawn_stepped,
-        whole_dag=True,  # it submits the whole DAG and drains it (factory.WHOLE_DAG_DRIVER)
-    )
+    sim = _whole_dag_engine(engine, topo, sc)
     install_throttles(sim, sc, topo, args.network)
     network_files: list[Path] = []
     try:
