@@ -12,6 +12,7 @@ from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.nccl import platform_of, proxy, tuning
 from phantora.collectives.nccl.chunking import step_bytes
 from phantora.collectives.nccl.settings import nccl_env, settings_from_env
+from phantora.collectives.nccl.shape import propagation_ns
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.topology import rail_optimized
@@ -126,29 +127,38 @@ def test_the_choice_carries_the_turns_the_transfer_does_not_hide() -> None:
     assert one is not None and one.proxy_us == 0.0
 
 
-def _end_us(env: dict[str, str], nodes: int, nbytes: int) -> float:
+def _run(env: dict[str, str], nodes: int, nbytes: int) -> tuple[float, float, float]:
+    """(end of the call, its first flow's start, its flows' longest path propagation), µs, on the flow network."""
     topo, ranks = _hosts(nodes)
     dag = decompose(Collective("all_reduce", ranks, nbytes, "fp32"), topo, AlgoOptions(nccl_env=nccl_env(env)))
     engine = make_engine(EngineSpec(network="flow"), topo)
     try:
         engine.submit(dag.flows, at=0)
-        return max(c.end_ns for c in engine.drain()) / 1000.0
+        done = engine.drain()
     finally:
         engine.close()
+    prop = propagation_ns(dag.flows, topo)
+    return max(c.end_ns for c in done) / 1000.0, min(c.start_ns for c in done) / 1000.0, prop / 1000.0
 
 
 def test_the_flow_engine_charges_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The collective ends `proxy_us` later than with the proxy's turns left out (its flows start that much
-    later), on the ring and on the tree, where the turns exceed the transfer at 1 MiB."""
+    """The proxy's turns overlap the transfer the network simulates, not the model's: the call ends at its delay
+    plus max(turns, the simulated transfer) (plus the propagation), so with the turns it ends max(0, turns -
+    transfer) later than without, where the transfer is what the flows take without them. On the ring and on the
+    tree at 1 MiB the turns exceed it, and the flows then span exactly the turns."""
     for env, nodes in (({"NCCL_ALGO": "Ring", "NCCL_MIN_CTAS": "24"}, 2), ({}, 8)):
         tuning.select.cache_clear()
-        with_proxy = _end_us(env, nodes, MiB)
+        with_proxy, start, prop = _run(env, nodes, MiB)
         choice = tuning.select("all_reduce", platform_of(*_hosts(nodes)), settings_from_env(env), MiB)
-        assert choice is not None and choice.proxy_us > 5.0
+        assert choice is not None and choice.proxy_floor_us > 5.0
         step = proxy.PROXY_STEP_US
         monkeypatch.setattr(proxy, "PROXY_STEP_US", 0.0)
         tuning.select.cache_clear()
-        without = _end_us(env, nodes, MiB)
+        without, start0, _ = _run(env, nodes, MiB)
         monkeypatch.setattr(proxy, "PROXY_STEP_US", step)
         tuning.select.cache_clear()
-        assert with_proxy - without == pytest.approx(choice.proxy_us, abs=0.002)
+        assert start == pytest.approx(start0, abs=0.001)  # the turns are no delay
+        transfer = without - start0 - prop  # what the network's own transfer takes
+        assert choice.proxy_floor_us > transfer
+        assert with_proxy - start - prop == pytest.approx(choice.proxy_floor_us, abs=0.002)
+        assert with_proxy - without == pytest.approx(choice.proxy_floor_us - transfer, abs=0.002)

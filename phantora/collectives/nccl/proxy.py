@@ -14,8 +14,14 @@ posts step s while `sub->posted < sub->done + maxDepth` (maxDepth = NCCL_STEPS =
 `sub->transmitted < sub->done + NCCL_STEPS`; `recvProxyProgress` the same (v2.30.7-1): up to 8 steps of a
 connection are on the wire while the proxy serves the next, and the kernel waits only for one of its NCCL_STEPS
 slots to free (prims_ll128.h `waitSend`). So the proxy is a server in the pipeline, not a stage after it: the busiest
-GPU's turns (its network connection-steps times `PROXY_STEP_US`) are hidden while the wire is slower, and what
-they exceed the transfer by (bytes over the model's bandwidth) is charged: `max(0, turns - bytes / algbw)`.
+GPU's turns (its network connection-steps times `PROXY_STEP_US`) are hidden while the wire is slower, and the call
+costs max(turns, transfer). The transfer is the one the network simulates (which may run slower than NCCL's model,
+or share its links), so the turns are a floor on the time each network connection spreads its bytes over (a rate
+cap, `shape.py`; `floor_us`: less the part of NCCL's tree correction that is no pipeline fill, a bandwidth factor
+the turns overlap too), not a delay; `Choice.proxy_us`, what they exceed NCCL's own transfer by
+(`max(0, floor - bytes / algbw)`), is the closed form's share. (Until 2026-11-30 that excess was the delay, so a
+transfer slower than the model's was charged on top of it: time fell with the size, e.g. a forced ring LL128
+broadcast on testbed16, 20.89 / 20.80 / 20.64 µs at 128 / 256 / 512 KiB.)
 - *Connections per GPU*: a channel's connections land on the GPU of the NIC it uses (the search spreads
   channels over the node's NICs, one GPU each on rail-optimised hosts), so a node's connections are shared by
   min(ppn, NICs) proxies. A ring (NCCL puts a node's GPUs together on it, connect.cc) has one network send and
@@ -143,6 +149,14 @@ def service_us(kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, 
         return 0.0
     conns = connections_per_gpu(algo, p, st, ch)
     return conns * steps_per_connection(kind, algo, proto, p, st, nbytes, ch) * PROXY_STEP_US
+
+
+def floor_us(turns_us: float, fit_us: float, fill_us: float) -> float:
+    """The least time (µs) the network connections' bytes take, beyond the delay before them: the turns, less the
+    part of NCCL's tree correction (`fit_us`, in its latency) that is not the model's pipeline fill (`fill_us`,
+    before `select` nets it against the correction). The correction is a bandwidth factor: beyond the fill it is
+    a throughput shortfall of the transfer, which the turns overlap like the rest of it; the fill comes first."""
+    return max(0.0, turns_us - max(0.0, fit_us - fill_us))
 
 
 def excess_us(turns_us: float, transfer_us: float) -> float:

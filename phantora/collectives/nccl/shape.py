@@ -12,7 +12,9 @@ delay, and the kernel's throughput as a per-flow rate cap.
   at the busiest channel's rate: `busiest_channel_scale`), and so does every queue of messages sent one at a time (a
   connection's steps in order; a one-node Simple tree's channel kernel, both halves); a round-by-round algorithm
   (PAT) spreads a sender's whole share over that time. Inside a node of send/recv, each peer connection is capped
-  at its share of the GPU's NVLink. The network can only make a flow slower than its cap.
+  at its share of the GPU's NVLink. Across nodes a ring's or tree's connection takes at least the busiest proxy's
+  turns (`Choice.proxy_floor_us`, proxy.py): the proxy overlaps the transfer and bounds its rate. The network can
+  only make a flow slower than its cap.
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ def _rounds(flows: list[Flow], choice: Choice) -> int:
 def _delay_ns(
     flows: list[Flow], choice: Choice, nbytes: int, topo: Topology, chunked: bool, wire: list[int], caps: list[int]
 ) -> int:
-    """The delay of the collective's first flows: NCCL's latency (with a ring's uncounted network hops, `chain_us`,
-    and the proxies' turns on every network step, `proxy_us`) and the fill, less what the network charges.
+    """The delay of the collective's first flows: NCCL's latency (with a ring's uncounted network hops, `chain_us`)
+    and the fill, less what the network charges. The proxies' turns are no delay: they overlap the transfer and
+    bound its rate (`shape`'s caps on the network connections, `Choice.proxy_floor_us`).
 
     Coarse: the fill is a delay, and the path's propagation (once, or once per round of PAT) is netted out.
     Chunked (flows in NCCL's steps and chunks): the dependencies charge a fill of their own (their longest
@@ -79,12 +82,12 @@ def _delay_ns(
     (on an idle network)."""
     if not chunked:
         prop = propagation_ns(flows, topo) * _rounds(flows, choice)
-        return max(0, round((choice.lat_us + choice.chain_us + choice.proxy_us + choice.fill_us) * 1000) - prop)
+        return max(0, round((choice.lat_us + choice.chain_us + choice.fill_us) * 1000) - prop)
     idle, xfer = critical_chains_ns(flows, topo, wire, caps)
     t_bw_ns = nbytes / choice.algbw if choice.algbw > 0 else 0.0
-    own_ns = max(0.0, xfer - t_bw_ns)
+    own_ns = max(0.0, xfer - max(t_bw_ns, proxy_floor_ns(choice)))
     model_ns = (choice.fit_us + choice.fill_us) * 1000
-    base_ns = (choice.lat_us + choice.chain_us + choice.proxy_us - choice.fit_us) * 1000
+    base_ns = (choice.lat_us + choice.chain_us - choice.fit_us) * 1000
     return max(0, round(base_ns + max(0.0, model_ns - own_ns) - (idle - xfer)))
 
 
@@ -133,9 +136,10 @@ def shape(
         if channel_queues:
             total = channel_totals(flows, total, key)
         scale = busiest_channel_scale(flows, wire) if choice.algorithm in SPLIT_ALGORITHMS else None
+        span = _proxy_spans(flows, t_bw_ns, choice, topo)
         caps = [
-            math.ceil(total[key(f)] * (scale[i] if scale else 1.0) * 8e9 / t_bw_ns) if t_bw_ns > 0 else 0
-            for i, f in enumerate(flows)
+            math.ceil(total[key(f)] * (scale[i] if scale else 1.0) * 8e9 / t) if t > 0 else 0
+            for i, (f, t) in enumerate(zip(flows, span, strict=True))
         ]
         if chunked and pipelined:
             caps = _nvlink_uncapped(flows, caps, topo)
@@ -159,6 +163,27 @@ def shape(
         )  # fmt: skip
         for f, w, cap in zip(flows, wire, caps, strict=True)
     ]
+
+
+def _proxy_spans(flows: list[Flow], t_bw_ns: float, choice: Choice, topo: Topology) -> list[float]:
+    """The time (ns) each flow's queue or connection spreads its bytes over: NCCL's bandwidth time, and across
+    nodes at least the busiest proxy's turns (`Choice.proxy_floor_us`). The proxy thread serves the network
+    connections' steps while the kernel and the wire move earlier ones (up to NCCL_STEPS in flight), so the
+    call costs max(turns, transfer): as a rate bound on those connections, the network's own transfer (which
+    may be slower than NCCL's model, or shared with other traffic) is compared with the turns, not the model's."""
+    floor = proxy_floor_ns(choice)
+    if floor <= t_bw_ns:
+        return [t_bw_ns] * len(flows)
+    return [t_bw_ns if f.size == 0 or _inside_node(f, topo) else floor for f in flows]
+
+
+def proxy_floor_ns(choice: Choice) -> int:
+    """`Choice.proxy_floor_us` in whole ns, rounded as the delay is (`_delay_ns`): the delay plus the floor is the
+    rounded sum of the latency and the turns, so sizes with the same turns end at the same ns."""
+    if choice.proxy_floor_us <= 0:
+        return 0
+    lat = choice.lat_us + choice.chain_us + choice.fill_us
+    return round((lat + choice.proxy_floor_us) * 1000) - round(lat * 1000)
 
 
 SPLIT_ALGORITHMS = ("ring", "tree")  # NCCL's algorithms whose channels carry channel_shares' parts

@@ -65,7 +65,8 @@ class Choice:
     fit_us: float = 0.0  # the part of lat_us that is NCCL's tree correction (a fit of measured trees: their fill)
     chan_net_bw: float = 0.0  # GB/s one network connection of a ring, tree or NVLS-Tree moves (0: no limit)
     chain_us: float = 0.0  # a ring's network hops NCCL's latency leaves out (ring_chain.py), charged on top of it
-    proxy_us: float = 0.0  # what the busiest proxy's turns exceed the transfer by (proxy.py), charged on top
+    proxy_us: float = 0.0  # what the busiest proxy's turns exceed NCCL's transfer by (proxy.py): the closed form's
+    proxy_floor_us: float = 0.0  # the least time a network connection's bytes take: those turns less the fit (shape.py)
     transport: tuple[tuple[str, int], ...] = ()  # PCIe host: how many ring hops run P2P and SHM (pci_paths.py)
     path: str = ""  # PCIe host: the ring's farthest path type (PIX, PHB, SYS)
     pair_bw: tuple[tuple[int, int, float], ...] = ()  # p2p on a PCIe host: (src node, dst node, GB/s) of each pair
@@ -367,7 +368,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     algbw = proto_rate.capped_algbw(algbw, kind, cost.algorithm, cost.protocol, p, apb, share)
     if cost.algorithm == "ring":  # NCCL < 2.20's kernel rounds LL/LL128 chunks up: its busiest chunk sets the pace
         algbw /= ring_round_up.busiest_over_mean(kind, cost.protocol, p, st, nbytes, ch)
-    fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw, kind)
+    fill = raw_fill = fill_us(cost.algorithm, cost.protocol, p, st, nbytes, ch, algbw, kind)
     fit = tree_correction_us(cost, kind, nbytes, p)
     if cost.algorithm in ("tree", "nvls_tree"):  # the correction already charges the mid-size shortfall: the larger
         fill = max(0.0, fill - fit)
@@ -387,7 +388,8 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         chain = ring_chain.extra_us(kind, _nsteps(kind, p.nranks), p.nnodes, p.ppn, intra, inter)
         chain = max(0.0, chain - (lat - cost.lat_us)) if chain else 0.0  # none: not lat's rounding error
     turns = proxy.service_us(kind, cost.algorithm, cost.protocol, p, st, nbytes, ch)
-    serve = proxy.excess_us(turns, nbytes / (1000.0 * algbw)) if turns else 0.0
+    floor = proxy.floor_us(turns, fit, raw_fill)
+    serve = proxy.excess_us(floor, nbytes / (1000.0 * algbw))
     return Choice(
         cost.algorithm,
         cost.protocol,
@@ -400,6 +402,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         chan_net_bw=chan,
         chain_us=chain,
         proxy_us=serve,
+        proxy_floor_us=floor,
         search_fallback=fallback,
         nccl_time_us=nccl_t if fallback else 0.0,
     )
