@@ -9,7 +9,9 @@ The graph becomes one static flow DAG, like `phantora.replay` does for workloads
   the nodes in its `after` (the calls before it on its NCCL stream, as the live run ordered them), and gates the
   flows of `phantora.collectives.decompose`; a collective whose `after` has not started yet waits for it;
 - a Wait marker depends on the stream and on the waiting rank's last flows of each collective; a hand-off Wait,
-  on a marker per send that ends its issue's hand-off time later (`phantora.collectives.handoff`), not on its flows.
+  on a marker per send that ends its hand-off time (`phantora.collectives.handoff`) after the send's kernel starts:
+  after its issue and its `after` nodes on this rank (their last flows, or, for a send a hand-off Wait names, its
+  own hand-off marker), not on its flows.
 
 Ranks are expanded side by side, each until it waits on a collective that some member has not
 issued yet, so flow ids are allocated in dependency order. If every rank is stuck, the graph is
@@ -175,6 +177,13 @@ class _RankRun:
         self.steps: list[int] = []
         self.end = -1  # the marker joining every stream at the end
         self.blocked: Instance | None = None
+        self.handoff_at: dict[int, int] = {}  # send node -> the marker at its hand-off (`_Planner.handoff_marker`)
+        self.handed_sends: frozenset[int] = frozenset()  # the sends a hand-off wait names (`_handed_sends`)
+
+
+def _handed_sends(prog: Program) -> frozenset[int]:
+    """The send nodes a hand-off wait names: the live run joined them at their hand-off."""
+    return frozenset(r for n in prog.nodes if isinstance(n, Wait) and n.handoff for r in n.refs)
 
 
 class _Planner:
@@ -208,6 +217,7 @@ class _Planner:
                 field="topology",
             )
         pinned = [_pinned(p) for p in g.programs]
+        handed_sends = [_handed_sends(p) for p in g.programs]
         folds = [_folds(p, pins) for p, pins in zip(g.programs, pinned, strict=True)]
         runs = []
         for r, e in enumerate(g.ranks):
@@ -215,6 +225,7 @@ class _Planner:
             runs.append(
                 _RankRun(r, g.programs[e.program], slots, topo.node_of_rank(r), pinned[e.program], folds[e.program])
             )
+            runs[-1].handed_sends = handed_sends[e.program]
         ready = deque(range(g.world))
         beat = time.monotonic()
         while ready:
@@ -268,6 +279,9 @@ class _Planner:
                 run.ends[i] = m
                 run.inst[i] = self.issue(run, i, n, m)
             elif isinstance(n, Wait) and n.handoff and (handed := self.handed(run, n)) is not None:
+                if isinstance(handed, Instance):  # a send's kernel waits for a call not launched yet
+                    run.blocked = handed
+                    return
                 deps, delay = self.ready(run, n)
                 if delay:
                     deps = (self.marker(run.ep, deps, delay, f"r{run.rank}/run"),)
@@ -294,20 +308,48 @@ class _Planner:
                 run.steps.append(m)
             run.pc += 1
 
-    def handed(self, run: _RankRun, n: Wait) -> tuple[int, ...] | None:
-        """Markers at the hand-off of each send a hand-off wait names: its issue plus NCCL's time for the lone
-        transfer; None where the model does not time one (the wait then joins the flows' end, as a plain wait)."""
+    def handed(self, run: _RankRun, n: Wait) -> tuple[int, ...] | Instance | None:
+        """Markers at the hand-off of each send a hand-off wait names (`handoff_marker`); None where the model
+        does not time one (the wait then joins the flows' end, as a plain wait); an Instance not launched yet that
+        a send's kernel waits for (the rank blocks until it is)."""
         out = []
         for r in n.refs:
-            inst = run.inst[r]
-            key = (inst.group[0], inst.group[1], inst.nbytes)
-            if key not in self.handoffs:
-                self.handoffs[key] = handoff_ns(self.topo, self.algo, {}, *key)
-            ns = self.handoffs[key]
-            if ns is None:
-                return None
-            out.append(self.marker(run.ep, (run.ends[r],), ns, f"r{run.rank}/handoff{r}"))
+            m = self.handoff_marker(run, r)
+            if m is None or isinstance(m, Instance):
+                return m
+            out.append(m)
         return tuple(out)
+
+    def handoff_marker(self, run: _RankRun, r: int) -> int | Instance | None:
+        """The marker at send node `r`'s hand-off: NCCL's time for the lone transfer after its kernel starts, at
+        its issue and once the calls its CUDA stream had in flight (its `after`) have ended on this rank (a send a
+        hand-off wait names: at its own hand-off), as the live rank computes it (RankSession.handoff_at). None
+        where the model does not time it; the first `after` instance not launched yet, if one is not."""
+        if r in run.handoff_at:
+            return run.handoff_at[r]
+        inst = run.inst[r]
+        key = (inst.group[0], inst.group[1], inst.nbytes)
+        if key not in self.handoffs:
+            self.handoffs[key] = handoff_ns(self.topo, self.algo, {}, *key)
+        ns = self.handoffs[key]
+        if ns is None:
+            return None
+        deps = [run.ends[r]]
+        node = run.prog.nodes[r]
+        assert isinstance(node, P2P)
+        for a in node.after:
+            m = self.handoff_marker(run, a) if a in run.handed_sends else None
+            if isinstance(m, Instance):
+                return m
+            if m is not None:
+                deps.append(m)
+                continue
+            q = run.inst[a]
+            if not q.launched:
+                return q
+            deps.extend(q.rank_last[run.rank])
+        run.handoff_at[r] = self.marker(run.ep, tuple(deps), ns, f"r{run.rank}/handoff{r}")
+        return run.handoff_at[r]
 
     def finish(self, run: _RankRun) -> None:
         deps: list[int] = []

@@ -133,6 +133,8 @@ class Pending:
     t_done: int | None = None
     tensors: list[torch.Tensor] = field(default_factory=list)  # kept alive so their memory is not reused
     t_handoff: int | None = None  # a send within its connection's buffer: when its kernel ends (its streams see)
+    handoff_ns: int | None = None  # such a send's kernel time, from its start on its stream to its hand-off
+    handoff_after: list[Pending] = field(default_factory=list)  # what its kernel's start waits for (`handoff_at`)
 
 
 @dataclass
@@ -487,7 +489,7 @@ class RankSession:
         pair's, or its group's when batched or under eager init), after what the caller's current CUDA stream
         `cuda_stream` waits for (syncStream); `launch`: its batch's NCCL group launch. Its Work's wait() makes the
         current stream wait for it, as a collective's does (`stream_wait`). `eager`: a send that fits its
-        connection's buffer, on no NCCL stream: its kernel ends at its hand-off (`_handoff`), which is what its
+        connection's buffer, on no NCCL stream: its kernel ends at its hand-off (`handoff_at`), which is what its
         waits see."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
@@ -497,20 +499,38 @@ class RankSession:
         after = self.streams.after(cuda_stream)
         h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after)
         kind = "send" if is_send else "recv"
+        ahead = self.streams.tail(cuda_stream) if eager and is_send else []  # before its handles are registered
         p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
-        if eager and is_send and not after:
-            p.t_handoff = self._handoff(peer, nbytes, t, nccl_env)
+        if eager and is_send:
+            p.handoff_ns = self._handoff(peer, nbytes, nccl_env)
+            p.handoff_after = ahead
+            if not ahead and p.handoff_ns is not None:
+                p.t_handoff = t + p.handoff_ns
         return p
 
-    def _handoff(self, peer: int, nbytes: int, t: int, env: NcclEnv | None) -> int | None:
-        """When a send of `nbytes` to `peer` started at `t` on no stream hands its last byte to its connection
-        (bridge `handoff`, collectives/handoff.py); None where the client or the model does not time it (its
-        waits then see its flow's end, as before)."""
+    def _handoff(self, peer: int, nbytes: int, env: NcclEnv | None) -> int | None:
+        """The ns a send of `nbytes` to `peer` on no stream takes from its kernel's start to handing its last byte
+        to its connection (bridge `handoff`, collectives/handoff.py); None where the client or the model does not
+        time it (its waits then see its flow's end, as before)."""
         ask = getattr(self.client, "handoff", None)
         if ask is None:
             return None
         ns = ask(peer=peer, nbytes=nbytes, algo={"nccl_env": [list(kv) for kv in env]} if env is not None else None)
-        return None if ns is None else t + int(ns)
+        return None if ns is None else int(ns)
+
+    def handoff_at(self, p: Pending) -> int | None:
+        """When `p`, a lone send within its connection's buffer, hands off: its kernel starts once the work its CUDA
+        stream had in flight at its issue has ended there (a collective's end, or an earlier such send's own
+        hand-off), then runs `handoff_ns`; None for any other call. Learning those ends may wait on the bridge, as a
+        join does (`complete`), never on `p`'s own receiver."""
+        if p.t_handoff is not None or p.handoff_ns is None:
+            return p.t_handoff
+        start = p.t_issue
+        for q in p.handoff_after:
+            end = self.handoff_at(q)
+            start = max(start, self.complete(q) if end is None else end)
+        p.t_handoff, p.handoff_after = start + p.handoff_ns, []
+        return p.t_handoff
 
     def _p2p(
         self,
@@ -610,7 +630,8 @@ class RankSession:
         """The compute lane waits for `p` (Work.wait, a data dependency); return its completion. A send handed off
         within its connection's buffer (`t_handoff`) ends there for the lane, without waiting for its receiver:
         its flow's end is learned later (`sync`, the end of the run)."""
-        t_done = self.complete(p) if p.t_handoff is None else p.t_handoff
+        handoff = self.handoff_at(p)
+        t_done = self.complete(p) if handoff is None else handoff
         self.clock.join(t_done)
         handed = p.t_handoff is not None and p.t_done is None  # joined at its hand-off, its flow still running
         for listener in self.listeners:

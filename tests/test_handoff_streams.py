@@ -1,0 +1,128 @@
+"""A lone send's hand-off counts from when its kernel starts on its stream: behind the work its CUDA stream had in
+flight, and waited from a side stream.
+
+NCCL's send kernel starts once the stream it is launched on reaches it (ProcessGroupNCCL's syncStream makes the
+NCCL stream wait for the caller's current stream) and ends at its hand-off: the closed form of tests/test_eager_send.py,
+45,372 ns for 256 KiB between two hosts on 100 Gbps NICs, from that start. Before, such a send ended at its flow's
+end, so two ranks that both send first deadlocked.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from phantora.launcher import RunConfig, launch
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.topology.generators import leaf_spine
+
+KIB = 1024
+HANDOFF = 45_372  # ns: 8.4 + 14.0 + 2 x 1.0 us + 262,144 B at 12.5 GB/s (tests/test_eager_send.py)
+
+STREAMS = """
+    import sys, torch, torch.distributed as dist
+    mode, n = sys.argv[1], int(sys.argv[2])
+    dist.init_process_group()
+    r = dist.get_rank()
+    peer = 1 - r
+    x = torch.full((n,), float(r + 1), device="cuda")
+    boxes = [torch.zeros(n, device="cuda") for _ in range(2)]
+    ones = torch.ones(1024, device="cuda")
+    side = torch.cuda.Stream()
+    e0, mid, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+    e0.record()
+    if mode == "behind":  # a sync all-reduce on the side stream is still running there when the send is issued
+        with torch.cuda.stream(side):
+            dist.all_reduce(ones)
+            dist.send(x, peer)
+        sends = 1
+    else:  # "two": an isend waited from the side stream, then a second send queued behind it there
+        w = dist.isend(x, peer)
+        with torch.cuda.stream(side):
+            w.wait()
+            dist.send(x, peer)
+        sends = 2
+    mid.record()  # the default stream: not held by the side stream's sends
+    torch.cuda.current_stream().wait_stream(side)
+    e1.record()
+    for box in boxes[:sends]:
+        dist.recv(box, peer)
+    e2.record()
+    assert all(float(b[0]) == peer + 1 and float(b[-1]) == peer + 1 for b in boxes[:sends]), boxes
+    print("TIMES", e0.t_ns, mid.t_ns, e1.t_ns, e2.t_ns, flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def _config(tmp_path: Path, mode: str, network: str = "flow") -> RunConfig:
+    script = tmp_path / "streams.py"
+    script.write_text(textwrap.dedent(STREAMS))
+    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    cfg = RunConfig(str(script), [mode, str(64 * KIB)], topology=topo, nproc=2, trace="none", timeout_s=240)
+    cfg.engine = EngineSpec(network=network)
+    cfg.out_dir = str(tmp_path / "run")
+    return cfg
+
+
+def _times(log: str) -> tuple[int, ...]:
+    line = next(x for x in log.splitlines() if x.startswith("TIMES"))
+    return tuple(int(v) for v in line.split()[1:])
+
+
+def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(tmp_path: Path):
+    """Both ranks: on a side stream a sync all-reduce, then a 256 KiB send; the default stream waits for the side
+    stream, then receives. The send's kernel starts when the all-reduce ends on the side stream, so the wait
+    returns at the all-reduce's end + 45,372 ns (at 2990fe3: a deadlock, each send waiting for its flow)."""
+    rep = launch(_config(tmp_path, "behind"))
+    fabric = [c for c in rep.cosim.completions if c.size]
+    sends = {(c.src, c.dst): c for c in fabric if c.size == 256 * KIB}
+    for me in (0, 1):
+        t0, mid, t1, t2 = _times(rep.logs[f"rank {me}"])
+        ar_end = max(c.end_ns for c in fabric if c.size != 256 * KIB and me in (c.src, c.dst))
+        assert mid == t0 and t1 == ar_end + HANDOFF, (t0, mid, t1, ar_end)
+        mine = sends[(1 - me, me)]
+        assert t1 < mine.start_ns and t2 == mine.end_ns, (mine, t1, t2)
+
+
+def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_off(tmp_path: Path):
+    """Both ranks: isend 256 KiB on the default stream, wait for it from a side stream, send 256 KiB more there; the
+    default stream runs on (its event right after is the start's), then waits for the side stream: the second send's
+    kernel starts at the first's hand-off, so the wait returns at 2 x 45,372 ns (at 2990fe3: a deadlock)."""
+    rep = launch(_config(tmp_path, "two"))
+    for me in (0, 1):
+        t0, mid, t1, _ = _times(rep.logs[f"rank {me}"])
+        assert mid == t0 and t1 - t0 == 2 * HANDOFF, (t0, mid, t1)
+
+
+@pytest.mark.slow
+def test_a_send_queued_behind_another_hands_off_the_same_in_packet_mode(tmp_path: Path):
+    """The same program over ns-3: the hand-offs are NCCL's model, not the packets' (only the receives' ends are)."""
+    rep = launch(_config(tmp_path, "two", network="ns3"))
+    for me in (0, 1):
+        t0, mid, t1, t2 = _times(rep.logs[f"rank {me}"])
+        assert mid == t0 and t1 - t0 == 2 * HANDOFF and t2 > t1, (t0, mid, t1, t2)
+
+
+@pytest.mark.parametrize("mode", ["behind", "two"])
+def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(tmp_path: Path, mode: str):
+    """`--record` of both programs, replayed on the same network: each send's hand-off marker (egraph node type 7's)
+    ends at the live wait's event, after the all-reduce's last flow or the earlier send's own hand-off, and each
+    rank ends where it ended live (no deadlock)."""
+    from phantora.egraph import replay_graph
+    from phantora.egraph.live import record_run
+    from phantora.netsim.flow import FlowSimulator
+
+    cfg = _config(tmp_path, mode)
+    rep, graph = record_run(cfg, tmp_path / "g")
+    assert graph.recorded is not None
+    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    res = replay_graph(graph, topo, FlowSimulator(topo))
+    end = {c.tag: c.end_ns for c in res.completions}
+    for me in (0, 1):
+        t0, _, t1, t2 = _times(rep.logs[f"rank {me}"])
+        handed = sorted(t for tag, t in end.items() if tag.startswith(f"r{me}/handoff"))
+        want = [t1] if mode == "behind" else [t0 + HANDOFF, t1]
+        assert handed == want, (handed, want, end)
+        assert res.rank_end_ns[me] == graph.recorded["end_ns"][me], (res.rank_end_ns, graph.recorded)
