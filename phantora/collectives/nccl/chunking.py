@@ -18,6 +18,7 @@ from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import nvls_heads, plan_channels, sm100_nvls_tree
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
+from phantora.errors import InputError
 
 KiB = 1024
 GRAINS_FROM = (2, 22)  # v2.22.3-1 brought ncclProtoGrainSize (device.h) and the grain rounding in calcCollChunking
@@ -61,10 +62,52 @@ def whole_grains(proto: str, version: tuple[int, int], chunk: int) -> int:
     return chunk // grain * grain
 
 
+BUFF_VARS = {"LL": "NCCL_LL_BUFFSIZE", "LL128": "NCCL_LL128_BUFFSIZE", "Simple": "NCCL_BUFFSIZE"}
+
+
+def buffer_bytes(proto: str, st: NcclSettings) -> int:
+    """The protocol's buffer: NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE or NCCL_BUFFSIZE if set, else NCCL's."""
+    own = {"LL": st.ll_buffsize, "LL128": st.ll128_buffsize, "Simple": st.buffsize}[proto]
+    return own or T.DEFAULT_BUFFSIZE[proto]
+
+
 def step_bytes(proto: str, st: NcclSettings) -> int:
-    """One step of the protocol's buffer: the buffer (NCCL_BUFFSIZE for Simple) over NCCL_STEPS."""
-    buff = st.buffsize if proto == "Simple" and st.buffsize else T.DEFAULT_BUFFSIZE[proto]
-    return buff // T.NCCL_STEPS
+    """One step of the protocol's buffer: its buffer over NCCL_STEPS (stepSize, enqueue.cc)."""
+    return buffer_bytes(proto, st) // T.NCCL_STEPS
+
+
+def refuse_empty_chunk(chunk: int, what: str, proto: str, st: NcclSettings) -> None:
+    """A one-line error where the protocol's buffer leaves `what` (a collective's or a p2p transfer's NCCL chunk)
+    `chunk` = 0 bytes: NCCL takes any buffer size (init.cc `computeBuffSizes`), then calcCollChunking divides the
+    bytes by its zero loop (enqueue.cc `DIVUP(nBytes, loopSize)`) and a send's loop never advances (sendrecv.h)."""
+    if chunk != 0:
+        return
+    var = BUFF_VARS[proto]
+    raise InputError(
+        f"{var}={buffer_bytes(proto, st)}: a step of {step_bytes(proto, st)} bytes (the buffer over NCCL_STEPS = "
+        f"{T.NCCL_STEPS}) leaves {what} at 0 bytes ({proto} moves whole {GRAIN_BYTES[proto]}-byte grains); NCCL "
+        "divides by it (enqueue.cc)",
+        field=var,
+    )
+
+
+def collective_chunk(kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ch: int) -> int:
+    """The chunk calcCollChunking gives the chosen `algo` / `proto` (a ring's: chunkSteps of the step, cut to the
+    protocol's data and whole grains; the others' through their ladders, `chunk_bytes`); NVLS-Tree's does not
+    come from the buffer (-1: not checked)."""
+    if algo == "nvls_tree":
+        return -1
+    if algo != "ring":
+        heads = nvls_heads(p) if algo == "nvls" else 1
+        return chunk_bytes(algo, proto, p, st, nbytes, max(1, ch) * heads, kind)
+    steps = RING_SIMPLE_CHUNK_STEPS if proto == "Simple" and kind in RING_STEPPED_KINDS else 1
+    chunk = step_bytes(proto, st) * steps
+    chunk = chunk // 2 if proto == "LL" else chunk // 16 * 15 if proto == "LL128" else chunk
+    return whole_grains(proto, st.nccl_version, chunk)
+
+
+RING_SIMPLE_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2 (collectives.h)
+RING_STEPPED_KINDS = ("all_reduce", "all_gather", "reduce_scatter")  # broadcast and reduce: one step a chunk
 
 
 def ring_simple_chunk(st: NcclSettings, steps: int) -> int:

@@ -29,7 +29,7 @@ import math
 from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.chunking import comm_p2p_chunk
+from phantora.collectives.nccl.chunking import comm_p2p_chunk, refuse_empty_chunk, step_bytes
 from phantora.collectives.nccl.p2p_schedule import pow2_up, send_rounds, transfer_channel_ids
 from phantora.collectives.nccl.pci_p2p import PCI_PEER_CHANNELS, group_ends, pair_rates
 from phantora.collectives.nccl.pci_paths import PciHost, all_pairs
@@ -142,6 +142,8 @@ def p2p_choice(
     on = comm or p  # the communicator sets the chunk, the part sizes and the channels (init.cc, enqueue.cc)
     one_node = on.nnodes == 1
     chunk = comm_p2p_chunk(on, st)
+    if per_peer > 0:  # p2pChunkSize = min(its chunk, buffSize / NCCL_STEPS): NCCL's part sizes divide by it
+        refuse_empty_chunk(chunk, "a send/recv's p2p chunk", "Simple", st)
     min_part, max_part = (chunk // 8, chunk * 32) if one_node else (chunk // 2, chunk)
     total = p2p_channels(on, st)
     least, most = p2p_channel_range(on, total, st.net_peer_channels)
@@ -152,6 +154,8 @@ def p2p_choice(
 
     if protocol == "auto":
         protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"
+    if protocol == "LL" and per_peer > 0:
+        refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
     pi = T.PROTOCOLS.index(protocol)
     hw = (p.intra if p.intra == "nvlink" else "pci") if intra else "net"
     lat = T.BASE_LAT["ring"][pi] + T.HW_LAT[hw]["ring"][pi]

@@ -52,6 +52,7 @@ transfer hides the turns and the bound charges nothing.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from phantora.collectives.nccl import channel_split, ring_kernel, tree_channels
 from phantora.collectives.nccl.channels import plan_channels
@@ -142,13 +143,31 @@ def steps_per_connection(kind: str, algo: str, proto: str, p: Platform, st: Nccl
 
 
 def service_us(kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ch: int) -> float:
-    """The busiest proxy's time (µs) on the collective's network steps (0 inside one node)."""
+    """The busiest proxy's time (µs) on the collective's network steps (0 inside one node); under Simple, on the
+    steps a smaller NCCL_BUFFSIZE adds (`simple_extra_us`)."""
+    if proto == "Simple":
+        return simple_extra_us(kind, algo, p, st, nbytes, ch)
     if p.nnodes < 2 or proto not in PROXY_PROTOCOLS:
         return 0.0
     if not ((algo == "ring" and kind in RING_KINDS) or (algo == "tree" and kind == "all_reduce")):
         return 0.0
     conns = connections_per_gpu(algo, p, st, ch)
     return conns * steps_per_connection(kind, algo, proto, p, st, nbytes, ch) * PROXY_STEP_US
+
+
+def simple_extra_us(kind: str, algo: str, p: Platform, st: NcclSettings, nbytes: int, ch: int) -> float:
+    """The busiest proxy's turns (µs) on the network slices a Simple collective takes beyond those of NCCL's 4 MiB
+    buffer: NCCL_BUFFSIZE sets the step (buffSize / NCCL_STEPS, enqueue.cc `calcCollChunking`), so a smaller
+    buffer cuts the bytes into more slices, each a turn of the proxy. NCCL's model charges Simple's proxy per step
+    in its latency (3 x the net overhead) and its plateau factor, fitted at the default buffer: only the slices
+    beyond those are the proxy's own (none at the default or a larger buffer)."""
+    if p.nnodes < 2 or not st.buffsize:
+        return 0.0
+    if not ((algo == "ring" and kind in RING_KINDS) or (algo == "tree" and kind == "all_reduce")):
+        return 0.0
+    steps = steps_per_connection(kind, algo, "Simple", p, st, nbytes, ch)
+    steps -= steps_per_connection(kind, algo, "Simple", p, replace(st, buffsize=0), nbytes, ch)
+    return connections_per_gpu(algo, p, st, ch) * max(0, steps) * PROXY_STEP_US
 
 
 def floor_us(turns_us: float, fit_us: float, fill_us: float) -> float:

@@ -27,6 +27,8 @@ ENV_VARS = (
     "NCCL_MIN_NRINGS",
     "NCCL_MAX_NRINGS",
     "NCCL_BUFFSIZE",
+    "NCCL_LL_BUFFSIZE",
+    "NCCL_LL128_BUFFSIZE",
     "NCCL_NVLS_ENABLE",
     "NCCL_P2P_NET_CHUNKSIZE",
     "NCCL_P2P_NVL_CHUNKSIZE",
@@ -61,7 +63,9 @@ class NcclSettings:
     min_ctas: int = 0  # NCCL_MIN_CTAS alone: it also raises the NVLS CTAs (nvls.cc clamps them to [min, max] CTAs)
     max_channels: int = T.MAX_CHANNELS
     max_ctas: int = T.MAX_CHANNELS  # NCCL_MAX_CTAS alone: the NVLS CTAs' maximum (NCCL_MAX_NCHANNELS is not)
-    buffsize: int = 0  # Simple buffer; 0: 4 MiB
+    buffsize: int = 0  # NCCL_BUFFSIZE, the Simple buffer; 0: NCCL's 4 MiB
+    ll_buffsize: int = 0  # NCCL_LL_BUFFSIZE; 0: NCCL's (tables.DEFAULT_BUFFSIZE)
+    ll128_buffsize: int = 0  # NCCL_LL128_BUFFSIZE; 0: NCCL's
     nvls: bool = True  # NCCL_NVLS_ENABLE=0 turns NVLink SHARP off
     nvls_channels: int = 0  # 0: NCCL's default for the architecture
     pat: bool = True
@@ -131,6 +135,29 @@ def _int(env: Mapping[str, str], var: str, default: int, low: int = 0) -> int:
         raise InputError(f"{var}={text!r} is not an integer", field=var) from None
     if value < low:
         raise InputError(f"{var}={text!r} must be at least {low}", field=var)
+    return value
+
+
+INT_MAX = 2**31 - 1  # comm->buffSizes[] are C ints (comm.h)
+
+
+def _buffsize(env: Mapping[str, str], var: str) -> int:
+    """A protocol's buffer in bytes as init.cc `computeBuffSizes` takes it: any value but -2 (ncclParam's unset,
+    so NCCL's default: 0 here) is the size, unchecked. A size below one byte or beyond an int cannot be a buffer
+    (NCCL would divide by its zero step or wrap it negative): refused. A small one is NCCL's (`chunking`)."""
+    text = env.get(var, "").strip()
+    if not text:
+        return 0
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise InputError(f"{var}={text!r} is not an integer", field=var) from None
+    if value == -2:
+        return 0
+    if value < 1 or value > INT_MAX:
+        raise InputError(
+            f"{var}={text!r}: a buffer size in bytes from 1 to {INT_MAX} (or -2, NCCL's default)", field=var
+        )
     return value
 
 
@@ -220,7 +247,9 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         min_ctas=min_ctas,
         max_channels=max_ch,
         max_ctas=max_ctas,
-        buffsize=_int(env, "NCCL_BUFFSIZE", 0, 1),
+        buffsize=_buffsize(env, "NCCL_BUFFSIZE"),
+        ll_buffsize=_buffsize(env, "NCCL_LL_BUFFSIZE"),
+        ll128_buffsize=_buffsize(env, "NCCL_LL128_BUFFSIZE"),
         nvls=_int(env, "NCCL_NVLS_ENABLE", 2) != 0,
         nvls_channels=_int(env, "NCCL_NVLS_NCHANNELS", 0),
         pat=_int(env, "NCCL_PAT_ENABLE", 2) != 0,

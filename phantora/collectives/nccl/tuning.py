@@ -24,7 +24,7 @@ from phantora.collectives.nccl.channels import (
     ring_graph,
     search_fallback,
 )
-from phantora.collectives.nccl.chunking import ring_simple_chunk
+from phantora.collectives.nccl.chunking import collective_chunk, refuse_empty_chunk, ring_simple_chunk
 from phantora.collectives.nccl.cta_ceiling import capped_bus_bw, raised_bus_bw
 from phantora.collectives.nccl.net_channel import coll_net_channel_bw
 from phantora.collectives.nccl.nvls_kernel import nvls_kernel_algbw
@@ -352,6 +352,10 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if best is None:
         return None
     nccl_t, cost, ch = best
+    if nbytes > 0:  # a buffer too small for one grain: NCCL divides by its zero chunk
+        what = f"NCCL's {T.NCCL_ALGO_NAMES.get(cost.algorithm, cost.algorithm)}/{cost.protocol} {kind}"
+        chunk = collective_chunk(kind, cost.algorithm, cost.protocol, p, st, nbytes, ch)
+        refuse_empty_chunk(chunk, what, cost.protocol, st)
     fallback = cost.algorithm in GRAPH_ALGORITHMS and search_fallback(p)
     cost = achieved(cost, kind, p, st)  # NCCL's rating chose it; its kernel moves data at the links' rate
     t = model_time_us(cost, kind, p, nbytes, comm)
