@@ -41,7 +41,9 @@ Charged on LL and LL128 only, on top of NCCL's time (the tuner's choice keeps NC
 charges the proxy once per step as `max(hop, netOverhead)` (`getNetOverhead`: 1 µs on Intel hosts, 2 on AMD), as
 if one connection were served; its Simple ring across nodes takes three times that a step and its plateau factor
 (x 1.4 latency, a fit of measured inter-node rings), and a Simple step is a slice of up to 512 KiB whose transfer
-hides the proxy's turn: with the bound charged on Simple too, none of the compared tables moves.
+hides the proxy's turn: with the bound charged on Simple too, none of the compared tables moves, but a forced
+Ring/Simple 1 MiB all-reduce on testbed16 goes from 191.85 to 328.48 µs (2026-11-30), the turns counted twice. So
+Simple is charged only the slices a smaller NCCL_BUFFSIZE adds over NCCL's 4 MiB buffer (`simple_extra_us`).
 
 `PROXY_STEP_US` is fitted on the compared tables (in-sample), not NCCL's: over every compared table (bench
 `bench_nccl_tests.py --summary`) 0.45-0.65 µs leave the fewest sizes out of the goal (59; 0.3: 63, 0.8: 64, 1.0:
