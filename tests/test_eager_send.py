@@ -20,6 +20,7 @@ from phantora.launcher import RunConfig, launch
 from phantora.topology.generators import leaf_spine
 
 KIB = 1024
+HANDOFF = 22_125  # ns: a 256 KiB send's hand-off between two hosts (the closed form below)
 
 
 @pytest.mark.parametrize(
@@ -106,14 +107,15 @@ def _times(log: str) -> tuple[int, int, int]:
 
 
 def test_synchronous_sends_first_run_and_end_at_their_hand_off(tmp_path: Path):
-    """`dist.send` then `dist.recv` on both ranks, 256 KiB: each send's wait returns at its hand-off, NCCL's lone
-    transfer time across the 100 Gbps NICs: Simple's ring base latency 8.4 us + the network's 14.0 us + two
-    proxy ops of 1 us (one channel, Intel host), then 262,144 B at 12.5 GB/s; each receive ends with its flow,
-    which runs once both ends are in (the receive is issued at the hand-off), so later than the hand-off."""
+    """`dist.send` then `dist.recv` on both ranks, 256 KiB: each send's wait returns at its hand-off, when NCCL's send
+    kernel has copied its bytes into its proxy's buffer (collectives/handoff.py, NET): Simple's ring base latency
+    8.4 us + its own proxy op of 1 us (one channel, Intel host), then 262,144 B at one channel's 20.6 GB/s (Hopper);
+    not the network's 14.0 us, the receiving proxy's op or the NIC's 12.5 GB/s (45,372 ns, the lone transfer).
+    Each receive ends with its flow, which runs once both ends are in (the receive is issued at the hand-off)."""
     nbytes = 64 * KIB * 4
     rep = _run_sync(tmp_path, 64 * KIB)
-    handoff = round((8.4 + 14.0 + 2 * 1.0) * 1000 + nbytes * 8 / 100e9 * 1e9)
-    assert handoff == 45_372
+    handoff = round((8.4 + 1.0) * 1000 + nbytes / 20.6)
+    assert handoff == HANDOFF == 22_125
     flows = {(c.src, c.dst): c for c in rep.cosim.completions}
     for me in (0, 1):
         t0, t1, t2 = _times(rep.logs[f"rank {me}"])
@@ -147,7 +149,7 @@ def _send_first_graph(handoff: bool):
 
 
 def test_a_replayed_hand_off_wait_ends_at_the_hand_off_and_the_receive_at_its_flow():
-    """The replay's closed form, as the live test's: the send's wait ends 45,372 ns after its issue (1 us), the
+    """The replay's closed form, as the live test's: the send's wait ends 22,125 ns after its issue (1 us), the
     receive's at its flow's end; waiting for the send's flow instead deadlocks, as the live run did before d44cc74."""
     from phantora.egraph import replay_graph
     from phantora.errors import InputError
@@ -158,9 +160,9 @@ def test_a_replayed_hand_off_wait_ends_at_the_hand_off_and_the_receive_at_its_fl
     end = {c.tag: c for c in res.completions}
     flows = {(c.src, c.dst): c for c in res.completions if c.size}
     for me in (0, 1):
-        assert end[f"r{me}/wait2"].end_ns == 1000 + 45_372
+        assert end[f"r{me}/wait2"].end_ns == 1000 + HANDOFF
         mine = flows[(1 - me, me)]
-        assert mine.start_ns >= 1000 + 45_372 and end[f"r{me}/wait4"].end_ns == mine.end_ns == res.rank_end_ns[me]
+        assert mine.start_ns >= 1000 + HANDOFF and end[f"r{me}/wait4"].end_ns == mine.end_ns == res.rank_end_ns[me]
     with pytest.raises(InputError, match="deadlocks"):
         replay_graph(_send_first_graph(False), topo, FlowSimulator(topo))
 
@@ -177,7 +179,7 @@ def test_a_hand_off_wait_on_a_receive_is_refused_naming_the_node():
 
 def test_a_recorded_send_first_program_replays_as_it_ran(tmp_path: Path):
     """`phantora run --record` of SEND_THEN_RECV (256 KiB), then replay on the same network: no deadlock, each
-    send's wait ends at its hand-off (issue + 45,372 ns, the live CUDA event), the receive's at its live event,
+    send's wait ends at its hand-off (issue + 22,125 ns, the live CUDA event), the receive's at its live event,
     each rank at the live run's end."""
     from phantora.egraph import replay_graph
     from phantora.egraph.live import record_run
@@ -193,13 +195,13 @@ def test_a_recorded_send_first_program_replays_as_it_ran(tmp_path: Path):
     for me in (0, 1):
         t0, t1, t2 = _times(rep.logs[f"rank {me}"])
         handed = [t for tag, t in end.items() if tag.startswith(f"r{me}/handoff")]
-        assert t1 - t0 == 45_372 and handed == [t1], (t0, t1, end)
+        assert t1 - t0 == HANDOFF and handed == [t1], (t0, t1, end)
         waits = {t for tag, t in end.items() if tag.startswith(f"r{me}/wait")}
         assert t2 in waits and res.rank_end_ns[me] == graph.recorded["end_ns"][me], (t2, waits, res.rank_end_ns)
 
 
 def test_a_hand_off_wait_survives_a_chakra_round_trip(tmp_path: Path):
-    """Exported to Chakra and read back, the send's wait still ends at the hand-off (1,000 + 45,372 ns), so the
+    """Exported to Chakra and read back, the send's wait still ends at the hand-off (1,000 + 22,125 ns), so the
     read-back graph replays instead of deadlocking (a plain wait there would)."""
     from phantora.egraph import replay_graph
     from phantora.egraph.chakra import export_chakra, read_chakra
@@ -209,4 +211,4 @@ def test_a_hand_off_wait_survives_a_chakra_round_trip(tmp_path: Path):
     topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
     res = replay_graph(read_chakra(tmp_path), topo, FlowSimulator(topo))
     end = {c.tag: c for c in res.completions}
-    assert [end[f"r{me}/wait2"].end_ns for me in (0, 1)] == [1000 + 45_372] * 2
+    assert [end[f"r{me}/wait2"].end_ns for me in (0, 1)] == [1000 + HANDOFF] * 2

@@ -3,7 +3,7 @@ flight, and waited from a side stream.
 
 NCCL's send kernel starts once the stream it is launched on reaches it (ProcessGroupNCCL's syncStream makes the
 NCCL stream wait for the caller's current stream) and ends at its hand-off: the closed form of tests/test_eager_send.py,
-45,372 ns for 256 KiB between two hosts on 100 Gbps NICs, from that start. Before, such a send ended at its flow's
+22,125 ns for 256 KiB between two hosts, from that start. Before, such a send ended at its flow's
 end, so two ranks that both send first deadlocked.
 """
 
@@ -19,7 +19,7 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.topology.generators import leaf_spine
 
 KIB = 1024
-HANDOFF = 45_372  # ns: 8.4 + 14.0 + 2 x 1.0 us + 262,144 B at 12.5 GB/s (tests/test_eager_send.py)
+HANDOFF = 22_125  # ns: 8.4 + 1.0 us + 262,144 B at 20.6 GB/s (tests/test_eager_send.py, test_handoff_transports.py)
 
 STREAMS = """
     import sys, torch, torch.distributed as dist
@@ -74,7 +74,7 @@ def _times(log: str) -> tuple[int, ...]:
 def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(tmp_path: Path):
     """Both ranks: on a side stream a sync all-reduce, then a 256 KiB send; the default stream waits for the side
     stream, then receives. The send's kernel starts when the all-reduce ends on the side stream, so the wait
-    returns at the all-reduce's end + 45,372 ns (at 2990fe3: a deadlock, each send waiting for its flow)."""
+    returns at the all-reduce's end + 22,125 ns (at 2990fe3: a deadlock, each send waiting for its flow)."""
     rep = launch(_config(tmp_path, "behind"))
     fabric = [c for c in rep.cosim.completions if c.size]
     sends = {(c.src, c.dst): c for c in fabric if c.size == 256 * KIB}
@@ -89,7 +89,7 @@ def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(tmp_path: Pa
 def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_off(tmp_path: Path):
     """Both ranks: isend 256 KiB on the default stream, wait for it from a side stream, send 256 KiB more there; the
     default stream runs on (its event right after is the start's), then waits for the side stream: the second send's
-    kernel starts at the first's hand-off, so the wait returns at 2 x 45,372 ns (at 2990fe3: a deadlock)."""
+    kernel starts at the first's hand-off, so the wait returns at 2 x 22,125 ns (at 2990fe3: a deadlock)."""
     rep = launch(_config(tmp_path, "two"))
     for me in (0, 1):
         t0, mid, t1, _ = _times(rep.logs[f"rank {me}"])
