@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.errors import BridgeError
 from phantora.launcher import RunConfig, launch
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.topology.generators import leaf_spine
@@ -56,11 +57,11 @@ STREAMS = """
 """
 
 
-def _config(tmp_path: Path, mode: str, network: str = "flow") -> RunConfig:
+def _config(tmp_path: Path, mode: str, network: str = "flow", floats: int = 64 * KIB) -> RunConfig:
     script = tmp_path / "streams.py"
     script.write_text(textwrap.dedent(STREAMS))
     topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
-    cfg = RunConfig(str(script), [mode, str(64 * KIB)], topology=topo, nproc=2, trace="none", timeout_s=240)
+    cfg = RunConfig(str(script), [mode, str(floats)], topology=topo, nproc=2, trace="none", timeout_s=240)
     cfg.engine = EngineSpec(network=network)
     cfg.out_dir = str(tmp_path / "run")
     return cfg
@@ -94,6 +95,15 @@ def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_
     for me in (0, 1):
         t0, mid, t1, _ = _times(rep.logs[f"rank {me}"])
         assert mid == t0 and t1 - t0 == 2 * HANDOFF, (t0, mid, t1)
+
+
+def test_a_send_past_the_buffer_behind_a_side_streams_all_reduce_still_waits_for_its_receiver(tmp_path: Path):
+    """The first program with 4 MiB, past the 1 MiB a connection buffers: NCCL's send kernel waits for the
+    receiver's credits, which wait for the peer's send: the run deadlocks, naming the send."""
+    with pytest.raises(BridgeError) as info:
+        launch(_config(tmp_path, "behind", floats=1024 * KIB))
+    text = str(info.value)
+    assert text.startswith("deadlock") and "send#0" in text, text
 
 
 @pytest.mark.slow
