@@ -118,7 +118,9 @@ def topo_bounds(topo: str | None, gpu: str | None) -> Bounds:
     return Bounds(nv, pc, nic, nic * gph, gph, hosts)
 
 
-GOODPUT_SLACK = 1048 / 1000  # ns-3's default packet: 48 B of headers per 1000 B of payload
+# ns-3's default packet: 48 B of headers per 1000 B of payload, and a 48-byte ACK back per packet, which shares the
+# wire of a NIC that also sends (every test on ls4x1 has such NICs; phantora/netsim/ack_stream.py)
+GOODPUT_SLACK = (1000 + 48 + 48) / 1000
 WIRE = {"LL": 2.0, "LL128": 128 / 120}  # wire bytes per data byte: LL's 8-byte lines are half flags
 
 
@@ -442,9 +444,11 @@ def main() -> int:
                 continue
             for rf, rs in zip(f, s, strict=False):
                 d = (rs["time"] - rf["time"]) / rf["time"] if rf["time"] else 0.0
-                # ns-3's packets carry 1000 B of payload in 1048 (docs/nccl-tests.md, "Packet mode"): up to
-                # 4.8% slower where the NIC binds, then docs/validation.md's 2% against the flow network at goodput
-                flag = "  <-- outside -2..+6.9%" if not -0.02 <= d <= GOODPUT_SLACK * 1.02 - 1 else ""
+                # ns-3's packets carry 1000 B of payload in 1048 and the NIC's wire also the ACKs of what it
+                # receives (docs/nccl-tests.md, "Packet mode"): up to 9.6% slower where the NIC binds, then
+                # docs/validation.md's 2% against the flow network at goodput with the ACK stream
+                hi = GOODPUT_SLACK * 1.02 - 1
+                flag = f"  <-- outside -2..+{hi:.1%}" if not -0.02 <= d <= hi else ""
                 print(f"ns3 vs flow {test} {rf['size']}B: {rf['time']} / {rs['time']} us ({d:+.2%}){flag}")
                 if flag:
                     failures.setdefault(f"ns3cmp:{test}", []).append(f"{rf['size']}B {d:+.2%}")
