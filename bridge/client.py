@@ -254,10 +254,12 @@ class RankClient:
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        handoff: int | None = None,
     ) -> int:
         """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle. `algo`: as a
         collective's (both ends pass the same); `stream`, `launch`, `after`: as a collective's (the stream its NCCL
-        communicator runs it on, its group launch, this rank's calls it starts after)."""
+        communicator runs it on, its group launch, this rank's calls it starts after). `handoff`: a lone send's
+        kernel ns (`handoff()`): the rank's calls after it follow its hand-off, not its flow."""
         if nbytes < 0 or peer == self.rank:
             raise BridgeError(f"rank {self.rank}: bad transfer (peer={peer}, nbytes={nbytes})")
         self._enter(t_issue_ns, "send" if is_send else "recv")
@@ -277,6 +279,7 @@ class RankClient:
             **({"stream": int(stream)} if stream is not None else {}),
             **({"launch": int(launch)} if launch is not None else {}),
             **({"after": [int(x) for x in after]} if after else {}),
+            **({"handoff": int(handoff)} if handoff is not None else {}),
         )
         return h
 

@@ -373,7 +373,10 @@ class CoordinatorCore:
             isinstance(x, int) and x != call.handle and x in rs.issued for x in after
         ):
             raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s after must list its earlier calls, got {after!r}")
-        self.streams.issued(rs.rank, stream, call.handle, launch, after)
+        handoff = msg.get("handoff")  # a lone send within its buffer: its kernel's ns (collectives/handoff.py)
+        if handoff is not None and (not isinstance(handoff, int) or isinstance(handoff, bool) or handoff < 0):
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s handoff must be ns >= 0, got {handoff!r}")
+        self.streams.issued(rs.rank, stream, call.handle, launch, after, None if handoff is None else (msg.t, handoff))
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a send/recv")

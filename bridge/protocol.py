@@ -9,7 +9,8 @@ Peers and who sends what (-> request, <- reply, ~> one-way):
 rank -> coordinator
   hello -> welcome | error          role "rank", the run token, rank, world
   coll ~>                           collective request: handle, group, seq, kind, nbytes, dtype, root
-  p2p ~>                            send or recv: handle, peer, send, tag, seq, nbytes
+  p2p ~>                            send or recv: handle, peer, send, tag, seq, nbytes (``handoff``: a lone send's
+                                    kernel ns; the calls after it follow its hand-off, not its flow)
   io ~>                             a checkpoint file read or written: handle, kind, nbytes, the storage's bandwidths
   value ~>                          an object collective's bytes (torch's pickle, opaque here) under group + key
   values -> valued                  the bytes posted under group + key, one per member (nil: none posted)

@@ -17,6 +17,12 @@ all-to-all) are one kernel: they start together after the calls before the launc
 call waits for all of them. Sends and receives are ordered the same way, on the stream the rank names for them
 (ProcessGroupNCCL's `pointToPoint`: a lone one on its peer pair's own communicator and stream, or the group's under
 eager init; a batched one on the group's), after the calls their CUDA stream waits for (`after`).
+
+A lone send within its connection's buffer (`handoff`: the ns its kernel takes, phantora/collectives/handoff.py)
+ends, for the calls after it, at its hand-off, not at its flow's end: NCCL's kernel ends with its last post into the
+connection's slots, whether or not the receiver runs. Its hand-off is its kernel's start (its issue, or the end of
+the calls it starts after: their hand-offs where they are such sends) plus that time, as the rank computes it
+(`RankSession.handoff_at`).
 """
 
 from __future__ import annotations
@@ -71,28 +77,53 @@ class StreamOrder:
         self._prev: dict[tuple[int, int], tuple[int, ...]] = {}  # (rank, handle) -> the calls it waits for
         self.parked: dict[tuple[object, ...], Rendezvous] = {}
         self._waiters: dict[Dep, list[tuple[object, ...]]] = {}
+        self._handoffs: dict[Dep, tuple[int, int, tuple[int, ...]]] = {}  # a lone send: (issue, kernel ns, before)
 
     def issued(
-        self, rank: int, stream: int | None, handle: int, launch: int | None = None, after: Iterable[int] = ()
+        self,
+        rank: int,
+        stream: int | None,
+        handle: int,
+        launch: int | None = None,
+        after: Iterable[int] = (),
+        handoff: tuple[int, int] | None = None,
     ) -> None:
-        """As `StreamTails.issued`; the call waits for those calls when it is matched (`ready`)."""
+        """As `StreamTails.issued`; the call waits for those calls when it is matched (`ready`). `handoff`: (issue
+        ns, kernel ns) of a lone send within its connection's buffer, which the calls after it follow to its
+        hand-off."""
         before = self.tails.issued(rank, stream, handle, launch, after)
         if before:
             self._prev[(rank, handle)] = before
+        if handoff is not None:
+            self._handoffs[(rank, handle)] = (handoff[0], handoff[1], before)
 
     def _deps(self, rv: Rendezvous) -> list[Dep]:
         return [(c.rank, p) for c in rv.calls.values() for p in self._prev.get((c.rank, c.handle), ())]
 
-    def ready(self, rv: Rendezvous, done: Callable[[int, int], int | None]) -> Rendezvous | None:
-        """`rv` with each call's time raised to its predecessor's end, if every predecessor is done (`done(rank,
-        handle)`: its end or None); else None, and `rv` is parked until the last of them ends."""
-        ends: dict[int, int] = {}
-        waiting: list[Dep] = []
-        for rank, handle in self._deps(rv):
+    def _end(self, rank: int, handle: int, done: Callable[[int, int], int | None], waiting: list[Dep]) -> int | None:
+        """When (rank, handle) ends for the calls after it: a lone send at its hand-off, any other call at `done`;
+        None, with the calls it waits for added to `waiting`, if one has not ended."""
+        handed = self._handoffs.get((rank, handle))
+        if handed is None:
             t = done(rank, handle)
             if t is None:
                 waiting.append((rank, handle))
-            else:
+            return t
+        start: int | None = handed[0]
+        for b in handed[2]:
+            e = self._end(rank, b, done, waiting)
+            start = None if e is None or start is None else max(start, e)
+        return None if start is None else start + handed[1]
+
+    def ready(self, rv: Rendezvous, done: Callable[[int, int], int | None]) -> Rendezvous | None:
+        """`rv` with each call's time raised to its predecessor's end (a lone send's: its hand-off), if every
+        predecessor is done (`done(rank, handle)`: its end or None); else None, and `rv` is parked until the last of
+        them ends."""
+        ends: dict[int, int] = {}
+        waiting: list[Dep] = []
+        for rank, handle in self._deps(rv):
+            t = self._end(rank, handle, done, waiting)
+            if t is not None:
                 ends[rank] = max(t, ends.get(rank, t))
         if waiting:
             self.parked[rv.key] = rv

@@ -39,6 +39,11 @@ STREAMS = """
             dist.all_reduce(ones)
             dist.send(x, peer)
         sends = 1
+    elif mode == "coll_after":  # a send, then a sync all-reduce queued behind it on the side stream
+        with torch.cuda.stream(side):
+            dist.send(x, peer)
+            dist.all_reduce(ones)
+        sends = 1
     else:  # "two": an isend waited from the side stream, then a second send queued behind it there
         w = dist.isend(x, peer)
         with torch.cuda.stream(side):
@@ -58,6 +63,7 @@ STREAMS = """
 
 
 def _config(tmp_path: Path, mode: str, network: str = "flow", floats: int = 64 * KIB) -> RunConfig:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "streams.py"
     script.write_text(textwrap.dedent(STREAMS))
     topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
@@ -97,6 +103,22 @@ def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_
         assert mid == t0 and t1 - t0 == 2 * HANDOFF, (t0, mid, t1)
 
 
+def test_an_all_reduce_queued_behind_a_send_on_a_side_stream_starts_at_its_hand_off(tmp_path: Path):
+    """Both ranks: on a side stream a 256 KiB send, then a sync all-reduce; the default stream waits for the side
+    stream, then receives. The all-reduce starts at the send's hand-off (t0 + 22,125 ns), not at its flow's end,
+    and takes as long as the same all-reduce issued at t0 on the idle network (the first program's); at 28ff30f it
+    waited for the send's flow, which waited for the peer's receive, issued after its all-reduce: a deadlock."""
+    alone = launch(_config(tmp_path / "a", "behind"))
+    rep = launch(_config(tmp_path / "b", "coll_after"))
+    for me in (0, 1):
+        a0, _, a1, _ = _times(alone.logs[f"rank {me}"])
+        ar_alone = max(c.end_ns for c in alone.cosim.completions if c.size and c.size != 256 * KIB) - a0
+        t0, mid, t1, t2 = _times(rep.logs[f"rank {me}"])
+        ar = [c for c in rep.cosim.completions if c.size and c.size != 256 * KIB]
+        assert mid == t0 and t1 == t0 + HANDOFF + ar_alone == max(c.end_ns for c in ar), (t0, t1, ar_alone)
+        assert min(c.start_ns for c in ar) >= t0 + HANDOFF and t2 > t1, (ar, t2)
+
+
 def test_a_send_past_the_buffer_behind_a_side_streams_all_reduce_still_waits_for_its_receiver(tmp_path: Path):
     """The first program with 4 MiB, past the 1 MiB a connection buffers: NCCL's send kernel waits for the
     receiver's credits, which wait for the peer's send: the run deadlocks, naming the send."""
@@ -115,7 +137,7 @@ def test_a_send_queued_behind_another_hands_off_the_same_in_packet_mode(tmp_path
         assert mid == t0 and t1 - t0 == 2 * HANDOFF and t2 > t1, (t0, mid, t1, t2)
 
 
-@pytest.mark.parametrize("mode", ["behind", "two"])
+@pytest.mark.parametrize("mode", ["behind", "two", "coll_after"])
 def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(tmp_path: Path, mode: str):
     """`--record` of both programs, replayed on the same network: each send's hand-off marker (egraph node type 7's)
     ends at the live wait's event, after the all-reduce's last flow or the earlier send's own hand-off, and each
@@ -133,6 +155,7 @@ def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(tmp_path: Pat
     for me in (0, 1):
         t0, _, t1, t2 = _times(rep.logs[f"rank {me}"])
         handed = sorted(t for tag, t in end.items() if tag.startswith(f"r{me}/handoff"))
-        want = [t1] if mode == "behind" else [t0 + HANDOFF, t1]
+        want = {"behind": [t1], "two": [t0 + HANDOFF, t1], "coll_after": [t0 + HANDOFF]}[mode]
         assert handed == want, (handed, want, end)
+        assert t2 in end.values(), (t2, end)  # the receive's wait, at its live event
         assert res.rank_end_ns[me] == graph.recorded["end_ns"][me], (res.rank_end_ns, graph.recorded)

@@ -45,6 +45,7 @@ PROGRAM_DIR = "programs"
 T_COMPUTE, T_COLL, T_P2P, T_WAIT, T_STEP = 0, 1, 2, 3, 4
 T_COLL_AFTER, T_P2P_AFTER = 5, 6  # a Coll / P2P with a non-empty `after`: its fields, then the list
 T_WAIT_HANDOFF = 7  # a Wait on lone sends that ends at their hand-off (Wait.handoff)
+EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
 # Fixed fields after the type code; an optional last element is the list of explicit deps.

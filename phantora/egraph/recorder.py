@@ -29,7 +29,7 @@ from typing import Any
 import msgpack
 
 from phantora.egraph.builder import ProgramBuilder
-from phantora.egraph.format import VERSION, ExecGraph, Program, assemble, save
+from phantora.egraph.format import EAGER_STREAM, VERSION, ExecGraph, Program, assemble, save
 from phantora.errors import InputError, PhantoraError
 
 PART_DIR = "parts"
@@ -151,6 +151,14 @@ class GraphRecorder:
         self.handed.add((stream, handle))
         self.b.wait([self.handles[handle]], stream, handoff=True)
         self.lane[stream] = max(self.lane.get(stream, 0), int(t_ns))
+
+    def eager(self, handle: int) -> None:
+        """The send `handle` is a lone send within its connection's buffer, whose hand-off the calls after it
+        follow (the live coordinator's stream order): a hand-off wait on `EAGER_STREAM`, which takes no time there
+        and which the replay reads only as that mark (egraph/replay.py)."""
+        if handle not in self.handles:
+            raise PhantoraError(f"rank {self.rank}: eager send {handle}, which was never issued")
+        self.b.wait([self.handles[handle]], EAGER_STREAM, handoff=True)
 
     def _wait_all(self, t_ns: int, stream: int) -> None:
         refs = [self.handles[h] for h in self.unwaited]

@@ -32,7 +32,7 @@ from phantora.collectives.dag import MessageCounters
 from phantora.collectives.handoff import handoff_ns
 from phantora.collectives.nccl import nccl_env
 from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
+from phantora.egraph.format import EAGER_STREAM, P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
 from phantora.egraph.step_events import has_step_events, run_with_step_events
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
@@ -57,6 +57,7 @@ class Instance:
     rank_last: dict[int, list[int]] = field(default_factory=dict)
     choice: dict[str, Any] | None = None  # NCCL's algorithm, protocol and channels for it (collectives.nccl)
     after: dict[int, list[Instance]] = field(default_factory=dict)  # member -> the instances it starts after there
+    after_handoffs: list[int] = field(default_factory=list)  # markers of lone sends' hand-offs it starts after
 
     @property
     def launched(self) -> bool:
@@ -182,7 +183,8 @@ class _RankRun:
 
 
 def _handed_sends(prog: Program) -> frozenset[int]:
-    """The send nodes a hand-off wait names: the live run joined them at their hand-off."""
+    """The send nodes a hand-off wait names: lone sends within their buffer (the live run joined them at their
+    hand-off, or marked them so on `EAGER_STREAM`), which the calls after them follow to their hand-off."""
     return frozenset(r for n in prog.nodes if isinstance(n, Wait) and n.handoff for r in n.refs)
 
 
@@ -273,11 +275,21 @@ class _Planner:
                     run.streams[n.stream] = ((m,), 0)
                     run.ends[i] = m
             elif isinstance(n, (Coll, P2P)):
+                at_handoff: dict[int, int] = {}  # its `after` sends a hand-off wait names: their hand-off markers
+                for a in n.after:
+                    h = self.handoff_marker(run, a) if a in run.handed_sends else None
+                    if isinstance(h, Instance):
+                        run.blocked = h
+                        return
+                    if h is not None:
+                        at_handoff[a] = h
                 deps, delay = self.ready(run, n)
                 m = self.marker(run.ep, deps, delay, f"r{run.rank}/issue{i}")
                 run.streams[n.stream] = ((m,), 0)
                 run.ends[i] = m
-                run.inst[i] = self.issue(run, i, n, m)
+                run.inst[i] = self.issue(run, i, n, m, at_handoff)
+            elif isinstance(n, Wait) and n.handoff and n.stream == EAGER_STREAM:
+                pass  # only marks its sends as lone ones within their buffer (`_handed_sends`)
             elif isinstance(n, Wait) and n.handoff and (handed := self.handed(run, n)) is not None:
                 if isinstance(handed, Instance):  # a send's kernel waits for a call not launched yet
                     run.blocked = handed
@@ -359,7 +371,9 @@ class _Planner:
         run.end = self.marker(run.ep, tuple(deps), 0, f"r{run.rank}/end")
 
     # ----- collectives --------------------------------------------------------------------------------------------
-    def issue(self, run: _RankRun, i: int, n: Coll | P2P, m: int) -> Instance:
+    def issue(self, run: _RankRun, i: int, n: Coll | P2P, m: int, handed: dict[int, int] | None = None) -> Instance:
+        """Rank `run` issues node `i` at marker `m`; it starts after its `after` nodes there, the sends among them
+        that a hand-off wait names at their hand-off markers `handed` (as the live coordinator orders it)."""
         group = run.slots[n.slot]
         if isinstance(n, Coll):
             key: tuple[Any, ...] = ("c", group, n.seq)
@@ -381,8 +395,10 @@ class _Planner:
         if run.rank in inst.issue:
             raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
         inst.issue[run.rank] = m
+        handed = handed or {}
         if n.after:
-            inst.after[run.rank] = [run.inst[a] for a in n.after]
+            inst.after[run.rank] = [run.inst[a] for a in n.after if a not in handed]
+            inst.after_handoffs.extend(handed.values())
         if len(inst.issue) == len(group):
             self.try_launch(inst)
         return inst
@@ -404,6 +420,7 @@ class _Planner:
         anchor = self.topo.node_of_rank(inst.group[0])
         gate = tuple(inst.issue[r] for r in inst.group)
         gate += tuple(f for r, qs in sorted(inst.after.items()) for q in qs for f in q.rank_last[r])
+        gate += tuple(inst.after_handoffs)
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
         coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root)

@@ -94,6 +94,7 @@ class ClientLike(Protocol):
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        handoff: int | None = None,
     ) -> int: ...
 
     def wait(self, handle: int) -> int: ...
@@ -178,6 +179,7 @@ class Issued:
     stream: int | None = None  # the NCCL stream it runs on (bridge/stream_order.py), None: no stream order
     launch: int | None = None  # the NCCL group launch it is part of
     after: tuple[int, ...] = ()  # handles of the rank's calls its CUDA stream waited for (stream_deps)
+    handoff: int | None = None  # a lone send within its connection's buffer: its kernel's ns (collectives/handoff.py)
 
 
 class SessionListener(Protocol):
@@ -497,15 +499,15 @@ class RankSession:
         self._p2p_seq[key] = seq + 1
         label = f"{'send' if is_send else 'recv'}#{seq}"
         after = self.streams.after(cuda_stream)
-        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after)
+        ahead = self.streams.tail(cuda_stream) if eager and is_send else []
+        ns = self._handoff(peer, nbytes, nccl_env) if eager and is_send else None
+        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns)
         kind = "send" if is_send else "recv"
-        ahead = self.streams.tail(cuda_stream) if eager and is_send else []  # before its handles are registered
         p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
-        if eager and is_send:
-            p.handoff_ns = self._handoff(peer, nbytes, nccl_env)
-            p.handoff_after = ahead
-            if not ahead and p.handoff_ns is not None:
-                p.t_handoff = t + p.handoff_ns
+        if ns is not None:
+            p.handoff_ns, p.handoff_after = ns, ahead
+            if not ahead:
+                p.t_handoff = t + ns
         return p
 
     def _handoff(self, peer: int, nbytes: int, env: NcclEnv | None) -> int | None:
@@ -545,8 +547,10 @@ class RankSession:
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        handoff: int | None = None,
     ) -> int:
-        """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`); its handle."""
+        """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`; a lone send's
+        kernel ns `handoff`, which the bridge's stream order follows); its handle."""
         more: dict[str, Any] = {"algo": {"nccl_env": [list(kv) for kv in env]}} if env is not None else {}
         if stream is not None:
             more["stream"] = stream
@@ -554,13 +558,15 @@ class RankSession:
             more["launch"] = launch
         if after:
             more["after"] = list(after)
+        if handoff is not None:
+            more["handoff"] = handoff
         h = self.client.p2p(
             peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label, **more
         )
         if self.listeners:
             kind = "send" if is_send else "recv"
             call = Issued(h, kind, seq, nbytes, t, peer=peer, tag=tag, stream=stream, launch=launch, after=tuple(after))
-            self._tell(call)
+            self._tell(replace(call, handoff=handoff) if handoff is not None else call)
         return h
 
     def _tell(self, call: Issued) -> None:
