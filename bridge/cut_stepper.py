@@ -35,6 +35,7 @@ from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.cut_unix import UnixPeers
 from bridge.cut_worker import KEYED_RECORDS, records, start_worker
+from phantora.netsim.cut_round import round_end
 from phantora.netsim.cut_windows import WindowStats
 from phantora.netsim.packet import Ns3Simulator
 
@@ -63,8 +64,7 @@ class Stepper:
             sim.submit(flows_from_columns(cols), int(at))
         react = msg.get("react")
         stop = self._run_to(msg["until"], None if react is None else [int(x) for x in react])
-        done = sim.take_completions()
-        now = sim.completion_bounds()
+        done, now = round_end(sim)
         last = self.bounds
         raised = [x for fid, ns in now.items() if ns > last.get(fid, -1) for x in (fid, ns)]
         self.bounds = now

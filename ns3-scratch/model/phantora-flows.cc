@@ -352,16 +352,17 @@ int64_t PhantoraNetwork::Impl::FlowLb(uint64_t id, int64_t floor, std::unordered
     const auto shared = sharedLb.find(id);
     return shared == sharedLb.end() ? floor : std::max(floor, shared->second);
   }
+  FlowState& f = it->second;
+  if (f.startNs >= 0) {  // its own progress alone, read afresh at no more cost than a memo: not kept there
+    return CompletionLb(f, NowNs(), floor);
+  }
   const auto m = memo.find(id);
   if (m != memo.end()) {
     return m->second;
   }
-  FlowState& f = it->second;
   const int64_t network = f.size > 0 && f.src != f.dst ? 1 : 0;
   int64_t lb;
-  if (f.startNs >= 0) {
-    lb = CompletionLb(f, NowNs(), floor);
-  } else if (f.startAt >= 0) {
+  if (f.startAt >= 0) {
     lb = f.startAt + network;
   } else {
     lb = std::max({f.submitNs, f.readyNs, floor});

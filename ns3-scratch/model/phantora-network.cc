@@ -890,6 +890,25 @@ std::vector<FlowBound> PhantoraNetwork::CompletionBounds() {
   return out;
 }
 
+std::string PhantoraNetwork::CutRoundEnd() {
+  const std::vector<FlowRecord> done = DrainCompletions();
+  const std::vector<LossRecord> lost = DrainLosses();
+  const std::vector<FlowBound> bounds = CompletionBounds();
+  std::vector<uint64_t> w;
+  w.reserve(3 + 6 * done.size() + 3 * lost.size() + 2 * bounds.size());
+  w.insert(w.end(), {done.size(), lost.size(), bounds.size()});
+  for (const FlowRecord& r : done) {
+    w.insert(w.end(), {r.id, r.src, r.dst, r.size, static_cast<uint64_t>(r.startNs), static_cast<uint64_t>(r.endNs)});
+  }
+  for (const LossRecord& r : lost) {
+    w.insert(w.end(), {r.flowId, r.offset, r.bytes});
+  }
+  for (const FlowBound& b : bounds) {
+    w.insert(w.end(), {b.id, static_cast<uint64_t>(b.ns)});
+  }
+  return std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(uint64_t));
+}
+
 uint64_t PhantoraNetwork::FlowRateBps(uint64_t flowId) const {
   const Impl& s = Need();
   auto it = s.flows.find(flowId);

@@ -359,6 +359,11 @@ class PhantoraNetwork {
   /// route to its receiver, so Now() + those bytes x 8 / line rate + that propagation, less 2 ns for the ps
   /// rounding of the wire (headers, pacing, queues and pauses only come on top); at least Now() + 1.
   std::vector<FlowBound> CompletionBounds();
+  /// A stepped partition worker's round end in one call (issue 38): DrainCompletions, then DrainLosses, then
+  /// CompletionBounds, packed as 8-byte words in native byte order: the three counts, then per completion (id, src,
+  /// dst, size, startNs, endNs), per loss (flowId, offset, bytes), per bound (id, ns). One cppyy call and no
+  /// struct per record (`Ns3Simulator.cut_round_end`).
+  std::string CutRoundEnd();
   /// Pacing rate of an open queue pair (0 if not open).
   uint64_t FlowRateBps(uint64_t flowId) const;
   /// After Finalize: what the fabric runs by, as (key, text) pairs read back from its objects. First every
