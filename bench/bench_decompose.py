@@ -319,8 +319,7 @@ def main() -> None:
     to_fluid, to_fabric = rows[0][1]["handoffs"]
     print(f"one engine's hand-offs: fabric -> NVLink at {to_fluid} distinct ns (no lookahead), ", end="")
     print(f"NVLink -> fabric at {to_fabric}")
-    finest = max((r for n, r in rows[1:] if n.startswith("workers")), key=lambda r: len(r["worker_cpu"]), default=None)
-    if finest is None or not finest["rounds"]:
+    if not any(r["rounds"] for _, r in rows[1:]):
         return
     print("\nwhere the wall of each decomposed run goes (s): rounds = slowest worker's serving wall + the rest of the")
     print("round (messages, reading replies); between = the driver alone (fluid NVLink side, submits, the bound)")
@@ -349,6 +348,9 @@ def main() -> None:
             )
     # On paper with n workers, each on a core of its own: the busiest worker's CPU per round (measured with one
     # worker per group of pieces), the driver's serial time and each round's fixed cost (the free-core rounds).
+    finest = max((r for n, r in rows[1:] if n.startswith("workers")), key=lambda r: len(r["worker_cpu"]), default=None)
+    if finest is None or not finest["rounds"]:
+        return
     free = [r for n, r in rows[1:] if r["rounds"] and len(r["worker_cpu"]) <= (os.cpu_count() or 1)]
     per_round = min((r["round_wall"] - r["critical_wall"]) / r["rounds"] for r in free) if free else 0.0
     serial = rows[0][1]["cpu"]  # (CPU, as the critical path: the wall moves with the load)

@@ -86,6 +86,7 @@ class FluidNvlinkSimulator:
         self.packet = packet
         self.fluid = fluid
         fluid.prechecked = True  # every batch it gets is checked here first, whole (`check_flow_batch`, routes)
+        self.prechecked = False  # set by a caller that checks every batch whole before `_place` (a hybrid worker)
         self.topology: Topology = packet.topology
         self._payload = payload_bytes
         self._header = header_bytes
@@ -138,12 +139,13 @@ class FluidNvlinkSimulator:
 
     def _place(self, flows: Sequence[Flow], at: int, at_of: Mapping[int, int] | None) -> None:
         """`submit`'s work: each flow eligible from `at`, or from its own ns in `at_of` (flow id -> ns)."""
-        check_flow_batch(flows, self.topology, self._known)
         self._reacted.clear()  # (waiters are added below)
-        for f in flows:  # routable (whether a pair has a route does not depend on the flow's ECMP key)
-            if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
-                self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
-                self._routable.add((f.src, f.dst))
+        if not self.prechecked:
+            check_flow_batch(flows, self.topology, self._known)
+            for f in flows:  # routable (whether a pair has a route does not depend on the flow's ECMP key)
+                if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
+                    self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
+                    self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
         out: tuple[dict[int, list[Flow]], dict[int, list[Flow]]] = ({}, {})  # per side: submit ns -> its flows
         ends, held, sides, waiters, flb = self._end, self._held, self._side, self._waiters, self._flb

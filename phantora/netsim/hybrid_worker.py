@@ -41,6 +41,14 @@ class HybridWorker(FluidNvlinkSimulator):
         super().__init__(packet, fluid, payload_bytes=payload_bytes, header_bytes=header_bytes)
         self._nic = packet
         self._poster = _Poster(packet)
+        # Its flows come from the driver, which checked the whole DAG (`check_packet_batch`: ids, endpoints, fields,
+        # deps, no cycle) and each flow's route in its worker's piece (`PieceRoutes`); a gate's pseudo dep is held
+        # here. So no layer below checks a batch again: each check was a pass over the worker's part of the DAG in
+        # its first round (on the critical path), and ns-3's another at each insertion.
+        self.prechecked = True
+        packet.prechecked = True
+        if hasattr(packet.inner, "prechecked"):  # (ns-3 itself; profile reuse over it keeps its own checks)
+            packet.inner.prechecked = True
 
     def _engine(self, side: int) -> FlowSimulator | _Poster:  # type: ignore[override]
         return self.fluid if side == FLUID else self._poster

@@ -25,9 +25,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
-from phantora.netsim.base import CausalityError, Completion, Flow, check_flow_batch
+from phantora.netsim.base import CausalityError, Completion, Flow, check_flow_batch, completion
 from phantora.netsim.cut_windows import NEVER, Peers, WindowStats, run_windows, warm_up
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.hpcc_io import FctLine, PfcLine, pfc_txt_lines
@@ -63,6 +65,19 @@ from phantora.topology.model import Topology
 
 _MASK64 = (1 << 64) - 1
 _FOREVER_NS = 1 << 62
+# The plain structs ns-3 hands back by the vector, as numpy reads them in place (`_rows`): ns3::FlowBound and
+# ns3::FlowRecord (phantora-network.h), in declaration order, each at its natural alignment.
+_BOUND = np.dtype([("id", "=u8"), ("ns", "=i8")])
+_RECORD = np.dtype(
+    {
+        "names": ["id", "src", "dst", "size", "start", "end"],
+        "formats": ["=u8", "=u4", "=u4", "=u8", "=i8", "=i8"],
+        "offsets": [0, 8, 12, 16, 24, 32],
+        "itemsize": 40,
+    }
+)
+_ROWS_MIN = 8  # fewer records are read one attribute at a time (numpy's fixed cost is about that)
+_LAYOUT: dict[str, bool] = {}  # a struct's name -> whether `_rows` may read it (checked once, at its first vector)
 
 
 @dataclass
@@ -280,7 +295,9 @@ class Ns3Simulator:
             self.close()
             raise
         self._vec = self._rt.cppyy.gbl.std.vector["uint64_t"]
+        self._no_deps = self._vec()  # what AddFlow (a const reference) gets for no deps: one, not a new one a flow
         self._known: set[int] = set()
+        self.prechecked = False  # set by a caller that checks every batch it hands over (a decomposition worker)
         self._tags: dict[int, str] = {}
         self._fct: list[FctLine] = []
         self._pfc: list[PfcEvent] = []
@@ -327,12 +344,13 @@ class Ns3Simulator:
         now = self.now()
         if at < now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
-        self._check_batch(flows)
-        net, vec = self._net, self._vec
+        if not self.prechecked:
+            self._check_batch(flows)
+        net, no_deps = self._net, self._no_deps
         per_connection = self.config.qp == "connection"
         for f in flows:
             # a long deps list crosses in one call (packed 8-byte ids), not one push_back an id
-            deps = net.UnpackIds(array("Q", f.deps).tobytes()) if f.deps else vec()
+            deps = net.UnpackIds(array("Q", f.deps).tobytes()) if f.deps else no_deps
             key = (f.id if f.key is None else f.key) & _MASK64
             try:
                 dport = dports.get(f.id, 100) if dports else 100
@@ -594,7 +612,11 @@ class Ns3Simulator:
         """Flow id -> the earliest ns it can still complete at its receiver, for every flow started in ns-3 and not
         yet complete there (`PhantoraNetwork::CompletionBounds`: its bytes not yet sent once at its NIC's line rate,
         plus the least propagation to its receiver)."""
-        return {int(b.id): int(b.ns) for b in self._net.CompletionBounds()}
+        bounds = self._net.CompletionBounds()
+        rows = _rows(bounds, _BOUND)
+        if rows is None:
+            return {int(b.id): int(b.ns) for b in bounds}
+        return dict(zip(rows["id"].tolist(), rows["ns"].tolist(), strict=True))
 
     def flow_rate_bps(self, flow_id: int) -> int:
         """Current pacing rate of an open flow (0 if not sending)."""
@@ -673,18 +695,57 @@ class Ns3Simulator:
         lost: dict[int, list[tuple[int, int]]] = {}
         for loss in self._net.DrainLosses():  # drained after the completions: a record's losses are all here
             lost.setdefault(int(loss.flowId), []).append((int(loss.offset), int(loss.bytes)))
-        for r in records:
-            fid = int(r.id)
-            holes = tuple(lost.get(fid, ()))
-            out.append(
-                Completion(
-                    fid, int(r.startNs), int(r.endNs), int(r.size), int(r.src), int(r.dst), tags.pop(fid, ""), holes
+        rows = _rows(records, _RECORD) if len(records) >= _ROWS_MIN else None
+        if rows is None:
+            for r in records:
+                fid = int(r.id)
+                holes = tuple(lost.get(fid, ()))
+                out.append(
+                    completion(
+                        fid, int(r.startNs), int(r.endNs), int(r.size), int(r.src), int(r.dst), tags.pop(fid, ""), holes
+                    )
                 )
-            )
+            return out
+        cols = [rows[name].tolist() for name in ("id", "start", "end", "size", "src", "dst")]
+        for fid, start, end, size, src, dst in zip(*cols, strict=True):
+            out.append(completion(fid, start, end, size, src, dst, tags.pop(fid, ""), tuple(lost.get(fid, ()))))
         return out
 
     def _check_batch(self, flows: Sequence[Flow]) -> None:
         check_packet_batch(flows, self.topology, self._known.__contains__)
+
+
+def _rows(vec: Any, dtype: np.dtype) -> np.ndarray | None:
+    """A cppyy std::vector of plain structs as numpy rows of `dtype`, read in place (convert them before `vec` goes);
+    None when it is empty or its struct is not laid out as `dtype` says (then read it element by element). The
+    layout is checked once per struct: its size, and its first element read both ways."""
+    n = len(vec)
+    if not n:
+        return None
+    first = vec[0]
+    name = type(first).__name__
+    ok = _LAYOUT.get(name)
+    if ok is False:
+        return None
+    import cppyy
+
+    if ok is None and cppyy.sizeof(first) != dtype.itemsize:
+        _LAYOUT[name] = False
+        return None
+    buf = (ctypes.c_char * (n * dtype.itemsize)).from_address(cppyy.addressof(vec.data()))
+    rows = np.frombuffer(memoryview(buf), dtype=dtype)
+    if ok is None:
+        row = rows[0]
+        _LAYOUT[name] = ok = all(
+            int(row[field]) == int(getattr(first, attr))
+            for field, attr in zip(dtype.names or (), _ATTRS[name], strict=True)
+        )
+        if not ok:
+            return None
+    return rows
+
+
+_ATTRS = {"FlowBound": ("id", "ns"), "FlowRecord": ("id", "src", "dst", "size", "startNs", "endNs")}
 
 
 def _text(value: Any) -> str:
