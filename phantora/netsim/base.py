@@ -322,16 +322,20 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
     """
     ends = topology.endpoint_set
     ids: set[int] = set()
+    checked: set[int] = set()  # the batch's ids so far and the deps found known: a wide deps list is checked at C speed
     ordered = True  # every dep so far on an earlier flow of the batch or a known one: no cycle possible
     for f in flows:
         if f.id in ids or known(f.id):
             raise InputError(f"flow {f.id}: duplicate flow id", field="id")
-        if ordered:
+        if ordered and not checked.issuperset(f.deps):
             for d in f.deps:
-                if d not in ids and not known(d):
-                    ordered = False
-                    break
+                if d not in checked:
+                    if not known(d):
+                        ordered = False
+                        break
+                    checked.add(d)
         ids.add(f.id)
+        checked.add(f.id)
         if f.src not in ends or f.dst not in ends:
             end = f.src if f.src not in ends else f.dst
             raise InputError(f"flow {f.id}: node {end} is not an endpoint of '{topology.name}'", field="src/dst")
