@@ -17,14 +17,36 @@ never exceeds a channel's capacity) - 2 ns (rounding) + the least latency of a c
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from phantora.netsim.base import INF_NS, Completion, Flow, watch_by_completions
 from phantora.netsim.chain_bounds import Chain
 from phantora.netsim.decompose import DRIVER, DecomposedSimulator, Spawner
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
+
+
+class _Gating(set[int]):
+    """The driver's gating flows (`_ext`), remembering the ones added since `taken` (each flow is added once: it
+    leaves only when it completes), so the horizon's heap takes in the new ones without listing the set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: list[int] = []
+
+    def update(self, *items: Iterable[int]) -> None:  # type: ignore[override]
+        for it in items:
+            new = [x for x in it if x not in self]
+            if new:
+                super().update(new)
+                self.added.extend(new)
+
+    def taken(self) -> list[int]:
+        """The flows added since the last call (a flow twice in one update once only)."""
+        got, self.added = self.added, []
+        return list(dict.fromkeys(got))
 
 
 class HybridDecomposedSimulator(DecomposedSimulator):
@@ -53,6 +75,12 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         self.reacts = self._watch.__contains__
         self._place = self._placed
         self._pairs: dict[tuple[int, int], tuple[int, bool, int, int]] = {}  # `_pair_place`, per endpoint pair
+        self._gating = _Gating()
+        self._ext = self._gating
+        # (bound, flow) for each gating flow, a heap: the bound as it was when pushed (bounds only rise, so a key is
+        # at most its flow's bound: `_horizon` re-keys an entry when it reaches the top); completed flows' entries
+        # are dropped there too
+        self._gate_heap: list[tuple[int, int]] = []
 
     def _placed(self, f: Flow) -> tuple[int, int]:
         """(its worker, or DRIVER for a marker; the least time from its post to its end, delay left out)."""
@@ -224,10 +252,27 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         hz = [min(until, r)] * n
         top = hz[0]
         # (a bound as last pulled is below its pulled one; one at or past every worker's limit cannot lower one)
-        owner = self._owner
-        for lb, f in sorted([(x, f) for f in self._ext if (x := lbs[f]) < top]):
+        owner, ext, heap = self._owner, self._ext, self._gate_heap
+        for f in self._gating.taken():
+            if f in ext:
+                heapq.heappush(heap, (lbs[f], f))
+        # The gating flows in the order of (bound, id), as a sort of them would give: the heap's least entry is
+        # re-keyed while its key is below its flow's bound (only the walked flows' bounds change in the walk, and
+        # they are out of the heap until it ends), so the least current one comes first.
+        walked: list[int] = []
+        while heap:
+            lb, f = heap[0]
             if lb >= top:
                 break  # neither this flow nor a later one can lower a worker's limit
+            if f not in ext:
+                heapq.heappop(heap)  # (completed)
+                continue
+            x = lbs[f]
+            if x != lb:  # (its bound rose: re-keyed)
+                heapq.heapreplace(heap, (x, f))
+                continue
+            heapq.heappop(heap)
+            walked.append(f)
             y = floors[owner[f]]  # (its worker's floor is below its pull too: `Chain.value` counts it at the first
             if y > lb:  # unfinished flow of that worker on the chain, at or before this one)
                 lb = y
@@ -247,6 +292,8 @@ class HybridDecomposedSimulator(DecomposedSimulator):
                 for v in range(n) if w == DRIVER else (w,):
                     hz[v] = min(hz[v], t + ahead)
             top = max(hz)
+        for f in walked:
+            heapq.heappush(heap, (lbs[f], f))
         self._hz = hz
         self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0
