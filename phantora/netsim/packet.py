@@ -23,9 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
@@ -63,19 +61,33 @@ from phantora.netsim.queue_spool import QueueSpool
 from phantora.netsim.record_order import RecordKey
 from phantora.topology.model import Topology
 
+if TYPE_CHECKING:  # numpy is imported where records are read: the netsim CLI's start-up imports none
+    import numpy as np
+
 _MASK64 = (1 << 64) - 1
 _FOREVER_NS = 1 << 62
 # The plain structs ns-3 hands back by the vector, as numpy reads them in place (`_rows`): ns3::FlowBound and
 # ns3::FlowRecord (phantora-network.h), in declaration order, each at its natural alignment.
-_BOUND = np.dtype([("id", "=u8"), ("ns", "=i8")])
-_RECORD = np.dtype(
-    {
-        "names": ["id", "src", "dst", "size", "start", "end"],
-        "formats": ["=u8", "=u4", "=u4", "=u8", "=i8", "=i8"],
-        "offsets": [0, 8, 12, 16, 24, 32],
-        "itemsize": 40,
-    }
-)
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def _dtype(name: str) -> np.dtype:
+    """The numpy row type of ns-3's struct `name` ("FlowBound" or "FlowRecord"), built once."""
+    if name not in _DTYPES:
+        import numpy as np
+
+        _DTYPES["FlowBound"] = np.dtype([("id", "=u8"), ("ns", "=i8")])
+        _DTYPES["FlowRecord"] = np.dtype(
+            {
+                "names": ["id", "src", "dst", "size", "start", "end"],
+                "formats": ["=u8", "=u4", "=u4", "=u8", "=i8", "=i8"],
+                "offsets": [0, 8, 12, 16, 24, 32],
+                "itemsize": 40,
+            }
+        )
+    return _DTYPES[name]
+
+
 _ROWS_MIN = 8  # fewer records are read one attribute at a time (numpy's fixed cost is about that)
 _LAYOUT: dict[str, bool] = {}  # a struct's name -> whether `_rows` may read it (checked once, at its first vector)
 
@@ -613,7 +625,7 @@ class Ns3Simulator:
         yet complete there (`PhantoraNetwork::CompletionBounds`: its bytes not yet sent once at its NIC's line rate,
         plus the least propagation to its receiver)."""
         bounds = self._net.CompletionBounds()
-        rows = _rows(bounds, _BOUND)
+        rows = _rows(bounds, _dtype("FlowBound"))
         if rows is None:
             return {int(b.id): int(b.ns) for b in bounds}
         return dict(zip(rows["id"].tolist(), rows["ns"].tolist(), strict=True))
@@ -695,7 +707,7 @@ class Ns3Simulator:
         lost: dict[int, list[tuple[int, int]]] = {}
         for loss in self._net.DrainLosses():  # drained after the completions: a record's losses are all here
             lost.setdefault(int(loss.flowId), []).append((int(loss.offset), int(loss.bytes)))
-        rows = _rows(records, _RECORD) if len(records) >= _ROWS_MIN else None
+        rows = _rows(records, _dtype("FlowRecord")) if len(records) >= _ROWS_MIN else None
         if rows is None:
             for r in records:
                 fid = int(r.id)
@@ -728,6 +740,7 @@ def _rows(vec: Any, dtype: np.dtype) -> np.ndarray | None:
     if ok is False:
         return None
     import cppyy
+    import numpy as np
 
     if ok is None and cppyy.sizeof(first) != dtype.itemsize:
         _LAYOUT[name] = False
