@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import resource
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+
+from cpu_timing import cpu_timed
 
 import phantora.egraph.replay as egraph_replay
 import phantora.results.write as results_write
@@ -27,22 +26,9 @@ from phantora.cli import main
 spent = {"engine": 0.0, "write": 0.0}
 
 
-def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn`, adding its CPU seconds to spent[name]."""
-
-    def wrap(*args: Any, **kwargs: Any) -> Any:
-        t = time.process_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spent[name] += time.process_time() - t
-
-    return wrap
-
-
 def run(argv: list[str]) -> int:
-    egraph_replay.run_engine = timed("engine", egraph_replay.run_engine)  # type: ignore[assignment]
-    results_write.write_network_files = timed("write", results_write.write_network_files)  # type: ignore[assignment]
+    egraph_replay.run_engine = cpu_timed(spent, "engine", egraph_replay.run_engine)  # type: ignore[assignment]
+    results_write.write_network_files = cpu_timed(spent, "write", results_write.write_network_files)  # type: ignore[assignment]
     rc = main(argv)
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)

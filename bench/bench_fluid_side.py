@@ -16,11 +16,11 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, os.environ.get("PHANTORA_TREE") or str(Path(__file__).resolve().parents[1]))
+
+from cpu_timing import cpu_timed
 
 from phantora.egraph.format import load
 from phantora.egraph.replay import algo_from_meta, plan_graph
@@ -29,19 +29,6 @@ from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hybrid import FluidNvlinkSimulator
 from phantora.netsim.packet_config import WIRE_PRESETS, PacketConfig
 from phantora.topology.loader import load_topology
-
-
-def timed(spent: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn`, adding its CPU seconds to spent[name]."""
-
-    def wrap(*args: Any, **kwargs: Any) -> Any:
-        t = time.process_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spent[name] += time.process_time() - t
-
-    return wrap
 
 
 def main() -> None:
@@ -62,10 +49,10 @@ def main() -> None:
     spent = {"advance": 0.0, "resolve": 0.0, "submit": 0.0, "packet": 0.0}
     packet = sim.packet
     for name in ("advance", "advance_to_completion", "submit"):
-        setattr(packet, name, timed(spent, "packet", getattr(packet, name)))
-    fluid.advance = timed(spent, "advance", fluid.advance)  # type: ignore[method-assign]
-    fluid._resolve = timed(spent, "resolve", fluid._resolve)  # type: ignore[method-assign]
-    fluid.submit = timed(spent, "submit", fluid.submit)  # type: ignore[method-assign]
+        setattr(packet, name, cpu_timed(spent, "packet", getattr(packet, name)))
+    fluid.advance = cpu_timed(spent, "advance", fluid.advance)  # type: ignore[method-assign]
+    fluid._resolve = cpu_timed(spent, "resolve", fluid._resolve)  # type: ignore[method-assign]
+    fluid.submit = cpu_timed(spent, "submit", fluid.submit)  # type: ignore[method-assign]
     t1 = time.process_time()
     sim.submit(plan.flows, at=0)
     got = sim.drain()

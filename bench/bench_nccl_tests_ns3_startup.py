@@ -9,11 +9,10 @@ lines of the device list aside).
 
 from __future__ import annotations
 
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from cpu_timing import run_timed
 
 ROOT = Path(__file__).resolve().parents[1]  # the run's cwd: `python -c` then imports this tree's phantora
 COMMAND = ["nccl-tests", "all_reduce_perf", "--topology", "testbed16", "--network", "ns3"]
@@ -25,12 +24,7 @@ LEAN = ""
 def run(prelude: str) -> tuple[float, float, list[str]]:
     """Wall and CPU seconds of one run of COMMAND, and its table (Pid lines dropped)."""
     code = prelude + f"import sys; from phantora.cli import main; sys.exit(main({COMMAND!r}))"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    wall, cpu, out = run_timed([sys.executable, "-c", code], ROOT)
     return wall, cpu, [line for line in out.splitlines() if " Pid " not in line]
 
 

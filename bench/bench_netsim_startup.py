@@ -11,32 +11,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from cpu_timing import run_timed
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ["--cc", "hpcc", "--topology", "hpcc/star8", "--flows", "workloads/incast4.flows.txt"]
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall s, CPU s of the child and its children) of one command, which must succeed."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
 def measure(cmd: list[str], repeat: int, env: dict[str, str] | None = None) -> tuple[float, float, float]:
     """(best wall, median wall, best CPU) over `repeat` runs."""
-    runs = [timed(cmd, env) for _ in range(repeat)]
+    runs = [run_timed(cmd, ROOT, env)[:2] for _ in range(repeat)]
     walls = [w for w, _ in runs]
     return min(walls), statistics.median(walls), min(c for _, c in runs)
 
