@@ -1,11 +1,15 @@
-"""Published nccl-tests points that time an algorithm's connection set-up, not the collective alone.
+"""Published nccl-tests points at an algorithm's first use (where it is connected), not the collective alone.
 
 Two pieces of code meet here. NCCL from 2.22 connects an algorithm's channels the first time the tuner picks it
 (`NCCL_RUNTIME_CONNECT`, on by default with cuMem: init.cc; enqueue.cc marks `initAlgoChannels[algo]` and connects
 before the launch), and NVLS-Tree's first use also sets up NVLS. nccl-tests before v2.16.8 (commit f2015cb,
 2025-08) warms up only at its largest and then its smallest size (common.cu "Warm-up for large size", "... small
 size"). So the first size, inside the range, at which the tuner picks an algorithm that neither warm-up size used
-pays that algorithm's connection in its first timed (out-of-place) iteration, spread over the iterations.
+is where that algorithm is connected, and the published points there are slower than at twice the size.
+The connection itself is not timed, though: every nccl-tests version (v2.0.0 to v2.19.6) runs one untimed call of
+each size and placement before its timed loop (common.cu `BenchTime`, "// Sync"), and NCCL connects inside the call,
+before its launch (group.cc joins `ncclCollPreconnectFunc`). What slows the timed calls after NVLS-Tree's first
+use is not found in NCCL's code (docs/validation.md, "#309's multi-host misses"); the points stay apart.
 
 Which sizes those are follows from the tuner of the NCCL that ran. NCCL 2.22-2.27 rate NVLS-Tree as
 nChannels x min(bwIntra, bwInter, or bwInter / 2 beyond two nodes) x 5/6 with latency 25 + 2 log2(nodes) x 14 µs
