@@ -11,13 +11,14 @@ form (the algorithm's payload times the protocol's wire factor: LL 2, LL128 128/
 delivered (its payload counter, before and after the call), the call's time on the flow network, on the flow network
 at the packets' goodput (links carry payload at 1000/(1000+48) of line rate, as ns-3's packets do: `flow_goodput`),
 the same with the ACK stream (a link carrying the call's data both ways also carries the 48-byte ACK of each packet
-coming the other way: `phantora.netsim.ack_stream.with_ack_stream`) and through ns-3, against NCCL's own time plus
-the pipeline fill, a ring's uncounted network hops and what the proxies' turns exceed the transfer by
-(`model_time_us + fill_us + chain_us + proxy_us`), and the ns-3 wall time of the call. ns-3 is checked against the
-flow network at goodput with the ACK stream (--tolerance). The closed-form time is the larger of that and its
-latency, fill, chain and proxy plus the busiest link's wire bytes over its rate (each flow on its ECMP route), or
-the slowest flow at its own rate cap (a channel's limit across hosts): the network's bound where it is slower than
-NCCL's model.
+coming the other way: `phantora.netsim.ack_stream.with_ack_stream`) and through ns-3, against a closed form, and the
+ns-3 wall time of the call. ns-3 is checked against the flow network at goodput with the ACK stream (--tolerance).
+The closed-form time (`closed_form_us`) is NCCL's latency with the pipeline fill and a ring's uncounted network hops
+(`model_lat_us + fill_us + chain_us`), then the transfer: the largest of NCCL's bandwidth time, the proxies' turns
+(a floor on each network connection, overlapping its transfer: `model_time_us - model_lat_us + proxy_us`, proxy_us
+being what the turns exceed NCCL's time by), the busiest link's wire bytes over its rate (each flow on its ECMP
+route) and, on a Simple ring, tree or NVLS-Tree, the slowest flow at its own rate cap (a channel's limit across
+hosts): a call costs max(turns, transfer), not their sum.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,15 +184,31 @@ def run_case(topo_name: str, topo: Topology, sims: dict[str, NetworkSimulator], 
     hosts = len({topo.nodes[topo.node_of_rank(r)].host for r in ranks})
     payload = payload_closed_form(spec.kind, algo, len(ranks), hosts, nbytes)
     wire = sum(f.size for f in flow_it.flows)
-    extra = sum(float(choice.get(k, 0.0)) for k in ("fill_us", "chain_us", "proxy_us"))  # charged as the delay
-    lat = float(choice.get("model_lat_us", 0.0)) + extra
-    nccl = float(choice.get("model_time_us", 0.0)) + extra
     # a Simple ring, tree or NVLS-Tree: each network flow at most a channel's limit across hosts (net_channel.py)
     capped = algo in {NCCL_ALGO_NAMES[a] for a in NET_CHANNEL_ALGOS} and proto == "Simple"
-    model = max(nccl, lat + link_bound_us(topo, flow_it.flows), lat + rate_bound_us(flow_it.flows) if capped else 0)
+    rate = rate_bound_us(flow_it.flows) if capped else 0.0
+    model = closed_form_us(choice, link_bound_us(topo, flow_it.flows), rate, crosses_nodes(topo, flow_it.flows))
     return Row(topo_name, case, choice, len(flow_it.flows), wire, round(payload * WIRE_FACTOR[proto]),
                len(flow_it.flows) * LINE[proto], delivered, times["flow"], times["goodput"], acks_us, times["ns3"],
                model, wall, notes)  # fmt: skip
+
+
+def closed_form_us(choice: Mapping[str, Any], link_us: float, rate_us: float = 0.0, crosses: bool = True) -> float:
+    """The call's time (us) from NCCL's choice and the network: its latency, the pipeline fill and a ring's uncounted
+    network hops (`model_lat_us + fill_us + chain_us`), then the transfer, in which every connection takes at least
+    NCCL's bandwidth time and a connection across nodes (`crosses`: the call has one) at least the busiest proxy's
+    turns, which overlap its transfer (`model_time_us - model_lat_us + proxy_us`: `proxy_us` is what the turns
+    exceed NCCL's time by), and the network's own transfer: the busiest link (`link_us`) or the slowest flow at its
+    rate cap (`rate_us`). So max(turns, transfer), not their sum."""
+    lat = sum(float(choice.get(k, 0.0)) for k in ("model_lat_us", "fill_us", "chain_us"))
+    nccl = float(choice.get("model_time_us", 0.0)) - float(choice.get("model_lat_us", 0.0))
+    turns = nccl + float(choice.get("proxy_us", 0.0)) if crosses else 0.0
+    return lat + max(nccl, turns, link_us, rate_us)
+
+
+def crosses_nodes(topo: Topology, flows: list[Any]) -> bool:
+    """Whether a flow with bytes crosses the network (its endpoints share no NVSwitch)."""
+    return any(f.size and f.src != f.dst and topo.shared_nvswitch(f.src, f.dst) is None for f in flows)
 
 
 def link_bound_us(topo: Topology, flows: list[Any]) -> float:
