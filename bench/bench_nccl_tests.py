@@ -138,8 +138,9 @@ class Row:
 BIG = 64 << 20  # from here the goal is 10%
 Results = dict[str, tuple[Table, list[Row]]]
 SETUP_NOTE = (
-    "Points not compared: their out-of-place time includes the connection of an algorithm NCCL 2.22-2.27 first "
-    "pick there, which nccl-tests before v2.16.8 did not warm up (phantora/collectives/nccl/first_use.py)"
+    "Points not compared: where NCCL 2.22-2.27 first pick an algorithm that nccl-tests before v2.16.8 did not warm "
+    "up, slower than at twice the size (the connection itself runs in nccl-tests' untimed call; "
+    "phantora/collectives/nccl/first_use.py)"
 )
 
 
@@ -220,7 +221,7 @@ def misses(results: dict[str, tuple[Table, list[Row]]], bullet: str) -> list[str
 
 
 def setup_points(bullet: str) -> list[str]:
-    """The published points not compared because their time includes an algorithm's connection set-up."""
+    """The published points not compared: an algorithm's first use in the sweep (first_use.py)."""
     out = []
     for name, points in sorted(SETUP_POINTS.items()):
         published = dict(read_rows(name))
