@@ -4,7 +4,8 @@ NCCL_STEPS = 8 (enqueue.cc `calcCollChunking`: a ring's Simple chunk is 4 steps 
 reduce-scatter, 1 for broadcast and reduce; LL's data is half a step, LL128's 15/16; then whole grains of 512,
 16 and 1,920 bytes). A buffer that leaves the chosen collective's chunk at 0 bytes makes NCCL divide by it
 (`DIVUP(nBytes, loopSize)`), so phantora refuses it in one line naming the variable and its value; a small one
-that leaves a chunk costs the proxy a turn a slice (proxy.py)."""
+that leaves a chunk costs the proxy a turn a slice (proxy.py). NVLS-Tree's chunk is not the buffer's, but its
+tree's network connections send it as one Simple step: a step smaller than it is refused too."""
 
 from __future__ import annotations
 
@@ -93,3 +94,52 @@ def test_a_small_buffer_costs_the_proxy_its_extra_slices() -> None:
     assert small.proxy_floor_us == pytest.approx(4 * 420 * proxy.PROXY_STEP_US)
     assert small.proxy_us == pytest.approx(small.proxy_floor_us - 64 * MiB / (1000 * small.algbw))
     assert default.proxy_floor_us == 0.0 and default.proxy_us == 0.0
+
+
+def test_nvls_tree_refuses_a_step_smaller_than_its_chunk() -> None:
+    """NVLS-Tree's chunk is the NVLS chunk down calcCollChunking's ladder, not the buffer; but its tree's network
+    connections send each chunk as one step of the Simple buffer, into one slot, and the receiving proxy posts one
+    step (net.cc, all_reduce.h): NCCL's IB transport cuts a larger chunk to the step, its socket transport fails.
+    On 2 hosts (testbed16: 16 channels x 8 heads a channel, the chunk from NCCL_NVLS_CHUNKSIZE's 128 KiB) the ladder
+    sees each channel's part over its 8 heads: 16 MiB is 1 MiB a channel, under 4 x 8 x 128 KiB, so 64 KiB; 1 GiB is
+    64 MiB a channel, over 32 x 8 x 128 KiB, so 128 KiB. NCCL_BUFFSIZE=512 KiB (64 KiB steps) runs the 16 MiB call
+    in the default's time (NVLS-Tree's steps are its chunks) and refuses the 1 GiB one; 1 MiB (128 KiB steps) runs
+    both; NCCL_BUFFSIZE=1 refuses both, in one line naming it. On 4 hosts the chunk is at most 64 KiB
+    (NCCL_NVLSTREE_MAX_CHUNKSIZE's default from 4 nodes), so 512 KiB runs 1 GiB there."""
+    nvls = {"NCCL_ALGO": "NVLSTree"}
+    for size in (16 * MiB, 1 << 30):
+        default = _select("all_reduce", nvls, size)
+        assert default is not None and default.algorithm == "nvls_tree"
+        big = _select("all_reduce", {**nvls, "NCCL_BUFFSIZE": str(MiB)}, size)
+        assert big is not None and big.time_us == default.time_us
+        with pytest.raises(InputError) as e:
+            _select("all_reduce", {**nvls, "NCCL_BUFFSIZE": "1"}, size)
+        assert e.value.field == "NCCL_BUFFSIZE" and "NCCL_BUFFSIZE=1:" in str(e.value) and "\n" not in str(e.value)
+    half = {**nvls, "NCCL_BUFFSIZE": str(MiB // 2)}
+    fits = _select("all_reduce", half, 16 * MiB)
+    default = _select("all_reduce", nvls, 16 * MiB)
+    assert fits is not None and default is not None and fits.time_us == default.time_us
+    with pytest.raises(InputError, match=r"step of 65536 bytes .* chunk of 131072 bytes.* at least 8 x 131072"):
+        _select("all_reduce", half, 1 << 30)
+    from phantora.topology import leaf_spine
+
+    four = platform_of(leaf_spine(4, 8, 4, gpus_per_host=8, uplink_rate="800Gbps", gpu="h100"), tuple(range(32)))
+    tuning.select.cache_clear()
+    wide = tuning.select("all_reduce", four, settings_from_env(half), 1 << 30)
+    assert wide is not None and wide.algorithm == "nvls_tree"
+
+
+def test_the_cli_refuses_nvls_tree_with_a_one_byte_buffer() -> None:
+    """`NCCL_BUFFSIZE=1 phantora nccl-tests all_reduce_perf -b 16M -e 16M --topology testbed16` (NVLS-Tree, NCCL's
+    choice at 16 MiB there): rc 2 and one line naming the variable, not a table."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).parent / "phantora"
+    cmd = [str(exe), "nccl-tests", "all_reduce_perf", "-b", "16M", "-e", "16M", "--topology", "testbed16"]
+    out = subprocess.run(cmd, env={**os.environ, "NCCL_BUFFSIZE": "1"}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "NCCL_BUFFSIZE=1" in lines[0] and "NVLS-Tree" in lines[0], out.stderr

@@ -93,10 +93,10 @@ def refuse_empty_chunk(chunk: int, what: str, proto: str, st: NcclSettings) -> N
 
 def collective_chunk(kind: str, algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, ch: int) -> int:
     """The chunk calcCollChunking gives the chosen `algo` / `proto` (a ring's: chunkSteps of the step, cut to the
-    protocol's data and whole grains; the others' through their ladders, `chunk_bytes`); NVLS-Tree's does not
-    come from the buffer (-1: not checked)."""
+    protocol's data and whole grains; the others' through their ladders, `chunk_bytes`); NVLS-Tree's, from its
+    NVLS chunk and not the buffer, is refused where it overruns the buffer's step (`nvls_tree_chunk`)."""
     if algo == "nvls_tree":
-        return -1
+        return nvls_tree_chunk(kind, p, st, nbytes, ch)
     if algo != "ring":
         heads = nvls_heads(p) if algo == "nvls" else 1
         return chunk_bytes(algo, proto, p, st, nbytes, max(1, ch) * heads, kind)
@@ -104,6 +104,28 @@ def collective_chunk(kind: str, algo: str, proto: str, p: Platform, st: NcclSett
     chunk = step_bytes(proto, st) * steps
     chunk = chunk // 2 if proto == "LL" else chunk // 16 * 15 if proto == "LL128" else chunk
     return whole_grains(proto, st.nccl_version, chunk)
+
+
+def nvls_tree_chunk(kind: str, p: Platform, st: NcclSettings, nbytes: int, ch: int) -> int:
+    """NVLS-Tree's chunk (calcCollChunking: the NVLS chunk down its ladder, not the buffer), refused in one line
+    naming NCCL_BUFFSIZE where it is larger than a Simple step: the tree's network connections are net transport
+    connections with the Simple buffer (net.cc: stepSize = buffSize / NCCL_STEPS), and the kernel sends each chunk
+    as one step into one slot (all_reduce.h's NVLS-Tree path: ProtoSimple<1, 1>, one slice a chunk), while the
+    receiving proxy posts one step (recvProxyProgress: stepSize x sliceSteps). NCCL checks none of it: its IB
+    transport cuts the chunk to the posted size (net_ib.cc isend) and the socket transport fails ("message
+    truncated"), v2.26.5-1 to v2.30.7-1, so the call cannot run as NCCL means it at any cost."""
+    chunk = chunk_bytes("nvls_tree", "Simple", p, st, nbytes, max(1, ch) * nvls_heads(p), kind)
+    step = step_bytes("Simple", st)
+    if p.nnodes > 1 and chunk > step:
+        raise InputError(
+            f"NCCL_BUFFSIZE={buffer_bytes('Simple', st)}: a step of {step} bytes (the buffer over NCCL_STEPS = "
+            f"{T.NCCL_STEPS}) is smaller than NCCL's NVLS-Tree {kind} chunk of {chunk} bytes (its NVLS chunk, not the "
+            "buffer), which the tree's network connections send as one step into one slot of that buffer: NCCL's IB "
+            "transport cuts it to the step and its socket transport fails (net.cc, net_ib.cc); a buffer of at least "
+            f"{T.NCCL_STEPS} x {chunk} bytes runs it",
+            field="NCCL_BUFFSIZE",
+        )
+    return chunk
 
 
 RING_SIMPLE_CHUNK_STEPS = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS / 2 (collectives.h)
