@@ -92,3 +92,30 @@ def test_every_setup_point_is_a_first_use_of_its_run():
         table = BY_NAME[name]
         sizes = _sweep(8 if name == VM4 else MiB, (16 if name == VM4 else 8) << 30)
         assert first_uses(table_platform(name), settings_from_env(table.env), sizes) == points, name
+
+
+GJ2 = "h100_16gpu_2node_ib400_all_reduce_nccltests309_gjaion_default"
+GJ2_RING = "h100_16gpu_2node_ib400_all_reduce_nccltests309_gjaion_ring"
+GJ4 = "h100_32gpu_4node_ib400_all_reduce_nccltests309_gjaion_default"
+BM2 = "h100_16gpu_2node_ndr400_all_reduce_nccltests309_baremetal"
+
+
+def test_two_hosts_nccl_2_2x_run_nvls_tree_from_1_mib():
+    """Two hosts at 1 MiB: Tree/LL128 48.5 + 1 MiB / (116 x 0.6) = 63.57 µs against NVLS-Tree (8 channels x
+    min(40, 48) x 5/6 = 266.7 GB/s, not halved on two hosts) 53 + 1 MiB / 266.7 = 56.93: the default two-host
+    sweeps (1 MiB - 8 GiB) run NVLS-Tree at both warm-ups and every size, so none of their sizes is a first use."""
+    assert _tree_ll128_us(2, MiB, 0.6) == pytest.approx(63.57, abs=0.01)
+    assert 53.0 + MiB / (1000.0 * 8 * 40 * 5 / 6) == pytest.approx(56.93, abs=0.01)
+    p, st = table_platform(GJ2), settings_from_env({})
+    assert {choice_2_2x(p, st, s) for s in (MiB, 8 << 30)} == {"nvls_tree/Simple"}
+
+
+@pytest.mark.parametrize(
+    ("name", "lo", "hi"),
+    [(GJ2, MiB, 8 << 30), (GJ2_RING, MiB, 8 << 30), (BM2, 8, 16 << 30), (GJ4, MiB, 8 << 30)],
+)
+def test_the_other_309_sweeps_have_no_first_use_but_the_listed_ones(name, lo, hi):
+    """gj-aion's 4-host 1 MiB (317 µs, +201% in the model) is its own smallest-size warm-up's call (Tree/LL128),
+    so its only first use is NVLS-Tree at 2 MiB; the forced ring and the two-host default runs have none."""
+    table = BY_NAME[name]
+    assert first_uses(table_platform(name), settings_from_env(table.env), _sweep(lo, hi)) == SETUP_POINTS.get(name, {})
