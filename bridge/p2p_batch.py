@@ -14,7 +14,10 @@ that a rank has not issued yet, or that waits for an earlier call on its stream,
 
 from __future__ import annotations
 
+import heapq
+from bisect import insort
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from bridge.matching import Call, Rendezvous
 
@@ -31,10 +34,12 @@ def grouped_comm(rv: Rendezvous) -> tuple[int, ...]:
 
 @dataclass
 class _Group:
-    """The launches joined by their pairs, and their pairs held or launched so far: (start, bytes) by (src, dst)."""
+    """The launches joined by their pairs, and their pairs held or launched so far: (start, bytes) by (src, dst),
+    and the same pairs kept sorted as they join (`order`), so that no launch sorts the group again."""
 
     keys: set[LaunchKey] = field(default_factory=set)
     pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)
+    order: list[Pair] = field(default_factory=list)
     answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
 
 
@@ -82,7 +87,7 @@ class P2pBatches:
         nbytes = next(iter(rv.calls.values())).nbytes
         out = group.answers.get((t, nbytes))
         if out is None:
-            out = group.answers[(t, nbytes)] = _answer(t, nbytes, group.pairs)
+            out = group.answers[(t, nbytes)] = _answer(t, nbytes, group.order, group.pairs)
         keys = [self._key[(c.rank, c.handle)] for c in rv.calls.values()]
         for k in keys:
             self._done[k] = self._done.get(k, 0) + 1
@@ -102,6 +107,8 @@ class P2pBatches:
         entry = (start, next(iter(rv.calls.values())).nbytes)
         pair = (rv.key[1], rv.key[2])
         if group.pairs.get(pair) != entry:
+            if pair not in group.pairs:
+                insort(group.order, pair)
             group.pairs[pair] = entry
             group.answers.clear()
         return root
@@ -118,9 +125,11 @@ class P2pBatches:
         for r in roots[1:]:
             self._parent[r] = root
             g = self._groups.pop(r)
-            self._groups[root].keys |= g.keys
-            self._groups[root].pairs.update(g.pairs)
-            self._groups[root].answers.clear()
+            into = self._groups[root]
+            into.keys |= g.keys
+            into.pairs.update(g.pairs)
+            into.order = [p for p, _ in groupby(heapq.merge(into.order, g.order))]  # both sorted; a pair once
+            into.answers.clear()
         return root
 
     def _prune(self, key: LaunchKey) -> None:
@@ -140,9 +149,16 @@ class P2pBatches:
         del self._groups[root]
 
 
-def _answer(t: int, nbytes: int, pairs: dict[Pair, tuple[int, int]]) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
-    """`P2pBatches.inflight`'s answer for a pair starting at `t` with `nbytes` in a group of `pairs`."""
-    if len(pairs) < 2:
+def _answer(
+    t: int, nbytes: int, order: list[Pair], pairs: dict[Pair, tuple[int, int]]
+) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+    """`P2pBatches.inflight`'s answer for a pair starting at `t` with `nbytes` in a group of `pairs` (`order`: the
+    same pairs, sorted)."""
+    if len(order) < 2:
         return (), ()
-    at = tuple((a, b, s - t, n) for (a, b), (s, n) in sorted(pairs.items()) if (s, n) != (t, nbytes))
-    return tuple(sorted(pairs)), at
+    at = []
+    for a, b in order:
+        s, n = pairs[(a, b)]
+        if (s, n) != (t, nbytes):
+            at.append((a, b, s - t, n))
+    return tuple(order), tuple(at)

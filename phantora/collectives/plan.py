@@ -125,10 +125,11 @@ class CollectivePlanner:
             m = self.mirrors
             pairs = {(m.shift(a, j), m.shift(b, j)): x for (a, b), x in pairs.items() for j in range(m.shifts)}
         members = set(comm)
-        mine = tuple(sorted(p for p in pairs if p[0] in members and p[1] in members))
-        if tuple(copy) not in mine:
+        mine = tuple(sorted(p for p in pairs if p[0] in members and p[1] in members))  # in order unless shifted
+        ours = set(mine)
+        if tuple(copy) not in ours:
             return (), ()
-        return mine, tuple((a, b, *x) for (a, b), x in sorted(pairs.items()) if x is not None and (a, b) in mine)
+        return mine, tuple((a, b, *x) for (a, b), x in sorted(pairs.items()) if x is not None and (a, b) in ours)
 
     def _loss_policy(
         self, call: CallSpec, algo: AlgoOptions, tolerance: float

@@ -92,8 +92,9 @@ class Collective:
                 f"send_recv's {list(self.ranks)} among them",
                 field="inflight",
             )
+        known = set(self.inflight)
         if self.inflight_at and (
-            any((a, b) not in self.inflight or n < 0 for a, b, _, n in self.inflight_at)
+            any((a, b) not in known or n < 0 for a, b, _, n in self.inflight_at)
             or len({(a, b) for a, b, _, _ in self.inflight_at}) != len(self.inflight_at)
         ):
             raise InputError(
