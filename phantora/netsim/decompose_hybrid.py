@@ -100,8 +100,9 @@ class HybridDecomposedSimulator(DecomposedSimulator):
 
     def _pair_place(self, f: Flow) -> tuple[int, bool, int, int]:
         """What `_placed` reads of a flow's endpoint pair, once per pair: (its worker, on NVLink, the fixed part of
-        its least time, the rate its size crosses at; -1: routed per flow), kept when it holds for every flow of
-        the pair (an NVLink pair, or a fabric pair `PieceRoutes` summarises; else not kept)."""
+        its least time, the rate its size crosses at), kept for the pair when it holds for every flow of it (an
+        NVLink pair, or a fabric pair `PieceRoutes` summarises). A fabric pair whose routes differ keeps (-1,
+        False, 0, -1), routed per flow; `f`'s own route, computed here, is returned for `f` (routed once)."""
         pair = (f.src, f.dst)
         nv = self.topology.shared_nvswitch(f.src, f.dst)
         if nv is not None:
@@ -109,10 +110,8 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             return got
         piece, propagation, bottleneck = self._routes.of(f)  # (InputError naming a flow that leaves its piece)
         got = (self._piece_worker[piece], False, self.latency + propagation, bottleneck)
-        if self._routes.summary(f.src, f.dst) is not None:
-            self._pairs[pair] = got
-            return got
-        return (-1, False, 0, -1)
+        self._pairs[pair] = got if self._routes.summary(f.src, f.dst) is not None else (-1, False, 0, -1)
+        return got
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
         """Towards `until`; return after the first ns at which a flow in `watch` completes (rounds stop there)."""
