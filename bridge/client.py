@@ -255,11 +255,13 @@ class RankClient:
         launch: int | None = None,
         after: Sequence[int] = (),
         handoff: int | None = None,
+        gate: Sequence[int] = (),
     ) -> int:
         """Issue a send or a recv (non-blocking), matched by (src, dst, tag, seq); returns a handle. `algo`: as a
         collective's (both ends pass the same); `stream`, `launch`, `after`: as a collective's (the stream its NCCL
         communicator runs it on, its group launch, this rank's calls it starts after). `handoff`: a lone send's
-        kernel ns (`handoff()`): the rank's calls after it follow its hand-off, not its flow."""
+        kernel ns (`handoff()`): the rank's calls after it follow its hand-off, not its flow; `gate`: this rank's
+        earlier sends whose flows end before it hands off (phantora/collectives/slot_window.py)."""
         if nbytes < 0 or peer == self.rank:
             raise BridgeError(f"rank {self.rank}: bad transfer (peer={peer}, nbytes={nbytes})")
         self._enter(t_issue_ns, "send" if is_send else "recv")
@@ -280,6 +282,7 @@ class RankClient:
             **({"launch": int(launch)} if launch is not None else {}),
             **({"after": [int(x) for x in after]} if after else {}),
             **({"handoff": int(handoff)} if handoff is not None else {}),
+            **({"gate": [int(x) for x in gate]} if gate else {}),
         )
         return h
 
@@ -316,11 +319,20 @@ class RankClient:
         """The ns a lone send of `nbytes` to `peer` within its connection's buffer takes from its start to its
         hand-off (its sender's kernel ends; collectives/handoff.py); None where the model does not time it.
         Takes no time."""
+        return self.handoff_plan(peer=peer, nbytes=nbytes, algo=algo)[0]
+
+    def handoff_plan(
+        self, *, peer: int, nbytes: int, algo: dict[str, Any] | None = None
+    ) -> tuple[int | None, list[int] | None, bool]:
+        """As `handoff`, with the send's connection slots: (ns, its steps per channel part or None, whether its
+        channels' proxy holds one send at a time: a shared network buffer; collectives/handoff.py `send_slots`)."""
         self._check(self._clock, "handoff")
         more = {"algo": dict(algo)} if algo else {}
         self._sock.send(encode("handoff", self._clock, peer=int(peer), nbytes=int(nbytes), **more))
-        ns = self._await("handed")["ns"]
-        return None if ns is None else int(ns)
+        got = self._await("handed")
+        ns, slots = got["ns"], got.get("slots")
+        steps = [int(x) for x in slots] if isinstance(slots, list) else None
+        return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False))
 
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped

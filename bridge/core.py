@@ -55,7 +55,7 @@ from bridge.stepping import advance_watching
 from bridge.storage_io import StorageIO
 from bridge.stream_order import StreamOrder
 from bridge.values import ValueBoard
-from phantora.collectives.handoff import handoff_ns
+from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.plan import CallSpec, CollectivePlanner
@@ -376,7 +376,11 @@ class CoordinatorCore:
         handoff = msg.get("handoff")  # a lone send within its buffer: its kernel's ns (collectives/handoff.py)
         if handoff is not None and (not isinstance(handoff, int) or isinstance(handoff, bool) or handoff < 0):
             raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s handoff must be ns >= 0, got {handoff!r}")
-        self.streams.issued(rs.rank, stream, call.handle, launch, after, None if handoff is None else (msg.t, handoff))
+        gate = msg.get("gate") or []  # the rank's earlier sends whose flows the lone send waits for (slot_window)
+        if not isinstance(gate, list) or not all(isinstance(x, int) and x in rs.issued for x in gate):
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: {what}'s gate must list its earlier sends, got {gate!r}")
+        handed = None if handoff is None else (msg.t, handoff, tuple(gate))
+        self.streams.issued(rs.rank, stream, call.handle, launch, after, handed)
 
     def _on_p2p(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a send/recv")
@@ -509,8 +513,11 @@ class CoordinatorCore:
         """How long a lone send within its connection's buffer takes to hand off (collectives/handoff.py):
         answered at once, as it needs nothing of its peer."""
         over = dict(self._algo(rs, msg.get("algo")))
-        ns = handoff_ns(self.planner.topology, self.planner.algo, over, rs.rank, msg["peer"], msg["nbytes"])
-        self.send(rs.rank, encode("handed", self.engine.now(), ns=ns))
+        args = (self.planner.topology, self.planner.algo, over, rs.rank, msg["peer"], msg["nbytes"])
+        ns = handoff_ns(*args)
+        slots = send_slots(*args) if ns is not None else None
+        more = {"slots": list(slots.steps), "one_op": slots.one_op} if slots is not None else {}
+        self.send(rs.rank, encode("handed", self.engine.now(), ns=ns, **more))
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:
         first = next(iter(rv.calls.values()))

@@ -10,11 +10,13 @@ rank -> coordinator
   hello -> welcome | error          role "rank", the run token, rank, world
   coll ~>                           collective request: handle, group, seq, kind, nbytes, dtype, root
   p2p ~>                            send or recv: handle, peer, send, tag, seq, nbytes (``handoff``: a lone send's
-                                    kernel ns; the calls after it follow its hand-off, not its flow)
+                                    kernel ns; the calls after it follow its hand-off, not its flow; ``gate``: the
+                                    rank's earlier sends whose flows end before it hands off)
   io ~>                             a checkpoint file read or written: handle, kind, nbytes, the storage's bandwidths
   value ~>                          an object collective's bytes (torch's pickle, opaque here) under group + key
   values -> valued                  the bytes posted under group + key, one per member (nil: none posted)
-  handoff -> handed                 ns from a lone send's start to its hand-off to ``peer`` (nil: not timed)
+  handoff -> handed                 ns from a lone send's start to its hand-off to ``peer`` (nil: not timed), with
+                                    ``slots`` (its steps per channel part) and ``one_op`` (a shared network buffer)
   clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
   wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
   test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)

@@ -22,7 +22,8 @@ A lone send within its connection's buffer (`handoff`: the ns its kernel takes, 
 ends, for the calls after it, at its hand-off, not at its flow's end: NCCL's kernel ends with its last post into the
 connection's slots, whether or not the receiver runs. Its hand-off is its kernel's start (its issue, or the end of
 the calls it starts after: their hand-offs where they are such sends) plus that time, as the rank computes it
-(`RankSession.handoff_at`).
+(`RankSession.handoff_at`), and not before the flows of the earlier sends it waits to see received (`gate`: their
+slots and its own must fit its connection, phantora/collectives/slot_window.py).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class StreamOrder:
         self._prev: dict[tuple[int, int], tuple[int, ...]] = {}  # (rank, handle) -> the calls it waits for
         self.parked: dict[tuple[object, ...], Rendezvous] = {}
         self._waiters: dict[Dep, list[tuple[object, ...]]] = {}
-        self._handoffs: dict[Dep, tuple[int, int, tuple[int, ...]]] = {}  # a lone send: (issue, kernel ns, before)
+        # a lone send: (issue, kernel ns, the calls before it, the earlier sends whose flows it waits for)
+        self._handoffs: dict[Dep, tuple[int, int, tuple[int, ...], tuple[int, ...]]] = {}
 
     def issued(
         self,
@@ -86,16 +88,16 @@ class StreamOrder:
         handle: int,
         launch: int | None = None,
         after: Iterable[int] = (),
-        handoff: tuple[int, int] | None = None,
+        handoff: tuple[int, int, tuple[int, ...]] | None = None,
     ) -> None:
         """As `StreamTails.issued`; the call waits for those calls when it is matched (`ready`). `handoff`: (issue
-        ns, kernel ns) of a lone send within its connection's buffer, which the calls after it follow to its
-        hand-off."""
+        ns, kernel ns, gate) of a lone send within its connection's buffer, which the calls after it follow to its
+        hand-off; `gate`: the rank's earlier sends whose flows must end before it hands off."""
         before = self.tails.issued(rank, stream, handle, launch, after)
         if before:
             self._prev[(rank, handle)] = before
         if handoff is not None:
-            self._handoffs[(rank, handle)] = (handoff[0], handoff[1], before)
+            self._handoffs[(rank, handle)] = (handoff[0], handoff[1], before, handoff[2])
 
     def _deps(self, rv: Rendezvous) -> list[Dep]:
         return [(c.rank, p) for c in rv.calls.values() for p in self._prev.get((c.rank, c.handle), ())]
@@ -112,6 +114,11 @@ class StreamOrder:
         start: int | None = handed[0]
         for b in handed[2]:
             e = self._end(rank, b, done, waiting)
+            start = None if e is None or start is None else max(start, e)
+        for g in handed[3]:  # an earlier send's flow: its slots are free once its receiver has consumed them
+            e = done(rank, g)
+            if e is None:
+                waiting.append((rank, g))
             start = None if e is None or start is None else max(start, e)
         return None if start is None else start + handed[1]
 

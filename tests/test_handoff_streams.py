@@ -17,10 +17,12 @@ import pytest
 from bridge.errors import BridgeError
 from phantora.launcher import RunConfig, launch
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.topology import load_topology
 from phantora.topology.generators import leaf_spine
 
 KIB = 1024
 HANDOFF = 22_125  # ns: 8.4 + 1.0 us + 262,144 B at 20.6 GB/s (tests/test_eager_send.py, test_handoff_transports.py)
+NVL = 14_981  # ns: the same 256 KiB between two H100 over NVLink, 8.4 + 3.4 us + 4 channels at 20.6 GB/s
 
 STREAMS = """
     import sys, torch, torch.distributed as dist
@@ -62,11 +64,17 @@ STREAMS = """
 """
 
 
-def _config(tmp_path: Path, mode: str, network: str = "flow", floats: int = 64 * KIB) -> RunConfig:
+def _topo(mode: str):
+    """Two hosts, except for two sends on one connection: across hosts the second waits in the proxy until the first
+    is received (tests/test_handoff_slots.py), so there "two" deadlocks; inside a host both fit the slots."""
+    return load_topology("testbed16") if mode == "two" else leaf_spine(1, 2, 1, nic_rate="100Gbps")
+
+
+def _config(tmp_path: Path, mode: str, network: str = "flow", floats: int = 64 * KIB, topo=None) -> RunConfig:
     tmp_path.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "streams.py"
     script.write_text(textwrap.dedent(STREAMS))
-    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    topo = topo or _topo(mode)
     cfg = RunConfig(str(script), [mode, str(floats)], topology=topo, nproc=2, trace="none", timeout_s=240)
     cfg.engine = EngineSpec(network=network)
     cfg.out_dir = str(tmp_path / "run")
@@ -94,13 +102,24 @@ def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(tmp_path: Pa
 
 
 def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_off(tmp_path: Path):
-    """Both ranks: isend 256 KiB on the default stream, wait for it from a side stream, send 256 KiB more there; the
-    default stream runs on (its event right after is the start's), then waits for the side stream: the second send's
-    kernel starts at the first's hand-off, so the wait returns at 2 x 22,125 ns (at 2990fe3: a deadlock)."""
+    """Both ranks (GPUs 0 and 1 of an H100 host): isend 256 KiB on the default stream, wait for it from a side stream,
+    send 256 KiB more there; the default stream runs on (its event right after is the start's), then waits for the
+    side stream: the second send's kernel starts at the first's hand-off, so the wait returns at 2 x 14,981 ns (at
+    2990fe3: a deadlock)."""
     rep = launch(_config(tmp_path, "two"))
     for me in (0, 1):
         t0, mid, t1, _ = _times(rep.logs[f"rank {me}"])
-        assert mid == t0 and t1 - t0 == 2 * HANDOFF, (t0, mid, t1)
+        assert mid == t0 and t1 - t0 == 2 * NVL, (t0, mid, t1)
+
+
+def test_a_send_queued_behind_another_across_hosts_waits_for_the_first_to_be_received(tmp_path: Path):
+    """The same program across two hosts: the second send's proxy op waits behind the first's, which waits for the
+    peer's receive, issued after the peer's own second send: NCCL hangs (tests/test_handoff_slots.py); so does the
+    run, naming the first send (until this change both sends handed off, at 2 x 22,125 ns)."""
+    with pytest.raises(BridgeError) as info:
+        launch(_config(tmp_path, "two", topo=leaf_spine(1, 2, 1, nic_rate="100Gbps")))
+    text = str(info.value)
+    assert text.startswith("deadlock") and "send#0" in text, text
 
 
 def test_an_all_reduce_queued_behind_a_send_on_a_side_stream_starts_at_its_hand_off(tmp_path: Path):
@@ -134,7 +153,7 @@ def test_a_send_queued_behind_another_hands_off_the_same_in_packet_mode(tmp_path
     rep = launch(_config(tmp_path, "two", network="ns3"))
     for me in (0, 1):
         t0, mid, t1, t2 = _times(rep.logs[f"rank {me}"])
-        assert mid == t0 and t1 - t0 == 2 * HANDOFF and t2 > t1, (t0, mid, t1, t2)
+        assert mid == t0 and t1 - t0 == 2 * NVL and t2 > t1, (t0, mid, t1, t2)
 
 
 @pytest.mark.parametrize("mode", ["behind", "two", "coll_after"])
@@ -149,13 +168,13 @@ def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(tmp_path: Pat
     cfg = _config(tmp_path, mode)
     rep, graph = record_run(cfg, tmp_path / "g")
     assert graph.recorded is not None
-    topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
+    topo = _topo(mode)
     res = replay_graph(graph, topo, FlowSimulator(topo))
     end = {c.tag: c.end_ns for c in res.completions}
     for me in (0, 1):
         t0, _, t1, t2 = _times(rep.logs[f"rank {me}"])
         handed = sorted(t for tag, t in end.items() if tag.startswith(f"r{me}/handoff"))
-        want = {"behind": [t1], "two": [t0 + HANDOFF, t1], "coll_after": [t0 + HANDOFF]}[mode]
+        want = {"behind": [t1], "two": [t0 + NVL, t1], "coll_after": [t0 + HANDOFF]}[mode]
         assert handed == want, (handed, want, end)
         assert t2 in end.values(), (t2, end)  # the receive's wait, at its live event
         assert res.rank_end_ns[me] == graph.recorded["end_ns"][me], (res.rank_end_ns, graph.recorded)

@@ -24,19 +24,31 @@ The copy rate is NCCL's per-channel Simple figure for the GPU (`tables.NVLINK_BW
 one channel's copy loop), times the transfer's channels, capped at the GPU's own bandwidth to its peers
 (`Platform.gpu_intra_bw`, PCIe on a host without NVLink): NCCL has no figure for a copy into a local buffer, and a
 channel's copy loop is the same whatever the destination.
+
+Several such sends share their connection (`send_slots`, `SlotWindow`): NCCL splits a send over the pair's p2p
+channels (`addP2pToPlan`: parts aligned to 4 KiB) and each part takes one of its channel's NCCL_STEPS slots per
+chunk (the p2p chunk, a quarter or half of it for a small send across hosts, LL's half step; its 8-bit float
+rounding down). A connection's slots are freed in order as the receiver consumes them, so a send hands off only
+while the slots of the sends before it still unreceived and its own fit; across hosts a p2p connection's proxy
+buffer is shared (NCCL_NET_SHARED_BUFFERS, on by default) and the proxy runs one send's op per channel at a time
+(`ProxyAppend` chains the next one behind it), so there a send hands off only once the sends before it on its
+channels are received.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from phantora.collectives.nccl import choose, settings
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.chunking import comm_p2p_chunk, step_bytes
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.tuning import net_overhead_us
+from phantora.collectives.slot_window import Slots
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.topology.model import Topology
 
@@ -55,13 +67,17 @@ def sender_transport(p: Platform, st: NcclSettings) -> str:
     return "p2p_read" if read else "p2p_write"
 
 
+def _options(algo: AlgoOptions, over: Mapping[str, Any]) -> AlgoOptions:
+    keep = {k: v for k, v in over.items() if k not in ("traffic_class", "loss_tolerance")}
+    return dataclasses.replace(algo, **keep) if keep else algo
+
+
 def handoff_ns(
     topo: Topology, algo: AlgoOptions, over: Mapping[str, Any], src: int, dst: int, nbytes: int
 ) -> int | None:
     """The ns from a lone send's kernel start to its hand-off (`src` to `dst`, `nbytes`), under the run's `algo` with
     a call's overrides `over` (its NCCL_* variables); None where NCCL's model does not time it (the ideal model)."""
-    keep = {k: v for k, v in over.items() if k not in ("traffic_class", "loss_tolerance")}
-    opts = dataclasses.replace(algo, **keep) if keep else algo
+    opts = _options(algo, over)
     choice = choose(Collective("send_recv", (src, dst), nbytes, "uint8"), topo, opts)
     if choice is None:
         return None
@@ -75,3 +91,43 @@ def handoff_ns(
         lat_us += choice.channels * net_overhead_us(p, st)
     copy = min(p.gpu_intra_bw, choice.channels * T.NVLINK_BW_PER_LINK[p.arch])  # GB/s: bytes per ns
     return round(lat_us * 1000.0 + nbytes * WIRE_FACTOR[choice.protocol] / copy)
+
+
+def fp8_floor(x: int) -> int:
+    """`x` as NCCL stores a p2p chunk (u32fp8Encode then Decode, src/include/bitops.h): its leading bit and the
+    three below it, the rest dropped."""
+    if x < 16:
+        return x
+    drop = x.bit_length() - 4
+    return x >> drop << drop
+
+
+def part_bytes(nbytes: int, parts: int) -> list[int]:
+    """The bytes of each of a transfer's `parts` (ncclP2pPartBounds: ceil(nbytes / parts) rounded up to 4 KiB)."""
+    size = -(-math.ceil(nbytes / parts) // 4096) * 4096 if parts else 0
+    return [max(0, min((i + 1) * size, nbytes) - min(i * size, nbytes)) for i in range(parts)]
+
+
+def send_slots(
+    topo: Topology, algo: AlgoOptions, over: Mapping[str, Any], src: int, dst: int, nbytes: int
+) -> Slots | None:
+    """The slots a lone send of `nbytes` from `src` to `dst` takes on each of its channels (`addP2pToPlan`, NCCL
+    v2.26.5-1: a chunk per step, one step for an empty send); None where NCCL's model does not time it."""
+    opts = _options(algo, over)
+    choice = choose(Collective("send_recv", (src, dst), nbytes, "uint8"), topo, opts)
+    if choice is None:
+        return None
+    st = settings(opts)
+    p = platform_of(topo, (src, dst), st)
+    network = p.nnodes > 1
+    step = comm_p2p_chunk(p, st) if choice.protocol == "Simple" else step_bytes(choice.protocol, st)
+    chunk = step
+    if network and choice.protocol == "Simple" and nbytes < step:
+        chunk //= 4
+    elif network and nbytes < 8 * step:
+        chunk //= 2
+    data = fp8_floor(max(1, chunk // 2 if choice.protocol == "LL" else chunk))
+    steps = (1,) if nbytes == 0 else tuple(-(-b // data) for b in part_bytes(nbytes, max(1, choice.channels)))
+    shared = dict(st.raw).get("NCCL_NET_SHARED_BUFFERS", "").strip()
+    one_op = network and not (shared.lstrip("-").isdigit() and int(shared) == 0)
+    return Slots(steps, one_op)

@@ -11,7 +11,10 @@ The graph becomes one static flow DAG, like `phantora.replay` does for workloads
 - a Wait marker depends on the stream and on the waiting rank's last flows of each collective; a hand-off Wait,
   on a marker per send that ends its hand-off time (`phantora.collectives.handoff`) after the send's kernel starts:
   after its issue and its `after` nodes on this rank (their last flows, or, for a send a hand-off Wait names, its
-  own hand-off marker), not on its flows.
+  own hand-off marker), and after the flows of the earlier such sends to its peer whose connection slots it needs
+  (`phantora.collectives.slot_window`, from the replayed network's channels and chunks), not on its own flows. A
+  call issued after such a send is issued at once, as live; only its start waits for the send's hand-off, so a
+  rank is never held at an issue for a call that is not launched yet (only at a wait, as a live rank is).
 
 Ranks are expanded side by side, each until it waits on a collective that some member has not
 issued yet, so flow ids are allocated in dependency order. If every rank is stuck, the graph is
@@ -29,8 +32,9 @@ from typing import Any
 
 from phantora.collectives import decompose
 from phantora.collectives.dag import MessageCounters
-from phantora.collectives.handoff import handoff_ns
+from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.nccl import nccl_env
+from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.format import EAGER_STREAM, P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
 from phantora.egraph.step_events import has_step_events, run_with_step_events
@@ -58,6 +62,8 @@ class Instance:
     choice: dict[str, Any] | None = None  # NCCL's algorithm, protocol and channels for it (collectives.nccl)
     after: dict[int, list[Instance]] = field(default_factory=dict)  # member -> the instances it starts after there
     after_handoffs: list[int] = field(default_factory=list)  # markers of lone sends' hand-offs it starts after
+    # lone sends it starts after whose hand-off markers wait for a call not launched yet: (rank run, send node)
+    pending_handoffs: list[tuple[_RankRun, int]] = field(default_factory=list)
 
     @property
     def launched(self) -> bool:
@@ -180,6 +186,9 @@ class _RankRun:
         self.blocked: Instance | None = None
         self.handoff_at: dict[int, int] = {}  # send node -> the marker at its hand-off (`_Planner.handoff_marker`)
         self.handed_sends: frozenset[int] = frozenset()  # the sends a hand-off wait names (`_handed_sends`)
+        self.windows: dict[int, SlotWindow[int]] = {}  # peer -> its connection's handed-off send nodes
+        self.gates: dict[int, list[int]] = {}  # send node -> the earlier send nodes whose flows it waits for
+        self.unfit: set[int] = set()  # handed sends whose own slots overflow their connection here: not handed
 
 
 def _handed_sends(prog: Program) -> frozenset[int]:
@@ -203,6 +212,7 @@ class _Planner:
         self._launched: list[Instance] = []
         self.held: dict[tuple[Any, ...], list[Instance]] = {}  # instance key -> those held until it starts
         self.handoffs: dict[tuple[int, int, int], int | None] = {}  # (src, dst, bytes) -> a lone send's hand-off ns
+        self.slots: dict[tuple[int, int, int], Slots | None] = {}  # (src, dst, bytes) -> its connection slots
 
     def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         fid = len(self.flows)
@@ -276,18 +286,20 @@ class _Planner:
                     run.ends[i] = m
             elif isinstance(n, (Coll, P2P)):
                 at_handoff: dict[int, int] = {}  # its `after` sends a hand-off wait names: their hand-off markers
+                later: list[int] = []  # those whose hand-off waits for a call not launched yet: its start waits
                 for a in n.after:
                     h = self.handoff_marker(run, a) if a in run.handed_sends else None
                     if isinstance(h, Instance):
-                        run.blocked = h
-                        return
-                    if h is not None:
+                        later.append(a)
+                    elif h is not None:
                         at_handoff[a] = h
                 deps, delay = self.ready(run, n)
                 m = self.marker(run.ep, deps, delay, f"r{run.rank}/issue{i}")
                 run.streams[n.stream] = ((m,), 0)
                 run.ends[i] = m
-                run.inst[i] = self.issue(run, i, n, m, at_handoff)
+                if isinstance(n, P2P) and n.is_send and i in run.handed_sends:
+                    self.admit(run, i)
+                run.inst[i] = self.issue(run, i, n, m, at_handoff, later)
             elif isinstance(n, Wait) and n.handoff and n.stream == EAGER_STREAM:
                 pass  # only marks its sends as lone ones within their buffer (`_handed_sends`)
             elif isinstance(n, Wait) and n.handoff and (handed := self.handed(run, n)) is not None:
@@ -344,7 +356,7 @@ class _Planner:
         if key not in self.handoffs:
             self.handoffs[key] = handoff_ns(self.topo, self.algo, {}, *key)
         ns = self.handoffs[key]
-        if ns is None:
+        if ns is None or r in run.unfit:
             return None
         deps = [run.ends[r]]
         node = run.prog.nodes[r]
@@ -360,8 +372,31 @@ class _Planner:
             if not q.launched:
                 return q
             deps.extend(q.rank_last[run.rank])
+        for g in run.gates.get(r, ()):  # an earlier send's flow frees the slots it needs once received
+            q = run.inst[g]
+            if not q.launched:
+                return q
+            deps.extend(q.rank_last[q.group[1]])
         run.handoff_at[r] = self.marker(run.ep, tuple(deps), ns, f"r{run.rank}/handoff{r}")
         return run.handoff_at[r]
+
+    def admit(self, run: _RankRun, i: int) -> None:
+        """Send node `i`, a lone send a hand-off wait names, takes its connection's slots on the replayed network
+        (`send_slots`): the earlier such sends to its peer whose flows it waits for become its gate; a send whose
+        own slots overflow the connection here is not handed off (its waits see its flow, as a large send's)."""
+        node = run.prog.nodes[i]
+        assert isinstance(node, P2P)
+        dst = run.slots[node.slot][1]
+        key = (run.rank, dst, node.nbytes)
+        if key not in self.slots:
+            self.slots[key] = send_slots(self.topo, self.algo, {}, *key)
+        slots = self.slots[key]
+        if slots is None:
+            return
+        if not slots.fits:
+            run.unfit.add(i)
+            return
+        run.gates[i] = run.windows.setdefault(dst, SlotWindow()).admit(i, slots)
 
     def finish(self, run: _RankRun) -> None:
         deps: list[int] = []
@@ -371,9 +406,18 @@ class _Planner:
         run.end = self.marker(run.ep, tuple(deps), 0, f"r{run.rank}/end")
 
     # ----- collectives --------------------------------------------------------------------------------------------
-    def issue(self, run: _RankRun, i: int, n: Coll | P2P, m: int, handed: dict[int, int] | None = None) -> Instance:
+    def issue(
+        self,
+        run: _RankRun,
+        i: int,
+        n: Coll | P2P,
+        m: int,
+        handed: dict[int, int] | None = None,
+        later: list[int] | None = None,
+    ) -> Instance:
         """Rank `run` issues node `i` at marker `m`; it starts after its `after` nodes there, the sends among them
-        that a hand-off wait names at their hand-off markers `handed` (as the live coordinator orders it)."""
+        that a hand-off wait names at their hand-off markers `handed` (as the live coordinator orders it), or, for
+        those whose markers wait for a call not launched yet (`later`), once those are made (`try_launch`)."""
         group = run.slots[n.slot]
         if isinstance(n, Coll):
             key: tuple[Any, ...] = ("c", group, n.seq)
@@ -396,9 +440,11 @@ class _Planner:
             raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
         inst.issue[run.rank] = m
         handed = handed or {}
+        later = later or []
         if n.after:
-            inst.after[run.rank] = [run.inst[a] for a in n.after if a not in handed]
+            inst.after[run.rank] = [run.inst[a] for a in n.after if a not in handed and a not in later]
             inst.after_handoffs.extend(handed.values())
+            inst.pending_handoffs.extend((run, a) for a in later)
         if len(inst.issue) == len(group):
             self.try_launch(inst)
         return inst
@@ -410,11 +456,26 @@ class _Planner:
         while todo:
             x = todo.pop()
             waiting = next((q for qs in x.after.values() for q in qs if not q.launched), None)
+            if waiting is None:
+                waiting = self.resolve_handoffs(x)
             if waiting is not None:
                 self.held.setdefault(waiting.key, []).append(x)
                 continue
             self.launch(x)
             todo.extend(reversed(self.held.pop(x.key, [])))
+
+    def resolve_handoffs(self, inst: Instance) -> Instance | None:
+        """Make the hand-off markers of the sends `inst` starts after that could not be made at its issue; the first
+        call one still waits for that has not launched, else None."""
+        while inst.pending_handoffs:
+            run, a = inst.pending_handoffs[0]
+            h = self.handoff_marker(run, a)
+            if isinstance(h, Instance):
+                return h
+            if h is not None:
+                inst.after_handoffs.append(h)
+            inst.pending_handoffs.pop(0)
+        return None
 
     def launch(self, inst: Instance) -> None:
         anchor = self.topo.node_of_rank(inst.group[0])
@@ -458,7 +519,10 @@ class _Planner:
         held = [i for i in orphans if len(i.issue) == len(i.group)]
         if held:
             i = held[0]
-            first = next(q for qs in i.after.values() for q in qs if not q.launched)
+            first = next((q for qs in i.after.values() for q in qs if not q.launched), None)
+            if first is None:
+                first = self.resolve_handoffs(i)
+            assert first is not None
             raise InputError(
                 f"{len(held)} collective(s) issued by every member never start, e.g. {i.label()}, which starts after "
                 f"{first.label()} on a member's stream, which never started",

@@ -610,9 +610,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(dst)
-        eager = (lone or not self._p2p_open) and nbytes(tensors) <= self._eager_bytes()
-        if eager:
-            stream, launch = None, None  # it ends in the peer's buffer: later calls on its stream need not wait
+        eager = (lone or not self._p2p_open) and nbytes(tensors) <= self._eager_bytes()  # its slots: issue_p2p
         p = self._s.issue_p2p(
             peer=self._ranks[dst],
             is_send=True,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
 from phantora.results.run_dir import RunDir
@@ -136,6 +137,7 @@ class Pending:
     t_handoff: int | None = None  # a send within its connection's buffer: when its kernel ends (its streams see)
     handoff_ns: int | None = None  # such a send's kernel time, from its start on its stream to its hand-off
     handoff_after: list[Pending] = field(default_factory=list)  # what its kernel's start waits for (`handoff_at`)
+    handoff_gate: list[Pending] = field(default_factory=list)  # earlier sends whose flows it waits for (slot_window)
 
 
 @dataclass
@@ -249,6 +251,9 @@ class RankSession:
         self._ids = itertools.count(1)
         self._seq: dict[tuple[int, ...], int] = {}
         self._p2p_seq: dict[tuple[int, int, bool], int] = {}
+        self._windows: dict[int, SlotWindow[int]] = {}  # peer -> its connection's handed-off sends (by Pending id)
+        self._handed: dict[int, Pending] = {}  # window key -> a send in a window
+        self._window_ids = itertools.count()
         self._launches = itertools.count(1)  # the group launches of transfers' collectives (negative ids: own space)
         self._internal = 0
         self.ops = 0
@@ -491,47 +496,71 @@ class RankSession:
         pair's, or its group's when batched or under eager init), after what the caller's current CUDA stream
         `cuda_stream` waits for (syncStream); `launch`: its batch's NCCL group launch. Its Work's wait() makes the
         current stream wait for it, as a collective's does (`stream_wait`). `eager`: a send that fits its
-        connection's buffer, on no NCCL stream: its kernel ends at its hand-off (`handoff_at`), which is what its
-        waits see."""
+        connection's buffer (at most its NCCL_STEPS slots of the smallest p2p step), which is on no NCCL stream
+        (`stream` and `launch` dropped) if its slots fit: its kernel ends at its hand-off (`handoff_at`), which is
+        what its waits see, once the earlier such sends to `peer` whose slots it needs are received (`gate`,
+        phantora/collectives/slot_window.py); a send whose own slots do not fit waits for its receiver on its
+        stream, as a larger one does."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
         label = f"{'send' if is_send else 'recv'}#{seq}"
         after = self.streams.after(cuda_stream)
-        ahead = self.streams.tail(cuda_stream) if eager and is_send else []
-        ns = self._handoff(peer, nbytes, nccl_env) if eager and is_send else None
-        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns)
+        ns, slots = self._handoff(peer, nbytes, nccl_env) if eager and is_send else (None, None)
+        if eager and is_send and (slots is None or slots.fits):
+            stream, launch = None, None  # it ends in its connection's buffer: later calls on its stream need not wait
+        else:
+            ns = None
+        ahead = self.streams.tail(cuda_stream) if ns is not None else []
+        gate: list[Pending] = []
+        ident = next(self._window_ids)
+        if ns is not None and slots is not None:
+            held = self._windows.setdefault(peer, SlotWindow())
+            gate = [self._handed.pop(i) for i in held.admit(ident, slots)]
+        handles = [q.handles[0] for q in gate]
+        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles)
         kind = "send" if is_send else "recv"
         p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
         if ns is not None:
-            p.handoff_ns, p.handoff_after = ns, ahead
-            if not ahead:
+            p.handoff_ns, p.handoff_after, p.handoff_gate = ns, ahead, gate
+            if slots is not None:
+                self._handed[ident] = p
+            if not ahead and not gate:
                 p.t_handoff = t + ns
         return p
 
-    def _handoff(self, peer: int, nbytes: int, env: NcclEnv | None) -> int | None:
+    def _handoff(self, peer: int, nbytes: int, env: NcclEnv | None) -> tuple[int | None, Slots | None]:
         """The ns a send of `nbytes` to `peer` on no stream takes from its kernel's start to handing its last byte
-        to its connection (bridge `handoff`, collectives/handoff.py); None where the client or the model does not
-        time it (its waits then see its flow's end, as before)."""
+        to its connection, and the connection slots it takes (bridge `handoff`, collectives/handoff.py); None
+        where the client or the model does not time it (its waits then see its flow's end, as before)."""
+        algo = {"nccl_env": [list(kv) for kv in env]} if env is not None else None
+        plan = getattr(self.client, "handoff_plan", None)
+        if plan is not None:
+            ns, steps, one_op = plan(peer=peer, nbytes=nbytes, algo=algo)
+            slots = Slots(tuple(steps), bool(one_op)) if steps is not None else None
+            return (None if ns is None else int(ns)), slots
         ask = getattr(self.client, "handoff", None)
         if ask is None:
-            return None
-        ns = ask(peer=peer, nbytes=nbytes, algo={"nccl_env": [list(kv) for kv in env]} if env is not None else None)
-        return None if ns is None else int(ns)
+            return None, None
+        ns = ask(peer=peer, nbytes=nbytes, algo=algo)
+        return (None if ns is None else int(ns)), None
 
     def handoff_at(self, p: Pending) -> int | None:
         """When `p`, a lone send within its connection's buffer, hands off: its kernel starts once the work its CUDA
         stream had in flight at its issue has ended there (a collective's end, or an earlier such send's own
-        hand-off), then runs `handoff_ns`; None for any other call. Learning those ends may wait on the bridge, as a
-        join does (`complete`), never on `p`'s own receiver."""
+        hand-off), then runs `handoff_ns`, and not before the flows of the earlier sends whose slots it needs have
+        ended (`handoff_gate`: their receivers consumed them); None for any other call. Learning those ends may
+        wait on the bridge, as a join does (`complete`), never on `p`'s own receiver."""
         if p.t_handoff is not None or p.handoff_ns is None:
             return p.t_handoff
         start = p.t_issue
         for q in p.handoff_after:
             end = self.handoff_at(q)
             start = max(start, self.complete(q) if end is None else end)
-        p.t_handoff, p.handoff_after = start + p.handoff_ns, []
+        for q in p.handoff_gate:
+            start = max(start, self.complete(q))
+        p.t_handoff, p.handoff_after, p.handoff_gate = start + p.handoff_ns, [], []
         return p.t_handoff
 
     def _p2p(
@@ -548,9 +577,11 @@ class RankSession:
         launch: int | None = None,
         after: Sequence[int] = (),
         handoff: int | None = None,
+        gate: Sequence[int] = (),
     ) -> int:
         """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`; a lone send's
-        kernel ns `handoff`, which the bridge's stream order follows); its handle."""
+        kernel ns `handoff`, which the bridge's stream order follows, after the flows of its earlier sends `gate`);
+        its handle."""
         more: dict[str, Any] = {"algo": {"nccl_env": [list(kv) for kv in env]}} if env is not None else {}
         if stream is not None:
             more["stream"] = stream
@@ -560,6 +591,8 @@ class RankSession:
             more["after"] = list(after)
         if handoff is not None:
             more["handoff"] = handoff
+        if gate:
+            more["gate"] = list(gate)
         h = self.client.p2p(
             peer=peer, is_send=is_send, tag=tag, seq=seq, nbytes=nbytes, t_issue_ns=t, name=label, **more
         )
