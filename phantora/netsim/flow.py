@@ -17,7 +17,8 @@ Model (see docs/flow-engine.md):
   order: a flow released while another of its queue is transmitting waits for that one's transmission end (not
   its arrival), so messages in flight on one connection follow each other on the wire.
 - Rates change only at events. An event re-solves only the connected components (flows linked by
-  shared channels) of the channels it touched, and only flows whose rate changed are rescheduled.
+  shared channels) of the channels it touched, and only flows whose rate changed are rescheduled. A
+  component whose flows all cross one path (a GPU pair's NVLink channels) gets its closed form, no solver.
 """
 
 from __future__ import annotations
@@ -96,6 +97,25 @@ def _unique(deps: tuple[int, ...]) -> Iterable[int]:
 def _ceil_ns(x: float) -> int:
     """Whole ns needed for x ns of transmission (never less than the exact time, bar float noise)."""
     return max(0, math.ceil(x - _TOL_NS - x * 1e-12))
+
+
+def one_path_rate(recs: Sequence[_Active], cap: Sequence[float]) -> float | None:
+    """The max-min rate of every flow of a component whose flows all cross one path (no channel twice): its least
+    channel capacity over their count, the value progressive filling gives bit for bit (every channel of the path
+    has the same count, so the least share is the least capacity's, and dividing by one count keeps the order of
+    floats); None for any other component (not one path, or a path through a channel twice)."""
+    path = recs[0].solve_path
+    for r in recs:
+        if r.solve_path != path:
+            return None
+    if len(path) == 2:  # (an NVLink hop: GPU -> NVSwitch -> GPU)
+        a, b = cap[path[0]], cap[path[1]]
+        if path[0] == path[1]:
+            return None
+        return (a if a <= b else b) / len(recs)
+    if len(set(path)) != len(path):
+        return None
+    return min(cap[c] for c in path) / len(recs)
 
 
 class FlowSimulator:
@@ -560,18 +580,32 @@ class FlowSimulator:
             self._verify()
 
     def _solved(self, comps: list[list[int]]) -> Iterator[tuple[list[_Active], list[float]]]:
-        """Each component's records and max-min rates. Over single ECMP paths, many small components (the fluid
-        NVLink side: one a host) are solved as one problem by the vectorised solver once they sum to
-        `NUMPY_THRESHOLD` flows: the same rates bit for bit (`phantora.netsim.maxmin`: a component's rates do not
-        depend on the others solved beside it), one call instead of one a component."""
+        """Each component's records and max-min rates. Over single ECMP paths a component whose flows all cross
+        one path gets its closed form (`one_path_rate`); the other small components (the fluid NVLink side: one
+        a host) are solved as one problem by the vectorised solver once they sum to `NUMPY_THRESHOLD` flows: the
+        same rates bit for bit (`phantora.netsim.maxmin`: a component's rates do not depend on the others solved
+        beside it), one call instead of one a component."""
         active = self._active
-        if not self._multi and len(comps) > 1 and sum(map(len, comps)) >= NUMPY_THRESHOLD:
-            recs = [active[i] for comp in comps for i in comp]
-            groups = np.repeat(np.arange(len(comps)), [len(comp) for comp in comps])
-            yield recs, maxmin_rates([r.solve_path for r in recs], self._cap, self._cap_arr, groups=groups)
+        if self._multi:
+            for comp in comps:
+                recs = [active[i] for i in comp]
+                yield recs, self._solve(recs)
             return
+        cap = self._cap
+        rest: list[list[_Active]] = []
         for comp in comps:
             recs = [active[i] for i in comp]
+            rate = one_path_rate(recs, cap)
+            if rate is None:
+                rest.append(recs)
+            else:
+                yield recs, [rate] * len(recs)
+        if len(rest) > 1 and sum(map(len, rest)) >= NUMPY_THRESHOLD:
+            flat = [r for recs in rest for r in recs]
+            groups = np.repeat(np.arange(len(rest)), [len(recs) for recs in rest])
+            yield flat, maxmin_rates([r.solve_path for r in flat], cap, self._cap_arr, groups=groups)
+            return
+        for recs in rest:
             yield recs, self._solve(recs)
 
     def _solve(self, recs: list[_Active]) -> list[float]:
