@@ -47,15 +47,21 @@ def _bursts(k: int, nbytes: int, late_ns: int, both: bool):
     return assemble(parts)
 
 
-def test_a_replayed_send_past_the_slots_waits_for_the_first_flow():
+def test_a_replayed_send_past_the_slots_waits_for_the_first_flow(tmp_path: Path):
     """Nine 64 KiB sends (one NVLink slot each) to a receiver 1 ms late: eight hand off back to back, the ninth at
-    the first flow's end + 14,981 ns."""
+    the first flow's end + 14,981 ns; the same after a Chakra export and read-back (the windows are recomputed
+    from the hand-off waits, node type 7)."""
+    from phantora.egraph.chakra import export_chakra, read_chakra
+
     topo = load_topology("testbed16")
-    res = replay_graph(_bursts(9, 64 * KIB, 1_000_000, False), topo, FlowSimulator(topo))
-    handed = sorted(c.end_ns for c in res.completions if c.tag.startswith("r0/handoff"))
-    first = min((c for c in res.completions if c.size), key=lambda c: c.start_ns)
-    assert handed[:8] == [NVL * (i + 1) for i in range(8)], handed
-    assert first.start_ns >= 1_000_000 and handed[8] == first.end_ns + NVL, (handed, first)
+    graph = _bursts(9, 64 * KIB, 1_000_000, False)
+    export_chakra(graph, tmp_path / "chakra")
+    for g in (graph, read_chakra(tmp_path / "chakra")):
+        res = replay_graph(g, topo, FlowSimulator(topo))
+        handed = sorted(c.end_ns for c in res.completions if c.tag.startswith("r0/handoff"))
+        first = min((c for c in res.completions if c.size), key=lambda c: c.start_ns)
+        assert handed[:8] == [NVL * (i + 1) for i in range(8)], handed
+        assert first.start_ns >= 1_000_000 and handed[8] == first.end_ns + NVL, (handed, first)
 
 
 def test_replayed_sends_across_hosts_deadlock_as_live():
