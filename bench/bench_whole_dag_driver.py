@@ -1,0 +1,200 @@
+"""Which whole-DAG driver `--set workers=N` should build (issue 38 item 2, `factory.WHOLE_DAG_DRIVER`): the plain
+`DecomposedSimulator` or route (a)'s `HybridDecomposedSimulator`, side by side. Prints figures only.
+
+Cases (each run is a fresh process, nvlink=fluid, wire=roce4k, nic_latency=1us, DCQCN, rail128, workers=2):
+
+- ``replay:SIZE``: `replay_inprocess` of workloads/rail_allreduce.toml at SIZE (two hierarchical all-reduces), each
+  collective chunked (`AlgoOptions(granularity="chunked")`, 90,112 flows at 64 MiB).
+- ``nccl``: the live `phantora nccl-tests all_reduce_perf -b 1M -e 4M -f 2 -n 2 -w 1` (c7472cb's command), which
+  submits as it goes; its hybrid run is the factory made to build the hybrid there too (whole_dag forced).
+
+Each run prints the driver process's CPU inside the simulation, its workers' CPU (reaped children), the rounds, the
+run's wall, and a key of its results (sha256 of the sorted (id, start, end) for a replay, of the table's rows for
+nccl-tests; 12 hex digits), which must be equal between drivers. Runs alternate as --order says (default plain,
+hybrid, hybrid, plain: the load drifts); a run past --timeout is stopped (its process group) and printed unfinished.
+Then per case, the best of each driver and hybrid / plain ratios.
+
+    cd CLONE && PYTHONPATH=CLONE nice -n 10 .venv/bin/python bench/bench_whole_dag_driver.py \\
+        --cases replay:8MiB replay:64MiB nccl --timeout 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this tree's phantora, not the venv's install
+
+SETTINGS = ["--set", "nvlink=fluid", "--set", "wire=roce4k", "--set", "nic_latency=1us", "--set", "workers=2"]
+NCCL = ["nccl-tests", "all_reduce_perf", "-b", "1M", "-e", "4M", "-f", "2", "-n", "2", "-w", "1"]
+NCCL += ["--topology", "rail128", "--network", "ns3", "--cc", "dcqcn", *SETTINGS]
+
+
+def force_driver(driver: str, everywhere: bool) -> None:
+    """Make the factory build `driver` for whole-DAG callers, and with `everywhere` for every caller."""
+    from phantora.netsim import factory
+
+    factory.WHOLE_DAG_DRIVER = driver
+    if everywhere:
+        made = factory.make_engine
+
+        def make_engine(*args: Any, **kw: Any) -> Any:
+            return made(*args, **{**kw, "whole_dag": True})
+
+        factory.make_engine = make_engine  # type: ignore[assignment]
+
+
+def rounds_of(stats: Any) -> int | None:
+    """The decomposition's rounds in an engine's stats (nested anywhere under a "decompose" key)."""
+    if isinstance(stats, dict):
+        d = stats.get("decompose")
+        if isinstance(d, dict) and "rounds" in d:
+            return int(d["rounds"])
+        for v in stats.values():
+            r = rounds_of(v)
+            if r is not None:
+                return r
+    return None
+
+
+def run_replay(size: str) -> dict[str, Any]:
+    """One chunked replay of rail_allreduce at `size` on the factory's whole-DAG driver."""
+    from bridge.workers import spawn_workers
+    from phantora.collectives.spec import AlgoOptions
+    from phantora.netsim import factory
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.packet_config import PacketConfig
+    from phantora.replay import replay_inprocess
+    from phantora.topology.loader import load_topology
+    from phantora.workload import load_workload
+
+    src = (ROOT / "workloads" / "rail_allreduce.toml").read_text()
+    if 'bytes = "8MiB"' not in src:
+        raise SystemExit('workloads/rail_allreduce.toml: no `bytes = "8MiB"` line to set the size on')
+    topo = load_topology("rail128")
+    config = PacketConfig(cc="dcqcn", nvlink="fluid", payload_bytes=4096, header_bytes=62, nic_latency=1000)
+    with tempfile.TemporaryDirectory() as tmp:
+        wl_path = Path(tmp) / "rail.toml"
+        wl_path.write_text(src.replace('bytes = "8MiB"', f'bytes = "{size}"'))
+        wl = load_workload(wl_path, world=topo.num_ranks)
+    sim = factory.make_engine(
+        EngineSpec("ns3", replace(config, workers=2)), topo, spawner=spawn_workers, whole_dag=True
+    )
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = replay_inprocess(wl, topo, sim, AlgoOptions(granularity="chunked"))
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        stats = sim.stats()
+    finally:
+        sim.close()
+    comps = sorted((c.flow_id, c.start_ns, c.end_ns) for c in res.completions)
+    key = hashlib.sha256(repr(comps).encode()).hexdigest()[:12]
+    return {"cls": type(sim).__name__, "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key}
+
+
+def run_nccl() -> dict[str, Any]:
+    """The live nccl-tests command, in this process, on the factory as forced."""
+    from phantora.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        c0, t0 = time.process_time(), time.perf_counter()
+        rc = main([*NCCL, "--out", str(out)])
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        if rc != 0:
+            raise SystemExit(f"nccl-tests exited {rc}")
+        rows = [ln for ln in (out / "nccl-tests.txt").read_text().splitlines() if ln.strip()[:1].isdigit()]
+        stats = json.loads((out / "results.json").read_text())
+    key = hashlib.sha256("\n".join(rows).encode()).hexdigest()[:12]
+    return {"cls": "-", "driver_cpu": cpu, "wall": wall, "rounds": rounds_of(stats), "key": key}
+
+
+def one(case: str, driver: str) -> None:
+    """Run `case` on `driver` in this process and print one JSON line (after the command's own output)."""
+    force_driver(driver, everywhere=case == "nccl")
+    out = run_nccl() if case == "nccl" else run_replay(case.split(":", 1)[1])
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["workers_cpu"] = kids.ru_utime + kids.ru_stime
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def spawn(case: str, driver: str, timeout: float) -> dict[str, Any] | None:
+    """One run in a fresh process group; None if it did not finish within `timeout` s (the group is stopped)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", case, driver]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # our own run and its workers, by their group
+        proc.communicate()
+        return None
+    if proc.returncode != 0:
+        raise SystemExit(f"{case} {driver}: exited {proc.returncode}")
+    line = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return dict(json.loads(line[len("RESULT ") :]))
+
+
+def show(case: str, driver: str, r: dict[str, Any] | None, timeout: float) -> None:
+    if r is None:
+        print(f"{case:14} {driver:6}  unfinished at {timeout:.0f} s wall (stopped)", flush=True)
+        return
+    print(
+        f"{case:14} {driver:6}  wall {r['wall']:7.2f} s  driver CPU {r['driver_cpu']:7.2f} s  "
+        f"workers CPU {r['workers_cpu']:7.2f} s  rounds {r['rounds']}  key {r['key']}  ({r['cls']})",
+        flush=True,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", default=["replay:8MiB", "replay:64MiB", "nccl"])
+    ap.add_argument("--order", nargs="+", default=["plain", "hybrid", "hybrid", "plain"], choices=["plain", "hybrid"])
+    ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds a run may take (default 600)")
+    ap.add_argument("--one", nargs=2, metavar=("CASE", "DRIVER"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        one(*a.one)
+        return
+    for case in a.cases:
+        if case != "nccl" and not case.startswith("replay:"):
+            raise SystemExit(f"--cases: {case!r} is neither nccl nor replay:SIZE")
+    print(f"load {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
+    summary = []
+    for case in a.cases:
+        runs: dict[str, list[dict[str, Any] | None]] = {"plain": [], "hybrid": []}
+        for driver in a.order:
+            r = spawn(case, driver, a.timeout)
+            show(case, driver, r, a.timeout)
+            runs[driver].append(r)
+        summary.append((case, runs))
+    print(f"load {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
+    print("best of each driver, hybrid / plain:")
+    for case, runs in summary:
+        done = {d: [r for r in rs if r is not None] for d, rs in runs.items()}
+        keys = {r["key"] for rs in done.values() for r in rs}
+        if not done["plain"] or not done["hybrid"]:
+            print(f"{case:14} {'hybrid' if not done['hybrid'] else 'plain'} did not finish; keys {sorted(keys)}")
+            continue
+        cols = []
+        for name in ("wall", "driver_cpu", "workers_cpu", "rounds"):
+            p = min(r[name] for r in done["plain"])
+            h = min(r[name] for r in done["hybrid"])
+            cols.append(f"{name} {p:.2f} / {h:.2f} = {h / p:.2f}x" if p else f"{name} {p} / {h}")
+        print(f"{case:14} " + ", ".join(cols) + f"; keys equal {'yes' if len(keys) == 1 else 'NO ' + str(keys)}")
+
+
+if __name__ == "__main__":
+    main()
