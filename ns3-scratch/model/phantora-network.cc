@@ -836,6 +836,37 @@ std::vector<uint64_t> PhantoraNetwork::UnpackIds(const std::string& packed) {
   return ids;
 }
 
+void PhantoraNetwork::AddFlows(const std::string& packed) {
+  constexpr size_t kWords = 8;
+  if (packed.size() % (kWords * sizeof(uint64_t)) != 0) {
+    throw std::invalid_argument("AddFlows: " + std::to_string(packed.size()) + " bytes, not 8 words a flow");
+  }
+  static const std::vector<uint64_t> kNoDeps;
+  const size_t n = packed.size() / (kWords * sizeof(uint64_t));
+  uint64_t w[kWords];
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(w, packed.data() + i * sizeof(w), sizeof(w));
+    AddFlow(w[0], static_cast<uint32_t>(w[1]), static_cast<uint32_t>(w[2]), w[3], static_cast<int64_t>(w[4]),
+            static_cast<uint32_t>(w[5]), w[6], kNoDeps, static_cast<int64_t>(w[7]));
+  }
+}
+
+std::string PhantoraNetwork::StepToCompletion(int64_t ns) {
+  RunUntilCompletion(ns);
+  const std::vector<FlowRecord> done = DrainCompletions();
+  const std::vector<LossRecord> lost = DrainLosses();
+  std::vector<uint64_t> w;
+  w.reserve(3 + 6 * done.size() + 3 * lost.size());
+  w.insert(w.end(), {static_cast<uint64_t>(InterruptedBy()), done.size(), lost.size()});
+  for (const FlowRecord& r : done) {
+    w.insert(w.end(), {r.id, r.src, r.dst, r.size, static_cast<uint64_t>(r.startNs), static_cast<uint64_t>(r.endNs)});
+  }
+  for (const LossRecord& r : lost) {
+    w.insert(w.end(), {r.flowId, r.offset, r.bytes});
+  }
+  return std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(uint64_t));
+}
+
 std::vector<uint64_t> PhantoraNetwork::CutStats() const {
   const Impl& s = Need();
   if (!s.cut) {

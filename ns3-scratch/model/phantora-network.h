@@ -167,6 +167,11 @@ class PhantoraNetwork {
   /// The 8-byte ids packed in `packed` (native byte order) as a vector: a long deps list crosses from Python in one
   /// call instead of one push_back an id. Throws std::invalid_argument if its size is not a multiple of 8.
   static std::vector<uint64_t> UnpackIds(const std::string& packed);
+  /// AddFlow for each flow of `packed`, in its order: 8-byte words in native byte order, 8 per flow (id, src, dst,
+  /// sizeBytes, startNs, priority, ecmpKey, delayNs), no deps, dport 100. A batch crosses from Python in one call
+  /// instead of one a flow (issue 38, a decomposition worker's insertions). Throws as AddFlow at the first bad
+  /// flow (those before it are added), or std::invalid_argument if the size is not a multiple of 64 bytes.
+  void AddFlows(const std::string& packed);
 
   /// DLCP: flow `id` (added, not yet started) may lose up to `bytes` of payload to trimming; 0 = lossless.
   void SetLossBudget(uint64_t id, uint64_t bytes);
@@ -241,6 +246,10 @@ class PhantoraNetwork {
   /// RunUntilWatched(ns, every flow): return right after the first ns at which any flow completes at its
   /// receiver (a caller that keeps its own dependencies, e.g. beside a second engine, steps this way).
   bool RunUntilCompletion(int64_t ns);
+  /// RunUntilCompletion(ns), then DrainCompletions and DrainLosses, in one call (issue 38, a decomposition
+  /// worker's step): 8-byte words in native byte order: InterruptedBy(), the two counts, then per completion (id,
+  /// src, dst, size, startNs, endNs), per loss (flowId, offset, bytes). No struct per record crosses to Python.
+  std::string StepToCompletion(int64_t ns);
   /// Run until no flow is in flight (Now() = last completion) or `limitNs`; true if idle.
   bool RunUntilIdle(int64_t limitNs);
   /// Run until every flow is also acknowledged at its sender, or `limitNs`; true if so.

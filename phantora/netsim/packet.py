@@ -306,6 +306,11 @@ class Ns3Simulator:
         except BaseException:
             self.close()
             raise
+        # One call a batch (issue 38, a decomposition worker): AddFlows for flows without deps (not when recording a
+        # call script: the runner replays AddFlow lines), StepToCompletion for a run to the next completion and its
+        # records; a library built before them (compare_ns3_builds --old) keeps a call a flow and a record.
+        self._add_packed = calls is None and hasattr(self._net, "AddFlows")
+        self._step_packed = hasattr(self._net, "StepToCompletion")
         self._vec = self._rt.cppyy.gbl.std.vector["uint64_t"]
         self._no_deps = self._vec()  # what AddFlow (a const reference) gets for no deps: one, not a new one a flow
         self._known: set[int] = set()
@@ -360,6 +365,9 @@ class Ns3Simulator:
             self._check_batch(flows)
         net, no_deps = self._net, self._no_deps
         per_connection = self.config.qp == "connection"
+        if self._add_packed and not dports and len(flows) > 1 and not any(f.deps for f in flows):
+            self._add_flows(flows, at, per_connection)
+            return
         for f in flows:
             # a long deps list crosses in one call (packed 8-byte ids), not one push_back an id
             deps = net.UnpackIds(array("Q", f.deps).tobytes()) if f.deps else no_deps
@@ -380,6 +388,34 @@ class Ns3Simulator:
             self._known.add(f.id)
             if f.tag:
                 self._tags[f.id] = f.tag
+        self._submitted += len(flows)
+
+    def _add_flows(self, flows: Sequence[Flow], at: int, per_connection: bool) -> None:
+        """`submit` of flows without deps in one AddFlows call (packed words, `PhantoraNetwork::AddFlows`), each
+        flow's extras after it as `submit` sets them; the same calls in the same order but for the packing."""
+        net = self._net
+        words = array("Q")
+        for f in flows:
+            key = (f.id if f.key is None else f.key) & _MASK64
+            words.extend((f.id, f.src, f.dst, f.size, at, f.priority, key, f.delay_ns))
+        try:
+            net.AddFlows(words.tobytes())
+            for f in flows:
+                if f.loss_budget:
+                    net.SetLossBudget(f.id, f.loss_budget)
+                if f.rate_bps:
+                    net.SetMaxRate(f.id, f.rate_bps)
+                if f.conn and per_connection:
+                    net.SetConnection(f.id, f.conn)
+                if f.queue:
+                    net.SetQueue(f.id, f.queue)
+        except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
+            raise InputError(cpp_message(exc), field="flows") from None
+        self._known.update(f.id for f in flows)
+        tags = self._tags
+        for f in flows:
+            if f.tag:
+                tags[f.id] = f.tag
         self._submitted += len(flows)
 
     def advance(self, until: int) -> list[Completion]:
@@ -418,16 +454,22 @@ class Ns3Simulator:
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
-        self._ran(self._net.RunUntilCompletion(-1 if until >= _FOREVER_NS else until))
-        return self._take()
+        ns = -1 if until >= _FOREVER_NS else until
+        if not self._step_packed:
+            self._ran(self._net.RunUntilCompletion(ns))
+            return self._take()
+        words = memoryview(bytes(self._net.StepToCompletion(ns))).cast("Q")
+        self._ran(None, int(words[0]) if self._interruptible else 0)
+        return unpack_step(words, self._tags)
 
-    def _ran(self, result: Any) -> Any:
-        """A run call's result, unless SIGTERM or SIGINT cut the call short: then Python's own handler of the
-        signal runs now (the CLI's `Terminated`, KeyboardInterrupt); one that does not raise gets
-        `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT), so a cut call never passes for done."""
+    def _ran(self, result: Any, sig: int | None = None) -> Any:
+        """A run call's result, unless SIGTERM or SIGINT cut the call short (`sig`, else read back): then Python's
+        own handler of the signal runs now (the CLI's `Terminated`, KeyboardInterrupt); one that does not raise
+        gets `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT), so a cut call never passes for done."""
         if self.config.queue_sample_ns > 0:
             self._spool_samples()
-        sig = int(self._net.InterruptedBy()) if self._interruptible else 0
+        if sig is None:
+            sig = int(self._net.InterruptedBy()) if self._interruptible else 0
         if not sig:
             return result
         # The interpreter may not have noticed the pending signal yet (it looks between some bytecodes only).
@@ -725,6 +767,41 @@ class Ns3Simulator:
 
     def _check_batch(self, flows: Sequence[Flow]) -> None:
         check_packet_batch(flows, self.topology, self._known.__contains__)
+
+
+def unpack_step(words: memoryview, tags: dict[int, str]) -> list[Completion]:
+    """The completions of `PhantoraNetwork::StepToCompletion`'s words (its signal, the two counts, 6 words a
+    completion, 3 a loss), in their order, each with its tag popped from `tags` and its lost ranges as drained."""
+    n_done, n_lost = words[1], words[2]
+    at = 3 + 6 * n_done
+    if len(words) != at + 3 * n_lost:
+        raise PhantoraError(f"StepToCompletion: {len(words)} words for counts {n_done}/{n_lost}")
+    lost: dict[int, list[tuple[int, int]]] = {}
+    for i in range(at, len(words), 3):
+        lost.setdefault(words[i], []).append((words[i + 1], words[i + 2]))
+    if not n_done:
+        return []
+    flat = words[3:at].tolist()
+    it = iter(flat)
+    if lost:
+        return [
+            completion(fid, _signed(start), _signed(end), size, src, dst, tags.pop(fid, ""), tuple(lost.get(fid, ())))
+            for fid, src, dst, size, start, end in zip(it, it, it, it, it, it, strict=True)
+        ]
+    if tags:
+        return [
+            completion(fid, _signed(start), _signed(end), size, src, dst, tags.pop(fid, ""), ())
+            for fid, src, dst, size, start, end in zip(it, it, it, it, it, it, strict=True)
+        ]
+    return [
+        completion(fid, _signed(start), _signed(end), size, src, dst, "", ())
+        for fid, src, dst, size, start, end in zip(it, it, it, it, it, it, strict=True)
+    ]
+
+
+def _signed(ns: int) -> int:
+    """An int64 read as an unsigned word, back to its sign (a time: never negative in practice)."""
+    return ns - (1 << 64) if ns >> 63 else ns
 
 
 def _rows(vec: Any, dtype: np.dtype) -> np.ndarray | None:
