@@ -88,20 +88,23 @@ def test_tree_simple_latency_of_2_19_to_2_22(version, lat):
 
 
 def test_ring_ll128_at_one_gpu_per_node_is_0_7_until_2_22():
+    """Ring LL128 keeps 0.7 of the graph's 384 GB/s at one GPU a node up to 2.22 (268.8), 0.92 from 2.23 (None:
+    2.30's); at 8 GPUs a node 0.92 in both."""
     p = replace(table_platform(H100_2HOSTS), ppn=1)
-    assert old_tuners.ring_ll128_factor((2, 22), p) == 0.7
-    assert old_tuners.ring_ll128_factor((2, 23), p) is None
-    assert old_tuners.ring_ll128_factor((2, 22), table_platform(H100_2HOSTS)) is None
+    assert old_tuners.graph_bus_bw((2, 22), "all_reduce", "ring", "LL128", p, 384.0, 8, 0.0) == pytest.approx(268.8)
+    assert old_tuners.graph_bus_bw((2, 23), "all_reduce", "ring", "LL128", p, 384.0, 8, 0.0) is None
+    p8 = table_platform(H100_2HOSTS)
+    assert old_tuners.graph_bus_bw((2, 22), "all_reduce", "ring", "LL128", p8, 384.0, 8, 0.0) is None
 
 
 def test_nvls_all_gather_rating_by_version():
-    """One H100 host, 8 channels x 40 GB/s: 2.19-2.26 rate NVLS all-gather at 8 x 40 = 320 GB/s, 2.27 at
-    8 x min(40 x 7/8, 0.9 x 40) = 280, 2.28+ as the model (None)."""
+    """One H100 host, 8 channels x 40 GB/s: 2.23-2.26 rate NVLS all-gather at 8 x 40 = 320 GB/s, 2.27 at
+    8 x min(40 x 7/8, 0.9 x 40) = 280, 2.28+ as the model (None); the all-reduce 8 x 40 x 5/6 from v2.18.3-1."""
     p = table_platform(H100)
     assert old_tuners.nvls_algbw((2, 26), "all_gather", p, 8, 40.0, 40.0) == pytest.approx(320.0)
     assert old_tuners.nvls_algbw((2, 27), "all_gather", p, 8, 40.0, 40.0) == pytest.approx(280.0)
     assert old_tuners.nvls_algbw((2, 28), "all_gather", p, 8, 40.0, 40.0) is None
-    assert old_tuners.nvls_algbw((2, 18), "all_reduce", p, 8, 40.0, 40.0) is None
+    assert old_tuners.nvls_algbw((2, 18), "all_reduce", p, 8, 40.0, 40.0) == pytest.approx(8 * 40 * 5 / 6)
 
 
 def test_algorithms_exist_from_their_first_nccl():

@@ -49,9 +49,9 @@ def test_the_version_is_parsed_as_nccl_prints_it():
 
 
 def test_tables_carry_their_nccl():
-    """Stated (the VMs: 2.26.2) or, where not, taken from the first-use points only 2.22-2.27 make (gj-aion); the
-    minor version only."""
-    assert BY_NAME[VM4].env["PHANTORA_NCCL_VERSION"] == "2.26"
+    """Stated (the VMs: 2.26.2, patch and all) or, where not, taken from the first-use points only 2.22-2.27 make
+    (gj-aion: the minor only)."""
+    assert BY_NAME[VM4].env["PHANTORA_NCCL_VERSION"] == "2.26.2"
     assert BY_NAME[GJ8_CTAS].env["PHANTORA_NCCL_VERSION"] == "2.26"
 
 

@@ -42,7 +42,7 @@ SETUP_POINTS: dict[str, dict[int, str]] = {
 # so their NCCL is at most 2.28 (v2.28.7-1: 2025-10-17), not the model's 2.30 and its SM100 NVLS-Tree tuning
 # (v2.30.3-1, 2026-04); 2.27 and 2.28 size Blackwell's NVLS alike (24 CTAs in one node, 32 across), and the one
 # host's 4 -> 8 GiB step gives 24 CTAs' chunk cost, not 32's (docs/validation.md, "Held-out tables").
-NCCL_INFERRED = {"nccltests309_gjaion": "2.26", "gkea4deepep": "2.28"}
+NCCL_INFERRED = {"nccltests309_gjaion": "2.26", "gkea4deepep": "2.28.7"}
 
 ITERS = 20  # nccl-tests' default timed iterations (src/common.cu: `int iters = 20;`, set by -n / --iters)
 # Where a first line says the timed iterations: nccl-tests' --iters N; its -n N after its -w N (srun's and mpirun's
@@ -126,9 +126,9 @@ def iterations(head: str) -> int:
 
 
 def _nccl_version(name: str, head: str) -> tuple[tuple[str, str], ...]:
-    """("PHANTORA_NCCL_VERSION", "MAJOR.MINOR") from the first line's nccl=... or NCCL_INFERRED; () if neither
-    says. Only the minor version counts (tuning.rated), so runs of one NCCL minor share their settings."""
-    stated = re.search(r"nccl=(\d+\.\d+)", head)
+    """("PHANTORA_NCCL_VERSION", "MAJOR.MINOR[.PATCH]") from the first line's nccl=... or NCCL_INFERRED; () if
+    neither says. The patch counts where a patch release changed the tuner (old_tuners.py)."""
+    stated = re.search(r"nccl=(\d+\.\d+(?:\.\d+)?)", head)
     inferred = next((v for k, v in NCCL_INFERRED.items() if k in name), None)
     version = stated.group(1) if stated else inferred
     return (("PHANTORA_NCCL_VERSION", version),) if version else ()

@@ -81,6 +81,8 @@ class NcclSettings:
     min_p2p_channels: int = 1  # NCCL_MIN_P2P_NCHANNELS: the least p2p channels (paths.cc), before pow2Up
     max_p2p_channels: int = T.MAX_CHANNELS  # NCCL_MAX_P2P_NCHANNELS: the most, before the least and pow2Up
     nccl_version: tuple[int, int] = T.MODEL_NCCL_VERSION  # PHANTORA_NCCL_VERSION: the NCCL whose tuner picks
+    nccl_release: tuple[int, int, int] = (*T.MODEL_NCCL_VERSION, 0)  # with its patch (0: none named); counts only
+    # while its (major, minor) is nccl_version's (tuning.running_release, old_tuners.py)
     p2p_level: int = UNSET  # NCCL_P2P_DISABLE=1 (PATH_LOC) or NCCL_P2P_LEVEL: the farthest path P2P may take
     shm: bool = True  # NCCL_SHM_DISABLE=1 turns the SHM transport (GPU pairs without P2P) off
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
@@ -265,6 +267,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         min_p2p_channels=_int(env, "NCCL_MIN_P2P_NCHANNELS", 1),
         max_p2p_channels=_int(env, "NCCL_MAX_P2P_NCHANNELS", T.MAX_CHANNELS),
         nccl_version=nccl_version_of(env),
+        nccl_release=nccl_release_of(env),
         p2p_level=p2p_level_of(env.get("NCCL_P2P_DISABLE"), env.get("NCCL_P2P_LEVEL")),
         shm=_flag(env, "NCCL_SHM_DISABLE") == 0,
         raw=raw,

@@ -25,9 +25,11 @@ def tolerance(size: int) -> float:
 
 def machine_key(t: Table) -> tuple[object, ...]:
     """What makes two tables the same experiment: GPU, GPUs, hosts, collective, NCCL_ALGO and the other NCCL
-    variables phantora honours, NIC rate, GPUs per launching thread (-g) and the hosts' CPU vendor."""
+    variables phantora honours (the NCCL version to its minor: a table may state its patch, another not), NIC rate,
+    GPUs per launching thread (-g) and the hosts' CPU vendor."""
     cpu = vendor_named(t.cpu, file=str(t.path)) or "intel"
-    return (t.gpu, t.gpus, t.nodes, t.test, t.nccl_algo, t.forced, t.nic_gbps, t.gpus_per_thread, cpu)
+    forced = tuple((k, ".".join(v.split(".")[:2]) if k == "PHANTORA_NCCL_VERSION" else v) for k, v in t.forced)
+    return (t.gpu, t.gpus, t.nodes, t.test, t.nccl_algo, forced, t.nic_gbps, t.gpus_per_thread, cpu)
 
 
 def groups(tables: Iterable[Table]) -> list[list[Table]]:

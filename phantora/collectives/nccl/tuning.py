@@ -232,7 +232,7 @@ def _latency(kind: str, a: str, pi: int, p: Platform, nsteps: int, overhead: flo
 
 
 def model_time_us(
-    cost: Cost, kind: str, p: Platform, nbytes: int, channels: int, version: tuple[int, int] = T.MODEL_NCCL_VERSION
+    cost: Cost, kind: str, p: Platform, nbytes: int, channels: int, version: tuple[int, ...] = T.MODEL_NCCL_VERSION
 ) -> float:
     """`ncclTopoGetAlgoTime`: latency (with the ring plateau) plus bytes over bandwidth (tree-corrected; NVLS-Tree
     on Blackwell too where NCCL `version` corrects it, `nvls_tree_corrected`)."""
@@ -243,12 +243,16 @@ def model_time_us(
     if nvls_tree_corrected(cost, kind, p, version) and 0 <= log_size < 24:
         bw *= T.TREE_CORRECTION[cost.protocol][log_size]
     plateau = nbytes // max(1, channels * p.nranks) >= 64
-    if cost.algorithm == "ring" and cost.protocol == "Simple" and p.nnodes > 1 and kind == "all_reduce" and plateau:
+    ring_ar = cost.algorithm == "ring" and cost.protocol == "Simple" and p.nnodes > 1 and kind == "all_reduce"
+    old = old_tuners.ring_plateau(version, p, nbytes) if ring_ar else None
+    if old is not None:
+        lat *= old
+    elif ring_ar and plateau:
         lat *= T.RING_PLATEAU if p.compcap >= 80 else 1.9
     return lat + nbytes / (1000.0 * bw)
 
 
-def nvls_tree_corrected(cost: Cost, kind: str, p: Platform, version: tuple[int, int]) -> bool:
+def nvls_tree_corrected(cost: Cost, kind: str, p: Platform, version: tuple[int, ...]) -> bool:
     """Whether NCCL `version` applies the tree correction to an NVLS-Tree all-reduce: from v2.29.2-1 on Blackwell
     with x86 hosts (tuning.cc `ncclTopoGetAlgoTime`: minCompCap >= 100, cpuArch X86, log2(bytes / 64) < 24)."""
     return (
@@ -256,7 +260,7 @@ def nvls_tree_corrected(cost: Cost, kind: str, p: Platform, version: tuple[int, 
         and kind == "all_reduce"
         and p.compcap >= 100
         and p.cpu in T.X86_CPUS
-        and version >= T.NVLS_TREE_CORRECTION_FROM
+        and version[:2] >= T.NVLS_TREE_CORRECTION_FROM
     )
 
 
@@ -298,38 +302,49 @@ def _ll_max(p: Platform) -> float:
     return T.LL_MAX_BW[p.arch][p.index2] if p.nnodes == 1 else T.LL_MAX_BW_MULTINODE[p.cpu][p.index2]
 
 
+def running_release(st: NcclSettings) -> old_tuners.Version:
+    """The NCCL that runs, as old_tuners takes it: `st.nccl_release` where it names a patch of `st.nccl_version`,
+    else (major, minor) alone (the minor's newest patch)."""
+    r = st.nccl_release
+    return r if r[2] and r[:2] == st.nccl_version else st.nccl_version
+
+
 def rated(cost: Cost, kind: str, p: Platform, st: NcclSettings) -> Cost | None:
-    """`cost` as the tuner of the NCCL that runs (`st.nccl_version`) rates it, for the choice only: where an older
-    tuning.cc differs (old_tuners.py: ring LL and LL128 factors, tree Simple latency, NVLS, NVLS-Tree and PAT
+    """`cost` as the tuner of the NCCL that runs (`running_release`) rates it, for the choice only:
+    where an older tuning.cc differs (old_tuners.py: ring and tree bandwidths and latencies, NVLS, NVLS-Tree and PAT
     ratings, and which of them exist), its figure; else 2.30's. None: that NCCL does not run it. The chosen
     algorithm's time stays the model's."""
-    v, a, proto = st.nccl_version, cost.algorithm, cost.protocol
-    if not old_tuners.available(v, a):
+    v, a, proto = running_release(st), cost.algorithm, cost.protocol
+    if not old_tuners.available(v, a, kind):
         return None
     if a == "pat":
         f = old_tuners.pat_factor(v)
         return cost if f is None else Cost(a, proto, cost.lat_us, cost.algbw * f)
-    if a == "ring" and proto in ("LL", "LL128"):
+    pi = T.PROTOCOLS.index(proto)
+    if a in ("ring", "tree"):
         ring, nsteps = ring_graph(p), _nsteps(kind, p.nranks)
         raw = ring.nchannels * (ring.bw_intra if p.nnodes <= 2 else ring.bw_inter)
-        ratio = p.nranks / nsteps  # the ring's bus to algorithm bandwidth, every kind
-        if proto == "LL":
-            bus = old_tuners.ring_ll_bus(v, kind, p, raw, _ll_max(p))
+        bus = old_tuners.graph_bus_bw(v, kind, a, proto, p, raw, ring.nchannels, _ll_max(p))
+        algbw = cost.algbw if bus is None else bus * (p.nranks / nsteps if a == "ring" else 0.5)
+        if a == "ring":
+            lat = old_tuners.ring_lat_us(v, kind, pi, p, nsteps, net_overhead_us(p, st))
         else:
-            f = old_tuners.ring_ll128_factor(v, p)
-            bus = None if f is None else min(raw * f, ring.nchannels * T.PER_CH_MAX_RING_LL128_BW[p.arch])
-        return cost if bus is None else Cost(a, proto, cost.lat_us, bus * ratio)
-    if a == "tree" and proto == "Simple":
-        lat = old_tuners.tree_simple_lat_us(v, kind, p)
-        return cost if lat is None else Cost(a, proto, lat, cost.algbw)
-    if a in ("nvls", "nvls_tree"):
-        g = nvls_graph(p)
-        if a == "nvls_tree":
-            rating = old_tuners.nvls_tree_rating(v, p, g.nchannels, g.bw_intra, g.bw_inter)
-            return cost if rating is None else Cost(a, proto, rating[0], rating[1])
-        if p.nnodes == 1:
-            bw = old_tuners.nvls_algbw(v, kind, p, g.nchannels, g.bw_intra, g.bw_inter)
-            return cost if bw is None else Cost(a, proto, cost.lat_us, bw)
+            lat = old_tuners.tree_lat_us(v, kind, pi, p)
+        if bus is None and lat is None:
+            return cost
+        return Cost(a, proto, cost.lat_us if lat is None else lat, algbw)
+    g = nvls_graph(p)
+    if a == "nvls_tree":
+        rating = old_tuners.nvls_tree_rating(v, p, g.nchannels, g.bw_intra, g.bw_inter, _nsteps(kind, p.nranks))
+        return cost if rating is None else Cost(a, proto, rating[0], rating[1])
+    if a == "nvls" and p.nnodes == 1:
+        if old_tuners.release(v) < old_tuners.V2_18_1:  # v2.17 rates NVLS on the ring graph
+            g = ring_graph(p)
+        bw = old_tuners.nvls_algbw(v, kind, p, g.nchannels, g.bw_intra, g.bw_inter)
+        lat = old_tuners.nvls_lat_us(v, p)
+        if bw is None and lat is None:
+            return cost
+        return Cost(a, proto, cost.lat_us if lat is None else lat, cost.algbw if bw is None else bw)
     return cost
 
 
@@ -346,7 +361,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
         if as_rated is None:
             continue
         ch = run_channels(cost.algorithm, cost.protocol, p, st, nbytes)
-        t = model_time_us(as_rated, kind, p, nbytes, comm, st.nccl_version)
+        t = model_time_us(as_rated, kind, p, nbytes, comm, running_release(st))
         if best is None or t < best[0]:
             best = (t, cost, ch)
     if best is None:
