@@ -13,6 +13,10 @@ and counted in ``rejected``. A barrier sends every peer its frame without blocki
 peer's frame of this sequence number is in (frames of the next barrier may already follow it: a peer moves on once
 it has everyone's); at most `timeout_s` of silence (the first barrier: the start-up timeout), then it raises naming
 the workers it waits for. A peer that closes its end is named as dead.
+
+The window loop itself runs in C++ over these sockets (`run_native`, `phantora.netsim.cut_native`: the same rules
+and the same frames) unless ``PHANTORA_CUT_LOOP=python`` asks for `cut_windows.run_windows`' Python loop. Once the
+sockets are handed to C++ their Python `exchange` refuses (each side buffers what it has read).
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from bridge.cut_peers import PEER_TIMEOUT_S, peer_name
 from bridge.errors import BridgeError
 from bridge.protocol import E_TIMEOUT
 from bridge.transport import endpoint_file, token_ok, write_endpoint_file
+from phantora.errors import PhantoraError
 from phantora.netsim.cut_windows import NEVER, PeerReport
 
+LOOP_ENV = "PHANTORA_CUT_LOOP"  # "python": the Python window loop (cut_windows); else the C++ loop
 HELLO = "phantora-cut-hello"  # a hello's kind: {"k": HELLO, "group": G, "token": the run's}
 MAX_HELLO = 1024
 READ_CHUNK = 1 << 20
@@ -64,6 +70,8 @@ class UnixPeers:
         self._by_fd: dict[int, int] = {}
         self._chunk = bytearray(READ_CHUNK)
         self._view = memoryview(self._chunk)
+        self.native = os.environ.get(LOOP_ENV, "") != "python"  # the C++ window loop runs over these sockets
+        self._native: Any = None  # its handle (`phantora.netsim.cut_native.native_peers`), once handed over
         path = run_dir / f"{peer_name(group)}.sock"
         self._listen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -159,6 +167,25 @@ class UnixPeers:
         self._by_fd[sock.fileno()] = g
         self._poll.register(sock.fileno(), select.POLLIN)
 
+    # ----- the C++ window loop ---------------------------------------------------------------------
+    def run_native(self, net: Any, **kw: Any) -> int | None:
+        """`cut_windows.run_windows` in C++ over these sockets (`phantora.netsim.cut_native.run_native`'s
+        keywords); a failure (a silent, dead or garbled peer) as the Python exchange raises it."""
+        from phantora.netsim import cut_native
+
+        if self._native is None:
+            if any(len(b) for b in self._bufs.values()):
+                raise BridgeError(f"partition worker {self.group}: frames already read by Python; the C++ window "
+                                  "loop cannot take the sockets over")  # fmt: skip
+            fds = [self._socks[g].fileno() if g in self._socks else -1 for g in range(self.groups)]
+            self._native = cut_native.native_peers(self.group, fds, self.timeout_s, self._first_timeout_s)
+        try:
+            return cut_native.run_native(net, self._native, group=self.group, **kw)
+        except PhantoraError as e:
+            if "no word from" in str(e):
+                raise BridgeError(str(e), code=E_TIMEOUT) from None
+            raise BridgeError(str(e)) from None
+
     # ----- barriers -----------------------------------------------------------------------------
     def _frame(self, g: int) -> tuple[int, PeerReport] | None:
         """The first whole frame buffered from worker `g`, taken off its buffer; None if not whole yet."""
@@ -191,6 +218,8 @@ class UnixPeers:
         output: int = 0,
     ) -> list[PeerReport]:
         """`phantora.netsim.cut_windows.Peers.exchange` over the stream sockets."""
+        if self._native is not None:
+            raise BridgeError(f"partition worker {self.group}: its sockets run the C++ window loop, not this exchange")
         out: dict[int, PeerReport] = {}
         unsent: dict[int, memoryview] = {}
         for g, sock in self._socks.items():

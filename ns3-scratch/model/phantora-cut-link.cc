@@ -52,22 +52,32 @@ class Reader {
   std::size_t m_at = 0;
 };
 
-/// Appends fields to a region of known size, reserved at once (no per-field resize).
+/// Appends fields to a region of known size, reserved at once (no per-field resize); throws rather than write
+/// past it (a message whose fields outgrow the size it was given: a bug here, never memory corruption).
 class Writer {
  public:
-  Writer(std::vector<uint8_t>& out, std::size_t n) : m_at(out.size()) {
+  Writer(std::vector<uint8_t>& out, std::size_t n) : m_at(out.size()), m_n(n) {
     out.resize(m_at + n);
     m_p = out.data() + m_at;
+    m_end = m_p + n;
   }
   template <typename T>
   void Put(T v) {
+    if (static_cast<std::size_t>(m_end - m_p) < sizeof(T)) [[unlikely]] {
+      throw std::logic_error("cut-link message: a field of " + std::to_string(sizeof(T)) + " bytes past the " +
+                             std::to_string(m_n) + " bytes reserved for it");
+    }
     std::memcpy(m_p, &v, sizeof(T));
     m_p += sizeof(T);
   }
+  /// Bytes reserved and not written.
+  std::size_t Left() const { return static_cast<std::size_t>(m_end - m_p); }
 
  private:
   std::size_t m_at;
+  std::size_t m_n;
   uint8_t* m_p;
+  uint8_t* m_end;
 };
 
 // A cut packet's header travels as its fields in native byte order, the same fields PhantoraHeader::Serialize
@@ -287,6 +297,10 @@ void PhantoraCutLink::Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPack
   w.Put(pkt->linkClass);
   w.Put(hdrLen);
   PutHeader(w, pkt->hdr);
+  if (w.Left() != 0) [[unlikely]] {
+    throw std::logic_error("cut-link message: " + std::to_string(w.Left()) + " of its bytes left unwritten (a "
+                           "header of " + std::to_string(hdrLen) + " bytes)");
+  }
   ++m_messages;
   m_bytes += out.size() - start;
 }

@@ -39,6 +39,9 @@ window runs one ns only (every start in it is at that ns, so each worker's own s
 worker that started none has empty queues until the barrier tells it); then every worker joins the grid
 (`CutSampling`) and samples on while any worker has flows (the pool cuts the samples after one engine's last).
 
+On one machine the peers run this same loop in C++ over their stream sockets (`Peers` with ``native`` set: their
+`run_native`, `phantora.netsim.cut_native`), without a Python call per window; otherwise this module runs it.
+
 The exchange itself is `bridge.cut_unix` on one machine (Unix stream sockets, `bridge.cut_frame`'s
 length-prefixed msgpack frames) and `bridge.cut_peers` over tcp or CurveZMQ (ZeroMQ, msgpack), with the run's token
 and receive timeouts; this module is the loop, independent of the transport.
@@ -200,7 +203,11 @@ def _lockstep_round(net: Any, peers: Peers, group: int, glob: int, stats: Window
 
 
 def warm_up(net: Any, group: int, groups: int) -> None:
-    """Call each window method of `net` once, doing nothing (cppyy's first-call cost, kept out of the figures)."""
+    """Call each window method of `net` once, doing nothing (cppyy's first-call cost, kept out of the figures), and
+    the C++ loop (`phantora.netsim.cut_native`)."""
+    from phantora.netsim import cut_native
+
+    cut_native.warm_up(net)
     net.CutRunBefore(0)
     net.CutReleaseBounds(0)
     net.CutShareBounds(-1)
@@ -259,6 +266,9 @@ def run_windows(
     """
     if lookahead_ns <= 0:
         raise ValueError(f"partition worker {group}: lookahead must be > 0 ns, got {lookahead_ns}")
+    if getattr(peers, "native", False):  # local stream sockets: the same loop in C++ (phantora.netsim.cut_native)
+        return peers.run_native(net, lookahead_ns=lookahead_ns, until=until, stats=stats,  # type: ignore[attr-defined]
+                                sampling=sampling, reacting=reacting)  # fmt: skip
     batches: dict[int, bytes] = {}
     min_arrival = NEVER
     start = through = lock = -1  # the last window's start; the ns it ran through (CutRunThrough); in lockstep

@@ -1,0 +1,87 @@
+// PhantoraCutWindows: a partition worker's window loop in C++, exchanging over local Unix stream sockets.
+//
+// The same loop as phantora.netsim.cut_windows.run_windows (its docstring gives the window rules: lookahead,
+// earliest output, release bounds, lockstep rounds, queue sampling, reacting flows), run without a Python call per
+// window: bridge.cut_unix opens the sockets and checks the hellos, then hands their descriptors over. Each barrier
+// report is one bridge.cut_frame frame (PhantoraCutPeers: a length, then a msgpack array), every receive bounded by
+// a timeout, a closed peer named.
+// Only standard types cross this interface (cppyy loads it beside phantora-network.h).
+#ifndef PHANTORA_CUT_WINDOWS_H
+#define PHANTORA_CUT_WINDOWS_H
+
+#include "phantora-network.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ns3 {
+
+/// What one worker says at a barrier (phantora.netsim.cut_windows.PeerReport); NEVER (INT64_MAX) for none.
+struct CutReport {
+  int64_t next = INT64_MAX;        ///< its next event before this barrier's deliveries
+  int64_t minArrival = INT64_MAX;  ///< least arrival of the messages it sent in the window
+  int64_t later = INT64_MAX;       ///< least ns a release it causes lands at, after its dependency's completion ns
+  int64_t same = INT64_MAX;        ///< ... in that ns
+  int64_t sampleFrom = INT64_MAX;  ///< queue sampling: the ns its sampling began at
+  int64_t reactBound = INT64_MAX;  ///< stepped workers: reacting flows' bound
+  int64_t reactStop = INT64_MAX;   ///< ... and stop
+  int64_t output = 0;              ///< its earliest output (0: not told)
+  bool busy = true;                ///< queue sampling: it still had flows
+  uint32_t keyLen = 0;             ///< a lockstep round's next-event key: 0 or 4 ints
+  int64_t key[4] = {0, 0, 0, 0};
+  std::string batch;  ///< its cut-cable messages for the receiver (PhantoraNetwork::CutDeliver's bytes)
+};
+
+/// One worker's connected stream sockets to the other workers of its partition on one machine. A frame is
+/// bridge.cut_frame's (the body's length as a little-endian u64, then the msgpack array [seq, next, arr, release
+/// later, release same, sample from, react bound, react stop, output, busy, key, batch]), so either loop reads the
+/// other's. The descriptors stay the caller's (bridge.cut_unix closes them).
+class PhantoraCutPeers {
+ public:
+  /// `fds[g]`: the socket to worker g, -1 at this worker's own group; a barrier waits at most `timeoutMs` of
+  /// silence (`firstTimeoutMs` at barrier 0, which follows every worker's set-up), then throws naming the workers.
+  PhantoraCutPeers(uint32_t group, const std::vector<int>& fds, int64_t timeoutMs, int64_t firstTimeoutMs);
+  uint32_t Group() const { return m_group; }
+  uint32_t Groups() const { return static_cast<uint32_t>(m_fds.size()); }
+  /// Send every peer its report (`mine` with `batches[g]`), then read each peer's report of barrier `seq` into
+  /// `out[g]` (frames of the next barrier may follow and stay buffered); throws naming a silent or closed worker.
+  void Exchange(uint64_t seq, const CutReport& mine, const std::vector<std::string>& batches,
+                std::vector<CutReport>& out);
+  /// Bytes read from peers and not yet taken as reports (0 between runs unless a peer ran ahead).
+  uint64_t Buffered() const;
+
+  static constexpr uint64_t kMaxBatch = uint64_t{1} << 30;  ///< the most a frame's batch may announce
+
+ private:
+  bool Take(uint32_t g, uint64_t seq, CutReport& out);
+  bool Read(uint32_t g);  ///< false once the peer closed its end
+  std::string Closed(uint32_t g) const;
+
+  uint32_t m_group;
+  std::vector<int> m_fds;
+  int64_t m_timeoutMs;
+  int64_t m_firstTimeoutMs;
+  std::vector<std::vector<uint8_t>> m_bufs;  ///< bytes read per peer
+  std::vector<std::size_t> m_at;             ///< where each buffer's first frame not taken starts
+  std::vector<uint8_t> m_chunk;              ///< one read's bytes
+};
+
+/// A partition worker's part of one engine's RunUntil over windows (phantora.netsim.cut_windows.run_windows):
+/// args = {group, lookahead ns, until ns (-1: run until nothing is left anywhere), sampling (0/1), reacting (0/1),
+/// first seq (the barriers already made)}. Returns {stopped ns (-1: ran to until), barriers made, windows, message
+/// bytes out, lockstep rounds, CPU ns in the runs, wall ns in the exchanges, then the windows by what ended them
+/// (kCutWhy order), then by width (kCutWidths buckets: 0, 1, 2-9, 10-99, ...)}. `peers` null: a warm-up call
+/// (nothing run, an empty result).
+std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeers* peers,
+                                           const std::vector<int64_t>& args);
+
+/// What ended a window, in the order of PhantoraCutRunWindows' counts (phantora.netsim.cut_windows' names).
+constexpr const char* kCutWhy[] = {"lookahead",     "release after",  "release in",    "lockstep",
+                                   "until",         "earliest output", "reacting flow", "sampling start"};
+constexpr uint32_t kCutWhyCount = 8;
+constexpr uint32_t kCutWidths = 21;  ///< width buckets: 0, 1, then 2-9 and one per decade up to 19 digits
+
+}  // namespace ns3
+
+#endif  // PHANTORA_CUT_WINDOWS_H
