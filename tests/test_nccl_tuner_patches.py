@@ -209,9 +209,9 @@ def test_hopper_ll_ceiling_and_ring_ll_before_v2_21_5():
 
 def test_one_host_nvls_before_v2_19():
     """1 H100 host, NVLS graph 8 x 40: v2.18.3-1+ rate it 8 x 40 x 5/6 = 266.67 GB/s at 23 µs (its base latency),
-    v2.18.1-1 x 0.75 = 240; v2.17 at 40 µs on the ring graph (12 x 30 x 0.75 = 270); 23 µs until v2.20.5-1, 25
-    (2.30's) from v2.21.5-1. All-gather: no NVLS in v2.18, x 5/6 in v2.19-2.22 (266.67), unconverted from 2.23
-    (320)."""
+    v2.18.1-1 x 0.75 = 240; v2.17 at 40 µs on the ring graph (12 x 30 x 0.75 = 270, its bus capped at 370); 23 µs
+    until v2.20.5-1, 25 (2.30's) from v2.21.5-1. All-gather: no NVLS in v2.18, x 5/6 in v2.19-2.22 (266.67),
+    unconverted from 2.23 (320)."""
     p = _platform(H100_1)
     assert old_tuners.nvls_algbw((2, 18, 5), "all_reduce", p, 8, 40.0, 40.0) == pytest.approx(266.667, abs=1e-3)
     assert old_tuners.nvls_algbw((2, 18, 1), "all_reduce", p, 8, 40.0, 40.0) == pytest.approx(240.0)
@@ -225,6 +225,8 @@ def test_one_host_nvls_before_v2_19():
     nvls = next(c for c in tuning.costs("all_reduce", p, st) if c.algorithm == "nvls")
     rated = tuning.rated(nvls, "all_reduce", p, st)
     assert rated is not None and (rated.lat_us, rated.algbw) == (40.0, pytest.approx(270.0))
+    # v2.17's 370 GB/s Hopper bus cap binds a faster graph: 16 x 30 = 480 -> 370 x 0.75 = 277.5
+    assert old_tuners.nvls_algbw((2, 17, 1), "all_reduce", p, 16, 30.0, 30.0) == pytest.approx(277.5)
     assert not old_tuners.available((2, 18, 5), "nvls", "all_gather")
     assert old_tuners.available((2, 17, 1), "nvls", "all_gather")
     assert old_tuners.available((2, 19), "nvls", "all_gather")

@@ -247,12 +247,13 @@ def nvls_algbw(v: Version, kind: str, p: Platform, nch: int, bw_intra: float, bw
     if r >= V2_28_3 or nch < 2:
         return None
     ratio = NVLS_RATIO_2_17 if r < V2_18_3 else NVLS_RATIO
+    cap = BUS_CAP_2_17.get(p.arch, math.inf) if r < V2_18_1 else math.inf  # v2.17 caps every algorithm's bus
     if kind == "all_reduce":
-        return nch * (bw_intra if r < V2_19_1 else min(bw_intra, bw_inter)) * ratio
+        return min(nch * (bw_intra if r < V2_19_1 else min(bw_intra, bw_inter)), cap) * ratio
     if r >= V2_27_3:
         return nch * min(bw_intra * (p.ppn - 1) / p.ppn, 0.9 * bw_inter)
     if r < V2_23_4:  # all-gather / reduce-scatter converted to algorithm bandwidth like all-reduce
-        return nch * (bw_intra if r < V2_19_1 else min(bw_intra, bw_inter)) * ratio
+        return min(nch * (bw_intra if r < V2_19_1 else min(bw_intra, bw_inter)), cap) * ratio
     return nch * min(bw_intra, bw_inter)  # bus = algorithm bandwidth in NCCL's model
 
 
