@@ -20,13 +20,13 @@ if TYPE_CHECKING:
 # Which driver `--set workers=N` builds, per mode (docs/packet-model.md, "Which driver workers=N builds"). Every mode
 # builds the plain `DecomposedSimulator` under the driver's `FluidNvlinkSimulator` (the fluid NVLink side in the
 # driver). Route (a)'s `HybridDecomposedSimulator` (each worker the fluid hybrid of its hosts and pieces) gives the
-# same files byte for byte on a replay (tests/test_decompose_replay_driver.py) but is slower on the users' path:
-# `phantora replay` of 2 hierarchical 64 MiB all-reduces on rail128, --granularity chunked (90,112 flows), took
-# 142.3 s of run_engine wall against 18.5 s plain (1,336 rounds against 338; the driver's time between rounds 129.6 s:
-# the workload's markers gate every worker with no lookahead). Only a caller that submits its whole DAG once and
-# drains it (`phantora replay`: whole_dag=True) may use it, and only when WHOLE_DAG_DRIVER says so. `run`, `jobs` and
-# `nccl-tests` submit as they go and keep the plain driver: there the hybrid re-pulls its horizon at every watched
-# completion (a 3-size nccl-tests all_reduce on rail128 was stopped unfinished at 250 CPU s against 9 s plain).
+# same files byte for byte on a replay (tests/test_decompose_replay_driver.py) but is slower on the users' path
+# (bench/bench_whole_dag_driver.py, 2026-12-01, after 1ffa44d's gate heap): a replay of 2 hierarchical 64 MiB
+# all-reduces on rail128, chunked (90,112 flows), took 2.05x plain's wall (912 rounds against 187: the workload's
+# markers and the NVLink hand-offs gate every worker with no lookahead). Only a caller that submits its whole DAG once
+# and drains it (`phantora replay`: whole_dag=True) may use it, and only when WHOLE_DAG_DRIVER says so. `run`, `jobs`
+# and `nccl-tests` submit as they go and keep the plain driver: there the hybrid stops its workers at every watched
+# flow's bound with no lookahead (a 3-size nccl-tests all_reduce on rail128: 11,369 rounds against 105, 15.6x the wall).
 WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
 
 
