@@ -220,13 +220,27 @@ def misses(results: dict[str, tuple[Table, list[Row]]], bullet: str) -> list[str
     return out or [f"{bullet}none"]
 
 
-def setup_points(bullet: str) -> list[str]:
-    """The published points not compared: an algorithm's first use in the sweep (first_use.py)."""
+def setup_points(bullet: str, everything: Results, network: str) -> list[str]:
+    """The published points not compared (an algorithm's first use in the sweep, first_use.py), each with the
+    model's figure beside it, and the tables that would meet the goal were they compared."""
     out = []
+    results, _ = split(everything)
+    met = {name: not any(r.missed for r in rows) for name, (_, rows) in results.items()}
     for name, points in sorted(SETUP_POINTS.items()):
+        if name not in everything:
+            continue
+        table = everything[name][0]
         published = dict(read_rows(name))
         for size, algo in sorted(points.items()):
-            out.append(f"{bullet}{name} {_size(size)}: {published.get(size, 0.0):.2f} GB/s, first use of {algo}")
+            sim, choice = simulate(table, size, network)
+            row = Row(size, published.get(size, 0.0), sim, f"{choice.get('algorithm')}/{choice.get('protocol')}")
+            met[name] = met.get(name, True) and not row.missed
+            out.append(
+                f"{bullet}{name} {_size(size)}: {row.published:.2f} GB/s, first use of {algo}; "
+                f"the model {row.simulated:.2f} ({row.error:+.0%}, {row.choice})"
+            )
+    if out:
+        out.append(f"{bullet}with these compared: {sum(met.values())}/{len(met)} tables meet the goal at every size")
     return out
 
 
@@ -243,7 +257,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def print_markdown(everything: dict[str, tuple[Table, list[Row]]]) -> None:
+def print_markdown(everything: dict[str, tuple[Table, list[Row]]], network: str = "flow") -> None:
     """docs/validation.md's generated part: the result, the per-table summary, the misses, then every table (the
     held-out tables' result, summary and misses apart, after the fitted ones')."""
     results, held = split(everything)
@@ -266,7 +280,7 @@ def print_markdown(everything: dict[str, tuple[Table, list[Row]]]) -> None:
     print("\nTables kept in tests/data/nccl_tests but not compared:\n")
     print("\n".join(f"- {name}: {why}" for name, why in not_compared()))
     print(f"\n{SETUP_NOTE}:\n")
-    print("\n".join(setup_points("- ")))
+    print("\n".join(setup_points("- ", everything, network)))
     if held:
         lines = overall(held, "- ")
         print(f"\n**Held-out tables** (never used to fit the model): {lines[0]}. Per collective:")
@@ -316,7 +330,7 @@ def main() -> None:
     chosen = [t for t in tables(include_held_out=True) if args.table in t.name]
     everything = {t.name: (t, compare(t, args.network, args.min_size, args.max_size)) for t in chosen}
     if args.markdown:
-        print_markdown(everything)
+        print_markdown(everything, args.network)
         return
     results, held = split(everything)
     for name, (table, rows) in everything.items():
@@ -343,7 +357,7 @@ def main() -> None:
     print("\ntables kept in tests/data/nccl_tests but not compared:")
     print("\n".join(f"  {name}: {why}" for name, why in not_compared()))
     print(f"\n{SETUP_NOTE.lower()}:")
-    print("\n".join(setup_points("  ")))
+    print("\n".join(setup_points("  ", everything, args.network)))
 
 
 if __name__ == "__main__":
