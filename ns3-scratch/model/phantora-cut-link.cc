@@ -52,6 +52,12 @@ class Reader {
   std::size_t m_at = 0;
 };
 
+/// Writer's refusal, out of line so that Put stays a compare and a copy.
+[[noreturn, gnu::noinline, gnu::cold]] void WriterOverflow(std::size_t field, std::size_t reserved) {
+  throw std::logic_error("cut-link message: a field of " + std::to_string(field) + " bytes past the " +
+                         std::to_string(reserved) + " bytes reserved for it");
+}
+
 /// Appends fields to a region of known size, reserved at once (no per-field resize); throws rather than write
 /// past it (a message whose fields outgrow the size it was given: a bug here, never memory corruption).
 class Writer {
@@ -62,10 +68,9 @@ class Writer {
     m_end = m_p + n;
   }
   template <typename T>
-  void Put(T v) {
+  [[gnu::always_inline]] void Put(T v) {
     if (static_cast<std::size_t>(m_end - m_p) < sizeof(T)) [[unlikely]] {
-      throw std::logic_error("cut-link message: a field of " + std::to_string(sizeof(T)) + " bytes past the " +
-                             std::to_string(m_n) + " bytes reserved for it");
+      WriterOverflow(sizeof(T), m_n);
     }
     std::memcpy(m_p, &v, sizeof(T));
     m_p += sizeof(T);

@@ -1,6 +1,8 @@
 // PhantoraCutWindows: a partition worker's window loop in C++ (see the header).
 #include "phantora-cut-windows.h"
 
+#include "phantora-interrupt.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -144,6 +146,16 @@ int64_t WallNs() {
 int64_t OrNever(int64_t t) { return t < 0 ? kNever : t; }
 
 std::string Worker(uint32_t g) { return "partition worker " + std::to_string(g); }
+
+/// A signal (SIGTERM, SIGINT) cuts a window's run short (PhantoraScheduler stops at it): the loop must not go on as
+/// if the window ran whole. Its note is left for PhantoraNetwork::InterruptedBy.
+void StopIfInterrupted(uint32_t group) {
+  if (InterruptPending()) [[unlikely]] {
+    throw std::runtime_error(Worker(group) + ": interrupted by signal " +
+                             std::to_string(g_phantoraInterrupt.load(std::memory_order_relaxed)) +
+                             " (its windows stop here)");
+  }
+}
 
 using Wide = __int128;  // window ends as phantora.netsim.cut_windows computes them (Python ints: no overflow)
 
@@ -404,6 +416,7 @@ void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine, const std::
     const int rc = poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left / 1000000 + 1, 1 << 30)));
     if (rc < 0) {
       if (errno == EINTR) {
+        StopIfInterrupted(m_group);
         continue;
       }
       throw std::runtime_error(Worker(m_group) + ": poll failed (" + std::strerror(errno) + ")");
@@ -578,6 +591,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       net.CutRunBefore(e);
     }
     runCpu += CpuNs() - c0;
+    StopIfInterrupted(group);
     ++windows;
     ++why[w];
     ++widths[WidthIndex(how == kLockstep ? 0 : e - glob + (how == kThrough))];
