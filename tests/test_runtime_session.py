@@ -28,7 +28,7 @@ from phantora.runtime.simcuda import streams as sim_streams
 COMM_NS = 100_000
 LAUNCH_NS = 1_000
 N = 256
-PAST_BUFFER = (1 << 20) // 4 + 1  # fp32 elements: one more than a connection buffers (1 MiB: eager_send_bytes)
+PAST_BUFFER = (1 << 20) // 4 + 1  # fp32 elements: one more than the connection's slots take (P2PClient: 1 MiB)
 MM_NS = math.ceil(2 * N**3 / 67e12 * 1e9) + LAUNCH_NS  # fp32 on H100, compute-bound
 
 
@@ -312,6 +312,11 @@ class P2PClient(FixedLatencyClient):
         self.p2ps.append({"peer": peer, "send": is_send, "stream": stream, "launch": launch, "after": list(after),
                           "h": h})  # fmt: skip
         return h
+
+    def handoff_plan(self, *, peer: int, nbytes: int, algo: Any = None) -> tuple[None, list[int], bool]:
+        """No hand-off time, and the slots of one net channel of 128 KiB steps (leaf_spine(1, 2, 1)'s pair:
+        8 of them, 1 MiB): a larger send waits for its receiver on its stream."""
+        return None, [max(1, -(-nbytes // (128 * 1024)))], True
 
 
 @pytest.fixture()

@@ -33,8 +33,6 @@ from torch._C._distributed_c10d import (
 )
 from torch.futures import Future
 
-from phantora.collectives.nccl.chunking import eager_send_bytes
-from phantora.collectives.nccl.settings import settings_of
 from phantora.errors import PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
@@ -610,7 +608,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(dst)
-        eager = (lone or not self._p2p_open) and nbytes(tensors) <= self._eager_bytes()  # its slots: issue_p2p
+        eager = lone or not self._p2p_open  # handed off if its connection's slots take it: issue_p2p
         p = self._s.issue_p2p(
             peer=self._ranks[dst],
             is_send=True,
@@ -647,12 +645,6 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if lone:
             self._p2p_group(None)
         return self._work(p, tensors)
-
-    def _eager_bytes(self) -> int:
-        """The largest lone send NCCL finishes without its receiver (chunking.eager_send_bytes), under the NCCL_*
-        variables this group runs with. Ordering a smaller one on its stream would make two ranks that both send
-        first, then receive, deadlock here where NCCL does not."""
-        return eager_send_bytes(settings_of(self._nccl_env or self._s.nccl_env_at_start))
 
     def _p2p_stream(self, peer: int) -> tuple[int, int | None]:
         """The NCCL stream and group launch of a send/recv with group rank `peer`, as ProcessGroupNCCL's

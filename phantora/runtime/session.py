@@ -495,12 +495,12 @@ class RankSession:
         `nccl_env`: as `issue`'s. `stream`: the NCCL stream it runs on (ProcessGroupNCCL's pointToPoint: its peer
         pair's, or its group's when batched or under eager init), after what the caller's current CUDA stream
         `cuda_stream` waits for (syncStream); `launch`: its batch's NCCL group launch. Its Work's wait() makes the
-        current stream wait for it, as a collective's does (`stream_wait`). `eager`: a send that fits its
-        connection's buffer (at most its NCCL_STEPS slots of the smallest p2p step), which is on no NCCL stream
-        (`stream` and `launch` dropped) if its slots fit: its kernel ends at its hand-off (`handoff_at`), which is
-        what its waits see, once the earlier such sends to `peer` whose slots it needs are received (`gate`,
-        phantora/collectives/slot_window.py); a send whose own slots do not fit waits for its receiver on its
-        stream, as a larger one does."""
+        current stream wait for it, as a collective's does (`stream_wait`). `eager`: a lone send, which is on no
+        NCCL stream (`stream` and `launch` dropped) if its own slots fit its connection's NCCL_STEPS a channel
+        (`Slots.fits`, the only size limit; or the model gives it no slots): its kernel ends at its hand-off
+        (`handoff_at`), which is what its waits see, once the earlier such sends to `peer` whose slots it needs are
+        received (`gate`, phantora/collectives/slot_window.py); a send whose own slots do not fit waits for its
+        receiver on its stream."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)

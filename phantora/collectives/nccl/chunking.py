@@ -211,13 +211,6 @@ def comm_p2p_chunk(comm: Platform, st: NcclSettings) -> int:
     return min(chunk, step_bytes("Simple", st))
 
 
-def eager_send_bytes(st: NcclSettings) -> int:
-    """The most a lone send hands over without its receiver's kernel running, on any transport: its connection's
-    NCCL_STEPS slots of the least p2p step (the sender's kernel waits only for a free slot: a send this small
-    ends before the matching receive starts, so two ranks that both send first do not hang; a larger one does)."""
-    return T.NCCL_STEPS * min(st.p2p_net_chunk, st.p2p_nvl_chunk, step_bytes("Simple", st))
-
-
 def gbx_net_chunk(comm: Platform, version: tuple[int, int]) -> bool:
     """Whether NCCL `version` doubles the net p2p chunk on `comm`'s hosts: arm CPUs, Blackwell GPUs, 2.29 on."""
     return comm.cpu == "arm" and comm.compcap >= 100 and version >= T.P2P_NET_CHUNK_ARM_FROM
