@@ -47,7 +47,7 @@ from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk, step_bytes
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.settings import NcclSettings
-from phantora.collectives.nccl.tuning import net_overhead_us
+from phantora.collectives.nccl.tuning import Choice, net_overhead_us
 from phantora.collectives.slot_window import Slots
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.topology.model import Topology
@@ -72,17 +72,28 @@ def _options(algo: AlgoOptions, over: Mapping[str, Any]) -> AlgoOptions:
     return dataclasses.replace(algo, **keep) if keep else algo
 
 
-def handoff_ns(
+def _lone_send(
     topo: Topology, algo: AlgoOptions, over: Mapping[str, Any], src: int, dst: int, nbytes: int
-) -> int | None:
-    """The ns from a lone send's kernel start to its hand-off (`src` to `dst`, `nbytes`), under the run's `algo` with
-    a call's overrides `over` (its NCCL_* variables); None where NCCL's model does not time it (the ideal model)."""
+) -> tuple[Choice, NcclSettings, Platform] | None:
+    """NCCL's choice for a lone send of `nbytes` from `src` to `dst`, with the settings and platform it was made
+    under; None where NCCL's model does not time it (the ideal model)."""
     opts = _options(algo, over)
     choice = choose(Collective("send_recv", (src, dst), nbytes, "uint8"), topo, opts)
     if choice is None:
         return None
     st = settings(opts)
-    p = platform_of(topo, (src, dst), st)
+    return choice, st, platform_of(topo, (src, dst), st)
+
+
+def handoff_ns(
+    topo: Topology, algo: AlgoOptions, over: Mapping[str, Any], src: int, dst: int, nbytes: int
+) -> int | None:
+    """The ns from a lone send's kernel start to its hand-off (`src` to `dst`, `nbytes`), under the run's `algo` with
+    a call's overrides `over` (its NCCL_* variables); None where NCCL's model does not time it (the ideal model)."""
+    lone = _lone_send(topo, algo, over, src, dst, nbytes)
+    if lone is None:
+        return None
+    choice, st, p = lone
     how = sender_transport(p, st)
     if choice.algorithm != "p2p" or how == "p2p_write" or (how == "p2p_read" and choice.protocol != "Simple"):
         return round(choice.time_us * 1000.0)
@@ -113,12 +124,10 @@ def send_slots(
 ) -> Slots | None:
     """The slots a lone send of `nbytes` from `src` to `dst` takes on each of its channels (`addP2pToPlan`, NCCL
     v2.26.5-1: a chunk per step, one step for an empty send); None where NCCL's model does not time it."""
-    opts = _options(algo, over)
-    choice = choose(Collective("send_recv", (src, dst), nbytes, "uint8"), topo, opts)
-    if choice is None:
+    lone = _lone_send(topo, algo, over, src, dst, nbytes)
+    if lone is None:
         return None
-    st = settings(opts)
-    p = platform_of(topo, (src, dst), st)
+    choice, st, p = lone
     network = p.nnodes > 1
     step = comm_p2p_chunk(p, st) if choice.protocol == "Simple" else step_bytes(choice.protocol, st)
     chunk = step

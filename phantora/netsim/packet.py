@@ -375,14 +375,7 @@ class Ns3Simulator:
             try:
                 dport = dports.get(f.id, 100) if dports else 100
                 net.AddFlow(f.id, f.src, f.dst, f.size, at, f.priority, key, deps, f.delay_ns, dport)
-                if f.loss_budget:
-                    net.SetLossBudget(f.id, f.loss_budget)
-                if f.rate_bps:
-                    net.SetMaxRate(f.id, f.rate_bps)
-                if f.conn and per_connection:
-                    net.SetConnection(f.id, f.conn)
-                if f.queue:
-                    net.SetQueue(f.id, f.queue)
+                _set_extras(net, f, per_connection)
             except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
                 raise InputError(cpp_message(exc), field="flows") from None
             self._known.add(f.id)
@@ -401,14 +394,7 @@ class Ns3Simulator:
         try:
             net.AddFlows(words.tobytes())
             for f in flows:
-                if f.loss_budget:
-                    net.SetLossBudget(f.id, f.loss_budget)
-                if f.rate_bps:
-                    net.SetMaxRate(f.id, f.rate_bps)
-                if f.conn and per_connection:
-                    net.SetConnection(f.id, f.conn)
-                if f.queue:
-                    net.SetQueue(f.id, f.queue)
+                _set_extras(net, f, per_connection)
         except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
             raise InputError(cpp_message(exc), field="flows") from None
         self._known.update(f.id for f in flows)
@@ -767,6 +753,18 @@ class Ns3Simulator:
 
     def _check_batch(self, flows: Sequence[Flow]) -> None:
         check_packet_batch(flows, self.topology, self._known.__contains__)
+
+
+def _set_extras(net: Any, f: Flow, per_connection: bool) -> None:
+    """A just-added flow's optional settings on ns-3's side: loss budget, rate cap, connection and queue."""
+    if f.loss_budget:
+        net.SetLossBudget(f.id, f.loss_budget)
+    if f.rate_bps:
+        net.SetMaxRate(f.id, f.rate_bps)
+    if f.conn and per_connection:
+        net.SetConnection(f.id, f.conn)
+    if f.queue:
+        net.SetQueue(f.id, f.queue)
 
 
 def unpack_step(words: memoryview, tags: dict[int, str]) -> list[Completion]:
