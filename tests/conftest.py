@@ -1,4 +1,5 @@
-"""Shared fixtures. `ns3_lib` imports ns-3 and loads the phantora fabric library once per test session."""
+"""Shared fixtures. `ns3_lib` imports ns-3 and loads the phantora fabric library once per test session;
+`solver_calls` counts the flow engine's max-min solver calls."""
 
 from __future__ import annotations
 
@@ -19,3 +20,20 @@ def ns3_lib():
     runtime = load_ns3()
     runtime.include_model_headers()
     return runtime
+
+
+@pytest.fixture
+def solver_calls(monkeypatch) -> list[int]:
+    """The number of paths of each call the flow engine makes to its max-min solver (`flow.maxmin_rates`) during
+    the test, in order: a component solved in closed form makes none."""
+    import phantora.netsim.flow as flow_mod
+
+    calls: list[int] = []
+    real = flow_mod.maxmin_rates
+
+    def counted(paths, *args, **kwargs):
+        calls.append(len(paths))
+        return real(paths, *args, **kwargs)
+
+    monkeypatch.setattr(flow_mod, "maxmin_rates", counted)
+    return calls

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-import phantora.netsim.flow as flow_mod
 from phantora.netsim.base import Flow
 from phantora.netsim.flow import FlowSimulator, one_path_rate
 from phantora.netsim.maxmin import maxmin_python
@@ -18,21 +17,8 @@ LINK = 450.0  # bytes/ns
 HOPS_NS = 50  # GPU -> NVSwitch -> GPU, 25 ns a hop
 
 
-def _no_solver(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    real = flow_mod.maxmin_rates
-
-    def counted(paths, *args, **kwargs):
-        calls.append(len(paths))
-        return real(paths, *args, **kwargs)
-
-    monkeypatch.setattr(flow_mod, "maxmin_rates", counted)
-    return calls
-
-
-def test_k_flows_on_one_nvlink_path_share_it_evenly(monkeypatch):
+def test_k_flows_on_one_nvlink_path_share_it_evenly(solver_calls):
     topo = load_topology("leafspine1024")  # 8 GPUs a host on one NVSwitch
-    calls = _no_solver(monkeypatch)
     flows: list[Flow] = []
     expect: dict[int, int] = {}
     for k in range(1, 9):  # host k - 1: GPU 0 -> GPU 1 of it, k flows at once
@@ -49,21 +35,20 @@ def test_k_flows_on_one_nvlink_path_share_it_evenly(monkeypatch):
         assert [rates[i] for i in mine] == [LINK / k] * k
     got = {c.flow_id: c.end_ns for c in sim.drain()}
     assert got == expect
-    assert calls == []  # every component was one path: closed forms only
+    assert solver_calls == []  # every component was one path: closed forms only
 
 
-def test_a_flow_joining_a_path_halves_its_rate(monkeypatch):
+def test_a_flow_joining_a_path_halves_its_rate(solver_calls):
     """A alone for 1,000 ns (450,000 B), then A and B at 225 B/ns: A's last 450,000 B end at 3,000 ns, B's
     first 450,000 B too, and B's rest alone at 450 B/ns by 4,000 ns."""
     topo = load_topology("leafspine1024")
-    calls = _no_solver(monkeypatch)
     sim = FlowSimulator(topo)
     sim.submit([Flow(0, 0, 1, SIZE)], at=0)
     assert sim.advance(1_000) == []
     sim.submit([Flow(1, 0, 1, SIZE)], at=1_000)
     got = {c.flow_id: (c.start_ns, c.end_ns) for c in sim.drain()}
     assert got == {0: (0, 3_000 + HOPS_NS), 1: (1_000, 4_000 + HOPS_NS)}
-    assert calls == []
+    assert solver_calls == []
 
 
 def test_closed_form_is_progressive_fillings_value_bit_for_bit():

@@ -7,7 +7,6 @@ import random
 
 import numpy as np
 
-import phantora.netsim.flow as flow_mod
 from phantora.netsim.base import Flow
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_numpy, maxmin_python
@@ -16,7 +15,7 @@ from phantora.topology.loader import load_topology
 SIZE = 900_000  # bytes: 2,000 ns alone on a 3.6 Tb/s NVLink port (450 bytes/ns)
 
 
-def test_hosts_solved_together_keep_their_own_rates(monkeypatch):
+def test_hosts_solved_together_keep_their_own_rates(solver_calls):
     topo = load_topology("leafspine1024")  # 128 hosts of 8 GPUs on one NVSwitch each, 3.6 Tb/s, 25 ns a hop
     flows: list[Flow] = []
     expect: dict[int, int] = {}
@@ -33,14 +32,7 @@ def test_hosts_solved_together_keep_their_own_rates(monkeypatch):
             expect[len(flows)] = m * 2_000 + 50
             flows.append(Flow(len(flows), g + 7, g, SIZE))
     assert fanned >= NUMPY_THRESHOLD
-    calls: list[int] = []
-    real = flow_mod.maxmin_rates
-
-    def counted(paths, *args, **kwargs):
-        calls.append(len(paths))
-        return real(paths, *args, **kwargs)
-
-    monkeypatch.setattr(flow_mod, "maxmin_rates", counted)
+    calls = solver_calls
     sim = FlowSimulator(topo)
     sim.submit(flows, at=0)
     got = {c.flow_id: c.end_ns for c in sim.drain()}
