@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.completion_log import CompletionLog
 from bridge.engine_pair import EnginePair
 from bridge.errors import RunFailed
 from bridge.jobs import JobTable
@@ -66,7 +67,7 @@ from phantora.netsim.bounds import EarliestEnds
 from phantora.topology.model import Topology
 
 RUN, WAIT, TEST, BARRIER, DONE = "run", "wait", "test", "barrier", "done"
-MAX_KEPT_FLOWS = 2_000_000  # per-flow records kept for the outcome (flows.csv): ~0.4 GB in the coordinator
+MAX_KEPT_FLOWS = 2_000_000  # per-flow records kept for the outcome (flows.csv): ~0.1 GB in the coordinator (columns)
 
 
 @dataclass
@@ -215,7 +216,7 @@ class CoordinatorCore:
         self.bounds = EarliestEnds(topology)  # in-flight flows' earliest possible completions, their bytes
         self.steps_started: dict[int, int] = {}  # step -> ns its first rank started it (scenario `at_step`)
         self._steps_held: dict[int, int] = {}  # step -> the earliest start reported so far, not applied yet
-        self.completions: list[Completion] = []
+        self.completions = CompletionLog()  # for flows.csv, as columns (bridge.completion_log)
         self.rounds = 0
         self.late_collectives = 0
         self.messages = 0
@@ -670,7 +671,7 @@ class CoordinatorCore:
             self.completions.append(c)
             return
         self.keep_flows = False
-        self.completions = []
+        self.completions = CompletionLog()
         self.flows_note = f"per-flow records dropped: the run has more than {MAX_KEPT_FLOWS:,} flows"
 
     def _apply(self, done: list[Completion]) -> None:
@@ -704,6 +705,8 @@ class CoordinatorCore:
                 if not last:
                     del rec.pending[r]
                     self._rank_done(rec, r, c.end_ns)  # completions come in end order: this is the max
+            if not rec.outstanding:  # a dict keeps its table when emptied: a finished record keeps none
+                rec.waiters, rec.pending = {}, {}
 
     # ----- the network clock ---------------------------------------------------------------------
     def _push(self, rs: RankState) -> None:
@@ -979,7 +982,7 @@ class CoordinatorCore:
         return {
             "ranks": [[rs.rank, rs.output, rs.t_finish] for rs in self.ranks],
             "collectives": [rec.to_dict() for rec in self.records],
-            "completions": [completion_to_wire(c) for c in self.completions],
+            "completions": self.completions.wire(),
             "links": [dataclasses.asdict(u) for u in usage],
             "flows_note": self.flows_note,
             "rounds": self.rounds,

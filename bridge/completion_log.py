@@ -1,0 +1,61 @@
+"""The coordinator's per-flow completion records (for flows.csv), kept as columns.
+
+A live run keeps every flow's completion until it ends (up to `bridge.core.MAX_KEPT_FLOWS`). As `Completion`
+objects with their own tag string and ints that took about 250 bytes a flow, so a long run's coordinator grew by
+megabytes a step; here a flow takes six 8-byte ints and a 4-byte index into the run's distinct tags (a run has few:
+`all_reduce#11/tree0/ch1/up/chunk1` is shared by the flows of one collective's step), about 52 bytes.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from typing import Any
+
+from phantora.netsim.base import Completion, Lost
+
+
+class CompletionLog:
+    """Completions in the order they were appended; iterating gives them back as equal `Completion`s."""
+
+    __slots__ = ("_ints", "_tag_of", "_tag_index", "_tags", "_lost")
+
+    def __init__(self) -> None:
+        self._ints = array("q")  # flow_id, start_ns, end_ns, size, src, dst per completion
+        self._tag_of = array("i")  # index into _tags per completion
+        self._tag_index: dict[str, int] = {}
+        self._tags: list[str] = []
+        self._lost: dict[int, Lost] = {}  # position -> lost ranges (DLCP; rare)
+
+    def append(self, c: Completion) -> None:
+        i = self._tag_index.get(c.tag)
+        if i is None:
+            i = self._tag_index[c.tag] = len(self._tags)
+            self._tags.append(c.tag)
+        if c.lost:
+            self._lost[len(self._tag_of)] = c.lost
+        self._ints.extend((c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst))
+        self._tag_of.append(i)
+
+    def __len__(self) -> int:
+        return len(self._tag_of)
+
+    def __bool__(self) -> bool:
+        return len(self._tag_of) > 0
+
+    def __iter__(self) -> Iterator[Completion]:
+        ints, tags, lost = self._ints, self._tags, self._lost
+        for k, t in enumerate(self._tag_of):
+            fid, start, end, size, src, dst = ints[6 * k : 6 * k + 6]
+            yield Completion(fid, start, end, size, src, dst, tags[t], lost.get(k, ()))
+
+    def wire(self) -> list[list[Any]]:
+        """Each completion as `bridge.protocol.completion_to_wire` gives it."""
+        ints, tags, lost = self._ints, self._tags, self._lost
+        out: list[list[Any]] = []
+        for k, t in enumerate(self._tag_of):
+            row: list[Any] = [*ints[6 * k : 6 * k + 6], tags[t]]
+            if k in lost:
+                row.append([list(r) for r in lost[k]])
+            out.append(row)
+        return out
