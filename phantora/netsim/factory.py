@@ -24,9 +24,10 @@ if TYPE_CHECKING:
 # (bench/bench_whole_dag_driver.py, 2026-12-01, after 1ffa44d's gate heap): a replay of 2 hierarchical 64 MiB
 # all-reduces on rail128, chunked (90,112 flows), took 2.05x plain's wall (912 rounds against 187: the workload's
 # markers and the NVLink hand-offs gate every worker with no lookahead). Only a caller that submits its whole DAG once
-# and drains it (`phantora replay`: whole_dag=True) may use it, and only when WHOLE_DAG_DRIVER says so. `run`, `jobs`
-# and `nccl-tests` submit as they go and keep the plain driver: there the hybrid stops its workers at every watched
-# flow's bound with no lookahead (a 3-size nccl-tests all_reduce on rail128: 11,369 rounds against 105, 15.6x the wall).
+# and drains it (`phantora replay`: whole_dag=True) may use it, and only when WHOLE_DAG_DRIVER says so. `run` and
+# `jobs` submit as they go and keep the plain driver: there the hybrid stops its workers at every watched flow's bound
+# with no lookahead (nccl-tests' old wait on every rank's last flow: 11,369 rounds against 105, 15.6x the wall).
+# nccl-tests keeps it too, though it now drains each call (7fd9960: the hybrid 9 rounds, plain 18, about one wall).
 WHOLE_DAG_DRIVER = "plain"  # "hybrid": route (a)'s driver for whole-DAG runs
 
 
