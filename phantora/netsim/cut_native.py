@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from phantora.errors import PhantoraError
+from phantora.netsim.cpp_errors import cpp_message
 from phantora.netsim.cut_windows import (
     LOCKSTEP_NS,
     LOOKAHEAD,
@@ -74,8 +75,6 @@ def run_native(
     reacting: bool,
 ) -> int | None:
     """`run_windows` in C++ over `handle` (`native_peers`); the same return and counts."""
-    from phantora.netsim.packet import cpp_message
-
     args = [group, lookahead_ns, -1 if until is None else until, int(sampling), int(reacting), stats.exchanges]
     try:
         out = [int(x) for x in _gbl().PhantoraCutRunWindows(net, handle, args)]

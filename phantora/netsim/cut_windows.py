@@ -203,11 +203,8 @@ def _lockstep_round(net: Any, peers: Peers, group: int, glob: int, stats: Window
 
 
 def warm_up(net: Any, group: int, groups: int) -> None:
-    """Call each window method of `net` once, doing nothing (cppyy's first-call cost, kept out of the figures), and
-    the C++ loop (`phantora.netsim.cut_native`)."""
-    from phantora.netsim import cut_native
-
-    cut_native.warm_up(net)
+    """Call each window method of `net` once, doing nothing (cppyy's first-call cost, kept out of the figures; the
+    C++ loop's own is `phantora.netsim.cut_native.warm_up`)."""
     net.CutRunBefore(0)
     net.CutReleaseBounds(0)
     net.CutShareBounds(-1)

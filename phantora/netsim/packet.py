@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from phantora.errors import InputError, PhantoraError, SimulationInterruptedError
 from phantora.netsim import cc_registry
 from phantora.netsim.base import CausalityError, Completion, Flow, check_flow_batch, completion
+from phantora.netsim.cpp_errors import cpp_message
 from phantora.netsim.cut_windows import NEVER, Peers, WindowStats, run_windows, warm_up
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.hpcc_io import FctLine, PfcLine, pfc_txt_lines
@@ -254,17 +255,6 @@ def _ns3_prefix() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise PhantoraError("the ns3 Python wheel is not installed (pip install ns3)")
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def cpp_message(exc: BaseException) -> str:
-    """The what() text of a C++ exception raised through cppyy."""
-    text = str(exc)
-    if "=>" in text:
-        text = text.split("=>", 1)[1].strip()
-    for prefix in ("invalid_argument: ", "runtime_error: ", "out_of_range: ", "logic_error: "):
-        if text.startswith(prefix):
-            return text[len(prefix) :]
-    return text
 
 
 def finalize_field(message: str) -> str:
@@ -689,7 +679,10 @@ class Ns3Simulator:
 
     def cut_warm_up(self) -> None:
         """Call each window method once, doing nothing, so that cppyy's first-call cost is not in the figures of
-        `run_cut_windows`."""
+        `run_cut_windows`, and the C++ loop's (`cut_native`)."""
+        from phantora.netsim import cut_native
+
+        cut_native.warm_up(self._net)
         warm_up(self._net, *self._cut_group())
 
     def _cut_group(self) -> tuple[int, int]:
