@@ -27,6 +27,7 @@ from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, Relay, all_to_a
 from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.sym import sym_flows
 from phantora.collectives.tree import tree_flows
 from phantora.topology.model import Topology
 
@@ -70,7 +71,7 @@ def decompose(
     n = coll.size
     if n == 1 or (coll.nbytes == 0 and coll.kind != "barrier"):
         return b.finish()
-    _build(b, coll, topo, opts, nodes)
+    _build(b, coll, topo, opts, nodes, choice.kernel if choice is not None else "")
     dag = b.finish()
     if choice is not None:
         chunked = opts.granularity == "chunked" and opts.algorithm in CHUNKED_ALGORITHMS
@@ -236,8 +237,11 @@ def _host_key(topo: Topology, node: int) -> str:
     return f"host:{host}" if host is not None else f"node:{node}"
 
 
-def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int]) -> None:
-    """Add the flows of `coll` with resolved options `opts` to `b`."""
+def _build(
+    b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, nodes: list[int], kernel: str = ""
+) -> None:
+    """Add the flows of `coll` with resolved options `opts` to `b` (`kernel`: NCCL's symmetric kernel, algorithm
+    "sym")."""
     n = coll.size
     blocks = host_blocks(topo, nodes)
     alternate = rail_aligned(topo, nodes, blocks)
@@ -259,6 +263,8 @@ def _build(b: DagBuilder, coll: Collective, topo: Topology, opts: AlgoOptions, n
             nvls_flows(b, kind, blocks, coll.nbytes, loops=loops)
         else:
             nvls_tree_flows(b, blocks, coll.nbytes, ch, loops)
+    elif algo == "sym":
+        sym_flows(b, kind, kernel, n, coll.nbytes)
     elif algo == "pat":
         pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0, window=_steps_in_flight(opts))
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":

@@ -44,7 +44,15 @@ def default_channels(coll: Collective, topo: Topology) -> int:
     return max(1, min(want, coll.nbytes // (coll.size * MIN_CHANNEL_BYTES)))
 
 
-FROM_NCCL = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pat": "pat", "p2p": "direct"}
+FROM_NCCL = {
+    "ring": "ring",
+    "tree": "tree",
+    "nvls": "nvls",
+    "nvls_tree": "nvls_tree",
+    "pat": "pat",
+    "p2p": "direct",
+    "sym": "sym",  # a symmetric kernel (-R 2; nccl/register.py)
+}
 
 
 def default_options(coll: Collective, topo: Topology, base: AlgoOptions) -> AlgoOptions:

@@ -17,7 +17,7 @@ KINDS = (
     "send_recv",
     "barrier",
 )
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct", "nvls", "nvls_tree", "pat")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct", "nvls", "nvls_tree", "pat", "sym")
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 MODELS = ("nccl", "ideal")
 GRANULARITIES = ("coarse", "chunked")  # one flow per connection and algorithm step, or NCCL's steps and chunks

@@ -17,6 +17,13 @@ from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
+from phantora.collectives.nccl.register import (
+    efficiency_nvls,
+    refuse_copy_engine,
+    register_mode,
+    registered_nvls_ctas,
+    sym_choice,
+)
 from phantora.collectives.nccl.ring_kernel import RING_CHUNK_STEPS
 from phantora.collectives.nccl.settings import NcclSettings, nccl_env, settings_from_env, settings_of
 from phantora.collectives.nccl.tuning import Choice, select
@@ -49,6 +56,7 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     st = settings(opts)
     p = platform_of(topo, coll.ranks, st)
     check_transports(p, st)
+    refuse_copy_engine(coll, p, st)
     if coll.kind in ("all_to_all", "send_recv"):
         if opts.algorithm not in ("auto", "direct"):
             return None  # pairwise rounds: phantora's own, under the ideal model
@@ -58,6 +66,10 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
         at = _inflight_at(coll) if group else {}
         return _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at), on, coll.kind)
+    if opts.algorithm == "auto" and opts.protocol == "auto":
+        sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
+        if sym is not None:
+            return sym
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
         if want is None:
@@ -66,6 +78,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     if opts.protocol != "auto":
         st = _only(st, coll.kind, proto=opts.protocol)
     choice = select(coll.kind, p, st, coll.nbytes)
+    if choice is not None and register_mode(st) == 1:
+        choice = _registered(coll, p, st, choice)
     if choice is None:
         forced = dict(st.raw)
         what = ", ".join(f"{k}={v}" for k, v in forced.items() if k in ("NCCL_ALGO", "NCCL_PROTO"))
@@ -76,6 +90,19 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             field="algorithm",
         )
     return _with_transports(choice, p, coll.kind)
+
+
+def _registered(coll: Collective, p: Platform, st: NcclSettings, choice: Choice) -> Choice:
+    """`choice` on buffers registered with ncclCommRegister (-R 1): NCCL_CTA_POLICY EFFICIENCY's NVLS for a
+    one-host all-gather or reduce-scatter when its registered CTAs are no more than the choice's, and NVLS /
+    NVLS-Tree on their registered CTAs (register.py); the bandwidth stays NCCL's ("to saturate bandwidth")."""
+    if efficiency_nvls(coll.kind, p, st) and choice.algorithm != "nvls":
+        if registered_nvls_ctas(coll.kind, p, st) <= choice.channels:
+            only = _only(_only(st, coll.kind, algo="nvls"), coll.kind, proto="Simple")
+            choice = select(coll.kind, p, only, coll.nbytes) or choice
+    if choice.algorithm not in ("nvls", "nvls_tree"):
+        return choice
+    return dataclasses.replace(choice, channels=registered_nvls_ctas(coll.kind, p, st), registered=True)
 
 
 def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:
@@ -137,6 +164,8 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
     step: `chunking.p2p_chunk_bytes`)."""
     st = settings(opts)
     p = platform_of(topo, coll.ranks, st)
+    if choice.algorithm == "sym":
+        return max(1, coll.nbytes)  # one flow a pair: the symmetric kernels' flows are not cut into steps
     if choice.algorithm == "p2p":
         return comm_p2p_chunk(p, st)
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.pci_paths import UNSET, p2p_level_of
+from phantora.collectives.nccl.register_env import cta_policy_of, register_of, sym_kernel_of
 from phantora.errors import InputError
 
 ENV_VARS = (
@@ -47,6 +48,12 @@ ENV_VARS = (
     "NCCL_P2P_LEVEL",
     "NCCL_SHM_DISABLE",
     "PHANTORA_NCCL_VERSION",
+    "PHANTORA_NCCL_REGISTER",
+    "NCCL_LOCAL_REGISTER",
+    "NCCL_WIN_ENABLE",
+    "NCCL_SYM_KERNEL",
+    "NCCL_SYM_CTAS",
+    "NCCL_CTA_POLICY",
 )
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
@@ -85,6 +92,12 @@ class NcclSettings:
     # while its (major, minor) is nccl_version's (tuning.running_release, old_tuners.py)
     p2p_level: int = UNSET  # NCCL_P2P_DISABLE=1 (PATH_LOC) or NCCL_P2P_LEVEL: the farthest path P2P may take
     shm: bool = True  # NCCL_SHM_DISABLE=1 turns the SHM transport (GPU pairs without P2P) off
+    register: int = 0  # PHANTORA_NCCL_REGISTER: the buffers' registration, as nccl-tests -R sets it (register.py)
+    local_register: bool = True  # NCCL_LOCAL_REGISTER=0: NCCL ignores ncclCommRegister'd buffers
+    win_enable: bool = True  # NCCL_WIN_ENABLE=0: no symmetric windows (no symmetric kernels)
+    sym_kernel: str = ""  # NCCL_SYM_KERNEL: the one symmetric kernel allowed ("" or "^": all)
+    sym_ctas: int = 0  # NCCL_SYM_CTAS: a symmetric kernel's CTAs (0: its cost model's)
+    cta_policy: int = 0  # NCCL_CTA_POLICY as NCCL parses it (register.cta_policy_of): bits EFFICIENCY 1, ZERO 2
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -270,5 +283,11 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         nccl_release=nccl_release_of(env),
         p2p_level=p2p_level_of(env.get("NCCL_P2P_DISABLE"), env.get("NCCL_P2P_LEVEL")),
         shm=_flag(env, "NCCL_SHM_DISABLE") == 0,
+        register=register_of(env),
+        local_register=_int(env, "NCCL_LOCAL_REGISTER", 1) != 0,
+        win_enable=_int(env, "NCCL_WIN_ENABLE", 1) != 0,
+        sym_kernel=sym_kernel_of(env),
+        sym_ctas=_int(env, "NCCL_SYM_CTAS", 0),
+        cta_policy=cta_policy_of(env),
         raw=raw,
     )

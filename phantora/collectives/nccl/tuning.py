@@ -72,6 +72,8 @@ class Choice:
     pair_bw: tuple[tuple[int, int, float], ...] = ()  # p2p on a PCIe host: (src node, dst node, GB/s) of each pair
     search_fallback: bool = False  # rated on NCCL's 0.1 GB/s fallback ring (no ring fits the PCIe host's links)
     nccl_time_us: float = 0.0  # with search_fallback: NCCL's own estimate, the time its tuner chose by
+    kernel: str = ""  # algorithm "sym": the symmetric kernel NCCL's picker runs (sym_kernels.py)
+    registered: bool = False  # run on registered buffers (-R 1: NVLS's registered CTAs; register.py)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -81,6 +83,8 @@ class Choice:
             "model_lat_us": round(self.lat_us, 3),
             "model_algbw_gbs": round(self.algbw, 3),
             "model_time_us": round(self.time_us, 3),
+            **({"kernel": self.kernel} if self.kernel else {}),
+            **({"registered": True} if self.registered else {}),
             **({"peer_bw_gbs": round(self.peer_bw, 3)} if self.peer_bw else {}),
             **({"fill_us": round(self.fill_us, 3)} if self.fill_us else {}),
             **({"chain_us": round(self.chain_us, 3)} if self.chain_us else {}),

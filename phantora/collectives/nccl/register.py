@@ -1,0 +1,147 @@
+"""What registered buffers change in NCCL's choice (nccl-tests' `-R`, `PHANTORA_NCCL_REGISTER`; register_env.py).
+
+- `-R 2`, symmetric windows (NCCL 2.27+): on one NVLink host an all-reduce, all-gather or reduce-scatter runs a
+  symmetric kernel whenever one is available (enqueue.cc 2.27 "always use symmetric if available"; 2.28+
+  symmetric_sched.cc: both buffers in windows, no fallback), picked by NCCL's own model (`sym_kernels.py`).
+- `-R 1`, ncclCommRegister: NVLS and NVLS-Tree run on the registered buffers with fewer CTAs, "to saturate
+  bandwidth" (coll_reg.cc, nvls.cc `ncclNvlsRegResourcesQuery`): `registered_nvls_ctas`. Under NCCL_CTA_POLICY
+  EFFICIENCY (2.27+) a registered all-gather or reduce-scatter on one NVSwitch host takes NVLS on those CTAs when
+  they are no more than the chosen algorithm's (enqueue.cc `ncclGetAlgoInfo`): `efficiency_nvls`. Ring, tree and
+  p2p registration (IPC, NET) remove a copy through NCCL's buffers; NCCL's tuner has no term for it and its code
+  gives no figure, so their choice and time stay.
+"""
+
+from __future__ import annotations
+
+import math
+
+from phantora.collectives.nccl import old_tuners
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.channels import nvls_channels, nvls_heads
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+from phantora.collectives.nccl.sym_kernels import pick, sym_nbytes
+from phantora.collectives.nccl.tuning import Choice, running_release
+from phantora.collectives.spec import DTYPE_BYTES, Collective
+from phantora.errors import InputError
+
+SYM_FROM = (2, 27, 0)  # ncclCommWindowRegister and the symmetric kernels
+CROSS_HOST_SYM_FROM = (2, 28, 7)  # symmetric kernels across hosts (network / GIN), not restated here
+AR_CROSS_HOST_UNTIL = (2, 29, 7)  # from here no all-reduce kernel runs across hosts (the GIN kernels are AG / RS)
+LSA_MULTIMEM_MIN_RANKS_FROM = (2, 29, 7)  # multicast kernels need more than 2 GPUs (hasLsaMultimem)
+CTA_POLICY_FROM = (2, 27, 0)
+SYM_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def release_of(st: NcclSettings) -> tuple[int, int, int]:
+    """The NCCL that runs as (major, minor, patch), a bare minor its newest patch."""
+    return old_tuners.release(running_release(st))
+
+
+def register_mode(st: NcclSettings) -> int:
+    """The registration NCCL sees: 0, 1 (local) or 2 (symmetric window). nccl-tests takes -R 2 as 1 before NCCL
+    2.27; NCCL_LOCAL_REGISTER=0 makes a local registration count for nothing."""
+    mode = st.register
+    if mode == 2 and release_of(st) < SYM_FROM:
+        mode = 1
+    if mode == 1 and not st.local_register:
+        return 0
+    return mode
+
+
+def _nvlink_domain(p: Platform) -> bool:
+    """All the communicator's GPUs reach each other over NVLink directly (ncclTopoPathAllDirectNVLink)."""
+    return p.intra == "nvlink" and p.pci is None and (p.nvswitch or p.ppn == 2)
+
+
+def refuse_copy_engine(coll: Collective, p: Platform, st: NcclSettings) -> None:
+    """NCCL_CTA_POLICY ZERO (2.28+) with symmetric windows on one host runs an all-gather or all-to-all on the
+    copy engines, no CTA (enqueue.cc, ce_coll.cc `ncclCeImplemented`, CUDA 12.5+): not modelled, refused."""
+    if register_mode(st) != 2 or not st.cta_policy & 2 or not st.win_enable or release_of(st) < (2, 28, 0):
+        return
+    if coll.kind in ("all_gather", "all_to_all") and p.nnodes == 1 and coll.size > 1:
+        raise InputError(
+            f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2): NCCL runs this {coll.kind} on the GPU's copy "
+            "engines (no CTA), which is not modelled",
+            field="NCCL_CTA_POLICY",
+        )
+
+
+def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None:
+    """The symmetric kernel NCCL runs `coll` with under `-R 2`, as a Choice (algorithm "sym"); None where NCCL runs
+    its legacy algorithms instead. Raises where NCCL would run a symmetric kernel this model does not restate."""
+    refuse_copy_engine(coll, p, st)
+    if register_mode(st) != 2 or coll.kind not in SYM_KINDS or not st.win_enable or coll.nbytes == 0:
+        return None
+    rel = release_of(st)
+    if p.nnodes > 1:
+        if rel < CROSS_HOST_SYM_FROM or (coll.kind == "all_reduce" and rel >= AR_CROSS_HOST_UNTIL):
+            return None  # no symmetric support across hosts (2.27 - 2.28.3), or no kernel for it: legacy
+        raise InputError(
+            f"symmetric registration (-R 2) of a {coll.kind} across {p.nnodes} hosts: NCCL {rel[0]}.{rel[1]}'s "
+            "symmetric kernels across hosts (network / GIN) are not modelled (one NVLink host is; "
+            "PHANTORA_NCCL_VERSION=2.28.3 runs NCCL's legacy algorithms there)",
+            field="PHANTORA_NCCL_REGISTER",
+        )
+    if not _nvlink_domain(p):
+        if rel >= (2, 29, 0):
+            return None  # 2.29+: only where every GPU has a direct NVLink (isAllDirectNvlink)
+        raise InputError(
+            f"symmetric registration (-R 2) on GPUs without a direct NVLink to each other: NCCL {rel[0]}.{rel[1]} "
+            "runs its symmetric kernels over PCIe P2P there, which is not modelled",
+            field="PHANTORA_NCCL_REGISTER",
+        )
+    multicast = st.nvls and p.nvswitch and p.compcap >= 90
+    if rel >= LSA_MULTIMEM_MIN_RANKS_FROM:
+        multicast = multicast and p.nranks > 2
+    nbytes = sym_nbytes(coll.kind, coll.nbytes, p.nranks, DTYPE_BYTES[coll.dtype], rel)
+    got = pick(coll.kind, nbytes, p, st, coll.dtype, multicast, rel)
+    if got is None:
+        return None
+    lat = got.time_us - got.bw_us
+    algbw = coll.nbytes / (1000.0 * got.bw_us) if got.bw_us > 0 else math.inf
+    return Choice("sym", "LL" if got.ll else "Simple", got.ctas, lat, algbw, got.time_us, kernel=got.kernel)
+
+
+def registered_nvls_ctas(kind: str, p: Platform, st: NcclSettings, nvls_bw: float = 0.0) -> int:
+    """The CTAs NVLS / NVLS-Tree run on registered buffers (`-R 1`): coll_reg.cc's counts (2.19-2.26) or
+    `ncclNvlsRegResourcesQuery` (2.27+), within [NCCL_MIN_CTAS, NCCL_MAX_CTAS]. `nvls_bw`: the tuner's NVLS
+    reduce-scatter bandwidth (GB/s), which sets the count across hosts on 2.27+. 0: not registered (other kinds)."""
+    if kind not in SYM_KINDS:
+        return 0
+    rel = release_of(st)
+    bw_blackwell = p.compcap >= 100
+    lo, hi = max(1, st.min_ctas), st.max_ctas
+    if rel < (2, 20, 0):
+        return min(5 if kind == "reduce_scatter" else 4, nvls_channels(p, st))
+    if rel < (2, 25, 0):
+        n = (5 if kind == "reduce_scatter" else 4) if p.nnodes == 1 else 6
+        return max(lo, min(hi, n))
+    if rel < SYM_FROM:
+        if p.nnodes == 1:
+            n = (6 if bw_blackwell else 5) if kind == "reduce_scatter" else (8 if bw_blackwell else 4)
+        else:
+            n = 7 if bw_blackwell else 6
+        return max(lo, min(hi, n))
+    if p.nnodes == 1:
+        factor = {"reduce_scatter": 6 if bw_blackwell else 5, "all_gather": 4}.get(kind, 8 if bw_blackwell else 4)
+    elif kind == "reduce_scatter":
+        factor = 7 if nvls_bw > 400 else 6
+    elif kind == "all_gather":
+        factor = 6
+    elif rel >= (2, 30, 0) and bw_blackwell and p.nic_bw >= 96.0:
+        factor = 10
+    else:
+        factor = 7 if bw_blackwell else 6
+    return max(lo, min(hi, -(-factor * 8 // nvls_heads(p))))
+
+
+def efficiency_nvls(kind: str, p: Platform, st: NcclSettings) -> bool:
+    """Whether NCCL_CTA_POLICY EFFICIENCY (2.27+) sends a registered (`-R 1`) all-gather or reduce-scatter to NVLS
+    (enqueue.cc `ncclGetAlgoInfo`: no NCCL_ALGO / NCCL_PROTO, one host with NVLS; across hosts it needs CollNet,
+    which is not modelled). The caller checks the CTAs against the chosen algorithm's."""
+    if kind not in ("all_gather", "reduce_scatter") or not st.cta_policy & 1 or register_mode(st) != 1:
+        return False
+    if release_of(st) < CTA_POLICY_FROM or "NCCL_ALGO" in dict(st.raw) or "NCCL_PROTO" in dict(st.raw):
+        return False
+    return p.nnodes == 1 and st.nvls and p.nvswitch and p.compcap >= 90 and 2 <= p.ppn <= T.NVLS_MAX_ARITY

@@ -1,0 +1,221 @@
+"""Registered buffers (nccl-tests -R, PHANTORA_NCCL_REGISTER) against closed forms from NCCL's own constants.
+
+-R 2: NCCL's symmetric kernels (src/sym_kernels.cc v2.28.3-1 .. v2.30.7-1, src/symmetric.cc v2.27.x): the kernel
+its picker runs, its CTAs and the time of its cost model, each written out below from `queryModel`'s constants
+(baseLat 4.5 / 7.8 µs on Hopper, smBw 65 GiB/s for all-reduce, peakBw 320 / 480 GiB/s, LL_BusFactor 9, the 2.5 %
+CTA tolerance and the 2.5 % per-CTA penalty), not read back from the code. -R 1: NVLS's registered CTAs
+(nvls.cc `ncclNvlsRegResourcesQuery`, coll_reg.cc) and NCCL_CTA_POLICY EFFICIENCY (enqueue.cc `ncclGetAlgoInfo`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective, decompose
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.nccl.shape import wire_bytes
+from phantora.errors import InputError
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import dgx_host, rail_optimized
+
+KiB, MiB = 1 << 10, 1 << 20
+GIB_US = (1 << 30) / 1e6  # NCCL's "GBps": bytes per µs of one GiB/s
+H100 = dgx_host(gpu="h100")
+RANKS = tuple(range(8))
+
+
+def opts(**env: str) -> AlgoOptions:
+    return AlgoOptions(nccl_env=nccl_env(env))
+
+
+def choice(kind: str, nbytes: int, topo=H100, ranks=RANKS, dtype: str = "fp32", **env: str) -> dict:
+    dag = decompose(Collective(kind, ranks, nbytes, dtype), topo, opts(**env))
+    return dag.choice or {}
+
+
+def hopper_time(bus_bytes: float, lat: float, ctas: int, sm_gib: float, mult: float, peak_gib: float) -> float:
+    """queryModel's time (µs) on Hopper, written out: bw = softmin(ctas x smBw x mult, peak; softness smBw),
+    time = lat + softplus(busBytes / bw - 1)."""
+    sm, peak = sm_gib * GIB_US, peak_gib * GIB_US
+    bw = peak - sm * math.log1p(math.expm1(peak / sm) * math.exp(-ctas * sm * mult / sm))
+    x = bus_bytes / bw - 1
+    return lat + (x if x >= 100 else math.log1p(math.exp(x)))
+
+
+def fewest_ctas(bus_bytes: float, lat: float, most: int, sm: float, mult: float, peak: float) -> tuple[float, int]:
+    """The fewest CTAs within 2.5 % of the most CTAs' time, and that time."""
+    top = hopper_time(bus_bytes, lat, most, sm, mult, peak)
+    for c in range(1, most):
+        t = hopper_time(bus_bytes, lat, c, sm, mult, peak)
+        if t <= 1.025 * top:
+            return t, c
+    return top, most
+
+
+def ar_candidates(nbytes: int) -> dict[str, tuple[float, int]]:
+    """8 H100s with NVLS: the all-reduce kernels' (time, CTAs), from queryModel's constants."""
+    n = 8
+    return {
+        "AllReduce_AGxLL_R": fewest_ctas(n * nbytes * 9, 4.5, 64, 65, 1.0, 320),
+        "AllReduce_AGxLLMC_R": fewest_ctas(n * nbytes * 9, 4.5, 64, 65, 1.1, 320),
+        "AllReduce_RSxLD_AGxST": fewest_ctas(2 * nbytes * (n - 1) // n, 7.8, 64, 65, 1.0, 320),
+        "AllReduce_RSxLDMC_AGxSTMC": fewest_ctas(nbytes // n + nbytes, 7.8, 2, 65, n, 480),  # divUp(16, 8) CTAs
+    }
+
+
+def best(cands: dict[str, tuple[float, int]]) -> str:
+    return min(cands, key=lambda k: cands[k][0] * (1 + 0.025 * cands[k][1]))
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "kernel"), [(16 * KiB, "AllReduce_AGxLLMC_R"), (17 * KiB, "AllReduce_RSxLDMC_AGxSTMC")]
+)
+def test_the_picker_flips_at_its_cost_models_boundary(nbytes, kernel):
+    """8 H100s, fp32: LL multicast up to 16 KiB, NVLS load-reduce / multicast store from 17 KiB (2.5 % a CTA)."""
+    cands = ar_candidates(nbytes)
+    assert best(cands) == kernel
+    got = choice("all_reduce", nbytes, PHANTORA_NCCL_REGISTER="2")
+    t, ctas = cands[kernel]
+    assert (got["algorithm"], got["kernel"], got["channels"]) == ("sym", kernel, ctas)
+    assert got["model_time_us"] == pytest.approx(t, abs=1e-3)
+    assert got["protocol"] == ("LL" if "LL" in kernel else "Simple")
+
+
+def test_a_large_all_reduce_runs_nvls_on_two_ctas_at_the_models_time():
+    """256 MiB: RSxLDMC_AGxSTMC on divUp(16, 8) = 2 CTAs (1 CTA is 6 % slower); time 7.8 + 1.125 S / bw(2) - 1.
+    Its flows: GPU i -> i + 1, S (n + 1) / n each (the NVLS bytes), capped to end in that bandwidth time."""
+    s = 256 * MiB
+    sm, peak = 65 * GIB_US, 480 * GIB_US
+    bw2 = peak - sm * math.log1p(math.expm1(peak / sm) * math.exp(-2 * 8))
+    expect = 7.8 + (s // 8 + s) / bw2 - 1
+    dag = decompose(Collective("all_reduce", RANKS, s, "fp32"), H100, opts(PHANTORA_NCCL_REGISTER="2"))
+    c = dag.choice or {}
+    assert (c["kernel"], c["channels"]) == ("AllReduce_RSxLDMC_AGxSTMC", 2)
+    assert c["model_time_us"] == pytest.approx(expect, rel=1e-6)
+    assert len(dag.flows) == 8 and {(f.src, f.dst) for f in dag.flows} == {(i, (i + 1) % 8) for i in range(8)}
+    assert all(f.size == s * 9 // 8 for f in dag.flows)
+    t_bw_ns = (s // 8 + s) / bw2 * 1000
+    assert all(f.rate_bps == pytest.approx(f.size * 8e9 / t_bw_ns, rel=1e-6) for f in dag.flows)
+
+
+def test_ll_kernels_put_twice_the_bytes_on_nvlink():
+    """Without NVLS (NCCL_NVLS_ENABLE=0) a 1 KiB all-reduce runs AGxLL_R: every GPU stores the whole buffer into
+    each peer in LL lines, 7 x 2 KiB out of each GPU; and the time is queryModel's."""
+    env = {"PHANTORA_NCCL_REGISTER": "2", "NCCL_NVLS_ENABLE": "0"}
+    dag = decompose(Collective("all_reduce", RANKS, KiB, "fp32"), H100, opts(**env))
+    c = dag.choice or {}
+    t, ctas = fewest_ctas(8 * KiB * 9, 4.5, 64, 65, 1.0, 320)
+    assert (c["kernel"], c["protocol"], c["channels"]) == ("AllReduce_AGxLL_R", "LL", ctas)
+    assert c["model_time_us"] == pytest.approx(t, abs=1e-3)
+    assert len(dag.flows) == 56 and all(f.size == wire_bytes(KiB, "LL") == 2 * KiB for f in dag.flows)
+
+
+def end_us(nbytes: int) -> float:
+    dag = decompose(Collective("all_reduce", RANKS, nbytes, "fp32"), H100, opts(PHANTORA_NCCL_REGISTER="2"))
+    sim = FlowSimulator(H100)
+    sim.submit(dag.flows, at=0)
+    return max(c.end_ns for c in sim.drain()) / 1000
+
+
+def test_simulated_time_is_the_kernels_model_time_or_the_nvlinks_on_an_idle_host():
+    """On the flow engine a 16 KiB all-reduce (LL multicast, 7 x 32 KiB of LL lines into each GPU, far below the
+    NVLink) ends at NCCL's estimate; a 64 KiB one (NVLS on 1 CTA, about 485 GB/s by the model) moves its
+    S x 9 / 8 per GPU at the NVLink's 450 GB/s (18 x 25 GB/s), so it ends that much later than the estimate."""
+    t16, _ = ar_candidates(16 * KiB)["AllReduce_AGxLLMC_R"]
+    assert end_us(16 * KiB) == pytest.approx(t16, abs=0.005)
+    t64, _ = ar_candidates(64 * KiB)["AllReduce_RSxLDMC_AGxSTMC"]
+    sm, peak = 65 * GIB_US, 480 * GIB_US
+    bw1 = peak - sm * math.log1p(math.expm1(peak / sm) * math.exp(-8))
+    nvlink = 64 * KiB * 9 / 8 / 450e3  # µs at 450 GB/s
+    assert end_us(64 * KiB) == pytest.approx(t64 - 64 * KiB * 9 / 8 / bw1 + nvlink, abs=0.005)
+
+
+def test_reduce_scatter_without_a_float_type_and_the_versions_before_2_27_run_the_legacy_algorithms():
+    assert choice("reduce_scatter", 8 * MiB, dtype="int32", PHANTORA_NCCL_REGISTER="2")["algorithm"] != "sym"
+    assert choice("all_gather", 8 * MiB, dtype="int32", PHANTORA_NCCL_REGISTER="2")["algorithm"] == "sym"
+    old = choice("all_reduce", 256 * MiB, PHANTORA_NCCL_REGISTER="2", PHANTORA_NCCL_VERSION="2.26")
+    assert (old["algorithm"], old["channels"], old.get("registered")) == ("NVLS", 4, True)  # nccl-tests: -R 2 -> 1
+    assert choice("all_reduce", 256 * MiB, PHANTORA_NCCL_REGISTER="2", NCCL_WIN_ENABLE="0")["algorithm"] == "NVLS"
+
+
+def test_across_hosts_legacy_where_nccl_has_no_kernel_and_refused_where_it_has_one():
+    topo = rail_optimized(hosts=2, gpus_per_host=8, gpu="h100")
+    ranks = tuple(range(16))
+    assert choice("all_reduce", 8 * MiB, topo, ranks, PHANTORA_NCCL_REGISTER="2")["algorithm"] != "sym"  # 2.30
+    old = choice("all_gather", 8 * MiB, topo, ranks, PHANTORA_NCCL_REGISTER="2", PHANTORA_NCCL_VERSION="2.28.3")
+    assert old["algorithm"] != "sym"
+    with pytest.raises(InputError, match="across 2 hosts"):
+        choice("all_gather", 8 * MiB, topo, ranks, PHANTORA_NCCL_REGISTER="2")
+
+
+def test_nccl_sym_kernel_and_sym_ctas_force_the_kernel_and_its_ctas():
+    got = choice("all_reduce", 256 * MiB, PHANTORA_NCCL_REGISTER="2", NCCL_SYM_KERNEL="AllReduce_RSxLD_AGxST")
+    assert (got["kernel"], got["channels"]) == (
+        "AllReduce_RSxLD_AGxST",
+        fewest_ctas(2 * 7 * 256 * MiB // 8, 7.8, 64, 65, 1, 320)[1],
+    )
+    got = choice("all_reduce", 256 * MiB, PHANTORA_NCCL_REGISTER="2", NCCL_SYM_CTAS="1")
+    assert got["channels"] == 1
+    assert got["model_time_us"] == pytest.approx(hopper_time(256 * MiB * 9 // 8, 7.8, 1, 65, 8, 480), rel=1e-6)
+    with pytest.raises(InputError, match="NCCL_SYM_KERNEL"):
+        choice("all_reduce", MiB, PHANTORA_NCCL_REGISTER="2", NCCL_SYM_KERNEL="AllReduce_Fast")
+
+
+@pytest.mark.parametrize(("kind", "ctas"), [("all_reduce", 4), ("reduce_scatter", 5)])
+def test_registered_nvls_runs_fewer_ctas_at_the_same_time(kind, ctas):
+    """-R 1: NVLS on registered buffers runs divUp(4 x 8, 8) = 4 CTAs (reduce-scatter divUp(5 x 8, 8) = 5) on 8
+    H100s, NCCL's "to saturate bandwidth": its time stays the unregistered NVLS's."""
+    plain = choice(kind, 256 * MiB, NCCL_ALGO="NVLS")
+    reg = choice(kind, 256 * MiB, NCCL_ALGO="NVLS", PHANTORA_NCCL_REGISTER="1")
+    assert (plain["channels"], reg["channels"], reg.get("registered")) == (16, ctas, True)
+    assert reg["model_time_us"] == plain["model_time_us"]
+    assert (
+        choice(kind, 256 * MiB, NCCL_ALGO="NVLS", PHANTORA_NCCL_REGISTER="1", NCCL_LOCAL_REGISTER="0")["channels"] == 16
+    )
+
+
+def test_cta_policy_efficiency_sends_a_registered_all_gather_to_nvls():
+    """NCCL_CTA_POLICY=1 with -R 1: a 1 MiB all-gather (ring LL on 24 channels by default) runs NVLS on 4 CTAs; a
+    64 KiB one keeps its ring (2 channels < 4); without registration, or with NCCL_ALGO set, nothing changes."""
+    assert choice("all_gather", MiB)["algorithm"] == "Ring"
+    eff = choice("all_gather", MiB, PHANTORA_NCCL_REGISTER="1", NCCL_CTA_POLICY="1")
+    assert (eff["algorithm"], eff["channels"]) == ("NVLS", 4)
+    assert (
+        choice("all_gather", 64 * KiB, PHANTORA_NCCL_REGISTER="1", NCCL_CTA_POLICY="EFFICIENCY")["algorithm"] == "Ring"
+    )
+    assert choice("all_gather", MiB, NCCL_CTA_POLICY="1")["algorithm"] == "Ring"
+    assert (
+        choice("all_gather", MiB, PHANTORA_NCCL_REGISTER="1", NCCL_CTA_POLICY="1", NCCL_ALGO="Ring,NVLS")["algorithm"]
+        == "Ring"
+    )
+    assert (
+        choice("all_gather", MiB, PHANTORA_NCCL_REGISTER="1", NCCL_CTA_POLICY="1", PHANTORA_NCCL_VERSION="2.26")[
+            "algorithm"
+        ]
+        == "Ring"
+    )
+
+
+def test_cta_policy_zero_with_windows_is_refused_for_copy_engine_collectives():
+    with pytest.raises(InputError, match="copy"):
+        choice("all_gather", MiB, PHANTORA_NCCL_REGISTER="2", NCCL_CTA_POLICY="2")
+
+
+@pytest.mark.parametrize(("var", "value"), [("PHANTORA_NCCL_REGISTER", "3"), ("NCCL_CTA_POLICY", "FAST")])
+def test_bad_values_are_one_line_errors_naming_the_variable(var, value):
+    with pytest.raises(InputError, match=var):
+        choice("all_reduce", MiB, **{var: value})
+
+
+def test_a_large_all_gather_is_a_multicast_store_of_each_ranks_part():
+    """64 MiB gathered (8 MiB a rank, bf16): AllGather_STMC on divUp(16, 8) = 2 CTAs, busBytes (n - 1) x 8 MiB at
+    softmin(2 x 44 x 0.55 x 8, 320) GiB/s; flows GPU i -> i + 1 of 7 x 8 MiB (what each GPU receives)."""
+    part = 8 * MiB
+    expect = hopper_time(7 * part, 7.8, 2, 44, 0.55 * 8, 320)
+    dag = decompose(Collective("all_gather", RANKS, 8 * part, "bf16"), H100, opts(PHANTORA_NCCL_REGISTER="2"))
+    c = dag.choice or {}
+    assert (c["kernel"], c["channels"]) == ("AllGather_STMC", 2)
+    assert c["model_time_us"] == pytest.approx(expect, rel=1e-6)
+    assert len(dag.flows) == 8 and all(f.size == 7 * part for f in dag.flows)
