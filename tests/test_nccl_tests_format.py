@@ -213,8 +213,7 @@ def test_a_bad_value_is_one_line_with_the_nearest_valid_one(
 @pytest.mark.parametrize(
     ("extra", "hint"),
     [
-        (["-C", "1"], "nccl-tests option -C/--report_cputime is not simulated"),
-        (["--output_file=x.json"], "-J/--output_file is not simulated (docs/nccl-tests.md); --out DIR"),
+        (["--report_cputme", "1"], "unknown option --report_cputme; did you mean --report_cputime?"),
         (["--maxbtyes", "1M"], "unknown option --maxbtyes; did you mean --maxbytes?"),
         (["-q", "3"], "unknown option -q"),
         (["-n", "x"], "argument -n/--iters: invalid int value: 'x'"),

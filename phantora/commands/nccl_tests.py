@@ -4,8 +4,10 @@ TEST is one of all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_p
 reduce_perf, sendrecv_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G suffixes: powers of 1024), -f
 step factor or -i step increment, -t threads and -g GPUs per thread, -d datatype (or all), -o reduction op
 (printed only; or all), -n iterations, -w warm-up iterations, -m calls per iteration (one NCCL group), -N cycles,
--r root (-1: every root), -c check (#wrong 0, or N/A with -c 0), -z blocking, -G CUDA graph; -a is accepted and
-has no effect. --np N stands for `mpirun -np N` (ranks = np x t x g); by default every GPU of the topology is one
+-r root (-1: every root), -c check (#wrong 0, or N/A with -c 0), -z blocking, -G CUDA graph, -C CPU time, -S
+timestamps, -J JSON file, -I / -K per-iteration timing, -M memory line, -u unaligned buffers; -a, -p, -y and -T
+are accepted and change no time; -R, -x and -D are refused where they change what NCCL runs (not modelled yet).
+--np N stands for `mpirun -np N` (ranks = np x t x g); by default every GPU of the topology is one
 process (-g 1), and -g alone is one process. Each size is timed as nccl-tests times it: -w warm-up calls of every
 size first, then -n calls back to back on one engine, the mean per call, with one host thread launching its -g
 GPUs' calls one after another (a few µs each, which bound small sizes under -g 8); the table on stdout is
@@ -18,37 +20,28 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from phantora.collectives import AlgoOptions
 from phantora.commands.options import Parser, add_granularity_option, add_network_options
 from phantora.commands.outdir import add_out_options, in_run_dir, record_config
 from phantora.errors import InputError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.report import nccl_tests as nt
+from phantora.report import nccl_tests_flags as nf
+from phantora.report import nccl_tests_json as nj
+from phantora.report.nccl_tests_iters import iter_stats
+from phantora.report.nccl_tests_memory import memory_line, user_allocated
 
 DEFAULT_TOPOLOGY = "one DGX-like H100 server of 8 GPUs (the dgx_host generator)"
 
 
-# nccl-tests options phantora does not simulate: short and long names
-NOT_SIMULATED = {
-    "-C": "--report_cputime", "-S": "--report_timestamps", "-J": "--output_file", "-I": "--per_iter_timing",
-    "-K": "--per_iter_skip", "-R": "--local_register", "-x": "--cta_policy", "-D": "--device_implementation",
-    "-V": "--device_cta_count", "-M": "--memory", "-u": "--unalign", "-p": "--parallel_init", "-y": "--stream_null",
-    "-T": "--timeout",
-}  # fmt: skip
-
-
 def unknown_argument(token: str, known: list[str]) -> str:
-    """The one-line message for an argument the parser left over: an nccl-tests option phantora does not simulate,
-    an unknown option (with the nearest known one), or a stray value."""
+    """The one-line message for an argument the parser left over: an unknown option (with the nearest known one),
+    or a stray value."""
     name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
-    for short, long in NOT_SIMULATED.items():
-        if name in (short, long):
-            extra = "; --out DIR writes results.json" if short == "-J" else ""
-            return f"nccl-tests option {short}/{long} is not simulated (docs/nccl-tests.md){extra}"
     if name.startswith("-") and name != "-":
         near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         return f"unknown option {name}" + (f"; did you mean {near[0]}?" if near else " (phantora nccl-tests --help)")
@@ -56,8 +49,8 @@ def unknown_argument(token: str, known: list[str]) -> str:
 
 
 class NcclTestsParser(Parser):
-    """The nccl-tests sub-parser: a bad value, an unknown option or one nccl-tests has but phantora does not
-    simulate is one line, "phantora nccl-tests: error: ...", instead of argparse's usage block."""
+    """The nccl-tests sub-parser: a bad value or an unknown option is one line, "phantora nccl-tests: error: ...",
+    instead of argparse's usage block."""
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
         ns, extras = super().parse_known_args(args, namespace)
@@ -130,6 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "-G", "--cudagraph", type=int, default=0, help="graph launches: the calls replay with no host launch between"
     )
     g.add_argument("-a", "--average", type=int, default=1, help="accepted, no effect: every rank's time is the same")
+    nf.add_arguments(g)
     add_out_options(p, "the table (nccl-tests.txt), results.json and config.json", short=False)
     p.set_defaults(func=_with_run_dir(run))
 
@@ -193,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
     from bridge.workers import spawn_workers
     from phantora.netsim.factory import PARTITION_REFUSALS, make_engine, refuse_partition
 
+    started = time.time()
     spec = nt.find_test(args.test)
     topo = _topology(args.topology, args.gpu)
     ranks = _ranks(args, topo)
@@ -208,6 +203,10 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"must be >= {low}, got {value}", field=flag)
     if args.blocking not in (0, 1, 2, 3):
         raise InputError(f"must be 0, 1, 2 or 3, got {args.blocking}", field="-z")
+    warnings: list[str] = []  # nccl-tests' own stderr lines for values it disables or resets
+    flags = nf.harness_flags(args, iters=args.iters, graph=args.cudagraph, blocking=args.blocking,
+                             nccl_version=nt.NCCL_VERSION_CODE, warn=warnings)  # fmt: skip
+    opts = nf.nccl_run_options(flags, args.granularity)
     minbytes, maxbytes = nt.parse_size(args.minbytes, "-b"), nt.parse_size(args.maxbytes, "-e")
     stepbytes = None if args.stepbytes is None else nt.parse_size(args.stepbytes, "-i")
     reduced = []  # nccl-tests' "Reducing maxBytes" note, printed after the devices
@@ -227,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
     if config is not None:
         refuse_partition(config, PARTITION_REFUSALS["nccl-tests"])
     record_config(args, "nccl-tests", topo, config, {})
+    for line in warnings:
+        print(line, file=sys.stderr)
     grow = args.stepfactor is not None and args.stepfactor > 1
     stepbytes = 1024**2 if stepbytes is None else stepbytes  # nccl-tests' default increment
     step = f"{args.stepfactor}(factor)" if grow else f"{stepbytes}(bytes)"
@@ -238,15 +239,19 @@ def run(args: argparse.Namespace) -> int:
             print(line, flush=True)
         lines.extend(new)
 
+    json_path = _open_json(flags.output_file, emit)
+    per_iter_skip = flags.per_iter_skip if flags.per_iter_timing else None
     emit(*nt.preamble(spec, nthreads=args.nthreads, ngpus=args.ngpus, minbytes=header_min, maxbytes=header_max,
                       step=step, warmup=args.warmup_iters, iters=args.iters, topo=topo, ranks=ranks,
                       network=args.network, cc=cc, check=args.check, agg=args.agg_iters, graph=args.cudagraph,
-                      blocking=args.blocking))  # fmt: skip
-    emit(*reduced, *nt.table_header())
+                      blocking=flags.blocking, unalign=flags.unalign, per_iter_skip=per_iter_skip,
+                      parallel_init=flags.parallel_init, notes=_notes(flags)))  # fmt: skip
+    emit(*reduced, *nt.table_header(flags.report_cputime, flags.report_timestamps, flags.per_iter_timing))
     bench = nt.Bench(spec, topo, ranks, types[0], iters=args.iters, warmup=0, gpus_per_thread=args.ngpus,
-                     agg=args.agg_iters, blocking=args.blocking > 0, graph=args.cudagraph > 0,
-                     opts=AlgoOptions(granularity=args.granularity))  # fmt: skip
+                     agg=args.agg_iters, blocking=flags.blocking > 0, graph=args.cudagraph > 0,
+                     opts=opts)  # fmt: skip
     results: list[tuple[nt.Run, nt.SizeResult]] = []
+    records: list[dict[str, Any]] = []  # -J's results
     sim = make_engine(engine, topo, spawner=spawn_workers)
     try:
         for block in blocks:  # nccl-tests' TimeTest: warm every size up, then measure them (-N times)
@@ -259,17 +264,106 @@ def run(args: argparse.Namespace) -> int:
                     note = nt.fallback_note(res.choice)
                     if note is not None and note not in lines:  # NCCL logs it once, as its search runs
                         emit(note)
-                    emit(nt.size_line(res, spec, block.datatype, block.op, block.root, args.check))
+                    # -S: the time the line would be printed, had the cluster run from the command's start
+                    stamp = nj.time_string(started + sim.now() / 1e9) if flags.report_timestamps else None
+                    emit(nt.size_line(res, spec, block.datatype, block.op, block.root, args.check,
+                                      cputime=flags.report_cputime, per_iter_skip=per_iter_skip,
+                                      timestamp=stamp))  # fmt: skip
+                    if json_path is not None:
+                        records.append(_json_result(res, spec, block, args.check, args.iters, flags))
         # the engine's counters go to results.json only (ns-3's take seconds to gather): none without --out
         stats = {k: v for k, v in sim.stats().items() if "wall" not in k} if args.out is not None else {}
+        simulated_s = sim.now() / 1e9
     finally:
         sim.close()
-    emit(*nt.footer([r for _, r in results], spec))
+    memory = None
+    if flags.memory_report:
+        memory = memory_line(user_allocated(spec.layout, spec.kind, maxbytes, len(ranks), flags.unalign, args.check))
+    emit(*nt.footer([r for _, r in results], spec, memory))
+    if json_path is not None:
+        doc = _json_document(args, flags, topo, ranks, header_min, header_max, stepbytes, records, started,
+                             started + simulated_s, nt.avg_busbw([r for _, r in results]))  # fmt: skip
+        json_path.write_text(nj.encode(doc), encoding="ascii")
     if args.out is not None:
         data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats)
         paths = _write(args.out, lines, data)
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
+
+
+def _open_json(name: str | None, emit: Callable[..., None]) -> Path | None:
+    """-J: create the file as nccl-tests does and print its line first (None: no -J, or a name nccl-tests writes
+    nothing for, which stderr says)."""
+    if name is None:
+        return None
+    if not nj.is_json_name(name):
+        print(f"phantora nccl-tests: -J {name}: nothing written: nccl-tests writes only a .json file (its suffix "
+              "names the type)", file=sys.stderr)  # fmt: skip
+        return None
+    path, line = nj.open_exclusive(name)
+    emit(line)
+    return path
+
+
+def _notes(flags: nf.HarnessFlags) -> list[str]:
+    """The "# phantora:" lines for flags whose effect on a cluster the simulation does not reproduce."""
+    notes = []
+    if flags.unalign:
+        notes.append(f"-u {flags.unalign}: NCCL's choice is unchanged; its kernels copy unaligned buffers in "
+                     "element-sized packs (common_kernel.h), not modelled: the times are aligned buffers'")  # fmt: skip
+    if flags.memory_report:
+        notes.append("-M: User-Allocated is the test's buffers; NCCL's own memory is not modelled (N/A)")
+    if flags.report_cputime:
+        notes.append("-C: cputime is the host's time in the launch loop per call (under -z 0 the launches alone)")
+    return notes
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    """-J's "args": the command line as typed."""
+    return [str(a) for a in getattr(args, "command_line", None) or ["phantora", "nccl-tests", args.test]]
+
+
+def _json_document(
+    args: argparse.Namespace,
+    flags: nf.HarnessFlags,
+    topo: Any,
+    ranks: tuple[int, ...],
+    minbytes: int,
+    maxbytes: int,
+    stepbytes: int,
+    records: list[dict[str, Any]],
+    start: float,
+    end: float,
+    avg_busbw: float,
+) -> dict[str, Any]:
+    """-J's document: under mpirun, "devices" holds each process's first GPU, as nccl-tests parses it."""
+    devs = nt.devices(topo, ranks, args.nthreads, args.ngpus)[:: args.nthreads * args.ngpus]
+    conf = nj.config(
+        nthreads=args.nthreads, ngpus=args.ngpus, minbytes=minbytes, maxbytes=maxbytes, step_factor=args.stepfactor,
+        step_bytes=stepbytes, warmup=args.warmup_iters, iters=args.iters, agg=args.agg_iters, check=args.check,
+        graph=args.cudagraph, blocking=flags.blocking, per_iter=flags.per_iter_timing,
+        per_iter_skip=flags.per_iter_skip, parallel_init=flags.parallel_init,
+        devices=[nj.device(d.rank, 0, d.pid, d.host, d.device, d.node, d.name) for d in devs],
+    )  # fmt: skip
+    return nj.document(start=start, end=end, argv=_argv(args), nccl_version=nt.NCCL_VERSION_CODE, config_obj=conf,
+                       results=records, avg_busbw=avg_busbw)  # fmt: skip
+
+
+def _json_result(
+    res: nt.SizeResult, spec: nt.BenchSpec, block: nt.Run, check: int, iters: int, flags: nf.HarnessFlags
+) -> dict[str, Any]:
+    """One table line as -J writes it."""
+    shown_op = block.op if spec.has_op else "none"
+    shown_root = block.root if spec.rooted else -1
+    groups: list[tuple[str, dict[str, Any]]] = []
+    for key, r in (("out_of_place", res), ("in_place", res.in_place())):
+        time_us, algbw, busbw = nt.group_figures(r, flags.report_cputime)
+        groups.append((key, nj.body(time_us, algbw, busbw, 0.0 if check else None, flags.report_cputime)))
+        if flags.per_iter_timing:
+            times = r.iter_us()
+            groups.append((f"{key}_per_iter", nj.per_iter(iter_stats(times[flags.per_iter_skip :]), times,
+                                                          flags.per_iter_skip)))  # fmt: skip
+    return nj.result(res.size, res.count, block.datatype, shown_op, shown_root, groups, iters)
 
 
 def _results(

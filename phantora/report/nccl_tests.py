@@ -32,6 +32,7 @@ from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
 from phantora.perfmodel.gpus import get_gpu
 from phantora.report.host_launch import host_ns_per_call
+from phantora.report.nccl_tests_iters import cpu_time_ns, event_intervals, iter_stats
 from phantora.topology.model import Topology
 
 FORMAT_VERSION = "2.19.6"  # the nccl-tests release whose header and table layout this prints
@@ -253,12 +254,28 @@ class SizeResult:
     choice: dict[str, Any] | None = None
     agg: int = 1  # calls per iteration (-m)
     inplace_ns: list[int] | None = None  # the in-place iterations' times where they differ (one rank), else None
+    gpu_ns: list[int] | None = None  # each iteration's GPU time, before the host's launches bound it
+    inplace_gpu_ns: list[int] | None = None  # the same of the in-place group where it differs
+    launch_ns: int = 0  # the host's launch time of one iteration (its -m calls; all of them under -z)
+    blocking: bool = False  # -z: the host waited for each call inside the timed loop
 
     def in_place(self) -> SizeResult:
         """The in-place column group's figures: this result, or its in-place times where they differ."""
         if self.inplace_ns is None:
             return self
-        return SizeResult(self.size, self.count, self.nbytes, self.inplace_ns, self.factor, self.choice, self.agg)
+        return SizeResult(self.size, self.count, self.nbytes, self.inplace_ns, self.factor, self.choice, self.agg,
+                          gpu_ns=self.inplace_gpu_ns, launch_ns=self.launch_ns, blocking=self.blocking)  # fmt: skip
+
+    @property
+    def cpu_time_us(self) -> float:
+        """nccl-tests' -C time of one call (us): the host's time in the timed loop over iterations x calls."""
+        n = len(self.iter_ns) * self.agg
+        return cpu_time_ns(self.iter_ns, self.launch_ns, self.blocking) / n / 1e3 if n else 0.0
+
+    def iter_us(self) -> list[float]:
+        """-I's time of each iteration (us, per call): between its CUDA events, over its -m calls."""
+        gpu = self.gpu_ns if self.gpu_ns is not None else self.iter_ns
+        return [t / self.agg / 1e3 for t in event_intervals(gpu, self.launch_ns, self.blocking)]
 
     @property
     def time_ns(self) -> float:
@@ -452,16 +469,20 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         times.append(total)
     # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
     host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(bench.spec.kind, choice, n, bench.gpus_per_thread)
-    inplace = None
+    inplace = gpu_inplace = None
+    gpu = times
     if n == 1 and nbytes > 0:
         # One rank: NCCL copies the buffer on the GPU (enqueue.cc, ncclLaunchOneRank's cudaMemcpyAsync; a p2p
         # call to itself copies too) and an in-place collective does nothing; no network flow times either.
         copy = one_rank_copy_ns(bench.topo, nbytes) * bench.agg
         inplace = [copy if bench.spec.kind in ("send_recv", "all_to_all") else 0] * len(times)
-        times = [copy] * len(times)
+        times = gpu = [copy] * len(times)
+        gpu_inplace = inplace
         inplace = launch_bound(inplace, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
-    times = launch_bound(times, host_ns * (bench.agg if bench.blocking else 1), bench.blocking)
-    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg, inplace)
+    launch = host_ns * (bench.agg if bench.blocking else 1)
+    times = launch_bound(times, launch, bench.blocking)
+    return SizeResult(printed, count, nbytes, times, bench.spec.factor(n), choice, bench.agg, inplace,
+                      gpu_ns=gpu, inplace_gpu_ns=gpu_inplace, launch_ns=launch, blocking=bench.blocking)  # fmt: skip
 
 
 def one_rank_copy_ns(topo: Topology, nbytes: int) -> int:
@@ -501,9 +522,15 @@ def preamble(
     agg: int = 1,
     graph: int = 0,
     blocking: int = 0,
+    unalign: int = 0,
+    per_iter_skip: int | None = None,
+    parallel_init: bool = False,
+    notes: Sequence[str] = (),
 ) -> list[str]:
     """The lines before the table, as nccl-tests prints them (its version line, the test, the run's parameters,
-    the devices: simulated GPUs of the topology), with two phantora comment lines after the version line."""
+    the devices: simulated GPUs of the topology), with two phantora comment lines after the version line and
+    `notes` (more "# phantora: ..." lines) after them. `per_iter_skip`: -I's line, with -K's skip (None: no -I);
+    `parallel_init`: -p's line."""
     where = f"topology {topo.name} ({topo.num_ranks} GPUs), network {network}" + (f", cc {cc}" if cc else "")
     wrong = "0 (NCCL taken as correct; -c 0: N/A)" if check else "N/A (-c 0)"
     lines = [
@@ -512,20 +539,45 @@ def preamble(
         f"# phantora: no data moves: in-place repeats the out-of-place simulation, #wrong is {wrong}",
         f"# Collective test starting: {spec.name}",
         f"# nThread {nthreads} nGpus {ngpus} minBytes {minbytes} maxBytes {maxbytes} step: {step} warmup iters: "
-        f"{warmup} iters: {iters} agg iters: {agg} validation: {check} graph: {graph} unalign: 0",
+        f"{warmup} iters: {iters} agg iters: {agg} validation: {check} graph: {graph} unalign: {unalign}",
     ]
+    lines[3:3] = [f"# phantora: {note}" for note in notes]
     lines += [BLOCKING[blocking]] if blocking in BLOCKING else []
+    if per_iter_skip is not None:
+        skip = f"; summary skips first {per_iter_skip} iterations" if per_iter_skip else ""
+        lines.append(f"# Per-Iteration Report: CUDA event timing; i_* uses max over process rows{skip} ")
+    lines += ["# Parallel Init Enabled: threads call into NcclInitRank concurrently "] if parallel_init else []
     lines += ["#", "# Using devices"]
+    for d in devices(topo, ranks, nthreads, ngpus):
+        lines.append(f"#  Rank {d.rank:2d} Group  0 Pid {d.pid:6d} on {d.host:>10s} device {d.device:2d} [{d.node}] "
+                     f"{d.name}")  # fmt: skip
+    return lines
+
+
+@dataclass(frozen=True)
+class Device:
+    """One "#  Rank" line: the rank, its simulated process, host, local GPU index, topology node and GPU name."""
+
+    rank: int
+    pid: int
+    host: str
+    device: int
+    node: str
+    name: str
+
+
+def devices(topo: Topology, ranks: Sequence[int], nthreads: int, ngpus: int) -> list[Device]:
+    """The ranks' device lines: a simulated process (mpirun rank) per -t x -g GPUs, numbered from this pid."""
     pid = os.getpid()
     local: dict[Any, int] = {}
-    device = device_name(topo)
+    name = device_name(topo)
+    out = []
     for r in ranks:
         node = topo.nodes[topo.node_of_rank(r)]
         host = f"host{node.host}" if node.host is not None else node.name
         dev = local[host] = local.get(host, -1) + 1
-        proc = pid + r // (nthreads * ngpus)  # a simulated process (mpirun rank) per -t x -g GPUs
-        lines.append(f"#  Rank {r:2d} Group  0 Pid {proc:6d} on {host:>10s} device {dev:2d} [{node.name}] {device}")
-    return lines
+        out.append(Device(r, pid + r // (nthreads * ngpus), host, dev, node.name, name))
+    return out
 
 
 # the line nccl-tests prints after the parameters for each -z mode
@@ -574,39 +626,75 @@ def max_bytes_limit(topo: Topology, check: int) -> int | None:
     return (mem - reserve - gib) // (3 if check else 2) if mem else None
 
 
-def table_header() -> list[str]:
-    """The three header lines of the table (out-of-place and in-place column groups)."""
-    blank = ("", "", "", "", "")
-    cols = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
-    units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"  # util.cu's TIME_STRING_FORMAT
+
+
+def table_header(cputime: bool = False, timestamps: bool = False, per_iter: bool = False) -> list[str]:
+    """The header lines of the table (out-of-place and in-place column groups) as util.cu's writeResultHeader
+    prints them: `cputime` (-C) names the time columns cputime, `timestamps` (-S) adds a timestamp column,
+    `per_iter` (-I) adds i_min, i_max, i_p99 and i_cv% to each group."""
+    time = "cputime" if cputime else "time"
+    cols = ("size", "count", "type", "redop", "root", time, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99",
+            "i_cv%", timestamps and "timestamp" or "")  # fmt: skip
+    units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)",
+             timestamps and TIMESTAMP_FORMAT or "")  # fmt: skip
+    pad = 19 if timestamps else 0
 
     def row(v: Sequence[str]) -> str:
-        return (
-            f"# {v[0]:>10s}  {v[1]:>12s}  {v[2]:>8s}  {v[3]:>6s}  {v[4]:>6s}  {v[5]:>7s}  {v[6]:>6s}  {v[7]:>6s}  "
-            f"{v[8]:>6s}  {v[5]:>7s}  {v[6]:>6s}  {v[7]:>6s}  {v[8]:>6s} "
-        )
+        head = f"# {v[0]:>10s}  {v[1]:>12s}  {v[2]:>8s}  {v[3]:>6s}  {v[4]:>6s}"
+        group = f"  {v[5]:>7s}  {v[6]:>6s}  {v[7]:>6s}  {v[8]:>6s}"
+        if per_iter:
+            group += f"  {v[9]:>7s}  {v[10]:>7s}  {v[11]:>7s}  {v[12]:>7s}"
+        return f"{head}{group}{group} {v[13]:>{pad}s}"
 
-    group = "           out-of-place                       in-place          "
-    return [
-        "#",
-        f"# {blank[0]:>10s}  {blank[1]:>12s}  {blank[2]:>8s}  {blank[3]:>6s}  {blank[4]:>6s}{group}",
-        row(cols),
-        row(units),
-    ]
+    blank = "# " + " " * 10 + "  " + " " * 12 + "  " + " " * 8 + "  " + " " * 6 + "  " + " " * 6
+    if per_iter:
+        group = "              out-of-place (+ per-iteration)                                in-place (+ per-iteration)"
+    else:
+        group = "           out-of-place                       in-place          "
+    return ["#", blank + group, row(cols), row(units)]
 
 
-def size_line(res: SizeResult, spec: BenchSpec, typename: str, op: str, root: int, check: int = 0) -> str:
+def group_figures(r: SizeResult, cputime: bool = False) -> tuple[float, float, float]:
+    """(time in us, algbw, busbw) of one column group as nccl-tests reports it: with -C the time is the host's CPU
+    time per call, and the bandwidths stay those of the measured time (nccl-tests computes them before it picks
+    the time to print)."""
+    return (r.cpu_time_us if cputime else r.time_us), r.algbw, r.busbw
+
+
+def size_line(
+    res: SizeResult,
+    spec: BenchSpec,
+    typename: str,
+    op: str,
+    root: int,
+    check: int = 0,
+    *,
+    cputime: bool = False,
+    per_iter_skip: int | None = None,
+    timestamp: str | None = None,
+) -> str:
     """One size: size, count, type, redop, root, then time, algbw, busbw and #wrong twice (out-of-place,
     in-place); the NCCL model's choice, when the collectives layer reports one, as a trailing comment. #wrong is
-    nccl-tests' "%6g" of 0 with `check` (-c) 1 or more, "N/A" with -c 0."""
+    nccl-tests' "%6g" of 0 with `check` (-c) 1 or more, "N/A" with -c 0. `cputime` (-C): the time is the host's
+    CPU time; `per_iter_skip` (-I; -K): each group adds i_min, i_max, i_p99 and i_cv% of its iterations after the
+    first -K; `timestamp` (-S): "%21s" of it after the groups."""
     shown_op = op if spec.has_op else "none"
     shown_root = root if spec.rooted else -1
     wrong = f"  {0:6g}" if check else "    N/A"
-    body, ip = (
-        f"  {fit_float(r.time_us, 7)}  {fit_float(r.algbw, 6)}  {fit_float(r.busbw, 6)}{wrong}"
-        for r in (res, res.in_place())
-    )
+
+    def group(r: SizeResult) -> str:
+        time_us, algbw, busbw = group_figures(r, cputime)
+        text = f"  {fit_float(time_us, 7)}  {fit_float(algbw, 6)}  {fit_float(busbw, 6)}{wrong}"
+        if per_iter_skip is not None:
+            st = iter_stats(r.iter_us()[per_iter_skip:])
+            text += "".join(f"  {fit_float(v, 7)}" for v in (st.min, st.max, st.p99, st.cv_pct))
+        return text
+
+    body, ip = group(res), group(res.in_place())
     line = f"{res.size:12d}  {res.count:12d}  {typename:>8s}  {shown_op:>6s}  {shown_root:6d}{body}{ip}"
+    if timestamp is not None:
+        line += f"{timestamp:>21s}"
     if res.choice:
         line += "  # " + " ".join(f"{k}={v}" for k, v in res.choice.items())
     return line
@@ -624,15 +712,16 @@ def fallback_note(choice: dict[str, Any] | None) -> str | None:
     )
 
 
-def footer(results: Sequence[SizeResult], spec: BenchSpec) -> list[str]:
+def footer(results: Sequence[SizeResult], spec: BenchSpec, memory: str | None = None) -> list[str]:
     """The summary as nccl-tests ends its output: out-of-bounds values (always 0: nothing is checked), the mean
-    busbw over every line (nccl-tests averages both column groups, which are equal here), the test's name, a "#"
-    and the empty line nccl-tests prints when NCCL reports no error."""
+    busbw over every line (nccl-tests averages both column groups, which are equal here), the test's name, -M's
+    `memory` line if any, a "#" and the empty line nccl-tests prints when NCCL reports no error."""
     return [
         f"# {'Out of bounds values':<20s} : 0 OK",
         f"# {'Avg bus bandwidth':<20s} : {avg_busbw(results):g} ",
         "#",
         f"# Collective test concluded: {spec.name}",
+        *([memory] if memory is not None else []),
         "#",
         "",
     ]
