@@ -12,6 +12,10 @@ all-reduce per sub-layer in the forward and one in the backward); the embedding,
 output head stay replicated over tp. Then `fully_shard` over the "dp" sub-mesh. Ranks of one tp
 group read the same batch.
 
+--layers N and --vocab V keep the model's shapes but for the number of blocks and the vocabulary (the
+embedding and output head): a short program with the same collectives a block, e.g. for a packet-mode check
+at 1024 GPUs (`--model llama3-8b --layers 2 --vocab 8192`; docs/packet-model.md).
+
 --ac full checkpoints every block; --ac selective every other block (0, 2, 4, ...), which saves
 about half the activation memory for about half the recompute; --ac op checkpoints every block at
 op level, as torchtitan's selective_ac_option="op": matmul (but every second one), attention and
@@ -26,6 +30,7 @@ device, so under phantom mode (default device "meta") the batch is a phantom too
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
@@ -67,6 +72,9 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny", help="llama3-8b, llama3-70b, llama3-405b, small, tiny")
     p.add_argument("--layers", type=int, default=None, help="override the number of blocks")
+    p.add_argument(
+        "--vocab", type=int, default=None, help="override the vocabulary size (the embedding and output head)"
+    )
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=2, help="sequences per data-parallel rank per step")
     p.add_argument("--steps", type=int, default=3)
@@ -82,6 +90,10 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     cfg = get_config(args.model, args.layers)
+    if args.vocab is not None:
+        if args.vocab < 1:
+            raise SystemExit(f"--vocab must be >= 1, got {args.vocab}")
+        cfg = dataclasses.replace(cfg, vocab=args.vocab)
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.parallel == "fsdp":
