@@ -219,3 +219,22 @@ def test_a_large_all_gather_is_a_multicast_store_of_each_ranks_part():
     assert (c["kernel"], c["channels"]) == ("AllGather_STMC", 2)
     assert c["model_time_us"] == pytest.approx(expect, rel=1e-6)
     assert len(dag.flows) == 8 and all(f.size == 7 * part for f in dag.flows)
+
+
+def _table(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    from phantora.cli import main
+
+    assert main(["nccl-tests", *argv]) == 0
+    return [ln for ln in capsys.readouterr().out.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_nccl_tests_r_and_x_run_what_they_register(capsys: pytest.CaptureFixture[str]) -> None:
+    """`phantora nccl-tests -R 2` runs the symmetric kernel (its record in the line's comment), `-R 1 -x 1` a 1 MiB
+    all-gather on NVLS's 4 registered CTAs, `-x 1` alone (nothing registered) NCCL's ring, as without it."""
+    base = ["all_gather_perf", "-b", "1M", "-e", "1M", "-n", "2", "-w", "0"]
+    sym = _table([*base, "-R", "2"], capsys)
+    assert "algorithm=sym" in sym[0] and "kernel=AllGather_" in sym[0]
+    eff = _table([*base, "-R", "1", "-x", "1"], capsys)
+    assert "algorithm=NVLS" in eff[0] and "channels=4 " in eff[0] and "registered=True" in eff[0]
+    plain, policy = _table(base, capsys), _table([*base, "-x", "1"], capsys)
+    assert policy == plain and "algorithm=Ring" in plain[0]

@@ -174,10 +174,6 @@ def test_values_nccl_tests_disables_warn_as_it_does_and_run(
     [
         (["-D", "1"], "-D", "device implementation (-D > 0) requires enabling symmetric memory registration (-R 2)"),
         (["-D", "1", "-R", "2"], "-D", "device API kernels (NCCL's device communicators) are not modelled"),
-        (["-R", "1"], "-R", "-R 1 (ncclCommRegister of the test's buffers) changes what NCCL runs"),
-        (["-R", "2"], "-R", "-R 2 (symmetric window registration of the test's buffers)"),
-        (["-x", "1"], "-x", "-x 1 (NCCL_CTA_POLICY_EFFICIENCY) changes NCCL's channel count"),
-        (["-x", "3"], "-x", "-x 3 (NCCL_CTA_POLICY_EFFICIENCY|NCCL_CTA_POLICY_ZERO)"),
         (["-y", "1", "-G", "1"], "-y", "cannot capture a graph (-G) on the NULL stream (-y 1)"),
         (["-C", "1", "-G", "1"], "-C", "graph launch (-G) is not modelled"),
         (["-u", "-1"], "-u", "must be >= 0"),

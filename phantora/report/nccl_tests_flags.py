@@ -3,19 +3,22 @@ nccl-tests 2.19.6 checks them (src/common.cu, main): its warnings (a value it di
 and the run goes on) and its errors, and the NCCL options the run passes on (-R, -x).
 
 `harness_flags` is the one place that reads them; `nccl_run_options` the one place that turns them into what the
-NCCL model is given (today: refuses what it does not model, see docs/nccl-tests.md).
+NCCL model is given (-R and -x as NCCL sees them, see docs/nccl-tests.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 
 from phantora.collectives import AlgoOptions
+from phantora.collectives.nccl.settings import nccl_env
 from phantora.errors import InputError
 
 LOCAL_REGISTER, SYMMETRIC_REGISTER = 1, 2  # -R values (common.cu)
 CTA_POLICIES = {0: "NCCL_CTA_POLICY_DEFAULT", 1: "NCCL_CTA_POLICY_EFFICIENCY", 2: "NCCL_CTA_POLICY_ZERO"}
+CTA_POLICY_NAMES = {1: "EFFICIENCY", 2: "ZERO"}  # NCCL_CTA_POLICY's names for the bits (init.cc, 2.30)
 CTA_POLICY_MAX = 0 | 1 | 2  # NCCL's ctaPolicyIsValid: any OR of the policies (init.cc)
 DEVICE_CTA_DEFAULT = 16  # -V's default (common.cu: deviceCtaCount)
 
@@ -53,8 +56,8 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
         ("-p", "--parallel_init", "0/1", "1: threads initialise their communicators (no effect on the times)"),
         ("-y", "--stream_null", "0/1", "1: CUDA's NULL stream (no effect on the times; not with -G)"),
         ("-T", "--timeout", "SECONDS", "abort a call after this long (a simulated call never hangs: accepted)"),
-        ("-R", "--local_register", "0/1/2", "buffer registration: 0 none; 1 and 2 are not modelled yet"),
-        ("-x", "--cta_policy", "0/1/2", "NCCL_CTA_POLICY of the communicators: 0 (default); 1 and 2 not modelled"),
+        ("-R", "--local_register", "0/1/2", "buffer registration: 0 none, 1 ncclCommRegister, 2 symmetric window"),
+        ("-x", "--cta_policy", "0/1/2", "NCCL_CTA_POLICY of the communicators: 0 default, 1 efficiency, 2 zero"),
         ("-D", "--device_implementation", "N", "nccl-tests' device API kernels: not modelled (0 only)"),
         ("-V", "--device_cta_count", "N", "CTAs of -D's kernels (default 16)"),
     ):
@@ -147,21 +150,14 @@ def harness_flags(
 
 
 def nccl_run_options(flags: HarnessFlags, granularity: str) -> AlgoOptions:
-    """What the NCCL model is given for the run: the granularity, and -R / -x as NCCL would see them. Registration
-    (-R 1, -R 2) and the efficiency and zero CTA policies (-x 1..3) change what NCCL runs and are not modelled
-    yet: refused here, the one place that will pass them on."""
+    """What the NCCL model is given for the run: the granularity, and -R / -x as NCCL would see them: -R as
+    PHANTORA_NCCL_REGISTER (the buffers' registration), -x as NCCL_CTA_POLICY unless the environment sets it (NCCL's
+    init.cc lets the variable override the communicator's config); collectives/nccl/register.py models both."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "PHANTORA_NCCL_"))}
     if flags.local_register:
-        kind = "symmetric window registration" if flags.local_register == SYMMETRIC_REGISTER else "ncclCommRegister"
-        raise InputError(
-            f"-R {flags.local_register} ({kind} of the test's buffers) changes what NCCL runs, and buffer "
-            "registration is not modelled yet (docs/nccl-tests.md)",
-            field="-R",
-        )
-    if flags.cta_policy > 0:
-        names = "|".join(name for bit, name in CTA_POLICIES.items() if bit and flags.cta_policy & bit)
-        raise InputError(
-            f"-x {flags.cta_policy} ({names}) changes NCCL's channel count, and NCCL's CTA policies are not "
-            "modelled yet (docs/nccl-tests.md)",
-            field="-x",
-        )
-    return AlgoOptions(granularity=granularity)
+        env["PHANTORA_NCCL_REGISTER"] = str(flags.local_register)
+    if flags.cta_policy > 0 and not env.get("NCCL_CTA_POLICY"):
+        env["NCCL_CTA_POLICY"] = "|".join(CTA_POLICY_NAMES[bit] for bit in (1, 2) if flags.cta_policy & bit)
+    if not flags.local_register and flags.cta_policy <= 0:
+        return AlgoOptions(granularity=granularity)
+    return AlgoOptions(granularity=granularity, nccl_env=nccl_env(env))
