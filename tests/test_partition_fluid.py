@@ -75,8 +75,10 @@ def test_fluid_nvlink_on_stepped_partition_workers_gives_one_keyed_engines_compl
         finally:
             sim.close()
 
-    one, _ = replay(cfg, tmp_path / "one")
+    one, one_stats = replay(cfg, tmp_path / "one")
     got, stats = replay(dataclasses.replace(cfg, partition=workers), tmp_path / "n")
+    counters = ("flows_submitted", "flows_completed", "data_packets", "acks", "cnps", "ecn_marks", "pfc_pause")
+    assert {k: stats[k] for k in counters} == {k: one_stats[k] for k in counters}  # each flow counted once
     part = stats["partition"]
     assert part["workers"] == workers and part["stepped"] and part["rounds"] > 1 and part["windows"] > 1
     assert part["lookahead_ns"] == 1_000
