@@ -260,7 +260,9 @@ def test_j_writes_nccl_tests_json_with_its_keys_and_text(
     order = ["out_of_place", "out_of_place_per_iter", "in_place", "in_place_per_iter"]
     assert list(res) == RESULT_KEYS[:5] + order + RESULT_KEYS[7:] and res["root"] == "    -1"
     assert list(res["out_of_place"]) == ["cpu_time", *BODY_KEYS[1:]]
-    assert list(res["in_place_per_iter"]) == PER_ITER_KEYS and len(res["in_place_per_iter"]["times_us"]) == 4
+    per_iter = res["in_place_per_iter"]
+    assert list(per_iter) == [*PER_ITER_KEYS, "per_process_max_times_us"] and len(per_iter["times_us"]) == 4
+    assert per_iter["per_process_max_times_us"] == [per_iter["times_us"]] * 2  # a row per mpirun process
     row = _rows(lines)[0]
     assert res["size"] == int(row[0]) and f"{res['out_of_place']['alg_bw']:.2f}" == row[6]
     assert doc["out_of_bounds"] == {"count": 0, "okay": "true"}

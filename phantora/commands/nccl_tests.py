@@ -270,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
                                       cputime=flags.report_cputime, per_iter_skip=per_iter_skip,
                                       timestamp=stamp))  # fmt: skip
                     if json_path is not None:
-                        records.append(_json_result(res, spec, block, args.check, args.iters, flags))
+                        records.append(_json_result(res, spec, block, args.check, args.iters, flags, args.np))
         # the engine's counters go to results.json only (ns-3's take seconds to gather): none without --out
         stats = {k: v for k, v in sim.stats().items() if "wall" not in k} if args.out is not None else {}
         simulated_s = sim.now() / 1e9
@@ -350,7 +350,13 @@ def _json_document(
 
 
 def _json_result(
-    res: nt.SizeResult, spec: nt.BenchSpec, block: nt.Run, check: int, iters: int, flags: nf.HarnessFlags
+    res: nt.SizeResult,
+    spec: nt.BenchSpec,
+    block: nt.Run,
+    check: int,
+    iters: int,
+    flags: nf.HarnessFlags,
+    processes: int,
 ) -> dict[str, Any]:
     """One table line as -J writes it."""
     shown_op = block.op if spec.has_op else "none"
@@ -362,7 +368,7 @@ def _json_result(
         if flags.per_iter_timing:
             times = r.iter_us()
             groups.append((f"{key}_per_iter", nj.per_iter(iter_stats(times[flags.per_iter_skip :]), times,
-                                                          flags.per_iter_skip)))  # fmt: skip
+                                                          flags.per_iter_skip, processes)))  # fmt: skip
     return nj.result(res.size, res.count, block.datatype, shown_op, shown_root, groups, iters)
 
 

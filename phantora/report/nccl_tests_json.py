@@ -128,8 +128,10 @@ def body(time_us: float, algbw: float, busbw: float, wrong: float | None, cputim
     }
 
 
-def per_iter(stats: Any, times_us: Sequence[float], skipped: int) -> dict[str, Any]:
-    """writePerIterReport's "*_per_iter" object (one process row: no per_process_max_times_us; stats in us)."""
+def per_iter(stats: Any, times_us: Sequence[float], skipped: int, processes: int = 1) -> dict[str, Any]:
+    """writePerIterReport's "*_per_iter" object (stats in us). Under mpirun (`processes` > 1) it adds each process's
+    row of times (the max over its GPUs; every GPU's time is the same in the simulation)."""
+    rows = {"per_process_max_times_us": [[Double(t) for t in times_us]] * processes} if processes > 1 else {}
     return {
         "skipped_iterations": skipped,
         "min_us": Double(stats.min),
@@ -141,6 +143,7 @@ def per_iter(stats: Any, times_us: Sequence[float], skipped: int) -> dict[str, A
         "stdev_us": Double(stats.stdev),
         "cv_pct": Double(stats.cv_pct),
         "times_us": [Double(t) for t in times_us],
+        **rows,
     }
 
 
