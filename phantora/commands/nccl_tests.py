@@ -5,9 +5,9 @@ reduce_perf, sendrecv_perf. The flags are nccl-tests' own: -b/-e sizes (K, M, G 
 step factor or -i step increment, -t threads and -g GPUs per thread, -d datatype (or all), -o reduction op
 (printed only; or all), -n iterations, -w warm-up iterations, -m calls per iteration (one NCCL group), -N cycles,
 -r root (-1: every root), -c check (#wrong 0, or N/A with -c 0), -z blocking, -G CUDA graph, -C CPU time, -S
-timestamps, -J JSON file, -I / -K per-iteration timing, -M memory line, -u unaligned buffers; -a, -p, -y and -T
-are accepted and change no time; -R, -x and -D are refused where they change what NCCL runs (not modelled yet).
---np N stands for `mpirun -np N` (ranks = np x t x g); by default every GPU of the topology is one
+timestamps, -J JSON file, -I / -K per-iteration timing, -M memory line, -u unaligned buffers, -R registration and
+-x CTA policy (as NCCL runs them); -a, -p, -y, -T and -V are accepted and change no time; -D (nccl-tests' device API
+kernels) is refused. --np N stands for `mpirun -np N` (ranks = np x t x g); by default every GPU of the topology is one
 process (-g 1), and -g alone is one process. Each size is timed as nccl-tests times it: -w warm-up calls of every
 size first, then -n calls back to back on one engine, the mean per call, with one host thread launching its -g
 GPUs' calls one after another (a few µs each, which bound small sizes under -g 8); the table on stdout is
