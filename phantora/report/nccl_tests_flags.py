@@ -17,7 +17,6 @@ from phantora.collectives.nccl.settings import nccl_env
 from phantora.errors import InputError
 
 LOCAL_REGISTER, SYMMETRIC_REGISTER = 1, 2  # -R values (common.cu)
-CTA_POLICIES = {0: "NCCL_CTA_POLICY_DEFAULT", 1: "NCCL_CTA_POLICY_EFFICIENCY", 2: "NCCL_CTA_POLICY_ZERO"}
 CTA_POLICY_NAMES = {1: "EFFICIENCY", 2: "ZERO"}  # NCCL_CTA_POLICY's names for the bits (init.cc, 2.30)
 CTA_POLICY_MAX = 0 | 1 | 2  # NCCL's ctaPolicyIsValid: any OR of the policies (init.cc)
 DEVICE_CTA_DEFAULT = 16  # -V's default (common.cu: deviceCtaCount)
