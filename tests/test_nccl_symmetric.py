@@ -238,3 +238,34 @@ def test_nccl_tests_r_and_x_run_what_they_register(capsys: pytest.CaptureFixture
     assert "algorithm=NVLS" in eff[0] and "channels=4 " in eff[0] and "registered=True" in eff[0]
     plain, policy = _table(base, capsys), _table([*base, "-x", "1"], capsys)
     assert policy == plain and "algorithm=Ring" in plain[0]
+
+
+def _p2p(nbytes: int, src: int, dst: int, topo=H100, comm: tuple[int, ...] = (), **env: str) -> dict:
+    return decompose(Collective("send_recv", (src, dst), nbytes, "fp32", comm=comm), topo, opts(**env)).choice or {}
+
+
+def test_registered_send_recv_is_zero_copy_where_nccl_registers_it_at_the_same_time():
+    """-R 1 (2.24+): a Simple send inside a node over P2P is zero-copy (IPC), an LL one (<= 16 KiB a channel) is
+    not; across nodes only without PXN (NET registration needs the sender's own NIC); NCCL's rating is unchanged."""
+    reg = {"PHANTORA_NCCL_REGISTER": "1"}
+    big, plain = _p2p(64 * MiB, 0, 1, **reg), _p2p(64 * MiB, 0, 1)
+    assert big.get("registered") and big["protocol"] == "Simple" and not plain.get("registered")
+    assert big["model_time_us"] == plain["model_time_us"]
+    assert not _p2p(4 * KiB, 0, 1, **reg).get("registered")  # LL
+    assert not _p2p(64 * MiB, 0, 1, **reg, PHANTORA_NCCL_VERSION="2.23").get("registered")
+    two = rail_optimized(hosts=2, gpus_per_host=8, gpu="h100")
+    world = tuple(range(16))
+    assert not _p2p(64 * MiB, 0, 9, two, world, **reg).get("registered")  # 8 GPUs a host: PXN
+    assert _p2p(64 * MiB, 0, 9, two, world, **reg, NCCL_PXN_DISABLE="1").get("registered")
+    assert _p2p(64 * MiB, 0, 9, two, **reg).get("registered")  # a lone pair's communicator: one GPU a host
+
+
+def test_results_count_each_symmetric_kernel_by_name():
+    from phantora.collectives.nccl import summarize_choices
+
+    small = decompose(Collective("all_reduce", RANKS, KiB, "fp32"), H100, opts(PHANTORA_NCCL_REGISTER="2"))
+    large = decompose(Collective("all_reduce", RANKS, 64 * MiB, "fp32"), H100, opts(PHANTORA_NCCL_REGISTER="2"))
+    recs = [{"kind": "all_reduce", "nccl": d.choice} for d in (small, large, large)]
+    assert summarize_choices(recs, ())["choices"] == {
+        "all_reduce": {"sym/LL/AllReduce_AGxLLMC_R": 1, "sym/Simple/AllReduce_RSxLDMC_AGxSTMC": 2}
+    }

@@ -19,6 +19,7 @@ from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.register import (
     efficiency_nvls,
+    p2p_zero_copy,
     refuse_copy_engine,
     register_mode,
     registered_nvls_ctas,
@@ -65,7 +66,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
         group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
         at = _inflight_at(coll) if group else {}
-        return _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at), on, coll.kind)
+        got = _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at), on, coll.kind)
+        return _p2p_registered(got, p, comm or p, st)
     if opts.algorithm == "auto" and opts.protocol == "auto":
         sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
         if sym is not None:
@@ -103,6 +105,16 @@ def _registered(coll: Collective, p: Platform, st: NcclSettings, choice: Choice)
     if choice.algorithm not in ("nvls", "nvls_tree"):
         return choice
     return dataclasses.replace(choice, channels=registered_nvls_ctas(coll.kind, p, st), registered=True)
+
+
+def _p2p_registered(choice: Choice, p: Platform, comm: Platform, st: NcclSettings) -> Choice:
+    """A send/recv or all-to-all `choice` (on `p`, its ranks; `comm`, the communicator it runs on) recorded as
+    zero-copy where NCCL registers its buffers (-R 1; inside a node over P2P, across nodes without PXN:
+    register.p2p_zero_copy). Its rating and flows stay the same."""
+    p2p = "P2P" in dict(choice.transport) if choice.transport else not (p.intra == "nvlink" and p2p_off(st))
+    if p2p_zero_copy(comm, st, choice.protocol, p.nnodes == 1, p2p):
+        return dataclasses.replace(choice, registered=True)
+    return choice
 
 
 def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:
@@ -204,7 +216,8 @@ __all__ = [
 def summarize_choices(
     records: list[dict[str, object]], env: tuple[tuple[str, str], ...] | None = None
 ) -> dict[str, object]:
-    """results.json's `nccl`: how many collectives of each kind ran with each (algorithm, protocol), from the
+    """results.json's `nccl`: how many collectives of each kind ran with each (algorithm, protocol; a symmetric
+    kernel's name too, "sym/Simple/AllReduce_RSxLDMC_AGxSTMC"), from the
     trace's records (`cosim.json` `collectives[i].nccl`), and the NCCL_* variables honoured: the run's (`env`) and,
     if the program set its own before creating a process group, those (`program_env`, each set once)."""
     counts: dict[str, dict[str, int]] = {}
@@ -216,7 +229,7 @@ def summarize_choices(
         choice = rec.get("nccl")
         if not isinstance(choice, dict):
             continue
-        key = f"{choice['algorithm']}/{choice['protocol']}"
+        key = f"{choice['algorithm']}/{choice['protocol']}" + (f"/{choice['kernel']}" if choice.get("kernel") else "")
         per_kind = counts.setdefault(str(rec.get("kind")), {})
         per_kind[key] = per_kind.get(key, 0) + 1
     out: dict[str, object] = {"choices": counts, "env": dict(nccl_env() if env is None else env)}

@@ -145,3 +145,23 @@ def efficiency_nvls(kind: str, p: Platform, st: NcclSettings) -> bool:
     if release_of(st) < CTA_POLICY_FROM or "NCCL_ALGO" in dict(st.raw) or "NCCL_PROTO" in dict(st.raw):
         return False
     return p.nnodes == 1 and st.nvls and p.nvswitch and p.compcap >= 90 and 2 <= p.ppn <= T.NVLS_MAX_ARITY
+
+
+P2P_REG_FROM = (2, 24, 0)  # register/sendrecv_reg.cc: IPC and NET registration of send/recv buffers (as read)
+
+
+def p2p_zero_copy(p: Platform, st: NcclSettings, protocol: str, inside_node: bool, p2p_transport: bool = True) -> bool:
+    """Whether NCCL moves a send/recv (or an all-to-all's transfer: both of its buffers registered) between
+    registered buffers (`-R 1`) with no copy through its own (enqueue.cc addP2pToPlan, 2.24+): inside a node on
+    Simple over a P2P (NVLink or PCIe P2P) connection, not SHM: the sender writes into the receiver's buffer (IPC
+    registration); across nodes on Simple when the proxy is the sender's own process, the NIC is GPU-direct and PXN
+    is not in use (NCCL uses PXN on NVLink hosts of more than one GPU unless NCCL_PXN_DISABLE=1): the NIC reads and
+    writes the user buffers (NET registration). NCCL's p2p rating is the same either way (no figure for the copy
+    saved), so only the record and the hand-off's semantics change: a zero-copy sender waits for its receiver
+    (the hand-off does not model that yet, docs/collectives.md)."""
+    if register_mode(st) != 1 or release_of(st) < P2P_REG_FROM or protocol != "Simple":
+        return False
+    if inside_node:
+        return p2p_transport  # a SHM pair has no P2P connection to register
+    pxn = st.pxn and p.intra == "nvlink" and p.ppn > 1
+    return not pxn
