@@ -80,11 +80,14 @@ class ProgramBuilder:
         stream: int = 0,
         deps: Sequence[int] = (),
         after: Sequence[int] = (),
+        conn: int = 0,
     ) -> int:
-        """One side of a transfer to (send) or from (recv) `peer`; `after` as a collective's."""
+        """One side of a transfer to (send) or from (recv) `peer`; `after` as a collective's; `conn`: the communicator
+        it runs on (P2P.conn)."""
         pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
         s = self._next_seq(("p", *pair, tag), seq)
-        node = P2P(stream, self.slot(pair), bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after))
+        slot = self.slot(pair)
+        node = P2P(stream, slot, bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after), int(conn))
         return self._add(node)
 
     def wait(self, refs: Sequence[int], stream: int = 0, deps: Sequence[int] = (), handoff: bool = False) -> int:

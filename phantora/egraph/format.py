@@ -21,6 +21,8 @@ Node semantics (all times integer ns; see docs/egraph.md):
 - ``Wait`` ends when it is ready and every referenced collective has completed for this rank; a hand-off wait
   (``handoff``) names lone sends within their connection's buffer and ends at their hand-off instead
   (`phantora.collectives.handoff`: the send's issue plus NCCL's time for the lone transfer), not their flows' end;
+  such sends to one peer share their connection's slots only on one communicator, which a ``P2P``'s ``conn``
+  numbers (0: the rank's first; type 8 on disk);
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -45,11 +47,22 @@ PROGRAM_DIR = "programs"
 T_COMPUTE, T_COLL, T_P2P, T_WAIT, T_STEP = 0, 1, 2, 3, 4
 T_COLL_AFTER, T_P2P_AFTER = 5, 6  # a Coll / P2P with a non-empty `after`: its fields, then the list
 T_WAIT_HANDOFF = 7  # a Wait on lone sends that ends at their hand-off (Wait.handoff)
+T_P2P_CONN = 8  # a P2P on a communicator other than the rank's first (P2P.conn): its fields, `after` (maybe empty)
 EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
 # Fixed fields after the type code; an optional last element is the list of explicit deps.
-_ARITY = {T_COMPUTE: 3, T_COLL: 7, T_P2P: 6, T_WAIT: 2, T_STEP: 2, T_COLL_AFTER: 8, T_P2P_AFTER: 7, T_WAIT_HANDOFF: 2}
+_ARITY = {
+    T_COMPUTE: 3,
+    T_COLL: 7,
+    T_P2P: 6,
+    T_WAIT: 2,
+    T_STEP: 2,
+    T_COLL_AFTER: 8,
+    T_P2P_AFTER: 7,
+    T_WAIT_HANDOFF: 2,
+    T_P2P_CONN: 8,
+}
 _TYPE_NAMES = {
     T_COMPUTE: "compute",
     T_COLL: "collective",
@@ -59,6 +72,7 @@ _TYPE_NAMES = {
     T_COLL_AFTER: "collective",
     T_P2P_AFTER: "p2p",
     T_WAIT_HANDOFF: "wait",
+    T_P2P_CONN: "p2p",
 }
 
 
@@ -99,6 +113,7 @@ class P2P:
     seq: int
     deps: tuple[int, ...] = ()
     after: tuple[int, ...] = ()  # as Coll's
+    conn: int = 0  # the communicator it runs on, numbered in the rank's order of first use: its connection's slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +165,10 @@ class Program:
                     row.append(list(n.after))
             elif isinstance(n, P2P):
                 row = [T_P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
-                if n.after:
+                if n.conn:
+                    row[0] = T_P2P_CONN
+                    row += [n.conn, list(n.after)]
+                elif n.after:
                     row[0] = T_P2P_AFTER
                     row.append(list(n.after))
             elif isinstance(n, Wait):
@@ -200,8 +218,8 @@ class Program:
             if isinstance(n, Compute) and n.dur_ns < 0:
                 raise InputError(f"negative duration {n.dur_ns}", file=source, field=where)
             if isinstance(n, (Coll, P2P)):
-                if n.nbytes < 0 or n.seq < 0 or n.slot < 0:
-                    raise InputError("negative size, seq or slot", file=source, field=where)
+                if n.nbytes < 0 or n.seq < 0 or n.slot < 0 or (isinstance(n, P2P) and n.conn < 0):
+                    raise InputError("negative size, seq, slot or communicator", file=source, field=where)
                 for r in n.after:
                     if not (0 <= r < i and isinstance(self.nodes[r], (Coll, P2P))):
                         raise InputError(f"after {r} is not an earlier collective", file=source, field=where)
@@ -228,6 +246,10 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
         if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a non-empty list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
+    if code == T_P2P_CONN:
+        if not isinstance(f[-1], list) or not all(isinstance(r, int) for r in f[-1]):
+            raise InputError("after must be a list of node indices", file=source, field=where)
+        f, after = f[:-1], tuple(f[-1])
     if code not in (T_WAIT, T_WAIT_HANDOFF) and not all(isinstance(x, int) for x in f):
         raise InputError(f"a {_TYPE_NAMES[code]} node has non-integer fields", file=source, field=where)
     try:
@@ -238,6 +260,10 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after)
         if code in (T_P2P, T_P2P_AFTER):
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)
+        if code == T_P2P_CONN:
+            if f[6] <= 0:
+                raise InputError(f"communicator {f[6]}: type 8 names one after the first", file=source, field=where)
+            return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after, f[6])
         if code in (T_WAIT, T_WAIT_HANDOFF):
             if not isinstance(f[1], list) or not all(isinstance(r, int) for r in f[1]):
                 raise InputError("wait refs must be a list of node indices", file=source, field=where)

@@ -56,8 +56,12 @@ class _RecorderListener:
             )
         else:
             send = call.kind == "send"
-            self.rec.p2p(call.handle, call.peer, send, call.tag, call.seq, call.nbytes, call.t_issue_ns, before=before)
-            if send and call.handoff is not None:  # a lone send within its buffer: calls after it follow its hand-off
+            lone = send and call.handoff is not None  # a lone send within its buffer: its communicator's window
+            conn = call.conn if lone else None
+            self.rec.p2p(
+                call.handle, call.peer, send, call.tag, call.seq, call.nbytes, call.t_issue_ns, before=before, conn=conn
+            )
+            if lone:  # a lone send within its buffer: calls after it follow its hand-off
                 self.rec.eager(call.handle)
 
     def on_wait(self, handles: Sequence[int], t_done_ns: int) -> None:

@@ -6,7 +6,8 @@ One recorder per rank process. The runtime calls it with what the rank already k
 - ``collective(handle, group, seq, kind, nbytes, dtype, root, issue_ns, stream=0, before=())``: a collective was
   issued (``root`` a global rank, as the bridge client takes it; ``group`` global ranks in group order;
   ``before`` the handles of the rank's calls it starts after, as the coordinator orders them);
-- ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0, before=())``: one side of a transfer;
+- ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0, before=(), conn=None)``: one side of a
+  transfer (``conn``: a lone send's communicator, any name the rank gives it);
 - ``wait(handle, t_ns, stream=0)``: the stream joined the handle's completion at t_ns;
 - ``handoff(handle, t_ns, stream=0)``: the stream joined a lone send's hand-off at t_ns (its flow ends later);
 - ``step(index, t_ns, stream=0)``: end of a training step (joins every handle not yet waited);
@@ -23,6 +24,7 @@ node, so replay on the recording network still reproduces the recorded times; ``
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ class GraphRecorder:
         self.waited: set[tuple[int, int]] = set()  # (stream, handle)
         self.handed: set[tuple[int, int]] = set()  # (stream, handle) of sends joined at their hand-off
         self.unknown: set[int] = set()  # streams whose clock a wait moved to a time the recorder was not told
+        self.conns: dict[Hashable, int] = {}  # the communicators of lone sends, by the rank's name -> P2P.conn
         self.step_ends: list[int] = []
         self.idle_ns = 0
         self.end_ns = 0
@@ -109,10 +112,14 @@ class GraphRecorder:
         issue_ns: int,
         stream: int = 0,
         before: tuple[int, ...] = (),
+        conn: Hashable = None,
     ) -> None:
-        """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles)."""
+        """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles); `conn`:
+        the communicator a lone send runs on, as the rank names it (numbered here in order of first use, P2P.conn)."""
         self._catch_up(stream, int(issue_ns))
-        self._issued(handle, self.b.p2p(peer, is_send, nbytes, tag, seq, stream, after=self._nodes(before)))
+        number = self.conns.setdefault(conn, len(self.conns)) if conn is not None else 0
+        after = self._nodes(before)
+        self._issued(handle, self.b.p2p(peer, is_send, nbytes, tag, seq, stream, after=after, conn=number))
 
     def _nodes(self, handles: tuple[int, ...]) -> list[int]:
         """The nodes of earlier calls, by handle."""

@@ -11,8 +11,9 @@ The graph becomes one static flow DAG, like `phantora.replay` does for workloads
 - a Wait marker depends on the stream and on the waiting rank's last flows of each collective; a hand-off Wait,
   on a marker per send that ends its hand-off time (`phantora.collectives.handoff`) after the send's kernel starts:
   after its issue and its `after` nodes on this rank (their last flows, or, for a send a hand-off Wait names, its
-  own hand-off marker), and after the flows of the earlier such sends to its peer whose connection slots it needs
-  (`phantora.collectives.slot_window`, from the replayed network's channels and chunks), not on its own flows. A
+  own hand-off marker), and after the flows of the earlier such sends to its peer on its communicator (`P2P.conn`)
+  whose connection slots it needs (`phantora.collectives.slot_window`, from the replayed network's channels and
+  chunks), not on its own flows. A
   call issued after such a send is issued at once, as live; only its start waits for the send's hand-off, so a
   rank is never held at an issue for a call that is not launched yet (only at a wait, as a live rank is).
 
@@ -186,7 +187,7 @@ class _RankRun:
         self.blocked: Instance | None = None
         self.handoff_at: dict[int, int] = {}  # send node -> the marker at its hand-off (`_Planner.handoff_marker`)
         self.handed_sends: frozenset[int] = frozenset()  # the sends a hand-off wait names (`_handed_sends`)
-        self.windows: dict[int, SlotWindow[int]] = {}  # peer -> its connection's handed-off send nodes
+        self.windows: dict[tuple[int, int], SlotWindow[int]] = {}  # (P2P.conn, peer) -> its handed-off send nodes
         self.gates: dict[int, list[int]] = {}  # send node -> the earlier send nodes whose flows it waits for
         self.unfit: set[int] = set()  # handed sends whose own slots overflow their connection here: not handed
 
@@ -382,8 +383,9 @@ class _Planner:
 
     def admit(self, run: _RankRun, i: int) -> None:
         """Send node `i`, a lone send a hand-off wait names, takes its connection's slots on the replayed network
-        (`send_slots`): the earlier such sends to its peer whose flows it waits for become its gate; a send whose
-        own slots overflow the connection here is not handed off (its waits see its flow, as a large send's)."""
+        (`send_slots`): the earlier such sends to its peer on its communicator (`P2P.conn`) whose flows it waits for
+        become its gate; a send whose own slots overflow the connection here is not handed off (its waits see its
+        flow, as a large send's)."""
         node = run.prog.nodes[i]
         assert isinstance(node, P2P)
         dst = run.slots[node.slot][1]
@@ -396,7 +398,7 @@ class _Planner:
         if not slots.fits:
             run.unfit.add(i)
             return
-        run.gates[i] = run.windows.setdefault(dst, SlotWindow()).admit(i, slots)
+        run.gates[i] = run.windows.setdefault((node.conn, dst), SlotWindow()).admit(i, slots)
 
     def finish(self, run: _RankRun) -> None:
         deps: list[int] = []

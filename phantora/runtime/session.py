@@ -182,6 +182,7 @@ class Issued:
     launch: int | None = None  # the NCCL group launch it is part of
     after: tuple[int, ...] = ()  # handles of the rank's calls its CUDA stream waited for (stream_deps)
     handoff: int | None = None  # a lone send within its connection's buffer: its kernel's ns (collectives/handoff.py)
+    conn: int | None = None  # such a send's communicator (the NCCL stream it would run on): its connection's window
 
 
 class SessionListener(Protocol):
@@ -251,7 +252,8 @@ class RankSession:
         self._ids = itertools.count(1)
         self._seq: dict[tuple[int, ...], int] = {}
         self._p2p_seq: dict[tuple[int, int, bool], int] = {}
-        self._windows: dict[int, SlotWindow[int]] = {}  # peer -> its connection's handed-off sends (by Pending id)
+        self._windows: dict[tuple[int | None, int], SlotWindow[int]] = {}  # (communicator, peer) -> its connection's
+        # handed-off sends (by Pending id)
         self._handed: dict[int, Pending] = {}  # window key -> a send in a window
         self._window_ids = itertools.count()
         self._launches = itertools.count(1)  # the group launches of transfers' collectives (negative ids: own space)
@@ -498,9 +500,11 @@ class RankSession:
         current stream wait for it, as a collective's does (`stream_wait`). `eager`: a lone send, which is on no
         NCCL stream (`stream` and `launch` dropped) if its own slots fit its connection's NCCL_STEPS a channel
         (`Slots.fits`, the only size limit; or the model gives it no slots): its kernel ends at its hand-off
-        (`handoff_at`), which is what its waits see, once the earlier such sends to `peer` whose slots it needs are
-        received (`gate`, phantora/collectives/slot_window.py); a send whose own slots do not fit waits for its
-        receiver on its stream."""
+        (`handoff_at`), which is what its waits see, once the earlier such sends to `peer` on the same communicator
+        whose slots it needs are received (`gate`, phantora/collectives/slot_window.py). The communicator is named
+        by `stream`: ProcessGroupNCCL gives each of its communicators its own stream (ncclStreams_ beside
+        devNCCLCommMap_, one pair of maps a process group), so two groups' sends to one peer have two connections.
+        A send whose own slots do not fit waits for its receiver on its stream."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
@@ -508,6 +512,7 @@ class RankSession:
         label = f"{'send' if is_send else 'recv'}#{seq}"
         after = self.streams.after(cuda_stream)
         ns, slots = self._handoff(peer, nbytes, nccl_env) if eager and is_send else (None, None)
+        comm = stream
         if eager and is_send and (slots is None or slots.fits):
             stream, launch = None, None  # it ends in its connection's buffer: later calls on its stream need not wait
         else:
@@ -516,10 +521,11 @@ class RankSession:
         gate: list[Pending] = []
         ident = next(self._window_ids)
         if ns is not None and slots is not None:
-            held = self._windows.setdefault(peer, SlotWindow())
+            held = self._windows.setdefault((comm, peer), SlotWindow())
             gate = [self._handed.pop(i) for i in held.admit(ident, slots)]
         handles = [q.handles[0] for q in gate]
-        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles)
+        conn = comm if ns is not None else None
+        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn)
         kind = "send" if is_send else "recv"
         p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
         if ns is not None:
@@ -578,10 +584,11 @@ class RankSession:
         after: Sequence[int] = (),
         handoff: int | None = None,
         gate: Sequence[int] = (),
+        conn: int | None = None,
     ) -> int:
         """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`; a lone send's
-        kernel ns `handoff`, which the bridge's stream order follows, after the flows of its earlier sends `gate`);
-        its handle."""
+        kernel ns `handoff`, which the bridge's stream order follows, after the flows of its earlier sends `gate`
+        on its communicator `conn`); its handle."""
         more: dict[str, Any] = {"algo": {"nccl_env": [list(kv) for kv in env]}} if env is not None else {}
         if stream is not None:
             more["stream"] = stream
@@ -599,7 +606,7 @@ class RankSession:
         if self.listeners:
             kind = "send" if is_send else "recv"
             call = Issued(h, kind, seq, nbytes, t, peer=peer, tag=tag, stream=stream, launch=launch, after=tuple(after))
-            self._tell(replace(call, handoff=handoff) if handoff is not None else call)
+            self._tell(replace(call, handoff=handoff, conn=conn) if handoff is not None else call)
         return h
 
     def _tell(self, call: Issued) -> None:
