@@ -269,3 +269,13 @@ def test_results_count_each_symmetric_kernel_by_name():
     assert summarize_choices(recs, ())["choices"] == {
         "all_reduce": {"sym/LL/AllReduce_AGxLLMC_R": 1, "sym/Simple/AllReduce_RSxLDMC_AGxSTMC": 2}
     }
+
+
+def test_nccl_tests_r2_with_m_above_1_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """NCCL groups -m's calls into one symmetric kernel (2.28+) or none (2.27): refused, not picked call by call."""
+    from phantora.cli import main
+
+    assert main(["nccl-tests", "all_reduce_perf", "-b", "1M", "-e", "1M", "-R", "2", "-m", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "field '-m'" in err and "one symmetric kernel" in err
+    assert len(_table(["all_reduce_perf", "-b", "1M", "-e", "1M", "-R", "1", "-m", "2", "-n", "2"], capsys)) == 1

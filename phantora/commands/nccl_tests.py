@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     warnings: list[str] = []  # nccl-tests' own stderr lines for values it disables or resets
     flags = nf.harness_flags(args, iters=args.iters, graph=args.cudagraph, blocking=args.blocking,
                              nccl_version=nt.NCCL_VERSION_CODE, warn=warnings)  # fmt: skip
-    opts = nf.nccl_run_options(flags, args.granularity)
+    opts = nf.nccl_run_options(flags, args.granularity, args.agg_iters)
     minbytes, maxbytes = nt.parse_size(args.minbytes, "-b"), nt.parse_size(args.maxbytes, "-e")
     stepbytes = None if args.stepbytes is None else nt.parse_size(args.stepbytes, "-i")
     reduced = []  # nccl-tests' "Reducing maxBytes" note, printed after the devices
