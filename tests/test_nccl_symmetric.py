@@ -279,3 +279,30 @@ def test_nccl_tests_r2_with_m_above_1_is_one_line(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "field '-m'" in err and "one symmetric kernel" in err
     assert len(_table(["all_reduce_perf", "-b", "1M", "-e", "1M", "-R", "1", "-m", "2", "-n", "2"], capsys)) == 1
+
+
+def test_blackwell_takes_its_own_constants():
+    """8 B200s without NVLS: AGxLL_R at Blackwell's baseLat 11 µs (an LL all-reduce), smBw 55 GiB/s, peak 600 GiB/s;
+    and the multicast kernels' CTAs are at most divUp(32, 8) = 4 there (RSxLDMC_AGxSTMC at 256 MiB, peak 1000 GiB/s,
+    baseLat 19.5 µs)."""
+    b200 = dgx_host(gpu="b200")
+    got = choice("all_reduce", KiB, b200, PHANTORA_NCCL_REGISTER="2", NCCL_NVLS_ENABLE="0")
+
+    def bw(ctas: int, sm_gib: float, mult: float, peak_gib: float) -> float:
+        sm, peak = sm_gib * GIB_US, peak_gib * GIB_US
+        return peak - sm * math.log1p(math.expm1(peak / sm) * math.exp(-ctas * mult))
+
+    def t(bus: float, lat: float, ctas: int, mult: float, peak: float) -> float:
+        x = bus / bw(ctas, 55, mult, peak) - 1
+        return lat + (x if x >= 100 else math.log1p(math.exp(x)))
+
+    most = t(8 * KiB * 9, 11.0, 64, 1.0, 600)
+    ctas = next(c for c in range(1, 65) if t(8 * KiB * 9, 11.0, c, 1.0, 600) <= 1.025 * most)
+    assert (got["kernel"], got["channels"]) == ("AllReduce_AGxLL_R", ctas)
+    assert got["model_time_us"] == pytest.approx(t(8 * KiB * 9, 11.0, ctas, 1.0, 600), abs=1e-3)
+    big = choice("all_reduce", 256 * MiB, b200, PHANTORA_NCCL_REGISTER="2")
+    s = 256 * MiB
+    top = t(s // 8 + s, 19.5, 4, 8, 1000)  # at most divUp(32, 8) = 4 CTAs; 3 are within 2.5 % of it, 2 are not
+    assert t(s // 8 + s, 19.5, 2, 8, 1000) > 1.025 * top >= t(s // 8 + s, 19.5, 3, 8, 1000)
+    assert (big["kernel"], big["channels"]) == ("AllReduce_RSxLDMC_AGxSTMC", 3)
+    assert big["model_time_us"] == pytest.approx(t(s // 8 + s, 19.5, 3, 8, 1000), rel=1e-6)
