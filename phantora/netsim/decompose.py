@@ -39,7 +39,7 @@ from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
 from phantora.netsim.hybrid import SHARED_DEPS_MIN, topological_order  # the wide-deps threshold: one for both
-from phantora.netsim.nic_latency import Releases, gate_key, uses_nic
+from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, uses_nic  # (JOIN_BASE: the gates' joins)
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -56,9 +56,6 @@ from phantora.netsim.pieces import NO_PIECE, PieceRoutes, fabric_pieces
 from phantora.topology.model import Topology
 
 DRIVER = -1  # the owner of markers (no NIC): they complete in the driver
-# Pseudo flows the gates of one wide deps list wait on together (one join for them all, not each gate on every dep):
-# ids from here on, beyond any flow id (< 2^64) and gate key (< 0).
-JOIN_BASE = 1 << 64
 # A batch of this many flows or more is handed to the workers before the driver keeps its books on it (`_placing`:
 # the workers place their flows meanwhile); a smaller one goes out with the next round (a round trip saved).
 HAND_OVER_MIN = 4096

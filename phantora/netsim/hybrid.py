@@ -22,7 +22,6 @@ and FCTs. Opt in with ``--set nvlink=fluid``; `stats()["approximations"]` says i
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from collections import deque
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, check_flow_batch
 from phantora.netsim.flow import CausalityError, FlowSimulator
+from phantora.netsim.nic_latency import JOIN_BASE, gate_key
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from phantora.topology.model import Topology
 
 PACKET, FLUID = 0, 1
+JOIN = 2  # the side of a join in `_held`: the flows sharing a wide deps list wait on it (`_join`), it on the list
 REACTION_DEPTH = 8  # held flows `reaction_ns` looks through below a completion (markers of no delay)
 SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_kept_deps`)
 
@@ -100,6 +101,8 @@ class FluidNvlinkSimulator:
         # later steps then wait there, not here, and their completions are no hand-offs.
         self._chained: dict[int, list[int]] = {}
         self.chains = packet.posts_at_dep_ends  # off: every such flow is held here
+        self._next_join = JOIN_BASE  # the next join's id (`_join`), and how many are held
+        self._joins = 0
         self._fluid_flows = 0
         self._steps = 0
         self._watch: Collection[int] = ()  # what the caller of advance_watching returns on
@@ -137,8 +140,11 @@ class FluidNvlinkSimulator:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {now} ns")
         self._place(flows, at, None)
 
-    def _place(self, flows: Sequence[Flow], at: int, at_of: Mapping[int, int] | None) -> None:
-        """`submit`'s work: each flow eligible from `at`, or from its own ns in `at_of` (flow id -> ns)."""
+    def _place(
+        self, flows: Sequence[Flow], at: int, at_of: Mapping[int, int] | None, gated: Collection[int] = ()
+    ) -> None:
+        """`submit`'s work: each flow eligible from `at`, or from its own ns in `at_of` (flow id -> ns); a flow in
+        `gated` also waits here for its gate (a pseudo dep, `gate_key`, that a decomposition's driver opens)."""
         self._reacted.clear()  # (waiters are added below)
         if not self.prechecked:
             check_flow_batch(flows, self.topology, self._known)
@@ -152,29 +158,37 @@ class FluidNvlinkSimulator:
         nvswitch = self.topology.shared_nvswitch
         chain, chained = self.chains, self._chained
         same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
-        split: dict[tuple[tuple[int, ...], int], _Split] = {}  # wide deps lists a flow is held on, read once
+        joins: dict[tuple[tuple[int, ...], int], int | None] = {}  # wide deps lists flows are held on: their join
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
             side = flow_side(f, nvswitch)
             if at_of is not None:
                 at = at_of[f.id]
+            gate = 0
+            if f.id in gated:
+                waiters[gate_key(f.id)] = [f.id]
+                gate = 1
             if len(f.deps) >= SHARED_DEPS_MIN:
-                kept = same.get((f.deps, side), ())
-                if kept == ():
-                    kept = same[(f.deps, side)] = self._kept_deps(f.deps, side)
-                if kept is not None:  # every dep not done is known on its side: it goes straight to its engine
+                if not gate:
+                    kept = same.get((f.deps, side), ())
+                    if kept == ():
+                        kept = same[(f.deps, side)] = self._kept_deps(f.deps, side)
+                    if kept is not None:  # every dep not done is known on its side: it goes straight to its engine
+                        sides[f.id] = side
+                        _add(out[side], at, f if kept == f.deps else f.with_deps(kept))
+                        continue
+                j = joins.get((f.deps, side), -1)
+                if j == -1:
+                    j = joins[(f.deps, side)] = self._join(f.deps, side, at)
+                if j is not None:
+                    waiters[j].append(f.id)
+                    gate += 1
+                if gate:
+                    held[f.id] = (f, at, side, gate)
+                else:  # (gated, its deps known on its side and none held: its gate was all it waited for here)
                     sides[f.id] = side
-                    _add(out[side], at, f if kept == f.deps else f.with_deps(kept))
-                    continue
-                parts = split.get((f.deps, side))
-                if parts is None:
-                    parts = split[(f.deps, side)] = self._split_deps(f.deps, side)
-                for joined in parts.lists:
-                    joined.append(f.id)
-                for d in parts.releasers:
-                    heapq.heappush(self._releasers, (flb[d], d))
-                held[f.id] = (f, at, side, len(parts.lists))
+                    _add(out[side], at, f)
                 continue
-            pending = 0
+            pending = gate
             ended = False
             for d in dict.fromkeys(f.deps) if len(f.deps) > 1 else f.deps:
                 if d in ends:
@@ -223,23 +237,36 @@ class FluidNvlinkSimulator:
             return deps
         return self._side_deps(deps, side)
 
-    def _split_deps(self, deps: tuple[int, ...], side: int) -> _Split:
-        """For `_place`, read once per batch: the deps of a wide list a flow of `side` is held on (`_Split`). Their
-        state does not change while a batch is placed (its flows come after their deps; completions come after)."""
-        ends, held, sides, flb = self._end, self._held, self._side, self._flb
+    def _join(self, deps: tuple[int, ...], side: int, at: int) -> int | None:
+        """For `_place`, once per batch: a join of wide list `deps` for the flows of `side` held on it, which wait on
+        the join (its id is returned; None if they wait on none of `deps` here). The join waits on each dep not done
+        that such a flow would wait on: the held packet deps it chains on (`_chained`; in the chains' mode), the
+        deps held or on the other side (`_waiters`). It is held, side JOIN, and arrives the ns its last dep does
+        (`_arrive_join`). Its deps' state does not change while a batch is placed (its flows come after their deps;
+        completions come after)."""
+        ends, held, sides, flb, waiters = self._end, self._held, self._side, self._flb, self._waiters
         chain = self.chains and side == PACKET
-        lists: list[list[int]] = []
-        releasers: list[int] = []
+        j = self._next_join
+        pending = 0
         for d in dict.fromkeys(deps):
             if d in ends:
                 continue
             if chain and d in held and held[d][2] == PACKET:
-                lists.append(self._chained.setdefault(d, []))
+                self._chained.setdefault(d, []).append(j)
             elif d in held or sides.get(d, side) != side:
-                lists.append(self._waiters.setdefault(d, []))
+                waiters.setdefault(d, []).append(j)
                 if d in flb:
-                    releasers.append(d)
-        return _Split(lists, releasers)
+                    heapq.heappush(self._releasers, (flb[d], d))
+            else:
+                continue
+            pending += 1
+        if not pending:
+            return None
+        self._next_join += 1
+        self._joins += 1
+        held[j] = (Flow(j, 0, 0, 0), at, JOIN, pending)
+        waiters[j] = []
+        return j
 
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until` on both sides; now() becomes `until`."""
@@ -309,6 +336,8 @@ class FluidNvlinkSimulator:
                 f, _, side, _ = held[j]
                 if side == PACKET:
                     v = 0
+                elif side == JOIN:  # (it releases its flows the ns its last dep arrives: theirs is the reaction)
+                    v = self._reaction(j, depth)
                 elif depth > 0:  # (a fluid waiter nothing waits on, unwatched, hands nothing over: INF_NS)
                     after = self._reaction(j, depth - 1)
                     v = INF_NS if after >= INF_NS else self._fluid_step(f) + after
@@ -429,7 +458,7 @@ class FluidNvlinkSimulator:
         return self.packet.now()
 
     def in_flight(self) -> int:
-        return self.packet.in_flight() + self.fluid.in_flight() + len(self._held) + len(self._ahead)
+        return self.packet.in_flight() + self.fluid.in_flight() + len(self._held) - self._joins + len(self._ahead)
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion. Raise past limit_ns."""
@@ -526,8 +555,13 @@ class FluidNvlinkSimulator:
         return fid in self._side or fid in self._held
 
     def _side_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...]:
-        """The deps among `deps` that `side`'s engine knows (those submitted to it), in their order."""
+        """The deps among `deps` that `side`'s engine knows (those submitted to it), in their order; on the fluid
+        side only those not done, since the fluid engine reads a done dep as nothing to wait for (a join's flows
+        would otherwise hand it a wide list of done deps each)."""
         sides = self._side
+        if side == FLUID:
+            ends = self._end
+            return tuple([d for d in deps if sides.get(d) == side and d not in ends])
         return tuple([d for d in deps if sides.get(d) == side])
 
     def _same_side(
@@ -600,6 +634,9 @@ class FluidNvlinkSimulator:
                     held[j] = (f, at, side, pending - 1)
                     continue
                 del held[j]
+                if side == JOIN:
+                    self._arrive_join(j, now, ready, kept)
+                    continue
                 sides[j] = side
                 at = max(at, now)
                 ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
@@ -633,20 +670,37 @@ class FluidNvlinkSimulator:
                 held[j] = (f, a, side, pending - 1)
                 continue
             del held[j]
+            if side == JOIN:
+                self._arrive_join(j, t, ready, kept)
+                continue
             self._side[j] = side
             a = max(a, t)
             ready.setdefault((a, side), []).append(self._same_side(f, side, kept))
             todo.extend((k, a) for k in reversed(chained.pop(j, ())))
 
-
-@dataclasses.dataclass(frozen=True)
-class _Split:
-    """A wide deps list as `_place` holds a flow on it: the lists it joins (of the held packet deps it chains on,
-    `_chained`, and of the deps it waits on here, held or on the other side, `_waiters`), and the deps whose fluid
-    completion bound `submit_floor` watches."""
-
-    lists: list[list[int]]
-    releasers: list[int]
+    def _arrive_join(
+        self,
+        j: int,
+        t: int,
+        ready: dict[tuple[int, int], list[Flow]],
+        kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]],
+    ) -> None:
+        """Join `j`'s last dep arrived at `t` (it completed, or was handed to the packet side: `_unchain`): each flow
+        waiting on the join is one dep nearer, as if that dep's arrival reached it directly; those it was the last
+        for join `ready` at max(their submit ns, `t`), with what is chained on them."""
+        self._joins -= 1
+        held, chained = self._held, self._chained
+        for k in self._waiters.pop(j):
+            f, at, side, pending = held[k]
+            if pending > 1:
+                held[k] = (f, at, side, pending - 1)
+                continue
+            del held[k]
+            self._side[k] = side
+            at = max(at, t)
+            ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
+            if k in chained:
+                self._unchain(k, at, ready, kept)
 
 
 def _add(groups: dict[int, list[Flow]], at: int, f: Flow) -> None:

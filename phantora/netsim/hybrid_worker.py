@@ -5,8 +5,8 @@ A plain decomposition worker runs only ns-3 for its rail pieces, and the fluid N
 (`FluidNvlinkSimulator` over `NicLatencySimulator` over ns-3), fed only its own flows: its pieces' fabric flows and
 the NVLink flows of the hosts it owns (`phantora.netsim.decompose_hybrid`). A flow arrives with its deps on this
 worker's flows (either side); its deps elsewhere are a *gate* the driver opens at the ns they were all done. A gated
-flow waits here, behind a pseudo flow held for its gate (`gate_key`), so what waits on it (a ring's later steps)
-waits as in one engine. Opening a gate at p releases the flow as a completion at p would: a packet flow is posted
+flow is held here until its gate opens (a pseudo dep, `gate_key`), so what waits on it (a ring's later steps) waits
+as in one engine. Opening a gate at p releases the flow as a completion at p would: a packet flow is posted
 at p (its first packet at p + L, the NIC latency: the driver let this worker run to p + L - 1 at most), a fluid flow
 enters the fluid engine at p (the driver let this worker run to p at most: a fluid flow has no lookahead).
 """
@@ -68,16 +68,10 @@ class HybridWorker(FluidNvlinkSimulator):
         """A round's input from the driver: `flows`, each eligible from its `at` ns, with deps on this worker's
         flows only; a flow in `gated` also waits for its gate; `gates` (flow id, ns) open gates, in any order."""
         if flows:
-            gate_set = set(gated)
-            for fid in gate_set:
-                f = Flow(gate_key(fid), 0, 0, 0)
-                self._held[f.id] = (f, 0, FLUID, 1)  # released by `_open` only
-            batch = [f.with_deps((*f.deps, gate_key(f.id))) if f.id in gate_set else f for f in flows]
-            self._place(batch, 0, {f.id: a for f, a in zip(flows, at, strict=True)})
+            self._place(flows, 0, {f.id: a for f, a in zip(flows, at, strict=True)}, set(gated))
         by_ns: dict[int, list[Completion]] = {}
         for fid, p in gates:
             g = gate_key(fid)
-            del self._held[g]
             by_ns.setdefault(p, []).append(Completion(g, p, p, 0, 0, 0))
         for p, opened in sorted(by_ns.items()):
             self._release(opened, p)

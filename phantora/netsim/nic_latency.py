@@ -47,6 +47,12 @@ def gate_key(fid: int) -> int:
     return -1 - fid
 
 
+# Pseudo flows that the flows sharing one wide deps list wait on together (a join: one entry per dep, not one per dep
+# and flow), in a decomposition's driver and in a hybrid worker: ids from here on, beyond any flow id (< 2^64) and
+# gate key (< 0).
+JOIN_BASE = 1 << 64
+
+
 class Releases:
     """Flows waiting on their deps, and when each is posted: max(submit time, deps' ends) + delay_ns."""
 
