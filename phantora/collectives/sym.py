@@ -10,6 +10,13 @@ each way. The multicast kernels (NVLS) go through the switch: a GPU stores or lo
 replicates or reduces, so, as `nvls.py` writes NVLS, they are n flows GPU i -> i + 1 carrying the bounding
 direction's bytes: `RSxLDMC_AGxSTMC` S (n + 1) / n, `AGxLLMC_R` (n - 1) S (received), all-gather `LLMC` / `STMC`
 and reduce-scatter `LDMC` (n - 1) s.
+
+The GIN kernels across hosts (2.29.7+, `nccl/sym_gin.py`) run on H hosts of L GPUs, a rail being the GPUs of one
+local index: `AllGather_RailRing_LsaSTMC` passes every rank's part s around its rail's ring, (H - 1) s out of each
+GPU to the same GPU of the next host, and each GPU multicasts the H parts it ends with into its host, written as
+above, (L - 1) H s GPU i -> i + 1 of each host; `ReduceScatter_RailA2A_LsaLD` has each GPU load from each host
+peer its copies of the H parts of its rail (H s a pair, a mesh) and put the reduced part of each rail peer to that
+peer, s a pair across hosts; `_LsaLDMC` loads through the switch, (L - 1) H s GPU i -> i + 1.
 """
 
 from __future__ import annotations
@@ -33,8 +40,42 @@ def pair_bytes(kind: str, kernel: str, nbytes: int, n: int) -> int:
     return part
 
 
-def sym_flows(b: DagBuilder, kind: str, kernel: str, n: int, nbytes: int) -> None:
-    """The flows of symmetric kernel `kernel` over group positions 0..n-1 (one NVLink domain)."""
+GIN_KERNELS = ("AllGather_RailRing_LsaSTMC", "ReduceScatter_RailA2A_LsaLD", "ReduceScatter_RailA2A_LsaLDMC")
+
+
+def gin_flows(b: DagBuilder, kernel: str, blocks: list[list[int]], nbytes: int) -> None:
+    """The flows of a GIN kernel over `blocks` (group positions by host, each host as many), for a collective of
+    `nbytes` (all-gather's output, reduce-scatter's input)."""
+    hosts, local = len(blocks), len(blocks[0])
+    part = -(-nbytes // (hosts * local))
+    tag = f"sym/{kernel}"
+    rail_out = (hosts - 1) * part if kernel.startswith("AllGather") else part
+    for h, block in enumerate(blocks):
+        for i, pos in enumerate(block):
+            peers = (
+                [blocks[(h + 1) % hosts][i]]
+                if kernel.startswith("AllGather")
+                else [o[i] for o in blocks if o is not block]
+            )
+            for peer in peers:
+                b.add(pos, peer, rail_out, tag, 0)
+            if kernel == "ReduceScatter_RailA2A_LsaLD":
+                for other in block:
+                    if other != pos:
+                        b.add(pos, other, hosts * part, tag, 0)
+            elif local > 1:
+                b.add(pos, block[(i + 1) % local], (local - 1) * hosts * part, tag, 0)
+
+
+def sym_flows(
+    b: DagBuilder, kind: str, kernel: str, n: int, nbytes: int, blocks: list[list[int]] | None = None
+) -> None:
+    """The flows of symmetric kernel `kernel` over group positions 0..n-1: one NVLink domain, or the hosts of
+    `blocks` for a GIN kernel."""
+    if kernel in GIN_KERNELS:
+        assert blocks is not None
+        gin_flows(b, kernel, blocks, nbytes)
+        return
     size = pair_bytes(kind, kernel, nbytes, n)
     tag = f"sym/{kernel}"
     if kernel in MULTICAST or kernel in MULTICAST_RS:

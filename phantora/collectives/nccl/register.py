@@ -2,7 +2,9 @@
 
 - `-R 2`, symmetric windows (NCCL 2.27+): on one NVLink host an all-reduce, all-gather or reduce-scatter runs a
   symmetric kernel whenever one is available (enqueue.cc 2.27 "always use symmetric if available"; 2.28+
-  symmetric_sched.cc: both buffers in windows, no fallback), picked by NCCL's own model (`sym_kernels.py`).
+  symmetric_sched.cc: both buffers in windows, no fallback), picked by NCCL's own model (`sym_kernels.py`); across
+  hosts an all-gather or reduce-scatter runs a GIN kernel from 2.29.7 where GIN is there (`sym_gin.py`), the
+  legacy algorithms elsewhere (`_gin_choice`).
 - `-R 1`, ncclCommRegister: NVLS and NVLS-Tree run on the registered buffers with fewer CTAs, "to saturate
   bandwidth" (coll_reg.cc, nvls.cc `ncclNvlsRegResourcesQuery`): `registered_nvls_ctas`. Under NCCL_CTA_POLICY
   EFFICIENCY (2.27+) a registered all-gather or reduce-scatter on one NVSwitch host takes NVLS on those CTAs when
@@ -20,14 +22,16 @@ from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import nvls_channels, nvls_heads
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
-from phantora.collectives.nccl.sym_kernels import pick, sym_nbytes
+from phantora.collectives.nccl.sym_gin import pick_gin
+from phantora.collectives.nccl.sym_kernels import LDMC_TYPES, pick, sym_nbytes
 from phantora.collectives.nccl.tuning import Choice, running_release
 from phantora.collectives.spec import DTYPE_BYTES, Collective
 from phantora.errors import InputError
 
 SYM_FROM = (2, 27, 0)  # ncclCommWindowRegister and the symmetric kernels
-CROSS_HOST_SYM_FROM = (2, 28, 7)  # symmetric kernels across hosts (network / GIN), not restated here
-AR_CROSS_HOST_UNTIL = (2, 29, 7)  # from here no all-reduce kernel runs across hosts (the GIN kernels are AG / RS)
+GIN_FROM = (2, 29, 2)  # the first symmetric kernel across hosts (GIN), and symmetric support there needs GIN
+GIN_RESTATED_FROM = (2, 29, 7)  # AllGather_RailRing_LsaSTMC, ReduceScatter_RailA2A_Lsa*: sym_gin.py
+GIN_TYPES = (-1, 2, 3)  # NCCL_GIN_TYPE a GIN plugin of an RDMA NIC answers to: any, proxy, GDAKI
 LSA_MULTIMEM_MIN_RANKS_FROM = (2, 29, 7)  # multicast kernels need more than 2 GPUs (hasLsaMultimem)
 CTA_POLICY_FROM = (2, 27, 0)
 SYM_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -75,14 +79,7 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
         return None
     rel = release_of(st)
     if p.nnodes > 1:
-        if rel < CROSS_HOST_SYM_FROM or (coll.kind == "all_reduce" and rel >= AR_CROSS_HOST_UNTIL):
-            return None  # no symmetric support across hosts (2.27 - 2.28.3), or no kernel for it: legacy
-        raise InputError(
-            f"symmetric registration (-R 2) of a {coll.kind} across {p.nnodes} hosts: NCCL {rel[0]}.{rel[1]}'s "
-            "symmetric kernels across hosts (network / GIN) are not modelled (one NVLink host is; "
-            "PHANTORA_NCCL_VERSION=2.28.3 runs NCCL's legacy algorithms there)",
-            field="PHANTORA_NCCL_REGISTER",
-        )
+        return _gin_choice(coll, p, st, rel)
     if not _nvlink_domain(p):
         if rel >= (2, 29, 0):
             return None  # 2.29+: only where every GPU has a direct NVLink (isAllDirectNvlink)
@@ -101,6 +98,61 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
     lat = got.time_us - got.bw_us
     algbw = coll.nbytes / (1000.0 * got.bw_us) if got.bw_us > 0 else math.inf
     return Choice("sym", "LL" if got.ll else "Simple", got.ctas, lat, algbw, got.time_us, kernel=got.kernel)
+
+
+def gin_available(p: Platform, st: NcclSettings) -> bool:
+    """Whether NCCL finds a GIN plugin for a communicator across hosts (plugin/gin.cc `ncclGinInit`, 2.29.7+):
+    after any external one it tries its own, GDAKI on mlx5 (ConnectX) NICs and then a proxy over its IB RMA
+    backend, each needing GPUDirect RDMA (peermem or DMA-BUF), on Volta or later. phantora's fabrics are
+    InfiniBand / RoCE NICs with GPUDirect, so GIN is there unless NCCL_GIN_TYPE names another type (0, 1...)."""
+    return p.compcap >= 70 and st.gin_type in GIN_TYPES
+
+
+def _gin_choice(coll: Collective, p: Platform, st: NcclSettings, rel: tuple[int, int, int]) -> Choice | None:
+    """`sym_choice` across hosts. Legacy (None) where NCCL runs no symmetric kernel: before 2.29.2 (2.27 - 2.28.3
+    have no symmetric support across hosts; 2.28.7 - 2.28.9 mask every LSA kernel there and their one network
+    kernel, AllReduce_RSxNet_ARxMC_AGxNet, is in no function's mask), for all-reduce (no GIN kernel in any
+    release), without GIN (init.cc: symmetricSupport needs it across hosts; ncclCommWindowRegister then
+    registers nothing), with NCCL_SYM_GIN_KERNELS_ENABLE=0, without a direct NVLink between a host's GPUs, or where
+    no kernel applies. The GIN kernels of 2.29.7+ are `sym_gin.py`'s; 2.29.2 - 2.29.3's AllGather_GinHier_MCRing
+    is refused, as is NCCL_GIN_ENABLE=0 (NCCL's window registration fails: "GIN is disabled")."""
+    if rel < GIN_FROM or coll.kind == "all_reduce" or not gin_available(p, st):
+        return None
+    if (rel >= GIN_RESTATED_FROM and not st.sym_gin_kernels) or not _nvlink_domain(p):
+        return None
+    multicast = st.nvls and p.nvswitch and p.compcap >= 90 and p.ppn > 2
+    if rel < GIN_RESTATED_FROM:
+        if coll.kind != "all_gather" or not multicast:
+            return None  # 2.29.2 - 2.29.3: the one GIN kernel is a multicast all-gather
+        raise InputError(
+            f"symmetric registration (-R 2) of an all_gather across {p.nnodes} hosts: NCCL {rel[0]}.{rel[1]}.{rel[2]} "
+            "runs AllGather_GinHier_MCRing there, which is not modelled (2.29.7+'s GIN kernels are)",
+            field="PHANTORA_NCCL_VERSION",
+        )
+    if not st.gin_enable:
+        raise InputError(
+            "NCCL_GIN_ENABLE=0 with symmetric registration (-R 2) across hosts: NCCL's window registration fails "
+            '("GIN is disabled"); NCCL_SYM_GIN_KERNELS_ENABLE=0 runs the legacy algorithms instead',
+            field="NCCL_GIN_ENABLE",
+        )
+    if p.nranks != p.nnodes * p.ppn:
+        raise InputError(
+            f"symmetric registration (-R 2) of a {coll.kind} across hosts with unequal GPUs a host "
+            f"({p.nranks} GPUs on {p.nnodes} hosts): NCCL's GIN rails are not modelled there",
+            field="PHANTORA_NCCL_REGISTER",
+        )
+    ldmc = multicast and (coll.dtype in LDMC_TYPES or (coll.dtype == "fp8" and p.compcap >= 100))
+    nbytes = sym_nbytes(coll.kind, coll.nbytes, p.nranks, DTYPE_BYTES[coll.dtype], rel)
+    got = pick_gin(coll.kind, nbytes, p, st, coll.dtype, multicast, ldmc, rel)
+    if got is None:
+        return None
+    return Choice(
+        "sym", "Simple", got.ctas, got.time_us - got.bw_us, _algbw(coll, got.bw_us), got.time_us, kernel=got.kernel
+    )
+
+
+def _algbw(coll: Collective, bw_us: float) -> float:
+    return coll.nbytes / (1000.0 * bw_us) if bw_us > 0 else math.inf
 
 
 def registered_nvls_ctas(kind: str, p: Platform, st: NcclSettings, nvls_bw: float = 0.0) -> int:

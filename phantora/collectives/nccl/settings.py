@@ -54,6 +54,10 @@ ENV_VARS = (
     "NCCL_SYM_KERNEL",
     "NCCL_SYM_CTAS",
     "NCCL_CTA_POLICY",
+    "NCCL_GIN_ENABLE",
+    "NCCL_GIN_TYPE",
+    "NCCL_SYM_GIN_KERNELS_ENABLE",
+    "NCCL_SYM_RS_GIN_CHUNK_SIZE",
 )
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
@@ -98,6 +102,10 @@ class NcclSettings:
     sym_kernel: str = ""  # NCCL_SYM_KERNEL: the one symmetric kernel allowed ("" or "^": all)
     sym_ctas: int = 0  # NCCL_SYM_CTAS: a symmetric kernel's CTAs (0: its cost model's)
     cta_policy: int = 0  # NCCL_CTA_POLICY as NCCL parses it (register.cta_policy_of): bits EFFICIENCY 1, ZERO 2
+    gin_enable: bool = True  # NCCL_GIN_ENABLE=0: NCCL fails to connect GIN (register.gin_available)
+    gin_type: int = -1  # NCCL_GIN_TYPE: the GIN plugin type NCCL may take (-1 any, 2 proxy, 3 GDAKI)
+    sym_gin_kernels: bool = True  # NCCL_SYM_GIN_KERNELS_ENABLE=0: no symmetric kernel across hosts (2.29.7+)
+    sym_rs_gin_chunk: int = -1  # NCCL_SYM_RS_GIN_CHUNK_SIZE: the GIN reduce-scatter's chunk (2.30.7+; sym_gin.py)
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -289,5 +297,9 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         sym_kernel=sym_kernel_of(env),
         sym_ctas=_int(env, "NCCL_SYM_CTAS", 0),
         cta_policy=cta_policy_of(env),
+        gin_enable=_int(env, "NCCL_GIN_ENABLE", 1) != 0,
+        gin_type=_int(env, "NCCL_GIN_TYPE", -1, low=-1),
+        sym_gin_kernels=_int(env, "NCCL_SYM_GIN_KERNELS_ENABLE", 1) != 0,
+        sym_rs_gin_chunk=_int(env, "NCCL_SYM_RS_GIN_CHUNK_SIZE", -1, low=-1),
         raw=raw,
     )

@@ -6,8 +6,8 @@ A restatement of `ncclSymPickKernel` / `queryModel` (src/symmetric.cc, v2.27.3-1
 for each kernel the bytes its busiest GPU moves (`busBytes`) and a bandwidth `softmin(CTAs x smBw x multiplier,
 peakBw)`, time = baseLat + softplus(busBytes / bw - 1); the fewest CTAs within 2.5 % of the time at the most; the
 kernel of least time x (1 + 2.5 % per CTA) wins (kernels in NCCL's enum order, the first of equals). Only kernels
-inside one NVLink domain are restated: the cross-host (GIN / network) kernels of 2.28.7+ are not (`register.py`
-refuses them). The TMA variants (2.29+, off unless NCCL_SYM_TMA_ENABLE=1 on Blackwell) are left out.
+inside one NVLink domain are restated here: the cross-host GIN kernels of 2.29.7+ are `sym_gin.py`'s. The TMA
+variants (2.29+, off unless NCCL_SYM_TMA_ENABLE=1 on Blackwell) are left out.
 """
 
 from __future__ import annotations
