@@ -322,17 +322,27 @@ class RankClient:
         return self.handoff_plan(peer=peer, nbytes=nbytes, algo=algo)[0]
 
     def handoff_plan(
-        self, *, peer: int, nbytes: int, algo: dict[str, Any] | None = None
-    ) -> tuple[int | None, list[int] | None, bool]:
+        self,
+        *,
+        peer: int,
+        nbytes: int,
+        algo: dict[str, Any] | None = None,
+        tag: int | None = None,
+        seq: int | None = None,
+    ) -> tuple[int | None, list[int] | None, bool, bool]:
         """As `handoff`, with the send's connection slots: (ns, its steps per channel part or None, whether its
-        channels' proxy holds one send at a time: a shared network buffer; collectives/handoff.py `send_slots`)."""
+        channels' proxy holds one send at a time: a shared network buffer; collectives/handoff.py `send_slots`,
+        and, given the send's `tag` and `seq`, whether the peer has already issued its receive)."""
         self._check(self._clock, "handoff")
-        more = {"algo": dict(algo)} if algo else {}
+        more: dict[str, Any] = {"algo": dict(algo)} if algo else {}
+        if tag is not None and seq is not None:
+            more.update(tag=int(tag), seq=int(seq))
         self._sock.send(encode("handoff", self._clock, peer=int(peer), nbytes=int(nbytes), **more))
         got = self._await("handed")
         ns, slots = got["ns"], got.get("slots")
         steps = [int(x) for x in slots] if isinstance(slots, list) else None
-        return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False))
+        ready = bool(got.get("ready", False))
+        return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False)), ready
 
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped

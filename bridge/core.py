@@ -512,12 +512,18 @@ class CoordinatorCore:
 
     def _on_handoff(self, rs: RankState, msg: Message) -> None:
         """How long a lone send within its connection's buffer takes to hand off (collectives/handoff.py):
-        answered at once, as it needs nothing of its peer."""
+        answered at once, as it needs nothing of its peer. Given the send's `tag` and `seq`, also whether its
+        receive is already issued (`ready`: a real-data rank then sends from its own tensor, runtime/session.py)."""
         over = dict(self._algo(rs, msg.get("algo")))
         args = (self.planner.topology, self.planner.algo, over, rs.rank, msg["peer"], msg["nbytes"])
         ns = handoff_ns(*args)
         slots = send_slots(*args) if ns is not None else None
-        more = {"slots": list(slots.steps), "one_op": slots.one_op} if slots is not None else {}
+        more: dict[str, Any] = {"slots": list(slots.steps), "one_op": slots.one_op} if slots is not None else {}
+        tag, seq = msg.get("tag"), msg.get("seq")  # optional: the send's match, to say whether its receive is in
+        if tag is not None or seq is not None:
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (tag, seq)):
+                raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: a handoff's tag and seq must be integers")
+            more["ready"] = self.matcher.recv_issued(rs.rank, msg["peer"], tag, seq)
         self.send(rs.rank, encode("handed", self.engine.now(), ns=ns, **more))
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:

@@ -160,6 +160,12 @@ class Matcher:
                 f"{first.describe()}; {call.describe()}",
             )
 
+    def recv_issued(self, src: int, dst: int, tag: int, seq: int) -> bool:
+        """Whether `dst` has issued the receive of transfer (src, dst, tag, seq) and `src` not yet its send (False in a
+        deduplicated run, whose mirrored ranks move no data)."""
+        rv = None if self.mirrors is not None else self.pending.get(("p2p", src, dst, tag, seq))
+        return rv is not None and dst in rv.calls and src not in rv.calls
+
     def waiting_for(self, rank: int) -> list[Rendezvous]:
         """Pending rendezvous that still need a call from `rank`."""
         return [rv for rv in self.pending.values() if rank in rv.missing]

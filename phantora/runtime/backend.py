@@ -108,8 +108,9 @@ def _finisher(tensors: Sequence[torch.Tensor], n: int, how: Any) -> Callable[[],
 
 
 def _handed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The bytes an eager send hands to its connection: copies, as NCCL's kernel copies them into its slots, so
-    the program may overwrite its tensors once the send's wait returns, before the receiver takes them."""
+    """The bytes a lone send hands to its connection before its receive is issued: copies, as NCCL's kernel copies
+    them into its slots, so the program may overwrite its tensors once the send's wait returns, before the
+    receiver takes them (gloo reads a send's tensor only once the receiver's recv is posted)."""
     return [t.detach().clone() for t in tensors]
 
 
@@ -609,13 +610,15 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(dst)
         eager = lone or not self._p2p_open  # handed off if its connection's slots take it: issue_p2p
+        copy = eager and self._gloo is not None  # real data: copied if it hands off before its receive is issued
         p = self._s.issue_p2p(
             peer=self._ranks[dst],
             is_send=True,
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=self._p2p_start(_handed(tensors) if eager and self._gloo is not None else tensors, dst, tag),
+            start_inner=self._p2p_start(tensors, dst, tag),
+            start_copied=(lambda: self._p2p_start(_handed(tensors), dst, tag)()) if copy else None,
             nccl_env=self._nccl_env,
             stream=stream,
             launch=launch,

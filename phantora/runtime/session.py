@@ -138,6 +138,7 @@ class Pending:
     handoff_ns: int | None = None  # such a send's kernel time, from its start on its stream to its hand-off
     handoff_after: list[Pending] = field(default_factory=list)  # what its kernel's start waits for (`handoff_at`)
     handoff_gate: list[Pending] = field(default_factory=list)  # earlier sends whose flows it waits for (slot_window)
+    reads_user: bool = False  # a handed-off send whose data moves from its caller's tensors: taken before its join
 
 
 @dataclass
@@ -256,6 +257,8 @@ class RankSession:
         # handed-off sends (by Pending id)
         self._handed: dict[int, Pending] = {}  # window key -> a send in a window
         self._window_ids = itertools.count()
+        self.handoff_copies = 0  # real data: lone sends handed off before their receive was issued, copied at issue
+        self.handoff_copy_bytes = 0  # ... and their bytes, held until each send completes
         self._launches = itertools.count(1)  # the group launches of transfers' collectives (negative ids: own space)
         self._internal = 0
         self.ops = 0
@@ -492,6 +495,7 @@ class RankSession:
         launch: int | None = None,
         cuda_stream: int = COMPUTE_STREAM,
         eager: bool = False,
+        start_copied: Callable[[], list[Any]] | None = None,
     ) -> Pending:
         """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done.
         `nccl_env`: as `issue`'s. `stream`: the NCCL stream it runs on (ProcessGroupNCCL's pointToPoint: its peer
@@ -504,14 +508,18 @@ class RankSession:
         whose slots it needs are received (`gate`, phantora/collectives/slot_window.py). The communicator is named
         by `stream`: ProcessGroupNCCL gives each of its communicators its own stream (ncclStreams_ beside
         devNCCLCommMap_, one pair of maps a process group), so two groups' sends to one peer have two connections.
-        A send whose own slots do not fit waits for its receiver on its stream."""
+        A send whose own slots do not fit waits for its receiver on its stream. `start_copied` (real data): the
+        inner half of a send that moves a copy of its tensors, which a handed-off send uses when its receive is not
+        issued yet, since its waits may return, and its caller overwrite the tensors, before the receiver takes
+        them; a send whose receive is already issued moves its caller's tensors, taken before its join returns."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
         label = f"{'send' if is_send else 'recv'}#{seq}"
         after = self.streams.after(cuda_stream)
-        ns, slots = self._handoff(peer, nbytes, nccl_env) if eager and is_send else (None, None)
+        match = (tag, seq) if start_copied is not None else None
+        ns, slots, ready = self._handoff(peer, nbytes, nccl_env, match) if eager and is_send else (None, None, False)
         comm = stream
         if eager and is_send and (slots is None or slots.fits):
             stream, launch = None, None  # it ends in its connection's buffer: later calls on its stream need not wait
@@ -527,8 +535,15 @@ class RankSession:
         conn = comm if ns is not None else None
         h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn)
         kind = "send" if is_send else "recv"
+        copied = ns is not None and start_copied is not None and not ready
+        if copied:
+            assert start_copied is not None
+            start_inner = start_copied
+            self.handoff_copies += 1
+            self.handoff_copy_bytes += nbytes
         p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
         if ns is not None:
+            p.reads_user = start_copied is not None and not copied
             p.handoff_ns, p.handoff_after, p.handoff_gate = ns, ahead, gate
             if slots is not None:
                 self._handed[ident] = p
@@ -536,21 +551,26 @@ class RankSession:
                 p.t_handoff = t + ns
         return p
 
-    def _handoff(self, peer: int, nbytes: int, env: NcclEnv | None) -> tuple[int | None, Slots | None]:
+    def _handoff(
+        self, peer: int, nbytes: int, env: NcclEnv | None, match: tuple[int, int] | None = None
+    ) -> tuple[int | None, Slots | None, bool]:
         """The ns a send of `nbytes` to `peer` on no stream takes from its kernel's start to handing its last byte
         to its connection, and the connection slots it takes (bridge `handoff`, collectives/handoff.py); None
-        where the client or the model does not time it (its waits then see its flow's end, as before)."""
+        where the client or the model does not time it (its waits then see its flow's end, as before). With the
+        send's `match` (tag, seq), also whether its receive is already issued (else False)."""
         algo = {"nccl_env": [list(kv) for kv in env]} if env is not None else None
         plan = getattr(self.client, "handoff_plan", None)
         if plan is not None:
-            ns, steps, one_op = plan(peer=peer, nbytes=nbytes, algo=algo)
+            more = {"tag": match[0], "seq": match[1]} if match is not None else {}
+            got = plan(peer=peer, nbytes=nbytes, algo=algo, **more)
+            ns, steps, one_op = got[0], got[1], got[2]
             slots = Slots(tuple(steps), bool(one_op)) if steps is not None else None
-            return (None if ns is None else int(ns)), slots
+            return (None if ns is None else int(ns)), slots, bool(got[3]) if len(got) > 3 else False
         ask = getattr(self.client, "handoff", None)
         if ask is None:
-            return None, None
+            return None, None, False
         ns = ask(peer=peer, nbytes=nbytes, algo=algo)
-        return (None if ns is None else int(ns)), None
+        return (None if ns is None else int(ns)), None, False
 
     def handoff_at(self, p: Pending) -> int | None:
         """When `p`, a lone send within its connection's buffer, hands off: its kernel starts once the work its CUDA
@@ -678,6 +698,11 @@ class RankSession:
         its flow's end is learned later (`sync`, the end of the run)."""
         handoff = self.handoff_at(p)
         t_done = self.complete(p) if handoff is None else handoff
+        if p.reads_user and p.inner:  # its receive is issued (its receiver's gloo recv is in): the bytes go now
+            with self.internal():
+                for work in p.inner:
+                    work.wait()
+            p.inner = []
         self.clock.join(t_done)
         handed = p.t_handoff is not None and p.t_done is None  # joined at its hand-off, its flow still running
         for listener in self.listeners:
