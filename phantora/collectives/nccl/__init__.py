@@ -22,6 +22,8 @@ from phantora.collectives.nccl.register import (
     p2p_zero_copy,
     refuse_copy_engine,
     register_mode,
+    registered_chunk,
+    registered_nvls,
     registered_nvls_ctas,
     sym_choice,
 )
@@ -104,7 +106,7 @@ def _registered(coll: Collective, p: Platform, st: NcclSettings, choice: Choice)
             choice = select(coll.kind, p, only, coll.nbytes) or choice
     if choice.algorithm not in ("nvls", "nvls_tree"):
         return choice
-    return dataclasses.replace(choice, channels=registered_nvls_ctas(coll.kind, p, st), registered=True)
+    return registered_nvls(choice, coll.kind, p, st, coll.nbytes)
 
 
 def _p2p_registered(choice: Choice, p: Platform, comm: Platform, st: NcclSettings) -> Choice:
@@ -182,6 +184,8 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
         return comm_p2p_chunk(p, st)
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):
         return ring_simple_chunk(st, RING_CHUNK_STEPS)
+    if choice.registered and choice.algorithm in ("nvls", "nvls_tree"):
+        return registered_chunk(choice.algorithm, coll.kind, p, st, coll.nbytes, choice.channels)
     heads = nvls_heads(p) if choice.algorithm in ("nvls", "nvls_tree") else 1
     return chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads, coll.kind)
 

@@ -68,17 +68,26 @@ def stages(algo: str, p: Platform, proto: str = "Simple") -> int:
 
 
 def fill_us(
-    algo: str, proto: str, p: Platform, st: NcclSettings, nbytes: int, channels: int, algbw: float, kind: str
+    algo: str,
+    proto: str,
+    p: Platform,
+    st: NcclSettings,
+    nbytes: int,
+    channels: int,
+    algbw: float,
+    kind: str,
+    chunk: int = 0,
 ) -> float:
     """Extra time (µs) of the pipeline fill of a `kind` collective: (stages - 1) chunk times of one concurrent
     operation; NVLS-Tree with one chunk per operation (nLoops = 1): that chunk's own crossing, never more
-    (`nvls_tree.fill_us`)."""
+    (`nvls_tree.fill_us`). `chunk`: NCCL's chunk where the caller knows it (registered NVLS, register.py), else
+    `chunk_bytes`'."""
     depth = stages(algo, p, proto)
     if depth <= 1 or algbw <= 0 or nbytes <= 0:
         return 0.0
     heads = nvls_heads(p) if algo in ("nvls", "nvls_tree") else 1
     ops = max(1, channels * heads)
-    chunk = min(chunk_bytes(algo, proto, p, st, nbytes, ops, kind), math.ceil(nbytes / ops))
+    chunk = min(chunk or chunk_bytes(algo, proto, p, st, nbytes, ops, kind), math.ceil(nbytes / ops))
     per_op = algbw * 1000.0 / ops  # bytes per µs of one operation
     if algo == "tree":
         per_op *= 2  # the tree's model bandwidth is half its per-edge rate (NCCL's 0.5 ratio)

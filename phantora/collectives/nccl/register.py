@@ -15,11 +15,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from phantora.collectives.nccl import old_tuners
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import nvls_channels, nvls_heads
+from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes, whole_grains
+from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.sym_gin import pick_gin
@@ -186,6 +189,48 @@ def registered_nvls_ctas(kind: str, p: Platform, st: NcclSettings, nvls_bw: floa
     else:
         factor = 7 if bw_blackwell else 6
     return max(lo, min(hi, -(-factor * 8 // nvls_heads(p))))
+
+
+REG_CHUNK_FROM = (2, 27, 0)  # calcCollChunking: a registered NVLS all-gather / reduce-scatter takes a Simple step
+
+
+def registered_chunk(algo: str, kind: str, p: Platform, st: NcclSettings, nbytes: int, ctas: int) -> int:
+    """The chunk calcCollChunking gives NVLS / NVLS-Tree on registered buffers (`-R 1`, `ctas` their CTAs): from
+    2.27 a registered NVLS all-gather or reduce-scatter takes a whole Simple step (NCCL_BUFFSIZE / NCCL_STEPS,
+    512 KiB by default) with no ladder; otherwise the usual ladder, on the registered CTAs x heads."""
+    if _whole_step(algo, kind, st):
+        return whole_grains("Simple", st.nccl_version, step_bytes("Simple", st))
+    return chunk_bytes(algo, "Simple", p, st, nbytes, max(1, ctas) * nvls_heads(p), kind)
+
+
+def _whole_step(algo: str, kind: str, st: NcclSettings) -> bool:
+    return algo == "nvls" and kind in ("all_gather", "reduce_scatter") and release_of(st) >= REG_CHUNK_FROM
+
+
+def registered_nvls(choice: Choice, kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice:
+    """`choice` (NVLS or NVLS-Tree on NCCL's default CTAs) on registered buffers: its registered CTAs
+    (`registered_nvls_ctas`), NCCL's bandwidth (its "to saturate bandwidth"), and the chunks and fill of those
+    CTAs and `registered_chunk`. The NVLS chunk overhead (pipeline.chunk_overhead_us, charged in the bandwidth) is
+    taken off for the default CTAs' chunks and put back for the registered ones (none for a whole-step chunk, larger
+    than NCCL's largest ladder chunk, whose cost NCCL's bandwidth already holds). Inside one node the kernel moves
+    the data between the user buffers through the multicast object in one pass (all_gather.h, reduce_scatter.h,
+    all_reduce.h with `regUsed`: the scatter and gather warps move 0 elements, only synchronising), so no second
+    stage fills: no fill. NVLS-Tree keeps its stages, its fill on the registered CTAs and chunk (less its tree
+    correction, as `tuning.select` does)."""
+    a, proto = choice.algorithm, choice.protocol
+    ctas = registered_nvls_ctas(kind, p, st)
+    chunk = registered_chunk(a, kind, p, st, nbytes, ctas)
+    old = chunk_overhead_us(a, proto, p, st, nbytes, choice.channels, kind)
+    new = 0.0 if _whole_step(a, kind, st) else chunk_overhead_us(a, proto, p, st, nbytes, ctas, kind)
+    bw_us = nbytes / (1000.0 * choice.algbw) if choice.algbw > 0 else 0.0
+    raw = bw_us - old  # the bandwidth part before any chunk overhead, as select has it
+    algbw = nbytes / (1000.0 * (raw + new)) if raw + new > 0 else choice.algbw
+    fill = 0.0
+    if a == "nvls_tree":
+        raw_bw = nbytes / (1000.0 * raw) if raw > 0 else choice.algbw
+        fill = max(0.0, fill_us(a, proto, p, st, nbytes, ctas, raw_bw, kind, chunk=chunk) - choice.fit_us)
+    time = choice.lat_us + (nbytes / (1000.0 * algbw) if algbw > 0 else 0.0)
+    return dataclasses.replace(choice, channels=ctas, algbw=algbw, time_us=time, fill_us=fill, registered=True)
 
 
 def efficiency_nvls(kind: str, p: Platform, st: NcclSettings) -> bool:
