@@ -309,3 +309,21 @@ def test_blackwell_takes_its_own_constants():
     assert t(s // 8 + s, 19.5, 2, 8, 1000) > 1.025 * top >= t(s // 8 + s, 19.5, 3, 8, 1000)
     assert (big["kernel"], big["channels"]) == ("AllReduce_RSxLDMC_AGxSTMC", 3)
     assert big["model_time_us"] == pytest.approx(t(s // 8 + s, 19.5, 3, 8, 1000), rel=1e-6)
+
+
+def test_a_program_registers_a_groups_buffers_by_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What stands for torch's registration (docs/collectives.md, "PyTorch"): PHANTORA_NCCL_REGISTER set by the
+    program before it creates a group is that group's (runtime/program_env.py): FSDP2's set_symm_mem_for_comm is 2,
+    a 64 MiB bf16 all-gather on 8 H100s running NCCL's multicast-store kernel on 2 CTAs; allocate_tensor's pool is 1,
+    a 64 MiB NVLS all-reduce on its 4 registered CTAs."""
+    from phantora.runtime import program_env
+
+    monkeypatch.delenv("PHANTORA_NCCL_REGISTER", raising=False)
+    monkeypatch.setenv("NCCL_ALGO", "NVLS")
+    start = program_env.at_start()
+    for mode, kind, want in (("2", "all_gather", ("sym", 2)), ("1", "all_reduce", ("NVLS", 4))):
+        monkeypatch.setenv("PHANTORA_NCCL_REGISTER", mode)
+        env = program_env.program_nccl_env(start)
+        assert env is not None and dict(env)["PHANTORA_NCCL_REGISTER"] == mode
+        got = decompose(Collective(kind, RANKS, 64 * MiB, "bf16"), H100, AlgoOptions(nccl_env=env)).choice or {}
+        assert (got["algorithm"], got["channels"]) == want
