@@ -570,6 +570,11 @@ class FluidNvlinkSimulator:
         """`f` with only the deps its engine knows (its own side's); the others have all arrived. `kept`: a wide
         deps list's filtered deps by (list, side), shared by the flows released together (every dep of a flow
         handed over is known on its side for good, so the filter of one list does not change)."""
+        if len(f.deps) == 1:  # (most flows: one step of a ring or chain; `_side_deps` of one dep, inline)
+            d = f.deps[0]
+            if self._side.get(d) == side and (side != FLUID or d not in self._end):
+                return f
+            return f.with_deps(())
         if kept is not None and len(f.deps) >= SHARED_DEPS_MIN:
             deps = kept.get((f.deps, side))
             if deps is None:
@@ -675,8 +680,11 @@ class FluidNvlinkSimulator:
                 continue
             self._side[j] = side
             a = max(a, t)
-            ready.setdefault((a, side), []).append(self._same_side(f, side, kept))
-            todo.extend((k, a) for k in reversed(chained.pop(j, ())))
+            # (a flow of one dep chained on `j` keeps it: `j` is on its side, the packet side, from now on)
+            ready.setdefault((a, side), []).append(f if len(f.deps) == 1 else self._same_side(f, side, kept))
+            nxt = chained.pop(j, None)
+            if nxt is not None:
+                todo.extend((k, a) for k in reversed(nxt))
 
     def _arrive_join(
         self,

@@ -83,15 +83,20 @@ class Releases:
     def add(self, flows: Sequence[Flow], at: int, gated: Collection[int] = ()) -> list[tuple[Flow, int]]:
         """Accept a (checked) batch submitted at `at`; return (flow, posted ns) of those ready now. A flow in
         `gated` also waits for its gate (`open`): deps resolved by someone else (a decomposition's driver)."""
-        self._ids.update(f.id for f in flows)
+        self._ids.update([f.id for f in flows])
         out = []
+        ends, waiters = self._end, self._waiters  # (per flow and dep: kept lean)
         for f in flows:
             ready, left = at, 0
-            deps = (*f.deps, gate_key(f.id)) if f.id in gated else f.deps
-            for d in dict.fromkeys(deps):
-                end = self._end.get(d)
+            deps = (*f.deps, gate_key(f.id)) if gated and f.id in gated else f.deps
+            for d in dict.fromkeys(deps) if len(deps) > 1 else deps:
+                end = ends.get(d)
                 if end is None:
-                    self._waiters.setdefault(d, []).append(f.id)
+                    ws = waiters.get(d)
+                    if ws is None:
+                        waiters[d] = [f.id]
+                    else:
+                        ws.append(f.id)
                     left += 1
                 else:
                     ready = max(ready, end)
@@ -183,10 +188,11 @@ class NicLatencySimulator(RunsByCompletion):
         self._queue(ready)
 
     def _queue(self, ready: list[tuple[Flow, int]]) -> None:
+        kicks, lat = self._kicks, self.latency_ns
         for f, p in ready:
-            start = p + self.latency_ns if uses_nic(f) else p
+            start = p + lat if f.size > 0 and f.src != f.dst else p  # (`uses_nic`, inline)
             bare = f if not f.deps and not f.delay_ns else f.with_deps((), 0)
-            heapq.heappush(self._kicks, (start, f.id, bare))
+            heapq.heappush(kicks, (start, f.id, bare))
 
     def _insert_due(self) -> None:
         """Hand ns-3 the flows that start at now() + 1 or earlier (now() only for markers), in (start, id) order."""
