@@ -1,4 +1,4 @@
-"""A hybrid worker's joins (issue 38): flows held on one wide deps list wait on one join of it, not each on every dep.
+"""The hybrid's joins (issue 38): flows held on one wide deps list wait on one join of it, not each on every dep.
 
 A decomposition worker (`HybridWorker`, real ns-3 under it) is handed, as the driver hands them, 16 gated markers
 (no bytes: fluid, each done its delay after its gate opens) and one NVLink flow per GPU pair of the tiny rail fabric
@@ -15,7 +15,10 @@ from typing import Any
 
 from phantora.netsim.base import INF_NS, Completion, Flow
 from phantora.netsim.factory import hybrid_worker
+from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.hybrid import FluidNvlinkSimulator
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
+from phantora.topology.loader import load_topology
 from tests.test_decompose import gpu, tiny
 
 MARKERS = 16
@@ -66,3 +69,26 @@ def test_flows_sharing_a_wide_list_start_at_its_last_end_or_their_gate() -> None
         assert w.in_flight() == 0 and not w._held and not w._joins
     finally:
         w.close()
+
+
+def test_a_join_is_transparent_to_the_reaction_of_its_deps() -> None:
+    """On testbed16 (no ns-3: the flow engine on both sides), two NVLink flows of 3.6 MB each wait on 16 fabric
+    flows (a wide list across sides: one join). A fabric flow's reaction is what waits behind the join: INF_NS while
+    nothing waits on the NVLink flows (they hand nothing over), then, with a fabric flow after one of them, that
+    NVLink flow's least time, 3.6e6 x 8 / 3.6e12 s - 2 ns + 2 x 25 ns = 8,048 ns; and all end as one flow engine's."""
+    topo = load_topology("testbed16")
+    sim = FluidNvlinkSimulator(FlowSimulator(topo), FlowSimulator(topo), payload_bytes=1000, header_bytes=48)
+    fabric = [Flow(i, i % 8 + 8 * (i // 8), (i + 8) % 16, 1 << 20) for i in range(16)]
+    deps = tuple(f.id for f in fabric)
+    nvlink = [Flow(100, 8, 9, 3_600_000, deps), Flow(101, 10, 11, 3_600_000, deps)]
+    sim.submit([*fabric, *nvlink], 0)
+    assert sum(len(v) for v in sim._waiters.values()) == 16 + 2  # one join: 16 deps wait on it, it on 2 flows
+    assert all(sim.reacts_to(f.id) for f in fabric) and sim.reaction_ns(3) == INF_NS
+    sim.submit([Flow(102, 9, 1, 1 << 20, deps=(100,))], 0)
+    assert [sim.reaction_ns(f.id) for f in fabric] == [8_048] * 16
+    flows = [*fabric, *nvlink, Flow(102, 9, 1, 1 << 20, deps=(100,))]
+    one = FlowSimulator(topo)
+    one.submit(flows, 0)
+    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
+    assert sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain()) == want
+    assert sim.in_flight() == 0 and not sim._joins
