@@ -60,6 +60,9 @@ class Collective:
     # rank whose group launch ran later: NCCL runs a pair once both peers' kernels run) or move other bytes; the
     # pairs not named start with it and move its nbytes
     inflight_at: tuple[tuple[int, int, int, int], ...] = ()
+    # the reduction (nccl-tests' -o: sum, prod, max, min, avg, mulsum); NCCL's symmetric kernels reduce only a float
+    # sum (nccl/__init__.py `choose`), every other choice ignores it
+    redop: str = "sum"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

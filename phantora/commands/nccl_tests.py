@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     sim = make_engine(engine, topo, spawner=spawn_workers)
     try:
         for block in blocks:  # nccl-tests' TimeTest: warm every size up, then measure them (-N times)
-            bench.datatype, bench.root = block.datatype, max(block.root, 0)
+            bench.datatype, bench.root, bench.op = block.datatype, max(block.root, 0), block.op
             nt.warm_up(bench, sim, nt.warmup_sizes(minbytes, maxbytes), args.warmup_iters)
             for _cycle in range(args.run_cycles):
                 for size in sizes:

@@ -318,6 +318,7 @@ def build_iteration(
     first_id: int,
     tag: str,
     sent: MessageCounters | None = None,
+    redop: str = "sum",
 ) -> Iteration:
     """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once,
     in one NCCL group on the test's communicator (n send_recv collectives, one per pair, on `ranks`' p2p channels
@@ -334,7 +335,7 @@ def build_iteration(
             for i, pair in enumerate(pairs)
         ]
     else:
-        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None)
+        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None, redop=redop)
         colls = [(coll, tag)]
     flows: list[Flow] = []
     last: set[int] = set()
@@ -404,6 +405,7 @@ class Bench:
     root: int = 0
     iters: int = 20
     warmup: int = 5
+    op: str = "sum"  # nccl-tests' -o (NCCL's symmetric kernels reduce only a sum)
     opts: AlgoOptions = field(default_factory=AlgoOptions)
     next_id: int = 0
     sent: MessageCounters = field(default_factory=dict)  # network connections' message counters, over the run
@@ -433,7 +435,17 @@ def _call(bench: Bench, sim: NetworkSimulator, nbytes: int, tag: str) -> tuple[i
     """Run one call of `nbytes` on `sim` now: its time in ns and the NCCL model's choice."""
     dtype = DATATYPES[bench.datatype][0]
     it = build_iteration(
-        bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.topo, bench.opts, bench.next_id, tag, bench.sent
+        bench.spec,
+        bench.ranks,
+        nbytes,
+        dtype,
+        bench.root,
+        bench.topo,
+        bench.opts,
+        bench.next_id,
+        tag,
+        bench.sent,
+        bench.op,
     )
     bench.next_id = it.next_id
     return run_iteration(sim, it), it.choice

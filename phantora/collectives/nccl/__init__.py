@@ -70,7 +70,7 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         at = _inflight_at(coll) if group else {}
         got = _with_transports(p2p_choice(coll, on, st, opts.protocol, comm, nodes, group, at), on, coll.kind)
         return _p2p_registered(got, p, comm or p, st)
-    if opts.algorithm == "auto" and opts.protocol == "auto":
+    if opts.algorithm == "auto" and opts.protocol == "auto" and _sym_op(coll):
         sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
         if sym is not None:
             return sym
@@ -94,6 +94,13 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             field="algorithm",
         )
     return _with_transports(choice, p, coll.kind)
+
+
+def _sym_op(coll: Collective) -> bool:
+    """NCCL has a symmetric kernel for `coll`'s reduction: an all-gather, or a sum (ncclSymkImplemented, 2.27 -
+    2.30: ncclDevSum, or 2.30's ncclDevSumPostDiv, which is avg on integers only; avg on floats is a PreMulSum).
+    Any other reduction runs NCCL's legacy algorithms on the symmetric buffers."""
+    return coll.kind not in ("all_reduce", "reduce_scatter") or coll.redop == "sum"
 
 
 def _registered(coll: Collective, p: Platform, st: NcclSettings, choice: Choice) -> Choice:
