@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"must be 0, 1, 2 or 3, got {args.blocking}", field="-z")
     warnings: list[str] = []  # nccl-tests' own stderr lines for values it disables or resets
     flags = nf.harness_flags(args, iters=args.iters, graph=args.cudagraph, blocking=args.blocking,
-                             nccl_version=nt.NCCL_VERSION_CODE, warn=warnings)  # fmt: skip
+                             nccl_version=nf.running_version_code(os.environ), warn=warnings)  # fmt: skip
     opts = nf.nccl_run_options(flags, args.granularity, args.agg_iters)
     minbytes, maxbytes = nt.parse_size(args.minbytes, "-b"), nt.parse_size(args.maxbytes, "-e")
     stepbytes = None if args.stepbytes is None else nt.parse_size(args.stepbytes, "-i")

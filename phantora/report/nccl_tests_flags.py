@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from phantora.collectives import AlgoOptions
-from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.nccl.settings import nccl_env, nccl_release_of
 from phantora.errors import InputError
 
 LOCAL_REGISTER, SYMMETRIC_REGISTER = 1, 2  # -R values (common.cu)
@@ -83,6 +84,8 @@ def harness_flags(
             warn.append(f"device_cta_count (-V) must be positive and less than 128, got {cta}. Using default value 16.")
             cta = DEVICE_CTA_DEFAULT
     register = args.local_register
+    if register not in (0, SYMMETRIC_REGISTER):  # common.cu: any other non-zero value calls ncclCommRegister
+        register = LOCAL_REGISTER
     if register == SYMMETRIC_REGISTER and nccl_version < 22700:
         warn.append("Option -R 2 (symmetric) is not supported before NCCL 2.27. Defaulting to local registration")
         register = LOCAL_REGISTER
@@ -146,6 +149,13 @@ def harness_flags(
         device_cta_count=cta,
         blocking=blocking,
     )
+
+
+def running_version_code(env: Mapping[str, str]) -> int:
+    """The NCCL that runs (PHANTORA_NCCL_VERSION, else the one the model restates) as nccl-tests' test_ncclVersion,
+    ncclGetVersion's code (2.26.2: 22602), which its -R / -x / -D / -V checks compare against."""
+    major, minor, patch = nccl_release_of(env)
+    return major * 10000 + minor * 100 + patch
 
 
 def nccl_run_options(flags: HarnessFlags, granularity: str, agg: int = 1) -> AlgoOptions:
