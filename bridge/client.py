@@ -329,20 +329,25 @@ class RankClient:
         algo: dict[str, Any] | None = None,
         tag: int | None = None,
         seq: int | None = None,
-    ) -> tuple[int | None, list[int] | None, bool, bool]:
+        comm: Sequence[int] | None = None,
+    ) -> tuple[int | None, list[int] | None, bool, bool, bool]:
         """As `handoff`, with the send's connection slots: (ns, its steps per channel part or None, whether its
         channels' proxy holds one send at a time: a shared network buffer; collectives/handoff.py `send_slots`,
-        and, given the send's `tag` and `seq`, whether the peer has already issued its receive)."""
+        and, given the send's `tag` and `seq`, whether the peer has already issued its receive; last, whether NCCL
+        moves it zero-copy between registered buffers, so it does not hand off). `comm`: the communicator it runs
+        on (its global ranks), when not the pair's own (eager init: the group's)."""
         self._check(self._clock, "handoff")
         more: dict[str, Any] = {"algo": dict(algo)} if algo else {}
         if tag is not None and seq is not None:
             more.update(tag=int(tag), seq=int(seq))
+        if comm:
+            more["comm"] = [int(r) for r in comm]
         self._sock.send(encode("handoff", self._clock, peer=int(peer), nbytes=int(nbytes), **more))
         got = self._await("handed")
         ns, slots = got["ns"], got.get("slots")
         steps = [int(x) for x in slots] if isinstance(slots, list) else None
-        ready = bool(got.get("ready", False))
-        return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False)), ready
+        ready, zero_copy = bool(got.get("ready", False)), bool(got.get("zero_copy", False))
+        return (None if ns is None else int(ns)), steps, bool(got.get("one_op", False)), ready, zero_copy
 
     def lost(self, handle: int) -> list[tuple[int, int]]:
         """DLCP: the (offset, bytes) ranges of a done loss-tolerant collective's result that the network dropped

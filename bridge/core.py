@@ -513,12 +513,17 @@ class CoordinatorCore:
     def _on_handoff(self, rs: RankState, msg: Message) -> None:
         """How long a lone send within its connection's buffer takes to hand off (collectives/handoff.py):
         answered at once, as it needs nothing of its peer. Given the send's `tag` and `seq`, also whether its
-        receive is already issued (`ready`: a real-data rank then sends from its own tensor, runtime/session.py)."""
+        receive is already issued (`ready`: a real-data rank then sends from its own tensor, runtime/session.py).
+        `comm` (optional): the communicator it runs on, when not the pair's own; `zero_copy` in the reply: NCCL moves
+        it between registered buffers, so it does not hand off (collectives/handoff.py)."""
         over = dict(self._algo(rs, msg.get("algo")))
-        args = (self.planner.topology, self.planner.algo, over, rs.rank, msg["peer"], msg["nbytes"])
+        comm = self._p2p_comm(rs, msg)
+        args = (self.planner.topology, self.planner.algo, over, rs.rank, msg["peer"], msg["nbytes"], comm)
         ns = handoff_ns(*args)
         slots = send_slots(*args) if ns is not None else None
         more: dict[str, Any] = {"slots": list(slots.steps), "one_op": slots.one_op} if slots is not None else {}
+        if slots is not None and slots.zero_copy:
+            more["zero_copy"] = True
         tag, seq = msg.get("tag"), msg.get("seq")  # optional: the send's match, to say whether its receive is in
         if tag is not None or seq is not None:
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in (tag, seq)):

@@ -91,5 +91,8 @@ class JobTable:
                 f["root"] = glob(f["root"], "the root")
         elif msg.type in ("p2p", "handoff"):
             f["peer"] = glob(f["peer"], "the peer")
+            comm = f.get("comm")  # a grouped transfer's (or an eager-init lone send's) communicator
+            if isinstance(comm, list) and all(isinstance(r, int) and not isinstance(r, bool) for r in comm):
+                f["comm"] = [glob(r, "a communicator member") for r in comm]
         elif msg.type in ("value", "values"):
             f["group"] = [glob(r, "a group member") for r in f["group"]]

@@ -16,7 +16,8 @@ rank -> coordinator
   value ~>                          an object collective's bytes (torch's pickle, opaque here) under group + key
   values -> valued                  the bytes posted under group + key, one per member (nil: none posted)
   handoff -> handed                 ns from a lone send's start to its hand-off to ``peer`` (nil: not timed), with
-                                    ``slots`` (its steps per channel part) and ``one_op`` (a shared network buffer)
+                                    ``slots`` (its steps per channel part) and ``one_op`` (a shared network buffer),
+                                    ``zero_copy`` (registered buffers: no hand-off); asked with an optional ``comm``
   clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
   wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
   test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)

@@ -33,6 +33,14 @@ while the slots of the sends before it still unreceived and its own fit; across 
 buffer is shared (NCCL_NET_SHARED_BUFFERS, on by default) and the proxy runs one send's op per channel at a time
 (`ProxyAppend` chains the next one behind it), so there a send hands off only once the sends before it on its
 channels are received.
+
+On registered buffers (`PHANTORA_NCCL_REGISTER=1`, NCCL 2.24+) NCCL may move a Simple send with no copy through its
+slots (`register.p2p_zero_copy`: IPC inside a node over P2P, NET across nodes without PXN; enqueue.cc
+`addP2pToPlan`): the sender writes into the receiver's buffer once the receiver's kernel has posted its address
+(prims_simple.h `setDataPtrs`, the send side waits on `ptrExchange`), reads from its own only as the receiver pulls
+(P2P read: the send waits for the reader), or waits for its proxy to have sent the data (NET). Such a send has no
+slots to hand off into (`Slots.zero_copy`): it ends with its transfer, which starts when its receiver is posted.
+Whether PXN is in use is the communicator's (`comm`: the group's under eager init, else the pair's own).
 """
 
 from __future__ import annotations
@@ -73,12 +81,20 @@ def _options(algo: AlgoOptions, over: Mapping[str, Any]) -> AlgoOptions:
 
 
 def _lone_send(
-    topo: Topology, algo: AlgoOptions, over: Mapping[str, Any], src: int, dst: int, nbytes: int
+    topo: Topology,
+    algo: AlgoOptions,
+    over: Mapping[str, Any],
+    src: int,
+    dst: int,
+    nbytes: int,
+    comm: tuple[int, ...] = (),
 ) -> tuple[Choice, NcclSettings, Platform] | None:
-    """NCCL's choice for a lone send of `nbytes` from `src` to `dst`, with the settings and platform it was made
-    under; None where NCCL's model does not time it (the ideal model)."""
+    """NCCL's choice for a lone send of `nbytes` from `src` to `dst` on the communicator `comm` (its global ranks;
+    (): the pair's own), with the settings and platform it was made under; None where NCCL's model does not time
+    it (the ideal model)."""
     opts = _options(algo, over)
-    choice = choose(Collective("send_recv", (src, dst), nbytes, "uint8"), topo, opts)
+    on = tuple(comm) if comm and set(comm) != {src, dst} else ()
+    choice = choose(Collective("send_recv", (src, dst), nbytes, "uint8", comm=on), topo, opts)
     if choice is None:
         return None
     st = settings(opts)
@@ -86,11 +102,18 @@ def _lone_send(
 
 
 def handoff_ns(
-    topo: Topology, algo: AlgoOptions, over: Mapping[str, Any], src: int, dst: int, nbytes: int
+    topo: Topology,
+    algo: AlgoOptions,
+    over: Mapping[str, Any],
+    src: int,
+    dst: int,
+    nbytes: int,
+    comm: tuple[int, ...] = (),
 ) -> int | None:
-    """The ns from a lone send's kernel start to its hand-off (`src` to `dst`, `nbytes`), under the run's `algo` with
-    a call's overrides `over` (its NCCL_* variables); None where NCCL's model does not time it (the ideal model)."""
-    lone = _lone_send(topo, algo, over, src, dst, nbytes)
+    """The ns from a lone send's kernel start to its hand-off (`src` to `dst`, `nbytes`, on communicator `comm`), under
+    the run's `algo` with a call's overrides `over` (its NCCL_* variables); None where NCCL's model does not time it
+    (the ideal model)."""
+    lone = _lone_send(topo, algo, over, src, dst, nbytes, comm)
     if lone is None:
         return None
     choice, st, p = lone
@@ -120,11 +143,19 @@ def part_bytes(nbytes: int, parts: int) -> list[int]:
 
 
 def send_slots(
-    topo: Topology, algo: AlgoOptions, over: Mapping[str, Any], src: int, dst: int, nbytes: int
+    topo: Topology,
+    algo: AlgoOptions,
+    over: Mapping[str, Any],
+    src: int,
+    dst: int,
+    nbytes: int,
+    comm: tuple[int, ...] = (),
 ) -> Slots | None:
-    """The slots a lone send of `nbytes` from `src` to `dst` takes on each of its channels (`addP2pToPlan`, NCCL
-    v2.26.5-1: a chunk per step, one step for an empty send); None where NCCL's model does not time it."""
-    lone = _lone_send(topo, algo, over, src, dst, nbytes)
+    """The slots a lone send of `nbytes` from `src` to `dst` (on communicator `comm`) takes on each of its channels
+    (`addP2pToPlan`, NCCL v2.26.5-1: a chunk per step, one step for an empty send), `zero_copy` where NCCL moves it
+    between registered buffers (the choice's `registered`: it takes no slot and waits for its receiver); None where
+    NCCL's model does not time it."""
+    lone = _lone_send(topo, algo, over, src, dst, nbytes, comm)
     if lone is None:
         return None
     choice, st, p = lone
@@ -139,4 +170,4 @@ def send_slots(
     steps = (1,) if nbytes == 0 else tuple(-(-b // data) for b in part_bytes(nbytes, max(1, choice.channels)))
     shared = dict(st.raw).get("NCCL_NET_SHARED_BUFFERS", "").strip()
     one_op = network and not (shared.lstrip("-").isdigit() and int(shared) == 0)
-    return Slots(steps, one_op)
+    return Slots(steps, one_op, zero_copy=choice.registered and nbytes > 0)

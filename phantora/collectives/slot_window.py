@@ -22,15 +22,18 @@ NCCL_STEPS = 8  # slots per connection (src/include/device.h; collectives.nccl.t
 @dataclasses.dataclass(frozen=True)
 class Slots:
     """The connection slots a lone send takes: `steps[i]` of channel part i's NCCL_STEPS; `one_op`: its channels'
-    proxy runs one send at a time (a shared network buffer), so any earlier unreceived send there holds it."""
+    proxy runs one send at a time (a shared network buffer), so any earlier unreceived send there holds it;
+    `zero_copy`: NCCL moves it between registered buffers, through no slot (its kernel waits for its receiver)."""
 
     steps: tuple[int, ...]
     one_op: bool
+    zero_copy: bool = False
 
     @property
     def fits(self) -> bool:
-        """Whether the send alone fits its connections (else its kernel waits for its receiver's credits)."""
-        return all(n <= NCCL_STEPS for n in self.steps)
+        """Whether the send hands off: it fits its connections alone (else its kernel waits for its receiver's
+        credits) and is not zero-copy (else it waits for its receiver's buffer)."""
+        return not self.zero_copy and all(n <= NCCL_STEPS for n in self.steps)
 
 
 class SlotWindow(Generic[K]):

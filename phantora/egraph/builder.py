@@ -81,13 +81,15 @@ class ProgramBuilder:
         deps: Sequence[int] = (),
         after: Sequence[int] = (),
         conn: int = 0,
+        comm: Sequence[int] | None = None,
     ) -> int:
         """One side of a transfer to (send) or from (recv) `peer`; `after` as a collective's; `conn`: the communicator
-        it runs on (P2P.conn)."""
+        it runs on (P2P.conn); `comm`: that communicator's global ranks when it is not the pair's own (P2P.comm)."""
         pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
         s = self._next_seq(("p", *pair, tag), seq)
         slot = self.slot(pair)
-        node = P2P(stream, slot, bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after), int(conn))
+        on = self.slot(tuple(int(r) for r in comm)) if comm else -1
+        node = P2P(stream, slot, bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after), int(conn), on)
         return self._add(node)
 
     def wait(self, refs: Sequence[int], stream: int = 0, deps: Sequence[int] = (), handoff: bool = False) -> int:

@@ -12,8 +12,8 @@ COMM_COLL_NODE (``comm_type``, ``comm_size`` in bytes, ``pg_name``); P2P -> COMM
 COMM_RECV_NODE (``comm_src``, ``comm_dst``, ``comm_tag``); Wait and Step -> zero-length COMP_NODEs.
 A Chakra comm node blocks its dependents, so stream order skips it: the next node of the stream depends
 on the node before the collective, and only the Wait depends on the collective itself. Extra
-attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_conn``) let `read_chakra`
-rebuild the graph exactly; Chakra consumers ignore attributes they do not know.
+attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_conn``, ``phantora_comm``) let
+`read_chakra` rebuild the graph exactly; Chakra consumers ignore attributes they do not know.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ AFTER_ATTR = "phantora_after"
 # sends' flows and a both-send-first program deadlocks.
 HANDOFF_ATTR = "phantora_handoff"
 CONN_ATTR = "phantora_conn"  # a P2P's communicator (P2P.conn), when not the rank's first: its sends' own slot window
+COMM_ATTR = "phantora_comm"  # that communicator's group (a comm_groups.json key, as pg_name), when not the pair's own
 
 
 def _messages() -> dict[str, Any]:
@@ -202,6 +203,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
             ]
             if n.conn:  # a communicator after the rank's first: lone sends on it have their own slots (P2P.conn)
                 attrs.append(_attr(CONN_ATTR, int64_val=n.conn))
+            if n.comm >= 0:  # its ranks, when not the pair's own (P2P.comm: whether NCCL uses PXN)
+                attrs.append(_attr(COMM_ATTR, string_val=str(bound[n.comm])))
         elif isinstance(n, Wait):
             node.name, node.type = "wait", COMP_NODE
             deps += list(n.refs)
@@ -288,8 +291,18 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE
             peer = a["comm_dst"] if send else a["comm_src"]
+            on = groups[int(a[COMM_ATTR])] if COMM_ATTR in a else None
             b.p2p(
-                peer, send, a["comm_size"], a["comm_tag"], a["seq"], stream, rest, after=after, conn=a.get(CONN_ATTR, 0)
+                peer,
+                send,
+                a["comm_size"],
+                a["comm_tag"],
+                a["seq"],
+                stream,
+                rest,
+                after=after,
+                conn=a.get(CONN_ATTR, 0),
+                comm=on,
             )
         elif kind == "wait":
             comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]

@@ -22,7 +22,9 @@ Node semantics (all times integer ns; see docs/egraph.md):
   (``handoff``) names lone sends within their connection's buffer and ends at their hand-off instead
   (`phantora.collectives.handoff`: the send's issue plus NCCL's time for the lone transfer), not their flows' end;
   such sends to one peer share their connection's slots only on one communicator, which a ``P2P``'s ``conn``
-  numbers (0: the rank's first; type 8 on disk);
+  numbers (0: the rank's first; type 8 on disk), and whose ranks its ``comm`` binds, when not the pair's own
+  (eager init: the group's; type 9 on disk), since they decide whether NCCL uses PXN, which rules out a
+  registered zero-copy send;
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -48,6 +50,7 @@ T_COMPUTE, T_COLL, T_P2P, T_WAIT, T_STEP = 0, 1, 2, 3, 4
 T_COLL_AFTER, T_P2P_AFTER = 5, 6  # a Coll / P2P with a non-empty `after`: its fields, then the list
 T_WAIT_HANDOFF = 7  # a Wait on lone sends that ends at their hand-off (Wait.handoff)
 T_P2P_CONN = 8  # a P2P on a communicator other than the rank's first (P2P.conn): its fields, `after` (maybe empty)
+T_P2P_COMM = 9  # a P2P whose communicator is not its pair's own (P2P.comm): type 8's fields, conn, comm, `after`
 EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
@@ -62,6 +65,7 @@ _ARITY = {
     T_P2P_AFTER: 7,
     T_WAIT_HANDOFF: 2,
     T_P2P_CONN: 8,
+    T_P2P_COMM: 9,
 }
 _TYPE_NAMES = {
     T_COMPUTE: "compute",
@@ -73,6 +77,7 @@ _TYPE_NAMES = {
     T_P2P_AFTER: "p2p",
     T_WAIT_HANDOFF: "wait",
     T_P2P_CONN: "p2p",
+    T_P2P_COMM: "p2p",
 }
 
 
@@ -114,6 +119,7 @@ class P2P:
     deps: tuple[int, ...] = ()
     after: tuple[int, ...] = ()  # as Coll's
     conn: int = 0  # the communicator it runs on, numbered in the rank's order of first use: its connection's slots
+    comm: int = -1  # the slot of that communicator's ranks when it is not the pair's own (eager init); -1: the pair's
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +153,10 @@ class Program:
 
     @property
     def num_slots(self) -> int:
-        return 1 + max((n.slot for n in self.nodes if isinstance(n, (Coll, P2P))), default=-1)
+        slots = (
+            max(n.slot, n.comm) if isinstance(n, P2P) else n.slot for n in self.nodes if isinstance(n, (Coll, P2P))
+        )
+        return 1 + max(slots, default=-1)
 
     def encode(self) -> bytes:
         """Canonical msgpack bytes: equal programs give equal bytes (the dedup key)."""
@@ -165,7 +174,10 @@ class Program:
                     row.append(list(n.after))
             elif isinstance(n, P2P):
                 row = [T_P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
-                if n.conn:
+                if n.comm >= 0:
+                    row[0] = T_P2P_COMM
+                    row += [n.conn, n.comm, list(n.after)]
+                elif n.conn:
                     row[0] = T_P2P_CONN
                     row += [n.conn, list(n.after)]
                 elif n.after:
@@ -246,7 +258,7 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
         if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a non-empty list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
-    if code == T_P2P_CONN:
+    if code in (T_P2P_CONN, T_P2P_COMM):
         if not isinstance(f[-1], list) or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
@@ -264,6 +276,10 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             if f[6] <= 0:
                 raise InputError(f"communicator {f[6]}: type 8 names one after the first", file=source, field=where)
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after, f[6])
+        if code == T_P2P_COMM:
+            if f[6] < 0 or f[7] < 0:
+                raise InputError(f"communicator {f[6]} or its slot {f[7]} is negative", file=source, field=where)
+            return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after, f[6], f[7])
         if code in (T_WAIT, T_WAIT_HANDOFF):
             if not isinstance(f[1], list) or not all(isinstance(r, int) for r in f[1]):
                 raise InputError("wait refs must be a list of node indices", file=source, field=where)
@@ -332,6 +348,8 @@ class ExecGraph:
                     g = self.groups[e.groups[n.slot]]
                     if len(g) != 2 or g[0 if n.is_send else 1] != r:
                         raise InputError(f"node {i}: transfer {list(g)} does not start/end at rank {r}", file=source)
+                    if n.comm >= 0 and not set(g) <= set(self.groups[e.groups[n.comm]]):
+                        raise InputError(f"node {i}: its communicator does not hold transfer {list(g)}", file=source)
 
 
 def step_times(per_rank_ends: list[list[int]]) -> list[int]:

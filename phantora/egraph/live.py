@@ -57,9 +57,18 @@ class _RecorderListener:
         else:
             send = call.kind == "send"
             lone = send and call.handoff is not None  # a lone send within its buffer: its communicator's window
-            conn = call.conn if lone else None
+            conn, comm = (call.conn, call.comm) if lone else (None, ())
             self.rec.p2p(
-                call.handle, call.peer, send, call.tag, call.seq, call.nbytes, call.t_issue_ns, before=before, conn=conn
+                call.handle,
+                call.peer,
+                send,
+                call.tag,
+                call.seq,
+                call.nbytes,
+                call.t_issue_ns,
+                before=before,
+                conn=conn,
+                comm=comm,
             )
             if lone:  # a lone send within its buffer: calls after it follow its hand-off
                 self.rec.eager(call.handle)

@@ -113,13 +113,16 @@ class GraphRecorder:
         stream: int = 0,
         before: tuple[int, ...] = (),
         conn: Hashable = None,
+        comm: tuple[int, ...] = (),
     ) -> None:
         """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles); `conn`:
-        the communicator a lone send runs on, as the rank names it (numbered here in order of first use, P2P.conn)."""
+        the communicator a lone send runs on, as the rank names it (numbered here in order of first use, P2P.conn);
+        `comm`: its global ranks when it is not the pair's own (P2P.comm)."""
         self._catch_up(stream, int(issue_ns))
         number = self.conns.setdefault(conn, len(self.conns)) if conn is not None else 0
         after = self._nodes(before)
-        self._issued(handle, self.b.p2p(peer, is_send, nbytes, tag, seq, stream, after=after, conn=number))
+        node = self.b.p2p(peer, is_send, nbytes, tag, seq, stream, after=after, conn=number, comm=comm or None)
+        self._issued(handle, node)
 
     def _nodes(self, handles: tuple[int, ...]) -> list[int]:
         """The nodes of earlier calls, by handle."""

@@ -212,8 +212,9 @@ class _Planner:
         self.waiters: dict[tuple[Any, ...], list[int]] = {}
         self._launched: list[Instance] = []
         self.held: dict[tuple[Any, ...], list[Instance]] = {}  # instance key -> those held until it starts
-        self.handoffs: dict[tuple[int, int, int], int | None] = {}  # (src, dst, bytes) -> a lone send's hand-off ns
-        self.slots: dict[tuple[int, int, int], Slots | None] = {}  # (src, dst, bytes) -> its connection slots
+        # (src, dst, bytes, communicator's ranks or ()) -> a lone send's hand-off ns, and its connection slots
+        self.handoffs: dict[tuple[int, int, int, tuple[int, ...]], int | None] = {}
+        self.slots: dict[tuple[int, int, int, tuple[int, ...]], Slots | None] = {}
 
     def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         fid = len(self.flows)
@@ -353,15 +354,15 @@ class _Planner:
         if r in run.handoff_at:
             return run.handoff_at[r]
         inst = run.inst[r]
-        key = (inst.group[0], inst.group[1], inst.nbytes)
+        node = run.prog.nodes[r]
+        assert isinstance(node, P2P)
+        key = (inst.group[0], inst.group[1], inst.nbytes, run.slots[node.comm] if node.comm >= 0 else ())
         if key not in self.handoffs:
             self.handoffs[key] = handoff_ns(self.topo, self.algo, {}, *key)
         ns = self.handoffs[key]
         if ns is None or r in run.unfit:
             return None
         deps = [run.ends[r]]
-        node = run.prog.nodes[r]
-        assert isinstance(node, P2P)
         for a in node.after:
             m = self.handoff_marker(run, a) if a in run.handed_sends else None
             if isinstance(m, Instance):
@@ -384,12 +385,13 @@ class _Planner:
     def admit(self, run: _RankRun, i: int) -> None:
         """Send node `i`, a lone send a hand-off wait names, takes its connection's slots on the replayed network
         (`send_slots`): the earlier such sends to its peer on its communicator (`P2P.conn`) whose flows it waits for
-        become its gate; a send whose own slots overflow the connection here is not handed off (its waits see its
+        become its gate; a send whose own slots overflow the connection here, or that NCCL moves zero-copy between
+        registered buffers (its communicator's ranks `P2P.comm` decide PXN), is not handed off (its waits see its
         flow, as a large send's)."""
         node = run.prog.nodes[i]
         assert isinstance(node, P2P)
         dst = run.slots[node.slot][1]
-        key = (run.rank, dst, node.nbytes)
+        key = (run.rank, dst, node.nbytes, run.slots[node.comm] if node.comm >= 0 else ())
         if key not in self.slots:
             self.slots[key] = send_slots(self.topo, self.algo, {}, *key)
         slots = self.slots[key]

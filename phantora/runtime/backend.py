@@ -624,6 +624,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             launch=launch,
             cuda_stream=sim_streams.current_stream().stream_id,
             eager=eager,
+            comm_ranks=self._ranks if lone else None,  # eager init: the group's communicator, not the pair's own
         )
         if lone:
             self._p2p_group(None)

@@ -184,6 +184,7 @@ class Issued:
     after: tuple[int, ...] = ()  # handles of the rank's calls its CUDA stream waited for (stream_deps)
     handoff: int | None = None  # a lone send within its connection's buffer: its kernel's ns (collectives/handoff.py)
     conn: int | None = None  # such a send's communicator (the NCCL stream it would run on): its connection's window
+    comm: tuple[int, ...] = ()  # that communicator's global ranks when it is not the pair's own (eager init)
 
 
 class SessionListener(Protocol):
@@ -496,6 +497,7 @@ class RankSession:
         cuda_stream: int = COMPUTE_STREAM,
         eager: bool = False,
         start_copied: Callable[[], list[Any]] | None = None,
+        comm_ranks: Sequence[int] | None = None,
     ) -> Pending:
         """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done.
         `nccl_env`: as `issue`'s. `stream`: the NCCL stream it runs on (ProcessGroupNCCL's pointToPoint: its peer
@@ -511,7 +513,10 @@ class RankSession:
         A send whose own slots do not fit waits for its receiver on its stream. `start_copied` (real data): the
         inner half of a send that moves a copy of its tensors, which a handed-off send uses when its receive is not
         issued yet, since its waits may return, and its caller overwrite the tensors, before the receiver takes
-        them; a send whose receive is already issued moves its caller's tensors, taken before its join returns."""
+        them; a send whose receive is already issued moves its caller's tensors, taken before its join returns.
+        `comm_ranks`: the global ranks of the communicator a lone send runs on when not the pair's own (eager init: its
+        group's), which decides whether NCCL uses PXN; a send NCCL moves zero-copy between registered buffers
+        (`Slots.zero_copy`) does not hand off: it waits for its receiver on its stream."""
         t = self.clock.issue()
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
@@ -519,7 +524,10 @@ class RankSession:
         label = f"{'send' if is_send else 'recv'}#{seq}"
         after = self.streams.after(cuda_stream)
         match = (tag, seq) if start_copied is not None else None
-        ns, slots, ready = self._handoff(peer, nbytes, nccl_env, match) if eager and is_send else (None, None, False)
+        on = tuple(comm_ranks) if comm_ranks and set(comm_ranks) != {self.rank, peer} else ()  # (): the pair's own
+        ns, slots, ready = (None, None, False)
+        if eager and is_send:
+            ns, slots, ready = self._handoff(peer, nbytes, nccl_env, match, on)
         comm = stream
         if eager and is_send and (slots is None or slots.fits):
             stream, launch = None, None  # it ends in its connection's buffer: later calls on its stream need not wait
@@ -533,7 +541,7 @@ class RankSession:
             gate = [self._handed.pop(i) for i in held.admit(ident, slots)]
         handles = [q.handles[0] for q in gate]
         conn = comm if ns is not None else None
-        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn)
+        h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn, on)
         kind = "send" if is_send else "recv"
         copied = ns is not None and start_copied is not None and not ready
         if copied:
@@ -552,19 +560,28 @@ class RankSession:
         return p
 
     def _handoff(
-        self, peer: int, nbytes: int, env: NcclEnv | None, match: tuple[int, int] | None = None
+        self,
+        peer: int,
+        nbytes: int,
+        env: NcclEnv | None,
+        match: tuple[int, int] | None = None,
+        comm: tuple[int, ...] = (),
     ) -> tuple[int | None, Slots | None, bool]:
         """The ns a send of `nbytes` to `peer` on no stream takes from its kernel's start to handing its last byte
         to its connection, and the connection slots it takes (bridge `handoff`, collectives/handoff.py); None
         where the client or the model does not time it (its waits then see its flow's end, as before). With the
-        send's `match` (tag, seq), also whether its receive is already issued (else False)."""
+        send's `match` (tag, seq), also whether its receive is already issued (else False). `comm`: its
+        communicator's ranks when not the pair's own."""
         algo = {"nccl_env": [list(kv) for kv in env]} if env is not None else None
         plan = getattr(self.client, "handoff_plan", None)
         if plan is not None:
-            more = {"tag": match[0], "seq": match[1]} if match is not None else {}
+            more: dict[str, Any] = {"tag": match[0], "seq": match[1]} if match is not None else {}
+            if comm:
+                more["comm"] = list(comm)
             got = plan(peer=peer, nbytes=nbytes, algo=algo, **more)
             ns, steps, one_op = got[0], got[1], got[2]
-            slots = Slots(tuple(steps), bool(one_op)) if steps is not None else None
+            zero_copy = bool(got[4]) if len(got) > 4 else False
+            slots = Slots(tuple(steps), bool(one_op), zero_copy) if steps is not None else None
             return (None if ns is None else int(ns)), slots, bool(got[3]) if len(got) > 3 else False
         ask = getattr(self.client, "handoff", None)
         if ask is None:
@@ -605,6 +622,7 @@ class RankSession:
         handoff: int | None = None,
         gate: Sequence[int] = (),
         conn: int | None = None,
+        comm: tuple[int, ...] = (),
     ) -> int:
         """One transfer to the bridge (on `stream`, in `launch`, after the rank's calls `after`; a lone send's
         kernel ns `handoff`, which the bridge's stream order follows, after the flows of its earlier sends `gate`
@@ -626,7 +644,7 @@ class RankSession:
         if self.listeners:
             kind = "send" if is_send else "recv"
             call = Issued(h, kind, seq, nbytes, t, peer=peer, tag=tag, stream=stream, launch=launch, after=tuple(after))
-            self._tell(replace(call, handoff=handoff, conn=conn) if handoff is not None else call)
+            self._tell(replace(call, handoff=handoff, conn=conn, comm=comm) if handoff is not None else call)
         return h
 
     def _tell(self, call: Issued) -> None:

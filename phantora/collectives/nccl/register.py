@@ -254,8 +254,8 @@ def p2p_zero_copy(p: Platform, st: NcclSettings, protocol: str, inside_node: boo
     registration); across nodes on Simple when the proxy is the sender's own process, the NIC is GPU-direct and PXN
     is not in use (NCCL uses PXN on NVLink hosts of more than one GPU unless NCCL_PXN_DISABLE=1): the NIC reads and
     writes the user buffers (NET registration). NCCL's p2p rating is the same either way (no figure for the copy
-    saved), so only the record and the hand-off's semantics change: a zero-copy sender waits for its receiver
-    (the hand-off does not model that yet, docs/collectives.md)."""
+    saved), so only the record and the hand-off's semantics change: a zero-copy sender waits for its receiver,
+    so a lone one does not hand off (collectives/handoff.py `send_slots`, `Slots.zero_copy`)."""
     if register_mode(st) != 1 or release_of(st) < P2P_REG_FROM or protocol != "Simple":
         return False
     if inside_node:
