@@ -28,6 +28,7 @@ from phantora.netsim.factory import nvlink_efficiency
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hybrid import FluidNvlinkSimulator
 from phantora.netsim.packet_config import WIRE_PRESETS, PacketConfig
+from phantora.replay import run_engine
 from phantora.topology.loader import load_topology
 
 
@@ -54,8 +55,7 @@ def main() -> None:
     fluid._resolve = cpu_timed(spent, "resolve", fluid._resolve)  # type: ignore[method-assign]
     fluid.submit = cpu_timed(spent, "submit", fluid.submit)  # type: ignore[method-assign]
     t1 = time.process_time()
-    sim.submit(plan.flows, at=0)
-    got = sim.drain()
+    got = run_engine(sim, plan.flows)  # (as `phantora replay` runs it)
     t_run = time.process_time() - t1
     key = hashlib.sha256()
     for c in sorted(got, key=lambda c: c.flow_id):

@@ -18,7 +18,8 @@ Model (see docs/flow-engine.md):
   its arrival), so messages in flight on one connection follow each other on the wire.
 - Rates change only at events. An event re-solves only the connected components (flows linked by
   shared channels) of the channels it touched, and only flows whose rate changed are rescheduled. A
-  component whose flows all cross one path (a GPU pair's NVLink channels) gets its closed form, no solver.
+  component whose flows all cross one path (a GPU pair's NVLink channels), each under its own rate cap or none,
+  gets its closed form, no solver.
 """
 
 from __future__ import annotations
@@ -29,21 +30,33 @@ import math
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import attrgetter
 
 import numpy as np
 
 from phantora.errors import InputError, PhantoraError
-from phantora.netsim.base import INF_NS, CausalityError, Completion, Flow, check_flow_batch, step_watching
+from phantora.netsim.base import (
+    INF_NS,
+    CausalityError,
+    Completion,
+    Flow,
+    check_flow_batch,
+    completion,
+    step_watching,
+)
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
 from phantora.netsim.multipath import MultiRoute, multipath
 from phantora.netsim.observe import ChannelUsage, switch_link_load
 from phantora.topology.model import Topology
 
-_TX_END, _ARRIVE, _START = 0, 1, 2
+_TX_END, _ARRIVE, _START = 0, 1, 2  # an ns's events run in this order, each kind by flow id (and version)
+_VER_BITS = 32  # a transmit end's entry: (flow id << _VER_BITS) | its version (versions stay below 2^32)
+_VER_MASK = (1 << _VER_BITS) - 1
 _TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole ns (plus 1e-12 relative)
 _GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events before searching again
 _PENDING_MASK = (1 << 32) - 1
+_BY_END = attrgetter("end_ns", "flow_id")  # completions in the order `_take` gives them
 _ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key each have their own)
 LB_MODELS = {  # the packet engine's lb -> the flow engine's model of it (results.json: lb_model)
     "ecmp": "ecmp",
@@ -118,6 +131,40 @@ def one_path_rate(recs: Sequence[_Active], cap: Sequence[float]) -> float | None
     return min(cap[c] for c in path) / len(recs)
 
 
+def one_path_capped_rates(recs: Sequence[_Active], cap: Sequence[float]) -> list[float] | None:
+    """The max-min rates of a component whose flows all cross one path (no channel twice), each through its own
+    rate cap's pseudo-channel or none (an NVLink GPU pair's channels under NCCL's caps), bit for bit those
+    progressive filling gives (`maxmin_python`): each round the level is the least of the path's shares (remaining
+    capacity over the flows left, as a float) and the least cap left; at a cap the flows of that cap freeze there
+    and the path's channels lose that many times the level, at the path's share every flow left freezes. None for
+    any other component."""
+    path = recs[0].path
+    for r in recs:
+        if r.path != path:
+            return None
+    if len(set(path)) != len(path):
+        return None
+    capped = sorted([(cap[r.cap_ch], i) for i, r in enumerate(recs) if r.cap_ch >= 0])
+    rem = [cap[c] for c in path]
+    rates: list[float] = [-1.0] * len(recs)
+    left, weight, k = len(recs), float(len(recs)), 0
+    while True:
+        share = min([x / weight for x in rem])
+        if k == len(capped) or share <= capped[k][0]:
+            return [share if r < 0.0 else r for r in rates]
+        level = capped[k][0]
+        first = k
+        while k < len(capped) and capped[k][0] == level:
+            rates[capped[k][1]] = level
+            k += 1
+        frozen = k - first
+        left -= frozen
+        if not left:
+            return rates
+        rem = [max(x - frozen * level, 0.0) for x in rem]
+        weight = weight - frozen
+
+
 class FlowSimulator:
     """Flow-level `NetworkSimulator`: max-min fair rates over the topology's directed channels."""
 
@@ -165,7 +212,14 @@ class FlowSimulator:
         self.stretch: Callable[[Flow, int], int] | None = None  # (flow, release ns) -> its delay (gpu_slow)
         self.prechecked = False  # set by a caller that checks every batch it submits whole (the nvlink=fluid hybrid)
         self._now = 0
-        self._heap: list[tuple[int, int, int, int]] = []  # (time, kind, flow id, version)
+        # The event queue: a heap of the ns that have events, and per ns its events by kind (`_TX_END`: flow id <<
+        # _VER_BITS | version; `_ARRIVE`, `_START`: flow id), sorted only when that ns runs (`_step`); `_at` is the
+        # ns running, whose lists take its new events (its starts as a heap once they run: `_starting`).
+        self._times: list[int] = []
+        self._events: dict[int, tuple[list[int], list[int], list[int]]] = {}
+        self._at: int | None = None
+        self._cur: tuple[list[int], list[int], list[int]] = ([], [], [])
+        self._starting = False
         self._flows: dict[int, Flow] = {}  # submitted, not completed
         self._wait: dict[int, int] = {}  # flow id -> (submit time << 32) | deps outstanding
         self._dependents: dict[int, int | list[int]] = {}  # flow id -> the flow(s) waiting on it
@@ -225,14 +279,26 @@ class FlowSimulator:
                     self._wait[f.id] = (at << 32) | pending
                 else:
                     delay = f.delay_ns if self.stretch is None else self.stretch(f, at)
-                    heapq.heappush(self._heap, (at + delay, _START, f.id, 0))
+                    self._schedule(at + delay, _START, f.id)
         self._stats["flows_submitted"] += len(flows)
 
     def next_event_time(self) -> int | None:
-        heap = self._heap
-        while heap and heap[0][1] == _TX_END and self._stale(heap[0]):
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        times, events, active = self._times, self._events, self._active
+        while times:
+            t = times[0]
+            ev = events[t]
+            if ev[1] or ev[2]:
+                return t
+            ends = ev[0]
+            while ends:  # (a stale transmit end never turns valid again: drop those met at the back)
+                k = ends[-1]
+                rec = active.get(k >> _VER_BITS)
+                if rec is not None and rec.ver == k & _VER_MASK:
+                    return t
+                ends.pop()
+            heapq.heappop(times)
+            del events[t]
+        return None
 
     def advance(self, until: int) -> list[Completion]:
         """Run every event at or before `until`; now() becomes `until`."""
@@ -297,7 +363,8 @@ class FlowSimulator:
         return out
 
     def close(self) -> None:
-        self._heap.clear()
+        self._times.clear()
+        self._events.clear()
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
         """Stepped one event time at a time (`step_watching`): rates change only at events."""
@@ -402,63 +469,98 @@ class FlowSimulator:
         arr[ch] = value
         return ch
 
-    def _stale(self, ev: tuple[int, int, int, int]) -> bool:
-        rec = self._active.get(ev[2])
-        return rec is None or rec.ver != ev[3]
+    def _schedule(self, t: int, kind: int, key: int) -> None:
+        """An event of `kind` at ns `t` (`key`: its flow id, with its version for a transmit end)."""
+        if t == self._at and kind != _TX_END:  # (the ns running: its arrivals come before they are read)
+            if kind == _START and self._starting:
+                heapq.heappush(self._cur[_START], key)
+            else:
+                self._cur[kind].append(key)
+            return
+        ev = self._events.get(t)
+        if ev is None:
+            ev = self._events[t] = ([], [], [])
+            heapq.heappush(self._times, t)
+        ev[kind].append(key)
 
     def _take(self) -> list[Completion]:
         out, self._out = self._out, []
-        out.sort(key=lambda c: (c.end_ns, c.flow_id))
+        out.sort(key=_BY_END)
         return out
 
     def _step(self, t: int) -> None:
-        """Process every event at time t as one batch, then re-solve the touched components."""
+        """Process every event at time t as one batch (transmit ends, then arrivals, then starts, each kind in flow
+        id order), then re-solve the touched components."""
         self._now = t
         self._stats["events"] += 1
-        heap = self._heap
         touched: set[int] = set()
-        while heap and heap[0][0] == t:
-            _, kind, fid, ver = heapq.heappop(heap)
-            if kind == _TX_END:
-                rec = self._active.get(fid)
-                if rec is None or rec.ver != ver:
-                    continue
-                del self._active[fid]
-                if rec.cap_ch >= 0:
-                    heapq.heappush(self._free_caps, rec.cap_ch)
-                if rec.multi is None:
-                    for c in rec.path:
-                        self._bytes[c] += rec.flow.size
-                else:
-                    for c, part in zip(rec.multi.channels, rec.multi.share, strict=True):
-                        self._bytes[c] += round(rec.flow.size * part)
-                for c in rec.path:
-                    members = self._ch_flows[c]
-                    members.discard(fid)
-                    if not members:
-                        del self._ch_flows[c]
-                        self._busy_ns[c] += t - self._busy_since.pop(c)
-                touched.update(rec.path)
-                self._arriving[fid] = rec.start
-                heapq.heappush(heap, (t + rec.lat, _ARRIVE, fid, 0))
-                if rec.flow.queue:
-                    self._next_message(rec.flow.queue, t, touched)
-            elif kind == _ARRIVE:
-                self._complete(fid, self._arriving.pop(fid), t)
-            else:
-                f = self._flows[fid]
-                if f.size == 0 or f.src == f.dst:
-                    self._complete(fid, t, t)
-                    continue
-                if f.queue:
-                    if f.queue in self._sending:  # its queue is busy: after the flows released before it
-                        self._queued.setdefault(f.queue, deque()).append(fid)
-                        self._stats["queued_messages"] += 1
-                        continue
-                    self._sending[f.queue] = fid
-                self._begin(f, t, touched)
+        ev = self._events.pop(t, None)
+        if ev is not None:  # (none when a subclass steps to an ns of its own)
+            heapq.heappop(self._times)  # (t: next_event_time dropped the ns before it that had only stale ends)
+            self._at, self._cur = t, ev
+            try:
+                self._run_ends(ev[0], t, touched)
+                arrivals = ev[1]
+                arrivals.sort()
+                arriving = self._arriving
+                for fid in arrivals:
+                    self._complete(fid, arriving.pop(fid), t)
+                self._run_starts(ev[2], t, touched)
+            finally:
+                self._at = None
+                self._starting = False
         if touched:
             self._resolve(touched, t)
+
+    def _run_ends(self, ends: list[int], t: int, touched: set[int]) -> None:
+        """The transmit ends at t, in (flow id, version) order; a stale one (its flow's rate changed since) is
+        skipped."""
+        ends.sort()
+        active = self._active
+        for k in ends:
+            fid = k >> _VER_BITS
+            rec = active.get(fid)
+            if rec is None or rec.ver != k & _VER_MASK:
+                continue
+            del active[fid]
+            if rec.cap_ch >= 0:
+                heapq.heappush(self._free_caps, rec.cap_ch)
+            if rec.multi is None:
+                for c in rec.path:
+                    self._bytes[c] += rec.flow.size
+            else:
+                for c, part in zip(rec.multi.channels, rec.multi.share, strict=True):
+                    self._bytes[c] += round(rec.flow.size * part)
+            for c in rec.path:
+                members = self._ch_flows[c]
+                members.discard(fid)
+                if not members:
+                    del self._ch_flows[c]
+                    self._busy_ns[c] += t - self._busy_since.pop(c)
+            touched.update(rec.path)
+            self._arriving[fid] = rec.start
+            self._schedule(t + rec.lat, _ARRIVE, fid)
+            if rec.flow.queue:
+                self._next_message(rec.flow.queue, t, touched)
+
+    def _run_starts(self, starts: list[int], t: int, touched: set[int]) -> None:
+        """The flows starting at t, in flow id order (a flow a zero-byte start releases at t joins them)."""
+        heapq.heapify(starts)
+        self._starting = True
+        flows = self._flows
+        while starts:
+            fid = heapq.heappop(starts)
+            f = flows[fid]
+            if f.size == 0 or f.src == f.dst:
+                self._complete(fid, t, t)
+                continue
+            if f.queue:
+                if f.queue in self._sending:  # its queue is busy: after the flows released before it
+                    self._queued.setdefault(f.queue, deque()).append(fid)
+                    self._stats["queued_messages"] += 1
+                    continue
+                self._sending[f.queue] = fid
+            self._begin(f, t, touched)
 
     def _next_message(self, queue: int, t: int, touched: set[int]) -> None:
         """A transmission of `queue` ended at t: its next flow released starts now, if any."""
@@ -503,7 +605,7 @@ class FlowSimulator:
         f = self._flows.pop(fid)
         self._done.add(fid)
         self._stats["flows_completed"] += 1
-        self._out.append(Completion(fid, start, t, f.size, f.src, f.dst, f.tag))
+        self._out.append(completion(fid, start, t, f.size, f.src, f.dst, f.tag))
         waiting = self._dependents.pop(fid, None)
         if waiting is None:
             return
@@ -516,7 +618,7 @@ class FlowSimulator:
                 f = self._flows[j]
                 rel = max(w >> 32, t)
                 delay = f.delay_ns if self.stretch is None else self.stretch(f, rel)
-                heapq.heappush(self._heap, (rel + delay, _START, j, 0))
+                self._schedule(rel + delay, _START, j)
 
     def _components(self, seeds: set[int], budget: int) -> list[list[int]] | None:
         """Connected components (flow ids) of active flows reachable from the seed channels.
@@ -575,16 +677,16 @@ class FlowSimulator:
                 rec.rate = rate
                 rec.ver += 1
                 st["rate_changes"] += 1
-                heapq.heappush(self._heap, (t + _ceil_ns(rec.rem / rate), _TX_END, rec.flow.id, rec.ver))
+                self._schedule(t + _ceil_ns(rec.rem / rate), _TX_END, (rec.flow.id << _VER_BITS) | rec.ver)
         if self.verify:
             self._verify()
 
     def _solved(self, comps: list[list[int]]) -> Iterator[tuple[list[_Active], list[float]]]:
         """Each component's records and max-min rates. Over single ECMP paths a component whose flows all cross
-        one path gets its closed form (`one_path_rate`); the other small components (the fluid NVLink side: one
-        a host) are solved as one problem by the vectorised solver once they sum to `NUMPY_THRESHOLD` flows: the
-        same rates bit for bit (`phantora.netsim.maxmin`: a component's rates do not depend on the others solved
-        beside it), one call instead of one a component."""
+        one path gets its closed form (`one_path_rate`; `one_path_capped_rates` under caps); the other small
+        components (the fluid NVLink side: one a host) are solved as one problem by the vectorised solver once they
+        sum to `NUMPY_THRESHOLD` flows: the same rates bit for bit (`phantora.netsim.maxmin`: a component's rates
+        do not depend on the others solved beside it), one call instead of one a component."""
         active = self._active
         if self._multi:
             for comp in comps:
@@ -596,10 +698,14 @@ class FlowSimulator:
         for comp in comps:
             recs = [active[i] for i in comp]
             rate = one_path_rate(recs, cap)
-            if rate is None:
+            if rate is not None:
+                yield recs, [rate] * len(recs)
+                continue
+            rates = one_path_capped_rates(recs, cap)
+            if rates is None:
                 rest.append(recs)
             else:
-                yield recs, [rate] * len(recs)
+                yield recs, rates
         if len(rest) > 1 and sum(map(len, rest)) >= NUMPY_THRESHOLD:
             flat = [r for recs in rest for r in recs]
             groups = np.repeat(np.arange(len(rest)), [len(recs) for recs in rest])

@@ -26,6 +26,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from phantora.errors import PhantoraError
@@ -115,7 +116,7 @@ class FluidNvlinkSimulator:
         self._flb: dict[int, int] = {}
         self._fstep: dict[int, int] = {}
         self._fdependents: dict[int, list[int]] = {}
-        self._bottleneck: dict[tuple[int, ...], int] = {}  # fluid path -> its least channel bandwidth (bps)
+        self._took: dict[tuple[tuple[int, ...], int], int] = {}  # (fluid path, size) -> least ns it takes on it
         self._releasers: list[tuple[int, int]] = []  # heap (bound, id) of fluid flows held flows wait on (lazy)
         self._until = INF_NS  # the limit of the advance in progress: the caller submits nothing before it
         # Fluid completions run ahead while a decomposed packet side ran a round (`run_ahead`), their releases
@@ -407,20 +408,27 @@ class FluidNvlinkSimulator:
         """Each flow handed to the fluid engine at `at` (deps on the other side all arrived): the earliest ns it
         can complete, max(at, its fluid deps' bounds) + delay + size at its path's full line rate + the path's
         propagation (the fluid rate never exceeds a channel's bandwidth; payload efficiency only slows it)."""
-        flb, fstep, deps_of, ends = self._flb, self._fstep, self._fdependents, self._end
-        for f in flows:
+        flb, fstep, deps_of, ends, waiters = self._flb, self._fstep, self._fdependents, self._end, self._waiters
+        for f in flows:  # (per dependency edge: kept lean, no calls)
+            fid = f.id
             lb = at
             for d in f.deps:
-                if d in flb:
-                    lb = max(lb, flb[d])
-                    deps_of.setdefault(d, []).append(f.id)
+                b = flb.get(d)
+                if b is None:
+                    b = ends.get(d, at)
                 else:
-                    lb = max(lb, ends.get(d, at))
+                    ws = deps_of.get(d)
+                    if ws is None:
+                        deps_of[d] = [fid]
+                    else:
+                        ws.append(fid)
+                if b > lb:
+                    lb = b
             step = self._fluid_step(f)
-            fstep[f.id] = step
-            flb[f.id] = lb + step
-            if f.id in self._waiters:
-                heapq.heappush(self._releasers, (lb + step, f.id))
+            fstep[fid] = step
+            flb[fid] = lb + step
+            if fid in waiters:
+                heapq.heappush(self._releasers, (lb + step, fid))
 
     def _fluid_step(self, f: Flow) -> int:
         """The least ns fluid flow `f` takes from its release to its completion: its delay + its size at its path's
@@ -431,10 +439,11 @@ class FluidNvlinkSimulator:
         step = f.delay_ns
         if f.size and f.src != f.dst:
             path, lat = fluid.route(f)
-            bw = self._bottleneck.get(path)
-            if bw is None:
-                bw = self._bottleneck[path] = min(self.topology.channel_bandwidth(c) for c in path)
-            step += max(0, f.size * 8_000_000_000 // bw - 2) + lat
+            took = self._took.get((path, f.size))
+            if took is None:  # (its division of ints past 2^30 costs more than the look-up)
+                bw = min(self.topology.channel_bandwidth(c) for c in path)
+                took = self._took[(path, f.size)] = max(0, f.size * 8_000_000_000 // bw - 2) + lat
+            step += took
         return step
 
     def _fraise(self, fid: int, ns: int) -> None:
@@ -720,8 +729,7 @@ def _add(groups: dict[int, list[Flow]], at: int, f: Flow) -> None:
         group.append(f)
 
 
-def _order(c: Completion) -> tuple[int, int]:
-    return (c.end_ns, c.flow_id)
+_order = attrgetter("end_ns", "flow_id")  # completions in time order, then by flow id
 
 
 def topological_order(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flow]:
