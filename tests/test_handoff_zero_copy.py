@@ -276,3 +276,26 @@ def test_a_jobs_handoff_names_its_communicator_in_global_ranks():
     msg = Message("handoff", 0, {"peer": 1, "nbytes": MIB, "comm": [0, 1, 2, 3]})
     table.translate(msg, 1)
     assert msg["peer"] == 5 and msg["comm"] == [4, 5, 6, 7]
+
+
+@pytest.mark.slow
+def test_a_recorded_eager_init_run_keeps_the_communicator_and_replays_to_its_ends(tmp_path: Path):
+    """The cross-host run above, recorded: rank 0's first send (handed off under PXN) carries the world's
+    communicator (P2P.comm), its second (zero-copy, no hand-off) none, and the graph replays to the live ends."""
+    from phantora.egraph.live import record_run
+
+    script = tmp_path / "lone.py"
+    script.write_text(textwrap.dedent(LONE))
+    args = ["0", "8", str(MIB), "eager", "NCCL_PXN_DISABLE=1"]
+    cfg = RunConfig(
+        str(script), args, load_topology("testbed16"), nproc=16, timeout_s=240, tensors="phantom", dedup="off",
+        env={"PHANTORA_NCCL_REGISTER": "1"},
+    )  # fmt: skip
+    rep, graph = record_run(cfg, tmp_path / "g")
+    sends = [n for n in graph.program_of(0).nodes if isinstance(n, P2P) and n.is_send]
+    assert len(sends) == 2 and sends[1].comm == -1, sends
+    assert graph.groups[graph.ranks[0].groups[sends[0].comm]] == WORLD
+    res = replay_graph(graph, load_topology("testbed16"), FlowSimulator(load_topology("testbed16")))
+    assert res.rank_end_ns == graph.recorded["end_ns"], (res.rank_end_ns, graph.recorded)
+    handed = sorted(c.end_ns for c in res.completions if c.tag.startswith("r0/handoff"))
+    assert len(handed) == 1, handed
