@@ -173,18 +173,33 @@ class UnixPeers:
         keywords); a failure (a silent, dead or garbled peer) as the Python exchange raises it."""
         from phantora.netsim import cut_native
 
+        try:
+            return cut_native.run_native(net, self._handle(), group=self.group, **kw)
+        except PhantoraError as e:
+            if "no word from" in str(e):
+                raise BridgeError(str(e), code=E_TIMEOUT) from None
+            raise BridgeError(str(e)) from None
+
+    def warm_up_native(self, net: Any) -> None:
+        """Where the C++ loop runs (`native`), hand the sockets over now and call it once doing nothing
+        (`cut_native.warm_up`): cppyy's first calls (about 0.2 CPU s), kept out of the first round's figures as the
+        engine's own warm-up is."""
+        from phantora.netsim import cut_native
+
+        if self.native:
+            cut_native.warm_up(net, self._handle())
+
+    def _handle(self) -> Any:
+        """The C++ side of these sockets (`cut_native.native_peers`), made once."""
+        from phantora.netsim import cut_native
+
         if self._native is None:
             if any(len(b) for b in self._bufs.values()):
                 raise BridgeError(f"partition worker {self.group}: frames already read by Python; the C++ window "
                                   "loop cannot take the sockets over")  # fmt: skip
             fds = [self._socks[g].fileno() if g in self._socks else -1 for g in range(self.groups)]
             self._native = cut_native.native_peers(self.group, fds, self.timeout_s, self._first_timeout_s)
-        try:
-            return cut_native.run_native(net, self._native, group=self.group, **kw)
-        except PhantoraError as e:
-            if "no word from" in str(e):
-                raise BridgeError(str(e), code=E_TIMEOUT) from None
-            raise BridgeError(str(e)) from None
+        return self._native
 
     # ----- barriers -----------------------------------------------------------------------------
     def _frame(self, g: int) -> tuple[int, PeerReport] | None:

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             batch = flows_from_columns(cols)
             sim.submit(batch, int(at), dports={f.id: dports[f.id] for f in batch if f.id in dports})
         stats = WindowStats()
-        sim.cut_warm_up()
+        sim.cut_warm_up(peers)
         c0, r0 = time.process_time(), time.perf_counter()
         sim.run_cut_windows(peers, setup["until"], stats)
         run_cpu, run_wall = time.process_time() - c0, time.perf_counter() - r0

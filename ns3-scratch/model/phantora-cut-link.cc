@@ -380,6 +380,12 @@ void PhantoraCutLink::Deliver(const uint8_t* data, std::size_t size) {
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   const auto& links = m_fabric->Links();
   Reader r(data, size);
+  // The batch's packets are queued at once at its end (sorted and merged, not a wheel insert each), also when a
+  // message is refused part way.
+  struct Flush {
+    PhantoraSimulatorImpl* sim;
+    ~Flush() { sim->FlushStaged(); }
+  } flush{sim};
   // A note on a flow (forget, bound, done, release): its (node, flow), for a node of this worker whose handler
   // (`handled`) is set, else the batch is malformed.
   auto note = [&r, this](const char* what, bool handled) {
@@ -452,7 +458,7 @@ void PhantoraCutLink::Deliver(const uint8_t* data, std::size_t size) {
                                std::to_string(sim->NowStep()) + " ns): a window ran too far");
     }
     auto arrive = [ch, end = static_cast<uint32_t>(toEnd), p = pkt, epoch] { ch->Arrive(end, p, epoch); };
-    sim->ScheduleKeyedAt(arriveNs, node, key, RecycledEvent<decltype(arrive)>::Arm(std::move(arrive)));
+    sim->ScheduleKeyedAt(arriveNs, node, key, RecycledEvent<decltype(arrive)>::Arm(std::move(arrive)), true);
   }
 }
 

@@ -447,7 +447,7 @@ void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine, const std::
 
 std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeers* peers,
                                            const std::vector<int64_t>& args) {
-  if (peers == nullptr) {
+  if (peers == nullptr || args.empty()) {
     return {};
   }
   if (args.size() != 6) {

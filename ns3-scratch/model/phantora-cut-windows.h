@@ -71,8 +71,8 @@ class PhantoraCutPeers {
 /// args = {group, lookahead ns, until ns (-1: run until nothing is left anywhere), sampling (0/1), reacting (0/1),
 /// first seq (the barriers already made)}. Returns {stopped ns (-1: ran to until), barriers made, windows, message
 /// bytes out, lockstep rounds, CPU ns in the runs, wall ns in the exchanges, then the windows by what ended them
-/// (kCutWhy order), then by width (kCutWidths buckets: 0, 1, 2-9, 10-99, ...)}. `peers` null: a warm-up call
-/// (nothing run, an empty result).
+/// (kCutWhy order), then by width (kCutWidths buckets: 0, 1, 2-9, 10-99, ...)}. `peers` null or `args` empty: a
+/// warm-up call (nothing run, an empty result; with a worker's own `peers`, cppyy's first call of it too).
 std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeers* peers,
                                            const std::vector<int64_t>& args);
 

@@ -7,6 +7,7 @@
 #include "ns3/log.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace ns3 {
 
@@ -84,13 +85,56 @@ bool PhantoraKeyedScheduler::WheelFirst(uint64_t s) const {
   return m_heap.empty() || Before(m_slots[s].items[m_slots[s].head], m_heap.front());
 }
 
+bool PhantoraKeyedScheduler::RunFirst(uint64_t s) const {
+  if (m_runHead == m_run.size()) {
+    return false;
+  }
+  const Item& r = m_run[m_runHead];
+  if (s != kSlots && !Before(r, m_slots[s].items[m_slots[s].head])) {
+    return false;
+  }
+  return m_heap.empty() || Before(r, m_heap.front());
+}
+
+void PhantoraKeyedScheduler::FlushStaged() {
+  if (m_staged.empty()) {
+    return;
+  }
+  std::sort(m_staged.begin(), m_staged.end(), Before);
+  if (m_runHead == m_run.size()) {
+    m_run.swap(m_staged);
+  } else {
+    m_merged.clear();
+    m_merged.reserve(m_run.size() - m_runHead + m_staged.size());
+    std::merge(m_run.begin() + static_cast<std::ptrdiff_t>(m_runHead), m_run.end(), m_staged.begin(),
+               m_staged.end(), std::back_inserter(m_merged), Before);
+    m_run.swap(m_merged);
+  }
+  m_runHead = 0;
+  m_staged.clear();
+}
+
 const PhantoraKeyedScheduler::Item& PhantoraKeyedScheduler::PeekItem() const {
   const uint64_t s = NextSlot();
+  if (RunFirst(s)) [[unlikely]] {
+    return m_run[m_runHead];
+  }
   return WheelFirst(s) ? m_slots[s].items[m_slots[s].head] : m_heap.front();
 }
 
 PhantoraKeyedScheduler::Item PhantoraKeyedScheduler::Take() {
   const uint64_t s = NextSlot();
+  if (RunFirst(s)) [[unlikely]] {
+    const Item item = m_run[m_runHead++];
+    if (m_runHead == m_run.size()) {
+      m_run.clear();
+      m_runHead = 0;
+    }
+    if (item.ev.key.m_ts > m_base && m_inWheel == 0) {
+      m_base = item.ev.key.m_ts;  // as the heap's: an empty wheel moves on to where the run is
+    }
+    return item;
+  }
   if (!WheelFirst(s)) {
     const Item item = Pop();
     if (item.ev.key.m_ts > m_base && m_inWheel == 0) {
@@ -136,7 +180,13 @@ void PhantoraKeyedScheduler::Remove(const Event& ev) {
       }
     }
   }
-  auto it = std::find_if(m_heap.begin(), m_heap.end(), [uid](const Item& i) { return i.ev.key.m_uid == uid; });
+  auto byUid = [uid](const Item& i) { return i.ev.key.m_uid == uid; };
+  auto inRun = std::find_if(m_run.begin() + static_cast<std::ptrdiff_t>(m_runHead), m_run.end(), byUid);
+  if (inRun != m_run.end()) {
+    m_run.erase(inRun);  // the rest stays in order
+    return;
+  }
+  auto it = std::find_if(m_heap.begin(), m_heap.end(), byUid);
   if (it == m_heap.end()) {
     NS_FATAL_ERROR("PhantoraKeyedScheduler::Remove: no event with uid " << uid);
   }
@@ -205,6 +255,12 @@ uint64_t PhantoraKeyedScheduler::LeastReach(const std::vector<uint64_t>& dist, u
       }
     }
     ++off;
+  }
+  // The run, in time order: it stops at the first time step that cannot do better.
+  for (std::size_t k = m_runHead; k < m_run.size() && SatAdd(m_run[k].ev.key.m_ts, least) < best; ++k) {
+    if (!m_run[k].ev.impl->IsCancelled()) {
+      best = std::min(best, reach(m_run[k]));
+    }
   }
   // The heap: a child is never earlier than its parent, so a subtree whose root cannot do better is skipped.
   std::vector<std::size_t> todo;

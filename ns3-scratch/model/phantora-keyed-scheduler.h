@@ -70,9 +70,15 @@ class PhantoraKeyedScheduler final : public Scheduler {
 
   /// Queue `ev` with its order key.
   void InsertKeyed(const Event& ev, const PhantoraOrderKey& key);
+  /// Hold `ev` with its key for FlushStaged() (not queued until then): a partition worker's batch of cut-cable
+  /// arrivals, queued at once instead of one wheel insert each.
+  void InsertStaged(const Event& ev, const PhantoraOrderKey& key) { m_staged.push_back(Item{ev, key}); }
+  /// Queue the events InsertStaged() holds: sorted by (time, key) and merged into a sorted run beside the wheel
+  /// and the heap, whose least is taken with theirs (the events' order is the same).
+  void FlushStaged();
   /// Refused: an event needs its order key (an NS_FATAL_ERROR naming the simulator core to use).
   void Insert(const Event& ev) override;
-  bool IsEmpty() const override { return m_inWheel == 0 && m_heap.empty(); }
+  bool IsEmpty() const override { return m_inWheel == 0 && m_heap.empty() && m_runHead == m_run.size(); }
   Event PeekNext() const override { return PeekItem().ev; }
   Event RemoveNext() override;
   void Remove(const Event& ev) override;
@@ -103,6 +109,7 @@ class PhantoraKeyedScheduler final : public Scheduler {
   const Item& PeekItem() const;
   uint64_t NextSlot() const;  ///< the first slot in use from m_base on (cyclically), kSlots if none
   bool WheelFirst(uint64_t s) const;
+  bool RunFirst(uint64_t s) const;  ///< the run's head orders before the wheel's (slot s) and the heap's
   void Push(const Item& item);  ///< into the heap
   Item Pop();                   ///< the heap's least
 
@@ -111,6 +118,10 @@ class PhantoraKeyedScheduler final : public Scheduler {
   uint64_t m_base = 0;  ///< the wheel holds times in [m_base, m_base + kSlots)
   uint64_t m_inWheel = 0;
   std::vector<Item> m_heap;  ///< events outside the wheel's window
+  std::vector<Item> m_run;     ///< FlushStaged()'s events in order, from m_runHead on
+  std::size_t m_runHead = 0;
+  std::vector<Item> m_staged;  ///< InsertStaged()'s, not yet flushed
+  std::vector<Item> m_merged;  ///< FlushStaged()'s buffer
 };
 
 }  // namespace ns3

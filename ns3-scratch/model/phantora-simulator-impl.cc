@@ -165,7 +165,7 @@ PhantoraOrderKey PhantoraSimulatorImpl::TakeKey() {
 }
 
 EventId PhantoraSimulatorImpl::ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key,
-                                               EventImpl* event) {
+                                               EventImpl* event, bool staged) {
   NS_ASSERT_MSG(m_keyed, "PhantoraSimulatorImpl::ScheduleKeyedAt() outside the keyed mode");
   NS_ABORT_MSG_IF(ts < m_currentTs, "keyed mode: an event for time " << ts << " queued at time " << m_currentTs
                                                                      << " (behind the clock)");
@@ -176,7 +176,11 @@ EventId PhantoraSimulatorImpl::ScheduleKeyedAt(uint64_t ts, uint32_t context, co
   ev.key.m_uid = m_uid;
   ++m_uid;
   ++m_unscheduledEvents;
-  m_keyed->InsertKeyed(ev, key);
+  if (staged) {
+    m_keyed->InsertStaged(ev, key);
+  } else {
+    m_keyed->InsertKeyed(ev, key);
+  }
   return EventId(event, ts, context, ev.key.m_uid);
 }
 

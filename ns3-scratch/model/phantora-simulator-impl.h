@@ -81,8 +81,12 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// moves on), for an event another worker will queue with ScheduleKeyedAt.
   PhantoraOrderKey TakeKey();
   /// Keyed mode: queue `event` at time step `ts` (not before now) for node `context` with the order key
-  /// `key` (one TakeKey() gave); takes the event's reference.
-  EventId ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event);
+  /// `key` (one TakeKey() gave); takes the event's reference. `staged`: held until FlushStaged() (a batch of
+  /// arrivals queued at once, PhantoraKeyedScheduler::InsertStaged).
+  EventId ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event,
+                          bool staged = false);
+  /// Keyed mode: queue the events ScheduleKeyedAt(..., staged) holds.
+  void FlushStaged() { m_keyed->FlushStaged(); }
   /// Keyed mode: keep the order key of each event as it runs (RunningKey); off by default (a partition worker's
   /// records carry it).
   void KeepRunningKey() { m_keepKey = true; }

@@ -119,9 +119,15 @@ class KeyedHeapOrderTest : public TestCase {
 /// still queued by (time, full key), checked against an ordered set of the queued ones.
 class KeyedWheelOrderTest : public TestCase {
  public:
-  KeyedWheelOrderTest() : TestCase("keyed scheduler: near, far and put-back events leave in (time, key) order") {}
+  /// `staged`: about a third of the events are queued through InsertStaged and flushed in batches (a partition
+  /// worker's cut-cable arrivals), the rest as before.
+  explicit KeyedWheelOrderTest(bool staged = false)
+      : TestCase(staged ? "keyed scheduler: staged batches among near, far and put-back events keep (time, key) order"
+                        : "keyed scheduler: near, far and put-back events leave in (time, key) order"),
+        m_staged(staged) {}
 
  private:
+  bool m_staged;
   using Entry = std::tuple<uint64_t, uint64_t, uint32_t, uint32_t, uint32_t>;  // ts, schedTs, node, count, uid
 
   void DoRun() override {
@@ -138,7 +144,11 @@ class KeyedWheelOrderTest : public TestCase {
       ev.key.m_ts = ts;
       ev.key.m_uid = u;
       ev.key.m_context = 0;
-      s.InsertKeyed(ev, k);
+      if (m_staged && rng() % 3 == 0) {
+        s.InsertStaged(ev, k);
+      } else {
+        s.InsertKeyed(ev, k);
+      }
       queued.emplace(ts, k.schedTs, k.node, k.count, u);
     };
     auto take = [&]() {
@@ -156,6 +166,7 @@ class KeyedWheelOrderTest : public TestCase {
         const uint32_t node = static_cast<uint32_t>(rng() % 5);
         add(now + delay, PhantoraOrderKey{now, node, counts[node]++}, uid++);
       }
+      s.FlushStaged();
       if (!s.IsEmpty() && rng() % 3 != 0) {
         now = std::get<0>(take());
       }
@@ -168,6 +179,7 @@ class KeyedWheelOrderTest : public TestCase {
         for (const auto& [e, k] : lifted) {
           add(std::get<0>(e), k, std::get<4>(e));
         }
+        s.FlushStaged();
       }
       if (round % 1009 == 0 && queued.size() > 2) {
         const Entry victim = *std::next(queued.begin(), static_cast<std::ptrdiff_t>(rng() % queued.size()));
@@ -192,9 +204,14 @@ class KeyedWheelOrderTest : public TestCase {
 /// over the events not cancelled, at every check.
 class KeyedLeastReachTest : public TestCase {
  public:
-  KeyedLeastReachTest() : TestCase("keyed scheduler: LeastReach is the least ts + dist over live events") {}
+  /// `staged`: about a third of the events are queued through InsertStaged, flushed after each round's.
+  explicit KeyedLeastReachTest(bool staged = false)
+      : TestCase(staged ? "keyed scheduler: LeastReach covers staged batches too"
+                        : "keyed scheduler: LeastReach is the least ts + dist over live events"),
+        m_staged(staged) {}
 
  private:
+  bool m_staged;
   void DoRun() override {
     PhantoraKeyedScheduler s;
     std::map<uint32_t, std::pair<uint64_t, Ptr<EventImpl>>> live;  // uid -> (ts, event)
@@ -218,7 +235,11 @@ class KeyedLeastReachTest : public TestCase {
         ev.key.m_ts = now + delay;
         ev.key.m_uid = uid;
         ev.key.m_context = node;
-        s.InsertKeyed(ev, PhantoraOrderKey{now, 0, count++});
+        if (m_staged && rng() % 3 == 0) {
+          s.InsertStaged(ev, PhantoraOrderKey{now, 0, count++});
+        } else {
+          s.InsertKeyed(ev, PhantoraOrderKey{now, 0, count++});
+        }
         live[uid] = {now + delay, impl};
         ctx.push_back(node);
         if (rng() % 8 == 0) {
@@ -226,6 +247,7 @@ class KeyedLeastReachTest : public TestCase {
         }
         ++uid;
       }
+      s.FlushStaged();
       if (!s.IsEmpty() && rng() % 3 != 0) {
         const Scheduler::Event ev = s.RemoveNext();
         now = ev.key.m_ts;
@@ -406,6 +428,8 @@ class PhantoraKeyedTestSuite : public TestSuite {
     AddTestCase(new KeyedHeapOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedWheelOrderTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedLeastReachTest, TestCase::Duration::QUICK);
+    AddTestCase(new KeyedWheelOrderTest(true), TestCase::Duration::QUICK);
+    AddTestCase(new KeyedLeastReachTest(true), TestCase::Duration::QUICK);
     AddTestCase(new KeyedSimulatorTest, TestCase::Duration::QUICK);
     AddTestCase(new KeyedSampleKeyTest, TestCase::Duration::QUICK);
   }

@@ -42,9 +42,12 @@ def _gbl() -> Any:
     return cppyy.gbl.ns3
 
 
-def warm_up(net: Any) -> None:
-    """Call the loop once doing nothing (cppyy's first-call cost, kept out of the figures)."""
+def warm_up(net: Any, handle: Any = None) -> None:
+    """Call the loop once doing nothing (cppyy's first-call cost, kept out of the figures); with `handle`
+    (`native_peers`: a worker's own sockets) once more, since cppyy's first call with a real handle costs again."""
     _gbl().PhantoraCutRunWindows(net, _null(), [])
+    if handle is not None:
+        _gbl().PhantoraCutRunWindows(net, handle, [])
 
 
 def _null() -> Any:

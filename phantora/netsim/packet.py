@@ -677,13 +677,19 @@ class Ns3Simulator:
         has not, -2 if the worker does not sample."""
         return int(self._net.CutSamplingFrom())
 
-    def cut_warm_up(self) -> None:
+    def cut_warm_up(self, peers: Peers | None = None) -> None:
         """Call each window method once, doing nothing, so that cppyy's first-call cost is not in the figures of
-        `run_cut_windows`, and the C++ loop's (`cut_native`)."""
+        `run_cut_windows`, and the C++ loop's (`cut_native`; with `peers` that run it, with their own sockets),
+        and the calls a stepped worker's round makes around it."""
         from phantora.netsim import cut_native
 
         cut_native.warm_up(self._net)
         warm_up(self._net, *self._cut_group())
+        self.cut_stats()
+        self.quiet()
+        native = getattr(peers, "warm_up_native", None)
+        if native is not None:
+            native(self._net)
 
     def _cut_group(self) -> tuple[int, int]:
         group, groups = self.config.partition_worker, self.config.partition
