@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
-from phantora.collectives.nccl.sym_kernels import MAX_BLOCKS, MAX_BUS_BYTES, REDUCING_FLOATS, SM_PENALTY, SymPick
+from phantora.collectives.nccl.sym_kernels import MAX_BLOCKS, MAX_BUS_BYTES, REDUCING_FLOATS, SymPick, f32, penalised
 
 RAIL_RING_CHUNK = 1 << 20  # ncclSymkAllGather_RailRing_ChunkSize
 LSA_BW = {False: 360e9, True: 720e9}  # nvlinkBws, bytes/s, by Blackwell
@@ -146,17 +144,16 @@ def pick_gin(
         if not multicast or (st.sym_kernel and st.sym_kernel != AG_KERNEL):
             return None
         t, ctas, x = all_gather_model(nbytes, p, st)
-        return SymPick(AG_KERNEL, ctas, float(np.float32(t)), x, False, True)
+        return SymPick(AG_KERNEL, ctas, f32(t), x, False, True)
     if kind != "reduce_scatter":
         return None
-    best: tuple[np.float32, SymPick] | None = None
+    best: tuple[float, SymPick] | None = None
     for name in RS_KERNELS:
         mc = name.endswith("LDMC")
         if (mc and not ldmc) or (st.sym_kernel and st.sym_kernel != name):
             continue
         t, ctas, x = reduce_scatter_model(nbytes, p, st, mc, release)
-        t32 = np.float32(t)
-        score = t32 * (np.float32(1.0) + np.float32(SM_PENALTY) * np.float32(ctas))
+        score = penalised(t, ctas)
         if best is None or score < best[0]:
-            best = (score, SymPick(name, ctas, float(t32), x, False, mc))
+            best = (score, SymPick(name, ctas, f32(t), x, False, mc))
     return None if best is None else best[1]

@@ -13,9 +13,8 @@ variants (2.29+, off unless NCCL_SYM_TMA_ENABLE=1 on Blackwell) are left out.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
-
-import numpy as np
 
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -64,6 +63,17 @@ class SymPick:
     bw_us: float  # busBytes / bw: the part of the time that grows with the bytes
     ll: bool
     multicast: bool
+
+
+def f32(x: float) -> float:
+    """`x` rounded to a C float, as NCCL's float estimates are (one operation in double, then rounded, is the float
+    operation's exact result; no numpy, so the netsim CLI's start-up does not load it)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def penalised(t: float, ctas: int) -> float:
+    """NCCL's score of a kernel: its float time x (1 + 2.5 % per CTA), in float arithmetic."""
+    return f32(f32(t) * f32(1.0 + f32(f32(SM_PENALTY) * ctas)))
 
 
 def _softmin(x: float, ceiling: float, softness: float) -> float:
@@ -156,15 +166,14 @@ def pick(
         return None  # ncclSymImplemented: sum on a float type other than double
     ldmc = multicast and (dtype in LDMC_TYPES or (dtype == "fp8" and p.compcap >= 100))
     bus = nbytes * (1 if kind == "all_reduce" else p.nranks)
-    best: tuple[np.float32, SymPick] | None = None
+    best: tuple[float, SymPick] | None = None
     for name, ll, stmc, ldmc_k in kernels:
         if (stmc and not multicast) or (ldmc_k and not ldmc) or (st.sym_kernel and st.sym_kernel != name):
             continue
         if (ll and bus >= LL_MAX_BUS_BYTES) or bus >= MAX_BUS_BYTES:
             continue
         t, ctas, x = query_model(name, nbytes, p, st)
-        t32 = np.float32(t)  # NCCL's float estimate, compared with its per-SM penalty in float
-        score = t32 * (np.float32(1.0) + np.float32(SM_PENALTY) * np.float32(ctas))
+        score = penalised(t, ctas)  # NCCL's float estimate, compared with its per-SM penalty in float
         if best is None or score < best[0]:
-            best = (score, SymPick(name, ctas, float(t32), x, ll, stmc))
+            best = (score, SymPick(name, ctas, f32(t), x, ll, stmc))
     return None if best is None else best[1]
