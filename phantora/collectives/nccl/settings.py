@@ -200,6 +200,9 @@ def _qps(env: Mapping[str, str]) -> int:
     return qps
 
 
+OLDEST_NCCL_VERSION = (2, 17)  # old_tuners.py diffs every tag from v2.17.1-1
+
+
 def nccl_release_of(env: Mapping[str, str]) -> tuple[int, int, int]:
     """PHANTORA_NCCL_VERSION (`2.26`, `2.26.2` or `2.26.2-1`): the (major, minor, patch) of the NCCL that ran, patch
     0 where it names none; unset: the NCCL whose model phantora restates (tables.MODEL_NCCL_VERSION, patch 0)."""
@@ -210,7 +213,13 @@ def nccl_release_of(env: Mapping[str, str]) -> tuple[int, int, int]:
     m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-\d+)?", text)
     if m is None:
         raise InputError(f"{var}={text!r} is not an NCCL version such as 2.26.2", field=var)
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    major, minor = int(m.group(1)), int(m.group(2))
+    if not OLDEST_NCCL_VERSION <= (major, minor) <= T.MODEL_NCCL_VERSION:
+        raise InputError(
+            f"{var}={text!r}: the model restates the tuners of NCCL 2.17 to 2.30 (old_tuners.py), not this one",
+            field=var,
+        )
+    return major, minor, int(m.group(3) or 0)
 
 
 def nccl_version_of(env: Mapping[str, str]) -> tuple[int, int]:
