@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow
 from phantora.netsim.factory import hybrid_worker
 from phantora.netsim.flow import FlowSimulator
@@ -92,3 +95,19 @@ def test_a_join_is_transparent_to_the_reaction_of_its_deps() -> None:
     want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
     assert sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain()) == want
     assert sim.in_flight() == 0 and not sim._joins
+
+
+def test_flows_stuck_behind_a_join_are_counted_without_it() -> None:
+    """Gates that never open: the 16 markers and the 3 NVLink flows held on their list (one join) can never start,
+    and the error counts those 19 flows, not the join."""
+    topo, w = _worker()
+    try:
+        markers = [Flow(100 + i, gpu(topo, 0, 0), gpu(topo, 0, 0), 0) for i in range(MARKERS)]
+        deps = tuple(m.id for m in markers)
+        heads = [Flow(200 + h, gpu(topo, h, 0), gpu(topo, h, 1), 1 << 20, deps) for h in range(3)]
+        flows = [*markers, *heads]
+        w.post(flows, [0] * len(flows), {m.id for m in markers})
+        with pytest.raises(PhantoraError, match="^19 flows can never start"):
+            w.drain()
+    finally:
+        w.close()

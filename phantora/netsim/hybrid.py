@@ -597,7 +597,8 @@ class FluidNvlinkSimulator:
 
     def _check_stuck(self) -> None:
         if self._held:
-            raise PhantoraError(f"{len(self._held)} flows can never start: they wait on flows that never complete")
+            n = len(self._held) - self._joins  # (a join is no flow)
+            raise PhantoraError(f"{n} flows can never start: they wait on flows that never complete")
 
     def _step(self, until: int) -> list[Completion]:
         """Both engines to the next completion (either side), the fluid side's next event or `until`,
