@@ -5,7 +5,7 @@ NCCL may use, parsed as NCCL (and nccl-tests) read them.
   buffers. 0: none; 1: `ncclCommRegister` (local registration); 2: `ncclCommWindowRegister(...,
   NCCL_WIN_COLL_SYMMETRIC)` (a symmetric window, NCCL 2.27+; nccl-tests falls back to 1 before 2.27).
 - `NCCL_SYM_KERNEL`: one symmetric kernel's name (`sym_kernels.cc` kernelName[]); unset or `^`: all.
-- `NCCL_CTA_POLICY` (NCCL 2.27+): `0`/`1`/`2` (DEFAULT, EFFICIENCY, ZERO), or from 2.30 names joined by `|`.
+- `NCCL_CTA_POLICY` (NCCL 2.27+): `0`/`1`/`2` (DEFAULT, EFFICIENCY, ZERO), or from 2.29.2 names joined by `|`.
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ def sym_kernel_of(env: Mapping[str, str]) -> str:
     return text
 
 
-def cta_policy_of(env: Mapping[str, str]) -> int:
+def cta_policy_of(env: Mapping[str, str], names: bool = True) -> int:
     """NCCL_CTA_POLICY as init.cc parses it: a leading digit 0/1/2 (DEFAULT, EFFICIENCY, ZERO), else names
-    joined by `|` (2.30), OR-ed; unset: 0 (DEFAULT)."""
+    joined by `|` (2.29.2+), OR-ed; unset: 0 (DEFAULT). `names`: the NCCL that runs reads names (2.27 - 2.29.1 read
+    the variable as an integer, NCCL_PARAM, and ignore a name: refused here, as an unknown name is)."""
     var = "NCCL_CTA_POLICY"
     text = env.get(var, "").strip()
     if not text:
@@ -75,6 +76,8 @@ def cta_policy_of(env: Mapping[str, str]) -> int:
         if text[0] not in "012":
             raise InputError(f"{var}={text!r}: 0 (DEFAULT), 1 (EFFICIENCY) or 2 (ZERO)", field=var)
         return (0, 1, 2)[int(text[0])]
+    if not names:
+        raise InputError(f"{var}={text!r}: this NCCL reads a number, 0, 1 or 2 (the names came in 2.29.2)", field=var)
     bits = 0
     for token in text.split("|"):
         name = token.strip().upper()

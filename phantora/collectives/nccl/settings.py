@@ -222,6 +222,11 @@ def nccl_release_of(env: Mapping[str, str]) -> tuple[int, int, int]:
     return major, minor, int(m.group(3) or 0)
 
 
+def _cta_policy_names(release: tuple[int, int, int]) -> bool:
+    """NCCL_CTA_POLICY takes names from 2.29.2 (init.cc getEnvCtaPolicyOnce; a bare 2.29 is its newest patch)."""
+    return release[:2] > (2, 29) or (release[:2] == (2, 29) and (release[2] == 0 or release[2] >= 2))
+
+
 def nccl_version_of(env: Mapping[str, str]) -> tuple[int, int]:
     """The (major, minor) of `nccl_release_of`: what the model's choices depend on."""
     major, minor, _ = nccl_release_of(env)
@@ -305,7 +310,7 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         win_enable=_int(env, "NCCL_WIN_ENABLE", 1) != 0,
         sym_kernel=sym_kernel_of(env),
         sym_ctas=_int(env, "NCCL_SYM_CTAS", 0),
-        cta_policy=cta_policy_of(env),
+        cta_policy=cta_policy_of(env, names=_cta_policy_names(nccl_release_of(env))),
         gin_enable=_int(env, "NCCL_GIN_ENABLE", 1) != 0,
         gin_type=_int(env, "NCCL_GIN_TYPE", -1, low=-1),
         sym_gin_kernels=_int(env, "NCCL_SYM_GIN_KERNELS_ENABLE", 1) != 0,
