@@ -268,12 +268,7 @@ class FaultyFlowSimulator(FlowSimulator):
         sent = round(placed - rec.rem) + (rec.flow.size - round(placed))  # undo the debit made when placed
         for c in rec.path:
             self._bytes[c] += sent
-            members = self._ch_flows[c]
-            members.discard(fid)
-            if not members:
-                del self._ch_flows[c]
-                self._busy_ns[c] += t - self._busy_since.pop(c)
-        touched.update(rec.path)
+        self._leave_channels(fid, rec.path, t, touched)
 
     def _place(self, rec: _Active, path: tuple[int, ...], lat: int, t: int, touched: set[int]) -> None:
         """Put a flow (rate 0, bytes left brought forward) on `path`; `_resolve` gives it a rate."""

@@ -512,6 +512,17 @@ class FlowSimulator:
         if touched:
             self._resolve(touched, t)
 
+    def _leave_channels(self, fid: int, path: tuple[int, ...], t: int, touched: set[int]) -> None:
+        """Flow `fid` leaves the channels of `path` at t: a channel it leaves empty ends its busy period."""
+        ch_flows = self._ch_flows
+        for c in path:
+            members = ch_flows[c]
+            members.discard(fid)
+            if not members:
+                del ch_flows[c]
+                self._busy_ns[c] += t - self._busy_since.pop(c)
+        touched.update(path)
+
     def _run_ends(self, ends: list[int], t: int, touched: set[int]) -> None:
         """The transmit ends at t, in (flow id, version) order; a stale one (its flow's rate changed since) is
         skipped."""
@@ -531,13 +542,7 @@ class FlowSimulator:
             else:
                 for c, part in zip(rec.multi.channels, rec.multi.share, strict=True):
                     self._bytes[c] += round(rec.flow.size * part)
-            for c in rec.path:
-                members = self._ch_flows[c]
-                members.discard(fid)
-                if not members:
-                    del self._ch_flows[c]
-                    self._busy_ns[c] += t - self._busy_since.pop(c)
-            touched.update(rec.path)
+            self._leave_channels(fid, rec.path, t, touched)
             self._arriving[fid] = rec.start
             self._schedule(t + rec.lat, _ARRIVE, fid)
             if rec.flow.queue:
