@@ -60,7 +60,7 @@ from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.job_traffic import JobTraffic
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.plan import CallSpec, CollectivePlanner
-from phantora.collectives.spec import AlgoOptions
+from phantora.collectives.spec import REDOPS, REDUCING, AlgoOptions
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.netsim.bounds import EarliestEnds
@@ -126,6 +126,7 @@ class CollRecord:
             **({"class": self.traffic_class} if self.traffic_class is not None else {}),
             **({"lost_bytes": sum(n for r in self.lost.values() for _, n in r)} if self.lossy is not None else {}),
             **({"kept_lossless": self.lossless_why} if self.lossless_why else {}),
+            **({"redop": first.redop} if first.redop != "sum" else {}),
             **({"nccl": self.choice} if self.choice else {}),
             **({"comm": list(self.comm)} if self.comm else {}),
             **({"names": sorted([r, c.name] for r, c in self.rv.calls.items())} if key[0] == "p2p" else {}),
@@ -358,7 +359,11 @@ class CoordinatorCore:
         group, root = tuple(msg["group"]), msg["root"]
         if self.mirrors.active:
             root = self.mirrors.canonical_root(group, root)
+        redop = msg.get("redop", "sum")  # absent: sum (messages from before reductions travelled)
+        if redop not in REDOPS or (redop != "sum" and msg["kind"] not in REDUCING):
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank}: bad reduction {redop!r} for a {msg['kind']}")
         call = Call(rs.rank, msg["h"], msg["kind"], msg["nbytes"], msg["dtype"], root, msg.t, msg["name"], algo)
+        call = dataclasses.replace(call, redop=redop) if redop != "sum" else call
         self._new_handle(rs, call.handle, call)
         self._ordered(rs, msg, call, "a collective")
         self._joined(self.matcher.collective(call, group, msg["seq"]), call)
@@ -625,6 +630,7 @@ class CoordinatorCore:
         call = CallSpec(
             kind, group, first.nbytes, first.dtype, root, name, dict(first.algo), comm, inflight, inflight_at
         )
+        call = dataclasses.replace(call, redop=first.redop) if first.redop != "sum" else call
         try:
             plan = self.planner.plan(call, name or f"coll{cid}")
         except (PhantoraError, TypeError) as exc:

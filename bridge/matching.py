@@ -3,7 +3,7 @@
 A collective is identified by (group, seq): the global ranks in group order and the per-group
 sequence number. A transfer is identified by (src, dst, tag, seq), and both its send and its recv
 must arrive. The first call of an identity fixes what the others must agree on (kind, size,
-dtype, root, algorithm options); any disagreement is a `RunFailed` naming ranks and calls.
+dtype, root, algorithm options, reduction); any disagreement is a `RunFailed` naming ranks and calls.
 """
 
 from __future__ import annotations
@@ -32,15 +32,17 @@ class Call:
     name: str = ""
     algo: tuple[tuple[str, Any], ...] = ()
     comm: tuple[int, ...] = ()  # a grouped send/recv's communicator (global ranks); () for a lone one
+    redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (Collective.redop)
 
     def describe(self) -> str:
         extra = f", root={self.root}" if self.root is not None else ""
+        extra += f", op={self.redop}" if self.redop != "sum" else ""
         extra += f", algo={dict(self.algo)}" if self.algo else ""
         label = f" '{self.name}'" if self.name else ""
         return f"rank {self.rank} called {self.kind}{label}({self.nbytes} B, {self.dtype}{extra}) at {self.t} ns"
 
     def signature(self) -> tuple[Any, ...]:
-        return (self.kind, self.nbytes, self.dtype, self.root, self.algo)
+        return (self.kind, self.nbytes, self.dtype, self.root, self.algo, self.redop)
 
 
 def describe_key(key: tuple[Any, ...]) -> str:
@@ -152,7 +154,7 @@ class Matcher:
                 )
             return
         if call.signature() != first.signature():
-            fields = ("kind", "size", "dtype", "root", "algorithm options")
+            fields = ("kind", "size", "dtype", "root", "algorithm options", "reduction")
             diff = [n for n, a, b in zip(fields, first.signature(), call.signature(), strict=True) if a != b]
             raise RunFailed(
                 E_MISMATCH,

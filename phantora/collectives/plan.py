@@ -44,6 +44,7 @@ class CallSpec:
     inflight: tuple[tuple[int, int], ...] = ()
     # (src, dst, start offset ns, bytes) of the `inflight` pairs that start at another time or move other bytes
     inflight_at: tuple[tuple[int, int, int, int], ...] = ()
+    redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (Collective.redop)
 
 
 @dataclass
@@ -90,7 +91,9 @@ class CollectivePlanner:
             if comm and self.mirrors.active:
                 comm = self.mirrors.copy_comm(call.group, copy, comm)
             inflight, inflight_at = self._inflight(call, copy, comm)
-            coll = Collective(call.kind, copy, call.nbytes, call.dtype, call.root, comm, inflight, inflight_at)
+            coll = Collective(
+                call.kind, copy, call.nbytes, call.dtype, call.root, comm, inflight, inflight_at, redop=call.redop
+            )
             dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag, sent=sent)
             next_id = dag.next_id
             flows.extend(dag.flows)
@@ -139,7 +142,7 @@ class CollectivePlanner:
             return None, None
         if call.kind not in LOSSY_KINDS:
             return None, f"{call.kind} is never loss-tolerant"
-        coll = Collective(call.kind, call.group, call.nbytes, call.dtype, call.root)
+        coll = Collective(call.kind, call.group, call.nbytes, call.dtype, call.root, redop=call.redop)
         why = "rank deduplication" if self.mirrors.active else lossless_reason(coll, self.topology, algo)
         return (coll, algo) if why is None else None, why
 

@@ -19,6 +19,10 @@ KINDS = (
 )
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct", "nvls", "nvls_tree", "pat", "sym")
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
+# reductions: nccl-tests' -o names (mulsum: ncclRedOpCreatePreMulSum, torch's PREMUL_SUM), then torch's bitwise ops,
+# which NCCL lacks but phantora's process group runs (collectives/nccl/redop.py)
+REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "band", "bor", "bxor")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")  # the kinds that take a reduction
 MODELS = ("nccl", "ideal")
 GRANULARITIES = ("coarse", "chunked")  # one flow per connection and algorithm step, or NCCL's steps and chunks
 DTYPE_BYTES = {short: dtype_bytes(normalize_dtype(short)) for short in COLLECTIVE_DTYPES}
@@ -60,8 +64,8 @@ class Collective:
     # rank whose group launch ran later: NCCL runs a pair once both peers' kernels run) or move other bytes; the
     # pairs not named start with it and move its nbytes
     inflight_at: tuple[tuple[int, int, int, int], ...] = ()
-    # the reduction (nccl-tests' -o: sum, prod, max, min, avg, mulsum); NCCL's symmetric kernels reduce only a float
-    # sum (nccl/__init__.py `choose`), every other choice ignores it
+    # the reduction (REDOPS) of an all-reduce, reduce-scatter or reduce: NCCL's symmetric kernels reduce only a float
+    # sum, NVLS / NVLS-Tree and PAT only some ops and datatypes (collectives/nccl/redop.py); its cost is a sum's
     redop: str = "sum"
 
     def __post_init__(self) -> None:
@@ -75,6 +79,8 @@ class Collective:
             raise InputError(f"repeated rank in {list(self.ranks)}", field="ranks")
         if self.dtype not in DTYPE_BYTES:
             raise InputError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPE_BYTES)})", field="dtype")
+        if self.redop not in REDOPS:
+            raise InputError(f"unknown reduction {self.redop!r} (known: {', '.join(REDOPS)})", field="redop")
         if self.kind == "send_recv" and len(self.ranks) != 2:
             raise InputError("send_recv takes exactly two ranks (src, dst)", field="ranks")
         if self.comm and (self.kind != "send_recv" or not set(self.ranks) <= set(self.comm)):

@@ -8,7 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from phantora.egraph.format import DTYPE_CODES, KIND_CODES, P2P, Coll, Compute, ExecGraph, Program, Step, Wait, assemble
+from phantora.collectives.spec import REDUCING
+from phantora.egraph.format import (
+    DTYPE_CODES,
+    KIND_CODES,
+    P2P,
+    REDOP_CODES,
+    Coll,
+    Compute,
+    ExecGraph,
+    Program,
+    Step,
+    Wait,
+    assemble,
+)
 from phantora.errors import InputError
 
 
@@ -57,18 +70,23 @@ class ProgramBuilder:
         stream: int = 0,
         deps: Sequence[int] = (),
         after: Sequence[int] = (),
+        redop: str = "sum",
     ) -> int:
         """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group;
-        `after`: earlier Coll/P2P nodes whose part on this rank must end before it starts (its NCCL stream order)."""
+        `after`: earlier Coll/P2P nodes whose part on this rank must end before it starts (its NCCL stream order);
+        `redop`: the reduction of an all-reduce, reduce-scatter or reduce."""
         if kind not in KIND_CODES:
             raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
         if dtype not in DTYPE_CODES:
             raise InputError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_CODES)})", field="dtype")
+        if redop not in REDOP_CODES or (redop != "sum" and kind not in REDUCING):
+            raise InputError(f"reduction {redop!r} for {kind} (known: {', '.join(REDOP_CODES)})", field="redop")
         group = tuple(int(r) for r in group)
         if self.rank not in group:
             raise InputError(f"rank {self.rank} issues a collective on {list(group)}, not its group", field="group")
         s = self._next_seq(("c", group), seq)
-        return self._add(Coll(stream, self.slot(group), kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after)))
+        node = Coll(stream, self.slot(group), kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after), redop)
+        return self._add(node)
 
     def p2p(
         self,

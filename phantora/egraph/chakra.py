@@ -12,7 +12,8 @@ COMM_COLL_NODE (``comm_type``, ``comm_size`` in bytes, ``pg_name``); P2P -> COMM
 COMM_RECV_NODE (``comm_src``, ``comm_dst``, ``comm_tag``); Wait and Step -> zero-length COMP_NODEs.
 A Chakra comm node blocks its dependents, so stream order skips it: the next node of the stream depends
 on the node before the collective, and only the Wait depends on the collective itself. Extra
-attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_conn``, ``phantora_comm``) let
+attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_redop`` when not sum,
+``phantora_conn``, ``phantora_comm``) let
 `read_chakra` rebuild the graph exactly; Chakra consumers ignore attributes they do not know.
 """
 
@@ -56,6 +57,7 @@ AFTER_ATTR = "phantora_after"
 HANDOFF_ATTR = "phantora_handoff"
 CONN_ATTR = "phantora_conn"  # a P2P's communicator (P2P.conn), when not the rank's first: its sends' own slot window
 COMM_ATTR = "phantora_comm"  # that communicator's group (a comm_groups.json key, as pg_name), when not the pair's own
+REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
 
 
 def _messages() -> dict[str, Any]:
@@ -187,6 +189,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
             ]
             if n.root is not None:
                 attrs.append(_attr("root", int64_val=n.root))
+            if n.redop != "sum":
+                attrs.append(_attr(REDOP_ATTR, string_val=n.redop))
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
             deps += list(n.after)
@@ -287,7 +291,10 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
         elif kind == "collective":
             coll = node.name.split("#")[0]
             group = groups[int(a["pg_name"])]
-            b.collective(coll, group, a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, rest, after=after)
+            op = str(a.get(REDOP_ATTR, "sum"))  # absent: sum (files written before reductions were recorded)
+            b.collective(
+                coll, group, a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, rest, after=after, redop=op
+            )
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE
             peer = a["comm_dst"] if send else a["comm_src"]

@@ -24,7 +24,7 @@ Node semantics (all times integer ns; see docs/egraph.md):
   such sends to one peer share their connection's slots only on one communicator, which a ``P2P``'s ``conn``
   numbers (0: the rank's first; type 8 on disk), and whose ranks its ``comm`` binds, when not the pair's own
   (eager init: the group's; type 9 on disk), since they decide whether NCCL uses PXN, which rules out a
-  registered zero-copy send;
+  registered zero-copy send; a ``Coll``'s ``redop`` (type 10 on disk when not sum) is part of NCCL's choice;
 - ``Step`` marks the end of a training step on its stream (it takes no time).
 """
 
@@ -38,6 +38,7 @@ from typing import Any
 
 import msgpack
 
+from phantora.collectives.spec import REDUCING
 from phantora.errors import InputError
 
 FORMAT = "phantora-egraph"
@@ -51,9 +52,11 @@ T_COLL_AFTER, T_P2P_AFTER = 5, 6  # a Coll / P2P with a non-empty `after`: its f
 T_WAIT_HANDOFF = 7  # a Wait on lone sends that ends at their hand-off (Wait.handoff)
 T_P2P_CONN = 8  # a P2P on a communicator other than the rank's first (P2P.conn): its fields, `after` (maybe empty)
 T_P2P_COMM = 9  # a P2P whose communicator is not its pair's own (P2P.comm): type 8's fields, conn, comm, `after`
+T_COLL_OP = 10  # a Coll whose reduction is not sum (Coll.redop): type 5's fields, `after` (maybe empty), the op code
 EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
+REDOP_CODES = ("sum", "prod", "max", "min", "avg", "mulsum", "band", "bor", "bxor")  # collectives.spec.REDOPS
 # Fixed fields after the type code; an optional last element is the list of explicit deps.
 _ARITY = {
     T_COMPUTE: 3,
@@ -66,6 +69,7 @@ _ARITY = {
     T_WAIT_HANDOFF: 2,
     T_P2P_CONN: 8,
     T_P2P_COMM: 9,
+    T_COLL_OP: 9,
 }
 _TYPE_NAMES = {
     T_COMPUTE: "compute",
@@ -78,6 +82,7 @@ _TYPE_NAMES = {
     T_WAIT_HANDOFF: "wait",
     T_P2P_CONN: "p2p",
     T_P2P_COMM: "p2p",
+    T_COLL_OP: "collective",
 }
 
 
@@ -104,6 +109,7 @@ class Coll:
     seq: int
     deps: tuple[int, ...] = ()
     after: tuple[int, ...] = ()  # earlier Coll/P2P nodes whose part on this rank must end before it starts
+    redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (type 10 on disk when not sum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +175,10 @@ class Program:
                 root = -1 if n.root is None else n.root
                 kind, dtype = KIND_CODES.index(n.kind), DTYPE_CODES.index(n.dtype)
                 row = [T_COLL, n.stream, n.slot, kind, n.nbytes, dtype, root, n.seq]
-                if n.after:
+                if n.redop != "sum":
+                    row[0] = T_COLL_OP
+                    row += [list(n.after), REDOP_CODES.index(n.redop)]
+                elif n.after:
                     row[0] = T_COLL_AFTER
                     row.append(list(n.after))
             elif isinstance(n, P2P):
@@ -229,6 +238,8 @@ class Program:
                         raise InputError(f"hand-off wait reference {r} is not a send", file=source, field=where)
             if isinstance(n, Compute) and n.dur_ns < 0:
                 raise InputError(f"negative duration {n.dur_ns}", file=source, field=where)
+            if isinstance(n, Coll) and n.redop != "sum" and n.kind not in REDUCING:
+                raise InputError(f"a {n.kind} takes no reduction ({n.redop})", file=source, field=where)
             if isinstance(n, (Coll, P2P)):
                 if n.nbytes < 0 or n.seq < 0 or n.slot < 0 or (isinstance(n, P2P) and n.conn < 0):
                     raise InputError("negative size, seq, slot or communicator", file=source, field=where)
@@ -254,11 +265,16 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
         deps = tuple(row[-1])
     f = row[1 : arity + 1]
     after: tuple[int, ...] = ()
+    redop = "sum"
+    if code == T_COLL_OP:
+        if not isinstance(f[-1], int) or not 0 <= f[-1] < len(REDOP_CODES):
+            raise InputError(f"reduction code {f[-1]!r} is out of range", file=source, field=where)
+        f, redop = f[:-1], REDOP_CODES[f[-1]]
     if code in (T_COLL_AFTER, T_P2P_AFTER):
         if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a non-empty list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
-    if code in (T_P2P_CONN, T_P2P_COMM):
+    if code in (T_P2P_CONN, T_P2P_COMM, T_COLL_OP):
         if not isinstance(f[-1], list) or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
@@ -267,9 +283,9 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
     try:
         if code == T_COMPUTE:
             return Compute(f[0], names[f[1]], f[2], deps)
-        if code in (T_COLL, T_COLL_AFTER):
+        if code in (T_COLL, T_COLL_AFTER, T_COLL_OP):
             root = None if f[5] < 0 else f[5]
-            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after)
+            return Coll(f[0], f[1], KIND_CODES[f[2]], f[3], DTYPE_CODES[f[4]], root, f[6], deps, after, redop)
         if code in (T_P2P, T_P2P_AFTER):
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after)
         if code == T_P2P_CONN:

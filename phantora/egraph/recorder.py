@@ -88,9 +88,10 @@ class GraphRecorder:
         issue_ns: int,
         stream: int = 0,
         before: tuple[int, ...] = (),
+        redop: str = "sum",
     ) -> None:
         """A collective issued at `issue_ns`; `root` is a global rank (or None); it starts after the rank's calls
-        `before` (handles)."""
+        `before` (handles); `redop`: its reduction."""
         group = tuple(int(r) for r in group)
         self._catch_up(stream, int(issue_ns))
         local = None
@@ -98,7 +99,7 @@ class GraphRecorder:
             if root not in group:
                 raise PhantoraError(f"rank {self.rank}: root {root} is not in the group {list(group)}")
             local = group.index(root)
-        idx = self.b.collective(kind, group, nbytes, dtype, local, seq, stream, after=self._nodes(before))
+        idx = self.b.collective(kind, group, nbytes, dtype, local, seq, stream, after=self._nodes(before), redop=redop)
         self._issued(handle, idx)
 
     def p2p(

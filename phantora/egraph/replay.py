@@ -56,6 +56,7 @@ class Instance:
     nbytes: int
     dtype: str
     root: int | None
+    redop: str = "sum"  # a reducing collective's reduction (Collective.redop)
     issue: dict[int, int] = field(default_factory=dict)  # rank -> issue marker
     start: int = -1  # start marker, once launched
     flows: range = range(0)
@@ -425,19 +426,19 @@ class _Planner:
         group = run.slots[n.slot]
         if isinstance(n, Coll):
             key: tuple[Any, ...] = ("c", group, n.seq)
-            sig = (n.kind, n.nbytes, n.dtype, n.root)
+            sig = (n.kind, n.nbytes, n.dtype, n.root, n.redop)
         else:
             key = ("p", group[0], group[1], n.tag, n.seq)
-            sig = ("send_recv", n.nbytes, "uint8", None)
+            sig = ("send_recv", n.nbytes, "uint8", None, "sum")
         inst = self.instances.get(key)
         if inst is None:
-            inst = self.instances[key] = Instance(key, sig[0], group, sig[1], sig[2], sig[3])
-        elif (inst.kind, inst.nbytes, inst.dtype, inst.root) != sig:
+            inst = self.instances[key] = Instance(key, sig[0], group, sig[1], sig[2], sig[3], sig[4])
+        elif (inst.kind, inst.nbytes, inst.dtype, inst.root, inst.redop) != sig:
             first = min(inst.issue)
             raise InputError(
                 f"collective mismatch on {inst.label()}: rank {first} issued {inst.kind} of {inst.nbytes} B "
-                f"({inst.dtype}, root {inst.root}), rank {run.rank} issued {sig[0]} of {sig[1]} B ({sig[2]}, root "
-                f"{sig[3]}) (program node {i})",
+                f"({inst.dtype}, root {inst.root}, {inst.redop}), rank {run.rank} issued {sig[0]} of {sig[1]} B "
+                f"({sig[2]}, root {sig[3]}, {sig[4]}) (program node {i})",
                 field="programs",
             )
         if run.rank in inst.issue:
@@ -488,7 +489,7 @@ class _Planner:
         gate += tuple(inst.after_handoffs)
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
-        coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root)
+        coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop)
         dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=f"c{len(self.order)}", sent=self.sent)
         for f in dag.flows:
             deps = f.deps if f.deps else (inst.start,)

@@ -335,7 +335,8 @@ def build_iteration(
             for i, pair in enumerate(pairs)
         ]
     else:
-        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None, redop=redop)
+        op = redop if spec.has_op else "sum"  # a test without an op prints "none"; NCCL's call takes ncclSum
+        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None, redop=op)
         colls = [(coll, tag)]
     flows: list[Flow] = []
     last: set[int] = set()

@@ -258,7 +258,8 @@ def rank_trace(out: Path) -> dict[int, list[dict[str, Any]]]:
 
 
 def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
-    """(rank, collective name) -> {"nccl": NCCL's choice} from cosim.json's collective records, for the trace. A
+    """(rank, collective name) -> {"nccl": NCCL's choice, and "redop" when not sum} from cosim.json's collective
+    records, for the trace. A
     send/recv's record names each issuing rank's own call (`names`: the sender's send#k, the receiver's recv#j),
     as its ends' names differ and several pairs share a name (every rank's first send is send#0)."""
     out: dict[tuple[int, str], dict[str, Any]] = {}
@@ -267,7 +268,8 @@ def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str],
             names = rec.get("names")
             pairs = names if isinstance(names, list) else [(r, rec.get("name")) for r in rec.get("group", ())]
             for rank, name in pairs:
-                out.setdefault((int(rank), str(name)), {"nccl": rec["nccl"]})
+                op = {"redop": rec["redop"]} if "redop" in rec else {}  # a reduction other than sum
+                out.setdefault((int(rank), str(name)), {"nccl": rec["nccl"], **op})
     return out
 
 

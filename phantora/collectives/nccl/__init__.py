@@ -12,11 +12,13 @@ import os
 from collections.abc import Mapping
 
 from phantora.collectives.nccl import pci_paths
+from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
+from phantora.collectives.nccl.redop import skipped
 from phantora.collectives.nccl.register import (
     efficiency_nvls,
     p2p_zero_copy,
@@ -74,6 +76,11 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
         if sym is not None:
             return sym
+    skip = {a for a in skipped(coll.kind, coll.redop, coll.dtype, st.nccl_version) if st.algo_enabled(coll.kind, a)}
+    if opts.algorithm != "auto":
+        skip &= {TO_NCCL.get(opts.algorithm, opts.algorithm)}
+    if skip:  # NCCL's tuner skips them for this op and datatype
+        st = _without(st, coll.kind, frozenset(skip))
     if opts.algorithm != "auto":
         want = TO_NCCL.get(opts.algorithm)
         if want is None:
@@ -88,9 +95,11 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         forced = dict(st.raw)
         what = ", ".join(f"{k}={v}" for k, v in forced.items() if k in ("NCCL_ALGO", "NCCL_PROTO"))
         asked = f"algorithm={opts.algorithm}, protocol={opts.protocol}"
+        names = "/".join(T.NCCL_ALGO_NAMES[a] for a in sorted(skip))
+        op = f"; NCCL runs no {names} for {coll.redop} on {coll.dtype}" if skip else ""
         raise InputError(
             f"no NCCL algorithm/protocol available for {coll.kind} on {p.nnodes} node(s) x {p.ppn} GPU(s) "
-            f"({what or asked}); NCCL fails here too",
+            f"({what or asked}{op}); NCCL fails here too",
             field="algorithm",
         )
     return _with_transports(choice, p, coll.kind)
@@ -195,6 +204,14 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
         return registered_chunk(choice.algorithm, coll.kind, p, st, coll.nbytes, choice.channels)
     heads = nvls_heads(p) if choice.algorithm in ("nvls", "nvls_tree") else 1
     return chunk_bytes(choice.algorithm, choice.protocol, p, st, coll.nbytes, choice.channels * heads, coll.kind)
+
+
+def _without(st: NcclSettings, kind: str, algos: frozenset[str]) -> NcclSettings:
+    """`st` with `algos` disabled for one function: what NCCL's tuner skips for a call's op and datatype
+    (redop.skipped), as it skips them in its cost table, whatever NCCL_ALGO enables."""
+    table = {k: v for k, v in st.algos} if st.algos else {}
+    table[kind] = table.get(kind, frozenset(T.ALGORITHMS)) - algos
+    return dataclasses.replace(st, algos=tuple(sorted(table.items())))
 
 
 def _only(st: NcclSettings, kind: str, algo: str | None = None, proto: str | None = None) -> NcclSettings:
