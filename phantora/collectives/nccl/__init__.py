@@ -18,7 +18,7 @@ from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
-from phantora.collectives.nccl.redop import skipped
+from phantora.collectives.nccl.redop import least_preferred, skipped
 from phantora.collectives.nccl.register import (
     efficiency_nvls,
     p2p_zero_copy,
@@ -88,7 +88,9 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         st = _only(st, coll.kind, algo=want)
     if opts.protocol != "auto":
         st = _only(st, coll.kind, proto=opts.protocol)
-    choice = select(coll.kind, p, st, coll.nbytes)
+    last = least_preferred(coll.dtype, coll.size, st.nccl_version)  # fp8 rings over many ranks: any other first
+    choice = select(coll.kind, p, _without(st, coll.kind, last), coll.nbytes) if last else None
+    choice = choice or select(coll.kind, p, st, coll.nbytes)
     if choice is not None and register_mode(st) == 1:
         choice = _registered(coll, p, st, choice)
     if choice is None:

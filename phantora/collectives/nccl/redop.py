@@ -1,4 +1,5 @@
-"""NCCL's reduction ops as its device runs them, and the algorithms that take them (NCCL 2.17 - 2.30).
+"""NCCL's reduction ops as its device runs them, and the algorithms that take them and a call's datatype (NCCL
+2.17 - 2.30).
 
 `dev_op` restates enqueue.cc `hostToDevRedOp`: sum -> Sum, prod -> Prod, max and min -> MinMax (one kernel, an xor
 mask picks which), avg -> SumPostDiv on integer types and PreMulSum (a sum of inputs scaled by 1/nranks) on floating
@@ -13,6 +14,9 @@ which algorithms NCCL lets run it (`skipped`):
 - PAT for a reduce-scatter not with PreMulSum or SumPostDiv (enqueue.cc 2.23 - 2.30: "Tree reduceScatter doesn't
   support scaling yet").
 NCCL's symmetric kernels take a float sum only (`_sym_op` in `__init__.py`, `sym_kernels.REDUCING_FLOATS`).
+From 2.24 the tuner also multiplies a ring's time by 1024 for an fp8 call over more than 8 ranks ("Relegate fp8
+reduction trees of sufficient depth that they incur precision loss to be least preferred", any function):
+`least_preferred`, the ring then runs only where nothing else may.
 
 torch's BAND, BOR and BXOR have no NCCL op (ProcessGroupNCCL refuses them); phantora's process group also stands for
 gloo's CPU half and runs them, modelled as NCCL's legacy algorithms would run an op the switch cannot reduce.
@@ -53,3 +57,14 @@ def skipped(kind: str, redop: str, dtype: str, version: tuple[int, int]) -> froz
     if kind == "reduce_scatter" and dev_op(redop, dtype) in ("PreMulSum", "SumPostDiv"):
         out.add("pat")
     return frozenset(out)
+
+
+FP8_RING_FROM = (2, 24)  # the first NCCL that relegates fp8 rings
+FP8_RING_MAX_RANKS = 8  # ... over more ranks than this
+
+
+def least_preferred(dtype: str, nranks: int, version: tuple[int, int]) -> frozenset[str]:
+    """The algorithms NCCL rates 1024x slower for this call's datatype: the ring for fp8 over more than 8 ranks."""
+    if dtype == "fp8" and nranks > FP8_RING_MAX_RANKS and version >= FP8_RING_FROM:
+        return frozenset({"ring"})
+    return frozenset()
