@@ -90,6 +90,10 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     else:  # every tensor's data is in host memory: hold no freed data, and say so before the OOM killer acts
         return_freed_memory()
         hostmem.watch(rank, world)
+        # gloo (real data) connects a group's members when they first exchange, not when the group is created: a
+        # rank creating a group must not wait in gloo's rendezvous for members still blocked in a simulated wait,
+        # which waits on that rank's clock (NCCL too creates communicators lazily)
+        os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")
     if opts.sim_cuda:
         from phantora.runtime.simcuda import device as simcuda
 

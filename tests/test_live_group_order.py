@@ -1,0 +1,39 @@
+"""A process group created after another group's collective, as programs do (torch's new_group is called by every
+rank, members or not): ranks outside the first group reach the second group's creation while the first group's
+members wait in its simulated all-reduce. Before, the real-data gloo group of the second group rendezvoused at
+creation, so those ranks blocked there, their clocks never advanced, and the first all-reduce never finished: the
+run hung until its timeout (found by bench/bench_nccl_live_sweep.py). NCCL creates communicators at first use."""
+
+from __future__ import annotations
+
+import textwrap
+
+from phantora.launcher import RunConfig, launch
+from phantora.topology.generators import leaf_spine
+
+SCRIPT = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    pair = dist.new_group([0, 1])
+    x = torch.ones(4)
+    if rank in (0, 1):
+        dist.all_reduce(x, group=pair)
+    world = dist.new_group([0, 1, 2])
+    y = torch.ones(4)
+    dist.all_reduce(y, group=world)
+    print("RESULT", rank, float(x[0]), float(y[0]), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_a_group_created_after_another_groups_collective_runs(tmp_path) -> None:
+    script = tmp_path / "order.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    rep = launch(
+        RunConfig(str(script), topology=leaf_spine(1, 3, 0, name="star3"), nproc=3, trace="none", timeout_s=90)
+    )
+    logs = "".join(rep.logs[f"rank {r}"] for r in range(3))
+    got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+    # the pair's sum is 2 on its members, 1 (untouched) on rank 2; the world's sum is 3 everywhere
+    assert got == [["0", "2.0", "3.0"], ["1", "2.0", "3.0"], ["2", "1.0", "3.0"]]
