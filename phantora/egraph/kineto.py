@@ -7,7 +7,8 @@ What is read (see docs/egraph.md for what cannot be inferred):
 - NCCL kernels (name ``ncclKernel_*`` / ``ncclDevKernel_*``, or ``args["Collective name"]``) become
   collectives. Kind, sizes, dtype and group come from the kernel's args (``Collective name``, ``In msg
   nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Ranks``) or, failing that,
-  from the CPU op that launched it (same ``External id``). The kernel's own duration is dropped:
+  from the CPU op that launched it (same ``External id``); the reduction from the device op in the kernel's name
+  (``_Sum_``, ``_MinMax_``, ``_PreMulSum_`` ...; sum if it names none). The kernel's own duration is dropped:
   communication is re-simulated. The NCCL stream waits for the collective's completion.
 - Order: GPU work on one stream runs in launch order, which is correlation order.
 - Cross-stream dependencies: each ``cuda_sync`` "Stream Wait Event" (torch.profiler with
@@ -31,17 +32,24 @@ import bisect
 import copy
 import gzip
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phantora.collectives.spec import DTYPE_BYTES
+from phantora.collectives.spec import DTYPE_BYTES, REDUCING
 from phantora.egraph.builder import ProgramBuilder, build_graph
 from phantora.egraph.format import ExecGraph
 from phantora.errors import InputError
 from phantora.perfmodel.dtypes import short_dtype
 
+# The device op in an NCCL kernel's name (ncclDevKernel_AllReduce_Sum_f32_RING_LL, 2.19+'s MinMax; older
+# ncclKernel_AllReduce_RING_LL_Max_float) -> a reduction that NCCL runs with it: its choice follows the device op
+# alone (collectives/nccl/redop.py), so a PreMulSum is mulsum (an average of floats runs it too) and a SumPostDiv avg.
+_DEV_OP = re.compile(r"_(SumPostDiv|PreMulSum|MinMax|Prod|Max|Min|Sum)_")
+_DEV_OPS = {"Sum": "sum", "Prod": "prod", "MinMax": "max", "Max": "max", "Min": "min", "PreMulSum": "mulsum"}
+_DEV_OPS["SumPostDiv"] = "avg"
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 NCCL_PREFIXES = ("ncclKernel", "ncclDevKernel")
 # Collective name (lower case, without leading underscores) or kernel name fragment -> kind.
@@ -125,6 +133,13 @@ def _kind(name: str, args: dict[str, Any]) -> str | None:
         if frag.replace("_", "") in low:
             return kind
     return None
+
+
+def _redop(name: str, kind: str) -> str:
+    """The reduction of a reducing NCCL kernel, from the device op its name holds (`_DEV_OP`); sum when it names
+    none (a generic kernel) or the collective reduces nothing."""
+    m = _DEV_OP.search(name) if kind in REDUCING else None
+    return _DEV_OPS[m.group(1)] if m else "sum"
 
 
 def _dtype(args: dict[str, Any]) -> str:
@@ -342,7 +357,7 @@ class _RankImport:
                 group = _spmd_group(group, self.source_rank, self.rank, self.world, self.src, op.where)
             if self.rank not in group:
                 raise InputError(f"rank {self.rank} runs a collective on {list(group)}", file=self.src, field=op.where)
-            h = b.collective(kind, group, nbytes, dtype, root, None, st, deps)
+            h = b.collective(kind, group, nbytes, dtype, root, None, st, deps, redop=_redop(op.name, kind))
             self.rep.collectives += 1
         return b.wait([h], st)
 
