@@ -39,6 +39,23 @@ WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us 
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 
 
+def worker_spec(topology: Topology, config: PacketConfig, side: str = "packet") -> RunSpec:
+    """What each worker is started with (its `setup.msgpack`): the full topology, `config`, its engine's side."""
+    return RunSpec(
+        topology=topology,
+        world=topology.num_ranks,
+        engine=EngineSpec(network="ns3", packet=config, side=side),
+        peer_timeout_s=WORKER_PEER_TIMEOUT_S,
+    )
+
+
+def post_message(t: int, out: Outbox, until: int) -> bytes:
+    """A round's request to one worker: its outbox as flow columns (each flow with its deps on that worker), the ns
+    every completion is known to (`t`) and how far to run (`until`)."""
+    flows = flows_to_columns([f for f, _ in out.flows], [local for _, local in out.flows])
+    return encode("post", t, flows=flows, at=out.at, gated=out.gated, gates=out.gates, until=until)
+
+
 @dataclasses.dataclass
 class Worker:
     """One worker process and our link to it."""
@@ -105,12 +122,7 @@ class ServerPool:
 
     def _start(self, topology: Topology, config: PacketConfig, assignment: list[list[int]], side: str) -> None:
         token = new_token()
-        spec = RunSpec(
-            topology=topology,
-            world=topology.num_ranks,
-            engine=EngineSpec(network="ns3", packet=config, side=side),
-            peer_timeout_s=WORKER_PEER_TIMEOUT_S,
-        ).to_bytes()
+        spec = worker_spec(topology, config, side).to_bytes()
         if config.ray:
             self._placement = RayPlacement(config.ray, len(assignment))
             self._curve = KeyPair.new() if self._placement.curve else None
@@ -177,9 +189,7 @@ class ServerPool:
         may work while the workers run: asynchronous rounds); it keeps the others' heartbeats going and checks the
         ones we wait for about once a second."""
         for i, (t, out, until) in posts.items():
-            flows = flows_to_columns([f for f, _ in out.flows], [local for _, local in out.flows])
-            raw = encode("post", t, flows=flows, at=out.at, gated=out.gated, gates=out.gates, until=until)
-            self.workers[i].link().send(raw)
+            self.workers[i].link().send(post_message(t, out, until))
         return self._replies(set(posts))
 
     def _replies(self, pending: set[int]) -> Iterator[tuple[int, RoundReply]]:

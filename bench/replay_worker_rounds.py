@@ -1,0 +1,270 @@
+"""Route (a)'s workers, one at a time: dump each worker's round messages from a live run, replay them in one process.
+
+`bench_decompose.py --hybrid N` runs the driver (`HybridDecomposedSimulator`) and N worker processes, so a worker's
+CPU is read off its replies and moves with the machine's load. Here:
+
+    # the live run (the bench's hierarchical all-reduces): each worker's setup, its round messages and what it replied
+    .venv/bin/python bench/replay_worker_rounds.py dump /tmp/rounds --bytes 64MiB --workers 2
+    # one worker's rounds again, in this process (NetServer._serve on the same engine): CPU per round, replies checked
+    .venv/bin/python bench/replay_worker_rounds.py replay /tmp/rounds --worker 0 [--profile w0.prof]
+    # every worker replayed (one process each) and the busiest worker per round summed: the workers' critical path
+    .venv/bin/python bench/replay_worker_rounds.py critical /tmp/rounds
+    # one engine on the same DAG (submit + drain, CPU and key), for the ratio
+    .venv/bin/python bench/replay_worker_rounds.py engine --bytes 64MiB
+
+Every reply of a replay is checked against the live run's (sha256 of its completions, bounds, now, next event and
+flows in flight): a change that alters what a worker answers fails here first.
+
+Instructions instead of CPU seconds (load-independent; `perf stat -e instructions:u` needs hardware counters, which
+a virtual machine may not give): with `--marks`, each subcommand calls ``os.getppid()`` between its parts (nothing
+else here calls it), so under ``valgrind --tool=callgrind --dump-before=getppid --callgrind-out-file=cg.%p`` each
+part is one dump file; ``cgparts FILES`` reads their totals (instructions executed, user mode). The parts: `engine`
+set-up | submit + drain | rest; `dump` set-up | first submit until the books | the books (they run while the
+workers place their flows) | the rest of the submit and the drain | rest; `replay` set-up | one part per message |
+rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_decompose import fsdp_dag
+
+from bridge.columns import completions_from_columns
+from bridge.netserver import NetServer
+from bridge.protocol import MAX_MESSAGE_BYTES, decode
+from bridge.runspec import RunSpec
+from bridge.workers import post_message, spawn_workers, worker_spec
+from phantora.netsim.base import Completion
+from phantora.netsim.decompose import Outbox, RoundReply, WorkerPool
+from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
+from phantora.netsim.packet_config import PacketConfig, apply_overrides
+from phantora.topology.loader import load_topology
+from phantora.units import parse_size_bytes
+
+MARK = os.getppid  # the part boundary under callgrind's --dump-before=getppid (`--marks`)
+
+
+def reply_digest(done: list[Completion], bounds: list[int], now: int, nxt: int | None, in_flight: int) -> str:
+    """What a worker answered to a round, as 16 hex digits (its CPU and wall left out)."""
+    rows = [(c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag, c.lost) for c in done]
+    return hashlib.sha256(repr((rows, bounds, now, nxt, in_flight)).encode()).hexdigest()[:16]
+
+
+def run_key(done: list[Completion]) -> str:
+    """bench_decompose's key: sha256 of the sorted (id, start, end), 12 hex digits."""
+    return hashlib.sha256(repr(sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)).encode()).hexdigest()[:12]
+
+
+class _Recorder:
+    """A worker pool that keeps each round's messages and the digests of the replies (the pool does the work)."""
+
+    def __init__(self, pool: WorkerPool, rounds: list[list[list[Any]]], digests: list[list[str]]) -> None:
+        self.pool, self.rounds, self.digests, self.count = pool, rounds, digests, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+    def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
+        for i, (t, out, until) in posts.items():
+            self.rounds[i].append([self.count, post_message(t, out, until)])
+        self.count += 1
+        for i, reply in self.pool.round(posts):
+            self.digests[i].append(
+                reply_digest(reply.completions, reply.bounds, reply.now, reply.next_event, reply.in_flight)
+            )
+            yield i, reply
+
+
+def _config(args: argparse.Namespace, workers: int = 0) -> PacketConfig:
+    sets = [s for s in args.set.split(",") if s] + ([f"workers={workers}"] if workers else [])
+    return apply_overrides(PacketConfig(cc=args.cc), sets)
+
+
+def dump(args: argparse.Namespace) -> None:
+    """The live hybrid run; DIR gets setup.wI.msgpack, rounds.wI.msgpack ([[round, message], ...]) and meta.json."""
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    topo = load_topology(args.topology)
+    flows = fsdp_dag(topo, parse_size_bytes(args.bytes))
+    config = _config(args, args.workers)
+    rounds: list[list[list[Any]]] = []
+    digests: list[list[str]] = []
+
+    def spawner(topology: Any, cfg: PacketConfig, assignment: list[list[int]], *sides: str) -> WorkerPool:
+        for i in range(len(assignment)):
+            rounds.append([])
+            digests.append([])
+            (out / f"setup.w{i}.msgpack").write_bytes(worker_spec(topology, cfg, *sides).to_bytes())
+        return _Recorder(spawn_workers(topology, cfg, assignment, *sides), rounds, digests)  # type: ignore[return-value]
+
+    marks = MARK if args.marks else (lambda: 0)
+    sim = HybridDecomposedSimulator(topo, config, spawner)
+    book: Callable[..., None] = sim._book
+
+    def marked_book(*a: Any, handed: bool) -> None:  # the books of a large batch, while the workers place it
+        if handed:
+            marks()
+        book(*a, handed=handed)
+        if handed:
+            marks()
+
+    sim._book = marked_book  # type: ignore[method-assign]
+    try:
+        marks()
+        c0 = time.process_time()
+        sim.submit(flows, 0)
+        done = sim.drain()
+        cpu = time.process_time() - c0
+        marks()
+    finally:
+        sim.close()
+    for i, rs in enumerate(rounds):
+        (out / f"rounds.w{i}.msgpack").write_bytes(msgpack.packb(rs, use_bin_type=True))
+    key = run_key(done)
+    meta = {"topology": args.topology, "bytes": args.bytes, "key": key, "rounds": sim.rounds, "replies": digests}
+    (out / "meta.json").write_text(json.dumps(meta))
+    print(f"{len(flows)} flows, {sim.rounds} rounds, key {key}; driver CPU {cpu:.2f} s; ", end="")
+    print(f"messages per worker {[len(r) for r in rounds]} -> {out}")
+
+
+def replay(args: argparse.Namespace) -> dict[str, Any]:
+    """One worker's messages through `NetServer._serve` on its engine, built as the worker builds it."""
+    d = Path(args.dir)
+    spec = RunSpec.from_bytes((d / f"setup.w{args.worker}.msgpack").read_bytes())
+    msgs = msgpack.unpackb((d / f"rounds.w{args.worker}.msgpack").read_bytes(), raw=False)
+    want = json.loads((d / "meta.json").read_text())["replies"][args.worker]
+    engine = make_engine(spec.engine, spec.topology)
+    server = NetServer(None, engine, "", {}, MAX_MESSAGE_BYTES)  # type: ignore[arg-type]
+    marks = MARK if args.marks else (lambda: 0)
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+    cpu: dict[int, float] = {}
+    got: list[str] = []
+    try:
+        for r, raw in msgs:
+            marks()
+            c0 = time.process_time()
+            if prof is not None:
+                prof.enable()
+            reply = server._serve(decode(raw, MAX_MESSAGE_BYTES))
+            if prof is not None:
+                prof.disable()
+            cpu[r] = time.process_time() - c0
+            assert reply is not None
+            m = decode(reply, MAX_MESSAGE_BYTES)
+            done = completions_from_columns(m["done"])
+            got.append(reply_digest(done, m["bounds"], m["now"], m["next"], m["in_flight"]))
+        marks()
+    finally:
+        engine.close()
+    if prof is not None:
+        prof.dump_stats(args.profile)
+    equal = got == want
+    print(f"worker {args.worker}: {len(msgs)} messages, {sum(cpu.values()):.3f} CPU s, replies equal: {equal}")
+    return {"worker": args.worker, "cpu": {str(k): v for k, v in cpu.items()}, "equal": equal}
+
+
+def critical(args: argparse.Namespace) -> None:
+    """Every worker replayed in a process of its own; per round its busiest worker's CPU, summed."""
+    n = len(json.loads((Path(args.dir) / "meta.json").read_text())["replies"])
+    per = []
+    for i in range(n):
+        got = subprocess.run(
+            [sys.executable, __file__, "replay", args.dir, "--worker", str(i), "--json"],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        per.append(json.loads(got.stdout.splitlines()[-1]))
+    rounds = {r for p in per for r in p["cpu"]}
+    busiest = sum(max(p["cpu"].get(r, 0.0) for p in per) for r in rounds)
+    sums = " / ".join(f"{sum(p['cpu'].values()):.3f}" for p in per)
+    equal = all(p["equal"] for p in per)
+    print(f"busiest worker per round, summed: {busiest:.3f} CPU s (workers {sums}); replies equal: {equal}")
+
+
+def engine(args: argparse.Namespace) -> None:
+    """One engine (ns-3 + fluid NVLink in this process) on the same DAG: submit + drain."""
+    topo = load_topology(args.topology)
+    flows = fsdp_dag(topo, parse_size_bytes(args.bytes))
+    sim = make_engine(EngineSpec("ns3", _config(args)), topo)
+    marks = MARK if args.marks else (lambda: 0)
+    try:
+        marks()
+        c0 = time.process_time()
+        sim.submit(flows, 0)
+        done = sim.drain()
+        cpu = time.process_time() - c0
+        marks()
+    finally:
+        sim.close()
+    print(f"one engine: {len(flows)} flows, {cpu:.2f} CPU s, key {run_key(done)}")
+
+
+def cgparts(args: argparse.Namespace) -> None:
+    """The instructions of each callgrind dump file (`totals:`), in part order."""
+    parts = []
+    for f in args.files:
+        text = Path(f).read_text(errors="replace")
+        part = re.search(r"^part: (\d+)", text, re.M)
+        total = re.search(r"^totals: (\d+)", text, re.M)
+        if total is None:
+            raise SystemExit(f"cgparts: {f}: no 'totals:' line (not a callgrind output file)")
+        parts.append((int(part.group(1)) if part else 0, int(total.group(1))))
+    parts.sort()
+    print(json.dumps([t for _, t in parts]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("dump", "engine"):
+        p = sub.add_parser(name)
+        if name == "dump":
+            p.add_argument("dir")
+            p.add_argument("--workers", type=int, default=2)
+        p.add_argument("--topology", default="rail128")
+        p.add_argument("--bytes", default="64MiB")
+        p.add_argument("--cc", default="dcqcn")
+        p.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us")
+        p.add_argument("--marks", action="store_true")
+    p = sub.add_parser("replay")
+    p.add_argument("dir")
+    p.add_argument("--worker", type=int, default=0)
+    p.add_argument("--profile", help="cProfile the serving only, into this file")
+    p.add_argument("--json", action="store_true", help="last line: per-round CPU as JSON")
+    p.add_argument("--marks", action="store_true")
+    p = sub.add_parser("critical")
+    p.add_argument("dir")
+    p = sub.add_parser("cgparts")
+    p.add_argument("files", nargs="+")
+    args = ap.parse_args()
+    if args.cmd == "replay":
+        got = replay(args)
+        if args.json:
+            print(json.dumps(got))
+    else:
+        {"dump": dump, "engine": engine, "critical": critical, "cgparts": cgparts}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
