@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phantora.collectives.spec import AlgoOptions, Collective
+from phantora.collectives.spec import REDUCING, AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.units import parse_size_bytes, parse_time_ns
 
@@ -43,6 +43,7 @@ _OP_KEYS = {
     "kind",
     "bytes",
     "dtype",
+    "redop",
     "ranks",
     "at",
     "after",
@@ -139,7 +140,10 @@ def _op_from_dict(raw: dict[str, Any], index: int, world: int | None, source: st
             bad = [r for r in ranks if not 0 <= r < world]
             if bad:
                 raise InputError(f"{where}: rank {bad[0]} is outside the topology ({world} ranks)", field="ranks")
-        coll = Collective(kind, ranks, nbytes, str(raw.get("dtype", "bf16")), raw.get("root"))
+        redop = str(raw.get("redop", "sum"))
+        if redop != "sum" and kind not in REDUCING:
+            raise InputError(f"{where}: a {kind} takes no reduction (redop = {redop!r})", field="redop")
+        coll = Collective(kind, ranks, nbytes, str(raw.get("dtype", "bf16")), raw.get("root"), redop=redop)
         at = parse_time_ns(raw.get("at", 0))
         gap = parse_time_ns(raw.get("gap", 0))
         if at < 0 or gap < 0:
@@ -182,7 +186,10 @@ def workload_from_dict(data: dict[str, Any], world: int | None = None, source: s
     for i, raw in enumerate(raw_ops):
         if not isinstance(raw, dict):
             raise InputError(f"op #{i} must be a table", file=source, field="op")
-        ops.extend(_op_from_dict({**defaults, **raw}, i, world, source))
+        merged = {**defaults, **raw}
+        if "redop" not in raw and merged.get("kind") not in REDUCING:  # a default reduction: for the reducing ops
+            merged.pop("redop", None)
+        ops.extend(_op_from_dict(merged, i, world, source))
     seen: set[str] = set()
     for op in ops:
         if op.name in seen:
