@@ -22,6 +22,7 @@ import zmq
 from bridge.core import BARRIER, DONE, TEST, WAIT, CoordinatorCore
 from bridge.errors import BridgeError, ProtocolError, RunFailed
 from bridge.jobs import JobTable
+from bridge.liveness import Silence
 from bridge.protocol import (
     E_AUTH,
     E_ENGINE,
@@ -64,7 +65,7 @@ class Coordinator:
         self.rank_of: dict[bytes, int] = {}
         self.ident_of: dict[int, bytes] = {}
         self.supervisor: bytes | None = None
-        self.last_supervisor = time.monotonic()
+        self.launcher = Silence(os.getppid())  # the launcher's silence: busy is not silent (bridge/liveness.py)
         self.last_beat = 0.0
         self.core: CoordinatorCore | None = None
         self.rejections = RejectionLog(log)
@@ -138,7 +139,7 @@ class Coordinator:
             self.on_hello(ident, msg)
             return
         if ident == self.supervisor:
-            self.last_supervisor = time.monotonic()
+            self.launcher.heard()
             self.on_supervisor(msg)
             return
         rank = self.rank_of.get(ident)
@@ -160,7 +161,7 @@ class Coordinator:
         world = self.spec.world
         if role == "supervisor":
             self.supervisor = ident
-            self.last_supervisor = time.monotonic()
+            self.launcher.heard()
             if len(self.ident_of) == self.spec.live_ranks:  # the ranks were quicker than the supervisor
                 self.send_supervisor(encode("joined", 0, ranks=self.spec.live_ranks))
         elif role == "rank":
@@ -262,7 +263,7 @@ class Coordinator:
             if os.getppid() != parent:
                 log("the launcher died; exiting")
                 return 4
-            if time.monotonic() - self.last_supervisor > self.spec.peer_timeout_s:
+            if self.launcher.silent_s() > self.spec.peer_timeout_s:
                 log(f"no word from the launcher for {self.spec.peer_timeout_s:.0f} s; exiting")
                 return 4
 

@@ -25,6 +25,7 @@ import zmq
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.curve import clients_from_env
 from bridge.errors import BridgeError, ProtocolError
+from bridge.liveness import Silence
 from bridge.protocol import (
     E_AUTH,
     E_ENGINE,
@@ -42,6 +43,7 @@ from bridge.stepping import advance_watching
 from bridge.transport import (
     HEARTBEAT_S,
     RejectionLog,
+    beyond_loopback,
     process_log,
     token_ok,
     write_endpoint_file,
@@ -78,14 +80,23 @@ class NetServer:
     """Serves one engine to one authenticated coordinator."""
 
     def __init__(
-        self, sock: zmq.Socket, engine: NetworkSimulator, token: str, info: dict[str, Any], max_bytes: int
+        self,
+        sock: zmq.Socket,
+        engine: NetworkSimulator,
+        token: str,
+        info: dict[str, Any],
+        max_bytes: int,
+        local: bool = True,
     ) -> None:
+        """`local`: the coordinator runs on this machine (ipc or loopback), so its progress can be seen."""
         self.sock = sock
         self.max_bytes = max_bytes
         self.engine = engine
         self.token = token
         self.info = info
         self.peer: bytes | None = None
+        self.silence = Silence()  # the coordinator's: busy is not silent (bridge/liveness.py)
+        self.local = local
         self.running = True
         self.cpu0 = time.process_time()  # CPU spent serving (the engine is built by now)
         self.rejections = RejectionLog(log)
@@ -135,6 +146,8 @@ class NetServer:
         if msg["role"] != "coordinator":
             return encode("error", 0, code=E_AUTH, text=f"the network server serves the coordinator, not {msg['role']}")
         self.peer = ident
+        if self.local:
+            self.silence.watch(int(msg["pid"]))
         return encode("welcome", 0, role="server", world=None, window_ns=0, lease=0, info=self.info)
 
     def _serve(self, msg: Message) -> bytes | None:
@@ -192,10 +205,11 @@ class NetServer:
 
         Silence is counted only while the server waits. The time it spends on a request (an ns-3
         advance can take minutes) is its own busy time: the coordinator's heartbeats queue up
-        meanwhile, so the clock restarts when the reply has gone, not when the request came.
+        meanwhile, so the clock restarts when the reply has gone, not when the request came. Nor does
+        the coordinator's own busy time count (`bridge.liveness.Silence`).
         """
         parent = os.getppid()
-        last = time.monotonic()
+        self.silence.heard()
         while self.running:
             if self.sock.poll(int(HEARTBEAT_S * 1000)):
                 frames = self.sock.recv_multipart()
@@ -204,11 +218,11 @@ class NetServer:
                 if reply is not None:
                     self.sock.send_multipart([ident, reply])
                 if ident == self.peer:
-                    last = time.monotonic()
+                    self.silence.heard()
             if os.getppid() != parent:
                 log("the launcher died; exiting")
                 return 4
-            if time.monotonic() - last > peer_timeout_s:
+            if self.silence.silent_s() > peer_timeout_s:
                 log(f"no word from the coordinator for {peer_timeout_s:.0f} s; exiting")
                 return 4
         return 0
@@ -243,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         info = {"network": spec.network, "engine": type(engine).__name__, "startup_s": time.perf_counter() - t0}
         log(f"{info['engine']} ready in {info['startup_s']:.2f} s at {endpoint}")
         try:
-            rc = NetServer(sock, engine, token, info, spec.max_message_bytes).serve(spec.peer_timeout_s)
+            server = NetServer(sock, engine, token, info, spec.max_message_bytes, not beyond_loopback(endpoint))
+            rc = server.serve(spec.peer_timeout_s)
             if rc == 0 and spec.trace_dir:
                 write_engine_traces(Path(spec.trace_dir), engine, spec.topology, spec.engine)
             return rc

@@ -27,6 +27,7 @@ from bridge.client import PEER_LOST_EXIT
 from bridge.errors import BridgeError, ProtocolError
 from bridge.forkclient import ForkServer
 from bridge.jobs import JobInfo, JobProcs, JobTable
+from bridge.liveness import Silence
 from bridge.protocol import (
     MAX_MESSAGE_BYTES,
     completion_from_wire,
@@ -93,6 +94,7 @@ class CosimResult:
     # bytes of the ranks' flows: "network" (between endpoints), "fabric" (of those, routed through a switch)
     traffic_bytes: dict[str, int] = field(default_factory=dict)
     scenario: dict[str, Any] = field(default_factory=dict)  # a scenario's engine: link actions applied, steps started
+    coordinator_busy_s: float = 0.0  # its longest silence spent working, not counted against it (bridge/liveness.py)
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -234,6 +236,7 @@ class CosimRun:
         self.children: list[Child] = []
         self.job_failures: dict[int, dict[str, str]] = {}  # several jobs: job -> its failure (from the coordinator)
         self._deaths: dict[int, str] = {}  # several jobs: job -> how its first dead rank died (log tail)
+        self.coordinator_silence: Silence | None = None  # the launcher's silence clock on the coordinator
         self._forker: ForkServer | None = None
         self.run_dir: Path | None = None
 
@@ -371,7 +374,7 @@ class CosimRun:
     def _supervise(self, sock: zmq.Socket, t0: float) -> tuple[dict[str, Any], float, float]:
         """Watch children and the coordinator until the outcome; raise BridgeError on any failure."""
         coord = next(c for c in self.children if c.role == "coordinator")
-        last_heard = time.monotonic()
+        silence = self.coordinator_silence = Silence(coord.pid)  # busy is not silent: bridge/liveness.py
         last_beat = 0.0
         welcomed_at: float | None = None
         joined = False  # every live rank has connected to the coordinator: start-up is over
@@ -380,7 +383,7 @@ class CosimRun:
         while True:
             if sock.poll(100):
                 msg = self._recv(sock)
-                last_heard = time.monotonic()
+                silence.heard()
                 if msg.type == "welcome" and welcomed_at is None:
                     welcomed_at = time.monotonic()
                 elif msg.type == "joined":
@@ -430,9 +433,11 @@ class CosimRun:
                 send_heartbeat(sock, encode("heartbeat", 0))
                 last_beat = now
             limit = self.spec.peer_timeout_s if welcomed_at is not None else STARTUP_TIMEOUT_S
-            if now - last_heard > limit:
+            if silence.silent_s() > limit:
                 raise BridgeError(
-                    f"{coord.label} has been silent for {limit:.0f} s; the run was stopped", code="timeout"
+                    f"{coord.label} has been silent for {limit:.0f} s without working (no message, no CPU time); "
+                    "the run was stopped",
+                    code="timeout",
                 )
             if self.timeout_s is not None and now - t0 > self.timeout_s:
                 raise BridgeError(f"the run did not finish within {self.timeout_s:.0f} s", code="timeout")
@@ -630,6 +635,7 @@ class CosimRun:
             jobs=self._jobs_result(outcome.get("jobs") or []),
             background=[completion_from_wire(row) for row in outcome.get("background") or []],
             scenario=dict(outcome.get("scenario") or {}),
+            coordinator_busy_s=self.coordinator_silence.busy_s if self.coordinator_silence is not None else 0.0,
         )
 
     def _jobs_result(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -656,6 +662,7 @@ class CosimRun:
             "messages": result.messages,
             "late_collectives": result.late_collectives,
             "rejected_messages": result.rejected_messages,
+            "coordinator_busy_s": result.coordinator_busy_s,
             "engine_stats": result.engine_stats,
             "ranks": {str(r): v for r, v in result.ranks.items()},
             "collectives": result.collectives,

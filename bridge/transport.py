@@ -26,6 +26,7 @@ import zmq
 
 from bridge.curve import ClientCurve, ServerCurve, make_client, make_server, parse_key
 from bridge.errors import BridgeError
+from bridge.liveness import Silence
 from bridge.protocol import E_TIMEOUT, HARD_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 
 TRANSPORTS = ("ipc", "tcp")
@@ -275,12 +276,16 @@ def read_server_key(run_dir: Path, name: str) -> bytes | None:
         raise BridgeError(str(exc)) from None
 
 
-def recv_within(sock: zmq.Socket, timeout_s: float, what: str) -> list[bytes]:
-    """One multipart message, or BridgeError(timeout) naming `what` after `timeout_s` of silence."""
-    deadline = time.monotonic() + timeout_s
+def recv_within(sock: zmq.Socket, timeout_s: float, what: str, silence: Silence | None = None) -> list[bytes]:
+    """One multipart message, or BridgeError(timeout) naming `what` after `timeout_s` of silence. With `silence`
+    (the peer's `bridge.liveness.Silence`), only the seconds the peer spends silent and idle count."""
+    t0 = time.monotonic()
+    if silence is not None:
+        silence.heard()  # the wait starts now: a peer owes no word to a rank that was busy itself
     while True:
-        left = deadline - time.monotonic()
+        left = timeout_s - (silence.silent_s() if silence is not None else time.monotonic() - t0)
         if left <= 0:
-            raise BridgeError(f"no word from {what} for {timeout_s:.0f} s", code=E_TIMEOUT)
+            idle = " (nor any sign of work)" if silence is not None else ""
+            raise BridgeError(f"no word from {what} for {timeout_s:.0f} s{idle}", code=E_TIMEOUT)
         if sock.poll(int(min(left, HEARTBEAT_S) * 1000) + 1, zmq.POLLIN):
             return sock.recv_multipart()
