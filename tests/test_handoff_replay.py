@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -160,3 +161,72 @@ def test_the_strict_program_replays_as_live_in_packet_mode(tmp_path: Path):
     finally:
         sim.close()
     assert res.rank_end_ns == graph.recorded["end_ns"], (res.rank_end_ns, graph.recorded)
+
+
+AHEAD = """
+    import torch, torch.distributed as dist
+    dist.init_process_group()
+    r = dist.get_rank()
+    k = 10
+    if r == 0:
+        x = torch.ones(1 << 16, device="cuda")  # 256 KiB: one NVLink slot on each of 4 channels
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(k + 1)]
+        e[0].record()
+        for i in range(k):
+            dist.send(x, 1)  # all ahead of their receives
+            e[i + 1].record()
+        print("SENT", *(ev.t_ns for ev in e), flush=True)
+    else:
+        box = torch.zeros(1 << 16, device="cuda")
+        a = torch.ones(2048, 2048, device="cuda")
+        for _ in range(4):
+            a = a @ a  # the receiver is late
+        p = torch.cuda.Event(enable_timing=True)
+        p.record()
+        for _ in range(k):
+            dist.recv(box, 0)
+        print("POST", p.t_ns, flush=True)
+    dist.destroy_process_group()
+"""
+
+
+TRANSFER = 14_982  # ns: NCCL's lone p2p of 256 KiB over 4 NVLink channels, 11.8 us + 3,181.4 ns, as the flows end
+
+
+@pytest.mark.parametrize("registered", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_sends_ahead_of_their_receives_replay_and_export_to_the_live_events(tmp_path: Path, registered: bool):
+    """`AHEAD` on testbed16's GPUs 0 and 1: rank 0 sends ten 256 KiB (one slot on each of 4 channels) before rank 1,
+    late, posts its receives at POST. Unregistered, the first eight hand off back to back (e_i = e_0 + i x 14,981 ns)
+    and the ninth and tenth once the first and second flows have ended (POST + k x 14,982) plus their own 14,981;
+    under PHANTORA_NCCL_REGISTER=1 each is zero-copy and ends with its flow, POST + k x 14,982. The recording
+    replays to the live ends with the live hand-offs, also after a Chakra export and read-back; the unregistered
+    recording replayed under registration hands none off. Both runs end at the last flow's end, POST + 10 x 14,982."""
+    from phantora.egraph.chakra import export_chakra, read_chakra
+    from phantora.egraph.live import record_run
+    from phantora.egraph.replay import algo_from_meta
+
+    script = tmp_path / "ahead.py"
+    script.write_text(textwrap.dedent(AHEAD))
+    topo = load_topology("testbed16")
+    env = {"PHANTORA_NCCL_REGISTER": "1"} if registered else {}
+    cfg = RunConfig(str(script), [], topo, nproc=2, timeout_s=240, tensors="phantom", dedup="off", env=env)
+    rep, graph = record_run(cfg, tmp_path / "g")
+    e = [int(v) for v in next(x for x in rep.logs["rank 0"].splitlines() if x.startswith("SENT")).split()[1:]]
+    post = int(next(x for x in rep.logs["rank 1"].splitlines() if x.startswith("POST")).split()[1])
+    if registered:
+        assert e[1:] == [post + k * TRANSFER for k in range(1, 11)], (e, post)
+    else:
+        assert e[1:9] == [e[0] + k * NVL for k in range(1, 9)], e
+        assert e[9:] == [post + TRANSFER + NVL, post + 2 * TRANSFER + NVL], (e, post)
+    assert graph.recorded["end_ns"] == [post + 10 * TRANSFER] * 2  # both end at the last flow's end (destroy syncs)
+    export_chakra(graph, tmp_path / "chakra")
+    for g in (graph, read_chakra(tmp_path / "chakra")):
+        res = replay_graph(g, topo, FlowSimulator(topo))
+        assert res.rank_end_ns == graph.recorded["end_ns"], (res.rank_end_ns, graph.recorded)
+        handed = sorted(c.end_ns for c in res.completions if c.tag.startswith("r0/handoff"))
+        assert handed == ([] if registered else e[1:]), handed
+    if not registered:
+        reg = dataclasses.replace(algo_from_meta(graph), nccl_env=(("PHANTORA_NCCL_REGISTER", "1"),))
+        res = replay_graph(graph, topo, FlowSimulator(topo), reg)
+        assert not [c for c in res.completions if c.tag.startswith("r0/handoff")]
+        assert res.rank_end_ns == graph.recorded["end_ns"], res.rank_end_ns
