@@ -37,3 +37,30 @@ def test_a_group_created_after_another_groups_collective_runs(tmp_path) -> None:
     got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
     # the pair's sum is 2 on its members, 1 (untouched) on rank 2; the world's sum is 3 everywhere
     assert got == [["0", "2.0", "3.0"], ["1", "2.0", "3.0"], ["2", "1.0", "3.0"]]
+
+
+LATE_PAIR = """
+    import time, torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    pair = dist.new_group([1, 2])
+    if rank in (1, 2):
+        time.sleep(2)  # rank 0, which serves the rendezvous store, has destroyed its groups and finished by now
+        x = torch.ones(4)
+        dist.all_reduce(x, group=pair)
+        print("RESULT", rank, float(x[0]), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_a_pair_first_exchanging_after_rank_0_finished_connects(tmp_path) -> None:
+    """gloo's pairs connect at their first exchange through the store rank 0 serves (gloo_store.py): rank 0 keeps
+    serving it until every rank has ended. Without that, lazy connection failed here ("Connection was likely
+    closed"), as a pipeline's last stages exchanging after the first stage's rank 0 ended would."""
+    script = tmp_path / "late.py"
+    script.write_text(textwrap.dedent(LATE_PAIR))
+    star3 = leaf_spine(1, 3, 0, name="star3")
+    rep = launch(RunConfig(str(script), topology=star3, nproc=3, trace="none", timeout_s=90))
+    logs = "".join(rep.logs[f"rank {r}"] for r in range(3))
+    got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+    assert got == [["1", "2.0"], ["2", "2.0"]]  # the pair's sum of ones

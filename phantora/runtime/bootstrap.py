@@ -23,6 +23,7 @@ from phantora.procmem import return_freed_memory
 from phantora.rank_options import Options
 from phantora.runtime import (
     backend,
+    gloo_store,
     hostmem,
     phantom_mode,
     storage,
@@ -90,10 +91,7 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     else:  # every tensor's data is in host memory: hold no freed data, and say so before the OOM killer acts
         return_freed_memory()
         hostmem.watch(rank, world)
-        # gloo (real data) connects a group's members when they first exchange, not when the group is created: a
-        # rank creating a group must not wait in gloo's rendezvous for members still blocked in a simulated wait,
-        # which waits on that rank's clock (NCCL too creates communicators lazily)
-        os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")
+        gloo_store.connect_lazily()  # a group's creation waits for no member (gloo_store.py)
     if opts.sim_cuda:
         from phantora.runtime.simcuda import device as simcuda
 
@@ -106,6 +104,8 @@ def start_session(opts: Options | None = None, client: Any = None) -> tuple[Rank
     storage.install()  # checkpoint I/O charged by a storage model, when the run sets one
     _session.install(s)
     backend.use_as_default()
+    if not opts.phantom:
+        gloo_store.keep_default_store()
     mode = ChargeMode(s)
     mode.__enter__()
     if opts.time_patch:
@@ -140,7 +140,9 @@ def end_session(s: RankSession, mode: Any) -> dict[str, Any]:
     timepatch.uninstall()
     mode.__exit__(None, None, None)
     try:
-        return s.finish()
+        out = s.finish()
+        gloo_store.hold_until_all_end()  # rank 0 serves the store while other pairs may still connect
+        return out
     finally:
         s.client.close()
         _session.install(None)
