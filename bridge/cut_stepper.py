@@ -75,7 +75,7 @@ class Stepper:
                 "stop": stop, "next": sim.next_event_time(), "in_flight": sim.in_flight(),
                 "quiet": sim.quiet()}  # fmt: skip
 
-    def records(self, setup_cpu: float, wall0: float) -> dict[str, Any]:
+    def records(self, setup_cpu: float, wall0: float, setup_events: int) -> dict[str, Any]:
         out = records(self.sim, [])
         for name in KEYED_RECORDS:
             self.keys[name].extend(out["keys"][name])
@@ -86,6 +86,7 @@ class Stepper:
             "lockstep_rounds": s.lockstep_rounds, "ended_by": s.ended_by, "widths": s.widths,
             "ns3_cpu_s": s.run_cpu_s, "exchange_wall_s": s.exchange_wall_s, "run_cpu_s": self.run_cpu,
             "run_wall_s": self.run_wall, "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,
+            "setup_events": setup_events,
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": self.peers.rejected,
             "curve": self.peers.curve, "cut": self.sim.cut_stats(),
         }  # fmt: skip
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for msg in _requests(sys.stdin.fileno()):
             if msg["k"] == "exit":
                 break
-            reply = step.round(msg) if msg["k"] == "round" else step.records(setup_cpu, wall0)
+            reply = step.round(msg) if msg["k"] == "round" else step.records(setup_cpu, wall0, started.setup_events)
             out.write(msgpack.packb(reply))
             out.flush()
     finally:

@@ -68,6 +68,7 @@ class WorkerStart:
     peers: ZmqPeers | UnixPeers
     wall0: float
     cpu0: float
+    setup_events: int  # the events its engine ran building the fabric, every node's (a worker runs them all)
 
 
 def start_worker(prog: str, argv: list[str] | None) -> WorkerStart | None:
@@ -88,6 +89,7 @@ def start_worker(prog: str, argv: list[str] | None) -> WorkerStart | None:
     group, groups = spec.packet.partition_worker, spec.packet.partition
     sim = make_engine(spec, topo)
     assert isinstance(sim, Ns3Simulator)
+    setup_events = int(sim.stats()["events"])  # type: ignore[call-overload]
     peers: ZmqPeers | UnixPeers
     if is_local(setup):  # one machine, no CurveZMQ: plain Unix stream sockets (`bridge.cut_unix`)
         peers = UnixPeers(Path(setup["run_dir"]), group, groups, token, startup_timeout_s=STARTUP_TIMEOUT_S)
@@ -95,7 +97,7 @@ def start_worker(prog: str, argv: list[str] | None) -> WorkerStart | None:
         peers = ZmqPeers(Path(setup["run_dir"]), group, groups, token, transport=setup.get("transport", "ipc"),
                          host=setup.get("host", LOOPBACK), curve=bool(setup.get("curve")),
                          startup_timeout_s=STARTUP_TIMEOUT_S)  # fmt: skip
-    return WorkerStart(setup, sim, peers, wall0, cpu0)
+    return WorkerStart(setup, sim, peers, wall0, cpu0, setup_events)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "lockstep_rounds": stats.lockstep_rounds, "ended_by": stats.ended_by, "widths": stats.widths,
             "ns3_cpu_s": stats.run_cpu_s, "exchange_wall_s": stats.exchange_wall_s, "run_cpu_s": run_cpu,
             "run_wall_s": run_wall,
-            "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,
+            "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0, "setup_events": started.setup_events,
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": peers.rejected,
             "curve": peers.curve,
             "cut": sim.cut_stats(),

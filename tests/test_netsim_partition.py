@@ -81,6 +81,12 @@ def test_two_workers_write_one_keyed_engines_files(tmp_path: Path) -> None:
     part = b.pop("partition")
     assert part["workers"] == 2 and part["windows"] > 1 and part["message_bytes"] > 0
     assert part["ties_by_key"] > 100
+    # events: each worker builds the whole fabric and runs every node's setup events, one engine's count of them
+    from phantora.netsim.packet import Ns3Simulator
+
+    with Ns3Simulator(load_topology("hpcc/leafspine16"), packet_config_from_flags(cc="dcqcn", sets=KEYED[1:])) as fresh:
+        assert part["events_setup"] == fresh.stats()["events"] > 16
+    assert b["events"] > a["events"] and "events_setup" in part["events_counted"]
     for s in (a, b):
         del s["events"], s["wall_s"]
     assert a == b

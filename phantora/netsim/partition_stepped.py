@@ -207,8 +207,24 @@ class SteppedPartition(DecomposedSimulator):
             d = reaction(fid)
             if d < INF_NS and t > self._wtime:
                 e = min(e, t + d)
+        if e >= INF_NS:
+            e = self._last_end()
         self.bound_wall_s += time.perf_counter() - t0
         return e
+
+    def _last_end(self) -> int:
+        """With no limit (the caller submits nothing more but after a completion it reacts to): the least ns the
+        last unfinished flow can complete at, the greatest of their bounds (at least the workers' next event and
+        one ns past their clock), which the run's last completion is at or after. One engine's drain stops at that
+        completion's ns, so the workers must not run past it: their trailing ACKs, PFC frames and samples after it
+        would be in links.csv's counters and the records but not in one engine's (each round to this, the bounds
+        rise). INF_NS when nothing is left to run (the round then finds what waits for ever)."""
+        nxt = self._next[0]
+        if nxt is None and self._out[0].empty() and not self._pending:
+            return INF_NS
+        floor = self._wtime + 1 if nxt is None else max(self._wtime + 1, nxt)
+        lbs = self._lb
+        return max(floor, max((lbs[f] for f in self._unfinished[0]), default=floor))
 
     def _earliest(self) -> int | None:
         got = super()._earliest()

@@ -177,6 +177,16 @@ def effective_settings(topology: Topology, config: PacketConfig, pairs: Sequence
     return EffectiveSettings.parse(ran, pairs)
 
 
+# What the engine's `events` counts with partition workers (results.json says it beside the figure)
+EVENTS_COUNTED = (
+    "the workers' ns-3 events summed: each worker builds the whole fabric and runs its setup events "
+    "(events_setup, every node's), so the sum has N - 1 times them more than one engine; the windows run with "
+    "no event of their own, where each bounded run call of one engine runs a stop event (one engine's advance, "
+    "its stops at completions), so one engine has those more; reuse_events_avoided, from recorded episodes' "
+    "events, differs by the stop events inside them"
+)
+
+
 def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any]:
     """What summary.json (netsim) and the engine's stats say of the workers: how many, their windows (what ended
     them, their widths), messages, CPU, wall and peak memory, and the records of one ns from two workers, put in
@@ -195,4 +205,6 @@ def partition_summary(workers: list[dict[str, Any]], ties: int) -> dict[str, Any
         "setup_cpu_s": [round(w["setup_cpu_s"], 3) for w in workers],
         "maxrss_mb": max((w["maxrss_kb"] // 1024 for w in workers), default=0),
         "maxrss_mb_each": [w["maxrss_kb"] // 1024 for w in workers],  # each worker's peak RSS
+        "events_setup": max((int(w.get("setup_events", 0)) for w in workers), default=0),
+        "events_counted": EVENTS_COUNTED,
     }
