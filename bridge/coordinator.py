@@ -69,6 +69,7 @@ class Coordinator:
         self.last_beat = 0.0
         self.core: CoordinatorCore | None = None
         self.rejections = RejectionLog(log)
+        self.t_started = time.monotonic()
         self.t_all_connected: float | None = None  # wall clock when the last rank said hello
         self.cpu_all_connected = 0.0
         self.jobs: JobTable | None = None  # several jobs (set by attach)
@@ -181,6 +182,8 @@ class Coordinator:
             self.ident_of[rank] = ident
             if len(self.ident_of) == live:
                 self.t_all_connected = time.monotonic()
+                took = self.t_all_connected - self.t_started
+                log(f"all {live} live ranks joined, {took:.1f} s after the coordinator began")  # start-up is over
                 self.cpu_all_connected = time.process_time()
                 self.send_supervisor(encode("joined", 0, ranks=live))  # start-up is over
         else:
