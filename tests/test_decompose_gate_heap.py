@@ -1,6 +1,7 @@
-"""Route (a)'s driver keeps its gating flows in a heap across rounds (issue 38, item 2), not listed and sorted each
-round: `_horizon` must still read them in the order of (bound, id) a sort gives, stop where one passes every worker's
-limit, and keep one heap entry per unfinished gating flow."""
+"""Route (a)'s driver keeps its gating flows in heaps across rounds (issue 38, item 2), one per owner, gated worker
+and lookahead (none, or L - 1), not listed and sorted each round: `_horizon` must still read them in the order of
+(bound, id) a sort gives, stop where none can lower a worker's limit, and keep one entry per unfinished gating flow in
+each heap it belongs to (a marker's gate: every worker's)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,21 @@ from typing import Any
 import pytest
 
 from bridge.workers import spawn_workers
-from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator, _Gating
+from phantora.netsim.decompose import DRIVER
+from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator, _Targets
 from phantora.netsim.packet_config import PacketConfig
 from tests.test_decompose import SETTINGS, rail_dag, tiny
 
 
-def test_gating_set_hands_each_new_flow_over_once() -> None:
-    g = _Gating()
-    g.update(x for x in (3, 1, 3))
-    g.update([1, 2])
-    assert g == {1, 2, 3} and g.taken() == [3, 1, 2] and g.taken() == []
-    g.discard(2)
-    g.update([2, 1])  # (a flow added again after it left: handed over again, the one still in once)
-    assert g.taken() == [2]
+def test_targets_hand_each_set_flow_over_once() -> None:
+    t = _Targets()
+    t.setdefault(3, set()).add((0, False))
+    t.setdefault(1, set()).add((1, True))
+    t.setdefault(3, set()).add((1, False))  # (a second target: handed over again, to enter that worker's heap)
+    assert t == {3: {(0, False), (1, False)}, 1: {(1, True)}}
+    assert t.taken() == [3, 1] and t.taken() == []
+    t.setdefault(1, set()).add((0, True))
+    assert t.taken() == [1]
 
 
 class _Recording(HybridDecomposedSimulator):
@@ -39,9 +42,17 @@ class _Recording(HybridDecomposedSimulator):
             return super()._horizon(until)
         finally:
             self._entry = None
-            live = [f for _, f in self._gate_heap if f in self._ext]
-            assert sorted(live) == sorted(self._ext)  # one entry per unfinished gating flow, none lost
-            assert all(lb <= self._lb[f] for lb, f in self._gate_heap if f in self._ext)  # keys never above
+            n = len(self._out)
+            for k, heap in enumerate(self._gate_heaps):
+                u, v, z = (k >> 1) // n, (k >> 1) % n, bool(k & 1)  # (u's flows gating v's, no lookahead for z)
+                live = [f for _, f in heap if f in self._ext]
+                gating = [
+                    f
+                    for f in self._ext
+                    if self._owner[f] == u and any(w in (v, DRIVER) and y == z for w, y in self._gate_targets[f])
+                ]
+                assert sorted(live) == sorted(gating)  # one entry per unfinished flow gating them, none lost
+                assert all(lb <= self._lb[f] for lb, f in heap if f in self._ext)  # keys never above
 
     def _pulled(self, fid: int, floors: list[int], memo: dict[int, int], wide: dict[int, int], need: int) -> int:
         if self._entry is not None and fid in self._entry and fid not in self._watch:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 
 from phantora.netsim.base import INF_NS, Completion, Flow, watch_by_completions
 from phantora.netsim.chain_bounds import Chain
@@ -28,24 +28,22 @@ from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
 
-class _Gating(set[int]):
-    """The driver's gating flows (`_ext`), remembering the ones added since `taken` (each flow is added once: it
-    leaves only when it completes), so the horizon's heap takes in the new ones without listing the set."""
+class _Targets(dict[int, set[tuple[int, bool]]]):
+    """The driver's `_targets` (gating flow -> the (worker, no lookahead) of the gated flows waiting on it),
+    remembering the flows whose targets were set since `taken` (`DecomposedSimulator._book` sets them through
+    `setdefault` only), so the horizon's heaps take in new gating flows and new targets without listing the dict."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.added: list[int] = []
+        self.touched: list[int] = []
 
-    def update(self, *items: Iterable[int]) -> None:  # type: ignore[override]
-        for it in items:
-            new = [x for x in it if x not in self]
-            if new:
-                super().update(new)
-                self.added.extend(new)
+    def setdefault(self, key: int, default: set[tuple[int, bool]]) -> set[tuple[int, bool]]:  # type: ignore[override]
+        self.touched.append(key)
+        return super().setdefault(key, default)
 
     def taken(self) -> list[int]:
-        """The flows added since the last call (a flow twice in one update once only)."""
-        got, self.added = self.added, []
+        """The flows whose targets were set since the last call, each once."""
+        got, self.touched = self.touched, []
         return list(dict.fromkeys(got))
 
 
@@ -70,17 +68,18 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         self._zero = set()
         self._deps_of = {}
         self._chain_of: dict[int, tuple[Chain, int]] = {}  # flow -> (its chain, its position there)
-        self._targets = {}
+        self._targets = self._gate_targets = _Targets()
         self._watch: Collection[int] = ()
         self.reacts = self._watch.__contains__
         self._place = self._placed
         self._pairs: dict[tuple[int, int], tuple[int, bool, int, int]] = {}  # `_pair_place`, per endpoint pair
-        self._gating = _Gating()
-        self._ext = self._gating
-        # (bound, flow) for each gating flow, a heap: the bound as it was when pushed (bounds only rise, so a key is
-        # at most its flow's bound: `_horizon` re-keys an entry when it reaches the top); completed flows' entries
-        # are dropped there too
-        self._gate_heap: list[tuple[int, int]] = []
+        # Per owner u, gated worker v and lookahead (heap 2 (u n + v) + z: z 1 for a gated flow with none, an NVLink
+        # flow's or a marker's, 0 for a fabric flow's, L - 1), (bound, flow) for each gating flow of worker u with such
+        # a gated flow on worker v (a marker's: on every worker), a heap: the bound as it was when pushed (bounds only
+        # rise, so a key is at most its flow's bound: `_horizon` re-keys an entry when it reaches the top); completed
+        # flows' entries are dropped there too. `_heaped`: the heaps each gating flow is in, as bits.
+        self._gate_heaps: list[list[tuple[int, int]]] = [[] for _ in range(2 * n * n)]
+        self._heaped: dict[int, int] = {}
 
     def _placed(self, f: Flow) -> tuple[int, int]:
         """(its worker, or DRIVER for a marker; the least time from its post to its end, delay left out)."""
@@ -249,29 +248,66 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             if fid in self._watch:
                 r = min(r, t)
         hz = [min(until, r)] * n
-        top = hz[0]
-        # (a bound as last pulled is below its pulled one; one at or past every worker's limit cannot lower one)
-        owner, ext, heap = self._owner, self._ext, self._gate_heap
-        for f in self._gating.taken():
-            if f in ext:
-                heapq.heappush(heap, (lbs[f], f))
-        # The gating flows in the order of (bound, id), as a sort of them would give: the heap's least entry is
-        # re-keyed while its key is below its flow's bound (only the walked flows' bounds change in the walk, and
-        # they are out of the heap until it ends), so the least current one comes first.
-        walked: list[int] = []
-        while heap:
-            lb, f = heap[0]
-            if lb >= top:
-                break  # neither this flow nor a later one can lower a worker's limit
+        # (a bound as last pulled is below its pulled one; one at or past a worker's limit cannot lower that one)
+        owner, ext, heaps, heaped = self._owner, self._ext, self._gate_heaps, self._heaped
+        for f in self._gate_targets.taken():
             if f not in ext:
-                heapq.heappop(heap)  # (completed)
                 continue
-            x = lbs[f]
-            if x != lb:  # (its bound rose: re-keyed)
-                heapq.heapreplace(heap, (x, f))
+            mask = 0
+            u = owner[f] * n
+            for w, zero in targets[f]:
+                for v in range(n) if w == DRIVER else (w,):
+                    mask |= 1 << (2 * (u + v) + zero)
+            had = heaped.get(f, 0)
+            if mask & ~had:
+                heaped[f] = had | mask
+                key = (lbs[f], f)
+                for k in range(2 * n * n):
+                    if (mask & ~had) >> k & 1:
+                        heapq.heappush(heaps[k], key)
+
+        def head(h: list[tuple[int, int]]) -> tuple[int, int] | None:
+            """The heap's least entry, once completed flows' entries are dropped and stale keys re-keyed."""
+            while h:
+                lb, f = h[0]
+                if f not in ext:
+                    heapq.heappop(h)  # (completed)
+                    heaped.pop(f, None)
+                    continue
+                x = lbs[f]
+                if x != lb:  # (its bound rose: re-keyed)
+                    heapq.heapreplace(h, (x, f))
+                    continue
+                return h[0]
+            return None
+
+        # The gating flows in the order of (bound, id), as a sort of them would give, each heap read only while its
+        # least entry, or its owner's floor if higher (`Chain.value` counts it), + its lookahead is below its gated
+        # worker's limit: the least of those heads comes first (only the walked flows' bounds change in the walk, and
+        # they are out of the heap they came from until it ends; a flow walked from one heap is skipped in another),
+        # so no flow is read that cannot lower a limit by its bound or its worker's floor.
+        heads = [head(h) for h in heaps]
+        live = [  # (heap, its owner's floor, its lookahead, its gated worker)
+            (k, floors[(k >> 1) // n], 0 if k & 1 else latency - 1, (k >> 1) % n) for k in range(2 * n * n) if heaps[k]
+        ]
+        walked: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        while True:
+            best = -1
+            for k, low, ahead, v in live:
+                e = heads[k]
+                if e is None or (e[0] if e[0] > low else low) + ahead >= hz[v]:
+                    continue
+                if best < 0 or e < heads[best]:  # type: ignore[operator]
+                    best = k
+            if best < 0:
+                break  # neither these flows nor later ones can lower a worker's limit
+            lb, f = heapq.heappop(heaps[best])
+            heads[best] = head(heaps[best])
+            walked.append((best, f))
+            if f in seen:
                 continue
-            heapq.heappop(heap)
-            walked.append(f)
+            seen.add(f)
             y = floors[owner[f]]  # (its worker's floor is below its pull too: `Chain.value` counts it at the first
             if y > lb:  # unfinished flow of that worker on the chain, at or before this one)
                 lb = y
@@ -290,9 +326,8 @@ class HybridDecomposedSimulator(DecomposedSimulator):
                 ahead = 0 if zero else latency - 1
                 for v in range(n) if w == DRIVER else (w,):
                     hz[v] = min(hz[v], t + ahead)
-            top = max(hz)
-        for f in walked:
-            heapq.heappush(heap, (lbs[f], f))
+        for v, f in walked:
+            heapq.heappush(heaps[v], (lbs[f], f))
         self._hz = hz
         self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0
