@@ -42,6 +42,7 @@ bool PhantoraKeyedScheduler::Before(const Item& a, const Item& b) {
 void PhantoraKeyedScheduler::InsertKeyed(const Event& ev, const PhantoraOrderKey& key) { Add(Item{ev, key}); }
 
 void PhantoraKeyedScheduler::Add(const Item& item) {
+  m_from = kUnknown;
   const uint64_t ts = item.ev.key.m_ts;
   if (ts < m_base || ts - m_base >= kSlots) {
     Push(item);
@@ -100,6 +101,7 @@ void PhantoraKeyedScheduler::FlushStaged() {
   if (m_staged.empty()) {
     return;
   }
+  m_from = kUnknown;
   std::sort(m_staged.begin(), m_staged.end(), Before);
   if (m_runHead == m_run.size()) {
     m_run.swap(m_staged);
@@ -114,17 +116,34 @@ void PhantoraKeyedScheduler::FlushStaged() {
   m_staged.clear();
 }
 
-const PhantoraKeyedScheduler::Item& PhantoraKeyedScheduler::PeekItem() const {
+void PhantoraKeyedScheduler::Locate() const {
+  if (m_from != kUnknown) {
+    return;
+  }
   const uint64_t s = NextSlot();
   if (RunFirst(s)) [[unlikely]] {
+    m_from = kFromRun;
+  } else if (WheelFirst(s)) {
+    m_from = kFromWheel;
+    m_fromSlot = s;
+  } else {
+    m_from = kFromHeap;
+  }
+}
+
+const PhantoraKeyedScheduler::Item& PhantoraKeyedScheduler::PeekItem() const {
+  Locate();
+  if (m_from == kFromRun) [[unlikely]] {
     return m_run[m_runHead];
   }
-  return WheelFirst(s) ? m_slots[s].items[m_slots[s].head] : m_heap.front();
+  return m_from == kFromWheel ? m_slots[m_fromSlot].items[m_slots[m_fromSlot].head] : m_heap.front();
 }
 
 PhantoraKeyedScheduler::Item PhantoraKeyedScheduler::Take() {
-  const uint64_t s = NextSlot();
-  if (RunFirst(s)) [[unlikely]] {
+  Locate();
+  const From from = m_from;
+  m_from = kUnknown;
+  if (from == kFromRun) [[unlikely]] {
     const Item item = m_run[m_runHead++];
     if (m_runHead == m_run.size()) {
       m_run.clear();
@@ -135,13 +154,14 @@ PhantoraKeyedScheduler::Item PhantoraKeyedScheduler::Take() {
     }
     return item;
   }
-  if (!WheelFirst(s)) {
+  if (from == kFromHeap) {
     const Item item = Pop();
     if (item.ev.key.m_ts > m_base && m_inWheel == 0) {
       m_base = item.ev.key.m_ts;  // an empty wheel moves on to where the run is
     }
     return item;
   }
+  const uint64_t s = m_fromSlot;
   Slot& slot = m_slots[s];
   const Item item = slot.items[slot.head++];
   if (slot.head == slot.items.size()) {
@@ -162,6 +182,7 @@ void PhantoraKeyedScheduler::Insert(const Event& ev) {
 Scheduler::Event PhantoraKeyedScheduler::RemoveNext() { return Take().ev; }
 
 void PhantoraKeyedScheduler::Remove(const Event& ev) {
+  m_from = kUnknown;
   const uint32_t uid = ev.key.m_uid;
   const uint64_t ts = ev.key.m_ts;
   if (ts >= m_base && ts - m_base < kSlots) {

@@ -107,6 +107,9 @@ class PhantoraKeyedScheduler final : public Scheduler {
   void Add(const Item& item);  ///< into the wheel or the heap
   Item Take();                 ///< the least item out
   const Item& PeekItem() const;
+  /// Where the least item is (m_from, m_fromSlot), found once and kept until the queue changes: a partition
+  /// worker peeks at the next event three times before it takes it (its running key, its window's end).
+  void Locate() const;
   uint64_t NextSlot() const;  ///< the first slot in use from m_base on (cyclically), kSlots if none
   bool WheelFirst(uint64_t s) const;
   bool RunFirst(uint64_t s) const;  ///< the run's head orders before the wheel's (slot s) and the heap's
@@ -122,6 +125,9 @@ class PhantoraKeyedScheduler final : public Scheduler {
   std::size_t m_runHead = 0;
   std::vector<Item> m_staged;  ///< InsertStaged()'s, not yet flushed
   std::vector<Item> m_merged;  ///< FlushStaged()'s buffer
+  enum From : uint8_t { kUnknown, kFromRun, kFromWheel, kFromHeap };
+  mutable From m_from = kUnknown;  ///< Locate()'s answer, kUnknown once anything is queued or taken
+  mutable uint64_t m_fromSlot = 0;  ///< with kFromWheel: the slot
 };
 
 }  // namespace ns3
