@@ -3,8 +3,8 @@
 Every process of a run that waits on a peer gives up after the peer timeout of silence (`peer_timeout_s`). A peer
 on this machine (the coordinator, seen by the launcher, the ranks and the network server; the launcher, seen by
 the coordinator) that is silent because it works, planning a collective of 1,024 ranks or inside one long engine
-call, or because a loaded machine gives it little CPU, is alive: its CPU time grows or it is running or waiting
-for a CPU. `Silence` restarts the clock whenever it sees that, so only real silence counts: a peer stopped
+call, or because a loaded machine gives it little CPU, is alive: its main thread's CPU time grows or it is running or
+waiting for a CPU. `Silence` restarts the clock whenever it sees that, so only real silence counts: a peer stopped
 (SIGSTOP), blocked for good, or gone (its death is seen sooner by the launcher, which polls its children).
 """
 
@@ -17,10 +17,12 @@ LOOK_S = 1.0  # look at a silent peer's process at most this often, once it miss
 
 
 def progress_mark(pid: int) -> tuple[str, int, bool] | None:
-    """(start time, user + system CPU in clock ticks, running or runnable now) of a live process
-    (/proc/PID/stat fields 22, 14 + 15, 3); None if it is gone, a zombie, or the system has no /proc."""
+    """(start time, user + system CPU in clock ticks, running or runnable now) of a live process's main thread
+    (/proc/PID/task/PID/stat fields 22, 14 + 15, 3), where a run's processes do their work: ZeroMQ's I/O threads,
+    which wake for every message that arrives, would make a hung process look busy. None if the process is gone, a
+    zombie, or the system has no /proc."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces

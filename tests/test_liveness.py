@@ -27,6 +27,14 @@ from phantora.netsim.flow import FlowSimulator
 from phantora.topology.generators import leaf_spine
 
 SPIN = [sys.executable, "-c", "while True: pass"]
+SIDE_THREAD = """
+import threading, time
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+time.sleep(100)
+"""
 
 
 @pytest.fixture
@@ -53,6 +61,21 @@ def test_progress_mark_sees_cpu_time_and_not_the_dead() -> None:
     assert progress_mark(zombie.pid) is None  # exited, not reaped yet
     zombie.wait()
     assert progress_mark(zombie.pid) is None
+    # only the main thread counts: a process blocked there while another thread works (ZeroMQ's I/O thread taking
+    # messages) makes no progress
+    side = subprocess.Popen([sys.executable, "-c", SIDE_THREAD])
+    try:
+        time.sleep(0.5)
+        before = progress_mark(side.pid)
+        time.sleep(0.5)
+        after = progress_mark(side.pid)
+        assert before is not None and after is not None
+        assert after[1] == before[1] and not after[2]
+        total = Path(f"/proc/{side.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert int(total[11]) + int(total[12]) > after[1]  # the process as a whole did work
+    finally:
+        side.kill()
+        side.wait()
     unwatched = Silence()  # no pid (a peer on another machine): every second of silence counts
     time.sleep(0.3)
     assert unwatched.silent_s() >= 0.3
