@@ -1,6 +1,6 @@
 """Live torch.distributed programs through phantora's NCCL model, checked as a network researcher would check them.
 
-    .venv/bin/python bench/bench_nccl_live_sweep.py [--jobs 2] [--only TEXT] [--ns3] [--keep DIR]
+    .venv/bin/python bench/bench_nccl_live_sweep.py [--jobs 2] [--only TEXT] [--ns3] [--keep DIR [--reuse]]
 
 Every run is `phantora run --topology T [--network ns3] tests/data/nccl_live/ops.py OP:BYTES[@GROUP][%ENV] ...` (one
 call of each torch.distributed operation that becomes NCCL traffic: all_reduce and its coalesced form, all_gather
@@ -21,6 +21,8 @@ timeout. Each collective the run records (cosim.json) is a case, checked against
   reduce-scatter (n-1)S; broadcast and reduce chains (n-1)S; all-to-all (n-1)S; a send S;
 - forced: a variable the run sets is honoured (NCCL_ALGO / NCCL_PROTO: the choice is among the allowed ones;
   NCCL_MAX_NCHANNELS: no more ring or tree channels) or refused with one line naming it (no traceback);
+- all-to-all: equal parts given as lists take the time of all_to_all_single of the same bytes (NCCL runs both as one
+  group of sends and receives);
 - deterministic: the base programs run twice and give identical results.json (but its host figures: wall time,
   memory of the host processes), cosim.json collectives and flows.csv.
 
@@ -222,7 +224,13 @@ def topo_arg(topo: str, work: Path) -> str:
     return topo
 
 
+REUSE = [False]  # --reuse: take a run directory that completed instead of running it again
+
+
 def launch(run: Run, work: Path, out: Path, timeout_s: float) -> tuple[int, str, float]:
+    if REUSE[0] and (out / "status.json").exists():
+        if json.loads((out / "status.json").read_text()).get("state") == "complete":
+            return 0, "", 0.0
     cmd = [*PHANTORA, "run", "--topology", topo_arg(run.topo, work), "--network", run.network, "--out", str(out)]
     cmd += ["--overwrite", "--timeout", str(int(timeout_s)), "--no-progress", str(OPS), *run.ops]
     t0 = time.monotonic()
@@ -377,7 +385,35 @@ def record_cases(run: Run, out: Path, work: Path) -> list[tuple[str, str]]:
             why = compare_choice(rec, nccl_tests_choice(rec["kind"], rec["nbytes"], ref[1], ref[0], env, work), ref)
         if not cases.get(name):
             cases[name] = why
+    cases.update(same_all_to_all(cosim["collectives"]))
     return list(cases.items())
+
+
+def same_all_to_all(records: list[dict]) -> dict[str, str]:
+    """An all-to-all of equal parts given as lists (its transfers, one NCCL group) against all_to_all_single of the
+    same bytes in the same run: NCCL runs both as one group of ncclSend / ncclRecv to every peer (ProcessGroupNCCL's
+    alltoall and alltoall_base), so they take the same time."""
+    spans: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for rec in records:
+        spans[(rec["name"], rec["kind"])].append(rec)
+
+    def span(recs: list[dict]) -> int:
+        return max(r["end_ns"] for r in recs) - min(r["t_start"] for r in recs)
+
+    single = {recs[0]["nbytes"]: (name, span(recs)) for (name, kind), recs in spans.items() if kind == "all_to_all"}
+    out = {}
+    for (name, kind), recs in spans.items():
+        sizes = {r["nbytes"] for r in recs}
+        n = len({r["group"][0] for r in recs})
+        if kind != "send_recv" or not name.startswith("all_to_all") or len(sizes) != 1 or len(recs) != n * (n - 1):
+            continue
+        total = sizes.pop() * n
+        if total in single:
+            other, t = single[total]
+            mine = span(recs)
+            why = "" if mine == t else f"{mine} ns as lists, {t} ns as all_to_all_single ({other}), {total} B"
+            out[f"{name} all_to_all lists = all_to_all_single"] = why
+    return out
 
 
 def compare_choice(rec: dict, nt: dict | str, ref: tuple[str, int]) -> str:
@@ -449,7 +485,9 @@ def main() -> int:
     ap.add_argument("--ns3", action="store_true", help="also a small subset through ns-3 (packet mode)")
     ap.add_argument("--timeout", type=float, default=240.0, help="wall seconds a run may take")
     ap.add_argument("--keep", default="", help="keep the run directories here")
+    ap.add_argument("--reuse", action="store_true", help="check the runs that completed in --keep DIR again")
     args = ap.parse_args()
+    REUSE[0] = args.reuse
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="live-sweep-"))
     work.mkdir(parents=True, exist_ok=True)
     todo = [r for r in runs(args.ns3) if args.only in r.name]
