@@ -227,8 +227,9 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         after the round). A worker's limit: `until` (the caller may submit an NVLink flow there), the earliest end of
         a flow the caller watches, and for each gate into it (a marker's: into every worker) the earliest end of a
         flow it waits on, + L - 1 for a fabric flow's gate. A flow's earliest end is its bound pulled from its deps'
-        (`_pulled`); the gating flows are read in the order of their bounds as last pulled, and no further once
-        that passes every worker's limit. So the worker that runs a flow another worker's NVLink flow waits on runs
+        (`_pulled`); the gating flows are read in the order of their bounds as last pulled, each heap of them (per
+        owner, gated worker and lookahead) no further once its bound, or its owner's floor, + its lookahead passes its
+        gated worker's limit. So the worker that runs a flow another worker's NVLink flow waits on runs
         on past it (what waits on it is elsewhere) and the next round starts from its real end."""
         t0 = time.perf_counter()
         lbs, wtime, latency, targets = self._lb, self._wtime, self.latency, self._targets
