@@ -4,7 +4,8 @@
   the engine in the coordinator and in a separate network server);
 - the window sweep stays within the documented bound (per op: W x its dependency depth) and
   its barrier rounds fall as W grows;
-- killing the server or a rank ends the run within 5 s, naming it, with no process left;
+- killing the server, a rank or the coordinator ends the run within 5 s, naming it, with no process left; a
+  stopped coordinator (no message, no CPU time) still ends it after the silence limit;
 - malformed messages, wrong tokens and version mismatches are rejected, and the run goes on;
 - a mismatched collective, a missing participant and a deadlock each give their diagnostic.
 """
@@ -114,6 +115,11 @@ try:
             t = max(c.wait(h1), c.clock) + 1_000
             c.advance_clock(t)
             t = max(c.wait(h2), c.clock)
+    elif mode == "idle":  # never waits on the coordinator: only the launcher judges its silence
+        for i in range(1, 400):
+            c.advance_clock(i * 1000)
+            time.sleep(0.05)
+        t = 400_000
     elif mode == "clock":
         for i in range(1, 201):
             c.advance_clock(i * 1000)
@@ -305,7 +311,10 @@ def _kill_mid_run(run: CosimRun, role: str, rank: int | None) -> tuple[BridgeErr
     return err.value, ended - killed["t"], [c.pid for c in run.children]
 
 
-@pytest.mark.parametrize(("role", "rank", "label"), [("server", None, "network server"), ("rank", 1, "rank 1")])
+@pytest.mark.parametrize(
+    ("role", "rank", "label"),
+    [("server", None, "network server"), ("rank", 1, "rank 1"), ("coordinator", None, "the coordinator")],
+)
 def test_killing_a_process_ends_the_run_naming_it(rank_script: Path, role: str, rank: int | None, label: str) -> None:
     run = CosimRun(
         star(4), engine_in_coordinator=False, rank_cmd=[sys.executable, str(rank_script), "slow"], timeout_s=120
@@ -315,6 +324,33 @@ def test_killing_a_process_ends_the_run_naming_it(rank_script: Path, role: str, 
     assert label in str(err) and "SIGKILL" in str(err)
     assert alive_pids(pids) == []
     assert run.run_dir is not None and not run.run_dir.exists()
+
+
+def test_a_stopped_coordinator_is_silent(rank_script: Path) -> None:
+    """A coordinator that is alive but does nothing (SIGSTOP: no message, no CPU time) is still found silent after
+    the limit, and the run stops naming it, with no process left."""
+    limit = 2.0
+    run = CosimRun(star(2), rank_cmd=[sys.executable, str(rank_script), "idle"], peer_timeout_s=limit, timeout_s=60)
+    stopped: dict[str, float] = {}
+
+    def stopper() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len([c for c in run.children if c.role == "rank"]) < 2:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        stopped["t"] = time.monotonic()
+        os.kill(next(c for c in run.children if c.role == "coordinator").pid, signal.SIGSTOP)
+
+    th = threading.Thread(target=stopper)
+    th.start()
+    with pytest.raises(
+        BridgeError, match=r"the coordinator \(pid \d+\) has been silent for 2 s without working"
+    ) as err:
+        run.run()
+    th.join()
+    assert err.value.code == "timeout"
+    assert limit <= time.monotonic() - stopped["t"] < limit + 3.0
+    assert alive_pids([c.pid for c in run.children]) == []
 
 
 def test_a_rank_that_lost_a_peer_is_named_when_no_peer_died(rank_script: Path) -> None:
