@@ -28,7 +28,7 @@ import zmq
 from bridge.errors import BridgeError, ProtocolError
 from bridge.protocol import INF_NS, Message, decode, encode
 from bridge.transport import PEER_TIMEOUT_S, STARTUP_TIMEOUT_S, connect_dealer, recv_within
-from phantora.collectives.spec import DTYPE_BYTES, KINDS
+from phantora.collectives.spec import DTYPE_BYTES, KINDS, REDOPS, REDUCING
 
 ENV_VARS = ("PHANTORA_ENDPOINT", "PHANTORA_TOKEN", "RANK", "WORLD_SIZE")
 
@@ -198,6 +198,7 @@ class RankClient:
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        redop: str = "sum",
     ) -> int:
         """Issue a collective (non-blocking); returns a handle.
 
@@ -206,7 +207,8 @@ class RankClient:
         `algo`: AlgoOptions fields overriding the run's (every member must pass the same); `stream`: this
         rank's stream for it (its process group's NCCL stream), on which its collectives run in turn; `launch`:
         the NCCL group launch it belongs to (a coalescing block), whose calls run together (bridge/stream_order.py);
-        `after`: handles of this rank's collectives it starts after (those its CUDA stream waits for: stream_deps).
+        `after`: handles of this rank's collectives it starts after (those its CUDA stream waits for: stream_deps);
+        `redop`: the reduction of an all-reduce, reduce-scatter or reduce (sent only when not sum: absent = sum).
         """
         if kind not in KINDS or kind == "send_recv":
             raise BridgeError(f"rank {self.rank}: unknown collective kind {kind!r}")
@@ -214,6 +216,8 @@ class RankClient:
             raise BridgeError(f"rank {self.rank}: unknown dtype {dtype!r}")
         if nbytes < 0 or self.rank not in group:
             raise BridgeError(f"rank {self.rank}: bad collective (nbytes={nbytes}, group={list(group)})")
+        if redop not in REDOPS or (redop != "sum" and kind not in REDUCING):
+            raise BridgeError(f"rank {self.rank}: bad reduction {redop!r} for {kind}")
         self._enter(t_issue_ns, kind)
         h = self._handle()
         self._send(
@@ -231,6 +235,7 @@ class RankClient:
             **({"stream": int(stream)} if stream is not None else {}),
             **({"launch": int(launch)} if launch is not None else {}),
             **({"after": [int(x) for x in after]} if after else {}),
+            **({"redop": redop} if redop != "sum" else {}),
         )
         return h
 

@@ -75,6 +75,7 @@ class ReplayRank:
                 t_issue_ns=t,
                 name=op.name,
                 algo=dict(op.algo) or None,  # the op's own fields; the coordinator applies them over the run's
+                redop=coll.redop,
             )
         self.handle[op.name] = h
         self.issued[op.name] = t

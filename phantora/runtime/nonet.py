@@ -42,6 +42,7 @@ class NoNetworkClient:
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        redop: str = "sum",
     ) -> int:
         return self._new(t_issue_ns)
 
