@@ -26,8 +26,9 @@ import msgpack
 import zmq
 
 from bridge.errors import BridgeError, ProtocolError
+from bridge.liveness import Silence
 from bridge.protocol import INF_NS, Message, decode, encode
-from bridge.transport import PEER_TIMEOUT_S, STARTUP_TIMEOUT_S, connect_dealer, recv_within
+from bridge.transport import PEER_TIMEOUT_S, STARTUP_TIMEOUT_S, beyond_loopback, connect_dealer, recv_within
 from phantora.collectives.spec import DTYPE_BYTES, KINDS, REDOPS, REDUCING
 
 ENV_VARS = ("PHANTORA_ENDPOINT", "PHANTORA_TOKEN", "RANK", "WORLD_SIZE")
@@ -69,6 +70,7 @@ class RankClient:
         self._error: BridgeError | None = None
         self._closed = False
         self._cpu0 = time.process_time()
+        self._coordinator: Silence | None = None  # its silence clock, once it said who it is (bridge/liveness.py)
         extra = {"job": job} if job is not None else {}
         self._sock.send(encode("hello", 0, role="rank", token=token, rank=rank, world=world, pid=os.getpid(), **extra))
         welcome = self._await("welcome", startup_timeout_s)
@@ -77,6 +79,8 @@ class RankClient:
         self.window_ns: int = welcome["window_ns"]
         self.live: int = int(welcome["info"].get("live") or world)  # rank deduplication: live rank processes
         self._lease = welcome["lease"]
+        local = not beyond_loopback(endpoint)  # ipc or loopback: the coordinator's process can be seen
+        self._coordinator = Silence(int(welcome["info"]["pid"]) if local else None)
 
     @classmethod
     def from_env(cls) -> RankClient:
@@ -130,7 +134,7 @@ class RankClient:
     def _await(self, want: str, timeout_s: float | None = None) -> Message:
         """Block until a `want` message arrives, taking heartbeats and errors on the way."""
         while True:
-            frames = recv_within(self._sock, timeout_s or self.peer_timeout_s, "the coordinator")
+            frames = recv_within(self._sock, timeout_s or self.peer_timeout_s, "the coordinator", self._coordinator)
             try:
                 msg = decode(b"".join(frames))
             except ProtocolError as exc:
