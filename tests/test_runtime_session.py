@@ -39,14 +39,16 @@ class FixedLatencyClient:
         self.calls: list[tuple[str, int, int]] = []  # (kind, nbytes, t_issue)
         self.launches: list[tuple[int | None, int | None]] = []  # (stream, launch) of each collective
         self.after: list[list[int]] = []  # the handles each collective starts after
+        self.redops: list[str] = []  # the reduction each collective names (Collective.redop)
         self.done: dict[int, int] = {}
         self.clock = 0
 
     def collective(self, *, group: Sequence[int], seq: int, kind: str, nbytes: int, dtype: str, root: Any,
                    t_issue_ns: int, name: str = "", stream: int | None = None,
-                   launch: int | None = None, after: Sequence[int] = ()) -> int:  # fmt: skip
+                   launch: int | None = None, after: Sequence[int] = (), redop: str = "sum") -> int:  # fmt: skip
         assert t_issue_ns >= self.clock
         self.calls.append((kind, nbytes, t_issue_ns))
+        self.redops.append(redop)
         self.launches.append((stream, launch))
         self.after.append(list(after))
         self.done[len(self.done) + 1] = t_issue_ns + COMM_NS
@@ -191,6 +193,7 @@ def test_avg_is_sum_then_divide_and_step_syncs(rig):
     assert s.step() == t0 + COMM_NS  # step() joins everything in flight
     assert torch.equal(g, torch.full((4,), 3.0))
     assert s.results()["step_ends_ns"] == [t0 + COMM_NS]
+    assert client.redops[-1] == "avg"  # what NCCL's model is told: NCCL's own ncclAvg, not gloo's sum
 
 
 def test_sizes_follow_nccl_tests_convention(rig):

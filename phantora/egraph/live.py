@@ -53,6 +53,7 @@ class _RecorderListener:
                 call.root,
                 call.t_issue_ns,
                 before=before,
+                redop=call.redop,
             )
         else:
             send = call.kind == "send"

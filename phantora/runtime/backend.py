@@ -33,7 +33,7 @@ from torch._C._distributed_c10d import (
 )
 from torch.futures import Future
 
-from phantora.errors import PhantoraError
+from phantora.errors import InputError, PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
 from phantora.runtime import tensor_values
@@ -77,6 +77,30 @@ def _reduce_op(opts: Any) -> Any:
     if opts is None:
         return ReduceOp.SUM
     return getattr(opts, "reduceOp", opts)
+
+
+_REDOPS = (
+    (ReduceOp.SUM, "sum"),
+    (ReduceOp.AVG, "avg"),
+    (ReduceOp.PREMUL_SUM, "mulsum"),
+    (ReduceOp.PRODUCT, "prod"),
+    (ReduceOp.MIN, "min"),
+    (ReduceOp.MAX, "max"),
+    (ReduceOp.BAND, "band"),
+    (ReduceOp.BOR, "bor"),
+    (ReduceOp.BXOR, "bxor"),
+)
+
+
+def redop_name(op: Any, t: torch.Tensor) -> str:
+    """The reduction NCCL runs for `op` on `t` (Collective.redop): ProcessGroupNCCL's own, which on bool tensors
+    (NCCL's uint8) runs a sum as max and a product as min."""
+    name = next((n for o, n in _REDOPS if op == o), None)
+    if name is None:
+        raise InputError(f"reduce op {op!r} is not one phantora knows ({', '.join(n for _, n in _REDOPS)})", field="op")
+    if t.dtype == torch.bool:
+        return {"sum": "max", "prod": "min"}.get(name, name)
+    return name
 
 
 def _reduction(op: Any) -> tuple[Any, Any]:
@@ -316,6 +340,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         name: str | None = None,
         transfers: Sequence[Transfer] | None = None,
         values: Callable[[], Callable[[], None] | None] | None = None,
+        redop: str = "sum",
     ) -> PhantoraWork:
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
             start = _nothing
@@ -336,6 +361,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             cuda_stream=sim_streams.current_stream().stream_id,
             sync=self._sync,
             nccl_env=self._nccl_env,
+            redop=redop,
         )
         return self._work(p, result)
 
@@ -372,8 +398,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         fin = _finisher(tensors, self.size(), how)
         values = self._values(tensors, lambda: tensor_values.all_reduce(self._ranks, tensors, _reduce_op(opts)))
-        size = nbytes(tensors)
-        return self._coll("all_reduce", size, tensors[0], tensors, start, tensors, finalize=fin, values=values)
+        size, op_name = nbytes(tensors), redop_name(_reduce_op(opts), tensors[0])
+        return self._coll(
+            "all_reduce", size, tensors[0], tensors, start, tensors, finalize=fin, values=values, redop=op_name
+        )
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantoraWork:
         op, how = _reduction(_reduce_op(opts))
@@ -387,7 +415,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return works
 
         fin = _finisher(tensors, self.size(), how)
-        return self._coll("all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin)
+        op_name = redop_name(_reduce_op(opts), tensors[0])
+        return self._coll(
+            "all_reduce", nbytes(tensors), tensors[0], tensors, start, tensors, finalize=fin, redop=op_name
+        )
 
     def broadcast(self, tensors: Any, opts: Any = None) -> PhantoraWork:
         tensors = _flat(tensors)
@@ -413,7 +444,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return [self._data.reduce(tensors, o)]
 
         fin = _finisher(tensors, self.size(), how) if self.rank() == root else None
-        return self._coll("reduce", nbytes(tensors), tensors[0], tensors, start, tensors, root=root, finalize=fin)
+        op_name = redop_name(_reduce_op(opts), tensors[0])
+        return self._coll(
+            "reduce", nbytes(tensors), tensors[0], tensors, start, tensors, root=root, finalize=fin, redop=op_name
+        )
 
     # ----- all-gather -----------------------------------------------------------------------------
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: Any, opts: Any = None) -> PhantoraWork:
@@ -469,7 +503,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return [self._data.reduce_scatter(outputs, input_lists, o)]
 
         fin = _finisher(outputs, self.size(), how)
-        return self._coll("reduce_scatter", nbytes(ins), outputs[0], outputs + ins, start, outputs, finalize=fin)
+        op_name = redop_name(_reduce_op(opts), outputs[0])
+        return self._coll(
+            "reduce_scatter", nbytes(ins), outputs[0], outputs + ins, start, outputs, finalize=fin, redop=op_name
+        )
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> PhantoraWork:
         op, how = _reduction(_reduce_op(opts))
@@ -480,7 +517,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             return [self._data._reduce_scatter_base(output.view(-1), input.reshape(-1), o)]  # as all_gather_single
 
         fin = _finisher([output], self.size(), how)
-        return self._coll("reduce_scatter", nbytes([input]), input, [output, input], start, [output], finalize=fin)
+        op_name = redop_name(_reduce_op(opts), input)
+        return self._coll(
+            "reduce_scatter", nbytes([input]), input, [output, input], start, [output], finalize=fin, redop=op_name
+        )
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -499,7 +539,10 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
         fin = _finisher(outputs, self.size(), how)
         tensors = list(outputs) + list(inputs)
-        return self._coll("reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin)
+        op_name = redop_name(_reduce_op(opts), inputs[0])
+        return self._coll(
+            "reduce_scatter", nbytes(inputs), inputs[0], tensors, start, list(outputs), finalize=fin, redop=op_name
+        )
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

@@ -77,6 +77,7 @@ class ClientLike(Protocol):
         stream: int | None = None,
         launch: int | None = None,
         after: Sequence[int] = (),
+        redop: str = "sum",
     ) -> int: ...
 
     def lost(self, handle: int) -> list[tuple[int, int]]: ...
@@ -182,6 +183,7 @@ class Issued:
     stream: int | None = None  # the NCCL stream it runs on (bridge/stream_order.py), None: no stream order
     launch: int | None = None  # the NCCL group launch it is part of
     after: tuple[int, ...] = ()  # handles of the rank's calls its CUDA stream waited for (stream_deps)
+    redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (Collective.redop)
     handoff: int | None = None  # a lone send within its connection's buffer: its kernel's ns (collectives/handoff.py)
     conn: int | None = None  # such a send's communicator (the NCCL stream it would run on): its connection's window
     comm: tuple[int, ...] = ()  # that communicator's global ranks when it is not the pair's own (eager init)
@@ -418,6 +420,7 @@ class RankSession:
         cuda_stream: int = COMPUTE_STREAM,
         sync: bool = False,
         nccl_env: NcclEnv | None = None,
+        redop: str = "sum",
     ) -> Pending:
         """Tell the bridge about a collective, then start the real data movement; return it in flight.
 
@@ -429,7 +432,8 @@ class RankSession:
         `cuda_stream`: the caller's current CUDA stream, whose pending collectives it starts after (`after`);
         `sync` (async_op=False): it runs on that stream, so the stream's later collectives follow it (stream_deps).
         `nccl_env`: the NCCL_* variables its communicator was created with, when the program changed them
-        (`program_nccl_env`); the coordinator's model then takes them instead of the run's.
+        (`program_nccl_env`); the coordinator's model then takes them instead of the run's. `redop`: the reduction
+        of a reducing collective (Collective.redop), which decides some of NCCL's choice.
         """
         t = self.clock.issue()
         seq = self.next_seq(group)
@@ -450,6 +454,8 @@ class RankSession:
                 optional["launch"] = launch
             if after:
                 optional["after"] = after
+            if redop != "sum":
+                optional["redop"] = redop
             h = self.client.collective(
                 group=group,
                 seq=seq,
@@ -466,7 +472,7 @@ class RankSession:
             handles = [h]
             if self.listeners:
                 call = Issued(h, wire, seq, wire_bytes, t, group, wire_dtype, root)
-                self._tell(replace(call, stream=stream, launch=launch, after=tuple(after)))
+                self._tell(replace(call, stream=stream, launch=launch, after=tuple(after), redop=redop))
         else:
             code = {"scatter": 1, "gather": 2, "all_to_all": 3}[kind]
             tag = group_tag(group, code)
