@@ -95,3 +95,74 @@ def test_the_coordinator_says_a_receive_is_issued_only_while_it_waits_for_its_se
     assert not m.recv_issued(0, 1, 3, 0)
     assert m.transfer(Call(0, 2, "send", 4, "uint8", None, 0), 1, 3, 1, True) is None
     assert not m.recv_issued(0, 1, 3, 1)  # the send is in first: no receive is waiting
+
+
+AHEAD = """
+    import sys, time, torch, torch.distributed as dist
+    from phantora.runtime import session
+    n, k = int(sys.argv[1]), int(sys.argv[2])
+    dist.init_process_group()
+    r = dist.get_rank()
+    s = session.current()
+    copies = getattr(s, "send_copies", None)
+
+    def held():  # the bytes of the send copies alive
+        if copies is not None:
+            return copies.held_bytes()
+        return sum(p.nbytes for p in s.pending.values() if p.kind == "send" and p.inner)  # before: in their gloo works
+
+    def settled():  # held() once the thread that frees a taken copy has run (at most 10 s)
+        end = time.monotonic() + 10
+        while held() and time.monotonic() < end:
+            time.sleep(0.001)
+        return held()
+
+    x = torch.zeros(n)
+    works, at_issue, after = [], [], []
+    for i in range(k):
+        if r == 0:
+            x.fill_(float(i))
+            w = dist.isend(x, 1)  # handed off before its receive is issued: copied
+            if i % 2 == 0:
+                w.wait()  # as dist.send does: it returns at the hand-off
+            else:
+                works.append(w)  # kept, waited only at the end
+            x.fill_(-1.0)  # the program reuses its buffer at once
+            at_issue.append(held())
+            dist.barrier()
+            dist.barrier()  # rank 1 received send i in between
+            after.append(settled())
+        else:
+            dist.barrier()
+            dist.recv(x, 0)
+            assert float(x.min()) == float(x.max()) == float(i), (i, float(x.min()), float(x.max()))
+            dist.barrier()
+    for w in works:
+        w.wait()
+    if r == 0:
+        print("ISSUE", *at_issue, flush=True)
+        print("AFTER", *after, flush=True)
+        print("PEAK", copies.peak_bytes if copies is not None else max(at_issue), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_a_copy_is_freed_once_its_receive_took_it_whatever_the_sender_does_with_its_work(tmp_path: Path):
+    """`AHEAD` on testbed16's GPUs 0 and 1 (one NVLink slot on each of 4 channels a send): rank 0 sends 4 x 256 KiB,
+    each before rank 1 issues its receive (so each is copied), and overwrites its buffer after each; it waits the even
+    ones at their hand-off (as dist.send does) and keeps the odd ones' works, waited at the end. Rank 1 receives each
+    between two barriers. The copies alive are at most those not yet received: one send's 262,144 bytes at each
+    issue, none once its receive is done, a peak of 262,144 (send_copies.py's weak references: memory alive, not
+    bookkeeping). Before, each copy lived in its gloo work until its send's completion was learned (a later send
+    waiting for its slots, or the end): i + 1 copies at send i's issue here, 8 from the 8th send on. Rank 1 gets
+    each send's values, not the -1 written after."""
+    script = tmp_path / "ahead.py"
+    script.write_text(textwrap.dedent(AHEAD))
+    k, floats = 4, 64 * KIB
+    cfg = RunConfig(str(script), [str(floats), str(k)], topology=load_topology("testbed16"), nproc=2, trace="none")
+    log = launch(cfg).logs["rank 0"]
+    one = 4 * floats
+    assert one == 262_144
+    assert _line(log, "ISSUE") == [one] * k
+    assert _line(log, "AFTER") == [0] * k
+    assert _line(log, "PEAK") == [one]

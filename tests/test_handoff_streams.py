@@ -178,3 +178,94 @@ def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(tmp_path: Pat
         assert handed == want, (handed, want, end)
         assert t2 in end.values(), (t2, end)  # the receive's wait, at its live event
         assert res.rank_end_ns[me] == graph.recorded["end_ns"][me], (res.rank_end_ns, graph.recorded)
+
+
+ORDER = """
+    import sys, torch, torch.distributed as dist
+    mode = sys.argv[1]
+    dist.init_process_group()
+    r = dist.get_rank()
+    peer = 1 - r
+    x, y = torch.full((1 << 16,), float(r + 1), device="cuda"), torch.full((1 << 16,), float(r + 3), device="cuda")
+    boxes = [torch.zeros(1 << 16, device="cuda") for _ in range(2)]
+    ones = torch.ones(1024, device="cuda")
+    side = torch.cuda.Stream()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    if mode == "recv_first":  # both ranks: a receive, then a send to the same peer, unbatched
+        q = dist.irecv(boxes[0], peer)
+        w = dist.isend(x, peer)
+        w.wait()
+        e1.record()
+        q.wait()
+    elif mode == "one_recv_first":  # rank 0 receives first, rank 1 sends first
+        if r == 0:
+            q = dist.irecv(boxes[0], 1)
+            w = dist.isend(x, 1)  # behind the receive on the pair's stream
+            w.wait()
+            e1.record()
+            q.wait()
+        else:
+            dist.send(x, 0)
+            e1.record()
+            dist.recv(boxes[0], 0)
+        assert float(boxes[0][0]) == peer + 1
+    else:  # "two_streams": a send behind a side stream's all-reduce, then a send from the default stream
+        with torch.cuda.stream(side):
+            dist.all_reduce(ones)
+            a = dist.isend(x, peer)
+        b = dist.isend(y, peer)  # the pair's NCCL stream runs it after the first
+        b.wait()
+        e1.record()
+        torch.cuda.current_stream().wait_stream(side)
+        for box in boxes:
+            dist.recv(box, peer)
+        assert float(boxes[0][0]) == peer + 1 and float(boxes[1][0]) == peer + 3, (boxes[0][0], boxes[1][0])
+    print("TIMES", e0.t_ns, e1.t_ns, flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def _order(tmp_path: Path, mode: str) -> RunConfig:
+    script = tmp_path / "order.py"
+    script.write_text(textwrap.dedent(ORDER))
+    cfg = RunConfig(str(script), [mode], topology=load_topology("testbed16"), nproc=2, trace="none", timeout_s=240)
+    cfg.engine = EngineSpec(network="flow")
+    cfg.out_dir = str(tmp_path / "run")
+    return cfg
+
+
+def test_a_receive_then_a_send_to_the_same_peer_on_both_ranks_deadlocks_as_on_nccl(tmp_path: Path):
+    """Both ranks (GPUs 0 and 1 of an H100 host) irecv, then isend 256 KiB to each other, unbatched: both run on the
+    pair's communicator and its one NCCL stream, so each send's kernel waits behind its own receive's, which waits
+    for the peer's send: NCCL hangs (hence batch_isend_irecv). Until this change the send, on no stream, handed off
+    at t0 + 14,981 ns and the program ran. Now the report names each rank's held receive."""
+    with pytest.raises(BridgeError) as info:
+        launch(_order(tmp_path, "recv_first"))
+    text = str(info.value)
+    assert text.startswith("deadlock") and "'recv#0'" in text and "held behind an earlier call" in text, text
+
+
+def test_a_send_behind_a_receive_on_its_stream_hands_off_after_the_receive(tmp_path: Path):
+    """Rank 0 irecv, then isend 256 KiB to rank 1, which sends first, then receives: NCCL runs it, the send's kernel
+    after the receive's. Rank 1's send hands off at t0 + 14,981 ns; rank 0's receive ends with that send's flow,
+    NCCL's lone p2p (t0 + 14,982, rounded up), and rank 0's send hands off 14,981 ns later (at t0 + 14,981 before)."""
+    rep = launch(_order(tmp_path, "one_recv_first"))
+    t0, t1 = _times(rep.logs["rank 1"])
+    assert t1 - t0 == NVL, (t0, t1)
+    flow = next(c for c in rep.cosim.completions if c.size and (c.src, c.dst) == (1, 0))
+    s0, s1 = _times(rep.logs["rank 0"])
+    assert s0 == t0 and flow.end_ns == t0 + NVL + 1 and s1 == flow.end_ns + NVL, (s0, s1, flow)
+
+
+def test_sends_to_one_peer_from_two_cuda_streams_hand_off_in_their_nccl_streams_order(tmp_path: Path):
+    """Both ranks: on a side stream a sync all-reduce, then isend 256 KiB; then from the default stream isend 256 KiB
+    more to the same peer. Both sends run on the pair's NCCL stream in issue order, so the second's kernel starts at
+    the first's hand-off (the all-reduce's end + 14,981 ns): its wait returns at the all-reduce's end + 2 x 14,981 ns
+    (before: at t0 + 14,981, ahead of the first). Each rank receives both, in order."""
+    rep = launch(_order(tmp_path, "two_streams"))
+    fabric = [c for c in rep.cosim.completions if c.size]
+    for me in (0, 1):
+        t0, t1 = _times(rep.logs[f"rank {me}"])
+        ar_end = max(c.end_ns for c in fabric if c.size < 64 * KIB and me in (c.src, c.dst))  # not the sends' parts
+        assert t1 == ar_end + 2 * NVL, (t0, t1, ar_end)

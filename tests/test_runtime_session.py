@@ -374,8 +374,9 @@ def test_lone_sends_run_on_their_pairs_stream_after_the_current_streams_work(pai
     assert send["stream"] == recv["stream"] != pg._stream
     assert send["after"] == [1] and recv["after"] == []  # handle 1: the all-reduce; the default stream waits on none
     # a send its connection buffers ends before its receive starts (NCCL's sender waits only for a free slot): on
-    # no stream, so two ranks that both send first do not deadlock (tests/test_eager_send.py)
-    assert small["stream"] is None and small["after"] == [1]
+    # its pair's stream, which holds it behind the calls before it there and holds the calls after it only until its
+    # hand-off (`handoff`), so two ranks that both send first do not deadlock (tests/test_eager_send.py)
+    assert small["stream"] == send["stream"] and small["after"] == [1]
 
 
 def test_a_batch_of_sends_and_recvs_is_one_launch_on_the_groups_stream(pair):

@@ -131,13 +131,6 @@ def _finisher(tensors: Sequence[torch.Tensor], n: int, how: Any) -> Callable[[],
     return run
 
 
-def _handed(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The bytes a lone send hands to its connection before its receive is issued: copies, as NCCL's kernel copies
-    them into its slots, so the program may overwrite its tensors once the send's wait returns, before the
-    receiver takes them (gloo reads a send's tensor only once the receiver's recv is posted)."""
-    return [t.detach().clone() for t in tensors]
-
-
 def _nothing() -> list[Any]:
     """The inner half of a collective in phantom mode: no data moves."""
     return []
@@ -661,7 +654,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             nbytes=nbytes(tensors),
             tensors=tensors,
             start_inner=self._p2p_start(tensors, dst, tag),
-            start_copied=(lambda: self._p2p_start(_handed(tensors), dst, tag)()) if copy else None,
+            start_copied=(lambda copies: self._p2p_start(copies, dst, tag)()) if copy else None,
             nccl_env=self._nccl_env,
             stream=stream,
             launch=launch,

@@ -10,6 +10,7 @@ one of those storages first joins the collective, as a CUDA stream wait would.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import resource
@@ -30,6 +31,7 @@ from phantora.runtime.clock import VirtualClock
 from phantora.runtime.compute import ROOFLINE_FALLBACK, OpCost, Roofline
 from phantora.runtime.memory import MemoryTracker
 from phantora.runtime.program_env import NcclEnv
+from phantora.runtime.send_copies import SendCopies
 from phantora.runtime.simcuda import cuda_only, kept_values, simapex
 from phantora.runtime.stream_deps import COMPUTE_STREAM, StreamDeps
 from phantora.runtime.timepatch import REAL_PERF_COUNTER_NS
@@ -259,9 +261,11 @@ class RankSession:
         self._windows: dict[tuple[int | None, int], SlotWindow[int]] = {}  # (communicator, peer) -> its connection's
         # handed-off sends (by Pending id)
         self._handed: dict[int, Pending] = {}  # window key -> a send in a window
+        self._nccl_tails: dict[int, tuple[int | None, list[Pending]]] = {}  # NCCL stream -> its last launch's calls
         self._window_ids = itertools.count()
         self.handoff_copies = 0  # real data: lone sends handed off before their receive was issued, copied at issue
-        self.handoff_copy_bytes = 0  # ... and their bytes, held until each send completes
+        self.handoff_copy_bytes = 0  # ... and their bytes in all (`send_copies` frees each once its receive took it)
+        self.send_copies = SendCopies()
         self._launches = itertools.count(1)  # the group launches of transfers' collectives (negative ids: own space)
         self._internal = 0
         self.ops = 0
@@ -483,6 +487,7 @@ class RankSession:
                 if x.nbytes > 0
             ]
         p = self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
+        self._nccl_launched(stream, launch, p)
         if sync:
             self.streams.launched(cuda_stream, p)
         return p
@@ -502,24 +507,27 @@ class RankSession:
         launch: int | None = None,
         cuda_stream: int = COMPUTE_STREAM,
         eager: bool = False,
-        start_copied: Callable[[], list[Any]] | None = None,
+        start_copied: Callable[[list[torch.Tensor]], list[Any]] | None = None,
         comm_ranks: Sequence[int] | None = None,
     ) -> Pending:
         """A user send or recv: matched with its peer by (src, dst, tag, seq); `finalize` runs once it is done.
         `nccl_env`: as `issue`'s. `stream`: the NCCL stream it runs on (ProcessGroupNCCL's pointToPoint: its peer
         pair's, or its group's when batched or under eager init), after what the caller's current CUDA stream
         `cuda_stream` waits for (syncStream); `launch`: its batch's NCCL group launch. Its Work's wait() makes the
-        current stream wait for it, as a collective's does (`stream_wait`). `eager`: a lone send, which is on no
-        NCCL stream (`stream` and `launch` dropped) if its own slots fit its connection's NCCL_STEPS a channel
-        (`Slots.fits`, the only size limit; or the model gives it no slots): its kernel ends at its hand-off
-        (`handoff_at`), which is what its waits see, once the earlier such sends to `peer` on the same communicator
-        whose slots it needs are received (`gate`, phantora/collectives/slot_window.py). The communicator is named
+        current stream wait for it, as a collective's does (`stream_wait`). `eager`: a lone send, which hands off if its
+        own slots fit its connection's NCCL_STEPS a channel (`Slots.fits`, the only size limit; or the model gives it
+        no slots): its kernel starts after the calls before it on its NCCL stream (`_nccl_prior`: NCCL runs a
+        communicator's kernels in turn, whichever CUDA stream or thread issued them) and ends at its hand-off
+        (`handoff_at`), which is what its waits, and the calls after it on that stream, see, once the earlier such
+        sends to `peer` on the same communicator whose slots it needs are received (`gate`,
+        phantora/collectives/slot_window.py). The communicator is named
         by `stream`: ProcessGroupNCCL gives each of its communicators its own stream (ncclStreams_ beside
         devNCCLCommMap_, one pair of maps a process group), so two groups' sends to one peer have two connections.
         A send whose own slots do not fit waits for its receiver on its stream. `start_copied` (real data): the
-        inner half of a send that moves a copy of its tensors, which a handed-off send uses when its receive is not
-        issued yet, since its waits may return, and its caller overwrite the tensors, before the receiver takes
-        them; a send whose receive is already issued moves its caller's tensors, taken before its join returns.
+        inner half of a send given the copies it moves instead of its tensors, which a handed-off send uses when its
+        receive is not issued yet, since its waits may return, and its caller overwrite the tensors, before the
+        receiver takes them (`send_copies` drops each copy once its receiver has); a send whose receive is already
+        issued moves its caller's tensors, taken before its join returns.
         `comm_ranks`: the global ranks of the communicator a lone send runs on when not the pair's own (eager init: its
         group's), which decides whether NCCL uses PXN; a send NCCL moves zero-copy between registered buffers
         (`Slots.zero_copy`) does not hand off: it waits for its receiver on its stream."""
@@ -535,11 +543,11 @@ class RankSession:
         if eager and is_send:
             ns, slots, ready = self._handoff(peer, nbytes, nccl_env, match, on)
         comm = stream
-        if eager and is_send and (slots is None or slots.fits):
-            stream, launch = None, None  # it ends in its connection's buffer: later calls on its stream need not wait
-        else:
+        if not (eager and is_send and (slots is None or slots.fits)):
             ns = None
-        ahead = self.streams.tail(cuda_stream) if ns is not None else []
+        # a send that hands off stays on its NCCL stream: its kernel starts after the calls before it there, and the
+        # calls after it there start at its hand-off (bridge/stream_order.py), as NCCL runs a communicator's kernels
+        ahead = self.streams.tail(cuda_stream) + self._nccl_prior(stream) if ns is not None else []
         gate: list[Pending] = []
         ident = next(self._window_ids)
         if ns is not None and slots is not None:
@@ -550,12 +558,20 @@ class RankSession:
         h = self._p2p(peer, is_send, tag, seq, nbytes, t, label, nccl_env, stream, launch, after, ns, handles, conn, on)
         kind = "send" if is_send else "recv"
         copied = ns is not None and start_copied is not None and not ready
+        copies: list[torch.Tensor] = []
         if copied:
             assert start_copied is not None
-            start_inner = start_copied
+            tensors = list(tensors)
+            with self.internal():
+                copies = SendCopies.clone(tensors)
+            start_inner = functools.partial(start_copied, copies)
             self.handoff_copies += 1
             self.handoff_copy_bytes += nbytes
         p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
+        self._nccl_launched(stream, launch, p)
+        if copied:  # its copies go with their gloo sends, dropped once the receiver took them
+            self.send_copies.add(p.id, (comm, peer, tag), p.inner, copies)
+            p.inner = []
         if ns is not None:
             p.reads_user = start_copied is not None and not copied
             p.handoff_ns, p.handoff_after, p.handoff_gate = ns, ahead, gate
@@ -564,6 +580,22 @@ class RankSession:
             if not ahead and not gate:
                 p.t_handoff = t + ns
         return p
+
+    def _nccl_prior(self, stream: int | None) -> list[Pending]:
+        """The calls of the last launch on NCCL stream `stream` (None: on none), which a call launched there next
+        starts after (NCCL runs a communicator's kernels in turn)."""
+        tail = self._nccl_tails.get(stream) if stream is not None else None
+        return list(tail[1]) if tail is not None else []
+
+    def _nccl_launched(self, stream: int | None, launch: int | None, p: Pending) -> None:
+        """`p` was launched on NCCL stream `stream` (None: on none), in group launch `launch` (None: its own)."""
+        if stream is None:
+            return
+        tail = self._nccl_tails.get(stream)
+        if tail is not None and launch is not None and tail[0] == launch:
+            tail[1].append(p)
+        else:
+            self._nccl_tails[stream] = (launch, [p])
 
     def _handoff(
         self,
@@ -695,6 +727,7 @@ class RankSession:
             for work in p.inner:
                 work.wait()
             p.inner = []
+            self.send_copies.wait(p.id)
             if p.finalize is not None:
                 p.finalize()
             lost = [r for h in p.handles if h in self._lossy for r in self.client.lost(h)]
