@@ -574,7 +574,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data.alltoall(outputs, inputs, AllToAllOptions())]
 
-        transfers = self._pairwise([nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs], self.rank())
+        send, recv = [nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs]
+        # equal parts: one all-to-all, as all_to_all_single's even split (ProcessGroupNCCL runs both as one group)
+        transfers = None if len(set(send)) == 1 and set(recv) == set(send) else self._pairwise(send, recv, self.rank())
         tensors = list(outputs) + list(inputs)
         values = self._all_to_all_values(tensors, lambda: list(inputs), list(outputs))
         return self._coll(
