@@ -177,36 +177,13 @@ def runs(ns3: bool) -> list[Run]:
     for algo, op in (("Tree", "all_gather_into_tensor:8M"), ("PAT", "all_reduce:4M")):
         name = f"testbed16:refuse NCCL_ALGO={algo} {op}"
         out.append(Run(name, "testbed16", (op,), env={"NCCL_ALGO": algo}, refuse="NCCL_ALGO"))
-    out.append(
-        Run("a100x8:refuse NCCL_ALGO=NVLS", "a100x8", ("all_reduce:4M",), env={"NCCL_ALGO": "NVLS"}, refuse="NCCL_ALGO")
-    )
-    out.append(
-        Run(
-            "h100x8:refuse NCCL_PROTO=bogus",
-            "h100x8",
-            ("all_reduce:4M",),
-            env={"NCCL_PROTO": "bogus"},
-            refuse="NCCL_PROTO",
-        )
-    )
-    out.append(
-        Run(
-            "h100x8:refuse NCCL_BUFFSIZE=1",
-            "h100x8",
-            ("all_reduce:4M",),
-            env={"NCCL_BUFFSIZE": "1"},
-            refuse="NCCL_BUFFSIZE",
-        )
-    )
-    out.append(
-        Run(
-            "h100x8:refuse PHANTORA_NCCL_VERSION=2.10",
-            "h100x8",
-            ("all_reduce:4M",),
-            env={"PHANTORA_NCCL_VERSION": "2.10"},
-            refuse="PHANTORA_NCCL_VERSION",
-        )
-    )
+    for topo, var, value in (
+        ("a100x8", "NCCL_ALGO", "NVLS"),
+        ("h100x8", "NCCL_PROTO", "bogus"),
+        ("h100x8", "NCCL_BUFFSIZE", "1"),
+        ("h100x8", "PHANTORA_NCCL_VERSION", "2.10"),
+    ):
+        out.append(Run(f"{topo}:refuse {var}={value}", topo, ("all_reduce:4M",), env={var: value}, refuse=var))
     if ns3:
         small = ("all_reduce:4M", "all_gather_into_tensor:2M", "all_to_all_single:1M", "send_recv:1M", "barrier:0")
         out.append(Run("testbed16:ns3", "testbed16", small, network="ns3", twice=True))

@@ -73,6 +73,20 @@ def run_key(done: list[Completion]) -> str:
     return hashlib.sha256(repr(sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)).encode()).hexdigest()[:12]
 
 
+def _submit_drain(sim: Any, flows: list[Any], marks: Callable[[], Any]) -> tuple[list[Completion], float]:
+    """Submit `flows` at 0 and drain: the completions and the CPU seconds between the two marks; closes `sim`."""
+    try:
+        marks()
+        c0 = time.process_time()
+        sim.submit(flows, 0)
+        done = sim.drain()
+        cpu = time.process_time() - c0
+        marks()
+    finally:
+        sim.close()
+    return done, cpu
+
+
 class _Recorder:
     """A worker pool that keeps each round's messages and the digests of the replies (the pool does the work)."""
 
@@ -126,16 +140,8 @@ def dump(args: argparse.Namespace) -> None:
         if handed:
             marks()
 
-    sim._book = marked_book  # type: ignore[method-assign]
-    try:
-        marks()
-        c0 = time.process_time()
-        sim.submit(flows, 0)
-        done = sim.drain()
-        cpu = time.process_time() - c0
-        marks()
-    finally:
-        sim.close()
+    sim._book = marked_book  # type: ignore[method-assign,assignment]
+    done, cpu = _submit_drain(sim, flows, marks)
     for i, rs in enumerate(rounds):
         (out / f"rounds.w{i}.msgpack").write_bytes(msgpack.packb(rs, use_bin_type=True))
     key = run_key(done)
@@ -207,16 +213,7 @@ def engine(args: argparse.Namespace) -> None:
     topo = load_topology(args.topology)
     flows = fsdp_dag(topo, parse_size_bytes(args.bytes))
     sim = make_engine(EngineSpec("ns3", _config(args)), topo)
-    marks = MARK if args.marks else (lambda: 0)
-    try:
-        marks()
-        c0 = time.process_time()
-        sim.submit(flows, 0)
-        done = sim.drain()
-        cpu = time.process_time() - c0
-        marks()
-    finally:
-        sim.close()
+    done, cpu = _submit_drain(sim, flows, MARK if args.marks else (lambda: 0))
     print(f"one engine: {len(flows)} flows, {cpu:.2f} CPU s, key {run_key(done)}")
 
 
