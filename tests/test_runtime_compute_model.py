@@ -40,7 +40,11 @@ def test_calibrated_is_the_default_everywhere():
     assert RunConfig("train.py").compute_model == "calibrated"
 
 
-def test_start_session_builds_the_calibrated_model():
+def test_start_session_builds_the_calibrated_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a real-data session sets TORCH_GLOO_LAZY_INIT for its rank (gloo_store.connect_lazily): keep it out of this
+    # test process, whose later tests start plain gloo programs (tests/frameworks/test_deepspeed.py's reference run)
+    monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "0")
+    monkeypatch.delenv("TORCH_GLOO_LAZY_INIT")
     from phantora.runtime import compute
     from phantora.runtime.bootstrap import end_session, start_session
     from phantora.runtime.nonet import NoNetworkClient
