@@ -7,7 +7,15 @@ import pytest
 from script_modules import load
 
 from phantora.collectives import AlgoOptions, Collective, decompose
-from phantora.collectives.nccl.published import ITERS, Table, iterations, machine, not_compared, tables
+from phantora.collectives.nccl.published import (
+    ITERS,
+    SETUP_POINTS,
+    Table,
+    iterations,
+    machine,
+    not_compared,
+    tables,
+)
 from phantora.collectives.nccl.settings import nccl_env
 from phantora.netsim.flow import FlowSimulator
 from phantora.report.host_launch import host_ns_per_call
@@ -57,6 +65,33 @@ def test_the_efa_table_is_kept_but_not_compared():
     assert name in {t.name for t in tables(include_degraded=True)}
     assert name not in {t.name for t in tables()}
     assert "EFA" in dict(not_compared())[name]
+
+
+def _inversions(table: Table, drop: float) -> list[int]:
+    """The compared sizes (1 MiB on) from which the published time falls by more than `drop` at twice the size,
+    pairs touching a first-use point aside (`SETUP_POINTS`). Time is size / busbw up to the test's constant factor."""
+    skip = SETUP_POINTS.get(table.name, {})
+    rows = sorted((s, bw) for s, bw in table.rows if s >= MiB and bw > 0)
+    return [
+        a
+        for (a, bw_a), (b, bw_b) in zip(rows, rows[1:], strict=False)
+        if b == 2 * a and a not in skip and b not in skip and (b / bw_b) < (1 - drop) * (a / bw_a)
+    ]
+
+
+def test_the_unstable_dranet_all_gather_is_kept_but_not_compared():
+    """The DraNet pods' all-gather (two A4 hosts, NCCL 2.26.6) is faster at 4 MiB than at 2 and at 32 MiB than at
+    16, by more than the comparison's 15% (933.6 against 1753.7 us, 1240.7 against 1479.0: -47%, -16%); no compared
+    table falls that much as the size doubles outside a first use (the most, -13.8%: Together's NVLS-enabled
+    all-gather from 2 to 4 MiB). So it is listed with that reason and no comparison counts it (docs/validation.md,
+    "Held-out tables")."""
+    everything = {t.name: t for t in tables(include_degraded=True, include_held_out=True)}
+    name = "b200_16gpu_2node_roce400_all_gather_dranetgke"
+    assert _inversions(everything[name], 0.15) == [2 * MiB, 16 * MiB]
+    assert name not in {t.name for t in tables(include_held_out=True)}
+    assert "unstable" in dict(not_compared())[name]
+    for t in tables(include_held_out=True):
+        assert _inversions(t, 0.15) == [], t.name
 
 
 TWO_HOSTS = (
@@ -227,7 +262,7 @@ def test_held_out_tables_are_cited_and_kept_from_the_fitting_benches() -> None:
     """The held-out tables (B200, GB200 NVL72; `held_out=yes`) are cited in SOURCES.md, and `tables()` leaves them
     out unless asked, so no bench that fits the model reads them."""
     sources = (tables()[0].path.parent / "SOURCES.md").read_text()
-    assert len(HELD_OUT) >= 6
+    assert len(HELD_OUT) >= 5  # the sixth, DraNet's all-gather, is kept but not compared (unstable)
     for name, t in HELD_OUT.items():
         assert t.path.name in sources, name
         assert name not in BY_NAME

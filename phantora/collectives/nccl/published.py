@@ -3,7 +3,8 @@ each one ran on, for checking the NCCL model against them (bench/bench_nccl_test
 
 Each CSV's first line (`# system=...; gpus=N; nodes=M; ...`) says the machine; the file name says the GPU and the
 test (`<gpu>_<n>gpu_<m>node_..._<test>_<source>.csv`). A table taken with `NCCL_ALGO=...` is simulated with the
-same restriction. Tables whose source calls the system degraded or misconfigured are listed but not compared.
+same restriction. Tables whose source calls the system degraded or misconfigured, or whose times are unstable (a
+time that falls by more than the comparison's 15% as the size doubles), are listed but not compared.
 Tables whose first line says `held_out=yes` are held out: added after the model was built and never used to fit it
 (B200, GB200 NVL72), `tables()` leaves them out unless asked, so that the fitting benches never see them, and
 bench/bench_nccl_tests.py reports them apart.
@@ -20,8 +21,9 @@ from phantora.collectives.nccl.settings import ENV_VARS
 from phantora.topology.model import Topology
 
 TESTS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
-# misconfigured, or a fabric outside the validation's 400G InfiniBand/RoCE (TCPXO, EFA; see SOURCES.md)
-DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork", "_efa_")
+# misconfigured, unstable (a time that falls as the size doubles), or a fabric outside the validation's 400G
+# InfiniBand/RoCE (TCPXO, EFA; see SOURCES.md)
+DEGRADED = ("nccltests290_default", "nccltests290_ring", "a3megafork", "_efa_", "dranetgke")
 # not built by `machine`: PCIe cards on an NVLink bridge; a NIC the source states nowhere (cluster00), or one
 # inferred only from the same cluster's own measured rates (cluster01's multi-host runs, SOURCES.md)
 NOT_MODELLED = ("pcie", "nicunknown", "nic400assumed")
@@ -150,6 +152,9 @@ def not_compared() -> list[tuple[str, str]]:
         "a3megafork": "not RDMA (GCP A3 Mega: GPUDirect-TCPXO over Ethernet)",
         "_efa_": "not InfiniBand/RoCE (AWS EFA: SRD through the aws-ofi-nccl plugin, 4 x 100G per GPU; its 20 us "
         "8-byte latency and the plugin's costs are in no NCCL code; docs/validation.md)",
+        "dranetgke": "unstable: its time falls by over 15% as the size doubles (2 -> 4 MiB: 1753.7 -> 933.6 us; "
+        "16 -> 32 MiB: 1479.0 -> 1240.7 us) and stays at 234-328 us from 1 to 128 KiB, ten times a 2-host "
+        "all-gather's latency (docs/validation.md)",
         "pcie": "PCIe cards on an NVLink bridge: not a machine `machine` builds",
         "nicunknown": "the cluster's NIC is stated nowhere",
         "nic400assumed": "the cluster's NIC is stated nowhere; 400G was inferred from its own sendrecv and "
