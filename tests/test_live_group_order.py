@@ -64,3 +64,36 @@ def test_a_pair_first_exchanging_after_rank_0_finished_connects(tmp_path) -> Non
     logs = "".join(rep.logs[f"rank {r}"] for r in range(3))
     got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
     assert got == [["1", "2.0"], ["2", "2.0"]]  # the pair's sum of ones
+
+
+SPLIT_AFTER_PAIR = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+    rank = dist.get_rank()
+    pair = dist.new_group([0, 1])
+    x = torch.ones(4)
+    if rank in (0, 1):
+        dist.all_reduce(x, group=pair)
+    block = dist.split_group(split_ranks=[[0, 1, 2]])
+    y = torch.ones(4)
+    dist.all_reduce(y, group=block)
+    print("RESULT", rank, float(x[0]), float(y[0]), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_split_group_after_a_pairs_group_connects(tmp_path) -> None:
+    """torch names a split group by a hash of its ranks and the number of groups this rank has made, so after
+    new_group([0, 1]) ranks 0-1 and rank 2 name the same split differently (rank 2 keeps no handle of the pair).
+    ncclCommSplit runs over the parent communicator, names aside; the split's real-data gloo group rendezvoused
+    under that name and hung (found by bench/bench_nccl_live_sweep.py). It now meets under the parent's split
+    count and the members' global ranks."""
+    script = tmp_path / "split.py"
+    script.write_text(textwrap.dedent(SPLIT_AFTER_PAIR))
+    rep = launch(
+        RunConfig(str(script), topology=leaf_spine(1, 3, 0, name="star3"), nproc=3, trace="none", timeout_s=60)
+    )
+    logs = "".join(rep.logs[f"rank {r}"] for r in range(3))
+    got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+    # the pair's sum is 2 on its members, 1 on rank 2; the split block's (all three) sum is 3 everywhere
+    assert got == [["0", "2.0", "3.0"], ["1", "2.0", "3.0"], ["2", "1.0", "3.0"]]

@@ -201,7 +201,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._ranks = tuple(int(r) for r in ranks)
         self._store = store
         self._timeout = timeout
-        self._splits = 0
+        self._splits = 0  # the splits this rank is a member of (torch names a split's description by it)
+        self._split_calls = 0  # every split of this group, member or not: the same count on all its ranks
         self.torch_backend = ""  # what torch on a CUDA build answers for this group (backend_name.py); "" = default's
         self._name = ""
         self._desc = ""
@@ -251,13 +252,20 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         device_types: Any = None,
     ) -> PhantoraProcessGroup | None:
         """ncclCommSplit as torch's `split_group` asks it: a new phantora group of this group's ranks `ranks`
-        (group ranks), the same collectives over their global ranks; None on a rank outside `ranks`."""
+        (group ranks), the same collectives over their global ranks; None on a rank outside `ranks`.
+
+        Every rank of this group calls it, in the same order (a split is collective over the parent), so the
+        real-data gloo group meets under that call's number and its members' global ranks. Not under
+        `group_name`: torch hashes it from the number of groups the calling rank holds, which differs between
+        ranks that were and were not members of an earlier new_group (the split then hung)."""
+        self._split_calls += 1
         members = sorted(int(r) for r in ranks)
         if self.rank() not in members:
             return None
         self._splits += 1
-        store = PrefixStore(f"phantora-split/{group_name}/", self._store)
         global_ranks = [self._ranks[r] for r in members]
+        meet = f"{self._split_calls}/{'.'.join(map(str, global_ranks))}"
+        store = PrefixStore(f"phantora-split/{meet}/", self._store)
         g = PhantoraProcessGroup(
             store, members.index(self.rank()), len(members), timeout or self._timeout, global_ranks, self._s
         )
@@ -338,6 +346,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
             start = _nothing
             finalize = values() if values is not None else None  # the values are posted here, before the issue
+        grouped = transfers is not None and not self._p2p_open  # one NCCL group on this communicator (p2p_group.py)
+        if grouped:
+            self._p2p_group(self._ranks)
         p = self._s.issue(
             kind=kind,
             name=name or kind,
@@ -356,6 +367,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             nccl_env=self._nccl_env,
             redop=redop,
         )
+        if grouped:
+            self._p2p_group(None)
         return self._work(p, result)
 
     def _me(self) -> int:
