@@ -11,12 +11,14 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import pci_paths
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
+from phantora.collectives.nccl.p2p_group import group_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.redop import least_preferred, skipped
 from phantora.collectives.nccl.register import (
@@ -66,6 +68,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         if opts.algorithm not in ("auto", "direct"):
             return None  # pairwise rounds: phantora's own, under the ideal model
         comm = platform_of(topo, coll.comm, st) if coll.comm else None
+        if comm is not None and comm.pci is None and comm.intra == "nvlink" and p.intra == "nvlink" and coll.inflight:
+            return _p2p_registered(_grouped(coll, topo, comm, st, opts.protocol), p, comm, st)  # its NCCL group's
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
         group = _inflight(coll) if comm is not None and comm.pci is not None and on.pci is not None else ()
@@ -135,6 +139,21 @@ def _p2p_registered(choice: Choice, p: Platform, comm: Platform, st: NcclSetting
     if p2p_zero_copy(comm, st, choice.protocol, p.nnodes == 1, p2p):
         return dataclasses.replace(choice, registered=True)
     return choice
+
+
+def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings, protocol: str) -> Choice:
+    """A grouped send/recv on an NVLink host or across nodes, rated in its NCCL group (`Collective.inflight`, each
+    pair's start and bytes from `inflight_at`): nccl/p2p_group.py."""
+    at = {r: i for i, r in enumerate(coll.comm)}
+    hosts = [0] * len(coll.comm)
+    for h, block in enumerate(host_blocks(topo, [topo.node_of_rank(r) for r in coll.comm])):
+        for pos in block:
+            hosts[pos] = h
+    own = (at[coll.ranks[0]], at[coll.ranks[1]])
+    others = {(at[a], at[b]): (0, coll.nbytes) for a, b in coll.inflight}
+    others.update(_inflight_at(coll))
+    others.pop(own, None)
+    return group_choice(comm, st, tuple(hosts), own, coll.nbytes, others, protocol)
 
 
 def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:

@@ -26,6 +26,7 @@ NCCL has no cost model for p2p (its tuner covers the five collectives), so this 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 from phantora.collectives.nccl import tables as T
@@ -90,6 +91,39 @@ def transfer_channels(nbytes: int, least: int, most: int, min_part: int, max_par
     return n
 
 
+@dataclass(frozen=True)
+class TransferLayout:
+    """How a communicator cuts its p2p transfers into channel parts (enqueue.cc `addP2pToPlan`): its p2p channels,
+    a transfer's least and most channels, and the smallest and largest part."""
+
+    total: int
+    least: int
+    most: int
+    min_part: int
+    max_part: int
+
+    def channels(self, nbytes: int) -> int:
+        """The channels a transfer of `nbytes` runs on (`transfer_channels`)."""
+        return transfer_channels(nbytes, self.least, self.most, self.min_part, self.max_part)
+
+
+def transfer_layout(on: Platform, st: NcclSettings, moves: bool = True) -> TransferLayout:
+    """The p2p layout of communicator `on` (`moves`: some transfer has bytes, so an empty chunk is refused)."""
+    chunk = comm_p2p_chunk(on, st)
+    if moves:  # p2pChunkSize = min(its chunk, buffSize / NCCL_STEPS): NCCL's part sizes divide by it
+        refuse_empty_chunk(chunk, "a send/recv's p2p chunk", "Simple", st)
+    min_part, max_part = (chunk // 8, chunk * 32) if on.nnodes == 1 else (chunk // 2, chunk)
+    total = p2p_channels(on, st)
+    least, most = p2p_channel_range(on, total, st.net_peer_channels)
+    return TransferLayout(total, least, most, min_part, max_part)
+
+
+def auto_protocol(intra: bool, nbytes: int, nch: int) -> str:
+    """NCCL's protocol for a transfer of `nbytes` on `nch` channels: LL inside a node up to 16 KiB a channel, else
+    Simple."""
+    return "LL" if intra and nbytes <= nch * T.P2P_LL_THRESHOLD else "Simple"
+
+
 @lru_cache(maxsize=1024)
 def channels_at_work(p: Platform, parts: int, p2p_total: int, remote: bool) -> int:
     """The distinct p2p channels one rank's transfers of `parts` parts each run on, to its peers on other nodes
@@ -140,20 +174,15 @@ def p2p_choice(
     per_peer = coll.nbytes if coll.kind == "send_recv" else coll.nbytes // p.nranks
     intra = p.nnodes == 1
     on = comm or p  # the communicator sets the chunk, the part sizes and the channels (init.cc, enqueue.cc)
-    one_node = on.nnodes == 1
-    chunk = comm_p2p_chunk(on, st)
-    if per_peer > 0:  # p2pChunkSize = min(its chunk, buffSize / NCCL_STEPS): NCCL's part sizes divide by it
-        refuse_empty_chunk(chunk, "a send/recv's p2p chunk", "Simple", st)
-    min_part, max_part = (chunk // 8, chunk * 32) if one_node else (chunk // 2, chunk)
-    total = p2p_channels(on, st)
-    least, most = p2p_channel_range(on, total, st.net_peer_channels)
-    nch = transfer_channels(per_peer, least, most, min_part, max_part)
+    layout = transfer_layout(on, st, per_peer > 0)
+    total = layout.total
+    nch = layout.channels(per_peer)
 
     def at_work(remote: bool) -> int:  # a send/recv has one peer: its own channels are all at work
         return channels_at_work(on, nch, total, remote) if coll.kind == "all_to_all" else nch
 
     if protocol == "auto":
-        protocol = "LL" if intra and per_peer <= nch * T.P2P_LL_THRESHOLD else "Simple"
+        protocol = auto_protocol(intra, per_peer, nch)
     if protocol == "LL" and per_peer > 0:
         refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
     pi = T.PROTOCOLS.index(protocol)
@@ -205,5 +234,5 @@ def _group_rate(
     starts = {p: float(at.get(p, (0, nbytes))[0]) for p in inflight}
     sizes = {p: float(at.get(p, (0, nbytes))[1]) for p in inflight}
     starts[own], sizes[own] = 0.0, float(nbytes)
-    end = group_ends(h, starts, sizes)[own]
+    end = group_ends(lambda running: pair_rates(h, running), starts, sizes)[own]
     return nbytes / end if end > 0 else pair_rates(h, list(inflight))[own]

@@ -19,6 +19,8 @@ in flight together filling the links at one rate until a link is full (progressi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from phantora.collectives.nccl.pci_paths import (
     INTEL_P2P_OVERHEAD,
     PHB,
@@ -63,11 +65,14 @@ def pair_rates(h: PciHost, pairs: list[tuple[int, int]]) -> dict[tuple[int, int]
 
 
 def group_ends(
-    h: PciHost, starts: dict[tuple[int, int], float], sizes: dict[tuple[int, int], float]
+    rates_of: Callable[[list[tuple[int, int]]], dict[tuple[int, int], float]],
+    starts: dict[tuple[int, int], float],
+    sizes: dict[tuple[int, int], float],
 ) -> dict[tuple[int, int], float]:
     """When each pair of one NCCL group ends (ns) whose transfers start at `starts` (ns; a pair runs once both
-    peers' kernels run) with `sizes` bytes: the pairs in flight at each moment share the links (`pair_rates`), their
-    shares set again at every start and end (GB/s = bytes per ns)."""
+    peers' kernels run) with `sizes` bytes: the pairs in flight at each moment move at `rates_of(those pairs)` (a
+    PCIe host: their shares of its links, `pair_rates`; NVLink and network: nccl/p2p_group.py), set again at every
+    start and end (GB/s = bytes per ns)."""
     left = dict(sizes)
     ends: dict[tuple[int, int], float] = {p: starts[p] for p, b in sizes.items() if b <= 0}
     now = min(starts.values(), default=0.0)
@@ -77,7 +82,7 @@ def group_ends(
         if not running:
             now = min(later)
             continue
-        rate = pair_rates(h, running)
+        rate = rates_of(running)
         step = min(left[p] / rate[p] for p in running)
         if later and min(later) - now < step:
             step = min(later) - now

@@ -1,0 +1,201 @@
+"""A group of p2p transfers with any bytes per pair, as NCCL runs it (uneven all-to-all, gather, scatter, a batch).
+
+NCCL has no all-to-all of its own: torch's ProcessGroupNCCL runs all_to_all_single (even or uneven splits),
+all_to_all's lists, gather and scatter as ncclGroupStart, an ncclSend and an ncclRecv per peer, ncclGroupEnd, and a
+batch_isend_irecv the same way. At ncclGroupEnd NCCL's p2p scheduler (enqueue.cc) plans each rank's transfers
+whatever their sizes: each by its round (`p2p_schedule`: the peer's delta, rounds of
+NCCL_MAX_DEV_WORK_P2P_PER_BATCH, `ncclP2pChannelBaseForRound`), cut into channel parts by its own bytes
+(`addP2pToPlan`: `p2p.TransferLayout`), LL inside a node up to 16 KiB a channel, else Simple. So one model rates
+every such group, given its pairs' bytes:
+
+- a transfer's channels, parts and protocol: its own bytes, as a lone send/recv's on the same communicator;
+- latency: one launch and one step of its protocol over its link (the ring's figures, as `p2p_choice`), and
+  across nodes NCCL's network overhead for each proxy op of the busier end's remote transfers, one per part and
+  direction (2 x sum of their parts; an even all-to-all: 2 (n - ppn) parts);
+- rate: each GPU's sends (and, alike, its receives) in flight move at the channels they run on, distinct channels
+  counted once, each channel `channel_links(k)` NVLinks (or that share of NCCL's per-channel network figure, at
+  most the NIC), the GPU's NVLink at most; a transfer has its part of that by its channels, and the lesser of its
+  sender's and receiver's side. k is the GPU's fan-out, its sends (receives) in flight. The pairs' rates are set
+  again as each transfer starts and ends (`pci_p2p.group_ends`), so a skewed group's large transfer speeds up
+  once the small ones are done.
+
+`channel_links`: measured at the two ends (tests/data/nccl_tests, `p2p.P2P_LINKS_PER_CHANNEL`): a GPU with one
+peer in flight (sendrecv_perf) moves one NVLink a channel, up to 32 channels, so the halving is not a channel count
+limit; a GPU sending to all its peers at once (alltoall_perf on 8 H100s) moves half a link a channel. No table has
+a fan-out between, so it is linear in k between those ends: the least assumption that meets both and is monotone.
+A group whose pairs are all equal is then rated as `p2p_choice` rates the all-to-all (`tests/test_p2p_group.py`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.chunking import refuse_empty_chunk, step_bytes
+from phantora.collectives.nccl.p2p import (
+    P2P_LINKS_PER_CHANNEL,
+    auto_protocol,
+    net_channel_bw,
+    transfer_layout,
+)
+from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
+from phantora.collectives.nccl.pci_p2p import group_ends
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.settings import NcclSettings
+from phantora.collectives.nccl.tuning import Choice, net_overhead_us
+
+Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
+ONE_PEER = P2P_LINKS_PER_CHANNEL["send_recv"]
+ALL_PEERS = P2P_LINKS_PER_CHANNEL["all_to_all"]
+LL128_SHARE = 0.92  # as p2p_choice: LL128 moves 120 of each 128 bytes
+
+
+def channel_links(k: int, peers: int) -> float:
+    """NVLinks one p2p channel moves on a GPU with `k` peers in flight one way, of the `peers` it has: one for one
+    peer (send/recv), half for all of them (all-to-all), linear between (see the module's docstring)."""
+    if k <= 1 or peers <= 1:
+        return ONE_PEER
+    return ONE_PEER - (ONE_PEER - ALL_PEERS) * (min(k, peers) - 1) / (peers - 1)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One transfer of the group as NCCL plans it: its channels (ids), protocol and whether it crosses nodes."""
+
+    channels: tuple[int, ...]
+    protocol: str
+    remote: bool
+
+
+@dataclass(frozen=True)
+class GroupRating:
+    """A group's transfers planned and timed: each pair's plan, end (ns after the group's origin) and latency."""
+
+    parts: Mapping[Pair, Part]
+    ends: Mapping[Pair, float]
+    lat_us: Mapping[Pair, float]
+
+
+def plan_parts(
+    on: Platform, st: NcclSettings, hosts: tuple[Hashable, ...], sizes: Mapping[Pair, int], protocol: str = "auto"
+) -> dict[Pair, Part]:
+    """Each transfer's channels (by its sender's rounds on communicator `on`, whose position i is on host
+    `hosts[i]`), protocol (`protocol`, or NCCL's by size) and whether it crosses nodes."""
+    layout = transfer_layout(on, st, any(n > 0 for n in sizes.values()))
+    out = {}
+    for (s, d), n in sizes.items():
+        nch = layout.channels(n)
+        remote = hosts[s] != hosts[d]
+        proto = auto_protocol(not remote, n, nch) if protocol == "auto" else protocol
+        if proto == "LL" and n > 0:
+            refuse_empty_chunk(step_bytes("LL", st) // 2, "a send/recv's LL step", "LL", st)
+        out[(s, d)] = Part(tuple(transfer_channel_ids(hosts, s, d, nch, layout.total)), proto, remote)
+    return out
+
+
+def pair_rates(on: Platform, parts: Mapping[Pair, Part], running: Sequence[Pair]) -> dict[Pair, float]:
+    """The GB/s (bytes per ns) each of the `running` transfers moves while they are in flight together."""
+    link = T.NVLINK_BW_PER_LINK[on.arch]
+    net_channel = net_channel_bw(on, "all_to_all") / ALL_PEERS  # per NVLink-equivalent of a channel's share
+    peers = on.nranks - 1
+    sides: dict[tuple[int, int, bool], list[Pair]] = defaultdict(list)  # (gpu, 0 out / 1 in, remote) -> pairs
+    fanout: dict[tuple[int, int], int] = defaultdict(int)
+    for pair in running:
+        remote = parts[pair].remote
+        sides[(pair[0], 0, remote)].append(pair)
+        sides[(pair[1], 1, remote)].append(pair)
+        fanout[(pair[0], 0)] += 1
+        fanout[(pair[1], 1)] += 1
+    share: dict[tuple[Pair, int], float] = {}
+    for (gpu, way, remote), pairs in sides.items():
+        used = {c for pair in pairs for c in parts[pair].channels}
+        per_channel = channel_links(fanout[(gpu, way)], peers)
+        if remote:
+            total = len(used) * per_channel * net_channel
+            total = min(total, on.nic_bw) if on.nic_bw else total
+        else:
+            total = min(on.gpu_intra_bw, len(used) * per_channel * link)
+        weights = {pair: len(parts[pair].channels) for pair in pairs}
+        whole = sum(weights.values())
+        ll = T.LL_MAX_BW[on.arch][0]
+        for pair in pairs:
+            mine = total * weights[pair] / whole
+            proto = parts[pair].protocol
+            if proto == "LL":  # half of each line is flags, and LL's ceiling, shared as the channels are
+                mine = min(mine * 0.5, ll * weights[pair] / whole)
+            elif proto == "LL128":
+                mine *= LL128_SHARE
+            share[(pair, way)] = mine
+    return {pair: min(share[(pair, 0)], share[(pair, 1)]) for pair in running}
+
+
+def rate_group(
+    on: Platform,
+    st: NcclSettings,
+    hosts: tuple[Hashable, ...],
+    pairs: Mapping[Pair, tuple[int, int]],
+    protocol: str = "auto",
+) -> GroupRating:
+    """The group of transfers `pairs` ((start ns, bytes) by (sender, receiver) position in `on`) planned and timed."""
+    key = tuple(sorted((s, d, t, n) for (s, d), (t, n) in pairs.items()))
+    return _rate_group(on, st, hosts, key, protocol)
+
+
+@lru_cache(maxsize=256)
+def _rate_group(
+    on: Platform,
+    st: NcclSettings,
+    hosts: tuple[Hashable, ...],
+    key: tuple[tuple[int, int, int, int], ...],
+    protocol: str,
+) -> GroupRating:
+    """`rate_group` on its canonical key (every pair of a group launched at one time asks the same)."""
+    sizes = {(s, d): n for s, d, _, n in key}
+    parts = plan_parts(on, st, hosts, sizes, protocol)
+    starts = {(s, d): float(t) for s, d, t, _ in key}
+    ends = group_ends(lambda running: pair_rates(on, parts, running), starts, {p: float(n) for p, n in sizes.items()})
+    ovh = net_overhead_us(on, st)
+    ops: dict[tuple[int, int], int] = defaultdict(int)  # (gpu, 0 send / 1 receive) -> its remote transfers' parts
+    for (s, d), part in parts.items():
+        if part.remote:
+            ops[(s, 0)] += len(part.channels)
+            ops[(d, 1)] += len(part.channels)
+    lat = {}
+    for (s, d), part in parts.items():
+        pi = T.PROTOCOLS.index(part.protocol)
+        hw = "net" if part.remote else "nvlink"
+        lat[(s, d)] = T.BASE_LAT["ring"][pi] + T.HW_LAT[hw]["ring"][pi]
+        if part.remote:  # the proxy posts one op per part and direction of each remote transfer in turn
+            lat[(s, d)] += 2 * max(ops[(s, 0)], ops[(d, 1)]) * ovh
+    return GroupRating(parts, ends, lat)
+
+
+def group_choice(
+    on: Platform,
+    st: NcclSettings,
+    hosts: tuple[Hashable, ...],
+    own: Pair,
+    nbytes: int,
+    others: Mapping[Pair, tuple[int, int]],
+    protocol: str = "auto",
+) -> Choice:
+    """The choice of transfer `own` (`nbytes`, starting at 0) in its group, whose other pairs start and move
+    `others` ((start offset ns, bytes) by pair): its protocol and channels, its latency, and its average rate over
+    its time in the group's schedule, as its flows' caps (inside a node `peer_bw`, across nodes `net_bw`)."""
+    rating = rate_group(on, st, hosts, {**others, own: (0, nbytes)}, protocol)
+    part, end, lat = rating.parts[own], rating.ends[own], rating.lat_us[own]
+    rate = nbytes / end if end > 0 else 0.0
+    algbw = rate
+    return Choice(
+        "p2p",
+        part.protocol,
+        len(part.channels),
+        lat,
+        algbw,
+        lat + end / 1000.0,
+        0.0 if part.remote else rate,
+        net_bw=rate if part.remote else 0.0,
+    )

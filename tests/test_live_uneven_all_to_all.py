@@ -1,0 +1,69 @@
+"""A live uneven all_to_all_single (an MoE token dispatch, skewed to one expert) runs as NCCL runs it: one group of
+sends and receives on the 8-rank communicator (nccl/p2p_group.py), not 56 lone send/recvs on 2-rank ones.
+
+8 H100s, --phantom. Rank s sends rank d 16 x (1 + (s + 2d) mod 3) rows of 4 KiB (64, 128 or 192 KiB) except rank 0,
+which sends rank 1 4,096 rows (16 MiB). Closed form from NCCL's figures (tests/test_p2p_group.py's docstring): a
+transfer of 64 KiB per channel up to 4 runs on 1-3 channels, the large one on 4 (32 p2p channels / 8 ranks);
+the rounds' channels are distinct; with 7 peers in flight each way a channel moves half an NVLink (10.3 GB/s), so
+every small transfer ends after 64 KiB / 10.3 GB/s, and the large one, then alone (one peer each way), moves on at a
+link a channel (4 x 20.6 GB/s). Latency 11.8 us (Simple: ring base 6.8 + NVLink hop 5). Before, each pair ran as
+a lone send/recv on its own 2-rank communicator (16 channels: the 16 MiB took 63.6 us, here 218.6)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from phantora.launcher import RunConfig, launch
+from phantora.topology import dgx_host
+
+SCRIPT = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    n, me = dist.get_world_size(), dist.get_rank()
+    torch.cuda.set_device(me)
+    def rows(src, dst):
+        return 4096 if (src, dst) == (0, 1) else 16 * (1 + (src + 2 * dst) % 3)
+    ins, outs = [rows(me, j) for j in range(n)], [rows(j, me) for j in range(n)]
+    x = torch.ones(sum(ins), 1024, device="cuda")
+    y = torch.empty(sum(outs), 1024, device="cuda")
+    dist.barrier()
+    torch.cuda.synchronize()
+    dist.all_to_all_single(y, x, outs, ins)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+"""
+LINK, LAT_NS, ROW = 20.6, 11_800, 4096
+
+
+def rows(src: int, dst: int) -> int:
+    return 4096 if (src, dst) == (0, 1) else 16 * (1 + (src + 2 * dst) % 3)
+
+
+def test_a_skewed_all_to_all_single_is_one_nccl_group(tmp_path) -> None:
+    script = tmp_path / "moe.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    cfg = RunConfig(str(script), topology=dgx_host(8, gpu="h100"), nproc=8, tensors="phantom", trace="none",
+                    timeout_s=120, out_dir=str(tmp_path / "o"))  # fmt: skip
+    launch(cfg)
+    recs = json.loads((tmp_path / "o" / "cosim.json").read_text())["collectives"]
+    recs = [r for r in recs if r["kind"] != "all_reduce"]  # the barrier
+    assert len(recs) == 56 and {r["kind"] for r in recs} == {"send_recv"}
+    assert {tuple(r["comm"]) for r in recs} == {tuple(range(8))}  # on the group's communicator
+    assert len({r["t_start"] for r in recs}) == 1  # one group launch, after the barrier
+    t_small = 64 * 1024 / (0.5 * LINK)  # ns: every small transfer, 64 KiB a channel at half a link a channel
+    for r in recs:
+        src, dst = r["group"]
+        nbytes = rows(src, dst) * ROW
+        assert r["nbytes"] == nbytes
+        took = r["end_ns"] - r["t_start"]
+        if (src, dst) == (0, 1):
+            expect = t_small + (nbytes - 4 * 0.5 * LINK * t_small) / (4 * LINK)
+            assert (r["nccl"]["protocol"], r["nccl"]["channels"]) == ("Simple", 4)
+        else:
+            expect = t_small
+            assert (r["nccl"]["protocol"], r["nccl"]["channels"]) == ("Simple", nbytes // (64 * 1024))
+        assert took == pytest.approx(LAT_NS + expect, abs=2)
+        assert r["nccl"]["model_time_us"] == pytest.approx((LAT_NS + expect) / 1e3, abs=1e-3)

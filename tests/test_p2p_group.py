@@ -1,0 +1,105 @@
+"""A group of p2p transfers with any bytes per pair (nccl/p2p_group.py) against closed forms: an even group is the
+all-to-all, a two-way exchange is two send/recvs, a gather's root shares its receive side, and a skewed group's
+large transfer speeds up to a send/recv's rate once the small ones are done.
+
+NCCL's figures restated: an H100's NVLink moves 20.6 GB/s in NCCL's units (`NVLINK_BW_PER_LINK`); on 8 ranks a
+transfer runs on nChannelsMin = 32 p2p channels / 8 ranks = 4 channels from 4 x 64 KiB (the NVLink chunk's eighth
+is the least part), 1 channel up to 64 KiB; round k of an 8-GPU node starts at channel bitrev5(k): 16, 8, 24, 4, 20,
+12, 28 for k = 1..7, so the rounds' parts never share a channel (at most 4 parts each); a Simple transfer's latency
+is the ring's base plus one NVLink step, 6.8 + 5 = 11.8 us (NCCL's tuning.cc tables)."""
+
+from __future__ import annotations
+
+import pytest
+
+from phantora.collectives import AlgoOptions, Collective
+from phantora.collectives.nccl import choose
+from phantora.collectives.nccl.p2p_group import channel_links
+from phantora.collectives.nccl.settings import nccl_env
+from phantora.topology import dgx_host, load_topology
+
+KiB, MiB = 1 << 10, 1 << 20
+LINK = 20.6  # GB/s, NCCL's H100 NVLink
+LAT_SIMPLE = 6.8 + 5.0  # us, ring base + NVLink hop, Simple
+HOST = dgx_host(8, gpu="h100")
+OPTS = AlgoOptions(nccl_env=nccl_env({}))
+RANKS = tuple(range(8))
+
+
+def grouped(sizes: dict[tuple[int, int], int], own: tuple[int, int], topo=HOST, ranks=RANKS):
+    """The choice of `own` in the group `sizes` (all starting together), as the coordinator asks it."""
+    at = tuple((a, b, 0, n) for (a, b), n in sizes.items() if n != sizes[own] and (a, b) != own)
+    coll = Collective("send_recv", own, sizes[own], "uint8", comm=ranks, inflight=tuple(sizes), inflight_at=at)
+    return choose(coll, topo, OPTS)
+
+
+def test_the_fan_out_interpolates_between_the_measured_ends() -> None:
+    assert channel_links(1, 7) == 1.0  # sendrecv_perf: a link a channel
+    assert channel_links(7, 7) == 0.5  # alltoall_perf on 8 H100s: half a link a channel
+    assert channel_links(4, 7) == pytest.approx(0.75)  # halfway in fan-out, halfway in rate
+    assert channel_links(1, 1) == 1.0  # two ranks: each has one peer
+
+
+@pytest.mark.parametrize("per_peer", [1 * KiB, 64 * KiB, 1 * MiB, 8 * MiB, 64 * MiB])
+def test_an_even_group_is_the_all_to_all(per_peer: int) -> None:
+    a2a = choose(Collective("all_to_all", RANKS, per_peer * 8, "uint8"), HOST, OPTS)
+    sizes = {(a, b): per_peer for a in RANKS for b in RANKS if a != b}
+    for own in [(0, 1), (3, 7), (6, 2)]:
+        c = grouped(sizes, own)
+        assert (c.protocol, c.channels) == (a2a.protocol, a2a.channels)
+        assert c.time_us == pytest.approx(a2a.time_us, rel=1e-12)
+
+
+@pytest.mark.parametrize("per_peer", [1 * MiB, 8 * MiB])
+def test_an_even_group_across_two_hosts_is_the_all_to_all(per_peer: int) -> None:
+    topo, ranks = load_topology("testbed16"), tuple(range(16))
+    a2a = choose(Collective("all_to_all", ranks, per_peer * 16, "uint8"), topo, OPTS)
+    sizes = {(a, b): per_peer for a in ranks for b in ranks if a != b}
+    slowest = max(grouped(sizes, own, topo, ranks).time_us for own in [(0, 8), (0, 1), (9, 3)])
+    assert slowest == pytest.approx(a2a.time_us, rel=1e-12)
+
+
+def test_a_two_way_uneven_exchange_is_two_send_recvs() -> None:
+    sizes = {(0, 1): 8 * MiB, (1, 0): 2 * MiB}  # each GPU has one peer each way: a link a channel, 4 channels
+    for own, nbytes in sizes.items():
+        c = grouped(sizes, own)
+        lone = choose(Collective("send_recv", own, nbytes, "uint8", comm=RANKS), HOST, OPTS)
+        assert c.channels == lone.channels == 4
+        assert c.time_us == pytest.approx(LAT_SIMPLE + nbytes / (4 * LINK) / 1e3, rel=1e-9)
+        assert c.time_us == pytest.approx(lone.time_us, rel=1e-9)
+
+
+def test_a_skewed_group_s_large_transfer_runs_alone_once_the_small_ones_end() -> None:
+    big, small = 16 * MiB, 64 * KiB  # 0 -> 1 on 4 channels; every other pair 1 channel, Simple (> 16 KiB)
+    sizes = {(a, b): small for a in RANKS for b in RANKS if a != b}
+    sizes[(0, 1)] = big
+    # all in flight: every GPU has 7 peers each way, half a link a channel; the rounds' channels are distinct, so
+    # each transfer has its own channels' rate: the small ones 0.5 LINK, the large one 4 x 0.5 LINK
+    t1 = small / (0.5 * LINK)  # ns
+    left = big - 4 * 0.5 * LINK * t1
+    t_big = t1 + left / (4 * LINK)  # then alone: one peer each way, a link a channel
+    assert grouped(sizes, (0, 1)).time_us == pytest.approx(LAT_SIMPLE + t_big / 1e3, rel=1e-9)
+    assert grouped(sizes, (2, 5)).time_us == pytest.approx(LAT_SIMPLE + t1 / 1e3, rel=1e-9)
+    assert grouped(sizes, (0, 1)).channels == 4
+
+
+def test_a_gather_s_root_shares_its_receive_side() -> None:
+    part = 8 * MiB  # 4 channels each; the root receives on 7 x 4 = 28 distinct channels at half a link each
+    sizes = {(j, 0): part for j in range(1, 8)}
+    c = grouped(sizes, (3, 0))
+    root_side = 28 * 0.5 * LINK  # GB/s into the root, shared by its 7 senders
+    assert c.time_us == pytest.approx(LAT_SIMPLE + 7 * part / root_side / 1e3, rel=1e-9)
+
+
+def test_a_scatter_from_the_root_is_the_gather_reversed() -> None:
+    part = 8 * MiB
+    gather = grouped({(j, 0): part for j in range(1, 8)}, (3, 0))
+    scatter = grouped({(0, j): part for j in range(1, 8)}, (0, 5))
+    assert scatter.time_us == pytest.approx(gather.time_us, rel=1e-12)
+
+
+def test_small_transfers_run_ll_at_half_rate() -> None:
+    sizes = {(0, 1): 8 * KiB, (1, 0): 1 * MiB}  # 8 KiB on 1 channel: LL (at most 16 KiB a channel)
+    c = grouped(sizes, (0, 1))
+    assert (c.protocol, c.channels) == ("LL", 1)
+    assert c.algbw == pytest.approx(0.5 * LINK, rel=1e-9)
