@@ -15,6 +15,7 @@ A workload is a TOML (or JSON) file::
     after = ["fwd"]       # ops that must be done on a rank before it issues this one
     gap = "200us"         # compute time on each rank between its last `after` and the issue
     root = 0              # broadcast/reduce: group-local root index
+    splits = [[0, 4], [8, 0]]  # all_to_all: row i, the bytes group rank i sends each (one NCCL group of transfers)
     src = 0               # send_recv: the two ranks (instead of `ranks`)
     dst = 8
     repeat = 4            # optional: expand into name.0 .. name.3, each after the previous
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ _OP_KEYS = {
     "chunk_bytes",
     "protocol",
     "model",
+    "splits",
 }
 _ALGO_KEYS = ("algorithm", "granularity", "channels", "chunk_bytes", "protocol", "model")
 
@@ -73,6 +75,7 @@ class WorkloadOp:
     after: tuple[str, ...] = ()
     gap_ns: int = 0
     algo: dict[str, Any] = field(default_factory=dict)  # the op's own collective options, over the run's
+    group: str = ""  # one transfer of this all_to_all op with `splits`: one NCCL group (nccl/p2p_group.py)
 
 
 @dataclass
@@ -164,13 +167,51 @@ def _op_from_dict(raw: dict[str, Any], index: int, world: int | None, source: st
         if exc.file is None:
             raise InputError(str(exc), file=source, field=exc.field) from None
         raise
-    if repeat == 1:
-        return [WorkloadOp(name, coll, at, tuple(str(a) for a in after), gap, algo)]
+    pairs = _split_pairs(raw, coll, where, source) if "splits" in raw else None
     ops = []
     for i in range(repeat):
         deps = tuple(str(a) for a in after) if i == 0 else (f"{name}.{i - 1}",)
-        ops.append(WorkloadOp(f"{name}.{i}", coll, at + i * every, deps, gap, algo))
+        one = name if repeat == 1 else f"{name}.{i}"
+        if pairs is None:
+            ops.append(WorkloadOp(one, coll, at + i * every, deps, gap, algo))
+        else:  # the group's transfers, each an op; `after` naming the group names them all (workload_from_dict)
+            ops.extend(
+                WorkloadOp(f"{one}/{c.ranks[0]}>{c.ranks[1]}", c, at + i * every, deps, gap, algo, one) for c in pairs
+            )
     return ops
+
+
+def _split_pairs(raw: dict[str, Any], coll: Collective, where: str, source: str) -> list[Collective]:
+    """An all_to_all's `splits` (row i: the bytes group rank i sends each group rank) as its transfers: send/recvs on
+    the group's communicator, each knowing the others in flight (`Collective.inflight`), as ProcessGroupNCCL runs an
+    uneven all_to_all_single: one NCCL group of an ncclSend and an ncclRecv per peer."""
+    n = len(coll.ranks)
+    rows = raw["splits"]
+    try:
+        if coll.kind != "all_to_all":
+            raise InputError(f"{where}: splits are an all_to_all's, not a {coll.kind}'s", field="splits")
+        if not isinstance(rows, list) or len(rows) != n or any(not isinstance(r, list) or len(r) != n for r in rows):
+            raise InputError(
+                f"{where}: splits must be {n} rows of {n} sizes (one per rank of the group)", field="splits"
+            )
+        sizes = {}
+        for i, row in enumerate(rows):
+            for j, v in enumerate(row):
+                b = parse_size_bytes(v)
+                if b < 0:
+                    raise InputError(f"{where}: splits[{i}][{j}] must be >= 0, got {v!r}", field="splits")
+                if b and i != j:
+                    sizes[(coll.ranks[i], coll.ranks[j])] = b
+        if not sizes:
+            raise InputError(f"{where}: splits move no bytes between ranks", field="splits")
+    except InputError as exc:
+        raise InputError(str(exc), file=source, field=exc.field) from None
+    inflight = tuple(sizes)
+    out = []
+    for pair, b in sizes.items():
+        at = tuple((x, y, 0, m) for (x, y), m in sizes.items() if m != b)
+        out.append(Collective("send_recv", pair, b, coll.dtype, comm=coll.ranks, inflight=inflight, inflight_at=at))
+    return out
 
 
 def workload_from_dict(data: dict[str, Any], world: int | None = None, source: str = "<memory>") -> Workload:
@@ -190,6 +231,12 @@ def workload_from_dict(data: dict[str, Any], world: int | None = None, source: s
         if "redop" not in raw and merged.get("kind") not in REDUCING:  # a default reduction: for the reducing ops
             merged.pop("redop", None)
         ops.extend(_op_from_dict(merged, i, world, source))
+    groups: dict[str, list[str]] = {}  # an all_to_all with splits -> its transfers' ops
+    for op in ops:
+        if op.group:
+            groups.setdefault(op.group, []).append(op.name)
+    if groups:
+        ops = [replace(op, after=tuple(x for a in op.after for x in groups.get(a, [a]))) for op in ops]
     seen: set[str] = set()
     for op in ops:
         if op.name in seen:
@@ -218,8 +265,13 @@ def load_workload(path: str | Path, world: int | None = None) -> Workload:
 
 def workload_to_dict(wl: Workload) -> dict[str, Any]:
     """The inverse of workload_from_dict (explicit ranks, sizes in bytes, times in ns)."""
-    ops = []
+    ops: list[dict[str, Any]] = []
+    group_of = {op.name: op.group for op in wl.ops if op.group}
+    done: dict[str, dict[str, Any]] = {}
     for op in wl.ops:
+        if op.group:  # an all_to_all with splits, once, from its transfers
+            _add_split(op, done, ops, group_of)
+            continue
         d: dict[str, Any] = {"name": op.name, "kind": op.coll.kind, "bytes": op.coll.nbytes, "dtype": op.coll.dtype}
         if op.coll.kind == "send_recv":
             d["src"], d["dst"] = op.coll.ranks
@@ -230,12 +282,32 @@ def workload_to_dict(wl: Workload) -> dict[str, Any]:
         if op.at_ns:
             d["at"] = op.at_ns
         if op.after:
-            d["after"] = list(op.after)
+            d["after"] = list(dict.fromkeys(group_of.get(a, a) for a in op.after))
         if op.gap_ns:
             d["gap"] = op.gap_ns
         d.update(op.algo)
         ops.append(d)
     return {"name": wl.name, "description": wl.description, "op": ops}
+
+
+def _add_split(
+    op: WorkloadOp, done: dict[str, dict[str, Any]], ops: list[dict[str, Any]], group_of: dict[str, str]
+) -> None:
+    """`workload_to_dict` of one transfer of an all_to_all with splits: its bytes into the group's op."""
+    comm = op.coll.comm
+    d = done.get(op.group)
+    if d is None:
+        d = done[op.group] = {"name": op.group, "kind": "all_to_all", "dtype": op.coll.dtype, "ranks": list(comm)}
+        d["splits"] = [[0] * len(comm) for _ in comm]
+        if op.at_ns:
+            d["at"] = op.at_ns
+        if op.after:
+            d["after"] = list(dict.fromkeys(group_of.get(a, a) for a in op.after))
+        if op.gap_ns:
+            d["gap"] = op.gap_ns
+        d.update(op.algo)
+        ops.append(d)
+    d["splits"][comm.index(op.coll.ranks[0])][comm.index(op.coll.ranks[1])] = op.coll.nbytes
 
 
 STEP_SEP = "@"  # op "bucket" of repetition k of a repeated workload is "bucket@k"

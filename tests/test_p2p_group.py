@@ -103,3 +103,52 @@ def test_small_transfers_run_ll_at_half_rate() -> None:
     c = grouped(sizes, (0, 1))
     assert (c.protocol, c.channels) == ("LL", 1)
     assert c.algbw == pytest.approx(0.5 * LINK, rel=1e-9)
+
+
+def _replay(ops: list[dict]):
+    from phantora.netsim.flow import FlowSimulator
+    from phantora.replay import replay_inprocess
+    from phantora.workload import workload_from_dict
+
+    wl = workload_from_dict({"op": ops}, world=8)
+    return wl, {r.name: r for r in replay_inprocess(wl, HOST, FlowSimulator(HOST), OPTS).ops}
+
+
+def test_a_workload_s_all_to_all_with_splits_is_the_group() -> None:
+    big, small = 16 * MiB, 64 * KiB
+    splits = [[0 if i == j else big if (i, j) == (0, 1) else small for j in range(8)] for i in range(8)]
+    wl, recs = _replay([{"name": "dispatch", "kind": "all_to_all", "splits": splits}, {"name": "next",
+                        "kind": "all_reduce", "bytes": 4, "after": "dispatch"}])  # fmt: skip
+    assert len([op for op in wl.ops if op.group == "dispatch"]) == 56
+    t1 = small / (0.5 * LINK)
+    t_big = t1 + (big - 4 * 0.5 * LINK * t1) / (4 * LINK)  # as the skewed group above
+    assert recs["dispatch/0>1"].duration_ns == pytest.approx(LAT_SIMPLE * 1e3 + t_big, abs=2)
+    assert recs["dispatch/2>5"].duration_ns == pytest.approx(LAT_SIMPLE * 1e3 + t1, abs=2)
+    assert recs["next"].start_ns >= recs["dispatch/0>1"].end_ns  # `after` the group: after all its transfers
+
+
+def test_a_workload_s_even_splits_take_the_all_to_all_s_time() -> None:
+    part = 1 * MiB
+    splits = [[0 if i == j else part for j in range(8)] for i in range(8)]
+    _, even = _replay([{"name": "a2a", "kind": "all_to_all", "bytes": 8 * part}])
+    _, split = _replay([{"name": "a2a", "kind": "all_to_all", "splits": splits}])
+    assert max(r.end_ns for r in split.values()) == even["a2a"].end_ns
+
+
+def test_splits_round_trip_and_bad_ones_are_one_line_errors() -> None:
+    from phantora.errors import InputError
+    from phantora.workload import workload_from_dict, workload_to_dict
+
+    splits = [[0, "1MiB", 0, 5], [7, 0, 0, 0], [0, 0, 0, 0], [1, 2, 3, 0]]
+    raw = {"op": [{"name": "a", "kind": "all_to_all", "ranks": [0, 1, 2, 3], "splits": splits, "repeat": 2}]}
+    wl = workload_from_dict(raw, world=8)
+    back = workload_to_dict(wl)
+    assert [op["name"] for op in back["op"]] == ["a.0", "a.1"] and back["op"][1]["after"] == ["a.0"]
+    assert back["op"][0]["splits"] == [[0, MiB, 0, 5], [7, 0, 0, 0], [0, 0, 0, 0], [1, 2, 3, 0]]
+    assert workload_to_dict(workload_from_dict(back, world=8)) == back
+    for bad, what in [([[0, 1], [1, 0]], "4 rows of 4"), ([[0, -1, 0, 0]] * 4, ">= 0"), ([[0] * 4] * 4, "no bytes")]:
+        with pytest.raises(InputError, match=what) as err:
+            workload_from_dict({"op": [{"kind": "all_to_all", "ranks": [0, 1, 2, 3], "splits": bad}]}, world=8)
+        assert "\n" not in str(err.value) and err.value.field == "splits"
+    with pytest.raises(InputError, match="all_to_all's"):
+        workload_from_dict({"op": [{"kind": "all_gather", "ranks": [0, 1], "splits": [[0, 1], [1, 0]]}]}, world=8)
