@@ -19,6 +19,7 @@ from typing import Any
 
 from phantora.collectives.dag import MessageCounters
 from phantora.collectives.decompose import decompose
+from phantora.collectives.flow_tags import collective_tag, transfer_tag
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.traffic import LOSSY_KINDS, Range, lossless_reason, lost_ranges
@@ -71,7 +72,8 @@ class CollectivePlanner:
         self.sent: MessageCounters = {}  # the run's network connections' message counters (one QP in turn each)
 
     def plan(self, call: CallSpec, tag: str) -> Plan:
-        """The flows of `call` (all its group's shifts under deduplication), tagged `tag`.
+        """The flows of `call` (all its group's shifts under deduplication), tagged `tag` (the call's name) and the
+        ranks of each shift (`flow_tags`: `all_reduce#3@0-7`, `send#0@2>5`), so no two groups' flows share a tag.
 
         Raises PhantoraError (or NotPeriodicError) on a collective that cannot run; ids advance only on success.
         """
@@ -94,7 +96,8 @@ class CollectivePlanner:
             coll = Collective(
                 call.kind, copy, call.nbytes, call.dtype, call.root, comm, inflight, inflight_at, redop=call.redop
             )
-            dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=tag, sent=sent)
+            ctag = self._tag(call, copy, tag)
+            dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=ctag, sent=sent)
             next_id = dag.next_id
             flows.extend(dag.flows)
             choice = choice or dag.choice
@@ -113,6 +116,17 @@ class CollectivePlanner:
             everything = {f.id for f in flows}
             last = {r: set(everything) for r in last}
         return Plan(flows, last, len(copies), None if cls is None else int(cls), lossy, lossless_why, choice)
+
+    def _tag(self, call: CallSpec, copy: tuple[int, ...], name: str) -> str:
+        """The flows' tag of `call`'s shift `copy`: its name and ranks (a transfer's pair, and the ranks of the
+        collective it belongs to carried to this shift)."""
+        if call.kind != "send_recv":
+            return collective_tag(name, copy)
+        if not self.mirrors.active or copy == call.group:
+            return transfer_tag(name, copy[0], copy[1])
+        m = self.mirrors
+        j = next(j for j in range(m.shifts) if m.shift_group(call.group, j) == copy)
+        return transfer_tag(name, copy[0], copy[1], lambda g: m.shift_group(g, j))
 
     def _inflight(
         self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]

@@ -33,6 +33,7 @@ from typing import Any
 
 from phantora.collectives import decompose
 from phantora.collectives.dag import MessageCounters
+from phantora.collectives.flow_tags import call_name, collective_tag, pairwise_groups, transfer_tag
 from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.nccl import nccl_env
 from phantora.collectives.slot_window import Slots, SlotWindow
@@ -204,6 +205,7 @@ class _Planner:
         self, graph: ExecGraph, topo: Topology, algo: AlgoOptions, max_flows: int, tick: Callable[[], None] | None
     ) -> None:
         self.graph, self.topo, self.algo, self.max_flows = graph, topo, algo, max_flows
+        self.pairwise: dict[int, tuple[str, tuple[int, ...]]] | None = None  # p2p tag -> pairwise collective's
         self.tick = tick
         self.flows: list[Flow] = []
         self.markers = 0
@@ -482,6 +484,19 @@ class _Planner:
             inst.pending_handoffs.pop(0)
         return None
 
+    def tag(self, inst: Instance) -> str:
+        """Its flows' tag, as the live run's (`flow_tags`): `all_reduce#3@0-7`, `send#0@2>5`, a pairwise
+        collective's transfer `all_to_all#1@0-3/0>2` (its group found among the graph's and the world; else its p2p
+        tag, `send#1.tag-123@0>2`)."""
+        if inst.key[0] == "c":
+            return collective_tag(call_name(inst.kind, inst.key[2]), inst.group)
+        _, src, dst, tag, seq = inst.key
+        if self.pairwise is None:
+            self.pairwise = pairwise_groups([*self.graph.groups, tuple(range(self.graph.world))])  # and the world's
+        of = self.pairwise.get(tag) if tag < 0 else None
+        name = collective_tag(call_name(of[0], seq), of[1]) if of else call_name("send", seq, tag)
+        return transfer_tag(name, src, dst)
+
     def launch(self, inst: Instance) -> None:
         anchor = self.topo.node_of_rank(inst.group[0])
         gate = tuple(inst.issue[r] for r in inst.group)
@@ -490,7 +505,7 @@ class _Planner:
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
         coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop)
-        dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=f"c{len(self.order)}", sent=self.sent)
+        dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=self.tag(inst), sent=self.sent)
         for f in dag.flows:
             deps = f.deps if f.deps else (inst.start,)
             self.flows.append(f.with_deps(deps))

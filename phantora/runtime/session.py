@@ -14,7 +14,6 @@ import functools
 import itertools
 import json
 import resource
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from phantora.collectives.flow_tags import call_name, collective_tag, group_tag
 from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.errors import PhantoraError
 from phantora.procmem import proportional_set_mb
@@ -160,12 +160,6 @@ def storage_key(t: torch.Tensor) -> int | None:
         return st.data_ptr() or st._cdata  # meta storages (phantom mode) have no address: use the StorageImpl
     except (RuntimeError, NotImplementedError):  # no storage, or an invalid one (a functional wrapper's)
         return None
-
-
-def group_tag(group: Sequence[int], code: int) -> int:
-    """A negative p2p tag for the transfers of collective kind `code` on `group` (user tags are >= 0)."""
-    crc = zlib.crc32(",".join(map(str, group)).encode()) & 0xFFFFFF
-    return -(1 + code + 8 * crc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,7 +435,7 @@ class RankSession:
         """
         t = self.clock.issue()
         seq = self.next_seq(group)
-        label = f"{name}#{seq}"
+        label = call_name(name, seq)
         after = self.streams.after(cuda_stream)
         if transfers is None:
             # what the network sees: ProcessGroupNCCL::barrier all-reduces one float on the group's stream
@@ -478,11 +472,11 @@ class RankSession:
                 call = Issued(h, wire, seq, wire_bytes, t, group, wire_dtype, root)
                 self._tell(replace(call, stream=stream, launch=launch, after=tuple(after), redop=redop))
         else:
-            code = {"scatter": 1, "gather": 2, "all_to_all": 3}[kind]
-            tag = group_tag(group, code)
+            tag = group_tag(group, kind)
             one = launch if launch is not None else -next(self._launches)  # its transfers: one group launch
+            named = collective_tag(label, group)  # its transfers' flows: this collective's tag and their pair
             handles = [
-                self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, label, nccl_env, stream, one, after)
+                self._p2p(x.peer, x.is_send, tag, seq, x.nbytes, t, named, nccl_env, stream, one, after)
                 for x in transfers
                 if x.nbytes > 0
             ]
@@ -535,7 +529,7 @@ class RankSession:
         key = (peer, tag, is_send)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
-        label = f"{'send' if is_send else 'recv'}#{seq}"
+        label = call_name("send" if is_send else "recv", seq, tag)
         after = self.streams.after(cuda_stream)
         match = (tag, seq) if start_copied is not None else None
         on = tuple(comm_ranks) if comm_ranks and set(comm_ranks) != {self.rank, peer} else ()  # (): the pair's own
