@@ -6,7 +6,8 @@ Rank r issues op B at max(B.at, max over A in B.after (with r in A) of done_r(A)
 of `phantora.workload`, in time order: before issuing at t it waits (with deadline t) on the ops
 whose completion could make an earlier issue time, so its clock never goes back. Collectives are
 matched by (group, seq) with seq counted per group in workload order; a send_recv op becomes a
-send on its src and a recv on its dst. At the end it reports per-op issue and done times.
+send on its src and a recv on its dst (the transfers of an all_to_all with `splits` in one NCCL group on the group's
+communicator, one launch a rank, as a live rank sends them). At the end it reports per-op issue and done times.
 
 Exit codes: 0 done, 2 bad input, 3 the run failed (the diagnostic is printed).
 """
@@ -37,6 +38,7 @@ class ReplayRank:
             key = op.coll.ranks if op.coll.kind != "send_recv" else ("p2p", *op.coll.ranks)
             self.seq[op.name] = counters.get(key, 0)
             counters[key] = self.seq[op.name] + 1
+        self.launch = {g: i for i, g in enumerate(dict.fromkeys(op.group for op in self.ops if op.group))}
         self.handle: dict[str, int] = {}
         self.done: dict[str, int] = {}
         self.issued: dict[str, int] = {}
@@ -55,6 +57,9 @@ class ReplayRank:
         if coll.kind == "send_recv":
             src, dst = coll.ranks
             is_send = self.rank == src
+            grouped = bool(op.group and coll.comm)  # a transfer of an all_to_all with splits: one NCCL group
+            if grouped:
+                client.p2p_group(coll.comm)
             h = client.p2p(
                 peer=dst if is_send else src,
                 is_send=is_send,
@@ -63,7 +68,10 @@ class ReplayRank:
                 nbytes=coll.nbytes,
                 t_issue_ns=t,
                 name=op.name,
+                launch=self.launch.get(op.group) if grouped else None,
             )
+            if grouped:
+                client.p2p_group(None)
         else:
             h = client.collective(
                 group=coll.ranks,
