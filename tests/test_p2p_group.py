@@ -152,3 +152,19 @@ def test_splits_round_trip_and_bad_ones_are_one_line_errors() -> None:
         assert "\n" not in str(err.value) and err.value.field == "splits"
     with pytest.raises(InputError, match="all_to_all's"):
         workload_from_dict({"op": [{"kind": "all_gather", "ranks": [0, 1], "splits": [[0, 1], [1, 0]]}]}, world=8)
+
+
+def test_a_group_s_flows_carry_each_transfer_s_protocol_bytes_at_its_rate() -> None:
+    from phantora.collectives import decompose
+
+    sizes = {(0, 1): 8 * KiB, (1, 0): 1 * MiB}  # the LL one: 16 B on the wire per 8 B of data, at half a link
+    at = ((1, 0, 0, 1 * MiB),)
+    ll = Collective("send_recv", (0, 1), 8 * KiB, "uint8", comm=RANKS, inflight=tuple(sizes), inflight_at=at)
+    dag = decompose(ll, HOST, OPTS)
+    assert [f.size for f in dag.flows] == [2 * 8 * KiB]
+    assert dag.flows[0].rate_bps == pytest.approx(2 * 0.5 * LINK * 8e9, rel=1e-6)  # wire bits at the payload rate
+    simple = Collective(
+        "send_recv", (1, 0), MiB, "uint8", comm=RANKS, inflight=tuple(sizes), inflight_at=((0, 1, 0, 8 * KiB),)
+    )
+    flows = decompose(simple, HOST, OPTS).flows
+    assert sum(f.size for f in flows) == MiB and len(flows) == 4  # Simple, on its 4 channels
