@@ -16,7 +16,11 @@ import textwrap
 
 import pytest
 
-from phantora.launcher import RunConfig, launch
+from phantora.egraph import ExecGraph, replay_graph
+from phantora.egraph.chakra import export_chakra, read_chakra
+from phantora.egraph.live import record_run
+from phantora.launcher import RunConfig
+from phantora.netsim.flow import FlowSimulator
 from phantora.topology import dgx_host
 
 SCRIPT = """
@@ -42,14 +46,24 @@ def rows(src: int, dst: int) -> int:
     return 4096 if (src, dst) == (0, 1) else 16 * (1 + (src + 2 * dst) % 3)
 
 
-def test_a_skewed_all_to_all_single_is_one_nccl_group(tmp_path) -> None:
-    script = tmp_path / "moe.py"
+TOPO = dgx_host(8, gpu="h100")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], ExecGraph]:
+    """The live run's transfer records (cosim.json) and its recording."""
+    d = tmp_path_factory.mktemp("moe")
+    script = d / "moe.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    cfg = RunConfig(str(script), topology=dgx_host(8, gpu="h100"), nproc=8, tensors="phantom", trace="none",
-                    timeout_s=120, out_dir=str(tmp_path / "o"))  # fmt: skip
-    launch(cfg)
-    recs = json.loads((tmp_path / "o" / "cosim.json").read_text())["collectives"]
-    recs = [r for r in recs if r["kind"] != "all_reduce"]  # the barrier
+    cfg = RunConfig(str(script), topology=TOPO, nproc=8, tensors="phantom", trace="none", timeout_s=120,
+                    out_dir=str(d / "o"))  # fmt: skip
+    _, graph = record_run(cfg, d / "g")
+    recs = json.loads((d / "o" / "cosim.json").read_text())["collectives"]
+    return [r for r in recs if r["kind"] != "all_reduce"], graph  # less the barrier
+
+
+def test_a_skewed_all_to_all_single_is_one_nccl_group(recorded: tuple[list[dict], ExecGraph]) -> None:
+    recs = recorded[0]
     assert len(recs) == 56 and {r["kind"] for r in recs} == {"send_recv"}
     assert {tuple(r["comm"]) for r in recs} == {tuple(range(8))}  # on the group's communicator
     assert len({r["t_start"] for r in recs}) == 1  # one group launch, after the barrier
@@ -67,3 +81,21 @@ def test_a_skewed_all_to_all_single_is_one_nccl_group(tmp_path) -> None:
             assert (r["nccl"]["protocol"], r["nccl"]["channels"]) == ("Simple", nbytes // (64 * 1024))
         assert took == pytest.approx(LAT_NS + expect, abs=2)
         assert r["nccl"]["model_time_us"] == pytest.approx((LAT_NS + expect) / 1e3, abs=1e-3)
+
+
+def test_its_replay_and_chakra_export_rate_the_group_as_live(recorded: tuple[list[dict], ExecGraph], tmp_path) -> None:
+    """The recording holds the transfers as P2P nodes with the call's tag (nothing new stored); the replay finds the
+    call's group again (egraph/p2p_calls.py) and each transfer ends when it did live, also after a Chakra round trip
+    (before: each replayed alone on its pair's communicator, the 16 MiB in 63.6 us)."""
+    recs, graph = recorded
+    live = {tuple(r["group"]): r["end_ns"] for r in recs}
+    export_chakra(graph, tmp_path / "chakra")
+    for g in (graph, read_chakra(tmp_path / "chakra")):
+        res = replay_graph(g, TOPO, FlowSimulator(TOPO))
+        rank = {TOPO.node_of_rank(r): r for r in range(8)}
+        ends: dict[tuple[int, int], int] = {}
+        for c in res.completions:
+            if "/p2p" in c.tag:
+                pair = (rank[c.src], rank[c.dst])
+                ends[pair] = max(ends.get(pair, 0), c.end_ns)
+        assert ends == live

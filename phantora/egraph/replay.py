@@ -39,6 +39,7 @@ from phantora.collectives.nccl import nccl_env
 from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.format import EAGER_STREAM, P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
+from phantora.egraph.p2p_calls import Call, CallGroups
 from phantora.egraph.step_events import has_step_events, run_with_step_events
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
@@ -67,6 +68,7 @@ class Instance:
     after_handoffs: list[int] = field(default_factory=list)  # markers of lone sends' hand-offs it starts after
     # lone sends it starts after whose hand-off markers wait for a call not launched yet: (rank run, send node)
     pending_handoffs: list[tuple[_RankRun, int]] = field(default_factory=list)
+    call: Call | None = None  # a pairwise collective's transfer: its call (p2p_calls), rated in the call's group
 
     @property
     def launched(self) -> bool:
@@ -218,6 +220,7 @@ class _Planner:
         # (src, dst, bytes, communicator's ranks or ()) -> a lone send's hand-off ns, and its connection slots
         self.handoffs: dict[tuple[int, int, int, tuple[int, ...]], int | None] = {}
         self.slots: dict[tuple[int, int, int, tuple[int, ...]], Slots | None] = {}
+        self.calls = CallGroups(graph)
 
     def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         fid = len(self.flows)
@@ -445,6 +448,8 @@ class _Planner:
             )
         if run.rank in inst.issue:
             raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
+        if isinstance(n, P2P) and n.tag < 0 and n.is_send:
+            inst.call = self.calls.call_of(run.rank, i)
         inst.issue[run.rank] = m
         handed = handed or {}
         later = later or []
@@ -504,7 +509,9 @@ class _Planner:
         gate += tuple(inst.after_handoffs)
         inst.start = self.marker(anchor, gate, 0, f"c{len(self.order)}/start")
         first = len(self.flows)
-        coll = Collective(inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop)
+        coll = self.grouped(inst) or Collective(
+            inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop
+        )
         dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=self.tag(inst), sent=self.sent)
         for f in dag.flows:
             deps = f.deps if f.deps else (inst.start,)
@@ -519,6 +526,17 @@ class _Planner:
         inst.choice = dag.choice
         self.order.append(inst)
         self._launched.append(inst)
+
+    def grouped(self, inst: Instance) -> Collective | None:
+        """A pairwise collective's transfer as the live coordinator rates it: a send/recv on the call's group, with
+        the call's other transfers in flight at once (nccl/p2p_group.py); None for any other instance."""
+        found = self.calls.pairs(inst.call) if inst.call is not None else None
+        pair = (inst.group[0], inst.group[1])
+        if found is None or found[1].get(pair) != inst.nbytes:
+            return None
+        comm, sizes = found
+        at = tuple((a, b, 0, n) for (a, b), n in sizes.items() if n != inst.nbytes)
+        return Collective("send_recv", pair, inst.nbytes, "uint8", comm=comm, inflight=tuple(sizes), inflight_at=at)
 
     def take_launched(self) -> list[Instance]:
         got, self._launched = self._launched, []
