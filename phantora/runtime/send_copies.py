@@ -7,7 +7,9 @@ tensor only once its receiver's recv is posted, so a send handed off before its 
 tag: gloo matches one lane's sends in order) waits for each in turn and drops it, and with it the copy, as soon as
 the receiver has taken the bytes, whatever the program does with its work object. gloo's `is_completed` stays
 False until someone waits, and a wait that times out breaks the pair, hence the threads (`Work.wait` releases the
-GIL). `held_bytes` counts the copies still alive (weak references), so it measures memory, not bookkeeping.
+GIL). `held_bytes` counts the copies still alive (a running total each copy's finaliser takes its bytes from), so it
+measures memory, not bookkeeping; a send's record goes once its copies are taken (kept for `wait` only if gloo
+raised), so a program that never waits its sends keeps none.
 """
 
 from __future__ import annotations
@@ -22,12 +24,11 @@ import torch
 
 
 class _Copy:
-    """One send's gloo works and the weak references to the copies they move."""
+    """One send's gloo works, until its receiver has taken them."""
 
-    def __init__(self, works: list[Any], copies: Sequence[torch.Tensor]) -> None:
+    def __init__(self, ident: int, works: list[Any]) -> None:
+        self.ident = ident
         self.works = works
-        self.refs = [weakref.ref(t) for t in copies]
-        self.nbytes = [t.numel() * t.element_size() for t in copies]
         self.done = threading.Event()
         self.error: BaseException | None = None
 
@@ -37,7 +38,7 @@ class _Copy:
             for work in self.works:
                 work.wait()
         except RuntimeError as exc:  # gloo's (DistBackendError is one): `SendCopies.wait` raises it
-            self.error = exc
+            self.error = exc.with_traceback(None)  # (its frames would keep the work, and the copy, alive)
         self.works = []
         self.done.set()
 
@@ -48,7 +49,9 @@ class SendCopies:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lanes: dict[Hashable, collections.deque[_Copy]] = {}
-        self._by_id: dict[int, _Copy] = {}
+        self._by_id: dict[int, _Copy] = {}  # not yet taken, or taken with gloo's error (until `wait`)
+        self._bytes_lock = threading.Lock()  # held only to count: a copy freed under `_lock` cannot wait on it
+        self._held = 0
         self.peak_bytes = 0  # the most copy bytes alive at once, read as each copy is added
 
     @staticmethod
@@ -59,7 +62,12 @@ class SendCopies:
     def add(self, ident: int, lane: Hashable, works: list[Any], copies: Sequence[torch.Tensor]) -> None:
         """Hold send `ident`'s gloo `works`, which move `copies`, until its receiver has taken them; `lane`: the
         sends gloo matches in order with it (its communicator, peer and tag). The caller keeps no copy."""
-        item = _Copy(works, copies)
+        nbytes = 0
+        for t in copies:
+            n = t.numel() * t.element_size()
+            nbytes += n
+            weakref.finalize(t, self._freed, n).atexit = False
+        item = _Copy(ident, works)
         with self._lock:
             self._by_id[ident] = item
             queue = self._lanes.get(lane)
@@ -67,12 +75,20 @@ class SendCopies:
             if queue is None:
                 queue = self._lanes[lane] = collections.deque()
             queue.append(item)
-        self.peak_bytes = max(self.peak_bytes, self.held_bytes())
+        with self._bytes_lock:
+            self._held += nbytes
+            self.peak_bytes = max(self.peak_bytes, self._held)
         if start:
             threading.Thread(target=self._drain, args=(lane,), name="phantora-send-copies", daemon=True).start()
 
+    def _freed(self, nbytes: int) -> None:
+        """A copy's finaliser: its bytes are no longer alive."""
+        with self._bytes_lock:
+            self._held -= nbytes
+
     def _drain(self, lane: Hashable) -> None:
-        """The lane's thread: take its copies in order; end when none is left (the next `add` starts another)."""
+        """The lane's thread: take its copies in order, each send's record gone once taken (kept for `wait` if gloo
+        raised); end when none is left (the next `add` starts another)."""
         while True:
             with self._lock:
                 queue = self._lanes[lane]
@@ -83,10 +99,12 @@ class SendCopies:
             item.take()
             with self._lock:
                 queue.popleft()
+                if item.error is None:
+                    self._by_id.pop(item.ident, None)
 
     def wait(self, ident: int) -> None:
-        """Block until send `ident`'s receiver has taken its copy (nothing to wait for if it was not copied);
-        raise what gloo raised."""
+        """Block until send `ident`'s receiver has taken its copy (nothing to wait for if it was not copied, or is
+        taken already); raise what gloo raised."""
         with self._lock:
             item = self._by_id.pop(ident, None)
         if item is None:
@@ -97,6 +115,9 @@ class SendCopies:
 
     def held_bytes(self) -> int:
         """The bytes of the copies still alive."""
+        return self._held
+
+    def records(self) -> int:
+        """The sends whose records are kept: not yet taken, or taken with an error not yet raised by `wait`."""
         with self._lock:
-            items = list(self._by_id.values())
-        return sum(n for c in items for ref, n in zip(c.refs, c.nbytes, strict=True) if ref() is not None)
+            return len(self._by_id)
