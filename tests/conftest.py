@@ -1,5 +1,6 @@
 """Shared fixtures. `ns3_lib` imports ns-3 and loads the phantora fabric library once per test session;
-`solver_calls` counts the flow engine's max-min solver calls."""
+`solver_calls` counts the flow engine's max-min solver calls; `zmq_pair` gives a bound ROUTER and a DEALER
+connected to it, as a bridge server and its peer."""
 
 from __future__ import annotations
 
@@ -37,3 +38,31 @@ def solver_calls(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(flow_mod, "maxmin_rates", counted)
     return calls
+
+
+@pytest.fixture
+def zmq_pair(tmp_path):
+    """make(name, identity=None) -> (router, dealer): a ROUTER bound to ipc://<tmp_path>/<name> (a bridge server's
+    socket) and a DEALER connected to it (its peer, under `identity` if given), neither lingering at close; every
+    pair made is closed after the test."""
+    import zmq
+
+    made = []
+
+    def make(name: str, identity: bytes | None = None):
+        ctx = zmq.Context.instance()
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        endpoint = f"ipc://{tmp_path}/{name}"
+        router.bind(endpoint)
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        if identity is not None:
+            dealer.setsockopt(zmq.IDENTITY, identity)
+        dealer.connect(endpoint)
+        made.extend((dealer, router))
+        return router, dealer
+
+    yield make
+    for sock in made:
+        sock.close()

@@ -51,16 +51,8 @@ class RoundRecorder:
         return {}
 
 
-def test_a_request_read_after_a_round_is_answered_without_a_poll(tmp_path: Any) -> None:
-    ctx = zmq.Context.instance()
-    router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    endpoint = f"ipc://{tmp_path}/coord"
-    router.bind(endpoint)
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.setsockopt(zmq.IDENTITY, b"rank0")
-    dealer.connect(endpoint)
+def test_a_request_read_after_a_round_is_answered_without_a_poll(zmq_pair: Any) -> None:
+    router, dealer = zmq_pair("coord", b"rank0")
     spec = SimpleNamespace(peer_timeout_s=30.0, max_message_bytes=1 << 20)
     coord = Coordinator(spec, router, token="t")  # type: ignore[arg-type]
     coord.rank_of[b"rank0"] = 0
@@ -72,10 +64,6 @@ def test_a_request_read_after_a_round_is_answered_without_a_poll(tmp_path: Any) 
     loop = threading.Thread(target=lambda: done.append(coord.serve()), daemon=True)
     loop.start()
     loop.join(timeout=10 * HEARTBEAT_S)
-    try:
-        assert done == [0] and core.arrived is not None and core.seen_in_round is not None
-        # the round after the request ran at once, not after a heartbeat-long poll
-        assert core.seen_in_round - core.arrived < HEARTBEAT_S / 4
-    finally:
-        dealer.close()
-        router.close()
+    assert done == [0] and core.arrived is not None and core.seen_in_round is not None
+    # the round after the request ran at once, not after a heartbeat-long poll
+    assert core.seen_in_round - core.arrived < HEARTBEAT_S / 4

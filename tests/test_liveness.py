@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -82,32 +82,21 @@ def test_progress_mark_sees_cpu_time_and_not_the_dead() -> None:
 
 
 def test_the_network_server_waits_for_a_busy_coordinator_not_a_stopped_one(
-    tmp_path: Path, spinner: subprocess.Popen[bytes]
+    zmq_pair: Callable[..., tuple[zmq.Socket, zmq.Socket]], spinner: subprocess.Popen[bytes]
 ) -> None:
     """The coordinator's hello names its pid (here: the spinning child); the server's limit is 1.5 s."""
-    ctx = zmq.Context.instance()
-    router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    endpoint = f"ipc://{tmp_path}/net"
-    router.bind(endpoint)
-    coord = ctx.socket(zmq.DEALER)
-    coord.setsockopt(zmq.LINGER, 0)
-    coord.connect(endpoint)
+    router, coord = zmq_pair("net")
     topo = leaf_spine(1, 2, 0, nic_rate="100Gbps", latency="1us")
     server = NetServer(router, FlowSimulator(topo), "t", {}, 1 << 20)
-    try:
-        coord.send(encode("hello", 0, role="coordinator", token="t", rank=None, world=None, pid=spinner.pid))
-        exit_code: list[int] = []
-        loop = threading.Thread(target=lambda: exit_code.append(server.serve(1.5)), daemon=True)
-        loop.start()
-        assert coord.poll(5000) and decode(coord.recv()).type == "welcome"
-        loop.join(timeout=3.0)  # twice the limit without a word: the coordinator is busy
-        assert loop.is_alive() and server.silence.busy_s > 1.5
-        os.kill(spinner.pid, signal.SIGSTOP)
-        t_stop = time.monotonic()
-        loop.join(timeout=10.0)
-        assert exit_code == [4]  # "no word from the coordinator": it left
-        assert time.monotonic() - t_stop < 1.5 + 2 * LOOK_S + 1.0
-    finally:
-        coord.close()
-        router.close()
+    coord.send(encode("hello", 0, role="coordinator", token="t", rank=None, world=None, pid=spinner.pid))
+    exit_code: list[int] = []
+    loop = threading.Thread(target=lambda: exit_code.append(server.serve(1.5)), daemon=True)
+    loop.start()
+    assert coord.poll(5000) and decode(coord.recv()).type == "welcome"
+    loop.join(timeout=3.0)  # twice the limit without a word: the coordinator is busy
+    assert loop.is_alive() and server.silence.busy_s > 1.5
+    os.kill(spinner.pid, signal.SIGSTOP)
+    t_stop = time.monotonic()
+    loop.join(timeout=10.0)
+    assert exit_code == [4]  # "no word from the coordinator": it left
+    assert time.monotonic() - t_stop < 1.5 + 2 * LOOK_S + 1.0
