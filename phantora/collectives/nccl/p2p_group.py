@@ -29,9 +29,11 @@ A group whose pairs are all equal is then rated as `p2p_choice` rates the all-to
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import refuse_empty_chunk, step_bytes
@@ -42,7 +44,6 @@ from phantora.collectives.nccl.p2p import (
     transfer_layout,
 )
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
-from phantora.collectives.nccl.pci_p2p import group_ends
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.tuning import Choice, net_overhead_us
@@ -53,12 +54,14 @@ ALL_PEERS = P2P_LINKS_PER_CHANNEL["all_to_all"]
 LL128_SHARE = 0.92  # as p2p_choice: LL128 moves 120 of each 128 bytes
 
 
-def channel_links(k: int, peers: int) -> float:
-    """NVLinks one p2p channel moves on a GPU with `k` peers in flight one way, of the `peers` it has: one for one
-    peer (send/recv), half for all of them (all-to-all), linear between (see the module's docstring)."""
-    if k <= 1 or peers <= 1:
-        return ONE_PEER
-    return ONE_PEER - (ONE_PEER - ALL_PEERS) * (min(k, peers) - 1) / (peers - 1)
+def channel_links(k: np.ndarray | int, peers: int) -> np.ndarray | float:
+    """NVLinks one p2p channel moves on a GPU with `k` peers in flight one way (a number or an array), of the `peers`
+    it has: one for one peer (send/recv), half for all of them (all-to-all), linear between (the module's
+    docstring)."""
+    if peers <= 1:
+        return np.full(np.shape(k), ONE_PEER) if np.ndim(k) else ONE_PEER
+    got = ONE_PEER - (ONE_PEER - ALL_PEERS) * (np.clip(k, 1, peers) - 1) / (peers - 1)
+    return got if np.ndim(k) else float(got)
 
 
 @dataclass(frozen=True)
@@ -96,40 +99,84 @@ def plan_parts(
     return out
 
 
-def pair_rates(on: Platform, parts: Mapping[Pair, Part], running: Sequence[Pair]) -> dict[Pair, float]:
-    """The GB/s (bytes per ns) each of the `running` transfers moves while they are in flight together."""
+@dataclass(frozen=True)
+class _Table:
+    """A group's transfers as arrays (one row a pair, in `pairs` order), for `_rates` and `_ends`."""
+
+    pairs: tuple[Pair, ...]
+    src: np.ndarray
+    dst: np.ndarray
+    remote: np.ndarray  # bool
+    nch: np.ndarray  # float: the transfer's channels
+    mask: np.ndarray  # uint64: its channel ids as bits (MAXCHANNELS is 64)
+    ll: np.ndarray  # bool: LL
+    ll128: np.ndarray  # bool: LL128
+
+
+def _table(parts: Mapping[Pair, Part]) -> _Table:
+    pairs = tuple(parts)
+    masks = [sum(1 << c for c in set(parts[p].channels)) for p in pairs]
+    return _Table(
+        pairs,
+        np.array([p[0] for p in pairs], dtype=np.int64),
+        np.array([p[1] for p in pairs], dtype=np.int64),
+        np.array([parts[p].remote for p in pairs], dtype=bool),
+        np.array([len(parts[p].channels) for p in pairs], dtype=float),
+        np.array(masks, dtype=np.uint64),
+        np.array([parts[p].protocol == "LL" for p in pairs], dtype=bool),
+        np.array([parts[p].protocol == "LL128" for p in pairs], dtype=bool),
+    )
+
+
+def _rates(on: Platform, t: _Table, run: np.ndarray) -> np.ndarray:
+    """The GB/s (bytes per ns) each of the running transfers (row indices `run`) moves while in flight together."""
     link = T.NVLINK_BW_PER_LINK[on.arch]
     net_channel = net_channel_bw(on, "all_to_all") / ALL_PEERS  # per NVLink-equivalent of a channel's share
-    peers = on.nranks - 1
-    sides: dict[tuple[int, int, bool], list[Pair]] = defaultdict(list)  # (gpu, 0 out / 1 in, remote) -> pairs
-    fanout: dict[tuple[int, int], int] = defaultdict(int)
-    for pair in running:
-        remote = parts[pair].remote
-        sides[(pair[0], 0, remote)].append(pair)
-        sides[(pair[1], 1, remote)].append(pair)
-        fanout[(pair[0], 0)] += 1
-        fanout[(pair[1], 1)] += 1
-    share: dict[tuple[Pair, int], float] = {}
-    for (gpu, way, remote), pairs in sides.items():
-        used = {c for pair in pairs for c in parts[pair].channels}
-        per_channel = channel_links(fanout[(gpu, way)], peers)
-        if remote:
-            total = len(used) * per_channel * net_channel
-            total = min(total, on.nic_bw) if on.nic_bw else total
-        else:
-            total = min(on.gpu_intra_bw, len(used) * per_channel * link)
-        weights = {pair: len(parts[pair].channels) for pair in pairs}
-        whole = sum(weights.values())
-        ll = T.LL_MAX_BW[on.arch][0]
-        for pair in pairs:
-            mine = total * weights[pair] / whole
-            proto = parts[pair].protocol
-            if proto == "LL":  # half of each line is flags, and LL's ceiling, shared as the channels are
-                mine = min(mine * 0.5, ll * weights[pair] / whole)
-            elif proto == "LL128":
-                mine *= LL128_SHARE
-            share[(pair, way)] = mine
-    return {pair: min(share[(pair, 0)], share[(pair, 1)]) for pair in running}
+    n = on.nranks
+    peers = n - 1
+    remote, nch, mask = t.remote[run], t.nch[run], t.mask[run]
+    out = np.full(len(run), np.inf)
+    for gpu in (t.src[run], t.dst[run]):  # each transfer's sending side, then its receiving side
+        fanout = np.bincount(gpu, minlength=n)[gpu]  # the GPU's sends (receives) in flight
+        per = channel_links(fanout, peers)
+        side = gpu * 2 + remote  # the GPU's local and remote transfers this way
+        used = np.zeros(2 * n, dtype=np.uint64)
+        np.bitwise_or.at(used, side, mask)
+        chans = np.bitwise_count(used)[side].astype(float)
+        whole = np.bincount(side, weights=nch, minlength=2 * n)[side]
+        total = np.where(remote, chans * per * net_channel, np.minimum(on.gpu_intra_bw, chans * per * link))
+        if on.nic_bw:
+            total = np.where(remote, np.minimum(total, on.nic_bw), total)
+        mine = total * nch / whole
+        ll_cap = T.LL_MAX_BW[on.arch][0] * nch / whole  # LL's ceiling, shared as the channels are
+        mine = np.where(t.ll[run], np.minimum(mine * 0.5, ll_cap), mine)  # half of each LL line is flags
+        mine = np.where(t.ll128[run], mine * LL128_SHARE, mine)
+        out = np.minimum(out, mine)
+    return out
+
+
+def _ends(on: Platform, t: _Table, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """When each transfer ends (ns): those started and not done move at `_rates` of that set, set again at every
+    start and end (as `pci_p2p.group_ends` does for a PCIe host's links)."""
+    left = sizes.astype(float)
+    ends = np.where(sizes <= 0, starts, np.nan).astype(float)
+    now = float(starts.min()) if len(starts) else 0.0
+    while np.isnan(ends).any():
+        pending = np.isnan(ends)
+        run = np.flatnonzero(pending & (starts <= now))
+        later = starts[pending & (starts > now)]
+        if not len(run):
+            now = float(later.min())
+            continue
+        rate = _rates(on, t, run)
+        step = float(np.min(left[run] / rate))
+        if len(later) and later.min() - now < step:
+            step = float(later.min() - now)
+        now += step
+        left[run] -= rate * step
+        done = run[left[run] <= 1e-6 * sizes[run]]
+        ends[done] = now
+    return ends
 
 
 def rate_group(
@@ -155,8 +202,10 @@ def _rate_group(
     """`rate_group` on its canonical key (every pair of a group launched at one time asks the same)."""
     sizes = {(s, d): n for s, d, _, n in key}
     parts = plan_parts(on, st, hosts, sizes, protocol)
-    starts = {(s, d): float(t) for s, d, t, _ in key}
-    ends = group_ends(lambda running: pair_rates(on, parts, running), starts, {p: float(n) for p, n in sizes.items()})
+    table = _table(parts)
+    starts = np.array([t for _, _, t, _ in key], dtype=float)
+    done = _ends(on, table, starts, np.array([n for _, _, _, n in key], dtype=float))
+    ends = {pair: float(e) for pair, e in zip(table.pairs, done, strict=True)}
     ovh = net_overhead_us(on, st)
     ops: dict[tuple[int, int], int] = defaultdict(int)  # (gpu, 0 send / 1 receive) -> its remote transfers' parts
     for (s, d), part in parts.items():
