@@ -16,8 +16,8 @@ every such group, given its pairs' bytes:
   counted once, each channel `channel_links(k)` NVLinks (or that share of NCCL's per-channel network figure, at
   most the NIC), the GPU's NVLink at most; a transfer has its part of that by its channels, and the lesser of its
   sender's and receiver's side. k is the GPU's fan-out, its sends (receives) in flight. The pairs' rates are set
-  again as each transfer starts and ends (`pci_p2p.group_ends`), so a skewed group's large transfer speeds up
-  once the small ones are done.
+  again as each transfer starts and ends (`_ends`, as `pci_p2p.group_ends` for a PCIe host), so a skewed group's
+  large transfer speeds up once the small ones are done.
 
 `channel_links`: measured at the two ends (tests/data/nccl_tests, `p2p.P2P_LINKS_PER_CHANNEL`): a GPU with one
 peer in flight (sendrecv_perf) moves one NVLink a channel, up to 32 channels, so the halving is not a channel count
