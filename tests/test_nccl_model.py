@@ -579,8 +579,8 @@ def test_a_recorded_graph_replays_with_its_recorded_nccl_variables(monkeypatch):
     graph = ExecGraph.__new__(ExecGraph)
     graph.meta = {"algo": {"nccl_env": [["NCCL_ALGO", "Tree"]]}}
     assert algo_from_meta(graph).nccl_env == (("NCCL_ALGO", "Tree"),)
-    monkeypatch.setenv("NCCL_PROTO", "LL")  # the replay sets its own: they decide
-    assert algo_from_meta(graph).nccl_env is None
+    monkeypatch.setenv("NCCL_PROTO", "LL")  # the replay sets its own: it replaces that variable only
+    assert algo_from_meta(graph).nccl_env == (("NCCL_ALGO", "Tree"), ("NCCL_PROTO", "LL"))
 
 
 def test_the_coordinator_records_nccls_choice_and_the_ideal_model_none():

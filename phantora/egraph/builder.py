@@ -17,6 +17,7 @@ from phantora.egraph.format import (
     Coll,
     Compute,
     ExecGraph,
+    NcclEnv,
     Program,
     Step,
     Wait,
@@ -71,10 +72,12 @@ class ProgramBuilder:
         deps: Sequence[int] = (),
         after: Sequence[int] = (),
         redop: str = "sum",
+        nccl_env: NcclEnv | None = None,
     ) -> int:
         """Issue a collective; `root` is group-local; `seq` defaults to the count of earlier calls on this group;
         `after`: earlier Coll/P2P nodes whose part on this rank must end before it starts (its NCCL stream order);
-        `redop`: the reduction of an all-reduce, reduce-scatter or reduce."""
+        `redop`: the reduction of an all-reduce, reduce-scatter or reduce; `nccl_env`: the NCCL_* variables its
+        communicator was created with, where the program set its own (None: the run's)."""
         if kind not in KIND_CODES:
             raise InputError(f"unknown collective kind {kind!r} (known: {', '.join(KIND_CODES)})", field="kind")
         if dtype not in DTYPE_CODES:
@@ -85,7 +88,8 @@ class ProgramBuilder:
         if self.rank not in group:
             raise InputError(f"rank {self.rank} issues a collective on {list(group)}, not its group", field="group")
         s = self._next_seq(("c", group), seq)
-        node = Coll(stream, self.slot(group), kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after), redop)
+        slot = self.slot(group)
+        node = Coll(stream, slot, kind, int(nbytes), dtype, root, s, tuple(deps), tuple(after), redop, nccl_env)
         return self._add(node)
 
     def p2p(
@@ -100,14 +104,18 @@ class ProgramBuilder:
         after: Sequence[int] = (),
         conn: int = 0,
         comm: Sequence[int] | None = None,
+        nccl_env: NcclEnv | None = None,
     ) -> int:
-        """One side of a transfer to (send) or from (recv) `peer`; `after` as a collective's; `conn`: the communicator
-        it runs on (P2P.conn); `comm`: that communicator's global ranks when it is not the pair's own (P2P.comm)."""
+        """One side of a transfer to (send) or from (recv) `peer`; `after` and `nccl_env` as a collective's; `conn`:
+        the communicator it runs on (P2P.conn); `comm`: that communicator's global ranks when it is not the pair's
+        own (P2P.comm)."""
         pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
         s = self._next_seq(("p", *pair, tag), seq)
         slot = self.slot(pair)
         on = self.slot(tuple(int(r) for r in comm)) if comm else -1
-        node = P2P(stream, slot, bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after), int(conn), on)
+        node = P2P(
+            stream, slot, bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after), int(conn), on, nccl_env
+        )
         return self._add(node)
 
     def wait(self, refs: Sequence[int], stream: int = 0, deps: Sequence[int] = (), handoff: bool = False) -> int:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from phantora.egraph.builder import ProgramBuilder, build_graph
-from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, Wait
+from phantora.egraph.call_env import recorded_env
+from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, NcclEnv, Wait
 from phantora.errors import InputError, PhantoraError
 
 SCHEMA_VERSION = "0.0.4"
@@ -58,6 +59,8 @@ HANDOFF_ATTR = "phantora_handoff"
 CONN_ATTR = "phantora_conn"  # a P2P's communicator (P2P.conn), when not the rank's first: its sends' own slot window
 COMM_ATTR = "phantora_comm"  # that communicator's group (a comm_groups.json key, as pg_name), when not the pair's own
 REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
+# NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
+NCCL_ENV_ATTR = "phantora_nccl_env"
 
 
 def _messages() -> dict[str, Any]:
@@ -149,6 +152,8 @@ def export_chakra(graph: ExecGraph, out_dir: str | Path, prefix: str = "phantora
         meta.attr.append(_attr("exporter", string_val="phantora-egraph"))
         meta.attr.append(_attr("rank", int64_val=r))
         meta.attr.append(_attr("world_size", int64_val=graph.world))
+        if (run_env := recorded_env(graph)) is not None:
+            meta.attr.append(_attr(NCCL_ENV_ATTR, string_val=json.dumps([list(kv) for kv in run_env])))
         for m in (meta, *_rank_nodes(graph, r, nodes, e.groups)):
             data = m.SerializeToString()
             buf += _varint(len(data)) + data
@@ -191,6 +196,7 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 attrs.append(_attr("root", int64_val=n.root))
             if n.redop != "sum":
                 attrs.append(_attr(REDOP_ATTR, string_val=n.redop))
+            attrs += _env_attr(n.nccl_env)
         elif isinstance(n, P2P):
             src, dst = graph.groups[bound[n.slot]]
             deps += list(n.after)
@@ -209,6 +215,7 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 attrs.append(_attr(CONN_ATTR, int64_val=n.conn))
             if n.comm >= 0:  # its ranks, when not the pair's own (P2P.comm: whether NCCL uses PXN)
                 attrs.append(_attr(COMM_ATTR, string_val=str(bound[n.comm])))
+            attrs += _env_attr(n.nccl_env)
         elif isinstance(n, Wait):
             node.name, node.type = "wait", COMP_NODE
             deps += list(n.refs)
@@ -224,6 +231,21 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
             stream_tail[n.stream] = i
         out.append(node)
     return out
+
+
+def _env_attr(env: NcclEnv | None) -> list[Any]:
+    return [] if env is None else [_attr(NCCL_ENV_ATTR, string_val=json.dumps([list(kv) for kv in env]))]
+
+
+def _env_of(text: Any, src: str) -> NcclEnv | None:
+    """The NCCL_* pairs of an NCCL_ENV_ATTR value; None if absent."""
+    if text is None:
+        return None
+    try:
+        pairs = json.loads(str(text))
+        return tuple((str(k), str(v)) for k, v in pairs)
+    except (ValueError, TypeError):
+        raise InputError(f"{NCCL_ENV_ATTR} is not a list of [name, value] pairs: {text!r:.60}", file=src) from None
 
 
 def _read_messages(path: Path) -> list[bytes]:
@@ -258,6 +280,7 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
         raise InputError(f"cannot read the communicator groups ({exc})", file=str(gpath)) from None
     files = sorted(d.glob(f"{prefix}.*.et"), key=lambda p: int(p.name[len(prefix) + 1 : -3]))
     builders = []
+    run_env: NcclEnv | None = None
     for r, path in enumerate(files):
         raw = _read_messages(path)
         if not raw:
@@ -265,8 +288,13 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
         meta = msgs["GlobalMetadata"].FromString(raw[0])
         if meta.version != SCHEMA_VERSION:
             raise InputError(f"schema version {meta.version!r}, expected {SCHEMA_VERSION}", file=str(path))
+        named = {x.name: x.string_val for x in meta.attr if x.name == NCCL_ENV_ATTR}
+        run_env = _env_of(named.get(NCCL_ENV_ATTR), str(path)) or run_env
         builders.append(_rank_builder(r, [msgs["Node"].FromString(x) for x in raw[1:]], groups, str(path)))
-    return build_graph(builders, meta={"source": "chakra"})
+    meta_out: dict[str, Any] = {"source": "chakra"}
+    if run_env is not None:  # the run's NCCL_* (algo_from_meta reads them as a recording's)
+        meta_out["algo"] = {"nccl_env": [list(kv) for kv in run_env]}
+    return build_graph(builders, meta=meta_out)
 
 
 def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]], src: str) -> ProgramBuilder:
@@ -292,8 +320,19 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
             coll = node.name.split("#")[0]
             group = groups[int(a["pg_name"])]
             op = str(a.get(REDOP_ATTR, "sum"))  # absent: sum (files written before reductions were recorded)
+            env = _env_of(a.get(NCCL_ENV_ATTR), src)
             b.collective(
-                coll, group, a["comm_size"], a["dtype"], a.get("root"), a["seq"], stream, rest, after=after, redop=op
+                coll,
+                group,
+                a["comm_size"],
+                a["dtype"],
+                a.get("root"),
+                a["seq"],
+                stream,
+                rest,
+                after=after,
+                redop=op,
+                nccl_env=env,
             )
         elif kind == "p2p":
             send = node.type == COMM_SEND_NODE
@@ -310,6 +349,7 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
                 after=after,
                 conn=a.get(CONN_ATTR, 0),
                 comm=on,
+                nccl_env=_env_of(a.get(NCCL_ENV_ATTR), src),
             )
         elif kind == "wait":
             comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]

@@ -30,6 +30,7 @@ Node semantics (all times integer ns; see docs/egraph.md):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ T_WAIT_HANDOFF = 7  # a Wait on lone sends that ends at their hand-off (Wait.han
 T_P2P_CONN = 8  # a P2P on a communicator other than the rank's first (P2P.conn): its fields, `after` (maybe empty)
 T_P2P_COMM = 9  # a P2P whose communicator is not its pair's own (P2P.comm): type 8's fields, conn, comm, `after`
 T_COLL_OP = 10  # a Coll whose reduction is not sum (Coll.redop): type 5's fields, `after` (maybe empty), the op code
+NcclEnv = tuple[tuple[str, str], ...]  # NCCL_* variables and their values (collectives.nccl.settings.nccl_env)
 EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
 DTYPE_CODES = ("bf16", "fp16", "fp32", "fp64", "fp8", "int8", "uint8", "bool", "int16", "int32", "int64")
@@ -110,6 +112,7 @@ class Coll:
     deps: tuple[int, ...] = ()
     after: tuple[int, ...] = ()  # earlier Coll/P2P nodes whose part on this rank must end before it starts
     redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (type 10 on disk when not sum)
+    nccl_env: NcclEnv | None = None  # the NCCL_* its communicator was created with, where the program set its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,7 @@ class P2P:
     after: tuple[int, ...] = ()  # as Coll's
     conn: int = 0  # the communicator it runs on, numbered in the rank's order of first use: its connection's slots
     comm: int = -1  # the slot of that communicator's ranks when it is not the pair's own (eager init); -1: the pair's
+    nccl_env: NcclEnv | None = None  # as Coll's
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +172,11 @@ class Program:
         """Canonical msgpack bytes: equal programs give equal bytes (the dedup key)."""
         names: dict[str, int] = {}
         rows: list[list[Any]] = []
-        for n in self.nodes:
+        envs: dict[NcclEnv, int] = {}
+        env_of: list[list[int]] = []  # [node, env index] of the calls with their own NCCL_* (Coll/P2P.nccl_env)
+        for i, n in enumerate(self.nodes):
+            if isinstance(n, (Coll, P2P)) and n.nccl_env is not None:
+                env_of.append([i, envs.setdefault(n.nccl_env, len(envs))])
             if isinstance(n, Compute):
                 row: list[Any] = [T_COMPUTE, n.stream, names.setdefault(n.name, len(names)), n.dur_ns]
             elif isinstance(n, Coll):
@@ -199,7 +207,11 @@ class Program:
             if n.deps:
                 row.append(list(n.deps))
             rows.append(row)
-        return msgpack.packb({"v": VERSION, "names": list(names), "nodes": rows}, use_bin_type=True)
+        doc: dict[str, Any] = {"v": VERSION, "names": list(names), "nodes": rows}
+        if envs:  # optional keys: a program without them (recorded before them) reads as the run's settings
+            doc["envs"] = [[list(kv) for kv in env] for env in envs]
+            doc["env_of"] = env_of
+        return msgpack.packb(doc, use_bin_type=True)
 
     @classmethod
     def decode(cls, data: bytes, source: str = "<program>") -> Program:
@@ -216,6 +228,7 @@ class Program:
         nodes: list[Node] = []
         for i, row in enumerate(obj["nodes"]):
             nodes.append(_decode_row(i, row, names, source))
+        _decode_envs(obj, nodes, source)
         prog = cls(nodes)
         prog.check(source)
         return prog
@@ -249,6 +262,29 @@ class Program:
 
     def digest(self) -> str:
         return hashlib.sha256(self.encode()).hexdigest()
+
+
+def _decode_envs(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
+    """Give the calls `env_of` names their NCCL_* variables from the `envs` table (in place)."""
+    envs, env_of = obj.get("envs", []), obj.get("env_of", [])
+
+    def pairs(e: Any) -> bool:
+        return isinstance(e, list) and all(isinstance(kv, list) and len(kv) == 2 for kv in e)
+
+    ok = isinstance(envs, list) and all(pairs(e) and all(isinstance(x, str) for kv in e for x in kv) for e in envs)
+    if not ok:
+        raise InputError("envs must be lists of [variable, value] pairs", file=source, field="envs")
+    table = [tuple((k, v) for k, v in e) for e in envs]
+    if not isinstance(env_of, list):
+        raise InputError("env_of must be a list of [node, env] pairs", file=source, field="env_of")
+    for pair in env_of:
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
+            raise InputError(f"env_of entry {pair!r:.40} is not [node, env]", file=source, field="env_of")
+        i, e = pair
+        call = nodes[i] if 0 <= i < len(nodes) else None
+        if not (isinstance(call, (Coll, P2P)) and 0 <= e < len(table)):
+            raise InputError(f"env_of entry {pair}: no such call or env", file=source, field="env_of")
+        nodes[i] = dataclasses.replace(call, nccl_env=table[e])
 
 
 def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:

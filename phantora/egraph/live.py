@@ -54,6 +54,7 @@ class _RecorderListener:
                 call.t_issue_ns,
                 before=before,
                 redop=call.redop,
+                nccl_env=call.nccl_env,
             )
         else:
             send = call.kind == "send"
@@ -70,6 +71,7 @@ class _RecorderListener:
                 before=before,
                 conn=conn,
                 comm=comm,
+                nccl_env=call.nccl_env,
             )
             if lone:  # a lone send within its buffer: calls after it follow its hand-off
                 self.rec.eager(call.handle)

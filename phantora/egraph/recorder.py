@@ -31,7 +31,7 @@ from typing import Any
 import msgpack
 
 from phantora.egraph.builder import ProgramBuilder
-from phantora.egraph.format import EAGER_STREAM, VERSION, ExecGraph, Program, assemble, save
+from phantora.egraph.format import EAGER_STREAM, VERSION, ExecGraph, NcclEnv, Program, assemble, save
 from phantora.errors import InputError, PhantoraError
 
 PART_DIR = "parts"
@@ -89,9 +89,11 @@ class GraphRecorder:
         stream: int = 0,
         before: tuple[int, ...] = (),
         redop: str = "sum",
+        nccl_env: NcclEnv | None = None,
     ) -> None:
         """A collective issued at `issue_ns`; `root` is a global rank (or None); it starts after the rank's calls
-        `before` (handles); `redop`: its reduction."""
+        `before` (handles); `redop`: its reduction; `nccl_env`: its communicator's NCCL_* variables where the program
+        set its own (None: the run's)."""
         group = tuple(int(r) for r in group)
         self._catch_up(stream, int(issue_ns))
         local = None
@@ -99,7 +101,10 @@ class GraphRecorder:
             if root not in group:
                 raise PhantoraError(f"rank {self.rank}: root {root} is not in the group {list(group)}")
             local = group.index(root)
-        idx = self.b.collective(kind, group, nbytes, dtype, local, seq, stream, after=self._nodes(before), redop=redop)
+        after = self._nodes(before)
+        idx = self.b.collective(
+            kind, group, nbytes, dtype, local, seq, stream, after=after, redop=redop, nccl_env=nccl_env
+        )
         self._issued(handle, idx)
 
     def p2p(
@@ -115,14 +120,17 @@ class GraphRecorder:
         before: tuple[int, ...] = (),
         conn: Hashable = None,
         comm: tuple[int, ...] = (),
+        nccl_env: NcclEnv | None = None,
     ) -> None:
         """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles); `conn`:
         the communicator a lone send runs on, as the rank names it (numbered here in order of first use, P2P.conn);
-        `comm`: its global ranks when it is not the pair's own (P2P.comm)."""
+        `comm`: its global ranks when it is not the pair's own (P2P.comm); `nccl_env` as a collective's."""
         self._catch_up(stream, int(issue_ns))
         number = self.conns.setdefault(conn, len(self.conns)) if conn is not None else 0
         after = self._nodes(before)
-        node = self.b.p2p(peer, is_send, nbytes, tag, seq, stream, after=after, conn=number, comm=comm or None)
+        node = self.b.p2p(
+            peer, is_send, nbytes, tag, seq, stream, after=after, conn=number, comm=comm or None, nccl_env=nccl_env
+        )
         self._issued(handle, node)
 
     def _nodes(self, handles: tuple[int, ...]) -> list[int]:

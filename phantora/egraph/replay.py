@@ -38,7 +38,19 @@ from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.nccl import nccl_env
 from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.egraph.format import EAGER_STREAM, P2P, Coll, Compute, ExecGraph, Program, Step, Wait, step_times
+from phantora.egraph.call_env import CallOptions, over, recorded_env
+from phantora.egraph.format import (
+    EAGER_STREAM,
+    P2P,
+    Coll,
+    Compute,
+    ExecGraph,
+    NcclEnv,
+    Program,
+    Step,
+    Wait,
+    step_times,
+)
 from phantora.egraph.p2p_calls import Call, CallGroups
 from phantora.egraph.step_events import has_step_events, run_with_step_events
 from phantora.errors import InputError
@@ -59,6 +71,7 @@ class Instance:
     dtype: str
     root: int | None
     redop: str = "sum"  # a reducing collective's reduction (Collective.redop)
+    nccl_env: NcclEnv | None = None  # its communicator's NCCL_* where the live program set its own (Coll.nccl_env)
     issue: dict[int, int] = field(default_factory=dict)  # rank -> issue marker
     start: int = -1  # start marker, once launched
     flows: range = range(0)
@@ -207,6 +220,7 @@ class _Planner:
         self, graph: ExecGraph, topo: Topology, algo: AlgoOptions, max_flows: int, tick: Callable[[], None] | None
     ) -> None:
         self.graph, self.topo, self.algo, self.max_flows = graph, topo, algo, max_flows
+        self.opts = CallOptions(algo)  # each call's options: the run's, or its own NCCL_* under the replay's
         self.pairwise: dict[int, tuple[str, tuple[int, ...]]] | None = None  # p2p tag -> pairwise collective's
         self.tick = tick
         self.flows: list[Flow] = []
@@ -218,8 +232,8 @@ class _Planner:
         self._launched: list[Instance] = []
         self.held: dict[tuple[Any, ...], list[Instance]] = {}  # instance key -> those held until it starts
         # (src, dst, bytes, communicator's ranks or ()) -> a lone send's hand-off ns, and its connection slots
-        self.handoffs: dict[tuple[int, int, int, tuple[int, ...]], int | None] = {}
-        self.slots: dict[tuple[int, int, int, tuple[int, ...]], Slots | None] = {}
+        self.handoffs: dict[tuple[tuple[int, int, int, tuple[int, ...]], NcclEnv | None], int | None] = {}
+        self.slots: dict[tuple[tuple[int, int, int, tuple[int, ...]], NcclEnv | None], Slots | None] = {}
         self.calls = CallGroups(graph)
 
     def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
@@ -230,6 +244,7 @@ class _Planner:
 
     def plan(self) -> GraphPlan:
         g, topo = self.graph, self.topo
+        self.opts.check_registration(g)
         if g.world > topo.num_ranks:
             raise InputError(
                 f"the graph has {g.world} ranks but the topology '{topo.name}' has {topo.num_ranks} endpoints; "
@@ -363,9 +378,9 @@ class _Planner:
         node = run.prog.nodes[r]
         assert isinstance(node, P2P)
         key = (inst.group[0], inst.group[1], inst.nbytes, run.slots[node.comm] if node.comm >= 0 else ())
-        if key not in self.handoffs:
-            self.handoffs[key] = handoff_ns(self.topo, self.algo, {}, *key)
-        ns = self.handoffs[key]
+        if (key, node.nccl_env) not in self.handoffs:
+            self.handoffs[key, node.nccl_env] = handoff_ns(self.topo, self.opts.of(node.nccl_env), {}, *key)
+        ns = self.handoffs[key, node.nccl_env]
         if ns is None or r in run.unfit:
             return None
         deps = [run.ends[r]]
@@ -398,9 +413,9 @@ class _Planner:
         assert isinstance(node, P2P)
         dst = run.slots[node.slot][1]
         key = (run.rank, dst, node.nbytes, run.slots[node.comm] if node.comm >= 0 else ())
-        if key not in self.slots:
-            self.slots[key] = send_slots(self.topo, self.algo, {}, *key)
-        slots = self.slots[key]
+        if (key, node.nccl_env) not in self.slots:
+            self.slots[key, node.nccl_env] = send_slots(self.topo, self.opts.of(node.nccl_env), {}, *key)
+        slots = self.slots[key, node.nccl_env]
         if slots is None:
             return
         if not slots.fits:
@@ -448,6 +463,8 @@ class _Planner:
             )
         if run.rank in inst.issue:
             raise InputError(f"rank {run.rank} issues {inst.label()} twice (node {i})", field="programs")
+        if inst.nccl_env is None:  # as the live coordinator: the call's own NCCL_* (its ends agree, or it refused)
+            inst.nccl_env = n.nccl_env
         if isinstance(n, P2P) and n.tag < 0 and n.is_send:
             inst.call = self.calls.call_of(run.rank, i)
         inst.issue[run.rank] = m
@@ -512,7 +529,8 @@ class _Planner:
         coll = self.grouped(inst) or Collective(
             inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop
         )
-        dag = decompose(coll, self.topo, self.algo, first_flow_id=first, tag=self.tag(inst), sent=self.sent)
+        opts = self.opts.of(inst.nccl_env)
+        dag = decompose(coll, self.topo, opts, first_flow_id=first, tag=self.tag(inst), sent=self.sent)
         for f in dag.flows:
             deps = f.deps if f.deps else (inst.start,)
             self.flows.append(f.with_deps(deps))
@@ -590,13 +608,14 @@ def plan_graph(
 
 def algo_from_meta(graph: ExecGraph) -> AlgoOptions:
     """The collective options the graph was recorded with (meta.algo), else the defaults. The NCCL_* variables
-    recorded with it hold unless the replaying process sets some, which then decide (as on a re-run)."""
+    recorded with it hold, each one the replaying process sets replacing its value (`call_env.over`)."""
     algo = graph.meta.get("algo") or {}
     try:
         opts = AlgoOptions(**algo)
     except TypeError as exc:
         raise InputError(f"bad recorded algorithm options {algo}: {exc}", field="meta.algo") from None
-    return dataclasses.replace(opts, nccl_env=None) if nccl_env() else opts
+    env = recorded_env(graph)
+    return opts if env is None else dataclasses.replace(opts, nccl_env=over(env, dict(nccl_env())))
 
 
 def replay_graph(

@@ -183,6 +183,7 @@ class Issued:
     handoff: int | None = None  # a lone send within its connection's buffer: its kernel's ns (collectives/handoff.py)
     conn: int | None = None  # such a send's communicator (the NCCL stream it would run on): its connection's window
     comm: tuple[int, ...] = ()  # that communicator's global ranks when it is not the pair's own (eager init)
+    nccl_env: NcclEnv | None = None  # the NCCL_* its communicator was created with, where the program set its own
 
 
 class SessionListener(Protocol):
@@ -470,7 +471,9 @@ class RankSession:
             handles = [h]
             if self.listeners:
                 call = Issued(h, wire, seq, wire_bytes, t, group, wire_dtype, root)
-                self._tell(replace(call, stream=stream, launch=launch, after=tuple(after), redop=redop))
+                self._tell(
+                    replace(call, stream=stream, launch=launch, after=tuple(after), redop=redop, nccl_env=nccl_env)
+                )
         else:
             tag = group_tag(group, kind)
             one = launch if launch is not None else -next(self._launches)  # its transfers: one group launch
@@ -675,7 +678,19 @@ class RankSession:
         )
         if self.listeners:
             kind = "send" if is_send else "recv"
-            call = Issued(h, kind, seq, nbytes, t, peer=peer, tag=tag, stream=stream, launch=launch, after=tuple(after))
+            call = Issued(
+                h,
+                kind,
+                seq,
+                nbytes,
+                t,
+                peer=peer,
+                tag=tag,
+                stream=stream,
+                launch=launch,
+                after=tuple(after),
+                nccl_env=env,
+            )
             self._tell(replace(call, handoff=handoff, conn=conn, comm=comm) if handoff is not None else call)
         return h
 
