@@ -37,6 +37,18 @@ SCRIPT = """
     torch.cuda.synchronize()
     dist.all_to_all_single(y, x, outs, ins)
     torch.cuda.synchronize()
+    lists_out = [torch.empty(k, 1024, device="cuda") for k in outs]
+    lists_in = [torch.ones(k, 1024, device="cuda") for k in ins]
+    part = torch.ones(2048, 1024, device="cuda")  # 8 MiB a rank, gathered to rank 0
+    parts = [torch.empty_like(part) for _ in range(n)] if me == 0 else None
+    dist.barrier()  # every call issued at once on every rank (the replay starts a call's transfers together)
+    torch.cuda.synchronize()
+    dist.all_to_all(lists_out, lists_in)  # the same splits, as lists
+    torch.cuda.synchronize()
+    dist.barrier()
+    torch.cuda.synchronize()
+    dist.gather(part, parts, dst=0)
+    torch.cuda.synchronize()
     dist.destroy_process_group()
 """
 LINK, LAT_NS, ROW = 20.6, 11_800, 4096
@@ -63,7 +75,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Exec
 
 
 def test_a_skewed_all_to_all_single_is_one_nccl_group(recorded: tuple[list[dict], ExecGraph]) -> None:
-    recs = recorded[0]
+    recs = [r for r in recorded[0] if r["name"].startswith("all_to_all#1@")]
     assert len(recs) == 56 and {r["kind"] for r in recs} == {"send_recv"}
     assert {tuple(r["comm"]) for r in recs} == {tuple(range(8))}  # on the group's communicator
     assert len({r["t_start"] for r in recs}) == 1  # one group launch, after the barrier
@@ -99,3 +111,21 @@ def test_its_replay_and_chakra_export_rate_the_group_as_live(recorded: tuple[lis
                 pair = (rank[c.src], rank[c.dst])
                 ends[pair] = max(ends.get(pair, 0), c.end_ns)
         assert ends == live
+
+
+def test_the_lists_run_as_the_single_and_a_gather_s_root_shares_its_receive_side(
+    recorded: tuple[list[dict], ExecGraph],
+) -> None:
+    """The same splits as all_to_all's lists take the same time a pair; a gather of 8 MiB a rank to rank 0 takes
+    7 x 8 MiB over the root's 28 receive channels (7 rounds x 4, distinct) at half a link, plus 11.8 us."""
+    recs = recorded[0]
+    took = {(r["name"].split("@")[0], *r["group"]): r["end_ns"] - r["t_start"] for r in recs}
+    first, second = sorted({k[0] for k in took if k[0].startswith("all_to_all#")}, key=lambda x: int(x.split("#")[1]))
+    single = {k[1:]: v for k, v in took.items() if k[0] == first}
+    lists = {k[1:]: v for k, v in took.items() if k[0] == second}
+    assert len(single) == 56 and lists == single
+    gather = [r for r in recs if r["name"].startswith("gather#")]
+    assert sorted(tuple(r["group"]) for r in gather) == [(j, 0) for j in range(1, 8)]
+    for r in gather:
+        assert r["end_ns"] - r["t_start"] == pytest.approx(LAT_NS + 7 * 8 * 2**20 / (28 * 0.5 * LINK), abs=2)
+        assert (r["nccl"]["protocol"], r["nccl"]["channels"]) == ("Simple", 4)
