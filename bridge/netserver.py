@@ -56,6 +56,7 @@ from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
+from phantora.netsim.packet import keep_fct_records
 from phantora.results.scenario import engine_outcome
 from phantora.results.write import write_fabric_traces
 from phantora.topology.model import Topology
@@ -228,6 +229,13 @@ class NetServer:
         return 0
 
 
+def open_engine(spec: EngineSpec, topo: Topology) -> NetworkSimulator:
+    """The engine a network server hosts: `make_engine`'s, keeping no FCT records (no request of the protocol asks
+    for them; a long live run would keep one a flow in ns-3)."""
+    keep_fct_records(False)
+    return make_engine(spec, topo, spawner=spawn_workers)
+
+
 def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology, spec: EngineSpec | None = None) -> None:
     """At a clean shutdown: pfc.csv, queues.csv, drops.csv, links.csv and engine.json (what it ran by, with the
     run's `spec`) of an engine that observes the fabric."""
@@ -250,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         write_endpoint_file(run_dir, "net", endpoint, start.curve_public)
         t0 = time.perf_counter()
         try:
-            engine = make_engine(spec.engine, spec.topology, spawner=spawn_workers)
+            engine = open_engine(spec.engine, spec.topology)
         except (PhantoraError, ImportError) as exc:
             log(f"cannot build the {spec.network} engine: {exc}")
             return 3

@@ -447,10 +447,9 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
     const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id, true);
     if (Owns(f.dst)) {
       fabric->GetNode(f.dst).nic->ForgetFlow(id);
-      auto t = transport.find(id);
-      if (t != transport.end()) {
-        t->second.retxPackets = tx.retxPackets;
-        t->second.retxBytes = tx.retxBytes;
+      if (FlowTransportStats* t = transport.Find(id)) {
+        t->retxPackets = tx.retxPackets;
+        t->retxBytes = tx.retxBytes;
       }
     } else {
       // The receiver is another worker's: it forgets the flow when this message reaches it, at the next
@@ -465,6 +464,10 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
   }
   tailLb.erase(id);
   flows.erase(it);
+  if (!Worker()) {  // done at both ends: what stays of it for the run, a bit each where it can
+    doneEnd.Forget(id);
+    transport.Final(id);
+  }
   if (stopWhenQuiet && flows.empty()) {
     Simulator::Stop();
   }
@@ -626,7 +629,7 @@ void PhantoraNetwork::AddFlow(uint64_t id, uint32_t src, uint32_t dst, uint64_t 
     auto done = s.doneEnd.find(d);
     if (done != s.doneEnd.end()) {
       f.readyNs = std::max(f.readyNs, done->second);
-    } else {
+    } else if (!s.doneEnd.Forgotten(d)) {  // (done at both ends: it ended before now, so before startNs)
       s.dependents[d].push_back(id);
       ++f.pending;
     }

@@ -4,6 +4,7 @@
 
 #include "fabric-installer.h"
 #include "fabric-recorder.h"
+#include "finished-flows.h"
 #include "phantora-cut-link.h"
 #include "phantora-fabric.h"
 #include "phantora-network.h"
@@ -160,7 +161,7 @@ class PhantoraNetwork::Impl {
 
   std::unordered_map<uint64_t, FlowState> flows;  // submitted, not done at both ends
   std::unordered_map<uint64_t, std::vector<uint64_t>> dependents;
-  std::unordered_map<uint64_t, int64_t> doneEnd;  // receiver-complete flows
+  DoneEnds doneEnd;  // receiver-complete flows (not a partition worker: a bit each once done at both ends)
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> nextSport;
   uint64_t inFlight = 0;
   uint64_t submitted = 0;
@@ -205,7 +206,8 @@ class PhantoraNetwork::Impl {
   std::vector<FctRecord> fcts;
   std::vector<RecordKey> fctKeys;  // a partition worker: each FCT record's event key (FabricRecorder::Keep)
   std::vector<LossRecord> losses;
-  std::map<uint64_t, FlowTransportStats> transport;  // completed at the receiver (sender's part final once done)
+  /// Completed at the receiver (sender's part final once done; not a partition worker: a bit each if then all 0).
+  TransportTable transport;
 };
 
 }  // namespace ns3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 DENSE_LIMIT = 1 << 28  # ids below this live in the bitmap (at most 32 MiB)
 
 
@@ -26,6 +28,10 @@ class IdSet:
         elif i not in self._other:
             self._other.add(i)
             self._len += 1
+
+    def update(self, ids: Iterable[int]) -> None:
+        for i in ids:
+            self.add(i)
 
     def __contains__(self, i: int) -> bool:  # type: ignore[override]
         if 0 <= i < DENSE_LIMIT:

@@ -32,6 +32,7 @@ from phantora.netsim.cpp_errors import cpp_message
 from phantora.netsim.cut_windows import NEVER, Peers, WindowStats, run_windows, warm_up
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.hpcc_io import FctLine, PfcLine, pfc_txt_lines
+from phantora.netsim.idset import IdSet
 from phantora.netsim.ns3_build import (  # noqa: F401 - re-exported: packet.build, packet.needs_build, ...
     BUILD_SCRIPT,
     SCRATCH,
@@ -114,6 +115,15 @@ class Ns3Runtime:
 
 
 _RUNTIME: Ns3Runtime | None = None
+_KEEP_FCT = True  # whether this process's engines keep FCT records (`keep_fct_records`)
+
+
+def keep_fct_records(keep: bool) -> None:
+    """Whether the Ns3Simulators this process opens keep FCT records for `fct_records` (yes unless told). A
+    process that never reads them, a live run's network server, says no: ns-3's are then dropped after each run call
+    (else it keeps 72 bytes a flow for the whole run). ns-3 has one network a process: this is the process's setting."""
+    global _KEEP_FCT
+    _KEEP_FCT = keep
 
 
 def load_ns3(build_if_needed: bool = True) -> Ns3Runtime:
@@ -303,10 +313,11 @@ class Ns3Simulator:
         self._step_packed = hasattr(self._net, "StepToCompletion")
         self._vec = self._rt.cppyy.gbl.std.vector["uint64_t"]
         self._no_deps = self._vec()  # what AddFlow (a const reference) gets for no deps: one, not a new one a flow
-        self._known: set[int] = set()
+        self._known = IdSet()  # a bit a flow: a long live run adds flows for hours
         self.prechecked = False  # set by a caller that checks every batch it hands over (a decomposition worker)
         self._tags: dict[int, str] = {}
         self._fct: list[FctLine] = []
+        self._keep_fct = _KEEP_FCT  # else ns-3's are dropped after each run call (`_ran`)
         self._pfc: list[PfcEvent] = []
         self._queues = QueueSpool()  # on disk as drained: after every run call while sampling (queue_spool)
         self._drops: list[Drop] = []
@@ -444,6 +455,8 @@ class Ns3Simulator:
         gets `SimulationInterruptedError` here (KeyboardInterrupt for SIGINT), so a cut call never passes for done."""
         if self.config.queue_sample_ns > 0:
             self._spool_samples()
+        if not self._keep_fct:
+            self._net.DrainFct()
         if sig is None:
             sig = int(self._net.InterruptedBy()) if self._interruptible else 0
         if not sig:
