@@ -35,7 +35,7 @@ from phantora.collectives import decompose
 from phantora.collectives.dag import MessageCounters
 from phantora.collectives.flow_tags import call_name, collective_tag, pairwise_groups, transfer_tag
 from phantora.collectives.handoff import handoff_ns, send_slots
-from phantora.collectives.nccl import nccl_env
+from phantora.collectives.nccl import nccl_env, summarize_choices
 from phantora.collectives.slot_window import Slots, SlotWindow
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.egraph.call_env import CallOptions, over, recorded_env
@@ -122,7 +122,7 @@ class GraphReplayResult:
     wall_s: float
     completions: list[Completion] = field(default_factory=list)  # every flow, markers included
     plan_flows: list[Flow] = field(default_factory=list)  # the DAG that ran (its flows' keys and priorities)
-    nccl: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> "algorithm/protocol" -> collectives
+    nccl: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> "algorithm/protocol[/kernel]" -> calls
     steps_started: dict[int, int] = field(default_factory=dict)  # a scenario's steps with events: ns they started
 
     def to_dict(self) -> dict[str, Any]:
@@ -657,7 +657,6 @@ def evaluate_graph(
     steps = step_times(rank_steps)
     ends = [sum(steps[: i + 1]) for i in range(len(steps))]
     comm: dict[str, dict[str, int]] = {}
-    nccl: dict[str, dict[str, int]] = {}
     for inst in plan.instances:
         start = end_of[inst.start]
         end = max((end_of[i] for i in inst.flows), default=start)
@@ -665,10 +664,9 @@ def evaluate_graph(
         kind["count"] += 1
         kind["bytes"] += inst.nbytes
         kind["busy_ns"] += end - start
-        if inst.choice:
-            used = nccl.setdefault(inst.kind, {})
-            key = f"{inst.choice['algorithm']}/{inst.choice['protocol']}"
-            used[key] = used.get(key, 0) + 1
+    # counted as a live run's results.json counts them (a symmetric kernel's name too)
+    nccl = summarize_choices([{"kind": i.kind, "nccl": i.choice} for i in plan.instances if i.choice], ())["choices"]
+    assert isinstance(nccl, dict)
     return GraphReplayResult(
         step_ends_ns=ends,
         step_times_ns=steps,
