@@ -189,22 +189,7 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology, sample
          for o in outs for c in completions_from_columns(o["done"])),
         key=lambda c: (c.end_ns, c.flow_id),
     )  # fmt: skip
-    transport: dict[int, list[int]] = {}
-    for o in outs:
-        for fid, *vals in o["transport"]:
-            have = transport.setdefault(fid, [0, 0, 0, 0])
-            have[:] = [a + b for a, b in zip(have, vals, strict=True)]
-    channels: dict[int, list[int]] = {}
-    for o in outs:
-        for row in o["channels"]:
-            if row[0] not in channels:
-                channels[row[0]] = list(row)
-            else:
-                have = channels[row[0]]  # counters of the sending port: one worker's, zero in the others
-                have[4:8] = [a + b for a, b in zip(have[4:8], row[4:8], strict=True)]
-                have[8] = max(have[8], row[8])
-    stats = _merged_stats([o["stats"] for o in outs])
-    stats.update(switch_link_load(topology, {c: row[4] for c, row in channels.items()}))  # row[4]: bytes sent
+    channels, stats = merged_counters(outs, topology)
     pfc = _merged(outs, "pfc", PfcEvent, ties)
     marks = _merged(outs, "marks", EcnMark, ties)
     cnps = _merged(outs, "cnps", CnpEvent, ties)
@@ -227,8 +212,8 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology, sample
         drops=drops,
         trims=trims,
         queues=queues,
-        transport={fid: FlowTransport(fid, *v) for fid, v in sorted(transport.items())},
-        channels=[tuple(channels[c]) for c in sorted(channels)],
+        transport=merged_transport(outs),
+        channels=channels,
         stats=stats,
         effective=[(str(k), str(v)) for k, v in outs[0].get("effective", ())] if outs else [],
         now=now,
@@ -236,6 +221,35 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology, sample
         workers=[o["windows"] for o in outs],
         wall_s=wall_s,
     )
+
+
+def merged_transport(outs: Sequence[Mapping[str, Any]]) -> dict[int, FlowTransport]:
+    """The workers' transport counters per flow, added (each counted by the worker of its end, zero elsewhere)."""
+    transport: dict[int, list[int]] = {}
+    for o in outs:
+        for fid, *vals in o["transport"]:
+            have = transport.setdefault(fid, [0, 0, 0, 0])
+            have[:] = [a + b for a, b in zip(have, vals, strict=True)]
+    return {fid: FlowTransport(fid, *v) for fid, v in sorted(transport.items())}
+
+
+def merged_counters(
+    outs: Sequence[Mapping[str, Any]], topology: Topology
+) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
+    """The workers' channel counters (added: a sending port's are one worker's, zero in the others; the largest
+    queue the largest) and `stats` as one engine's, the switch links' load from the merged channels."""
+    channels: dict[int, list[int]] = {}
+    for o in outs:
+        for row in o["channels"]:
+            if row[0] not in channels:
+                channels[row[0]] = list(row)
+            else:
+                have = channels[row[0]]
+                have[4:8] = [a + b for a, b in zip(have[4:8], row[4:8], strict=True)]
+                have[8] = max(have[8], row[8])
+    stats = _merged_stats([o["stats"] for o in outs])
+    stats.update(switch_link_load(topology, {c: row[4] for c, row in channels.items()}))  # row[4]: bytes sent
+    return [tuple(channels[c]) for c in sorted(channels)], stats
 
 
 def _merged(outs: list[dict[str, Any]], name: str, make: Callable[..., T], ties: list[int]) -> list[T]:

@@ -6,7 +6,8 @@ process talks to each through its stdin and stdout (msgpack). To the driver they
 every one of them and their replies come back merged (completions in (end, flow id) order, each from the worker of
 its receiver; bounds of every worker, the driver keeps the highest; the busiest worker's CPU). A completion's start
 is the one engine's: its post ns, or the end of the last dependency it waited for in ns-3 (the receiver's worker
-does not see a release made elsewhere), plus its delay. Records merge as one keyed engine's (`bridge.cut_pool`).
+does not see a release made elsewhere), plus its delay. Records merge as one keyed engine's, only the new ones
+each time (`bridge.cut_stepped_records`).
 A worker that exits ends the run, named with its last words; the workers exit with this process (stdin closes).
 """
 
@@ -25,7 +26,8 @@ from typing import IO, Any
 import msgpack
 
 from bridge.columns import completions_from_columns, flows_to_columns
-from bridge.cut_pool import PartitionResult, _merge
+from bridge.cut_pool import PartitionResult
+from bridge.cut_stepped_records import SteppedRecords
 from bridge.ray_workers import last_words
 from bridge.runspec import topology_to_dict
 from bridge.transport import make_run_dir, new_token, remove_run_dir
@@ -75,6 +77,7 @@ class SteppedPool:
         self._post: dict[int, tuple[int, tuple[int, ...], int]] = {}  # flow -> (post ns, ns-3 deps, delay)
         self._ends: dict[int, int] = {}  # completed flow -> end ns (for the starts of flows with deps)
         self._merged: tuple[int, PartitionResult] | None = None
+        self._records = SteppedRecords(config.partition, topology)  # what the workers recorded, merged so far
         self._rounds = 0
         self._wall0 = time.perf_counter()
         self.round_cpu = [0.0] * config.partition
@@ -214,8 +217,8 @@ class SteppedPool:
         """The workers' records so far, merged as one keyed engine's (`bridge.cut_pool`)."""
         if self._merged is None or self._merged[0] != self._rounds:
             self._send({"k": "records"})
-            outs = self._gather()
-            self._merged = (self._rounds, _merge(outs, time.perf_counter() - self._wall0, self.topology))
+            self._records.add(self._gather())
+            self._merged = (self._rounds, self._records.result(time.perf_counter() - self._wall0))
         return self._merged[1]
 
     def stats(self, index: int) -> dict[str, object]:

@@ -12,8 +12,9 @@ to stdout, one msgpack map each:
   ns, ...]), CPU and wall seconds, the clock, the ns a reacting completion stopped the run at (None: it ran to
   ``until``), the next event (None: no flow in flight), the flows in flight and whether it is quiet (`quiet`:
   nothing in flight and no live event left; profile reuse ends an episode when every worker is).
-- ``{"k": "records"}``: the records so far, as `bridge.cut_worker.records` gives them (each with its event's order
-  key, accumulated over the run), and the windows' counters.
+- ``{"k": "records"}``: the records made since the last such request (``new``, by kind, each with its event's
+  order key in ``keys``: the pool keeps the earlier ones, `bridge.cut_stepped_records`), the counters so far
+  (stats, channels, transport) and the windows' counters.
 - ``{"k": "exit"}``.
 
 Every worker makes the same window calls, so their barriers line up. Any failure exits non-zero with the reason
@@ -34,7 +35,7 @@ import msgpack
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.cut_unix import UnixPeers
-from bridge.cut_worker import KEYED_RECORDS, records, start_worker
+from bridge.cut_worker import KEYED_RECORDS, as_rows, start_worker
 from phantora.netsim.cut_round import round_end
 from phantora.netsim.cut_windows import WindowStats
 from phantora.netsim.packet import Ns3Simulator
@@ -48,9 +49,9 @@ class Stepper:
     def __init__(self, sim: Ns3Simulator, peers: ZmqPeers | UnixPeers) -> None:
         self.sim, self.peers = sim, peers
         self.stats = WindowStats()
-        self.keys: dict[str, list[Any]] = {name: [] for name in KEYED_RECORDS}
+        self.sent: dict[str, int] = {}  # records of each kind sent to the pool so far
         self.bounds: dict[int, int] = {}
-        self.run_cpu = self.run_wall = 0.0
+        self.run_cpu = self.run_wall = self.records_cpu = 0.0
 
     def _run_to(self, until: int | None, reacting: list[int] | None = None) -> int | None:
         return self.sim.run_cut_windows(self.peers, until, self.stats, reacting)
@@ -75,11 +76,28 @@ class Stepper:
                 "stop": stop, "next": sim.next_event_time(), "in_flight": sim.in_flight(),
                 "quiet": sim.quiet()}  # fmt: skip
 
-    def records(self, setup_cpu: float, wall0: float, setup_events: int) -> dict[str, Any]:
-        out = records(self.sim, [])
-        for name in KEYED_RECORDS:
-            self.keys[name].extend(out["keys"][name])
-        out["keys"] = self.keys
+    def records(self, setup_cpu: float, wall0: float, setup_events: int, import_cpu: float) -> dict[str, Any]:
+        """The records made since the last call, with their keys (`new`, `keys`: the pool keeps the earlier
+        ones), and the counters so far (stats, channels, transport, the windows', the process's CPU)."""
+        c0 = time.process_time()
+        sim, first = self.sim, not self.sent
+        new: dict[str, list[Any]] = {}
+        for name, rows in (("fct", sim.fct_records()), ("pfc", sim.pfc_events()), ("marks", sim.ecn_mark_events()),
+                           ("cnps", sim.cnp_events()), ("drops", sim.drops()), ("trims", sim.trims()),
+                           ("queues", sim.queue_samples())):  # fmt: skip
+            new[name] = as_rows(rows[self.sent.get(name, 0) :])
+            self.sent[name] = len(rows)
+        out: dict[str, Any] = {
+            "new": new,
+            "keys": {name: sim.record_keys(kind) for name, kind in KEYED_RECORDS.items()},
+            "transport": as_rows([t for _, t in sorted(sim.flow_transport().items())]),
+            # the channels this worker sent a packet on: a channel's counters are its sending port's, one worker's
+            # (the usage and the switch links' load read those with packets only)
+            "channels": [row for row in sim.channel_rows() if row[5]],
+            "stats": sim.stats(),
+            "effective": sim.effective_pairs() if first else [],  # (the fabric's settings: once)
+            "sample_from": sim.cut_sampling_from(),
+        }
         s = self.stats
         out["windows"] = {
             "windows": s.windows, "exchanges": s.exchanges, "bytes_out": s.bytes_out,
@@ -90,6 +108,10 @@ class Stepper:
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": self.peers.rejected,
             "curve": self.peers.curve, "cut": self.sim.cut_stats(),
         }  # fmt: skip
+        self.records_cpu += time.process_time() - c0
+        # the process's CPU: Python's imports before the setup, these answers, and all of it so far
+        out["windows"]["process_cpu"] = {"import_s": import_cpu, "records_s": self.records_cpu,
+                                         "total_s": time.process_time()}  # fmt: skip
         return out
 
 
@@ -116,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         for msg in _requests(sys.stdin.fileno()):
             if msg["k"] == "exit":
                 break
-            reply = step.round(msg) if msg["k"] == "round" else step.records(setup_cpu, wall0, started.setup_events)
+            reply = (
+                step.round(msg) if msg["k"] == "round" else step.records(setup_cpu, wall0, started.setup_events, cpu0)
+            )
             out.write(msgpack.packb(reply))
             out.flush()
     finally:

@@ -95,6 +95,15 @@ class Progress:
             self._last_line = now
             print(self.line(now), file=self.file, flush=True)
 
+    def shows_extras(self) -> bool:
+        """Whether an `update` now would show the simulated time and events/s (a bar's figures every 0.5 s, a line
+        every `every_s`): a caller may read an engine's event counter only then (partition workers answer it
+        with their records)."""
+        now = time.monotonic()
+        if self._bar is not None:
+            return now - self._last_post >= 0.5
+        return self.mode == "lines" and now - self._last_line >= self.every_s
+
     def _extras(self, now: float) -> str:
         parts = []
         if self.failed:

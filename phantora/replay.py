@@ -184,7 +184,7 @@ def _drain(sim: NetworkSimulator, flows: list[Flow], progress: str, desc: str) -
             return got
 
         def tick(got: list[Completion]) -> None:
-            bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim))
+            bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim) if bar.shows_extras() else None)
 
         return drain_observed(sim, [f.id for f in flows], tick)
 

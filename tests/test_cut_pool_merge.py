@@ -15,7 +15,7 @@ import pytest
 from bridge.columns import completions_to_columns
 from bridge.cut_pool import _merge
 from phantora.errors import PhantoraError
-from phantora.netsim.record_order import merge_by_key
+from phantora.netsim.record_order import KeyedMerge, merge_by_key
 from phantora.topology.generators import leaf_spine
 
 TOPO = leaf_spine(2, 2, 2, nvswitch=False)  # 2 leaves x 2 spines: 4 cables, 8 switch-to-switch channels
@@ -60,6 +60,32 @@ def test_records_merge_in_one_engines_event_order_not_by_worker() -> None:
     assert [r[1] for r in got] == ["x", "b", "a", "y", "c", "z", "d", "w"]
     assert ties == [3]  # y after a (ns 5 vs 9: no), c after y, z after c, d after z
     assert merge_by_key("test", [w1, w0], [k1, k0]) == got  # the workers' numbering does not matter
+
+
+def test_records_merged_in_parts_are_the_merge_of_all_of_them() -> None:
+    """A stepped worker sends the records made since its last answer: each part merged after the ones before is
+    the merge of all, ties across a part's border included (the example above cut after each ns: 3 ties); a
+    part with a record before one already merged (d's key below z's) merges everything again, to the same list."""
+    w0 = [(5, "b"), (5, "a"), (9, "c"), (9, "d")]
+    k0 = [(5, 2, 1, 0), (5, 2, 1, 0), (9, 7, 6, 4), (9, 8, 0, 1)]
+    w1 = [(3, "x"), (9, "y"), (9, "z"), (12, "w")]
+    k1 = [(3, 0, 9, 0), (9, 7, 2, 5), (9, 8, 0, 0), (12, 11, 9, 1)]
+    whole = ["x", "b", "a", "y", "c", "z", "d", "w"]
+    for cuts in ([(1, 1), (2, 2), (4, 4)], [(2, 1), (3, 2), (4, 3), (4, 4)], [(2, 1), (4, 4)]):
+        merge, at = KeyedMerge("test", 2), (0, 0)
+        for a, b in cuts:
+            merge.add([w0[at[0] : a], w1[at[1] : b]], [k0[at[0] : a], k1[at[1] : b]])
+            at = (a, b)
+        assert [r[1] for r in merge.out] == whole and merge.ties == 3, cuts
+        assert merge.remerged == 0, cuts
+    late = KeyedMerge("test", 2)
+    late.add([w0[:3], w1], [k0[:3], k1])  # z (9, 8, 0, 0) and w (12, ...) merged before d (9, 8, 0, 1) came
+    late.add([w0[3:], []], [k0[3:], []])
+    assert [r[1] for r in late.out] == whole and late.ties == 3 and late.remerged == 1
+    with pytest.raises(PhantoraError, match=r"worker 0: test record 3 has order key \(4, 1, 2, 0\) after"):
+        bad = KeyedMerge("test", 1)
+        bad.add([[1, 2, 3]], [[(4, 1, 3, 0), (4, 1, 3, 1), (4, 1, 4, 0)]])
+        bad.add([[4]], [[(4, 1, 2, 0)]])
 
 
 def test_a_key_in_two_workers_or_a_missing_key_is_refused_naming_it() -> None:
@@ -116,3 +142,19 @@ def test_partition_summary_reports_each_workers_peak_memory() -> None:
     out = partition_summary([worker(614_400, 4.0), worker(819_200 + 1023, 2.0)], ties=0)
     assert out["maxrss_mb_each"] == [600, 800]  # 614,400 KiB = 600 MiB; a part MiB rounds down
     assert out["maxrss_mb"] == 800 and out["run_cpu_s"] == [4.0, 2.0] and out["ns3_cpu_s"] == [2.0, 1.0]
+
+
+def test_records_go_on_the_wire_as_astuple_gives_them() -> None:
+    """A worker sends each record as the tuple of its fields (`as_rows`, without astuple's deep copy)."""
+    from dataclasses import astuple
+
+    from bridge.cut_worker import as_rows
+    from phantora.netsim.hpcc_io import FctLine
+    from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, QueueSample, Trim
+
+    rows = [FctLine(1, 2, 3, 4, 5, 6, 7, 8, 9), PfcEvent(10, 1, 1, 2, 3, True, 4), EcnMark(1, 2, 3, 4, 5, 6),
+            CnpEvent(1, 2, 3, 4, 5), Drop(1, 2, 3, 4, 5, 6), Trim(1, 2, 3, 4, 5, 6, 7), FlowTransport(1, 2, 3, 4, 5),
+            QueueSample(1, 2, 3, 4, 5)]  # fmt: skip
+    for r in rows:
+        assert as_rows([r, r]) == [astuple(r), astuple(r)] and type(as_rows([r])[0]) is tuple
+    assert as_rows([]) == []

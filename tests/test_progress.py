@@ -38,6 +38,20 @@ def test_the_progress_line_gives_done_rate_and_a_linear_eta() -> None:
     assert len(out.getvalue().splitlines()) == 3  # at most one line an hour
 
 
+def test_the_engines_counter_is_wanted_only_when_a_line_or_the_bars_figures_show_it() -> None:
+    """A caller reads the engine's events (partition workers answer with their records) only when `update` would
+    show them: a line every `every_s`, never when off."""
+    out = io.StringIO()
+    p = P.Progress("lines", "replay", 10, "flow", file=out, every_s=3600)
+    assert not p.shows_extras()  # the first line is due an hour after the start
+    p.t0 -= 3600
+    p._last_line -= 3600
+    assert p.shows_extras()
+    p.update(1, events=5)
+    assert not p.shows_extras() and len(out.getvalue().splitlines()) == 1
+    assert not P.Progress("off", "replay", 10, "flow").shows_extras()
+
+
 def test_modes_follow_the_flags() -> None:
     assert P.auto_mode(None, quiet=True) == "off" and P.auto_mode(False) == "off" and P.auto_mode(True) == "bar"
     assert P.auto_mode(None) == "lines"  # pytest's stderr is not a terminal

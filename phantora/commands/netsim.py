@@ -177,7 +177,7 @@ def _drain(sim: Any, inp: NetsimInput, progress: str, done: dict[int, Any] | Non
         from phantora.replay import engine_events
 
         def tick(got: list[Any]) -> None:
-            bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim))
+            bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim) if bar.shows_extras() else None)
 
         return drain_observed(sim, [f.id for f in inp.flows if f.id not in done], tick)
 

@@ -182,8 +182,7 @@ def switch_link_load(topology: Topology, bytes_of: Mapping[int, int]) -> dict[st
     """How evenly traffic spread over the fabric: bytes on the busiest and the least busy directed
     switch-to-switch channel among those that carried traffic, and how many such channels carried none (a
     topology with no switch links, or no traffic on them, gives {})."""
-    kinds = [n.kind for n in topology.nodes]
-    fabric = [c for c in range(topology.num_channels) if all(kinds[n] == "switch" for n in topology.channel_ends(c))]
+    fabric = topology.switch_channels
     loads = [bytes_of[c] for c in fabric if bytes_of.get(c, 0) > 0]
     if not loads:
         return {}

@@ -305,6 +305,13 @@ class SteppedPartition(DecomposedSimulator):
             "round_wall_s": round(self.round_wall_s, 6),
             "meanwhile_cpu_s": round(self.meanwhile_cpu_s, 6),  # the fluid side's work while the workers ran
             "between_wall_s": round(self.between_wall_s, 6),
+            "driver_cpu_s": round(time.process_time(), 3),  # this process's so far (imports, planning included)
+            # each worker's process CPU so far: Python's imports before its setup (setup_cpu_s: ns-3, the fabric,
+            # the first calls; run_cpu_s: the rounds), the records it sent, and in all
+            "worker_cpu_s": {
+                part: [round(w["process_cpu"][key], 3) for w in res.workers]
+                for part, key in (("import", "import_s"), ("records", "records_s"), ("total", "total_s"))
+            },
         }
         out["approximations"] = self.config.approximations()
         return out

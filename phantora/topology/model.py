@@ -69,6 +69,7 @@ class Topology:
         self._rank_order: list[int] | None = None  # endpoint node ids in rank order, if placed
         self._hpcc_order: dict[int, dict[int, int]] = {}  # dst -> node -> position in HPCC's BFS queue
         self._nvs_cache: dict[tuple[int, int], int | None] = {}  # (a, b) -> shared_nvswitch(a, b)
+        self._switch_channels: list[int] | None = None
         check_ecmp_hash(self.ecmp_hash)
         for link in list(self.links):
             self._attach(link)
@@ -81,6 +82,7 @@ class Topology:
         nid = len(self.nodes)
         self.nodes.append(Node(nid, kind, name or f"{kind}{nid}", host, tier))
         self._adj.append([])
+        self._switch_channels = None
         self._endpoints = None
         self._endpoint_set = None
         self._rank_order = None
@@ -109,6 +111,7 @@ class Topology:
         self._base_cache.clear()
         self._hpcc_order.clear()
         self._nvs_cache.clear()
+        self._switch_channels = None
 
     # ----- queries ------------------------------------------------------------------------
     @property
@@ -125,6 +128,15 @@ class Topology:
         if self._endpoint_set is None:
             self._endpoint_set = frozenset(n.id for n in self.nodes if n.kind in ENDPOINT_KINDS)
         return self._endpoint_set
+
+    @property
+    def switch_channels(self) -> list[int]:
+        """The directed channels from a switch to a switch, in id order (the fabric's load spreads over them)."""
+        if self._switch_channels is None:
+            switch = [n.kind == "switch" for n in self.nodes]
+            both = [lk.id for lk in self.links if switch[lk.a] and switch[lk.b]]
+            self._switch_channels = [2 * i + d for i in both for d in (0, 1)]
+        return self._switch_channels
 
     @property
     def rank_order(self) -> list[int] | None:
