@@ -20,7 +20,8 @@ from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.plan import CallSpec, CollectivePlanner
 from phantora.collectives.spec import AlgoOptions
 from phantora.egraph.live import record_run
-from phantora.launcher import RunConfig
+from phantora.launcher import RunConfig, launch
+from phantora.netsim.engine_spec import EngineSpec
 from phantora.topology.generators import leaf_spine
 
 
@@ -117,4 +118,14 @@ def test_a_live_runs_flows_name_their_group(recorded: tuple[Path, Path]) -> None
 def test_its_replay_tags_the_flows_as_the_live_run(recorded: tuple[Path, Path], tmp_path: Path, network: str) -> None:
     out = tmp_path / network
     assert main(["replay", str(recorded[1]), "--topology", "testbed16", "--network", network, "--out", str(out)]) == 0
+    check(call_tags(out / "flows.csv"))
+
+
+@pytest.mark.slow
+def test_a_live_packet_runs_flows_name_their_group(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(PROGRAM))
+    out = tmp_path / "live"
+    ns3 = EngineSpec(network="ns3")
+    launch(RunConfig(str(script), topology="testbed16", engine=ns3, nproc=4, out_dir=out, trace="none", timeout_s=240))
     check(call_tags(out / "flows.csv"))
