@@ -9,7 +9,8 @@ import pytest
 
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow
-from phantora.netsim.cut_round import round_end, unpack_round_end
+from phantora.netsim.cut_round import last_send_end, round_end, unpack_round_end
+from phantora.netsim.packet_config import PacketConfig
 from tests.test_cut_workers import TOPO, config
 
 
@@ -56,3 +57,39 @@ def test_one_call_equals_the_three() -> None:
     assert new == old
     assert [c.flow_id for c in new[0]] == [0] and new[0][0].tag == "small"
     assert list(new[1]) == [1] and new[1][1] > 8_000
+
+
+def test_last_send_end_is_a_sender_s_bytes_at_line_rate() -> None:
+    """One GPU sends three 1 MiB flows at once and a fourth that waits on one of them (not started yet), on a rail
+    fabric of 100 Gb/s links of 1 us: `last_send_end` is its 4 MiB at line rate plus the least propagation (two
+    cables), less 2 ns, at most a packet of rounding below (one may have left); far above the greatest per-flow
+    bound (one flow's 1 MiB), never after the last completion, and within its headers and store and forward of it."""
+    from phantora.netsim.packet import Ns3Simulator
+    from tests.test_decompose import _G100, gpu, tiny
+
+    topo = tiny()
+    size = 1 << 20
+    a = gpu(topo, 0, 0)
+    flows = [Flow(i, a, gpu(topo, 1 + i % 2, 0), size, key=i) for i in range(3)]
+    flows.append(Flow(3, a, gpu(topo, 2, 0), size, (1,), key=3))
+    with Ns3Simulator(topo, PacketConfig(cc="dcqcn", payload_bytes=4096, header_bytes=62)) as sim:
+        sim.submit(flows, 0)
+        sim._net.RunUntil(0)
+        b0 = last_send_end(sim)
+        per_flow = max(sim.completion_bounds().values())
+        seen = [b0]
+        ends: list[int] = []
+        t = 0
+        while len(ends) < 4:
+            t += 20_000
+            sim._net.RunUntil(t)
+            ends += [c.end_ns for c in sim.take_completions()]
+            if len(ends) < 4:
+                seen.append(last_send_end(sim))
+        assert last_send_end(sim) is None  # nothing left to send
+    closed = 4 * size * 8 * 10**9 // _G100 + 2 * 1000 - 2
+    packet_ns = 4096 * 8 * 10**9 // _G100
+    assert b0 is not None and closed - packet_ns - 1 <= b0 <= closed
+    assert b0 > 3 * per_flow
+    assert all(b is not None and b <= max(ends) for b in seen)
+    assert max(ends) - b0 < 0.03 * max(ends)

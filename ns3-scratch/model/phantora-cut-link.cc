@@ -19,13 +19,6 @@ NS_LOG_COMPONENT_DEFINE("PhantoraCutLink");
 
 namespace {
 
-template <typename T>
-void Put(std::vector<uint8_t>& out, T v) {
-  const std::size_t at = out.size();
-  out.resize(at + sizeof(T));
-  std::memcpy(out.data() + at, &v, sizeof(T));
-}
-
 /// Reads a batch field by field; throws when it runs out.
 class Reader {
  public:
@@ -162,10 +155,22 @@ constexpr uint32_t kReleaseLink = UINT32_MAX - 1;  ///< ... for "a dependency of
 constexpr uint32_t kDoneLink = UINT32_MAX - 2;     ///< ... for "complete at its receiver"
 constexpr uint32_t kBoundLink = UINT32_MAX - 3;    ///< ... for "completes at this ns or later"
 
-void PutKey(std::vector<uint8_t>& out, const PhantoraOrderKey& k) {
-  Put(out, k.schedTs);
-  Put(out, k.node);
-  Put(out, k.count);
+constexpr std::size_t kNoteBytes = sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;  ///< a note's head
+constexpr std::size_t kKeyBytes = sizeof(uint64_t) + sizeof(uint32_t) * 2;        ///< PutKey's
+constexpr std::size_t kReleaseBytes = kKeyBytes * 2 + sizeof(uint32_t);            ///< a release's after its head
+
+/// The head of every message but a packet's: (ns, kind, node, flow).
+void PutNote(Writer& w, uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns) {
+  w.Put(ns);
+  w.Put(kind);
+  w.Put(node);
+  w.Put(flow);
+}
+
+void PutKey(Writer& w, const PhantoraOrderKey& k) {
+  w.Put(k.schedTs);
+  w.Put(k.node);
+  w.Put(k.count);
 }
 }  // namespace
 
@@ -319,15 +324,11 @@ std::vector<uint8_t>& PhantoraCutLink::OutboxFor(uint32_t node) {
   return m_outboxes[g];
 }
 
-std::vector<uint8_t>& PhantoraCutLink::SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns) {
-  std::vector<uint8_t>& out = OutboxFor(node);
-  Put(out, ns);
-  Put(out, kind);
-  Put(out, node);
-  Put(out, flow);
+void PhantoraCutLink::SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns) {
+  Writer w(OutboxFor(node), kNoteBytes);
+  PutNote(w, kind, flow, node, ns);
   ++m_messages;
-  m_bytes += sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;
-  return out;
+  m_bytes += kNoteBytes;
 }
 
 void PhantoraCutLink::SendForget(uint64_t flow, uint32_t node, uint64_t atNs) {
@@ -339,13 +340,14 @@ void PhantoraCutLink::SendRelease(uint64_t flow, uint32_t node, uint64_t atNs, c
   m_minArrival = std::min(m_minArrival, landNs);
   const uint64_t reach = m_reach.at(node);
   m_minReach = std::min(m_minReach, reach > UINT64_MAX - landNs ? UINT64_MAX : landNs + reach);
-  std::vector<uint8_t>& out = SendNote(kReleaseLink, flow, node, atNs);
-  const std::size_t start = out.size();
-  PutKey(out, event);
-  Put(out, seq);
-  PutKey(out, key);
+  Writer w(OutboxFor(node), kNoteBytes + kReleaseBytes);  // one resize for the whole message
+  PutNote(w, kReleaseLink, flow, node, atNs);
+  PutKey(w, event);
+  w.Put(seq);
+  PutKey(w, key);
+  ++m_messages;
   ++m_releases;
-  m_bytes += out.size() - start;
+  m_bytes += kNoteBytes + kReleaseBytes;
 }
 
 void PhantoraCutLink::SendDone(uint64_t flow, uint32_t node, uint64_t atNs) {
@@ -360,6 +362,11 @@ std::vector<uint8_t> PhantoraCutLink::TakeOutbox(uint32_t group) {
   std::vector<uint8_t> out;
   out.swap(m_outboxes.at(group));
   return out;
+}
+
+void PhantoraCutLink::SwapOutbox(uint32_t group, std::vector<uint8_t>& batch) {
+  batch.clear();
+  batch.swap(m_outboxes.at(group));
 }
 
 uint64_t PhantoraCutLink::TakeMinArrival() {

@@ -57,6 +57,9 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   void SendForget(uint64_t flow, uint32_t node, uint64_t atNs);
   /// The messages sent to group `group` since the last call (its outbox, emptied).
   std::vector<uint8_t> TakeOutbox(uint32_t group);
+  /// TakeOutbox() into `batch`, whose old bytes are dropped and whose buffer becomes the outbox: a window loop
+  /// that swaps the same buffers back and forth grows none of them again after its first windows.
+  void SwapOutbox(uint32_t group, std::vector<uint8_t>& batch);
   /// The least arrival time of the messages sent since the last call, or UINT64_MAX; reset.
   uint64_t TakeMinArrival();
   /// Per node, the least ns from an event at it to a packet's arrival across a cut cable caused by it, inside
@@ -110,8 +113,8 @@ class PhantoraCutLink final : public PhantoraWindowHook {
 
  private:
   std::vector<uint8_t>& OutboxFor(uint32_t node);
-  /// A note of `kind` on flow `flow` to `node` at `ns` (the head of every message but a packet's); its outbox.
-  std::vector<uint8_t>& SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns);
+  /// A note of `kind` on flow `flow` to `node` at `ns` (the head of every message but a packet's).
+  void SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns);
 
   Ptr<PhantoraFabric> m_fabric;
   std::vector<uint32_t> m_groups;

@@ -317,6 +317,25 @@ bool PhantoraCutPeers::Take(uint32_t g, uint64_t seq, CutReport& out) {
 
 void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine, const std::vector<std::string>& batches,
                                 std::vector<CutReport>& out) {
+  std::vector<std::pair<const char*, std::size_t>> spans;
+  for (const std::string& b : batches) {
+    spans.emplace_back(b.data(), b.size());
+  }
+  ExchangeBytes(seq, mine, spans, out);
+}
+
+void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine,
+                                const std::vector<std::vector<uint8_t>>& batches, std::vector<CutReport>& out) {
+  std::vector<std::pair<const char*, std::size_t>> spans;
+  for (const std::vector<uint8_t>& b : batches) {
+    spans.emplace_back(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  ExchangeBytes(seq, mine, spans, out);
+}
+
+void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
+                                     const std::vector<std::pair<const char*, std::size_t>>& batches,
+                                     std::vector<CutReport>& out) {
   const uint32_t n = Groups();
   if (batches.size() != n) {
     throw std::invalid_argument("PhantoraCutPeers::Exchange: " + std::to_string(batches.size()) +
@@ -343,7 +362,7 @@ void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine, const std::
   std::vector<bool> got(n, false);
   uint32_t missing = 0, unsent = 0;
   auto send = [&](uint32_t g) {
-    const std::string& batch = batches[g];
+    const auto& [data, size] = batches[g];
     while (sent[g] < total[g]) {
       iovec iov[2];
       int cnt = 0;
@@ -351,8 +370,8 @@ void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine, const std::
         iov[cnt++] = {heads[g].data() + sent[g], headLen - sent[g]};
       }
       const uint64_t from = sent[g] > headLen ? sent[g] - headLen : 0;
-      if (batch.size() > from) {
-        iov[cnt++] = {const_cast<char*>(batch.data()) + from, batch.size() - from};
+      if (size > from) {
+        iov[cnt++] = {const_cast<char*>(data) + from, size - from};
       }
       msghdr msg{};
       msg.msg_iov = iov;
@@ -374,16 +393,16 @@ void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine, const std::
     if (g == m_group) {
       continue;
     }
-    const std::string& batch = batches[g];
-    if (batch.size() > kMaxBatch) {
-      throw std::runtime_error(Worker(m_group) + ": a batch of " + std::to_string(batch.size()) + " bytes for " +
+    const std::size_t batchSize = batches[g].second;
+    if (batchSize > kMaxBatch) {
+      throw std::runtime_error(Worker(m_group) + ": a batch of " + std::to_string(batchSize) + " bytes for " +
                                Worker(g) + " (at most " + std::to_string(kMaxBatch) + ")");
     }
     heads[g] = head;
-    PutBig(heads[g], batch.size(), 4);
-    const uint64_t body = headLen - sizeof(uint64_t) + batch.size();
+    PutBig(heads[g], batchSize, 4);
+    const uint64_t body = headLen - sizeof(uint64_t) + batchSize;
     std::memcpy(heads[g].data(), &body, sizeof(body));
-    total[g] = headLen + batch.size();
+    total[g] = headLen + batchSize;
     send(g);
     unsent += sent[g] < total[g];
     got[g] = Take(g, seq, out[g]);
@@ -473,7 +492,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
   int64_t stopped = -1;
   int64_t windows = 0, bytesOut = 0, lockRounds = 0, runCpu = 0, exchWall = 0;
   std::vector<int64_t> why(kCutWhyCount, 0), widths(kCutWidths, 0);
-  std::vector<std::string> batches(groups);
+  std::vector<std::vector<uint8_t>> batches(groups);  // swapped with the outboxes: each keeps its capacity
   std::vector<CutReport> reports;
   int64_t minArrival = kNever;
   int64_t start = -1, through = -1, lock = -1, sampled = kNever;
@@ -563,7 +582,9 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       CutReport key;
       key.keyLen = static_cast<uint32_t>(std::min<std::size_t>(k.size(), 4));
       std::copy(k.begin(), k.begin() + key.keyLen, key.key);
-      std::fill(batches.begin(), batches.end(), std::string());
+      for (std::vector<uint8_t>& b : batches) {
+        b.clear();
+      }
       exchange(key);
       net.CutLockstep(glob, static_cast<uint32_t>(seq));
       bool least = key.keyLen == 4 && key.key[0] == glob;
@@ -598,7 +619,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
     net.CutShareBounds(glob);
     for (uint32_t g = 0; g < groups; ++g) {
       if (g != group) {
-        batches[g] = net.CutTakeOutbox(g);
+        net.CutSwapOutbox(g, batches[g]);
         bytesOut += static_cast<int64_t>(batches[g].size());
       }
     }

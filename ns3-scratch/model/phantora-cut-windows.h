@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ns3 {
@@ -48,12 +49,18 @@ class PhantoraCutPeers {
   /// `out[g]` (frames of the next barrier may follow and stay buffered); throws naming a silent or closed worker.
   void Exchange(uint64_t seq, const CutReport& mine, const std::vector<std::string>& batches,
                 std::vector<CutReport>& out);
+  /// The same with byte buffers (PhantoraCutRunWindows' outboxes, swapped in without a copy).
+  void Exchange(uint64_t seq, const CutReport& mine, const std::vector<std::vector<uint8_t>>& batches,
+                std::vector<CutReport>& out);
   /// Bytes read from peers and not yet taken as reports (0 between runs unless a peer ran ahead).
   uint64_t Buffered() const;
 
   static constexpr uint64_t kMaxBatch = uint64_t{1} << 30;  ///< the most a frame's batch may announce
 
  private:
+  /// Exchange() of the batches at (data, size).
+  void ExchangeBytes(uint64_t seq, const CutReport& mine,
+                     const std::vector<std::pair<const char*, std::size_t>>& batches, std::vector<CutReport>& out);
   bool Take(uint32_t g, uint64_t seq, CutReport& out);
   bool Read(uint32_t g);  ///< false once the peer closed its end
   std::string Closed(uint32_t g) const;

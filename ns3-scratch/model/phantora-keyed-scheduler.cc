@@ -131,14 +131,6 @@ void PhantoraKeyedScheduler::Locate() const {
   }
 }
 
-const PhantoraKeyedScheduler::Item& PhantoraKeyedScheduler::PeekItem() const {
-  Locate();
-  if (m_from == kFromRun) [[unlikely]] {
-    return m_run[m_runHead];
-  }
-  return m_from == kFromWheel ? m_slots[m_fromSlot].items[m_slots[m_fromSlot].head] : m_heap.front();
-}
-
 PhantoraKeyedScheduler::Item PhantoraKeyedScheduler::Take() {
   Locate();
   const From from = m_from;

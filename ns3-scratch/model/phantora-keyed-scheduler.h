@@ -80,6 +80,8 @@ class PhantoraKeyedScheduler final : public Scheduler {
   void Insert(const Event& ev) override;
   bool IsEmpty() const override { return m_inWheel == 0 && m_heap.empty() && m_runHead == m_run.size(); }
   Event PeekNext() const override { return PeekItem().ev; }
+  /// Time step of the next event (the queue must not be empty): PeekNext()'s without copying the event.
+  uint64_t PeekNextTs() const { return PeekItem().ev.key.m_ts; }
   Event RemoveNext() override;
   void Remove(const Event& ev) override;
   /// The key of the next event (the heap must not be empty).
@@ -106,7 +108,16 @@ class PhantoraKeyedScheduler final : public Scheduler {
   static bool Before(const Item& a, const Item& b);
   void Add(const Item& item);  ///< into the wheel or the heap
   Item Take();                 ///< the least item out
-  const Item& PeekItem() const;
+  /// The least item; inline, so that a worker's peeks at a located item are a compare and a load each.
+  const Item& PeekItem() const {
+    if (m_from == kUnknown) {
+      Locate();
+    }
+    if (m_from == kFromRun) [[unlikely]] {
+      return m_run[m_runHead];
+    }
+    return m_from == kFromWheel ? m_slots[m_fromSlot].items[m_slots[m_fromSlot].head] : m_heap.front();
+  }
   /// Where the least item is (m_from, m_fromSlot), found once and kept until the queue changes: a partition
   /// worker peeks at the next event three times before it takes it (its running key, its window's end).
   void Locate() const;

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <unordered_map>
+#include <utility>
 
 namespace ns3 {
 
@@ -784,6 +786,15 @@ std::string PhantoraNetwork::CutTakeOutbox(uint32_t group) {
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
+void PhantoraNetwork::CutSwapOutbox(uint32_t group, std::vector<uint8_t>& batch) {
+  PhantoraCutLink& cut = Worker("CutSwapOutbox");
+  if (group >= cut.NumGroups()) {
+    throw std::invalid_argument("CutSwapOutbox: group " + std::to_string(group) + " of " +
+                                std::to_string(cut.NumGroups()));
+  }
+  cut.SwapOutbox(group, batch);
+}
+
 int64_t PhantoraNetwork::CutTakeMinArrival() {
   const uint64_t t = Worker("CutTakeMinArrival").TakeMinArrival();
   return t == UINT64_MAX ? -1 : static_cast<int64_t>(t);
@@ -919,6 +930,60 @@ std::vector<FlowBound> PhantoraNetwork::CompletionBounds() {
     out.push_back(FlowBound{id, s.CompletionLb(f, now, now + 1)});
   }
   return out;
+}
+
+int64_t PhantoraNetwork::LastSendEndBound() {
+  Impl& s = Need();
+  struct Left {
+    uint64_t bytes = 0;                ///< not yet sent once
+    int64_t propNs = INT64_MAX;        ///< the least propagation of their routes
+    std::vector<uint32_t> ports;       ///< every port any of them may leave by
+  };
+  std::unordered_map<uint32_t, Left> left;  // per sender node
+  const Ptr<RouteTable> routes = s.fabric->GetRoutes();
+  for (auto& [id, f] : s.flows) {
+    if (f.dataDone || f.size == 0 || f.src == f.dst || !s.Owns(f.src)) {
+      continue;
+    }
+    uint64_t unsent = f.size;
+    if (f.startNs >= 0) {
+      uint64_t sent = 0;
+      uint64_t bps = 0;
+      if (!s.fabric->GetNode(f.src).nic->SendProgress(id, sent, bps)) {
+        continue;  // no queue pair: nothing left to send here
+      }
+      unsent = f.size - std::min(sent, f.size);
+    }
+    const std::vector<uint32_t>& ports = routes->Candidates(f.src, f.dst);
+    if (unsent == 0 || ports.empty()) {
+      continue;  // (no route: it waits for one, its bytes left out: the bound only falls)
+    }
+    if (f.minPropNs < 0) {
+      f.minPropNs = static_cast<int64_t>(s.fabric->MinPropagationNs(f.src, f.dst));
+    }
+    Left& l = left[f.src];
+    l.bytes += unsent;
+    l.propNs = std::min(l.propNs, f.minPropNs);
+    for (uint32_t p : ports) {
+      if (std::find(l.ports.begin(), l.ports.end(), p) == l.ports.end()) {
+        l.ports.push_back(p);
+      }
+    }
+  }
+  const int64_t now = Now();
+  int64_t end = -1;
+  for (const auto& [node, l] : left) {
+    uint64_t bps = 0;
+    for (uint32_t p : l.ports) {
+      bps += s.fabric->GetNode(node).nic->PortRateBps(p);
+    }
+    if (bps == 0) {
+      continue;
+    }
+    const auto txNs = static_cast<int64_t>(static_cast<unsigned __int128>(l.bytes) * 8'000'000'000ULL / bps);
+    end = std::max(end, now - 2 + txNs + l.propNs);
+  }
+  return end;
 }
 
 std::string PhantoraNetwork::CutRoundEnd() {

@@ -328,6 +328,9 @@ class PhantoraNetwork {
   /// The batch of messages for group `group` since the last call (empty if none; bytes in a string, which
   /// cppyy hands to Python as bytes without a copy per element).
   std::string CutTakeOutbox(uint32_t group);
+  /// CutTakeOutbox() for the C++ window loop, without a copy: `batch`'s old bytes are dropped and its buffer
+  /// becomes the outbox (PhantoraCutLink::SwapOutbox), so swapping the same buffers grows none of them again.
+  void CutSwapOutbox(uint32_t group, std::vector<uint8_t>& batch);
   /// The least arrival time of the messages taken since the last call, or -1.
   int64_t CutTakeMinArrival();
   /// A lower bound on the arrival at another worker of any cut-cable packet or release this worker sends from now
@@ -368,6 +371,13 @@ class PhantoraNetwork {
   /// route to its receiver, so Now() + those bytes x 8 / line rate + that propagation, less 2 ns for the ps
   /// rounding of the wire (headers, pacing, queues and pauses only come on top); at least Now() + 1.
   std::vector<FlowBound> CompletionBounds();
+  /// A lower bound on the ns the last of the flows this engine sends completes at (-1: none left to send): each
+  /// sender node must still put every byte of its flows not sent once (all of an unstarted flow's) on the ports
+  /// their routes may leave it by, at most at those ports' summed line rate, and the last byte then crosses at
+  /// least the least propagation of their routes, less 2 ns as in CompletionBounds (routes and rates as they are
+  /// now: partition workers take no scenario events). Far above the greatest per-flow bound when a node sends
+  /// many flows at once (an all-to-all): a stepped partition driver's last rounds run to it.
+  int64_t LastSendEndBound();
   /// A stepped partition worker's round end in one call (issue 38): DrainCompletions, then DrainLosses, then
   /// CompletionBounds, packed as 8-byte words in native byte order: the three counts, then per completion (id, src,
   /// dst, size, startNs, endNs), per loss (flowId, offset, bytes), per bound (id, ns). One cppyy call and no

@@ -114,7 +114,7 @@ void PhantoraSimulatorImpl::SetWindow(PhantoraWindowHook* hook, uint64_t lookahe
 void PhantoraSimulatorImpl::RunBefore(uint64_t endTs, bool scheduledBefore) {
   NS_ABORT_MSG_IF(!m_keyed || m_window, "RunBefore needs the keyed mode without loopback windows");
   while (!EventsEmpty()) {
-    const uint64_t ts = m_keyed->PeekNext().key.m_ts;
+    const uint64_t ts = m_keyed->PeekNextTs();
     if (ts > endTs || (ts == endTs && !(scheduledBefore && m_keyed->PeekNextKey().schedTs < endTs))) {
       break;
     }
@@ -125,7 +125,7 @@ void PhantoraSimulatorImpl::RunBefore(uint64_t endTs, bool scheduledBefore) {
 
 void PhantoraSimulatorImpl::AdvanceTo(uint64_t ts) {
   NS_ABORT_MSG_IF(!m_keyed, "AdvanceTo needs the keyed mode");
-  NS_ABORT_MSG_IF(ts < m_currentTs || (!EventsEmpty() && m_keyed->PeekNext().key.m_ts < ts),
+  NS_ABORT_MSG_IF(ts < m_currentTs || (!EventsEmpty() && m_keyed->PeekNextTs() < ts),
                   "AdvanceTo(" << ts << "): the clock is at " << m_currentTs << " or an event is pending before");
   if (ts != m_currentTs) {
     m_ranNow.clear();
@@ -209,7 +209,7 @@ void PhantoraSimulatorImpl::ProcessOneKeyed() {
     // The event RemoveNext() gives; within a time step, the largest key run so far (an event scheduled for this
     // very step can order before its parent and runs right after it: it takes its parent's place).
     const PhantoraOrderKey& k = m_keyed->PeekNextKey();
-    const uint64_t ts = m_keyed->PeekNext().key.m_ts;
+    const uint64_t ts = m_keyed->PeekNextTs();
     if (ts == m_lockTs) {
       m_runningKey = PhantoraOrderKey{ts, PhantoraOrderKey::kLockstep, m_lockRound};
     } else if (ts != m_currentTs || m_ranNow.empty() || KeyBefore(m_runningKey, k)) {
@@ -246,12 +246,12 @@ void PhantoraSimulatorImpl::Run() {
   m_stop = false;
   if (m_window) {
     while (!m_stop) {
-      if (EventsEmpty() || m_keyed->PeekNext().key.m_ts >= m_windowEnd) {
+      if (EventsEmpty() || m_keyed->PeekNextTs() >= m_windowEnd) {
         m_window->Barrier();  // every event before the window's end has run
         if (EventsEmpty()) {
           break;
         }
-        m_windowEnd = m_keyed->PeekNext().key.m_ts + m_lookahead;
+        m_windowEnd = m_keyed->PeekNextTs() + m_lookahead;
       }
       ProcessOneKeyed();
     }

@@ -116,7 +116,7 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   bool Lockstep(uint64_t ts) const { return m_lockTs == ts; }
   /// Run the next event if it is at time step `ts` and, with `limit`, orders before it; false if none is.
   bool RunOneAt(uint64_t ts, const PhantoraOrderKey* limit) {
-    if (EventsEmpty() || m_keyed->PeekNext().key.m_ts != ts || (limit && !KeyBefore(m_keyed->PeekNextKey(), *limit))) {
+    if (EventsEmpty() || m_keyed->PeekNextTs() != ts || (limit && !KeyBefore(m_keyed->PeekNextKey(), *limit))) {
       return false;
     }
     ProcessOneKeyed();
@@ -127,7 +127,7 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
     if (EventsEmpty()) {
       return false;
     }
-    ts = m_keyed->PeekNext().key.m_ts;
+    ts = m_keyed->PeekNextTs();
     key = m_keyed->PeekNextKey();
     return true;
   }

@@ -163,6 +163,8 @@ class RdmaNic : public Object, public PortOwner {
   /// An open queue pair's progress: the bytes it has sent at least once (its highest byte sent) and its port's
   /// line rate; false if the flow has no open queue pair here.
   bool SendProgress(uint64_t flowId, uint64_t& sentOnce, uint64_t& lineBps) const;
+  /// Port `port`'s line rate (bits/s).
+  uint64_t PortRateBps(uint32_t port) const { return m_dev.at(port)->GetRateBps(); }
   /// The ns an open queue pair first sent its flow's last byte (the packet that carries it left no earlier), or
   /// -1 if not yet or if the flow has no open queue pair here.
   int64_t LastByteSentNs(uint64_t flowId) const;

@@ -54,3 +54,10 @@ def round_end(sim: Ns3Simulator) -> tuple[list[Completion], dict[int, int]]:
     """`sim.take_completions()` then `sim.completion_bounds()` in one packed call (`PhantoraNetwork::CutRoundEnd`):
     a stepped partition worker's round end (its tags popped as `take_completions` pops them)."""
     return unpack_round_end(bytes(sim._net.CutRoundEnd()), sim._tags)
+
+
+def last_send_end(sim: Ns3Simulator) -> int | None:
+    """`PhantoraNetwork::LastSendEndBound`: a lower bound on the last completion of the flows this worker sends
+    (every sender's bytes still to send at its line rate, then the least propagation); None if none is left."""
+    ns = int(sim._net.LastSendEndBound())
+    return None if ns < 0 else ns
