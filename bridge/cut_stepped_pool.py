@@ -86,6 +86,9 @@ class SteppedPool:
         # said, the round runs to its horizon); after it, the ns a reacting completion stopped the workers at
         self.reacting: list[int] | None = None
         self.stopped: int | None = None
+        # after each round: a lower bound on the last completion of the flows the workers hold (the greatest of
+        # theirs, `cut_round.last_send_end`; None: none left to send)
+        self.last_end: int | None = None
         try:
             self._start(topology, config)
         except BaseException:
@@ -198,6 +201,8 @@ class SteppedPool:
         if len(stops) != 1:
             raise PhantoraError(f"internal: the partition workers stopped at different ns: {sorted(map(str, stops))}")
         (self.stopped,) = stops
+        ends = [r["last_end"] for r in replies if r.get("last_end") is not None]
+        self.last_end = max(ends) if ends else None
         return RoundReply(
             done, bounds, max(r["cpu"] for r in replies), max(r["wall"] for r in replies),
             max(r["now"] for r in replies), min(nexts) if nexts else None, sum(r["in_flight"] for r in replies),

@@ -10,8 +10,9 @@ to stdout, one msgpack map each:
   nothing is left anywhere), or only to the first completion of a flow of ``react`` plus its reaction ns (the
   driver may hand over a flow then). The reply: the completions (columns), the completion bounds that rose ([id,
   ns, ...]), CPU and wall seconds, the clock, the ns a reacting completion stopped the run at (None: it ran to
-  ``until``), the next event (None: no flow in flight), the flows in flight and whether it is quiet (`quiet`:
-  nothing in flight and no live event left; profile reuse ends an episode when every worker is).
+  ``until``), the next event (None: no flow in flight), the flows in flight, whether it is quiet (`quiet`:
+  nothing in flight and no live event left; profile reuse ends an episode when every worker is) and a lower bound
+  on the last completion of the flows it sends (`last_end`, `cut_round.last_send_end`; None: none left).
 - ``{"k": "records"}``: the records made since the last such request (``new``, by kind, each with its event's
   order key in ``keys``: the pool keeps the earlier ones, `bridge.cut_stepped_records`), the counters so far
   (stats, channels, transport) and the windows' counters.
@@ -36,7 +37,7 @@ from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.cut_unix import UnixPeers
 from bridge.cut_worker import KEYED_RECORDS, as_rows, start_worker
-from phantora.netsim.cut_round import round_end
+from phantora.netsim.cut_round import last_send_end, round_end
 from phantora.netsim.cut_windows import WindowStats
 from phantora.netsim.packet import Ns3Simulator
 
@@ -74,7 +75,7 @@ class Stepper:
         self.run_wall += wall
         return {"done": completions_to_columns(done), "bounds": raised, "cpu": cpu, "wall": wall, "now": sim.now(),
                 "stop": stop, "next": sim.next_event_time(), "in_flight": sim.in_flight(),
-                "quiet": sim.quiet()}  # fmt: skip
+                "quiet": sim.quiet(), "last_end": last_send_end(sim)}  # fmt: skip
 
     def records(self, setup_cpu: float, wall0: float, setup_events: int, import_cpu: float) -> dict[str, Any]:
         """The records made since the last call, with their keys (`new`, `keys`: the pool keeps the earlier

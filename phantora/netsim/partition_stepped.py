@@ -218,13 +218,17 @@ class SteppedPartition(DecomposedSimulator):
         one ns past their clock), which the run's last completion is at or after. One engine's drain stops at that
         completion's ns, so the workers must not run past it: their trailing ACKs, PFC frames and samples after it
         would be in links.csv's counters and the records but not in one engine's (each round to this, the bounds
-        rise). INF_NS when nothing is left to run (the round then finds what waits for ever)."""
+        rise). INF_NS when nothing is left to run (the round then finds what waits for ever). The workers' own
+        bound on their last completion (`last_end`: each sender's bytes still to send at its line rate) is far
+        above any one flow's while a NIC sends many flows at once (an all-to-all), so the rounds do not creep up
+        to the end a flow's bound at a time."""
         nxt = self._next[0]
         if nxt is None and self._out[0].empty() and not self._pending:
             return INF_NS
         floor = self._wtime + 1 if nxt is None else max(self._wtime + 1, nxt)
         lbs = self._lb
-        return max(floor, max((lbs[f] for f in self._unfinished[0]), default=floor))
+        sends = getattr(self._pool, "last_end", None)  # as of the last round: flows since only come on top
+        return max(floor, max((lbs[f] for f in self._unfinished[0]), default=floor), sends or floor)
 
     def _earliest(self) -> int | None:
         got = super()._earliest()
