@@ -8,7 +8,9 @@ share is frozen at that level. A channel's remaining capacity then drops by ``k 
 
 Both solvers perform the same floating-point operations (one division per share, one
 multiply-subtract per channel and round), none of which depends on the order of the flows, so
-they return bitwise-identical rates. Solving a connected component on its own also gives bitwise
+they return bitwise-identical rates. Weighted (a flow split over several paths), a channel's weight
+sums are the one order-dependent sum: both add them in flow order, then path order, so they agree
+bit for bit there too. Solving a connected component on its own also gives bitwise
 the same rates as solving it inside a larger problem: other components never change this
 component's shares, and ties are exact equalities.
 The flow engine relies on both facts for determinism across its incremental and full paths.
@@ -22,7 +24,7 @@ from itertools import chain
 
 import numpy as np
 
-NUMPY_THRESHOLD = 512  # flows; at or above this, `maxmin_rates` uses the vectorised solver (measured crossover)
+NUMPY_THRESHOLD = 96  # flows; at or above this, `maxmin_rates` uses the vectorised solver (measured crossover)
 
 
 def maxmin_python(
@@ -107,17 +109,18 @@ def maxmin_python(
     return rate
 
 
-def _ragged(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + l) for each (s, l)."""
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offs = np.repeat(np.cumsum(lens) - lens, lens)
-    return np.arange(total, dtype=np.int64) - offs + np.repeat(starts, lens)
+def maxmin_numpy(
+    paths: Sequence[Sequence[int]],
+    cap: np.ndarray,
+    groups: np.ndarray | None = None,
+    weights: Sequence[Sequence[float]] | None = None,
+) -> np.ndarray:
+    """Vectorised `maxmin_python` (cap: an array indexed by channel id), weighted or not, bit for bit its rates.
 
-
-def maxmin_numpy(paths: Sequence[Sequence[int]], cap: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
-    """Vectorised `maxmin_python` (cap: an array indexed by channel id); O(channels + touched entries) a round.
+    The problem is a flat list of (flow, channel, weight) entries in flow order, then path order. A round finds the
+    channels at the least share, the unfrozen flows on them (a reduction per flow over its entries), and takes the
+    frozen flows' entries off their channels: `np.bincount` sums each channel's freed weights in entry order, which
+    is the order `maxmin_python` adds them in, so weighted rates are bit for bit its own too. O(entries) a round.
 
     `groups` (a group id a flow) says the problem is several independent ones (no channel is shared across
     groups: the flow engine's connected components): each round then raises every group's own level to its own
@@ -128,47 +131,48 @@ def maxmin_numpy(paths: Sequence[Sequence[int]], cap: np.ndarray, groups: np.nda
     flat = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(flens.sum()))
     present = np.zeros(len(cap), dtype=bool)
     present[flat] = True
-    chans = np.flatnonzero(present)
+    chans = present.nonzero()[0]
     nch = len(chans)
-    remap = np.cumsum(present) - 1
-    lch = remap[flat]
-    fstart = np.cumsum(flens) - flens
+    lch = (np.cumsum(present) - 1)[flat]  # each entry's local channel
     flow_of = np.repeat(np.arange(n, dtype=np.int64), flens)
-    ch_flows = flow_of[np.argsort(lch.astype(np.int32), kind="stable")]
-    cnt = np.bincount(lch, minlength=nch)
-    cstart = np.cumsum(cnt) - cnt
-    clens = cnt.copy()
+    cnt = np.bincount(lch, minlength=nch)  # unfrozen flows a channel (an integer: a drained channel is exactly 0)
+    if weights is None:
+        w = None
+        wsum = cnt.astype(np.float64)
+    else:
+        w = np.fromiter(chain.from_iterable(weights), dtype=np.float64, count=len(flat))
+        wsum = np.bincount(lch, weights=w, minlength=nch).astype(np.float64, copy=False)
     rem = cap[chans].astype(np.float64)
+    share = rem / wsum
     rate = np.zeros(n, dtype=np.float64)
     frozen = np.zeros(n, dtype=bool)
-    stamp = np.zeros(n, dtype=np.int64)
-    share = np.empty(nch, dtype=np.float64)
-    levels = _GroupLevels(groups, ch_flows[cstart]) if groups is not None else None
+    levels = _GroupLevels(groups, flow_of[np.unique(lch, return_index=True)[1]]) if groups is not None else None
     left = n
     while left:
-        share.fill(np.inf)
-        np.divide(rem, cnt, out=share, where=cnt > 0)
         if levels is None:
             level = share.min()
-            bott = np.flatnonzero(share == level)
+            bott = share == level
+            chlevel = None
         else:
             chlevel = levels.of_channels(share)
-            bott = np.flatnonzero((share == chlevel) & (cnt > 0))
-        cand = ch_flows[_ragged(cstart[bott], clens[bott])]
-        cand = cand[~frozen[cand]]
-        pos = np.arange(len(cand))
-        stamp[cand] = pos
-        newly = cand[stamp[cand] == pos]  # each flow once (a flow may cross several bottlenecks)
+            bott = (share == chlevel) & (cnt > 0)
+        newly_mask = np.zeros(n, dtype=bool)
+        newly_mask[flow_of[bott[lch]]] = True  # the flows on a channel at its level
+        newly_mask &= ~frozen
+        newly = newly_mask.nonzero()[0]
         frozen[newly] = True
-        hit = np.bincount(lch[_ragged(fstart[newly], flens[newly])], minlength=nch)
+        rate[newly] = level if levels is None else levels.of_flows(newly)
+        mine = newly_mask[flow_of]  # the entries of the flows frozen now
+        hit_ch = lch[mine]
+        hit = np.bincount(hit_ch, minlength=nch)
         cnt -= hit
-        if levels is None:
-            rate[newly] = level
-            np.maximum(rem - hit * level, 0.0, out=rem)
-        else:
-            rate[newly] = levels.of_flows(newly)
-            touched = np.flatnonzero(hit)  # (a group done has an infinite level: leave its channels alone)
-            rem[touched] = np.maximum(rem[touched] - hit[touched] * chlevel[touched], 0.0)
+        touched = hit.nonzero()[0]
+        freed = hit[touched] if w is None else np.bincount(hit_ch, weights=w[mine], minlength=nch)[touched]
+        lvl = level if chlevel is None else chlevel[touched]
+        r = rem[touched] = np.maximum(rem[touched] - freed * lvl, 0.0)
+        rest = wsum[touched] = wsum[touched] - freed
+        out = np.full(len(touched), np.inf)  # (a drained channel matters no more)
+        share[touched] = np.divide(r, rest, out=out, where=cnt[touched] > 0)
         left -= len(newly)
     return rate
 
@@ -201,13 +205,13 @@ def maxmin_rates(
     weights: Sequence[Sequence[float]] | None = None,
     groups: np.ndarray | None = None,
 ) -> list[float]:
-    """Max-min fair rates, choosing the solver by problem size (the answers are identical); `weights` as
-    `maxmin_python` (weighted problems are solved there), `groups` as `maxmin_numpy`."""
+    """Max-min fair rates, choosing the solver by problem size (the answers are identical, weighted or not);
+    `weights` as `maxmin_python`, `groups` as `maxmin_numpy`."""
     if len(paths) == 1:  # the same value progressive filling gives
         if weights is None:
             return [min(float(cap[c]) for c in paths[0])]
         return [min(float(cap[c]) / w for c, w in zip(paths[0], weights[0], strict=True))]
-    if weights is None and len(paths) >= NUMPY_THRESHOLD:
+    if len(paths) >= NUMPY_THRESHOLD:
         arr = cap_array if cap_array is not None else np.asarray(cap, dtype=np.float64)
-        return maxmin_numpy(paths, arr, groups).tolist()
+        return maxmin_numpy(paths, arr, groups, weights).tolist()
     return maxmin_python(paths, cap, weights)
