@@ -2,7 +2,9 @@
 (alltoall, alltoall_base) as one NCCL group of ncclSend / ncclRecv to every peer, so they take the same time. Before,
 the lists went as pairwise transfers, each rated as a lone send/recv (its channels twice an all-to-all's rate, none
 shared with its group's other peers): on 8 H100s 1 MiB took 14,982 ns as lists and 18,163 ns as all_to_all_single
-(phantora nccl-tests alltoall_perf: 18.163 us). Found by bench/bench_nccl_live_sweep.py."""
+(phantora nccl-tests alltoall_perf: 18.163 us). Found by bench/bench_nccl_live_sweep.py. The lists run as one NCCL
+group of transfers on the group's communicator (as every all-to-all given its parts: each rank sees only its own,
+tests/test_live_mixed_split_all_to_all.py), which an even group rates as the all-to-all (nccl/p2p_group.py)."""
 
 from __future__ import annotations
 
@@ -38,5 +40,8 @@ def test_all_to_all_lists_take_all_to_all_singles_time(tmp_path) -> None:
         lo, hi = spans.get(r["name"], (r["t_start"], r["end_ns"]))
         spans[r["name"]] = (min(lo, r["t_start"]), max(hi, r["end_ns"]))
     (a, b) = [hi - lo for lo, hi in spans.values()]
-    assert [r["kind"] for r in recs] == ["all_to_all", "all_to_all"]
+    assert recs[0]["kind"] == "all_to_all"  # no splits: the collective
+    lists = recs[1:]  # one NCCL group of transfers, as any all-to-all given its parts (even ones too)
+    assert len(lists) == 12 and {r["kind"] for r in lists} == {"send_recv"}
+    assert {tuple(r["comm"]) for r in lists} == {(0, 1, 2, 3)} and len({r["t_start"] for r in lists}) == 1
     assert a == b

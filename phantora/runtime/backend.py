@@ -566,17 +566,15 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data.alltoall_base(output, input, outs, ins, AllToAllOptions())]
 
-        n, me = self.size(), self.rank()
+        n = self.size()
         in_rows = ins or [input.shape[0] // n] * n
         out_rows = outs or [output.shape[0] // n] * n
         values = self._all_to_all_values([output, input], lambda: tensor_values.split_rows(input, in_rows), [output])
-        transfers = None  # even splits (or none given): an ordinary all-to-all collective
-        if outs or ins:
+        transfers = None  # no splits given: an ordinary all-to-all collective
+        if outs or ins:  # splits: one NCCL group of transfers on every rank, even or not (_pairwise)
             row_in = input[0].numel() * input.element_size() if input.dim() and input.shape[0] else 0
             row_out = output[0].numel() * output.element_size() if output.dim() and output.shape[0] else 0
-            send, recv = [row_in * k for k in in_rows], [row_out * k for k in out_rows]
-            if len(set(send)) != 1 or set(recv) != set(send):
-                transfers = self._pairwise(send, recv, me)
+            transfers = self._all_to_all_transfers([row_in * k for k in in_rows], [row_out * k for k in out_rows])
         return self._coll(
             "all_to_all", nbytes([input]), input, [output, input], start, [output], transfers=transfers, values=values
         )
@@ -587,9 +585,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         def start() -> list[Any]:
             return [self._data.alltoall(outputs, inputs, AllToAllOptions())]
 
-        send, recv = [nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs]
-        # equal parts: one all-to-all, as all_to_all_single's even split (ProcessGroupNCCL runs both as one group)
-        transfers = None if len(set(send)) == 1 and set(recv) == set(send) else self._pairwise(send, recv, self.rank())
+        transfers = self._all_to_all_transfers([nbytes([t]) for t in inputs], [nbytes([t]) for t in outputs])
         tensors = list(outputs) + list(inputs)
         values = self._all_to_all_values(tensors, lambda: list(inputs), list(outputs))
         return self._coll(
@@ -605,6 +601,23 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         if self._gloo is not None or not tensor_values.integral(tensors):
             return None
         return lambda: tensor_values.all_to_all(self._ranks, self.rank(), parts(), outputs)
+
+    def _all_to_all_transfers(self, send: Sequence[int], recv: Sequence[int]) -> list[Transfer] | None:
+        """An all-to-all given its parts (`send`, `recv`: bytes a group rank) as NCCL runs it: one group of transfers,
+        on every member whatever its parts, since each sees only its own (members deciding by them could post a
+        collective here and transfers there, and never meet). An even group is rated as the all-to-all is
+        (nccl/p2p_group.py). Where rank deduplication mirrors two of the group's ranks onto one live rank, no
+        transfer between them can run: the all-to-all collective if even, else a one-line error."""
+        live = getattr(self._s.client, "live", None)
+        if not isinstance(live, int) or len({r % live for r in self._ranks}) == len(self._ranks):
+            return self._pairwise(send, recv, self.rank())
+        if len(set(send)) == 1 and set(recv) == set(send):
+            return None
+        raise InputError(
+            f"an all-to-all with uneven parts on ranks {list(self._ranks)}, two of which one live rank stands for "
+            f"(rank deduplication, {live} live ranks): run with --dedup off",
+            field="--dedup",
+        )
 
     def _pairwise(self, send_bytes: Sequence[int], recv_bytes: Sequence[int], me: int) -> list[Transfer]:
         out = []

@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk, refuse_empty_chunk, step_bytes
 from phantora.collectives.nccl.p2p_schedule import pow2_up, send_rounds, transfer_channel_ids
@@ -50,6 +52,17 @@ P2P_PEERS_PER_ROUND = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
 # channel (302 GB/s busbw on 4 channels a peer at 256 MiB), the rate NCCL's sizing of two channels per NVLink
 # implies (paths.cc `ncclTopoGetNchannels`). Sources: tests/data/nccl_tests/SOURCES.md.
 P2P_LINKS_PER_CHANNEL = {"send_recv": 1.0, "all_to_all": 0.5}
+
+
+def channel_links(k: np.ndarray | int, peers: int) -> np.ndarray | float:
+    """NVLinks one p2p channel moves on a GPU with `k` peers in flight one way (a number or an array), of the `peers`
+    it has: one for one peer (send/recv), half for all of them (all-to-all), linear between (nccl/p2p_group.py's
+    docstring). With one peer both ends hold: a 2-rank all-to-all is a send/recv's exchange, at one link."""
+    one, every = P2P_LINKS_PER_CHANNEL["send_recv"], P2P_LINKS_PER_CHANNEL["all_to_all"]
+    if peers <= 1:
+        return np.full(np.shape(k), one) if np.ndim(k) else one
+    got = one - (one - every) * (np.clip(k, 1, peers) - 1) / (peers - 1)
+    return got if np.ndim(k) else float(got)
 
 
 def p2p_total(comm_channels: int, st: NcclSettings) -> int:
@@ -193,10 +206,10 @@ def p2p_choice(
         lat += 2 * remote * nch * net_overhead_us(p, st)
     local_peers = min(peers, p.ppn - 1)
     bw = p.gpu_intra_bw
+    links = float(channel_links(peers, peers))  # a channel's NVLinks with all its peers in flight: 1 or 1/2 (n > 2)
     if intra and p.intra == "nvlink":  # the channels at work, each one or half an NVLink (measured)
-        per_channel = T.NVLINK_BW_PER_LINK[p.arch] * P2P_LINKS_PER_CHANNEL[coll.kind]
-        bw = min(bw, at_work(False) * per_channel)
-    net_bw = 0.0 if intra else at_work(True) * net_channel_bw(p, coll.kind)
+        bw = min(bw, at_work(False) * T.NVLINK_BW_PER_LINK[p.arch] * links)
+    net_bw = 0.0 if intra else at_work(True) * net_channel_bw(p, "send_recv") * links
     nic = min(p.nic_bw, net_bw) if p.nic_bw else net_bw
     raw = bw
     if protocol == "LL":

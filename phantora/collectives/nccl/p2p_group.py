@@ -40,6 +40,7 @@ from phantora.collectives.nccl.chunking import refuse_empty_chunk, step_bytes
 from phantora.collectives.nccl.p2p import (
     P2P_LINKS_PER_CHANNEL,
     auto_protocol,
+    channel_links,
     net_channel_bw,
     transfer_layout,
 )
@@ -49,19 +50,8 @@ from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.tuning import Choice, net_overhead_us
 
 Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
-ONE_PEER = P2P_LINKS_PER_CHANNEL["send_recv"]
 ALL_PEERS = P2P_LINKS_PER_CHANNEL["all_to_all"]
 LL128_SHARE = 0.92  # as p2p_choice: LL128 moves 120 of each 128 bytes
-
-
-def channel_links(k: np.ndarray | int, peers: int) -> np.ndarray | float:
-    """NVLinks one p2p channel moves on a GPU with `k` peers in flight one way (a number or an array), of the `peers`
-    it has: one for one peer (send/recv), half for all of them (all-to-all), linear between (the module's
-    docstring)."""
-    if peers <= 1:
-        return np.full(np.shape(k), ONE_PEER) if np.ndim(k) else ONE_PEER
-    got = ONE_PEER - (ONE_PEER - ALL_PEERS) * (np.clip(k, 1, peers) - 1) / (peers - 1)
-    return got if np.ndim(k) else float(got)
 
 
 @dataclass(frozen=True)
