@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from phantora.collectives.decompose import decompose
 from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.netsim.base import INF_NS, Completion, Flow
+from phantora.netsim.base import INF_NS, Completion, Flow, Observed
 from phantora.netsim.flow import FlowSimulator
 from phantora.netsim.hybrid import SHARED_DEPS_MIN, FluidNvlinkSimulator
 from phantora.topology.loader import load_topology
@@ -101,3 +101,26 @@ def test_a_watch_changed_in_place_between_calls_is_seen() -> None:
     seen.clear()
     sim.advance_watching(2_000, watch)
     assert seen and set(seen) == {NVLINK_STEP}
+
+
+def test_a_progress_displays_flows_are_watched_but_not_reacted_to() -> None:
+    """A caller that watches a flow to submit at its completion makes it a reacting one (reaction 0: stepped
+    workers stop exactly there); a progress display's `Observed` flows (`drain_observed`) submit nothing, so the
+    packet side may run past them (INF_NS), and the watch still returns at the completion: 1 MiB from g0 to g8 at
+    400 Gb/s, 20,971.52 ns + 4 us of propagation over the four 1 us hops, the same either way."""
+    seen: list[tuple[bool, int]] = []
+
+    class Probe(FlowSimulator):
+        def advance_to_completion(self, until: int) -> list[Completion]:
+            seen.append((sim.reacts_to(1), sim.reaction_ns(1)))
+            return super().advance_to_completion(until)
+
+    ends = []
+    for watch in ({1}, Observed({1})):
+        sim = hybrid(Probe(load_topology("testbed16")))
+        sim.submit([Flow(1, 0, 8, 1 << 20), Flow(2, 1, 9, 4 << 20)], 0)
+        got = sim.advance_watching(INF_NS, watch)
+        assert [c.flow_id for c in got] == [1] and sim.now() == got[0].end_ns
+        ends.append(got[0].end_ns)
+    assert seen[0] == (True, 0) and seen[-1] == (False, INF_NS)
+    assert ends[0] == ends[1] and abs(ends[0] - (4_000 + (1 << 20) * 8 / 400)) <= 2

@@ -291,6 +291,11 @@ class RunsWholeDag(Protocol):
         ...
 
 
+class Observed(set[int]):
+    """Flows watched only to report progress (`drain_observed`): their caller submits nothing when one completes,
+    so an engine need not stop its workers there (`HybridSimulator.reacts_to`); it still returns at each."""
+
+
 def drain_observed(
     sim: NetworkSimulator, ids: Sequence[int], tick: Callable[[list[Completion]], None], samples: int = 200
 ) -> list[Completion]:
@@ -298,7 +303,7 @@ def drain_observed(
     completes (for a progress display). The engine runs the very events one drain() runs, in the same
     order: it stops only between two event times (`advance_watching`), never mid-way, and now() ends at
     the last completion. Returns the completions in (end_ns, flow_id) order, as drain() does."""
-    watch = watch_sample(ids, samples)
+    watch = Observed(watch_sample(ids, samples))
     done: list[Completion] = []
     while watch and sim.in_flight():
         got = sim.advance_watching(INF_NS, watch)

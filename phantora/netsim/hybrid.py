@@ -30,7 +30,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from phantora.errors import PhantoraError
-from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, check_flow_batch
+from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, Observed, check_flow_batch
 from phantora.netsim.flow import CausalityError, FlowSimulator
 from phantora.netsim.nic_latency import JOIN_BASE, gate_key
 from phantora.netsim.observe import (
@@ -307,9 +307,10 @@ class FluidNvlinkSimulator:
 
     def reacts_to(self, fid: int) -> bool:
         """Whether this engine, or its caller, may submit flows when `fid` completes: a flow of the other side
-        waits on it, or the caller watches it. Otherwise submissions come at `until` (of `advance`, `drain`'s
-        end) only, which lets a decomposed packet side run ahead (phantora.netsim.decompose)."""
-        return fid in self._waiters or fid in self._watch
+        waits on it, or the caller watches it to submit then (not a progress display's `Observed` flows).
+        Otherwise submissions come at `until` (of `advance`, `drain`'s end) only, which lets a decomposed packet
+        side run ahead (phantora.netsim.decompose)."""
+        return fid in self._waiters or (fid in self._watch and not isinstance(self._watch, Observed))
 
     def reaction_ns(self, fid: int) -> int:
         """The least ns between packet flow `fid`'s completion and a flow this engine (or its caller) may hand the
@@ -329,7 +330,7 @@ class FluidNvlinkSimulator:
         got = memo.get((fid, depth))
         if got is not None:
             return got
-        least = 0 if fid in self._watch else INF_NS
+        least = 0 if fid in self._watch and not isinstance(self._watch, Observed) else INF_NS
         held = self._held
         for j in self._waiters.get(fid, ()) if least else ():
             v = memo.get((j, -1 - depth))  # (a fluid waiter's own step + its reaction, kept apart from reactions)
