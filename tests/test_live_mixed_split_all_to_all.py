@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.errors import BridgeError
 from phantora.launcher import RunConfig, launch
 from phantora.topology import dgx_host
 
@@ -70,6 +71,18 @@ BALANCED = """
     dist.destroy_process_group()
 """
 
+UNEVEN_WORLD = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    n, me = dist.get_world_size(), dist.get_rank()
+    torch.cuda.set_device(me % 8)
+    ins, outs = [16 + (me + j) % 3 for j in range(n)], [16 + (j + me) % 3 for j in range(n)]
+    x, y = torch.ones(sum(ins), 1024, device="cuda"), torch.empty(sum(outs), 1024, device="cuda")
+    dist.all_to_all_single(y, x, outs, ins)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+"""
+
 
 def _run(tmp_path: Path, script: str, **kw: object) -> list[dict]:
     path = tmp_path / "prog.py"
@@ -103,3 +116,11 @@ def test_balanced_splits_give_the_all_to_all_with_rank_deduplication(tmp_path: P
     assert len(plain) == 2 and len({r["end_ns"] - r["t_start"] for r in plain}) == 1
     assert len(grouped) == 12 and {r["t_start"] for r in grouped} == {max(r["t_start"] for r in grouped)}
     assert {r["end_ns"] - r["t_start"] for r in grouped} == {plain[0]["end_ns"] - plain[0]["t_start"]}
+
+
+@pytest.mark.slow
+def test_uneven_splits_on_a_group_one_live_rank_stands_twice_in_are_refused_in_one_line(tmp_path: Path) -> None:
+    """16 ranks deduplicated to 8: ranks 0 and 8 are one live rank, so no transfer between them can run; uneven parts
+    there are refused at the call, naming --dedup (even ones run as the collective, above)."""
+    with pytest.raises(BridgeError, match=r"an all-to-all with uneven parts .* 8 live ranks\): run with --dedup off"):
+        _run(tmp_path, UNEVEN_WORLD, topology="testbed16", nproc=16, dedup="auto")
