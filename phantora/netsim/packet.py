@@ -700,6 +700,8 @@ class Ns3Simulator:
         warm_up(self._net, *self._cut_group())
         self.cut_stats()
         self.quiet()
+        self.in_flight()
+        self._net.LastSendEndBound()  # (cut_round.last_send_end, at each round's end)
         native = getattr(peers, "warm_up_native", None)
         if native is not None:
             native(self._net)
