@@ -369,13 +369,15 @@ def record_cases(run: Run, out: Path, work: Path) -> list[tuple[str, str]]:
 def same_all_to_all(records: list[dict]) -> dict[str, str]:
     """An all-to-all of equal parts given as lists (its transfers, one NCCL group) against all_to_all_single of the
     same bytes in the same run: NCCL runs both as one group of ncclSend / ncclRecv to every peer (ProcessGroupNCCL's
-    alltoall and alltoall_base), so they take the same time."""
+    alltoall and alltoall_base), so they take the same time, counted from the last start to the last end: the
+    collective starts at its last member's issue, a group's pairs each once both their ends have issued (ranks that
+    leave the call before at different times issue the lists apart)."""
     spans: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for rec in records:
         spans[(rec["name"], rec["kind"])].append(rec)
 
     def span(recs: list[dict]) -> int:
-        return max(r["end_ns"] for r in recs) - min(r["t_start"] for r in recs)
+        return max(r["end_ns"] for r in recs) - max(r["t_start"] for r in recs)
 
     single = {recs[0]["nbytes"]: (name, span(recs)) for (name, kind), recs in spans.items() if kind == "all_to_all"}
     out = {}
