@@ -13,8 +13,11 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 import phantora.netsim.flow as flow_mod
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_numpy, maxmin_python
