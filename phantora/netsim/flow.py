@@ -57,7 +57,7 @@ _TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole 
 _GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events before searching again
 _PENDING_MASK = (1 << 32) - 1
 _BY_END = attrgetter("end_ns", "flow_id")  # completions in the order `_take` gives them
-_ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key each have their own)
+_ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key on a pair with choices each have one)
 LB_MODELS = {  # the packet engine's lb -> the flow engine's model of it (results.json: lb_model)
     "ecmp": "ecmp",
     "spray": "spray: per-hop even split over the equal-cost paths (the expectation of random spraying)",
@@ -208,7 +208,7 @@ class FlowSimulator:
         self._cap = [topology.channel_bandwidth(c) * self.payload_efficiency / 8e9 for c in range(nch)]  # bytes/ns
         self._cap_arr = np.asarray(self._cap, dtype=np.float64)
         self._lat = [topology.channel_latency(c) for c in range(nch)]
-        self._routes: dict[tuple[int, int, int], tuple[tuple[int, ...], int]] = {}
+        self._routes: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
         self.stretch: Callable[[Flow, int], int] | None = None  # (flow, release ns) -> its delay (gpu_slow)
         self.prechecked = False  # set by a caller that checks every batch it submits whole (the nvlink=fluid hybrid)
         self._now = 0
@@ -422,8 +422,12 @@ class FlowSimulator:
         return ids
 
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
-        """Channels and propagation latency (ns) of a flow's path, cached per (src, dst, ECMP key)."""
-        key = (f.src, f.dst, f.id if f.key is None else f.key)
+        """Channels and propagation latency (ns) of a flow's path, cached per (src, dst), or per (src, dst, ECMP key)
+        where the pair has more than one path (`Topology.one_path`)."""
+        src, dst = f.src, f.dst
+        key: tuple[int, ...] = (
+            (src, dst) if self.topology.one_path(src, dst) else (src, dst, f.id if f.key is None else f.key)
+        )
         hit = self._routes.get(key)
         if hit is None:
             if len(self._routes) >= _ROUTE_CACHE_MAX:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator, Observed, check_flow_batch
 from phantora.netsim.flow import CausalityError, FlowSimulator
+from phantora.netsim.idset import IdSet
 from phantora.netsim.nic_latency import JOIN_BASE, gate_key
 from phantora.netsim.observe import (
     CnpEvent,
@@ -92,8 +93,13 @@ class FluidNvlinkSimulator:
         self.topology: Topology = packet.topology
         self._payload = payload_bytes
         self._header = header_bytes
-        self._side: dict[int, int] = {}  # flow id -> engine it went to
-        self._end: dict[int, int] = {}  # completed flow id -> end ns
+        # Flow id -> engine it went to, while in flight. Once done a flow is a bit in `_ended`, and one in
+        # `_done_packet` if it ran on the packet side (whose engine knows it for good; the fluid engine reads a
+        # done dep as none): a long live run adds flows for hours. A done dep's end ns is not kept: it is at or
+        # before any ns a flow waiting on it is placed at, so it bounds nothing.
+        self._side: dict[int, int] = {}
+        self._ended = IdSet()
+        self._done_packet = IdSet()
         # flow id -> (flow, submit time, its side, deps outstanding)
         self._held: dict[int, tuple[Flow, int, int, int]] = {}
         self._waiters: dict[int, list[int]] = {}  # flow id -> held flows waiting on it
@@ -155,7 +161,7 @@ class FluidNvlinkSimulator:
                     self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
         out: tuple[dict[int, list[Flow]], dict[int, list[Flow]]] = ({}, {})  # per side: submit ns -> its flows
-        ends, held, sides, waiters, flb = self._end, self._held, self._side, self._waiters, self._flb
+        ends, held, sides, waiters, flb = self._ended, self._held, self._side, self._waiters, self._flb
         nvswitch = self.topology.shared_nvswitch
         chain, chained = self.chains, self._chained
         same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
@@ -231,7 +237,7 @@ class FluidNvlinkSimulator:
     def _kept_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...] | None:
         """For `submit`, read once per batch: the deps a flow of `side` waiting on `deps` keeps when none is held
         or on the other side (`deps` itself when none is done, else those not done), or None (it is held)."""
-        ends, held, sides = self._end, self._held, self._side
+        ends, held, sides = self._ended, self._held, self._side
         if any(d in held or sides.get(d, side) != side for d in deps if d not in ends):
             return None
         if not any(d in ends for d in deps):
@@ -245,7 +251,7 @@ class FluidNvlinkSimulator:
         deps held or on the other side (`_waiters`). It is held, side JOIN, and arrives the ns its last dep does
         (`_arrive_join`). Its deps' state does not change while a batch is placed (its flows come after their deps;
         completions come after)."""
-        ends, held, sides, flb, waiters = self._end, self._held, self._side, self._flb, self._waiters
+        ends, held, sides, flb, waiters = self._ended, self._held, self._side, self._flb, self._waiters
         chain = self.chains and side == PACKET
         j = self._next_join
         pending = 0
@@ -409,20 +415,19 @@ class FluidNvlinkSimulator:
         """Each flow handed to the fluid engine at `at` (deps on the other side all arrived): the earliest ns it
         can complete, max(at, its fluid deps' bounds) + delay + size at its path's full line rate + the path's
         propagation (the fluid rate never exceeds a channel's bandwidth; payload efficiency only slows it)."""
-        flb, fstep, deps_of, ends, waiters = self._flb, self._fstep, self._fdependents, self._end, self._waiters
+        flb, fstep, deps_of, waiters = self._flb, self._fstep, self._fdependents, self._waiters
         for f in flows:  # (per dependency edge: kept lean, no calls)
             fid = f.id
             lb = at
             for d in f.deps:
                 b = flb.get(d)
-                if b is None:
-                    b = ends.get(d, at)
+                if b is None:  # (done or on the packet side: a done dep ended at or before `at`)
+                    continue
+                ws = deps_of.get(d)
+                if ws is None:
+                    deps_of[d] = [fid]
                 else:
-                    ws = deps_of.get(d)
-                    if ws is None:
-                        deps_of[d] = [fid]
-                    else:
-                        ws.append(fid)
+                    ws.append(fid)
                 if b > lb:
                     lb = b
             step = self._fluid_step(f)
@@ -562,17 +567,17 @@ class FluidNvlinkSimulator:
 
     # ----- internals -------------------------------------------------------------------------
     def _known(self, fid: int) -> bool:
-        return fid in self._side or fid in self._held
+        return fid in self._side or fid in self._held or fid in self._ended
 
     def _side_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...]:
         """The deps among `deps` that `side`'s engine knows (those submitted to it), in their order; on the fluid
         side only those not done, since the fluid engine reads a done dep as nothing to wait for (a join's flows
         would otherwise hand it a wide list of done deps each)."""
         sides = self._side
-        if side == FLUID:
-            ends = self._end
-            return tuple([d for d in deps if sides.get(d) == side and d not in ends])
-        return tuple([d for d in deps if sides.get(d) == side])
+        if side == FLUID:  # (`_side` holds the flows not done)
+            return tuple([d for d in deps if sides.get(d) == side])
+        done = self._done_packet
+        return tuple([d for d in deps if sides.get(d) == side or d in done])
 
     def _same_side(
         self, f: Flow, side: int, kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]] | None = None
@@ -582,7 +587,7 @@ class FluidNvlinkSimulator:
         handed over is known on its side for good, so the filter of one list does not change)."""
         if len(f.deps) == 1:  # (most flows: one step of a ring or chain; `_side_deps` of one dep, inline)
             d = f.deps[0]
-            if self._side.get(d) == side and (side != FLUID or d not in self._end):
+            if self._side.get(d) == side or (side == PACKET and d in self._done_packet):
                 return f
             return f.with_deps(())
         if kept is not None and len(f.deps) >= SHARED_DEPS_MIN:
@@ -636,8 +641,11 @@ class FluidNvlinkSimulator:
         ready: dict[tuple[int, int], list[Flow]] = {}
         flb, held, sides, chained = self._flb, self._held, self._side, self._chained
         kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}  # wide deps lists, filtered once a call
+        ended, done_packet = self._ended, self._done_packet
         for c in completions:
-            self._end[c.flow_id] = c.end_ns
+            ended.add(c.flow_id)
+            if sides.pop(c.flow_id, None) == PACKET:
+                done_packet.add(c.flow_id)
             if c.flow_id in flb:
                 del flb[c.flow_id]
                 del self._fstep[c.flow_id]
@@ -658,6 +666,10 @@ class FluidNvlinkSimulator:
                 ready.setdefault((at, side), []).append(self._same_side(f, side, kept))
                 if j in chained:
                     self._unchain(j, at, ready, kept)
+        heap = self._releasers
+        if len(heap) > 2 * len(self._waiters) + 64:  # (lazy entries of completed flows: only `submit_floor` pops them)
+            heap[:] = [e for e in heap if e[1] in flb and e[1] in self._waiters]
+            heapq.heapify(heap)
         packet: list[Flow] = []
         for (at, side), batch in sorted(ready.items()):
             self._engine(side).submit(batch, at)

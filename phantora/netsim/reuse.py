@@ -37,6 +37,7 @@ The engine below may also be stepped partition workers (`phantora.netsim.partiti
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -46,6 +47,7 @@ import numpy as np
 from phantora.errors import InputError
 from phantora.netsim.base import INF_NS, Completion, Flow, NetworkSimulator
 from phantora.netsim.flow import CausalityError
+from phantora.netsim.idset import IdSet
 from phantora.netsim.observe import (
     CnpEvent,
     Drop,
@@ -151,11 +153,11 @@ class ProfileReuseSimulator:
         self._root: dict[Key, _Node] = {}
         self._ep: _Episode | None = None
         self._vnow = inner.now()
-        self._known: set[int] = set()
-        self._routes: dict[tuple[int, int, int], tuple[int, ...]] = {}
+        self._known = IdSet()  # a bit a flow
+        self._routes: dict[tuple[int, ...], tuple[int, ...]] = {}  # by pair, or pair and key (`Topology.one_path`)
         self._pending: dict[int, tuple[int, int]] = {}  # served as complete, not yet seen from ns-3
         self._late: list[Completion] = []  # ns-3 completions a served profile missed (mismatches)
-        self._served: list[tuple[_Tail, int, list[int]]] = []  # (tail, start, ids by position)
+        self._served: list[tuple[_Tail, int, Sequence[int]]] = []  # (tail, start, ids by position: `_compact_ids`)
         self._served_stats: dict[str, int] = dict.fromkeys(ADDITIVE_STATS, 0)
         self._served_channels: dict[int, list[int]] = {}
         self._base_stats = self._counters()
@@ -423,7 +425,7 @@ class ProfileReuseSimulator:
             tail = ep.node.tail
             assert tail is not None  # quiet_by is set only where an episode closed, with its tail
             self._pending.clear()
-            self._served.append((tail, ep.t0, [f.id for f in ep.flows]))
+            self._served.append((tail, ep.t0, _compact_ids([f.id for f in ep.flows])))
             for key, value in tail.stats.items():
                 self._served_stats[key] += value
             _add_channels(self._served_channels, tail.channels)
@@ -574,7 +576,8 @@ class ProfileReuseSimulator:
     def _path(self, f: Flow) -> tuple[int, ...]:
         if f.size == 0 or f.src == f.dst:
             return ()
-        key = (f.src, f.dst, f.id if f.key is None else f.key)
+        src, dst = f.src, f.dst
+        key = (src, dst) if self.topology.one_path(src, dst) else (src, dst, f.id if f.key is None else f.key)
         path = self._routes.get(key)
         if path is None:
             path = self._routes[key] = tuple(self.topology.route(*key))
@@ -644,7 +647,7 @@ class ProfileReuseSimulator:
             parts.append(part.moved(t0, ids if named else None).until(now))
         return RecordColumns.by_time(kind, parts)
 
-    def _served_tails(self) -> list[tuple[_Tail, int, list[int]]]:
+    def _served_tails(self) -> list[tuple[_Tail, int, Sequence[int]]]:
         """(tail, start, ids by position) of every served episode, and of the current one if served to its end."""
         served = list(self._served)
         ep, current = self._ep, self._current_tail()
@@ -683,8 +686,19 @@ def _add_channels(acc: dict[int, list[int]], extra: dict[int, tuple[int, int, in
             row[i] += add[i]
 
 
-def _flow_id(ids: list[int], p: int) -> int:
+def _flow_id(ids: Sequence[int], p: int) -> int:
     return ids[p] if 0 <= p < len(ids) else -1
+
+
+def _compact_ids(ids: list[int]) -> Sequence[int]:
+    """A served episode's flow ids by position, kept for the run: a range when consecutive (a collective's flows
+    usually are), else 8 bytes an id."""
+    if ids and ids[-1] - ids[0] == len(ids) - 1 and ids == list(range(ids[0], ids[-1] + 1)):
+        return range(ids[0], ids[-1] + 1)
+    try:
+        return array("q", ids)
+    except OverflowError:  # (ids past 64 bits: kept as they are)
+        return ids
 
 
 def _shift_queue(e: QueueSample, dt: int) -> QueueSample:

@@ -69,6 +69,7 @@ class Topology:
         self._rank_order: list[int] | None = None  # endpoint node ids in rank order, if placed
         self._hpcc_order: dict[int, dict[int, int]] = {}  # dst -> node -> position in HPCC's BFS queue
         self._nvs_cache: dict[tuple[int, int], int | None] = {}  # (a, b) -> shared_nvswitch(a, b)
+        self._one_path: dict[tuple[int, int], bool] = {}  # (src, dst) -> one_path(src, dst)
         self._switch_channels: list[int] | None = None
         check_ecmp_hash(self.ecmp_hash)
         for link in list(self.links):
@@ -111,6 +112,7 @@ class Topology:
         self._base_cache.clear()
         self._hpcc_order.clear()
         self._nvs_cache.clear()
+        self._one_path.clear()
         self._switch_channels = None
 
     # ----- queries ------------------------------------------------------------------------
@@ -299,6 +301,22 @@ class Topology:
         if self.ecmp_hash == "hpcc":
             return hops[hpcc_hash(src, dst, flow_key, node) % len(hops)]
         return hops[splitmix_hash(flow_key, node) % len(hops)]
+
+    def one_path(self, src: int, dst: int) -> bool:
+        """Whether every flow from src to dst takes one path, whatever its ECMP key (no hop has a choice; remembered
+        per pair): route caches then key such flows by their pair, not by their key or id."""
+        pair = (src, dst)
+        got = self._one_path.get(pair)
+        if got is None:
+            got = src == dst or self.shared_nvswitch(src, dst) is not None
+            if not got and self._dist_to(dst)[src] < 1 << 30:
+                node, got = src, True
+                while node != dst and got:
+                    hops = self.next_hops(node, dst)
+                    got = len(hops) == 1
+                    node = hops[0][0]
+            self._one_path[pair] = got
+        return got
 
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
         """Channel ids of the path a flow with this key takes from src to dst."""
