@@ -171,3 +171,24 @@ def test_direct_links_and_single_host_are_valid() -> None:
     chain.add_link(y, z, 10**9, 1)
     with pytest.raises(InputError, match="disconnected"):
         chain.validate()  # endpoints do not forward, so x cannot reach z
+
+
+def test_one_path_is_whether_the_key_can_change_the_route() -> None:
+    """`one_path` (route caches key such pairs by pair alone): true for NVLink pairs and pairs under one leaf, false
+    across leaves with two spines, and where it says true every key of 64 gives the same route, where false some
+    two keys differ (networkx counts the shortest paths the ECMP choices span)."""
+    t = leaf_spine(2, 4, 2, gpus_per_host=2)
+    eps = t.endpoints
+    for src in eps:
+        for dst in eps:
+            if src == dst:
+                continue
+            routes = {tuple(t.route(src, dst, key)) for key in range(64)}
+            assert t.one_path(src, dst) == (len(routes) == 1), (src, dst)
+    a, b = eps[0], eps[-1]  # opposite leaves: one path a spine
+    assert t.shared_nvswitch(eps[0], eps[1]) is not None and t.one_path(eps[0], eps[1])
+    assert not t.one_path(a, b)
+    g = nx.DiGraph(
+        [t.channel_ends(c) for c in range(t.num_channels) if t.nodes[t.channel_ends(c)[0]].kind != "nvswitch"]
+    )
+    assert len(list(nx.all_shortest_paths(g, a, b))) == 2
