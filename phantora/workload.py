@@ -279,15 +279,20 @@ def workload_to_dict(wl: Workload) -> dict[str, Any]:
             d["ranks"] = list(op.coll.ranks)
         if op.coll.root is not None:
             d["root"] = op.coll.root
-        if op.at_ns:
-            d["at"] = op.at_ns
-        if op.after:
-            d["after"] = list(dict.fromkeys(group_of.get(a, a) for a in op.after))
-        if op.gap_ns:
-            d["gap"] = op.gap_ns
-        d.update(op.algo)
+        _add_timing(op, d, group_of)
         ops.append(d)
     return {"name": wl.name, "description": wl.description, "op": ops}
+
+
+def _add_timing(op: WorkloadOp, d: dict[str, Any], group_of: dict[str, str]) -> None:
+    """An op's start, dependencies (a split transfer's by its group's name), gap and algorithm fields into `d`."""
+    if op.at_ns:
+        d["at"] = op.at_ns
+    if op.after:
+        d["after"] = list(dict.fromkeys(group_of.get(a, a) for a in op.after))
+    if op.gap_ns:
+        d["gap"] = op.gap_ns
+    d.update(op.algo)
 
 
 def _add_split(
@@ -299,13 +304,7 @@ def _add_split(
     if d is None:
         d = done[op.group] = {"name": op.group, "kind": "all_to_all", "dtype": op.coll.dtype, "ranks": list(comm)}
         d["splits"] = [[0] * len(comm) for _ in comm]
-        if op.at_ns:
-            d["at"] = op.at_ns
-        if op.after:
-            d["after"] = list(dict.fromkeys(group_of.get(a, a) for a in op.after))
-        if op.gap_ns:
-            d["gap"] = op.gap_ns
-        d.update(op.algo)
+        _add_timing(op, d, group_of)
         ops.append(d)
     d["splits"][comm.index(op.coll.ranks[0])][comm.index(op.coll.ranks[1])] = op.coll.nbytes
 
