@@ -18,7 +18,6 @@ from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
-from phantora.collectives.nccl.p2p_group import group_choice
 from phantora.collectives.nccl.platform import Platform, platform_of
 from phantora.collectives.nccl.redop import least_preferred, skipped
 from phantora.collectives.nccl.register import (
@@ -153,6 +152,8 @@ def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings,
     others = {(at[a], at[b]): (0, coll.nbytes) for a, b in coll.inflight}
     others.update(_inflight_at(coll))
     others.pop(own, None)
+    from phantora.collectives.nccl.p2p_group import group_choice  # numpy: kept off the netsim CLI's start-up
+
     return group_choice(comm, st, tuple(hosts), own, coll.nbytes, others, protocol)
 
 

@@ -28,8 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import comm_p2p_chunk, refuse_empty_chunk, step_bytes
@@ -41,6 +40,9 @@ from phantora.collectives.nccl.ring_kernel import REFERENCE_CLOCK_GHZ
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.tuning import Choice, comm_channels, net_overhead_us, ring_graph
 from phantora.collectives.spec import Collective
+
+if TYPE_CHECKING:
+    import numpy as np
 
 P2P_NVLINK_PEER = 32  # per-peer channel need over an NVSwitch: 2 x 18 links, power of two, at most p2pnChannels
 P2P_PER_CHANNEL_NET_BW = 14.0  # GB/s one p2p channel moves over the network (NCCL_P2P_PER_CHANNEL_NET_BW)
@@ -59,10 +61,13 @@ def channel_links(k: np.ndarray | int, peers: int) -> np.ndarray | float:
     it has: one for one peer (send/recv), half for all of them (all-to-all), linear between (nccl/p2p_group.py's
     docstring). With one peer both ends hold: a 2-rank all-to-all is a send/recv's exchange, at one link."""
     one, every = P2P_LINKS_PER_CHANNEL["send_recv"], P2P_LINKS_PER_CHANNEL["all_to_all"]
+    if not hasattr(k, "shape"):  # a number: no numpy (kept off the netsim CLI's start-up)
+        return one if peers <= 1 else one - (one - every) * (min(max(k, 1), peers) - 1) / (peers - 1)
+    import numpy as np
+
     if peers <= 1:
-        return np.full(np.shape(k), one) if np.ndim(k) else one
-    got = one - (one - every) * (np.clip(k, 1, peers) - 1) / (peers - 1)
-    return got if np.ndim(k) else float(got)
+        return np.full(np.shape(k), one)
+    return one - (one - every) * (np.clip(k, 1, peers) - 1) / (peers - 1)
 
 
 def p2p_total(comm_channels: int, st: NcclSettings) -> int:
