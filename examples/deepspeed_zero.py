@@ -15,6 +15,7 @@ import argparse
 
 import deepspeed
 import torch
+import torch.distributed as dist
 from torch import nn
 
 VOCAB = 512
@@ -68,6 +69,7 @@ def main() -> None:
         engine.backward(loss)
         engine.step()
         print(f"step {step} loss {loss.item():.5f}", flush=True)
+    dist.destroy_process_group()  # leave gloo's groups before exit (torch's teardown can abort a rank otherwise)
 
 
 if __name__ == "__main__":
