@@ -424,10 +424,7 @@ class FlowSimulator:
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
         """Channels and propagation latency (ns) of a flow's path, cached per (src, dst), or per (src, dst, ECMP key)
         where the pair has more than one path (`Topology.one_path`)."""
-        src, dst = f.src, f.dst
-        key: tuple[int, ...] = (
-            (src, dst) if self.topology.one_path(src, dst) else (src, dst, f.id if f.key is None else f.key)
-        )
+        key = self.topology.route_cache_key(f.src, f.dst, f.id if f.key is None else f.key)
         hit = self._routes.get(key)
         if hit is None:
             if len(self._routes) >= _ROUTE_CACHE_MAX:

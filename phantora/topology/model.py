@@ -318,6 +318,11 @@ class Topology:
             self._one_path[pair] = got
         return got
 
+    def route_cache_key(self, src: int, dst: int, flow_key: int) -> tuple[int, ...]:
+        """What a route cache keys a flow by: its pair where the pair has one path (`one_path`), else its pair and
+        ECMP key (a flow without a key passes its id)."""
+        return (src, dst) if self.one_path(src, dst) else (src, dst, flow_key)
+
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
         """Channel ids of the path a flow with this key takes from src to dst."""
         if src == dst:
