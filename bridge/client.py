@@ -249,6 +249,11 @@ class RankClient:
         p2p connections they share; None ends the group (a lone send/recv runs on its pair's own communicator)."""
         self._p2p_comm = [int(r) for r in comm] if comm else None
 
+    @property
+    def p2p_comm(self) -> tuple[int, ...]:
+        """The communicator of the p2p group open now (`p2p_group`), () when none is."""
+        return tuple(self._p2p_comm or ())
+
     def p2p(
         self,
         *,

@@ -6,7 +6,7 @@ numbering (first appearance order) and seq counting (per group, in issue order) 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 from phantora.collectives.spec import REDUCING
 from phantora.egraph.format import (
@@ -36,6 +36,7 @@ class ProgramBuilder:
         self._slots: dict[tuple[int, ...], int] = {}
         self._seq: dict[tuple[object, ...], int] = {}
         self._steps: dict[int, int] = {}
+        self._launches: dict[Hashable, int] = {}  # the rank's NCCL group launches, by any name -> P2P.launch
 
     def slot(self, group: Iterable[int]) -> int:
         g = tuple(int(r) for r in group)
@@ -105,16 +106,32 @@ class ProgramBuilder:
         conn: int = 0,
         comm: Sequence[int] | None = None,
         nccl_env: NcclEnv | None = None,
+        launch: Hashable = None,
     ) -> int:
         """One side of a transfer to (send) or from (recv) `peer`; `after` and `nccl_env` as a collective's; `conn`:
         the communicator it runs on (P2P.conn); `comm`: that communicator's global ranks when it is not the pair's
-        own (P2P.comm)."""
+        own (P2P.comm); `launch`: the NCCL group launch on `comm` it is part of, any name the rank gives it
+        (P2P.launch numbers them in order of first use), None: none."""
         pair = (self.rank, int(peer)) if is_send else (int(peer), self.rank)
         s = self._next_seq(("p", *pair, tag), seq)
         slot = self.slot(pair)
         on = self.slot(tuple(int(r) for r in comm)) if comm else -1
+        if launch is not None and on < 0:
+            raise InputError(f"rank {self.rank}: a transfer of a group launch needs its communicator", field="comm")
+        number = -1 if launch is None else self._launches.setdefault(launch, len(self._launches))
         node = P2P(
-            stream, slot, bool(is_send), int(tag), int(nbytes), s, tuple(deps), tuple(after), int(conn), on, nccl_env
+            stream,
+            slot,
+            bool(is_send),
+            int(tag),
+            int(nbytes),
+            s,
+            tuple(deps),
+            tuple(after),
+            int(conn),
+            on,
+            nccl_env,
+            number,
         )
         return self._add(node)
 

@@ -13,7 +13,8 @@ COMM_RECV_NODE (``comm_src``, ``comm_dst``, ``comm_tag``); Wait and Step -> zero
 A Chakra comm node blocks its dependents, so stream order skips it: the next node of the stream depends
 on the node before the collective, and only the Wait depends on the collective itself. Extra
 attributes (``phantora_type``, ``stream``, ``seq``, ``dtype``, ``root``, ``phantora_redop`` when not sum,
-``phantora_conn``, ``phantora_comm``) let
+``phantora_conn``, ``phantora_comm``, ``phantora_launch`` and ``phantora_issue_ns`` for a transfer of an NCCL
+group launch) let
 `read_chakra` rebuild the graph exactly; Chakra consumers ignore attributes they do not know.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 
 from phantora.egraph.builder import ProgramBuilder, build_graph
 from phantora.egraph.call_env import recorded_env
-from phantora.egraph.format import P2P, Coll, Compute, ExecGraph, NcclEnv, Wait
+from phantora.egraph.format import LAUNCH_ISSUE, P2P, Coll, Compute, ExecGraph, NcclEnv, Wait
 from phantora.errors import InputError, PhantoraError
 
 SCHEMA_VERSION = "0.0.4"
@@ -58,6 +59,8 @@ AFTER_ATTR = "phantora_after"
 HANDOFF_ATTR = "phantora_handoff"
 CONN_ATTR = "phantora_conn"  # a P2P's communicator (P2P.conn), when not the rank's first: its sends' own slot window
 COMM_ATTR = "phantora_comm"  # that communicator's group (a comm_groups.json key, as pg_name), when not the pair's own
+LAUNCH_ATTR = "phantora_launch"  # a P2P's NCCL group launch (P2P.launch), on the communicator `phantora_comm` names
+ISSUE_ATTR = "phantora_issue_ns"  # that transfer's recorded issue ns (recorded.launch_issue_ns)
 REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
@@ -169,6 +172,8 @@ def export_chakra(graph: ExecGraph, out_dir: str | Path, prefix: str = "phantora
 def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int, ...]) -> list[Any]:
     Node = _messages()["Node"]  # noqa: N806 - a message class
     out = []
+    launches = {i: k for k, i in enumerate(graph.program_of(rank).launch_nodes())}  # node -> its issue time's index
+    issue = graph.recorded[LAUNCH_ISSUE][rank] if LAUNCH_ISSUE in graph.recorded else None
     stream_tail: dict[int, int] = {}  # stream -> last node its successors depend on (collectives skipped)
     for i, n in enumerate(nodes):
         node = Node(id=i)
@@ -215,6 +220,10 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 attrs.append(_attr(CONN_ATTR, int64_val=n.conn))
             if n.comm >= 0:  # its ranks, when not the pair's own (P2P.comm: whether NCCL uses PXN)
                 attrs.append(_attr(COMM_ATTR, string_val=str(bound[n.comm])))
+            if n.launch >= 0:  # one NCCL group launch on that communicator, and when this end issued it
+                attrs.append(_attr(LAUNCH_ATTR, int64_val=n.launch))
+                if issue is not None:
+                    attrs.append(_attr(ISSUE_ATTR, int64_val=issue[launches[i]]))
             attrs += _env_attr(n.nccl_env)
         elif isinstance(n, Wait):
             node.name, node.type = "wait", COMP_NODE
@@ -280,6 +289,7 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
         raise InputError(f"cannot read the communicator groups ({exc})", file=str(gpath)) from None
     files = sorted(d.glob(f"{prefix}.*.et"), key=lambda p: int(p.name[len(prefix) + 1 : -3]))
     builders = []
+    issued: list[list[int]] = []  # each rank's recorded issue ns of its group launches' transfers
     run_env: NcclEnv | None = None
     for r, path in enumerate(files):
         raw = _read_messages(path)
@@ -290,14 +300,19 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
             raise InputError(f"schema version {meta.version!r}, expected {SCHEMA_VERSION}", file=str(path))
         named = {x.name: x.string_val for x in meta.attr if x.name == NCCL_ENV_ATTR}
         run_env = _env_of(named.get(NCCL_ENV_ATTR), str(path)) or run_env
-        builders.append(_rank_builder(r, [msgs["Node"].FromString(x) for x in raw[1:]], groups, str(path)))
+        issued.append([])
+        builders.append(_rank_builder(r, [msgs["Node"].FromString(x) for x in raw[1:]], groups, str(path), issued[-1]))
     meta_out: dict[str, Any] = {"source": "chakra"}
     if run_env is not None:  # the run's NCCL_* (algo_from_meta reads them as a recording's)
         meta_out["algo"] = {"nccl_env": [list(kv) for kv in run_env]}
-    return build_graph(builders, meta=meta_out)
+    times = {LAUNCH_ISSUE: issued} if any(issued) else {}  # files written before group launches have none
+    return build_graph(builders, meta=meta_out, recorded=times)
 
 
-def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]], src: str) -> ProgramBuilder:
+def _rank_builder(
+    rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]], src: str, issued: list[int]
+) -> ProgramBuilder:
+    """The rank's program from its nodes; the issue ns of its group launches' transfers appended to `issued`."""
     b = ProgramBuilder(rank)
     tail: dict[int, int] = {}
     for i, node in enumerate(nodes):
@@ -350,7 +365,10 @@ def _rank_builder(rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]
                 conn=a.get(CONN_ATTR, 0),
                 comm=on,
                 nccl_env=_env_of(a.get(NCCL_ENV_ATTR), src),
+                launch=a.get(LAUNCH_ATTR),
             )
+            if LAUNCH_ATTR in a and ISSUE_ATTR in a:
+                issued.append(int(a[ISSUE_ATTR]))
         elif kind == "wait":
             comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
             b.wait(comm, stream, [d for d in deps if d not in comm], handoff=bool(a.get(HANDOFF_ATTR, False)))

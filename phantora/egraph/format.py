@@ -54,6 +54,8 @@ T_WAIT_HANDOFF = 7  # a Wait on lone sends that ends at their hand-off (Wait.han
 T_P2P_CONN = 8  # a P2P on a communicator other than the rank's first (P2P.conn): its fields, `after` (maybe empty)
 T_P2P_COMM = 9  # a P2P whose communicator is not its pair's own (P2P.comm): type 8's fields, conn, comm, `after`
 T_COLL_OP = 10  # a Coll whose reduction is not sum (Coll.redop): type 5's fields, `after` (maybe empty), the op code
+T_P2P_GROUP = 11  # a P2P of an NCCL group launch (P2P.launch): type 9's fields, conn, comm, launch, `after`
+LAUNCH_ISSUE = "launch_issue_ns"  # recorded: per rank, the issue ns of its P2P nodes of group launches, in node order
 NcclEnv = tuple[tuple[str, str], ...]  # NCCL_* variables and their values (collectives.nccl.settings.nccl_env)
 EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
@@ -72,6 +74,7 @@ _ARITY = {
     T_P2P_CONN: 8,
     T_P2P_COMM: 9,
     T_COLL_OP: 9,
+    T_P2P_GROUP: 10,
 }
 _TYPE_NAMES = {
     T_COMPUTE: "compute",
@@ -85,6 +88,7 @@ _TYPE_NAMES = {
     T_P2P_CONN: "p2p",
     T_P2P_COMM: "p2p",
     T_COLL_OP: "collective",
+    T_P2P_GROUP: "p2p",
 }
 
 
@@ -130,6 +134,9 @@ class P2P:
     conn: int = 0  # the communicator it runs on, numbered in the rank's order of first use: its connection's slots
     comm: int = -1  # the slot of that communicator's ranks when it is not the pair's own (eager init); -1: the pair's
     nccl_env: NcclEnv | None = None  # as Coll's
+    # the rank's NCCL group launch it is part of (a batch_isend_irecv, a coalescing block, a pairwise collective's
+    # transfers), numbered in the rank's order of first use, on the communicator `comm`; -1: none (type 11 on disk)
+    launch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +198,10 @@ class Program:
                     row.append(list(n.after))
             elif isinstance(n, P2P):
                 row = [T_P2P, n.stream, n.slot, int(n.is_send), n.tag, n.nbytes, n.seq]
-                if n.comm >= 0:
+                if n.launch >= 0:
+                    row[0] = T_P2P_GROUP
+                    row += [n.conn, n.comm, n.launch, list(n.after)]
+                elif n.comm >= 0:
                     row[0] = T_P2P_COMM
                     row += [n.conn, n.comm, list(n.after)]
                 elif n.conn:
@@ -256,12 +266,18 @@ class Program:
             if isinstance(n, (Coll, P2P)):
                 if n.nbytes < 0 or n.seq < 0 or n.slot < 0 or (isinstance(n, P2P) and n.conn < 0):
                     raise InputError("negative size, seq, slot or communicator", file=source, field=where)
+                if isinstance(n, P2P) and n.launch >= 0 and n.comm < 0:
+                    raise InputError("a group launch's transfer names no communicator", file=source, field=where)
                 for r in n.after:
                     if not (0 <= r < i and isinstance(self.nodes[r], (Coll, P2P))):
                         raise InputError(f"after {r} is not an earlier collective", file=source, field=where)
 
     def digest(self) -> str:
         return hashlib.sha256(self.encode()).hexdigest()
+
+    def launch_nodes(self) -> list[int]:
+        """The P2P nodes of NCCL group launches (`P2P.launch`), in node order: `recorded.launch_issue_ns` times them."""
+        return [i for i, n in enumerate(self.nodes) if isinstance(n, P2P) and n.launch >= 0]
 
 
 def _decode_envs(obj: dict[str, Any], nodes: list[Node], source: str) -> None:
@@ -310,7 +326,7 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
         if not isinstance(f[-1], list) or not f[-1] or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a non-empty list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
-    if code in (T_P2P_CONN, T_P2P_COMM, T_COLL_OP):
+    if code in (T_P2P_CONN, T_P2P_COMM, T_COLL_OP, T_P2P_GROUP):
         if not isinstance(f[-1], list) or not all(isinstance(r, int) for r in f[-1]):
             raise InputError("after must be a list of node indices", file=source, field=where)
         f, after = f[:-1], tuple(f[-1])
@@ -332,6 +348,11 @@ def _decode_row(i: int, row: Any, names: list[str], source: str) -> Node:
             if f[6] < 0 or f[7] < 0:
                 raise InputError(f"communicator {f[6]} or its slot {f[7]} is negative", file=source, field=where)
             return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after, f[6], f[7])
+        if code == T_P2P_GROUP:
+            if f[6] < 0 or f[7] < 0 or f[8] < 0:
+                raise InputError(f"communicator {f[6]}, its slot {f[7]} or launch {f[8]} is negative", file=source,
+                                 field=where)  # fmt: skip
+            return P2P(f[0], f[1], bool(f[2]), f[3], f[4], f[5], deps, after, f[6], f[7], launch=f[8])
         if code in (T_WAIT, T_WAIT_HANDOFF):
             if not isinstance(f[1], list) or not all(isinstance(r, int) for r in f[1]):
                 raise InputError("wait refs must be a list of node indices", file=source, field=where)
@@ -402,6 +423,20 @@ class ExecGraph:
                         raise InputError(f"node {i}: transfer {list(g)} does not start/end at rank {r}", file=source)
                     if n.comm >= 0 and not set(g) <= set(self.groups[e.groups[n.comm]]):
                         raise InputError(f"node {i}: its communicator does not hold transfer {list(g)}", file=source)
+        self._check_launch_issue(source)
+
+    def _check_launch_issue(self, source: str) -> None:
+        """`recorded.launch_issue_ns` (optional): per rank, one ns per P2P node of a group launch."""
+        times = self.recorded.get(LAUNCH_ISSUE)
+        if times is None:
+            return
+        where = f"recorded.{LAUNCH_ISSUE}"
+        if not (isinstance(times, list) and len(times) == self.world):
+            raise InputError(f"expected a list of {self.world} ranks' issue times", file=source, field=where)
+        for r, ts in enumerate(times):
+            want = len(self.program_of(r).launch_nodes())
+            if not (isinstance(ts, list) and len(ts) == want and all(isinstance(t, int) and t >= 0 for t in ts)):
+                raise InputError(f"rank {r}: expected {want} issue times (ns >= 0)", file=source, field=f"{where}[{r}]")
 
 
 def step_times(per_rank_ends: list[list[int]]) -> list[int]:

@@ -60,6 +60,10 @@ class _RecorderListener:
             send = call.kind == "send"
             lone = send and call.handoff is not None  # a lone send within its buffer: its communicator's window
             conn, comm = (call.conn, call.comm) if lone else (None, ())
+            launch = None
+            if call.launch_comm:  # one NCCL group on that communicator: a launch id, else its calls at one time
+                comm = call.launch_comm
+                launch = ("launch", call.launch) if call.launch is not None else ("at", call.t_issue_ns)
             self.rec.p2p(
                 call.handle,
                 call.peer,
@@ -72,6 +76,7 @@ class _RecorderListener:
                 conn=conn,
                 comm=comm,
                 nccl_env=call.nccl_env,
+                launch=launch,
             )
             if lone:  # a lone send within its buffer: calls after it follow its hand-off
                 self.rec.eager(call.handle)

@@ -6,8 +6,9 @@ One recorder per rank process. The runtime calls it with what the rank already k
 - ``collective(handle, group, seq, kind, nbytes, dtype, root, issue_ns, stream=0, before=())``: a collective was
   issued (``root`` a global rank, as the bridge client takes it; ``group`` global ranks in group order;
   ``before`` the handles of the rank's calls it starts after, as the coordinator orders them);
-- ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0, before=(), conn=None)``: one side of a
-  transfer (``conn``: a lone send's communicator, any name the rank gives it);
+- ``p2p(handle, peer, is_send, tag, seq, nbytes, issue_ns, stream=0, before=(), conn=None, comm=(), launch=None)``:
+  one side of a transfer (``conn``: a lone send's communicator, any name the rank gives it; ``launch``: the NCCL
+  group launch on ``comm`` it is part of, any name, whose issue times the graph keeps: ``recorded.launch_issue_ns``);
 - ``wait(handle, t_ns, stream=0)``: the stream joined the handle's completion at t_ns;
 - ``handoff(handle, t_ns, stream=0)``: the stream joined a lone send's hand-off at t_ns (its flow ends later);
 - ``step(index, t_ns, stream=0)``: end of a training step (joins every handle not yet waited);
@@ -31,7 +32,16 @@ from typing import Any
 import msgpack
 
 from phantora.egraph.builder import ProgramBuilder
-from phantora.egraph.format import EAGER_STREAM, VERSION, ExecGraph, NcclEnv, Program, assemble, save
+from phantora.egraph.format import (
+    EAGER_STREAM,
+    LAUNCH_ISSUE,
+    VERSION,
+    ExecGraph,
+    NcclEnv,
+    Program,
+    assemble,
+    save,
+)
 from phantora.errors import InputError, PhantoraError
 
 PART_DIR = "parts"
@@ -54,6 +64,7 @@ class GraphRecorder:
         self.unknown: set[int] = set()  # streams whose clock a wait moved to a time the recorder was not told
         self.conns: dict[Hashable, int] = {}  # the communicators of lone sends, by the rank's name -> P2P.conn
         self.step_ends: list[int] = []
+        self.launch_issue: list[int] = []  # the issue ns of each P2P node of a group launch, in node order
         self.idle_ns = 0
         self.end_ns = 0
         self.finished = False
@@ -121,16 +132,30 @@ class GraphRecorder:
         conn: Hashable = None,
         comm: tuple[int, ...] = (),
         nccl_env: NcclEnv | None = None,
+        launch: Hashable = None,
     ) -> None:
         """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles); `conn`:
         the communicator a lone send runs on, as the rank names it (numbered here in order of first use, P2P.conn);
-        `comm`: its global ranks when it is not the pair's own (P2P.comm); `nccl_env` as a collective's."""
+        `comm`: its global ranks when it is not the pair's own (P2P.comm); `nccl_env` as a collective's; `launch`:
+        the NCCL group launch on `comm` it is part of, as the rank names it (P2P.launch), its issue time kept."""
         self._catch_up(stream, int(issue_ns))
         number = self.conns.setdefault(conn, len(self.conns)) if conn is not None else 0
         after = self._nodes(before)
         node = self.b.p2p(
-            peer, is_send, nbytes, tag, seq, stream, after=after, conn=number, comm=comm or None, nccl_env=nccl_env
+            peer,
+            is_send,
+            nbytes,
+            tag,
+            seq,
+            stream,
+            after=after,
+            conn=number,
+            comm=comm or None,
+            nccl_env=nccl_env,
+            launch=launch,
         )
+        if launch is not None:
+            self.launch_issue.append(int(issue_ns))
         self._issued(handle, node)
 
     def _nodes(self, handles: tuple[int, ...]) -> list[int]:
@@ -216,6 +241,7 @@ class GraphRecorder:
             "step_ends_ns": self.step_ends,
             "end_ns": end,
             "idle_ns": self.idle_ns,
+            LAUNCH_ISSUE: self.launch_issue,
         }
         path = Path(directory) / PART_DIR / f"rank{self.rank}.msgpack"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -291,6 +317,8 @@ def finalize_recording(
         "end_ns": [int(p["end_ns"]) for p in parts],
         "idle_ns": [int(p.get("idle_ns", 0)) for p in parts],
     }
+    if any(p.get(LAUNCH_ISSUE) for p in parts):  # kept only where a rank launched a group (graphs without: as before)
+        recorded[LAUNCH_ISSUE] = [[int(t) for t in p.get(LAUNCH_ISSUE, [])] for p in parts]
     graph = assemble(progs, meta, recorded)
     graph.check(str(d))
     save(graph, d)

@@ -52,6 +52,7 @@ from phantora.egraph.format import (
     step_times,
 )
 from phantora.egraph.p2p_calls import Call, CallGroups
+from phantora.egraph.p2p_launches import LaunchGroups
 from phantora.egraph.step_events import has_step_events, run_with_step_events
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
@@ -235,6 +236,7 @@ class _Planner:
         self.handoffs: dict[tuple[tuple[int, int, int, tuple[int, ...]], NcclEnv | None], int | None] = {}
         self.slots: dict[tuple[tuple[int, int, int, tuple[int, ...]], NcclEnv | None], Slots | None] = {}
         self.calls = CallGroups(graph)
+        self.launches = LaunchGroups(graph)
 
     def marker(self, ep: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         fid = len(self.flows)
@@ -546,8 +548,18 @@ class _Planner:
         self._launched.append(inst)
 
     def grouped(self, inst: Instance) -> Collective | None:
-        """A pairwise collective's transfer as the live coordinator rates it: a send/recv on the call's group, with
-        the call's other transfers in flight at once (nccl/p2p_group.py); None for any other instance."""
+        """A transfer of an NCCL group as the live coordinator rates it: a send/recv on the group's communicator with
+        the group's other transfers in flight, each from its recorded start (`p2p_launches`); in a graph without
+        group launches (recorded before them), a pairwise collective's transfer with the call's others, all from
+        its start (`p2p_calls`); None for any other instance."""
+        if inst.key[0] == "p":
+            group = self.launches.of(inst.key[1:])
+            if group is not None:
+                pair = (inst.group[0], inst.group[1])
+                inflight, at = group.inflight(pair)
+                return Collective(
+                    "send_recv", pair, inst.nbytes, "uint8", comm=group.comm, inflight=inflight, inflight_at=at
+                )
         found = self.calls.pairs(inst.call) if inst.call is not None else None
         pair = (inst.group[0], inst.group[1])
         if found is None or found[1].get(pair) != inst.nbytes:

@@ -184,6 +184,8 @@ class Issued:
     conn: int | None = None  # such a send's communicator (the NCCL stream it would run on): its connection's window
     comm: tuple[int, ...] = ()  # that communicator's global ranks when it is not the pair's own (eager init)
     nccl_env: NcclEnv | None = None  # the NCCL_* its communicator was created with, where the program set its own
+    # a transfer of an NCCL group (a batch, a coalescing block, a pairwise collective's): the communicator's ranks
+    launch_comm: tuple[int, ...] = ()
 
 
 class SessionListener(Protocol):
@@ -690,6 +692,7 @@ class RankSession:
                 launch=launch,
                 after=tuple(after),
                 nccl_env=env,
+                launch_comm=tuple(getattr(self.client, "p2p_comm", None) or ()),  # the group open on the client
             )
             self._tell(replace(call, handoff=handoff, conn=conn, comm=comm) if handoff is not None else call)
         return h

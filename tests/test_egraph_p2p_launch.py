@@ -1,0 +1,219 @@
+"""A user's NCCL groups of sends and receives (batch_isend_irecv, a coalescing block) recorded and replayed as the
+live run rated them: one group on the group's communicator, each pair from where its two ends issued.
+
+8 H100s of one host (`--phantom`): 32 p2p channels over 8 ranks give a peer 4 channels (paths.cc), the rounds' bases
+are distinct (bit-reversed), so a GPU with k sends (receives) in flight moves each on 4 channels of
+`channel_links(k)` NVLinks: 1 with one peer, 0.5 with all 7, linear between (docs/collectives.md). A transfer takes
+NCCL's launch and step latency (Simple over NVLink: ring base 6.8 + hop 5 = 11.8 us) plus its bytes over its rate,
+set again as the GPU's transfers start and end. Before, the recording kept no group launch: each pair replayed alone
+on its pair's own 2-rank communicator (16 channels at a link each: a 16 MiB ring pair in 62.7 us against 215.4 live).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+
+import msgpack
+import pytest
+
+from phantora.egraph import ExecGraph, replay_graph
+from phantora.egraph.builder import ProgramBuilder, build_graph
+from phantora.egraph.chakra import export_chakra, read_chakra
+from phantora.egraph.format import LAUNCH_ISSUE, P2P, T_P2P_GROUP, load, save
+from phantora.egraph.p2p_launches import LaunchGroups
+from phantora.errors import InputError
+from phantora.egraph.live import record_run
+from phantora.launcher import RunConfig
+from phantora.netsim.flow import FlowSimulator
+from phantora.topology import dgx_host
+
+SCRIPT = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    n, me = dist.get_world_size(), dist.get_rank()
+    torch.cuda.set_device(me)
+    MiB = 1 << 18  # fp32 elements
+
+    def stagger():  # compute that grows with the rank: the ranks issue the next batch apart
+        a = torch.ones(512 * (1 + me), 1024, device="cuda")
+        a @ a.T
+
+    def batch(ops):
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+        torch.cuda.synchronize()
+
+    def fence():
+        dist.barrier()
+        torch.cuda.synchronize()
+
+    x, y = torch.ones(16 * MiB, device="cuda"), torch.empty(16 * MiB, device="cuda")
+    g, h = torch.empty(8 * MiB, device="cuda"), torch.ones(8 * MiB, device="cuda")
+    fence()
+    stagger()
+    batch([dist.P2POp(dist.isend, x, (me + 1) % n), dist.P2POp(dist.irecv, y, (me - 1) % n)])  # a ring
+    fence()
+    peer = me ^ 1  # pipeline stages: send forward 16 MiB and receive backward 8 MiB in one batch
+    if me % 2 == 0:
+        batch([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, g, peer)])
+    else:
+        batch([dist.P2POp(dist.irecv, y, peer), dist.P2POp(dist.isend, h, peer)])
+    fence()
+    stagger()
+    if me == 0:  # a fan-out whose receivers issue apart
+        batch([dist.P2POp(dist.isend, h, j) for j in (1, 2, 3)])
+    elif me <= 3:
+        batch([dist.P2POp(dist.irecv, g, 0)])
+    fence()
+    with dist._coalescing_manager(device=torch.device("cuda", me)):  # a coalescing block: the reversed ring
+        dist.isend(h, (me - 1) % n)
+        dist.irecv(g, (me + 1) % n)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+"""
+TOPO = dgx_host(8, gpu="h100")
+LINK, LAT_NS, MiB = 20.6, 11_800, 1 << 20  # GB/s a link (bytes per ns), ns, bytes
+
+
+def links(k: int, peers: int = 7) -> float:
+    """`channel_links(k)`: NVLinks a channel with k peers in flight, 1 at one peer and 0.5 at all."""
+    return 1.0 - 0.5 * (k - 1) / (peers - 1)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], ExecGraph]:
+    """The live run's transfer records (cosim.json) and its recording."""
+    d = tmp_path_factory.mktemp("batches")
+    script = d / "batches.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    cfg = RunConfig(str(script), topology=TOPO, nproc=8, tensors="phantom", trace="none", timeout_s=180,
+                    out_dir=str(d / "o"))  # fmt: skip
+    _, graph = record_run(cfg, d / "g")
+    recs = json.loads((d / "o" / "cosim.json").read_text())["collectives"]
+    return [r for r in recs if r["kind"] == "send_recv"], graph
+
+
+def _key(name: str, src: int, dst: int) -> tuple[str, int, int]:
+    return name.split("@")[0], src, dst
+
+
+def replayed_ends(graph: ExecGraph) -> dict[tuple[str, int, int], int]:
+    """Each transfer's end ns in a flow-mode replay, by (call, src, dst) as the live records name it."""
+    res = replay_graph(graph, TOPO, FlowSimulator(TOPO))
+    ends: dict[tuple[str, int, int], int] = {}
+    for c in res.completions:
+        if "/p2p" in c.tag:
+            name, pair = c.tag.split("/")[0].split("@")
+            src, dst = (int(x) for x in pair.split(">"))
+            ends[_key(name, src, dst)] = max(ends.get(_key(name, src, dst), 0), c.end_ns)
+    return ends
+
+
+def test_batches_replay_to_their_live_ns(recorded: tuple[list[dict], ExecGraph], tmp_path) -> None:
+    """Every transfer of the ring, the pipeline pairs, the fan-out and the coalescing block ends in the replay, and
+    after a Chakra round trip, at its live ns; each ran on the 8-rank communicator, 4 channels a peer."""
+    recs, graph = recorded
+    assert len(recs) == 8 + 8 + 3 + 8
+    assert {tuple(r["comm"]) for r in recs} == {tuple(range(8))}
+    assert {r["nccl"]["channels"] for r in recs} == {4}
+    live = {_key(r["name"], *r["group"]): r["end_ns"] for r in recs}
+    export_chakra(graph, tmp_path / "chakra")
+    for g in (graph, read_chakra(tmp_path / "chakra")):
+        assert replayed_ends(g) == live
+
+
+def test_ring_and_pipeline_pairs_move_a_link_a_channel(recorded: tuple[list[dict], ExecGraph]) -> None:
+    """In the ring and the pipeline batches each GPU has one send and one receive in flight: 4 channels at a link."""
+    recs = recorded[0]
+    ring = [r for r in recs if r["nbytes"] == 16 * MiB and (r["group"][1] - r["group"][0]) % 8 == 1]
+    assert len(ring) == 8 + 4  # the ring's and the even stages' forward sends
+    for r in ring:
+        assert r["end_ns"] - r["t_start"] == pytest.approx(LAT_NS + 16 * MiB / (4 * LINK), abs=2)
+    back = [r for r in recs if r["name"] == "send#0" and r["group"][0] == r["group"][1] + 1 and r["group"][0] % 2]
+    assert len(back) == 4 and {r["nbytes"] for r in back} == {8 * MiB}
+    for r in back:
+        assert r["end_ns"] - r["t_start"] == pytest.approx(LAT_NS + 8 * MiB / (4 * LINK), abs=2)
+
+
+def fan_out_ends(starts: list[float], nbytes: int) -> list[float]:
+    """Closed form of rank 0's sends started at `starts` (ns): while k are in flight each moves 4 channels at
+    `links(k)` a link (its receiver, one peer, is faster), rates set again at each start and end."""
+    left, ends, t = [float(nbytes)] * len(starts), [0.0] * len(starts), min(starts)
+    while not all(ends):
+        run = [i for i, s in enumerate(starts) if s <= t and not ends[i]]
+        rate = 4 * LINK * links(len(run))
+        nxt = min([s for s in starts if s > t] + [t + left[i] / rate for i in run])
+        for i in run:
+            left[i] -= rate * (nxt - t)
+            if left[i] <= 1e-6:
+                ends[i] = nxt
+        t = nxt
+    return ends
+
+
+def test_a_staggered_fan_out_is_rated_from_each_pairs_start(recorded: tuple[list[dict], ExecGraph]) -> None:
+    """Rank 0's sends to 1-3 start as their receivers issue (later with each rank): the first runs alone at a link
+    a channel, then shares the GPU's sends, and the replay rates it so (before, the replay started a call's pairs
+    together: all three at `links(3)` from the first start)."""
+    fan = [r for r in recorded[0] if r["group"][0] == 0 and r["group"][1] in (1, 2, 3) and r["nbytes"] == 8 * MiB]
+    recs = sorted(fan, key=lambda r: r["t_start"])
+    assert [r["group"][1] for r in recs] == [1, 2, 3]
+    starts = [r["t_start"] for r in recs]
+    assert starts[0] < starts[1] < starts[2]
+    for r, end in zip(recs, fan_out_ends(starts, 8 * MiB), strict=True):
+        assert r["end_ns"] == pytest.approx(LAT_NS + end, abs=3)
+
+
+def without_launches(graph: ExecGraph) -> ExecGraph:
+    """The graph as a recording made before group launches were kept."""
+    progs = [
+        dataclasses.replace(
+            p, nodes=[dataclasses.replace(n, launch=-1, comm=-1) if isinstance(n, P2P) else n for n in p.nodes]
+        )
+        for p in graph.programs
+    ]
+    recorded = {k: v for k, v in graph.recorded.items() if k != LAUNCH_ISSUE}
+    return dataclasses.replace(graph, programs=progs, recorded=recorded)
+
+
+def test_a_recording_without_group_launches_replays_as_before(recorded: tuple[list[dict], ExecGraph], tmp_path) -> None:
+    """An older recording (no type 11 nodes, no launch_issue_ns) still loads, and replays each pair alone on its
+    pair's 2-rank communicator: 16 channels at a link, 16 MiB in 11.8 + 50.9 us."""
+    graph = recorded[1]
+    assert LAUNCH_ISSUE in graph.recorded
+    save(without_launches(graph), tmp_path / "old")
+    old = load(tmp_path / "old")
+    assert LAUNCH_ISSUE not in old.recorded
+    starts = {_key(r["name"], *r["group"]): r["t_start"] for r in recorded[0]}
+    ends = replayed_ends(old)
+    ring = [k for k in ends if k[0] == "send#0" and (k[2] - k[1]) % 8 == 1 and k[1] % 2]  # the ring's odd senders
+    assert len(ring) == 4
+    for k in ring:
+        assert ends[k] - starts[k] == pytest.approx(LAT_NS + 16 * MiB / (16 * LINK), abs=2)
+
+
+def test_a_group_launch_is_type_11_and_bad_issue_times_are_named(tmp_path) -> None:
+    """A transfer of a group launch is stored as type 11 (its communicator's slot and the rank's launch number) and
+    reads back equal; issue times that do not match the rank's launch transfers are refused naming the field."""
+    builders = [ProgramBuilder(0), ProgramBuilder(1)]
+    builders[0].p2p(1, True, 4096, comm=(0, 1), launch="batch a")
+    builders[1].p2p(0, False, 4096, comm=(0, 1), launch="batch b")
+    builders[1].p2p(0, False, 64, tag=3)  # a lone one
+    graph = build_graph(builders, recorded={LAUNCH_ISSUE: [[100], [250]]})
+    rows = [msgpack.unpackb(p.encode())["nodes"] for p in graph.programs]
+    assert rows[0][0][0] == T_P2P_GROUP and rows[0][0][-1] == [] and rows[1][1][0] == 2
+    save(graph, tmp_path / "g")
+    back = load(tmp_path / "g")
+    assert back.programs[0].nodes == graph.programs[0].nodes and back.programs[0].nodes[0].launch == 0
+    group = LaunchGroups(back).of((0, 1, 0, 0))
+    assert group is not None and group.comm == (0, 1) and group.pairs == {(0, 1): (250, 4096)}
+    bad = json.loads((tmp_path / "g" / "graph.json").read_text())
+    bad["recorded"][LAUNCH_ISSUE] = [[100], [250, 7]]
+    (tmp_path / "g" / "graph.json").write_text(json.dumps(bad))
+    with pytest.raises(InputError, match=r"rank 1: expected 1 issue times") as err:
+        load(tmp_path / "g")
+    assert err.value.field == f"recorded.{LAUNCH_ISSUE}[1]"
+    with pytest.raises(InputError, match="needs its communicator"):
+        ProgramBuilder(0).p2p(1, True, 8, launch="x")
