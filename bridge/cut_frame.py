@@ -36,7 +36,7 @@ def encode(
     batch: bytes,
     releases: tuple[int, int] = (NEVER, NEVER),
     key: tuple[int, ...] = (),
-    sampling: tuple[int, bool] = (NEVER, True),
+    sampling: tuple[int, int] = (NEVER, NEVER),
     react: tuple[int, int] = (NEVER, NEVER),
     output: int = 0,
 ) -> bytes:
@@ -77,11 +77,11 @@ def decode(group: int, body: bytes | bytearray | memoryview) -> tuple[int, PeerR
         raise FrameError(msg) from None
     if not isinstance(f, list) or len(f) != FIELDS:
         raise FrameError(f"partition worker {group}: a window report that is not an array of {FIELDS} fields")
-    seq, nxt, arr, later, same, samp, bound, stop, out, busy, key, batch = f
-    _ints(group, "times", (seq, nxt, arr, later, same, samp, bound, stop, out))
+    seq, nxt, arr, later, same, samp, bound, stop, out, idle, key, batch = f
+    _ints(group, "times", (seq, nxt, arr, later, same, samp, bound, stop, out, idle))
     if not isinstance(key, list) or len(key) > MAX_KEY:
         raise FrameError(f"partition worker {group}: a window report's key is not a list of at most {MAX_KEY} ints")
     _ints(group, "key", key)
-    if type(busy) is not bool or not isinstance(batch, bytes):
-        raise FrameError(f"partition worker {group}: a window report whose sampling flag or batch has the wrong type")
-    return seq, PeerReport(group, nxt, arr, batch, later, same, tuple(key), samp, busy, bound, stop, out)
+    if not isinstance(batch, bytes):
+        raise FrameError(f"partition worker {group}: a window report whose batch is not bytes")
+    return seq, PeerReport(group, nxt, arr, batch, later, same, tuple(key), samp, idle, bound, stop, out)

@@ -164,10 +164,10 @@ class ZmqPeers:
         try:
             rel = msg.get("rel", (NEVER, NEVER))
             key = tuple(int(x) for x in msg.get("key", ()))
-            samp = msg.get("samp", (NEVER, True))
+            samp = msg.get("samp", (NEVER, NEVER))
             react = msg.get("react", (NEVER, NEVER))
             rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]), int(rel[0]), int(rel[1]), key,
-                             int(samp[0]), bool(samp[1]), int(react[0]), int(react[1]),
+                             int(samp[0]), int(samp[1]), int(react[0]), int(react[1]),
                              int(msg.get("out", 0)))  # fmt: skip
             self._early[(int(msg["seq"]), g)] = rep
         except (KeyError, TypeError, ValueError):  # a malformed report, even from a known peer, is dropped and counted
@@ -181,7 +181,7 @@ class ZmqPeers:
         batches: Mapping[int, bytes],
         releases: tuple[int, int] = (NEVER, NEVER),
         key: tuple[int, ...] = (),
-        sampling: tuple[int, bool] = (NEVER, True),
+        sampling: tuple[int, int] = (NEVER, NEVER),
         react: tuple[int, int] = (NEVER, NEVER),
         output: int = 0,
     ) -> list[PeerReport]:

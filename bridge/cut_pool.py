@@ -10,8 +10,8 @@ actors stopped), with an error naming it and its last words. The records of the 
 completions by (end, flow id), as one engine drains them; FCT records, PFC frames, CE marks, CNPs, drops and trims in
 one keyed engine's order, by the order key of the event that made each (`phantora.netsim.record_order`); transport
 counters and channel counters added (each is counted by the worker that owns its end, zero elsewhere); queue samples
-(each worker's of the switches it runs) by (ns, node, port, class) through one engine's last instant
-(`merge_queue_samples`); the counters of
+(each worker's of the switches it runs, one engine's instants) by (ns, node, port, class) (`merge_queue_samples`);
+the counters of
 `stats` added, its peaks and the fabric's constants the largest (`PEAK_STATS`), its settings (text) the first worker's,
 and the switch links' load recomputed from the merged channels. A completion's start is its FCT record's (the sender's
 worker starts the flow; its receiver's worker knows the start of a flow without dependencies only). The end of the run
@@ -137,7 +137,7 @@ def run_partitioned_batches(
         outs = run_on_ray(config.ray, setups, token, config.partition_timeout_s)
     else:
         outs = _run_local(setups, token, config.partition_timeout_s)
-    res = _merge(outs, time.perf_counter() - wall0, topology, config.queue_sample_ns)
+    res = _merge(outs, time.perf_counter() - wall0, topology)
     res.stats["flows_submitted"] = sum(len(b) for _, b in batches)  # each worker counts the flows it has an end of
     return res
 
@@ -180,7 +180,7 @@ def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -
     wait_workers([_Local(proc, log) for proc, log in procs], timeout_s)
 
 
-def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology, sample_ns: int = 0) -> PartitionResult:
+def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> PartitionResult:
     ties = [0]
     fct = _merged(outs, "fct", FctLine, ties)
     starts = {r.flow_id: r.start_ns for r in fct}  # the sender's: a receiver's worker does not see a release
@@ -196,13 +196,7 @@ def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology, sample
     drops = _merged(outs, "drops", Drop, ties)
     trims = _merged(outs, "trims", Trim, ties)
     now = max((r.start_ns + r.fct_ns for r in fct), default=0)
-    began = [int(o.get("sample_from", -1)) for o in outs]  # each worker's sampling start (-1: none, -2: off)
-    queues = merge_queue_samples(
-        [[QueueSample(*r) for r in o.get("queues", ())] for o in outs],
-        min((t for t in began if t >= 0), default=-1),
-        sample_ns,
-        now,
-    )
+    queues = merge_queue_samples([[QueueSample(*r) for r in o.get("queues", ())] for o in outs])
     return PartitionResult(
         completions=done,
         fct=fct,

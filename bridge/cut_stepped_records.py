@@ -27,8 +27,8 @@ MAKERS: dict[str, Callable[..., Any]] = {
 class SteppedRecords:
     """The records of `workers` stepped workers so far, one keyed engine's lists (`add` each answer, `result`)."""
 
-    def __init__(self, workers: int, topology: Topology, sample_ns: int = 0) -> None:
-        self.topology, self.sample_ns = topology, sample_ns
+    def __init__(self, workers: int, topology: Topology) -> None:
+        self.topology = topology
         self.kinds = {name: KeyedMerge(name, workers) for name in KEYED_RECORDS}
         self.queues: list[list[QueueSample]] = [[] for _ in range(workers)]
         self.effective: list[tuple[str, str]] = []
@@ -52,8 +52,7 @@ class SteppedRecords:
         fct = self.kinds["fct"].out
         now = max((r.start_ns + r.fct_ns for r in fct), default=0)
         channels, stats = merged_counters(outs, self.topology)
-        began = [int(o.get("sample_from", -1)) for o in outs]  # each worker's sampling start (-1: none, -2: off)
-        queues = merge_queue_samples(self.queues, min((t for t in began if t >= 0), default=-1), self.sample_ns, now)
+        queues = merge_queue_samples(self.queues)
         k = self.kinds
         return PartitionResult(
             completions=[], fct=list(fct), pfc=list(k["pfc"].out), marks=list(k["marks"].out),

@@ -97,7 +97,6 @@ class Stepper:
             "channels": [row for row in sim.channel_rows() if row[5]],
             "stats": sim.stats(),
             "effective": sim.effective_pairs() if first else [],  # (the fabric's settings: once)
-            "sample_from": sim.cut_sampling_from(),
         }
         s = self.stats
         out["windows"] = {

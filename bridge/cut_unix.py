@@ -228,7 +228,7 @@ class UnixPeers:
         batches: Mapping[int, bytes],
         releases: tuple[int, int] = (NEVER, NEVER),
         key: tuple[int, ...] = (),
-        sampling: tuple[int, bool] = (NEVER, True),
+        sampling: tuple[int, int] = (NEVER, NEVER),
         react: tuple[int, int] = (NEVER, NEVER),
         output: int = 0,
     ) -> list[PeerReport]:

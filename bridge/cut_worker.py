@@ -66,7 +66,6 @@ def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
         "effective": sim.effective_pairs(),
         "keys": {name: sim.record_keys(kind) for name, kind in KEYED_RECORDS.items()},
         "queues": as_rows(sim.queue_samples()),  # the switches it runs, in (ns, node, port, class) order
-        "sample_from": sim.cut_sampling_from(),
     }
 
 

@@ -54,7 +54,7 @@ def test_a_barrier_sends_and_reads_the_python_frame() -> None:
     a, b = socket.socketpair()
     try:
         peers = ns3.PhantoraCutPeers(0, [-1, a.fileno()], 2000, 2000)
-        b.sendall(encode(0, 11, NEVER, b"\x01\x02\x03", (300, NEVER), (5, 6, 7, 8), (NEVER, False), (40, NEVER), 2_500))
+        b.sendall(encode(0, 11, NEVER, b"\x01\x02\x03", (300, NEVER), (5, 6, 7, 8), (NEVER, 7_000), (40, NEVER), 2_500))
         b.sendall(encode(1, 1, 1, b""))  # the next barrier's frame, already there: stays buffered
         mine = ns3.CutReport()
         mine.next, mine.minArrival, mine.later, mine.output = 100, 1_100, 2_000, 1_000
@@ -63,10 +63,10 @@ def test_a_barrier_sends_and_reads_the_python_frame() -> None:
         got = out[1]
         assert [got.next, got.minArrival, got.later, got.same, got.sampleFrom, got.reactBound, got.reactStop,
                 got.output] == [11, NEVER, 300, NEVER, NEVER, 40, NEVER, 2_500]  # fmt: skip
-        assert (bool(got.busy), got.keyLen, list(got.key)) == (False, 4, [5, 6, 7, 8])
+        assert (got.idle, got.keyLen, list(got.key)) == (7_000, 4, [5, 6, 7, 8])
         assert bytes(got.batch) == b"\x01\x02\x03"
         assert peers.Buffered() == len(encode(1, 1, 1, b""))
-        assert _recv_frame(b, 0) == (0, PeerReport(0, 100, 1_100, b"batch for 1", 2_000, NEVER, (), NEVER, True,
+        assert _recv_frame(b, 0) == (0, PeerReport(0, 100, 1_100, b"batch for 1", 2_000, NEVER, (), NEVER, NEVER,
                                                    NEVER, NEVER, 1_000))  # fmt: skip
         peers.Exchange(1, mine, ["", ""], out)  # the buffered frame answers barrier 1
         assert (out[1].next, out[1].minArrival, peers.Buffered()) == (1, 1, 0)

@@ -87,7 +87,7 @@ class BoardPeers:
 
     def exchange(self, seq: int, next_ns: int, min_arrival: int, batches: Mapping[int, bytes],
                  releases: tuple[int, int] = (NEVER, NEVER), key: tuple[int, ...] = (),
-                 sampling: tuple[int, bool] = (NEVER, True),
+                 sampling: tuple[int, int] = (NEVER, NEVER),
                  react: tuple[int, int] = (NEVER, NEVER), output: int = 0) -> list[PeerReport]:  # fmt: skip
         self.board[(seq, self.group)] = PeerReport(self.group, next_ns, min_arrival, b"", *releases, key, *sampling,
                                                    *react)  # fmt: skip

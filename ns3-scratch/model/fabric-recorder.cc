@@ -8,6 +8,8 @@
 #include "ns3/make-event.h"
 #include "ns3/simulator.h"
 
+#include <algorithm>
+
 namespace ns3 {
 
 NS_LOG_COMPONENT_DEFINE("PhantoraFabricRecorder");
@@ -102,24 +104,61 @@ void FabricRecorder::JoinSampling(int64_t fromNs, Callback<bool> busy) {
   }
   const int64_t every = m_sampleInterval.GetNanoSeconds();
   const int64_t now = NowNs();
-  const int64_t k = now < fromNs ? 0 : (now - fromNs) / every + 1;  // the first instant after now
+  const int64_t k = now <= fromNs ? 0 : (now - fromNs + every - 1) / every;  // the first instant at or after now
   m_busy = busy;
   m_sampling = true;
   m_from = fromNs;
   ScheduleSample(static_cast<uint64_t>(fromNs + k * every));
 }
 
+bool FabricRecorder::EndPeriod(int64_t fromNs, int64_t idleNs, int64_t ranBefore) {
+  const int64_t every = m_sampleInterval.GetNanoSeconds();
+  const int64_t end = idleNs <= fromNs ? fromNs : fromNs + (idleNs - fromNs + every - 1) / std::max<int64_t>(every, 1) * every;
+  const bool over = fromNs >= 0 && idleNs >= 0 && every > 0 && end < ranBefore;
+  if (over) {
+    std::size_t rows = 0;
+    while (!m_made.empty() && m_made.back().first > end) {
+      rows += m_made.back().second;
+      m_made.pop_back();
+    }
+    NS_ABORT_MSG_IF(rows > samples.size() ||
+                        std::any_of(samples.end() - static_cast<std::ptrdiff_t>(rows), samples.end(),
+                                    [end](const QueueSample& q) { return q.timeNs <= end; }),
+                    "queue sampling: " << rows << " rows after the period's end at " << end
+                                       << " ns were drained before the barrier that ends it");
+    samples.resize(samples.size() - rows);
+    for (; !m_undo.empty() && m_undo.back().ns > end; m_undo.pop_back()) {
+      m_lastSample[m_undo.back().slot] = m_undo.back().before;
+    }
+    NS_LOG_LOGIC("sampling period from " << fromNs << " ends at " << end << " ns: " << rows << " rows dropped");
+    if (m_nextNs > end) {  // (one at or before it is a joiner's first: it finds no flow there and stops)
+      Simulator::Cancel(m_next);
+      m_nextNs = -1;
+      m_sampling = false;
+    }
+    m_from = -1;
+  }
+  m_made.clear();
+  m_undo.clear();
+  return over;
+}
+
 void FabricRecorder::ScheduleSample(uint64_t ts) {
+  m_nextNs = static_cast<int64_t>(ts);
   PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
   if (sim && sim->Keyed()) {
-    sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, SampleKey(ts, m_slot), MakeEvent(&FabricRecorder::Sample, this));
+    m_next = sim->ScheduleKeyedAt(ts, Simulator::NO_CONTEXT, SampleKey(ts, m_slot),
+                                  MakeEvent(&FabricRecorder::Sample, this));
     return;
   }
-  Simulator::Schedule(NanoSeconds(static_cast<int64_t>(ts) - NowNs()), &FabricRecorder::Sample, this);
+  m_next = Simulator::Schedule(NanoSeconds(static_cast<int64_t>(ts) - NowNs()), &FabricRecorder::Sample, this);
 }
 
 void FabricRecorder::Sample() {
   const int64_t now = NowNs();
+  m_nextNs = -1;
+  const bool undo = !m_owned.empty();  // a partition worker: EndPeriod may drop this sample
+  const std::size_t rows0 = samples.size();
   std::size_t k = 0;
   for (uint32_t n = 0; n < m_fabric->NumNodes(); ++n) {
     const Ptr<PfcSwitch>& sw = m_fabric->GetNode(n).sw;
@@ -139,9 +178,15 @@ void FabricRecorder::Sample() {
         if (b || m_lastSample[k]) {
           samples.push_back(QueueSample{now, n, p, c, b});
         }
+        if (undo && b != m_lastSample[k]) {
+          m_undo.push_back(Undo{now, k, m_lastSample[k]});
+        }
         m_lastSample[k] = b;
       }
     }
+  }
+  if (undo) {
+    m_made.emplace_back(now, samples.size() - rows0);
   }
   if (!m_busy()) {
     m_sampling = false;

@@ -8,6 +8,7 @@
 
 #include "ns3/abort.h"
 #include "ns3/callback.h"
+#include "ns3/event-id.h"
 #include "ns3/nstime.h"
 #include "ns3/object.h"
 
@@ -46,11 +47,21 @@ class FabricRecorder : public Object {
     m_slot = slot;
   }
   /// A partition worker that learnt at a barrier that sampling began at `fromNs` in another worker: sample from
-  /// the first instant fromNs + k x QueueSampleInterval after now (its queues were empty until then). No-op if
-  /// this recorder started (or stopped) sampling already, or does not sample.
+  /// the first instant fromNs + k x QueueSampleInterval at or after now (the barrier follows the one-ns window of
+  /// fromNs, so that is fromNs: every event of it ran here and nothing more can arrive in it). No-op if this
+  /// recorder's period began already, or it does not sample.
   void JoinSampling(int64_t fromNs, Callback<bool> busy);
-  /// The ns sampling began at here (the first flow start, or JoinSampling's), -1 if it has not.
+  /// The ns this sampling period began at here (a flow start, or JoinSampling's), -1 if none is on.
   int64_t SamplingFrom() const { return m_from; }
+  /// A partition worker at a barrier (`fromNs` or `idleNs` -1: no period known, or some worker has flows: nothing
+  /// ends): the period from `fromNs` ends at its first instant at or after `idleNs`,
+  /// where the last flow of every worker left (one engine's sampler finds none there and stops). If every worker
+  /// ran that instant (it is before `ranBefore`, the barrier's next time): this worker's samples after it (made
+  /// while another worker's flows looked busy) are dropped and their queue states restored, its next sample
+  /// after it is cancelled, and the period is forgotten, so the next flow start begins a new one at its own
+  /// phase, as in one engine; true. False if that instant is still to run. Then, either way, the samples so far
+  /// are final (only those of the next window can be dropped at the next barrier).
+  bool EndPeriod(int64_t fromNs, int64_t idleNs, int64_t ranBefore);
 
   std::vector<PfcRecord> pfcs;
   std::vector<QueueSample> samples;
@@ -83,6 +94,17 @@ class FabricRecorder : public Object {
   std::vector<uint8_t> m_owned;  ///< a partition worker: the nodes it samples (empty: every switch)
   uint32_t m_slot = 0;           ///< a partition worker's group (its samples' key: SampleKey)
   int64_t m_from = -1;           ///< SamplingFrom()
+  EventId m_next;                ///< the next sample
+  int64_t m_nextNs = -1;         ///< ... its ns (-1: none)
+  /// A partition worker's samples since the last barrier (EndPeriod may drop them): per sample its ns and the
+  /// rows it made, and each queue state it changed (its slot in m_lastSample and the value before).
+  struct Undo {
+    int64_t ns;
+    std::size_t slot;
+    uint64_t before;
+  };
+  std::vector<std::pair<int64_t, std::size_t>> m_made;
+  std::vector<Undo> m_undo;
   Callback<bool> m_busy;
   bool m_sampling = false;
   std::vector<uint64_t> m_lastSample;

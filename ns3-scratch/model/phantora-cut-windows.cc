@@ -25,7 +25,7 @@ constexpr uint32_t kFields = 12;                                   // bridge.cut
 constexpr uint32_t kMaxKey = 8;                                    // bridge.cut_frame.MAX_KEY
 
 // A frame is bridge.cut_frame's: the body's length (little-endian u64), then one msgpack array
-// [seq, next, arr, release later, release same, sample from, react bound, react stop, output, busy, key, batch].
+// [seq, next, arr, release later, release same, sample from, react bound, react stop, output, idle, key, batch].
 // Written with every int as msgpack's int 64 and the batch as bin 32; read in any of msgpack's int forms.
 
 void PutBig(std::string& out, uint64_t v, int bytes) {
@@ -101,14 +101,6 @@ class Unpacker {
     } else {
       out = static_cast<int64_t>(v);
     }
-    return true;
-  }
-  bool Bool(bool& b) {
-    uint8_t t = 0;
-    if (!Byte(t) || (t != 0xc2 && t != 0xc3)) {
-      return false;
-    }
-    b = t == 0xc3;
     return true;
   }
   bool Bin(const uint8_t*& data, std::size_t& n) {
@@ -285,13 +277,13 @@ bool PhantoraCutPeers::Take(uint32_t g, uint64_t seq, CutReport& out) {
   Unpacker u(buf.data() + m_at[g] + sizeof(n), n);
   uint32_t fields = 0, keyLen = 0;
   int64_t got = 0;
-  int64_t* ints[9] = {&got,           &out.next,       &out.minArrival, &out.later,  &out.same,
-                      &out.sampleFrom, &out.reactBound, &out.reactStop,  &out.output};
+  int64_t* ints[10] = {&got,           &out.next,       &out.minArrival, &out.later,  &out.same,
+                       &out.sampleFrom, &out.reactBound, &out.reactStop,  &out.output, &out.idle};
   bool ok = u.Array(fields) && fields == kFields;
   for (int64_t* v : ints) {
     ok = ok && u.Int(*v);
   }
-  ok = ok && u.Bool(out.busy) && u.Array(keyLen) && keyLen <= kMaxKey;
+  ok = ok && u.Array(keyLen) && keyLen <= kMaxKey;
   int64_t key[kMaxKey] = {};
   for (uint32_t i = 0; ok && i < keyLen; ++i) {
     ok = u.Int(key[i]);
@@ -346,10 +338,9 @@ void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
   std::string head(sizeof(uint64_t), '\0');
   head.push_back(static_cast<char>(0x90 | kFields));
   for (const int64_t v : {static_cast<int64_t>(seq), mine.next, mine.minArrival, mine.later, mine.same,
-                          mine.sampleFrom, mine.reactBound, mine.reactStop, mine.output}) {
+                          mine.sampleFrom, mine.reactBound, mine.reactStop, mine.output, mine.idle}) {
     PutInt(head, v);
   }
-  head.push_back(static_cast<char>(mine.busy ? 0xc3 : 0xc2));
   const uint32_t keyLen = std::min<uint32_t>(mine.keyLen, 4);
   head.push_back(static_cast<char>(0x90 | keyLen));
   for (uint32_t i = 0; i < keyLen; ++i) {
@@ -496,6 +487,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
   std::vector<CutReport> reports;
   int64_t minArrival = kNever;
   int64_t start = -1, through = -1, lock = -1, sampled = kNever;
+  bool opening = true;  // the run's first barrier (a period known there began before it)
   auto exchange = [&](const CutReport& mine) {
     const int64_t w0 = WallNs();
     peers->Exchange(seq, mine, batches, reports);
@@ -511,7 +503,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
     mine.same = OrNever(rel[1]);
     if (sampling) {
       mine.sampleFrom = OrNever(net.CutSamplingFrom());
-      mine.busy = net.CutBusy();
+      mine.idle = OrNever(net.CutIdleSince());
     }
     if (reacting) {
       const std::vector<int64_t> rb = net.CutReactBounds(std::max<int64_t>(start, 0));
@@ -524,6 +516,8 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
     int64_t later = mine.later, same = mine.same, bound = mine.reactBound, stop = mine.reactStop;
     int64_t reach = mine.output;
     bool othersBusy = false;
+    int64_t idle = mine.idle;  // the ns every worker's last flow had left by (NEVER: one has flows)
+    const int64_t known = sampled;
     sampled = std::min({sampled, mine.sampleFrom});
     for (uint32_t g = 0; g < groups; ++g) {
       if (g == group) {
@@ -540,19 +534,26 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       stop = std::min(stop, r.reactStop);
       reach = std::min(reach, r.output);
       sampled = std::min(sampled, r.sampleFrom);
-      othersBusy = othersBusy || r.busy;
+      othersBusy = othersBusy || r.idle == kNever;
+      idle = std::max(idle, r.idle);
     }
     if (stop != kNever && (!haveUntil || stop < until)) {
       until = stopped = stop;
       haveUntil = true;
     }
-    if (sampling) {
-      net.CutSampling(sampled == kNever ? -1 : sampled, othersBusy);
+    if (sampling) {  // cut_windows.run_windows: a period begun in the last window, its end
+      if (known == kNever && sampled != kNever && !opening) {  // its joiners' first samples, at its start
+        glob = std::min(glob, sampled);
+      }
+      if (net.CutSampling(sampled == kNever ? -1 : sampled, othersBusy, idle == kNever ? -1 : idle, glob)) {
+        sampled = kNever;
+      }
     }
+    opening = false;
     if (glob == kNever || (haveUntil && glob > until)) {
       break;
     }
-    const Wide cap = sampling && sampled == kNever ? Wide(glob) + 1 : Wide(kNever);
+    const Wide cap = sampling && sampled == kNever && idle == kNever ? Wide(glob) + 1 : Wide(kNever);
     const Wide reactCap = bound == kNever ? Wide(kNever) : Wide(std::max(bound, glob)) + 1;
     auto [end, how] = WindowEnd(glob, la, later, same, through, std::min(cap, reactCap), reach);
     Why w = WhyEnd(glob, la, same, end, how, reach);

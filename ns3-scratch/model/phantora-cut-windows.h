@@ -28,7 +28,7 @@ struct CutReport {
   int64_t reactBound = INT64_MAX;  ///< stepped workers: reacting flows' bound
   int64_t reactStop = INT64_MAX;   ///< ... and stop
   int64_t output = 0;              ///< its earliest output (0: not told)
-  bool busy = true;                ///< queue sampling: it still had flows
+  int64_t idle = INT64_MAX;        ///< queue sampling: the ns its last flow left (NEVER while it has flows)
   uint32_t keyLen = 0;             ///< a lockstep round's next-event key: 0 or 4 ints
   int64_t key[4] = {0, 0, 0, 0};
   std::string batch;  ///< its cut-cable messages for the receiver (PhantoraNetwork::CutDeliver's bytes)
@@ -36,7 +36,7 @@ struct CutReport {
 
 /// One worker's connected stream sockets to the other workers of its partition on one machine. A frame is
 /// bridge.cut_frame's (the body's length as a little-endian u64, then the msgpack array [seq, next, arr, release
-/// later, release same, sample from, react bound, react stop, output, busy, key, batch]), so either loop reads the
+/// later, release same, sample from, react bound, react stop, output, idle, key, batch]), so either loop reads the
 /// other's. The descriptors stay the caller's (bridge.cut_unix closes them).
 class PhantoraCutPeers {
  public:

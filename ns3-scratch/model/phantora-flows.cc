@@ -152,7 +152,7 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
     if (info != depInfo.end() && info->second.hasCross) {  // its sender's worker stops bounding its completion
       cut->SendDone(id, f.src, static_cast<uint64_t>(now));
     }
-    flows.erase(it);
+    EraseFlow(it, now);
   }
 }
 
@@ -463,7 +463,7 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
     }
   }
   tailLb.erase(id);
-  flows.erase(it);
+  EraseFlow(it, now);
   if (!Worker()) {  // done at both ends: what stays of it for the run, a bit each where it can
     doneEnd.Forget(id);
     transport.Final(id);

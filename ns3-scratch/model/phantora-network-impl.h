@@ -113,6 +113,14 @@ class PhantoraNetwork::Impl {
   /// Flows not done (a partition worker: here or, as the last barrier said, in another worker).
   bool Busy() const { return !flows.empty() || othersBusy; }
   bool othersBusy = false;  ///< a partition worker: another worker had flows at the last barrier (CutSampling)
+  int64_t emptySince = 0;   ///< the ns `flows` last became empty (CutIdleSince)
+  /// Forget flow `it` (done here); `now`: the ns, kept in emptySince if it was the last.
+  void EraseFlow(std::unordered_map<uint64_t, FlowState>::iterator it, int64_t now) {
+    flows.erase(it);
+    if (flows.empty()) {
+      emptySince = now;
+    }
+  }
 
   Ptr<PhantoraFabric> fabric;
   Ptr<FabricRecorder> recorder;

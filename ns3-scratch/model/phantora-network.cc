@@ -824,18 +824,20 @@ int64_t PhantoraNetwork::CutSamplingFrom() const {
   return r.SamplesQueues() ? r.SamplingFrom() : -2;
 }
 
-bool PhantoraNetwork::CutBusy() const {
-  Worker("CutBusy");
-  return !Need().flows.empty();
+int64_t PhantoraNetwork::CutIdleSince() const {
+  Worker("CutIdleSince");
+  const Impl& s = Need();
+  return s.flows.empty() ? s.emptySince : -1;
 }
 
-void PhantoraNetwork::CutSampling(int64_t fromNs, bool othersBusy) {
+bool PhantoraNetwork::CutSampling(int64_t fromNs, bool othersBusy, int64_t idleNs, int64_t ranBefore) {
   Worker("CutSampling");
   Impl& s = Need();
   s.othersBusy = othersBusy;
   if (fromNs >= 0) {
     s.recorder->JoinSampling(fromNs, MakeCallback(&Impl::Busy, &s));
   }
+  return s.recorder->EndPeriod(fromNs, idleNs, ranBefore);
 }
 
 std::vector<uint64_t> PhantoraNetwork::UnpackIds(const std::string& packed) {

@@ -345,15 +345,19 @@ class PhantoraNetwork {
   /// Groups of the partition.
   uint32_t CutGroups() const;
   /// Queue sampling by owner (recorder.QueueSampleInterval > 0): each worker samples the switches it runs, at one
-  /// engine's instants (the first flow start anywhere, then every interval, until no worker has flows), each sample
-  /// the last event of its ns. The ns this worker's sampling began at (its first flow start, or CutSampling's),
-  /// -1 if not yet, -2 if it does not sample.
+  /// engine's instants (from a flow start anywhere, every interval, until no worker has flows: a period; the next
+  /// flow start begins another), each sample the last event of its ns. The ns this worker's period began at (a
+  /// flow start here, or CutSampling's), -1 if none is on, -2 if it does not sample.
   int64_t CutSamplingFrom() const;
-  /// This worker still has flows (added before the run, so once false, false for ever).
-  bool CutBusy() const;
-  /// After a barrier: sampling began at `fromNs` (>= 0; -1: not yet) in some worker, which this one joins at the
-  /// first instant after its clock; `othersBusy`: another worker still had flows (this one's sampler goes on).
-  void CutSampling(int64_t fromNs, bool othersBusy);
+  /// -1 while this worker has flows, else the ns its last one left (flows are added between runs only, so within
+  /// one they only leave).
+  int64_t CutIdleSince() const;
+  /// After a barrier: the period began at `fromNs` (>= 0; -1: none known) in some worker, which this one joins
+  /// at the first instant at or after its clock; `othersBusy`: another worker still had flows (this one's sampler
+  /// goes on); `idleNs` (-1: some worker has flows): every worker's last flow had left by then, and every event
+  /// before `ranBefore` ran everywhere. True if the period ended (FabricRecorder::EndPeriod): the next flow start
+  /// begins a new one.
+  bool CutSampling(int64_t fromNs, bool othersBusy, int64_t idleNs, int64_t ranBefore);
 
   int64_t Now() const;
   /// Time of the next pending event, or -1.

@@ -32,12 +32,16 @@ sender this worker runs and whose receiver another worker does is bounded better
 the first send of its last byte): after each window its bound goes to the receiver's worker with the messages
 (`CutShareBounds`), which bounds the flow's dependents by it from the next barrier on.
 
-Queue sampling by owner (`sampling`): each worker samples the switches it runs at one engine's instants, from the
-first flow start anywhere, every interval, until no worker has flows (each sample the last event of its ns). Each
-report carries the worker's sampling start and whether it still has flows: until a start is known anywhere, a
-window runs one ns only (every start in it is at that ns, so each worker's own start is the global one, and a
-worker that started none has empty queues until the barrier tells it); then every worker joins the grid
-(`CutSampling`) and samples on while any worker has flows (the pool cuts the samples after one engine's last).
+Queue sampling by owner (`sampling`): each worker samples the switches it runs at one engine's instants: a period
+from a flow start anywhere, every interval, through the first instant at which no worker has flows (each sample the
+last event of its ns); the next flow start begins a new period at its own phase. Each report carries the worker's
+period start and the ns its last flow left (`idle`, NEVER while it has flows). While some worker has flows and no
+start is known, a window runs one ns only (every start in it is at that ns, and nothing reaches another worker
+within it), so at the next barrier every worker joins the period at its start (`CutSampling`), and the next window
+begins there (for the joiners' first samples). A worker samples on while it or, at the last barrier, any other had
+flows; once every worker says it has none (flows are added between runs only, so within a run they only leave),
+the period ends at its first instant at or after the last one left: a worker drops the samples it made after that
+(`FabricRecorder::EndPeriod`), and they are one engine's.
 
 On one machine the peers run this same loop in C++ over their stream sockets (`Peers` with ``native`` set: their
 `run_native`, `phantora.netsim.cut_native`), without a Python call per window; otherwise this module runs it.
@@ -69,7 +73,7 @@ class PeerReport:
     release_same: int = NEVER  # ... in its dependency's completion ns
     next_key: tuple[int, ...] = ()  # a lockstep round's: its next event's (ns, schedTs, node, count), () if none
     sample_from: int = NEVER  # queue sampling: the ns its sampling began at, NEVER if not (or off)
-    busy: bool = True  # queue sampling: it still had flows
+    idle: int = NEVER  # queue sampling: the ns its last flow left, NEVER while it has flows
     react_bound: int = NEVER  # stepped workers: the last ns to run through before a reacting flow it starts may end
     react_stop: int = NEVER  # ... the least end + reaction of a reacting flow completed in it (`reacting`)
     output: int = 0  # the least arrival of anything it may send from now on (`CutOutputBound`), 0 if not told
@@ -86,12 +90,12 @@ class Peers(Protocol):
         batches: Mapping[int, bytes],
         releases: tuple[int, int] = (NEVER, NEVER),
         key: tuple[int, ...] = (),
-        sampling: tuple[int, bool] = (NEVER, True),
+        sampling: tuple[int, int] = (NEVER, NEVER),
         react: tuple[int, int] = (NEVER, NEVER),
         output: int = 0,
     ) -> list[PeerReport]:
         """Send each other worker its batch with our next time, least arrival, release bounds (later, same), our
-        queue sampling (start, still busy), our reacting flows' bound and stop (stepped workers), our earliest
+        queue sampling (period start, idle since), our reacting flows' bound and stop (stepped workers), our earliest
         output (0: none told) and, in a lockstep round, our next event's key; return every other worker's report
         for barrier `seq` (raises naming the worker that does not answer in time)."""
         ...
@@ -220,8 +224,8 @@ def warm_up(net: Any, group: int, groups: int) -> None:
     net.CutAdvanceTo(net.Now())
     net.NextEventTime()
     net.CutSamplingFrom()
-    net.CutBusy()
-    net.CutSampling(-1, True)  # (the first barrier says whether the others are busy)
+    net.CutIdleSince()
+    net.CutSampling(-1, True, -1, NEVER)  # (the first barrier says whether the others are busy)
 
 
 def _react(net: Any, floor_ns: int) -> tuple[int, int]:
@@ -234,9 +238,9 @@ def _output(net: Any) -> int:
     return NEVER if t < 0 else t
 
 
-def _sampling(net: Any) -> tuple[int, bool]:
-    t = int(net.CutSamplingFrom())
-    return (NEVER if t < 0 else t, bool(net.CutBusy()))
+def _sampling(net: Any) -> tuple[int, int]:
+    t, idle = int(net.CutSamplingFrom()), int(net.CutIdleSince())
+    return (NEVER if t < 0 else t, NEVER if idle < 0 else idle)
 
 
 def run_windows(
@@ -269,12 +273,13 @@ def run_windows(
     batches: dict[int, bytes] = {}
     min_arrival = NEVER
     start = through = lock = -1  # the last window's start; the ns it ran through (CutRunThrough); in lockstep
-    sampled = NEVER  # queue sampling: the ns it began at in some worker, once known
+    sampled = NEVER  # queue sampling: the ns the period began at in some worker, once known
+    opening = True  # the run's first barrier (a period known there began before it)
     stopped = None  # reacting: the ns a reacting flow's completion stops the run at
     while True:
         mine = _next(net)
         later, same = _releases(net, max(start, 0))
-        samp = _sampling(net) if sampling else (NEVER, True)
+        samp = _sampling(net) if sampling else (NEVER, NEVER)
         bound, stop = _react(net, max(start, 0)) if reacting else (NEVER, NEVER)
         reach = _output(net)
         t0 = time.perf_counter()
@@ -294,12 +299,19 @@ def run_windows(
             reach = min(reach, r.output)
         if stop != NEVER and (until is None or stop < until):
             until = stopped = stop
+        idle = max([samp[1], *(r.idle for r in reports)])  # every worker's last flow left by then (NEVER: not)
         if sampling:
-            sampled = min([sampled, samp[0], *(r.sample_from for r in reports)])
-            net.CutSampling(-1 if sampled == NEVER else sampled, any(r.busy for r in reports))
+            known, sampled = sampled, min([sampled, samp[0], *(r.sample_from for r in reports)])
+            if known == NEVER and sampled != NEVER and not opening:  # begun in the last window: its joiners' first
+                glob = min(glob, sampled)
+            busy = any(r.idle == NEVER for r in reports)
+            if net.CutSampling(-1 if sampled == NEVER else sampled, busy, -1 if idle == NEVER else idle, glob):
+                sampled = NEVER  # the period ended (the next flow start begins another)
+        opening = False
         if glob == NEVER or (until is not None and glob > until):
             break
-        cap = glob + 1 if sampling and sampled == NEVER else NEVER  # no start known: one ns (see the docstring)
+        # flows and no period start known: one ns (see the docstring)
+        cap = glob + 1 if sampling and sampled == NEVER and idle == NEVER else NEVER
         # a reacting flow not complete ends no earlier than glob: run through its bound (at least glob) + reaction
         react_cap = NEVER if bound == NEVER else max(bound, glob) + 1
         end, how = window_end(glob, lookahead_ns, later, same, through, min(cap, react_cap), reach)

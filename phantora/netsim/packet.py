@@ -685,11 +685,6 @@ class Ns3Simulator:
                            until=until, stats=stats, sampling=self.config.queue_sample_ns > 0,
                            reacting=reacting is not None)  # fmt: skip
 
-    def cut_sampling_from(self) -> int:
-        """A partition worker's queue sampling: the ns it began at (the first flow start in any worker), -1 if it
-        has not, -2 if the worker does not sample."""
-        return int(self._net.CutSamplingFrom())
-
     def cut_warm_up(self, peers: Peers | None = None) -> None:
         """Call each window method once, doing nothing, so that cppyy's first-call cost is not in the figures of
         `run_cut_windows`, and the C++ loop's (`cut_native`; with `peers` that run it, with their own sockets),

@@ -94,7 +94,7 @@ class SteppedPartition(DecomposedSimulator):
         if config.partition < 1:
             raise InputError("stepped partition workers need partition >= 1", field="partition")
         for name, on in (("nic_latency", config.nic_latency), ("workers", config.workers),
-                         ("queue_sample_ns", config.queue_sample_ns > 0), ("ray", bool(config.ray))):  # fmt: skip
+                         ("ray", bool(config.ray))):  # fmt: skip
             if on:
                 raise InputError(
                     f"partition={config.partition} with nvlink=fluid: {name} is not combined with it yet (the "

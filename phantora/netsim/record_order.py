@@ -113,18 +113,14 @@ class KeyedMerge:
 
 
 def merge_queue_samples(
-    samples: Sequence[Sequence[QueueSample]], start_ns: int, every_ns: int, end_ns: int
+    samples: Sequence[Sequence[QueueSample]],
 ) -> list[QueueSample]:
     """Partition workers' queue samples (each of the switches it runs, in (ns, node, port, class) order) as one
-    engine's list, which has that order: merged by it, through one engine's last sampling instant, the first
-    `start_ns` + k x `every_ns` at or after `end_ns` (the last flow's end: there one engine's sampler finds nothing
-    in flight and stops; the workers sample on until a barrier tells them). Refused, naming it: a worker's samples
-    out of order, or one queue sampled by two workers at one instant."""
+    engine's list, which has that order: merged by it. Each worker's are one engine's instants already (a sample it
+    made past a period's end, before a barrier told it, is dropped there: `FabricRecorder::EndPeriod`). Refused,
+    naming it: a worker's samples out of order, or one queue sampled by two workers at one instant."""
     if not any(samples):
         return []
-    if start_ns < 0 or every_ns <= 0:
-        raise PhantoraError(f"queue samples: sampling from {start_ns} ns every {every_ns} ns is not a sampling grid")
-    last = start_ns + max(0, -(-(end_ns - start_ns) // every_ns)) * every_ns
 
     def order(s: QueueSample) -> tuple[int, int, int, int]:
         return (s.time_ns, s.node, s.port, s.prio)
@@ -138,8 +134,6 @@ def merge_queue_samples(
             )
     out: list[QueueSample] = []
     for s in heapq.merge(*samples, key=order):
-        if s.time_ns > last:
-            break
         if out and order(out[-1]) == order(s):
             raise PhantoraError(f"queue samples: two partition workers sampled queue {order(s)[1:]} at {s.time_ns} ns")
         out.append(s)
