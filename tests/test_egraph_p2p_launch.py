@@ -22,9 +22,9 @@ from phantora.egraph import ExecGraph, replay_graph
 from phantora.egraph.builder import ProgramBuilder, build_graph
 from phantora.egraph.chakra import export_chakra, read_chakra
 from phantora.egraph.format import LAUNCH_ISSUE, P2P, T_P2P_GROUP, load, save
-from phantora.egraph.p2p_launches import LaunchGroups
-from phantora.errors import InputError
 from phantora.egraph.live import record_run
+from phantora.egraph.p2p_launches import Grouped, LaunchGroups
+from phantora.errors import InputError
 from phantora.launcher import RunConfig
 from phantora.netsim.flow import FlowSimulator
 from phantora.topology import dgx_host
@@ -33,11 +33,13 @@ SCRIPT = """
     import torch, torch.distributed as dist
     dist.init_process_group("nccl")
     n, me = dist.get_world_size(), dist.get_rank()
-    torch.cuda.set_device(me)
-    MiB = 1 << 18  # fp32 elements
+    dev = me % torch.cuda.device_count()
+    torch.cuda.set_device(dev)
+    MiB = {unit}  # fp32 elements (1 << 18: a MiB)
+    local, base = me % {period}, me - me % {period}  # the program repeats every {period} ranks
 
     def stagger():  # compute that grows with the rank: the ranks issue the next batch apart
-        a = torch.ones(512 * (1 + me), 1024, device="cuda")
+        a = torch.ones(512 * (1 + local), 1024, device="cuda")
         a @ a.T
 
     def batch(ops):
@@ -62,12 +64,12 @@ SCRIPT = """
         batch([dist.P2POp(dist.irecv, y, peer), dist.P2POp(dist.isend, h, peer)])
     fence()
     stagger()
-    if me == 0:  # a fan-out whose receivers issue apart
-        batch([dist.P2POp(dist.isend, h, j) for j in (1, 2, 3)])
-    elif me <= 3:
-        batch([dist.P2POp(dist.irecv, g, 0)])
+    if local == 0:  # a fan-out whose receivers issue apart
+        batch([dist.P2POp(dist.isend, h, base + j) for j in (1, 2, 3)])
+    elif local <= 3:
+        batch([dist.P2POp(dist.irecv, g, base)])
     fence()
-    with dist._coalescing_manager(device=torch.device("cuda", me)):  # a coalescing block: the reversed ring
+    with dist._coalescing_manager(device=torch.device("cuda", dev)):  # a coalescing block: the reversed ring
         dist.isend(h, (me - 1) % n)
         dist.irecv(g, (me + 1) % n)
     torch.cuda.synchronize()
@@ -87,7 +89,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Exec
     """The live run's transfer records (cosim.json) and its recording."""
     d = tmp_path_factory.mktemp("batches")
     script = d / "batches.py"
-    script.write_text(textwrap.dedent(SCRIPT))
+    script.write_text(textwrap.dedent(SCRIPT).format(unit=1 << 18, period=8))
     cfg = RunConfig(str(script), topology=TOPO, nproc=8, tensors="phantom", trace="none", timeout_s=180,
                     out_dir=str(d / "o"))  # fmt: skip
     _, graph = record_run(cfg, d / "g")
@@ -201,19 +203,91 @@ def test_a_group_launch_is_type_11_and_bad_issue_times_are_named(tmp_path) -> No
     builders[0].p2p(1, True, 4096, comm=(0, 1), launch="batch a")
     builders[1].p2p(0, False, 4096, comm=(0, 1), launch="batch b")
     builders[1].p2p(0, False, 64, tag=3)  # a lone one
-    graph = build_graph(builders, recorded={LAUNCH_ISSUE: [[100], [250]]})
+    graph = build_graph(builders, recorded={LAUNCH_ISSUE: [[[100, 0]], [[250, 40]]]})
     rows = [msgpack.unpackb(p.encode())["nodes"] for p in graph.programs]
     assert rows[0][0][0] == T_P2P_GROUP and rows[0][0][-1] == [] and rows[1][1][0] == 2
     save(graph, tmp_path / "g")
     back = load(tmp_path / "g")
     assert back.programs[0].nodes == graph.programs[0].nodes and back.programs[0].nodes[0].launch == 0
-    group = LaunchGroups(back).of((0, 1, 0, 0))
-    assert group is not None and group.comm == (0, 1) and group.pairs == {(0, 1): (250, 4096)}
+    assert LaunchGroups(back).of((0, 1, 0, 0)) == Grouped((0, 1), (), ())  # alone in its group
     bad = json.loads((tmp_path / "g" / "graph.json").read_text())
-    bad["recorded"][LAUNCH_ISSUE] = [[100], [250, 7]]
+    bad["recorded"][LAUNCH_ISSUE] = [[[100, 0]], [[250, 40], [7, 0]]]
     (tmp_path / "g" / "graph.json").write_text(json.dumps(bad))
-    with pytest.raises(InputError, match=r"rank 1: expected 1 issue times") as err:
+    with pytest.raises(InputError, match=r"rank 1: expected 1 \[issued, joined\] pairs") as err:
         load(tmp_path / "g")
     assert err.value.field == f"recorded.{LAUNCH_ISSUE}[1]"
     with pytest.raises(InputError, match="needs its communicator"):
         ProgramBuilder(0).p2p(1, True, 8, launch="x")
+
+
+def test_a_built_fan_out_replays_to_the_closed_form() -> None:
+    """The replay alone (no live run): rank 0 sends 8 MiB to ranks 1-3 in one launch on the 8-rank communicator,
+    whose receives issue at 20, 40 and 60 us (recorded so): each pair runs from its later end's issue in the group's
+    schedule, `fan_out_ends`, plus 11.8 us."""
+    world, comm = 8, tuple(range(8))
+    builders = [ProgramBuilder(r) for r in range(world)]
+    for j in (1, 2, 3):
+        builders[0].p2p(j, True, 8 * MiB, comm=comm, launch="fan-out")
+        builders[j].compute("stagger", 20_000 * j)
+        builders[j].p2p(0, False, 8 * MiB, comm=comm, launch="fan-out")
+    for r in range(4, world):
+        builders[r].compute("idle", 1)
+    times = [[[0, 0]] * 3, [[20_000, 0]], [[40_000, 0]], [[60_000, 0]], [], [], [], []]
+    ends = replayed_ends(build_graph(builders, recorded={LAUNCH_ISSUE: times}))
+    want = fan_out_ends([20_000, 40_000, 60_000], 8 * MiB)
+    assert [ends[("send#0", 0, j)] for j in (1, 2, 3)] == pytest.approx([LAT_NS + w for w in want], abs=3)
+    together = replayed_ends(build_graph(builders))  # no issue times: the group's pairs rated from one start
+    assert together[("send#0", 0, 1)] - 20_000 == pytest.approx(LAT_NS + 8 * MiB / (4 * LINK * links(3)), abs=3)
+
+
+def _live_and_replayed(tmp_path, topo, nproc: int, unit: int, period: int, **cfg_kw) -> tuple[dict, dict, ExecGraph]:
+    """SCRIPT run live and recorded: each transfer's live end ns, its replayed end ns (on the run's engine), and the
+    graph."""
+    from phantora.netsim.factory import make_engine
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = tmp_path / "batches.py"
+    script.write_text(textwrap.dedent(SCRIPT).format(unit=unit, period=period))
+    cfg = RunConfig(str(script), topology=topo, nproc=nproc, tensors="phantom", trace="none", timeout_s=900,
+                    out_dir=str(tmp_path / "o"), **cfg_kw)  # fmt: skip
+    _, graph = record_run(cfg, tmp_path / "g")
+    recs = json.loads((tmp_path / "o" / "cosim.json").read_text())["collectives"]
+    live = {_key(r["name"], *r["group"]): r["end_ns"] for r in recs if r["kind"] == "send_recv"}
+    sim = make_engine(cfg.engine, topo)
+    try:
+        res = replay_graph(graph, topo, sim)
+    finally:
+        sim.close()
+    ends: dict[tuple[str, int, int], int] = {}
+    for c in res.completions:
+        if "/p2p" in c.tag:
+            name, pair = c.tag.split("/")[0].split("@")
+            key = _key(name, *(int(x) for x in pair.split(">")))
+            ends[key] = max(ends.get(key, 0), c.end_ns)
+    assert set(live) <= set(ends)  # every transfer replayed (a deduplicated run's records: its live ranks')
+    return live, ends, graph
+
+
+@pytest.mark.slow
+def test_batches_replay_to_their_live_ns_in_packet_mode(tmp_path) -> None:
+    """The same program (16 KiB for a MiB) recorded on ns-3 and replayed on a fresh ns-3 fabric: every transfer ends
+    at its live ns."""
+    from phantora.netsim.engine_spec import EngineSpec
+
+    live, replayed, _ = _live_and_replayed(tmp_path, TOPO, 8, 1 << 12, 8, engine=EngineSpec(network="ns3"))
+    assert replayed == live
+
+
+@pytest.mark.slow
+def test_deduplicated_batches_run_and_replay_as_without(tmp_path) -> None:
+    """16 ranks on testbed16 (2 hosts of 8), the program repeating every 8 ranks: with rank deduplication (8 live
+    processes, each standing for itself and the rank 8 above; a pair's mirror runs on the group's communicator, the
+    world's) every transfer ends where it does with every rank live, and both recordings replay to those ends."""
+    from phantora.topology.loader import load_topology
+
+    topo = load_topology("testbed16")
+    off, off_replayed, _ = _live_and_replayed(tmp_path / "off", topo, 16, 1 << 16, 8, dedup="off")
+    on, on_replayed, graph = _live_and_replayed(tmp_path / "on", topo, 16, 1 << 16, 8, dedup="auto")
+    assert graph.world == 16 and len(off) == 2 * (16 + 8 + 3)
+    assert on == {k: off[k] for k in on}  # the live ranks' records: as without
+    assert off_replayed == off and on_replayed == off

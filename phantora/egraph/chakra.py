@@ -61,6 +61,7 @@ CONN_ATTR = "phantora_conn"  # a P2P's communicator (P2P.conn), when not the ran
 COMM_ATTR = "phantora_comm"  # that communicator's group (a comm_groups.json key, as pg_name), when not the pair's own
 LAUNCH_ATTR = "phantora_launch"  # a P2P's NCCL group launch (P2P.launch), on the communicator `phantora_comm` names
 ISSUE_ATTR = "phantora_issue_ns"  # that transfer's recorded issue ns (recorded.launch_issue_ns)
+JOINED_ATTR = "phantora_joined_ns"  # the latest completion its rank joined before it (recorded.launch_issue_ns)
 REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
@@ -223,7 +224,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
             if n.launch >= 0:  # one NCCL group launch on that communicator, and when this end issued it
                 attrs.append(_attr(LAUNCH_ATTR, int64_val=n.launch))
                 if issue is not None:
-                    attrs.append(_attr(ISSUE_ATTR, int64_val=issue[launches[i]]))
+                    issued, joined = issue[launches[i]]
+                    attrs += [_attr(ISSUE_ATTR, int64_val=issued), _attr(JOINED_ATTR, int64_val=joined)]
             attrs += _env_attr(n.nccl_env)
         elif isinstance(n, Wait):
             node.name, node.type = "wait", COMP_NODE
@@ -289,7 +291,7 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
         raise InputError(f"cannot read the communicator groups ({exc})", file=str(gpath)) from None
     files = sorted(d.glob(f"{prefix}.*.et"), key=lambda p: int(p.name[len(prefix) + 1 : -3]))
     builders = []
-    issued: list[list[int]] = []  # each rank's recorded issue ns of its group launches' transfers
+    issued: list[list[list[int]]] = []  # each rank's [issued, joined] ns of its group launches' transfers
     run_env: NcclEnv | None = None
     for r, path in enumerate(files):
         raw = _read_messages(path)
@@ -310,9 +312,9 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
 
 
 def _rank_builder(
-    rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]], src: str, issued: list[int]
+    rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]], src: str, issued: list[list[int]]
 ) -> ProgramBuilder:
-    """The rank's program from its nodes; the issue ns of its group launches' transfers appended to `issued`."""
+    """The rank's program from its nodes; [issued, joined] ns of its group launches' transfers appended to `issued`."""
     b = ProgramBuilder(rank)
     tail: dict[int, int] = {}
     for i, node in enumerate(nodes):
@@ -368,7 +370,7 @@ def _rank_builder(
                 launch=a.get(LAUNCH_ATTR),
             )
             if LAUNCH_ATTR in a and ISSUE_ATTR in a:
-                issued.append(int(a[ISSUE_ATTR]))
+                issued.append([int(a[ISSUE_ATTR]), int(a.get(JOINED_ATTR, 0))])
         elif kind == "wait":
             comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
             b.wait(comm, stream, [d for d in deps if d not in comm], handoff=bool(a.get(HANDOFF_ATTR, False)))

@@ -55,7 +55,8 @@ T_P2P_CONN = 8  # a P2P on a communicator other than the rank's first (P2P.conn)
 T_P2P_COMM = 9  # a P2P whose communicator is not its pair's own (P2P.comm): type 8's fields, conn, comm, `after`
 T_COLL_OP = 10  # a Coll whose reduction is not sum (Coll.redop): type 5's fields, `after` (maybe empty), the op code
 T_P2P_GROUP = 11  # a P2P of an NCCL group launch (P2P.launch): type 9's fields, conn, comm, launch, `after`
-LAUNCH_ISSUE = "launch_issue_ns"  # recorded: per rank, the issue ns of its P2P nodes of group launches, in node order
+# recorded: per rank, [issue ns, ns its rank last joined a completion before it] of each P2P node of a group launch
+LAUNCH_ISSUE = "launch_issue_ns"
 NcclEnv = tuple[tuple[str, str], ...]  # NCCL_* variables and their values (collectives.nccl.settings.nccl_env)
 EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
@@ -426,7 +427,7 @@ class ExecGraph:
         self._check_launch_issue(source)
 
     def _check_launch_issue(self, source: str) -> None:
-        """`recorded.launch_issue_ns` (optional): per rank, one ns per P2P node of a group launch."""
+        """`recorded.launch_issue_ns` (optional): per rank, [issued, joined] ns per P2P node of a group launch."""
         times = self.recorded.get(LAUNCH_ISSUE)
         if times is None:
             return
@@ -435,8 +436,15 @@ class ExecGraph:
             raise InputError(f"expected a list of {self.world} ranks' issue times", file=source, field=where)
         for r, ts in enumerate(times):
             want = len(self.program_of(r).launch_nodes())
-            if not (isinstance(ts, list) and len(ts) == want and all(isinstance(t, int) and t >= 0 for t in ts)):
-                raise InputError(f"rank {r}: expected {want} issue times (ns >= 0)", file=source, field=f"{where}[{r}]")
+            ok = isinstance(ts, list) and len(ts) == want
+            if not (ok and all(isinstance(t, list) and len(t) == 2 and _ns(t[0]) and _ns(t[1]) for t in ts)):
+                raise InputError(
+                    f"rank {r}: expected {want} [issued, joined] pairs (ns >= 0)", file=source, field=f"{where}[{r}]"
+                )
+
+
+def _ns(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def step_times(per_rank_ends: list[list[int]]) -> list[int]:

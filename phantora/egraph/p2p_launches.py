@@ -2,12 +2,15 @@
 them (bridge/p2p_batch.py).
 
 A live rank sends a batch_isend_irecv, a coalescing block of sends and receives, or a pairwise collective's
-transfers as one NCCL group launch on a communicator, and the recording keeps it (`P2P.launch`, `P2P.comm`) with the
-issue time of each of its transfers' ends (`recorded.launch_issue_ns`). A group is the launches joined through their
-pairs (a ring's are one group), and the live coordinator rates each pair with the group's others in flight, each
-starting at the later of its two ends' issues (`Collective.inflight_at`). Here the same groups are found over the
-whole graph, and each pair gets that answer from the recorded issue times; a graph without them (made by a tool, or
-scaled) starts a group's pairs together.
+transfers as one NCCL group launch on a communicator, and the recording keeps it (`P2P.launch`, `P2P.comm`) with, for
+each end of such a transfer, its issue ns and the latest completion its rank had joined before issuing it
+(`recorded.launch_issue_ns`). A group is the launches joined through their pairs (a ring's are one group); the live
+coordinator rates each pair, at its launch, with the pairs of its group it knows then, each starting at the later of
+its two ends' issues (`Collective.inflight_at`). In exact mode it launches a pair starting at s before any rank that
+a completion at s wakes has run on, once every rank waits: it knows a transfer whose ends' ranks joined their last
+completions before s (they ran on to issue it), or at s when the pair's own ranks did too. Here the same knowledge
+is swept in time order and each pair gets the live answer; a graph without issue times (made by a tool, or scaled)
+starts its groups' pairs together, all known.
 """
 
 from __future__ import annotations
@@ -19,59 +22,58 @@ from phantora.egraph.format import LAUNCH_ISSUE, P2P, ExecGraph
 Pair = tuple[int, int]
 PairKey = tuple[int, int, int, int]  # (src, dst, tag, seq): a transfer, as the replay matches it
 LaunchKey = tuple[int, int]  # (rank, P2P.launch)
+At = tuple[int, int, int, int]  # (src, dst, start offset ns, bytes)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A transfer of an NCCL group as the live coordinator rated it: the communicator, the group's pairs it knew
+    (sorted) and the (src, dst, start offset, bytes) of those starting at another time or moving other bytes."""
+
+    comm: tuple[int, ...]
+    inflight: tuple[Pair, ...]
+    inflight_at: tuple[At, ...]
+
+
+@dataclass(frozen=True)
+class _Transfer:
+    key: PairKey
+    ends: tuple[LaunchKey, LaunchKey]
+    comm: tuple[int, ...]
+    start: int  # the later issue of its two ends
+    known: int  # the later of its two ranks' last joins before issuing it
+    nbytes: int
 
 
 @dataclass
-class Group:
-    """One NCCL group: its communicator, and each pair's start (ns, as recorded) and bytes."""
-
-    comm: tuple[int, ...]
-    pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)
-
-    def inflight(self, pair: Pair) -> tuple[tuple[Pair, ...], tuple[tuple[int, int, int, int], ...]]:
-        """The group's pairs (sorted) and the (src, dst, start offset, bytes) of those that start at another time
-        or move other bytes than `pair`, as the live coordinator answers (`P2pBatches.inflight`); ((), ()) for a
-        pair alone in its group."""
-        if len(self.pairs) < 2:
-            return (), ()
-        t, n = self.pairs[pair]
-        order = tuple(sorted(self.pairs))
-        at = tuple((a, b, s - t, m) for a, b in order for s, m in [self.pairs[(a, b)]] if (s, m) != (t, n))
-        return order, at
+class _Group:
+    pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)  # (start, bytes) by pair
+    answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
 
 
 class LaunchGroups:
-    """A graph's transfers of group launches: which group each is in."""
+    """A graph's transfers of group launches, each with the live coordinator's answer (`of`)."""
 
     def __init__(self, graph: ExecGraph) -> None:
-        times = graph.recorded.get(LAUNCH_ISSUE)
-        ends: dict[PairKey, list[tuple[LaunchKey, tuple[int, ...], int, int]]] = {}
-        nodes: dict[int, list[int]] = {}
-        for r, e in enumerate(graph.ranks):
-            prog = graph.programs[e.program]
-            if e.program not in nodes:
-                nodes[e.program] = prog.launch_nodes()
-            for k, i in enumerate(nodes[e.program]):
-                n = prog.nodes[i]
-                assert isinstance(n, P2P)
-                src, dst = graph.group_of(r, n.slot)
-                t = times[r][k] if times else 0
-                ends.setdefault((src, dst, n.tag, n.seq), []).append(
-                    ((r, n.launch), graph.group_of(r, n.comm), t, n.nbytes)
-                )
         self._parent: dict[LaunchKey, LaunchKey] = {}
-        joined: list[tuple[PairKey, LaunchKey, tuple[int, ...], int, int]] = []
-        for key, sides in ends.items():
-            if len(sides) == 2 and sides[0][1] == sides[1][1]:  # both ends on one communicator (`grouped_comm`)
-                a, b = self._find(sides[0][0]), self._find(sides[1][0])
-                self._parent[max(a, b)] = min(a, b)
-                joined.append((key, sides[0][0], sides[0][1], max(sides[0][2], sides[1][2]), sides[0][3]))
-        self._groups: dict[LaunchKey, Group] = {}
-        self._of: dict[PairKey, Group] = {}
-        for key, launch, comm, start, nbytes in joined:
-            g = self._groups.setdefault(self._find(launch), Group(comm))
-            g.pairs[(key[0], key[1])] = (start, nbytes)
-            self._of[key] = g
+        self._groups: dict[LaunchKey, _Group] = {}
+        self._of: dict[PairKey, Grouped] = {}
+        transfers = _transfers(graph)
+        by_known = sorted(transfers, key=lambda x: x.known)
+        i = 0
+        for p in sorted(transfers, key=lambda x: (x.start, x.known == x.start)):
+            while i < len(by_known) and (
+                by_known[i].known < p.start or (by_known[i].known == p.start and p.known == p.start)
+            ):
+                self._add(by_known[i])
+                i += 1
+            group = self._groups[self._find(p.ends[0])]
+            pair = (p.key[0], p.key[1])
+            t, n = group.pairs[pair]
+            answer = group.answers.get((t, n))
+            if answer is None:
+                answer = group.answers[(t, n)] = _answer(t, n, group.pairs)
+            self._of[p.key] = Grouped(p.comm, *answer)
 
     def _find(self, k: LaunchKey) -> LaunchKey:
         self._parent.setdefault(k, k)
@@ -80,7 +82,52 @@ class LaunchGroups:
             k = self._parent[k]
         return k
 
-    def of(self, key: PairKey) -> Group | None:
-        """The group of the transfer `key`; None for a lone send/recv (or one whose ends name other
+    def _add(self, x: _Transfer) -> None:
+        """The coordinator knows `x` from now on: its ends' launches join one group, which holds it."""
+        a, b = self._find(x.ends[0]), self._find(x.ends[1])
+        ga, gb = self._groups.pop(a, _Group()), self._groups.pop(b, _Group()) if b != a else _Group()
+        if len(gb.pairs) > len(ga.pairs):
+            a, b, ga, gb = b, a, gb, ga
+        self._parent[b] = a
+        ga.pairs.update(gb.pairs)
+        ga.pairs[(x.key[0], x.key[1])] = (x.start, x.nbytes)
+        ga.answers.clear()
+        self._groups[a] = ga
+
+    def of(self, key: PairKey) -> Grouped | None:
+        """Transfer `key`'s rating in its group; None for a lone send/recv (or one whose ends name other
         communicators)."""
         return self._of.get(key)
+
+
+def _transfers(graph: ExecGraph) -> list[_Transfer]:
+    """The graph's transfers whose two ends are P2P nodes of group launches on one communicator."""
+    times = graph.recorded.get(LAUNCH_ISSUE)
+    ends: dict[PairKey, list[tuple[LaunchKey, tuple[int, ...], int, int, int]]] = {}
+    nodes: dict[int, list[int]] = {}
+    for r, e in enumerate(graph.ranks):
+        prog = graph.programs[e.program]
+        if e.program not in nodes:
+            nodes[e.program] = prog.launch_nodes()
+        for k, i in enumerate(nodes[e.program]):
+            n = prog.nodes[i]
+            assert isinstance(n, P2P)
+            src, dst = graph.group_of(r, n.slot)
+            issued, joined = times[r][k] if times else (0, 0)
+            side = ((r, n.launch), graph.group_of(r, n.comm), issued, joined, n.nbytes)
+            ends.setdefault((src, dst, n.tag, n.seq), []).append(side)
+    out = []
+    for key, sides in ends.items():
+        if len(sides) == 2 and sides[0][1] == sides[1][1]:  # both ends on one communicator (`grouped_comm`)
+            (la, comm, ia, ja, nbytes), (lb, _, ib, jb, _) = sides
+            out.append(_Transfer(key, (la, lb), comm, max(ia, ib), max(ja, jb), nbytes))
+    return out
+
+
+def _answer(t: int, nbytes: int, pairs: dict[Pair, tuple[int, int]]) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+    """The pairs a transfer starting at `t` with `nbytes` sees in its group (sorted), and the (src, dst, start - t,
+    bytes) of those starting at another time or moving other bytes; ((), ()) alone (`P2pBatches.inflight`)."""
+    if len(pairs) < 2:
+        return (), ()
+    order = tuple(sorted(pairs))
+    return order, tuple((a, b, s - t, m) for a, b in order for s, m in [pairs[(a, b)]] if (s, m) != (t, nbytes))

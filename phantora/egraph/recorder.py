@@ -64,7 +64,8 @@ class GraphRecorder:
         self.unknown: set[int] = set()  # streams whose clock a wait moved to a time the recorder was not told
         self.conns: dict[Hashable, int] = {}  # the communicators of lone sends, by the rank's name -> P2P.conn
         self.step_ends: list[int] = []
-        self.launch_issue: list[int] = []  # the issue ns of each P2P node of a group launch, in node order
+        self.launch_issue: list[list[int]] = []  # [issued, joined] ns of each P2P node of a group launch, in order
+        self.joined = 0  # the latest completion (or hand-off) the rank joined: it ran on from there
         self.idle_ns = 0
         self.end_ns = 0
         self.finished = False
@@ -154,8 +155,8 @@ class GraphRecorder:
             nccl_env=nccl_env,
             launch=launch,
         )
-        if launch is not None:
-            self.launch_issue.append(int(issue_ns))
+        if launch is not None:  # the coordinator knows of it from `joined` on (the rank blocked until then)
+            self.launch_issue.append([int(issue_ns), self.joined])
         self._issued(handle, node)
 
     def _nodes(self, handles: tuple[int, ...]) -> list[int]:
@@ -175,6 +176,7 @@ class GraphRecorder:
         """`stream` joined the completion of `handle` (completed at `t_ns`). Repeated waits are no-ops."""
         if handle not in self.handles:
             raise PhantoraError(f"rank {self.rank}: wait on handle {handle}, which was never issued")
+        self.joined = max(self.joined, int(t_ns))
         if (stream, handle) in self.waited:
             return
         self.waited.add((stream, handle))
@@ -190,6 +192,7 @@ class GraphRecorder:
         the step's synchronise, joins that). Repeats are no-ops."""
         if handle not in self.handles:
             raise PhantoraError(f"rank {self.rank}: hand-off of handle {handle}, which was never issued")
+        self.joined = max(self.joined, int(t_ns))
         if (stream, handle) in self.handed or (stream, handle) in self.waited:
             return
         self.handed.add((stream, handle))
@@ -205,6 +208,7 @@ class GraphRecorder:
         self.b.wait([self.handles[handle]], EAGER_STREAM, handoff=True)
 
     def _wait_all(self, t_ns: int, stream: int) -> None:
+        self.joined = max(self.joined, int(t_ns))
         refs = [self.handles[h] for h in self.unwaited]
         for h in self.unwaited:
             self.waited.add((stream, h))
@@ -318,7 +322,7 @@ def finalize_recording(
         "idle_ns": [int(p.get("idle_ns", 0)) for p in parts],
     }
     if any(p.get(LAUNCH_ISSUE) for p in parts):  # kept only where a rank launched a group (graphs without: as before)
-        recorded[LAUNCH_ISSUE] = [[int(t) for t in p.get(LAUNCH_ISSUE, [])] for p in parts]
+        recorded[LAUNCH_ISSUE] = [[[int(x) for x in t] for t in p.get(LAUNCH_ISSUE, [])] for p in parts]
     graph = assemble(progs, meta, recorded)
     graph.check(str(d))
     save(graph, d)

@@ -549,17 +549,16 @@ class _Planner:
 
     def grouped(self, inst: Instance) -> Collective | None:
         """A transfer of an NCCL group as the live coordinator rates it: a send/recv on the group's communicator with
-        the group's other transfers in flight, each from its recorded start (`p2p_launches`); in a graph without
-        group launches (recorded before them), a pairwise collective's transfer with the call's others, all from
-        its start (`p2p_calls`); None for any other instance."""
-        if inst.key[0] == "p":
-            group = self.launches.of(inst.key[1:])
-            if group is not None:
-                pair = (inst.group[0], inst.group[1])
-                inflight, at = group.inflight(pair)
-                return Collective(
-                    "send_recv", pair, inst.nbytes, "uint8", comm=group.comm, inflight=inflight, inflight_at=at
-                )
+        the group's transfers it knew at its launch, each from its recorded start (`p2p_launches`); in a graph
+        without group launches (recorded before them), a pairwise collective's transfer with the call's others, all
+        from its start (`p2p_calls`); None for any other instance."""
+        rated = self.launches.of(inst.key[1:]) if inst.key[0] == "p" else None
+        if rated is not None:
+            pair = (inst.group[0], inst.group[1])
+            at = rated.inflight_at
+            return Collective(
+                "send_recv", pair, inst.nbytes, "uint8", comm=rated.comm, inflight=rated.inflight, inflight_at=at
+            )
         found = self.calls.pairs(inst.call) if inst.call is not None else None
         pair = (inst.group[0], inst.group[1])
         if found is None or found[1].get(pair) != inst.nbytes:
