@@ -195,6 +195,14 @@ void PhantoraFabric::ComputeGlobalRtt() {
       eps.push_back(i);
     }
   }
+  // PairRttNs and PathRateBps of each pair (key 0), from one walk of its path (PathInto: no route state kept for
+  // the pairs, which a worker mostly never routes) and each link's payload time computed once, as they compute it.
+  const uint32_t payload = PayloadBytes();
+  std::vector<uint64_t> txPs(m_links.size());
+  for (std::size_t l = 0; l < m_links.size(); ++l) {
+    txPs[l] = static_cast<uint64_t>(static_cast<unsigned __int128>(payload) * 8'000'000'000'000ULL / m_links[l].bps);
+  }
+  std::vector<uint32_t> path;
   // Exact for up to 512 sources; larger fabrics use 512 evenly spaced sources (documented).
   const std::size_t step = std::max<std::size_t>(1, eps.size() / 512);
   m_maxRttNs = 0;
@@ -204,9 +212,21 @@ void PhantoraFabric::ComputeGlobalRtt() {
       if (d == eps[i] || !m_routes->Reachable(eps[i], d)) {
         continue;
       }
-      const uint64_t rtt = PairRttNs(eps[i], d, 0);
+      uint64_t prop = 0;
+      uint64_t tx = 0;
+      uint64_t rate = 0;  // PathRateBps: 0 without a path
+      if (m_routes->PathInto(eps[i], d, 0, path)) {
+        rate = std::numeric_limits<uint64_t>::max();
+        for (uint32_t ch : path) {
+          const LinkInfo& l = m_links[ch >> 1];
+          prop += l.delayNs;
+          tx += txPs[ch >> 1];
+          rate = std::min(rate, l.bps);
+        }
+      }
+      const uint64_t rtt = 2 * prop + tx / 1000;
       m_maxRttNs = std::max(m_maxRttNs, rtt);
-      m_maxBdpBytes = std::max<uint64_t>(m_maxBdpBytes, rtt * PathRateBps(eps[i], d, 0) / 8'000'000'000ULL);
+      m_maxBdpBytes = std::max<uint64_t>(m_maxBdpBytes, rtt * rate / 8'000'000'000ULL);
     }
   }
 }

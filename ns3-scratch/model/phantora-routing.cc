@@ -183,51 +183,53 @@ bool RouteTable::Reachable(uint32_t src, uint32_t dst) {
 }
 
 const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst) {
-  const NodeKind kind = m_kind[node];
-  std::vector<uint32_t>* slot;
-  if (IsEndpoint(kind)) {
+  if (IsEndpoint(m_kind[node])) {
     // Endpoints talk to few destinations: a hash map keeps large fabrics small.
     auto [it, fresh] = m_endpointCand.try_emplace((static_cast<uint64_t>(node) << 32) | dst);
-    if (!fresh) {
-      return it->second;
+    if (fresh) {
+      FillCandidates(node, dst, it->second);
     }
-    slot = &it->second;
-  } else {
-    if (m_cand.empty()) {
-      m_cand.resize(m_kind.size());
-      m_candDone.resize(m_kind.size());
-    }
-    if (m_cand[node].empty()) {
-      m_cand[node].resize(m_kind.size());
-      m_candDone[node].assign(m_kind.size(), 0);
-    }
-    slot = &m_cand[node][dst];
-    if (m_candDone[node][dst]) {
-      return *slot;
-    }
-    m_candDone[node][dst] = 1;
+    return it->second;
   }
-  std::vector<uint32_t>& out = *slot;
+  if (m_cand.empty()) {
+    m_cand.resize(m_kind.size());
+    m_candDone.resize(m_kind.size());
+  }
+  if (m_cand[node].empty()) {
+    m_cand[node].resize(m_kind.size());
+    m_candDone[node].assign(m_kind.size(), 0);
+  }
+  std::vector<uint32_t>& slot = m_cand[node][dst];
+  if (!m_candDone[node][dst]) {
+    m_candDone[node][dst] = 1;
+    FillCandidates(node, dst, slot);
+  }
+  return slot;
+}
+
+void RouteTable::FillCandidates(uint32_t node, uint32_t dst, std::vector<uint32_t>& out) {
+  const NodeKind kind = m_kind[node];
+  out.clear();
   if (node == dst) {
-    return out;
+    return;
   }
   if (kind == NodeKind::NvSwitch) {
     const uint32_t p = PortTo(node, dst);
     if (p != std::numeric_limits<uint32_t>::max()) {
       out.push_back(p);
     }
-    return out;
+    return;
   }
   if (IsEndpoint(kind)) {
     const int64_t nv = SharedNvSwitch(node, dst);
     if (nv >= 0) {
       out.push_back(PortTo(node, static_cast<uint32_t>(nv)));
-      return out;
+      return;
     }
   }
   const std::vector<uint32_t>& dist = Dist(dst);
   if (dist[node] >= kInf || dist[node] == 0) {
-    return out;
+    return;
   }
   const uint32_t want = dist[node] - 1;
   std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> hops;  // (neighbour, channel, port)
@@ -246,11 +248,10 @@ const std::vector<uint32_t>& RouteTable::Candidates(uint32_t node, uint32_t dst)
   for (const auto& h : hops) {
     out.push_back(std::get<2>(h));
   }
-  return out;
 }
 
-uint32_t RouteTable::Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key) {
-  const std::vector<uint32_t>& c = Candidates(node, dst);
+uint32_t RouteTable::Choose(const std::vector<uint32_t>& c, uint32_t node, uint32_t src, uint32_t dst,
+                            uint64_t key) const {
   if (c.empty()) {
     return std::numeric_limits<uint32_t>::max();
   }
@@ -261,6 +262,10 @@ uint32_t RouteTable::Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t ke
     return c[HpccEcmpHash(src, dst, key, node) % c.size()];
   }
   return c[EcmpHash(key, node) % c.size()];
+}
+
+uint32_t RouteTable::Pick(uint32_t node, uint32_t src, uint32_t dst, uint64_t key) {
+  return Choose(Candidates(node, dst), node, src, dst, key);
 }
 
 std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key) {
@@ -276,6 +281,28 @@ std::vector<int64_t> RouteTable::Path(uint32_t src, uint32_t dst, uint64_t key) 
     node = e.peer;
   }
   return path;
+}
+
+bool RouteTable::PathInto(uint32_t src, uint32_t dst, uint64_t key, std::vector<uint32_t>& channels) {
+  channels.clear();
+  uint32_t node = src;
+  while (node != dst) {
+    uint32_t port;
+    if (IsEndpoint(m_kind[node])) {
+      FillCandidates(node, dst, m_scratch);  // an endpoint's ports, not kept (Candidates keeps them per pair)
+      port = Choose(m_scratch, node, src, dst, key);
+    } else {
+      port = Pick(node, src, dst, key);
+    }
+    if (port == std::numeric_limits<uint32_t>::max() || channels.size() > m_kind.size()) {
+      channels.clear();
+      return false;
+    }
+    const Adj& e = m_adj[node][port];
+    channels.push_back(e.channel);
+    node = e.peer;
+  }
+  return true;
 }
 
 }  // namespace ns3

@@ -83,9 +83,17 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   uint64_t Generation() const { return m_generation; }
   /// Channel ids along the path of a flow (empty if src == dst or unreachable).
   std::vector<int64_t> Path(uint32_t src, uint32_t dst, uint64_t key);
+  /// Path's channels into `channels` (cleared; reused, so a sweep over many pairs allocates nothing), keeping no
+  /// endpoint's candidates (Path keeps each (endpoint, dst) pair's: what flows ask again, not a sweep); false
+  /// (and empty) when unreachable. The same hops as Path.
+  bool PathInto(uint32_t src, uint32_t dst, uint64_t key, std::vector<uint32_t>& channels);
 
  private:
   const std::vector<uint32_t>& Dist(uint32_t dst);
+  /// The equal-cost ports of `node` towards `dst`, in the policy's order, computed (not looked up) into `out`.
+  void FillCandidates(uint32_t node, uint32_t dst, std::vector<uint32_t>& out);
+  /// The port of `c` the ECMP policy picks at `node` for this packet; UINT32_MAX if `c` is empty.
+  uint32_t Choose(const std::vector<uint32_t>& c, uint32_t node, uint32_t src, uint32_t dst, uint64_t key) const;
   /// Position of each node in the queue of HPCC's BFS from dst (kInf: never queued).
   const std::vector<uint32_t>& HpccQueueOrder(uint32_t dst);
   void ClearTables();
@@ -102,6 +110,7 @@ class RouteTable : public SimpleRefCount<RouteTable> {
   std::vector<std::vector<std::vector<uint32_t>>> m_cand;      ///< switches: [node][dst], filled lazily
   std::vector<std::vector<uint8_t>> m_candDone;
   std::unordered_map<uint64_t, std::vector<uint32_t>> m_endpointCand;  ///< endpoints: (node << 32 | dst)
+  std::vector<uint32_t> m_scratch;  ///< PathInto's endpoint candidates
 };
 
 }  // namespace ns3
