@@ -1,12 +1,14 @@
-"""A live run recorded, then its recording replayed: each send/recv's end ns, live against replayed (flow mode).
+"""A live run recorded, then its recording replayed: each send/recv's end ns, live against replayed.
 
     .venv/bin/python bench/bench_p2p_replay.py --topology testbed16 --nproc 4 bench/pp_exchange.py
     .venv/bin/python bench/bench_p2p_replay.py --topology h100x8.toml --nproc 8 bench/moe_dispatch.py --seed 0
+    .venv/bin/python bench/bench_p2p_replay.py --network ns3 --topology testbed16 --nproc 4 bench/pp_exchange.py
 
 Runs SCRIPT with `--tensors phantom --dedup off` under `phantora run --record` (`record_run`), takes each transfer's
 end from the live run's cosim.json (a batch's pairs, an uneven all-to-all's), replays the graph in process on the
-flow network and prints one line: transfers, how many end at their live ns, the worst difference, the last end
-either way, and the wall and CPU seconds (docs/egraph.md "NCCL groups of transfers").
+same network (flow, or a fresh ns-3 fabric with `--network ns3`) and prints one line: transfers, how many end at
+their live ns, the worst difference, the last end either way, and the wall and CPU seconds (docs/egraph.md "NCCL
+groups of transfers").
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pathlib import Path
 from phantora.egraph import replay_graph
 from phantora.egraph.live import record_run
 from phantora.launcher import RunConfig
-from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
 from phantora.topology.loader import load_topology
 
 
@@ -37,6 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", required=True)
     ap.add_argument("--nproc", type=int, required=True)
+    ap.add_argument("--network", choices=("flow", "ns3"), default="flow")
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -44,12 +48,16 @@ def main() -> None:
     d = Path(tempfile.mkdtemp(prefix="p2p_replay_"))
     t0 = time.time()
     cfg = RunConfig(a.script, a.args, topology=topo, nproc=a.nproc, tensors="phantom", trace="none", timeout_s=1800,
-                    out_dir=str(d / "o"), dedup="off")  # fmt: skip
+                    out_dir=str(d / "o"), dedup="off", engine=EngineSpec(network=a.network))  # fmt: skip
     _, graph = record_run(cfg, d / "g")
     t1 = time.time()
     recs = json.loads((d / "o" / "cosim.json").read_text())["collectives"]
     live = {(r["name"].split("@")[0], *r["group"]): r["end_ns"] for r in recs if r["kind"] == "send_recv"}
-    res = replay_graph(graph, topo, FlowSimulator(topo))
+    sim = make_engine(cfg.engine, topo)
+    try:
+        res = replay_graph(graph, topo, sim)
+    finally:
+        sim.close()
     t2 = time.time()
     ends: dict[tuple[str, int, int], int] = {}
     for c in res.completions:
@@ -62,7 +70,7 @@ def main() -> None:
     cpu = sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
               for f in ("ru_utime", "ru_stime"))  # fmt: skip
     print(
-        f"{Path(a.script).name} {' '.join(a.args)} on {a.topology} x{a.nproc}: {len(live)} transfers, "
+        f"{Path(a.script).name} {' '.join(a.args)} on {a.topology} x{a.nproc} ({a.network}): {len(live)} transfers, "
         f"{sum(v == 0 for v in diff.values())} at their live ns; worst {worst}: live {live[worst]:,} replay "
         f"{ends.get(worst, -1):,} ({diff[worst]:+,} ns); last end live {last_live:,} replay {last_rep:,} "
         f"({100 * (last_rep - last_live) / last_live:+.2f} %); live {t1 - t0:.1f} s wall, replay {t2 - t1:.2f} s, "

@@ -291,3 +291,26 @@ def test_deduplicated_batches_run_and_replay_as_without(tmp_path) -> None:
     assert graph.world == 16 and len(off) == 2 * (16 + 8 + 3)
     assert on == {k: off[k] for k in on}  # the live ranks' records: as without
     assert off_replayed == off and on_replayed == off
+
+
+def test_a_ring_batch_as_workload_splits_takes_the_live_rings_time(tmp_path) -> None:
+    """The batch ring written as a workload's `splits` (one entry a row): in process and through the bridge's
+    replay_rank (one group launch a rank on the 8-rank communicator), each pair takes what the live batch's does,
+    11.8 us + 16 MiB over 4 channels at a link."""
+    import sys
+
+    from bridge.run import CosimRun
+    from phantora.replay import replay_inprocess
+    from phantora.workload import load_workload
+
+    splits = [[16 * MiB if j == (i + 1) % 8 else 0 for j in range(8)] for i in range(8)]
+    path = tmp_path / "ring.json"
+    path.write_text(json.dumps({"op": [{"name": "ring", "kind": "all_to_all", "ranks": "all", "splits": splits}]}))
+    wl = load_workload(path, world=8)
+    took = {op.name: op.end_ns - op.start_ns for op in replay_inprocess(wl, TOPO, FlowSimulator(TOPO)).ops}
+    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
+    res = CosimRun(TOPO, rank_cmd=cmd, timeout_s=120).run()
+    bridged = {r["name"]: r["end_ns"] - r["t_start"] for r in res.collectives}
+    assert sorted(took) == sorted(bridged) == sorted(f"ring/{i}>{(i + 1) % 8}" for i in range(8))
+    for t in (*took.values(), *bridged.values()):
+        assert t == pytest.approx(LAT_NS + 16 * MiB / (4 * LINK), abs=2)
