@@ -49,6 +49,7 @@ class _Transfer:
 class _Group:
     pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)  # (start, bytes) by pair
     answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
+    order: tuple[Pair, ...] | None = None  # `pairs` sorted, once a version
 
 
 class LaunchGroups:
@@ -72,7 +73,9 @@ class LaunchGroups:
             t, n = group.pairs[pair]
             answer = group.answers.get((t, n))
             if answer is None:
-                answer = group.answers[(t, n)] = _answer(t, n, group.pairs)
+                if group.order is None:
+                    group.order = tuple(sorted(group.pairs))
+                answer = group.answers[(t, n)] = _answer(t, n, group.order, group.pairs)
             self._of[p.key] = Grouped(p.comm, *answer)
 
     def _find(self, k: LaunchKey) -> LaunchKey:
@@ -92,6 +95,7 @@ class LaunchGroups:
         ga.pairs.update(gb.pairs)
         ga.pairs[(x.key[0], x.key[1])] = (x.start, x.nbytes)
         ga.answers.clear()
+        ga.order = None
         self._groups[a] = ga
 
     def of(self, key: PairKey) -> Grouped | None:
@@ -124,10 +128,12 @@ def _transfers(graph: ExecGraph) -> list[_Transfer]:
     return out
 
 
-def _answer(t: int, nbytes: int, pairs: dict[Pair, tuple[int, int]]) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
-    """The pairs a transfer starting at `t` with `nbytes` sees in its group (sorted), and the (src, dst, start - t,
-    bytes) of those starting at another time or moving other bytes; ((), ()) alone (`P2pBatches.inflight`)."""
-    if len(pairs) < 2:
+def _answer(
+    t: int, nbytes: int, order: tuple[Pair, ...], pairs: dict[Pair, tuple[int, int]]
+) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+    """The pairs a transfer starting at `t` with `nbytes` sees in its group (`order`: sorted), and the (src, dst,
+    start - t, bytes) of those starting at another time or moving other bytes; ((), ()) alone
+    (`P2pBatches.inflight`)."""
+    if len(order) < 2:
         return (), ()
-    order = tuple(sorted(pairs))
     return order, tuple((a, b, s - t, m) for a, b in order for s, m in [pairs[(a, b)]] if (s, m) != (t, nbytes))
