@@ -16,8 +16,8 @@ every such group, given its pairs' bytes:
   counted once, each channel `channel_links(k)` NVLinks (or that share of NCCL's per-channel network figure, at
   most the NIC), the GPU's NVLink at most; a transfer has its part of that by its channels, and the lesser of its
   sender's and receiver's side. k is the GPU's fan-out, its sends (receives) in flight. The pairs' rates are set
-  again as each transfer starts and ends (`_ends`, as `pci_p2p.group_ends` for a PCIe host), so a skewed group's
-  large transfer speeds up once the small ones are done.
+  again as each transfer starts and ends (`p2p_group_ends.group_ends`, as `pci_p2p.group_ends` for a PCIe host),
+  so a skewed group's large transfer speeds up once the small ones are done.
 
 `channel_links`: measured at the two ends (tests/data/nccl_tests, `p2p.P2P_LINKS_PER_CHANNEL`): a GPU with one
 peer in flight (sendrecv_perf) moves one NVLink a channel, up to 32 channels, so the halving is not a channel count
@@ -37,21 +37,16 @@ import numpy as np
 
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.chunking import refuse_empty_chunk, step_bytes
-from phantora.collectives.nccl.p2p import (
-    P2P_LINKS_PER_CHANNEL,
-    auto_protocol,
-    channel_links,
-    net_channel_bw,
-    transfer_layout,
-)
+from phantora.collectives.nccl.p2p import auto_protocol, transfer_layout
+from phantora.collectives.nccl.p2p import channel_links as channel_links  # the test of its ends imports it here
+from phantora.collectives.nccl.p2p_group_ends import group_ends
+from phantora.collectives.nccl.p2p_group_ends import table as ends_table
 from phantora.collectives.nccl.p2p_schedule import transfer_channel_ids
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
 from phantora.collectives.nccl.tuning import Choice, net_overhead_us
 
 Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
-ALL_PEERS = P2P_LINKS_PER_CHANNEL["all_to_all"]
-LL128_SHARE = 0.92  # as p2p_choice: LL128 moves 120 of each 128 bytes
 
 
 @dataclass(frozen=True)
@@ -89,86 +84,6 @@ def plan_parts(
     return out
 
 
-@dataclass(frozen=True)
-class _Table:
-    """A group's transfers as arrays (one row a pair, in `pairs` order), for `_rates` and `_ends`."""
-
-    pairs: tuple[Pair, ...]
-    src: np.ndarray
-    dst: np.ndarray
-    remote: np.ndarray  # bool
-    nch: np.ndarray  # float: the transfer's channels
-    mask: np.ndarray  # uint64: its channel ids as bits (MAXCHANNELS is 64)
-    ll: np.ndarray  # bool: LL
-    ll128: np.ndarray  # bool: LL128
-
-
-def _table(parts: Mapping[Pair, Part]) -> _Table:
-    pairs = tuple(parts)
-    masks = [sum(1 << c for c in set(parts[p].channels)) for p in pairs]
-    return _Table(
-        pairs,
-        np.array([p[0] for p in pairs], dtype=np.int64),
-        np.array([p[1] for p in pairs], dtype=np.int64),
-        np.array([parts[p].remote for p in pairs], dtype=bool),
-        np.array([len(parts[p].channels) for p in pairs], dtype=float),
-        np.array(masks, dtype=np.uint64),
-        np.array([parts[p].protocol == "LL" for p in pairs], dtype=bool),
-        np.array([parts[p].protocol == "LL128" for p in pairs], dtype=bool),
-    )
-
-
-def _rates(on: Platform, t: _Table, run: np.ndarray) -> np.ndarray:
-    """The GB/s (bytes per ns) each of the running transfers (row indices `run`) moves while in flight together."""
-    link = T.NVLINK_BW_PER_LINK[on.arch]
-    net_channel = net_channel_bw(on, "all_to_all") / ALL_PEERS  # per NVLink-equivalent of a channel's share
-    n = on.nranks
-    peers = n - 1
-    remote, nch, mask = t.remote[run], t.nch[run], t.mask[run]
-    out = np.full(len(run), np.inf)
-    for gpu in (t.src[run], t.dst[run]):  # each transfer's sending side, then its receiving side
-        fanout = np.bincount(gpu, minlength=n)[gpu]  # the GPU's sends (receives) in flight
-        per = channel_links(fanout, peers)
-        side = gpu * 2 + remote  # the GPU's local and remote transfers this way
-        used = np.zeros(2 * n, dtype=np.uint64)
-        np.bitwise_or.at(used, side, mask)
-        chans = np.bitwise_count(used)[side].astype(float)
-        whole = np.bincount(side, weights=nch, minlength=2 * n)[side]
-        total = np.where(remote, chans * per * net_channel, np.minimum(on.gpu_intra_bw, chans * per * link))
-        if on.nic_bw:
-            total = np.where(remote, np.minimum(total, on.nic_bw), total)
-        mine = total * nch / whole
-        ll_cap = T.LL_MAX_BW[on.arch][0] * nch / whole  # LL's ceiling, shared as the channels are
-        mine = np.where(t.ll[run], np.minimum(mine * 0.5, ll_cap), mine)  # half of each LL line is flags
-        mine = np.where(t.ll128[run], mine * LL128_SHARE, mine)
-        out = np.minimum(out, mine)
-    return out
-
-
-def _ends(on: Platform, t: _Table, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """When each transfer ends (ns): those started and not done move at `_rates` of that set, set again at every
-    start and end (as `pci_p2p.group_ends` does for a PCIe host's links)."""
-    left = sizes.astype(float)
-    ends = np.where(sizes <= 0, starts, np.nan).astype(float)
-    now = float(starts.min()) if len(starts) else 0.0
-    while np.isnan(ends).any():
-        pending = np.isnan(ends)
-        run = np.flatnonzero(pending & (starts <= now))
-        later = starts[pending & (starts > now)]
-        if not len(run):
-            now = float(later.min())
-            continue
-        rate = _rates(on, t, run)
-        step = float(np.min(left[run] / rate))
-        if len(later) and later.min() - now < step:
-            step = float(later.min() - now)
-        now += step
-        left[run] -= rate * step
-        done = run[left[run] <= 1e-6 * sizes[run]]
-        ends[done] = now
-    return ends
-
-
 def rate_group(
     on: Platform,
     st: NcclSettings,
@@ -192,9 +107,12 @@ def _rate_group(
     """`rate_group` on its canonical key (every pair of a group launched at one time asks the same)."""
     sizes = {(s, d): n for s, d, _, n in key}
     parts = plan_parts(on, st, hosts, sizes, protocol)
-    table = _table(parts)
+    pairs = tuple(parts)
+    table = ends_table(
+        pairs, [parts[p].channels for p in pairs], [parts[p].remote for p in pairs], [parts[p].protocol for p in pairs]
+    )
     starts = np.array([t for _, _, t, _ in key], dtype=float)
-    done = _ends(on, table, starts, np.array([n for _, _, _, n in key], dtype=float))
+    done = group_ends(on, table, starts, np.array([n for _, _, _, n in key], dtype=float))
     ends = {pair: float(e) for pair, e in zip(table.pairs, done, strict=True)}
     ovh = net_overhead_us(on, st)
     ops: dict[tuple[int, int], int] = defaultdict(int)  # (gpu, 0 send / 1 receive) -> its remote transfers' parts

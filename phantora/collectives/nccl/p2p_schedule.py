@@ -79,11 +79,21 @@ def channel_base(round_: int, n_nodes: int, sched_group: int, p2p_channels: int)
     return _reverse_bits(base % p2p_channels, max(0, (p2p_channels - 1).bit_length()))
 
 
+@lru_cache(maxsize=4096)
+def round_bases(nodes: tuple[Hashable, ...], src: int, p2p_channels: int) -> dict[int, int]:
+    """The first p2p channel of position `src`'s transfer to each peer position, by the round that sends to it
+    (`nodes[i]`: the node, or host, of position i)."""
+    n_nodes = len(set(nodes))
+    sched = group_size([nodes.count(n) for n in dict.fromkeys(nodes)])
+    out: dict[int, int] = {}
+    for k, peer in enumerate(send_rounds(nodes, src)):
+        if peer not in out:
+            out[peer] = channel_base(k, n_nodes, sched, p2p_channels)
+    return out
+
+
 def transfer_channel_ids(nodes: tuple[Hashable, ...], src: int, dst: int, parts: int, p2p_channels: int) -> list[int]:
     """The p2p channels the `parts` parts of a transfer from position `src` to `dst` run on (`nodes[i]`: the
     node, or host, of position i)."""
-    k = send_rounds(nodes, src).index(dst)
-    n_nodes = len(set(nodes))
-    sched = group_size([nodes.count(n) for n in dict.fromkeys(nodes)])
-    base = channel_base(k, n_nodes, sched, p2p_channels)
+    base = round_bases(nodes, src, p2p_channels)[dst]
     return [(base + part) & (p2p_channels - 1) for part in range(parts)]
