@@ -4,7 +4,9 @@ A decomposition round carries thousands of flows to each worker and thousands of
 "No serial driver in the way"). Per-row lists cost a Python call and a list per flow on both sides; columns are
 built with one comprehension per field and packed and checked at C speed (`_ints`). Same fields as
 `flow_to_wire` / `completion_to_wire`; a flow's deps are `ndeps` counts over one flat `deps` column, a
-completion's lost ranges a sparse `lost` column of [row, [[offset, bytes], ...]].
+completion's lost ranges a sparse `lost` column of [row, [[offset, bytes], ...]]. A wide deps list that flows share
+(the one object: an all-to-all's dependents each wait on every flow of the one before) goes once: a later row's
+`ndeps` is then -1 - the row it was sent at, and the decoded flows share one tuple again.
 """
 
 from __future__ import annotations
@@ -19,12 +21,20 @@ from bridge.protocol import E_MALFORMED, _ints
 from phantora.netsim.base import Completion, Flow
 
 FLOW_INT_COLUMNS = ("id", "src", "dst", "size", "delay", "prio", "budget", "rate", "conn", "ndeps", "deps")
+SHARED_MIN = 16  # a deps list this long that an earlier row of the message sent (the same object) goes as a reference
 DONE_INT_COLUMNS = ("id", "start", "end", "size", "src", "dst")
 
 
 def flows_to_columns(flows: Sequence[Flow], deps: Sequence[Sequence[int]] | None = None) -> dict[str, list[Any]]:
     """`flows` as columns; `deps[i]` replaces flow i's own deps when given."""
     dl = [f.deps for f in flows] if deps is None else deps
+    ndeps = [len(d) for d in dl]
+    first: dict[int, int] = {}  # id of a wide list (each alive in `dl`) -> the row it is sent at
+    for i, d in enumerate(dl):
+        if ndeps[i] >= SHARED_MIN:
+            row = first.setdefault(id(d), i)
+            if row != i:
+                ndeps[i] = -1 - row
     return {
         "id": [f.id for f in flows],
         "src": [f.src for f in flows],
@@ -38,8 +48,8 @@ def flows_to_columns(flows: Sequence[Flow], deps: Sequence[Sequence[int]] | None
         "rate": [f.rate_bps for f in flows],
         "conn": [f.conn for f in flows],
         "queue": [f.queue for f in flows],
-        "ndeps": [len(d) for d in dl],
-        "deps": [x for d in dl for x in d],
+        "ndeps": ndeps,
+        "deps": [x for d, k in zip(dl, ndeps, strict=True) if k > 0 for x in d],
     }
 
 
@@ -53,20 +63,25 @@ def flows_from_columns(cols: Any) -> list[Flow]:
     tags, keys, ndeps = cols["tag"], cols["key"], cols["ndeps"]
     if not all(isinstance(t, str) for t in tags) or not all(k is None or type(k) is int for k in keys):
         raise ProtocolError("flow columns: 'tag' must hold strings, 'key' ints or nil", code=E_MALFORMED)
-    if min(ndeps, default=0) < 0 or sum(ndeps) != len(cols["deps"]):
-        raise ProtocolError("flow columns: 'ndeps' does not add up to the 'deps' column", code=E_MALFORMED)
     flat = cols["deps"]
-    ends = list(accumulate(ndeps))
-    starts = [e - k for e, k in zip(ends, ndeps, strict=True)]
+    counts = [max(k, 0) for k in ndeps]
+    if sum(counts) != len(flat):
+        raise ProtocolError("flow columns: 'ndeps' does not add up to the 'deps' column", code=E_MALFORMED)
+    ends = list(accumulate(counts))
+    lists = [tuple(flat[e - k : e]) for e, k in zip(ends, counts, strict=True)]
+    for i, k in enumerate(ndeps) if min(ndeps, default=0) < 0 else ():
+        if k < 0:  # (the deps of an earlier row that sent its own)
+            if not (-1 - k < i and ndeps[-1 - k] >= 0):
+                raise ProtocolError(f"flow columns: row {i} refers to row {-1 - k}'s deps", code=E_MALFORMED)
+            lists[i] = lists[-1 - k]
     return [
-        _flow(i, s, d, z, tuple(flat[a:b]), dl, t, p, k, bu, r, c, q)
-        for i, s, d, z, a, b, dl, t, p, k, bu, r, c, q in zip(
+        _flow(i, s, d, z, deps, dl, t, p, k, bu, r, c, q)
+        for i, s, d, z, deps, dl, t, p, k, bu, r, c, q in zip(
             cols["id"],
             cols["src"],
             cols["dst"],
             cols["size"],
-            starts,
-            ends,
+            lists,
             cols["delay"],
             tags,
             cols["prio"],

@@ -35,10 +35,12 @@ from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow
 from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.hybrid import SHARED_DEPS_MIN
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
 
 POLL_S = 0.25  # how often a wait checks that every worker is still there
+DEP_END_KEPT = 64  # wide deps lists whose last end `_started` keeps (cleared when full)
 
 
 @dataclasses.dataclass
@@ -76,6 +78,9 @@ class SteppedPool:
         self._closed = False
         self._post: dict[int, tuple[int, tuple[int, ...], int]] = {}  # flow -> (post ns, ns-3 deps, delay)
         self._ends: dict[int, int] = {}  # completed flow -> end ns (for the starts of flows with deps)
+        # id of a deps tuple that flows share (a wide list: an all-to-all's dependents) -> (it, its deps' last end),
+        # read at its first sharer's completion, when every dep has ended (`_started`); a few kept, not a run's
+        self._dep_end: dict[int, tuple[tuple[int, ...], int]] = {}
         self._merged: tuple[int, PartitionResult] | None = None
         self._records = SteppedRecords(config.partition, topology)  # what the workers recorded, merged so far
         self._rounds = 0
@@ -171,13 +176,17 @@ class SteppedPool:
             raise PhantoraError("internal: stepped partition workers take no gates (markers run on the fluid side)")
         groups: list[list[Any]] = []
         flows: list[Flow] = []
+        shared: dict[int, tuple[int, ...]] = {}  # id of a deps list flows share (the driver's wide lists) -> one tuple
         for (f, deps), at in zip(out.flows, out.at, strict=True):
             if groups and groups[-1][0] == at:
                 groups[-1][1].append((f, deps))
             else:
                 groups.append([at, [(f, deps)]])
             if deps:
-                self._post[f.id] = (at, tuple(deps), f.delay_ns)
+                kept = shared.get(id(deps))
+                if kept is None:
+                    kept = shared[id(deps)] = tuple(deps)
+                self._post[f.id] = (at, kept, f.delay_ns)
             flows.append(f)
         wire = [[at, flows_to_columns([f for f, _ in fs], [d for _, d in fs])] for at, fs in groups]
         msg: dict[str, Any] = {"k": "round", "groups": wire, "until": None if until >= INF_NS else until}
@@ -215,7 +224,16 @@ class SteppedPool:
         if post is None:
             return c
         at, deps, delay = post
-        start = max(at, max(map(self._ends.__getitem__, deps))) + delay  # (deps: not empty)
+        memo = self._dep_end.get(id(deps))
+        if memo is not None and memo[0] is deps:
+            last = memo[1]
+        else:
+            last = max(map(self._ends.__getitem__, deps))  # (deps: not empty, all ended)
+            if len(deps) >= SHARED_DEPS_MIN:
+                if len(self._dep_end) >= DEP_END_KEPT:
+                    self._dep_end.clear()
+                self._dep_end[id(deps)] = (deps, last)
+        start = max(at, last) + delay
         return c if start == c.start_ns else dataclasses.replace(c, start_ns=start)
 
     def merged(self, now: int) -> PartitionResult:

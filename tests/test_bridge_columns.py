@@ -6,7 +6,13 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from bridge.columns import completions_from_columns, completions_to_columns, flows_from_columns, flows_to_columns
+from bridge.columns import (
+    SHARED_MIN,
+    completions_from_columns,
+    completions_to_columns,
+    flows_from_columns,
+    flows_to_columns,
+)
 from bridge.errors import ProtocolError
 from phantora.netsim.base import Completion, Flow
 
@@ -28,6 +34,28 @@ def test_flows_round_trip_with_their_deps_or_replacements() -> None:
     assert [f.deps for f in got] == local
     assert [f.with_deps(g.deps) for f, g in zip(FLOWS, got, strict=True)] == got
     assert flows_from_columns(wire(flows_to_columns([]))) == []
+
+
+def test_a_shared_wide_deps_list_goes_once_and_comes_back_shared() -> None:
+    wide = tuple(range(100, 100 + SHARED_MIN))  # one object, as an all-to-all's dependents share it
+    flows = [Flow(i, 1, 2, 64, wide) for i in range(3)] + [Flow(3, 1, 2, 64, tuple(wide)[:-1] + (99,))]
+    cols = flows_to_columns(flows)
+    assert cols["ndeps"] == [SHARED_MIN, -1, -1, SHARED_MIN]  # rows 1 and 2 refer to row 0's
+    assert len(cols["deps"]) == 2 * SHARED_MIN
+    got = flows_from_columns(wire(cols))
+    assert got == flows
+    assert got[0].deps is got[1].deps is got[2].deps and got[3].deps is not got[0].deps
+    short = (1, 2)  # below SHARED_MIN: sent per row as before
+    assert flows_to_columns([Flow(0, 1, 2, 64, short), Flow(1, 1, 2, 64, short)])["ndeps"] == [2, 2]
+
+
+@pytest.mark.parametrize("ndeps", [[-2, SHARED_MIN], [SHARED_MIN, -2], [SHARED_MIN, -1, -2]])
+def test_a_deps_reference_to_a_later_or_referring_row_is_a_protocol_error(ndeps: list[int]) -> None:
+    wide = tuple(range(SHARED_MIN))
+    cols = flows_to_columns([Flow(i, 1, 2, 64, wide) for i in range(len(ndeps))])
+    cols["ndeps"] = ndeps
+    with pytest.raises(ProtocolError, match="refers to row"):
+        flows_from_columns(cols)
 
 
 def test_completions_round_trip_with_sparse_lost_ranges() -> None:

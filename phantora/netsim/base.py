@@ -329,16 +329,21 @@ def check_flow_batch(flows: Sequence[Flow], topology: Topology, known: Callable[
     ids: set[int] = set()
     checked: set[int] = set()  # the batch's ids so far and the deps found known: a wide deps list is checked at C speed
     ordered = True  # every dep so far on an earlier flow of the batch or a known one: no cycle possible
+    passed: tuple[int, ...] = ()  # the last deps list found in `checked` (it stays there: `checked` only grows)
     for f in flows:
         if f.id in ids or known(f.id):
             raise InputError(f"flow {f.id}: duplicate flow id", field="id")
-        if ordered and not checked.issuperset(f.deps):
-            for d in f.deps:
-                if d not in checked:
-                    if not known(d):
-                        ordered = False
-                        break
-                    checked.add(d)
+        deps = f.deps
+        if ordered and deps is not passed and deps != passed:  # (an all-to-all's dependents share one wide list)
+            if not checked.issuperset(deps):
+                for d in deps:
+                    if d not in checked:
+                        if not known(d):
+                            ordered = False
+                            break
+                        checked.add(d)
+            if ordered:
+                passed = deps
         ids.add(f.id)
         checked.add(f.id)
         if f.src not in ends or f.dst not in ends:

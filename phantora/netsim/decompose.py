@@ -38,7 +38,7 @@ from phantora.errors import PhantoraError
 from phantora.netsim.base import INF_NS, Completion, Flow, RunsByCompletion
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.flow import CausalityError
-from phantora.netsim.hybrid import SHARED_DEPS_MIN, topological_order  # the wide-deps threshold: one for both
+from phantora.netsim.hybrid import SHARED_DEPS_MIN, WideDeps, topological_order  # the wide-deps rules: one for both
 from phantora.netsim.nic_latency import JOIN_BASE, Releases, gate_key, uses_nic  # (JOIN_BASE: the gates' joins)
 from phantora.netsim.observe import (
     CnpEvent,
@@ -498,7 +498,8 @@ class DecomposedSimulator(RunsByCompletion):
         released: list[Completion] = []
         owner, zero, deps_of, targets = self._owner, self._zero, self._deps_of, self._targets
         ends, lbs, waiting = self._ends, self._lb, self._dependents
-        shared: dict[tuple[tuple[int, ...], int], _SharedDeps] = {}  # wide deps lists repeated in this batch
+        lists = WideDeps()  # wide deps lists repeated in this batch, by (list, worker)
+        shared: dict[tuple[int, int], _SharedDeps] = {}  # what `_shared_deps` read of each
         joins: dict[int, int] = {}  # id of a wide list's `_SharedDeps` -> the join its gates wait on
         targeted: set[tuple[int, bool]] = set()  # (id of a `_SharedDeps`, no lookahead) whose targets are set
         kin = self.raises_dependents
@@ -509,9 +510,10 @@ class DecomposedSimulator(RunsByCompletion):
             cross: list[int]
             memo: _SharedDeps | None = None
             if len(f.deps) >= SHARED_DEPS_MIN:
-                memo = shared.get((f.deps, w))
+                wide, key = lists.key(f.deps, w)
+                memo = shared.get(key)
                 if memo is None:
-                    memo = shared[(f.deps, w)] = self._shared_deps(f.deps, w)
+                    memo = shared[key] = self._shared_deps(wide, w)
                 a, lb = max(at, memo.ended), max(at, memo.lb)
                 for dependents in memo.waiting:
                     dependents.append(fid)

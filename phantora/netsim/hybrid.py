@@ -56,6 +56,26 @@ REACTION_DEPTH = 8  # held flows `reaction_ns` looks through below a completion 
 SHARED_DEPS_MIN = 16  # a flow with this many deps or more has them read once per batch (`_kept_deps`)
 
 
+class WideDeps:
+    """Wide deps lists (`SHARED_DEPS_MIN` or more) read once a batch or call, by (list, side): an equal list is read
+    as the first one met, and the last one met is compared first, at C speed, never hashed (an all-to-all's
+    dependents each carry an equal list of every flow of the one before)."""
+
+    __slots__ = ("_canon", "_last", "values")
+
+    def __init__(self) -> None:
+        self._canon: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._last: tuple[int, ...] = ()
+        self.values: dict[tuple[int, int], tuple[int, ...]] = {}  # what the caller read of (the list's id, side)
+
+    def key(self, deps: tuple[int, ...], side: int) -> tuple[tuple[int, ...], tuple[int, int]]:
+        """The list as first met (equal to `deps`) and its key in `values` with `side`."""
+        last = self._last
+        if deps is not last and deps != last:
+            last = self._last = self._canon.setdefault(deps, deps)
+        return last, (id(last), side)
+
+
 def flow_side(f: Flow, nvswitch: Callable[[int, int], object]) -> int:
     """FLUID for a marker (no bytes, or to itself) or a flow through one NVSwitch (`nvswitch(src, dst)`: the
     topology's `shared_nvswitch`, not None); PACKET otherwise."""
@@ -155,17 +175,18 @@ class FluidNvlinkSimulator:
         self._reacted.clear()  # (waiters are added below)
         if not self.prechecked:
             check_flow_batch(flows, self.topology, self._known)
-            for f in flows:  # routable (whether a pair has a route does not depend on the flow's ECMP key)
+            for f in flows:  # routable (no path walked: the engines walk their own)
                 if f.size and f.src != f.dst and (f.src, f.dst) not in self._routable:
-                    self.topology.route(f.src, f.dst, f.id if f.key is None else f.key)
+                    self.topology.check_route(f.src, f.dst)
                     self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
         out: tuple[dict[int, list[Flow]], dict[int, list[Flow]]] = ({}, {})  # per side: submit ns -> its flows
         ends, held, sides, waiters, flb = self._ended, self._held, self._side, self._waiters, self._flb
         nvswitch = self.topology.shared_nvswitch
         chain, chained = self.chains, self._chained
-        same: dict[tuple[tuple[int, ...], int], tuple[int, ...] | None] = {}  # wide deps lists kept whole
-        joins: dict[tuple[tuple[int, ...], int], int | None] = {}  # wide deps lists flows are held on: their join
+        lists = WideDeps()  # wide deps lists, read once a batch
+        same: dict[tuple[int, int], tuple[int, ...] | None] = {}  # what a flow of the side keeps of one (None: held)
+        joins: dict[tuple[int, int], int | None] = {}  # the join its flows of the side are held on
         for f in topological_order(flows, batch):  # (per dependency edge: kept lean, no calls)
             side = flow_side(f, nvswitch)
             if at_of is not None:
@@ -175,17 +196,18 @@ class FluidNvlinkSimulator:
                 waiters[gate_key(f.id)] = [f.id]
                 gate = 1
             if len(f.deps) >= SHARED_DEPS_MIN:
+                wide, key = lists.key(f.deps, side)
                 if not gate:
-                    kept = same.get((f.deps, side), ())
+                    kept = same.get(key, ())
                     if kept == ():
-                        kept = same[(f.deps, side)] = self._kept_deps(f.deps, side)
+                        kept = same[key] = self._kept_deps(wide, side)
                     if kept is not None:  # every dep not done is known on its side: it goes straight to its engine
                         sides[f.id] = side
-                        _add(out[side], at, f if kept == f.deps else f.with_deps(kept))
+                        _add(out[side], at, f if kept is wide else f.with_deps(kept))
                         continue
-                j = joins.get((f.deps, side), -1)
+                j = joins.get(key, -1)
                 if j == -1:
-                    j = joins[(f.deps, side)] = self._join(f.deps, side, at)
+                    j = joins[key] = self._join(wide, side, at)
                 if j is not None:
                     waiters[j].append(f.id)
                     gate += 1
@@ -579,9 +601,7 @@ class FluidNvlinkSimulator:
         done = self._done_packet
         return tuple([d for d in deps if sides.get(d) == side or d in done])
 
-    def _same_side(
-        self, f: Flow, side: int, kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]] | None = None
-    ) -> Flow:
+    def _same_side(self, f: Flow, side: int, kept: WideDeps | None = None) -> Flow:
         """`f` with only the deps its engine knows (its own side's); the others have all arrived. `kept`: a wide
         deps list's filtered deps by (list, side), shared by the flows released together (every dep of a flow
         handed over is known on its side for good, so the filter of one list does not change)."""
@@ -591,11 +611,13 @@ class FluidNvlinkSimulator:
                 return f
             return f.with_deps(())
         if kept is not None and len(f.deps) >= SHARED_DEPS_MIN:
-            deps = kept.get((f.deps, side))
-            if deps is None:
-                deps = kept[(f.deps, side)] = self._side_deps(f.deps, side)
-        else:
-            deps = self._side_deps(f.deps, side)
+            wide, key = kept.key(f.deps, side)
+            got = kept.values.get(key)
+            if got is None:
+                filtered = self._side_deps(wide, side)
+                got = kept.values[key] = wide if filtered == wide else filtered
+            return f if got is wide else f.with_deps(got)
+        deps = self._side_deps(f.deps, side)
         return f if deps == f.deps else f.with_deps(deps)
 
     def _idle(self) -> bool:
@@ -640,7 +662,7 @@ class FluidNvlinkSimulator:
         `now`. Returns the flows handed to the packet side."""
         ready: dict[tuple[int, int], list[Flow]] = {}
         flb, held, sides, chained = self._flb, self._held, self._side, self._chained
-        kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}  # wide deps lists, filtered once a call
+        kept = WideDeps()  # wide deps lists, filtered once a call (`_same_side`)
         ended, done_packet = self._ended, self._done_packet
         for c in completions:
             ended.add(c.flow_id)
@@ -685,7 +707,7 @@ class FluidNvlinkSimulator:
         fid: int,
         at: int,
         ready: dict[tuple[int, int], list[Flow]],
-        kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]],
+        kept: WideDeps,
     ) -> None:
         """Held packet flow `fid` went to the packet side, submitted at `at`: the held packet flows chained on it
         whose last outstanding dep it was join `ready` (keyed by their submit ns and side), and so on down."""
@@ -714,7 +736,7 @@ class FluidNvlinkSimulator:
         j: int,
         t: int,
         ready: dict[tuple[int, int], list[Flow]],
-        kept: dict[tuple[tuple[int, ...], int], tuple[int, ...]],
+        kept: WideDeps,
     ) -> None:
         """Join `j`'s last dep arrived at `t` (it completed, or was handed to the packet side: `_unchain`): each flow
         waiting on the join is one dep nearer, as if that dep's arrival reached it directly; those it was the last
@@ -749,12 +771,18 @@ _order = attrgetter("end_ns", "flow_id")  # completions in time order, then by f
 def topological_order(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flow]:
     """The batch with every flow after its in-batch deps (submission order otherwise kept)."""
     placed: set[int] = set()
+    passed: tuple[int, ...] = ()  # the last deps list found placed or outside the batch: it stays so (`placed` grows)
     for f in flows:  # already in order (the usual case): the same list, without the search below
-        for d in f.deps:
+        deps = f.deps
+        if deps is passed or deps == passed:  # (an all-to-all's dependents share one wide list: compared at C speed)
+            placed.add(f.id)
+            continue
+        for d in deps:
             if d not in placed and d in batch:
                 break
         else:
             placed.add(f.id)
+            passed = deps
             continue
         placed.clear()
         break

@@ -323,6 +323,12 @@ class Topology:
         ECMP key (a flow without a key passes its id)."""
         return (src, dst) if self.one_path(src, dst) else (src, dst, flow_key)
 
+    def check_route(self, src: int, dst: int) -> None:
+        """Raise `route`'s InputError if no flow can go from src to dst, without walking a path (whether a pair has a
+        route does not depend on a flow's ECMP key)."""
+        if src != dst and self.shared_nvswitch(src, dst) is None and self._dist_to(dst)[src] >= 1 << 30:
+            raise InputError(f"no route from {self.nodes[src].name} to {self.nodes[dst].name} in '{self.name}'")
+
     def route(self, src: int, dst: int, flow_key: int = 0) -> list[int]:
         """Channel ids of the path a flow with this key takes from src to dst."""
         if src == dst:
@@ -330,8 +336,7 @@ class Topology:
         nv = self.shared_nvswitch(src, dst)
         if nv is not None:
             return [self._channel(src, nv), self._channel(nv, dst)]
-        if self._dist_to(dst)[src] >= 1 << 30:
-            raise InputError(f"no route from {self.nodes[src].name} to {self.nodes[dst].name} in '{self.name}'")
+        self.check_route(src, dst)
         path: list[int] = []
         node = src
         while node != dst:
