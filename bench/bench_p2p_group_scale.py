@@ -5,8 +5,8 @@ The group is bench/moe_dispatch.py's: per-pair bytes log-uniform 1-64 MiB in row
 starting at once. Stages of one rating (`p2p_group._rate_group`, its cache cleared): `plan` (each transfer's
 channels and protocol, `plan_parts`), `rate` (the transfers' rates, each time they are set), `events` (the rest of
 the schedule of starts and ends), `other` (latencies, the answer); `pairs` is the coordinator asking every pair's
-choice (`nccl.choose`, as bridge/p2p_batch.py hands it the group) once the group is rated, measured on `--sample`
-pairs and scaled to all n (n - 1) (marked `~`).
+choice (a `Collective` made and `nccl.choose` asked, as bridge/p2p_batch.py hands it the group) once the group is
+rated, measured on `--sample` pairs and scaled to all n (n - 1) (marked `~`).
 
     nice -n 10 .venv/bin/python bench/bench_p2p_group_scale.py [--ranks 16 64 128] [--base CLONE]
 
@@ -73,13 +73,11 @@ def rate_once(n: int, seed: int, sample: int) -> dict[str, Any]:
     pairs = group(n, seed)
     order = sorted(pairs)
 
-    def ask(own: tuple[int, int]) -> None:
-        """As bridge/p2p_batch.py hands a pair its group: every pair, and those moving other bytes with theirs."""
+    def handed(own: tuple[int, int]) -> tuple[Any, ...]:
+        """What bridge/p2p_batch.py hands pair `own`: its group's pairs, and those moving other bytes with theirs."""
         nbytes = pairs[own][1]
         at = tuple((a, b, t, m) for (a, b), (t, m) in sorted(pairs.items()) if (t, m) != (0, nbytes))
-        choose(
-            Collective("send_recv", own, nbytes, "uint8", comm=ranks, inflight=tuple(order), inflight_at=at), topo, opts
-        )
+        return ("send_recv", own, nbytes, "uint8", None, ranks, tuple(order), at)
 
     spent: dict[str, float] = defaultdict(float)
     _instrument(spent)
@@ -98,9 +96,10 @@ def rate_once(n: int, seed: int, sample: int) -> dict[str, Any]:
     ends = [[s, d, rating.ends[(s, d)]] for s, d in order]
     if sample:
         asked = order[1 :: max(1, len(order) // sample)][:sample]
+        given = [handed(own) for own in asked]
         t0 = time.process_time()
-        for own in asked:
-            ask(own)
+        for args in given:  # the coordinator's part: the pair's collective checked, its choice asked
+            choose(Collective(*args), topo, opts)
         spent["pairs"] = (time.process_time() - t0) / len(asked) * len(order)
         if spent.get("ends"):
             raise SystemExit("a pair's choice rated the group again: the cache missed")

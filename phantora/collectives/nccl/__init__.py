@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
+from operator import itemgetter
 
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import pci_paths
@@ -148,13 +149,15 @@ def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings,
     for h, block in enumerate(host_blocks(topo, [topo.node_of_rank(r) for r in coll.comm])):
         for pos in block:
             hosts[pos] = h
-    own = (at[coll.ranks[0]], at[coll.ranks[1]])
-    others = {(at[a], at[b]): (0, coll.nbytes) for a, b in coll.inflight}
-    others.update(_inflight_at(coll))
-    others.pop(own, None)
+    own = (coll.ranks[0], coll.ranks[1])
+    group = dict.fromkeys(coll.inflight, (0, coll.nbytes))  # a world-size group has n(n-1) pairs: no Python loop
+    group.update(zip(map(itemgetter(0, 1), coll.inflight_at), map(itemgetter(2, 3), coll.inflight_at), strict=True))
+    if coll.comm != tuple(range(len(coll.comm))):  # ranks to positions in the communicator
+        group = {(at[a], at[b]): x for (a, b), x in group.items()}
+        own = (at[own[0]], at[own[1]])
     from phantora.collectives.nccl.p2p_group import group_choice  # numpy: kept off the netsim CLI's start-up
 
-    return group_choice(comm, st, tuple(hosts), own, coll.nbytes, others, protocol)
+    return group_choice(comm, st, tuple(hosts), own, coll.nbytes, group, protocol)
 
 
 def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:
