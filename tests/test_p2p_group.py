@@ -101,6 +101,21 @@ def test_a_skewed_group_s_large_transfer_runs_alone_once_the_small_ones_end() ->
     assert grouped(sizes, (0, 1)).channels == 4
 
 
+def test_a_transfer_that_starts_later_slows_the_sender_s_first_one_from_then_on() -> None:
+    """GPU 0 sends 8 MiB to 1 alone (one peer: a link a channel, 4 channels) until its 8 MiB to 2 starts 20 us later
+    (rounds 1 and 2: channels 16-19 and 8-11, distinct); then it has 2 of its 7 peers in flight, 1 - 0.5/6 = 11/12
+    of a link a channel, each transfer 4 of the 8 channels; the second runs alone again once the first ends."""
+    part, later = 8 * MiB, 20_000  # bytes, ns
+    alone, shared = 4 * LINK, 8 * (11 / 12) * LINK * 4 / 8  # bytes per ns
+    t_first = later + (part - alone * later) / shared
+    t_second = t_first + (part - shared * (t_first - later)) / alone  # from its own start
+    for own, other, start, end in [((0, 1), (0, 2), later, t_first), ((0, 2), (0, 1), -later, t_second - later)]:
+        coll = Collective(
+            "send_recv", own, part, "uint8", comm=RANKS, inflight=(own, other), inflight_at=((*other, start, part),)
+        )
+        assert choose(coll, HOST, OPTS).time_us == pytest.approx(LAT_SIMPLE + end / 1e3, rel=1e-9)
+
+
 def test_a_gather_s_root_shares_its_receive_side() -> None:
     part = 8 * MiB  # 4 channels each; the root receives on 7 x 4 = 28 distinct channels at half a link each
     sizes = {(j, 0): part for j in range(1, 8)}
