@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,16 +82,33 @@ def _config(tmp_path: Path, mode: str, network: str = "flow", floats: int = 64 *
     return cfg
 
 
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """recorded(mode) -> (report, graph): the program in `mode` run live once with `--record`, shared by the live
+    checks (its report is the live run's: the recorder wraps the ranks) and the replay check of that mode."""
+    from phantora.egraph.live import record_run
+
+    runs: dict[str, Any] = {}
+
+    def get(mode: str) -> Any:
+        if mode not in runs:
+            tmp = tmp_path_factory.mktemp(mode)
+            runs[mode] = record_run(_config(tmp, mode), tmp / "g")
+        return runs[mode]
+
+    return get
+
+
 def _times(log: str) -> tuple[int, ...]:
     line = next(x for x in log.splitlines() if x.startswith("TIMES"))
     return tuple(int(v) for v in line.split()[1:])
 
 
-def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(tmp_path: Path):
+def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(recorded: Any):
     """Both ranks: on a side stream a sync all-reduce, then a 256 KiB send; the default stream waits for the side
     stream, then receives. The send's kernel starts when the all-reduce ends on the side stream, so the wait
     returns at the all-reduce's end + 22,125 ns (at 2990fe3: a deadlock, each send waiting for its flow)."""
-    rep = launch(_config(tmp_path, "behind"))
+    rep, _ = recorded("behind")
     fabric = [c for c in rep.cosim.completions if c.size]
     sends = {(c.src, c.dst): c for c in fabric if c.size == 256 * KIB}
     for me in (0, 1):
@@ -101,12 +119,12 @@ def test_a_send_behind_a_side_streams_all_reduce_hands_off_after_it(tmp_path: Pa
         assert t1 < mine.start_ns and t2 == mine.end_ns, (mine, t1, t2)
 
 
-def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_off(tmp_path: Path):
+def test_a_send_queued_behind_another_on_a_side_stream_hands_off_after_its_hand_off(recorded: Any):
     """Both ranks (GPUs 0 and 1 of an H100 host): isend 256 KiB on the default stream, wait for it from a side stream,
     send 256 KiB more there; the default stream runs on (its event right after is the start's), then waits for the
     side stream: the second send's kernel starts at the first's hand-off, so the wait returns at 2 x 14,981 ns (at
     2990fe3: a deadlock)."""
-    rep = launch(_config(tmp_path, "two"))
+    rep, _ = recorded("two")
     for me in (0, 1):
         t0, mid, t1, _ = _times(rep.logs[f"rank {me}"])
         assert mid == t0 and t1 - t0 == 2 * NVL, (t0, mid, t1)
@@ -122,13 +140,12 @@ def test_a_send_queued_behind_another_across_hosts_waits_for_the_first_to_be_rec
     assert text.startswith("deadlock") and "send#0" in text, text
 
 
-def test_an_all_reduce_queued_behind_a_send_on_a_side_stream_starts_at_its_hand_off(tmp_path: Path):
+def test_an_all_reduce_queued_behind_a_send_on_a_side_stream_starts_at_its_hand_off(recorded: Any):
     """Both ranks: on a side stream a 256 KiB send, then a sync all-reduce; the default stream waits for the side
     stream, then receives. The all-reduce starts at the send's hand-off (t0 + 22,125 ns), not at its flow's end,
     and takes as long as the same all-reduce issued at t0 on the idle network (the first program's); at 28ff30f it
     waited for the send's flow, which waited for the peer's receive, issued after its all-reduce: a deadlock."""
-    alone = launch(_config(tmp_path / "a", "behind"))
-    rep = launch(_config(tmp_path / "b", "coll_after"))
+    (alone, _), (rep, _) = recorded("behind"), recorded("coll_after")
     for me in (0, 1):
         a0, _, a1, _ = _times(alone.logs[f"rank {me}"])
         ar_alone = max(c.end_ns for c in alone.cosim.completions if c.size and c.size != 256 * KIB) - a0
@@ -157,16 +174,14 @@ def test_a_send_queued_behind_another_hands_off_the_same_in_packet_mode(tmp_path
 
 
 @pytest.mark.parametrize("mode", ["behind", "two", "coll_after"])
-def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(tmp_path: Path, mode: str):
+def test_recorded_side_stream_sends_replay_at_their_live_hand_offs(recorded: Any, mode: str):
     """`--record` of both programs, replayed on the same network: each send's hand-off marker (egraph node type 7's)
     ends at the live wait's event, after the all-reduce's last flow or the earlier send's own hand-off, and each
     rank ends where it ended live (no deadlock)."""
     from phantora.egraph import replay_graph
-    from phantora.egraph.live import record_run
     from phantora.netsim.flow import FlowSimulator
 
-    cfg = _config(tmp_path, mode)
-    rep, graph = record_run(cfg, tmp_path / "g")
+    rep, graph = recorded(mode)
     assert graph.recorded is not None
     topo = _topo(mode)
     res = replay_graph(graph, topo, FlowSimulator(topo))
