@@ -1,10 +1,45 @@
 """Shared fixtures. `ns3_lib` imports ns-3 and loads the phantora fabric library once per test session;
 `solver_calls` counts the flow engine's max-min solver calls; `zmq_pair` gives a bound ROUTER and a DEALER
-connected to it, as a bridge server and its peer."""
+connected to it, as a bridge server and its peer. The longest files are collected first (`LONGEST_FIRST`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+# The files that took longest in a `scripts/test.sh --durations=120` run (their tests' sums, 2026-12-01), longest
+# first. scripts/test.sh gives each worker a file at a time in collection order (--dist loadfile
+# --no-loadscope-reorder), so the wall ends with the last files started: the long ones start first, the many short
+# ones fill the gaps. Every other file keeps its place after them.
+LONGEST_FIRST = (
+    "test_examples_zoo.py",
+    "test_simcuda.py",
+    "test_runtime_e2e.py",
+    "test_runtime_phantom.py",
+    "conformance/test_pytorch_examples.py",
+    "test_handoff_streams.py",
+    "test_forkserver.py",
+    "frameworks/test_hf_trainer.py",
+    "test_bridge_run.py",
+    "frameworks/test_torchtitan.py",
+    "test_sweep.py",
+    "test_doc_figures.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the files of `LONGEST_FIRST` to the front, in its order (a stable sort: tests keep their order)."""
+    here = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item: pytest.Item) -> int:
+        try:
+            return rank.get(item.path.relative_to(here).as_posix(), len(rank))
+        except ValueError:  # a test outside tests/
+            return len(rank)
+
+    items.sort(key=key)
 
 
 @pytest.fixture(scope="session")
