@@ -5,6 +5,7 @@ Each test starts real rank processes (torch + gloo + the bridge), so they use 2-
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -13,6 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -276,16 +278,41 @@ def test_dataloader_workers_run_as_plain_host_processes(tmp_path):
         assert f"total {want} workers 2" in rep.logs[f"rank {r}"]
 
 
-def test_fsdp2_example_matches_ddp_losses():
+def gpt_config(script: str) -> RunConfig:
+    """examples/`script` at its default size, 2 steps on 2 ranks, real tensors."""
+    return RunConfig(str(EXAMPLES / script), ["--steps", "2"], star(2), nproc=2, trace="none", timeout_s=300)
+
+
+@pytest.fixture(scope="module")
+def gpt_real() -> dict[str, Any]:
+    """The GPT examples' real-mode runs (DDP, FSDP2), each run once: the FSDP2-against-DDP check and the
+    phantom-tensor check read the same runs."""
+    return {script: launch(gpt_config(script)) for script in ("gpt_ddp.py", "gpt_fsdp.py")}
+
+
+def test_fsdp2_example_matches_ddp_losses(gpt_real: dict[str, Any]) -> None:
     """FSDP2 (all-gather + reduce-scatter on the phantora backend) trains exactly like DDP."""
-    args = [*GPT_ARGS, "--steps", "2"]
-    fsdp = launch(RunConfig(str(EXAMPLES / "gpt_fsdp.py"), args, star(2), nproc=2, trace="none", timeout_s=300))
-    ddp = launch(RunConfig(str(EXAMPLES / "gpt_ddp.py"), args, star(2), nproc=2, trace="none", timeout_s=300))
+    fsdp, ddp = gpt_real["gpt_fsdp.py"], gpt_real["gpt_ddp.py"]
     lf, ld = losses(fsdp.logs["rank 0"]), losses(ddp.logs["rank 0"])
     assert len(lf) == 2 and lf == pytest.approx(ld, rel=1e-4)
     comm = fsdp.summary["ranks"][0]["comm"]
     assert comm["all_gather"]["count"] > 0 and comm["reduce_scatter"]["count"] > 0
     assert fsdp.summary["tokens_per_s_per_gpu"] > 0 and 0 < fsdp.summary["mfu"] < 1
+
+
+@pytest.mark.parametrize("script", ["gpt_ddp.py", "gpt_fsdp.py"])
+def test_gpt_examples_run_on_phantom_tensors(gpt_real: dict[str, Any], script: str) -> None:
+    """The GPT examples read their batches on the host and move them to the model's device, so they
+    also run in phantom mode (`phantora run`'s default above 16 ranks), loss a NaN placeholder. Their
+    steps match real mode's to within the host-side batch assembly, which real mode (CPU tensors
+    are the device there) charges as device ops: a few microseconds of a ~1 ms step."""
+    cfg = gpt_config(script)
+    cfg.tensors = "phantom"
+    phantom, real = launch(cfg), gpt_real[script]
+    assert phantom.summary["run"]["tensors"] == "phantom" and "loss nan" in phantom.logs["rank 0"]
+    assert all(not math.isnan(v) for v in losses(real.logs["rank 0"]))
+    p, r = ([s["time_ns"] for s in rep.summary["steps"]] for rep in (phantom, real))
+    assert p == pytest.approx(r, rel=0.01)
 
 
 def test_tp_example_matches_single_process_training():
