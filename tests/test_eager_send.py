@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -76,13 +77,23 @@ SEND_THEN_RECV = """
 """
 
 
-def _run_sync(tmp_path: Path, floats: int):
+def _sync_config(tmp_path: Path, floats: int) -> RunConfig:
     script = tmp_path / "send_then_recv.py"
     script.write_text(textwrap.dedent(SEND_THEN_RECV))
     topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
     cfg = RunConfig(str(script), [str(floats)], topology=topo, nproc=2, trace="none", timeout_s=240)
     cfg.out_dir = str(tmp_path / "run")  # a kept run records its flows
-    return launch(cfg)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def sync_256k(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """(report, graph): SEND_THEN_RECV with 256 KiB run live once with `--record` (the recorder wraps the ranks; the
+    report is the live run's), shared by the live hand-off check and the replay's."""
+    from phantora.egraph.live import record_run
+
+    tmp = tmp_path_factory.mktemp("sync")
+    return record_run(_sync_config(tmp, 64 * KIB), tmp / "g")
 
 
 def _times(log: str) -> tuple[int, int, int]:
@@ -91,14 +102,14 @@ def _times(log: str) -> tuple[int, int, int]:
     return t0, t1, t2
 
 
-def test_synchronous_sends_first_run_and_end_at_their_hand_off(tmp_path: Path):
+def test_synchronous_sends_first_run_and_end_at_their_hand_off(sync_256k: tuple[Any, Any]):
     """`dist.send` then `dist.recv` on both ranks, 256 KiB: each send's wait returns at its hand-off, when NCCL's send
     kernel has copied its bytes into its proxy's buffer (collectives/handoff.py, NET): Simple's ring base latency
     8.4 us + its own proxy op of 1 us (one channel, Intel host), then 262,144 B at one channel's 20.6 GB/s (Hopper);
     not the network's 14.0 us, the receiving proxy's op or the NIC's 12.5 GB/s (45,372 ns, the lone transfer).
     Each receive ends with its flow, which runs once both ends are in (the receive is issued at the hand-off)."""
     nbytes = 64 * KIB * 4
-    rep = _run_sync(tmp_path, 64 * KIB)
+    rep, _ = sync_256k
     handoff = round((8.4 + 1.0) * 1000 + nbytes / 20.6)
     assert handoff == HANDOFF == 22_125
     flows = {(c.src, c.dst): c for c in rep.cosim.completions}
@@ -111,7 +122,7 @@ def test_synchronous_sends_first_run_and_end_at_their_hand_off(tmp_path: Path):
 
 def test_synchronous_sends_past_the_buffer_first_deadlock_naming_the_send(tmp_path: Path):
     with pytest.raises(BridgeError) as info:
-        _run_sync(tmp_path, 1024 * KIB)  # 4 MiB: NCCL's send kernel waits for the receiver, which waits too
+        launch(_sync_config(tmp_path, 1024 * KIB))  # 4 MiB: NCCL's send kernel waits for the receiver, which waits too
     text = str(info.value)
     assert text.startswith("deadlock") and "send#0" in text, text
 
@@ -162,18 +173,15 @@ def test_a_hand_off_wait_on_a_receive_is_refused_naming_the_node():
         Program.decode(data, "p0.msgpack")
 
 
-def test_a_recorded_send_first_program_replays_as_it_ran(tmp_path: Path):
+def test_a_recorded_send_first_program_replays_as_it_ran(sync_256k: tuple[Any, Any]):
     """`phantora run --record` of SEND_THEN_RECV (256 KiB), then replay on the same network: no deadlock, each
     send's wait ends at its hand-off (issue + 22,125 ns, the live CUDA event), the receive's at its live event,
     each rank at the live run's end."""
     from phantora.egraph import replay_graph
-    from phantora.egraph.live import record_run
     from phantora.netsim.flow import FlowSimulator
 
-    script = tmp_path / "send_then_recv.py"
-    script.write_text(textwrap.dedent(SEND_THEN_RECV))
     topo = leaf_spine(1, 2, 1, nic_rate="100Gbps")
-    rep, graph = record_run(RunConfig(str(script), [str(64 * KIB)], topo, nproc=2, timeout_s=240), tmp_path / "g")
+    rep, graph = sync_256k
     assert graph.recorded is not None and graph.recorded["idle_ns"] == [0, 0]
     res = replay_graph(graph, topo, FlowSimulator(topo))
     end = {c.tag: c.end_ns for c in res.completions}

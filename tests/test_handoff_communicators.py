@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,14 +72,29 @@ SENDS = """
 """
 
 
-def _run(tmp_path: Path, topo: object, groups: str, nbytes: int, eager: bool = False, network: str = "flow"):
+def _config(tmp_path: Path, topo: object, groups: str, nbytes: int, eager: bool, network: str) -> RunConfig:
     script = tmp_path / "sends.py"
     script.write_text(textwrap.dedent(SENDS))
     args = [groups, str(nbytes), "eager" if eager else "lazy"]
     cfg = RunConfig(str(script), args, topology=topo, nproc=2, trace="none", timeout_s=240, tensors="phantom")
     cfg.engine = EngineSpec(network=network)
     cfg.out_dir = str(tmp_path / f"run-{groups}-{network}")
-    return launch(cfg)
+    return cfg
+
+
+def _run(tmp_path: Path, topo: object, groups: str, nbytes: int, eager: bool = False, network: str = "flow"):
+    return launch(_config(tmp_path, topo, groups, nbytes, eager, network))
+
+
+@pytest.fixture(scope="module")
+def cross_two(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """(report, graph): `SENDS` with two groups, 1 MiB across one network channel, run live once with `--record`
+    (the recorder wraps the ranks; the report is the live run's), shared by the live hand-off check and the
+    recording's."""
+    from phantora.egraph.live import record_run
+
+    tmp = tmp_path_factory.mktemp("cross-two")
+    return record_run(_config(tmp, _cross(), "two", MIB, False, "flow"), tmp / "g")
 
 
 def _gaps(log: str) -> tuple[int, int]:
@@ -106,11 +122,13 @@ def test_the_same_two_sends_in_one_group_still_deadlock(tmp_path: Path):
     assert text.startswith("deadlock") and "send#0" in text, text
 
 
-def test_two_groups_each_send_1_mib_first_across_one_network_channel_and_both_hand_off(tmp_path: Path):
+def test_two_groups_each_send_1_mib_first_across_one_network_channel_and_both_hand_off(
+    cross_two: tuple[Any, Any], tmp_path: Path
+):
     """Two one-GPU hosts: 1 MiB fills the one channel's 8 x 128 KiB; each communicator has its own proxy, so the
     second send does not queue behind the first: both hand off at 60,302 ns. In one group the second waits behind the
     first in the proxy (tests/test_handoff_slots.py): a deadlock."""
-    rep = _run(tmp_path, _cross(), "two", MIB)
+    rep, _ = cross_two
     for me in (0, 1):
         assert _gaps(rep.logs[f"rank {me}"]) == (NET_1M, NET_1M) == (60_302, 60_302)
     with pytest.raises(BridgeError, match="^deadlock"):
@@ -175,16 +193,11 @@ def test_a_p2p_on_a_later_communicator_is_node_type_8_and_a_bad_one_is_named():
         Program.decode(msgpack.packb(bad), "p0.msgpack")
 
 
-def test_a_recorded_run_keeps_each_sends_communicator_and_replays_to_its_ends(tmp_path: Path):
+def test_a_recorded_run_keeps_each_sends_communicator_and_replays_to_its_ends(cross_two: tuple[Any, Any]):
     """`SENDS` with two groups across one channel, recorded live: the second send is on communicator 1, and the
     graph replays to the live run's ends (with one window per peer it deadlocked)."""
-    from phantora.egraph.live import record_run
-
-    script = tmp_path / "sends.py"
-    script.write_text(textwrap.dedent(SENDS))
+    rep, graph = cross_two
     topo = _cross()
-    cfg = RunConfig(str(script), ["two", str(MIB), "lazy"], topo, nproc=2, timeout_s=240, tensors="phantom")
-    rep, graph = record_run(cfg, tmp_path / "g")
     for me in (0, 1):
         assert _gaps(rep.logs[f"rank {me}"]) == (NET_1M, NET_1M)
         sends = [n for n in graph.program_of(me).nodes if isinstance(n, P2P) and n.is_send]
