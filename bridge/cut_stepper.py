@@ -25,7 +25,6 @@ on stderr (the pool names the worker).
 from __future__ import annotations
 
 import os
-import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.cut_unix import UnixPeers
 from bridge.cut_worker import KEYED_RECORDS, as_rows, start_worker
+from bridge.peak_rss import peak_rss_kb
 from phantora.netsim.cut_round import last_send_end, round_end
 from phantora.netsim.cut_windows import WindowStats
 from phantora.netsim.packet import Ns3Simulator
@@ -105,7 +105,7 @@ class Stepper:
             "ns3_cpu_s": s.run_cpu_s, "exchange_wall_s": s.exchange_wall_s, "run_cpu_s": self.run_cpu,
             "run_wall_s": self.run_wall, "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0,
             "setup_events": setup_events,
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": self.peers.rejected,
+            "maxrss_kb": peak_rss_kb(), "rejected": self.peers.rejected,
             "curve": self.peers.curve, "cut": self.sim.cut_stats(),
         }  # fmt: skip
         self.records_cpu += time.process_time() - c0
