@@ -293,6 +293,7 @@ def test_deduplicated_batches_run_and_replay_as_without(tmp_path) -> None:
     assert off_replayed == off and on_replayed == off
 
 
+@pytest.mark.slow
 def test_a_ring_batch_as_workload_splits_takes_the_live_rings_time(tmp_path) -> None:
     """The batch ring written as a workload's `splits` (one entry a row): in process and through the bridge's
     replay_rank (one group launch a rank on the 8-rank communicator), each pair takes what the live batch's does,
