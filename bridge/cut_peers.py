@@ -166,9 +166,10 @@ class ZmqPeers:
             key = tuple(int(x) for x in msg.get("key", ()))
             samp = msg.get("samp", (NEVER, NEVER))
             react = msg.get("react", (NEVER, NEVER))
+            fin = msg.get("fin", (0, -1))
             rep = PeerReport(g, int(msg["next"]), int(msg["arr"]), bytes(msg["batch"]), int(rel[0]), int(rel[1]), key,
                              int(samp[0]), int(samp[1]), int(react[0]), int(react[1]),
-                             int(msg.get("out", 0)))  # fmt: skip
+                             int(msg.get("out", 0)), int(fin[0]), int(fin[1]))  # fmt: skip
             self._early[(int(msg["seq"]), g)] = rep
         except (KeyError, TypeError, ValueError):  # a malformed report, even from a known peer, is dropped and counted
             self.rejected += 1
@@ -184,13 +185,14 @@ class ZmqPeers:
         sampling: tuple[int, int] = (NEVER, NEVER),
         react: tuple[int, int] = (NEVER, NEVER),
         output: int = 0,
+        finish: tuple[int, int] = (0, -1),
     ) -> list[PeerReport]:
         """`phantora.netsim.cut_windows.Peers.exchange` over the sockets."""
         for g, sock in self._peers.items():
             sock.send(msgpack.packb({"k": "win", "seq": seq, "next": next_ns, "arr": min_arrival,
                                      "batch": batches.get(g, b""), "rel": list(releases), "key": list(key),
                                      "samp": [sampling[0], sampling[1]], "react": list(react),
-                                     "out": output}))  # fmt: skip
+                                     "out": output, "fin": list(finish)}))  # fmt: skip
         out: list[PeerReport] = []
         waiting = [g for g in self._peers]
         limit = self._first_timeout_s if seq == 0 else self.timeout_s

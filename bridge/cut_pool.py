@@ -115,9 +115,12 @@ def run_partitioned_batches(
     batches: Sequence[tuple[int, Sequence[Flow]]],
     until: int | None = None,
     dports: Mapping[int, int] | None = None,
+    to_last_completion: bool = False,
 ) -> PartitionResult:
     """`run_partitioned` with each batch submitted at its own time (ns, as `Ns3Simulator.submit` takes it, all
-    before the run starts); `dports` labels fct.txt records (flow id -> HPCC destination port)."""
+    before the run starts); `dports` labels fct.txt records (flow id -> HPCC destination port);
+    `to_last_completion` (with no `until`): the workers stop after the ns of the last completion, as one engine's
+    drain (a replay), not at the last ACK (one engine's `finish()`, what netsim runs)."""
     config = config.validate()
     n = config.partition
     if n < 1:
@@ -130,14 +133,15 @@ def run_partitioned_batches(
     for g in range(n):
         spec = EngineSpec(network="ns3", packet=config.with_updates(partition_worker=g), side="packet")
         setups.append({"topology": topology_to_dict(topology), "engine": spec.to_dict(), "batches": wire,
-                       "dports": ports, "until": until})  # fmt: skip
+                       "dports": ports, "until": until, "finish": to_last_completion})  # fmt: skip
     if config.ray:
         from bridge.cut_ray import run_on_ray
 
         outs = run_on_ray(config.ray, setups, token, config.partition_timeout_s)
     else:
         outs = _run_local(setups, token, config.partition_timeout_s)
-    res = _merge(outs, time.perf_counter() - wall0, topology)
+    posts = {f.id: (at, f.deps, f.delay_ns) for at, batch in batches for f in batch if f.deps}
+    res = _merge(outs, time.perf_counter() - wall0, topology, posts)
     res.stats["flows_submitted"] = sum(len(b) for _, b in batches)  # each worker counts the flows it has an end of
     return res
 
@@ -180,15 +184,28 @@ def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -
     wait_workers([_Local(proc, log) for proc, log in procs], timeout_s)
 
 
-def _merge(outs: list[dict[str, Any]], wall_s: float, topology: Topology) -> PartitionResult:
+def _merge(
+    outs: list[dict[str, Any]],
+    wall_s: float,
+    topology: Topology,
+    posts: Mapping[int, tuple[int, Sequence[int], int]] | None = None,
+) -> PartitionResult:
+    """The workers' outputs as one keyed engine's result. A completion's start is its sender's (its FCT record; a
+    receiver's worker does not see a release made in another), or, for a flow whose sender's last ACK the run
+    stopped before (a run to the last completion), one engine's: its post ns (`posts`: flow id -> (post ns, deps,
+    delay), the flows with deps) or its last dependency's end, whichever is later, plus its delay."""
     ties = [0]
     fct = _merged(outs, "fct", FctLine, ties)
-    starts = {r.flow_id: r.start_ns for r in fct}  # the sender's: a receiver's worker does not see a release
-    done = sorted(
-        (dataclasses.replace(c, start_ns=starts.get(c.flow_id, c.start_ns))
-         for o in outs for c in completions_from_columns(o["done"])),
-        key=lambda c: (c.end_ns, c.flow_id),
-    )  # fmt: skip
+    starts = {r.flow_id: r.start_ns for r in fct}
+    done = sorted((c for o in outs for c in completions_from_columns(o["done"])), key=lambda c: (c.end_ns, c.flow_id))
+    ends = {c.flow_id: c.end_ns for c in done}
+    for i, c in enumerate(done):
+        start = starts.get(c.flow_id)
+        if start is None and posts and c.flow_id in posts:
+            at, deps, delay = posts[c.flow_id]
+            start = max(at, *(ends[d] for d in deps)) + delay
+        if start is not None and start != c.start_ns:
+            done[i] = dataclasses.replace(c, start_ns=start)
     channels, stats = merged_counters(outs, topology)
     pfc = _merged(outs, "pfc", PfcEvent, ties)
     marks = _merged(outs, "marks", EcnMark, ties)

@@ -231,6 +231,7 @@ class UnixPeers:
         sampling: tuple[int, int] = (NEVER, NEVER),
         react: tuple[int, int] = (NEVER, NEVER),
         output: int = 0,
+        finish: tuple[int, int] = (0, -1),
     ) -> list[PeerReport]:
         """`phantora.netsim.cut_windows.Peers.exchange` over the stream sockets."""
         if self._native is not None:
@@ -238,7 +239,9 @@ class UnixPeers:
         out: dict[int, PeerReport] = {}
         unsent: dict[int, memoryview] = {}
         for g, sock in self._socks.items():
-            data = encode(seq, next_ns, min_arrival, batches.get(g, b""), releases, key, sampling, react, output)
+            data = encode(
+                seq, next_ns, min_arrival, batches.get(g, b""), releases, key, sampling, react, output, finish
+            )
             n = self._send(g, sock, data)
             if n < len(data):
                 unsent[g] = memoryview(data)[n:]

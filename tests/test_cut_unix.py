@@ -29,13 +29,15 @@ def run_dir() -> Any:
 
 
 def test_frame_round_trip() -> None:
-    raw = encode(7, 1_000, NEVER, b"\x01\x02batch", (5, NEVER), (3, 9, 4294967295, 12), (2_000, 7_000), (8, 9), 3_000)
+    raw = encode(
+        7, 1_000, NEVER, b"\x01\x02batch", (5, NEVER), (3, 9, 4294967295, 12), (2_000, 7_000), (8, 9), 3_000, (3, 9_500)
+    )
     (n,) = LENGTH.unpack_from(raw)
     assert n == len(raw) - LENGTH.size
     seq, rep = decode(3, raw[LENGTH.size :])
     assert seq == 7
     assert rep == PeerReport(3, 1_000, NEVER, b"\x01\x02batch", 5, NEVER, (3, 9, 4294967295, 12), 2_000, 7_000, 8, 9,
-                             3_000)  # fmt: skip
+                             3_000, 3, 9_500)  # fmt: skip
 
 
 def test_frame_defaults_are_the_peer_report_defaults() -> None:
@@ -50,11 +52,11 @@ def test_frame_malformed_names_the_worker() -> None:
     with pytest.raises(FrameError, match="partition worker 4: .* does not parse"):
         decode(4, body[: len(body) - 3])  # cut short inside the array
     with pytest.raises(FrameError, match="key is not a list of at most 8 ints"):
-        decode(4, msgpack.packb([0, 10, 20, NEVER, NEVER, NEVER, NEVER, NEVER, 0, NEVER, list(range(9)), b""]))
-    with pytest.raises(FrameError, match="not an array of 12 fields"):
+        decode(4, msgpack.packb([0, 10, 20, NEVER, NEVER, NEVER, NEVER, NEVER, 0, NEVER, 0, -1, list(range(9)), b""]))
+    with pytest.raises(FrameError, match="not an array of 14 fields"):
         decode(4, msgpack.packb({"seq": 0}))
     with pytest.raises(FrameError, match="times is not all ints"):
-        decode(4, msgpack.packb([0, "10", 20, NEVER, NEVER, NEVER, NEVER, NEVER, 0, NEVER, [], b""]))
+        decode(4, msgpack.packb([0, "10", 20, NEVER, NEVER, NEVER, NEVER, NEVER, 0, NEVER, 0, -1, [], b""]))
 
 
 def _workers(run_dir: Path, n: int, body: Any, **kw: Any) -> list[Any]:

@@ -21,11 +21,12 @@ namespace {
 constexpr int64_t kNever = INT64_MAX;
 constexpr std::size_t kReadChunk = std::size_t{1} << 20;
 constexpr uint64_t kMaxFrame = PhantoraCutPeers::kMaxBatch + 4096;  // bridge.cut_frame.MAX_FRAME
-constexpr uint32_t kFields = 12;                                   // bridge.cut_frame.FIELDS
+constexpr uint32_t kFields = 14;                                   // bridge.cut_frame.FIELDS
 constexpr uint32_t kMaxKey = 8;                                    // bridge.cut_frame.MAX_KEY
 
 // A frame is bridge.cut_frame's: the body's length (little-endian u64), then one msgpack array
-// [seq, next, arr, release later, release same, sample from, react bound, react stop, output, idle, key, batch].
+// [seq, next, arr, release later, release same, sample from, react bound, react stop, output, idle, left, finish,
+// key, batch].
 // Written with every int as msgpack's int 64 and the batch as bin 32; read in any of msgpack's int forms.
 
 void PutBig(std::string& out, uint64_t v, int bytes) {
@@ -152,7 +153,7 @@ void StopIfInterrupted(uint32_t group) {
 using Wide = __int128;  // window ends as phantora.netsim.cut_windows computes them (Python ints: no overflow)
 
 enum How { kBefore, kThrough, kLockstep };
-enum Why { kLookahead, kReleaseLater, kReleaseSame, kLockstepNs, kUntil, kOutput, kReact, kSamplingStart };
+enum Why { kLookahead, kReleaseLater, kReleaseSame, kLockstepNs, kUntil, kOutput, kReact, kSamplingStart, kFinish };
 
 /// cut_windows.window_end.
 std::pair<Wide, How> WindowEnd(Wide glob, Wide la, Wide later, Wide same, Wide through, Wide cap, Wide reach) {
@@ -277,8 +278,8 @@ bool PhantoraCutPeers::Take(uint32_t g, uint64_t seq, CutReport& out) {
   Unpacker u(buf.data() + m_at[g] + sizeof(n), n);
   uint32_t fields = 0, keyLen = 0;
   int64_t got = 0;
-  int64_t* ints[10] = {&got,           &out.next,       &out.minArrival, &out.later,  &out.same,
-                       &out.sampleFrom, &out.reactBound, &out.reactStop,  &out.output, &out.idle};
+  int64_t* ints[12] = {&got,           &out.next,       &out.minArrival, &out.later, &out.same,  &out.sampleFrom,
+                       &out.reactBound, &out.reactStop,  &out.output,     &out.idle,  &out.left, &out.finish};
   bool ok = u.Array(fields) && fields == kFields;
   for (int64_t* v : ints) {
     ok = ok && u.Int(*v);
@@ -338,7 +339,8 @@ void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
   std::string head(sizeof(uint64_t), '\0');
   head.push_back(static_cast<char>(0x90 | kFields));
   for (const int64_t v : {static_cast<int64_t>(seq), mine.next, mine.minArrival, mine.later, mine.same,
-                          mine.sampleFrom, mine.reactBound, mine.reactStop, mine.output, mine.idle}) {
+                          mine.sampleFrom, mine.reactBound, mine.reactStop, mine.output, mine.idle, mine.left,
+                          mine.finish}) {
     PutInt(head, v);
   }
   const uint32_t keyLen = std::min<uint32_t>(mine.keyLen, 4);
@@ -460,15 +462,16 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
   if (peers == nullptr || args.empty()) {
     return {};
   }
-  if (args.size() != 6) {
-    throw std::invalid_argument("PhantoraCutRunWindows: 6 args (group, lookahead, until, sampling, reacting, "
-                                "first seq), got " + std::to_string(args.size()));
+  if (args.size() != 7) {
+    throw std::invalid_argument("PhantoraCutRunWindows: 7 args (group, lookahead, until, sampling, reacting, "
+                                "first seq, finish), got " + std::to_string(args.size()));
   }
   const uint32_t group = static_cast<uint32_t>(args[0]);
   const int64_t la = args[1];
   const bool sampling = args[3] != 0;
   const bool reacting = args[4] != 0;
   uint64_t seq = static_cast<uint64_t>(args[5]);
+  const bool finish = args[6] != 0 && args[2] < 0;
   const uint32_t groups = peers->Groups();
   if (group != peers->Group() || groups > net.CutGroups()) {
     throw std::invalid_argument("PhantoraCutRunWindows: worker " + std::to_string(group) + " (of " +
@@ -510,6 +513,11 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       mine.reactBound = OrNever(rb[0]);
       mine.reactStop = OrNever(rb[1]);
     }
+    if (finish) {
+      const std::vector<int64_t> fb = net.CutFinishBound();
+      mine.left = fb[0];
+      mine.finish = fb[1];
+    }
     mine.output = OrNever(net.CutOutputBound());
     exchange(mine);
     int64_t glob = std::min(mine.next, minArrival);
@@ -517,6 +525,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
     int64_t reach = mine.output;
     bool othersBusy = false;
     int64_t idle = mine.idle;  // the ns every worker's last flow had left by (NEVER: one has flows)
+    int64_t left = mine.left, last = mine.finish;  // a run to the last completion: flows in flight, their bound
     const int64_t known = sampled;
     sampled = std::min({sampled, mine.sampleFrom});
     for (uint32_t g = 0; g < groups; ++g) {
@@ -536,6 +545,8 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       sampled = std::min(sampled, r.sampleFrom);
       othersBusy = othersBusy || r.idle == kNever;
       idle = std::max(idle, r.idle);
+      left += r.left;
+      last = std::max(last, r.finish);
     }
     if (stop != kNever && (!haveUntil || stop < until)) {
       until = stopped = stop;
@@ -550,21 +561,30 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       }
     }
     opening = false;
-    if (glob == kNever || (haveUntil && glob > until)) {
+    if (glob == kNever || (haveUntil && glob > until) || (finish && left == 0)) {
       break;
     }
     const Wide cap = sampling && sampled == kNever && idle == kNever ? Wide(glob) + 1 : Wide(kNever);
     const Wide reactCap = bound == kNever ? Wide(kNever) : Wide(std::max(bound, glob)) + 1;
-    auto [end, how] = WindowEnd(glob, la, later, same, through, std::min(cap, reactCap), reach);
+    // the last completion is at or after every bound and glob (flows are still in flight): run the events before
+    // the greatest bound; once at it, its ns in lockstep rounds, which stop at the last completion's event
+    const bool finishLock = finish && last <= glob;
+    const Wide finishCap = finish && !finishLock ? Wide(last) : Wide(kNever);
+    auto [end, how] = WindowEnd(glob, la, later, same, through, std::min({cap, reactCap, finishCap}), reach);
     Why w = WhyEnd(glob, la, same, end, how, reach);
     if (how == kBefore && end == cap && w != kLookahead) {
       w = kSamplingStart;
     } else if (how == kBefore && end == reactCap && w != kLookahead) {
       w = kReact;
+    } else if (how == kBefore && end == finishCap && w != kLookahead) {
+      w = kFinish;
     }
     if (lock == glob) {
       how = kLockstep;
       w = kLockstepNs;
+    } else if (finishLock) {
+      how = kLockstep;
+      w = kFinish;
     }
     if (haveUntil && end > until) {
       end = Wide(until) + 1;
@@ -604,6 +624,9 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
         }
       }
       if (least) {
+        if (finish) {
+          net.CutFinishAfter(left);
+        }
         net.CutRunLeast(glob, others);
       }
       ++lockRounds;

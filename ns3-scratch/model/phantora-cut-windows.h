@@ -29,6 +29,8 @@ struct CutReport {
   int64_t reactStop = INT64_MAX;   ///< ... and stop
   int64_t output = 0;              ///< its earliest output (0: not told)
   int64_t idle = INT64_MAX;        ///< queue sampling: the ns its last flow left (NEVER while it has flows)
+  int64_t left = 0;                ///< a run to the last completion: the flows it completes still in flight
+  int64_t finish = -1;             ///< ... a lower bound on the last completion's ns (-1: none)
   uint32_t keyLen = 0;             ///< a lockstep round's next-event key: 0 or 4 ints
   int64_t key[4] = {0, 0, 0, 0};
   std::string batch;  ///< its cut-cable messages for the receiver (PhantoraNetwork::CutDeliver's bytes)
@@ -36,7 +38,8 @@ struct CutReport {
 
 /// One worker's connected stream sockets to the other workers of its partition on one machine. A frame is
 /// bridge.cut_frame's (the body's length as a little-endian u64, then the msgpack array [seq, next, arr, release
-/// later, release same, sample from, react bound, react stop, output, idle, key, batch]), so either loop reads the
+/// later, release same, sample from, react bound, react stop, output, idle, left, finish, key, batch]), so either
+/// loop reads the
 /// other's. The descriptors stay the caller's (bridge.cut_unix closes them).
 class PhantoraCutPeers {
  public:
@@ -76,17 +79,17 @@ class PhantoraCutPeers {
 
 /// A partition worker's part of one engine's RunUntil over windows (phantora.netsim.cut_windows.run_windows):
 /// args = {group, lookahead ns, until ns (-1: run until nothing is left anywhere), sampling (0/1), reacting (0/1),
-/// first seq (the barriers already made)}. Returns {stopped ns (-1: ran to until), barriers made, windows, message
-/// bytes out, lockstep rounds, CPU ns in the runs, wall ns in the exchanges, then the windows by what ended them
+/// first seq (the barriers already made), finish (0/1: with until -1, stop after the ns of the last completion)}.
+/// Returns {stopped ns (-1: ran to until), barriers made, windows, message bytes out, lockstep rounds, CPU ns in the runs, wall ns in the exchanges, then the windows by what ended them
 /// (kCutWhy order), then by width (kCutWidths buckets: 0, 1, 2-9, 10-99, ...)}. `peers` null or `args` empty: a
 /// warm-up call (nothing run, an empty result; with a worker's own `peers`, cppyy's first call of it too).
 std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeers* peers,
                                            const std::vector<int64_t>& args);
 
 /// What ended a window, in the order of PhantoraCutRunWindows' counts (phantora.netsim.cut_windows' names).
-constexpr const char* kCutWhy[] = {"lookahead",     "release after",  "release in",    "lockstep",
-                                   "until",         "earliest output", "reacting flow", "sampling start"};
-constexpr uint32_t kCutWhyCount = 8;
+constexpr const char* kCutWhy[] = {"lookahead",     "release after",  "release in",     "lockstep",       "until",
+                                   "earliest output", "reacting flow", "sampling start", "last completion"};
+constexpr uint32_t kCutWhyCount = 9;
 constexpr uint32_t kCutWidths = 21;  ///< width buckets: 0, 1, then 2-9 and one per decade up to 19 digits
 
 }  // namespace ns3

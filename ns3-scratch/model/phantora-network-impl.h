@@ -114,6 +114,7 @@ class PhantoraNetwork::Impl {
   bool Busy() const { return !flows.empty() || othersBusy; }
   bool othersBusy = false;  ///< a partition worker: another worker had flows at the last barrier (CutSampling)
   int64_t emptySince = 0;   ///< the ns `flows` last became empty (CutIdleSince)
+  int64_t finishAt = -1;    ///< CutRunLeast stops once inFlight is down to this (CutFinishAfter; -1: never)
   /// Forget flow `it` (done here); `now`: the ns, kept in emptySince if it was the last.
   void EraseFlow(std::unordered_map<uint64_t, FlowState>::iterator it, int64_t now) {
     flows.erase(it);

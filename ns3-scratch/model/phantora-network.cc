@@ -675,10 +675,13 @@ uint64_t PhantoraNetwork::CutRunLeast(int64_t ns, const std::vector<int64_t>& li
     throw std::invalid_argument("CutRunLeast: the limit is a key (schedTs, node, count) or empty");
   }
   const uint64_t releases = cut.Releases();
+  Impl& s = Need();
   uint64_t ran = 0;
-  while (cut.Releases() == releases && sim->RunOneAt(static_cast<uint64_t>(ns), limit.empty() ? nullptr : &lim)) {
+  while (cut.Releases() == releases && static_cast<int64_t>(s.inFlight) > s.finishAt &&
+         sim->RunOneAt(static_cast<uint64_t>(ns), limit.empty() ? nullptr : &lim)) {
     ++ran;
   }
+  s.finishAt = -1;
   return ran;
 }
 
@@ -986,6 +989,27 @@ int64_t PhantoraNetwork::LastSendEndBound() {
     end = std::max(end, now - 2 + txNs + l.propNs);
   }
   return end;
+}
+
+void PhantoraNetwork::CutFinishAfter(int64_t left) {
+  Worker("CutFinishAfter");
+  Impl& s = Need();
+  s.finishAt = left < 1 ? -1 : static_cast<int64_t>(s.inFlight) - left;
+}
+
+std::vector<int64_t> PhantoraNetwork::CutFinishBound() {
+  Worker("CutFinishBound");
+  Impl& s = Need();
+  const int64_t now = Now();
+  int64_t bound = LastSendEndBound();
+  for (auto& [id, f] : s.flows) {
+    // floor 0: a flow another worker completes may have completed there already (its own sends still bound it);
+    // now - 1: one this worker completes may still complete in ns now (a window run through it, CutRunThrough)
+    if (f.startNs >= 0 && !f.dataDone) {
+      bound = std::max(bound, s.CompletionLb(f, now - 1, 0));
+    }
+  }
+  return {static_cast<int64_t>(s.inFlight), bound};
 }
 
 std::string PhantoraNetwork::CutRoundEnd() {

@@ -358,6 +358,14 @@ class PhantoraNetwork {
   /// before `ranBefore` ran everywhere. True if the period ended (FabricRecorder::EndPeriod): the next flow start
   /// begins a new one.
   bool CutSampling(int64_t fromNs, bool othersBusy, int64_t idleNs, int64_t ranBefore);
+  /// A run to the last completion (a replay's drain: one engine stops after the ns of its last completion, the
+  /// last ACKs still on their way): {the flows this worker completes still in flight, a lower bound on the ns the
+  /// last of the flows it has an end of completes at (LastSendEndBound, and each started flow's own progress; -1:
+  /// none), valid for a flow another worker completed already too}.
+  std::vector<int64_t> CutFinishBound();
+  /// The next CutRunLeast stops right after the event in which this worker completes its `left`-th flow from now
+  /// (the last one anywhere, in a lockstep round of a run to the last completion: one engine's drain stops there).
+  void CutFinishAfter(int64_t left);
 
   int64_t Now() const;
   /// Time of the next pending event, or -1.

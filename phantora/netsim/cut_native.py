@@ -16,6 +16,7 @@ from typing import Any
 from phantora.errors import PhantoraError
 from phantora.netsim.cpp_errors import cpp_message
 from phantora.netsim.cut_windows import (
+    LAST,
     LOCKSTEP_NS,
     LOOKAHEAD,
     OUTPUT,
@@ -29,7 +30,7 @@ from phantora.netsim.cut_windows import (
 )
 
 HEADER = "phantora-cut-windows.h"
-WHY = (LOOKAHEAD, RELEASE_LATER, RELEASE_SAME, LOCKSTEP_NS, UNTIL, OUTPUT, REACT, SAMPLING_START)  # kCutWhy's order
+WHY = (LOOKAHEAD, RELEASE_LATER, RELEASE_SAME, LOCKSTEP_NS, UNTIL, OUTPUT, REACT, SAMPLING_START, LAST)  # kCutWhy
 WIDTHS = 21  # kCutWidths: 0, 1, 2-9, then one bucket per decade
 HEAD = 7  # stopped, barriers, windows, bytes out, lockstep rounds, run CPU ns, exchange wall ns
 
@@ -45,10 +46,10 @@ def _gbl() -> Any:
 def warm_up(net: Any, handle: Any = None) -> None:
     """Call the loop once doing nothing (cppyy's first-call cost, kept out of the figures); with `handle`
     (`native_peers`: a worker's own sockets) once more, since cppyy's first call with a real handle costs again.
-    Once more with six ints and no peers (still nothing run): a list's first conversion to the `std::vector` of the
+    Once more with seven ints and no peers (still nothing run): a list's first conversion to the `std::vector` of the
     arguments is cppyy's too (about 46 ms, 117 M instructions, in a stepped worker's first round otherwise)."""
     _gbl().PhantoraCutRunWindows(net, _null(), [])
-    _gbl().PhantoraCutRunWindows(net, _null(), [0] * 6)
+    _gbl().PhantoraCutRunWindows(net, _null(), [0] * 7)
     if handle is not None:
         _gbl().PhantoraCutRunWindows(net, handle, [])
 
@@ -79,9 +80,11 @@ def run_native(
     stats: WindowStats,
     sampling: bool,
     reacting: bool,
+    finish: bool = False,
 ) -> int | None:
     """`run_windows` in C++ over `handle` (`native_peers`); the same return and counts."""
-    args = [group, lookahead_ns, -1 if until is None else until, int(sampling), int(reacting), stats.exchanges]
+    args = [group, lookahead_ns, -1 if until is None else until, int(sampling), int(reacting), stats.exchanges,
+            int(finish)]  # fmt: skip
     try:
         out = [int(x) for x in _gbl().PhantoraCutRunWindows(net, handle, args)]
     except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass

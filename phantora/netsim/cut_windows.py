@@ -77,6 +77,8 @@ class PeerReport:
     react_bound: int = NEVER  # stepped workers: the last ns to run through before a reacting flow it starts may end
     react_stop: int = NEVER  # ... the least end + reaction of a reacting flow completed in it (`reacting`)
     output: int = 0  # the least arrival of anything it may send from now on (`CutOutputBound`), 0 if not told
+    left: int = 0  # a run to the last completion: the flows it completes still in flight
+    finish: int = -1  # ... a lower bound on the last completion's ns (`CutFinishBound`; -1: none)
 
 
 class Peers(Protocol):
@@ -93,11 +95,13 @@ class Peers(Protocol):
         sampling: tuple[int, int] = (NEVER, NEVER),
         react: tuple[int, int] = (NEVER, NEVER),
         output: int = 0,
+        finish: tuple[int, int] = (0, -1),
     ) -> list[PeerReport]:
         """Send each other worker its batch with our next time, least arrival, release bounds (later, same), our
         queue sampling (period start, idle since), our reacting flows' bound and stop (stepped workers), our earliest
-        output (0: none told) and, in a lockstep round, our next event's key; return every other worker's report
-        for barrier `seq` (raises naming the worker that does not answer in time)."""
+        output (0: none told), in a run to the last completion our flows in flight and their bound, and, in a
+        lockstep round, our next event's key; return every other worker's report for barrier `seq` (raises naming
+        the worker that does not answer in time)."""
         ...
 
 
@@ -148,6 +152,7 @@ LOCKSTEP_NS, UNTIL = "lockstep", "until"
 OUTPUT = "earliest output"  # every worker's next send across a cut arrives later than the lookahead from the start
 REACT = "reacting flow"  # stepped workers: the driver may hand over a flow once a flow it reacts to ends
 SAMPLING_START = "sampling start"  # one ns while no worker's queue sampling has begun (`run_windows`' cap)
+LAST = "last completion"  # a run to the last completion: no further than the flows in flight may all end
 
 
 def why_end(glob: int, lookahead_ns: int, later: int, same: int, end: int, how: str, reach: int = 0) -> str:
@@ -186,11 +191,12 @@ def window_end(
     return code // 2, THROUGH if code % 2 else BEFORE
 
 
-def _lockstep_round(net: Any, peers: Peers, group: int, glob: int, stats: WindowStats) -> None:
+def _lockstep_round(net: Any, peers: Peers, group: int, glob: int, stats: WindowStats, left: int = 0) -> None:
     """One lockstep round of ns `glob`: every worker says the key of its next event (after this barrier's
     deliveries); the one with the least at `glob` runs its events of `glob` while they order before every other
     worker's, stopping after one that releases a flow elsewhere (`CutRunLeast`): one engine's order, one worker
-    at a time. Its records carry the round (every worker counts the same exchanges)."""
+    at a time. Its records carry the round (every worker counts the same exchanges). `left` (a run to the last
+    completion): the flows in flight anywhere; the running worker stops right after the last of them."""
     mine = tuple(int(x) for x in net.CutNextKey())
     t0 = time.perf_counter()
     reports = peers.exchange(stats.exchanges, NEVER, NEVER, {}, key=mine)
@@ -202,6 +208,8 @@ def _lockstep_round(net: Any, peers: Peers, group: int, glob: int, stats: Window
     at = {g: tuple(k[1:]) for g, k in keys.items() if k and k[0] == glob}
     if at and min(at, key=lambda g: at[g]) == group:
         others = [k for g, k in at.items() if g != group]
+        if left:
+            net.CutFinishAfter(left)
         net.CutRunLeast(glob, list(min(others)) if others else [])
     stats.lockstep_rounds += 1
 
@@ -226,11 +234,18 @@ def warm_up(net: Any, group: int, groups: int) -> None:
     net.CutSamplingFrom()
     net.CutIdleSince()
     net.CutSampling(-1, True, -1, NEVER)  # (the first barrier says whether the others are busy)
+    net.CutFinishBound()
+    net.CutFinishAfter(0)
 
 
 def _react(net: Any, floor_ns: int) -> tuple[int, int]:
     bound, stop = (int(x) for x in net.CutReactBounds(floor_ns))
     return (NEVER if bound < 0 else bound, NEVER if stop < 0 else stop)
+
+
+def _finish(net: Any) -> tuple[int, int]:
+    left, bound = (int(x) for x in net.CutFinishBound())
+    return left, bound
 
 
 def _output(net: Any) -> int:
@@ -254,6 +269,7 @@ def run_windows(
     stats: WindowStats,
     sampling: bool = False,
     reacting: bool = False,
+    finish: bool = False,
 ) -> int | None:
     """This worker's part of one engine's RunUntil(until) (every event at or before `until`, then the clock at
     `until`); `until` None: run until no worker has an event left and no message is in flight.
@@ -263,27 +279,36 @@ def run_windows(
     `CutReacting`): each window also ends by the least reacting flow's bound + reaction over every worker (the
     sender's worker bounds it), so no worker runs past a flow the driver may hand over because of one, and once
     one completes (its receiver's worker says so at the next barrier) the run stops at its end + reaction instead
-    of `until`: that ns is returned (None: it ran to `until`).
+    of `until`: that ns is returned (None: it ran to `until`). `finish` (with `until` None: a replay's drain, which
+    on one engine stops after the ns of the last completion, its last ACKs still on their way): each report also
+    carries the flows the worker completes still in flight and a lower bound on the last completion
+    (`CutFinishBound`); a window runs no further than through the greatest of those bounds and its start (the
+    last completion is at or after both), and the run stops at the barrier where no flow is left: the window
+    that ran the last completion ran through its ns and no further.
     """
     if lookahead_ns <= 0:
         raise ValueError(f"partition worker {group}: lookahead must be > 0 ns, got {lookahead_ns}")
     if getattr(peers, "native", False):  # local stream sockets: the same loop in C++ (phantora.netsim.cut_native)
         return peers.run_native(net, lookahead_ns=lookahead_ns, until=until, stats=stats,  # type: ignore[attr-defined]
-                                sampling=sampling, reacting=reacting)  # fmt: skip
+                                sampling=sampling, reacting=reacting, finish=finish)  # fmt: skip
     batches: dict[int, bytes] = {}
     min_arrival = NEVER
     start = through = lock = -1  # the last window's start; the ns it ran through (CutRunThrough); in lockstep
     sampled = NEVER  # queue sampling: the ns the period began at in some worker, once known
     opening = True  # the run's first barrier (a period known there began before it)
     stopped = None  # reacting: the ns a reacting flow's completion stops the run at
+    finishing = finish and until is None
     while True:
         mine = _next(net)
         later, same = _releases(net, max(start, 0))
         samp = _sampling(net) if sampling else (NEVER, NEVER)
         bound, stop = _react(net, max(start, 0)) if reacting else (NEVER, NEVER)
         reach = _output(net)
+        fin = _finish(net) if finishing else (0, -1)
         t0 = time.perf_counter()
         more: dict[str, Any] = {"react": (bound, stop)} if reacting else {}
+        if finishing:
+            more["finish"] = fin
         reports = peers.exchange(
             stats.exchanges, mine, min_arrival, batches, (later, same), sampling=samp, output=reach, **more
         )
@@ -297,6 +322,7 @@ def run_windows(
             later, same = min(later, r.release_later), min(same, r.release_same)
             bound, stop = min(bound, r.react_bound), min(stop, r.react_stop)
             reach = min(reach, r.output)
+        left, last = fin[0] + sum(r.left for r in reports), max([fin[1], *(r.finish for r in reports)])
         if stop != NEVER and (until is None or stop < until):
             until = stopped = stop
         idle = max([samp[1], *(r.idle for r in reports)])  # every worker's last flow left by then (NEVER: not)
@@ -308,20 +334,28 @@ def run_windows(
             if net.CutSampling(-1 if sampled == NEVER else sampled, busy, -1 if idle == NEVER else idle, glob):
                 sampled = NEVER  # the period ended (the next flow start begins another)
         opening = False
-        if glob == NEVER or (until is not None and glob > until):
+        if glob == NEVER or (until is not None and glob > until) or (finishing and left == 0):
             break
         # flows and no period start known: one ns (see the docstring)
         cap = glob + 1 if sampling and sampled == NEVER and idle == NEVER else NEVER
         # a reacting flow not complete ends no earlier than glob: run through its bound (at least glob) + reaction
         react_cap = NEVER if bound == NEVER else max(bound, glob) + 1
-        end, how = window_end(glob, lookahead_ns, later, same, through, min(cap, react_cap), reach)
+        # the last completion is at or after every bound and glob (flows are still in flight): run the events before
+        # the greatest bound; once at it, its ns in lockstep rounds, which stop at the last completion's event
+        finish_lock = finishing and last <= glob
+        finish_cap = last if finishing and not finish_lock else NEVER
+        end, how = window_end(glob, lookahead_ns, later, same, through, min(cap, react_cap, finish_cap), reach)
         why = why_end(glob, lookahead_ns, later, same, end, how, reach)
         if how == BEFORE and end == cap and why != LOOKAHEAD:
             why = SAMPLING_START
         elif how == BEFORE and end == react_cap and why != LOOKAHEAD:
             why = REACT
+        elif how == BEFORE and end == finish_cap and why != LOOKAHEAD:
+            why = LAST
         if lock == glob:
             how, why = LOCKSTEP, LOCKSTEP_NS  # a ns begun in lockstep ends in it (its records carry rounds)
+        elif finish_lock:
+            how, why = LOCKSTEP, LAST
         if until is not None and end > until:
             end, how, why = until + 1, BEFORE, UNTIL
         end = min(end, NEVER)
@@ -330,7 +364,7 @@ def run_windows(
         c0 = time.process_time()
         if how == LOCKSTEP:
             lock = glob
-            _lockstep_round(net, peers, group, glob, stats)
+            _lockstep_round(net, peers, group, glob, stats, left if finishing else 0)
         elif how == THROUGH:
             net.CutRunThrough(end)
         else:

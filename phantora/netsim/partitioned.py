@@ -1,9 +1,10 @@
 """`partition=N` as an engine of the commands (issue 38): one DAG of flows, run to its end on N partition workers.
 
 The workers (`bridge.cut_pool`, started through the `runner` the command passes, as decomposition gets its
-spawner) run every flow submitted before the first run call, to the end, and their records come back merged as one
-keyed engine's. That is what `phantora replay` does: it submits the whole DAG of a workload or an execution graph,
-then drains it. The completions are handed out in (end, flow id) order, to the time each call asks for; what a
+spawner) run every flow submitted before the first run call, through the ns of the last completion (one engine's
+drain stops right after that completion, its last ACKs still on their way), and their records come back merged as
+one keyed engine's. That is what `phantora replay` does: it submits the whole DAG of a workload or an execution
+graph, then drains it. The completions are handed out in (end, flow id) order, to the time each call asks for; what a
 batch run cannot give is refused, naming why: flows submitted once the run has started (a live run, nccl-tests'
 call after call), a run limit (`drain(limit_ns)`). Queue samples (queue_sample_ns > 0) are sampled by owner, each worker
 the switches it runs at one engine's instants, and merged as one engine's (`bridge.cut_pool`).
@@ -23,7 +24,7 @@ from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.packet_summary import channel_usage
 from phantora.topology.model import Topology
 
-# (topology, config, batches, until, dports) -> bridge.cut_pool.PartitionResult
+# (topology, config, batches, until, dports, to_last_completion) -> bridge.cut_pool.PartitionResult
 Runner = Callable[..., Any]
 R = TypeVar("R")
 
@@ -79,7 +80,8 @@ class PartitionedSimulator:
 
     def _run(self) -> None:
         if self._res is None:
-            self._res = self._runner(self.topology, self.config, self._batches, None, None)
+            # a replay's drain: one engine stops after the ns of the last completion, its last ACKs on their way
+            self._res = self._runner(self.topology, self.config, self._batches, None, None, True)
             self._left = list(self._res.completions)
 
     def _take(self, until: int) -> list[Completion]:
