@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from phantora.collectives.dag import MessageCounters
@@ -136,12 +138,18 @@ class CollectivePlanner:
         (`CallSpec.inflight_at`, each shift as its pair); ((), ()) when it has none, or `copy` is not among them."""
         if not call.inflight or not comm:
             return (), ()
+        members = set(comm)
+        if not self.mirrors.active and members.issuperset(chain.from_iterable(call.inflight)):
+            # every pair on `comm` (a world-size group: n(n-1) pairs, read here once per pair): no Python loop
+            ours, named = set(call.inflight), set(map(itemgetter(0, 1), call.inflight_at))
+            if named <= ours and len(named) == len(call.inflight_at) and len(ours) == len(call.inflight):
+                mine = tuple(sorted(call.inflight))  # given in order: one pass
+                return (mine, tuple(sorted(call.inflight_at))) if tuple(copy) in ours else ((), ())
         at = {(a, b): (dt, n) for a, b, dt, n in call.inflight_at}
         pairs = {(a, b): at.get((a, b)) for a, b in call.inflight}
         if self.mirrors.active:
             m = self.mirrors
             pairs = {(m.shift(a, j), m.shift(b, j)): x for (a, b), x in pairs.items() for j in range(m.shifts)}
-        members = set(comm)
         mine = tuple(sorted(p for p in pairs if p[0] in members and p[1] in members))  # in order unless shifted
         ours = set(mine)
         if tuple(copy) not in ours:
