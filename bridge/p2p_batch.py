@@ -17,7 +17,8 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import compress, groupby
+from typing import NamedTuple
 
 from bridge.matching import Call, Rendezvous
 
@@ -41,6 +42,7 @@ class _Group:
     pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)
     order: list[Pair] = field(default_factory=list)
     answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
+    shifted: dict[int, _Shifted] = field(default_factory=dict)  # by start: what every answer at that start reads
 
 
 class P2pBatches:
@@ -87,7 +89,10 @@ class P2pBatches:
         nbytes = next(iter(rv.calls.values())).nbytes
         out = group.answers.get((t, nbytes))
         if out is None:
-            out = group.answers[(t, nbytes)] = _answer(t, nbytes, group.order, group.pairs)
+            at = group.shifted.get(t)
+            if at is None:
+                at = group.shifted[t] = _shift(t, group.order, group.pairs)
+            out = group.answers[(t, nbytes)] = _answer(t, nbytes, at)
         keys = [self._key[(c.rank, c.handle)] for c in rv.calls.values()]
         for k in keys:
             self._done[k] = self._done.get(k, 0) + 1
@@ -111,6 +116,7 @@ class P2pBatches:
                 insort(group.order, pair)
             group.pairs[pair] = entry
             group.answers.clear()
+            group.shifted.clear()
         return root
 
     def _find(self, k: LaunchKey) -> LaunchKey:
@@ -130,6 +136,7 @@ class P2pBatches:
             into.pairs.update(g.pairs)
             into.order = [p for p, _ in groupby(heapq.merge(into.order, g.order))]  # both sorted; a pair once
             into.answers.clear()
+            into.shifted.clear()
         return root
 
     def _prune(self, key: LaunchKey) -> None:
@@ -149,16 +156,25 @@ class P2pBatches:
         del self._groups[root]
 
 
-def _answer(
-    t: int, nbytes: int, order: list[Pair], pairs: dict[Pair, tuple[int, int]]
-) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
-    """`P2pBatches.inflight`'s answer for a pair starting at `t` with `nbytes` in a group of `pairs` (`order`: the
-    same pairs, sorted)."""
-    if len(order) < 2:
+class _Shifted(NamedTuple):
+    """A group's pairs (sorted), their (start, bytes), and their (src, dst, start - t, bytes) for a start `t`."""
+
+    order: tuple[Pair, ...]
+    entries: list[tuple[int, int]]
+    at: tuple[At, ...]
+
+
+def _shift(t: int, order: list[Pair], pairs: dict[Pair, tuple[int, int]]) -> _Shifted:
+    """The group's pairs as every pair starting at `t` reads them (one Python pass, shared by the launch's pairs)."""
+    entries = list(map(pairs.__getitem__, order))
+    return _Shifted(
+        tuple(order), entries, tuple((a, b, s - t, n) for (a, b), (s, n) in zip(order, entries, strict=True))
+    )
+
+
+def _answer(t: int, nbytes: int, shifted: _Shifted) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+    """`P2pBatches.inflight`'s answer for a pair starting at `t` with `nbytes`: the group's pairs, and those that
+    start at another time or move other bytes (no Python loop: a world-size group has n(n-1) pairs, each asking)."""
+    if len(shifted.order) < 2:
         return (), ()
-    at = []
-    for a, b in order:
-        s, n = pairs[(a, b)]
-        if (s, n) != (t, nbytes):
-            at.append((a, b, s - t, n))
-    return tuple(order), tuple(at)
+    return shifted.order, tuple(compress(shifted.at, map((t, nbytes).__ne__, shifted.entries)))

@@ -27,14 +27,21 @@ def _run(seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
     """One random sequence; (launches answered, merges of groups that shared a pair)."""
     rng = random.Random(seed)
     seen: list[tuple[int, int, dict[pb.Pair, tuple[int, int]], Any]] = []
-    real = pb._answer
+    real, real_shift = pb._answer, pb._shift
+    group_of: dict[int, dict[pb.Pair, tuple[int, int]]] = {}  # a shifted view -> its group's pairs, as they are now
 
-    def spy(t: int, nbytes: int, order: list[pb.Pair], pairs: dict[pb.Pair, tuple[int, int]]) -> Any:
-        out = real(t, nbytes, order, pairs)
-        seen.append((t, nbytes, dict(pairs), out))
+    def shift_spy(t: int, order: list[pb.Pair], pairs: dict[pb.Pair, tuple[int, int]]) -> pb._Shifted:
+        out = real_shift(t, order, pairs)
+        group_of[id(out)] = pairs
+        return out
+
+    def spy(t: int, nbytes: int, shifted: pb._Shifted) -> Any:
+        out = real(t, nbytes, shifted)
+        seen.append((t, nbytes, dict(group_of[id(shifted)]), out))  # a stale view would not match the group now
         return out
 
     monkeypatch.setattr(pb, "_answer", spy)
+    monkeypatch.setattr(pb, "_shift", shift_spy)
     b = pb.P2pBatches()
     launch = dict.fromkeys(COMM, 0)
     handle = 0
