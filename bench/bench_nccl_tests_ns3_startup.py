@@ -1,5 +1,6 @@
-"""`phantora nccl-tests --network ns3` start-up: ns-3 loaded as phantora loads it (core, network and stats) against
-the ns3 wheel's `from ns import ns` (every module's headers), in one run, the same command each way.
+"""`phantora nccl-tests --network ns3` start-up: ns-3 loaded as phantora loads it (the core, network and stats
+libraries and the fabric's facade header; ns-3's own headers only when asked, `Ns3Runtime.ns`) against the ns3
+wheel's `from ns import ns` (every module's headers), in one run, the same command each way.
 
     .venv/bin/python bench/bench_nccl_tests_ns3_startup.py
 
@@ -17,7 +18,7 @@ from cpu_timing import run_timed
 ROOT = Path(__file__).resolve().parents[1]  # the run's cwd: `python -c` then imports this tree's phantora
 COMMAND = ["nccl-tests", "all_reduce_perf", "--topology", "testbed16", "--network", "ns3"]
 COMMAND += ["-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1"]
-WHEEL = "import phantora.netsim.packet as p; p._quiet_import_ns = lambda: __import__('ns').ns; "
+WHEEL = "import phantora.netsim.packet as p; p._quiet_import_ns = lambda headers=True: __import__('ns').ns; "
 LEAN = ""
 
 
@@ -31,7 +32,7 @@ def run(prelude: str) -> tuple[float, float, list[str]]:
 def main() -> None:
     print("phantora " + " ".join(COMMAND))
     tables = []
-    for label, prelude in (("ns-3 core+network+stats", LEAN), ("the wheel's from ns import ns", WHEEL)):
+    for label, prelude in (("ns-3 core+network+stats libraries", LEAN), ("the wheel's from ns import ns", WHEEL)):
         wall, cpu, table = run(prelude)
         tables.append(table)
         print(f"{label}: {wall:.1f} s wall, {cpu:.1f} CPU s")

@@ -20,7 +20,7 @@ import tempfile
 import threading
 from array import array
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -96,12 +96,21 @@ _LAYOUT: dict[str, bool] = {}  # a struct's name -> whether `_rows` may read it 
 
 @dataclass
 class Ns3Runtime:
-    """The loaded ns-3 bindings and fabric library (one per process)."""
+    """The loaded ns-3 libraries and fabric library (one per process)."""
 
-    ns: Any  # cppyy.gbl.ns3 once ns-3's core, network and stats modules are loaded (`_quiet_import_ns`)
     cppyy: Any
     lib: Path
     cc_libs: list[Path]  # the user's CC libraries loaded after it ($PHANTORA_CC_DIR), in load order
+    _ns: Any = field(default=None, repr=False)
+
+    @property
+    def ns(self) -> Any:
+        """cppyy.gbl.ns3 with ns-3's core, network and stats headers parsed, on first use (about 1 CPU s). An engine
+        needs only their libraries and the facade's header (phantora-network.h includes no ns-3 header), so a run,
+        and each partition worker, skips the parse; what drives ns-3's own classes from Python asks for it here."""
+        if self._ns is None:
+            self._ns = _quiet_import_ns()
+        return self._ns
 
     @property
     def gbl(self) -> Any:
@@ -160,11 +169,11 @@ def _load_fabric(build_if_needed: bool) -> Ns3Runtime:
         cppyy.load_library(str(lib))
 
     cppyy.gbl.gInterpreter.Declare.__release_gil__ = True
-    ns = _quiet_import_ns()
+    _quiet_import_ns(headers=False)  # the libraries; their headers when asked (`Ns3Runtime.ns`)
     interruptible(fabric)
     # (not reset on a signal: the loading thread's next parse must not hold the GIL while this one exits)
     cppyy.gbl.gInterpreter.Declare.__release_gil__ = False
-    return Ns3Runtime(ns, cppyy, lib, [])
+    return Ns3Runtime(cppyy, lib, [])
 
 
 _CANCELLED = threading.Event()  # set when a signal stopped the wait on a load: its thread stops at `_checkpoint`
@@ -213,9 +222,10 @@ def interruptible(fn: Callable[[], Any], tick_s: float = 0.1) -> Any:
 NS3_MODULES = ("core", "network", "stats")  # what libphantora-ns3.so links against (ldd), in dependency order
 
 
-def _quiet_import_ns() -> Any:
-    """ns-3's core, network and stats modules loaded into cppyy (see `interruptible`), hiding cling's harmless
-    start-up chatter on stderr; the chatter is shown if the load fails, not when a signal stops the wait.
+def _quiet_import_ns(headers: bool = True) -> Any:
+    """ns-3's core, network and stats modules loaded into cppyy (see `interruptible`), their headers parsed unless
+    `headers` is false, hiding cling's harmless start-up chatter on stderr; the chatter is shown if the load fails,
+    not when a signal stops the wait.
 
     Not the wheel's `from ns import ns`, which parses every module's headers (wifi, lte, ...: 11 CPU s, 46 s of
     wall at load 15) where the fabric needs these three (1.2 CPU s, 4.5 s): nothing here uses the others. Each
@@ -236,6 +246,8 @@ def _quiet_import_ns() -> Any:
                 raise PhantoraError(f"the ns3 wheel has no {module} library in {libdir}: pip install ns3 again")
             _checkpoint()
             cppyy.load_library(str(found[-1]))
+        if not headers:
+            return None  # (no ns3 namespace yet: phantora-network.h declares it)
         for module in NS3_MODULES:
             _checkpoint()
             cppyy.include(f"ns3/{module}-module.h")
