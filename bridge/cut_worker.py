@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ import msgpack
 from bridge.columns import completions_to_columns, flows_from_columns
 from bridge.cut_peers import ZmqPeers
 from bridge.cut_unix import UnixPeers, is_local
+from bridge.peak_rss import peak_rss_kb
 from bridge.runspec import topology_from_dict
 from bridge.transport import LOOPBACK, STARTUP_TIMEOUT_S
 from phantora.netsim.cut_windows import WindowStats
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             "ns3_cpu_s": stats.run_cpu_s, "exchange_wall_s": stats.exchange_wall_s, "run_cpu_s": run_cpu,
             "run_wall_s": run_wall,
             "setup_cpu_s": setup_cpu, "wall_s": time.perf_counter() - wall0, "setup_events": started.setup_events,
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rejected": peers.rejected,
+            "maxrss_kb": peak_rss_kb(), "rejected": peers.rejected,
             "curve": peers.curve,
             "cut": sim.cut_stats(),
         }  # fmt: skip
