@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = WindowStats()
         sim.cut_warm_up(peers)
         c0, r0 = time.process_time(), time.perf_counter()
-        sim.run_cut_windows(peers, setup["until"], stats)
+        sim.run_cut_windows(peers, setup["until"], stats, finish=bool(setup.get("finish")))
         run_cpu, run_wall = time.process_time() - c0, time.perf_counter() - r0
         out = records(sim, sim.take_completions())
         out["windows"] = {

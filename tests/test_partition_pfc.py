@@ -78,3 +78,47 @@ def test_pauses_across_the_cut_write_one_keyed_engines_files(cc: str, tmp_path: 
     flows = [r.split(",") for r in (tmp_path / "one" / "flows.csv").read_text().splitlines()[1:]]
     last = max(flows, key=lambda r: int(r[9]))
     assert topo.nodes[int(last[4])].kind == "gpu" and groups[int(last[4])] != groups[int(last[5])]
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+@pytest.mark.parametrize("cc", ["dcqcn", "hpcc"])
+def test_whole_dag_replay_stops_at_the_last_completion(cc: str, tmp_path: Path) -> None:
+    """The whole-DAG path (packet NVLink: the workers run the DAG without a driver) on testbed16 with 400 KB buffers,
+    2 workers: one engine's replay drains to its last completion's event, the last ACKs still on their way; the
+    workers ran on to the last ACK (links.csv counted those ACKs) until the window exchange carried the flows left
+    in flight and their greatest bound (`cut_windows.run_windows`' ``finish``): now they run that ns in lockstep
+    rounds and stop right after that event. Every file byte for byte (under HPCC with its hash, an ACK of that ns
+    after the completion's event counted on one channel when the workers ran the ns whole)."""
+    from bridge.cut_pool import run_partitioned_batches
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.replay import replay_inprocess
+    from phantora.report.replay_report import write_replay_outputs
+    from phantora.workload import load_workload
+
+    topo = load_topology("testbed16")
+    wl = load_workload(workload(tmp_path / "wl.toml"), world=topo.num_ranks)
+    sets = ["wire=roce4k", f"scheduler={KEYED_SCHEDULER}", "buffer_bytes=400000", "queue_sample_ns=0"]
+    cfg = apply_overrides(PacketConfig(cc=cc), [*sets, *(["ecmp_hash=hpcc"] if cc == "hpcc" else [])])
+
+    def replay(config: PacketConfig, out: Path) -> dict[str, object]:
+        spec = EngineSpec("ns3", config)
+        sim = make_engine(spec, topo, partitioner=run_partitioned_batches)
+        try:
+            res = replay_inprocess(wl, topo, sim)
+            write_replay_outputs(out, res, workload=wl.name, topology=topo, network="ns3", engine=sim, spec=spec)
+            return dict(sim.stats())
+        finally:
+            sim.close()
+
+    one = replay(cfg, tmp_path / "one")
+    two = replay(dataclasses.replace(cfg, partition=2), tmp_path / "two")
+    for name in FILES:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+    part = two["partition"]
+    assert part["workers"] == 2 and "stepped" not in part  # type: ignore[index,operator]
+    assert part["windows_ended_by"].get("last completion", 0) > 0  # type: ignore[index]
+    assert {k: two[k] for k in ("flows_completed", "data_packets", "acks")} == {
+        k: one[k] for k in ("flows_completed", "data_packets", "acks")
+    }

@@ -683,19 +683,25 @@ class Ns3Simulator:
         return [int(x) for x in self._net.CutStats()]
 
     def run_cut_windows(
-        self, peers: Peers, until: int | None, stats: WindowStats, reacting: Sequence[int] | None = None
+        self,
+        peers: Peers,
+        until: int | None,
+        stats: WindowStats,
+        reacting: Sequence[int] | None = None,
+        finish: bool = False,
     ) -> int | None:
-        """This partition worker's part of one engine's run to `until` (None: until nothing is left anywhere), in
-        barrier windows with the other workers (`phantora.netsim.cut_windows.run_windows`); the lookahead is the
-        least cut-cable latency (no cable cut: one window). `reacting` (stepped workers), flat [flow id, reaction
-        ns, ...]: the run stops at the first such flow's end + its reaction, which is returned (None: not)."""
+        """This partition worker's part of one engine's run to `until` (None: until nothing is left anywhere, or
+        with `finish` through the ns of the last completion, as one engine's drain), in barrier windows with the
+        other workers (`phantora.netsim.cut_windows.run_windows`); the lookahead is the least cut-cable latency (no
+        cable cut: one window). `reacting` (stepped workers), flat [flow id, reaction ns, ...]: the run stops at the
+        first such flow's end + its reaction, which is returned (None: not)."""
         group, groups = self._cut_group()
         cables, lookahead = self.cut_stats()[:2]
         if reacting is not None:
             self._net.CutReacting(list(reacting))
         return run_windows(self._net, peers, group=group, groups=groups, lookahead_ns=lookahead if cables else NEVER,
                            until=until, stats=stats, sampling=self.config.queue_sample_ns > 0,
-                           reacting=reacting is not None)  # fmt: skip
+                           reacting=reacting is not None, finish=finish)  # fmt: skip
 
     def cut_warm_up(self, peers: Peers | None = None) -> None:
         """Call each window method once, doing nothing, so that cppyy's first-call cost is not in the figures of
