@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,16 +34,30 @@ def workload(path: Path) -> Path:
     return path
 
 
-@pytest.mark.slow
-@pytest.mark.ns3
-@pytest.mark.parametrize("cc", ["dcqcn", "hpcc"])
-def test_pauses_across_the_cut_write_one_keyed_engines_files(cc: str, tmp_path: Path) -> None:
+def replay(wl: Any, topo: Any, config: PacketConfig, out: Path, **engine: Any) -> dict[str, object]:
+    """Replay `wl` in process on one engine (partition 0) or on the workers `config` names; write its files to `out`
+    and return the engine's stats."""
     from bridge.cut_pool import run_partitioned_batches
-    from bridge.cut_stepped_pool import spawn_stepped
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
     from phantora.replay import replay_inprocess
     from phantora.report.replay_report import write_replay_outputs
+
+    spec = EngineSpec("ns3", config)
+    sim = make_engine(spec, topo, partitioner=run_partitioned_batches, **engine)
+    try:
+        res = replay_inprocess(wl, topo, sim)
+        write_replay_outputs(out, res, workload=wl.name, topology=topo, network="ns3", engine=sim, spec=spec)
+        return dict(sim.stats())
+    finally:
+        sim.close()
+
+
+@pytest.mark.slow
+@pytest.mark.ns3
+@pytest.mark.parametrize("cc", ["dcqcn", "hpcc"])
+def test_pauses_across_the_cut_write_one_keyed_engines_files(cc: str, tmp_path: Path) -> None:
+    from bridge.cut_stepped_pool import spawn_stepped
     from phantora.workload import load_workload
 
     topo = load_topology("testbed16")
@@ -50,18 +65,8 @@ def test_pauses_across_the_cut_write_one_keyed_engines_files(cc: str, tmp_path: 
     sets = ["nvlink=fluid", "wire=roce4k", f"scheduler={KEYED_SCHEDULER}", "buffer_bytes=400000", "queue_sample_ns=0"]
     cfg = apply_overrides(PacketConfig(cc=cc), [*sets, *(["ecmp_hash=hpcc"] if cc == "hpcc" else [])])
 
-    def replay(config: PacketConfig, out: Path) -> dict[str, object]:
-        spec = EngineSpec("ns3", config)
-        sim = make_engine(spec, topo, partitioner=run_partitioned_batches, stepper=spawn_stepped)
-        try:
-            res = replay_inprocess(wl, topo, sim)
-            write_replay_outputs(out, res, workload=wl.name, topology=topo, network="ns3", engine=sim, spec=spec)
-            return dict(sim.stats())
-        finally:
-            sim.close()
-
-    one = replay(cfg, tmp_path / "one")
-    two = replay(dataclasses.replace(cfg, partition=2), tmp_path / "two")
+    one = replay(wl, topo, cfg, tmp_path / "one", stepper=spawn_stepped)
+    two = replay(wl, topo, dataclasses.replace(cfg, partition=2), tmp_path / "two", stepper=spawn_stepped)
     for name in FILES:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
     counters = ("flows_submitted", "flows_completed", "data_packets", "acks", "pfc_pause", "pfc_resume")
@@ -90,11 +95,6 @@ def test_whole_dag_replay_stops_at_the_last_completion(cc: str, tmp_path: Path) 
     in flight and their greatest bound (`cut_windows.run_windows`' ``finish``): now they run that ns in lockstep
     rounds and stop right after that event. Every file byte for byte (under HPCC with its hash, an ACK of that ns
     after the completion's event counted on one channel when the workers ran the ns whole)."""
-    from bridge.cut_pool import run_partitioned_batches
-    from phantora.netsim.engine_spec import EngineSpec
-    from phantora.netsim.factory import make_engine
-    from phantora.replay import replay_inprocess
-    from phantora.report.replay_report import write_replay_outputs
     from phantora.workload import load_workload
 
     topo = load_topology("testbed16")
@@ -102,18 +102,8 @@ def test_whole_dag_replay_stops_at_the_last_completion(cc: str, tmp_path: Path) 
     sets = ["wire=roce4k", f"scheduler={KEYED_SCHEDULER}", "buffer_bytes=400000", "queue_sample_ns=0"]
     cfg = apply_overrides(PacketConfig(cc=cc), [*sets, *(["ecmp_hash=hpcc"] if cc == "hpcc" else [])])
 
-    def replay(config: PacketConfig, out: Path) -> dict[str, object]:
-        spec = EngineSpec("ns3", config)
-        sim = make_engine(spec, topo, partitioner=run_partitioned_batches)
-        try:
-            res = replay_inprocess(wl, topo, sim)
-            write_replay_outputs(out, res, workload=wl.name, topology=topo, network="ns3", engine=sim, spec=spec)
-            return dict(sim.stats())
-        finally:
-            sim.close()
-
-    one = replay(cfg, tmp_path / "one")
-    two = replay(dataclasses.replace(cfg, partition=2), tmp_path / "two")
+    one = replay(wl, topo, cfg, tmp_path / "one")
+    two = replay(wl, topo, dataclasses.replace(cfg, partition=2), tmp_path / "two")
     for name in FILES:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
     part = two["partition"]
