@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 P2P_NVLINK_PEER = 32  # per-peer channel need over an NVSwitch: 2 x 18 links, power of two, at most p2pnChannels
 P2P_PER_CHANNEL_NET_BW = 14.0  # GB/s one p2p channel moves over the network (NCCL_P2P_PER_CHANNEL_NET_BW)
 P2P_PEERS_PER_ROUND = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH
+LL128_SHARE = 0.92  # p2p's LL128 keeps 0.92 of the rate (NCCL's 120 of each 128 bytes)
 # NVLinks (at NCCL's per-link rate) one p2p channel moves inside a host. A send/recv's channel (one CTA, its warps
 # split between one send and one receive) moves one: H100 sendrecv_perf on 8 and 4 ranks runs 4 and 8 channels a
 # peer at 79.5 and 149-157 GB/s, 8 at 162.5, i.e. 19.9-20.3 GB/s a channel against 20.6 a link. When a GPU sends
@@ -220,7 +221,7 @@ def p2p_choice(
     if protocol == "LL":
         bw = min(bw * 0.5, T.LL_MAX_BW[p.arch][0])
     elif protocol == "LL128":
-        bw *= 0.92
+        bw *= LL128_SHARE
     peer_bw = bw / local_peers if local_peers > 0 else 0.0
     if intra and p.pci is not None:  # a PCIe host's pairs: their links' max-min shares (pci_p2p.py)
         pairs = [(0, 1)] if coll.kind == "send_recv" else all_pairs(p.pci)

@@ -17,12 +17,11 @@ from typing import Any
 import numpy as np
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.p2p import P2P_LINKS_PER_CHANNEL, channel_links, net_channel_bw
+from phantora.collectives.nccl.p2p import LL128_SHARE, P2P_LINKS_PER_CHANNEL, channel_links, net_channel_bw
 from phantora.collectives.nccl.platform import Platform
 
 Pair = tuple[int, int]  # (sender, receiver) positions in the communicator
 ALL_PEERS = P2P_LINKS_PER_CHANNEL["all_to_all"]
-LL128_SHARE = 0.92  # as p2p_choice: LL128 moves 120 of each 128 bytes
 MAX_CHANNELS = 64  # NCCL's MAXCHANNELS: a channel id is below it
 
 
