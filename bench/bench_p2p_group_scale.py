@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+if "--child" not in sys.argv:  # a child imports the tree its PYTHONPATH names (`--base`: the tree compared)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cpu_timing import cpu_timed  # noqa: E402
 from moe_dispatch import ROW, splits  # noqa: E402

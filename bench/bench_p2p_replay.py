@@ -16,16 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from phantora.egraph import replay_graph
-from phantora.egraph.live import record_run
-from phantora.launcher import RunConfig
-from phantora.netsim.engine_spec import EngineSpec
-from phantora.netsim.factory import make_engine
-from phantora.topology.loader import load_topology
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this tree's phantora, not the venv's install
+
+from phantora.egraph import replay_graph  # noqa: E402
+from phantora.egraph.live import record_run  # noqa: E402
+from phantora.launcher import RunConfig  # noqa: E402
+from phantora.netsim.engine_spec import EngineSpec  # noqa: E402
+from phantora.netsim.factory import make_engine  # noqa: E402
+from phantora.topology.loader import load_topology  # noqa: E402
 
 
 def transfer_key(tag: str) -> tuple[str, int, int]:

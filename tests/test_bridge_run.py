@@ -405,14 +405,14 @@ def test_a_rank_dying_before_it_joins_is_said_to_die_during_start_up(rank_script
 
 @pytest.mark.ns3
 def test_a_rank_dying_while_ns3_starts_ends_the_run_without_waiting_for_it(rank_script: Path, tmp_path: Path, ns3_lib):
-    """The ns-3 import (seconds) in the network server does not delay the end of a run whose rank died."""
+    """The network server's ns-3 start does not delay the end of a run whose rank died. (Since 447a7c3 ns-3 starts in
+    about 0.5 s, so the server may be ready before the rank dies: the bound holds either way.)"""
     stamp = tmp_path / "died"
     cmd = [sys.executable, str(rank_script), "early"]
     run = CosimRun(star(2), EngineSpec("ns3"), rank_cmd=cmd, env={"EXIT_STAMP": str(stamp)}, timeout_s=120)
     with pytest.raises(BridgeError, match=r"rank 1 \(pid \d+\) exited with code 4 during start-up"):
         run.run()
     ended = time.monotonic()
-    assert "ready" not in run.logs["server"]  # the run ended while ns-3 was still starting
     assert ended - float(stamp.read_text()) < 1.5  # it used to wait 3 s for the busy coordinator
 
 
