@@ -14,7 +14,8 @@ Then "on paper" for P = 8, 16 and 64 cores, one worker a core: T(P) = C / P x im
 with C the one engine's CPU, the imbalance the largest run's busiest worker's ns-3 CPU over the mean, X the
 barrier exchanges (set by the traffic and the lookahead, not by P: every worker takes part in every barrier),
 e(P) the CPU of an empty exchange with P - 1 peers (measured here with 2 and the largest N processes exchanging
-nothing, linear in the peers), M(P) a worker's message bytes (an all-to-all on a leaf-spine cuts 1 - 1/P of
+nothing, linear in the peers; `--exchange`: by default the C++ window loop's exchange, which workers on one machine
+run, `bench/bench_cut_exchange.py`), M(P) a worker's message bytes (an all-to-all on a leaf-spine cuts 1 - 1/P of
 its traffic, split over P workers) and m the message handling CPU a byte (the largest run's messaging CPU
 outside ns-3's windows less its empty exchanges, over its bytes). A projection, not a measurement.
 
@@ -106,43 +107,13 @@ def _sorted(records: list[Any]) -> list[Any]:
     return sorted(records, key=lambda r: r if isinstance(r, tuple) else dataclasses.astuple(r))
 
 
-EXCHANGE_SCRIPT = """
-import sys, time
-from pathlib import Path
-from bridge.cut_peers import ZmqPeers
-root, g, n, token, k = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-peers = ZmqPeers(root, g, n, token)
-for i in range(50):
-    peers.exchange(i, 0, 0, {})
-c0 = time.process_time()
-for i in range(50, 50 + k):
-    peers.exchange(i, 0, 0, {})
-print((time.process_time() - c0) / k)
-peers.close()
-"""
+def exchange_cost(n: int, kind: str = "native", k: int = 2000) -> float:
+    """CPU of one empty barrier exchange (no message) per worker, mean over `n` processes exchanging `k` times over
+    `kind` (`bench_cut_exchange.KINDS`: ``native``, the C++ window loop's exchange that local workers run)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_cut_exchange import exchange
 
-
-def exchange_cost(n: int, k: int = 2000) -> float:
-    """CPU of one empty barrier exchange (no message) per worker, mean over `n` processes exchanging `k` times."""
-    import subprocess
-    import sys
-
-    from bridge.transport import make_run_dir, new_token, remove_run_dir
-
-    root, token = make_run_dir(), new_token()
-    try:
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", EXCHANGE_SCRIPT, str(root), str(g), str(n), token, str(k)],
-                stdout=subprocess.PIPE,
-                text=True,
-            )  # fmt: skip
-            for g in range(n)
-        ]
-        costs = [float(p.communicate(timeout=300)[0]) for p in procs]
-    finally:
-        remove_run_dir(root)
-    return sum(costs) / n
+    return exchange(kind, n, 0, k)[0]
 
 
 def main() -> None:
@@ -156,9 +127,12 @@ def main() -> None:
     ap.add_argument("--batches", help="a bench/capture_packet_side.py file to run instead of the all-to-all")
     ap.add_argument("--results", help="a finished `phantora replay --set partition=N` output folder: project only")
     ap.add_argument("--serial-s", type=float, default=0.0, help="with --results: the driver's serial CPU s")
+    ap.add_argument("--exchange", default="native", choices=("native", "unix", "zmq"),
+                    help="the exchange the model's e(P) measures: native (the C++ window loop's, what workers on "
+                         "one machine run), unix (the Python loop's), zmq (ZeroMQ: tcp, CurveZMQ, Ray)")  # fmt: skip
     args = ap.parse_args()
     if args.results:
-        from_results(args.results, args.serial_s)
+        from_results(args.results, args.serial_s, args.exchange)
         return
     live: list[tuple[int, int, int]] | None = None
     if args.batches:
@@ -203,10 +177,10 @@ def main() -> None:
         print(f"#   partition={n} windows ended by {ws[0]['ended_by']}, widths in ns {ws[0]['widths']}")
         last = ws
     if len(last) >= 2:
-        project(one["run_cpu"], last)
+        project(one["run_cpu"], last, exchange=args.exchange)
 
 
-def from_results(folder: str, serial: float) -> None:
+def from_results(folder: str, serial: float, exchange: str = "native") -> None:
     """The on-paper table from a partition run's results.json (module docstring, `--results`)."""
     import json
 
@@ -224,28 +198,34 @@ def from_results(folder: str, serial: float) -> None:
           f"{run} (ns-3 {ns3}); critical path measured {serial + crit:.1f} s = serial {serial:.1f} + busiest per "
           f"round {crit:.1f} ({crit / max(part['run_cpu_s']):.2f}x "
           f"the busiest worker's whole run: the rounds' own imbalance, which the model leaves out)")  # fmt: skip
-    project(c, ws, serial, also=(n,), c_is="the workers' ns-3 CPU summed")
+    project(c, ws, serial, also=(n,), c_is="the workers' ns-3 CPU summed", exchange=exchange)
 
 
 def project(
-    c: float, ws: list[dict[str, Any]], serial: float = 0.0, also: tuple[int, ...] = (), c_is: str = "one engine"
+    c: float,
+    ws: list[dict[str, Any]],
+    serial: float = 0.0,
+    also: tuple[int, ...] = (),
+    c_is: str = "one engine",
+    exchange: str = "native",
 ) -> None:
     """The on-paper table (module docstring) from the largest partition measured; `serial` CPU s added to every
-    row (and to C in the speed-up), `also` more core counts (the measured one, to set the model beside it)."""
+    row (and to C in the speed-up), `also` more core counts (the measured one, to set the model beside it), e(P)
+    measured over `exchange` (`exchange_cost`)."""
     n = len(ws)
     cpu = [w["ns3_cpu_s"] for w in ws]
     imbalance = max(cpu) / (sum(cpu) / n)
     x = ws[0]["exchanges"]
     bytes_w = sum(w["bytes_out"] for w in ws) / n  # a worker's message bytes (sent ~ received)
     handling = max(w["run_cpu_s"] - w["ns3_cpu_s"] for w in ws)  # its messaging CPU outside ns-3's windows
-    fixed = {p: exchange_cost(p) for p in sorted({2, n})}  # an empty exchange's CPU, with 1 and n - 1 peers
+    fixed = {p: exchange_cost(p, exchange) for p in sorted({2, n})}  # an empty exchange's CPU, 1 and n - 1 peers
     per_peer = (fixed[n] - fixed[2]) / (n - 2) if n > 2 else fixed[2]
     base = fixed[2] - per_peer
     per_byte = max(handling - x * fixed[n], 0.0) / bytes_w
     print(
         f"\n# on paper (one worker a core), from partition={n}: C = {c:.2f} s ({c_is}), "
-        f"imbalance {imbalance:.2f}, X = {x} exchanges; an empty exchange {fixed[2] * 1e6:.0f} us CPU with 1 "
-        f"peer, {fixed[n] * 1e6:.0f} us with {n - 1}; message handling {per_byte * 1e9:.1f} ns CPU a byte "
+        f"imbalance {imbalance:.2f}, X = {x} exchanges; an empty {exchange} exchange {fixed[2] * 1e6:.1f} us CPU "
+        f"with 1 peer, {fixed[n] * 1e6:.1f} us with {n - 1}; message handling {per_byte * 1e9:.1f} ns CPU a byte "
         f"({bytes_w / 1e6:.1f} MB a worker)"
     )
     print("| cores | serial s | ns-3 share s | exchanges s | messages s | projected s | speed-up |")

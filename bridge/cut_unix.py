@@ -189,6 +189,16 @@ class UnixPeers:
         if self.native:
             cut_native.warm_up(net, self._handle())
 
+    def exchange_rounds(self, first_seq: int, rounds: int, batch_bytes: int) -> tuple[float, float]:
+        """(CPU s, wall s) of `rounds` barriers the C++ loop makes over these sockets with no window between
+        (`cut_native.exchange_rounds`: a barrier's own cost, for the benches); every worker must call it alike."""
+        from phantora.netsim import cut_native
+
+        try:
+            return cut_native.exchange_rounds(self._handle(), first_seq, rounds, batch_bytes)
+        except PhantoraError as e:
+            raise BridgeError(str(e), code=E_TIMEOUT if "no word from" in str(e) else "bridge") from None
+
     def _handle(self) -> Any:
         """The C++ side of these sockets (`cut_native.native_peers`), made once."""
         from phantora.netsim import cut_native

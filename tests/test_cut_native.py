@@ -105,6 +105,28 @@ def test_a_silent_dead_or_garbled_peer_is_named(write: bytes | str | None, what:
         b.close()
 
 
+def test_exchange_rounds_make_the_loops_barriers() -> None:
+    """`PhantoraCutExchangeRounds` (the benches' barrier alone) makes one barrier a round, each a frame the Python
+    loop reads with its sequence number and the batch's bytes, and reads the peer's frame of each."""
+    from phantora.netsim import cut_native
+
+    ns3 = _ns3()
+    a, b = socket.socketpair()
+    try:
+        peers = ns3.PhantoraCutPeers(0, [-1, a.fileno()], 500, 500)
+        for seq in range(3, 7):
+            b.sendall(encode(seq, seq, NEVER, b"x"))
+        cpu_s, wall_s = cut_native.exchange_rounds(peers, 3, 4, 16)
+        got = [_recv_frame(b, 0) for _ in range(4)]
+        assert [(seq, r.next_ns, r.batch) for seq, r in got] == [(s, 100 * s, bytes(16)) for s in range(3, 7)]
+        assert peers.Buffered() == 0 and cpu_s >= 0 and wall_s > 0
+        with pytest.raises(Exception, match=r"no word from partition worker\(s\) \[1\] at barrier 7"):
+            cut_native.exchange_rounds(peers, 7, 1, 0)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_socket_per_other_worker() -> None:
     ns3 = _ns3()
     with pytest.raises(Exception, match="socket 5 for worker 0 .*-1 at its own group 0"):

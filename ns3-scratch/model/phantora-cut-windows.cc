@@ -658,4 +658,23 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
   return out;
 }
 
+std::vector<int64_t> PhantoraCutExchangeRounds(PhantoraCutPeers& peers, uint64_t firstSeq, uint64_t rounds,
+                                               uint64_t batchBytes) {
+  if (batchBytes > PhantoraCutPeers::kMaxBatch) {
+    throw std::invalid_argument("PhantoraCutExchangeRounds: a batch of " + std::to_string(batchBytes) + " bytes");
+  }
+  std::vector<std::vector<uint8_t>> batches(peers.Groups(), std::vector<uint8_t>(batchBytes, 0));
+  batches[peers.Group()].clear();
+  std::vector<CutReport> reports;
+  CutReport mine;
+  const int64_t c0 = CpuNs(), w0 = WallNs();
+  for (uint64_t i = 0; i < rounds; ++i) {
+    mine.next = static_cast<int64_t>(100 * (firstSeq + i));  // a report with its fields set, as a window's
+    mine.minArrival = mine.next + 1000;
+    peers.Exchange(firstSeq + i, mine, batches, reports);
+    StopIfInterrupted(peers.Group());
+  }
+  return {CpuNs() - c0, WallNs() - w0};
+}
+
 }  // namespace ns3

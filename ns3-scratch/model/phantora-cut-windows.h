@@ -86,6 +86,12 @@ class PhantoraCutPeers {
 std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeers* peers,
                                            const std::vector<int64_t>& args);
 
+/// An exchange's own cost (bench/bench_cut_exchange.py, bench/bench_partition.py's model): `rounds` barriers from
+/// `firstSeq` on, each sending every peer the same report and a batch of `batchBytes` zero bytes and reading theirs,
+/// as PhantoraCutRunWindows makes them but with no window between. Returns {CPU ns, wall ns} of the rounds.
+std::vector<int64_t> PhantoraCutExchangeRounds(PhantoraCutPeers& peers, uint64_t firstSeq, uint64_t rounds,
+                                               uint64_t batchBytes);
+
 /// What ended a window, in the order of PhantoraCutRunWindows' counts (phantora.netsim.cut_windows' names).
 constexpr const char* kCutWhy[] = {"lookahead",     "release after",  "release in",     "lockstep",       "until",
                                    "earliest output", "reacting flow", "sampling start", "last completion"};

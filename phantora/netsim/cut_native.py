@@ -65,6 +65,16 @@ def native_peers(group: int, fds: list[int], timeout_s: float, first_timeout_s: 
     return _gbl().PhantoraCutPeers(group, fds, max(int(timeout_s * 1000), 1), max(int(first_timeout_s * 1000), 1))
 
 
+def exchange_rounds(handle: Any, first_seq: int, rounds: int, batch_bytes: int) -> tuple[float, float]:
+    """(CPU s, wall s) of `rounds` barriers over `handle` (`native_peers`) with no window between, each sending every
+    peer a `batch_bytes` batch: what a barrier alone costs the C++ loop (``ns3::PhantoraCutExchangeRounds``)."""
+    try:
+        cpu_ns, wall_ns = (int(x) for x in _gbl().PhantoraCutExchangeRounds(handle, first_seq, rounds, batch_bytes))
+    except Exception as exc:  # noqa: BLE001 - cppyy raises the C++ exception as any Exception subclass
+        raise PhantoraError(cpp_message(exc)) from None
+    return cpu_ns / 1e9, wall_ns / 1e9
+
+
 def bucket_name(index: int) -> str:
     """`width_bucket`'s name of the loop's width bucket `index`."""
     return width_bucket(index if index < 2 else 2 if index == 2 else 10 ** (index - 2))
