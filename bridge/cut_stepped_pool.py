@@ -110,7 +110,8 @@ class SteppedPool:
         topo = topology_to_dict(topology)
         for g in range(config.partition):
             # (reuse=on stays in the driver, over all of them: each worker runs the plain keyed engine)
-            worker = config.with_updates(partition_worker=g, reuse="off")
+            # (and nic_latency: `NicLatencySimulator` hands the driver each flow the ns before its first packet)
+            worker = config.with_updates(partition_worker=g, reuse="off", nic_latency=0)
             spec = EngineSpec(network="ns3", packet=worker, side="packet")
             d = self._root / f"w{g}"
             d.mkdir(mode=0o700)

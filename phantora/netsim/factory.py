@@ -183,10 +183,9 @@ def partitioned(
         from phantora.netsim.partition_stepped import SteppedPartition
 
         stepped = SteppedPartition(topo, config, stepper)
-        engine = fluid_nvlink(topo, config, packet=with_reuse(stepped, config))
-        stepped.reacts = engine.reacts_to  # type: ignore[attr-defined]
-        stepped.reaction = engine.reaction_ns  # type: ignore[attr-defined]
-        stepped.floor = engine.submit_floor  # type: ignore[attr-defined]  # rounds past fluid events
+        packet = packet_side(stepped, config)  # NIC latency above the workers, as above one engine's ns-3
+        engine = fluid_nvlink(topo, config, packet=packet)
+        stepped.follow(engine, packet if config.nic_latency else None)  # rounds past fluid events
         stepped.prechecked = True  # the hybrid checks each batch whole at its submit
         return engine
     for name, on in (("nic_latency", config.nic_latency), ("reuse", config.reuse == "on")):  # fmt: skip

@@ -236,6 +236,14 @@ class NicLatencySimulator(RunsByCompletion):
         ]
 
     # ----- state -------------------------------------------------------------------------------
+    def waits_on(self, fid: int) -> bool:
+        """Does a flow held here (for its deps) wait on flow `fid`? (Its completion posts it.)"""
+        return self._rel.waits_on(fid)
+
+    def next_insert(self) -> int:
+        """The ns the next flow waiting for its first packet is handed to ns-3 at (its start - 1; INF_NS: none)."""
+        return self._kicks[0][0] - 1 if self._kicks else INF_NS
+
     def next_event_time(self) -> int | None:
         times = [t for t in (self.inner.next_event_time(), self._kicks[0][0] if self._kicks else None) if t is not None]
         return min(times) if times else None

@@ -93,16 +93,20 @@ class SteppedPartition(DecomposedSimulator):
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
             raise InputError("stepped partition workers need partition >= 1", field="partition")
-        for name, on in (("nic_latency", config.nic_latency), ("workers", config.workers),
-                         ("ray", bool(config.ray))):  # fmt: skip
+        for name, on in (("workers", config.workers), ("ray", bool(config.ray)),
+                         ("nic_latency with reuse=on", bool(config.nic_latency) and config.reuse == "on")):  # fmt: skip
             if on:
                 raise InputError(
                     f"partition={config.partition} with nvlink=fluid: {name} is not combined with it yet (the "
                     "workers run the plain keyed packet engine; one engine runs it: partition=0)",
-                    field=name,
+                    field=name.split()[0],
                 )
 
     def _layout(self) -> tuple[Any, list[int], int]:
+        # With a NIC latency, `NicLatencySimulator` sits above this engine, as above one engine's ns-3
+        # (`factory.partitioned`): each flow comes here without deps the ns before its first packet, so the workers
+        # start a flow at its submit ns as with none (rounds to E, bounds without L)
+        self.latency, self._ahead = 0, 1
         self.pieces = [0]
         # set by the caller: the least ns between a flow's completion and a flow it may hand over because of it
         # (INF_NS: none; the fluid NVLink side's `reaction_ns`)
@@ -114,6 +118,31 @@ class SteppedPartition(DecomposedSimulator):
         self._seen = (0, 0, 0, 0, 0)  # merged records handed out by `new_records` (pfc, queues, drops, cnps, marks)
         return PairBounds(self.topology), [0], 1
 
+    def follow(self, hybrid: Any, nic: Any = None) -> None:
+        """Take the fluid NVLink side's reactions (`reacts`, `reaction`, `floor`), directly above this engine or
+        through `nic`, a `NicLatencySimulator`: it hands a flow over L - 1 ns after its post (the ns before its first
+        packet), and a completion that releases a flow held there is one the workers stop at (its waiter posted at
+        the completion + its delay, at least: so L - 1 ns later at the earliest), as is the next flow it holds to
+        hand over."""
+        if nic is None:
+            self.reacts, self.reaction, self.floor = hybrid.reacts_to, hybrid.reaction_ns, hybrid.submit_floor
+            return
+        ahead = nic.latency_ns - 1
+
+        def reacts(fid: int) -> bool:
+            return bool(hybrid.reacts_to(fid)) or nic.waits_on(fid)
+
+        def reaction(fid: int) -> int:
+            r = hybrid.reaction_ns(fid)
+            r = r + ahead if r < INF_NS else INF_NS
+            return min(r, ahead) if nic.waits_on(fid) else r
+
+        def floor() -> int:
+            f = hybrid.submit_floor()
+            return min(f + ahead if f < INF_NS else INF_NS, nic.next_insert())
+
+        self.reacts, self.reaction, self.floor = reacts, reaction, floor
+
     # ----- posts at one engine's instants -------------------------------------------------------------
     def submit(self, flows: Sequence[Flow], at: int) -> None:
         """The decomposition driver's bookkeeping (bounds, owners), then the flows wait here until the workers
@@ -121,6 +150,8 @@ class SteppedPartition(DecomposedSimulator):
         `at` run, and with every dependency not completed by then (`_round`)."""
         out = self._out[0]
         n0 = len(out.flows)
+        if at > self._now and self.config.nic_latency:  # `NicLatencySimulator` inserting flows at now, sent at `at`
+            flows, at = self._sent_later(flows, at), self._now
         super().submit(flows, at)
         if out.gated or out.gates or len(out.flows) - n0 != len(flows):
             raise InputError("partition workers with nvlink=fluid: a marker reached the packet side", field="flows")
@@ -131,6 +162,14 @@ class SteppedPartition(DecomposedSimulator):
             self._pending_ids.update(f.id for f in batch)
             self._posts += 1
             self._submitted += len(batch)
+
+    def _sent_later(self, flows: Sequence[Flow], at: int) -> list[Flow]:
+        """Flows (without deps) that one engine's ns-3 gets now, starting at `at`, posted now with the rest as their
+        delay: each worker adds them at now, so their starts take one engine's key (scheduled by the caller now)."""
+        if any(f.deps for f in flows):
+            raise InputError("partition workers with nic_latency: a flow with deps handed over ahead", field="flows")
+        extra = at - self._now
+        return [f.with_deps((), f.delay_ns + extra) for f in flows]
 
     def _round(self, horizon: int) -> None:
         """Post the flows due by `horizon`, each batch once every worker ran to its ns (a round to it first,
@@ -300,6 +339,7 @@ class SteppedPartition(DecomposedSimulator):
         res = self._merged()
         out: dict[str, object] = dict(res.stats)
         out["flows_submitted"] = self._submitted  # the workers' sum counts a cross-group flow twice
+        out["decompose"] = self.config.decompose_settings()  # (the workers run without the NIC latency: it is here)
         out["partition"] = {
             **partition_summary(res.workers, res.ties),
             "stepped": True,
