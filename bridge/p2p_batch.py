@@ -8,8 +8,10 @@ transfer runs once both peers' kernels run (sendrecv.h: the sender waits for the
 the pairs joined through the ranks' launches (rank r's launch holds its send to r + 1 and its receive from r - 1:
 the ring's pairs are one group), whatever time each starts at. The coordinator matches and launches the pairs one
 by one; here each learns the pairs of its group known then, launched or still held, with their starts and sizes
-(`CallSpec.inflight_at`), so that it is rated in the group's schedule (`pci_p2p.group_ends`). A pair of the group
-that a rank has not issued yet, or that waits for an earlier call on its stream, is not known to those before it.
+(`CallSpec.launch`: one `LaunchGroup` made once for each state of the group, which all the pairs launched in that
+state share), so that it is rated in the group's schedule (`p2p_group.rate_group`, `pci_p2p.group_ends`). A pair
+of the group that a rank has not issued yet, or that waits for an earlier call on its stream, is not known to those
+before it.
 """
 
 from __future__ import annotations
@@ -17,13 +19,12 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from dataclasses import dataclass, field
-from itertools import compress, groupby
-from typing import NamedTuple
+from itertools import groupby
 
 from bridge.matching import Call, Rendezvous
+from phantora.collectives.launch_group import At, LaunchGroup
 
 Pair = tuple[int, int]
-At = tuple[int, int, int, int]  # (src, dst, start offset ns, bytes)
 LaunchKey = tuple[int, int, int]  # (rank, launch id, 0) or, for a call without one, (rank, -1, issue time)
 
 
@@ -36,13 +37,13 @@ def grouped_comm(rv: Rendezvous) -> tuple[int, ...]:
 @dataclass
 class _Group:
     """The launches joined by their pairs, and their pairs held or launched so far: (start, bytes) by (src, dst),
-    and the same pairs kept sorted as they join (`order`), so that no launch sorts the group again."""
+    and the same pairs kept sorted as they join (`order`), so that no launch sorts the group again; `shared`, the
+    group as it is now, handed to every pair launched until it changes."""
 
     keys: set[LaunchKey] = field(default_factory=set)
     pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)
     order: list[Pair] = field(default_factory=list)
-    answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
-    shifted: dict[int, _Shifted] = field(default_factory=dict)  # by start: what every answer at that start reads
+    shared: LaunchGroup | None = None
 
 
 class P2pBatches:
@@ -78,27 +79,30 @@ class P2pBatches:
         """The send/recv `rv` is matched and held for launch at its start: its group knows it from now on."""
         self._join(rv)
 
-    def inflight(self, rv: Rendezvous, t: int) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
-        """The (src, dst) pairs of the send/recv `rv`'s group known now, held or launched (its own among them,
-        sorted), and the (src, dst, start - t, bytes) of those that start at another time than `t` or move other
-        bytes; ((), ()) for a lone send/recv or one alone in its group. Records `rv` as launched at `t`."""
+    def launch(self, rv: Rendezvous, t: int) -> LaunchGroup | None:
+        """The pairs of the send/recv `rv`'s group known now, held or launched (its own among them, starting at `t`),
+        sorted, with their starts and bytes: one object shared by every pair launched until the group changes; None
+        for a lone send/recv or one alone in its group. Records `rv` as launched at `t`."""
         root = self._join(rv, t)
         if root is None:
-            return (), ()
+            return None
         group = self._groups[root]
-        nbytes = next(iter(rv.calls.values())).nbytes
-        out = group.answers.get((t, nbytes))
-        if out is None:
-            at = group.shifted.get(t)
-            if at is None:
-                at = group.shifted[t] = _shift(t, group.order, group.pairs)
-            out = group.answers[(t, nbytes)] = _answer(t, nbytes, at)
+        if group.shared is None and len(group.order) > 1:
+            entries = list(map(group.pairs.__getitem__, group.order))
+            group.shared = LaunchGroup(tuple(group.order), *map(tuple, zip(*entries, strict=True)))
         keys = [self._key[(c.rank, c.handle)] for c in rv.calls.values()]
         for k in keys:
             self._done[k] = self._done.get(k, 0) + 1
         for k in keys:
             self._prune(k)
-        return out
+        return group.shared
+
+    def inflight(self, rv: Rendezvous, t: int) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+        """`launch`'s group as `rv`'s pair reads it: the pairs (sorted), and the (src, dst, start - t, bytes) of those
+        that start at another time than `t` or move other bytes (`CallSpec.inflight`, `inflight_at`); ((), ())
+        for a lone send/recv or one alone in its group."""
+        g = self.launch(rv, t)
+        return ((), ()) if g is None else g.answer((rv.key[1], rv.key[2]))
 
     def _join(self, rv: Rendezvous, t: int | None = None) -> LaunchKey | None:
         """Put `rv`'s pair in the group of its ranks' launches (joining them), starting at `t` (default: its calls'
@@ -115,8 +119,7 @@ class P2pBatches:
             if pair not in group.pairs:
                 insort(group.order, pair)
             group.pairs[pair] = entry
-            group.answers.clear()
-            group.shifted.clear()
+            group.shared = None
         return root
 
     def _find(self, k: LaunchKey) -> LaunchKey:
@@ -135,8 +138,7 @@ class P2pBatches:
             into.keys |= g.keys
             into.pairs.update(g.pairs)
             into.order = [p for p, _ in groupby(heapq.merge(into.order, g.order))]  # both sorted; a pair once
-            into.answers.clear()
-            into.shifted.clear()
+            into.shared = None
         return root
 
     def _prune(self, key: LaunchKey) -> None:
@@ -154,27 +156,3 @@ class P2pBatches:
             for rh in self._handles.pop(k, ()):
                 del self._key[rh]
         del self._groups[root]
-
-
-class _Shifted(NamedTuple):
-    """A group's pairs (sorted), their (start, bytes), and their (src, dst, start - t, bytes) for a start `t`."""
-
-    order: tuple[Pair, ...]
-    entries: list[tuple[int, int]]
-    at: tuple[At, ...]
-
-
-def _shift(t: int, order: list[Pair], pairs: dict[Pair, tuple[int, int]]) -> _Shifted:
-    """The group's pairs as every pair starting at `t` reads them (one Python pass, shared by the launch's pairs)."""
-    entries = list(map(pairs.__getitem__, order))
-    return _Shifted(
-        tuple(order), entries, tuple((a, b, s - t, n) for (a, b), (s, n) in zip(order, entries, strict=True))
-    )
-
-
-def _answer(t: int, nbytes: int, shifted: _Shifted) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
-    """`P2pBatches.inflight`'s answer for a pair starting at `t` with `nbytes`: the group's pairs, and those that
-    start at another time or move other bytes (no Python loop: a world-size group has n(n-1) pairs, each asking)."""
-    if len(shifted.order) < 2:
-        return (), ()
-    return shifted.order, tuple(compress(shifted.at, map((t, nbytes).__ne__, shifted.entries)))

@@ -8,6 +8,7 @@ from typing import Any
 from phantora.collectives.channel_shares import channel_shares, ring_cut
 from phantora.collectives.dag import DagBuilder, FlowDag, MessageCounters, communicator_id
 from phantora.collectives.hierarchical import hierarchical_all_reduce
+from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import chain_order, host_blocks, rail_aligned, ring_order, tree_parents
 from phantora.collectives.nccl import channel_split, part_loops, tree_channels
 from phantora.collectives.nccl import settings as nccl_settings
@@ -109,9 +110,13 @@ def _p2p_channel_map(coll: Collective, topo: Topology, opts: AlgoOptions) -> Cha
     if opts.model != "nccl":
         return None
     comm = coll.comm or coll.ranks
-    hosts = tuple(_host_key(topo, topo.node_of_rank(r)) for r in comm)
     st = nccl_settings(opts)
-    total = p2p_channels(platform_of(topo, comm, st), st)
+
+    def layout() -> tuple[tuple[str, ...], int]:  # the communicator's hosts and p2p channels
+        hosts = tuple(_host_key(topo, topo.node_of_rank(r)) for r in comm)
+        return hosts, p2p_channels(platform_of(topo, comm, st), st)
+
+    hosts, total = shared(coll.launch, topo, ("p2p channels", comm, st), layout)  # once for a launch's pairs
     pos = [comm.index(r) for r in coll.ranks]
 
     def channels(src: int, dst: int, parts: int) -> list[int]:

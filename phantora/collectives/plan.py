@@ -22,6 +22,7 @@ from typing import Any
 from phantora.collectives.dag import MessageCounters
 from phantora.collectives.decompose import decompose
 from phantora.collectives.flow_tags import collective_tag, transfer_tag
+from phantora.collectives.launch_group import LaunchGroup
 from phantora.collectives.mirrors import Mirrors
 from phantora.collectives.spec import AlgoOptions, Collective
 from phantora.collectives.traffic import LOSSY_KINDS, Range, lossless_reason, lost_ranges
@@ -48,6 +49,9 @@ class CallSpec:
     # (src, dst, start offset ns, bytes) of the `inflight` pairs that start at another time or move other bytes
     inflight_at: tuple[tuple[int, int, int, int], ...] = ()
     redop: str = "sum"  # the reduction of an all-reduce, reduce-scatter or reduce (Collective.redop)
+    # a grouped send/recv: its NCCL group as the launch knows it, one object shared by the launch's pairs
+    # (bridge/p2p_batch.py), instead of `inflight` / `inflight_at`
+    launch: LaunchGroup | None = None
 
 
 @dataclass
@@ -94,10 +98,16 @@ class CollectivePlanner:
             comm = call.comm  # a grouped send/recv's; a shifted copy's is its mirrors' communicator
             if comm and self.mirrors.active:
                 comm = self.mirrors.copy_comm(call.group, copy, comm)
-            inflight, inflight_at = self._inflight(call, copy, comm)
-            coll = Collective(
-                call.kind, copy, call.nbytes, call.dtype, call.root, comm, inflight, inflight_at, redop=call.redop
-            )
+            launch = self._launch(call, copy, comm)
+            if launch is not None:
+                coll = Collective(
+                    call.kind, copy, call.nbytes, call.dtype, call.root, comm, redop=call.redop, launch=launch
+                )
+            else:
+                inflight, inflight_at = self._inflight(call, copy, comm)
+                coll = Collective(
+                    call.kind, copy, call.nbytes, call.dtype, call.root, comm, inflight, inflight_at, redop=call.redop
+                )
             ctag = self._tag(call, copy, tag)
             dag = decompose(coll, self.topology, algo, first_flow_id=next_id, tag=ctag, sent=sent)
             next_id = dag.next_id
@@ -130,12 +140,26 @@ class CollectivePlanner:
         j = next(j for j in range(m.shifts) if m.shift_group(call.group, j) == copy)
         return transfer_tag(name, copy[0], copy[1], lambda g: m.shift_group(g, j))
 
+    def _launch(self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]) -> LaunchGroup | None:
+        """The launch group of a grouped send/recv handed one (`CallSpec.launch`), its pairs on `comm`, when it runs
+        no deduplicated shifts; None otherwise, or when `copy` is not among them."""
+        if call.launch is None or not comm or self.mirrors.active:
+            return None
+        g = call.launch.within(comm)
+        return g if (copy[0], copy[1]) in g.index else None
+
     def _inflight(
         self, call: CallSpec, copy: tuple[int, ...], comm: tuple[int, ...]
     ) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int, int, int], ...]]:
         """The transfers in flight with the shift `copy` of a grouped send/recv: its launch's pairs (and, under
         deduplication, every shift of them) on `comm`, and the starts and sizes of those that differ from its own
         (`CallSpec.inflight_at`, each shift as its pair); ((), ()) when it has none, or `copy` is not among them."""
+        if call.launch is not None:  # under deduplication: the group as the call's own pair reads it, shifted below
+            own = (call.group[0], call.group[1])
+            if own not in call.launch.index:
+                return (), ()
+            pairs_of, starts_of = call.launch.answer(own)
+            call = dataclasses.replace(call, launch=None, inflight=pairs_of, inflight_at=starts_of)
         if not call.inflight or not comm:
             return (), ()
         members = set(comm)

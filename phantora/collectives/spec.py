@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
+from phantora.collectives.launch_group import At, LaunchGroup, Pair
 from phantora.errors import InputError
 from phantora.perfmodel.dtypes import COLLECTIVE_DTYPES, dtype_bytes, normalize_dtype
 
@@ -67,6 +69,10 @@ class Collective:
     # the reduction (REDOPS) of an all-reduce, reduce-scatter or reduce: NCCL's symmetric kernels reduce only a float
     # sum, NVLS / NVLS-Tree and PAT only some ops and datatypes (collectives/nccl/redop.py); its cost is a sum's
     redop: str = "sum"
+    # a grouped send/recv: its NCCL group as one object shared by the launch's pairs (bridge/p2p_batch.py), its own
+    # pair among them with its start and these nbytes; instead of `inflight` / `inflight_at`, which copy the group
+    # for each pair (n(n-1) entries each in a world-size group)
+    launch: LaunchGroup | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -101,6 +107,8 @@ class Collective:
                 f"send_recv's {list(self.ranks)} among them",
                 field="inflight",
             )
+        if self.launch is not None:
+            self._check_launch(self.launch)
         known = set(self.inflight)
         if self.inflight_at and (
             any((a, b) not in known or n < 0 for a, b, _, n in self.inflight_at)
@@ -113,6 +121,36 @@ class Collective:
             )
         if self.root is not None and not 0 <= self.root < len(self.ranks):
             raise InputError(f"root {self.root} is not a group-local index of {len(self.ranks)} ranks", field="root")
+
+    def _check_launch(self, g: LaunchGroup) -> None:
+        """`launch`'s checks: of the group on the communicator once for the launch, then of this pair's entry."""
+        if self.inflight or self.inflight_at:
+            raise InputError(
+                "a send_recv takes its group as launch or as inflight / inflight_at, not both", field="launch"
+            )
+        if not self.comm or not g.cached(("on comm", self.comm), lambda: g.ranks <= set(self.comm)):
+            raise InputError(f"launch's pairs must be pairs of comm {list(self.comm)}", field="launch")
+        i = g.index.get((self.ranks[0], self.ranks[1]))
+        if i is None or g.sizes[i] != self.nbytes:
+            raise InputError(
+                f"launch must hold this send_recv's {list(self.ranks)} with its {self.nbytes} bytes", field="launch"
+            )
+
+    @cached_property
+    def in_flight(self) -> LaunchGroup | None:
+        """A grouped send/recv's NCCL group (`launch`, or the one `inflight` / `inflight_at` name, its own pair
+        starting at 0 with its nbytes); None when it is not known."""
+        if self.launch is not None:
+            return self.launch
+        if not self.inflight:
+            return None
+        return LaunchGroup.relative((self.ranks[0], self.ranks[1]), self.nbytes, self.inflight, self.inflight_at)
+
+    def relative(self) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+        """Its group relative to its own start and bytes, as `inflight` and `inflight_at` name it."""
+        if self.launch is None:
+            return self.inflight, self.inflight_at
+        return self.launch.answer((self.ranks[0], self.ranks[1]))
 
     @property
     def size(self) -> int:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from operator import itemgetter
+from typing import Any
 
+from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import pci_paths
 from phantora.collectives.nccl import tables as T
@@ -67,8 +68,9 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     if coll.kind in ("all_to_all", "send_recv"):
         if opts.algorithm not in ("auto", "direct"):
             return None  # pairwise rounds: phantora's own, under the ideal model
-        comm = platform_of(topo, coll.comm, st) if coll.comm else None
-        if comm is not None and comm.pci is None and comm.intra == "nvlink" and p.intra == "nvlink" and coll.inflight:
+        comm = comm_platform(coll, topo, st) if coll.comm else None
+        grouped = coll.in_flight is not None
+        if comm is not None and comm.pci is None and comm.intra == "nvlink" and p.intra == "nvlink" and grouped:
             return _p2p_registered(_grouped(coll, topo, comm, st, opts.protocol), p, comm, st)  # its NCCL group's
         on = p if comm is None or comm.pci is None or p.pci is None else _with_comm_gpus(p, comm.pci.comm_gpus)
         nodes = tuple(topo.node_of_rank(r) for r in coll.ranks)
@@ -141,39 +143,69 @@ def _p2p_registered(choice: Choice, p: Platform, comm: Platform, st: NcclSetting
     return choice
 
 
-def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings, protocol: str) -> Choice:
-    """A grouped send/recv on an NVLink host or across nodes, rated in its NCCL group (`Collective.inflight`, each
-    pair's start and bytes from `inflight_at`): nccl/p2p_group.py."""
-    at = {r: i for i, r in enumerate(coll.comm)}
-    hosts = [0] * len(coll.comm)
-    for h, block in enumerate(host_blocks(topo, [topo.node_of_rank(r) for r in coll.comm])):
+def comm_platform(coll: Collective, topo: Topology, st: NcclSettings) -> Platform:
+    """The platform of the communicator a grouped send/recv runs on (`Collective.comm`): worked out once for its
+    launch's pairs when it has one (`Collective.launch`)."""
+    return shared(coll.launch, topo, ("platform", coll.comm, st), lambda: platform_of(topo, coll.comm, st))
+
+
+def comm_hosts(topo: Topology, comm: tuple[int, ...]) -> tuple[int, ...]:
+    """Each rank of `comm`'s host, numbered by `host_blocks` in the communicator's order."""
+    hosts = [0] * len(comm)
+    for h, block in enumerate(host_blocks(topo, [topo.node_of_rank(r) for r in comm])):
         for pos in block:
             hosts[pos] = h
-    own = (coll.ranks[0], coll.ranks[1])
-    group = dict.fromkeys(coll.inflight, (0, coll.nbytes))  # a world-size group has n(n-1) pairs: no Python loop
-    group.update(zip(map(itemgetter(0, 1), coll.inflight_at), map(itemgetter(2, 3), coll.inflight_at), strict=True))
-    if coll.comm != tuple(range(len(coll.comm))):  # ranks to positions in the communicator
-        group = {(at[a], at[b]): x for (a, b), x in group.items()}
-        own = (at[own[0]], at[own[1]])
-    from phantora.collectives.nccl.p2p_group import group_choice  # numpy: kept off the netsim CLI's start-up
+    return tuple(hosts)
 
-    return group_choice(comm, st, tuple(hosts), own, coll.nbytes, group, protocol)
+
+def _grouped(coll: Collective, topo: Topology, comm: Platform, st: NcclSettings, protocol: str) -> Choice:
+    """A grouped send/recv on an NVLink host or across nodes, rated in its NCCL group (`Collective.in_flight`):
+    nccl/p2p_group.py. The group is rated once for each start its pairs have (`p2p_group.rate_group` keyed by the
+    group's pairs as positions in the communicator, with their starts after that start and their bytes)."""
+    g = coll.in_flight
+    assert g is not None
+    own = (coll.ranks[0], coll.ranks[1])
+    i = g.index[own]
+    t = g.starts[i]
+
+    def rating() -> Any:
+        from phantora.collectives.nccl.p2p_group import rate_group  # numpy: kept off the netsim CLI's start-up
+
+        at = {r: i for i, r in enumerate(coll.comm)}
+        pairs = g.pairs
+        if coll.comm != tuple(range(len(coll.comm))):  # ranks to positions in the communicator
+            pairs = tuple((at[a], at[b]) for a, b in pairs)
+        hosts = comm_hosts(topo, coll.comm)
+        return rate_group(
+            comm,
+            st,
+            hosts,
+            dict(zip(pairs, zip([s - t for s in g.starts], g.sizes, strict=True), strict=True)),
+            protocol,
+        )
+
+    rated = shared(coll.launch, topo, ("rating", coll.comm, st, t, protocol), rating)
+    pos = own if coll.comm == tuple(range(len(coll.comm))) else (coll.comm.index(own[0]), coll.comm.index(own[1]))
+    from phantora.collectives.nccl.p2p_group import rated_choice
+
+    return rated_choice(rated, pos, coll.nbytes)
 
 
 def _inflight(coll: Collective) -> tuple[tuple[int, int], ...]:
     """A grouped send/recv's transfers in flight (`Collective.inflight`) as positions in its communicator, its own
     first; () when its group is not known."""
-    if not coll.inflight:
+    inflight, _ = coll.relative()
+    if not inflight:
         return ()
     at = {r: i for i, r in enumerate(coll.comm)}
     own = (coll.ranks[0], coll.ranks[1])
-    return tuple((at[a], at[b]) for a, b in (own, *(q for q in coll.inflight if q != own)))
+    return tuple((at[a], at[b]) for a, b in (own, *(q for q in inflight if q != own)))
 
 
 def _inflight_at(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
     """`Collective.inflight_at` as (start offset ns, bytes) by positions in the communicator."""
     at = {r: i for i, r in enumerate(coll.comm)}
-    return {(at[a], at[b]): (dt, n) for a, b, dt, n in coll.inflight_at}
+    return {(at[a], at[b]): (dt, n) for a, b, dt, n in coll.relative()[1]}
 
 
 def _with_comm_gpus(p: Platform, gpus: int) -> Platform:

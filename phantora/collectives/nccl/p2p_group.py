@@ -130,20 +130,10 @@ def _rate_group(
     return GroupRating(parts, ends, lat)
 
 
-def group_choice(
-    on: Platform,
-    st: NcclSettings,
-    hosts: tuple[Hashable, ...],
-    own: Pair,
-    nbytes: int,
-    others: Mapping[Pair, tuple[int, int]],
-    protocol: str = "auto",
-) -> Choice:
-    """The choice of transfer `own` (`nbytes`, starting at 0) in its group, whose other pairs start and move
-    `others` ((start offset ns, bytes) by pair): its protocol and channels, its latency, and its average rate over
-    its time in the group's schedule, as its flows' caps (inside a node `peer_bw`, across nodes `net_bw`). `others`
-    may hold `own` too (it is set to start at 0 with `nbytes`)."""
-    rating = rate_group(on, st, hosts, {**others, own: (0, nbytes)}, protocol)
+def rated_choice(rating: GroupRating, own: Pair, nbytes: int) -> Choice:
+    """The choice of transfer `own` (`nbytes`, starting at the group's origin) in its group's `rating`: its protocol
+    and channels, its latency, and its average rate over its time in the group's schedule, as its flows' caps
+    (inside a node `peer_bw`, across nodes `net_bw`)."""
     part, end, lat = rating.parts[own], rating.ends[own], rating.lat_us[own]
     rate = nbytes / end if end > 0 else 0.0
     algbw = rate

@@ -17,6 +17,7 @@ relayed flows do not make it wait. A lone pair (a 2-rank communicator) has no su
 from __future__ import annotations
 
 from phantora.collectives.dag import DagBuilder
+from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import host_blocks, rail_aligned
 from phantora.collectives.nccl.settings import settings_from_env, settings_of
 from phantora.collectives.p2p import Relay
@@ -48,12 +49,20 @@ def comm_relay_rank(topo: Topology, coll: Collective, opts: AlgoOptions) -> int 
     st = settings_from_env() if opts.nccl_env is None else settings_of(opts.nccl_env)
     if not st.pxn:
         return None
-    nodes = [topo.node_of_rank(r) for r in coll.comm]
-    blocks = host_blocks(topo, nodes)
-    if not rail_aligned(topo, nodes, blocks):
+    comm = coll.comm
+
+    def layout() -> tuple[list[list[int]], dict[int, tuple[int, int]]] | None:  # hosts and rails, if rail-aligned
+        nodes = [topo.node_of_rank(r) for r in comm]
+        blocks = host_blocks(topo, nodes)
+        if not rail_aligned(topo, nodes, blocks):
+            return None
+        return blocks, {pos: (h, i) for h, block in enumerate(blocks) for i, pos in enumerate(block)}
+
+    laid = shared(coll.launch, topo, ("pxn", comm), layout)  # once for a launch's pairs
+    if laid is None:
         return None
-    where = {pos: (h, i) for h, block in enumerate(blocks) for i, pos in enumerate(block)}
-    (hs, i), (hd, j) = (where[coll.comm.index(r)] for r in coll.ranks)
+    blocks, where = laid
+    (hs, i), (hd, j) = (where[comm.index(r)] for r in coll.ranks)
     return coll.comm[blocks[hs][j]] if hs != hd and i != j else None
 
 
