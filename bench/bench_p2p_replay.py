@@ -3,17 +3,23 @@
     .venv/bin/python bench/bench_p2p_replay.py --topology testbed16 --nproc 4 bench/pp_exchange.py
     .venv/bin/python bench/bench_p2p_replay.py --topology h100x8.toml --nproc 8 bench/moe_dispatch.py --seed 0
     .venv/bin/python bench/bench_p2p_replay.py --network ns3 --topology testbed16 --nproc 4 bench/pp_exchange.py
+    .venv/bin/python bench/bench_p2p_replay.py --topology testbed16 --workload bench/p2p_apart.json
 
 Runs SCRIPT with `--tensors phantom --dedup off` under `phantora run --record` (`record_run`), takes each transfer's
 end from the live run's cosim.json (a batch's pairs, an uneven all-to-all's), replays the graph in process on the
 same network (flow, or a fresh ns-3 fabric with `--network ns3`) and prints one line: transfers, how many end at
 their live ns, the worst difference, the last end either way, and the wall and CPU seconds (docs/egraph.md "NCCL
 groups of transfers").
+
+With `--workload FILE` (a workload with `splits`) the live side is the bridge's replay ranks
+(`phantora.egraph.replay_rank`, one process a rank) and the replay is the in-process one (`replay_inprocess`), each
+op's start and end compared (docs/workload.md "Uneven all-to-all").
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import resource
 import sys
@@ -30,6 +36,7 @@ from phantora.launcher import RunConfig  # noqa: E402
 from phantora.netsim.engine_spec import EngineSpec  # noqa: E402
 from phantora.netsim.factory import make_engine  # noqa: E402
 from phantora.topology.loader import load_topology  # noqa: E402
+from phantora.topology.model import Topology  # noqa: E402
 
 
 def transfer_key(tag: str) -> tuple[str, int, int]:
@@ -43,12 +50,18 @@ def transfer_key(tag: str) -> tuple[str, int, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", required=True)
-    ap.add_argument("--nproc", type=int, required=True)
+    ap.add_argument("--nproc", type=int, default=0)
+    ap.add_argument("--workload", help="compare a workload's in-process replay with its replay through the bridge")
     ap.add_argument("--network", choices=("flow", "ns3"), default="flow")
-    ap.add_argument("script")
+    ap.add_argument("script", nargs="?")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     topo = load_topology(a.topology)
+    if a.workload:
+        workload(a.workload, topo, EngineSpec(network=a.network), a.topology)
+        return
+    if not a.script or not a.nproc:
+        ap.error("give a script and --nproc (or --workload)")
     d = Path(tempfile.mkdtemp(prefix="p2p_replay_"))
     t0 = time.time()
     cfg = RunConfig(a.script, a.args, topology=topo, nproc=a.nproc, tensors="phantom", trace="none", timeout_s=1800,
@@ -71,8 +84,7 @@ def main() -> None:
     diff = {k: ends.get(k, -1) - v for k, v in live.items()}
     worst = max(diff, key=lambda k: abs(diff[k]))
     last_live, last_rep = max(live.values()), max(ends.get(k, -1) for k in live)
-    cpu = sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-              for f in ("ru_utime", "ru_stime"))  # fmt: skip
+    cpu = cpu_s()
     print(
         f"{Path(a.script).name} {' '.join(a.args)} on {a.topology} x{a.nproc} ({a.network}): {len(live)} transfers, "
         f"{sum(v == 0 for v in diff.values())} at their live ns; worst {worst}: live {live[worst]:,} replay "
@@ -80,6 +92,41 @@ def main() -> None:
         f"({100 * (last_rep - last_live) / last_live:+.2f} %); live {t1 - t0:.1f} s wall, replay {t2 - t1:.2f} s, "
         f"CPU {cpu:.1f} s"
     )
+
+
+def workload(path: str, topo: Topology, spec: EngineSpec, where: str) -> None:
+    """One line: the workload's ops in process against through the bridge (exact mode)."""
+    from bridge.run import CosimRun
+    from phantora.replay import replay_inprocess
+    from phantora.workload import load_workload
+
+    wl = load_workload(path, world=topo.num_ranks)
+    t0, c0 = time.time(), cpu_s()
+    kw = {"fresh": lambda: make_engine(spec, topo)} if "fresh" in inspect.signature(replay_inprocess).parameters else {}
+    sim = make_engine(spec, topo)
+    try:
+        ref = {op.name: (op.start_ns, op.end_ns) for op in replay_inprocess(wl, topo, sim, **kw).ops}
+    finally:
+        sim.close()
+    t1, c1 = time.time(), cpu_s()
+    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", path]
+    res = CosimRun(topo, rank_cmd=cmd, timeout_s=1800, engine=spec).run()
+    t2, c2 = time.time(), cpu_s()
+    got = {r["name"]: (r["t_start"], r["end_ns"]) for r in res.collectives}
+    diff = {k: ref[k][1] - got[k][1] for k in got}
+    worst = max(diff, key=lambda k: abs(diff[k]))
+    print(
+        f"{Path(path).name} on {where} ({spec.network}): {len(got)} ops, {sum(got[k] == ref.get(k) for k in got)} at "
+        f"their bridge ns in process; worst {worst}: bridge {got[worst][1]:,} in process {ref[worst][1]:,} "
+        f"({diff[worst]:+,} ns); in process {t1 - t0:.2f} s wall {c1 - c0:.2f} CPU s, bridge {t2 - t1:.1f} s wall "
+        f"{c2 - c1:.1f} CPU s"
+    )
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children."""
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from phantora.netsim.base import Completion, Flow, NetworkSimulator, RunsWholeDa
 from phantora.netsim.decompose import FREEZE_MIN
 from phantora.perfmodel.throttle import Throttles
 from phantora.progress import Progress
+from phantora.replay_groups import grouped_ops, planned, rated, ratings_of
 from phantora.topology.model import Topology
 from phantora.workload import Workload, WorkloadOp
 
@@ -196,13 +197,78 @@ def engine_events(sim: NetworkSimulator) -> int | None:
 
 
 def replay_inprocess(
-    wl: Workload, topo: Topology, sim: NetworkSimulator, base: AlgoOptions | None = None, *, progress: str = "off"
+    wl: Workload,
+    topo: Topology,
+    sim: NetworkSimulator,
+    base: AlgoOptions | None = None,
+    *,
+    progress: str = "off",
+    fresh: Callable[[], NetworkSimulator] | None = None,
 ) -> ReplayResult:
-    """Replay a workload on an engine in this process and return per-op records."""
+    """Replay a workload on an engine in this process and return per-op records. `sim` runs the plan; where the
+    run shows a group transfer (`splits`) rated otherwise than the bridge rates it, `sim` is closed and engines from
+    `fresh` (default: flow engines set up as `sim`) run the plan again until they agree (`replay_settled`)."""
+    engines = [sim]
+    res, last = replay_settled(wl, topo, lambda: engines.pop() if engines else (fresh or _fresh_like(sim))(), base,
+                               progress=progress)  # fmt: skip
+    if last is not sim:
+        last.close()
+    return res
+
+
+def replay_settled(
+    wl: Workload,
+    topo: Topology,
+    make: Callable[[], NetworkSimulator],
+    base: AlgoOptions | None = None,
+    *,
+    progress: str = "off",
+) -> tuple[ReplayResult, NetworkSimulator]:
+    """Replay a workload on engines from `make` and return its records and the engine of the last run (open).
+
+    Each transfer of an NCCL group (an all_to_all's `splits`) is rated from its own start with the pairs the bridge's
+    coordinator knows then (`phantora.replay_groups`), which a run's times give: while a run shows ratings other than
+    those planned, the engine is closed and the workload planned again with them and run on a new one. A group's
+    issues depend only on earlier ops, so each run settles the next group at least: at most one run a group more
+    than the first, and one run for a workload whose groups' ranks issue together."""
     t0 = time.perf_counter()
-    plan = plan_workload(wl, topo, base)
-    completions = run_engine(sim, plan.flows, progress=progress)
-    return evaluate_workload(wl, plan, completions, dict(sim.stats()), time.perf_counter() - t0)
+    for _ in range(len({op.group for op in wl.ops if op.group}) + 1):
+        plan = plan_workload(wl, topo, base)
+        sim = make()
+        try:
+            completions = run_engine(sim, plan.flows, progress=progress)
+            res = evaluate_workload(wl, plan, completions, dict(sim.stats()), time.perf_counter() - t0)
+        except BaseException:
+            sim.close()
+            raise
+        if not grouped_ops(wl):
+            return res, sim
+        ratings = ratings_of(wl, {r.name: r.start_ns for r in res.ops}, {r.name: r.rank_done_ns for r in res.ops})
+        if ratings == planned(wl):
+            return res, sim
+        sim.close()
+        wl = rated(wl, ratings)
+    raise RuntimeError(f"{wl.source}: the ratings of the workload's NCCL groups did not settle")
+
+
+def _fresh_like(sim: NetworkSimulator) -> Callable[[], NetworkSimulator]:
+    """Flow engines set up as `sim`, for `replay_inprocess`'s further runs; another engine needs the caller's."""
+    from phantora.netsim.flow import FlowSimulator
+
+    if type(sim) is not FlowSimulator:
+        raise InputError(
+            f"the workload's NCCL groups (`splits`) need another run, and replay_inprocess got no `fresh` engines like "
+            f"its {type(sim).__name__} (or use replay_settled)",
+            field="splits",
+        )
+
+    def make() -> NetworkSimulator:
+        new = FlowSimulator(sim.topology, payload_efficiency=sim.payload_efficiency, incremental=sim.incremental,
+                            lb=sim.lb)  # fmt: skip
+        new.stretch = sim.stretch
+        return new
+
+    return make
 
 
 def evaluate_workload(

@@ -9,11 +9,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from bridge.run import CosimRun
+from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.factory import make_engine
 from phantora.netsim.flow import FlowSimulator
-from phantora.replay import replay_inprocess
+from phantora.replay import replay_inprocess, replay_settled
 from phantora.topology import dgx_host
-from phantora.workload import load_workload
+from phantora.workload import Workload, load_workload
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -31,3 +35,50 @@ def test_a_skewed_split_all_to_all_runs_as_in_process(tmp_path: Path) -> None:
     got = {r["name"]: (r["t_start"], r["end_ns"]) for r in res.collectives}
     assert len(got) == 56 and got == ref
     assert {tuple(r["comm"]) for r in res.collectives} == {tuple(range(8))}
+
+
+APART = Path(__file__).resolve().parents[1] / "bench" / "p2p_apart.json"  # bench/bench_p2p_replay.py --workload
+
+
+def in_process_and_bridged(tmp_path: Path, spec: EngineSpec, unit: str = "MiB") -> tuple[Workload, dict, dict]:
+    """bench/p2p_apart.json (its sizes in `unit`) on 8 H100s: each op's (start, end) ns in process (`replay_settled`)
+    and through the bridge's replay ranks, on the engine `spec` names."""
+    topo = dgx_host(8, gpu="h100")
+    path = tmp_path / "wl.json"
+    path.write_text(APART.read_text().replace("MiB", unit))
+    wl = load_workload(path, world=8)
+    res, sim = replay_settled(wl, topo, lambda: make_engine(spec, topo))
+    sim.close()
+    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
+    bridged = CosimRun(topo, rank_cmd=cmd, timeout_s=600, engine=spec).run()
+    return (
+        wl,
+        {op.name: (op.start_ns, op.end_ns) for op in res.ops},
+        {r["name"]: (r["t_start"], r["end_ns"]) for r in bridged.collectives},
+    )
+
+
+def test_groups_whose_ranks_issue_apart_replay_in_process_as_through_the_bridge(tmp_path: Path) -> None:
+    """Two uneven all-to-alls whose ranks issue apart (their `after` ops end apart on the ranks, with uneven gaps):
+    through the bridge each pair starts at the later of its ranks' issues and is rated with the pairs its coordinator
+    knows then; the in-process replay rates each pair so too (`replay_settled`), so every op ends at the same ns
+    (before, it rated a group's pairs from one start, all known: 5 of 28 ops equal). Ranks 0 and 1 issue the first group
+    64 us before ranks 2 and 3 (which wait for a longer transfer and a second one 30 us after it), so the first
+    pairs know only each other."""
+    wl, ref, got = in_process_and_bridged(tmp_path, EngineSpec())
+    assert len(got) == 3 + 2 * 12 + 1 and got == ref
+    assert ref["a2a/0>2"][0] - ref["a2a/0>1"][0] > 60_000  # the ranks issued apart
+    from phantora.replay_groups import ratings_of
+
+    topo = dgx_host(8, gpu="h100")
+    done = {r.name: r.rank_done_ns for r in replay_inprocess(wl, topo, FlowSimulator(topo)).ops}
+    rated = ratings_of(wl, {k: v[0] for k, v in ref.items()}, done)
+    assert rated["a2a/0>1"].inflight == rated["a2a/1>0"].inflight == ((0, 1), (1, 0))
+    assert len(rated["a2a/0>2"].inflight) == 12
+
+
+@pytest.mark.slow
+def test_groups_whose_ranks_issue_apart_replay_in_process_as_through_the_bridge_on_ns3(tmp_path: Path) -> None:
+    """The same on ns-3 (KiB for MiB): every op ends in process where it ends through the bridge."""
+    _, ref, got = in_process_and_bridged(tmp_path, EngineSpec(network="ns3"), "KiB")
+    assert len(got) == 28 and got == ref

@@ -34,7 +34,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("models", ("phantora.topology", "phantora.perfmodel", "phantora.netsim", "phantora.collectives")),
     (
         "workloads",
-        ("phantora.workload", "phantora.replay", "phantora.jobs.spec", "phantora.rank_options", "phantora.spawn_count"),
+        (
+            "phantora.workload",
+            "phantora.replay",
+            "phantora.replay_ranks",
+            "phantora.p2p_knowledge",
+            "phantora.replay_groups",
+            "phantora.jobs.spec",
+            "phantora.rank_options",
+            "phantora.spawn_count",
+        ),
     ),
     ("results", ("phantora.results", "phantora.jobs.results", "phantora.jobs.scenario")),
     ("bridge", ("bridge",)),

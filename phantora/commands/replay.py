@@ -196,8 +196,15 @@ def _whole_dag_engine(engine: EngineSpec, topo: Any, sc: Any) -> Any:
     )
 
 
+def _engine(engine: EngineSpec, topo: Any, sc: Any) -> Any:
+    """A workload replay's engine, its scenario's GPU throttles installed."""
+    sim = _whole_dag_engine(engine, topo, sc)
+    install_throttles(sim, sc, topo, engine.network)
+    return sim
+
+
 def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> int:
-    from phantora.replay import replay_inprocess
+    from phantora.replay import replay_settled
     from phantora.report.replay_report import format_table, write_replay_outputs
     from phantora.workload import load_workload
 
@@ -207,10 +214,8 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
     base = _algo(args, AlgoOptions())
     sc = load_scenario(args, topo)
-    sim = _whole_dag_engine(engine, topo, sc)
-    install_throttles(sim, sc, topo, args.network)
+    res, sim = replay_settled(wl, topo, lambda: _engine(engine, topo, sc), base, progress=progress_mode(args))
     try:
-        res = replay_inprocess(wl, topo, sim, base, progress=progress_mode(args))
         print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
         print(format_table(res))
         idle = _idle_note(args, topo, res.completions)

@@ -1,0 +1,111 @@
+"""Which pairs of an NCCL group of transfers the bridge's coordinator knows when it rates each pair, and its answer.
+
+A rank sends a batch_isend_irecv, a coalescing block of sends and receives, an uneven all-to-all's transfers as one
+NCCL group launch on a communicator; a group is the launches joined through their pairs (a ring's are one group), and
+the coordinator rates each pair, at its start (the later of its two ends' issues), with the pairs of its group it
+knows then (`bridge/p2p_batch.py`, `Collective.inflight_at`). In exact mode it launches a pair starting at s before
+any rank that a completion at s wakes has run on, once every rank waits: it knows a transfer whose ends' ranks joined
+their last completions before s (they ran on to issue it), or at s when the pair's own ranks did too. `LaunchGroups`
+sweeps that knowledge in time order and gives each pair the coordinator's answer: for a recorded graph
+(`phantora.egraph.p2p_launches`) and for the in-process workload replay (`phantora.replay_groups`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Pair = tuple[int, int]
+PairKey = tuple[int, int, int, int]  # (src, dst, tag, seq): a transfer, as the replay matches it
+LaunchKey = tuple[int, int]  # (rank, P2P.launch)
+At = tuple[int, int, int, int]  # (src, dst, start offset ns, bytes)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A transfer of an NCCL group as the live coordinator rated it: the communicator, the group's pairs it knew
+    (sorted) and the (src, dst, start offset, bytes) of those starting at another time or moving other bytes."""
+
+    comm: tuple[int, ...]
+    inflight: tuple[Pair, ...]
+    inflight_at: tuple[At, ...]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A transfer of a group launch: its two ends' launches, when it starts and when the coordinator knows it."""
+
+    key: PairKey
+    ends: tuple[LaunchKey, LaunchKey]
+    comm: tuple[int, ...]
+    start: int  # the later issue of its two ends
+    known: int  # the later of its two ranks' last joins before issuing it
+    nbytes: int
+
+
+@dataclass
+class _Group:
+    pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)  # (start, bytes) by pair
+    answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
+    order: tuple[Pair, ...] | None = None  # `pairs` sorted, once a version
+
+
+class LaunchGroups:
+    """Transfers of group launches, each with the coordinator's answer (`of`)."""
+
+    def __init__(self, transfers: list[Transfer]) -> None:
+        self._parent: dict[LaunchKey, LaunchKey] = {}
+        self._groups: dict[LaunchKey, _Group] = {}
+        self._of: dict[PairKey, Grouped] = {}
+        by_known = sorted(transfers, key=lambda x: x.known)
+        i = 0
+        for p in sorted(transfers, key=lambda x: (x.start, x.known == x.start)):
+            while i < len(by_known) and (
+                by_known[i].known < p.start or (by_known[i].known == p.start and p.known == p.start)
+            ):
+                self._add(by_known[i])
+                i += 1
+            group = self._groups[self._find(p.ends[0])]
+            pair = (p.key[0], p.key[1])
+            t, n = group.pairs[pair]
+            answer = group.answers.get((t, n))
+            if answer is None:
+                if group.order is None:
+                    group.order = tuple(sorted(group.pairs))
+                answer = group.answers[(t, n)] = _answer(t, n, group.order, group.pairs)
+            self._of[p.key] = Grouped(p.comm, *answer)
+
+    def _find(self, k: LaunchKey) -> LaunchKey:
+        self._parent.setdefault(k, k)
+        while self._parent[k] != k:
+            self._parent[k] = self._parent[self._parent[k]]
+            k = self._parent[k]
+        return k
+
+    def _add(self, x: Transfer) -> None:
+        """The coordinator knows `x` from now on: its ends' launches join one group, which holds it."""
+        a, b = self._find(x.ends[0]), self._find(x.ends[1])
+        ga, gb = self._groups.pop(a, _Group()), self._groups.pop(b, _Group()) if b != a else _Group()
+        if len(gb.pairs) > len(ga.pairs):
+            a, b, ga, gb = b, a, gb, ga
+        self._parent[b] = a
+        ga.pairs.update(gb.pairs)
+        ga.pairs[(x.key[0], x.key[1])] = (x.start, x.nbytes)
+        ga.answers.clear()
+        ga.order = None
+        self._groups[a] = ga
+
+    def of(self, key: PairKey) -> Grouped | None:
+        """Transfer `key`'s rating in its group; None for a lone send/recv (or one whose ends name other
+        communicators)."""
+        return self._of.get(key)
+
+
+def _answer(
+    t: int, nbytes: int, order: tuple[Pair, ...], pairs: dict[Pair, tuple[int, int]]
+) -> tuple[tuple[Pair, ...], tuple[At, ...]]:
+    """The pairs a transfer starting at `t` with `nbytes` sees in its group (`order`: sorted), and the (src, dst,
+    start - t, bytes) of those starting at another time or moving other bytes; ((), ()) alone
+    (`P2pBatches.inflight`)."""
+    if len(order) < 2:
+        return (), ()
+    return order, tuple((a, b, s - t, m) for a, b in order for s, m in [pairs[(a, b)]] if (s, m) != (t, nbytes))
