@@ -359,6 +359,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 "world_size": world,
                 "live_processes": live,
                 "wall_s": cosim.wall_s,
+                "cpu_s": {k: round(v, 3) for k, v in cosim.cpu_s.items()},  # the run phase's, by process kind
             },
             **summary,
             "network": {

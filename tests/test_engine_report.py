@@ -75,7 +75,7 @@ def test_the_fabric_scaled_defaults_are_what_ns3_reports(tmp_path: Path) -> None
 def test_a_live_run_reports_the_buffer_and_the_window_it_ran_with(tmp_path: Path) -> None:
     """`phantora run --network ns3 --set buffer_bytes=X --window 5us`: the network server's engine.json holds the
     spec as the command line built it (window 5000 ns) and ns-3's switch.BufferSize = X; the coordinator ran with
-    that window (cosim.json, results.json)."""
+    that window (cosim.json, results.json), and results.json and the summary give the run's CPU by process."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "star8", "--nproc", "2", "--network", "ns3"]
     cmd += ["--cc", "hpcc", "--set", "buffer_bytes=3000000", "--window", "5us", "--out", str(out), "-q"]
@@ -88,7 +88,11 @@ def test_a_live_run_reports_the_buffer_and_the_window_it_ran_with(tmp_path: Path
     assert doc["ns3"]["fields"]["cc"]["attributes"] == {"fabric.CongestionControl": "hpcc"}
     assert set(doc["ns3"]["resolved"]["switch_buffer_bytes_by_fastest_port"].values()) == {3_000_000}
     assert json.loads((out / S.COSIM_JSON).read_text())["window_ns"] == 5000
-    assert json.loads((out / S.RESULTS_JSON).read_text())["run"]["window_ns"] == 5000
+    run = json.loads((out / S.RESULTS_JSON).read_text())["run"]
+    assert run["window_ns"] == 5000
+    cpu = run["cpu_s"]  # the run phase's CPU by process: the coordinator's, the ns-3 server's, the ranks'
+    assert cpu["coordinator"] > 0 and cpu["server"] > 0 and cpu["ranks"] > 0
+    assert f"CPU {cpu['coordinator']:.1f} s coordinator, {cpu['ranks']:.1f} s ranks" in done.stdout
 
 
 def test_the_report_covers_every_field_and_survives_the_wire(ns3_lib) -> None:

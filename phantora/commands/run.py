@@ -222,7 +222,10 @@ def run(args: argparse.Namespace) -> int:
             print("-------------------------")
     s = report.summary
     r = s["run"]
-    print(f"{r['script']} on {r['topology']}, network {r['network']}, wall {r['wall_s']:.1f} s")
+    cpu = r.get("cpu_s") or {}
+    cpu_line = f", CPU {cpu['coordinator']:.1f} s coordinator" if "coordinator" in cpu else ""
+    cpu_line += f", {cpu['ranks']:.1f} s ranks" if "ranks" in cpu else ""
+    print(f"{r['script']} on {r['topology']}, network {r['network']}, wall {r['wall_s']:.1f} s{cpu_line}")
     print(format_summary(s))
     if report.out_dir is not None:
         print(f"wrote {report.out_dir}/results.json, steps.jsonl, config.json, trace.json, logs/")

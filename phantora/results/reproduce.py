@@ -1,9 +1,9 @@
 """Did a rerun reproduce a run? Its simulated figures compared with the original's, exactly.
 
 Compared: the summary document (results.json, or summary.json of `phantora netsim`) with its wall-clock
-figures left out (any key naming `wall`) and the engine's `events` counter (ns-3 counts its own stop
-events in it, one or two per progress update, so it follows the progress display, not the simulation),
-and every per-flow, per-link and trace file the original wrote, byte for byte.
+figures left out (any key naming `wall`), a run's CPU seconds (`run.cpu_s`), and the engine's `events` counter
+(ns-3 counts its own stop events in it, one or two per progress update, so it follows the progress display, not the
+simulation), and every per-flow, per-link and trace file the original wrote, byte for byte.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ TABLES = (
     S.PFC_TXT,
     S.NS3_CALLS_TXT,
 )
-NOT_SIMULATED = ("events",)  # counters that are not figures of the simulation (see the module docstring)
+NOT_SIMULATED = ("events", "cpu_s")  # counters that are not figures of the simulation (see the module docstring)
 
 
 def simulated(value: Any) -> Any:
