@@ -235,13 +235,49 @@ def _merge(
 
 
 def merged_transport(outs: Sequence[Mapping[str, Any]]) -> dict[int, FlowTransport]:
-    """The workers' transport counters per flow, added (each counted by the worker of its end, zero elsewhere)."""
+    """The workers' transport counters per flow, added (each counted by the worker of its end, zero elsewhere). A
+    flow whose receiver had its last byte but whose sender's last ACK came after the run's stop has its sender's
+    counters as one engine has them then, as of the last byte (`transport_tail`)."""
     transport: dict[int, list[int]] = {}
     for o in outs:
         for fid, *vals in o["transport"]:
             have = transport.setdefault(fid, [0, 0, 0, 0])
             have[:] = [a + b for a, b in zip(have, vals, strict=True)]
+    for fid, (packets, nbytes) in senders_at_last_byte([o.get("transport_tail", ()) for o in outs]).items():
+        have = transport[fid]  # (the receiver's worker recorded it at the last byte)
+        have[0] += packets
+        have[1] += nbytes
     return {fid: FlowTransport(fid, *v) for fid, v in sorted(transport.items())}
+
+
+def senders_at_last_byte(tails: Sequence[Sequence[int]]) -> dict[int, tuple[int, int]]:
+    """Flow id -> its sender's retransmitted (packets, bytes) as of its receiver's last byte, for the flows done at
+    their receiver in one worker and not at their sender in another: one engine's record of such a flow takes the
+    sender's counters at the last byte (`DataComplete`) and only later, at the last ACK, their final values.
+    `tails`: each worker's `Ns3Simulator.cut_transport_tail()` (flat: [0, id, key of the last byte's event] per flow
+    it received, [1, id, packets, bytes, n, n x (key, payload)] per flow it sends, its retransmissions since every
+    byte was sent once); the sender's counters less those after the last byte's key (one engine's event order)."""
+    last: dict[int, tuple[int, ...]] = {}
+    sent: dict[int, tuple[int, int, list[tuple[tuple[int, ...], int]]]] = {}
+    for flat in tails:
+        i = 0
+        while i < len(flat):
+            kind, fid = flat[i], flat[i + 1]
+            if kind == 0:
+                last[fid] = tuple(flat[i + 2 : i + 6])
+                i += 6
+            else:
+                n = flat[i + 4]
+                marks = [(tuple(flat[j : j + 4]), flat[j + 4]) for j in range(i + 5, i + 5 + 5 * n, 5)]
+                sent[fid] = (flat[i + 2], flat[i + 3], marks)
+                i += 5 + 5 * n
+    out = {}
+    for fid, key in last.items():
+        if fid in sent:
+            packets, nbytes, marks = sent[fid]
+            later = [payload for k, payload in marks if k > key]
+            out[fid] = (packets - len(later), nbytes - sum(later))
+    return out
 
 
 def merged_counters(

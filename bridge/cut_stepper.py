@@ -92,6 +92,7 @@ class Stepper:
             "new": new,
             "keys": {name: sim.record_keys(kind) for name, kind in KEYED_RECORDS.items()},
             "transport": as_rows([t for _, t in sorted(sim.flow_transport().items())]),
+            "transport_tail": sim.cut_transport_tail(),
             # the channels this worker sent a packet on: a channel's counters are its sending port's, one worker's
             # (the usage and the switch links' load read those with packets only)
             "channels": [row for row in sim.channel_rows() if row[5]],

@@ -61,6 +61,7 @@ def records(sim: Ns3Simulator, done: list[Any]) -> dict[str, Any]:
         "drops": as_rows(sim.drops()),
         "trims": as_rows(sim.trims()),  # (DLCP: loss-tolerant packets cut to their header)
         "transport": as_rows([t for _, t in sorted(sim.flow_transport().items())]),
+        "transport_tail": sim.cut_transport_tail(),
         "channels": sim.channel_rows(),
         "stats": sim.stats(),
         "effective": sim.effective_pairs(),

@@ -96,10 +96,12 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
   }
   if (f.size > 0 && f.src != f.dst) {
     FlowTransportStats t = fabric->GetNode(f.dst).nic->RxStats(id);
-    if (Owns(f.src)) {  // else the sender's worker has them (SenderDone)
+    if (Owns(f.src)) {  // else the sender's worker has them (SenderDone; before it, as of now: dataDoneKey)
       const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id);
       t.retxPackets = tx.retxPackets;
       t.retxBytes = tx.retxBytes;
+    } else {
+      dataDoneKey[id] = RunningRecordKey();
     }
     transport[id] = t;
   }
@@ -431,6 +433,17 @@ void PhantoraNetwork::Impl::ShareBounds(int64_t floor) {
 
 void PhantoraNetwork::Impl::ForgetAtReceiver(uint64_t flow, uint32_t node) {
   fabric->GetNode(node).nic->ForgetFlow(flow);
+  dataDoneKey.erase(flow);  // the sender's worker has its final counters
+}
+
+void PhantoraNetwork::Impl::Retransmitted(uint64_t flow, uint32_t payload, bool allSentOnce) {
+  if (!allSentOnce) {  // before the last byte's first send: before the receiver can have every byte
+    return;
+  }
+  const auto it = flows.find(flow);
+  if (it != flows.end() && !Owns(it->second.dst)) {
+    tailRetx[flow].emplace_back(RunningRecordKey(), payload);
+  }
 }
 
 void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
@@ -463,6 +476,7 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
     }
   }
   tailLb.erase(id);
+  tailRetx.erase(id);
   EraseFlow(it, now);
   if (!Worker()) {  // done at both ends: what stays of it for the run, a bit each where it can
     doneEnd.Forget(id);

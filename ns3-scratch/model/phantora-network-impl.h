@@ -217,6 +217,15 @@ class PhantoraNetwork::Impl {
   std::vector<LossRecord> losses;
   /// Completed at the receiver (sender's part final once done; not a partition worker: a bit each if then all 0).
   TransportTable transport;
+  /// A partition worker, for a flow's transport record when the run stops between its receiver's last byte and
+  /// its sender's last ACK (one engine's record then has the sender's counters as of the last byte,
+  /// DataComplete): the key of that DataComplete for flows another worker sends, until their sender is done
+  /// (ForgetAtReceiver), and each retransmission of a flow another worker receives sent after every byte was sent
+  /// once (the only ones that can follow the last byte's arrival), with its event's key, until its sender is done.
+  std::unordered_map<uint64_t, RecordKey> dataDoneKey;
+  std::unordered_map<uint64_t, std::vector<std::pair<RecordKey, uint32_t>>> tailRetx;
+  /// A NIC's "Retransmit" trace, a partition worker's senders: kept in tailRetx if its receiver is elsewhere.
+  void Retransmitted(uint64_t flow, uint32_t payload, bool allSentOnce);
 };
 
 }  // namespace ns3

@@ -237,6 +237,12 @@ void PhantoraNetwork::Finalize() {
         impl->Release(flow, static_cast<int64_t>(ns), event, seq, key, true);
       });
       s.cut->SetDone([impl](uint64_t flow, uint64_t ns) { impl->doneEnd[flow] = static_cast<int64_t>(ns); });
+      for (uint32_t n = 0; n < s.fabric->NumNodes(); ++n) {  // retransmissions after the last byte's first send
+        const PhantoraFabric::NodeInfo& info = s.fabric->GetNode(n);
+        if (info.nic && s.Owns(n)) {
+          info.nic->TraceConnectWithoutContext("Retransmit", MakeCallback(&Impl::Retransmitted, impl));
+        }
+      }
       s.cut->SetBound([impl](uint64_t flow, uint64_t ns) {
         const auto info = impl->depInfo.find(flow);
         if (info != impl->depInfo.end() && impl->Owns(info->second.src)) {  // its last byte's, from a switch there
@@ -352,6 +358,48 @@ std::vector<FlowTransportRecord> PhantoraNetwork::FlowTransport() const {
   out.reserve(s.transport.size());
   for (const auto& [id, t] : s.transport) {
     out.push_back(FlowTransportRecord{id, t.retxPackets, t.retxBytes, t.oooPackets, t.reorderMaxBytes});
+  }
+  return out;
+}
+
+std::vector<int64_t> PhantoraNetwork::CutTransportTail() const {
+  const Impl& s = Need();
+  std::vector<int64_t> out;
+  if (!s.Worker()) {
+    return out;
+  }
+  const auto key = [&out](const RecordKey& k) {
+    out.insert(out.end(), {k.ns, static_cast<int64_t>(k.schedTs), static_cast<int64_t>(k.node),
+                           static_cast<int64_t>(k.count)});
+  };
+  std::vector<uint64_t> ids;
+  for (const auto& [id, k] : s.dataDoneKey) {
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t id : ids) {
+    out.insert(out.end(), {0, static_cast<int64_t>(id)});
+    key(s.dataDoneKey.at(id));
+  }
+  ids.clear();
+  for (const auto& [id, f] : s.flows) {
+    if (f.startNs >= 0 && f.size > 0 && f.src != f.dst && s.Owns(f.src) && !s.Owns(f.dst)) {
+      ids.push_back(id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  static const std::vector<std::pair<RecordKey, uint32_t>> kNone;
+  for (uint64_t id : ids) {
+    const auto& f = s.flows.at(id);
+    const FlowTransportStats tx = s.fabric->GetNode(f.src).nic->TxStats(id);
+    const auto tail = s.tailRetx.find(id);
+    const auto& marks = tail == s.tailRetx.end() ? kNone : tail->second;
+    out.insert(out.end(), {1, static_cast<int64_t>(id), static_cast<int64_t>(tx.retxPackets),
+                           static_cast<int64_t>(tx.retxBytes), static_cast<int64_t>(marks.size())});
+    for (const auto& [k, payload] : marks) {
+      key(k);
+      out.push_back(payload);
+    }
   }
   return out;
 }

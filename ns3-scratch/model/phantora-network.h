@@ -277,6 +277,13 @@ class PhantoraNetwork {
   std::vector<ChannelRecord> ChannelStats() const;
   /// Transport counters of every flow completed at its receiver so far, by id (final once its sender is done).
   std::vector<FlowTransportRecord> FlowTransport() const;
+  /// A partition worker: what a flow's transport record needs when the run stops between its receiver's last byte
+  /// and its sender's last ACK (one engine's record then has the sender's counters as of the last byte), flat and
+  /// by id: per flow another worker sends whose last byte came here, [0, id, its DataComplete's key (ns, schedTs,
+  /// node, count)]; per flow sent here and received elsewhere not done at its sender, [1, id, retransmitted packets,
+  /// bytes, n, then n of (key (4 words), payload)]: its retransmissions since every byte was sent once. The driver
+  /// takes off those after the last byte's key (`bridge.cut_pool.merged_transport`). Empty in any other engine.
+  std::vector<int64_t> CutTransportTail() const;
   std::vector<std::pair<std::string, double>> Stats() const;
   /// The cut-link path (params partition.Groups, partition.Loopback): cables cut, lookahead ns, messages,
   /// message bytes, window barriers; all 0 when nothing is cut.

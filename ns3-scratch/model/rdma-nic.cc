@@ -147,7 +147,12 @@ TypeId RdmaNic::GetTypeId() {
                                           "took); UINT32_MAX as the port taken: no route, it stalls; as the port "
                                           "left: it was stalled and resumes",
                                           MakeTraceSourceAccessor(&RdmaNic::m_failoverTrace),
-                                          "ns3::RdmaNic::FailoverTracedCallback");
+                                          "ns3::RdmaNic::FailoverTracedCallback")
+                          .AddTraceSource("Retransmit",
+                                          "This sender sent a data packet again: (flow, payload bytes, whether "
+                                          "every byte of the flow had been sent once before)",
+                                          MakeTraceSourceAccessor(&RdmaNic::m_retxTrace),
+                                          "ns3::RdmaNic::RetransmitTracedCallback");
   return tid;
 }
 
@@ -540,6 +545,7 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
     m_counters.retxBytes += hdr.payload;
     ++qp->stats.retxPackets;
     qp->stats.retxBytes += hdr.payload;
+    m_retxTrace(qp->spec.id, hdr.payload, qp->maxSent >= qp->spec.size);
   }
   ++m_counters.dataPackets;
   if (!resend) {

@@ -96,6 +96,9 @@ class RdmaNic : public Object, public PortOwner {
   /// Signature of the "Failover" trace source: the flow, the port it left and the port it moved to (UINT32_MAX:
   /// no route left, it stalls; a stalled queue pair that finds a route again leaves UINT32_MAX).
   typedef void (*FailoverTracedCallback)(uint64_t flowId, uint32_t fromPort, uint32_t toPort);
+  /// Signature of the "Retransmit" trace source: the flow, the packet's payload bytes, and whether every byte of
+  /// the flow had been sent once before it (only then can its receiver already have them all).
+  typedef void (*RetransmitTracedCallback)(uint64_t flowId, uint32_t payload, bool allSentOnce);
 
   /// Told the id of a flow (the receiver has every byte / the sender has every byte acknowledged).
   typedef Callback<void, uint64_t> FlowCallback;
@@ -345,6 +348,7 @@ class RdmaNic : public Object, public PortOwner {
   TracedCallback<uint64_t, uint64_t> m_timeoutTrace;  ///< (flow, seq) go-back-N timeout at this sender
   TracedCallback<uint64_t, uint32_t, uint64_t> m_cnpTrace;  ///< (flow, from node, ack seq) CNP reached this sender
   TracedCallback<uint64_t, uint32_t, uint32_t> m_failoverTrace;  ///< (flow, from port, to port) at a Repin
+  TracedCallback<uint64_t, uint32_t, bool> m_retxTrace;  ///< (flow, payload, all sent once) a data packet sent again
 };
 
 }  // namespace ns3

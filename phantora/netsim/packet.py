@@ -736,6 +736,11 @@ class Ns3Simulator:
         """The fabric's per-channel counters (`packet_summary.ChannelRow`)."""
         return self._channel_rows()
 
+    def cut_transport_tail(self) -> list[int]:
+        """A partition worker's `PhantoraNetwork::CutTransportTail`, flat: what the transport record of a flow whose
+        sender's last ACK comes after the run's stop needs (`bridge.cut_pool.merged_transport`); empty elsewhere."""
+        return [int(x) for x in self._net.CutTransportTail()]
+
     def take_completions(self) -> list[Completion]:
         """The completions since the last call (what `advance` returns), for a caller that runs the windows."""
         return self._take()
