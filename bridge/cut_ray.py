@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,8 +47,10 @@ POLL_S = 0.25  # how often the driver asks every actor whether its worker is sti
 class CutWorkerHost(LoggedWorker):
     """The body of the Ray actor: one partition worker process on this node."""
 
+    prog = "bridge.cut_worker"  # the worker's module (`bridge.cut_stepped_ray`'s actor: the stepped worker)
+
     def __init__(self, group: int, setup: dict[str, Any], token: str, loopback: bool, curve: bool, cwd: str) -> None:
-        from bridge.ray_workers import _ray, spawn_logged
+        from bridge.ray_workers import _ray
 
         self.group = group
         self.dir = Path(tempfile.mkdtemp(prefix="phantora-cut-"))
@@ -62,7 +65,12 @@ class CutWorkerHost(LoggedWorker):
         env = {**os.environ, "PHANTORA_TOKEN": token}
         if not loopback:
             env[NETWORK_OPT_IN] = "1"  # the driver opted in (RayPlacement checks it); the workers run CurveZMQ
-        self.proc = spawn_logged([sys.executable, "-m", "bridge.cut_worker", "--setup", str(path)], env, cwd, self.log)
+        self.proc = self._spawn([sys.executable, "-m", self.prog, "--setup", str(path)], env, cwd)
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+        from bridge.ray_workers import spawn_logged
+
+        return spawn_logged(argv, env, cwd, self.log)
 
     def endpoint(self) -> tuple[int, str, bytes | None]:
         """(pid, endpoint, CURVE public key or None) once the worker has bound; PhantoraError with its log if it
@@ -109,6 +117,20 @@ class _RayWorker:
         return str(self.placement.tail(self.actor))
 
 
+def start_hosts(placement: Any, setups: list[dict[str, Any]], token: str, actors: list[Any]) -> list[Any]:
+    """Start one actor of `placement`'s host class per setup (appended to `actors`, for the caller to stop), wait
+    for each worker's endpoint and hand every actor the others'; (pid, endpoint, key) per worker, in group order."""
+    from bridge.ray_workers import _ray
+
+    for g, setup in enumerate(setups):
+        actors.append(placement.start_host(g, setup, token, placement.local, placement.curve, os.getcwd()))
+    wait_s = startup_timeout_s()
+    started = [placement.endpoint(a, wait_s) for a in actors]  # checks: no loopback for a remote driver, keys
+    found = {g: (endpoint, key) for g, (_, endpoint, key) in enumerate(started)}
+    _ray().get([a.peers.remote(found) for a in actors], timeout=wait_s)
+    return started
+
+
 def run_on_ray(address: str, setups: list[dict[str, Any]], token: str, timeout_s: float) -> list[dict[str, Any]]:
     """Run one partition worker per setup on Ray actors (`CutWorkerHost`); their outputs, in group order."""
     from bridge.ray_workers import RayPlacement, _ray
@@ -117,12 +139,8 @@ def run_on_ray(address: str, setups: list[dict[str, Any]], token: str, timeout_s
     placement = RayPlacement(address, len(setups), host=CutWorkerHost)
     actors: list[Any] = []
     try:
-        for g, setup in enumerate(setups):
-            actors.append(placement.start_host(g, setup, token, placement.local, placement.curve, os.getcwd()))
+        started = start_hosts(placement, setups, token, actors)
         wait_s = startup_timeout_s()
-        started = [placement.endpoint(a, wait_s) for a in actors]  # checks: no loopback for a remote driver, keys
-        found = {g: (endpoint, key) for g, (_, endpoint, key) in enumerate(started)}
-        ray.get([a.peers.remote(found) for a in actors], timeout=wait_s)
         watched = [_RayWorker(placement, a, pid, ep) for a, (pid, ep, _) in zip(actors, started, strict=True)]
         wait_workers(watched, timeout_s, POLL_S)
         raw = ray.get([a.result.remote() for a in actors], timeout=wait_s)

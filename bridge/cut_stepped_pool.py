@@ -99,24 +99,22 @@ class SteppedPool:
         except BaseException:
             self.close()
             raise
-        self.workers = [Handle(0, self._procs[0].proc.pid, [0])]
+        self.workers = [Handle(0, self._first_pid(), [0])]
 
     @property
     def curve(self) -> bool:
         return False
 
+    def _first_pid(self) -> int:
+        return self._procs[0].proc.pid
+
     def _start(self, topology: Topology, config: PacketConfig) -> None:
         token = new_token()
-        topo = topology_to_dict(topology)
-        for g in range(config.partition):
-            # (reuse=on stays in the driver, over all of them: each worker runs the plain keyed engine)
-            # (and nic_latency: `NicLatencySimulator` hands the driver each flow the ns before its first packet)
-            worker = config.with_updates(partition_worker=g, reuse="off", nic_latency=0)
-            spec = EngineSpec(network="ns3", packet=worker, side="packet")
+        for g, setup in enumerate(worker_setups(topology, config)):
             d = self._root / f"w{g}"
             d.mkdir(mode=0o700)
             path = d / "setup.msgpack"
-            path.write_bytes(msgpack.packb({"topology": topo, "engine": spec.to_dict(), "run_dir": str(self._root)}))
+            path.write_bytes(msgpack.packb({**setup, "run_dir": str(self._root)}))
             path.chmod(0o600)
             log = d / "worker.log"
             with log.open("wb") as err:
@@ -278,6 +276,23 @@ class SteppedPool:
         remove_run_dir(self._root)
 
 
+def worker_setups(topology: Topology, config: PacketConfig) -> list[dict[str, Any]]:
+    """Each worker's setup (its topology and engine), in group order."""
+    topo = topology_to_dict(topology)
+    out = []
+    for g in range(config.partition):
+        # (reuse=on stays in the driver, over all of them: each worker runs the plain keyed engine)
+        # (and nic_latency: `NicLatencySimulator` hands the driver each flow the ns before its first packet)
+        worker = config.with_updates(partition_worker=g, reuse="off", nic_latency=0)
+        out.append({"topology": topo, "engine": EngineSpec(network="ns3", packet=worker, side="packet").to_dict()})
+    return out
+
+
 def spawn_stepped(topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> SteppedPool:
-    """Start `config.partition` stepped partition workers (the assignment is one logical worker: ignored)."""
+    """Start `config.partition` stepped partition workers (the assignment is one logical worker: ignored): local
+    processes, or with `config.ray` processes that Ray actors start (`bridge.cut_stepped_ray`)."""
+    if config.ray:
+        from bridge.cut_stepped_ray import RaySteppedPool
+
+        return RaySteppedPool(topology, config)
     return SteppedPool(topology, config)

@@ -93,7 +93,7 @@ class SteppedPartition(DecomposedSimulator):
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
             raise InputError("stepped partition workers need partition >= 1", field="partition")
-        for name, on in (("workers", config.workers), ("ray", bool(config.ray)),
+        for name, on in (("workers", config.workers),
                          ("nic_latency with reuse=on", bool(config.nic_latency) and config.reuse == "on")):  # fmt: skip
             if on:
                 raise InputError(
@@ -343,6 +343,7 @@ class SteppedPartition(DecomposedSimulator):
         out["partition"] = {
             **partition_summary(res.workers, res.ties),
             "stepped": True,
+            "curve": all(bool(w.get("curve")) for w in res.workers),  # the windows between the workers: CurveZMQ
             "lookahead_ns": res.workers[0]["cut"][1] if res.workers else 0,  # the least cut cable's delay
             "rounds": self.rounds,
             "critical_cpu_s": round(self.critical_cpu_s, 6),  # per round the busiest worker's CPU, summed
