@@ -10,6 +10,11 @@ and cnps.csv. It runs on any tree (the records as objects before `phantora.netsi
 after), so two trees side by side give the ratio; CPU seconds, and the files' sha-256 to show they are equal.
 
     PHANTORA_TREE=TREE .venv/bin/python bench/bench_results_write.py --marks 57000 --flows 2048 --served 94
+
+With `--completions N` it also writes flows.csv for N completed flows between the fabric's endpoints (the 1024-GPU
+step's 1.6 M rows: `--completions 1600000`). Where the tree formats a large file by forked processes
+(`phantora.results.forked`, at most `PHANTORA_WRITE_PROCS`), each file's line gives this process's CPU and each
+child's: on free cores the file takes about this process's share plus its slowest child's, not their sum.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ def main() -> None:
     ap.add_argument("--marks", type=int, default=57_000, help="CE marks (and CNPs) of the recorded episode")
     ap.add_argument("--flows", type=int, default=2048, help="flows of the episode")
     ap.add_argument("--served", type=int, default=94, help="episodes served from it")
+    ap.add_argument("--completions", type=int, default=0, help="also flows.csv for this many completed flows")
     args = ap.parse_args()
     topo = load_topology(args.topology)
     eps = topo.endpoints
@@ -98,10 +104,14 @@ def main() -> None:
     c2 = time.process_time()
     with tempfile.TemporaryDirectory() as d:
         a = W.write_ecn_csv(Path(d) / "ecn_marks.csv", topo, got_marks)
+        forks = [("ecn_marks.csv", time.process_time() - c2, children())]
         b = W.write_cnps_csv(Path(d) / "cnps.csv", topo, got_cnps)
         c3 = time.process_time()
+        forks.append(("cnps.csv", c3 - c2 - forks[0][1], children()))
         digest = hashlib.sha256(a.read_bytes() + b.read_bytes()).hexdigest()[:12]
         size = a.stat().st_size + b.stat().st_size
+        if args.completions:
+            forks.append(flows_csv(Path(d), topo, args.completions))
     total = n * args.served
     print(f"# {total:,} CE marks and {total:,} CNPs ({args.served} served episodes of {n:,}), {topo.name}, "
           f"{'columns' if RecordColumns is not None else 'objects'}; files {size / 1e6:.0f} MB, sha-256 {digest}, "
@@ -110,7 +120,41 @@ def main() -> None:
         f"merge ({reads} read(s) each) {c1 - c0:.2f} CPU s, counts {c2 - c1:.2f}, files {c3 - c2:.2f}, "
         f"in all {c3 - c0:.2f} ({(c3 - c0) / (2 * total) * 1e9:.0f} ns a record)"
     )
+    for name, cpu, kids in forks:
+        each = " / ".join(f"{c:.2f}" for c in kids) or "none"
+        print(f"{name}: this process {cpu:.2f} CPU s, its children {each}: {cpu + max(kids, default=0):.2f} s on free "
+              f"cores, {cpu + sum(kids):.2f} CPU s in all")  # fmt: skip
     sys.stdout.flush()
+
+
+def children() -> list[float]:
+    """The CPU s of each process the last file's write forked (none in a tree without `phantora.results.forked`)."""
+    try:
+        from phantora.results.forked import last_child_cpu_s
+    except ImportError:
+        return []
+    got = list(last_child_cpu_s)
+    last_child_cpu_s.clear()
+    return got
+
+
+def flows_csv(d: Path, topo: Any, n: int) -> tuple[str, float, list[float]]:
+    """flows.csv of `n` completions, each between two endpoints (2,048 pairs) on one of 4 ECMP keys, as a run's
+    flows reuse a few connections' keys; its sha-256 printed."""
+    from phantora.netsim.base import Completion, Flow
+
+    eps = topo.endpoints
+    pairs = [(eps[p % len(eps)], eps[(p * 7 + 1 + p // len(eps)) % len(eps)]) for p in range(2048)]
+    flows = {i: Flow(i, *pairs[i % 2048], 65_536 + i % 4096, key=i % 4) for i in range(n)}
+    done = [Completion(i, 1000 * i, 1000 * i + 40_000 + i % 977, f.size, f.src, f.dst, "c0/ring") for i, f in
+            flows.items()]  # fmt: skip
+    children()
+    c0 = time.process_time()
+    path = W.write_flows_csv(d / "flows.csv", topo, done, flows=flows)
+    cpu = time.process_time() - c0
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    print(f"# flows.csv: {n:,} rows, {path.stat().st_size / 1e6:.0f} MB, sha-256 {digest}")
+    return "flows.csv", cpu, children()
 
 
 if __name__ == "__main__":

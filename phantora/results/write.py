@@ -11,7 +11,7 @@ import csv
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +33,7 @@ from phantora.netsim.observe import (
 from phantora.netsim.record_columns import RecordColumns, flow_counts
 from phantora.netsim.standalone import StandaloneFct
 from phantora.results import schema as S
+from phantora.results.forked import write_blocks
 from phantora.topology.model import Topology
 
 
@@ -101,25 +102,23 @@ def write_flows_csv(
     """
     names = node_names(topo)
     fluid = StandaloneFct(topo)  # each (src, dst, key)'s route once
-    rows = []
-    tags: set[str] = set()
-    for c in sorted(completions, key=lambda c: c.flow_id):
-        if c.size <= 0 or c.src == c.dst:
-            continue
+    done = [c for c in sorted(completions, key=lambda c: c.flow_id) if c.size > 0 and c.src != c.dst]
+
+    def row(c: Completion) -> list[object]:
         f = flows.get(c.flow_id) if flows is not None else None
         key = f.key if f is not None and f.key is not None else c.flow_id
         fct = fct_ns[c.flow_id] if fct_ns is not None else c.end_ns - c.start_ns
         alone = standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key)
-        tags.add(c.tag)
-        rows.append(
+        return (
             [c.flow_id, c.tag, names[c.src], names[c.dst], c.src, c.dst, c.size, f.priority if f else ""]
             + [c.start_ns, c.end_ns, fct, alone, f"{fct / alone:.4f}" if alone else ""]
             + [_count(cnps, c.flow_id), _count(ecn_marks, c.flow_id)]
             + _transport(transport, c.flow_id)
         )
-    if _needs_quoting(tags) or _needs_quoting(names):
-        return write_csv(path, S.FLOWS_COLUMNS, rows)
-    return write_plain_rows(path, S.FLOWS_COLUMNS, rows)
+
+    if _needs_quoting({c.tag for c in done}) or _needs_quoting(names):
+        return write_csv(path, S.FLOWS_COLUMNS, map(row, done))
+    return write_plain_rows(path, S.FLOWS_COLUMNS, done, row)
 
 
 CSV_SPECIAL = frozenset(',"\r\n')  # a field holding one of these is quoted by csv.writer (QUOTE_MINIMAL)
@@ -131,32 +130,42 @@ def _needs_quoting(texts: Iterable[str]) -> bool:
     return any(CSV_SPECIAL.intersection(x) for x in texts)
 
 
-def write_plain_rows(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> Path:
+def write_plain_rows(
+    path: Path, header: Sequence[str], rows: Sequence[Any], make: Callable[[Any], Sequence[object]] | None = None
+) -> Path:
     """`write_csv` of rows of ints and strings none of which needs quoting, byte for byte as it writes them (str()
-    of each field, commas, CRLF), formatted by one `%s` template a row, a block of rows at a time."""
+    of each field, commas, CRLF), formatted by one `%s` template a row, a block of rows at a time (`make`: each
+    item of `rows` made into its row as its block is formatted; large files by several processes,
+    `phantora.results.forked`)."""
     path = Path(path)
     template = ",".join(["%s"] * len(header)) + "\r\n"
+
+    def text(a: int, b: int) -> str:
+        block = rows[a:b] if make is None else map(make, rows[a:b])
+        return "".join(map(template.__mod__, map(tuple, block)))
+
     with _atomic(path) as f:
         csv.writer(f).writerow(header)
-        for at in range(0, len(rows), ROWS_AT_ONCE):
-            f.write("".join(map(template.__mod__, map(tuple, rows[at : at + ROWS_AT_ONCE]))))
+        write_blocks(f, path, len(rows), text, ROWS_AT_ONCE)
     return path
 
 
 def write_columns(path: Path, header: Sequence[str], columns: Sequence[Sequence[Any]]) -> Path:
     """A CSV file of equal-length columns (ints and strings), byte for byte as `write_csv` writes their rows:
     when no string needs quoting, each row is formatted by one `%` template (no csv.writer call or row list a row),
-    a block of rows at a time."""
+    a block of rows at a time (large files by several processes, `phantora.results.forked`)."""
     if any(_needs_quoting(set(c)) for c in columns if c and isinstance(c[0], str)):
         return write_csv(path, header, zip(*columns, strict=True))
     template = ",".join("%s" if c and isinstance(c[0], str) else "%d" for c in columns) + "\r\n"
     path = Path(path)
     n = len(columns[0]) if columns else 0
+
+    def text(a: int, b: int) -> str:
+        return "".join(map(template.__mod__, zip(*[c[a:b] for c in columns], strict=True)))
+
     with _atomic(path) as f:
         csv.writer(f).writerow(header)
-        for at in range(0, n, ROWS_AT_ONCE):
-            block = [c[at : at + ROWS_AT_ONCE] for c in columns]
-            f.write("".join(map(template.__mod__, zip(*block, strict=True))))
+        write_blocks(f, path, n, text, ROWS_AT_ONCE)
     return path
 
 
