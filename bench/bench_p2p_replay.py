@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this tree's phantora, not the venv's install
@@ -72,7 +73,7 @@ def main() -> None:
     live = {(r["name"].split("@")[0], *r["group"]): r["end_ns"] for r in recs if r["kind"] == "send_recv"}
     sim = make_engine(cfg.engine, topo)
     try:
-        res = replay_graph(graph, topo, sim)
+        res = replay_graph(graph, topo, sim, **fresh(replay_graph, lambda: make_engine(cfg.engine, topo)))
     finally:
         sim.close()
     t2 = time.time()
@@ -102,10 +103,12 @@ def workload(path: str, topo: Topology, spec: EngineSpec, where: str) -> None:
 
     wl = load_workload(path, world=topo.num_ranks)
     t0, c0 = time.time(), cpu_s()
-    kw = {"fresh": lambda: make_engine(spec, topo)} if "fresh" in inspect.signature(replay_inprocess).parameters else {}
     sim = make_engine(spec, topo)
     try:
-        ref = {op.name: (op.start_ns, op.end_ns) for op in replay_inprocess(wl, topo, sim, **kw).ops}
+        ref = {
+            op.name: (op.start_ns, op.end_ns)
+            for op in replay_inprocess(wl, topo, sim, **fresh(replay_inprocess, lambda: make_engine(spec, topo))).ops
+        }
     finally:
         sim.close()
     t1, c1 = time.time(), cpu_s()
@@ -121,6 +124,12 @@ def workload(path: str, topo: Topology, spec: EngineSpec, where: str) -> None:
         f"({diff[worst]:+,} ns); in process {t1 - t0:.2f} s wall {c1 - c0:.2f} CPU s, bridge {t2 - t1:.1f} s wall "
         f"{c2 - c1:.1f} CPU s"
     )
+
+
+def fresh(replay: Any, make: Any) -> dict[str, Any]:
+    """`replay`'s `fresh` argument (further engines: the replay runs again where the first run's ratings move), where
+    it takes one (not before 24afa8c)."""
+    return {"fresh": make} if "fresh" in inspect.signature(replay).parameters else {}
 
 
 def cpu_s() -> float:

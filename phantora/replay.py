@@ -209,7 +209,7 @@ def replay_inprocess(
     run shows a group transfer (`splits`) rated otherwise than the bridge rates it, `sim` is closed and engines from
     `fresh` (default: flow engines set up as `sim`) run the plan again until they agree (`replay_settled`)."""
     engines = [sim]
-    res, last = replay_settled(wl, topo, lambda: engines.pop() if engines else (fresh or _fresh_like(sim))(), base,
+    res, last = replay_settled(wl, topo, lambda: engines.pop() if engines else (fresh or fresh_like(sim))(), base,
                                progress=progress)  # fmt: skip
     if last is not sim:
         last.close()
@@ -251,15 +251,16 @@ def replay_settled(
     raise RuntimeError(f"{wl.source}: the ratings of the workload's NCCL groups did not settle")
 
 
-def _fresh_like(sim: NetworkSimulator) -> Callable[[], NetworkSimulator]:
-    """Flow engines set up as `sim`, for `replay_inprocess`'s further runs; another engine needs the caller's."""
+def fresh_like(sim: NetworkSimulator) -> Callable[[], NetworkSimulator]:
+    """Flow engines set up as `sim`, for a replay's further runs (`replay_inprocess`, `egraph.replay_graph`); another
+    engine needs the caller's."""
     from phantora.netsim.flow import FlowSimulator
 
     if type(sim) is not FlowSimulator:
         raise InputError(
-            f"the workload's NCCL groups (`splits`) need another run, and replay_inprocess got no `fresh` engines like "
-            f"its {type(sim).__name__} (or use replay_settled)",
-            field="splits",
+            f"the replay's NCCL groups of transfers need another run, and it got no `fresh` engines like its "
+            f"{type(sim).__name__} (or use replay_settled / replay_graph_settled)",
+            field="fresh",
         )
 
     def make() -> NetworkSimulator:

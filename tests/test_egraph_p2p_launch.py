@@ -53,6 +53,7 @@ SCRIPT = """
 
     x, y = torch.ones(16 * MiB, device="cuda"), torch.empty(16 * MiB, device="cuda")
     g, h = torch.empty(8 * MiB, device="cuda"), torch.ones(8 * MiB, device="cuda")
+    z = torch.ones(24 * MiB, device="cuda")
     fence()
     stagger()
     batch([dist.P2POp(dist.isend, x, (me + 1) % n), dist.P2POp(dist.irecv, y, (me - 1) % n)])  # a ring
@@ -72,6 +73,20 @@ SCRIPT = """
     with dist._coalescing_manager(device=torch.device("cuda", dev)):  # a coalescing block: the reversed ring
         dist.isend(h, (me - 1) % n)
         dist.irecv(g, (me + 1) % n)
+    torch.cuda.synchronize()
+    fence()
+    first = []  # a long transfer on the world's NCCL stream, not waited for: the rank's next batch waits behind it
+    if local == 0:
+        first = dist.batch_isend_irecv([dist.P2POp(dist.isend, z, base + 1)])
+    elif local == 1:
+        first = dist.batch_isend_irecv([dist.P2POp(dist.irecv, z, base)])
+    late = []  # a fan-out whose receive on `base` is held behind that transfer there
+    if local == 2:
+        late = dist.batch_isend_irecv([dist.P2POp(dist.isend, h, base + j) for j in (0, 3, 4)])
+    elif local in (0, 3, 4):
+        late = dist.batch_isend_irecv([dist.P2POp(dist.irecv, g, base + 2)])
+    for q in first + late:
+        q.wait()
     torch.cuda.synchronize()
     dist.destroy_process_group()
 """
@@ -117,7 +132,7 @@ def test_batches_replay_to_their_live_ns(recorded: tuple[list[dict], ExecGraph],
     """Every transfer of the ring, the pipeline pairs, the fan-out and the coalescing block ends in the replay, and
     after a Chakra round trip, at its live ns; each ran on the 8-rank communicator, 4 channels a peer."""
     recs, graph = recorded
-    assert len(recs) == 8 + 8 + 3 + 8
+    assert len(recs) == 8 + 8 + 3 + 8 + 4
     assert {tuple(r["comm"]) for r in recs} == {tuple(range(8))}
     assert {r["nccl"]["channels"] for r in recs} == {4}
     live = {_key(r["name"], *r["group"]): r["end_ns"] for r in recs}
@@ -166,6 +181,27 @@ def test_a_staggered_fan_out_is_rated_from_each_pairs_start(recorded: tuple[list
     assert starts[0] < starts[1] < starts[2]
     for r, end in zip(recs, fan_out_ends(starts, 8 * MiB), strict=True):
         assert r["end_ns"] == pytest.approx(LAT_NS + end, abs=3)
+
+
+def test_a_pair_held_behind_its_stream_is_unknown_to_those_launched_before(
+    recorded: tuple[list[dict], ExecGraph],
+) -> None:
+    """Rank 2 sends 8 MiB to ranks 0, 3 and 4 in one batch; rank 0's receive waits on its NCCL stream behind a 24 MiB
+    transfer to rank 1 it issued just before. Live the coordinator parks that pair until the transfer ends there, so
+    the pairs to 3 and 4 are rated with each other only (2 of rank 2's sends in flight), and the pair to 0 starts
+    where that transfer ends, alone by then; the replay rates them so (test_batches_replay_to_their_live_ns; before,
+    it counted the pair to 0 as known from its ranks' last joins, starting at their issues: 1 of these 4 transfers at
+    its live ns)."""
+    fan = [r for r in recorded[0] if r["group"][0] == 2 and r["group"][1] in (0, 3, 4) and r["nbytes"] == 8 * MiB]
+    (long,) = [r for r in recorded[0] if r["nbytes"] == 24 * MiB]
+    by_dst = {r["group"][1]: r for r in fan}
+    assert sorted(by_dst) == [0, 3, 4] and long["group"] == [0, 1]
+    for j in (3, 4):
+        r = by_dst[j]
+        assert r["end_ns"] - r["t_start"] == pytest.approx(LAT_NS + 8 * MiB / (4 * LINK * links(2)), abs=2)
+        assert r["end_ns"] < long["end_ns"]
+    assert by_dst[0]["t_start"] == long["end_ns"]  # held there until the transfer before it ended
+    assert by_dst[0]["end_ns"] - by_dst[0]["t_start"] == pytest.approx(LAT_NS + 8 * MiB / (4 * LINK), abs=2)
 
 
 def without_launches(graph: ExecGraph) -> ExecGraph:
@@ -255,7 +291,7 @@ def _live_and_replayed(tmp_path, topo, nproc: int, unit: int, period: int, **cfg
     live = {_key(r["name"], *r["group"]): r["end_ns"] for r in recs if r["kind"] == "send_recv"}
     sim = make_engine(cfg.engine, topo)
     try:
-        res = replay_graph(graph, topo, sim)
+        res = replay_graph(graph, topo, sim, fresh=lambda: make_engine(cfg.engine, topo))
     finally:
         sim.close()
     ends: dict[tuple[str, int, int], int] = {}
@@ -288,7 +324,7 @@ def test_deduplicated_batches_run_and_replay_as_without(tmp_path) -> None:
     topo = load_topology("testbed16")
     off, off_replayed, _ = _live_and_replayed(tmp_path / "off", topo, 16, 1 << 16, 8, dedup="off")
     on, on_replayed, graph = _live_and_replayed(tmp_path / "on", topo, 16, 1 << 16, 8, dedup="auto")
-    assert graph.world == 16 and len(off) == 2 * (16 + 8 + 3)
+    assert graph.world == 16 and len(off) == 2 * (16 + 8 + 3 + 4)
     assert on == {k: off[k] for k in on}  # the live ranks' records: as without
     assert off_replayed == off and on_replayed == off
 

@@ -255,7 +255,7 @@ def _idle_note(args: argparse.Namespace, topo: Any, completions: Any) -> dict[st
 
 def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: str) -> int:
     from phantora.egraph.format import load, save
-    from phantora.egraph.replay import algo_from_meta, replay_graph
+    from phantora.egraph.replay import algo_from_meta, replay_graph_settled
     from phantora.egraph.report import format_graph_result, graph_results
     from phantora.results import schema as S
     from phantora.results.run_dir import RunDir
@@ -294,11 +294,11 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
         notes.append(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} in {args.export_chakra}")
     algo = _algo(args, algo_from_meta(graph))
     sc = load_scenario(args, topo, steps=True)  # events at a step boundary: as the graph's steps start
-    sim = _whole_dag_engine(engine, topo, sc)
-    install_throttles(sim, sc, topo, args.network)
     network_files: list[Path] = []
+    res, sim = replay_graph_settled(
+        graph, topo, lambda: _engine(engine, topo, sc), algo, progress=progress_mode(args), scenario=sc
+    )
     try:
-        res = replay_graph(graph, topo, sim, algo, progress=progress_mode(args), scenario=sc)
         spans = [(e - t, e) for e, t in zip(res.step_ends_ns, res.step_times_ns, strict=True)]
         section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "steps", res.steps_started)
         if args.out:

@@ -10,6 +10,8 @@ without issue times (made by a tool, or scaled) starts its groups' pairs togethe
 
 from __future__ import annotations
 
+import dataclasses
+
 from phantora.egraph.format import LAUNCH_ISSUE, P2P, ExecGraph
 from phantora.p2p_knowledge import Grouped, LaunchKey, PairKey, Transfer
 from phantora.p2p_knowledge import LaunchGroups as _Sweep
@@ -18,10 +20,24 @@ __all__ = ["Grouped", "LaunchGroups"]
 
 
 class LaunchGroups(_Sweep):
-    """A graph's transfers of group launches, each with the live coordinator's answer (`of`)."""
+    """A graph's transfers of group launches, each with the live coordinator's answer (`of`). `held`: the transfers
+    that waited on their NCCL stream after both ends issued them (an earlier call there still running), by how long:
+    live, the coordinator parks such a pair until then (bridge/stream_order.py), so it starts then and the pairs
+    launched before do not know it (`replay_graph` finds them in a first run's times)."""
 
-    def __init__(self, graph: ExecGraph) -> None:
-        super().__init__(_transfers(graph))
+    def __init__(self, graph: ExecGraph, held: dict[PairKey, int] | None = None) -> None:
+        transfers = _transfers(graph)
+        if held:
+            transfers = [_held(t, held.get(t.key, 0)) for t in transfers]
+        super().__init__(transfers)
+
+
+def _held(t: Transfer, delay: int) -> Transfer:
+    """`t` started `delay` ns after both ends issued it: known to the coordinator from then on."""
+    if delay <= 0:
+        return t
+    start = t.start + delay
+    return dataclasses.replace(t, start=start, known=max(t.known, start))
 
 
 def _transfers(graph: ExecGraph) -> list[Transfer]:
