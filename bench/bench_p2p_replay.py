@@ -13,7 +13,8 @@ groups of transfers").
 
 With `--workload FILE` (a workload with `splits`) the live side is the bridge's replay ranks
 (`phantora.egraph.replay_rank`, one process a rank) and the replay is the in-process one (`replay_inprocess`), each
-op's start and end compared (docs/workload.md "Uneven all-to-all").
+op's start and end compared (docs/workload.md "Uneven all-to-all"). `--window W`: the live side in window mode (W ns;
+its starts move by the window's own error, docs/status.md's grouped-p2p row).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", required=True)
     ap.add_argument("--nproc", type=int, default=0)
+    ap.add_argument("--window", type=int, default=0, help="the live run's co-simulation window, ns (0: exact)")
     ap.add_argument("--workload", help="compare a workload's in-process replay with its replay through the bridge")
     ap.add_argument("--network", choices=("flow", "ns3"), default="flow")
     ap.add_argument("script", nargs="?")
@@ -59,14 +61,15 @@ def main() -> None:
     a = ap.parse_args()
     topo = load_topology(a.topology)
     if a.workload:
-        workload(a.workload, topo, EngineSpec(network=a.network), a.topology)
+        workload(a.workload, topo, EngineSpec(network=a.network, window_ns=a.window), a.topology)
         return
     if not a.script or not a.nproc:
         ap.error("give a script and --nproc (or --workload)")
     d = Path(tempfile.mkdtemp(prefix="p2p_replay_"))
     t0 = time.time()
+    spec = EngineSpec(network=a.network, window_ns=a.window)
     cfg = RunConfig(a.script, a.args, topology=topo, nproc=a.nproc, tensors="phantom", trace="none", timeout_s=1800,
-                    out_dir=str(d / "o"), dedup="off", engine=EngineSpec(network=a.network))  # fmt: skip
+                    out_dir=str(d / "o"), dedup="off", engine=spec)  # fmt: skip
     _, graph = record_run(cfg, d / "g")
     t1 = time.time()
     recs = json.loads((d / "o" / "cosim.json").read_text())["collectives"]
