@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from phantora.collectives.launch_group import LaunchGroup
+
 Pair = tuple[int, int]
 PairKey = tuple[int, int, int, int]  # (src, dst, tag, seq): a transfer, as the replay matches it
 LaunchKey = tuple[int, int]  # (rank, P2P.launch)
@@ -28,6 +30,9 @@ class Grouped:
     comm: tuple[int, ...]
     inflight: tuple[Pair, ...]
     inflight_at: tuple[At, ...]
+    # the same pairs with their starts and bytes as one object, shared by every pair rated with the group so known
+    # (`Collective.launch`: its rating is made once for them); None alone
+    launch: LaunchGroup | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class _Group:
     pairs: dict[Pair, tuple[int, int]] = field(default_factory=dict)  # (start, bytes) by pair
     answers: dict[tuple[int, int], tuple[tuple[Pair, ...], tuple[At, ...]]] = field(default_factory=dict)
     order: tuple[Pair, ...] | None = None  # `pairs` sorted, once a version
+    shared: LaunchGroup | None = None  # `pairs` as one LaunchGroup, once a version
 
 
 class LaunchGroups:
@@ -72,7 +78,11 @@ class LaunchGroups:
                 if group.order is None:
                     group.order = tuple(sorted(group.pairs))
                 answer = group.answers[(t, n)] = _answer(t, n, group.order, group.pairs)
-            self._of[p.key] = Grouped(p.comm, *answer)
+            if group.shared is None and len(group.pairs) > 1:
+                order = group.order or tuple(sorted(group.pairs))
+                entries = [group.pairs[q] for q in order]
+                group.shared = LaunchGroup(order, tuple(s for s, _ in entries), tuple(n for _, n in entries))
+            self._of[p.key] = Grouped(p.comm, *answer, group.shared)
 
     def _find(self, k: LaunchKey) -> LaunchKey:
         self._parent.setdefault(k, k)
@@ -92,6 +102,7 @@ class LaunchGroups:
         ga.pairs[(x.key[0], x.key[1])] = (x.start, x.nbytes)
         ga.answers.clear()
         ga.order = None
+        ga.shared = None
         self._groups[a] = ga
 
     def of(self, key: PairKey) -> Grouped | None:

@@ -30,18 +30,20 @@ def grouped_ops(wl: Workload) -> list[str]:
 
 
 def planned(wl: Workload) -> Ratings:
-    """The ratings the workload's group transfers carry now."""
-    return {
-        op.name: Grouped(op.coll.comm, tuple(op.coll.inflight), tuple(op.coll.inflight_at))
-        for op in wl.ops
-        if op.group and op.coll.comm
-    }
+    """The ratings the workload's group transfers carry now (the pairs sorted, as `ratings_of` gives them)."""
+    out = {}
+    for op in wl.ops:
+        if op.group and op.coll.comm:
+            inflight, at = op.coll.relative()
+            out[op.name] = Grouped(op.coll.comm, tuple(sorted(inflight)), tuple(sorted(at)))
+    return out
 
 
 def rated(wl: Workload, ratings: Ratings) -> Workload:
-    """The workload with its group transfers rated so."""
+    """The workload with its group transfers rated so: each pair on the group's `LaunchGroup` (one object for the
+    pairs rated with the group so known), alone without one."""
     ops = [
-        dataclasses.replace(op, coll=dataclasses.replace(op.coll, inflight=g.inflight, inflight_at=g.inflight_at))
+        dataclasses.replace(op, coll=dataclasses.replace(op.coll, inflight=(), inflight_at=(), launch=g.launch))
         if (g := ratings.get(op.name)) is not None
         else op
         for op in wl.ops

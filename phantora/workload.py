@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from phantora.collectives.launch_group import LaunchGroup
 from phantora.collectives.spec import REDUCING, AlgoOptions, Collective
 from phantora.errors import InputError
 from phantora.units import parse_size_bytes, parse_time_ns
@@ -183,8 +184,9 @@ def _op_from_dict(raw: dict[str, Any], index: int, world: int | None, source: st
 
 def _split_pairs(raw: dict[str, Any], coll: Collective, where: str, source: str) -> list[Collective]:
     """An all_to_all's `splits` (row i: the bytes group rank i sends each group rank) as its transfers: send/recvs on
-    the group's communicator, each knowing the others in flight (`Collective.inflight`), as ProcessGroupNCCL runs an
-    uneven all_to_all_single: one NCCL group of an ncclSend and an ncclRecv per peer."""
+    the group's communicator, as ProcessGroupNCCL runs an uneven all_to_all_single: one NCCL group of an ncclSend and an
+    ncclRecv per peer, each knowing the others in flight, all from one start (one `LaunchGroup`, `Collective.launch`;
+    `phantora.replay` rates each from its own start)."""
     n = len(coll.ranks)
     rows = raw["splits"]
     try:
@@ -206,12 +208,9 @@ def _split_pairs(raw: dict[str, Any], coll: Collective, where: str, source: str)
             raise InputError(f"{where}: splits move no bytes between ranks", field="splits")
     except InputError as exc:
         raise InputError(str(exc), file=source, field=exc.field) from None
-    inflight = tuple(sizes)
-    out = []
-    for pair, b in sizes.items():
-        at = tuple((x, y, 0, m) for (x, y), m in sizes.items() if m != b)
-        out.append(Collective("send_recv", pair, b, coll.dtype, comm=coll.ranks, inflight=inflight, inflight_at=at))
-    return out
+    order = tuple(sorted(sizes))
+    group = LaunchGroup(order, (0,) * len(order), tuple(sizes[p] for p in order)) if len(order) > 1 else None
+    return [Collective("send_recv", pair, b, coll.dtype, comm=coll.ranks, launch=group) for pair, b in sizes.items()]
 
 
 def workload_from_dict(data: dict[str, Any], world: int | None = None, source: str = "<memory>") -> Workload:

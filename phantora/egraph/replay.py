@@ -565,10 +565,7 @@ class _Planner:
         rated = self.launches.of(inst.key[1:]) if inst.key[0] == "p" else None
         if rated is not None:
             pair = (inst.group[0], inst.group[1])
-            at = rated.inflight_at
-            return Collective(
-                "send_recv", pair, inst.nbytes, "uint8", comm=rated.comm, inflight=rated.inflight, inflight_at=at
-            )
+            return Collective("send_recv", pair, inst.nbytes, "uint8", comm=rated.comm, launch=rated.launch)
         found = self.calls.pairs(inst.call) if inst.call is not None else None
         pair = (inst.group[0], inst.group[1])
         if found is None or found[1].get(pair) != inst.nbytes:
