@@ -314,7 +314,8 @@ STEP_SEP = "@"  # op "bucket" of repetition k of a repeated workload is "bucket@
 def as_job(wl: Workload, steps: int | None = None, start_ns: int = 0) -> Workload:
     """A workload as a job of a multi-job run: every time moved by `start_ns`, and with `steps`, the whole
     list repeated `steps` times as training steps: op A of step k is ``A@k``, and an op of step k that waits
-    on nothing waits, rank by rank, for every op of step k-1 (its `at` only holds back step 0)."""
+    on nothing waits, rank by rank, for every op of step k-1 (its `at` only holds back step 0). A transfer of an
+    all_to_all with `splits` keeps its NCCL group (step k's: ``G@k``), as the bridge's replay ranks launch it."""
     if steps is None and not start_ns:
         return wl
     reps = 1 if steps is None else steps
@@ -329,7 +330,8 @@ def as_job(wl: Workload, steps: int | None = None, start_ns: int = 0) -> Workloa
             after = tuple(name(a) for a in op.after) or prev
             # an op waiting on nothing issues at max(at, gap): from the job's start, that is start + max(at, gap)
             at = start_ns + (max(op.at_ns, op.gap_ns) if not op.after else op.at_ns) if k == 0 else start_ns
-            ops.append(WorkloadOp(name(op.name), op.coll, at, after, op.gap_ns, op.algo))
+            group = name(op.group) if op.group else ""  # a step's `splits` transfers: one NCCL group, the step's
+            ops.append(WorkloadOp(name(op.name), op.coll, at, after, op.gap_ns, op.algo, group))
     return Workload(wl.name, ops, wl.source, wl.description)
 
 

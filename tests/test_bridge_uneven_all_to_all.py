@@ -17,7 +17,7 @@ from phantora.netsim.factory import make_engine
 from phantora.netsim.flow import FlowSimulator
 from phantora.replay import replay_inprocess, replay_settled
 from phantora.topology import dgx_host
-from phantora.workload import Workload, load_workload
+from phantora.workload import Workload, as_job, load_workload
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -82,3 +82,23 @@ def test_groups_whose_ranks_issue_apart_replay_in_process_as_through_the_bridge_
     """The same on ns-3 (KiB for MiB): every op ends in process where it ends through the bridge."""
     _, ref, got = in_process_and_bridged(tmp_path, EngineSpec(network="ns3"), "KiB")
     assert len(got) == 28 and got == ref
+
+
+def test_a_split_all_to_all_run_as_steps_keeps_its_group(tmp_path: Path) -> None:
+    """`--steps` (`workload.as_job`) keeps a `splits` transfer's NCCL group: through the bridge's replay ranks and in
+    process, every pair of the one-step job ends at the ns it ends at without --steps (before, the steps' transfers
+    went to the coordinator ungrouped, each rated alone: 64 KiB pairs ended at 14,982 ns, not 18,163)."""
+    topo = dgx_host(8, gpu="h100")
+    splits = [[0 if i == j else 16 * MiB if (i, j) == (0, 1) else 64 * KiB * (1 + (i + j) % 3) for j in range(8)]
+              for i in range(8)]  # fmt: skip
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps({"op": [{"name": "d", "kind": "all_to_all", "ranks": "all", "splits": splits}]}))
+    cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
+    plain = {r["name"]: r["end_ns"] for r in CosimRun(topo, rank_cmd=cmd, timeout_s=120).run().collectives}
+    stepped = CosimRun(topo, rank_cmd=[*cmd, "--steps", "1"], timeout_s=120).run().collectives
+    assert len(plain) == 56 and {r["name"].removesuffix("@0"): r["end_ns"] for r in stepped} == plain
+    wl = load_workload(path, world=8)
+    alone = {op.name: op.end_ns for op in replay_inprocess(wl, topo, FlowSimulator(topo)).ops}
+    steps = replay_inprocess(as_job(wl, 1), topo, FlowSimulator(topo)).ops
+    assert {op.name.removesuffix("@0"): op.end_ns for op in steps} == alone == plain
+    assert {op.group for op in as_job(wl, 2).ops} == {"d@0", "d@1"}
