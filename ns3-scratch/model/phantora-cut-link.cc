@@ -27,8 +27,13 @@ class Reader {
   std::size_t At() const { return m_at; }
   template <typename T>
   T Get() {
-    T v;
     Need(sizeof(T));
+    return Next<T>();
+  }
+  /// Get() once Need() has checked the bytes (a message's fixed fields read after one check).
+  template <typename T>
+  [[gnu::always_inline]] T Next() {
+    T v;
     std::memcpy(&v, m_b + m_at, sizeof(T));
     m_at += sizeof(T);
     return v;
@@ -52,19 +57,31 @@ class Reader {
 }
 
 /// Appends fields to a region of known size, reserved at once (no per-field resize); throws rather than write
-/// past it (a message whose fields outgrow the size it was given: a bug here, never memory corruption).
+/// past it (a message whose fields outgrow the size it was given: a bug here, never memory corruption). The
+/// outbox's buffer keeps its bytes past `len` from earlier windows: it grows (zero-filled) only past its largest.
 class Writer {
  public:
-  Writer(std::vector<uint8_t>& out, std::size_t n) : m_at(out.size()), m_n(n) {
-    out.resize(m_at + n);
-    m_p = out.data() + m_at;
+  Writer(PhantoraCutLink::Outbox& out, std::size_t n) : m_n(n) {
+    if (out.bytes.size() - out.len < n) [[unlikely]] {
+      out.bytes.resize(std::max(out.len + n, out.bytes.size() * 2));
+    }
+    m_p = out.bytes.data() + out.len;
     m_end = m_p + n;
+    out.len += n;
   }
   template <typename T>
   [[gnu::always_inline]] void Put(T v) {
-    if (static_cast<std::size_t>(m_end - m_p) < sizeof(T)) [[unlikely]] {
-      WriterOverflow(sizeof(T), m_n);
+    Need(sizeof(T));
+    Next(v);
+  }
+  /// Throws unless `k` bytes are left: the fields put next, of `k` bytes in all, go by Next().
+  [[gnu::always_inline]] void Need(std::size_t k) const {
+    if (static_cast<std::size_t>(m_end - m_p) < k) [[unlikely]] {
+      WriterOverflow(k, m_n);
     }
+  }
+  template <typename T>
+  [[gnu::always_inline]] void Next(T v) {
     std::memcpy(m_p, &v, sizeof(T));
     m_p += sizeof(T);
   }
@@ -72,7 +89,6 @@ class Writer {
   std::size_t Left() const { return static_cast<std::size_t>(m_end - m_p); }
 
  private:
-  std::size_t m_at;
   std::size_t m_n;
   uint8_t* m_p;
   uint8_t* m_end;
@@ -83,67 +99,70 @@ class Writer {
 uint32_t HeaderBytes(const PhantoraHeader& h) { return h.GetSerializedSize(); }
 
 void PutHeader(Writer& w, const PhantoraHeader& h) {
-  w.Put(static_cast<uint8_t>(h.type));
-  w.Put(h.prio);
-  w.Put(h.flags);
-  w.Put(h.nHops);
-  w.Put(h.src);
-  w.Put(h.dst);
-  w.Put(h.flowId);
-  w.Put(h.seq);
-  w.Put(h.payload);
-  w.Put(h.ecmpKey);
-  w.Put(h.tsNs);
-  w.Put(h.entropy);
+  w.Need(sizeof(uint8_t) * 4 + sizeof(uint32_t) * 3 + sizeof(uint64_t) * 4 + sizeof(uint16_t));
+  w.Next(static_cast<uint8_t>(h.type));
+  w.Next(h.prio);
+  w.Next(h.flags);
+  w.Next(h.nHops);
+  w.Next(h.src);
+  w.Next(h.dst);
+  w.Next(h.flowId);
+  w.Next(h.seq);
+  w.Next(h.payload);
+  w.Next(h.ecmpKey);
+  w.Next(h.tsNs);
+  w.Next(h.entropy);
   if (h.flags & kFlagSack) {
-    w.Put(h.sackLo);
-    w.Put(h.sackHi);
-    w.Put(h.sackBitmap);
+    w.Need(sizeof(uint64_t) * 3);
+    w.Next(h.sackLo);
+    w.Next(h.sackHi);
+    w.Next(h.sackBitmap);
   }
   if (h.HasCredit()) {
     w.Put(h.credit);
   }
   for (uint32_t i = 0; i < h.nHops; ++i) {
-    w.Put(h.hops[i].timeNs);
-    w.Put(h.hops[i].txBytes);
-    w.Put(h.hops[i].qlenBytes);
-    w.Put(h.hops[i].lineRateBps);
+    w.Need(sizeof(uint64_t) * 3 + sizeof(uint32_t));
+    w.Next(h.hops[i].timeNs);
+    w.Next(h.hops[i].txBytes);
+    w.Next(h.hops[i].qlenBytes);
+    w.Next(h.hops[i].lineRateBps);
   }
 }
 
-/// Reads PutHeader's fields into `h`; throws when they do not take `len` bytes.
+/// Reads PutHeader's fields into `h`; throws when they do not take `len` bytes (checked once, from the fields
+/// that say which optional ones follow, before the rest is read).
 void GetHeader(Reader& r, uint32_t len, PhantoraHeader& h) {
-  r.Need(len);
-  const std::size_t from = r.At();
-  h.type = static_cast<PktType>(r.Get<uint8_t>());
-  h.prio = r.Get<uint8_t>();
-  h.flags = r.Get<uint8_t>();
-  h.nHops = std::min<uint8_t>(r.Get<uint8_t>(), kMaxIntHops);
-  h.src = r.Get<uint32_t>();
-  h.dst = r.Get<uint32_t>();
-  h.flowId = r.Get<uint64_t>();
-  h.seq = r.Get<uint64_t>();
-  h.payload = r.Get<uint32_t>();
-  h.ecmpKey = r.Get<uint64_t>();
-  h.tsNs = r.Get<uint64_t>();
-  h.entropy = r.Get<uint16_t>();
+  r.Need(std::max<uint32_t>(len, 4));
+  h.type = static_cast<PktType>(r.Next<uint8_t>());
+  h.prio = r.Next<uint8_t>();
+  h.flags = r.Next<uint8_t>();
+  h.nHops = std::min<uint8_t>(r.Next<uint8_t>(), kMaxIntHops);
+  if (h.GetSerializedSize() != len) {
+    throw std::invalid_argument("cut-link batch: a packet header of " + std::to_string(h.GetSerializedSize()) +
+                                " bytes where its message says " + std::to_string(len));
+  }
+  h.src = r.Next<uint32_t>();
+  h.dst = r.Next<uint32_t>();
+  h.flowId = r.Next<uint64_t>();
+  h.seq = r.Next<uint64_t>();
+  h.payload = r.Next<uint32_t>();
+  h.ecmpKey = r.Next<uint64_t>();
+  h.tsNs = r.Next<uint64_t>();
+  h.entropy = r.Next<uint16_t>();
   if (h.flags & kFlagSack) {
-    h.sackLo = r.Get<uint64_t>();
-    h.sackHi = r.Get<uint64_t>();
-    h.sackBitmap = r.Get<uint64_t>();
+    h.sackLo = r.Next<uint64_t>();
+    h.sackHi = r.Next<uint64_t>();
+    h.sackBitmap = r.Next<uint64_t>();
   }
   if (h.HasCredit()) {
-    h.credit = r.Get<uint64_t>();
+    h.credit = r.Next<uint64_t>();
   }
   for (uint32_t i = 0; i < h.nHops; ++i) {
-    h.hops[i].timeNs = r.Get<uint64_t>();
-    h.hops[i].txBytes = r.Get<uint64_t>();
-    h.hops[i].qlenBytes = r.Get<uint32_t>();
-    h.hops[i].lineRateBps = r.Get<uint64_t>();
-  }
-  if (r.At() - from != len) {
-    throw std::invalid_argument("cut-link batch: a packet header of " + std::to_string(r.At() - from) +
-                                " bytes where its message says " + std::to_string(len));
+    h.hops[i].timeNs = r.Next<uint64_t>();
+    h.hops[i].txBytes = r.Next<uint64_t>();
+    h.hops[i].qlenBytes = r.Next<uint32_t>();
+    h.hops[i].lineRateBps = r.Next<uint64_t>();
   }
 }
 
@@ -156,22 +175,24 @@ constexpr uint32_t kDoneLink = UINT32_MAX - 2;     ///< ... for "complete at its
 constexpr uint32_t kBoundLink = UINT32_MAX - 3;    ///< ... for "completes at this ns or later"
 
 constexpr std::size_t kNoteBytes = sizeof(uint64_t) * 2 + sizeof(uint32_t) * 2;  ///< a note's head
-constexpr std::size_t kKeyBytes = sizeof(uint64_t) + sizeof(uint32_t) * 2;        ///< PutKey's
-constexpr std::size_t kReleaseBytes = kKeyBytes * 2 + sizeof(uint32_t);            ///< a release's after its head
+constexpr std::size_t kKeyBytes = sizeof(uint64_t) + sizeof(uint32_t) * 2;        ///< an order key
+/// Releases of one event to one worker travel as one message (the releases of a completion's dependents come one
+/// after the other, with one event key, one count of the events run and one start key but its count): a head of
+/// (ns, kind, releases n, the event's key, seq, the start key's time and node), then n (node, flow, start count).
+constexpr std::size_t kReleasesHead = sizeof(uint64_t) + sizeof(uint32_t) * 2 + kKeyBytes + sizeof(uint32_t) +
+                                      sizeof(uint64_t) + sizeof(uint32_t);
+constexpr std::size_t kReleaseEntry = sizeof(uint32_t) + sizeof(uint64_t) + sizeof(uint32_t);
+constexpr std::size_t kReleasesCount = sizeof(uint64_t) + sizeof(uint32_t);  ///< where n is, in the head
 
 /// The head of every message but a packet's: (ns, kind, node, flow).
 void PutNote(Writer& w, uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns) {
-  w.Put(ns);
-  w.Put(kind);
-  w.Put(node);
-  w.Put(flow);
+  w.Need(kNoteBytes);
+  w.Next(ns);
+  w.Next(kind);
+  w.Next(node);
+  w.Next(flow);
 }
 
-void PutKey(Writer& w, const PhantoraOrderKey& k) {
-  w.Put(k.schedTs);
-  w.Put(k.node);
-  w.Put(k.count);
-}
 }  // namespace
 
 PhantoraCutLink::PhantoraCutLink(Ptr<PhantoraFabric> fabric, const std::vector<uint32_t>& groups, uint32_t self,
@@ -286,36 +307,37 @@ void PhantoraCutLink::Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPack
   const PhantoraOrderKey key = sim->TakeKey();  // the key the direct path's arrival event would take
   const uint32_t hdrLen = HeaderBytes(pkt->hdr);
   const auto& l = m_fabric->Links()[link];
-  std::vector<uint8_t>& out = OutboxFor(toEnd == 0 ? l.a : l.b);
-  const std::size_t start = out.size();
+  Outbox& out = OutboxFor(toEnd == 0 ? l.a : l.b);
   m_minArrival = std::min(m_minArrival, arriveNs);
   const uint64_t reach = m_reach[toEnd == 0 ? l.a : l.b];
   m_minReach = std::min(m_minReach, reach > UINT64_MAX - arriveNs ? UINT64_MAX : arriveNs + reach);
   const std::size_t head = sizeof(arriveNs) + sizeof(link) + sizeof(uint8_t) + sizeof(key.schedTs) +
                            sizeof(key.node) + sizeof(key.count) + sizeof(epoch) + sizeof(pkt->linkCredit) +
                            sizeof(pkt->linkSent) + sizeof(pkt->linkClass) + sizeof(hdrLen);
+  const PhantoraPacket& p = *pkt;
   Writer w(out, head + hdrLen);
-  w.Put(arriveNs);
-  w.Put(link);
-  w.Put(static_cast<uint8_t>(toEnd));
-  w.Put(key.schedTs);
-  w.Put(key.node);
-  w.Put(key.count);
-  w.Put(epoch);
-  w.Put(pkt->linkCredit);
-  w.Put(pkt->linkSent);
-  w.Put(pkt->linkClass);
-  w.Put(hdrLen);
-  PutHeader(w, pkt->hdr);
+  w.Need(head);
+  w.Next(arriveNs);
+  w.Next(link);
+  w.Next(static_cast<uint8_t>(toEnd));
+  w.Next(key.schedTs);
+  w.Next(key.node);
+  w.Next(key.count);
+  w.Next(epoch);
+  w.Next(p.linkCredit);
+  w.Next(p.linkSent);
+  w.Next(p.linkClass);
+  w.Next(hdrLen);
+  PutHeader(w, p.hdr);
   if (w.Left() != 0) [[unlikely]] {
     throw std::logic_error("cut-link message: " + std::to_string(w.Left()) + " of its bytes left unwritten (a "
                            "header of " + std::to_string(hdrLen) + " bytes)");
   }
   ++m_messages;
-  m_bytes += out.size() - start;
+  m_bytes += head + hdrLen;
 }
 
-std::vector<uint8_t>& PhantoraCutLink::OutboxFor(uint32_t node) {
+PhantoraCutLink::Outbox& PhantoraCutLink::OutboxFor(uint32_t node) {
   const uint32_t g = m_groups[node];
   if (g == m_self) [[unlikely]] {
     throw std::logic_error("cut-link message to node " + std::to_string(node) + " of this worker's own group " +
@@ -340,14 +362,42 @@ void PhantoraCutLink::SendRelease(uint64_t flow, uint32_t node, uint64_t atNs, c
   m_minArrival = std::min(m_minArrival, landNs);
   const uint64_t reach = m_reach.at(node);
   m_minReach = std::min(m_minReach, reach > UINT64_MAX - landNs ? UINT64_MAX : landNs + reach);
-  Writer w(OutboxFor(node), kNoteBytes + kReleaseBytes);  // one resize for the whole message
-  PutNote(w, kReleaseLink, flow, node, atNs);
-  PutKey(w, event);
-  w.Put(seq);
-  PutKey(w, key);
+  Outbox& out = OutboxFor(node);
+  Outbox::Releases& open = out.releases;
+  const bool same = open.at != SIZE_MAX && open.end == out.len && open.ns == atNs && open.seq == seq &&
+                    open.keyTs == key.schedTs && open.keyNode == key.node && open.event.schedTs == event.schedTs &&
+                    open.event.node == event.node && open.event.count == event.count;
+  std::size_t bytes = kReleaseEntry;
+  if (same) {  // the message right before is this event's: one more release in it
+    uint32_t n = 0;
+    std::memcpy(&n, out.bytes.data() + open.at + kReleasesCount, sizeof(n));
+    ++n;
+    std::memcpy(out.bytes.data() + open.at + kReleasesCount, &n, sizeof(n));
+  } else {
+    bytes += kReleasesHead;
+    open = Outbox::Releases{out.len, 0, atNs, event, seq, key.schedTs, key.node};
+  }
+  Writer w(out, bytes);  // one resize for the whole message (the head and the release, or the release)
+  if (!same) {
+    w.Need(kReleasesHead);
+    w.Next(atNs);
+    w.Next(kReleaseLink);
+    w.Next(uint32_t{1});
+    w.Next(event.schedTs);
+    w.Next(event.node);
+    w.Next(event.count);
+    w.Next(seq);
+    w.Next(key.schedTs);
+    w.Next(key.node);
+  }
+  w.Need(kReleaseEntry);
+  w.Next(node);
+  w.Next(flow);
+  w.Next(key.count);
+  open.end = out.len;
   ++m_messages;
   ++m_releases;
-  m_bytes += kNoteBytes + kReleaseBytes;
+  m_bytes += bytes;
 }
 
 void PhantoraCutLink::SendDone(uint64_t flow, uint32_t node, uint64_t atNs) {
@@ -359,14 +409,22 @@ void PhantoraCutLink::SendBound(uint64_t flow, uint32_t node, uint64_t lbNs) {
 }
 
 std::vector<uint8_t> PhantoraCutLink::TakeOutbox(uint32_t group) {
+  Outbox& box = m_outboxes.at(group);
   std::vector<uint8_t> out;
-  out.swap(m_outboxes.at(group));
+  box.bytes.resize(box.len);
+  out.swap(box.bytes);
+  box.len = 0;
+  box.releases.at = SIZE_MAX;
   return out;
 }
 
-void PhantoraCutLink::SwapOutbox(uint32_t group, std::vector<uint8_t>& batch) {
-  batch.clear();
-  batch.swap(m_outboxes.at(group));
+std::size_t PhantoraCutLink::SwapOutbox(uint32_t group, std::vector<uint8_t>& batch) {
+  Outbox& box = m_outboxes.at(group);
+  const std::size_t len = box.len;
+  batch.swap(box.bytes);  // the old batch's buffer, written over from its start
+  box.len = 0;
+  box.releases.at = SIZE_MAX;
+  return len;
 }
 
 uint64_t PhantoraCutLink::TakeMinArrival() {
@@ -420,33 +478,38 @@ void PhantoraCutLink::Deliver(const uint8_t* data, std::size_t size) {
       m_done(note("done", static_cast<bool>(m_done)).second, arriveNs);
       continue;
     }
-    if (link == kReleaseLink) {
-      const uint64_t flow = note("release", static_cast<bool>(m_release)).second;
-      PhantoraOrderKey keys[2];
-      uint32_t seq = 0;
-      for (PhantoraOrderKey& k : keys) {
-        k.schedTs = r.Get<uint64_t>();
-        k.node = r.Get<uint32_t>();
-        k.count = r.Get<uint32_t>();
-        if (&k == keys) {
-          seq = r.Get<uint32_t>();
-        }
+    if (link == kReleaseLink) {  // SendRelease's: the releases one event sent this worker
+      r.Need(kReleasesHead - sizeof(uint64_t) - sizeof(uint32_t));
+      const auto n = r.Next<uint32_t>();
+      PhantoraOrderKey event, key;
+      event.schedTs = r.Next<uint64_t>();
+      event.node = r.Next<uint32_t>();
+      event.count = r.Next<uint32_t>();
+      const auto seq = r.Next<uint32_t>();
+      key.schedTs = r.Next<uint64_t>();
+      key.node = r.Next<uint32_t>();
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint64_t flow = note("release", static_cast<bool>(m_release)).second;
+        key.count = r.Get<uint32_t>();
+        m_release(flow, arriveNs, event, seq, key);
       }
-      m_release(flow, arriveNs, keys[0], seq, keys[1]);
       continue;
     }
-    const auto toEnd = r.Get<uint8_t>();
+    // the rest of a packet's fixed fields (Send's), checked at once
+    r.Need(sizeof(uint8_t) * 2 + sizeof(uint64_t) * 3 + sizeof(uint32_t) * 4);
+    const auto toEnd = r.Next<uint8_t>();
     PhantoraOrderKey key;
-    key.schedTs = r.Get<uint64_t>();
-    key.node = r.Get<uint32_t>();
-    key.count = r.Get<uint32_t>();
-    const auto epoch = r.Get<uint64_t>();
+    key.schedTs = r.Next<uint64_t>();
+    key.node = r.Next<uint32_t>();
+    key.count = r.Next<uint32_t>();
+    const auto epoch = r.Next<uint64_t>();
     Ptr<PhantoraPacket> pkt = PhantoraPacket::Make();
-    pkt->linkCredit = r.Get<uint32_t>();
-    pkt->linkSent = r.Get<uint64_t>();
-    pkt->linkClass = r.Get<uint8_t>();
-    const auto hdrLen = r.Get<uint32_t>();
-    GetHeader(r, hdrLen, pkt->hdr);
+    PhantoraPacket& fields = *pkt;
+    fields.linkCredit = r.Next<uint32_t>();
+    fields.linkSent = r.Next<uint64_t>();
+    fields.linkClass = r.Next<uint8_t>();
+    const auto hdrLen = r.Next<uint32_t>();
+    GetHeader(r, hdrLen, fields.hdr);
     if (link >= links.size() || toEnd > 1) {
       throw std::invalid_argument("cut-link batch: message for cable " + std::to_string(link) + " end " +
                                   std::to_string(toEnd) + " (the fabric has " + std::to_string(links.size()) +
@@ -464,8 +527,8 @@ void PhantoraCutLink::Deliver(const uint8_t* data, std::size_t size) {
                                std::to_string(arriveNs) + " ns arrived behind its worker's clock (" +
                                std::to_string(sim->NowStep()) + " ns): a window ran too far");
     }
-    auto arrive = [ch, end = static_cast<uint32_t>(toEnd), p = pkt, epoch] { ch->Arrive(end, p, epoch); };
-    sim->ScheduleKeyedAt(arriveNs, node, key, RecycledEvent<decltype(arrive)>::Arm(std::move(arrive)), true);
+    auto arrive = [ch, end = static_cast<uint32_t>(toEnd), p = std::move(pkt), epoch] { ch->Arrive(end, p, epoch); };
+    sim->StageKeyedAt(arriveNs, node, key, RecycledEvent<decltype(arrive)>::Arm(std::move(arrive)));
   }
 }
 
@@ -474,7 +537,7 @@ void PhantoraCutLink::Barrier() {
   m_minArrival = UINT64_MAX;
   m_minReach = UINT64_MAX;
   for (uint32_t g = 0; g < m_outboxes.size(); ++g) {
-    if (!m_outboxes[g].empty()) {
+    if (m_outboxes[g].len != 0) {
       Deliver(TakeOutbox(g));
     }
   }

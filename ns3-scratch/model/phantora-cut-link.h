@@ -30,7 +30,8 @@ namespace ns3 {
  * are taken between windows by the caller and sent to the other workers, whose batches come in by Deliver().
  * A batch may also carry a flow's "sender done" (SendForget): its receiver forgets the flow on delivery; a
  * dependency's completion for a flow whose sender another worker runs (SendRelease, with the order keys one
- * engine's ScheduleStart would take); a flow's completion at its receiver for its sender (SendDone); and a lower
+ * engine's ScheduleStart would take; the releases one event sends a worker, one after the other, share one
+ * message); a flow's completion at its receiver for its sender (SendDone); and a lower
  * bound on a flow's completion from its sender's worker for its receiver's (SendBound: the windows' release
  * bounds there).
  */
@@ -57,9 +58,10 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   void SendForget(uint64_t flow, uint32_t node, uint64_t atNs);
   /// The messages sent to group `group` since the last call (its outbox, emptied).
   std::vector<uint8_t> TakeOutbox(uint32_t group);
-  /// TakeOutbox() into `batch`, whose old bytes are dropped and whose buffer becomes the outbox: a window loop
-  /// that swaps the same buffers back and forth grows none of them again after its first windows.
-  void SwapOutbox(uint32_t group, std::vector<uint8_t>& batch);
+  /// TakeOutbox() into `batch`, whose buffer becomes the outbox (its old bytes written over): a window loop that
+  /// swaps the same buffers back and forth grows (and zero-fills) none of them again after its first windows.
+  /// Returns the messages' bytes: `batch`'s first ones (its size may be larger, room kept from earlier windows).
+  std::size_t SwapOutbox(uint32_t group, std::vector<uint8_t>& batch);
   /// The least arrival time of the messages sent since the last call, or UINT64_MAX; reset.
   uint64_t TakeMinArrival();
   /// Per node, the least ns from an event at it to a packet's arrival across a cut cable caused by it, inside
@@ -105,6 +107,22 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   /// Loopback: deliver the outbox here.
   void Barrier() override;
 
+  /// Messages to one group: `bytes`' first `len` (the rest, kept from earlier windows, is written over).
+  struct Outbox {
+    std::vector<uint8_t> bytes;
+    std::size_t len = 0;
+    /// The last release message (SendRelease), while nothing follows it: the next release of its event joins it.
+    struct Releases {
+      std::size_t at = SIZE_MAX;  ///< its head's offset (SIZE_MAX: none open)
+      std::size_t end = 0;        ///< len right after it
+      uint64_t ns = 0;
+      PhantoraOrderKey event;
+      uint32_t seq = 0;
+      uint64_t keyTs = 0;
+      uint32_t keyNode = 0;
+    } releases;
+  };
+
   /// Release messages sent so far.
   uint64_t Releases() const { return m_releases; }
   uint64_t Messages() const { return m_messages; }
@@ -112,14 +130,14 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   uint64_t Barriers() const { return m_barriers; }
 
  private:
-  std::vector<uint8_t>& OutboxFor(uint32_t node);
+  Outbox& OutboxFor(uint32_t node);
   /// A note of `kind` on flow `flow` to `node` at `ns` (the head of every message but a packet's).
   void SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns);
 
   Ptr<PhantoraFabric> m_fabric;
   std::vector<uint32_t> m_groups;
   uint32_t m_self;
-  std::vector<std::vector<uint8_t>> m_outboxes;  ///< by destination group
+  std::vector<Outbox> m_outboxes;  ///< by destination group
   uint64_t m_minArrival = UINT64_MAX;
   uint64_t m_minReach = UINT64_MAX;
   std::vector<uint64_t> m_reach;     ///< Reach(), per node

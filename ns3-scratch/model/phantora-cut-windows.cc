@@ -23,6 +23,7 @@ constexpr std::size_t kReadChunk = std::size_t{1} << 20;
 constexpr uint64_t kMaxFrame = PhantoraCutPeers::kMaxBatch + 4096;  // bridge.cut_frame.MAX_FRAME
 constexpr uint32_t kFields = 14;                                   // bridge.cut_frame.FIELDS
 constexpr uint32_t kMaxKey = 8;                                    // bridge.cut_frame.MAX_KEY
+constexpr std::size_t kNone = SIZE_MAX;                            // PhantoraCutPeers::m_keep: nothing kept
 
 // A frame is bridge.cut_frame's: the body's length (little-endian u64), then one msgpack array
 // [seq, next, arr, release later, release same, sample from, react bound, react stop, output, idle, left, finish,
@@ -205,7 +206,10 @@ PhantoraCutPeers::PhantoraCutPeers(uint32_t group, const std::vector<int>& fds, 
       m_timeoutMs(timeoutMs),
       m_firstTimeoutMs(std::max(timeoutMs, firstTimeoutMs)),
       m_bufs(fds.size()),
-      m_at(fds.size(), 0) {
+      m_len(fds.size(), 0),
+      m_at(fds.size(), 0),
+      m_keep(fds.size(), kNone),
+      m_viewAt(fds.size(), 0) {
   if (group >= fds.size()) {
     throw std::invalid_argument("PhantoraCutPeers: group " + std::to_string(group) + " of " +
                                 std::to_string(fds.size()));
@@ -225,7 +229,7 @@ PhantoraCutPeers::PhantoraCutPeers(uint32_t group, const std::vector<int>& fds, 
 uint64_t PhantoraCutPeers::Buffered() const {
   uint64_t n = 0;
   for (uint32_t g = 0; g < m_bufs.size(); ++g) {
-    n += m_bufs[g].size() - m_at[g];
+    n += m_len[g] - m_at[g];
   }
   return n;
 }
@@ -236,17 +240,22 @@ std::string PhantoraCutPeers::Closed(uint32_t g) const {
 
 bool PhantoraCutPeers::Read(uint32_t g) {
   std::vector<uint8_t>& buf = m_bufs[g];
-  if (m_at[g] > 0 && m_at[g] == buf.size()) {
-    buf.clear();
-    m_at[g] = 0;
-  } else if (m_at[g] > (std::size_t{1} << 22) && m_at[g] * 2 > buf.size()) {
-    buf.erase(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(m_at[g]));
-    m_at[g] = 0;
+  std::size_t& len = m_len[g];
+  const std::size_t from = std::min(m_at[g], m_keep[g]);  // the bytes before it are taken and not kept
+  if (from > 0 && (from == len || (from > (std::size_t{1} << 22) && from * 2 > len))) {
+    std::memmove(buf.data(), buf.data() + from, len - from);
+    len -= from;
+    m_at[g] -= from;
+    if (m_keep[g] != kNone) {
+      m_keep[g] -= from;
+    }
   }
-  m_chunk.resize(kReadChunk);  // once: a fresh zeroed chunk each read would cost more than the read
-  const ssize_t n = recv(m_fds[g], m_chunk.data(), m_chunk.size(), MSG_DONTWAIT);
+  if (buf.size() - len < kReadChunk) {
+    buf.resize(len + kReadChunk);  // zero-filled only as it grows past its largest; read into directly
+  }
+  const ssize_t n = recv(m_fds[g], buf.data() + len, kReadChunk, MSG_DONTWAIT);
   if (n > 0) {
-    buf.insert(buf.end(), m_chunk.begin(), m_chunk.begin() + n);
+    len += static_cast<std::size_t>(n);
   }
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
@@ -260,9 +269,9 @@ bool PhantoraCutPeers::Read(uint32_t g) {
   return n > 0;
 }
 
-bool PhantoraCutPeers::Take(uint32_t g, uint64_t seq, CutReport& out) {
+bool PhantoraCutPeers::Take(uint32_t g, uint64_t seq, CutReport& out, bool view) {
   const std::vector<uint8_t>& buf = m_bufs[g];
-  const std::size_t left = buf.size() - m_at[g];
+  const std::size_t left = m_len[g] - m_at[g];
   uint64_t n = 0;
   if (left < sizeof(n)) {
     return false;
@@ -303,7 +312,15 @@ bool PhantoraCutPeers::Take(uint32_t g, uint64_t seq, CutReport& out) {
   }
   out.keyLen = std::min<uint32_t>(keyLen, 4);
   std::copy(key, key + 4, out.key);
-  out.batch.assign(reinterpret_cast<const char*>(batch), batchLen);
+  if (view) {
+    out.batch.clear();
+    out.view = nullptr;  // set once every read of the exchange is done (a read may move the buffer)
+    out.viewLen = batchLen;
+    m_keep[g] = m_at[g];
+    m_viewAt[g] = static_cast<std::size_t>(batch - (buf.data() + m_at[g]));
+  } else {
+    out.batch.assign(reinterpret_cast<const char*>(batch), batchLen);
+  }
   m_at[g] += sizeof(n) + n;
   return true;
 }
@@ -326,10 +343,17 @@ void PhantoraCutPeers::Exchange(uint64_t seq, const CutReport& mine,
   ExchangeBytes(seq, mine, spans, out);
 }
 
-void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
+void PhantoraCutPeers::ExchangeViews(uint64_t seq, const CutReport& mine,
                                      const std::vector<std::pair<const char*, std::size_t>>& batches,
                                      std::vector<CutReport>& out) {
+  ExchangeBytes(seq, mine, batches, out, true);
+}
+
+void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
+                                     const std::vector<std::pair<const char*, std::size_t>>& batches,
+                                     std::vector<CutReport>& out, bool views) {
   const uint32_t n = Groups();
+  std::fill(m_keep.begin(), m_keep.end(), kNone);  // the last exchange's views are delivered
   if (batches.size() != n) {
     throw std::invalid_argument("PhantoraCutPeers::Exchange: " + std::to_string(batches.size()) +
                                 " batches for " + std::to_string(n) + " workers");
@@ -398,7 +422,7 @@ void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
     total[g] = headLen + batchSize;
     send(g);
     unsent += sent[g] < total[g];
-    got[g] = Take(g, seq, out[g]);
+    got[g] = Take(g, seq, out[g], views);
     missing += !got[g];
   }
   const int64_t limit = seq == 0 ? m_firstTimeoutMs : m_timeoutMs;
@@ -442,7 +466,7 @@ void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
       }
       if (ev & (POLLIN | POLLHUP | POLLERR)) {
         const bool open = Read(g);
-        if (!got[g] && Take(g, seq, out[g])) {
+        if (!got[g] && Take(g, seq, out[g], views)) {
           got[g] = true;
           --missing;
         }
@@ -453,6 +477,11 @@ void PhantoraCutPeers::ExchangeBytes(uint64_t seq, const CutReport& mine,
     }
     if (rc > 0) {
       deadline = WallNs() + limit * 1000000;  // progress
+    }
+  }
+  for (uint32_t g = 0; views && g < n; ++g) {
+    if (g != m_group) {
+      out[g].view = m_bufs[g].data() + m_keep[g] + m_viewAt[g];
     }
   }
 }
@@ -486,14 +515,15 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
   int64_t stopped = -1;
   int64_t windows = 0, bytesOut = 0, lockRounds = 0, runCpu = 0, exchWall = 0;
   std::vector<int64_t> why(kCutWhyCount, 0), widths(kCutWidths, 0);
-  std::vector<std::vector<uint8_t>> batches(groups);  // swapped with the outboxes: each keeps its capacity
+  std::vector<std::vector<uint8_t>> batches(groups);  // swapped with the outboxes: each keeps its bytes' room
+  std::vector<std::pair<const char*, std::size_t>> spans(groups, {nullptr, 0});  // their messages
   std::vector<CutReport> reports;
   int64_t minArrival = kNever;
   int64_t start = -1, through = -1, lock = -1, sampled = kNever;
   bool opening = true;  // the run's first barrier (a period known there began before it)
   auto exchange = [&](const CutReport& mine) {
     const int64_t w0 = WallNs();
-    peers->Exchange(seq, mine, batches, reports);
+    peers->ExchangeViews(seq, mine, spans, reports);
     exchWall += WallNs() - w0;
     ++seq;
   };
@@ -533,8 +563,8 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
         continue;
       }
       const CutReport& r = reports[g];
-      if (!r.batch.empty()) {
-        net.CutDeliver(r.batch);
+      if (r.viewLen > 0) {
+        net.CutDeliverBytes(r.view, r.viewLen);
       }
       glob = std::min({glob, r.next, r.minArrival});
       later = std::min(later, r.later);
@@ -603,9 +633,7 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
       CutReport key;
       key.keyLen = static_cast<uint32_t>(std::min<std::size_t>(k.size(), 4));
       std::copy(k.begin(), k.begin() + key.keyLen, key.key);
-      for (std::vector<uint8_t>& b : batches) {
-        b.clear();
-      }
+      std::fill(spans.begin(), spans.end(), std::pair<const char*, std::size_t>{nullptr, 0});
       exchange(key);
       net.CutLockstep(glob, static_cast<uint32_t>(seq));
       bool least = key.keyLen == 4 && key.key[0] == glob;
@@ -643,8 +671,9 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
     net.CutShareBounds(glob);
     for (uint32_t g = 0; g < groups; ++g) {
       if (g != group) {
-        net.CutSwapOutbox(g, batches[g]);
-        bytesOut += static_cast<int64_t>(batches[g].size());
+        const std::size_t len = net.CutSwapOutbox(g, batches[g]);
+        spans[g] = {reinterpret_cast<const char*>(batches[g].data()), len};
+        bytesOut += static_cast<int64_t>(len);
       }
     }
     minArrival = OrNever(net.CutTakeMinArrival());
@@ -663,15 +692,16 @@ std::vector<int64_t> PhantoraCutExchangeRounds(PhantoraCutPeers& peers, uint64_t
   if (batchBytes > PhantoraCutPeers::kMaxBatch) {
     throw std::invalid_argument("PhantoraCutExchangeRounds: a batch of " + std::to_string(batchBytes) + " bytes");
   }
-  std::vector<std::vector<uint8_t>> batches(peers.Groups(), std::vector<uint8_t>(batchBytes, 0));
-  batches[peers.Group()].clear();
+  const std::vector<char> batch(batchBytes, 0);
+  std::vector<std::pair<const char*, std::size_t>> batches(peers.Groups(), {batch.data(), batch.size()});
+  batches[peers.Group()] = {nullptr, 0};
   std::vector<CutReport> reports;
   CutReport mine;
   const int64_t c0 = CpuNs(), w0 = WallNs();
   for (uint64_t i = 0; i < rounds; ++i) {
     mine.next = static_cast<int64_t>(100 * (firstSeq + i));  // a report with its fields set, as a window's
     mine.minArrival = mine.next + 1000;
-    peers.Exchange(firstSeq + i, mine, batches, reports);
+    peers.ExchangeViews(firstSeq + i, mine, batches, reports);  // as the window loop's barriers
     StopIfInterrupted(peers.Group());
   }
   return {CpuNs() - c0, WallNs() - w0};

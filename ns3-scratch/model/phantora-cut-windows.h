@@ -34,6 +34,10 @@ struct CutReport {
   uint32_t keyLen = 0;             ///< a lockstep round's next-event key: 0 or 4 ints
   int64_t key[4] = {0, 0, 0, 0};
   std::string batch;  ///< its cut-cable messages for the receiver (PhantoraNetwork::CutDeliver's bytes)
+  /// PhantoraCutPeers::ExchangeViews: `batch` left empty, its bytes in the peers' read buffer instead (valid until
+  /// the next exchange)
+  const uint8_t* view = nullptr;
+  std::size_t viewLen = 0;
 };
 
 /// One worker's connected stream sockets to the other workers of its partition on one machine. A frame is
@@ -55,6 +59,11 @@ class PhantoraCutPeers {
   /// The same with byte buffers (PhantoraCutRunWindows' outboxes, swapped in without a copy).
   void Exchange(uint64_t seq, const CutReport& mine, const std::vector<std::vector<uint8_t>>& batches,
                 std::vector<CutReport>& out);
+  /// The same, each report's batch left where it was read (CutReport::view, valid until the next exchange): the
+  /// window loop's, which delivers each batch before its next exchange, with no copy of the bytes.
+  /// `batches[g]`: the (data, size) of worker g's.
+  void ExchangeViews(uint64_t seq, const CutReport& mine,
+                     const std::vector<std::pair<const char*, std::size_t>>& batches, std::vector<CutReport>& out);
   /// Bytes read from peers and not yet taken as reports (0 between runs unless a peer ran ahead).
   uint64_t Buffered() const;
 
@@ -63,8 +72,11 @@ class PhantoraCutPeers {
  private:
   /// Exchange() of the batches at (data, size).
   void ExchangeBytes(uint64_t seq, const CutReport& mine,
-                     const std::vector<std::pair<const char*, std::size_t>>& batches, std::vector<CutReport>& out);
-  bool Take(uint32_t g, uint64_t seq, CutReport& out);
+                     const std::vector<std::pair<const char*, std::size_t>>& batches, std::vector<CutReport>& out,
+                     bool views = false);
+  /// The frame of barrier `seq` from worker g into `out` if it is all read; with `view`, its batch stays where it
+  /// is (m_keep holds the frame, m_viewAt its batch's offset in it).
+  bool Take(uint32_t g, uint64_t seq, CutReport& out, bool view);
   bool Read(uint32_t g);  ///< false once the peer closed its end
   std::string Closed(uint32_t g) const;
 
@@ -72,9 +84,11 @@ class PhantoraCutPeers {
   std::vector<int> m_fds;
   int64_t m_timeoutMs;
   int64_t m_firstTimeoutMs;
-  std::vector<std::vector<uint8_t>> m_bufs;  ///< bytes read per peer
-  std::vector<std::size_t> m_at;             ///< where each buffer's first frame not taken starts
-  std::vector<uint8_t> m_chunk;              ///< one read's bytes
+  std::vector<std::vector<uint8_t>> m_bufs;  ///< bytes read per peer: the first m_len (the rest: room to read into)
+  std::vector<std::size_t> m_len;
+  std::vector<std::size_t> m_at;      ///< where each buffer's first frame not taken starts
+  std::vector<std::size_t> m_keep;    ///< a frame taken as a view in this exchange: kept from here on (else none)
+  std::vector<std::size_t> m_viewAt;  ///< ... and its batch's offset in that frame
 };
 
 /// A partition worker's part of one engine's RunUntil over windows (phantora.netsim.cut_windows.run_windows):

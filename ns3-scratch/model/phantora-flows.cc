@@ -21,7 +21,11 @@ NS_LOG_COMPONENT_DEFINE("PhantoraFlows");
 
 namespace {
 
-int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
+/// Now in ns: the keyed simulator's clock read directly (ns resolution, Finalize checks), else Simulator::Now().
+int64_t NowNs() {
+  const PhantoraSimulatorImpl* sim = PhantoraSimulatorImpl::Current();
+  return sim ? static_cast<int64_t>(sim->NowStep()) : Simulator::Now().GetNanoSeconds();
+}
 
 /// A signal stopped Simulator::Run() (after the event in progress).
 struct Interrupted {
@@ -159,6 +163,26 @@ void PhantoraNetwork::Impl::DataComplete(uint64_t id) {
 }
 
 void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, const std::vector<uint64_t>& deps) {
+  const uint32_t group = cutGroups[f.src];
+  const uint64_t events = PhantoraSimulatorImpl::Current()->GetEventCount();
+  DepsMemo& m = depsMemo;
+  if (deps.size() > 1 && m.group == group && m.events == events && m.notes == doneNotes && m.cutRan == cutRan &&
+      m.deps == deps) {
+    // The same list as the last flow's, nothing it read changed since: what it found holds for this flow too.
+    f.cross = f.cross || m.cross;
+    for (std::vector<uint64_t>* w : m.waiting) {
+      w->push_back(f.id);
+    }
+    if (m.join != SIZE_MAX) {
+      AddCrossDependent(m.join, f);
+    }
+    if (Owns(f.src)) {
+      f.pending = static_cast<uint32_t>(m.distinct.size());
+      f.deps = m.distinct;
+    }
+    depInfo[f.id] = DepInfo{f.src, completer, f.cross, false, f.submitNs, f.delayNs};
+    return;
+  }
   const std::string where = "flow " + std::to_string(f.id) + ": ";
   // Each dependency once, in first-seen order: a sorted copy says whether any repeats (a wide deps list, as an
   // all-to-all's, usually has none); a linear search per id was quadratic in the list's length.
@@ -185,20 +209,24 @@ void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, cons
                                   "first window only with dependencies still pending)");
     }
   }
-  const uint32_t group = cutGroups[f.src];
+  bool cross = false;
   for (uint64_t d : distinct) {
     const auto it = depInfo.find(d);
     if (it == depInfo.end()) {
       throw std::invalid_argument(where + "depends on flow " + std::to_string(d) +
                                   ", not added before it (a partition worker needs its dependencies first)");
     }
-    f.cross = f.cross || cutGroups[it->second.completer] != group;
+    cross = cross || cutGroups[it->second.completer] != group;
   }
+  f.cross = f.cross || cross;
+  std::vector<std::vector<uint64_t>*> waiting;
   std::vector<uint64_t> join;  // those this worker starts whose completion releases f from another group
   for (uint64_t d : distinct) {
     DepInfo& di = depInfo.at(d);
     if (Owns(di.completer)) {
-      dependents[d].push_back(f.id);
+      std::vector<uint64_t>& w = dependents[d];
+      w.push_back(f.id);
+      waiting.push_back(&w);
     }
     if (Owns(di.src) && !Owns(di.completer) && !di.shared) {  // its completer's worker bounds its dependents
       di.shared = true;
@@ -211,25 +239,33 @@ void PhantoraNetwork::Impl::AddWorkerDeps(FlowState& f, uint32_t completer, cons
       }
     }
   }
+  std::size_t joinAt = SIZE_MAX;
   if (!join.empty()) {  // CutReleaseBounds reads each join's distinct (submit, delay) pairs: keep each once
     std::sort(join.begin(), join.end());
     const auto [at, added] = crossJoinOf.emplace(join, crossJoins.size());
     if (added) {
       crossJoins.push_back(CrossJoin{std::move(join), {}});
     }
-    std::vector<CrossDependent>& js = crossJoins[at->second].waiting;
-    const CrossDependent j{f.submitNs, f.delayNs};
-    if (std::none_of(js.begin(), js.end(), [&j](const CrossDependent& k) {
-          return k.submitNs == j.submitNs && k.delayNs == j.delayNs;
-        })) {
-      js.push_back(j);
-    }
+    joinAt = at->second;
+    AddCrossDependent(joinAt, f);
   }
   if (Owns(f.src)) {
     f.pending = static_cast<uint32_t>(distinct.size());
     f.deps = distinct;
   }
   depInfo[f.id] = DepInfo{f.src, completer, f.cross, false, f.submitNs, f.delayNs};
+  // dependents' vectors stay where they are while no event runs (none is erased; a rehash moves no element)
+  m = DepsMemo{deps, group, events, doneNotes, cutRan, std::move(distinct), std::move(waiting), cross, joinAt};
+}
+
+void PhantoraNetwork::Impl::AddCrossDependent(std::size_t join, const FlowState& f) {
+  std::vector<CrossDependent>& js = crossJoins[join].waiting;
+  const CrossDependent j{f.submitNs, f.delayNs};
+  if (std::none_of(js.begin(), js.end(), [&j](const CrossDependent& k) {
+        return k.submitNs == j.submitNs && k.delayNs == j.delayNs;
+      })) {
+    js.push_back(j);
+  }
 }
 
 void PhantoraNetwork::Impl::ReleaseFrom(uint64_t dep, uint64_t id) {

@@ -83,6 +83,8 @@ class PhantoraKeyedScheduler final : public Scheduler {
   /// Time step of the next event (the queue must not be empty): PeekNext()'s without copying the event.
   uint64_t PeekNextTs() const { return PeekItem().ev.key.m_ts; }
   Event RemoveNext() override;
+  /// RemoveNext() without the virtual call (PhantoraSimulatorImpl::RunBefore's loop).
+  Event TakeNext() { return Take().ev; }
   void Remove(const Event& ev) override;
   /// The key of the next event (the heap must not be empty).
   const PhantoraOrderKey& PeekNextKey() const { return PeekItem().key; }

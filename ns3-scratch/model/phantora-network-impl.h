@@ -98,6 +98,8 @@ class PhantoraNetwork::Impl {
   void AddWorkerDeps(FlowState& f, uint32_t completer, const std::vector<uint64_t>& deps);
   /// A partition worker: dependency `dep` of flow `id` completed now, in this worker (DataComplete).
   void ReleaseFrom(uint64_t dep, uint64_t id);
+  /// Flow `f` waits on crossJoins[join]: keep its (submit, delay) once there.
+  void AddCrossDependent(std::size_t join, const FlowState& f);
   /// A partition worker starting cross flow `id`: one of its dependencies completed at `ns` in the event with
   /// key `event` (RunningKey; the `seq`-th its worker ran in that ns), which took `key` for the start; the last
   /// in one engine's order queues the start with its key. `remote`: from another worker (checked against the
@@ -144,6 +146,22 @@ class PhantoraNetwork::Impl {
   std::vector<CrossJoin> crossJoins;  ///< a worker's started flows with cross dependents, by the joins they form
   std::map<std::vector<uint64_t>, std::size_t> crossJoinOf;  ///< a join's index by its sorted dependencies
   bool cutRan = false;  ///< a partition worker ran a window (a flow added after it: only pending dependencies)
+  /// AddWorkerDeps' reading of the last deps list it took, for the next flow with an equal list and a sender of
+  /// the same group, while nothing it read can have changed (no event run, no done message, the same cutRan): an
+  /// all-to-all's flows that each wait on the whole previous all-to-all read the list once, not once a flow.
+  struct DepsMemo {
+    std::vector<uint64_t> deps;  ///< the list as given
+    uint32_t group = UINT32_MAX;  ///< its flow's sender's group
+    uint64_t events = 0;          ///< the simulator's event count, doneNotes and cutRan when it was read
+    uint64_t notes = 0;
+    bool cutRan = false;
+    std::vector<uint64_t> distinct;                ///< each dependency once, in first-seen order
+    std::vector<std::vector<uint64_t>*> waiting;  ///< dependents[d] of those this worker completes, in that order
+    bool cross = false;                            ///< a dependency completes in another group
+    std::size_t join = SIZE_MAX;                   ///< its crossJoins entry, or none
+  };
+  DepsMemo depsMemo;
+  uint64_t doneNotes = 0;  ///< done messages taken (they change doneEnd between events)
   /// A worker's flows with dependents that it starts and another worker completes: their completion bounds go to
   /// that worker (ShareBounds), where FlowLb would know only the last window's start of them.
   std::vector<uint64_t> shareBounds;

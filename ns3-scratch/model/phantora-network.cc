@@ -236,7 +236,10 @@ void PhantoraNetwork::Finalize() {
                                const PhantoraOrderKey& key) {
         impl->Release(flow, static_cast<int64_t>(ns), event, seq, key, true);
       });
-      s.cut->SetDone([impl](uint64_t flow, uint64_t ns) { impl->doneEnd[flow] = static_cast<int64_t>(ns); });
+      s.cut->SetDone([impl](uint64_t flow, uint64_t ns) {
+        impl->doneEnd[flow] = static_cast<int64_t>(ns);
+        ++impl->doneNotes;
+      });
       for (uint32_t n = 0; n < s.fabric->NumNodes(); ++n) {  // retransmissions after the last byte's first send
         const PhantoraFabric::NodeInfo& info = s.fabric->GetNode(n);
         if (info.nic && s.Owns(n)) {
@@ -837,13 +840,13 @@ std::string PhantoraNetwork::CutTakeOutbox(uint32_t group) {
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
-void PhantoraNetwork::CutSwapOutbox(uint32_t group, std::vector<uint8_t>& batch) {
+std::size_t PhantoraNetwork::CutSwapOutbox(uint32_t group, std::vector<uint8_t>& batch) {
   PhantoraCutLink& cut = Worker("CutSwapOutbox");
   if (group >= cut.NumGroups()) {
     throw std::invalid_argument("CutSwapOutbox: group " + std::to_string(group) + " of " +
                                 std::to_string(cut.NumGroups()));
   }
-  cut.SwapOutbox(group, batch);
+  return cut.SwapOutbox(group, batch);
 }
 
 int64_t PhantoraNetwork::CutTakeMinArrival() {
@@ -865,6 +868,10 @@ int64_t PhantoraNetwork::CutOutputBound() {
 
 void PhantoraNetwork::CutDeliver(const std::string& batch) {
   Worker("CutDeliver").Deliver(reinterpret_cast<const uint8_t*>(batch.data()), batch.size());
+}
+
+void PhantoraNetwork::CutDeliverBytes(const uint8_t* data, std::size_t size) {
+  Worker("CutDeliver").Deliver(data, size);
 }
 
 uint32_t PhantoraNetwork::CutGroups() const { return Worker("CutGroups").NumGroups(); }

@@ -337,7 +337,8 @@ class PhantoraNetwork {
   std::string CutTakeOutbox(uint32_t group);
   /// CutTakeOutbox() for the C++ window loop, without a copy: `batch`'s old bytes are dropped and its buffer
   /// becomes the outbox (PhantoraCutLink::SwapOutbox), so swapping the same buffers grows none of them again.
-  void CutSwapOutbox(uint32_t group, std::vector<uint8_t>& batch);
+  /// Returns the messages' bytes, `batch`'s first ones (its size may be larger: room kept, not zero-filled again).
+  std::size_t CutSwapOutbox(uint32_t group, std::vector<uint8_t>& batch);
   /// The least arrival time of the messages taken since the last call, or -1.
   int64_t CutTakeMinArrival();
   /// A lower bound on the arrival at another worker of any cut-cable packet or release this worker sends from now
@@ -349,6 +350,8 @@ class PhantoraNetwork {
   int64_t CutOutputBound();
   /// Queue another worker's batch for this one.
   void CutDeliver(const std::string& batch);
+  /// CutDeliver() of the `size` bytes at `data` (the C++ window loop: no copy).
+  void CutDeliverBytes(const uint8_t* data, std::size_t size);
   /// Groups of the partition.
   uint32_t CutGroups() const;
   /// Queue sampling by owner (recorder.QueueSampleInterval > 0): each worker samples the switches it runs, at one

@@ -111,14 +111,53 @@ void PhantoraSimulatorImpl::SetWindow(PhantoraWindowHook* hook, uint64_t lookahe
   m_windowEnd = 0;
 }
 
+[[gnu::always_inline]] inline void PhantoraSimulatorImpl::NoteRunningKey(uint64_t ts, const PhantoraOrderKey& k) {
+  // The event about to run; within a time step, the largest key run so far (an event scheduled for this very
+  // step can order before its parent and runs right after it: it takes its parent's place).
+  if (ts == m_lockTs) {
+    m_runningKey = PhantoraOrderKey{ts, PhantoraOrderKey::kLockstep, m_lockRound};
+  } else if (ts != m_currentTs || m_ranNow.empty() || KeyBefore(m_runningKey, k)) {
+    m_runningKey = k;
+  }
+}
+
+[[gnu::always_inline]] inline void PhantoraSimulatorImpl::RunTaken(const Scheduler::Event& next) {
+  NS_ASSERT(next.key.m_ts >= m_currentTs);
+  if (next.key.m_ts != m_currentTs) {
+    m_ranNow.clear();
+  }
+  m_ranNow.push_back(next.key.m_uid);
+  --m_unscheduledEvents;
+  ++m_eventCount;
+  m_currentTs = next.key.m_ts;
+  m_currentContext = next.key.m_context;
+  m_currentUid = next.key.m_uid;
+  m_inEvent = true;
+  if (g_orderLog) {
+    g_orderLog->insert(g_orderLog->end(), {next.key.m_ts, next.key.m_uid, next.key.m_context, m_uid});
+    next.impl->Invoke();
+    g_orderLog->push_back(m_uid);
+  } else {
+    next.impl->Invoke();
+  }
+  m_inEvent = false;
+  next.impl->Unref();
+}
+
 void PhantoraSimulatorImpl::RunBefore(uint64_t endTs, bool scheduledBefore) {
   NS_ABORT_MSG_IF(!m_keyed || m_window, "RunBefore needs the keyed mode without loopback windows");
-  while (!EventsEmpty()) {
-    const uint64_t ts = m_keyed->PeekNextTs();
-    if (ts > endTs || (ts == endTs && !(scheduledBefore && m_keyed->PeekNextKey().schedTs < endTs))) {
+  // ProcessOneKeyed's steps with the next event located once and taken from the keyed scheduler directly (Stop()
+  // is ignored here, so PhantoraScheduler's check of a signal is not needed: the window loop checks it after)
+  PhantoraKeyedScheduler& q = *m_keyed;
+  while (!q.IsEmpty()) {
+    const uint64_t ts = q.PeekNextTs();
+    if (ts > endTs || (ts == endTs && !(scheduledBefore && q.PeekNextKey().schedTs < endTs))) {
       break;
     }
-    ProcessOneKeyed();
+    if (m_keepKey) {
+      NoteRunningKey(ts, q.PeekNextKey());
+    }
+    RunTaken(q.TakeNext());
   }
   m_stop = false;
 }
@@ -166,6 +205,17 @@ PhantoraOrderKey PhantoraSimulatorImpl::TakeKey() {
 
 EventId PhantoraSimulatorImpl::ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key,
                                                EventImpl* event, bool staged) {
+  const uint32_t uid = QueueKeyed(ts, context, key, event, staged);
+  return EventId(event, ts, context, uid);
+}
+
+void PhantoraSimulatorImpl::StageKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key,
+                                         EventImpl* event) {
+  QueueKeyed(ts, context, key, event, true);
+}
+
+uint32_t PhantoraSimulatorImpl::QueueKeyed(uint64_t ts, uint32_t context, const PhantoraOrderKey& key,
+                                           EventImpl* event, bool staged) {
   NS_ASSERT_MSG(m_keyed, "PhantoraSimulatorImpl::ScheduleKeyedAt() outside the keyed mode");
   NS_ABORT_MSG_IF(ts < m_currentTs, "keyed mode: an event for time " << ts << " queued at time " << m_currentTs
                                                                      << " (behind the clock)");
@@ -181,7 +231,7 @@ EventId PhantoraSimulatorImpl::ScheduleKeyedAt(uint64_t ts, uint32_t context, co
   } else {
     m_keyed->InsertKeyed(ev, key);
   }
-  return EventId(event, ts, context, ev.key.m_uid);
+  return ev.key.m_uid;
 }
 
 uint32_t PhantoraSimulatorImpl::GetSystemId() const { return 0; }
@@ -206,37 +256,9 @@ void PhantoraSimulatorImpl::ProcessOneEvent() {
 
 void PhantoraSimulatorImpl::ProcessOneKeyed() {
   if (m_keepKey) {
-    // The event RemoveNext() gives; within a time step, the largest key run so far (an event scheduled for this
-    // very step can order before its parent and runs right after it: it takes its parent's place).
-    const PhantoraOrderKey& k = m_keyed->PeekNextKey();
-    const uint64_t ts = m_keyed->PeekNextTs();
-    if (ts == m_lockTs) {
-      m_runningKey = PhantoraOrderKey{ts, PhantoraOrderKey::kLockstep, m_lockRound};
-    } else if (ts != m_currentTs || m_ranNow.empty() || KeyBefore(m_runningKey, k)) {
-      m_runningKey = k;
-    }
+    NoteRunningKey(m_keyed->PeekNextTs(), m_keyed->PeekNextKey());  // the event RemoveNext() gives
   }
-  const Scheduler::Event next = m_events->RemoveNext();
-  NS_ASSERT(next.key.m_ts >= m_currentTs);
-  if (next.key.m_ts != m_currentTs) {
-    m_ranNow.clear();
-  }
-  m_ranNow.push_back(next.key.m_uid);
-  --m_unscheduledEvents;
-  ++m_eventCount;
-  m_currentTs = next.key.m_ts;
-  m_currentContext = next.key.m_context;
-  m_currentUid = next.key.m_uid;
-  m_inEvent = true;
-  if (g_orderLog) {
-    g_orderLog->insert(g_orderLog->end(), {next.key.m_ts, next.key.m_uid, next.key.m_context, m_uid});
-    next.impl->Invoke();
-    g_orderLog->push_back(m_uid);
-  } else {
-    next.impl->Invoke();
-  }
-  m_inEvent = false;
-  next.impl->Unref();
+  RunTaken(m_events->RemoveNext());
 }
 
 bool PhantoraSimulatorImpl::IsFinished() const { return EventsEmpty() || m_stop; }

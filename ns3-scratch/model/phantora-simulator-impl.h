@@ -85,6 +85,8 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   /// arrivals queued at once, PhantoraKeyedScheduler::InsertStaged).
   EventId ScheduleKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event,
                           bool staged = false);
+  /// ScheduleKeyedAt(..., staged = true) without an EventId made (a cut-cable arrival, never cancelled).
+  void StageKeyedAt(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event);
   /// Keyed mode: queue the events ScheduleKeyedAt(..., staged) holds.
   void FlushStaged() { m_keyed->FlushStaged(); }
   /// Keyed mode: keep the order key of each event as it runs (RunningKey); off by default (a partition worker's
@@ -151,6 +153,12 @@ class PhantoraSimulatorImpl final : public SimulatorImpl {
   void DoDispose() override;
   void ProcessOneEvent();
   void ProcessOneKeyed();  ///< ProcessOneEvent in the keyed mode
+  /// ScheduleKeyedAt's queuing; returns the event's uid.
+  uint32_t QueueKeyed(uint64_t ts, uint32_t context, const PhantoraOrderKey& key, EventImpl* event, bool staged);
+  /// Keyed mode with KeepRunningKey: the event of time step `ts` with key `k` is about to run (m_runningKey).
+  void NoteRunningKey(uint64_t ts, const PhantoraOrderKey& k);
+  /// Run `next`, just taken from the queue (ProcessOneKeyed's rest).
+  void RunTaken(const Scheduler::Event& next);
   bool EventsEmpty() const { return m_phantora ? m_phantora->PhantoraScheduler::IsEmpty() : m_events->IsEmpty(); }
   /// Queue `event` at time step `ts` with the next uid.
   void Enqueue(EventImpl* event, uint64_t ts, uint32_t context) {
