@@ -231,6 +231,20 @@ def replay_settled(
     those planned, the engine is closed and the workload planned again with them and run on a new one. A group's
     issues depend only on earlier ops, so each run settles the next group at least: at most one run a group more
     than the first, and one run for a workload whose groups' ranks issue together."""
+    res, sim, _ = settle_groups(wl, topo, make, base, progress=progress)
+    return res, sim
+
+
+def settle_groups(
+    wl: Workload,
+    topo: Topology,
+    make: Callable[[], NetworkSimulator],
+    base: AlgoOptions | None = None,
+    *,
+    progress: str = "off",
+) -> tuple[ReplayResult, NetworkSimulator, Workload]:
+    """`replay_settled`, and the workload with its NCCL groups rated as its last run gives (the one to plan for a run
+    elsewhere: `phantora netsim --flows`)."""
     t0 = time.perf_counter()
     for _ in range(len({op.group for op in wl.ops if op.group}) + 1):
         plan = plan_workload(wl, topo, base)
@@ -242,10 +256,10 @@ def replay_settled(
             sim.close()
             raise
         if not grouped_ops(wl):
-            return res, sim
+            return res, sim, wl
         ratings = ratings_of(wl, {r.name: r.start_ns for r in res.ops}, {r.name: r.rank_done_ns for r in res.ops})
         if ratings == planned(wl):
-            return res, sim
+            return res, sim, wl
         sim.close()
         wl = rated(wl, ratings)
     raise RuntimeError(f"{wl.source}: the ratings of the workload's NCCL groups did not settle")

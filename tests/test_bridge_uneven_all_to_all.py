@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +103,42 @@ def test_a_split_all_to_all_run_as_steps_keeps_its_group(tmp_path: Path) -> None
     steps = replay_inprocess(as_job(wl, 1), topo, FlowSimulator(topo)).ops
     assert {op.name.removesuffix("@0"): op.end_ns for op in steps} == alone == plain
     assert {op.group for op in as_job(wl, 2).ops} == {"d@0", "d@1"}
+
+
+def test_netsim_flows_rates_a_workload_group_as_the_replay(tmp_path: Path) -> None:
+    """`phantora netsim --flows WORKLOAD` plans bench/p2p_apart.json with its NCCL groups rated as the replay rates
+    them (`replay.settle_groups` on the run's engine), so every op ends at the ns `phantora replay`'s runs give it;
+    planned as before, all from one start with every pair known, they end elsewhere."""
+    from phantora.commands.netsim import _run_flow, read_netsim_input
+    from phantora.commands.replay import workload_engine
+
+    topo = dgx_host(8, gpu="h100")
+    engine = EngineSpec(flow_goodput=True)  # as netsim runs the flow engine
+    wl = load_workload(APART, world=8)
+    res, sim = replay_settled(wl, topo, lambda: workload_engine(engine, topo, None))
+    sim.close()
+    ref = {op.name: op.end_ns for op in res.ops if op.kind == "send_recv"}
+
+    def ends(inp: Any) -> dict[str, int]:
+        done = _run_flow(topo, inp, engine)["done"]
+        return {n: max(done[f.id].end_ns for f in inp.flows if f.tag.startswith(f"{n}/p2p/")) for n in ref}
+
+    assert ends(read_netsim_input(APART, topo, lambda: workload_engine(engine, topo, None))) == ref
+    before = ends(read_netsim_input(APART, topo))
+    assert before != ref  # 8 of the 27 transfers, on 2026-12-01
+
+
+def test_a_jobs_workload_job_with_groups_says_they_are_rated_from_one_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--jobs` runs a workload job's DAG once, merged with the other jobs': its NCCL groups are rated from one start,
+    and the run says so in one line; the group is kept (one LaunchGroup over its pairs, as `_split_pairs` makes it)."""
+    from phantora.jobs.recorded import plan_recorded
+    from phantora.jobs.spec import JobSpec
+
+    rec = plan_recorded(JobSpec("moe", "workload", str(APART), ranks=4, steps=2), 0, dgx_host(8), [0, 1, 2, 3], None)
+    note = capsys.readouterr().err.strip().splitlines()
+    assert note == ["note: job 'moe': its NCCL groups (all_to_all splits) are rated from one start, every pair known "
+                    "(docs/workload.md)"]  # fmt: skip
+    assert rec.workload is not None
+    assert {op.group for op in rec.workload.ops} == {"", "a2a@0", "back@0", "a2a@1", "back@1"}

@@ -20,6 +20,7 @@ import json
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from phantora.commands.scenario_option import add_scenario_option, install_throt
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.errors import InputError
 from phantora.files import read_text
-from phantora.netsim.base import Flow, drain_observed
+from phantora.netsim.base import Flow, NetworkSimulator, drain_observed
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
@@ -135,8 +136,12 @@ def _load_workload(path: Path, topo: Topology) -> Any:
     return wl
 
 
-def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
-    """Read an HPCC flow file or a workload (decomposed into one flow DAG submitted at t = 0)."""
+def read_netsim_input(
+    path: str | Path, topo: Topology, make: Callable[[], NetworkSimulator] | None = None
+) -> NetsimInput:
+    """Read an HPCC flow file or a workload (decomposed into one flow DAG submitted at t = 0). A workload's NCCL groups
+    of transfers (`splits`) are first rated, each pair from its own start, by runs on engines from `make`
+    (`replay.settle_groups`, as `phantora replay` rates them); without `make`, all from one start."""
     from phantora.resources import shipped_file, workloads_dir
 
     p = shipped_file(path, workloads_dir(), (".flows.txt", ".toml"))
@@ -149,9 +154,13 @@ def read_netsim_input(path: str | Path, topo: Topology) -> NetsimInput:
             batches.setdefault(f.start_ns, []).append(f.to_flow())
         dports = {f.index: f.dport for f in hpcc}
         return NetsimInput("hpcc", p.stem, list(batches.items()), dports, frozenset(), path=p)
-    from phantora.replay import plan_workload
+    from phantora.replay import plan_workload, settle_groups
+    from phantora.replay_groups import grouped_ops
 
     wl = _load_workload(p, topo)
+    if make is not None and grouped_ops(wl):
+        _, sim, wl = settle_groups(wl, topo, make)
+        sim.close()
     plan = plan_workload(wl, topo)
     real = {i for ids in plan.op_flows.values() for i in ids}
     hidden = frozenset(f.id for f in plan.flows if f.id not in real)
@@ -388,13 +397,19 @@ def run(args: argparse.Namespace) -> int:
     from phantora.topology import load_topology
 
     topo = load_topology(args.topology)
-    inp = read_netsim_input(args.flows, topo)
     engine = engine_spec(args)
+    sc = load_scenario(args, topo)
+
+    def make() -> NetworkSimulator:  # a workload's runs that rate its NCCL groups, as `phantora replay` runs it
+        from phantora.commands.replay import workload_engine
+
+        return workload_engine(engine, topo, sc)
+
+    inp = read_netsim_input(args.flows, topo, make)
     config = engine.packet
     inputs = {"--flows": inp.path, "--config": args.config, "--scenario": args.scenario}
     record_config(args, "netsim", topo, config, inputs)  # the flow network too: it runs at the config's goodput
     mode = progress_mode(args)
-    sc = load_scenario(args, topo)
     if args.network == "ns3":
         res = _run_ns3(topo, inp, engine, args.out, mode, sc)
     else:

@@ -196,8 +196,9 @@ def _whole_dag_engine(engine: EngineSpec, topo: Any, sc: Any) -> Any:
     )
 
 
-def _engine(engine: EngineSpec, topo: Any, sc: Any) -> Any:
-    """A workload replay's engine, its scenario's GPU throttles installed."""
+def workload_engine(engine: EngineSpec, topo: Any, sc: Any) -> Any:
+    """A workload replay's engine, its scenario's GPU throttles installed (also `phantora netsim --flows WORKLOAD`'s
+    runs that rate its NCCL groups)."""
     sim = _whole_dag_engine(engine, topo, sc)
     install_throttles(sim, sc, topo, engine.network)
     return sim
@@ -214,7 +215,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
         topo.node_of_rank(bad)  # raises the clear "rank outside the topology" error
     base = _algo(args, AlgoOptions())
     sc = load_scenario(args, topo)
-    res, sim = replay_settled(wl, topo, lambda: _engine(engine, topo, sc), base, progress=progress_mode(args))
+    res, sim = replay_settled(wl, topo, lambda: workload_engine(engine, topo, sc), base, progress=progress_mode(args))
     try:
         print(f"workload {wl.name} on {topo.name} ({topo.num_ranks} ranks), network {args.network}")
         print(format_table(res))
@@ -296,7 +297,7 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
     sc = load_scenario(args, topo, steps=True)  # events at a step boundary: as the graph's steps start
     network_files: list[Path] = []
     res, sim = replay_graph_settled(
-        graph, topo, lambda: _engine(engine, topo, sc), algo, progress=progress_mode(args), scenario=sc
+        graph, topo, lambda: workload_engine(engine, topo, sc), algo, progress=progress_mode(args), scenario=sc
     )
     try:
         spans = [(e - t, e) for e, t in zip(res.step_ends_ns, res.step_times_ns, strict=True)]

@@ -11,6 +11,7 @@ engine, in process (`phantora replay --jobs`) or beside live jobs inside the coo
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from phantora.jobs.results import step_summary
 from phantora.jobs.spec import JobSpec
 from phantora.netsim.base import Completion, Flow
 from phantora.replay import ReplayPlan, evaluate_workload, plan_workload
+from phantora.replay_groups import grouped_ops
 from phantora.resources import shipped_file, workloads_dir
 from phantora.results import schema
 from phantora.topology.model import Topology
@@ -116,6 +118,9 @@ def plan_recorded(
                     file=source,
                     field="ranks",
                 )
+            if grouped_ops(wl):  # the DAG is merged with the other jobs' and run once: no runs to rate each pair by
+                print(f"note: job '{job.name}': its NCCL groups (all_to_all splits) are rated from one start, every "
+                      "pair known (docs/workload.md)", file=sys.stderr)  # fmt: skip
             wplan = plan_workload(wl, placed, algo)
             return RecordedJob(index, job, wplan.flows, wl, wplan, plan_s=time.perf_counter() - t0)
         graph = load_graph(job, source)
