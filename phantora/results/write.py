@@ -122,7 +122,10 @@ def write_flows_csv(
 
 
 CSV_SPECIAL = frozenset(',"\r\n')  # a field holding one of these is quoted by csv.writer (QUOTE_MINIMAL)
-ROWS_AT_ONCE = 1 << 20  # rows formatted into one string before it is written (`write_columns`)
+# rows made and formatted into one string before it is written (`write_columns`, `write_plain_rows`): a block's
+# rows, their strings and its text are what writing holds, not the file's (918,528 flows.csv rows, the 256-GPU
+# MoE step's, in one process: 422 MB more at 1 << 20, 124 MB at 1 << 14, in the same CPU; 2026-12-01)
+ROWS_AT_ONCE = 1 << 14
 
 
 def _needs_quoting(texts: Iterable[str]) -> bool:
