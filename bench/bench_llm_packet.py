@@ -44,7 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's phantora, not the venv's install
 
 from bridge.cut_pool import run_partitioned_batches  # partition=N
-from bridge.cut_stepped_pool import spawn_stepped  # partition=N beside nvlink=fluid
+from bridge.cut_stepped_start import spawn_stepped  # partition=N beside nvlink=fluid
 from bridge.workers import spawn_workers  # workers=N decomposes
 from phantora.egraph.format import load
 from phantora.egraph.replay import algo_from_meta, plan_graph

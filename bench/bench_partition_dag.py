@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_decompose's DA
 from bench_decompose import a2a_dag, graph_dag
 
 from bridge.cut_pool import run_partitioned_batches
-from bridge.cut_stepped_pool import spawn_stepped
+from bridge.cut_stepped_start import spawn_stepped
 from phantora.netsim.base import Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine

@@ -1,13 +1,13 @@
 """Stepped partition workers (issue 38): the `WorkerPool` of `phantora.netsim.partition_stepped.SteppedPartition`.
 
-`spawn_stepped` starts `config.partition` local worker processes (`bridge.cut_stepper`) in a private run directory
-(0700) with a fresh token; they exchange their cut-cable windows peer to peer (`bridge.cut_peers`, ipc), and this
-process talks to each through its stdin and stdout (msgpack). To the driver they are one worker: a round goes to
-every one of them and their replies come back merged (completions in (end, flow id) order, each from the worker of
-its receiver; bounds of every worker, the driver keeps the highest; the busiest worker's CPU). A completion's start
-is the one engine's: its post ns, or the end of the last dependency it waited for in ns-3 (the receiver's worker
-does not see a release made elsewhere), plus its delay. Records merge as one keyed engine's, only the new ones
-each time (`bridge.cut_stepped_records`).
+`SteppedPool` (started by `bridge.cut_stepped_start.spawn_stepped`) runs `config.partition` local worker processes
+(`bridge.cut_stepper`) in a private run directory (0700) with a fresh token; they exchange their cut-cable windows
+peer to peer (`bridge.cut_peers`, ipc), and this process talks to each through its stdin and stdout (msgpack). To
+the driver they are one worker: a round goes to every one of them and their replies come back merged (completions in
+(end, flow id) order, each from the worker of its receiver; bounds of every worker, the driver keeps the highest;
+the busiest worker's CPU). A completion's start is the one engine's: its post ns, or the end of the last dependency
+it waited for in ns-3 (the receiver's worker does not see a release made elsewhere), plus its delay. Records merge
+as one keyed engine's, only the new ones each time (`bridge.cut_stepped_records`).
 A worker that exits ends the run, named with its last words; the workers exit with this process (stdin closes).
 """
 
@@ -286,13 +286,3 @@ def worker_setups(topology: Topology, config: PacketConfig) -> list[dict[str, An
         worker = config.with_updates(partition_worker=g, reuse="off", nic_latency=0)
         out.append({"topology": topo, "engine": EngineSpec(network="ns3", packet=worker, side="packet").to_dict()})
     return out
-
-
-def spawn_stepped(topology: Topology, config: PacketConfig, assignment: list[list[int]]) -> SteppedPool:
-    """Start `config.partition` stepped partition workers (the assignment is one logical worker: ignored): local
-    processes, or with `config.ray` processes that Ray actors start (`bridge.cut_stepped_ray`)."""
-    if config.ray:
-        from bridge.cut_stepped_ray import RaySteppedPool
-
-        return RaySteppedPool(topology, config)
-    return SteppedPool(topology, config)

@@ -54,7 +54,7 @@ def test_fluid_nvlink_on_stepped_partition_workers_gives_one_keyed_engines_compl
     groups, so its NVSwitch is idle (partition.Idle: it carries no packet under fluid NVLink) and the windows'
     lookahead is the fabric's 1 us, not NVLink's 25 ns."""
     from bridge.cut_pool import run_partitioned_batches
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
     from phantora.replay import replay_inprocess
@@ -98,7 +98,7 @@ def test_a_flow_released_mid_run_with_a_dependency_pending_in_another_worker() -
     hands flow 3 over mid-run with that dependency pending, and the other worker releases it across the cut, at one
     keyed engine's instant."""
     from bridge.cut_pool import run_partitioned_batches
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
 

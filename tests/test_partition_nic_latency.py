@@ -40,7 +40,7 @@ def test_nic_latency_with_reuse_is_refused_in_one_line() -> None:
 @pytest.mark.ns3
 @pytest.mark.parametrize("latency", ["1us", "1ns"])
 def test_nic_latency_on_stepped_workers_writes_one_keyed_engines_files(latency: str, tmp_path: Path) -> None:
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.workload import load_workload
 
     topo = load_topology("testbed16")

@@ -57,7 +57,7 @@ def replay(wl: Any, topo: Any, config: PacketConfig, out: Path, **engine: Any) -
 @pytest.mark.ns3
 @pytest.mark.parametrize("cc", ["dcqcn", "hpcc"])
 def test_pauses_across_the_cut_write_one_keyed_engines_files(cc: str, tmp_path: Path) -> None:
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.workload import load_workload
 
     topo = load_topology("testbed16")

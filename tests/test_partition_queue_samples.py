@@ -68,7 +68,7 @@ def test_stepped_workers_sample_queues_as_one_keyed_engine(tmp_path: Path) -> No
     a sample every 700 ns): queues.csv and every other file byte for byte one keyed engine's with the fluid side,
     over sampling periods of several phases (refused before: partition_stepped's `_check_config`)."""
     from bridge.cut_pool import run_partitioned_batches
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
     from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig, apply_overrides

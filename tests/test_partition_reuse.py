@@ -65,7 +65,7 @@ def periodic_incasts(topo: Topology) -> list[Flow]:
 def run(topo: Topology, flows: list[Flow], out: Path | None, **changes: Any) -> tuple[list[Completion], dict[str, Any]]:
     """Every completion (by id) and the engine's stats; with `out`, the network files written there."""
     from bridge.cut_pool import run_partitioned_batches
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.factory import make_engine
     from phantora.results.write import write_network_files

@@ -30,7 +30,7 @@ def test_stepped_workers_on_ray_over_curve_write_one_keyed_engines_files(
     pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
     monkeypatch.setenv(CURVE_ALWAYS, "1")
     monkeypatch.setenv(STARTUP_ENV, "900")  # a loaded machine importing ns-3 in three processes
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.workload import load_workload
 
     topo = load_topology("testbed16")
@@ -54,7 +54,7 @@ def test_stepped_workers_on_ray_over_curve_write_one_keyed_engines_files(
 def test_a_stepped_worker_dying_on_ray_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray", reason="Ray is an optional extra (pip install ray)")
     monkeypatch.setenv(STARTUP_ENV, "900")
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
 
     cfg = PacketConfig(cc="dcqcn", scheduler=KEYED_SCHEDULER, nvlink="fluid", partition=2, ray="local")
     pool = spawn_stepped(load_topology("testbed16"), cfg, [[0]])

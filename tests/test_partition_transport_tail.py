@@ -58,7 +58,7 @@ def test_the_senders_counters_as_of_the_last_byte() -> None:
 @pytest.mark.ns3
 @pytest.mark.parametrize("nvlink", ["packet", "fluid"])
 def test_a_lossy_replay_keeps_the_last_flows_retransmissions(nvlink: str, tmp_path: Path) -> None:
-    from bridge.cut_stepped_pool import spawn_stepped
+    from bridge.cut_stepped_start import spawn_stepped
     from phantora.workload import load_workload
 
     topo = load_topology("testbed16")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.cut_pool import run_partitioned_batches
-from bridge.cut_stepped_pool import spawn_stepped
+from bridge.cut_stepped_start import spawn_stepped
 from bridge.workers import spawn_workers
 from phantora.collectives.spec import ALGORITHMS, MODELS, PROTOCOLS, AlgoOptions
 from phantora.commands.options import add_granularity_option, add_network_options, add_progress_options, progress_mode

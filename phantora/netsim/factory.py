@@ -48,7 +48,7 @@ def make_engine(
     ``calls`` records an ns-3 run's call script for phantora-ns3-runner. Decomposition (``workers=N``) starts
     worker processes, so it needs the bridge's ``spawner`` (`bridge.workers.spawn_workers`); so does partition
     (``partition=N``), the bridge's ``partitioner`` (`bridge.cut_pool.run_partitioned_batches`), and with
-    nvlink=fluid its ``stepper`` (`bridge.cut_stepped_pool.spawn_stepped`). ``scenario``: the spec's scenario
+    nvlink=fluid its ``stepper`` (`bridge.cut_stepped_start.spawn_stepped`). ``scenario``: the spec's scenario
     already read (else it is read from its file). ``whole_dag``: the caller submits its whole DAG once and drains
     it, so ``workers=N`` may build route (a)'s driver (`HybridDecomposedSimulator`; `WHOLE_DAG_DRIVER`)."""
     if scenario is None and spec.scenario is not None:
@@ -177,7 +177,7 @@ def partitioned(
         if stepper is None:
             raise InputError(
                 f"partition={config.partition} with nvlink=fluid steps its workers from this process: pass the "
-                "bridge's stepper (bridge.cut_stepped_pool.spawn_stepped; phantora replay does)",
+                "bridge's stepper (bridge.cut_stepped_start.spawn_stepped; phantora replay does)",
                 field="nvlink",
             )
         from phantora.netsim.partition_stepped import SteppedPartition
