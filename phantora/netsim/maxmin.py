@@ -25,6 +25,9 @@ from itertools import chain
 import numpy as np
 
 NUMPY_THRESHOLD = 96  # flows; at or above this, `maxmin_rates` uses the vectorised solver (measured crossover)
+# entries (flow x channel); at or above this, `maxmin_numpy`'s rounds read only the channels at their level and the
+# entries of the flows they freeze, not every entry (measured: 0.7x at 12k entries, 1.3-1.4x at 24k; see below)
+SPARSE_ENTRIES = 16_384
 
 
 def maxmin_python(
@@ -120,7 +123,8 @@ def maxmin_numpy(
     The problem is a flat list of (flow, channel, weight) entries in flow order, then path order. A round finds the
     channels at the least share, the unfrozen flows on them (a reduction per flow over its entries), and takes the
     frozen flows' entries off their channels: `np.bincount` sums each channel's freed weights in entry order, which
-    is the order `maxmin_python` adds them in, so weighted rates are bit for bit its own too. O(entries) a round.
+    is the order `maxmin_python` adds them in, so weighted rates are bit for bit its own too. O(entries) a round;
+    from SPARSE_ENTRIES entries a round reads only what it changes (`_sparse_rounds`, the same operations).
 
     `groups` (a group id a flow) says the problem is several independent ones (no channel is shared across
     groups: the flow engine's connected components): each round then raises every group's own level to its own
@@ -145,8 +149,11 @@ def maxmin_numpy(
     rem = cap[chans].astype(np.float64)
     share = rem / wsum
     rate = np.zeros(n, dtype=np.float64)
-    frozen = np.zeros(n, dtype=bool)
     levels = _GroupLevels(groups, flow_of[np.unique(lch, return_index=True)[1]]) if groups is not None else None
+    if len(flat) >= SPARSE_ENTRIES:
+        _sparse_rounds(flow_of, lch, flens, cnt, w, wsum, rem, share, rate, levels)
+        return rate
+    frozen = np.zeros(n, dtype=bool)
     left = n
     while left:
         if levels is None:
@@ -175,6 +182,60 @@ def maxmin_numpy(
         share[touched] = np.divide(r, rest, out=out, where=cnt[touched] > 0)
         left -= len(newly)
     return rate
+
+
+def _sparse_rounds(
+    flow_of: np.ndarray,
+    lch: np.ndarray,
+    flens: np.ndarray,
+    cnt: np.ndarray,
+    w: np.ndarray | None,
+    wsum: np.ndarray,
+    rem: np.ndarray,
+    share: np.ndarray,
+    rate: np.ndarray,
+    levels: _GroupLevels | None,
+) -> None:
+    """`maxmin_numpy`'s rounds (filling `rate`) with the same operations on the same values, each round reading the
+    shares, the entries of the channels at its level and those of the flows it freezes: with many distinct levels
+    (an all-to-all's pairs each under its own rate cap: a few flows a round) the other entries are not read again."""
+    n = len(flens)
+    frozen = np.zeros(n, dtype=bool)
+    on_channel = flow_of[np.argsort(lch, kind="stable")]  # each channel's flows, in entry order
+    ch_first = np.concatenate(([0], np.cumsum(cnt)))
+    f_first = np.concatenate(([0], np.cumsum(flens)))  # each flow's entries
+    left = n
+    while left:
+        if levels is None:
+            level = share.min()
+            bott = (share == level).nonzero()[0]
+            chlevel = None
+        else:
+            chlevel = levels.of_channels(share)
+            bott = ((share == chlevel) & (cnt > 0)).nonzero()[0]
+        crossing = on_channel[_spans(ch_first[bott], ch_first[bott + 1])]  # the flows on a channel at its level
+        newly = np.unique(crossing[~frozen[crossing]])
+        frozen[newly] = True
+        rate[newly] = level if levels is None else levels.of_flows(newly)
+        mine = _spans(f_first[newly], f_first[newly + 1])  # the entries of the flows frozen now, in entry order
+        touched, at, hit = np.unique(lch[mine], return_inverse=True, return_counts=True)
+        cnt[touched] -= hit
+        freed = hit if w is None else np.bincount(at, weights=w[mine], minlength=len(touched))
+        lvl = level if chlevel is None else chlevel[touched]
+        r = rem[touched] = np.maximum(rem[touched] - freed * lvl, 0.0)
+        rest = wsum[touched] = wsum[touched] - freed
+        out = np.full(len(touched), np.inf)  # (a drained channel matters no more)
+        share[touched] = np.divide(r, rest, out=out, where=cnt[touched] > 0)
+        left -= len(newly)
+
+
+def _spans(first: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """The indices first[k] .. stop[k] - 1 of every k, in that order."""
+    lens = stop - first
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.repeat(first - (np.cumsum(lens) - lens), lens) + np.arange(total, dtype=np.int64)
 
 
 class _GroupLevels:
