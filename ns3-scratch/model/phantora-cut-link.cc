@@ -169,6 +169,12 @@ void GetHeader(Reader& r, uint32_t len, PhantoraHeader& h) {
 }  // namespace
 
 namespace {
+/// Deliver's refusal of a note for a node of another worker (or with no handler), out of line.
+[[noreturn, gnu::noinline, gnu::cold]] void NotOurs(const char* what, uint32_t node) {
+  throw std::invalid_argument(std::string("cut-link batch: a ") + what + " message for node " +
+                              std::to_string(node) + ", not this worker's");
+}
+
 constexpr uint32_t kForgetLink = UINT32_MAX;       ///< a batch message's cable field for "sender done"
 constexpr uint32_t kReleaseLink = UINT32_MAX - 1;  ///< ... for "a dependency of this flow completed"
 constexpr uint32_t kDoneLink = UINT32_MAX - 2;     ///< ... for "complete at its receiver"
@@ -337,13 +343,9 @@ void PhantoraCutLink::Send(uint32_t link, uint32_t toEnd, const Ptr<PhantoraPack
   m_bytes += head + hdrLen;
 }
 
-PhantoraCutLink::Outbox& PhantoraCutLink::OutboxFor(uint32_t node) {
-  const uint32_t g = m_groups[node];
-  if (g == m_self) [[unlikely]] {
-    throw std::logic_error("cut-link message to node " + std::to_string(node) + " of this worker's own group " +
-                           std::to_string(g));
-  }
-  return m_outboxes[g];
+void PhantoraCutLink::OwnGroup(uint32_t node) const {
+  throw std::logic_error("cut-link message to node " + std::to_string(node) + " of this worker's own group " +
+                         std::to_string(m_groups[node]));
 }
 
 void PhantoraCutLink::SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns) {
@@ -454,11 +456,11 @@ void PhantoraCutLink::Deliver(const uint8_t* data, std::size_t size) {
   // A note on a flow (forget, bound, done, release): its (node, flow), for a node of this worker whose handler
   // (`handled`) is set, else the batch is malformed.
   auto note = [&r, this](const char* what, bool handled) {
-    const auto node = r.Get<uint32_t>();
-    const auto flow = r.Get<uint64_t>();
-    if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) || !handled) {
-      throw std::invalid_argument(std::string("cut-link batch: a ") + what + " message for node " +
-                                  std::to_string(node) + ", not this worker's");
+    r.Need(sizeof(uint32_t) + sizeof(uint64_t));
+    const auto node = r.Next<uint32_t>();
+    const auto flow = r.Next<uint64_t>();
+    if (node >= m_groups.size() || (m_self != kLoopback && m_groups[node] != m_self) || !handled) [[unlikely]] {
+      NotOurs(what, node);
     }
     return std::pair<uint32_t, uint64_t>(node, flow);
   };

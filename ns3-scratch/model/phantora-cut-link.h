@@ -130,7 +130,15 @@ class PhantoraCutLink final : public PhantoraWindowHook {
   uint64_t Barriers() const { return m_barriers; }
 
  private:
-  Outbox& OutboxFor(uint32_t node);
+  /// The outbox of `node`'s group (another worker's: throws at this worker's own).
+  Outbox& OutboxFor(uint32_t node) {
+    const uint32_t g = m_groups[node];
+    if (g == m_self) [[unlikely]] {
+      OwnGroup(node);
+    }
+    return m_outboxes[g];
+  }
+  [[noreturn, gnu::cold]] void OwnGroup(uint32_t node) const;
   /// A note of `kind` on flow `flow` to `node` at `ns` (the head of every message but a packet's).
   void SendNote(uint32_t kind, uint64_t flow, uint32_t node, uint64_t ns);
 

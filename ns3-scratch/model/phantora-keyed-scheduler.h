@@ -85,6 +85,12 @@ class PhantoraKeyedScheduler final : public Scheduler {
   Event RemoveNext() override;
   /// RemoveNext() without the virtual call (PhantoraSimulatorImpl::RunBefore's loop).
   Event TakeNext() { return Take().ev; }
+  /// The next event's time step and key, located once (the queue must not be empty).
+  const PhantoraOrderKey& PeekNextTsKey(uint64_t& ts) const {
+    const Item& i = PeekItem();
+    ts = i.ev.key.m_ts;
+    return i.key;
+  }
   void Remove(const Event& ev) override;
   /// The key of the next event (the heap must not be empty).
   const PhantoraOrderKey& PeekNextKey() const { return PeekItem().key; }

@@ -150,12 +150,13 @@ void PhantoraSimulatorImpl::RunBefore(uint64_t endTs, bool scheduledBefore) {
   // is ignored here, so PhantoraScheduler's check of a signal is not needed: the window loop checks it after)
   PhantoraKeyedScheduler& q = *m_keyed;
   while (!q.IsEmpty()) {
-    const uint64_t ts = q.PeekNextTs();
-    if (ts > endTs || (ts == endTs && !(scheduledBefore && q.PeekNextKey().schedTs < endTs))) {
+    uint64_t ts = 0;
+    const PhantoraOrderKey& key = q.PeekNextTsKey(ts);
+    if (ts > endTs || (ts == endTs && !(scheduledBefore && key.schedTs < endTs))) {
       break;
     }
     if (m_keepKey) {
-      NoteRunningKey(ts, q.PeekNextKey());
+      NoteRunningKey(ts, key);
     }
     RunTaken(q.TakeNext());
   }
