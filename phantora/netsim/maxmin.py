@@ -26,7 +26,8 @@ import numpy as np
 
 NUMPY_THRESHOLD = 96  # flows; at or above this, `maxmin_rates` uses the vectorised solver (measured crossover)
 # entries (flow x channel); at or above this, `maxmin_numpy`'s rounds read only the channels at their level and the
-# entries of the flows they freeze, not every entry (measured: 0.7x at 12k entries, 1.3-1.4x at 24k; see below)
+# entries of the flows they freeze, not every entry (measured: slower at 10.9k entries, 1.75-2.0x at 31k: the
+# solves of 32- and 64-rank all-to-alls, docs/collectives.md)
 SPARSE_ENTRIES = 16_384
 
 
