@@ -176,13 +176,26 @@ def maxmin_numpy(
         cnt -= hit
         touched = hit.nonzero()[0]
         freed = hit[touched] if w is None else np.bincount(hit_ch, weights=w[mine], minlength=nch)[touched]
-        lvl = level if chlevel is None else chlevel[touched]
-        r = rem[touched] = np.maximum(rem[touched] - freed * lvl, 0.0)
-        rest = wsum[touched] = wsum[touched] - freed
-        out = np.full(len(touched), np.inf)  # (a drained channel matters no more)
-        share[touched] = np.divide(r, rest, out=out, where=cnt[touched] > 0)
+        _take_off(touched, freed, level if chlevel is None else chlevel[touched], cnt, rem, wsum, share)
         left -= len(newly)
     return rate
+
+
+def _take_off(
+    touched: np.ndarray,
+    freed: np.ndarray,
+    lvl: float | np.ndarray,
+    cnt: np.ndarray,
+    rem: np.ndarray,
+    wsum: np.ndarray,
+    share: np.ndarray,
+) -> None:
+    """Take the flows frozen at `lvl` off the channels they cross (`freed`: their weight on each `touched` channel,
+    whose unfrozen count `cnt` is already lowered), and set those channels' shares again."""
+    r = rem[touched] = np.maximum(rem[touched] - freed * lvl, 0.0)
+    rest = wsum[touched] = wsum[touched] - freed
+    out = np.full(len(touched), np.inf)  # (a drained channel matters no more)
+    share[touched] = np.divide(r, rest, out=out, where=cnt[touched] > 0)
 
 
 def _sparse_rounds(
@@ -222,11 +235,7 @@ def _sparse_rounds(
         touched, at, hit = np.unique(lch[mine], return_inverse=True, return_counts=True)
         cnt[touched] -= hit
         freed = hit if w is None else np.bincount(at, weights=w[mine], minlength=len(touched))
-        lvl = level if chlevel is None else chlevel[touched]
-        r = rem[touched] = np.maximum(rem[touched] - freed * lvl, 0.0)
-        rest = wsum[touched] = wsum[touched] - freed
-        out = np.full(len(touched), np.inf)  # (a drained channel matters no more)
-        share[touched] = np.divide(r, rest, out=out, where=cnt[touched] > 0)
+        _take_off(touched, freed, level if chlevel is None else chlevel[touched], cnt, rem, wsum, share)
         left -= len(newly)
 
 
