@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import tracemalloc
 from collections import Counter
 from pathlib import Path
@@ -18,6 +16,7 @@ from phantora.results import schema as S
 from phantora.results.forked import PROCS_ENV
 from phantora.results.write import write_cnps_csv, write_columns, write_ecn_csv, write_pfc_csv, write_plain_rows
 from phantora.topology.loader import load_topology
+from tests.csv_reference import csv_bytes
 
 MARKS = [EcnMark(t, 20 + t % 3, t % 4, 3, 100 + t % 5, t % 7) for t in (5, 1, 9, 1, 3)]
 
@@ -46,20 +45,12 @@ def test_pfc_pause_stays_bool_and_empty_merges() -> None:
     assert len(RecordColumns.by_time(Drop, [])) == 0 and list(RecordColumns.of(CnpEvent, [])) == []
 
 
-def _csv_bytes(header: list[str], rows: list[list[object]]) -> bytes:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(header)
-    w.writerows(rows)
-    return buf.getvalue().encode()
-
-
 @pytest.mark.parametrize("name", ["leaf0", 'odd,"name'])
 def test_write_columns_is_csv_writer_byte_for_byte(tmp_path: Path, name: str) -> None:
     """The `%` template path, and the csv.writer fallback for a field that needs quoting."""
     cols: list[list[object]] = [[1, 22, 333], [name, "b", ""], [0, -4, 5]]
     path = write_columns(tmp_path / "x.csv", ["t", "n", "v"], cols)
-    assert path.read_bytes() == _csv_bytes(["t", "n", "v"], [list(r) for r in zip(*cols, strict=True)])
+    assert path.read_bytes() == csv_bytes(["t", "n", "v"], [list(r) for r in zip(*cols, strict=True)])
 
 
 def test_trace_files_equal_from_columns_and_objects(tmp_path: Path) -> None:
@@ -82,7 +73,7 @@ def test_trace_files_equal_from_columns_and_objects(tmp_path: Path) -> None:
 def test_plain_rows_are_csv_writer_byte_for_byte(tmp_path: Path) -> None:
     rows: list[list[object]] = [[1, "c0/ring", "gpu3", 7, "", "1.2500"], [2, "", "leaf0", -1, 5, ""]]
     path = write_plain_rows(tmp_path / "f.csv", ["a", "b", "c", "d", "e", "f"], rows)
-    assert path.read_bytes() == _csv_bytes(["a", "b", "c", "d", "e", "f"], rows)
+    assert path.read_bytes() == csv_bytes(["a", "b", "c", "d", "e", "f"], rows)
 
 
 def test_plain_rows_hold_a_block_not_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

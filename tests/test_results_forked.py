@@ -14,6 +14,7 @@ from phantora.netsim.base import Completion
 from phantora.results import forked
 from phantora.results import write as W
 from phantora.topology.loader import load_topology
+from tests.csv_reference import csv_bytes
 
 
 @pytest.fixture
@@ -24,19 +25,11 @@ def split(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(forked.PROCS_ENV, "4")
 
 
-def _csv_bytes(header: list[str], rows: list[list[object]]) -> bytes:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(header)
-    w.writerows(rows)
-    return buf.getvalue().encode()
-
-
 def test_columns_by_four_processes_are_csv_writers_file(tmp_path: Path, split: None) -> None:
     cols: list[list[object]] = [list(range(20)), [f"n{i}" for i in range(20)], [i * -7 for i in range(20)]]
     path = W.write_columns(tmp_path / "x.csv", ["t", "n", "v"], cols)
     assert len(forked.last_child_cpu_s) == 4  # four children, 5 rows each
-    assert path.read_bytes() == _csv_bytes(["t", "n", "v"], [list(r) for r in zip(*cols, strict=True)])
+    assert path.read_bytes() == csv_bytes(["t", "n", "v"], [list(r) for r in zip(*cols, strict=True)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv"]
 
 
