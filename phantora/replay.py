@@ -268,6 +268,7 @@ def settle_groups(
 def fresh_like(sim: NetworkSimulator) -> Callable[[], NetworkSimulator]:
     """Flow engines set up as `sim`, for a replay's further runs (`replay_inprocess`, `egraph.replay_graph`); another
     engine needs the caller's."""
+    from phantora.netsim.factory import flow_engine_like
     from phantora.netsim.flow import FlowSimulator
 
     if type(sim) is not FlowSimulator:
@@ -276,14 +277,7 @@ def fresh_like(sim: NetworkSimulator) -> Callable[[], NetworkSimulator]:
             f"{type(sim).__name__} (or use replay_settled / replay_graph_settled)",
             field="fresh",
         )
-
-    def make() -> NetworkSimulator:
-        new = FlowSimulator(sim.topology, payload_efficiency=sim.payload_efficiency, incremental=sim.incremental,
-                            lb=sim.lb)  # fmt: skip
-        new.stretch = sim.stretch
-        return new
-
-    return make
+    return lambda: flow_engine_like(sim)
 
 
 def evaluate_workload(

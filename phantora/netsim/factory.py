@@ -13,6 +13,7 @@ from phantora.topology.model import Topology
 
 if TYPE_CHECKING:
     from phantora.netsim.decompose import Spawner
+    from phantora.netsim.flow import FlowSimulator
     from phantora.netsim.runner_engine import RunnerNetwork
     from phantora.netsim.scenario import Scenario
 
@@ -226,6 +227,16 @@ def fluid_nvlink(
     fluid = FlowSimulator(topo, payload_efficiency=nvlink_efficiency(config), ecmp_hash=packet.topology.ecmp_hash)
     cls = FluidNvlinkSimulator if hybrid is None else hybrid
     return cls(packet, fluid, payload_bytes=config.payload_bytes, header_bytes=config.header_bytes)  # type: ignore[no-any-return]
+
+
+def flow_engine_like(sim: FlowSimulator) -> FlowSimulator:
+    """A fresh flow engine set up as `sim` (its topology and so its ECMP policy, payload efficiency, incremental
+    solving, load balancing and stretch): a replay's further run of the same problem (`phantora.replay.fresh_like`)."""
+    from phantora.netsim.flow import FlowSimulator
+
+    new = FlowSimulator(sim.topology, payload_efficiency=sim.payload_efficiency, incremental=sim.incremental, lb=sim.lb)
+    new.stretch = sim.stretch
+    return new
 
 
 def hybrid_worker(topo: Topology, config: Any) -> NetworkSimulator:
