@@ -20,8 +20,13 @@ def _worker(tmp_path: Path, code: str) -> LoggedWorker:
 
 
 def test_the_endpoint_the_worker_wrote(tmp_path: Path) -> None:
-    path = tmp_path / "net.endpoint"
-    w = _worker(tmp_path, f"open({str(path)!r}, 'w').write('tcp://127.0.0.1:5555\\n')")
+    path, tmp = tmp_path / "net.endpoint", tmp_path / ".net.tmp"
+    # published as the workers publish it (bridge.transport.write_endpoint_file: written, then renamed into place);
+    # a file opened in place can be seen empty before its line is written
+    code = (
+        f"import os; open({str(tmp)!r}, 'w').write('tcp://127.0.0.1:5555\\n'); os.replace({str(tmp)!r}, {str(path)!r})"
+    )
+    w = _worker(tmp_path, code)
     assert w.wait_endpoint(path, 60.0, "the worker") == "tcp://127.0.0.1:5555"
     w.proc.wait()
     assert w.poll() == 0
