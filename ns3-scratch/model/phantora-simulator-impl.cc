@@ -19,6 +19,19 @@ NS_OBJECT_ENSURE_REGISTERED(PhantoraSimulatorImpl);
 
 namespace {
 std::vector<uint64_t>* g_orderLog = nullptr;  ///< PhantoraOrderLog's record while on
+
+/// Run `next`'s event; while PhantoraOrderLog records, its key and the next uid (`uid`, read before and after the
+/// event, which may schedule more) go to the record with it.
+template <typename Uid>
+[[gnu::always_inline]] inline void InvokeLogged(const Scheduler::Event& next, const Uid& uid) {
+  if (g_orderLog) {
+    g_orderLog->insert(g_orderLog->end(), {next.key.m_ts, next.key.m_uid, next.key.m_context, uid});
+    next.impl->Invoke();
+    g_orderLog->push_back(uid);
+  } else {
+    next.impl->Invoke();
+  }
+}
 }  // namespace
 
 void PhantoraOrderLog::Start() {
@@ -133,13 +146,7 @@ void PhantoraSimulatorImpl::SetWindow(PhantoraWindowHook* hook, uint64_t lookahe
   m_currentContext = next.key.m_context;
   m_currentUid = next.key.m_uid;
   m_inEvent = true;
-  if (g_orderLog) {
-    g_orderLog->insert(g_orderLog->end(), {next.key.m_ts, next.key.m_uid, next.key.m_context, m_uid});
-    next.impl->Invoke();
-    g_orderLog->push_back(m_uid);
-  } else {
-    next.impl->Invoke();
-  }
+  InvokeLogged(next, m_uid);
   m_inEvent = false;
   next.impl->Unref();
 }
@@ -245,13 +252,7 @@ void PhantoraSimulatorImpl::ProcessOneEvent() {
   m_currentTs = next.key.m_ts;
   m_currentContext = next.key.m_context;
   m_currentUid = next.key.m_uid;
-  if (g_orderLog) {
-    g_orderLog->insert(g_orderLog->end(), {next.key.m_ts, next.key.m_uid, next.key.m_context, m_uid});
-    next.impl->Invoke();
-    g_orderLog->push_back(m_uid);
-  } else {
-    next.impl->Invoke();
-  }
+  InvokeLogged(next, m_uid);
   next.impl->Unref();
 }
 
