@@ -201,11 +201,6 @@ def test_cta_policy_efficiency_sends_a_registered_all_gather_to_nvls():
     )
 
 
-def test_cta_policy_zero_with_windows_is_refused_for_copy_engine_collectives():
-    with pytest.raises(InputError, match="copy"):
-        choice("all_gather", MiB, PHANTORA_NCCL_REGISTER="2", NCCL_CTA_POLICY="2")
-
-
 @pytest.mark.parametrize(("var", "value"), [("PHANTORA_NCCL_REGISTER", "3"), ("NCCL_CTA_POLICY", "FAST")])
 def test_bad_values_are_one_line_errors_naming_the_variable(var, value):
     with pytest.raises(InputError, match=var):

@@ -28,7 +28,7 @@ from phantora.collectives.p2p import ChannelMap, ChunkOf, Depth, Relay, all_to_a
 from phantora.collectives.pat import pat_flows
 from phantora.collectives.ring import ring_collective
 from phantora.collectives.spec import AlgoOptions, Collective
-from phantora.collectives.sym import sym_flows
+from phantora.collectives.sym import ce_flows, sym_flows
 from phantora.collectives.tree import tree_flows
 from phantora.topology.model import Topology
 
@@ -270,6 +270,8 @@ def _build(
             nvls_tree_flows(b, blocks, coll.nbytes, ch, loops)
     elif algo == "sym":
         sym_flows(b, kind, kernel, n, coll.nbytes, blocks)
+    elif algo == "ce":
+        ce_flows(b, kind, n, coll.nbytes)
     elif algo == "pat":
         pat_flows(b, kind, n, coll.nbytes, chunk=opts.chunk_bytes if chunked else 0, window=_steps_in_flight(opts))
     elif kind in ("all_reduce", "all_gather", "reduce_scatter") and algo == "ring":

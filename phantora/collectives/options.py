@@ -52,6 +52,7 @@ FROM_NCCL = {
     "pat": "pat",
     "p2p": "direct",
     "sym": "sym",  # a symmetric kernel (-R 2; nccl/register.py)
+    "ce": "ce",  # the copy engines (-R 2 -x 2; nccl/ce_coll.py)
 }
 
 

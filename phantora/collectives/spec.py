@@ -19,7 +19,20 @@ KINDS = (
     "send_recv",
     "barrier",
 )
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "chain", "pairwise", "direct", "nvls", "nvls_tree", "pat", "sym")
+ALGORITHMS = (
+    "auto",
+    "ring",
+    "tree",
+    "hierarchical",
+    "chain",
+    "pairwise",
+    "direct",
+    "nvls",
+    "nvls_tree",
+    "pat",
+    "sym",
+    "ce",
+)
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 # reductions: nccl-tests' -o names (mulsum: ncclRedOpCreatePreMulSum, torch's PREMUL_SUM), then torch's bitwise ops,
 # which NCCL lacks but phantora's process group runs (collectives/nccl/redop.py)

@@ -82,7 +82,19 @@ def sym_flows(
         for i in range(n):
             b.add(i, (i + 1) % n, size, tag, 0)
         return
+    mesh(b, n, size, tag)
+
+
+def mesh(b: DagBuilder, n: int, size: int, tag: str) -> None:
+    """One flow of `size` bytes for every ordered pair of positions 0..n-1, all at once."""
     for i in range(n):
         for j in range(n):
             if i != j:
                 b.add(i, j, size, tag, 0)
+
+
+def ce_flows(b: DagBuilder, kind: str, n: int, nbytes: int) -> None:
+    """A copy-engine collective (`nccl/ce_coll.py`): each GPU's copy engines write its part of an all-gather (S/n of
+    the output S) or its block of an all-to-all (S/n of its send buffer S) into every peer's window, one copy a
+    peer, all in one batch. The copy into its own output stays in its memory."""
+    mesh(b, n, -(-nbytes // n), f"ce/{kind}")

@@ -173,8 +173,9 @@ def nccl_run_options(flags: HarnessFlags, granularity: str, agg: int = 1) -> Alg
     env = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "PHANTORA_NCCL_"))}
     if flags.local_register:
         env["PHANTORA_NCCL_REGISTER"] = str(flags.local_register)
-    if flags.cta_policy > 0 and not env.get("NCCL_CTA_POLICY"):
-        env["NCCL_CTA_POLICY"] = "|".join(CTA_POLICY_NAMES[bit] for bit in (1, 2) if flags.cta_policy & bit)
+    if flags.cta_policy > 0 and not env.get("NCCL_CTA_POLICY"):  # one policy as its number, read by 2.27+
+        bits = [CTA_POLICY_NAMES[bit] for bit in (1, 2) if flags.cta_policy & bit]
+        env["NCCL_CTA_POLICY"] = str(flags.cta_policy) if len(bits) == 1 else "|".join(bits)
     if not flags.local_register and flags.cta_policy <= 0:
         return AlgoOptions(granularity=granularity)
     return AlgoOptions(granularity=granularity, nccl_env=nccl_env(env))

@@ -16,6 +16,7 @@ from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import pci_paths
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.ce_coll import ce_choice
 from phantora.collectives.nccl.channels import nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
@@ -25,7 +26,6 @@ from phantora.collectives.nccl.redop import least_preferred, skipped
 from phantora.collectives.nccl.register import (
     efficiency_nvls,
     p2p_zero_copy,
-    refuse_copy_engine,
     register_mode,
     registered_chunk,
     registered_nvls,
@@ -64,7 +64,10 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     st = settings(opts)
     p = platform_of(topo, coll.ranks, st)
     check_transports(p, st)
-    refuse_copy_engine(coll, p, st)
+    if opts.algorithm == "auto" and opts.protocol == "auto":
+        ce = ce_choice(coll, p, st)  # NCCL's copy engines, ahead of its tuner and symmetric kernels (ce_coll.py)
+        if ce is not None:
+            return ce
     if coll.kind in ("all_to_all", "send_recv"):
         if opts.algorithm not in ("auto", "direct"):
             return None  # pairwise rounds: phantora's own, under the ideal model
@@ -251,8 +254,8 @@ def nccl_chunk(coll: Collective, topo: Topology, opts: AlgoOptions, choice: Choi
     step: `chunking.p2p_chunk_bytes`)."""
     st = settings(opts)
     p = platform_of(topo, coll.ranks, st)
-    if choice.algorithm == "sym":
-        return max(1, coll.nbytes)  # one flow a pair: the symmetric kernels' flows are not cut into steps
+    if choice.algorithm in ("sym", "ce"):
+        return max(1, coll.nbytes)  # one flow a pair: the symmetric kernels' and copy engines' are not cut
     if choice.algorithm == "p2p":
         return comm_p2p_chunk(p, st)
     if choice.algorithm == "ring" and choice.protocol == "Simple" and coll.kind not in ("broadcast", "reduce"):

@@ -56,34 +56,20 @@ def register_mode(st: NcclSettings) -> int:
     return mode
 
 
-def _nvlink_domain(p: Platform) -> bool:
+def nvlink_domain(p: Platform) -> bool:
     """All the communicator's GPUs reach each other over NVLink directly (ncclTopoPathAllDirectNVLink)."""
     return p.intra == "nvlink" and p.pci is None and (p.nvswitch or p.ppn == 2)
-
-
-def refuse_copy_engine(coll: Collective, p: Platform, st: NcclSettings) -> None:
-    """NCCL_CTA_POLICY ZERO (2.28+) with symmetric windows on one host runs an all-gather or all-to-all on the
-    copy engines, no CTA (enqueue.cc, ce_coll.cc `ncclCeImplemented`, CUDA 12.5+): not modelled, refused."""
-    if register_mode(st) != 2 or not st.cta_policy & 2 or not st.win_enable or release_of(st) < (2, 28, 0):
-        return
-    if coll.kind in ("all_gather", "all_to_all") and p.nnodes == 1 and coll.size > 1:
-        raise InputError(
-            f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2): NCCL runs this {coll.kind} on the GPU's copy "
-            "engines (no CTA), which is not modelled",
-            field="NCCL_CTA_POLICY",
-        )
 
 
 def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None:
     """The symmetric kernel NCCL runs `coll` with under `-R 2`, as a Choice (algorithm "sym"); None where NCCL runs
     its legacy algorithms instead. Raises where NCCL would run a symmetric kernel this model does not restate."""
-    refuse_copy_engine(coll, p, st)
     if register_mode(st) != 2 or coll.kind not in SYM_KINDS or not st.win_enable or coll.nbytes == 0:
         return None
     rel = release_of(st)
     if p.nnodes > 1:
         return _gin_choice(coll, p, st, rel)
-    if not _nvlink_domain(p):
+    if not nvlink_domain(p):
         if rel >= (2, 29, 0):
             return None  # 2.29+: only where every GPU has a direct NVLink (isAllDirectNvlink)
         raise InputError(
@@ -121,7 +107,7 @@ def _gin_choice(coll: Collective, p: Platform, st: NcclSettings, rel: tuple[int,
     is refused, as is NCCL_GIN_ENABLE=0 (NCCL's window registration fails: "GIN is disabled")."""
     if rel < GIN_FROM or coll.kind == "all_reduce" or not gin_available(p, st):
         return None
-    if (rel >= GIN_RESTATED_FROM and not st.sym_gin_kernels) or not _nvlink_domain(p):
+    if (rel >= GIN_RESTATED_FROM and not st.sym_gin_kernels) or not nvlink_domain(p):
         return None
     multicast = st.nvls and p.nvswitch and p.compcap >= 90 and p.ppn > 2
     if rel < GIN_RESTATED_FROM:

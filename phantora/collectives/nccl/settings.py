@@ -58,7 +58,9 @@ ENV_VARS = (
     "NCCL_GIN_TYPE",
     "NCCL_SYM_GIN_KERNELS_ENABLE",
     "NCCL_SYM_RS_GIN_CHUNK_SIZE",
+    "NCCL_SYM_CE_THRESHOLD",
 )
+CE_THRESHOLD = 8 * 1024 * 1024  # enqueue.cc NCCL_PARAM(SymCeThreshold), in elements
 IB_MAX_QPS = 128  # net_ib: NCCL_IB_MAX_QPS
 Enabled = tuple[tuple[str, frozenset[str]], ...]  # (function, enabled names), every function
 
@@ -106,6 +108,8 @@ class NcclSettings:
     gin_type: int = -1  # NCCL_GIN_TYPE: the GIN plugin type NCCL may take (-1 any, 2 proxy, 3 GDAKI)
     sym_gin_kernels: bool = True  # NCCL_SYM_GIN_KERNELS_ENABLE=0: no symmetric kernel across hosts (2.29.7+)
     sym_rs_gin_chunk: int = -1  # NCCL_SYM_RS_GIN_CHUNK_SIZE: the GIN reduce-scatter's chunk (2.30.7+; sym_gin.py)
+    sym_ce_threshold: int = CE_THRESHOLD  # NCCL_SYM_CE_THRESHOLD: elements a rank above which a Blackwell
+    # all-gather on symmetric windows runs on the copy engines (2.29.2+, enqueue.cc; ce_coll.py)
     raw: tuple[tuple[str, str], ...] = ()  # the variables as set, for the record
 
     def algo_enabled(self, kind: str, algo: str) -> bool:
@@ -315,5 +319,6 @@ def settings_of(pairs: tuple[tuple[str, str], ...]) -> NcclSettings:
         gin_type=_int(env, "NCCL_GIN_TYPE", -1, low=-1),
         sym_gin_kernels=_int(env, "NCCL_SYM_GIN_KERNELS_ENABLE", 1) != 0,
         sym_rs_gin_chunk=_int(env, "NCCL_SYM_RS_GIN_CHUNK_SIZE", -1, low=-1),
+        sym_ce_threshold=_int(env, "NCCL_SYM_CE_THRESHOLD", CE_THRESHOLD),
         raw=raw,
     )

@@ -30,6 +30,7 @@ from phantora.topology.model import Topology
 
 WIRE_FACTOR = {"LL": 2.0, "LL128": 128.0 / 120.0, "Simple": 1.0}
 SEQUENTIAL = ("pat",)  # rounds one after another: a sender's rate covers all of its rounds
+UNCAPPED = ("ce",)  # the copy engines: NCCL gives no rate of theirs, so the links bound their copies
 LATENCY_SAMPLE = 64  # flows whose paths bound the propagation subtracted from the latency
 
 
@@ -144,6 +145,8 @@ def shape(
         if chunked and pipelined:
             caps = _nvlink_uncapped(flows, caps, topo)
         caps = _channel_caps(flows, wire, caps, choice, topo, chunked, whole is not None)
+    if choice.algorithm in UNCAPPED:
+        caps = [0] * len(flows)
     delay = _delay_ns(flows, choice, nbytes, topo, chunked, wire, caps)
     return [
         Flow(

@@ -74,6 +74,7 @@ class Choice:
     nccl_time_us: float = 0.0  # with search_fallback: NCCL's own estimate, the time its tuner chose by
     kernel: str = ""  # algorithm "sym": the symmetric kernel NCCL's picker runs (sym_kernels.py)
     registered: bool = False  # run on registered buffers (-R 1: NVLS's registered CTAs; register.py)
+    ce_syncs: int = 0  # algorithm "ce": the syncs between the GPUs of a copy-engine collective (ce_coll.py)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -85,6 +86,7 @@ class Choice:
             "model_time_us": round(self.time_us, 3),
             **({"kernel": self.kernel} if self.kernel else {}),
             **({"registered": True} if self.registered else {}),
+            **({"ce_syncs": self.ce_syncs} if self.ce_syncs else {}),
             **({"peer_bw_gbs": round(self.peer_bw, 3)} if self.peer_bw else {}),
             **({"fill_us": round(self.fill_us, 3)} if self.fill_us else {}),
             **({"chain_us": round(self.chain_us, 3)} if self.chain_us else {}),

@@ -1,0 +1,119 @@
+"""NCCL's copy-engine collectives (CE, NCCL 2.28+): an all-gather or all-to-all moved by the GPUs' copy engines,
+no CTA (src/ce_coll.cc, enqueue.cc `taskAppend`, v2.28.3-1 .. v2.30.7-1).
+
+Where NCCL runs one (`taskAppend`, before its tuner and its symmetric kernels, so NCCL_ALGO / NCCL_PROTO do not
+apply):
+- NCCL_CTA_POLICY ZERO (2.28.x: the policy equal to ZERO; 2.29.2+: its ZERO bit) on symmetric windows (`-R 2`),
+  all-gather or all-to-all (`ncclCeImplemented`; CUDA 12.5+, taken as given; its scatter and gather are no kind
+  of phantora's), every rank in one node (2.28.x `nNodes == 1`, 2.29.2+ `ncclCeAvailable`: the LSA team is the
+  communicator), with symmetric support (NCCL_WIN_ENABLE);
+- 2.29.2+ without the policy: a Blackwell (SM100+) all-gather on symmetric windows of more than NCCL_SYM_CE_THRESHOLD
+  elements a rank (8 Mi) where every GPU has a direct NVLink to every other (`isAllDirectNvlink`).
+What it runs (`ncclCeAllGather`, `ncclCeAlltoAll`): a sync (each rank writes a flag, to the NVLS multicast address
+or to every peer, and its stream waits for every peer's), one batch of copies (`cudaMemcpyBatchAsync`), each GPU
+writing its part to every peer's window (all-gather: its s = S / n to each; all-to-all: each peer's block), and a
+second sync. A batch of more than 8 copies and 512 MiB or more is cut: 2.28.x into batches of 8 with a sync between
+(`CE_COLL_INTRA_BATCH_SYNC_FREQ`, `_MSG_THRESHOLD`); from 2.29.2 into interleaved rounds of one batch, no sync.
+The cost: NCCL rates none of this (it bypasses the tuner). The latency is its syncs, each a flag over NVLink that
+the peers' streams poll, charged NCCL's NVLink hop for a Simple step's flag handshake (tuning.cc hwLat, 3.4 µs);
+the bytes move as flows at whatever the NVLink gives (no copy-engine rate in NCCL's code).
+Refused in one line: where NCCL would copy over PCIe P2P (symmetric support without a direct NVLink between every
+pair) and 2.30.7's hierarchical CE across hosts (`ncclHierCeAvailable`, RMA proxy puts).
+"""
+
+from __future__ import annotations
+
+from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.platform import Platform
+from phantora.collectives.nccl.register import gin_available, nvlink_domain, register_mode, release_of
+from phantora.collectives.nccl.settings import NcclSettings
+from phantora.collectives.nccl.tuning import Choice
+from phantora.collectives.spec import DTYPE_BYTES, Collective
+from phantora.errors import InputError
+
+CE_FROM = (2, 28, 0)  # ce_coll.cc
+AUTO_CE_FROM = (2, 29, 2)  # the Blackwell all-gather without the ZERO policy; ncclCeAvailable
+ROUNDS_FROM = (2, 29, 2)  # a cut batch runs as interleaved rounds of one cudaMemcpyBatchAsync, no sync between
+HIER_CE_FROM = (2, 30, 7)  # ncclHierCeAvailable: CE across hosts through the RMA proxy
+CE_KINDS = ("all_gather", "all_to_all")
+ZERO = 2  # nccl.h NCCL_CTA_POLICY_ZERO
+AUTO_CE_COMPCAP = 100  # comm->minCompCap >= 100
+SYNC_FREQ = 8  # CE_COLL_INTRA_BATCH_SYNC_FREQ: copies a batch before a sync
+SYNC_MSG_BYTES = 512 << 20  # CE_COLL_INTRA_BATCH_SYNC_MSG_THRESHOLD
+
+
+def ce_copies(n: int) -> int:
+    """The copies of one rank's batch: all-gather its own part into its output (out of place, as nccl-tests' and
+    torch's calls are) and n - 1 peers; all-to-all its own block and n - 1 peers'."""
+    return n
+
+
+def ce_syncs(kind: str, nbytes: int, n: int, rel: tuple[int, int, int]) -> int:
+    """The syncs of one CE call: before and after the batch, and under 2.28.x one between batches of 8 copies when
+    the batch is cut (more than 8 copies of 512 MiB or more in all)."""
+    copies = ce_copies(n)
+    part = -(-nbytes // n)  # all-gather: a rank's part; all-to-all: one peer's block
+    cut = copies > SYNC_FREQ and part * copies >= SYNC_MSG_BYTES
+    if not cut or rel >= ROUNDS_FROM:
+        return 2
+    return 2 + -(-copies // SYNC_FREQ) - 1
+
+
+def ce_sync_us() -> float:
+    """One sync: a flag across NVLink that the peers' streams wait on, at NCCL's NVLink hop of a Simple step."""
+    return T.HW_LAT["nvlink"]["ring"][T.PROTOCOLS.index("Simple")]
+
+
+def _count(coll: Collective) -> int:
+    """NCCL's `count` of the call: the elements of a rank's part (all-gather's sendcount)."""
+    return coll.nbytes // coll.size // DTYPE_BYTES[coll.dtype]
+
+
+def runs_ce(coll: Collective, p: Platform, st: NcclSettings) -> bool:
+    """Whether NCCL runs `coll` on the copy engines (module docstring); raises where it would and that is not
+    modelled (PCIe P2P copies, 2.30.7's hierarchical CE across hosts)."""
+    rel = release_of(st)
+    if rel < CE_FROM or coll.kind not in CE_KINDS or coll.nbytes == 0 or coll.size < 2:
+        return False
+    if register_mode(st) != 2 or not st.win_enable:
+        return False
+    zero = bool(st.cta_policy & ZERO)
+    if p.nnodes > 1:
+        if zero and rel >= HIER_CE_FROM and gin_available(p, st) and st.gin_enable:
+            raise InputError(
+                f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2): NCCL {rel[0]}.{rel[1]}.{rel[2]} runs this "
+                f"{coll.kind} across {p.nnodes} hosts as a hierarchical copy-engine collective (RMA proxy puts), "
+                "which is not modelled",
+                field="NCCL_CTA_POLICY",
+            )
+        return False  # ncclCeAvailable: not every rank in the LSA team (one node)
+    auto = (
+        rel >= AUTO_CE_FROM
+        and coll.kind == "all_gather"
+        and p.compcap >= AUTO_CE_COMPCAP
+        and nvlink_domain(p)
+        and _count(coll) > st.sym_ce_threshold
+    )
+    if not zero and not auto:
+        return False
+    if not nvlink_domain(p):
+        raise InputError(
+            f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2) on GPUs without a direct NVLink to each other: "
+            f"NCCL runs this {coll.kind} on the copy engines over PCIe P2P there, which is not modelled",
+            field="NCCL_CTA_POLICY",
+        )
+    return True
+
+
+def ce_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None:
+    """The copy-engine Choice (algorithm "ce", no CTA) where NCCL runs one (`runs_ce`), else None. Its latency is
+    the syncs'; its time, which NCCL does not estimate, the closed form on an idle NVLink: (n - 1) parts out of each
+    GPU at its NVLink bandwidth."""
+    if not runs_ce(coll, p, st):
+        return None
+    n = coll.size
+    syncs = ce_syncs(coll.kind, coll.nbytes, n, release_of(st))
+    lat = syncs * ce_sync_us()
+    bw_us = (n - 1) * -(-coll.nbytes // n) / (1000.0 * p.gpu_intra_bw)
+    algbw = coll.nbytes / (1000.0 * bw_us)
+    return Choice("ce", "Simple", 0, lat, algbw, lat + bw_us, ce_syncs=syncs)
