@@ -128,17 +128,30 @@ def test_netsim_flows_rates_a_workload_group_as_the_replay(tmp_path: Path) -> No
     assert before != ref  # 8 of the 27 transfers, on 2026-12-01
 
 
-def test_a_jobs_workload_job_with_groups_says_they_are_rated_from_one_start(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`--jobs` runs a workload job's DAG once, merged with the other jobs': its NCCL groups are rated from one start,
-    and the run says so in one line; the group is kept (one LaunchGroup over its pairs, as `_split_pairs` makes it)."""
+def test_a_jobs_workload_job_rates_each_pair_as_the_replay(tmp_path: Path) -> None:
+    """`--jobs` rates a workload job's NCCL groups (`splits`) each pair from its own start with the pairs known then,
+    by runs of the job alone on its GPUs (`replay.settle_groups`), so bench/p2p_apart.json as a job ends every op at
+    the ns `phantora replay` gives it (before, its groups were rated from one start, all known: the transfers of the
+    group whose ranks issue apart ended elsewhere); its steps keep their groups (one LaunchGroup a step's)."""
     from phantora.jobs.recorded import plan_recorded
-    from phantora.jobs.spec import JobSpec
+    from phantora.jobs.run import launch_jobs
+    from phantora.jobs.spec import JobSpec, parse_jobs
+    from phantora.launcher import RunConfig
 
-    rec = plan_recorded(JobSpec("moe", "workload", str(APART), ranks=4, steps=2), 0, dgx_host(8), [0, 1, 2, 3], None)
-    note = capsys.readouterr().err.strip().splitlines()
-    assert note == ["note: job 'moe': its NCCL groups (all_to_all splits) are rated from one start, every pair known "
-                    "(docs/workload.md)"]  # fmt: skip
+    topo = dgx_host(8, gpu="h100")
+    res, sim = replay_settled(load_workload(APART, world=8), topo, lambda: FlowSimulator(topo))
+    sim.close()
+    ref = {op.name: (op.start_ns, op.end_ns) for op in res.ops}
+    spec = parse_jobs(f'[[job]]\nname = "moe"\nworkload = "{APART}"\nranks = 4\nplacement = "0-3"\n',
+                      str(tmp_path / "jobs.toml"), tmp_path)  # fmt: skip
+    launch_jobs(spec, RunConfig(script="", topology=topo, out_dir=tmp_path / "o", trace="none"), live_ok=False)
+    doc = json.loads((tmp_path / "o" / "jobs" / "moe" / "results.json").read_text())
+    got = {c["name"]: (c["t_start"], c["end_ns"]) for c in doc["collectives"]}
+    assert len(got) == 28 and got == ref
+    assert ref["a2a/0>2"][0] - ref["a2a/0>1"][0] > 60_000  # the ranks issued apart
+    job = JobSpec("moe", "workload", str(APART), ranks=4, steps=2)
+    rec = plan_recorded(job, 0, topo, [0, 1, 2, 3], None, make=FlowSimulator)
     assert rec.workload is not None
     assert {op.group for op in rec.workload.ops} == {"", "a2a@0", "back@0", "a2a@1", "back@1"}
+    launches = {op.group: op.coll.launch for op in rec.workload.ops if op.name.startswith("a2a/0>2@")}
+    assert all(g is not None and len(g.pairs) == 12 for g in launches.values())

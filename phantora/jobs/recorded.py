@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,8 @@ from phantora.egraph.replay import GraphPlan, algo_from_meta, evaluate_graph, pl
 from phantora.errors import InputError
 from phantora.jobs.results import step_summary
 from phantora.jobs.spec import JobSpec
-from phantora.netsim.base import Completion, Flow
-from phantora.replay import ReplayPlan, evaluate_workload, plan_workload
+from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.replay import ReplayPlan, evaluate_workload, plan_workload, settle_groups
 from phantora.replay_groups import grouped_ops
 from phantora.resources import shipped_file, workloads_dir
 from phantora.results import schema
@@ -103,9 +103,18 @@ class RecordedJob:
 
 
 def plan_recorded(
-    job: JobSpec, index: int, topo: Topology, gpus: list[int], algo: AlgoOptions | None, source: str | None = None
+    job: JobSpec,
+    index: int,
+    topo: Topology,
+    gpus: list[int],
+    algo: AlgoOptions | None,
+    source: str | None = None,
+    make: Callable[[Topology], NetworkSimulator] | None = None,
 ) -> RecordedJob:
-    """Plan a workload or graph job on its GPUs (`gpus`: natural ranks of `topo`, rank r on gpus[r])."""
+    """Plan a workload or graph job on its GPUs (`gpus`: natural ranks of `topo`, rank r on gpus[r]). A workload's
+    NCCL groups (all_to_all `splits`) are rated each pair from its own start, with the pairs known then, by runs of
+    the job alone on its GPUs on engines from `make` (`replay.settle_groups`, as `phantora replay` rates them); without
+    `make`, from one start, all known (the run says so)."""
     placed = topo.with_rank_order(gpus)
     t0 = time.perf_counter()
     try:
@@ -118,7 +127,10 @@ def plan_recorded(
                     file=source,
                     field="ranks",
                 )
-            if grouped_ops(wl):  # the DAG is merged with the other jobs' and run once: no runs to rate each pair by
+            if grouped_ops(wl) and make is not None:  # rated by runs of the job alone (its start included)
+                _, sim, wl = settle_groups(wl, placed, lambda: make(placed), algo)
+                sim.close()
+            elif grouped_ops(wl):
                 print(f"note: job '{job.name}': its NCCL groups (all_to_all splits) are rated from one start, every "
                       "pair known (docs/workload.md)", file=sys.stderr)  # fmt: skip
             wplan = plan_workload(wl, placed, algo)

@@ -52,7 +52,7 @@ from phantora.launcher import (
     resolve_topology,
     run_cc,
 )
-from phantora.netsim.base import Completion, Flow
+from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.scenario import Scenario
 from phantora.perfmodel.gpus import get_gpu
@@ -128,9 +128,19 @@ def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | 
         n += len(gpus[i])
     placed = topo.with_rank_order([g for i in live for g in gpus[i]])
     recorded = [
-        plan_recorded(j, i, topo, gpus[i], algo, spec.source) for i, j in enumerate(spec.jobs) if j.kind != "script"
+        plan_recorded(j, i, topo, gpus[i], algo, spec.source, _alone_engines(base.engine))
+        for i, j in enumerate(spec.jobs)
+        if j.kind != "script"
     ]
     return _Plan(spec, topo, placed, gpus, live, recorded, offsets)
+
+
+def _alone_engines(engine: EngineSpec) -> Callable[[Topology], NetworkSimulator]:
+    """Engines as the run's, for a workload job's runs alone that rate its NCCL groups (`plan_recorded`)."""
+    from bridge.workers import spawn_workers
+    from phantora.netsim.factory import make_engine
+
+    return lambda topo: make_engine(engine, topo, spawner=spawn_workers)
 
 
 def _job_env(
