@@ -15,15 +15,17 @@ writing its part to every peer's window (all-gather: its s = S / n to each; all-
 second sync. A batch of more than 8 copies and 512 MiB or more is cut: 2.28.x into batches of 8 with a sync between
 (`CE_COLL_INTRA_BATCH_SYNC_FREQ`, `_MSG_THRESHOLD`); from 2.29.2 into interleaved rounds of one batch, no sync.
 The cost: NCCL rates none of this (it bypasses the tuner). The latency is its syncs, each a flag over NVLink that
-the peers' streams poll, charged NCCL's NVLink hop for a Simple step's flag handshake (tuning.cc hwLat, 3.4 µs);
-the bytes move as flows at whatever the NVLink gives (no copy-engine rate in NCCL's code).
-Refused in one line: where NCCL would copy over PCIe P2P (symmetric support without a direct NVLink between every
-pair) and 2.30.7's hierarchical CE across hosts (`ncclHierCeAvailable`, RMA proxy puts).
+the peers' streams poll, charged NCCL's NVLink hop for a Simple step's flag handshake (tuning.cc hwLat, 3.4 µs;
+its PCI hop, 5.7, on a PCIe host); the bytes move as flows at whatever the links give (no copy-engine rate in
+NCCL's code). On a PCIe host (2.28.3) NCCL copies over P2P where it gives the host symmetric support
+(`pci_symmetric.py`: every pair within its P2P level); 2.28.7+ decide that by CUDA's peer capability: refused.
+Refused too: 2.30.7's hierarchical CE across hosts (`ncclHierCeAvailable`, RMA proxy puts).
 """
 
 from __future__ import annotations
 
 from phantora.collectives.nccl import tables as T
+from phantora.collectives.nccl.pci_symmetric import pci_symmetric_support
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.register import gin_available, nvlink_domain, register_mode, release_of
 from phantora.collectives.nccl.settings import NcclSettings
@@ -59,9 +61,10 @@ def ce_syncs(kind: str, nbytes: int, n: int, rel: tuple[int, int, int]) -> int:
     return 2 + -(-copies // SYNC_FREQ) - 1
 
 
-def ce_sync_us() -> float:
-    """One sync: a flag across NVLink that the peers' streams wait on, at NCCL's NVLink hop of a Simple step."""
-    return T.HW_LAT["nvlink"]["ring"][T.PROTOCOLS.index("Simple")]
+def ce_sync_us(p: Platform) -> float:
+    """One sync: a flag across NVLink (PCIe on a PCIe host) that the peers' streams wait on, at NCCL's hop of a
+    Simple step over that link (tuning.cc hwLat: NVLink 3.4 µs, PCI 5.7)."""
+    return T.HW_LAT["pci" if p.intra == "pci" else "nvlink"]["ring"][T.PROTOCOLS.index("Simple")]
 
 
 def _count(coll: Collective) -> int:
@@ -96,24 +99,18 @@ def runs_ce(coll: Collective, p: Platform, st: NcclSettings) -> bool:
     )
     if not zero and not auto:
         return False
-    if not nvlink_domain(p):
-        raise InputError(
-            f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2) on GPUs without a direct NVLink to each other: "
-            f"NCCL runs this {coll.kind} on the copy engines over PCIe P2P there, which is not modelled",
-            field="NCCL_CTA_POLICY",
-        )
-    return True
+    return nvlink_domain(p) or pci_symmetric_support(p, rel, f"this {coll.kind} under NCCL_CTA_POLICY ZERO")
 
 
 def ce_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None:
     """The copy-engine Choice (algorithm "ce", no CTA) where NCCL runs one (`runs_ce`), else None. Its latency is
-    the syncs'; its time, which NCCL does not estimate, the closed form on an idle NVLink: (n - 1) parts out of each
-    GPU at its NVLink bandwidth."""
+    the syncs'; its time, which NCCL does not estimate, the closed form on an idle host: (n - 1) parts out of each
+    GPU at NCCL's figure for the GPU's NVLink (or PCIe link)."""
     if not runs_ce(coll, p, st):
         return None
     n = coll.size
     syncs = ce_syncs(coll.kind, coll.nbytes, n, release_of(st))
-    lat = syncs * ce_sync_us()
+    lat = syncs * ce_sync_us(p)
     bw_us = (n - 1) * -(-coll.nbytes // n) / (1000.0 * p.gpu_intra_bw)
     algbw = coll.nbytes / (1000.0 * bw_us)
     return Choice("ce", "Simple", 0, lat, algbw, lat + bw_us, ce_syncs=syncs)

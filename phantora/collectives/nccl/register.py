@@ -22,6 +22,7 @@ from phantora.collectives.nccl import old_tuners
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import nvls_channels, nvls_heads
 from phantora.collectives.nccl.chunking import chunk_bytes, step_bytes, whole_grains
+from phantora.collectives.nccl.pci_symmetric import pci_symmetric_support
 from phantora.collectives.nccl.pipeline import chunk_overhead_us, fill_us
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.settings import NcclSettings
@@ -72,11 +73,8 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
     if not nvlink_domain(p):
         if rel >= (2, 29, 0):
             return None  # 2.29+: only where every GPU has a direct NVLink (isAllDirectNvlink)
-        raise InputError(
-            f"symmetric registration (-R 2) on GPUs without a direct NVLink to each other: NCCL {rel[0]}.{rel[1]} "
-            "runs its symmetric kernels over PCIe P2P there, which is not modelled",
-            field="PHANTORA_NCCL_REGISTER",
-        )
+        if not pci_symmetric_support(p, rel, f"this {coll.kind}"):
+            return None  # a pair on SHM: no symmetric support, the legacy algorithms
     multicast = st.nvls and p.nvswitch and p.compcap >= 90
     if rel >= LSA_MULTIMEM_MIN_RANKS_FROM:
         multicast = multicast and p.nranks > 2
