@@ -25,7 +25,7 @@ Refused too: 2.30.7's hierarchical CE across hosts (`ncclHierCeAvailable`, RMA p
 from __future__ import annotations
 
 from phantora.collectives.nccl import tables as T
-from phantora.collectives.nccl.pci_symmetric import pci_symmetric_support
+from phantora.collectives.nccl.pci_symmetric import pci_symmetric_support, release_text
 from phantora.collectives.nccl.platform import Platform
 from phantora.collectives.nccl.register import gin_available, nvlink_domain, register_mode, release_of
 from phantora.collectives.nccl.settings import NcclSettings
@@ -84,7 +84,7 @@ def runs_ce(coll: Collective, p: Platform, st: NcclSettings) -> bool:
     if p.nnodes > 1:
         if zero and rel >= HIER_CE_FROM and gin_available(p, st) and st.gin_enable:
             raise InputError(
-                f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2): NCCL {rel[0]}.{rel[1]}.{rel[2]} runs this "
+                f"NCCL_CTA_POLICY ZERO with symmetric registration (-R 2): NCCL {release_text(rel)} runs this "
                 f"{coll.kind} across {p.nnodes} hosts as a hierarchical copy-engine collective (RMA proxy puts), "
                 "which is not modelled",
                 field="NCCL_CTA_POLICY",

@@ -14,10 +14,16 @@ which a topology does not state: refused. NVLink hosts where some pairs are not 
 from __future__ import annotations
 
 from phantora.collectives.nccl import pci_paths
+from phantora.collectives.nccl.old_tuners import NEWEST_PATCH
 from phantora.collectives.nccl.platform import Platform
 from phantora.errors import InputError
 
 CUDA_P2P_FROM = (2, 28, 7)  # symmetricSupport from isAllCudaP2p
+
+
+def release_text(rel: tuple[int, int, int]) -> str:
+    """A release as its name: 2.28.7, or 2.30 for a minor named alone (its newest patch)."""
+    return f"{rel[0]}.{rel[1]}" if rel[2] == NEWEST_PATCH else f"{rel[0]}.{rel[1]}.{rel[2]}"
 
 
 def all_direct_p2p(p: Platform) -> bool:
@@ -38,7 +44,7 @@ def pci_symmetric_support(p: Platform, rel: tuple[int, int, int], what: str) -> 
         )
     if rel >= CUDA_P2P_FROM:
         raise InputError(
-            f"symmetric registration (-R 2) of {what} on a PCIe host: NCCL {rel[0]}.{rel[1]}.{rel[2]} gives it "
+            f"symmetric registration (-R 2) of {what} on a PCIe host: NCCL {release_text(rel)} gives it "
             "symmetric support by CUDA's peer capability (isAllCudaP2p), which the topology does not state; "
             "2.27 - 2.28.3 decide by NCCL's P2P level, which is modelled",
             field="PHANTORA_NCCL_VERSION",
