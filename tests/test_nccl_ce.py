@@ -156,3 +156,26 @@ def test_packet_mode_carries_the_copy_engines_bytes_and_times_as_the_flow_networ
     assert int(str(ns3.stats()["payload_bytes_delivered"])) == wire
     t_flow = nt.run_iteration(goodput, it)
     assert t_flow <= t_ns3 <= 1.05 * t_flow
+
+
+@pytest.mark.parametrize(
+    ("version", "policy", "ok"), [("2.28.3", "3", False), ("2.30", "3", True), ("2.30", "4", False)]
+)
+def test_nccl_tests_x_above_the_valid_policies_fails_the_init(
+    version: str, policy: str, ok: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """nccl-tests passes -x as the communicators' config.CTAPolicy, which init.cc's parseCommConfig refuses above
+    NCCL_CTA_POLICY_ZERO (2.28.x) or above the OR of the policies, 3 (2.29.2+'s ctaPolicyIsValid):
+    ncclInvalidArgument. 3 on 2.29.2+ is EFFICIENCY|ZERO, ZERO kept: the copy engines."""
+    from phantora.cli import main
+
+    argv = ["nccl-tests", "all_gather_perf", "-b", "1M", "-e", "1M", "-n", "1", "-w", "0", "-x", policy, "-R", "2"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PHANTORA_NCCL_VERSION", version)
+        rc = main(argv)
+    got = capsys.readouterr()
+    if ok:
+        assert rc == 0 and "algorithm=ce " in got.out
+    else:
+        err = got.err.strip().splitlines()
+        assert rc != 0 and len(err) == 1 and "'-x'" in err[0] and "Invalid config policy attribute value" in err[0]

@@ -157,7 +157,6 @@ def test_i_prints_per_iteration_columns_and_k_skips_the_first(capsys: pytest.Cap
         (["-K", "1"], "per-iteration skip (-K) requires per-iteration timing (-I 1). Disabling.", None),
         (["-V", "0"], "device_cta_count (-V) must be positive and less than 128, got 0. Using default value 16.",
          None),
-        (["-x", "7"], "NCCL INFO CTAPolicy 7 is not a valid value, set it to 0", None),
     ],
 )  # fmt: skip
 def test_values_nccl_tests_disables_warn_as_it_does_and_run(

@@ -19,7 +19,9 @@ from phantora.errors import InputError
 
 LOCAL_REGISTER, SYMMETRIC_REGISTER = 1, 2  # -R values (common.cu)
 CTA_POLICY_NAMES = {1: "EFFICIENCY", 2: "ZERO"}  # NCCL_CTA_POLICY's names for the bits (init.cc, 2.30)
-CTA_POLICY_MAX = 0 | 1 | 2  # NCCL's ctaPolicyIsValid: any OR of the policies (init.cc)
+CTA_POLICY_MAX = 0 | 1 | 2  # NCCL's ctaPolicyIsValid: any OR of the policies (init.cc, 2.29.2+)
+CTA_POLICY_ZERO = 2  # 2.28.x: a config's CTAPolicy above NCCL_CTA_POLICY_ZERO is invalid
+CTA_POLICY_OR_FROM = 22902  # ctaPolicyIsValid, policies OR-ed
 DEVICE_CTA_DEFAULT = 16  # -V's default (common.cu: deviceCtaCount)
 
 
@@ -93,9 +95,13 @@ def harness_flags(
     if policy > 1 and nccl_version < 22800:
         warn.append(f"Option -x (cta_policy) {policy} is not supported before NCCL 2.28. Ignoring")
         policy = -1
-    if policy > CTA_POLICY_MAX:  # NCCL's init.cc: INFO "CTAPolicy %d is not a valid value, set it to 0"
-        warn.append(f"NCCL INFO CTAPolicy {policy} is not a valid value, set it to 0")
-        policy = 0
+    top = CTA_POLICY_MAX if nccl_version >= CTA_POLICY_OR_FROM else CTA_POLICY_ZERO
+    if policy > top:  # init.cc parseCommConfig: WARN "Invalid config policy attribute value", ncclInvalidArgument
+        raise InputError(
+            f'{policy}: NCCL fails ncclCommInitRankConfig on it ("Invalid config policy attribute value {policy}", '
+            f"ncclInvalidArgument); this NCCL takes 0 to {top}",
+            field="-x",
+        )
     if args.device_implementation > 0 and register != SYMMETRIC_REGISTER:
         raise InputError(
             "device implementation (-D > 0) requires enabling symmetric memory registration (-R 2)", field="-D"
