@@ -8,13 +8,14 @@
 Runs SCRIPT with `--tensors phantom --dedup off` under `phantora run --record` (`record_run`), takes each transfer's
 end from the live run's cosim.json (a batch's pairs, an uneven all-to-all's), replays the graph in process on the
 same network (flow, or a fresh ns-3 fabric with `--network ns3`) and prints one line: transfers, how many end at
-their live ns, the worst difference, the last end either way, and the wall and CPU seconds (docs/egraph.md "NCCL
-groups of transfers").
+their live ns, how many take their live duration (from when its flows were submitted to its end: in window mode the
+target, since a live transfer starts late by the window's error), the worst difference, the last end either way, and
+the wall and CPU seconds (docs/egraph.md "NCCL groups of transfers", "Window-mode recordings").
 
 With `--workload FILE` (a workload with `splits`) the live side is the bridge's replay ranks
 (`phantora.egraph.replay_rank`, one process a rank) and the replay is the in-process one (`replay_inprocess`), each
-op's start and end compared (docs/workload.md "Uneven all-to-all"). `--window W`: the live side in window mode (W ns;
-its starts move by the window's own error, docs/status.md's grouped-p2p row).
+op's start and end compared, and its duration (docs/workload.md "Uneven all-to-all"). `--window W`: the live side in
+window mode (W ns; its starts move by the window's own error, docs/status.md's grouped-p2p row).
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def main() -> None:
     t1 = time.time()
     recs = json.loads((d / "o" / "cosim.json").read_text())["collectives"]
     live = {(r["name"].split("@")[0], *r["group"]): r["end_ns"] for r in recs if r["kind"] == "send_recv"}
+    live_dur = {
+        (r["name"].split("@")[0], *r["group"]): r["end_ns"] - r["t_start"] for r in recs if r["kind"] == "send_recv"
+    }
     sim = make_engine(cfg.engine, topo)
     try:
         res = replay_graph(graph, topo, sim, **fresh(replay_graph, lambda: make_engine(cfg.engine, topo)))
@@ -81,18 +85,23 @@ def main() -> None:
         sim.close()
     t2 = time.time()
     ends: dict[tuple[str, int, int], int] = {}
+    starts: dict[tuple[str, int, int], int] = {}  # released (a flow's start less its delay: the live t_start)
+    delay = {f.id: f.delay_ns for f in res.plan_flows}
     for c in res.completions:
         if "/p2p" in c.tag:
             k = transfer_key(c.tag)
             ends[k] = max(ends.get(k, 0), c.end_ns)
+            starts[k] = min(starts.get(k, c.start_ns), c.start_ns - delay[c.flow_id])
+    same_dur = sum(ends.get(k, -1) - starts.get(k, 0) == v for k, v in live_dur.items())
     diff = {k: ends.get(k, -1) - v for k, v in live.items()}
     worst = max(diff, key=lambda k: abs(diff[k]))
     last_live, last_rep = max(live.values()), max(ends.get(k, -1) for k in live)
     cpu = cpu_s()
     print(
         f"{Path(a.script).name} {' '.join(a.args)} on {a.topology} x{a.nproc} ({a.network}): {len(live)} transfers, "
-        f"{sum(v == 0 for v in diff.values())} at their live ns; worst {worst}: live {live[worst]:,} replay "
-        f"{ends.get(worst, -1):,} ({diff[worst]:+,} ns); last end live {last_live:,} replay {last_rep:,} "
+        f"{sum(v == 0 for v in diff.values())} at their live ns, {same_dur} of their live duration; worst {worst}: "
+        f"live {live[worst]:,} replay {ends.get(worst, -1):,} ({diff[worst]:+,} ns); last end live {last_live:,} "
+        f"replay {last_rep:,} "
         f"({100 * (last_rep - last_live) / last_live:+.2f} %); live {t1 - t0:.1f} s wall, replay {t2 - t1:.2f} s, "
         f"CPU {cpu:.1f} s"
     )
@@ -120,10 +129,13 @@ def workload(path: str, topo: Topology, spec: EngineSpec, where: str) -> None:
     t2, c2 = time.time(), cpu_s()
     got = {r["name"]: (r["t_start"], r["end_ns"]) for r in res.collectives}
     diff = {k: ref[k][1] - got[k][1] for k in got}
+    dur = {k: (ref[k][1] - ref[k][0]) - (got[k][1] - got[k][0]) for k in got}
+    worst_dur = max(dur, key=lambda k: abs(dur[k]))
     worst = max(diff, key=lambda k: abs(diff[k]))
     print(
         f"{Path(path).name} on {where} ({spec.network}): {len(got)} ops, {sum(got[k] == ref.get(k) for k in got)} at "
-        f"their bridge ns in process; worst {worst}: bridge {got[worst][1]:,} in process {ref[worst][1]:,} "
+        f"their bridge ns in process, {sum(v == 0 for v in dur.values())} of their bridge duration (worst {worst_dur} "
+        f"{dur[worst_dur]:+,} ns); worst end {worst}: bridge {got[worst][1]:,} in process {ref[worst][1]:,} "
         f"({diff[worst]:+,} ns); in process {t1 - t0:.2f} s wall {c1 - c0:.2f} CPU s, bridge {t2 - t1:.1f} s wall "
         f"{c2 - c1:.1f} CPU s"
     )

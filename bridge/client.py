@@ -114,6 +114,14 @@ class RankClient:
     def exact(self) -> bool:
         return self.window_ns == 0
 
+    @property
+    def released_ns(self) -> int | None:
+        """Window mode: the network's ns in the coordinator's last answer to this rank (a wait's, a test's or a
+        barrier's `now`), the round it has run on in since: the coordinator launches what the rank issues now with
+        every rendezvous held when all ranks block again, before the network moves (bridge/core.py
+        `_launch_ready`). None in exact mode."""
+        return None if self.exact else self._known_until
+
     # ----- transport -------------------------------------------------------------------------
     def _raise(self, msg: Message) -> None:
         self._error = BridgeError(f"rank {self.rank}: {msg['text']}", code=msg["code"])

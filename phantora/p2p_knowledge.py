@@ -5,9 +5,12 @@ NCCL group launch on a communicator; a group is the launches joined through thei
 the coordinator rates each pair, at its start (the later of its two ends' issues), with the pairs of its group it
 knows then (`bridge/p2p_batch.py`, `Collective.inflight_at`). In exact mode it launches a pair starting at s before
 any rank that a completion at s wakes has run on, once every rank waits: it knows a transfer whose ends' ranks joined
-their last completions before s (they ran on to issue it), or at s when the pair's own ranks did too. `LaunchGroups`
-sweeps that knowledge in time order and gives each pair the coordinator's answer: for a recorded graph
-(`phantora.egraph.p2p_launches`) and for the in-process workload replay (`phantora.replay_groups`).
+their last completions before s (they ran on to issue it), or at s when the pair's own ranks did too. In window mode
+it launches in rounds: once every rank blocks, all it holds, before the network moves; a rank released at the
+network's ns R issues in that round, so a pair knows every pair whose later end's rank was released at or before its
+own's (`Transfer.release`, the recording's `launch_release_ns`). `LaunchGroups` sweeps that knowledge in time order
+and gives each pair the coordinator's answer: for a recorded graph (`phantora.egraph.p2p_launches`) and for the
+in-process workload replay (`phantora.replay_groups`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class Transfer:
     start: int  # the later issue of its two ends
     known: int  # the later of its two ranks' last joins before issuing it
     nbytes: int
+    # window mode: the later of the ns its two ranks were released at before issuing it (the round it is launched in)
+    release: int | None = None
 
 
 @dataclass
@@ -56,18 +61,23 @@ class _Group:
 
 
 class LaunchGroups:
-    """Transfers of group launches, each with the coordinator's answer (`of`)."""
+    """Transfers of group launches, each with the coordinator's answer (`of`): by window mode's rounds where every
+    transfer has its `release`, else by exact mode's rule."""
 
     def __init__(self, transfers: list[Transfer]) -> None:
         self._parent: dict[LaunchKey, LaunchKey] = {}
         self._groups: dict[LaunchKey, _Group] = {}
         self._of: dict[PairKey, Grouped] = {}
-        by_known = sorted(transfers, key=lambda x: x.known)
+        if transfers and all(t.release is not None for t in transfers):
+            sweep = by_known = sorted(transfers, key=_release)
+            knows = _same_round_or_before
+        else:
+            by_known = sorted(transfers, key=lambda x: x.known)
+            sweep = sorted(transfers, key=lambda x: (x.start, x.known == x.start))
+            knows = _joined_before
         i = 0
-        for p in sorted(transfers, key=lambda x: (x.start, x.known == x.start)):
-            while i < len(by_known) and (
-                by_known[i].known < p.start or (by_known[i].known == p.start and p.known == p.start)
-            ):
+        for p in sweep:
+            while i < len(by_known) and knows(by_known[i], p):
                 self._add(by_known[i])
                 i += 1
             group = self._groups[self._find(p.ends[0])]
@@ -109,6 +119,23 @@ class LaunchGroups:
         """Transfer `key`'s rating in its group; None for a lone send/recv (or one whose ends name other
         communicators)."""
         return self._of.get(key)
+
+
+def _joined_before(x: Transfer, p: Transfer) -> bool:
+    """Exact mode: the coordinator knows `x` when it launches `p`: x's ranks ran on to issue it before p's start, or
+    at it when p's own ranks did too."""
+    return x.known < p.start or (x.known == p.start and p.known == p.start)
+
+
+def _release(x: Transfer) -> int:
+    assert x.release is not None
+    return x.release
+
+
+def _same_round_or_before(x: Transfer, p: Transfer) -> bool:
+    """Window mode: the coordinator holds `x` when it launches `p`'s round: x's later end issued in that round or an
+    earlier one."""
+    return _release(x) <= _release(p)
 
 
 def _answer(

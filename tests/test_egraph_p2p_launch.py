@@ -21,7 +21,7 @@ import pytest
 from phantora.egraph import ExecGraph, replay_graph
 from phantora.egraph.builder import ProgramBuilder, build_graph
 from phantora.egraph.chakra import export_chakra, read_chakra
-from phantora.egraph.format import LAUNCH_ISSUE, P2P, T_P2P_GROUP, load, save
+from phantora.egraph.format import LAUNCH_ISSUE, LAUNCH_RELEASE, P2P, T_P2P_GROUP, load, save
 from phantora.egraph.live import record_run
 from phantora.egraph.p2p_launches import Grouped, LaunchGroups
 from phantora.errors import InputError
@@ -274,6 +274,119 @@ def test_a_built_fan_out_replays_to_the_closed_form() -> None:
     assert [ends[("send#0", 0, j)] for j in (1, 2, 3)] == pytest.approx([LAT_NS + w for w in want], abs=3)
     together = replayed_ends(build_graph(builders))  # no issue times: the group's pairs rated from one start
     assert together[("send#0", 0, 1)] - 20_000 == pytest.approx(LAT_NS + 8 * MiB / (4 * LINK * links(3)), abs=3)
+
+
+def window_fan_out(release: bool) -> ExecGraph:
+    """Rank 2 sends 8 MiB to ranks 3 and 0 in one launch on the 8-rank communicator at 53,741 ns; rank 3 issued its
+    receive at 29,302 ns, rank 0 its at 47,300 after joining a transfer that ended then: a window-mode run's figures
+    (20 us windows), where the coordinator released ranks 2 and 3 at 40,000 ns and rank 0 at 60,000 (`release`: kept
+    as `recorded.launch_release_ns`)."""
+    world, comm = 8, tuple(range(8))
+    builders = [ProgramBuilder(r) for r in range(world)]
+    builders[2].compute("stagger", 53_741)
+    for j in (3, 0):
+        builders[2].p2p(j, True, 8 * MiB, comm=comm, launch="fan-out")
+    for r, t in ((3, 29_302), (0, 47_300)):
+        builders[r].compute("before", t)
+        builders[r].p2p(2, False, 8 * MiB, comm=comm, launch="receive")
+    for r in (1, 4, 5, 6, 7):
+        builders[r].compute("idle", 1)
+    times = [[[47_300, 47_300]], [], [[53_741, 29_302]] * 2, [[29_302, 29_302]], [], [], [], []]
+    recorded: dict[str, list] = {LAUNCH_ISSUE: times}
+    if release:
+        recorded[LAUNCH_RELEASE] = [[60_000], [], [40_000, 40_000], [40_000], [], [], [], []]
+    return build_graph(builders, recorded=recorded)
+
+
+def test_a_window_mode_recording_rates_each_round_with_the_pairs_it_held(tmp_path) -> None:
+    """Window mode launches in rounds, each once every rank blocks, before the network moves: the pair to rank 3 went
+    in the 40 us round, when rank 0 had not issued its receive (it ran on at 60 us), so live it ran alone, 4 channels
+    at a link; the pair to 0 went in the 60 us round, with 2 of rank 2's sends known (`links(2)`). The replay reads
+    the recording's release ns and rates them so; by exact mode's rule (no releases) the pair to 3 knows the pair to
+    0 (rank 0 joined its completion at 47.3 us, before 53.7): both at `links(2)`. The releases survive save / load
+    and a Chakra round trip; a rank's releases that are not one per issue time are refused naming the field."""
+    start, alone, two = 53_741, LAT_NS + 8 * MiB / (4 * LINK), LAT_NS + 8 * MiB / (4 * LINK * links(2))
+    graph = window_fan_out(release=True)
+    save(graph, tmp_path / "g")
+    export_chakra(graph, tmp_path / "chakra")
+    for g in (graph, load(tmp_path / "g"), read_chakra(tmp_path / "chakra")):
+        assert g.recorded[LAUNCH_RELEASE] == graph.recorded[LAUNCH_RELEASE]
+        ends = replayed_ends(g)
+        assert ends[("send#0", 2, 3)] - start == pytest.approx(alone, abs=3)
+        assert ends[("send#0", 2, 0)] - start == pytest.approx(two, abs=3)
+    exact = replayed_ends(window_fan_out(release=False))
+    assert [exact[("send#0", 2, j)] - start for j in (3, 0)] == pytest.approx([two, two], abs=3)
+    bad = json.loads((tmp_path / "g" / "graph.json").read_text())
+    bad["recorded"][LAUNCH_RELEASE][2] = [40_000]
+    (tmp_path / "g" / "graph.json").write_text(json.dumps(bad))
+    with pytest.raises(InputError, match=r"rank 2: expected 2 release ns") as err:
+        load(tmp_path / "g")
+    assert err.value.field == f"recorded.{LAUNCH_RELEASE}[2]"
+
+
+WINDOW_SCRIPT = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    me = dist.get_rank()
+    torch.cuda.set_device(me % torch.cuda.device_count())
+    MiB = 1 << 18  # fp32 elements
+    x, y = torch.ones(8 * MiB, device="cuda"), torch.empty(8 * MiB, device="cuda")
+    s, r = torch.ones(256, device="cuda"), torch.empty(256, device="cuda")
+    a = torch.ones(512, 1024, device="cuda")
+
+    def batch(ops):
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+        torch.cuda.synchronize()
+
+    dist.barrier()
+    torch.cuda.synchronize()
+    if me == 0:  # a small transfer first: rank 0 joins its end, then receives from rank 2
+        batch([dist.P2POp(dist.isend, s, 1)])
+        batch([dist.P2POp(dist.irecv, y, 2)])
+    elif me == 1:
+        batch([dist.P2POp(dist.irecv, r, 0)])
+    elif me == 2:  # computes past that end, then sends to ranks 3 and 0 in one batch
+        a @ a.T
+        batch([dist.P2POp(dist.isend, x, 3), dist.P2POp(dist.isend, x, 0)])
+    elif me == 3:
+        batch([dist.P2POp(dist.irecv, y, 2)])
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_window_mode_recording_replays_each_transfer_in_its_live_time(tmp_path) -> None:
+    """WINDOW_SCRIPT on 4 ranks in 20 us windows, recorded and replayed: every transfer takes its live time (its end
+    cannot match: window mode starts a transfer late by its own error, `late_ns`, which the replay does not repeat).
+    Rank 2 sends to 3 after rank 0 joined its small transfer's end but before the round rank 0 ran on in: live the
+    pair to 3 runs alone (8 channels of the 4-rank communicator at a link) and the pair to 0 knows it (links(2) of 3
+    peers: 0.75); before the recording kept the rounds, the replay rated the pair to 3 with the pair to 0 (79,669 ns
+    against 62,702 live, 2026-12-01)."""
+    from phantora.netsim.engine_spec import EngineSpec
+
+    script = tmp_path / "window.py"
+    script.write_text(textwrap.dedent(WINDOW_SCRIPT))
+    cfg = RunConfig(str(script), topology=TOPO, nproc=4, tensors="phantom", trace="none", timeout_s=300,
+                    out_dir=str(tmp_path / "o"), engine=EngineSpec(window_ns=20_000))  # fmt: skip
+    _, graph = record_run(cfg, tmp_path / "g")
+    assert LAUNCH_RELEASE in graph.recorded
+    recs = [
+        r for r in json.loads((tmp_path / "o" / "cosim.json").read_text())["collectives"] if r["kind"] == "send_recv"
+    ]
+    live = {(r["group"][0], r["group"][1]): r["end_ns"] - r["t_start"] for r in recs}
+    assert sorted(live) == [(0, 1), (2, 0), (2, 3)]
+    assert live[(2, 3)] == pytest.approx(LAT_NS + 8 * MiB / (8 * LINK), abs=2)
+    assert live[(2, 0)] == pytest.approx(LAT_NS + 8 * MiB / (8 * LINK * links(2, peers=3)), abs=2)
+    res = replay_graph(graph, TOPO, FlowSimulator(TOPO), fresh=lambda: FlowSimulator(TOPO))
+    delay = {f.id: f.delay_ns for f in res.plan_flows}
+    span: dict[tuple[int, int], tuple[int, int]] = {}
+    for c in res.completions:
+        if "/p2p" in c.tag:
+            src, dst = (int(x) for x in c.tag.split("/")[0].split("@")[1].split(">"))
+            lo, hi = span.get((src, dst), (c.start_ns - delay[c.flow_id], c.end_ns))
+            span[(src, dst)] = (min(lo, c.start_ns - delay[c.flow_id]), max(hi, c.end_ns))
+    assert {k: hi - lo for k, (lo, hi) in span.items()} == live
 
 
 def _live_and_replayed(tmp_path, topo, nproc: int, unit: int, period: int, **cfg_kw) -> tuple[dict, dict, ExecGraph]:

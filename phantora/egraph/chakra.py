@@ -26,7 +26,7 @@ from typing import Any
 
 from phantora.egraph.builder import ProgramBuilder, build_graph
 from phantora.egraph.call_env import recorded_env
-from phantora.egraph.format import LAUNCH_ISSUE, P2P, Coll, Compute, ExecGraph, NcclEnv, Wait
+from phantora.egraph.format import LAUNCH_ISSUE, LAUNCH_RELEASE, P2P, Coll, Compute, ExecGraph, NcclEnv, Wait
 from phantora.errors import InputError, PhantoraError
 
 SCHEMA_VERSION = "0.0.4"
@@ -62,6 +62,7 @@ COMM_ATTR = "phantora_comm"  # that communicator's group (a comm_groups.json key
 LAUNCH_ATTR = "phantora_launch"  # a P2P's NCCL group launch (P2P.launch), on the communicator `phantora_comm` names
 ISSUE_ATTR = "phantora_issue_ns"  # that transfer's recorded issue ns (recorded.launch_issue_ns)
 JOINED_ATTR = "phantora_joined_ns"  # the latest completion its rank joined before it (recorded.launch_issue_ns)
+RELEASE_ATTR = "phantora_release_ns"  # window mode: the ns its rank was last released at (recorded.launch_release_ns)
 REDOP_ATTR = "phantora_redop"  # a Coll's reduction, when not sum (Coll.redop)
 # NCCL_* variables as JSON [[name, value], ...]: a call's own (Coll/P2P.nccl_env) on its node, the run's in the metadata
 NCCL_ENV_ATTR = "phantora_nccl_env"
@@ -175,6 +176,7 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
     out = []
     launches = {i: k for k, i in enumerate(graph.program_of(rank).launch_nodes())}  # node -> its issue time's index
     issue = graph.recorded[LAUNCH_ISSUE][rank] if LAUNCH_ISSUE in graph.recorded else None
+    release = graph.recorded[LAUNCH_RELEASE][rank] if LAUNCH_RELEASE in graph.recorded else None
     stream_tail: dict[int, int] = {}  # stream -> last node its successors depend on (collectives skipped)
     for i, n in enumerate(nodes):
         node = Node(id=i)
@@ -226,6 +228,8 @@ def _rank_nodes(graph: ExecGraph, rank: int, nodes: list[Any], bound: tuple[int,
                 if issue is not None:
                     issued, joined = issue[launches[i]]
                     attrs += [_attr(ISSUE_ATTR, int64_val=issued), _attr(JOINED_ATTR, int64_val=joined)]
+                if release is not None:
+                    attrs.append(_attr(RELEASE_ATTR, int64_val=release[launches[i]]))
             attrs += _env_attr(n.nccl_env)
         elif isinstance(n, Wait):
             node.name, node.type = "wait", COMP_NODE
@@ -291,7 +295,7 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
         raise InputError(f"cannot read the communicator groups ({exc})", file=str(gpath)) from None
     files = sorted(d.glob(f"{prefix}.*.et"), key=lambda p: int(p.name[len(prefix) + 1 : -3]))
     builders = []
-    issued: list[list[list[int]]] = []  # each rank's [issued, joined] ns of its group launches' transfers
+    issued: list[list[list[int]]] = []  # each rank's [issued, joined(, release)] ns of its group launches' transfers
     run_env: NcclEnv | None = None
     for r, path in enumerate(files):
         raw = _read_messages(path)
@@ -307,14 +311,19 @@ def read_chakra(directory: str | Path, prefix: str = "phantora") -> ExecGraph:
     meta_out: dict[str, Any] = {"source": "chakra"}
     if run_env is not None:  # the run's NCCL_* (algo_from_meta reads them as a recording's)
         meta_out["algo"] = {"nccl_env": [list(kv) for kv in run_env]}
-    times = {LAUNCH_ISSUE: issued} if any(issued) else {}  # files written before group launches have none
+    times: dict[str, Any] = {}
+    if any(issued):  # files written before group launches have none
+        times[LAUNCH_ISSUE] = [[t[:2] for t in ts] for ts in issued]
+        if all(len(t) == 3 for ts in issued for t in ts):  # a window-mode recording's releases
+            times[LAUNCH_RELEASE] = [[t[2] for t in ts] for ts in issued]
     return build_graph(builders, meta=meta_out, recorded=times)
 
 
 def _rank_builder(
     rank: int, nodes: list[Any], groups: dict[int, tuple[int, ...]], src: str, issued: list[list[int]]
 ) -> ProgramBuilder:
-    """The rank's program from its nodes; [issued, joined] ns of its group launches' transfers appended to `issued`."""
+    """The rank's program from its nodes; [issued, joined] ns of its group launches' transfers appended to `issued`
+    (and their release ns third, where the file has them)."""
     b = ProgramBuilder(rank)
     tail: dict[int, int] = {}
     for i, node in enumerate(nodes):
@@ -370,7 +379,8 @@ def _rank_builder(
                 launch=a.get(LAUNCH_ATTR),
             )
             if LAUNCH_ATTR in a and ISSUE_ATTR in a:
-                issued.append([int(a[ISSUE_ATTR]), int(a.get(JOINED_ATTR, 0))])
+                release = [int(a[RELEASE_ATTR])] if RELEASE_ATTR in a else []
+                issued.append([int(a[ISSUE_ATTR]), int(a.get(JOINED_ATTR, 0)), *release])
         elif kind == "wait":
             comm = [d for d in deps if nodes[d].type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE)]
             b.wait(comm, stream, [d for d in deps if d not in comm], handoff=bool(a.get(HANDOFF_ATTR, False)))

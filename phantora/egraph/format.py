@@ -57,6 +57,9 @@ T_COLL_OP = 10  # a Coll whose reduction is not sum (Coll.redop): type 5's field
 T_P2P_GROUP = 11  # a P2P of an NCCL group launch (P2P.launch): type 9's fields, conn, comm, launch, `after`
 # recorded: per rank, [issue ns, ns its rank last joined a completion before it] of each P2P node of a group launch
 LAUNCH_ISSUE = "launch_issue_ns"
+# recorded, a window-mode run's only (optional): per rank, the network's ns its rank was last released at (the
+# coordinator's round it ran on in) before each P2P node of a group launch, in launch_issue_ns's order
+LAUNCH_RELEASE = "launch_release_ns"
 NcclEnv = tuple[tuple[str, str], ...]  # NCCL_* variables and their values (collectives.nccl.settings.nccl_env)
 EAGER_STREAM = 1  # a hand-off wait on this stream only marks its sends as lone sends within their buffer (no time)
 KIND_CODES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "barrier")
@@ -427,9 +430,12 @@ class ExecGraph:
         self._check_launch_issue(source)
 
     def _check_launch_issue(self, source: str) -> None:
-        """`recorded.launch_issue_ns` (optional): per rank, [issued, joined] ns per P2P node of a group launch."""
+        """`recorded.launch_issue_ns` (optional): per rank, [issued, joined] ns per P2P node of a group launch; and
+        `recorded.launch_release_ns` (optional, with it): per rank, one release ns per such node."""
         times = self.recorded.get(LAUNCH_ISSUE)
         if times is None:
+            if LAUNCH_RELEASE in self.recorded:
+                raise InputError(f"{LAUNCH_RELEASE} without {LAUNCH_ISSUE}", file=source, field=LAUNCH_RELEASE)
             return
         where = f"recorded.{LAUNCH_ISSUE}"
         if not (isinstance(times, list) and len(times) == self.world):
@@ -440,6 +446,19 @@ class ExecGraph:
             if not (ok and all(isinstance(t, list) and len(t) == 2 and _ns(t[0]) and _ns(t[1]) for t in ts)):
                 raise InputError(
                     f"rank {r}: expected {want} [issued, joined] pairs (ns >= 0)", file=source, field=f"{where}[{r}]"
+                )
+        released = self.recorded.get(LAUNCH_RELEASE)
+        if released is None:
+            return
+        where = f"recorded.{LAUNCH_RELEASE}"
+        if not (isinstance(released, list) and len(released) == self.world):
+            raise InputError(f"expected a list of {self.world} ranks' release times", file=source, field=where)
+        for r, ts in enumerate(released):
+            if not (isinstance(ts, list) and len(ts) == len(times[r]) and all(map(_ns, ts))):
+                raise InputError(
+                    f"rank {r}: expected {len(times[r])} release ns (ns >= 0), one per issue time",
+                    file=source,
+                    field=f"{where}[{r}]",
                 )
 
 

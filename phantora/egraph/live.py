@@ -77,6 +77,7 @@ class _RecorderListener:
                 comm=comm,
                 nccl_env=call.nccl_env,
                 launch=launch,
+                released=call.released_ns,
             )
             if lone:  # a lone send within its buffer: calls after it follow its hand-off
                 self.rec.eager(call.handle)

@@ -35,6 +35,7 @@ from phantora.egraph.builder import ProgramBuilder
 from phantora.egraph.format import (
     EAGER_STREAM,
     LAUNCH_ISSUE,
+    LAUNCH_RELEASE,
     VERSION,
     ExecGraph,
     NcclEnv,
@@ -65,6 +66,7 @@ class GraphRecorder:
         self.conns: dict[Hashable, int] = {}  # the communicators of lone sends, by the rank's name -> P2P.conn
         self.step_ends: list[int] = []
         self.launch_issue: list[list[int]] = []  # [issued, joined] ns of each P2P node of a group launch, in order
+        self.launch_release: list[int] = []  # window mode: the ns its rank was last released at, each such node
         self.joined = 0  # the latest completion (or hand-off) the rank joined: it ran on from there
         self.idle_ns = 0
         self.end_ns = 0
@@ -134,11 +136,14 @@ class GraphRecorder:
         comm: tuple[int, ...] = (),
         nccl_env: NcclEnv | None = None,
         launch: Hashable = None,
+        released: int | None = None,
     ) -> None:
         """One side of a transfer issued at `issue_ns`, starting after the rank's calls `before` (handles); `conn`:
         the communicator a lone send runs on, as the rank names it (numbered here in order of first use, P2P.conn);
         `comm`: its global ranks when it is not the pair's own (P2P.comm); `nccl_env` as a collective's; `launch`:
-        the NCCL group launch on `comm` it is part of, as the rank names it (P2P.launch), its issue time kept."""
+        the NCCL group launch on `comm` it is part of, as the rank names it (P2P.launch), its issue time kept, and in
+        window mode `released`, the network's ns the coordinator last released the rank at (`recorded.
+        launch_release_ns`)."""
         self._catch_up(stream, int(issue_ns))
         number = self.conns.setdefault(conn, len(self.conns)) if conn is not None else 0
         after = self._nodes(before)
@@ -157,6 +162,8 @@ class GraphRecorder:
         )
         if launch is not None:  # the coordinator knows of it from `joined` on (the rank blocked until then)
             self.launch_issue.append([int(issue_ns), self.joined])
+            if released is not None:
+                self.launch_release.append(int(released))
         self._issued(handle, node)
 
     def _nodes(self, handles: tuple[int, ...]) -> list[int]:
@@ -246,6 +253,7 @@ class GraphRecorder:
             "end_ns": end,
             "idle_ns": self.idle_ns,
             LAUNCH_ISSUE: self.launch_issue,
+            **({LAUNCH_RELEASE: self.launch_release} if self.launch_release else {}),
         }
         path = Path(directory) / PART_DIR / f"rank{self.rank}.msgpack"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -323,6 +331,8 @@ def finalize_recording(
     }
     if any(p.get(LAUNCH_ISSUE) for p in parts):  # kept only where a rank launched a group (graphs without: as before)
         recorded[LAUNCH_ISSUE] = [[[int(x) for x in t] for t in p.get(LAUNCH_ISSUE, [])] for p in parts]
+    if any(p.get(LAUNCH_RELEASE) for p in parts):  # a window-mode run's (an exact one's has none)
+        recorded[LAUNCH_RELEASE] = [[int(t) for t in p.get(LAUNCH_RELEASE, [])] for p in parts]
     graph = assemble(progs, meta, recorded)
     graph.check(str(d))
     save(graph, d)

@@ -186,6 +186,7 @@ class Issued:
     nccl_env: NcclEnv | None = None  # the NCCL_* its communicator was created with, where the program set its own
     # a transfer of an NCCL group (a batch, a coalescing block, a pairwise collective's): the communicator's ranks
     launch_comm: tuple[int, ...] = ()
+    released_ns: int | None = None  # window mode: the network's ns the rank was last released at (RankClient)
 
 
 class SessionListener(Protocol):
@@ -693,6 +694,7 @@ class RankSession:
                 after=tuple(after),
                 nccl_env=env,
                 launch_comm=tuple(getattr(self.client, "p2p_comm", None) or ()),  # the group open on the client
+                released_ns=getattr(self.client, "released_ns", None),
             )
             self._tell(replace(call, handoff=handoff, conn=conn, comm=comm) if handoff is not None else call)
         return h
