@@ -30,8 +30,10 @@ SYNC_US = 3.4  # tuning.cc hwLat[NCCL_HW_NVLINK][NCCL_ALGO_RING][NCCL_PROTO_SIMP
 ZERO = {"PHANTORA_NCCL_REGISTER": "2", "NCCL_CTA_POLICY": "2"}
 
 
-def dag_of(kind: str, nbytes: int, topo=H100, ranks=RANKS, dtype: str = "fp32", **env: str):
-    return decompose(Collective(kind, ranks, nbytes, dtype), topo, AlgoOptions(nccl_env=nccl_env(env)))
+def dag_of(kind: str, nbytes: int, topo=H100, ranks=RANKS, dtype: str = "fp32", api: bool = True, **env: str):
+    """`api`: an all-to-all as the ncclAlltoAll call (nccl-tests 2.28+), not a group of sends and receives."""
+    coll = Collective(kind, ranks, nbytes, dtype, alltoall_api=api and kind == "all_to_all")
+    return decompose(coll, topo, AlgoOptions(nccl_env=nccl_env(env)))
 
 
 def algo(kind: str, nbytes: int, topo=H100, ranks=RANKS, dtype: str = "fp32", **env: str) -> str:
@@ -62,6 +64,12 @@ def test_zero_policy_on_windows_runs_the_copy_engines_with_no_cta(kind: str) -> 
 )
 def test_where_nccl_runs_the_copy_engines(kind: str, env: dict[str, str], ce: bool) -> None:
     assert (algo(kind, 4 * MiB, **env) == "ce") is ce
+
+
+def test_torchs_all_to_all_is_a_send_recv_group_which_never_takes_the_copy_engines() -> None:
+    """ProcessGroupNCCL runs all_to_all_single as ncclGroupStart, an ncclSend and an ncclRecv a peer (ncclAllToAll
+    only with NCCLX's NCCL_ALLTOALL_SUPPORTED): NCCL's p2p tasks, not taskAppend's ncclFuncAlltoAll."""
+    assert (dag_of("all_to_all", 4 * MiB, api=False, **ZERO).choice or {})["algorithm"] == "p2p"
 
 
 def test_blackwell_all_gather_takes_the_copy_engines_above_8_mi_elements_a_rank() -> None:

@@ -29,7 +29,8 @@ PCI_SIMPLE_HOP_US = 5.7  # tuning.cc hwLat[NCCL_HW_PCI][NCCL_ALGO_RING][NCCL_PRO
 
 def dag_of(kind: str, nbytes: int, topo=SWITCH, ranks=RANKS, **env: str):
     env = {"PHANTORA_NCCL_REGISTER": "2", **env}
-    return decompose(Collective(kind, ranks, nbytes, "fp32"), topo, AlgoOptions(nccl_env=nccl_env(env)))
+    coll = Collective(kind, ranks, nbytes, "fp32", alltoall_api=kind == "all_to_all")  # ncclAlltoAll
+    return decompose(coll, topo, AlgoOptions(nccl_env=nccl_env(env)))
 
 
 @pytest.mark.parametrize("version", ["2.27", "2.28.3"])

@@ -86,6 +86,10 @@ class Collective:
     # pair among them with its start and these nbytes; instead of `inflight` / `inflight_at`, which copy the group
     # for each pair (n(n-1) entries each in a world-size group)
     launch: LaunchGroup | None = None
+    # an all-to-all called as NCCL's ncclAlltoAll (2.28+, as nccl-tests' alltoall_perf calls it), which NCCL may run
+    # on the copy engines (nccl/ce_coll.py); False: a group of sends and receives, as torch's all_to_all_single runs
+    # it with NCCL (ProcessGroupNCCL calls ncclAllToAll only with NCCLX's NCCL_ALLTOALL_SUPPORTED)
+    alltoall_api: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -336,7 +336,9 @@ def build_iteration(
         ]
     else:
         op = redop if spec.has_op else "sum"  # a test without an op prints "none"; NCCL's call takes ncclSum
-        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root if spec.rooted else None, redop=op)
+        root_of = root if spec.rooted else None
+        api = spec.kind == "all_to_all"  # alltoall.cu: ncclAlltoAll from NCCL 2.28 (before, a send/recv group)
+        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root_of, redop=op, alltoall_api=api)
         colls = [(coll, tag)]
     flows: list[Flow] = []
     last: set[int] = set()

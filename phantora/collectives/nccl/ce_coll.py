@@ -5,8 +5,10 @@ Where NCCL runs one (`taskAppend`, before its tuner and its symmetric kernels, s
 apply):
 - NCCL_CTA_POLICY ZERO (2.28.x: the policy equal to ZERO; 2.29.2+: its ZERO bit) on symmetric windows (`-R 2`),
   all-gather or all-to-all (`ncclCeImplemented`; CUDA 12.5+, taken as given; its scatter and gather are no kind
-  of phantora's), every rank in one node (2.28.x `nNodes == 1`, 2.29.2+ `ncclCeAvailable`: the LSA team is the
-  communicator), with symmetric support (NCCL_WIN_ENABLE);
+  of phantora's; an all-to-all only as the ncclAlltoAll call, `Collective.alltoall_api`: torch runs its all-to-all
+  as a group of sends and receives, which never reach the copy engines), every rank in one node (2.28.x
+  `nNodes == 1`, 2.29.2+ `ncclCeAvailable`: the LSA team is the communicator), with symmetric support
+  (NCCL_WIN_ENABLE);
 - 2.29.2+ without the policy: a Blackwell (SM100+) all-gather on symmetric windows of more than NCCL_SYM_CE_THRESHOLD
   elements a rank (8 Mi) where every GPU has a direct NVLink to every other (`isAllDirectNvlink`).
 What it runs (`ncclCeAllGather`, `ncclCeAlltoAll`): a sync (each rank writes a flag, to the NVLS multicast address
@@ -78,6 +80,8 @@ def runs_ce(coll: Collective, p: Platform, st: NcclSettings) -> bool:
     rel = release_of(st)
     if rel < CE_FROM or coll.kind not in CE_KINDS or coll.nbytes == 0 or coll.size < 2:
         return False
+    if coll.kind == "all_to_all" and not coll.alltoall_api:
+        return False  # a group of sends and receives (torch): NCCL's p2p tasks, never the copy engines
     if register_mode(st) != 2 or not st.win_enable:
         return False
     zero = bool(st.cta_policy & ZERO)
