@@ -50,6 +50,8 @@ class AppliedEvent:
 class FaultyFlowSimulator(FlowSimulator):
     """`FlowSimulator` that applies a scenario's network events; see the module docstring."""
 
+    carries = False  # it moves flows and changes capacities under the solver: max-min is solved by components
+
     def __init__(
         self, topology: Topology, scenario: Scenario, *, background: Sequence[Flow] = (), **options: object
     ) -> None:

@@ -19,7 +19,9 @@ Model (see docs/flow-engine.md):
 - Rates change only at events. An event re-solves only the connected components (flows linked by
   shared channels) of the channels it touched, and only flows whose rate changed are rescheduled. A
   component whose flows all cross one path (a GPU pair's NVLink channels), each under its own rate cap or none,
-  gets its closed form, no solver.
+  gets its closed form, no solver. From `CARRY_FLOWS` flows transmitting (ECMP routes), max-min is carried from
+  one event to the next instead (`maxmin_carry.CarriedMaxMin`: only the rounds an event changes run again), with
+  the same rates bit for bit.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from phantora.netsim.base import (
 )
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
+from phantora.netsim.maxmin_carry import CarriedMaxMin
 from phantora.netsim.multipath import MultiRoute, multipath
 from phantora.netsim.observe import ChannelUsage, switch_link_load
 from phantora.topology.model import Topology
@@ -55,6 +58,7 @@ _VER_BITS = 32  # a transmit end's entry: (flow id << _VER_BITS) | its version (
 _VER_MASK = (1 << _VER_BITS) - 1
 _TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole ns (plus 1e-12 relative)
 _GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events before searching again
+CARRY_FLOWS = 1024  # flows transmitting from which max-min is carried between events (dropped under half of it)
 _PENDING_MASK = (1 << 32) - 1
 _BY_END = attrgetter("end_ns", "flow_id")  # completions in the order `_take` gives them
 _ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key on a pair with choices each have one)
@@ -169,6 +173,7 @@ class FlowSimulator:
     """Flow-level `NetworkSimulator`: max-min fair rates over the topology's directed channels."""
 
     posts_at_dep_ends = False  # as a packet side under the hybrid (tests): flows waiting on flows are held there
+    carries = True  # max-min may be carried between events (a subclass that moves flows or capacities says False)
 
     def __init__(
         self,
@@ -234,6 +239,10 @@ class FlowSimulator:
         self._bytes = [0] * nch
         self._out: list[Completion] = []
         self._skip_bfs = 0
+        self._carry: CarriedMaxMin | None = None  # max-min carried between events, while CARRY_FLOWS transmit
+        self._carry_wait = 0  # events to wait before carrying again, after a solve that could not be carried
+        self._left: list[int] = []  # flows that stopped transmitting since the last solve (while carrying)
+        self._joined: list[int] = []  # and flows that started
         self._stats = {
             "flows_submitted": 0,
             "flows_completed": 0,
@@ -246,6 +255,9 @@ class FlowSimulator:
             "rate_changes": 0,
             "capped_flows": 0,
             "queued_messages": 0,
+            "carried_resolves": 0,
+            "carried_rounds": 0,
+            "carry_fallbacks": 0,
         }
 
     # ----- NetworkSimulator ----------------------------------------------------------------
@@ -535,6 +547,8 @@ class FlowSimulator:
             if rec is None or rec.ver != k & _VER_MASK:
                 continue
             del active[fid]
+            if self._carry is not None:
+                self._left.append(fid)
             if rec.cap_ch >= 0:
                 heapq.heappush(self._free_caps, rec.cap_ch)
             if rec.multi is None:
@@ -594,6 +608,8 @@ class FlowSimulator:
         else:
             path, lat = self.route(f)
             self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
+        if self._carry is not None:
+            self._joined.append(fid)
         self._occupy(fid, path, t, touched)
 
     def _occupy(self, fid: int, path: tuple[int, ...], t: int, touched: set[int]) -> None:
@@ -657,6 +673,8 @@ class FlowSimulator:
 
     def _resolve(self, touched: set[int], t: int) -> None:
         """Recompute max-min rates where the event can change them; reschedule changed flows."""
+        if self._carried(t):
+            return
         comps = None
         if self.incremental and self._skip_bfs == 0:
             comps = self._components(touched, len(self._active) // 2)
@@ -674,18 +692,60 @@ class FlowSimulator:
                 st["max_component"] = len(comp)
         for recs, rates in self._solved(comps):
             for rec, rate in zip(recs, rates, strict=True):
-                if rate == rec.rate:
-                    continue
-                if rate <= 0.0:
-                    raise PhantoraError(f"flow {rec.flow.id} got no bandwidth (rate {rate})")
-                rec.rem = max(0.0, rec.rem - rec.rate * (t - rec.t_last))
-                rec.t_last = t
-                rec.rate = rate
-                rec.ver += 1
-                st["rate_changes"] += 1
-                self._schedule(t + _ceil_ns(rec.rem / rate), _TX_END, (rec.flow.id << _VER_BITS) | rec.ver)
+                self._set_rate(rec, rate, t)
         if self.verify:
             self._verify()
+
+    def _carried(self, t: int) -> bool:
+        """Solve by the carried max-min (`CarriedMaxMin`) while `CARRY_FLOWS` flows transmit on ECMP routes: the
+        flows that stopped or started since the last solve are its only input. False if it does not apply now (too
+        few flows, multipath, or a solve it could not carry: the component solve runs then, and carrying starts
+        again after `_GIANT_SKIP` events)."""
+        carry, left, joined = self._carry, self._left, self._joined
+        self._left, self._joined = [], []
+        active = self._active
+        if carry is None:
+            if not (self.carries and self.incremental and not self._multi and len(active) >= CARRY_FLOWS):
+                return False
+            if self._carry_wait:
+                self._carry_wait -= 1
+                return False
+            carry = CarriedMaxMin(self._cap)
+            changed = carry.update((), [(fid, rec.solve_path) for fid, rec in active.items()])
+        elif len(active) < CARRY_FLOWS // 2:
+            self._carry = None
+            return False
+        else:
+            changed = carry.update(left, [(fid, active[fid].solve_path) for fid in joined])
+        st = self._stats
+        if changed is None:  # (a level did not rise: float rounding)
+            self._carry = None
+            self._carry_wait = _GIANT_SKIP
+            st["carry_fallbacks"] += 1
+            return False
+        self._carry = carry
+        st["resolves"] += 1
+        st["carried_resolves"] += 1
+        st["carried_rounds"] += carry.reran
+        st["resolved_flows"] += len(changed)
+        for fid, rate in changed.items():
+            self._set_rate(active[fid], rate, t)
+        if self.verify:
+            self._verify()
+        return True
+
+    def _set_rate(self, rec: _Active, rate: float, t: int) -> None:
+        """A flow's new max-min rate from t: its bytes sent so far counted, its transmit end scheduled again."""
+        if rate == rec.rate:
+            return
+        if rate <= 0.0:
+            raise PhantoraError(f"flow {rec.flow.id} got no bandwidth (rate {rate})")
+        rec.rem = max(0.0, rec.rem - rec.rate * (t - rec.t_last))
+        rec.t_last = t
+        rec.rate = rate
+        rec.ver += 1
+        self._stats["rate_changes"] += 1
+        self._schedule(t + _ceil_ns(rec.rem / rate), _TX_END, (rec.flow.id << _VER_BITS) | rec.ver)
 
     def _solved(self, comps: list[list[int]]) -> Iterator[tuple[list[_Active], list[float]]]:
         """Each component's records and max-min rates. Over single ECMP paths a component whose flows all cross
