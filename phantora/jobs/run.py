@@ -136,11 +136,13 @@ def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | 
 
 
 def _alone_engines(engine: EngineSpec) -> Callable[[Topology], NetworkSimulator]:
-    """Engines as the run's, for a workload job's runs alone that rate its NCCL groups (`plan_recorded`)."""
+    """Engines as the run's, without its scenario (the job alone), for a workload job's runs that rate its NCCL groups
+    (`plan_recorded`)."""
     from bridge.workers import spawn_workers
     from phantora.netsim.factory import make_engine
 
-    return lambda topo: make_engine(engine, topo, spawner=spawn_workers)
+    alone = dataclasses.replace(engine, scenario=None)
+    return lambda topo: make_engine(alone, topo, spawner=spawn_workers)
 
 
 def _job_env(
