@@ -31,8 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from phantora.collectives import decompose
-from phantora.collectives.dag import MessageCounters
+from phantora.collectives.dag_memo import DagMemo
 from phantora.collectives.flow_tags import call_name, collective_tag, pairwise_groups, transfer_tag
 from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.nccl import nccl_env, summarize_choices
@@ -57,6 +56,7 @@ from phantora.egraph.p2p_launches import LaunchGroups
 from phantora.egraph.step_events import has_step_events, run_with_step_events
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
+from phantora.netsim.gc_pause import gc_paused
 from phantora.netsim.scenario import Scenario
 from phantora.p2p_knowledge import PairKey
 from phantora.replay import MAX_FLOWS, fresh_like, run_engine
@@ -238,7 +238,7 @@ class _Planner:
         self.markers = 0
         self.instances: dict[tuple[Any, ...], Instance] = {}
         self.order: list[Instance] = []
-        self.sent: MessageCounters = {}  # network connections' message counters, over the whole replay
+        self.dags = DagMemo(topo)  # each call's flows (a repeat's copied), the message counters over the whole replay
         self.waiters: dict[tuple[Any, ...], list[int]] = {}
         self._launched: list[Instance] = []
         self.held: dict[tuple[Any, ...], list[Instance]] = {}  # instance key -> those held until it starts
@@ -542,10 +542,8 @@ class _Planner:
             inst.kind, inst.group, inst.nbytes, inst.dtype, inst.root, redop=inst.redop
         )
         opts = self.opts.of(inst.nccl_env)
-        dag = decompose(coll, self.topo, opts, first_flow_id=first, tag=self.tag(inst), sent=self.sent)
-        for f in dag.flows:
-            deps = f.deps if f.deps else (inst.start,)
-            self.flows.append(f.with_deps(deps))
+        dag = self.dags.gated(coll, opts, first, self.tag(inst), (inst.start,))
+        self.flows.extend(dag.flows)
         if len(self.flows) > self.max_flows:
             raise InputError(
                 f"the replay needs more than {self.max_flows:,} flows; use the coarse granularity or fewer channels",
@@ -622,8 +620,10 @@ def plan_graph(
 ) -> GraphPlan:
     """The flow DAG of a graph on a topology. `tick` is called about once a second while planning (the engine's
     `keepalive`: decomposition workers started before a long plan must hear from their driver). `held`: transfers of
-    group launches that waited on their NCCL stream, and how long (`held_on_stream`; `LaunchGroups`)."""
-    return _Planner(graph, topo, algo or AlgoOptions(), max_flows, tick, held).plan()
+    group launches that waited on their NCCL stream, and how long (`held_on_stream`; `LaunchGroups`). The cyclic GC
+    is paused meanwhile (`gc_paused`: what planning makes lives as long as the plan)."""
+    with gc_paused():
+        return _Planner(graph, topo, algo or AlgoOptions(), max_flows, tick, held).plan()
 
 
 def held_on_stream(plan: GraphPlan, completions: list[Completion]) -> dict[PairKey, int]:

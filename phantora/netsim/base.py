@@ -51,15 +51,23 @@ class Flow:
         """This flow with other deps (and delay): `dataclasses.replace`, at half the cost of `Flow(...)`: the slots are
         set one by one, not through the frozen dataclass's `__init__` (a decomposition worker gates and re-deps
         tens of thousands of flows)."""
+        return self._remade(self.id, deps, self.delay_ns if delay_ns is None else delay_ns, self.tag)
+
+    def moved(self, id: int, deps: tuple[int, ...], tag: str) -> Flow:
+        """This flow with another id, deps and tag, as `with_deps` makes it (a collective's DAG copied to a repeat's
+        ids: `collectives.dag_memo`)."""
+        return self._remade(id, deps, self.delay_ns, tag)
+
+    def _remade(self, id: int, deps: tuple[int, ...], delay_ns: int, tag: str) -> Flow:
         g = _NEW(Flow)
         s_id, s_src, s_dst, s_size, s_deps, s_delay, s_tag, s_prio, s_key, s_loss, s_rate, s_conn, s_queue = _FLOW_SET
-        s_id(g, self.id)
+        s_id(g, id)
         s_src(g, self.src)
         s_dst(g, self.dst)
         s_size(g, self.size)
         s_deps(g, deps)
-        s_delay(g, self.delay_ns if delay_ns is None else delay_ns)
-        s_tag(g, self.tag)
+        s_delay(g, delay_ns)
+        s_tag(g, tag)
         s_prio(g, self.priority)
         s_key(g, self.key)
         s_loss(g, self.loss_budget)
