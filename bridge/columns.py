@@ -11,14 +11,14 @@ completion's lost ranges a sparse `lost` column of [row, [[offset, bytes], ...]]
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
-from itertools import accumulate
+from collections import deque
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, repeat
 from typing import Any
 
 from bridge.errors import ProtocolError
 from bridge.protocol import E_MALFORMED, _ints
-from phantora.netsim.base import Completion, Flow
+from phantora.netsim.base import _COMPLETION_SET, _FLOW_SET, _NEW, Completion, Flow
 
 FLOW_INT_COLUMNS = ("id", "src", "dst", "size", "delay", "prio", "budget", "rate", "conn", "ndeps", "deps")
 SHARED_MIN = 16  # a deps list this long that an earlier row of the message sent (the same object) goes as a reference
@@ -74,25 +74,8 @@ def flows_from_columns(cols: Any) -> list[Flow]:
             if not (-1 - k < i and ndeps[-1 - k] >= 0):
                 raise ProtocolError(f"flow columns: row {i} refers to row {-1 - k}'s deps", code=E_MALFORMED)
             lists[i] = lists[-1 - k]
-    return [
-        _flow(i, s, d, z, deps, dl, t, p, k, bu, r, c, q)
-        for i, s, d, z, deps, dl, t, p, k, bu, r, c, q in zip(
-            cols["id"],
-            cols["src"],
-            cols["dst"],
-            cols["size"],
-            lists,
-            cols["delay"],
-            tags,
-            cols["prio"],
-            keys,
-            cols["budget"],
-            cols["rate"],
-            cols["conn"],
-            queues,
-            strict=True,
-        )  # fmt: skip
-    ]
+    columns = (cols["id"], cols["src"], cols["dst"], cols["size"], lists, cols["delay"], tags, cols["prio"], keys)
+    return _by_column(Flow, _FLOW_SET, n, (*columns, cols["budget"], cols["rate"], cols["conn"], queues))
 
 
 def completions_to_columns(done: Sequence[Completion]) -> dict[str, list[Any]]:
@@ -121,71 +104,23 @@ def completions_from_columns(cols: Any) -> list[Completion]:
         if not (isinstance(ranges, list) and all(isinstance(r, list) and len(r) == 2 and _ints(r) for r in ranges)):
             raise ProtocolError(f"completion columns: bad lost ranges {row!r:.80}", code=E_MALFORMED)
         lost[row[0]] = tuple((int(a), int(b)) for a, b in ranges)
-    out = list(
-        map(_completion, cols["id"], cols["start"], cols["end"], cols["size"], cols["src"], cols["dst"], cols["tag"])
-    )
+    columns = (cols["id"], cols["start"], cols["end"], cols["size"], cols["src"], cols["dst"], cols["tag"])
+    out = _by_column(Completion, _COMPLETION_SET, n, (*columns, repeat((), n)))
     for i, ranges in lost.items():
         c = out[i]
         out[i] = Completion(c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst, c.tag, ranges)
     return out
 
 
-_FIELDS = ("flow_id", "start_ns", "end_ns", "size", "src", "dst", "tag", "lost")
-if tuple(f.name for f in dataclasses.fields(Completion)) != _FIELDS:  # (`_completion` sets each of them)
-    raise ImportError(f"bridge.columns: Completion's fields are no longer {_FIELDS}: update _completion")
-_FLOW_FIELDS = (
-    *("id", "src", "dst", "size", "deps", "delay_ns", "tag", "priority", "key", "loss_budget", "rate_bps", "conn"),
-    "queue",
-)
-if tuple(f.name for f in dataclasses.fields(Flow)) != _FLOW_FIELDS:  # (`_flow` sets each of them)
-    raise ImportError(f"bridge.columns: Flow's fields are no longer {_FLOW_FIELDS}: update _flow")
-_NEW = object.__new__
-_FLOW_SET = tuple(getattr(Flow, name).__set__ for name in _FLOW_FIELDS)
-
-
-def _flow(
-    i: int, s: int, d: int, z: int, deps: tuple[int, ...], dl: int, t: str, p: int, k: int | None, bu: int, r: int,
-    c: int, q: int,
-) -> Flow:  # fmt: skip
-    """`Flow(i, s, d, z, deps, dl, t, p, k, bu, r, c, q)`, slot by slot as `_completion`: a worker decodes every
-    flow of its part of the DAG (issue 38, item 2)."""
-    f = _NEW(Flow)
-    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12 = _FLOW_SET
-    a0(f, i)
-    a1(f, s)
-    a2(f, d)
-    a3(f, z)
-    a4(f, deps)
-    a5(f, dl)
-    a6(f, t)
-    a7(f, p)
-    a8(f, k)
-    a9(f, bu)
-    a10(f, r)
-    a11(f, c)
-    a12(f, q)
-    return f
-
-
-_SET = tuple(getattr(Completion, name).__set__ for name in ("flow_id", "start_ns", "end_ns", "size", "src", "dst"))
-_SET_TAG, _SET_LOST = getattr(Completion, "tag").__set__, getattr(Completion, "lost").__set__  # noqa: B009 (slots)
-
-
-def _completion(flow_id: int, start: int, end: int, size: int, src: int, dst: int, tag: str) -> Completion:
-    """`Completion(flow_id, start, end, size, src, dst, tag)`, at half the cost: the slots are set directly, not
-    through the frozen dataclass's `__init__` (a call of `object.__setattr__` per field). A decomposition driver
-    builds one per completion of the run (issue 38, item 2)."""
-    c = _NEW(Completion)
-    a, b, e, z, s, d = _SET
-    a(c, flow_id)
-    b(c, start)
-    e(c, end)
-    z(c, size)
-    s(c, src)
-    d(c, dst)
-    _SET_TAG(c, tag)
-    _SET_LOST(c, ())
-    return c
+def _by_column(cls: type[Any], setters: tuple[Any, ...], n: int, columns: tuple[Iterable[Any], ...]) -> list[Any]:
+    """`n` instances of the slotted dataclass `cls`, built without its `__init__` and filled a column at a time:
+    `setters[k]` (slot k's `__set__`, `phantora.netsim.base`'s tuples, in field order) mapped over the instances
+    and `columns[k]` at C speed, not a Python call a row (a worker decodes every flow of its part of the DAG, the
+    driver every completion of the run: issue 38, item 2)."""
+    out = list(map(_NEW, repeat(cls, n)))
+    for put, column in zip(setters, columns, strict=True):
+        deque(map(put, out, column), maxlen=0)
+    return out
 
 
 def _checked(cols: Any, ints: tuple[str, ...], lists: tuple[str, ...], skip: str = "") -> int:

@@ -1,6 +1,6 @@
 """The decomposition driver's per-flow and per-completion costs, cut without changing a value (issue 38, item 2).
 
-Completions and flows decoded from columns are built slot by slot (`bridge.columns._completion`, `_flow`); route (a)'s
+Completions and flows decoded from columns are built a column at a time (`bridge.columns._by_column`); route (a)'s
 driver places a flow from its endpoint pair's summary, computed once per pair (`HybridDecomposedSimulator._placed`);
 a large submit freezes the process's objects out of the collector's full passes until `close`. No ns-3: the fake
 pool of tests/test_decompose_joins.py.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bridge.columns import _completion, _flow, completions_from_columns, completions_to_columns
+from bridge.columns import completions_from_columns, completions_to_columns, flows_from_columns, flows_to_columns
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.decompose import DecomposedSimulator, WorkerDiedError
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
@@ -24,8 +24,8 @@ from tests.test_decompose_joins import END_NS, _Pool
 
 
 def test_a_decoded_completion_equals_and_hashes_as_one_built_by_its_class() -> None:
-    c = _completion(7, 100, 1_100, 4096, 3, 5, "x")
     want = Completion(7, 100, 1_100, 4096, 3, 5, "x")
+    (c,) = completions_from_columns(completions_to_columns([want]))
     assert c == want and hash(c) == hash(want) and c.lost == () and type(c) is Completion
     with pytest.raises(AttributeError):  # still frozen
         c.end_ns = 0  # type: ignore[misc]
@@ -35,7 +35,8 @@ def test_a_decoded_completion_equals_and_hashes_as_one_built_by_its_class() -> N
 
 def test_a_decoded_flow_equals_and_hashes_as_one_built_by_its_class() -> None:
     values = (9, 2, 3, 4096, (5, 6), 7, "t", 5, None, 100, 10**9, 11, 12)
-    f, want = _flow(*values), Flow(*values)
+    want = Flow(*values)
+    (f,) = flows_from_columns(flows_to_columns([want]))
     assert f == want and hash(f) == hash(want) and type(f) is Flow and f.with_deps((1,)).deps == (1,)
     with pytest.raises(AttributeError):  # still frozen
         f.size = 0  # type: ignore[misc]
