@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from phantora.collectives import FlowDag, collective_metrics, decompose
-from phantora.collectives.dag import MessageCounters
+from phantora.collectives import FlowDag, collective_metrics
+from phantora.collectives.dag_memo import DagMemo
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator, RunsWholeDag, drain_observed
@@ -94,7 +94,7 @@ def plan_workload(
     choices: dict[str, dict[str, object]] = {}
     ops_by_name: dict[str, WorkloadOp] = {}
     next_id = 0
-    sent: MessageCounters = {}  # network connections' message counters, over the whole workload
+    dags = DagMemo(topo)  # each op's flows (a repeat's copied), the message counters over the whole workload
 
     def marker(node: int, deps: tuple[int, ...], delay: int, tag: str) -> int:
         nonlocal next_id
@@ -114,15 +114,13 @@ def plan_workload(
         start_marker[op.name] = start
         try:
             opts = dataclasses.replace(base, **op.algo) if op.algo else base  # the op's fields over the run's
-            dag: FlowDag = decompose(op.coll, topo, opts, first_flow_id=next_id, tag=op.name, sent=sent)
+            dag: FlowDag = dags.gated(op.coll, opts, next_id, op.name, (start,))
         except InputError as exc:
             raise InputError(f"op '{op.name}': {exc.message}", file=wl.source, field=exc.field) from None
         first = next_id
         if dag.choice:
             choices[op.name] = dag.choice
-        for f in dag.flows:
-            deps = f.deps if f.deps else (start,)
-            flows.append(f.with_deps(deps))
+        flows.extend(dag.flows)
         next_id = dag.next_id
         if next_id > max_flows:
             raise InputError(
