@@ -108,7 +108,8 @@ def main() -> None:
 
 
 def workload(path: str, topo: Topology, spec: EngineSpec, where: str) -> None:
-    """One line: the workload's ops in process against through the bridge (exact mode)."""
+    """One line: the workload's ops in process against through the bridge (in window mode with `spec.window_ns`,
+    the in-process replay rating its groups by the bridge's rounds)."""
     from bridge.run import CosimRun
     from phantora.replay import replay_inprocess
     from phantora.workload import load_workload
@@ -119,7 +120,9 @@ def workload(path: str, topo: Topology, spec: EngineSpec, where: str) -> None:
     try:
         ref = {
             op.name: (op.start_ns, op.end_ns)
-            for op in replay_inprocess(wl, topo, sim, **fresh(replay_inprocess, lambda: make_engine(spec, topo))).ops
+            for op in replay_inprocess(
+                wl, topo, sim, **fresh(replay_inprocess, lambda: make_engine(spec, topo)), **window(spec.window_ns)
+            ).ops
         }
     finally:
         sim.close()
@@ -145,6 +148,14 @@ def fresh(replay: Any, make: Any) -> dict[str, Any]:
     """`replay`'s `fresh` argument (further engines: the replay runs again where the first run's ratings move), where
     it takes one (not before 24afa8c)."""
     return {"fresh": make} if "fresh" in inspect.signature(replay).parameters else {}
+
+
+def window(ns: int) -> dict[str, Any]:
+    """`replay_inprocess`'s `window_ns` (its groups rated by the bridge's rounds in window mode), where it takes one
+    (not before 2026-12-01's)."""
+    from phantora.replay import replay_inprocess
+
+    return {"window_ns": ns} if ns and "window_ns" in inspect.signature(replay_inprocess).parameters else {}
 
 
 def cpu_s() -> float:

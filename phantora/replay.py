@@ -202,13 +202,15 @@ def replay_inprocess(
     *,
     progress: str = "off",
     fresh: Callable[[], NetworkSimulator] | None = None,
+    window_ns: int = 0,
 ) -> ReplayResult:
     """Replay a workload on an engine in this process and return per-op records. `sim` runs the plan; where the
     run shows a group transfer (`splits`) rated otherwise than the bridge rates it, `sim` is closed and engines from
-    `fresh` (default: flow engines set up as `sim`) run the plan again until they agree (`replay_settled`)."""
+    `fresh` (default: flow engines set up as `sim`) run the plan again until they agree (`replay_settled`; `window_ns`:
+    as the bridge in window mode rates them)."""
     engines = [sim]
     res, last = replay_settled(wl, topo, lambda: engines.pop() if engines else (fresh or fresh_like(sim))(), base,
-                               progress=progress)  # fmt: skip
+                               progress=progress, window_ns=window_ns)  # fmt: skip
     if last is not sim:
         last.close()
     return res
@@ -221,6 +223,7 @@ def replay_settled(
     base: AlgoOptions | None = None,
     *,
     progress: str = "off",
+    window_ns: int = 0,
 ) -> tuple[ReplayResult, NetworkSimulator]:
     """Replay a workload on engines from `make` and return its records and the engine of the last run (open).
 
@@ -228,8 +231,9 @@ def replay_settled(
     coordinator knows then (`phantora.replay_groups`), which a run's times give: while a run shows ratings other than
     those planned, the engine is closed and the workload planned again with them and run on a new one. A group's
     issues depend only on earlier ops, so each run settles the next group at least: at most one run a group more
-    than the first, and one run for a workload whose groups' ranks issue together."""
-    res, sim, _ = settle_groups(wl, topo, make, base, progress=progress)
+    than the first, and one run for a workload whose groups' ranks issue together. With `window_ns`, the pairs known
+    are those the bridge's coordinator knows in window mode of that window: its rounds' (`replay_groups.ratings_of`)."""
+    res, sim, _ = settle_groups(wl, topo, make, base, progress=progress, window_ns=window_ns)
     return res, sim
 
 
@@ -240,6 +244,7 @@ def settle_groups(
     base: AlgoOptions | None = None,
     *,
     progress: str = "off",
+    window_ns: int = 0,
 ) -> tuple[ReplayResult, NetworkSimulator, Workload]:
     """`replay_settled`, and the workload with its NCCL groups rated as its last run gives (the one to plan for a run
     elsewhere: `phantora netsim --flows`)."""
@@ -255,7 +260,8 @@ def settle_groups(
             raise
         if not grouped_ops(wl):
             return res, sim, wl
-        ratings = ratings_of(wl, {r.name: r.start_ns for r in res.ops}, {r.name: r.rank_done_ns for r in res.ops})
+        starts, done = {r.name: r.start_ns for r in res.ops}, {r.name: r.rank_done_ns for r in res.ops}
+        ratings = ratings_of(wl, starts, done, window_ns)
         if ratings == planned(wl):
             return res, sim, wl
         sim.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from itertools import permutations
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ def in_process_and_bridged(tmp_path: Path, spec: EngineSpec, unit: str = "MiB") 
     path = tmp_path / "wl.json"
     path.write_text(APART.read_text().replace("MiB", unit))
     wl = load_workload(path, world=8)
-    res, sim = replay_settled(wl, topo, lambda: make_engine(spec, topo))
+    res, sim = replay_settled(wl, topo, lambda: make_engine(spec, topo), window_ns=spec.window_ns)
     sim.close()
     cmd = [sys.executable, "-m", "phantora.egraph.replay_rank", str(path)]
     bridged = CosimRun(topo, rank_cmd=cmd, timeout_s=600, engine=spec).run()
@@ -83,6 +84,35 @@ def test_groups_whose_ranks_issue_apart_replay_in_process_as_through_the_bridge_
     """The same on ns-3 (KiB for MiB): every op ends in process where it ends through the bridge."""
     _, ref, got = in_process_and_bridged(tmp_path, EngineSpec(network="ns3"), "KiB")
     assert len(got) == 28 and got == ref
+
+
+def test_window_mode_rounds_rate_a_group_whose_ranks_ran_on_from_one_window_end_together(tmp_path: Path) -> None:
+    """In window mode the bridge's coordinator launches in rounds: the `back` group's ranks join their last `a2a`
+    transfers 2-11 us apart, all within one window of 20 us, and run on from its end together, so each pair of the
+    group knows all 12 (exact mode's rule: `back/1>3`, whose ranks joined first, knows only the pairs whose ranks had
+    joined before its start). The in-process replay given the window rates them so (`ratings_of(..., window_ns)`)."""
+    from phantora.replay_groups import ratings_of
+
+    topo = dgx_host(8, gpu="h100")
+    wl = load_workload(APART, world=8)
+    res = replay_inprocess(wl, topo, FlowSimulator(topo))
+    starts, done = {r.name: r.start_ns for r in res.ops}, {r.name: r.rank_done_ns for r in res.ops}
+    joins = [max(done[f"a2a/{a}>{b}"][r] for a, b in permutations(range(4), 2) if r in (a, b)) for r in range(4)]
+    assert max(joins) - min(joins) < 20_000 and max(joins) // 20_000 == min(joins) // 20_000  # one window
+    exact, rounds = ratings_of(wl, starts, done), ratings_of(wl, starts, done, window_ns=20_000)
+    assert len(exact["back/1>3"].inflight) < 12
+    assert {len(g.inflight) for k, g in rounds.items() if k.startswith("back/")} == {12}
+
+
+@pytest.mark.slow
+def test_groups_replay_in_process_in_their_bridge_durations_in_window_mode(tmp_path: Path) -> None:
+    """Through the bridge in 20 us windows, bench/p2p_apart.json's transfers start late by the window's error, so
+    their ends are not the in-process replay's; given the window, the in-process replay rates each group by the
+    coordinator's rounds, and every op takes its bridge duration (before: exact mode's rule, 26 of 28, back/1>3
+    and back/3>1 rated with fewer pairs than live)."""
+    _, ref, got = in_process_and_bridged(tmp_path, EngineSpec(window_ns=20_000))
+    assert len(got) == 28 and {k: e - s for k, (s, e) in got.items()} == {k: e - s for k, (s, e) in ref.items()}
+    assert got != ref  # the ends: window mode's lateness
 
 
 def test_a_split_all_to_all_run_as_steps_keeps_its_group(tmp_path: Path) -> None:
