@@ -15,6 +15,9 @@ to all n (n - 1) (marked `~`; 0: every pair).
 
 `--base CLONE` runs the same with PYTHONPATH=CLONE in a child, alternating with this tree's, and checks that every
 transfer's end (ns) is the same float, bit for bit, and that the launched pairs' flows, waits and choices are equal.
+
+`--drain` launches every pair and then runs their flows in the flow engine (`make_engine(EngineSpec(), topo)`, all
+submitted at 0, drained): `drain` is its CPU s, and with `--base` every completion's (flow, start, end) is compared.
 """
 
 from __future__ import annotations
@@ -65,7 +68,22 @@ def _instrument(spent: dict[str, float]) -> None:
         G.group_ends = cpu_timed(spent, "ends", G.group_ends)
 
 
-def rate_once(n: int, seed: int, senders: int) -> dict[str, Any]:
+def drain(topo: Any, flows: list[Any], spent: dict[str, float]) -> tuple[str, int]:
+    """The flows run in the flow engine, all submitted at 0 and drained: CPU s into spent["drain"]; a digest of every
+    completion's (flow, start, end) and the last end."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+
+    engine = make_engine(EngineSpec(), topo)
+    t0 = time.process_time()
+    engine.submit(flows, at=0)
+    done = engine.drain()
+    spent["drain"] = time.process_time() - t0
+    key = hashlib.sha256(repr(sorted((c.flow_id, c.start_ns, c.end_ns) for c in done)).encode()).hexdigest()[:16]
+    return key, max(c.end_ns for c in done)
+
+
+def rate_once(n: int, seed: int, senders: int, drained: bool = False) -> dict[str, Any]:
     """The `n`-rank dispatch rated once, uncached (`p2p_group.rate_group`, on the communicator and hosts the
     coordinator's `nccl.choose` rates it on): CPU s by stage; then the pairs of `senders` senders launched as the
     coordinator launches them (the group cached: `launch`); and each pair's end."""
@@ -95,18 +113,27 @@ def rate_once(n: int, seed: int, senders: int) -> dict[str, Any]:
     spent["events"] = ends_s - spent["rate"]
     spent["other"] = spent["total"] - spent["plan"] - ends_s
     ends = [[s, d, rating.ends[(s, d)]] for s, d in order]
-    plans = launch(topo, opts, pairs, senders, spent)
+    flows: list[Any] | None = [] if drained else None
+    plans = launch(topo, opts, pairs, senders, spent, flows)
     if spent.get("ends"):
         raise SystemExit("a pair's choice rated the group again: the cache missed")
+    if flows is not None:
+        key, last = drain(topo, flows, spent)
+        plans = f"{plans}; {len(flows)} flows drained, last end {last} ns, completions {key}"
     return {"spent": dict(spent), "ends": ends, "plans": plans, "sampled": 0 < senders < n}
 
 
 def launch(
-    topo: Any, opts: Any, pairs: dict[tuple[int, int], tuple[int, int]], senders: int, spent: dict[str, float]
+    topo: Any,
+    opts: Any,
+    pairs: dict[tuple[int, int], tuple[int, int]],
+    senders: int,
+    spent: dict[str, float],
+    flows: list[Any] | None = None,
 ) -> str:
     """The coordinator's launch of the dispatch's pairs (bridge/core.py `_launch`, either tree's): CPU s by stage
     into `spent` (the first pair apart, the others of `senders` senders scaled to every pair), and a digest of the
-    launched pairs' flows, waits and choices."""
+    launched pairs' flows, waits and choices; `flows` takes those flows."""
     import bridge.p2p_batch as pb
     from bridge.matching import Call, Rendezvous
     from phantora.collectives import options, spec
@@ -151,6 +178,8 @@ def launch(
         plan = planner.plan(call, "x")
         total = time.process_time() - t0
         digest.update(repr((plan.flows, sorted((r, sorted(v)) for r, v in plan.last.items()), plan.choice)).encode())
+        if flows is not None:
+            flows.extend(plan.flows)
         step = {k: part.get(k, 0.0) - before.get(k, 0.0) for k in ("check", "choice")}
         step["answer"] = answered
         step["flows"] = total - answered - step["check"] - step["choice"]
@@ -164,10 +193,11 @@ def launch(
     return digest.hexdigest()[:16]
 
 
-def child(tree: Path, n: int, seed: int, senders: int) -> dict[str, Any]:
+def child(tree: Path, n: int, seed: int, senders: int, drained: bool) -> dict[str, Any]:
     """`rate_once` in a child process importing phantora from `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, __file__, "--child", str(n), "--seed", str(seed), "--senders", str(senders)]
+    cmd += ["--drain"] if drained else []
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{tree} on {n} ranks failed:\n{out.stderr[-2000:]}")
@@ -175,9 +205,9 @@ def child(tree: Path, n: int, seed: int, senders: int) -> dict[str, Any]:
     return result
 
 
-def fmt(spent: dict[str, float], sampled: bool) -> str:
+def fmt(spent: dict[str, float], sampled: bool, columns: tuple[str, ...]) -> str:
     cells = []
-    for k in STAGES + LAUNCH:
+    for k in columns:
         v = spent.get(k)
         cells.append("-" if v is None else f"{'~' if k in LAUNCH and sampled else ''}{v:.3f}")
     return " ".join(f"{c:>9}" for c in cells)
@@ -189,21 +219,25 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--base", type=Path, default=None, help="a private clone to compare against (PYTHONPATH)")
     ap.add_argument("--senders", type=int, default=8, help="senders whose pairs are launched (0: all)")
+    ap.add_argument("--drain", action="store_true", help="launch every pair, then drain their flows in the flow engine")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.drain:
+        args.senders = 0
     if args.child is not None:
-        print(json.dumps(rate_once(args.child, args.seed, args.senders)))
+        print(json.dumps(rate_once(args.child, args.seed, args.senders, args.drain)))
         return
+    columns = STAGES + LAUNCH + (("drain",) if args.drain else ())
     here = HERE.parent
     print(f"CPU s per call, {TOPOLOGY}, seed {args.seed}; load {os.getloadavg()[0]:.1f}")
-    print(f"{'ranks':>5} {'tree':>5} " + " ".join(f"{k:>9}" for k in STAGES + LAUNCH))
+    print(f"{'ranks':>5} {'tree':>5} " + " ".join(f"{k:>9}" for k in columns))
     for n in args.ranks:
         trees = [("after", here)] + ([("base", args.base)] if args.base else [])
         got = {}
         for name, tree in trees[::-1] if n % 2 else trees:  # alternate which runs first
-            got[name] = child(tree, n, args.seed, args.senders)
+            got[name] = child(tree, n, args.seed, args.senders, args.drain)
         for name, _ in trees:
-            print(f"{n:>5} {name:>5} " + fmt(got[name]["spent"], got[name]["sampled"]))
+            print(f"{n:>5} {name:>5} " + fmt(got[name]["spent"], got[name]["sampled"], columns))
         if args.base:
             a, b = got["after"]["ends"], got["base"]["ends"]
             same = sum(x == y for x, y in zip(a, b, strict=True))

@@ -90,6 +90,8 @@ def test_processor_sharing_closed_form() -> None:
     cap.append(20.0)
     got = carrier.update((), [(n, (1, 0, 3))])
     assert got == {n: 20.0, n - 1: 80.0}
+    # a path through a channel twice (the solvers count it twice) is not carried
+    assert CarriedMaxMin(cap).update((), [(0, (1, 0, 1))]) is None
 
 
 def test_engine_carrying_max_min_gives_processor_sharing_ends(monkeypatch: pytest.MonkeyPatch) -> None:

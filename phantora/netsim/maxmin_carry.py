@@ -49,7 +49,8 @@ class CarriedMaxMin:
 
     def update(self, left: Iterable[int], joined: Iterable[tuple[int, tuple[int, ...]]]) -> dict[int, float] | None:
         """Flows `left` leave, `joined` (id, path) join; solve again. The flows whose rate changed (every joined
-        one included) and their rates; None if the levels did not rise (the state is then unusable)."""
+        one included) and their rates; None if the levels did not rise or a joined path crosses a channel twice
+        (the state is then unusable)."""
         path, on, rates, lvs, sts, rounds, cap = (
             self._path,
             self._on,
@@ -131,6 +132,8 @@ class CarriedMaxMin:
                 if level < start.get(c, _INF):
                     start[c] = level
         for g, p in joined:
+            if len(set(p)) != len(p):  # (a channel twice on one path: the solvers count it twice; not carried)
+                return None
             path[g] = p
             loose.add(g)
             for c in p:
