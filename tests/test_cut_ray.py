@@ -198,14 +198,13 @@ def test_partitioned_progress_shows_no_eta_before_the_workers_report(
     assert not any("ETA" in line.split(": no ETA")[-1] for line in err)
 
 
-@pytest.mark.parametrize(
-    "settings", [["nic_latency=1us"], ["reuse=on"], ["nvlink=fluid", "reuse=on", "nic_latency=1us"]]
-)
+@pytest.mark.parametrize("settings", [["nic_latency=1us"], ["reuse=on"]])
 def test_replay_refuses_what_the_workers_engine_does_not_run(
     settings: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before any worker starts (nvlink=fluid alone runs: tests/test_partition_fluid.py; with reuse=on too, on the
-    stepped workers: tests/test_partition_reuse.py; with nic_latency too: tests/test_partition_nic_latency.py)."""
+    stepped workers: tests/test_partition_reuse.py; with nic_latency, alone or with reuse=on too:
+    tests/test_partition_nic_latency.py)."""
     wl = tiny_workload(tmp_path / "tiny.toml")
     argv = ["replay", str(wl), "--topology", "hpcc/leafspine16", "--network", "ns3", *KEYED, "--set", "partition=2"]
     assert main([*argv, *(x for s in settings for x in ("--set", s))]) == 2

@@ -19,7 +19,9 @@ With ``reuse=on`` a `ProfileReuseSimulator` sits between the fluid side and this
 the driver sees every submission, so it keys and serves episodes as on one engine, and the workers, each the plain
 keyed engine, run only what reuse leaves live. An episode ends when the whole network is quiet (`quiet`: every
 worker, after its last round, with none past now); reuse's own runs (opening, materialising) go to its time and no
-further (`catch_up`); its records come from the merged ones (`new_records`).
+further (`catch_up`); its records come from the merged ones (`new_records`). With a NIC latency too, the stack is
+one engine's (`factory.packet_side`): `NicLatencySimulator` over reuse over this engine, so reuse keys the flows as
+one engine's reuse gets them (without deps, the ns before their first packet) and its own runs stop there as well.
 """
 
 from __future__ import annotations
@@ -93,14 +95,12 @@ class SteppedPartition(DecomposedSimulator):
     def _check_config(self, config: PacketConfig) -> None:
         if config.partition < 1:
             raise InputError("stepped partition workers need partition >= 1", field="partition")
-        for name, on in (("workers", config.workers),
-                         ("nic_latency with reuse=on", bool(config.nic_latency) and config.reuse == "on")):  # fmt: skip
-            if on:
-                raise InputError(
-                    f"partition={config.partition} with nvlink=fluid: {name} is not combined with it yet (the "
-                    "workers run the plain keyed packet engine; one engine runs it: partition=0)",
-                    field=name.split()[0],
-                )
+        if config.workers:
+            raise InputError(
+                f"partition={config.partition} with nvlink=fluid: workers is not combined with it yet (the "
+                "workers run the plain keyed packet engine; one engine runs it: partition=0)",
+                field="workers",
+            )
 
     def _layout(self) -> tuple[Any, list[int], int]:
         # With a NIC latency, `NicLatencySimulator` sits above this engine, as above one engine's ns-3
