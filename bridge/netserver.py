@@ -54,7 +54,7 @@ from phantora.netsim.base import Completion, NetworkSimulator
 from phantora.netsim.decompose import FREEZE_MIN
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
-from phantora.netsim.flow import _gc_paused
+from phantora.netsim.gc_pause import gc_paused
 from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.netsim.packet import keep_fct_records
@@ -172,7 +172,7 @@ class NetServer:
             if not isinstance(eng, (NicLatencySimulator, HybridWorker)):
                 raise PhantoraError("this server hosts no decomposition worker (post needs nic_latency > 0)")
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            with _gc_paused():  # (a round makes no cycles; its first, a DAG's worth of flows, set off full passes)
+            with gc_paused():  # (a round makes no cycles; its first, a DAG's worth of flows, set off full passes)
                 gates = [(int(g[0]), int(g[1])) for g in msg["gates"]]
                 flows = flows_from_columns(msg["flows"])
                 eng.post(flows, msg["at"], set(msg["gated"]), gates)

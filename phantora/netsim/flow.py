@@ -26,12 +26,10 @@ Model (see docs/flow-engine.md):
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from operator import attrgetter
 
 import numpy as np
@@ -46,6 +44,7 @@ from phantora.netsim.base import (
     completion,
     step_watching,
 )
+from phantora.netsim.gc_pause import gc_paused
 from phantora.netsim.idset import IdSet
 from phantora.netsim.maxmin import NUMPY_THRESHOLD, maxmin_python, maxmin_rates
 from phantora.netsim.maxmin_carry import CarriedMaxMin
@@ -92,18 +91,6 @@ class _Active:
         self.rate = 0.0
         self.t_last = start
         self.ver = 0
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC in the event loop: it makes no cycles, and the collector cost ~40% on big DAGs."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _unique(deps: tuple[int, ...]) -> Iterable[int]:
@@ -271,7 +258,7 @@ class FlowSimulator:
         """Add flows eligible from `at` (>= now()). Deps may name flows of this batch or earlier ones."""
         if at < self._now:
             raise CausalityError(f"flows submitted at {at} ns but the network is already at {self._now} ns")
-        with _gc_paused():
+        with gc_paused():
             if not self.prechecked:
                 self._check_batch(flows)
             for f in flows:
@@ -316,7 +303,7 @@ class FlowSimulator:
         """Run every event at or before `until`; now() becomes `until`."""
         if until < self._now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
-        with _gc_paused():
+        with gc_paused():
             while (t := self.next_event_time()) is not None and t <= until:
                 self._step(t)
         self._now = until
@@ -327,7 +314,7 @@ class FlowSimulator:
         that time). With no limit (`until` >= 2^62) it also returns once nothing is left to happen."""
         if until < self._now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
-        with _gc_paused():
+        with gc_paused():
             while (t := self.next_event_time()) is not None and t <= until:
                 self._step(t)
                 self._now = t
@@ -339,7 +326,7 @@ class FlowSimulator:
 
     def _run_events(self, limit_ns: int | None, busy: Callable[[], bool] = lambda: True) -> None:
         """Step through events while `busy()` holds; raise if that would pass `limit_ns`."""
-        with _gc_paused():
+        with gc_paused():
             while busy() and (t := self.next_event_time()) is not None:
                 if limit_ns is not None and t > limit_ns:
                     raise PhantoraError(
