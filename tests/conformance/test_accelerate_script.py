@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from conformance import run_program
 
-accelerate = pytest.importorskip("accelerate")
-SCRIPT = str(Path(accelerate.__file__).parent / "test_utils" / "scripts" / "test_script.py")
+from tests.installed import needs, package_dir
+
+pytestmark = needs("accelerate")
+SCRIPT = str(package_dir("accelerate") / "test_utils" / "scripts" / "test_script.py")
 SECTIONS = [
     "**Initialization**",
     "**Test process execution**",

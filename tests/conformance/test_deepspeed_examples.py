@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from conformance import PROGRAMS, Run, assert_documented, git_blob_id, provenance_blobs, run_program, workdir_for
 
-pytest.importorskip("deepspeed")
+from tests.installed import needs
+
+pytestmark = needs("deepspeed")
 UPSTREAM = "deepspeed-examples"
 FOLDER = "training/bf16_master_weight"
 PROGRAM_DOC = f"{FOLDER}/train.py"  # its rows in docs/runtime.md

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from conformance import PROGRAMS, Run, assert_documented, assert_manifest_tree, run_program
 
-pytest.importorskip("megatron.core")
-pytest.importorskip("pybind11")
+from tests.installed import needs
+
+pytestmark = needs("megatron.core", "pybind11")
 UPSTREAM = "megatron-lm"
 VOCAB = 1280  # --vocab-size 1024, padded by Megatron to a multiple of 128 x TP
 MODEL = ["--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "128"]

@@ -24,8 +24,9 @@ import pytest
 from conformance import PROGRAMS, assert_documented, assert_manifest_tree, run_program
 from test_megatron_lm import DATA, ENV, MODEL, NO_APEX_NO_TE, RUN, iterations, timer_is_the_step, trains
 
-pytest.importorskip("megatron.core")
-pytest.importorskip("pybind11")
+from tests.installed import needs
+
+pytestmark = needs("megatron.core", "pybind11")
 UPSTREAM = "megatron-lm-core_v0.17.0"
 MOE = ["--num-experts", "4", "--expert-model-parallel-size", "2", "--moe-router-topk", "2"]
 MIXTRAL = ["--swiglu", "--disable-bias-linear"]

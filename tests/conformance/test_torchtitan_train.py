@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from conformance import Run, assert_documented, run_program
 
-torchtitan = pytest.importorskip("torchtitan")
-TRAIN = str(Path(torchtitan.__file__).parent / "train.py")
+from tests.installed import needs, package_dir
+
+pytestmark = needs("torchtitan")
+TRAIN = str(package_dir("torchtitan") / "train.py")
 TRAIN_DOC = "torchtitan/train.py"  # its rows in docs/runtime.md
 BASE = ["--module", "llama3", "--config", "llama3_debugmodel"]
 TORCH_2_13 = ["--parallelism.spmd_backend", "partial_dtensor", "--training.disable_cuda_graphs"]

@@ -24,7 +24,9 @@ import pytest
 from conformance import PROGRAMS, Run, assert_documented, git_blob_id, provenance_blobs, run_program, workdir_for
 from hf_assets import make_tiny_qwen2
 
-pytest.importorskip("transformers")
+from tests.installed import needs
+
+pytestmark = needs("transformers")
 UPSTREAM = "transformers"
 FOLDER = "tests/trainer/distributed/scripts"
 PROGRAM_DOC = f"{FOLDER}/train.py"  # its rows in docs/runtime.md

@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file
 
 from phantora.launcher import RunConfig, launch
+from tests.installed import needs
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
+pytestmark = needs("transformers", "accelerate")
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "hf_trainer.py"
 STEPS, BATCH, WORLD, SAMPLES = 4, 4, 2, 256  # SAMPLES: the example's corpus
 ARGS = [
@@ -57,6 +57,8 @@ def param_bytes() -> int:
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    import transformers
+
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(example.model_config())
     return 4 * sum(p.numel() for p in model.parameters())

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from phantora.launcher import RunConfig, launch
+from tests.installed import needs
 
-pytest.importorskip("megatron.core")
+pytestmark = needs("megatron.core")
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "mcore_gpt.py"
 STEPS, SEQ, MB, HIDDEN, LAYERS, VOCAB = 4, 64, 2, 128, 2, 512  # the example's defaults
 FP32 = 4

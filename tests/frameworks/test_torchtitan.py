@@ -22,9 +22,10 @@ import pytest
 from assets import make_torchtitan_assets
 
 from phantora.launcher import RunConfig, launch
+from tests.installed import needs, package_dir
 
-torchtitan = pytest.importorskip("torchtitan")
-TRAIN = Path(torchtitan.__file__).parent / "train.py"
+pytestmark = needs("torchtitan")
+TRAIN = package_dir("torchtitan") / "train.py"
 SEQ, BATCH, STEPS = 256, 2, 3
 DIM, LAYERS, FP32 = 256, 6, 4  # llama3_debugmodel's width and depth (torchtitan/models/llama3/__init__.py)
 # Needed with torch 2.13, by torchtitan's code rather than by phantora: its default spmd_types backend
