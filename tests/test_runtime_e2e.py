@@ -83,15 +83,17 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_ddp_real_mode_equals_gloo(tmp_path):
-    """4 ranks, one DDP step: gradients and parameters equal those of the same script on gloo."""
+    """2 ranks, one DDP step: gradients and parameters equal those of the same script on gloo. (Each rank's
+    gradients are the mean of both ranks' own, so 2 ranks check the bucketed all-reduce's data as 4 did; the real
+    data of more ranks: tests/test_examples_zoo.py's 4-rank TP x FSDP2 and EP sub-group runs.)"""
     script = EXAMPLES / "gpt_ddp.py"
-    run_gloo(script, [*GPT_ARGS, "--steps", "1", "--save", str(tmp_path / "gloo")], 4)
+    run_gloo(script, [*GPT_ARGS, "--steps", "1", "--save", str(tmp_path / "gloo")], 2)
     rep = launch(
         RunConfig(
-            str(script), [*GPT_ARGS, "--steps", "1", "--save", str(tmp_path / "sim")], star(4), nproc=4, timeout_s=300
+            str(script), [*GPT_ARGS, "--steps", "1", "--save", str(tmp_path / "sim")], star(2), nproc=2, timeout_s=300
         )
     )
-    for r in range(4):
+    for r in range(2):
         want, got = np.load(tmp_path / f"gloo.rank{r}.npz"), np.load(tmp_path / f"sim.rank{r}.npz")
         assert sorted(want.files) == sorted(got.files) and any(k.startswith("grad/") for k in want.files)
         for k in want.files:
