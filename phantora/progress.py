@@ -1,6 +1,7 @@
 """Progress of a long command, on stderr: a tqdm bar on a terminal, a plain line every few seconds otherwise.
 
-Modes: "bar" (tqdm: done/total, rate and ETA, plus the simulated time and the engine's events per second),
+Modes: "bar" (tqdm: done/total, rate and ETA, plus the simulated time, the engine's events and events per second
+and this process's CPU seconds),
 "lines" (a log file or a pipe: at most one line every `LINE_EVERY_S` seconds, with the same figures) and
 "off".
 The display only reads what it is told; it never drives what it reports on.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import IO, Any
 
@@ -95,6 +97,15 @@ class Progress:
             self._last_line = now
             print(self.line(now), file=self.file, flush=True)
 
+    def beat(self, sim_ns: int, events: Callable[[], int | None] | None = None) -> None:
+        """The engine is at `sim_ns` in the middle of a long call (`phantora.netsim.heartbeat`): show it, with
+        `events()` read only if it is shown, and redraw the bar though no unit was done."""
+        if not self.shows_extras():
+            return
+        self.update(add=0, sim_ns=sim_ns, events=None if events is None else events())
+        if self._bar is not None:
+            self._bar.refresh()
+
     def shows_extras(self) -> bool:
         """Whether an `update` now would show the simulated time and events/s (a bar's figures every 0.5 s, a line
         every `every_s`): a caller may read an engine's event counter only then (partition workers answer it
@@ -111,7 +122,9 @@ class Progress:
         if self.sim_ns is not None:
             parts.append(f"simulated {self.sim_ns / 1e6:.3f} ms")
         if self.events is not None and now > self.t0:
-            parts.append(f"{_rate(self.events / (now - self.t0))} events/s")
+            parts.append(f"{self.events:,} events ({_rate(self.events / (now - self.t0))}/s)")
+        if self.sim_ns is not None or self.events is not None:
+            parts.append(f"{time.process_time():.1f} CPU s")
         return ", ".join(parts)
 
     def line(self, now: float | None = None) -> str:

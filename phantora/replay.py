@@ -185,7 +185,21 @@ def _drain(sim: NetworkSimulator, flows: list[Flow], progress: str, desc: str) -
         def tick(got: list[Completion]) -> None:
             bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim) if bar.shows_extras() else None)
 
-        return drain_observed(sim, [f.id for f in flows], tick)
+        with beating(sim, bar):
+            return drain_observed(sim, [f.id for f in flows], tick)
+
+
+@contextmanager
+def beating(sim: NetworkSimulator, bar: Progress) -> Iterator[None]:
+    """The display moves inside a long ns-3 call too: each in-process ns-3 engine under `sim` runs its calls in
+    chunks of about half a CPU second and reports its clock between two (`phantora.netsim.heartbeat`)."""
+    from phantora.netsim.heartbeat import attach, detach
+
+    found = attach(sim, lambda ns: bar.beat(ns, lambda: engine_events(sim)))
+    try:
+        yield
+    finally:
+        detach(found)
 
 
 def engine_events(sim: NetworkSimulator) -> int | None:

@@ -183,12 +183,13 @@ def _drain(sim: Any, inp: NetsimInput, progress: str, done: dict[int, Any] | Non
     with Progress(progress, "netsim", len(inp.flows), "flow") as bar:
         bar.update(len(done))
 
-        from phantora.replay import engine_events
+        from phantora.replay import beating, engine_events
 
         def tick(got: list[Any]) -> None:
             bar.update(add=len(got), sim_ns=sim.now(), events=engine_events(sim) if bar.shows_extras() else None)
 
-        return drain_observed(sim, [f.id for f in inp.flows if f.id not in done], tick)
+        with beating(sim, bar):
+            return drain_observed(sim, [f.id for f in inp.flows if f.id not in done], tick)
 
 
 def _run_ns3(

@@ -66,6 +66,8 @@ from phantora.topology.model import Topology
 if TYPE_CHECKING:  # numpy is imported where records are read: the netsim CLI's start-up imports none
     import numpy as np
 
+    from phantora.netsim.heartbeat import Heartbeat
+
 _MASK64 = (1 << 64) - 1
 _FOREVER_NS = 1 << 62
 # The plain structs ns-3 hands back by the vector, as numpy reads them in place (`_rows`): ns3::FlowBound and
@@ -292,6 +294,7 @@ class Ns3Simulator:
     """Packet-level `NetworkSimulator` over the ns-3 phantora fabric."""
 
     posts_at_dep_ends = False  # a flow starts where it is handed over: the hybrid holds one until its deps end
+    heartbeat: Heartbeat | None = None  # set by a progress display: run calls in chunks, reported between
 
     def __init__(self, topology: Topology, config: PacketConfig | None = None, calls: Path | None = None) -> None:
         """`calls`: also write the run's PhantoraNetwork calls there (a script for phantora-ns3-runner)."""
@@ -422,6 +425,16 @@ class Ns3Simulator:
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
+        if self.heartbeat is not None and until < _FOREVER_NS:
+            got: list[Completion] = []
+
+            def step(t: int) -> bool:
+                self._ran(self._net.RunUntil(t))
+                got.extend(self._take())
+                return False
+
+            self.heartbeat.run(self.now, step, until, lambda: False)
+            return got
         self._ran(self._net.RunUntil(until))
         return self._take()
 
@@ -439,11 +452,25 @@ class Ns3Simulator:
         now = self.now()
         if not unbounded and until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
+        if self.heartbeat is not None:  # completion by completion, as the call stops at the first watched or idle
+            got: list[Completion] = []
+
+            def step(t: int) -> bool:
+                part = self._to_completion(t)
+                got.extend(part)
+                return any(c.flow_id in watch for c in part) or (unbounded and self.in_flight() == 0)
+
+            if self.heartbeat.run(self.now, step, until, lambda: unbounded and self._stalled()) or not unbounded:
+                return got
+            return got + self._run_watched(until, watch)
+        return self._run_watched(until, watch)
+
+    def _run_watched(self, until: int, watch: Collection[int]) -> list[Completion]:
         ids = self._vec()
         for fid in watch:
             if 0 <= fid <= _MASK64:
                 ids.push_back(fid)
-        self._ran(self._net.RunUntilWatched(-1 if unbounded else until, ids))
+        self._ran(self._net.RunUntilWatched(-1 if until >= _FOREVER_NS else until, ids))
         return self._take()
 
     def advance_to_completion(self, until: int) -> list[Completion]:
@@ -453,6 +480,20 @@ class Ns3Simulator:
         now = self.now()
         if until < now:
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {now} ns")
+        if self.heartbeat is not None:
+            got: list[Completion] = []
+
+            def step(t: int) -> bool:
+                got.extend(self._to_completion(t))
+                return bool(got)
+
+            if self.heartbeat.run(self.now, step, until, lambda: until >= _FOREVER_NS and self._stalled()):
+                return got
+            if self.now() >= until:
+                return []
+        return self._to_completion(until)
+
+    def _to_completion(self, until: int) -> list[Completion]:
         ns = -1 if until >= _FOREVER_NS else until
         if not self._step_packed:
             self._ran(self._net.RunUntilCompletion(ns))
@@ -500,9 +541,17 @@ class Ns3Simulator:
     def in_flight(self) -> int:
         return int(self._net.InFlight())
 
+    def _stalled(self) -> bool:
+        """Nothing in flight, or nothing live left to run (flows that can never start): a heartbeat's chunks stop
+        and the whole run call decides (`phantora.netsim.heartbeat`)."""
+        return self.in_flight() == 0 or int(self._net.NextLiveEventTime()) < 0
+
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         """Run until nothing is in flight; now() ends at the last completion."""
         limit = _FOREVER_NS if limit_ns is None else limit_ns
+        if self.heartbeat is not None and self.in_flight():  # bounded RunUntilIdle calls: the same stops
+            if self.heartbeat.run(self.now, lambda t: bool(self._ran(self._net.RunUntilIdle(t))), limit, self._stalled):
+                return self._take()
         if self.in_flight() and not self._ran(self._net.RunUntilIdle(max(limit, self.now()))):
             left = self.in_flight()
             if self.now() >= limit:

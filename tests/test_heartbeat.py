@@ -1,0 +1,112 @@
+"""The progress display moves inside a long ns-3 call (issue 38): `phantora.netsim.heartbeat`.
+
+The display logic with a made-up engine (a clock a step moves), then a real ns-3 replay run in chunks of 500
+simulated ns (hundreds of stops inside its calls): every network file byte for byte the run's without them, and
+reports from inside one call.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phantora import progress as P
+from phantora.netsim.heartbeat import Heartbeat
+
+
+def test_a_beat_shows_the_simulated_time_events_and_cpu_without_a_unit_done() -> None:
+    out = io.StringIO()
+    p = P.Progress("lines", "replay", 10, "flow", file=out, every_s=3600)
+    p.update(2)
+    p.beat(1_234_567, lambda: 42)  # not shown: the next line is due in an hour, and events are not read
+    assert out.getvalue() == "" and p.sim_ns is None and p.events is None
+    p._last_line -= 3600  # an hour later (the display's own clock)
+    p.beat(1_234_567, lambda: 42)
+    line = out.getvalue().strip()
+    assert line.startswith("[phantora] replay: 2/10 flows (20%), simulated 1.235 ms, 42 events (")
+    assert " CPU s, " in line and p.done == 2
+
+
+def test_chunks_stop_where_the_whole_call_would_and_report_between() -> None:
+    """A made-up engine whose clock a step moves to its stop, ending the call at ns 1,000: chunks of 100 ns
+    (sized by CPU: this step takes none, so each chunk may grow to 4x the last), a report after each but the last."""
+    clock = [0]
+    reports: list[int] = []
+
+    def step(t: int) -> bool:
+        clock[0] = min(t, 1_000)
+        return clock[0] == 1_000
+
+    beat = Heartbeat(reports.append, first_ns=100)
+    assert beat.run(lambda: clock[0], step, 10**9, lambda: False)
+    assert clock[0] == 1_000 and reports == [100, 500] and beat.beats == 2
+    clock[0], reports[:] = 0, []
+    assert not Heartbeat(reports.append, first_ns=100).run(lambda: clock[0], step, 300, lambda: False)
+    assert clock[0] == 300 and reports == [100]  # at the limit: the call is over there, no report
+    assert not Heartbeat(reports.append).run(lambda: clock[0], step, 10**9, lambda: True)  # idle: the caller's call
+
+
+def _replay(
+    tmp: Path, sets: list[str], out: Path, beat: bool, progress: str
+) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """tests/test_partition_pfc.py's all-to-all + all-reduce replayed on one engine, its files written to `out`;
+    with `beat`, in chunks of 500 simulated ns. Returns results.json and (completions so far, ns) per report."""
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.heartbeat import engines
+    from phantora.netsim.packet_config import PacketConfig, apply_overrides
+    from phantora.replay import replay_inprocess
+    from phantora.report.replay_report import write_replay_outputs
+    from phantora.topology.loader import load_topology
+    from phantora.workload import load_workload
+    from tests.test_partition_pfc import workload
+
+    topo = load_topology("testbed16")
+    wl = load_workload(workload(tmp / "wl.toml"), world=topo.num_ranks)
+    spec = EngineSpec("ns3", apply_overrides(PacketConfig(cc="dcqcn"), sets))
+    sim = make_engine(spec, topo)
+    reports: list[tuple[int, int]] = []
+    try:
+        (ns3,) = engines(sim)
+        if beat:
+            done = ns3.stats
+            report = lambda ns: reports.append((int(done()["flows_completed"]), ns))  # noqa: E731
+            ns3.heartbeat = Heartbeat(report, target_s=None, first_ns=500)  # fixed chunks: the same stops every run
+        res = replay_inprocess(wl, topo, sim, progress=progress)
+        write_replay_outputs(out, res, workload=wl.name, topology=topo, network="ns3", engine=sim, spec=spec)
+    finally:
+        sim.close()
+    return json.loads((out / "results.json").read_text()), reports
+
+
+@pytest.mark.ns3
+@pytest.mark.parametrize(
+    ("sets", "progress"),
+    [
+        (["nvlink=fluid", "wire=roce4k", "buffer_bytes=400000", "queue_sample_ns=700", "nic_latency=1us"], "off"),
+        (["buffer_bytes=400000", "queue_sample_ns=700"], "off"),  # packet NVLink: the whole drain
+        (["buffer_bytes=400000", "queue_sample_ns=700"], "lines"),  # the display's drain: advance_watching
+    ],
+    ids=["fluid-nic", "packet-drain", "packet-watching"],
+)
+def test_ns3_runs_the_same_events_in_chunks(sets: list[str], progress: str, tmp_path: Path) -> None:
+    from tests.test_partition_pfc import FILES
+
+    plain, _ = _replay(tmp_path, sets, tmp_path / "plain", beat=False, progress="off")
+    chunked, reports = _replay(tmp_path, sets, tmp_path / "beat", beat=True, progress=progress)
+    for name in FILES:
+        assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "beat" / name).read_bytes(), name
+    assert len((tmp_path / "plain" / "pfc.csv").read_text().splitlines()) > 1000  # PFC: not a vacuous run
+    for res in (plain, chunked):  # ns-3 counts the chunks' stop events too: not a figure of the simulation
+        res["engine"].pop("events")
+        res.pop("wall_s", None)
+    assert json.dumps(plain, sort_keys=True) == json.dumps(chunked, sort_keys=True)
+    # reports from inside one call: the clock moved on between two with no completion (a chunk, not a call, ended)
+    assert len(reports) > 50
+    inside = [b for a, b in zip(reports, reports[1:], strict=False) if a[0] == b[0] and b[1] > a[1]]
+    assert len(inside) > 20
+    print(f"{len(reports)} reports, {len(inside)} inside a call")
