@@ -110,3 +110,26 @@ def test_ns3_runs_the_same_events_in_chunks(sets: list[str], progress: str, tmp_
     inside = [b for a, b in zip(reports, reports[1:], strict=False) if a[0] == b[0] and b[1] > a[1]]
     assert len(inside) > 20
     print(f"{len(reports)} reports, {len(inside)} inside a call")
+
+
+@pytest.mark.ns3
+def test_a_replay_shown_with_progress_writes_the_quiet_ones_files(tmp_path: Path) -> None:
+    """`phantora replay --progress` (chunks sized by CPU, `replay.beating`) against `-q`: every file byte for byte,
+    results.json equal but ns-3's events and the wall and CPU seconds."""
+    from phantora.cli import main
+    from tests.test_partition_pfc import FILES, workload
+
+    wl = workload(tmp_path / "wl.toml")
+    argv = ["replay", str(wl), "--topology", "testbed16", "--network", "ns3", "--cc", "dcqcn",
+            "--set", "buffer_bytes=400000", "--queue-sample-ns", "700"]  # fmt: skip
+    assert main([*argv, "-q", "--out", str(tmp_path / "quiet")]) == 0
+    assert main([*argv, "--progress", "--out", str(tmp_path / "shown")]) == 0
+    for name in FILES:
+        assert (tmp_path / "quiet" / name).read_bytes() == (tmp_path / "shown" / name).read_bytes(), name
+
+    def summary(d: str) -> str:
+        res = json.loads((tmp_path / d / "results.json").read_text())
+        res["engine"].pop("events")
+        return json.dumps({k: v for k, v in res.items() if "wall" not in k and "cpu" not in k}, sort_keys=True)
+
+    assert summary("quiet") == summary("shown")
