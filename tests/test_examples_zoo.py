@@ -205,7 +205,9 @@ def moe_reference(routing: str, world: int, lr: float) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("routing,per_layer", [("uniform", 4), ("topk", 5)])
+# uniform routing on 2 EP ranks is slow: the default suite runs it on EP sub-groups (strided, below) and top-k
+# routing, which adds the count exchange, here
+@pytest.mark.parametrize("routing,per_layer", [pytest.param("uniform", 4, marks=pytest.mark.slow), ("topk", 5)])
 def test_moe_expert_parallel_all_to_all(routing, per_layer):
     """2 EP ranks, 2 experts each: the forward's dispatch and combine all-to-alls (+ the count exchange for
     top-k) and their backward; losses equal one process holding all 4 experts."""
@@ -236,7 +238,9 @@ def test_moe_expert_groups_cover_the_world() -> None:
         mm.expert_groups(0, 16, 3, "block")
 
 
-@pytest.mark.parametrize("layout", ["block", "strided"])
+# block is slow: the same sub-group all-to-alls and expert all-reduces as strided, over other ranks, which
+# test_moe_expert_groups_cover_the_world checks for both layouts
+@pytest.mark.parametrize("layout", [pytest.param("block", marks=pytest.mark.slow), "strided"])
 def test_moe_expert_parallel_sub_groups(layout: str) -> None:
     """4 ranks, EP 2 (2 experts each, 2 replicas): all-to-alls within each EP group, the experts' gradients
     summed over the 2 replicas; losses equal one process holding all 4 experts."""
