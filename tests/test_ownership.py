@@ -8,17 +8,25 @@ second engine factory or a second writer of run-directory files fails here, whoe
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTORY = "phantora/netsim/factory.py"
 
 
-def modules() -> Iterator[tuple[str, ast.Module]]:
-    for top in ("phantora", "bridge"):
-        for path in sorted((ROOT / top).rglob("*.py")):
-            yield str(path.relative_to(ROOT)), ast.parse(path.read_text(), str(path))
+@functools.cache
+def modules() -> tuple[tuple[str, ast.Module], ...]:
+    """Every module of phantora/ and bridge/ and its syntax tree, parsed once for all the checks (they only read it)."""
+    paths = [path for top in ("phantora", "bridge") for path in sorted((ROOT / top).rglob("*.py"))]
+    return tuple((str(path.relative_to(ROOT)), ast.parse(path.read_text(), str(path))) for path in paths)
+
+
+@functools.cache
+def walked() -> tuple[tuple[str, tuple[ast.AST, ...]], ...]:
+    """Every module's nodes in `ast.walk` order, walked once: walking the packages' trees again for each check cost
+    about as much as the check."""
+    return tuple((name, tuple(ast.walk(tree))) for name, tree in modules())
 
 
 def engine_classes() -> set[str]:
@@ -48,8 +56,8 @@ def test_only_the_factory_builds_engines() -> None:
     """No module but phantora/netsim/factory.py instantiates an engine class; `make_engine` is defined once."""
     engines = engine_classes()
     built, factories = [], []
-    for name, tree in modules():
-        for node in ast.walk(tree):
+    for name, nodes in walked():
+        for node in nodes:
             if isinstance(node, ast.Call) and called_name(node) in engines and name != FACTORY:
                 built.append(f"{name}:{node.lineno} {called_name(node)}(...)")
             if isinstance(node, ast.FunctionDef) and node.name == "make_engine":
@@ -62,8 +70,8 @@ def test_engine_settings_have_one_home() -> None:
     """NETWORKS, the window's default and the flow engine's --set fields are defined in engine_spec.py only."""
     owner = "phantora/netsim/engine_spec.py"
     defined = []
-    for name, tree in modules():
-        for node in ast.walk(tree):
+    for name, nodes in walked():
+        for node in nodes:
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     if isinstance(t, ast.Name) and t.id in ("NETWORKS", "DEFAULT_WINDOW_NS", "FLOW_FIELDS"):
@@ -102,10 +110,10 @@ def test_only_results_builds_run_directory_paths() -> None:
     names, constants = run_dir_names()
     assert {"RESULTS_JSON", "TRACE_JSON", "COSIM_JSON", "STEPS_DIR", "LOGS_DIR"} <= constants
     found = []
-    for name, tree in modules():
+    for name, nodes in walked():
         if name.startswith("phantora/results/"):
             continue
-        for node in ast.walk(tree):
+        for node in nodes:
             if joins_a_run_dir_name(node, names, constants) and ast.unparse(node) not in NOT_RUN_DIRS:
                 found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
             if isinstance(node, ast.ImportFrom) and node.module == "phantora.results.schema":
@@ -129,8 +137,8 @@ def test_the_fabric_defaults_have_one_home() -> None:
     engine.json); no Python module computes it again: no expression holds those rules' constants, and the old
     helpers (PacketConfig.scaled_buffer, scaled_kmin, scaled_kmax) stay gone."""
     found = []
-    for name, tree in modules():
-        for node in ast.walk(tree):
+    for name, nodes in walked():
+        for node in nodes:
             if isinstance(node, ast.Constant) and type(node.value) is int and node.value in (16000, 50_000_000_000):
                 found.append(f"{name}:{node.lineno} {node.value}")
             if isinstance(node, ast.FunctionDef) and node.name in ("scaled_buffer", "scaled_kmin", "scaled_kmax"):
@@ -197,8 +205,8 @@ ENGINE_FLAGS = {"network", "cc", "packet_set", "sets", "queue_sample_ns", "seed"
 def engine_carriers() -> dict[str, set[str]]:
     """Every class of phantora/ and bridge/ with a field typed `EngineSpec` -> its other field names."""
     out = {}
-    for name, tree in modules():
-        for node in ast.walk(tree):
+    for name, nodes in walked():
+        for node in nodes:
             if not isinstance(node, ast.ClassDef):
                 continue
             fields = {s.target.id: ast.unparse(s.annotation) for s in node.body if isinstance(s, ast.AnnAssign)
