@@ -9,6 +9,7 @@ from `bridge`, the rank runtime may use only `bridge.client`.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -88,7 +89,14 @@ def _targets(name: str, path: Path, node: ast.Import | ast.ImportFrom, known: di
 
 
 def import_graph() -> nx.DiGraph:
-    """Module -> module it imports, with the line of the first such import."""
+    """Module -> module it imports, with the line of the first such import: a copy of the graph read once for the
+    file's checks (reading every module again for each of the five cost about as much as the check), which the
+    caller may change."""
+    return _read_import_graph().copy()
+
+
+@functools.cache
+def _read_import_graph() -> nx.DiGraph:
     known = module_files()
     g = nx.DiGraph()
     for name, path in known.items():
