@@ -50,6 +50,7 @@ from bridge.workers import spawn_workers
 from phantora.errors import PhantoraError
 from phantora.netsim.base import NetworkSimulator
 from phantora.netsim.factory import make_engine
+from phantora.netsim.gc_pause import policy_line, use_run_policy
 from phantora.results.write import write_engine_json, write_packet_traces
 
 log = process_log("coordinator")
@@ -310,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             engine = make_engine(spec.engine, spec.topology, spawner=spawn_workers)
         coord.attach(engine)
+        use_run_policy()  # (set-up done: what it made lives for the run)
+        log(policy_line())
         code = coord.serve()
         if code == 0 and not args.net_endpoint and spec.trace_dir:
             write_local_traces(Path(spec.trace_dir), engine, spec)

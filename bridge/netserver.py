@@ -54,7 +54,7 @@ from phantora.netsim.base import Completion, NetworkSimulator
 from phantora.netsim.decompose import FREEZE_MIN
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
-from phantora.netsim.gc_pause import gc_paused
+from phantora.netsim.gc_pause import gc_paused, policy_line, use_run_policy
 from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.netsim.packet import keep_fct_records
@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         info = {"network": spec.network, "engine": type(engine).__name__, "startup_s": time.perf_counter() - t0}
         log(f"{info['engine']} ready in {info['startup_s']:.2f} s at {endpoint}")
+        use_run_policy()  # (set-up done: what it made lives for the run)
+        log(policy_line())
         try:
             server = NetServer(sock, engine, token, info, spec.max_message_bytes, not beyond_loopback(endpoint))
             rc = server.serve(spec.peer_timeout_s)

@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command_module(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     args.command_line = ["phantora", *(sys.argv[1:] if argv is None else argv)]  # recorded in config.json
+    if argv is None:  # the `phantora` program, a process of its own (not a caller's): the run's GC policy
+        from phantora.netsim.gc_pause import use_run_policy
+
+        use_run_policy()
     _print_input_warnings(args.command)
     # SIGTERM unwinds like Ctrl-C, so a run stops its processes (and theirs: DataLoader workers) on the way out
     main_thread = threading.current_thread() is threading.main_thread()
