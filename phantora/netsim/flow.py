@@ -423,6 +423,9 @@ class FlowSimulator:
     def route(self, f: Flow) -> tuple[tuple[int, ...], int]:
         """Channels and propagation latency (ns) of a flow's path, cached per (src, dst), or per (src, dst, ECMP key)
         where the pair has more than one path (`Topology.one_path`)."""
+        hit = self._routes.get((f.src, f.dst))  # (a pair is a key only where it has one path: no look-up of that)
+        if hit is not None:
+            return hit
         key = self.topology.route_cache_key(f.src, f.dst, f.id if f.key is None else f.key)
         hit = self._routes.get(key)
         if hit is None:

@@ -109,6 +109,11 @@ class FluidNvlinkSimulator:
         self.packet = packet
         self.fluid = fluid
         fluid.prechecked = True  # every batch it gets is checked here first, whole (`check_flow_batch`, routes)
+        # Max-min by host, not carried (`FlowSimulator.carries`): NVLink flows of two hosts share no channel, so the
+        # component solve re-solves only the hosts an event touched, where the carried solve re-runs every round at
+        # a level the event changed, and hosts running the same collective freeze at the same levels (such a round
+        # holds every host's channels). Both give `maxmin_python`'s rates bit for bit.
+        fluid.carries = False
         self.prechecked = False  # set by a caller that checks every batch whole before `_place` (a hybrid worker)
         self.topology: Topology = packet.topology
         self._payload = payload_bytes
@@ -142,7 +147,9 @@ class FluidNvlinkSimulator:
         self._flb: dict[int, int] = {}
         self._fstep: dict[int, int] = {}
         self._fdependents: dict[int, list[int]] = {}
-        self._took: dict[tuple[tuple[int, ...], int], int] = {}  # (fluid path, size) -> least ns it takes on it
+        # (src, dst, size) of a fluid flow with bytes -> the least ns it takes on its path: such a flow crosses one
+        # NVSwitch, whose pairs have one path (`Topology.one_path`), so the pair names it (no route taken)
+        self._took: dict[tuple[int, int, int], int] = {}
         self._releasers: list[tuple[int, int]] = []  # heap (bound, id) of fluid flows held flows wait on (lazy)
         self._until = INF_NS  # the limit of the advance in progress: the caller submits nothing before it
         # Fluid completions run ahead while a decomposed packet side ran a round (`run_ahead`), their releases
@@ -466,11 +473,12 @@ class FluidNvlinkSimulator:
             return 0
         step = f.delay_ns
         if f.size and f.src != f.dst:
-            path, lat = fluid.route(f)
-            took = self._took.get((path, f.size))
+            key = (f.src, f.dst, f.size)
+            took = self._took.get(key)
             if took is None:  # (its division of ints past 2^30 costs more than the look-up)
+                path, lat = fluid.route(f)
                 bw = min(self.topology.channel_bandwidth(c) for c in path)
-                took = self._took[(path, f.size)] = max(0, f.size * 8_000_000_000 // bw - 2) + lat
+                took = self._took[key] = max(0, f.size * 8_000_000_000 // bw - 2) + lat
             step += took
         return step
 
