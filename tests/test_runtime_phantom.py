@@ -182,3 +182,33 @@ def test_dtensor_all_reduce_is_waited_for_where_its_result_is_used(tmp_path: Pat
     ar = [c for c in rep.cosim.collectives if c["kind"] == "all_reduce"]
     assert len(ar) == 1 and ar[0]["end_ns"] > ar[0]["t_start"] > 0
     assert after >= dict(ar[0]["rank_done"])[0]
+
+
+MESH_SCRIPT = """
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+import phantora.runtime as pr
+mesh = init_device_mesh("cuda", (2, 2), mesh_dim_names=("dp", "tp"))  # no init_process_group first
+x = torch.ones(1 << 20, device="cuda")
+dist.all_reduce(x, group=mesh["tp"].get_group())
+dist.all_reduce(x, group=mesh["dp"].get_group())
+torch.cuda.synchronize()
+pr.step()
+"""
+
+
+def test_init_device_mesh_alone_starts_a_deduplicated_phantom_job(tmp_path: Path) -> None:
+    """`init_device_mesh` without `init_process_group` (pytorch/examples' tensor_parallelism/fsdp_tp_example.py)
+    initialises the default group itself, through the name torch.distributed.device_mesh imported: in phantom mode
+    with fewer live processes than ranks it must take phantora's store, not torch's env:// rendezvous, whose rank 0
+    waits for every rank of the world to connect (it hung there until the run's timeout)."""
+    script = tmp_path / "mesh.py"
+    script.write_text(MESH_SCRIPT)
+    cfg = RunConfig(str(script), [], two_leaves(4), nproc=4, trace="none", timeout_s=90)
+    cfg.tensors, cfg.dedup = "phantom", "2"
+    rep = launch(cfg)
+    assert rep.summary["world_size"] == 4 and rep.summary["live_processes"] == 2
+    ars = sorted((c["group"], c["nbytes"], c["copies"]) for c in rep.cosim.collectives if c["kind"] == "all_reduce")
+    # the tp groups {0, 1} and {2, 3} are one collective of 2 copies (live ranks 0 and 1 stand for 2 and 3); the dp
+    # groups {0, 2} and {1, 3} one each; every one of them 1 Mi fp32 elements
+    assert ars == [([0, 1], 4 << 20, 2), ([0, 2], 4 << 20, 1), ([1, 3], 4 << 20, 1)]

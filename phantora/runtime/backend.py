@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import functools
 import itertools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -927,15 +928,31 @@ def use_as_default() -> None:
     get_backend = backend_name.get_backend_as_cuda(c10d.get_backend, PhantoraProcessGroup)
     get_config = backend_name.get_backend_config_as_cuda(c10d.get_backend_config, PhantoraProcessGroup)
     c10d._new_process_group_helper = backend_name.bind_device(c10d._new_process_group_helper, PhantoraProcessGroup)
-    for mod in (c10d, dist):
-        mod.init_process_group = init_process_group
-        mod.new_group = new_group
-        mod.batch_isend_irecv = batch
-        mod.get_default_backend_for_device = default_for
-        mod.get_backend = get_backend
-        mod.get_backend_config = get_config
+    _rebind(
+        {
+            "init_process_group": (orig_init, init_process_group),
+            "new_group": (orig_new, new_group),
+            "batch_isend_irecv": (c10d.batch_isend_irecv, batch),
+            "get_default_backend_for_device": (c10d.get_default_backend_for_device, default_for),
+            "get_backend": (c10d.get_backend, get_backend),
+            "get_backend_config": (c10d.get_backend_config, get_config),
+        }
+    )
     if not hasattr(dist, "set_timeout"):  # newer than this torch; torchtitan 0.3.0 calls it after step 1
         dist.set_timeout = _set_timeout
+
+
+def _rebind(swaps: dict[str, tuple[Any, Any]]) -> None:
+    """Put each replacement wherever torch holds the original under its name: c10d and torch.distributed, and every
+    torch module already loaded that imported it by name (torch.distributed.device_mesh binds init_process_group and
+    new_group at import, and the forkserver preloads it before this runs: `init_device_mesh` alone would otherwise
+    take torch's own rendezvous, which in phantom mode waits for ranks that dedup never starts)."""
+    for mod in list(sys.modules.values()):
+        if mod is None or not getattr(mod, "__name__", "").startswith("torch"):
+            continue
+        for name, (orig, new) in swaps.items():
+            if getattr(mod, name, None) is orig:
+                setattr(mod, name, new)
 
 
 def _nccl_for_cuda(orig: Callable[..., str]) -> Callable[..., str]:
