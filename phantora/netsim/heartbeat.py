@@ -67,11 +67,8 @@ class Heartbeat:
 
 
 def engines(sim: Any) -> list[Any]:
-    """The in-process ns-3 engines (`Ns3Simulator`) under `sim`: itself, or below its packet side and wrappers
-    (`packet`, `inner`, `engine`); not one writing a call script (ns3-calls.txt would hold the chunks' calls)."""
-    from phantora.netsim.ns3_calls import RecordedNetwork
-    from phantora.netsim.packet import Ns3Simulator
-
+    """The in-process ns-3 engines (`Ns3Simulator`, known by its `beatable`) under `sim`: itself, or below its
+    packet side and wrappers (`packet`, `inner`, `engine`); not one writing a call script (not `beatable`)."""
     out: list[Any] = []
     seen: set[int] = set()
     todo = [sim]
@@ -80,8 +77,9 @@ def engines(sim: Any) -> list[Any]:
         if s is None or id(s) in seen:
             continue
         seen.add(id(s))
-        if isinstance(s, Ns3Simulator):
-            if not isinstance(s._net, RecordedNetwork):  # (a call script records every run call: chunks would show)
+        beatable = getattr(s, "beatable", None)
+        if beatable is not None:
+            if beatable:
                 out.append(s)
             continue
         todo.extend(getattr(s, name, None) for name in ("packet", "inner", "engine"))

@@ -541,6 +541,12 @@ class Ns3Simulator:
     def in_flight(self) -> int:
         return int(self._net.InFlight())
 
+    @property
+    def beatable(self) -> bool:
+        """Whether a heartbeat may cut its run calls into chunks: not while a call script records every run call
+        (ns3-calls.txt would hold the chunks' calls)."""
+        return not isinstance(self._net, RecordedNetwork)
+
     def _stalled(self) -> bool:
         """Nothing in flight, or nothing live left to run (flows that can never start): a heartbeat's chunks stop
         and the whole run call decides (`phantora.netsim.heartbeat`)."""
