@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import textwrap
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -324,50 +325,20 @@ def test_a_window_mode_recording_rates_each_round_with_the_pairs_it_held(tmp_pat
     assert err.value.field == f"recorded.{LAUNCH_RELEASE}[2]"
 
 
-WINDOW_SCRIPT = """
-    import torch, torch.distributed as dist
-    dist.init_process_group("nccl")
-    me = dist.get_rank()
-    torch.cuda.set_device(me % torch.cuda.device_count())
-    MiB = 1 << 18  # fp32 elements
-    x, y = torch.ones(8 * MiB, device="cuda"), torch.empty(8 * MiB, device="cuda")
-    s, r = torch.ones(256, device="cuda"), torch.empty(256, device="cuda")
-    a = torch.ones(512, 1024, device="cuda")
-
-    def batch(ops):
-        for q in dist.batch_isend_irecv(ops):
-            q.wait()
-        torch.cuda.synchronize()
-
-    dist.barrier()
-    torch.cuda.synchronize()
-    if me == 0:  # a small transfer first: rank 0 joins its end, then receives from rank 2
-        batch([dist.P2POp(dist.isend, s, 1)])
-        batch([dist.P2POp(dist.irecv, y, 2)])
-    elif me == 1:
-        batch([dist.P2POp(dist.irecv, r, 0)])
-    elif me == 2:  # computes past that end, then sends to ranks 3 and 0 in one batch
-        a @ a.T
-        batch([dist.P2POp(dist.isend, x, 3), dist.P2POp(dist.isend, x, 0)])
-    elif me == 3:
-        batch([dist.P2POp(dist.irecv, y, 2)])
-    dist.destroy_process_group()
-"""
+WINDOW_SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "p2p_window.py"  # ranks 0-3 as its docstring says
 
 
 @pytest.mark.slow
 def test_a_window_mode_recording_replays_each_transfer_in_its_live_time(tmp_path) -> None:
-    """WINDOW_SCRIPT on 4 ranks in 20 us windows, recorded and replayed: every transfer takes its live time (its end
-    cannot match: window mode starts a transfer late by its own error, `late_ns`, which the replay does not repeat).
+    """bench/p2p_window.py on 4 ranks in 20 us windows, recorded and replayed: every transfer takes its live time (its
+    end cannot match: window mode starts a transfer late by its own error, `late_ns`, which the replay does not repeat).
     Rank 2 sends to 3 after rank 0 joined its small transfer's end but before the round rank 0 ran on in: live the
     pair to 3 runs alone (8 channels of the 4-rank communicator at a link) and the pair to 0 knows it (links(2) of 3
     peers: 0.75); before the recording kept the rounds, the replay rated the pair to 3 with the pair to 0 (79,669 ns
     against 62,702 live, 2026-12-01)."""
     from phantora.netsim.engine_spec import EngineSpec
 
-    script = tmp_path / "window.py"
-    script.write_text(textwrap.dedent(WINDOW_SCRIPT))
-    cfg = RunConfig(str(script), topology=TOPO, nproc=4, tensors="phantom", trace="none", timeout_s=300,
+    cfg = RunConfig(str(WINDOW_SCRIPT), topology=TOPO, nproc=4, tensors="phantom", trace="none", timeout_s=300,
                     out_dir=str(tmp_path / "o"), engine=EngineSpec(window_ns=20_000))  # fmt: skip
     _, graph = record_run(cfg, tmp_path / "g")
     assert LAUNCH_RELEASE in graph.recorded
