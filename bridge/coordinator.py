@@ -7,6 +7,10 @@ publishes it in ``<run_dir>/coord.endpoint``, and serves ranks and the superviso
 
 Exit codes: 0 run complete (the outcome went to the supervisor), 3 the run failed (the
 diagnostic went to every peer), 4 lost the supervisor.
+
+With `RunSpec.progress_s` it passes the network's progress from inside long engine calls on to the supervisor
+(`progress` messages): the network server's, which it asks for (`RemoteSimulator.beat`), or an ns-3 engine's in
+this process (`phantora.netsim.heartbeat.attach_beats`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from phantora.errors import PhantoraError
 from phantora.netsim.base import NetworkSimulator
 from phantora.netsim.factory import make_engine
 from phantora.netsim.gc_pause import policy_line, use_run_policy
+from phantora.netsim.heartbeat import attach_beats
+from phantora.progress import Beat
 from phantora.results.write import write_engine_json, write_packet_traces
 
 log = process_log("coordinator")
@@ -95,6 +101,15 @@ class Coordinator:
         self.core.on_job_failed = self.job_failed
         if isinstance(engine, RemoteSimulator):  # the packet engine's per-flow counters live on the server
             self.core.transport_rows = engine.flow_transport_rows
+        if spec.progress_s > 0:
+            if isinstance(engine, RemoteSimulator):
+                engine.beat, engine.on_beat = spec.progress_s, self.pass_beat
+            else:
+                attach_beats(engine, self.pass_beat, time.process_time(), spec.progress_s)
+
+    def pass_beat(self, beat: Beat) -> None:
+        """The network's progress from inside an engine call, to the launcher."""
+        self.send_supervisor(encode("progress", beat.sim_ns, **beat.fields()))
 
     def job_failed(self, job: int, code: str, text: str) -> None:
         """Only one job ended: say so in the log and to the launcher, which stops that job's processes."""

@@ -9,6 +9,8 @@ the busiest worker's CPU). A completion's start is the one engine's: its post ns
 it waited for in ns-3 (the receiver's worker does not see a release made elsewhere), plus its delay. Records merge
 as one keyed engine's, only the new ones each time (`bridge.cut_stepped_records`).
 A worker that exits ends the run, named with its last words; the workers exit with this process (stdin closes).
+With `on_beat` set (a progress display), a round at most every `beat_s` also asks for the workers' events, and its
+reply gives a `Beat`: their clock, events and rounds' CPU summed, and the busiest worker of the round.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +39,7 @@ from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.hybrid import SHARED_DEPS_MIN
 from phantora.netsim.packet_config import PacketConfig
+from phantora.progress import Beat
 from phantora.topology.model import Topology
 
 POLL_S = 0.25  # how often a wait checks that every worker is still there
@@ -100,6 +103,9 @@ class SteppedPool:
             self.close()
             raise
         self.workers = [Handle(0, self._first_pid(), [0])]
+        self.on_beat: Callable[[Beat], None] | None = None  # a progress display's (`phantora.netsim.heartbeat`) ...
+        self.beat_s = 0.5  # ... at most this often (s)
+        self._beat_at = float("-inf")
 
     @property
     def curve(self) -> bool:
@@ -191,6 +197,9 @@ class SteppedPool:
         msg: dict[str, Any] = {"k": "round", "groups": wire, "until": None if until >= INF_NS else until}
         if self.reacting is not None:
             msg["react"] = self.reacting
+        if self.on_beat is not None and time.monotonic() - self._beat_at >= self.beat_s:
+            self._beat_at = time.monotonic()
+            msg["beat"] = True
         self._send(msg)
         self._rounds += 1
         return iter([(0, self._reply())])
@@ -211,6 +220,10 @@ class SteppedPool:
         (self.stopped,) = stops
         ends = [r["last_end"] for r in replies if r.get("last_end") is not None]
         self.last_end = max(ends) if ends else None
+        if self.on_beat is not None and "events" in replies[0]:
+            busiest = max(range(len(replies)), key=lambda g: replies[g]["cpu"])
+            events = sum(int(r["events"]) for r in replies)
+            self.on_beat(Beat(min(r["now"] for r in replies), events, sum(self.round_cpu), len(replies), busiest))
         return RoundReply(
             done, bounds, max(r["cpu"] for r in replies), max(r["wall"] for r in replies),
             max(r["now"] for r in replies), min(nexts) if nexts else None, sum(r["in_flight"] for r in replies),

@@ -12,7 +12,8 @@ to stdout, one msgpack map each:
   ns, ...]), CPU and wall seconds, the clock, the ns a reacting completion stopped the run at (None: it ran to
   ``until``), the next event (None: no flow in flight), the flows in flight, whether it is quiet (`quiet`:
   nothing in flight and no live event left; profile reuse ends an episode when every worker is) and a lower bound
-  on the last completion of the flows it sends (`last_end`, `cut_round.last_send_end`; None: none left).
+  on the last completion of the flows it sends (`last_end`, `cut_round.last_send_end`; None: none left); with
+  ``"beat": true`` (a progress display's) also its ns-3 events so far (`events`).
 - ``{"k": "records"}``: the records made since the last such request (``new``, by kind, each with its event's
   order key in ``keys``: the pool keeps the earlier ones, `bridge.cut_stepped_records`), the counters so far
   (stats, channels, transport) and the windows' counters.
@@ -73,9 +74,12 @@ class Stepper:
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         self.run_cpu += cpu
         self.run_wall += wall
-        return {"done": completions_to_columns(done), "bounds": raised, "cpu": cpu, "wall": wall, "now": sim.now(),
-                "stop": stop, "next": sim.next_event_time(), "in_flight": sim.in_flight(),
-                "quiet": sim.quiet(), "last_end": last_send_end(sim)}  # fmt: skip
+        out = {"done": completions_to_columns(done), "bounds": raised, "cpu": cpu, "wall": wall, "now": sim.now(),
+               "stop": stop, "next": sim.next_event_time(), "in_flight": sim.in_flight(),
+               "quiet": sim.quiet(), "last_end": last_send_end(sim)}  # fmt: skip
+        if msg.get("beat"):  # a progress display's: the events so far too
+            out["events"] = sim.event_count()
+        return out
 
     def records(self, setup_cpu: float, wall0: float, setup_events: int, import_cpu: float) -> dict[str, Any]:
         """The records made since the last call, with their keys (`new`, `keys`: the pool keeps the earlier

@@ -9,6 +9,10 @@ hello: the welcome is the "ready" report, with the start-up time in ``info``.
 
 Bad messages get an error reply and a log line on stderr; they never stop the server. It exits
 when told to, when the coordinator has been silent for the peer timeout, or when its parent dies.
+
+A run call (advance, drain, post) with ``beat`` S > 0 (seconds) runs its ns-3 engine in chunks of about S CPU
+seconds (`phantora.netsim.heartbeat`: the same events) and sends the peer a ``progress`` message between two, at
+most every S: its clock, events and CPU seconds (a decomposition driver's: its workers', merged).
 """
 
 from __future__ import annotations
@@ -55,9 +59,11 @@ from phantora.netsim.decompose import FREEZE_MIN
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.gc_pause import gc_paused, policy_line, use_run_policy
+from phantora.netsim.heartbeat import attach_beats, beat_now, detach_beats
 from phantora.netsim.hybrid_worker import HybridWorker
 from phantora.netsim.nic_latency import NicLatencySimulator
 from phantora.netsim.packet import keep_fct_records
+from phantora.progress import Beat
 from phantora.results.scenario import engine_outcome
 from phantora.results.write import write_fabric_traces
 from phantora.topology.model import Topology
@@ -103,6 +109,10 @@ class NetServer:
         self.cpu0 = time.process_time()  # CPU spent serving (the engine is built by now)
         self.rejections = RejectionLog(log)
         self.bounds: dict[int, int] = {}  # a decomposition worker's completion bounds as last reported
+        self.beating: list[Any] | None = None  # what `attach_beats` set, while the peer asks for progress
+        self.beat_s = 0.0  # ... at most this often
+        self.last_beat = float("-inf")
+        self.beats_sent = 0
 
     def _state_fields(self) -> dict[str, Any]:
         eng = self.engine
@@ -152,18 +162,51 @@ class NetServer:
             self.silence.watch(int(msg["pid"]))
         return encode("welcome", 0, role="server", world=None, window_ns=0, lease=0, info=self.info)
 
+    def _beats(self, every_s: float) -> None:
+        """Progress from inside the run calls to come, at most every `every_s` (the request's ``beat``; 0: none)."""
+        if every_s == self.beat_s:
+            return
+        if self.beating is not None:
+            detach_beats(self.beating)
+            self.beating = None
+        self.beat_s = every_s
+        if every_s > 0:
+            self.beating = attach_beats(self.engine, self._send_beat, self.cpu0, every_s)
+
+    def _beat_due(self) -> None:
+        """At the end of a run call: a `progress` message if one is due (calls shorter than a chunk report none
+        from inside: a decomposition worker's rounds, a live run's advances)."""
+        if self.beating is not None and time.monotonic() - self.last_beat >= self.beat_s:
+            beat = beat_now(self.beating, self.cpu0)
+            if beat is not None:
+                self._send_beat(beat)
+
+    def _send_beat(self, beat: Beat) -> None:
+        now = time.monotonic()
+        if self.peer is None or now - self.last_beat < self.beat_s:
+            return
+        self.last_beat = now
+        self.beats_sent += 1
+        self.sock.send_multipart([self.peer, encode("progress", beat.sim_ns, **beat.fields())])  # (never blocks)
+
     def _serve(self, msg: Message) -> bytes | None:
         eng = self.engine
         if msg.type == "heartbeat":
             return None
+        if msg.type in ("advance", "drain", "post"):
+            beat = msg.get("beat", 0)
+            self._beats(float(beat) if isinstance(beat, (int, float)) and 0 < beat < 3600 else 0.0)
         if msg.type == "submit":
             eng.submit([flow_from_wire(r) for r in msg["flows"]], at=msg["at"])
             return self._state("state")
         if msg.type == "advance":
             done = advance_watching(eng, msg["until"], set(msg["watch"]), msg["earliest"])
+            self._beat_due()
             return self._state("completions", done)
         if msg.type == "drain":
-            return self._state("completions", eng.drain(msg["limit"]))
+            done = eng.drain(msg["limit"])
+            self._beat_due()
+            return self._state("completions", done)
         if msg.type == "get_transport":
             fabric = eng.fabric()
             rows = [] if fabric is None else [transport_row(t) for t in fabric.flow_transport().values()]
@@ -183,6 +226,7 @@ class NetServer:
                     ran += got
                 bounds = self._raised_bounds(eng)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            self._beat_due()
             state = self._state_fields()
             cols = completions_to_columns(ran)
             return encode("posted", eng.now(), **state, done=cols, bounds=bounds, cpu=cpu, wall=wall)

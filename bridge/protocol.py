@@ -39,8 +39,11 @@ coordinator -> network server
                                     as [flow id, ns]; then run to ``until`` (INF_NS: until idle; netsim.decompose)
   get_records -> records            decomposition worker: its fabric records (PFC, marks, ...) and channels
   shutdown ~>                       exit
+  (advance, drain and post with ``beat`` true: the server's ns-3 runs the call in chunks and sends, between two,)
+  <~ progress                       its clock, events, CPU s (phantora.progress.Beat; with workers, theirs merged)
 supervisor <-> coordinator
   hello -> welcome, exited ~>, heartbeat ~> ; outcome ~> (the run's results) or error ~>
+  progress ~>                       the network's, passed on (RunSpec.progress: the launcher shows it)
   jobfail ~>                        several jobs: one job failed (and only it ends); its ranks got the error
 
 A rank of a multi-job run adds ``job`` (its job's index) to its hello; its ranks are the job's own.
@@ -205,6 +208,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "jobfail": {"job": _int, "code": _str, "text": _str},  # coordinator -> supervisor: only this job ends
     "joined": {"ranks": _int},  # coordinator -> supervisor: every live rank has connected
     "outcome": {"outcome": _map},
+    # from inside a long engine call (`phantora.progress.Beat`): sim ns, events, CPU s, worker processes, the slowest
+    "progress": {"sim": _int, "events": _int, "cpu": _num, "workers": _int, "slowest": _int},
 }
 
 

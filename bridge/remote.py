@@ -4,7 +4,9 @@ It implements the `NetworkSimulator` protocol (plus ``advance_watching``, run on
 over one DEALER socket, one request at a time. Each reply carries now / in_flight / next event,
 so the cheap queries cost no round trip. While it waits, `on_wait` is called about once a second
 (the coordinator uses it to keep its own peers' heartbeats going). Over tcp a failed handshake (a CurveZMQ key
-that does not match, `bridge.curve`) ends the wait within a second, naming the endpoint and why.
+that does not match, `bridge.curve`) ends the wait within a second, naming the endpoint and why. With `beat` S > 0,
+its run calls ask the server for its progress from inside them, at most every S seconds (`progress` messages before
+the reply, each handed to `on_beat`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bridge.errors import BridgeError, ProtocolError
 from bridge.protocol import E_AUTH, E_TIMEOUT, Message, completion_from_wire, decode, encode, flows_to_wire
 from bridge.transport import HEARTBEAT_S, connect_dealer, send_heartbeat
 from phantora.netsim.base import Completion, Flow
+from phantora.progress import Beat
 
 
 class RemoteSimulator:
@@ -50,6 +53,9 @@ class RemoteSimulator:
         self._next: int | None = None
         self._last_send = time.monotonic()
         self.calls = 0
+        self.beat = 0.0  # > 0: ask for `progress` messages from inside run calls (advance, drain), this often (s)
+        self.on_beat: Callable[[Beat], None] | None = None  # given each one
+        self.last_beat: Beat | None = None
         try:
             welcome = self._call(
                 encode("hello", 0, role="coordinator", token=token, rank=None, world=None, pid=os.getpid()),
@@ -66,19 +72,24 @@ class RemoteSimulator:
     # ----- transport -------------------------------------------------------------------------
     def _call(self, raw: bytes, timeout_s: float, want: str) -> Message:
         self.send(raw)
-        deadline = time.monotonic() + timeout_s
-        while not self.sock.poll(int(HEARTBEAT_S * 1000)):
+        deadline = waited = time.monotonic()
+        deadline += timeout_s
+        while True:
+            if self.sock.poll(int(HEARTBEAT_S * 1000)) and (msg := self.take(want)) is not None:
+                break
             if self.watch is not None and (why := self.watch.failure()) is not None:
                 raise BridgeError(f"cannot talk to the network server: {why}", code=E_AUTH)
-            if self.on_wait is not None:
+            now = time.monotonic()
+            if self.on_wait is not None and now - waited >= HEARTBEAT_S:  # (`progress` messages wake the poll)
+                waited = now
                 self.on_wait()
-            if time.monotonic() > deadline:
+            if now > deadline:
                 raise BridgeError(
                     f"the network server at {self.endpoint} did not answer within {timeout_s:.0f} s", code=E_TIMEOUT
                 )
         if self.watch is not None:
             self.watch.close()  # the handshake is done: nothing more to watch
-        return self.reply(want)
+        return msg
 
     def send(self, raw: bytes) -> None:
         """One request, its reply to be taken with `reply` (callers that drive several servers at once)."""
@@ -86,12 +97,19 @@ class RemoteSimulator:
         self._last_send = time.monotonic()
         self.calls += 1
 
-    def reply(self, want: str) -> Message:
-        """The waiting reply to the last request (its now / in_flight / next kept), or BridgeError."""
+    def take(self, want: str) -> Message | None:
+        """The waiting message: the reply to the last request (its now / in_flight / next kept), or None after a
+        `progress` message (given to `on_beat`: the reply is still to come); BridgeError on an error or another
+        message."""
         try:
             msg = decode(self.sock.recv())
         except ProtocolError as exc:
             raise BridgeError(f"bad reply from the network server: {exc}", code=exc.code) from None
+        if msg.type == "progress":
+            self.last_beat = Beat.from_fields(msg.fields)
+            if self.on_beat is not None:
+                self.on_beat(self.last_beat)
+            return None
         if msg.type == "error":
             raise BridgeError(f"network server: {msg['text']}", code=msg["code"])
         if msg.type != want:
@@ -99,6 +117,10 @@ class RemoteSimulator:
         if "now" in msg.fields:
             self._now, self._in_flight, self._next = msg["now"], msg["in_flight"], msg["next"]
         return msg
+
+    def _beat(self) -> dict[str, float]:
+        """A run call's extra field: `beat` when progress is asked for (the server runs the call in chunks)."""
+        return {"beat": self.beat} if self.beat > 0 else {}
 
     def keepalive(self) -> None:
         """A heartbeat if nothing was sent for a while, so the server knows we are alive."""
@@ -117,7 +139,7 @@ class RemoteSimulator:
         return self.advance_watching(until, ())
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
-        raw = encode("advance", self._now, until=until, watch=sorted(watch), earliest=earliest)
+        raw = encode("advance", self._now, until=until, watch=sorted(watch), earliest=earliest, **self._beat())
         msg = self._call(raw, self.call_timeout_s, "completions")
         return self.completions(msg)
 
@@ -132,7 +154,7 @@ class RemoteSimulator:
 
     def drain(self, limit_ns: int | None = None) -> list[Completion]:
         return self.completions(
-            self._call(encode("drain", self._now, limit=limit_ns), self.call_timeout_s, "completions")
+            self._call(encode("drain", self._now, limit=limit_ns, **self._beat()), self.call_timeout_s, "completions")
         )
 
     def channels(self) -> None:

@@ -56,6 +56,7 @@ from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.observe import ChannelUsage, FlowTransport, PacketChannelUsage
+from phantora.progress import Beat
 from phantora.results import schema
 from phantora.results.run_dir import RunDir
 from phantora.results.write import write_flows_csv, write_links_csv
@@ -161,6 +162,8 @@ class CosimRun:
         cwd: str | None = None,
         python: str = sys.executable,
         rank_preload: Sequence[str] = (),
+        on_progress: Callable[[Beat], None] | None = None,
+        progress_s: float = 0.5,
     ) -> None:
         """`engine`: the network engine and the window W (default: the flow engine, exact).
         `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 in the coordinator works, but
@@ -176,7 +179,9 @@ class CosimRun:
         `spawner_cmd` instead of `rank_cmd`: the program starts its ranks itself (torch.multiprocessing.spawn): the
         run starts this one launching process, no rank, with the ranks' common environment, LOCAL_WORLD_SIZE = the
         world (its host's GPUs) and PHANTORA_LOG_DIR; the processes it starts are the ranks (phantora.runtime.spawned)
-        and write their own logs there. Its exit ends nothing by itself; a non-zero exit stops the run."""
+        and write their own logs there. Its exit ends nothing by itself; a non-zero exit stops the run.
+        `on_progress`: given the network's progress from inside long engine calls (a `Beat` at most every
+        `progress_s`, from the network server or its workers, or an ns-3 engine in the coordinator)."""
         engine = engine or EngineSpec()
         if transport not in TRANSPORTS:
             raise InputError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})", field="transport")
@@ -221,7 +226,9 @@ class CosimRun:
             jobs=infos,
             all_or_nothing=all_or_nothing,
             background=flows_to_wire(background),
+            progress_s=progress_s if on_progress is not None else 0.0,
         )
+        self.on_progress = on_progress
         self.rank_cmd = rank_cmd
         self.spawner_cmd = None if spawner_cmd is None else [str(c) for c in spawner_cmd]
         if self.spawner_cmd is not None and live != world:
@@ -388,6 +395,8 @@ class CosimRun:
                     welcomed_at = time.monotonic()
                 elif msg.type == "joined":
                     joined = True
+                elif msg.type == "progress" and self.on_progress is not None:
+                    self.on_progress(Beat.from_fields(msg.fields))
                 elif msg.type == "jobfail":
                     self._job_failed(msg["job"], msg["code"], msg["text"])
                 elif msg.type == "outcome":

@@ -83,6 +83,9 @@ class RunSpec:
     jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: bridge.jobs.JobInfo dicts; [] one job
     all_or_nothing: bool = True  # with jobs: one job's failure ends the run (False: only that job)
     background: list[list[Any]] = field(default_factory=list)  # recorded jobs' flow DAG (wire rows), ids 0..n-1
+    # > 0: the launcher shows the network's progress from inside engine calls, this often (s): the coordinator asks
+    # for it and passes it on (`progress` messages)
+    progress_s: float = 0.0
 
     @property
     def live_ranks(self) -> int:

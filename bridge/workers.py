@@ -5,7 +5,9 @@ worker is a network server process (`bridge.netserver`: msgpack, the run's token
 the packet side (``side="packet"``) over the full topology. Placement: local subprocesses (ipc in a private
 directory), or processes started by Ray actors (`ray=local|auto|ADDRESS`, tcp; beyond loopback CurveZMQ with a
 per-run key pair here and one per worker, `bridge.ray_workers`). A worker that dies ends the run within about a
-second, named; workers exit with this process.
+second, named; workers exit with this process. With `on_beat` set, each round asks the workers for their progress
+from inside it (`progress` messages, `bridge.netserver`), passed on merged: the slowest worker's clock (of those the
+round waits for), every worker's events and CPU seconds summed.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from bridge.transport import HEARTBEAT_S, STARTUP_ENV, STARTUP_TIMEOUT_S, make_r
 from phantora.netsim.decompose import Outbox, RoundReply, WorkerDiedError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.packet_config import PacketConfig
+from phantora.progress import Beat
 from phantora.topology.model import Topology
 
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
@@ -49,11 +53,13 @@ def worker_spec(topology: Topology, config: PacketConfig, side: str = "packet") 
     )
 
 
-def post_message(t: int, out: Outbox, until: int) -> bytes:
+def post_message(t: int, out: Outbox, until: int, beat_s: float = 0.0) -> bytes:
     """A round's request to one worker: its outbox as flow columns (each flow with its deps on that worker), the ns
-    every completion is known to (`t`) and how far to run (`until`)."""
+    every completion is known to (`t`) and how far to run (`until`); `beat_s` > 0: with its progress from inside,
+    at most this often (s)."""
     flows = flows_to_columns([f for f, _ in out.flows], [local for _, local in out.flows])
-    return encode("post", t, flows=flows, at=out.at, gated=out.gated, gates=out.gates, until=until)
+    more = {"beat": beat_s} if beat_s > 0 else {}
+    return encode("post", t, flows=flows, at=out.at, gated=out.gated, gates=out.gates, until=until, **more)
 
 
 @dataclasses.dataclass
@@ -110,6 +116,13 @@ class ServerPool:
         self._ctx = zmq.Context()
         self._root = make_run_dir()
         self._closed = False
+        self.on_beat: Callable[[Beat], None] | None = None  # set by a display: the workers' merged progress ...
+        self.beat_s = 0.5  # ... at most this often (s)
+        self._beats: list[Beat | None] = [None] * len(assignment)  # each worker's last
+        self._at = [0] * len(assignment)  # each worker's clock as last heard (a beat or a reply)
+        self._pending: set[int] = set()  # the workers the round in progress waits for
+        self._beat_sent = float("-inf")
+        self._shown = 0  # the clock last passed on
         try:
             self._start(topology, config, assignment, side)
         except BaseException:
@@ -136,6 +149,39 @@ class ServerPool:
             for i, mine in enumerate(assignment):
                 self.workers.append(self._local_worker(i, mine, spec, token))
         self._poller = zmq.Poller()
+        self.waited_s = 0.0  # how long the first round waited for the workers to be connected
+        if config.ray:  # (their endpoints are known by now)
+            self._connect(token)
+            return
+        # Local workers are connected (each its hello, once it has built its engine) in the background: the caller's
+        # first submit runs meanwhile, not after their start (issue 38, item 2). The first round waits (`_ready`).
+        self._connecting: threading.Thread | None = threading.Thread(
+            target=self._connect_kept, args=(token,), name="phantora-workers-connect", daemon=True
+        )
+        self._connect_error: BaseException | None = None
+        self._connecting.start()
+
+    def _ready(self) -> None:
+        """Wait for the workers to be connected; their start's error, if any, raised here."""
+        thread = getattr(self, "_connecting", None)
+        if thread is None:
+            return
+        t0 = time.perf_counter()
+        thread.join()
+        self.waited_s += time.perf_counter() - t0
+        self._connecting = None
+        if self._connect_error is not None:
+            raise self._connect_error
+
+    def _connect_kept(self, token: str) -> None:
+        """`_connect` in the background thread, its error kept for `_ready`."""
+        try:
+            self._connect(token)
+        except BaseException as exc:  # noqa: BLE001 - raised by `_ready`, in the caller's thread
+            self._connect_error = exc
+
+    def _connect(self, token: str) -> None:
+        """Each worker's hello, in index order."""
         for w in self.workers:
             try:
                 w.remote = RemoteSimulator(
@@ -149,6 +195,7 @@ class ServerPool:
                 )
             except BridgeError as exc:
                 raise BridgeError(f"decomposition worker {w.index} (pid {w.pid}): {exc}", code=exc.code) from None
+            w.remote.on_beat = functools.partial(self._worker_beat, w.index)
             self._poller.register(w.remote.sock, zmq.POLLIN)
 
     def _waiting(self, w: Worker) -> None:
@@ -156,6 +203,21 @@ class ServerPool:
         which wait for their first round (a loaded machine can take many seconds to start the next worker)."""
         w.check()
         self.keepalive()
+
+    def _worker_beat(self, i: int, beat: Beat) -> None:
+        """Worker `i`'s progress from inside a round: passed on, merged, at most every `beat_s`: the clock of the
+        slowest worker the round waits for (the network has run that far; it only grows), every worker's events and
+        CPU seconds summed."""
+        self._beats[i], self._at[i] = beat, beat.sim_ns
+        now = time.monotonic()
+        if self.on_beat is None or now - self._beat_sent < self.beat_s:
+            return
+        self._beat_sent = now
+        slowest = min(self._pending or range(len(self._at)), key=lambda j: (self._at[j], j))
+        got = [b for b in self._beats if b is not None]
+        events, cpu = sum(b.events for b in got), sum(b.cpu_s for b in got)
+        self._shown = max(self._shown, self._at[slowest])
+        self.on_beat(Beat(self._shown, events, cpu, len(self._at), slowest))
 
     def _client_curve(self, w: Worker) -> ClientCurve | None:
         """Our CURVE keys and the worker's public key, when the workers are CURVE servers."""
@@ -188,13 +250,17 @@ class ServerPool:
         """Send each posted worker its round now, and return an iterator of the replies as they come (the caller
         may work while the workers run: asynchronous rounds); it keeps the others' heartbeats going and checks the
         ones we wait for about once a second."""
+        self._ready()
+        beat = self.beat_s if self.on_beat is not None else 0.0
         for i, (t, out, until) in posts.items():
-            self.workers[i].link().send(post_message(t, out, until))
+            self._at[i] = max(self._at[i], t)  # (a worker left out of rounds had no event before them)
+            self.workers[i].link().send(post_message(t, out, until, beat))
         return self._replies(set(posts))
 
     def _replies(self, pending: set[int]) -> Iterator[tuple[int, RoundReply]]:
         """The replies of the workers in `pending`, as they come."""
         last_check = time.monotonic()
+        self._pending = pending
         while pending:
             ready = dict(self._poller.poll(int(HEARTBEAT_S * 1000)))
             for i in sorted(pending):
@@ -203,10 +269,13 @@ class ServerPool:
                 if remote.sock not in ready:
                     continue
                 try:
-                    msg = remote.reply("posted")
+                    msg = remote.take("posted")
                 except BridgeError as exc:
                     raise WorkerDiedError(f"decomposition worker {w.index} (pid {w.pid}): {exc}") from None
+                if msg is None:  # its progress (`_worker_beat`): the reply is still to come
+                    continue
                 pending.discard(i)
+                self._at[i] = remote.now()
                 reply = RoundReply(
                     completions_from_columns(msg["done"]), msg["bounds"], msg["cpu"], msg["wall"],
                     remote.now(), remote.next_event_time(), remote.in_flight(),
@@ -221,13 +290,18 @@ class ServerPool:
                         w.link().keepalive()
 
     def stats(self, index: int) -> dict[str, object]:
+        self._ready()
         return self.workers[index].link().stats()
 
     def records(self, index: int, now: int, elapsed: int) -> dict[str, list[Any]]:
+        self._ready()
         msg = self.workers[index].link()._call(encode("get_records", now, elapsed=elapsed), CALL_TIMEOUT_S, "records")
         return records_from_wire(msg["records"])
 
     def keepalive(self) -> None:
+        thread = getattr(self, "_connecting", None)
+        if thread is not None and thread is not threading.current_thread():
+            return  # (the sockets are the connecting thread's until `_ready`: it heartbeats the connected ones)
         for w in self.workers:
             if w.remote is not None:
                 w.remote.keepalive()
@@ -237,6 +311,13 @@ class ServerPool:
         if self._closed:
             return
         self._closed = True
+        thread = getattr(self, "_connecting", None)
+        if thread is not None:  # closed while the workers start: end them, so that the thread stops waiting
+            for w in self.workers:
+                if w.proc is not None and w.proc.poll() is None:
+                    w.proc.kill()
+            thread.join()
+            self._connecting = None
         for w in self.workers:
             if w.remote is not None:
                 w.remote.close()

@@ -21,6 +21,7 @@ from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.perfmodel.gpus import get_gpu
+from phantora.progress import Beat
 from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
@@ -65,6 +66,7 @@ class RunConfig:
     command: list[str] | None = None  # the command line that asked for the run (recorded in config.json)
     rerun_of: dict[str, Any] | None = None  # `phantora rerun`: the run it repeats (provenance.rerun_origin)
     on_step: Callable[[dict[str, Any]], None] | None = None  # told of each step all live ranks finished
+    on_network: Callable[[Beat], None] | None = None  # told the network's progress inside long engine calls
 
 
 @dataclass
@@ -105,6 +107,7 @@ def config_options(cfg: RunConfig, skip: tuple[str, ...]) -> dict[str, Any]:
     """config.json's "options" of a run: every field of `cfg` but `skip`, the engine as its plain data
     (`EngineSpec.to_dict`; `phantora rerun` reads it back with `EngineSpec.from_dict`)."""
     out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in skip}
+    out.pop("on_network", None)  # (a display, not an option)
     out["engine"] = cfg.engine.to_dict()
     return out
 
@@ -324,6 +327,7 @@ def launch(cfg: RunConfig) -> RunReport:
             keep_flows=keep and world <= FLOWS_CSV_MAX_RANKS,
             rank_preload=RANK_PRELOAD if cfg.fork_server else (),
             engine_in_coordinator=True if _steps_for_engine(cfg) else None,
+            on_progress=cfg.on_network,
         ).run()
     except BaseException as exc:  # a failed run (or ^C) says so, and keeps the steps that finished
         if watcher is not None:

@@ -192,14 +192,17 @@ def _drain(sim: NetworkSimulator, flows: list[Flow], progress: str, desc: str) -
 @contextmanager
 def beating(sim: NetworkSimulator, bar: Progress) -> Iterator[None]:
     """The display moves inside a long ns-3 call too: each in-process ns-3 engine under `sim` runs its calls in
-    chunks of about half a CPU second and reports its clock between two (`phantora.netsim.heartbeat`)."""
-    from phantora.netsim.heartbeat import attach, detach
+    chunks of about half a CPU second and reports its clock between two (`phantora.netsim.heartbeat`), and
+    decomposition workers report theirs from inside each round (the slowest one's clock, their events and CPU)."""
+    from phantora.netsim.heartbeat import attach, attach_beats, detach, detach_beats
 
     found = attach(sim, lambda ns: bar.beat(ns, lambda: engine_events(sim)))
+    pools = attach_beats(sim, lambda b: bar.beat(b.sim_ns, lambda: b.events, workers=b))  # (the workers' events)
     try:
         yield
     finally:
         detach(found)
+        detach_beats(pools)
 
 
 def engine_events(sim: NetworkSimulator) -> int | None:

@@ -22,6 +22,7 @@ from phantora.commands.scenario_option import add_scenario_option, check_run_sce
 from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.progress import NetworkLine
 from phantora.units import parse_time_ns
 
 
@@ -169,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         refuse_partition(engine.packet_used, PARTITION_REFUSALS["run" if args.jobs is None else "jobs"])
     check_run_scenario(args)
     env = storage_env(args.storage, args.shared_fs)
+    net = network_line(args, engine)
     cfg = RunConfig(
         script=args.script or "",
         args=list(args.script_args),
@@ -197,19 +199,27 @@ def run(args: argparse.Namespace) -> int:
         command=["phantora", *sys.argv[1:]],
         on_step=None
         if progress_mode(args) == "off"
-        else step_printer(every_step=bool(args.progress) or sys.stdout.isatty()),
+        else step_printer(
+            every_step=bool(args.progress) or sys.stdout.isatty(), before=None if net is None else net.clear
+        ),
+        on_network=None if net is None else net.show,
     )
     if args.jobs is not None:
         return run_jobs(args, cfg)
     if args.memory_check:
         cfg = memory_checked(cfg)
-    if args.record:
-        from phantora.egraph.live import record_run
+    try:
+        if args.record:
+            from phantora.egraph.live import record_run
 
-        report, graph = record_run(cfg, args.record)
+            report, graph = record_run(cfg, args.record)
+        else:
+            report = launch(cfg)
+    finally:
+        if net is not None:
+            net.clear()
+    if args.record:
         print(f"recorded an execution graph of {graph.world} ranks in {args.record} (phantora replay {args.record})")
-    else:
-        report = launch(cfg)
     if report.out_dir is not None and "scenario" in report.summary:
         from phantora.report.scenario_plot import plot_scenario_steps
 
@@ -295,9 +305,19 @@ def run_jobs(args: argparse.Namespace, cfg: Any) -> int:
     return 1 if any(j["status"] != "complete" for j in report.summary["jobs"]) else 0
 
 
-def step_printer(every_step: bool, every_s: float = 5.0) -> Callable[[dict[str, Any]], None]:
+def network_line(args: argparse.Namespace, engine: EngineSpec) -> NetworkLine | None:
+    """The packet network's progress from inside its long calls, on stderr (`phantora.progress.NetworkLine`: a
+    status line on a terminal, else a line every few seconds); None with the flow engine or no progress."""
+    mode = progress_mode(args)
+    return None if mode == "off" or engine.network != "ns3" else NetworkLine(mode)
+
+
+def step_printer(
+    every_step: bool, every_s: float = 5.0, before: Callable[[], None] | None = None
+) -> Callable[[dict[str, Any]], None]:
     """Progress: a line per finished step (`every_step`: a terminal, or --progress); otherwise (a log file, a
-    pipe) at most one per `every_s` seconds, so a long run's log stays short."""
+    pipe) at most one per `every_s` seconds, so a long run's log stays short. `before`: called before a line is
+    printed (the network's status line taken off the terminal)."""
     t0 = time.monotonic()
     last = [float("-inf")]
 
@@ -306,6 +326,8 @@ def step_printer(every_step: bool, every_s: float = 5.0) -> Callable[[dict[str, 
         if not every_step and now - last[0] < every_s:
             return
         last[0] = now
+        if before is not None:
+            before()
         who = f"job {line['job']} " if "job" in line else ""
         print(
             f"[phantora] {who}step {line['step']} done: {line['time_ns'] / 1e6:.3f} ms "

@@ -27,9 +27,9 @@ dies ends the run within about a second, named (`WorkerDiedError`); workers exit
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import gc
-import heapq
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -177,7 +177,9 @@ class DecomposedSimulator(RunsByCompletion):
         self._routes, self._piece_worker, n = self._layout()
         self._now = 0
         self._wtime = 0  # every completion at or before this ns is gathered (the workers ran that far)
-        self._buffer: list[tuple[int, int, Completion]] = []  # gathered completions not handed out: (end, id, c)
+        # gathered completions not handed out, (end, id, c) in order (a sorted list: a reply's are sorted in at once,
+        # each worker's already in end order, and handed out from the front a ns at a time)
+        self._buffer: list[tuple[int, int, Completion]] = []
         self._owner: dict[int, int] = {}  # flow id -> its worker, DRIVER for markers (they complete here)
         self._ends: dict[int, int] = {}  # flow id -> end ns, as gathered
         self._lb: dict[int, int] = {}  # unfinished flow -> the earliest ns it can complete (`_horizon`); only grows
@@ -248,6 +250,12 @@ class DecomposedSimulator(RunsByCompletion):
         """The workers' handles (the spawner's), in index order."""
         return self._pool.workers
 
+    @property
+    def beat_source(self) -> WorkerPool:
+        """The pool, which passes on its workers' progress from inside a round if it can (`on_beat`,
+        `phantora.netsim.heartbeat.attach_beats`)."""
+        return self._pool
+
     # ----- rounds ------------------------------------------------------------------------------
     def _round(self, horizon: int) -> None:
         """Hand every worker its new flows and gates and run all of them, in parallel, to `horizon` (INF_NS:
@@ -317,9 +325,9 @@ class DecomposedSimulator(RunsByCompletion):
             lb = lbs.get(c.flow_id, 0)
             if c.end_ns < lb:
                 raise PhantoraError(f"internal: flow {c.flow_id} ended at {c.end_ns} ns, before its bound {lb} ns")
-        if done:  # (one heapify for a reply, not a push per completion)
+        if done:  # (one sort for a reply: its completions come in end order, so the sort merges two runs)
             self._buffer += [(c.end_ns, c.flow_id, c) for c in done]
-            heapq.heapify(self._buffer)
+            self._buffer.sort()
         self._arrived(done)
 
     def _bounds(self, flat: list[int]) -> None:
@@ -384,7 +392,7 @@ class DecomposedSimulator(RunsByCompletion):
                     self._out[self._owner[fid]].gates.append([fid, p])
                 else:
                     c = Completion(g.id, p, p, g.size, g.src, g.dst, g.tag)
-                    heapq.heappush(self._buffer, (p, g.id, c))
+                    bisect.insort(self._buffer, (p, g.id, c))
                     markers.append(c)
             done = markers
 
@@ -556,7 +564,7 @@ class DecomposedSimulator(RunsByCompletion):
                 bare = f if len(cross) == len(f.deps) else f.with_deps(tuple(cross))
                 for m, p in self._rel.add([bare], a):
                     c = Completion(m.id, p, p, m.size, m.src, m.dst, m.tag)
-                    heapq.heappush(self._buffer, (p, m.id, c))
+                    bisect.insort(self._buffer, (p, m.id, c))
                     released.append(c)
                 continue
             self._check_post(f.id, a)
@@ -614,11 +622,14 @@ class DecomposedSimulator(RunsByCompletion):
             raise CausalityError(f"cannot advance to {until} ns: the network is already at {self._now} ns")
         self.keepalive()  # (the caller may step a long fluid stretch between rounds, one call per step)
         while True:
-            if self._buffer and self._buffer[0][0] <= min(self._wtime, until):
-                end = self._buffer[0][0]
-                got = []
-                while self._buffer and self._buffer[0][0] == end:
-                    got.append(heapq.heappop(self._buffer)[2])
+            buf = self._buffer
+            if buf and buf[0][0] <= min(self._wtime, until):
+                end = buf[0][0]
+                k, n = 1, len(buf)
+                while k < n and buf[k][0] == end:
+                    k += 1
+                got = [c for _, _, c in buf[:k]]
+                del buf[:k]
                 self._now = end
                 return got
             if until < INF_NS and self._wtime >= until:

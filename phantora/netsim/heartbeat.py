@@ -13,6 +13,10 @@ completion, so they also stop where the fabric falls idle). Only ns-3's `events`
 chunks' own stop events (as it counts every run call's), so it is not a figure of the simulation
 (`phantora.results.reproduce.NOT_SIMULATED`). tests/test_heartbeat.py compares every file of a run with and
 without it.
+
+An engine in another process reports the same way (`attach_beats`: a `phantora.progress.Beat` of its clock, events
+and CPU): a network server sends them to its peer as `progress` messages (`bridge.netserver`), and a decomposition
+driver's worker pool (an engine's `beat_source`) passes its workers' on, merged (`bridge.workers`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phantora.netsim.base import INF_NS
+from phantora.progress import Beat
 
 FIRST_CHUNK_NS = 10_000  # the first chunk: 10 us of simulated time (then sized from its CPU)
 
@@ -69,7 +74,14 @@ class Heartbeat:
 def engines(sim: Any) -> list[Any]:
     """The in-process ns-3 engines (`Ns3Simulator`, known by its `beatable`) under `sim`: itself, or below its
     packet side and wrappers (`packet`, `inner`, `engine`); not one writing a call script (not `beatable`)."""
+    return _walk(sim)[0]
+
+
+def _walk(sim: Any) -> tuple[list[Any], list[Any]]:
+    """`engines(sim)`, and the worker pools under `sim` that report their workers' beats (an engine's
+    `beat_source` with an `on_beat`)."""
     out: list[Any] = []
+    pools: list[Any] = []
     seen: set[int] = set()
     todo = [sim]
     while todo:
@@ -82,8 +94,12 @@ def engines(sim: Any) -> list[Any]:
             if beatable:
                 out.append(s)
             continue
+        pool = getattr(s, "beat_source", None)
+        if pool is not None and hasattr(pool, "on_beat"):
+            pools.append(pool)
+            continue
         todo.extend(getattr(s, name, None) for name in ("packet", "inner", "engine"))
-    return out
+    return out, pools
 
 
 def attach(sim: Any, report: Callable[[int], None]) -> list[Any]:
@@ -98,3 +114,40 @@ def attach(sim: Any, report: Callable[[int], None]) -> list[Any]:
 def detach(found: list[Any]) -> None:
     for e in found:
         e.heartbeat = None
+
+
+def attach_beats(sim: Any, report: Callable[[Beat], None], cpu0: float = 0.0, every_s: float = 0.5) -> list[Any]:
+    """`attach` with a `Beat` for `report` (chunks of about `every_s` CPU seconds): the engine's clock, the events
+    of every in-process ns-3 engine under `sim` and this process's CPU seconds since `cpu0`; and every worker pool
+    under `sim` passes its workers' beats to `report` (merged, at most every `every_s`: `bridge.workers`). Returns
+    what `detach_beats` undoes."""
+    found, pools = _walk(sim)
+    mine = [e for e in found if e.heartbeat is None]
+    if mine:
+
+        def beat(ns: int) -> None:
+            report(Beat(ns, sum(e.event_count() for e in found), time.process_time() - cpu0))
+
+        for e in mine:
+            e.heartbeat = Heartbeat(beat, target_s=every_s)
+    free = [p for p in pools if p.on_beat is None]
+    for p in free:
+        p.on_beat, p.beat_s = report, every_s
+    return [*mine, *free]
+
+
+def beat_now(found: list[Any], cpu0: float = 0.0) -> Beat | None:
+    """A `Beat` of the in-process ns-3 engines among what `attach_beats` returned (their clock, events, this
+    process's CPU seconds since `cpu0`), for a report at the end of a call; None without one."""
+    mine = [e for e in found if not hasattr(e, "on_beat")]
+    if not mine:
+        return None
+    return Beat(min(e.now() for e in mine), sum(e.event_count() for e in mine), time.process_time() - cpu0)
+
+
+def detach_beats(found: list[Any]) -> None:
+    for e in found:
+        if hasattr(e, "on_beat"):
+            e.on_beat = None
+        else:
+            e.heartbeat = None

@@ -541,6 +541,10 @@ class Ns3Simulator:
     def in_flight(self) -> int:
         return int(self._net.InFlight())
 
+    def event_count(self) -> int:
+        """ns-3's events so far: `stats()["events"]` without the rest (a heartbeat's report reads it)."""
+        return next(int(p.second) for p in self._net.Stats() if p.first in (b"events", "events"))
+
     @property
     def beatable(self) -> bool:
         """Whether a heartbeat may cut its run calls into chunks: not while a call script records every run call

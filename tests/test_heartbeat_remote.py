@@ -1,0 +1,178 @@
+"""The network's progress from another process (issue 38): a network server behind `phantora run`, decomposition
+workers. Their ns-3 calls run in chunks (`phantora.netsim.heartbeat`) and `progress` messages come out between two
+(`bridge.netserver`), passed on by the coordinator to the launcher or, for workers, merged by their pool
+(`bridge.workers`). The results are the ones without the display.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.protocol import decode, encode
+from phantora.progress import Beat, NetworkLine
+
+
+def test_a_beat_crosses_the_wire_and_the_network_line_shows_it() -> None:
+    beat = Beat(4_210_000, 2_171_842, 7.0, workers=2, slowest=1)
+    msg = decode(encode("progress", beat.sim_ns, **beat.fields()))
+    assert msg.type == "progress" and Beat.from_fields(msg.fields) == beat
+    assert beat.text() == "simulated 4.210 ms, 2,171,842 events (310.3 k per CPU s, 7.0 CPU s), 2 workers (slowest: 1)"
+    out = io.StringIO()
+    lines = NetworkLine("lines", every_s=3600, file=out)
+    lines.show(beat)  # the first one is shown, the next not before an hour
+    lines.show(Beat(5_000_000, 3_000_000, 8.0))
+    assert out.getvalue().startswith("[phantora] network: simulated 4.210 ms, 2,171,842 events") and lines.shown == 1
+    assert out.getvalue().endswith(" elapsed\n") and out.getvalue().count("\n") == 1
+    out = io.StringIO()
+    bar = NetworkLine("bar", every_s=0, file=out)
+    bar.show(beat)
+    bar.clear()
+    bar.clear()  # nothing drawn: nothing to clear
+    assert out.getvalue().startswith("\r[phantora] network: ") and out.getvalue().endswith("\x1b[K\r\x1b[K")
+    assert "\n" not in out.getvalue()
+    NetworkLine("off", every_s=0, file=out).show(beat)
+    with pytest.raises(ValueError, match="progress mode"):
+        NetworkLine("loud")
+
+
+def _live(tmp_path: Path, progress: bool, out: Path | None = None) -> tuple[Any, list[Beat]]:
+    """tests/test_bridge_ns3.py's small mix of collectives, live (a replay rank per GPU) on an ns-3 network server,
+    with or without its progress (chunks of about 1 CPU ms, a message at most every 1 ms); files written to `out`."""
+    from bridge.run import CosimRun
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.packet_config import PacketConfig
+    from phantora.topology.generators import leaf_spine
+    from tests.test_bridge_ns3 import WORKLOAD
+
+    topo = leaf_spine(2, 2, 1, nic_rate="100Gbps", latency="1us")
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(WORKLOAD))
+    beats: list[Beat] = []
+    res = CosimRun(
+        topo,
+        EngineSpec("ns3", PacketConfig(cc="dcqcn")),
+        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(path)],
+        timeout_s=600,
+        on_progress=beats.append if progress else None,
+        progress_s=0.001,
+        out_dir=out,
+    ).run()
+    return res, beats
+
+
+@pytest.mark.ns3
+def test_a_network_server_behind_a_live_run_reports_its_progress(tmp_path: Path, ns3_lib: Any) -> None:
+    res, beats = _live(tmp_path, True)
+    assert len(beats) >= 3
+    clocks = [b.sim_ns for b in beats]
+    assert clocks == sorted(clocks) and clocks[-1] > clocks[0] > 0 and clocks[-1] <= res.makespan_ns
+    events = [b.events for b in beats]
+    assert events == sorted(events) and events[-1] <= res.engine_stats["events"]
+    assert all(b.cpu_s > 0 and b.workers == 0 and b.slowest == -1 for b in beats)
+
+
+NOT_SIMULATED = {"events", "server_cpu_s"}  # ns-3's counter counts the chunks' stops too; the server's CPU
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_a_live_run_writes_the_same_files_with_the_network_progress(tmp_path: Path, ns3_lib: Any) -> None:
+    """The same live run without and with the server's progress: every file the network writes byte for byte,
+    every collective's times and the engine's counters but its events the same."""
+    runs = {}
+    for progress in (False, True):
+        out = tmp_path / f"progress-{progress}"
+        out.mkdir()
+        res, beats = _live(tmp_path, progress, out)
+        assert bool(beats) == progress
+        runs[progress] = (res, out)
+    (quiet, qdir), (shown, sdir) = runs[False], runs[True]
+    files = sorted(f.name for f in qdir.iterdir() if f.suffix == ".csv")
+    assert {"flows.csv", "links.csv", "pfc.csv"} <= set(files)
+    assert files == sorted(f.name for f in sdir.iterdir() if f.suffix == ".csv")
+    for name in files:
+        assert (qdir / name).read_bytes() == (sdir / name).read_bytes(), name
+    assert quiet.collectives == shown.collectives and quiet.makespan_ns == shown.makespan_ns
+    stats = {k: v for k, v in quiet.engine_stats.items() if k not in NOT_SIMULATED}
+    assert stats == {k: v for k, v in shown.engine_stats.items() if k not in NOT_SIMULATED}
+
+
+@pytest.mark.ns3
+def test_decomposition_workers_beats_reach_the_driver(ns3_lib: Any) -> None:
+    """tests/test_decompose.py's rail DAG on workers=2 with the display's beats (chunks of about 1 CPU ms): they
+    come merged from both workers (the slowest one's clock, which only grows), and every completion is one
+    engine's."""
+    from bridge.workers import spawn_workers
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.heartbeat import attach_beats, detach_beats
+    from phantora.netsim.packet_config import PacketConfig
+    from tests.test_decompose import SETTINGS, rail_dag, tiny
+
+    topo = tiny()
+    flows = rail_dag(topo, stages=2)
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+    one.submit(flows, 0)
+    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
+    one.close()
+    sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
+    beats: list[Beat] = []
+    try:
+        found = attach_beats(sim, beats.append, every_s=0.001)
+        assert len(found) == 1 and found[0].on_beat is not None  # the pool (no ns-3 engine in this process)
+        sim.submit(flows, 0)
+        got = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+        detach_beats(found)
+        assert found[0].on_beat is None
+    finally:
+        sim.close()
+    assert got == want
+    assert beats, "no beat from the workers"
+    assert all(b.workers == 2 and b.slowest in (0, 1) and b.events > 0 and b.cpu_s > 0 for b in beats)
+    clocks = [b.sim_ns for b in beats]
+    assert clocks == sorted(clocks) and clocks[-1] <= max(end for _, _, end in want)
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_stepped_partition_workers_beat_between_rounds(tmp_path: Path) -> None:
+    """tests/test_partition_fluid.py's all-to-all + all-reduce on the small rail fabric, fluid NVLink, 2 stepped
+    partition workers, with a beat asked at every round (`beat_s` 0): beats with both workers' events and the
+    busiest of them, their clock and events growing, and every completion the run's without them."""
+    import dataclasses
+
+    from bridge.cut_pool import run_partitioned_batches
+    from bridge.cut_stepped_start import spawn_stepped
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.heartbeat import attach_beats
+    from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig
+    from phantora.replay import replay_inprocess
+    from phantora.workload import load_workload
+    from tests.test_partition_fluid import RAIL, tiny_workload
+
+    wl = load_workload(tiny_workload(tmp_path / "tiny.toml"), world=RAIL.num_ranks)
+    cfg = PacketConfig(cc="dcqcn", scheduler=KEYED_SCHEDULER, nvlink="fluid", queue_sample_ns=0, partition=2)
+    runs = {}
+    for beat in (False, True):
+        sim = make_engine(EngineSpec("ns3", cfg), RAIL, partitioner=run_partitioned_batches, stepper=spawn_stepped)
+        beats: list[Beat] = []
+        try:
+            if beat:
+                assert len(attach_beats(sim, beats.append, every_s=0.0)) == 1  # the stepped pool
+            res = replay_inprocess(wl, RAIL, sim)
+        finally:
+            sim.close()
+        runs[beat] = (sorted(dataclasses.astuple(c) for c in res.completions), beats)
+    (quiet, none), (shown, beats) = runs[False], runs[True]
+    assert shown == quiet and not none
+    assert len(beats) > 1 and all(b.workers == 2 and b.slowest in (0, 1) and b.cpu_s > 0 for b in beats)
+    for field in ("sim_ns", "events"):
+        seq = [getattr(b, field) for b in beats]
+        assert seq == sorted(seq) and seq[-1] > seq[0]
