@@ -11,17 +11,23 @@ CPU is read off its replies and moves with the machine's load. Here:
     .venv/bin/python bench/replay_worker_rounds.py critical /tmp/rounds
     # one engine on the same DAG (submit + drain, CPU and key), for the ratio
     .venv/bin/python bench/replay_worker_rounds.py engine --bytes 64MiB
+    # the driver alone against the dump's replies (no worker process): its messages checked byte for byte
+    .venv/bin/python bench/replay_worker_rounds.py driver /tmp/rounds
 
-Every reply of a replay is checked against the live run's (sha256 of its completions, bounds, now, next event and
-flows in flight): a change that alters what a worker answers fails here first.
+Each process runs under the cyclic collector's run policy once set up (`use_run_policy`), as a `phantora` command and
+a worker do. Every reply of a replay is checked against the live run's (sha256 of its completions, bounds, now, next
+event and flows in flight): a change that alters what a worker answers fails here first.
 
 Instructions instead of CPU seconds (load-independent; `perf stat -e instructions:u` needs hardware counters, which
 a virtual machine may not give): with `--marks`, each subcommand calls ``os.getppid()`` between its parts (nothing
 else here calls it), so under ``valgrind --tool=callgrind --dump-before=getppid --callgrind-out-file=cg.%p`` each
 part is one dump file; ``cgparts FILES`` reads their totals (instructions executed, user mode). The parts: `engine`
-set-up | submit + drain | rest; `dump` set-up | first submit until the books | the books (they run while the
-workers place their flows) | the rest of the submit and the drain | rest; `replay` set-up | one part per message |
-rest (the replies are checked there, after the rounds: the worker's parts hold only what it does).
+set-up | submit + drain | rest; `dump` and `driver` set-up | first submit until the books | the books (they run while
+the workers place their flows) | the rest of the submit and the drain | rest; `replay` set-up | one part per message |
+rest (the replies are checked there, after the rounds: the worker's parts hold only what it does). ``cgcrit DIR
+--driver D --worker W0 W1 --engine E`` (each a directory of such dump files) sums the critical path on free cores:
+the driver's first submit + max(its books, the busiest worker's first round) + per later round its busiest worker +
+the driver's rest (the driver waits while its workers run a round: nothing else of it overlaps them).
 """
 
 from __future__ import annotations
@@ -45,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_decompose import fsdp_dag
 
-from bridge.columns import completions_from_columns
+from bridge.columns import completions_from_columns, completions_to_columns
 from bridge.netserver import NetServer
-from bridge.protocol import MAX_MESSAGE_BYTES, decode
+from bridge.protocol import MAX_MESSAGE_BYTES, decode, encode
 from bridge.runspec import RunSpec
 from bridge.workers import post_message, spawn_workers, worker_spec
 from phantora.netsim.base import Completion
@@ -55,6 +61,7 @@ from phantora.netsim.decompose import Outbox, RoundReply, WorkerPool
 from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
+from phantora.netsim.gc_pause import use_run_policy
 from phantora.netsim.packet_config import PacketConfig, apply_overrides
 from phantora.topology.loader import load_topology
 from phantora.units import parse_size_bytes
@@ -87,11 +94,23 @@ def _submit_drain(sim: Any, flows: list[Any], marks: Callable[[], Any]) -> tuple
     return done, cpu
 
 
-class _Recorder:
-    """A worker pool that keeps each round's messages and the digests of the replies (the pool does the work)."""
+def reply_message(reply: RoundReply) -> bytes:
+    """A worker's reply to a round as it sent it (`bridge.netserver`'s "posted"; its CPU and wall as it read them)."""
+    done = completions_to_columns(reply.completions)
+    return encode(
+        "posted", reply.now, now=reply.now, in_flight=reply.in_flight, next=reply.next_event, done=done,
+        bounds=reply.bounds, cpu=reply.cpu, wall=reply.wall,
+    )  # fmt: skip
 
-    def __init__(self, pool: WorkerPool, rounds: list[list[list[Any]]], digests: list[list[str]]) -> None:
-        self.pool, self.rounds, self.digests, self.count = pool, rounds, digests, 0
+
+class _Recorder:
+    """A worker pool that keeps each round's messages, the replies in the order they came and their digests (the
+    pool does the work)."""
+
+    def __init__(
+        self, pool: WorkerPool, rounds: list[list[list[Any]]], digests: list[list[str]], replies: list[list[Any]]
+    ) -> None:
+        self.pool, self.rounds, self.digests, self.replies, self.count = pool, rounds, digests, replies, 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.pool, name)
@@ -100,11 +119,78 @@ class _Recorder:
         for i, (t, out, until) in posts.items():
             self.rounds[i].append([self.count, post_message(t, out, until)])
         self.count += 1
+        got: list[Any] = []
+        self.replies.append(got)
         for i, reply in self.pool.round(posts):
             self.digests[i].append(
                 reply_digest(reply.completions, reply.bounds, reply.now, reply.next_event, reply.in_flight)
             )
+            got.append([i, reply_message(reply)])
             yield i, reply
+
+
+class _Replayed:
+    """A worker pool of none: each round's messages checked byte for byte against a dump's, its replies served from
+    the dump in the order they came (decoded as the driver decodes a worker's)."""
+
+    def __init__(self, d: Path) -> None:
+        n = len(json.loads((d / "meta.json").read_text())["replies"])
+        self.workers = [argparse.Namespace(index=i, pid=0, pieces=[]) for i in range(n)]
+        self.curve = False
+        self.messages = [dict(map(tuple, _unpacked(d / f"rounds.w{i}.msgpack"))) for i in range(n)]
+        self.replies = _unpacked(d / "replies.msgpack")
+        self.count = 0
+        self.unequal: list[tuple[int, int]] = []  # (round, worker) whose message differs from the dump's
+
+    def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
+        r = self.count
+        self.count += 1
+        for i, (t, out, until) in posts.items():
+            if post_message(t, out, until) != self.messages[i].get(r):
+                self.unequal.append((r, i))
+        if sorted(posts) != sorted(i for i, _ in self.replies[r]):
+            raise SystemExit(f"driver: round {r} goes to workers {sorted(posts)}, the dump's to others")
+        return ((i, _reply(decode(raw, MAX_MESSAGE_BYTES))) for i, raw in self.replies[r])
+
+    def stats(self, index: int) -> dict[str, object]:
+        return {}
+
+    def records(self, index: int, now: int, elapsed: int) -> dict[str, list[Any]]:
+        return {}
+
+    def keepalive(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _reply(msg: Any) -> RoundReply:
+    """A worker's "posted" message as the driver's pool reads it (`bridge.workers.ServerPool._replies`)."""
+    done = completions_from_columns(msg["done"])
+    return RoundReply(done, msg["bounds"], msg["cpu"], msg["wall"], msg["now"], msg["next"], msg["in_flight"])
+
+
+def _unpacked(path: Path) -> Any:
+    return msgpack.unpackb(path.read_bytes(), raw=False)
+
+
+def _driven(
+    sim: HybridDecomposedSimulator, flows: list[Any], marks: Callable[[], Any]
+) -> tuple[list[Completion], float]:
+    """`_submit_drain` of the driver, with a mark before and after the books of a large batch (the workers place
+    their flows meanwhile)."""
+    book: Callable[..., None] = sim._book
+
+    def marked_book(*a: Any, handed: bool) -> None:
+        if handed:
+            marks()
+        book(*a, handed=handed)
+        if handed:
+            marks()
+
+    sim._book = marked_book  # type: ignore[method-assign,assignment]
+    return _submit_drain(sim, flows, marks)
 
 
 def _config(args: argparse.Namespace, workers: int = 0) -> PacketConfig:
@@ -121,29 +207,22 @@ def dump(args: argparse.Namespace) -> None:
     config = _config(args, args.workers)
     rounds: list[list[list[Any]]] = []
     digests: list[list[str]] = []
+    replies: list[list[Any]] = []
 
     def spawner(topology: Any, cfg: PacketConfig, assignment: list[list[int]], *sides: str) -> WorkerPool:
         for i in range(len(assignment)):
             rounds.append([])
             digests.append([])
             (out / f"setup.w{i}.msgpack").write_bytes(worker_spec(topology, cfg, *sides).to_bytes())
-        return _Recorder(spawn_workers(topology, cfg, assignment, *sides), rounds, digests)  # type: ignore[return-value]
+        pool = spawn_workers(topology, cfg, assignment, *sides)
+        return _Recorder(pool, rounds, digests, replies)  # type: ignore[return-value]
 
-    marks = MARK if args.marks else (lambda: 0)
     sim = HybridDecomposedSimulator(topo, config, spawner)
-    book: Callable[..., None] = sim._book
-
-    def marked_book(*a: Any, handed: bool) -> None:  # the books of a large batch, while the workers place it
-        if handed:
-            marks()
-        book(*a, handed=handed)
-        if handed:
-            marks()
-
-    sim._book = marked_book  # type: ignore[method-assign,assignment]
-    done, cpu = _submit_drain(sim, flows, marks)
+    use_run_policy()  # (as a `phantora` command's process runs)
+    done, cpu = _driven(sim, flows, MARK if args.marks else (lambda: 0))
     for i, rs in enumerate(rounds):
         (out / f"rounds.w{i}.msgpack").write_bytes(msgpack.packb(rs, use_bin_type=True))
+    (out / "replies.msgpack").write_bytes(msgpack.packb(replies, use_bin_type=True))
     key = run_key(done)
     meta = {"topology": args.topology, "bytes": args.bytes, "key": key, "rounds": sim.rounds, "replies": digests}
     (out / "meta.json").write_text(json.dumps(meta))
@@ -159,6 +238,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     want = json.loads((d / "meta.json").read_text())["replies"][args.worker]
     engine = make_engine(spec.engine, spec.topology)
     server = NetServer(None, engine, "", {}, MAX_MESSAGE_BYTES)  # type: ignore[arg-type]
+    use_run_policy()  # (as the worker's process runs once its engine is built: bridge/netserver.py)
     marks = MARK if args.marks else (lambda: 0)
     prof = None
     if args.profile:
@@ -194,6 +274,23 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     return {"worker": args.worker, "cpu": {str(k): v for k, v in cpu.items()}, "equal": equal}
 
 
+def driver(args: argparse.Namespace) -> None:
+    """The driver of the dump's run alone, its workers' replies served from the dump: every message checked."""
+    d = Path(args.dir)
+    meta = json.loads((d / "meta.json").read_text())
+    topo = load_topology(meta["topology"])
+    flows = fsdp_dag(topo, parse_size_bytes(meta["bytes"]))
+    pool = _Replayed(d)
+    sim = HybridDecomposedSimulator(topo, _config(args, len(pool.workers)), lambda *a: pool)
+    use_run_policy()
+    done, cpu = _driven(sim, flows, MARK if args.marks else (lambda: 0))
+    key = run_key(done)
+    equal = not pool.unequal and pool.count == len(pool.replies) and key == meta["key"]
+    first = f"; first unequal (round, worker) {pool.unequal[0]}" if pool.unequal else ""
+    print(f"driver: {pool.count} rounds (the dump's {len(pool.replies)}), key {key}, {cpu:.3f} CPU s; ", end="")
+    print(f"messages and key equal: {equal}{first}")
+
+
 def critical(args: argparse.Namespace) -> None:
     """Every worker replayed in a process of its own; per round its busiest worker's CPU, summed."""
     n = len(json.loads((Path(args.dir) / "meta.json").read_text())["replies"])
@@ -216,22 +313,55 @@ def engine(args: argparse.Namespace) -> None:
     topo = load_topology(args.topology)
     flows = fsdp_dag(topo, parse_size_bytes(args.bytes))
     sim = make_engine(EngineSpec("ns3", _config(args)), topo)
+    use_run_policy()  # (as a `phantora` command's process runs)
     done, cpu = _submit_drain(sim, flows, MARK if args.marks else (lambda: 0))
     print(f"one engine: {len(flows)} flows, {cpu:.2f} CPU s, key {run_key(done)}")
 
 
-def cgparts(args: argparse.Namespace) -> None:
+def _parts(files: list[str]) -> list[int]:
     """The instructions of each callgrind dump file (`totals:`), in part order."""
     parts = []
-    for f in args.files:
+    for f in files:
         text = Path(f).read_text(errors="replace")
         part = re.search(r"^part: (\d+)", text, re.M)
         total = re.search(r"^totals: (\d+)", text, re.M)
         if total is None:
             raise SystemExit(f"cgparts: {f}: no 'totals:' line (not a callgrind output file)")
         parts.append((int(part.group(1)) if part else 0, int(total.group(1))))
-    parts.sort()
-    print(json.dumps([t for _, t in parts]))
+    return [t for _, t in sorted(parts)]
+
+
+def cgparts(args: argparse.Namespace) -> None:
+    print(json.dumps(_parts(args.files)))
+
+
+def cgcrit(args: argparse.Namespace) -> None:
+    """The critical path in instructions from callgrind dump directories (module docstring), against one engine."""
+    d = Path(args.dir)
+    drv = _parts([str(p) for p in Path(args.driver).glob("cg.*")])
+    if len(drv) != 5:
+        raise SystemExit(f"cgcrit: {args.driver}: {len(drv)} parts, not a marked driver run's 5")
+    first, books, rest = drv[1], drv[2], drv[3]
+    per: list[dict[int, int]] = []
+    for i, w in enumerate(args.worker):
+        msgs = _unpacked(d / f"rounds.w{i}.msgpack")
+        parts = _parts([str(p) for p in Path(w).glob("cg.*")])
+        if len(parts) != len(msgs) + 2:
+            raise SystemExit(f"cgcrit: {w}: {len(parts)} parts for {len(msgs)} messages (+ set-up and rest)")
+        per.append({r: parts[k + 1] for k, (r, _) in enumerate(msgs)})
+    rounds = sorted({r for p in per for r in p})
+    busiest = [max(p.get(r, 0) for p in per) for r in rounds]
+    path = first + max(books, busiest[0]) + sum(busiest[1:]) + rest
+    g = 1e9
+    print(f"driver: first submit {first / g:.3f} G, books {books / g:.3f} G, rest {rest / g:.3f} G")
+    print(f"workers: {' / '.join(f'{sum(p.values()) / g:.3f}' for p in per)} G, busiest per round summed "
+          f"{sum(busiest) / g:.3f} G (first round {busiest[0] / g:.3f} G)")  # fmt: skip
+    line = f"critical path {first / g:.3f} + max({books / g:.3f}, {busiest[0] / g:.3f}) + {sum(busiest[1:]) / g:.3f}"
+    print(f"{line} + {rest / g:.3f} = {path / g:.3f} G", end="")
+    if args.engine:
+        one = _parts([str(p) for p in Path(args.engine).glob("cg.*")])[1]
+        print(f"; one engine {one / g:.3f} G: {one / path:.3f}x (1.7x allows {one / 1.7 / g:.3f} G)", end="")
+    print()
 
 
 def main() -> None:
@@ -255,6 +385,16 @@ def main() -> None:
     p.add_argument("--marks", action="store_true")
     p = sub.add_parser("critical")
     p.add_argument("dir")
+    p = sub.add_parser("driver")
+    p.add_argument("dir")
+    p.add_argument("--cc", default="dcqcn")
+    p.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us")
+    p.add_argument("--marks", action="store_true")
+    p = sub.add_parser("cgcrit")
+    p.add_argument("dir", help="the dump")
+    p.add_argument("--driver", required=True, help="callgrind files of `driver DIR --marks`")
+    p.add_argument("--worker", nargs="+", required=True, help="callgrind files of `replay DIR --worker I --marks`")
+    p.add_argument("--engine", help="callgrind files of `engine --marks`")
     p = sub.add_parser("cgparts")
     p.add_argument("files", nargs="+")
     args = ap.parse_args()
@@ -263,7 +403,8 @@ def main() -> None:
         if args.json:
             print(json.dumps(got))
     else:
-        {"dump": dump, "engine": engine, "critical": critical, "cgparts": cgparts}[args.cmd](args)
+        cmds = {"dump": dump, "engine": engine, "critical": critical, "driver": driver, "cgparts": cgparts}
+        {**cmds, "cgcrit": cgcrit}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import gc
+import operator
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, Protocol
 
 from phantora.errors import PhantoraError
@@ -64,6 +67,7 @@ HAND_OVER_MIN = 4096
 # each worker after placing it: otherwise every full pass, each time a quarter more objects survive, walks them all
 # (0.2-0.4 CPU s of the driver's serial part on bench_decompose's 64 MiB hierarchical DAG, none of it collected).
 FREEZE_MIN = HAND_OVER_MIN
+_drop: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end, keeping nothing
 WORKER_PEER_TIMEOUT_S = 120.0  # a worker exits after this much silence from us (we also heartbeat it)
 CALL_TIMEOUT_S = 3600.0  # one round may legitimately run this long
 KEEPALIVE_S = 0.5  # the driver's heartbeats to its workers go out at most this often (their limit is minutes)
@@ -321,12 +325,14 @@ class DecomposedSimulator(RunsByCompletion):
     def _gathered(self, done: list[Completion]) -> None:
         """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out."""
         lbs = self._lb
-        for c in done:
-            lb = lbs.get(c.flow_id, 0)
-            if c.end_ns < lb:
-                raise PhantoraError(f"internal: flow {c.flow_id} ended at {c.end_ns} ns, before its bound {lb} ns")
+        ids = [c.flow_id for c in done]
+        ends = [c.end_ns for c in done]
+        if any(map(operator.lt, ends, map(lbs.get, ids, repeat(0)))):  # (per completion: at C speed)
+            c = next(c for c in done if c.end_ns < lbs.get(c.flow_id, 0))
+            lb = lbs[c.flow_id]
+            raise PhantoraError(f"internal: flow {c.flow_id} ended at {c.end_ns} ns, before its bound {lb} ns")
         if done:  # (one sort for a reply: its completions come in end order, so the sort merges two runs)
-            self._buffer += [(c.end_ns, c.flow_id, c) for c in done]
+            self._buffer += zip(ends, ids, done, strict=True)
             self._buffer.sort()
         self._arrived(done)
 
@@ -355,14 +361,13 @@ class DecomposedSimulator(RunsByCompletion):
         """Record ends; open the gates and complete the markers they release (markers may release more)."""
         lbs, step, waiting = self._lb, self._step, self._dependents
         while done:
-            for c in done:  # (first all ends, so that no flow done here has its bound raised below)
-                self._ends[c.flow_id] = c.end_ns
-                lbs.pop(c.flow_id, None)
-                step.pop(c.flow_id, None)
-                w = self._owner[c.flow_id]
-                if w != DRIVER:
-                    self._unfinished[w].discard(c.flow_id)
-                    self._ext.discard(c.flow_id)
+            ids = [c.flow_id for c in done]  # (first all ends, so that no flow done here has its bound raised below;
+            self._ends.update(zip(ids, [c.end_ns for c in done], strict=True))  # per completion: at C speed)
+            _drop(map(lbs.pop, ids, repeat(None)))
+            _drop(map(step.pop, ids, repeat(None)))
+            for unfinished in self._unfinished:  # (a marker's id is in none: its owner is the driver)
+                unfinished.difference_update(ids)
+            self._ext.difference_update(ids)
             for c in done if self.raises_dependents else ():
                 for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
                     s = step.get(j)
