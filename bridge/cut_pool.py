@@ -51,6 +51,7 @@ from phantora.netsim.observe import (
 )
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.record_order import RecordKey, merge_by_key, merge_queue_samples
+from phantora.progress import Beat
 from phantora.topology.model import Topology
 
 # stats that are a peak or a property of the whole fabric in each worker: merged by the largest, not added
@@ -95,7 +96,7 @@ def _start(i: int, root: Path, setup: dict[str, Any], token: str) -> tuple[subpr
             [sys.executable, "-m", "bridge.cut_worker", "--setup", str(path)],
             env={**os.environ, "PHANTORA_TOKEN": token},
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if setup.get("beat") else subprocess.DEVNULL,  # (its beats, `_Beats`)
             stderr=err,
         )
     return proc, log
@@ -116,11 +117,15 @@ def run_partitioned_batches(
     until: int | None = None,
     dports: Mapping[int, int] | None = None,
     to_last_completion: bool = False,
+    on_beat: Callable[[Beat], None] | None = None,
+    beat_s: float = 0.5,
 ) -> PartitionResult:
     """`run_partitioned` with each batch submitted at its own time (ns, as `Ns3Simulator.submit` takes it, all
     before the run starts); `dports` labels fct.txt records (flow id -> HPCC destination port);
     `to_last_completion` (with no `until`): the workers stop after the ns of the last completion, as one engine's
-    drain (a replay), not at the last ACK (one engine's `finish()`, what netsim runs)."""
+    drain (a replay), not at the last ACK (one engine's `finish()`, what netsim runs). `on_beat` (local workers): a
+    progress display's, given the workers' beats from inside their window loops, merged (`_Beats`), at most every
+    `beat_s`."""
     config = config.validate()
     n = config.partition
     if n < 1:
@@ -133,13 +138,14 @@ def run_partitioned_batches(
     for g in range(n):
         spec = EngineSpec(network="ns3", packet=config.with_updates(partition_worker=g), side="packet")
         setups.append({"topology": topology_to_dict(topology), "engine": spec.to_dict(), "batches": wire,
-                       "dports": ports, "until": until, "finish": to_last_completion})  # fmt: skip
+                       "dports": ports, "until": until, "finish": to_last_completion,
+                       "beat": beat_s if on_beat is not None and not config.ray else 0.0})  # fmt: skip
     if config.ray:
         from bridge.cut_ray import run_on_ray
 
         outs = run_on_ray(config.ray, setups, token, config.partition_timeout_s)
     else:
-        outs = _run_local(setups, token, config.partition_timeout_s)
+        outs = _run_local(setups, token, config.partition_timeout_s, on_beat, beat_s)
     posts = {f.id: (at, f.deps, f.delay_ns) for at, batch in batches for f in batch if f.deps}
     res = _merge(outs, time.perf_counter() - wall0, topology, posts)
     res.stats["flows_submitted"] = sum(len(b) for _, b in batches)  # each worker counts the flows it has an end of
@@ -161,27 +167,80 @@ class _Local:
         return last_words(self.log)
 
 
-def _run_local(setups: list[dict[str, Any]], token: str, timeout_s: float) -> list[dict[str, Any]]:
-    """Run the workers as local processes in a private run directory (ipc sockets); their outputs."""
+class _Beats:
+    """The workers' beats (`bridge.cut_worker`: msgpack [clock ns, events, CPU ns] on its stdout pipe), read without
+    waiting at each poll and passed on merged at most every `every_s`: the least clock (the workers run their
+    windows together), the events and CPU seconds summed, the busiest worker (the most CPU)."""
+
+    def __init__(
+        self, procs: Sequence[subprocess.Popen[bytes]], on_beat: Callable[[Beat], None], every_s: float
+    ) -> None:
+        self.on_beat, self.every_s = on_beat, every_s
+        self.fds = [p.stdout.fileno() if p.stdout is not None else -1 for p in procs]
+        for fd in self.fds:
+            if fd >= 0:
+                os.set_blocking(fd, False)
+        self.readers = [msgpack.Unpacker(raw=False, max_buffer_size=1 << 20) for _ in procs]
+        self.last: list[list[int] | None] = [None] * len(procs)
+        self.sent = float("-inf")
+
+    def __call__(self) -> None:
+        for i, fd in enumerate(self.fds):
+            while fd >= 0:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    self.fds[i] = -1  # (it exited)
+                    break
+                self.readers[i].feed(chunk)
+                for beat in self.readers[i]:
+                    if isinstance(beat, list) and len(beat) == 3 and all(isinstance(x, int) for x in beat):
+                        self.last[i] = beat
+        got = [(i, b) for i, b in enumerate(self.last) if b is not None]
+        now = time.monotonic()
+        if not got or now - self.sent < self.every_s:
+            return
+        self.sent = now
+        busiest = max(got, key=lambda ib: ib[1][2])[0]
+        clock = min(b[0] for _, b in got)
+        self.on_beat(Beat(clock, sum(b[1] for _, b in got), sum(b[2] for _, b in got) / 1e9, len(self.last), busiest))
+
+
+def _run_local(
+    setups: list[dict[str, Any]],
+    token: str,
+    timeout_s: float,
+    on_beat: Callable[[Beat], None] | None = None,
+    beat_s: float = 0.5,
+) -> list[dict[str, Any]]:
+    """Run the workers as local processes in a private run directory (ipc sockets); their outputs (`on_beat`: given
+    their beats, `_Beats`)."""
     root = make_run_dir()
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
         for g, setup in enumerate(setups):
             procs.append(_start(g, root, {**setup, "run_dir": str(root), "out": str(root / f"w{g}" / "out.msgpack")},
                                 token))  # fmt: skip
-        _wait(procs, timeout_s)
+        tick = None if on_beat is None else _Beats([p for p, _ in procs], on_beat, beat_s)
+        _wait(procs, timeout_s, tick)
         return [msgpack.unpackb((root / f"w{g}" / "out.msgpack").read_bytes(), raw=False) for g in range(len(setups))]
     finally:
         for proc, _ in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
         remove_run_dir(root)
 
 
-def _wait(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float) -> None:
+def _wait(
+    procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float, tick: Callable[[], None] | None = None
+) -> None:
     """Wait for every local worker, at most `timeout_s`; the first to fail ends the run, named."""
-    wait_workers([_Local(proc, log) for proc, log in procs], timeout_s)
+    wait_workers([_Local(proc, log) for proc, log in procs], timeout_s, tick=tick)
 
 
 def _merge(

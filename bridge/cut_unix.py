@@ -180,6 +180,14 @@ class UnixPeers:
                 raise BridgeError(str(e), code=E_TIMEOUT) from None
             raise BridgeError(str(e)) from None
 
+    def beat_to(self, fd: int, every_s: float) -> bool:
+        """Where the C++ loop runs (`native`): a progress beat to `fd` after a window once `every_s` CPU seconds
+        passed since the last (``PhantoraCutPeers::SetBeat``); False where the Python loop runs (no beat)."""
+        if not self.native:
+            return False
+        self._handle().SetBeat(fd, max(1, int(every_s * 1e9)))
+        return True
+
     def warm_up_native(self, net: Any) -> None:
         """Where the C++ loop runs (`native`), hand the sockets over now and call it once doing nothing
         (`cut_native.warm_up`): cppyy's first calls (about 0.2 CPU s), kept out of the first round's figures as the

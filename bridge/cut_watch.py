@@ -4,7 +4,7 @@ processes, `bridge.cut_ray` for Ray actors)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from phantora.netsim.decompose import WorkerDiedError
@@ -23,12 +23,17 @@ class Watched(Protocol):
         """The last lines of its log, or ""."""
 
 
-def wait_workers(workers: Sequence[Watched], timeout_s: float, interval_s: float = 0.01) -> None:
+def wait_workers(
+    workers: Sequence[Watched], timeout_s: float, interval_s: float = 0.01, tick: Callable[[], None] | None = None
+) -> None:
     """Wait for every worker (polled every `interval_s`), at most `timeout_s`; the first to exit non-zero ends the
-    run with a `WorkerDiedError` naming it and its last words."""
+    run with a `WorkerDiedError` naming it and its last words. `tick`: called at each poll (a progress display's
+    reader of the workers' beats)."""
     deadline = time.monotonic() + timeout_s
     pending = set(range(len(workers)))
     while pending:
+        if tick is not None:
+            tick()
         for i in sorted(pending):
             code = workers[i].poll()
             if code is None:

@@ -178,7 +178,8 @@ def _drain(sim: NetworkSimulator, flows: list[Flow], progress: str, desc: str) -
     with Progress(progress, desc, len(flows), "flow") as bar:
         if isinstance(sim, RunsWholeDag):
             bar.write(f"[phantora] {desc}: {len(flows)} flows run whole by {sim.run_by()}: no ETA until they report")
-            got = sim.drain()
+            with beating(sim, bar):  # (their clock, events and CPU from inside the run, if they can tell)
+                got = sim.drain()
             bar.update(done=len(got), sim_ns=sim.now(), events=engine_events(sim))
             return got
 

@@ -178,13 +178,14 @@ def test_partitioned_progress_shows_no_eta_before_the_workers_report(
 ) -> None:
     """The workers run the DAG whole in the first call: the progress lines say so and give no ETA (one taken from
     the first completions handed out after the run would be the whole run's wall time over a few flows), then
-    every flow done."""
+    every flow done; a beat the workers send from inside the run is shown as it comes."""
     monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # a line at every update
     done = [Completion(i, 0, 100 * i, 10, 0, 1) for i in range(1, 5)]
     calls: list[float] = []
 
-    def runner(*args: Any) -> FakeResult:
+    def runner(*args: Any, on_beat: Any = None, beat_s: float = 0.5) -> FakeResult:
         calls.append(time.monotonic())
+        on_beat(progress.Beat(250, 1_234, 0.5, workers=2, slowest=1))  # (the display's: progress="lines")
         return FakeResult(done)
 
     sim = PartitionedSimulator(TOPO, PacketConfig(scheduler=KEYED_SCHEDULER, partition=2), runner)
@@ -194,6 +195,7 @@ def test_partitioned_progress_shows_no_eta_before_the_workers_report(
     assert [c.flow_id for c in got] == [1, 2, 3, 4] and len(calls) == 1
     err = capsys.readouterr().err.splitlines()
     assert "4 flows run whole by 2 partition workers" in err[0]
+    assert "0/4 flows (0%), simulated 0.000 ms, 1,234 events" in err[1] and "2 workers: 0.5 CPU s" in err[1]
     assert err[-1].startswith("[phantora] replay: 4/4 flows (100%)")
     assert not any("ETA" in line.split(": no ETA")[-1] for line in err)
 

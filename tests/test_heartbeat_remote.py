@@ -176,3 +176,43 @@ def test_stepped_partition_workers_beat_between_rounds(tmp_path: Path) -> None:
     for field in ("sim_ns", "events"):
         seq = [getattr(b, field) for b in beats]
         assert seq == sorted(seq) and seq[-1] > seq[0]
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_whole_dag_partition_workers_beat_from_inside_their_window_loop(tmp_path: Path) -> None:
+    """The same workload on the small rail fabric with packet NVLink, keyed, on 2 partition workers that run it
+    whole (their C++ window loop, `bridge.cut_worker`), with beats every 1 CPU ms: they come from inside the one
+    run call (before any completion is handed out), with both workers' events, and every completion is the run's
+    without them."""
+    import dataclasses
+
+    from bridge.cut_pool import run_partitioned_batches
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.factory import make_engine
+    from phantora.netsim.heartbeat import attach_beats
+    from phantora.netsim.packet_config import KEYED_SCHEDULER, PacketConfig
+    from phantora.replay import replay_inprocess
+    from phantora.workload import load_workload
+    from tests.test_partition_fluid import RAIL, tiny_workload
+
+    wl = load_workload(tiny_workload(tmp_path / "tiny.toml"), world=RAIL.num_ranks)
+    cfg = PacketConfig(cc="dcqcn", scheduler=KEYED_SCHEDULER, queue_sample_ns=0, partition=2)
+    runs = {}
+    for beat in (False, True):
+        sim = make_engine(EngineSpec("ns3", cfg), RAIL, partitioner=run_partitioned_batches)
+        beats: list[Beat] = []
+        try:
+            if beat:
+                assert len(attach_beats(sim, beats.append, every_s=0.001)) == 1  # the engine, its own beat source
+            res = replay_inprocess(wl, RAIL, sim)
+        finally:
+            sim.close()
+        runs[beat] = (sorted(dataclasses.astuple(c) for c in res.completions), beats)
+    (quiet, none), (shown, beats) = runs[False], runs[True]
+    assert shown == quiet and not none
+    assert len(beats) > 1 and all(b.workers == 2 and b.slowest in (0, 1) and b.cpu_s > 0 for b in beats)
+    for field in ("sim_ns", "events"):
+        seq = [getattr(b, field) for b in beats]
+        assert seq == sorted(seq) and seq[-1] > seq[0]
+    assert beats[-1].sim_ns <= max(c[2] for c in shown)  # (their ends)

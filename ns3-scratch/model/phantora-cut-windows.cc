@@ -3,10 +3,13 @@
 
 #include "phantora-interrupt.h"
 
+#include "ns3/simulator.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -139,6 +142,23 @@ int64_t WallNs() {
 
 int64_t OrNever(int64_t t) { return t < 0 ? kNever : t; }
 
+/// PhantoraCutPeers::SetBeat's frame: msgpack [clock ns (int 64), events (uint 64), CPU ns (int 64)], one write.
+void WriteBeat(int fd, int64_t now, uint64_t events, int64_t cpuNs) {
+  uint8_t frame[28];
+  frame[0] = 0x93;  // an array of 3
+  auto put = [&frame](std::size_t at, uint8_t tag, uint64_t v) {
+    frame[at] = tag;
+    for (int i = 0; i < 8; ++i) {
+      frame[at + 1 + i] = static_cast<uint8_t>(v >> (56 - 8 * i));  // big-endian
+    }
+  };
+  put(1, 0xd3, static_cast<uint64_t>(now));
+  put(10, 0xcf, events);
+  put(19, 0xd3, static_cast<uint64_t>(cpuNs));
+  const ssize_t k = write(fd, frame, sizeof frame);  // a pipe: up to PIPE_BUF bytes go whole or not at all
+  (void)k;  // a full pipe (the reader is slow) or a closed one: this beat is dropped, the run goes on
+}
+
 std::string Worker(uint32_t g) { return "partition worker " + std::to_string(g); }
 
 /// A signal (SIGTERM, SIGINT) cuts a window's run short (PhantoraScheduler stops at it): the loop must not go on as
@@ -232,6 +252,11 @@ uint64_t PhantoraCutPeers::Buffered() const {
     n += m_len[g] - m_at[g];
   }
   return n;
+}
+
+void PhantoraCutPeers::SetBeat(int fd, int64_t everyCpuNs) {
+  m_beatFd = fd;
+  m_beatEveryNs = std::max<int64_t>(everyCpuNs, 0);
 }
 
 std::string PhantoraCutPeers::Closed(uint32_t g) const {
@@ -521,6 +546,10 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
   int64_t minArrival = kNever;
   int64_t start = -1, through = -1, lock = -1, sampled = kNever;
   bool opening = true;  // the run's first barrier (a period known there began before it)
+  const int beatFd = peers->BeatFd();
+  const int64_t beatEvery = peers->BeatEveryNs();
+  const int64_t cpu0 = CpuNs();  // (a beat's CPU: this call's)
+  int64_t lastBeat = cpu0;
   auto exchange = [&](const CutReport& mine) {
     const int64_t w0 = WallNs();
     peers->ExchangeViews(seq, mine, spans, reports);
@@ -663,7 +692,12 @@ std::vector<int64_t> PhantoraCutRunWindows(PhantoraNetwork& net, PhantoraCutPeer
     } else {
       net.CutRunBefore(e);
     }
-    runCpu += CpuNs() - c0;
+    const int64_t c1 = CpuNs();
+    runCpu += c1 - c0;
+    if (beatFd >= 0 && c1 - lastBeat >= beatEvery) {
+      lastBeat = c1;
+      WriteBeat(beatFd, net.Now(), Simulator::GetEventCount(), c1 - cpu0);
+    }
     StopIfInterrupted(group);
     ++windows;
     ++why[w];

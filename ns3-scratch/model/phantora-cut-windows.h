@@ -66,6 +66,12 @@ class PhantoraCutPeers {
                      const std::vector<std::pair<const char*, std::size_t>>& batches, std::vector<CutReport>& out);
   /// Bytes read from peers and not yet taken as reports (0 between runs unless a peer ran ahead).
   uint64_t Buffered() const;
+  /// A progress display's beats (issue 38): after a window, once `everyCpuNs` of the process's CPU passed since
+  /// the last, PhantoraCutRunWindows writes `fd` one msgpack array [ns-3's clock ns, its events, the CPU ns of the
+  /// call so far] (28 bytes, one write: all of it or, on a full pipe, none). `fd` < 0: none (the default).
+  void SetBeat(int fd, int64_t everyCpuNs);
+  int BeatFd() const { return m_beatFd; }
+  int64_t BeatEveryNs() const { return m_beatEveryNs; }
 
   static constexpr uint64_t kMaxBatch = uint64_t{1} << 30;  ///< the most a frame's batch may announce
 
@@ -89,6 +95,8 @@ class PhantoraCutPeers {
   std::vector<std::size_t> m_at;      ///< where each buffer's first frame not taken starts
   std::vector<std::size_t> m_keep;    ///< a frame taken as a view in this exchange: kept from here on (else none)
   std::vector<std::size_t> m_viewAt;  ///< ... and its batch's offset in that frame
+  int m_beatFd = -1;                  ///< SetBeat's
+  int64_t m_beatEveryNs = 0;
 };
 
 /// A partition worker's part of one engine's RunUntil over windows (phantora.netsim.cut_windows.run_windows):

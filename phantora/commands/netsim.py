@@ -220,7 +220,7 @@ def _run_ns3(
     if config.partition:
         from phantora.commands.netsim_partition import run_partition
 
-        return run_partition(topo, inp, engine, scenario)
+        return run_partition(topo, inp, engine, scenario, progress)
     if runner_usable(config) and scenario is None:
         return _run_runner(topo, inp, engine, out, progress)
     from phantora.netsim.packet import Ns3Simulator

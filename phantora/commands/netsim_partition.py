@@ -42,9 +42,13 @@ class FlowInput(Protocol):
     def first_start(self) -> int: ...
 
 
-def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: Any = None) -> dict[str, Any]:
-    """`_run_ns3`'s result from `engine.packet.partition` worker processes."""
+def run_partition(
+    topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: Any = None, progress: str = "off"
+) -> dict[str, Any]:
+    """`_run_ns3`'s result from `engine.packet.partition` worker processes; `progress` (a `Progress` mode): their
+    clock, events and CPU from inside the run (`bridge.cut_pool`'s beats), then every flow done."""
     from bridge.cut_pool import run_partitioned_batches
+    from phantora.progress import Progress
 
     config = engine.packet
     if scenario is not None:
@@ -53,7 +57,10 @@ def run_partition(topo: Topology, inp: FlowInput, engine: EngineSpec, scenario: 
             "run it on one engine (partition=0)",
             field="--scenario",
         )
-    res = run_partitioned_batches(topo, config, inp.batches, None, inp.dports)
+    with Progress(progress, "netsim", len(inp.flows), "flow") as bar:
+        show = None if progress == "off" else lambda b: bar.beat(b.sim_ns, lambda: b.events, workers=b)
+        res = run_partitioned_batches(topo, config, inp.batches, None, inp.dports, on_beat=show)
+        bar.update(done=len(res.completions), sim_ns=res.now, events=int(res.stats.get("events", 0)))
     done = {c.flow_id: c for c in res.completions}
     return {
         "done": done,

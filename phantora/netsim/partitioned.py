@@ -22,6 +22,7 @@ from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.observe import CnpEvent, Drop, EcnMark, FlowTransport, PfcEvent, QueueSample, Trim
 from phantora.netsim.packet_config import PacketConfig
 from phantora.netsim.packet_summary import channel_usage
+from phantora.progress import Beat
 from phantora.topology.model import Topology
 
 # (topology, config, batches, until, dports, to_last_completion) -> bridge.cut_pool.PartitionResult
@@ -64,6 +65,13 @@ class PartitionedSimulator:
         self._left: list[Completion] = []  # completions not handed out yet, (end, id) order
         self._now = 0
         self._effective: EffectiveSettings | None = None
+        self.on_beat: Callable[[Beat], None] | None = None  # a progress display's: the workers' beats, merged ...
+        self.beat_s = 0.5  # ... at most this often (`phantora.netsim.heartbeat.attach_beats`)
+
+    @property
+    def beat_source(self) -> PartitionedSimulator:
+        """Itself: the runner passes the workers' beats on to `on_beat` while they run the DAG."""
+        return self
 
     # ----- NetworkSimulator -----------------------------------------------------------------
     def submit(self, flows: Sequence[Flow], at: int) -> None:
@@ -81,7 +89,8 @@ class PartitionedSimulator:
     def _run(self) -> None:
         if self._res is None:
             # a replay's drain: one engine stops after the ns of the last completion, its last ACKs on their way
-            self._res = self._runner(self.topology, self.config, self._batches, None, None, True)
+            beats = {} if self.on_beat is None else {"on_beat": self.on_beat, "beat_s": self.beat_s}
+            self._res = self._runner(self.topology, self.config, self._batches, None, None, True, **beats)
             self._left = list(self._res.completions)
 
     def _take(self, until: int) -> list[Completion]:
