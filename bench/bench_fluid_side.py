@@ -6,7 +6,9 @@ completion, so two trees can be run side by side:
 
     PYTHONPATH=TREE .venv/bin/python bench/bench_fluid_side.py G128 --topology rail128
 
-(G128: the recording of docs/packet-model.md's 128-GPU step.)
+(G128: the recording of docs/packet-model.md's 128-GPU step.) The cyclic GC runs under the run policy that the
+`phantora` program sets (`gc_pause.use_run_policy`, from the start, as `phantora replay`); `--gc default` keeps
+CPython's, to measure what the policy changes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from phantora.egraph.format import load
 from phantora.egraph.replay import algo_from_meta, plan_graph
 from phantora.netsim.factory import nvlink_efficiency
 from phantora.netsim.flow import FlowSimulator
+from phantora.netsim.gc_pause import policy_line, use_run_policy
 from phantora.netsim.hybrid import FluidNvlinkSimulator
 from phantora.netsim.packet_config import WIRE_PRESETS, PacketConfig
 from phantora.replay import run_engine
@@ -36,7 +39,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("graph", help="a recording (phantora run --record G)")
     ap.add_argument("--topology", required=True)
+    ap.add_argument(
+        "--gc", choices=("run", "default"), default="run", help="the run policy (as `phantora replay`) or CPython's"
+    )
     args = ap.parse_args()
+    if args.gc == "run":
+        use_run_policy()
+    gc_line = policy_line()  # (as set: `run_engine` unfreezes what it froze, the policy's too, at its end)
     graph = load(args.graph)
     topo = load_topology(args.topology)
     t0 = time.process_time()
@@ -66,7 +75,8 @@ def main() -> None:
         f"{t_run:.2f} CPU s, of it the packet side's stand-in {spent['packet']:.2f}, the rest (the fluid side and "
         f"the hybrid's releases) {t_run - spent['packet']:.2f}; fluid engine: advance {spent['advance']:.2f} "
         f"(max-min re-solves {spent['resolve']:.2f}, {st['resolves']:,} components in {st['events']:,} event "
-        f"times), submit {spent['submit']:.2f} CPU s; end {sim.now():,} ns; key {key.hexdigest()[:12]}"
+        f"times), submit {spent['submit']:.2f} CPU s; end {sim.now():,} ns; key {key.hexdigest()[:12]}; "
+        f"{gc_line}"
     )
 
 

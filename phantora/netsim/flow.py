@@ -58,6 +58,7 @@ _VER_MASK = (1 << _VER_BITS) - 1
 _TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole ns (plus 1e-12 relative)
 _GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events before searching again
 CARRY_FLOWS = 1024  # flows transmitting from which max-min is carried between events (dropped under half of it)
+SLACK_MARGIN = 1e-9  # `cap_slack`: a channel is slack while its flows' caps sum under (1 - this) of its capacity
 _PENDING_MASK = (1 << 32) - 1
 _BY_END = attrgetter("end_ns", "flow_id")  # completions in the order `_take` gives them
 _ROUTE_CACHE_MAX = 1 << 18  # entries; cleared when full (flows without a key on a pair with choices each have one)
@@ -161,6 +162,10 @@ class FlowSimulator:
 
     posts_at_dep_ends = False  # as a packet side under the hybrid (tests): flows waiting on flows are held there
     carries = True  # max-min may be carried between events (a subclass that moves flows or capacities says False)
+    # Set by a caller whose engine neither carries, nor moves flows or capacities, nor splits them (ECMP routes): an
+    # event whose flows all have rate caps and leave every channel they start or stop on slack (`_slack_resolve`)
+    # sets the new flows at their caps and solves nothing (the fluid NVLink side: NCCL's caps under NVLink's rate).
+    cap_slack = False
 
     def __init__(
         self,
@@ -230,6 +235,14 @@ class FlowSimulator:
         self._carry_wait = 0  # events to wait before carrying again, after a solve that could not be carried
         self._left: list[int] = []  # flows that stopped transmitting since the last solve (while carrying)
         self._joined: list[int] = []  # and flows that started
+        # `cap_slack`: per channel the caps (bytes/ns) of the capped flows transmitting on it, its uncapped ones, the
+        # sum its flows' caps must stay under to be slack; whether every start and stop of this event left its
+        # channels slack, and the flows it started
+        self._capsum = [0.0] * nch
+        self._uncapped = [0] * nch
+        self._slack_lim = [c * (1.0 - SLACK_MARGIN) for c in self._cap]
+        self._slack_ok = True
+        self._slack_joined: list[_Active] = []
         self._stats = {
             "flows_submitted": 0,
             "flows_completed": 0,
@@ -245,6 +258,7 @@ class FlowSimulator:
             "carried_resolves": 0,
             "carried_rounds": 0,
             "carry_fallbacks": 0,
+            "slack_resolves": 0,
         }
 
     # ----- NetworkSimulator ----------------------------------------------------------------
@@ -539,6 +553,8 @@ class FlowSimulator:
             del active[fid]
             if self._carry is not None:
                 self._left.append(fid)
+            if self.cap_slack:
+                self._slack_leave(rec)
             if rec.cap_ch >= 0:
                 heapq.heappush(self._free_caps, rec.cap_ch)
             if rec.multi is None:
@@ -600,7 +616,43 @@ class FlowSimulator:
             self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
         if self._carry is not None:
             self._joined.append(fid)
+        if self.cap_slack:
+            self._slack_join(self._active[fid])
         self._occupy(fid, path, t, touched)
+
+    def _slack_join(self, rec: _Active) -> None:
+        """`cap_slack`: flow `rec` starts transmitting; the event stays slack if its channels' caps still sum under
+        their limit, none with an uncapped flow (an uncapped flow always has a channel it fills)."""
+        self._slack_joined.append(rec)
+        unc = self._uncapped
+        if not rec.flow.rate_bps:
+            for c in rec.path:
+                unc[c] += 1
+            self._slack_ok = False
+            return
+        v = rec.flow.rate_bps / 8e9  # (its cap, as `_alloc_cap` sets it)
+        capsum, lim = self._capsum, self._slack_lim
+        for c in rec.path:
+            s = capsum[c] = capsum[c] + v
+            if s >= lim[c] or unc[c]:
+                self._slack_ok = False
+
+    def _slack_leave(self, rec: _Active) -> None:
+        """`cap_slack`: flow `rec` stops transmitting; the event stays slack if its channels' caps summed under their
+        limit with it (a channel it leaves empty sums 0 again: no float drift carried on)."""
+        unc, ch_flows = self._uncapped, self._ch_flows
+        if not rec.flow.rate_bps:
+            for c in rec.path:
+                unc[c] -= 1
+            self._slack_ok = False
+            return
+        v = rec.flow.rate_bps / 8e9
+        capsum, lim = self._capsum, self._slack_lim
+        for c in rec.path:
+            s = capsum[c]
+            if s >= lim[c] or unc[c]:
+                self._slack_ok = False
+            capsum[c] = 0.0 if len(ch_flows[c]) == 1 else s - v
 
     def _occupy(self, fid: int, path: tuple[int, ...], t: int, touched: set[int]) -> None:
         """Flow `fid` is on every channel of `path` from `t` (a channel it finds idle is busy from `t`)."""
@@ -663,6 +715,8 @@ class FlowSimulator:
 
     def _resolve(self, touched: set[int], t: int) -> None:
         """Recompute max-min rates where the event can change them; reschedule changed flows."""
+        if self.cap_slack and self._slack_resolve(t):
+            return
         if self._carried(t):
             return
         comps = None
@@ -685,6 +739,23 @@ class FlowSimulator:
                 self._set_rate(rec, rate, t)
         if self.verify:
             self._verify()
+
+    def _slack_resolve(self, t: int) -> bool:
+        """`cap_slack`: if every flow this event started or stopped has a rate cap and its channels' caps summed under
+        their capacity (less `SLACK_MARGIN`) before and after, those channels can fill at no rate: no flow is held
+        back there, so no other flow's max-min rate changes and each new flow's is its cap. Progressive filling
+        gives exactly that: a slack channel's share stays above every level, so it freezes nobody and each flow
+        freezes at its cap's pseudo-channel, at the cap's own float (`_alloc_cap`). False (solve as usual) if not."""
+        joined, self._slack_joined = self._slack_joined, []
+        ok, self._slack_ok = self._slack_ok, True
+        if not ok or self.carries or self._multi or not self.incremental:
+            return False
+        for rec in joined:
+            self._set_rate(rec, rec.flow.rate_bps / 8e9, t)
+        self._stats["slack_resolves"] += 1
+        if self.verify:
+            self._verify()
+        return True
 
     def _carried(self, t: int) -> bool:
         """Solve by the carried max-min (`CarriedMaxMin`) while `CARRY_FLOWS` flows transmit on ECMP routes: the

@@ -114,6 +114,9 @@ class FluidNvlinkSimulator:
         # a level the event changed, and hosts running the same collective freeze at the same levels (such a round
         # holds every host's channels). Both give `maxmin_python`'s rates bit for bit.
         fluid.carries = False
+        # NCCL's rate caps sit under NVLink's rate: an event whose flows leave their channels slack solves nothing
+        # (`FlowSimulator.cap_slack`; not on an engine that moves flows or capacities, nor under multipath)
+        fluid.cap_slack = type(fluid).carries and not fluid._multi
         self.prechecked = False  # set by a caller that checks every batch whole before `_place` (a hybrid worker)
         self.topology: Topology = packet.topology
         self._payload = payload_bytes
