@@ -27,7 +27,9 @@ the workers place their flows) | the rest of the submit and the drain | rest; `r
 rest (the replies are checked there, after the rounds: the worker's parts hold only what it does). ``cgcrit DIR
 --driver D --worker W0 W1 --engine E`` (each a directory of such dump files) sums the critical path on free cores:
 the driver's first submit + max(its books, the busiest worker's first round) + per later round its busiest worker +
-the driver's rest (the driver waits while its workers run a round: nothing else of it overlaps them).
+the driver's rest (the driver waits while its workers run a round: nothing else of it overlaps them); with
+``--started`` (a `driver --starting` run: the pool said its workers were still starting, so the driver kept its books
+before the first round) the first submit and the books are left out: they ran beside the workers' start.
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ class _Replayed:
     """A worker pool of none: each round's messages checked byte for byte against a dump's, its replies served from
     the dump in the order they came (decoded as the driver decodes a worker's)."""
 
-    def __init__(self, d: Path) -> None:
+    def __init__(self, d: Path, starting: bool = False) -> None:
+        self.starting = starting  # (the driver then keeps its books before the first round, beside the workers' start)
         n = len(json.loads((d / "meta.json").read_text())["replies"])
         self.workers = [argparse.Namespace(index=i, pid=0, pieces=[]) for i in range(n)]
         self.curve = False
@@ -280,7 +283,7 @@ def driver(args: argparse.Namespace) -> None:
     meta = json.loads((d / "meta.json").read_text())
     topo = load_topology(meta["topology"])
     flows = fsdp_dag(topo, parse_size_bytes(meta["bytes"]))
-    pool = _Replayed(d)
+    pool = _Replayed(d, args.starting)
     sim = HybridDecomposedSimulator(topo, _config(args, len(pool.workers)), lambda *a: pool)
     use_run_policy()
     done, cpu = _driven(sim, flows, MARK if args.marks else (lambda: 0))
@@ -341,7 +344,7 @@ def cgcrit(args: argparse.Namespace) -> None:
     drv = _parts([str(p) for p in Path(args.driver).glob("cg.*")])
     if len(drv) != 5:
         raise SystemExit(f"cgcrit: {args.driver}: {len(drv)} parts, not a marked driver run's 5")
-    first, books, rest = drv[1], drv[2], drv[3]
+    first, books, rest = drv[1], drv[2], drv[3]  # (each driver part, in order: set-up, ..., rest)
     per: list[dict[int, int]] = []
     for i, w in enumerate(args.worker):
         msgs = _unpacked(d / f"rounds.w{i}.msgpack")
@@ -352,11 +355,15 @@ def cgcrit(args: argparse.Namespace) -> None:
     rounds = sorted({r for p in per for r in p})
     busiest = [max(p.get(r, 0) for p in per) for r in rounds]
     path = first + max(books, busiest[0]) + sum(busiest[1:]) + rest
+    if args.started:  # the first submit and the books ran beside the workers' start (`driver --starting`)
+        path = busiest[0] + sum(busiest[1:]) + rest
     g = 1e9
     print(f"driver: first submit {first / g:.3f} G, books {books / g:.3f} G, rest {rest / g:.3f} G")
     print(f"workers: {' / '.join(f'{sum(p.values()) / g:.3f}' for p in per)} G, busiest per round summed "
           f"{sum(busiest) / g:.3f} G (first round {busiest[0] / g:.3f} G)")  # fmt: skip
     line = f"critical path {first / g:.3f} + max({books / g:.3f}, {busiest[0] / g:.3f}) + {sum(busiest[1:]) / g:.3f}"
+    if args.started:
+        line = f"critical path from the workers' start {busiest[0] / g:.3f} + {sum(busiest[1:]) / g:.3f}"
     print(f"{line} + {rest / g:.3f} = {path / g:.3f} G", end="")
     if args.engine:
         one = _parts([str(p) for p in Path(args.engine).glob("cg.*")])[1]
@@ -390,11 +397,13 @@ def main() -> None:
     p.add_argument("--cc", default="dcqcn")
     p.add_argument("--set", default="nvlink=fluid,wire=roce4k,nic_latency=1us")
     p.add_argument("--marks", action="store_true")
+    p.add_argument("--starting", action="store_true", help="the pool says its workers are still starting (books first)")
     p = sub.add_parser("cgcrit")
     p.add_argument("dir", help="the dump")
     p.add_argument("--driver", required=True, help="callgrind files of `driver DIR --marks`")
     p.add_argument("--worker", nargs="+", required=True, help="callgrind files of `replay DIR --worker I --marks`")
     p.add_argument("--engine", help="callgrind files of `engine --marks`")
+    p.add_argument("--started", action="store_true", help="the first submit and books ran beside the workers' start")
     p = sub.add_parser("cgparts")
     p.add_argument("files", nargs="+")
     args = ap.parse_args()

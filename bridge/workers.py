@@ -161,6 +161,12 @@ class ServerPool:
         self._connect_error: BaseException | None = None
         self._connecting.start()
 
+    @property
+    def starting(self) -> bool:
+        """Whether the workers are still starting (not all connected): what the caller does now runs beside that."""
+        thread = getattr(self, "_connecting", None)
+        return thread is not None and thread.is_alive()
+
     def _ready(self) -> None:
         """Wait for the workers to be connected; their start's error, if any, raised here."""
         thread = getattr(self, "_connecting", None)

@@ -22,9 +22,9 @@ def test_the_pool_returns_before_the_workers_hello_and_the_first_request_waits_f
     pool = _pool()
     try:
         assert all(w.remote is None for w in pool.workers)  # started, not connected: their engines are being built
-        assert pool.waited_s == 0.0
+        assert pool.starting and pool.waited_s == 0.0  # (a large first submit keeps its books now: decompose.py)
         assert pool.stats(0)["server_cpu_s"] >= 0.0  # the first request: every worker's hello first
-        assert all(w.remote is not None for w in pool.workers)
+        assert all(w.remote is not None for w in pool.workers) and not pool.starting
         assert pool.waited_s > 0.0
     finally:
         pool.close()

@@ -444,7 +444,11 @@ class DecomposedSimulator(RunsByCompletion):
         self._frozen = True
         try:
             self._hand_over(order, at)
-            self._placing(lambda: self._book(order, at, xfer, handed=True))
+            if getattr(self._pool, "starting", False):  # the workers still start: the books now, beside their start
+                self._book(order, at, xfer, handed=True)
+                self._placing(lambda: None)
+            else:
+                self._placing(lambda: self._book(order, at, xfer, handed=True))
         except BaseException:  # (a failed submit leaves nothing frozen, closed or not: the freeze is process-wide)
             self._thaw()
             raise
