@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import replace
+from fractions import Fraction
 
 import pytest
 
@@ -133,3 +134,75 @@ def test_engine_carrying_max_min_equals_solving_every_event(seed: int, monkeypat
     assert carried == full
     assert st["bytes"] == st_full["bytes"] and st["busy"] == st_full["busy"]
     assert st["carried_resolves"] >= 0.9 * st["resolves"] and st["rate_changes"] == st_full["rate_changes"]
+
+
+def _water_level(capacity: float, caps: list[float]) -> Fraction:
+    """Max-min on one channel of `capacity` shared by flows under private caps, in exact arithmetic: the level L
+    with sum(min(c, L)) = capacity (every flow at its cap if the caps sum to less: then the largest cap)."""
+    if sum(Fraction(c) for c in caps) <= capacity:
+        return Fraction(max(caps))
+    rest, k = Fraction(capacity), len(caps)
+    for c in sorted(caps):
+        if Fraction(c) * k >= rest:
+            return rest / k
+        rest, k = rest - Fraction(c), k - 1
+    raise AssertionError("unreachable")
+
+
+def test_a_slack_channel_goes_bare_and_its_solve_runs_again_when_it_fills() -> None:
+    """Flows under private caps on one channel of 100: while their caps sum to under 95 % of it the channel carries
+    no states (bare), every flow at its cap; flows joining with large caps fill it, the solve runs again with its
+    states, and every rate is the water level's closed form (and bit for bit a fresh solve's)."""
+    cap = [100.0] + [2.0 + i for i in range(10)]  # channel 0 shared; 1..10 the caps of flows 0..9 (sum 65)
+    carrier = CarriedMaxMin(cap)
+    flows = {g: (0, 1 + g) for g in range(10)}
+    assert carrier.update((), list(flows.items())) == {g: 2.0 + g for g in range(10)}
+    assert carrier.bare == 0  # (a channel no flow crossed before is solved with its states)
+    cap.append(3.5)  # flow 9 (cap 11) leaves, flow 10 (cap 3.5) joins: 57.5 of 100
+    del flows[9]
+    flows[10] = (0, 11)
+    assert carrier.update([9], [(10, flows[10])]) == {10: 3.5}
+    assert carrier.bare == 1 and carrier.redone == 0  # channel 0 is bare
+    cap.extend([40.0, 50.0])  # two flows capped at 40 and 50: 147.5 asked of 100
+    joined = [(11, (0, 12)), (12, (0, 13))]
+    flows.update(joined)
+    got = carrier.update((), joined)
+    assert carrier.redone == 1 and carrier.bare == 0  # not slack after: solved again with its states
+    level = _water_level(100.0, [cap[p[1]] for p in flows.values()])
+    assert level == (100 - Fraction(57.5)) / 2  # every small flow at its cap, the two large ones share the rest
+    assert got == {11: float(level), 12: float(level)}
+    ids = sorted(flows)
+    assert [carrier.rate(g) for g in ids] == maxmin_python([flows[g] for g in ids], cap)
+    del flows[11]
+    assert carrier.update([11], []) == {12: 42.5}  # 100 - 57.5 left, under flow 12's cap of 50
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bare_channels_under_churn_give_a_fresh_solves_rates(seed: int) -> None:
+    """Wide channels of many flows, most under private caps, with flows leaving and joining so that the wide
+    channels go from slack to full and back: every rate bit for bit `maxmin_python`'s from scratch after every step,
+    bare channels and solves run again both met."""
+    rng = random.Random(seed)
+    cap = [rng.choice([40.0, 60.0, 100.0]) for _ in range(4)]
+    flows: dict[int, tuple[int, ...]] = {}
+    carrier, nxt, bare, redone = CarriedMaxMin(cap), 0, 0, 0
+    for _ in range(150):
+        left = [g for g in flows if rng.random() < 0.1]
+        joined = []
+        for _ in range(rng.randint(0, 6)):
+            cap.append(rng.choice([1.0, 2.5, rng.uniform(0.5, 12.0)]))
+            joined.append((nxt, (*rng.sample(range(4), rng.randint(1, 2)), len(cap) - 1)))
+            nxt += 1
+        for g in left:
+            del flows[g]
+        flows.update(joined)
+        changed = carrier.update(left, joined)
+        if changed is None:
+            carrier = CarriedMaxMin(cap)
+            if carrier.update((), list(flows.items())) is None:
+                continue
+        ids = sorted(flows)
+        assert [carrier.rate(g) for g in ids] == (maxmin_python([flows[g] for g in ids], cap) if ids else [])
+        bare = max(bare, carrier.bare)
+        redone = max(redone, carrier.redone)
+    assert bare >= 1 and redone >= 1
