@@ -38,6 +38,7 @@ from phantora.errors import InputError, PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
 from phantora.runtime import tensor_values
+from phantora.runtime.gloo_lanes import PairLanes
 from phantora.runtime.program_env import program_nccl_env
 from phantora.runtime.session import Pending, RankSession, Transfer
 from phantora.runtime.simcuda import device as simcuda
@@ -215,6 +216,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._sync = False  # the call being issued is async_op=False: it runs on the caller's current CUDA stream
         self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
         self._gloo: UnownedGloo | None = None
+        self._pairs = PairLanes(timeout.total_seconds())  # real mode's sends and receives, off-thread until connected
         if not session.phantom:
             opts = ProcessGroupGloo._Options()
             opts._devices = [ProcessGroupGloo.create_device(hostname="127.0.0.1")]
@@ -383,7 +385,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def _p2p_start(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Callable[[], list[Any]]:
         """The inner half of a send; in phantom mode its values (if carried) are posted now, before the issue."""
         if self._gloo is not None:
-            return lambda: [self._data.send(tensors, dst, tag)]
+            return lambda: [self._pairs.start(dst, lambda: self._data.send(tensors, dst, tag))]
         if tensor_values.carried(tensors):
             tensor_values.send(self._ranks[self.rank()], self._ranks[dst], tensors, tag)
         return _nothing
@@ -704,7 +706,9 @@ class PhantoraProcessGroup(dist.ProcessGroup):
             tag=tag,
             nbytes=nbytes(tensors),
             tensors=tensors,
-            start_inner=lambda: [self._data.recv(tensors, src, tag)] if self._gloo is not None else [],
+            start_inner=(lambda: [self._pairs.start(src, lambda: self._data.recv(tensors, src, tag))])
+            if self._gloo is not None
+            else _nothing,
             finalize=self._p2p_finish(tensors, src, tag),
             nccl_env=self._nccl_env,
             stream=stream,
