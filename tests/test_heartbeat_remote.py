@@ -41,9 +41,32 @@ def test_a_beat_crosses_the_wire_and_the_network_line_shows_it() -> None:
         NetworkLine("loud")
 
 
-def _live(tmp_path: Path, progress: bool, out: Path | None = None) -> tuple[Any, list[Beat]]:
-    """tests/test_bridge_ns3.py's small mix of collectives, live (a replay rank per GPU) on an ns-3 network server,
-    with or without its progress (chunks of about 1 CPU ms, a message at most every 1 ms); files written to `out`."""
+def test_phantora_run_shows_the_network_line_with_ns3_only_and_clears_it_before_a_step_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from phantora.commands.run import network_line, step_printer
+    from phantora.netsim.engine_spec import EngineSpec
+
+    args = argparse.Namespace(progress=None, quiet=False)
+    line = network_line(args, EngineSpec("ns3"))
+    assert line is not None and line.mode == "lines"  # (stderr is not a terminal here)
+    assert network_line(args, EngineSpec("flow")) is None  # the flow engine runs in the coordinator: no beat
+    assert network_line(argparse.Namespace(progress=None, quiet=True), EngineSpec("ns3")) is None
+    assert network_line(argparse.Namespace(progress=False, quiet=False), EngineSpec("ns3")) is None
+    cleared: list[int] = []
+    show = step_printer(every_step=True, before=lambda: cleared.append(1))
+    show({"step": 0, "time_ns": 1_500_000, "end_ns": 1_500_000})
+    assert cleared == [1] and capsys.readouterr().out.startswith("[phantora] step 0 done: 1.500 ms")
+
+
+def _live(
+    tmp_path: Path, progress: bool, out: Path | None = None, in_coordinator: bool = False
+) -> tuple[Any, list[Beat]]:
+    """tests/test_bridge_ns3.py's small mix of collectives, live (a replay rank per GPU) on an ns-3 network server
+    (`in_coordinator`: in the coordinator), with or without its progress (chunks of about 1 CPU ms, a message at most
+    every 1 ms); files written to `out`."""
     from bridge.run import CosimRun
     from phantora.netsim.engine_spec import EngineSpec
     from phantora.netsim.packet_config import PacketConfig
@@ -62,6 +85,7 @@ def _live(tmp_path: Path, progress: bool, out: Path | None = None) -> tuple[Any,
         on_progress=beats.append if progress else None,
         progress_s=0.001,
         out_dir=out,
+        engine_in_coordinator=in_coordinator,
     ).run()
     return res, beats
 
@@ -75,6 +99,15 @@ def test_a_network_server_behind_a_live_run_reports_its_progress(tmp_path: Path,
     events = [b.events for b in beats]
     assert events == sorted(events) and events[-1] <= res.engine_stats["events"]
     assert all(b.cpu_s > 0 and b.workers == 0 and b.slowest == -1 for b in beats)
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_an_ns3_engine_in_the_coordinator_reports_its_progress_too(tmp_path: Path, ns3_lib: Any) -> None:
+    res, beats = _live(tmp_path, True, in_coordinator=True)
+    assert len(beats) >= 3 and all(b.cpu_s > 0 and b.workers == 0 for b in beats)
+    clocks = [b.sim_ns for b in beats]
+    assert clocks == sorted(clocks) and clocks[-1] > clocks[0] > 0 and clocks[-1] <= res.makespan_ns
 
 
 NOT_SIMULATED = {"events", "server_cpu_s"}  # ns-3's counter counts the chunks' stops too; the server's CPU
