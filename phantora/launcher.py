@@ -92,11 +92,12 @@ def resolve_topology(spec: str | Path | Topology) -> Topology:
 RANK_PRELOAD = (
     "phantora.runtime.simcuda.preload",  # before torch: the simulated CUDA device's C++ part
     "torch",
-    "torch._dynamo",
     "torch.distributed",
     "torch.nn.parallel",
     "torch.distributed.fsdp",
     "torch.distributed.tensor",
+    # the fork server freezes the objects of the preloads above (none loads triton): see bridge/forkserver.py
+    "torch._dynamo",
     "phantora.runtime.bootstrap",
     "phantora.runtime.dispatch",
     "bridge.client",

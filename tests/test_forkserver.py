@@ -7,6 +7,7 @@ outlives the run, not even when the launcher itself is killed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from test_runtime_e2e import star
 
 from bridge.errors import BridgeError
+from bridge.forkclient import ForkServer
 from bridge.run import CosimRun
 from bridge.supervisor import alive_pids
 from phantora.launcher import RunConfig, launch
@@ -185,3 +187,41 @@ def test_a_fork_server_slower_than_the_silence_limit_does_not_end_the_run(tmp_pa
     result = run.run()
     assert "forkserver" in result.logs
     assert result.startup_s > 0
+
+
+PRELOADED = "class Preloaded:\n    pass\n\n\nKEPT = [Preloaded() for _ in range(1000)]\n"
+PROBE = """
+    import gc, json, sys
+    import frozen_a, frozen_b
+    made = [frozen_a.Preloaded()]
+    walked = {id(o) for o in gc.get_objects()}  # the objects of the collector's generations
+    seen = {name: id(obj) in walked for name, obj in (("a", frozen_a.KEPT), ("b", frozen_b.KEPT), ("made", made))}
+    with open(sys.argv[1], "w") as f:
+        json.dump({**seen, "frozen": gc.get_freeze_count()}, f)
+"""
+
+
+def test_a_forked_ranks_collector_never_walks_the_preloads_before_triton(tmp_path: Path) -> None:
+    """The server freezes what its preloads made before it forks (gc.freeze), up to the first preload that loads
+    triton (whose bindings report every instance still alive at exit as a leak): a rank's collections, the last one
+    at its exit included, pass over those objects; what it makes itself, and the preloads' from triton on, they walk."""
+    (tmp_path / "frozen_a.py").write_text(PRELOADED)
+    (tmp_path / "frozen_b.py").write_text(PRELOADED)
+    (tmp_path / "triton.py").write_text(PRELOADED)  # stands for triton: the first preload after it is not frozen
+    (tmp_path / "frozen_probe.py").write_text(textwrap.dedent(PROBE))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    seen = {}
+    for preload in (("frozen_a", "frozen_b"), ("frozen_a", "triton", "frozen_b")):
+        server = ForkServer.start(sys.executable, preload, env, tmp_path / "server.log")
+        try:
+            out = tmp_path / f"seen{len(preload)}.json"
+            rank = server.fork(0, "frozen_probe", [str(out)], env, tmp_path / "rank0.log", None)
+            assert rank.proc.wait(timeout=60) == 0, (tmp_path / "rank0.log").read_text()
+        finally:
+            server.close()
+            server.child.proc.wait(timeout=30)
+        seen[len(preload)] = json.loads(out.read_text())
+    # each KEPT list and its 1000 instances: frozen before triton (not walked), collectable from it on
+    assert {k: seen[2][k] for k in ("a", "b", "made")} == {"a": False, "b": False, "made": True}
+    assert {k: seen[3][k] for k in ("a", "b", "made")} == {"a": False, "b": True, "made": True}
+    assert seen[2]["frozen"] >= 2 * 1001 and seen[3]["frozen"] >= 1001
