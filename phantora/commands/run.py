@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         on_network=None if net is None else net.show,
     )
     if args.jobs is not None:
-        return run_jobs(args, cfg)
+        return run_jobs(args, cfg, net)
     if args.memory_check:
         cfg = memory_checked(cfg)
     try:
@@ -281,21 +281,26 @@ def storage_env(gbps: float | None, shared_gbps: float | None) -> dict[str, str]
     return env
 
 
-def run_jobs(args: argparse.Namespace, cfg: Any) -> int:
-    """`--jobs`: run them, print the jobs table; exit 1 if a job failed."""
+def run_jobs(args: argparse.Namespace, cfg: Any, net: NetworkLine | None = None) -> int:
+    """`--jobs`: run them, print the jobs table; exit 1 if a job failed. `net`: the network's line (`network_line`)."""
     import dataclasses
 
     from phantora.jobs.run import format_jobs, launch_jobs
     from phantora.jobs.spec import load_jobs
 
     spec = load_jobs(args.jobs)
-    show = None if progress_mode(args) == "off" else step_printer(every_step=bool(args.progress) or sys.stdout.isatty())
+    every = bool(args.progress) or sys.stdout.isatty()
+    show = None if progress_mode(args) == "off" else step_printer(every, before=None if net is None else net.clear)
     on_step = None if show is None else (lambda job, line: show({**line, "job": job}))
     from phantora.launcher import jobs_algo
 
-    report = launch_jobs(
-        spec, dataclasses.replace(cfg, on_step=None), alone=args.alone, on_step=on_step, algo=jobs_algo(cfg)
-    )
+    try:
+        report = launch_jobs(
+            spec, dataclasses.replace(cfg, on_step=None), alone=args.alone, on_step=on_step, algo=jobs_algo(cfg)
+        )
+    finally:
+        if net is not None:
+            net.clear()
     print(format_jobs(report.summary))
     if report.out_dir is not None:
         print(f"wrote {report.out_dir}/results.json, links_by_job.csv, trace.json and jobs/<name>/ per job")

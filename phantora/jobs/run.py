@@ -275,6 +275,7 @@ def _run(
             timeout_s=base.timeout_s,
             keep_flows=True,
             rank_preload=RANK_PRELOAD if base.fork_server else (),
+            on_progress=base.on_network,  # (the network's progress from inside long engine calls)
         ).run()
     finally:
         for w in watchers:
