@@ -121,13 +121,12 @@ OVERLAP = """
 
 
 def test_ddp_overlaps_backward_with_bucket_all_reduces(tmp_path):
-    """One DDP step: max(compute, comm) <= step < compute + comm, and the run is deterministic."""
+    """One DDP step: max(compute, comm) <= step < compute + comm. (That two live runs give the same steps:
+    tests/test_forkserver.py's forked and fresh runs of examples/gpt_ddp.py, the same steps and losses.)"""
     script = write(tmp_path, "overlap.py", OVERLAP)
     topo = star(2, nic="400Gbps")
     cfg = RunConfig(str(script), topology=topo, nproc=2, trace="none", timeout_s=300, compute_model="roofline")
-    runs = [launch(cfg) for _ in range(2)]
-    s = runs[0].summary
-    assert s["steps"] == runs[1].summary["steps"]  # virtual time is deterministic
+    s = launch(cfg).summary
     step = s["steps"][1]
     d, layers, b = 1024, 4, 1024
     # compute: 3 matmuls per layer (forward, grad input, grad weight), roofline on H100 fp32 (67 TFLOP/s)

@@ -59,17 +59,20 @@ def test_phantom_run_times_equal_the_real_run(parallel: tuple[str, ...]) -> None
     assert "loss nan" in phantom.logs["rank 0"] and "loss nan" not in real.logs["rank 0"]
 
 
-# FSDP alone under -m slow for the suite's budget: TP x FSDP is the harder case (TP groups must stay live)
-@pytest.mark.parametrize("parallel", [pytest.param(("fsdp",), marks=pytest.mark.slow), ("tp-fsdp", "--tp", "2")])
-def test_deduplicated_job_equals_one_process_per_rank(parallel: tuple[str, ...]) -> None:
-    """8 ranks as 8 live processes, then as 2 (FSDP) or 4 (TP 2 x FSDP 4) live processes."""
-    topo = two_leaves(8)
+# FSDP alone under -m slow for the suite's budget: TP x FSDP is the harder case (TP groups must stay live). TP 2 x
+# FSDP 2 on 4 ranks, 2 live, mirrors as TP 2 x FSDP 4 on 8 ranks, 4 live, did: one live TP group per shift, each
+# FSDP group holding live ranks and their mirrors, across the two leaves (6 processes in place of 12)
+@pytest.mark.parametrize(
+    "parallel,world,live", [pytest.param(("fsdp",), 8, 2, marks=pytest.mark.slow), (("tp-fsdp", "--tp", "2"), 4, 2)]
+)
+def test_deduplicated_job_equals_one_process_per_rank(parallel: tuple[str, ...], world: int, live: int) -> None:
+    """`world` ranks as `world` live processes, then as `live`: 8 as 2 (FSDP 8), 4 as 2 (TP 2 x FSDP 2)."""
+    topo = two_leaves(world)
     extra = ("--parallel", *parallel)
-    full = llama(topo, 8, "phantom", "off", *extra)
-    live = 4 if "tp-fsdp" in parallel else 2
-    dedup = llama(topo, 8, "phantom", str(live), *extra)
-    assert full.summary["live_processes"] == 8 and dedup.summary["live_processes"] == live
-    assert dedup.summary["world_size"] == 8 and len(dedup.cosim.ranks) == live
+    full = llama(topo, world, "phantom", "off", *extra)
+    dedup = llama(topo, world, "phantom", str(live), *extra)
+    assert full.summary["live_processes"] == world and dedup.summary["live_processes"] == live
+    assert dedup.summary["world_size"] == world and len(dedup.cosim.ranks) == live
     assert step_times(dedup) == step_times(full)
     assert dedup.summary["tokens_per_s_per_gpu"] == pytest.approx(full.summary["tokens_per_s_per_gpu"])
     # the network carried every rank's flows, not only the live ranks'
@@ -79,7 +82,7 @@ def test_deduplicated_job_equals_one_process_per_rank(parallel: tuple[str, ...])
 def test_dedup_that_breaks_the_tp_groups_is_refused() -> None:
     """TP groups of 2 cannot be mirrored by 1 live process: its TP group shifted by 1 overlaps itself."""
     with pytest.raises(BridgeError, match="not periodic in 1 ranks"):
-        llama(two_leaves(8), 8, "phantom", "1", "--parallel", "tp-fsdp", "--tp", "2")
+        llama(two_leaves(4), 4, "phantom", "1", "--parallel", "tp-fsdp", "--tp", "2")
 
 
 def phantom_failure(tmp_path: Path, name: str, body: str) -> str:
