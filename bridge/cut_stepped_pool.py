@@ -9,8 +9,10 @@ the busiest worker's CPU). A completion's start is the one engine's: its post ns
 it waited for in ns-3 (the receiver's worker does not see a release made elsewhere), plus its delay. Records merge
 as one keyed engine's, only the new ones each time (`bridge.cut_stepped_records`).
 A worker that exits ends the run, named with its last words; the workers exit with this process (stdin closes).
-With `on_beat` set (a progress display), a round at most every `beat_s` also asks for the workers' events, and its
-reply gives a `Beat`: their clock, events and rounds' CPU summed, and the busiest worker of the round.
+With `on_beat` set (a progress display), every round asks the workers' C++ window loops for beats from inside it
+(`beat_s`; msgpack arrays on stdout before the reply, `bridge.cut_stepper`), and a round at most every `beat_s` asks
+for their events in its reply: each gives a `Beat` (at most every `beat_s`): their least clock, events and CPU
+summed, and the busiest worker.
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class SteppedPool:
         self.on_beat: Callable[[Beat], None] | None = None  # a progress display's (`phantora.netsim.heartbeat`) ...
         self.beat_s = 0.5  # ... at most this often (s)
         self._beat_at = float("-inf")
+        self._inside: dict[int, list[int]] = {}  # this round's beats from inside, by worker: [clock, events, CPU ns]
+        self._known = [(0, 0)] * config.partition  # each worker's (clock, events) as last heard
 
     @property
     def curve(self) -> bool:
@@ -161,6 +165,9 @@ class SteppedPool:
                         raise p.died()
                     p.unpacker.feed(chunk)
                     for msg in p.unpacker:
+                        if isinstance(msg, list):  # a beat from inside the round (`bridge.cut_stepper`)
+                            self._inside_beat(p.group, msg)
+                            continue
                         got[p.group] = msg
                         sel.unregister(key.fd)
                         break
@@ -170,6 +177,21 @@ class SteppedPool:
         finally:
             sel.close()
         return [got[p.group] for p in self._procs]
+
+    def _inside_beat(self, g: int, row: list[Any]) -> None:
+        """Worker `g`'s beat from inside a round: passed on with the others' (at most every `beat_s`)."""
+        if len(row) != 3 or not all(isinstance(x, int) for x in row):
+            return
+        self._inside[g], self._known[g] = row, (row[0], row[1])
+        now = time.monotonic()
+        if self.on_beat is None or now - self._beat_at < self.beat_s:
+            return
+        self._beat_at = now
+        rows = self._inside
+        busiest = max(rows, key=lambda w: rows[w][2])
+        cpu = sum(self.round_cpu) + sum(r[2] for r in rows.values()) / 1e9  # (rounds done, then this one so far)
+        clock = min(c for c, _ in self._known)
+        self.on_beat(Beat(clock, sum(e for _, e in self._known), cpu, len(self._procs), busiest))
 
     # ----- WorkerPool ---------------------------------------------------------------------------------
     def round(self, posts: dict[int, tuple[int, Outbox, int]]) -> Iterator[tuple[int, RoundReply]]:
@@ -197,9 +219,12 @@ class SteppedPool:
         msg: dict[str, Any] = {"k": "round", "groups": wire, "until": None if until >= INF_NS else until}
         if self.reacting is not None:
             msg["react"] = self.reacting
-        if self.on_beat is not None and time.monotonic() - self._beat_at >= self.beat_s:
-            self._beat_at = time.monotonic()
-            msg["beat"] = True
+        if self.on_beat is not None:
+            msg["beat_s"] = self.beat_s
+            if time.monotonic() - self._beat_at >= self.beat_s:
+                self._beat_at = time.monotonic()
+                msg["beat"] = True
+        self._inside = {}
         self._send(msg)
         self._rounds += 1
         return iter([(0, self._reply())])
@@ -221,8 +246,9 @@ class SteppedPool:
         ends = [r["last_end"] for r in replies if r.get("last_end") is not None]
         self.last_end = max(ends) if ends else None
         if self.on_beat is not None and "events" in replies[0]:
+            self._known = [(int(r["now"]), int(r["events"])) for r in replies]
             busiest = max(range(len(replies)), key=lambda g: replies[g]["cpu"])
-            events = sum(int(r["events"]) for r in replies)
+            events = sum(e for _, e in self._known)
             self.on_beat(Beat(min(r["now"] for r in replies), events, sum(self.round_cpu), len(replies), busiest))
         return RoundReply(
             done, bounds, max(r["cpu"] for r in replies), max(r["wall"] for r in replies),

@@ -13,7 +13,9 @@ to stdout, one msgpack map each:
   ``until``), the next event (None: no flow in flight), the flows in flight, whether it is quiet (`quiet`:
   nothing in flight and no live event left; profile reuse ends an episode when every worker is) and a lower bound
   on the last completion of the flows it sends (`last_end`, `cut_round.last_send_end`; None: none left); with
-  ``"beat": true`` (a progress display's) also its ns-3 events so far (`events`).
+  ``"beat": true`` (a progress display's) also its ns-3 events so far (`events`). From the first round with
+  ``"beat_s": S`` on, the C++ window loop (local workers) also writes stdout, between two replies, a beat after a
+  window every S CPU seconds: a msgpack array [clock ns, events, the call's CPU ns] (`PhantoraCutPeers::SetBeat`).
 - ``{"k": "records"}``: the records made since the last such request (``new``, by kind, each with its event's
   order key in ``keys``: the pool keeps the earlier ones, `bridge.cut_stepped_records`), the counters so far
   (stats, channels, transport) and the windows' counters.
@@ -54,6 +56,7 @@ class Stepper:
         self.sent: dict[str, int] = {}  # records of each kind sent to the pool so far
         self.bounds: dict[int, int] = {}
         self.run_cpu = self.run_wall = self.records_cpu = 0.0
+        self.beating = False  # the C++ window loop beats on stdout (a round's ``beat_s``)
 
     def _run_to(self, until: int | None, reacting: list[int] | None = None) -> int | None:
         return self.sim.run_cut_windows(self.peers, until, self.stats, reacting)
@@ -61,6 +64,9 @@ class Stepper:
     def round(self, msg: dict[str, Any]) -> dict[str, Any]:
         sim = self.sim
         c0, w0 = time.process_time(), time.perf_counter()
+        beat_s = msg.get("beat_s")
+        if isinstance(beat_s, (int, float)) and beat_s > 0 and not self.beating and isinstance(self.peers, UnixPeers):
+            self.beating = self.peers.beat_to(sys.stdout.fileno(), float(beat_s))  # (the C++ loop's, on stdout)
         for at, cols in msg["groups"]:
             if at > sim.now():
                 self._run_to(int(at))

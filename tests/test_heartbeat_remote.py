@@ -174,10 +174,12 @@ def test_decomposition_workers_beats_reach_the_driver(ns3_lib: Any) -> None:
 
 @pytest.mark.ns3
 @pytest.mark.slow
-def test_stepped_partition_workers_beat_between_rounds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("every_s", [0.0, 0.001])
+def test_stepped_partition_workers_beat_between_and_inside_rounds(tmp_path: Path, every_s: float) -> None:
     """tests/test_partition_fluid.py's all-to-all + all-reduce on the small rail fabric, fluid NVLink, 2 stepped
-    partition workers, with a beat asked at every round (`beat_s` 0): beats with both workers' events and the
-    busiest of them, their clock and events growing, and every completion the run's without them."""
+    partition workers, with a beat asked at every round (`beat_s` 0) or every 1 ms, from inside the rounds too (their
+    C++ window loops): beats with both workers' events and the busiest of them, their clock and events growing, more
+    beats than rounds when they come from inside, and every completion the run's without them."""
     import dataclasses
 
     from bridge.cut_pool import run_partitioned_batches
@@ -198,13 +200,15 @@ def test_stepped_partition_workers_beat_between_rounds(tmp_path: Path) -> None:
         beats: list[Beat] = []
         try:
             if beat:
-                assert len(attach_beats(sim, beats.append, every_s=0.0)) == 1  # the stepped pool
+                assert len(attach_beats(sim, beats.append, every_s=every_s)) == 1  # the stepped pool
             res = replay_inprocess(wl, RAIL, sim)
+            rounds = sim.stats()["partition"]["rounds"]
         finally:
             sim.close()
         runs[beat] = (sorted(dataclasses.astuple(c) for c in res.completions), beats)
     (quiet, none), (shown, beats) = runs[False], runs[True]
     assert shown == quiet and not none
+    assert (len(beats) > rounds) == (every_s > 0)  # (with none from inside: at most one a round)
     assert len(beats) > 1 and all(b.workers == 2 and b.slowest in (0, 1) and b.cpu_s > 0 for b in beats)
     for field in ("sim_ns", "events"):
         seq = [getattr(b, field) for b in beats]
