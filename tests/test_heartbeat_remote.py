@@ -253,3 +253,35 @@ def test_whole_dag_partition_workers_beat_from_inside_their_window_loop(tmp_path
         seq = [getattr(b, field) for b in beats]
         assert seq == sorted(seq) and seq[-1] > seq[0]
     assert beats[-1].sim_ns <= max(c[2] for c in shown)  # (their ends)
+
+
+@pytest.mark.ns3
+@pytest.mark.slow
+def test_a_live_run_on_decomposition_workers_reports_their_merged_progress(tmp_path: Path) -> None:
+    """`phantora run`'s path with workers=2 (tests/test_decompose.py's rail fabric and settings, hierarchical
+    all-reduces that stay on their rails): the network server hosts the driver, whose pool merges its workers' beats
+    and sends them on to the coordinator, which passes them to the launcher."""
+    from bridge.run import CosimRun
+    from phantora.netsim.engine_spec import EngineSpec
+    from phantora.netsim.packet_config import PacketConfig
+    from tests.test_decompose import SETTINGS, tiny
+
+    wl = tmp_path / "wl.toml"
+    wl.write_text(
+        'name = "rails"\n[defaults]\nranks = "all"\ndtype = "bf16"\n[[op]]\nname = "ar"\nkind = "all_reduce"\n'
+        'bytes = "32MiB"\nalgorithm = "hierarchical"\nrepeat = 2\nevery = "1us"\n'
+    )
+    beats: list[Beat] = []
+    res = CosimRun(
+        tiny(),
+        EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)),
+        rank_cmd=[sys.executable, "-m", "phantora.egraph.replay_rank", str(wl)],
+        timeout_s=600,
+        on_progress=beats.append,
+        progress_s=0.01,
+    ).run()
+    assert len(beats) >= 3 and all(b.workers == 2 and b.slowest in (0, 1) and b.cpu_s > 0 for b in beats)
+    for field in ("sim_ns", "events"):
+        seq = [getattr(b, field) for b in beats]
+        assert seq == sorted(seq) and seq[-1] > seq[0]
+    assert res.makespan_ns > 0 and res.late_collectives == 0
