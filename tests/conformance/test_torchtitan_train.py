@@ -8,6 +8,8 @@ corpus from ./tests/assets, which the wheel does not ship: tests/frameworks/asse
 
 from __future__ import annotations
 
+import collections
+import csv
 import json
 import re
 import shutil
@@ -120,6 +122,84 @@ def test_deepseek_v3_debugmodel_with_expert_parallelism_in_phantom_mode(workdir:
     assert_documented(
         phantom.step_ms(), TRAIN_DOC, "`--module deepseek_v3 --config deepseek_v3_debugmodel`, `--phantom`"
     )
+
+
+DEEPSEEK_PP2_EP2 = [*DEEPSEEK_EP2[:4], *TORCH_2_13, "--training.steps", "3"]  # the module and config, as above
+DEEPSEEK_PP2_EP2 += ["--training.seq_len", "256", "--training.local_batch_size", "4", "--debug.seed", "42"]
+DEEPSEEK_PP2_EP2 += ["--parallelism.expert_parallel_degree", "2", "--parallelism.pipeline_parallel_degree", "2"]
+DEEPSEEK_PP2_EP2 += ["--parallelism.pipeline_parallel_schedule", "1F1B"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # 341 s at load 12-27 (the run itself is bounded by TIMEOUT_S)
+def test_deepseek_v3_debugmodel_with_a_pipeline_and_expert_parallelism(workdir: Path, tmp_path: Path) -> None:
+    """PP 2 x EP 2 on 4 GPUs (FSDP 2 in a stage), 1F1B, local batch 4 (4 micro-batches of 1), real mode. It hung in
+    its first step before 11ff07d (torch's pipeline warm-up vote, stage 0's first send, held the rank in gloo's
+    connect). Closed forms from the config: each micro-batch sends its activation forward and its gradient back,
+    1 x 256 tokens x dim 256 x 2 B (bf16); each MoE layer of a stage (layers 1-2 on stage 0, 3-5 on stage 1) exchanges
+    the 8 experts' int64 counts once a micro-batch's forward, and once in the pipeline's shape inference."""
+    run = run_program(workdir, TRAIN, DEEPSEEK_PP2_EP2, tmp_path / "out", 4)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "Using pipeline schedule 1F1B" in run.log(0) and "pp=2" in run.log(0) and "ep=2" in run.log(0)
+    logged = titan_steps(run, rank=2)  # the last stage logs the loss
+    assert sorted(logged) == [1, 2, 3] and float(logged[3][0]) < float(logged[1][0])
+    for step, st in zip([2, 3], run.steps()[1:], strict=True):
+        assert logged[step][2] == pytest.approx(4 * 256 / (st["time_ns"] / 1e9) / 2, rel=0.01)
+    events = json.loads((tmp_path / "out" / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    micro, steps, activation = 4, 3, 1 * 256 * 256 * 2
+    for rank, moe_layers in ((0, 2), (1, 2), (2, 3), (3, 3)):
+        mine = [e for e in events if e.get("pid") == rank]
+        p2p = [e["args"]["bytes"] for e in mine if str(e.get("name")).startswith(("send#", "recv#"))]
+        assert p2p.count(activation) == 2 * micro * steps, rank
+        a2a = [e["args"]["bytes"] for e in mine if str(e.get("name")).startswith("all_to_all#")]
+        assert a2a.count(8 * 8) == (micro * steps + 1) * moe_layers, rank
+    with (tmp_path / "out" / "flows.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["tag"].startswith("send#")]
+    per_call: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    for r in rows:  # a call's flows (one per channel) sum to its bytes
+        per_call[(r["tag"].split("/")[0], r["src"], r["dst"])] += int(r["size_bytes"])
+    pairs = {("gpu0", "gpu2"), ("gpu2", "gpu0"), ("gpu1", "gpu3"), ("gpu3", "gpu1")}
+    assert {(s, d) for _, s, d in per_call} == pairs
+    assert (
+        sorted(collections.Counter((s, d) for (_, s, d), n in per_call.items() if n == activation).values())
+        == [micro * steps] * 4
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # 167 s at load 15-22
+def test_deepseek_v3_pipeline_and_expert_parallelism_in_phantom_mode_on_packets(workdir: Path, tmp_path: Path) -> None:
+    """The same PP 2 x EP 2 run in phantom mode on the packet network (`--network ns3 --cc dcqcn`; the 4 GPUs share a
+    host, so its NVLink carries every byte). On the balanced routing each rank sends T k / EP of a micro-batch's
+    T = 256 tokens' k = 3 choices to its EP peer, `256 x 3 / 2 x 256 x 2 B = 196,608 B`, in every dispatch and combine,
+    forward and backward (4 a MoE layer and micro-batch), and in the pipeline's shape inference: a forward (2 a
+    layer) on both stages, and on the last stage the backward that finds its input gradient's shape (2 more)."""
+    options = ("--phantom", "--network", "ns3", "--cc", "dcqcn")
+    run = run_program(workdir, TRAIN, DEEPSEEK_PP2_EP2, tmp_path / "out", 4, options)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.results()["moe_routing"] == "balanced"
+    micro, steps, moe = 4, 3, {"0.1": 2, "2.3": 3}  # the MoE layers of each stage's EP group (ranks 0-1, 2-3)
+    with (tmp_path / "out" / "flows.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    tokens: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+    for r in rows:  # all_to_all#N@0.1/0>1/p2p/chC: a call's transfer 0 -> 1 over its channels
+        m = re.match(r"all_to_all#(\d+)@([\d.]+)/(\d+)>(\d+)/", r["tag"])
+        if m:
+            tokens[(m[2], m[1], m[3], m[4])] += int(r["size_bytes"])
+    count_bytes = 2 * (8 // 2) * 8  # a peer's 4 experts' int64 counts, on the wire as LL (a flag word each)
+    counts = [n for n in tokens.values() if n == count_bytes]
+    transfers = [k for k, n in tokens.items() if n != count_bytes]
+    assert {tokens[k] for k in transfers} == {256 * 3 // 2 * 256 * 2}
+    for group, layers in moe.items():
+        inference = 2 * layers if group == "0.1" else 4 * layers
+        assert sum(k[0] == group for k in transfers) == 2 * (4 * layers * micro * steps + inference), group
+    assert len(counts) == 2 * sum((micro * steps + 1) * layers for layers in moe.values())
+    sends = collections.Counter()
+    for r in rows:
+        if r["tag"].startswith("send#"):
+            sends[(r["tag"].split("/")[0], r["src"], r["dst"])] += int(r["size_bytes"])
+    assert sorted(collections.Counter(k[1:] for k, n in sends.items() if n == 256 * 256 * 2).values()) == [12] * 4
 
 
 @pytest.mark.slow
