@@ -165,6 +165,7 @@ def test_deepseek_v3_debugmodel_with_a_pipeline_and_expert_parallelism(workdir: 
         sorted(collections.Counter((s, d) for (_, s, d), n in per_call.items() if n == activation).values())
         == [micro * steps] * 4
     )
+    assert_documented(run.step_ms(), TRAIN_DOC, "`--module deepseek_v3 --config deepseek_v3_debugmodel`, PP 2 x EP 2")
 
 
 @pytest.mark.slow
@@ -200,6 +201,7 @@ def test_deepseek_v3_pipeline_and_expert_parallelism_in_phantom_mode_on_packets(
         if r["tag"].startswith("send#"):
             sends[(r["tag"].split("/")[0], r["src"], r["dst"])] += int(r["size_bytes"])
     assert sorted(collections.Counter(k[1:] for k, n in sends.items() if n == 256 * 256 * 2).values()) == [12] * 4
+    assert_documented(run.step_ms(), TRAIN_DOC, "the same in phantom mode on the packet network")
 
 
 @pytest.mark.slow
