@@ -288,15 +288,21 @@ def ring_chains(topo: Topology, laps: int = 4, size: int = 256 << 10) -> list[Fl
     return flows
 
 
+def one_engine_ends(topo: Topology, flows: list[Flow]) -> list[tuple[int, int, int]]:
+    """(flow id, start, end) of every completion of `flows` on one ns-3 engine: what workers must equal."""
+    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
+    one.submit(flows, 0)
+    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
+    one.close()
+    return want
+
+
 def one_engine_and_two_workers(
     topo: Topology, flows: list[Flow], *, asynchronous: bool = True
 ) -> tuple[list[Any], list[Any], int]:
     """(flow id, start, end) of every completion, from one engine and from workers=2, and workers=2's rounds;
     `asynchronous=False`: the fluid NVLink side does not run while the workers do (no `run_ahead`)."""
-    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
-    one.submit(flows, 0)
-    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
-    one.close()
+    want = one_engine_ends(topo, flows)
     sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     try:
         if not asynchronous:
@@ -354,10 +360,7 @@ def test_ray_workers_over_curve_equal_one_engine(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(CURVE_ALWAYS, "1")
     topo = tiny()
     flows = rail_dag(topo, stages=2)
-    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
-    one.submit(flows, 0)
-    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
-    one.close()
+    want = one_engine_ends(topo, flows)
     sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2, ray="local")), topo, spawner=spawn_workers)
     try:
         packet = sim.packet  # type: ignore[attr-defined]
@@ -644,10 +647,7 @@ def test_workers_hear_from_the_driver_through_a_long_fluid_stretch(monkeypatch: 
     monkeypatch.setattr(bridge.workers, "WORKER_PEER_TIMEOUT_S", 2.5)
     topo = tiny()
     flows = nvlink_chain_beside_rings(topo, links=10)
-    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
-    one.submit(flows, 0)
-    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
-    one.close()
+    want = one_engine_ends(topo, flows)
     sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     fluid = sim.fluid  # type: ignore[attr-defined]
     advance = fluid.advance

@@ -7,15 +7,13 @@ pipeline warm-up vote with FSDP 2 x PP 2, 2026-12-02). On NCCL the send is enque
 
 from __future__ import annotations
 
-import textwrap
 import threading
 import time
 
 import pytest
 
-from phantora.launcher import RunConfig, launch
 from phantora.runtime.gloo_lanes import PairLanes
-from phantora.topology.generators import leaf_spine
+from tests.test_live_group_order import star3_results
 
 FIRST_SEND = """
     import torch, torch.distributed as dist
@@ -37,12 +35,7 @@ FIRST_SEND = """
 
 @pytest.mark.slow  # 3 live ranks: 20-30 s wall on the shared machine; the lanes' logic is checked fast below
 def test_a_send_whose_receiver_first_waits_in_a_collective_runs(tmp_path) -> None:
-    script = tmp_path / "first_send.py"
-    script.write_text(textwrap.dedent(FIRST_SEND))
-    star3 = leaf_spine(1, 3, 0, name="star3")
-    rep = launch(RunConfig(str(script), topology=star3, nproc=3, trace="none", timeout_s=60))
-    logs = "\n".join(rep.logs[f"rank {r}"] for r in range(3))
-    got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+    got = star3_results(tmp_path, "first_send.py", FIRST_SEND, timeout_s=60)
     assert got == [["0", "1.0"], ["1", "2.0"], ["2", "1.0"]]  # rank 2 holds rank 0's ones; rank 1 its own twos
 
 

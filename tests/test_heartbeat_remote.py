@@ -146,14 +146,11 @@ def test_decomposition_workers_beats_reach_the_driver(ns3_lib: Any) -> None:
     from phantora.netsim.factory import make_engine
     from phantora.netsim.heartbeat import attach_beats, detach_beats
     from phantora.netsim.packet_config import PacketConfig
-    from tests.test_decompose import SETTINGS, rail_dag, tiny
+    from tests.test_decompose import SETTINGS, one_engine_ends, rail_dag, tiny
 
     topo = tiny()
     flows = rail_dag(topo, stages=2)
-    one = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS)), topo)
-    one.submit(flows, 0)
-    want = sorted((c.flow_id, c.start_ns, c.end_ns) for c in one.drain())
-    one.close()
+    want = one_engine_ends(topo, flows)
     sim = make_engine(EngineSpec("ns3", PacketConfig(**SETTINGS, workers=2)), topo, spawner=spawn_workers)
     beats: list[Beat] = []
     try:

@@ -7,9 +7,22 @@ run hung until its timeout (found by bench/bench_nccl_live_sweep.py). NCCL creat
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from phantora.launcher import RunConfig, launch
 from phantora.topology.generators import leaf_spine
+
+
+def star3_results(tmp_path: Path, name: str, text: str, timeout_s: float) -> list[list[str]]:
+    """Run `text` live on 3 ranks of a one-switch fabric; each rank's "RESULT ..." lines' fields, sorted. The logs
+    are joined a line apart, so a rank log that ends without a newline keeps its last line apart."""
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(text))
+    star3 = leaf_spine(1, 3, 0, name="star3")
+    rep = launch(RunConfig(str(script), topology=star3, nproc=3, trace="none", timeout_s=timeout_s))
+    logs = "\n".join(rep.logs[f"rank {r}"] for r in range(3))
+    return sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+
 
 SCRIPT = """
     import torch, torch.distributed as dist
@@ -28,13 +41,7 @@ SCRIPT = """
 
 
 def test_a_group_created_after_another_groups_collective_runs(tmp_path) -> None:
-    script = tmp_path / "order.py"
-    script.write_text(textwrap.dedent(SCRIPT))
-    rep = launch(
-        RunConfig(str(script), topology=leaf_spine(1, 3, 0, name="star3"), nproc=3, trace="none", timeout_s=90)
-    )
-    logs = "".join(rep.logs[f"rank {r}"] for r in range(3))
-    got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+    got = star3_results(tmp_path, "order.py", SCRIPT, timeout_s=90)
     # the pair's sum is 2 on its members, 1 (untouched) on rank 2; the world's sum is 3 everywhere
     assert got == [["0", "2.0", "3.0"], ["1", "2.0", "3.0"], ["2", "1.0", "3.0"]]
 
@@ -57,12 +64,7 @@ def test_a_pair_first_exchanging_after_rank_0_finished_connects(tmp_path) -> Non
     """gloo's pairs connect at their first exchange through the store rank 0 serves (gloo_store.py): rank 0 keeps
     serving it until every rank has ended. Without that, lazy connection failed here ("Connection was likely
     closed"), as a pipeline's last stages exchanging after the first stage's rank 0 ended would."""
-    script = tmp_path / "late.py"
-    script.write_text(textwrap.dedent(LATE_PAIR))
-    star3 = leaf_spine(1, 3, 0, name="star3")
-    rep = launch(RunConfig(str(script), topology=star3, nproc=3, trace="none", timeout_s=90))
-    logs = "".join(rep.logs[f"rank {r}"] for r in range(3))
-    got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+    got = star3_results(tmp_path, "late.py", LATE_PAIR, timeout_s=90)
     assert got == [["1", "2.0"], ["2", "2.0"]]  # the pair's sum of ones
 
 
@@ -88,12 +90,6 @@ def test_split_group_after_a_pairs_group_connects(tmp_path) -> None:
     ncclCommSplit runs over the parent communicator, names aside; the split's real-data gloo group rendezvoused
     under that name and hung (found by bench/bench_nccl_live_sweep.py). It now meets under the parent's split
     count and the members' global ranks."""
-    script = tmp_path / "split.py"
-    script.write_text(textwrap.dedent(SPLIT_AFTER_PAIR))
-    rep = launch(
-        RunConfig(str(script), topology=leaf_spine(1, 3, 0, name="star3"), nproc=3, trace="none", timeout_s=60)
-    )
-    logs = "".join(rep.logs[f"rank {r}"] for r in range(3))
-    got = sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+    got = star3_results(tmp_path, "split.py", SPLIT_AFTER_PAIR, timeout_s=60)
     # the pair's sum is 2 on its members, 1 on rank 2; the split block's (all three) sum is 3 everywhere
     assert got == [["0", "2.0", "3.0"], ["1", "2.0", "3.0"], ["2", "1.0", "3.0"]]
