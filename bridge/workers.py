@@ -123,6 +123,8 @@ class ServerPool:
         self._pending: set[int] = set()  # the workers the round in progress waits for
         self._beat_sent = float("-inf")
         self._shown = 0  # the clock last passed on
+        self._connecting: threading.Thread | None = None  # local workers' start, in the background (`_ready`)
+        self._connect_error: BaseException | None = None  # its error, raised by `_ready`
         try:
             self._start(topology, config, assignment, side)
         except BaseException:
@@ -155,21 +157,20 @@ class ServerPool:
             return
         # Local workers are connected (each its hello, once it has built its engine) in the background: the caller's
         # first submit runs meanwhile, not after their start (issue 38, item 2). The first round waits (`_ready`).
-        self._connecting: threading.Thread | None = threading.Thread(
+        self._connecting = threading.Thread(
             target=self._connect_kept, args=(token,), name="phantora-workers-connect", daemon=True
         )
-        self._connect_error: BaseException | None = None
         self._connecting.start()
 
     @property
     def starting(self) -> bool:
         """Whether the workers are still starting (not all connected): what the caller does now runs beside that."""
-        thread = getattr(self, "_connecting", None)
+        thread = self._connecting
         return thread is not None and thread.is_alive()
 
     def _ready(self) -> None:
         """Wait for the workers to be connected; their start's error, if any, raised here."""
-        thread = getattr(self, "_connecting", None)
+        thread = self._connecting
         if thread is None:
             return
         t0 = time.perf_counter()
@@ -305,7 +306,7 @@ class ServerPool:
         return records_from_wire(msg["records"])
 
     def keepalive(self) -> None:
-        thread = getattr(self, "_connecting", None)
+        thread = self._connecting
         if thread is not None and thread is not threading.current_thread():
             return  # (the sockets are the connecting thread's until `_ready`: it heartbeats the connected ones)
         for w in self.workers:
@@ -317,7 +318,7 @@ class ServerPool:
         if self._closed:
             return
         self._closed = True
-        thread = getattr(self, "_connecting", None)
+        thread = self._connecting
         if thread is not None:  # closed while the workers start: end them, so that the thread stops waiting
             for w in self.workers:
                 if w.proc is not None and w.proc.poll() is None:
