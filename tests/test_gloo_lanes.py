@@ -89,6 +89,23 @@ def test_a_call_that_failed_raises_at_its_wait_and_the_pair_stays_on_its_lane() 
     assert not isinstance(again, Work) and again.wait()  # on the lane again: the pair never connected
 
 
+def test_a_call_that_raised_anything_raises_it_at_its_wait_and_the_lane_goes_on() -> None:
+    """Not only gloo's RuntimeError: a TypeError (a wrong argument) is raised at the call's wait at once, and the
+    pair's next call still runs. Before, the lane's thread died with it: the wait ran out the group's timeout (here
+    5 s) and said the pair did not connect, and the calls queued behind it never ran."""
+    lanes = PairLanes(timeout_s=5)
+
+    def wrong() -> Work:
+        raise TypeError("send(): incompatible function arguments")
+
+    failed = lanes.start(4, wrong)
+    later = lanes.start(4, lambda: Work([], "next"))
+    t0 = time.monotonic()
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        failed.wait()
+    assert later.wait() and time.monotonic() - t0 < 4  # neither waited out the 5 s
+
+
 def test_a_call_that_never_returns_times_out_naming_the_peer() -> None:
     lanes, gate = PairLanes(timeout_s=0.2), threading.Event()
     stuck = lanes.start(5, lambda: gate.wait(10) and Work([], "late"))

@@ -106,3 +106,42 @@ def test_a_send_gloo_gave_up_on_keeps_its_record_until_its_wait_raises(pair) -> 
     with pytest.raises(RuntimeError):
         sc.wait(7)
     assert sc.records() == 0
+
+
+class Refused:
+    """A send's work whose wait raises what is not gloo's RuntimeError: a lane's own (gloo_lanes.py keeps whatever its
+    call raised, a TypeError of a wrong argument, say, for the rank's wait)."""
+
+    def wait(self) -> bool:
+        raise TypeError("send(): incompatible function arguments")
+
+
+class Taken:
+    def __init__(self) -> None:
+        self.waited = threading.Event()
+
+    def wait(self) -> bool:
+        self.waited.set()
+        return True
+
+
+def test_a_send_whose_wait_raised_anything_raises_it_at_its_wait_and_the_lane_goes_on() -> None:
+    """The program's wait raises the work's TypeError, and the next send on the lane is still taken. Before, only a
+    RuntimeError was kept: the lane's thread died with anything else, so the wait blocked for ever (no timeout) and
+    every later copy on that lane stayed alive."""
+    sc, lane, later = SendCopies(), ("comm", 1, 0), Taken()
+    sc.add(1, lane, [Refused()], SendCopies.clone([torch.ones(4)]))
+    sc.add(2, lane, [later], SendCopies.clone([torch.ones(4)]))
+    raised: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            sc.wait(1)
+        except BaseException as exc:  # noqa: BLE001 - what the wait raised, checked below
+            raised.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)  # a wait that never returns fails the test, not hangs it
+    waiter.start()
+    waiter.join(10)
+    assert not waiter.is_alive() and [type(e) for e in raised] == [TypeError]
+    assert later.waited.wait(10) and settled(sc) == 0 and sc.records() == 0

@@ -30,14 +30,17 @@ class LaneCall:
         self._done = threading.Event()
 
     def run(self) -> bool:
-        """Make the call (the lane's thread); True if it returned."""
+        """Make the call (the lane's thread); True if it returned. Whatever it raises is kept for `wait` (gloo's
+        RuntimeError for a connect that timed out, or any other): a lane's thread that died with it would leave
+        the rank waiting out the group's timeout and the pair's later calls queued behind it for ever."""
         call, self._call = self._call, None
         assert call is not None
         try:
             self._work = call()
-        except RuntimeError as exc:  # gloo's (a connect that timed out): raised to the rank by `wait`
+        except BaseException as exc:  # noqa: BLE001 - raised to the rank by `wait`
             self._error = exc.with_traceback(None)
-        self._done.set()
+        finally:
+            self._done.set()
         return self._error is None
 
     def wait(self) -> bool:

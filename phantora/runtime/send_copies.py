@@ -37,10 +37,11 @@ class _Copy:
         try:
             for work in self.works:
                 work.wait()
-        except RuntimeError as exc:  # gloo's (DistBackendError is one): `SendCopies.wait` raises it
+        except BaseException as exc:  # noqa: BLE001 - gloo's, or a lane's (gloo_lanes.py): `SendCopies.wait` raises it
             self.error = exc.with_traceback(None)  # (its frames would keep the work, and the copy, alive)
-        self.works = []
-        self.done.set()
+        finally:
+            self.works = []
+            self.done.set()  # also on an error: a waiter, and the lane's later copies, are never left behind
 
 
 class SendCopies:
