@@ -56,7 +56,7 @@ def test_a_runs_choice_record_says_the_search_fell_back_with_nccls_own_estimate(
     assert got["nccl_model_time_us"] == pytest.approx(_us(size, FALLBACK_BW), rel=1e-6)  # 1.17 s, NCCL's estimate
     assert got["model_time_us"] == pytest.approx(_us(size, UPLINK_BUS), rel=0.005)  # what the links allow
     trace = nccl_args([{"nccl": got, "group": list(range(N)), "name": "all_reduce#0"}])
-    assert trace[(3, "all_reduce#0")]["nccl"]["search_fallback"] is True  # the rank's span in trace.json
+    assert trace[(3, "all_reduce#0", tuple(range(N)))]["nccl"]["search_fallback"] is True  # rank 3's span
     for env, kw in (({}, {}), ({"NCCL_P2P_DISABLE": "1"}, {"sockets": 2})):  # a ring fits: 4 x 24 P2P, 1 x 5 SHM
         other = _planned(env, size, **kw)
         assert "search_fallback" not in other and "nccl_model_time_us" not in other

@@ -148,15 +148,44 @@ def test_the_merged_trace_carries_nccls_choice_on_each_ranks_collective(tmp_path
     out = tmp_path / "run"
     for rank in (0, 1):
         r = TraceRecorder(rank)
-        r.comm("all_reduce#0", 1000, 2000, {"bytes": 8})
-        r.comm("broadcast#1", 3000, 4000, {"bytes": 8})
+        r.comm("all_reduce#0", 1000, 2000, {"bytes": 8, "group": [0, 1]})
+        r.comm("broadcast#1", 3000, 4000, {"bytes": 8, "group": [0, 1]})
         r.append_to(out / "trace" / f"rank{rank}.jsonl", 0)
     choice = {"algorithm": "Ring", "protocol": "LL", "channels": 2}
     records = [{"name": "all_reduce#0", "group": [0, 1], "nccl": choice}, {"name": "broadcast#1", "group": [0, 1]}]
     merged = json.loads(run_dir.merge_trace(out, comm_args=run_dir.nccl_args(records)).read_text())
     spans = {(e["pid"], e["name"]): e["args"] for e in merged["traceEvents"] if e.get("cat") == "comm"}
-    assert spans[0, "all_reduce#0"] == spans[1, "all_reduce#0"] == {"bytes": 8, "nccl": choice}
-    assert spans[0, "broadcast#1"] == {"bytes": 8}  # no choice recorded (ideal model): nothing added
+    assert spans[0, "all_reduce#0"] == spans[1, "all_reduce#0"] == {"bytes": 8, "group": [0, 1], "nccl": choice}
+    assert spans[0, "broadcast#1"] == {"bytes": 8, "group": [0, 1]}  # no choice recorded (ideal model): nothing added
+
+
+def test_each_span_gets_its_own_calls_choice_where_names_repeat_across_groups(tmp_path):
+    """A rank numbers its collectives per group and its sends per peer, so one name is several calls: Megatron's
+    TP x PP run has rank 0's `all_reduce#2` on the world (8 B, 1 channel) and on the embedding pair [0, 2]
+    (327,680 B, 24 channels), and `reduce_scatter#1` on the TP pair and on its data-parallel group of one (no
+    choice: no NCCL call); a pipeline's middle stage sends `send#0` to both neighbours. Each span carries its own
+    call's choice (before, the first record of the name went to all of them)."""
+    out = tmp_path / "run"
+    r = TraceRecorder(0)
+    r.comm("all_reduce#2", 1000, 2000, {"bytes": 8, "group": [0, 1, 2, 3]})
+    r.comm("all_reduce#2", 3000, 4000, {"bytes": 327680, "group": [0, 2]})
+    r.comm("reduce_scatter#1", 5000, 6000, {"bytes": 131072, "group": [0, 1]})
+    r.comm("reduce_scatter#1", 7000, 7000, {"bytes": 727040, "group": [0]})
+    r.comm("send#0", 8000, 9000, {"bytes": 65536, "group": [1]})
+    r.comm("send#0", 8000, 9500, {"bytes": 65536, "group": [2]})
+    r.append_to(out / "trace" / "rank0.jsonl", 0)
+    world, pair, tp, nvl, net = ({"channels": c} for c in (1, 24, 16, 8, 2))
+    records = [
+        {"name": "all_reduce#2", "group": [0, 1, 2, 3], "nccl": world},
+        {"name": "all_reduce#2", "group": [0, 2], "nccl": pair},
+        {"name": "reduce_scatter#1", "group": [0, 1], "nccl": tp},
+        {"name": "reduce_scatter#1", "group": [0]},
+        {"name": "send#0", "group": [0, 1], "names": [[0, "send#0"], [1, "recv#0"]], "nccl": nvl},
+        {"name": "send#0", "group": [0, 2], "names": [[0, "send#0"], [2, "recv#0"]], "nccl": net},
+    ]
+    merged = json.loads(run_dir.merge_trace(out, comm_args=run_dir.nccl_args(records)).read_text())
+    spans = [e["args"] for e in merged["traceEvents"] if e.get("cat") == "comm"]
+    assert [a.get("nccl") for a in spans] == [world, pair, tp, None, nvl, net]
 
 
 def test_trace_rejects_unknown_level():

@@ -85,6 +85,7 @@ def test_a_send_recv_record_names_each_ends_own_call() -> None:
         {"name": "all_reduce#0", "group": [0, 1], "nccl": inside},
     ]
     args = nccl_args(records)
-    assert args[(7, "send#0")]["nccl"] is across and args[(7, "recv#0")]["nccl"] is inside
-    assert args[(0, "recv#0")]["nccl"] is across and (8, "recv#0") not in args
-    assert args[(1, "all_reduce#0")]["nccl"] is inside
+    assert args[(7, "send#0", (8,))]["nccl"] is across and args[(7, "recv#0", (6,))]["nccl"] is inside
+    assert args[(0, "recv#0", None)]["nccl"] is across  # rank 0 stands for 8: its peer is a mirror of 7
+    assert not any(k[0] == 8 for k in args)
+    assert args[(1, "all_reduce#0", (0, 1))]["nccl"] is inside

@@ -46,6 +46,9 @@ OUTPUT_FILES = (
 OUTPUT_DIRS = (S.LOGS_DIR, TRACE_DIR, STEPS_DIR, S.JOBS_DIR, S.ALONE_DIR)
 
 
+CommKey = tuple[int, str, tuple[int, ...] | None]  # a collective span: (rank, call name, its group; None: any)
+
+
 class RunDir:
     """One run directory: the paths of its files (`file`, `log`, the ranks' step and trace files), the run
     directories inside it (`job`, `alone`, `seed`), its documents (`write_json`, `write_text`) and its life
@@ -149,7 +152,7 @@ class RunDir:
         self,
         *,
         partial: bool = False,
-        comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None,
+        comm_args: Mapping[CommKey, Mapping[str, Any]] | None = None,
         extra_events: Sequence[Mapping[str, Any]] = (),
     ) -> Path | None:
         return merge_trace(self.root, partial=partial, comm_args=comm_args, extra_events=extra_events)
@@ -257,34 +260,59 @@ def rank_trace(out: Path) -> dict[int, list[dict[str, Any]]]:
     return _rank_lines(Path(out) / TRACE_DIR)
 
 
-def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
-    """(rank, collective name) -> {"nccl": NCCL's choice, and "redop" when not sum} from cosim.json's collective
-    records, for the trace. A
-    send/recv's record names each issuing rank's own call (`names`: the sender's send#k, the receiver's recv#j),
-    as its ends' names differ and several pairs share a name (every rank's first send is send#0)."""
-    out: dict[tuple[int, str], dict[str, Any]] = {}
+def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[CommKey, dict[str, Any]]:
+    """(rank, collective name, group) -> {"nccl": NCCL's choice, and "redop" when not sum} from cosim.json's
+    collective records, for the trace. A rank numbers its collectives per group (`all_reduce#2` on the world and
+    `all_reduce#2` on a pair are two calls), so a collective's key holds its group, as its span's `group` does.
+    A send/recv's record names each issuing rank's own call (`names`: the sender's send#k, the receiver's recv#j),
+    as its ends' names differ and several pairs share a name (every rank's first send is send#0); a rank numbers
+    them per peer, so the key's group is the peer, `(peer,)`, as its span's is, or None (any) for a rank standing
+    for a mirror of the pair (rank deduplication), whose peer the record does not hold."""
+    out: dict[CommKey, dict[str, Any]] = {}
     for rec in collectives:
         if isinstance(rec.get("nccl"), dict):
-            names = rec.get("names")
-            pairs = names if isinstance(names, list) else [(r, rec.get("name")) for r in rec.get("group", ())]
-            for rank, name in pairs:
-                op = {"redop": rec["redop"]} if "redop" in rec else {}  # a reduction other than sum
-                out.setdefault((int(rank), str(name)), {"nccl": rec["nccl"], **op})
+            names, group = rec.get("names"), [int(r) for r in rec.get("group", ())]
+            op = {"redop": rec["redop"]} if "redop" in rec else {}  # a reduction other than sum
+            keys: list[CommKey]
+            if isinstance(names, list):
+                keys = [(int(r), str(n), _p2p_peer(int(r), group)) for r, n in names]
+            else:
+                keys = [(r, str(rec.get("name")), tuple(group)) for r in group]
+            for key in keys:
+                out.setdefault(key, {"nccl": rec["nccl"], **op})
     return out
+
+
+def _p2p_peer(rank: int, pair: list[int]) -> tuple[int, ...] | None:
+    """The group of `rank`'s span of a send/recv between `pair`: `(peer,)`; None if `rank` is not one of them."""
+    if rank not in pair:
+        return None
+    rest = list(pair)
+    rest.remove(rank)
+    return (rest[0] if rest else rank,)
+
+
+def comm_extra(args: Mapping[CommKey, Mapping[str, Any]], ev: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What `nccl_args` adds to the collective span `ev`: its own call's, by rank, name and group."""
+    rank, name = ev.get("pid"), str(ev.get("name"))
+    if not isinstance(rank, int):
+        return None
+    group = tuple(ev.get("args", {}).get("group", ()))
+    return args.get((rank, name, group)) or args.get((rank, name, None))
 
 
 def merge_trace(
     out: Path,
     *,
     partial: bool = False,
-    comm_args: Mapping[tuple[int, str], Mapping[str, Any]] | None = None,
+    comm_args: Mapping[CommKey, Mapping[str, Any]] | None = None,
     extra_events: Sequence[Mapping[str, Any]] = (),
 ) -> Path | None:
     """trace.json from the ranks' trace chunks, which are then removed; None if there are none.
 
     A `partial` trace (of a run that failed) holds the steps each rank finished, and says so in
     `otherData` (the Chrome trace format's place for notes): `partial` and `steps_traced` per rank.
-    `comm_args` adds arguments to the ranks' collective spans, by (rank, name): NCCL's choice (`nccl_args`);
+    `comm_args` adds arguments to the ranks' collective spans, by (rank, name, group): NCCL's choice (`nccl_args`);
     `extra_events` go in after the ranks' (a scenario's instant events)."""
     from phantora.results.write import write_atomic
 
@@ -295,7 +323,7 @@ def merge_trace(
     events = [ev for r in sorted(chunks) for chunk in chunks[r] for ev in chunk["events"]]
     args = comm_args or {}
     for ev in events if args else ():
-        extra = args.get((ev.get("pid"), ev.get("name"))) if ev.get("cat") == "comm" else None
+        extra = comm_extra(args, ev) if ev.get("cat") == "comm" else None
         if extra:
             ev["args"] = {**ev.get("args", {}), **extra}
     events.extend(dict(ev) for ev in extra_events)
