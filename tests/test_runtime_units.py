@@ -188,6 +188,27 @@ def test_each_span_gets_its_own_calls_choice_where_names_repeat_across_groups(tm
     assert [a.get("nccl") for a in spans] == [world, pair, tp, None, nvl, net]
 
 
+def test_an_all_to_all_span_carries_each_pairs_choice(tmp_path):
+    """NCCL runs an (uneven) all-to-all as one group of sends and receives; the coordinator records a choice per
+    pair (`all_to_all#1@0.1`, Megatron's alltoall token dispatcher on EP 2: 133,120 B one way on 3 channels,
+    121,856 B back on 2), and each end's `all_to_all#1` span carries both pairs, with their bytes."""
+    out = tmp_path / "run"
+    for rank in (0, 1):
+        r = TraceRecorder(rank)
+        r.comm("all_to_all#1", 1000, 2000, {"bytes": 262144, "group": [0, 1]})
+        r.append_to(out / "trace" / f"rank{rank}.jsonl", 0)
+    there, back = {"algorithm": "p2p", "protocol": "Simple", "channels": 3}, {"algorithm": "p2p", "channels": 2}
+    names = [[0, "all_to_all#1@0.1"], [1, "all_to_all#1@0.1"]]
+    records = [
+        {"name": "all_to_all#1@0.1", "group": [0, 1], "nbytes": 133120, "names": names, "nccl": there},
+        {"name": "all_to_all#1@0.1", "group": [1, 0], "nbytes": 121856, "names": names, "nccl": back},
+    ]
+    merged = json.loads(run_dir.merge_trace(out, comm_args=run_dir.nccl_args(records)).read_text())
+    spans = [e["args"] for e in merged["traceEvents"] if e.get("cat") == "comm"]
+    pairs = [{"src": 0, "dst": 1, "bytes": 133120, **there}, {"src": 1, "dst": 0, "bytes": 121856, **back}]
+    assert [a["nccl"] for a in spans] == [{"algorithm": "p2p", "pairs": pairs}] * 2
+
+
 def test_trace_rejects_unknown_level():
     with pytest.raises(InputError, match="trace"):
         TraceRecorder(0, level="all")

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from phantora.collectives.flow_tags import parse_ranks
 from phantora.errors import InputError
 from phantora.results import schema as S
 
@@ -267,13 +268,22 @@ def nccl_args(collectives: Iterable[Mapping[str, Any]]) -> dict[CommKey, dict[st
     A send/recv's record names each issuing rank's own call (`names`: the sender's send#k, the receiver's recv#j),
     as its ends' names differ and several pairs share a name (every rank's first send is send#0); a rank numbers
     them per peer, so the key's group is the peer, `(peer,)`, as its span's is, or None (any) for a rank standing
-    for a mirror of the pair (rank deduplication), whose peer the record does not hold."""
+    for a mirror of the pair (rank deduplication), whose peer the record does not hold. A collective NCCL runs as
+    one group of sends and receives (all-to-all, scatter, gather) has a record per pair, named `name@ranks`; its
+    span gets them all: `{"algorithm": "p2p", "pairs": [{"src", "dst", "bytes", and that pair's choice}, ...]}`."""
     out: dict[CommKey, dict[str, Any]] = {}
     for rec in collectives:
         if isinstance(rec.get("nccl"), dict):
             names, group = rec.get("names"), [int(r) for r in rec.get("group", ())]
             op = {"redop": rec["redop"]} if "redop" in rec else {}  # a reduction other than sum
             keys: list[CommKey]
+            if isinstance(names, list) and all("@" in str(n) for _, n in names) and len(group) == 2:
+                for r, n in names:  # one pair of a collective's transfers
+                    name, _, ranks = str(n).partition("@")
+                    spans = out.setdefault((int(r), name, parse_ranks(ranks)), {"nccl": {"algorithm": "p2p"}})
+                    pair = {"src": group[0], "dst": group[1], "bytes": rec.get("nbytes"), **rec["nccl"]}
+                    spans["nccl"].setdefault("pairs", []).append(pair)
+                continue
             if isinstance(names, list):
                 keys = [(int(r), str(n), _p2p_peer(int(r), group)) for r, n in names]
             else:
