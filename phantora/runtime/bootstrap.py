@@ -26,6 +26,7 @@ from phantora.runtime import (
     gloo_store,
     hostmem,
     phantom_mode,
+    stop_stacks,
     storage,
     timepatch,
     torch_backports,
@@ -239,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     script = os.path.abspath(argv[0])
     rank = f"rank {os.environ.get('RANK', '?')}"
+    stop_stacks.dump_stacks_when_stopped()  # stopped by the supervisor: where each thread stood, in the rank's log
     try:
         s, mode = start_session()
     except BaseException as exc:  # noqa: BLE001 - report any start-up failure and exit
