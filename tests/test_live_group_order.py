@@ -9,19 +9,41 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from phantora.errors import PhantoraError
 from phantora.launcher import RunConfig, launch
 from phantora.topology.generators import leaf_spine
 
+# The bound of a 3-rank run, its start-up included. The co-simulation itself takes about 1 s; the start-up (the fork
+# server importing torch, the coordinator, three ranks) took 9-25 s of 11-33 s runs at load 14-17 on the shared
+# 2-core machine (2026-12-02), and tests/test_gloo_lanes.py's slow test took 94 s once, with a 60 s bound, at load
+# 11-20: a bound near a minute meets a slow start-up, not a hang. A run that hangs still fails, its logs kept.
+STAR3_TIMEOUT_S = 180.0
 
-def star3_results(tmp_path: Path, name: str, text: str, timeout_s: float) -> list[list[str]]:
+
+def star3_results(tmp_path: Path, name: str, text: str, timeout_s: float = STAR3_TIMEOUT_S) -> list[list[str]]:
     """Run `text` live on 3 ranks of a one-switch fabric; each rank's "RESULT ..." lines' fields, sorted. The logs
-    are joined a line apart, so a rank log that ends without a newline keeps its last line apart."""
+    are joined a line apart, so a rank log that ends without a newline keeps its last line apart. The run's
+    directory (its logs/) is kept under `tmp_path`; a run that fails says so with each rank's last lines."""
     script = tmp_path / name
     script.write_text(textwrap.dedent(text))
+    out = tmp_path / f"{script.stem}-run"
     star3 = leaf_spine(1, 3, 0, name="star3")
-    rep = launch(RunConfig(str(script), topology=star3, nproc=3, trace="none", timeout_s=timeout_s))
+    try:
+        rep = launch(RunConfig(str(script), topology=star3, nproc=3, trace="none", timeout_s=timeout_s, out_dir=out))
+    except PhantoraError as exc:
+        where = "\n".join(f"{log.name}: {stood(log.read_text())}" for log in sorted((out / "logs").glob("rank*.log")))
+        raise AssertionError(f"{exc}\n(the run's logs: {out / 'logs'})\n{where}") from exc
     logs = "\n".join(rep.logs[f"rank {r}"] for r in range(3))
     return sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
+
+
+def stood(log: str) -> str:
+    """Where a rank's own thread stood when the supervisor stopped it (phantora/runtime/stop_stacks.py: the stack
+    it wrote), else its log's last lines."""
+    if "Current thread" not in log:
+        return repr(log[-400:])
+    frames = log.split("Current thread", 1)[1].splitlines()[1:13]
+    return "\n" + "\n".join(frames)
 
 
 SCRIPT = """
@@ -41,7 +63,7 @@ SCRIPT = """
 
 
 def test_a_group_created_after_another_groups_collective_runs(tmp_path) -> None:
-    got = star3_results(tmp_path, "order.py", SCRIPT, timeout_s=90)
+    got = star3_results(tmp_path, "order.py", SCRIPT)
     # the pair's sum is 2 on its members, 1 (untouched) on rank 2; the world's sum is 3 everywhere
     assert got == [["0", "2.0", "3.0"], ["1", "2.0", "3.0"], ["2", "1.0", "3.0"]]
 
@@ -64,7 +86,7 @@ def test_a_pair_first_exchanging_after_rank_0_finished_connects(tmp_path) -> Non
     """gloo's pairs connect at their first exchange through the store rank 0 serves (gloo_store.py): rank 0 keeps
     serving it until every rank has ended. Without that, lazy connection failed here ("Connection was likely
     closed"), as a pipeline's last stages exchanging after the first stage's rank 0 ended would."""
-    got = star3_results(tmp_path, "late.py", LATE_PAIR, timeout_s=90)
+    got = star3_results(tmp_path, "late.py", LATE_PAIR)
     assert got == [["1", "2.0"], ["2", "2.0"]]  # the pair's sum of ones
 
 
@@ -90,6 +112,6 @@ def test_split_group_after_a_pairs_group_connects(tmp_path) -> None:
     ncclCommSplit runs over the parent communicator, names aside; the split's real-data gloo group rendezvoused
     under that name and hung (found by bench/bench_nccl_live_sweep.py). It now meets under the parent's split
     count and the members' global ranks."""
-    got = star3_results(tmp_path, "split.py", SPLIT_AFTER_PAIR, timeout_s=60)
+    got = star3_results(tmp_path, "split.py", SPLIT_AFTER_PAIR)
     # the pair's sum is 2 on its members, 1 on rank 2; the split block's (all three) sum is 3 everywhere
     assert got == [["0", "2.0", "3.0"], ["1", "2.0", "3.0"], ["2", "1.0", "3.0"]]
