@@ -269,6 +269,22 @@ def test_results_count_each_symmetric_kernel_by_name():
     }
 
 
+def test_results_count_an_all_to_alls_pairs_under_all_to_all():
+    """NCCL runs an all-to-all as one group of sends and receives, recorded a pair at a time (kind `send_recv`, named
+    `all_to_all#1@0.1`, as Megatron's alltoall token dispatcher's on EP 2): results.json counts the pairs under
+    `all_to_all`, and a pipeline's own send (no `@`) under `send_recv`."""
+    from phantora.collectives.nccl import summarize_choices
+
+    simple, ll = {"algorithm": "p2p", "protocol": "Simple"}, {"algorithm": "p2p", "protocol": "LL"}
+    recs = [{"kind": "send_recv", "name": "all_to_all#1@0.1", "nccl": simple}] * 2
+    recs += [{"kind": "send_recv", "name": "all_to_all#2@0.1", "nccl": ll}, {"kind": "send_recv", "name": "send#0"}]
+    recs[-1] = {**recs[-1], "nccl": simple}
+    assert summarize_choices(recs, ())["choices"] == {
+        "all_to_all": {"p2p/Simple": 2, "p2p/LL": 1},
+        "send_recv": {"p2p/Simple": 1},
+    }
+
+
 def test_nccl_tests_r2_with_m_above_1_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """NCCL groups -m's calls into one symmetric kernel (2.28+) or none (2.27): refused, not picked call by call."""
     from phantora.cli import main

@@ -307,7 +307,9 @@ def summarize_choices(
     """results.json's `nccl`: how many collectives of each kind ran with each (algorithm, protocol; a symmetric
     kernel's name too, "sym/Simple/AllReduce_RSxLDMC_AGxSTMC"), from the
     trace's records (`cosim.json` `collectives[i].nccl`), and the NCCL_* variables honoured: the run's (`env`) and,
-    if the program set its own before creating a process group, those (`program_env`, each set once)."""
+    if the program set its own before creating a process group, those (`program_env`, each set once). A collective
+    NCCL runs as a group of sends and receives (all-to-all, scatter, gather) has a record per pair (kind `send_recv`,
+    named `all_to_all#1@0.1`): its pairs count under the collective's kind, not as sends and receives."""
     counts: dict[str, dict[str, int]] = {}
     program: list[dict[str, object]] = []
     for rec in records:
@@ -318,7 +320,8 @@ def summarize_choices(
         if not isinstance(choice, dict):
             continue
         key = f"{choice['algorithm']}/{choice['protocol']}" + (f"/{choice['kernel']}" if choice.get("kernel") else "")
-        per_kind = counts.setdefault(str(rec.get("kind")), {})
+        kind, name = str(rec.get("kind")), str(rec.get("name", ""))
+        per_kind = counts.setdefault(name.partition("#")[0] if kind == "send_recv" and "@" in name else kind, {})
         per_kind[key] = per_kind.get(key, 0) + 1
     out: dict[str, object] = {"choices": counts, "env": dict(nccl_env() if env is None else env)}
     if program:
