@@ -19,9 +19,9 @@ Model (see docs/flow-engine.md):
 - Rates change only at events. An event re-solves only the connected components (flows linked by
   shared channels) of the channels it touched, and only flows whose rate changed are rescheduled. A
   component whose flows all cross one path (a GPU pair's NVLink channels), each under its own rate cap or none,
-  gets its closed form, no solver. From `CARRY_FLOWS` flows transmitting (ECMP routes), max-min is carried from
-  one event to the next instead (`maxmin_carry.CarriedMaxMin`: only the rounds an event changes run again), with
-  the same rates bit for bit.
+  gets its closed form, no solver. From `CARRY_FLOWS` flows transmitting (ECMP routes), or while a component of them
+  has `CARRY_GIANT`, max-min is carried from one event to the next instead (`maxmin_carry.CarriedMaxMin`: only
+  the rounds an event changes run again), with the same rates bit for bit.
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ _VER_BITS = 32  # a transmit end's entry: (flow id << _VER_BITS) | its version (
 _VER_MASK = (1 << _VER_BITS) - 1
 _TOL_NS = 1e-6  # float noise absorbed when rounding a transmit end up to whole ns (plus 1e-12 relative)
 _GIANT_SKIP = 8  # after a giant re-solve, solve everything for this many events before searching again
-CARRY_FLOWS = 1024  # flows transmitting from which max-min is carried between events (dropped under half of it)
+CARRY_FLOWS = 1024  # flows transmitting from which max-min is carried between events
+CARRY_GIANT = 64  # ... and, fewer, while a component of them has this many flows
+_CARRY_CHECK = 32  # carried events between two searches, under CARRY_FLOWS, for whether one still has
 SLACK_MARGIN = 1e-9  # `cap_slack`: a channel is slack while its flows' caps sum under (1 - this) of its capacity
 _PENDING_MASK = (1 << 32) - 1
 _BY_END = attrgetter("end_ns", "flow_id")  # completions in the order `_take` gives them
@@ -190,7 +192,7 @@ class FlowSimulator:
         self._multi_routes: dict[tuple[int, int], MultiRoute] = {}
         self._pools: dict[tuple[int, ...], int] = {}  # adaptive: a layer of 2+ channels -> its pooled channel id
         self._pools_of: dict[int, list[int]] = {}  # adaptive: channel -> the pooled channels holding it
-        self._free_caps: list[int] = []  # heap: pseudo-channels of rate caps, free for reuse (lowest id first)
+        self._free_caps: list[int] = []  # pseudo-channels of rate caps, free for reuse (the last freed first)
         self._cap_channels = 0  # pseudo-channels of rate caps ever made
         if ecmp_hash is not None:
             try:
@@ -233,6 +235,7 @@ class FlowSimulator:
         self._skip_bfs = 0
         self._carry: CarriedMaxMin | None = None  # max-min carried between events, while CARRY_FLOWS transmit
         self._carry_wait = 0  # events to wait before carrying again, after a solve that could not be carried
+        self._carry_check = _CARRY_CHECK  # carried events left before the next search (under CARRY_FLOWS)
         self._left: list[int] = []  # flows that stopped transmitting since the last solve (while carrying)
         self._joined: list[int] = []  # and flows that started
         # `cap_slack`: per channel the caps (bytes/ns) of the capped flows transmitting on it, its uncapped ones, the
@@ -275,18 +278,19 @@ class FlowSimulator:
         with gc_paused():
             if not self.prechecked:
                 self._check_batch(flows)
+            known, done, dependents = self._flows, self._done, self._dependents
             for f in flows:
-                self._flows[f.id] = f
+                known[f.id] = f
                 pending = 0
                 for d in _unique(f.deps):
-                    if d not in self._done:
-                        waiting = self._dependents.get(d)
+                    if d in known or d not in done:  # (a flow submitted is done once it leaves `_flows`)
+                        waiting = dependents.get(d)
                         if waiting is None:
-                            self._dependents[d] = f.id
+                            dependents[d] = f.id
                         elif isinstance(waiting, list):
                             waiting.append(f.id)
                         else:
-                            self._dependents[d] = [waiting, f.id]
+                            dependents[d] = [waiting, f.id]
                         pending += 1
                 if pending:
                     self._wait[f.id] = (at << 32) | pending
@@ -469,10 +473,11 @@ class FlowSimulator:
 
     def _alloc_cap(self, rate_bps: int) -> int:
         """A private pseudo-channel of `rate_bps` payload bits/s (so bytes/ns as `_cap`, which is payload
-        capacity): the lowest freed one, else a new id after every channel and pool made so far."""
+        capacity): the last one freed, else a new id after every channel and pool made so far. (Its id changes no
+        rate: max-min's operations are per channel and in no channel's order, `phantora.netsim.maxmin`.)"""
         value = rate_bps / 8e9
         if self._free_caps:
-            ch = heapq.heappop(self._free_caps)
+            ch = self._free_caps.pop()
             self._cap[ch] = value
         else:
             ch = len(self._cap)
@@ -542,32 +547,59 @@ class FlowSimulator:
 
     def _run_ends(self, ends: list[int], t: int, touched: set[int]) -> None:
         """The transmit ends at t, in (flow id, version) order; a stale one (its flow's rate changed since) is
-        skipped."""
+        skipped. (Per flow: `_slack_leave` for a capped flow and `_leave_channels` inline.)"""
         ends.sort()
-        active = self._active
+        active, carrying, slack, free_caps = self._active, self._carry is not None, self.cap_slack, self._free_caps
+        nbytes, ch_flows, busy_ns, busy_since = self._bytes, self._ch_flows, self._busy_ns, self._busy_since
+        capsum, lim, unc = self._capsum, self._slack_lim, self._uncapped
+        arriving, events = self._arriving, self._events
         for k in ends:
             fid = k >> _VER_BITS
             rec = active.get(fid)
             if rec is None or rec.ver != k & _VER_MASK:
                 continue
             del active[fid]
-            if self._carry is not None:
+            if carrying:
                 self._left.append(fid)
-            if self.cap_slack:
-                self._slack_leave(rec)
+            f, path = rec.flow, rec.path
+            if slack:
+                if f.rate_bps:  # (`_slack_leave`, inline)
+                    v = f.rate_bps / 8e9
+                    for c in path:
+                        x = capsum[c]
+                        if x >= lim[c] or unc[c]:
+                            self._slack_ok = False
+                        capsum[c] = 0.0 if len(ch_flows[c]) == 1 else x - v
+                else:
+                    self._slack_leave(rec)
             if rec.cap_ch >= 0:
-                heapq.heappush(self._free_caps, rec.cap_ch)
+                free_caps.append(rec.cap_ch)
             if rec.multi is None:
-                for c in rec.path:
-                    self._bytes[c] += rec.flow.size
+                size = f.size
+                for c in path:
+                    nbytes[c] += size
             else:
                 for c, part in zip(rec.multi.channels, rec.multi.share, strict=True):
-                    self._bytes[c] += round(rec.flow.size * part)
-            self._leave_channels(fid, rec.path, t, touched)
-            self._arriving[fid] = rec.start
-            self._schedule(t + rec.lat, _ARRIVE, fid)
-            if rec.flow.queue:
-                self._next_message(rec.flow.queue, t, touched)
+                    nbytes[c] += round(f.size * part)
+            for c in path:  # (`_leave_channels`, inline)
+                members = ch_flows[c]
+                members.discard(fid)
+                if not members:
+                    del ch_flows[c]
+                    busy_ns[c] += t - busy_since.pop(c)
+            touched.update(path)
+            arriving[fid] = rec.start
+            at = t + rec.lat
+            if at == t:  # (the ns running: `_schedule` puts it in its lists)
+                self._schedule(at, _ARRIVE, fid)
+            else:  # (`_schedule`, inline)
+                ev = events.get(at)
+                if ev is None:
+                    ev = events[at] = ([], [], [])
+                    heapq.heappush(self._times, at)
+                ev[_ARRIVE].append(fid)
+            if f.queue:
+                self._next_message(f.queue, t, touched)
 
     def _run_starts(self, starts: list[int], t: int, touched: set[int]) -> None:
         """The flows starting at t, in flow id order (a flow a zero-byte start releases at t joins them)."""
@@ -601,24 +633,48 @@ class FlowSimulator:
         self._begin(self._flows[fid], t, touched)
 
     def _begin(self, f: Flow, t: int, touched: set[int]) -> None:
-        """Flow f starts transmitting at t on its route (and its rate cap's pseudo-channel)."""
+        """Flow f starts transmitting at t on its route (and its rate cap's pseudo-channel). (`_alloc_cap` of a freed
+        pseudo-channel, a capped flow's `_slack_join` and `_occupy`, inline.)"""
         fid = f.id
         cap_ch = -1
-        if f.rate_bps:
-            cap_ch = self._alloc_cap(f.rate_bps)
+        rate = f.rate_bps
+        if rate:
+            free = self._free_caps
+            if free:
+                cap_ch = free.pop()
+                self._cap[cap_ch] = self._cap_arr[cap_ch] = rate / 8e9
+            else:
+                cap_ch = self._alloc_cap(rate)
             self._stats["capped_flows"] += 1
         if self._multi:
             multi = self.multi_route(f)
             path, lat = multi.channels, multi.latency_ns
-            self._active[fid] = _Active(f, path, lat, t, multi, cap_ch)
+            rec = self._active[fid] = _Active(f, path, lat, t, multi, cap_ch)
         else:
             path, lat = self.route(f)
-            self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
+            rec = self._active[fid] = _Active(f, path, lat, t, None, cap_ch)
         if self._carry is not None:
             self._joined.append(fid)
         if self.cap_slack:
-            self._slack_join(self._active[fid])
-        self._occupy(fid, path, t, touched)
+            if rate:
+                self._slack_joined.append(rec)
+                v = rate / 8e9  # (its cap, as set above)
+                capsum, lim, unc = self._capsum, self._slack_lim, self._uncapped
+                for c in path:
+                    x = capsum[c] = capsum[c] + v
+                    if x >= lim[c] or unc[c]:
+                        self._slack_ok = False
+            else:
+                self._slack_join(rec)
+        ch_flows = self._ch_flows
+        for c in path:
+            on_channel = ch_flows.get(c)
+            if on_channel is None:
+                ch_flows[c] = {fid}
+                self._busy_since[c] = t
+            else:
+                on_channel.add(fid)
+        touched.update(path)
 
     def _slack_join(self, rec: _Active) -> None:
         """`cap_slack`: flow `rec` starts transmitting; the event stays slack if its channels' caps still sum under
@@ -717,11 +773,18 @@ class FlowSimulator:
         """Recompute max-min rates where the event can change them; reschedule changed flows."""
         if self.cap_slack and self._slack_resolve(t):
             return
-        if self._carried(t):
+        if self._carried(touched, t):
             return
         comps = None
         if self.incremental and self._skip_bfs == 0:
             comps = self._components(touched, len(self._active) // 2)
+        if (
+            (comps is None or max(map(len, comps), default=0) >= CARRY_GIANT)
+            and len(self._active) >= CARRY_GIANT
+            and self._may_carry()
+            and self._start_carry(t)
+        ):  # a large component: carried from here on
+            return
         if comps is None:  # one giant problem: solve everything, and skip the search for a while
             comps = [list(self._active)] if self._active else []
             self._stats["giant_resolves"] += 1
@@ -757,29 +820,53 @@ class FlowSimulator:
             self._verify()
         return True
 
-    def _carried(self, t: int) -> bool:
-        """Solve by the carried max-min (`CarriedMaxMin`) while `CARRY_FLOWS` flows transmit on ECMP routes: the
-        flows that stopped or started since the last solve are its only input. False if it does not apply now (too
-        few flows, multipath, or a solve it could not carry: the component solve runs then, and carrying starts
-        again after `_GIANT_SKIP` events)."""
+    def _may_carry(self) -> bool:
+        """Whether max-min may be carried now: ECMP routes, incremental, not waiting after a solve it gave up on."""
+        return self.carries and self.incremental and not self._multi and not self._carry_wait
+
+    def _carried(self, touched: set[int], t: int) -> bool:
+        """Solve by the carried max-min (`CarriedMaxMin`) while `CARRY_FLOWS` flows transmit on ECMP routes, or
+        while a component of them has `CARRY_GIANT` (`_resolve` starts it when it solves one): the flows that stopped
+        or started since the last solve are its only input. Under `CARRY_FLOWS`, every `_CARRY_CHECK` events a search
+        checks that such a component is still there, and carrying stops if not (small components solve for less).
+        False if it does not apply now (too few flows, multipath, or a solve it could not carry: the component solve
+        runs then, and carrying starts again after `_GIANT_SKIP` events)."""
         carry, left, joined = self._carry, self._left, self._joined
         self._left, self._joined = [], []
         active = self._active
         if carry is None:
-            if not (self.carries and self.incremental and not self._multi and len(active) >= CARRY_FLOWS):
-                return False
             if self._carry_wait:
                 self._carry_wait -= 1
                 return False
-            carry = CarriedMaxMin(self._cap)
-            changed = carry.update((), [(fid, rec.solve_path) for fid, rec in active.items()])
-        elif len(active) < CARRY_FLOWS // 2:
+            if len(active) < CARRY_FLOWS or not self._may_carry():
+                return False
+            return self._start_carry(t)
+        if len(active) < CARRY_FLOWS and (len(active) < CARRY_GIANT or self._split()):
             self._carry = None
             return False
-        else:
-            changed = carry.update(left, [(fid, active[fid].solve_path) for fid in joined])
+        return self._took(carry, carry.update(left, [(fid, active[fid].solve_path) for fid in joined]), t)
+
+    def _split(self) -> bool:
+        """Carrying under `CARRY_FLOWS`: every `_CARRY_CHECK`-th call, whether no component of the transmitting flows
+        has `CARRY_GIANT` flows any more (the search stops at the first that has)."""
+        self._carry_check -= 1
+        if self._carry_check:
+            return False
+        self._carry_check = _CARRY_CHECK
+        return self._components(set(self._ch_flows), CARRY_GIANT - 1) is not None
+
+    def _start_carry(self, t: int) -> bool:
+        """A new carrier solves every transmitting flow (False if it gives up: then the component solve runs)."""
+        carry = CarriedMaxMin(self._cap)
+        self._carry_check = _CARRY_CHECK
+        return self._took(carry, carry.update((), [(fid, rec.solve_path) for fid, rec in self._active.items()]), t)
+
+    def _took(self, carry: CarriedMaxMin, changed: dict[int, float] | None, t: int) -> bool:
+        """The carrier's solve: its changed rates set; or, if it gave up (a level that did not rise: float rounding),
+        no carrier for `_GIANT_SKIP` events."""
         st = self._stats
-        if changed is None:  # (a level did not rise: float rounding)
+        active = self._active
+        if changed is None:
             self._carry = None
             self._carry_wait = _GIANT_SKIP
             st["carry_fallbacks"] += 1
@@ -806,7 +893,12 @@ class FlowSimulator:
         rec.rate = rate
         rec.ver += 1
         self._stats["rate_changes"] += 1
-        self._schedule(t + _ceil_ns(rec.rem / rate), _TX_END, (rec.flow.id << _VER_BITS) | rec.ver)
+        end = t + _ceil_ns(rec.rem / rate)  # (`_schedule` of a transmit end, inline: never the ns running's lists)
+        ev = self._events.get(end)
+        if ev is None:
+            ev = self._events[end] = ([], [], [])
+            heapq.heappush(self._times, end)
+        ev[_TX_END].append((rec.flow.id << _VER_BITS) | rec.ver)
 
     def _solved(self, comps: list[list[int]]) -> Iterator[tuple[list[_Active], list[float]]]:
         """Each component's records and max-min rates. Over single ECMP paths a component whose flows all cross

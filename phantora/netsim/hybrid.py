@@ -124,9 +124,12 @@ class FluidNvlinkSimulator:
         # Flow id -> engine it went to, while in flight. Once done a flow is a bit in `_ended`, and one in
         # `_done_packet` if it ran on the packet side (whose engine knows it for good; the fluid engine reads a
         # done dep as none): a long live run adds flows for hours. A done dep's end ns is not kept: it is at or
-        # before any ns a flow waiting on it is placed at, so it bounds nothing.
+        # before any ns a flow waiting on it is placed at, so it bounds nothing. `_ended` is the fluid engine's own
+        # set of done flows, which the fluid engine fills as its flows complete and this adds every other end to: a
+        # fluid flow handed over keeps its short deps list whole (its deps on the other side have all ended, so the
+        # fluid engine reads them as done), with no copy of the flow made to drop them (`_same_side`).
         self._side: dict[int, int] = {}
-        self._ended = IdSet()
+        self._ended: IdSet = fluid._done
         self._done_packet = IdSet()
         # flow id -> (flow, submit time, its side, deps outstanding)
         self._held: dict[int, tuple[Flow, int, int, int]] = {}
@@ -191,7 +194,8 @@ class FluidNvlinkSimulator:
                     self._routable.add((f.src, f.dst))
         batch = {f.id: f for f in flows}
         out: tuple[dict[int, list[Flow]], dict[int, list[Flow]]] = ({}, {})  # per side: submit ns -> its flows
-        ends, held, sides, waiters, flb = self._ended, self._held, self._side, self._waiters, self._flb
+        held, sides, waiters, flb = self._held, self._side, self._waiters, self._flb
+        ends = _ends_or_none(self._ended)
         nvswitch = self.topology.shared_nvswitch
         chain, chained = self.chains, self._chained
         lists = WideDeps()  # wide deps lists, read once a batch
@@ -269,7 +273,7 @@ class FluidNvlinkSimulator:
     def _kept_deps(self, deps: tuple[int, ...], side: int) -> tuple[int, ...] | None:
         """For `submit`, read once per batch: the deps a flow of `side` waiting on `deps` keeps when none is held
         or on the other side (`deps` itself when none is done, else those not done), or None (it is held)."""
-        ends, held, sides = self._ended, self._held, self._side
+        ends, held, sides = _ends_or_none(self._ended), self._held, self._side
         if any(d in held or sides.get(d, side) != side for d in deps if d not in ends):
             return None
         if not any(d in ends for d in deps):
@@ -283,7 +287,8 @@ class FluidNvlinkSimulator:
         deps held or on the other side (`_waiters`). It is held, side JOIN, and arrives the ns its last dep does
         (`_arrive_join`). Its deps' state does not change while a batch is placed (its flows come after their deps;
         completions come after)."""
-        ends, held, sides, flb, waiters = self._ended, self._held, self._side, self._flb, self._waiters
+        held, sides, flb, waiters = self._held, self._side, self._flb, self._waiters
+        ends = _ends_or_none(self._ended)
         chain = self.chains and side == PACKET
         j = self._next_join
         pending = 0
@@ -314,7 +319,7 @@ class FluidNvlinkSimulator:
             got = self._step(until)
             done.extend(got)
             if not got and self.packet.now() == until and self.fluid.now() == until:
-                return sorted(done, key=_order)
+                return in_order(done)
 
     def advance_watching(self, until: int, watch: Collection[int], earliest: int | None = None) -> list[Completion]:
         """Run towards `until` (INF_NS: no limit); return after the first ns at which a flow in `watch`
@@ -334,14 +339,14 @@ class FluidNvlinkSimulator:
         while True:
             if until >= INF_NS and self._idle():
                 self._check_stuck()
-                return sorted(done, key=_order)
+                return in_order(done)
             got = self._step(until)
             done.extend(got)
             if any(c.flow_id in watch for c in got):
                 done.extend(self.advance(self.now()))  # what else happens in that ns
-                return sorted(done, key=_order)
+                return in_order(done)
             if not got and until < INF_NS and self.packet.now() == until and self.fluid.now() == until:
-                return sorted(done, key=_order)
+                return in_order(done)
 
     def reacts_to(self, fid: int) -> bool:
         """Whether this engine, or its caller, may submit flows when `fid` completes: a flow of the other side
@@ -448,6 +453,7 @@ class FluidNvlinkSimulator:
         can complete, max(at, its fluid deps' bounds) + delay + size at its path's full line rate + the path's
         propagation (the fluid rate never exceeds a channel's bandwidth; payload efficiency only slows it)."""
         flb, fstep, deps_of, waiters = self._flb, self._fstep, self._fdependents, self._waiters
+        took = self._took if self.fluid.stretch is None and not self.fluid._multi else None
         for f in flows:  # (per dependency edge: kept lean, no calls)
             fid = f.id
             lb = at
@@ -462,7 +468,13 @@ class FluidNvlinkSimulator:
                     ws.append(fid)
                 if b > lb:
                     lb = b
-            step = self._fluid_step(f)
+            if took is None:  # (`_fluid_step`, inline where it is a delay or a transfer time looked up)
+                step = self._fluid_step(f)
+            elif f.size and f.src != f.dst:
+                t = took.get((f.src, f.dst, f.size))
+                step = self._fluid_step(f) if t is None else f.delay_ns + t
+            else:
+                step = f.delay_ns
             fstep[fid] = step
             flb[fid] = lb + step
             if fid in waiters:
@@ -518,7 +530,7 @@ class FluidNvlinkSimulator:
                 raise PhantoraError(f"the network did not drain by {limit} ns: {left} flows still in flight")
             done.extend(self._step(limit))
         self._check_stuck()
-        return sorted(done, key=_order)
+        return in_order(done)
 
     def stats(self) -> dict[str, object]:
         out = dict(self.packet.stats())
@@ -613,15 +625,19 @@ class FluidNvlinkSimulator:
         return tuple([d for d in deps if sides.get(d) == side or d in done])
 
     def _same_side(self, f: Flow, side: int, kept: WideDeps | None = None) -> Flow:
-        """`f` with only the deps its engine knows (its own side's); the others have all arrived. `kept`: a wide
+        """`f` with only the deps its engine knows (its own side's); the others have all arrived (a fluid flow keeps a
+        short list whole: the fluid engine's done set is `_ended`, so it reads them as done). `kept`: a wide
         deps list's filtered deps by (list, side), shared by the flows released together (every dep of a flow
         handed over is known on its side for good, so the filter of one list does not change)."""
-        if len(f.deps) == 1:  # (most flows: one step of a ring or chain; `_side_deps` of one dep, inline)
+        n = len(f.deps)
+        if side == FLUID and n < SHARED_DEPS_MIN:  # (its deps not on its side have ended: done for the fluid engine)
+            return f
+        if n == 1:  # (most flows: one step of a ring or chain; `_side_deps` of one dep, inline)
             d = f.deps[0]
             if self._side.get(d) == side or (side == PACKET and d in self._done_packet):
                 return f
             return f.with_deps(())
-        if kept is not None and len(f.deps) >= SHARED_DEPS_MIN:
+        if kept is not None and n >= SHARED_DEPS_MIN:
             wide, key = kept.key(f.deps, side)
             got = kept.values.get(key)
             if got is None:
@@ -662,9 +678,12 @@ class FluidNvlinkSimulator:
             early.append(ahead.popleft())
         if self._stop is not None and self._stop <= now:
             self._stop = None
-        if self.fluid.now() <= now:
-            got += self.fluid.advance(now)
-        if got:
+        fluid = self.fluid.advance(now) if self.fluid.now() <= now else []
+        if fluid:
+            both = got + fluid
+            self._release(both, now)  # (in this order: the packet side's, then the fluid side's)
+            got = both if not got or _order(got[-1]) < _order(fluid[0]) else sorted(both, key=_order)
+        elif got:
             self._release(got, now)
         return got + early
 
@@ -675,17 +694,21 @@ class FluidNvlinkSimulator:
         flb, held, sides, chained = self._flb, self._held, self._side, self._chained
         kept = WideDeps()  # wide deps lists, filtered once a call (`_same_side`)
         ended, done_packet = self._ended, self._done_packet
+        fstep, fdependents, waiters = self._fstep, self._fdependents, self._waiters
         for c in completions:
-            ended.add(c.flow_id)
-            if sides.pop(c.flow_id, None) == PACKET:
-                done_packet.add(c.flow_id)
-            if c.flow_id in flb:
-                del flb[c.flow_id]
-                del self._fstep[c.flow_id]
-                for j in self._fdependents.pop(c.flow_id, ()):
+            fid = c.flow_id
+            side = sides.pop(fid, None)
+            if side != FLUID:  # (the fluid engine marked its own in `_ended`, its done set, as they completed)
+                ended.add(fid)
+                if side == PACKET:
+                    done_packet.add(fid)
+            if fid in flb:
+                del flb[fid]
+                del fstep[fid]
+                for j in fdependents.pop(fid, ()):
                     if j in flb:
-                        self._fraise(j, c.end_ns + self._fstep[j])
-            for j in self._waiters.pop(c.flow_id, ()):  # (per flow: inline, `_unchain` only where a chain waits)
+                        self._fraise(j, c.end_ns + fstep[j])
+            for j in waiters.pop(fid, ()):  # (per flow: inline, `_unchain` only where a chain waits)
                 f, at, side, pending = held[j]
                 if pending > 1:
                     held[j] = (f, at, side, pending - 1)
@@ -767,6 +790,12 @@ class FluidNvlinkSimulator:
                 self._unchain(k, at, ready, kept)
 
 
+def _ends_or_none(ended: IdSet) -> IdSet | tuple[()]:
+    """`ended`, or an empty tuple while nothing has ended (a replay's first submit: the whole DAG), whose
+    membership test is C's, not `IdSet`'s Python method."""
+    return ended if len(ended) else ()
+
+
 def _add(groups: dict[int, list[Flow]], at: int, f: Flow) -> None:
     """`f` into the group of flows submitted at `at`."""
     group = groups.get(at)
@@ -777,6 +806,18 @@ def _add(groups: dict[int, list[Flow]], at: int, f: Flow) -> None:
 
 
 _order = attrgetter("end_ns", "flow_id")  # completions in time order, then by flow id
+
+
+def in_order(done: list[Completion]) -> list[Completion]:
+    """`done` sorted by (end_ns, flow_id): itself when it is already, as the steps' completions come (each step's
+    are in order, at or after the last step's), read once with no key made; else a sorted copy."""
+    end, fid = -1, -1
+    for c in done:
+        e = c.end_ns
+        if e < end or (e == end and c.flow_id < fid):
+            return sorted(done, key=_order)
+        end, fid = e, c.flow_id
+    return done
 
 
 def topological_order(flows: Sequence[Flow], batch: dict[int, Flow]) -> list[Flow]:
