@@ -260,6 +260,24 @@ def test_live_run_written_by_phantora_run(tmp_path: Path) -> None:
     assert load_run(only).time_ns == 120  # the same steps, from the ranks' step ends
 
 
+def test_a_long_live_runs_all_to_all_pairs_are_its_all_to_alls(tmp_path: Path) -> None:
+    """Past MAX_NAMED_OPS names a live run's collectives are averaged per kind; an all-to-all's records are its
+    pairs (kind `send_recv`, named `all_to_all#k@0.1`, as Megatron's alltoall token dispatcher's on EP 2), which
+    make the `op all_to_all` row, not `op send_recv`; a pipeline's own sends stay `send_recv`."""
+    from phantora.results.read import MAX_NAMED_OPS
+
+    pairs = [
+        {"name": f"all_to_all#{k}@0.1", "kind": "send_recv", "t_start": 0, "end_ns": 10 + 10 * (k % 2)}
+        for k in range(MAX_NAMED_OPS)
+    ]
+    sends = [{"name": f"send#{k}", "kind": "send_recv", "t_start": 0, "end_ns": 40} for k in range(2)]
+    d = tmp_path / "live"
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps({"run": {"network": "flow"}, "steps": []}))
+    (d / "cosim.json").write_text(json.dumps({"collectives": pairs + sends}))
+    assert load_run(d).collectives == {"all_to_all": 15, "send_recv": 40}
+
+
 def test_the_run_table_shows_the_settings_that_differ(tmp_path: Path, capsys) -> None:
     """From each run's config.json: the options and packet fields whose values differ, nothing else."""
     wl = tmp_path / "ar.toml"

@@ -44,6 +44,12 @@ def call_name(kind: str, seq: int, tag: int = 0) -> str:
     return f"{kind}#{seq}" + (f".tag{tag}" if tag else "")
 
 
+def record_kind(kind: str, name: str) -> str:
+    """The kind of the call a coordinator record is part of: a pair of a collective NCCL runs as sends and receives
+    (kind `send_recv`, named `collective_tag(call_name("all_to_all", 1), group)`) is the collective's."""
+    return name.partition("#")[0] if kind == "send_recv" and "@" in name else kind
+
+
 def collective_tag(name: str, group: Sequence[int]) -> str:
     """The tag of collective `name` on `group`."""
     return f"{name}@{ranks_text(group)}"

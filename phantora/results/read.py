@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from phantora.collectives.flow_tags import record_kind
 from phantora.errors import InputError
 from phantora.results import schema as S
 
@@ -457,7 +458,8 @@ def _comm_per_call(ranks: Any) -> dict[str, int] | None:
 def _ops(ops: Any) -> dict[str, int] | None:
     """name -> ns from {name: ns}, or from a list of records with duration_ns (replay ops) or start and end
     (the bridge's collective records: t_start/end_ns); records sharing a name are averaged. Past
-    MAX_NAMED_OPS distinct names (a long live run), records are grouped by kind instead."""
+    MAX_NAMED_OPS distinct names (a long live run), records are grouped by kind instead (an all-to-all's pair
+    records by `all_to_all`, `record_kind`)."""
     if isinstance(ops, dict):
         return {str(k): int(v) for k, v in ops.items() if isinstance(v, (int, float))} or None
     if not isinstance(ops, list):
@@ -466,7 +468,8 @@ def _ops(ops: Any) -> dict[str, int] | None:
     by_kind = len({op.get("name") for op in records}) > MAX_NAMED_OPS and all("kind" in op for op in records)
     acc: dict[str, list[int]] = {}
     for op in records:
-        key = str(op.get("kind") if by_kind else op.get("name") or op.get("kind") or "")
+        kind = record_kind(str(op.get("kind")), str(op.get("name", ""))) if by_kind else ""
+        key = kind or str(op.get("name") or op.get("kind") or "")
         dur = op.get("duration_ns")
         if not isinstance(dur, (int, float)):
             start = op.get("start_ns", op.get("t_start"))

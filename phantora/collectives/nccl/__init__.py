@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from phantora.collectives.flow_tags import record_kind
 from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import host_blocks
 from phantora.collectives.nccl import pci_paths
@@ -320,8 +321,7 @@ def summarize_choices(
         if not isinstance(choice, dict):
             continue
         key = f"{choice['algorithm']}/{choice['protocol']}" + (f"/{choice['kernel']}" if choice.get("kernel") else "")
-        kind, name = str(rec.get("kind")), str(rec.get("name", ""))
-        per_kind = counts.setdefault(name.partition("#")[0] if kind == "send_recv" and "@" in name else kind, {})
+        per_kind = counts.setdefault(record_kind(str(rec.get("kind")), str(rec.get("name", ""))), {})
         per_kind[key] = per_kind.get(key, 0) + 1
     out: dict[str, object] = {"choices": counts, "env": dict(nccl_env() if env is None else env)}
     if program:
