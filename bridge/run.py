@@ -91,6 +91,7 @@ class CosimResult:
     links: list[ChannelUsage | PacketChannelUsage] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: name, offset, ranks, status, error ...
     background: list[Completion] = field(default_factory=list)  # the recorded jobs' flows (CosimRun(background=))
+    caps: dict[int, int] = field(default_factory=dict)  # flow id -> rate cap (payload bits/s) of the capped flows kept
     transport: dict[int, FlowTransport] = field(default_factory=dict)  # packet engine: flow id -> its counters
     # bytes of the ranks' flows: "network" (between endpoints), "fabric" (of those, routed through a switch)
     traffic_bytes: dict[str, int] = field(default_factory=dict)
@@ -621,6 +622,7 @@ class CosimRun:
             finish_ns={r: t for r, _, t in outcome["ranks"]},
             collectives=outcome["collectives"],
             completions=[completion_from_wire(row) for row in outcome["completions"]],
+            caps=completion_caps(outcome),
             transport=transport_from_rows(outcome.get("transport", [])),
             flows_note=str(outcome.get("flows_note", "")),
             links=[_usage(row) for row in outcome.get("links", [])],
@@ -688,9 +690,17 @@ class CosimRun:
                 self.spec.topology,
                 result.completions,
                 transport=result.transport or None,
+                caps=result.caps,
             )
         if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
             write_links_csv(out.file(schema.LINKS_CSV), self.spec.topology, result.links)
+
+
+def completion_caps(outcome: dict[str, Any]) -> dict[int, int]:
+    """Flow id -> rate cap of the capped flows among the outcome's completions (`completion_caps`: one a
+    completion, in order)."""
+    caps = outcome.get("completion_caps") or [0] * len(outcome["completions"])
+    return {row[0]: int(r) for row, r in zip(outcome["completions"], caps, strict=True) if r}
 
 
 def _rank_verdict(c: Child) -> str:

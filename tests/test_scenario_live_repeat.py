@@ -101,15 +101,16 @@ def test_fct_slowdown_of_background_and_job_apart(runs: tuple[Path, Path, Path])
     tmp, a, _ = runs
     s = json.loads((a / "results.json").read_text())["scenario"]
     # the job's flows: exactly those of flows.csv, each against its closed-form standalone FCT (alone on one 50G
-    # uplink path: size x 8 / 50G + 4 link latencies)
+    # uplink path at its own NCCL channel cap: size x 8 / min(50G, cap) + 4 link latencies)
     with (a / "flows.csv").open() as fh:
         rows = [r for r in csv.DictReader(fh)]
     assert rows and all(int(r["flow_id"]) < BACKGROUND_BASE for r in rows)
+    assert all(r["rate_cap_bps"] != "" for r in rows)  # the coordinator knows every kept flow's cap
     ml = {r["bucket"]: r for r in s["fct_slowdown_ml"]}
     by: dict[str, list[float]] = {}
     for r in rows:
-        size = int(r["size_bytes"])
-        ideal = size * 8 * 10**9 // UPLINK_BPS + PATH_LAT_NS
+        size, cap = int(r["size_bytes"]), int(r["rate_cap_bps"])
+        ideal = size * 8 * 10**9 // min(UPLINK_BPS, cap or UPLINK_BPS) + PATH_LAT_NS
         by.setdefault(_bucket(size), []).append(int(r["fct_ns"]) / ideal)
     assert {k for k, v in ml.items() if v["flows"]} == set(by)
     for k, v in by.items():

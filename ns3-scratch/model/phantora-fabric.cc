@@ -175,7 +175,7 @@ uint64_t PhantoraFabric::MinPropagationNs(uint32_t src, uint32_t dst) {
   return out == std::numeric_limits<uint64_t>::max() ? 0 : out;
 }
 
-int64_t PhantoraFabric::StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size) {
+int64_t PhantoraFabric::StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size, uint64_t maxRateBps) {
   if (src == dst || size == 0) {
     return 0;
   }
@@ -183,8 +183,11 @@ int64_t PhantoraFabric::StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, u
   const uint64_t pkts = (size + payload - 1) / payload;
   const uint64_t bytes = size + pkts * HeaderBytes();
   const uint64_t rate = PathRateBps(src, dst, key);
-  const uint64_t txNs =
+  uint64_t txNs =
       static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * 8'000'000'000ULL / std::max<uint64_t>(rate, 1));
+  if (maxRateBps != 0) {  // the NIC paces a capped flow's payload at its cap where the cap binds
+    txNs = std::max(txNs, static_cast<uint64_t>(static_cast<unsigned __int128>(size) * 8'000'000'000ULL / maxRateBps));
+  }
   return static_cast<int64_t>(PairRttNs(src, dst, key) + txNs);
 }
 

@@ -78,8 +78,9 @@ class PhantoraFabric : public Object {
   /// The least propagation delay from endpoint src to dst over every route a packet may take (each hop's
   /// equal-cost candidates, whatever the load balancing picks); 0 if src == dst.
   uint64_t MinPropagationNs(uint32_t src, uint32_t dst);
-  /// HPCC's standalone FCT: base RTT + the flow with headers at the path's bottleneck rate.
-  int64_t StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size);
+  /// HPCC's standalone FCT: base RTT + the flow with headers at the path's bottleneck rate, or its payload at its
+  /// rate cap `maxRateBps` (payload bits/s, as RdmaNic paces it; 0 = none) if that takes longer.
+  int64_t StandaloneNs(uint32_t src, uint32_t dst, uint64_t key, uint64_t size, uint64_t maxRateBps = 0);
   /// Compute the fabric-wide max base RTT and BDP (GLOBAL_T).
   void ComputeGlobalRtt();
   /// What a flow's CC is told: the override, else the fabric-wide maximum (GLOBAL_T), else its own path's.

@@ -490,7 +490,7 @@ void PhantoraNetwork::Impl::SenderDone(uint64_t id) {
   const FlowState& f = it->second;
   const int64_t now = NowNs();
   fcts.push_back(FctRecord{f.id, f.src, f.dst, f.sport, f.dport, f.size, f.startNs, now - f.startNs,
-                           fabric->StandaloneNs(f.src, f.dst, f.key, f.size)});
+                           fabric->StandaloneNs(f.src, f.dst, f.key, f.size, f.maxRateBps)});
   recorder->Keep(fctKeys);
   if (f.src != f.dst && f.size > 0) {  // (an empty flow never reached its receiver and has no transport record)
     const FlowTransportStats tx = fabric->GetNode(f.src).nic->TxStats(id, true);

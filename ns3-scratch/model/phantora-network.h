@@ -37,7 +37,7 @@ struct FctRecord {
   uint64_t size;
   int64_t startNs;
   int64_t fctNs;         ///< last ACK at the sender - start
-  int64_t standaloneNs;  ///< base RTT + size with headers at the path's line rate
+  int64_t standaloneNs;  ///< base RTT + size with headers at the path's line rate, or payload at the flow's cap
 };
 
 /// A PFC frame received by a port (the paused side), as in HPCC's pfc.txt.

@@ -328,6 +328,16 @@ class RateCapTest : public TestCase {
     NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs - done[0].startNs),
                               lastStart + 2 * lastHop + 2.0 * delayNs, 3.0,
                               "last packet at full x payload / cap, then two hops at line rate and 2 delays");
+    // The standalone FCT at the flow's own rate: base RTT + its payload at the cap (which binds over the wire
+    // bytes at line rate), so the flow, alone, has slowdown 1 within one packet at the cap.
+    NS_TEST_ASSERT_MSG_EQ(net.RunUntilQuiet(int64_t{1} << 40), true, "and is acknowledged");
+    const auto fct = net.DrainFct();
+    NS_TEST_ASSERT_MSG_EQ(fct.size(), 1u, "one FCT record");
+    const double baseRtt = 2.0 * 2 * delayNs + 2 * (payload * 8.0 / (bps / 1e9));
+    const double alone = baseRtt + size * 8.0 / (cap / 1e9);
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(fct[0].standaloneNs), alone, 1.0, "standalone FCT at the cap");
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(fct[0].fctNs), alone, payload * 8.0 / (cap / 1e9),
+                              "alone at its cap: the FCT is its standalone FCT within one packet at the cap");
   }
 };
 

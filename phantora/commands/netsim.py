@@ -37,7 +37,7 @@ from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
-from phantora.netsim.standalone import standalone_fct_ns
+from phantora.netsim.standalone import flow_caps, standalone_fct_ns
 from phantora.progress import Progress
 from phantora.results import schema as S
 from phantora.results.run_dir import RunDir
@@ -251,7 +251,9 @@ def _run_ns3(
             "effective": sim.effective(),
             "wall_s": wall,
             "now": sim.now(),
-            "scenario": report_scenario(scenario, topo, sim, [], list(done.values()), None, "flows"),
+            "scenario": report_scenario(
+                scenario, topo, sim, [], list(done.values()), None, "flows", caps=_caps(inp, scenario)
+            ),
         }
 
 
@@ -316,7 +318,8 @@ def _run_flow(
         for f in sorted(inp.reported, key=lambda f: (done[f.id].end_ns, f.id)):
             c = done[f.id]
             key = f.id if f.key is None else f.key
-            ideal = standalone_fct_ns(topo, f.src, f.dst, f.size, key, (config.payload_bytes, config.header_bytes))
+            framing = (config.payload_bytes, config.header_bytes)
+            ideal = standalone_fct_ns(topo, f.src, f.dst, f.size, key, framing, f.rate_bps)
             if topo.ecmp_hash == "hpcc":  # the ports the hash sees
                 sport, dport = key & 0xFFFF, key >> 16 & 0xFFFF
             else:
@@ -336,10 +339,17 @@ def _run_flow(
             "stats": dict(sim.stats(), engine="flow", payload_efficiency=efficiency),
             "wall_s": wall,
             "now": sim.now(),
-            "scenario": report_scenario(scenario, topo, sim, [], list(done.values()), None, "flows"),
+            "scenario": report_scenario(
+                scenario, topo, sim, [], list(done.values()), None, "flows", caps=_caps(inp, scenario)
+            ),
         }
     finally:
         sim.close()
+
+
+def _caps(inp: NetsimInput, scenario: Any) -> dict[int, int] | None:
+    """The flows' rate caps for a scenario's FCT tables (None without a scenario)."""
+    return flow_caps(inp.flows) if scenario is not None else None
 
 
 def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, Any], engine: EngineSpec) -> list[Path]:

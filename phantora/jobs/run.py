@@ -55,6 +55,7 @@ from phantora.launcher import (
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.scenario import Scenario
+from phantora.netsim.standalone import flow_caps
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import check_trace_level
 from phantora.resources import examples_dir, shipped_file
@@ -308,12 +309,13 @@ def _run(
     for i in plan.live:
         name = spec.jobs[i].name
         mine = [c for c in live_done if owner[c.flow_id][0] == name]
-        mine_flows = _as_flows(mine, owner)
+        mine_flows = _as_flows(mine, owner, cosim.caps)
         write_flows_csv(ctx.job_dirs[name].file(S.FLOWS_CSV), topo, mine, flows=mine_flows, transport=transport)
     _recorded_results(ctx, cosim.background, cosim.engine_stats, jobs, flows, link_use)
-    keyed = _as_flows(live_done, owner)
+    keyed = _as_flows(live_done, owner, cosim.caps)
     everyone = [*live_done, *(c for c in cosim.background if c.size)]
-    write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport)
+    caps = flow_caps(background)  # the recorded jobs' flows (ids below the live ones')
+    write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport, caps=caps)
     summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
     if ctx.scenario is not None:
         section = live_jobs_section(ctx.scenario, topo, cosim.scenario, cosim.engine_stats, cosim.makespan_ns)
@@ -375,7 +377,9 @@ def _recorded_results(
         jf = [JobFlow(name, c.src, c.dst, c.flow_id, c.size, prio, c.start_ns, c.end_ns) for c in mine]
         flows.extend(jf)
         link_use[name] = channel_bytes(ctx.plan.topo, jf)
-        write_flows_csv(ctx.job_dirs[name].file(S.FLOWS_CSV), ctx.plan.topo, [c for c in mine if c.size])
+        write_flows_csv(
+            ctx.job_dirs[name].file(S.FLOWS_CSV), ctx.plan.topo, [c for c in mine if c.size], caps=flow_caps(rec.flows)
+        )
         ctx.job_dirs[name].complete(steps_finished=len(doc.get("steps", [])))
 
 
@@ -391,7 +395,7 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     try:
         done = run_engine(sim, background)
         if ctx.scenario is not None:
-            section = recorded_jobs_section(ctx.scenario, ctx.plan.topo, sim, done)
+            section = recorded_jobs_section(ctx.scenario, ctx.plan.topo, sim, done, flow_caps(background))
         stats = {str(k): v for k, v in dict(sim.stats()).items() if isinstance(v, (int, float, str, bool))}
         makespan = max((c.end_ns for c in done), default=0)
         fabric = sim.fabric()
@@ -403,7 +407,7 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     flows: list[JobFlow] = []
     link_use: dict[str, dict[int, int]] = {}
     _recorded_results(ctx, done, stats, jobs, flows, link_use)
-    write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size])
+    write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size], caps=flow_caps(background))
     summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0)
     if section is not None:
         summary["scenario"] = add_job_phases(section, jobs, makespan)
@@ -604,9 +608,17 @@ def format_jobs(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _as_flows(done: list[Completion], owner: dict[int, tuple[str, int, int]]) -> dict[int, Flow]:
-    """Each live flow with the ECMP key and traffic class its job gave it, for flows.csv."""
+def _as_flows(done: list[Completion], owner: dict[int, tuple[str, int, int]], caps: dict[int, int]) -> dict[int, Flow]:
+    """Each live flow with the ECMP key and traffic class its job gave it and its rate cap, for flows.csv."""
     return {
-        c.flow_id: Flow(c.flow_id, c.src, c.dst, c.size, key=owner[c.flow_id][1], priority=owner[c.flow_id][2])
+        c.flow_id: Flow(
+            c.flow_id,
+            c.src,
+            c.dst,
+            c.size,
+            key=owner[c.flow_id][1],
+            priority=owner[c.flow_id][2],
+            rate_bps=caps.get(c.flow_id, 0),
+        )
         for c in done
     }

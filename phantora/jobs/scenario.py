@@ -70,8 +70,11 @@ def live_jobs_section(
     return section
 
 
-def recorded_jobs_section(sc: Scenario, topo: Topology, engine: Any, done: Sequence[Any]) -> dict[str, Any]:
-    """The section of recorded jobs replayed in this process, from the engine itself (before it is closed)."""
+def recorded_jobs_section(
+    sc: Scenario, topo: Topology, engine: Any, done: Sequence[Any], caps: Mapping[int, int] | None = None
+) -> dict[str, Any]:
+    """The section of recorded jobs replayed in this process, from the engine itself (before it is closed; `caps`:
+    the flows' rate caps)."""
     from phantora.results.scenario import scenario_results
 
-    return scenario_results(sc, topo, engine, (), done, "steps")
+    return scenario_results(sc, topo, engine, (), done, "steps", caps=caps)

@@ -1,21 +1,38 @@
-"""The standalone FCT of a flow: its completion time alone on an idle fabric, the denominator of slowdowns."""
+"""The standalone FCT of a flow: its completion time alone on an idle fabric, the denominator of slowdowns.
+
+Alone means at the flow's own rate: the slower of its path's bottleneck and its own rate cap (`Flow.rate_bps`,
+payload bits/s: NCCL's per-channel throughput limit, which both engines enforce), so a flow that ran uncontended
+at its cap has slowdown 1. Neither form counts `Flow.delay_ns`: both engines start a flow's FCT (`start_ns`)
+after its delay.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
 from phantora.units import transmit_ns
 
 
 def standalone_fct_ns(
-    topo: Topology, src: int, dst: int, size: int, key: int, framing: tuple[int, int] | None = None
+    topo: Topology,
+    src: int,
+    dst: int,
+    size: int,
+    key: int,
+    framing: tuple[int, int] | None = None,
+    rate_bps: int = 0,
 ) -> int:
-    """FCT of `size` bytes from `src` to `dst` on the ECMP path of `key`, alone on an idle fabric.
+    """FCT of `size` bytes from `src` to `dst` on the ECMP path of `key`, alone on an idle fabric, under the
+    flow's rate cap `rate_bps` (payload bits/s; 0: none).
 
-    Without `framing` (the fluid view of the flow engine, live runs and replays): the bytes at the path's
-    bottleneck rate plus the path's one-way latency. With `framing` = (payload bytes, header bytes) per
-    packet (HPCC's definition, for packet runs): twice the propagation delay, one payload's serialisation
-    per hop, and every byte with its headers at the bottleneck rate, in integer ns rounded down as the
-    C++ fabric does. 0 for a flow to itself or of no bytes.
+    Without `framing` (the fluid view of the flow engine, live runs and replays): the bytes at min(the path's
+    bottleneck rate, the cap) plus the path's one-way latency. With `framing` = (payload bytes, header bytes) per
+    packet (HPCC's definition, for packet runs): twice the propagation delay, one payload's serialisation per
+    hop, and every byte with its headers at the bottleneck rate, or the payload at the cap if that takes longer
+    (the NIC paces a capped flow's payload at its cap: ns3-scratch/model/rdma-nic.cc), in integer ns rounded down
+    as the C++ fabric does (`PhantoraFabric::StandaloneNs`). 0 for a flow to itself or of no bytes.
     """
     if src == dst or size == 0:
         return 0
@@ -23,13 +40,30 @@ def standalone_fct_ns(
     if not path:
         return 0
     if framing is None:
-        return transmit_ns(size, topo.path_bottleneck_bps(path)) + topo.path_latency_ns(path)
+        return fluid_ns(size, topo.path_bottleneck_bps(path), topo.path_latency_ns(path), rate_bps)
     payload, header = framing
     prop = sum(topo.channel_latency(c) for c in path)
     tx_ps = sum(payload * 8 * 10**12 // topo.channel_bandwidth(c) for c in path)
     rate = min(topo.channel_bandwidth(c) for c in path)
     pkts = -(-size // payload)
-    return 2 * prop + tx_ps // 1000 + (size + pkts * header) * 8 * 10**9 // rate
+    bulk = (size + pkts * header) * 8 * 10**9 // rate
+    if rate_bps:
+        bulk = max(bulk, size * 8 * 10**9 // rate_bps)
+    return 2 * prop + tx_ps // 1000 + bulk
+
+
+def flow_caps(flows: Iterable[Flow]) -> dict[int, int]:
+    """Flow id -> rate cap (payload bits/s) of the flows that have one, for producers that keep completions."""
+    return {f.id: f.rate_bps for f in flows if f.rate_bps}
+
+
+def fluid_ns(size: int, bottleneck_bps: int, latency_ns: int, rate_bps: int = 0) -> int:
+    """The fluid standalone FCT: `size` bytes at min(bottleneck, cap) (rounded up to whole ns, as the flow engine
+    ends a transmission) plus the path's latency; 0 without a path (bottleneck 0)."""
+    if not bottleneck_bps:
+        return 0
+    rate = min(bottleneck_bps, rate_bps) if rate_bps else bottleneck_bps
+    return transmit_ns(size, rate) + latency_ns
 
 
 class StandaloneFct:
@@ -41,7 +75,7 @@ class StandaloneFct:
         self.topo = topo
         self._paths: dict[tuple[int, int, int], tuple[int, int]] = {}  # (src, dst, key) -> (bottleneck bps, ns)
 
-    def __call__(self, src: int, dst: int, size: int, key: int) -> int:
+    def __call__(self, src: int, dst: int, size: int, key: int, rate_bps: int = 0) -> int:
         if src == dst or size == 0:
             return 0
         got = self._paths.get((src, dst, key))
@@ -49,5 +83,4 @@ class StandaloneFct:
             path = self.topo.route(src, dst, key)
             got = (self.topo.path_bottleneck_bps(path), self.topo.path_latency_ns(path)) if path else (0, 0)
             self._paths[(src, dst, key)] = got
-        bps, lat = got
-        return transmit_ns(size, bps) + lat if bps else 0
+        return fluid_ns(size, got[0], got[1], rate_bps)

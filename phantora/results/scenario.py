@@ -15,7 +15,7 @@ from phantora.netsim.fault_plan import event_window
 from phantora.netsim.faults import FaultyFlowSimulator
 from phantora.netsim.packet_faults import FaultyNs3Simulator, scenario_engine
 from phantora.netsim.scenario import Scenario
-from phantora.netsim.standalone import standalone_fct_ns
+from phantora.netsim.standalone import StandaloneFct
 from phantora.topology.model import Topology
 
 # Flow-size buckets of the slowdown table (bytes, upper bound exclusive), as the HPCC and DCQCN papers group them
@@ -51,10 +51,15 @@ def fct_slowdown_buckets(rows: Iterable[tuple[int, int, int]]) -> list[dict[str,
     return out
 
 
-def completion_rows(topo: Topology, done: Iterable[Completion]) -> list[tuple[int, int, int]]:
-    """(size, fct, fluid standalone fct) of completed flows with bytes (key = flow id, as the engines hash)."""
+def completion_rows(
+    topo: Topology, done: Iterable[Completion], caps: Mapping[int, int] | None = None
+) -> list[tuple[int, int, int]]:
+    """(size, fct, fluid standalone fct) of completed flows with bytes (key = flow id, as the engines hash), each at
+    its own rate cap (`caps`: flow id -> payload bits/s; absent: none, as for background traffic)."""
+    fluid = StandaloneFct(topo)
+    caps = caps or {}
     return [
-        (c.size, c.end_ns - c.start_ns, standalone_fct_ns(topo, c.src, c.dst, c.size, c.flow_id))
+        (c.size, c.end_ns - c.start_ns, fluid(c.src, c.dst, c.size, c.flow_id, caps.get(c.flow_id, 0)))
         for c in done
         if c.size and c.src != c.dst
     ]
@@ -97,7 +102,8 @@ def applied_rows(engine: FaultyFlowSimulator | FaultyNs3Simulator, topo: Topolog
 
 def engine_outcome(engine: object) -> dict[str, Any] | None:
     """What a scenario's engine did, as plain data (for the wire and results.json): the link actions applied so far,
-    the background traffic done and its FCT slowdown by size bucket; None for an engine without a scenario."""
+    the background traffic done and its FCT slowdown by size bucket (background flows carry no rate cap);
+    None for an engine without a scenario."""
     eng = scenario_engine(engine)
     if eng is None:
         return None
@@ -130,9 +136,11 @@ def scenario_results(
     ml_done: Iterable[Completion] = (),
     span_name: str = "steps",
     step_starts: Mapping[int, int] | None = None,
+    caps: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
     """results.json's "scenario" section: events applied, bytes rerouted and lost, `spans` (steps or ops) before,
-    during and after each event, and FCT slowdown by size bucket (background and ML apart)."""
+    during and after each event, and FCT slowdown by size bucket (background and ML apart; `caps`: the ML flows'
+    rate caps, `completion_rows`)."""
     out: dict[str, Any] = {"name": sc.name, "source": sc.source, "seed": sc.seed}
     out["reconvergence_ns"] = sc.reconvergence_ns
     windows = event_windows(sc, step_starts)
@@ -152,7 +160,7 @@ def scenario_results(
             out["engine"] = "ns3"
         out["background"] = done["background"]
         out["fct_slowdown_background"] = done["fct_slowdown_background"]
-    out["fct_slowdown_ml"] = fct_slowdown_buckets(completion_rows(topo, ml_done))
+    out["fct_slowdown_ml"] = fct_slowdown_buckets(completion_rows(topo, ml_done, caps))
     return out
 
 

@@ -84,6 +84,8 @@ FLOWS_COLUMNS += ("fct_ns", "standalone_fct_ns", "slowdown", "cnps", "ecn_marks"
 # The packet engine's transport counters (empty where not measured): data packets (and their payload bytes) sent
 # again, packets that arrived with a hole before them, and the furthest one arrived ahead of the first missing byte.
 FLOWS_COLUMNS += ("retx_packets", "retx_bytes", "ooo_packets", "reorder_max_bytes")
+# The flow's own rate cap (payload bits/s, 0: none; empty where not known), which its standalone FCT takes.
+FLOWS_COLUMNS += ("rate_cap_bps",)
 # links.csv: one row per directed channel that carried traffic; the last four are the packet engine's counters.
 LINK_EXTRA_COLUMNS = ("packets", "paused_ns", "ecn_marks", "max_queue_bytes")
 LINK_COLUMNS: tuple[str, ...] = (

@@ -91,14 +91,18 @@ def write_flows_csv(
     cnps: Mapping[int, int] | None = None,
     ecn_marks: Mapping[int, int] | None = None,
     transport: Mapping[int, FlowTransport] | None = None,
+    caps: Mapping[int, int] | None = None,
 ) -> Path:
     """flows.csv: one row per completed flow between two nodes, with its FCT and its FCT alone on the fabric.
 
-    `flows` (id -> Flow) gives each flow's priority and ECMP key (default: the flow id), so the standalone FCT
-    takes the flow's path. `fct_ns` and `standalone_ns` (id -> ns) replace the FCT (end - start) and the
-    fluid standalone FCT where a producer defines them otherwise (netsim: HPCC's, to the last ACK and with
-    headers). `cnps` and `ecn_marks` (id -> count) fill those columns, `transport` (id -> FlowTransport) the
-    retransmission and reordering ones; None leaves them empty (not measured).
+    `flows` (id -> Flow) gives each flow's priority, ECMP key (default: the flow id) and rate cap, so the
+    standalone FCT takes the flow's path at its own rate (`phantora.netsim.standalone`); `caps` (id -> payload
+    bits/s; absent: no cap) gives the caps of flows not in `flows` (a live run keeps completions, not flows).
+    `rate_cap_bps` is that cap (0: none), empty where neither knows the flow.
+    `fct_ns` and `standalone_ns` (id -> ns) replace the FCT (end - start) and the fluid standalone FCT where a
+    producer defines them otherwise (netsim: HPCC's, to the last ACK and with headers). `cnps` and `ecn_marks`
+    (id -> count) fill those columns, `transport` (id -> FlowTransport) the retransmission and reordering ones;
+    None leaves them empty (not measured).
     """
     names = node_names(topo)
     fluid = StandaloneFct(topo)  # each (src, dst, key)'s route once
@@ -107,13 +111,15 @@ def write_flows_csv(
     def row(c: Completion) -> list[object]:
         f = flows.get(c.flow_id) if flows is not None else None
         key = f.key if f is not None and f.key is not None else c.flow_id
+        cap: int | None = f.rate_bps if f is not None else caps.get(c.flow_id, 0) if caps is not None else None
         fct = fct_ns[c.flow_id] if fct_ns is not None else c.end_ns - c.start_ns
-        alone = standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key)
+        alone = standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key, cap or 0)
         return (
             [c.flow_id, c.tag, names[c.src], names[c.dst], c.src, c.dst, c.size, f.priority if f else ""]
             + [c.start_ns, c.end_ns, fct, alone, f"{fct / alone:.4f}" if alone else ""]
             + [_count(cnps, c.flow_id), _count(ecn_marks, c.flow_id)]
             + _transport(transport, c.flow_id)
+            + ["" if cap is None else cap]
         )
 
     if _needs_quoting({c.tag for c in done}) or _needs_quoting(names):
