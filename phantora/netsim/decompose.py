@@ -362,7 +362,9 @@ class DecomposedSimulator(RunsByCompletion):
         lbs, step, waiting = self._lb, self._step, self._dependents
         while done:
             ids = [c.flow_id for c in done]  # (first all ends, so that no flow done here has its bound raised below;
-            self._ends.update(zip(ids, [c.end_ns for c in done], strict=True))  # per completion: at C speed)
+            stamps = [c.end_ns for c in done]
+            self._ends.update(zip(ids, stamps, strict=True))  # per completion: at C speed)
+            self._ended(ids, stamps)
             _drop(map(lbs.pop, ids, repeat(None)))
             _drop(map(step.pop, ids, repeat(None)))
             for unfinished in self._unfinished:  # (a marker's id is in none: its owner is the driver)
@@ -400,6 +402,9 @@ class DecomposedSimulator(RunsByCompletion):
                     bisect.insort(self._buffer, (p, g.id, c))
                     markers.append(c)
             done = markers
+
+    def _ended(self, ids: list[int], ends: list[int]) -> None:
+        """Flows done at `ends` (recorded): for a subclass that carries bounds across rounds."""
 
     def _check_post(self, fid: int, p: int) -> None:
         """A flow released at p sends from p + L: its worker must not have run past p + L - 1 (p, for a flow with

@@ -17,34 +17,15 @@ never exceeds a channel's capacity) - 2 ns (rounding) + the least latency of a c
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Collection, Sequence
 
 from phantora.netsim.base import INF_NS, Completion, Flow, watch_by_completions
 from phantora.netsim.chain_bounds import Chain
 from phantora.netsim.decompose import DRIVER, DecomposedSimulator, Spawner
+from phantora.netsim.gate_bounds import GateBounds
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
-
-
-class _Targets(dict[int, set[tuple[int, bool]]]):
-    """The driver's `_targets` (gating flow -> the (worker, no lookahead) of the gated flows waiting on it),
-    remembering the flows whose targets were set since `taken` (`DecomposedSimulator._book` sets them through
-    `setdefault` only), so the horizon's heaps take in new gating flows and new targets without listing the dict."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.touched: list[int] = []
-
-    def setdefault(self, key: int, default: set[tuple[int, bool]]) -> set[tuple[int, bool]]:  # type: ignore[override]
-        self.touched.append(key)
-        return super().setdefault(key, default)
-
-    def taken(self) -> list[int]:
-        """The flows whose targets were set since the last call, each once."""
-        got, self.touched = self.touched, []
-        return list(dict.fromkeys(got))
 
 
 class HybridDecomposedSimulator(DecomposedSimulator):
@@ -68,18 +49,14 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         self._zero = set()
         self._deps_of = {}
         self._chain_of: dict[int, tuple[Chain, int]] = {}  # flow -> (its chain, its position there)
-        self._targets = self._gate_targets = _Targets()
+        self._targets = {}
         self._watch: Collection[int] = ()
         self.reacts = self._watch.__contains__
         self._place = self._placed
         self._pairs: dict[tuple[int, int], tuple[int, bool, int, int]] = {}  # `_pair_place`, per endpoint pair
-        # Per owner u, gated worker v and lookahead (heap 2 (u n + v) + z: z 1 for a gated flow with none, an NVLink
-        # flow's or a marker's, 0 for a fabric flow's, L - 1), (bound, flow) for each gating flow of worker u with such
-        # a gated flow on worker v (a marker's: on every worker), a heap: the bound as it was when pushed (bounds only
-        # rise, so a key is at most its flow's bound: `_horizon` re-keys an entry when it reaches the top); completed
-        # flows' entries are dropped there too. `_heaped`: the heaps each gating flow is in, as bits.
-        self._gate_heaps: list[list[tuple[int, int]]] = [[] for _ in range(2 * n * n)]
-        self._heaped: dict[int, int] = {}
+        # every gating flow's chain bound, in arrays carried across rounds (built with a large batch's books, else at
+        # the next horizon)
+        self._gates: GateBounds | None = None
 
     def _placed(self, f: Flow) -> tuple[int, int]:
         """(its worker, or DRIVER for a marker; the least time from its post to its end, delay left out)."""
@@ -146,6 +123,20 @@ class HybridDecomposedSimulator(DecomposedSimulator):
                         ch.raised.append(pos)
                     continue
             chain_of[fid] = (Chain(fid, s, lb - s, w, deps_of.get(fid, ())), 0)
+        self._gates = None  # (new gating flows, targets or chain links: the arrays are built again)
+        if handed:  # (a large batch: the arrays now, while the workers place their flows)
+            self._gate_bounds()
+
+    def _gate_bounds(self) -> GateBounds:
+        """The gating flows' chain bounds, built from the books if a batch came since."""
+        if self._gates is None:
+            ext, targets = self._ext, self._targets
+            assert targets is not None
+            gating = [f for f in targets if f in ext]
+            self._gates = GateBounds(
+                gating, targets, self._chain_of, self._owner, self._lb, self._ends, len(self._out), self.latency
+            )
+        return self._gates
 
     def _raise(self, fid: int, ns: int) -> None:
         """lb(fid) >= ns, kept as a rise of its chain (`Chain.raised`), not carried down its dependents: the driver
@@ -154,11 +145,18 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         lbs = self._lb
         if ns > lbs.get(fid, INF_NS):
             lbs[fid] = ns
+            if self._gates is not None:
+                self._gates.rose(fid, ns)
             got = self._chain_of.get(fid)
             if got is not None:
                 raised = got[0].raised
                 if got[1] not in raised:  # (a few positions: the frontier's and the gating flows' written back)
                     raised.append(got[1])
+
+    def _ended(self, ids: list[int], ends: list[int]) -> None:
+        """Flows done: the gating flows' chains move on (`GateBounds.ended`)."""
+        if self._gates is not None:
+            self._gates.ended(ids, ends)
 
     def _bounds(self, flat: list[int]) -> None:
         """A worker's completion bounds of its started flows ([id, ns, ...], those that rose), as rises."""
@@ -227,10 +225,10 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         after the round). A worker's limit: `until` (the caller may submit an NVLink flow there), the earliest end of
         a flow the caller watches, and for each gate into it (a marker's: into every worker) the earliest end of a
         flow it waits on, + L - 1 for a fabric flow's gate. A flow's earliest end is its bound pulled from its deps'
-        (`_pulled`); the gating flows are read in the order of their bounds as last pulled, each heap of them (per
-        owner, gated worker and lookahead) no further once its bound, or its owner's floor, + its lookahead passes its
-        gated worker's limit. So the worker that runs a flow another worker's NVLink flow waits on runs
-        on past it (what waits on it is elsewhere) and the next round starts from its real end."""
+        (`_pulled`). The gating flows' bounds along their chains come from `GateBounds`, all at once; only a flow
+        whose chain's head still waits on deps is pulled here, in the order of those bounds, while its bound can
+        lower a limit. So the worker that runs a flow another worker's NVLink flow waits on runs on past it (what
+        waits on it is elsewhere) and the next round starts from its real end."""
         t0 = time.perf_counter()
         lbs, wtime, latency, targets = self._lb, self._wtime, self.latency, self._targets
         assert targets is not None
@@ -249,69 +247,8 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             if fid in self._watch:
                 r = min(r, t)
         hz = [min(until, r)] * n
-        # (a bound as last pulled is below its pulled one; one at or past a worker's limit cannot lower that one)
-        owner, ext, heaps, heaped = self._owner, self._ext, self._gate_heaps, self._heaped
-        for f in self._gate_targets.taken():
-            if f not in ext:
-                continue
-            mask = 0
-            u = owner[f] * n
-            for w, zero in targets[f]:
-                for v in range(n) if w == DRIVER else (w,):
-                    mask |= 1 << (2 * (u + v) + zero)
-            had = heaped.get(f, 0)
-            if mask & ~had:
-                heaped[f] = had | mask
-                key = (lbs[f], f)
-                for k in range(2 * n * n):
-                    if (mask & ~had) >> k & 1:
-                        heapq.heappush(heaps[k], key)
-
-        def head(h: list[tuple[int, int]]) -> tuple[int, int] | None:
-            """The heap's least entry, once completed flows' entries are dropped and stale keys re-keyed."""
-            while h:
-                lb, f = h[0]
-                if f not in ext:
-                    heapq.heappop(h)  # (completed)
-                    heaped.pop(f, None)
-                    continue
-                x = lbs[f]
-                if x != lb:  # (its bound rose: re-keyed)
-                    heapq.heapreplace(h, (x, f))
-                    continue
-                return h[0]
-            return None
-
-        # The gating flows in the order of (bound, id), as a sort of them would give, each heap read only while its
-        # least entry, or its owner's floor if higher (`Chain.value` counts it), + its lookahead is below its gated
-        # worker's limit: the least of those heads comes first (only the walked flows' bounds change in the walk, and
-        # they are out of the heap they came from until it ends; a flow walked from one heap is skipped in another),
-        # so no flow is read that cannot lower a limit by its bound or its worker's floor.
-        heads = [head(h) for h in heaps]
-        live = [  # (heap, its owner's floor, its lookahead, its gated worker)
-            (k, floors[(k >> 1) // n], 0 if k & 1 else latency - 1, (k >> 1) % n) for k in range(2 * n * n) if heaps[k]
-        ]
-        walked: list[tuple[int, int]] = []
-        seen: set[int] = set()
-        while True:
-            best = -1
-            for k, low, ahead, v in live:
-                e = heads[k]
-                if e is None or (e[0] if e[0] > low else low) + ahead >= hz[v]:
-                    continue
-                if best < 0 or e < heads[best]:  # type: ignore[operator]
-                    best = k
-            if best < 0:
-                break  # neither these flows nor later ones can lower a worker's limit
-            lb, f = heapq.heappop(heaps[best])
-            heads[best] = head(heaps[best])
-            walked.append((best, f))
-            if f in seen:
-                continue
-            seen.add(f)
-            y = floors[owner[f]]  # (its worker's floor is below its pull too: `Chain.value` counts it at the first
-            if y > lb:  # unfinished flow of that worker on the chain, at or before this one)
-                lb = y
+        for lb, f in self._gate_bounds().limits(floors, hz):
+            # a flow whose chain's head waits on deps, its chain bound below a limit it gates: pulled from its deps
             need = -1  # the most this flow's end can lower a worker's limit from, less the gate's lookahead
             for w, zero in targets[f]:
                 ahead = 0 if zero else latency - 1
@@ -322,13 +259,11 @@ class HybridDecomposedSimulator(DecomposedSimulator):
                 continue
             t = self._pulled(f, floors, memo, wide, need)  # (exact if it lowers any)
             if t > lbs[f]:
-                self._raise(f, t)  # (a lower bound: the next round's order and first skip read it)
+                self._raise(f, t)  # (a lower bound: the next round's chain bound reads it)
             for w, zero in targets[f]:
                 ahead = 0 if zero else latency - 1
                 for v in range(n) if w == DRIVER else (w,):
                     hz[v] = min(hz[v], t + ahead)
-        for v, f in walked:
-            heapq.heappush(heaps[v], (lbs[f], f))
         self._hz = hz
         self._react_ns = r
         self.bound_wall_s += time.perf_counter() - t0

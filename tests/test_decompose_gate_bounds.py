@@ -1,0 +1,110 @@
+"""Route (a)'s driver carries its gating flows' chain bounds in arrays across rounds (issue 38, item 2:
+`phantora.netsim.gate_bounds`), where it walked them in heaps each round: each bound must be the chain's closed form
+(step sums, the workers' floors, raised bounds, the end before the first unfinished flow), equal to `Chain.value`,
+and each round's worker limits must be the least exact pulled bound + lookahead over every gating flow, as a walk of
+all of them gives, with every completion one engine's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bridge.workers import spawn_workers
+from phantora.netsim.base import INF_NS
+from phantora.netsim.chain_bounds import Chain
+from phantora.netsim.decompose import DRIVER
+from phantora.netsim.decompose_hybrid import HybridDecomposedSimulator
+from phantora.netsim.gate_bounds import GateBounds
+from phantora.netsim.packet_config import PacketConfig
+from tests.test_decompose import SETTINGS, one_engine_ends, rail_dag, tiny
+
+L = 1000  # the NIC latency: a fabric flow's gate lets its worker run to the bound + L - 1
+
+
+def two_chains() -> tuple[dict[int, tuple[Chain, int]], dict[int, int], dict[int, int], dict[int, set[Any]]]:
+    """Chain A: flows 1, 2 on worker 0 (steps 10, 20), 3, 4 on worker 1 (30, 40), static bound 0; flow 2 gates a
+    fabric flow of worker 1, flow 4 an NVLink flow of worker 0. Chain B: flow 10 (worker 1, step 5) waits on flow 4
+    and gates a marker (every worker)."""
+    a = Chain(1, 10, 0, 0, ())
+    chain_of = {1: (a, 0)}
+    for fid, step, w in ((2, 20, 0), (3, 30, 1), (4, 40, 1)):
+        chain_of[fid] = (a, a.add(fid, step, w))
+    b = Chain(10, 5, 100, 1, (4,))  # (its static bound: flow 4's, 100)
+    chain_of[10] = (b, 0)
+    owner = {1: 0, 2: 0, 3: 1, 4: 1, 10: 1}
+    lbs = {1: 10, 2: 30, 3: 60, 4: 100, 10: 105}
+    targets = {2: {(1, False)}, 4: {(0, True)}, 10: {(DRIVER, True)}}
+    return chain_of, owner, lbs, targets
+
+
+def test_gate_bounds_are_the_chains_closed_forms_as_flows_end_and_bounds_rise() -> None:
+    chain_of, owner, lbs, targets = two_chains()
+    ends: dict[int, int] = {}
+    gb = GateBounds([2, 4, 10], targets, chain_of, owner, lbs, ends, 2, L)
+
+    def check(floors: list[int], want: dict[int, int]) -> None:
+        value, exact = gb.bounds(floors)
+        got = dict(zip(gb.gating, value.tolist(), strict=True))
+        assert got == want
+        for f, v in got.items():  # the same as the chain's own walk
+            ch, pos = chain_of[f]
+            assert ch.value(pos, lbs, ends, floors) == v
+        assert dict(zip(gb.gating, exact.tolist(), strict=True)) == {f: f != 10 for f in want}  # (10 waits on 4)
+
+    # worker 0's floor at flow 1 (its first flow): 500 - 10 + the step sums after it; worker 1's from flow 3 on
+    check([500, 200], {2: 500 - 10 + 30, 4: 500 - 10 + 100, 10: 100 + 5 + max(0, 200 - 105)})
+    hz = [INF_NS, INF_NS]
+    assert gb.limits([500, 200], hz) == [(200, 10)]  # (10's chain bound, below both limits: to be pulled)
+    assert hz == [590 + 0, 520 + L - 1]  # flow 4 into worker 0 (no lookahead), flow 2 into worker 1 (L - 1)
+    ends[1] = 700  # flow 1 done at 700: the chain's bound from there is its end less its step sum (690)
+    del lbs[1]
+    gb.ended([1, 99], [700, 5])  # (99: no chain's)
+    check([800, 900], {2: 800 - 30 + 30, 4: 900 - 60 + 100, 10: 900})
+    lbs[3] = 1500  # flow 3's bound rises (a worker's completion bound): flow 4 after it, not flow 2 before it
+    chain_of[3][0].raised.append(2)
+    gb.rose(3, 1500)
+    check([800, 900], {2: 800, 4: 1500 - 60 + 100, 10: 900})
+    ends[2] = 820
+    del lbs[2]
+    gb.ended([2], [820])  # flow 2 done: no longer a gating flow; flow 4's bound is 790 + 100 at least
+    check([100, 100], {4: 1540, 10: 105})
+    hz = [INF_NS, INF_NS]
+    assert gb.limits([100, 100], hz) == [(105, 10)] and hz == [1540, INF_NS]
+
+
+@pytest.mark.slow  # two worker processes loading ns-3 (about 4 CPU s)
+def test_each_rounds_limits_are_the_least_pulled_bound_of_every_gating_flow() -> None:
+    topo = tiny()
+    flows = rail_dag(topo, stages=4)
+    limits: list[tuple[list[int], list[int]]] = []
+
+    class Checked(HybridDecomposedSimulator):
+        def _horizon(self, until: int) -> int:
+            got = super()._horizon(until)
+            wtime, n = self._wtime, len(self._out)
+            floors = [
+                max(wtime, now) + 1 if not out.empty() or nxt is None else max(wtime + 1, now + 1, nxt)
+                for out, nxt, now in zip(self._out, self._next, self._wnow, strict=True)
+            ]
+            want = [until] * n  # (no watched flows: a drain)
+            for f, gated in self._targets.items():  # type: ignore[union-attr]
+                if f not in self._ext:
+                    continue
+                t = self._pulled(f, floors, {}, {}, INF_NS)  # exact: pulled along its chain and its deps
+                for w, zero in gated:
+                    for v in range(n) if w == DRIVER else (w,):
+                        want[v] = min(want[v], t + (0 if zero else self.latency - 1))
+            assert self._hz is not None
+            limits.append((list(self._hz), want))
+            return got
+
+    sim = Checked(topo, PacketConfig(**SETTINGS, workers=2), spawn_workers)  # type: ignore[arg-type]
+    try:
+        sim.submit(flows, 0)
+        done = sorted((c.flow_id, c.start_ns, c.end_ns) for c in sim.drain())
+    finally:
+        sim.close()
+    assert done == one_engine_ends(topo, flows)
+    assert sum(min(want) < INF_NS for _, want in limits) >= 4  # (not vacuous: rounds that gating flows limit)
+    assert all(got == want for got, want in limits)
