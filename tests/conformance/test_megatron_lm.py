@@ -11,6 +11,7 @@ Megatron's scripts set it. Megatron logs its iterations on the last rank.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -158,6 +159,79 @@ def test_sequence_parallel_with_the_simulated_apex(workdir: Path, tmp_path: Path
         sizes = [n for k, n in comm if k == kind and n >= activation]
         assert sizes == [activation] * (3 * micro * per_micro), kind
     assert_documented(run.step_ms(), "pretrain_gpt.py", "2 layers, `--sequence-parallel`, TP 2 x DP 2")
+
+
+def spans(out: Path) -> list[tuple[int, str, int, tuple[int, ...], dict | None]]:
+    """(rank, kind, bytes, group, NCCL's choice) of every collective span in trace.json, in order."""
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    return [
+        (
+            e["pid"],
+            str(e["name"]).split("#")[0],
+            int(e["args"]["bytes"]),
+            tuple(e["args"]["group"]),
+            e["args"].get("nccl"),
+        )
+        for e in events
+        if e.get("cat") == "comm" and e.get("ph") == "X" and "bytes" in e.get("args", {})
+    ]
+
+
+@pytest.mark.slow
+def test_sequence_parallel_with_an_interleaved_pipeline_and_the_distributed_optimizer(
+    workdir: Path, tmp_path: Path
+) -> None:
+    """TP 2 with `--sequence-parallel` x PP 2 interleaved (`--num-layers-per-virtual-pipeline-stage 1`: model chunks
+    0 and 2 on stage 0, 1 and 3 on stage 1) with `--use-distributed-optimizer`, 4 layers on 4 GPUs (DP 1: 8 / 2 = 4
+    micro-batches a step). The closed forms of the config, per rank over 3 steps (12 micro-batches):
+
+    - sequence parallelism (as the TP 2 x DP 2 case): a layer's 6 all-gathers and 4 reduce-scatters of the whole
+      s x b x h x 4 B activation on the TP pair, 2 layers a stage; the embedding (stage 0) adds 1 all-gather, the
+      output layer (stage 1) 2 all-gathers and 1 reduce-scatter;
+    - the pipeline: each micro-batch crosses the 3 chunk boundaries forward and back, stage 0 sending 2 of the
+      forward and 1 of the backward, stage 1 the others: 3 sends and 3 receives a micro-batch of the
+      sequence-sharded activation, s / TP x b x h x 4 B, to the other stage's rank of the same TP position
+      (flows.csv: 36 x 65,536 B each way between gpu0-gpu2 and gpu1-gpu3);
+    - the tied word embedding's gradient, all-reduced between the first and the last stage (Megatron's embedding
+      group) once a step, and once at set-up: padded vocabulary / TP x h x 4 B, 4 times;
+    - the distributed optimizer's reduce-scatters and all-gathers run on a data-parallel group of one: no NCCL
+      call, so their spans carry no choice, and every other span with bytes carries its own (trace.json)."""
+    parallel = ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2"]
+    parallel += ["--num-layers-per-virtual-pipeline-stage", "1", "--use-distributed-optimizer"]
+    out = tmp_path / "out"
+    run = pretrain(workdir, out, parallel, layers=4)
+    trains(run)
+    s, b, h, tp, micro = 128, 2, 128, 2, 3 * 8 // 2
+    activation, sharded = s * b * h * 4, s // tp * b * h * 4
+    comm = spans(out)
+    for rank in range(4):
+        first = rank < 2
+        mine = [(k, n, g) for r, k, n, g, _ in comm if r == rank]
+        tp_group = (rank - rank % 2, rank - rank % 2 + 1)
+        for kind, per_micro in (
+            ("all_gather", 6 * 2 + (1 if first else 2)),
+            ("reduce_scatter", 4 * 2 + (0 if first else 1)),
+        ):
+            assert [n for k, n, g in mine if k == kind and g == tp_group and n == activation] == [activation] * (
+                micro * per_micro
+            ), (rank, kind)
+        peer = (rank + 2) % 4
+        for kind in ("send", "recv"):
+            assert [n for k, n, g in mine if k == kind] == [sharded] * (3 * micro), (rank, kind)
+            assert {g for k, _, g in mine if k == kind} == {(peer,)}
+        embedding = (rank % 2, rank % 2 + 2)
+        assert [n for k, n, g in mine if k == "all_reduce" and g == embedding] == [VOCAB // tp * h * 4] * 4
+    for _, kind, nbytes, group, choice in comm:
+        if kind not in ("send", "recv") and len(group) == 1:
+            assert choice is None, (kind, nbytes, group)
+        elif nbytes:
+            assert choice is not None, (kind, nbytes, group)
+    with (out / "flows.csv").open() as f:
+        p2p = [r for r in csv.DictReader(f) if r["tag"].startswith("send#")]
+    for src, dst in ((0, 2), (2, 0), (1, 3), (3, 1)):
+        pair = [int(r["size_bytes"]) for r in p2p if (r["src"], r["dst"]) == (f"gpu{src}", f"gpu{dst}")]
+        assert sum(pair) == 3 * micro * sharded, (src, dst)
+    assert_documented(run.step_ms(), "pretrain_gpt.py", "4 layers, TP 2 x PP 2 interleaved, `--sequence-parallel`")
 
 
 @pytest.mark.slow

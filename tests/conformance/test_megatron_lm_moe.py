@@ -15,6 +15,7 @@ on a GPU too).
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -77,6 +78,51 @@ def test_mixture_of_experts_in_phantom_mode(tmp_path: Path) -> None:
     assert [i for i, _, _ in its] == [1, 2, 3] and len(run.steps()) == 3
     timer_is_the_step(its, run.steps())
     assert_documented(run.step_ms(), "pretrain_gpt.py", "core_v0.17.0 in phantom mode")
+
+
+@pytest.mark.slow
+def test_the_alltoall_dispatcher_in_phantom_mode_on_the_packet_network(tmp_path: Path) -> None:
+    """The same MoE GPT with `--moe-token-dispatcher-type alltoall` (Megatron's all-to-all dispatcher, what its MoE
+    examples run with expert parallelism), in phantom mode on the packet network (`--phantom --network ns3 --cc
+    dcqcn`; the 4 GPUs share a host, so NVLink carries every byte). EP 2 of DP 4 (the dense layers' data parallel
+    group is the world: 8 / (2 x 4) = 1 micro-batch a step). On the balanced routing each rank's T = s x b = 256
+    tokens' k = 2 choices go half to its EP peer, so every all-to-all of the tokens moves T k / EP x h x 4 B =
+    131,072 B each way between gpu0-gpu1 and gpu2-gpu3: dispatch and combine, forward and backward, 4 a layer and
+    step (24 in 3 steps of 2 layers); the routing probabilities go with the dispatch, T k / EP x 4 B = 1,024 B,
+    forward and backward (12), LL on the wire (NCCL's p2p LL below its 16 KiB threshold: a flag word with each
+    data word, 2,048 B). The experts' counts are all-gathered over the EP group, E x 8 B a rank, once a layer and
+    step (6 of 64 B). Each all-to-all's span carries NCCL's choice of both its pairs, with their bytes."""
+    workdir = tmp_path / "Megatron-LM"
+    shutil.copytree(PROGRAMS / UPSTREAM, workdir)
+    args = [*MODEL, "--num-layers", "2", *RUN, *DATA, *NO_APEX_NO_TE, *MOE, *MIXTRAL]
+    args += ["--moe-token-dispatcher-type", "alltoall", "--no-check-for-nan-in-loss-and-grad"]
+    options = ("--phantom", "--network", "ns3", "--cc", "dcqcn")
+    out = tmp_path / "out"
+    run = run_program(workdir, "pretrain_gpt.py", args, out, 4, options, env=ENV)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.results()["moe_routing"] == "balanced"
+    its = iterations(run)
+    assert [i for i, _, _ in its] == [1, 2, 3] and len(run.steps()) == 3
+    timer_is_the_step(its, run.steps())
+    tokens, k, ep, h, experts, steps, layers = 128 * 2, 2, 2, 128, 4, 3, 2
+    tokens_bytes, probs_bytes = tokens * k // ep * h * 4, tokens * k // ep * 4
+    with (out / "flows.csv").open() as f:
+        flows = [r for r in csv.DictReader(f) if r["tag"].startswith("all_to_all#")]
+    moved: dict[tuple[str, str], int] = {}
+    for r in flows:  # a call's channels summed: tag "all_to_all#1@0.1/0>1/p2p/ch0"
+        name, pair = r["tag"].split("/")[:2]
+        moved[name, pair] = moved.get((name, pair), 0) + int(r["size_bytes"])
+    for pair in ("0>1", "1>0", "2>3", "3>2"):
+        sizes = sorted(n for (_, p), n in moved.items() if p == pair)
+        assert sizes == [2 * probs_bytes] * (2 * layers * steps) + [tokens_bytes] * (4 * layers * steps), pair
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    mine = [e["args"] for e in events if e.get("pid") == 0 and e.get("cat") == "comm"]
+    gathers = [a["bytes"] for a in mine if a["group"] == [0, 1] and a["bytes"] == ep * experts * 8]
+    assert len(gathers) == layers * steps
+    for a in (a for a in mine if a["group"] == [0, 1] and a["bytes"] == tokens * k * h * 4):
+        pairs = {(p["src"], p["dst"]): p["bytes"] for p in a["nccl"]["pairs"]}
+        assert pairs == {(0, 1): tokens_bytes, (1, 0): tokens_bytes}
+    assert_documented(run.step_ms(), "pretrain_gpt.py", "core_v0.17.0, `--moe-token-dispatcher-type alltoall`")
 
 
 @pytest.mark.slow
