@@ -43,3 +43,21 @@ def test_a_rank_stopped_by_sigterm_writes_every_threads_stack_and_ends() -> None
     assert "in connect_that_never_returns" in err  # the blocked thread, named by its function
     assert "Current thread" in err and "in <module>" in err  # the rank's own thread, at its wait
     assert err.count("in <module>") == 1  # the forked child wrote nothing
+
+
+def test_a_rank_whose_session_ended_is_stopped_without_a_word() -> None:
+    """After its session ended (bootstrap: the results are with the coordinator) a rank still tearing down when the
+    supervisor stops it (a completed run's ranks get a few seconds) ends as SIGTERM ends a process, and its log
+    holds no stack: before, "Stack (most recent call first): <no Python frame>" closed a successful run's output."""
+    rank = "from phantora.runtime import stop_stacks; import time\n"
+    rank += "stop_stacks.dump_stacks_when_stopped(); stop_stacks.quiet_when_stopped(); print('ended', flush=True)\n"
+    rank += "time.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", rank], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        assert proc.stdout.readline() == "ended\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        proc.kill()
+    assert proc.stderr.read() == ""

@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         end_session(s, mode)
     except BaseException as exc:  # noqa: BLE001
         fail(rank, exc)
+    stop_stacks.quiet_when_stopped()  # its results are in: a stop while it tears down is no culprit
     return 0
 
 
