@@ -13,8 +13,9 @@ follow their worker's floor, pulled again every round to tie with the first). He
 lie end to end in flat arrays (step sums, each flow's worker, raised bound and end) with each chain's first unfinished
 position and `after`; a round's completions and rises update them (`ended`, `rose`), and `bounds` evaluates the
 formula for every gating flow with a few array operations. A gating flow whose chain's head is unfinished and waits
-on deps depends on those deps' bounds too: its chain bound is only a lower bound (`limits` hands it back, to be
-pulled from its deps: `_pulled`).
+on deps is bounded by those deps' latest end or bound too, + the step sums up to it: the deps' bounds come from the
+same arrays when each dep lies in them and its own chain's head does not wait; otherwise `limits` hands the flow
+back, to be pulled from its deps (`_pulled`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,26 @@ class GateBounds:
                     rows.append(i)
                     vs.append(v)
                     aheads.append(0 if zero else latency - 1)
+        # the deps lists of chains whose heads wait on deps (one list object shared by a batch's flows), each of
+        # whose deps lies in these chains: their flat positions end to end (dep_starts: each list's first)
+        self.list_of = np.full(len(objs), -1, np.int64)  # chain -> its list, -1: none (or not followed: `_pulled`)
+        index = dict(zip(nodes, range(n), strict=True))
+        lists: dict[int, int] = {}
+        flat: list[list[int]] = []
+        for c, ch in enumerate(objs):
+            if not ch.deps or self.k0[c] > 0:
+                continue
+            k = lists.get(id(ch.deps))
+            if k is None:
+                got = [index.get(d, -1) for d in ch.deps]
+                k = lists[id(ch.deps)] = len(flat) if -1 not in got else -1
+                if k >= 0:
+                    flat.append(got)
+            self.list_of[c] = k
+        self.dep_flat = np.asarray([x for got in flat for x in got], np.int64)
+        self.dep_chain = self.chain[self.dep_flat]
+        self.dep_starts = np.cumsum([0] + [len(got) for got in flat[:-1]], dtype=np.int64)
+        self._run: np.ndarray | None = None
         self.gating = list(gating)
         self.g_chain = np.asarray(g_chain, np.int64)
         self.g_flat = self.off[self.g_chain] + np.asarray(g_pos, np.int64)
@@ -162,38 +183,62 @@ class GateBounds:
             self.gating = np.asarray(self.gating, object)[live].tolist()
             self.g_chain, self.g_flat = self.g_chain[live], self.g_flat[live]
 
-    def bounds(self, floors: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(each unfinished gating flow's chain bound, whether that is its bound pulled from its deps too: its chain's
-        head done or without deps), in the order of `gating`, for the workers' `floors`."""
-        self._catch_up()
-        gc, gf = self.g_chain, self.g_flat
-        start = self.off[gc] + self.k0[gc]  # each chain's first unfinished flow
-        best = self.after[gc]
-        for w in range(self.workers):  # the first flow of worker w from there, if at or before the gating flow
+    def _chain_values(self, floors: list[int], flat: np.ndarray, chains: np.ndarray) -> np.ndarray:
+        """The chain bound at each of the unfinished flat positions `flat` (of chains `chains`), head deps left out."""
+        start = self.off[chains] + self.k0[chains]  # each chain's first unfinished flow
+        best = self.after[chains]
+        for w in range(self.workers):  # the first flow of worker w from there, if at or before the position
             q = self.next_of[w][start]
-            best = np.maximum(best, np.where(q <= gf, floors[w] - self.sums[q], NEG))
+            best = np.maximum(best, np.where(q <= flat, floors[w] - self.sums[q], NEG))
+        if self._run is not None:
+            rp, run = self.raised, self._run
+            j = np.searchsorted(rp, flat, side="right") - 1
+            jj = np.maximum(j, 0)
+            ok = (j >= 0) & (rp[jj] >= start)  # (a raised flow of the same chain, from its first unfinished on)
+            best = np.maximum(best, np.where(ok, run[jj], NEG))
+        return best + self.sums[flat]
+
+    def bounds(self, floors: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(each unfinished gating flow's bound, whether it is exact: its chain's head done, without deps, or with
+        deps whose bounds are exact), in the order of `gating`, for the workers' `floors`. A chain whose head waits
+        on deps is bounded by their latest end or bound too, + the step sums up to the flow (`_pulled`)."""
+        self._catch_up()
+        self._run = None
         rp = self.raised
-        if len(rp) and len(gf):
+        if len(rp):  # each raised flow's bound less its step sum, the most up to it along its chain
             rv = self.lb[rp] - self.sums[rp]
             rc = self.chain[rp]
             low = int(rv.min())
             if int(rv.max()) - low < _SPAN:
-                run = np.maximum.accumulate(rv - low + rc * _SPAN) - rc * _SPAN + low
+                self._run = np.maximum.accumulate(rv - low + rc * _SPAN) - rc * _SPAN + low
             else:  # (bounds far apart: the running max per chain, in Python)
                 run = rv.copy()
                 for k in range(1, len(rp)):
                     if rc[k] == rc[k - 1] and run[k - 1] > run[k]:
                         run[k] = run[k - 1]
-            j = np.searchsorted(rp, gf, side="right") - 1
-            jj = np.maximum(j, 0)
-            ok = (j >= 0) & (rp[jj] >= start)  # (a raised flow of the same chain, from its first unfinished on)
-            best = np.maximum(best, np.where(ok, run[jj], NEG))
-        return best + self.sums[gf], (self.k0[gc] > 0) | ~self.head_deps[gc]
+                self._run = run
+        gc, gf = self.g_chain, self.g_flat
+        value = self._chain_values(floors, gf, gc)
+        exact = (self.k0[gc] > 0) | ~self.head_deps[gc]
+        if len(self.dep_flat) and not exact.all():
+            dc, df = self.dep_chain, self.dep_flat
+            done = df < self.off[dc] + self.k0[dc]
+            got = np.where(done, self.end[df], self._chain_values(floors, df, dc))
+            sure = done | (self.k0[dc] > 0) | ~self.head_deps[dc]  # (a dep whose own head waits: not followed here)
+            latest = np.maximum.reduceat(got, self.dep_starts)  # per deps list
+            known = np.logical_and.reduceat(sure, self.dep_starts)
+            lists = self.list_of[gc]
+            use = ~exact & (lists >= 0)
+            use[use] = known[lists[use]]
+            t = latest[lists[use]]
+            value[use] = np.maximum(value[use], np.where(t >= 0, t + self.sums[gf[use]], NEG))
+            exact = exact | use
+        return value, exact
 
     def limits(self, floors: list[int], hz: list[int]) -> list[tuple[int, int]]:
         """Lower each worker's limit `hz` (in place) to the exact bounds + lookahead of the gating flows into it;
-        return (chain bound, flow) of the others (their chain's head waits on deps) that are below a limit they
-        gate, least first."""
+        return (bound, flow) of the others (their chain's head waits on deps not followed here) that are below a
+        limit they gate, least first."""
         if not self.gating:
             self._catch_up()
             return []
