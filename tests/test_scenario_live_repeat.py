@@ -54,7 +54,15 @@ at_step = 2
 """
 UPLINK_BPS = 50 * 10**9  # 100G NIC, 2 spines: each uplink carries half
 PATH_LAT_NS = 4_000  # gpu - leaf - spine - leaf - gpu, 1 us each
-PER_RUN_NOISE = ("wall_s", "peak_rss_mb", "pss_mb", "peak_rss_mb_total", "pss_mb_total", "server_cpu_s")  # host figures
+PER_RUN_NOISE = (
+    "wall_s",
+    "cpu_s",
+    "peak_rss_mb",
+    "pss_mb",
+    "peak_rss_mb_total",
+    "pss_mb_total",
+    "server_cpu_s",
+)  # host figures
 
 
 def _run(tmp: Path, name: str, *network: str) -> Path:
