@@ -134,6 +134,11 @@ def test_the_cli_refuses_an_earlier_runs_directory_and_leaves_it_alone(tmp_path:
     out = subprocess.run(again, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "results.json").read_text())["world_size"] == 2
+    # the run says what it wrote: flows.csv, links.csv and cosim.json too (the line named four files and logs/)
+    wrote = next(line for line in out.stdout.splitlines() if line.startswith("wrote "))
+    listed = wrote.split(": ", 1)[1].split(", ")
+    assert {"flows.csv", "links.csv", "cosim.json", "results.json", "trace.json", "logs/"} <= set(listed)
+    assert all((tmp_path / name).exists() for name in listed)
     assert run_dir.read_status(tmp_path)["state"] == "complete"
 
 

@@ -23,6 +23,7 @@ from phantora.commands.seeds import add_seed_options, with_seeds
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.progress import NetworkLine
+from phantora.results.run_dir import RunDir
 from phantora.units import parse_time_ns
 
 
@@ -238,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{r['script']} on {r['topology']}, network {r['network']}, wall {r['wall_s']:.1f} s{cpu_line}")
     print(format_summary(s))
     if report.out_dir is not None:
-        print(f"wrote {report.out_dir}/results.json, steps.jsonl, config.json, trace.json, logs/")
+        print(f"wrote {report.out_dir}: " + ", ".join(RunDir(report.out_dir).contents()))
     else:
         print("nothing saved: pass --out DIR to keep results.json, steps, the trace and the logs")
     sys.stdout.flush()
@@ -303,7 +304,7 @@ def run_jobs(args: argparse.Namespace, cfg: Any, net: NetworkLine | None = None)
             net.clear()
     print(format_jobs(report.summary))
     if report.out_dir is not None:
-        print(f"wrote {report.out_dir}/results.json, links_by_job.csv, trace.json and jobs/<name>/ per job")
+        print(f"wrote {report.out_dir}: " + ", ".join(RunDir(report.out_dir).contents()) + " (jobs/<name>/ per job)")
     else:
         print("nothing saved: pass --out DIR to keep the results, traces and logs")
     sys.stdout.flush()

@@ -82,6 +82,11 @@ class RunDir:
     def exists(self, name: str) -> bool:
         return self.file(name).is_file()
 
+    def contents(self) -> list[str]:
+        """What a run wrote here, sorted: its files, then its folders with a trailing `/` (nothing of the user's)."""
+        files = sorted(n for n in OUTPUT_FILES if (self.root / n).is_file())
+        return files + sorted(f"{d}/" for d in OUTPUT_DIRS if (self.root / d).is_dir())
+
     @property
     def results(self) -> Path:
         return self.file(S.RESULTS_JSON)
