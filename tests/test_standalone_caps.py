@@ -6,6 +6,7 @@ unchanged (its path's bottleneck)."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,29 @@ def test_a_capped_flow_alone_in_ns3_has_slowdown_1_within_one_packet(ns3_lib, tm
         assert int(rows[f.id]["standalone_fct_ns"]) == SIZE * 8 * G // f.rate_bps + 2 * US
         assert abs(int(rows[f.id]["fct_ns"]) - int(rows[f.id]["standalone_fct_ns"])) <= one_pkt
         assert float(rows[f.id]["slowdown"]) == pytest.approx(1.0, abs=one_pkt / (SIZE * 8 * G / f.rate_bps))
+
+
+def test_compare_marks_a_run_whose_flows_csv_predates_the_caps(tmp_path: Path) -> None:
+    """A flows.csv without `rate_cap_bps` (written before 2026-12-02) took no cap: compare says so for that run
+    only, and a run's loaded flows carry each flow's cap (the NCCL model caps a replay's network flows)."""
+    from phantora.cli import main
+    from phantora.report.compare import OLD_SLOWDOWNS, format_table, load_and_compare
+    from phantora.results.read import load_run
+
+    wl = tmp_path / "ar.toml"
+    wl.write_text('name = "ar"\n[[op]]\nname = "ar"\nkind = "all_reduce"\nbytes = "64MiB"\nranks = "all"\n')
+    new = tmp_path / "new"
+    assert main(["replay", str(wl), "--topology", "twoleaf8", "--network", "flow", "--out", str(new)]) == 0
+    caps = load_run(new).flows.cap_bps  # type: ignore[union-attr]
+    assert (caps >= 0).all() and (caps > 0).any()
+    old = tmp_path / "old"
+    shutil.copytree(new, old)
+    with (new / S.FLOWS_CSV).open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    with (old / S.FLOWS_CSV).open("w", newline="") as fh:
+        csv.writer(fh).writerows(r[:-1] for r in rows)  # the column as it was: none
+    assert (load_run(old).flows.cap_bps == -1).all()  # type: ignore[union-attr]
+    _, cmp = load_and_compare([new, old], None)
+    assert [r["line_rate_slowdowns"] for r in cmp.runs] == [False, True]
+    text = format_table(cmp)
+    assert text.count(OLD_SLOWDOWNS) == 1 and f"old: replay, network flow, cc -, complete; {OLD_SLOWDOWNS}" in text

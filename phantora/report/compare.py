@@ -87,6 +87,14 @@ def fct_stats(flows: Flows | None) -> dict[str, Value]:
     return out
 
 
+def line_rate_slowdowns(run: RunData) -> bool:
+    """Are the run's slowdowns against the line rate, not its flows' own rate caps? A flows.csv written before
+    2026-12-02 (or a netsim's fct.csv) has no `rate_cap_bps`: its standalone FCTs ignored the caps NCCL's flows carry
+    (docs/results.md), so its slowdowns do not compare with a newer run's."""
+    f = run.flows
+    return f is not None and bool((f.standalone_ns > 0).any()) and bool((f.cap_bps < 0).all())
+
+
 def pfc_per_port(run: RunData) -> dict[str, tuple[int | None, int]] | None:
     """Port label -> (pause frames, paused ns), from pfc.csv, else from links.csv paused_ns (count unknown)."""
     if run.pfc is not None:
@@ -340,6 +348,7 @@ def compare_runs(runs: Sequence[RunData]) -> Comparison:
                 "time_kind": r.time_kind,
                 "status": _status(r),
                 "partial": r.partial,
+                "line_rate_slowdowns": line_rate_slowdowns(r),
                 "steps": r.steps,
                 "seeds": len(r.members) if r.members else None,
                 "settings": {k: mine.get(k, "-") for k in differ},
@@ -442,6 +451,9 @@ def _rows(cmp: Comparison, full: bool = False) -> tuple[list[str], list[list[str
     return head, rows
 
 
+OLD_SLOWDOWNS = "its slowdowns take no flow's rate cap (flows.csv written before 2026-12-02: rerun it to compare them)"
+
+
 def format_runs(cmp: Comparison) -> list[str]:
     """One line per run: kind, network, CC, status and the settings that differ between the runs."""
     lines = []
@@ -450,6 +462,7 @@ def format_runs(cmp: Comparison) -> list[str]:
         lines.append(
             f"  {run_title(r)}: {r['kind']}, network {r['network'] or '-'}, cc {r['cc'] or '-'}, {r['status']}"
             + (f"; {settings}" if settings else "")
+            + ("; " + OLD_SLOWDOWNS if r.get("line_rate_slowdowns") else "")
         )
     return lines
 
@@ -507,6 +520,9 @@ def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
         lines.append("Its per-link tables, queue and PFC plots are its first seed's; its FCT CDF pools all seeds.")
     if any(r.get("partial") for r in cmp.runs):
         lines.append("A partial run did not complete: its figures are those of what it finished.")
+    old = [r["label"] for r in cmp.runs if r.get("line_rate_slowdowns")]
+    if old:
+        lines.append(f"{', '.join(old)}: {OLD_SLOWDOWNS}.")
     lines.append("")
     head, rows = _rows(cmp, full=True)
     lines.append("| " + " | ".join(head) + " |")
