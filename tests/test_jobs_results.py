@@ -82,3 +82,29 @@ def test_link_rows_and_the_job_timeline() -> None:
     assert ev[0]["pid"] == 5 and ev[0]["args"] == {"name": "b rank 1"}
     spans = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "comm"]
     assert [(e["name"], e["tid"]) for e in spans] == [("ar", 0), ("ag", 1)]  # overlapping: two lanes
+
+
+def test_a_jobs_trace_gets_nccls_choice_of_each_of_its_collectives_in_its_own_ranks() -> None:
+    """A live job's ranks name their own world (0..n-1) while the coordinator's records name its ranks (a job at
+    offset 4 all-reduces on [4, 5]): each span gets its own call's choice, an all-to-all's pairs too, and another
+    job's records nothing (before, a `--jobs` run's trace carried no NCCL choice)."""
+    from phantora.jobs.results import job_comm_args
+
+    ring, pair = {"algorithm": "Ring", "channels": 2}, {"algorithm": "p2p", "channels": 1}
+    names = [[4, "all_to_all#1@0.1"], [5, "all_to_all#1@0.1"]]
+    records = [
+        {"job": 0, "name": "all_reduce#0", "group": [0, 1, 2, 3], "nccl": {"algorithm": "Tree"}},
+        {"job": 1, "name": "all_reduce#0", "group": [4, 5], "nccl": ring},
+        {"job": 1, "name": "all_to_all#1@0.1", "group": [5, 4], "nbytes": 64, "names": names, "nccl": pair},
+    ]
+    args = job_comm_args(records, 1, 4)
+    assert args == {
+        (0, "all_reduce#0", (0, 1)): {"nccl": ring},
+        (1, "all_reduce#0", (0, 1)): {"nccl": ring},
+        (0, "all_to_all#1", (0, 1)): {
+            "nccl": {"algorithm": "p2p", "pairs": [{"src": 1, "dst": 0, "bytes": 64, **pair}]}
+        },
+        (1, "all_to_all#1", (0, 1)): {
+            "nccl": {"algorithm": "p2p", "pairs": [{"src": 1, "dst": 0, "bytes": 64, **pair}]}
+        },
+    }

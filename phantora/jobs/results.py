@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.results import schema as S
+from phantora.results.run_dir import CommKey, nccl_args
 from phantora.topology.model import Topology
 
 
@@ -181,6 +182,20 @@ def pfc_by_job(topo: Topology, flows: Sequence[JobFlow], pauses: Sequence[Pause]
 
 # ----- the per-job timeline ---------------------------------------------------------------------------------
 NETWORK_PID = 1 << 20  # pid of job j's network lane: NETWORK_PID + j (its ranks' pids are their global ranks)
+
+
+def job_comm_args(records: Iterable[dict[str, Any]], job: int, offset: int) -> dict[CommKey, dict[str, Any]]:
+    """NCCL's choice of each of live job `job`'s collectives (cosim.json's records, in the coordinator's ranks) for
+    its ranks' spans, which name the job's own ranks: `nccl_args` of its records shifted down by `offset`."""
+    mine = []
+    for rec in records:
+        if rec.get("job") != job:
+            continue
+        local = {**rec, "group": [int(g) - offset for g in rec.get("group", ())]}
+        if isinstance(rec.get("names"), list):
+            local["names"] = [[int(g) - offset, n] for g, n in rec["names"]]
+        mine.append(local)
+    return nccl_args(mine)
 
 
 def job_trace_events(

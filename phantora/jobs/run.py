@@ -33,6 +33,7 @@ from phantora.jobs.results import (
     LINK_COLUMNS,
     JobFlow,
     channel_bytes,
+    job_comm_args,
     job_time_ns,
     job_trace_events,
     link_rows,
@@ -62,7 +63,7 @@ from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
 from phantora.results import schema as S
 from phantora.results.read import read_document
-from phantora.results.run_dir import RunDir
+from phantora.results.run_dir import CommKey, RunDir
 from phantora.results.summary import summarize
 from phantora.results.write import write_csv, write_fabric_traces, write_flows_csv
 from phantora.topology.model import Topology
@@ -322,7 +323,8 @@ def _run(
         summary["scenario"] = add_job_phases(section, jobs, cosim.makespan_ns)
     _fabric(ctx, summary, flows, link_use, cosim.makespan_ns)
     _idle(ctx, summary, everyone)
-    _traces(ctx, jobs, summary.get("scenario"))
+    live = {spec.jobs[i].name: job_comm_args(cosim.collectives, n, plan.offsets[i]) for n, i in enumerate(plan.live)}
+    _traces(ctx, jobs, summary.get("scenario"), live)
     return JobsReport(summary, jobs, cosim.logs, ctx.out.root)
 
 
@@ -518,13 +520,18 @@ def _fabric(
     summary["fabric"] = fabric
 
 
-def _traces(ctx: _Ctx, jobs: dict[str, dict[str, Any]], scenario: dict[str, Any] | None) -> None:
-    """trace.json of each live job (its ranks) and of the run (every job's ranks and network lanes, and the
-    scenario's events as a single-job run draws them)."""
+def _traces(
+    ctx: _Ctx,
+    jobs: dict[str, dict[str, Any]],
+    scenario: dict[str, Any] | None,
+    comm_args: dict[str, dict[CommKey, dict[str, Any]]] | None = None,
+) -> None:
+    """trace.json of each live job (its ranks, each collective with NCCL's choice: `comm_args` by job) and of the run
+    (every job's ranks and network lanes, and the scenario's events as a single-job run draws them)."""
     plan = ctx.plan
     events: list[dict[str, Any]] = []
     for i, j in enumerate(plan.spec.jobs):
-        merged = ctx.job_dirs[j.name].merge_trace()  # its ranks' trace/rank<R>.jsonl -> jobs/<name>/trace.json
+        merged = ctx.job_dirs[j.name].merge_trace(comm_args=(comm_args or {}).get(j.name))  # -> jobs/<name>/trace.json
         doc = read_document(ctx.job_dirs[j.name].root, S.TRACE_JSON) if merged else None
         rank_events: list[dict[str, Any]] = list((doc or {}).get("traceEvents") or [])
         off = plan.offsets.get(i, 0)
