@@ -60,6 +60,18 @@ _DEVICE_COPIES = frozenset({_TO_COPY, torch.ops.aten.to.dtype_layout})
 _ITEM = torch.ops.aten._local_scalar_dense.default  # .item(), bool(t), .tolist()
 _EQUAL = torch.ops.aten.equal.default  # torch.equal: a comparison of values, answered on the host
 _LAZY_CLONE = torch.ops.aten._lazy_clone.default  # copy-on-write: a hooked storage is unhooked first
+# factories whose memory torch leaves as it finds it: on the simulated GPU in real mode they are zero-filled, since the
+# host allocator hands out freed blocks whose stale bytes differ from run to run (gloo's threads allocate too), and
+# programs do read them: torch's pipeline stages run their shape inference on such buffers (docs/runtime.md)
+_UNINITIALISED = frozenset(
+    {
+        torch.ops.aten.empty.memory_format,
+        torch.ops.aten.empty_strided.default,
+        torch.ops.aten.empty_like.default,
+        torch.ops.aten.new_empty.default,
+        torch.ops.aten.new_empty_strided.default,
+    }
+)
 _NAMES: dict[int, str] = {}
 
 
@@ -163,7 +175,10 @@ class ChargeMode(TorchDispatchMode):
                     return simcuda.wrap(out, index)
                 if "device" not in kwargs:
                     if len(types) == 1 and simcuda.direct(func):  # without a second trip through the dispatcher
-                        return run_op(func, args, kwargs, self._device_op)
+                        out = run_op(func, args, kwargs, self._device_op)
+                        if func in _UNINITIALISED and not s.phantom and type(out) is SimCudaTensor:
+                            out.elem.zero_()  # empty_like and the like (fastpath.py leaves them to this route)
+                        return out
                     return NotImplemented  # the cuda tensors' own dispatch unwraps them and comes back here
             dev = kwargs.get("device")
             if simcuda.is_cuda_device(dev):  # a factory or copy onto the simulated GPU
@@ -183,6 +198,8 @@ class ChargeMode(TorchDispatchMode):
                         out = simcuda.rng.draw(index, not s.phantom, run)
                     else:
                         out = self.__torch_dispatch__(func, types, args, kwargs)
+                if func in _UNINITIALISED and not s.phantom and type(out) is torch.Tensor:
+                    out.zero_()  # here the mode is off: no kernel charged, the same simulated time as phantom mode
                 return simcuda.wrap(out, index)
         return self._charged(func, types, args, kwargs)
 

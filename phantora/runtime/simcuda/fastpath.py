@@ -37,9 +37,11 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _SEQ = (list, tuple)
 aten = torch.ops.aten
 # Ops the general route answers specially: pinning, a copy-on-write clone (its input's storage unhooked first,
-# dispatch.py), and in phantom mode copies to the host, .item(), torch.equal, and the ops whose outputs keep values
-# (kept_values.py; a cast only to integers or booleans).
-_SPECIAL = {aten.is_pinned.default, aten._pin_memory.default, aten._lazy_clone.default}
+# dispatch.py), an empty tensor like a cuda one (zero-filled in real mode, dispatch.py), and in phantom mode copies
+# to the host, .item(), torch.equal, and the ops whose outputs keep values (kept_values.py; a cast only to integers
+# or booleans).
+_SPECIAL = {aten.is_pinned.default, aten._pin_memory.default, aten._lazy_clone.default, aten.empty_like.default}
+_SPECIAL |= {aten.new_empty.default, aten.new_empty_strided.default}
 _PHANTOM_SPECIAL = {id(aten.copy_.default), id(aten._local_scalar_dense.default), id(aten.equal.default)}
 _PHANTOM_SPECIAL |= {id(op) for op in kept_values.OPS}
 _TO_COPY = id(kept_values.TO_COPY)
