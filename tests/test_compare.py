@@ -260,7 +260,7 @@ def test_live_run_written_by_phantora_run(tmp_path: Path) -> None:
     assert load_run(only).time_ns == 120  # the same steps, from the ranks' step ends
 
 
-def test_a_long_live_runs_all_to_all_pairs_are_its_all_to_alls(tmp_path: Path) -> None:
+def test_a_long_live_runs_all_to_all_pairs_are_its_all_to_alls_and_a_group_of_one_is_no_call(tmp_path: Path) -> None:
     """Past MAX_NAMED_OPS names a live run's collectives are averaged per kind; an all-to-all's records are its
     pairs (kind `send_recv`, named `all_to_all#k@0.1`, as Megatron's alltoall token dispatcher's on EP 2), which
     make the `op all_to_all` row, not `op send_recv`; a pipeline's own sends stay `send_recv`."""
@@ -271,11 +271,14 @@ def test_a_long_live_runs_all_to_all_pairs_are_its_all_to_alls(tmp_path: Path) -
         for k in range(MAX_NAMED_OPS)
     ]
     sends = [{"name": f"send#{k}", "kind": "send_recv", "t_start": 0, "end_ns": 40} for k in range(2)]
+    reduces = [{"name": "all_reduce#0", "kind": "all_reduce", "group": [0, 1], "t_start": 0, "end_ns": 30}]
+    reduces += [{"name": "all_reduce#0", "kind": "all_reduce", "group": [r], "t_start": 5, "end_ns": 5} for r in (0, 1)]
     d = tmp_path / "live"
     d.mkdir()
     (d / "results.json").write_text(json.dumps({"run": {"network": "flow"}, "steps": []}))
-    (d / "cosim.json").write_text(json.dumps({"collectives": pairs + sends}))
-    assert load_run(d).collectives == {"all_to_all": 15, "send_recv": 40}
+    (d / "cosim.json").write_text(json.dumps({"collectives": pairs + sends + reduces}))
+    # a group of one rank (Megatron's distributed optimizer with DP 1) makes no call: not averaged in as 0
+    assert load_run(d).collectives == {"all_to_all": 15, "send_recv": 40, "all_reduce": 30}
 
 
 def test_the_run_table_shows_the_settings_that_differ(tmp_path: Path, capsys) -> None:

@@ -462,12 +462,13 @@ def _ops(ops: Any) -> dict[str, int] | None:
     """name -> ns from {name: ns}, or from a list of records with duration_ns (replay ops) or start and end
     (the bridge's collective records: t_start/end_ns); records sharing a name are averaged. Past
     MAX_NAMED_OPS distinct names (a long live run), records are grouped by kind instead (an all-to-all's pair
-    records by `all_to_all`, `record_kind`)."""
+    records by `all_to_all`, `record_kind`). A collective on a group of one rank (Megatron's distributed optimizer
+    with one data-parallel rank) makes no NCCL call and takes no time: it is left out, not averaged in as 0."""
     if isinstance(ops, dict):
         return {str(k): int(v) for k, v in ops.items() if isinstance(v, (int, float))} or None
     if not isinstance(ops, list):
         return None
-    records = [op for op in ops if isinstance(op, dict)]
+    records = [op for op in ops if isinstance(op, dict) and not _one_rank(op)]
     by_kind = len({op.get("name") for op in records}) > MAX_NAMED_OPS and all("kind" in op for op in records)
     acc: dict[str, list[int]] = {}
     for op in records:
@@ -481,6 +482,12 @@ def _ops(ops: Any) -> dict[str, int] | None:
         if key and dur is not None:
             acc.setdefault(key, []).append(int(dur))
     return {k: round(fmean(v)) for k, v in acc.items()} or None
+
+
+def _one_rank(record: dict[str, Any]) -> bool:
+    """A collective record of a group of one rank (no NCCL call, no flow)."""
+    group = record.get("group")
+    return isinstance(group, list) and len(group) == 1
 
 
 def _text_or_none(value: Any) -> str | None:
