@@ -31,19 +31,21 @@ def star3_results(tmp_path: Path, name: str, text: str, timeout_s: float = STAR3
     try:
         rep = launch(RunConfig(str(script), topology=star3, nproc=3, trace="none", timeout_s=timeout_s, out_dir=out))
     except PhantoraError as exc:
-        where = "\n".join(f"{log.name}: {stood(log.read_text())}" for log in sorted((out / "logs").glob("rank*.log")))
+        rank_logs = sorted((out / "logs").glob("rank*.log"))
+        where = "\n".join(f"{log.name}: {stood(log.read_text(), script.name)}" for log in rank_logs)
         raise AssertionError(f"{exc}\n(the run's logs: {out / 'logs'})\n{where}") from exc
     logs = "\n".join(rep.logs[f"rank {r}"] for r in range(3))
     return sorted(line.split()[1:] for line in logs.splitlines() if line.startswith("RESULT"))
 
 
-def stood(log: str) -> str:
-    """Where a rank's own thread stood when the supervisor stopped it (phantora/runtime/stop_stacks.py: the stack
-    it wrote), else its log's last lines."""
-    if "Current thread" not in log:
+def stood(log: str, script: str) -> str:
+    """Where a rank's program stood when the supervisor stopped it: the stack phantora/runtime/stop_stacks.py wrote of
+    the thread running `script` (the one that took the signal if none), else the log's last lines."""
+    threads = [block for block in log.split("\n\n") if "(most recent call first)" in block]
+    if not threads:
         return repr(log[-400:])
-    frames = log.split("Current thread", 1)[1].splitlines()[1:13]
-    return "\n" + "\n".join(frames)
+    mine = [t for t in threads if f'{script}", line' in t] or [t for t in threads if "Current thread" in t] or threads
+    return "\n" + "\n".join(mine[0].splitlines()[:14])
 
 
 SCRIPT = """
