@@ -3,34 +3,36 @@
 A live run keeps every flow's completion until it ends (up to `bridge.core.MAX_KEPT_FLOWS`). As `Completion`
 objects with their own tag string and ints that took about 250 bytes a flow, so a long run's coordinator grew by
 megabytes a step; here a flow takes six 8-byte ints and a 4-byte index into the run's distinct tags (a run has few:
-`all_reduce#11/tree0/ch1/up/chunk1` is shared by the flows of one collective's step), about 52 bytes; and its rate
-cap (`Flow.rate_bps`, 0: none), 8 more, which flows.csv's standalone FCT takes (`phantora.netsim.standalone`).
+`all_reduce#11/tree0/ch1/up/chunk1` is shared by the flows of one collective's step), about 52 bytes; and its ECMP
+key and rate cap (`phantora.netsim.standalone.Alone`: the path the engines hashed it to and its NCCL channel's
+limit), 16 more, which flows.csv's standalone FCT takes.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from phantora.netsim.base import Completion, Lost
+from phantora.netsim.standalone import Alone
 
 
 class CompletionLog:
     """Completions in the order they were appended; iterating gives them back as equal `Completion`s."""
 
-    __slots__ = ("_ints", "_tag_of", "_tag_index", "_tags", "_lost", "_caps")
+    __slots__ = ("_ints", "_tag_of", "_tag_index", "_tags", "_lost", "_alone")
 
     def __init__(self) -> None:
         self._ints = array("q")  # flow_id, start_ns, end_ns, size, src, dst per completion
-        self._caps = array("q")  # the flow's rate cap (payload bits/s; 0: none) per completion
+        self._alone = array("q")  # the flow's ECMP key and rate cap (payload bits/s; 0: none) per completion
         self._tag_of = array("i")  # index into _tags per completion
         self._tag_index: dict[str, int] = {}
         self._tags: list[str] = []
         self._lost: dict[int, Lost] = {}  # position -> lost ranges (DLCP; rare)
 
-    def append(self, c: Completion, rate_bps: int = 0) -> None:
-        """Keep `c`, of a flow capped at `rate_bps` (0: none)."""
+    def append(self, c: Completion, alone: Alone | None = None) -> None:
+        """Keep `c`, of a flow of ECMP key and rate cap `alone` (None: keyed by its id, no cap)."""
         i = self._tag_index.get(c.tag)
         if i is None:
             i = self._tag_index[c.tag] = len(self._tags)
@@ -39,7 +41,7 @@ class CompletionLog:
             self._lost[len(self._tag_of)] = c.lost
         self._ints.extend((c.flow_id, c.start_ns, c.end_ns, c.size, c.src, c.dst))
         self._tag_of.append(i)
-        self._caps.append(rate_bps)
+        self._alone.extend((c.flow_id, 0) if alone is None else alone)
 
     def __len__(self) -> int:
         return len(self._tag_of)
@@ -64,11 +66,23 @@ class CompletionLog:
             out.append(row)
         return out
 
-    def caps_wire(self) -> list[int]:
-        """Each completion's rate cap, in order (the outcome's `completion_caps`, beside `wire`)."""
-        return self._caps.tolist()
+    def alone_wire(self) -> list[int]:
+        """Each completion's ECMP key and rate cap, in order, flat (the outcome's `completion_alone`, beside
+        `wire`)."""
+        return self._alone.tolist()
 
-    def caps(self) -> dict[int, int]:
-        """Flow id -> rate cap of the capped flows kept (for `phantora.results.scenario.completion_rows`)."""
-        ints = self._ints
-        return {ints[6 * k]: r for k, r in enumerate(self._caps) if r}
+    def alone(self) -> dict[int, Alone]:
+        """Flow id -> `Alone` of the flows kept whose key is not their id or that have a cap (for
+        `phantora.results.scenario.completion_rows`)."""
+        return alone_from(self._ints[0::6], self._alone)
+
+
+def alone_from(ids: Sequence[int], flat: Sequence[int]) -> dict[int, Alone]:
+    """Flow id -> `Alone` of the flows `ids` whose key is not their id or that have a cap, from their keys and caps
+    in turn (`CompletionLog.alone_wire`)."""
+    out: dict[int, Alone] = {}
+    for k, fid in enumerate(ids):
+        key, cap = flat[2 * k], flat[2 * k + 1]
+        if cap or key != fid:
+            out[fid] = Alone(key, cap)
+    return out

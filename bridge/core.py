@@ -64,6 +64,7 @@ from phantora.collectives.spec import REDOPS, REDUCING, AlgoOptions
 from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.netsim.bounds import EarliestEnds
+from phantora.netsim.standalone import Alone, flow_alone
 from phantora.topology.model import Topology
 
 RUN, WAIT, TEST, BARRIER, DONE = "run", "wait", "test", "barrier", "done"
@@ -214,7 +215,7 @@ class CoordinatorCore:
         self.on_round: Callable[[], None] | None = None  # called between engine advances (heartbeats)
         self.records: list[CollRecord] = []
         self.flow_owner: dict[int, int] = {}
-        self.flow_caps: dict[int, int] = {}  # in-flight flows' rate caps, while flows are kept (flows.csv)
+        self.flow_alone: dict[int, Alone] = {}  # in-flight flows' ECMP keys and caps, while flows are kept (flows.csv)
         self.bounds = EarliestEnds(topology)  # in-flight flows' earliest possible completions, their bytes
         self.steps_started: dict[int, int] = {}  # step -> ns its first rank started it (scenario `at_step`)
         self._steps_held: dict[int, int] = {}  # step -> the earliest start reported so far, not applied yet
@@ -650,7 +651,7 @@ class CoordinatorCore:
         for f in flows:
             self.flow_owner[f.id] = cid
         if self.keep_flows:
-            self.flow_caps.update((f.id, f.rate_bps) for f in flows if f.rate_bps)
+            self.flow_alone.update(flow_alone(flows))
         self.bounds.add(flows, t_start)
         for c in calls:
             self.ranks[c.rank].owner[c.handle] = cid
@@ -685,11 +686,11 @@ class CoordinatorCore:
     def _keep(self, c: Completion) -> None:
         """Record one completion, up to MAX_KEPT_FLOWS: past it, none (a partial record would bias FCTs)."""
         if len(self.completions) < MAX_KEPT_FLOWS:
-            self.completions.append(c, self.flow_caps.pop(c.flow_id, 0))
+            self.completions.append(c, self.flow_alone.pop(c.flow_id, None))
             return
         self.keep_flows = False
         self.completions = CompletionLog()
-        self.flow_caps = {}
+        self.flow_alone = {}
         self.flows_note = f"per-flow records dropped: the run has more than {MAX_KEPT_FLOWS:,} flows"
 
     def _apply(self, done: list[Completion]) -> None:
@@ -1001,7 +1002,7 @@ class CoordinatorCore:
             "ranks": [[rs.rank, rs.output, rs.t_finish] for rs in self.ranks],
             "collectives": [rec.to_dict() for rec in self.records],
             "completions": self.completions.wire(),
-            "completion_caps": self.completions.caps_wire(),
+            "completion_alone": self.completions.alone_wire(),
             "links": [dataclasses.asdict(u) for u in usage],
             "flows_note": self.flows_note,
             "rounds": self.rounds,
@@ -1033,7 +1034,7 @@ class CoordinatorCore:
         out["steps_started"] = {str(k): v for k, v in sorted(self.steps_started.items())}
         if self.keep_flows:
             out["fct_slowdown_ml"] = fct_slowdown_buckets(
-                completion_rows(self.topology, self.completions, self.completions.caps())
+                completion_rows(self.topology, self.completions, self.completions.alone())
             )
         return {"scenario": out}
 

@@ -24,6 +24,7 @@ from typing import Any
 import zmq
 
 from bridge.client import PEER_LOST_EXIT
+from bridge.completion_log import alone_from
 from bridge.errors import BridgeError, ProtocolError
 from bridge.forkclient import ForkServer
 from bridge.jobs import JobInfo, JobProcs, JobTable
@@ -56,6 +57,7 @@ from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.observe import ChannelUsage, FlowTransport, PacketChannelUsage
+from phantora.netsim.standalone import Alone
 from phantora.progress import Beat
 from phantora.results import schema
 from phantora.results.run_dir import RunDir
@@ -91,7 +93,7 @@ class CosimResult:
     links: list[ChannelUsage | PacketChannelUsage] = field(default_factory=list)
     jobs: list[dict[str, Any]] = field(default_factory=list)  # several jobs: name, offset, ranks, status, error ...
     background: list[Completion] = field(default_factory=list)  # the recorded jobs' flows (CosimRun(background=))
-    caps: dict[int, int] = field(default_factory=dict)  # flow id -> rate cap (payload bits/s) of the capped flows kept
+    alone: dict[int, Alone] = field(default_factory=dict)  # flow id -> ECMP key and rate cap (not the defaults) kept
     transport: dict[int, FlowTransport] = field(default_factory=dict)  # packet engine: flow id -> its counters
     # bytes of the ranks' flows: "network" (between endpoints), "fabric" (of those, routed through a switch)
     traffic_bytes: dict[str, int] = field(default_factory=dict)
@@ -622,7 +624,7 @@ class CosimRun:
             finish_ns={r: t for r, _, t in outcome["ranks"]},
             collectives=outcome["collectives"],
             completions=[completion_from_wire(row) for row in outcome["completions"]],
-            caps=completion_caps(outcome),
+            alone=completion_alone(outcome),
             transport=transport_from_rows(outcome.get("transport", [])),
             flows_note=str(outcome.get("flows_note", "")),
             links=[_usage(row) for row in outcome.get("links", [])],
@@ -690,17 +692,22 @@ class CosimRun:
                 self.spec.topology,
                 result.completions,
                 transport=result.transport or None,
-                caps=result.caps,
+                alone=result.alone,
             )
         if result.links:  # an engine in the coordinator (flow mode); the network server writes its own
             write_links_csv(out.file(schema.LINKS_CSV), self.spec.topology, result.links)
 
 
-def completion_caps(outcome: dict[str, Any]) -> dict[int, int]:
-    """Flow id -> rate cap of the capped flows among the outcome's completions (`completion_caps`: one a
-    completion, in order)."""
-    caps = outcome.get("completion_caps") or [0] * len(outcome["completions"])
-    return {row[0]: int(r) for row, r in zip(outcome["completions"], caps, strict=True) if r}
+def completion_alone(outcome: dict[str, Any]) -> dict[int, Alone]:
+    """Flow id -> ECMP key and rate cap of the outcome's completions whose key is not their id or that have a cap
+    (`completion_alone`: a key and a cap a completion, in order; none kept: {})."""
+    flat = outcome.get("completion_alone") or []
+    ids = [row[0] for row in outcome["completions"]]
+    if not flat:
+        return {}
+    if len(flat) != 2 * len(ids):
+        raise ProtocolError(f"the coordinator's outcome holds {len(flat)} keys and caps for {len(ids)} completions")
+    return alone_from(ids, flat)
 
 
 def _rank_verdict(c: Child) -> str:

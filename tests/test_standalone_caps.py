@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from bridge.completion_log import CompletionLog
-from bridge.run import completion_caps
+from bridge.run import completion_alone
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.flow import FlowSimulator
-from phantora.netsim.standalone import StandaloneFct, standalone_fct_ns
+from phantora.netsim.standalone import Alone, StandaloneFct, standalone_fct_ns
 from phantora.results import schema as S
 from phantora.results.scenario import completion_rows
 from phantora.results.write import write_flows_csv
@@ -84,12 +84,15 @@ def test_a_capped_flow_alone_in_flow_mode_has_slowdown_1(tmp_path: Path) -> None
 
 
 def test_flows_csv_takes_caps_without_flows_and_leaves_an_unknown_cap_empty(tmp_path: Path) -> None:
-    """A live run keeps completions, not flows: its caps come apart (`caps`); a producer that knows neither leaves
+    """A live run keeps completions, not flows: its caps come apart (`alone`); a producer that knows neither leaves
     `rate_cap_bps` empty and the standalone FCT at the bottleneck."""
     topo = star(2)
     done = [Completion(1, 0, 202_000, SIZE, 0, 1), Completion(2, 0, 82_000, SIZE, 0, 1)]
-    for caps, want in (({1: 40 * G}, [(str(40 * G), 202_000), ("0", 82_000)]), (None, [("", 82_000), ("", 82_000)])):
-        path = write_flows_csv(tmp_path / S.FLOWS_CSV, topo, done, caps=caps)
+    for alone, want in (
+        ({1: Alone(1, 40 * G)}, [(str(40 * G), 202_000), ("0", 82_000)]),
+        (None, [("", 82_000), ("", 82_000)]),
+    ):
+        path = write_flows_csv(tmp_path / S.FLOWS_CSV, topo, done, alone=alone)
         with path.open() as fh:
             got = [(r["rate_cap_bps"], int(r["standalone_fct_ns"])) for r in csv.DictReader(fh)]
         assert got == want
@@ -122,21 +125,24 @@ def test_two_capped_flows_on_one_link_slow_down_only_past_their_caps_sum(
 def test_the_scenario_tables_take_the_caps_too() -> None:
     topo = star(2)
     done = [Completion(1, 0, 202_000, SIZE, 0, 1), Completion(2, 0, 82_000, SIZE, 0, 1)]
-    assert completion_rows(topo, done, {1: 40 * G}) == [(SIZE, 202_000, 202_000), (SIZE, 82_000, 82_000)]
+    assert completion_rows(topo, done, {1: Alone(1, 40 * G)}) == [(SIZE, 202_000, 202_000), (SIZE, 82_000, 82_000)]
     assert completion_rows(topo, done)[0] == (SIZE, 202_000, 82_000)  # without the caps: what it said before
 
 
-def test_a_live_runs_kept_completions_carry_their_caps_to_the_outcome() -> None:
-    """The coordinator keeps each completion with its flow's cap (`CompletionLog`); the outcome carries them beside
-    the completions (`completion_caps`) and the parent reads back the capped ones."""
+def test_a_live_runs_kept_completions_carry_their_keys_and_caps_to_the_outcome() -> None:
+    """The coordinator keeps each completion with its flow's ECMP key and cap (`CompletionLog`); the outcome carries
+    them beside the completions (`completion_alone`) and the parent reads back those not the defaults (a flow keyed
+    by its id, without a cap)."""
     log = CompletionLog()
-    log.append(Completion(5, 0, 10, 100, 0, 1, "a"), 40 * G)
+    log.append(Completion(5, 0, 10, 100, 0, 1, "a"), Alone(5, 40 * G))
     log.append(Completion(6, 0, 10, 100, 0, 1, "a"))
-    log.append(Completion(9, 0, 10, 100, 1, 0, "b"), 7)
-    assert log.caps() == {5: 40 * G, 9: 7}
-    outcome = {"completions": log.wire(), "completion_caps": log.caps_wire()}
-    assert completion_caps(outcome) == {5: 40 * G, 9: 7}
-    assert completion_caps({"completions": log.wire()}) == {}  # none kept: no cap known
+    log.append(Completion(9, 0, 10, 100, 1, 0, "b"), Alone(1 << 48, 7))
+    log.append(Completion(11, 0, 10, 100, 1, 0, "b"), Alone(3 << 56 | 1 << 24))  # a keyed flow without a cap
+    want = {5: Alone(5, 40 * G), 9: Alone(1 << 48, 7), 11: Alone(3 << 56 | 1 << 24, 0)}
+    assert log.alone() == want
+    outcome = {"completions": log.wire(), "completion_alone": log.alone_wire()}
+    assert completion_alone(outcome) == want
+    assert completion_alone({"completions": log.wire()}) == {}  # none kept: no key or cap known
 
 
 @pytest.mark.ns3

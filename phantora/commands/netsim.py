@@ -37,7 +37,7 @@ from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
-from phantora.netsim.standalone import flow_caps, standalone_fct_ns
+from phantora.netsim.standalone import Alone, flow_alone, standalone_fct_ns
 from phantora.progress import Progress
 from phantora.results import schema as S
 from phantora.results.run_dir import RunDir
@@ -252,7 +252,7 @@ def _run_ns3(
             "wall_s": wall,
             "now": sim.now(),
             "scenario": report_scenario(
-                scenario, topo, sim, [], list(done.values()), None, "flows", caps=_caps(inp, scenario)
+                scenario, topo, sim, [], list(done.values()), None, "flows", alone=_alone(inp, scenario)
             ),
         }
 
@@ -340,16 +340,16 @@ def _run_flow(
             "wall_s": wall,
             "now": sim.now(),
             "scenario": report_scenario(
-                scenario, topo, sim, [], list(done.values()), None, "flows", caps=_caps(inp, scenario)
+                scenario, topo, sim, [], list(done.values()), None, "flows", alone=_alone(inp, scenario)
             ),
         }
     finally:
         sim.close()
 
 
-def _caps(inp: NetsimInput, scenario: Any) -> dict[int, int] | None:
-    """The flows' rate caps for a scenario's FCT tables (None without a scenario)."""
-    return flow_caps(inp.flows) if scenario is not None else None
+def _alone(inp: NetsimInput, scenario: Any) -> dict[int, Alone] | None:
+    """The flows' ECMP keys and rate caps for a scenario's FCT tables (None without a scenario)."""
+    return flow_alone(inp.flows) if scenario is not None else None
 
 
 def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, Any], engine: EngineSpec) -> list[Path]:

@@ -28,7 +28,7 @@ from phantora.errors import InputError
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.factory import make_engine
-from phantora.netsim.standalone import flow_caps
+from phantora.netsim.standalone import flow_alone
 from phantora.units import parse_size_bytes
 
 FORMATS = ("auto", "workload", "egraph", "kineto")
@@ -223,7 +223,7 @@ def _run_workload(args: argparse.Namespace, topo: Any, engine: EngineSpec) -> in
         idle = _idle_note(args, topo, res.completions)
         spans = [(r.start_ns, r.end_ns) for r in res.ops]
         section = report_scenario(
-            sc, topo, sim, spans, res.completions, args.out, "ops", caps=flow_caps(res.flows) if sc else None
+            sc, topo, sim, spans, res.completions, args.out, "ops", alone=flow_alone(res.flows) if sc else None
         )
         if args.out:
             extra = {**({"scenario": section} if section else {}), **idle}
@@ -304,8 +304,8 @@ def _run_graph(args: argparse.Namespace, topo: Any, engine: EngineSpec, kind: st
     )
     try:
         spans = [(e - t, e) for e, t in zip(res.step_ends_ns, res.step_times_ns, strict=True)]
-        caps = flow_caps(res.plan_flows) if sc else None
-        section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "steps", res.steps_started, caps)
+        alone = flow_alone(res.plan_flows) if sc else None
+        section = report_scenario(sc, topo, sim, spans, res.completions, args.out, "steps", res.steps_started, alone)
         if args.out:
             flows = {f.id: f for f in res.plan_flows}
             network_files = write_network_files(

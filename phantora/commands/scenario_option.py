@@ -8,6 +8,7 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.netsim.scenario import Scenario, check_against, read_scenario
+from phantora.netsim.standalone import Alone
 from phantora.results import schema as S
 from phantora.results.run_dir import RunDir
 from phantora.topology.model import Topology
@@ -74,17 +75,17 @@ def report_scenario(
     out: Path | None,
     span_name: str,
     step_starts: dict[int, int] | None = None,
-    caps: dict[int, int] | None = None,
+    alone: dict[int, Alone] | None = None,
 ) -> dict[str, Any] | None:
-    """Print what the scenario did and return results.json's "scenario" section (`caps`: the rate caps of
-    `ml_done`'s flows, `flow_caps`); with `out`, also plot step (or op) time against simulated time with the
+    """Print what the scenario did and return results.json's "scenario" section (`alone`: the ECMP keys and rate
+    caps of `ml_done`'s flows, `flow_alone`); with `out`, also plot step (or op) time against simulated time with the
     events marked (scenario_steps.png/.svg)."""
     if sc is None:
         return None
     from phantora.report.scenario_plot import plot_step_times
     from phantora.results.scenario import format_scenario, scenario_results
 
-    res = scenario_results(sc, topo, sim, spans, ml_done, span_name, step_starts, caps)
+    res = scenario_results(sc, topo, sim, spans, ml_done, span_name, step_starts, alone)
     if step_starts:
         res["steps_started"] = {str(k): v for k, v in sorted(step_starts.items())}
     print(format_scenario(res))

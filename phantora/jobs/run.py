@@ -56,7 +56,7 @@ from phantora.launcher import (
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
 from phantora.netsim.scenario import Scenario
-from phantora.netsim.standalone import flow_caps
+from phantora.netsim.standalone import Alone, alone_of, flow_alone
 from phantora.perfmodel.gpus import get_gpu
 from phantora.rank_options import check_trace_level
 from phantora.resources import examples_dir, shipped_file
@@ -310,13 +310,13 @@ def _run(
     for i in plan.live:
         name = spec.jobs[i].name
         mine = [c for c in live_done if owner[c.flow_id][0] == name]
-        mine_flows = _as_flows(mine, owner, cosim.caps)
+        mine_flows = _as_flows(mine, owner, cosim.alone)
         write_flows_csv(ctx.job_dirs[name].file(S.FLOWS_CSV), topo, mine, flows=mine_flows, transport=transport)
     _recorded_results(ctx, cosim.background, cosim.engine_stats, jobs, flows, link_use)
-    keyed = _as_flows(live_done, owner, cosim.caps)
+    keyed = _as_flows(live_done, owner, cosim.alone)
     everyone = [*live_done, *(c for c in cosim.background if c.size)]
-    caps = flow_caps(background)  # the recorded jobs' flows (ids below the live ones')
-    write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport, caps=caps)
+    alone = flow_alone(background)  # the recorded jobs' flows (ids below the live ones')
+    write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport, alone=alone)
     summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
     if ctx.scenario is not None:
         section = live_jobs_section(ctx.scenario, topo, cosim.scenario, cosim.engine_stats, cosim.makespan_ns)
@@ -376,12 +376,14 @@ def _recorded_results(
         doc["job"] = {"status": "complete"}
         jobs[name] = doc
         prio = rec.spec.traffic_class or DEFAULT_CLASS
-        jf = [JobFlow(name, c.src, c.dst, c.flow_id, c.size, prio, c.start_ns, c.end_ns) for c in mine]
+        alone = flow_alone(rec.flows)  # its flows' own ECMP keys (an NCCL flow's: its connection's) and caps
+        jf = [
+            JobFlow(name, c.src, c.dst, alone_of(alone, c.flow_id).key, c.size, prio, c.start_ns, c.end_ns)
+            for c in mine
+        ]
         flows.extend(jf)
         link_use[name] = channel_bytes(ctx.plan.topo, jf)
-        write_flows_csv(
-            ctx.job_dirs[name].file(S.FLOWS_CSV), ctx.plan.topo, [c for c in mine if c.size], caps=flow_caps(rec.flows)
-        )
+        write_flows_csv(ctx.job_dirs[name].file(S.FLOWS_CSV), ctx.plan.topo, [c for c in mine if c.size], alone=alone)
         ctx.job_dirs[name].complete(steps_finished=len(doc.get("steps", [])))
 
 
@@ -397,7 +399,7 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     try:
         done = run_engine(sim, background)
         if ctx.scenario is not None:
-            section = recorded_jobs_section(ctx.scenario, ctx.plan.topo, sim, done, flow_caps(background))
+            section = recorded_jobs_section(ctx.scenario, ctx.plan.topo, sim, done, flow_alone(background))
         stats = {str(k): v for k, v in dict(sim.stats()).items() if isinstance(v, (int, float, str, bool))}
         makespan = max((c.end_ns for c in done), default=0)
         fabric = sim.fabric()
@@ -409,7 +411,7 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     flows: list[JobFlow] = []
     link_use: dict[str, dict[int, int]] = {}
     _recorded_results(ctx, done, stats, jobs, flows, link_use)
-    write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size], caps=flow_caps(background))
+    write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size], alone=flow_alone(background))
     summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0)
     if section is not None:
         summary["scenario"] = add_job_phases(section, jobs, makespan)
@@ -615,7 +617,9 @@ def format_jobs(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _as_flows(done: list[Completion], owner: dict[int, tuple[str, int, int]], caps: dict[int, int]) -> dict[int, Flow]:
+def _as_flows(
+    done: list[Completion], owner: dict[int, tuple[str, int, int]], alone: dict[int, Alone]
+) -> dict[int, Flow]:
     """Each live flow with the ECMP key and traffic class its job gave it and its rate cap, for flows.csv."""
     return {
         c.flow_id: Flow(
@@ -625,7 +629,7 @@ def _as_flows(done: list[Completion], owner: dict[int, tuple[str, int, int]], ca
             c.size,
             key=owner[c.flow_id][1],
             priority=owner[c.flow_id][2],
-            rate_bps=caps.get(c.flow_id, 0),
+            rate_bps=alone_of(alone, c.flow_id).rate_bps,
         )
         for c in done
     }

@@ -14,6 +14,7 @@ from typing import Any
 
 from phantora.errors import InputError
 from phantora.netsim.scenario import Background, GpuSlow, NodeEvent, Scenario, check_against, read_scenario
+from phantora.netsim.standalone import Alone
 from phantora.results.scenario import phases
 from phantora.topology.model import Topology
 
@@ -71,10 +72,10 @@ def live_jobs_section(
 
 
 def recorded_jobs_section(
-    sc: Scenario, topo: Topology, engine: Any, done: Sequence[Any], caps: Mapping[int, int] | None = None
+    sc: Scenario, topo: Topology, engine: Any, done: Sequence[Any], alone: Mapping[int, Alone] | None = None
 ) -> dict[str, Any]:
-    """The section of recorded jobs replayed in this process, from the engine itself (before it is closed; `caps`:
-    the flows' rate caps)."""
+    """The section of recorded jobs replayed in this process, from the engine itself (before it is closed; `alone`:
+    the flows' ECMP keys and rate caps)."""
     from phantora.results.scenario import scenario_results
 
-    return scenario_results(sc, topo, engine, (), done, "steps", caps=caps)
+    return scenario_results(sc, topo, engine, (), done, "steps", alone=alone)

@@ -3,12 +3,14 @@
 Alone means at the flow's own rate: the slower of its path's bottleneck and its own rate cap (`Flow.rate_bps`,
 payload bits/s: NCCL's per-channel throughput limit, which both engines enforce), so a flow that ran uncontended
 at its cap has slowdown 1. Neither form counts `Flow.delay_ns`: both engines start a flow's FCT (`start_ns`)
-after its delay.
+after its delay. Alone also means on the flow's own path: the one its ECMP key (`Flow.key`; an NCCL flow's is its
+connection's) picks, which producers that keep completions, not flows, carry beside them (`Alone`, `flow_alone`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from phantora.netsim.base import Flow
 from phantora.topology.model import Topology
@@ -52,9 +54,29 @@ def standalone_fct_ns(
     return 2 * prop + tx_ps // 1000 + bulk
 
 
-def flow_caps(flows: Iterable[Flow]) -> dict[int, int]:
-    """Flow id -> rate cap (payload bits/s) of the flows that have one, for producers that keep completions."""
-    return {f.id: f.rate_bps for f in flows if f.rate_bps}
+class Alone(NamedTuple):
+    """What a flow's standalone FCT takes besides its completion: the ECMP key the engines hashed (`Flow.key`, else
+    its id) and its rate cap (`Flow.rate_bps`, payload bits/s; 0: none)."""
+
+    key: int
+    rate_bps: int = 0
+
+
+def flow_alone(flows: Iterable[Flow]) -> dict[int, Alone]:
+    """Flow id -> `Alone` of the flows whose key is not their id or that have a cap, for producers that keep
+    completions (`alone_of` gives the others')."""
+    out: dict[int, Alone] = {}
+    for f in flows:
+        key = f.id if f.key is None else f.key
+        if f.rate_bps or key != f.id:
+            out[f.id] = Alone(key, f.rate_bps)
+    return out
+
+
+def alone_of(alone: Mapping[int, Alone], flow_id: int) -> Alone:
+    """Flow `flow_id`'s entry of `alone` (`flow_alone`), or its default: keyed by its id, no cap."""
+    got = alone.get(flow_id)
+    return Alone(flow_id) if got is None else got
 
 
 def fluid_ns(size: int, bottleneck_bps: int, latency_ns: int, rate_bps: int = 0) -> int:

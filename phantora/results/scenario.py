@@ -15,7 +15,7 @@ from phantora.netsim.fault_plan import event_window
 from phantora.netsim.faults import FaultyFlowSimulator
 from phantora.netsim.packet_faults import FaultyNs3Simulator, scenario_engine
 from phantora.netsim.scenario import Scenario
-from phantora.netsim.standalone import StandaloneFct
+from phantora.netsim.standalone import Alone, StandaloneFct, alone_of
 from phantora.topology.model import Topology
 
 # Flow-size buckets of the slowdown table (bytes, upper bound exclusive), as the HPCC and DCQCN papers group them
@@ -52,14 +52,14 @@ def fct_slowdown_buckets(rows: Iterable[tuple[int, int, int]]) -> list[dict[str,
 
 
 def completion_rows(
-    topo: Topology, done: Iterable[Completion], caps: Mapping[int, int] | None = None
+    topo: Topology, done: Iterable[Completion], alone: Mapping[int, Alone] | None = None
 ) -> list[tuple[int, int, int]]:
-    """(size, fct, fluid standalone fct) of completed flows with bytes (key = flow id, as the engines hash), each at
-    its own rate cap (`caps`: flow id -> payload bits/s; absent: none, as for background traffic)."""
+    """(size, fct, fluid standalone fct) of completed flows with bytes, each on the path of its own ECMP key at its
+    own rate cap (`alone`: flow id -> `Alone`; absent: keyed by its id, no cap, as background traffic is)."""
     fluid = StandaloneFct(topo)
-    caps = caps or {}
+    alone = alone or {}
     return [
-        (c.size, c.end_ns - c.start_ns, fluid(c.src, c.dst, c.size, c.flow_id, caps.get(c.flow_id, 0)))
+        (c.size, c.end_ns - c.start_ns, fluid(c.src, c.dst, c.size, *alone_of(alone, c.flow_id)))
         for c in done
         if c.size and c.src != c.dst
     ]
@@ -136,11 +136,11 @@ def scenario_results(
     ml_done: Iterable[Completion] = (),
     span_name: str = "steps",
     step_starts: Mapping[int, int] | None = None,
-    caps: Mapping[int, int] | None = None,
+    alone: Mapping[int, Alone] | None = None,
 ) -> dict[str, Any]:
     """results.json's "scenario" section: events applied, bytes rerouted and lost, `spans` (steps or ops) before,
-    during and after each event, and FCT slowdown by size bucket (background and ML apart; `caps`: the ML flows'
-    rate caps, `completion_rows`)."""
+    during and after each event, and FCT slowdown by size bucket (background and ML apart; `alone`: the ML flows'
+    ECMP keys and rate caps, `completion_rows`)."""
     out: dict[str, Any] = {"name": sc.name, "source": sc.source, "seed": sc.seed}
     out["reconvergence_ns"] = sc.reconvergence_ns
     windows = event_windows(sc, step_starts)
@@ -160,7 +160,7 @@ def scenario_results(
             out["engine"] = "ns3"
         out["background"] = done["background"]
         out["fct_slowdown_background"] = done["fct_slowdown_background"]
-    out["fct_slowdown_ml"] = fct_slowdown_buckets(completion_rows(topo, ml_done, caps))
+    out["fct_slowdown_ml"] = fct_slowdown_buckets(completion_rows(topo, ml_done, alone))
     return out
 
 

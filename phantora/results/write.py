@@ -31,7 +31,7 @@ from phantora.netsim.observe import (
     QueueSample,
 )
 from phantora.netsim.record_columns import RecordColumns, flow_counts
-from phantora.netsim.standalone import StandaloneFct
+from phantora.netsim.standalone import Alone, StandaloneFct, alone_of
 from phantora.results import schema as S
 from phantora.results.forked import write_blocks
 from phantora.topology.model import Topology
@@ -91,14 +91,14 @@ def write_flows_csv(
     cnps: Mapping[int, int] | None = None,
     ecn_marks: Mapping[int, int] | None = None,
     transport: Mapping[int, FlowTransport] | None = None,
-    caps: Mapping[int, int] | None = None,
+    alone: Mapping[int, Alone] | None = None,
 ) -> Path:
     """flows.csv: one row per completed flow between two nodes, with its FCT and its FCT alone on the fabric.
 
     `flows` (id -> Flow) gives each flow's priority, ECMP key (default: the flow id) and rate cap, so the
-    standalone FCT takes the flow's path at its own rate (`phantora.netsim.standalone`); `caps` (id -> payload
-    bits/s; absent: no cap) gives the caps of flows not in `flows` (a live run keeps completions, not flows).
-    `rate_cap_bps` is that cap (0: none), empty where neither knows the flow.
+    standalone FCT takes the flow's path at its own rate (`phantora.netsim.standalone`); `alone` (id -> `Alone`:
+    key and cap; absent: its id, no cap) gives those of flows not in `flows` (a live run keeps completions, not
+    flows). `rate_cap_bps` is that cap (0: none), empty where neither knows the flow.
     `fct_ns` and `standalone_ns` (id -> ns) replace the FCT (end - start) and the fluid standalone FCT where a
     producer defines them otherwise (netsim: HPCC's, to the last ACK and with headers). `cnps` and `ecn_marks`
     (id -> count) fill those columns, `transport` (id -> FlowTransport) the retransmission and reordering ones;
@@ -110,13 +110,18 @@ def write_flows_csv(
 
     def row(c: Completion) -> list[object]:
         f = flows.get(c.flow_id) if flows is not None else None
-        key = f.key if f is not None and f.key is not None else c.flow_id
-        cap: int | None = f.rate_bps if f is not None else caps.get(c.flow_id, 0) if caps is not None else None
+        cap: int | None
+        if f is not None:
+            key, cap = (c.flow_id if f.key is None else f.key), f.rate_bps
+        elif alone is not None:
+            key, cap = alone_of(alone, c.flow_id)
+        else:
+            key, cap = c.flow_id, None
         fct = fct_ns[c.flow_id] if fct_ns is not None else c.end_ns - c.start_ns
-        alone = standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key, cap or 0)
+        alone_ns = standalone_ns[c.flow_id] if standalone_ns is not None else fluid(c.src, c.dst, c.size, key, cap or 0)
         return (
             [c.flow_id, c.tag, names[c.src], names[c.dst], c.src, c.dst, c.size, f.priority if f else ""]
-            + [c.start_ns, c.end_ns, fct, alone, f"{fct / alone:.4f}" if alone else ""]
+            + [c.start_ns, c.end_ns, fct, alone_ns, f"{fct / alone_ns:.4f}" if alone_ns else ""]
             + [_count(cnps, c.flow_id), _count(ecn_marks, c.flow_id)]
             + _transport(transport, c.flow_id)
             + ["" if cap is None else cap]
