@@ -69,16 +69,18 @@ def iterations(run: Run) -> list[tuple[int, float, float]]:
     return []
 
 
-def timer_is_the_step(its: list[tuple[int, float, float]], steps: list[dict]) -> None:
+def timer_is_the_step(its: list[tuple[int, float, float]], steps: list[dict], barrier_ms: float = 0.0) -> None:
     """Megatron's own 'elapsed time per iteration' against phantora's simulated steps (Megatron prints 0.1 ms).
     Megatron does not reset its interval timer after the first iteration (training.py `training_log`:
     `should_reset = not is_first_iteration`, its iteration count likewise), so iteration 2 prints the mean of
     iterations 1 and 2 since the timer started: (iteration 1's figure + step 2) / 2, within half of the first
-    figure's rounding more; iteration 3 prints its own step."""
+    figure's rounding more; iteration 3 prints its own step, less the `dist.barrier()` that restarts the timer
+    (`barrier_ms`: 10 us on one host, inside the rounding; 17.7 us across testbed16's hosts, where it is not)."""
     (_, first, _), (_, second, _), *rest = its
-    assert second == pytest.approx((first + steps[1]["time_ns"] / 1e6) / 2, abs=0.05 + 0.025 + 1e-9)
+    step2 = steps[1]["time_ns"] / 1e6 - barrier_ms
+    assert second == pytest.approx((first + step2) / 2, abs=0.05 + 0.025 + 1e-9)
     for (_, ms, _), step in zip(rest, steps[2:], strict=True):
-        assert ms == pytest.approx(step["time_ns"] / 1e6, abs=0.05 + 1e-9)
+        assert ms == pytest.approx(step["time_ns"] / 1e6 - barrier_ms, abs=0.05 + 1e-9)
 
 
 def trains(run: Run) -> None:

@@ -17,13 +17,26 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conformance import PROGRAMS, assert_documented, assert_manifest_tree, run_program
-from test_megatron_lm import DATA, ENV, MODEL, NO_APEX_NO_TE, RUN, iterations, timer_is_the_step, trains
+from conformance import PROGRAMS, TIMEOUT_S, Run, assert_documented, assert_manifest_tree, run_program
+from test_megatron_lm import (
+    DATA,
+    ENV,
+    ITERATION,
+    MODEL,
+    NO_APEX_NO_TE,
+    RUN,
+    iterations,
+    timer_is_the_step,
+    trains,
+)
 
 from tests.installed import needs
 
@@ -123,6 +136,63 @@ def test_the_alltoall_dispatcher_in_phantom_mode_on_the_packet_network(tmp_path:
         pairs = {(p["src"], p["dst"]): p["bytes"] for p in a["nccl"]["pairs"]}
         assert pairs == {(0, 1): tokens_bytes, (1, 0): tokens_bytes}
     assert_documented(run.step_ms(), "pretrain_gpt.py", "core_v0.17.0, `--moe-token-dispatcher-type alltoall`")
+
+
+@pytest.mark.slow
+def test_expert_parallel_all_to_all_across_the_hosts_on_the_packet_network(tmp_path: Path) -> None:
+    """EP 4 (one expert a rank) with the alltoall dispatcher, `--phantom`, placed by a one-job `phantora run --jobs`
+    file on GPUs [0, 1, 8, 9] of testbed16 (docs/jobs.md: a job's rank r runs on its r-th GPU), so ranks 0-1 and 2-3
+    share a host and the 8 other ordered pairs cross the leaf-spine fabric, with `--network ns3 --cc dcqcn`. On the
+    balanced routing each rank's T = 256 tokens' k = 2 choices go a quarter to each expert, so every token
+    all-to-all moves T k / EP x h x 4 B = 65,536 B on each of the 12 ordered pairs: dispatch and combine, forward
+    and backward, 24 in 3 steps of 2 layers (jobs/moe/flows.csv, a call's channels summed), the cross-host ones
+    between the hosts' GPUs; the leaves' uplinks carry at least those bytes (links.csv: wire bytes, headers
+    included). Megatron's timer is the job's simulated step less its barrier (`timer_is_the_step`)."""
+    workdir = tmp_path / "Megatron-LM"
+    shutil.copytree(PROGRAMS / UPSTREAM, workdir)
+    moe = ["--num-experts", "4", "--expert-model-parallel-size", "4", "--moe-router-topk", "2"]
+    args = [*MODEL, "--num-layers", "2", *RUN, *DATA, *NO_APEX_NO_TE, *moe, *MIXTRAL]
+    args += ["--moe-token-dispatcher-type", "alltoall", "--no-check-for-nan-in-loss-and-grad"]
+    spec = tmp_path / "jobs.toml"
+    spec.write_text(
+        f'[[job]]\nname = "moe"\nscript = {json.dumps(str(workdir / "pretrain_gpt.py"))}\nargs = {json.dumps(args)}\n'
+        f'ranks = 4\nplacement = [0, 1, 8, 9]\nenv = {{ CUDA_DEVICE_MAX_CONNECTIONS = "1" }}\n'
+    )
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "testbed16", "--phantom", "--jobs", str(spec)]
+    cmd += ["--network", "ns3", "--cc", "dcqcn", "--out", str(out), "--no-progress"]
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path}
+    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    job = Run(proc.returncode, proc.stdout + proc.stderr, workdir, out / "jobs" / "moe")
+    assert job.results()["moe_routing"] == "balanced"
+    logged = (out / "logs" / "moe.rank3.log").read_text()
+    its = [(int(m[1]), float(m[2]), float(m[3])) for m in ITERATION.finditer(logged)]
+    assert [i for i, _, _ in its] == [1, 2, 3] and len(job.steps()) == 3
+    events = json.loads((job.out / "trace.json").read_text())["traceEvents"]
+    barrier_us = max(e["dur"] for e in events if e.get("pid") == 3 and str(e.get("name")).startswith("barrier#"))
+    timer_is_the_step(its, job.steps(), barrier_us / 1e3)  # a world all-reduce of 4 B across the hosts
+    tokens, k, ep, h, steps, layers = 128 * 2, 2, 4, 128, 3, 2
+    gpus = {0: "gpu0", 1: "gpu1", 2: "gpu8", 3: "gpu9"}
+    moved: dict[tuple[str, str], int] = {}
+    ends: dict[str, tuple[str, str]] = {}
+    with (job.out / "flows.csv").open() as f:
+        for r in csv.DictReader(f):
+            if r["tag"].startswith("all_to_all#"):
+                name, pair = r["tag"].split("/")[:2]
+                moved[name, pair] = moved.get((name, pair), 0) + int(r["size_bytes"])
+                ends[pair] = (r["src"], r["dst"])
+    pairs = [(a, b) for a in range(ep) for b in range(ep) if a != b]
+    for a, b in pairs:
+        sizes = [n for (_, p), n in moved.items() if p == f"{a}>{b}" and n == tokens * k // ep * h * 4]
+        assert len(sizes) == 4 * layers * steps and ends[f"{a}>{b}"] == (gpus[a], gpus[b]), (a, b)
+    with (out / "links.csv").open() as f:
+        uplinks = sum(
+            int(r["bytes"]) for r in csv.DictReader(f) if r["from"] == "leaf0" and r["to"].startswith("spine")
+        )
+    assert uplinks >= 2 * 2 * 4 * layers * steps * tokens * k // ep * h * 4  # host 0's 2 ranks to host 1's 2
+    assert_documented(job.step_ms(), "pretrain_gpt.py", "core_v0.17.0, EP 4 across the hosts")
 
 
 @pytest.mark.slow
