@@ -300,6 +300,8 @@ def test_a_live_job_starts_later_and_stops_after_its_steps(tmp_path: Path) -> No
     assert doc["steps"][0]["time_ns"] == doc["steps"][0]["end_ns"] - 1_000_000
     lines = (tmp_path / "late" / "jobs" / "a" / "steps.jsonl").read_text().splitlines()
     assert [json.loads(ln)["time_ns"] for ln in lines] == [s["time_ns"] for s in doc["steps"]]
+    # each collective's group in the job's own ranks (DDP's 2 ranks), which `phantora compare` reads
+    assert doc["collectives"] and {tuple(c["group"]) for c in doc["collectives"]} == {(0, 1)}
 
 
 def test_two_multi_job_runs_compare_as_fabrics(tmp_path: Path) -> None:

@@ -295,8 +295,14 @@ def _run(
         off, outcome = plan.offsets[i], cosim.jobs[n]
         ranks = {g - off: cosim.ranks[g] for g in range(off, off + (j.ranks or 0)) if cosim.ranks.get(g) is not None}
         doc = _live_job_results(j, ranks, gpu, ctx.job_dirs[j.name], outcome)
-        doc["collectives"] = [
-            {"name": r["name"], "kind": r["kind"], "t_start": r["t_start"], "end_ns": r["end_ns"]}
+        doc["collectives"] = [  # its group in the job's own ranks (compare leaves a group of one out of its means)
+            {
+                "name": r["name"],
+                "kind": r["kind"],
+                "group": [g - off for g in r["group"]],
+                "t_start": r["t_start"],
+                "end_ns": r["end_ns"],
+            }
             for r in cosim.collectives
             if r["job"] == n
         ]
