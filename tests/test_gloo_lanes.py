@@ -107,8 +107,9 @@ def test_a_call_that_raised_anything_raises_it_at_its_wait_and_the_lane_goes_on(
 
 
 def test_a_call_that_never_returns_times_out_naming_the_peer() -> None:
-    lanes, gate = PairLanes(timeout_s=0.2), threading.Event()
+    """By its global rank and its rank in the group (gloo's), as a group of global ranks 10-15 knows rank 15."""
+    lanes, gate = PairLanes(timeout_s=0.2, ranks=(10, 11, 12, 13, 14, 15)), threading.Event()
     stuck = lanes.start(5, lambda: gate.wait(10) and Work([], "late"))
-    with pytest.raises(RuntimeError, match="pair with rank 5 in 0.2 s"):
+    with pytest.raises(RuntimeError, match=r"pair with rank 15 \(group rank 5\) in 0.2 s"):
         stuck.wait()
     gate.set()

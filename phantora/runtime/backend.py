@@ -216,7 +216,8 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         self._sync = False  # the call being issued is async_op=False: it runs on the caller's current CUDA stream
         self._nccl_env = program_nccl_env(session.nccl_env_at_start)  # NCCL_* the program set before creating it
         self._gloo: UnownedGloo | None = None
-        self._pairs = PairLanes(timeout.total_seconds())  # real mode's sends and receives, off-thread until connected
+        # real mode's sends and receives, off the rank's thread until their pair is connected (gloo_lanes.py)
+        self._pairs = PairLanes(timeout.total_seconds(), self._ranks)
         if not session.phantom:
             opts = ProcessGroupGloo._Options()
             opts._devices = [ProcessGroupGloo.create_device(hostname="127.0.0.1")]

@@ -21,8 +21,9 @@ from typing import Any
 class LaneCall:
     """One gloo call on a pair's lane: its work, once the call has returned."""
 
-    def __init__(self, peer: int, call: Callable[[], Any], timeout_s: float) -> None:
+    def __init__(self, peer: int, call: Callable[[], Any], timeout_s: float, name: str = "") -> None:
         self.peer = peer
+        self._name = name or f"rank {peer}"  # how the timeout names the peer
         self._call: Callable[[], Any] | None = call
         self._timeout_s = timeout_s
         self._work: Any = None
@@ -46,7 +47,7 @@ class LaneCall:
     def wait(self) -> bool:
         """Wait for the call to have returned, then for its gloo work (the rank's thread, or SendCopies')."""
         if not self._done.wait(self._timeout_s):
-            raise RuntimeError(f"phantora: gloo did not connect the pair with rank {self.peer} in {self._timeout_s} s")
+            raise RuntimeError(f"phantora: gloo did not connect the pair with {self._name} in {self._timeout_s} s")
         if self._error is not None:
             raise self._error
         work, self._work = self._work, None
@@ -54,10 +55,12 @@ class LaneCall:
 
 
 class PairLanes:
-    """The gloo sends and receives of one group, by peer (the group rank gloo knows it by)."""
+    """The gloo sends and receives of one group, by peer (the group rank gloo knows it by); `ranks`, the group's
+    global ranks, name a peer in the timeout's message (its global rank, then its group rank)."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, ranks: tuple[int, ...] = ()) -> None:
         self._timeout_s = timeout_s
+        self._ranks = ranks
         self._lock = threading.Lock()
         self._connected: set[int] = set()
         self._lanes: dict[int, collections.deque[LaneCall]] = {}
@@ -70,7 +73,8 @@ class PairLanes:
             if queue is None and peer in self._connected:
                 item = None
             else:
-                item = LaneCall(peer, call, self._timeout_s)
+                name = f"rank {self._ranks[peer]} (group rank {peer})" if peer < len(self._ranks) else ""
+                item = LaneCall(peer, call, self._timeout_s, name)
                 if queue is None:
                     queue = self._lanes[peer] = collections.deque()
                     threading.Thread(target=self._drain, args=(peer,), name="phantora-gloo-lane", daemon=True).start()
