@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from bridge.errors import BridgeError, ProtocolError
+from bridge.errors import BridgeError, ProtocolError, WaitTimedOut
 from bridge.liveness import Silence
 from bridge.protocol import INF_NS, Message, decode, encode
 from bridge.transport import PEER_TIMEOUT_S, STARTUP_TIMEOUT_S, beyond_loopback, connect_dealer, recv_within
@@ -37,6 +37,8 @@ ENV_VARS = ("PHANTORA_ENDPOINT", "PHANTORA_TOKEN", "RANK", "WORLD_SIZE")
 # by peer"): the peer died first. The launcher then waits a moment for that peer's own death, so the
 # run names the culprit instead of its victim.
 PEER_LOST_EXIT = 3
+
+__all__ = ["PEER_LOST_EXIT", "RankClient", "WaitTimedOut"]  # WaitTimedOut: the runtime's one error of the bridge
 
 
 class RankClient:
@@ -68,6 +70,7 @@ class RankClient:
         self._next_handle = 1
         self._p2p_comm: list[int] | None = None  # the communicator of the p2p group open now (p2p_group)
         self._error: BridgeError | None = None
+        self._owed = 0  # answers owed to waits that passed their deadline (`wait`), taken before the next request
         self._closed = False
         self._cpu0 = time.process_time()
         self._coordinator: Silence | None = None  # its silence clock, once it said who it is (bridge/liveness.py)
@@ -127,8 +130,9 @@ class RankClient:
         self._error = BridgeError(f"rank {self.rank}: {msg['text']}", code=msg["code"])
         raise self._error
 
-    def _take(self, msg: Message) -> None:
-        """Apply what any message from the coordinator tells us."""
+    def _take(self, msg: Message) -> bool:
+        """Apply what any message from the coordinator tells us; True if it is the answer owed to a wait that passed
+        its deadline (its handle's completion is kept for the next wait on it)."""
         if msg.type == "error":
             self._raise(msg)
         elif msg.type == "result":
@@ -138,18 +142,30 @@ class RankClient:
                 self._lost[h] = [(int(a), int(b)) for a, b in ranges]
             self._known_until = max(self._known_until, msg["now"])
             self._lease = msg["lease"]
+            if self._owed:
+                self._owed -= 1
+                if msg["h"] is not None and msg["t_done"] is not None:
+                    self._results[msg["h"]] = msg["t_done"]
+                return True
+        return False
 
-    def _await(self, want: str, timeout_s: float | None = None) -> Message:
-        """Block until a `want` message arrives, taking heartbeats and errors on the way."""
+    def _await(self, want: str, timeout_s: float | None = None, deadline: float | None = None) -> Message:
+        """Block until a `want` message arrives, taking heartbeats and errors on the way; WaitTimedOut if `deadline`
+        (`time.monotonic()`) passes first."""
         while True:
-            frames = recv_within(self._sock, timeout_s or self.peer_timeout_s, "the coordinator", self._coordinator)
-            try:
-                msg = decode(b"".join(frames))
-            except ProtocolError as exc:
-                raise BridgeError(f"rank {self.rank}: bad message from the coordinator: {exc}") from None
-            self._take(msg)
-            if msg.type == want:
+            msg = self._recv(deadline, timeout_s)
+            if not self._take(msg) and msg.type == want:
                 return msg
+
+    def _recv(self, deadline: float | None, timeout_s: float | None = None) -> Message:
+        """The coordinator's next message (see `recv_within`)."""
+        frames = recv_within(
+            self._sock, timeout_s or self.peer_timeout_s, "the coordinator", self._coordinator, deadline
+        )
+        try:
+            return decode(b"".join(frames))
+        except ProtocolError as exc:
+            raise BridgeError(f"rank {self.rank}: bad message from the coordinator: {exc}") from None
 
     def _poll(self) -> None:
         """Take pending pushes (errors) without blocking."""
@@ -159,11 +175,13 @@ class RankClient:
             except ProtocolError as exc:
                 raise BridgeError(f"rank {self.rank}: bad message from the coordinator: {exc}") from None
 
-    def _check(self, t: int, what: str) -> None:
+    def _check(self, t: int, what: str, deadline: float | None = None) -> None:
         if self._error is not None:
             raise self._error
         if self._closed:
             raise BridgeError(f"rank {self.rank}: the client is closed")
+        while self._owed:  # the coordinator holds this rank blocked until it has sent the answer a wait gave up on
+            self._take(self._recv(deadline))
         if not isinstance(t, int) or isinstance(t, bool):
             raise BridgeError(f"rank {self.rank}: {what} time must be integer ns, got {t!r}")
         if t < self._clock:
@@ -376,19 +394,23 @@ class RankClient:
         (to be zeroed); [] for any other. Asked once, after `wait`."""
         return self._lost.pop(handle, [])
 
-    def wait(self, handle: int) -> int:
-        """Block until this rank's part of `handle` is done; return t_done (the clock moves to it)."""
-        got = self.wait_any([handle])
+    def wait(self, handle: int, deadline: float | None = None) -> int:
+        """Block until this rank's part of `handle` is done; return t_done (the clock moves to it). With `deadline`
+        (a `time.monotonic()` instant: host wall time), WaitTimedOut if the coordinator has not answered by then; the
+        answer is taken before the next request, and a later wait on `handle` finds it."""
+        got = self.wait_any([handle], deadline=deadline)
         assert got is not None
         return got[1]
 
-    def wait_any(self, handles: Sequence[int], until_ns: int | None = None) -> tuple[int, int] | None:
+    def wait_any(
+        self, handles: Sequence[int], until_ns: int | None = None, deadline: float | None = None
+    ) -> tuple[int, int] | None:
         """Block until one of `handles` is done; return (handle, t_done) of the earliest-finishing one.
 
         With `until_ns`, give up once the network has passed it with none done: return None, and
-        the clock moves to `until_ns` (in window mode "passed" means the window holding it).
+        the clock moves to `until_ns` (in window mode "passed" means the window holding it). `deadline`: as `wait`'s.
         """
-        self._check(self._clock, "wait")
+        self._check(self._clock, "wait", deadline)
         unknown = [h for h in handles if h not in self._handles]
         if not handles or unknown:
             raise BridgeError(f"rank {self.rank}: wait on unknown handle(s) {unknown or list(handles)}")
@@ -403,7 +425,11 @@ class RankClient:
         else:
             self._poll()
             self._send("wait", self._clock, handles=[int(h) for h in handles], until=until)
-            msg = self._await("result")
+            try:
+                msg = self._await("result", deadline=deadline)
+            except WaitTimedOut:
+                self._owed += 1
+                raise
             h, t = msg["h"], msg["t_done"]
             if h is None:
                 t = until

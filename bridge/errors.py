@@ -22,6 +22,11 @@ class ProtocolError(BridgeError):
     """A message that cannot be accepted: malformed, oversized, wrong version, wrong token, unknown type."""
 
 
+class WaitTimedOut(Exception):  # noqa: N818 - a wait the program bounded, not a failed run
+    """A rank's wait with a wall-clock deadline (torch's `Work.wait(timeout)`) passed it before the coordinator
+    answered; the answer is still owed (`RankClient` takes it before its next request)."""
+
+
 class RunFailed(Exception):  # noqa: N818 - the coordinator's verdict on a run, not a programming error
     """The run cannot continue; `text` is the diagnostic every peer gets."""
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import zmq
 
 from bridge.curve import ClientCurve, ServerCurve, make_client, make_server, parse_key
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, WaitTimedOut
 from bridge.liveness import Silence
 from bridge.protocol import E_TIMEOUT, HARD_MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 
@@ -276,9 +276,12 @@ def read_server_key(run_dir: Path, name: str) -> bytes | None:
         raise BridgeError(str(exc)) from None
 
 
-def recv_within(sock: zmq.Socket, timeout_s: float, what: str, silence: Silence | None = None) -> list[bytes]:
+def recv_within(
+    sock: zmq.Socket, timeout_s: float, what: str, silence: Silence | None = None, deadline: float | None = None
+) -> list[bytes]:
     """One multipart message, or BridgeError(timeout) naming `what` after `timeout_s` of silence. With `silence`
-    (the peer's `bridge.liveness.Silence`), only the seconds the peer spends silent and idle count."""
+    (the peer's `bridge.liveness.Silence`), only the seconds the peer spends silent and idle count. With `deadline`
+    (a `time.monotonic()` instant), WaitTimedOut once it passes with no message."""
     t0 = time.monotonic()
     if silence is not None:
         silence.heard()  # the wait starts now: a peer owes no word to a rank that was busy itself
@@ -287,5 +290,9 @@ def recv_within(sock: zmq.Socket, timeout_s: float, what: str, silence: Silence 
         if left <= 0:
             idle = " (nor any sign of work)" if silence is not None else ""
             raise BridgeError(f"no word from {what} for {timeout_s:.0f} s{idle}", code=E_TIMEOUT)
+        if deadline is not None:
+            if time.monotonic() >= deadline:
+                raise WaitTimedOut(f"no answer from {what} by the wait's deadline")
+            left = min(left, deadline - time.monotonic())
         if sock.poll(int(min(left, HEARTBEAT_S) * 1000) + 1, zmq.POLLIN):
             return sock.recv_multipart()

@@ -14,6 +14,7 @@ import datetime
 import functools
 import itertools
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from torch._C._distributed_c10d import (
 )
 from torch.futures import Future
 
+from bridge.client import WaitTimedOut
 from phantora.errors import InputError, PhantoraError
 from phantora.perfmodel.dtypes import short_dtype
 from phantora.runtime import session as _session
@@ -154,6 +156,17 @@ class PhantoraWork(dist.Work):
         self._host = host
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        """With a timeout (torch's default, timedelta(0), is none), the host blocks until the work is done, as
+        ProcessGroupNCCL's does, and raises c10d's `RuntimeError("Operation timed out!")` (Work::wait, gloo's) if
+        the coordinator has not answered within it: the host's wall time, as torch measures it."""
+        if timeout is not None and timeout > datetime.timedelta(0):
+            deadline = time.monotonic() + timeout.total_seconds()
+            try:
+                for p in self._pending:
+                    self._session.join(p, deadline)
+            except WaitTimedOut:
+                raise RuntimeError("Operation timed out!") from None
+            return True
         if self._host:
             self.synchronize()
         else:

@@ -75,7 +75,7 @@ class NoNetworkClient:
     ) -> int:
         return self._new(t_issue_ns)
 
-    def wait(self, handle: int) -> int:
+    def wait(self, handle: int, deadline: float | None = None) -> int:
         return self._issued[handle]
 
     def test(self, handle: int, t_now_ns: int) -> int | None:

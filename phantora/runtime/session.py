@@ -101,7 +101,7 @@ class ClientLike(Protocol):
         handoff: int | None = None,
     ) -> int: ...
 
-    def wait(self, handle: int) -> int: ...
+    def wait(self, handle: int, deadline: float | None = None) -> int: ...
 
     def test(self, handle: int, t_now_ns: int) -> int | None: ...
 
@@ -729,14 +729,15 @@ class RankSession:
         return p
 
     # ----- joining ---------------------------------------------------------------------------------
-    def complete(self, p: Pending) -> int:
-        """Learn when `p` completes and make its data valid, without stalling the compute lane."""
+    def complete(self, p: Pending, deadline: float | None = None) -> int:
+        """Learn when `p` completes and make its data valid, without stalling the compute lane. `deadline`: the
+        host's wall-clock instant (`time.monotonic()`) past which a wait for the coordinator raises WaitTimedOut."""
         if p.t_done is not None:
             return p.t_done
         self.client.advance_clock(self.clock.now())
         t_done = p.t_issue
         for h in p.handles:
-            t_done = max(t_done, self.client.wait(h))
+            t_done = max(t_done, self.client.wait(h) if deadline is None else self.client.wait(h, deadline))
         with self.internal():  # ops that gloo or the finaliser run here are not GPU work
             for work in p.inner:
                 work.wait()
@@ -763,12 +764,12 @@ class RankSession:
         self.trace.comm(p.name, p.t_issue, t_done, {"bytes": p.nbytes, "group": list(p.group)})
         return t_done
 
-    def join(self, p: Pending) -> int:
+    def join(self, p: Pending, deadline: float | None = None) -> int:
         """The compute lane waits for `p` (Work.wait, a data dependency); return its completion. A send handed off
         within its connection's buffer (`t_handoff`) ends there for the lane, without waiting for its receiver:
-        its flow's end is learned later (`sync`, the end of the run)."""
+        its flow's end is learned later (`sync`, the end of the run). `deadline`: as `complete`'s."""
         handoff = self.handoff_at(p)
-        t_done = self.complete(p) if handoff is None else handoff
+        t_done = self.complete(p, deadline) if handoff is None else handoff
         if p.reads_user and p.inner:  # its receive is issued (its receiver's gloo recv is in): the bytes go now
             with self.internal():
                 for work in p.inner:
