@@ -236,6 +236,9 @@ class Coordinator:
                 self.core.rank_exited(rs.rank, msg["code"])
         elif msg.type == "shutdown":
             raise RunFailed(E_PEER, f"stopped by the launcher: {msg['reason']}")
+        elif msg.type == "where":
+            now = self.core.engine.now() if self.core is not None else 0
+            self.send_supervisor(encode("stood", now, ranks=self.core.stood() if self.core is not None else []))
 
     def drain_queued(self) -> int:
         """Handle every message already queued on the socket (without waiting for more); return how many."""

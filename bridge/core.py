@@ -926,6 +926,17 @@ class CoordinatorCore:
             parts.append(f"{call.describe()} on {describe_key(rv.key)}, not issued by {', '.join(who)}")
         return f"rank {rs.rank} waits on " + " | ".join(parts)
 
+    def stood(self) -> list[list[Any]]:
+        """Where each rank not finished stands, for a run stopped past its bound: [rank, state ("run", "wait",
+        "test", "barrier"), its last reported simulated ns, its last call ("" if none)]."""
+        out: list[list[Any]] = []
+        for rs in self.ranks:
+            if rs.state != DONE:
+                c = next(reversed(rs.issued.values()), None)
+                last = f"{c.kind}{f' {c.name!r}' if c.name else ''} ({c.nbytes} B) at {c.t} ns" if c else ""
+                out.append([rs.rank, rs.state, rs.promise, last])
+        return out
+
     def _short(self, rs: RankState, h: int) -> str:
         c = rs.issued[h]
         rv = next((p for p in self.matcher.pending.values() if p.calls.get(rs.rank) is c), None)

@@ -208,6 +208,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "jobfail": {"job": _int, "code": _str, "text": _str},  # coordinator -> supervisor: only this job ends
     "joined": {"ranks": _int},  # coordinator -> supervisor: every live rank has connected
     "outcome": {"outcome": _map},
+    "where": {},  # supervisor -> coordinator, a run past its bound: where do the ranks stand?
+    "stood": {"ranks": _list},  # ... the answer, `CoordinatorCore.stood()`
     # from inside a long engine call (`phantora.progress.Beat`): sim ns, events, CPU s, worker processes, the slowest
     "progress": {"sim": _int, "events": _int, "cpu": _num, "workers": _int, "slowest": _int},
 }

@@ -117,6 +117,8 @@ def _free_port() -> int:
 TRACE_WAIT_S = 600.0  # after the run, the network server writes the fabric traces: wait for it this long at most
 VICTIM_GRACE_S = 2.0  # how long a rank that lost a peer's connection waits to be blamed (see PEER_LOST_EXIT)
 LAST_WORDS_S = 5.0  # how long a coordinator that exited with code 0 has for its outcome to arrive
+STOOD = {"wait": "waiting", "test": "polling", "barrier": "at its window's barrier"}  # the coordinator's rank states
+WHERE_S = 3.0  # how long a run past its bound asks the coordinator where the ranks stood (it may be in the network)
 SPAWNER_LOG = "spawner"  # logs/spawner.log: the output of a program that starts its ranks itself
 
 
@@ -452,7 +454,39 @@ class CosimRun:
                     code="timeout",
                 )
             if self.timeout_s is not None and now - t0 > self.timeout_s:
-                raise BridgeError(f"the run did not finish within {self.timeout_s:.0f} s", code="timeout")
+                raise BridgeError(self._timed_out(sock, welcomed_at is not None), code="timeout")
+
+    def _timed_out(self, sock: zmq.Socket, serving: bool) -> str:
+        """The one line of a run past its bound: the ranks still running, where the coordinator saw each (asked for
+        up to WHERE_S) and their logs, where each writes its threads' stacks as it is stopped (stop_stacks.py)."""
+        stood: dict[int, list[Any]] = {}
+        if serving:
+            sock.send(encode("where", 0))
+            deadline = time.monotonic() + WHERE_S
+            while (left := deadline - time.monotonic()) > 0 and sock.poll(int(left * 1000) + 1):
+                msg = self._recv(sock)
+                if msg.type == "stood":
+                    stood = {int(r[0]): r for r in msg["ranks"]}
+                    break
+        running = [c for c in self.children if c.role in ("rank", "spawner") and c.proc.poll() is None]
+        parts = []
+        for c in running:
+            seen = stood.get(c.rank) if c.rank is not None else None
+            if seen is None:
+                parts.append(c.label)
+                continue
+            _, state, ns, last = seen
+            where = f"running, last reported at {ns} ns" if state == "run" else f"{STOOD.get(state, state)} at {ns} ns"
+            parts.append(f"{c.label}: {where}, {f'last call {last}' if last else 'no call yet'}")
+        text = f"the run did not finish within {self.timeout_s:.0f} s"
+        if not running:
+            return text
+        if not serving:
+            text += " (in start-up: the coordinator was not serving yet)"
+        elif not stood:
+            text += f" (the coordinator did not say where the ranks stood within {WHERE_S:.0f} s)"
+        logs = ", ".join(str(c.log_path) for c in running) if self.out_dir is not None else "CosimRun.logs"
+        return f"{text}; still running: {'; '.join(parts)}; their stacks as they were stopped in {logs}"
 
     def _last_words(self, sock: zmq.Socket) -> dict[str, Any] | None:
         """A coordinator exits with code 0 only after sending the outcome; on a loaded machine the process can be
