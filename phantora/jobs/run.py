@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.jobs import JobProcs
+from phantora.collectives.nccl import nccl_env, summarize_choices
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.jobs.recorded import RecordedJob, load_graph, merge, plan_recorded
@@ -295,6 +296,10 @@ def _run(
         off, outcome = plan.offsets[i], cosim.jobs[n]
         ranks = {g - off: cosim.ranks[g] for g in range(off, off + (j.ranks or 0)) if cosim.ranks.get(g) is not None}
         doc = _live_job_results(j, ranks, gpu, ctx.job_dirs[j.name], outcome)
+        own = [r for r in cosim.collectives if r["job"] == n]
+        # as `phantora run`'s, with the NCCL_* the coordinator's model runs by: the run's (CosimRun's env above, without
+        # a job's own `env` table), and those the job's program set itself (its records' `nccl_env`)
+        doc["nccl"] = summarize_choices(own, nccl_env({**os.environ, **base.env}))
         doc["collectives"] = [  # its group in the job's own ranks (compare leaves a group of one out of its means)
             {
                 "name": r["name"],
@@ -303,8 +308,7 @@ def _run(
                 "t_start": r["t_start"],
                 "end_ns": r["end_ns"],
             }
-            for r in cosim.collectives
-            if r["job"] == n
+            for r in own
         ]
         jobs[j.name] = doc
         link_use[j.name] = dict(outcome.get("channel_bytes") or [])
