@@ -298,7 +298,7 @@ def write_local_traces(out: Path, engine: NetworkSimulator, spec: RunSpec) -> No
     if fabric is None:
         return
     write_packet_traces(out, spec.topology, fabric)
-    write_engine_json(out, fabric.effective(), spec.engine)
+    write_engine_json(out, fabric.effective(), spec.engine, spec.topology)
     log(f"wrote the engine's traces to {out}")
 
 

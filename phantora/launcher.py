@@ -25,6 +25,7 @@ from phantora.progress import Beat
 from phantora.rank_options import COMPUTE_MODELS, DEFAULT_LAUNCH_NS, Options, check_trace_level
 from phantora.resources import examples_dir, shipped_file
 from phantora.results import provenance
+from phantora.results import schema as S
 from phantora.results.run_dir import RunDir, nccl_args
 from phantora.results.summary import summarize, write_results
 from phantora.spawn_count import declared_nprocs
@@ -246,6 +247,15 @@ def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dic
     return {"idle_fabric": idle} if idle else {}
 
 
+def _engine_warnings(out: Path) -> dict[str, Any]:
+    """{"warnings": [...]} from the run's engine.json (the packet engine's, e.g. a switch without a shared buffer),
+    else {}."""
+    from phantora.results.read import read_document
+
+    warnings = (read_document(out, S.ENGINE_JSON) or {}).get("warnings")
+    return {"warnings": list(warnings)} if warnings else {}
+
+
 def _scenario_section(cfg: RunConfig, topo: Topology, cosim: Any, steps: list[dict[str, Any]]) -> dict[str, Any]:
     """results.json's "scenario" of a live run (phantora.results.scenario_live)."""
     from phantora.netsim.scenario import read_scenario
@@ -378,6 +388,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
                 **({"traffic_bytes": cosim.traffic_bytes} if cosim.traffic_bytes else {}),
                 **_idle_fabric(cfg, topo, cosim.traffic_bytes),
+                **_engine_warnings(out),
             },
             "nccl": summarize_choices(cosim.collectives, nccl_env({**os.environ, **cfg.env})),
         }

@@ -145,3 +145,48 @@ def test_replay_jobs_hands_every_engine_option_to_the_jobs_runner(tmp_path: Path
     assert main([*args, "--set", "buffer_bytes=1MB", "--queue-sample-ns", "0", "--seed", "7"]) == 0
     packet = seen[0].engine.packet  # RunConfig carries the run's EngineSpec
     assert (packet.cc, packet.buffer_bytes, packet.queue_sample_ns, packet.seed) == ("dcqcn", 1_000_000, 0, 7)
+
+
+def _switch(buffer: int, headrooms: list[int]) -> EffectiveSettings:
+    from phantora.netsim.effective import PortSettings, SwitchSettings
+
+    ports = tuple(PortSettings(400 * G, 1_600_000, 6_400_000, 0.2, h) for h in headrooms)
+    return EffectiveSettings(PacketConfig(), {}, {18: SwitchSettings(buffer, ports)})
+
+
+def test_a_buffer_under_the_pfc_headroom_leaves_no_shared_pool_and_says_so() -> None:
+    """testbed16's leaf under `--set buffer_bytes=2000000`: 8 NIC ports of 3 x 400 Gb/s x 1 us / 8 = 150,000 B
+    headroom and 4 spine ports of 300,000 B take 2,400,000 B, plus 12 x 4,096 B of reserve, more than the buffer:
+    `SwitchMmu::Threshold` is 0, so every ingress queue past its reserve pauses (889,895 PFC frames in a DeepSpeed
+    ZeRO-3 run whose deepest queue held 35.6 KB). At 4 MB the pool is 1,550,848 B, its threshold (>> 3) 193,856 B."""
+    leaf = [150_000] * 8 + [300_000] * 4
+    small = _switch(2_000_000, leaf)
+    assert small.unshared_switches() == {18: 2_000_000 - 2_400_000 - 12 * 4096}
+    note = small.unshared_note({18: "leaf0"})
+    assert note is not None and "leaf0" in note and "2,449,152 B" in note and "buffer_bytes=2,000,000" in note
+    assert small.resolved()["switches_without_shared_buffer"] == {"18": -449_152}
+    big = _switch(4_000_000, leaf)
+    assert big.unshared_switches() == {} and big.unshared_note() is None
+    # a pool under 8 packets: the threshold (pool >> 3) is under one 1,048 B packet
+    assert _switch(2_449_152 + 8 * 1048 - 1, leaf).unshared_switches() != {}
+    assert _switch(2_449_152 + 8 * 1048, leaf).unshared_switches() == {}
+    # no PFC: no headroom and no pause (packets past the threshold drop instead)
+    nopfc = EffectiveSettings(dataclasses.replace(PacketConfig(), pfc=False), {}, small.switches)
+    assert nopfc.unshared_switches() == {}
+
+
+def test_netsim_warns_of_a_switch_without_a_shared_buffer(tmp_path: Path) -> None:
+    """hpcc/star8's one 100G switch has 8 ports of 37,500 B headroom and 4,096 B reserve (332,768 B): a 300 KB
+    buffer gets a one-line warning on stderr and in engine.json; the test's 2 MB buffer none."""
+    cmd = [sys.executable, "-m", "phantora.cli", "netsim", "--network", "ns3", "--topology", "hpcc/star8", "--cc"]
+    cmd += ["dcqcn", "--flows", str(ROOT / "workloads" / "incast4.flows.txt"), "--set"]
+    small = subprocess.run([*cmd, "buffer_bytes=300000", "--out", str(tmp_path / "s")], capture_output=True, text=True)
+    assert small.returncode == 0, small.stderr[-2000:]
+    warned = [line for line in small.stderr.splitlines() if line.startswith("phantora: warning: buffer_bytes=")]
+    assert len(warned) == 1 and "no shared buffer" in warned[0] and "332,768 B" in warned[0], small.stderr[-2000:]
+    doc = json.loads((tmp_path / "s" / S.ENGINE_JSON).read_text())
+    assert doc["warnings"] == [warned[0].removeprefix("phantora: warning: ")]
+    assert list(doc["ns3"]["resolved"]["switches_without_shared_buffer"].values()) == [300_000 - 332_768]
+    big = subprocess.run([*cmd, "buffer_bytes=2000000", "--out", str(tmp_path / "b")], capture_output=True, text=True)
+    assert big.returncode == 0 and "warning" not in big.stderr, big.stderr[-2000:]
+    assert json.loads((tmp_path / "b" / S.ENGINE_JSON).read_text())["warnings"] == []

@@ -387,7 +387,7 @@ def _write_outputs(out: Path, topo: Topology, inp: NetsimInput, res: dict[str, A
             write_drops_csv(rd.file(S.DROPS_CSV), topo, res["drops"]),
             write_cnps_csv(rd.file(S.CNPS_CSV), topo, res["cnps"]),
             write_ecn_csv(rd.file(S.ECN_CSV), topo, res["ecn"]),
-            write_engine_json(out, res["effective"], engine),
+            write_engine_json(out, res["effective"], engine, topo),
         ]
     summary = {"schema": S.NETSIM, **res["stats"]}
     if res.get("scenario"):

@@ -41,6 +41,11 @@ class SwitchSettings:
     def fastest_port_bps(self) -> int:
         return max((p.rate_bps for p in self.ports), default=0)
 
+    def shared_pool_bytes(self, reserve_bytes: int) -> int:
+        """The shared pool at an empty buffer: the buffer less every port's PFC headroom and reserve (negative when
+        they take more than the buffer; `SwitchMmu::Threshold` then admits nothing past a reserve)."""
+        return self.buffer_bytes - sum(p.headroom_bytes for p in self.ports) - reserve_bytes * len(self.ports)
+
 
 @dataclass(frozen=True)
 class EffectiveSettings:
@@ -94,10 +99,44 @@ class EffectiveSettings:
                 out.append((at + "HeadroomBytes", str(p.headroom_bytes)))
         return out
 
+    def unshared_switches(self) -> dict[int, int]:
+        """{node id: shared pool bytes} of the switches whose PFC threshold at an empty buffer (the shared pool
+        >> `dt_shift`) is below one packet: with PFC on, every ingress queue past its reserve pauses its upstream
+        port (a pause and a resume every few packets), whatever the load. Empty without PFC (or under CBFC)."""
+        c = self.config
+        if not c.pfc or c.cbfc:
+            return {}
+        packet = c.payload_bytes + c.header_bytes
+        out = {}
+        for node, sw in sorted(self.switches.items()):
+            pool = sw.shared_pool_bytes(c.reserve_bytes)
+            if max(pool, 0) >> c.dt_shift < packet:
+                out[node] = pool
+        return out
+
+    def unshared_note(self, names: Mapping[int, str] | None = None) -> str | None:
+        """One line naming the switches of `unshared_switches` (by `names`, else node id), or None."""
+        bad = self.unshared_switches()
+        if not bad:
+            return None
+        node = next(iter(bad))
+        sw = self.switches[node]
+        name = (names or {}).get(node, f"switch {node}")
+        headroom = sum(p.headroom_bytes for p in sw.ports)
+        reserve = self.config.reserve_bytes * len(sw.ports)
+        more = f" (and {len(bad) - 1} other switch{'es' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+        return (
+            f"buffer_bytes={sw.buffer_bytes:,} leaves {name}{more} no shared buffer: its {len(sw.ports)} ports' PFC "
+            f"headroom ({headroom:,} B) and reserve ({reserve:,} B) take {headroom + reserve:,} B, so every ingress "
+            f"queue past its {self.config.reserve_bytes:,} B reserve pauses its upstream port, at any load (raise "
+            f"buffer_bytes well above {headroom + reserve:,} B, or lower headroom_factor / headroom_bytes)"
+        )
+
     def resolved(self) -> dict[str, Any]:
         """What the fabric-scaled defaults came to, by link rate (JSON keys): each switch's buffer by its fastest
         port's rate, and the ports' ECN kmin / kmax / pmax and PFC headroom by their rate (headroom also
-        depends on the link's delay, so it is a sorted list of the distinct values)."""
+        depends on the link's delay, so it is a sorted list of the distinct values); the switches without a shared
+        buffer (`unshared_switches`: node id -> pool bytes)."""
         buffers: dict[int, set[int]] = {}
         kmin: dict[int, set[int]] = {}
         kmax: dict[int, set[int]] = {}
@@ -121,6 +160,7 @@ class EffectiveSettings:
             "ecn_kmax_bytes": one(kmax),
             "ecn_pmax": one(pmax),
             "headroom_bytes": {str(r): sorted(v) for r, v in sorted(headroom.items())},
+            "switches_without_shared_buffer": {str(n): pool for n, pool in self.unshared_switches().items()},
         }
 
     def report(self) -> dict[str, Any]:

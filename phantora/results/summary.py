@@ -289,6 +289,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     idle = (summary.get("network") or {}).get("idle_fabric")
     if idle:
         lines.append(f"note: {idle['text']}")
+    lines += [f"warning: {w}" for w in (summary.get("network") or {}).get("warnings", [])]
     if summary.get("scenario"):
         from phantora.results.scenario import format_scenario
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -330,22 +331,32 @@ def write_fabric_traces(
     `write_packet_traces`)."""
     paths = write_packet_traces(out, topo, observer, cnps, marks)
     paths.append(write_links_csv(out / S.LINKS_CSV, topo, observer.channel_usage(max(1, until_ns))))
-    return [*paths, write_engine_json(out, observer.effective(), spec)]
+    return [*paths, write_engine_json(out, observer.effective(), spec, topo)]
 
 
-def engine_document(settings: EffectiveSettings | None, spec: EngineSpec | None) -> dict[str, Any]:
-    """engine.json: the run's `EngineSpec` as plain data ("spec", None if not given) and the packet engine's own
-    report of what it ran by ("ns3": `EffectiveSettings.report`, None for an engine without ns-3)."""
+def engine_document(
+    settings: EffectiveSettings | None, spec: EngineSpec | None, topo: Topology | None = None
+) -> dict[str, Any]:
+    """engine.json: the run's `EngineSpec` as plain data ("spec", None if not given), the packet engine's own
+    report of what it ran by ("ns3": `EffectiveSettings.report`, None for an engine without ns-3) and "warnings"
+    on what it ran by (switches without a shared buffer, named from `topo`)."""
+    note = None if settings is None else settings.unshared_note({n.id: n.name for n in topo.nodes} if topo else None)
     return {
         "schema": S.ENGINE,
         "spec": None if spec is None else json.loads(json.dumps(spec.to_dict(), default=str)),
         "ns3": None if settings is None else settings.report(),
+        "warnings": [note] if note else [],
     }
 
 
-def write_engine_json(out: Path, settings: EffectiveSettings | None, spec: EngineSpec | None = None) -> Path:
-    """out/engine.json (`engine_document`)."""
-    return write_json(out / S.ENGINE_JSON, engine_document(settings, spec), sort_keys=False)
+def write_engine_json(
+    out: Path, settings: EffectiveSettings | None, spec: EngineSpec | None = None, topo: Topology | None = None
+) -> Path:
+    """out/engine.json (`engine_document`); its warnings also go to stderr, one line each."""
+    doc = engine_document(settings, spec, topo)
+    for note in doc["warnings"]:
+        print(f"phantora: warning: {note}", file=sys.stderr, flush=True)
+    return write_json(out / S.ENGINE_JSON, doc, sort_keys=False)
 
 
 def write_network_files(
