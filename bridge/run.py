@@ -62,6 +62,7 @@ from phantora.progress import Beat
 from phantora.results import schema
 from phantora.results.run_dir import RunDir
 from phantora.results.write import write_flows_csv, write_links_csv
+from phantora.runtime.program_env import RUN_ENV, run_env_value
 from phantora.topology.model import Topology
 
 RankCmd = Sequence[str] | Callable[[int], Sequence[str]]
@@ -217,13 +218,15 @@ class CosimRun:
         if jobs and offset != world:
             raise InputError(f"the jobs have {offset} ranks, the run {world}", field="world_size")
         self.job_table = JobTable(infos) if infos else None
+        run_algo = with_nccl_env(algo or AlgoOptions(), env)
+        self.nccl_env = run_algo.nccl_env or ()  # the NCCL_* the coordinator's model holds (ranks: RUN_ENV)
         self.spec = RunSpec(
             topology=topology,
             world=world,
             live=live if live < world else 0,
             engine=engine,
             engine_in_coordinator=in_coord,
-            algo=options_to_dict(with_nccl_env(algo or AlgoOptions(), env)),
+            algo=options_to_dict(run_algo),
             keep_flows=keep_flows,
             peer_timeout_s=peer_timeout_s,
             max_message_bytes=max_message_bytes,
@@ -288,6 +291,7 @@ class CosimRun:
             "PHANTORA_RUN_DIR": str(self.run_dir),
             "PHANTORA_NETWORK": self.spec.network,
             "PHANTORA_PEER_TIMEOUT_S": str(self.spec.peer_timeout_s),
+            RUN_ENV: run_env_value(self.nccl_env),  # a rank whose own NCCL_* differ sends them (a job's `env` table)
         }
 
     @staticmethod

@@ -27,6 +27,7 @@ from typing import Any
 
 from bridge.jobs import JobProcs
 from phantora.collectives.nccl import nccl_env, summarize_choices
+from phantora.collectives.nccl.settings import settings_of
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.jobs.recorded import RecordedJob, load_graph, merge, plan_recorded
@@ -125,6 +126,8 @@ def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | 
             j.ranks = load_graph(j, spec.source).world
     gpus = place_jobs(spec, topo)
     live = [i for i, j in enumerate(spec.jobs) if j.kind == "script"]
+    for i in live:
+        _check_nccl_env(spec, spec.jobs[i], base)
     offsets, n = {}, 0
     for i in live:
         offsets[i] = n
@@ -136,6 +139,24 @@ def _check(spec: JobsSpec, base: RunConfig, topo: Topology, algo: AlgoOptions | 
         if j.kind != "script"
     ]
     return _Plan(spec, topo, placed, gpus, live, recorded, offsets)
+
+
+def _nccl_env_of(base: RunConfig, job: JobSpec) -> tuple[tuple[str, str], ...]:
+    """The NCCL_* a live job's ranks start with: the run's (os.environ, the run's env), overridden by the job's `env`
+    table. Where they differ from the run's, its ranks send them with each collective (runtime/program_env.py)."""
+    return nccl_env({**os.environ, **base.env, **job.env})
+
+
+def _check_nccl_env(spec: JobsSpec, job: JobSpec, base: RunConfig) -> None:
+    """A bad NCCL_* value in a job's `env` table: one line naming the job and the variable."""
+    if not any(k in job.env for k, _ in _nccl_env_of(base, job)):
+        return
+    try:
+        settings_of(_nccl_env_of(base, job))
+    except InputError as exc:
+        if exc.field not in job.env:
+            raise  # the run's own environment: its error as a single run's
+        raise InputError(f"job '{job.name}': {exc.message}", **spec.where(job), field=f"env.{exc.field}") from None
 
 
 def _alone_engines(engine: EngineSpec) -> Callable[[Topology], NetworkSimulator]:
@@ -297,9 +318,9 @@ def _run(
         ranks = {g - off: cosim.ranks[g] for g in range(off, off + (j.ranks or 0)) if cosim.ranks.get(g) is not None}
         doc = _live_job_results(j, ranks, gpu, ctx.job_dirs[j.name], outcome)
         own = [r for r in cosim.collectives if r["job"] == n]
-        # as `phantora run`'s, with the NCCL_* the coordinator's model runs by: the run's (CosimRun's env above, without
-        # a job's own `env` table), and those the job's program set itself (its records' `nccl_env`)
-        doc["nccl"] = summarize_choices(own, nccl_env({**os.environ, **base.env}))
+        # as `phantora run`'s, with the NCCL_* the job's ranks started with (the run's and its `env` table's: the
+        # model took them from its records' `nccl_env`), and those the job's program set itself
+        doc["nccl"] = summarize_choices(own, _nccl_env_of(base, j))
         doc["collectives"] = [  # its group in the job's own ranks (compare leaves a group of one out of its means)
             {
                 "name": r["name"],

@@ -308,14 +308,16 @@ def summarize_choices(
     """results.json's `nccl`: how many collectives of each kind ran with each (algorithm, protocol; a symmetric
     kernel's name too, "sym/Simple/AllReduce_RSxLDMC_AGxSTMC"), from the
     trace's records (`cosim.json` `collectives[i].nccl`), and the NCCL_* variables honoured: the run's (`env`) and,
-    if the program set its own before creating a process group, those (`program_env`, each set once). A collective
+    if the program set its own before creating a process group, those (`program_env`, each set once, left out where
+    they are `env`: a `--jobs` run's job whose own `env` table set them). A collective
     NCCL runs as a group of sends and receives (all-to-all, scatter, gather) has a record per pair (kind `send_recv`,
     named `all_to_all#1@0.1`): its pairs count under the collective's kind, not as sends and receives."""
     counts: dict[str, dict[str, int]] = {}
     program: list[dict[str, object]] = []
+    base = dict(nccl_env() if env is None else env)
     for rec in records:
         own = rec.get("nccl_env")
-        if isinstance(own, dict) and own not in program:
+        if isinstance(own, dict) and own != base and own not in program:
             program.append(own)
         choice = rec.get("nccl")
         if not isinstance(choice, dict):
@@ -323,7 +325,7 @@ def summarize_choices(
         key = f"{choice['algorithm']}/{choice['protocol']}" + (f"/{choice['kernel']}" if choice.get("kernel") else "")
         per_kind = counts.setdefault(record_kind(str(rec.get("kind")), str(rec.get("name", ""))), {})
         per_kind[key] = per_kind.get(key, 0) + 1
-    out: dict[str, object] = {"choices": counts, "env": dict(nccl_env() if env is None else env)}
+    out: dict[str, object] = {"choices": counts, "env": base}
     if program:
         out["program_env"] = program
     return out
