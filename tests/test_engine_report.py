@@ -190,3 +190,19 @@ def test_netsim_warns_of_a_switch_without_a_shared_buffer(tmp_path: Path) -> Non
     big = subprocess.run([*cmd, "buffer_bytes=2000000", "--out", str(tmp_path / "b")], capture_output=True, text=True)
     assert big.returncode == 0 and "warning" not in big.stderr, big.stderr[-2000:]
     assert json.loads((tmp_path / "b" / S.ENGINE_JSON).read_text())["warnings"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_live_run_warns_of_a_switch_without_a_shared_buffer(tmp_path: Path) -> None:
+    """`phantora run --network ns3 --set buffer_bytes=300000` on star8 (one 100G switch, 8 x 37,500 B of headroom and
+    8 x 4,096 B of reserve: 332,768 B): the summary's `warning:` line and results.json's network.warnings name it."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "star8", "--nproc", "2", "--network", "ns3"]
+    cmd += ["--cc", "dcqcn", "--set", "buffer_bytes=300000", "--out", str(out), "--no-progress"]
+    cmd += [str(ROOT / "examples" / "gpt_ddp.py"), "--steps", "2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = json.loads((out / S.RESULTS_JSON).read_text())["network"]["warnings"]
+    assert len(warnings) == 1 and "no shared buffer" in warnings[0] and "332,768 B" in warnings[0]
+    assert f"warning: {warnings[0]}" in done.stdout
