@@ -317,3 +317,24 @@ def test_the_run_table_shows_the_cc_and_the_packet_settings_with_defaults(ns3_li
         {"buffer_bytes": "default", "queue_sample_ns": "1000"},
         {"buffer_bytes": "1000000", "queue_sample_ns": "0"},
     ]
+
+
+@pytest.mark.ns3
+def test_the_run_table_carries_the_engine_warnings(ns3_lib, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A run whose switch has no shared buffer (star8's one 100G switch: 8 x 37,500 B headroom + 8 x 4,096 B reserve =
+    332,768 B, over a 300 KB buffer) has its engine.json warning under its run line, in compare.md and
+    compare.json; the default buffer's run has none."""
+    flows = tmp_path / "incast.txt"
+    flows.write_text("2\n1 0 3 100 200000 0\n2 0 3 100 200000 0\n")
+    ns3 = ["netsim", "--network", "ns3", "-t", "star8", "-f", str(flows), "--cc", "dcqcn", "-q", "-o"]
+    a, b = tmp_path / "default", tmp_path / "small"
+    assert main([*ns3, str(a)]) == 0 and main([*ns3, str(b), "--set", "buffer_bytes=300000"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "rep")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    at = printed.index(next(line for line in printed if line.startswith("  small: netsim")))
+    assert printed[at + 1].startswith("    warning: buffer_bytes=300,000 leaves switch8 no shared buffer")
+    assert "332,768 B" in printed[at + 1] and not any("warning" in line for line in printed[:at])
+    doc = json.loads((tmp_path / "rep" / "compare.json").read_text())
+    assert [len(r["warnings"]) for r in doc["runs"]] == [0, 1]
+    assert f"small: warning: {doc['runs'][1]['warnings'][0]}" in (tmp_path / "rep" / "compare.md").read_text()

@@ -21,7 +21,7 @@ from phantora.errors import InputError
 from phantora.report.fabric import hottest_port, pause_intervals
 from phantora.report.spread import spread
 from phantora.results import schema as S
-from phantora.results.read import Flows, RunData, add_fabric_ports, load_run, read_results
+from phantora.results.read import Flows, RunData, add_fabric_ports, load_run, read_document, read_results
 from phantora.results.run_dir import RunDir
 from phantora.units import plural
 
@@ -85,6 +85,13 @@ def fct_stats(flows: Flows | None) -> dict[str, Value]:
         out["slowdown_p99"] = float(np.percentile(slow, 99))
         out["slowdown_max"] = float(slow.max())
     return out
+
+
+def engine_warnings(run: RunData) -> list[str]:
+    """The packet engine's warnings on what the run ran by (engine.json "warnings": a switch without a shared
+    buffer, ...); empty for a run without them."""
+    warnings = (read_document(run.path, S.ENGINE_JSON) or {}).get("warnings")
+    return [str(w) for w in warnings] if isinstance(warnings, list) else []
 
 
 def line_rate_slowdowns(run: RunData) -> bool:
@@ -349,6 +356,7 @@ def compare_runs(runs: Sequence[RunData]) -> Comparison:
                 "status": _status(r),
                 "partial": r.partial,
                 "line_rate_slowdowns": line_rate_slowdowns(r),
+                "warnings": engine_warnings(r),
                 "steps": r.steps,
                 "seeds": len(r.members) if r.members else None,
                 "settings": {k: mine.get(k, "-") for k in differ},
@@ -464,6 +472,7 @@ def format_runs(cmp: Comparison) -> list[str]:
             + (f"; {settings}" if settings else "")
             + ("; " + OLD_SLOWDOWNS if r.get("line_rate_slowdowns") else "")
         )
+        lines += [f"    warning: {w}" for w in r.get("warnings") or []]
     return lines
 
 
@@ -523,6 +532,7 @@ def to_markdown(cmp: Comparison, plots: Sequence[Path] = ()) -> str:
     old = [r["label"] for r in cmp.runs if r.get("line_rate_slowdowns")]
     if old:
         lines.append(f"{', '.join(old)}: {OLD_SLOWDOWNS}.")
+    lines += [f"{r['label']}: warning: {w}" for r in cmp.runs for w in r.get("warnings") or []]
     lines.append("")
     head, rows = _rows(cmp, full=True)
     lines.append("| " + " | ".join(head) + " |")
