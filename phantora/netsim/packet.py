@@ -111,7 +111,10 @@ class Ns3Runtime:
         needs only their libraries and the facade's header (phantora-network.h includes no ns-3 header), so a run,
         and each partition worker, skips the parse; what drives ns-3's own classes from Python asks for it here."""
         if self._ns is None:
+            # a parse of seconds at load: cling releases the GIL meanwhile, so signals are handled (`_load_fabric`)
+            self.cppyy.gbl.gInterpreter.Declare.__release_gil__ = True
             self._ns = _quiet_import_ns()
+            self.cppyy.gbl.gInterpreter.Declare.__release_gil__ = False  # (not on a signal, as `_load_fabric`)
         return self._ns
 
     @property
