@@ -20,22 +20,10 @@ from phantora.results import schema as S
 from phantora.results.scenario import completion_rows
 from phantora.results.write import write_flows_csv
 from phantora.topology.model import Topology
+from tests.test_packet_engine import US, G, star
 
-G = 10**9
-US = 1000
-B = 100 * G  # every link
+B = 100 * G  # every link of `star` (tests/test_packet_engine.py: 100G, 1 us)
 SIZE = 1_000_000
-
-
-def star(n: int) -> Topology:
-    """n hosts (0..n-1) on one switch (node n), 100G links of 1 us."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, B, US)
-    return t.validate()
 
 
 def ceil_ns(nbytes: int, bps: int) -> int:
