@@ -52,6 +52,7 @@ from bridge.transport import (
     send_heartbeat,
 )
 from phantora.collectives.nccl import with_nccl_env
+from phantora.collectives.nccl.settings import RUN_ENV, run_env_value
 from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
@@ -62,7 +63,6 @@ from phantora.progress import Beat
 from phantora.results import schema
 from phantora.results.run_dir import RunDir
 from phantora.results.write import write_flows_csv, write_links_csv
-from phantora.runtime.program_env import RUN_ENV, run_env_value
 from phantora.topology.model import Topology
 
 RankCmd = Sequence[str] | Callable[[int], Sequence[str]]

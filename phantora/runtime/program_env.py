@@ -13,16 +13,10 @@ from __future__ import annotations
 import json
 import os
 
-from phantora.collectives.nccl.settings import nccl_env
+from phantora.collectives.nccl.settings import RUN_ENV, nccl_env, run_env_value
 
 NcclEnv = tuple[tuple[str, str], ...]
-
-RUN_ENV = "PHANTORA_NCCL_ENV"  # the run's NCCL_* as the coordinator's model holds them: JSON [[name, value], ...]
-
-
-def run_env_value(env: NcclEnv) -> str:
-    """`RUN_ENV`'s value for a run whose model holds `env`."""
-    return json.dumps([list(kv) for kv in env])
+__all__ = ["RUN_ENV", "at_start", "program_nccl_env", "run_env_value"]
 
 
 def at_start() -> NcclEnv:

@@ -7,6 +7,7 @@ case-insensitive. The other variables are integers; sizes take NCCL's plain byte
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -252,6 +253,15 @@ def nccl_env(env: Mapping[str, str] | None = None) -> tuple[tuple[str, str], ...
     """The NCCL_* variables phantora honours, as set in `env` (default: this process's environment)."""
     env = os.environ if env is None else env
     return tuple((k, env[k]) for k in ENV_VARS if k in env)
+
+
+RUN_ENV = "PHANTORA_NCCL_ENV"  # the run's NCCL_* as the coordinator's model holds them: JSON [[name, value], ...]
+
+
+def run_env_value(env: tuple[tuple[str, str], ...]) -> str:
+    """`RUN_ENV`'s value for a run whose model holds `env` (the launcher sets it for every rank;
+    runtime/program_env.py reads it)."""
+    return json.dumps([list(kv) for kv in env])
 
 
 def settings_from_env(env: Mapping[str, str] | None = None) -> NcclSettings:
