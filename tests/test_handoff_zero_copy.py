@@ -32,7 +32,7 @@ from phantora.collectives.handoff import handoff_ns, send_slots
 from phantora.collectives.spec import AlgoOptions
 from phantora.egraph import replay_graph
 from phantora.egraph.builder import ProgramBuilder
-from phantora.egraph.format import P2P, Program, assemble
+from phantora.egraph.format import EAGER_STREAM, P2P, Program, Wait, assemble
 from phantora.errors import InputError
 from phantora.launcher import RunConfig, launch
 from phantora.netsim.flow import FlowSimulator
@@ -280,8 +280,11 @@ def test_a_jobs_handoff_names_its_communicator_in_global_ranks():
 
 @pytest.mark.slow
 def test_a_recorded_eager_init_run_keeps_the_communicator_and_replays_to_its_ends(tmp_path: Path):
-    """The cross-host run above, recorded: rank 0's first send (handed off under PXN) carries the world's
-    communicator (P2P.comm), its second (zero-copy, no hand-off) none, and the graph replays to the live ends."""
+    """The cross-host run above, recorded: under eager init each lone send runs as a one-op NCCL group on its
+    group's communicator (both groups hold the world), as live (the backend opens a p2p group of one; the coordinator
+    rates it on that communicator), so both keep the world's communicator (P2P.comm), each its own launch (P2P.launch,
+    2a9b03a); the first is handed off under PXN (its hand-off mark), the second, under NCCL_PXN_DISABLE=1, zero-copy,
+    is not; and the graph replays to the live ends."""
     from phantora.egraph.live import record_run
 
     script = tmp_path / "lone.py"
@@ -292,8 +295,13 @@ def test_a_recorded_eager_init_run_keeps_the_communicator_and_replays_to_its_end
         env={"PHANTORA_NCCL_REGISTER": "1"},
     )  # fmt: skip
     rep, graph = record_run(cfg, tmp_path / "g")
-    sends = [n for n in graph.program_of(0).nodes if isinstance(n, P2P) and n.is_send]
-    assert len(sends) == 2 and sends[1].comm == -1, sends
+    nodes = list(graph.program_of(0).nodes)
+    sends = [n for n in nodes if isinstance(n, P2P) and n.is_send]
+    assert len(sends) == 2 and sends[0].comm == sends[1].comm >= 0, sends
+    assert 0 <= sends[0].launch != sends[1].launch >= 0, sends
+    assert sends[0].nccl_env is None and ("NCCL_PXN_DISABLE", "1") in (sends[1].nccl_env or ()), sends
+    marked = [n.refs for n in nodes if isinstance(n, Wait) and n.handoff and n.stream == EAGER_STREAM]
+    assert marked == [(nodes.index(sends[0]),)], marked  # the first send alone is handed off
     assert graph.groups[graph.ranks[0].groups[sends[0].comm]] == WORLD
     res = replay_graph(graph, load_topology("testbed16"), FlowSimulator(load_topology("testbed16")))
     assert res.rank_end_ns == graph.recorded["end_ns"], (res.rank_end_ns, graph.recorded)
