@@ -210,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
     opts = nf.nccl_run_options(flags, args.granularity, args.agg_iters)
     minbytes, maxbytes = nt.parse_size(args.minbytes, "-b"), nt.parse_size(args.maxbytes, "-e")
     stepbytes = None if args.stepbytes is None else nt.parse_size(args.stepbytes, "-i")
+    min_bw = nt.min_bw(os.environ)  # NCCL_TESTS_MIN_BW: read before anything runs
     reduced = []  # nccl-tests' "Reducing maxBytes" note, printed after the devices
     limit = nt.max_bytes_limit(topo, args.check)
     if limit is not None and maxbytes > limit:
@@ -280,15 +281,20 @@ def run(args: argparse.Namespace) -> int:
     memory = None
     if flags.memory_report:
         memory = memory_line(user_allocated(spec.layout, spec.kind, maxbytes, len(ranks), flags.unalign, args.check))
-    emit(*nt.footer([r for _, r in results], spec, memory))
+    emit(*nt.footer([r for _, r in results], spec, memory, min_bw))
+    avg = nt.avg_busbw([r for _, r in results])
     if json_path is not None:
+        okay: bool | str = "unchecked" if min_bw is None else nt.bw_passes(avg, min_bw)
         doc = _json_document(args, flags, topo, ranks, header_min, header_max, stepbytes, records, started,
-                             started + simulated_s, nt.avg_busbw([r for _, r in results]))  # fmt: skip
+                             started + simulated_s, avg, okay)  # fmt: skip
         json_path.write_text(nj.encode(doc), encoding="ascii")
     if args.out is not None:
         data = _results(args, spec, topo, ranks, cc, stepbytes, results, stats)
         paths = _write(args.out, lines, data)
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if not nt.bw_passes(avg, min_bw):  # nccl-tests' main: TESTCHECK(result) prints, then returns testNumResults
+        print(nt.check_failure_line(os.getpid()), flush=True)
+        return nt.CHECK_FAILED_RC
     return 0
 
 
@@ -336,8 +342,10 @@ def _json_document(
     start: float,
     end: float,
     avg_busbw: float,
+    avg_okay: bool | str = "unchecked",
 ) -> dict[str, Any]:
-    """-J's document: under mpirun, "devices" holds each process's first GPU, as nccl-tests parses it."""
+    """-J's document: under mpirun, "devices" holds each process's first GPU, as nccl-tests parses it; `avg_okay`
+    the average's check (NCCL_TESTS_MIN_BW), "unchecked" without one."""
     devs = nt.devices(topo, ranks, args.nthreads, args.ngpus)[:: args.nthreads * args.ngpus]
     conf = nj.config(
         nthreads=args.nthreads, ngpus=args.ngpus, minbytes=minbytes, maxbytes=maxbytes, step_factor=args.stepfactor,
@@ -347,7 +355,7 @@ def _json_document(
         devices=[nj.device(d.rank, 0, d.pid, d.host, d.device, d.node, d.name) for d in devs],
     )  # fmt: skip
     return nj.document(start=start, end=end, argv=_argv(args), nccl_version=nt.NCCL_VERSION_CODE, config_obj=conf,
-                       results=records, avg_busbw=avg_busbw)  # fmt: skip
+                       results=records, avg_busbw=avg_busbw, avg_okay=avg_okay)  # fmt: skip
 
 
 def _json_result(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -727,13 +727,16 @@ def fallback_note(choice: dict[str, Any] | None) -> str | None:
     )
 
 
-def footer(results: Sequence[SizeResult], spec: BenchSpec, memory: str | None = None) -> list[str]:
+def footer(
+    results: Sequence[SizeResult], spec: BenchSpec, memory: str | None = None, min_bw: float | None = None
+) -> list[str]:
     """The summary as nccl-tests ends its output: out-of-bounds values (always 0: nothing is checked), the mean
-    busbw over every line (nccl-tests averages both column groups, which are equal here), the test's name, -M's
-    `memory` line if any, a "#" and the empty line nccl-tests prints when NCCL reports no error."""
+    busbw over both column groups of every line, OK or FAILED against `min_bw` (NCCL_TESTS_MIN_BW) if set, the
+    test's name, -M's `memory` line if any, a "#" and the empty line nccl-tests prints when NCCL reports no error."""
+    avg = avg_busbw(results)
     return [
         f"# {'Out of bounds values':<20s} : 0 OK",
-        f"# {'Avg bus bandwidth':<20s} : {avg_busbw(results):g} ",
+        f"# {'Avg bus bandwidth':<20s} : {avg:g} {bw_verdict(avg, min_bw)}",
         "#",
         f"# Collective test concluded: {spec.name}",
         *([memory] if memory is not None else []),
@@ -743,5 +746,41 @@ def footer(results: Sequence[SizeResult], spec: BenchSpec, memory: str | None = 
 
 
 def avg_busbw(results: Sequence[SizeResult]) -> float:
-    """The "Avg bus bandwidth" of the footer (GB/s)."""
-    return sum(r.busbw for r in results) / len(results) if results else 0.0
+    """The "Avg bus bandwidth" of the footer (GB/s): nccl-tests adds each column group's busbw (out-of-place and
+    in-place, which differ on one rank) and divides by their number (common.cu BenchTime: bw[0], bw_count[0])."""
+    values = [g.busbw for r in results for g in (r, r.in_place())]
+    return sum(values) / len(values) if values else 0.0
+
+
+MIN_BW_ENV = "NCCL_TESTS_MIN_BW"  # nccl-tests' check of the average busbw (GB/s; run() in common.cu)
+MIN_BW_SLACK = 0.9  # the average fails below 0.9 x NCCL_TESTS_MIN_BW
+CHECK_FAILED_RC = 7  # testNumResults: what nccl-tests' main returns when the check fails
+CHECK_FAILED_LINE = 1454  # the line of main's TESTCHECK(result) in v2.19.6 src/common.cu, which prints the failure
+
+
+def min_bw(env: Mapping[str, str]) -> float | None:
+    """NCCL_TESTS_MIN_BW as a float, None where nccl-tests checks nothing (unset, or -1, its "unchecked");
+    InputError naming the variable if it is not a number (nccl-tests' atof would read 0: every run passes)."""
+    text = env.get(MIN_BW_ENV)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"not a number (GB/s): {text!r}", field=MIN_BW_ENV) from None
+    return None if value == -1 else value
+
+
+def bw_passes(avg: float, floor: float | None) -> bool:
+    """nccl-tests' check: the average busbw at or above 0.9 x NCCL_TESTS_MIN_BW (true when unchecked)."""
+    return floor is None or avg >= floor * MIN_BW_SLACK
+
+
+def bw_verdict(avg: float, floor: float | None) -> str:
+    """What follows the average on its line: nothing unchecked, else OK or FAILED."""
+    return "" if floor is None else ("OK" if bw_passes(avg, floor) else "FAILED")
+
+
+def check_failure_line(pid: int) -> str:
+    """The line nccl-tests' TESTCHECK prints in main when the check failed (host0: rank 0's simulated host)."""
+    return f" .. host0 pid {pid}: Test failure common.cu:{CHECK_FAILED_LINE}"

@@ -167,9 +167,11 @@ def document(
     config_obj: dict[str, Any],
     results: Sequence[dict[str, Any]],
     avg_busbw: float,
+    avg_okay: bool | str = "unchecked",
 ) -> dict[str, Any]:
     """The whole file: jsonOutputInit's keys, "config", "results", writeResultFooter's and writeErrors' keys (no
-    NCCL error: ncclGetLastError's empty string) and "end_time"."""
+    NCCL error: ncclGetLastError's empty string) and "end_time". `avg_okay`: the average's NCCL_TESTS_MIN_BW check,
+    a bool, or the string "unchecked" without one (writeResultFooter)."""
     return {
         "version": JSON_FILE_VERSION,
         "start_time": time_string(start),
@@ -179,7 +181,7 @@ def document(
         "config": config_obj,
         "results": list(results),
         "out_of_bounds": {"count": 0, "okay": True},
-        "average_bus_bandwidth": {"bandwidth": Double(avg_busbw), "okay": "unchecked"},
+        "average_bus_bandwidth": {"bandwidth": Double(avg_busbw), "okay": avg_okay},
         "errors": [""],
         "end_time": time_string(end),
     }
