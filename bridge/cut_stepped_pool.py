@@ -227,7 +227,11 @@ class SteppedPool:
         self._inside = {}
         self._send(msg)
         self._rounds += 1
-        return iter([(0, self._reply())])
+        return self._replies()  # (gathered as the caller reads them: it runs its own work first, `meanwhile`)
+
+    def _replies(self) -> Iterator[tuple[int, RoundReply]]:
+        """The round's one merged reply, gathered when the caller asks for it (the workers run meanwhile)."""
+        yield 0, self._reply()
 
     def _reply(self) -> RoundReply:
         replies = self._gather()

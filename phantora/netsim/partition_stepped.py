@@ -22,6 +22,11 @@ worker, after its last round, with none past now); reuse's own runs (opening, ma
 further (`catch_up`); its records come from the merged ones (`new_records`). With a NIC latency too, the stack is
 one engine's (`factory.packet_side`): `NicLatencySimulator` over reuse over this engine, so reuse keys the flows as
 one engine's reuse gets them (without deps, the ns before their first packet) and its own runs stop there as well.
+
+Asynchronous rounds: with the fluid side directly above (no reuse, no NIC latency), it runs ahead while the workers
+run a round (`meanwhile`: the hybrid's `run_ahead`, as over decomposition workers), through its events before the
+earliest completion of a fabric flow it reacts to (`_least_reacting_end`); the flows it hands over then are posted at
+or after the round's horizon (its floor), so they wait here for the next round as any other.
 """
 
 from __future__ import annotations
@@ -111,6 +116,7 @@ class SteppedPartition(DecomposedSimulator):
         # set by the caller: the least ns between a flow's completion and a flow it may hand over because of it
         # (INF_NS: none; the fluid NVLink side's `reaction_ns`)
         self.reaction: Callable[[int], int] | None = None
+        self._ahead_of: Any = None  # the fluid side that runs ahead during rounds (`follow`), for `stats`
         self._pending: list[tuple[int, int, list[Flow]]] = []  # heap of (post ns, order, flows with all deps)
         self._pending_ids: set[int] = set()  # their ids (the workers do not know them yet)
         self._posts = 0
@@ -126,6 +132,9 @@ class SteppedPartition(DecomposedSimulator):
         hand over."""
         if nic is None:
             self.reacts, self.reaction, self.floor = hybrid.reacts_to, hybrid.reaction_ns, hybrid.submit_floor
+            if getattr(hybrid, "packet", None) is self:  # (no reuse between: its episodes read quiet between rounds)
+                self.meanwhile = hybrid.run_ahead  # the fluid side runs ahead while the workers run a round
+                self._ahead_of = hybrid
             return
         ahead = nic.latency_ns - 1
 
@@ -242,14 +251,34 @@ class SteppedPartition(DecomposedSimulator):
             return super()._horizon(until)
         t0 = time.perf_counter()
         e = until if self.floor is None else max(until, self.floor())
+        r = self._least_reacting_end()
         for t, fid, _ in self._buffer:
             d = reaction(fid)
-            if d < INF_NS and t > self._wtime:
-                e = min(e, t + d)
+            if d < INF_NS:
+                r = min(r, t)
+                if t > self._wtime:
+                    e = min(e, t + d)
+        self._react_ns = r
         if e >= INF_NS:
             e = self._last_end()
         self.bound_wall_s += time.perf_counter() - t0
         return e
+
+    def _least_reacting_end(self) -> int:
+        """The earliest ns an unfinished flow the caller reacts to can complete (INF_NS: none), for `meanwhile`
+        (the fluid side's `run_ahead` runs its events before it while the workers run a round): the least bound
+        of those flows, and no earlier than the workers' clock + 1 (every completion up to it is gathered), nor
+        than their next event when every flow they know of is posted."""
+        react = self.reacts
+        if react is None or self.meanwhile is None:
+            return INF_NS
+        lbs = self._lb
+        m = min((lbs[f] for f in self._unfinished[0] if react(f)), default=INF_NS)
+        if m >= INF_NS:
+            return INF_NS
+        nxt = self._next[0]
+        posted = self._out[0].empty() and not self._pending
+        return max(m, self._wtime + 1 if nxt is None or not posted else max(self._wtime + 1, nxt))
 
     def _last_end(self) -> int:
         """With no limit (the caller submits nothing more but after a completion it reacts to): the least ns the
@@ -284,6 +313,8 @@ class SteppedPartition(DecomposedSimulator):
         live timer left; the cut cables' messages were delivered at its last barrier), and no worker past now():
         a worker that ran ahead may have run events after now, so quiet at now is not known and not claimed (an
         episode then ends at a later call, never earlier than on one engine)."""
+        if self._rounding:  # (a round's flows are with the workers, not counted in flight until their replies)
+            return False
         return self.in_flight() == 0 and self._pool.quiet and max(self._wnow) <= self._now  # type: ignore[attr-defined]
 
     def new_records(self) -> FabricRecords:
@@ -349,6 +380,8 @@ class SteppedPartition(DecomposedSimulator):
             "critical_cpu_s": round(self.critical_cpu_s, 6),  # per round the busiest worker's CPU, summed
             "round_wall_s": round(self.round_wall_s, 6),
             "meanwhile_cpu_s": round(self.meanwhile_cpu_s, 6),  # the fluid side's work while the workers ran
+            "overlap_cpu_s": round(self.overlap_cpu_s, 6),  # per round max(busiest worker, meanwhile), summed
+            "ahead_steps": getattr(self._ahead_of, "ahead_steps", 0),  # the fluid side's event times run meanwhile
             "between_wall_s": round(self.between_wall_s, 6),
             "driver_cpu_s": round(time.process_time(), 3),  # this process's so far (imports, planning included)
             # each worker's process CPU so far: Python's imports before its setup (setup_cpu_s: ns-3, the fabric,
