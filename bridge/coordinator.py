@@ -80,6 +80,7 @@ class Coordinator:
         self.t_all_connected: float | None = None  # wall clock when the last rank said hello
         self.cpu_all_connected = 0.0
         self.jobs: JobTable | None = None  # several jobs (set by attach)
+        self.warnings: list[str] = []  # the engine's, known when it was built: told to the launcher in its welcome
 
     def attach(self, engine: NetworkSimulator) -> None:
         spec = self.spec
@@ -173,12 +174,14 @@ class Coordinator:
             self.reject(ident, E_AUTH, f"hello from pid {msg['pid']} with a wrong run token")
             return
         role = msg["role"]
-        info = {"pid": os.getpid()}
+        info: dict[str, Any] = {"pid": os.getpid()}
         window = self.spec.window_ns
         world = self.spec.world
         if role == "supervisor":
             self.supervisor = ident
             self.launcher.heard()
+            if self.warnings:
+                info = {**info, "warnings": self.warnings}
             if len(self.ident_of) == self.spec.live_ranks:  # the ranks were quicker than the supervisor
                 self.send_supervisor(encode("joined", 0, ranks=self.spec.live_ranks))
         elif role == "rank":
@@ -326,8 +329,11 @@ def main(argv: list[str] | None = None) -> int:
                 call_timeout_s=spec.server_timeout_s,
                 on_wait=coord.heartbeat,
             )
+            coord.warnings = list(engine.info.get("warnings") or [])
         else:
-            engine = make_engine(spec.engine, spec.topology, spawner=spawn_workers)
+            engine = make_engine(spec.engine, spec.topology, spawner=spawn_workers, warn=coord.warnings.extend)
+        for w in coord.warnings:
+            log(f"warning: {w}")
         coord.attach(engine)
         use_run_policy()  # (set-up done: what it made lives for the run)
         log(policy_line())

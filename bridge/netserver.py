@@ -57,6 +57,7 @@ from phantora.errors import PhantoraError
 from phantora.netsim.base import Completion, NetworkSimulator
 from phantora.netsim.decompose import FREEZE_MIN
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.engine_warnings import Tell, to_stderr
 from phantora.netsim.factory import make_engine
 from phantora.netsim.gc_pause import gc_paused, policy_line, use_run_policy
 from phantora.netsim.heartbeat import attach_beats, beat_now, detach_beats
@@ -275,11 +276,11 @@ class NetServer:
         return 0
 
 
-def open_engine(spec: EngineSpec, topo: Topology) -> NetworkSimulator:
+def open_engine(spec: EngineSpec, topo: Topology, warn: Tell = to_stderr) -> NetworkSimulator:
     """The engine a network server hosts: `make_engine`'s, keeping no FCT records (no request of the protocol asks
-    for them; a long live run would keep one a flow in ns-3)."""
+    for them; a long live run would keep one a flow in ns-3); `warn` is given its warnings when it is built."""
     keep_fct_records(False)
-    return make_engine(spec, topo, spawner=spawn_workers)
+    return make_engine(spec, topo, spawner=spawn_workers, warn=warn)
 
 
 def write_engine_traces(out: Path, engine: NetworkSimulator, topo: Topology, spec: EngineSpec | None = None) -> None:
@@ -303,13 +304,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_endpoint_file(run_dir, "net", endpoint, start.curve_public)
         t0 = time.perf_counter()
+        warnings: list[str] = []  # the engine's, known when it is built: the welcome hands them on (to the launcher)
         try:
-            engine = open_engine(spec.engine, spec.topology)
+            engine = open_engine(spec.engine, spec.topology, warnings.extend)
         except (PhantoraError, ImportError) as exc:
             log(f"cannot build the {spec.network} engine: {exc}")
             return 3
         info = {"network": spec.network, "engine": type(engine).__name__, "startup_s": time.perf_counter() - t0}
         log(f"{info['engine']} ready in {info['startup_s']:.2f} s at {endpoint}")
+        for w in warnings:
+            log(f"warning: {w}")
+        if warnings:
+            info["warnings"] = warnings
         use_run_policy()  # (set-up done: what it made lives for the run)
         log(policy_line())
         try:

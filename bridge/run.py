@@ -57,6 +57,7 @@ from phantora.collectives.spec import AlgoOptions
 from phantora.errors import InputError
 from phantora.netsim.base import Completion, Flow
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.engine_warnings import Tell, to_stderr
 from phantora.netsim.observe import ChannelUsage, FlowTransport, PacketChannelUsage
 from phantora.netsim.standalone import Alone
 from phantora.progress import Beat
@@ -100,6 +101,7 @@ class CosimResult:
     traffic_bytes: dict[str, int] = field(default_factory=dict)
     scenario: dict[str, Any] = field(default_factory=dict)  # a scenario's engine: link actions applied, steps started
     coordinator_busy_s: float = 0.0  # its longest silence spent working, not counted against it (bridge/liveness.py)
+    warnings: list[str] = field(default_factory=list)  # the engine's, told when it was built (engine_warnings)
 
     def collective(self, name: str) -> dict[str, Any]:
         """The record of the collective issued under `name`."""
@@ -170,6 +172,7 @@ class CosimRun:
         rank_preload: Sequence[str] = (),
         on_progress: Callable[[Beat], None] | None = None,
         progress_s: float = 0.5,
+        on_warnings: Tell = to_stderr,
     ) -> None:
         """`engine`: the network engine and the window W (default: the flow engine, exact).
         `engine_in_coordinator`: None = yes for flow, no for ns3 (ns-3 in the coordinator works, but
@@ -187,7 +190,9 @@ class CosimRun:
         world (its host's GPUs) and PHANTORA_LOG_DIR; the processes it starts are the ranks (phantora.runtime.spawned)
         and write their own logs there. Its exit ends nothing by itself; a non-zero exit stops the run.
         `on_progress`: given the network's progress from inside long engine calls (a `Beat` at most every
-        `progress_s`, from the network server or its workers, or an ns-3 engine in the coordinator)."""
+        `progress_s`, from the network server or its workers, or an ns-3 engine in the coordinator). `on_warnings`:
+        given the engine's warnings as soon as the coordinator's welcome brings them, when the engine is built
+        (`phantora.netsim.engine_warnings`; default: stderr); `CosimResult.warnings` keeps them."""
         engine = engine or EngineSpec()
         if transport not in TRANSPORTS:
             raise InputError(f"unknown transport {transport!r} (known: {', '.join(TRANSPORTS)})", field="transport")
@@ -237,6 +242,8 @@ class CosimRun:
             progress_s=progress_s if on_progress is not None else 0.0,
         )
         self.on_progress = on_progress
+        self.on_warnings = on_warnings
+        self.warnings: list[str] = []
         self.rank_cmd = rank_cmd
         self.spawner_cmd = None if spawner_cmd is None else [str(c) for c in spawner_cmd]
         if self.spawner_cmd is not None and live != world:
@@ -402,6 +409,9 @@ class CosimRun:
                 silence.heard()
                 if msg.type == "welcome" and welcomed_at is None:
                     welcomed_at = time.monotonic()
+                    self.warnings = [str(w) for w in (msg.get("info") or {}).get("warnings") or []]
+                    if self.warnings:
+                        self.on_warnings(self.warnings)
                 elif msg.type == "joined":
                     joined = True
                 elif msg.type == "progress" and self.on_progress is not None:
@@ -687,6 +697,7 @@ class CosimRun:
             background=[completion_from_wire(row) for row in outcome.get("background") or []],
             scenario=dict(outcome.get("scenario") or {}),
             coordinator_busy_s=self.coordinator_silence.busy_s if self.coordinator_silence is not None else 0.0,
+            warnings=self.warnings,
         )
 
     def _jobs_result(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -192,17 +192,74 @@ def test_netsim_warns_of_a_switch_without_a_shared_buffer(tmp_path: Path) -> Non
     assert json.loads((tmp_path / "b" / S.ENGINE_JSON).read_text())["warnings"] == []
 
 
+STAR8_UNSHARED = 8 * 37_500 + 8 * 4_096  # star8's switch: 8 ports of 3 x 100 Gb/s x 1 us / 8 headroom, 4 KB reserve
+
+
+def test_the_runner_reports_the_fabric_before_it_runs(tmp_path: Path) -> None:
+    """phantora-ns3-runner (what `phantora netsim` runs, no Python bindings) prints what the fabric runs by before
+    its first progress tick, so netsim warns of a 300 KB buffer on hpcc/star8 (under its 332,768 B of headroom and
+    reserve) as the run starts, not at its end."""
+    from phantora.netsim.base import Flow
+    from phantora.netsim.engine_warnings import fabric_warnings
+    from phantora.netsim.factory import make_runner
+    from phantora.topology.loader import load_topology
+
+    topo = load_topology("hpcc/star8")
+    net = make_runner(EngineSpec("ns3", PacketConfig(cc="dcqcn", buffer_bytes=300_000)), topo, tmp_path / "calls.txt")
+    net.submit([Flow(i, i + 1, 0, 1_000_000) for i in range(4)], 0)
+    seen: list[tuple[str, object]] = []
+    net.run(
+        [0, 1, 2, 3],
+        lambda got, now, events: seen.append(("tick", now)),
+        lambda pairs: seen.append(("fabric", EffectiveSettings.parse(net.config, pairs))),
+    )
+    assert [k for k, _ in seen].count("fabric") == 1 and seen[0][0] == "fabric" and len(seen) > 1, seen
+    settings = seen[0][1]
+    assert isinstance(settings, EffectiveSettings)
+    (warning,) = fabric_warnings(settings, topo)
+    assert "buffer_bytes=300,000" in warning and f"take {STAR8_UNSHARED:,} B" in warning
+
+
+def test_the_factory_tells_at_build_and_engine_json_does_not_repeat(ns3_lib, tmp_path: Path, capsys) -> None:
+    """`make_engine` gives an in-process ns-3 engine's warnings to `warn` as soon as it is built (before any flow:
+    `phantora replay`, `nccl-tests`, a network server); writing its engine.json at the end keeps them and prints
+    nothing more; every new engine tells its own; a buffer above star8's 332,768 B tells nothing."""
+    from phantora.netsim.factory import make_engine
+    from phantora.results.write import write_engine_json
+    from phantora.topology.loader import load_topology
+
+    topo = load_topology("star8")
+    for buffer, n in ((300_000, 1), (300_000, 1), (2_000_000, 0)):
+        spec = EngineSpec("ns3", PacketConfig(cc="dcqcn", buffer_bytes=buffer))
+        told: list[str] = []
+        sim = make_engine(spec, topo, warn=told.extend)
+        try:
+            assert len(told) == n and sim.now() == 0
+            assert all(f"take {STAR8_UNSHARED:,} B" in w and "switch8" in w for w in told)
+            capsys.readouterr()
+            write_engine_json(tmp_path, sim.fabric().effective(), spec, topo)
+            assert "warning" not in capsys.readouterr().err
+            assert json.loads((tmp_path / S.ENGINE_JSON).read_text())["warnings"] == told
+        finally:
+            sim.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_live_run_warns_of_a_switch_without_a_shared_buffer(tmp_path: Path) -> None:
     """`phantora run --network ns3 --set buffer_bytes=300000` on star8 (one 100G switch, 8 x 37,500 B of headroom and
-    8 x 4,096 B of reserve: 332,768 B): the summary's `warning:` line and results.json's network.warnings name it."""
+    8 x 4,096 B of reserve: 332,768 B): stderr says so when the network server has built the engine, before the first
+    step is printed; the summary's `warning:` line and results.json's network.warnings name it too."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "phantora.cli", "run", "--topology", "star8", "--nproc", "2", "--network", "ns3"]
-    cmd += ["--cc", "dcqcn", "--set", "buffer_bytes=300000", "--out", str(out), "--no-progress"]
+    cmd += ["--cc", "dcqcn", "--set", "buffer_bytes=300000", "--out", str(out), "--progress"]
     cmd += [str(ROOT / "examples" / "gpt_ddp.py"), "--steps", "2"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=540)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=540)
+    assert done.returncode == 0, done.stdout[-2000:]
     warnings = json.loads((out / S.RESULTS_JSON).read_text())["network"]["warnings"]
-    assert len(warnings) == 1 and "no shared buffer" in warnings[0] and "332,768 B" in warnings[0]
-    assert f"warning: {warnings[0]}" in done.stdout
+    assert len(warnings) == 1 and "no shared buffer" in warnings[0] and f"{STAR8_UNSHARED:,} B" in warnings[0]
+    lines = done.stdout.replace("\r", "\n").splitlines()
+    early = [i for i, line in enumerate(lines) if line == f"phantora: warning: {warnings[0]}"]
+    steps = [i for i, line in enumerate(lines) if "[phantora] step" in line]
+    assert len(early) == 1 and steps and early[0] < steps[0], done.stdout[-3000:]
+    assert f"warning: {warnings[0]}" in lines[steps[-1] :]  # the summary's line

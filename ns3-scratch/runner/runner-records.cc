@@ -102,14 +102,15 @@ void PrintRecords(ns3::PhantoraNetwork& net, std::FILE* out) {
   for (const auto& [key, value] : net.Stats()) {
     std::fprintf(out, "S %s %.17g\n", key.c_str(), value);
   }
-  for (const auto& [key, text] : net.EffectiveParams()) {
-    std::fprintf(out, "A %s %s\n", key.c_str(), text.c_str());
-  }
 }
 
 }  // namespace
 
 int RunRecords(ns3::PhantoraNetwork& net, std::vector<uint64_t> watch, std::FILE* out) {
+  for (const auto& [key, text] : net.EffectiveParams()) {  // first: what the fabric runs by, known before it runs
+    std::fprintf(out, "A %s %s\n", key.c_str(), text.c_str());
+  }
+  std::fflush(out);
   Watch(net, std::move(watch), out);
   if (net.InFlight() && !net.RunUntilIdle(kForever)) {
     std::fprintf(out, "U %llu %lld\n", static_cast<ull>(net.InFlight()), static_cast<ll>(net.Now()));

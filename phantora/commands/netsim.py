@@ -35,6 +35,7 @@ from phantora.netsim.base import Flow, NetworkSimulator, drain_observed
 from phantora.netsim.cli_config import QUEUE_SAMPLE_HELP, engine_spec_from_args
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.engine_spec import FLOW_FIELDS, EngineSpec
+from phantora.netsim.engine_warnings import Tell, fabric_warnings, tell, to_stderr, warning_line
 from phantora.netsim.factory import make_engine
 from phantora.netsim.hpcc_io import FctLine, read_hpcc_flows, write_fct_txt, write_pfc_txt
 from phantora.netsim.standalone import Alone, flow_alone, standalone_fct_ns
@@ -264,18 +265,33 @@ def _run_runner(
     from phantora.netsim.base import watch_sample
     from phantora.netsim.factory import make_runner
 
+    told: list[EffectiveSettings] = []  # what the fabric runs by, its warnings told before the run
+
+    def fabric(pairs: list[tuple[str, str]], to: Tell = to_stderr) -> None:
+        told.append(EffectiveSettings.parse(net.config, pairs))
+        tell(told[0], fabric_warnings(told[0], topo), to)
+
     with tempfile.TemporaryDirectory(prefix="phantora-netsim-") as tmp:
         net = make_runner(engine, topo, RunDir(out or Path(tmp)).file(S.NS3_CALLS_TXT))
         for start, batch in inp.batches:
             net.submit(batch, start, dports={f.id: inp.dports[f.id] for f in batch if f.id in inp.dports})
         t0 = time.perf_counter()
         if progress == "off":
-            rec = net.run()
+            rec = net.run(on_effective=fabric)
         else:
             with Progress(progress, "netsim", len(inp.flows), "flow") as bar:
                 bar.update(0)
                 watch = list(watch_sample([f.id for f in inp.flows]))
-                rec = net.run(watch, lambda got, now, events: bar.update(add=len(got), sim_ns=now, events=events))
+
+                def to(notes: list[str]) -> None:  # (not tearing the bar)
+                    for n in notes:
+                        bar.write(warning_line(n))
+
+                rec = net.run(
+                    watch,
+                    lambda got, now, events: bar.update(add=len(got), sim_ns=now, events=events),
+                    on_effective=lambda pairs: fabric(pairs, to),
+                )
         wall = time.perf_counter() - t0
     return {
         "done": {c.flow_id: c for c in rec.done},
@@ -289,7 +305,7 @@ def _run_runner(
         "transport": rec.transport,
         "links": rec.channel_usage(max(1, rec.now - inp.first_start)),
         "stats": rec.stats(net.config, topo),
-        "effective": EffectiveSettings.parse(net.config, rec.effective),
+        "effective": told[0] if told else EffectiveSettings.parse(net.config, rec.effective),
         "wall_s": wall,
         "now": rec.now,
     }

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from phantora.errors import InputError
 from phantora.netsim.base import NetworkSimulator
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.engine_warnings import Tell, fabric_warnings, tell, to_stderr
 from phantora.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def make_engine(
     partitioner: Callable[..., Any] | None = None,
     stepper: Spawner | None = None,
     whole_dag: bool = False,
+    warn: Tell = to_stderr,
 ) -> NetworkSimulator:
     """The engine `spec` describes, on `topo`: the flow engine (under its scenario, if any: `netsim.faults`),
     or ns-3 (with fluid NVLink, NIC latency, profile reuse or decomposition as its config asks).
@@ -51,7 +53,9 @@ def make_engine(
     (``partition=N``), the bridge's ``partitioner`` (`bridge.cut_pool.run_partitioned_batches`), and with
     nvlink=fluid its ``stepper`` (`bridge.cut_stepped_start.spawn_stepped`). ``scenario``: the spec's scenario
     already read (else it is read from its file). ``whole_dag``: the caller submits its whole DAG once and drains
-    it, so ``workers=N`` may build route (a)'s driver (`HybridDecomposedSimulator`; `WHOLE_DAG_DRIVER`)."""
+    it, so ``workers=N`` may build route (a)'s driver (`HybridDecomposedSimulator`; `WHOLE_DAG_DRIVER`). ``warn``:
+    given the warnings of an ns-3 engine whose fabric is in this process as soon as it is built (a switch without
+    a shared buffer: `phantora.netsim.engine_warnings`; default: stderr); workers' fabrics tell theirs later."""
     if scenario is None and spec.scenario is not None:
         from phantora.netsim.scenario import read_scenario
 
@@ -75,7 +79,7 @@ def make_engine(
             )
         return partitioned(topo, spec.packet, partitioner, stepper)
     if scenario is not None:
-        return packet_under_scenario(spec, topo, scenario, calls)
+        return built(packet_under_scenario(spec, topo, scenario, calls), topo, warn)
     from phantora.netsim.packet import Ns3Simulator
 
     config = spec.packet
@@ -105,8 +109,17 @@ def make_engine(
         decomposed.prechecked = True  # the hybrid checks each batch whole at its submit: ids, ends, deps, cycles
         return engine
     if config.nvlink == "fluid":
-        return fluid_nvlink(topo, config, calls)
-    return packet_side(Ns3Simulator(topo, config, calls=calls), config)
+        return built(fluid_nvlink(topo, config, calls), topo, warn)
+    return built(packet_side(Ns3Simulator(topo, config, calls=calls), config), topo, warn)
+
+
+def built(engine: NetworkSimulator, topo: Topology, warn: Tell) -> NetworkSimulator:
+    """`engine`, its fabric's warnings told through `warn` (once: `engine_warnings.tell`)."""
+    fabric = engine.fabric()
+    if fabric is not None:
+        settings = fabric.effective()
+        tell(settings, fabric_warnings(settings, topo), warn)
+    return engine
 
 
 def packet_under_scenario(spec: EngineSpec, topo: Topology, scenario: Scenario, calls: Path | None) -> NetworkSimulator:

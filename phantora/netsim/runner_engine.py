@@ -22,7 +22,7 @@ from phantora.netsim.base import CausalityError, Flow
 from phantora.netsim.ns3_calls import RecordedNetwork
 from phantora.netsim.packet import check_packet_batch, finalize_field
 from phantora.netsim.packet_config import PacketConfig, field_of_param
-from phantora.netsim.runner_records import RecordParser, RunnerRecords, Tick
+from phantora.netsim.runner_records import OnEffective, RecordParser, RunnerRecords, Tick
 from phantora.topology.model import Topology
 
 ENGINE_ENV = "PHANTORA_NETSIM_ENGINE"  # "inprocess": netsim loads the bindings as before (for comparisons)
@@ -93,12 +93,15 @@ class RunnerNetwork:
             if f.tag:
                 self._tags[f.id] = f.tag
 
-    def run(self, watch: Sequence[int] = (), tick: Tick | None = None) -> RunnerRecords:
-        """Run the script until every flow is acknowledged; `watch`: flows to stop at for `tick` (progress)."""
+    def run(
+        self, watch: Sequence[int] = (), tick: Tick | None = None, on_effective: OnEffective | None = None
+    ) -> RunnerRecords:
+        """Run the script until every flow is acknowledged; `watch`: flows to stop at for `tick` (progress);
+        `on_effective`: given what the fabric runs by (`EffectiveParams` pairs) before the run goes on."""
         self._net.Close()
         cmd = [str(ns3_build.runner_path()), "--records"]
         cmd += ["--watch", ",".join(str(i) for i in watch)] if watch else []
-        parser = RecordParser(self._tags, tick)
+        parser = RecordParser(self._tags, tick, on_effective)
         with tempfile.TemporaryFile("w+") as err:
             proc = subprocess.Popen([*cmd, str(self.script)], stdout=subprocess.PIPE, stderr=err, text=True)
             try:

@@ -2,8 +2,9 @@
 
 One record per line, its kind first (ns3-scratch/runner/runner-records.h): completions (C) and progress ticks
 (T) while the run goes on, then FCTs (F), PFC frames (P), queue samples (Q), drops (D), trims (R), CNPs (N),
-CE marks (E), transport counters (X), channels (L), the fabric's counters (S), what the fabric ran by (A: its
-attributes read back, `phantora.netsim.effective`) and the end (Z).
+CE marks (E), transport counters (X), channels (L), the fabric's counters (S) and the end (Z). What the fabric runs
+by (A: its attributes read back, `phantora.netsim.effective`) comes first, before the run (a runner built before
+that prints it before Z), so a caller can warn of its settings at once (`RecordParser`'s ``on_effective``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 
 # tick(completions since the last tick, now ns, events so far)
 Tick = Callable[[list[Completion], int, int], None]
+# on_effective(the A records' (key, text) pairs), once they are all in
+OnEffective = Callable[[list[tuple[str, str]]], None]
 
 
 @dataclass
@@ -67,19 +70,24 @@ class RunnerRecords:
 
 
 class RecordParser:
-    """Feeds the runner's lines into a `RunnerRecords`; `tick` is called at each T line."""
+    """Feeds the runner's lines into a `RunnerRecords`; `tick` is called at each T line, `on_effective` at the
+    first line after the A records."""
 
-    def __init__(self, tags: dict[int, str], tick: Tick | None = None) -> None:
+    def __init__(self, tags: dict[int, str], tick: Tick | None = None, on_effective: OnEffective | None = None) -> None:
         """`tags`: flow id -> tag, given to the completions (and taken out, as the in-process engine does)."""
         self.records = RunnerRecords()
         self._tags = tags
         self._tick = tick
+        self._on_effective = on_effective
         self._since: list[Completion] = []
 
     def feed(self, line: str) -> None:
         """One line of the runner's output."""
         kind, _, rest = line.partition(" ")
         r = self.records
+        if kind != "A" and r.effective and self._on_effective is not None:
+            told, self._on_effective = self._on_effective, None
+            told(r.effective)
         if kind == "Q":
             r.queues.append(QueueSample(*map(int, rest.split())))
         elif kind == "C":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from typing import IO, Any
 from phantora.netsim.base import Completion, Flow, NetworkSimulator
 from phantora.netsim.effective import EffectiveSettings
 from phantora.netsim.engine_spec import EngineSpec
+from phantora.netsim.engine_warnings import fabric_warnings, tell
 from phantora.netsim.observe import (
     ChannelUsage,
     CnpEvent,
@@ -340,22 +340,22 @@ def engine_document(
     """engine.json: the run's `EngineSpec` as plain data ("spec", None if not given), the packet engine's own
     report of what it ran by ("ns3": `EffectiveSettings.report`, None for an engine without ns-3) and "warnings"
     on what it ran by (switches without a shared buffer, named from `topo`)."""
-    note = None if settings is None else settings.unshared_note({n.id: n.name for n in topo.nodes} if topo else None)
     return {
         "schema": S.ENGINE,
         "spec": None if spec is None else json.loads(json.dumps(spec.to_dict(), default=str)),
         "ns3": None if settings is None else settings.report(),
-        "warnings": [note] if note else [],
+        "warnings": [] if settings is None else fabric_warnings(settings, topo),
     }
 
 
 def write_engine_json(
     out: Path, settings: EffectiveSettings | None, spec: EngineSpec | None = None, topo: Topology | None = None
 ) -> Path:
-    """out/engine.json (`engine_document`); its warnings also go to stderr, one line each."""
+    """out/engine.json (`engine_document`); its warnings also go to stderr, one line each, unless they were told
+    when the engine was built (`phantora.netsim.engine_warnings.tell`)."""
     doc = engine_document(settings, spec, topo)
-    for note in doc["warnings"]:
-        print(f"phantora: warning: {note}", file=sys.stderr, flush=True)
+    if settings is not None:
+        tell(settings, doc["warnings"])
     return write_json(out / S.ENGINE_JSON, doc, sort_keys=False)
 
 
