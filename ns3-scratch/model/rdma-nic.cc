@@ -205,6 +205,7 @@ void RdmaNic::StartFlow(const QpSpec& spec) {
   }
   const uint64_t now = NowNs();
   qp->lastProgressNs = now;
+  qp->capFloorPs = now * 1000;
   const uint64_t rate = m_dev[qp->port]->GetRateBps();
   qp->rttNs = m_baseRtt(m_id, spec.dst, spec.key);
   qp->bdpBytes = m_bdp(m_id, spec.dst, spec.key);
@@ -487,6 +488,15 @@ bool RdmaNic::Dequeue(uint32_t port, const bool* paused, TxItem& out) {
       earliest = std::min(earliest, conn->nextAvailPs);
       continue;
     }
+    if (qp->spec.maxRateBps != 0) {  // rate cap: not before the next packet's payload at the cap has gone
+      const uint64_t left = lost ? qp->spec.size : qp->spec.size - qp->sndNxt;  // (a resend's length: at most)
+      const uint32_t next = static_cast<uint32_t>(std::min<uint64_t>(m_payloadBytes, left));
+      const uint64_t due = CapDuePs(qp, next);
+      if (due > nowPs) {
+        earliest = std::min(earliest, due + 999);  // wake in the ns it is due by, not before
+        continue;
+      }
+    }
     if (!m_strict) {  // round robin: the first due queue pair
       pick = qp;
       pickIdx = idx;
@@ -548,6 +558,7 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
     m_retxTrace(qp->spec.id, hdr.payload, qp->maxSent >= qp->spec.size);
   }
   ++m_counters.dataPackets;
+  Qp* queueNext = nullptr;  // its queue's next message, once this packet is the last new one of its own
   if (!resend) {
     qp->sndNxt += hdr.payload;
     qp->maxSent = std::max(qp->maxSent, qp->sndNxt);
@@ -555,8 +566,9 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
       qp->lastByteNs = static_cast<int64_t>(nowNs);
     }
     if (qp->spec.queue != 0 && qp->sndNxt >= qp->spec.size) {  // its queue's next flow may go: wake its port
-      for (const Qp* q : m_queues.at(qp->spec.queue)) {
+      for (Qp* q : m_queues.at(qp->spec.queue)) {
         if (q->sndNxt < q->spec.size) {
+          queueNext = q;
           if (q->port != qp->port && !q->stalled) {
             m_dev[q->port]->Kick();
           }
@@ -585,21 +597,43 @@ void RdmaNic::BuildData(Qp* qp, TxItem& out, uint64_t nowNs) {
   // Pace on an exact ps timeline: the packet's ideal start is when it became due (or up to 1 ns ago, if
   // the queue pair was held back), so whole-ns event times never lower the long-run rate.
   const uint64_t nowPs = nowNs * 1000;
-  const uint64_t idealStart = std::max(conn->nextAvailPs, nowPs >= 999 ? nowPs - 999 : 0);
-  // The rate cap is payload bits/s: it binds when the payload at the cap takes longer than the wire bytes at
-  // `rate` (payload x rate > wire x cap); then the payload is paced at the cap, so the flow's payload rate is
-  // the cap exactly, whatever the packet sizes. The sub-ps remainder restarts when the pacing rate switches.
-  const uint64_t cap = qp->spec.maxRateBps;
-  const bool capped = cap != 0 && hdr.payload != 0 &&
-                      static_cast<unsigned __int128>(hdr.payload) * rate > static_cast<unsigned __int128>(wire) * cap;
-  if (capped != conn->capPaced) {
-    conn->capPaced = capped;
-    conn->paceRem = 0;
+  const uint64_t held = CapDuePs(qp, hdr.payload);  // rate cap (payload bits/s): Dequeue held it until then
+  const uint64_t idealStart = std::max({conn->nextAvailPs, held, nowPs >= 999 ? nowPs - 999 : 0});
+  if (held != 0) {
+    NS_LOG_LOGIC("flow " << qp->spec.id << ": " << hdr.payload << " B capped at " << qp->spec.maxRateBps
+                         << " bit/s, due at " << held << " ps");
   }
-  conn->nextAvailPs = idealStart + (capped ? SerialisationPs(hdr.payload, cap, conn->paceRem)
-                                           : SerialisationPs(wire, rate, conn->paceRem));
+  // The next packet: after this one's wire bytes at `rate`; a rate cap's own wait (the next packet's payload at
+  // the cap after this one's end at line rate) is CapDuePs's, so the flow's payload rate is the cap exactly.
+  conn->nextAvailPs = idealStart + SerialisationPs(wire, rate, conn->paceRem);
+  conn->lastStartPs = idealStart;
+  conn->lastWire = wire;
+  if (queueNext != nullptr && queueNext->spec.maxRateBps != 0) {  // its cap counts from this packet's end
+    queueNext->capFloorPs = std::max(queueNext->capFloorPs, idealStart + LinePs(qp, wire));
+  }
   conn->cc->OnSend(hdr.payload, nowNs);
   ArmRto(qp);
+}
+
+uint64_t RdmaNic::LinePs(const Qp* qp, uint32_t wire) const {
+  uint64_t rem = 0;
+  return SerialisationPs(wire, m_dev[qp->port]->GetRateBps(), rem);
+}
+
+uint64_t RdmaNic::CapDuePs(const Qp* qp, uint32_t payload) const {
+  const uint64_t cap = qp->spec.maxRateBps;
+  if (cap == 0 || payload == 0) {
+    return 0;
+  }
+  const Conn* conn = qp->conn;
+  const uint64_t prevEnd = conn->lastWire == 0 ? 0 : conn->lastStartPs + LinePs(qp, conn->lastWire);
+  uint64_t rem = 0;
+  const uint64_t end = std::max(prevEnd, qp->capFloorPs) + SerialisationPs(payload, cap, rem);
+  PhantoraHeader h;
+  h.type = PktType::Data;
+  h.payload = payload;
+  const uint64_t tx = LinePs(qp, m_wire.Bytes(h));
+  return end > tx ? end - tx : 0;
 }
 
 void RdmaNic::Receive(uint32_t port, const Ptr<PhantoraPacket>& pkt) {

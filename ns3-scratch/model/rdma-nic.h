@@ -82,8 +82,12 @@ struct QpSpec {
  * and, for a tail loss, when no ACK came for 3 base RTTs (1.75 once everything was sent once) with data in
  * flight, the packets sent a base RTT ago or more are taken as lost (htsim sends a probe packet there first).
  * Rate cap: a queue pair with QpSpec::maxRateBps is paced at min(CC rate, line rate, cap); the cap counts
- * payload bits, so where it binds a packet's payload is paced at the cap (its wire bytes at cap x wire /
- * payload: for a full packet, cap x (payload + header) / payload).
+ * payload bits and is charged for the packet being sent, as a fluid flow at the cap would carry it: a packet's
+ * last bit leaves (at line rate) no earlier than its payload at the cap after the previous packet's end on its
+ * queue pair, or, for a message's first packet, after the message's start (its queue's previous message's end,
+ * if later). So packet k of a message started at t ends no earlier than t + (k + 1) x payload x 8 / cap, the
+ * short last packet at t + size x 8 / cap; where the cap does not bind (payload / cap <= wire / line) nothing
+ * is held.
  */
 class RdmaNic : public Object, public PortOwner {
  public:
@@ -185,7 +189,8 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t streamBytes = 0;   ///< bytes of the messages started on it so far (the CC's sequence space)
     uint64_t nextAvailPs = 0;   ///< pacing: earliest time of the next packet
     uint64_t paceRem = 0;       ///< sub-ps remainder of the pacing intervals
-    bool capPaced = false;      ///< the last packet was paced by the rate cap (paceRem is of the cap then)
+    uint64_t lastStartPs = 0;   ///< the last data packet's ideal start (ps) and wire bytes: where the rate cap
+    uint32_t lastWire = 0;      ///< of the next packet counts from (its end at line rate; CapDuePs)
     uint32_t dst = 0;
     std::vector<Qp*> open;      ///< its messages not finished, in the order they started
     RepsFreeze reps;            ///< LoadBalancing reps: freezing after a timeout, across its messages
@@ -202,6 +207,8 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t sndUna = 0;
     uint64_t maxSent = 0;       ///< highest byte sent so far (to count retransmissions)
     int64_t lastByteNs = -1;    ///< the ns the last byte was first sent (completion bounds), -1 before
+    uint64_t capFloorPs = 0;    ///< rate cap: its first packet's payload counts from here (its start, or its
+                                ///< queue's previous message's last packet's end)
     uint64_t lastProgressNs = 0;
     uint64_t lastRewindSeq = UINT64_MAX;
     uint64_t lastRewindNs = 0;
@@ -263,6 +270,12 @@ class RdmaNic : public Object, public PortOwner {
   /// Bytes in flight on qp's queue pair, over all its messages (what its CC window caps).
   uint64_t InFlight(const Qp* qp) const;
   void BuildData(Qp* qp, TxItem& out, uint64_t nowNs);
+  /// Rate cap: the earliest ideal start (ps) of qp's next data packet of `payload` bytes, so that its last bit
+  /// leaves at line rate no earlier than its payload at the cap after the previous packet's end (or the floor);
+  /// 0 without a cap.
+  uint64_t CapDuePs(const Qp* qp, uint32_t payload) const;
+  /// The ps `wire` bytes take at the line rate of qp's port (no remainder carried).
+  uint64_t LinePs(const Qp* qp, uint32_t wire) const;
   void ReceiveData(uint32_t port, const PhantoraHeader& hdr);
   /// Receiver credits: a data packet asked for credit (arrived on `port`).
   void CreditAsk(Rx& rx, const PhantoraHeader& hdr, uint32_t port);

@@ -292,10 +292,12 @@ class SingleFlowTest : public TestCase {
   uint32_t m_payload;
 };
 
-/// A rate-capped flow (SetMaxRate, payload bits/s) through one switch: its NIC paces each packet's payload at
-/// the cap, so packet k leaves at k x payload x 8 / cap (the cap binds: 25 of 100 Gb/s), and the last byte
-/// arrives after the last packet's two serialisations at line rate and both delays. The last packet is short
-/// (500 B): the cap still counts payload only.
+/// A rate-capped flow (SetMaxRate, payload bits/s) through one switch: its NIC charges each packet's payload at
+/// the cap before the packet's last bit leaves, so packet k's last bit leaves at (k + 1) x payload x 8 / cap (the
+/// cap binds: 25 of 100 Gb/s), the flow's last byte at size x 8 / cap as a fluid flow at the cap, and it arrives
+/// after the last packet's second serialisation at line rate and both delays. The last packet is short (500 B):
+/// the cap still counts payload only. A one-packet flow is held likewise (its payload at the cap, not its wire
+/// bytes at line rate).
 class RateCapTest : public TestCase {
  public:
   RateCapTest() : TestCase("a rate-capped flow is paced at its cap, in payload bits per second") {}
@@ -322,12 +324,10 @@ class RateCapTest : public TestCase {
     NS_TEST_ASSERT_MSG_EQ(net.RunUntilIdle(int64_t{1} << 40), true, "the flow completes");
     const auto done = net.DrainCompletions();
     NS_TEST_ASSERT_MSG_EQ(done.size(), 1u, "one completion");
-    const double full = static_cast<double>(size / payload);  // full packets before the short last one
-    const double lastStart = full * payload * 8.0 / (cap / 1e9);
+    const double lastLeft = size * 8.0 / (cap / 1e9);  // the last bit leaves the NIC: the whole payload at the cap
     const double lastHop = (size - size / payload * payload + 48) * 8.0 / (bps / 1e9);
-    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs - done[0].startNs),
-                              lastStart + 2 * lastHop + 2.0 * delayNs, 3.0,
-                              "last packet at full x payload / cap, then two hops at line rate and 2 delays");
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(done[0].endNs - done[0].startNs), lastLeft + lastHop + 2.0 * delayNs,
+                              2.0, "last bit out at size / cap, then the switch's hop at line rate and 2 delays");
     // The standalone FCT at the flow's own rate: base RTT + its payload at the cap (which binds over the wire
     // bytes at line rate), so the flow, alone, has slowdown 1 within one packet at the cap.
     NS_TEST_ASSERT_MSG_EQ(net.RunUntilQuiet(int64_t{1} << 40), true, "and is acknowledged");
@@ -338,6 +338,19 @@ class RateCapTest : public TestCase {
     NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(fct[0].standaloneNs), alone, 1.0, "standalone FCT at the cap");
     NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(fct[0].fctNs), alone, payload * 8.0 / (cap / 1e9),
                               "alone at its cap: the FCT is its standalone FCT within one packet at the cap");
+    net.Close();
+
+    PhantoraNetwork one;  // one packet: held until its payload at the cap has gone, not sent at once
+    one.SetParam("nic.PayloadSize", std::to_string(payload));
+    const auto [c, d] = TwoHostsOneSwitch(one, bps, delayNs);
+    one.AddFlow(9, c, d, 500, 0, 3, 9, {}, 0);
+    one.SetMaxRate(9, cap);
+    NS_TEST_ASSERT_MSG_EQ(one.RunUntilIdle(int64_t{1} << 40), true, "the one-packet flow completes");
+    const auto single = one.DrainCompletions();
+    NS_TEST_ASSERT_MSG_EQ(single.size(), 1u, "one completion");
+    NS_TEST_ASSERT_MSG_EQ_TOL(static_cast<double>(single[0].endNs - single[0].startNs),
+                              500 * 8.0 / (cap / 1e9) + (500 + 48) * 8.0 / (bps / 1e9) + 2.0 * delayNs, 2.0,
+                              "one packet: out at 500 B / cap, then the switch's hop and 2 delays");
   }
 };
 
