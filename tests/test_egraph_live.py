@@ -73,7 +73,8 @@ def test_8_rank_recording_replays_exactly_and_predicts_2x_oversubscription(recor
 
 def scripted_ranks(graph, world: int) -> list[list[Op]]:
     """The recorded programs as scripted ranks of a `world`-rank job: rank r runs the program of rank
-    r mod (recorded world), every collective over the whole new world (DDP / FSDP have one group)."""
+    r mod (recorded world), every collective over the whole new world (DDP / FSDP have one group) with its recorded
+    reduction (FSDP2 reduce-scatters with avg, which NCCL runs on other algorithms than a sum: 1ad4874)."""
     scripts = []
     for r in range(world):
         entry = graph.ranks[r % graph.world]
@@ -88,7 +89,7 @@ def scripted_ranks(graph, world: int) -> list[list[Op]]:
                 assert sorted(group) == list(range(graph.world)), group
                 root = None if node.root is None else node.root  # group-local == global over the world
                 where[i] = len(ops)
-                ops.append(("x", node.kind, range(world), node.nbytes, node.dtype, root))
+                ops.append(("x", node.kind, range(world), node.nbytes, node.dtype, root, node.redop))
             elif isinstance(node, Wait):
                 ops += [("w", where[j]) for j in node.refs]
             elif isinstance(node, Step):
@@ -107,7 +108,9 @@ def test_8_rank_recording_scales_to_64_ranks(recorded8) -> None:
     assert rep.parallelism == ("ddp" if example == "gpt_ddp" else "fsdp")
     topo = one_per_leaf(64, 1)
     pred = replay_graph(scaled, topo, FlowSimulator(topo)).step_times_ns
-    live = step_times(cosim(topo, scripted_ranks(graph, 64)))
+    live = step_times(cosim(topo, scripted_ranks(graph, 64)))  # each collective with its recorded reduction
+    rs = {n.redop for p in graph.programs for n in p.nodes if isinstance(n, Coll) and n.kind == "reduce_scatter"}
+    assert rs == ({"avg"} if example == "gpt_fsdp" else set()), rs  # FSDP2 averages its gradients' shards
     assert pred == pytest.approx(live, rel=0.03)
     print(f"{example} 8 -> 64: replayed {pred}, co-simulated {live}, recorded at 8 {graph.recorded_step_times()}")
 

@@ -31,7 +31,8 @@ B = 100 * 10**9
 LAT = 1000
 MiB = 2**20
 
-Op = tuple[Any, ...]  # ("c", name, dur) | ("x", kind, group, nbytes[, dtype, root]) | ("w", index of an "x") | ("s",)
+# ("c", name, dur) | ("x", kind, group, nbytes[, dtype, root[, redop]]) | ("w", index of an "x") | ("s",)
+Op = tuple[Any, ...]
 
 
 def star(n: int, rate: str = "100Gbps") -> Topology:
@@ -107,15 +108,17 @@ def cosim(
                 clock[r] += op[2]
             elif op[0] == "x":
                 _, kind, group, nbytes, *more = op
-                dtype, root = more if more else ("bf16", None)  # root: a global rank, as the client takes it
+                dtype, root, *rest = more if more else ("bf16", None)  # root: a global rank, as the client takes it
+                redop = rest[0] if rest else "sum"
+                extra = {"redop": redop} if redop != "sum" else {}  # sent only when not sum, as RankClient does
                 group = tuple(group)
                 seq = seqs[r].get(group, 0)
                 seqs[r][group] = seq + 1
                 h = len(handle[r]) + 1
                 handle[r][pc[r]] = h
                 msg(r, "coll", clock[r], h=h, group=list(group), seq=seq, kind=kind, nbytes=nbytes, dtype=dtype,
-                    root=root, name=f"{kind}{seq}", algo=None)  # fmt: skip
-                recs[r].collective(h, group, seq, kind, nbytes, dtype, root, clock[r])
+                    root=root, name=f"{kind}{seq}", algo=None, **extra)  # fmt: skip
+                recs[r].collective(h, group, seq, kind, nbytes, dtype, root, clock[r], redop=redop)
                 unwaited[r].append(h)
             elif op[0] == "w":
                 if not join(r, handle[r][op[1]]):
