@@ -257,8 +257,11 @@ def build_runs(spec: SweepSpec, out_dir: Path) -> list[RunSpec]:
 
 
 def table_rows(spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunOutcome]) -> list[dict[str, Any]]:
-    """One row per run: run number, status, error, wall time, directory, every parameter, every metric."""
-    from phantora.report.compare import SUMMARY, summarise
+    """One row per run: run number, status, error, wall time, directory, every parameter, every metric, and
+    `warnings`: how many warnings the run's engine gave (engine.json's, e.g. a switch without a shared buffer; a
+    count, so `df[df.warnings > 0]` finds them and a groupby sums them; their text is in each run's engine.json and
+    under the printed table)."""
+    from phantora.report.compare import SUMMARY, engine_warnings, summarise
     from phantora.results.read import load_run
 
     rows = []
@@ -274,6 +277,7 @@ def table_rows(spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunO
         row.update({k: run.params[k] for k in spec.params})
         metrics: dict[str, Any] = dict.fromkeys(SUMMARY)
         metrics["time_kind"] = None
+        metrics["warnings"] = None
         if res.status == "ok":
             try:
                 data = load_run(run.out, run.label)
@@ -282,6 +286,7 @@ def table_rows(spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunO
             else:
                 metrics.update(summarise(data))
                 metrics["time_kind"] = data.time_kind if data.time_ns is not None else None
+                metrics["warnings"] = len(engine_warnings(data))
         row.update({f"m.{k}" if k in spec.params else k: v for k, v in metrics.items()})
         rows.append(row)
     return rows
@@ -476,6 +481,9 @@ def run_sweep(
         if failed:
             bar.write(f"run {run.index} failed ({run.describe()}): {res.error}")
 
+    def warned(run: RunSpec, text: str) -> None:  # as the run prints it (its engine's, when built)
+        bar.write(f"run {run.index} ({run.describe()}): warning: {text}")
+
     try:
         if ray_address is not None:
             from phantora.sweep_ray import run_on_ray
@@ -483,7 +491,7 @@ def run_sweep(
             fresh = run_on_ray(todo, ray_address, spec.timeout_s, on_done=done)
         else:
             prebuild_ns3(todo, say)
-            fresh = run_local(todo, n_jobs, spec.timeout_s, on_done=done)
+            fresh = run_local(todo, n_jobs, spec.timeout_s, on_done=done, on_warning=warned)
     finally:
         bar.close()
     by_index = {**kept, **{o.index: o for o in fresh}}
@@ -515,7 +523,8 @@ def run_sweep(
 
 
 def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
-    """A short table of the sweep: swept parameters and the main metrics, one line per run."""
+    """A short table of the sweep: swept parameters and the main metrics, one line per run, and under it each
+    warning the runs' engines gave, with the runs that gave it."""
     from phantora.report.compare import fmt_spread, fmt_value
 
     params = list(spec.grid) or ["run"]
@@ -527,14 +536,15 @@ def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
         ("queue_max_bytes", "qmax KB", "bytes"),
         ("ecn_marks", "ecn", "count"),
     ]
-    head = ["run", "status", *[p.removeprefix("set.") for p in params], *[c[1] for c in cols]]
+    head = ["run", "status", *[p.removeprefix("set.") for p in params], *[c[1] for c in cols], "warnings"]
     body = []
     for r in rows:
         body.append(
             [str(r["run"]), r["status"], *[str(r.get(p)) for p in params]]
             + [fmt_value(r.get(k), u) if r["status"] == "ok" else "-" for k, _, u in cols]
+            + [str(r["warnings"]) if r.get("warnings") is not None else "-"]
         )
-    lines = _aligned(head, body)
+    lines = _aligned(head, body) + warning_lines(rows)
     grouped = seed_rows(spec, rows)
     if grouped:
         keys = [p for p in params if p != "seed"]
@@ -549,6 +559,18 @@ def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
             *_aligned(head, body),
         ]
     return "\n".join(lines)
+
+
+def warning_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """'warning (runs 0, 2): TEXT' for each distinct warning of the rows' runs (their engine.json), in run order."""
+    from phantora.report.compare import warnings_in
+
+    runs: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("warnings"):
+            for w in warnings_in(Path(r["dir"])):
+                runs.setdefault(w, []).append(str(r["run"]))
+    return [f"warning (run{'s' if len(n) > 1 else ''} {', '.join(n)}): {w}" for w, n in runs.items()]
 
 
 def _spread_of(row: dict[str, Any], key: str) -> dict[str, float] | None:

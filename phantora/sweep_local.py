@@ -5,11 +5,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from phantora.errors import PhantoraError
 from phantora.results import schema as S
@@ -59,31 +61,70 @@ def error_line(stderr: str, stdout: str = "") -> str:
     return out[-1] if out else ""
 
 
-def run_local_one(run: RunSpec, timeout_s: float | None, python: str = sys.executable) -> RunOutcome:
-    """Run one configuration as `python -m phantora.cli ...`; its output goes to <run dir>/run.log."""
+WARNING = "phantora: warning: "  # how a run's warnings start on its stderr (phantora.netsim.engine_warnings)
+OnWarning = Callable[[RunSpec, str], None]  # (the run, its warning's text), as soon as the run prints it
+
+
+def run_local_one(
+    run: RunSpec, timeout_s: float | None, python: str = sys.executable, on_warning: OnWarning | None = None
+) -> RunOutcome:
+    """Run one configuration as `python -m phantora.cli ...`; its output goes to <run dir>/run.log, and each
+    warning line of its stderr to `on_warning` as it comes (an engine's, when it is built)."""
     if run.out.exists():
         shutil.rmtree(run.out)
     run.out.mkdir(parents=True)
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            [python, "-m", "phantora.cli", *run.args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-        error = "" if rc == 0 else error_line(err, out) or f"exit status {rc}"
-    except subprocess.TimeoutExpired as exc:
-        rc = None
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+
+    def each(line: str) -> None:
+        if on_warning is not None and line.startswith(WARNING):
+            on_warning(run, line[len(WARNING) :].rstrip("\n"))
+
+    rc, out, err = _run_reading([python, "-m", "phantora.cli", *run.args], timeout_s, each)
+    if rc is None:
         error = f"timed out after {timeout_s:g} s"
+    else:
+        error = "" if rc == 0 else error_line(err, out) or f"exit status {rc}"
     wall = time.perf_counter() - t0
     write_log(run, out, err)
     return RunOutcome(run.index, "ok" if rc == 0 else "failed", rc, error, wall)
+
+
+def _run_reading(
+    cmd: list[str], timeout_s: float | None, each_err: Callable[[str], None]
+) -> tuple[int | None, str, str]:
+    """(exit code, None if killed at `timeout_s`; stdout; stderr) of `cmd`, each stderr line given to `each_err` as
+    it comes (a thread a stream, so neither pipe fills)."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, errors="replace"
+    )
+    got: dict[str, list[str]] = {"out": [], "err": []}
+
+    def pump(stream: IO[str], into: list[str], each: Callable[[str], None] | None) -> None:
+        for line in stream:
+            into.append(line)
+            if each is not None:
+                each(line)
+
+    assert proc.stdout is not None and proc.stderr is not None
+    pumps = [
+        threading.Thread(target=pump, args=(proc.stdout, got["out"], None), daemon=True),
+        threading.Thread(target=pump, args=(proc.stderr, got["err"], each_err), daemon=True),
+    ]
+    for t in pumps:
+        t.start()
+    try:
+        rc: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        rc = None
+    except BaseException:  # ^C, SIGTERM: the run ends with the sweep
+        proc.kill()
+        proc.wait()
+        raise
+    for t in pumps:
+        t.join(timeout=10)
+    return rc, "".join(got["out"]), "".join(got["err"])
 
 
 def write_log(run: RunSpec, stdout: str, stderr: str) -> None:
@@ -118,11 +159,13 @@ def run_local(
     jobs: int,
     timeout_s: float | None,
     on_done: Callable[[RunSpec, RunOutcome], None] | None = None,
+    on_warning: OnWarning | None = None,
 ) -> list[RunOutcome]:
-    """Run every configuration on local cores, `jobs` at a time; a failure does not stop the others."""
+    """Run every configuration on local cores, `jobs` at a time; a failure does not stop the others. `on_warning`:
+    given each warning a run prints, as it prints it (`run_local_one`)."""
     outcomes: dict[int, RunOutcome] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run_local_one, r, timeout_s): r for r in runs}
+        futures = {pool.submit(run_local_one, r, timeout_s, on_warning=on_warning): r for r in runs}
         try:
             for fut in as_completed(futures):
                 run = futures[fut]

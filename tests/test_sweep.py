@@ -331,3 +331,40 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert other.returncode == 2 and "holds another sweep" in other.stderr and "--no-resume" in other.stderr
+
+
+def test_a_runs_warning_is_handed_on_while_the_run_still_runs(tmp_path: Path) -> None:
+    """`run_local_one` reads the run's stderr as it comes: its "phantora: warning: " line reaches `on_warning`, tagged
+    with the run, while the process runs (this one waits for the file the callback writes: were stderr read only at
+    its end, it would time out); its output still goes to run.log."""
+    import os
+    import stat
+    import sys
+
+    from phantora.sweep_local import RunSpec, run_local_one
+
+    seen = tmp_path / "seen"
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import os, sys, time\n"
+        "print('phantora: warning: buffer_bytes=300,000 leaves switch8 no shared buffer', file=sys.stderr)\n"
+        "sys.stderr.flush()\n"
+        f"while not os.path.exists({str(seen)!r}):\n    time.sleep(0.01)\n"
+        "print('ran on')\n"
+    )
+    python = tmp_path / "python"  # stands for the interpreter: runs the child whatever its arguments
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {child}\n")
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    run = RunSpec(3, {"set.buffer_bytes": 300_000}, [], tmp_path / "run", {})
+    told: list[tuple[int, str]] = []
+
+    def on_warning(r: RunSpec, text: str) -> None:
+        told.append((r.index, text))
+        seen.write_text("")
+
+    res = run_local_one(run, 60, python=str(python), on_warning=on_warning)
+    assert res.status == "ok" and res.returncode == 0, res.error
+    assert told == [(3, "buffer_bytes=300,000 leaves switch8 no shared buffer")]
+    log = (run.out / "run.log").read_text()
+    assert "ran on" in log and "phantora: warning: buffer_bytes=300,000" in log
+    assert os.path.exists(seen)

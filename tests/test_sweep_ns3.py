@@ -112,3 +112,30 @@ def test_cc_sweep_incast_netsim(tmp_path: Path) -> None:
     runs, cmp = load_and_compare([r.out for r in res.runs])
     assert cmp.metric("pfc_paused_ns").diff_pct[3] < 0  # dctcp pauses less than none
     assert all(v is not None for v in cmp.metric("queue_max_bytes").values)
+
+
+def test_sweep_csv_counts_each_runs_engine_warnings(tmp_path: Path, capsys) -> None:
+    """sweep.csv's `warnings` counts the warnings each run's engine gave (engine.json): on hpcc/star8 (one switch of 8
+    ports, 3 x 100 Gb/s x 1 us / 8 = 37,500 B of PFC headroom and 4,096 B of reserve each: 332,768 B) a 300 KB
+    buffer leaves no shared pool (1), 2 MB does (0); the printed table has the column and the warning under it with
+    the run that gave it; the sweep told it while the run ran, tagged with the run."""
+    import pandas as pd
+
+    from phantora.sweep import format_rows
+
+    _skip_without_ns3()
+    spec = SweepSpec(
+        name="buffers",
+        command=("netsim", "--topology", "hpcc/star8", "--flows", "{flows}", "--out", "{out}"),
+        fixed={"flows": str(ROOT / "workloads" / "incast4.flows.txt"), "network": "ns3", "cc": "dcqcn"},
+        grid={"set.buffer_bytes": [300_000, 2_000_000]},
+        timeout_s=600,
+    )
+    res = run_sweep(spec, tmp_path / "sweep", jobs=2, progress="lines", plots=False)
+    told = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(told) == 1 and told[0].startswith("run 0 (") and f"take {8 * 37_500 + 8 * 4_096:,} B" in told[0]
+    df = pd.read_csv(tmp_path / "sweep" / "sweep.csv")
+    assert df["status"].tolist() == ["ok", "ok"] and df["warnings"].tolist() == [1, 0]
+    table = format_rows(spec, res.rows).splitlines()
+    assert table[0].split()[-1] == "warnings" and [line.split()[-1] for line in table[2:4]] == ["1", "0"]
+    assert table[4] == "warning (run 0): " + told[0].split(": warning: ", 1)[1]

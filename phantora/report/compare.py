@@ -90,7 +90,12 @@ def fct_stats(flows: Flows | None) -> dict[str, Value]:
 def engine_warnings(run: RunData) -> list[str]:
     """The packet engine's warnings on what the run ran by (engine.json "warnings": a switch without a shared
     buffer, ...); empty for a run without them."""
-    warnings = (read_document(run.path, S.ENGINE_JSON) or {}).get("warnings")
+    return warnings_in(run.path)
+
+
+def warnings_in(path: Path) -> list[str]:
+    """`engine_warnings` of the run directory `path`."""
+    warnings = (read_document(path, S.ENGINE_JSON) or {}).get("warnings")
     return [str(w) for w in warnings] if isinstance(warnings, list) else []
 
 
