@@ -247,7 +247,7 @@ def _idle_fabric(cfg: RunConfig, topo: Topology, traffic: dict[str, int]) -> dic
     return {"idle_fabric": idle} if idle else {}
 
 
-def _engine_warnings(out: Path, told: list[str]) -> dict[str, Any]:
+def engine_warnings(out: Path, told: list[str]) -> dict[str, Any]:
     """{"warnings": [...]}: the packet engine's (e.g. a switch without a shared buffer), `told` when it was built
     (`CosimResult.warnings`), else from the run's engine.json (workers' engines tell theirs there); else {}."""
     from phantora.results.read import read_document
@@ -388,7 +388,7 @@ def launch(cfg: RunConfig) -> RunReport:
                 **({"flows_note": cosim.flows_note} if cosim.flows_note else {}),
                 **({"traffic_bytes": cosim.traffic_bytes} if cosim.traffic_bytes else {}),
                 **_idle_fabric(cfg, topo, cosim.traffic_bytes),
-                **_engine_warnings(out, cosim.warnings),
+                **engine_warnings(out, cosim.warnings),
             },
             "nccl": summarize_choices(cosim.collectives, nccl_env({**os.environ, **cfg.env})),
         }

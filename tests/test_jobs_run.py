@@ -340,6 +340,35 @@ def test_packet_mode_jobs_on_disjoint_halves_run_exactly_as_alone(ns3_lib: Any, 
 
 
 @pytest.mark.ns3
+def test_the_jobs_summary_carries_the_engines_warning(ns3_lib: Any, tmp_path: Path, capsys: Any) -> None:
+    """A 100 kB buffer on two_to_one: each leaf's 3 ports (2 GPUs, 1 spine, all 100G over 1 us) take 3 x 37,500 B of
+    PFC headroom (3 x rate x delay) and 3 x 4,096 B of reserve, 124,788 B, more than the buffer; the spine's 2 ports
+    take 83,192 B and leave it a pool. The warning is told when the engine is built, and the jobs' summary (printed
+    and results.json), like a single run's, and each job's results.json network.warnings hold it."""
+    from phantora.jobs.run import format_jobs
+
+    (tmp_path / "small.toml").write_text(ALLREDUCES.replace(f"bytes = {S}", "bytes = 65536").replace("repeat = 3", ""))
+    spec = jobs_file(
+        tmp_path,
+        '[[job]]\nname = "a"\nworkload = "small.toml"\nranks = 2\nplacement = [0, 2]\n'
+        '[[job]]\nname = "b"\nworkload = "small.toml"\nranks = 2\nplacement = [1, 3]\n',
+    )
+    out = tmp_path / "w"
+    cfg = RunConfig(
+        script="", topology=two_to_one(), out_dir=out, trace="none",
+        engine=engine_spec_from_flags("ns3", cc="dcqcn", sets=["buffer_bytes=100000"]),
+    )  # fmt: skip
+    rep = launch_jobs(spec, cfg, alone=False)
+    (warning,) = rep.summary["warnings"]
+    assert "buffer_bytes=100,000 leaves leaf" in warning and "(and 1 other switch)" in warning
+    assert f"take {3 * 37_500 + 3 * 4_096:,} B" in warning
+    assert capsys.readouterr().err.count(f"phantora: warning: {warning}") == 1  # at build; engine.json adds none
+    assert f"\nwarning: {warning}" in format_jobs(rep.summary)
+    assert json.loads((out / "results.json").read_text())["warnings"] == [warning]
+    assert job_doc(out, "a")["network"]["warnings"] == job_doc(out, "b")["network"]["warnings"] == [warning]
+
+
+@pytest.mark.ns3
 def test_packet_mode_pfc_pauses_are_counted_per_job_from_pfc_csv(ns3_lib: Any, tmp_path: Path) -> None:
     """Two jobs meeting 2:1 on the leaf uplinks with a 200 kB switch buffer: the leaves PAUSE the GPUs' NICs.
     pfc.csv names its nodes; the per-job figures in results.json agree with a count made here from those

@@ -51,6 +51,7 @@ from phantora.launcher import (
     RunConfig,
     compute_model_options,
     config_options,
+    engine_warnings,
     rank_options,
     resolve_topology,
     run_cc,
@@ -348,7 +349,8 @@ def _run(
     everyone = [*live_done, *(c for c in cosim.background if c.size)]
     alone = flow_alone(background)  # the recorded jobs' flows (ids below the live ones')
     write_flows_csv(ctx.out.file(S.FLOWS_CSV), topo, everyone, flows=keyed, transport=transport, alone=alone)
-    summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds)
+    warned = engine_warnings(ctx.out.root, cosim.warnings)
+    summary = _summary(ctx, jobs, cosim.makespan_ns, cosim.engine_stats, cosim.sim_wall_s, cosim.rounds, warned)
     if ctx.scenario is not None:
         section = live_jobs_section(ctx.scenario, topo, cosim.scenario, cosim.engine_stats, cosim.makespan_ns)
         summary["scenario"] = add_job_phases(section, jobs, cosim.makespan_ns)
@@ -443,7 +445,7 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
     link_use: dict[str, dict[int, int]] = {}
     _recorded_results(ctx, done, stats, jobs, flows, link_use)
     write_flows_csv(ctx.out.file(S.FLOWS_CSV), ctx.plan.topo, [c for c in done if c.size], alone=flow_alone(background))
-    summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0)
+    summary = _summary(ctx, jobs, makespan, stats, time.monotonic() - t0, 0, engine_warnings(ctx.out.root, []))
     if section is not None:
         summary["scenario"] = add_job_phases(section, jobs, makespan)
     _fabric(ctx, summary, flows, link_use, makespan)
@@ -454,9 +456,16 @@ def _run_inprocess(ctx: _Ctx, background: list[Any], engine: EngineSpec) -> Jobs
 
 # ----- results ------------------------------------------------------------------------------------------------
 def _summary(
-    ctx: _Ctx, jobs: dict[str, dict[str, Any]], makespan: int, stats: dict[str, Any], wall: float, rounds: int
+    ctx: _Ctx,
+    jobs: dict[str, dict[str, Any]],
+    makespan: int,
+    stats: dict[str, Any],
+    wall: float,
+    rounds: int,
+    warned: dict[str, Any],
 ) -> dict[str, Any]:
-    """The top-level results.json; each job's results.json gets its run section and is written."""
+    """The top-level results.json; each job's results.json gets its run section and is written. `warned`: the
+    engine's {"warnings": [...]} (`launcher.engine_warnings`), in both, as a single run's results.json has them."""
     plan, base = ctx.plan, ctx.base
     spec, topo = plan.spec, plan.topo
     rows = []
@@ -479,7 +488,7 @@ def _summary(
             "gpu": base.gpu,
         }
         others = [x.name for x in spec.jobs if x.name != j.name]
-        doc["network"] = {"makespan_ns": makespan, "engine_stats": stats, "shared_with": others}
+        doc["network"] = {"makespan_ns": makespan, "engine_stats": stats, "shared_with": others, **warned}
         t, what = job_time_ns(doc)
         rows.append(
             {
@@ -509,7 +518,7 @@ def _summary(
         "rounds": rounds,
         "wall_s": wall,
     }
-    return {"schema": JOBS, "run": run, "makespan_ns": makespan, "engine_stats": stats, "jobs": rows}
+    return {"schema": JOBS, "run": run, "makespan_ns": makespan, "engine_stats": stats, "jobs": rows, **warned}
 
 
 def _idle(ctx: _Ctx, summary: dict[str, Any], done: list[Completion]) -> None:
@@ -641,6 +650,7 @@ def format_jobs(summary: dict[str, Any]) -> str:
     lines.append(f"  time: {note}")
     if summary.get("idle_fabric"):
         lines.append(f"note: {summary['idle_fabric']['text']}")
+    lines += [f"warning: {w}" for w in summary.get("warnings", [])]  # the engine's (as a single run's summary)
     if summary.get("scenario"):
         from phantora.results.scenario import format_scenario
 
