@@ -523,8 +523,8 @@ def run_sweep(
 
 
 def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
-    """A short table of the sweep: swept parameters and the main metrics, one line per run, and under it each
-    warning the runs' engines gave, with the runs that gave it."""
+    """A short table of the sweep: swept parameters and the main metrics, one line per run (and how many warnings
+    its engine gave, when any run's did), and under it each warning, with the runs that gave it."""
     from phantora.report.compare import fmt_spread, fmt_value
 
     params = list(spec.grid) or ["run"]
@@ -536,13 +536,15 @@ def format_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> str:
         ("queue_max_bytes", "qmax KB", "bytes"),
         ("ecn_marks", "ecn", "count"),
     ]
-    head = ["run", "status", *[p.removeprefix("set.") for p in params], *[c[1] for c in cols], "warnings"]
+    warned = any(r.get("warnings") for r in rows)  # (a column of zeros would only widen the table)
+    head = ["run", "status", *[p.removeprefix("set.") for p in params], *[c[1] for c in cols]]
+    head += ["warnings"] if warned else []
     body = []
     for r in rows:
         body.append(
             [str(r["run"]), r["status"], *[str(r.get(p)) for p in params]]
             + [fmt_value(r.get(k), u) if r["status"] == "ok" else "-" for k, _, u in cols]
-            + [str(r["warnings"]) if r.get("warnings") is not None else "-"]
+            + ([str(r["warnings"]) if r.get("warnings") is not None else "-"] if warned else [])
         )
     lines = _aligned(head, body) + warning_lines(rows)
     grouped = seed_rows(spec, rows)

@@ -139,3 +139,5 @@ def test_sweep_csv_counts_each_runs_engine_warnings(tmp_path: Path, capsys) -> N
     table = format_rows(spec, res.rows).splitlines()
     assert table[0].split()[-1] == "warnings" and [line.split()[-1] for line in table[2:4]] == ["1", "0"]
     assert table[4] == "warning (run 0): " + told[0].split(": warning: ", 1)[1]
+    quiet = format_rows(spec, [{**r, "warnings": 0} for r in res.rows]).splitlines()  # no run warned: no column
+    assert quiet[0].split()[-1] == "ecn" and len(quiet) == 4
