@@ -70,7 +70,6 @@ class RankClient:
         self._next_handle = 1
         self._p2p_comm: list[int] | None = None  # the communicator of the p2p group open now (p2p_group)
         self._error: BridgeError | None = None
-        self._owed = 0  # answers owed to waits that passed their deadline (`wait`), taken before the next request
         self._closed = False
         self._cpu0 = time.process_time()
         self._coordinator: Silence | None = None  # its silence clock, once it said who it is (bridge/liveness.py)
@@ -130,9 +129,8 @@ class RankClient:
         self._error = BridgeError(f"rank {self.rank}: {msg['text']}", code=msg["code"])
         raise self._error
 
-    def _take(self, msg: Message) -> bool:
-        """Apply what any message from the coordinator tells us; True if it is the answer owed to a wait that passed
-        its deadline (its handle's completion is kept for the next wait on it)."""
+    def _take(self, msg: Message) -> None:
+        """Apply what any message from the coordinator tells us."""
         if msg.type == "error":
             self._raise(msg)
         elif msg.type == "result":
@@ -142,19 +140,14 @@ class RankClient:
                 self._lost[h] = [(int(a), int(b)) for a, b in ranges]
             self._known_until = max(self._known_until, msg["now"])
             self._lease = msg["lease"]
-            if self._owed:
-                self._owed -= 1
-                if msg["h"] is not None and msg["t_done"] is not None:
-                    self._results[msg["h"]] = msg["t_done"]
-                return True
-        return False
 
     def _await(self, want: str, timeout_s: float | None = None, deadline: float | None = None) -> Message:
         """Block until a `want` message arrives, taking heartbeats and errors on the way; WaitTimedOut if `deadline`
         (`time.monotonic()`) passes first."""
         while True:
             msg = self._recv(deadline, timeout_s)
-            if not self._take(msg) and msg.type == want:
+            self._take(msg)
+            if msg.type == want:
                 return msg
 
     def _recv(self, deadline: float | None, timeout_s: float | None = None) -> Message:
@@ -175,13 +168,11 @@ class RankClient:
             except ProtocolError as exc:
                 raise BridgeError(f"rank {self.rank}: bad message from the coordinator: {exc}") from None
 
-    def _check(self, t: int, what: str, deadline: float | None = None) -> None:
+    def _check(self, t: int, what: str) -> None:
         if self._error is not None:
             raise self._error
         if self._closed:
             raise BridgeError(f"rank {self.rank}: the client is closed")
-        while self._owed:  # the coordinator holds this rank blocked until it has sent the answer a wait gave up on
-            self._take(self._recv(deadline))
         if not isinstance(t, int) or isinstance(t, bool):
             raise BridgeError(f"rank {self.rank}: {what} time must be integer ns, got {t!r}")
         if t < self._clock:
@@ -396,8 +387,8 @@ class RankClient:
 
     def wait(self, handle: int, deadline: float | None = None) -> int:
         """Block until this rank's part of `handle` is done; return t_done (the clock moves to it). With `deadline`
-        (a `time.monotonic()` instant: host wall time), WaitTimedOut if the coordinator has not answered by then; the
-        answer is taken before the next request, and a later wait on `handle` finds it."""
+        (a `time.monotonic()` instant: host wall time), WaitTimedOut if the coordinator has not answered by then: the
+        wait is given up (`_cancel`) and the rank runs on; `handle` still completes, and a later wait finds when."""
         got = self.wait_any([handle], deadline=deadline)
         assert got is not None
         return got[1]
@@ -410,7 +401,7 @@ class RankClient:
         With `until_ns`, give up once the network has passed it with none done: return None, and
         the clock moves to `until_ns` (in window mode "passed" means the window holding it). `deadline`: as `wait`'s.
         """
-        self._check(self._clock, "wait", deadline)
+        self._check(self._clock, "wait")
         unknown = [h for h in handles if h not in self._handles]
         if not handles or unknown:
             raise BridgeError(f"rank {self.rank}: wait on unknown handle(s) {unknown or list(handles)}")
@@ -428,13 +419,33 @@ class RankClient:
             try:
                 msg = self._await("result", deadline=deadline)
             except WaitTimedOut:
-                self._owed += 1
-                raise
+                answered = self._cancel()
+                if answered is None:
+                    raise
+                msg = answered
             h, t = msg["h"], msg["t_done"]
             if h is None:
                 t = until
         self._clock = max(self._clock, t)
         return None if h is None else (h, t)
+
+    def _cancel(self) -> Message | None:
+        """Give up the wait in flight (its deadline passed) and take the coordinator's `cancelled`, which moves the
+        clock to where the rank runs again. The wait's `result`, if the coordinator had sent it already, comes first:
+        returned, the wait answered after all."""
+        self._send("cancel", self._clock)
+        answer = None
+        while True:
+            msg = self._recv(None)
+            self._take(msg)
+            if msg.type == "result":
+                answer = msg
+            elif msg.type == "cancelled":
+                if answer is None:
+                    self._clock = max(self._clock, msg.t)
+                    self._known_until = max(self._known_until, msg["now"])
+                    self._lease = msg["lease"]
+                return answer
 
     def test(self, handle: int, t_now_ns: int) -> int | None:
         """t_done if this rank's part of `handle` was done by `t_now_ns`, else None (see the module doc)."""

@@ -153,6 +153,7 @@ class RankState:
     t_finish: int = 0
     output: Any = None
     cpu_s: float = 0.0  # CPU time the rank process spent, as it reported at finish
+    gave_up: str = ""  # the first wait it gave up past a wall-clock timeout (`cancel`), described
 
 
 class CoordinatorCore:
@@ -264,6 +265,10 @@ class CoordinatorCore:
         """Dispatch one request of an authenticated rank."""
         self.messages += 1
         rs = self.ranks[rank]
+        if msg.type == "cancel":  # sent while blocked in its wait: not a request of a running rank (`_handle`)
+            if not (self.jobs is not None and self.jobs.job_of(rank) in self.job_failures):
+                self._on_cancel(rs)
+            return
         handler = {
             "coll": self._on_coll,
             "p2p": self._on_p2p,
@@ -540,10 +545,12 @@ class CoordinatorCore:
 
     def _missing(self, rank: int, rv: Rendezvous) -> None:
         first = next(iter(rv.calls.values()))
+        why = self.ranks[rank].gave_up
+        why = f" (it {why}: torch's Work.wait(timeout), which aborts the call's NCCL communicator)" if why else ""
         raise RunFailed(
             E_DEADLOCK,
             f"missing participant: rank {rank} finished at {self.ranks[rank].t_finish} ns without joining "
-            f"{rv.describe()}; first call: {first.describe()}",
+            f"{rv.describe()}{why}; first call: {first.describe()}",
         )
 
     def _on_clock(self, rs: RankState, msg: Message) -> None:
@@ -567,6 +574,25 @@ class CoordinatorCore:
             raise RunFailed(E_PROTOCOL, f"rank {rs.rank} waits until {msg['until']} ns, before its clock ({msg.t} ns)")
         rs.handles, rs.deadline = list(msg["handles"]), msg["until"]
         self._block(rs, WAIT)
+
+    def _on_cancel(self, rs: RankState) -> None:
+        """The rank gave up its wait at a wall-clock deadline (torch's `Work.wait(timeout)`): it runs again, from
+        where the network is if it moved on while the rank waited (as a wait that reached its `until`); what it
+        waited for still completes (`rs.results`, told with its next answer). A wait answered already (the answer
+        crossed the cancel) stays answered: the answer reaches the rank first. `cancelled` carries its time."""
+        if rs.state == WAIT:
+            if not rs.gave_up:
+                calls = " | ".join(self._short(rs, h) for h in rs.handles)
+                rs.gave_up = f"gave up its wait on {calls} at {rs.promise} ns past the program's wall-clock timeout"
+            self._promise(rs, max(rs.promise, self.engine.now()))
+            rs.state, rs.handles, rs.deadline = RUN, [], INF_NS
+            del self.blocked[rs.rank]
+            self.waiting.pop(rs.rank, None)
+            self._dirty.discard(rs.rank)
+        elif rs.state != RUN:
+            raise RunFailed(E_PROTOCOL, f"rank {rs.rank} cancelled a wait while {rs.state}")
+        now = self.engine.now()
+        self.send(rs.rank, encode("cancelled", rs.promise, now=now, lease=self._lease()))
 
     def _on_test(self, rs: RankState, msg: Message) -> None:
         self._stamp(rs, msg.t, "a test")

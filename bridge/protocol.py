@@ -20,6 +20,8 @@ rank -> coordinator
                                     ``zero_copy`` (registered buffers: no hand-off); asked with an optional ``comm``
   clock ~> / -> result              clock report; ``block`` = window barrier (reply when the network caught up)
   wait -> result                    block until one of ``handles`` is done, or the network passed ``until``
+  cancel -> cancelled               a wait past its wall-clock deadline (torch's ``Work.wait(timeout)``) given up:
+                                    the rank runs again; the wait's ``result``, if already sent, comes first
   test -> result                    is ``h`` done by ``t``? (exact mode; answered once the network reached t)
   finish -> ack                     rank done, with its results map
 coordinator -> rank
@@ -172,6 +174,8 @@ SCHEMA: dict[str, dict[str, Check]] = {
     "clock": {"block": _bool},
     "wait": {"handles": _ints, "until": _int},
     "test": {"h": _int},
+    "cancel": {},
+    "cancelled": {"now": _int, "lease": _int},  # t: the rank's time as it runs again
     "result": {"h": _opt_int, "t_done": _opt_int, "done": _list, "now": _int, "lease": _int},
     "finish": {"results": _any, "cpu_s": _num},
     "ack": {},

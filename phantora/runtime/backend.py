@@ -140,6 +140,40 @@ def _nothing() -> list[Any]:
     return []
 
 
+# ProcessGroupNCCL's names of the operations (c10d's opTypeToString), as its timeout message gives them
+_OP_TYPES = {
+    "all_reduce": "ALLREDUCE",
+    "all_gather": "ALLGATHER",
+    "reduce_scatter": "REDUCE_SCATTER",
+    "all_to_all": "ALLTOALL",
+    "send": "SEND",
+    "recv": "RECV",
+}
+
+
+def _timed_out(group: PhantoraProcessGroup | None, p: Pending, timeout: datetime.timedelta, ran_s: float) -> str:
+    """What ProcessGroupNCCL's `WorkNCCL::wait(timeout)` raises past its timeout (its `checkTimeout` text: the rank
+    in the group, the operation, the wall time since the call; not its sequence number, element counts or the group's
+    timeout), and phantora's account of the call it stood for."""
+    rank = group.rank() if group is not None else _session.require().rank
+    return (
+        f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(OpType="
+        f"{_OP_TYPES.get(p.kind, p.kind.upper())}) ran for {int(ran_s * 1000)} milliseconds before timing out. "
+        f"(phantora: global rank {_session.require().rank}'s Work.wait(timeout={timeout.total_seconds():g} s) on "
+        f"{p.kind} {p.name!r} ({p.nbytes} B, ranks {list(p.group)}) passed its timeout, the host's wall time, "
+        "before the coordinator answered: the call's peers had not all issued it, or the network had not finished "
+        "it; as ProcessGroupNCCL's wait does, its communicator is aborted)"
+    )
+
+
+def aborted_error(group_rank: int, reason: str) -> dist.DistBackendError:
+    """What a call on a communicator aborted past a wait's timeout raises: NCCLComm's `getNcclComm()` text, with the
+    reason it gives when it knows one."""
+    return dist.DistBackendError(
+        f"NCCL communicator was aborted on rank {group_rank}.  Original reason for failure was: {reason}"
+    )
+
+
 class PhantoraWork(dist.Work):
     """An in-flight collective. `wait()` makes the caller's current CUDA stream wait for it, as ProcessGroupNCCL's
     does: on the default stream the compute lane joins its completion; on a side stream (a sync collective's own,
@@ -147,31 +181,50 @@ class PhantoraWork(dist.Work):
     kernel that reads its data joins it then. A barrier's wait, and `synchronize()`, block the host: a join."""
 
     def __init__(
-        self, session: RankSession, pending: Sequence[Pending], result: list[torch.Tensor], host: bool = False
+        self,
+        session: RankSession,
+        pending: Sequence[Pending],
+        result: list[torch.Tensor],
+        host: bool = False,
+        group: PhantoraProcessGroup | None = None,
     ) -> None:
         super().__init__()
         self._session = session
         self._pending = list(pending)
         self._result = result
         self._host = host
+        self._group = group
+        self._t0 = time.monotonic()  # the call, in wall time: ProcessGroupNCCL times a wait's timeout from it
+        self._error = ""  # set once a wait passed its timeout: what every later wait raises
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         """With a timeout (torch's default, timedelta(0), is none), the host blocks until the work is done, as
-        ProcessGroupNCCL's does, and raises c10d's `RuntimeError("Operation timed out!")` (Work::wait, gloo's) if
-        the coordinator has not answered within it: the host's wall time, as torch measures it."""
+        ProcessGroupNCCL's does; if the coordinator has not answered within it (the host's wall time, as torch
+        measures it), the work fails as ProcessGroupNCCL's does: `DistBackendError` (its watchdog's timeout text), its
+        communicator aborted (`RankSession.abort`), so a later call on it raises, and so does every later wait."""
+        if self._error:
+            raise dist.DistBackendError(self._error)
         if timeout is not None and timeout > datetime.timedelta(0):
             deadline = time.monotonic() + timeout.total_seconds()
-            try:
-                for p in self._pending:
+            for p in self._pending:
+                try:
                     self._session.join(p, deadline)
-            except WaitTimedOut:
-                raise RuntimeError("Operation timed out!") from None
+                except WaitTimedOut:
+                    self._fail(p, timeout)
             return True
         if self._host:
             self.synchronize()
         else:
             self._session.stream_wait(sim_streams.current_stream().stream_id, self._pending)
         return True
+
+    def _fail(self, late: Pending, timeout: datetime.timedelta) -> None:
+        """`late`'s wait passed `timeout`: fail the work, abort the communicators of its calls not done, raise."""
+        self._error = _timed_out(self._group, late, timeout, time.monotonic() - self._t0)
+        for p in self._pending:
+            if p.t_done is None:
+                self._session.abort(p, self._error)
+        raise dist.DistBackendError(self._error) from None
 
     def synchronize(self) -> None:
         for p in self._pending:
@@ -181,7 +234,7 @@ class PhantoraWork(dist.Work):
         self.wait()
 
     def is_completed(self) -> bool:
-        return all(self._session.poll(p) for p in self._pending)
+        return bool(self._error) or all(self._session.poll(p) for p in self._pending)
 
     def is_success(self) -> bool:
         return True
@@ -342,7 +395,14 @@ class PhantoraProcessGroup(dist.ProcessGroup):
     def _work(self, p: Pending, result: list[torch.Tensor]) -> PhantoraWork:
         if self._coalescing is not None:
             self._coalescing.append(p)
-        return PhantoraWork(self._s, [p], result)
+        return PhantoraWork(self._s, [p], result, group=self)
+
+    def _alive(self, stream: int | None) -> None:
+        """Refuse a call on a communicator (NCCL stream) that a wait past its timeout aborted (`PhantoraWork.wait`),
+        as ProcessGroupNCCL refuses it: DistBackendError, naming why."""
+        reason = self._s.aborted.get(stream) if stream is not None and self._s.aborted else None
+        if reason is not None:
+            raise aborted_error(self.rank(), reason)
 
     def _coll(
         self,
@@ -360,6 +420,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         values: Callable[[], Callable[[], None] | None] | None = None,
         redop: str = "sum",
     ) -> PhantoraWork:
+        self._alive(self._stream)
         if self._gloo is None:  # phantom mode: timing only, and the values of small integer tensors (tensor_values)
             start = _nothing
             finalize = values() if values is not None else None  # the values are posted here, before the issue
@@ -688,6 +749,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
 
     # ----- point to point, barrier, coalescing --------------------------------------------------------
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantoraWork:
+        self._alive(self._stream if self._p2p_open or EAGER_INIT[0] else self._pair_streams.get(dst))
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(dst)
         eager = lone or not self._p2p_open  # handed off if its connection's slots take it: issue_p2p
@@ -712,6 +774,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         return self._work(p, tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantoraWork:
+        self._alive(self._stream if self._p2p_open or EAGER_INIT[0] else self._pair_streams.get(src))
         lone = self._lone_on_group()
         stream, launch = self._p2p_stream(src)
         p = self._s.issue_p2p(
@@ -771,7 +834,7 @@ class PhantoraProcessGroup(dist.ProcessGroup):
         pending, self._coalescing = self._coalescing or [], None
         self._launch = None
         self._p2p_group(None)
-        return PhantoraWork(self._s, pending, [])
+        return PhantoraWork(self._s, pending, [], group=self)
 
     def _lone_on_group(self) -> bool:
         """Under eager init (`init_process_group(device_id=...)`) ProcessGroupNCCL runs even a lone send/recv on

@@ -142,6 +142,7 @@ class Pending:
     handoff_after: list[Pending] = field(default_factory=list)  # what its kernel's start waits for (`handoff_at`)
     handoff_gate: list[Pending] = field(default_factory=list)  # earlier sends whose flows it waits for (slot_window)
     reads_user: bool = False  # a handed-off send whose data moves from its caller's tensors: taken before its join
+    stream: int | None = None  # the NCCL stream it runs on: its communicator (ProcessGroupNCCL's, one stream each)
 
 
 @dataclass
@@ -253,6 +254,8 @@ class RankSession:
         self.pending: dict[int, Pending] = {}
         self.streams: StreamDeps[Pending] = StreamDeps()  # what each simulated CUDA stream's next collective follows
         self.by_storage: dict[int, set[int]] = {}
+        self.aborted: dict[int, str] = {}  # NCCL stream (a communicator) -> why it was aborted (`abort`)
+        self.abandoned: list[Pending] = []  # calls of aborted communicators, never joined (`abort`)
         self._ids = itertools.count(1)
         self._seq: dict[tuple[int, ...], int] = {}
         self._p2p_seq: dict[tuple[int, int, bool], int] = {}
@@ -487,6 +490,7 @@ class RankSession:
                 if x.nbytes > 0
             ]
         p = self._register(kind, label, nbytes, t, handles, start_inner, tensors, finalize, group)
+        p.stream = stream
         self._nccl_launched(stream, launch, p)
         if sync:
             self.streams.launched(cuda_stream, p)
@@ -568,6 +572,7 @@ class RankSession:
             self.handoff_copies += 1
             self.handoff_copy_bytes += nbytes
         p = self._register(kind, label, nbytes, t, [h], start_inner, tensors, finalize, (peer,))
+        p.stream = stream
         self._nccl_launched(stream, launch, p)
         if copied:  # its copies go with their gloo sends, dropped once the receiver took them
             self.send_copies.add(p.id, (comm, peer, tag), p.inner, copies)
@@ -752,6 +757,14 @@ class RankSession:
                 self.traffic.last_lost = sorted(lost)
         p.t_done = t_done
         p.tensors = []
+        self._forget(p)
+        self.clock.complete(t_done)
+        self.comm[p.kind].busy_ns += t_done - p.t_issue
+        self.trace.comm(p.name, p.t_issue, t_done, {"bytes": p.nbytes, "group": list(p.group)})
+        return t_done
+
+    def _forget(self, p: Pending) -> None:
+        """`p` is no longer in flight: no op's data waits for it."""
         self.pending.pop(p.id, None)
         for k in p.keys:
             ids = self.by_storage.get(k)
@@ -759,10 +772,22 @@ class RankSession:
                 ids.discard(p.id)
                 if not ids:
                     del self.by_storage[k]
-        self.clock.complete(t_done)
-        self.comm[p.kind].busy_ns += t_done - p.t_issue
-        self.trace.comm(p.name, p.t_issue, t_done, {"bytes": p.nbytes, "group": list(p.group)})
-        return t_done
+
+    def abort(self, p: Pending, reason: str) -> None:
+        """A wait on `p` passed its timeout (torch's `Work.wait(timeout)`), which fails it and aborts the communicator
+        it ran on, as ProcessGroupNCCL's wait does: `p` is dropped unjoined (it counts as ended at its issue, so no
+        stream or lane waits for it; its tensors and gloo works are kept, since gloo may still write them when the
+        peers join), and every later call on its NCCL stream is refused with `reason` (`aborted`). The compute lane
+        moves to where the coordinator let the rank run again (the network's time, if it moved on while the rank
+        waited: RankClient's `_cancel`)."""
+        if p.stream is not None:
+            self.aborted.setdefault(p.stream, reason)
+        p.t_done = p.t_issue
+        self._forget(p)
+        self.abandoned.append(p)
+        resumed = getattr(self.client, "clock", None)  # a client without a coordinator (nonet) never times out
+        if isinstance(resumed, int):
+            self.clock.join(resumed)
 
     def join(self, p: Pending, deadline: float | None = None) -> int:
         """The compute lane waits for `p` (Work.wait, a data dependency); return its completion. A send handed off
