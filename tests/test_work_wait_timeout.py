@@ -170,3 +170,33 @@ def test_a_wait_past_its_timeout_that_the_program_does_not_catch_ends_the_run_na
     assert "rank 0" in text and "exited with code 1" in text and "did not finish" not in text, text
     assert "DistBackendError: [Rank 0] Watchdog caught collective operation timeout" in text, text
     assert time.monotonic() - t0 < 200
+
+
+GIVES_UP = """
+    import datetime, time, torch, torch.distributed as dist
+    dist.init_process_group("nccl")
+    x = torch.ones(4)
+    if dist.get_rank() == 1:
+        time.sleep(4)  # wall time: rank 0's wait cannot be answered before rank 1 issues its half
+    work = dist.all_reduce(x, async_op=True)
+    if dist.get_rank() == 0:
+        try:
+            work.wait(timeout=datetime.timedelta(seconds=0.5))
+        except dist.DistBackendError:
+            pass  # rank 0 gives up: it destroys its group and ends
+    else:
+        work.wait()
+        dist.all_reduce(torch.ones(4))  # the next step's: rank 0 is gone
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # 2 live ranks: 20-30 s wall on the shared machine (load 15)
+def test_a_rank_that_gave_up_a_wait_and_left_is_named_by_the_call_it_left_unjoined(tmp_path: Path) -> None:
+    """Rank 0 catches the error, destroys its group and ends; rank 1's next all-reduce cannot complete: the run
+    fails at once, naming rank 0 and the wait it gave up (not the run's 240 s bound)."""
+    with pytest.raises(PhantoraError) as err:
+        star2_run(tmp_path, GIVES_UP, timeout_s=240)
+    text = str(err.value)
+    assert "missing participant: rank 0 finished" in text and "seq 1" in text, text
+    assert "it gave up its wait on all_reduce(16 B) on group [0, 1] seq 0" in text, text
