@@ -65,7 +65,7 @@ def test_gate_bounds_are_the_chains_closed_forms_as_flows_end_and_bounds_rise() 
     check([800, 900], {2: 800 - 30 + 30, 4: 900 - 60 + 100, 10: 945, 20: 800})
     lbs[3] = 1500  # flow 3's bound rises (a worker's completion bound): flow 4 after it, not flow 2 before it
     chain_of[3][0].raised.append(2)
-    gb.rose(3, 1500)
+    gb.rose([3], [1500])
     check([800, 900], {2: 800, 4: 1500 - 60 + 100, 10: 1545, 20: 800})
     ends[2] = 820
     del lbs[2]

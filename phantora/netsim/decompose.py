@@ -34,7 +34,7 @@ import operator
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any, Protocol
 
 from phantora.errors import PhantoraError
@@ -295,7 +295,7 @@ class DecomposedSimulator(RunsByCompletion):
         busiest = slowest = gather = 0.0
         for i, reply in replies:
             g0 = time.perf_counter()
-            self._gathered(reply.completions)
+            self._gathered(reply.completions, i)
             self._bounds(reply.bounds)
             gather += time.perf_counter() - g0
             self._round_cpu[i] += reply.cpu
@@ -322,19 +322,18 @@ class DecomposedSimulator(RunsByCompletion):
         batch (`submit`) are kept while the workers place their flows, not before."""
         self._rounded(-1, own)
 
-    def _gathered(self, done: list[Completion]) -> None:
+    def _gathered(self, done: list[Completion], worker: int) -> None:
         """Completions from a worker: buffered for the caller; what they release here (gates, markers) goes out."""
-        lbs = self._lb
         ids = [c.flow_id for c in done]
         ends = [c.end_ns for c in done]
-        if any(map(operator.lt, ends, map(lbs.get, ids, repeat(0)))):  # (per completion: at C speed)
-            c = next(c for c in done if c.end_ns < lbs.get(c.flow_id, 0))
-            lb = lbs[c.flow_id]
-            raise PhantoraError(f"internal: flow {c.flow_id} ended at {c.end_ns} ns, before its bound {lb} ns")
+        bounds = list(map(self._lb.pop, ids, repeat(0)))  # (their bounds, dropped: per completion at C speed)
+        if any(map(operator.lt, ends, bounds)):
+            k = next(k for k, (e, b) in enumerate(zip(ends, bounds, strict=True)) if e < b)
+            raise PhantoraError(f"internal: flow {ids[k]} ended at {ends[k]} ns, before its bound {bounds[k]} ns")
         if done:  # (one sort for a reply: its completions come in end order, so the sort merges two runs)
             self._buffer += zip(ends, ids, done, strict=True)
             self._buffer.sort()
-        self._arrived(done)
+        self._arrived(done, ids, ends, worker)
 
     def _bounds(self, flat: list[int]) -> None:
         """A worker's completion bounds of its started flows ([id, ns, ...], those that rose): lb only grows."""
@@ -357,18 +356,26 @@ class DecomposedSimulator(RunsByCompletion):
             lbs[f] = t
             todo.extend((j, t + step[j]) for j in waiting.get(f, ()) if j in step)
 
-    def _arrived(self, done: list[Completion]) -> None:
-        """Record ends; open the gates and complete the markers they release (markers may release more)."""
+    def _arrived(
+        self, done: list[Completion], ids: list[int] | None = None, stamps: list[int] | None = None, worker: int = -1
+    ) -> None:
+        """Record ends; open the gates and complete the markers they release (markers may release more). `ids` and
+        `stamps`: the flow ids and ends of `done`, when the caller has them (and has dropped their bounds), all of
+        `worker`'s flows if it is given."""
+        popped = ids is not None
         lbs, step, waiting = self._lb, self._step, self._dependents
         while done:
-            ids = [c.flow_id for c in done]  # (first all ends, so that no flow done here has its bound raised below;
-            stamps = [c.end_ns for c in done]
-            self._ends.update(zip(ids, stamps, strict=True))  # per completion: at C speed)
+            if ids is None or stamps is None:
+                ids = [c.flow_id for c in done]
+                stamps = [c.end_ns for c in done]
+            # (first all ends, so that no flow done here has its bound raised below; per completion: at C speed)
+            self._ends.update(zip(ids, stamps, strict=True))
             self._ended(ids, stamps)
-            _drop(map(lbs.pop, ids, repeat(None)))
+            if not popped:
+                _drop(map(lbs.pop, ids, repeat(None)))
             _drop(map(step.pop, ids, repeat(None)))
-            for unfinished in self._unfinished:  # (a marker's id is in none: its owner is the driver)
-                unfinished.difference_update(ids)
+            for unfinished in self._unfinished if worker < 0 else (self._unfinished[worker],):
+                unfinished.difference_update(ids)  # (a marker's id is in none: its owner is the driver)
             self._ext.difference_update(ids)
             for c in done if self.raises_dependents else ():
                 for j in waiting.pop(c.flow_id, ()):  # (per dependency edge: `_raise` inlined where nothing waits)
@@ -384,7 +391,7 @@ class DecomposedSimulator(RunsByCompletion):
                         lbs[j] = t
             markers = []
             rel = self._rel
-            released = rel.complete([c for c in done if rel.waits_on(c.flow_id)])
+            released = rel.complete(list(compress(done, rel.waited_on(ids))))
             k = 0
             while k < len(released):
                 g, p = released[k]
@@ -401,7 +408,7 @@ class DecomposedSimulator(RunsByCompletion):
                     c = Completion(g.id, p, p, g.size, g.src, g.dst, g.tag)
                     bisect.insort(self._buffer, (p, g.id, c))
                     markers.append(c)
-            done = markers
+            done, ids, stamps, popped, worker = markers, None, None, False, -1
 
     def _ended(self, ids: list[int], ends: list[int]) -> None:
         """Flows done at `ends` (recorded): for a subclass that carries bounds across rounds."""

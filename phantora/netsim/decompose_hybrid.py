@@ -17,8 +17,10 @@ never exceeds a channel's capacity) - 2 ns (rounding) + the least latency of a c
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Collection, Sequence
+from itertools import compress, repeat
 
 from phantora.netsim.base import INF_NS, Completion, Flow, watch_by_completions
 from phantora.netsim.chain_bounds import Chain
@@ -26,6 +28,8 @@ from phantora.netsim.decompose import DRIVER, DecomposedSimulator, Spawner
 from phantora.netsim.gate_bounds import GateBounds
 from phantora.netsim.packet_config import PacketConfig
 from phantora.topology.model import Topology
+
+NOTE_MAX = 1 << 16  # rises left unnoted in the chains at most (`_note_rises`)
 
 
 class HybridDecomposedSimulator(DecomposedSimulator):
@@ -57,6 +61,9 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         # every gating flow's chain bound, in arrays carried across rounds (built with a large batch's books, else at
         # the next horizon)
         self._gates: GateBounds | None = None
+        # flows whose bound the workers raised (`_bounds`) not yet noted in their chains' rises (`Chain.raised`): noted
+        # when a chain bound is next read from the chains (`_note_rises`), not a Python call a rise
+        self._unnoted: list[int] = []
 
     def _placed(self, f: Flow) -> tuple[int, int]:
         """(its worker, or DRIVER for a marker; the least time from its post to its end, delay left out)."""
@@ -130,6 +137,7 @@ class HybridDecomposedSimulator(DecomposedSimulator):
     def _gate_bounds(self) -> GateBounds:
         """The gating flows' chain bounds, built from the books if a batch came since."""
         if self._gates is None:
+            self._note_rises()
             ext, targets = self._ext, self._targets
             assert targets is not None
             gating = [f for f in targets if f in ext]
@@ -146,7 +154,7 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         if ns > lbs.get(fid, INF_NS):
             lbs[fid] = ns
             if self._gates is not None:
-                self._gates.rose(fid, ns)
+                self._gates.rose([fid], [ns])
             got = self._chain_of.get(fid)
             if got is not None:
                 raised = got[0].raised
@@ -159,9 +167,34 @@ class HybridDecomposedSimulator(DecomposedSimulator):
             self._gates.ended(ids, ends)
 
     def _bounds(self, flat: list[int]) -> None:
-        """A worker's completion bounds of its started flows ([id, ns, ...], those that rose), as rises."""
-        for fid, ns in zip(flat[0::2], flat[1::2], strict=True):
-            self._raise(fid, ns)
+        """A worker's completion bounds of its started flows ([id, ns, ...], those that rose), as rises (`_raise`), a
+        reply's at once: those above a flow's bound set, passed to the arrays (`GateBounds.rose`), and noted for the
+        chains' rises later (`_note_rises`)."""
+        lbs = self._lb
+        ids, ns = flat[0::2], flat[1::2]
+        up = list(map(operator.gt, ns, map(lbs.get, ids, repeat(INF_NS))))  # (per bound: at C speed)
+        if not all(up):
+            ids, ns = list(compress(ids, up)), list(compress(ns, up))
+        if len(set(ids)) < len(ids):  # (a flow twice in one reply: its rises one at a time, the highest kept)
+            for fid, t in zip(ids, ns, strict=True):
+                self._raise(fid, t)
+            return
+        lbs.update(zip(ids, ns, strict=True))
+        if self._gates is not None:
+            self._gates.rose(ids, ns)
+        self._unnoted += ids
+        if len(self._unnoted) > NOTE_MAX:
+            self._note_rises()
+
+    def _note_rises(self) -> None:
+        """The rises `_bounds` left unnoted into their chains (`Chain.raised`: the positions whose bound rose), for a
+        flow still unfinished (a done flow's position is behind its chain's first unfinished one)."""
+        lbs, chain_of = self._lb, self._chain_of
+        for fid in dict.fromkeys(self._unnoted):
+            got = chain_of.get(fid) if fid in lbs else None
+            if got is not None and got[1] not in got[0].raised:
+                got[0].raised.append(got[1])
+        self._unnoted = []
 
     def _pulled(self, fid: int, floors: list[int], memo: dict[int, int], wide: dict[int, int], need: int) -> int:
         """A lower bound of flow `fid`'s end: the most, over each unfinished flow x of its chain up to it, of x's
@@ -175,6 +208,8 @@ class HybridDecomposedSimulator(DecomposedSimulator):
         got = memo.get(fid)
         if got is not None:
             return got
+        if self._unnoted:
+            self._note_rises()
         lbs, ends, chain_of = self._lb, self._ends, self._chain_of
         ch, pos = chain_of[fid]
         v = ch.value(pos, lbs, ends, floors)

@@ -129,14 +129,14 @@ class GateBounds:
         self._ended += ids
         self._stamps += ends
 
-    def rose(self, fid: int, ns: int) -> None:
-        """Flow `fid`'s bound rose to `ns`."""
-        self._rose.append(fid)
-        self._rises.append(ns)
+    def rose(self, fids: list[int], ns: list[int]) -> None:
+        """Flows `fids`' bounds rose to `ns` (any flows: those outside the chains are left out)."""
+        self._rose += fids
+        self._rises += ns
 
     def _where(self, flows: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(the flat positions of those of `flows` in the chains, which of `flows` they are)."""
-        ids = np.asarray(flows, np.int64)
+        ids = _array(flows)
         k = np.minimum(np.searchsorted(self._sorted, ids), len(self._sorted) - 1)
         hit = np.flatnonzero(self._sorted[k] == ids)
         return self._order[k[hit]], hit
@@ -146,7 +146,7 @@ class GateBounds:
         end in its order) and `after`, the raised bounds; gating flows done are dropped."""
         if self._ended and len(self._sorted):
             idx, hit = self._where(self._ended)
-            self.end[idx] = np.asarray(self._stamps, np.int64)[hit]
+            self.end[idx] = _array(self._stamps)[hit]
             idx = np.sort(idx)
             cs = self.chain[idx]
             last = np.ones(len(idx), bool)  # the last flow done of each chain (sorted: chains lie in order)
@@ -158,7 +158,7 @@ class GateBounds:
         self._ended, self._stamps = [], []
         if self._rose and len(self._sorted):
             idx, hit = self._where(self._rose)
-            np.maximum.at(self.lb, idx, np.asarray(self._rises, np.int64)[hit])  # (bounds only rise)
+            np.maximum.at(self.lb, idx, _array(self._rises)[hit])  # (bounds only rise)
             self.raised = np.union1d(self.raised, idx)
         self._rose, self._rises = [], []
 
@@ -256,6 +256,11 @@ class GateBounds:
         idx = np.unique(rows[m]).tolist()
         gating = self.gating
         return sorted(zip(value[idx].tolist(), [gating[i] for i in idx], strict=True))
+
+
+def _array(ints: list[int]) -> np.ndarray:
+    """A round's ids or ns as int64s (`fromiter`: no type discovery, a quarter fewer instructions than `asarray`)."""
+    return np.fromiter(ints, np.int64, len(ints))
 
 
 def _first_unfinished(nodes: list[int], lbs: dict[int, int]) -> int:
