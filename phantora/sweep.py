@@ -45,7 +45,7 @@ from phantora.errors import InputError, PhantoraError
 from phantora.files import read_toml
 from phantora.progress import Progress, auto_mode
 from phantora.results import schema as S
-from phantora.results.read import read_document
+from phantora.results.read import RunData, read_document
 from phantora.results.run_dir import RunDir, read_status
 from phantora.results.write import write_json
 from phantora.sweep_local import RunOutcome, RunSpec, Scalar, prebuild_ns3, run_local
@@ -256,11 +256,14 @@ def build_runs(spec: SweepSpec, out_dir: Path) -> list[RunSpec]:
 # ----- the table --------------------------------------------------------------------------------------
 
 
-def table_rows(spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunOutcome]) -> list[dict[str, Any]]:
+def table_rows(
+    spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunOutcome], keep: list[RunData] | None = None
+) -> list[dict[str, Any]]:
     """One row per run: run number, status, error, wall time, directory, every parameter, every metric, and
     `warnings`: how many warnings the run's engine gave (engine.json's, e.g. a switch without a shared buffer; a
     count, so `df[df.warnings > 0]` finds them and a groupby sums them; their text is in each run's engine.json and
-    under the printed table)."""
+    under the printed table). `keep` gets each run read here, its flows only (what the plots draw), so no run
+    directory is read twice (a packet run's queues.csv can hold a million rows)."""
     from phantora.report.compare import SUMMARY, engine_warnings, summarise
     from phantora.results.read import load_run
 
@@ -287,6 +290,8 @@ def table_rows(spec: SweepSpec, runs: Sequence[RunSpec], outcomes: Sequence[RunO
                 metrics.update(summarise(data))
                 metrics["time_kind"] = data.time_kind if data.time_ns is not None else None
                 metrics["warnings"] = len(engine_warnings(data))
+                if keep is not None:
+                    keep.append(RunData(path=data.path, label=data.label, flows=data.flows))
         row.update({f"m.{k}" if k in spec.params else k: v for k, v in metrics.items()})
         rows.append(row)
     return rows
@@ -338,8 +343,15 @@ def seed_rows(spec: SweepSpec, rows: Sequence[dict[str, Any]]) -> list[dict[str,
     return seed_groups(rows, spec.params, list(SUMMARY))
 
 
-def sweep_plots(spec: SweepSpec, rows: Sequence[dict[str, Any]], runs: Sequence[RunSpec], out_dir: Path) -> list[Path]:
-    """Time (and PFC paused time) against the CC algorithm, or the first swept parameter; FCT CDF of the runs.
+def sweep_plots(
+    spec: SweepSpec,
+    rows: Sequence[dict[str, Any]],
+    runs: Sequence[RunSpec],
+    out_dir: Path,
+    loaded: Sequence[RunData] | None = None,
+) -> list[Path]:
+    """Time (and PFC paused time) against the CC algorithm, or the first swept parameter; FCT CDF of the runs
+    (`loaded`: the runs as `table_rows` kept them; read again where not given).
     With seeds swept, a bar is the mean over the seeds and its error bar their range (min to max)."""
     from phantora.report.plots import fct_cdf, metric_vs_param
     from phantora.results.read import load_run
@@ -367,13 +379,15 @@ def sweep_plots(spec: SweepSpec, rows: Sequence[dict[str, Any]], runs: Sequence[
             scale=1e3,
             empty="no PFC pauses in any run",
         )
-    loaded = []
-    for run, row in zip(runs, rows, strict=True):
-        if row["status"] == "ok":
-            try:
-                loaded.append(load_run(run.out, run.label))
-            except PhantoraError:
-                continue
+    if loaded is None:
+        read = []
+        for run, row in zip(runs, rows, strict=True):
+            if row["status"] == "ok":
+                try:
+                    read.append(load_run(run.out, run.label))
+                except PhantoraError:
+                    continue
+        loaded = read
     paths += fct_cdf(loaded, out_dir / "fct_cdf")
     return paths
 
@@ -496,7 +510,8 @@ def run_sweep(
         bar.close()
     by_index = {**kept, **{o.index: o for o in fresh}}
     outcomes = [by_index[r.index] for r in runs]
-    rows = table_rows(spec, runs, outcomes)
+    kept_runs: list[RunData] = []  # each run as table_rows read it, for the plots
+    rows = table_rows(spec, runs, outcomes, kept_runs)
     files = write_table(rows, out_dir)
     grouped = seed_rows(spec, rows)
     if grouped:
@@ -514,7 +529,7 @@ def run_sweep(
     write_json(out_dir / SWEEP_JSON, meta, sort_keys=False)
     files.append(out_dir / SWEEP_JSON)
     if plots:
-        files += sweep_plots(spec, rows, runs, out_dir)
+        files += sweep_plots(spec, rows, runs, out_dir, kept_runs)
     result = SweepResult(runs, outcomes, rows, files)
     for run, _ in result.failed:
         row = rows[run.index]
