@@ -285,16 +285,6 @@ def test_results_count_an_all_to_alls_pairs_under_all_to_all():
     }
 
 
-def test_nccl_tests_r2_with_m_above_1_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    """NCCL groups -m's calls into one symmetric kernel (2.28+) or none (2.27): refused, not picked call by call."""
-    from phantora.cli import main
-
-    assert main(["nccl-tests", "all_reduce_perf", "-b", "1M", "-e", "1M", "-R", "2", "-m", "2"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "field '-m'" in err and "one symmetric kernel" in err
-    assert len(_table(["all_reduce_perf", "-b", "1M", "-e", "1M", "-R", "1", "-m", "2", "-n", "2"], capsys)) == 1
-
-
 def test_blackwell_takes_its_own_constants():
     """8 B200s without NVLS: AGxLL_R at Blackwell's baseLat 11 µs (an LL all-reduce), smBw 55 GiB/s, peak 600 GiB/s;
     and the multicast kernels' CTAs are at most divUp(32, 8) = 4 there (RSxLDMC_AGxSTMC at 256 MiB, peak 1000 GiB/s,

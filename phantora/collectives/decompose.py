@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,8 @@ def decompose(
     message takes under NCCL_IB_QPS_PER_CONNECTION); None starts them at 0 for this call alone.
     """
     opts, choice = resolve(coll, topo, opts)
+    if choice is not None and choice.works > 1:  # a group's calls as one symmetric kernel: their bytes together
+        coll = dataclasses.replace(coll, nbytes=coll.nbytes * choice.works)
     nodes = [topo.node_of_rank(r) for r in coll.ranks]
     b = DagBuilder(nodes, coll.ranks, first_flow_id, f"{tag}/" if tag else "", comm=_communicator(coll, opts))
     if sent is not None:

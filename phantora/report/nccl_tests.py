@@ -28,6 +28,7 @@ from typing import Any
 
 from phantora.collectives import AlgoOptions, Collective, decompose
 from phantora.collectives.dag import MessageCounters
+from phantora.collectives.nccl import runs_as_one
 from phantora.errors import InputError, PhantoraError
 from phantora.netsim.base import INF_NS, Flow, NetworkSimulator
 from phantora.perfmodel.gpus import get_gpu
@@ -319,12 +320,15 @@ def build_iteration(
     tag: str,
     sent: MessageCounters | None = None,
     redop: str = "sum",
+    calls: int = 1,
 ) -> Iteration:
     """Decompose one call of the test. sendrecv: every rank r sends nbytes to r+1 and receives from r-1 at once,
     in one NCCL group on the test's communicator (n send_recv collectives, one per pair, on `ranks`' p2p channels
     and connections); the others: one collective over `ranks`. `sent`: the run's network connections' message
-    counters (None: this call's alone). The choice recorded is the one of NCCL's model's longest time: sendrecv's
-    group is one launch with every pair in flight, so its slowest pair (one across nodes) bounds the call."""
+    counters (None: this call's alone). `calls`: -m's calls in the call's NCCL group (Collective.group_calls; run
+    as one where NCCL runs them as one kernel, runs_as_one). The choice recorded is the one of NCCL's model's
+    longest time: sendrecv's group is one launch with every pair in flight, so its slowest pair (one across nodes)
+    bounds the call."""
     n = len(ranks)
     if spec.kind == "send_recv":
         pairs = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)] if n > 1 else []  # n == 1: a local copy
@@ -335,11 +339,7 @@ def build_iteration(
             for i, pair in enumerate(pairs)
         ]
     else:
-        op = redop if spec.has_op else "sum"  # a test without an op prints "none"; NCCL's call takes ncclSum
-        root_of = root if spec.rooted else None
-        api = spec.kind == "all_to_all"  # alltoall.cu: ncclAlltoAll from NCCL 2.28 (before, a send/recv group)
-        coll = Collective(spec.kind, tuple(ranks), nbytes, dtype, root=root_of, redop=op, alltoall_api=api)
-        colls = [(coll, tag)]
+        colls = [(_collective(spec, ranks, nbytes, dtype, root, redop, calls), tag)]
     flows: list[Flow] = []
     last: set[int] = set()
     choice = None
@@ -353,6 +353,16 @@ def build_iteration(
         if got and (choice is None or got["model_time_us"] > choice["model_time_us"]):
             choice = dict(got)  # one launch for the group, all pairs at once: the slowest pair bounds it
     return Iteration(flows, last, next_id, choice)
+
+
+def _collective(
+    spec: BenchSpec, ranks: Sequence[int], nbytes: int, dtype: str, root: int, redop: str, group: int
+) -> Collective:
+    """The collective of one call of a test other than sendrecv, one of `group` in its NCCL group (-m)."""
+    op = redop if spec.has_op else "sum"  # a test without an op prints "none"; NCCL's call takes ncclSum
+    root_of = root if spec.rooted else None
+    api = spec.kind == "all_to_all"  # alltoall.cu: ncclAlltoAll from NCCL 2.28 (before, a send/recv group)
+    return Collective(spec.kind, tuple(ranks), nbytes, dtype, root_of, redop=op, alltoall_api=api, group_calls=group)
 
 
 def run_iteration(sim: NetworkSimulator, it: Iteration) -> int:
@@ -434,8 +444,10 @@ def launch_bound(gpu_ns: Sequence[int], host_ns: int, blocking: bool = False) ->
     return out
 
 
-def _call(bench: Bench, sim: NetworkSimulator, nbytes: int, tag: str) -> tuple[int, dict[str, Any] | None]:
-    """Run one call of `nbytes` on `sim` now: its time in ns and the NCCL model's choice."""
+def _call(
+    bench: Bench, sim: NetworkSimulator, nbytes: int, tag: str, group: int = 1
+) -> tuple[int, dict[str, Any] | None]:
+    """Run one call of `nbytes` (`group` of them as one kernel) on `sim` now: its time in ns and NCCL's choice."""
     dtype = DATATYPES[bench.datatype][0]
     it = build_iteration(
         bench.spec,
@@ -449,6 +461,7 @@ def _call(bench: Bench, sim: NetworkSimulator, nbytes: int, tag: str) -> tuple[i
         tag,
         bench.sent,
         bench.op,
+        group,
     )
     bench.next_id = it.next_id
     return run_iteration(sim, it), it.choice
@@ -475,13 +488,20 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         got = _call(bench, sim, nbytes, f"nccl/{size}/w{i}")[1]
         choice = choice or got
     times: list[int] = []
+    # -m under -R 2 (NCCL 2.28+): the group's calls are one symmetric kernel on their total (symmetric_sched.cc)
+    dtype = DATATYPES[bench.datatype][0]
+    coll = _collective(bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.op, bench.agg)
+    one = bench.agg > 1 and bench.spec.kind != "send_recv" and nbytes > 0 and runs_as_one(coll, bench.topo, bench.opts)
+    measured = None  # the measured calls' choice: in a group of -m calls NCCL may choose otherwise than for one
     for i in range(bench.iters):
         total = 0
-        for a in range(bench.agg):
-            elapsed, got = _call(bench, sim, nbytes, f"nccl/{size}/i{i}" + (f".{a}" if bench.agg > 1 else ""))
+        for a in range(1 if one else bench.agg):
+            tag = f"nccl/{size}/i{i}" + (f".{a}" if bench.agg > 1 and not one else "")
+            elapsed, got = _call(bench, sim, nbytes, tag, bench.agg)
             total += elapsed
-            choice = choice or got
+            measured = measured or got
         times.append(total)
+    choice = measured or choice
     # NCCL discards an empty collective before it launches anything (enqueue.cc, taskAppend): no host launch
     host_ns = 0 if bench.graph or nbytes == 0 else host_ns_per_call(bench.spec.kind, choice, n, bench.gpus_per_thread)
     inplace = gpu_inplace = None

@@ -167,15 +167,8 @@ def running_version_code(env: Mapping[str, str]) -> int:
 def nccl_run_options(flags: HarnessFlags, granularity: str, agg: int = 1) -> AlgoOptions:
     """What the NCCL model is given for the run: the granularity, and -R / -x as NCCL would see them: -R as
     PHANTORA_NCCL_REGISTER (the buffers' registration), -x as NCCL_CTA_POLICY unless the environment sets it (NCCL's
-    init.cc lets the variable override the communicator's config); collectives/nccl/register.py models both. -R 2
-    with -m above 1 is refused: NCCL runs a group's calls as one symmetric kernel (2.28+) or none (2.27), which the
-    model, picking each call alone, does not restate."""
-    if flags.local_register == SYMMETRIC_REGISTER and agg > 1:
-        raise InputError(
-            f"-R 2 with -m {agg}: NCCL runs the {agg} calls of a group as one symmetric kernel on their total "
-            "(2.28+) or runs none (2.27), which is not modelled (each call is picked alone; docs/nccl-tests.md)",
-            field="-m",
-        )
+    init.cc lets the variable override the communicator's config); collectives/nccl/register.py models both (and
+    -R 2 with -m: a group's calls as one symmetric kernel, 2.28+, or none, 2.27)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "PHANTORA_NCCL_"))}
     if flags.local_register:
         env["PHANTORA_NCCL_REGISTER"] = str(flags.local_register)

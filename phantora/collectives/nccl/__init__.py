@@ -67,6 +67,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     check_transports(p, st)
     if opts.algorithm == "auto" and opts.protocol == "auto":
         ce = ce_choice(coll, p, st)  # NCCL's copy engines, ahead of its tuner and symmetric kernels (ce_coll.py)
+        if ce is not None and coll.group_calls > 1:
+            raise InputError("copy-engine collectives in a group of several calls are not modelled", field="-m")
         if ce is not None:
             return ce
     if coll.kind in ("all_to_all", "send_recv"):
@@ -115,6 +117,20 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             field="algorithm",
         )
     return _with_transports(choice, p, coll.kind)
+
+
+def runs_as_one(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
+    """Whether NCCL runs `coll`'s `group_calls` equal calls of one group as one kernel on their total (the symmetric
+    kernels from 2.28, symmetric_sched.cc); else they run one by one. Raises where the group is not modelled."""
+    if coll.group_calls < 2:
+        return False
+    if opts.model != "nccl" or coll.size < 2 or (opts.algorithm, opts.protocol) != ("auto", "auto"):
+        return False
+    st = settings(opts)
+    p = platform_of(topo, coll.ranks, st)
+    if ce_choice(coll, p, st) is not None:
+        raise InputError("copy-engine collectives in a group of several calls are not modelled", field="-m")
+    return _sym_op(coll) and sym_choice(coll, p, st) is not None
 
 
 def _sym_op(coll: Collective) -> bool:
@@ -294,6 +310,7 @@ __all__ = [
     "NcclSettings",
     "Platform",
     "choose",
+    "runs_as_one",
     "nccl_chunk",
     "nccl_env",
     "platform_of",

@@ -39,6 +39,8 @@ GIN_TYPES = (-1, 2, 3)  # NCCL_GIN_TYPE a GIN plugin of an RDMA NIC answers to: 
 LSA_MULTIMEM_MIN_RANKS_FROM = (2, 29, 7)  # multicast kernels need more than 2 GPUs (hasLsaMultimem)
 CTA_POLICY_FROM = (2, 27, 0)
 SYM_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+GROUP_FROM = (2, 28, 0)  # symmetric_sched.cc: a group's calls of one (op, reduction, type) as one kernel
+GROUP_MAX_WORKS = 48  # works (64 B each) that surely fit the 4 KiB of kernel arguments with 64 channels' ranges
 
 
 def release_of(st: NcclSettings) -> tuple[int, int, int]:
@@ -68,8 +70,14 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
     if register_mode(st) != 2 or coll.kind not in SYM_KINDS or not st.win_enable or coll.nbytes == 0:
         return None
     rel = release_of(st)
+    works = coll.group_calls
+    if works > 1 and rel < GROUP_FROM:
+        return None  # 2.27 runs a symmetric kernel only for a group of one collective (enqueue.cc nTasksColl == 1)
     if p.nnodes > 1:
-        return _gin_choice(coll, p, st, rel)
+        gin = _gin_choice(coll, p, st, rel)
+        if gin is not None and works > 1:
+            raise InputError(f"a group of {works} calls on GIN kernels (across hosts) is not modelled", field="-m")
+        return gin
     if not nvlink_domain(p):
         if rel >= (2, 29, 0):
             return None  # 2.29+: only where every GPU has a direct NVLink (isAllDirectNvlink)
@@ -78,13 +86,27 @@ def sym_choice(coll: Collective, p: Platform, st: NcclSettings) -> Choice | None
     multicast = st.nvls and p.nvswitch and p.compcap >= 90
     if rel >= LSA_MULTIMEM_MIN_RANKS_FROM:
         multicast = multicast and p.nranks > 2
-    nbytes = sym_nbytes(coll.kind, coll.nbytes, p.nranks, DTYPE_BYTES[coll.dtype], rel)
-    got = pick(coll.kind, nbytes, p, st, coll.dtype, multicast, rel)
+    nbytes = sym_nbytes(coll.kind, coll.nbytes, p.nranks, DTYPE_BYTES[coll.dtype], rel) * works
+    got = pick(coll.kind, nbytes, p, st, coll.dtype, multicast, rel, works)
+    alone = pick(coll.kind, nbytes // works, p, st, coll.dtype, multicast, rel) if works > 1 else got
+    if alone is not None and works > GROUP_MAX_WORKS:
+        raise InputError(
+            f"a group of {works} symmetric calls: NCCL cuts it where its works overflow the 4 KiB kernel arguments "
+            f"(about {GROUP_MAX_WORKS + 8}, 64 B a call), which is not modelled; at most {GROUP_MAX_WORKS}",
+            field="-m",
+        )
     if got is None:
-        return None
+        if alone is not None and rel < (2, 29, 0):  # symmetric alone (ncclSymkAvailable), no kernel in a group
+            raise InputError(
+                f"NCCL_SYM_KERNEL={st.sym_kernel} in a group of {works} calls: NCCL {rel[0]}.{rel[1]} runs no LL "
+                'kernel in a group and fails the call ("no symmetric kernel available")',
+                field="NCCL_SYM_KERNEL",
+            )
+        return None  # 2.29+ falls back to the legacy algorithms
     lat = got.time_us - got.bw_us
-    algbw = coll.nbytes / (1000.0 * got.bw_us) if got.bw_us > 0 else math.inf
-    return Choice("sym", "LL" if got.ll else "Simple", got.ctas, lat, algbw, got.time_us, kernel=got.kernel)
+    algbw = coll.nbytes * works / (1000.0 * got.bw_us) if got.bw_us > 0 else math.inf
+    proto = "LL" if got.ll else "Simple"
+    return Choice("sym", proto, got.ctas, lat, algbw, got.time_us, kernel=got.kernel, works=works)
 
 
 def gin_available(p: Platform, st: NcclSettings) -> bool:

@@ -156,21 +156,30 @@ def sym_nbytes(kind: str, nbytes: int, nranks: int, dtype_bytes: int, release: t
 
 
 def pick(
-    kind: str, nbytes: int, p: Platform, st: NcclSettings, dtype: str, multicast: bool, release: tuple[int, int, int]
+    kind: str,
+    nbytes: int,
+    p: Platform,
+    st: NcclSettings,
+    dtype: str,
+    multicast: bool,
+    release: tuple[int, int, int],
+    works: int = 1,
 ) -> SymPick | None:
-    """`ncclSymkPickKernel` for one collective alone in its group (nccl-tests' call): None where no kernel is
-    available (the kind, the type and reduction, the size, NCCL_SYM_KERNEL). `multicast`: the NVLS multicast
-    kernels may run (`comm->nvlsSupport`, from 2.29.7 with more than 2 GPUs); `nbytes` as `sym_nbytes` gives."""
+    """`ncclSymkPickKernel` for `works` equal calls of one NCCL group (nccl-tests' -m; 1: a call alone): None where
+    no kernel is available (the kind, the type and reduction, the size, NCCL_SYM_KERNEL). `multicast`: the NVLS
+    multicast kernels may run (`comm->nvlsSupport`, from 2.29.7 with more than 2 GPUs); `nbytes` as `sym_nbytes`
+    gives, the group's total (symmetric_sched.cc: the size limits are the largest call's, `nEltsMax`; the model
+    rates the total, `nEltsTotal`; "we currently don't support grouping for LL kernels": none for works > 1)."""
     kernels = KERNELS.get(kind, ())
     if kind != "all_gather" and dtype not in REDUCING_FLOATS:
         return None  # ncclSymImplemented: sum on a float type other than double
     ldmc = multicast and (dtype in LDMC_TYPES or (dtype == "fp8" and p.compcap >= 100))
-    bus = nbytes * (1 if kind == "all_reduce" else p.nranks)
+    bus = nbytes // works * (1 if kind == "all_reduce" else p.nranks)
     best: tuple[float, SymPick] | None = None
     for name, ll, stmc, ldmc_k in kernels:
         if (stmc and not multicast) or (ldmc_k and not ldmc) or (st.sym_kernel and st.sym_kernel != name):
             continue
-        if (ll and bus >= LL_MAX_BUS_BYTES) or bus >= MAX_BUS_BYTES:
+        if (ll and (bus >= LL_MAX_BUS_BYTES or works > 1)) or bus >= MAX_BUS_BYTES:
             continue
         t, ctas, x = query_model(name, nbytes, p, st)
         score = penalised(t, ctas)  # NCCL's float estimate, compared with its per-SM penalty in float
