@@ -250,6 +250,7 @@ def test_llama3_debugmodel_with_tensor_parallelism_in_phantom_mode(workdir: Path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 2026-12-02, load 21-24: Interleaved1F1B 290 s, 1F1B 178 s (the default 300 s stopped both)
 @pytest.mark.parametrize("schedule", ["1F1B", "Interleaved1F1B"])
 def test_llama3_debugmodel_with_pipelines_in_phantom_mode(workdir: Path, tmp_path: Path, schedule: str) -> None:
     """`--parallelism.pipeline_parallel_degree 2` on 4 GPUs (FSDP 2 x PP 2), the config's sequence and batch, phantom
