@@ -489,9 +489,11 @@ def bench_size(bench: Bench, sim: NetworkSimulator, size: int) -> SizeResult:
         choice = choice or got
     times: list[int] = []
     # -m under -R 2 (NCCL 2.28+): the group's calls are one symmetric kernel on their total (symmetric_sched.cc)
-    dtype = DATATYPES[bench.datatype][0]
-    coll = _collective(bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.op, bench.agg)
-    one = bench.agg > 1 and bench.spec.kind != "send_recv" and nbytes > 0 and runs_as_one(coll, bench.topo, bench.opts)
+    one = bench.agg > 1 and bench.spec.kind != "send_recv" and nbytes > 0
+    if one:
+        dtype = DATATYPES[bench.datatype][0]
+        coll = _collective(bench.spec, bench.ranks, nbytes, dtype, bench.root, bench.op, bench.agg)
+        one = runs_as_one(coll, bench.topo, bench.opts)
     measured = None  # the measured calls' choice: in a group of -m calls NCCL may choose otherwise than for one
     for i in range(bench.iters):
         total = 0
