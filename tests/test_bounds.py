@@ -5,19 +5,9 @@ from __future__ import annotations
 from phantora.netsim.base import Flow
 from phantora.netsim.bounds import EarliestEnds
 from phantora.topology.generators import dgx_host
-from phantora.topology.model import Topology
+from tests.stars import star
 
 G, US = 10**9, 1000
-
-
-def star(n: int) -> Topology:
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, 100 * G, US)
-    return t.validate()
 
 
 def test_a_chain_is_bounded_by_line_rate_latency_and_delays() -> None:

@@ -17,6 +17,7 @@ from phantora.collectives import AlgoOptions, Collective, collective_metrics, de
 from phantora.collectives.layout import dbt_parents, host_blocks, ring_order, tree_parents
 from phantora.errors import InputError
 from phantora.topology.model import Topology
+from tests import stars
 
 B = 100 * 10**9
 L = 1000
@@ -25,11 +26,7 @@ IDEAL = AlgoOptions(model="ideal")
 
 
 def star(n: int) -> Topology:
-    topo = Topology(name=f"star{n}")
-    sw = topo.add_node("switch", tier=1)
-    for _ in range(n):
-        topo.add_link(topo.add_node("host"), sw, B, L)
-    return topo.validate()
+    return stars.star(n, B, L, tier=1, switch_first=True)
 
 
 def cluster(hosts: int, m: int, nic_bps: int = B, nvl_bps: int = 24 * B) -> Topology:

@@ -16,6 +16,7 @@ import pytest
 
 from phantora.collectives import AlgoOptions, Collective, collective_metrics, decompose
 from phantora.topology.model import Topology
+from tests import stars
 
 flow = pytest.importorskip("phantora.netsim.flow", reason="the flow-level engine phantora/netsim/flow.py is missing")
 
@@ -26,11 +27,7 @@ MiB = 1 << 20
 
 
 def star(n: int) -> Topology:
-    topo = Topology(name=f"star{n}")
-    sw = topo.add_node("switch", tier=1)
-    for _ in range(n):
-        topo.add_link(topo.add_node("host"), sw, B, L)
-    return topo.validate()
+    return stars.star(n, B, L, tier=1, switch_first=True)
 
 
 def cluster(hosts: int, m: int, nic_bps: int, nvl_bps: int, nvl_lat: int = 100) -> Topology:

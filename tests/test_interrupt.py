@@ -21,24 +21,13 @@ import pytest
 
 from phantora.errors import SimulationInterruptedError
 from phantora.netsim.base import Flow
-from phantora.topology.model import Topology
+from tests.stars import star
 
 pytestmark = pytest.mark.ns3
 
 ROOT = Path(__file__).resolve().parents[1]
 G = 10**9
 HUGE = 64 << 30  # bytes per sender: far longer than any test waits
-
-
-def star(n: int) -> Topology:
-    """n hosts on one 100G switch."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, 100 * G, 1000)
-    return t
 
 
 def _signal_later(sig: int, after_s: float) -> subprocess.Popen[bytes]:

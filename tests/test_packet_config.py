@@ -10,19 +10,9 @@ from phantora.errors import InputError
 from phantora.netsim.hpcc_io import FctLine, format_fct_line, ip_node, node_ip, read_fct_txt, read_hpcc_flows
 from phantora.netsim.packet_config import PacketConfig, apply_overrides, read_hpcc_config
 from phantora.paths import shared_dir
-from phantora.topology.model import Topology
+from tests.stars import star
 
 G = 10**9
-
-
-def star(n: int) -> Topology:
-    t = Topology("star")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, 100 * G, 1000)
-    return t
 
 
 def test_defaults_follow_the_reference_scaling() -> None:

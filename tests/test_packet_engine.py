@@ -10,23 +10,12 @@ from phantora.netsim.base import Flow
 from phantora.netsim.flow import CausalityError, FlowSimulator
 from phantora.netsim.packet import Ns3Simulator
 from phantora.netsim.packet_config import PacketConfig
-from phantora.topology.model import Topology
+from tests.stars import star
 
 pytestmark = pytest.mark.ns3
 
 G = 10**9
 US = 1000
-
-
-def star(n: int, bps: int = 100 * G, lat: int = US) -> Topology:
-    """n hosts (0..n-1) on one switch (node n)."""
-    t = Topology(f"star{n}")
-    for _ in range(n):
-        t.add_node("host")
-    s = t.add_node("switch")
-    for i in range(n):
-        t.add_link(i, s, bps, lat)
-    return t.validate()
 
 
 def wire_ns(nbytes: float, bps: int) -> float:

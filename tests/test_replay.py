@@ -10,18 +10,14 @@ import pytest
 from phantora.cli import main
 from phantora.topology.model import Topology
 from phantora.workload import workload_from_dict
+from tests import stars
 
 B = 100 * 10**9  # 100 Gb/s
 L = 1000  # ns per link
 
 
 def star(n: int) -> Topology:
-    topo = Topology(name=f"star{n}")
-    hosts = [topo.add_node("host") for _ in range(n)]
-    sw = topo.add_node("switch", tier=1)
-    for h in hosts:
-        topo.add_link(h, sw, B, L)
-    return topo.validate()
+    return stars.star(n, B, L, tier=1)
 
 
 def ring_ar_ns(n: int, size: int) -> float:
