@@ -263,3 +263,17 @@ def test_a_live_run_warns_of_a_switch_without_a_shared_buffer(tmp_path: Path) ->
     steps = [i for i, line in enumerate(lines) if "[phantora] step" in line]
     assert len(early) == 1 and steps and early[0] < steps[0], done.stdout[-3000:]
     assert f"warning: {warnings[0]}" in lines[steps[-1] :]  # the summary's line
+
+
+def test_seeds_print_a_settings_warning_once_and_keep_it_in_each_seeds_engine_json(tmp_path: Path) -> None:
+    """`--seeds 2` builds an engine of the same 300 KB-buffer settings per seed: stderr holds the warning once (not
+    once a seed), and each seed's engine.json still names it."""
+    cmd = [sys.executable, "-m", "phantora.cli", "netsim", "--network", "ns3", "--topology", "hpcc/star8", "--cc"]
+    cmd += ["dcqcn", "--flows", str(ROOT / "workloads" / "incast4.flows.txt"), "--set", "buffer_bytes=300000"]
+    run = subprocess.run([*cmd, "--seeds", "2", "--out", str(tmp_path / "s")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    warned = [line for line in run.stderr.splitlines() if line.startswith("phantora: warning: buffer_bytes=")]
+    assert len(warned) == 1, run.stderr[-2000:]
+    for seed in (1, 2):
+        doc = json.loads((tmp_path / "s" / f"seed{seed}" / S.ENGINE_JSON).read_text())
+        assert doc["warnings"] == [warned[0].removeprefix("phantora: warning: ")]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import InputError
+from phantora.netsim.engine_warnings import told_once
 from phantora.results import schema as S
 from phantora.results.run_dir import RunDir
 
@@ -66,25 +67,38 @@ def with_seeds(command: str, body: Callable[[argparse.Namespace], int]) -> Calla
         out = RunDir.claim(args.out, overwrite=args.overwrite)
         if args.network == "flow":
             print(f"note: the flow network is deterministic: the {n} seeds give identical runs")
-        done: list[dict[str, Any]] = []
-        for i, seed in enumerate(range(first, first + n)):
-            print(f"[phantora] seed {seed} ({i + 1} of {n}) -> {out.seed(seed).root}", flush=True)
-            one = copy.copy(args)
-            one.seed, one.seeds, one.out = seed, None, out.seed(seed).root
-            try:
-                rc = body(one)
-            except BaseException:
-                _write_group(out, command, done, first, n, "failed")
-                raise
-            if rc != 0:
-                _write_group(out, command, done, first, n, "failed")
-                return rc
-            done.append({"seed": seed, "dir": f"seed{seed}"})
-            _write_group(out, command, done, first, n, "complete" if len(done) == n else "running")
-        print(format_spread(out.root))
-        return 0
+        with told_once():
+            return _each_seed(args, body, command, out, first, n)
 
     return run
+
+
+def _each_seed(
+    args: argparse.Namespace,
+    body: Callable[[argparse.Namespace], int],
+    command: str,
+    out: RunDir,
+    first: int,
+    n: int,
+) -> int:
+    """`with_seeds`' loop: seed by seed into OUT/seed<S>/, then OUT/seeds.json and the spread."""
+    done: list[dict[str, Any]] = []
+    for i, seed in enumerate(range(first, first + n)):
+        print(f"[phantora] seed {seed} ({i + 1} of {n}) -> {out.seed(seed).root}", flush=True)
+        one = copy.copy(args)
+        one.seed, one.seeds, one.out = seed, None, out.seed(seed).root
+        try:
+            rc = body(one)
+        except BaseException:
+            _write_group(out, command, done, first, n, "failed")
+            raise
+        if rc != 0:
+            _write_group(out, command, done, first, n, "failed")
+            return rc
+        done.append({"seed": seed, "dir": f"seed{seed}"})
+        _write_group(out, command, done, first, n, "complete" if len(done) == n else "running")
+    print(format_spread(out.root))
+    return 0
 
 
 def _write_group(out: RunDir, command: str, runs: list[dict[str, Any]], first: int, n: int, state: str) -> None:

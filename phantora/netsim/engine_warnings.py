@@ -11,14 +11,16 @@ fabric's defaults. Where it is told (docs/packet-model.md "Switch"):
 - an engine whose fabric runs in worker processes (``workers=N``, ``partition=N``) tells it when its engine.json is
   written, at the run's end (asking the workers at build would wait for every one of them to start).
 
-`tell` tells a settings object's warnings once: writing engine.json at the end does not repeat them.
+`tell` tells a settings object's warnings once: writing engine.json at the end does not repeat them; inside
+`told_once()` (`--seeds N`: one engine of the same settings a seed) a warning told before is not told again.
 """
 
 from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 Tell = Callable[[list[str]], None]  # given the warnings (one line each), when there are any
 
 _told: weakref.WeakValueDictionary[int, EffectiveSettings] = weakref.WeakValueDictionary()  # id -> the object
+_said: list[set[str]] = []  # inside `told_once`: the warnings told so far
 
 
 def fabric_warnings(settings: EffectiveSettings, topo: Topology | None = None) -> list[str]:
@@ -53,4 +56,19 @@ def tell(settings: EffectiveSettings, warnings: list[str], to: Tell = to_stderr)
     if not warnings or _told.get(id(settings)) is settings:
         return
     _told[id(settings)] = settings
-    to(warnings)
+    if _said:
+        warnings = [w for w in warnings if w not in _said[-1]]
+        _said[-1].update(warnings)
+    if warnings:
+        to(warnings)
+
+
+@contextmanager
+def told_once() -> Iterator[None]:
+    """Within the block each distinct warning is told once, whatever engines are built (the runs of `--seeds N`);
+    every engine.json still records its own."""
+    _said.append(set())
+    try:
+        yield
+    finally:
+        _said.pop()
