@@ -154,6 +154,18 @@ def test_bad_inputs_name_the_file(tmp_path: Path, capsys) -> None:
     with pytest.raises(InputError) as err:
         load_run(bad)
     assert err.value.line == 2
+    (bad / "results.json").unlink()
+    head = "time_ns,node,node_id,port,peer,prio,bytes\n"
+    (bad / "queues.csv").write_text(
+        head + "0,leaf0,4,1,host0,3,10\n100,leaf0,4,1,host0,3,2.0e3\n200,leaf0,4,1,host0,3,\n"
+    )
+    with pytest.raises(InputError) as err:  # a whole column is read at once; a bad cell is still named by its line
+        load_run(bad)
+    assert err.value.file == str(bad / "queues.csv") and (err.value.line, err.value.field) == (4, "bytes")
+    (bad / "queues.csv").write_text(head + "0,leaf0,4,1,,3,10\n100,leaf0,4,1,host0,3,2.0e3\n")
+    run = load_run(bad)
+    assert run.queues is not None and run.queues[:, 4].tolist() == [10, 2000]  # "2.0e3" read as a number
+    assert run.node_names == {4: "leaf0"} and run.port_peers == {(4, 1): "host0"}  # the first peer named
 
 
 def test_pfc_pause_time_and_queue_percentiles(tmp_path: Path) -> None:

@@ -580,24 +580,32 @@ def _load_ports(run: RunData, p: Path, columns: tuple[str, ...], peer_col: str) 
     """An int64 array with `columns` in order (shape (n, len(columns))), or None if the file is absent.
 
     `node` is the node id: the `node_id` column where the file names nodes (every producer now), else `node`
-    itself (files written before names). Names and each port's peer (`peer_col`) go to the run's maps."""
+    itself (files written before names). Names and each port's peer (`peer_col`) go to the run's maps. A column
+    of plain integers is converted whole; any other (empty, decimal, bad) is read cell by cell, which names the
+    first bad cell's line."""
     rows = _read_csv(run, p, columns)
     if rows is None:
         return None
     named = bool(rows) and "node_id" in rows[0]
+    srcs = ["node_id" if named and col == "node" else col for col in columns]
     data = np.zeros((len(rows), len(columns)), dtype=np.int64)
-    for i, row in enumerate(rows):
-        for j, col in enumerate(columns):
-            src = "node_id" if named and col == "node" else col
-            v = _num(row, src, p, i + 2)
-            if v is None:
-                raise InputError("missing value", file=str(p), line=i + 2, field=src)
-            data[i, j] = v
-        if named:
-            node, port = int(data[i, 1]), int(data[i, 2])
-            run.node_names.setdefault(node, row["node"])
-            if row.get(peer_col):
-                run.port_peers.setdefault((node, port), row[peer_col])
+    for j, src in enumerate(srcs):
+        cells = [row.get(src) for row in rows]
+        try:
+            data[:, j] = np.array(cells, dtype=np.int64) if cells else 0
+        except (ValueError, TypeError, OverflowError):
+            for i, row in enumerate(rows):
+                v = _num(row, src, p, i + 2)
+                if v is None:
+                    raise InputError("missing value", file=str(p), line=i + 2, field=src) from None
+                data[i, j] = v
+    if named:
+        names, peers = run.node_names, run.port_peers
+        for row, node, port in zip(rows, data[:, 1].tolist(), data[:, 2].tolist(), strict=True):
+            if node not in names:
+                names[node] = row["node"]
+            if (node, port) not in peers and row.get(peer_col):
+                peers[(node, port)] = row[peer_col]
     return data
 
 
