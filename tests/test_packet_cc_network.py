@@ -56,6 +56,7 @@ def run_case(case: str, cc: str, **cfg: object) -> dict[str, object]:
             "pauses": sum(1 for e in sim.pfc_events() if e.pause),
             "max_queue": bottleneck[0].max_queue_bytes,
             "stats": sim.stats(),
+            "cnp_events": len(sim.cnp_events()),
             "bytes": sum(size for _, _, size in flows),
         }
 
@@ -149,6 +150,25 @@ def test_timely_and_dctcp_reduce_the_queue(results, cc: str) -> None:
     assert r["pauses"] == 0
 
 
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("cc", ["none", "dcqcn", "hpcc", "timely", "dctcp", "swift"])
+def test_only_a_cc_that_reacts_to_cnps_gets_cnps(results, case: str, cc: str) -> None:
+    """Every ACK echoes its data packet's CE mark (AckInterval 1, one switch on star8, no loss: as many echoes as
+    marks), but only DCQCN's notification point turns the echo into a CNP (counted and traced); HPCC reads INT,
+    TIMELY and Swift delay, DCTCP the ECE echo itself: none of them gets a CNP (before, every echo was counted as
+    one: TIMELY's incast4 reported 2,110)."""
+    r = results[case, cc]
+    st = r["stats"]
+    assert st["ecn_echoes"] == st["ecn_marks"]  # type: ignore[index]
+    assert r["cnp_events"] == st["cnps"]  # type: ignore[index]
+    if cc == "dcqcn":
+        assert 0 < st["cnps"] == st["ecn_marks"]  # type: ignore[index,operator]
+    else:
+        assert st["cnps"] == 0  # type: ignore[index]
+    if (case, cc) == ("incast4", "timely"):
+        assert st["ecn_marks"] > 0  # type: ignore[index,operator]  # so the 0 above is a CC's, not a quiet queue's
+
+
 def test_dcqcn_late_joiner_converges_to_a_fair_share(ns3_lib) -> None:
     """Flow 1 runs alone at line rate; flow 2 joins 500 us later. From 1 ms after the join until the first
     completion, each flow's mean pacing rate is within 10% of half their sum, and the pair keeps the
@@ -185,6 +205,7 @@ def test_dctcp_holds_the_queue_at_its_marking_step(ns3_lib) -> None:
         st = sim.stats()
     middle = q[len(q) // 4 : 3 * len(q) // 4]
     assert st["ecn_marks"] > 0 and st["pfc_pause"] == 0
+    assert st["ecn_echoes"] == st["ecn_marks"] and st["cnps"] == 0  # DCTCP reads ECE in ACKs: no CNPs
     assert max(q) <= 1.2 * k
     assert 0.5 * k <= mean(middle) <= 1.05 * k
     assert max(c.end_ns for c in done) <= 1.03 * line_rate_ns(7 * 2_000_000)

@@ -29,6 +29,7 @@ class CcDcqcn : public CongestionControl {
   void Stop() override;
   void OnIdle(uint64_t nowNs) override;
   void OnResume(uint64_t nowNs) override;
+  bool UsesCnp() const override { return true; }
 
   double GetAlpha() const { return m_alpha; }
   uint64_t GetTargetRateBps() const { return m_targetRateBps; }

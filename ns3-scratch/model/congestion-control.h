@@ -33,7 +33,7 @@ struct CcFeedback {           // one per ACK received by the sender
   uint64_t nowNs;
   uint64_t ackSeq;            // cumulative bytes acknowledged
   uint32_t newlyAcked;        // bytes newly acknowledged by this ACK
-  bool ecnEcho;               // the acknowledged data packet arrived CE-marked (CNP for DCQCN, ECE for DCTCP)
+  bool ecnEcho;               // the acknowledged data packet arrived CE-marked (a CNP for DCQCN, ECE for DCTCP)
   uint64_t rttNs;             // now - send timestamp echoed in the ACK (TIMELY)
   uint32_t nHops;             // INT stack copied from the data packet (HPCC)
   IntHop hops[kMaxIntHops];
@@ -53,6 +53,10 @@ class CongestionControl : public Object {   // one instance per queue pair, crea
   /// A message starts on the idle queue pair: bring time-driven state up to date (default: nothing to do).
   virtual void OnResume(uint64_t /*nowNs*/) {}
   virtual bool WantsInt() const { return false; }
+  /// Whether this CC's notification point sends CNPs: true for CCs that react to them (DCQCN). The receiving NIC
+  /// then marks the ACK of a CE-marked packet as a CNP (the NIC counts it as one, `cnps`, and fires "CnpRx");
+  /// for any other CC the ACK only echoes the mark (ECE, `ecn_echoes`): no CNP is generated.
+  virtual bool UsesCnp() const { return false; }
   uint64_t GetRateBps() const;               // pacing rate the NIC must use now
   uint64_t GetWindowBytes() const;           // in-flight cap; 0 = no window
   /// Receiver credits (UET RCCC): the NIC sends this queue pair's data only against credit its receiver grants,

@@ -451,6 +451,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
       t.nacks += c.nacks;
       t.timeouts += c.timeouts;
       t.cnps += c.cnps;
+      t.ecnEchoes += c.ecnEchoes;
       t.trimNacks += c.trimNacks;
       t.entropiesExplored += c.entropiesExplored;
       t.entropiesRecycled += c.entropiesRecycled;
@@ -476,6 +477,7 @@ std::vector<std::pair<std::string, double>> PhantoraNetwork::Stats() const {
           {"nacks", static_cast<double>(t.nacks)},
           {"timeouts", static_cast<double>(t.timeouts)},
           {"cnps", static_cast<double>(t.cnps)},
+          {"ecn_echoes", static_cast<double>(t.ecnEchoes)},
           {"trim_nacks", static_cast<double>(t.trimNacks)},
           {"entropies_explored", static_cast<double>(t.entropiesExplored)},
           {"entropies_recycled", static_cast<double>(t.entropiesRecycled)},

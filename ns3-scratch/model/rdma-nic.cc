@@ -138,7 +138,7 @@ TypeId RdmaNic::GetTypeId() {
                                           MakeTraceSourceAccessor(&RdmaNic::m_timeoutTrace),
                                           "ns3::RdmaNic::FlowSeqTracedCallback")
                           .AddTraceSource("CnpRx",
-                                          "A CNP (an ACK or NACK echoing a CE mark) reached this sender: "
+                                          "A CNP (an ACK or NACK echoing a CE mark, for a CC that uses CNPs) reached this sender: "
                                           "(flow, node that sent it, acknowledged seq)",
                                           MakeTraceSourceAccessor(&RdmaNic::m_cnpTrace),
                                           "ns3::RdmaNic::CnpTracedCallback")
@@ -904,9 +904,7 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
   std::copy(hdr.hops, hdr.hops + hdr.nHops, fb.hops);
   fb.nackedBytes = rodTrim ? static_cast<uint32_t>(hdr.sackHi - hdr.sackLo) : 0;
   if (fb.ecnEcho) {
-    ++m_counters.cnps;
-    NS_LOG_LOGIC("node " << m_id << " flow " << hdr.flowId << " gets a CNP from " << hdr.src << " at seq " << hdr.seq);
-    m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
+    EcnEchoed(qp, hdr);
   }
   qp->conn->cc->OnAck(fb);
   if (qp->sndUna >= qp->spec.size) {
@@ -914,6 +912,16 @@ void RdmaNic::ReceiveAck(const PhantoraHeader& hdr) {
     return;
   }
   m_dev[qp->port]->Kick();
+}
+
+void RdmaNic::EcnEchoed(Qp* qp, const PhantoraHeader& hdr) {
+  ++m_counters.ecnEchoes;
+  if (!qp->conn->cc->UsesCnp()) {
+    return;  // an ECE echo for a CC that takes no CNPs (DCTCP, NSCC read it; HPCC, TIMELY, Swift ignore it)
+  }
+  ++m_counters.cnps;
+  NS_LOG_LOGIC("node " << m_id << " flow " << hdr.flowId << " gets a CNP from " << hdr.src << " at seq " << hdr.seq);
+  m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
 }
 
 void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
@@ -958,8 +966,7 @@ void RdmaNic::ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr) {
   std::copy(hdr.hops, hdr.hops + hdr.nHops, fb.hops);
   fb.nackedBytes = nacked;
   if (ecn) {
-    ++m_counters.cnps;
-    m_cnpTrace(hdr.flowId, hdr.src, hdr.seq);
+    EcnEchoed(qp, hdr);
   }
   qp->conn->cc->OnAck(fb);
   if (qp->sndUna >= qp->spec.size) {

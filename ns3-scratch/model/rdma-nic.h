@@ -55,7 +55,9 @@ struct QpSpec {
  * CC's own timers would have it.
  * Receiver: in-order delivery; an ACK per `ackInterval` packets carries the ECN echo and the INT
  * stack of the data packet; a gap triggers a NACK. Control packets use class 0 (strict priority).
- * An ACK or NACK that echoes a CE mark is a CNP: the sender counts it and fires the "CnpRx" trace.
+ * An ACK or NACK that echoes a CE mark is counted by the sender (`ecnEchoes`); for a CC that uses CNPs (DCQCN:
+ * CongestionControl::UsesCnp) it is a CNP too: counted (`cnps`) and fired as the "CnpRx" trace. The echo rides on
+ * the ACK the receiver sends anyway, so no CC adds packets to the wire for it.
  * With Receiver = sack the receiver keeps out-of-order data instead (SackReceiver), every ACK carries the
  * received block holding the packet, and the sender retransmits only the packets its SackSender deems lost.
  * Settings are attributes (PayloadSize, AckInterval, NackInterval, RetransmitTimeout, ...).
@@ -119,7 +121,8 @@ class RdmaNic : public Object, public PortOwner {
     uint64_t acks = 0;
     uint64_t nacks = 0;
     uint64_t timeouts = 0;
-    uint64_t cnps = 0;  ///< ACKs and NACKs received with ECN echo
+    uint64_t cnps = 0;  ///< CNPs received: ACKs and NACKs with ECN echo, for a CC that uses CNPs (UsesCnp)
+    uint64_t ecnEchoes = 0;  ///< ACKs and NACKs received with ECN echo, whatever the CC
     uint64_t trimNacks = 0;  ///< Receiver rud: NACKs of trimmed packets received by senders
     uint64_t entropiesExplored = 0;  ///< LoadBalancing reps / oblivious: fresh entropy values drawn
     uint64_t entropiesRecycled = 0;  ///< LoadBalancing reps: entropy values reused after a good ACK
@@ -291,6 +294,8 @@ class RdmaNic : public Object, public PortOwner {
   void ReceiveDataRud(Rx& rx, const PhantoraHeader& hdr);
   void ReceiveAck(const PhantoraHeader& hdr);
   void ReceiveAckRud(Qp* qp, const PhantoraHeader& hdr);
+  /// An ACK or NACK of `qp` echoed a CE mark: counted as an ECN echo, and as a CNP if its CC uses CNPs.
+  void EcnEchoed(Qp* qp, const PhantoraHeader& hdr);
   void SendAck(const PhantoraHeader& data, PktType type, const Rx& rx, uint8_t extraFlags = 0, uint64_t sackLo = 0,
                uint64_t sackHi = 0, bool dsack = false, uint64_t bitmap = 0);
   /// AckDelay ran out with coalesced packets unacknowledged: acknowledge them now.
