@@ -167,15 +167,20 @@ def test_blocking_graphs_and_groups_change_the_host_launch_as_nccl_tests_does(
 ) -> None:
     """-g 8 puts 8 host launches (host_launch_us of the call's 24 channels each: h = 40.2 us) before each call.
     -G replays a graph: the GPU time g alone. -z 1: the host waits for each call, so each costs h + g. -m 4: one
-    launch for 4 calls, the GPUs run them back to back: over 20 iterations (h + 4g + 19 max(h, 4g)) / 20 / 4 a
-    call."""
+    launch for 4 calls (h4: host_launch_us of the group's channels), which NCCL runs as one kernel on their
+    aggregate (G, less than 4g: one latency; tests/test_nccl_coll_group.py): over 20 iterations
+    (h4 + G + 19 max(h4, G)) / 20 / 4 a call."""
     base = ["nccl-tests", "all_gather_perf", "-b", "1M", "-e", "1M", "-g", "8", "-n", "20", "-w", "1"]
     h = 8 * host_launch_us(24)
     g = _time([*base, "-G", "1"], capsys)
     assert _time([*base, "-z", "1"], capsys) == pytest.approx(h + g, abs=0.02)
-    grouped = (h + 4 * g + 19 * max(h, 4 * g)) / 20 / 4
+    assert main([*base, "-m", "4", "-G", "1"]) == 0
+    out = capsys.readouterr().out
+    big = 4 * parse(out).rows[0].groups[0][0]
+    assert big < 4 * g
+    h4 = 8 * host_launch_us(int(re.search(r" channels=(\d+)", out).group(1)))
+    grouped = (h4 + big + 19 * max(h4, big)) / 20 / 4
     assert _time([*base, "-m", "4"], capsys) == pytest.approx(grouped, abs=0.02)
-    assert _time([*base, "-m", "4", "-G", "1"], capsys) == pytest.approx(g, abs=0.02)
 
 
 def test_run_cycles_repeat_the_sizes(capsys: pytest.CaptureFixture[str]) -> None:

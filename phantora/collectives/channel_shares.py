@@ -13,7 +13,7 @@ Before 2.20, outside the NCCL model, and for phantora's own algorithms, the byte
 from __future__ import annotations
 
 from phantora.collectives.dag import split
-from phantora.collectives.nccl import TO_NCCL, channel_split, host_split, platform_of, ring_loops
+from phantora.collectives.nccl import TO_NCCL, channel_split, coll_group, host_split, platform_of, ring_loops
 from phantora.collectives.nccl import settings as nccl_settings
 from phantora.collectives.nccl.channels import plan_channels
 from phantora.collectives.nccl.ring_round_up import run_threads
@@ -37,7 +37,10 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
     n = coll.size
     comm = plan_channels(TO_NCCL[opts.algorithm], platform_of(topo, coll.ranks, st), st)
     count = channel_split.count_bytes(coll.kind, n, coll.nbytes)
-    parts = channel_split.split(st.nccl_version, coll.kind, opts.protocol, n, count, channels, max(comm, channels))
+    if coll.group_calls > 1:  # a group's equal calls dealt one after another (nccl.coll_group.deal), carried together
+        parts = _group_parts(coll, opts, st.nccl_version, channels, max(comm, channels))
+    else:
+        parts = channel_split.split(st.nccl_version, coll.kind, opts.protocol, n, count, channels, max(comm, channels))
     if parts is None and host_split.applies(st.nccl_version):
         parts = host_split.split(count, channels, host_align(coll, topo, opts))
     if parts is None:
@@ -46,6 +49,19 @@ def channel_shares(coll: Collective, topo: Topology, opts: AlgoOptions) -> list[
     shares = [part * per for part in parts]
     shares[-1] += coll.nbytes - sum(shares)  # an all-gather / reduce-scatter size that is not nranks whole counts
     return shares
+
+
+def _group_parts(
+    coll: Collective, opts: AlgoOptions, version: tuple[int, int], channels: int, max_channels: int
+) -> tuple[int, ...] | None:
+    """Each used channel's bytes of count over `coll`'s `group_calls` equal calls (`coll.nbytes` their total) as
+    NCCL 2.22+ deals them one after another onto the channels, lowest channel first; None before 2.22."""
+    m, n = coll.group_calls, coll.size
+    one = channel_split.count_bytes(coll.kind, n, coll.nbytes // m)
+    dealt = coll_group.deal(version, coll.kind, opts.protocol, n, [one] * m, channels, max_channels)
+    if dealt is None:
+        return None
+    return tuple(b for b in coll_group.channel_bytes(dealt) if b > 0) or (0,)
 
 
 def host_align(coll: Collective, topo: Topology, opts: AlgoOptions) -> int:

@@ -90,9 +90,10 @@ class Collective:
     # on the copy engines (nccl/ce_coll.py); False: a group of sends and receives, as torch's all_to_all_single runs
     # it with NCCL (ProcessGroupNCCL calls ncclAllToAll only with NCCLX's NCCL_ALLTOALL_SUPPORTED)
     alltoall_api: bool = False
-    # nccl-tests' -m: the equal calls of this collective's NCCL group, itself among them (nbytes: one call's). Where
-    # NCCL runs them as one symmetric kernel (2.28+, nccl/register.py) its choice's `works` says so and its flows
-    # carry them all (decompose.py); 2.27 then runs none symmetric
+    # nccl-tests' -m: the equal calls of this collective's NCCL group, itself among them (nbytes: one call's), run as
+    # one launch: one symmetric kernel (2.28+, nccl/register.py; 2.27 runs none symmetric), else NCCL's legacy
+    # kernels on the calls' aggregate, its tuner's choice for their total (nccl/coll_group.py). The choice's `works`
+    # says so and its flows carry them all (decompose.py); all-to-all and send/recv take no group_calls
     group_calls: int = 1
 
     def __post_init__(self) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 from phantora.collectives.flow_tags import record_kind
 from phantora.collectives.launch_group import shared
 from phantora.collectives.layout import host_blocks
-from phantora.collectives.nccl import pci_paths
+from phantora.collectives.nccl import coll_group, pci_paths
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.ce_coll import ce_choice
-from phantora.collectives.nccl.channels import nvls_heads
+from phantora.collectives.nccl.channels import comm_channels, nvls_heads, ring_graph
 from phantora.collectives.nccl.chunking import chunk_bytes, comm_p2p_chunk, ring_simple_chunk
 from phantora.collectives.nccl.nvlink_pci import p2p_off
 from phantora.collectives.nccl.p2p import p2p_choice
@@ -88,6 +88,10 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
         sym = sym_choice(coll, p, st)  # -R 2: NCCL's symmetric kernels bypass its tuner (register.py)
         if sym is not None:
             return sym
+    calls, pipe = 1, 1
+    if coll.group_calls > 1 and coll.kind in coll_group.KINDS:  # NCCL's legacy kernels on the group's aggregate
+        calls, pipe = coll.group_calls, _group_pipe_ops(coll, p, st)
+        coll = dataclasses.replace(coll, nbytes=coll.nbytes * calls, group_calls=1)
     skip = {a for a in skipped(coll.kind, coll.redop, coll.dtype, st.nccl_version) if st.algo_enabled(coll.kind, a)}
     if opts.algorithm != "auto":
         skip &= {TO_NCCL.get(opts.algorithm, opts.algorithm)}
@@ -101,8 +105,8 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
     if opts.protocol != "auto":
         st = _only(st, coll.kind, proto=opts.protocol)
     last = least_preferred(coll.dtype, coll.size, st.nccl_version)  # fp8 rings over many ranks: any other first
-    choice = select(coll.kind, p, _without(st, coll.kind, last), coll.nbytes) if last else None
-    choice = choice or select(coll.kind, p, st, coll.nbytes)
+    choice = select(coll.kind, p, _without(st, coll.kind, last), coll.nbytes, pipe) if last else None
+    choice = choice or select(coll.kind, p, st, coll.nbytes, pipe)
     if choice is not None and register_mode(st) == 1:
         choice = _registered(coll, p, st, choice)
     if choice is None:
@@ -116,21 +120,41 @@ def choose(coll: Collective, topo: Topology, opts: AlgoOptions) -> Choice | None
             f"({what or asked}{op}); NCCL fails here too",
             field="algorithm",
         )
-    return _with_transports(choice, p, coll.kind)
+    choice = _with_transports(choice, p, coll.kind)
+    return dataclasses.replace(choice, works=calls) if calls > 1 else choice
+
+
+def _group_pipe_ops(coll: Collective, p: Platform, st: NcclSettings) -> int:
+    """numPipeOps of `coll`'s `group_calls` equal calls, one aggregate of a group of only them (coll_group.py);
+    a group past what one launch is modelled for is refused."""
+    if coll.group_calls > coll_group.MAX_CALLS:
+        raise InputError(
+            f"{coll.group_calls} collectives in one NCCL group: more than {coll_group.MAX_CALLS} (one launch) are "
+            "not modelled",
+            field="-m",
+        )
+    m = coll.group_calls
+    channels = comm_channels(p, ring_graph(p), st)
+    return coll_group.pipe_ops(st.nccl_version, [coll.nbytes] * m, m, p.nranks, channels)
 
 
 def runs_as_one(coll: Collective, topo: Topology, opts: AlgoOptions) -> bool:
-    """Whether NCCL runs `coll`'s `group_calls` equal calls of one group as one kernel on their total (the symmetric
-    kernels from 2.28, symmetric_sched.cc); else they run one by one. Raises where the group is not modelled."""
+    """Whether NCCL runs `coll`'s `group_calls` equal calls of one group as one launch on their total: the symmetric
+    kernels from 2.28 (symmetric_sched.cc), and its legacy kernels for every collective but all-to-all, one
+    aggregate on one plan (enqueue.cc, coll_group.py); else (all-to-all, send/recv, the ideal model) they run one by
+    one. Raises where the group is not modelled."""
     if coll.group_calls < 2:
         return False
-    if opts.model != "nccl" or coll.size < 2 or (opts.algorithm, opts.protocol) != ("auto", "auto"):
+    if opts.model != "nccl" or coll.size < 2:
         return False
-    st = settings(opts)
-    p = platform_of(topo, coll.ranks, st)
-    if ce_choice(coll, p, st) is not None:
-        raise InputError("copy-engine collectives in a group of several calls are not modelled", field="-m")
-    return _sym_op(coll) and sym_choice(coll, p, st) is not None
+    if (opts.algorithm, opts.protocol) == ("auto", "auto"):
+        st = settings(opts)
+        p = platform_of(topo, coll.ranks, st)
+        if ce_choice(coll, p, st) is not None:
+            raise InputError("copy-engine collectives in a group of several calls are not modelled", field="-m")
+        if _sym_op(coll) and sym_choice(coll, p, st) is not None:
+            return True
+    return coll.kind in coll_group.KINDS
 
 
 def _sym_op(coll: Collective) -> bool:

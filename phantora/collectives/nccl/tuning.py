@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from phantora.collectives.nccl import old_tuners, proto_rate, proxy, ring_chain, ring_kernel, ring_round_up
+from phantora.collectives.nccl import coll_group, old_tuners, proto_rate, proxy, ring_chain, ring_kernel, ring_round_up
 from phantora.collectives.nccl import tables as T
 from phantora.collectives.nccl.channels import (
     Graph,
@@ -357,9 +357,11 @@ def rated(cost: Cost, kind: str, p: Platform, st: NcclSettings) -> Cost | None:
 
 
 @lru_cache(maxsize=4096)  # a training step repeats the same calls: one search per distinct call
-def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | None:
+def select(kind: str, p: Platform, st: NcclSettings, nbytes: int, pipe_ops: int = 1) -> Choice | None:
     """NCCL's choice for a collective of `nbytes` (nccl-tests' size): the (algorithm, protocol) of least model
-    time among those enabled. None if the user's NCCL_ALGO / NCCL_PROTO leave nothing (NCCL fails there too)."""
+    time among those enabled. None if the user's NCCL_ALGO / NCCL_PROTO leave nothing (NCCL fails there too).
+    `pipe_ops`: an aggregate of a group's calls, NCCL's numPipeOps, which charges its latency latCount times
+    (`coll_group.lat_count`)."""
     if kind not in NSTEPS_KINDS or p.nranks < 2:
         return None
     best: tuple[float, Cost, int] | None = None
@@ -370,6 +372,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
             continue
         ch = run_channels(cost.algorithm, cost.protocol, p, st, nbytes)
         t = model_time_us(as_rated, kind, p, nbytes, comm, running_release(st))
+        t += (coll_group.lat_count(st.nccl_version, cost.algorithm, pipe_ops) - 1) * as_rated.lat_us
         if best is None or t < best[0]:
             best = (t, cost, ch)
     if best is None:
@@ -407,6 +410,7 @@ def select(kind: str, p: Platform, st: NcclSettings, nbytes: int) -> Choice | No
     if overhead:
         algbw = nbytes / (nbytes / algbw + 1000.0 * overhead)  # the chunks' and passes' cost lowers the throughput
     lat = t - nbytes / (1000.0 * cost.algbw)
+    lat += (coll_group.lat_count(st.nccl_version, cost.algorithm, pipe_ops) - 1) * cost.lat_us
     time = lat + nbytes / (1000.0 * algbw)
     chan = coll_net_channel_bw(cost.algorithm, cost.protocol, p, ch, st.nccl_version)
     chain = 0.0

@@ -1,0 +1,194 @@
+"""Several collectives in one NCCL group (ncclGroupStart ... ncclGroupEnd): how NCCL schedules them into one launch.
+
+Read from enqueue.cc, v2.19.4-1 to v2.30.7-1. A group's collective tasks of one (function, reduction, type) are
+aggregated and NCCL's tuner picks one algorithm and protocol for each aggregate, on its summed count, then every task
+of it runs with that choice, each on its own channels, all in one plan (one kernel launch):
+
+- v2.19 (`scheduleCollTasksToPlan`): consecutive tasks of one (function, reduction, type) in issue order form an
+  aggregate. The tuner rates it with `numPipeOps` = opPerChannel: each task after the first asks
+  DIVUP(bytes, bytePerChannel) channels (bytePerChannel: NCCL_AGG_CHANNEL_SIZE, 2 MiB, x min(16, nranks), halved
+  while the group's bytes would not fill every channel, down to NCCL_MIN_CHANNEL_SIZE, 512 B); opPerChannel is
+  those channels over min(nChannels, them). Each task then runs on its DIVUP(bytes, bytePerChannel) least loaded
+  channels.
+- v2.20 - v2.21: consecutive tasks of one (function, reduction, type) aggregate, rated with numPipeOps 1; the
+  channels are dealt by bytes (addCBDCollToPlan).
+- v2.22.3-1 on (`ncclPrepareTasks`): tasks sorted by traffic, binned by (function, reduction, type), each bin
+  ascending; a run of tasks under 4 x the traffic of its first aggregates. numPipeOps is
+  DIVUP(nTasksColl, comm->nChannels). `scheduleCollTasksToPlan` deals every task's traffic onto the channels in
+  turn (`deal`): each channel is given the plan's traffic over its channels, a task starts where the one before
+  it left off, so small tasks share a channel (run one after another on it) and a large one spans several.
+
+The tuner's time for an aggregate is lat x latCount + bytes / bw (`ncclTopoGetAlgoTime`): latCount is numPipeOps
+for a ring, DIVUP(numPipeOps, works a batch holds) for the others: NCCL_MAX_WORK_ELEMENTS, 9, before 2.22;
+NCCL_MAX_DEV_WORK_BATCH_COLLS = 1024 / sizeof(ncclDevWorkColl) from 2.22 (16 for 2.22's 64-byte work, 10 for
+2.23 - 2.29's 96 bytes, 7 for 2.30's padded 144 bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from phantora.collectives.nccl.channel_split import (
+    BUDGET_ROUNDED_FROM,
+    CELL_TRAFFIC_FROM,
+    LL_TRAFFIC_X4_FROM,
+    SPLIT_FROM,
+    _min_traffic,
+    div_up,
+    traffic_per_byte,
+)
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")  # NCCL's collective tasks
+SORTED_FROM = (2, 22)  # v2.22.3-1: ncclPrepareTasks sorts, bins and aggregates within 4x
+PIPE_ONE_FROM = (2, 20)  # v2.20.3-1: an aggregate is rated with numPipeOps 1
+AGG_CHANNEL_SIZE = 2 << 20  # NCCL_AGG_CHANNEL_SIZE, v2.19
+MIN_CHANNEL_SIZE = 8 * 64  # NCCL_MIN_CHANNEL_SIZE: NCCL_LL_THREAD_THRESHOLD x 64, v2.19
+MAX_CALLS = 1024  # the calls of one group modelled as one launch (NCCL splits a plan only past its work FIFO)
+
+
+def batch_colls(version: tuple[int, int]) -> int:
+    """The works one batch holds, which divide numPipeOps in a non-ring latency (see the module's notes)."""
+    if version < SPLIT_FROM:
+        return 9
+    if version < (2, 23):
+        return 16
+    return 10 if version < (2, 30) else 7
+
+
+def aggregates(version: tuple[int, int], calls: Sequence[tuple[str, str, str, int]]) -> list[list[int]]:
+    """The aggregates of a group's collective calls, (kind, reduction, dtype, bytes) in issue order: each a list of
+    the calls' indices, in the order NCCL puts them in its plan."""
+    if version < SORTED_FROM:
+        out: list[list[int]] = []
+        for i, c in enumerate(calls):
+            if out and calls[out[-1][0]][:3] == c[:3]:
+                out[-1].append(i)
+            else:
+                out.append([i])
+        return out
+    # the sorter hands the tasks out largest first; each (fn, op, ty) bin is then a LIFO: smallest first
+    order = sorted(range(len(calls)), key=lambda i: -calls[i][3])
+    bins: dict[tuple[str, str, str], list[int]] = {}
+    for i in order:
+        bins.setdefault(calls[i][:3], []).insert(0, i)
+    out = []
+    for members in bins.values():
+        k = 0
+        while k < len(members):
+            first = _traffic(calls[members[k]])
+            end = k + 1
+            while end < len(members) and _traffic(calls[members[end]]) < 4 * first:
+                end += 1
+            out.append(members[k:end])
+            k = end
+    return out
+
+
+def _traffic(call: tuple[str, str, str, int]) -> int:
+    """A call's traffic as the 2.22+ sorter compares it (its bytes x the function's traffic per byte; the group's
+    ranks are the same for all, so they scale every call alike and drop out: nranks 2 stands for them)."""
+    return call[3] * traffic_per_byte(call[0], 2)
+
+
+def pipe_ops(version: tuple[int, int], sizes: Sequence[int], ntasks: int, nranks: int, channels: int) -> int:
+    """numPipeOps of an aggregate of calls of `sizes` bytes (in issue order) in a group of `ntasks` collective
+    calls on a communicator of `nranks` ranks and `channels` channels (comm->nChannels)."""
+    if len(sizes) < 2:
+        return 1
+    if version >= SORTED_FROM:
+        return div_up(ntasks, max(1, channels))
+    if version >= PIPE_ONE_FROM:
+        return 1
+    per = AGG_CHANNEL_SIZE * min(16, nranks)
+    total = sum(sizes)  # v2.19: the group's collective bytes (one aggregate here)
+    while total < per * channels and per > MIN_CHANNEL_SIZE:
+        per //= 2
+    asked = sum(max(1, min(div_up(s, per), channels)) for s in sizes[1:])  # the head's own are not counted
+    return div_up(asked, max(1, min(channels, asked)))
+
+
+def lat_count(version: tuple[int, int], algorithm: str, pipe: int) -> int:
+    """ncclTopoGetAlgoTime's latCount: numPipeOps for a ring, else numPipeOps over the works a batch holds."""
+    return pipe if algorithm == "ring" else div_up(pipe, batch_colls(version))
+
+
+def deal(
+    version: tuple[int, int],
+    kind: str,
+    proto: str,
+    nranks: int,
+    counts: Sequence[int],
+    task_channels: int,
+    max_channels: int,
+) -> list[tuple[int, tuple[int, ...]]] | None:
+    """Each task's (first channel, bytes of its count on each of its channels) as NCCL 2.22+'s
+    `scheduleCollTasksToPlan` deals one aggregate's tasks (`counts`: each task's count in bytes, in plan order;
+    `task_channels`: the aggregate's nMaxChannels; `max_channels`: the communicator's channels of its kind). None
+    before 2.22 (each task strides its channels: the caller splits the sum)."""
+    if version < SPLIT_FROM:
+        return None
+    per_byte = traffic_per_byte(kind, nranks)
+    if proto == "LL" and version >= LL_TRAFFIC_X4_FROM:
+        per_byte *= 4
+    least = _min_traffic(version)
+    nmax = max(1, max_channels)
+    nch = max(1, min(task_channels * len(counts), nmax))
+    if version < CELL_TRAFFIC_FROM:
+        cell = 16
+        total = sum(c * per_byte for c in counts)
+        budget = max(least, total // nch)
+    else:
+        cell = div_up(div_up(least, per_byte), 16) * 16
+        total = sum(max(least, c * per_byte) for c in counts)
+        budget = div_up(total // nch, 16) * 16 if version >= BUDGET_ROUNDED_FROM else max(least, total // nch)
+    per_cell = cell * per_byte
+    out: list[tuple[int, tuple[int, ...]]] = []
+    channel, current = 0, 0
+    for count in counts:
+        cells = div_up(count, cell)
+        per_channel = min(cells, div_up(budget, per_cell))
+        if channel + 1 == nmax:
+            lo = cells
+        elif version < CELL_TRAFFIC_FROM:
+            lo = min(cells, (budget - current) // per_cell)
+        else:
+            lo = min(cells, div_up(budget - current, per_cell))
+        n_mid = (cells - lo) // per_channel if per_channel else 0
+        hi = (cells - lo) % per_channel if per_channel else 0
+        if nmax < channel + (1 if lo else 0) + n_mid + (1 if hi else 0):  # overflow: the rest on the last channel
+            n_mid = nmax - channel - 2
+            per_channel = (cells - lo) // (n_mid + 1)
+            hi = per_channel + (cells - lo) % (n_mid + 1)
+        if hi == 0 and n_mid != 0:
+            hi, n_mid = per_channel, n_mid - 1
+        if lo == 0:  # the least channel skipped: the next one is the new least
+            channel += 1
+            if n_mid == 0:
+                lo, hi = hi, 0
+            else:
+                lo, n_mid = per_channel, n_mid - 1
+        parts = [lo * cell] + [per_channel * cell] * n_mid + ([hi * cell] if hi else [])
+        parts[-1 if hi else 0] -= cells * cell - count
+        used = len(parts)
+        out.append((channel, tuple(parts)))
+        if hi:
+            channel += used - 1
+            current = hi * cell * per_byte
+        elif n_mid:
+            channel += used
+            current = 0
+        else:
+            current += lo * cell * per_byte
+        if current >= budget and channel + 1 != nmax:
+            channel, current = channel + 1, 0
+    return out
+
+
+def channel_bytes(dealt: Sequence[tuple[int, tuple[int, ...]]]) -> list[int]:
+    """The bytes of count each channel carries over a plan's dealt tasks (channel 0 first)."""
+    width = max((lo + len(parts) for lo, parts in dealt), default=1)
+    per = [0] * width
+    for lo, parts in dealt:
+        for i, b in enumerate(parts):
+            per[lo + i] += b
+    return per
